@@ -1,0 +1,67 @@
+/* io: HDF5 files. Checkpoints in the documented layout (docs/formats.md),
+ * run records (provenance, parameters, per-step timings and metrics), token
+ * datasets, and score outputs. Every file that replaces another is written to
+ * a temporary name in the same directory and renamed, so a crash never leaves
+ * a half-written file under the final name. */
+#ifndef RLFUSE_IO_H
+#define RLFUSE_IO_H
+
+#include "sys.h"
+#include "model.h"
+
+/* ---- checkpoints ------------------------------------------------------- */
+typedef struct {
+  const char *role;       /* "policy", "actor", "critic", "reference", "reward" */
+  GPT        *gpt;
+  PetscBool   with_optim; /* write/read /<role>/optim/{m,v}/<key> and the step count */
+} CkptModel;
+
+typedef struct {
+  PetscInt iteration; /* steps or iterations completed */
+  PetscInt data_pos;  /* samples consumed from the training data */
+  PetscInt seed;      /* the RNG key: draws are (seed, iteration, sample, position) */
+} CkptState;
+
+/* Collective on comm; rank 0 writes. */
+PetscErrorCode ckpt_write(MPI_Comm comm, const char *path, const CkptModel *models, int n, const CkptState *st);
+/* Reads the attributes of /<role>. Errors name the file and the role. */
+PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *role, GPTConfig *cfg);
+/* Loads parameters (and moments and step if with_optim) into an existing model
+ * whose configuration must match the file's; every dataset's shape is checked. */
+PetscErrorCode ckpt_read_model(MPI_Comm comm, const char *path, const CkptModel *model);
+PetscErrorCode ckpt_read_state(MPI_Comm comm, const char *path, CkptState *st);
+
+/* ---- run records ------------------------------------------------------- */
+typedef struct RunRecord RunRecord;
+/* Creates <output_dir>/run.h5 (an existing one is kept, renamed run.<k>.h5) and
+ * writes /code and /parameters. Collective. */
+PetscErrorCode record_open(const RunCtx *run, const char *mode, RunRecord **rec);
+/* This rank's wall time of a stage during the current step (accumulates). */
+PetscErrorCode record_time(RunRecord *rec, const char *stage, double seconds);
+/* A per-step scalar (the value of rank 0 is stored). */
+PetscErrorCode record_metric(RunRecord *rec, const char *name, double value);
+/* Appends one row: step number, max and min over ranks of every stage time,
+ * every metric; flushes the file. Collective. */
+PetscErrorCode record_step(RunRecord *rec, PetscInt step);
+/* A scalar summary attribute on /summary. */
+PetscErrorCode record_summary(RunRecord *rec, const char *name, double value);
+PetscErrorCode record_close(RunRecord **rec);
+
+/* ---- token datasets ---------------------------------------------------- */
+/* /tokens int32 [N,T], /lengths int32 [N], optional /prompt_lengths int32 [N];
+ * attributes vocab_size (int) and task (string). Tokens past a length are 0. */
+typedef struct {
+  int  N, T, vocab_size;
+  int *tokens, *lengths, *prompt_lengths; /* prompt_lengths may be NULL */
+} TokenData;
+PetscErrorCode data_read(MPI_Comm comm, const char *path, TokenData *d);
+PetscErrorCode data_write(MPI_Comm comm, const char *path, const TokenData *d, const char *task);
+PetscErrorCode data_free(TokenData *d);
+
+/* Writes one float32 [rows, cols] dataset `name` to a new file at path. */
+PetscErrorCode io_write_matrix(MPI_Comm comm, const char *path, const char *name, const float *x, int rows, int cols);
+
+/* Library versions for provenance. */
+PetscErrorCode io_hdf5_version(char *buf, size_t len);
+
+#endif

@@ -1,0 +1,144 @@
+/* sys: start-up, error reporting, options helpers that record every value,
+ * the counter-based RNG (Philox4x32-10), timers and the run context. */
+#ifndef RLFUSE_SYS_H
+#define RLFUSE_SYS_H
+
+#include <petscsys.h>
+#include <stdint.h>
+
+#if PETSC_VERSION_LT(3, 19, 0)
+  #define PETSC_SUCCESS ((PetscErrorCode)0)
+#endif
+
+#define RLFUSE_VERSION "0.1.0"
+
+/* ---- errors ------------------------------------------------------------ */
+/* Wrap an HDF5 call whose failure is a negative return value. */
+#define H5Call(expr, ...)                                                              \
+  do {                                                                                 \
+    if ((expr) < 0) SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, __VA_ARGS__); \
+  } while (0)
+
+/* Installs the error handler that prints one line per error:
+ *   rlfuse: error: <message> [rank r, file:line]
+ * Collective errors (raised on PETSC_COMM_WORLD) are printed by rank 0 only. */
+PetscErrorCode sys_error_handler_install(void);
+/* Ends the job after an error: collective errors finalize and exit(1),
+ * single-rank errors abort the whole MPI job so no rank hangs. */
+void sys_error_exit(PetscErrorCode ierr);
+
+/* ---- options ----------------------------------------------------------- */
+/* Every option a module reads is recorded (full name, effective value, and
+ * whether the deck/command line set it) so the run record can store them all.
+ * Use inside PetscOptionsBegin()/PetscOptionsEnd(). */
+PetscErrorCode sys_param_record(const char *prefix, const char *name, const char *value, PetscBool set);
+
+#define RfOptInt(name, help, def, val)                                                         \
+  do {                                                                                         \
+    PetscBool set_ = PETSC_FALSE;                                                              \
+    PetscInt  v_   = (def);                                                                    \
+    char      s_[64];                                                                          \
+    PetscCall(sys_option_check_number(PetscOptionsObject->prefix, name, SYS_OPT_INT));         \
+    PetscCall(PetscOptionsInt(name, help, NULL, v_, &v_, &set_));                              \
+    *(val) = v_;                                                                               \
+    PetscCall(PetscSNPrintf(s_, sizeof s_, "%" PetscInt_FMT, v_));                             \
+    PetscCall(sys_param_record(PetscOptionsObject->prefix, name, s_, set_));                   \
+  } while (0)
+
+#define RfOptReal(name, help, def, val)                                                        \
+  do {                                                                                         \
+    PetscBool set_ = PETSC_FALSE;                                                              \
+    PetscReal v_   = (def);                                                                    \
+    char      s_[64];                                                                          \
+    PetscCall(sys_option_check_number(PetscOptionsObject->prefix, name, SYS_OPT_REAL));        \
+    PetscCall(PetscOptionsReal(name, help, NULL, v_, &v_, &set_));                             \
+    *(val) = v_;                                                                               \
+    PetscCall(PetscSNPrintf(s_, sizeof s_, "%.17g", (double)v_));                              \
+    PetscCall(sys_param_record(PetscOptionsObject->prefix, name, s_, set_));                   \
+  } while (0)
+
+#define RfOptBool(name, help, def, val)                                                        \
+  do {                                                                                         \
+    PetscBool set_ = PETSC_FALSE;                                                              \
+    PetscBool v_   = (def);                                                                    \
+    PetscCall(PetscOptionsBool(name, help, NULL, v_, &v_, &set_));                             \
+    *(val) = v_;                                                                               \
+    PetscCall(sys_param_record(PetscOptionsObject->prefix, name, v_ ? "true" : "false", set_)); \
+  } while (0)
+
+/* buf holds the default on entry and the effective value on exit. */
+#define RfOptString(name, help, buf, len)                                              \
+  do {                                                                                 \
+    PetscBool set_ = PETSC_FALSE;                                                      \
+    PetscCall(PetscOptionsString(name, help, NULL, buf, buf, len, &set_));             \
+    PetscCall(sys_param_record(PetscOptionsObject->prefix, name, buf, set_));          \
+  } while (0)
+
+/* buf holds the default on entry; the value must be one of list[0..n). */
+#define RfOptEnum(name, help, list, n, idx)                                                    \
+  do {                                                                                         \
+    PetscBool set_ = PETSC_FALSE;                                                              \
+    PetscInt  i_   = *(idx);                                                                   \
+    PetscCall(PetscOptionsEList(name, help, NULL, list, n, list[i_], &i_, &set_));             \
+    *(idx) = i_;                                                                               \
+    PetscCall(sys_param_record(PetscOptionsObject->prefix, name, list[i_], set_));             \
+  } while (0)
+
+typedef struct {
+  char      name[128];  /* full option name without the dash, prefix included */
+  char      value[PETSC_MAX_PATH_LEN];
+  PetscBool set;        /* given in the deck or on the command line */
+} SysParam;
+
+/* Fails, naming the option, if its value in the database is not a number of
+ * the kind (PETSc's own message does not name the option). */
+typedef enum { SYS_OPT_INT, SYS_OPT_REAL } SysOptKind;
+PetscErrorCode sys_option_check_number(const char *prefix, const char *name, SysOptKind kind);
+
+/* The recorded options, in the order they were read. */
+PetscErrorCode sys_params_get(const SysParam **params, int *n);
+/* Fails, naming every option in the database that no module read. */
+PetscErrorCode sys_options_check_unused(void);
+
+/* ---- counter-based random numbers -------------------------------------- */
+/* Philox4x32-10 (Salmon et al., SC'11). Draws are a pure function of
+ * (key, counter): results never depend on rank, slot, thread or order. */
+void     philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+/* The stream keyed by (seed, a, b, c): a, b, c are e.g. iteration, sample and
+ * position; `lane` picks one of many draws at that key. */
+uint32_t rng_u32(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lane);
+/* Uniform in [0,1) with 24 random bits (exactly representable in float). */
+float    rng_uniform(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lane);
+/* Standard normal by Box-Muller from lanes 2*lane and 2*lane+1. */
+float    rng_normal(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lane);
+
+/* ---- PETSc log stages and events (for -log_view) ---------------------- */
+typedef struct {
+  PetscLogStage sft, score;
+  PetscLogEvent data, forward, backward, optimizer, ckpt_write, ckpt_read;
+} SysLog;
+extern SysLog sys_log; /* registered once by sys_log_register, then read-only */
+PetscErrorCode sys_log_register(void);
+
+/* ---- timers and run context -------------------------------------------- */
+double sys_wtime(void);
+
+typedef struct {
+  MPI_Comm  comm;
+  int       rank, size;
+  int       nthreads;
+  PetscInt  seed;
+  PetscBool dry_run;
+  char      output_dir[PETSC_MAX_PATH_LEN];
+} RunCtx;
+
+/* Reads -seed, -output_dir, -dry_run and fills rank/size/threads. */
+PetscErrorCode sys_run_setup(MPI_Comm comm, RunCtx *run);
+/* mkdir -p; errors name the directory. */
+PetscErrorCode sys_mkdir_p(const char *dir);
+/* Path of a file inside the output directory. */
+PetscErrorCode sys_output_path(const RunCtx *run, const char *name, char *path, size_t len);
+/* Human-readable byte count, e.g. "12.3 MiB". */
+const char *sys_bytes_str(double bytes, char *buf, size_t len);
+
+#endif

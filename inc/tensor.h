@@ -1,0 +1,101 @@
+/* tensor: the backend ops table. Everything numerical above this layer
+ * (model, rl, gen) calls these ops and never touches a loop or a kernel, so a
+ * CUDA backend implements the same table and nothing above it changes.
+ *
+ * Conventions
+ * - Row-major float32. N is a count of token rows (N = B*T in training).
+ * - Pointers are device pointers of the backend (host memory for "cpu").
+ * - Backward ops ACCUMULATE (+=) into parameter gradients (dweight, dbias,
+ *   dwte, dwpe) and into dinp where noted; callers zero gradients once per step.
+ * - Every reduction is deterministic and independent of the thread count:
+ *   sums run over fixed-size blocks in a fixed order.
+ * - Matmul weights use the Conv1D layout of GPT-2 checkpoints, [C_in, C_out],
+ *   unless the op says "transposed" ([C_out, C_in], e.g. the tied LM head
+ *   wte [V,C] and the scalar head score.weight [1,C]). */
+#ifndef RLFUSE_TENSOR_H
+#define RLFUSE_TENSOR_H
+
+#include <petscsys.h>
+#include <stddef.h>
+
+typedef struct Backend Backend;
+
+struct Backend {
+  const char *name; /* "cpu" or "cuda" */
+
+  /* memory */
+  PetscErrorCode (*alloc)(size_t bytes, void **ptr);      /* zero-filled */
+  PetscErrorCode (*free)(void *ptr);
+  PetscErrorCode (*to_host)(void *dst, const void *src, size_t bytes);
+  PetscErrorCode (*from_host)(void *dst, const void *src, size_t bytes);
+  PetscErrorCode (*copy)(void *dst, const void *src, size_t bytes); /* device to device */
+  PetscErrorCode (*zero)(void *ptr, size_t bytes);
+  PetscErrorCode (*sync)(void);
+
+  /* out[n,:] = wte[tok[n],:] + wpe[pos[n],:] */
+  PetscErrorCode (*encoder_forward)(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C);
+  /* dwte[tok[n],:] += dout[n,:]; dwpe[pos[n],:] += dout[n,:] (either may be NULL) */
+  PetscErrorCode (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C);
+
+  /* GPT-2 LayerNorm, eps 1e-5. mean and rstd [N] are saved for backward. */
+  PetscErrorCode (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C);
+  /* dinp += ...; dw += ...; db += ... */
+  PetscErrorCode (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, const float *mean, const float *rstd, int N, int C);
+
+  /* out[N,OC] = inp[N,C] . W + bias. W is [C,OC], or [OC,C] if transposed. bias may be NULL. */
+  PetscErrorCode (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed);
+  /* dinp += dout . W^T (dinp may be NULL); dw += inp^T . dout (in w's layout); dbias += colsum(dout) (may be NULL) */
+  PetscErrorCode (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, PetscBool transposed);
+
+  /* Causal self-attention over B sequences of length T (training and full forward).
+   * qkv [B,T,3C] (q|k|v, heads contiguous inside each), out [B,T,C],
+   * att [B,NH,T,T] holds the softmax probabilities for backward; scale 1/sqrt(C/NH). */
+  PetscErrorCode (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+  /* dqkv += ... */
+  PetscErrorCode (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH);
+  /* Attention with a KV cache. Row r (of N) is the token of cache slot slot[r]
+   * at position pos[r]. All rows' k and v are first written into
+   * kcache/vcache [nslot, Tmax, C] at (slot[r], pos[r]); then each row's query
+   * attends to positions 0..pos[r] of its slot. out [N,C]. */
+  PetscErrorCode (*attention_cached)(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH);
+
+  /* GELU, tanh approximation (GPT-2's gelu_new). */
+  PetscErrorCode (*gelu_forward)(float *out, const float *inp, size_t n);
+  /* dinp += dout * gelu'(inp) */
+  PetscErrorCode (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+
+  /* out = a + b */
+  PetscErrorCode (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+  /* y += alpha * x */
+  PetscErrorCode (*axpy)(float *y, float alpha, const float *x, size_t n);
+  /* x *= alpha */
+  PetscErrorCode (*scale)(float *x, float alpha, size_t n);
+
+  /* logprob[n] = log softmax(logits[n,:])[target[n]]; lse[n] = logsumexp (saved for backward, may be NULL).
+   * Rows with target < 0 get logprob 0. */
+  PetscErrorCode (*logprob_forward)(float *logprob, float *lse, const float *logits, const int *target, int N, int V);
+  /* dlogits[n,:] = dlogprob[n] * (onehot(target[n]) - softmax(logits[n,:])) (overwrites; rows with target < 0 are zeroed) */
+  PetscErrorCode (*logprob_backward)(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, int N, int V);
+
+  /* *out = sum of x[i]^2 over n elements (host scalar result) */
+  PetscErrorCode (*sumsq)(double *out, const float *x, size_t n);
+
+  /* PyTorch AdamW (decoupled weight decay) on n elements at step t (1-based):
+   *   p -= lr*wd*p; m = b1*m + (1-b1)*g*gs; v = b2*v + (1-b2)*(g*gs)^2;
+   *   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+   * gs is the gradient scale from global-norm clipping. */
+  PetscErrorCode (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int t, float gs);
+};
+
+/* The backend with this name ("cpu", or "cuda" when built with CUDA). */
+PetscErrorCode backend_get(const char *name, const Backend **be);
+/* Per-backend registration; the cuda one lives in cuda/. */
+const Backend *backend_cpu(void);
+
+/* CUDA runtime/driver versions and device count, or "none (built without CUDA)". */
+PetscErrorCode backend_cuda_version(char *buf, size_t len);
+
+/* FLOP counts used for GFLOP/s and MFU reports. */
+double tensor_matmul_flops(int N, int C, int OC);
+
+#endif

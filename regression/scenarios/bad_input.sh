@@ -1,0 +1,47 @@
+# Bad input: each case must stop with exactly one line "rlfuse: error: ..."
+# naming the culprit, exit non-zero, and leave the files of an earlier run in
+# the same output directory untouched (no new files either).
+. regression/lib.sh
+d="$RLFUSE_TMP/bad"; deck=regression/decks/tiny.deck; mkdir -p $d
+rlfuse -options_file $deck -output_dir $d/good >$d/good.log 2>&1 || not_ok "reference run"
+ck=$d/good/final.h5
+before=$(cd $d/good && ls && md5sum *)
+
+# Prepared bad files: truncated and corrupt checkpoints, a checkpoint with a
+# wrong tensor shape, and a token file longer than the model's context.
+head -c $(( $(stat -c %s $ck) / 2 )) $ck >$d/truncated.h5
+echo "not an HDF5 file" >$d/text.h5
+cp $ck $d/badshape.h5
+"$PYTHON" - $d/badshape.h5 <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    del f["/policy/params/transformer.h.1.mlp.c_fc.weight"]
+    f["/policy/params/transformer.h.1.mlp.c_fc.weight"] = np.zeros((32, 64), np.float32)
+PY
+rlfuse -mode data -data_output $d/long.h5 -data_count 4 -task_len_min 20 -task_len_max 20 >/dev/null 2>&1 || not_ok "make long data"
+
+# expect NAME PATTERN ARGS...: one error line matching PATTERN, non-zero exit, earlier files intact
+expect() {
+  local what=$1 pat=$2; shift 2
+  local err=$d/err.txt rc
+  rlfuse "$@" -output_dir $d/good >/dev/null 2>$err; rc=$?
+  local lines; lines=$(grep -c . $err)
+  if [ $rc -eq 0 ]; then not_ok "$what: exit status 0"; return; fi
+  if [ "$lines" -ne 1 ] || ! grep -q "^rlfuse: error: .*$pat" $err; then not_ok "$what: expected one line matching '$pat', got: $(head -3 $err)"; return; fi
+  if [ "$(cd $d/good && ls && md5sum *)" != "$before" ]; then not_ok "$what: earlier output changed"; return; fi
+  ok "$what ($(cut -c1-110 $err))"
+}
+expect "missing deck"               "input/nope.deck"              -options_file input/nope.deck
+expect "unknown option"             "-sft_stepz"                   -options_file $deck -sft_stepz 10
+expect "non-numeric value"          "-sft_steps.*'ten'"            -options_file $deck -sft_steps ten
+expect "non-numeric real"           "-policy_lr.*'fast'"           -options_file $deck -policy_lr fast
+expect "n_embd not divisible"       "-policy_n_embd 30.*-policy_n_head" -options_file $deck -policy_n_embd 30
+expect "unknown mode"               "-mode"                        -options_file $deck -mode dance
+expect "missing checkpoint"         "nope.h5"                      -options_file $deck -restart $d/nope.h5
+expect "truncated checkpoint"       "truncated.h5"                 -options_file $deck -restart $d/truncated.h5
+expect "corrupt checkpoint"         "text.h5"                      -options_file $deck -init_checkpoint $d/text.h5
+expect "wrong tensor shape"         "c_fc.weight.*shape"           -options_file $deck -init_checkpoint $d/badshape.h5
+expect "config mismatch"            "n_embd"                       -options_file $deck -init_checkpoint $ck -policy_n_embd 64
+expect "score input too long"       "long.h5.*n_positions"         -mode score -score_checkpoint $ck -score_input $d/long.h5 -score_output $d/good/s.h5
+expect "task does not fit context"  "-task_len_max.*n_positions"   -options_file $deck -task_len_max 20
+finish

@@ -1,0 +1,31 @@
+# The driver: -help documents every module's options, -dry_run writes
+# nothing, the run record holds provenance, parameters, timings and metrics,
+# the SFT loss falls, -log_view reports the phases, and an earlier run record
+# is kept rather than overwritten.
+. regression/lib.sh
+d="$RLFUSE_TMP/driver"; deck=regression/decks/tiny.deck; mkdir -p $d
+rlfuse -help >$d/help.txt 2>&1
+check "-help lists the options of every module" bash -c "grep -q -- -policy_n_layer $d/help.txt && grep -q -- -sft_steps $d/help.txt && grep -q -- -score_input $d/help.txt && grep -q -- -data_count $d/help.txt && grep -q -- -task_symbols $d/help.txt && grep -q -- -checkpoint_every $d/help.txt"
+rlfuse -options_file $deck -dry_run -output_dir $d/dry >$d/dry.txt 2>&1
+check "-dry_run reports memory and writes nothing" bash -c "grep -q 'dry run: policy' $d/dry.txt && [ ! -e $d/dry ]"
+rlfuse -options_file $deck -output_dir $d/run -log_view >$d/run.txt 2>&1 || not_ok "tiny run"
+check "one progress line per step" bash -c "[ \$(grep -c '^step ' $d/run.txt) -eq 8 ]"
+check "-log_view shows the SFT stage and its events" bash -c "grep -q 'SFT' $d/run.txt && grep -q '^Forward' $d/run.txt && grep -q '^Backward' $d/run.txt && grep -q '^Optimizer' $d/run.txt"
+"$PYTHON" - $d/run/run.h5 <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1]) as f:
+    code, par = f["/code"].attrs, f["/parameters"].attrs
+    def chk(name, cond): print(("ok - " if cond else "not ok - ") + name)
+    chk("run.h5 /code has provenance", all(k in code for k in ["rlfuse_version", "git_revision", "compiler", "mpi", "hdf5", "petsc", "blas", "cuda", "ranks", "threads", "seed"]))
+    chk("run.h5 /parameters has given and default options", par.get("policy_n_embd") in (b"32", "32") and par.get("policy_beta1") is not None)
+    loss = f["/metrics/loss"][...]
+    chk("run.h5 /metrics has one row per step", len(loss) == 8 and len(f["/metrics/step"]) == 8)
+    chk("run.h5 /timing has max and min over ranks", all(k in f["/timing"] for k in ["forward_max", "forward_min", "backward_max", "optimizer_max"]))
+    chk(f"the SFT loss falls ({loss[0]:.3f} -> {loss[-1]:.3f})", loss[-1] < 0.8 * loss[0])
+PY
+rlfuse -options_file $deck -output_dir $d/run -sft_steps 2 >/dev/null 2>&1 || not_ok "second run"
+check "an earlier run record is kept as run.1.h5" bash -c "[ -f $d/run/run.1.h5 ] && [ \$(h5dump -H -d /metrics/loss $d/run/run.1.h5 | grep -c '( 8 )') -ge 1 ]"
+rlfuse -mode data -data_output $d/data.h5 -data_count 50 >/dev/null 2>&1 || not_ok "data mode"
+rlfuse -options_file $deck -output_dir $d/fromfile -sft_data $d/data.h5 -sft_steps 3 >$d/ff.txt 2>&1
+check "SFT trains from a dataset file written by -mode data" grep -q "^step     3/3" $d/ff.txt
+finish

@@ -1,0 +1,465 @@
+/* test_golden: checks the C model (CPU backend) against the PyTorch golden
+ * tensors written by tools/golden.py (`make golden`): for each golden file it
+ * loads the checkpoint through io (ckpt_read_config, ckpt_read_model), then
+ * compares the forward output (logits or values), the loss, every parameter
+ * gradient, and a few clipped AdamW steps (loss, learning rate and gradient
+ * norm before each step, every parameter after the last).
+ *
+ * Usage: bin/test_golden [GOLDEN_DIR]     (default regression/golden)
+ * Prints "ok - ..." / "not ok - ..." per check, then "P passed, F failed";
+ * exits 1 on any failure.
+ *
+ * Tolerances. A check passes when |x - ref| <= atol + rtol*|ref| for every
+ * element, with atol = ATOL_FRAC * max|ref| over the tensor, so elements that
+ * are small through cancellation are judged against the tensor's scale.
+ * golden.py repeats the whole computation in float64: the float32 reference
+ * differs from it by at most ~1.2e-6 * max|ref| in every quantity (logits
+ * 5e-7, grads 8e-7, params after AdamW 1.2e-6; stored as attributes
+ * fp64_vs_fp32_maxrel_* in each file). An independent float32 code has
+ * rounding errors of the same size, so the difference of the two stays below
+ * ~2.5e-6 * max|ref|; rtol = ATOL_FRAC = 1e-5 leaves a margin of 4 or more and
+ * still catches any real bug (a wrong term moves results by >= 1e-3).
+ *
+ * One exception: the key part (elements C..2C) of every attn.c_attn.bias has
+ * an identically zero gradient in exact arithmetic (softmax ignores the
+ * per-query constant q.b_k), so its float gradient is rounding noise that
+ * AdamW's normalisation turns into an implementation-defined update. Its
+ * gradient is still checked (noise << atol of the tensor); after AdamW it is
+ * checked against the bound 2 * sum_s lr_s: for t <= 5 steps with these
+ * betas |m_hat / (sqrt(v_hat) + eps)| <= 1, so each side moves it by at most
+ * lr_s per step (biases have no weight decay). */
+#include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io.h"
+#include "model.h"
+#include "sys.h"
+
+static const char help[] = "Checks the C model against PyTorch golden tensors.\n"
+                           "Usage: test_golden [GOLDEN_DIR] (default regression/golden)\n";
+
+#define GOLDEN_FORMAT  "rlfuse-golden"
+#define GOLDEN_VERSION 1
+#define RTOL           1e-5
+#define ATOL_FRAC      1e-5
+
+static const char *const golden_files[] = {"gpt_lm.h5", "gpt_scalar.h5"};
+
+typedef struct {
+  int passed, failed;
+} Tally;
+
+/* ---- comparison -------------------------------------------------------- */
+
+/* One check: every |x - ref| <= atol + rtol*|ref|. atol < 0 means
+ * ATOL_FRAC * max|ref|. Prints one ok / not ok line; a failure names the
+ * failing element with the largest error. */
+static void check(Tally *t, const char *name, const float *x, const float *ref, size_t n, double rtol, double atol, const char *hint)
+{
+  double refmax = 0, maxerr = 0, bad_err = -1;
+  size_t ibad = 0, nbad = 0;
+
+  for (size_t i = 0; i < n; i++) refmax = fmax(refmax, fabs((double)ref[i]));
+  if (atol < 0) atol = ATOL_FRAC * refmax;
+  for (size_t i = 0; i < n; i++) {
+    double err = fabs((double)x[i] - (double)ref[i]);
+    if (err <= atol + rtol * fabs((double)ref[i])) {
+      maxerr = fmax(maxerr, err);
+      continue;
+    }
+    nbad++; /* NaN lands here too */
+    if (bad_err < 0 || !(err <= bad_err)) {
+      bad_err = err;
+      ibad    = i;
+    }
+  }
+  if (!nbad) {
+    printf("ok - %s (max abs err %.3g, atol %.3g)\n", name, maxerr, atol);
+    t->passed++;
+    return;
+  }
+  printf("not ok - %s: max abs err %.6g at index %zu (ref %.9g, got %.9g; tol there %.3g; %zu of %zu elements fail)\n", name, bad_err, ibad, (double)ref[ibad],
+         (double)x[ibad], atol + rtol * fabs((double)ref[ibad]), nbad, n);
+  if (hint) printf("HINT: %s\n", hint);
+  t->failed++;
+}
+
+static void check_scalar(Tally *t, const char *name, double x, double ref, double rtol, const char *hint)
+{
+  float xf = (float)x, rf = (float)ref;
+  check(t, name, &xf, &rf, 1, rtol, 0.0, hint);
+}
+
+/* ---- HDF5 reading (the test reads /golden itself, independently of io) -- */
+
+static PetscErrorCode golden_open(hid_t file, const char *path, const char *name, hid_t *dset)
+{
+  PetscFunctionBegin;
+  PetscCheck(H5Lexists(file, name, H5P_DEFAULT) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "golden file %s: no dataset %s (regenerate with `make golden`)", path, name);
+  *dset = H5Dopen2(file, name, H5P_DEFAULT);
+  H5Call(*dset, "golden file %s: cannot open %s", path, name);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Reads dataset `name` of the expected shape (ndim 0: a scalar) into buf. */
+static PetscErrorCode golden_read(hid_t file, const char *path, const char *name, hid_t mem, int ndim, const hsize_t *dims, void *buf)
+{
+  hid_t   dset, space;
+  hsize_t fdims[8];
+  int     fndim;
+
+  PetscFunctionBegin;
+  PetscCall(golden_open(file, path, name, &dset));
+  space = H5Dget_space(dset);
+  H5Call(space, "golden file %s: no dataspace for %s", path, name);
+  fndim = H5Sget_simple_extent_ndims(space);
+  H5Call(fndim, "golden file %s: bad dataspace for %s", path, name);
+  PetscCheck(fndim == ndim && fndim <= 8, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "golden file %s: %s has %d dimensions, expected %d", path, name, fndim, ndim);
+  H5Call(H5Sget_simple_extent_dims(space, fdims, NULL), "golden file %s: bad dataspace for %s", path, name);
+  for (int d = 0; d < ndim; d++)
+    PetscCheck(fdims[d] == dims[d], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "golden file %s: %s has extent %llu in dimension %d, expected %llu", path, name,
+               (unsigned long long)fdims[d], d, (unsigned long long)dims[d]);
+  H5Call(H5Dread(dset, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), "golden file %s: cannot read %s", path, name);
+  H5Sclose(space);
+  H5Dclose(dset);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Numeric attribute of object `obj` ("golden", "golden/adamw"), converted by HDF5. */
+static PetscErrorCode golden_attr(hid_t file, const char *path, const char *obj, const char *name, hid_t mem, void *val)
+{
+  hid_t a;
+
+  PetscFunctionBegin;
+  PetscCheck(H5Aexists_by_name(file, obj, name, H5P_DEFAULT) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "golden file %s: /%s has no attribute %s (regenerate with `make golden`)", path, obj, name);
+  a = H5Aopen_by_name(file, obj, name, H5P_DEFAULT, H5P_DEFAULT);
+  H5Call(a, "golden file %s: cannot open attribute /%s:%s", path, obj, name);
+  H5Call(H5Aread(a, mem, val), "golden file %s: cannot read attribute /%s:%s", path, obj, name);
+  H5Aclose(a);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* String attribute, fixed or variable length. */
+static PetscErrorCode golden_attr_string(hid_t file, const char *path, const char *obj, const char *name, char *buf, size_t len)
+{
+  hid_t  a, ftype, mtype;
+  htri_t vlen;
+
+  PetscFunctionBegin;
+  PetscCheck(H5Aexists_by_name(file, obj, name, H5P_DEFAULT) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "golden file %s: /%s has no attribute %s (not a golden file? regenerate with `make golden`)", path, obj, name);
+  a = H5Aopen_by_name(file, obj, name, H5P_DEFAULT, H5P_DEFAULT);
+  H5Call(a, "golden file %s: cannot open attribute /%s:%s", path, obj, name);
+  ftype = H5Aget_type(a);
+  PetscCheck(H5Tget_class(ftype) == H5T_STRING, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "golden file %s: attribute /%s:%s is not a string", path, obj, name);
+  vlen  = H5Tis_variable_str(ftype);
+  mtype = H5Tcopy(ftype); /* same character set: HDF5 does not convert ASCII <-> UTF-8 */
+  if (vlen > 0) {
+    char *s = NULL;
+    H5Call(H5Aread(a, mtype, &s), "golden file %s: cannot read attribute /%s:%s", path, obj, name);
+    PetscCall(PetscStrncpy(buf, s ? s : "", len));
+    H5free_memory(s);
+  } else {
+    size_t fsize = H5Tget_size(ftype);
+    char  *s     = calloc(fsize + 1, 1);
+    H5Tset_size(mtype, fsize + 1);
+    H5Tset_strpad(mtype, H5T_STR_NULLTERM);
+    H5Call(H5Aread(a, mtype, s), "golden file %s: cannot read attribute /%s:%s", path, obj, name);
+    PetscCall(PetscStrncpy(buf, s, len));
+    free(s);
+  }
+  H5Tclose(mtype);
+  H5Tclose(ftype);
+  H5Aclose(a);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- the model side ---------------------------------------------------- */
+
+typedef struct {
+  const char *path;
+  hid_t       file;
+  GPT        *gpt;
+  int         B, T, N;
+  int        *tok, *tgt;
+  float      *y;          /* value targets (scalar head) */
+  float      *out;        /* host copy of logits [N,V] or values [N] */
+  float      *dhead;      /* d loss / d logprob or d value [N] */
+  float      *host;       /* nparams scratch */
+  char        tag[16];    /* "lm" or "scalar", prefixes check names */
+} Case;
+
+/* Forward + loss + backward into the model's grads; fills c->out. */
+static PetscErrorCode forward_backward(Case *c, double *loss)
+{
+  GPT      *g = c->gpt;
+  const int N = c->N;
+  double    sum = 0;
+
+  PetscFunctionBegin;
+  PetscCall(gpt_forward(g, c->tok, c->B, c->T));
+  if (g->cfg.head == GPT_HEAD_LM) {
+    float *lp;
+    PetscCall(PetscMalloc1(N, &lp));
+    PetscCall(gpt_logprobs(g, c->tgt, lp));
+    for (int n = 0; n < N; n++) sum -= lp[n];
+    PetscCall(g->be->to_host(c->out, gpt_logits(g), sizeof(float) * (size_t)N * g->cfg.vocab_size));
+    for (int n = 0; n < N; n++) c->dhead[n] = -1.0f / N;
+    PetscCall(PetscFree(lp));
+    PetscCall(gpt_zero_grad(g));
+    PetscCall(gpt_backward_logprob(g, c->tgt, c->dhead));
+  } else {
+    PetscCall(gpt_values_get(g, c->out));
+    for (int n = 0; n < N; n++) {
+      double d = (double)c->out[n] - c->y[n];
+      sum += d * d;
+      c->dhead[n] = (float)(2.0 * d / N);
+    }
+    PetscCall(gpt_zero_grad(g));
+    PetscCall(gpt_backward_values(g, c->dhead));
+  }
+  *loss = sum / N;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Compares a flat parameter-sized buffer (grads or params) against the
+ * datasets <group>/<key>. For params after AdamW (adamw_bound > 0) the key
+ * slice of attn.c_attn.bias is judged against that bound (see the top). */
+static PetscErrorCode check_tensors(Tally *t, Case *c, const float *flat, const char *group, const char *what, double adamw_bound, const char *hint)
+{
+  GPT   *g = c->gpt;
+  float *ref;
+  char   dname[256], cname[256];
+  int    C = g->cfg.n_embd;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(g->nparams, &ref));
+  for (int i = 0; i < g->ntensors; i++) {
+    const GPTTensor *ti = &g->tensors[i];
+    hsize_t          dims[2] = {(hsize_t)ti->shape[0], (hsize_t)ti->shape[1]};
+    const float     *x = flat + ti->offset;
+    float           *r = ref + ti->offset;
+
+    PetscCall(PetscSNPrintf(dname, sizeof dname, "%s/%s", group, ti->name));
+    PetscCall(golden_read(c->file, c->path, dname, H5T_NATIVE_FLOAT, ti->ndim, dims, r));
+    PetscCall(PetscSNPrintf(cname, sizeof cname, "%s %s %s", c->tag, what, ti->name));
+    if (adamw_bound > 0 && strstr(ti->name, "attn.c_attn.bias")) {
+      /* q|v parts tightly (judged on their own scale), the key part against the bound */
+      float *xs, *rs;
+      PetscCall(PetscMalloc2(2 * C, &xs, 2 * C, &rs));
+      for (int k = 0; k < C; k++) {
+        xs[k] = x[k], rs[k] = r[k];
+        xs[C + k] = x[2 * C + k], rs[C + k] = r[2 * C + k];
+      }
+      PetscCall(PetscStrlcat(cname, " [q,v]", sizeof cname));
+      check(t, cname, xs, rs, 2 * C, RTOL, -1, hint);
+      PetscCall(PetscSNPrintf(cname, sizeof cname, "%s %s %s [k] (noise-driven, bound 2*sum(lr))", c->tag, what, ti->name));
+      check(t, cname, x + C, r + C, C, 0.0, adamw_bound, hint);
+      PetscCall(PetscFree2(xs, rs));
+    } else {
+      check(t, cname, x, r, ti->numel, RTOL, -1, hint);
+    }
+  }
+  PetscCall(PetscFree(ref));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode adamw_config_read(Case *c, AdamWConfig *opt, int *nsteps)
+{
+  const char *A = "golden/adamw";
+  double      v;
+  int         i;
+
+  PetscFunctionBegin;
+  PetscCall(golden_attr(c->file, c->path, A, "lr", H5T_NATIVE_DOUBLE, &v));
+  opt->lr = v;
+  PetscCall(golden_attr(c->file, c->path, A, "beta1", H5T_NATIVE_DOUBLE, &v));
+  opt->beta1 = v;
+  PetscCall(golden_attr(c->file, c->path, A, "beta2", H5T_NATIVE_DOUBLE, &v));
+  opt->beta2 = v;
+  PetscCall(golden_attr(c->file, c->path, A, "eps", H5T_NATIVE_DOUBLE, &v));
+  opt->eps = v;
+  PetscCall(golden_attr(c->file, c->path, A, "weight_decay", H5T_NATIVE_DOUBLE, &v));
+  opt->weight_decay = v;
+  PetscCall(golden_attr(c->file, c->path, A, "grad_clip", H5T_NATIVE_DOUBLE, &v));
+  opt->grad_clip = v;
+  PetscCall(golden_attr(c->file, c->path, A, "min_lr_ratio", H5T_NATIVE_DOUBLE, &v));
+  opt->min_lr_ratio = v;
+  PetscCall(golden_attr(c->file, c->path, A, "warmup", H5T_NATIVE_INT, &i));
+  opt->warmup = i;
+  PetscCall(golden_attr(c->file, c->path, A, "decay_steps", H5T_NATIVE_INT, &i));
+  opt->decay_steps = i;
+  PetscCall(golden_attr(c->file, c->path, A, "nsteps", H5T_NATIVE_INT, nsteps));
+  PetscCheck(*nsteps > 0 && *nsteps < 1000, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "golden file %s: bad nsteps %d", c->path, *nsteps);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode test_adamw(Tally *t, Case *c)
+{
+  AdamWConfig opt;
+  int         nsteps;
+  float      *losses, *lrs, *norms;
+  double      bound = 0;
+  char        name[128];
+  hsize_t     dims[1];
+
+  PetscFunctionBegin;
+  PetscCall(adamw_config_read(c, &opt, &nsteps));
+  dims[0] = (hsize_t)nsteps;
+  PetscCall(PetscMalloc3(nsteps, &losses, nsteps, &lrs, nsteps, &norms));
+  PetscCall(golden_read(c->file, c->path, "golden/adamw/losses", H5T_NATIVE_FLOAT, 1, dims, losses));
+  PetscCall(golden_read(c->file, c->path, "golden/adamw/lrs", H5T_NATIVE_FLOAT, 1, dims, lrs));
+  PetscCall(golden_read(c->file, c->path, "golden/adamw/grad_norms", H5T_NATIVE_FLOAT, 1, dims, norms));
+  PetscCall(gpt_optim_init(c->gpt));
+  for (int s = 0; s < nsteps; s++) {
+    double    loss;
+    PetscReal lr, gnorm;
+    PetscCall(forward_backward(c, &loss));
+    PetscCall(gpt_adamw_step(c->gpt, &opt, &lr, &gnorm));
+    bound += 2 * lrs[s];
+    PetscCall(PetscSNPrintf(name, sizeof name, "%s adamw step %d loss", c->tag, s));
+    check_scalar(t, name, loss, losses[s], RTOL, s ? "the first steps pass: look at the AdamW update, clipping or the schedule" : NULL);
+    PetscCall(PetscSNPrintf(name, sizeof name, "%s adamw step %d lr", c->tag, s));
+    check_scalar(t, name, lr, lrs[s], 1e-6, "adamw_lr differs from the warm-up + cosine schedule of tools/golden.py");
+    PetscCall(PetscSNPrintf(name, sizeof name, "%s adamw step %d grad norm (clip %g)", c->tag, s, (double)opt.grad_clip));
+    check_scalar(t, name, gnorm, norms[s], RTOL, "the global gradient norm is computed before clipping, over all tensors");
+  }
+  PetscCall(gpt_params_get(c->gpt, c->host));
+  PetscCall(check_tensors(t, c, c->host, "golden/adamw/params", "adamw params", bound,
+                          "losses, lrs and norms pass but params differ: check weight decay (2-D tensors only), bias correction, eps placement, clip scale"));
+  PetscCall(PetscFree3(losses, lrs, norms));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode test_file(Tally *t, const char *dir, const char *fname)
+{
+  Case        c;
+  char        path[PETSC_MAX_PATH_LEN], str[256], role[64];
+  int         version;
+  GPTConfig   cfg;
+  CkptModel   cm;
+  hsize_t     dims[3];
+  double      loss;
+  float       ref_loss;
+  PetscBool   lm;
+  const char *fwd_hint = "the forward differs: compare tools/gpt_torch.py op by op (layernorm eps, gelu tanh form, attention scale, tied head)";
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&c, sizeof c));
+  PetscCall(PetscSNPrintf(path, sizeof path, "%s/%s", dir, fname));
+  c.path = path;
+  {
+    PetscBool exists;
+    PetscCall(PetscTestFile(path, 'r', &exists));
+    PetscCheck(exists, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "golden file %s: no such file (run `make golden`, or pass the golden directory as the first argument)", path);
+  }
+  c.file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  H5Call(c.file, "golden file %s: not a readable HDF5 file", path);
+  PetscCall(golden_attr_string(c.file, path, "golden", "format", str, sizeof str));
+  PetscCheck(!strcmp(str, GOLDEN_FORMAT), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "golden file %s: format \"%s\", expected \"%s\"", path, str, GOLDEN_FORMAT);
+  PetscCall(golden_attr(c.file, path, "golden", "version", H5T_NATIVE_INT, &version));
+  PetscCheck(version == GOLDEN_VERSION, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "golden file %s: version %d, this test reads version %d (regenerate with `make golden`)", path,
+             version, GOLDEN_VERSION);
+  PetscCall(golden_attr_string(c.file, path, "golden", "role", role, sizeof role));
+  PetscCall(golden_attr_string(c.file, path, "golden", "made_by", str, sizeof str));
+  printf("# %s: role %s, made by %s\n", path, role, str);
+
+  /* The model, through the checkpoint reader under test. Our handle is closed
+   * meanwhile: HDF5 refuses a second open of a file with other access
+   * properties (io uses its own close degree). */
+  H5Call(H5Fclose(c.file), "golden file %s: close failed", path);
+  c.file = -1;
+  PetscCall(ckpt_read_config(PETSC_COMM_WORLD, path, role, &cfg));
+  PetscCall(gpt_create(&cfg, backend_cpu(), &c.gpt));
+  cm.role       = role;
+  cm.gpt        = c.gpt;
+  cm.with_optim = PETSC_FALSE;
+  PetscCall(ckpt_read_model(PETSC_COMM_WORLD, path, &cm));
+  c.file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  H5Call(c.file, "golden file %s: cannot reopen", path);
+  lm = cfg.head == GPT_HEAD_LM ? PETSC_TRUE : PETSC_FALSE;
+  PetscCall(PetscStrncpy(c.tag, lm ? "lm" : "scalar", sizeof c.tag));
+
+  /* The batch. */
+  {
+    hid_t   d = -1, s;
+    hsize_t td[2];
+    PetscCall(golden_open(c.file, path, "golden/tokens", &d));
+    s = H5Dget_space(d);
+    PetscCheck(H5Sget_simple_extent_ndims(s) == 2, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "golden file %s: /golden/tokens is not [B,T]", path);
+    H5Sget_simple_extent_dims(s, td, NULL);
+    H5Sclose(s);
+    H5Dclose(d);
+    c.B = (int)td[0], c.T = (int)td[1], c.N = c.B * c.T;
+  }
+  dims[0] = (hsize_t)c.B, dims[1] = (hsize_t)c.T, dims[2] = (hsize_t)cfg.vocab_size;
+  PetscCall(PetscMalloc5(c.N, &c.tok, c.N, &c.tgt, c.N, &c.y, c.N, &c.dhead, c.gpt->nparams, &c.host));
+  PetscCall(PetscMalloc1((size_t)c.N * (lm ? cfg.vocab_size : 1), &c.out));
+  PetscCall(golden_read(c.file, path, "golden/tokens", H5T_NATIVE_INT, 2, dims, c.tok));
+  PetscCall(golden_read(c.file, path, "golden/targets", H5T_NATIVE_INT, 2, dims, c.tgt));
+  if (!lm) PetscCall(golden_read(c.file, path, "golden/value_targets", H5T_NATIVE_FLOAT, 2, dims, c.y));
+
+  /* Forward, loss, gradients. */
+  PetscCall(forward_backward(&c, &loss));
+  {
+    float *ref;
+    size_t n = (size_t)c.N * (lm ? cfg.vocab_size : 1);
+    PetscCall(PetscMalloc1(n, &ref));
+    PetscCall(golden_read(c.file, path, lm ? "golden/logits" : "golden/values", H5T_NATIVE_FLOAT, lm ? 3 : 2, dims, ref));
+    check(t, lm ? "lm logits" : "scalar values", c.out, ref, n, RTOL, -1, fwd_hint);
+    PetscCall(PetscFree(ref));
+  }
+  PetscCall(golden_read(c.file, path, "golden/loss", H5T_NATIVE_FLOAT, 0, NULL, &ref_loss));
+  PetscCall(PetscSNPrintf(str, sizeof str, "%s loss", c.tag));
+  check_scalar(t, str, loss, ref_loss, RTOL, lm ? "logits pass but the loss does not: look at logprob_forward (log-sum-exp)" : NULL);
+  PetscCall(c.gpt->be->to_host(c.host, c.gpt->grads, sizeof(float) * c.gpt->nparams));
+  PetscCall(check_tensors(t, &c, c.host, "golden/grads", "grad", 0,
+                          "the forward passes but this gradient does not: look at the backward op that produces it (the tied wte gets embedding + head terms)"));
+
+  /* A few AdamW steps from the same weights on the same batch. */
+  PetscCall(test_adamw(t, &c));
+
+  H5Fclose(c.file);
+  PetscCall(PetscFree5(c.tok, c.tgt, c.y, c.dhead, c.host));
+  PetscCall(PetscFree(c.out));
+  PetscCall(gpt_destroy(&c.gpt));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode run(int argc, char **argv, Tally *t)
+{
+  const char *dir = "regression/golden";
+
+  PetscFunctionBegin;
+  /* PETSc leaves positional arguments alone; the first one is the golden directory. */
+  if (argc > 1 && argv[1][0] != '-') dir = argv[1];
+  for (size_t i = 0; i < sizeof golden_files / sizeof golden_files[0]; i++) PetscCall(test_file(t, dir, golden_files[i]));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+int main(int argc, char **argv)
+{
+  Tally          t = {0, 0};
+  PetscErrorCode ierr;
+
+  ierr = PetscInitialize(&argc, &argv, NULL, help);
+  if (ierr) return 1;
+  ierr = sys_error_handler_install();
+  if (!ierr) ierr = run(argc, argv, &t);
+  if (ierr) {
+    printf("not ok - test_golden stopped by an error (above)\n");
+    printf("HINT: a missing or outdated golden file is regenerated with `make golden` (needs python3-torch)\n");
+    printf("%d passed, %d failed\n", t.passed, t.failed + 1);
+    fflush(stdout);
+    sys_error_exit(ierr);
+  }
+  if (t.failed) printf("HINT: if the model definition changed on purpose, regenerate the reference with `make golden`; otherwise the C model diverges from tools/gpt_torch.py\n");
+  printf("%d passed, %d failed\n", t.passed, t.failed);
+  ierr = PetscFinalize();
+  return (t.failed || ierr) ? 1 : 0;
+}

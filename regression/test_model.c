@@ -1,0 +1,547 @@
+/* test_model: the GPT-2 model on the cpu backend. Finite-difference gradient
+ * checks of both heads, KV-cache decoding against the full forward, AdamW and
+ * the learning-rate schedule against hand-computed values, configuration
+ * errors, the tensor table, and deterministic initialisation. Prints one
+ * "ok"/"not ok" line per check and exits non-zero on any failure. */
+#include <math.h>
+#include <string.h>
+
+#include "model.h"
+#include "sys.h"
+
+static const char help[] = "GPT-2 model regression tests.\n";
+
+static int npass, nfail;
+
+static void report(const char *name, PetscBool ok, const char *detail)
+{
+  if (ok) {
+    npass++;
+    printf("ok - %s%s%s\n", name, detail[0] ? ": " : "", detail);
+  } else {
+    nfail++;
+    printf("not ok - %s: %s\n", name, detail);
+  }
+}
+
+static GPTConfig micro_config(GPTHead head)
+{
+  GPTConfig c = {.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = 23, .n_positions = 12, .head = head};
+  return c;
+}
+
+/* The GPT-2 init gives tiny gradients in most tensors, and unit LN gains and
+ * zero biases hide bugs that swap or drop them; this draws every parameter
+ * O(0.3) around its GPT-2 centre so every gradient is of order 1e-2..1. */
+static PetscErrorCode perturbed_params(GPT *gpt, uint64_t seed)
+{
+  float *p;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(gpt->nparams, &p));
+  for (int i = 0; i < gpt->ntensors; i++) {
+    const GPTTensor *t      = &gpt->tensors[i];
+    PetscBool        ln_w   = t->ndim == 1 && strstr(t->name, "ln_") && strstr(t->name, ".weight") ? PETSC_TRUE : PETSC_FALSE;
+    float            centre = ln_w ? 1.0f : 0.0f, std = t->ndim == 2 ? 0.3f : 0.1f;
+
+    for (size_t e = 0; e < t->numel; e++) p[t->offset + e] = centre + std * rng_normal(seed, (uint32_t)i, 0, (uint32_t)e, 7);
+  }
+  PetscCall(gpt_params_set(gpt, p));
+  PetscCall(PetscFree(p));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  int    B, T;
+  int   *tok, *target;
+  float *w; /* per-row loss weights */
+} Batch;
+
+static PetscErrorCode batch_create(const GPTConfig *cfg, int B, int T, uint64_t seed, Batch *b)
+{
+  int N = B * T;
+
+  PetscFunctionBegin;
+  b->B = B;
+  b->T = T;
+  PetscCall(PetscMalloc3(N, &b->tok, N, &b->target, N, &b->w));
+  for (int n = 0; n < N; n++) {
+    b->tok[n]    = (int)(rng_u32(seed, 1, 0, (uint32_t)n, 0) % (uint32_t)cfg->vocab_size);
+    b->target[n] = (int)(rng_u32(seed, 2, 0, (uint32_t)n, 0) % (uint32_t)cfg->vocab_size);
+    b->w[n]      = rng_normal(seed, 3, 0, (uint32_t)n, 0);
+  }
+  b->target[3] = -1; /* a masked row must contribute nothing */
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode batch_destroy(Batch *b)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscFree3(b->tok, b->target, b->w));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* LM head: loss = -mean of logprob over rows with a target. Scalar head:
+ * loss = mean of w[n]*values[n]. With dloss != NULL also d loss / d output. */
+static PetscErrorCode model_loss(GPT *gpt, const Batch *b, double *loss, float *dloss)
+{
+  int    N = b->B * b->T, nvalid = 0;
+  float *out;
+  double s = 0;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(N, &out));
+  PetscCall(gpt_forward(gpt, b->tok, b->B, b->T));
+  if (gpt->cfg.head == GPT_HEAD_LM) {
+    PetscCall(gpt_logprobs(gpt, b->target, out));
+    for (int n = 0; n < N; n++) nvalid += b->target[n] >= 0;
+    for (int n = 0; n < N; n++) s -= b->target[n] >= 0 ? out[n] : 0;
+    *loss = s / nvalid;
+    for (int n = 0; n < N && dloss; n++) dloss[n] = b->target[n] >= 0 ? -1.0f / nvalid : 0.0f;
+  } else {
+    PetscCall(gpt_values_get(gpt, out));
+    for (int n = 0; n < N; n++) s += (double)b->w[n] * out[n];
+    *loss = s / N;
+    for (int n = 0; n < N && dloss; n++) dloss[n] = b->w[n] / N;
+  }
+  PetscCall(PetscFree(out));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode analytic_grads(GPT *gpt, const Batch *b, float *g)
+{
+  double loss;
+  float *dloss;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(b->B * b->T, &dloss));
+  PetscCall(gpt_zero_grad(gpt));
+  PetscCall(model_loss(gpt, b, &loss, dloss));
+  if (gpt->cfg.head == GPT_HEAD_LM) PetscCall(gpt_backward_logprob(gpt, b->target, dloss));
+  else PetscCall(gpt_backward_values(gpt, dloss));
+  PetscCall(gpt->be->to_host(g, gpt->grads, gpt->nparams * sizeof(float)));
+  PetscCall(PetscFree(dloss));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Central difference for parameter j, in float parameters and double loss. */
+static PetscErrorCode numeric_grad(GPT *gpt, const Batch *b, float *p, size_t j, float eps, double *g)
+{
+  float  p0 = p[j], hp, hm;
+  double lp, lm;
+
+  PetscFunctionBegin;
+  p[j] = hp = p0 + eps;
+  PetscCall(gpt_params_set(gpt, p));
+  PetscCall(model_loss(gpt, b, &lp, NULL));
+  p[j] = hm = p0 - eps;
+  PetscCall(gpt_params_set(gpt, p));
+  PetscCall(model_loss(gpt, b, &lm, NULL));
+  p[j] = p0;
+  PetscCall(gpt_params_set(gpt, p));
+  *g = (lp - lm) / ((double)hp - (double)hm);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Six elements of every tensor (first, last, four keyed at random) are
+ * checked. eps = 1e-2 balances the O(eps^2) truncation error against float
+ * round-off in the loss (~1e-7 relative, i.e. ~1e-5 absolute after dividing by
+ * 2 eps); with gradients of order 1e-2..1 a mismatch of
+ * |num - ana| <= 1e-4 + 1e-2 |num| passes a correct backward with margin and
+ * fails a missing or misplaced term by orders of magnitude. */
+static PetscErrorCode test_gradcheck(const Backend *be, GPTHead head)
+{
+  GPTConfig cfg = micro_config(head);
+  GPT      *gpt;
+  Batch     b;
+  float    *p, *g;
+  double    worst = 0, ratio;
+  int       nchecked = 0, nbad = 0;
+  char      name[64], detail[320] = "", worst_name[160] = "";
+
+  PetscFunctionBegin;
+  PetscCall(gpt_create(&cfg, be, &gpt));
+  PetscCall(perturbed_params(gpt, 11));
+  PetscCall(batch_create(&cfg, 2, 7, 5, &b));
+  PetscCall(PetscMalloc2(gpt->nparams, &p, gpt->nparams, &g));
+  PetscCall(gpt_params_get(gpt, p));
+  PetscCall(analytic_grads(gpt, &b, g));
+  for (int i = 0; i < gpt->ntensors; i++) {
+    const GPTTensor *t = &gpt->tensors[i];
+    for (int k = 0; k < 6; k++) {
+      size_t e = k == 0 ? 0 : k == 1 ? t->numel - 1 : rng_u32(99, (uint32_t)i, 0, (uint32_t)k, 0) % t->numel, j = t->offset + e;
+      double num = 0;
+
+      PetscCall(numeric_grad(gpt, &b, p, j, 1e-2f, &num));
+      ratio = fabs(num - g[j]) / (1e-4 + 1e-2 * fabs(num));
+      nchecked++;
+      if (ratio > 1) nbad++;
+      if (ratio > worst) {
+        worst = ratio;
+        PetscCall(PetscSNPrintf(worst_name, sizeof worst_name, "%s[%zu] num %.6g ana %.6g", t->name, e, num, (double)g[j]));
+      }
+    }
+  }
+  PetscCall(PetscSNPrintf(name, sizeof name, "gradient check, %s head", GPTHeadNames[head]));
+  PetscCall(PetscSNPrintf(detail, sizeof detail, "%d of %d sampled parameters outside 1e-4 + 1e-2|num|; worst at %.3g of tolerance: %s", nbad, nchecked, worst,
+                          worst_name));
+  report(name, nbad == 0 ? PETSC_TRUE : PETSC_FALSE, detail);
+  PetscCall(PetscFree2(p, g));
+  PetscCall(batch_destroy(&b));
+  PetscCall(gpt_destroy(&gpt));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Gradients accumulate across backward calls: two backwards give twice one. */
+static PetscErrorCode test_grad_accumulates(const Backend *be)
+{
+  GPTConfig cfg = micro_config(GPT_HEAD_LM);
+  GPT      *gpt;
+  Batch     b;
+  float    *g1, *g2, *dloss;
+  double    loss, err = 0, scale = 0;
+  char      detail[128];
+
+  PetscFunctionBegin;
+  PetscCall(gpt_create(&cfg, be, &gpt));
+  PetscCall(perturbed_params(gpt, 12));
+  PetscCall(batch_create(&cfg, 2, 7, 6, &b));
+  PetscCall(PetscMalloc3(gpt->nparams, &g1, gpt->nparams, &g2, 14, &dloss));
+  PetscCall(analytic_grads(gpt, &b, g1));
+  PetscCall(model_loss(gpt, &b, &loss, dloss));
+  PetscCall(gpt_backward_logprob(gpt, b.target, dloss));
+  PetscCall(be->to_host(g2, gpt->grads, gpt->nparams * sizeof(float)));
+  for (size_t j = 0; j < gpt->nparams; j++) {
+    err   = PetscMax(err, fabs(g2[j] - 2 * g1[j]));
+    scale = PetscMax(scale, fabs(g1[j]));
+  }
+  PetscCall(PetscSNPrintf(detail, sizeof detail, "max |g2 - 2 g1| = %.3g (max |g1| = %.3g)", err, scale));
+  report("gradients accumulate over backward calls", err <= 1e-5 * scale ? PETSC_TRUE : PETSC_FALSE, detail);
+  PetscCall(PetscFree3(g1, g2, dloss));
+  PetscCall(batch_destroy(&b));
+  PetscCall(gpt_destroy(&gpt));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Three sequences: prefill a different prompt length per slot, then decode
+ * one token per call with the slots in a shuffled order each step. Every
+ * output row must equal the full forward's row for that (sequence, position). */
+static PetscErrorCode test_kv_cache(const Backend *be, GPTHead head)
+{
+  GPTConfig   cfg = micro_config(head);
+  GPT        *gpt;
+  GPTKVCache *kv;
+  const int   B = 3, T = 9, prompt[3] = {3, 1, 5}, order[3][3] = {{2, 0, 1}, {1, 2, 0}, {0, 1, 2}};
+  int         tok[27], slot[3], pos[3], rtok[3], nout = head == GPT_HEAD_LM ? cfg.vocab_size : 1;
+  float      *ref, *out;
+  double      maxref = 0, maxerr = 0;
+  char        name[64], detail[128];
+
+  PetscFunctionBegin;
+  PetscCall(gpt_create(&cfg, be, &gpt));
+  PetscCall(perturbed_params(gpt, 21));
+  for (int n = 0; n < B * T; n++) tok[n] = (int)(rng_u32(8, 0, 0, (uint32_t)n, 0) % (uint32_t)cfg.vocab_size);
+  PetscCall(PetscMalloc2(B * T * nout, &ref, T * nout, &out));
+  PetscCall(gpt_forward(gpt, tok, B, T));
+  PetscCall(be->to_host(ref, head == GPT_HEAD_LM ? gpt_logits(gpt) : gpt_values(gpt), (size_t)B * T * nout * sizeof(float)));
+  for (int i = 0; i < B * T * nout; i++) maxref = PetscMax(maxref, fabs(ref[i]));
+
+  PetscCall(gpt_kv_create(gpt, B, 10, &kv));
+  for (int s = 0; s < B; s++) {
+    int spos[9], sslot[9];
+    for (int t = 0; t < prompt[s]; t++) {
+      spos[t]  = t;
+      sslot[t] = s;
+    }
+    PetscCall(gpt_forward_cached(gpt, kv, tok + s * T, sslot, spos, prompt[s], out));
+    for (int t = 0; t < prompt[s] * nout; t++) maxerr = PetscMax(maxerr, fabs(out[t] - ref[s * T * nout + t]));
+  }
+  for (int step = 0;; step++) {
+    int n = 0;
+    for (int k = 0; k < B; k++) {
+      int s = order[step % 3][k], t = prompt[s] + step;
+      if (t >= T) continue;
+      slot[n] = s;
+      pos[n]  = t;
+      rtok[n] = tok[s * T + t];
+      n++;
+    }
+    if (!n) break;
+    PetscCall(gpt_forward_cached(gpt, kv, rtok, slot, pos, n, out));
+    for (int r = 0; r < n; r++)
+      for (int v = 0; v < nout; v++) maxerr = PetscMax(maxerr, fabs(out[r * nout + v] - ref[(slot[r] * T + pos[r]) * nout + v]));
+  }
+  PetscCall(PetscSNPrintf(name, sizeof name, "KV-cache decode equals full forward, %s head", GPTHeadNames[head]));
+  PetscCall(PetscSNPrintf(detail, sizeof detail, "max |cached - full| = %.3g, max |full| = %.3g (tolerance 1e-5 relative)", maxerr, maxref));
+  report(name, maxerr <= 1e-5 * maxref ? PETSC_TRUE : PETSC_FALSE, detail);
+  PetscCall(gpt_kv_destroy(gpt, &kv));
+  PetscCall(PetscFree2(ref, out));
+  PetscCall(gpt_destroy(&gpt));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* A smaller batch after a larger one reuses the buffers; by causality the
+ * first T' positions of a sequence do not depend on the rest. */
+static PetscErrorCode test_shape_change(const Backend *be)
+{
+  GPTConfig cfg = micro_config(GPT_HEAD_LM);
+  GPT      *gpt;
+  int       tok[24], V = cfg.vocab_size;
+  float    *big, *small;
+  double    err = 0;
+  char      detail[128];
+
+  PetscFunctionBegin;
+  PetscCall(gpt_create(&cfg, be, &gpt));
+  PetscCall(perturbed_params(gpt, 31));
+  for (int n = 0; n < 24; n++) tok[n] = (n * 7 + 3) % V;
+  PetscCall(PetscMalloc2(24 * V, &big, 4 * V, &small));
+  PetscCall(gpt_forward(gpt, tok, 2, 12));
+  PetscCall(be->to_host(big, gpt_logits(gpt), 24 * V * sizeof(float)));
+  PetscCall(gpt_forward(gpt, tok + 12, 1, 4));
+  PetscCall(be->to_host(small, gpt_logits(gpt), 4 * V * sizeof(float)));
+  for (int i = 0; i < 4 * V; i++) err = PetscMax(err, fabs(small[i] - big[12 * V + i]));
+  PetscCall(PetscSNPrintf(detail, sizeof detail, "max |prefix logits - full logits| = %.3g", err));
+  report("forward after a shape change (causal prefix)", err <= 1e-5 ? PETSC_TRUE : PETSC_FALSE, detail);
+  PetscCall(PetscFree2(big, small));
+  PetscCall(gpt_destroy(&gpt));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* One element worked by hand: p=1, g=0.5, m=v=0, lr=0.1, b1=0.9, b2=0.999,
+ * eps=1e-8, wd=0.1, t=1, gs=1: decay gives 0.99; m=0.05, v=2.5e-4; the
+ * bias-corrected step is lr * 0.5/(0.5 + 1e-8) = 0.1 - 2e-10; so p = 0.89. */
+static PetscErrorCode test_adamw_op(const Backend *be)
+{
+  float *p, *g, *m, *v, hp[2];
+  char   detail[128];
+
+  PetscFunctionBegin;
+  PetscCall(be->alloc(2 * sizeof(float), (void **)&p));
+  PetscCall(be->alloc(2 * sizeof(float), (void **)&g));
+  PetscCall(be->alloc(2 * sizeof(float), (void **)&m));
+  PetscCall(be->alloc(2 * sizeof(float), (void **)&v));
+  hp[0] = 1.0f;
+  hp[1] = -2.0f;
+  PetscCall(be->from_host(p, hp, sizeof hp));
+  hp[0] = 0.5f;
+  hp[1] = 0.0f;
+  PetscCall(be->from_host(g, hp, sizeof hp));
+  PetscCall(be->adamw(p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-8f, 0.1f, 1, 1.0f));
+  PetscCall(be->to_host(hp, p, sizeof hp));
+  /* the second element has g = 0: only the decay moves it, to -1.98 */
+  PetscCall(PetscSNPrintf(detail, sizeof detail, "p = {%.8g, %.8g}, expected {0.89, -1.98}", (double)hp[0], (double)hp[1]));
+  report("AdamW op, one step by hand", fabs(hp[0] - 0.89) < 1e-6 && fabs(hp[1] + 1.98) < 1e-6 ? PETSC_TRUE : PETSC_FALSE, detail);
+  PetscCall(be->free(p));
+  PetscCall(be->free(g));
+  PetscCall(be->free(m));
+  PetscCall(be->free(v));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Two gpt_adamw_step calls on a tiny model against the same update computed
+ * here in double: clipping scale, lr from the schedule, decay only on 2-D
+ * tensors, bias correction at t = 1 and 2. */
+static PetscErrorCode test_adamw_step(const Backend *be)
+{
+  GPTConfig   cfg = {.n_layer = 1, .n_head = 1, .n_embd = 2, .vocab_size = 3, .n_positions = 2, .head = GPT_HEAD_LM};
+  AdamWConfig opt = {.lr = 0.01, .min_lr_ratio = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0, .warmup = 2, .decay_steps = 4};
+  GPT        *gpt;
+  float      *p, *g, *got;
+  double     *ep, *em, *ev, err = 0, norm_err = 0;
+  PetscReal   lr, norm;
+  size_t      n;
+  char        detail[160];
+
+  PetscFunctionBegin;
+  PetscCall(gpt_create(&cfg, be, &gpt));
+  n = gpt->nparams;
+  PetscCall(PetscMalloc3(n, &p, n, &g, n, &got));
+  PetscCall(PetscMalloc3(n, &ep, n, &em, n, &ev));
+  for (size_t j = 0; j < n; j++) {
+    p[j]  = 0.5f * rng_normal(3, 0, 0, (uint32_t)j, 0);
+    ep[j] = p[j];
+    em[j] = ev[j] = 0;
+  }
+  PetscCall(gpt_params_set(gpt, p));
+  PetscCall(gpt_optim_init(gpt));
+  for (int step = 0; step < 2; step++) {
+    double ss = 0, enorm, gs, elr, b1 = opt.beta1, b2 = opt.beta2;
+    /* large gradients in step 0 (clipped), small in step 1 (not clipped) */
+    for (size_t j = 0; j < n; j++) g[j] = (step ? 0.01f : 1.0f) * rng_normal(4, (uint32_t)step, 0, (uint32_t)j, 0);
+    for (size_t j = 0; j < n; j++) ss += (double)g[j] * g[j];
+    enorm = sqrt(ss);
+    gs    = enorm > opt.grad_clip ? opt.grad_clip / (enorm + 1e-6) : 1;
+    elr   = step == 0 ? opt.lr * 0.5 : opt.lr; /* warm-up over 2 steps */
+    for (int i = 0; i < gpt->ntensors; i++) {
+      const GPTTensor *t  = &gpt->tensors[i];
+      double           wd = t->ndim == 2 ? opt.weight_decay : 0;
+      for (size_t j = t->offset; j < t->offset + t->numel; j++) {
+        double gg = g[j] * gs;
+        ep[j] -= elr * wd * ep[j];
+        em[j] = b1 * em[j] + (1 - b1) * gg;
+        ev[j] = b2 * ev[j] + (1 - b2) * gg * gg;
+        ep[j] -= elr / (1 - pow(b1, step + 1)) * em[j] / (sqrt(ev[j]) / sqrt(1 - pow(b2, step + 1)) + opt.eps);
+      }
+    }
+    PetscCall(be->from_host(gpt->grads, g, n * sizeof(float)));
+    PetscCall(gpt_adamw_step(gpt, &opt, &lr, &norm));
+    norm_err = PetscMax(norm_err, fabs(norm - enorm) / enorm + fabs(lr - elr) / elr);
+  }
+  PetscCall(gpt_params_get(gpt, got));
+  for (size_t j = 0; j < n; j++) err = PetscMax(err, fabs(got[j] - ep[j]));
+  PetscCall(PetscSNPrintf(detail, sizeof detail, "max |p - expected| = %.3g over %zu params, norm/lr rel err %.3g, step %d", err, n, norm_err, gpt->step));
+  report("gpt_adamw_step, two steps with clipping", err < 1e-6 && norm_err < 1e-6 && gpt->step == 2 ? PETSC_TRUE : PETSC_FALSE, detail);
+  PetscCall(PetscFree3(p, g, got));
+  PetscCall(PetscFree3(ep, em, ev));
+  PetscCall(gpt_destroy(&gpt));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* lr 1e-3, warm-up 10, cosine over 100 steps to 1e-4:
+ * step 0 -> 1e-4, 9 -> 1e-3, 10 -> 1e-3, 60 -> 1e-3*(0.1+0.9*0.5) = 5.5e-4,
+ * 110 and 500 -> 1e-4; without decay steps, step 50 -> 1e-3. */
+static PetscErrorCode test_lr_schedule(void)
+{
+  AdamWConfig opt      = {.lr = 1e-3, .min_lr_ratio = 0.1, .warmup = 10, .decay_steps = 100};
+  const int   steps[6] = {0, 9, 10, 60, 110, 500};
+  const double want[6] = {1e-4, 1e-3, 1e-3, 5.5e-4, 1e-4, 1e-4};
+  double      err      = 0;
+  char        detail[64];
+
+  PetscFunctionBegin;
+  for (int i = 0; i < 6; i++) err = PetscMax(err, fabs(adamw_lr(&opt, steps[i]) - want[i]));
+  opt.decay_steps = 0;
+  err             = PetscMax(err, fabs(adamw_lr(&opt, 50) - 1e-3));
+  PetscCall(PetscSNPrintf(detail, sizeof detail, "max error %.3g", err));
+  report("learning-rate schedule by hand", err < 1e-12 ? PETSC_TRUE : PETSC_FALSE, detail);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode capture_error(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n, PetscErrorType p, const char *mess, void *ctx)
+{
+  if (p == PETSC_ERROR_INITIAL && mess) strncpy((char *)ctx, mess, 255);
+  return n;
+}
+
+/* -policy_n_embd 130 with -policy_n_head 4 read from the options database
+ * must fail in gpt_config_check with a message naming both options. */
+static PetscErrorCode test_config_check(void)
+{
+  GPTConfig      cfg;
+  PetscErrorCode ierr;
+  char           msg[256] = "", detail[320];
+  const char    *want     = "-policy_n_embd 130 is not divisible by -policy_n_head 4";
+
+  PetscFunctionBegin;
+  PetscCall(PetscOptionsSetValue(NULL, "-policy_n_embd", "130"));
+  PetscCall(PetscOptionsSetValue(NULL, "-policy_n_head", "4"));
+  PetscCall(gpt_config_set_from_options("policy_", &cfg));
+  PetscCall(PetscOptionsClearValue(NULL, "-policy_n_embd"));
+  PetscCall(PetscOptionsClearValue(NULL, "-policy_n_head"));
+  PetscCall(PetscPushErrorHandler(capture_error, msg));
+  ierr = gpt_config_check(&cfg, "policy_");
+  PetscCall(PetscPopErrorHandler());
+  PetscCall(PetscSNPrintf(detail, sizeof detail, "error %d, message \"%s\"", (int)ierr, msg));
+  report("config check rejects n_embd not divisible by n_head", ierr != 0 && strstr(msg, want) ? PETSC_TRUE : PETSC_FALSE, detail);
+  cfg.n_embd = 128;
+  ierr       = gpt_config_check(&cfg, "policy_");
+  report("config check accepts the defaults with n_embd 128", ierr == 0 ? PETSC_TRUE : PETSC_FALSE, ierr ? "rejected" : "");
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* GPT-2 small (124M) has 124,439,808 parameters in 148 tensors. */
+static PetscErrorCode test_tensor_table(void)
+{
+  GPTConfig  cfg = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .n_positions = 1024, .head = GPT_HEAD_LM};
+  GPTTensor *t;
+  int        nt;
+  size_t     np, off = 0;
+  PetscBool  ok = PETSC_TRUE;
+  char       detail[160];
+
+  PetscFunctionBegin;
+  PetscCall(gpt_tensor_table(&cfg, &t, &nt, &np));
+  for (int i = 0; i < nt; i++) {
+    ok  = ok && t[i].offset == off && (t[i].ndim == 2) == t[i].decay ? PETSC_TRUE : PETSC_FALSE;
+    off = t[i].offset + t[i].numel;
+  }
+  ok = ok && np == 124439808 && nt == 148 && !strcmp(t[2].name, "transformer.h.0.ln_1.weight") && !strcmp(t[4].name, "transformer.h.0.attn.c_attn.weight") &&
+           t[4].shape[0] == 768 && t[4].shape[1] == 2304 && !strcmp(t[12].name, "transformer.h.0.mlp.c_proj.weight") && t[12].shape[0] == 3072 &&
+           !strcmp(t[147].name, "transformer.ln_f.bias")
+         ? PETSC_TRUE
+         : PETSC_FALSE;
+  PetscCall(PetscSNPrintf(detail, sizeof detail, "%d tensors, %zu parameters, last %s", nt, np, t[nt - 1].name));
+  report("tensor table matches GPT-2 small", ok, detail);
+  PetscCall(PetscFree(t));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static double tensor_std(const GPT *gpt, const float *p, const char *name)
+{
+  const GPTTensor *t = &gpt->tensors[gpt_find_tensor(gpt, name)];
+  double           s = 0;
+
+  for (size_t e = 0; e < t->numel; e++) s += (double)p[t->offset + e] * p[t->offset + e];
+  return sqrt(s / t->numel);
+}
+
+static PetscErrorCode test_init(const Backend *be)
+{
+  GPTConfig cfg = {.n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256, .n_positions = 32, .head = GPT_HEAD_SCALAR};
+  GPT      *gpt;
+  float    *a, *b, *c;
+  double    s_wte, s_proj, s_score;
+  PetscBool same, differ, stats;
+  char      detail[200];
+
+  PetscFunctionBegin;
+  PetscCall(gpt_create(&cfg, be, &gpt));
+  PetscCall(PetscMalloc3(gpt->nparams, &a, gpt->nparams, &b, gpt->nparams, &c));
+  PetscCall(gpt_init_random(gpt, 1234));
+  PetscCall(gpt_params_get(gpt, a));
+  PetscCall(gpt_init_random(gpt, 1234));
+  PetscCall(gpt_params_get(gpt, b));
+  PetscCall(gpt_init_random(gpt, 1235));
+  PetscCall(gpt_params_get(gpt, c));
+  same   = memcmp(a, b, gpt->nparams * sizeof(float)) ? PETSC_FALSE : PETSC_TRUE;
+  differ = memcmp(a, c, gpt->nparams * sizeof(float)) ? PETSC_TRUE : PETSC_FALSE;
+  report("init: same seed gives bitwise the same parameters", same, "");
+  report("init: another seed gives other parameters", differ, "");
+  s_wte   = tensor_std(gpt, a, "transformer.wte.weight");
+  s_proj  = tensor_std(gpt, a, "transformer.h.1.mlp.c_proj.weight");
+  s_score = tensor_std(gpt, a, "score.weight");
+  stats   = fabs(s_wte / 0.02 - 1) < 0.05 && fabs(s_proj / (0.02 / 2.0) - 1) < 0.05 && fabs(s_score / 0.02 - 1) < 0.3 &&
+          tensor_std(gpt, a, "transformer.h.0.ln_1.weight") == 1.0 && tensor_std(gpt, a, "transformer.h.0.attn.c_attn.bias") == 0.0 &&
+          tensor_std(gpt, a, "transformer.ln_f.bias") == 0.0
+              ? PETSC_TRUE
+              : PETSC_FALSE;
+  PetscCall(PetscSNPrintf(detail, sizeof detail, "rms wte %.4f (0.02), mlp.c_proj %.4f (0.01), score %.4f (0.02); LN gains 1, biases 0", s_wte, s_proj, s_score));
+  report("init: GPT-2 scales", stats, detail);
+  PetscCall(PetscFree3(a, b, c));
+  PetscCall(gpt_destroy(&gpt));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+int main(int argc, char **argv)
+{
+  const Backend *be;
+
+  PetscCall(PetscInitialize(&argc, &argv, NULL, help));
+  PetscCall(backend_get("cpu", &be));
+  PetscCall(test_gradcheck(be, GPT_HEAD_LM));
+  PetscCall(test_gradcheck(be, GPT_HEAD_SCALAR));
+  PetscCall(test_grad_accumulates(be));
+  PetscCall(test_kv_cache(be, GPT_HEAD_LM));
+  PetscCall(test_kv_cache(be, GPT_HEAD_SCALAR));
+  PetscCall(test_shape_change(be));
+  PetscCall(test_adamw_op(be));
+  PetscCall(test_adamw_step(be));
+  PetscCall(test_lr_schedule());
+  PetscCall(test_config_check());
+  PetscCall(test_tensor_table());
+  PetscCall(test_init(be));
+  printf("%d passed, %d failed\n", npass, nfail);
+  PetscCall(PetscFinalize());
+  return nfail ? 1 : 0;
+}

@@ -1,0 +1,488 @@
+/* io private helpers (see h5util.h). Error paths may leave group, dataset or
+ * attribute ids open: every file is opened with the "strong" close degree, so
+ * closing the file on the way out releases them too. */
+#include "h5util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The innermost HDF5 error description ("truncated file: eof = ..."), which
+ * says more than the API function that failed. Must run before the next HDF5
+ * call, which clears the error stack. */
+static herr_t h5u_walk_cb(unsigned n, const H5E_error2_t *err, void *data)
+{
+  char *buf = (char *)data;
+
+  if (err->desc && err->desc[0]) {
+    strncpy(buf, err->desc, H5U_MSG_LEN / 2 - 1);
+    buf[H5U_MSG_LEN / 2 - 1] = 0;
+  }
+  return 0;
+}
+
+static const char *h5u_hdf5_msg(char *buf)
+{
+  buf[0] = 0;
+  (void)H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, h5u_walk_cb, buf);
+  return buf;
+}
+
+hid_t h5u_fapl(PetscBool lock)
+{
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+
+  if (fapl < 0) return fapl;
+  /* Messages are ours; HDF5's stack dump would only repeat them, in 20 lines. */
+  (void)H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  if (H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0 || H5Pset_file_locking(fapl, lock ? 1 : 0, 1) < 0) {
+    H5Pclose(fapl);
+    return H5I_INVALID_HID;
+  }
+  return fapl;
+}
+
+PetscErrorCode h5u_open_read(const char *kind, const char *path, hid_t *file)
+{
+  struct stat st;
+  hid_t       fapl;
+  char        hmsg[H5U_MSG_LEN];
+
+  PetscFunctionBegin;
+  *file = H5I_INVALID_HID;
+  if (stat(path, &st)) {
+    int e = errno;
+    PetscCheck(e != ENOENT, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: no such file", kind, path);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: %s", kind, path, strerror(e));
+  }
+  PetscCheck(!S_ISDIR(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: is a directory", kind, path);
+  PetscCheck(access(path, R_OK) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: not readable (permission denied)", kind, path);
+  fapl = h5u_fapl(PETSC_TRUE);
+  PetscCheck(fapl >= 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "%s %s: cannot create HDF5 file access properties", kind, path);
+  /* H5Fis_hdf5 only looks for the signature; H5Fopen also notices truncation
+   * (the superblock's end-of-file address lies past the end of the file). */
+  if (H5Fis_hdf5(path) > 0) *file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+  h5u_hdf5_msg(hmsg);
+  H5Pclose(fapl);
+  PetscCheck(*file >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_READ, "%s %s: not a readable HDF5 file (truncated or corrupt?)%s%s", kind, path, hmsg[0] ? ": HDF5: " : "", hmsg);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_close(hid_t *id)
+{
+  PetscFunctionBegin;
+  if (*id >= 0) {
+    H5I_type_t t = H5Iget_type(*id);
+    herr_t     e = 0;
+
+    if (t == H5I_FILE) e = H5Fclose(*id);
+    else if (t == H5I_GROUP) e = H5Gclose(*id);
+    else if (t == H5I_DATASET) e = H5Dclose(*id);
+    else if (t == H5I_ATTR) e = H5Aclose(*id);
+    else if (t == H5I_DATASPACE) e = H5Sclose(*id);
+    else if (t == H5I_DATATYPE) e = H5Tclose(*id);
+    else if (t == H5I_GENPROP_LST) e = H5Pclose(*id);
+    *id = H5I_INVALID_HID;
+    H5Call(e, "HDF5: closing an object failed");
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Why a file cannot be created in path's directory, in words. */
+static PetscErrorCode h5u_check_dir(const char *kind, const char *path)
+{
+  char        dir[PETSC_MAX_PATH_LEN];
+  struct stat st;
+
+  PetscFunctionBegin;
+  PetscCall(PetscStrncpy(dir, path, sizeof dir));
+  PetscCall(PetscStrncpy(dir, dirname(dir), sizeof dir));
+  PetscCheck(stat(dir, &st) == 0 && S_ISDIR(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: directory %s does not exist", kind, path, dir);
+  PetscCheck(access(dir, W_OK) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: directory %s is not writable", kind, path, dir);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Re-raises error ierr with "<kind> <path>: " in front of its message unless
+ * the message already names the file, so low-level helpers need not know it. */
+static PetscErrorCode h5u_error_context(PetscErrorCode ierr, const char *kind, const char *path)
+{
+  char *specific = NULL;
+
+  PetscFunctionBegin;
+  PetscCall(PetscErrorMessage(ierr, NULL, &specific));
+  if (specific && strstr(specific, path)) PetscCall(ierr);
+  SETERRQ(PETSC_COMM_SELF, ierr, "%s %s: %s", kind, path, specific ? specific : "failed");
+}
+
+/* Data first, then the name: fsync the file, rename, fsync the directory so
+ * the rename itself survives a power loss. */
+static PetscErrorCode h5u_commit(hid_t *file, const char *kind, const char *tmp, const char *path)
+{
+  char   dir[PETSC_MAX_PATH_LEN];
+  int    fd;
+  herr_t e;
+
+  PetscFunctionBegin;
+  H5Call(H5Fflush(*file, H5F_SCOPE_GLOBAL), "%s %s: flushing %s failed (disk full?)", kind, path, tmp);
+  e     = H5Fclose(*file);
+  *file = H5I_INVALID_HID;
+  H5Call(e, "%s %s: closing %s failed (disk full?)", kind, path, tmp);
+  fd = open(tmp, O_RDONLY);
+  PetscCheck(fd >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: cannot reopen %s: %s", kind, path, tmp, strerror(errno));
+  e = fsync(fd);
+  close(fd);
+  PetscCheck(e == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: fsync of %s failed: %s", kind, path, tmp, strerror(errno));
+  PetscCheck(rename(tmp, path) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: rename from %s failed: %s", kind, path, tmp, strerror(errno));
+  PetscCall(PetscStrncpy(dir, path, sizeof dir));
+  fd = open(dirname(dir), O_RDONLY);
+  if (fd >= 0) { /* best effort: some file systems refuse fsync on directories */
+    (void)fsync(fd);
+    close(fd);
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill, void *ctx)
+{
+  char           tmp[PETSC_MAX_PATH_LEN], hmsg[H5U_MSG_LEN];
+  hid_t          fapl, file;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_check_dir(kind, path));
+  PetscCall(PetscSNPrintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()));
+  fapl = h5u_fapl(PETSC_TRUE);
+  PetscCheck(fapl >= 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "%s %s: cannot create HDF5 file access properties", kind, path);
+  file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  h5u_hdf5_msg(hmsg);
+  H5Pclose(fapl);
+  if (file < 0) unlink(tmp);
+  PetscCheck(file >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: cannot create %s: HDF5: %s", kind, path, tmp, hmsg);
+  ierr = fill(file, ctx);
+  if (!ierr) ierr = h5u_commit(&file, kind, tmp, path);
+  if (ierr) {
+    if (file >= 0) H5Fclose(file);
+    unlink(tmp);
+    PetscCall(h5u_error_context(ierr, kind, path));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_read_file(const char *kind, const char *path, H5uFill read, void *ctx)
+{
+  hid_t          file;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_open_read(kind, path, &file));
+  ierr = read(file, ctx);
+  H5Fclose(file);
+  if (ierr) PetscCall(h5u_error_context(ierr, kind, path));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_rank0(MPI_Comm comm, H5uTask task, void *ctx)
+{
+  PetscMPIInt rank;
+  int         code = 0;
+  char        msg[H5U_MSG_LEN] = "";
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_rank(comm, &rank));
+  if (rank == 0) {
+    PetscErrorCode ierr;
+    char          *specific = NULL;
+
+    /* Silently: the error is raised below, once, on every rank. */
+    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+    ierr = task(ctx);
+    PetscCall(PetscPopErrorHandler());
+    if (ierr) {
+      code = (int)ierr;
+      PetscCall(PetscErrorMessage(ierr, NULL, &specific));
+      PetscCall(PetscStrncpy(msg, specific ? specific : "I/O failed on rank 0", sizeof msg));
+    }
+  }
+  PetscCallMPI(MPI_Bcast(&code, 1, MPI_INT, 0, comm));
+  if (code) PetscCallMPI(MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, 0, comm));
+  PetscCheck(!code, comm, (PetscErrorCode)code, "%s", msg);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_bcast(void *buf, size_t count, MPI_Datatype type, MPI_Comm comm)
+{
+  PetscMPIInt tsize;
+  size_t      chunk, done;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Type_size(type, &tsize));
+  chunk = ((size_t)1 << 30) / (size_t)tsize;
+  for (done = 0; done < count; done += chunk) {
+    size_t n = PetscMin(chunk, count - done);
+    PetscCallMPI(MPI_Bcast((char *)buf + done * (size_t)tsize, (int)n, type, 0, comm));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- attributes ---------------------------------------------------------- */
+static PetscErrorCode h5u_attr_create(hid_t obj, const char *name, hid_t type, hid_t *attr)
+{
+  hid_t space;
+
+  PetscFunctionBegin;
+  if (H5Aexists(obj, name) > 0) H5Call(H5Adelete(obj, name), "HDF5: cannot replace attribute %s", name);
+  space = H5Screate(H5S_SCALAR);
+  *attr = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5Sclose(space);
+  H5Call(*attr, "HDF5: cannot create attribute %s", name);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_attr_write_int(hid_t obj, const char *name, hid_t type, int64_t value)
+{
+  hid_t attr;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_attr_create(obj, name, type, &attr));
+  H5Call(H5Awrite(attr, H5T_NATIVE_INT64, &value), "HDF5: cannot write attribute %s", name);
+  PetscCall(h5u_close(&attr));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_attr_write_double(hid_t obj, const char *name, double value)
+{
+  hid_t attr;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_attr_create(obj, name, H5T_IEEE_F64LE, &attr));
+  H5Call(H5Awrite(attr, H5T_NATIVE_DOUBLE, &value), "HDF5: cannot write attribute %s", name);
+  PetscCall(h5u_close(&attr));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static hid_t h5u_vlen_string_type(void)
+{
+  hid_t t = H5Tcopy(H5T_C_S1);
+
+  if (t >= 0 && (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)) {
+    H5Tclose(t);
+    t = H5I_INVALID_HID;
+  }
+  return t;
+}
+
+PetscErrorCode h5u_attr_write_string(hid_t obj, const char *name, const char *value)
+{
+  hid_t       type, attr;
+  const char *v = value ? value : "";
+
+  PetscFunctionBegin;
+  type = h5u_vlen_string_type();
+  H5Call(type, "HDF5: cannot create a string type");
+  PetscCall(h5u_attr_create(obj, name, type, &attr));
+  H5Call(H5Awrite(attr, type, &v), "HDF5: cannot write attribute %s", name);
+  PetscCall(h5u_close(&attr));
+  PetscCall(h5u_close(&type));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Opens an attribute and checks its type class. */
+static PetscErrorCode h5u_attr_open(hid_t obj, const char *where, const char *name, H5T_class_t cls, const char *expected, hid_t *attr, hid_t *type)
+{
+  char tstr[32];
+
+  PetscFunctionBegin;
+  PetscCheck(H5Aexists(obj, name) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no attribute %s", where, name);
+  *attr = H5Aopen(obj, name, H5P_DEFAULT);
+  H5Call(*attr, "%s: cannot open attribute %s (corrupt file?)", where, name);
+  *type = H5Aget_type(*attr);
+  H5Call(*type, "%s: cannot read the type of attribute %s (corrupt file?)", where, name);
+  PetscCheck(H5Tget_class(*type) == cls, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s has type %s, expected %s", where, name, h5u_type_str(*type, tstr, sizeof tstr), expected);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_attr_read_int(hid_t obj, const char *where, const char *name, int64_t *value)
+{
+  hid_t attr, type;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_attr_open(obj, where, name, H5T_INTEGER, "an integer", &attr, &type));
+  H5Call(H5Aread(attr, H5T_NATIVE_INT64, value), "%s: cannot read attribute %s (corrupt file?)", where, name);
+  PetscCall(h5u_close(&type));
+  PetscCall(h5u_close(&attr));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_attr_read_string(hid_t obj, const char *where, const char *name, char *buf, size_t len)
+{
+  hid_t attr, type;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_attr_open(obj, where, name, H5T_STRING, "a string", &attr, &type));
+  if (H5Tis_variable_str(type) > 0) {
+    char *s = NULL;
+
+    H5Call(H5Aread(attr, type, &s), "%s: cannot read attribute %s (corrupt file?)", where, name);
+    PetscCall(PetscStrncpy(buf, s ? s : "", len));
+    H5free_memory(s);
+  } else {
+    size_t n = H5Tget_size(type);
+    char  *s;
+
+    PetscCall(PetscCalloc1(n + 1, &s));
+    H5Call(H5Aread(attr, type, s), "%s: cannot read attribute %s (corrupt file?)", where, name);
+    PetscCall(PetscStrncpy(buf, s, len));
+    PetscCall(PetscFree(s));
+  }
+  PetscCall(h5u_close(&type));
+  PetscCall(h5u_close(&attr));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- datasets ------------------------------------------------------------ */
+const char *h5u_type_str(hid_t type, char *buf, size_t len)
+{
+  size_t bits = 8 * H5Tget_size(type);
+
+  switch (H5Tget_class(type)) {
+  case H5T_INTEGER:
+    snprintf(buf, len, "%sint%zu", H5Tget_sign(type) == H5T_SGN_NONE ? "u" : "", bits);
+    break;
+  case H5T_FLOAT:
+    snprintf(buf, len, "float%zu", bits);
+    break;
+  case H5T_STRING:
+    snprintf(buf, len, "string");
+    break;
+  case H5T_COMPOUND:
+    snprintf(buf, len, "compound");
+    break;
+  case H5T_ENUM:
+    snprintf(buf, len, "enum");
+    break;
+  default:
+    snprintf(buf, len, "non-numeric");
+  }
+  return buf;
+}
+
+const char *h5u_shape_str(int ndim, const hsize_t *dims, char *buf, size_t len)
+{
+  size_t used = 0;
+
+  buf[0] = 0;
+  for (int i = 0; i < ndim && used + 1 < len; i++) used += (size_t)snprintf(buf + used, len - used, "%s%llu", i ? "," : "[", (unsigned long long)dims[i]);
+  if (used + 1 < len) snprintf(buf + used, len - used, ndim ? "]" : "[]");
+  return buf;
+}
+
+static PetscErrorCode h5u_dataset_check_type(hid_t dset, const char *where, const char *full, H5T_class_t cls, size_t size)
+{
+  hid_t     type;
+  char      tstr[32];
+  PetscBool ok;
+
+  PetscFunctionBegin;
+  type = H5Dget_type(dset);
+  H5Call(type, "%s: cannot read the type of %s (corrupt file?)", where, full);
+  ok = (PetscBool)(H5Tget_class(type) == cls && (!size || H5Tget_size(type) == size));
+  if (!ok) {
+    h5u_type_str(type, tstr, sizeof tstr);
+    H5Tclose(type);
+  }
+  PetscCheck(ok, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has type %s, expected %s%s", where, full, tstr, cls == H5T_FLOAT ? "float" : "int", size ? (size == 4 ? "32" : "64") : " (any width)");
+  PetscCall(h5u_close(&type));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode h5u_dataset_check_shape(hid_t dset, const char *where, const char *full, int ndim, hsize_t *dims)
+{
+  hid_t     space;
+  hsize_t   have[H5S_MAX_RANK], want[H5S_MAX_RANK];
+  int       nd;
+  PetscBool ok;
+  char      s1[64], s2[64];
+
+  PetscFunctionBegin;
+  space = H5Dget_space(dset);
+  H5Call(space, "%s: cannot read the shape of %s (corrupt file?)", where, full);
+  nd = H5Sget_simple_extent_ndims(space);
+  if (nd > 0) H5Sget_simple_extent_dims(space, have, NULL);
+  H5Sclose(space);
+  H5Call(nd, "%s: cannot read the shape of %s (corrupt file?)", where, full);
+  PetscCheck(nd == ndim, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has shape %s, expected %d dimensions", where, full, h5u_shape_str(nd, have, s1, sizeof s1), ndim);
+  ok = PETSC_TRUE;
+  for (int i = 0; i < ndim; i++) { /* a wanted extent of 0 accepts any */
+    want[i] = dims[i] ? dims[i] : have[i];
+    if (have[i] != want[i]) ok = PETSC_FALSE;
+  }
+  PetscCheck(ok, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has shape %s, expected %s", where, full, h5u_shape_str(nd, have, s1, sizeof s1), h5u_shape_str(ndim, want, s2, sizeof s2));
+  for (int i = 0; i < ndim; i++) dims[i] = have[i];
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_dataset_open(hid_t loc, const char *where, const char *full, const char *name, H5T_class_t cls, size_t size, int ndim, hsize_t *dims, hid_t *dset)
+{
+  H5O_info_t info;
+
+  PetscFunctionBegin;
+  PetscCheck(H5Lexists(loc, name, H5P_DEFAULT) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no dataset %s", where, full);
+  PetscCheck(H5Oget_info_by_name(loc, name, &info, H5P_DEFAULT) >= 0 && info.type == H5O_TYPE_DATASET, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s is not a dataset", where, full);
+  *dset = H5Dopen2(loc, name, H5P_DEFAULT);
+  H5Call(*dset, "%s: cannot open dataset %s (corrupt file?)", where, full);
+  PetscCall(h5u_dataset_check_type(*dset, where, full, cls, size));
+  PetscCall(h5u_dataset_check_shape(*dset, where, full, ndim, dims));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_dataset_read(hid_t dset, const char *where, const char *full, hid_t mem, void *buf)
+{
+  char hmsg[H5U_MSG_LEN];
+
+  PetscFunctionBegin;
+  if (H5Dread(dset, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
+    h5u_hdf5_msg(hmsg);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_READ, "%s: reading %s failed (truncated or corrupt file?): HDF5: %s", where, full, hmsg);
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_dataset_write(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, int ndim, const hsize_t *dims, const void *buf)
+{
+  hid_t space, dset;
+  char  hmsg[H5U_MSG_LEN];
+
+  PetscFunctionBegin;
+  space = H5Screate_simple(ndim, dims, NULL);
+  H5Call(space, "HDF5: cannot create a dataspace for %s", name);
+  dset = H5Dcreate2(loc, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Sclose(space);
+  H5Call(dset, "HDF5: cannot create dataset %s", name);
+  if (H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
+    h5u_hdf5_msg(hmsg);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "HDF5: writing dataset %s failed (disk full?): %s", name, hmsg);
+  }
+  PetscCall(h5u_close(&dset));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_write_version(hid_t obj)
+{
+  PetscFunctionBegin;
+  PetscCall(h5u_attr_write_string(obj, "rlfuse_version", RLFUSE_VERSION));
+  PetscCall(h5u_attr_write_string(obj, "git_revision", RLFUSE_GIT));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode io_hdf5_version(char *buf, size_t len)
+{
+  unsigned maj, min, rel;
+
+  PetscFunctionBegin;
+  H5Call(H5get_libversion(&maj, &min, &rel), "HDF5: H5get_libversion failed");
+  PetscCall(PetscSNPrintf(buf, len, "%u.%u.%u", maj, min, rel));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

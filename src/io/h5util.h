@@ -1,0 +1,83 @@
+/* io private helpers: opening files for reading with one clear message per
+ * failure, attribute and dataset helpers that check types and shapes, the
+ * write-to-temporary-then-rename protocol, and the "rank 0 does the I/O, every
+ * rank learns the outcome" pattern shared by all io entry points. */
+#ifndef RLFUSE_IO_H5UTIL_H
+#define RLFUSE_IO_H5UTIL_H
+
+#include <hdf5.h>
+#include "io.h"
+
+#ifndef RLFUSE_GIT
+  #define RLFUSE_GIT "unknown"
+#endif
+#ifndef RLFUSE_CC
+  #define RLFUSE_CC "unknown"
+#endif
+#ifndef RLFUSE_CFLAGS
+  #define RLFUSE_CFLAGS "unknown"
+#endif
+
+/* Longest error message carried from rank 0 to the other ranks. */
+#define H5U_MSG_LEN 1024
+
+/* File access properties used for every file: HDF5's flock is kept where the
+ * file system supports it and skipped where it does not (NFS, some Lustre
+ * mounts), instead of failing with "unable to lock file". Caller closes. */
+hid_t h5u_fapl(PetscBool lock);
+
+/* Opens an existing file read-only. kind names the file in messages
+ * ("checkpoint", "data file"): "<kind> <path>: no such file", "... not a
+ * readable HDF5 file (truncated or corrupt?)". */
+PetscErrorCode h5u_open_read(const char *kind, const char *path, hid_t *file);
+PetscErrorCode h5u_close(hid_t *id); /* file, group, dataset, ...; no-op on a negative id */
+
+/* Creates path atomically: fill() writes the contents into "<path>.tmp.<pid>",
+ * which is then flushed, closed, fsync'ed and renamed over path. On any
+ * failure the temporary file is removed and path is untouched. */
+typedef PetscErrorCode (*H5uFill)(hid_t file, void *ctx);
+PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill, void *ctx);
+
+/* Opens path read-only (h5u_open_read), runs read(file, ctx), closes the file
+ * whatever happened. */
+PetscErrorCode h5u_read_file(const char *kind, const char *path, H5uFill read, void *ctx);
+
+/* Runs task(ctx) on rank 0 of comm with errors returned silently, then makes
+ * its outcome collective: on failure every rank raises rank 0's message. */
+typedef PetscErrorCode (*H5uTask)(void *ctx);
+PetscErrorCode h5u_rank0(MPI_Comm comm, H5uTask task, void *ctx);
+/* MPI_Bcast of arrays of any length (MPI counts are int). */
+PetscErrorCode h5u_bcast(void *buf, size_t count, MPI_Datatype type, MPI_Comm comm);
+
+/* Attributes. Writers replace an existing attribute of the same name; strings
+ * are variable-length UTF-8 (h5py reads them as str). Readers accept any
+ * integer width (h5py writes int64 by default) and fixed or variable strings;
+ * `where` names the object in messages, e.g. "checkpoint x.h5 /policy". */
+PetscErrorCode h5u_attr_write_int(hid_t obj, const char *name, hid_t type, int64_t value);
+PetscErrorCode h5u_attr_write_double(hid_t obj, const char *name, double value);
+PetscErrorCode h5u_attr_write_string(hid_t obj, const char *name, const char *value);
+PetscErrorCode h5u_attr_read_int(hid_t obj, const char *where, const char *name, int64_t *value);
+PetscErrorCode h5u_attr_read_string(hid_t obj, const char *where, const char *name, char *buf, size_t len);
+
+/* "int32", "float64", "string", ... for messages. */
+const char *h5u_type_str(hid_t type, char *buf, size_t len);
+/* "[64,32]" */
+const char *h5u_shape_str(int ndim, const hsize_t *dims, char *buf, size_t len);
+
+/* Opens dataset `name` (relative to loc) and checks its class (H5T_FLOAT or
+ * H5T_INTEGER), element size (0: any) and shape (dims NULL: only the rank is
+ * checked; a dims entry of 0 accepts any extent, which is returned). `where`
+ * prefixes messages ("checkpoint x.h5"), `full` is the absolute name shown. */
+PetscErrorCode h5u_dataset_open(hid_t loc, const char *where, const char *full, const char *name, H5T_class_t cls, size_t size, int ndim, hsize_t *dims, hid_t *dset);
+/* Reads a whole dataset into memory of type mem (conversion by HDF5). */
+PetscErrorCode h5u_dataset_read(hid_t dset, const char *where, const char *full, hid_t mem, void *buf);
+/* Creates and writes a contiguous dataset. */
+PetscErrorCode h5u_dataset_write(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, int ndim, const hsize_t *dims, const void *buf);
+
+/* Root attributes rlfuse_version and git_revision, on every file we create. */
+PetscErrorCode h5u_write_version(hid_t obj);
+
+/* The /code group of a run record (provenance.c). */
+PetscErrorCode io_provenance_write(hid_t group, const RunCtx *run, const char *mode);
+
+#endif

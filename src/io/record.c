@@ -1,0 +1,399 @@
+/* io: run records. <output_dir>/run.h5 holds how the run was made (/code),
+ * every option (/parameters), and one row per step of stage timings (max and
+ * min over ranks) and metrics, flushed each step so a killed run still leaves
+ * a readable file. Layout: docs/formats.md. Rank 0 writes; the other ranks
+ * only take part in the reductions. */
+#include "h5util.h"
+
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#define REC_NAME_LEN 64
+#define REC_CHUNK    256 /* rows per chunk: a few KiB, appended one row at a time */
+
+/* A stage (times) or a metric (values): this step's value and, on rank 0,
+ * its datasets. */
+typedef struct {
+  char      name[REC_NAME_LEN];
+  double    value;
+  PetscBool set;
+  hid_t     dset, dset_min; /* metrics: dset only; stages: <name>_max, <name>_min */
+} RecColumn;
+
+typedef struct {
+  RecColumn *col;
+  int        n, cap;
+  int        nsynced; /* stages: the first nsynced have the same order on every rank */
+} RecColumns;
+
+struct RunRecord {
+  MPI_Comm    comm;
+  PetscMPIInt rank, size;
+  char        path[PETSC_MAX_PATH_LEN];
+  hid_t       file, timing, metrics, summary, timing_step, metrics_step;
+  hsize_t     nrows;
+  RecColumns  stages, mets;
+};
+
+/* ---- columns ------------------------------------------------------------- */
+static PetscErrorCode rec_find(RecColumns *c, const char *kind, const char *name, RecColumn **col)
+{
+  PetscFunctionBegin;
+  for (int i = 0; i < c->n; i++)
+    if (!strcmp(c->col[i].name, name)) {
+      *col = &c->col[i];
+      PetscFunctionReturn(PETSC_SUCCESS);
+    }
+  PetscCheck(strlen(name) > 0 && strlen(name) < REC_NAME_LEN - 4 && !strchr(name, '/'), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "run record: %s name '%s' must be 1..%d characters without '/'", kind, name, REC_NAME_LEN - 5);
+  PetscCheck(strcmp(name, "step"), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "run record: %s name 'step' is reserved", kind);
+  if (c->n == c->cap) {
+    c->cap = c->cap ? 2 * c->cap : 16;
+    PetscCall(PetscRealloc(c->cap * sizeof(RecColumn), &c->col));
+  }
+  *col = &c->col[c->n++];
+  PetscCall(PetscMemzero(*col, sizeof **col));
+  PetscCall(PetscStrncpy((*col)->name, name, REC_NAME_LEN));
+  (*col)->dset = (*col)->dset_min = H5I_INVALID_HID;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode record_time(RunRecord *rec, const char *stage, double seconds)
+{
+  RecColumn *c;
+
+  PetscFunctionBegin;
+  PetscCall(rec_find(&rec->stages, "stage", stage, &c));
+  c->value += seconds;
+  c->set = PETSC_TRUE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode record_metric(RunRecord *rec, const char *name, double value)
+{
+  RecColumn *c;
+
+  PetscFunctionBegin;
+  PetscCall(rec_find(&rec->mets, "metric", name, &c));
+  c->value = value;
+  c->set   = PETSC_TRUE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Stage names first seen on some ranks only are appended on every rank in
+ * the same order (rank 0's new names, then rank 1's, ...), so the arrays
+ * reduced below line up. Costs one Allreduce when nothing is new. */
+static PetscErrorCode rec_sync_stages(RunRecord *rec)
+{
+  RecColumns *c    = &rec->stages;
+  int         nnew = c->n - c->nsynced, maxnew, len = 0, *lens, *displs, total;
+  char       *mine, *all;
+  RecColumn  *tail;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Allreduce(&nnew, &maxnew, 1, MPI_INT, MPI_MAX, rec->comm));
+  if (!maxnew) PetscFunctionReturn(PETSC_SUCCESS);
+  for (int i = c->nsynced; i < c->n; i++) len += (int)strlen(c->col[i].name) + 1;
+  PetscCall(PetscMalloc4(len + 1, &mine, rec->size, &lens, rec->size, &displs, nnew + 1, &tail));
+  for (int i = c->nsynced, off = 0; i < c->n; i++) {
+    PetscCall(PetscStrcpy(mine + off, c->col[i].name));
+    off += (int)strlen(c->col[i].name) + 1;
+    tail[i - c->nsynced] = c->col[i];
+  }
+  PetscCallMPI(MPI_Allgather(&len, 1, MPI_INT, lens, 1, MPI_INT, rec->comm));
+  total = 0;
+  for (int r = 0; r < rec->size; r++) {
+    displs[r] = total;
+    total += lens[r];
+  }
+  PetscCall(PetscMalloc1(total + 1, &all));
+  PetscCallMPI(MPI_Allgatherv(mine, len, MPI_CHAR, all, lens, displs, MPI_CHAR, rec->comm));
+  c->n = c->nsynced;
+  for (int off = 0; off < total; off += (int)strlen(all + off) + 1) {
+    RecColumn *col;
+
+    PetscCall(rec_find(c, "stage", all + off, &col));
+  }
+  for (int i = 0; i < nnew; i++) { /* put this rank's values back under the new order */
+    RecColumn *col;
+
+    PetscCall(rec_find(c, "stage", tail[i].name, &col));
+    col->value = tail[i].value;
+    col->set   = tail[i].set;
+  }
+  c->nsynced = c->n;
+  PetscCall(PetscFree(all));
+  PetscCall(PetscFree4(mine, lens, displs, tail));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- datasets ------------------------------------------------------------ */
+/* A 1-D extendible column whose first `rows` entries (steps before it was
+ * first seen) read as `fill`. */
+static PetscErrorCode rec_column_create(hid_t g, const char *name, hid_t type, const void *fill, hsize_t rows, hid_t *dset)
+{
+  hsize_t maxdims = H5S_UNLIMITED, chunk = REC_CHUNK;
+  hid_t   space, dcpl;
+
+  PetscFunctionBegin;
+  space = H5Screate_simple(1, &rows, &maxdims);
+  H5Call(space, "HDF5: cannot create a dataspace for %s", name);
+  dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Call(dcpl, "HDF5: cannot create dataset properties");
+  H5Call(H5Pset_chunk(dcpl, 1, &chunk), "HDF5: cannot set chunking");
+  if (fill) H5Call(H5Pset_fill_value(dcpl, type, fill), "HDF5: cannot set the fill value of %s", name);
+  *dset = H5Dcreate2(g, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+  H5Call(*dset, "HDF5: cannot create dataset %s", name);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode rec_append(hid_t dset, hsize_t row, hid_t memtype, const void *value)
+{
+  hsize_t n = row + 1, one = 1;
+  hid_t   fspace, mspace;
+  herr_t  e;
+
+  PetscFunctionBegin;
+  H5Call(H5Dset_extent(dset, &n), "HDF5: cannot extend a run-record column");
+  fspace = H5Dget_space(dset);
+  H5Call(fspace, "HDF5: cannot get a run-record column's dataspace");
+  H5Call(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &row, NULL, &one, NULL), "HDF5: cannot select row %llu", (unsigned long long)row);
+  mspace = H5Screate_simple(1, &one, NULL);
+  e      = H5Dwrite(dset, memtype, mspace, fspace, H5P_DEFAULT, value);
+  H5Sclose(mspace);
+  H5Sclose(fspace);
+  H5Call(e, "HDF5: cannot write row %llu of a run-record column (disk full?)", (unsigned long long)row);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  RunRecord *rec;
+  int64_t    step;
+  double    *tmax, *tmin; /* per stage, reduced over ranks */
+} RecRowCtx;
+
+static PetscErrorCode rec_write_stages(RecRowCtx *ctx)
+{
+  RunRecord *rec  = ctx->rec;
+  double     zero = 0;
+  char       name[REC_NAME_LEN];
+
+  PetscFunctionBegin;
+  for (int i = 0; i < rec->stages.n; i++) {
+    RecColumn *c = &rec->stages.col[i];
+
+    if (c->dset < 0) {
+      PetscCall(PetscSNPrintf(name, sizeof name, "%s_max", c->name));
+      PetscCall(rec_column_create(rec->timing, name, H5T_IEEE_F64LE, &zero, rec->nrows, &c->dset));
+      PetscCall(PetscSNPrintf(name, sizeof name, "%s_min", c->name));
+      PetscCall(rec_column_create(rec->timing, name, H5T_IEEE_F64LE, &zero, rec->nrows, &c->dset_min));
+    }
+    PetscCall(rec_append(c->dset, rec->nrows, H5T_NATIVE_DOUBLE, &ctx->tmax[i]));
+    PetscCall(rec_append(c->dset_min, rec->nrows, H5T_NATIVE_DOUBLE, &ctx->tmin[i]));
+  }
+  PetscCall(rec_append(rec->timing_step, rec->nrows, H5T_NATIVE_INT64, &ctx->step));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode rec_write_metrics(RecRowCtx *ctx)
+{
+  RunRecord *rec = ctx->rec;
+  double     nan = NAN;
+
+  PetscFunctionBegin;
+  for (int i = 0; i < rec->mets.n; i++) {
+    RecColumn *c = &rec->mets.col[i];
+
+    if (c->dset < 0) PetscCall(rec_column_create(rec->metrics, c->name, H5T_IEEE_F64LE, &nan, rec->nrows, &c->dset));
+    PetscCall(rec_append(c->dset, rec->nrows, H5T_NATIVE_DOUBLE, c->set ? &c->value : &nan));
+  }
+  PetscCall(rec_append(rec->metrics_step, rec->nrows, H5T_NATIVE_INT64, &ctx->step));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode rec_write_row_task(void *vctx)
+{
+  RecRowCtx *ctx = (RecRowCtx *)vctx;
+
+  PetscFunctionBegin;
+  PetscCall(rec_write_stages(ctx));
+  PetscCall(rec_write_metrics(ctx));
+  H5Call(H5Fflush(ctx->rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed (disk full?)", ctx->rec->path);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode record_step(RunRecord *rec, PetscInt step)
+{
+  RecRowCtx ctx = {rec, (int64_t)step, NULL, NULL};
+  double   *local;
+  int       n;
+
+  PetscFunctionBegin;
+  PetscCall(rec_sync_stages(rec));
+  n = rec->stages.n;
+  PetscCall(PetscMalloc3(n + 1, &local, n + 1, &ctx.tmax, n + 1, &ctx.tmin));
+  for (int i = 0; i < n; i++) local[i] = rec->stages.col[i].value; /* 0 when not timed this step */
+  PetscCallMPI(MPI_Allreduce(local, ctx.tmax, n, MPI_DOUBLE, MPI_MAX, rec->comm));
+  PetscCallMPI(MPI_Allreduce(local, ctx.tmin, n, MPI_DOUBLE, MPI_MIN, rec->comm));
+  PetscCall(h5u_rank0(rec->comm, rec_write_row_task, &ctx));
+  PetscCall(PetscFree3(local, ctx.tmax, ctx.tmin));
+  rec->nrows++;
+  for (int i = 0; i < rec->stages.n; i++) {
+    rec->stages.col[i].value = 0;
+    rec->stages.col[i].set   = PETSC_FALSE;
+  }
+  for (int i = 0; i < rec->mets.n; i++) rec->mets.col[i].set = PETSC_FALSE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode record_summary(RunRecord *rec, const char *name, double value)
+{
+  PetscFunctionBegin;
+  if (rec->rank) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(h5u_attr_write_double(rec->summary, name, value));
+  H5Call(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed (disk full?)", rec->path);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- open and close ------------------------------------------------------ */
+/* A previous run.h5 is evidence of a previous run: keep it as run.<k>.h5. */
+static PetscErrorCode rec_keep_previous(const char *dir, const char *path)
+{
+  char old[PETSC_MAX_PATH_LEN];
+
+  PetscFunctionBegin;
+  if (access(path, F_OK)) PetscFunctionReturn(PETSC_SUCCESS);
+  for (int k = 1;; k++) {
+    PetscCall(PetscSNPrintf(old, sizeof old, "%s/run.%d.h5", dir, k));
+    if (access(old, F_OK)) break;
+  }
+  PetscCheck(rename(path, old) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "run record %s: cannot rename the previous one to %s", path, old);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode rec_write_parameters(hid_t g)
+{
+  const SysParam *p;
+  int             n;
+  size_t          len = 1;
+  char           *given, *db;
+
+  PetscFunctionBegin;
+  PetscCall(sys_params_get(&p, &n));
+  for (int i = 0; i < n; i++) {
+    PetscCall(h5u_attr_write_string(g, p[i].name, p[i].value));
+    len += strlen(p[i].name) + 1;
+  }
+  PetscCall(PetscCalloc1(len, &given));
+  for (int i = 0; i < n; i++) {
+    if (!p[i].set) continue;
+    if (given[0]) PetscCall(PetscStrlcat(given, " ", len));
+    PetscCall(PetscStrlcat(given, p[i].name, len));
+  }
+  PetscCall(h5u_attr_write_string(g, "_given", given));
+  PetscCall(PetscFree(given));
+  PetscCall(PetscOptionsGetAll(NULL, &db)); /* also what rlfuse never read */
+  PetscCall(h5u_attr_write_string(g, "_database", db));
+  PetscCall(PetscFree(db));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode rec_group(hid_t loc, const char *name, hid_t *g)
+{
+  PetscFunctionBegin;
+  *g = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Call(*g, "HDF5: cannot create group %s", name);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  RunRecord    *rec;
+  const RunCtx *run;
+  const char   *mode;
+} RecOpenCtx;
+
+static PetscErrorCode rec_write_header(RunRecord *rec, const RunCtx *run, const char *mode)
+{
+  hid_t g;
+
+  PetscFunctionBegin;
+  PetscCall(rec_group(rec->file, "code", &g));
+  PetscCall(io_provenance_write(g, run, mode));
+  PetscCall(h5u_close(&g));
+  PetscCall(rec_group(rec->file, "parameters", &g));
+  PetscCall(rec_write_parameters(g));
+  PetscCall(h5u_close(&g));
+  PetscCall(rec_group(rec->file, "timing", &rec->timing));
+  PetscCall(rec_group(rec->file, "metrics", &rec->metrics));
+  PetscCall(rec_group(rec->file, "summary", &rec->summary));
+  PetscCall(rec_column_create(rec->timing, "step", H5T_STD_I64LE, NULL, 0, &rec->timing_step));
+  PetscCall(rec_column_create(rec->metrics, "step", H5T_STD_I64LE, NULL, 0, &rec->metrics_step));
+  H5Call(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed (disk full?)", rec->path);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode rec_open_task(void *vctx)
+{
+  RecOpenCtx    *ctx = (RecOpenCtx *)vctx;
+  RunRecord     *rec = ctx->rec;
+  hid_t          fapl;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCall(sys_mkdir_p(ctx->run->output_dir));
+  PetscCall(rec_keep_previous(ctx->run->output_dir, rec->path));
+  /* Unlocked, so that h5py or h5dump can look at a running job's record. */
+  fapl = h5u_fapl(PETSC_FALSE);
+  H5Call(fapl, "HDF5: cannot create file access properties");
+  rec->file = H5Fcreate(rec->path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
+  PetscCheck(rec->file >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "run record %s: cannot create the file", rec->path);
+  ierr = rec_write_header(rec, ctx->run, ctx->mode);
+  if (ierr) {
+    H5Fclose(rec->file);
+    rec->file = H5I_INVALID_HID;
+  }
+  PetscCall(ierr);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode record_open(const RunCtx *run, const char *mode, RunRecord **out)
+{
+  RunRecord     *rec;
+  RecOpenCtx     ctx;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCall(PetscNew(&rec));
+  rec->comm = run->comm;
+  rec->file = rec->timing = rec->metrics = rec->summary = rec->timing_step = rec->metrics_step = H5I_INVALID_HID;
+  PetscCallMPI(MPI_Comm_rank(rec->comm, &rec->rank));
+  PetscCallMPI(MPI_Comm_size(rec->comm, &rec->size));
+  PetscCall(PetscSNPrintf(rec->path, sizeof rec->path, "%s/run.h5", run->output_dir));
+  ctx.rec  = rec;
+  ctx.run  = run;
+  ctx.mode = mode;
+  ierr     = h5u_rank0(rec->comm, rec_open_task, &ctx);
+  if (ierr) PetscCall(PetscFree(rec));
+  PetscCall(ierr);
+  *out = rec;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The file is opened with the strong close degree: closing it closes every
+ * group and dataset still open. */
+PetscErrorCode record_close(RunRecord **rec)
+{
+  RunRecord *r = *rec;
+
+  PetscFunctionBegin;
+  if (!r) PetscFunctionReturn(PETSC_SUCCESS);
+  if (r->file >= 0) H5Call(H5Fclose(r->file), "run record %s: close failed (disk full?)", r->path);
+  PetscCall(PetscFree(r->stages.col));
+  PetscCall(PetscFree(r->mets.col));
+  PetscCall(PetscFree(r));
+  *rec = NULL;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

@@ -1,0 +1,88 @@
+/* rlfuse: RLHF training for large language models, driven by input decks.
+ *
+ *   mpiexec -n N bin/rlfuse -options_file input/NAME.deck [-option value ...]
+ *
+ * The deck is a PETSc options file; the command line overrides it. -mode
+ * selects the job; -help lists every option of every module. */
+#include "rl.h"
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char usage[] = "rlfuse: RLHF training for large language models (SFT, reward modelling, PPO) in C and MPI.\n"
+                           "Decks are PETSc options files: bin/rlfuse -options_file input/quickstart.deck [-option value ...].\n"
+                           "Misspelled or unused options are errors. -dry_run checks a deck and its memory needs, then exits.\n\n";
+
+typedef enum { MODE_SFT, MODE_SCORE, MODE_DATA, MODE_RM, MODE_PPO, MODE_PIPELINE, MODE_PLAN } RunMode;
+static const char *const mode_names[] = {"sft", "score", "data", "rm", "ppo", "pipeline", "plan", "RunMode", "MODE_", NULL};
+static const char *const device_names[] = {"cpu", "cuda", "Device", "DEVICE_", NULL};
+
+static PetscErrorCode rlfuse_main(void)
+{
+  RunCtx         run;
+  PetscInt       mode = MODE_SFT, device = 0;
+  PetscBool      help;
+  const Backend *be;
+
+  PetscFunctionBegin;
+  PetscCall(sys_log_register());
+  PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "rlfuse job", NULL);
+  RfOptEnum("-mode", "Job to run: sft, score, data (rm, ppo, pipeline and plan are not yet available)", mode_names, 7, &mode);
+  RfOptEnum("-device", "Device for tensor work", device_names, 2, &device);
+  PetscOptionsEnd();
+  PetscCall(sys_run_setup(PETSC_COMM_WORLD, &run));
+  PetscCall(PetscOptionsHasHelp(NULL, &help));
+  if (help) { /* every module prints its options, then stop */
+    PetscCall(sft_run(&run, NULL));
+    PetscCall(score_run(&run, NULL));
+    PetscCall(data_run(&run));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  PetscCheck(mode <= MODE_DATA, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-mode %s is not available in rlfuse %s yet (available: sft, score, data)", mode_names[mode], RLFUSE_VERSION);
+  PetscCall(backend_get(device_names[device], &be));
+  switch ((RunMode)mode) {
+  case MODE_SFT: PetscCall(sft_run(&run, be)); break;
+  case MODE_SCORE: PetscCall(score_run(&run, be)); break;
+  default: PetscCall(data_run(&run)); break;
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* PETSc reports an unreadable -options_file with a multi-line traceback from
+ * inside PetscInitialize; check decks first so the user gets one line. */
+static int decks_readable(int argc, char **argv)
+{
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (int i = 1; i + 1 < argc; i++) {
+    FILE *f;
+    if (strcmp(argv[i], "-options_file") != 0) continue;
+    f = fopen(argv[i + 1], "r");
+    if (f) {
+      fclose(f);
+      continue;
+    }
+    if (rank == 0) fprintf(stderr, "rlfuse: error: -options_file %s: cannot read the deck (%s)\n", argv[i + 1], strerror(errno));
+    return 0;
+  }
+  return 1;
+}
+
+int main(int argc, char **argv)
+{
+  PetscErrorCode ierr;
+
+  MPI_Init(&argc, &argv);
+  if (!decks_readable(argc, argv)) {
+    MPI_Finalize();
+    return 1;
+  }
+  ierr = PetscInitialize(&argc, &argv, NULL, usage);
+  if (ierr) return 1;
+  ierr = sys_error_handler_install();
+  if (!ierr) ierr = rlfuse_main();
+  if (ierr) sys_error_exit(ierr);
+  ierr = PetscFinalize();
+  MPI_Finalize();
+  return ierr ? 1 : 0;
+}

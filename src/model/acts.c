@@ -1,0 +1,207 @@
+/* acts.c: sizing and carving of the activation buffers. Training activations
+ * (everything the backward needs, plus a few gradient scratch buffers reused
+ * by every layer, as in llm.c) and the cached-forward buffers each live in one
+ * float and one int slab, grown only when a larger shape arrives. */
+#include "model_impl.h"
+
+/* Each buffer starts on a 256-byte boundary so device kernels see aligned rows. */
+#define ACTS_ALIGN 64
+
+static size_t round_up(size_t n) { return (n + ACTS_ALIGN - 1) / ACTS_ALIGN * ACTS_ALIGN; }
+
+/* Hands out the next n elements of a slab; with slab == NULL it only counts. */
+static float *take_f(float *slab, size_t *off, size_t n)
+{
+  float *p = slab ? slab + *off : NULL;
+  *off += round_up(n);
+  return p;
+}
+
+static int *take_i(int *slab, size_t *off, size_t n)
+{
+  int *p = slab ? slab + *off : NULL;
+  *off += round_up(n);
+  return p;
+}
+
+static size_t layer_layout(float *base, size_t N, size_t C, size_t natt, GPTLayerActs *la)
+{
+  GPTLayerActs dummy;
+  size_t       off = 0;
+
+  if (!la) la = &dummy;
+  la->ln1      = take_f(base, &off, N * C);
+  la->ln1_mean = take_f(base, &off, N);
+  la->ln1_rstd = take_f(base, &off, N);
+  la->qkv      = take_f(base, &off, 3 * N * C);
+  la->atty     = take_f(base, &off, N * C);
+  la->att      = take_f(base, &off, natt);
+  la->res2     = take_f(base, &off, N * C);
+  la->ln2      = take_f(base, &off, N * C);
+  la->ln2_mean = take_f(base, &off, N);
+  la->ln2_rstd = take_f(base, &off, N);
+  la->fch      = take_f(base, &off, 4 * N * C);
+  la->fch_gelu = take_f(base, &off, 4 * N * C);
+  la->res3     = take_f(base, &off, N * C);
+  return off;
+}
+
+/* Carves (or, with a == NULL, only counts) the training buffers for (B,T). */
+static void train_layout(const GPTConfig *cfg, int B, int T, float *sf, int *si, GPTActs *a, size_t *nf, size_t *ni)
+{
+  GPTActs dummy;
+  size_t  N = (size_t)B * T, C = cfg->n_embd, V = cfg->vocab_size, L = cfg->n_layer;
+  size_t  natt = (size_t)B * cfg->n_head * T * T, head = cfg->head == GPT_HEAD_LM ? N * V : N;
+  size_t  of = 0, oi = 0;
+
+  if (!a) {
+    a  = &dummy;
+    sf = NULL;
+    si = NULL;
+  }
+  a->tok          = take_i(si, &oi, N);
+  a->pos          = take_i(si, &oi, N);
+  a->target       = take_i(si, &oi, N);
+  a->encoded      = take_f(sf, &of, N * C);
+  a->layer_stride = layer_layout(NULL, N, C, natt, NULL);
+  a->layer_base   = take_f(sf, &of, L * a->layer_stride);
+  a->lnf          = take_f(sf, &of, N * C);
+  a->lnf_mean     = take_f(sf, &of, N);
+  a->lnf_rstd     = take_f(sf, &of, N);
+  a->head_out     = take_f(sf, &of, head);
+  a->lse          = take_f(sf, &of, N);
+  a->logprob      = take_f(sf, &of, N);
+  a->proj         = take_f(sf, &of, N * C);
+  a->dres         = take_f(sf, &of, N * C);
+  a->dA           = take_f(sf, &of, 4 * N * C);
+  a->dB           = take_f(sf, &of, 4 * N * C);
+  a->dhead        = take_f(sf, &of, N);
+  a->dlogits      = cfg->head == GPT_HEAD_LM ? take_f(sf, &of, N * V) : NULL;
+  *nf             = of;
+  *ni             = oi;
+}
+
+static void cached_layout(const GPTConfig *cfg, int N_, float *sf, int *si, GPTActs *a, size_t *nf, size_t *ni)
+{
+  GPTActs dummy;
+  size_t  N = (size_t)N_, C = cfg->n_embd, V = cfg->vocab_size;
+  size_t  of = 0, oi = 0;
+
+  if (!a) {
+    a  = &dummy;
+    sf = NULL;
+    si = NULL;
+  }
+  a->c_tok      = take_i(si, &oi, N);
+  a->c_pos      = take_i(si, &oi, N);
+  a->c_slot     = take_i(si, &oi, N);
+  a->c_x        = take_f(sf, &of, N * C);
+  a->c_ln       = take_f(sf, &of, N * C);
+  a->c_mean     = take_f(sf, &of, N);
+  a->c_rstd     = take_f(sf, &of, N);
+  a->c_qkv      = take_f(sf, &of, 3 * N * C);
+  a->c_atty     = take_f(sf, &of, N * C);
+  a->c_proj     = take_f(sf, &of, N * C);
+  a->c_fch      = take_f(sf, &of, 4 * N * C);
+  a->c_fch_gelu = take_f(sf, &of, 4 * N * C);
+  a->c_out      = take_f(sf, &of, cfg->head == GPT_HEAD_LM ? N * V : N);
+  *nf           = of;
+  *ni           = oi;
+}
+
+/* Grows a slab to at least (nf, ni) elements; contents are not kept. */
+static PetscErrorCode slab_reserve(const Backend *be, GPTSlab *s, size_t nf, size_t ni)
+{
+  PetscFunctionBegin;
+  if (nf > s->cap_f) {
+    if (s->slab_f) PetscCall(be->free(s->slab_f));
+    s->slab_f = NULL;
+    PetscCall(be->alloc(nf * sizeof(float), (void **)&s->slab_f));
+    s->cap_f = nf;
+  }
+  if (ni > s->cap_i) {
+    if (s->slab_i) PetscCall(be->free(s->slab_i));
+    s->slab_i = NULL;
+    PetscCall(be->alloc(ni * sizeof(int), (void **)&s->slab_i));
+    s->cap_i = ni;
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode slab_free(const Backend *be, GPTSlab *s)
+{
+  PetscFunctionBegin;
+  if (s->slab_f) PetscCall(be->free(s->slab_f));
+  if (s->slab_i) PetscCall(be->free(s->slab_i));
+  s->slab_f = NULL;
+  s->slab_i = NULL;
+  s->cap_f = s->cap_i = 0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_acts_create(GPTActs **acts)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscNew(acts));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_acts_destroy(const Backend *be, GPTActs **acts)
+{
+  PetscFunctionBegin;
+  if (!*acts) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(slab_free(be, &(*acts)->train));
+  PetscCall(slab_free(be, &(*acts)->cached));
+  PetscCall(PetscFree(*acts));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+void gpt_acts_train_size(const GPTConfig *cfg, int B, int T, size_t *nf, size_t *ni) { train_layout(cfg, B, T, NULL, NULL, NULL, nf, ni); }
+
+PetscErrorCode gpt_acts_train_resize(GPT *gpt, int B, int T)
+{
+  GPTActs *a = gpt->acts;
+  size_t   nf, ni;
+
+  PetscFunctionBegin;
+  train_layout(&gpt->cfg, B, T, NULL, NULL, NULL, &nf, &ni);
+  PetscCall(slab_reserve(gpt->be, &a->train, nf, ni));
+  train_layout(&gpt->cfg, B, T, a->train.slab_f, a->train.slab_i, a, &nf, &ni);
+  a->B        = B;
+  a->T        = T;
+  a->N        = B * T;
+  a->have_lse = PETSC_FALSE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_acts_cached_resize(GPT *gpt, int N)
+{
+  GPTActs *a = gpt->acts;
+  size_t   nf, ni;
+
+  PetscFunctionBegin;
+  cached_layout(&gpt->cfg, N, NULL, NULL, NULL, &nf, &ni);
+  PetscCall(slab_reserve(gpt->be, &a->cached, nf, ni));
+  cached_layout(&gpt->cfg, N, a->cached.slab_f, a->cached.slab_i, a, &nf, &ni);
+  a->cached_N = N;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+void gpt_acts_layer(const GPT *gpt, int l, GPTLayerActs *la)
+{
+  const GPTActs *a    = gpt->acts;
+  size_t         N    = (size_t)a->N, C = gpt->cfg.n_embd;
+  size_t         natt = (size_t)a->B * gpt->cfg.n_head * a->T * a->T;
+
+  layer_layout(a->layer_base + (size_t)l * a->layer_stride, N, C, natt, la);
+}
+
+/* Bytes of the training activations, gradient scratch included (the
+ * cached-forward buffers are small and allocated only when decoding). */
+size_t gpt_activation_bytes(const GPTConfig *cfg, int B, int T)
+{
+  size_t nf, ni;
+
+  gpt_acts_train_size(cfg, B, T, &nf, &ni);
+  return nf * sizeof(float) + ni * sizeof(int);
+}

@@ -1,0 +1,62 @@
+/* adamw.c: the learning-rate schedule (linear warm-up, then cosine to a floor)
+ * and one AdamW step with global-norm gradient clipping, with the semantics of
+ * torch.optim.AdamW and torch.nn.utils.clip_grad_norm_; plus the FLOP count
+ * used for MFU reports. */
+#include <math.h>
+
+#include "model_impl.h"
+
+PetscReal adamw_lr(const AdamWConfig *opt, int step)
+{
+  PetscReal progress, r = opt->min_lr_ratio;
+
+  if (step < opt->warmup) return opt->lr * (PetscReal)(step + 1) / (PetscReal)opt->warmup;
+  if (opt->decay_steps <= 0) return opt->lr;
+  progress = PetscMin((PetscReal)1, (PetscReal)(step - opt->warmup) / (PetscReal)opt->decay_steps);
+  return opt->lr * (r + (1 - r) * 0.5 * (1 + PetscCosReal(PETSC_PI * progress)));
+}
+
+PetscErrorCode gpt_adamw_step(GPT *gpt, const AdamWConfig *opt, PetscReal *lr_used, PetscReal *grad_norm)
+{
+  const Backend *be = gpt->be;
+  double         ss;
+  PetscReal      norm, lr, gs = 1;
+
+  PetscFunctionBegin;
+  if (!gpt->m || !gpt->v) PetscCall(gpt_optim_init(gpt));
+  PetscCall(be->sumsq(&ss, gpt->grads, gpt->nparams));
+  norm = PetscSqrtReal((PetscReal)ss);
+  /* A non-finite norm is passed through (and reported) rather than silently
+   * turned into a zero scale; the caller decides whether to skip the step. */
+  if (opt->grad_clip > 0 && norm > opt->grad_clip) gs = opt->grad_clip / (norm + 1e-6);
+  lr = adamw_lr(opt, gpt->step);
+  for (int i = 0; i < gpt->ntensors; i++) {
+    const GPTTensor *t  = &gpt->tensors[i];
+    PetscReal        wd = t->decay ? opt->weight_decay : 0;
+
+    PetscCall(be->adamw(gpt->params + t->offset, gpt->grads + t->offset, gpt->m + t->offset, gpt->v + t->offset, t->numel, (float)lr, (float)opt->beta1,
+                        (float)opt->beta2, (float)opt->eps, (float)wd, gpt->step + 1, (float)gs));
+  }
+  gpt->step += 1;
+  if (lr_used) *lr_used = lr;
+  if (grad_norm) *grad_norm = norm;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* FLOPs per token, counting a multiply-add as 2 (the PaLM appendix-B
+ * convention, as in llm.c and nanoGPT):
+ *   forward  = 2 * P_mm + 4 * L * T * C
+ * where P_mm = L * 12 C^2 (c_attn 3C^2, attn.c_proj C^2, c_fc 4C^2,
+ * mlp.c_proj 4C^2) + the head (V*C for the LM head, C for the scalar head) is
+ * the number of weights that take part in a matmul per token, and 4 L T C is
+ * Q.K^T plus att.V over the full (not causally halved) T x T window.
+ * Embeddings, LayerNorms, biases, GELU and softmax are ignored.
+ * training = 3 * forward (the backward costs twice the forward). */
+double gpt_flops_per_token(const GPTConfig *cfg, int T, PetscBool training)
+{
+  double L = cfg->n_layer, C = cfg->n_embd, V = cfg->vocab_size;
+  double p_mm    = L * 12.0 * C * C + (cfg->head == GPT_HEAD_LM ? V * C : C);
+  double forward = 2.0 * p_mm + 4.0 * L * (double)T * C;
+
+  return training ? 3.0 * forward : forward;
+}

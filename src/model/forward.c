@@ -1,0 +1,156 @@
+/* forward.c: the full GPT-2 forward over B sequences of length T (training,
+ * scoring), keeping every activation the backward needs, the two output heads,
+ * and the log-probabilities of given targets. */
+#include "model_impl.h"
+
+/* Host-side guard: an out-of-range token would make the encoder read outside wte. */
+static PetscErrorCode check_tokens(const GPTConfig *cfg, const int *tok, int N)
+{
+  PetscFunctionBegin;
+  for (int n = 0; n < N; n++)
+    PetscCheck(tok[n] >= 0 && tok[n] < cfg->vocab_size, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "token %d at row %d is outside the vocabulary [0,%d)", tok[n], n,
+               cfg->vocab_size);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Positions 0..T-1 in every row, copied to the device. */
+static PetscErrorCode upload_positions(GPT *gpt, int B, int T)
+{
+  int *pos;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1((size_t)B * T, &pos));
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) pos[b * T + t] = t;
+  PetscCall(gpt->be->from_host(gpt->acts->pos, pos, (size_t)B * T * sizeof(int)));
+  PetscCall(PetscFree(pos));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* proj = c_proj(gelu(c_fc(ln_2(x)))); ln/mean/rstd/fch/fch_gelu are kept. The
+ * cached forward shares this half of the block. */
+PetscErrorCode gpt_mlp_forward(const Backend *be, const GPTLayerParams *p, const float *x, float *ln, float *mean, float *rstd, float *fch, float *fch_gelu,
+                               float *proj, int N, int C)
+{
+  PetscFunctionBegin;
+  PetscCall(be->layernorm_forward(ln, mean, rstd, x, p->ln2_w, p->ln2_b, N, C));
+  PetscCall(be->matmul_forward(fch, ln, p->fc_w, p->fc_b, N, C, 4 * C, PETSC_FALSE));
+  PetscCall(be->gelu_forward(fch_gelu, fch, (size_t)N * 4 * C));
+  PetscCall(be->matmul_forward(proj, fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, PETSC_FALSE));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode block_forward(GPT *gpt, int l, const float *x)
+{
+  const Backend *be = gpt->be;
+  GPTActs       *a  = gpt->acts;
+  int            N = a->N, C = gpt->cfg.n_embd;
+  GPTLayerActs   la;
+  GPTLayerParams p;
+
+  PetscFunctionBegin;
+  gpt_acts_layer(gpt, l, &la);
+  gpt_layer_params(gpt, gpt->params, l, &p);
+  PetscCall(be->layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, p.ln1_w, p.ln1_b, N, C));
+  PetscCall(be->matmul_forward(la.qkv, la.ln1, p.attn_w, p.attn_b, N, C, 3 * C, PETSC_FALSE));
+  PetscCall(be->attention_forward(la.atty, la.att, la.qkv, a->B, a->T, C, gpt->cfg.n_head));
+  PetscCall(be->matmul_forward(a->proj, la.atty, p.proj_w, p.proj_b, N, C, C, PETSC_FALSE));
+  PetscCall(be->residual_forward(la.res2, x, a->proj, (size_t)N * C));
+  PetscCall(gpt_mlp_forward(be, &p, la.res2, la.ln2, la.ln2_mean, la.ln2_rstd, la.fch, la.fch_gelu, a->proj, N, C));
+  PetscCall(be->residual_forward(la.res3, la.res2, a->proj, (size_t)N * C));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The residual stream entering layer l (l == n_layer: entering ln_f). */
+const float *gpt_layer_input(const GPT *gpt, int l)
+{
+  GPTLayerActs la;
+
+  if (l == 0) return gpt->acts->encoded;
+  gpt_acts_layer(gpt, l - 1, &la);
+  return la.res3;
+}
+
+/* logits = x . wte^T (tied LM head) or values = x . score^T (scalar head). */
+PetscErrorCode gpt_head_forward(const GPT *gpt, float *out, const float *x, int N)
+{
+  const GPTConfig *cfg = &gpt->cfg;
+
+  PetscFunctionBegin;
+  if (cfg->head == GPT_HEAD_LM) {
+    PetscCall(gpt->be->matmul_forward(out, x, gpt_view(gpt, gpt->params, GPT_T_WTE), NULL, N, cfg->n_embd, cfg->vocab_size, PETSC_TRUE));
+  } else {
+    PetscCall(gpt->be->matmul_forward(out, x, gpt_view(gpt, gpt->params, gpt_tidx_score(cfg)), NULL, N, cfg->n_embd, 1, PETSC_TRUE));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_forward(GPT *gpt, const int *tok, int B, int T)
+{
+  const GPTConfig *cfg = &gpt->cfg;
+  const Backend   *be  = gpt->be;
+  GPTActs         *a;
+  int              N = B * T, C = cfg->n_embd, L = cfg->n_layer;
+
+  PetscFunctionBegin;
+  PetscCheck(B > 0 && T > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_forward: B %d and T %d must be positive", B, T);
+  PetscCheck(T <= cfg->n_positions, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_forward: sequence length %d exceeds n_positions %d", T, cfg->n_positions);
+  PetscCall(check_tokens(cfg, tok, N));
+  PetscCall(gpt_acts_train_resize(gpt, B, T));
+  a = gpt->acts;
+  PetscCall(be->from_host(a->tok, tok, (size_t)N * sizeof(int)));
+  PetscCall(upload_positions(gpt, B, T));
+  PetscCall(be->encoder_forward(a->encoded, a->tok, a->pos, gpt_view(gpt, gpt->params, GPT_T_WTE), gpt_view(gpt, gpt->params, GPT_T_WPE), N, C));
+  for (int l = 0; l < L; l++) PetscCall(block_forward(gpt, l, gpt_layer_input(gpt, l)));
+  PetscCall(be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, gpt_layer_input(gpt, L), gpt_view(gpt, gpt->params, gpt_tidx_lnf_w(cfg)),
+                                  gpt_view(gpt, gpt->params, gpt_tidx_lnf_b(cfg)), N, C));
+  PetscCall(gpt_head_forward(gpt, a->head_out, a->lnf, N));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+const float *gpt_logits(const GPT *gpt) { return gpt->cfg.head == GPT_HEAD_LM ? gpt->acts->head_out : NULL; }
+
+const float *gpt_values(const GPT *gpt) { return gpt->cfg.head == GPT_HEAD_SCALAR ? gpt->acts->head_out : NULL; }
+
+PetscErrorCode gpt_check_forward_done(const GPT *gpt, GPTHead head, const char *fn)
+{
+  PetscFunctionBegin;
+  PetscCheck(gpt->cfg.head == head, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s needs the %s head; this model has the %s head", fn, GPTHeadNames[head],
+             GPTHeadNames[gpt->cfg.head]);
+  PetscCheck(gpt->acts->N > 0, PETSC_COMM_SELF, PETSC_ERR_ORDER, "%s: call gpt_forward first", fn);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Targets to the device; negative ones mean "no target", larger than V is an error. */
+PetscErrorCode gpt_targets_upload(GPT *gpt, const int *target)
+{
+  int N = gpt->acts->N;
+
+  PetscFunctionBegin;
+  for (int n = 0; n < N; n++)
+    PetscCheck(target[n] < gpt->cfg.vocab_size, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "target %d at row %d is outside the vocabulary [0,%d)", target[n], n,
+               gpt->cfg.vocab_size);
+  PetscCall(gpt->be->from_host(gpt->acts->target, target, (size_t)N * sizeof(int)));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_logprobs(GPT *gpt, const int *target, float *logprob)
+{
+  GPTActs *a = gpt->acts;
+
+  PetscFunctionBegin;
+  PetscCall(gpt_check_forward_done(gpt, GPT_HEAD_LM, "gpt_logprobs"));
+  PetscCall(gpt_targets_upload(gpt, target));
+  PetscCall(gpt->be->logprob_forward(a->logprob, a->lse, a->head_out, a->target, a->N, gpt->cfg.vocab_size));
+  PetscCall(gpt->be->to_host(logprob, a->logprob, (size_t)a->N * sizeof(float)));
+  a->have_lse = PETSC_TRUE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_values_get(GPT *gpt, float *values)
+{
+  PetscFunctionBegin;
+  PetscCall(gpt_check_forward_done(gpt, GPT_HEAD_SCALAR, "gpt_values_get"));
+  PetscCall(gpt->be->to_host(values, gpt->acts->head_out, (size_t)gpt->acts->N * sizeof(float)));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

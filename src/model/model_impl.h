@@ -1,0 +1,103 @@
+/* model_impl.h: what the files of src/model share and nobody else sees: the
+ * activation buffers and the helpers that size and carve them. */
+#ifndef RLFUSE_MODEL_IMPL_H
+#define RLFUSE_MODEL_IMPL_H
+
+#include "model.h"
+#include "sys.h"
+
+/* Per-layer views into the training activations (layer l of the last forward). */
+typedef struct {
+  float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
+  float *qkv;                       /* [N,3C] */
+  float *atty;                      /* [N,C] attention output before c_proj */
+  float *att;                       /* [B,NH,T,T] softmax probabilities */
+  float *res2;                      /* [N,C] residual after attention */
+  float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */
+  float *fch, *fch_gelu;            /* [N,4C] */
+  float *res3;                      /* [N,C] residual after the MLP (layer output) */
+} GPTLayerActs;
+
+/* Activations of gpt_forward, kept for the backward, plus the backward's
+ * scratch. Everything lives in one float slab and one int slab that grow
+ * when a larger shape arrives; pointers are re-carved for each (B,T) so the
+ * per-layer stride is always the current N = B*T. */
+typedef struct {
+  size_t cap_f, cap_i;  /* slab capacities (elements) */
+  float *slab_f;
+  int   *slab_i;
+} GPTSlab;
+
+struct GPTActs {
+  int B, T, N; /* shape of the last gpt_forward (0 before the first) */
+
+  GPTSlab train;
+  int    *tok, *pos, *target;     /* device [N] */
+  float  *encoded;                /* [N,C] input of layer 0 */
+  float  *layer_base;             /* start of the per-layer block (L copies) */
+  size_t  layer_stride;           /* floats per layer */
+  float  *lnf, *lnf_mean, *lnf_rstd;
+  float  *head_out;               /* logits [N,V] (LM) or values [N] (scalar) */
+  float  *lse, *logprob;          /* [N], LM head */
+  float  *proj;                   /* [N,C] c_proj output before the residual add */
+  float  *dres;                   /* [N,C] gradient of the residual stream (accumulates) */
+  float  *dA, *dB;                /* [N,4C] gradient scratch, reused inside each layer */
+  float  *dhead;                  /* [N] d loss / d logprob or d value */
+  float  *dlogits;                /* [N,V], LM head */
+  PetscBool have_lse;             /* gpt_logprobs ran after the last forward */
+
+  /* Buffers of gpt_forward_cached, separate so decoding between a forward
+   * and its backward cannot clobber what the backward needs. */
+  GPTSlab cached;
+  int     cached_N;
+  int    *c_tok, *c_pos, *c_slot;
+  float  *c_x, *c_ln, *c_mean, *c_rstd, *c_qkv, *c_atty, *c_proj, *c_fch, *c_fch_gelu, *c_out;
+};
+
+/* acts.c */
+PetscErrorCode gpt_acts_create(GPTActs **acts);
+PetscErrorCode gpt_acts_destroy(const Backend *be, GPTActs **acts);
+PetscErrorCode gpt_acts_train_resize(GPT *gpt, int B, int T);
+PetscErrorCode gpt_acts_cached_resize(GPT *gpt, int N);
+void           gpt_acts_layer(const GPT *gpt, int l, GPTLayerActs *la);
+/* Floats and ints gpt_forward + backward need for (B,T); used for -dry_run. */
+void           gpt_acts_train_size(const GPTConfig *cfg, int B, int T, size_t *nf, size_t *ni);
+
+/* params.c: a view of tensor `i` in a flat buffer (params, grads, m, v). */
+static inline float *gpt_view(const GPT *gpt, float *flat, int i) { return flat + gpt->tensors[i].offset; }
+
+/* Indices of the per-layer tensors inside the table, in HF order. */
+enum {
+  GPT_T_LN1_W, GPT_T_LN1_B, GPT_T_ATTN_W, GPT_T_ATTN_B, GPT_T_PROJ_W, GPT_T_PROJ_B,
+  GPT_T_LN2_W, GPT_T_LN2_B, GPT_T_FC_W, GPT_T_FC_B, GPT_T_FCPROJ_W, GPT_T_FCPROJ_B,
+  GPT_T_PER_LAYER
+};
+#define GPT_T_WTE 0
+#define GPT_T_WPE 1
+static inline int gpt_tidx_layer(int l, int which) { return 2 + l * GPT_T_PER_LAYER + which; }
+static inline int gpt_tidx_lnf_w(const GPTConfig *c) { return 2 + c->n_layer * GPT_T_PER_LAYER; }
+static inline int gpt_tidx_lnf_b(const GPTConfig *c) { return 3 + c->n_layer * GPT_T_PER_LAYER; }
+static inline int gpt_tidx_score(const GPTConfig *c) { return 4 + c->n_layer * GPT_T_PER_LAYER; }
+
+/* Parameter (or gradient) pointers of one layer. */
+typedef struct {
+  float *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
+  float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+} GPTLayerParams;
+
+static inline void gpt_layer_params(const GPT *gpt, float *flat, int l, GPTLayerParams *p)
+{
+  float **f[GPT_T_PER_LAYER] = {&p->ln1_w, &p->ln1_b, &p->attn_w, &p->attn_b, &p->proj_w, &p->proj_b,
+                                &p->ln2_w, &p->ln2_b, &p->fc_w,   &p->fc_b,   &p->fcproj_w, &p->fcproj_b};
+  for (int k = 0; k < GPT_T_PER_LAYER; k++) *f[k] = gpt_view(gpt, flat, gpt_tidx_layer(l, k));
+}
+
+/* forward.c */
+PetscErrorCode gpt_mlp_forward(const Backend *be, const GPTLayerParams *p, const float *x, float *ln, float *mean, float *rstd, float *fch, float *fch_gelu,
+                               float *proj, int N, int C);
+PetscErrorCode gpt_head_forward(const GPT *gpt, float *out, const float *x, int N);
+const float   *gpt_layer_input(const GPT *gpt, int l);
+PetscErrorCode gpt_check_forward_done(const GPT *gpt, GPTHead head, const char *fn);
+PetscErrorCode gpt_targets_upload(GPT *gpt, const int *target);
+
+#endif

@@ -1,0 +1,77 @@
+/* Demonstrations for supervised training: the built-in task's stream or a
+ * dataset file, read in an order that is a pure function of (seed, epoch), so
+ * a restarted run sees exactly the samples an uninterrupted run would. */
+#include "rl.h"
+#include <inttypes.h>
+
+PetscErrorCode demo_source_setup(MPI_Comm comm, const char *path, const SortTask *task, uint64_t seed, DemoSource *src)
+{
+  PetscBool builtin;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(src, sizeof *src));
+  PetscCall(PetscStrcmp(path, "builtin", &builtin));
+  src->builtin    = builtin;
+  src->task       = *task;
+  src->seed       = seed;
+  src->perm_epoch = -1;
+  PetscCall(PetscStrncpy(src->path, path, sizeof src->path));
+  if (!builtin) {
+    PetscCall(data_read(comm, path, &src->file));
+    PetscCheck(src->file.N > 0, comm, PETSC_ERR_FILE_UNEXPECTED, "data file %s holds no samples", path);
+    PetscCall(PetscMalloc1(src->file.N, &src->perm));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode demo_source_destroy(DemoSource *src)
+{
+  PetscFunctionBegin;
+  if (!src->builtin) PetscCall(data_free(&src->file));
+  PetscCall(PetscFree(src->perm));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+int demo_source_max_len(const DemoSource *src)
+{
+  int m = 0;
+  if (src->builtin) return 2 * (int)src->task.len_max + 3;
+  for (int i = 0; i < src->file.N; i++) m = src->file.lengths[i] > m ? src->file.lengths[i] : m;
+  return m;
+}
+
+/* Fisher-Yates shuffle of the file's rows, keyed by (seed, epoch). */
+static void demo_shuffle(DemoSource *src, int64_t epoch)
+{
+  int N = src->file.N;
+  for (int i = 0; i < N; i++) src->perm[i] = i;
+  for (int i = N - 1; i > 0; i--) {
+    int j         = (int)(rng_u32(src->seed, 0xDA7Au, (uint32_t)epoch, (uint32_t)i, 0) % (uint32_t)(i + 1));
+    int t         = src->perm[i];
+    src->perm[i]  = src->perm[j];
+    src->perm[j]  = t;
+  }
+  src->perm_epoch = epoch;
+}
+
+PetscErrorCode demo_source_get(DemoSource *src, uint64_t pos, int T1, int *tok, int *len, int *prompt_len)
+{
+  PetscFunctionBegin;
+  if (src->builtin) {
+    int room = 2 * (int)src->task.len_max + 3, buf[2 * 1024 + 3];
+    PetscCheck(room <= (int)(sizeof buf / sizeof buf[0]), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-task_len_max %" PetscInt_FMT " is too large (at most 1024)", src->task.len_max);
+    *len = task_demo(&src->task, TASK_SPLIT_TRAIN, pos, buf, prompt_len);
+    PetscCheck(*len <= T1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "built-in sample %" PRIu64 " has %d tokens, more than the %d the sequence length allows", pos, *len, T1);
+    PetscCall(PetscArraycpy(tok, buf, *len));
+  } else {
+    int64_t epoch = (int64_t)(pos / (uint64_t)src->file.N);
+    int     row, T = src->file.T;
+    if (epoch != src->perm_epoch) demo_shuffle(src, epoch);
+    row         = src->perm[pos % (uint64_t)src->file.N];
+    *len        = src->file.lengths[row];
+    *prompt_len = src->file.prompt_lengths ? src->file.prompt_lengths[row] : 0;
+    PetscCheck(*len <= T1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "data file %s: row %d has %d tokens, more than the model's context allows (%d)", src->path, row, *len, T1);
+    PetscCall(PetscArraycpy(tok, src->file.tokens + (size_t)row * T, *len));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

@@ -1,0 +1,44 @@
+/* Error reporting: one line per error, naming the rank and the place, and a
+ * job exit that never leaves other ranks hanging. */
+#include "sys.h"
+#include <stdio.h>
+#include <stdlib.h>
+
+static PetscBool sys_error_collective = PETSC_TRUE;
+
+static PetscErrorCode sys_error_print(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n, PetscErrorType p, const char *mess, void *ctx)
+{
+  int rank = 0, world = 1;
+
+  /* Only the first report of an error: PETSc calls again for each frame. */
+  if (p != PETSC_ERROR_INITIAL) return n;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (comm == MPI_COMM_SELF || comm == PETSC_COMM_SELF) sys_error_collective = PETSC_FALSE;
+  else {
+    int ncomm = 1;
+    MPI_Comm_size(comm, &ncomm);
+    sys_error_collective = ncomm == world ? PETSC_TRUE : PETSC_FALSE;
+  }
+  if (sys_error_collective && rank != 0) return n;
+  if (world > 1) fprintf(stderr, "rlfuse: error: %s [rank %d, %s:%d %s]\n", mess ? mess : "(no message)", rank, file, line, fun);
+  else fprintf(stderr, "rlfuse: error: %s [%s:%d %s]\n", mess ? mess : "(no message)", file, line, fun);
+  fflush(stderr);
+  return n;
+}
+
+PetscErrorCode sys_error_handler_install(void)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscPushErrorHandler(sys_error_print, NULL));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+void sys_error_exit(PetscErrorCode ierr)
+{
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world > 1 && !sys_error_collective) MPI_Abort(MPI_COMM_WORLD, (int)ierr);
+  PetscFinalize();
+  exit(1);
+}

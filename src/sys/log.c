@@ -1,0 +1,22 @@
+/* PETSc log stages and events for each phase, so -log_view reports them with
+ * min/max/ratio across ranks. */
+#include "sys.h"
+
+SysLog sys_log;
+
+PetscErrorCode sys_log_register(void)
+{
+  PetscClassId cls;
+
+  PetscFunctionBegin;
+  PetscCall(PetscClassIdRegister("rlfuse", &cls));
+  PetscCall(PetscLogStageRegister("SFT", &sys_log.sft));
+  PetscCall(PetscLogStageRegister("Score", &sys_log.score));
+  PetscCall(PetscLogEventRegister("Data", cls, &sys_log.data));
+  PetscCall(PetscLogEventRegister("Forward", cls, &sys_log.forward));
+  PetscCall(PetscLogEventRegister("Backward", cls, &sys_log.backward));
+  PetscCall(PetscLogEventRegister("Optimizer", cls, &sys_log.optimizer));
+  PetscCall(PetscLogEventRegister("CkptWrite", cls, &sys_log.ckpt_write));
+  PetscCall(PetscLogEventRegister("CkptRead", cls, &sys_log.ckpt_read));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

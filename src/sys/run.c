@@ -1,0 +1,69 @@
+/* The run context (rank, threads, seed, output directory) and small helpers
+ * for paths and sizes. */
+#include "sys.h"
+#include <errno.h>
+#include <omp.h>
+#include <string.h>
+#include <sys/stat.h>
+
+double sys_wtime(void) { return MPI_Wtime(); }
+
+PetscErrorCode sys_run_setup(MPI_Comm comm, RunCtx *run)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(run, sizeof *run));
+  run->comm = comm;
+  PetscCallMPI(MPI_Comm_rank(comm, &run->rank));
+  PetscCallMPI(MPI_Comm_size(comm, &run->size));
+  run->nthreads = omp_get_max_threads();
+  run->seed     = 1234;
+  PetscCall(PetscStrncpy(run->output_dir, "out", sizeof run->output_dir));
+  PetscOptionsBegin(comm, NULL, "Run options", NULL);
+  RfOptInt("-seed", "Random seed: every draw is keyed by (seed, iteration, sample, position)", 1234, &run->seed);
+  RfOptString("-output_dir", "Directory for run.h5, checkpoints and other outputs", run->output_dir, sizeof run->output_dir);
+  RfOptBool("-dry_run", "Check the deck and the memory it needs, then exit", PETSC_FALSE, &run->dry_run);
+  PetscOptionsEnd();
+  PetscCheck(run->seed >= 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "-seed %" PetscInt_FMT " must be non-negative", run->seed);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sys_mkdir_p(const char *dir)
+{
+  char path[PETSC_MAX_PATH_LEN];
+
+  PetscFunctionBegin;
+  PetscCall(PetscStrncpy(path, dir, sizeof path));
+  for (char *p = path + 1;; p++) {
+    if (*p == '/' || *p == '\0') {
+      char c = *p;
+      *p     = '\0';
+      if (mkdir(path, 0777) != 0) PetscCheck(errno == EEXIST, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "cannot create directory %s: %s", path, strerror(errno));
+      *p = c;
+      if (c == '\0') break;
+    }
+  }
+  {
+    struct stat st;
+    PetscCheck(stat(dir, &st) == 0 && S_ISDIR(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "output directory %s exists and is not a directory", dir);
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sys_output_path(const RunCtx *run, const char *name, char *path, size_t len)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscSNPrintf(path, len, "%s/%s", run->output_dir, name));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+const char *sys_bytes_str(double bytes, char *buf, size_t len)
+{
+  const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int         u      = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    u++;
+  }
+  snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", bytes, unit[u]);
+  return buf;
+}

@@ -1,0 +1,33 @@
+/* cpu backend: the ops table. The kernels live in cpu_*.c. */
+#include "cpu_ops.h"
+
+static const Backend cpu_backend = {
+  .name                = "cpu",
+  .alloc               = cpu_alloc,
+  .free                = cpu_free,
+  .to_host             = cpu_memcpy,
+  .from_host           = cpu_memcpy,
+  .copy                = cpu_memcpy,
+  .zero                = cpu_zero,
+  .sync                = cpu_sync,
+  .encoder_forward     = cpu_encoder_forward,
+  .encoder_backward    = cpu_encoder_backward,
+  .layernorm_forward   = cpu_layernorm_forward,
+  .layernorm_backward  = cpu_layernorm_backward,
+  .matmul_forward      = cpu_matmul_forward,
+  .matmul_backward     = cpu_matmul_backward,
+  .attention_forward   = cpu_attention_forward,
+  .attention_backward  = cpu_attention_backward,
+  .attention_cached    = cpu_attention_cached,
+  .gelu_forward        = cpu_gelu_forward,
+  .gelu_backward       = cpu_gelu_backward,
+  .residual_forward    = cpu_residual_forward,
+  .axpy                = cpu_axpy,
+  .scale               = cpu_scale,
+  .logprob_forward     = cpu_logprob_forward,
+  .logprob_backward    = cpu_logprob_backward,
+  .sumsq               = cpu_sumsq,
+  .adamw               = cpu_adamw,
+};
+
+const Backend *backend_cpu(void) { return &cpu_backend; }

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# `make bench`: CPU throughput of rlfuse's GPT against PyTorch on the same
+# shapes, thread counts and machine. Prints machine-readable lines; the
+# results are kept in docs/benchmarks.md.
+set -u
+cd "$(dirname "$0")/.."
+BIN=${BIN:-bin}; PYTHON=${PYTHON:-/usr/bin/python3}
+echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(date -u +%Y-%m-%d)"
+echo "# rlfuse $(git rev-parse --short HEAD 2>/dev/null)"
+have_torch=0; "$PYTHON" -c "import torch" 2>/dev/null && have_torch=1
+for threads in 1 $(nproc); do
+  for size in 1M:128 10M:256; do
+    s=${size%%:*}; T=${size##*:}
+    OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads "$BIN/bench_model" -size $s -B 8 -T $T -iters 10
+    if [ $have_torch = 1 ]; then
+      OMP_NUM_THREADS=$threads "$PYTHON" tools/bench_torch.py --size $s --B 8 --T $T --threads $threads --iters 10
+    fi
+  done
+done
+[ $have_torch = 1 ] || echo "# PyTorch not found (apt-get install python3-torch) - only rlfuse measured"

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Installs what rlfuse needs on a Debian machine, idempotently:
+# Debian packages (MPICH, parallel HDF5, OpenBLAS, Python for tools/) and
+# PETSc 3.18 built against MPICH from Debian's own source package, cached
+# outside the repository. An existing PETSC_DIR (cluster module) is honoured.
+#
+# Usage: tools/deps.sh            install what is missing
+#        tools/deps.sh --check    exit 0 if everything is present, 1 if not
+#        tools/deps.sh --petsc-dir print the PETSc prefix that will be used
+set -euo pipefail
+
+PKGS="mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libopenblas-dev
+      python3-numpy python3-h5py python3-matplotlib pkg-config"
+CACHE="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}"
+PETSC_PREFIX="$CACHE/petsc-3.18-mpich"
+
+say() { echo "[deps] $*"; }
+sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+petsc_dir() {
+  if [ -n "${PETSC_DIR:-}" ]; then
+    if [ -n "${PETSC_ARCH:-}" ]; then echo "$PETSC_DIR/$PETSC_ARCH"; else echo "$PETSC_DIR"; fi
+  else
+    echo "$PETSC_PREFIX"
+  fi
+}
+
+missing_pkgs() {
+  local p out=""
+  for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || out="$out $p"
+  done
+  echo "$out"
+}
+
+petsc_ok() {
+  local d; d=$(petsc_dir)
+  [ -f "$d/include/petscconf.h" ] || return 1
+  [ -n "${PETSC_DIR:-}" ] && return 0   # a cluster module: trust its layout
+  [ -f "$d/lib/libpetsc.so" ]
+}
+
+install_pkgs() {
+  local miss; miss=$(missing_pkgs)
+  [ -z "$miss" ] && { say "Debian packages present"; return; }
+  say "installing:$miss"
+  export DEBIAN_FRONTEND=noninteractive
+  sudo_ apt-get update -qq
+  # shellcheck disable=SC2086
+  sudo_ apt-get install -y -qq --no-install-recommends $miss
+}
+
+build_petsc() {
+  if petsc_ok; then say "PETSc at $(petsc_dir)"; return; fi
+  [ -n "${PETSC_DIR:-}" ] && { echo "[deps] error: PETSC_DIR=$PETSC_DIR has no include/petscconf.h (PETSC_ARCH=${PETSC_ARCH:-unset})" >&2; exit 1; }
+  say "building PETSc 3.18 against MPICH into $PETSC_PREFIX (about 4 minutes on 2 cores)"
+  export DEBIAN_FRONTEND=noninteractive
+  dpkg-query -W -f='${Status}' dpkg-dev 2>/dev/null | grep -q "install ok installed" ||
+    sudo_ apt-get install -y -qq --no-install-recommends dpkg-dev python3 make
+  local work="$CACHE/build"; rm -rf "$work"; mkdir -p "$work/lists/partial"
+  # A deb-src entry given to this apt call only; the system's sources stay untouched.
+  printf 'deb-src http://deb.debian.org/debian bookworm main\n' >"$work/src.list"
+  local o=(-o APT::Sandbox::User=root -o "Dir::Etc::SourceList=$work/src.list" -o "Dir::Etc::SourceParts=-" -o "Dir::State::Lists=$work/lists")
+  apt-get "${o[@]}" update -qq
+  (cd "$work" && apt-get "${o[@]}" source -qq petsc >/dev/null)
+  local src; src=$(find "$work" -maxdepth 1 -type d -name 'petsc-3.18*' | head -1)
+  [ -d "$src" ] || { echo "[deps] error: apt-get source petsc gave no petsc-3.18 tree in $work" >&2; exit 1; }
+  cd "$src"
+  # Debian's mpicc may point at OpenMPI: name MPICH's wrapper explicitly.
+  local cc=mpicc.mpich; command -v $cc >/dev/null || cc=mpicc
+  unset PETSC_DIR PETSC_ARCH
+  PETSC_ARCH=arch-rlfuse python3 ./configure --prefix="$PETSC_PREFIX" --with-cc="$cc" --with-cxx=0 --with-fc=0 \
+    --with-debugging=0 --with-x=0 --with-shared-libraries=1 \
+    --with-blaslapack-lib="-lopenblas" COPTFLAGS=-O2 >"$work/configure.log" 2>&1 ||
+    { tail -30 "$work/configure.log" >&2; exit 1; }
+  make PETSC_DIR="$src" PETSC_ARCH=arch-rlfuse -j"$(nproc)" all >"$work/make.log" 2>&1 ||
+    { tail -30 "$work/make.log" >&2; exit 1; }
+  make PETSC_DIR="$src" PETSC_ARCH=arch-rlfuse install >"$work/install.log" 2>&1 ||
+    { tail -30 "$work/install.log" >&2; exit 1; }
+  cd /; rm -rf "$work"
+  say "PETSc installed at $PETSC_PREFIX"
+}
+
+case "${1:-}" in
+  --check) [ -z "$(missing_pkgs)" ] && petsc_ok && exit 0; exit 1 ;;
+  --petsc-dir) petsc_dir; exit 0 ;;
+  "") install_pkgs; build_petsc ;;
+  *) echo "usage: tools/deps.sh [--check|--petsc-dir]" >&2; exit 2 ;;
+esac
