@@ -477,6 +477,20 @@ static PetscErrorCode test_tensor_table(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* GPT-2 small at T = 1024: P_mm = 12*12*768^2 + 50257*768 = 123532032;
+ * forward = 2 P_mm + 4*12*1024*768 = 284812800; training = 3x. */
+static PetscErrorCode test_flops(void)
+{
+  GPTConfig cfg = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .n_positions = 1024, .head = GPT_HEAD_LM};
+  double    f = gpt_flops_per_token(&cfg, 1024, PETSC_FALSE), t = gpt_flops_per_token(&cfg, 1024, PETSC_TRUE);
+  char      detail[128];
+
+  PetscFunctionBegin;
+  PetscCall(PetscSNPrintf(detail, sizeof detail, "forward %.0f, training %.0f FLOP/token", f, t));
+  report("FLOPs per token of GPT-2 small by hand", f == 284812800.0 && t == 3 * 284812800.0 ? PETSC_TRUE : PETSC_FALSE, detail);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static double tensor_std(const GPT *gpt, const float *p, const char *name)
 {
   const GPTTensor *t = &gpt->tensors[gpt_find_tensor(gpt, name)];
@@ -540,6 +554,7 @@ int main(int argc, char **argv)
   PetscCall(test_lr_schedule());
   PetscCall(test_config_check());
   PetscCall(test_tensor_table());
+  PetscCall(test_flops());
   PetscCall(test_init(be));
   printf("%d passed, %d failed\n", npass, nfail);
   PetscCall(PetscFinalize());

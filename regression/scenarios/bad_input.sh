@@ -35,8 +35,10 @@ expect "missing deck"               "input/nope.deck"              -options_file
 expect "unknown option"             "-sft_stepz"                   -options_file $deck -sft_stepz 10
 expect "non-numeric value"          "-sft_steps.*'ten'"            -options_file $deck -sft_steps ten
 expect "non-numeric real"           "-policy_lr.*'fast'"           -options_file $deck -policy_lr fast
-expect "n_embd not divisible"       "-policy_n_embd 30.*-policy_n_head" -options_file $deck -policy_n_embd 30
+expect "n_embd not divisible"       "-policy_n_embd 33.*-policy_n_head" -options_file $deck -policy_n_embd 33
 expect "unknown mode"               "-mode"                        -options_file $deck -mode dance
+expect "mode not yet available"     "-mode ppo"                    -options_file $deck -mode ppo
+expect "option of another mode"     "-score_batch"                 -options_file $deck -score_batch 4
 expect "missing checkpoint"         "nope.h5"                      -options_file $deck -restart $d/nope.h5
 expect "truncated checkpoint"       "truncated.h5"                 -options_file $deck -restart $d/truncated.h5
 expect "corrupt checkpoint"         "text.h5"                      -options_file $deck -init_checkpoint $d/text.h5

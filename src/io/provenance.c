@@ -93,7 +93,7 @@ static PetscErrorCode prov_write_versions(hid_t g)
 PetscErrorCode io_provenance_write(hid_t g, const RunCtx *run, const char *mode)
 {
   char  buf[256];
-  char *cmd;
+  char *cmd = NULL;
 
   PetscFunctionBegin;
   PetscCall(prov_write_versions(g));

@@ -1,0 +1,213 @@
+/* io: token datasets (prompts, SFT and preference data, rollouts saved for
+ * inspection) and plain float matrices (score outputs). Rank 0 reads and
+ * validates, then broadcasts; a bad file is one error naming the file and,
+ * for a bad value, its row and column. Layout: docs/formats.md. */
+#include "h5util.h"
+
+#include <string.h>
+
+/* The checks data_read applies to a file, and data_write to what it writes. */
+static PetscErrorCode data_validate(const char *path, const TokenData *d)
+{
+  PetscFunctionBegin;
+  PetscCheck(d->N >= 0 && d->T > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "data file %s: /tokens has shape [%d,%d], expected at least one column", path, d->N, d->T);
+  PetscCheck(d->vocab_size > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "data file %s: vocab_size %d must be positive", path, d->vocab_size);
+  for (int i = 0; i < d->N; i++) {
+    int len = d->lengths[i];
+
+    PetscCheck(len >= 1 && len <= d->T, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "data file %s: /lengths[%d] = %d, expected 1..%d (the width of /tokens)", path, i, len, d->T);
+    PetscCheck(!d->prompt_lengths || (d->prompt_lengths[i] >= 0 && d->prompt_lengths[i] <= len), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "data file %s: /prompt_lengths[%d] = %d, expected 0..%d (/lengths[%d])", path, i,
+               d->prompt_lengths ? d->prompt_lengths[i] : 0, len, i);
+    for (int t = 0; t < d->T; t++) {
+      int tok = d->tokens[(size_t)i * d->T + t];
+
+      PetscCheck(tok >= 0 && tok < d->vocab_size, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "data file %s: /tokens[%d,%d] = %d is outside [0, vocab_size=%d)", path, i, t, tok, d->vocab_size);
+    }
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- reading ------------------------------------------------------------- */
+typedef struct {
+  const char *path;
+  TokenData  *d;
+} DataCtx;
+
+/* An integer vector of length n; HDF5 converts any integer width to int
+ * (values beyond int's range saturate, and then fail validation). */
+static PetscErrorCode data_read_vector(hid_t file, const char *where, const char *name, int n, int **v)
+{
+  hsize_t dims[1] = {(hsize_t)n};
+  char    full[64];
+  hid_t   dset;
+
+  PetscFunctionBegin;
+  PetscCall(PetscSNPrintf(full, sizeof full, "/%s", name));
+  PetscCall(h5u_dataset_open(file, where, full, name, H5T_INTEGER, 0, 1, dims, &dset));
+  PetscCheck(dims[0] == (hsize_t)n, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has %llu entries, expected %d (the rows of /tokens)", where, full, (unsigned long long)dims[0], n);
+  PetscCall(PetscMalloc1(n + 1, v));
+  if (n) PetscCall(h5u_dataset_read(dset, where, full, H5T_NATIVE_INT, *v));
+  PetscCall(h5u_close(&dset));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode data_read_file(hid_t file, void *vctx)
+{
+  DataCtx   *ctx = (DataCtx *)vctx;
+  TokenData *d   = ctx->d;
+  char       where[PETSC_MAX_PATH_LEN + 16];
+  hsize_t    dims[2] = {0, 0};
+  hid_t      dset;
+  int64_t    vocab;
+
+  PetscFunctionBegin;
+  PetscCall(PetscSNPrintf(where, sizeof where, "data file %s", ctx->path));
+  PetscCall(h5u_dataset_open(file, where, "/tokens", "tokens", H5T_INTEGER, 0, 2, dims, &dset));
+  PetscCheck(dims[0] < INT32_MAX && dims[1] < INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokens is too large", where);
+  d->N = (int)dims[0];
+  d->T = (int)dims[1];
+  PetscCall(PetscMalloc1((size_t)d->N * d->T + 1, &d->tokens));
+  if (d->N && d->T) PetscCall(h5u_dataset_read(dset, where, "/tokens", H5T_NATIVE_INT, d->tokens));
+  PetscCall(h5u_close(&dset));
+  PetscCall(h5u_attr_read_int(file, where, "vocab_size", &vocab));
+  PetscCheck(vocab > 0 && vocab < INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: vocab_size %lld must be positive", where, (long long)vocab);
+  d->vocab_size = (int)vocab;
+  PetscCall(data_read_vector(file, where, "lengths", d->N, &d->lengths));
+  if (H5Lexists(file, "prompt_lengths", H5P_DEFAULT) > 0) PetscCall(data_read_vector(file, where, "prompt_lengths", d->N, &d->prompt_lengths));
+  PetscCall(data_validate(ctx->path, d));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode data_read_task(void *vctx)
+{
+  DataCtx *ctx = (DataCtx *)vctx;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_read_file("data file", ctx->path, data_read_file, ctx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode data_bcast(MPI_Comm comm, TokenData *d)
+{
+  PetscMPIInt rank;
+  int         hdr[4] = {d->N, d->T, d->vocab_size, d->prompt_lengths != NULL};
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_rank(comm, &rank));
+  PetscCallMPI(MPI_Bcast(hdr, 4, MPI_INT, 0, comm));
+  if (rank) {
+    d->N          = hdr[0];
+    d->T          = hdr[1];
+    d->vocab_size = hdr[2];
+    PetscCall(PetscMalloc1((size_t)d->N * d->T + 1, &d->tokens));
+    PetscCall(PetscMalloc1(d->N + 1, &d->lengths));
+    if (hdr[3]) PetscCall(PetscMalloc1(d->N + 1, &d->prompt_lengths));
+  }
+  PetscCall(h5u_bcast(d->tokens, (size_t)d->N * d->T, MPI_INT, comm));
+  PetscCall(h5u_bcast(d->lengths, (size_t)d->N, MPI_INT, comm));
+  if (hdr[3]) PetscCall(h5u_bcast(d->prompt_lengths, (size_t)d->N, MPI_INT, comm));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode data_read(MPI_Comm comm, const char *path, TokenData *d)
+{
+  DataCtx        ctx = {path, d};
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(d, sizeof *d));
+  ierr = h5u_rank0(comm, data_read_task, &ctx);
+  if (ierr) PetscCall(data_free(d));
+  PetscCall(ierr);
+  PetscCall(data_bcast(comm, d));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode data_free(TokenData *d)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscFree(d->tokens));
+  PetscCall(PetscFree(d->lengths));
+  PetscCall(PetscFree(d->prompt_lengths));
+  d->N = d->T = 0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- writing ------------------------------------------------------------- */
+typedef struct {
+  const char      *path, *task;
+  const TokenData *d;
+} DataWriteCtx;
+
+static PetscErrorCode data_fill(hid_t file, void *vctx)
+{
+  DataWriteCtx    *ctx     = (DataWriteCtx *)vctx;
+  const TokenData *d       = ctx->d;
+  hsize_t          dims[2] = {(hsize_t)d->N, (hsize_t)d->T};
+
+  PetscFunctionBegin;
+  PetscCall(h5u_dataset_write(file, "tokens", H5T_STD_I32LE, H5T_NATIVE_INT, 2, dims, d->tokens));
+  PetscCall(h5u_dataset_write(file, "lengths", H5T_STD_I32LE, H5T_NATIVE_INT, 1, dims, d->lengths));
+  if (d->prompt_lengths) PetscCall(h5u_dataset_write(file, "prompt_lengths", H5T_STD_I32LE, H5T_NATIVE_INT, 1, dims, d->prompt_lengths));
+  PetscCall(h5u_attr_write_int(file, "vocab_size", H5T_STD_I32LE, d->vocab_size));
+  PetscCall(h5u_attr_write_string(file, "task", ctx->task ? ctx->task : ""));
+  PetscCall(h5u_write_version(file));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode data_write_task(void *vctx)
+{
+  DataWriteCtx *ctx = (DataWriteCtx *)vctx;
+
+  PetscFunctionBegin;
+  PetscCall(data_validate(ctx->path, ctx->d));
+  PetscCall(h5u_write_atomic("data file", ctx->path, data_fill, ctx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Validated first: a file this writes is one data_read accepts. */
+PetscErrorCode data_write(MPI_Comm comm, const char *path, const TokenData *d, const char *task)
+{
+  DataWriteCtx ctx = {path, task, d};
+
+  PetscFunctionBegin;
+  PetscCall(h5u_rank0(comm, data_write_task, &ctx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  const char  *path, *name;
+  const float *x;
+  int          rows, cols;
+} MatrixCtx;
+
+static PetscErrorCode matrix_fill(hid_t file, void *vctx)
+{
+  MatrixCtx *ctx     = (MatrixCtx *)vctx;
+  hsize_t    dims[2] = {(hsize_t)ctx->rows, (hsize_t)ctx->cols};
+
+  PetscFunctionBegin;
+  PetscCall(h5u_dataset_write(file, ctx->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, dims, ctx->x));
+  PetscCall(h5u_write_version(file));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode matrix_write_task(void *vctx)
+{
+  MatrixCtx *ctx = (MatrixCtx *)vctx;
+
+  PetscFunctionBegin;
+  PetscCheck(ctx->rows >= 0 && ctx->cols >= 0 && ctx->name && ctx->name[0] && !strchr(ctx->name, '/'), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "output %s: bad matrix name or shape", ctx->path);
+  PetscCall(h5u_write_atomic("output", ctx->path, matrix_fill, ctx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* x is read on rank 0 only. */
+PetscErrorCode io_write_matrix(MPI_Comm comm, const char *path, const char *name, const float *x, int rows, int cols)
+{
+  MatrixCtx ctx = {path, name, x, rows, cols};
+
+  PetscFunctionBegin;
+  PetscCall(h5u_rank0(comm, matrix_write_task, &ctx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
