@@ -20,19 +20,23 @@
  * ~2.5e-6 * max|ref|; rtol = ATOL_FRAC = 1e-5 leaves a margin of 4 or more and
  * still catches any real bug (a wrong term moves results by >= 1e-3).
  *
- * AdamW amplifies one kind of rounding difference: its step is
- * lr * m_hat / (sqrt(v_hat) + eps), so an element whose gradients are as
- * small as their own rounding error (|g| <~ dg, dg = ATOL_FRAC * max|grad| of
- * its tensor, the gradient agreement demanded above) gets an update whose size
- * and sign are implementation-defined. Such elements exist: the key part
- * (elements C..2C) of every attn.c_attn.bias has an identically zero gradient
- * in exact arithmetic (softmax ignores the per-query constant q.b_k), and a
- * few weights have |g| ~ eps by chance. So each parameter's tolerance after
- * AdamW is widened by 2 * sum_s lr_s * min(1, dg / (sqrt(v_hat) + eps)), v_hat
- * from the reference second moment: up to lr per step on each side where the
- * direction is noise (for t <= 5 steps with these betas |m_hat/sqrt(v_hat)|
- * <= 1), and a negligible ~lr*1e-4 where the gradient is well resolved. The
- * moments m and v themselves are linear/quadratic in g and checked tightly. */
+ * AdamW amplifies one kind of rounding difference: its first step is
+ * lr * g / (|g| + eps), so an element whose gradient is no larger than its own
+ * rounding error gets an update of implementation-defined size and sign. The
+ * key part (elements C..2C) of every attn.c_attn.bias is such an element: its
+ * gradient is identically zero in exact arithmetic (softmax ignores the
+ * per-query constant q.b_k), so in float32 it is rounding noise (~1e-9) and
+ * its value after AdamW differs between any two implementations (golden.py
+ * measures up to ~1e-3 between float32 and float64). It cannot influence
+ * anything else, for the same reason. golden.py picks seeds where no other
+ * element has a nonzero gradient below `unresolved` (1e-6) times its tensor's
+ * max|g| (asserted there; one such weight, |g| ~ 7e-9 ~ eps, made this test
+ * fail by 3e-5 with an earlier seed). Elements below that threshold (the
+ * key-bias slice, exact zeros) are checked after AdamW against 2 * sum_s lr_s
+ * only: for t <= 5 steps with these betas |m_hat / sqrt(v_hat)| <= 1, so each
+ * side moves them by at most lr_s per step (biases have no weight decay).
+ * The moments m and v after the last step are checked with the usual
+ * tolerance. */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -64,15 +68,17 @@ typedef struct {
  * failure names the failing element with the largest error. */
 static void check_ex(Tally *t, const char *name, const float *x, const float *ref, const float *extra, size_t n, double rtol, double atol, const char *hint)
 {
-  double refmax = 0, maxerr = 0, bad_err = -1;
-  size_t ibad = 0, nbad = 0;
+  double refmax = 0, maxerr = 0, maxerr_wide = 0, wide = 0, bad_err = -1;
+  size_t ibad = 0, nbad = 0, nwide = 0;
 
   for (size_t i = 0; i < n; i++) refmax = fmax(refmax, fabs((double)ref[i]));
   if (atol < 0) atol = ATOL_FRAC * refmax;
   for (size_t i = 0; i < n; i++) {
     double err = fabs((double)x[i] - (double)ref[i]);
-    if (err <= atol + (extra ? extra[i] : 0.0) + rtol * fabs((double)ref[i])) {
-      maxerr = fmax(maxerr, err);
+    double ex  = extra ? extra[i] : 0.0;
+    if (err <= atol + ex + rtol * fabs((double)ref[i])) {
+      if (ex > 0) nwide++, maxerr_wide = fmax(maxerr_wide, err), wide = fmax(wide, ex);
+      else maxerr = fmax(maxerr, err);
       continue;
     }
     nbad++; /* NaN lands here too */
@@ -82,7 +88,9 @@ static void check_ex(Tally *t, const char *name, const float *x, const float *re
     }
   }
   if (!nbad) {
-    printf("ok - %s (max abs err %.3g, atol %.3g)\n", name, maxerr, atol);
+    printf("ok - %s (max abs err %.3g, atol %.3g", name, maxerr, atol);
+    if (nwide) printf("; %zu unresolved-gradient elements: max abs err %.3g <= %.3g", nwide, maxerr_wide, wide);
+    printf(")\n");
     t->passed++;
     return;
   }
@@ -201,7 +209,7 @@ typedef struct {
   float      *out;        /* host copy of logits [N,V] or values [N] */
   float      *dhead;      /* d loss / d logprob or d value [N] */
   float      *host;       /* nparams scratch */
-  double     *gtol;       /* per tensor: the gradient tolerance ATOL_FRAC * max|grad ref| */
+  float      *gref;       /* reference gradients of the first step, flat */
   char        tag[16];    /* "lm" or "scalar", prefixes check names */
 } Case;
 
@@ -275,22 +283,22 @@ static PetscErrorCode check_tensors(Tally *t, Case *c, const float *flat, const 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The widening of the parameter tolerance after AdamW (see the top): an
- * element whose gradients are comparable to their own tolerance dg has an
- * ill-conditioned update direction, worth up to lr per step on each side. */
-static PetscErrorCode adamw_extra_tol(Case *c, const AdamWConfig *opt, int nsteps, double sum_lr, float *extra)
+/* The widening of the parameter tolerance after AdamW (see the top): 2*sum(lr)
+ * for elements whose reference gradient is unresolved (below `unresolved`
+ * times its tensor's max|g|), nothing elsewhere. */
+static PetscErrorCode adamw_extra_tol(Case *c, double sum_lr, float *extra)
 {
-  GPT   *g  = c->gpt;
-  double bc = 1.0 - pow((double)opt->beta2, nsteps);
+  GPT   *g = c->gpt;
+  double unresolved;
 
   PetscFunctionBegin;
-  PetscCall(read_tensors(c, "golden/adamw/v", extra));
+  PetscCall(golden_attr(c->file, c->path, "golden/adamw", "unresolved", H5T_NATIVE_DOUBLE, &unresolved));
   for (int i = 0; i < g->ntensors; i++) {
     const GPTTensor *ti = &g->tensors[i];
-    for (size_t e = ti->offset; e < ti->offset + ti->numel; e++) {
-      double vhat = fmax((double)extra[e], 0.0) / bc;
-      extra[e]    = (float)(2.0 * sum_lr * fmin(1.0, c->gtol[i] / (sqrt(vhat) + (double)opt->eps)));
-    }
+    const float     *gr = c->gref + ti->offset;
+    double           mx = 0;
+    for (size_t e = 0; e < ti->numel; e++) mx = fmax(mx, fabs((double)gr[e]));
+    for (size_t e = 0; e < ti->numel; e++) extra[ti->offset + e] = fabs((double)gr[e]) < unresolved * mx ? (float)(2.0 * sum_lr) : 0.0f;
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -360,7 +368,7 @@ static PetscErrorCode test_adamw(Tally *t, Case *c)
   PetscCall(gpt_optim_get(c->gpt, m, v));
   PetscCall(check_tensors(t, c, m, "golden/adamw/m", "adamw m", NULL, "the first moment differs: m = beta1*m + (1-beta1)*g*clip_scale"));
   PetscCall(check_tensors(t, c, v, "golden/adamw/v", "adamw v", NULL, "the second moment differs: v = beta2*v + (1-beta2)*(g*clip_scale)^2"));
-  PetscCall(adamw_extra_tol(c, &opt, nsteps, sum_lr, extra));
+  PetscCall(adamw_extra_tol(c, sum_lr, extra));
   PetscCall(gpt_params_get(c->gpt, c->host));
   PetscCall(check_tensors(t, c, c->host, "golden/adamw/params", "adamw params", extra,
                           "losses, lrs and norms pass but params differ: check weight decay (2-D tensors only), bias correction, eps placement, clip scale"));
@@ -454,18 +462,8 @@ static PetscErrorCode test_file(Tally *t, const char *dir, const char *fname)
   PetscCall(check_tensors(t, &c, c.host, "golden/grads", "grad", NULL,
                           "the forward passes but this gradient does not: look at the backward op that produces it (the tied wte gets embedding + head terms)"));
 
-  {
-    float *ref;
-    PetscCall(PetscMalloc1(c.gpt->nparams, &ref));
-    PetscCall(PetscMalloc1(c.gpt->ntensors, &c.gtol));
-    PetscCall(read_tensors(&c, "golden/grads", ref));
-    for (int i = 0; i < c.gpt->ntensors; i++) {
-      double mx = 0;
-      for (size_t e = 0; e < c.gpt->tensors[i].numel; e++) mx = fmax(mx, fabs((double)ref[c.gpt->tensors[i].offset + e]));
-      c.gtol[i] = ATOL_FRAC * mx;
-    }
-    PetscCall(PetscFree(ref));
-  }
+  PetscCall(PetscMalloc1(c.gpt->nparams, &c.gref));
+  PetscCall(read_tensors(&c, "golden/grads", c.gref));
 
   /* A few AdamW steps from the same weights on the same batch. */
   PetscCall(test_adamw(t, &c));
@@ -473,7 +471,7 @@ static PetscErrorCode test_file(Tally *t, const char *dir, const char *fname)
   H5Fclose(c.file);
   PetscCall(PetscFree5(c.tok, c.tgt, c.y, c.dhead, c.host));
   PetscCall(PetscFree(c.out));
-  PetscCall(PetscFree(c.gtol));
+  PetscCall(PetscFree(c.gref));
   PetscCall(gpt_destroy(&c.gpt));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -26,11 +26,12 @@ One known exception: the key part of every attn.c_attn.bias (elements C..2C)
 has an identically zero gradient in exact arithmetic (adding q.b_k shifts all
 scores of a query equally, and softmax ignores that), so its float gradient is
 rounding noise (~1e-9) and AdamW turns the noise into an implementation-defined
-update of up to lr per step. The same holds, more mildly, for any element whose
-gradient is comparable to eps. test_golden.c therefore widens the tolerance of
-each parameter after AdamW by 2 * sum(lr) * min(1, dg / (sqrt(v_hat) + eps)),
-dg being the gradient tolerance, using the stored v. The fp64 comparison
-below leaves the key-bias slice out and reports it separately.
+update of up to lr per step. The same would hold for any other element with
+a gradient ~eps, and its noise would then leak into the other parameters over
+the steps; the seeds are chosen so that none exists (asserted: no nonzero
+|g| < UNRESOLVED * max|g| of its tensor, outside the key-bias slice).
+test_golden.c gives the elements below UNRESOLVED the bound 2 * sum(lr) after
+AdamW. The fp64 comparison leaves the key-bias slice out and reports it.
 """
 import copy
 import datetime
@@ -52,10 +53,15 @@ B, T = 3, 16
 ADAMW = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1,
              warmup=2, decay_steps=3, min_lr_ratio=0.1)
 NSTEPS = 5
+# A gradient element below this fraction of its tensor's max|g| is not resolved
+# in float32: AdamW's step for it (lr * g / (|g| + eps) at the first step) has a
+# noise-driven sign. Only the structurally zero key-bias slice, which cannot
+# influence anything else, and exact zeros may fall below it (asserted).
+UNRESOLVED = 1e-6
 # (file, role, head, seed, grad_clip). grad_clip sits between the gradient
 # norms of the first and the last steps, so both the clipped and the
 # unclipped branch run (asserted below).
-CASES = (("gpt_lm.h5", "policy", "lm", 1234, 1.8),
+CASES = (("gpt_lm.h5", "policy", "lm", 1236, 2.3),
          ("gpt_scalar.h5", "reward", "scalar", 5678, 10.0))
 
 
@@ -188,6 +194,7 @@ def write_file(tmp, role, head, seed, opt, init, tok, tgt, y, r32, r64, rel, key
         for k, v in opt.items():
             a.attrs[k] = np.int32(v) if isinstance(v, int) else np.float64(v)
         a.attrs["nsteps"] = np.int32(NSTEPS)
+        a.attrs["unresolved"] = np.float64(UNRESOLVED)
         a.create_dataset("losses", data=np.array(r32["losses"], np.float32))
         a.create_dataset("lrs", data=np.array(r32["lrs"], np.float32))
         a.create_dataset("grad_norms", data=np.array(r32["grad_norms"], np.float32))
@@ -227,7 +234,11 @@ def make_case(outdir, fname, role, head, seed, grad_clip):
     for k, gk in r32["grads"].items():
         if k.endswith("attn.c_attn.bias"):
             noise = gk[C:2 * C].abs().max().item()
-            assert noise < 1e-6 * gk.abs().max().item() + 1e-7, f"{k}: key-bias gradient {noise} is not rounding noise"
+            assert noise < UNRESOLVED * gk.abs().max().item(), f"{k}: key-bias gradient {noise} is not rounding noise"
+        rest = reproducible(k, gk, C).abs()
+        nbad = int(((rest > 0) & (rest < UNRESOLVED * rest.max())).sum())
+        assert nbad == 0, (f"{fname}: {k} has {nbad} gradient elements below {UNRESOLVED} of the tensor's maximum; their AdamW "
+                           "direction is rounding noise that would leak into other tensors over the steps: pick another seed")
 
     rel = {
         "output": maxrel(r32["output"], r64["output"]),

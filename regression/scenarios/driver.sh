@@ -28,4 +28,5 @@ check "an earlier run record is kept as run.1.h5" bash -c "[ -f $d/run/run.1.h5 
 rlfuse -mode data -data_output $d/data.h5 -data_count 50 >/dev/null 2>&1 || not_ok "data mode"
 rlfuse -options_file $deck -output_dir $d/fromfile -sft_data $d/data.h5 -sft_steps 3 >$d/ff.txt 2>&1
 check "SFT trains from a dataset file written by -mode data" grep -q "^step     3/3" $d/ff.txt
+check "docs/options.md is current (tools/options_doc.sh)" bash -c "tools/options_doc.sh $BIN | diff -q - docs/options.md"
 finish

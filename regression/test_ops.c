@@ -1,0 +1,831 @@
+/* test_ops: every op of the cpu backend against a slow, obviously correct
+ * double-precision reference written here, on seeded random inputs.
+ *
+ * Each backward op is compared with its double reference in full and, at a
+ * few random coordinates, with central finite differences of the double
+ * reference forward (so the reference itself is checked too). Outputs are
+ * filled with NaN before each call so an unwritten element fails;
+ * accumulating outputs start from random values so "+=" is checked. The
+ * reductions and attention must give the same bits with 1, 2 and 3 OpenMP
+ * threads. Prints "ok - name" / "not ok - name: detail" per check and
+ * "P passed, F failed"; exits non-zero on any failure.
+ *
+ * Tolerances: a float result passes if |got - ref| <= atol + rtol*|ref|.
+ * Float32 ops accumulate rounding of ~sqrt(K)*6e-8 relative over a K-term
+ * sum, so element-wise ops use 1e-6 and the reductions (K <= 1000 here)
+ * 1e-5 relative with a matching atol for values near zero. Finite
+ * differences (h = 1e-4 in double, truncation ~1e-8) are compared with the
+ * float gradient at 1e-4 relative + 2e-5 absolute: they check the formula,
+ * the full comparison checks the precision. */
+#include "sys.h"
+#include "tensor.h"
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char help[] = "Unit tests of the cpu backend ops against double-precision references.\n";
+
+typedef struct {
+  int npass, nfail;
+} Tally;
+
+typedef struct {
+  uint64_t s;
+} Rng;
+
+/* splitmix64: tiny, seeded, and the same on every platform */
+static uint64_t rng_next(Rng *r)
+{
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ULL);
+  z          = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z          = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+static double rng_unif(Rng *r, double lo, double hi) { return lo + (hi - lo) * (double)(rng_next(r) >> 11) * 0x1.0p-53; }
+static int    rng_int(Rng *r, int n) { return (int)(rng_next(r) % (uint64_t)n); }
+
+static float *fvec(size_t n) { return malloc((n ? n : 1) * sizeof(float)); }
+static double *dvec(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
+static float *frand(Rng *r, size_t n, double lo, double hi)
+{
+  float *x = fvec(n);
+  for (size_t i = 0; i < n; i++) x[i] = (float)rng_unif(r, lo, hi);
+  return x;
+}
+static float *fdup(const float *x, size_t n)
+{
+  float *y = fvec(n);
+  memcpy(y, x, n * sizeof(float));
+  return y;
+}
+static double *todouble(const float *x, size_t n)
+{
+  double *y = dvec(n);
+  for (size_t i = 0; i < n; i++) y[i] = x[i];
+  return y;
+}
+static void poison(float *x, size_t n)
+{
+  for (size_t i = 0; i < n; i++) x[i] = NAN;
+}
+
+static void report(Tally *ty, int ok, const char *name, const char *detail)
+{
+  if (ok) {
+    ty->npass++;
+    printf("ok - %s%s%s\n", name, detail && *detail ? " " : "", detail && *detail ? detail : "");
+  } else {
+    ty->nfail++;
+    printf("not ok - %s: %s\n", name, detail);
+  }
+  fflush(stdout);
+}
+
+/* Worst |got - ref| / (atol + rtol|ref|) over n elements; a NaN is infinitely bad.
+ * base (may be NULL) is subtracted from got first, for accumulated outputs. */
+static double worst_ratio(const float *got, const float *base, const double *ref, size_t n, double atol, double rtol, size_t *at)
+{
+  double w = 0.0;
+  *at      = 0;
+  for (size_t i = 0; i < n; i++) {
+    double g = (double)got[i] - (base ? (double)base[i] : 0.0);
+    double e = fabs(g - ref[i]) / (atol + rtol * fabs(ref[i]));
+    if (isnan(e) || isnan(g)) e = INFINITY;
+    if (e > w) {
+      w   = e;
+      *at = i;
+    }
+  }
+  return w;
+}
+
+/* Appends one array's verdict to a check; returns 1 if it passed. */
+static int cmp(char *detail, size_t len, const char *what, const float *got, const float *base, const double *ref, size_t n, double atol, double rtol)
+{
+  size_t at;
+  double w = worst_ratio(got, base, ref, n, atol, rtol, &at);
+  size_t l = strlen(detail);
+  if (w <= 1.0) return 1;
+  snprintf(detail + l, len - l, "%s[%zu] = %.9g, reference %.9g (%.3g x tolerance); ", what, at, (double)got[at] - (base ? (double)base[at] : 0.0), ref[at], w);
+  return 0;
+}
+
+static int bitwise_equal(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
+
+/* ---- finite differences ------------------------------------------------ */
+typedef double (*LossFn)(void *ctx);
+
+/* Compares grad (float, minus base when accumulated) with central
+ * differences of loss() in x at k random coordinates. */
+static int fd_check(char *detail, size_t len, const char *what, Rng *r, LossFn loss, void *ctx, double *x, size_t n, const float *grad, const float *base, int k)
+{
+  const double h = 1e-4;
+  int          ok = 1;
+  for (int s = 0; s < k; s++) {
+    size_t i  = (size_t)rng_int(r, (int)n);
+    double x0 = x[i], lp, lm, fd, g;
+    x[i]      = x0 + h;
+    lp        = loss(ctx);
+    x[i]      = x0 - h;
+    lm        = loss(ctx);
+    x[i]      = x0;
+    fd        = (lp - lm) / (2 * h);
+    g         = (double)grad[i] - (base ? (double)base[i] : 0.0);
+    if (!(fabs(g - fd) <= 2e-5 + 1e-4 * fabs(fd))) {
+      size_t l = strlen(detail);
+      snprintf(detail + l, len - l, "d%s[%zu] = %.9g, finite difference %.9g; ", what, i, g, fd);
+      ok = 0;
+    }
+  }
+  return ok;
+}
+
+/* ---- references (double) ----------------------------------------------- */
+static void ref_layernorm(double *out, double *mean, double *rstd, const double *x, const double *w, const double *b, int N, int C)
+{
+  for (int n = 0; n < N; n++) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; c++) m += x[n * C + c];
+    m /= C;
+    for (int c = 0; c < C; c++) v += (x[n * C + c] - m) * (x[n * C + c] - m);
+    v /= C;
+    double s = 1.0 / sqrt(v + 1e-5);
+    for (int c = 0; c < C; c++) out[n * C + c] = (x[n * C + c] - m) * s * w[c] + b[c];
+    if (mean) mean[n] = m;
+    if (rstd) rstd[n] = s;
+  }
+}
+
+static void ref_layernorm_backward(double *dx, double *dw, double *db, const double *g, const double *x, const double *w, int N, int C)
+{
+  double *mean = dvec(N), *rstd = dvec(N), *out = dvec((size_t)N * C);
+  ref_layernorm(out, mean, rstd, x, w, w, N, C);
+  for (int n = 0; n < N; n++) {
+    double gm = 0, gnm = 0;
+    for (int c = 0; c < C; c++) {
+      double norm = (x[n * C + c] - mean[n]) * rstd[n];
+      gm += w[c] * g[n * C + c];
+      gnm += w[c] * g[n * C + c] * norm;
+    }
+    gm /= C;
+    gnm /= C;
+    for (int c = 0; c < C; c++) {
+      double norm = (x[n * C + c] - mean[n]) * rstd[n];
+      dx[n * C + c] += (w[c] * g[n * C + c] - gm - norm * gnm) * rstd[n];
+      dw[c] += norm * g[n * C + c];
+      db[c] += g[n * C + c];
+    }
+  }
+  free(mean);
+  free(rstd);
+  free(out);
+}
+
+static void ref_matmul(double *out, const double *x, const double *w, const double *bias, int N, int C, int OC, int tr)
+{
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      double s = bias ? bias[o] : 0.0;
+      for (int c = 0; c < C; c++) s += x[n * C + c] * (tr ? w[o * C + c] : w[c * OC + o]);
+      out[n * OC + o] = s;
+    }
+}
+
+static void ref_attention(double *out, double *att, const double *qkv, int B, int T, int C, int NH)
+{
+  int    hs    = C / NH;
+  double scale = 1.0 / sqrt((double)hs);
+  double *s    = dvec(T);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+        double        m = -INFINITY, z = 0;
+        for (int j = 0; j <= t; j++) {
+          const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+          s[j]            = 0;
+          for (int d = 0; d < hs; d++) s[j] += q[d] * k[d];
+          s[j] *= scale;
+          m = fmax(m, s[j]);
+        }
+        for (int j = 0; j <= t; j++) z += exp(s[j] - m);
+        for (int d = 0; d < hs; d++) out[((size_t)b * T + t) * C + h * hs + d] = 0;
+        for (int j = 0; j < T; j++) {
+          double p = j <= t ? exp(s[j] - m) / z : 0.0;
+          if (att) att[(((size_t)b * NH + h) * T + t) * T + j] = p;
+          for (int d = 0; d < hs && j <= t; d++) out[((size_t)b * T + t) * C + h * hs + d] += p * qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hs + d];
+        }
+      }
+  free(s);
+}
+
+static void ref_attention_backward(double *dqkv, const double *dout, const double *qkv, int B, int T, int C, int NH)
+{
+  int     hs = C / NH;
+  double  scale = 1.0 / sqrt((double)hs);
+  double *att = dvec((size_t)B * NH * T * T), *out = dvec((size_t)B * T * C), *dp = dvec(T);
+  ref_attention(out, att, qkv, B, T, C, NH);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        const double *p = att + (((size_t)b * NH + h) * T + t) * T;
+        const double *g = dout + ((size_t)b * T + t) * C + h * hs;
+        size_t        qo = ((size_t)b * T + t) * 3 * C + h * hs;
+        double        dot = 0;
+        for (int j = 0; j <= t; j++) {
+          size_t vo = ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
+          dp[j]     = 0;
+          for (int d = 0; d < hs; d++) {
+            dp[j] += g[d] * qkv[vo + d];
+            dqkv[vo + d] += p[j] * g[d];
+          }
+          dot += p[j] * dp[j];
+        }
+        for (int j = 0; j <= t; j++) {
+          size_t ko = ((size_t)b * T + j) * 3 * C + C + h * hs;
+          double ds = p[j] * (dp[j] - dot) * scale;
+          for (int d = 0; d < hs; d++) {
+            dqkv[qo + d] += ds * qkv[ko + d];
+            dqkv[ko + d] += ds * qkv[qo + d];
+          }
+        }
+      }
+  free(att);
+  free(out);
+  free(dp);
+}
+
+static double ref_gelu(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+static double ref_gelu_grad(double x)
+{
+  double u = sqrt(2 / M_PI) * (x + 0.044715 * x * x * x), th = tanh(u);
+  return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * sqrt(2 / M_PI) * (1 + 3 * 0.044715 * x * x);
+}
+
+static void ref_logprob(double *lp, double *lse, const double *x, const int *tgt, int N, int V)
+{
+  for (int n = 0; n < N; n++) {
+    double m = -INFINITY, z = 0;
+    for (int j = 0; j < V; j++) m = fmax(m, x[(size_t)n * V + j]);
+    for (int j = 0; j < V; j++) z += exp(x[(size_t)n * V + j] - m);
+    lse[n] = m + log(z);
+    lp[n]  = tgt[n] >= 0 ? x[(size_t)n * V + tgt[n]] - lse[n] : 0.0;
+  }
+}
+
+/* ---- checks ------------------------------------------------------------ */
+static PetscErrorCode check_backend(Tally *ty)
+{
+  const Backend *be = NULL, *bad = NULL;
+  PetscErrorCode ierr;
+  char           buf[256], detail[512] = "";
+  int            ok;
+
+  PetscFunctionBegin;
+  PetscCall(backend_get("cpu", &be));
+  ok = be == backend_cpu() && !strcmp(be->name, "cpu");
+  PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+  ierr = backend_get("tpu", &bad);
+  if (!ierr || bad) {
+    ok = 0;
+    strcat(detail, "backend_get(\"tpu\") did not fail; ");
+  }
+#ifndef RLFUSE_HAVE_CUDA
+  ierr = backend_get("cuda", &bad);
+  if (!ierr || bad) {
+    ok = 0;
+    strcat(detail, "backend_get(\"cuda\") did not fail without CUDA; ");
+  }
+#endif
+  PetscCall(PetscPopErrorHandler());
+  PetscCall(backend_cuda_version(buf, sizeof buf));
+#ifndef RLFUSE_HAVE_CUDA
+  if (strcmp(buf, "none (built without CUDA)")) {
+    ok = 0;
+    strcat(detail, "backend_cuda_version is wrong; ");
+  }
+#endif
+  if (tensor_matmul_flops(2, 3, 4) != 48.0) {
+    ok = 0;
+    strcat(detail, "tensor_matmul_flops(2,3,4) != 48; ");
+  }
+  report(ty, ok, "backend_get, backend_cuda_version, tensor_matmul_flops", detail);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode check_memory(Tally *ty, const Backend *be)
+{
+  const size_t n = 1001;
+  float       *a = NULL, *b = NULL, *h = fvec(n), *h2 = fvec(n);
+  char         detail[256] = "";
+  int          ok = 1;
+
+  PetscFunctionBegin;
+  PetscCall(be->alloc(n * sizeof(float), (void **)&a));
+  PetscCall(be->alloc(n * sizeof(float), (void **)&b));
+  if ((uintptr_t)a % 64 || (uintptr_t)b % 64) ok = 0, strcat(detail, "not 64-byte aligned; ");
+  for (size_t i = 0; i < n; i++)
+    if (a[i] != 0.0f) ok = 0;
+  if (!ok && !*detail) strcat(detail, "alloc is not zero-filled; ");
+  for (size_t i = 0; i < n; i++) h[i] = (float)i + 0.5f;
+  PetscCall(be->from_host(a, h, n * sizeof(float)));
+  PetscCall(be->copy(b, a, n * sizeof(float)));
+  PetscCall(be->zero(a, n * sizeof(float)));
+  PetscCall(be->to_host(h2, b, n * sizeof(float)));
+  if (!bitwise_equal(h, h2, n * sizeof(float))) ok = 0, strcat(detail, "from_host/copy/to_host round trip differs; ");
+  for (size_t i = 0; i < n; i++)
+    if (a[i] != 0.0f) {
+      ok = 0;
+      strcat(detail, "zero left a nonzero; ");
+      break;
+    }
+  PetscCall(be->sync());
+  PetscCall(be->free(a));
+  PetscCall(be->free(b));
+  PetscCall(be->free(NULL));
+  report(ty, ok, "memory (alloc zero-filled and aligned, copies, zero, free(NULL))", detail);
+  free(h);
+  free(h2);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode check_encoder(Tally *ty, const Backend *be, Rng *r)
+{
+  const int N = 333, C = 160, V = 7, P = 11; /* few tokens/positions: many repeats */
+  int      *tok = malloc(N * sizeof(int)), *pos = malloc(N * sizeof(int));
+  float    *wte = frand(r, (size_t)V * C, -1, 1), *wpe = frand(r, (size_t)P * C, -1, 1), *out = fvec((size_t)N * C);
+  float    *dout = frand(r, (size_t)N * C, -1, 1), *dwte0 = frand(r, (size_t)V * C, -1, 1), *dwpe0 = frand(r, (size_t)P * C, -1, 1);
+  float    *dwte = fdup(dwte0, (size_t)V * C), *dwpe = fdup(dwpe0, (size_t)P * C);
+  double   *ref = dvec((size_t)N * C), *rte = dvec((size_t)V * C), *rpe = dvec((size_t)P * C);
+  char      detail[1024] = "";
+  int       ok;
+
+  PetscFunctionBegin;
+  for (int n = 0; n < N; n++) tok[n] = rng_int(r, V), pos[n] = rng_int(r, P);
+  poison(out, (size_t)N * C);
+  PetscCall(be->encoder_forward(out, tok, pos, wte, wpe, N, C));
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) ref[n * C + c] = (double)wte[tok[n] * C + c] + wpe[pos[n] * C + c];
+  ok = cmp(detail, sizeof detail, "out", out, NULL, ref, (size_t)N * C, 1e-7, 1e-6);
+  report(ty, ok, "encoder_forward", detail);
+
+  PetscCall(be->encoder_backward(dwte, dwpe, dout, tok, pos, N, C));
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) rte[tok[n] * C + c] += dout[n * C + c], rpe[pos[n] * C + c] += dout[n * C + c];
+  detail[0] = 0;
+  ok        = cmp(detail, sizeof detail, "dwte", dwte, dwte0, rte, (size_t)V * C, 1e-5, 1e-5);
+  ok        = cmp(detail, sizeof detail, "dwpe", dwpe, dwpe0, rpe, (size_t)P * C, 1e-5, 1e-5) && ok;
+  report(ty, ok, "encoder_backward (repeated tokens, accumulates)", detail);
+  free(tok), free(pos), free(wte), free(wpe), free(out), free(dout), free(dwte0), free(dwpe0), free(dwte), free(dwpe), free(ref), free(rte), free(rpe);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  int     N, C;
+  double *x, *w, *b, *R, *out;
+} LNCtx;
+
+static double ln_loss(void *ctx)
+{
+  LNCtx *c = ctx;
+  double s = 0;
+  ref_layernorm(c->out, NULL, NULL, c->x, c->w, c->b, c->N, c->C);
+  for (int i = 0; i < c->N * c->C; i++) s += c->out[i] * c->R[i];
+  return s;
+}
+
+static PetscErrorCode check_layernorm(Tally *ty, const Backend *be, Rng *r)
+{
+  const int N = 333, C = 160; /* N not a multiple of the 64-row block */
+  size_t    NC = (size_t)N * C;
+  float    *x = frand(r, NC, -2, 3), *w = frand(r, C, 0.5, 1.5), *b = frand(r, C, -0.5, 0.5);
+  float    *out = fvec(NC), *mean = fvec(N), *rstd = fvec(N), *g = frand(r, NC, -1, 1);
+  float    *dx0 = frand(r, NC, -1, 1), *dw0 = frand(r, C, -1, 1), *db0 = frand(r, C, -1, 1);
+  float    *dx = fdup(dx0, NC), *dw = fdup(dw0, C), *db = fdup(db0, C);
+  double   *xd = todouble(x, NC), *wd = todouble(w, C), *bd = todouble(b, C), *gd = todouble(g, NC);
+  double   *rout = dvec(NC), *rmean = dvec(N), *rrstd = dvec(N), *rdx = dvec(NC), *rdw = dvec(C), *rdb = dvec(C);
+  LNCtx     ctx = {N, C, xd, wd, bd, gd, dvec(NC)};
+  char      detail[2048] = "";
+  int       ok;
+
+  PetscFunctionBegin;
+  poison(out, NC), poison(mean, N), poison(rstd, N);
+  PetscCall(be->layernorm_forward(out, mean, rstd, x, w, b, N, C));
+  ref_layernorm(rout, rmean, rrstd, xd, wd, bd, N, C);
+  ok = cmp(detail, sizeof detail, "out", out, NULL, rout, NC, 1e-5, 1e-5);
+  ok = cmp(detail, sizeof detail, "mean", mean, NULL, rmean, N, 1e-6, 1e-5) && ok;
+  ok = cmp(detail, sizeof detail, "rstd", rstd, NULL, rrstd, N, 1e-6, 1e-5) && ok;
+  report(ty, ok, "layernorm_forward", detail);
+
+  PetscCall(be->layernorm_backward(dx, dw, db, g, x, w, mean, rstd, N, C));
+  ref_layernorm_backward(rdx, rdw, rdb, gd, xd, wd, N, C);
+  detail[0] = 0;
+  ok        = cmp(detail, sizeof detail, "dinp", dx, dx0, rdx, NC, 1e-5, 1e-5);
+  ok        = cmp(detail, sizeof detail, "dw", dw, dw0, rdw, C, 1e-4, 1e-5) && ok;
+  ok        = cmp(detail, sizeof detail, "db", db, db0, rdb, C, 1e-4, 1e-5) && ok;
+  ok        = fd_check(detail, sizeof detail, "inp", r, ln_loss, &ctx, xd, NC, dx, dx0, 12) && ok;
+  ok        = fd_check(detail, sizeof detail, "w", r, ln_loss, &ctx, wd, C, dw, dw0, 6) && ok;
+  ok        = fd_check(detail, sizeof detail, "b", r, ln_loss, &ctx, bd, C, db, db0, 6) && ok;
+  report(ty, ok, "layernorm_backward (accumulates; finite differences)", detail);
+  free(x), free(w), free(b), free(out), free(mean), free(rstd), free(g), free(dx0), free(dw0), free(db0), free(dx), free(dw), free(db);
+  free(xd), free(wd), free(bd), free(gd), free(rout), free(rmean), free(rrstd), free(rdx), free(rdw), free(rdb), free(ctx.out);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode check_matmul(Tally *ty, const Backend *be, Rng *r, int tr)
+{
+  const int N = 333, C = 96, OC = 160;
+  float    *x = frand(r, (size_t)N * C, -1, 1), *w = frand(r, (size_t)C * OC, -1, 1), *bias = frand(r, OC, -1, 1);
+  float    *out = fvec((size_t)N * OC), *g = frand(r, (size_t)N * OC, -1, 1);
+  float    *dx0 = frand(r, (size_t)N * C, -1, 1), *dw0 = frand(r, (size_t)C * OC, -1, 1), *db0 = frand(r, OC, -1, 1);
+  float    *dx = fdup(dx0, (size_t)N * C), *dw = fdup(dw0, (size_t)C * OC), *db = fdup(db0, OC), *dw2 = fdup(dw0, (size_t)C * OC);
+  double   *xd = todouble(x, (size_t)N * C), *wd = todouble(w, (size_t)C * OC), *bd = todouble(bias, OC);
+  double   *ref = dvec((size_t)N * OC), *rdx = dvec((size_t)N * C), *rdw = dvec((size_t)C * OC), *rdb = dvec(OC);
+  char      name[128], detail[1024] = "";
+  int       ok;
+
+  PetscFunctionBegin;
+  poison(out, (size_t)N * OC);
+  PetscCall(be->matmul_forward(out, x, w, bias, N, C, OC, tr ? PETSC_TRUE : PETSC_FALSE));
+  ref_matmul(ref, xd, wd, bd, N, C, OC, tr);
+  ok = cmp(detail, sizeof detail, "out", out, NULL, ref, (size_t)N * OC, 1e-5, 1e-5);
+  poison(out, (size_t)N * OC);
+  PetscCall(be->matmul_forward(out, x, w, NULL, N, C, OC, tr ? PETSC_TRUE : PETSC_FALSE));
+  ref_matmul(ref, xd, wd, NULL, N, C, OC, tr);
+  ok = cmp(detail, sizeof detail, "out(no bias)", out, NULL, ref, (size_t)N * OC, 1e-5, 1e-5) && ok;
+  snprintf(name, sizeof name, "matmul_forward%s (with and without bias)", tr ? " transposed" : "");
+  report(ty, ok, name, detail);
+
+  PetscCall(be->matmul_backward(dx, dw, db, g, x, w, N, C, OC, tr ? PETSC_TRUE : PETSC_FALSE));
+  PetscCall(be->matmul_backward(NULL, dw2, NULL, g, x, w, N, C, OC, tr ? PETSC_TRUE : PETSC_FALSE));
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      double gv = g[n * OC + o];
+      for (int c = 0; c < C; c++) {
+        size_t wi = tr ? (size_t)o * C + c : (size_t)c * OC + o;
+        rdx[n * C + c] += gv * wd[wi];
+        rdw[wi] += gv * xd[n * C + c];
+      }
+      rdb[o] += gv;
+    }
+  detail[0] = 0;
+  ok        = cmp(detail, sizeof detail, "dinp", dx, dx0, rdx, (size_t)N * C, 1e-5, 1e-5);
+  ok        = cmp(detail, sizeof detail, "dw", dw, dw0, rdw, (size_t)C * OC, 1e-4, 1e-5) && ok;
+  ok        = cmp(detail, sizeof detail, "dw(dinp NULL)", dw2, dw0, rdw, (size_t)C * OC, 1e-4, 1e-5) && ok;
+  ok        = cmp(detail, sizeof detail, "dbias", db, db0, rdb, OC, 1e-4, 1e-5) && ok;
+  snprintf(name, sizeof name, "matmul_backward%s (accumulates; NULL dinp/dbias)", tr ? " transposed" : "");
+  report(ty, ok, name, detail);
+  free(x), free(w), free(bias), free(out), free(g), free(dx0), free(dw0), free(db0), free(dx), free(dw), free(db), free(dw2);
+  free(xd), free(wd), free(bd), free(ref), free(rdx), free(rdw), free(rdb);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  int     B, T, C, NH;
+  double *qkv, *R, *out;
+} AttCtx;
+
+static double att_loss(void *ctx)
+{
+  AttCtx *a = ctx;
+  double  s = 0;
+  ref_attention(a->out, NULL, a->qkv, a->B, a->T, a->C, a->NH);
+  for (size_t i = 0; i < (size_t)a->B * a->T * a->C; i++) s += a->out[i] * a->R[i];
+  return s;
+}
+
+/* T = 70: a partial 16-lane block and two 64-row query blocks */
+static PetscErrorCode check_attention(Tally *ty, const Backend *be, Rng *r)
+{
+  const int B = 2, T = 70, C = 64, NH = 4;
+  size_t    nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+  float    *qkv = frand(r, nq, -1.5, 1.5), *out = fvec(no), *att = fvec(na), *g = frand(r, no, -1, 1);
+  float    *dq0 = frand(r, nq, -1, 1), *dq = fdup(dq0, nq);
+  double   *qd = todouble(qkv, nq), *gd = todouble(g, no), *rout = dvec(no), *ratt = dvec(na), *rdq = dvec(nq);
+  AttCtx    ctx = {B, T, C, NH, qd, gd, dvec(no)};
+  char      detail[2048] = "";
+  int       ok;
+
+  PetscFunctionBegin;
+  poison(out, no), poison(att, na);
+  PetscCall(be->attention_forward(out, att, qkv, B, T, C, NH));
+  ref_attention(rout, ratt, qd, B, T, C, NH);
+  ok = cmp(detail, sizeof detail, "out", out, NULL, rout, no, 1e-5, 1e-5);
+  ok = cmp(detail, sizeof detail, "att", att, NULL, ratt, na, 1e-6, 1e-5) && ok;
+  report(ty, ok, "attention_forward (out, probabilities, zeros above the diagonal)", detail);
+
+  PetscCall(be->attention_backward(dq, g, qkv, att, B, T, C, NH));
+  ref_attention_backward(rdq, gd, qd, B, T, C, NH);
+  detail[0] = 0;
+  ok        = cmp(detail, sizeof detail, "dqkv", dq, dq0, rdq, nq, 1e-5, 1e-5);
+  ok        = fd_check(detail, sizeof detail, "qkv", r, att_loss, &ctx, qd, nq, dq, dq0, 24) && ok;
+  report(ty, ok, "attention_backward (accumulates; finite differences)", detail);
+  free(qkv), free(out), free(att), free(g), free(dq0), free(dq), free(qd), free(gd), free(rout), free(ratt), free(rdq), free(ctx.out);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Three sequences: the full forward over all of them is the reference for
+ * (a) a prefill of each whole sequence and (b) a decode that interleaves the
+ * slots, starting from prompts of different lengths, in a cache whose Tmax
+ * exceeds T and with a spare slot. The two paths share their arithmetic, so
+ * they should agree to rounding (1e-6) and in fact bit for bit. */
+static PetscErrorCode check_attention_cached(Tally *ty, const Backend *be, Rng *r)
+{
+  const int B = 3, T = 37, C = 48, NH = 3, Tmax = T + 5, nslot = 4;
+  const int slot_of[3] = {2, 0, 3}, prompt[3] = {5, 1, 20};
+  size_t    C3 = 3 * (size_t)C, cache = (size_t)nslot * Tmax * C;
+  float    *qkv = frand(r, (size_t)B * T * C3, -1.5, 1.5), *full = fvec((size_t)B * T * C), *got = fvec((size_t)B * T * C);
+  float    *kc = fvec(cache), *vc = fvec(cache), *rowqkv = fvec(3 * C3), *rowout = fvec(3 * (size_t)C);
+  double   *ref = dvec((size_t)B * T * C);
+  int      *slot = malloc(T * sizeof(int)), *pos = malloc(T * sizeof(int)), done[3];
+  char      detail[1024] = "", buf[128];
+  int       ok, bitwise;
+
+  PetscFunctionBegin;
+  PetscCall(be->attention_forward(full, NULL, qkv, B, T, C, NH));
+  for (size_t i = 0; i < (size_t)B * T * C; i++) ref[i] = full[i];
+
+  /* (a) prefill: one call per sequence with all its rows */
+  poison(kc, cache), poison(vc, cache), poison(got, (size_t)B * T * C);
+  for (int b = 0; b < B; b++) {
+    for (int t = 0; t < T; t++) slot[t] = slot_of[b], pos[t] = t;
+    PetscCall(be->attention_cached(got + (size_t)b * T * C, kc, vc, qkv + (size_t)b * T * C3, slot, pos, T, Tmax, C, NH));
+  }
+  ok      = cmp(detail, sizeof detail, "out", got, NULL, ref, (size_t)B * T * C, 1e-6, 1e-6);
+  bitwise = bitwise_equal(got, full, (size_t)B * T * C * sizeof(float));
+  report(ty, ok, "attention_cached prefill = attention_forward", bitwise ? "(bitwise)" : "(to 1e-6)");
+
+  /* (b) prompts of different lengths, then one token per unfinished slot per call, in rotating order */
+  poison(kc, cache), poison(vc, cache), poison(got, (size_t)B * T * C);
+  detail[0] = 0;
+  for (int b = 0; b < B; b++) {
+    for (int t = 0; t < prompt[b]; t++) slot[t] = slot_of[b], pos[t] = t;
+    PetscCall(be->attention_cached(got + (size_t)b * T * C, kc, vc, qkv + (size_t)b * T * C3, slot, pos, prompt[b], Tmax, C, NH));
+    done[b] = prompt[b];
+  }
+  for (int step = 0;; step++) {
+    int seq[3], n = 0;
+    for (int k = 0; k < B; k++) {
+      int b = (k + step) % B;
+      if (done[b] < T) {
+        seq[n] = b, slot[n] = slot_of[b], pos[n] = done[b];
+        memcpy(rowqkv + n * C3, qkv + ((size_t)b * T + done[b]) * C3, C3 * sizeof(float));
+        n++;
+      }
+    }
+    if (!n) break;
+    poison(rowout, 3 * (size_t)C);
+    PetscCall(be->attention_cached(rowout, kc, vc, rowqkv, slot, pos, n, Tmax, C, NH));
+    for (int k = 0; k < n; k++) {
+      memcpy(got + ((size_t)seq[k] * T + done[seq[k]]) * C, rowout + (size_t)k * C, C * sizeof(float));
+      done[seq[k]]++;
+    }
+  }
+  ok      = cmp(detail, sizeof detail, "out", got, NULL, ref, (size_t)B * T * C, 1e-6, 1e-6);
+  bitwise = bitwise_equal(got, full, (size_t)B * T * C * sizeof(float));
+  snprintf(buf, sizeof buf, "%s", bitwise ? "(bitwise)" : "(to 1e-6)");
+  report(ty, ok, "attention_cached decode over 3 interleaved slots = attention_forward", ok ? buf : detail);
+  free(qkv), free(full), free(got), free(kc), free(vc), free(rowqkv), free(rowout), free(ref), free(slot), free(pos);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode check_pointwise(Tally *ty, const Backend *be, Rng *r)
+{
+  const size_t n = 100003;
+  float       *x = frand(r, n, -6, 6), *y = frand(r, n, -1, 1), *out = fvec(n), *g = frand(r, n, -1, 1);
+  float       *dx0 = frand(r, n, -1, 1), *dx = fdup(dx0, n), *y2 = fdup(y, n);
+  double      *ref = dvec(n);
+  char         detail[1024] = "";
+  int          ok;
+
+  PetscFunctionBegin;
+  poison(out, n);
+  PetscCall(be->gelu_forward(out, x, n));
+  for (size_t i = 0; i < n; i++) ref[i] = ref_gelu(x[i]);
+  ok = cmp(detail, sizeof detail, "out", out, NULL, ref, n, 1e-6, 1e-6);
+  report(ty, ok, "gelu_forward (tanh approximation)", detail);
+
+  PetscCall(be->gelu_backward(dx, x, g, n));
+  detail[0] = 0;
+  for (size_t i = 0; i < n; i++) ref[i] = (double)g[i] * ref_gelu_grad(x[i]);
+  ok = cmp(detail, sizeof detail, "dinp", dx, dx0, ref, n, 2e-6, 1e-5);
+  for (int s = 0; s < 16; s++) { /* the analytic derivative against differences of the forward */
+    size_t i  = (size_t)rng_int(r, (int)n);
+    double fd = (ref_gelu(x[i] + 1e-5) - ref_gelu(x[i] - 1e-5)) / 2e-5;
+    if (fabs(fd - ref_gelu_grad(x[i])) > 1e-7 * (1 + fabs(fd))) ok = 0, strcat(detail, "reference derivative disagrees with finite differences; ");
+  }
+  report(ty, ok, "gelu_backward (accumulates; finite differences)", detail);
+
+  detail[0] = 0;
+  poison(out, n);
+  PetscCall(be->residual_forward(out, x, y, n));
+  for (size_t i = 0; i < n; i++) ref[i] = (double)x[i] + y[i];
+  ok = cmp(detail, sizeof detail, "residual", out, NULL, ref, n, 1e-7, 1e-6);
+  PetscCall(be->axpy(y2, 0.37f, x, n));
+  for (size_t i = 0; i < n; i++) ref[i] = (double)y[i] + 0.37f * (double)x[i];
+  ok = cmp(detail, sizeof detail, "axpy", y2, NULL, ref, n, 1e-6, 1e-6) && ok;
+  PetscCall(be->scale(y2, -1.75f, n));
+  for (size_t i = 0; i < n; i++) ref[i] *= -1.75;
+  ok = cmp(detail, sizeof detail, "scale", y2, NULL, ref, n, 1e-6, 1e-6) && ok;
+  report(ty, ok, "residual_forward, axpy, scale", detail);
+  free(x), free(y), free(out), free(g), free(dx0), free(dx), free(y2), free(ref);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  int     N, V;
+  double *x, *dlp, *lp, *lse;
+  int    *tgt;
+} LPCtx;
+
+static double lp_loss(void *ctx)
+{
+  LPCtx *c = ctx;
+  double s = 0;
+  ref_logprob(c->lp, c->lse, c->x, c->tgt, c->N, c->V);
+  for (int n = 0; n < c->N; n++) s += c->dlp[n] * c->lp[n];
+  return s;
+}
+
+static PetscErrorCode check_logprob(Tally *ty, const Backend *be, Rng *r)
+{
+  const int N = 97, V = 1000;
+  size_t    NV = (size_t)N * V;
+  float    *x = frand(r, NV, -6, 6), *lp = fvec(N), *lse = fvec(N), *dlp = frand(r, N, -1, 1), *dx = fvec(NV);
+  int      *tgt = malloc(N * sizeof(int));
+  double   *xd = todouble(x, NV), *dlpd = todouble(dlp, N), *rlp = dvec(N), *rlse = dvec(N), *rdx = dvec(NV);
+  LPCtx     ctx = {N, V, xd, dlpd, dvec(N), dvec(N), tgt};
+  char      detail[1024] = "";
+  int       ok;
+
+  PetscFunctionBegin;
+  for (int n = 0; n < N; n++) tgt[n] = n % 5 == 3 ? -1 : rng_int(r, V); /* every fifth row masked */
+  poison(lp, N), poison(lse, N);
+  PetscCall(be->logprob_forward(lp, lse, x, tgt, N, V));
+  ref_logprob(rlp, rlse, xd, tgt, N, V);
+  ok = cmp(detail, sizeof detail, "logprob", lp, NULL, rlp, N, 1e-5, 1e-6);
+  ok = cmp(detail, sizeof detail, "lse", lse, NULL, rlse, N, 1e-5, 1e-6) && ok;
+  report(ty, ok, "logprob_forward (masked rows give 0)", detail);
+
+  poison(dx, NV);
+  PetscCall(be->logprob_backward(dx, x, lse, tgt, dlp, N, V));
+  for (int n = 0; n < N; n++)
+    for (int j = 0; tgt[n] >= 0 && j < V; j++) rdx[(size_t)n * V + j] = dlpd[n] * ((j == tgt[n]) - exp(xd[(size_t)n * V + j] - rlse[n]));
+  detail[0] = 0;
+  ok        = cmp(detail, sizeof detail, "dlogits", dx, NULL, rdx, NV, 1e-7, 1e-5);
+  ok        = fd_check(detail, sizeof detail, "logits", r, lp_loss, &ctx, xd, NV, dx, NULL, 16) && ok;
+  poison(dx, NV);
+  PetscCall(be->logprob_backward(dx, x, NULL, tgt, dlp, N, V));
+  ok = cmp(detail, sizeof detail, "dlogits(lse NULL)", dx, NULL, rdx, NV, 1e-7, 1e-5) && ok;
+  report(ty, ok, "logprob_backward (overwrites; masked rows zero; finite differences)", detail);
+  free(x), free(lp), free(lse), free(dlp), free(dx), free(tgt), free(xd), free(dlpd), free(rlp), free(rlse), free(rdx), free(ctx.lp), free(ctx.lse);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode check_optim(Tally *ty, const Backend *be, Rng *r)
+{
+  const size_t n = 50001;
+  const float  lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f;
+  float       *p = frand(r, n, -1, 1), *m = fvec(n), *v = fvec(n);
+  double      *pd = todouble(p, n), *md = dvec(n), *vd = dvec(n), sumsq, ref = 0;
+  char         detail[1024] = "";
+  int          ok = 1;
+
+  PetscFunctionBegin;
+  PetscCall(be->sumsq(&sumsq, p, n));
+  for (size_t i = 0; i < n; i++) ref += (double)p[i] * p[i];
+  if (!(fabs(sumsq - ref) <= 1e-12 * ref)) {
+    ok = 0;
+    snprintf(detail, sizeof detail, "sumsq %.17g, reference %.17g", sumsq, ref);
+  }
+  report(ty, ok, "sumsq", detail);
+
+  memset(m, 0, n * sizeof(float)), memset(v, 0, n * sizeof(float));
+  for (int t = 1; t <= 3; t++) {
+    float *g = frand(r, n, -2, 2);
+    PetscCall(be->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, t, gs));
+    for (size_t i = 0; i < n; i++) { /* tensor.h's formula, in double */
+      double gi = (double)g[i] * gs;
+      pd[i] -= (double)lr * wd * pd[i];
+      md[i] = b1 * md[i] + (1 - (double)b1) * gi;
+      vd[i] = b2 * vd[i] + (1 - (double)b2) * gi * gi;
+      pd[i] -= lr / (1 - pow(b1, t)) * md[i] / (sqrt(vd[i]) / sqrt(1 - pow(b2, t)) + eps);
+    }
+    free(g);
+  }
+  detail[0] = 0;
+  ok        = cmp(detail, sizeof detail, "p", p, NULL, pd, n, 1e-6, 1e-5);
+  ok        = cmp(detail, sizeof detail, "m", m, NULL, md, n, 1e-7, 1e-5) && ok;
+  ok        = cmp(detail, sizeof detail, "v", v, NULL, vd, n, 1e-8, 1e-5) && ok;
+  report(ty, ok, "adamw (3 steps, weight decay, gradient scale)", detail);
+  free(p), free(m), free(v), free(pd), free(md), free(vd);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The same inputs with 1, 2 and 3 OpenMP threads must give the same bits. */
+static PetscErrorCode check_threads(Tally *ty, const Backend *be, Rng *r)
+{
+  const int    N = 333, C = 160, V = 7, B = 2, T = 70, AC = 64, NH = 4, LV = 1000, LN = 97;
+  const size_t nsq = 100003;
+  const int    nt[3] = {1, 2, 3};
+  float       *x = frand(r, (size_t)N * C, -2, 2), *w = frand(r, C, 0.5, 1.5), *g = frand(r, (size_t)N * C, -1, 1);
+  float       *mean = fvec(N), *rstd = fvec(N), *out = fvec((size_t)N * C);
+  float       *qkv = frand(r, (size_t)B * T * 3 * AC, -1.5, 1.5), *ag = frand(r, (size_t)B * T * AC, -1, 1);
+  float       *logits = frand(r, (size_t)LN * LV, -6, 6);
+  int         *tok = malloc(N * sizeof(int)), *tgt = malloc(LN * sizeof(int));
+  /* per thread count: ln dinp|dw|db, dbias, dwte|dwpe, att out|att|dqkv, lse, sumsq */
+  size_t       nln = (size_t)N * C + 2 * C, natt = (size_t)B * T * AC + (size_t)B * NH * T * T + (size_t)B * T * 3 * AC;
+  float       *ln[3], *dbias[3], *enc[3], *att[3], *lse[3];
+  double       sq[3];
+  int          okln = 1, okmm = 1, okenc = 1, okatt = 1, oklp = 1, oksq = 1, nmax = omp_get_max_threads();
+
+  PetscFunctionBegin;
+  for (int n = 0; n < N; n++) tok[n] = rng_int(r, V);
+  for (int n = 0; n < LN; n++) tgt[n] = rng_int(r, LV);
+  PetscCall(be->layernorm_forward(out, mean, rstd, x, w, w, N, C));
+  for (int k = 0; k < 3; k++) {
+    omp_set_num_threads(nt[k]);
+    ln[k] = fvec(nln), dbias[k] = fvec(C), enc[k] = fvec(2 * (size_t)V * C), att[k] = fvec(natt), lse[k] = fvec(LN);
+    memset(ln[k], 0, nln * sizeof(float)), memset(dbias[k], 0, C * sizeof(float)), memset(enc[k], 0, 2 * (size_t)V * C * sizeof(float));
+    memset(att[k] + natt - (size_t)B * T * 3 * AC, 0, (size_t)B * T * 3 * AC * sizeof(float));
+    PetscCall(be->layernorm_backward(ln[k], ln[k] + (size_t)N * C, ln[k] + (size_t)N * C + C, g, x, w, mean, rstd, N, C));
+    PetscCall(be->matmul_backward(NULL, NULL, dbias[k], g, x, w, N, C, C, PETSC_FALSE));
+    PetscCall(be->encoder_backward(enc[k], enc[k] + (size_t)V * C, g, tok, tok, N, C));
+    PetscCall(be->attention_forward(att[k], att[k] + (size_t)B * T * AC, qkv, B, T, AC, NH));
+    PetscCall(be->attention_backward(att[k] + (size_t)B * T * AC + (size_t)B * NH * T * T, ag, qkv, att[k] + (size_t)B * T * AC, B, T, AC, NH));
+    PetscCall(be->logprob_forward(lse[k] /* logprobs are a function of lse */, NULL, logits, tgt, LN, LV));
+    PetscCall(be->sumsq(&sq[k], x, nsq < (size_t)N * C ? nsq : (size_t)N * C));
+    if (k) {
+      okln &= bitwise_equal(ln[0], ln[k], nln * sizeof(float));
+      okmm &= bitwise_equal(dbias[0], dbias[k], C * sizeof(float));
+      okenc &= bitwise_equal(enc[0], enc[k], 2 * (size_t)V * C * sizeof(float));
+      okatt &= bitwise_equal(att[0], att[k], natt * sizeof(float));
+      oklp &= bitwise_equal(lse[0], lse[k], LN * sizeof(float));
+      oksq &= sq[0] == sq[k];
+    }
+  }
+  omp_set_num_threads(nmax);
+  report(ty, okln, "bitwise with 1, 2, 3 threads: layernorm_backward", okln ? "" : "results differ");
+  report(ty, okmm, "bitwise with 1, 2, 3 threads: matmul_backward dbias", okmm ? "" : "results differ");
+  report(ty, okenc, "bitwise with 1, 2, 3 threads: encoder_backward", okenc ? "" : "results differ");
+  report(ty, okatt, "bitwise with 1, 2, 3 threads: attention_forward/backward", okatt ? "" : "results differ");
+  report(ty, oklp, "bitwise with 1, 2, 3 threads: logprob_forward", oklp ? "" : "results differ");
+  report(ty, oksq, "bitwise with 1, 2, 3 threads: sumsq", oksq ? "" : "results differ");
+  for (int k = 0; k < 3; k++) free(ln[k]), free(dbias[k]), free(enc[k]), free(att[k]), free(lse[k]);
+  free(x), free(w), free(g), free(mean), free(rstd), free(out), free(qkv), free(ag), free(logits), free(tok), free(tgt);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* sgemm's thread split (OpenBLAS's own pool, not OpenMP) must not change
+ * dinp or dW either: OpenBLAS splits M and N, never the K sum. */
+static PetscErrorCode check_blas_threads(Tally *ty, const Backend *be, Rng *r)
+{
+  const int N = 333, C = 96, OC = 160;
+  float    *x = frand(r, (size_t)N * C, -1, 1), *w = frand(r, (size_t)C * OC, -1, 1), *g = frand(r, (size_t)N * OC, -1, 1);
+  float    *res[2];
+  size_t    n = (size_t)N * OC + (size_t)N * C + (size_t)C * OC;
+  int       ok;
+
+  PetscFunctionBegin;
+  for (int k = 0; k < 2; k++) {
+    openblas_set_num_threads(k + 1);
+    res[k] = fvec(n);
+    memset(res[k], 0, n * sizeof(float));
+    PetscCall(be->matmul_forward(res[k], x, w, NULL, N, C, OC, PETSC_FALSE));
+    PetscCall(be->matmul_backward(res[k] + (size_t)N * OC, res[k] + (size_t)N * OC + (size_t)N * C, NULL, g, x, w, N, C, OC, PETSC_FALSE));
+  }
+  openblas_set_num_threads(omp_get_max_threads());
+  ok = bitwise_equal(res[0], res[1], n * sizeof(float));
+  report(ty, ok, "bitwise with 1, 2 OpenBLAS threads: matmul_forward/backward", ok ? "" : "results differ");
+  free(res[0]), free(res[1]), free(x), free(w), free(g);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+int main(int argc, char **argv)
+{
+  Tally          ty = {0, 0};
+  Rng            r  = {20240611};
+  const Backend *be = backend_cpu();
+
+  PetscCall(PetscInitialize(&argc, &argv, NULL, help));
+  PetscCall(check_backend(&ty));
+  PetscCall(check_memory(&ty, be));
+  PetscCall(check_encoder(&ty, be, &r));
+  PetscCall(check_layernorm(&ty, be, &r));
+  PetscCall(check_matmul(&ty, be, &r, 0));
+  PetscCall(check_matmul(&ty, be, &r, 1));
+  PetscCall(check_attention(&ty, be, &r));
+  PetscCall(check_attention_cached(&ty, be, &r));
+  PetscCall(check_pointwise(&ty, be, &r));
+  PetscCall(check_logprob(&ty, be, &r));
+  PetscCall(check_optim(&ty, be, &r));
+  PetscCall(check_threads(&ty, be, &r));
+  PetscCall(check_blas_threads(&ty, be, &r));
+  printf("%d passed, %d failed\n", ty.npass, ty.nfail);
+  if (ty.nfail) printf("HINT: compare the failing op with its reference in regression/test_ops.c\n");
+  PetscCall(PetscFinalize());
+  return ty.nfail ? 1 : 0;
+}
