@@ -8,13 +8,14 @@ Writes OUTDIR/gpt_lm.h5 (role /policy, LM head) and OUTDIR/gpt_scalar.h5 (role
 initialised weights plus a /golden group:
 
   attrs   format="rlfuse-golden", version=1, torch_version, made_by (git rev + date),
-          head, B, T, seed, fp64_vs_fp32_maxrel (and one per quantity)
+          role, head, B, T, seed, fp64_vs_fp32_maxrel (and one per quantity),
+          fp64_vs_fp32_key_bias_maxabs
   tokens int32 [B,T], targets int32 [B,T] (next tokens; the last one random)
   logits float32 [B,T,V] (lm)  |  values, value_targets float32 [B,T] (scalar)
   loss   float32 scalar: lm mean_n -logp(target_n); scalar mean_n (v_n - y_n)^2
   grads/<key>            d loss / d param (tied wte: embedding + head)
   adamw  attrs lr beta1 beta2 eps weight_decay grad_clip warmup decay_steps
-         min_lr_ratio nsteps; datasets losses, lrs, grad_norms [nsteps]
+         min_lr_ratio nsteps unresolved; datasets losses, lrs, grad_norms [nsteps]
          (before each step, same batch every step); params/<key>, and the
          moments m/<key> (exp_avg) and v/<key> (exp_avg_sq), after the last step.
 
@@ -30,8 +31,8 @@ update of up to lr per step. The same would hold for any other element with
 a gradient ~eps, and its noise would then leak into the other parameters over
 the steps; the seeds are chosen so that none exists (asserted: no nonzero
 |g| < UNRESOLVED * max|g| of its tensor, outside the key-bias slice).
-test_golden.c gives the elements below UNRESOLVED the bound 2 * sum(lr) after
-AdamW. The fp64 comparison leaves the key-bias slice out and reports it.
+test_golden.c gives the nonzero elements below UNRESOLVED the bound
+2 * sum(lr) after AdamW. The fp64 comparison leaves the key-bias slice out and reports it.
 """
 import copy
 import datetime

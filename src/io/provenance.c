@@ -10,6 +10,18 @@
 
 char *openblas_get_config(void); /* OpenBLAS; not in every cblas.h */
 
+/* Library banners come with tabs and trailing blanks; store them on one
+ * tidy line. */
+static void prov_tidy(char *s)
+{
+  size_t n;
+
+  s[strcspn(s, "\r\n")] = 0;
+  for (char *c = s; *c; c++)
+    if (*c == '\t') *c = ' ';
+  for (n = strlen(s); n && s[n - 1] == ' '; n--) s[n - 1] = 0;
+}
+
 /* MPI_Get_library_version gives a multi-line banner; the first line names it. */
 static PetscErrorCode prov_mpi_version(char *buf, size_t len)
 {
@@ -18,7 +30,7 @@ static PetscErrorCode prov_mpi_version(char *buf, size_t len)
 
   PetscFunctionBegin;
   PetscCallMPI(MPI_Get_library_version(v, &n));
-  v[strcspn(v, "\r\n")] = 0;
+  prov_tidy(v);
   PetscCall(PetscStrncpy(buf, v, len));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -83,6 +95,7 @@ static PetscErrorCode prov_write_versions(hid_t g)
   PetscCall(io_hdf5_version(buf, sizeof buf));
   PetscCall(h5u_attr_write_string(g, "hdf5", buf));
   PetscCall(PetscGetVersion(buf, sizeof buf));
+  prov_tidy(buf);
   PetscCall(h5u_attr_write_string(g, "petsc", buf));
   PetscCall(h5u_attr_write_string(g, "blas", openblas_get_config()));
   PetscCall(backend_cuda_version(buf, sizeof buf));

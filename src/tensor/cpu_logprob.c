@@ -10,13 +10,16 @@
  * double, because a 50k-entry vocabulary row loses ~1e-4 in a float sum. */
 static inline float row_logsumexp(const float *restrict x, int V)
 {
-  float  m = -INFINITY;
+  float  m = -INFINITY, e[LSE_LANES];
   double part[LSE_LANES] = {0}, s = 0.0;
   int    j0;
 
+#pragma omp simd reduction(max : m)
   for (int j = 0; j < V; j++) m = x[j] > m ? x[j] : m;
-  for (j0 = 0; j0 + LSE_LANES <= V; j0 += LSE_LANES)
-    for (int j = 0; j < LSE_LANES; j++) part[j] += cpu_expf(x[j0 + j] - m);
+  for (j0 = 0; j0 + LSE_LANES <= V; j0 += LSE_LANES) {
+    for (int j = 0; j < LSE_LANES; j++) e[j] = cpu_expf(x[j0 + j] - m);
+    for (int j = 0; j < LSE_LANES; j++) part[j] += e[j];
+  }
   for (int j = 0; j0 + j < V; j++) part[j] += cpu_expf(x[j0 + j] - m);
   for (int j = 0; j < LSE_LANES; j++) s += part[j];
   return m + (float)log(s);

@@ -10,10 +10,30 @@
  * Both pools spin briefly after their work before sleeping; on a loaded
  * node set OMP_WAIT_POLICY=passive or OPENBLAS_NUM_THREADS to share cores.
  *
- * sgemm splits M and N across threads, never the K sum, so dinp and dW are
- * independent of the thread count; dbias is our own blocked column sum. */
+ * Determinism. OpenBLAS 0.3.21 is deterministic for a fixed thread count,
+ * but its single-threaded and threaded drivers cut the K sum into different
+ * blocks once K exceeds its GEMM_Q (a few hundred), so the bits of a long
+ * sum (dW's sum over N rows, most visibly) change with OPENBLAS_NUM_THREADS.
+ * We therefore cut every K sum ourselves into blocks of MM_KBLOCK, which
+ * OpenBLAS does not split further, and add the blocks in order into the
+ * output (beta = 1). dbias is our own blocked column sum. */
 #include "cpu_ops.h"
 #include <cblas.h>
+
+#define MM_KBLOCK 256 /* <= GEMM_Q of every OpenBLAS sgemm kernel */
+
+/* Row-major C[M,N] = beta*C + op(A)[M,K] . op(B)[K,N], the K sum in fixed blocks. */
+static void sgemm_kblocked(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc)
+{
+  for (int k0 = 0; k0 < K; k0 += MM_KBLOCK) {
+    int          kb = K - k0 < MM_KBLOCK ? K - k0 : MM_KBLOCK;
+    const float *a  = ta == CblasNoTrans ? A + k0 : A + (size_t)k0 * lda;
+    const float *b  = tb == CblasNoTrans ? B + (size_t)k0 * ldb : B + k0;
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, kb, 1.0f, a, lda, b, ldb, k0 ? 1.0f : beta, Cm, ldc);
+  }
+  if (K <= 0 && beta == 0.0f)
+    for (int m = 0; m < M; m++) memset(Cm + (size_t)m * ldc, 0, (size_t)N * sizeof(float));
+}
 
 PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
 {
@@ -27,8 +47,8 @@ PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, 
     for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
     beta = 1.0f;
   }
-  if (transposed) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
-  else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, w, OC, beta, out, OC);
+  if (transposed) sgemm_kblocked(CblasNoTrans, CblasTrans, N, OC, C, inp, C, w, C, beta, out, OC);
+  else sgemm_kblocked(CblasNoTrans, CblasNoTrans, N, OC, C, inp, C, w, OC, beta, out, OC);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -37,12 +57,12 @@ PetscErrorCode cpu_matmul_backward(float *dinp, float *dw, float *dbias, const f
   PetscFunctionBegin;
   if (N <= 0 || OC <= 0) PetscFunctionReturn(PETSC_SUCCESS);
   if (dinp) {
-    if (transposed) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
-    else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, w, OC, 1.0f, dinp, C);
+    if (transposed) sgemm_kblocked(CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, w, C, 1.0f, dinp, C);
+    else sgemm_kblocked(CblasNoTrans, CblasTrans, N, C, OC, dout, OC, w, OC, 1.0f, dinp, C);
   }
   if (dw) {
-    if (transposed) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
-    else cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC);
+    if (transposed) sgemm_kblocked(CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
+    else sgemm_kblocked(CblasTrans, CblasNoTrans, C, OC, N, inp, C, dout, OC, 1.0f, dw, OC);
   }
   if (dbias) PetscCall(cpu_colsum_accumulate(dbias, dout, N, OC));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -1,0 +1,616 @@
+/* Tests of io: checkpoints round-trip bit-exactly (parameters, AdamW moments,
+ * step, run state; LM and scalar heads), every kind of bad checkpoint gives
+ * one clear message naming the file and the object, a failed or repeated
+ * write never leaves a temporary file or damages the previous one, the run
+ * record has the documented layout (back-filled columns, provenance,
+ * parameters) and is readable by another process while the run is going, an
+ * old run.h5 is kept, and token datasets round-trip and are validated.
+ * Prints "ok - name" / "not ok - name: detail" per check and "N passed, M
+ * failed"; exits non-zero on any failure. */
+#include "io.h"
+
+#include <hdf5.h>
+#include <math.h>
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int         npass, nfail;
+static PetscMPIInt rank, size;
+static char        tmpdir[PETSC_MAX_PATH_LEN]; /* rank 0's, shared with all ranks */
+
+/* Collective: every rank checks, then waits, so rank 0 does not change the
+ * files while another rank is still looking at them. */
+static void report(PetscBool ok, const char *name, const char *fmt, ...)
+{
+  va_list ap;
+  char    detail[1024];
+
+  MPI_Barrier(PETSC_COMM_WORLD);
+  if (ok) {
+    npass++;
+    if (!rank) printf("ok - %s\n", name);
+    return;
+  }
+  nfail++;
+  va_start(ap, fmt);
+  vsnprintf(detail, sizeof detail, fmt, ap);
+  va_end(ap);
+  printf("not ok - %s: %s%s\n", name, detail, rank ? " (on a rank other than 0)" : "");
+}
+
+/* Runs call with errors returned silently (no traceback). */
+#define TRY(ierr, call)                                                 \
+  do {                                                                  \
+    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));    \
+    ierr = (call);                                                      \
+    PetscCall(PetscPopErrorHandler());                                  \
+  } while (0)
+
+/* Passes if ierr is an error whose message contains want; shows the message. */
+static void expect_error(PetscErrorCode ierr, const char *name, const char *want)
+{
+  char *msg = NULL;
+
+  if (!ierr) {
+    report(PETSC_FALSE, name, "succeeded; expected an error containing \"%s\"", want);
+    return;
+  }
+  PetscErrorMessage(ierr, NULL, &msg);
+  report((PetscBool)(msg && strstr(msg, want)), name, "message \"%s\" lacks \"%s\"", msg ? msg : "(none)", want);
+  if (!rank) printf("#   %s\n", msg ? msg : "(none)");
+}
+
+static void path_in(char *buf, const char *name)
+{
+  if (snprintf(buf, PETSC_MAX_PATH_LEN, "%s/%s", tmpdir, name) >= PETSC_MAX_PATH_LEN) abort();
+}
+
+static int count_tmp_files(void)
+{
+  DIR           *d = opendir(tmpdir);
+  struct dirent *e;
+  int            n = 0;
+
+  if (!d) return -1;
+  while ((e = readdir(d)))
+    if (strstr(e->d_name, ".tmp.")) n++;
+  closedir(d);
+  return n;
+}
+
+static long file_size(const char *path)
+{
+  struct stat st;
+
+  return stat(path, &st) ? -1 : (long)st.st_size;
+}
+
+static int copy_prefix(const char *src, const char *dst, long n)
+{
+  FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+  int   c, ok = in && out;
+
+  for (long i = 0; ok && i < n && (c = fgetc(in)) != EOF; i++) fputc(c, out);
+  if (in) fclose(in);
+  if (out) fclose(out);
+  return ok;
+}
+
+/* ---- models ---------------------------------------------------------------- */
+static GPTConfig small_config(GPTHead head)
+{
+  GPTConfig cfg = {2, 2, 16, 32, 8, head};
+
+  return cfg;
+}
+
+/* Random parameters, and moments with values in every bit position. */
+static PetscErrorCode make_model(const GPTConfig *cfg, uint64_t seed, PetscBool optim, GPT **gpt)
+{
+  float *p, *m, *v;
+
+  PetscFunctionBegin;
+  PetscCall(gpt_create(cfg, backend_cpu(), gpt));
+  PetscCall(gpt_init_random(*gpt, seed));
+  PetscCall(PetscMalloc3((*gpt)->nparams, &p, (*gpt)->nparams, &m, (*gpt)->nparams, &v));
+  PetscCall(gpt_params_get(*gpt, p));
+  for (size_t i = 0; i < (*gpt)->nparams; i++) {
+    p[i] += 1e-3f * (float)sin(0.7 * (double)i + (double)seed); /* biases are 0 after init */
+    m[i] = (float)sin(0.37 * (double)i + (double)seed) / 3.0f;
+    v[i] = (float)(1e-8 + fabs(cos(0.11 * (double)i + (double)seed))) / 7.0f;
+  }
+  PetscCall(gpt_params_set(*gpt, p));
+  if (optim) PetscCall(gpt_optim_set(*gpt, m, v, 7 + (int)seed));
+  PetscCall(PetscFree3(p, m, v));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode models_equal(const GPT *a, const GPT *b, PetscBool optim, PetscBool *eq)
+{
+  size_t n = a->nparams;
+  float *x, *y, *xm, *xv, *ym, *yv;
+
+  PetscFunctionBegin;
+  *eq = (PetscBool)(b->nparams == n);
+  if (!*eq) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(PetscMalloc6(n, &x, n, &y, n, &xm, n, &xv, n, &ym, n, &yv));
+  PetscCall(gpt_params_get(a, x));
+  PetscCall(gpt_params_get(b, y));
+  *eq = (PetscBool)!memcmp(x, y, n * sizeof(float));
+  if (optim) {
+    PetscCall(gpt_optim_get(a, xm, xv));
+    PetscCall(gpt_optim_get(b, ym, yv));
+    *eq = (PetscBool)(*eq && !memcmp(xm, ym, n * sizeof(float)) && !memcmp(xv, yv, n * sizeof(float)) && a->step == b->step);
+  }
+  PetscCall(PetscFree6(x, y, xm, xv, ym, yv));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- checkpoints ----------------------------------------------------------- */
+static PetscErrorCode test_ckpt_roundtrip(const char *path)
+{
+  GPTConfig lm = small_config(GPT_HEAD_LM), sc = small_config(GPT_HEAD_SCALAR), cfg;
+  GPT      *pol, *cri, *rew, *pol2, *cri2, *rew2;
+  CkptState st = {5, 123, 42}, st2;
+  PetscBool eq_pol, eq_cri, eq_rew;
+
+  PetscFunctionBegin;
+  PetscCall(make_model(&lm, 1, PETSC_TRUE, &pol));
+  PetscCall(make_model(&sc, 2, PETSC_TRUE, &cri));
+  PetscCall(make_model(&sc, 3, PETSC_FALSE, &rew));
+  {
+    CkptModel models[3] = {{"policy", pol, PETSC_TRUE}, {"critic", cri, PETSC_TRUE}, {"reward", rew, PETSC_FALSE}};
+    PetscCall(ckpt_write(PETSC_COMM_WORLD, path, models, 3, &st));
+  }
+  PetscCall(ckpt_read_config(PETSC_COMM_WORLD, path, "critic", &cfg));
+  report((PetscBool)!memcmp(&cfg, &sc, sizeof cfg), "ckpt_read_config returns the written configuration", "n_embd %d head %d", cfg.n_embd, (int)cfg.head);
+  PetscCall(make_model(&lm, 11, PETSC_FALSE, &pol2));
+  PetscCall(make_model(&sc, 12, PETSC_FALSE, &cri2));
+  PetscCall(make_model(&sc, 13, PETSC_FALSE, &rew2));
+  {
+    CkptModel p = {"policy", pol2, PETSC_TRUE}, c = {"critic", cri2, PETSC_TRUE}, r = {"reward", rew2, PETSC_FALSE};
+    PetscCall(ckpt_read_model(PETSC_COMM_WORLD, path, &p));
+    PetscCall(ckpt_read_model(PETSC_COMM_WORLD, path, &c));
+    PetscCall(ckpt_read_model(PETSC_COMM_WORLD, path, &r));
+  }
+  PetscCall(models_equal(pol, pol2, PETSC_TRUE, &eq_pol));
+  PetscCall(models_equal(cri, cri2, PETSC_TRUE, &eq_cri));
+  PetscCall(models_equal(rew, rew2, PETSC_FALSE, &eq_rew));
+  report(eq_pol, "checkpoint round trip bit-exact: LM head params, m, v, step", "policy differs");
+  report((PetscBool)(eq_cri && eq_rew), "checkpoint round trip bit-exact: scalar heads (with and without optim)", "critic %d reward %d", eq_cri, eq_rew);
+  PetscCall(ckpt_read_state(PETSC_COMM_WORLD, path, &st2));
+  report((PetscBool)(st2.iteration == 5 && st2.data_pos == 123 && st2.seed == 42), "checkpoint state round trip", "got %d %d %d", (int)st2.iteration, (int)st2.data_pos, (int)st2.seed);
+  PetscCall(gpt_destroy(&pol));
+  PetscCall(gpt_destroy(&cri));
+  PetscCall(gpt_destroy(&rew));
+  PetscCall(gpt_destroy(&pol2));
+  PetscCall(gpt_destroy(&cri2));
+  PetscCall(gpt_destroy(&rew2));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode test_ckpt_bad_files(const char *good)
+{
+  char           path[PETSC_MAX_PATH_LEN];
+  GPTConfig      cfg;
+  PetscErrorCode ierr;
+  FILE          *f;
+
+  PetscFunctionBegin;
+  path_in(path, "missing.h5");
+  TRY(ierr, ckpt_read_config(PETSC_COMM_WORLD, path, "policy", &cfg));
+  expect_error(ierr, "missing checkpoint: one clear error", "missing.h5: no such file");
+
+  path_in(path, "truncated.h5");
+  if (!rank) copy_prefix(good, path, file_size(good) / 2);
+  TRY(ierr, ckpt_read_config(PETSC_COMM_WORLD, path, "policy", &cfg));
+  expect_error(ierr, "truncated checkpoint: one clear error", "truncated.h5: not a readable HDF5 file (truncated or corrupt?)");
+
+  path_in(path, "text.h5");
+  if (!rank && (f = fopen(path, "w"))) {
+    fprintf(f, "this is not HDF5\n");
+    fclose(f);
+  }
+  TRY(ierr, ckpt_read_config(PETSC_COMM_WORLD, path, "policy", &cfg));
+  expect_error(ierr, "non-HDF5 checkpoint: one clear error", "text.h5: not a readable HDF5 file");
+
+  TRY(ierr, ckpt_read_config(PETSC_COMM_WORLD, good, "actor", &cfg));
+  expect_error(ierr, "missing role group: one clear error", "has no /actor group");
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Copies good to name and replaces /policy/params/transformer.wte.weight by
+ * a dataset of the given type and shape (or removes it when ndim is 0). */
+static PetscErrorCode doctor_checkpoint(const char *good, const char *name, hid_t type, int ndim, hsize_t d0, hsize_t d1, char *path)
+{
+  const char *ds      = "/policy/params/transformer.wte.weight";
+  hsize_t     dims[2] = {d0, d1};
+  hid_t       file, space, dset;
+  double     *zeros;
+
+  PetscFunctionBegin;
+  path_in(path, name);
+  if (rank) PetscFunctionReturn(PETSC_SUCCESS); /* rank 0 writes test files; ckpt_read broadcasts */
+  PetscCheck(copy_prefix(good, path, file_size(good)), PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "cannot copy %s", good);
+  file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+  H5Call(file, "cannot open %s", path);
+  H5Call(H5Ldelete(file, ds, H5P_DEFAULT), "cannot delete %s", ds);
+  if (ndim) {
+    PetscCall(PetscCalloc1(d0 * d1, &zeros));
+    space = H5Screate_simple(ndim, dims, NULL);
+    dset  = H5Dcreate2(file, ds, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Call(H5Dwrite(dset, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros), "cannot write %s", ds);
+    H5Dclose(dset);
+    H5Sclose(space);
+    PetscCall(PetscFree(zeros));
+  }
+  H5Fclose(file);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode test_ckpt_bad_contents(const char *good)
+{
+  GPTConfig      lm = small_config(GPT_HEAD_LM), big = lm;
+  GPT           *gpt, *gbig;
+  CkptModel      cm;
+  char           path[PETSC_MAX_PATH_LEN];
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCall(make_model(&lm, 4, PETSC_FALSE, &gpt));
+  cm = (CkptModel){"policy", gpt, PETSC_FALSE};
+
+  PetscCall(doctor_checkpoint(good, "shape.h5", H5T_IEEE_F32LE, 2, 32, 8, path));
+  TRY(ierr, ckpt_read_model(PETSC_COMM_WORLD, path, &cm));
+  expect_error(ierr, "wrong-shape dataset: one clear error", "/policy/params/transformer.wte.weight has shape [32,8], expected [32,16]");
+
+  PetscCall(doctor_checkpoint(good, "dtype.h5", H5T_IEEE_F64LE, 2, 32, 16, path));
+  TRY(ierr, ckpt_read_model(PETSC_COMM_WORLD, path, &cm));
+  expect_error(ierr, "wrong-dtype dataset: one clear error", "/policy/params/transformer.wte.weight has type float64, expected float32");
+
+  PetscCall(doctor_checkpoint(good, "nodset.h5", H5T_IEEE_F32LE, 0, 0, 0, path));
+  TRY(ierr, ckpt_read_model(PETSC_COMM_WORLD, path, &cm));
+  expect_error(ierr, "missing dataset: one clear error", "has no dataset /policy/params/transformer.wte.weight");
+
+  big.n_embd = 32;
+  PetscCall(make_model(&big, 5, PETSC_FALSE, &gbig));
+  cm = (CkptModel){"policy", gbig, PETSC_FALSE};
+  TRY(ierr, ckpt_read_model(PETSC_COMM_WORLD, good, &cm));
+  expect_error(ierr, "config mismatch: one clear error naming the option", "/policy: n_embd 16 in the file, 32 in the deck (-policy_n_embd)");
+  PetscCall(gpt_destroy(&gpt));
+  PetscCall(gpt_destroy(&gbig));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* A write that fails half way (the model has no optimizer state to save)
+ * leaves the previous file intact and no temporary; a write into a missing
+ * directory fails cleanly; a rewrite replaces the file. */
+static PetscErrorCode test_ckpt_atomic(void)
+{
+  GPTConfig      lm = small_config(GPT_HEAD_LM);
+  GPT           *gpt;
+  CkptState      st = {77, 0, 1}, st2;
+  char           path[PETSC_MAX_PATH_LEN], before[PETSC_MAX_PATH_LEN];
+  PetscErrorCode ierr;
+  long           size_before;
+
+  PetscFunctionBegin;
+  PetscCall(make_model(&lm, 6, PETSC_FALSE, &gpt));
+  path_in(path, "atomic.h5");
+  path_in(before, "atomic.before.h5");
+  {
+    CkptModel cm = {"policy", gpt, PETSC_FALSE};
+    PetscCall(ckpt_write(PETSC_COMM_WORLD, path, &cm, 1, &st));
+  }
+  if (!rank) copy_prefix(path, before, file_size(path));
+  size_before = file_size(path);
+  {
+    CkptModel cm = {"policy", gpt, PETSC_TRUE}; /* no gpt_optim_init: fails inside the write */
+    TRY(ierr, ckpt_write(PETSC_COMM_WORLD, path, &cm, 1, &st));
+  }
+  {
+    char cmd[3 * PETSC_MAX_PATH_LEN];
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", path, before);
+    report((PetscBool)(ierr && count_tmp_files() == 0 && file_size(path) == size_before && system(cmd) == 0), "failed ckpt_write: previous file untouched, no temporary left", "ierr %d, %d temporaries", (int)ierr, count_tmp_files());
+  }
+  {
+    char      bad[PETSC_MAX_PATH_LEN];
+    CkptModel cm = {"policy", gpt, PETSC_FALSE};
+
+    path_in(bad, "no/such/dir/x.h5");
+    TRY(ierr, ckpt_write(PETSC_COMM_WORLD, bad, &cm, 1, &st));
+    expect_error(ierr, "ckpt_write into a missing directory: one clear error", "does not exist");
+    st.iteration = 78;
+    PetscCall(ckpt_write(PETSC_COMM_WORLD, path, &cm, 1, &st));
+  }
+  PetscCall(ckpt_read_state(PETSC_COMM_WORLD, path, &st2));
+  report((PetscBool)(st2.iteration == 78 && count_tmp_files() == 0), "ckpt_write over an existing file replaces it, no temporary left", "iteration %d, %d temporaries", (int)st2.iteration, count_tmp_files());
+  PetscCall(gpt_destroy(&gpt));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- run record ------------------------------------------------------------ */
+/* Child process (re-executed, so with HDF5 state of its own, like h5py in
+ * another terminal): opens the record of a running job and checks that
+ * /metrics/step has `rows` entries. */
+static int child_read_record(const char *path, const char *rows)
+{
+  hid_t   file, dset, space;
+  hsize_t n = 0;
+
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) return 2;
+  dset = H5Dopen2(file, "/metrics/step", H5P_DEFAULT);
+  if (dset < 0) return 3;
+  space = H5Dget_space(dset);
+  H5Sget_simple_extent_dims(space, &n, NULL);
+  H5Sclose(space);
+  H5Dclose(dset);
+  H5Fclose(file);
+  return n == (hsize_t)atoi(rows) ? 0 : 4;
+}
+
+static int spawn_reader(const char *path, int rows)
+{
+  char  nrows[16];
+  pid_t pid;
+  int   status = -1;
+
+  if (rank) return 0;
+  snprintf(nrows, sizeof nrows, "%d", rows);
+  fflush(stdout);
+  pid = fork();
+  if (pid == 0) {
+    execl("/proc/self/exe", "test_io", "--read-record", path, nrows, (char *)NULL);
+    _exit(127);
+  }
+  if (pid < 0 || waitpid(pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static PetscErrorCode read_column(hid_t file, const char *name, double *v, int max, int *n)
+{
+  hid_t   dset, space;
+  hsize_t len = 0;
+
+  PetscFunctionBegin;
+  *n   = -1;
+  dset = H5Dopen2(file, name, H5P_DEFAULT);
+  if (dset < 0) PetscFunctionReturn(PETSC_SUCCESS);
+  space = H5Dget_space(dset);
+  H5Sget_simple_extent_dims(space, &len, NULL);
+  H5Sclose(space);
+  if ((int)len <= max) {
+    H5Call(H5Dread(dset, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v), "cannot read %s", name);
+    *n = (int)len;
+  }
+  H5Dclose(dset);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode read_attr_string(hid_t file, const char *obj, const char *name, char *buf, size_t len)
+{
+  hid_t attr, type;
+  char *s = NULL;
+
+  PetscFunctionBegin;
+  buf[0] = 0;
+  attr   = H5Aopen_by_name(file, obj, name, H5P_DEFAULT, H5P_DEFAULT);
+  if (attr < 0) PetscFunctionReturn(PETSC_SUCCESS);
+  type = H5Aget_type(attr);
+  if (H5Tis_variable_str(type) > 0 && H5Aread(attr, type, &s) >= 0 && s) {
+    PetscCall(PetscStrncpy(buf, s, len));
+    H5free_memory(s);
+  }
+  H5Tclose(type);
+  H5Aclose(attr);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode run_record_steps(const RunCtx *run, int *child)
+{
+  RunRecord *rec;
+
+  PetscFunctionBegin;
+  PetscCall(record_open(run, "test", &rec));
+  if (rank == size - 1) PetscCall(record_time(rec, "last_rank_only", 1.0)); /* a new name on one rank, seen first there */
+  PetscCall(record_time(rec, "rollout", 0.5));
+  PetscCall(record_time(rec, "rollout", 0.25)); /* accumulates */
+  PetscCall(record_time(rec, "train", 1.0));
+  PetscCall(record_metric(rec, "reward", 1.0));
+  PetscCall(record_step(rec, 1));
+  *child = spawn_reader(run->output_dir, 1); /* after one step, before close */
+  PetscCall(record_time(rec, "rollout", 0.5));
+  PetscCall(record_time(rec, "gen", 2.0)); /* first seen at step 2 */
+  PetscCall(record_metric(rec, "reward", 2.0));
+  PetscCall(record_metric(rec, "kl", 0.1)); /* first seen at step 2 */
+  PetscCall(record_step(rec, 2));
+  PetscCall(record_time(rec, "train", 3.0));
+  PetscCall(record_metric(rec, "kl", 0.2));
+  PetscCall(record_step(rec, 3));
+  PetscCall(record_summary(rec, "tokens_per_s", 123.5));
+  PetscCall(record_close(&rec));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode test_record(void)
+{
+  RunCtx    run = {PETSC_COMM_WORLD, rank, size, 1, 99, PETSC_FALSE, ""};
+  char      path[PETSC_MAX_PATH_LEN], s[4096], hv[64];
+  double    v[8], v2[8];
+  int       n, n2, child = -1;
+  hid_t     file;
+  PetscBool ok;
+  RunRecord *rec;
+
+  PetscFunctionBegin;
+  path_in(run.output_dir, "out");
+  snprintf(path, sizeof path, "%s/run.h5", run.output_dir);
+  PetscCall(sys_param_record("test_", "-alpha", "0.5", PETSC_TRUE));
+  PetscCall(sys_param_record("test_", "-beta", "7", PETSC_FALSE));
+  PetscCall(PetscOptionsSetValue(NULL, "-test_never_read", "3"));
+  PetscCall(run_record_steps(&run, &child));
+  PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD)); /* record_close is rank 0's alone */
+  file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  PetscCheck(file >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "cannot open %s", path);
+  PetscCall(read_column(file, "/metrics/kl", v, 8, &n));
+  report((PetscBool)(n == 3 && isnan(v[0]) && v[1] == 0.1 && v[2] == 0.2), "run record: metric first seen at step 2 back-filled with NaN", "n %d: %g %g %g", n, v[0], v[1], v[2]);
+  PetscCall(read_column(file, "/metrics/reward", v, 8, &n));
+  PetscCall(read_column(file, "/metrics/step", v2, 8, &n2));
+  report((PetscBool)(n == 3 && v[0] == 1 && v[1] == 2 && isnan(v[2]) && n2 == 3 && v2[0] == 1 && v2[2] == 3), "run record: metrics and steps", "n %d %d", n, n2);
+  PetscCall(read_column(file, "/timing/rollout_max", v, 8, &n));
+  PetscCall(read_column(file, "/timing/gen_min", v2, 8, &n2));
+  ok = (PetscBool)(n == 3 && v[0] == 0.75 && v[1] == 0.5 && v[2] == 0 && n2 == 3 && v2[0] == 0 && v2[1] == 2.0 && v2[2] == 0);
+  PetscCall(read_column(file, "/timing/train_min", v, 8, &n));
+  PetscCall(read_column(file, "/timing/step", v2, 8, &n2));
+  ok = (PetscBool)(ok && n == 3 && v[0] == 1 && v[1] == 0 && v[2] == 3 && n2 == 3);
+  report(ok, "run record: stage times (accumulated, 0 when not timed, back-filled)", "columns differ");
+  PetscCall(read_column(file, "/timing/last_rank_only_max", v, 8, &n));
+  PetscCall(read_column(file, "/timing/last_rank_only_min", v2, 8, &n2));
+  report((PetscBool)(n == 3 && v[0] == 1 && v[1] == 0 && n2 == 3 && v2[0] == (size > 1 ? 0 : 1)), "run record: a stage timed on one rank only (max over ranks, min 0)", "n %d max %g min %g", n, v[0], v2[0]);
+  PetscCall(read_attr_string(file, "/code", "rlfuse_version", s, sizeof s));
+  PetscCall(io_hdf5_version(hv, sizeof hv));
+  ok = (PetscBool)!strcmp(s, RLFUSE_VERSION);
+  PetscCall(read_attr_string(file, "/code", "hdf5", s, sizeof s));
+  ok = (PetscBool)(ok && !strcmp(s, hv));
+  PetscCall(read_attr_string(file, "/code", "petsc", s, sizeof s));
+  ok = (PetscBool)(ok && strstr(s, "3."));
+  PetscCall(read_attr_string(file, "/code", "command_line", s, sizeof s));
+  ok = (PetscBool)(ok && strstr(s, "test_io"));
+  PetscCall(read_attr_string(file, "/code", "mode", s, sizeof s));
+  report((PetscBool)(ok && !strcmp(s, "test")), "run record: /code provenance", "mode '%s'", s);
+  PetscCall(read_attr_string(file, "/parameters", "test_alpha", s, sizeof s));
+  ok = (PetscBool)!strcmp(s, "0.5");
+  PetscCall(read_attr_string(file, "/parameters", "_given", s, sizeof s));
+  ok = (PetscBool)(ok && strstr(s, "test_alpha") && !strstr(s, "test_beta"));
+  PetscCall(read_attr_string(file, "/parameters", "_database", s, sizeof s));
+  report((PetscBool)(ok && strstr(s, "-test_never_read 3")), "run record: /parameters with _given and _database", "_database '%s'", s);
+  H5Fclose(file);
+  report((PetscBool)(child == 0), "run record readable by another process before record_close", "reader exit status %d", child);
+
+  PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD)); /* everyone has read run.h5 before it is renamed */
+  PetscCall(record_open(&run, "test", &rec));
+  PetscCall(record_close(&rec));
+  snprintf(s, sizeof s, "%s/run.1.h5", run.output_dir);
+  report((PetscBool)(file_size(s) > 0 && file_size(path) > 0), "existing run.h5 kept as run.1.h5", "run.1.h5 size %ld", file_size(s));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- token data ------------------------------------------------------------ */
+/* A data file as a Python tool might write it (tokens int64), by hand,
+ * because data_write refuses to write what data_read would reject. */
+static PetscErrorCode write_bad_data(const char *path, const int *tokens, const int *lengths)
+{
+  hsize_t dims[2] = {3, 5};
+  int     vocab   = 10;
+  hid_t   file, space, dset, attr;
+
+  PetscFunctionBegin;
+  if (!rank) {
+    file  = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    space = H5Screate_simple(2, dims, NULL);
+    dset  = H5Dcreate2(file, "tokens", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Call(H5Dwrite(dset, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens), "cannot write %s", path);
+    H5Dclose(dset);
+    H5Sclose(space);
+    space = H5Screate_simple(1, dims, NULL);
+    dset  = H5Dcreate2(file, "lengths", H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Call(H5Dwrite(dset, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, lengths), "cannot write %s", path);
+    H5Dclose(dset);
+    H5Sclose(space);
+    space = H5Screate(H5S_SCALAR);
+    attr  = H5Acreate2(file, "vocab_size", H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    H5Call(H5Awrite(attr, H5T_NATIVE_INT, &vocab), "cannot write %s", path);
+    H5Aclose(attr);
+    H5Sclose(space);
+    H5Fclose(file);
+  }
+  PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode test_data(void)
+{
+  int            tokens[3 * 5] = {1, 2, 3, 0, 0, 4, 5, 6, 7, 8, 9, 0, 0, 0, 0};
+  int            lengths[3] = {3, 5, 1}, plen[3] = {1, 2, 0};
+  TokenData      d = {3, 5, 10, tokens, lengths, plen}, r;
+  char           path[PETSC_MAX_PATH_LEN];
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  path_in(path, "data.h5");
+  PetscCall(data_write(PETSC_COMM_WORLD, path, &d, "copy"));
+  PetscCall(data_read(PETSC_COMM_WORLD, path, &r));
+  report((PetscBool)(r.N == 3 && r.T == 5 && r.vocab_size == 10 && !memcmp(r.tokens, tokens, sizeof tokens) && !memcmp(r.lengths, lengths, sizeof lengths) && r.prompt_lengths && !memcmp(r.prompt_lengths, plen, sizeof plen)), "token data round trip", "N %d T %d", r.N, r.T);
+  PetscCall(data_free(&r));
+
+  /* data_write refuses to write what data_read would reject, so write by hand */
+  tokens[8] = 10;
+  path_in(path, "badtok.h5");
+  PetscCall(write_bad_data(path, tokens, lengths));
+  TRY(ierr, data_read(PETSC_COMM_WORLD, path, &r));
+  expect_error(ierr, "data_read rejects a token >= vocab_size, naming row and column", "badtok.h5: /tokens[1,3] = 10 is outside [0, vocab_size=10)");
+  TRY(ierr, data_write(PETSC_COMM_WORLD, path, &d, "copy"));
+  expect_error(ierr, "data_write refuses a token >= vocab_size", "/tokens[1,3] = 10");
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode test_matrix(void)
+{
+  float   x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {0};
+  char    path[PETSC_MAX_PATH_LEN];
+  hid_t   file, dset;
+
+  PetscFunctionBegin;
+  path_in(path, "scores.h5");
+  PetscCall(io_write_matrix(PETSC_COMM_WORLD, path, "logprobs", x, 2, 3));
+  file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  dset = H5Dopen2(file, "logprobs", H5P_DEFAULT);
+  H5Dread(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, y);
+  H5Dclose(dset);
+  H5Fclose(file);
+  report((PetscBool)!memcmp(x, y, sizeof x), "io_write_matrix writes the float32 matrix", "values differ");
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+int main(int argc, char **argv)
+{
+  char good[PETSC_MAX_PATH_LEN], cmd[PETSC_MAX_PATH_LEN + 16];
+
+  if (argc == 4 && !strcmp(argv[1], "--read-record")) {
+    char path[PETSC_MAX_PATH_LEN];
+    snprintf(path, sizeof path, "%s/run.h5", argv[2]);
+    return child_read_record(path, argv[3]);
+  }
+  PetscCall(PetscInitialize(&argc, &argv, NULL, "io tests"));
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  PetscCallMPI(MPI_Comm_rank(PETSC_COMM_WORLD, &rank));
+  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &size));
+  snprintf(tmpdir, sizeof tmpdir, "%s/rlfuse_test_io.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  if (!rank) PetscCheck(mkdtemp(tmpdir), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "cannot create a temporary directory");
+  PetscCallMPI(MPI_Bcast(tmpdir, sizeof tmpdir, MPI_CHAR, 0, PETSC_COMM_WORLD));
+  path_in(good, "good.h5");
+  PetscCall(test_ckpt_roundtrip(good));
+  PetscCall(test_ckpt_bad_files(good));
+  PetscCall(test_ckpt_bad_contents(good));
+  PetscCall(test_ckpt_atomic());
+  PetscCall(test_record());
+  PetscCall(test_data());
+  PetscCall(test_matrix());
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &nfail, 1, MPI_INT, MPI_MAX, PETSC_COMM_WORLD));
+  PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD));
+  if (!rank) printf("%d passed, %d failed\n", npass, nfail);
+  if (!rank && !nfail) {
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd)) printf("# could not remove %s\n", tmpdir);
+  } else if (!rank) printf("# files kept in %s\n", tmpdir);
+  PetscCall(PetscFinalize());
+  return nfail ? 1 : 0;
+}
