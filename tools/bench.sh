@@ -13,7 +13,7 @@ for threads in 1 $(nproc); do
     s=${size%%:*}; T=${size##*:}
     OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads "$BIN/bench_model" -size $s -B 8 -T $T -iters 10
     if [ $have_torch = 1 ]; then
-      OMP_NUM_THREADS=$threads "$PYTHON" tools/bench_torch.py --size $s --B 8 --T $T --threads $threads --iters 10
+      OMP_NUM_THREADS=$threads "$PYTHON" tools/bench_torch.py --sizes $s --B 8 --T $T --threads $threads --iters 10
     fi
   done
 done
