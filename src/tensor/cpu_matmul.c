@@ -7,8 +7,13 @@
  * team. The two never run at once because sgemm is only called here, outside
  * any parallel region; called from inside one, every OpenMP thread would
  * start a full OpenBLAS pool and the machine would be oversubscribed n^2.
- * Both pools spin briefly after their work before sleeping; on a loaded
- * node set OMP_WAIT_POLICY=passive or OPENBLAS_NUM_THREADS to share cores.
+ * They still collide in time: after each parallel region libgomp's team
+ * spins (OMP_WAIT_POLICY unset = spin a while, then sleep), and the sgemm
+ * that follows finds its cores busy. Measured on 2 cores (B=8, T=256,
+ * C=384): sgemm at 100-150 GFLOP/s with the default policy, ~205 with
+ * OMP_WAIT_POLICY=passive, and the OpenMP kernels no slower. So launch with
+ * OMP_WAIT_POLICY=passive (libgomp reads it at load; it cannot be set
+ * from here), and OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = cores per rank.
  *
  * Determinism. OpenBLAS 0.3.21 is deterministic for a fixed thread count,
  * but its single-threaded and threaded drivers cut the K sum into different
@@ -20,7 +25,7 @@
 #include "cpu_ops.h"
 #include <cblas.h>
 
-#define MM_KBLOCK 256 /* <= GEMM_Q of every OpenBLAS sgemm kernel */
+#define MM_KBLOCK 256 /* below GEMM_Q (320 measured for this machine's SkylakeX kernel); checked by test_ops */
 
 /* Row-major C[M,N] = beta*C + op(A)[M,K] . op(B)[K,N], the K sum in fixed blocks. */
 static void sgemm_kblocked(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc)
