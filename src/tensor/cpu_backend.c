@@ -30,4 +30,8 @@ static const Backend cpu_backend = {
   .adamw               = cpu_adamw,
 };
 
-const Backend *backend_cpu(void) { return &cpu_backend; }
+const Backend *backend_cpu(void)
+{
+  cpu_blas_init(); /* cheap and idempotent: OpenBLAS single-threaded, see cpu_matmul.c */
+  return &cpu_backend;
+}

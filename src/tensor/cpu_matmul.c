@@ -1,19 +1,13 @@
 /* cpu backend: the linear layers, through OpenBLAS sgemm.
  *
- * Threading. Debian's libopenblas0 resolves to the *pthread* build
- * (/etc/alternatives/libopenblas.so.0 -> openblas-pthread/, priority 100; the
- * openmp build is a separate package, not installed here). So OpenBLAS runs
- * its own pool of OPENBLAS_NUM_THREADS (default: all cores) beside the OpenMP
- * team. The two never run at once because sgemm is only called here, outside
- * any parallel region; called from inside one, every OpenMP thread would
- * start a full OpenBLAS pool and the machine would be oversubscribed n^2.
- * They still collide in time: after each parallel region libgomp's team
- * spins (OMP_WAIT_POLICY unset = spin a while, then sleep), and the sgemm
- * that follows finds its cores busy. Measured on 2 cores (B=8, T=256,
- * C=384): sgemm at 100-150 GFLOP/s with the default policy, ~205 with
- * OMP_WAIT_POLICY=passive, and the OpenMP kernels no slower. So launch with
- * OMP_WAIT_POLICY=passive (libgomp reads it at load; it cannot be set
- * from here), and OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = cores per rank.
+ * Threading. Debian's libopenblas0 resolves to the *pthread* build, whose
+ * own thread pool would run beside the OpenMP team: after each OpenMP region
+ * libgomp's threads spin while the next sgemm needs the cores (measured on 2
+ * cores, 10M model: 1.4x slower training than without the clash). So OpenBLAS
+ * is kept single-threaded (cpu_blas_init) and each sgemm is cut into one
+ * tile per OpenMP thread, run inside the team: one pool, no oversubscription,
+ * whatever OMP_WAIT_POLICY is. Tiles split rows or columns of the output,
+ * never the K sum, so the bits do not depend on the thread count.
  *
  * Determinism. OpenBLAS 0.3.21 is deterministic for a fixed thread count,
  * but its single-threaded and threaded drivers cut the K sum into different
@@ -24,6 +18,7 @@
  * output (beta = 1). dbias is our own blocked column sum. */
 #include "cpu_ops.h"
 #include <cblas.h>
+#include <omp.h>
 
 #define MM_KBLOCK 256 /* below GEMM_Q (320 measured for this machine's SkylakeX kernel); checked by test_ops */
 
@@ -40,6 +35,28 @@ static void sgemm_kblocked(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N,
     for (int m = 0; m < M; m++) memset(Cm + (size_t)m * ldc, 0, (size_t)N * sizeof(float));
 }
 
+void openblas_set_num_threads(int);
+
+void cpu_blas_init(void) { openblas_set_num_threads(1); }
+
+/* One sgemm per OpenMP thread on a slab of the output's rows (or columns,
+ * when there are more of them); each slab is a multiple of 16 wide. */
+static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc)
+{
+  int by_rows = M >= N, extent = by_rows ? M : N;
+
+#pragma omp parallel if ((double)M * N * K > 1e6)
+  {
+    int nt = omp_get_num_threads(), id = omp_get_thread_num();
+    int per = ((extent + nt - 1) / nt + 15) / 16 * 16;
+    int lo = id * per, hi = lo + per < extent ? lo + per : extent;
+    if (lo < hi) {
+      if (by_rows) sgemm_kblocked(ta, tb, hi - lo, N, K, ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
+      else sgemm_kblocked(ta, tb, M, hi - lo, K, A, lda, tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb, ldb, beta, Cm + lo, ldc);
+    }
+  }
+}
+
 PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
 {
   float beta = 0.0f;
@@ -52,8 +69,8 @@ PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, 
     for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
     beta = 1.0f;
   }
-  if (transposed) sgemm_kblocked(CblasNoTrans, CblasTrans, N, OC, C, inp, C, w, C, beta, out, OC);
-  else sgemm_kblocked(CblasNoTrans, CblasNoTrans, N, OC, C, inp, C, w, OC, beta, out, OC);
+  if (transposed) sgemm_tiled(CblasNoTrans, CblasTrans, N, OC, C, inp, C, w, C, beta, out, OC);
+  else sgemm_tiled(CblasNoTrans, CblasNoTrans, N, OC, C, inp, C, w, OC, beta, out, OC);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -62,12 +79,12 @@ PetscErrorCode cpu_matmul_backward(float *dinp, float *dw, float *dbias, const f
   PetscFunctionBegin;
   if (N <= 0 || OC <= 0) PetscFunctionReturn(PETSC_SUCCESS);
   if (dinp) {
-    if (transposed) sgemm_kblocked(CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, w, C, 1.0f, dinp, C);
-    else sgemm_kblocked(CblasNoTrans, CblasTrans, N, C, OC, dout, OC, w, OC, 1.0f, dinp, C);
+    if (transposed) sgemm_tiled(CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, w, C, 1.0f, dinp, C);
+    else sgemm_tiled(CblasNoTrans, CblasTrans, N, C, OC, dout, OC, w, OC, 1.0f, dinp, C);
   }
   if (dw) {
-    if (transposed) sgemm_kblocked(CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
-    else sgemm_kblocked(CblasTrans, CblasNoTrans, C, OC, N, inp, C, dout, OC, 1.0f, dw, OC);
+    if (transposed) sgemm_tiled(CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
+    else sgemm_tiled(CblasTrans, CblasNoTrans, C, OC, N, inp, C, dout, OC, 1.0f, dw, OC);
   }
   if (dbias) PetscCall(cpu_colsum_accumulate(dbias, dout, N, OC));
   PetscFunctionReturn(PETSC_SUCCESS);
