@@ -531,7 +531,7 @@ static PetscErrorCode check_attention(Tally *ty, const Backend *be, Rng *r)
  * (a) a prefill of each whole sequence and (b) a decode that interleaves the
  * slots, starting from prompts of different lengths, in a cache whose Tmax
  * exceeds T and with a spare slot. The two paths share their arithmetic, so
- * they should agree to rounding (1e-6) and in fact bit for bit. */
+ * they agree to rounding (1e-6): the training forward runs through sgemm. */
 static PetscErrorCode check_attention_cached(Tally *ty, const Backend *be, Rng *r)
 {
   const int B = 3, T = 37, C = 48, NH = 3, Tmax = T + 5, nslot = 4;

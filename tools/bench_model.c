@@ -5,8 +5,8 @@
  *
  *   bin/bench_model -size 1M|10M [-B 8] [-T 128] [-iters 10] [-warmup 3]
  *
- * FLOPs per token (training) = 6*P + 6*n_layer*T*C, P = parameters without
- * wpe (wte counted once); forward = one third of that. */
+ * FLOPs per token are gpt_flops_per_token (src/model/adamw.c, the PaLM
+ * convention): forward 2*P_mm + 4*n_layer*T*C, training 3x forward. */
 #include "model.h"
 #include "sys.h"
 #include <omp.h>
@@ -26,12 +26,6 @@ static int cmp_double(const void *a, const void *b)
 {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
-}
-
-static double bench_flops_per_token(const GPTConfig *c, int T)
-{
-  double P = (double)c->vocab_size * c->n_embd + (double)c->n_layer * (12.0 * c->n_embd * c->n_embd + 13.0 * c->n_embd) + 2.0 * c->n_embd;
-  return 6.0 * P + 6.0 * c->n_layer * (double)T * c->n_embd;
 }
 
 /* Median seconds of one forward (train = FALSE) or training step. */
@@ -80,7 +74,7 @@ static PetscErrorCode bench_size(const BenchSize *s, PetscInt B, PetscInt T, Pet
     dlp[n] = -1.0f / (float)N;
   }
   for (int train = 0; train < 2; train++) {
-    double sec = 0, flops = bench_flops_per_token(&s->cfg, (int)T) * (train ? 1.0 : 1.0 / 3.0) * N;
+    double sec = 0, flops = gpt_flops_per_token(&s->cfg, (int)T, (PetscBool)train) * N;
     PetscCall(bench_time(gpt, tok, tgt, lp, dlp, (int)B, (int)T, (PetscBool)train, (int)warmup, (int)iters, &sec));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "rlfuse size=%s params=%zu mode=%s B=%" PetscInt_FMT " T=%" PetscInt_FMT " threads=%d tok_per_s=%.0f gflops=%.2f ms=%.2f\n", s->name, gpt->nparams, train ? "train" : "fwd", B, T, omp_get_max_threads(), N / sec, flops / sec * 1e-9, sec * 1e3));
   }

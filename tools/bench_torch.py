@@ -14,16 +14,15 @@ tied LM head, under no_grad; mode=train is forward + cross-entropy +
 backward + AdamW step. Warm-up iterations are excluded; the median over
 --iters timed iterations is reported.
 
-FLOP count (the C bench uses the same formula, gpt_flops_per_token):
+FLOP count: exactly gpt_flops_per_token in src/model/adamw.c, which
+tools/bench_model.c reports with (the PaLM appendix-B convention):
 
-    training flops/token = 6*P + 6*n_layer*T*C
-    forward  flops/token = (6*P + 6*n_layer*T*C) / 3
+    forward  flops/token = 2*P_mm + 4*n_layer*T*C
+    training flops/token = 3 * forward
 
-P is the number of parameters excluding wpe (a lookup, no FLOPs), counting
-the tied wte once (it serves the LM head matmul); biases and LayerNorm
-parameters are included for simplicity. The second term is the attention
-score and weighted-sum matmuls (2*T*C multiply-adds per token and layer
-forward, x3 for training). gflops = flops/token * tok_per_s / 1e9.
+P_mm = n_layer*12*C^2 + V*C is the number of weights in matmuls (the tied LM
+head included); 4*n_layer*T*C is Q.K^T and att.V over the full T x T window.
+gflops = flops/token * tok_per_s / 1e9.
 
 Sizes: "1M"  n_layer 4, n_head 4, n_embd 128, vocab 512, n_positions 128
        "10M" n_layer 6, n_head 6, n_embd 384, vocab 512, n_positions 256
@@ -48,9 +47,9 @@ SIZES = {
 
 
 def flops_per_token(cfg, T, training):
-    P = param_count(cfg, include_wpe=False)
-    train = 6.0 * P + 6.0 * cfg.n_layer * T * cfg.n_embd
-    return train if training else train / 3.0
+    L, C, V = cfg.n_layer, cfg.n_embd, cfg.vocab_size
+    forward = 2.0 * (L * 12.0 * C * C + V * C) + 4.0 * L * T * C
+    return 3.0 * forward if training else forward
 
 
 def time_iters(fn, warmup, iters):
@@ -122,7 +121,7 @@ def main():
     if args.iters < 1 or args.B < 1 or min(threads) < 1:
         ap.error("--iters, --B and --threads must be positive")
 
-    print(f"# torch {torch.__version__}; flops/token (train) = 6*P + 6*n_layer*T*C, fwd = 1/3 of that")
+    print(f"# torch {torch.__version__}; flops/token = gpt_flops_per_token (fwd 2*P_mm + 4*L*T*C, train 3x)")
     for name in names:
         cfg = GPTConfig(head="lm", **{**SIZES[name], **over})
         T = args.T or cfg.n_positions

@@ -1,19 +1,31 @@
 /* cpu backend: causal self-attention, the training forward/backward and the
  * KV-cache path used by generation.
  *
- * The inner products run over the head dimension with keys (or values) held
- * transposed in a per-thread scratch, so the vector lanes run over key
- * positions and each lane sums its dot product serially in d: no horizontal
- * reductions, and the same bits whatever the vector width, alignment or call
- * site. The only other sum (the softmax denominator, and the p.dp row sum in
- * backward) uses a fixed set of ATT_LANES partials. The full forward and the
- * cached path share att_row, so a KV-cache decode reproduces the full
- * forward bit for bit. */
+ * Training forward and backward. Per-row dot products over a head dimension
+ * of 32-64 reach only 15-25 GFLOP/s, so each (b,h) pair is done as a few
+ * sgemm calls on the head's strided q, k, v (OpenBLAS, single-threaded, one
+ * pair or query block per OpenMP thread, as in cpu_matmul.c). Queries go in
+ * blocks of ATT_QBLOCK rows, and a block only multiplies the keys it can see
+ * (0..t1), which skips most of the masked upper triangle; the dK and dV sums
+ * likewise run over key blocks, each from its diagonal down. Every sgemm's
+ * shape depends on T and the block only, and sums longer than ATT_KBLOCK are
+ * cut into fixed blocks added in order (see cpu_matmul.c: OpenBLAS's own K
+ * split is not fixed), so the bits do not depend on the thread count.
+ *
+ * KV-cache path. One query row at a time, with its keys transposed in a
+ * per-thread scratch so the vector lanes run over key positions and each
+ * lane sums its dot product serially in d: no horizontal reductions, and the
+ * same bits whatever the vector width or alignment. Its sgemm-free
+ * arithmetic agrees with the training forward to rounding, not bit for bit. */
 #include "cpu_ops.h"
+#include <cblas.h>
 #include <math.h>
 
 #define ATT_LANES  16 /* width of the fixed partial sums, one AVX-512 vector */
-#define ATT_QBLOCK 64 /* query rows per forward task: balances causal work */
+#ifndef ATT_QBLOCK
+  #define ATT_QBLOCK 64 /* query (and key) rows per block of the causal triangle */
+#endif
+#define ATT_KBLOCK 256 /* longest K sum per sgemm: below OpenBLAS's GEMM_Q, as MM_KBLOCK */
 
 static inline int att_ld(int T) { return (T + ATT_LANES - 1) / ATT_LANES * ATT_LANES; }
 
@@ -77,95 +89,104 @@ static inline void att_row(float *restrict o, float *restrict p, const float *re
   }
 }
 
+/* Row-major C[M,N] = beta*C + alpha * op(A)[M,K] . op(B)[K,N], the K sum in
+ * fixed blocks of ATT_KBLOCK added in order. */
+static void att_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc)
+{
+  for (int k0 = 0; k0 < K; k0 += ATT_KBLOCK) {
+    int          kb = K - k0 < ATT_KBLOCK ? K - k0 : ATT_KBLOCK;
+    const float *a  = ta == CblasNoTrans ? A + k0 : A + (size_t)k0 * lda;
+    const float *b  = tb == CblasNoTrans ? B + (size_t)k0 * ldb : B + k0;
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, kb, alpha, a, lda, b, ldb, k0 ? 1.0f : beta, Cm, ldc);
+  }
+}
+
+/* In place on a row of scores s[0..t] (already scaled): s = softmax(s). */
+static inline void att_softmax_row(float *restrict s, int t)
+{
+  float m = -INFINITY, inv;
+
+  for (int j = 0; j <= t; j++) m = s[j] > m ? s[j] : m;
+  for (int j = 0; j <= t; j++) s[j] = cpu_expf(s[j] - m);
+  inv = 1.0f / att_lane_sum(s, NULL, t + 1);
+  for (int j = 0; j <= t; j++) s[j] *= inv;
+}
+
+/* Per (b, h, query block t0..t1): S = scale * Q K^T over keys 0..t1, written
+ * straight into att (or a per-thread scratch when att is NULL), softmax row
+ * by row, zeros above the diagonal, then O = P V. */
 PetscErrorCode cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
-  int    hs = C / NH, ld = att_ld(T), nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK;
-  size_t per = (size_t)hs * ld + ld, C3 = 3 * (size_t)C;
-  float  scale = 1.0f / sqrtf((float)hs), *scratch;
+  int    hs = C / NH, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, C3 = 3 * C;
+  float  scale = 1.0f / sqrtf((float)hs), *scratch = NULL;
+  size_t per   = (size_t)(T < ATT_QBLOCK ? T : ATT_QBLOCK) * T;
 
   PetscFunctionBegin;
   PetscCheck(NH > 0 && C % NH == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "attention: n_embd %d is not a multiple of n_head %d", C, NH);
   if (B <= 0 || T <= 0) PetscFunctionReturn(PETSC_SUCCESS);
-  /* zeroed so that the padding columns att_dots reads are finite */
-  PetscCall(PetscCalloc1(per * cpu_max_threads(), &scratch));
+  if (!att) PetscCall(PetscMalloc1(per * cpu_max_threads(), &scratch));
 #pragma omp parallel for collapse(3) schedule(dynamic)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int qb = 0; qb < nqb; qb++) {
-        float       *KT = scratch + per * cpu_thread_num(), *prow = KT + (size_t)hs * ld;
-        const float *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-        int          t0 = qb * ATT_QBLOCK, t1 = t0 + ATT_QBLOCK < T ? t0 + ATT_QBLOCK : T;
+        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+        int          t0 = qb * ATT_QBLOCK, t1 = t0 + ATT_QBLOCK < T ? t0 + ATT_QBLOCK : T, zend = att ? T : t1;
+        float       *S  = att ? att + (((size_t)b * NH + h) * T + t0) * T : scratch + per * cpu_thread_num();
 
-        for (int j = 0; j < t1; j++)
-          for (int d = 0; d < hs; d++) KT[(size_t)d * ld + j] = base[j * C3 + C + d];
+        att_sgemm(CblasNoTrans, CblasTrans, t1 - t0, t1, hs, scale, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, T);
         for (int t = t0; t < t1; t++) {
-          float *p = att ? att + (((size_t)b * NH + h) * T + t) * T : prow;
-          att_row(out + ((size_t)b * T + t) * C + (size_t)h * hs, p, base + t * C3, KT, ld, t + 1, base + 2 * C, C3, hs, scale);
-          if (att)
-            for (int j = t + 1; j < T; j++) p[j] = 0.0f;
+          float *p = S + (size_t)(t - t0) * T;
+          att_softmax_row(p, t);
+          for (int j = t + 1; j < zend; j++) p[j] = 0.0f;
         }
+        att_sgemm(CblasNoTrans, CblasNoTrans, t1 - t0, hs, t1, 1.0f, S, T, v, C3, 0.0f, out + ((size_t)b * T + t0) * C + (size_t)h * hs, C);
       }
   PetscCall(PetscFree(scratch));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Per (b,h): dp = dout.v^T, ds = p*(dp - p.dp)*scale, dq = ds.k, dk += ds^T.q,
- * dv += p^T.dout. dk and dv collect over all queries of the pair in a private
- * scratch and are added to dqkv once, so a pair belongs to one thread and
- * the order of every sum is fixed. */
+/* Per (b,h), one thread: dP = dO V^T and dS = P*(dP - rowsum(P*dP))*scale
+ * by query blocks (into a [T,T] scratch, zeros above the diagonal), with
+ * dQ += dS K; then by key blocks j0..j1, over queries j0..T only:
+ * dK += dS^T Q, dV += P^T dO. All three accumulate straight into dqkv. */
 PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH)
 {
-  int    hs = C / NH, ld = att_ld(T);
-  size_t per = (size_t)hs * ld + 3 * (size_t)T * hs + ld + hs, C3 = 3 * (size_t)C;
+  int    hs = C / NH, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, C3 = 3 * C;
+  size_t per   = (size_t)T * T;
   float  scale = 1.0f / sqrtf((float)hs), *scratch;
 
   PetscFunctionBegin;
   PetscCheck(NH > 0 && C % NH == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "attention: n_embd %d is not a multiple of n_head %d", C, NH);
   if (B <= 0 || T <= 0) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(PetscCalloc1(per * cpu_max_threads(), &scratch));
+  PetscCall(PetscMalloc1(per * cpu_max_threads(), &scratch));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
-      float *VT = scratch + per * cpu_thread_num();
-      float *K = VT + (size_t)hs * ld, *dK = K + (size_t)T * hs, *dV = dK + (size_t)T * hs;
-      float *dp = dV + (size_t)T * hs, *dq = dp + ld;
-      const float *base  = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-      float       *dbase = dqkv + (size_t)b * T * C3 + (size_t)h * hs;
+      const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+      const float *P = att + ((size_t)b * NH + h) * per, *g = dout + (size_t)b * T * C + (size_t)h * hs;
+      float       *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs, *dk = dq + C, *dv = dq + 2 * C;
+      float       *dS = scratch + per * cpu_thread_num();
 
-      for (int j = 0; j < T; j++)
-        for (int d = 0; d < hs; d++) {
-          VT[(size_t)d * ld + j] = base[j * C3 + 2 * C + d];
-          K[(size_t)j * hs + d]  = base[j * C3 + C + d];
-        }
-      memset(dK, 0, 2 * (size_t)T * hs * sizeof(float));
-      for (int t = 0; t < T; t++) {
-        const float *restrict p = att + (((size_t)b * NH + h) * T + t) * T;
-        const float *restrict g = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
-        const float *restrict q = base + t * C3;
-        float                 dot;
+      for (int qb = 0; qb < nqb; qb++) {
+        int t0 = qb * ATT_QBLOCK, t1 = t0 + ATT_QBLOCK < T ? t0 + ATT_QBLOCK : T;
 
-        att_dots(dp, g, VT, ld, t + 1, hs);
-        dot = att_lane_sum(p, dp, t + 1);
-        for (int j = 0; j <= t; j++) dp[j] = p[j] * (dp[j] - dot) * scale;
-        for (int d = 0; d < hs; d++) dq[d] = 0.0f;
-        for (int j = 0; j <= t; j++) {
-          const float *restrict kj  = K + (size_t)j * hs;
-          float *restrict       dkj = dK + (size_t)j * hs;
-          float *restrict       dvj = dV + (size_t)j * hs;
-          float                 a = dp[j], pj = p[j];
-          for (int d = 0; d < hs; d++) {
-            dq[d] += a * kj[d];
-            dkj[d] += a * q[d];
-            dvj[d] += pj * g[d];
-          }
+        att_sgemm(CblasNoTrans, CblasTrans, t1 - t0, t1, hs, 1.0f, g + (size_t)t0 * C, C, v, C3, 0.0f, dS + (size_t)t0 * T, T);
+        for (int t = t0; t < t1; t++) {
+          const float *restrict p = P + (size_t)t * T;
+          float *restrict       d = dS + (size_t)t * T;
+          float                 dot = att_lane_sum(p, d, t + 1);
+
+          for (int j = 0; j <= t; j++) d[j] = p[j] * (d[j] - dot) * scale;
+          for (int j = t + 1; j < t1; j++) d[j] = 0.0f;
         }
-        for (int d = 0; d < hs; d++) dbase[t * C3 + d] += dq[d];
+        att_sgemm(CblasNoTrans, CblasNoTrans, t1 - t0, hs, t1, 1.0f, dS + (size_t)t0 * T, T, k, C3, 1.0f, dq + (size_t)t0 * C3, C3);
       }
-      for (int j = 0; j < T; j++)
-        for (int d = 0; d < hs; d++) {
-          dbase[j * C3 + C + d] += dK[(size_t)j * hs + d];
-          dbase[j * C3 + 2 * C + d] += dV[(size_t)j * hs + d];
-        }
+      for (int kb = 0; kb < nqb; kb++) {
+        int j0 = kb * ATT_QBLOCK, j1 = j0 + ATT_QBLOCK < T ? j0 + ATT_QBLOCK : T;
+
+        att_sgemm(CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f, dS + (size_t)j0 * T + j0, T, q + (size_t)j0 * C3, C3, 1.0f, dk + (size_t)j0 * C3, C3);
+        att_sgemm(CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f, P + (size_t)j0 * T + j0, T, g + (size_t)j0 * C, C, 1.0f, dv + (size_t)j0 * C3, C3);
+      }
     }
   PetscCall(PetscFree(scratch));
   PetscFunctionReturn(PETSC_SUCCESS);
