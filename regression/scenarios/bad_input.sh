@@ -46,4 +46,5 @@ expect "wrong tensor shape"         "c_fc.weight.*shape"           -options_file
 expect "config mismatch"            "n_embd"                       -options_file $deck -init_checkpoint $ck -policy_n_embd 64
 expect "score input too long"       "long.h5.*n_positions"         -mode score -score_checkpoint $ck -score_input $d/long.h5 -score_output $d/good/s.h5
 expect "task does not fit context"  "-task_len_max.*n_positions"   -options_file $deck -task_len_max 20
+expect "sequence shorter than data"  "-sft_seq_len 10"              -options_file $deck -sft_seq_len 10
 finish

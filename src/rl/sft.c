@@ -58,6 +58,8 @@ static PetscErrorCode sft_check(SFTOptions *o, const DemoSource *src)
   }
   if (o->seq_len == 0) o->seq_len = PetscMin(maxlen, o->cfg.n_positions);
   PetscCheck(o->seq_len >= 2 && o->seq_len <= o->cfg.n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sft_seq_len %" PetscInt_FMT " must be in [2, -policy_n_positions %d]", o->seq_len, o->cfg.n_positions);
+  /* inputs are tokens 0..T-1 and targets 1..T, so a sample of T+1 tokens fits */
+  PetscCheck(o->seq_len + 1 >= maxlen, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-sft_seq_len %" PetscInt_FMT " is too short for the longest sample of -sft_data %s (%d tokens; needs at least %d)", o->seq_len, src->path, maxlen, maxlen - 1);
   PetscCheck(o->eval_every == 0 || src->builtin, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-sft_eval_every needs -sft_data builtin (held-out prompts come from the built-in task)");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
