@@ -8,7 +8,7 @@
  * blocks of ATT_QBLOCK rows, and a block only multiplies the keys it can see
  * (0..t1), which skips most of the masked upper triangle; the dK and dV sums
  * likewise run over key blocks, each from its diagonal down. Every sgemm's
- * shape depends on T and the block only, and sums longer than ATT_KBLOCK are
+ * shape depends on T and the block only, and sums longer than CPU_KBLOCK are
  * cut into fixed blocks added in order (see cpu_matmul.c: OpenBLAS's own K
  * split is not fixed), so the bits do not depend on the thread count.
  *
@@ -25,7 +25,6 @@
 #ifndef ATT_QBLOCK
   #define ATT_QBLOCK 64 /* query (and key) rows per block of the causal triangle */
 #endif
-#define ATT_KBLOCK 256 /* longest K sum per sgemm: below OpenBLAS's GEMM_Q, as MM_KBLOCK */
 
 static inline int att_ld(int T) { return (T + ATT_LANES - 1) / ATT_LANES * ATT_LANES; }
 
@@ -89,18 +88,6 @@ static inline void att_row(float *restrict o, float *restrict p, const float *re
   }
 }
 
-/* Row-major C[M,N] = beta*C + alpha * op(A)[M,K] . op(B)[K,N], the K sum in
- * fixed blocks of ATT_KBLOCK added in order. */
-static void att_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc)
-{
-  for (int k0 = 0; k0 < K; k0 += ATT_KBLOCK) {
-    int          kb = K - k0 < ATT_KBLOCK ? K - k0 : ATT_KBLOCK;
-    const float *a  = ta == CblasNoTrans ? A + k0 : A + (size_t)k0 * lda;
-    const float *b  = tb == CblasNoTrans ? B + (size_t)k0 * ldb : B + k0;
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, kb, alpha, a, lda, b, ldb, k0 ? 1.0f : beta, Cm, ldc);
-  }
-}
-
 /* In place on a row of scores s[0..t] (already scaled): s = softmax(s). */
 static inline void att_softmax_row(float *restrict s, int t)
 {
@@ -133,13 +120,13 @@ PetscErrorCode cpu_attention_forward(float *out, float *att, const float *qkv, i
         int          t0 = qb * ATT_QBLOCK, t1 = t0 + ATT_QBLOCK < T ? t0 + ATT_QBLOCK : T, zend = att ? T : t1;
         float       *S  = att ? att + (((size_t)b * NH + h) * T + t0) * T : scratch + per * cpu_thread_num();
 
-        att_sgemm(CblasNoTrans, CblasTrans, t1 - t0, t1, hs, scale, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, T);
+        cpu_sgemm_kblocked(CblasNoTrans, CblasTrans, t1 - t0, t1, hs, scale, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, T);
         for (int t = t0; t < t1; t++) {
           float *p = S + (size_t)(t - t0) * T;
           att_softmax_row(p, t);
           for (int j = t + 1; j < zend; j++) p[j] = 0.0f;
         }
-        att_sgemm(CblasNoTrans, CblasNoTrans, t1 - t0, hs, t1, 1.0f, S, T, v, C3, 0.0f, out + ((size_t)b * T + t0) * C + (size_t)h * hs, C);
+        cpu_sgemm_kblocked(CblasNoTrans, CblasNoTrans, t1 - t0, hs, t1, 1.0f, S, T, v, C3, 0.0f, out + ((size_t)b * T + t0) * C + (size_t)h * hs, C);
       }
   PetscCall(PetscFree(scratch));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -170,7 +157,7 @@ PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const floa
       for (int qb = 0; qb < nqb; qb++) {
         int t0 = qb * ATT_QBLOCK, t1 = t0 + ATT_QBLOCK < T ? t0 + ATT_QBLOCK : T;
 
-        att_sgemm(CblasNoTrans, CblasTrans, t1 - t0, t1, hs, 1.0f, g + (size_t)t0 * C, C, v, C3, 0.0f, dS + (size_t)t0 * T, T);
+        cpu_sgemm_kblocked(CblasNoTrans, CblasTrans, t1 - t0, t1, hs, 1.0f, g + (size_t)t0 * C, C, v, C3, 0.0f, dS + (size_t)t0 * T, T);
         for (int t = t0; t < t1; t++) {
           const float *restrict p = P + (size_t)t * T;
           float *restrict       d = dS + (size_t)t * T;
@@ -179,13 +166,13 @@ PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const floa
           for (int j = 0; j <= t; j++) d[j] = p[j] * (d[j] - dot) * scale;
           for (int j = t + 1; j < t1; j++) d[j] = 0.0f;
         }
-        att_sgemm(CblasNoTrans, CblasNoTrans, t1 - t0, hs, t1, 1.0f, dS + (size_t)t0 * T, T, k, C3, 1.0f, dq + (size_t)t0 * C3, C3);
+        cpu_sgemm_kblocked(CblasNoTrans, CblasNoTrans, t1 - t0, hs, t1, 1.0f, dS + (size_t)t0 * T, T, k, C3, 1.0f, dq + (size_t)t0 * C3, C3);
       }
       for (int kb = 0; kb < nqb; kb++) {
         int j0 = kb * ATT_QBLOCK, j1 = j0 + ATT_QBLOCK < T ? j0 + ATT_QBLOCK : T;
 
-        att_sgemm(CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f, dS + (size_t)j0 * T + j0, T, q + (size_t)j0 * C3, C3, 1.0f, dk + (size_t)j0 * C3, C3);
-        att_sgemm(CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f, P + (size_t)j0 * T + j0, T, g + (size_t)j0 * C, C, 1.0f, dv + (size_t)j0 * C3, C3);
+        cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f, dS + (size_t)j0 * T + j0, T, q + (size_t)j0 * C3, C3, 1.0f, dk + (size_t)j0 * C3, C3);
+        cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f, P + (size_t)j0 * T + j0, T, g + (size_t)j0 * C, C, 1.0f, dv + (size_t)j0 * C3, C3);
       }
     }
   PetscCall(PetscFree(scratch));

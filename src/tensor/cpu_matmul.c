@@ -13,23 +13,23 @@
  * but its single-threaded and threaded drivers cut the K sum into different
  * blocks once K exceeds its GEMM_Q (a few hundred), so the bits of a long
  * sum (dW's sum over N rows, most visibly) change with OPENBLAS_NUM_THREADS.
- * We therefore cut every K sum ourselves into blocks of MM_KBLOCK, which
+ * We therefore cut every K sum ourselves into blocks of CPU_KBLOCK, which
  * OpenBLAS does not split further, and add the blocks in order into the
  * output (beta = 1). dbias is our own blocked column sum. */
 #include "cpu_ops.h"
 #include <cblas.h>
 #include <omp.h>
 
-#define MM_KBLOCK 256 /* below GEMM_Q (320 measured for this machine's SkylakeX kernel); checked by test_ops */
 
-/* Row-major C[M,N] = beta*C + op(A)[M,K] . op(B)[K,N], the K sum in fixed blocks. */
-static void sgemm_kblocked(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc)
+/* Row-major C[M,N] = beta*C + alpha * op(A)[M,K] . op(B)[K,N], the K sum in
+ * fixed blocks (see "Determinism" above). Also used by cpu_attention.c. */
+void cpu_sgemm_kblocked(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc)
 {
-  for (int k0 = 0; k0 < K; k0 += MM_KBLOCK) {
-    int          kb = K - k0 < MM_KBLOCK ? K - k0 : MM_KBLOCK;
+  for (int k0 = 0; k0 < K; k0 += CPU_KBLOCK) {
+    int          kb = K - k0 < CPU_KBLOCK ? K - k0 : CPU_KBLOCK;
     const float *a  = ta == CblasNoTrans ? A + k0 : A + (size_t)k0 * lda;
     const float *b  = tb == CblasNoTrans ? B + (size_t)k0 * ldb : B + k0;
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, kb, 1.0f, a, lda, b, ldb, k0 ? 1.0f : beta, Cm, ldc);
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, kb, alpha, a, lda, b, ldb, k0 ? 1.0f : beta, Cm, ldc);
   }
   if (K <= 0 && beta == 0.0f)
     for (int m = 0; m < M; m++) memset(Cm + (size_t)m * ldc, 0, (size_t)N * sizeof(float));
@@ -51,8 +51,8 @@ static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, in
     int per = ((extent + nt - 1) / nt + 15) / 16 * 16;
     int lo = id * per, hi = lo + per < extent ? lo + per : extent;
     if (lo < hi) {
-      if (by_rows) sgemm_kblocked(ta, tb, hi - lo, N, K, ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
-      else sgemm_kblocked(ta, tb, M, hi - lo, K, A, lda, tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb, ldb, beta, Cm + lo, ldc);
+      if (by_rows) cpu_sgemm_kblocked(ta, tb, hi - lo, N, K, 1.0f, ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
+      else cpu_sgemm_kblocked(ta, tb, M, hi - lo, K, 1.0f, A, lda, tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb, ldb, beta, Cm + lo, ldc);
     }
   }
 }

@@ -7,6 +7,7 @@
 #include "sys.h"
 #include "tensor.h"
 #include <stdint.h>
+#include <cblas.h>
 #include <string.h>
 #ifdef _OPENMP
   #include <omp.h>
@@ -84,6 +85,11 @@ PetscErrorCode cpu_encoder_backward(float *dwte, float *dwpe, const float *dout,
 PetscErrorCode cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C);
 PetscErrorCode cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, const float *mean, const float *rstd, int N, int C);
 
+/* Longest K sum handed to one sgemm call: below OpenBLAS's GEMM_Q (320 on
+ * this machine's kernel), so OpenBLAS never re-splits it and the bits do not
+ * depend on its thread count (checked by test_ops). */
+#define CPU_KBLOCK 256
+void           cpu_sgemm_kblocked(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc);
 void           cpu_blas_init(void);
 PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed);
 PetscErrorCode cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, PetscBool transposed);
