@@ -287,7 +287,8 @@ PetscErrorCode sft_run(const RunCtx *run, const Backend *be)
     PetscCall(sft_dry_run(run, &o, gpt->nparams));
   } else {
     PetscCall(PetscLogStagePush(sys_log.sft));
-    PetscCall(gpt_init_random(gpt, (uint64_t)run->seed));
+    /* a checkpoint replaces every weight, so drawing them first would be wasted */
+    if (!o.restart[0] && !o.init[0]) PetscCall(gpt_init_random(gpt, (uint64_t)run->seed));
     PetscCall(gpt_optim_init(gpt));
     PetscCall(sft_load(run, &o, gpt, &st));
     src.seed = (uint64_t)st.seed;
