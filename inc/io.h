@@ -14,12 +14,15 @@ typedef struct {
   const char *role;       /* "policy", "actor", "critic", "reference", "reward" */
   GPT        *gpt;
   PetscBool   with_optim; /* write/read /<role>/optim/{m,v}/<key> and the step count */
+  PetscBool   trunk_only; /* read: only the transformer.* tensors; the file's head may differ
+                             (a scalar-head model initialised from an LM checkpoint) */
 } CkptModel;
 
 typedef struct {
   PetscInt iteration; /* steps or iterations completed */
   PetscInt data_pos;  /* samples consumed from the training data */
   PetscInt seed;      /* the RNG key: draws are (seed, iteration, sample, position) */
+  double   kl_coef;   /* PPO's KL coefficient, which the adaptive controller changes (0 if unused) */
 } CkptState;
 
 /* Collective on comm; rank 0 writes. */
@@ -57,6 +60,19 @@ typedef struct {
 PetscErrorCode data_read(MPI_Comm comm, const char *path, TokenData *d);
 PetscErrorCode data_write(MPI_Comm comm, const char *path, const TokenData *d, const char *task);
 PetscErrorCode data_free(TokenData *d);
+
+/* ---- growing files ----------------------------------------------------- */
+/* One dataset of a group: int32 or float32, 1-D ([dims[0]]) or 2-D. */
+typedef struct {
+  const char *name;
+  int         ndim, dims[2];
+  const void *data;
+  PetscBool   is_int;
+} IODataset;
+/* Writes group `group` (replacing one of that name) with datasets and double
+ * attributes into path, creating the file if needed; flushed and closed on
+ * return. Rank 0 writes; collective. */
+PetscErrorCode io_group_append(MPI_Comm comm, const char *path, const char *group, const IODataset *d, int n, const char *const *attr_names, const double *attr_values, int nattr);
 
 /* Writes one float32 [rows, cols] dataset `name` to a new file at path. */
 PetscErrorCode io_write_matrix(MPI_Comm comm, const char *path, const char *name, const float *x, int rows, int cols);

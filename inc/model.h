@@ -81,12 +81,28 @@ const float   *gpt_logits(const GPT *gpt); /* [B*T, V], LM head */
 const float   *gpt_values(const GPT *gpt); /* [B*T], scalar head */
 /* After gpt_forward (LM head): logprob[n] = log p(target[n] | ...) on host; target < 0 gives 0. */
 PetscErrorCode gpt_logprobs(GPT *gpt, const int *target, float *logprob);
+/* The distribution a token was sampled from: softmax(logits * inv_temp)
+ * restricted to an allowed set per row (top-k, top-p, min_new_tokens). Row n
+ * of the last forward allows mask_ids[mask_off[n] .. mask_off[n+1]-1] (host
+ * arrays, mask_off has N+1 entries); an empty range, or mask_off NULL, allows
+ * the whole vocabulary. Training and inference use the generation's
+ * distribution so that ratios and KL compare like with like. */
+typedef struct {
+  float      inv_temp;
+  const int *mask_off, *mask_ids;
+} GPTTokenDist;
+/* As gpt_logprobs under a sampling distribution (dist NULL: plain softmax);
+ * entropy (host [B*T], may be NULL) gets each row's entropy of that
+ * distribution (0 where target < 0). gpt_backward_logprob then uses the same
+ * distribution. */
+PetscErrorCode gpt_logprobs_dist(GPT *gpt, const int *target, const GPTTokenDist *dist, float *logprob, float *entropy);
 /* Scalar head: copy the values to host [B*T]. */
 PetscErrorCode gpt_values_get(GPT *gpt, float *values);
 
 PetscErrorCode gpt_zero_grad(GPT *gpt);
 /* Backward from d(loss)/d(logprob) [B*T] (host) for the last forward (LM head).
- * Needs gpt_logprobs to have run with the same targets. Accumulates into grads. */
+ * Needs gpt_logprobs or gpt_logprobs_dist to have run with the same targets
+ * (the distribution given there is used). Accumulates into grads. */
 PetscErrorCode gpt_backward_logprob(GPT *gpt, const int *target, const float *dlogprob);
 /* Backward from d(loss)/d(value) [B*T] (host) for the last forward (scalar head). */
 PetscErrorCode gpt_backward_values(GPT *gpt, const float *dvalues);

@@ -114,8 +114,9 @@ float    rng_normal(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t 
 
 /* ---- PETSc log stages and events (for -log_view) ---------------------- */
 typedef struct {
-  PetscLogStage sft, score;
+  PetscLogStage sft, score, rm, ppo;
   PetscLogEvent data, forward, backward, optimizer, ckpt_write, ckpt_read;
+  PetscLogEvent generate, inference, advantages; /* PPO: actor_gen, ref/rew/critic inference, rewards+GAE */
 } SysLog;
 extern SysLog sys_log; /* registered once by sys_log_register, then read-only */
 PetscErrorCode sys_log_register(void);

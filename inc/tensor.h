@@ -71,11 +71,21 @@ struct Backend {
   /* x *= alpha */
   PetscErrorCode (*scale)(float *x, float alpha, size_t n);
 
-  /* logprob[n] = log softmax(logits[n,:])[target[n]]; lse[n] = logsumexp (saved for backward, may be NULL).
-   * Rows with target < 0 get logprob 0. */
-  PetscErrorCode (*logprob_forward)(float *logprob, float *lse, const float *logits, const int *target, int N, int V);
-  /* dlogits[n,:] = dlogprob[n] * (onehot(target[n]) - softmax(logits[n,:])) (overwrites; rows with target < 0 are zeroed) */
-  PetscErrorCode (*logprob_backward)(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, int N, int V);
+  /* Log-probabilities of sampled tokens under the sampling distribution
+   * q = softmax(logits[n,:] * inv_temp) restricted to row n's allowed set.
+   * The allowed set of row n is mask_ids[mask_off[n] .. mask_off[n+1]-1]; a
+   * row with an empty range, or every row when mask_off is NULL, allows the
+   * whole vocabulary (inv_temp 1 and no mask is the plain log-softmax).
+   *   logprob[n] = inv_temp*logits[n,target[n]] - lse[n], lse[n] = logsumexp over the set of inv_temp*logits
+   *   entropy[n] = -sum_{v in set} q_v log q_v            (entropy may be NULL)
+   * lse is saved for backward (may be NULL). Rows with target < 0 get
+   * logprob 0 and entropy 0. A target outside its row's set is an error. */
+  PetscErrorCode (*logprob_forward)(float *logprob, float *lse, float *entropy, const float *logits, const int *target, float inv_temp, const int *mask_off,
+                                    const int *mask_ids, int N, int V);
+  /* dlogits[n,v] = dlogprob[n] * inv_temp * (onehot(target[n])_v - q_v), q_v = 0 outside the set
+   * (overwrites; rows with target < 0 are zeroed) */
+  PetscErrorCode (*logprob_backward)(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
+                                     const int *mask_off, const int *mask_ids, int N, int V);
 
   /* *out = sum of x[i]^2 over n elements (host scalar result) */
   PetscErrorCode (*sumsq)(double *out, const float *x, size_t n);

@@ -29,7 +29,7 @@ run_item() {
   echo "  ($p passed, $f failed, $(( $(date +%s) - t0 )) s)"
 }
 
-for t in test_sys test_ops test_model test_io test_golden; do
+for t in test_sys test_ops test_model test_io test_golden test_gen test_rlmath; do
   [ -x "$BIN/$t" ] || { echo "=== $t"; echo "  not ok - $BIN/$t was not built"; failed=$((failed + 1)); continue; }
   if [ "$t" = test_golden ]; then run_item "$t" "$BIN/$t" regression/golden; else run_item "$t" "$BIN/$t"; fi
 done

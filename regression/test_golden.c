@@ -385,7 +385,7 @@ static PetscErrorCode test_file(Tally *t, const char *dir, const char *fname)
   char        path[PETSC_MAX_PATH_LEN], str[256], role[64];
   int         version;
   GPTConfig   cfg;
-  CkptModel   cm;
+  CkptModel   cm = {NULL, NULL, PETSC_FALSE, PETSC_FALSE};
   hsize_t     dims[3];
   double      loss;
   float       ref_loss;

@@ -157,7 +157,7 @@ static PetscErrorCode test_ckpt_roundtrip(const char *path)
 {
   GPTConfig lm = small_config(GPT_HEAD_LM), sc = small_config(GPT_HEAD_SCALAR), cfg;
   GPT      *pol, *cri, *rew, *pol2, *cri2, *rew2;
-  CkptState st = {5, 123, 42}, st2;
+  CkptState st = {5, 123, 42, 0.25}, st2;
   PetscBool eq_pol, eq_cri, eq_rew;
 
   PetscFunctionBegin;
@@ -165,7 +165,7 @@ static PetscErrorCode test_ckpt_roundtrip(const char *path)
   PetscCall(make_model(&sc, 2, PETSC_TRUE, &cri));
   PetscCall(make_model(&sc, 3, PETSC_FALSE, &rew));
   {
-    CkptModel models[3] = {{"policy", pol, PETSC_TRUE}, {"critic", cri, PETSC_TRUE}, {"reward", rew, PETSC_FALSE}};
+    CkptModel models[3] = {{"policy", pol, PETSC_TRUE, PETSC_FALSE}, {"critic", cri, PETSC_TRUE, PETSC_FALSE}, {"reward", rew, PETSC_FALSE, PETSC_FALSE}};
     PetscCall(ckpt_write(PETSC_COMM_WORLD, path, models, 3, &st));
   }
   PetscCall(ckpt_read_config(PETSC_COMM_WORLD, path, "critic", &cfg));
@@ -174,7 +174,7 @@ static PetscErrorCode test_ckpt_roundtrip(const char *path)
   PetscCall(make_model(&sc, 12, PETSC_FALSE, &cri2));
   PetscCall(make_model(&sc, 13, PETSC_FALSE, &rew2));
   {
-    CkptModel p = {"policy", pol2, PETSC_TRUE}, c = {"critic", cri2, PETSC_TRUE}, r = {"reward", rew2, PETSC_FALSE};
+    CkptModel p = {"policy", pol2, PETSC_TRUE, PETSC_FALSE}, c = {"critic", cri2, PETSC_TRUE, PETSC_FALSE}, r = {"reward", rew2, PETSC_FALSE, PETSC_FALSE};
     PetscCall(ckpt_read_model(PETSC_COMM_WORLD, path, &p));
     PetscCall(ckpt_read_model(PETSC_COMM_WORLD, path, &c));
     PetscCall(ckpt_read_model(PETSC_COMM_WORLD, path, &r));
@@ -185,7 +185,7 @@ static PetscErrorCode test_ckpt_roundtrip(const char *path)
   report(eq_pol, "checkpoint round trip bit-exact: LM head params, m, v, step", "policy differs");
   report((PetscBool)(eq_cri && eq_rew), "checkpoint round trip bit-exact: scalar heads (with and without optim)", "critic %d reward %d", eq_cri, eq_rew);
   PetscCall(ckpt_read_state(PETSC_COMM_WORLD, path, &st2));
-  report((PetscBool)(st2.iteration == 5 && st2.data_pos == 123 && st2.seed == 42), "checkpoint state round trip", "got %d %d %d", (int)st2.iteration, (int)st2.data_pos, (int)st2.seed);
+  report((PetscBool)(st2.iteration == 5 && st2.data_pos == 123 && st2.seed == 42 && st2.kl_coef == 0.25), "checkpoint state round trip", "got %d %d %d %g", (int)st2.iteration, (int)st2.data_pos, (int)st2.seed, st2.kl_coef);
   PetscCall(gpt_destroy(&pol));
   PetscCall(gpt_destroy(&cri));
   PetscCall(gpt_destroy(&rew));
@@ -264,7 +264,7 @@ static PetscErrorCode test_ckpt_bad_contents(const char *good)
 
   PetscFunctionBegin;
   PetscCall(make_model(&lm, 4, PETSC_FALSE, &gpt));
-  cm = (CkptModel){"policy", gpt, PETSC_FALSE};
+  cm = (CkptModel){"policy", gpt, PETSC_FALSE, PETSC_FALSE};
 
   PetscCall(doctor_checkpoint(good, "shape.h5", H5T_IEEE_F32LE, 2, 32, 8, path));
   TRY(ierr, ckpt_read_model(PETSC_COMM_WORLD, path, &cm));
@@ -280,7 +280,7 @@ static PetscErrorCode test_ckpt_bad_contents(const char *good)
 
   big.n_embd = 32;
   PetscCall(make_model(&big, 5, PETSC_FALSE, &gbig));
-  cm = (CkptModel){"policy", gbig, PETSC_FALSE};
+  cm = (CkptModel){"policy", gbig, PETSC_FALSE, PETSC_FALSE};
   TRY(ierr, ckpt_read_model(PETSC_COMM_WORLD, good, &cm));
   expect_error(ierr, "config mismatch: one clear error naming the option", "/policy: n_embd 16 in the file, 32 in the deck (-policy_n_embd)");
   PetscCall(gpt_destroy(&gpt));
@@ -305,13 +305,13 @@ static PetscErrorCode test_ckpt_atomic(void)
   path_in(path, "atomic.h5");
   path_in(before, "atomic.before.h5");
   {
-    CkptModel cm = {"policy", gpt, PETSC_FALSE};
+    CkptModel cm = {"policy", gpt, PETSC_FALSE, PETSC_FALSE};
     PetscCall(ckpt_write(PETSC_COMM_WORLD, path, &cm, 1, &st));
   }
   if (!rank) copy_prefix(path, before, file_size(path));
   size_before = file_size(path);
   {
-    CkptModel cm = {"policy", gpt, PETSC_TRUE}; /* no gpt_optim_init: fails inside the write */
+    CkptModel cm = {"policy", gpt, PETSC_TRUE, PETSC_FALSE}; /* no gpt_optim_init: fails inside the write */
     TRY(ierr, ckpt_write(PETSC_COMM_WORLD, path, &cm, 1, &st));
   }
   {
@@ -321,7 +321,7 @@ static PetscErrorCode test_ckpt_atomic(void)
   }
   {
     char      bad[PETSC_MAX_PATH_LEN];
-    CkptModel cm = {"policy", gpt, PETSC_FALSE};
+    CkptModel cm = {"policy", gpt, PETSC_FALSE, PETSC_FALSE};
 
     path_in(bad, "no/such/dir/x.h5");
     TRY(ierr, ckpt_write(PETSC_COMM_WORLD, bad, &cm, 1, &st));

@@ -1,5 +1,7 @@
 /* test_model: the GPT-2 model on the cpu backend. Finite-difference gradient
- * checks of both heads, KV-cache decoding against the full forward, AdamW and
+ * checks of both heads (the LM head also through gpt_logprobs_dist with a
+ * temperature and a mask), gpt_logprobs_dist against a host computation and
+ * its argument checks, KV-cache decoding against the full forward, AdamW and
  * the learning-rate schedule against hand-computed values, configuration
  * errors, the tensor table, and deterministic initialisation. Prints one
  * "ok"/"not ok" line per check and exits non-zero on any failure. */
@@ -52,9 +54,10 @@ static PetscErrorCode perturbed_params(GPT *gpt, uint64_t seed)
 }
 
 typedef struct {
-  int    B, T;
-  int   *tok, *target;
-  float *w; /* per-row loss weights */
+  int                 B, T;
+  int                *tok, *target;
+  float              *w;    /* per-row loss weights */
+  const GPTTokenDist *dist; /* LM head: the distribution of the logprobs (NULL: gpt_logprobs) */
 } Batch;
 
 static PetscErrorCode batch_create(const GPTConfig *cfg, int B, int T, uint64_t seed, Batch *b)
@@ -62,8 +65,9 @@ static PetscErrorCode batch_create(const GPTConfig *cfg, int B, int T, uint64_t 
   int N = B * T;
 
   PetscFunctionBegin;
-  b->B = B;
-  b->T = T;
+  b->B    = B;
+  b->T    = T;
+  b->dist = NULL;
   PetscCall(PetscMalloc3(N, &b->tok, N, &b->target, N, &b->w));
   for (int n = 0; n < N; n++) {
     b->tok[n]    = (int)(rng_u32(seed, 1, 0, (uint32_t)n, 0) % (uint32_t)cfg->vocab_size);
@@ -81,6 +85,27 @@ static PetscErrorCode batch_destroy(Batch *b)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* A CSR allowed-token mask for b's targets: rows with n % 4 == 0 allow the
+ * whole vocabulary (empty range), n % 4 == 1 one token, the others 2..maxset
+ * tokens. Members are t + 5j mod V around the target t (5 is prime to V =
+ * 23, so they are distinct) in wrapped, unsorted order, the target at a
+ * varying place. off [N+1] and ids are PetscMalloc'ed. */
+static PetscErrorCode mask_create(const Batch *b, int V, int maxset, int **off, int **ids)
+{
+  int N = b->B * b->T;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc2(N + 1, off, (size_t)N * maxset, ids));
+  (*off)[0] = 0;
+  for (int n = 0; n < N; n++) {
+    int sz = n % 4 == 0 ? 0 : n % 4 == 1 ? 1 : 2 + (n * 7) % (maxset - 1), at = n % (sz ? sz : 1), t = b->target[n] >= 0 ? b->target[n] : n % V;
+
+    for (int k = 0; k < sz; k++) (*ids)[(*off)[n] + k] = ((t + 5 * (k - at)) % V + V) % V;
+    (*off)[n + 1] = (*off)[n] + sz;
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* LM head: loss = -mean of logprob over rows with a target. Scalar head:
  * loss = mean of w[n]*values[n]. With dloss != NULL also d loss / d output. */
 static PetscErrorCode model_loss(GPT *gpt, const Batch *b, double *loss, float *dloss)
@@ -93,7 +118,8 @@ static PetscErrorCode model_loss(GPT *gpt, const Batch *b, double *loss, float *
   PetscCall(PetscMalloc1(N, &out));
   PetscCall(gpt_forward(gpt, b->tok, b->B, b->T));
   if (gpt->cfg.head == GPT_HEAD_LM) {
-    PetscCall(gpt_logprobs(gpt, b->target, out));
+    if (b->dist) PetscCall(gpt_logprobs_dist(gpt, b->target, b->dist, out, NULL));
+    else PetscCall(gpt_logprobs(gpt, b->target, out));
     for (int n = 0; n < N; n++) nvalid += b->target[n] >= 0;
     for (int n = 0; n < N; n++) s -= b->target[n] >= 0 ? out[n] : 0;
     *loss = s / nvalid;
@@ -149,20 +175,27 @@ static PetscErrorCode numeric_grad(GPT *gpt, const Batch *b, float *p, size_t j,
  * 2 eps); with gradients of order 1e-2..1 a mismatch of
  * |num - ana| <= 1e-4 + 1e-2 |num| passes a correct backward with margin and
  * fails a missing or misplaced term by orders of magnitude. */
-static PetscErrorCode test_gradcheck(const Backend *be, GPTHead head)
+static PetscErrorCode test_gradcheck(const Backend *be, GPTHead head, PetscBool masked)
 {
-  GPTConfig cfg = micro_config(head);
-  GPT      *gpt;
-  Batch     b;
-  float    *p, *g;
-  double    worst = 0, ratio;
-  int       nchecked = 0, nbad = 0;
-  char      name[64], detail[320] = "", worst_name[160] = "";
+  GPTConfig    cfg = micro_config(head);
+  GPT         *gpt;
+  Batch        b;
+  float       *p, *g;
+  double       worst = 0, ratio;
+  int          nchecked = 0, nbad = 0, *off = NULL, *ids = NULL;
+  char         name[96], detail[320] = "", worst_name[160] = "";
+  GPTTokenDist dist = {1.0f / 0.7f, NULL, NULL};
 
   PetscFunctionBegin;
   PetscCall(gpt_create(&cfg, be, &gpt));
   PetscCall(perturbed_params(gpt, 11));
   PetscCall(batch_create(&cfg, 2, 7, 5, &b));
+  if (masked) { /* temperature 0.7 and a top-k style mask: the sampling distribution of RL */
+    PetscCall(mask_create(&b, cfg.vocab_size, 9, &off, &ids));
+    dist.mask_off = off;
+    dist.mask_ids = ids;
+    b.dist        = &dist;
+  }
   PetscCall(PetscMalloc2(gpt->nparams, &p, gpt->nparams, &g));
   PetscCall(gpt_params_get(gpt, p));
   PetscCall(analytic_grads(gpt, &b, g));
@@ -182,11 +215,112 @@ static PetscErrorCode test_gradcheck(const Backend *be, GPTHead head)
       }
     }
   }
-  PetscCall(PetscSNPrintf(name, sizeof name, "gradient check, %s head", GPTHeadNames[head]));
+  PetscCall(PetscSNPrintf(name, sizeof name, "gradient check, %s head%s", GPTHeadNames[head], masked ? ", gpt_logprobs_dist with inv_temp 1/0.7 and a mask" : ""));
   PetscCall(PetscSNPrintf(detail, sizeof detail, "%d of %d sampled parameters outside 1e-4 + 1e-2|num|; worst at %.3g of tolerance: %s", nbad, nchecked, worst,
                           worst_name));
   report(name, nbad == 0 ? PETSC_TRUE : PETSC_FALSE, detail);
   PetscCall(PetscFree2(p, g));
+  if (masked) PetscCall(PetscFree2(off, ids));
+  PetscCall(batch_destroy(&b));
+  PetscCall(gpt_destroy(&gpt));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* model.h's definition worked on host in double from gpt_logits(): lse over
+ * the row's set of inv_temp*logits, logprob = inv_temp*x_t - lse, entropy =
+ * -sum q log q (0 without a target). */
+static void hand_logprobs(const float *logits, const int *target, const GPTTokenDist *d, int N, int V, double *lp, double *ent)
+{
+  double it = d ? d->inv_temp : 1.0;
+
+  for (int n = 0; n < N; n++) {
+    const float *x = logits + (size_t)n * V;
+    int          lo = d && d->mask_off ? d->mask_off[n] : 0, hi = d && d->mask_off ? d->mask_off[n + 1] : 0, all = hi == lo, nset = all ? V : hi - lo;
+    double       m = -INFINITY, z = 0, l, h = 0;
+
+    for (int k = 0; k < nset; k++) m = PetscMax(m, it * x[all ? k : d->mask_ids[lo + k]]);
+    for (int k = 0; k < nset; k++) z += exp(it * x[all ? k : d->mask_ids[lo + k]] - m);
+    l = m + log(z);
+    for (int k = 0; k < nset; k++) {
+      double q = exp(it * x[all ? k : d->mask_ids[lo + k]] - l);
+      h -= q > 0 ? q * log(q) : 0;
+    }
+    lp[n]  = target[n] >= 0 ? it * x[target[n]] - l : 0;
+    ent[n] = target[n] >= 0 ? h : 0;
+  }
+}
+
+/* Worst |got - want| / (1e-5 + 1e-5 |want|) over n entries. */
+static double worst_err(const float *got, const double *want, int n)
+{
+  double w = 0;
+
+  for (int i = 0; i < n; i++) w = PetscMax(w, PetscIsInfOrNanReal(got[i]) ? INFINITY : fabs(got[i] - want[i]) / (1e-5 + 1e-5 * fabs(want[i])));
+  return w;
+}
+
+/* gpt_logprobs_dist: dist NULL and {1, no mask} are gpt_logprobs bitwise; a
+ * small and then a larger mask (the device id buffer grows) at inv_temp
+ * 1/0.7 match the host hand computation, entropies included; and a plain
+ * gpt_logprobs after a masked one makes the backward plain again. */
+static PetscErrorCode test_logprobs_dist(const Backend *be)
+{
+  GPTConfig    cfg = micro_config(GPT_HEAD_LM);
+  GPT         *gpt;
+  Batch        b;
+  int          N, V = cfg.vocab_size, *off[2], *ids[2];
+  float       *lp0, *lp1, *lp2, *ent, *logits, *g0, *g1, *dloss;
+  double      *hlp, *hent, werr = 0;
+  GPTTokenDist one = {1.0f, NULL, NULL}, masked[2];
+  PetscBool    same;
+  char         detail[160];
+
+  PetscFunctionBegin;
+  PetscCall(gpt_create(&cfg, be, &gpt));
+  PetscCall(perturbed_params(gpt, 13));
+  PetscCall(batch_create(&cfg, 2, 7, 9, &b));
+  N = b.B * b.T;
+  PetscCall(PetscMalloc5(N, &lp0, N, &lp1, N, &lp2, N, &ent, (size_t)N * V, &logits));
+  PetscCall(PetscMalloc5(N, &hlp, N, &hent, gpt->nparams, &g0, gpt->nparams, &g1, N, &dloss));
+  PetscCall(gpt_forward(gpt, b.tok, b.B, b.T));
+  PetscCall(be->to_host(logits, gpt_logits(gpt), (size_t)N * V * sizeof(float)));
+  PetscCall(gpt_logprobs(gpt, b.target, lp0));
+  PetscCall(gpt_logprobs_dist(gpt, b.target, NULL, lp1, ent));
+  PetscCall(gpt_logprobs_dist(gpt, b.target, &one, lp2, NULL));
+  same = !memcmp(lp0, lp1, N * sizeof(float)) && !memcmp(lp0, lp2, N * sizeof(float)) ? PETSC_TRUE : PETSC_FALSE;
+  hand_logprobs(logits, b.target, NULL, N, V, hlp, hent);
+  werr = PetscMax(worst_err(lp1, hlp, N), worst_err(ent, hent, N));
+  PetscCall(PetscSNPrintf(detail, sizeof detail, "%s; against the host computation at %.3g of tolerance", same ? "bitwise" : "NOT bitwise", werr));
+  report("gpt_logprobs_dist with dist NULL or inv_temp 1 equals gpt_logprobs", same && werr <= 1 ? PETSC_TRUE : PETSC_FALSE, detail);
+
+  werr = 0;
+  for (int k = 0; k < 2; k++) {
+    PetscCall(mask_create(&b, V, k ? 12 : 3, &off[k], &ids[k]));
+    masked[k] = (GPTTokenDist){1.0f / 0.7f, off[k], ids[k]};
+    PetscCall(gpt_logprobs_dist(gpt, b.target, &masked[k], lp1, ent));
+    hand_logprobs(logits, b.target, &masked[k], N, V, hlp, hent);
+    werr = PetscMax(werr, PetscMax(worst_err(lp1, hlp, N), worst_err(ent, hent, N)));
+  }
+  PetscCall(PetscSNPrintf(detail, sizeof detail, "logprob and entropy at %.3g of 1e-5 + 1e-5|ref| (rows 1, 5, 9 allow one token)", werr));
+  report("gpt_logprobs_dist with inv_temp 1/0.7 and masks of 1..3 then 1..12 tokens = host computation from gpt_logits", werr <= 1 ? PETSC_TRUE : PETSC_FALSE, detail);
+
+  /* the backward follows the last call's distribution, not an earlier one */
+  for (int n = 0; n < N; n++) dloss[n] = b.target[n] >= 0 ? 0.1f * (float)(n % 5) - 0.2f : 0.0f;
+  PetscCall(gpt_zero_grad(gpt));
+  PetscCall(gpt_logprobs(gpt, b.target, lp0));
+  PetscCall(gpt_backward_logprob(gpt, b.target, dloss));
+  PetscCall(be->to_host(g0, gpt->grads, gpt->nparams * sizeof(float)));
+  PetscCall(gpt_forward(gpt, b.tok, b.B, b.T));
+  PetscCall(gpt_zero_grad(gpt));
+  PetscCall(gpt_logprobs_dist(gpt, b.target, &masked[1], lp1, NULL));
+  PetscCall(gpt_logprobs(gpt, b.target, lp1));
+  PetscCall(gpt_backward_logprob(gpt, b.target, dloss));
+  PetscCall(be->to_host(g1, gpt->grads, gpt->nparams * sizeof(float)));
+  same = !memcmp(g0, g1, gpt->nparams * sizeof(float)) ? PETSC_TRUE : PETSC_FALSE;
+  report("gpt_backward_logprob uses the last call's distribution (plain after masked)", same, same ? "bitwise" : "gradients differ");
+  for (int k = 0; k < 2; k++) PetscCall(PetscFree2(off[k], ids[k]));
+  PetscCall(PetscFree5(lp0, lp1, lp2, ent, logits));
+  PetscCall(PetscFree5(hlp, hent, g0, g1, dloss));
   PetscCall(batch_destroy(&b));
   PetscCall(gpt_destroy(&gpt));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -450,6 +584,65 @@ static PetscErrorCode test_config_check(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* gpt_logprobs_dist rejects a bad distribution on host with a message that
+ * names the problem, and a failed call leaves nothing for the backward. */
+static PetscErrorCode test_dist_errors(const Backend *be)
+{
+  GPTConfig      cfg = micro_config(GPT_HEAD_LM);
+  GPT           *gpt;
+  Batch          b;
+  int            N, V = cfg.vocab_size, *off, *ids, *boff, *bids, *btgt, nbad = 0;
+  float         *lp;
+  char           msg[256], want[7][96], detail[512] = "";
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCall(gpt_create(&cfg, be, &gpt));
+  PetscCall(batch_create(&cfg, 2, 7, 9, &b));
+  N = b.B * b.T;
+  PetscCall(mask_create(&b, V, 6, &off, &ids)); /* row 1 allows one token, row 2 at least two */
+  PetscCall(PetscMalloc4(N + 1, &boff, off[N], &bids, N, &btgt, N, &lp));
+  PetscCall(gpt_forward(gpt, b.tok, b.B, b.T));
+  for (int c = 0; c < 7; c++) {
+    GPTTokenDist d = {1.0f / 0.7f, boff, bids};
+
+    PetscCall(PetscArraycpy(boff, off, N + 1));
+    PetscCall(PetscArraycpy(bids, ids, off[N]));
+    PetscCall(PetscArraycpy(btgt, b.target, N));
+    switch (c) {
+    case 0: d.inv_temp = 0.0f; PetscCall(PetscStrcpy(want[c], "inv_temp must be positive and finite")); break;
+    case 1: d.inv_temp = NAN; PetscCall(PetscStrcpy(want[c], "inv_temp must be positive and finite")); break;
+    case 2: boff[0] = 1; PetscCall(PetscStrcpy(want[c], "mask_off[0] is 1, not 0")); break;
+    case 3: boff[3] = boff[2] - 1; PetscCall(PetscStrcpy(want[c], "mask_off decreases at row 2")); break;
+    case 4: bids[off[2]] = V; PetscCall(PetscSNPrintf(want[c], sizeof want[c], "row 2 allows token %d outside the vocabulary", V)); break;
+    case 5: bids[off[2] + 1] = bids[off[2]]; PetscCall(PetscSNPrintf(want[c], sizeof want[c], "row 2 allows token %d twice", bids[off[2]])); break;
+    default: btgt[1] = (ids[off[1]] + 1) % V; PetscCall(PetscSNPrintf(want[c], sizeof want[c], "row 1 has target %d outside its allowed set", btgt[1]));
+    }
+    msg[0] = 0;
+    PetscCall(PetscPushErrorHandler(capture_error, msg));
+    ierr = gpt_logprobs_dist(gpt, btgt, &d, lp, NULL);
+    PetscCall(PetscPopErrorHandler());
+    if (!ierr || !strstr(msg, want[c])) {
+      size_t l = strlen(detail);
+      nbad++;
+      PetscCall(PetscSNPrintf(detail + l, sizeof detail - l, "case %d: error %d \"%s\"; ", c, (int)ierr, msg));
+    }
+  }
+  PetscCall(PetscPushErrorHandler(capture_error, msg));
+  ierr = gpt_backward_logprob(gpt, b.target, lp);
+  PetscCall(PetscPopErrorHandler());
+  if (!ierr) {
+    nbad++;
+    PetscCall(PetscStrlcat(detail, "gpt_backward_logprob ran after a failed gpt_logprobs_dist; ", sizeof detail));
+  }
+  report("gpt_logprobs_dist rejects bad inv_temp, mask_off, ids and a target outside its set", nbad ? PETSC_FALSE : PETSC_TRUE, detail);
+  PetscCall(PetscFree4(boff, bids, btgt, lp));
+  PetscCall(PetscFree2(off, ids));
+  PetscCall(batch_destroy(&b));
+  PetscCall(gpt_destroy(&gpt));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* GPT-2 small (124M) has 124,439,808 parameters in 148 tensors. */
 static PetscErrorCode test_tensor_table(void)
 {
@@ -543,8 +736,11 @@ int main(int argc, char **argv)
 
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
   PetscCall(backend_get("cpu", &be));
-  PetscCall(test_gradcheck(be, GPT_HEAD_LM));
-  PetscCall(test_gradcheck(be, GPT_HEAD_SCALAR));
+  PetscCall(test_gradcheck(be, GPT_HEAD_LM, PETSC_FALSE));
+  PetscCall(test_gradcheck(be, GPT_HEAD_LM, PETSC_TRUE));
+  PetscCall(test_gradcheck(be, GPT_HEAD_SCALAR, PETSC_FALSE));
+  PetscCall(test_logprobs_dist(be));
+  PetscCall(test_dist_errors(be));
   PetscCall(test_grad_accumulates(be));
   PetscCall(test_kv_cache(be, GPT_HEAD_LM));
   PetscCall(test_kv_cache(be, GPT_HEAD_SCALAR));

@@ -7,7 +7,9 @@
  * filled with NaN before each call so an unwritten element fails;
  * accumulating outputs start from random values so "+=" is checked. The
  * reductions and attention must give the same bits with 1, 2 and 3 OpenMP
- * threads. Prints "ok - name" / "not ok - name: detail" per check and
+ * threads. The log-probability ops are also checked at a temperature and
+ * under a CSR allowed-token mask, with the logits outside each masked row's
+ * set NaN so that reading one fails. Prints "ok - name" / "not ok - name: detail" per check and
  * "P passed, F failed"; exits non-zero on any failure.
  *
  * Tolerances: a float result passes if |got - ref| <= atol + rtol*|ref|.
@@ -265,15 +267,48 @@ static double ref_gelu_grad(double x)
   return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * sqrt(2 / M_PI) * (1 + 3 * 0.044715 * x * x);
 }
 
-static void ref_logprob(double *lp, double *lse, const double *x, const int *tgt, int N, int V)
+/* q = softmax(inv_temp * x) over a row's allowed set (0 outside it), in
+ * double; returns the logsumexp. set NULL: the whole vocabulary. Only the
+ * set's logits are read. */
+static double ref_softmax_row(double *q, const double *x, double it, const int *set, int nset, int V)
 {
+  double m = -INFINITY, z = 0, l;
+  for (int v = 0; v < V; v++) q[v] = set ? 0.0 : 1.0; /* membership first */
+  for (int k = 0; k < nset; k++) q[set[k]] = 1.0;
+  for (int v = 0; v < V; v++)
+    if (q[v] != 0.0) m = fmax(m, it * x[v]);
+  for (int v = 0; v < V; v++)
+    if (q[v] != 0.0) z += exp(it * x[v] - m);
+  l = m + log(z);
+  for (int v = 0; v < V; v++) q[v] = q[v] != 0.0 ? exp(it * x[v] - l) : 0.0;
+  return l;
+}
+
+/* Row n's allowed set in a CSR mask; returns its size, *set NULL for the whole vocabulary. */
+static int ref_row_set(const int *off, const int *ids, int n, const int **set)
+{
+  *set = off && off[n + 1] > off[n] ? ids + off[n] : NULL;
+  return *set ? off[n + 1] - off[n] : 0;
+}
+
+/* tensor.h's logprob_forward in double; entropy as -sum q log q (not the
+ * kernel's lse - sum q y), and q (may be NULL) kept as [N,V] for the backward. */
+static void ref_logprob(double *lp, double *lse, double *ent, double *qall, const double *x, const int *tgt, double it, const int *off, const int *ids, int N, int V)
+{
+  double *q = dvec(V);
   for (int n = 0; n < N; n++) {
-    double m = -INFINITY, z = 0;
-    for (int j = 0; j < V; j++) m = fmax(m, x[(size_t)n * V + j]);
-    for (int j = 0; j < V; j++) z += exp(x[(size_t)n * V + j] - m);
-    lse[n] = m + log(z);
-    lp[n]  = tgt[n] >= 0 ? x[(size_t)n * V + tgt[n]] - lse[n] : 0.0;
+    const int *set;
+    int        nset = ref_row_set(off, ids, n, &set);
+    double     h    = 0;
+
+    lse[n] = ref_softmax_row(q, x + (size_t)n * V, it, set, nset, V);
+    lp[n]  = tgt[n] >= 0 ? it * x[(size_t)n * V + tgt[n]] - lse[n] : 0.0;
+    for (int v = 0; v < V && tgt[n] >= 0; v++)
+      if (q[v] > 0) h -= q[v] * log(q[v]);
+    if (ent) ent[n] = h;
+    if (qall) memcpy(qall + (size_t)n * V, q, V * sizeof(double));
   }
+  free(q);
 }
 
 /* ---- checks ------------------------------------------------------------ */
@@ -636,52 +671,154 @@ static PetscErrorCode check_pointwise(Tally *ty, const Backend *be, Rng *r)
 }
 
 typedef struct {
-  int     N, V;
-  double *x, *dlp, *lp, *lse;
-  int    *tgt;
+  int        N, V;
+  double    *x, *dlp, *lp, *lse, it;
+  const int *tgt, *off, *ids;
 } LPCtx;
 
 static double lp_loss(void *ctx)
 {
   LPCtx *c = ctx;
   double s = 0;
-  ref_logprob(c->lp, c->lse, c->x, c->tgt, c->N, c->V);
+  ref_logprob(c->lp, c->lse, NULL, NULL, c->x, c->tgt, c->it, c->off, c->ids, c->N, c->V);
   for (int n = 0; n < c->N; n++) s += c->dlp[n] * c->lp[n];
   return s;
+}
+
+/* A CSR allowed-token mask over N rows: the rows cycle through an empty range
+ * (whole vocabulary), one token, 2..20 tokens and 100..700 tokens, each a
+ * random subset in random order. Targets are drawn from the row's set, and
+ * every fifth row has none (-1). Returns off [N+1] and ids (malloc'ed). */
+static void make_mask(Rng *r, int N, int V, int *tgt, int **off, int **ids)
+{
+  int *perm = malloc(V * sizeof(int)), *size = malloc(N * sizeof(int));
+
+  *off = malloc((N + 1) * sizeof(int));
+  (*off)[0] = 0;
+  for (int n = 0; n < N; n++) {
+    size[n]       = n % 4 == 0 ? 0 : n % 4 == 1 ? 1 : n % 4 == 2 ? 2 + rng_int(r, 19) : 100 + rng_int(r, 601);
+    (*off)[n + 1] = (*off)[n] + size[n];
+  }
+  *ids = malloc(((*off)[N] ? (*off)[N] : 1) * sizeof(int));
+  for (int v = 0; v < V; v++) perm[v] = v;
+  for (int n = 0; n < N; n++) {
+    int *set = *ids + (*off)[n];
+    for (int k = 0; k < size[n]; k++) { /* partial Fisher-Yates: a random subset in random order */
+      int j = k + rng_int(r, V - k), t = perm[k];
+      perm[k] = perm[j], perm[j] = t;
+      set[k] = perm[k];
+    }
+    tgt[n] = n % 5 == 3 ? -1 : size[n] ? set[rng_int(r, size[n])] : rng_int(r, V);
+  }
+  free(perm), free(size);
+}
+
+/* Logits a masked row must never read are NaN, so any read shows. */
+static void nan_outside_sets(float *x, const int *off, const int *ids, int N, int V)
+{
+  for (int n = 0; n < N; n++) {
+    float *row = x + (size_t)n * V, *keep;
+    if (off[n + 1] == off[n]) continue;
+    keep = fvec(V);
+    memcpy(keep, row, V * sizeof(float));
+    poison(row, V);
+    for (int k = off[n]; k < off[n + 1]; k++) row[ids[k]] = keep[ids[k]];
+    free(keep);
+  }
+}
+
+/* Forward and backward of one distribution (inv_temp, mask) against the double reference. */
+static PetscErrorCode check_logprob_dist(Tally *ty, const Backend *be, Rng *r, const char *what, float it, const int *off, const int *ids, const int *tgt, int N, int V)
+{
+  size_t  NV = (size_t)N * V;
+  float  *x = frand(r, NV, -6, 6), *lp = fvec(N), *lp2 = fvec(N), *lse = fvec(N), *ent = fvec(N), *dlp = frand(r, N, -1, 1), *dx = fvec(NV);
+  double *xd, *dlpd = todouble(dlp, N), *rlp = dvec(N), *rlse = dvec(N), *rent = dvec(N), *q = dvec(NV), *rdx = dvec(NV);
+  char    detail[2048] = "", name[160];
+  int     ok;
+  LPCtx   ctx;
+
+  PetscFunctionBegin;
+  if (off) nan_outside_sets(x, off, ids, N, V);
+  xd  = todouble(x, NV);
+  ctx = (LPCtx){N, V, xd, dlpd, dvec(N), dvec(N), it, tgt, off, ids};
+  poison(lp, N), poison(lp2, N), poison(lse, N), poison(ent, N);
+  PetscCall(be->logprob_forward(lp, lse, ent, x, tgt, it, off, ids, N, V));
+  PetscCall(be->logprob_forward(lp2, NULL, NULL, x, tgt, it, off, ids, N, V));
+  ref_logprob(rlp, rlse, rent, q, xd, tgt, it, off, ids, N, V);
+  ok = cmp(detail, sizeof detail, "logprob", lp, NULL, rlp, N, 1e-5, 1e-6);
+  ok = cmp(detail, sizeof detail, "lse", lse, NULL, rlse, N, 1e-5, 1e-6) && ok;
+  ok = cmp(detail, sizeof detail, "entropy", ent, NULL, rent, N, 1e-5, 1e-5) && ok;
+  if (!bitwise_equal(lp, lp2, N * sizeof(float))) ok = 0, strcat(detail, "logprob changes when lse and entropy are NULL; ");
+  snprintf(name, sizeof name, "logprob_forward, %s (rows without a target give 0)", what);
+  report(ty, ok, name, detail);
+
+  for (int n = 0; n < N; n++)
+    for (int v = 0; tgt[n] >= 0 && v < V; v++) rdx[(size_t)n * V + v] = dlpd[n] * it * ((v == tgt[n]) - q[(size_t)n * V + v]);
+  poison(dx, NV);
+  PetscCall(be->logprob_backward(dx, x, lse, tgt, dlp, it, off, ids, N, V));
+  detail[0] = 0;
+  ok        = cmp(detail, sizeof detail, "dlogits", dx, NULL, rdx, NV, 1e-7, 1e-5);
+  ok        = fd_check(detail, sizeof detail, "logits", r, lp_loss, &ctx, xd, NV, dx, NULL, 32) && ok;
+  poison(dx, NV);
+  PetscCall(be->logprob_backward(dx, x, NULL, tgt, dlp, it, off, ids, N, V));
+  ok = cmp(detail, sizeof detail, "dlogits(lse NULL)", dx, NULL, rdx, NV, 1e-7, 1e-5) && ok;
+  snprintf(name, sizeof name, "logprob_backward, %s (overwrites; rows without a target zero; finite differences)", what);
+  report(ty, ok, name, detail);
+  free(x), free(lp), free(lp2), free(lse), free(ent), free(dlp), free(dx), free(xd), free(dlpd), free(rlp), free(rlse), free(rent), free(q), free(rdx);
+  free(ctx.lp), free(ctx.lse);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Calls that must fail: each returns an error whose message contains want. */
+static PetscErrorCode check_logprob_errors(Tally *ty, const Backend *be, Rng *r)
+{
+  const int      N = 4, V = 50, off[5] = {0, 3, 3, 4, 6}, ids[6] = {7, 2, 40, 11, 5, 9}, bad_off[5] = {0, 3, 2, 4, 6}, bad_ids[6] = {7, 2, 50, 11, 5, 9};
+  const int      tgt[4] = {2, 33, 11, -1}, outside[4] = {2, 33, 12, 9} /* row 2 allows only 11 */;
+  float         *x = frand(r, (size_t)N * V, -3, 3), *lp = fvec(N), *lse = fvec(N), *dlp = frand(r, N, -1, 1), *dx = fvec((size_t)N * V);
+  const char    *msg;
+  char           detail[1024] = "";
+  int            ok = 1;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCall(be->logprob_forward(lp, lse, NULL, x, tgt, 1.0f, off, ids, N, V)); /* the valid call, for reference */
+  PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+  for (int c = 0; c < 6; c++) {
+    const char *want[6] = {"row 2 has target 12 outside its allowed set", "row 2 has target 12 outside its allowed set", "inv_temp", "inv_temp", "decreases at row 1",
+                           "row 0 allows token 50"};
+    ierr = c == 0 ? be->logprob_forward(lp, lse, NULL, x, outside, 1.0f, off, ids, N, V)
+         : c == 1 ? be->logprob_backward(dx, x, lse, outside, dlp, 1.0f, off, ids, N, V)
+         : c == 2 ? be->logprob_forward(lp, lse, NULL, x, tgt, 0.0f, off, ids, N, V)
+         : c == 3 ? be->logprob_backward(dx, x, lse, tgt, dlp, INFINITY, off, ids, N, V)
+         : c == 4 ? be->logprob_forward(lp, lse, NULL, x, tgt, 1.0f, bad_off, ids, N, V)
+                  : be->logprob_forward(lp, lse, NULL, x, tgt, 1.0f, off, bad_ids, N, V);
+    msg  = NULL;
+    if (ierr) PetscCall(PetscErrorMessage(ierr, NULL, (char **)&msg));
+    if (!ierr || !msg || !strstr(msg, want[c])) {
+      size_t l = strlen(detail);
+      ok       = 0;
+      snprintf(detail + l, sizeof detail - l, "case %d: error %d, message \"%s\" lacks \"%s\"; ", c, (int)ierr, msg ? msg : "", want[c]);
+    }
+  }
+  PetscCall(PetscPopErrorHandler());
+  report(ty, ok, "logprob_forward/backward reject a target outside its set, a bad inv_temp, a bad mask", detail);
+  free(x), free(lp), free(lse), free(dlp), free(dx);
+  PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 static PetscErrorCode check_logprob(Tally *ty, const Backend *be, Rng *r)
 {
   const int N = 97, V = 1000;
-  size_t    NV = (size_t)N * V;
-  float    *x = frand(r, NV, -6, 6), *lp = fvec(N), *lse = fvec(N), *dlp = frand(r, N, -1, 1), *dx = fvec(NV);
-  int      *tgt = malloc(N * sizeof(int));
-  double   *xd = todouble(x, NV), *dlpd = todouble(dlp, N), *rlp = dvec(N), *rlse = dvec(N), *rdx = dvec(NV);
-  LPCtx     ctx = {N, V, xd, dlpd, dvec(N), dvec(N), tgt};
-  char      detail[1024] = "";
-  int       ok;
+  int      *tgt = malloc(N * sizeof(int)), *off, *ids;
 
   PetscFunctionBegin;
-  for (int n = 0; n < N; n++) tgt[n] = n % 5 == 3 ? -1 : rng_int(r, V); /* every fifth row masked */
-  poison(lp, N), poison(lse, N);
-  PetscCall(be->logprob_forward(lp, lse, x, tgt, N, V));
-  ref_logprob(rlp, rlse, xd, tgt, N, V);
-  ok = cmp(detail, sizeof detail, "logprob", lp, NULL, rlp, N, 1e-5, 1e-6);
-  ok = cmp(detail, sizeof detail, "lse", lse, NULL, rlse, N, 1e-5, 1e-6) && ok;
-  report(ty, ok, "logprob_forward (masked rows give 0)", detail);
-
-  poison(dx, NV);
-  PetscCall(be->logprob_backward(dx, x, lse, tgt, dlp, N, V));
-  for (int n = 0; n < N; n++)
-    for (int j = 0; tgt[n] >= 0 && j < V; j++) rdx[(size_t)n * V + j] = dlpd[n] * ((j == tgt[n]) - exp(xd[(size_t)n * V + j] - rlse[n]));
-  detail[0] = 0;
-  ok        = cmp(detail, sizeof detail, "dlogits", dx, NULL, rdx, NV, 1e-7, 1e-5);
-  ok        = fd_check(detail, sizeof detail, "logits", r, lp_loss, &ctx, xd, NV, dx, NULL, 16) && ok;
-  poison(dx, NV);
-  PetscCall(be->logprob_backward(dx, x, NULL, tgt, dlp, N, V));
-  ok = cmp(detail, sizeof detail, "dlogits(lse NULL)", dx, NULL, rdx, NV, 1e-7, 1e-5) && ok;
-  report(ty, ok, "logprob_backward (overwrites; masked rows zero; finite differences)", detail);
-  free(x), free(lp), free(lse), free(dlp), free(dx), free(tgt), free(xd), free(dlpd), free(rlp), free(rlse), free(rdx), free(ctx.lp), free(ctx.lse);
+  for (int n = 0; n < N; n++) tgt[n] = n % 5 == 3 ? -1 : rng_int(r, V); /* every fifth row without a target */
+  PetscCall(check_logprob_dist(ty, be, r, "plain softmax", 1.0f, NULL, NULL, tgt, N, V));
+  PetscCall(check_logprob_dist(ty, be, r, "inv_temp 1/0.7", 1.0f / 0.7f, NULL, NULL, tgt, N, V));
+  make_mask(r, N, V, tgt, &off, &ids);
+  PetscCall(check_logprob_dist(ty, be, r, "inv_temp 1/0.7 and a mask of 0, 1, 2-20, 100-700 tokens per row", 1.0f / 0.7f, off, ids, tgt, N, V));
+  PetscCall(check_logprob_errors(ty, be, r));
+  free(tgt), free(off), free(ids);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -734,17 +871,19 @@ static PetscErrorCode check_threads(Tally *ty, const Backend *be, Rng *r)
   float       *x = frand(r, (size_t)N * C, -2, 2), *w = frand(r, C, 0.5, 1.5), *g = frand(r, (size_t)N * C, -1, 1);
   float       *mean = fvec(N), *rstd = fvec(N), *out = fvec((size_t)N * C);
   float       *qkv = frand(r, (size_t)B * T * 3 * AC, -1.5, 1.5), *ag = frand(r, (size_t)B * T * AC, -1, 1);
-  float       *logits = frand(r, (size_t)LN * LV, -6, 6);
-  int         *tok = malloc(N * sizeof(int)), *tgt = malloc(LN * sizeof(int));
-  /* per thread count: ln dinp|dw|db, dbias, dwte|dwpe, att out|att|dqkv, lse, sumsq */
-  size_t       nln = (size_t)N * C + 2 * C, natt = (size_t)B * T * AC + (size_t)B * NH * T * T + (size_t)B * T * 3 * AC;
-  float       *ln[3], *dbias[3], *enc[3], *att[3], *lse[3];
+  float       *logits = frand(r, (size_t)LN * LV, -6, 6), *dlp = frand(r, LN, -1, 1);
+  int         *tok = malloc(N * sizeof(int)), *tgt = malloc(LN * sizeof(int)), *mtgt = malloc(LN * sizeof(int)), *off, *ids;
+  /* per thread count: ln dinp|dw|db, dbias, dwte|dwpe, att out|att|dqkv, lse,
+   * tempered and masked logprob|lse|entropy|dlogits, sumsq */
+  size_t       nln = (size_t)N * C + 2 * C, natt = (size_t)B * T * AC + (size_t)B * NH * T * T + (size_t)B * T * 3 * AC, nlpm = 3 * (size_t)LN + (size_t)LN * LV;
+  float       *ln[3], *dbias[3], *enc[3], *att[3], *lse[3], *lpm[3];
   double       sq[3];
-  int          okln = 1, okmm = 1, okenc = 1, okatt = 1, oklp = 1, oksq = 1, nmax = omp_get_max_threads();
+  int          okln = 1, okmm = 1, okenc = 1, okatt = 1, oklp = 1, oklpm = 1, oksq = 1, nmax = omp_get_max_threads();
 
   PetscFunctionBegin;
   for (int n = 0; n < N; n++) tok[n] = rng_int(r, V);
   for (int n = 0; n < LN; n++) tgt[n] = rng_int(r, LV);
+  make_mask(r, LN, LV, mtgt, &off, &ids);
   PetscCall(be->layernorm_forward(out, mean, rstd, x, w, w, N, C));
   for (int k = 0; k < 3; k++) {
     omp_set_num_threads(nt[k]);
@@ -756,7 +895,10 @@ static PetscErrorCode check_threads(Tally *ty, const Backend *be, Rng *r)
     PetscCall(be->encoder_backward(enc[k], enc[k] + (size_t)V * C, g, tok, tok, N, C));
     PetscCall(be->attention_forward(att[k], att[k] + (size_t)B * T * AC, qkv, B, T, AC, NH));
     PetscCall(be->attention_backward(att[k] + (size_t)B * T * AC + (size_t)B * NH * T * T, ag, qkv, att[k] + (size_t)B * T * AC, B, T, AC, NH));
-    PetscCall(be->logprob_forward(lse[k] /* logprobs are a function of lse */, NULL, logits, tgt, LN, LV));
+    PetscCall(be->logprob_forward(lse[k] /* logprobs are a function of lse */, NULL, NULL, logits, tgt, 1.0f, NULL, NULL, LN, LV));
+    lpm[k] = fvec(nlpm);
+    PetscCall(be->logprob_forward(lpm[k], lpm[k] + LN, lpm[k] + 2 * LN, logits, mtgt, 1.0f / 0.7f, off, ids, LN, LV));
+    PetscCall(be->logprob_backward(lpm[k] + 3 * LN, logits, lpm[k] + LN, mtgt, dlp, 1.0f / 0.7f, off, ids, LN, LV));
     PetscCall(be->sumsq(&sq[k], x, nsq < (size_t)N * C ? nsq : (size_t)N * C));
     if (k) {
       okln &= bitwise_equal(ln[0], ln[k], nln * sizeof(float));
@@ -764,6 +906,7 @@ static PetscErrorCode check_threads(Tally *ty, const Backend *be, Rng *r)
       okenc &= bitwise_equal(enc[0], enc[k], 2 * (size_t)V * C * sizeof(float));
       okatt &= bitwise_equal(att[0], att[k], natt * sizeof(float));
       oklp &= bitwise_equal(lse[0], lse[k], LN * sizeof(float));
+      oklpm &= bitwise_equal(lpm[0], lpm[k], nlpm * sizeof(float));
       oksq &= sq[0] == sq[k];
     }
   }
@@ -773,9 +916,10 @@ static PetscErrorCode check_threads(Tally *ty, const Backend *be, Rng *r)
   report(ty, okenc, "bitwise with 1, 2, 3 threads: encoder_backward", okenc ? "" : "results differ");
   report(ty, okatt, "bitwise with 1, 2, 3 threads: attention_forward/backward", okatt ? "" : "results differ");
   report(ty, oklp, "bitwise with 1, 2, 3 threads: logprob_forward", oklp ? "" : "results differ");
+  report(ty, oklpm, "bitwise with 1, 2, 3 threads: logprob_forward/backward with inv_temp, mask and entropy", oklpm ? "" : "results differ");
   report(ty, oksq, "bitwise with 1, 2, 3 threads: sumsq", oksq ? "" : "results differ");
-  for (int k = 0; k < 3; k++) free(ln[k]), free(dbias[k]), free(enc[k]), free(att[k]), free(lse[k]);
-  free(x), free(w), free(g), free(mean), free(rstd), free(out), free(qkv), free(ag), free(logits), free(tok), free(tgt);
+  for (int k = 0; k < 3; k++) free(ln[k]), free(dbias[k]), free(enc[k]), free(att[k]), free(lse[k]), free(lpm[k]);
+  free(x), free(w), free(g), free(mean), free(rstd), free(out), free(qkv), free(ag), free(logits), free(dlp), free(tok), free(tgt), free(mtgt), free(off), free(ids);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -27,22 +27,27 @@ static PetscErrorCode rlfuse_main(void)
   PetscFunctionBegin;
   PetscCall(sys_log_register());
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "rlfuse job", NULL);
-  RfOptEnum("-mode", "Job to run: sft, score, data (rm, ppo, pipeline and plan are not yet available)", mode_names, 7, &mode);
+  RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data (plan is not yet available)", mode_names, 7, &mode);
   RfOptEnum("-device", "Device for tensor work", device_names, 2, &device);
   PetscOptionsEnd();
   PetscCall(sys_run_setup(PETSC_COMM_WORLD, &run));
   PetscCall(PetscOptionsHasHelp(NULL, &help));
   if (help) { /* every module prints its options, then stop */
     PetscCall(sft_run(&run, NULL));
+    PetscCall(rm_run(&run, NULL));
+    PetscCall(ppo_run(&run, NULL));
     PetscCall(score_run(&run, NULL));
     PetscCall(data_run(&run));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  PetscCheck(mode <= MODE_DATA, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-mode %s is not available in rlfuse %s yet (available: sft, score, data)", mode_names[mode], RLFUSE_VERSION);
+  PetscCheck(mode != MODE_PLAN, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-mode %s is not available in rlfuse %s yet (available: sft, rm, ppo, pipeline, score, data)", mode_names[mode], RLFUSE_VERSION);
   PetscCall(backend_get(device_names[device], &be));
   switch ((RunMode)mode) {
   case MODE_SFT: PetscCall(sft_run(&run, be)); break;
   case MODE_SCORE: PetscCall(score_run(&run, be)); break;
+  case MODE_RM: PetscCall(rm_run(&run, be)); break;
+  case MODE_PPO: PetscCall(ppo_run(&run, be)); break;
+  case MODE_PIPELINE: PetscCall(pipeline_run(&run, be)); break;
   default: PetscCall(data_run(&run)); break;
   }
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: CPU throughput of rlfuse's GPT against PyTorch on the same
-# shapes, thread counts and machine. Prints machine-readable lines; the
+# shapes, thread counts and machine, then the generation engine's decode
+# throughput (tools/bench_decode.c). Prints machine-readable lines; the
 # results are kept in docs/benchmarks.md.
 set -u
 cd "$(dirname "$0")/.."
@@ -18,3 +19,7 @@ for threads in 1 $(nproc); do
   done
 done
 [ $have_torch = 1 ] || echo "# PyTorch not found (apt-get install python3-torch) - only rlfuse measured"
+# decode throughput of the generation engine: 1, 8 and 64 concurrent samples
+for threads in 1 $(nproc); do
+  OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads "$BIN/bench_decode" -size all -prompt 8 -max_new 64 -iters 3
+done

@@ -94,7 +94,7 @@ static PetscErrorCode ckpt_write_model(hid_t file, const char *path, const CkptM
 
 static PetscErrorCode ckpt_write_state(hid_t file, const CkptState *st)
 {
-  CkptState zero = {0, 0, 0};
+  CkptState zero = {0, 0, 0, 0};
   hid_t     g;
 
   PetscFunctionBegin;
@@ -104,6 +104,7 @@ static PetscErrorCode ckpt_write_state(hid_t file, const CkptState *st)
   PetscCall(h5u_attr_write_int(g, "iteration", H5T_STD_I64LE, st->iteration));
   PetscCall(h5u_attr_write_int(g, "data_pos", H5T_STD_I64LE, st->data_pos));
   PetscCall(h5u_attr_write_int(g, "seed", H5T_STD_I64LE, st->seed));
+  PetscCall(h5u_attr_write_double(g, "kl_coef", st->kl_coef));
   PetscCall(h5u_write_version(g));
   PetscCall(h5u_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -244,7 +245,7 @@ typedef struct {
 } CkptModelCtx;
 
 /* Every tensor of the model's table from group `name` of loc into buf. */
-static PetscErrorCode ckpt_read_tensors(hid_t loc, const char *path, const char *parent, const char *name, const GPT *gpt, float *buf)
+static PetscErrorCode ckpt_read_tensors(hid_t loc, const char *path, const char *parent, const char *name, const GPT *gpt, PetscBool trunk_only, float *buf)
 {
   char  where[PETSC_MAX_PATH_LEN + 16], full[PETSC_MAX_PATH_LEN];
   hid_t g;
@@ -257,6 +258,7 @@ static PetscErrorCode ckpt_read_tensors(hid_t loc, const char *path, const char 
     hsize_t          dims[2] = {(hsize_t)t->shape[0], (hsize_t)t->shape[1]};
     hid_t            d;
 
+    if (trunk_only && strncmp(t->name, "transformer.", 12)) continue;
     PetscCall(PetscSNPrintf(full, sizeof full, "%s/%s/%s", parent, name, t->name));
     PetscCall(h5u_dataset_open(g, where, full, t->name, H5T_FLOAT, sizeof(float), t->ndim, dims, &d));
     PetscCall(h5u_dataset_read(d, where, full, H5T_NATIVE_FLOAT, buf + t->offset));
@@ -278,8 +280,8 @@ static PetscErrorCode ckpt_read_optim(hid_t role, CkptModelCtx *ctx)
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s /%s/optim", ctx->path, r));
   PetscCall(h5u_attr_read_int(g, where, "step", &ctx->step));
   PetscCall(PetscSNPrintf(parent, sizeof parent, "/%s/optim", r));
-  PetscCall(ckpt_read_tensors(g, ctx->path, parent, "m", ctx->model->gpt, ctx->m));
-  PetscCall(ckpt_read_tensors(g, ctx->path, parent, "v", ctx->model->gpt, ctx->v));
+  PetscCall(ckpt_read_tensors(g, ctx->path, parent, "m", ctx->model->gpt, PETSC_FALSE, ctx->m));
+  PetscCall(ckpt_read_tensors(g, ctx->path, parent, "v", ctx->model->gpt, PETSC_FALSE, ctx->v));
   PetscCall(h5u_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -295,9 +297,10 @@ static PetscErrorCode ckpt_read_model_file(hid_t file, void *vctx)
   PetscFunctionBegin;
   PetscCall(ckpt_open_group(file, ctx->path, "", r, "", &g));
   PetscCall(ckpt_read_group_config(g, ctx->path, r, &cfg));
+  if (ctx->model->trunk_only) cfg.head = ctx->model->gpt->cfg.head;
   PetscCall(ckpt_config_compare(ctx->path, r, &cfg, &ctx->model->gpt->cfg));
   PetscCall(PetscSNPrintf(parent, sizeof parent, "/%s", r));
-  PetscCall(ckpt_read_tensors(g, ctx->path, parent, "params", ctx->model->gpt, ctx->params));
+  PetscCall(ckpt_read_tensors(g, ctx->path, parent, "params", ctx->model->gpt, ctx->model->trunk_only, ctx->params));
   if (ctx->model->with_optim) PetscCall(ckpt_read_optim(g, ctx));
   PetscCall(h5u_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -338,7 +341,9 @@ PetscErrorCode ckpt_read_model(MPI_Comm comm, const char *path, const CkptModel 
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
+  PetscCheck(!(model->trunk_only && model->with_optim), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s: a trunk-only read cannot take optimizer state", path);
   PetscCall(PetscMalloc1(n, &ctx.params));
+  if (model->trunk_only) PetscCall(gpt_params_get(model->gpt, ctx.params)); /* the head keeps its values */
   if (model->with_optim) PetscCall(PetscMalloc2(n, &ctx.m, n, &ctx.v));
   ierr = ckpt_read_model_bcast(comm, &ctx);
   PetscCall(PetscFree(ctx.params));
@@ -350,6 +355,7 @@ PetscErrorCode ckpt_read_model(MPI_Comm comm, const char *path, const CkptModel 
 typedef struct {
   const char *path;
   int64_t     v[3]; /* iteration, data_pos, seed */
+  double      kl_coef;
 } CkptStateCtx;
 
 static PetscErrorCode ckpt_read_state_file(hid_t file, void *vctx)
@@ -364,6 +370,8 @@ static PetscErrorCode ckpt_read_state_file(hid_t file, void *vctx)
   PetscCall(h5u_attr_read_int(g, where, "iteration", &ctx->v[0]));
   PetscCall(h5u_attr_read_int(g, where, "data_pos", &ctx->v[1]));
   PetscCall(h5u_attr_read_int(g, where, "seed", &ctx->v[2]));
+  ctx->kl_coef = 0; /* files from before the attribute existed */
+  if (H5Aexists(g, "kl_coef") > 0) PetscCall(h5u_attr_read_double(g, where, "kl_coef", &ctx->kl_coef));
   PetscCall(h5u_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -379,13 +387,15 @@ static PetscErrorCode ckpt_read_state_task(void *vctx)
 
 PetscErrorCode ckpt_read_state(MPI_Comm comm, const char *path, CkptState *st)
 {
-  CkptStateCtx ctx = {path, {0, 0, 0}};
+  CkptStateCtx ctx = {path, {0, 0, 0}, 0};
 
   PetscFunctionBegin;
   PetscCall(h5u_rank0(comm, ckpt_read_state_task, &ctx));
   PetscCallMPI(MPI_Bcast(ctx.v, 3, MPI_INT64_T, 0, comm));
+  PetscCallMPI(MPI_Bcast(&ctx.kl_coef, 1, MPI_DOUBLE, 0, comm));
   st->iteration = (PetscInt)ctx.v[0];
   st->data_pos  = (PetscInt)ctx.v[1];
   st->seed      = (PetscInt)ctx.v[2];
+  st->kl_coef   = ctx.kl_coef;
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -316,6 +316,18 @@ PetscErrorCode h5u_attr_read_int(hid_t obj, const char *where, const char *name,
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode h5u_attr_read_double(hid_t obj, const char *where, const char *name, double *value)
+{
+  hid_t attr, type;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_attr_open(obj, where, name, H5T_FLOAT, "a float", &attr, &type));
+  H5Call(H5Aread(attr, H5T_NATIVE_DOUBLE, value), "%s: cannot read attribute %s (corrupt file?)", where, name);
+  PetscCall(h5u_close(&type));
+  PetscCall(h5u_close(&attr));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode h5u_attr_read_string(hid_t obj, const char *where, const char *name, char *buf, size_t len)
 {
   hid_t attr, type;

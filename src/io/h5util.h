@@ -57,6 +57,7 @@ PetscErrorCode h5u_attr_write_int(hid_t obj, const char *name, hid_t type, int64
 PetscErrorCode h5u_attr_write_double(hid_t obj, const char *name, double value);
 PetscErrorCode h5u_attr_write_string(hid_t obj, const char *name, const char *value);
 PetscErrorCode h5u_attr_read_int(hid_t obj, const char *where, const char *name, int64_t *value);
+PetscErrorCode h5u_attr_read_double(hid_t obj, const char *where, const char *name, double *value);
 PetscErrorCode h5u_attr_read_string(hid_t obj, const char *where, const char *name, char *buf, size_t len);
 
 /* "int32", "float64", "string", ... for messages. */

@@ -62,6 +62,7 @@ static void train_layout(const GPTConfig *cfg, int B, int T, float *sf, int *si,
   a->tok          = take_i(si, &oi, N);
   a->pos          = take_i(si, &oi, N);
   a->target       = take_i(si, &oi, N);
+  a->mask_off     = cfg->head == GPT_HEAD_LM ? take_i(si, &oi, N + 1) : NULL;
   a->encoded      = take_f(sf, &of, N * C);
   a->layer_stride = layer_layout(NULL, N, C, natt, NULL);
   a->layer_base   = take_f(sf, &of, L * a->layer_stride);
@@ -71,6 +72,7 @@ static void train_layout(const GPTConfig *cfg, int B, int T, float *sf, int *si,
   a->head_out     = take_f(sf, &of, head);
   a->lse          = take_f(sf, &of, N);
   a->logprob      = take_f(sf, &of, N);
+  a->entropy      = cfg->head == GPT_HEAD_LM ? take_f(sf, &of, N) : NULL;
   a->proj         = take_f(sf, &of, N * C);
   a->dres         = take_f(sf, &of, N * C);
   a->dA           = take_f(sf, &of, 4 * N * C);
@@ -152,6 +154,7 @@ PetscErrorCode gpt_acts_destroy(const Backend *be, GPTActs **acts)
   if (!*acts) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(slab_free(be, &(*acts)->train));
   PetscCall(slab_free(be, &(*acts)->cached));
+  if ((*acts)->mask_ids) PetscCall(be->free((*acts)->mask_ids));
   PetscCall(PetscFree(*acts));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -194,6 +197,21 @@ void gpt_acts_layer(const GPT *gpt, int l, GPTLayerActs *la)
   size_t         natt = (size_t)a->B * gpt->cfg.n_head * a->T * a->T;
 
   layer_layout(a->layer_base + (size_t)l * a->layer_stride, N, C, natt, la);
+}
+
+/* Grows the device buffer of the allowed-token ids to at least n ints; contents are not kept. */
+PetscErrorCode gpt_acts_mask_reserve(GPT *gpt, size_t n)
+{
+  GPTActs *a = gpt->acts;
+
+  PetscFunctionBegin;
+  if (n <= a->mask_cap) PetscFunctionReturn(PETSC_SUCCESS);
+  if (a->mask_ids) PetscCall(gpt->be->free(a->mask_ids));
+  a->mask_ids = NULL;
+  a->mask_cap = 0;
+  PetscCall(gpt->be->alloc(n * sizeof(int), (void **)&a->mask_ids));
+  a->mask_cap = n;
+  PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Bytes of the training activations, gradient scratch included (the

@@ -99,11 +99,12 @@ PetscErrorCode gpt_backward_logprob(GPT *gpt, const int *target, const float *dl
 
   PetscFunctionBegin;
   PetscCall(gpt_check_forward_done(gpt, GPT_HEAD_LM, "gpt_backward_logprob"));
-  PetscCheck(a->have_lse, PETSC_COMM_SELF, PETSC_ERR_ORDER, "gpt_backward_logprob: call gpt_logprobs after gpt_forward first");
+  PetscCheck(a->have_lse, PETSC_COMM_SELF, PETSC_ERR_ORDER, "gpt_backward_logprob: call gpt_logprobs or gpt_logprobs_dist after gpt_forward first");
   N = a->N;
   PetscCall(gpt_targets_upload(gpt, target));
   PetscCall(be->from_host(a->dhead, dlogprob, (size_t)N * sizeof(float)));
-  PetscCall(be->logprob_backward(a->dlogits, a->head_out, a->lse, a->target, a->dhead, N, V));
+  /* the distribution of the last gpt_logprobs(_dist): the one the logprobs were taken under */
+  PetscCall(be->logprob_backward(a->dlogits, a->head_out, a->lse, a->target, a->dhead, a->inv_temp, a->have_mask ? a->mask_off : NULL, a->mask_ids, N, V));
   PetscCall(scratch(be, a->dA, (size_t)N * C)); /* d lnf_out */
   PetscCall(be->matmul_backward(a->dA, gpt_view(gpt, gpt->grads, GPT_T_WTE), NULL, a->dlogits, a->lnf, gpt_view(gpt, gpt->params, GPT_T_WTE), N, C, V, PETSC_TRUE));
   PetscCall(trunk_backward(gpt));

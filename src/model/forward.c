@@ -2,6 +2,7 @@
  * scoring), keeping every activation the backward needs, the two output heads,
  * and the log-probabilities of given targets. */
 #include "model_impl.h"
+#include <math.h>
 
 /* Host-side guard: an out-of-range token would make the encoder read outside wte. */
 static PetscErrorCode check_tokens(const GPTConfig *cfg, const int *tok, int N)
@@ -134,16 +135,90 @@ PetscErrorCode gpt_targets_upload(GPT *gpt, const int *target)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_logprobs(GPT *gpt, const int *target, float *logprob)
+/* Row by row: ids in the vocabulary, no id twice in a row (it would count a
+ * token twice in the normaliser), the target among them. seen[v] holds 1 +
+ * the last row that allowed v, so one zeroed array serves every row. */
+static PetscErrorCode mask_rows_check(const int *off, const int *ids, const int *target, int N, int V, int *seen)
+{
+  PetscFunctionBegin;
+  for (int n = 0; n < N; n++) {
+    PetscBool has_target = off[n + 1] == off[n] ? PETSC_TRUE : PETSC_FALSE; /* an empty range allows everything */
+
+    PetscCheck(off[n + 1] >= off[n], PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "gpt_logprobs_dist: mask_off decreases at row %d (%d > %d)", n, off[n], off[n + 1]);
+    for (int k = off[n]; k < off[n + 1]; k++) {
+      PetscCheck(ids[k] >= 0 && ids[k] < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_logprobs_dist: row %d allows token %d outside the vocabulary [0,%d)", n,
+                 ids[k], V);
+      PetscCheck(seen[ids[k]] != n + 1, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "gpt_logprobs_dist: row %d allows token %d twice", n, ids[k]);
+      seen[ids[k]] = n + 1;
+      if (ids[k] == target[n]) has_target = PETSC_TRUE;
+    }
+    PetscCheck(target[n] < 0 || has_target, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_logprobs_dist: row %d has target %d outside its allowed set", n,
+               target[n]);
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Host checks of a sampling distribution before anything reaches the device,
+ * whose kernels cannot report errors. */
+static PetscErrorCode dist_check(const GPT *gpt, const int *target, const GPTTokenDist *dist)
+{
+  const int     *off = dist->mask_off;
+  int            N = gpt->acts->N, V = gpt->cfg.vocab_size, *seen;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCheck(dist->inv_temp > 0 && isfinite(dist->inv_temp), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_logprobs_dist: inv_temp must be positive and finite, not %g",
+             (double)dist->inv_temp);
+  if (!off) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCheck(off[0] == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "gpt_logprobs_dist: mask_off[0] is %d, not 0", off[0]);
+  PetscCheck(off[N] <= 0 || dist->mask_ids, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "gpt_logprobs_dist: mask_ids is NULL but mask_off[%d] is %d", N, off[N]);
+  PetscCall(PetscCalloc1(V, &seen));
+  ierr = mask_rows_check(off, dist->mask_ids, target, N, V, seen); /* freed before the error goes up: callers may recover */
+  PetscCall(PetscFree(seen));
+  PetscCall(ierr);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Keeps the distribution (device copies of the mask) for the backward. */
+static PetscErrorCode dist_upload(GPT *gpt, const int *target, const GPTTokenDist *dist)
+{
+  GPTActs *a = gpt->acts;
+  int      N = a->N;
+
+  PetscFunctionBegin;
+  a->inv_temp  = dist ? dist->inv_temp : 1.0f;
+  a->have_mask = PETSC_FALSE;
+  if (!dist) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(dist_check(gpt, target, dist));
+  if (!dist->mask_off || dist->mask_off[N] == 0) PetscFunctionReturn(PETSC_SUCCESS); /* all rows unmasked */
+  PetscCall(gpt_acts_mask_reserve(gpt, (size_t)dist->mask_off[N]));
+  PetscCall(gpt->be->from_host(a->mask_off, dist->mask_off, (size_t)(N + 1) * sizeof(int)));
+  PetscCall(gpt->be->from_host(a->mask_ids, dist->mask_ids, (size_t)dist->mask_off[N] * sizeof(int)));
+  a->have_mask = PETSC_TRUE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_logprobs_dist(GPT *gpt, const int *target, const GPTTokenDist *dist, float *logprob, float *entropy)
 {
   GPTActs *a = gpt->acts;
 
   PetscFunctionBegin;
-  PetscCall(gpt_check_forward_done(gpt, GPT_HEAD_LM, "gpt_logprobs"));
+  PetscCall(gpt_check_forward_done(gpt, GPT_HEAD_LM, "gpt_logprobs_dist"));
+  a->have_lse = PETSC_FALSE; /* a call that fails half-way must not leave a backward to a stale distribution */
   PetscCall(gpt_targets_upload(gpt, target));
-  PetscCall(gpt->be->logprob_forward(a->logprob, a->lse, a->head_out, a->target, a->N, gpt->cfg.vocab_size));
+  PetscCall(dist_upload(gpt, target, dist));
+  PetscCall(gpt->be->logprob_forward(a->logprob, a->lse, entropy ? a->entropy : NULL, a->head_out, a->target, a->inv_temp, a->have_mask ? a->mask_off : NULL,
+                                     a->mask_ids, a->N, gpt->cfg.vocab_size));
   PetscCall(gpt->be->to_host(logprob, a->logprob, (size_t)a->N * sizeof(float)));
+  if (entropy) PetscCall(gpt->be->to_host(entropy, a->entropy, (size_t)a->N * sizeof(float)));
   a->have_lse = PETSC_TRUE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_logprobs(GPT *gpt, const int *target, float *logprob)
+{
+  PetscFunctionBegin;
+  PetscCall(gpt_logprobs_dist(gpt, target, NULL, logprob, NULL));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

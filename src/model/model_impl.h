@@ -39,12 +39,22 @@ struct GPTActs {
   float  *lnf, *lnf_mean, *lnf_rstd;
   float  *head_out;               /* logits [N,V] (LM) or values [N] (scalar) */
   float  *lse, *logprob;          /* [N], LM head */
+  float  *entropy;                /* [N], LM head: gpt_logprobs_dist's entropies */
   float  *proj;                   /* [N,C] c_proj output before the residual add */
   float  *dres;                   /* [N,C] gradient of the residual stream (accumulates) */
   float  *dA, *dB;                /* [N,4C] gradient scratch, reused inside each layer */
   float  *dhead;                  /* [N] d loss / d logprob or d value */
   float  *dlogits;                /* [N,V], LM head */
   PetscBool have_lse;             /* gpt_logprobs ran after the last forward */
+
+  /* The sampling distribution of the last gpt_logprobs(_dist), which the
+   * backward must differentiate. mask_off lives in the int slab ([N+1], LM
+   * head); mask_ids has its own buffer because its length is not a function
+   * of the shape, grown to mask_cap ints and kept across shapes. */
+  float     inv_temp;
+  PetscBool have_mask; /* FALSE: every row allows the whole vocabulary */
+  int      *mask_off, *mask_ids;
+  size_t    mask_cap;
 
   /* Buffers of gpt_forward_cached, separate so decoding between a forward
    * and its backward cannot clobber what the backward needs. */
@@ -59,6 +69,7 @@ PetscErrorCode gpt_acts_create(GPTActs **acts);
 PetscErrorCode gpt_acts_destroy(const Backend *be, GPTActs **acts);
 PetscErrorCode gpt_acts_train_resize(GPT *gpt, int B, int T);
 PetscErrorCode gpt_acts_cached_resize(GPT *gpt, int N);
+PetscErrorCode gpt_acts_mask_reserve(GPT *gpt, size_t n);
 void           gpt_acts_layer(const GPT *gpt, int l, GPTLayerActs *la);
 /* Floats and ints gpt_forward + backward need for (B,T); used for -dry_run. */
 void           gpt_acts_train_size(const GPTConfig *cfg, int B, int T, size_t *nf, size_t *ni);

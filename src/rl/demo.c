@@ -40,17 +40,21 @@ int demo_source_max_len(const DemoSource *src)
   return m;
 }
 
-/* Fisher-Yates shuffle of the file's rows, keyed by (seed, epoch). */
+void rl_shuffle(int *perm, int N, uint64_t seed, uint32_t stream, int64_t epoch)
+{
+  for (int i = 0; i < N; i++) perm[i] = i;
+  for (int i = N - 1; i > 0; i--) {
+    int j   = (int)(rng_u32(seed, stream, (uint32_t)epoch, (uint32_t)i, 0) % (uint32_t)(i + 1));
+    int t   = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+}
+
+/* The file's row order in an epoch. */
 static void demo_shuffle(DemoSource *src, int64_t epoch)
 {
-  int N = src->file.N;
-  for (int i = 0; i < N; i++) src->perm[i] = i;
-  for (int i = N - 1; i > 0; i--) {
-    int j         = (int)(rng_u32(src->seed, 0xDA7Au, (uint32_t)epoch, (uint32_t)i, 0) % (uint32_t)(i + 1));
-    int t         = src->perm[i];
-    src->perm[i]  = src->perm[j];
-    src->perm[j]  = t;
-  }
+  rl_shuffle(src->perm, src->file.N, src->seed, 0xDA7Au, epoch);
   src->perm_epoch = epoch;
 }
 

@@ -91,7 +91,7 @@ PetscErrorCode score_run(const RunCtx *run, const Backend *be)
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(gpt_create(&cfg, be, &gpt));
-  m = (CkptModel){o.role, gpt, PETSC_FALSE};
+  m = (CkptModel){o.role, gpt, PETSC_FALSE, PETSC_FALSE};
   PetscCall(ckpt_read_model(run->comm, o.checkpoint, &m));
   cols = cfg.head == GPT_HEAD_LM ? d.T - 1 : d.T;
   PetscCall(PetscMalloc3((size_t)o.batch * d.T, &target, (size_t)o.batch * d.T, &buf, (size_t)d.N * cols, &out));

@@ -5,20 +5,12 @@
 #include <math.h>
 
 typedef struct {
-  PetscInt  steps, batch, seq_len, checkpoint_every, eval_every, eval_batches;
-  char      data[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN], init[PETSC_MAX_PATH_LEN];
-  GPTConfig   cfg;
-  AdamWConfig opt;
-  SortTask    task;
-} SFTOptions;
-
-typedef struct {
   int    B, T;
   int   *tok, *target, *row; /* [B*T], [B*T], [T+1] */
   float *logprob, *dlogprob; /* [B*T] */
 } SFTBatch;
 
-static PetscErrorCode sft_set_from_options(SFTOptions *o)
+PetscErrorCode sft_options(SFTOptions *o)
 {
   PetscFunctionBegin;
   PetscCall(PetscStrncpy(o->data, "builtin", sizeof o->data));
@@ -158,7 +150,7 @@ static PetscErrorCode sft_eval(GPT *gpt, const SFTOptions *o, SFTBatch *b, doubl
 static PetscErrorCode sft_checkpoint(const RunCtx *run, GPT *gpt, const char *name, const CkptState *st, RunRecord *rec)
 {
   char      path[PETSC_MAX_PATH_LEN];
-  CkptModel m  = {"policy", gpt, PETSC_TRUE};
+  CkptModel m  = {"policy", gpt, PETSC_TRUE, PETSC_FALSE};
   double    t0 = sys_wtime();
 
   PetscFunctionBegin;
@@ -176,12 +168,12 @@ static PetscErrorCode sft_load(const RunCtx *run, const SFTOptions *o, GPT *gpt,
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(sys_log.ckpt_read, 0, 0, 0, 0));
   if (o->restart[0]) {
-    CkptModel m = {"policy", gpt, PETSC_TRUE};
+    CkptModel m = {"policy", gpt, PETSC_TRUE, PETSC_FALSE};
     PetscCall(ckpt_read_model(run->comm, o->restart, &m));
     PetscCall(ckpt_read_state(run->comm, o->restart, st));
     PetscCheck(st->iteration <= o->steps, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-restart %s is at step %" PetscInt_FMT ", past -sft_steps %" PetscInt_FMT, o->restart, st->iteration, o->steps);
   } else if (o->init[0]) {
-    CkptModel m = {"policy", gpt, PETSC_FALSE};
+    CkptModel m = {"policy", gpt, PETSC_FALSE, PETSC_FALSE};
     PetscCall(ckpt_read_model(run->comm, o->init, &m));
   }
   PetscCall(PetscLogEventEnd(sys_log.ckpt_read, 0, 0, 0, 0));
@@ -266,37 +258,45 @@ static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, GPT *gpt
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode sft_run(const RunCtx *run, const Backend *be)
+PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
 {
-  SFTOptions o;
   DemoSource src;
   GPT       *gpt;
-  CkptState  st = {0, 0, run->seed};
-  PetscBool  help;
+  CkptState  st = {0, 0, run->seed, 0};
 
   PetscFunctionBegin;
-  PetscCall(PetscMemzero(&o, sizeof o));
-  PetscCall(sft_set_from_options(&o));
-  PetscCall(PetscOptionsHasHelp(NULL, &help));
-  if (help) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(sys_options_check_unused());
-  PetscCall(demo_source_setup(run->comm, o.data, &o.task, (uint64_t)run->seed, &src));
-  PetscCall(sft_check(&o, &src));
-  PetscCall(gpt_create(&o.cfg, be, &gpt));
+  PetscCall(demo_source_setup(run->comm, o->data, &o->task, (uint64_t)run->seed, &src));
+  PetscCall(sft_check(o, &src));
+  PetscCall(gpt_create(&o->cfg, be, &gpt));
   if (run->dry_run) {
-    PetscCall(sft_dry_run(run, &o, gpt->nparams));
+    PetscCall(sft_dry_run(run, o, gpt->nparams));
   } else {
     PetscCall(PetscLogStagePush(sys_log.sft));
     /* a checkpoint replaces every weight, so drawing them first would be wasted */
-    if (!o.restart[0] && !o.init[0]) PetscCall(gpt_init_random(gpt, (uint64_t)run->seed));
+    if (!o->restart[0] && !o->init[0]) PetscCall(gpt_init_random(gpt, (uint64_t)run->seed));
     PetscCall(gpt_optim_init(gpt));
-    PetscCall(sft_load(run, &o, gpt, &st));
+    PetscCall(sft_load(run, o, gpt, &st));
     src.seed = (uint64_t)st.seed;
     PetscCall(sys_mkdir_p(run->output_dir));
-    PetscCall(sft_train(run, &o, gpt, &src, &st));
+    PetscCall(sft_train(run, o, gpt, &src, &st));
     PetscCall(PetscLogStagePop());
   }
   PetscCall(gpt_destroy(&gpt));
   PetscCall(demo_source_destroy(&src));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sft_run(const RunCtx *run, const Backend *be)
+{
+  SFTOptions o;
+  PetscBool  help;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&o, sizeof o));
+  PetscCall(sft_options(&o));
+  PetscCall(PetscOptionsHasHelp(NULL, &help));
+  if (help) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(sys_options_check_unused());
+  PetscCall(sft_execute(run, be, &o));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

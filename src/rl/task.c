@@ -23,6 +23,14 @@ PetscErrorCode task_set_from_options(SortTask *task)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Number of distinct prompts the length range allows. */
+static double task_prompt_space(const SortTask *task)
+{
+  double n = 0;
+  for (PetscInt L = task->len_min; L <= task->len_max && n < 1e9; L++) n += pow((double)task->n_symbols, (double)L);
+  return n;
+}
+
 PetscErrorCode task_check(const SortTask *task, int vocab_size, int n_positions, const char *prefix)
 {
   PetscFunctionBegin;
@@ -32,21 +40,51 @@ PetscErrorCode task_check(const SortTask *task, int vocab_size, int n_positions,
   PetscCheck(task->demo_noise >= 0 && task->demo_noise <= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-task_demo_noise %g must be in [0,1]", (double)task->demo_noise);
   PetscCheck(TASK_FIRST_SYMBOL + task->n_symbols <= vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-task_symbols %" PetscInt_FMT " needs a vocabulary of %" PetscInt_FMT " tokens, but -%svocab_size is %d", task->n_symbols, task->n_symbols + TASK_FIRST_SYMBOL, prefix, vocab_size);
   PetscCheck(2 * task->len_max + 3 <= n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-task_len_max %" PetscInt_FMT " needs %" PetscInt_FMT " positions, but -%sn_positions is %d", task->len_max, 2 * task->len_max + 3, prefix, n_positions);
+  PetscCheck(task_prompt_space(task) >= 64.0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-task_symbols %" PetscInt_FMT " with lengths %" PetscInt_FMT "..%" PetscInt_FMT " give %.0f distinct prompts, too few to keep held-out prompts apart (at least 64)", task->n_symbols, task->len_min, task->len_max, task_prompt_space(task));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-int task_symbols_count(const SortTask *task, TaskSplit split, uint64_t index)
+/* Held-out prompts are kept apart from training prompts by content: a
+ * prompt belongs to the eval split iff a hash of its symbols (keyed by the
+ * task seed) is 0 mod TASK_EVAL_SHARE. Each split redraws (attempt 1, 2, ...)
+ * until it gets one of its own prompts, so no training prompt is ever an
+ * eval prompt, however short the prompts are. */
+#define TASK_EVAL_SHARE    8
+#define TASK_MAX_ATTEMPTS  100000
+
+static int task_draw_length(const SortTask *task, TaskSplit split, uint64_t index, uint32_t attempt)
 {
-  float  z = rng_normal((uint64_t)task->seed, (uint32_t)split, (uint32_t)index, DRAW_LENGTH, 0);
+  float  z = rng_normal((uint64_t)task->seed, (uint32_t)split, (uint32_t)index, DRAW_LENGTH + 8u * attempt, 0);
   double L = floor(exp(log((double)task->len_median) + (double)task->len_sigma * z) + 0.5);
   if (L < (double)task->len_min) L = (double)task->len_min;
   if (L > (double)task->len_max) L = (double)task->len_max;
   return (int)L;
 }
 
-static int task_symbol(const SortTask *task, TaskSplit split, uint64_t index, uint32_t lane)
+static TaskSplit task_split_of(const SortTask *task, const int *sym, int L)
 {
-  return TASK_FIRST_SYMBOL + (int)(rng_u32((uint64_t)task->seed, (uint32_t)split, (uint32_t)index, DRAW_SYMBOL, lane) % (uint32_t)task->n_symbols);
+  uint64_t h = (uint64_t)task->seed * 0x9e3779b97f4a7c15ull + (uint64_t)L;
+  for (int i = 0; i < L; i++) {
+    h ^= (uint64_t)sym[i] + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+  }
+  return h % TASK_EVAL_SHARE == 0 ? TASK_SPLIT_EVAL : TASK_SPLIT_TRAIN;
+}
+
+int task_prompt(const SortTask *task, TaskSplit split, uint64_t index, int *tok)
+{
+  int L = 0;
+
+  for (uint32_t a = 0; a < TASK_MAX_ATTEMPTS; a++) {
+    L = task_draw_length(task, split, index, a);
+    for (int i = 0; i < L; i++)
+      tok[1 + i] = TASK_FIRST_SYMBOL + (int)(rng_u32((uint64_t)task->seed, (uint32_t)split, (uint32_t)index, DRAW_SYMBOL + 8u * a, (uint32_t)i) % (uint32_t)task->n_symbols);
+    if (task_split_of(task, tok + 1, L) == split) break; /* task_check makes sure both splits exist */
+  }
+  tok[0]     = TASK_BOS;
+  tok[L + 1] = TASK_SEP;
+  return L + 2;
 }
 
 /* Counting sort of the prompt's symbols into out (ascending). */
@@ -74,11 +112,8 @@ static void task_sorted(const int *sym, int L, int *out)
 
 int task_demo(const SortTask *task, TaskSplit split, uint64_t index, int *tok, int *prompt_len)
 {
-  int L = task_symbols_count(task, split, index), n = 0;
+  int n = task_prompt(task, split, index, tok), L = n - 2;
 
-  tok[n++] = TASK_BOS;
-  for (int i = 0; i < L; i++) tok[n++] = task_symbol(task, split, index, (uint32_t)i);
-  tok[n++]    = TASK_SEP;
   *prompt_len = n;
   task_sorted(tok + 1, L, tok + n);
   for (int j = 0; j < L; j++) {

@@ -12,11 +12,16 @@ PetscErrorCode sys_log_register(void)
   PetscCall(PetscClassIdRegister("rlfuse", &cls));
   PetscCall(PetscLogStageRegister("SFT", &sys_log.sft));
   PetscCall(PetscLogStageRegister("Score", &sys_log.score));
+  PetscCall(PetscLogStageRegister("RewardModel", &sys_log.rm));
+  PetscCall(PetscLogStageRegister("PPO", &sys_log.ppo));
   PetscCall(PetscLogEventRegister("Data", cls, &sys_log.data));
   PetscCall(PetscLogEventRegister("Forward", cls, &sys_log.forward));
   PetscCall(PetscLogEventRegister("Backward", cls, &sys_log.backward));
   PetscCall(PetscLogEventRegister("Optimizer", cls, &sys_log.optimizer));
   PetscCall(PetscLogEventRegister("CkptWrite", cls, &sys_log.ckpt_write));
   PetscCall(PetscLogEventRegister("CkptRead", cls, &sys_log.ckpt_read));
+  PetscCall(PetscLogEventRegister("Generate", cls, &sys_log.generate));
+  PetscCall(PetscLogEventRegister("Inference", cls, &sys_log.inference));
+  PetscCall(PetscLogEventRegister("Advantages", cls, &sys_log.advantages));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -104,8 +104,10 @@ PetscErrorCode cpu_residual_forward(float *out, const float *a, const float *b, 
 PetscErrorCode cpu_axpy(float *y, float alpha, const float *x, size_t n);
 PetscErrorCode cpu_scale(float *x, float alpha, size_t n);
 
-PetscErrorCode cpu_logprob_forward(float *logprob, float *lse, const float *logits, const int *target, int N, int V);
-PetscErrorCode cpu_logprob_backward(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, int N, int V);
+PetscErrorCode cpu_logprob_forward(float *logprob, float *lse, float *entropy, const float *logits, const int *target, float inv_temp, const int *mask_off,
+                                   const int *mask_ids, int N, int V);
+PetscErrorCode cpu_logprob_backward(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
+                                    const int *mask_off, const int *mask_ids, int N, int V);
 
 PetscErrorCode cpu_sumsq(double *out, const float *x, size_t n);
 PetscErrorCode cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int t, float gs);

@@ -1,0 +1,107 @@
+/* gen: the generation engine. Batched autoregressive decoding with a KV
+ * cache and continuous batching: a fixed number of slots; a sample that
+ * stops frees its slot and the next waiting prompt enters at once. Sampling
+ * with temperature, top-k, top-p or greedy; stop at EOS or max_new_tokens;
+ * no EOS before min_new_tokens. Every draw is keyed by (seed, iteration,
+ * sample id, position), so a sample's tokens do not depend on the slot or
+ * the batch it ran in. Each sampled token's log-probability under the
+ * distribution it was drawn from is recorded, with that distribution's
+ * allowed set when top-k, top-p or min_new_tokens restrict it (training
+ * must use the same set, see GPTTokenDist in model.h). */
+#ifndef RLFUSE_GEN_H
+#define RLFUSE_GEN_H
+
+#include "model.h"
+
+typedef struct {
+  PetscReal temperature; /* > 0; the distribution is softmax(logits / temperature) */
+  PetscInt  top_k;       /* keep the k most probable tokens (0: all) */
+  PetscReal top_p;       /* keep the smallest most-probable set with mass >= top_p (1: all) */
+  PetscBool greedy;      /* take the most probable allowed token instead of drawing */
+  PetscInt  max_new_tokens, min_new_tokens;
+  PetscInt  slots;       /* samples decoded concurrently */
+  PetscReal kv_mb;       /* bound on the KV cache, MiB; checked at start */
+  PetscInt  eos;         /* the end-of-sequence token id */
+} GenConfig;
+
+/* Reads -gen_temperature, -gen_top_k, -gen_top_p, -gen_greedy,
+ * -gen_max_new_tokens, -gen_min_new_tokens, -gen_slots, -gen_kv_mb, -gen_eos. */
+PetscErrorCode gen_config_set_from_options(GenConfig *cfg);
+/* Checks the settings against a model (prefix names its options, e.g.
+ * "actor_") and the longest prompt: every error names the option, e.g.
+ * "-gen_max_new_tokens 40 plus the longest prompt (27 tokens) exceeds
+ * -actor_n_positions 64", or the KV cache bound. Collective on PETSC_COMM_WORLD. */
+PetscErrorCode gen_config_check(const GenConfig *cfg, const GPTConfig *model, const char *prefix, int max_prompt_len);
+/* True when top-k, top-p or min_new_tokens restrict the allowed set, i.e.
+ * when GenBatch holds masks. */
+PetscBool gen_masked(const GenConfig *cfg);
+/* Bytes of KV cache for the configured slots and a sequence bound Tmax. */
+size_t gen_kv_bytes(const GenConfig *cfg, const GPTConfig *model, int Tmax);
+
+/* ---- one draw ------------------------------------------------------------ */
+/* Picks the next token from one row of logits [V]. n_new tokens have been
+ * generated so far (EOS is not allowed while n_new < min_new_tokens). The
+ * uniform draw is rng_uniform(key, iteration, sample, position, 0) with
+ * key = seed ^ GEN_RNG_DOMAIN. Returns the token; *logprob gets its
+ * log-probability under the restricted, tempered distribution (computed in
+ * double); allowed (room for V) and *nallowed get the allowed set in
+ * ascending id order, or *nallowed = 0 when nothing restricts it. work needs
+ * room for 2*V doubles. */
+#define GEN_RNG_DOMAIN 0x47454E5341ull /* "GENSA" */
+int gen_sample_row(const GenConfig *cfg, const float *logits, int V, int n_new, uint64_t seed, uint32_t iteration, uint32_t sample, uint32_t position,
+                   float *logprob, int *allowed, int *nallowed, double *work);
+
+/* ---- a batch of requests and its results -------------------------------- */
+typedef struct {
+  int        id;         /* sample id: the RNG key's sample component (unique within an iteration) */
+  const int *prompt;
+  int        prompt_len; /* >= 1 */
+} GenRequest;
+
+/* Results of gen_generate for n requests, in request order. Row i of the
+ * [n, Tmax] arrays is request i; position t of a row is token t of the
+ * sequence (prompt then response), zero past prompt_len + response_len. */
+typedef struct {
+  int        n, Tmax;
+  int       *tokens;        /* [n, Tmax] */
+  int       *prompt_len;    /* [n] */
+  int       *response_len;  /* [n] */
+  int       *eos;           /* [n] 1 if the response ended with EOS (included in response_len) */
+  float     *logprobs;      /* [n, Tmax] log-probability of the token at position t, response positions only */
+  /* Allowed sets (when gen_masked): position (i,t) allows
+   * mask_ids[mask_off[i*Tmax+t] .. mask_off[i*Tmax+t+1]-1]; empty for prompt
+   * positions and past the end. NULL when not masked. */
+  int       *mask_off;      /* [n*Tmax + 1] */
+  int       *mask_ids;
+  size_t     mask_cap;      /* capacity of mask_ids */
+  /* per engine step (one forward over the active slots): its wall time and
+   * how many samples it advanced */
+  int        nsteps, steps_cap;
+  double    *step_seconds;
+  int       *step_active;
+  double     seconds;       /* wall time of gen_generate */
+  long long  new_tokens;    /* response tokens generated */
+} GenBatch;
+
+PetscErrorCode gen_batch_create(int n, int Tmax, PetscBool masked, GenBatch *b);
+PetscErrorCode gen_batch_destroy(GenBatch *b);
+
+/* ---- the engine ---------------------------------------------------------- */
+typedef struct GenEngine GenEngine;
+/* Allocates the KV cache for cfg->slots sequences of Tmax = max_prompt_len +
+ * max_new_tokens positions (already checked by gen_config_check). The model
+ * must have the LM head; the engine does not own it. */
+PetscErrorCode gen_engine_create(GPT *gpt, const GenConfig *cfg, int max_prompt_len, GenEngine **eng);
+PetscErrorCode gen_engine_destroy(GenEngine **eng);
+/* Called as each sample finishes (EOS or max_new_tokens), with its index in
+ * the request array, before gen_generate returns: the hand-over point for
+ * inference that overlaps generation. May be NULL. */
+typedef PetscErrorCode (*GenFinishFn)(void *ctx, const GenBatch *b, int index);
+/* Generates responses for n requests with continuous batching. Requests
+ * enter slots in order; each engine step runs one gpt_forward_cached over the
+ * prompts of newly admitted samples and the last token of every running
+ * sample. out must come from gen_batch_create(n, Tmax, gen_masked(cfg), ...)
+ * with Tmax >= max_prompt_len + max_new_tokens. */
+PetscErrorCode gen_generate(GenEngine *eng, uint64_t seed, uint32_t iteration, int n, const GenRequest *req, GenBatch *out, GenFinishFn on_finish, void *ctx);
+
+#endif

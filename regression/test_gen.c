@@ -1,0 +1,708 @@
+/* test_gen: the generation engine. The sampler against hand-computed allowed
+ * sets and probabilities (top-k, top-p with its boundary token and ties,
+ * min_new_tokens, temperature, greedy) and against its own distribution
+ * empirically; continuous batching gives the same tokens, log-probabilities
+ * and allowed sets whatever the slot count or request order; the recorded
+ * log-probabilities are what training computes with gpt_logprobs_dist; stop
+ * conditions; configuration errors. Prints one "ok"/"not ok" line per check
+ * and exits non-zero on any failure. */
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "gen.h"
+#include "sys.h"
+
+static const char help[] = "Generation engine regression tests.\n";
+
+static int npass, nfail;
+
+static void report(PetscBool ok, const char *name, const char *fmt, ...)
+{
+  char    detail[512];
+  va_list ap;
+
+  va_start(ap, fmt);
+  vsnprintf(detail, sizeof detail, fmt, ap);
+  va_end(ap);
+  if (ok) npass++;
+  else nfail++;
+  printf("%s - %s%s%s\n", ok ? "ok" : "not ok", name, detail[0] ? ": " : "", detail);
+}
+
+static GenConfig base_config(void)
+{
+  GenConfig c = {.temperature = 1.0, .top_k = 0, .top_p = 1.0, .greedy = PETSC_FALSE, .max_new_tokens = 16, .min_new_tokens = 0, .slots = 4, .kv_mb = 64, .eos = 3};
+  return c;
+}
+
+/* ---- the sampler on tiny rows ------------------------------------------- */
+#define SV 6
+/* p = {0.1, 0.4, 0.2, 0.05, 0.15, 0.1}: by rank 1, 2, 4, 0, 5, 3 (0 before 5 by id) */
+static const double p6[SV] = {0.1, 0.4, 0.2, 0.05, 0.15, 0.1};
+
+typedef struct {
+  int    tok, nallowed, allowed[SV];
+  float  logprob;
+  double work[2 * SV];
+} Draw;
+
+static Draw draw6(const GenConfig *cfg, const float *logits, int n_new, uint32_t sample, uint32_t position)
+{
+  Draw d;
+  d.tok = gen_sample_row(cfg, logits, SV, n_new, 42, 3, sample, position, &d.logprob, d.allowed, &d.nallowed, d.work);
+  return d;
+}
+
+static PetscBool set_is(const Draw *d, int n, const int *want)
+{
+  if (d->nallowed != n) return PETSC_FALSE;
+  for (int j = 0; j < n; j++)
+    if (d->allowed[j] != want[j]) return PETSC_FALSE;
+  return PETSC_TRUE;
+}
+
+static PetscBool in_set(const Draw *d, int tok)
+{
+  for (int j = 0; j < d->nallowed; j++)
+    if (d->allowed[j] == tok) return PETSC_TRUE;
+  return d->nallowed == 0 ? PETSC_TRUE : PETSC_FALSE;
+}
+
+/* log q(tok) with q = p restricted to `set` and renormalised, by hand. */
+static double logq(const double *p, int n, const int *set, int tok)
+{
+  double s = 0;
+  for (int j = 0; j < n; j++) s += p[set[j]];
+  return log(p[tok] / s);
+}
+
+static void set_str(const Draw *d, char *buf, size_t len)
+{
+  size_t o = 0;
+  o += (size_t)snprintf(buf + o, len - o, "{");
+  for (int j = 0; j < d->nallowed && o < len; j++) o += (size_t)snprintf(buf + o, len - o, "%s%d", j ? "," : "", d->allowed[j]);
+  if (o < len) snprintf(buf + o, len - o, "} token %d logprob %.6f", d->tok, (double)d->logprob);
+}
+
+static void test_sampler_sets(void)
+{
+  GenConfig cfg = base_config();
+  float     lg[SV], tie[SV] = {1.0f, 3.0f, 2.0f, 0.5f, 2.0f, -1.0f};
+  Draw      d;
+  char      s[128];
+
+  for (int v = 0; v < SV; v++) lg[v] = (float)log(p6[v]);
+
+  cfg.top_k = 2; /* 3.0, then the tie at 2.0 goes to the lower id */
+  d         = draw6(&cfg, tie, 0, 1, 5);
+  set_str(&d, s, sizeof s);
+  report(set_is(&d, 2, (int[]){1, 2}) && in_set(&d, d.tok), "top-k 2 keeps the two largest, ties to the lower id", "%s (want {1,2})", s);
+
+  cfg = base_config(), cfg.top_k = 3;
+  d   = draw6(&cfg, lg, 0, 2, 5);
+  set_str(&d, s, sizeof s);
+  report(set_is(&d, 3, (int[]){1, 2, 4}) && fabs(d.logprob - logq(p6, 3, (int[]){1, 2, 4}, d.tok)) < 1e-6, "top-k 3: set and renormalised logprob by hand",
+         "%s (want {1,2,4}, logprob %.6f)", s, logq(p6, 3, (int[]){1, 2, 4}, d.tok));
+
+  cfg = base_config(), cfg.top_p = 0.7; /* 0.4, 0.6, 0.75: token 4 crosses 0.7 and is kept */
+  d   = draw6(&cfg, lg, 0, 3, 5);
+  set_str(&d, s, sizeof s);
+  report(set_is(&d, 3, (int[]){1, 2, 4}) && fabs(d.logprob - logq(p6, 3, (int[]){1, 2, 4}, d.tok)) < 1e-6, "top-p 0.7 keeps the boundary token", "%s (want {1,2,4})", s);
+
+  cfg = base_config(), cfg.top_p = 0.8; /* 0.75 + 0.1: 0 and 5 tie at 0.1, 0 wins */
+  d   = draw6(&cfg, lg, 0, 4, 5);
+  set_str(&d, s, sizeof s);
+  report(set_is(&d, 4, (int[]){0, 1, 2, 4}) && fabs(d.logprob - logq(p6, 4, (int[]){0, 1, 2, 4}, d.tok)) < 1e-6, "top-p 0.8: boundary tie goes to the lower id",
+         "%s (want {0,1,2,4})", s);
+
+  /* top-k 4 leaves mass 0.85; renormalised, 1 and 2 hold 0.6/0.85 = 0.706 >= 0.7 */
+  cfg = base_config(), cfg.top_k = 4, cfg.top_p = 0.7;
+  d   = draw6(&cfg, lg, 0, 5, 5);
+  set_str(&d, s, sizeof s);
+  report(set_is(&d, 2, (int[]){1, 2}) && fabs(d.logprob - logq(p6, 2, (int[]){1, 2}, d.tok)) < 1e-6, "top-p applies over the top-k set, renormalised",
+         "%s (want {1,2})", s);
+
+  cfg = base_config(), cfg.top_p = 1e-9; /* always at least the first-ranked token */
+  d   = draw6(&cfg, lg, 0, 6, 5);
+  set_str(&d, s, sizeof s);
+  report(set_is(&d, 1, (int[]){1}) && d.tok == 1 && fabs(d.logprob) < 1e-7, "top-p tiny keeps exactly the most probable token", "%s", s);
+
+  cfg = base_config();
+  d   = draw6(&cfg, lg, 0, 7, 5);
+  report(d.nallowed == 0 && fabs(d.logprob - log(p6[d.tok])) < 1e-6, "no restriction: nallowed 0, logprob log p", "nallowed %d token %d logprob %.6f", d.nallowed, d.tok,
+         (double)d.logprob);
+}
+
+static void test_sampler_min_new_temp_greedy(void)
+{
+  GenConfig cfg = base_config();
+  float     lg[SV] = {0.0f, 1.0f, -1.0f, 2.5f, 0.5f, 0.0f}; /* EOS (3) is the most probable */
+  double    z[SV], s = 0;
+  Draw      d;
+  int       neos = 0;
+  PetscBool ok   = PETSC_TRUE;
+
+  cfg.min_new_tokens = 2;
+  for (uint32_t smp = 0; smp < 200; smp++) {
+    d = draw6(&cfg, lg, 1, smp, 9);
+    ok = ok && set_is(&d, 5, (int[]){0, 1, 2, 4, 5}) ? PETSC_TRUE : PETSC_FALSE;
+    neos += d.tok == 3;
+  }
+  report(ok && neos == 0, "min_new_tokens bans EOS while n_new < min_new", "200 draws at n_new 1: %d EOS, set without 3: %s", neos, ok ? "yes" : "no");
+  neos = 0;
+  for (uint32_t smp = 0; smp < 200; smp++) {
+    d = draw6(&cfg, lg, 2, smp, 9);
+    neos += d.tok == 3;
+  }
+  report(neos > 0 && d.nallowed == 0, "min_new_tokens allows EOS once n_new reaches it", "200 draws at n_new 2: %d EOS, nallowed %d", neos, d.nallowed);
+
+  /* greedy with temperature 2: the token is the argmax, the logprob that of softmax(l/2) */
+  cfg = base_config(), cfg.greedy = PETSC_TRUE, cfg.temperature = 2.0;
+  for (int v = 0; v < SV; v++) s += exp(lg[v] / 2.0);
+  for (int v = 0; v < SV; v++) z[v] = lg[v] / 2.0 - log(s);
+  d = draw6(&cfg, lg, 0, 1, 1);
+  report(d.tok == 3 && fabs(d.logprob - z[3]) < 1e-6, "greedy takes the argmax; logprob under softmax(l/T), T = 2", "token %d logprob %.6f (want 3, %.6f)", d.tok, (double)d.logprob,
+         z[3]);
+
+  cfg.min_new_tokens = 1; /* EOS banned: argmax of the rest is 1, renormalised without 3 */
+  d = draw6(&cfg, lg, 0, 1, 1);
+  report(d.tok == 1 && fabs(d.logprob - (z[1] - log(1 - exp(z[3])))) < 1e-6, "greedy with EOS banned takes the best other token", "token %d logprob %.6f (want 1, %.6f)",
+         d.tok, (double)d.logprob, z[1] - log(1 - exp(z[3])));
+
+  cfg            = base_config();
+  cfg.greedy     = PETSC_TRUE;
+  float tie[SV]  = {1.0f, 3.0f, 3.0f, 0.0f, 0.0f, 0.0f};
+  d              = draw6(&cfg, tie, 0, 1, 1);
+  report(d.tok == 1, "greedy ties go to the lower id", "token %d", d.tok);
+
+  /* temperature 0.5 sharpens: logprob = l/T - logsumexp(l/T) for the drawn token */
+  cfg             = base_config();
+  cfg.temperature = 0.5;
+  s               = 0;
+  for (int v = 0; v < SV; v++) s += exp(lg[v] / 0.5);
+  d = draw6(&cfg, lg, 0, 11, 1);
+  report(fabs(d.logprob - (lg[d.tok] / 0.5 - log(s))) < 1e-6, "temperature 0.5 logprob by hand", "token %d logprob %.6f want %.6f", d.tok, (double)d.logprob,
+         lg[d.tok] / 0.5 - log(s));
+}
+
+/* Draws keyed by sample id: frequencies over 40000 ids match q within 5
+ * standard errors; the same key gives the same token. */
+static void test_sampler_draws(void)
+{
+  GenConfig cfg = base_config();
+  float     lg[SV];
+  int       count[SV] = {0}, N = 40000, bad = 0, same = 1, differ = 0;
+  double    worst = 0, q[SV] = {0};
+  Draw      a, b;
+
+  cfg.top_p = 0.8; /* {0,1,2,4}, mass 0.85 */
+  for (int v = 0; v < SV; v++) lg[v] = (float)log(p6[v]);
+  for (int v = 0; v < SV; v++) q[v] = (v == 3 || v == 5) ? 0 : p6[v] / 0.85;
+  for (int smp = 0; smp < N; smp++) count[draw6(&cfg, lg, 0, (uint32_t)smp, 17).tok]++;
+  for (int v = 0; v < SV; v++) {
+    double f = (double)count[v] / N, se = sqrt(q[v] * (1 - q[v]) / N);
+    if (q[v] == 0) bad += count[v];
+    else worst = PetscMax(worst, fabs(f - q[v]) / se);
+  }
+  report(bad == 0 && worst < 5, "empirical frequencies match q (top-p 0.8)", "%d draws; max |f - q| = %.2f standard errors; %d outside the set", N, worst, bad);
+
+  for (uint32_t pos = 0; pos < 64; pos++) {
+    a = draw6(&cfg, lg, 0, 5, pos);
+    b = draw6(&cfg, lg, 0, 5, pos);
+    same &= a.tok == b.tok && a.logprob == b.logprob;
+    differ += a.tok != draw6(&cfg, lg, 0, 5, 0).tok;
+  }
+  report(same && differ > 0, "same (seed, iteration, sample, position) gives the same token", "64 positions repeated; %d differ from position 0", differ);
+}
+
+/* A GPT-2-sized vocabulary: top-k 50 equals a brute-force selection, and top-p
+ * keeps a prefix of the ranking whose mass reaches p. */
+static PetscErrorCode test_sampler_large(void)
+{
+  const int V = 50257;
+  GenConfig cfg = base_config();
+  float    *lg;
+  int      *allowed, na, tok, bad = 0;
+  double   *work, t0, dt;
+  float     lp;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc3(V, &lg, V, &allowed, 2 * V, &work));
+  for (int v = 0; v < V; v++) lg[v] = 3.0f * rng_normal(99, 0, 0, (uint32_t)v, 0);
+  lg[100] = lg[200] = 20.0f; /* a tie at the top */
+  cfg.top_k = 50;
+  t0        = sys_wtime();
+  tok       = gen_sample_row(&cfg, lg, V, 0, 1, 0, 0, 0, &lp, allowed, &na, work);
+  dt        = sys_wtime() - t0;
+  {
+    float thresh = INFINITY;
+    int   above  = 0;
+    for (int j = 0; j < na; j++) thresh = PetscMin(thresh, lg[allowed[j]]);
+    for (int v = 0; v < V; v++) above += lg[v] > thresh;
+    for (int j = 1; j < na; j++) bad += allowed[j] <= allowed[j - 1];
+    int   found  = 0;
+    for (int j = 0; j < na; j++) found += allowed[j] == tok;
+    report(na == 50 && above <= 49 && bad == 0 && found == 1, "top-k 50 over V = 50257 equals brute force", "%d allowed, %d tokens above the smallest kept, %.2f ms", na, above,
+           dt * 1e3);
+  }
+  cfg       = base_config();
+  cfg.top_p = 0.9;
+  lg[100] = lg[200] = 0.0f; /* no dominant pair: the nucleus holds many tokens */
+  t0        = sys_wtime();
+  tok       = gen_sample_row(&cfg, lg, V, 0, 1, 0, 0, 0, &lp, allowed, &na, work);
+  dt        = sys_wtime() - t0;
+  {
+    double zmax = -INFINITY, s = 0, kept = 0, kept_minus_min = 0, minp = INFINITY;
+    for (int v = 0; v < V; v++) zmax = PetscMax(zmax, lg[v]);
+    for (int v = 0; v < V; v++) s += exp(lg[v] - zmax);
+    for (int j = 0; j < na; j++) {
+      double pj = exp(lg[allowed[j]] - zmax) / s;
+      kept += pj;
+      minp = PetscMin(minp, pj);
+    }
+    kept_minus_min = kept - minp;
+    report(na > 0 && kept >= 0.9 - 1e-12 && kept_minus_min < 0.9, "top-p 0.9 over V = 50257 keeps the smallest prefix reaching 0.9",
+           "%d allowed, mass %.6f (%.6f without the least), %.2f ms", na, kept, kept_minus_min, dt * 1e3);
+  }
+  PetscCall(PetscFree3(lg, allowed, work));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- the engine on a small random GPT ----------------------------------- */
+#define NREQ 13
+#define MAXP 12
+
+typedef struct {
+  GPT       *gpt;
+  int        n, maxp, prompts[NREQ][MAXP];
+  GenRequest req[NREQ];
+} Fixture;
+
+/* Weights drawn O(0.3) around GPT-2's centres make the next-token
+ * distributions far from uniform (as in test_model). */
+static PetscErrorCode perturbed_params(GPT *gpt, uint64_t seed)
+{
+  float *p;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(gpt->nparams, &p));
+  for (int i = 0; i < gpt->ntensors; i++) {
+    const GPTTensor *t      = &gpt->tensors[i];
+    PetscBool        ln_w   = t->ndim == 1 && strstr(t->name, "ln_") && strstr(t->name, ".weight") ? PETSC_TRUE : PETSC_FALSE;
+    float            centre = ln_w ? 1.0f : 0.0f, std = t->ndim == 2 ? 0.3f : 0.1f;
+    for (size_t e = 0; e < t->numel; e++) p[t->offset + e] = centre + std * rng_normal(seed, (uint32_t)i, 0, (uint32_t)e, 7);
+  }
+  PetscCall(gpt_params_set(gpt, p));
+  PetscCall(PetscFree(p));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode fixture_create(const Backend *be, Fixture *f)
+{
+  GPTConfig cfg = {.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 10, .n_positions = 40, .head = GPT_HEAD_LM};
+  const int len[NREQ] = {5, 1, 12, 3, 7, 2, 9, 4, 11, 6, 1, 8, 10};
+
+  PetscFunctionBegin;
+  PetscCall(gpt_create(&cfg, be, &f->gpt));
+  PetscCall(perturbed_params(f->gpt, 5));
+  f->n    = NREQ;
+  f->maxp = MAXP;
+  for (int i = 0; i < NREQ; i++) {
+    for (int t = 0; t < len[i]; t++) f->prompts[i][t] = (int)(rng_u32(11, (uint32_t)i, 0, (uint32_t)t, 0) % 10u);
+    f->req[i] = (GenRequest){.id = 100 + 7 * i, .prompt = f->prompts[i], .prompt_len = len[i]};
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* What each on_finish call saw: the sample's length and its allowed sets. */
+typedef struct {
+  int  calls[NREQ], resp[NREQ], ids_ok[NREQ];
+  char order[256];
+} FinishLog;
+
+static PetscErrorCode on_finish_log(void *ctx, const GenBatch *b, int i)
+{
+  FinishLog *log = (FinishLog *)ctx;
+  size_t     o   = strlen(log->order);
+
+  PetscFunctionBegin;
+  log->calls[i]++;
+  log->resp[i] = b->response_len[i];
+  if (o + 4 < sizeof log->order) snprintf(log->order + o, sizeof log->order - o, "%d ", i);
+  /* ranges of the response positions must be readable now: save a checksum */
+  log->ids_ok[i] = 0;
+  if (b->mask_off)
+    for (int t = b->prompt_len[i]; t < b->prompt_len[i] + b->response_len[i]; t++) {
+      size_t k = (size_t)i * b->Tmax + t;
+      for (int j = b->mask_off[k]; j < b->mask_off[k + 1]; j++) log->ids_ok[i] += (t + 1) * (b->mask_ids[j] + 1);
+    }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Requests in the order given by perm (perm NULL: as in the fixture). */
+static PetscErrorCode run_gen(Fixture *f, const GenConfig *cfg, const int *perm, GenBatch *b, FinishLog *log)
+{
+  GenEngine *eng;
+  GenRequest req[NREQ];
+
+  PetscFunctionBegin;
+  for (int i = 0; i < f->n; i++) req[i] = f->req[perm ? perm[i] : i];
+  if (log) PetscCall(PetscMemzero(log, sizeof *log));
+  PetscCall(gen_batch_create(f->n, f->maxp + (int)cfg->max_new_tokens, gen_masked(cfg), b));
+  PetscCall(gen_engine_create(f->gpt, cfg, f->maxp, &eng));
+  PetscCall(gen_generate(eng, 1234, 7, f->n, req, b, log ? on_finish_log : NULL, log));
+  PetscCall(gen_engine_destroy(&eng));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Sample a's row i against b's row pa[i]: exact tokens, lengths, EOS and
+ * allowed sets; the largest log-probability difference in *lperr. */
+static PetscBool same_results(const GenBatch *a, const GenBatch *b, const int *pb, double *lperr, char *why, size_t len)
+{
+  *lperr = 0;
+  if (a->Tmax != b->Tmax || a->n != b->n) return snprintf(why, len, "shapes differ"), PETSC_FALSE;
+  for (int i = 0; i < a->n; i++) {
+    int    j  = pb ? pb[i] : i;
+    size_t ra = (size_t)i * a->Tmax, rb = (size_t)j * b->Tmax;
+    if (a->response_len[i] != b->response_len[j] || a->eos[i] != b->eos[j] || a->prompt_len[i] != b->prompt_len[j])
+      return snprintf(why, len, "request %d: length %d/%d eos %d/%d", i, a->response_len[i], b->response_len[j], a->eos[i], b->eos[j]), PETSC_FALSE;
+    if (memcmp(a->tokens + ra, b->tokens + rb, (size_t)a->Tmax * sizeof(int))) return snprintf(why, len, "request %d: tokens differ", i), PETSC_FALSE;
+    for (int t = 0; t < a->Tmax; t++) *lperr = PetscMax(*lperr, fabs(a->logprobs[ra + t] - b->logprobs[rb + t]));
+    if (!a->mask_off != !b->mask_off) return snprintf(why, len, "one batch has masks"), PETSC_FALSE;
+    for (int t = 0; a->mask_off && t < a->Tmax; t++) {
+      int na = a->mask_off[ra + t + 1] - a->mask_off[ra + t], nb = b->mask_off[rb + t + 1] - b->mask_off[rb + t];
+      if (na != nb || (na && memcmp(a->mask_ids + a->mask_off[ra + t], b->mask_ids + b->mask_off[rb + t], (size_t)na * sizeof(int))))
+        return snprintf(why, len, "request %d position %d: allowed sets differ (%d vs %d ids)", i, t, na, nb), PETSC_FALSE;
+    }
+  }
+  snprintf(why, len, "identical");
+  return PETSC_TRUE;
+}
+
+static void batch_stats(const GenBatch *b, int *neos, int *nlen)
+{
+  int seen[64] = {0};
+  *neos = *nlen = 0;
+  for (int i = 0; i < b->n; i++) {
+    *neos += b->eos[i];
+    if (b->response_len[i] < 64 && !seen[b->response_len[i]]++) (*nlen)++;
+  }
+}
+
+static PetscErrorCode test_equivalence(Fixture *f, const GenConfig *cfg, const char *what)
+{
+  const int slots[3] = {4, 1, NREQ + 3};
+  int       rev[NREQ], inv[NREQ], neos, nlen, maxactive = 0;
+  GenBatch  ref, b;
+  GenConfig c = *cfg;
+  double    err;
+  char      why[160], name[160];
+  PetscBool ok;
+
+  PetscFunctionBegin;
+  for (int i = 0; i < NREQ; i++) rev[i] = NREQ - 1 - i, inv[NREQ - 1 - i] = i;
+  c.slots = slots[0];
+  PetscCall(run_gen(f, &c, NULL, &ref, NULL));
+  for (int s = 0; s < ref.nsteps; s++) maxactive = PetscMax(maxactive, ref.step_active[s]);
+  batch_stats(&ref, &neos, &nlen);
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s: the run exercises continuous batching", what));
+  report(neos > 0 && neos < NREQ && nlen >= 3 && maxactive == 4, name, "%d of %d end with EOS, %d distinct response lengths, %d steps, at most %d active", neos, NREQ, nlen,
+         ref.nsteps, maxactive);
+  for (int k = 1; k < 3; k++) {
+    c.slots = slots[k];
+    PetscCall(run_gen(f, &c, NULL, &b, NULL));
+    ok = same_results(&ref, &b, NULL, &err, why, sizeof why);
+    PetscCall(PetscSNPrintf(name, sizeof name, "%s: slots %d equals slots 4", what, slots[k]));
+    report(ok && err <= 1e-5, name, "%s, max |dlogprob| %.3g, %d steps", why, err, b.nsteps);
+    PetscCall(gen_batch_destroy(&b));
+  }
+  c.slots = 3;
+  PetscCall(run_gen(f, &c, rev, &b, NULL));
+  ok = same_results(&ref, &b, inv, &err, why, sizeof why);
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s: reversed requests with slots 3 give the same results per sample id", what));
+  report(ok && err <= 1e-5, name, "%s, max |dlogprob| %.3g", why, err);
+  PetscCall(gen_batch_destroy(&b));
+  PetscCall(gen_batch_destroy(&ref));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* One engine and batch serve many generations: a second call into the same
+ * batch, and a call into a fresh batch, equal a fresh engine's results;
+ * another iteration number gives other tokens. */
+static PetscErrorCode test_reuse(Fixture *f, const GenConfig *cfg, const char *what)
+{
+  GenEngine *eng;
+  GenBatch   ref, a, b;
+  int        Tmax = f->maxp + (int)cfg->max_new_tokens, ndiff = 0;
+  double     e1, e2;
+  char       w1[160], w2[160], name[160];
+  PetscBool  ok1, ok2;
+
+  PetscFunctionBegin;
+  PetscCall(run_gen(f, cfg, NULL, &ref, NULL));
+  PetscCall(gen_engine_create(f->gpt, cfg, f->maxp, &eng));
+  PetscCall(gen_batch_create(f->n, Tmax, gen_masked(cfg), &a));
+  PetscCall(gen_batch_create(f->n, Tmax, gen_masked(cfg), &b));
+  PetscCall(gen_generate(eng, 1234, 8, f->n, f->req, &a, NULL, NULL));
+  for (int i = 0; i < f->n; i++) ndiff += memcmp(a.tokens + (size_t)i * Tmax, ref.tokens + (size_t)i * Tmax, (size_t)Tmax * sizeof(int)) != 0;
+  PetscCall(gen_generate(eng, 1234, 7, f->n, f->req, &b, NULL, NULL));
+  PetscCall(gen_generate(eng, 1234, 7, f->n, f->req, &a, NULL, NULL));
+  ok1 = same_results(&ref, &a, NULL, &e1, w1, sizeof w1);
+  ok2 = same_results(&ref, &b, NULL, &e2, w2, sizeof w2);
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s: a reused engine and batch give the fresh results", what));
+  report(ok1 && ok2 && e1 <= 1e-5 && e2 <= 1e-5, name, "reused batch: %s; fresh batch: %s", w1, w2);
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s: another iteration number draws other tokens", what));
+  report(ndiff > f->n / 2, name, "%d of %d sequences differ", ndiff, f->n);
+  PetscCall(gen_batch_destroy(&a));
+  PetscCall(gen_batch_destroy(&b));
+  PetscCall(gen_batch_destroy(&ref));
+  PetscCall(gen_engine_destroy(&eng));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Stop conditions and bookkeeping of one run. */
+static PetscErrorCode test_stops(Fixture *f, const GenConfig *cfg, const char *what)
+{
+  GenBatch  b;
+  FinishLog log;
+  int       bad_len = 0, bad_eos = 0, early = 0, bad_tail = 0, bad_calls = 0, bad_masks = 0, sum_active = 0;
+  long long sum = 0;
+  char      name[160];
+
+  PetscFunctionBegin;
+  PetscCall(run_gen(f, cfg, NULL, &b, &log));
+  for (int i = 0; i < b.n; i++) {
+    int        P = b.prompt_len[i], L = b.response_len[i];
+    const int *row = b.tokens + (size_t)i * b.Tmax;
+    int        chk = 0;
+    sum += L;
+    bad_len += L < 1 || L > cfg->max_new_tokens || (!b.eos[i] && L != cfg->max_new_tokens);
+    bad_eos += b.eos[i] != (row[P + L - 1] == cfg->eos);
+    for (int t = P; t < P + L - 1; t++) bad_eos += row[t] == cfg->eos;
+    early += b.eos[i] && L <= cfg->min_new_tokens;
+    for (int t = P + L; t < b.Tmax; t++) bad_tail += row[t] != 0 || b.logprobs[(size_t)i * b.Tmax + t] != 0;
+    for (int t = 0; t < P; t++) bad_tail += b.logprobs[(size_t)i * b.Tmax + t] != 0 || row[t] != f->prompts[i][t];
+    bad_calls += log.calls[i] != 1 || log.resp[i] != L;
+    for (int t = P; b.mask_off && t < P + L; t++) {
+      size_t k = (size_t)i * b.Tmax + t;
+      for (int j = b.mask_off[k]; j < b.mask_off[k + 1]; j++) chk += (t + 1) * (b.mask_ids[j] + 1);
+    }
+    bad_masks += chk != log.ids_ok[i];
+  }
+  for (int s = 0; s < b.nsteps; s++) sum_active += b.step_active[s];
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s: stop at EOS (included) or max_new_tokens %" PetscInt_FMT, what, cfg->max_new_tokens));
+  report(!bad_len && !bad_eos, name, "%d bad lengths, %d EOS flags/positions wrong", bad_len, bad_eos);
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s: no EOS before min_new_tokens %" PetscInt_FMT, what, cfg->min_new_tokens));
+  report(!early, name, "%d samples ended with EOS too early", early);
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s: prompt kept, zeros past the end, counters agree", what));
+  report(!bad_tail && sum == b.new_tokens && sum == sum_active && b.seconds > 0, name, "%d bad entries; new_tokens %lld, sum of lengths %lld, sum over steps %d", bad_tail,
+         b.new_tokens, sum, sum_active);
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s: on_finish once per sample, allowed sets already final", what));
+  report(!bad_calls && !bad_masks, name, "%d wrong calls, %d samples whose sets changed after the callback; order %s", bad_calls, bad_masks, log.order);
+  PetscCall(gen_batch_destroy(&b));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The recorded logprobs against gpt_logprobs_dist over the full sequences:
+ * forward row (i, r) predicts the token at position r+1. */
+static PetscErrorCode test_logprob_consistency(Fixture *f, const GenConfig *cfg, const char *what)
+{
+  GenBatch     b;
+  int          T, N, *target, *off = NULL, *ids = NULL, ntgt = 0;
+  float       *lp;
+  double       err = 0;
+  GPTTokenDist dist;
+  char         name[160];
+
+  PetscFunctionBegin;
+  PetscCall(run_gen(f, cfg, NULL, &b, NULL));
+  T = b.Tmax;
+  N = b.n * T;
+  PetscCall(PetscMalloc2(N, &target, N, &lp));
+  for (int i = 0; i < b.n; i++)
+    for (int r = 0; r < T; r++) {
+      int t = r + 1;
+      target[i * T + r] = t >= b.prompt_len[i] && t < b.prompt_len[i] + b.response_len[i] ? b.tokens[i * T + t] : -1;
+      ntgt += target[i * T + r] >= 0;
+    }
+  dist.inv_temp = (float)(1.0 / cfg->temperature);
+  dist.mask_off = dist.mask_ids = NULL;
+  if (b.mask_off) {
+    int run = 0;
+    PetscCall(PetscMalloc2(N + 1, &off, b.mask_off[N] + 1, &ids));
+    for (int i = 0; i < b.n; i++)
+      for (int r = 0; r < T; r++) {
+        size_t k = (size_t)i * T + r + 1;
+        off[i * T + r] = run;
+        for (int j = r + 1 < T ? b.mask_off[k] : 0; r + 1 < T && j < b.mask_off[k + 1]; j++) ids[run++] = b.mask_ids[j];
+      }
+    off[N]        = run;
+    dist.mask_off = off;
+    dist.mask_ids = ids;
+  }
+  PetscCall(gpt_forward(f->gpt, b.tokens, b.n, T));
+  PetscCall(gpt_logprobs_dist(f->gpt, target, &dist, lp, NULL));
+  for (int i = 0; i < b.n; i++)
+    for (int r = 0; r < T; r++)
+      if (target[i * T + r] >= 0) err = PetscMax(err, fabs(lp[i * T + r] - b.logprobs[i * T + r + 1]));
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s: recorded logprobs equal gpt_logprobs_dist on the full sequences", what));
+  report(err <= 1e-4 && ntgt == b.new_tokens, name, "max |diff| %.3g over %d response tokens", err, ntgt);
+  if (off) PetscCall(PetscFree2(off, ids));
+  PetscCall(PetscFree2(target, lp));
+  PetscCall(gen_batch_destroy(&b));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode test_engine(const Backend *be)
+{
+  Fixture   f;
+  GenConfig plain = base_config(), masked = base_config(), full = base_config();
+
+  PetscFunctionBegin;
+  PetscCall(fixture_create(be, &f));
+  plain.temperature = 0.8;
+  masked.top_k = 6, masked.top_p = 0.9, masked.min_new_tokens = 3, masked.temperature = 1.3;
+  full.min_new_tokens = full.max_new_tokens = 10;
+  PetscCall(test_equivalence(&f, &plain, "temperature 0.8"));
+  PetscCall(test_equivalence(&f, &masked, "top-k 6, top-p 0.9, min_new 3, T 1.3"));
+  PetscCall(test_reuse(&f, &masked, "top-k/top-p/min_new"));
+  PetscCall(test_stops(&f, &plain, "temperature 0.8"));
+  PetscCall(test_stops(&f, &masked, "top-k/top-p/min_new"));
+  PetscCall(test_stops(&f, &full, "min_new = max_new 10"));
+  PetscCall(test_logprob_consistency(&f, &plain, "temperature 0.8, no mask"));
+  PetscCall(test_logprob_consistency(&f, &masked, "top-k 6, top-p 0.9, min_new 3, T 1.3"));
+  PetscCall(gpt_destroy(&f.gpt));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- configuration and argument errors ---------------------------------- */
+static PetscErrorCode capture_error(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n, PetscErrorType p, const char *mess, void *ctx)
+{
+  if (p == PETSC_ERROR_INITIAL && mess) strncpy((char *)ctx, mess, 511);
+  return n;
+}
+
+static PetscErrorCode expect_error(PetscErrorCode ierr, const char *msg, const char *want1, const char *want2, const char *name)
+{
+  PetscFunctionBegin;
+  report(ierr != 0 && strstr(msg, want1) && (!want2 || strstr(msg, want2)) ? PETSC_TRUE : PETSC_FALSE, name, "error %d, message \"%s\"", (int)ierr, msg);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+#define TRY(call)                                                   \
+  do {                                                              \
+    msg[0] = '\0';                                                  \
+    PetscCall(PetscPushErrorHandler(capture_error, msg));           \
+    ierr = (call);                                                  \
+    PetscCall(PetscPopErrorHandler());                              \
+  } while (0)
+
+static PetscErrorCode test_config(const Backend *be)
+{
+  GPTConfig      model = {.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 10, .n_positions = 40, .head = GPT_HEAD_LM};
+  GenConfig      cfg, c;
+  PetscErrorCode ierr;
+  char           msg[512];
+  size_t         kv;
+
+  PetscFunctionBegin;
+  PetscCall(PetscOptionsSetValue(NULL, "-gen_top_k", "5"));
+  PetscCall(PetscOptionsSetValue(NULL, "-gen_greedy", "true"));
+  PetscCall(gen_config_set_from_options(&cfg));
+  PetscCall(PetscOptionsClearValue(NULL, "-gen_top_k"));
+  PetscCall(PetscOptionsClearValue(NULL, "-gen_greedy"));
+  report(cfg.top_k == 5 && cfg.greedy && cfg.temperature == 1.0 && cfg.top_p == 1.0 && cfg.max_new_tokens == 32 && cfg.min_new_tokens == 0 && cfg.slots == 16 &&
+           cfg.kv_mb == 1024 && cfg.eos == 3,
+         "options: -gen_top_k 5 -gen_greedy read, defaults otherwise", "top_k %d greedy %d max_new %d slots %d eos %d", (int)cfg.top_k, (int)cfg.greedy,
+         (int)cfg.max_new_tokens, (int)cfg.slots, (int)cfg.eos);
+  {
+    GenConfig k = base_config(), p = base_config(), m = base_config(), g = base_config();
+    k.top_k = 5, p.top_p = 0.9, m.min_new_tokens = 1, g.greedy = PETSC_TRUE, g.temperature = 0.5;
+    c = base_config();
+    report(!gen_masked(&c) && !gen_masked(&g) && gen_masked(&k) && gen_masked(&p) && gen_masked(&m), "gen_masked is true exactly for top-k, top-p or min_new_tokens", "");
+  }
+  c  = base_config();
+  kv = gen_kv_bytes(&c, &model, 28);
+  report(kv == 2 * 2 * 4 * 28 * 32 * 4, "gen_kv_bytes = 2 n_layer slots Tmax n_embd 4 bytes", "%zu bytes", kv);
+
+  cfg                = base_config();
+  cfg.max_new_tokens = 32;
+  TRY(gen_config_check(&cfg, &model, "actor_", 27));
+  PetscCall(expect_error(ierr, msg, "-gen_max_new_tokens 32 plus the longest prompt (27 tokens) exceeds -actor_n_positions 40", NULL, "config: prompt + max_new > n_positions"));
+  cfg       = base_config();
+  cfg.kv_mb = 0.01;
+  TRY(gen_config_check(&cfg, &model, "actor_", 12));
+  PetscCall(expect_error(ierr, msg, "-gen_kv_mb 0.01", "raise -gen_kv_mb", "config: KV cache bound too small for one slot"));
+  cfg       = base_config();
+  cfg.kv_mb = 0.03; /* 14 KiB per slot of 28 positions: 2 of the 4 slots fit */
+  TRY(gen_config_check(&cfg, &model, "actor_", 12));
+  PetscCall(expect_error(ierr, msg, "-gen_kv_mb 0.03", "use -gen_slots 2 or fewer", "config: KV cache bound too small for the slots"));
+  cfg             = base_config();
+  cfg.temperature = 0;
+  TRY(gen_config_check(&cfg, &model, "actor_", 12));
+  PetscCall(expect_error(ierr, msg, "-gen_temperature 0", NULL, "config: temperature 0"));
+  cfg       = base_config();
+  cfg.top_p = 0;
+  TRY(gen_config_check(&cfg, &model, "actor_", 12));
+  PetscCall(expect_error(ierr, msg, "-gen_top_p 0", NULL, "config: top_p 0"));
+  cfg       = base_config();
+  cfg.top_k = 11;
+  TRY(gen_config_check(&cfg, &model, "actor_", 12));
+  PetscCall(expect_error(ierr, msg, "-gen_top_k 11", "-actor_vocab_size 10", "config: top_k above the vocabulary"));
+  cfg                = base_config();
+  cfg.min_new_tokens = 17;
+  TRY(gen_config_check(&cfg, &model, "actor_", 12));
+  PetscCall(expect_error(ierr, msg, "-gen_min_new_tokens 17", NULL, "config: min_new above max_new"));
+  cfg     = base_config();
+  cfg.eos = 10;
+  TRY(gen_config_check(&cfg, &model, "actor_", 12));
+  PetscCall(expect_error(ierr, msg, "-gen_eos 10", NULL, "config: eos outside the vocabulary"));
+  cfg = base_config();
+  TRY(gen_config_check(&cfg, &model, "actor_", 24));
+  report(ierr == 0, "config: prompt 24 + max_new 16 = n_positions 40 is accepted", "%s", msg);
+
+  {
+    GPT       *gpt;
+    GenEngine *eng = NULL;
+    GenBatch   b;
+    int        prompt[2] = {1, 2};
+    GenRequest req       = {.id = 0, .prompt = prompt, .prompt_len = 3};
+
+    model.head = GPT_HEAD_SCALAR;
+    PetscCall(gpt_create(&model, be, &gpt));
+    TRY(gen_engine_create(gpt, &cfg, 4, &eng));
+    PetscCall(expect_error(ierr, msg, "LM head", NULL, "engine: a scalar-head model is rejected"));
+    PetscCall(gpt_destroy(&gpt));
+    model.head = GPT_HEAD_LM;
+    PetscCall(gpt_create(&model, be, &gpt));
+    PetscCall(gen_engine_create(gpt, &cfg, 2, &eng));
+    PetscCall(gen_batch_create(1, 2 + (int)cfg.max_new_tokens, PETSC_FALSE, &b));
+    TRY(gen_generate(eng, 1, 0, 1, &req, &b, NULL, NULL));
+    PetscCall(expect_error(ierr, msg, "prompt of 3 tokens", NULL, "engine: a prompt longer than max_prompt_len is rejected"));
+    req.prompt_len = 0;
+    TRY(gen_generate(eng, 1, 0, 1, &req, &b, NULL, NULL));
+    PetscCall(expect_error(ierr, msg, "prompt of 0 tokens", NULL, "engine: an empty prompt is rejected"));
+    PetscCall(gen_batch_destroy(&b));
+    PetscCall(gen_engine_destroy(&eng));
+    PetscCall(gpt_destroy(&gpt));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+int main(int argc, char **argv)
+{
+  const Backend *be;
+
+  PetscCall(PetscInitialize(&argc, &argv, NULL, help));
+  PetscCall(backend_get("cpu", &be));
+  test_sampler_sets();
+  test_sampler_min_new_temp_greedy();
+  test_sampler_draws();
+  PetscCall(test_sampler_large());
+  PetscCall(test_engine(be));
+  PetscCall(test_config(be));
+  printf("%d passed, %d failed\n", npass, nfail);
+  PetscCall(PetscFinalize());
+  return nfail ? 1 : 0;
+}

@@ -1,0 +1,383 @@
+/* test_rlmath: the RL formulas of src/rl/rlmath.c against values worked out
+ * by hand (the arithmetic is in the comments; transcendental constants such
+ * as exp(0.5) are written out to 16 digits), plus finite-difference checks of
+ * every gradient on random inputs. Entries that a function must not read are
+ * NaN, so reading them shows up as a NaN or a wrong value. */
+#include "rl.h"
+#include "sys.h"
+#include <math.h>
+#include <stdio.h>
+
+static int npass, nfail;
+
+static void check(int cond, const char *what, const char *detail)
+{
+  if (cond) npass++, printf("ok - %s\n", what);
+  else nfail++, printf("not ok - %s: %s\n", what, detail);
+}
+
+/* |got - want| <= tol, false for NaN. */
+static int near(double got, double want, double tol)
+{
+  return fabs(got - want) <= tol;
+}
+
+/* Compares n values; the detail names the first mismatch. Inputs and outputs
+ * are float, so 1e-6 absolute is a few float ulps at the magnitudes used. */
+static void check_array(const char *what, size_t n, const float *got, const double *want, double tol)
+{
+  char detail[160] = "";
+  int  ok = 1;
+  for (size_t i = 0; i < n && ok; i++)
+    if (!near(got[i], want[i], tol)) {
+      ok = 0;
+      snprintf(detail, sizeof detail, "entry %zu is %.9g, expected %.9g", i, (double)got[i], want[i]);
+    }
+  check(ok, what, detail);
+}
+
+static void check_value(const char *what, double got, double want, double tol)
+{
+  char detail[160];
+  snprintf(detail, sizeof detail, "got %.17g, expected %.17g", got, want);
+  check(near(got, want, tol), what, detail);
+}
+
+static void test_kl_rewards(void)
+{
+  /* B=3, T=4, kl_coef 0.1. Row 0: positions 1..3; row 1: positions 0..1;
+   * row 2: empty (its score must not appear anywhere). */
+  const float N = NAN;
+  int   start[3] = {1, 0, 2}, len[3] = {3, 2, 0};
+  float logp[12] = {N, -1.0f, -0.5f, -2.0f, /**/ -0.2f, -0.3f, N, N, /**/ N, N, N, N};
+  float ref[12]  = {N, -1.5f, -0.5f, -1.0f, /**/ -0.1f, -0.6f, N, N, /**/ N, N, N, N};
+  float score[3] = {2.0f, -0.5f, 7.0f}, r[12];
+  for (int i = 0; i < 12; i++) r[i] = 99;
+  /* row 0: logp-ref = 0.5, 0, -1   -> -0.1*(..) = -0.05, 0, 0.1 (+2 score) = 2.1
+   * row 1: logp-ref = -0.1, 0.3   -> 0.01, -0.03 (-0.5 score) = -0.53 */
+  const double want[12] = {0, -0.05, 0, 2.1, /**/ 0.01, -0.53, 0, 0, /**/ 0, 0, 0, 0};
+  rl_kl_rewards(3, 4, start, len, logp, ref, score, 0.1, r);
+  check_array("kl rewards: per-token -beta*(logp-ref), score on the last token, 0 outside and for an empty row", 12, r, want, 1e-6);
+}
+
+static void test_final_score(void)
+{
+  check_value("final score: EOS, clipped above (3 -> 2)", rl_final_score(3.0, 1, 2.0, -1.0), 2.0, 0);
+  check_value("final score: EOS, clipped below (-5 -> -2)", rl_final_score(-5.0, 1, 2.0, -1.0), -2.0, 0);
+  check_value("final score: EOS, inside the clip range", rl_final_score(0.7, 1, 2.0, -1.0), 0.7, 0);
+  check_value("final score: EOS, clip 0 means no clipping", rl_final_score(3.0, 1, 0.0, -1.0), 3.0, 0);
+  check_value("final score: truncated gets the penalty", rl_final_score(3.0, 0, 2.0, -1.0), -1.0, 0);
+}
+
+static void test_gae(void)
+{
+  /* B=3, T=5. Row 0: positions 2..4 (ends at the row end, so row 1's first
+   * value follows it in memory: a leak would use V=0.1 as V after the last
+   * token); row 1: positions 0..2; row 2 empty. */
+  const float N = NAN;
+  int   start[3] = {2, 0, 1}, len[3] = {3, 3, 0};
+  float rew[15]  = {N, N, 0.1f, -0.2f, 1.0f, /**/ 0.0f, 0.0f, 0.5f, N, N, /**/ N, N, N, N, N};
+  float val[15]  = {N, N, 0.5f, 0.4f, 0.8f, /**/ 0.1f, 0.2f, 0.3f, N, N, /**/ N, N, N, N, N};
+  float adv[15], ret[15];
+
+  /* gamma 1, lambda 0.95. Row 0 (r = .1 -.2 1, V = .5 .4 .8):
+   *   d2 = 1 + 0 - .8 = .2              A2 = .2
+   *   d1 = -.2 + .8 - .4 = .2           A1 = .2 + .95*.2 = .39
+   *   d0 = .1 + .4 - .5 = 0             A0 = 0 + .95*.39 = .3705
+   *   returns A+V = .3705+.5 .39+.4 .2+.8 = .8705 .79 1.0
+   * Row 1 (r = 0 0 .5, V = .1 .2 .3):
+   *   d2 = .5 - .3 = .2                 A2 = .2
+   *   d1 = 0 + .3 - .2 = .1             A1 = .1 + .95*.2 = .29
+   *   d0 = 0 + .2 - .1 = .1             A0 = .1 + .95*.29 = .3755
+   *   returns .3755+.1 .29+.2 .2+.3 = .4755 .49 .5 */
+  const double a1[15] = {0, 0, 0.3705, 0.39, 0.2, /**/ 0.3755, 0.29, 0.2, 0, 0, /**/ 0, 0, 0, 0, 0};
+  const double r1[15] = {0, 0, 0.8705, 0.79, 1.0, /**/ 0.4755, 0.49, 0.5, 0, 0, /**/ 0, 0, 0, 0, 0};
+  rl_gae(3, 5, start, len, rew, val, 1.0, 0.95, adv, ret);
+  check_array("gae gamma=1 lambda=0.95: advantages by hand, V after the last token 0, rows independent", 15, adv, a1, 1e-6);
+  check_array("gae gamma=1 lambda=0.95: returns = A + V", 15, ret, r1, 1e-6);
+
+  /* gamma 0.9, lambda 1 (A_t = discounted return - V_t). Row 0:
+   *   d2 = 1 - .8 = .2                  A2 = .2
+   *   d1 = -.2 + .9*.8 - .4 = .12       A1 = .12 + .9*.2 = .30
+   *   d0 = .1 + .9*.4 - .5 = -.04       A0 = -.04 + .9*.3 = .23
+   *   (check: .1 - .9*.2 + .81*1 - .5 = .23); returns .73 .70 1.0
+   * Row 1:
+   *   d2 = .2                           A2 = .2
+   *   d1 = .9*.3 - .2 = .07             A1 = .07 + .9*.2 = .25
+   *   d0 = .9*.2 - .1 = .08             A0 = .08 + .9*.25 = .305
+   *   (check: .81*.5 - .1 = .305); returns .405 .45 .5 */
+  const double a2[15] = {0, 0, 0.23, 0.30, 0.2, /**/ 0.305, 0.25, 0.2, 0, 0, /**/ 0, 0, 0, 0, 0};
+  const double r2[15] = {0, 0, 0.73, 0.70, 1.0, /**/ 0.405, 0.45, 0.5, 0, 0, /**/ 0, 0, 0, 0, 0};
+  rl_gae(3, 5, start, len, rew, val, 0.9, 1.0, adv, ret);
+  check_array("gae gamma=0.9 lambda=1: advantages by hand", 15, adv, a2, 1e-6);
+  check_array("gae gamma=0.9 lambda=1: returns", 15, ret, r2, 1e-6);
+}
+
+static void test_whiten(void)
+{
+  /* Response values 1 3 | 2 4 5: mean 15/5 = 3; deviations -2 0 -1 1 2,
+   * squares sum to 10, population variance 10/5 = 2, std sqrt(2) =
+   * 1.4142135623730951; whitened = dev/sqrt(2): -1.41421356 0 -0.70710678
+   * 0.70710678 1.41421356 (the 1e-8 is below float resolution here). */
+  int    start[2] = {1, 0}, len[2] = {2, 3};
+  float  x[8]     = {7.0f, 1.0f, 3.0f, -9.0f, /**/ 2.0f, 4.0f, 5.0f, 11.0f};
+  double mean = -1, std = -1, s = 0, ss = 0;
+  const double want[8] = {7.0, -1.4142135623730951, 0.0, -9.0, /**/ -0.7071067811865475, 0.7071067811865475, 1.4142135623730951, 11.0};
+  char   detail[160];
+
+  rl_whiten(2, 4, start, len, x, &mean, &std);
+  check_value("whiten: mean before whitening (15/5 = 3)", mean, 3.0, 1e-12);
+  check_value("whiten: population std before whitening (sqrt(10/5))", std, 1.4142135623730951, 1e-12);
+  check_array("whiten: whitened values by hand, entries outside the responses untouched", 8, x, want, 1e-6);
+  const int idx[5] = {1, 2, 4, 5, 6};
+  for (int i = 0; i < 5; i++) s += x[idx[i]];
+  for (int i = 0; i < 5; i++) ss += (x[idx[i]] - s / 5) * (x[idx[i]] - s / 5);
+  snprintf(detail, sizeof detail, "mean %g, std %.9g", s / 5, sqrt(ss / 5));
+  check(near(s / 5, 0, 1e-6) && near(sqrt(ss / 5), 1, 1e-6), "whiten: result has mean 0 and std 1", detail);
+
+  int   z[2] = {0, 0};
+  float y[2] = {5.0f, 6.0f};
+  rl_whiten(2, 1, start, z, y, &mean, &std);
+  check(y[0] == 5.0f && y[1] == 6.0f && mean == 0 && std == 0, "whiten: no response tokens leaves x alone, statistics 0", "");
+  rl_whiten(2, 4, start, len, x, NULL, NULL); /* must accept NULL statistics */
+}
+
+static void test_policy_loss(void)
+{
+  /* eps = 0.2, old = 0, so rho = exp(logp):
+   *   exp(0.1) = 1.1051709180756477 (inside), exp(0.5) = 1.6487212707001282
+   *   (above 1.2), exp(-0.5) = 0.6065306597126334 (below 0.8).
+   * i  A   rho     -A*rho    -A*clip   max       branch     w     w*dL/dlogp
+   * 0  1   1.105   -1.10517  -1.10517  -1.10517  unclipped  .5    -.5526
+   * 1  1   1.649   -1.64872  -1.2      -1.2      CLIPPED    .25    0
+   * 2  1   0.607   -0.60653  -0.8      -0.60653  unclipped  1     -.60653
+   * 3 -1   1.649    1.64872   1.2       1.64872  unclipped  1     1.64872
+   * 4 -1   0.607    0.60653   0.8       0.8      CLIPPED    .5     0
+   * 5 -2   1.105    2.21034   2.21034   2.21034  unclipped  .25   .55259
+   * 6  0   1.649    0         0         0        tie        1      0
+   * 7  (w = 0: not counted, logp NaN must not be read)
+   * loss = .5*-1.1051709 + .25*-1.2 + -.6065307 + 1.6487213 + .5*.8
+   *        + .25*2.2103418 = 1.1421906109874946; clipfrac = .25 + .5 = .75 */
+  float  logp[8] = {0.1f, 0.5f, -0.5f, 0.5f, -0.5f, 0.1f, 0.5f, NAN};
+  float  old[8] = {0}, A[8] = {1, 1, 1, -1, -1, -2, 0, 1}, w[8] = {0.5f, 0.25f, 1, 1, 0.5f, 0.25f, 1, 0}, g[8];
+  double cf = -1;
+  const double want[8] = {-0.5 * 1.1051709180756477, 0, -0.6065306597126334, 1.6487212707001282, 0, 0.25 * 2 * 1.1051709180756477, 0, 0};
+
+  double loss = rl_policy_loss(8, logp, old, A, w, 0.2, g, &cf);
+  check_value("policy loss: A>0/A<0 with rho inside, above 1+eps, below 1-eps (hand value)", loss, 1.1421906109874946, 1e-6);
+  check_array("policy loss: dlogp = -w*A*rho on the unclipped branch, 0 on the clipped one", 8, g, want, 1e-6);
+  check_value("policy loss: clipfrac sums w of the strictly clipped tokens (.25 + .5)", cf, 0.75, 1e-12);
+}
+
+static void test_value_loss(void)
+{
+  /* eps_v = 0.2.
+   * i  v    v_old  R    v-v_old  vclip  (v-R)^2  (vclip-R)^2  branch           0.5*max  dv/w
+   * 0  1.1  1.0    0.5  .1 in    1.1    .36      .36          tie: unclipped   .18      v-R = .6
+   * 1  1.5  1.0    0.5  .5 out   1.2    1.0      .49          unclipped        .5       1.0
+   * 2  1.5  1.0    2.0  .5 out   1.2    .25      .64          CLIPPED          .32      0 (outside band)
+   * 3  0.5  1.0    0.0  -.5 out  0.8    .25      .64          CLIPPED          .32      0
+   * w = 1, .5, .25, 1: loss = .18 + .25 + .08 + .32 = .83; clipfrac = 1.25 */
+  float  v[4] = {1.1f, 1.5f, 1.5f, 0.5f}, vo[4] = {1.0f, 1.0f, 1.0f, 1.0f}, R[4] = {0.5f, 0.5f, 2.0f, 0.0f}, w[4] = {1, 0.5f, 0.25f, 1}, g[4];
+  double cf = -1;
+  const double want[4] = {0.6, 0.5, 0, 0};
+
+  double loss = rl_value_loss(4, v, vo, R, w, 0.2, g, &cf);
+  check_value("value loss: inside and outside the clip band, both branches (hand value .83)", loss, 0.83, 1e-6);
+  check_array("value loss: dv = w*(v-R) unclipped, 0 when clipped outside the band", 4, g, want, 1e-6);
+  check_value("value loss: clipfrac (.25 + 1)", cf, 1.25, 1e-12);
+
+  /* eps_v = 0: plain 0.5*(v-R)^2: token 2 has (1.5-2)^2/2 = .125, dv = -.5 */
+  float one = 1;
+  loss = rl_value_loss(1, v + 2, vo + 2, R + 2, &one, 0, g, &cf);
+  check(near(loss, 0.125, 1e-7) && near(g[0], -0.5, 1e-7) && cf == 0, "value loss: eps_v <= 0 means no clipping", "");
+}
+
+static void test_kl_loss(void)
+{
+  /* k3: x = ref - logp, term = e^x - x - 1, d/dlogp = 1 - e^x; coef 0.5.
+   * 0: logp -1, ref -1.5: x = -.5, e^-.5 = .6065306597126334,
+   *    term = .6065307 + .5 - 1 = .1065306597126334, w 1:
+   *    loss .5*.1065307 = .0532653299; grad .5*(1-.6065307) = .1967346701, + 1 = 1.1967346701
+   * 1: logp -2, ref -1: x = 1, term = e - 2 = .7182818284590451, w .5:
+   *    loss .25*.7182818 = .1795704571; grad .25*(1-e) = -.4295704571, + (-.5) = -.9295704571
+   * 2: w 0: dlogp stays 3
+   * loss = .0532653299 + .1795704571 = .23283578697107798 */
+  float  logp[3] = {-1.0f, -2.0f, NAN}, ref[3] = {-1.5f, -1.0f, 0.0f}, w[3] = {1, 0.5f, 0}, g[3] = {1.0f, -0.5f, 3.0f};
+  const double want[3] = {1.1967346701436834, -0.9295704571147613, 3.0};
+  double loss = rl_kl_loss(3, logp, ref, w, 0.5, g);
+  check_value("kl loss (k3): hand value (logp -1, ref -1.5 and logp -2, ref -1)", loss, 0.23283578697107798, 1e-7);
+  check_array("kl loss (k3): gradient 1 - exp(ref - logp) added into dlogp", 3, g, want, 1e-6);
+}
+
+static void test_grpo(void)
+{
+  /* group [1 0 .5 .5]: mean .5, deviations .5 -.5 0 0, sum of squares .5,
+   * sample variance .5/3, std .408248290463863; eps 1e-6:
+   * .5/(.408248290463863 + 1e-6) = 1.2247418713989375.
+   * group [2 2 2 2]: deviations 0 -> advantages 0. */
+  float score[8] = {1, 0, 0.5f, 0.5f, 2, 2, 2, 2}, adv[8];
+  const double want[8] = {1.2247418713989375, -1.2247418713989375, 0, 0, 0, 0, 0, 0};
+  rl_grpo_advantages(8, 4, score, 1e-6, adv);
+  check_array("grpo advantages: sample std by hand, two groups, equal scores give 0", 8, adv, want, 1e-6);
+
+  /* k = 2: [3 1] mean 2, sample std sqrt(2): +-1/(1.4142135623730951+1e-6) = .7071062811869011;
+   * [0 4] mean 2, std sqrt(8): +-2/(2.8284271247461903+1e-6) = .7071065311866358 */
+  float s2[4] = {3, 1, 0, 4}, a2[4];
+  const double w2[4] = {0.7071062811869011, -0.7071062811869011, -0.7071065311866358, 0.7071065311866358};
+  rl_grpo_advantages(4, 2, s2, 1e-6, a2);
+  check_array("grpo advantages: groups of 2", 4, a2, w2, 1e-6);
+}
+
+static void test_rm_loss(void)
+{
+  /* loss = softplus(-d), d = rc - rr; d loss/d rc = -sigmoid(-d)/B.
+   *   d = 0:   log 2 = .6931471805599453, sigmoid(0) = .5
+   *   d = 2:   log1p(e^-2) = .1269280110429725, sigmoid(-2) = .11920292202211755
+   *   d = -30: 30 + log1p(e^-30) = 30.000000000000092, sigmoid(30) = .9999999999999065
+   *   d = 30:  log1p(e^-30) = 9.357622968839737e-14, sigmoid(-30) = 9.357622968839299e-14
+   *   d = -2000: 2000 + log1p(e^-2000) = 2000 exactly in double, sigmoid(2000) = 1
+   *   mean of the first four: 7.705018797900776 */
+  const float  rc[5] = {1, 2.5f, -15, 15, -1000}, rr[5] = {1, 0.5f, 15, -15, 1000};
+  const double lw[5] = {0.6931471805599453, 0.1269280110429725, 30.000000000000092, 9.357622968839737e-14, 2000.0};
+  const double sg[5] = {0.5, 0.11920292202211755, 0.9999999999999065, 9.357622968839299e-14, 1.0};
+  const char  *name[5] = {"rm loss: d = 0 gives log 2", "rm loss: d = 2", "rm loss: d = -30", "rm loss: d = +30 is tiny, positive and finite", "rm loss: d = -2000 is finite (2000; a naive -log(sigmoid) gives inf)"};
+  float        drc[4], drr[4];
+  int          nc = -1;
+  char         detail[200];
+
+  for (int i = 0; i < 5; i++) {
+    float  a, b;
+    int    c;
+    double l = rl_rm_loss(1, rc + i, rr + i, &a, &b, &c);
+    snprintf(detail, sizeof detail, "loss %.17g (want %.17g), drc %.9g drr %.9g (want -+%.9g), correct %d", l, lw[i], (double)a, (double)b, sg[i], c);
+    check(isfinite(l) && l > 0 && near(l, lw[i], 1e-12 * (1 + lw[i])) && near(a, -sg[i], 1e-7 * sg[i] + 1e-20) && near(b, sg[i], 1e-7 * sg[i] + 1e-20) && c == (rc[i] > rr[i]), name[i], detail);
+  }
+  double l = rl_rm_loss(4, rc, rr, drc, drr, &nc);
+  const double gw[4] = {-0.125, -0.029800730505529387, -0.24999999999997663, -2.3394057422098247e-14};
+  snprintf(detail, sizeof detail, "loss %.17g, correct %d", l, nc);
+  check(near(l, 7.705018797900776, 1e-12) && nc == 2, "rm loss: mean over 4 pairs, 2 correct (d = 2 and 30; d = 0 is not)", detail);
+  int ok = 1;
+  for (int i = 0; i < 4; i++) ok = ok && near(drc[i], gw[i], 1e-7 * fabs(gw[i])) && drr[i] == -drc[i];
+  check(ok, "rm loss: gradients -sigmoid(-d)/B for chosen, +sigmoid(-d)/B for rejected", "");
+}
+
+static void test_kl_adapt(void)
+{
+  /* coef .1, target 6, horizon 10000, nsteps 256:
+   *   kl 12:  12/6-1 = 1 -> .2:    .1*(1 + .2*256/10000) = .1*1.00512 = .100512
+   *   kl 0:   -1 -> -.2:           .1*(1 - .00512) = .099488
+   *   kl 6.6: 6.6/6-1 = .1:        .1*(1 + .1*.0256) = .100256 */
+  check_value("adaptive kl: error clamped at +0.2", rl_kl_adapt(0.1, 12, 6, 10000, 256), 0.100512, 1e-15);
+  check_value("adaptive kl: error clamped at -0.2", rl_kl_adapt(0.1, 0, 6, 10000, 256), 0.099488, 1e-15);
+  check_value("adaptive kl: error inside the clamp", rl_kl_adapt(0.1, 6.6, 6, 10000, 256), 0.100256, 1e-15);
+}
+
+/* Finite differences: perturb one float input by +-h, divide the loss change
+ * by the perturbation actually representable in float. Points within `kink`
+ * of a non-differentiable point are skipped. Tolerance: central differences
+ * with h = 1e-3 have O(h^2) truncation error on O(1) curvature, so 1e-5
+ * absolute plus 1e-4 relative. */
+#define FD_N 256
+static double uni(uint32_t i, uint32_t c, double lo, double hi)
+{
+  return lo + (hi - lo) * rng_uniform(7, 99, i, c, 0);
+}
+
+static void test_fd(void)
+{
+  const float h = 1e-3f;
+  float       logp[FD_N], old[FD_N], A[FD_N], w[FD_N], g[FD_N], v[FD_N], vo[FD_N], R[FD_N], ref[FD_N], gk[FD_N], scratch[FD_N];
+  double      worst;
+  int         checked, nclip, ok;
+  char        detail[200];
+
+  for (int i = 0; i < FD_N; i++) {
+    logp[i] = (float)uni(i, 0, -3, -0.5);
+    old[i]  = (float)(logp[i] + uni(i, 1, -0.45, 0.45)); /* rho in [0.64, 1.57] */
+    A[i]    = (float)uni(i, 2, -2, 2);
+    w[i]    = i % 17 == 5 ? 0.0f : 1.0f / 64;
+    v[i]    = (float)uni(i, 3, -1, 1);
+    vo[i]   = (float)(v[i] + uni(i, 4, -0.5, 0.5));
+    R[i]    = (float)uni(i, 5, -1.5, 1.5);
+    ref[i]  = (float)(logp[i] + uni(i, 6, -1, 1));
+  }
+
+  /* policy loss */
+  rl_policy_loss(FD_N, logp, old, A, w, 0.2, g, NULL);
+  worst = 0, checked = 0, nclip = 0, ok = 1;
+  for (int i = 0; i < FD_N; i++) {
+    double rho = exp((double)logp[i] - old[i]);
+    if (fabs(rho - 0.8) < 0.01 || fabs(rho - 1.2) < 0.01) continue;
+    float  x0 = logp[i], xp = x0 + h, xm = x0 - h;
+    logp[i] = xp;
+    double lp = rl_policy_loss(FD_N, logp, old, A, w, 0.2, scratch, NULL);
+    logp[i] = xm;
+    double lm = rl_policy_loss(FD_N, logp, old, A, w, 0.2, scratch, NULL);
+    logp[i] = x0;
+    double fd = (lp - lm) / ((double)xp - xm), err = fabs(fd - g[i]);
+    checked++, nclip += g[i] == 0 && w[i] != 0;
+    if (err > 1e-5 + 1e-4 * fabs(fd)) ok = 0;
+    worst = err > worst ? err : worst;
+  }
+  snprintf(detail, sizeof detail, "%d tokens (%d clipped), worst |fd - dlogp| %.3g", checked, nclip, worst);
+  check(ok && checked > 200 && nclip > 10, "policy loss: dlogp matches central differences on random inputs", detail);
+
+  /* value loss: kinks at |v - v_old| = eps_v and, outside the band, where the
+   * two squares are equal (inside the band they are equal everywhere) */
+  rl_value_loss(FD_N, v, vo, R, w, 0.2, g, NULL);
+  worst = 0, checked = 0, nclip = 0, ok = 1;
+  for (int i = 0; i < FD_N; i++) {
+    double dvo = (double)v[i] - vo[i], dc = vo[i] + fmax(-0.2, fmin(0.2, dvo)) - R[i], du = (double)v[i] - R[i];
+    if (fabs(fabs(dvo) - 0.2) < 0.01 || (fabs(dvo) > 0.2 && fabs(du * du - dc * dc) < 0.01)) continue;
+    float  x0 = v[i], xp = x0 + h, xm = x0 - h;
+    v[i] = xp;
+    double lp = rl_value_loss(FD_N, v, vo, R, w, 0.2, scratch, NULL);
+    v[i] = xm;
+    double lm = rl_value_loss(FD_N, v, vo, R, w, 0.2, scratch, NULL);
+    v[i] = x0;
+    double fd = (lp - lm) / ((double)xp - xm), err = fabs(fd - g[i]);
+    checked++, nclip += g[i] == 0 && w[i] != 0;
+    if (err > 1e-5 + 1e-4 * fabs(fd)) ok = 0;
+    worst = err > worst ? err : worst;
+  }
+  snprintf(detail, sizeof detail, "%d tokens (%d clipped), worst |fd - dv| %.3g", checked, nclip, worst);
+  check(ok && checked > 150 && nclip > 10, "value loss: dv matches central differences on random inputs", detail);
+
+  /* kl loss: smooth everywhere; gradient added into zeros */
+  for (int i = 0; i < FD_N; i++) gk[i] = 0;
+  rl_kl_loss(FD_N, logp, ref, w, 0.3, gk);
+  worst = 0, ok = 1;
+  for (int i = 0; i < FD_N; i++) {
+    float  x0 = logp[i], xp = x0 + h, xm = x0 - h;
+    logp[i] = xp;
+    double lp = rl_kl_loss(FD_N, logp, ref, w, 0.3, scratch);
+    logp[i] = xm;
+    double lm = rl_kl_loss(FD_N, logp, ref, w, 0.3, scratch);
+    logp[i] = x0;
+    double fd = (lp - lm) / ((double)xp - xm), err = fabs(fd - gk[i]);
+    if (err > 1e-5 + 1e-4 * fabs(fd)) ok = 0;
+    worst = err > worst ? err : worst;
+  }
+  snprintf(detail, sizeof detail, "worst |fd - dlogp| %.3g", worst);
+  check(ok, "kl loss: dlogp matches central differences on random inputs", detail);
+}
+
+int main(int argc, char **argv)
+{
+  if (PetscInitialize(&argc, &argv, NULL, "Tests of the RL math (src/rl/rlmath.c).\n")) return 1;
+  test_kl_rewards();
+  test_final_score();
+  test_gae();
+  test_whiten();
+  test_policy_loss();
+  test_value_loss();
+  test_kl_loss();
+  test_grpo();
+  test_rm_loss();
+  test_kl_adapt();
+  test_fd();
+  printf("%d passed, %d failed\n", npass, nfail);
+  PetscFinalize();
+  return nfail > 0;
+}

@@ -1,0 +1,79 @@
+/* gen/config.c: the generation settings (-gen_*), their checks against a
+ * model and the longest prompt, and the KV-cache size they imply. The checks
+ * run before any work so that a deck that cannot generate fails at once with
+ * a message naming the option to change. */
+#include "gen.h"
+#include "sys.h"
+#include <math.h>
+
+PetscErrorCode gen_config_set_from_options(GenConfig *cfg)
+{
+  PetscFunctionBegin;
+  PetscOptionsBegin(PETSC_COMM_WORLD, "gen_", "Generation (sampling and the decoding engine)", NULL);
+  RfOptReal("-temperature", "Sampling temperature: the distribution is softmax(logits / temperature)", 1.0, &cfg->temperature);
+  RfOptInt("-top_k", "Keep only the k most probable tokens (0: all)", 0, &cfg->top_k);
+  RfOptReal("-top_p", "Nucleus sampling: keep the smallest most-probable set with probability mass >= top_p (1: all)", 1.0, &cfg->top_p);
+  RfOptBool("-greedy", "Take the most probable allowed token instead of drawing one", PETSC_FALSE, &cfg->greedy);
+  RfOptInt("-max_new_tokens", "Most response tokens per sample (a sample stops there without EOS)", 32, &cfg->max_new_tokens);
+  RfOptInt("-min_new_tokens", "EOS is not allowed before this many response tokens", 0, &cfg->min_new_tokens);
+  RfOptInt("-slots", "Samples decoded concurrently (continuous batching: a finished sample's slot takes the next prompt)", 16, &cfg->slots);
+  RfOptReal("-kv_mb", "Bound on the KV cache in MiB (2 * n_layer * slots * (longest prompt + max_new_tokens) * n_embd floats)", 1024.0, &cfg->kv_mb);
+  RfOptInt("-eos", "End-of-sequence token id (the built-in task uses 3)", 3, &cfg->eos);
+  PetscOptionsEnd();
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Settings that do not depend on the model. */
+static PetscErrorCode check_sampling(const GenConfig *cfg)
+{
+  PetscFunctionBegin;
+  PetscCheck(cfg->temperature > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_temperature %g must be positive (use -gen_greedy for argmax decoding)",
+             (double)cfg->temperature);
+  PetscCheck(cfg->top_p > 0 && cfg->top_p <= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_top_p %g must be in (0, 1]", (double)cfg->top_p);
+  PetscCheck(cfg->max_new_tokens >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_max_new_tokens %" PetscInt_FMT " must be at least 1", cfg->max_new_tokens);
+  PetscCheck(cfg->min_new_tokens >= 0 && cfg->min_new_tokens <= cfg->max_new_tokens, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-gen_min_new_tokens %" PetscInt_FMT " must be in [0, -gen_max_new_tokens %" PetscInt_FMT "]", cfg->min_new_tokens, cfg->max_new_tokens);
+  PetscCheck(cfg->slots >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_slots %" PetscInt_FMT " must be at least 1", cfg->slots);
+  PetscCheck(cfg->kv_mb > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_kv_mb %g must be positive", (double)cfg->kv_mb);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gen_config_check(const GenConfig *cfg, const GPTConfig *model, const char *prefix, int max_prompt_len)
+{
+  const char *p    = prefix ? prefix : "";
+  int         Tmax = max_prompt_len + (int)cfg->max_new_tokens;
+  double      need, have, per_slot;
+  char        sneed[32], shave[32];
+
+  PetscFunctionBegin;
+  PetscCall(check_sampling(cfg));
+  PetscCheck(model->head == GPT_HEAD_LM, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-%shead must be lm to generate", p);
+  PetscCheck(cfg->top_k >= 0 && cfg->top_k <= model->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_top_k %" PetscInt_FMT " must be in [0, -%svocab_size %d]",
+             cfg->top_k, p, model->vocab_size);
+  PetscCheck(cfg->eos >= 0 && cfg->eos < model->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_eos %" PetscInt_FMT " is not a token of -%svocab_size %d",
+             cfg->eos, p, model->vocab_size);
+  PetscCheck(max_prompt_len >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "the longest prompt has %d tokens; prompts need at least 1", max_prompt_len);
+  PetscCheck(Tmax <= model->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-gen_max_new_tokens %" PetscInt_FMT " plus the longest prompt (%d tokens) exceeds -%sn_positions %d", cfg->max_new_tokens, max_prompt_len, p,
+             model->n_positions);
+  need     = (double)gen_kv_bytes(cfg, model, Tmax);
+  have     = (double)cfg->kv_mb * 1024.0 * 1024.0;
+  per_slot = need / (double)cfg->slots;
+  PetscCheck(need <= have || have < per_slot, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "the KV cache needs %s for -gen_slots %" PetscInt_FMT " x %d positions, more than -gen_kv_mb %g (%s); use -gen_slots %.0f or fewer, or raise -gen_kv_mb",
+             sys_bytes_str(need, sneed, sizeof sneed), cfg->slots, Tmax, (double)cfg->kv_mb, sys_bytes_str(have, shave, sizeof shave), floor(have / per_slot));
+  PetscCheck(need <= have, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "the KV cache needs %s for one slot of %d positions, more than -gen_kv_mb %g (%s); raise -gen_kv_mb", sys_bytes_str(per_slot, sneed, sizeof sneed), Tmax,
+             (double)cfg->kv_mb, sys_bytes_str(have, shave, sizeof shave));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscBool gen_masked(const GenConfig *cfg)
+{
+  return cfg->top_k > 0 || cfg->top_p < 1 || cfg->min_new_tokens > 0 ? PETSC_TRUE : PETSC_FALSE;
+}
+
+size_t gen_kv_bytes(const GenConfig *cfg, const GPTConfig *model, int Tmax)
+{
+  return 2 * (size_t)model->n_layer * (size_t)cfg->slots * (size_t)Tmax * (size_t)model->n_embd * sizeof(float);
+}

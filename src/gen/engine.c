@@ -1,0 +1,333 @@
+/* gen/engine.c: continuous batching over a fixed set of KV-cache slots.
+ * Each engine step admits waiting prompts into free slots, runs one
+ * gpt_forward_cached over the new prompts and the last token of every
+ * running sample, and draws one token per sample. A sample that stops frees
+ * its slot for the next step, so short responses do not hold long ones
+ * back. Draws are keyed by (seed, iteration, sample id, position): results do
+ * not depend on the slot count, the admission order or batch composition. */
+#include "gen.h"
+#include "sys.h"
+#include <string.h>
+
+struct GenEngine {
+  GPT        *gpt;
+  GenConfig   cfg;
+  int         max_prompt_len, Tmax, V, nslot;
+  GPTKVCache *kv;
+  /* rows of one forward: at most every slot's whole prompt */
+  int        *row_tok, *row_slot, *row_pos;
+  /* per slot: the request it holds (-1: free), whether its prompt still has
+   * to be prefilled, the forward row whose logits give its next token */
+  int        *slot_req, *slot_fresh, *slot_row;
+  int        *finished; /* request indices that stopped in this step */
+  float      *logits;
+  size_t      logits_cap;
+  double     *work;
+  int        *allowed;
+  /* allowed sets in the order they were drawn, each position's start and
+   * count in the pool, and how many ids the batch holds so far */
+  int        *pool, *mcount;
+  size_t      pool_n, pool_cap, *mstart, mpos_cap, mask_used;
+};
+
+PetscErrorCode gen_engine_create(GPT *gpt, const GenConfig *cfg, int max_prompt_len, GenEngine **eng)
+{
+  GenEngine *e;
+  int        S = (int)cfg->slots, V = gpt->cfg.vocab_size, R;
+
+  PetscFunctionBegin;
+  PetscCheck(gpt->cfg.head == GPT_HEAD_LM, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "gen_engine_create: the model has the %s head; generation needs the LM head",
+             GPTHeadNames[gpt->cfg.head]);
+  PetscCheck(S >= 1 && max_prompt_len >= 1 && cfg->max_new_tokens >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "gen_engine_create: slots %d, max_prompt_len %d and max_new_tokens %" PetscInt_FMT " must be positive (run gen_config_check first)", S, max_prompt_len,
+             cfg->max_new_tokens);
+  PetscCall(PetscNew(&e));
+  e->gpt            = gpt;
+  e->cfg            = *cfg;
+  e->max_prompt_len = max_prompt_len;
+  e->Tmax           = max_prompt_len + (int)cfg->max_new_tokens;
+  e->V              = V;
+  e->nslot          = S;
+  R                 = S * max_prompt_len;
+  PetscCall(gpt_kv_create(gpt, S, e->Tmax, &e->kv));
+  PetscCall(PetscMalloc3(R, &e->row_tok, R, &e->row_slot, R, &e->row_pos));
+  PetscCall(PetscMalloc4(S, &e->slot_req, S, &e->slot_fresh, S, &e->slot_row, S, &e->finished));
+  PetscCall(PetscMalloc2(2 * (size_t)V, &e->work, V, &e->allowed));
+  *eng = e;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gen_engine_destroy(GenEngine **eng)
+{
+  GenEngine *e = *eng;
+
+  PetscFunctionBegin;
+  if (!e) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(gpt_kv_destroy(e->gpt, &e->kv));
+  PetscCall(PetscFree3(e->row_tok, e->row_slot, e->row_pos));
+  PetscCall(PetscFree4(e->slot_req, e->slot_fresh, e->slot_row, e->finished));
+  PetscCall(PetscFree2(e->work, e->allowed));
+  PetscCall(PetscFree(e->logits));
+  PetscCall(PetscFree(e->pool));
+  PetscCall(PetscFree2(e->mstart, e->mcount));
+  PetscCall(PetscFree(e));
+  *eng = NULL;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- growth -------------------------------------------------------------- */
+static PetscErrorCode grow_ints(int **a, size_t n_used, size_t *cap, size_t need)
+{
+  int *b;
+
+  PetscFunctionBegin;
+  if (need <= *cap) PetscFunctionReturn(PETSC_SUCCESS);
+  if (need < 2 * *cap) need = 2 * *cap;
+  PetscCall(PetscMalloc1(need, &b));
+  if (n_used) PetscCall(PetscArraycpy(b, *a, n_used));
+  PetscCall(PetscFree(*a));
+  *a   = b;
+  *cap = need;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode record_step(GenBatch *b, double seconds, int active)
+{
+  PetscFunctionBegin;
+  if (b->nsteps == b->steps_cap) {
+    int     cap = 2 * b->steps_cap > 64 ? 2 * b->steps_cap : 64, *a;
+    double *s;
+    PetscCall(PetscMalloc2(cap, &s, cap, &a));
+    PetscCall(PetscArraycpy(s, b->step_seconds, b->nsteps));
+    PetscCall(PetscArraycpy(a, b->step_active, b->nsteps));
+    PetscCall(PetscFree2(b->step_seconds, b->step_active));
+    b->step_seconds = s;
+    b->step_active  = a;
+    b->steps_cap    = cap;
+  }
+  b->step_seconds[b->nsteps] = seconds;
+  b->step_active[b->nsteps]  = active;
+  b->nsteps++;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- allowed sets -------------------------------------------------------- */
+/* Samples interleave, so each draw's set goes to the engine's pool first. A
+ * finishing sample's sets are appended to the batch at once, with its own
+ * offsets, so an on_finish callback can already read them; the batch is
+ * reordered into (sample, position) order when generation ends. Sample i
+ * owns mask_off[i*Tmax+1 .. (i+1)*Tmax]; mask_off[i*Tmax] is the end of
+ * sample i-1, so only position 0 (always a prompt position) may show a
+ * meaningless range before the reordering. */
+static PetscErrorCode mask_record(GenEngine *e, size_t k, const int *ids, int m)
+{
+  PetscFunctionBegin;
+  PetscCall(grow_ints(&e->pool, e->pool_n, &e->pool_cap, e->pool_n + (size_t)m));
+  PetscCall(PetscArraycpy(e->pool + e->pool_n, ids, m));
+  e->mstart[k] = e->pool_n;
+  e->mcount[k] = m;
+  e->pool_n += (size_t)m;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode mask_publish(GenEngine *e, GenBatch *b, int i)
+{
+  size_t base = (size_t)i * b->Tmax, need = 0, cur;
+  int    P = b->prompt_len[i], L = b->response_len[i];
+
+  PetscFunctionBegin;
+  for (int t = P; t < P + L; t++) need += (size_t)e->mcount[base + t];
+  PetscCheck(e->mask_used + need <= (size_t)PETSC_MAX_INT, PETSC_COMM_SELF, PETSC_ERR_SUP, "gen_generate: more than %d allowed-set ids overflow GenBatch.mask_off",
+             PETSC_MAX_INT);
+  PetscCall(grow_ints(&b->mask_ids, e->mask_used, &b->mask_cap, e->mask_used + need));
+  cur = e->mask_used;
+  for (int t = 1; t < b->Tmax; t++) {
+    b->mask_off[base + t] = (int)cur;
+    if (t >= P && t < P + L) {
+      PetscCall(PetscArraycpy(b->mask_ids + cur, e->pool + e->mstart[base + t], e->mcount[base + t]));
+      cur += (size_t)e->mcount[base + t];
+    }
+  }
+  b->mask_off[base + b->Tmax] = (int)cur;
+  e->mask_used                = cur;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Finish order to (sample, position) order; the pool's buffer becomes the
+ * batch's ids and the old ones the next pool. */
+static PetscErrorCode masks_finalize(GenEngine *e, GenBatch *b)
+{
+  size_t run = 0, T = (size_t)b->Tmax, cap;
+  int   *ids;
+
+  PetscFunctionBegin;
+  if (!b->mask_off) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(grow_ints(&e->pool, 0, &e->pool_cap, e->mask_used));
+  for (int i = 0; i < b->n; i++) {
+    size_t start = (size_t)b->mask_off[i * T + 1], len = (size_t)b->mask_off[(i + 1) * T] - start;
+    if (len) PetscCall(PetscArraycpy(e->pool + run, b->mask_ids + start, len));
+    for (size_t t = 1; t <= T; t++) b->mask_off[i * T + t] = (int)(b->mask_off[i * T + t] - start + run);
+    run += len;
+  }
+  ids         = b->mask_ids;
+  cap         = b->mask_cap;
+  b->mask_ids = e->pool;
+  b->mask_cap = e->pool_cap;
+  e->pool     = ids;
+  e->pool_cap = cap;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- one generation ------------------------------------------------------ */
+static PetscErrorCode check_requests(const GenEngine *e, int n, const GenRequest *req, const GenBatch *b)
+{
+  PetscFunctionBegin;
+  PetscCheck(n >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gen_generate: n %d must be >= 0", n);
+  PetscCheck(b->n == n && b->Tmax >= e->Tmax, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
+             "gen_generate: the batch holds %d sequences of %d positions; %d requests need %d positions (longest prompt %d + max_new_tokens %" PetscInt_FMT ")", b->n,
+             b->Tmax, n, e->Tmax, e->max_prompt_len, e->cfg.max_new_tokens);
+  PetscCheck(b->mask_off || !gen_masked(&e->cfg), PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
+             "gen_generate: top-k, top-p or min_new_tokens restrict the sampling, so the batch must be created with masks (gen_batch_create(..., gen_masked(cfg), ...))");
+  for (int i = 0; i < n; i++) {
+    PetscCheck(req[i].prompt && req[i].prompt_len >= 1 && req[i].prompt_len <= e->max_prompt_len, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "gen_generate: request %d (id %d) has a prompt of %d tokens; it must have 1 to %d (the engine's max_prompt_len)", i, req[i].id, req[i].prompt_len,
+               e->max_prompt_len);
+    for (int t = 0; t < req[i].prompt_len; t++)
+      PetscCheck(req[i].prompt[t] >= 0 && req[i].prompt[t] < e->V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+                 "gen_generate: request %d (id %d) has token %d at position %d, outside the vocabulary [0,%d)", i, req[i].id, req[i].prompt[t], t, e->V);
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode batch_reset(GenEngine *e, int n, const GenRequest *req, GenBatch *b)
+{
+  size_t npos = (size_t)n * b->Tmax;
+
+  PetscFunctionBegin;
+  PetscCall(PetscArrayzero(b->tokens, npos));
+  PetscCall(PetscArrayzero(b->logprobs, npos));
+  PetscCall(PetscArrayzero(b->response_len, n));
+  PetscCall(PetscArrayzero(b->eos, n));
+  for (int i = 0; i < n; i++) {
+    b->prompt_len[i] = req[i].prompt_len;
+    PetscCall(PetscArraycpy(b->tokens + (size_t)i * b->Tmax, req[i].prompt, req[i].prompt_len));
+  }
+  if (b->mask_off) {
+    PetscCall(PetscArrayzero(b->mask_off, npos + 1));
+    if (npos > e->mpos_cap) {
+      PetscCall(PetscFree2(e->mstart, e->mcount));
+      PetscCall(PetscMalloc2(npos, &e->mstart, npos, &e->mcount));
+      e->mpos_cap = npos;
+    }
+  }
+  e->pool_n     = 0;
+  e->mask_used  = 0;
+  b->nsteps     = 0;
+  b->seconds    = 0;
+  b->new_tokens = 0;
+  for (int s = 0; s < e->nslot; s++) e->slot_req[s] = -1;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Fills free slots with the next waiting requests, in request order. */
+static void admit(GenEngine *e, int n, int *next)
+{
+  for (int s = 0; s < e->nslot && *next < n; s++)
+    if (e->slot_req[s] < 0) {
+      e->slot_req[s]   = (*next)++;
+      e->slot_fresh[s] = 1;
+    }
+}
+
+/* The forward's rows: a new sample's whole prompt, or a running sample's
+ * last token; token t of a sequence sits at KV position t. */
+static int build_rows(GenEngine *e, const GenRequest *req, const GenBatch *b, int *active)
+{
+  int N = 0;
+
+  *active = 0;
+  for (int s = 0; s < e->nslot; s++) {
+    int i = e->slot_req[s], P, len;
+    if (i < 0) continue;
+    (*active)++;
+    P   = req[i].prompt_len;
+    len = P + b->response_len[i];
+    for (int t = e->slot_fresh[s] ? 0 : len - 1; t < len; t++, N++) {
+      e->row_tok[N]  = b->tokens[(size_t)i * b->Tmax + t];
+      e->row_slot[N] = s;
+      e->row_pos[N]  = t;
+    }
+    e->slot_fresh[s] = 0;
+    e->slot_row[s]   = N - 1;
+  }
+  return N;
+}
+
+/* Draws slot s's next token and stops the sample at EOS or max_new_tokens. */
+static PetscErrorCode advance(GenEngine *e, uint64_t seed, uint32_t iteration, const GenRequest *req, GenBatch *b, int s, int *nfinished)
+{
+  int    i = e->slot_req[s], n_new = b->response_len[i], t = b->prompt_len[i] + n_new, na, tok;
+  size_t k = (size_t)i * b->Tmax + t;
+  float  lp;
+
+  PetscFunctionBegin;
+  tok = gen_sample_row(&e->cfg, e->logits + (size_t)e->slot_row[s] * e->V, e->V, n_new, seed, iteration, (uint32_t)req[i].id, (uint32_t)t, &lp, e->allowed, &na,
+                       e->work);
+  b->tokens[k]   = tok;
+  b->logprobs[k] = lp;
+  if (b->mask_off) PetscCall(mask_record(e, k, e->allowed, na));
+  b->response_len[i]++;
+  b->new_tokens++;
+  if (tok == e->cfg.eos) b->eos[i] = 1;
+  if (b->eos[i] || b->response_len[i] == e->cfg.max_new_tokens) {
+    e->slot_req[s]              = -1;
+    e->finished[(*nfinished)++] = i;
+    if (b->mask_off) PetscCall(mask_publish(e, b, i));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode engine_step(GenEngine *e, uint64_t seed, uint32_t iteration, const GenRequest *req, GenBatch *b, int *active, int *nfinished)
+{
+  int    N    = build_rows(e, req, b, active);
+  size_t need = (size_t)N * e->V;
+
+  PetscFunctionBegin;
+  if (need > e->logits_cap) {
+    PetscCall(PetscFree(e->logits));
+    PetscCall(PetscMalloc1(need, &e->logits));
+    e->logits_cap = need;
+  }
+  PetscCall(gpt_forward_cached(e->gpt, e->kv, e->row_tok, e->row_slot, e->row_pos, N, e->logits));
+  *nfinished = 0;
+  for (int s = 0; s < e->nslot; s++)
+    if (e->slot_req[s] >= 0) PetscCall(advance(e, seed, iteration, req, b, s, nfinished));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gen_generate(GenEngine *e, uint64_t seed, uint32_t iteration, int n, const GenRequest *req, GenBatch *out, GenFinishFn on_finish, void *ctx)
+{
+  double t0 = sys_wtime();
+  int    next = 0, done = 0;
+
+  PetscFunctionBegin;
+  PetscCall(check_requests(e, n, req, out));
+  PetscCall(batch_reset(e, n, req, out));
+  while (done < n) {
+    double ts = sys_wtime();
+    int    nfin = 0, active = 0;
+
+    admit(e, n, &next);
+    PetscCall(engine_step(e, seed, iteration, req, out, &active, &nfin));
+    /* the step's time is the engine's alone, the callbacks' is the caller's;
+     * a finished sample's tokens, lengths, log-probabilities and allowed
+     * sets (positions >= 1) are in place when its callback runs */
+    PetscCall(record_step(out, sys_wtime() - ts, active));
+    for (int j = 0; j < nfin; j++)
+      if (on_finish) PetscCall(on_finish(ctx, out, e->finished[j]));
+    done += nfin;
+  }
+  PetscCall(masks_finalize(e, out));
+  out->seconds = sys_wtime() - t0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

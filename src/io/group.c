@@ -1,0 +1,60 @@
+/* io: appending a group of datasets to a file that grows during a run
+ * (rollouts.h5: one /iter_<k> per PPO iteration). The file is opened, the
+ * group written (replacing one of the same name left by a run that was
+ * restarted from an earlier checkpoint), flushed and closed each time, so
+ * every completed group is on disk when the call returns. */
+#include "h5util.h"
+
+typedef struct {
+  const char      *path, *group;
+  const IODataset *d;
+  int              n, nattr;
+  const char     *const *attr_names;
+  const double    *attr_values;
+} GroupCtx;
+
+static PetscErrorCode group_write(hid_t file, GroupCtx *ctx)
+{
+  hid_t g;
+
+  PetscFunctionBegin;
+  if (H5Lexists(file, ctx->group, H5P_DEFAULT) > 0) H5Call(H5Ldelete(file, ctx->group, H5P_DEFAULT), "%s: cannot replace group /%s", ctx->path, ctx->group);
+  g = H5Gcreate2(file, ctx->group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Call(g, "%s: cannot create group /%s", ctx->path, ctx->group);
+  for (int i = 0; i < ctx->n; i++) {
+    const IODataset *d       = &ctx->d[i];
+    hsize_t          dims[2] = {(hsize_t)d->dims[0], (hsize_t)d->dims[1]};
+    PetscCall(h5u_dataset_write(g, d->name, d->is_int ? H5T_STD_I32LE : H5T_IEEE_F32LE, d->is_int ? H5T_NATIVE_INT : H5T_NATIVE_FLOAT, d->ndim, dims, d->data));
+  }
+  for (int i = 0; i < ctx->nattr; i++) PetscCall(h5u_attr_write_double(g, ctx->attr_names[i], ctx->attr_values[i]));
+  PetscCall(h5u_close(&g));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode group_task(void *vctx)
+{
+  GroupCtx      *ctx  = (GroupCtx *)vctx;
+  hid_t          fapl = h5u_fapl(PETSC_TRUE), file;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  if (H5Fis_hdf5(ctx->path) > 0) file = H5Fopen(ctx->path, H5F_ACC_RDWR, fapl);
+  else file = H5Fcreate(ctx->path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
+  H5Call(file, "%s: cannot open or create the file for writing", ctx->path);
+  ierr = group_write(file, ctx);
+  if (!ierr && H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) ierr = PETSC_ERR_FILE_WRITE;
+  PetscCall(h5u_close(&file));
+  PetscCheck(ierr != PETSC_ERR_FILE_WRITE, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s: flushing /%s failed (disk full?)", ctx->path, ctx->group);
+  PetscCall(ierr);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode io_group_append(MPI_Comm comm, const char *path, const char *group, const IODataset *d, int n, const char *const *attr_names, const double *attr_values, int nattr)
+{
+  GroupCtx ctx = {path, group, d, n, nattr, attr_names, attr_values};
+
+  PetscFunctionBegin;
+  PetscCall(h5u_rank0(comm, group_task, &ctx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

@@ -1,0 +1,61 @@
+/* The full pipeline (-mode pipeline): SFT, then reward modelling from the SFT
+ * checkpoint, then PPO (or GRPO) from both, in one job. Each stage writes into
+ * its own directory under -output_dir (sft/, rm/, ppo/) with its own run.h5
+ * and checkpoints; every stage's options are read, and the deck checked for
+ * unused options, before the first stage starts. */
+#include "ppo_impl.h"
+
+static PetscErrorCode stage_ctx(const RunCtx *run, const char *name, RunCtx *sub)
+{
+  PetscFunctionBegin;
+  *sub = *run;
+  PetscCall(PetscSNPrintf(sub->output_dir, sizeof sub->output_dir, "%s/%s", run->output_dir, name));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode pipeline_run(const RunCtx *run, const Backend *be)
+{
+  SFTOptions sft;
+  RMOptions  rm;
+  PPOOptions ppo;
+  RunCtx     c_sft, c_rm, c_ppo;
+  PetscBool  help;
+  double     t0 = sys_wtime(), t1, t2, gold0, gold1, kl;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&sft, sizeof sft));
+  PetscCall(PetscMemzero(&rm, sizeof rm));
+  PetscCall(PetscMemzero(&ppo, sizeof ppo));
+  PetscCall(sft_options(&sft));
+  PetscCall(rm_options(&rm));
+  PetscCall(ppo_options(&ppo));
+  PetscCall(PetscOptionsHasHelp(NULL, &help));
+  if (help) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(sys_options_check_unused());
+  PetscCheck(!sft.restart[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-restart is for one stage: rerun that stage with -mode sft, rm or ppo and its -restart");
+  PetscCheck(!rm.sft[0] && !ppo.actor_ckpt[0] && !ppo.reward_ckpt[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-mode pipeline makes its own checkpoints: drop -rm_sft_checkpoint, -actor_checkpoint and -reward_checkpoint");
+  PetscCall(stage_ctx(run, "sft", &c_sft));
+  PetscCall(stage_ctx(run, "rm", &c_rm));
+  PetscCall(stage_ctx(run, "ppo", &c_ppo));
+  PetscCall(PetscSNPrintf(rm.sft, sizeof rm.sft, "%s/final.h5", c_sft.output_dir));
+  PetscCall(PetscStrncpy(ppo.actor_ckpt, rm.sft, sizeof ppo.actor_ckpt));
+  PetscCall(PetscSNPrintf(ppo.reward_ckpt, sizeof ppo.reward_ckpt, "%s/final.h5", c_rm.output_dir));
+  if (run->dry_run) { /* later stages read checkpoints that a dry run does not write */
+    PetscCall(sft_execute(&c_sft, be, &sft));
+    PetscCall(PetscPrintf(run->comm, "dry run: the RM and PPO stages are checked when their inputs exist\n"));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  PetscCall(PetscPrintf(run->comm, "pipeline: stage 1/3, supervised fine-tuning -> %s\n", c_sft.output_dir));
+  PetscCall(sft_execute(&c_sft, be, &sft));
+  t1 = sys_wtime();
+  PetscCall(PetscPrintf(run->comm, "pipeline: stage 2/3, reward modelling -> %s\n", c_rm.output_dir));
+  PetscCall(rm_execute(&c_rm, be, &rm));
+  t2 = sys_wtime();
+  PetscCall(PetscPrintf(run->comm, "pipeline: stage 3/3, %s -> %s\n", ppo.algo == ALGO_GRPO ? "GRPO" : "PPO", c_ppo.output_dir));
+  PetscCall(ppo_execute(&c_ppo, be, &ppo, &gold0, &gold1, &kl));
+  PetscCall(PetscPrintf(run->comm, "pipeline summary (held-out prompts, -ppo_eval_prompts %" PetscInt_FMT "):\n", ppo.eval_prompts));
+  PetscCall(PetscPrintf(run->comm, "  gold score  SFT policy %.3f | %s policy %.3f | gain %+.3f\n", gold0, ppo.algo == ALGO_GRPO ? "GRPO" : "PPO", gold1, gold1 - gold0));
+  PetscCall(PetscPrintf(run->comm, "  KL(policy || reference) %.3f nats per response\n", kl));
+  PetscCall(PetscPrintf(run->comm, "  wall time   SFT %.1f s | RM %.1f s | %s %.1f s | total %.1f s\n", t1 - t0, t2 - t1, ppo.algo == ALGO_GRPO ? "GRPO" : "PPO", sys_wtime() - t2, sys_wtime() - t0));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

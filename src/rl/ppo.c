@@ -1,0 +1,456 @@
+/* PPO and GRPO (-mode ppo): the actor generates, the reference, reward model
+ * and critic score the rollout, the advantages follow from the rewards, and
+ * the actor and critic train on it (SYSTEM.md section 1). Checkpoints hold
+ * all four models, both optimizers, the iteration, the data position, the RNG
+ * key and the KL coefficient, so a restart continues bit-identically. */
+#include "ppo_impl.h"
+#include <math.h>
+
+static const char *const algo_names[]   = {"ppo", "grpo", "PPOAlgo", "ALGO_", NULL};
+static const char *const critic_names[] = {"reward", "actor", "CriticInit", "CRITIC_FROM_", NULL};
+
+PetscErrorCode ppo_options(PPOOptions *o)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscStrncpy(o->prompts, "builtin", sizeof o->prompts));
+  o->actor_ckpt[0] = o->reference_ckpt[0] = o->reward_ckpt[0] = o->restart[0] = '\0';
+  PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "PPO / GRPO", NULL);
+  RfOptEnum("-algo", "ppo (actor + critic, GAE) or grpo (critic-free, group-normalised scores)", algo_names, 2, &o->algo);
+  RfOptInt("-rollout_batch", "Responses generated per iteration", 64, &o->rollout_batch);
+  RfOptString("-actor_checkpoint", "SFT checkpoint (role policy) that starts the actor", o->actor_ckpt, sizeof o->actor_ckpt);
+  RfOptString("-reference_checkpoint", "Checkpoint (role policy) of the frozen reference (default: -actor_checkpoint)", o->reference_ckpt, sizeof o->reference_ckpt);
+  RfOptString("-reward_checkpoint", "Reward-model checkpoint (role reward)", o->reward_ckpt, sizeof o->reward_ckpt);
+  RfOptEnum("-critic_init", "Critic starts from the reward model (whole) or the actor's trunk with a fresh scalar head", critic_names, 2, &o->critic_init);
+  RfOptString("-restart", "Resume from this PPO checkpoint (all models, optimizers, iteration, data position, RNG key)", o->restart, sizeof o->restart);
+  RfOptInt("-checkpoint_every", "Write <output_dir>/ckpt_<iteration>.h5 every N iterations (0: only final.h5)", 0, &o->checkpoint_every);
+  RfOptBool("-dump_rollouts", "Write every iteration's rollout to <output_dir>/rollouts.h5", PETSC_FALSE, &o->dump_rollouts);
+  PetscOptionsEnd();
+  PetscOptionsBegin(PETSC_COMM_WORLD, "ppo_", "PPO / GRPO", NULL);
+  RfOptInt("-iterations", "Iterations (generate, score, train) in total (a restart continues up to this count)", 100, &o->iterations);
+  RfOptString("-prompts", "Prompts: 'builtin' (the sort task) or an HDF5 token file (prompt_lengths, or whole rows)", o->prompts, sizeof o->prompts);
+  RfOptInt("-minibatches", "Mini-batches per epoch (one optimizer step each); must divide -rollout_batch", 4, &o->minibatches);
+  RfOptInt("-microbatches", "Micro-batches per mini-batch (gradient accumulation); must divide the mini-batch", 1, &o->microbatches);
+  RfOptInt("-epochs", "Passes over each rollout", 1, &o->epochs);
+  RfOptReal("-kl_coef", "beta: per-token KL penalty in the reward (PPO) or KL loss coefficient (GRPO)", 0.05, &o->kl_coef);
+  RfOptReal("-kl_target", "Adaptive KL controller's target KL per sequence (0: fixed -ppo_kl_coef)", 0.0, &o->kl_target);
+  RfOptReal("-kl_horizon", "Adaptive KL controller's horizon, in samples", 10000.0, &o->kl_horizon);
+  RfOptReal("-gamma", "Discount of GAE", 1.0, &o->gamma);
+  RfOptReal("-lambda", "lambda of GAE", 0.95, &o->lambda);
+  RfOptReal("-clip", "epsilon: policy ratio clip", 0.2, &o->clip);
+  RfOptReal("-value_clip", "Value clip around the old values (0: none)", 0.2, &o->value_clip);
+  RfOptReal("-reward_clip", "Clip the reward-model score to [-c, c] (0: none)", 5.0, &o->reward_clip);
+  RfOptReal("-truncation_penalty", "Score of a response that hit max_new_tokens without EOS", -1.0, &o->truncation_penalty);
+  RfOptBool("-whiten", "Whiten advantages over the batch's response tokens (PPO)", PETSC_TRUE, &o->whiten);
+  RfOptInt("-eval_every", "Held-out gold score every N iterations (0: only at the start and end)", 0, &o->eval_every);
+  RfOptInt("-eval_prompts", "Held-out prompts in each evaluation (built-in task)", 256, &o->eval_prompts);
+  PetscOptionsEnd();
+  PetscOptionsBegin(PETSC_COMM_WORLD, "grpo_", "GRPO", NULL);
+  RfOptInt("-group", "Samples per prompt (-algo grpo); must divide -rollout_batch", 4, &o->group);
+  PetscOptionsEnd();
+  PetscCall(adamw_set_from_options("actor_", &o->actor_opt));
+  PetscCall(adamw_set_from_options("critic_", &o->critic_opt));
+  PetscCall(gen_config_set_from_options(&o->gen));
+  PetscCall(task_set_from_options(&o->task));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode ppo_check_options(const PPOOptions *o)
+{
+  PetscInt mb;
+
+  PetscFunctionBegin;
+  PetscCheck(o->iterations >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_iterations %" PetscInt_FMT " must be >= 0", o->iterations);
+  PetscCheck(o->rollout_batch > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rollout_batch %" PetscInt_FMT " must be positive", o->rollout_batch);
+  PetscCheck(o->minibatches > 0 && o->rollout_batch % o->minibatches == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rollout_batch %" PetscInt_FMT " is not divisible into -ppo_minibatches %" PetscInt_FMT, o->rollout_batch, o->minibatches);
+  mb = o->rollout_batch / o->minibatches;
+  PetscCheck(o->microbatches > 0 && mb % o->microbatches == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "a mini-batch of %" PetscInt_FMT " (-rollout_batch / -ppo_minibatches) is not divisible into -ppo_microbatches %" PetscInt_FMT, mb, o->microbatches);
+  PetscCheck(o->epochs >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_epochs %" PetscInt_FMT " must be >= 1", o->epochs);
+  PetscCheck(o->kl_coef >= 0 && o->kl_target >= 0 && o->kl_horizon > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_kl_coef and -ppo_kl_target must be >= 0 and -ppo_kl_horizon > 0");
+  PetscCheck(o->gamma >= 0 && o->gamma <= 1 && o->lambda >= 0 && o->lambda <= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_gamma and -ppo_lambda must be in [0,1]");
+  PetscCheck(o->clip > 0 && o->value_clip >= 0 && o->reward_clip >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_clip must be positive, -ppo_value_clip and -ppo_reward_clip non-negative");
+  PetscCheck(o->eval_every >= 0 && o->eval_prompts >= 0 && o->checkpoint_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_every, -ppo_eval_prompts and -checkpoint_every must be >= 0");
+  if (o->algo == ALGO_GRPO) PetscCheck(o->group >= 2 && o->rollout_batch % o->group == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rollout_batch %" PetscInt_FMT " is not divisible into groups of -grpo_group %" PetscInt_FMT " (at least 2)", o->rollout_batch, o->group);
+  PetscCheck(o->restart[0] || (o->actor_ckpt[0] && o->reward_ckpt[0]), PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode ppo needs -actor_checkpoint (SFT) and -reward_checkpoint (RM), or -restart");
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Where each model comes from: the SFT and RM checkpoints, or the restart file. */
+typedef struct {
+  const char *file, *role;
+  PetscBool   trunk_only;
+} ModelSource;
+
+static void ppo_sources(const PPOOptions *o, ModelSource src[4])
+{
+  const char *ref = o->reference_ckpt[0] ? o->reference_ckpt : o->actor_ckpt;
+  if (o->restart[0]) {
+    src[0] = (ModelSource){o->restart, "actor", PETSC_FALSE};
+    src[1] = (ModelSource){o->restart, "critic", PETSC_FALSE};
+    src[2] = (ModelSource){o->restart, "reference", PETSC_FALSE};
+    src[3] = (ModelSource){o->restart, "reward", PETSC_FALSE};
+    return;
+  }
+  src[0] = (ModelSource){o->actor_ckpt, "policy", PETSC_FALSE};
+  src[1] = o->critic_init == CRITIC_FROM_REWARD ? (ModelSource){o->reward_ckpt, "reward", PETSC_FALSE} : (ModelSource){o->actor_ckpt, "policy", PETSC_TRUE};
+  src[2] = (ModelSource){ref, "policy", PETSC_FALSE};
+  src[3] = (ModelSource){o->reward_ckpt, "reward", PETSC_FALSE};
+}
+
+static const char *const model_names[4] = {"actor", "critic", "reference", "reward"};
+
+/* Configurations from the files, checked against each other and the task
+ * before anything is allocated. */
+static PetscErrorCode ppo_configs(const RunCtx *run, const PPOOptions *o, const ModelSource src[4], int max_prompt, GPTConfig cfg[4])
+{
+  const GPTHead head[4] = {GPT_HEAD_LM, GPT_HEAD_SCALAR, GPT_HEAD_LM, GPT_HEAD_SCALAR};
+  int           T       = max_prompt + (int)o->gen.max_new_tokens;
+
+  PetscFunctionBegin;
+  for (int k = 0; k < 4; k++) {
+    if (k == 1 && o->algo == ALGO_GRPO) continue;
+    PetscCall(ckpt_read_config(run->comm, src[k].file, src[k].role, &cfg[k]));
+    if (src[k].trunk_only) cfg[k].head = head[k];
+    PetscCheck(cfg[k].head == head[k], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s has the %s head; the %s needs the %s head", src[k].file, src[k].role, GPTHeadNames[cfg[k].head], model_names[k], GPTHeadNames[head[k]]);
+    PetscCheck(cfg[k].vocab_size == cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "vocabulary mismatch: the %s (%s) has %d tokens, the actor (%s) %d", model_names[k], src[k].file, cfg[k].vocab_size, src[0].file, cfg[0].vocab_size);
+    PetscCheck(T <= cfg[k].n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "the %s (%s) has n_positions %d, fewer than the longest prompt (%d tokens) plus -gen_max_new_tokens %" PetscInt_FMT, model_names[k], src[k].file, cfg[k].n_positions, max_prompt, o->gen.max_new_tokens);
+  }
+  PetscCall(gen_config_check(&o->gen, &cfg[0], "actor_", max_prompt));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode ppo_load(const RunCtx *run, const Backend *be, const PPOOptions *o, const ModelSource src[4], const GPTConfig cfg[4], PPOModels *m, CkptState *st)
+{
+  GPT **slot[4] = {&m->actor, &m->critic, &m->reference, &m->reward};
+
+  PetscFunctionBegin;
+  PetscCall(PetscLogEventBegin(sys_log.ckpt_read, 0, 0, 0, 0));
+  for (int k = 0; k < 4; k++) {
+    PetscBool train = (PetscBool)(k < 2);
+    CkptModel cm;
+
+    *slot[k] = NULL;
+    if (k == 1 && o->algo == ALGO_GRPO) continue;
+    PetscCall(gpt_create(&cfg[k], be, slot[k]));
+    if (train) PetscCall(gpt_optim_init(*slot[k]));
+    if (src[k].trunk_only) PetscCall(gpt_init_random(*slot[k], (uint64_t)run->seed)); /* the fresh head */
+    cm = (CkptModel){src[k].role, *slot[k], (PetscBool)(train && o->restart[0]), src[k].trunk_only};
+    PetscCall(ckpt_read_model(run->comm, src[k].file, &cm));
+  }
+  if (o->restart[0]) {
+    PetscCall(ckpt_read_state(run->comm, o->restart, st));
+    PetscCheck(st->iteration <= o->iterations, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-restart %s is at iteration %" PetscInt_FMT ", past -ppo_iterations %" PetscInt_FMT, o->restart, st->iteration, o->iterations);
+  }
+  PetscCall(PetscLogEventEnd(sys_log.ckpt_read, 0, 0, 0, 0));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode ppo_models_destroy(PPOModels *m)
+{
+  PetscFunctionBegin;
+  PetscCall(gpt_destroy(&m->actor));
+  if (m->critic) PetscCall(gpt_destroy(&m->critic));
+  PetscCall(gpt_destroy(&m->reference));
+  PetscCall(gpt_destroy(&m->reward));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode ppo_checkpoint(const RunCtx *run, const PPOOptions *o, PPOModels *m, const char *name, const CkptState *st, RunRecord *rec)
+{
+  char      path[PETSC_MAX_PATH_LEN];
+  CkptModel cm[4] = {
+    {"actor",     m->actor,     PETSC_TRUE,  PETSC_FALSE},
+    {"reference", m->reference, PETSC_FALSE, PETSC_FALSE},
+    {"reward",    m->reward,    PETSC_FALSE, PETSC_FALSE},
+    {"critic",    m->critic,    PETSC_TRUE,  PETSC_FALSE},
+  };
+  double t0 = sys_wtime();
+
+  PetscFunctionBegin;
+  PetscCall(sys_output_path(run, name, path, sizeof path));
+  PetscCall(PetscLogEventBegin(sys_log.ckpt_write, 0, 0, 0, 0));
+  PetscCall(ckpt_write(run->comm, path, cm, o->algo == ALGO_GRPO ? 3 : 4, st));
+  PetscCall(PetscLogEventEnd(sys_log.ckpt_write, 0, 0, 0, 0));
+  if (rec) PetscCall(record_time(rec, "checkpoint", sys_wtime() - t0));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- prompts ---------------------------------------------------------------- */
+typedef struct {
+  DemoSource src;
+  int        max_prompt, room;
+  int       *buf;   /* [B * room] */
+  GenRequest *req;  /* [B] */
+} PromptSource;
+
+static PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, PromptSource *ps)
+{
+  PetscFunctionBegin;
+  PetscCall(demo_source_setup(run->comm, o->prompts, &o->task, (uint64_t)run->seed, &ps->src));
+  ps->room = demo_source_max_len(&ps->src);
+  if (ps->src.builtin) ps->max_prompt = (int)o->task.len_max + 2;
+  else {
+    const TokenData *d = &ps->src.file;
+    ps->max_prompt     = 0;
+    for (int i = 0; i < d->N; i++) ps->max_prompt = PetscMax(ps->max_prompt, d->prompt_lengths ? d->prompt_lengths[i] : d->lengths[i]);
+    PetscCheck(ps->max_prompt >= 1, PETSC_COMM_WORLD, PETSC_ERR_FILE_UNEXPECTED, "-ppo_prompts %s: every prompt is empty", o->prompts);
+  }
+  PetscCall(PetscMalloc2((size_t)o->rollout_batch * ps->room, &ps->buf, o->rollout_batch, &ps->req));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode prompts_destroy(PromptSource *ps)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscFree2(ps->buf, ps->req));
+  PetscCall(demo_source_destroy(&ps->src));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The iteration's requests: prompts data_pos, data_pos+1, ... (GRPO: each
+ * repeated group times); sample ids are the rows. Returns prompts used. */
+static PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_pos, int *used)
+{
+  int B = (int)o->rollout_batch, k = o->algo == ALGO_GRPO ? (int)o->group : 1;
+
+  PetscFunctionBegin;
+  for (int p = 0; p < B / k; p++) {
+    int *row = ps->buf + (size_t)p * ps->room, len, pl;
+    PetscCall(demo_source_get(&ps->src, (uint64_t)(data_pos + p), ps->room, row, &len, &pl));
+    if (pl <= 0) pl = len; /* a prompts file without prompt_lengths: the whole row */
+    for (int j = 0; j < k; j++) ps->req[p * k + j] = (GenRequest){p * k + j, row, pl};
+  }
+  *used = B / k;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- one iteration --------------------------------------------------------- */
+typedef struct {
+  double gen, ref, rew, critic, adv, actor, critic_train;
+} StageTimes;
+
+static void rollout_finish_gen(Rollout *r)
+{
+  for (int b = 0; b < r->B; b++) {
+    const int *row = r->gen.tokens + (size_t)b * r->T;
+    r->start[b]    = r->gen.prompt_len[b];
+    r->len[b]      = r->gen.response_len[b];
+    r->gold[b]     = (float)task_judge(row, r->start[b], row + r->start[b], r->len[b]);
+  }
+}
+
+static PetscErrorCode ppo_experience(PPOModels *m, GenEngine *eng, const PPOOptions *o, PromptSource *ps, Rollout *r, PackBuf *pb, CkptState *st, StageTimes *tm)
+{
+  int    nmicro = (int)(o->rollout_batch / o->minibatches / o->microbatches), used = 0;
+  double t      = sys_wtime(), t1;
+
+  PetscFunctionBegin;
+  PetscCall(prompts_next(ps, o, st->data_pos, &used));
+  PetscCall(PetscLogEventBegin(sys_log.generate, 0, 0, 0, 0));
+  PetscCall(gen_generate(eng, (uint64_t)st->seed, (uint32_t)st->iteration, r->B, ps->req, &r->gen, NULL, NULL));
+  PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));
+  rollout_finish_gen(r);
+  st->data_pos += used;
+  t1      = sys_wtime();
+  tm->gen = t1 - t;
+  PetscCall(PetscLogEventBegin(sys_log.inference, 0, 0, 0, 0));
+  PetscCall(rollout_ref_inference(m->reference, r, o, pb, nmicro));
+  t = sys_wtime(), tm->ref = t - t1;
+  PetscCall(rollout_reward_inference(m->reward, r, o, pb, nmicro));
+  t1 = sys_wtime(), tm->rew = t1 - t;
+  if (m->critic) PetscCall(rollout_critic_inference(m->critic, r, pb, nmicro));
+  PetscCall(PetscLogEventEnd(sys_log.inference, 0, 0, 0, 0));
+  t = sys_wtime(), tm->critic = t - t1;
+  PetscCall(PetscLogEventBegin(sys_log.advantages, 0, 0, 0, 0));
+  PetscCall(rollout_advantages(r, o, st->kl_coef));
+  PetscCall(PetscLogEventEnd(sys_log.advantages, 0, 0, 0, 0));
+  tm->adv = sys_wtime() - t;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Mean over sequences of the summed per-token log-ratio to the reference. */
+static double rollout_kl(const Rollout *r)
+{
+  double kl = 0;
+  for (int b = 0; b < r->B; b++)
+    for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) kl += (double)r->gen.logprobs[(size_t)b * r->T + t] - (double)r->ref[(size_t)b * r->T + t];
+  return kl / r->B;
+}
+
+static double mean_f(const float *x, int n)
+{
+  double s = 0;
+  for (int i = 0; i < n; i++) s += x[i];
+  return n ? s / n : NAN;
+}
+
+/* ---- held-out evaluation --------------------------------------------------- */
+#define PPO_EVAL_ITERATION 0x45564100u /* "EVA": the same draws for every policy evaluated */
+
+/* Gold score of `policy` on the held-out prompts, and its KL to the reference. */
+static PetscErrorCode ppo_evaluate(GPT *policy, GPT *reference, const PPOOptions *o, uint64_t seed, int max_prompt, double *gold, double *kl)
+{
+  int         n = (int)o->eval_prompts, room = (int)o->task.len_max + 2, *buf;
+  GenRequest *req;
+  GenEngine  *eng;
+  Rollout     r;
+  PackBuf     pb;
+
+  PetscFunctionBegin;
+  *gold = *kl = NAN;
+  if (n == 0) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(PetscMalloc2((size_t)n * room, &buf, n, &req));
+  for (int i = 0; i < n; i++) req[i] = (GenRequest){i, buf + (size_t)i * room, task_prompt(&o->task, TASK_SPLIT_EVAL, (uint64_t)i, buf + (size_t)i * room)};
+  PetscCall(rollout_create(n, max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
+  PetscCall(packbuf_create(PetscMin(n, 64), r.T, &pb));
+  PetscCall(gen_engine_create(policy, &o->gen, max_prompt, &eng));
+  PetscCall(gen_generate(eng, seed, PPO_EVAL_ITERATION, n, req, &r.gen, NULL, NULL));
+  PetscCall(gen_engine_destroy(&eng));
+  rollout_finish_gen(&r);
+  PetscCall(rollout_ref_inference(reference, &r, o, &pb, PetscMin(n, 64)));
+  *gold = mean_f(r.gold, n);
+  *kl   = rollout_kl(&r);
+  PetscCall(packbuf_destroy(&pb));
+  PetscCall(rollout_destroy(&r));
+  PetscCall(PetscFree2(buf, req));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- the loop ---------------------------------------------------------------- */
+typedef struct {
+  double sft_gold, sft_kl, ppo_gold, ppo_kl;
+} PPOSummary;
+
+static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const Rollout *r, const PPOTrainStats *s, const StageTimes *tm, double kl, double kl_coef, double eval_gold, double iter_s, int it, int n_it)
+{
+  double n = s->steps ? (double)s->steps : 1.0, len = 0, lmax = 0, eos = 0, toks = 0;
+
+  PetscFunctionBegin;
+  for (int b = 0; b < r->B; b++) {
+    len += r->len[b];
+    lmax = PetscMax(lmax, r->len[b]);
+    eos += r->gen.eos[b];
+    toks += r->start[b] + r->len[b];
+  }
+  len /= r->B;
+  const char *names[] = {"gold", "rm_score", "kl", "kl_coef", "actor_loss", "critic_loss", "kl_loss", "clip_frac", "value_clip_frac", "entropy", "response_len_mean", "response_len_max", "eos_frac", "actor_grad_norm", "critic_grad_norm", "tokens_per_s", "eval_gold"};
+  double      vals[]  = {mean_f(r->gold, r->B), mean_f(r->score, r->B), kl, kl_coef, s->actor_loss / n, s->critic_loss / n, s->kl_loss / n, s->clipfrac / n, s->vclipfrac / n, s->entropy / n, len, lmax, eos / r->B, s->grad_actor / n, s->grad_critic / n, toks / iter_s, eval_gold};
+  for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++) PetscCall(record_metric(rec, names[k], vals[k]));
+  PetscCall(record_time(rec, "generation", tm->gen));
+  PetscCall(record_time(rec, "ref_inference", tm->ref));
+  PetscCall(record_time(rec, "reward_inference", tm->rew));
+  PetscCall(record_time(rec, "critic_inference", tm->critic));
+  PetscCall(record_time(rec, "advantages", tm->adv));
+  PetscCall(record_time(rec, "actor_train", s->t_actor));
+  PetscCall(record_time(rec, "critic_train", s->t_critic));
+  PetscCall(PetscPrintf(run->comm, "iter %4d/%d | gold %.3f | rm %+.3f | kl %.3f | actor %+.4f | critic %.4f | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s\n", it, n_it, vals[0], vals[1], kl, vals[4], vals[5], vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic));
+  if (!isnan(eval_gold)) PetscCall(PetscPrintf(run->comm, "      held-out gold %.3f\n", eval_gold));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, PPOModels *m, PromptSource *ps, CkptState *st, PPOSummary *sum)
+{
+  RunRecord    *rec;
+  GenEngine    *eng;
+  Rollout       r;
+  PackBuf       pb;
+  char          name[64], path[PETSC_MAX_PATH_LEN];
+  int           nmicro = (int)(o->rollout_batch / o->minibatches / o->microbatches);
+
+  PetscFunctionBegin;
+  PetscCall(record_open(run, o->algo == ALGO_GRPO ? "grpo" : "ppo", &rec));
+  PetscCall(rollout_create((int)o->rollout_batch, ps->max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
+  PetscCall(packbuf_create(nmicro, r.T, &pb));
+  PetscCall(gen_engine_create(m->actor, &o->gen, ps->max_prompt, &eng));
+  PetscCall(sys_output_path(run, "rollouts.h5", path, sizeof path));
+  PetscCall(PetscPrintf(run->comm, "%s: actor %zu parameters, %" PetscInt_FMT " iterations of %" PetscInt_FMT " responses, from iteration %" PetscInt_FMT "\n", algo_names[o->algo], m->actor->nparams, o->iterations, o->rollout_batch, st->iteration));
+  while (st->iteration < o->iterations) {
+    double        t0 = sys_wtime(), kl, eval_gold = NAN, eval_kl;
+    StageTimes    tm = {0, 0, 0, 0, 0, 0, 0};
+    PPOTrainStats ts;
+    int           it = (int)st->iteration;
+
+    PetscCall(ppo_experience(m, eng, o, ps, &r, &pb, st, &tm));
+    kl = rollout_kl(&r);
+    if (o->dump_rollouts) PetscCall(rollout_dump(run->comm, path, &r, it, o, st->kl_coef));
+    PetscCall(ppo_train(m, o, &r, &pb, (uint64_t)st->seed, it, st->kl_coef, &ts));
+    PetscCall(ppo_record_iteration(rec, run, &r, &ts, &tm, kl, st->kl_coef, NAN, sys_wtime() - t0, it + 1, (int)o->iterations));
+    if (o->kl_target > 0) st->kl_coef = rl_kl_adapt(st->kl_coef, kl, o->kl_target, o->kl_horizon, (double)r.B);
+    st->iteration++;
+    if (o->eval_every && st->iteration % o->eval_every == 0 && st->iteration < o->iterations) {
+      PetscCall(ppo_evaluate(m->actor, m->reference, o, (uint64_t)st->seed, ps->max_prompt, &eval_gold, &eval_kl));
+      PetscCall(PetscPrintf(run->comm, "      held-out gold %.3f, KL to the reference %.3f\n", eval_gold, eval_kl));
+    }
+    if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
+      PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
+      PetscCall(ppo_checkpoint(run, o, m, name, st, rec));
+    }
+    PetscCall(record_step(rec, st->iteration));
+  }
+  PetscCall(gen_engine_destroy(&eng));
+  PetscCall(ppo_checkpoint(run, o, m, "final.h5", st, NULL));
+  PetscCall(ppo_evaluate(m->reference, m->reference, o, (uint64_t)st->seed, ps->max_prompt, &sum->sft_gold, &sum->sft_kl));
+  PetscCall(ppo_evaluate(m->actor, m->reference, o, (uint64_t)st->seed, ps->max_prompt, &sum->ppo_gold, &sum->ppo_kl));
+  PetscCall(record_summary(rec, "iterations", (double)st->iteration));
+  PetscCall(record_summary(rec, "sft_gold", sum->sft_gold));
+  PetscCall(record_summary(rec, "final_gold", sum->ppo_gold));
+  PetscCall(record_summary(rec, "final_kl", sum->ppo_kl));
+  PetscCall(packbuf_destroy(&pb));
+  PetscCall(rollout_destroy(&r));
+  PetscCall(record_close(&rec));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *sft_gold, double *ppo_gold, double *ppo_kl)
+{
+  ModelSource  src[4];
+  GPTConfig    cfg[4];
+  PromptSource ps;
+  PPOModels    m;
+  CkptState    st  = {0, 0, run->seed, o->kl_coef};
+  PPOSummary   sum = {NAN, NAN, NAN, NAN};
+
+  PetscFunctionBegin;
+  PetscCall(ppo_check_options(o));
+  ppo_sources(o, src);
+  PetscCall(prompts_setup(run, o, &ps));
+  PetscCall(ppo_configs(run, o, src, ps.max_prompt, cfg));
+  if (ps.src.builtin) PetscCall(task_check(&o->task, cfg[0].vocab_size, cfg[0].n_positions, "actor_"));
+  else {
+    PetscCheck(ps.src.file.vocab_size <= cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_prompts %s has vocabulary %d, larger than the actor's %d", o->prompts, ps.src.file.vocab_size, cfg[0].vocab_size);
+    o->eval_prompts = 0; /* held-out gold scores need the built-in task's judge */
+  }
+  if (run->dry_run) {
+    char a[32];
+    PetscCall(PetscPrintf(run->comm, "dry run: %s with 4 models of %d layers x %d; KV cache %s\n", algo_names[o->algo], cfg[0].n_layer, cfg[0].n_embd, sys_bytes_str((double)gen_kv_bytes(&o->gen, &cfg[0], ps.max_prompt + (int)o->gen.max_new_tokens), a, sizeof a)));
+    PetscCall(prompts_destroy(&ps));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  PetscCall(PetscLogStagePush(sys_log.ppo));
+  PetscCall(ppo_load(run, be, o, src, cfg, &m, &st));
+  ps.src.seed = (uint64_t)st.seed;
+  PetscCall(sys_mkdir_p(run->output_dir));
+  PetscCall(ppo_loop(run, o, &m, &ps, &st, &sum));
+  PetscCall(PetscPrintf(run->comm, "%s: held-out gold score %.3f (SFT policy) -> %.3f (after %" PetscInt_FMT " iterations), KL to the reference %.3f nats per response, on %" PetscInt_FMT " held-out prompts\n", algo_names[o->algo], sum.sft_gold, sum.ppo_gold, st.iteration, sum.ppo_kl, o->eval_prompts));
+  if (sft_gold) *sft_gold = sum.sft_gold;
+  if (ppo_gold) *ppo_gold = sum.ppo_gold;
+  if (ppo_kl) *ppo_kl = sum.ppo_kl;
+  PetscCall(ppo_models_destroy(&m));
+  PetscCall(prompts_destroy(&ps));
+  PetscCall(PetscLogStagePop());
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_run(const RunCtx *run, const Backend *be)
+{
+  PPOOptions o;
+  PetscBool  help;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&o, sizeof o));
+  PetscCall(ppo_options(&o));
+  PetscCall(PetscOptionsHasHelp(NULL, &help));
+  if (help) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(sys_options_check_unused());
+  PetscCall(ppo_execute(run, be, &o, NULL, NULL, NULL));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

@@ -1,0 +1,89 @@
+/* ppo_impl.h: what the PPO files share (src/rl/ppo*.c, rollout.c): the
+ * options, the four models, one iteration's rollout and the row packing
+ * between the rollout's aligned [B,T] arrays and a model's forward rows. */
+#ifndef RLFUSE_PPO_IMPL_H
+#define RLFUSE_PPO_IMPL_H
+
+#include "rl.h"
+
+typedef enum { ALGO_PPO = 0, ALGO_GRPO = 1 } PPOAlgo;
+typedef enum { CRITIC_FROM_REWARD = 0, CRITIC_FROM_ACTOR = 1 } CriticInit;
+
+typedef struct {
+  PetscInt    algo, critic_init;
+  PetscInt    iterations, rollout_batch, minibatches, microbatches, epochs, group;
+  PetscInt    eval_every, eval_prompts, checkpoint_every;
+  PetscReal   kl_coef, kl_target, kl_horizon, gamma, lambda, clip, value_clip, reward_clip, truncation_penalty;
+  PetscBool   whiten, dump_rollouts;
+  char        actor_ckpt[PETSC_MAX_PATH_LEN], reference_ckpt[PETSC_MAX_PATH_LEN], reward_ckpt[PETSC_MAX_PATH_LEN];
+  char        prompts[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN];
+  AdamWConfig actor_opt, critic_opt;
+  GenConfig   gen;
+  SortTask    task;
+} PPOOptions;
+
+PetscErrorCode ppo_options(PPOOptions *o);
+/* Runs PPO or GRPO; the held-out gold scores and KL of the summary are
+ * returned when the pointers are not NULL (the pipeline prints them). */
+PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *sft_gold, double *ppo_gold, double *ppo_kl);
+
+typedef struct {
+  GPT *actor, *critic, *reference, *reward; /* critic is NULL for GRPO */
+} PPOModels;
+
+/* One iteration's experience. Per-position arrays are [B,T], T = the longest
+ * prompt + max_new_tokens, aligned so index t is the token at position t
+ * (rollouts.h5 stores them exactly so). */
+typedef struct {
+  int      B, T;
+  GenBatch gen;                         /* tokens, lengths, eos, old logprobs, masks */
+  float   *ref, *values, *rewards, *adv, *ret; /* [B,T] */
+  float   *score, *final, *gold;        /* [B]: RM score, the score entering the rewards, judge */
+  int     *start, *len;                 /* [B]: response start and length */
+} Rollout;
+
+/* Scratch for packing up to nmax sequences into forward rows. */
+typedef struct {
+  int    nmax, T;
+  int   *tok, *target, *mask_off, *mask_ids;
+  size_t mask_cap;
+  float *lp, *ent, *val, *grad;         /* forward-row layout [nmax*T] */
+  float *al, *dal, *w;                  /* one aligned row [T] */
+} PackBuf;
+
+PetscErrorCode rollout_create(int B, int T, PetscBool masked, Rollout *r);
+PetscErrorCode rollout_destroy(Rollout *r);
+PetscErrorCode packbuf_create(int nmax, int T, PackBuf *pb);
+PetscErrorCode packbuf_destroy(PackBuf *pb);
+
+/* Forward of sequences idx[0..nb) of r through an LM-head model: pb->lp and
+ * pb->ent get, at forward row (i, s), the log-probability and entropy of the
+ * token at position s+1 under the generation's distribution (0 outside
+ * responses). Returns the forward row length in *Tf. */
+PetscErrorCode rollout_forward_logprobs(GPT *m, const Rollout *r, const int *idx, int nb, float inv_temp, PackBuf *pb, int *Tf);
+/* Forward through a scalar-head model; pb->val gets the values by forward
+ * row (the value of the state before position s+1 is at row s). With
+ * full_length the rows cover whole sequences (for the score at the last
+ * token), else up to the last response token's predecessor. */
+PetscErrorCode rollout_forward_values(GPT *m, const Rollout *r, const int *idx, int nb, PetscBool full_length, PackBuf *pb, int *Tf);
+
+/* The inference calls, in micro-batches of nmicro sequences: reference
+ * log-probabilities, reward-model scores (and the final scores), critic values. */
+PetscErrorCode rollout_ref_inference(GPT *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int nmicro);
+PetscErrorCode rollout_reward_inference(GPT *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int nmicro);
+PetscErrorCode rollout_critic_inference(GPT *critic, Rollout *r, PackBuf *pb, int nmicro);
+/* Rewards (KL + score), then GAE + whitening (PPO) or group advantages (GRPO). */
+PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coef);
+/* Appends group /iter_<k> to <output_dir>/rollouts.h5 (created at iteration 0 or on first use). */
+PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, int iteration, const PPOOptions *o, double kl_coef);
+
+/* Training over the rollout: epochs x minibatches optimizer steps for the
+ * actor (and the critic for PPO). Sums of the metrics go into stats. */
+typedef struct {
+  double actor_loss, critic_loss, clipfrac, vclipfrac, entropy, kl_loss, grad_actor, grad_critic;
+  int    steps;
+  double t_actor, t_critic;
+} PPOTrainStats;
+PetscErrorCode ppo_train(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s);
+
+#endif

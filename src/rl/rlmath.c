@@ -1,0 +1,195 @@
+/* RL math: the per-token and per-sequence formulas of PPO, GRPO, reward
+ * modelling and the adaptive KL controller, as pure functions on host arrays
+ * (specification: inc/rl.h). Serial loops with double accumulators in a fixed
+ * order, so results do not depend on the thread count or the backend.
+ * Tokens with weight 0 are not read at all: padding may hold anything
+ * (even -inf log-probabilities) without poisoning a loss or a gradient. */
+#include "rl.h"
+#include <math.h>
+
+static double clampd(double x, double lo, double hi)
+{
+  return x < lo ? lo : (x > hi ? hi : x);
+}
+
+/* Zeros one row of a [B,T] output outside the response [s, s+l). */
+static void zero_outside(int T, int s, int l, float *row)
+{
+  for (int t = 0; t < s; t++) row[t] = 0;
+  for (int t = s + l; t < T; t++) row[t] = 0;
+}
+
+void rl_kl_rewards(int B, int T, const int *start, const int *len, const float *logp, const float *ref, const float *score, double kl_coef, float *rewards)
+{
+  for (int b = 0; b < B; b++) {
+    size_t o = (size_t)b * (size_t)T;
+    int    s = start[b], l = len[b];
+    zero_outside(T, s, l, rewards + o);
+    for (int t = s; t < s + l; t++) {
+      double r = -kl_coef * ((double)logp[o + t] - (double)ref[o + t]);
+      if (t == s + l - 1) r += (double)score[b];
+      rewards[o + t] = (float)r;
+    }
+  }
+}
+
+double rl_final_score(double rm_score, int eos, double clip, double truncation_penalty)
+{
+  if (!eos) return truncation_penalty;
+  return clip > 0 ? clampd(rm_score, -clip, clip) : rm_score;
+}
+
+void rl_gae(int B, int T, const int *start, const int *len, const float *rewards, const float *values, double gamma, double lambda, float *adv, float *ret)
+{
+  for (int b = 0; b < B; b++) {
+    size_t o = (size_t)b * (size_t)T;
+    int    s = start[b], l = len[b];
+    double a_next = 0, v_next = 0; /* zero after the last response token */
+    zero_outside(T, s, l, adv + o);
+    zero_outside(T, s, l, ret + o);
+    for (int t = s + l - 1; t >= s; t--) {
+      double v = values[o + t], delta = (double)rewards[o + t] + gamma * v_next - v;
+      double a = delta + gamma * lambda * a_next;
+      adv[o + t] = (float)a;
+      ret[o + t] = (float)(a + v);
+      a_next = a;
+      v_next = v;
+    }
+  }
+}
+
+void rl_whiten(int B, int T, const int *start, const int *len, float *x, double *mean, double *std)
+{
+  double sum = 0, ss = 0, m = 0, sd = 0;
+  size_t n = 0;
+
+  for (int b = 0; b < B; b++)
+    for (int t = start[b]; t < start[b] + len[b]; t++) sum += x[(size_t)b * T + t], n++;
+  if (n > 0) {
+    m = sum / (double)n;
+    /* two passes: the one-pass formula loses digits when |mean| >> std */
+    for (int b = 0; b < B; b++)
+      for (int t = start[b]; t < start[b] + len[b]; t++) {
+        double d = x[(size_t)b * T + t] - m;
+        ss += d * d;
+      }
+    sd = sqrt(ss / (double)n);
+    for (int b = 0; b < B; b++)
+      for (int t = start[b]; t < start[b] + len[b]; t++) {
+        size_t i = (size_t)b * T + t;
+        x[i] = (float)(((double)x[i] - m) / (sd + 1e-8));
+      }
+  }
+  if (mean) *mean = m;
+  if (std) *std = sd;
+}
+
+double rl_policy_loss(size_t n, const float *logp, const float *old, const float *adv, const float *w, double eps, float *dlogp, double *clipfrac)
+{
+  double loss = 0, cf = 0;
+
+  for (size_t i = 0; i < n; i++) {
+    double wi = w[i];
+    dlogp[i] = 0;
+    if (wi == 0) continue;
+    double rho = exp((double)logp[i] - (double)old[i]), A = adv[i];
+    double unclipped = -A * rho, clipped = -A * clampd(rho, 1 - eps, 1 + eps);
+    if (unclipped >= clipped) { /* ties take the unclipped branch's gradient */
+      loss += wi * unclipped;
+      dlogp[i] = (float)(wi * unclipped); /* d(-A*rho)/dlogp = -A*rho */
+    } else {
+      loss += wi * clipped; /* constant in logp */
+      cf += wi;
+    }
+  }
+  if (clipfrac) *clipfrac = cf;
+  return loss;
+}
+
+double rl_value_loss(size_t n, const float *v, const float *v_old, const float *ret, const float *w, double eps_v, float *dv, double *clipfrac)
+{
+  double loss = 0, cf = 0;
+
+  for (size_t i = 0; i < n; i++) {
+    double wi = w[i];
+    dv[i] = 0;
+    if (wi == 0) continue;
+    double vi = v[i], vo = v_old[i], R = ret[i], du = vi - R;
+    if (eps_v <= 0) {
+      loss += wi * 0.5 * du * du;
+      dv[i] = (float)(wi * du);
+      continue;
+    }
+    double dc = vo + clampd(vi - vo, -eps_v, eps_v) - R;
+    if (du * du >= dc * dc) {
+      loss += wi * 0.5 * du * du;
+      dv[i] = (float)(wi * du);
+    } else { /* clip() has slope 1 strictly inside the band, 0 outside */
+      loss += wi * 0.5 * dc * dc;
+      dv[i] = (float)(fabs(vi - vo) < eps_v ? wi * dc : 0.0);
+      cf += wi;
+    }
+  }
+  if (clipfrac) *clipfrac = cf;
+  return loss;
+}
+
+double rl_kl_loss(size_t n, const float *logp, const float *ref, const float *w, double coef, float *dlogp)
+{
+  double loss = 0;
+
+  for (size_t i = 0; i < n; i++) {
+    double wi = w[i];
+    if (wi == 0) continue;
+    double x = (double)ref[i] - (double)logp[i], e = exp(x);
+    loss += wi * coef * (e - x - 1);
+    dlogp[i] = (float)((double)dlogp[i] + wi * coef * (1 - e)); /* d/dlogp of e^x - x = -e^x + 1 */
+  }
+  return loss;
+}
+
+/* A trailing partial group (nseq not a multiple of k) is normalised on its
+ * own; a group of one sample has no spread and gets advantage 0. */
+void rl_grpo_advantages(int nseq, int k, const float *score, double eps, float *adv)
+{
+  for (int g = 0; g < nseq; g += k) {
+    int    m   = nseq - g < k ? nseq - g : k;
+    double sum = 0, ss = 0, mean, sd;
+    for (int j = 0; j < m; j++) sum += score[g + j];
+    mean = sum / m;
+    for (int j = 0; j < m; j++) ss += ((double)score[g + j] - mean) * ((double)score[g + j] - mean);
+    sd = m > 1 ? sqrt(ss / (m - 1)) : 0;
+    for (int j = 0; j < m; j++) adv[g + j] = m > 1 ? (float)(((double)score[g + j] - mean) / (sd + eps)) : 0.0f;
+  }
+}
+
+double rl_rm_loss(int B, const float *rc, const float *rr, float *drc, float *drr, int *correct)
+{
+  double loss = 0;
+  int    nc   = 0;
+
+  for (int i = 0; i < B; i++) {
+    double d = (double)rc[i] - (double)rr[i], sp, s; /* sp = softplus(-d) = -log sigmoid(d), s = sigmoid(-d) */
+    if (d > 0) {
+      double e = exp(-d);
+      sp = log1p(e);
+      s  = e / (1 + e);
+    } else {
+      double e = exp(d);
+      sp = -d + log1p(e);
+      s  = 1 / (1 + e);
+    }
+    loss += sp;
+    drc[i] = (float)(-s / B); /* d softplus(-d)/dd = -sigmoid(-d) */
+    drr[i] = (float)(s / B);
+    nc += rc[i] > rr[i];
+  }
+  if (correct) *correct = nc;
+  return B > 0 ? loss / B : 0;
+}
+
+double rl_kl_adapt(double coef, double kl, double target, double horizon, double nsteps)
+{
+  double err = clampd(kl / target - 1, -0.2, 0.2);
+  return coef * (1 + err * nsteps / horizon);
+}

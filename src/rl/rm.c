@@ -1,0 +1,337 @@
+/* Reward modelling (-mode rm): a scalar-head GPT, initialised from the SFT
+ * checkpoint's trunk, trained on preference pairs with the Bradley-Terry loss
+ * -log sigmoid(r_chosen - r_rejected), where r is the value at a sequence's
+ * last token. Reports pairwise accuracy on held-out pairs. */
+#include "rl.h"
+#include <math.h>
+
+#define RM_MAX_BATCH 4096
+
+typedef struct {
+  int    B, T;          /* pairs per batch, row length of the packed batch */
+  int   *tok, *last;    /* [2B*T], [2B] index of each row's last token */
+  float *values, *dvalues, *rc, *rr, *drc, *drr;
+} RMBatch;
+
+PetscErrorCode rm_options(RMOptions *o)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscStrncpy(o->data, "builtin", sizeof o->data));
+  o->sft[0] = o->restart[0] = '\0';
+  PetscOptionsBegin(PETSC_COMM_WORLD, "rm_", "Reward modelling", NULL);
+  RfOptString("-sft_checkpoint", "SFT checkpoint (role policy): its trunk initialises the reward model, and its policy writes the built-in pairs' responses", o->sft, sizeof o->sft);
+  RfOptString("-data", "Preference pairs: 'builtin' (sampled from the SFT policy, labelled by the judge) or an HDF5 pair file", o->data, sizeof o->data);
+  RfOptInt("-pairs", "Training pairs to generate (built-in data)", 2048, &o->pairs);
+  RfOptInt("-eval_pairs", "Held-out pairs: from held-out prompts (built-in) or the last pairs of the file", 256, &o->eval_pairs);
+  RfOptInt("-steps", "Optimizer steps in total (a restart continues up to this count)", 300, &o->steps);
+  RfOptInt("-batch", "Pairs per step", 32, &o->batch);
+  RfOptInt("-eval_every", "Held-out accuracy every N steps (0: only at the end)", 50, &o->eval_every);
+  RfOptReal("-bt_beta", "Labeller noise: the first response is preferred with probability sigmoid(bt_beta*(gold_a - gold_b)); larger is less noisy", 20.0, &o->bt_beta);
+  PetscOptionsEnd();
+  PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Checkpoints", NULL);
+  RfOptInt("-checkpoint_every", "Write <output_dir>/ckpt_<step>.h5 every N steps (0: only final.h5)", 0, &o->checkpoint_every);
+  RfOptString("-restart", "Resume from this checkpoint (weights, optimizer, step, data position, RNG key)", o->restart, sizeof o->restart);
+  PetscOptionsEnd();
+  PetscCall(adamw_set_from_options("reward_", &o->opt));
+  PetscCall(task_set_from_options(&o->task));
+  PetscCall(gen_config_set_from_options(&o->gen));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode rm_check(const RMOptions *o, PetscBool builtin, const GPTConfig *cfg)
+{
+  PetscFunctionBegin;
+  PetscCheck(o->steps >= 0 && o->batch > 0 && o->batch <= RM_MAX_BATCH, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_steps must be >= 0 and -rm_batch in [1, %d]", RM_MAX_BATCH);
+  PetscCheck(o->pairs > 0 && o->eval_pairs >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_pairs must be positive and -rm_eval_pairs non-negative");
+  PetscCheck(o->bt_beta > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_bt_beta %g must be positive", (double)o->bt_beta);
+  PetscCheck(o->checkpoint_every >= 0 && o->eval_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-checkpoint_every and -rm_eval_every must be >= 0");
+  if (builtin) {
+    PetscCall(task_check(&o->task, cfg->vocab_size, cfg->n_positions, "policy_"));
+    PetscCall(gen_config_check(&o->gen, cfg, "policy_", (int)o->task.len_max + 2));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* A user's pair file: the last eval_pairs pairs are held out. */
+static PetscErrorCode rm_split_file(const RMOptions *o, const GPTConfig *cfg, PrefPairs *all, PrefPairs *train, PrefPairs *eval)
+{
+  int n = all->d.N / 2, ne = (int)o->eval_pairs, T = all->d.T;
+
+  PetscFunctionBegin;
+  PetscCheck(all->d.vocab_size <= cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rm_data %s has vocabulary %d, larger than the SFT model's %d", o->data, all->d.vocab_size, cfg->vocab_size);
+  PetscCheck(T <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rm_data %s has sequences of %d tokens, more than the SFT model's n_positions %d", o->data, T, cfg->n_positions);
+  PetscCheck(ne < n, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rm_eval_pairs %d leaves no training pairs in -rm_data %s (%d pairs)", ne, o->data, n);
+  *train     = *all;
+  train->d.N = 2 * (n - ne);
+  *eval      = *all; /* views into all: the last 2*ne rows */
+  eval->d.N  = 2 * ne;
+  eval->d.tokens += (size_t)train->d.N * T;
+  eval->d.lengths += train->d.N;
+  eval->d.prompt_lengths += train->d.N;
+  eval->gold += train->d.N;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Built-in pairs: two samples per prompt from the SFT policy. */
+static PetscErrorCode rm_make_pairs(const RunCtx *run, const Backend *be, const RMOptions *o, const GPTConfig *cfg, PrefPairs *train, PrefPairs *eval)
+{
+  GPT       *policy;
+  GenEngine *eng;
+  CkptModel  m = {"policy", NULL, PETSC_FALSE, PETSC_FALSE};
+  double     t0 = sys_wtime();
+
+  PetscFunctionBegin;
+  PetscCall(gpt_create(cfg, be, &policy));
+  m.gpt = policy;
+  PetscCall(ckpt_read_model(run->comm, o->sft, &m));
+  PetscCall(gen_engine_create(policy, &o->gen, (int)o->task.len_max + 2, &eng));
+  PetscCall(PetscLogEventBegin(sys_log.generate, 0, 0, 0, 0));
+  PetscCall(prefs_generate(eng, &o->gen, &o->task, TASK_SPLIT_TRAIN, (int)o->pairs, (uint64_t)run->seed, o->bt_beta, train));
+  PetscCall(prefs_generate(eng, &o->gen, &o->task, TASK_SPLIT_EVAL, (int)o->eval_pairs, (uint64_t)run->seed, o->bt_beta, eval));
+  PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));
+  PetscCall(gen_engine_destroy(&eng));
+  PetscCall(gpt_destroy(&policy));
+  PetscCall(PetscPrintf(run->comm, "rm: sampled %" PetscInt_FMT " training and %" PetscInt_FMT " held-out pairs from the SFT policy in %.1f s\n", o->pairs, o->eval_pairs, sys_wtime() - t0));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode rm_batch_create(int B, int T, RMBatch *b)
+{
+  PetscFunctionBegin;
+  b->B = B;
+  b->T = T;
+  PetscCall(PetscMalloc4((size_t)2 * B * T, &b->tok, 2 * B, &b->last, (size_t)2 * B * T, &b->values, (size_t)2 * B * T, &b->dvalues));
+  PetscCall(PetscMalloc4(B, &b->rc, B, &b->rr, B, &b->drc, B, &b->drr));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode rm_batch_destroy(RMBatch *b)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscFree4(b->tok, b->last, b->values, b->dvalues));
+  PetscCall(PetscFree4(b->rc, b->rr, b->drc, b->drr));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Rewards of nb pairs (pair[i] indexes p) packed into rows 2i (chosen) and
+ * 2i+1 (rejected) of length T = the longest sequence among them. */
+static PetscErrorCode rm_forward(GPT *gpt, const PrefPairs *p, const int *pair, int nb, RMBatch *b)
+{
+  int T = 1;
+
+  PetscFunctionBegin;
+  for (int i = 0; i < 2 * nb; i++) T = PetscMax(T, p->d.lengths[2 * pair[i / 2] + i % 2]);
+  b->T = T;
+  for (int i = 0; i < 2 * nb; i++) {
+    int row = 2 * pair[i / 2] + i % 2, len = p->d.lengths[row];
+    for (int t = 0; t < T; t++) b->tok[i * T + t] = t < len ? p->d.tokens[(size_t)row * p->d.T + t] : TASK_PAD;
+    b->last[i] = i * T + len - 1;
+  }
+  PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
+  PetscCall(gpt_forward(gpt, b->tok, 2 * nb, T));
+  PetscCall(gpt_values_get(gpt, b->values));
+  PetscCall(PetscLogEventEnd(sys_log.forward, 0, 0, 0, 0));
+  for (int i = 0; i < nb; i++) {
+    b->rc[i] = b->values[b->last[2 * i]];
+    b->rr[i] = b->values[b->last[2 * i + 1]];
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Held-out accuracy: against the labels, and against the judge's ordering
+ * (built-in pairs only; NaN otherwise). */
+static PetscErrorCode rm_eval(GPT *gpt, const PrefPairs *eval, RMBatch *b, double *acc, double *gacc, double *loss)
+{
+  int n = eval->d.N / 2, correct = 0, gcorrect = 0, idx[RM_MAX_BATCH];
+
+  PetscFunctionBegin;
+  *acc = *gacc = *loss = NAN;
+  if (n == 0) PetscFunctionReturn(PETSC_SUCCESS);
+  *loss = 0;
+  for (int i0 = 0; i0 < n; i0 += b->B) {
+    int nb = PetscMin(b->B, n - i0), c;
+    for (int i = 0; i < nb; i++) idx[i] = i0 + i;
+    PetscCall(rm_forward(gpt, eval, idx, nb, b));
+    *loss += nb * rl_rm_loss(nb, b->rc, b->rr, b->drc, b->drr, &c);
+    correct += c;
+    for (int i = 0; i < nb; i++) gcorrect += (b->rc[i] > b->rr[i]) == (eval->gold[2 * idx[i]] > eval->gold[2 * idx[i] + 1]);
+  }
+  *acc  = (double)correct / n;
+  if (!isnan(eval->gold[0])) *gacc = (double)gcorrect / n;
+  *loss /= n;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode rm_step(GPT *gpt, const RMOptions *o, const PrefPairs *train, int *perm, RMBatch *b, CkptState *st, RunRecord *rec, double *loss, double *acc, PetscReal *lr, PetscReal *gnorm)
+{
+  int    n = train->d.N / 2, idx[RM_MAX_BATCH], correct;
+  double t0 = sys_wtime(), t1, t2;
+
+  PetscFunctionBegin;
+  for (int i = 0; i < b->B; i++) { /* pairs data_pos .. data_pos+B-1 of the epoch-shuffled stream */
+    int64_t pos = st->data_pos + i, epoch = pos / n;
+    if (i == 0 || pos % n == 0) rl_shuffle(perm, n, (uint64_t)st->seed, 0x524Du, epoch);
+    idx[i] = perm[pos % n];
+  }
+  st->data_pos += b->B;
+  PetscCall(rm_forward(gpt, train, idx, b->B, b));
+  *loss = rl_rm_loss(b->B, b->rc, b->rr, b->drc, b->drr, &correct);
+  *acc  = (double)correct / b->B;
+  PetscCheck(isfinite(*loss), PETSC_COMM_WORLD, PETSC_ERR_FP, "reward-model loss is %g at step %" PetscInt_FMT, *loss, st->iteration);
+  t1 = sys_wtime();
+  PetscCall(PetscArrayzero(b->dvalues, (size_t)2 * b->B * b->T));
+  for (int i = 0; i < b->B; i++) {
+    b->dvalues[b->last[2 * i]]     = b->drc[i];
+    b->dvalues[b->last[2 * i + 1]] = b->drr[i];
+  }
+  PetscCall(PetscLogEventBegin(sys_log.backward, 0, 0, 0, 0));
+  PetscCall(gpt_zero_grad(gpt));
+  PetscCall(gpt_backward_values(gpt, b->dvalues));
+  PetscCall(PetscLogEventEnd(sys_log.backward, 0, 0, 0, 0));
+  t2 = sys_wtime();
+  PetscCall(PetscLogEventBegin(sys_log.optimizer, 0, 0, 0, 0));
+  PetscCall(gpt_adamw_step(gpt, &o->opt, lr, gnorm));
+  PetscCall(PetscLogEventEnd(sys_log.optimizer, 0, 0, 0, 0));
+  PetscCheck(isfinite(*gnorm), PETSC_COMM_WORLD, PETSC_ERR_FP, "reward-model gradient norm is %g at step %" PetscInt_FMT, (double)*gnorm, st->iteration);
+  PetscCall(record_time(rec, "forward", t1 - t0));
+  PetscCall(record_time(rec, "backward", t2 - t1));
+  PetscCall(record_time(rec, "optimizer", sys_wtime() - t2));
+  st->iteration++;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode rm_checkpoint(const RunCtx *run, GPT *gpt, const char *name, const CkptState *st)
+{
+  char      path[PETSC_MAX_PATH_LEN];
+  CkptModel m = {"reward", gpt, PETSC_TRUE, PETSC_FALSE};
+
+  PetscFunctionBegin;
+  PetscCall(sys_output_path(run, name, path, sizeof path));
+  PetscCall(PetscLogEventBegin(sys_log.ckpt_write, 0, 0, 0, 0));
+  PetscCall(ckpt_write(run->comm, path, &m, 1, st));
+  PetscCall(PetscLogEventEnd(sys_log.ckpt_write, 0, 0, 0, 0));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, GPT *gpt, const PrefPairs *train, const PrefPairs *eval, CkptState *st)
+{
+  RunRecord *rec;
+  RMBatch    b;
+  int       *perm;
+  double     acc = NAN, gacc = NAN, eloss = NAN;
+  char       name[64];
+
+  PetscFunctionBegin;
+  PetscCall(record_open(run, "rm", &rec));
+  PetscCall(rm_batch_create((int)o->batch, train->d.T > eval->d.T ? train->d.T : eval->d.T, &b));
+  PetscCall(PetscMalloc1(train->d.N / 2, &perm));
+  PetscCall(PetscPrintf(run->comm, "rm: %zu parameters, %d training pairs, %d held-out pairs, %" PetscInt_FMT " steps of %" PetscInt_FMT " pairs, from step %" PetscInt_FMT "\n", gpt->nparams, train->d.N / 2, eval->d.N / 2, o->steps, o->batch, st->iteration));
+  while (st->iteration < o->steps) {
+    double    t0 = sys_wtime(), loss, bacc, ms;
+    PetscReal lr, gnorm;
+    PetscBool last = (PetscBool)(st->iteration + 1 == o->steps);
+
+    PetscCall(rm_step(gpt, o, train, perm, &b, st, rec, &loss, &bacc, &lr, &gnorm));
+    acc = gacc = eloss = NAN;
+    if ((o->eval_every && st->iteration % o->eval_every == 0) || last) PetscCall(rm_eval(gpt, eval, &b, &acc, &gacc, &eloss));
+    ms = 1e3 * (sys_wtime() - t0);
+    PetscCall(record_metric(rec, "loss", loss));
+    PetscCall(record_metric(rec, "accuracy", bacc));
+    PetscCall(record_metric(rec, "eval_loss", eloss));
+    PetscCall(record_metric(rec, "eval_accuracy", acc));
+    PetscCall(record_metric(rec, "eval_gold_accuracy", gacc));
+    PetscCall(record_metric(rec, "lr", lr));
+    PetscCall(record_metric(rec, "grad_norm", gnorm));
+    PetscCall(PetscPrintf(run->comm, "step %5" PetscInt_FMT "/%" PetscInt_FMT " | loss %.4f | acc %.3f | lr %.3e | grad %.3f | %7.1f ms\n", st->iteration, o->steps, loss, bacc, lr, (double)gnorm, ms));
+    if (!isnan(acc)) PetscCall(PetscPrintf(run->comm, "      held-out loss %.4f, pairwise accuracy %.3f (against the judge: %.3f)\n", eloss, acc, gacc));
+    if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
+      PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
+      PetscCall(rm_checkpoint(run, gpt, name, st));
+    }
+    PetscCall(record_step(rec, st->iteration));
+  }
+  if (isnan(acc)) PetscCall(rm_eval(gpt, eval, &b, &acc, &gacc, &eloss)); /* a restart at the last step */
+  PetscCall(rm_checkpoint(run, gpt, "final.h5", st));
+  PetscCall(record_summary(rec, "steps", (double)st->iteration));
+  PetscCall(record_summary(rec, "eval_accuracy", acc));
+  PetscCall(record_summary(rec, "eval_gold_accuracy", gacc));
+  PetscCall(PetscPrintf(run->comm, "rm: held-out pairwise accuracy %.3f (against the judge's order: %.3f) on %d pairs -> %s/final.h5\n", acc, gacc, eval->d.N / 2, run->output_dir));
+  PetscCall(PetscFree(perm));
+  PetscCall(rm_batch_destroy(&b));
+  PetscCall(record_close(&rec));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The reward model: the SFT trunk and a fresh scalar head, or a restart. */
+static PetscErrorCode rm_load(const RunCtx *run, const RMOptions *o, GPT *gpt, CkptState *st)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscLogEventBegin(sys_log.ckpt_read, 0, 0, 0, 0));
+  if (o->restart[0]) {
+    CkptModel m = {"reward", gpt, PETSC_TRUE, PETSC_FALSE};
+    PetscCall(ckpt_read_model(run->comm, o->restart, &m));
+    PetscCall(ckpt_read_state(run->comm, o->restart, st));
+    PetscCheck(st->iteration <= o->steps, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-restart %s is at step %" PetscInt_FMT ", past -rm_steps %" PetscInt_FMT, o->restart, st->iteration, o->steps);
+  } else {
+    CkptModel m = {"policy", gpt, PETSC_FALSE, PETSC_TRUE};
+    PetscCall(gpt_init_random(gpt, (uint64_t)run->seed)); /* the head's draw */
+    PetscCall(ckpt_read_model(run->comm, o->sft, &m));
+  }
+  PetscCall(PetscLogEventEnd(sys_log.ckpt_read, 0, 0, 0, 0));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
+{
+  GPTConfig cfg;
+  PrefPairs all = {{0}, NULL}, train = {{0}, NULL}, eval = {{0}, NULL};
+  PetscBool builtin;
+  GPT      *gpt;
+  CkptState st = {0, 0, run->seed, 0};
+
+  PetscFunctionBegin;
+  PetscCheck(o->sft[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode rm needs -rm_sft_checkpoint FILE (the SFT model whose trunk starts the reward model)");
+  PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
+  PetscCall(ckpt_read_config(run->comm, o->sft, "policy", &cfg));
+  PetscCall(rm_check(o, builtin, &cfg));
+  if (!builtin) {
+    PetscCall(prefs_read(run->comm, o->data, &all));
+    PetscCall(rm_split_file(o, &cfg, &all, &train, &eval));
+  }
+  if (run->dry_run) {
+    char a[32];
+    PetscCall(PetscPrintf(run->comm, "dry run: reward model activations for %" PetscInt_FMT " pairs of up to %d tokens: %s\n", o->batch, cfg.n_positions, sys_bytes_str((double)gpt_activation_bytes(&cfg, 2 * (int)o->batch, cfg.n_positions), a, sizeof a)));
+    if (!builtin) PetscCall(prefs_free(&all));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  PetscCall(PetscLogStagePush(sys_log.rm));
+  PetscCall(sys_mkdir_p(run->output_dir));
+  if (builtin) PetscCall(rm_make_pairs(run, be, o, &cfg, &train, &eval));
+  cfg.head = GPT_HEAD_SCALAR;
+  PetscCall(gpt_create(&cfg, be, &gpt));
+  PetscCall(gpt_optim_init(gpt));
+  PetscCall(rm_load(run, o, gpt, &st));
+  PetscCall(rm_train(run, o, gpt, &train, &eval, &st));
+  PetscCall(gpt_destroy(&gpt));
+  if (builtin) {
+    PetscCall(prefs_free(&train));
+    PetscCall(prefs_free(&eval));
+  } else PetscCall(prefs_free(&all));
+  PetscCall(PetscLogStagePop());
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rm_run(const RunCtx *run, const Backend *be)
+{
+  RMOptions o;
+  PetscBool help;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&o, sizeof o));
+  PetscCall(rm_options(&o));
+  PetscCall(PetscOptionsHasHelp(NULL, &help));
+  if (help) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(sys_options_check_unused());
+  PetscCall(rm_execute(run, be, &o));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

@@ -1,0 +1,255 @@
+/* One PPO iteration's experience: the rollout arrays, packing sequences into
+ * model forward rows, the three inference calls (reference log-probs,
+ * reward-model scores, critic values) and the advantages.
+ *
+ * Alignment: per-position arrays are indexed by the position t of the token
+ * they describe. A causal model's output at row s describes position s+1
+ * (the log-probability of token s+1 given tokens 0..s; the value of the state
+ * before token s+1), so forward row s maps to aligned index s+1. */
+#include "ppo_impl.h"
+#include <math.h>
+
+PetscErrorCode rollout_create(int B, int T, PetscBool masked, Rollout *r)
+{
+  size_t n = (size_t)B * T;
+
+  PetscFunctionBegin;
+  r->B = B;
+  r->T = T;
+  PetscCall(gen_batch_create(B, T, masked, &r->gen));
+  PetscCall(PetscCalloc5(n, &r->ref, n, &r->values, n, &r->rewards, n, &r->adv, n, &r->ret));
+  PetscCall(PetscCalloc5(B, &r->score, B, &r->final, B, &r->gold, B, &r->start, B, &r->len));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rollout_destroy(Rollout *r)
+{
+  PetscFunctionBegin;
+  PetscCall(gen_batch_destroy(&r->gen));
+  PetscCall(PetscFree5(r->ref, r->values, r->rewards, r->adv, r->ret));
+  PetscCall(PetscFree5(r->score, r->final, r->gold, r->start, r->len));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode packbuf_create(int nmax, int T, PackBuf *pb)
+{
+  size_t n = (size_t)nmax * T;
+
+  PetscFunctionBegin;
+  pb->nmax     = nmax;
+  pb->T        = T;
+  pb->mask_cap = 0;
+  pb->mask_ids = NULL;
+  PetscCall(PetscMalloc3(n, &pb->tok, n, &pb->target, n + 1, &pb->mask_off));
+  PetscCall(PetscMalloc4(n, &pb->lp, n, &pb->ent, n, &pb->val, n, &pb->grad));
+  PetscCall(PetscMalloc3(T, &pb->al, T, &pb->dal, T, &pb->w));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode packbuf_destroy(PackBuf *pb)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscFree3(pb->tok, pb->target, pb->mask_off));
+  PetscCall(PetscFree4(pb->lp, pb->ent, pb->val, pb->grad));
+  PetscCall(PetscFree3(pb->al, pb->dal, pb->w));
+  PetscCall(PetscFree(pb->mask_ids));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Tokens of sequences idx[] into rows of length Tf, with LM targets (the
+ * response tokens) and the generation's allowed sets per row. */
+static PetscErrorCode pack_rows(const Rollout *r, const int *idx, int nb, int Tf, PackBuf *pb)
+{
+  const GenBatch *g = &r->gen;
+  size_t          nid = 0;
+
+  PetscFunctionBegin;
+  PetscCheck(nb <= pb->nmax && Tf <= pb->T, PETSC_COMM_SELF, PETSC_ERR_PLIB, "pack_rows: %d x %d rows exceed the buffer's %d x %d", nb, Tf, pb->nmax, pb->T);
+  for (int i = 0; i < nb; i++) {
+    const int *tok = g->tokens + (size_t)idx[i] * r->T;
+    int        P = r->start[idx[i]], end = P + r->len[idx[i]];
+
+    for (int s = 0; s < Tf; s++) {
+      int t = s + 1, row = i * Tf + s;
+      pb->tok[row]      = s < end ? tok[s] : TASK_PAD;
+      pb->target[row]   = (t >= P && t < end) ? tok[t] : -1;
+      pb->mask_off[row] = (int)nid;
+      if (g->mask_off && pb->target[row] >= 0) {
+        size_t k0 = (size_t)g->mask_off[(size_t)idx[i] * r->T + t], k1 = (size_t)g->mask_off[(size_t)idx[i] * r->T + t + 1];
+        if (nid + (k1 - k0) > pb->mask_cap) {
+          pb->mask_cap = 2 * (nid + (k1 - k0)) + 1024;
+          PetscCall(PetscRealloc(pb->mask_cap * sizeof(int), &pb->mask_ids));
+        }
+        PetscCall(PetscArraycpy(pb->mask_ids + nid, g->mask_ids + k0, k1 - k0));
+        nid += k1 - k0;
+      }
+    }
+  }
+  pb->mask_off[nb * Tf] = (int)nid;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Rows needed: up to the last response token's predecessor (log-probs,
+ * values of states) or the whole sequence (the score at the last token). */
+static int rows_needed(const Rollout *r, const int *idx, int nb, PetscBool full_length)
+{
+  int Tf = 1;
+  for (int i = 0; i < nb; i++) Tf = PetscMax(Tf, r->start[idx[i]] + r->len[idx[i]] - (full_length ? 0 : 1));
+  return Tf;
+}
+
+PetscErrorCode rollout_forward_logprobs(GPT *m, const Rollout *r, const int *idx, int nb, float inv_temp, PackBuf *pb, int *Tf)
+{
+  GPTTokenDist dist;
+
+  PetscFunctionBegin;
+  *Tf = rows_needed(r, idx, nb, PETSC_FALSE);
+  PetscCall(pack_rows(r, idx, nb, *Tf, pb));
+  dist = (GPTTokenDist){inv_temp, r->gen.mask_off ? pb->mask_off : NULL, pb->mask_ids};
+  PetscCall(gpt_forward(m, pb->tok, nb, *Tf));
+  PetscCall(gpt_logprobs_dist(m, pb->target, &dist, pb->lp, pb->ent));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rollout_forward_values(GPT *m, const Rollout *r, const int *idx, int nb, PetscBool full_length, PackBuf *pb, int *Tf)
+{
+  PetscFunctionBegin;
+  *Tf = rows_needed(r, idx, nb, full_length);
+  PetscCall(pack_rows(r, idx, nb, *Tf, pb));
+  PetscCall(gpt_forward(m, pb->tok, nb, *Tf));
+  PetscCall(gpt_values_get(m, pb->val));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Scatters forward-row values (row s -> position s+1) of the response
+ * positions of sequence idx into an aligned [B,T] array. */
+static void scatter_response(const Rollout *r, int idx, const float *rows, int i, int Tf, float *out)
+{
+  int P = r->start[idx], end = P + r->len[idx];
+  for (int t = P; t < end; t++) out[(size_t)idx * r->T + t] = rows[i * Tf + t - 1];
+}
+
+static void micro_indices(int b0, int nb, int *idx)
+{
+  for (int i = 0; i < nb; i++) idx[i] = b0 + i;
+}
+
+PetscErrorCode rollout_ref_inference(GPT *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int nmicro)
+{
+  int *idx, Tf;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(nmicro, &idx));
+  PetscCall(PetscArrayzero(r->ref, (size_t)r->B * r->T));
+  for (int b0 = 0; b0 < r->B; b0 += nmicro) {
+    int nb = PetscMin(nmicro, r->B - b0);
+    micro_indices(b0, nb, idx);
+    PetscCall(rollout_forward_logprobs(ref, r, idx, nb, (float)(1.0 / o->gen.temperature), pb, &Tf));
+    for (int i = 0; i < nb; i++) scatter_response(r, idx[i], pb->lp, i, Tf, r->ref);
+  }
+  PetscCall(PetscFree(idx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rollout_reward_inference(GPT *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int nmicro)
+{
+  int *idx, Tf;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(nmicro, &idx));
+  for (int b0 = 0; b0 < r->B; b0 += nmicro) {
+    int nb = PetscMin(nmicro, r->B - b0);
+    micro_indices(b0, nb, idx);
+    PetscCall(rollout_forward_values(reward, r, idx, nb, PETSC_TRUE, pb, &Tf));
+    for (int i = 0; i < nb; i++) {
+      int b = idx[i];
+      r->score[b] = pb->val[i * Tf + r->start[b] + r->len[b] - 1];
+      r->final[b] = (float)rl_final_score(r->score[b], r->gen.eos[b], o->reward_clip, o->truncation_penalty);
+    }
+  }
+  PetscCall(PetscFree(idx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rollout_critic_inference(GPT *critic, Rollout *r, PackBuf *pb, int nmicro)
+{
+  int *idx, Tf;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(nmicro, &idx));
+  PetscCall(PetscArrayzero(r->values, (size_t)r->B * r->T));
+  for (int b0 = 0; b0 < r->B; b0 += nmicro) {
+    int nb = PetscMin(nmicro, r->B - b0);
+    micro_indices(b0, nb, idx);
+    PetscCall(rollout_forward_values(critic, r, idx, nb, PETSC_FALSE, pb, &Tf));
+    for (int i = 0; i < nb; i++) scatter_response(r, idx[i], pb->val, i, Tf, r->values);
+  }
+  PetscCall(PetscFree(idx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* GRPO: one advantage per sequence, on each of its response tokens. */
+static PetscErrorCode rollout_group_advantages(Rollout *r, const PPOOptions *o)
+{
+  float *seq;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(r->B, &seq));
+  rl_grpo_advantages(r->B, (int)o->group, r->final, 1e-6, seq);
+  PetscCall(PetscArrayzero(r->adv, (size_t)r->B * r->T));
+  PetscCall(PetscArrayzero(r->ret, (size_t)r->B * r->T));
+  for (int b = 0; b < r->B; b++)
+    for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) r->adv[(size_t)b * r->T + t] = seq[b];
+  PetscCall(PetscFree(seq));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coef)
+{
+  PetscFunctionBegin;
+  if (o->algo == ALGO_GRPO) { /* the KL is a loss term, so the rewards hold the score only */
+    rl_kl_rewards(r->B, r->T, r->start, r->len, r->gen.logprobs, r->ref, r->final, 0.0, r->rewards);
+    PetscCall(rollout_group_advantages(r, o));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  rl_kl_rewards(r->B, r->T, r->start, r->len, r->gen.logprobs, r->ref, r->final, kl_coef, r->rewards);
+  rl_gae(r->B, r->T, r->start, r->len, r->rewards, r->values, o->gamma, o->lambda, r->adv, r->ret);
+  if (o->whiten) rl_whiten(r->B, r->T, r->start, r->len, r->adv, NULL, NULL);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, int iteration, const PPOOptions *o, double kl_coef)
+{
+  char            group[32];
+  int             B = r->B, T = r->T;
+  const IODataset d[] = {
+    {"tokens",           2, {B, T}, r->gen.tokens,       PETSC_TRUE },
+    {"prompt_lengths",   1, {B, 1}, r->start,            PETSC_TRUE },
+    {"response_lengths", 1, {B, 1}, r->len,              PETSC_TRUE },
+    {"logprobs",         2, {B, T}, r->gen.logprobs,     PETSC_FALSE},
+    {"ref_logprobs",     2, {B, T}, r->ref,              PETSC_FALSE},
+    {"values",           2, {B, T}, r->values,           PETSC_FALSE},
+    {"rewards",          2, {B, T}, r->rewards,          PETSC_FALSE},
+    {"advantages",       2, {B, T}, r->adv,              PETSC_FALSE},
+    {"returns",          2, {B, T}, r->ret,              PETSC_FALSE},
+    {"scores",           1, {B, 1}, r->score,            PETSC_FALSE},
+    {"gold",             1, {B, 1}, r->gold,             PETSC_FALSE},
+    {"eos",              1, {B, 1}, r->gen.eos,          PETSC_TRUE },
+    {"gen_step_seconds", 1, {r->gen.nsteps, 1}, NULL,    PETSC_FALSE},
+    {"gen_step_active",  1, {r->gen.nsteps, 1}, r->gen.step_active, PETSC_TRUE},
+  };
+  const char *an[] = {"gamma", "lambda", "kl_coef"};
+  double      av[] = {o->gamma, o->lambda, kl_coef};
+  float      *steps;
+  IODataset   dd[sizeof d / sizeof d[0]];
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(r->gen.nsteps + 1, &steps)); /* step times are stored as float32 like the rest */
+  for (int k = 0; k < r->gen.nsteps; k++) steps[k] = (float)r->gen.step_seconds[k];
+  PetscCall(PetscArraycpy(dd, d, sizeof d / sizeof d[0]));
+  dd[12].data = steps;
+  PetscCall(PetscSNPrintf(group, sizeof group, "iter_%d", iteration));
+  PetscCall(io_group_append(comm, path, group, dd, (int)(sizeof d / sizeof d[0]), an, av, 3));
+  PetscCall(PetscFree(steps));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
