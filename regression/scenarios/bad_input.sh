@@ -37,7 +37,7 @@ expect "non-numeric value"          "-sft_steps.*'ten'"            -options_file
 expect "non-numeric real"           "-policy_lr.*'fast'"           -options_file $deck -policy_lr fast
 expect "n_embd not divisible"       "-policy_n_embd 33.*-policy_n_head" -options_file $deck -policy_n_embd 33
 expect "unknown mode"               "-mode"                        -options_file $deck -mode dance
-expect "mode not yet available"     "-mode ppo"                    -options_file $deck -mode ppo
+expect "mode not yet available"     "-mode plan"                   -options_file $deck -mode plan
 expect "option of another mode"     "-score_batch"                 -options_file $deck -score_batch 4
 expect "missing checkpoint"         "nope.h5"                      -options_file $deck -restart $d/nope.h5
 expect "truncated checkpoint"       "truncated.h5"                 -options_file $deck -restart $d/truncated.h5

@@ -1,0 +1,122 @@
+# Reward modelling, PPO and GRPO on micro models: the rollout record's layout
+# and arithmetic (checked independently in numpy), bit-exact restart,
+# micro-batch invariance, the NaN stop, and bad input.
+. regression/lib.sh
+d="$RLFUSE_TMP/rlhf"; mkdir -p $d
+ppo_deck=regression/decks/rlhf_tiny.deck
+rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture"
+rlfuse -mode rm -rm_sft_checkpoint $d/sft/final.h5 -output_dir $d/rm -rm_pairs 96 -rm_eval_pairs 32 -rm_steps 12 -rm_batch 8 -reward_lr 1e-3 \
+  -gen_max_new_tokens 12 -gen_slots 8 -task_len_max 8 -task_demo_noise 0.2 -seed 7 >$d/rm.log 2>&1 || { not_ok "RM fixture"; tail -3 $d/rm.log; }
+check "rm reports held-out pairwise accuracy" grep -q "held-out pairwise accuracy" $d/rm.log
+check "rm checkpoint holds the reward model with a scalar head" bash -c "h5dump -a /reward/head $d/rm/final.h5 | grep -q scalar"
+ppo() { rlfuse -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 "$@"; }
+
+ppo -output_dir $d/full -checkpoint_every 2 -dump_rollouts >$d/full.log 2>&1 || { not_ok "PPO run"; tail -3 $d/full.log; }
+check "one progress line per iteration" test "$(grep -c '^iter ' $d/full.log)" -eq 4
+check "a summary with the SFT and PPO gold scores and the KL" grep -q "held-out gold score .* (SFT policy) -> .*KL to the reference" $d/full.log
+check "the checkpoint holds all four models and the KL coefficient" bash -c "for g in actor critic reference reward; do h5ls $d/full/final.h5/\$g >/dev/null || exit 1; done; h5dump -a /state/kl_coef $d/full/final.h5 >/dev/null"
+"$PYTHON" - $d/full <<'PY' && ok "rollouts.h5: layout, zeros past lengths, rewards, GAE and whitening recomputed in numpy" || not_ok "rollouts.h5 layout and arithmetic"
+import sys, h5py, numpy as np
+run = sys.argv[1]
+with h5py.File(run + "/rollouts.h5", "r") as f, h5py.File(run + "/run.h5", "r") as rec:
+    assert sorted(f.keys()) == ["iter_0", "iter_1", "iter_2", "iter_3"], list(f.keys())
+    for k in range(4):
+        g = f[f"iter_{k}"]
+        gam, lam, beta = (float(g.attrs[a]) for a in ("gamma", "lambda", "kl_coef"))
+        tok, P, R = g["tokens"][()], g["prompt_lengths"][()], g["response_lengths"][()]
+        B, T = tok.shape
+        assert tok.dtype == np.int32 and P.dtype == np.int32 and g["logprobs"].dtype == np.float32
+        for name in ("logprobs", "ref_logprobs", "values", "rewards", "advantages", "returns"):
+            assert g[name].shape == (B, T), name
+        for name in ("scores", "gold"):
+            assert g[name].shape == (B,), name
+        lp, ref, V, r, A, ret, sc = (g[n][()] for n in ("logprobs", "ref_logprobs", "values", "rewards", "advantages", "returns", "scores"))
+        eos = g["eos"][()]
+        adv_raw = np.zeros((B, T)); resp = np.zeros((B, T), bool)
+        for b in range(B):
+            s, e = P[b], P[b] + R[b]
+            resp[b, s:e] = True
+            assert (tok[b, e:] == 0).all() and (lp[b, :s] == 0).all() and (lp[b, e:] == 0).all()
+            assert (lp[b, s:e] < 0).all() and (ref[b, s:e] < 0).all()
+            assert (tok[b, e - 1] == 3) == bool(eos[b])
+            final = np.clip(sc[b], -5, 5) if eos[b] else -1.0   # -ppo_reward_clip 5, -ppo_truncation_penalty -1
+            want = -beta * (lp[b, s:e].astype(np.float64) - ref[b, s:e])
+            want[-1] += final
+            assert np.allclose(r[b, s:e], want, atol=1e-5), (r[b, s:e], want)
+            last = 0.0
+            for t in range(e - 1, s - 1, -1):      # GAE, V = 0 after the last token
+                vnext = V[b, t + 1] if t + 1 < e else 0.0
+                last = r[b, t] + gam * vnext - V[b, t] + gam * lam * last
+                adv_raw[b, t] = last
+            assert np.allclose(ret[b, s:e], adv_raw[b, s:e] + V[b, s:e], atol=1e-4)
+        w = (adv_raw[resp] - adv_raw[resp].mean()) / (adv_raw[resp].std() + 1e-8)
+        assert np.allclose(A[resp], w, atol=1e-4) and (A[~resp] == 0).all()
+    m = rec["metrics"]
+    for name in ("gold", "rm_score", "kl", "actor_loss", "critic_loss", "clip_frac", "entropy", "response_len_mean", "response_len_max", "tokens_per_s"):
+        assert m[name].shape[0] == 4, name
+    for stage in ("generation", "ref_inference", "reward_inference", "critic_inference", "actor_train", "critic_train"):
+        assert stage + "_max" in rec["timing"], stage
+PY
+# restart from iteration 2: bit-identical weights, optimizer state and rollouts
+ppo -output_dir $d/resumed -restart $d/full/ckpt_000002.h5 -dump_rollouts >$d/resumed.log 2>&1 || not_ok "PPO restart"
+check "restart from iteration 2 starts there" grep -q "from iteration 2" $d/resumed.log
+check "restart from iteration 2 ends bit-identical (actor, critic, both optimizers)" h5diff -q $d/full/final.h5 $d/resumed/final.h5 /actor /actor
+check "  ... and the critic" h5diff -q $d/full/final.h5 $d/resumed/final.h5 /critic /critic
+"$PYTHON" - $d/full/rollouts.h5 $d/resumed/rollouts.h5 <<'PY' && ok "  ... and the rollout of iteration 3 (every dataset but the step timings)" || not_ok "restarted rollout of iteration 3 differs"
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r")["iter_3"], h5py.File(sys.argv[2], "r")["iter_3"]
+for k in a:
+    if k != "gen_step_seconds":
+        assert np.array_equal(a[k][()], b[k][()]), k
+PY
+ppo -output_dir $d/seed8 -seed 8 >$d/seed8.log 2>&1 || not_ok "PPO seed 8"
+check "another seed gives other weights (the comparison can fail)" bash -c "! h5diff -q $d/full/final.h5 $d/seed8/final.h5 /actor /actor"
+# micro-batches only change the summation order
+ppo -output_dir $d/micro1 -ppo_microbatches 1 >$d/micro1.log 2>&1 || not_ok "PPO micro-batches 1"
+"$PYTHON" - $d/full/final.h5 $d/micro1/final.h5 <<'PY' && ok "micro-batches 2 vs 1: actor and critic weights agree (max rel diff <= 1e-4)" || not_ok "micro-batch invariance"
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+worst = 0.0
+for role in ("actor", "critic"):
+    for k, d in a[role + "/params"].items():
+        x, y = d[()], b[role + "/params/" + k][()]
+        if k.endswith("attn.c_attn.bias"):  # the key third has a zero gradient: AdamW moves it by rounding noise (docs/testing.md)
+            C = x.shape[0] // 3
+            x, y = np.r_[x[:C], x[2 * C:]], np.r_[y[:C], y[2 * C:]]
+        worst = max(worst, float(np.abs(x - y).max() / (np.abs(x).max() + 1e-12)))
+print("# max relative difference", worst)
+assert worst <= 1e-4, worst
+PY
+# GRPO: no critic
+ppo -output_dir $d/grpo -algo grpo -grpo_group 4 >$d/grpo.log 2>&1 || { not_ok "GRPO run"; tail -3 $d/grpo.log; }
+check "GRPO trains without a critic" bash -c "grep -q '^iter    4/4' $d/grpo.log && ! h5ls $d/grpo/final.h5/critic >/dev/null 2>&1"
+# a diverging run stops naming the iteration and the quantity; earlier checkpoints stay readable
+ppo -output_dir $d/nan -actor_lr 1e30 -actor_grad_clip 0 -checkpoint_every 1 -ppo_minibatches 1 -ppo_microbatches 1 >$d/nan.log 2>&1 && not_ok "NaN run should fail"
+check "a NaN loss stops the run naming the iteration and the quantity" grep -Eq "rlfuse: error: PPO actor (loss|gradient norm) is -?(nan|inf).* at iteration 2" $d/nan.log
+check "  ... and the checkpoint before it is intact" bash -c "h5dump -a /state/iteration $d/nan/ckpt_000001.h5 | grep -q '(0): 1'"
+
+# bad input: one line, non-zero exit, before any work (no output directory made)
+expect() {
+  local what=$1 pat=$2; shift 2
+  local out=$d/bad_$RANDOM err
+  err=$(rlfuse -output_dir $out "$@" 2>&1 >/dev/null); local rc=$?
+  if [ $rc -eq 0 ]; then not_ok "$what: exit status 0"; return; fi
+  if [ "$(printf '%s\n' "$err" | grep -c .)" -ne 1 ] || ! printf '%s' "$err" | grep -q "^rlfuse: error: .*$pat"; then not_ok "$what: expected one line matching '$pat', got: $(printf '%s' "$err" | head -3)"; return; fi
+  if [ -e $out ]; then not_ok "$what: the output directory was created"; return; fi
+  ok "$what ($(printf '%s' "$err" | cut -c1-120))"
+}
+rlfuse -mode data -data_output $d/long.h5 -data_count 4 -task_len_min 20 -task_len_max 20 >/dev/null 2>&1 || not_ok "make long prompts"
+rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft24 -sft_steps 0 -policy_vocab_size 24 >/dev/null 2>&1 || not_ok "vocab-24 fixture"
+P="-options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5"
+expect "prompt longer than the context"       "n_positions"                $P -ppo_prompts $d/long.h5
+expect "prompt + max_new_tokens > n_positions" "-gen_max_new_tokens 30"    $P -gen_max_new_tokens 30
+expect "rollout batch not divisible"          "-rollout_batch 10 is not divisible into -ppo_minibatches 4" $P -rollout_batch 10 -ppo_minibatches 4
+expect "micro-batches not dividing"           "-ppo_microbatches 3"        $P -ppo_microbatches 3
+expect "GRPO group not dividing"              "-grpo_group 3"              $P -algo grpo -grpo_group 3
+expect "missing reward checkpoint"            "$d/nope.h5"                 -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/nope.h5
+expect "reward checkpoint without /reward"    "/reward"                    -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/sft/final.h5
+expect "vocabulary mismatch between models"   "vocabulary mismatch"        $P -reference_checkpoint $d/sft24/final.h5
+expect "PPO without checkpoints"              "-actor_checkpoint"          -options_file $ppo_deck
+expect "KV cache over its bound"              "-gen_kv_mb"                 $P -gen_kv_mb 0.001
+expect "rm without an SFT checkpoint"         "-rm_sft_checkpoint"         -mode rm
+finish
