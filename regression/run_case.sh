@@ -7,7 +7,7 @@
 set -u
 case_dir=${1%/}; name=$(basename "$case_dir")
 out="$RLFUSE_TMP/case-$name"; rm -rf "$out"
-"$MPIEXEC" -n "$(cat "$case_dir/ranks" 2>/dev/null || echo 1)" "$BIN/rlfuse" -options_file "$case_dir/deck" -output_dir "$out" >"$out.log" 2>&1 ||
+"$MPIEXEC" $MPIEXEC_FLAGS -n "$(cat "$case_dir/ranks" 2>/dev/null || echo 1)" "$BIN/rlfuse" -options_file "$case_dir/deck" -output_dir "$out" >"$out.log" 2>&1 ||
   { echo "not ok - $name: rlfuse failed"; tail -5 "$out.log"; exit 1; }
 # Merge the run record and the final checkpoint into one file to compare.
 "$PYTHON" - "$out/run.h5" "$out/final.h5" "$out/merged.h5" <<'PY' || { echo "not ok - $name: cannot merge outputs"; exit 1; }

@@ -6,7 +6,7 @@
 # comparing against them.
 set -u
 cd "$(dirname "$0")/.."
-export BIN="${BIN:-bin}" PYTHON="${PYTHON:-/usr/bin/python3}" MPIEXEC="${MPIEXEC:-mpiexec}"
+export BIN="${BIN:-bin}" PYTHON="${PYTHON:-/usr/bin/python3}" MPIEXEC="${MPIEXEC:-mpiexec}" MPIEXEC_FLAGS="${MPIEXEC_FLAGS--bind-to none}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" HDF5_USE_FILE_LOCKING=FALSE
 export RLFUSE_TMP; RLFUSE_TMP=$(mktemp -d "${TMPDIR:-/tmp}/rlfuse-test.XXXXXX")
 trap 'rm -rf "$RLFUSE_TMP"' EXIT

@@ -2,10 +2,11 @@
  * sets and probabilities (top-k, top-p with its boundary token and ties,
  * min_new_tokens, temperature, greedy) and against its own distribution
  * empirically; continuous batching gives the same tokens, log-probabilities
- * and allowed sets whatever the slot count or request order; the recorded
- * log-probabilities are what training computes with gpt_logprobs_dist; stop
- * conditions; configuration errors. Prints one "ok"/"not ok" line per check
- * and exits non-zero on any failure. */
+ * and allowed sets whatever the slot count or request order, and a reused
+ * engine and batch the same as fresh ones; the recorded log-probabilities
+ * are what training computes with gpt_logprobs_dist; stop conditions and
+ * the on_finish hand-over; configuration and argument errors. Prints one
+ * "ok"/"not ok" line per check and exits non-zero on any failure. */
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>

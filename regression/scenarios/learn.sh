@@ -7,7 +7,7 @@
 d="$RLFUSE_TMP/learn"; mkdir -p $d
 rlfuse -options_file regression/decks/learn.deck -output_dir $d/run >$d.log 2>&1 || { not_ok "learning run"; tail -3 $d.log; }
 line=$(grep "gold score  SFT policy" $d.log)
-kl=$(grep "KL(policy || reference)" $d.log | awk '{print $3}')
+kl=$(grep "KL(policy || reference)" $d.log | awk '{print $4}')
 echo "# $line; KL $kl"
 gain=$(echo "$line" | sed 's/.*gain //')
 check "PPO raises the held-out gold score by at least 0.05 (measured $gain)" awk -v g="$gain" 'BEGIN { exit !(g >= 0.05) }'
