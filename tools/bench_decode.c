@@ -10,8 +10,11 @@
  *
  * -concurrency 0 runs 1, 8 and 64. Prints one machine-readable line per
  * (size, concurrency): decode_tok_per_s = tokens of the steps after the
- * prefill over their wall time (median of the iterations); tok_per_s =
- * all response tokens over the whole gen_generate call, prefill included. */
+ * prefill over their wall time; tok_per_s = all response tokens over the
+ * whole gen_generate call, prefill included; step_ms = a decode step;
+ * fwd_ms = gpt_forward_cached alone on the same rows, so step_ms - fwd_ms
+ * is the engine's own cost; prefill_ms = the first step. Medians over the
+ * iterations (step_ms: over the steps, then the iterations). */
 #include "gen.h"
 #include "sys.h"
 #include <omp.h>
@@ -47,6 +50,42 @@ static double median(double *x, int n)
   return x[n / 2];
 }
 
+/* The model alone: median ms of one gpt_forward_cached over conc rows (one
+ * per slot) at the decode positions, so the engine's own cost (sampling,
+ * bookkeeping) is the difference to the engine's step time. */
+static PetscErrorCode forward_only_ms(GPT *gpt, int conc, int P, int max_new, double *ms)
+{
+  GPTKVCache *kv;
+  int        *tok, *slot, *pos, N = conc * P;
+  float      *out;
+  double     *t;
+
+  PetscFunctionBegin;
+  PetscCall(gpt_kv_create(gpt, conc, P + max_new, &kv));
+  PetscCall(PetscMalloc4(N, &tok, N, &slot, N, &pos, (size_t)N * gpt->cfg.vocab_size, &out));
+  PetscCall(PetscMalloc1(max_new, &t));
+  for (int r = 0; r < N; r++) {
+    tok[r]  = (int)(rng_u32(8, (uint32_t)r, 0, 0, 0) % (uint32_t)gpt->cfg.vocab_size);
+    slot[r] = r / P;
+    pos[r]  = r % P;
+  }
+  PetscCall(gpt_forward_cached(gpt, kv, tok, slot, pos, N, out));
+  for (int s = 0; s < max_new - 1; s++) {
+    double t0 = sys_wtime();
+    for (int r = 0; r < conc; r++) {
+      slot[r] = r;
+      pos[r]  = P + s;
+    }
+    PetscCall(gpt_forward_cached(gpt, kv, tok, slot, pos, conc, out));
+    t[s] = sys_wtime() - t0;
+  }
+  *ms = max_new > 1 ? median(t, max_new - 1) * 1e3 : 0;
+  PetscCall(PetscFree(t));
+  PetscCall(PetscFree4(tok, slot, pos, out));
+  PetscCall(gpt_kv_destroy(gpt, &kv));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* One gen_generate call; the timeline splits the prefill from decoding. */
 static PetscErrorCode bench_once(GenEngine *eng, int iter, int n, const GenRequest *req, GenBatch *b, DecodeTiming *t)
 {
@@ -76,7 +115,7 @@ static PetscErrorCode bench_conc(GPT *gpt, const BenchSize *s, int conc, int P, 
   GenBatch      b;
   GenRequest   *req;
   int          *prompts;
-  double       *dec, *tot, *step, *pre;
+  double       *dec, *tot, *step, *pre, fwd_ms = 0;
   DecodeTiming  t = {0};
 
   PetscFunctionBegin;
@@ -100,9 +139,11 @@ static PetscErrorCode bench_conc(GPT *gpt, const BenchSize *s, int conc, int P, 
     step[it] = t.step_ms;
     pre[it]  = t.prefill_ms;
   }
+  PetscCall(forward_only_ms(gpt, conc, P, max_new, &fwd_ms));
   PetscCall(PetscPrintf(PETSC_COMM_WORLD,
-                        "rlfuse-decode size=%s params=%zu conc=%d prompt=%d new=%d threads=%d decode_tok_per_s=%.0f tok_per_s=%.0f step_ms=%.3f prefill_ms=%.3f\n",
-                        s->name, gpt->nparams, conc, P, max_new, omp_get_max_threads(), median(dec, iters), median(tot, iters), median(step, iters), median(pre, iters)));
+                        "rlfuse-decode size=%s params=%zu conc=%d prompt=%d new=%d threads=%d decode_tok_per_s=%.0f tok_per_s=%.0f step_ms=%.3f fwd_ms=%.3f prefill_ms=%.3f\n",
+                        s->name, gpt->nparams, conc, P, max_new, omp_get_max_threads(), median(dec, iters), median(tot, iters), median(step, iters), fwd_ms,
+                        median(pre, iters)));
   PetscCall(PetscFree4(dec, tot, step, pre));
   PetscCall(gen_batch_destroy(&b));
   PetscCall(gen_engine_destroy(&eng));

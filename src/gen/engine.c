@@ -7,7 +7,6 @@
  * not depend on the slot count, the admission order or batch composition. */
 #include "gen.h"
 #include "sys.h"
-#include <string.h>
 
 struct GenEngine {
   GPT        *gpt;
