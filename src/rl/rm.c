@@ -162,7 +162,7 @@ static PetscErrorCode rm_eval(GPT *gpt, const PrefPairs *eval, RMBatch *b, doubl
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode rm_step(GPT *gpt, const RMOptions *o, const PrefPairs *train, int *perm, RMBatch *b, CkptState *st, RunRecord *rec, double *loss, double *acc, PetscReal *lr, PetscReal *gnorm)
+static PetscErrorCode rm_step(GPT *gpt, const RMOptions *o, const PrefPairs *train, int *perm, int64_t *perm_epoch, RMBatch *b, CkptState *st, RunRecord *rec, double *loss, double *acc, PetscReal *lr, PetscReal *gnorm)
 {
   int    n = train->d.N / 2, idx[RM_MAX_BATCH], correct;
   double t0 = sys_wtime(), t1, t2;
@@ -170,7 +170,10 @@ static PetscErrorCode rm_step(GPT *gpt, const RMOptions *o, const PrefPairs *tra
   PetscFunctionBegin;
   for (int i = 0; i < b->B; i++) { /* pairs data_pos .. data_pos+B-1 of the epoch-shuffled stream */
     int64_t pos = st->data_pos + i, epoch = pos / n;
-    if (i == 0 || pos % n == 0) rl_shuffle(perm, n, (uint64_t)st->seed, 0x524Du, epoch);
+    if (epoch != *perm_epoch) { /* a pure function of (seed, epoch): a restart rebuilds the same order */
+      rl_shuffle(perm, n, (uint64_t)st->seed, 0x524Du, epoch);
+      *perm_epoch = epoch;
+    }
     idx[i] = perm[pos % n];
   }
   st->data_pos += b->B;
@@ -218,6 +221,7 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, GPT *gpt, 
   RunRecord *rec;
   RMBatch    b;
   int       *perm;
+  int64_t    perm_epoch = -1;
   double     acc = NAN, gacc = NAN, eloss = NAN;
   char       name[64];
 
@@ -231,7 +235,7 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, GPT *gpt, 
     PetscReal lr, gnorm;
     PetscBool last = (PetscBool)(st->iteration + 1 == o->steps);
 
-    PetscCall(rm_step(gpt, o, train, perm, &b, st, rec, &loss, &bacc, &lr, &gnorm));
+    PetscCall(rm_step(gpt, o, train, perm, &perm_epoch, &b, st, rec, &loss, &bacc, &lr, &gnorm));
     acc = gacc = eloss = NAN;
     if ((o->eval_every && st->iteration % o->eval_every == 0) || last) PetscCall(rm_eval(gpt, eval, &b, &acc, &gacc, &eloss));
     ms = 1e3 * (sys_wtime() - t0);

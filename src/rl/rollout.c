@@ -222,7 +222,7 @@ PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, i
 {
   char            group[32];
   int             B = r->B, T = r->T;
-  const IODataset d[] = {
+  IODataset d[] = {
     {"tokens",           2, {B, T}, r->gen.tokens,       PETSC_TRUE },
     {"prompt_lengths",   1, {B, 1}, r->start,            PETSC_TRUE },
     {"response_lengths", 1, {B, 1}, r->len,              PETSC_TRUE },
@@ -241,15 +241,13 @@ PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, i
   const char *an[] = {"gamma", "lambda", "kl_coef"};
   double      av[] = {o->gamma, o->lambda, kl_coef};
   float      *steps;
-  IODataset   dd[sizeof d / sizeof d[0]];
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(r->gen.nsteps + 1, &steps)); /* step times are stored as float32 like the rest */
   for (int k = 0; k < r->gen.nsteps; k++) steps[k] = (float)r->gen.step_seconds[k];
-  PetscCall(PetscArraycpy(dd, d, sizeof d / sizeof d[0]));
-  dd[12].data = steps;
+  d[12].data = steps;
   PetscCall(PetscSNPrintf(group, sizeof group, "iter_%d", iteration));
-  PetscCall(io_group_append(comm, path, group, dd, (int)(sizeof d / sizeof d[0]), an, av, 3));
+  PetscCall(io_group_append(comm, path, group, d, (int)(sizeof d / sizeof d[0]), an, av, 3));
   PetscCall(PetscFree(steps));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
