@@ -73,6 +73,10 @@ typedef struct {
  * attributes into path, creating the file if needed; flushed and closed on
  * return. Rank 0 writes; collective. */
 PetscErrorCode io_group_append(MPI_Comm comm, const char *path, const char *group, const IODataset *d, int n, const char *const *attr_names, const double *attr_values, int nattr);
+/* The same into an open run record: group `group` (a path such as
+ * "plan/actor_gen": missing parents are created; a group of that name is
+ * replaced, children included), then a flush. Rank 0 writes; collective. */
+PetscErrorCode record_group(RunRecord *rec, const char *group, const IODataset *d, int n, const char *const *attr_names, const double *attr_values, int nattr);
 
 /* Writes one float32 [rows, cols] dataset `name` to a new file at path. */
 PetscErrorCode io_write_matrix(MPI_Comm comm, const char *path, const char *name, const float *x, int rows, int cols);

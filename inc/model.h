@@ -10,6 +10,7 @@
 #define RLFUSE_MODEL_H
 
 #include "tensor.h"
+#include "comm.h"
 
 typedef enum { GPT_HEAD_LM = 0, GPT_HEAD_SCALAR = 1 } GPTHead;
 extern const char *const GPTHeadNames[]; /* "lm", "scalar", then PETSc's enum trailer */
@@ -19,7 +20,9 @@ typedef struct {
   GPTHead head;
 } GPTConfig;
 
-/* One named parameter tensor inside the flat buffer. */
+/* One named parameter tensor inside the flat buffer. In a shard (below)
+ * shape and numel are the local piece's, numel is 0 for a tensor the shard
+ * does not hold, and gshape is always the full (logical) shape. */
 typedef struct {
   char      name[64];  /* Hugging Face key, e.g. "transformer.h.0.attn.c_attn.weight" */
   int       ndim;      /* 1 or 2 */
@@ -27,7 +30,53 @@ typedef struct {
   size_t    offset;    /* in floats, into params/grads/m/v */
   size_t    numel;
   PetscBool decay;     /* weight decay applies (2-D tensors) */
+  int       gshape[2]; /* full shape (gshape[1] 0 for 1-D) */
+  int       split;     /* the dimension tensor parallelism cuts (-1: replicated), also in the whole model's table */
+  int       groups;    /* the split dimension is `groups` equal blocks (3: q|k|v), each cut into tp pieces */
+  PetscBool norm;      /* counted by this rank in the global gradient norm (replicated tensors by tp rank 0 only; the last stage's tied wte copy never) */
 } GPTTensor;
+
+/* A model shard: the piece of a model one rank holds under tensor and
+ * pipeline parallelism (Megatron style).
+ *   c_attn (weight [C,3C], bias [3C]): q, k and v blocks each cut by columns,
+ *     so rank t holds heads [t*NH/tp, (t+1)*NH/tp) of all three;
+ *   mlp.c_fc (weight [C,4C], bias [4C]): columns;
+ *   attn.c_proj and mlp.c_proj weights: rows (their biases are replicated);
+ *   wte [V,C]: rows (vocabulary-parallel embedding and LM head);
+ *   wpe, LayerNorms, score.weight: replicated.
+ * Stage p holds layers [l0, l1); the first stage wte and wpe, the last ln_f
+ * and the head (for the LM head its own copy of wte, whose gradient is summed
+ * with the first stage's over embed_comm). With tp = pp = 1 a shard is the
+ * whole model. */
+typedef struct {
+  int tp, t;  /* tensor-parallel size and this rank's index */
+  int pp, p;  /* pipeline stages and this rank's stage */
+  int l0, l1; /* layers of this stage */
+} GPTShard;
+
+/* Layers of stage p of pp, split so the stages' parameter counts (embeddings
+ * with the first stage, ln_f and head with the last) are as even as possible;
+ * every stage gets at least one layer. */
+void gpt_stage_layers(const GPTConfig *cfg, int pp, int p, int *l0, int *l1);
+/* The shard of mesh coordinates (p, t); NULL mesh: the whole model. */
+void gpt_shard_of_mesh(const GPTConfig *cfg, const Mesh *mesh, GPTShard *sh);
+/* Checks that a shard layout is possible: tp divides n_head and vocab_size,
+ * pp <= n_layer. The message names the option prefix given (e.g. -actor_train_). */
+PetscErrorCode gpt_shard_check(const GPTConfig *cfg, int tp, int pp, const char *what);
+/* Tensor table of a shard (sh NULL: the whole model). */
+PetscErrorCode gpt_tensor_table_shard(const GPTConfig *cfg, const GPTShard *sh, GPTTensor **tensors, int *ntensors, size_t *nparams);
+/* Index range along a tensor's split dimension of piece a of q for group g:
+ * [*lo, *hi). Rank t of tp holds pieces q/tp*t .. q/tp*(t+1)-1 when tp divides q. */
+void gpt_tensor_piece(const GPTTensor *full, int q, int a, int g, int *lo, int *hi);
+/* Copies n indices along a split dimension: from index src_lo of a buffer
+ * whose split-dimension extent is src_D to index dst_lo of one with extent
+ * dst_D (the other dimension is the full one). full describes the tensor. */
+void gpt_copy_span(const GPTTensor *full, int split, const float *src, int src_D, int src_lo, float *dst, int dst_D, int dst_lo, int n);
+/* Copies between a full flat buffer (host, table of the whole model) and a
+ * shard's flat buffer (host, table of sh): extract takes the shard's pieces,
+ * insert puts them back. */
+PetscErrorCode gpt_shard_extract(const GPTConfig *cfg, const GPTShard *sh, const float *full, float *shard);
+PetscErrorCode gpt_shard_insert(const GPTConfig *cfg, const GPTShard *sh, const float *shard, float *full);
 
 typedef struct {
   PetscReal lr, min_lr_ratio, beta1, beta2, eps, weight_decay, grad_clip;
@@ -36,16 +85,32 @@ typedef struct {
 
 typedef struct GPTActs GPTActs; /* activation buffers, private to src/model */
 
+/* Distributed training options of a model on a mesh. */
+typedef struct {
+  PetscBool zero1;        /* ZeRO-1: AdamW moments sharded over the dp replicas */
+  size_t    bucket_bytes; /* gradient all-reduce bucket size */
+} GPTDistConfig;
+
 typedef struct {
   GPTConfig      cfg;
   const Backend *be;
+  GPTShard       sh;             /* whole model when mesh is NULL */
+  const Mesh    *mesh;           /* the mesh the shard lives on, or NULL (one rank) */
+  GPTDistConfig  dist;
+  int            Cl, NHl, Vl, v0; /* local attention width C/tp, heads, vocabulary rows and first row */
   int            ntensors;
   GPTTensor     *tensors;
   size_t         nparams;
   float         *params, *grads; /* device */
   float         *m, *v;          /* AdamW moments (device), allocated by gpt_optim_init */
   int            step;           /* optimizer steps taken */
-  GPTActs       *acts;
+  GPTActs       *acts;           /* the selected activation slot */
+  GPTActs      **slots;          /* every slot (slots[0] is the first) */
+  int            nslots;
+  double        *stats_host;     /* vocabulary-parallel log-prob statistics, host [4*N*tp] */
+  size_t         stats_cap;
+  size_t         own0, own1;
+  PetscBool      grads_synced;   /* gpt_grads_sync ran since the last zero_grad or step */     /* ZeRO-1: the flat range whose AdamW moments this rank keeps (m, v hold own1-own0) */
 } GPT;
 
 /* Reads -<prefix>n_layer, n_head, n_embd, vocab_size, n_positions, head. */
@@ -58,6 +123,20 @@ PetscErrorCode adamw_set_from_options(const char *prefix, AdamWConfig *opt);
 /* Tensor table for a configuration (no allocation of parameters). */
 PetscErrorCode gpt_tensor_table(const GPTConfig *cfg, GPTTensor **tensors, int *ntensors, size_t *nparams);
 PetscErrorCode gpt_create(const GPTConfig *cfg, const Backend *be, GPT **gpt);
+/* The shard of cfg for this rank's coordinates on mesh (which must contain
+ * this rank); tp and pp collectives go over the mesh's communicators. */
+PetscErrorCode gpt_create_on_mesh(const GPTConfig *cfg, const Backend *be, const Mesh *mesh, GPT **gpt);
+/* Micro-batches a pipeline stage keeps in flight: forward and backward use
+ * activation slot k (0..nslots-1) selected here. Default 1 slot. */
+PetscErrorCode gpt_acts_slots(GPT *gpt, int nslots);
+/* ZeRO-1: AdamW moments sharded over the mesh's dp replicas (each keeps
+ * the moments of one contiguous range of the flat buffer, updates those
+ * parameters, and the replicas then share them). Before gpt_optim_init. */
+PetscErrorCode gpt_set_zero1(GPT *gpt, PetscBool on);
+PetscErrorCode gpt_acts_select(GPT *gpt, int k);
+/* Stage roles of a shard. */
+static inline PetscBool gpt_first_stage(const GPT *g) { return g->sh.p == 0 ? PETSC_TRUE : PETSC_FALSE; }
+static inline PetscBool gpt_last_stage(const GPT *g) { return g->sh.p == g->sh.pp - 1 ? PETSC_TRUE : PETSC_FALSE; }
 PetscErrorCode gpt_destroy(GPT **gpt);
 /* Index of a tensor by name, or -1. */
 int gpt_find_tensor(const GPT *gpt, const char *name);
@@ -110,6 +189,10 @@ PetscErrorCode gpt_backward_values(GPT *gpt, const float *dvalues);
 /* Learning rate at optimizer step `step` (0-based): linear warm-up over
  * `warmup` steps, then cosine to lr*min_lr_ratio over decay_steps. */
 PetscReal adamw_lr(const AdamWConfig *opt, int step);
+/* On a mesh: adds the dp replicas' gradients (in buckets) and the tied
+ * embedding's two copies; once per step (gpt_adamw_step calls it if the
+ * caller did not). */
+PetscErrorCode gpt_grads_sync(GPT *gpt);
 /* Global gradient norm, clip scale, AdamW update, step += 1. */
 PetscErrorCode gpt_adamw_step(GPT *gpt, const AdamWConfig *opt, PetscReal *lr_used, PetscReal *grad_norm);
 

@@ -32,10 +32,12 @@ struct Backend {
   PetscErrorCode (*zero)(void *ptr, size_t bytes);
   PetscErrorCode (*sync)(void);
 
-  /* out[n,:] = wte[tok[n],:] + wpe[pos[n],:] */
-  PetscErrorCode (*encoder_forward)(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C);
-  /* dwte[tok[n],:] += dout[n,:]; dwpe[pos[n],:] += dout[n,:] (either may be NULL) */
-  PetscErrorCode (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C);
+  /* out[n,:] = wte[tok[n]-v0,:] + wpe[pos[n],:]. wte holds the rows of token
+   * ids v0 .. v0+Vl-1 (all of them: v0 0, Vl V; a vocabulary-parallel shard
+   * otherwise): a token outside contributes 0. wpe may be NULL (adds 0). */
+  PetscErrorCode (*encoder_forward)(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C, int v0, int Vl);
+  /* dwte[tok[n]-v0,:] += dout[n,:] for tokens in the shard; dwpe[pos[n],:] += dout[n,:] (either may be NULL) */
+  PetscErrorCode (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C, int v0, int Vl);
 
   /* GPT-2 LayerNorm, eps 1e-5. mean and rstd [N] are saved for backward. */
   PetscErrorCode (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C);
@@ -86,6 +88,18 @@ struct Backend {
    * (overwrites; rows with target < 0 are zeroed) */
   PetscErrorCode (*logprob_backward)(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
                                      const int *mask_off, const int *mask_ids, int N, int V);
+
+  /* Vocabulary-parallel log-probabilities: logits [N,Vl] are the columns of
+   * token ids v0 .. v0+Vl-1; targets and allowed ids are global ids and
+   * those outside the shard are skipped. Per row, over the allowed ids in
+   * the shard, with y = inv_temp*logits:
+   *   stats[4n+0] = m = max y (-inf when none), stats[4n+1] = s = sum exp(y-m),
+   *   stats[4n+2] = sum exp(y-m)*(y-m), stats[4n+3] = y of the target if in the shard, else 0.
+   * Combining the shards' stats gives lse, logprob and entropy (model layer). */
+  PetscErrorCode (*logprob_stats)(double *stats, const float *logits, const int *target, float inv_temp, const int *mask_off, const int *mask_ids, int N, int Vl, int v0);
+  /* logprob_backward on a shard: dlogits[n,j] for id v0+j, with the global lse [N] (required) */
+  PetscErrorCode (*logprob_backward_shard)(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
+                                           const int *mask_off, const int *mask_ids, int N, int Vl, int v0);
 
   /* *out = sum of x[i]^2 over n elements (host scalar result) */
   PetscErrorCode (*sumsq)(double *out, const float *x, size_t n);

@@ -401,13 +401,13 @@ static PetscErrorCode check_encoder(Tally *ty, const Backend *be, Rng *r)
   PetscFunctionBegin;
   for (int n = 0; n < N; n++) tok[n] = rng_int(r, V), pos[n] = rng_int(r, P);
   poison(out, (size_t)N * C);
-  PetscCall(be->encoder_forward(out, tok, pos, wte, wpe, N, C));
+  PetscCall(be->encoder_forward(out, tok, pos, wte, wpe, N, C, 0, V));
   for (int n = 0; n < N; n++)
     for (int c = 0; c < C; c++) ref[n * C + c] = (double)wte[tok[n] * C + c] + wpe[pos[n] * C + c];
   ok = cmp(detail, sizeof detail, "out", out, NULL, ref, (size_t)N * C, 1e-7, 1e-6);
   report(ty, ok, "encoder_forward", detail);
 
-  PetscCall(be->encoder_backward(dwte, dwpe, dout, tok, pos, N, C));
+  PetscCall(be->encoder_backward(dwte, dwpe, dout, tok, pos, N, C, 0, V));
   for (int n = 0; n < N; n++)
     for (int c = 0; c < C; c++) rte[tok[n] * C + c] += dout[n * C + c], rpe[pos[n] * C + c] += dout[n * C + c];
   detail[0] = 0;
@@ -892,7 +892,7 @@ static PetscErrorCode check_threads(Tally *ty, const Backend *be, Rng *r)
     memset(att[k] + natt - (size_t)B * T * 3 * AC, 0, (size_t)B * T * 3 * AC * sizeof(float));
     PetscCall(be->layernorm_backward(ln[k], ln[k] + (size_t)N * C, ln[k] + (size_t)N * C + C, g, x, w, mean, rstd, N, C));
     PetscCall(be->matmul_backward(NULL, NULL, dbias[k], g, x, w, N, C, C, PETSC_FALSE));
-    PetscCall(be->encoder_backward(enc[k], enc[k] + (size_t)V * C, g, tok, tok, N, C));
+    PetscCall(be->encoder_backward(enc[k], enc[k] + (size_t)V * C, g, tok, tok, N, C, 0, V));
     PetscCall(be->attention_forward(att[k], att[k] + (size_t)B * T * AC, qkv, B, T, AC, NH));
     PetscCall(be->attention_backward(att[k] + (size_t)B * T * AC + (size_t)B * NH * T * T, ag, qkv, att[k] + (size_t)B * T * AC, B, T, AC, NH));
     PetscCall(be->logprob_forward(lse[k] /* logprobs are a function of lse */, NULL, NULL, logits, tgt, 1.0f, NULL, NULL, LN, LV));

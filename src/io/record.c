@@ -300,10 +300,16 @@ static PetscErrorCode rec_write_parameters(hid_t g)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Missing parents of a nested name ("plan/actor_gen") are created too. */
 static PetscErrorCode rec_group(hid_t loc, const char *name, hid_t *g)
 {
+  hid_t lcpl;
+
   PetscFunctionBegin;
-  *g = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  lcpl = H5Pcreate(H5P_LINK_CREATE);
+  H5Call(lcpl, "HDF5: cannot create link properties");
+  *g = H5Pset_create_intermediate_group(lcpl, 1) < 0 ? H5I_INVALID_HID : H5Gcreate2(loc, name, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+  H5Pclose(lcpl);
   H5Call(*g, "HDF5: cannot create group %s", name);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -395,5 +401,45 @@ PetscErrorCode record_close(RunRecord **rec)
   PetscCall(PetscFree(r->mets.col));
   PetscCall(PetscFree(r));
   *rec = NULL;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- further groups (e.g. /plan) -------------------------------------------- */
+typedef struct {
+  RunRecord        *rec;
+  const char       *group;
+  const IODataset  *d;
+  int               n, nattr;
+  const char *const *attr_names;
+  const double     *attr_values;
+} RecGroupCtx;
+
+static PetscErrorCode rec_group_task(void *vctx)
+{
+  RecGroupCtx *ctx = (RecGroupCtx *)vctx;
+  RunRecord   *rec = ctx->rec;
+  hid_t        g;
+
+  PetscFunctionBegin;
+  /* H5Lexists fails when a parent is missing, which also means "absent" */
+  if (H5Lexists(rec->file, ctx->group, H5P_DEFAULT) > 0) H5Call(H5Ldelete(rec->file, ctx->group, H5P_DEFAULT), "run record %s: cannot replace group /%s", rec->path, ctx->group);
+  PetscCall(rec_group(rec->file, ctx->group, &g));
+  for (int i = 0; i < ctx->n; i++) {
+    const IODataset *d       = &ctx->d[i];
+    hsize_t          dims[2] = {(hsize_t)d->dims[0], (hsize_t)d->dims[1]};
+    PetscCall(h5u_dataset_write(g, d->name, d->is_int ? H5T_STD_I32LE : H5T_IEEE_F32LE, d->is_int ? H5T_NATIVE_INT : H5T_NATIVE_FLOAT, d->ndim, dims, d->data));
+  }
+  for (int i = 0; i < ctx->nattr; i++) PetscCall(h5u_attr_write_double(g, ctx->attr_names[i], ctx->attr_values[i]));
+  PetscCall(h5u_close(&g));
+  H5Call(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed (disk full?)", rec->path);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode record_group(RunRecord *rec, const char *group, const IODataset *d, int n, const char *const *attr_names, const double *attr_values, int nattr)
+{
+  RecGroupCtx ctx = {rec, group, d, n, nattr, attr_names, attr_values};
+
+  PetscFunctionBegin;
+  PetscCall(h5u_rank0(rec->comm, rec_group_task, &ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

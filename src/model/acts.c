@@ -24,34 +24,36 @@ static int *take_i(int *slab, size_t *off, size_t n)
   return p;
 }
 
-static size_t layer_layout(float *base, size_t N, size_t C, size_t natt, GPTLayerActs *la)
+static size_t layer_layout(float *base, size_t N, const GPTDims *d, size_t natt, GPTLayerActs *la)
 {
   GPTLayerActs dummy;
-  size_t       off = 0;
+  size_t       off = 0, C = d->C;
 
   if (!la) la = &dummy;
   la->ln1      = take_f(base, &off, N * C);
   la->ln1_mean = take_f(base, &off, N);
   la->ln1_rstd = take_f(base, &off, N);
-  la->qkv      = take_f(base, &off, 3 * N * C);
-  la->atty     = take_f(base, &off, N * C);
+  la->qkv      = take_f(base, &off, 3 * N * d->Ca);
+  la->atty     = take_f(base, &off, N * d->Ca);
   la->att      = take_f(base, &off, natt);
   la->res2     = take_f(base, &off, N * C);
   la->ln2      = take_f(base, &off, N * C);
   la->ln2_mean = take_f(base, &off, N);
   la->ln2_rstd = take_f(base, &off, N);
-  la->fch      = take_f(base, &off, 4 * N * C);
-  la->fch_gelu = take_f(base, &off, 4 * N * C);
+  la->fch      = take_f(base, &off, N * d->F);
+  la->fch_gelu = take_f(base, &off, N * d->F);
   la->res3     = take_f(base, &off, N * C);
   return off;
 }
 
-/* Carves (or, with a == NULL, only counts) the training buffers for (B,T). */
-static void train_layout(const GPTConfig *cfg, int B, int T, float *sf, int *si, GPTActs *a, size_t *nf, size_t *ni)
+/* Carves (or, with a == NULL, only counts) the training buffers for (B,T)
+ * of a shard (sh NULL: the whole model). */
+static void train_layout(const GPTConfig *cfg, const GPTShard *sh, int B, int T, float *sf, int *si, GPTActs *a, size_t *nf, size_t *ni)
 {
   GPTActs dummy;
-  size_t  N = (size_t)B * T, C = cfg->n_embd, V = cfg->vocab_size, L = cfg->n_layer;
-  size_t  natt = (size_t)B * cfg->n_head * T * T, head = cfg->head == GPT_HEAD_LM ? N * V : N;
+  GPTDims d = gpt_dims(cfg, sh);
+  size_t  N = (size_t)B * T, C = d.C, V = d.V, L = d.L;
+  size_t  natt = (size_t)B * d.NH * T * T, head = cfg->head == GPT_HEAD_LM ? N * V : N;
   size_t  of = 0, oi = 0;
 
   if (!a) {
@@ -64,7 +66,7 @@ static void train_layout(const GPTConfig *cfg, int B, int T, float *sf, int *si,
   a->target       = take_i(si, &oi, N);
   a->mask_off     = cfg->head == GPT_HEAD_LM ? take_i(si, &oi, N + 1) : NULL;
   a->encoded      = take_f(sf, &of, N * C);
-  a->layer_stride = layer_layout(NULL, N, C, natt, NULL);
+  a->layer_stride = layer_layout(NULL, N, &d, natt, NULL);
   a->layer_base   = take_f(sf, &of, L * a->layer_stride);
   a->lnf          = take_f(sf, &of, N * C);
   a->lnf_mean     = take_f(sf, &of, N);
@@ -83,10 +85,11 @@ static void train_layout(const GPTConfig *cfg, int B, int T, float *sf, int *si,
   *ni             = oi;
 }
 
-static void cached_layout(const GPTConfig *cfg, int N_, float *sf, int *si, GPTActs *a, size_t *nf, size_t *ni)
+static void cached_layout(const GPTConfig *cfg, const GPTShard *sh, int N_, float *sf, int *si, GPTActs *a, size_t *nf, size_t *ni)
 {
   GPTActs dummy;
-  size_t  N = (size_t)N_, C = cfg->n_embd, V = cfg->vocab_size;
+  GPTDims d = gpt_dims(cfg, sh);
+  size_t  N = (size_t)N_, C = d.C, V = d.V;
   size_t  of = 0, oi = 0;
 
   if (!a) {
@@ -101,11 +104,11 @@ static void cached_layout(const GPTConfig *cfg, int N_, float *sf, int *si, GPTA
   a->c_ln       = take_f(sf, &of, N * C);
   a->c_mean     = take_f(sf, &of, N);
   a->c_rstd     = take_f(sf, &of, N);
-  a->c_qkv      = take_f(sf, &of, 3 * N * C);
-  a->c_atty     = take_f(sf, &of, N * C);
+  a->c_qkv      = take_f(sf, &of, 3 * N * d.Ca);
+  a->c_atty     = take_f(sf, &of, N * d.Ca);
   a->c_proj     = take_f(sf, &of, N * C);
-  a->c_fch      = take_f(sf, &of, 4 * N * C);
-  a->c_fch_gelu = take_f(sf, &of, 4 * N * C);
+  a->c_fch      = take_f(sf, &of, N * d.F);
+  a->c_fch_gelu = take_f(sf, &of, N * d.F);
   a->c_out      = take_f(sf, &of, cfg->head == GPT_HEAD_LM ? N * V : N);
   *nf           = of;
   *ni           = oi;
@@ -145,6 +148,7 @@ PetscErrorCode gpt_acts_create(GPTActs **acts)
 {
   PetscFunctionBegin;
   PetscCall(PetscNew(acts));
+  (*acts)->send_fwd = (*acts)->send_bwd = MPI_REQUEST_NULL;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -152,6 +156,8 @@ PetscErrorCode gpt_acts_destroy(const Backend *be, GPTActs **acts)
 {
   PetscFunctionBegin;
   if (!*acts) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(comm_wait(&(*acts)->send_fwd));
+  PetscCall(comm_wait(&(*acts)->send_bwd));
   PetscCall(slab_free(be, &(*acts)->train));
   PetscCall(slab_free(be, &(*acts)->cached));
   if ((*acts)->mask_ids) PetscCall(be->free((*acts)->mask_ids));
@@ -159,7 +165,7 @@ PetscErrorCode gpt_acts_destroy(const Backend *be, GPTActs **acts)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-void gpt_acts_train_size(const GPTConfig *cfg, int B, int T, size_t *nf, size_t *ni) { train_layout(cfg, B, T, NULL, NULL, NULL, nf, ni); }
+void gpt_acts_train_size(const GPTConfig *cfg, const GPTShard *sh, int B, int T, size_t *nf, size_t *ni) { train_layout(cfg, sh, B, T, NULL, NULL, NULL, nf, ni); }
 
 PetscErrorCode gpt_acts_train_resize(GPT *gpt, int B, int T)
 {
@@ -167,9 +173,11 @@ PetscErrorCode gpt_acts_train_resize(GPT *gpt, int B, int T)
   size_t   nf, ni;
 
   PetscFunctionBegin;
-  train_layout(&gpt->cfg, B, T, NULL, NULL, NULL, &nf, &ni);
+  PetscCall(comm_wait(&a->send_fwd)); /* the buffers are about to be overwritten */
+  PetscCall(comm_wait(&a->send_bwd));
+  train_layout(&gpt->cfg, &gpt->sh, B, T, NULL, NULL, NULL, &nf, &ni);
   PetscCall(slab_reserve(gpt->be, &a->train, nf, ni));
-  train_layout(&gpt->cfg, B, T, a->train.slab_f, a->train.slab_i, a, &nf, &ni);
+  train_layout(&gpt->cfg, &gpt->sh, B, T, a->train.slab_f, a->train.slab_i, a, &nf, &ni);
   a->B        = B;
   a->T        = T;
   a->N        = B * T;
@@ -183,20 +191,43 @@ PetscErrorCode gpt_acts_cached_resize(GPT *gpt, int N)
   size_t   nf, ni;
 
   PetscFunctionBegin;
-  cached_layout(&gpt->cfg, N, NULL, NULL, NULL, &nf, &ni);
+  cached_layout(&gpt->cfg, &gpt->sh, N, NULL, NULL, NULL, &nf, &ni);
   PetscCall(slab_reserve(gpt->be, &a->cached, nf, ni));
-  cached_layout(&gpt->cfg, N, a->cached.slab_f, a->cached.slab_i, a, &nf, &ni);
+  cached_layout(&gpt->cfg, &gpt->sh, N, a->cached.slab_f, a->cached.slab_i, a, &nf, &ni);
   a->cached_N = N;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* l is the global layer index (one of the shard's). */
 void gpt_acts_layer(const GPT *gpt, int l, GPTLayerActs *la)
 {
   const GPTActs *a    = gpt->acts;
-  size_t         N    = (size_t)a->N, C = gpt->cfg.n_embd;
-  size_t         natt = (size_t)a->B * gpt->cfg.n_head * a->T * a->T;
+  GPTDims        d    = gpt_dims(&gpt->cfg, &gpt->sh);
+  size_t         N    = (size_t)a->N;
+  size_t         natt = (size_t)a->B * d.NH * a->T * a->T;
 
-  layer_layout(a->layer_base + (size_t)l * a->layer_stride, N, C, natt, la);
+  layer_layout(a->layer_base + (size_t)(l - gpt->sh.l0) * a->layer_stride, N, &d, natt, la);
+}
+
+/* Activation slots for micro-batches in flight on a pipeline stage; slot 0
+ * is the one gpt_create made. */
+PetscErrorCode gpt_acts_slots(GPT *gpt, int nslots)
+{
+  PetscFunctionBegin;
+  PetscCheck(nslots >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_acts_slots: %d slots", nslots);
+  if (nslots <= gpt->nslots) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(PetscRealloc(nslots * sizeof(GPTActs *), &gpt->slots));
+  for (int k = gpt->nslots; k < nslots; k++) PetscCall(gpt_acts_create(&gpt->slots[k]));
+  gpt->nslots = nslots;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_acts_select(GPT *gpt, int k)
+{
+  PetscFunctionBegin;
+  PetscCheck(k >= 0 && k < gpt->nslots, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_acts_select: slot %d of %d", k, gpt->nslots);
+  gpt->acts = gpt->slots[k];
+  PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Grows the device buffer of the allowed-token ids to at least n ints; contents are not kept. */
@@ -220,6 +251,6 @@ size_t gpt_activation_bytes(const GPTConfig *cfg, int B, int T)
 {
   size_t nf, ni;
 
-  gpt_acts_train_size(cfg, B, T, &nf, &ni);
+  gpt_acts_train_size(cfg, NULL, B, T, &nf, &ni);
   return nf * sizeof(float) + ni * sizeof(int);
 }

@@ -24,19 +24,25 @@ PetscErrorCode gpt_adamw_step(GPT *gpt, const AdamWConfig *opt, PetscReal *lr_us
 
   PetscFunctionBegin;
   if (!gpt->m || !gpt->v) PetscCall(gpt_optim_init(gpt));
-  PetscCall(be->sumsq(&ss, gpt->grads, gpt->nparams));
+  PetscCall(gpt_grads_sync(gpt));
+  PetscCall(gpt_grad_sumsq(gpt, &ss));
   norm = PetscSqrtReal((PetscReal)ss);
   /* A non-finite norm is passed through (and reported) rather than silently
    * turned into a zero scale; the caller decides whether to skip the step. */
   if (opt->grad_clip > 0 && norm > opt->grad_clip) gs = opt->grad_clip / (norm + 1e-6);
   lr = adamw_lr(opt, gpt->step);
+  /* this rank's range of the flat buffer (all of it unless ZeRO-1), tensor by tensor */
   for (int i = 0; i < gpt->ntensors; i++) {
     const GPTTensor *t  = &gpt->tensors[i];
     PetscReal        wd = t->decay ? opt->weight_decay : 0;
+    size_t           lo = PetscMax(t->offset, gpt->own0), hi = PetscMin(t->offset + t->numel, gpt->own1);
 
-    PetscCall(be->adamw(gpt->params + t->offset, gpt->grads + t->offset, gpt->m + t->offset, gpt->v + t->offset, t->numel, (float)lr, (float)opt->beta1,
+    if (hi <= lo) continue;
+    PetscCall(be->adamw(gpt->params + lo, gpt->grads + lo, gpt->m + (lo - gpt->own0), gpt->v + (lo - gpt->own0), hi - lo, (float)lr, (float)opt->beta1,
                         (float)opt->beta2, (float)opt->eps, (float)wd, gpt->step + 1, (float)gs));
   }
+  PetscCall(gpt_params_share(gpt));
+  gpt->grads_synced = PETSC_FALSE;
   gpt->step += 1;
   if (lr_used) *lr_used = lr;
   if (grad_norm) *grad_norm = norm;

@@ -18,16 +18,19 @@ static PetscErrorCode mlp_backward(GPT *gpt, const GPTLayerActs *la, const GPTLa
 {
   const Backend *be = gpt->be;
   GPTActs       *a  = gpt->acts;
-  int            N = a->N, C = gpt->cfg.n_embd;
-  size_t         NC = (size_t)N * C;
+  int            N = a->N, C = gpt->cfg.n_embd, F = 4 * gpt->Cl;
+  size_t         NC = (size_t)N * C, NF = (size_t)N * F;
 
   PetscFunctionBegin;
-  PetscCall(scratch(be, a->dA, 4 * NC)); /* d fch_gelu */
-  PetscCall(be->matmul_backward(a->dA, g->fcproj_w, g->fcproj_b, a->dres, la->fch_gelu, p->fcproj_w, N, 4 * C, C, PETSC_FALSE));
-  PetscCall(scratch(be, a->dB, 4 * NC)); /* d fch */
-  PetscCall(be->gelu_backward(a->dB, la->fch, a->dA, 4 * NC));
+  /* row-parallel c_proj: its input gradient is local; column-parallel c_fc:
+   * its input gradient is a partial sum over the tp group */
+  PetscCall(scratch(be, a->dA, NF)); /* d fch_gelu */
+  PetscCall(be->matmul_backward(a->dA, g->fcproj_w, g->fcproj_b, a->dres, la->fch_gelu, p->fcproj_w, N, F, C, PETSC_FALSE));
+  PetscCall(scratch(be, a->dB, NF)); /* d fch */
+  PetscCall(be->gelu_backward(a->dB, la->fch, a->dA, NF));
   PetscCall(scratch(be, a->dA, NC)); /* d ln2 */
-  PetscCall(be->matmul_backward(a->dA, g->fc_w, g->fc_b, a->dB, la->ln2, p->fc_w, N, C, 4 * C, PETSC_FALSE));
+  PetscCall(be->matmul_backward(a->dA, g->fc_w, g->fc_b, a->dB, la->ln2, p->fc_w, N, C, F, PETSC_FALSE));
+  PetscCall(gpt_tp_sum(gpt, a->dA, NC));
   PetscCall(be->layernorm_backward(a->dres, g->ln2_w, g->ln2_b, a->dA, la->res2, p->ln2_w, la->ln2_mean, la->ln2_rstd, N, C));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -38,16 +41,17 @@ static PetscErrorCode attn_backward(GPT *gpt, const GPTLayerActs *la, const GPTL
 {
   const Backend *be = gpt->be;
   GPTActs       *a  = gpt->acts;
-  int            N = a->N, C = gpt->cfg.n_embd;
-  size_t         NC = (size_t)N * C;
+  int            N = a->N, C = gpt->cfg.n_embd, Ca = gpt->Cl;
+  size_t         NC = (size_t)N * C, NA = (size_t)N * Ca;
 
   PetscFunctionBegin;
-  PetscCall(scratch(be, a->dA, NC)); /* d atty */
-  PetscCall(be->matmul_backward(a->dA, g->proj_w, g->proj_b, a->dres, la->atty, p->proj_w, N, C, C, PETSC_FALSE));
-  PetscCall(scratch(be, a->dB, 3 * NC)); /* d qkv */
-  PetscCall(be->attention_backward(a->dB, a->dA, la->qkv, la->att, a->B, a->T, C, gpt->cfg.n_head));
+  PetscCall(scratch(be, a->dA, NA)); /* d atty */
+  PetscCall(be->matmul_backward(a->dA, g->proj_w, g->proj_b, a->dres, la->atty, p->proj_w, N, Ca, C, PETSC_FALSE));
+  PetscCall(scratch(be, a->dB, 3 * NA)); /* d qkv */
+  PetscCall(be->attention_backward(a->dB, a->dA, la->qkv, la->att, a->B, a->T, Ca, gpt->NHl));
   PetscCall(scratch(be, a->dA, NC)); /* d ln1 */
-  PetscCall(be->matmul_backward(a->dA, g->attn_w, g->attn_b, a->dB, la->ln1, p->attn_w, N, C, 3 * C, PETSC_FALSE));
+  PetscCall(be->matmul_backward(a->dA, g->attn_w, g->attn_b, a->dB, la->ln1, p->attn_w, N, C, 3 * Ca, PETSC_FALSE));
+  PetscCall(gpt_tp_sum(gpt, a->dA, NC));
   PetscCall(be->layernorm_backward(a->dres, g->ln1_w, g->ln1_b, a->dA, x, p->ln1_w, la->ln1_mean, la->ln1_rstd, N, C));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -66,20 +70,34 @@ static PetscErrorCode block_backward(GPT *gpt, int l)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* From d lnf_out (in dA, [N,C]) down to the embeddings. */
+/* From d lnf_out (in dA, [N,C]) on the last stage, or the gradient the next
+ * stage sends, down through this stage's layers; then to the embeddings on
+ * the first stage or to the previous stage. */
 static PetscErrorCode trunk_backward(GPT *gpt)
 {
   const GPTConfig *cfg = &gpt->cfg;
   const Backend   *be  = gpt->be;
   GPTActs         *a   = gpt->acts;
-  int              N = a->N, C = cfg->n_embd, L = cfg->n_layer;
+  int              N = a->N, C = cfg->n_embd, l1 = gpt->sh.l1;
 
   PetscFunctionBegin;
-  PetscCall(scratch(be, a->dres, (size_t)N * C));
-  PetscCall(be->layernorm_backward(a->dres, gpt_view(gpt, gpt->grads, gpt_tidx_lnf_w(cfg)), gpt_view(gpt, gpt->grads, gpt_tidx_lnf_b(cfg)), a->dA,
-                                   gpt_layer_input(gpt, L), gpt_view(gpt, gpt->params, gpt_tidx_lnf_w(cfg)), a->lnf_mean, a->lnf_rstd, N, C));
-  for (int l = L - 1; l >= 0; l--) PetscCall(block_backward(gpt, l));
-  PetscCall(be->encoder_backward(gpt_view(gpt, gpt->grads, GPT_T_WTE), gpt_view(gpt, gpt->grads, GPT_T_WPE), a->dres, a->tok, a->pos, N, C));
+  if (gpt_last_stage(gpt)) {
+    PetscCall(scratch(be, a->dres, (size_t)N * C));
+    PetscCall(be->layernorm_backward(a->dres, gpt_view(gpt, gpt->grads, gpt_tidx_lnf_w(cfg)), gpt_view(gpt, gpt->grads, gpt_tidx_lnf_b(cfg)), a->dA,
+                                     gpt_layer_input(gpt, l1), gpt_view(gpt, gpt->params, gpt_tidx_lnf_w(cfg)), a->lnf_mean, a->lnf_rstd, N, C));
+  } else PetscCall(gpt_pp_recv(gpt, a->dres, (size_t)N * C, GPT_TAG_BWD, gpt->sh.p + 1));
+  for (int l = l1 - 1; l >= gpt->sh.l0; l--) PetscCall(block_backward(gpt, l));
+  if (!gpt_first_stage(gpt)) PetscCall(gpt_pp_send(gpt, a->dres, (size_t)N * C, GPT_TAG_BWD, gpt->sh.p - 1, &a->send_bwd));
+  else PetscCall(be->encoder_backward(gpt_view(gpt, gpt->grads, GPT_T_WTE), gpt_view(gpt, gpt->grads, GPT_T_WPE), a->dres, a->tok, a->pos, N, C, gpt->v0, gpt->Vl));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* A stage before the last: its backward starts from the next stage's gradient. */
+static PetscErrorCode check_backward_ready(GPT *gpt, GPTHead head, const char *fn)
+{
+  PetscFunctionBegin;
+  PetscCheck(gpt->cfg.head == head, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s needs the %s head; this model has the %s head", fn, GPTHeadNames[head], GPTHeadNames[gpt->cfg.head]);
+  PetscCheck(gpt->acts->N > 0, PETSC_COMM_SELF, PETSC_ERR_ORDER, "%s: call gpt_forward first", fn);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -87,6 +105,7 @@ PetscErrorCode gpt_zero_grad(GPT *gpt)
 {
   PetscFunctionBegin;
   PetscCall(gpt->be->zero(gpt->grads, gpt->nparams * sizeof(float)));
+  gpt->grads_synced = PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -98,15 +117,24 @@ PetscErrorCode gpt_backward_logprob(GPT *gpt, const int *target, const float *dl
   int              N, C = cfg->n_embd, V = cfg->vocab_size;
 
   PetscFunctionBegin;
+  if (!gpt_last_stage(gpt)) {
+    PetscCall(check_backward_ready(gpt, GPT_HEAD_LM, "gpt_backward_logprob"));
+    PetscCall(trunk_backward(gpt));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
   PetscCall(gpt_check_forward_done(gpt, GPT_HEAD_LM, "gpt_backward_logprob"));
   PetscCheck(a->have_lse, PETSC_COMM_SELF, PETSC_ERR_ORDER, "gpt_backward_logprob: call gpt_logprobs or gpt_logprobs_dist after gpt_forward first");
   N = a->N;
   PetscCall(gpt_targets_upload(gpt, target));
   PetscCall(be->from_host(a->dhead, dlogprob, (size_t)N * sizeof(float)));
   /* the distribution of the last gpt_logprobs(_dist): the one the logprobs were taken under */
-  PetscCall(be->logprob_backward(a->dlogits, a->head_out, a->lse, a->target, a->dhead, a->inv_temp, a->have_mask ? a->mask_off : NULL, a->mask_ids, N, V));
-  PetscCall(scratch(be, a->dA, (size_t)N * C)); /* d lnf_out */
-  PetscCall(be->matmul_backward(a->dA, gpt_view(gpt, gpt->grads, GPT_T_WTE), NULL, a->dlogits, a->lnf, gpt_view(gpt, gpt->params, GPT_T_WTE), N, C, V, PETSC_TRUE));
+  if (gpt->sh.tp > 1)
+    PetscCall(be->logprob_backward_shard(a->dlogits, a->head_out, a->lse, a->target, a->dhead, a->inv_temp, a->have_mask ? a->mask_off : NULL, a->mask_ids, N, gpt->Vl,
+                                         gpt->v0));
+  else PetscCall(be->logprob_backward(a->dlogits, a->head_out, a->lse, a->target, a->dhead, a->inv_temp, a->have_mask ? a->mask_off : NULL, a->mask_ids, N, V));
+  PetscCall(scratch(be, a->dA, (size_t)N * C)); /* d lnf_out: a partial sum over the vocabulary shards */
+  PetscCall(be->matmul_backward(a->dA, gpt_view(gpt, gpt->grads, GPT_T_WTE), NULL, a->dlogits, a->lnf, gpt_view(gpt, gpt->params, GPT_T_WTE), N, C, gpt->Vl, PETSC_TRUE));
+  PetscCall(gpt_tp_sum(gpt, a->dA, (size_t)N * C));
   PetscCall(trunk_backward(gpt));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -119,6 +147,11 @@ PetscErrorCode gpt_backward_values(GPT *gpt, const float *dvalues)
   int              N, C = cfg->n_embd, s = gpt_tidx_score(cfg);
 
   PetscFunctionBegin;
+  if (!gpt_last_stage(gpt)) {
+    PetscCall(check_backward_ready(gpt, GPT_HEAD_SCALAR, "gpt_backward_values"));
+    PetscCall(trunk_backward(gpt));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
   PetscCall(gpt_check_forward_done(gpt, GPT_HEAD_SCALAR, "gpt_backward_values"));
   N = a->N;
   PetscCall(be->from_host(a->dhead, dvalues, (size_t)N * sizeof(float)));

@@ -29,23 +29,31 @@ static PetscErrorCode upload_positions(GPT *gpt, int B, int T)
 }
 
 /* proj = c_proj(gelu(c_fc(ln_2(x)))); ln/mean/rstd/fch/fch_gelu are kept. The
- * cached forward shares this half of the block. */
-PetscErrorCode gpt_mlp_forward(const Backend *be, const GPTLayerParams *p, const float *x, float *ln, float *mean, float *rstd, float *fch, float *fch_gelu,
-                               float *proj, int N, int C)
+ * cached forward shares this half of the block. Under tensor parallelism
+ * c_fc is column-parallel (this rank's F = 4C/tp columns) and c_proj
+ * row-parallel: partial sums, added over the tp group. */
+PetscErrorCode gpt_mlp_forward(const GPT *gpt, const GPTLayerParams *p, const float *x, float *ln, float *mean, float *rstd, float *fch, float *fch_gelu,
+                               float *proj, int N)
 {
+  const Backend *be = gpt->be;
+  int            C = gpt->cfg.n_embd, F = 4 * gpt->Cl;
+
   PetscFunctionBegin;
   PetscCall(be->layernorm_forward(ln, mean, rstd, x, p->ln2_w, p->ln2_b, N, C));
-  PetscCall(be->matmul_forward(fch, ln, p->fc_w, p->fc_b, N, C, 4 * C, PETSC_FALSE));
-  PetscCall(be->gelu_forward(fch_gelu, fch, (size_t)N * 4 * C));
-  PetscCall(be->matmul_forward(proj, fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, PETSC_FALSE));
+  PetscCall(be->matmul_forward(fch, ln, p->fc_w, p->fc_b, N, C, F, PETSC_FALSE));
+  PetscCall(be->gelu_forward(fch_gelu, fch, (size_t)N * F));
+  PetscCall(be->matmul_forward(proj, fch_gelu, p->fcproj_w, gpt_row_bias(gpt, p->fcproj_b), N, F, C, PETSC_FALSE));
+  PetscCall(gpt_tp_sum(gpt, proj, (size_t)N * C));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Attention: c_attn column-parallel (this rank's heads of q, k and v),
+ * attention over the local heads, c_proj row-parallel. */
 static PetscErrorCode block_forward(GPT *gpt, int l, const float *x)
 {
   const Backend *be = gpt->be;
   GPTActs       *a  = gpt->acts;
-  int            N = a->N, C = gpt->cfg.n_embd;
+  int            N = a->N, C = gpt->cfg.n_embd, Ca = gpt->Cl;
   GPTLayerActs   la;
   GPTLayerParams p;
 
@@ -53,36 +61,51 @@ static PetscErrorCode block_forward(GPT *gpt, int l, const float *x)
   gpt_acts_layer(gpt, l, &la);
   gpt_layer_params(gpt, gpt->params, l, &p);
   PetscCall(be->layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, p.ln1_w, p.ln1_b, N, C));
-  PetscCall(be->matmul_forward(la.qkv, la.ln1, p.attn_w, p.attn_b, N, C, 3 * C, PETSC_FALSE));
-  PetscCall(be->attention_forward(la.atty, la.att, la.qkv, a->B, a->T, C, gpt->cfg.n_head));
-  PetscCall(be->matmul_forward(a->proj, la.atty, p.proj_w, p.proj_b, N, C, C, PETSC_FALSE));
+  PetscCall(be->matmul_forward(la.qkv, la.ln1, p.attn_w, p.attn_b, N, C, 3 * Ca, PETSC_FALSE));
+  PetscCall(be->attention_forward(la.atty, la.att, la.qkv, a->B, a->T, Ca, gpt->NHl));
+  PetscCall(be->matmul_forward(a->proj, la.atty, p.proj_w, gpt_row_bias(gpt, p.proj_b), N, Ca, C, PETSC_FALSE));
+  PetscCall(gpt_tp_sum(gpt, a->proj, (size_t)N * C));
   PetscCall(be->residual_forward(la.res2, x, a->proj, (size_t)N * C));
-  PetscCall(gpt_mlp_forward(be, &p, la.res2, la.ln2, la.ln2_mean, la.ln2_rstd, la.fch, la.fch_gelu, a->proj, N, C));
+  PetscCall(gpt_mlp_forward(gpt, &p, la.res2, la.ln2, la.ln2_mean, la.ln2_rstd, la.fch, la.fch_gelu, a->proj, N));
   PetscCall(be->residual_forward(la.res3, la.res2, a->proj, (size_t)N * C));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The residual stream entering layer l (l == n_layer: entering ln_f). */
+/* The residual stream entering layer l of the shard (l == l1: leaving the
+ * stage, entering ln_f on the last one). The first layer's input is the
+ * embedding, or what the previous stage sent. */
 const float *gpt_layer_input(const GPT *gpt, int l)
 {
   GPTLayerActs la;
 
-  if (l == 0) return gpt->acts->encoded;
+  if (l == gpt->sh.l0) return gpt->acts->encoded;
   gpt_acts_layer(gpt, l - 1, &la);
   return la.res3;
 }
 
-/* logits = x . wte^T (tied LM head) or values = x . score^T (scalar head). */
+/* logits = x . wte^T (tied LM head; this rank's Vl vocabulary columns) or
+ * values = x . score^T (scalar head, replicated). */
 PetscErrorCode gpt_head_forward(const GPT *gpt, float *out, const float *x, int N)
 {
   const GPTConfig *cfg = &gpt->cfg;
 
   PetscFunctionBegin;
   if (cfg->head == GPT_HEAD_LM) {
-    PetscCall(gpt->be->matmul_forward(out, x, gpt_view(gpt, gpt->params, GPT_T_WTE), NULL, N, cfg->n_embd, cfg->vocab_size, PETSC_TRUE));
+    PetscCall(gpt->be->matmul_forward(out, x, gpt_view(gpt, gpt->params, GPT_T_WTE), NULL, N, cfg->n_embd, gpt->Vl, PETSC_TRUE));
   } else {
     PetscCall(gpt->be->matmul_forward(out, x, gpt_view(gpt, gpt->params, gpt_tidx_score(cfg)), NULL, N, cfg->n_embd, 1, PETSC_TRUE));
   }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Vocabulary-parallel embedding: each tp rank adds the rows of its
+ * vocabulary shard (tp rank 0 also the positions), summed over the group. */
+PetscErrorCode gpt_embed(const GPT *gpt, float *out, const int *tok, const int *pos, int N)
+{
+  PetscFunctionBegin;
+  PetscCall(gpt->be->encoder_forward(out, tok, pos, gpt_view(gpt, gpt->params, GPT_T_WTE), gpt_row_bias(gpt, gpt_view(gpt, gpt->params, GPT_T_WPE)), N, gpt->cfg.n_embd,
+                                     gpt->v0, gpt->Vl));
+  PetscCall(gpt_tp_sum(gpt, out, (size_t)N * gpt->cfg.n_embd));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -91,7 +114,7 @@ PetscErrorCode gpt_forward(GPT *gpt, const int *tok, int B, int T)
   const GPTConfig *cfg = &gpt->cfg;
   const Backend   *be  = gpt->be;
   GPTActs         *a;
-  int              N = B * T, C = cfg->n_embd, L = cfg->n_layer;
+  int              N = B * T, C = cfg->n_embd, l1 = gpt->sh.l1;
 
   PetscFunctionBegin;
   PetscCheck(B > 0 && T > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_forward: B %d and T %d must be positive", B, T);
@@ -101,9 +124,14 @@ PetscErrorCode gpt_forward(GPT *gpt, const int *tok, int B, int T)
   a = gpt->acts;
   PetscCall(be->from_host(a->tok, tok, (size_t)N * sizeof(int)));
   PetscCall(upload_positions(gpt, B, T));
-  PetscCall(be->encoder_forward(a->encoded, a->tok, a->pos, gpt_view(gpt, gpt->params, GPT_T_WTE), gpt_view(gpt, gpt->params, GPT_T_WPE), N, C));
-  for (int l = 0; l < L; l++) PetscCall(block_forward(gpt, l, gpt_layer_input(gpt, l)));
-  PetscCall(be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, gpt_layer_input(gpt, L), gpt_view(gpt, gpt->params, gpt_tidx_lnf_w(cfg)),
+  if (gpt_first_stage(gpt)) PetscCall(gpt_embed(gpt, a->encoded, a->tok, a->pos, N));
+  else PetscCall(gpt_pp_recv(gpt, a->encoded, (size_t)N * C, GPT_TAG_FWD, gpt->sh.p - 1));
+  for (int l = gpt->sh.l0; l < l1; l++) PetscCall(block_forward(gpt, l, gpt_layer_input(gpt, l)));
+  if (!gpt_last_stage(gpt)) {
+    PetscCall(gpt_pp_send(gpt, gpt_layer_input(gpt, l1), (size_t)N * C, GPT_TAG_FWD, gpt->sh.p + 1, &a->send_fwd));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  PetscCall(be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, gpt_layer_input(gpt, l1), gpt_view(gpt, gpt->params, gpt_tidx_lnf_w(cfg)),
                                   gpt_view(gpt, gpt->params, gpt_tidx_lnf_b(cfg)), N, C));
   PetscCall(gpt_head_forward(gpt, a->head_out, a->lnf, N));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -116,6 +144,7 @@ const float *gpt_values(const GPT *gpt) { return gpt->cfg.head == GPT_HEAD_SCALA
 PetscErrorCode gpt_check_forward_done(const GPT *gpt, GPTHead head, const char *fn)
 {
   PetscFunctionBegin;
+  PetscCheck(gpt_last_stage(gpt), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s: only the last pipeline stage has the head's output", fn);
   PetscCheck(gpt->cfg.head == head, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s needs the %s head; this model has the %s head", fn, GPTHeadNames[head],
              GPTHeadNames[gpt->cfg.head]);
   PetscCheck(gpt->acts->N > 0, PETSC_COMM_SELF, PETSC_ERR_ORDER, "%s: call gpt_forward first", fn);
@@ -207,10 +236,13 @@ PetscErrorCode gpt_logprobs_dist(GPT *gpt, const int *target, const GPTTokenDist
   a->have_lse = PETSC_FALSE; /* a call that fails half-way must not leave a backward to a stale distribution */
   PetscCall(gpt_targets_upload(gpt, target));
   PetscCall(dist_upload(gpt, target, dist));
-  PetscCall(gpt->be->logprob_forward(a->logprob, a->lse, entropy ? a->entropy : NULL, a->head_out, a->target, a->inv_temp, a->have_mask ? a->mask_off : NULL,
-                                     a->mask_ids, a->N, gpt->cfg.vocab_size));
-  PetscCall(gpt->be->to_host(logprob, a->logprob, (size_t)a->N * sizeof(float)));
-  if (entropy) PetscCall(gpt->be->to_host(entropy, a->entropy, (size_t)a->N * sizeof(float)));
+  if (gpt->sh.tp > 1) PetscCall(gpt_logprobs_tp(gpt, logprob, entropy));
+  else {
+    PetscCall(gpt->be->logprob_forward(a->logprob, a->lse, entropy ? a->entropy : NULL, a->head_out, a->target, a->inv_temp, a->have_mask ? a->mask_off : NULL,
+                                       a->mask_ids, a->N, gpt->cfg.vocab_size));
+    PetscCall(gpt->be->to_host(logprob, a->logprob, (size_t)a->N * sizeof(float)));
+    if (entropy) PetscCall(gpt->be->to_host(entropy, a->entropy, (size_t)a->N * sizeof(float)));
+  }
   a->have_lse = PETSC_TRUE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }

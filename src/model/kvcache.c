@@ -16,8 +16,8 @@ PetscErrorCode gpt_kv_create(const GPT *gpt, int nslot, int Tmax, GPTKVCache **k
   PetscCall(PetscNew(&c));
   c->nslot   = nslot;
   c->Tmax    = Tmax;
-  c->n_layer = gpt->cfg.n_layer;
-  c->n_embd  = gpt->cfg.n_embd;
+  c->n_layer = gpt->sh.l1 - gpt->sh.l0; /* this stage's layers, this rank's heads */
+  c->n_embd  = gpt->Cl;
   n          = (size_t)c->n_layer * nslot * Tmax * c->n_embd;
   PetscCall(gpt->be->alloc(n * sizeof(float), (void **)&c->k));
   PetscCall(gpt->be->alloc(n * sizeof(float), (void **)&c->v));
@@ -41,7 +41,7 @@ static PetscErrorCode check_rows(const GPT *gpt, const GPTKVCache *kv, const int
   int V = gpt->cfg.vocab_size;
 
   PetscFunctionBegin;
-  PetscCheck(kv->n_layer == gpt->cfg.n_layer && kv->n_embd == gpt->cfg.n_embd, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
+  PetscCheck(kv->n_layer == gpt->sh.l1 - gpt->sh.l0 && kv->n_embd == gpt->Cl, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
              "gpt_forward_cached: the KV cache was made for another model shape");
   for (int r = 0; r < N; r++) {
     PetscCheck(tok[r] >= 0 && tok[r] < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_forward_cached: token %d at row %d is outside [0,%d)", tok[r], r, V);
@@ -54,23 +54,64 @@ static PetscErrorCode check_rows(const GPT *gpt, const GPTKVCache *kv, const int
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode cached_block(GPT *gpt, GPTKVCache *kv, int l, int N)
+/* Rows [r0, r0+n) of the call through layer l (global index) of this shard. */
+static PetscErrorCode cached_block(GPT *gpt, GPTKVCache *kv, int l, int r0, int n)
 {
   const Backend *be = gpt->be;
   GPTActs       *a  = gpt->acts;
-  int            C  = gpt->cfg.n_embd;
-  size_t         NC = (size_t)N * C, per_layer = (size_t)kv->nslot * kv->Tmax * C;
+  int            C = gpt->cfg.n_embd, Ca = gpt->Cl;
+  size_t         NC = (size_t)n * C, per_layer = (size_t)kv->nslot * kv->Tmax * Ca;
+  float         *x = a->c_x + (size_t)r0 * C;
   GPTLayerParams p;
 
   PetscFunctionBegin;
   gpt_layer_params(gpt, gpt->params, l, &p);
-  PetscCall(be->layernorm_forward(a->c_ln, a->c_mean, a->c_rstd, a->c_x, p.ln1_w, p.ln1_b, N, C));
-  PetscCall(be->matmul_forward(a->c_qkv, a->c_ln, p.attn_w, p.attn_b, N, C, 3 * C, PETSC_FALSE));
-  PetscCall(be->attention_cached(a->c_atty, kv->k + l * per_layer, kv->v + l * per_layer, a->c_qkv, a->c_slot, a->c_pos, N, kv->Tmax, C, gpt->cfg.n_head));
-  PetscCall(be->matmul_forward(a->c_proj, a->c_atty, p.proj_w, p.proj_b, N, C, C, PETSC_FALSE));
-  PetscCall(be->axpy(a->c_x, 1.0f, a->c_proj, NC));
-  PetscCall(gpt_mlp_forward(be, &p, a->c_x, a->c_ln, a->c_mean, a->c_rstd, a->c_fch, a->c_fch_gelu, a->c_proj, N, C));
-  PetscCall(be->axpy(a->c_x, 1.0f, a->c_proj, NC));
+  PetscCall(be->layernorm_forward(a->c_ln, a->c_mean, a->c_rstd, x, p.ln1_w, p.ln1_b, n, C));
+  PetscCall(be->matmul_forward(a->c_qkv, a->c_ln, p.attn_w, p.attn_b, n, C, 3 * Ca, PETSC_FALSE));
+  PetscCall(be->attention_cached(a->c_atty, kv->k + (l - gpt->sh.l0) * per_layer, kv->v + (l - gpt->sh.l0) * per_layer, a->c_qkv, a->c_slot + r0, a->c_pos + r0, n,
+                                 kv->Tmax, Ca, gpt->NHl));
+  PetscCall(be->matmul_forward(a->c_proj, a->c_atty, p.proj_w, gpt_row_bias(gpt, p.proj_b), n, Ca, C, PETSC_FALSE));
+  PetscCall(gpt_tp_sum(gpt, a->c_proj, NC));
+  PetscCall(be->axpy(x, 1.0f, a->c_proj, NC));
+  PetscCall(gpt_mlp_forward(gpt, &p, x, a->c_ln, a->c_mean, a->c_rstd, a->c_fch, a->c_fch_gelu, a->c_proj, n));
+  PetscCall(be->axpy(x, 1.0f, a->c_proj, NC));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Rows can travel through the pipeline in chunks (micro-batches) when no
+ * chunk needs keys a later chunk writes: each slot's rows ascend by position. */
+static int cached_chunks(const GPT *gpt, const int *slot, const int *pos, int N)
+{
+  int nchunk = PetscMin(gpt->sh.pp, N);
+
+  for (int r = 1; r < N && nchunk > 1; r++)
+    for (int q = 0; q < r; q++)
+      if (slot[q] == slot[r] && pos[q] >= pos[r]) return 1;
+  return nchunk;
+}
+
+/* The head's output of rows [r0, r0+n) on the last stage, to host rows of
+ * out: the vocabulary shards are gathered over the tp group. */
+static PetscErrorCode cached_head(GPT *gpt, int r0, int n, float *out)
+{
+  const GPTConfig *cfg = &gpt->cfg;
+  GPTActs         *a   = gpt->acts;
+  int              C = cfg->n_embd, Vl = gpt->Vl, tp = gpt->sh.tp, V = cfg->vocab_size;
+  float           *x = a->c_x + (size_t)r0 * C, *loc, *all;
+
+  PetscFunctionBegin;
+  PetscCall(gpt->be->layernorm_forward(a->c_ln, a->c_mean, a->c_rstd, x, gpt_view(gpt, gpt->params, gpt_tidx_lnf_w(cfg)), gpt_view(gpt, gpt->params, gpt_tidx_lnf_b(cfg)), n, C));
+  PetscCall(gpt_head_forward(gpt, a->c_out, a->c_ln, n));
+  if (cfg->head == GPT_HEAD_SCALAR || tp == 1) {
+    PetscCall(gpt->be->to_host(out + (size_t)r0 * (cfg->head == GPT_HEAD_LM ? V : 1), a->c_out, (size_t)n * (cfg->head == GPT_HEAD_LM ? V : 1) * sizeof(float)));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  PetscCall(PetscMalloc2((size_t)n * Vl, &loc, (size_t)n * V, &all));
+  PetscCall(gpt->be->to_host(loc, a->c_out, (size_t)n * Vl * sizeof(float)));
+  PetscCall(comm_allgather(&gpt->mesh->tp_comm, loc, all, (size_t)n * Vl * sizeof(float)));
+  for (int t = 0; t < tp; t++) /* [tp][n][Vl] -> [n][V] */
+    for (int r = 0; r < n; r++) PetscCall(PetscArraycpy(out + (size_t)(r0 + r) * V + (size_t)t * Vl, all + ((size_t)t * n + r) * Vl, Vl));
+  PetscCall(PetscFree2(loc, all));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -79,8 +120,9 @@ PetscErrorCode gpt_forward_cached(GPT *gpt, GPTKVCache *kv, const int *tok, cons
   const GPTConfig *cfg = &gpt->cfg;
   const Backend   *be  = gpt->be;
   GPTActs         *a   = gpt->acts;
-  int              C   = cfg->n_embd;
+  int              C   = cfg->n_embd, nchunk;
   size_t           nout = cfg->head == GPT_HEAD_LM ? (size_t)N * cfg->vocab_size : (size_t)N;
+  MPI_Request     *req;
 
   PetscFunctionBegin;
   PetscCheck(N > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_forward_cached: N %d must be positive", N);
@@ -89,11 +131,22 @@ PetscErrorCode gpt_forward_cached(GPT *gpt, GPTKVCache *kv, const int *tok, cons
   PetscCall(be->from_host(a->c_tok, tok, (size_t)N * sizeof(int)));
   PetscCall(be->from_host(a->c_slot, slot, (size_t)N * sizeof(int)));
   PetscCall(be->from_host(a->c_pos, pos, (size_t)N * sizeof(int)));
-  PetscCall(be->encoder_forward(a->c_x, a->c_tok, a->c_pos, gpt_view(gpt, gpt->params, GPT_T_WTE), gpt_view(gpt, gpt->params, GPT_T_WPE), N, C));
-  for (int l = 0; l < cfg->n_layer; l++) PetscCall(cached_block(gpt, kv, l, N));
-  PetscCall(be->layernorm_forward(a->c_ln, a->c_mean, a->c_rstd, a->c_x, gpt_view(gpt, gpt->params, gpt_tidx_lnf_w(cfg)),
-                                  gpt_view(gpt, gpt->params, gpt_tidx_lnf_b(cfg)), N, C));
-  PetscCall(gpt_head_forward(gpt, a->c_out, a->c_ln, N));
-  PetscCall(be->to_host(out, a->c_out, nout * sizeof(float)));
+  nchunk = cached_chunks(gpt, slot, pos, N);
+  PetscCall(PetscMalloc1(nchunk, &req));
+  /* chunk k flows stage to stage while stage p works on chunk k+1; every
+   * chunk has its own rows of c_x, so a send's buffer is never reused */
+  for (int k = 0; k < nchunk; k++) {
+    int r0 = (int)((long)N * k / nchunk), n = (int)((long)N * (k + 1) / nchunk) - r0;
+    req[k] = MPI_REQUEST_NULL;
+    if (gpt_first_stage(gpt)) PetscCall(gpt_embed(gpt, a->c_x + (size_t)r0 * C, a->c_tok + r0, a->c_pos + r0, n));
+    else PetscCall(gpt_pp_recv(gpt, a->c_x + (size_t)r0 * C, (size_t)n * C, GPT_TAG_CACHED, gpt->sh.p - 1));
+    for (int l = gpt->sh.l0; l < gpt->sh.l1; l++) PetscCall(cached_block(gpt, kv, l, r0, n));
+    if (!gpt_last_stage(gpt)) PetscCall(gpt_pp_send(gpt, a->c_x + (size_t)r0 * C, (size_t)n * C, GPT_TAG_CACHED, gpt->sh.p + 1, &req[k]));
+    else PetscCall(cached_head(gpt, r0, n, out));
+  }
+  for (int k = 0; k < nchunk; k++) PetscCall(comm_wait(&req[k]));
+  PetscCall(PetscFree(req));
+  /* every stage of the pipeline samples the same tokens from the same logits */
+  if (gpt->sh.pp > 1) PetscCall(comm_bcast(&gpt->mesh->pp_comm, out, nout * sizeof(float), gpt->sh.pp - 1));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

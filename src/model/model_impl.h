@@ -30,6 +30,9 @@ typedef struct {
 
 struct GPTActs {
   int B, T, N; /* shape of the last gpt_forward (0 before the first) */
+  /* pipeline sends from this slot's buffers (output forward, input gradient
+   * backward), finished before the slot's buffers are reused */
+  MPI_Request send_fwd, send_bwd;
 
   GPTSlab train;
   int    *tok, *pos, *target;     /* device [N] */
@@ -64,6 +67,21 @@ struct GPTActs {
   float  *c_x, *c_ln, *c_mean, *c_rstd, *c_qkv, *c_atty, *c_proj, *c_fch, *c_fch_gelu, *c_out;
 };
 
+/* Widths of a shard's buffers: C the residual stream, Ca the attention
+ * width (C/tp), F the MLP width (4C/tp), V the vocabulary rows (V/tp), NH the
+ * local heads, L the local layers starting at global layer l0. */
+typedef struct {
+  size_t C, Ca, F, V, NH, L, l0;
+  PetscBool lm;
+} GPTDims;
+static inline GPTDims gpt_dims(const GPTConfig *cfg, const GPTShard *sh)
+{
+  int tp = sh ? sh->tp : 1;
+  GPTDims d = {(size_t)cfg->n_embd, (size_t)(cfg->n_embd / tp), (size_t)(4 * cfg->n_embd / tp), (size_t)(cfg->vocab_size / tp), (size_t)(cfg->n_head / tp),
+               (size_t)(sh ? sh->l1 - sh->l0 : cfg->n_layer), (size_t)(sh ? sh->l0 : 0), cfg->head == GPT_HEAD_LM ? PETSC_TRUE : PETSC_FALSE};
+  return d;
+}
+
 /* acts.c */
 PetscErrorCode gpt_acts_create(GPTActs **acts);
 PetscErrorCode gpt_acts_destroy(const Backend *be, GPTActs **acts);
@@ -72,7 +90,7 @@ PetscErrorCode gpt_acts_cached_resize(GPT *gpt, int N);
 PetscErrorCode gpt_acts_mask_reserve(GPT *gpt, size_t n);
 void           gpt_acts_layer(const GPT *gpt, int l, GPTLayerActs *la);
 /* Floats and ints gpt_forward + backward need for (B,T); used for -dry_run. */
-void           gpt_acts_train_size(const GPTConfig *cfg, int B, int T, size_t *nf, size_t *ni);
+void           gpt_acts_train_size(const GPTConfig *cfg, const GPTShard *sh, int B, int T, size_t *nf, size_t *ni);
 
 /* params.c: a view of tensor `i` in a flat buffer (params, grads, m, v). */
 static inline float *gpt_view(const GPT *gpt, float *flat, int i) { return flat + gpt->tensors[i].offset; }
@@ -103,10 +121,27 @@ static inline void gpt_layer_params(const GPT *gpt, float *flat, int l, GPTLayer
   for (int k = 0; k < GPT_T_PER_LAYER; k++) *f[k] = gpt_view(gpt, flat, gpt_tidx_layer(l, k));
 }
 
+/* dist.c: the collectives of a shard (no-ops on one rank). */
+PetscErrorCode gpt_tp_sum(const GPT *gpt, float *x, size_t n);      /* all-reduce over the tp group */
+PetscErrorCode gpt_pp_send(const GPT *gpt, const float *x, size_t n, int tag, int to_stage, MPI_Request *req);
+PetscErrorCode gpt_pp_recv(const GPT *gpt, float *x, size_t n, int tag, int from_stage);
+#define GPT_TAG_FWD 101
+#define GPT_TAG_BWD 102
+#define GPT_TAG_CACHED 103
+/* Bias of a row-parallel layer: added by tp rank 0 only, before the sum. */
+static inline const float *gpt_row_bias(const GPT *gpt, const float *b) { return gpt->sh.t == 0 ? b : NULL; }
+
 /* forward.c */
-PetscErrorCode gpt_mlp_forward(const Backend *be, const GPTLayerParams *p, const float *x, float *ln, float *mean, float *rstd, float *fch, float *fch_gelu,
-                               float *proj, int N, int C);
+PetscErrorCode gpt_mlp_forward(const GPT *gpt, const GPTLayerParams *p, const float *x, float *ln, float *mean, float *rstd, float *fch, float *fch_gelu,
+                               float *proj, int N);
 PetscErrorCode gpt_head_forward(const GPT *gpt, float *out, const float *x, int N);
+PetscErrorCode gpt_embed(const GPT *gpt, float *out, const int *tok, const int *pos, int N);
+/* dist.c: vocabulary-parallel log-probabilities of the last forward (tp > 1):
+ * logprob, entropy (may be NULL) to host, the global lse kept for backward. */
+PetscErrorCode gpt_logprobs_tp(GPT *gpt, float *logprob, float *entropy);
+PetscErrorCode gpt_grad_sumsq(const GPT *gpt, double *ss);
+PetscErrorCode gpt_optim_gather(const GPT *gpt, const float *mine, float *full);
+PetscErrorCode gpt_params_share(GPT *gpt);
 const float   *gpt_layer_input(const GPT *gpt, int l);
 PetscErrorCode gpt_check_forward_done(const GPT *gpt, GPTHead head, const char *fn);
 PetscErrorCode gpt_targets_upload(GPT *gpt, const int *target);

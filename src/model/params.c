@@ -74,71 +74,43 @@ PetscErrorCode adamw_set_from_options(const char *prefix, AdamWConfig *opt)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* ---- tensor table ------------------------------------------------------- */
-
-static void table_add(GPTTensor *t, int *n, size_t *off, const char *name, int d0, int d1)
-{
-  GPTTensor *e = &t[(*n)++];
-
-  memset(e, 0, sizeof *e);
-  memcpy(e->name, name, PetscMin(strlen(name), sizeof e->name - 1));
-  e->ndim     = d1 > 0 ? 2 : 1;
-  e->shape[0] = d0;
-  e->shape[1] = d1 > 0 ? d1 : 0;
-  e->numel    = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
-  e->offset   = *off;
-  e->decay    = e->ndim == 2 ? PETSC_TRUE : PETSC_FALSE;
-  *off += e->numel;
-}
-
-static void table_add_layer(GPTTensor *t, int *n, size_t *off, int l, int C)
-{
-  static const char *const suffix[GPT_T_PER_LAYER] = {"ln_1.weight",      "ln_1.bias",      "attn.c_attn.weight", "attn.c_attn.bias",
-                                                      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
-                                                      "mlp.c_fc.weight",  "mlp.c_fc.bias",  "mlp.c_proj.weight",  "mlp.c_proj.bias"};
-  /* shapes in the Conv1D [in,out] layout; 0 as second dim means 1-D */
-  const int shape[GPT_T_PER_LAYER][2] = {{C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C},     {C, 0},
-                                         {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
-  char name[64];
-
-  for (int k = 0; k < GPT_T_PER_LAYER; k++) {
-    snprintf(name, sizeof name, "transformer.h.%d.%s", l, suffix[k]);
-    table_add(t, n, off, name, shape[k][0], shape[k][1]);
-  }
-}
-
 PetscErrorCode gpt_tensor_table(const GPTConfig *cfg, GPTTensor **tensors, int *ntensors, size_t *nparams)
 {
-  int        n = 0, cap = 4 + cfg->n_layer * GPT_T_PER_LAYER + 1, C = cfg->n_embd;
-  size_t     off = 0;
-  GPTTensor *t;
-
   PetscFunctionBegin;
-  PetscCall(PetscMalloc1(cap, &t));
-  table_add(t, &n, &off, "transformer.wte.weight", cfg->vocab_size, C);
-  table_add(t, &n, &off, "transformer.wpe.weight", cfg->n_positions, C);
-  for (int l = 0; l < cfg->n_layer; l++) table_add_layer(t, &n, &off, l, C);
-  table_add(t, &n, &off, "transformer.ln_f.weight", C, 0);
-  table_add(t, &n, &off, "transformer.ln_f.bias", C, 0);
-  if (cfg->head == GPT_HEAD_SCALAR) table_add(t, &n, &off, "score.weight", 1, C);
-  *tensors  = t;
-  *ntensors = n;
-  *nparams  = off;
+  PetscCall(gpt_tensor_table_shard(cfg, NULL, tensors, ntensors, nparams));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode gpt_create(const GPTConfig *cfg, const Backend *be, GPT **gpt)
 {
+  PetscFunctionBegin;
+  PetscCall(gpt_create_on_mesh(cfg, be, NULL, gpt));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_create_on_mesh(const GPTConfig *cfg, const Backend *be, const Mesh *mesh, GPT **gpt)
+{
   GPT *g;
 
   PetscFunctionBegin;
+  PetscCheck(!mesh || mesh->me >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "gpt_create_on_mesh: this rank is not in the mesh");
   PetscCall(PetscNew(&g));
-  g->cfg = *cfg;
-  g->be  = be;
-  PetscCall(gpt_tensor_table(cfg, &g->tensors, &g->ntensors, &g->nparams));
+  g->cfg  = *cfg;
+  g->be   = be;
+  g->mesh = mesh;
+  gpt_shard_of_mesh(cfg, mesh, &g->sh);
+  g->Cl   = cfg->n_embd / g->sh.tp;
+  g->NHl  = cfg->n_head / g->sh.tp;
+  g->Vl   = cfg->vocab_size / g->sh.tp;
+  g->v0   = g->Vl * g->sh.t;
+  g->dist = (GPTDistConfig){PETSC_FALSE, (size_t)16 << 20};
+  PetscCall(gpt_tensor_table_shard(cfg, &g->sh, &g->tensors, &g->ntensors, &g->nparams));
   PetscCall(be->alloc(g->nparams * sizeof(float), (void **)&g->params));
   PetscCall(be->alloc(g->nparams * sizeof(float), (void **)&g->grads));
-  PetscCall(gpt_acts_create(&g->acts));
+  PetscCall(gpt_acts_slots(g, 1));
+  g->acts = g->slots[0];
+  g->own0 = 0;
+  g->own1 = g->nparams;
   *gpt = g;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -149,7 +121,9 @@ PetscErrorCode gpt_destroy(GPT **gpt)
 
   PetscFunctionBegin;
   if (!g) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(gpt_acts_destroy(g->be, &g->acts));
+  for (int k = 0; k < g->nslots; k++) PetscCall(gpt_acts_destroy(g->be, &g->slots[k]));
+  PetscCall(PetscFree(g->slots));
+  PetscCall(PetscFree(g->stats_host));
   if (g->params) PetscCall(g->be->free(g->params));
   if (g->grads) PetscCall(g->be->free(g->grads));
   if (g->m) PetscCall(g->be->free(g->m));
@@ -200,15 +174,23 @@ static void init_tensor(const GPTConfig *cfg, const GPTTensor *t, int i, uint64_
   for (long long e = 0; e < n; e++) host[e] = std * rng_normal(seed, (uint32_t)i, (uint32_t)((uint64_t)e >> 32), (uint32_t)e, 0);
 }
 
+/* A shard draws the whole model and keeps its pieces, so its values are
+ * those of the single-rank model. */
 PetscErrorCode gpt_init_random(GPT *gpt, uint64_t seed)
 {
-  float *host;
+  GPTTensor *full;
+  int        nfull;
+  size_t     nparams;
+  float     *host, *mine;
 
   PetscFunctionBegin;
-  PetscCall(PetscMalloc1(gpt->nparams, &host));
-  for (int i = 0; i < gpt->ntensors; i++) init_tensor(&gpt->cfg, &gpt->tensors[i], i, seed, host + gpt->tensors[i].offset);
-  PetscCall(gpt_params_set(gpt, host));
-  PetscCall(PetscFree(host));
+  PetscCall(gpt_tensor_table(&gpt->cfg, &full, &nfull, &nparams));
+  PetscCall(PetscMalloc2(nparams, &host, gpt->nparams, &mine));
+  for (int i = 0; i < nfull; i++) init_tensor(&gpt->cfg, &full[i], i, seed, host + full[i].offset);
+  PetscCall(gpt_shard_extract(&gpt->cfg, &gpt->sh, host, mine));
+  PetscCall(gpt_params_set(gpt, mine));
+  PetscCall(PetscFree2(host, mine));
+  PetscCall(PetscFree(full));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -230,7 +212,7 @@ PetscErrorCode gpt_params_set(GPT *gpt, const float *host)
 
 PetscErrorCode gpt_optim_init(GPT *gpt)
 {
-  size_t bytes = gpt->nparams * sizeof(float);
+  size_t bytes = (gpt->own1 - gpt->own0) * sizeof(float);
 
   PetscFunctionBegin;
   if (!gpt->m) PetscCall(gpt->be->alloc(bytes, (void **)&gpt->m));
@@ -241,25 +223,33 @@ PetscErrorCode gpt_optim_init(GPT *gpt)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The whole shard's moments; with ZeRO-1 gathered from the dp replicas
+ * (collective over them). */
 PetscErrorCode gpt_optim_get(const GPT *gpt, float *m_host, float *v_host)
 {
-  size_t bytes = gpt->nparams * sizeof(float);
+  size_t n = gpt->own1 - gpt->own0;
+  float *tmp;
 
   PetscFunctionBegin;
   PetscCheck(gpt->m && gpt->v, PETSC_COMM_SELF, PETSC_ERR_ORDER, "gpt_optim_get: call gpt_optim_init first");
-  PetscCall(gpt->be->to_host(m_host, gpt->m, bytes));
-  PetscCall(gpt->be->to_host(v_host, gpt->v, bytes));
+  PetscCall(PetscMalloc1(n + 1, &tmp));
+  PetscCall(gpt->be->to_host(tmp, gpt->m, n * sizeof(float)));
+  PetscCall(gpt_optim_gather(gpt, tmp, m_host));
+  PetscCall(gpt->be->to_host(tmp, gpt->v, n * sizeof(float)));
+  PetscCall(gpt_optim_gather(gpt, tmp, v_host));
+  PetscCall(PetscFree(tmp));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* m_host, v_host: the whole shard's moments; ZeRO-1 keeps its range. */
 PetscErrorCode gpt_optim_set(GPT *gpt, const float *m_host, const float *v_host, int step)
 {
-  size_t bytes = gpt->nparams * sizeof(float);
+  size_t bytes = (gpt->own1 - gpt->own0) * sizeof(float);
 
   PetscFunctionBegin;
   if (!gpt->m || !gpt->v) PetscCall(gpt_optim_init(gpt));
-  PetscCall(gpt->be->from_host(gpt->m, m_host, bytes));
-  PetscCall(gpt->be->from_host(gpt->v, v_host, bytes));
+  PetscCall(gpt->be->from_host(gpt->m, m_host + gpt->own0, bytes));
+  PetscCall(gpt->be->from_host(gpt->v, v_host + gpt->own0, bytes));
   gpt->step = step;
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -26,6 +26,8 @@ static const Backend cpu_backend = {
   .scale               = cpu_scale,
   .logprob_forward     = cpu_logprob_forward,
   .logprob_backward    = cpu_logprob_backward,
+  .logprob_stats       = cpu_logprob_stats,
+  .logprob_backward_shard = cpu_logprob_backward_shard,
   .sumsq               = cpu_sumsq,
   .adamw               = cpu_adamw,
 };

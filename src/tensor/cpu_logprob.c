@@ -170,3 +170,65 @@ PetscErrorCode cpu_logprob_backward(float *dlogits, const float *logits, const f
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
+
+/* ---- vocabulary-parallel shards --------------------------------------------- */
+
+/* Calls f(j) for every local column j (id v0+j) of row n's allowed set. */
+#define SHARD_FOREACH(s, v0, Vl, j, ...)                                          \
+  do {                                                                             \
+    if ((s).ids) {                                                                 \
+      for (int k_ = 0; k_ < (s).n; k_++) {                                         \
+        int j = (s).ids[k_] - (v0);                                                \
+        if (j >= 0 && j < (Vl)) __VA_ARGS__;                                              \
+      }                                                                            \
+    } else {                                                                       \
+      for (int j = 0; j < (Vl); j++) __VA_ARGS__;                                         \
+    }                                                                              \
+  } while (0)
+
+PetscErrorCode cpu_logprob_stats(double *stats, const float *logits, const int *target, float inv_temp, const int *mask_off, const int *mask_ids, int N, int Vl, int v0)
+{
+  PetscFunctionBegin;
+  PetscCheck(inv_temp > 0 && isfinite(inv_temp), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob_stats: inv_temp must be positive and finite, not %g", (double)inv_temp);
+#pragma omp parallel for schedule(static) if ((size_t)N * Vl > CPU_OMP_MIN)
+  for (int n = 0; n < N; n++) {
+    const float *x = logits + (size_t)n * Vl;
+    RowSet       s = row_set(mask_off, mask_ids, n, INT32_MAX);
+    double       m = -INFINITY, sum = 0, wsum = 0;
+    int          t = target[n] - v0;
+
+    SHARD_FOREACH(s, v0, Vl, j, { m = PetscMax(m, (double)(x[j] * inv_temp)); });
+    if (m > -INFINITY) SHARD_FOREACH(s, v0, Vl, j, {
+        double y = (double)(x[j] * inv_temp) - m, e = exp(y);
+        sum += e;
+        wsum += e * y;
+      });
+    stats[4 * n + 0] = m;
+    stats[4 * n + 1] = sum;
+    stats[4 * n + 2] = wsum;
+    stats[4 * n + 3] = target[n] >= 0 && t >= 0 && t < Vl ? (double)(x[t] * inv_temp) : 0.0;
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode cpu_logprob_backward_shard(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
+                                          const int *mask_off, const int *mask_ids, int N, int Vl, int v0)
+{
+  PetscFunctionBegin;
+  PetscCheck(inv_temp > 0 && isfinite(inv_temp), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob_backward_shard: inv_temp must be positive and finite, not %g", (double)inv_temp);
+  PetscCheck(lse, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "logprob_backward_shard: the global lse is required");
+#pragma omp parallel for schedule(static) if ((size_t)N * Vl > CPU_OMP_MIN)
+  for (int n = 0; n < N; n++) {
+    const float *restrict x  = logits + (size_t)n * Vl;
+    float *restrict       dx = dlogits + (size_t)n * Vl;
+    RowSet                s  = row_set(mask_off, mask_ids, n, INT32_MAX);
+    float                 g  = dlogprob[n] * inv_temp, l = lse[n];
+    int                   t  = target[n] - v0;
+
+    memset(dx, 0, (size_t)Vl * sizeof(float));
+    if (target[n] < 0) continue;
+    SHARD_FOREACH(s, v0, Vl, j, { dx[j] = -g * cpu_expf(x[j] * inv_temp - l); });
+    if (t >= 0 && t < Vl) dx[t] += g;
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

@@ -79,8 +79,8 @@ PetscErrorCode cpu_memcpy(void *dst, const void *src, size_t bytes);
 PetscErrorCode cpu_zero(void *ptr, size_t bytes);
 PetscErrorCode cpu_sync(void);
 
-PetscErrorCode cpu_encoder_forward(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C);
-PetscErrorCode cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C);
+PetscErrorCode cpu_encoder_forward(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C, int v0, int Vl);
+PetscErrorCode cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C, int v0, int Vl);
 
 PetscErrorCode cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C);
 PetscErrorCode cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, const float *mean, const float *rstd, int N, int C);
@@ -108,6 +108,9 @@ PetscErrorCode cpu_logprob_forward(float *logprob, float *lse, float *entropy, c
                                    const int *mask_ids, int N, int V);
 PetscErrorCode cpu_logprob_backward(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
                                     const int *mask_off, const int *mask_ids, int N, int V);
+PetscErrorCode cpu_logprob_stats(double *stats, const float *logits, const int *target, float inv_temp, const int *mask_off, const int *mask_ids, int N, int Vl, int v0);
+PetscErrorCode cpu_logprob_backward_shard(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
+                                          const int *mask_off, const int *mask_ids, int N, int Vl, int v0);
 
 PetscErrorCode cpu_sumsq(double *out, const float *x, size_t n);
 PetscErrorCode cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int t, float gs);

@@ -8,15 +8,16 @@
  * two threads never write the same line of dwte/dwpe. */
 #define ENC_CHUNK 16
 
-PetscErrorCode cpu_encoder_forward(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C)
+PetscErrorCode cpu_encoder_forward(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C, int v0, int Vl)
 {
   PetscFunctionBegin;
 #pragma omp parallel for schedule(static) if ((size_t)N * C > CPU_OMP_MIN)
   for (int n = 0; n < N; n++) {
-    const float *restrict te = wte + (size_t)tok[n] * C;
-    const float *restrict pe = wpe + (size_t)pos[n] * C;
+    PetscBool             in = tok[n] >= v0 && tok[n] < v0 + Vl ? PETSC_TRUE : PETSC_FALSE;
+    const float *restrict te = in ? wte + (size_t)(tok[n] - v0) * C : NULL;
+    const float *restrict pe = wpe ? wpe + (size_t)pos[n] * C : NULL;
     float *restrict       o  = out + (size_t)n * C;
-    for (int c = 0; c < C; c++) o[c] = te[c] + pe[c];
+    for (int c = 0; c < C; c++) o[c] = (te ? te[c] : 0.0f) + (pe ? pe[c] : 0.0f);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -24,7 +25,7 @@ PetscErrorCode cpu_encoder_forward(float *out, const int *tok, const int *pos, c
 /* Rows with the same token add into the same row of dwte, so threads split
  * the channels, not the rows: each element is summed by one thread in row
  * order, which is race free and gives the same bits for any thread count. */
-static void encoder_scatter(float *dtab, const float *dout, const int *idx, int N, int C)
+static void encoder_scatter(float *dtab, const float *dout, const int *idx, int N, int C, int v0, int Vl)
 {
   int nchunk = (C + ENC_CHUNK - 1) / ENC_CHUNK;
 
@@ -32,18 +33,19 @@ static void encoder_scatter(float *dtab, const float *dout, const int *idx, int 
   for (int k = 0; k < nchunk; k++) {
     int c0 = k * ENC_CHUNK, c1 = c0 + ENC_CHUNK < C ? c0 + ENC_CHUNK : C;
     for (int n = 0; n < N; n++) {
-      float *restrict       d = dtab + (size_t)idx[n] * C;
+      if (idx[n] < v0 || idx[n] >= v0 + Vl) continue;
+      float *restrict       d = dtab + (size_t)(idx[n] - v0) * C;
       const float *restrict g = dout + (size_t)n * C;
       for (int c = c0; c < c1; c++) d[c] += g[c];
     }
   }
 }
 
-PetscErrorCode cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C)
+PetscErrorCode cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C, int v0, int Vl)
 {
   PetscFunctionBegin;
-  if (dwte) encoder_scatter(dwte, dout, tok, N, C);
-  if (dwpe) encoder_scatter(dwpe, dout, pos, N, C);
+  if (dwte) encoder_scatter(dwte, dout, tok, N, C, v0, Vl);
+  if (dwpe) encoder_scatter(dwpe, dout, pos, N, C, 0, INT32_MAX);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

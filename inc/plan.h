@@ -1,0 +1,94 @@
+/* plan: the execution plan as data. For every model function call (MFC) a
+ * mesh (a list of world ranks) with its pp x dp x tp strategy and a
+ * micro-batch count. A plan comes from a placement preset (-placement
+ * colocate|interleave|disaggregate, SYSTEM.md section 4), from per-call
+ * options with the call's prefix (-actor_gen_ranks 0-3 -actor_gen_tp 2 ...),
+ * which override the preset, or from a plan file (the /plan group of an HDF5
+ * file, e.g. an earlier run.h5). It is checked before any compute, printed at
+ * start and stored in run.h5 under /plan. */
+#ifndef RLFUSE_PLAN_H
+#define RLFUSE_PLAN_H
+
+#include "model.h"
+#include "io.h"
+
+typedef enum {
+  MFC_ACTOR_GEN = 0,
+  MFC_REF_INF,
+  MFC_REW_INF,
+  MFC_CRITIC_INF,
+  MFC_ACTOR_TRAIN,
+  MFC_CRITIC_TRAIN,
+  MFC_SFT_TRAIN,
+  MFC_RM_TRAIN,
+  MFC_COUNT
+} MFCId;
+extern const char *const mfc_names[]; /* "actor_gen", ..., "rm_train" (option prefixes) */
+
+typedef enum { PLACEMENT_COLOCATE = 0, PLACEMENT_INTERLEAVE = 1, PLACEMENT_DISAGGREGATE = 2 } Placement;
+extern const char *const PlacementNames[]; /* PETSc enum list: colocate, interleave, disaggregate */
+
+#define PLAN_MAX_RANKS 1024
+
+typedef struct {
+  int nranks;
+  int ranks[PLAN_MAX_RANKS]; /* world ranks in mesh order (tp fastest, then dp, then pp) */
+  int dp, tp, pp;
+  int mbs;                   /* micro-batches per dp replica (per mini-batch for training calls) */
+} PlanCall;
+
+typedef struct {
+  Placement placement;
+  int       world;          /* ranks the plan was made for */
+  int       gen_replicas;   /* disaggregate: generation replicas (dp of actor_gen) */
+  PetscBool offload;        /* frozen models offloaded to host between calls when meshes overlap */
+  PetscBool zero1;          /* ZeRO-1 optimizer-state sharding in the training calls */
+  double    bucket_mb;      /* gradient all-reduce and weight-sync bucket, MiB */
+  char      source[PETSC_MAX_PATH_LEN + 32]; /* "preset colocate", "preset interleave + options", "file <path>" */
+  PlanCall  call[MFC_COUNT];
+  int       nconc;          /* pairs of calls that must run concurrently (disjoint meshes) */
+  int       conc[8][2];
+} Plan;
+
+/* What the checks need to know about the run: the model each call runs
+ * (NULL: the call is not part of this mode) and the number of sequences the
+ * call splits over its dp replicas and micro-batches (generation and
+ * inference: the rollout batch; training: one mini-batch). */
+typedef struct {
+  const GPTConfig *cfg[MFC_COUNT];
+  int              batch[MFC_COUNT];
+} PlanNeeds;
+
+/* Builds the plan for `world` ranks from the options: -placement,
+ * -gen_replicas, -plan_file, -plan_offload, -plan_zero1, -plan_bucket_mb,
+ * -plan_concurrent a,b and for every call -<call>_ranks (e.g. 0-3 or 0,2,4),
+ * -<call>_dp, -<call>_tp, -<call>_pp, -<call>_mbs. Options that are given
+ * override the preset or the file. Malformed values are errors naming the
+ * option. */
+PetscErrorCode plan_from_options(int world, Plan *plan);
+/* Every check before any compute; errors name the call and the option, e.g.
+ * "-actor_gen_tp 3 does not divide -actor_n_head 4". Checks: ranks inside
+ * the job and not repeated in a mesh; dp*tp*pp equal to the mesh size; tp
+ * dividing n_head and vocab_size; pp <= n_layer; dp*mbs dividing the batch;
+ * concurrent calls on disjoint meshes; reallocation pairs (the same model in
+ * two calls) with tp sizes that divide each other. Collective (same result
+ * on every rank). */
+PetscErrorCode plan_check(const Plan *plan, const PlanNeeds *needs);
+/* Human-readable table of the calls in use (needs->cfg non-NULL). */
+PetscErrorCode plan_print(MPI_Comm comm, const Plan *plan, const PlanNeeds *needs);
+/* Writes /plan into an open run record (groups /plan/<call> with dataset
+ * ranks and attributes dp, tp, pp, mbs; attributes of /plan: placement,
+ * world, gen_replicas, offload, zero1, bucket_mb). Collective. */
+PetscErrorCode plan_record(RunRecord *rec, const Plan *plan, const PlanNeeds *needs);
+/* Reads /plan from an HDF5 file into plan (calls missing there keep their
+ * values). Errors name the file. Collective. */
+PetscErrorCode plan_read_file(MPI_Comm comm, const char *path, Plan *plan);
+/* Two calls' meshes share a rank. */
+PetscBool plan_overlap(const Plan *plan, MFCId a, MFCId b);
+/* The call's mesh (mesh_get over its ranks and grid). Collective over the
+ * call's ranks. */
+PetscErrorCode plan_mesh(const Plan *plan, MFCId c, const Mesh **mesh);
+/* True when this world rank is in the call's mesh. */
+PetscBool plan_has_rank(const Plan *plan, MFCId c, int rank);
+
+#endif

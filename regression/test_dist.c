@@ -1,0 +1,251 @@
+/* test_dist: the model on meshes (tensor, pipeline and data parallelism)
+ * against the same model on one rank. Run with mpiexec -n 4 (layouts that do
+ * not fit the world are skipped, saying so). Every rank builds the whole
+ * model as the reference; the shard on each mesh must give the same
+ * log-probabilities (masked, tempered) and entropies, values, gradients
+ * (per shard, in the full layout), cached-decoding logits, and the same
+ * parameters after one AdamW step where each dp replica takes its part of
+ * the batch; ZeRO-1 must give the same bits as without it. */
+#include <math.h>
+#include <string.h>
+
+#include "model.h"
+#include "sys.h"
+
+static const char help[] = "Distributed model regression tests.\n";
+
+static int npass, nfail, world_rank, world_size;
+
+static void report(const char *name, PetscBool ok, const char *detail)
+{
+  int all_ok = ok ? 1 : 0, mine = all_ok;
+
+  MPI_Allreduce(&mine, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (all_ok) npass++;
+  else nfail++;
+  if (world_rank == 0) printf("%s - %s%s%s\n", all_ok ? "ok" : "not ok", name, detail[0] ? ": " : "", detail);
+}
+
+/* max |a-b| / (max |b| + tiny) over n */
+static double rel_err(const float *a, const float *b, size_t n)
+{
+  double e = 0, s = 1e-30;
+  for (size_t i = 0; i < n; i++) {
+    e = PetscMax(e, fabs((double)a[i] - b[i]));
+    s = PetscMax(s, fabs((double)b[i]));
+  }
+  return e / s;
+}
+
+typedef struct {
+  int B, T, N;
+  int *tok, *target, *mask_off, *mask_ids;
+  float *dlp;
+} Batch;
+
+/* Random tokens; targets on most rows; a top-k-like mask of 1..V/2 ids on
+ * every third row (always containing the target). */
+static PetscErrorCode batch_create(const GPTConfig *c, int B, int T, Batch *b)
+{
+  int V = c->vocab_size, nid = 0;
+
+  PetscFunctionBegin;
+  b->B = B, b->T = T, b->N = B * T;
+  PetscCall(PetscMalloc5(b->N, &b->tok, b->N, &b->target, b->N + 1, &b->mask_off, (size_t)b->N * V, &b->mask_ids, b->N, &b->dlp));
+  for (int n = 0; n < b->N; n++) {
+    b->tok[n]      = (int)(rng_uniform(5, 1, 0, (uint32_t)n, 0) * V) % V;
+    b->target[n]   = n % 5 == 4 ? -1 : (int)(rng_uniform(5, 2, 0, (uint32_t)n, 0) * V) % V;
+    b->dlp[n]      = rng_normal(5, 3, 0, (uint32_t)n, 0);
+    b->mask_off[n] = nid;
+    if (n % 3 == 0 && b->target[n] >= 0) {
+      int k = 1 + n % (V / 2);
+      for (int j = 0; j < k; j++) b->mask_ids[nid++] = (b->target[n] + 5 * j) % V; /* 5 is prime to V = 24: no repeats */
+    }
+  }
+  b->mask_off[b->N] = nid;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode batch_destroy(Batch *b)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscFree5(b->tok, b->target, b->mask_off, b->mask_ids, b->dlp));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Forward + head output + backward of rows [b0, b0+nb) of the batch; the
+ * LM head's log-probabilities and entropies (or values) go to out[2*N]. */
+static PetscErrorCode run_rows(GPT *g, const Batch *b, int b0, int nb, float *out)
+{
+  int          T = b->T, n0 = b0 * T, n = nb * T, *off;
+  GPTTokenDist d;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(n + 1, &off));
+  for (int i = 0; i <= n; i++) off[i] = b->mask_off[n0 + i] - b->mask_off[n0];
+  d = (GPTTokenDist){1.0f / 0.8f, off, b->mask_ids + b->mask_off[n0]};
+  PetscCall(gpt_forward(g, b->tok + n0, nb, T));
+  if (gpt_last_stage(g)) {
+    if (g->cfg.head == GPT_HEAD_LM) PetscCall(gpt_logprobs_dist(g, b->target + n0, &d, out + n0, out + b->N + n0));
+    else PetscCall(gpt_values_get(g, out + n0));
+  }
+  if (g->cfg.head == GPT_HEAD_LM) PetscCall(gpt_backward_logprob(g, b->target + n0, b->dlp + n0));
+  else PetscCall(gpt_backward_values(g, b->dlp + n0));
+  PetscCall(PetscFree(off));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The shard's buffer (params or grads) in the full layout, gathered to every
+ * rank by summing each (p, t)'s pieces from dp replica 0 over the world. */
+static PetscErrorCode gather_full(const GPT *full, const GPT *g, const Mesh *m, const float *flat, float *out)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscArrayzero(out, full->nparams));
+  if (m->me >= 0 && m->d == 0) {
+    GPTShard sh = g->sh;
+    float   *tmp;
+    PetscCall(PetscCalloc1(full->nparams, &tmp));
+    PetscCall(gpt_shard_insert(&g->cfg, &sh, flat, tmp));
+    /* replicated tensors are held by every tp rank and wte by two stages: count once */
+    for (int i = 0; i < full->ntensors; i++) {
+      PetscBool keep = g->tensors[i].numel && (g->tensors[i].split >= 0 || g->sh.t == 0) && !(i == 0 && g->sh.p > 0 && g->sh.pp > 1);
+      if (!keep) PetscCall(PetscArrayzero(tmp + full->tensors[i].offset, full->tensors[i].numel));
+    }
+    PetscCall(PetscArraycpy(out, tmp, full->nparams));
+    PetscCall(PetscFree(tmp));
+  }
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, out, (int)full->nparams, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  const char *name;
+  int         pp, dp, tp;
+} Layout;
+
+/* One layout: outputs and gradients (dp replicas take equal parts of the
+ * batch), one AdamW step, cached decoding. */
+static PetscErrorCode test_layout(const GPTConfig *cfg, const Layout *L, PetscBool zero1)
+{
+  int          n = L->pp * L->dp * L->tp, ranks[64], B = 4, T = 6;
+  const Mesh  *m;
+  GPT         *full, *g = NULL;
+  Batch        b;
+  float       *ref, *got, *pfull, *gfull, *pg;
+  AdamWConfig  opt = {1e-2, 1, 0.9, 0.95, 1e-8, 0.1, 1.0, 0, 0};
+  char         name[160], det[160];
+  const char  *head = cfg->head == GPT_HEAD_LM ? "lm" : "scalar";
+
+  PetscFunctionBegin;
+  if (n > world_size) {
+    if (world_rank == 0) printf("# skip %s: needs %d ranks\n", L->name, n);
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  for (int i = 0; i < n; i++) ranks[i] = i;
+  PetscCall(mesh_get(ranks, n, L->pp, L->dp, L->tp, &m));
+  PetscCall(batch_create(cfg, B, T, &b));
+  PetscCall(gpt_create(cfg, backend_cpu(), &full));
+  PetscCall(gpt_init_random(full, 77));
+  PetscCall(PetscCalloc5(2 * b.N, &ref, 2 * b.N, &got, full->nparams, &pfull, full->nparams, &gfull, full->nparams, &pg));
+  /* reference: the whole batch on one rank */
+  PetscCall(gpt_zero_grad(full));
+  PetscCall(run_rows(full, &b, 0, B, ref));
+  if (m->me >= 0) {
+    int nb = B / L->dp;
+    PetscCall(gpt_create_on_mesh(cfg, backend_cpu(), m, &g));
+    PetscCall(gpt_set_zero1(g, zero1));
+    PetscCall(gpt_params_get(full, pfull));
+    {
+      float *mine;
+      PetscCall(PetscMalloc1(g->nparams + 1, &mine));
+      PetscCall(gpt_shard_extract(cfg, &g->sh, pfull, mine));
+      PetscCall(gpt_params_set(g, mine));
+      PetscCall(PetscFree(mine));
+    }
+    PetscCall(gpt_zero_grad(g));
+    PetscCall(run_rows(g, &b, m->d * nb, nb, got));
+  }
+  /* outputs live on the last stage's ranks of each replica: sum them over the world once */
+  if (!(m->me >= 0 && m->p == m->pp - 1 && m->t == 0)) PetscCall(PetscArrayzero(got, 2 * b.N));
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, got, 2 * b.N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s, %s head: %s match one rank", L->name, head, cfg->head == GPT_HEAD_LM ? "log-probabilities and entropies" : "values"));
+  PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", rel_err(got, ref, cfg->head == GPT_HEAD_LM ? 2 * b.N : b.N)));
+  report(name, rel_err(got, ref, cfg->head == GPT_HEAD_LM ? 2 * b.N : b.N) < 1e-5 ? PETSC_TRUE : PETSC_FALSE, det);
+
+  /* gradients: after the step's sync the replicas hold the whole batch's; compare via one AdamW step's gradient sync */
+  if (g) PetscCall(gpt_grads_sync(g));
+  PetscCall(gather_full(full, g ? g : full, m, g ? g->grads : full->grads, gfull));
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s, %s head: gradients (after the dp and tied-embedding sums) match one rank", L->name, head));
+  PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", rel_err(gfull, full->grads, full->nparams)));
+  report(name, rel_err(gfull, full->grads, full->nparams) < 1e-5 ? PETSC_TRUE : PETSC_FALSE, det);
+
+  /* one AdamW step from the already summed gradients */
+  {
+    PetscReal lr, gn_full, gn = 0;
+    PetscCall(gpt_adamw_step(full, &opt, &lr, &gn_full));
+    if (g) PetscCall(gpt_adamw_step(g, &opt, &lr, &gn));
+    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &gn, 1, MPIU_REAL, MPI_MAX, MPI_COMM_WORLD));
+    PetscCall(gather_full(full, g ? g : full, m, g ? g->params : full->params, pg));
+    PetscCall(PetscSNPrintf(name, sizeof name, "%s%s, %s head: AdamW step (gradient norm %.4f vs %.4f) gives the one-rank parameters", L->name, zero1 ? " ZeRO-1" : "", head, (double)gn, (double)gn_full));
+    PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", rel_err(pg, full->params, full->nparams)));
+    report(name, rel_err(pg, full->params, full->nparams) < 1e-5 && fabs(gn - gn_full) < 1e-5 * gn_full ? PETSC_TRUE : PETSC_FALSE, det);
+  }
+
+  /* cached decoding: a prefill of 3 slots' prompts, then one step */
+  if (cfg->head == GPT_HEAD_LM) {
+    int         NR = 9, tok[9], slot[9], pos[9], V = cfg->vocab_size;
+    float      *lf, *lg;
+    GPTKVCache *kf, *kg = NULL;
+    PetscCall(PetscCalloc2((size_t)NR * V, &lf, (size_t)NR * V, &lg));
+    for (int r = 0; r < NR; r++) tok[r] = b.tok[r], slot[r] = r / 3, pos[r] = r % 3;
+    PetscCall(gpt_kv_create(full, 3, 8, &kf));
+    PetscCall(gpt_forward_cached(full, kf, tok, slot, pos, NR, lf));
+    if (g) {
+      PetscCall(gpt_kv_create(g, 3, 8, &kg));
+      PetscCall(gpt_forward_cached(g, kg, tok, slot, pos, NR, lg));
+    } else PetscCall(PetscArraycpy(lg, lf, (size_t)NR * V));
+    PetscCall(PetscSNPrintf(name, sizeof name, "%s: cached decoding logits (every rank of the mesh) match one rank", L->name));
+    PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", rel_err(lg, lf, (size_t)NR * V)));
+    report(name, rel_err(lg, lf, (size_t)NR * V) < 1e-5 ? PETSC_TRUE : PETSC_FALSE, det);
+    PetscCall(gpt_kv_destroy(full, &kf));
+    if (g) PetscCall(gpt_kv_destroy(g, &kg));
+    PetscCall(PetscFree2(lf, lg));
+  }
+  PetscCall(PetscFree5(ref, got, pfull, gfull, pg));
+  PetscCall(gpt_destroy(&full));
+  PetscCall(gpt_destroy(&g));
+  PetscCall(batch_destroy(&b));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+int main(int argc, char **argv)
+{
+  GPTConfig lm = {.n_layer = 4, .n_head = 4, .n_embd = 16, .vocab_size = 24, .n_positions = 12, .head = GPT_HEAD_LM};
+  GPTConfig sc = lm;
+  Layout    layouts[] = {
+    {"dp 2",              1, 2, 1},
+    {"tp 2",              1, 1, 2},
+    {"pp 2",              2, 1, 1},
+    {"tp 2 x dp 2",       1, 2, 2},
+    {"pp 2 x tp 2",       2, 1, 2},
+    {"pp 2 x dp 2",       2, 2, 1},
+    {"tp 4",              1, 1, 4},
+    {"pp 4",              4, 1, 1},
+  };
+
+  PetscCall(PetscInitialize(&argc, &argv, NULL, help));
+  PetscCall(comm_setup());
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  sc.head = GPT_HEAD_SCALAR;
+  for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
+    PetscCall(test_layout(&lm, &layouts[k], PETSC_FALSE));
+    PetscCall(test_layout(&sc, &layouts[k], PETSC_FALSE));
+  }
+  PetscCall(test_layout(&lm, &layouts[3], PETSC_TRUE));
+  PetscCall(test_layout(&lm, &layouts[5], PETSC_TRUE));
+  if (world_rank == 0) printf("%d passed, %d failed\n", npass, nfail);
+  PetscCall(comm_teardown());
+  PetscCall(PetscFinalize());
+  return nfail ? 1 : 0;
+}

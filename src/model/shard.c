@@ -1,0 +1,209 @@
+/* shard.c: the named tensor table (Hugging Face GPT-2 state-dict order and
+ * shapes) of the whole model or of one rank's shard under tensor and
+ * pipeline parallelism, the stage split, and copies between the full
+ * (logical) layout and a shard's. Checkpoints always hold the full layout. */
+#include <string.h>
+
+#include "model_impl.h"
+
+/* ---- stages ----------------------------------------------------------------- */
+
+static double layer_params(const GPTConfig *c) { return 12.0 * c->n_embd * c->n_embd + 13.0 * c->n_embd; }
+static double first_extra(const GPTConfig *c) { return (double)(c->vocab_size + c->n_positions) * c->n_embd; }
+static double last_extra(const GPTConfig *c) { return 2.0 * c->n_embd + (c->head == GPT_HEAD_LM ? (double)c->vocab_size * c->n_embd : c->n_embd); }
+
+/* Weight of a stage holding layers [a, b) of L. */
+static double stage_weight(const GPTConfig *c, int pp, int p, int a, int b)
+{
+  return (b - a) * layer_params(c) + (p == 0 ? first_extra(c) : 0) + (p == pp - 1 ? last_extra(c) : 0);
+}
+
+/* Linear partition minimising the heaviest stage (dynamic programme over
+ * stage count and layers; L and pp are small). Ties keep the earlier cut. */
+void gpt_stage_layers(const GPTConfig *cfg, int pp, int p, int *l0, int *l1)
+{
+  int     L = cfg->n_layer, cut[64 + 1];
+  double  best[64 + 1][256 + 1];
+  int     arg[64 + 1][256 + 1];
+
+  if (pp <= 1 || pp > L || pp > 64 || L > 256) { /* no split, or beyond the table: even split */
+    *l0 = (int)((long)L * p / PetscMax(pp, 1));
+    *l1 = (int)((long)L * (p + 1) / PetscMax(pp, 1));
+    return;
+  }
+  /* best[k][i]: lightest heaviest stage for the first i layers in stages 0..k-1 */
+  for (int i = 0; i <= L; i++) best[1][i] = i >= 1 ? stage_weight(cfg, pp, 0, 0, i) : 1e300, arg[1][i] = 0;
+  for (int k = 2; k <= pp; k++)
+    for (int i = 0; i <= L; i++) {
+      best[k][i] = 1e300;
+      arg[k][i]  = 0;
+      for (int j = k - 1; j < i; j++) {
+        double w = PetscMax(best[k - 1][j], stage_weight(cfg, pp, k - 1, j, i));
+        if (w < best[k][i]) best[k][i] = w, arg[k][i] = j;
+      }
+    }
+  cut[pp] = L;
+  for (int k = pp; k >= 1; k--) cut[k - 1] = arg[k][cut[k]];
+  *l0 = cut[p];
+  *l1 = cut[p + 1];
+}
+
+void gpt_shard_of_mesh(const GPTConfig *cfg, const Mesh *mesh, GPTShard *sh)
+{
+  sh->tp = mesh ? mesh->tp : 1;
+  sh->t  = mesh ? mesh->t : 0;
+  sh->pp = mesh ? mesh->pp : 1;
+  sh->p  = mesh ? mesh->p : 0;
+  gpt_stage_layers(cfg, sh->pp, sh->p, &sh->l0, &sh->l1);
+}
+
+PetscErrorCode gpt_shard_check(const GPTConfig *cfg, int tp, int pp, const char *what)
+{
+  PetscFunctionBegin;
+  PetscCheck(tp >= 1 && cfg->n_head % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's n_head %d", what, tp, cfg->n_head);
+  PetscCheck(cfg->vocab_size % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's vocab_size %d", what, tp, cfg->vocab_size);
+  PetscCheck(pp >= 1 && pp <= cfg->n_layer && pp <= 64, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%spp %d must lie in [1, n_layer %d] (and at most 64)", what, pp, cfg->n_layer);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- the tensor table ------------------------------------------------------- */
+
+typedef struct {
+  GPTTensor      *t;
+  int             n;
+  size_t          off;
+  const GPTShard *sh;
+} Table;
+
+/* Adds a tensor of full shape d0 x d1 (d1 0: 1-D) split along `split`
+ * (-1: replicated) in `groups` blocks; held says whether this shard has it. */
+static void table_add(Table *tb, const char *name, int d0, int d1, int split, int groups, PetscBool held, PetscBool norm)
+{
+  GPTTensor *e  = &tb->t[tb->n++];
+  int        tp = tb->sh ? tb->sh->tp : 1, t = tb->sh ? tb->sh->t : 0;
+
+  memset(e, 0, sizeof *e);
+  memcpy(e->name, name, PetscMin(strlen(name), sizeof e->name - 1));
+  e->ndim      = d1 > 0 ? 2 : 1;
+  e->gshape[0] = d0;
+  e->gshape[1] = d1 > 0 ? d1 : 0;
+  e->split     = split;
+  e->groups    = groups;
+  e->shape[0]  = d0;
+  e->shape[1]  = e->gshape[1];
+  if (split >= 0) e->shape[split] /= tp;
+  e->decay  = e->ndim == 2 ? PETSC_TRUE : PETSC_FALSE;
+  e->numel  = held ? (size_t)e->shape[0] * (size_t)(e->ndim == 2 ? e->shape[1] : 1) : 0;
+  e->norm   = held && norm && (e->split >= 0 || t == 0) ? PETSC_TRUE : PETSC_FALSE;
+  e->offset = tb->off;
+  tb->off += e->numel;
+}
+
+static void table_add_layer(Table *tb, int l, int C, PetscBool held)
+{
+  static const char *const suffix[GPT_T_PER_LAYER] = {"ln_1.weight",      "ln_1.bias",      "attn.c_attn.weight", "attn.c_attn.bias",
+                                                      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
+                                                      "mlp.c_fc.weight",  "mlp.c_fc.bias",  "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+  /* shapes in the Conv1D [in,out] layout (0 as second dim: 1-D), split dimension and groups */
+  const int spec[GPT_T_PER_LAYER][4] = {{C, 0, -1, 1},     {C, 0, -1, 1}, {C, 3 * C, 1, 3}, {3 * C, 0, 0, 3}, {C, C, 0, 1},     {C, 0, -1, 1},
+                                        {C, 0, -1, 1},     {C, 0, -1, 1}, {C, 4 * C, 1, 1}, {4 * C, 0, 0, 1}, {4 * C, C, 0, 1}, {C, 0, -1, 1}};
+  char name[64];
+
+  for (int k = 0; k < GPT_T_PER_LAYER; k++) {
+    snprintf(name, sizeof name, "transformer.h.%d.%s", l, suffix[k]);
+    table_add(tb, name, spec[k][0], spec[k][1], spec[k][2], spec[k][3], held, PETSC_TRUE);
+  }
+}
+
+PetscErrorCode gpt_tensor_table_shard(const GPTConfig *cfg, const GPTShard *sh, GPTTensor **tensors, int *ntensors, size_t *nparams)
+{
+  int       C = cfg->n_embd, pp = sh ? sh->pp : 1;
+  PetscBool first = !sh || sh->p == 0, last = !sh || sh->p == pp - 1;
+  Table     tb = {NULL, 0, 0, sh};
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(4 + cfg->n_layer * GPT_T_PER_LAYER + 1, &tb.t));
+  /* wte: the embedding on the first stage; the tied LM head's copy on the last,
+   * whose gradient the first stage's copy already counts in the norm */
+  table_add(&tb, "transformer.wte.weight", cfg->vocab_size, C, 0, 1, first || (last && cfg->head == GPT_HEAD_LM), first);
+  table_add(&tb, "transformer.wpe.weight", cfg->n_positions, C, -1, 1, first, PETSC_TRUE);
+  for (int l = 0; l < cfg->n_layer; l++) table_add_layer(&tb, l, C, !sh || (l >= sh->l0 && l < sh->l1));
+  table_add(&tb, "transformer.ln_f.weight", C, 0, -1, 1, last, PETSC_TRUE);
+  table_add(&tb, "transformer.ln_f.bias", C, 0, -1, 1, last, PETSC_TRUE);
+  if (cfg->head == GPT_HEAD_SCALAR) table_add(&tb, "score.weight", 1, C, -1, 1, last, PETSC_TRUE);
+  *tensors  = tb.t;
+  *ntensors = tb.n;
+  *nparams  = tb.off;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- pieces ----------------------------------------------------------------- */
+
+void gpt_tensor_piece(const GPTTensor *full, int q, int a, int g, int *lo, int *hi)
+{
+  int block = full->gshape[full->split < 0 ? 0 : full->split] / full->groups, piece = block / q;
+
+  *lo = g * block + a * piece;
+  *hi = *lo + piece;
+}
+
+void gpt_copy_span(const GPTTensor *full, int split, const float *src, int src_D, int src_lo, float *dst, int dst_D, int dst_lo, int n)
+{
+  if (split == 0) { /* whole rows of the full row length */
+    size_t cols = full->ndim == 2 ? (size_t)full->gshape[1] : 1;
+    memcpy(dst + (size_t)dst_lo * cols, src + (size_t)src_lo * cols, (size_t)n * cols * sizeof(float));
+    return;
+  }
+  for (int r = 0; r < full->gshape[0]; r++) memcpy(dst + (size_t)r * dst_D + dst_lo, src + (size_t)r * src_D + src_lo, (size_t)n * sizeof(float));
+}
+
+/* Shard <-> full for one tensor; to_full says the direction. */
+static void shard_tensor_copy(const GPTTensor *f, const GPTTensor *s, int tp, int t, float *full, float *shard, PetscBool to_full)
+{
+  int D, Dl, piece;
+
+  if (s->numel == 0) return;
+  if (s->split < 0) {
+    if (to_full) memcpy(full + f->offset, shard + s->offset, f->numel * sizeof(float));
+    else memcpy(shard + s->offset, full + f->offset, f->numel * sizeof(float));
+    return;
+  }
+  D     = f->gshape[s->split];
+  Dl    = D / tp;
+  piece = Dl / f->groups;
+  for (int g = 0; g < f->groups; g++) {
+    int lo, hi;
+    gpt_tensor_piece(f, tp, t, g, &lo, &hi);
+    if (to_full) gpt_copy_span(f, s->split, shard + s->offset, Dl, g * piece, full + f->offset, D, lo, hi - lo);
+    else gpt_copy_span(f, s->split, full + f->offset, D, lo, shard + s->offset, Dl, g * piece, hi - lo);
+  }
+}
+
+static PetscErrorCode shard_copy(const GPTConfig *cfg, const GPTShard *sh, float *full, float *shard, PetscBool to_full)
+{
+  GPTTensor *ft, *st;
+  int        nf, ns;
+  size_t     np;
+
+  PetscFunctionBegin;
+  PetscCall(gpt_tensor_table_shard(cfg, NULL, &ft, &nf, &np));
+  PetscCall(gpt_tensor_table_shard(cfg, sh, &st, &ns, &np));
+  for (int i = 0; i < nf; i++) shard_tensor_copy(&ft[i], &st[i], sh ? sh->tp : 1, sh ? sh->t : 0, full, shard, to_full);
+  PetscCall(PetscFree(ft));
+  PetscCall(PetscFree(st));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_shard_extract(const GPTConfig *cfg, const GPTShard *sh, const float *full, float *shard)
+{
+  PetscFunctionBegin;
+  PetscCall(shard_copy(cfg, sh, (float *)full, shard, PETSC_FALSE));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_shard_insert(const GPTConfig *cfg, const GPTShard *sh, const float *shard, float *full)
+{
+  PetscFunctionBegin;
+  PetscCall(shard_copy(cfg, sh, full, (float *)shard, PETSC_TRUE));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

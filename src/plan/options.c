@@ -1,0 +1,153 @@
+/* plan: the plan from the options database. The base is a placement preset
+ * (-placement, -gen_replicas) or a plan file (-plan_file); the settings and
+ * every per-call option that is given override it. Values are read inside
+ * PetscOptionsBegin/End and checked after it, so a bad value never leaves an
+ * options block open. */
+#include "plan_impl.h"
+
+#include <string.h>
+
+/* given: the option is in the database; *any collects whether anything
+ * overrides the base, for the plan's source line. */
+static PetscErrorCode plan_given(const char *prefix, const char *name, PetscBool *given, PetscBool *any)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscOptionsHasName(NULL, prefix, name, given));
+  if (*given) *any = PETSC_TRUE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The file's calls over its placement's preset for this job, so that calls
+ * the file lacks (a file from an SFT run reused for PPO) still get meshes.
+ * The file's replica count only applies to a job of the file's size. */
+static PetscErrorCode plan_base_file(int world, const char *path, Plan *plan)
+{
+  Plan file;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&file, sizeof file));
+  PetscCall(plan_read_file(PETSC_COMM_WORLD, path, &file));
+  PetscCall(plan_preset(world, file.placement, file.world == world ? file.gen_replicas : 0, plan));
+  for (int c = 0; c < MFC_COUNT; c++)
+    if (file.call[c].nranks) plan->call[c] = file.call[c];
+  for (int k = 0; k < file.nconc; k++) PetscCall(plan_concurrent_add(plan, (MFCId)file.conc[k][0], (MFCId)file.conc[k][1]));
+  plan->offload   = file.offload;
+  plan->zero1     = file.zero1;
+  plan->bucket_mb = file.bucket_mb;
+  PetscCall(PetscStrncpy(plan->source, file.source, sizeof plan->source));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode plan_base_from_options(int world, Plan *plan)
+{
+  PetscInt  placement = PLACEMENT_COLOCATE, gen_replicas = 0;
+  char      file[PETSC_MAX_PATH_LEN] = "";
+  PetscBool shaped = PETSC_FALSE, given;
+
+  PetscFunctionBegin;
+  PetscCall(plan_given(NULL, "-placement", &given, &shaped));
+  PetscCall(plan_given(NULL, "-gen_replicas", &given, &shaped));
+  PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Execution plan", NULL);
+  RfOptEnum("-placement", "Where the model function calls run: colocate, interleave or disaggregate", PlacementNames, 3, &placement);
+  RfOptInt("-gen_replicas", "-placement disaggregate: actor_gen replicas on the generation half (0: one per rank)", 0, &gen_replicas);
+  RfOptString("-plan_file", "Start from the /plan group of this HDF5 file (e.g. an earlier run.h5) instead of a preset", file, sizeof file);
+  PetscOptionsEnd();
+  if (!file[0]) {
+    PetscCall(plan_preset(world, (Placement)placement, (int)gen_replicas, plan));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  PetscCheck(!shaped, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-placement and -gen_replicas cannot be combined with -plan_file %s, whose plan fixes the placement", file);
+  PetscCall(plan_base_file(world, file, plan));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static int plan_call_index(const char *name, size_t len)
+{
+  for (int c = 0; c < MFC_COUNT; c++)
+    if (strlen(mfc_names[c]) == len && !strncmp(mfc_names[c], name, len)) return c;
+  return -1;
+}
+
+static PetscErrorCode plan_concurrent_parse(Plan *plan, const char *pair)
+{
+  const char *comma = strchr(pair, ',');
+  int         a     = comma ? plan_call_index(pair, (size_t)(comma - pair)) : -1;
+  int         b     = comma ? plan_call_index(comma + 1, strlen(comma + 1)) : -1;
+
+  PetscFunctionBegin;
+  PetscCheck(a >= 0 && b >= 0 && a != b, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-plan_concurrent %s: expected two different calls, e.g. ref_inf,rew_inf (calls: actor_gen, ref_inf, rew_inf, critic_inf, actor_train, critic_train, sft_train, rm_train)", pair);
+  PetscCall(plan_concurrent_add(plan, (MFCId)a, (MFCId)b));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode plan_settings_from_options(Plan *plan, PetscBool *any)
+{
+  static const char *const names[] = {"-offload", "-zero1", "-bucket_mb", "-concurrent"};
+  PetscReal                bucket  = plan->bucket_mb;
+  char                     pair[64] = "";
+  PetscBool                given;
+
+  PetscFunctionBegin;
+  for (int i = 0; i < 4; i++) PetscCall(plan_given("plan_", names[i], &given, any));
+  PetscOptionsBegin(PETSC_COMM_WORLD, "plan_", "Execution plan settings", NULL);
+  RfOptBool("-offload", "Offload frozen models to host memory between calls when their meshes overlap", plan->offload, &plan->offload);
+  RfOptBool("-zero1", "ZeRO-1: shard the AdamW moments over the dp replicas of the training calls", plan->zero1, &plan->zero1);
+  RfOptReal("-bucket_mb", "Gradient all-reduce and weight-sync bucket (MiB)", plan->bucket_mb, &bucket);
+  RfOptString("-concurrent", "Two calls that run at the same time on disjoint ranks, e.g. ref_inf,rew_inf", pair, sizeof pair);
+  PetscOptionsEnd();
+  PetscCheck(bucket > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_bucket_mb %g must be positive", (double)bucket);
+  plan->bucket_mb = bucket;
+  if (pair[0]) PetscCall(plan_concurrent_parse(plan, pair));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* -<call>_ranks replaces the mesh; tp and pp then default to 1 (a preset's
+ * grid belongs to its ranks) and dp, unless given, is what the mesh leaves
+ * over (a given dp is checked against the mesh by plan_check). */
+static PetscErrorCode plan_call_from_options(Plan *plan, MFCId c, PetscBool *any)
+{
+  static const char *const names[] = {"-dp", "-tp", "-pp", "-mbs"};
+  PlanCall                *call    = &plan->call[c];
+  char                     pre[32], opt[64], ranks[PETSC_MAX_PATH_LEN];
+  PetscInt                 tp, pp, dp = 0, mbs = call->mbs;
+  PetscBool                given_ranks, given;
+
+  PetscFunctionBegin;
+  PetscCall(PetscSNPrintf(pre, sizeof pre, "%s_", mfc_names[c]));
+  PetscCall(plan_given(pre, "-ranks", &given_ranks, any));
+  for (int i = 0; i < 4; i++) PetscCall(plan_given(pre, names[i], &given, any));
+  tp = given_ranks ? 1 : call->tp;
+  pp = given_ranks ? 1 : call->pp;
+  plan_ranks_str(call, ranks, sizeof ranks);
+  PetscOptionsBegin(PETSC_COMM_WORLD, pre, "Execution plan: one model function call", NULL);
+  RfOptString("-ranks", "World ranks of the call's mesh in mesh order (tp fastest), e.g. 0-3, 0,2,5 or 0-1,4-5", ranks, sizeof ranks);
+  RfOptInt("-tp", "Tensor-parallel size", tp, &tp);
+  RfOptInt("-pp", "Pipeline stages", pp, &pp);
+  RfOptInt("-dp", "Data-parallel replicas (0: the mesh size / (tp x pp))", 0, &dp);
+  RfOptInt("-mbs", "Micro-batches per dp replica (0: the mode's own setting)", mbs, &mbs);
+  PetscOptionsEnd();
+  PetscCall(PetscSNPrintf(opt, sizeof opt, "-%sranks", pre));
+  if (given_ranks) PetscCall(plan_ranks_parse(opt, ranks, call));
+  PetscCheck(tp >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%stp %d must be at least 1", pre, (int)tp);
+  PetscCheck(pp >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%spp %d must be at least 1", pre, (int)pp);
+  PetscCheck(dp >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%sdp %d must be at least 1 (or 0: from the mesh size)", pre, (int)dp);
+  PetscCheck(mbs >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%smbs %d must be at least 1 (or 0: the mode's own setting)", pre, (int)mbs);
+  PetscCheck(dp || call->nranks % (tp * pp) == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%sranks %s has %d ranks, not a multiple of -%stp %d x -%spp %d", pre, ranks, call->nranks, pre, (int)tp, pre, (int)pp);
+  call->tp  = (int)tp;
+  call->pp  = (int)pp;
+  call->dp  = dp ? (int)dp : call->nranks / (int)(tp * pp);
+  call->mbs = (int)mbs;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode plan_from_options(int world, Plan *plan)
+{
+  PetscBool any = PETSC_FALSE;
+
+  PetscFunctionBegin;
+  PetscCall(plan_base_from_options(world, plan));
+  PetscCall(plan_settings_from_options(plan, &any));
+  for (int c = 0; c < MFC_COUNT; c++) PetscCall(plan_call_from_options(plan, (MFCId)c, &any));
+  if (any) PetscCall(PetscStrlcat(plan->source, " + options", sizeof plan->source));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

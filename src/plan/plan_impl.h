@@ -1,0 +1,29 @@
+/* plan_impl.h: what the files of src/plan share and nobody else sees: rank
+ * lists in their option syntax, the presets, and which calls are in use. */
+#ifndef RLFUSE_PLAN_IMPL_H
+#define RLFUSE_PLAN_IMPL_H
+
+#include "plan.h"
+
+/* Room for a rank list as shown in messages and tables; longer lists end in "...". */
+#define PLAN_RANKS_STR 256
+
+/* A call takes part when the mode gives it a model; NULL needs: every call
+ * (a plan printed or recorded before the mode is known). */
+static inline PetscBool plan_in_use(const PlanNeeds *needs, int c) { return (!needs || needs->cfg[c]) ? PETSC_TRUE : PETSC_FALSE; }
+
+/* Parses the value of option `opt` ("0-3", "0,2,5", "0-1,4-5") into the
+ * call's ranks; errors name the option and the value. */
+PetscErrorCode plan_ranks_parse(const char *opt, const char *value, PlanCall *call);
+/* The call's ranks in the same syntax, ranges compacted: "0-3", "0,2". */
+const char *plan_ranks_str(const PlanCall *call, char *buf, size_t len);
+/* The first rank of a that b also uses, or -1. */
+int plan_shared_rank(const PlanCall *a, const PlanCall *b);
+/* Appends the pair (a, b) unless it is there already, in either order. */
+PetscErrorCode plan_concurrent_add(Plan *plan, MFCId a, MFCId b);
+/* The placement's meshes for `world` ranks (SYSTEM.md section 4), with the
+ * default settings (no offload, no ZeRO-1, 16 MiB buckets). gen_replicas 0:
+ * one generation replica per rank of the generation half. */
+PetscErrorCode plan_preset(int world, Placement placement, int gen_replicas, Plan *plan);
+
+#endif

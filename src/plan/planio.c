@@ -1,0 +1,204 @@
+/* plan: the plan on screen and on disk. The table printed at start shows
+ * what runs where; /plan in run.h5 (docs/formats.md) stores the same, and a
+ * later run can start from it with -plan_file. Layout:
+ *   /plan               attributes placement, world, gen_replicas, offload,
+ *                       zero1, bucket_mb (doubles); dataset concurrent
+ *                       int32 [nconc,2] of call indices when there are pairs
+ *   /plan/<call>        dataset ranks int32 [nranks]; attributes dp, tp, pp, mbs */
+#include "plan_impl.h"
+#include "../io/h5util.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- table -------------------------------------------------------------------- */
+PetscErrorCode plan_print(MPI_Comm comm, const Plan *plan, const PlanNeeds *needs)
+{
+  char ranks[MFC_COUNT][PLAN_RANKS_STR], mbs[16];
+  int  w = 5; /* width of the ranks column: the widest list, at least "ranks" */
+
+  PetscFunctionBegin;
+  for (int c = 0; c < MFC_COUNT; c++) {
+    plan_ranks_str(&plan->call[c], ranks[c], sizeof ranks[c]);
+    if (plan_in_use(needs, c)) w = PetscMax(w, (int)strlen(ranks[c]));
+  }
+  PetscCall(PetscPrintf(comm, "plan: %s (%d ranks)\n", plan->source, plan->world));
+  PetscCall(PetscPrintf(comm, "  %-13s %-*s %3s %2s %2s %3s\n", "call", w, "ranks", "dp", "tp", "pp", "mbs"));
+  for (int c = 0; c < MFC_COUNT; c++) {
+    const PlanCall *call = &plan->call[c];
+
+    if (!plan_in_use(needs, c)) continue;
+    PetscCall(PetscSNPrintf(mbs, sizeof mbs, call->mbs ? "%d" : "-", call->mbs));
+    PetscCall(PetscPrintf(comm, "  %-13s %-*s %3d %2d %2d %3s\n", mfc_names[c], w, ranks[c], call->dp, call->tp, call->pp, mbs));
+  }
+  for (int k = 0; k < plan->nconc; k++)
+    if (plan_in_use(needs, plan->conc[k][0]) && plan_in_use(needs, plan->conc[k][1])) PetscCall(PetscPrintf(comm, "  concurrent: %s and %s\n", mfc_names[plan->conc[k][0]], mfc_names[plan->conc[k][1]]));
+  snprintf(mbs, sizeof mbs, "%g", plan->bucket_mb); /* PETSc's %g would print 16 as "16." */
+  PetscCall(PetscPrintf(comm, "  offload %s, zero1 %s, bucket %s MiB\n", plan->offload ? "yes" : "no", plan->zero1 ? "yes" : "no", mbs));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- run record ----------------------------------------------------------------- */
+static const char *const plan_attrs[] = {"placement", "world", "gen_replicas", "offload", "zero1", "bucket_mb"};
+static const char *const call_attrs[] = {"dp", "tp", "pp", "mbs"};
+
+PetscErrorCode plan_record(RunRecord *rec, const Plan *plan, const PlanNeeds *needs)
+{
+  double    top[6] = {plan->placement, plan->world, plan->gen_replicas, plan->offload, plan->zero1, plan->bucket_mb};
+  IODataset conc   = {"concurrent", 2, {plan->nconc, 2}, plan->conc, PETSC_TRUE};
+
+  PetscFunctionBegin;
+  /* /plan first: writing it replaces the group, children included */
+  PetscCall(record_group(rec, "plan", &conc, plan->nconc ? 1 : 0, plan_attrs, top, 6));
+  for (int c = 0; c < MFC_COUNT; c++) {
+    const PlanCall *call  = &plan->call[c];
+    double          v[4]  = {call->dp, call->tp, call->pp, call->mbs};
+    IODataset       ranks = {"ranks", 1, {call->nranks, 0}, call->ranks, PETSC_TRUE};
+    char            group[64];
+
+    if (!plan_in_use(needs, c)) continue;
+    PetscCall(PetscSNPrintf(group, sizeof group, "plan/%s", mfc_names[c]));
+    PetscCall(record_group(rec, group, &ranks, 1, call_attrs, v, 4));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- plan file ------------------------------------------------------------------- */
+typedef struct {
+  const char *path;
+  Plan       *plan;
+} PlanReadCtx;
+
+/* Written as doubles, but a hand-made file (h5py) may hold integers; either
+ * must be a whole number in [lo, hi]. */
+static PetscErrorCode plan_attr_int(hid_t obj, const char *where, const char *name, int lo, int hi, int *v)
+{
+  hid_t       attr, type;
+  H5T_class_t cls;
+  double      x;
+
+  PetscFunctionBegin;
+  PetscCheck(H5Aexists(obj, name) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no attribute %s", where, name);
+  attr = H5Aopen(obj, name, H5P_DEFAULT);
+  H5Call(attr, "%s: cannot open attribute %s (corrupt file?)", where, name);
+  type = H5Aget_type(attr);
+  cls  = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
+  PetscCall(h5u_close(&type));
+  PetscCall(h5u_close(&attr));
+  if (cls == H5T_INTEGER) {
+    int64_t i;
+
+    PetscCall(h5u_attr_read_int(obj, where, name, &i));
+    x = (double)i;
+  } else PetscCall(h5u_attr_read_double(obj, where, name, &x));
+  PetscCheck(x == (int)x && x >= lo && x <= hi, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s is %g, expected a whole number in [%d, %d]", where, name, x, lo, hi);
+  *v = (int)x;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode plan_read_settings(hid_t g, const char *where, Plan *plan)
+{
+  int p, offload, zero1;
+
+  PetscFunctionBegin;
+  PetscCall(plan_attr_int(g, where, "placement", 0, PLACEMENT_DISAGGREGATE, &p));
+  PetscCall(plan_attr_int(g, where, "world", 1, PLAN_MAX_RANKS, &plan->world));
+  PetscCall(plan_attr_int(g, where, "gen_replicas", 0, PLAN_MAX_RANKS, &plan->gen_replicas));
+  PetscCall(plan_attr_int(g, where, "offload", 0, 1, &offload));
+  PetscCall(plan_attr_int(g, where, "zero1", 0, 1, &zero1));
+  PetscCall(h5u_attr_read_double(g, where, "bucket_mb", &plan->bucket_mb));
+  PetscCheck(plan->bucket_mb > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute bucket_mb is %g, expected a positive size", where, plan->bucket_mb);
+  plan->placement = (Placement)p;
+  plan->offload   = offload ? PETSC_TRUE : PETSC_FALSE;
+  plan->zero1     = zero1 ? PETSC_TRUE : PETSC_FALSE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode plan_read_concurrent(hid_t g, const char *where, Plan *plan)
+{
+  hsize_t dims[2] = {0, 2};
+  hid_t   dset;
+  int     conc[8][2];
+
+  PetscFunctionBegin;
+  plan->nconc = 0;
+  if (H5Lexists(g, "concurrent", H5P_DEFAULT) <= 0) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(h5u_dataset_open(g, where, "/plan/concurrent", "concurrent", H5T_INTEGER, 0, 2, dims, &dset));
+  PetscCheck(dims[0] <= 8, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /plan/concurrent has %llu pairs, at most 8 allowed", where, (unsigned long long)dims[0]);
+  PetscCall(h5u_dataset_read(dset, where, "/plan/concurrent", H5T_NATIVE_INT, conc));
+  PetscCall(h5u_close(&dset));
+  for (hsize_t k = 0; k < dims[0]; k++) {
+    PetscCheck(conc[k][0] >= 0 && conc[k][0] < MFC_COUNT && conc[k][1] >= 0 && conc[k][1] < MFC_COUNT, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /plan/concurrent pair %llu names calls %d, %d (calls are 0..%d)", where, (unsigned long long)k, conc[k][0], conc[k][1], MFC_COUNT - 1);
+    plan->conc[k][0] = conc[k][0];
+    plan->conc[k][1] = conc[k][1];
+  }
+  plan->nconc = (int)dims[0];
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode plan_read_call(hid_t g, const char *path, MFCId c, PlanCall *call)
+{
+  char    where[PETSC_MAX_PATH_LEN + 64], full[64];
+  hsize_t dims[1] = {0};
+  hid_t   cg, dset;
+
+  PetscFunctionBegin;
+  PetscCall(PetscSNPrintf(full, sizeof full, "/plan/%s/ranks", mfc_names[c]));
+  PetscCall(PetscSNPrintf(where, sizeof where, "plan file %s /plan/%s", path, mfc_names[c]));
+  cg = H5Gopen2(g, mfc_names[c], H5P_DEFAULT);
+  H5Call(cg, "%s: cannot open the group (corrupt file?)", where);
+  PetscCall(h5u_dataset_open(cg, where, full, "ranks", H5T_INTEGER, 0, 1, dims, &dset));
+  PetscCheck(dims[0] >= 1 && dims[0] <= PLAN_MAX_RANKS, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has %llu ranks, expected 1 to %d", where, full, (unsigned long long)dims[0], PLAN_MAX_RANKS);
+  PetscCall(h5u_dataset_read(dset, where, full, H5T_NATIVE_INT, call->ranks));
+  PetscCall(h5u_close(&dset));
+  call->nranks = (int)dims[0];
+  PetscCall(plan_attr_int(cg, where, "dp", 1, PLAN_MAX_RANKS, &call->dp));
+  PetscCall(plan_attr_int(cg, where, "tp", 1, PLAN_MAX_RANKS, &call->tp));
+  PetscCall(plan_attr_int(cg, where, "pp", 1, PLAN_MAX_RANKS, &call->pp));
+  PetscCall(plan_attr_int(cg, where, "mbs", 0, 1 << 30, &call->mbs));
+  PetscCall(h5u_close(&cg));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode plan_read_groups(hid_t file, void *vctx)
+{
+  PlanReadCtx *ctx = (PlanReadCtx *)vctx;
+  char         where[PETSC_MAX_PATH_LEN + 32];
+  hid_t        g;
+
+  PetscFunctionBegin;
+  PetscCall(PetscSNPrintf(where, sizeof where, "plan file %s /plan", ctx->path));
+  PetscCheck(H5Lexists(file, "plan", H5P_DEFAULT) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "plan file %s has no group /plan (written by a run that records its plan)", ctx->path);
+  g = H5Gopen2(file, "plan", H5P_DEFAULT);
+  H5Call(g, "%s: cannot open the group (corrupt file?)", where);
+  PetscCall(plan_read_settings(g, where, ctx->plan));
+  PetscCall(plan_read_concurrent(g, where, ctx->plan));
+  for (int c = 0; c < MFC_COUNT; c++)
+    if (H5Lexists(g, mfc_names[c], H5P_DEFAULT) > 0) PetscCall(plan_read_call(g, ctx->path, (MFCId)c, &ctx->plan->call[c]));
+  PetscCall(h5u_close(&g));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode plan_read_task(void *vctx)
+{
+  PlanReadCtx *ctx = (PlanReadCtx *)vctx;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_read_file("plan file", ctx->path, plan_read_groups, ctx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Rank 0 reads into a copy, so a file that fails half-way leaves the plan
+ * as it was; then every rank gets rank 0's result. */
+PetscErrorCode plan_read_file(MPI_Comm comm, const char *path, Plan *plan)
+{
+  Plan        copy = *plan;
+  PlanReadCtx ctx  = {path, &copy};
+
+  PetscFunctionBegin;
+  PetscCall(PetscSNPrintf(copy.source, sizeof copy.source, "file %s", path));
+  PetscCall(h5u_rank0(comm, plan_read_task, &ctx));
+  PetscCallMPI(MPI_Bcast(&copy, (int)sizeof copy, MPI_BYTE, 0, comm));
+  *plan = copy;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
