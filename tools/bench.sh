@@ -23,3 +23,9 @@ done
 for threads in 1 $(nproc); do
   OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads "$BIN/bench_decode" -size all -prompt 8 -max_new 64 -iters 3
 done
+# parameter reallocation: time against bytes moved for layout pairs (2 ranks,
+# one per core; 4 ranks adds the 4-rank pairs, oversubscribed on 2 cores)
+MPIEXEC=${MPIEXEC:-mpiexec}; MPIEXEC_FLAGS=${MPIEXEC_FLAGS--bind-to none}
+for np in 2 4; do
+  $MPIEXEC $MPIEXEC_FLAGS -n $np env OMP_NUM_THREADS=1 "$BIN/bench_realloc" -iters 5
+done
