@@ -109,8 +109,8 @@ typedef struct {
   int            nslots;
   double        *stats_host;     /* vocabulary-parallel log-prob statistics, host [4*N*tp] */
   size_t         stats_cap;
-  size_t         own0, own1;
-  PetscBool      grads_synced;   /* gpt_grads_sync ran since the last zero_grad or step */     /* ZeRO-1: the flat range whose AdamW moments this rank keeps (m, v hold own1-own0) */
+  size_t         own0, own1;     /* ZeRO-1: the flat range whose AdamW moments this rank keeps (m, v hold own1-own0) */
+  PetscBool      grads_synced;   /* gpt_grads_sync ran since the last zero_grad or step */
 } GPT;
 
 /* Reads -<prefix>n_layer, n_head, n_embd, vocab_size, n_positions, head. */

@@ -1,0 +1,381 @@
+/* test_sched: pipeline schedules and their executor. The 1F1B (and GPipe)
+ * task lists are checked as data (every micro-batch once forward, once
+ * backward after it; in-flight bound; the last stage alternates; a replay of
+ * the stages' cross-stage dependencies finishes, i.e. no deadlock); the slot
+ * guard of sched_run is checked to refuse a reused slot; and one training
+ * step of m = 4 micro-batches run through sched_run on pipeline meshes must
+ * give the outputs, gradients and post-AdamW parameters of one rank running
+ * the same micro-batches one after another. Run with mpiexec -n 4 (layouts
+ * that need more ranks than the world are skipped, saying so). */
+#include <math.h>
+#include <string.h>
+
+#include "model.h"
+#include "sched.h"
+#include "sys.h"
+
+static const char help[] = "Pipeline schedule regression tests.\n";
+
+static int npass, nfail, world_rank, world_size;
+
+static void report(const char *name, PetscBool ok, const char *detail)
+{
+  int all_ok = ok ? 1 : 0, mine = all_ok;
+
+  MPI_Allreduce(&mine, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (all_ok) npass++;
+  else nfail++;
+  if (world_rank == 0) printf("%s - %s%s%s\n", all_ok ? "ok" : "not ok", name, detail[0] ? ": " : "", detail);
+}
+
+/* max |a-b| / (max |b| + tiny) over n */
+static double rel_err(const float *a, const float *b, size_t n)
+{
+  double e = 0, s = 1e-30;
+  for (size_t i = 0; i < n; i++) {
+    e = PetscMax(e, fabs((double)a[i] - b[i]));
+    s = PetscMax(s, fabs((double)b[i]));
+  }
+  return e / s;
+}
+
+/* ---- the schedules as data --------------------------------------------------- */
+
+typedef PetscErrorCode (*SchedBuild)(int, int, int, SchedTask *, int *);
+
+/* Replays every stage's list against the model's pipeline traffic (sends
+ * never block; a stage's forward of mb waits for stage p-1's, its backward
+ * for stage p+1's): returns whether all stages finish. */
+static PetscBool replay_finishes(SchedTask *const *lists, int pp, int m)
+{
+  int       pos[64] = {0}, fdone[64], bdone[64]; /* per stage: next task, forwards and backwards done (in order) */
+  PetscBool progress = PETSC_TRUE;
+
+  for (int p = 0; p < pp; p++) fdone[p] = bdone[p] = 0;
+  while (progress) {
+    progress = PETSC_FALSE;
+    for (int p = 0; p < pp; p++) {
+      while (pos[p] < 2 * m) {
+        SchedTask t  = lists[p][pos[p]];
+        PetscBool ok = t.kind == SCHED_F ? (p == 0 || fdone[p - 1] > t.mb) : (p == pp - 1 || bdone[p + 1] > t.mb);
+        if (!ok) break;
+        if (t.kind == SCHED_F) fdone[p]++;
+        else bdone[p]++;
+        pos[p]++;
+        progress = PETSC_TRUE;
+      }
+    }
+  }
+  for (int p = 0; p < pp; p++)
+    if (pos[p] < 2 * m) return PETSC_FALSE;
+  return PETSC_TRUE;
+}
+
+static PetscErrorCode test_tables(const char *what, SchedBuild build, int pp, int m, PetscBool is_1f1b)
+{
+  SchedTask *lists[64];
+  PetscBool  ok = PETSC_TRUE, alt = PETSC_TRUE, bound = PETSC_TRUE, slots = PETSC_TRUE, warm = PETSC_TRUE;
+  char       name[320];
+
+  PetscFunctionBegin;
+  for (int p = 0; p < pp; p++) {
+    int nslots, inflight, nwarm = 0;
+    PetscCall(PetscMalloc1(2 * m, &lists[p]));
+    PetscCall(build(pp, p, m, lists[p], &nslots));
+    PetscCall(sched_check(lists[p], 2 * m, m, &inflight)); /* m F and m B, each B after its F */
+    while (nwarm < 2 * m && lists[p][nwarm].kind == SCHED_F) nwarm++;
+    if (is_1f1b) {
+      if (inflight > pp - p) bound = PETSC_FALSE;
+      if (nwarm != PetscMin(pp - p, m)) warm = PETSC_FALSE; /* the warm-up forwards and the first steady one */
+    }
+    if (inflight != nslots) slots = PETSC_FALSE;
+    if (is_1f1b && p == pp - 1)
+      for (int i = 0; i < m; i++)
+        if (lists[p][2 * i].kind != SCHED_F || lists[p][2 * i].mb != i || lists[p][2 * i + 1].kind != SCHED_B || lists[p][2 * i + 1].mb != i) alt = PETSC_FALSE;
+  }
+  ok = alt && bound && slots && warm && replay_finishes(lists, pp, m);
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s pp %d, m %d: every stage has m F and m B, B after F, %s; the pipeline replay finishes", what, pp, m,
+                          is_1f1b ? "min(pp-p-1,m) warm-up forwards, at most pp-p in flight (= nslots), last stage alternates F,B" : "nslots = most in flight"));
+  report(name, ok, ok ? "" : (!alt ? "last stage does not alternate" : !bound ? "too many in flight" : !slots ? "nslots differs from the in-flight count" : !warm ? "wrong warm-up" : "deadlock"));
+  for (int p = 0; p < pp; p++) PetscCall(PetscFree(lists[p]));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- the executor's slot guard ------------------------------------------------ */
+
+static PetscErrorCode count_task(void *ctx, GPT *gpt, int mb)
+{
+  PetscFunctionBegin;
+  (*(int *)ctx)++;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode test_guard(const GPTConfig *cfg)
+{
+  GPT           *g;
+  SchedTask      bad[4] = {{SCHED_F, 0}, {SCHED_F, 1}, {SCHED_B, 0}, {SCHED_B, 1}}, good[8];
+  int            calls = 0, nslots;
+  PetscErrorCode ierr;
+  PetscBool      ok;
+  char           det[160];
+
+  PetscFunctionBegin;
+  PetscCall(gpt_create(cfg, backend_cpu(), &g));
+  PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+  ierr = sched_run(g, bad, 4, 1, count_task, count_task, &calls);
+  PetscCall(PetscPopErrorHandler());
+  ok = ierr == PETSC_ERR_ORDER && calls == 1 && g->acts == g->slots[0] ? PETSC_TRUE : PETSC_FALSE;
+  PetscCall(PetscSNPrintf(det, sizeof det, "error %d after %d tasks", (int)ierr, calls));
+  report("sched_run refuses a forward into a slot whose micro-batch awaits its backward", ok, ok ? "" : det);
+  calls = 0;
+  PetscCall(sched_1f1b(4, 0, 4, good, &nslots));
+  PetscCall(sched_run(g, good, 8, nslots, count_task, count_task, &calls));
+  ok = calls == 8 && g->nslots >= nslots && g->acts == g->slots[0] ? PETSC_TRUE : PETSC_FALSE;
+  report("sched_run plays a 1F1B list (4 slots), every task once, slot 0 selected at the end", ok, "");
+  {
+    SchedTask swapped[4] = {{SCHED_F, 0}, {SCHED_F, 1}, {SCHED_B, 1}, {SCHED_B, 0}};
+    calls = 0;
+    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+    ierr = sched_run(g, swapped, 4, 2, count_task, count_task, &calls);
+    PetscCall(PetscPopErrorHandler());
+    ok = ierr == PETSC_ERR_ORDER && calls == 2 ? PETSC_TRUE : PETSC_FALSE;
+    PetscCall(PetscSNPrintf(det, sizeof det, "error %d after %d tasks", (int)ierr, calls));
+    report("sched_run refuses backwards out of micro-batch order (stage messages would pair with the wrong micro-batch)", ok, ok ? "" : det);
+  }
+  PetscCall(gpt_destroy(&g));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- one training step through the executor ----------------------------------- */
+
+typedef struct {
+  int B, T, N;
+  int *tok, *target, *mask_off, *mask_ids;
+  float *dlp;
+} Batch;
+
+/* Random tokens; targets on most rows; a top-k-like mask of 1..V/2 ids on
+ * every third row (always containing the target), so micro-batches differ in
+ * their distributions. */
+static PetscErrorCode batch_create(const GPTConfig *c, int B, int T, Batch *b)
+{
+  int V = c->vocab_size, nid = 0;
+
+  PetscFunctionBegin;
+  b->B = B, b->T = T, b->N = B * T;
+  PetscCall(PetscMalloc5(b->N, &b->tok, b->N, &b->target, b->N + 1, &b->mask_off, (size_t)b->N * V, &b->mask_ids, b->N, &b->dlp));
+  for (int n = 0; n < b->N; n++) {
+    b->tok[n]      = (int)(rng_uniform(6, 1, 0, (uint32_t)n, 0) * V) % V;
+    b->target[n]   = n % 5 == 4 ? -1 : (int)(rng_uniform(6, 2, 0, (uint32_t)n, 0) * V) % V;
+    b->dlp[n]      = rng_normal(6, 3, 0, (uint32_t)n, 0);
+    b->mask_off[n] = nid;
+    if (n % 3 == 0 && b->target[n] >= 0) {
+      int k = 1 + n % (V / 2);
+      for (int j = 0; j < k; j++) b->mask_ids[nid++] = (b->target[n] + 5 * j) % V; /* 5 is prime to V = 24: no repeats */
+    }
+  }
+  b->mask_off[b->N] = nid;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode batch_destroy(Batch *b)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscFree5(b->tok, b->target, b->mask_off, b->mask_ids, b->dlp));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Micro-batch mb is sequences [row0 + mb*nb, +nb) of the batch. The loss is
+ * sum_n dlp[n] * logprob[n] (LM head) or sum_n dlp[n] * value[n], so
+ * d loss / d output is dlp; the outputs go to out[2N] (log-probabilities, then
+ * entropies) on the last stage. */
+typedef struct {
+  const Batch *b;
+  int          row0, nb;
+  float       *out;
+} StepCtx;
+
+static PetscErrorCode step_forward(void *ctx_, GPT *g, int mb)
+{
+  StepCtx     *ctx = ctx_;
+  const Batch *b   = ctx->b;
+  int          T = b->T, n0 = (ctx->row0 + mb * ctx->nb) * T, n = ctx->nb * T, *off;
+  GPTTokenDist d;
+
+  PetscFunctionBegin;
+  PetscCall(gpt_forward(g, b->tok + n0, ctx->nb, T));
+  if (!gpt_last_stage(g)) PetscFunctionReturn(PETSC_SUCCESS);
+  if (g->cfg.head == GPT_HEAD_SCALAR) {
+    PetscCall(gpt_values_get(g, ctx->out + n0));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  PetscCall(PetscMalloc1(n + 1, &off));
+  for (int i = 0; i <= n; i++) off[i] = b->mask_off[n0 + i] - b->mask_off[n0];
+  d = (GPTTokenDist){1.0f / 0.8f, off, b->mask_ids + b->mask_off[n0]};
+  PetscCall(gpt_logprobs_dist(g, b->target + n0, &d, ctx->out + n0, ctx->out + b->N + n0)); /* the model keeps the distribution in mb's slot */
+  PetscCall(PetscFree(off));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode step_backward(void *ctx_, GPT *g, int mb)
+{
+  StepCtx     *ctx  = ctx_;
+  const Batch *b    = ctx->b;
+  int          n0   = (ctx->row0 + mb * ctx->nb) * b->T;
+  PetscBool    last = gpt_last_stage(g);
+
+  PetscFunctionBegin;
+  if (g->cfg.head == GPT_HEAD_LM) PetscCall(gpt_backward_logprob(g, last ? b->target + n0 : NULL, last ? b->dlp + n0 : NULL));
+  else PetscCall(gpt_backward_values(g, last ? b->dlp + n0 : NULL));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The shard's buffer (params or grads) in the full layout, gathered to every
+ * rank by summing each (p, t)'s pieces from dp replica 0 over the world. */
+static PetscErrorCode gather_full(const GPT *full, const GPT *g, const Mesh *m, const float *flat, float *out)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscArrayzero(out, full->nparams));
+  if (m->me >= 0 && m->d == 0) {
+    GPTShard sh = g->sh;
+    float   *tmp;
+    PetscCall(PetscCalloc1(full->nparams, &tmp));
+    PetscCall(gpt_shard_insert(&g->cfg, &sh, flat, tmp));
+    /* replicated tensors are held by every tp rank and wte by two stages: count once */
+    for (int i = 0; i < full->ntensors; i++) {
+      PetscBool keep = g->tensors[i].numel && (g->tensors[i].split >= 0 || g->sh.t == 0) && !(i == 0 && g->sh.p > 0 && g->sh.pp > 1);
+      if (!keep) PetscCall(PetscArrayzero(tmp + full->tensors[i].offset, full->tensors[i].numel));
+    }
+    PetscCall(PetscArraycpy(out, tmp, full->nparams));
+    PetscCall(PetscFree(tmp));
+  }
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, out, (int)full->nparams, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  const char *name;
+  int         pp, dp, tp;
+  SchedBuild  build;
+  int         m; /* micro-batches per dp replica */
+} Layout;
+
+/* One layout: m micro-batches per dp replica through sched_run, against the
+ * one-rank model running all of them in turn; then one AdamW step. */
+static PetscErrorCode test_step(const GPTConfig *cfg, const Layout *L)
+{
+  int          n = L->pp * L->dp * L->tp, ranks[64], m = L->m, nb = 1, B, T = 6, nslots = 1;
+  const Mesh  *mesh;
+  GPT         *full, *g = NULL;
+  Batch        b;
+  StepCtx      rc, gc;
+  SchedTask   *tasks;
+  float       *ref, *got, *pfull, *gfull, *pg;
+  AdamWConfig  opt = {1e-2, 1, 0.9, 0.95, 1e-8, 0.1, 1.0, 0, 0};
+  char         name[200], det[160];
+  const char  *head = cfg->head == GPT_HEAD_LM ? "lm" : "scalar";
+  double       e;
+
+  PetscFunctionBegin;
+  if (n > world_size) {
+    if (world_rank == 0) printf("# skip %s, %s head: needs %d ranks\n", L->name, head, n);
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  B = m * nb * L->dp;
+  for (int i = 0; i < n; i++) ranks[i] = i;
+  PetscCall(mesh_get(ranks, n, L->pp, L->dp, L->tp, &mesh));
+  PetscCall(batch_create(cfg, B, T, &b));
+  PetscCall(gpt_create(cfg, backend_cpu(), &full));
+  PetscCall(gpt_init_random(full, 78));
+  PetscCall(PetscCalloc5(2 * b.N, &ref, 2 * b.N, &got, full->nparams, &pfull, full->nparams, &gfull, full->nparams, &pg));
+  PetscCall(PetscMalloc1(2 * m, &tasks));
+  /* reference: every micro-batch forward then backward, one after another, on one rank */
+  rc = (StepCtx){&b, 0, nb, ref};
+  PetscCall(gpt_zero_grad(full));
+  for (int k = 0; k < m * L->dp; k++) {
+    PetscCall(step_forward(&rc, full, k));
+    PetscCall(step_backward(&rc, full, k));
+  }
+  if (mesh->me >= 0) {
+    float *mine;
+    PetscCall(gpt_create_on_mesh(cfg, backend_cpu(), mesh, &g));
+    PetscCall(gpt_params_get(full, pfull));
+    PetscCall(PetscMalloc1(g->nparams + 1, &mine));
+    PetscCall(gpt_shard_extract(cfg, &g->sh, pfull, mine));
+    PetscCall(gpt_params_set(g, mine));
+    PetscCall(PetscFree(mine));
+    PetscCall(gpt_zero_grad(g));
+    PetscCall(L->build(mesh->pp, mesh->p, m, tasks, &nslots));
+    gc = (StepCtx){&b, mesh->d * m * nb, nb, got};
+    PetscCall(sched_run(g, tasks, 2 * m, nslots, step_forward, step_backward, &gc));
+  }
+  /* outputs live on the last stage's ranks of each replica: sum them over the world once */
+  if (!(mesh->me >= 0 && mesh->p == mesh->pp - 1 && mesh->t == 0)) PetscCall(PetscArrayzero(got, 2 * b.N));
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, got, 2 * b.N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  e = rel_err(got, ref, cfg->head == GPT_HEAD_LM ? 2 * b.N : b.N);
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s, %s head, %d micro-batches (%d slots on stage 0): %s match one rank", L->name, head, m, nslots,
+                          cfg->head == GPT_HEAD_LM ? "masked, tempered log-probabilities and entropies" : "values"));
+  PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", e));
+  PetscCallMPI(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD)); /* nslots as rank 0 (stage 0) sees it */
+  report(name, e < 1e-5 ? PETSC_TRUE : PETSC_FALSE, det);
+
+  if (g) PetscCall(gpt_grads_sync(g));
+  PetscCall(gather_full(full, g ? g : full, mesh, g ? g->grads : full->grads, gfull));
+  e = rel_err(gfull, full->grads, full->nparams);
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s, %s head: gradients accumulated over the micro-batches match one rank", L->name, head));
+  PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", e));
+  report(name, e < 1e-5 ? PETSC_TRUE : PETSC_FALSE, det);
+
+  {
+    PetscReal lr, gn_full, gn = 0;
+    PetscCall(gpt_adamw_step(full, &opt, &lr, &gn_full));
+    if (g) PetscCall(gpt_adamw_step(g, &opt, &lr, &gn));
+    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &gn, 1, MPIU_REAL, MPI_MAX, MPI_COMM_WORLD));
+    PetscCall(gather_full(full, g ? g : full, mesh, g ? g->params : full->params, pg));
+    e = rel_err(pg, full->params, full->nparams);
+    PetscCall(PetscSNPrintf(name, sizeof name, "%s, %s head: AdamW step after the schedule (gradient norm %.4f vs %.4f) gives the one-rank parameters", L->name, head, (double)gn,
+                            (double)gn_full));
+    PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", e));
+    report(name, e < 1e-5 && fabs(gn - gn_full) < 1e-5 * gn_full ? PETSC_TRUE : PETSC_FALSE, det);
+  }
+  PetscCall(PetscFree(tasks));
+  PetscCall(PetscFree5(ref, got, pfull, gfull, pg));
+  PetscCall(gpt_destroy(&full));
+  PetscCall(gpt_destroy(&g));
+  PetscCall(batch_destroy(&b));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+int main(int argc, char **argv)
+{
+  GPTConfig lm = {.n_layer = 4, .n_head = 4, .n_embd = 16, .vocab_size = 24, .n_positions = 12, .head = GPT_HEAD_LM};
+  GPTConfig sc = lm;
+  Layout    layouts[] = {
+    {"one rank, GPipe (all micro-batches in flight)", 1, 1, 1, sched_gpipe, 4},
+    {"pp 2, 1F1B",                                    2, 1, 1, sched_1f1b,  4},
+    {"pp 2, GPipe",                                   2, 1, 1, sched_gpipe, 4},
+    {"pp 4, 1F1B",                                    4, 1, 1, sched_1f1b,  4},
+    {"pp 4, 1F1B (m > pp: slots reused)",             4, 1, 1, sched_1f1b,  7},
+    {"pp 4, GPipe",                                   4, 1, 1, sched_gpipe, 4},
+    {"pp 2 x tp 2, 1F1B",                             2, 1, 2, sched_1f1b,  4},
+    {"pp 2 x dp 2, 1F1B",                             2, 2, 1, sched_1f1b,  4},
+  };
+  int tables[][2] = {{4, 8}, {4, 4}, {4, 2}, {4, 1}, {2, 3}, {1, 3}, {8, 5}};
+
+  PetscCall(PetscInitialize(&argc, &argv, NULL, help));
+  PetscCall(comm_setup());
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  sc.head = GPT_HEAD_SCALAR;
+  for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++) PetscCall(test_tables("1F1B", sched_1f1b, tables[k][0], tables[k][1], PETSC_TRUE));
+  PetscCall(test_tables("GPipe", sched_gpipe, 4, 3, PETSC_FALSE));
+  PetscCall(test_guard(&lm));
+  for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
+    PetscCall(test_step(&lm, &layouts[k]));
+    PetscCall(test_step(&sc, &layouts[k]));
+  }
+  if (world_rank == 0) printf("%d passed, %d failed\n", npass, nfail);
+  PetscCall(comm_teardown());
+  PetscCall(PetscFinalize());
+  return nfail ? 1 : 0;
+}

@@ -1,0 +1,111 @@
+/* sched.c: pipeline schedules as task lists (1F1B, GPipe), their check, and
+ * the executor that plays a list on one stage with one activation slot per
+ * micro-batch in flight. Schedules are plain data so a searched schedule
+ * (SYSTEM.md section 3, fused actor/critic pipelines) runs through the same
+ * executor as the textbook ones. */
+#include "sched.h"
+
+static PetscErrorCode sched_args_check(int pp, int p, int m, const SchedTask *tasks, const char *fn)
+{
+  PetscFunctionBegin;
+  PetscCheck(pp >= 1 && p >= 0 && p < pp, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s: stage %d of %d", fn, p, pp);
+  PetscCheck(m >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s: %d micro-batches", fn, m);
+  PetscCheck(tasks, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "%s: tasks is NULL", fn);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sched_1f1b(int pp, int p, int m, SchedTask *tasks, int *nslots)
+{
+  int warm, n = 0, f = 0, b = 0;
+
+  PetscFunctionBegin;
+  PetscCall(sched_args_check(pp, p, m, tasks, "sched_1f1b"));
+  /* stage p can start its first backward only after the micro-batch has
+   * passed the pp-p-1 stages after it, so it fills that gap with forwards */
+  warm = PetscMin(pp - p - 1, m);
+  while (f < warm) tasks[n++] = (SchedTask){SCHED_F, f++};
+  while (f < m) {
+    tasks[n++] = (SchedTask){SCHED_F, f++};
+    tasks[n++] = (SchedTask){SCHED_B, b++};
+  }
+  while (b < m) tasks[n++] = (SchedTask){SCHED_B, b++};
+  if (nslots) *nslots = PetscMin(warm + 1, m);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sched_gpipe(int pp, int p, int m, SchedTask *tasks, int *nslots)
+{
+  PetscFunctionBegin;
+  PetscCall(sched_args_check(pp, p, m, tasks, "sched_gpipe"));
+  for (int i = 0; i < m; i++) tasks[i] = (SchedTask){SCHED_F, i};
+  for (int i = 0; i < m; i++) tasks[m + i] = (SchedTask){SCHED_B, i};
+  if (nslots) *nslots = m;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sched_check(const SchedTask *tasks, int ntasks, int m, int *inflight)
+{
+  int           *state, cur = 0, most = 0, last[2] = {-1, -1}; /* state[mb]: 0 not started, 1 forward done, 2 backward done */
+  PetscErrorCode ierr = PETSC_SUCCESS;
+
+  PetscFunctionBegin;
+  PetscCheck(ntasks == 2 * m, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "sched_check: %d tasks for %d micro-batches (want %d)", ntasks, m, 2 * m);
+  PetscCall(PetscCalloc1(m, &state));
+  for (int i = 0; i < ntasks && !ierr; i++) {
+    int mb = tasks[i].mb, want = tasks[i].kind == SCHED_F ? 0 : 1;
+    if (tasks[i].kind != SCHED_F && tasks[i].kind != SCHED_B) ierr = PETSC_ERR_ARG_WRONG;
+    else if (mb < 0 || mb >= m) ierr = PETSC_ERR_ARG_OUTOFRANGE;
+    else if (state[mb] != want || mb != last[want] + 1) ierr = PETSC_ERR_ORDER;
+    if (ierr) {
+      (void)PetscFree(state);
+      SETERRQ(PETSC_COMM_SELF, ierr, "sched_check: task %d (%s of micro-batch %d) is out of order or out of range", i, tasks[i].kind == SCHED_F ? "forward" : "backward", mb);
+    }
+    state[mb]++;
+    last[want] = mb;
+    cur += tasks[i].kind == SCHED_F ? 1 : -1;
+    most = PetscMax(most, cur);
+  }
+  PetscCall(PetscFree(state));
+  if (inflight) *inflight = most;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sched_run(GPT *gpt, const SchedTask *tasks, int ntasks, int nslots, SchedFn forward, SchedFn backward, void *ctx)
+{
+  int           *holder; /* holder[k]: the micro-batch whose activations slot k keeps, or -1 */
+  int            last[2] = {-1, -1}; /* the last forward's and backward's micro-batch */
+  PetscErrorCode ierr = PETSC_SUCCESS;
+
+  PetscFunctionBegin;
+  PetscCheck(nslots >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "sched_run: %d activation slots", nslots);
+  PetscCheck(forward && backward, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "sched_run: forward and backward callbacks are required");
+  PetscCall(gpt_acts_slots(gpt, nslots));
+  PetscCall(PetscMalloc1(nslots, &holder));
+  for (int k = 0; k < nslots; k++) holder[k] = -1;
+  for (int i = 0; i < ntasks && !ierr; i++) {
+    int mb = tasks[i].mb, k = mb % nslots;
+
+    if (mb < 0) ierr = PetscError(PETSC_COMM_SELF, __LINE__, PETSC_FUNCTION_NAME, __FILE__, PETSC_ERR_ARG_OUTOFRANGE, PETSC_ERROR_INITIAL, "sched_run: task %d has micro-batch %d", i, mb);
+    else if (tasks[i].kind == SCHED_F && holder[k] >= 0)
+      ierr = PetscError(PETSC_COMM_SELF, __LINE__, PETSC_FUNCTION_NAME, __FILE__, PETSC_ERR_ORDER, PETSC_ERROR_INITIAL,
+                        "sched_run: task %d, forward of micro-batch %d, would reuse activation slot %d of %d while micro-batch %d awaits its backward (too few slots for this schedule)", i, mb, k,
+                        nslots, holder[k]);
+    else if (tasks[i].kind == SCHED_B && holder[k] != mb)
+      ierr = PetscError(PETSC_COMM_SELF, __LINE__, PETSC_FUNCTION_NAME, __FILE__, PETSC_ERR_ORDER, PETSC_ERROR_INITIAL,
+                        "sched_run: task %d, backward of micro-batch %d, but activation slot %d holds %s %d", i, mb, k, holder[k] < 0 ? "no micro-batch" : "micro-batch", holder[k]);
+    else if (tasks[i].kind != SCHED_F && tasks[i].kind != SCHED_B)
+      ierr = PetscError(PETSC_COMM_SELF, __LINE__, PETSC_FUNCTION_NAME, __FILE__, PETSC_ERR_ARG_WRONG, PETSC_ERROR_INITIAL, "sched_run: task %d has kind %d", i, tasks[i].kind);
+    else if (mb != last[tasks[i].kind] + 1)
+      ierr = PetscError(PETSC_COMM_SELF, __LINE__, PETSC_FUNCTION_NAME, __FILE__, PETSC_ERR_ORDER, PETSC_ERROR_INITIAL,
+                        "sched_run: task %d, %s of micro-batch %d after that of %d: the stages' messages carry no micro-batch, so each kind must run in order 0, 1, 2, ...", i,
+                        tasks[i].kind == SCHED_F ? "forward" : "backward", mb, last[tasks[i].kind]);
+    if (!ierr) ierr = gpt_acts_select(gpt, k);
+    if (!ierr) ierr = tasks[i].kind == SCHED_F ? forward(ctx, gpt, mb) : backward(ctx, gpt, mb);
+    if (!ierr) holder[k] = tasks[i].kind == SCHED_F ? mb : -1;
+    if (!ierr) last[tasks[i].kind] = mb;
+  }
+  PetscCall(PetscFree(holder));
+  PetscCall(gpt_acts_select(gpt, 0)); /* also after a failed task: callers may recover */
+  PetscCall(ierr);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
