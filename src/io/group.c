@@ -13,6 +13,17 @@ typedef struct {
   const double    *attr_values;
 } GroupCtx;
 
+PetscErrorCode io_group_fill(hid_t g, const IODataset *d, int n, const char *const *attr_names, const double *attr_values, int nattr)
+{
+  PetscFunctionBegin;
+  for (int i = 0; i < n; i++) {
+    hsize_t dims[2] = {(hsize_t)d[i].dims[0], (hsize_t)d[i].dims[1]};
+    PetscCall(h5u_dataset_write(g, d[i].name, d[i].is_int ? H5T_STD_I32LE : H5T_IEEE_F32LE, d[i].is_int ? H5T_NATIVE_INT : H5T_NATIVE_FLOAT, d[i].ndim, dims, d[i].data));
+  }
+  for (int i = 0; i < nattr; i++) PetscCall(h5u_attr_write_double(g, attr_names[i], attr_values[i]));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode group_write(hid_t file, GroupCtx *ctx)
 {
   hid_t g;
@@ -21,12 +32,7 @@ static PetscErrorCode group_write(hid_t file, GroupCtx *ctx)
   if (H5Lexists(file, ctx->group, H5P_DEFAULT) > 0) H5Call(H5Ldelete(file, ctx->group, H5P_DEFAULT), "%s: cannot replace group /%s", ctx->path, ctx->group);
   g = H5Gcreate2(file, ctx->group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Call(g, "%s: cannot create group /%s", ctx->path, ctx->group);
-  for (int i = 0; i < ctx->n; i++) {
-    const IODataset *d       = &ctx->d[i];
-    hsize_t          dims[2] = {(hsize_t)d->dims[0], (hsize_t)d->dims[1]};
-    PetscCall(h5u_dataset_write(g, d->name, d->is_int ? H5T_STD_I32LE : H5T_IEEE_F32LE, d->is_int ? H5T_NATIVE_INT : H5T_NATIVE_FLOAT, d->ndim, dims, d->data));
-  }
-  for (int i = 0; i < ctx->nattr; i++) PetscCall(h5u_attr_write_double(g, ctx->attr_names[i], ctx->attr_values[i]));
+  PetscCall(io_group_fill(g, ctx->d, ctx->n, ctx->attr_names, ctx->attr_values, ctx->nattr));
   PetscCall(h5u_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -424,12 +424,7 @@ static PetscErrorCode rec_group_task(void *vctx)
   /* H5Lexists fails when a parent is missing, which also means "absent" */
   if (H5Lexists(rec->file, ctx->group, H5P_DEFAULT) > 0) H5Call(H5Ldelete(rec->file, ctx->group, H5P_DEFAULT), "run record %s: cannot replace group /%s", rec->path, ctx->group);
   PetscCall(rec_group(rec->file, ctx->group, &g));
-  for (int i = 0; i < ctx->n; i++) {
-    const IODataset *d       = &ctx->d[i];
-    hsize_t          dims[2] = {(hsize_t)d->dims[0], (hsize_t)d->dims[1]};
-    PetscCall(h5u_dataset_write(g, d->name, d->is_int ? H5T_STD_I32LE : H5T_IEEE_F32LE, d->is_int ? H5T_NATIVE_INT : H5T_NATIVE_FLOAT, d->ndim, dims, d->data));
-  }
-  for (int i = 0; i < ctx->nattr; i++) PetscCall(h5u_attr_write_double(g, ctx->attr_names[i], ctx->attr_values[i]));
+  PetscCall(io_group_fill(g, ctx->d, ctx->n, ctx->attr_names, ctx->attr_values, ctx->nattr));
   PetscCall(h5u_close(&g));
   H5Call(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed (disk full?)", rec->path);
   PetscFunctionReturn(PETSC_SUCCESS);
