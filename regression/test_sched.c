@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "model.h"
-#include "sched.h"
+#include "schedule.h"
 #include "sys.h"
 
 static const char help[] = "Pipeline schedule regression tests.\n";

@@ -3,7 +3,7 @@
  * micro-batch in flight. Schedules are plain data so a searched schedule
  * (SYSTEM.md section 3, fused actor/critic pipelines) runs through the same
  * executor as the textbook ones. */
-#include "sched.h"
+#include "schedule.h"
 
 static PetscErrorCode sched_args_check(int pp, int p, int m, const SchedTask *tasks, const char *fn)
 {

@@ -1,3 +1,4 @@
+/* (Named schedule.h, not sched.h: -Iinc would hide the system <sched.h> that cblas.h includes.) */
 /* sched: pipeline schedules as data, and one executor. A schedule is the
  * ordered list of forward and backward micro-batch tasks one pipeline stage
  * runs (1F1B, GPipe, or one a search produced); sched_run plays such a list
