@@ -5,6 +5,7 @@
  * The deck is a PETSc options file; the command line overrides it. -mode
  * selects the job; -help lists every option of every module. */
 #include "rl.h"
+#include "realloc.h"
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +27,7 @@ static PetscErrorCode rlfuse_main(void)
 
   PetscFunctionBegin;
   PetscCall(sys_log_register());
+  PetscCall(comm_setup());
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "rlfuse job", NULL);
   RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data (plan is not yet available)", mode_names, 7, &mode);
   RfOptEnum("-device", "Device for tensor work", device_names, 2, &device);
@@ -86,6 +88,8 @@ int main(int argc, char **argv)
   if (ierr) return 1;
   ierr = sys_error_handler_install();
   if (!ierr) ierr = rlfuse_main();
+  if (!ierr) ierr = realloc_cache_destroy();
+  if (!ierr) ierr = comm_teardown();
   if (ierr) sys_error_exit(ierr);
   ierr = PetscFinalize();
   MPI_Finalize();

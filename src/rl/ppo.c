@@ -11,6 +11,8 @@ static const char *const critic_names[] = {"reward", "actor", "CriticInit", "CRI
 
 PetscErrorCode ppo_options(PPOOptions *o)
 {
+  int world;
+
   PetscFunctionBegin;
   PetscCall(PetscStrncpy(o->prompts, "builtin", sizeof o->prompts));
   o->actor_ckpt[0] = o->reference_ckpt[0] = o->reward_ckpt[0] = o->restart[0] = '\0';
@@ -51,6 +53,8 @@ PetscErrorCode ppo_options(PPOOptions *o)
   PetscCall(adamw_set_from_options("critic_", &o->critic_opt));
   PetscCall(gen_config_set_from_options(&o->gen));
   PetscCall(task_set_from_options(&o->task));
+  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
+  PetscCall(plan_from_options(world, &o->plan));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -118,25 +122,66 @@ static PetscErrorCode ppo_configs(const RunCtx *run, const PPOOptions *o, const 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode ppo_load(const RunCtx *run, const Backend *be, const PPOOptions *o, const ModelSource src[4], const GPTConfig cfg[4], PPOModels *m, CkptState *st)
+/* The plan's needs: the model of each call and the sequences it splits. */
+static void ppo_needs(const PPOOptions *o, const GPTConfig cfg[4], PlanNeeds *needs)
 {
-  GPT **slot[4] = {&m->actor, &m->critic, &m->reference, &m->reward};
+  int mini = (int)(o->rollout_batch / o->minibatches), B = (int)o->rollout_batch;
+
+  PetscMemzero(needs, sizeof *needs);
+  needs->cfg[MFC_ACTOR_GEN] = needs->cfg[MFC_ACTOR_TRAIN] = &cfg[0];
+  needs->cfg[MFC_REF_INF]   = &cfg[2];
+  needs->cfg[MFC_REW_INF]   = &cfg[3];
+  if (o->algo != ALGO_GRPO) needs->cfg[MFC_CRITIC_INF] = needs->cfg[MFC_CRITIC_TRAIN] = &cfg[1];
+  needs->batch[MFC_ACTOR_GEN] = needs->batch[MFC_REF_INF] = needs->batch[MFC_REW_INF] = needs->batch[MFC_CRITIC_INF] = B;
+  needs->batch[MFC_ACTOR_TRAIN] = needs->batch[MFC_CRITIC_TRAIN] = mini;
+}
+
+/* A frozen model goes to host memory between its calls when -plan_offload
+ * is on and another call in use shares a rank with it. */
+static PetscBool ppo_offloads(const PPOOptions *o, const PlanNeeds *needs, MFCId c)
+{
+  if (!o->plan.offload) return PETSC_FALSE;
+  for (int k = 0; k < MFC_COUNT; k++)
+    if (k != (int)c && needs->cfg[k] && plan_overlap(&o->plan, c, (MFCId)k)) return PETSC_TRUE;
+  return PETSC_FALSE;
+}
+
+/* Places the models on their meshes (every rank in the same order) and
+ * reads them; each member keeps its shard. */
+static PetscErrorCode ppo_load(const RunCtx *run, const Backend *be, const PPOOptions *o, const PlanNeeds *needs, const ModelSource src[4], const GPTConfig cfg[4], PPOModels *m, CkptState *st)
+{
+  const Plan *plan    = &o->plan;
+  PetscBool   restart = (PetscBool)(o->restart[0] != 0);
 
   PetscFunctionBegin;
+  PetscCall(PetscMemzero(m, sizeof *m));
+  m->plan       = plan;
+  m->has_critic = (PetscBool)(o->algo != ALGO_GRPO);
+  m->bucket     = (size_t)(plan->bucket_mb * 1048576.0);
   PetscCall(PetscLogEventBegin(sys_log.ckpt_read, 0, 0, 0, 0));
-  for (int k = 0; k < 4; k++) {
-    PetscBool train = (PetscBool)(k < 2);
-    CkptModel cm;
-
-    *slot[k] = NULL;
-    if (k == 1 && o->algo == ALGO_GRPO) continue;
-    PetscCall(gpt_create(&cfg[k], be, slot[k]));
-    if (train) PetscCall(gpt_optim_init(*slot[k]));
-    if (src[k].trunk_only) PetscCall(gpt_init_random(*slot[k], (uint64_t)run->seed)); /* the fresh head */
-    cm = (CkptModel){src[k].role, *slot[k], (PetscBool)(train && o->restart[0]), src[k].trunk_only};
-    PetscCall(ckpt_read_model(run->comm, src[k].file, &cm));
+  PetscCall(dmodel_create("actor", &cfg[0], be, plan, MFC_ACTOR_TRAIN, PETSC_TRUE, &m->actor));
+  PetscCall(dmodel_create("actor_gen", &cfg[0], be, plan, MFC_ACTOR_GEN, PETSC_FALSE, &m->actor_gen));
+  m->gen_copy = (PetscBool)(m->actor_gen.mesh != m->actor.mesh);
+  m->gen_drop = (PetscBool)(m->gen_copy && plan_overlap(plan, MFC_ACTOR_GEN, MFC_ACTOR_TRAIN));
+  if (!m->gen_copy || m->gen_drop) PetscCall(dmodel_release(&m->actor_gen, PETSC_FALSE));
+  PetscCall(dmodel_load(&m->actor, src[0].file, src[0].role, restart, PETSC_FALSE, (uint64_t)run->seed));
+  if (m->has_critic) {
+    PetscCall(dmodel_create("critic", &cfg[1], be, plan, MFC_CRITIC_TRAIN, PETSC_TRUE, &m->critic));
+    PetscCall(dmodel_create("critic_inf", &cfg[1], be, plan, MFC_CRITIC_INF, PETSC_FALSE, &m->critic_inf));
+    m->critic_copy = (PetscBool)(m->critic_inf.mesh != m->critic.mesh);
+    m->critic_drop = (PetscBool)(m->critic_copy && plan_overlap(plan, MFC_CRITIC_INF, MFC_CRITIC_TRAIN));
+    if (!m->critic_copy || m->critic_drop) PetscCall(dmodel_release(&m->critic_inf, PETSC_FALSE));
+    PetscCall(dmodel_load(&m->critic, src[1].file, src[1].role, restart, src[1].trunk_only, (uint64_t)run->seed));
   }
-  if (o->restart[0]) {
+  PetscCall(dmodel_create("reference", &cfg[2], be, plan, MFC_REF_INF, PETSC_FALSE, &m->reference));
+  PetscCall(dmodel_load(&m->reference, src[2].file, src[2].role, PETSC_FALSE, PETSC_FALSE, 0));
+  PetscCall(dmodel_create("reward", &cfg[3], be, plan, MFC_REW_INF, PETSC_FALSE, &m->reward));
+  PetscCall(dmodel_load(&m->reward, src[3].file, src[3].role, PETSC_FALSE, PETSC_FALSE, 0));
+  m->offload_ref = ppo_offloads(o, needs, MFC_REF_INF);
+  m->offload_rew = ppo_offloads(o, needs, MFC_REW_INF);
+  if (m->offload_ref) PetscCall(dmodel_release(&m->reference, PETSC_TRUE));
+  if (m->offload_rew) PetscCall(dmodel_release(&m->reward, PETSC_TRUE));
+  if (restart) {
     PetscCall(ckpt_read_state(run->comm, o->restart, st));
     PetscCheck(st->iteration <= o->iterations, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-restart %s is at iteration %" PetscInt_FMT ", past -ppo_iterations %" PetscInt_FMT, o->restart, st->iteration, o->iterations);
   }
@@ -146,29 +191,46 @@ static PetscErrorCode ppo_load(const RunCtx *run, const Backend *be, const PPOOp
 
 static PetscErrorCode ppo_models_destroy(PPOModels *m)
 {
+  DModel *all[6] = {&m->actor, &m->actor_gen, &m->critic, &m->critic_inf, &m->reference, &m->reward};
+
   PetscFunctionBegin;
-  PetscCall(gpt_destroy(&m->actor));
-  if (m->critic) PetscCall(gpt_destroy(&m->critic));
-  PetscCall(gpt_destroy(&m->reference));
-  PetscCall(gpt_destroy(&m->reward));
+  for (int k = 0; k < 6; k++) PetscCall(dmodel_destroy(all[k]));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The models are gathered whole on rank 0 (by reallocation from their
+ * layouts) and written there; the file does not depend on the layout. */
 static PetscErrorCode ppo_checkpoint(const RunCtx *run, const PPOOptions *o, PPOModels *m, const char *name, const CkptState *st, RunRecord *rec)
 {
-  char      path[PETSC_MAX_PATH_LEN];
-  CkptModel cm[4] = {
-    {"actor",     m->actor,     PETSC_TRUE,  PETSC_FALSE},
-    {"reference", m->reference, PETSC_FALSE, PETSC_FALSE},
-    {"reward",    m->reward,    PETSC_FALSE, PETSC_FALSE},
-    {"critic",    m->critic,    PETSC_TRUE,  PETSC_FALSE},
+  char        path[PETSC_MAX_PATH_LEN];
+  DModel     *dm[4]   = {&m->actor, &m->reference, &m->reward, &m->critic};
+  CkptModel   cm[4]   = {
+    {"actor",     NULL, PETSC_TRUE,  PETSC_FALSE},
+    {"reference", NULL, PETSC_FALSE, PETSC_FALSE},
+    {"reward",    NULL, PETSC_FALSE, PETSC_FALSE},
+    {"critic",    NULL, PETSC_TRUE,  PETSC_FALSE},
   };
-  double t0 = sys_wtime();
+  int            n  = m->has_critic ? 4 : 3, rank;
+  double         t0 = sys_wtime();
+  const Backend *cpu;
+  PetscErrorCode ierr = PETSC_SUCCESS;
 
   PetscFunctionBegin;
+  (void)o;
+  PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  PetscCall(backend_get("cpu", &cpu));
   PetscCall(sys_output_path(run, name, path, sizeof path));
   PetscCall(PetscLogEventBegin(sys_log.ckpt_write, 0, 0, 0, 0));
-  PetscCall(ckpt_write(run->comm, path, cm, o->algo == ALGO_GRPO ? 3 : 4, st));
+  for (int k = 0; k < n; k++) {
+    if (rank == 0) {
+      PetscCall(gpt_create(&dm[k]->cfg, cpu, &cm[k].gpt));
+      if (cm[k].with_optim) PetscCall(gpt_optim_init(cm[k].gpt));
+    }
+    PetscCall(dmodel_gather(dm[k], cm[k].gpt, m->bucket));
+  }
+  ierr = ckpt_write(run->comm, path, cm, n, st);
+  for (int k = 0; k < n; k++) PetscCall(gpt_destroy(&cm[k].gpt));
+  PetscCall(ierr);
   PetscCall(PetscLogEventEnd(sys_log.ckpt_write, 0, 0, 0, 0));
   if (rec) PetscCall(record_time(rec, "checkpoint", sys_wtime() - t0));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -223,50 +285,6 @@ static PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* ---- one iteration --------------------------------------------------------- */
-typedef struct {
-  double gen, ref, rew, critic, adv, actor, critic_train;
-} StageTimes;
-
-static void rollout_finish_gen(Rollout *r)
-{
-  for (int b = 0; b < r->B; b++) {
-    const int *row = r->gen.tokens + (size_t)b * r->T;
-    r->start[b]    = r->gen.prompt_len[b];
-    r->len[b]      = r->gen.response_len[b];
-    r->gold[b]     = (float)task_judge(row, r->start[b], row + r->start[b], r->len[b]);
-  }
-}
-
-static PetscErrorCode ppo_experience(PPOModels *m, GenEngine *eng, const PPOOptions *o, PromptSource *ps, Rollout *r, PackBuf *pb, CkptState *st, StageTimes *tm)
-{
-  int    nmicro = (int)(o->rollout_batch / o->minibatches / o->microbatches), used = 0;
-  double t      = sys_wtime(), t1;
-
-  PetscFunctionBegin;
-  PetscCall(prompts_next(ps, o, st->data_pos, &used));
-  PetscCall(PetscLogEventBegin(sys_log.generate, 0, 0, 0, 0));
-  PetscCall(gen_generate(eng, (uint64_t)st->seed, (uint32_t)st->iteration, r->B, ps->req, &r->gen, NULL, NULL));
-  PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));
-  rollout_finish_gen(r);
-  st->data_pos += used;
-  t1      = sys_wtime();
-  tm->gen = t1 - t;
-  PetscCall(PetscLogEventBegin(sys_log.inference, 0, 0, 0, 0));
-  PetscCall(rollout_ref_inference(m->reference, r, o, pb, nmicro));
-  t = sys_wtime(), tm->ref = t - t1;
-  PetscCall(rollout_reward_inference(m->reward, r, o, pb, nmicro));
-  t1 = sys_wtime(), tm->rew = t1 - t;
-  if (m->critic) PetscCall(rollout_critic_inference(m->critic, r, pb, nmicro));
-  PetscCall(PetscLogEventEnd(sys_log.inference, 0, 0, 0, 0));
-  t = sys_wtime(), tm->critic = t - t1;
-  PetscCall(PetscLogEventBegin(sys_log.advantages, 0, 0, 0, 0));
-  PetscCall(rollout_advantages(r, o, st->kl_coef));
-  PetscCall(PetscLogEventEnd(sys_log.advantages, 0, 0, 0, 0));
-  tm->adv = sys_wtime() - t;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 /* Mean over sequences of the summed per-token log-ratio to the reference. */
 static double rollout_kl(const Rollout *r)
 {
@@ -286,14 +304,17 @@ static double mean_f(const float *x, int n)
 /* ---- held-out evaluation --------------------------------------------------- */
 #define PPO_EVAL_ITERATION 0x45564100u /* "EVA": the same draws for every policy evaluated */
 
-/* Gold score of `policy` on the held-out prompts, and its KL to the reference. */
-static PetscErrorCode ppo_evaluate(GPT *policy, GPT *reference, const PPOOptions *o, uint64_t seed, int max_prompt, double *gold, double *kl)
+/* Gold score of `policy` on the held-out prompts, and its KL to the
+ * reference: generation on the policy's placement, reference inference on
+ * the reference's. Collective on MPI_COMM_WORLD. */
+static PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, uint64_t seed, int max_prompt, double *gold, double *kl)
 {
   int         n = (int)o->eval_prompts, room = (int)o->task.len_max + 2, *buf;
   GenRequest *req;
-  GenEngine  *eng;
+  GenPart     part = {{0}, 0, 0, PETSC_FALSE};
   Rollout     r;
   PackBuf     pb;
+  PetscBool   offloaded = (PetscBool)(policy->host != NULL);
 
   PetscFunctionBegin;
   *gold = *kl = NAN;
@@ -301,12 +322,12 @@ static PetscErrorCode ppo_evaluate(GPT *policy, GPT *reference, const PPOOptions
   PetscCall(PetscMalloc2((size_t)n * room, &buf, n, &req));
   for (int i = 0; i < n; i++) req[i] = (GenRequest){i, buf + (size_t)i * room, task_prompt(&o->task, TASK_SPLIT_EVAL, (uint64_t)i, buf + (size_t)i * room)};
   PetscCall(rollout_create(n, max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
-  PetscCall(packbuf_create(PetscMin(n, 64), r.T, &pb));
-  PetscCall(gen_engine_create(policy, &o->gen, max_prompt, &eng));
-  PetscCall(gen_generate(eng, seed, PPO_EVAL_ITERATION, n, req, &r.gen, NULL, NULL));
-  PetscCall(gen_engine_destroy(&eng));
-  rollout_finish_gen(&r);
-  PetscCall(rollout_ref_inference(reference, &r, o, &pb, PetscMin(n, 64)));
+  PetscCall(packbuf_create(n, r.T, &pb));
+  PetscCall(dmodel_acquire(policy));
+  PetscCall(rollout_generate_part(policy, &o->gen, max_prompt, seed, PPO_EVAL_ITERATION, req, &r, &part));
+  if (offloaded) PetscCall(dmodel_release(policy, PETSC_TRUE));
+  PetscCall(rollout_share_gen(policy->mesh, &part, &r));
+  PetscCall(ppo_ref_call(m, o, &r, &pb, PetscMin(n, 64)));
   *gold = mean_f(r.gold, n);
   *kl   = rollout_kl(&r);
   PetscCall(packbuf_destroy(&pb));
@@ -320,7 +341,7 @@ typedef struct {
   double sft_gold, sft_kl, ppo_gold, ppo_kl;
 } PPOSummary;
 
-static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const Rollout *r, const PPOTrainStats *s, const StageTimes *tm, double kl, double kl_coef, double eval_gold, double iter_s, int it, int n_it)
+static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPOModels *m, const Rollout *r, const PPOTrainStats *s, const StageTimes *tm, double kl, double kl_coef, double eval_gold, double iter_s, int it, int n_it)
 {
   double n = s->steps ? (double)s->steps : 1.0, len = 0, lmax = 0, eos = 0, toks = 0;
 
@@ -342,42 +363,56 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
   PetscCall(record_time(rec, "advantages", tm->adv));
   PetscCall(record_time(rec, "actor_train", s->t_actor));
   PetscCall(record_time(rec, "critic_train", s->t_critic));
+  if (m->gen_copy) { /* reallocation of the trained weights to the generation layout */
+    PetscCall(record_time(rec, "actor_sync", tm->sync_actor));
+    PetscCall(record_metric(rec, "actor_sync_bytes", tm->sync_actor_bytes));
+  }
+  if (m->has_critic && m->critic_copy) {
+    PetscCall(record_time(rec, "critic_sync", tm->sync_critic));
+    PetscCall(record_metric(rec, "critic_sync_bytes", tm->sync_critic_bytes));
+  }
   PetscCall(PetscPrintf(run->comm, "iter %4d/%d | gold %.3f | rm %+.3f | kl %.3f | actor %+.4f | critic %.4f | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s\n", it, n_it, vals[0], vals[1], kl, vals[4], vals[5], vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic));
   if (!isnan(eval_gold)) PetscCall(PetscPrintf(run->comm, "      held-out gold %.3f\n", eval_gold));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, PPOModels *m, PromptSource *ps, CkptState *st, PPOSummary *sum)
+static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const PlanNeeds *needs, PPOModels *m, PromptSource *ps, CkptState *st, PPOSummary *sum)
 {
-  RunRecord    *rec;
-  GenEngine    *eng;
-  Rollout       r;
-  PackBuf       pb;
-  char          name[64], path[PETSC_MAX_PATH_LEN];
-  int           nmicro = (int)(o->rollout_batch / o->minibatches / o->microbatches);
+  RunRecord *rec;
+  Rollout    r;
+  PackBuf    pb;
+  char       name[64], path[PETSC_MAX_PATH_LEN];
+  size_t     nparams;
 
   PetscFunctionBegin;
   PetscCall(record_open(run, o->algo == ALGO_GRPO ? "grpo" : "ppo", &rec));
+  PetscCall(plan_record(rec, &o->plan, needs));
   PetscCall(rollout_create((int)o->rollout_batch, ps->max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
-  PetscCall(packbuf_create(nmicro, r.T, &pb));
-  PetscCall(gen_engine_create(m->actor, &o->gen, ps->max_prompt, &eng));
+  PetscCall(packbuf_create((int)o->rollout_batch, r.T, &pb));
   PetscCall(sys_output_path(run, "rollouts.h5", path, sizeof path));
-  PetscCall(PetscPrintf(run->comm, "%s: actor %zu parameters, %" PetscInt_FMT " iterations of %" PetscInt_FMT " responses, from iteration %" PetscInt_FMT "\n", algo_names[o->algo], m->actor->nparams, o->iterations, o->rollout_batch, st->iteration));
+  {
+    GPTTensor *t;
+    int        nt;
+    PetscCall(gpt_tensor_table(&m->actor.cfg, &t, &nt, &nparams));
+    PetscCall(PetscFree(t));
+  }
+  PetscCall(PetscPrintf(run->comm, "%s: actor %zu parameters, %" PetscInt_FMT " iterations of %" PetscInt_FMT " responses, from iteration %" PetscInt_FMT "\n", algo_names[o->algo], nparams, o->iterations, o->rollout_batch, st->iteration));
   while (st->iteration < o->iterations) {
     double        t0 = sys_wtime(), kl, eval_gold = NAN, eval_kl;
-    StageTimes    tm = {0, 0, 0, 0, 0, 0, 0};
+    StageTimes    tm;
     PPOTrainStats ts;
-    int           it = (int)st->iteration;
+    int           it = (int)st->iteration, used = 0;
 
-    PetscCall(ppo_experience(m, eng, o, ps, &r, &pb, st, &tm));
+    PetscCall(prompts_next(ps, o, st->data_pos, &used));
+    PetscCall(ppo_iteration(m, o, ps->req, ps->max_prompt, &r, &pb, st, &ts, &tm));
+    st->data_pos += used;
     kl = rollout_kl(&r);
     if (o->dump_rollouts) PetscCall(rollout_dump(run->comm, path, &r, it, o, st->kl_coef));
-    PetscCall(ppo_train(m, o, &r, &pb, (uint64_t)st->seed, it, st->kl_coef, &ts));
-    PetscCall(ppo_record_iteration(rec, run, &r, &ts, &tm, kl, st->kl_coef, NAN, sys_wtime() - t0, it + 1, (int)o->iterations));
+    PetscCall(ppo_record_iteration(rec, run, m, &r, &ts, &tm, kl, st->kl_coef, NAN, sys_wtime() - t0, it + 1, (int)o->iterations));
     if (o->kl_target > 0) st->kl_coef = rl_kl_adapt(st->kl_coef, kl, o->kl_target, o->kl_horizon, (double)r.B);
     st->iteration++;
     if (o->eval_every && st->iteration % o->eval_every == 0 && st->iteration < o->iterations) {
-      PetscCall(ppo_evaluate(m->actor, m->reference, o, (uint64_t)st->seed, ps->max_prompt, &eval_gold, &eval_kl));
+      PetscCall(ppo_evaluate(&m->actor, m, o, (uint64_t)st->seed, ps->max_prompt, &eval_gold, &eval_kl));
       PetscCall(PetscPrintf(run->comm, "      held-out gold %.3f, KL to the reference %.3f\n", eval_gold, eval_kl));
     }
     if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
@@ -386,10 +421,9 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, PPOModels
     }
     PetscCall(record_step(rec, st->iteration));
   }
-  PetscCall(gen_engine_destroy(&eng));
   PetscCall(ppo_checkpoint(run, o, m, "final.h5", st, NULL));
-  PetscCall(ppo_evaluate(m->reference, m->reference, o, (uint64_t)st->seed, ps->max_prompt, &sum->sft_gold, &sum->sft_kl));
-  PetscCall(ppo_evaluate(m->actor, m->reference, o, (uint64_t)st->seed, ps->max_prompt, &sum->ppo_gold, &sum->ppo_kl));
+  PetscCall(ppo_evaluate(&m->reference, m, o, (uint64_t)st->seed, ps->max_prompt, &sum->sft_gold, &sum->sft_kl));
+  PetscCall(ppo_evaluate(&m->actor, m, o, (uint64_t)st->seed, ps->max_prompt, &sum->ppo_gold, &sum->ppo_kl));
   PetscCall(record_summary(rec, "iterations", (double)st->iteration));
   PetscCall(record_summary(rec, "sft_gold", sum->sft_gold));
   PetscCall(record_summary(rec, "final_gold", sum->ppo_gold));
@@ -408,6 +442,7 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   PPOModels    m;
   CkptState    st  = {0, 0, run->seed, o->kl_coef};
   PPOSummary   sum = {NAN, NAN, NAN, NAN};
+  PlanNeeds    needs;
 
   PetscFunctionBegin;
   PetscCall(ppo_check_options(o));
@@ -419,6 +454,9 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
     PetscCheck(ps.src.file.vocab_size <= cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_prompts %s has vocabulary %d, larger than the actor's %d", o->prompts, ps.src.file.vocab_size, cfg[0].vocab_size);
     o->eval_prompts = 0; /* held-out gold scores need the built-in task's judge */
   }
+  ppo_needs(o, cfg, &needs);
+  PetscCall(plan_check(&o->plan, &needs));
+  PetscCall(plan_print(run->comm, &o->plan, &needs));
   if (run->dry_run) {
     char a[32];
     PetscCall(PetscPrintf(run->comm, "dry run: %s with 4 models of %d layers x %d; KV cache %s\n", algo_names[o->algo], cfg[0].n_layer, cfg[0].n_embd, sys_bytes_str((double)gen_kv_bytes(&o->gen, &cfg[0], ps.max_prompt + (int)o->gen.max_new_tokens), a, sizeof a)));
@@ -426,10 +464,10 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(PetscLogStagePush(sys_log.ppo));
-  PetscCall(ppo_load(run, be, o, src, cfg, &m, &st));
+  PetscCall(ppo_load(run, be, o, &needs, src, cfg, &m, &st));
   ps.src.seed = (uint64_t)st.seed;
   PetscCall(sys_mkdir_p(run->output_dir));
-  PetscCall(ppo_loop(run, o, &m, &ps, &st, &sum));
+  PetscCall(ppo_loop(run, o, &needs, &m, &ps, &st, &sum));
   PetscCall(PetscPrintf(run->comm, "%s: held-out gold score %.3f (SFT policy) -> %.3f (after %" PetscInt_FMT " iterations), KL to the reference %.3f nats per response, on %" PetscInt_FMT " held-out prompts\n", algo_names[o->algo], sum.sft_gold, sum.ppo_gold, st.iteration, sum.ppo_kl, o->eval_prompts));
   if (sft_gold) *sft_gold = sum.sft_gold;
   if (ppo_gold) *ppo_gold = sum.ppo_gold;

@@ -5,6 +5,7 @@
 #define RLFUSE_PPO_IMPL_H
 
 #include "rl.h"
+#include "exec.h"
 
 typedef enum { ALGO_PPO = 0, ALGO_GRPO = 1 } PPOAlgo;
 typedef enum { CRITIC_FROM_REWARD = 0, CRITIC_FROM_ACTOR = 1 } CriticInit;
@@ -20,6 +21,7 @@ typedef struct {
   AdamWConfig actor_opt, critic_opt;
   GenConfig   gen;
   SortTask    task;
+  Plan        plan;
 } PPOOptions;
 
 PetscErrorCode ppo_options(PPOOptions *o);
@@ -27,9 +29,24 @@ PetscErrorCode ppo_options(PPOOptions *o);
  * returned when the pointers are not NULL (the pipeline prints them). */
 PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *sft_gold, double *ppo_gold, double *ppo_kl);
 
+/* The four models on the plan's meshes. The actor and critic live in their
+ * training placements (with AdamW state); actor_gen and critic_inf are
+ * separate copies only when the plan gives those calls another layout
+ * (gen_copy, critic_copy): they are refreshed from the trained weights by
+ * reallocation at the start of every iteration and, when their mesh shares
+ * ranks with the training mesh, dropped after their call. */
 typedef struct {
-  GPT *actor, *critic, *reference, *reward; /* critic is NULL for GRPO */
+  const Plan *plan;
+  DModel      actor, actor_gen, critic, critic_inf, reference, reward;
+  PetscBool   has_critic;             /* PPO (GRPO has none) */
+  PetscBool   gen_copy, critic_copy;  /* actor_gen / critic_inf are copies */
+  PetscBool   gen_drop, critic_drop;  /* the copy is dropped after its call */
+  PetscBool   offload_ref, offload_rew; /* frozen models kept in host memory between calls */
+  size_t      bucket;                 /* reallocation and gradient bucket, bytes */
 } PPOModels;
+
+static inline DModel *ppo_gen_model(PPOModels *m) { return m->gen_copy ? &m->actor_gen : &m->actor; }
+static inline DModel *ppo_critic_inf_model(PPOModels *m) { return m->critic_copy ? &m->critic_inf : &m->critic; }
 
 /* One iteration's experience. Per-position arrays are [B,T], T = the longest
  * prompt + max_new_tokens, aligned so index t is the token at position t
@@ -67,15 +84,32 @@ PetscErrorCode rollout_forward_logprobs(GPT *m, const Rollout *r, const int *idx
  * token), else up to the last response token's predecessor. */
 PetscErrorCode rollout_forward_values(GPT *m, const Rollout *r, const int *idx, int nb, PetscBool full_length, PackBuf *pb, int *Tf);
 
-/* The inference calls, in micro-batches of nmicro sequences: reference
- * log-probabilities, reward-model scores (and the final scores), critic values. */
-PetscErrorCode rollout_ref_inference(GPT *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int nmicro);
-PetscErrorCode rollout_reward_inference(GPT *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int nmicro);
-PetscErrorCode rollout_critic_inference(GPT *critic, Rollout *r, PackBuf *pb, int nmicro);
+/* The inference calls over rows [b0, b1) (a replica's share), in
+ * micro-batches of nmicro sequences through the model's pipeline stages:
+ * reference log-probabilities, reward-model scores (and the final scores),
+ * critic values. Only the last stage writes the outputs. */
+PetscErrorCode rollout_ref_inference(GPT *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
+PetscErrorCode rollout_reward_inference(GPT *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
+PetscErrorCode rollout_critic_inference(GPT *critic, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
 /* Rewards (KL + score), then GAE + whitening (PPO) or group advantages (GRPO). */
 PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coef);
 /* Appends group /iter_<k> to <output_dir>/rollouts.h5 (created at iteration 0 or on first use). */
 PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, int iteration, const PPOOptions *o, double kl_coef);
+
+/* Generation as a call (src/rl/rollout_gen.c): a replica's rows of the batch
+ * (its own GenBatch unless the replica holds every row). */
+typedef struct {
+  GenBatch  b;
+  int       b0, b1;
+  PetscBool own;
+} GenPart;
+/* Members of policy's mesh decode their replica's rows of req into part. */
+PetscErrorCode rollout_generate_part(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed, uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part);
+/* Every rank gets every replica's rows (tokens, log-probabilities, lengths,
+ * EOS, allowed sets; replica 0's step timeline), then the response starts,
+ * lengths and gold scores. Collective on MPI_COMM_WORLD. */
+PetscErrorCode rollout_share_gen(const Mesh *m, GenPart *part, Rollout *r);
+PetscErrorCode rollout_finish_gen(Rollout *r);
 
 /* Training over the rollout: epochs x minibatches optimizer steps for the
  * actor (and the critic for PPO). Sums of the metrics go into stats. */
@@ -84,6 +118,23 @@ typedef struct {
   int    steps;
   double t_actor, t_critic;
 } PPOTrainStats;
-PetscErrorCode ppo_train(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s);
+/* On the members of the model's training mesh: every replica takes its
+ * share of each mini-batch, in micro-batches (mbs per replica when > 0,
+ * else -ppo_microbatches' size) run through the 1F1B schedule of the
+ * pipeline stages; the losses are summed over the mesh before the step. */
+PetscErrorCode ppo_train_actor(GPT *actor, const PPOOptions *o, int mbs, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s);
+PetscErrorCode ppo_train_critic(GPT *critic, const PPOOptions *o, int mbs, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, PPOTrainStats *s);
+
+/* One iteration as a dataflow graph (src/rl/ppo_graph.c): weight sync,
+ * generation, the inference calls, advantages, training. Collective on
+ * MPI_COMM_WORLD; stage times (longest over ranks) and the reallocation
+ * traffic come back in it. */
+typedef struct {
+  double gen, ref, rew, critic, adv, actor, critic_train, sync_actor, sync_critic;
+  double sync_actor_bytes, sync_critic_bytes;
+} StageTimes;
+PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, Rollout *r, PackBuf *pb, const CkptState *st, PPOTrainStats *ts, StageTimes *tm);
+/* The rollout's inference calls outside an iteration (held-out evaluation). */
+PetscErrorCode ppo_ref_call(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro);
 
 #endif

@@ -4,6 +4,7 @@
  * means over the whole mini-batch (each token weighs 1/ntokens of its
  * mini-batch), so the micro-batch count changes nothing but memory. */
 #include "ppo_impl.h"
+#include "schedule.h"
 #include <math.h>
 
 #define PPO_SHUFFLE_STREAM 0x50504F00u /* "PPO" */
@@ -12,10 +13,12 @@ typedef struct {
   const PPOOptions *o;
   Rollout          *r;
   PackBuf          *pb;
-  const int        *mb;    /* the mini-batch's sequence indices */
-  int               nmb, nmicro;
-  float             w;     /* 1 / response tokens of the mini-batch */
+  const int        *rows;  /* this replica's sequences of the mini-batch */
+  int               nrows, size; /* its count, and sequences per micro-batch */
+  float             w;     /* 1 / response tokens of the whole mini-batch */
   double            kl_coef;
+  double            acc[4]; /* on the last stage: loss, clip fraction, entropy, KL loss */
+  int               last_fwd; /* micro-batch of the last forward (the last stage's backward uses its rows) */
 } MiniBatch;
 
 /* Aligned view of forward rows for sequence idx (row i of the forward):
@@ -40,70 +43,84 @@ static void unalign_row(const Rollout *r, PackBuf *pb, int idx, int i, int Tf)
   for (int t = P; t < end; t++) pb->grad[i * Tf + t - 1] = pb->dal[t];
 }
 
-static PetscErrorCode actor_minibatch(GPT *actor, const MiniBatch *mb, double *loss, double *clip, double *ent, double *kll)
+static void micro_rows(const MiniBatch *mb, int k, const int **idx, int *nb)
 {
+  *idx = mb->rows + (size_t)k * mb->size;
+  *nb  = PetscMin(mb->size, mb->nrows - k * mb->size);
+}
+
+static PetscErrorCode actor_forward(void *ctx, GPT *actor, int k)
+{
+  MiniBatch     *mb = (MiniBatch *)ctx;
   const Rollout *r  = mb->r;
   PackBuf       *pb = mb->pb;
   size_t         T  = (size_t)r->T;
+  const int     *idx;
+  int            nb, Tf;
 
   PetscFunctionBegin;
-  *loss = *clip = *ent = *kll = 0;
-  PetscCall(gpt_zero_grad(actor));
-  for (int m0 = 0; m0 < mb->nmb; m0 += mb->nmicro) {
-    const int *idx = mb->mb + m0;
-    int        nb  = PetscMin(mb->nmicro, mb->nmb - m0), Tf;
+  micro_rows(mb, k, &idx, &nb);
+  PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
+  PetscCall(rollout_forward_logprobs(actor, r, idx, nb, (float)(1.0 / mb->o->gen.temperature), pb, &Tf));
+  PetscCall(PetscLogEventEnd(sys_log.forward, 0, 0, 0, 0));
+  mb->last_fwd = k;
+  if (!gpt_last_stage(actor)) PetscFunctionReturn(PETSC_SUCCESS);
+  for (int i = 0; i < nb; i++) {
+    double cf;
+    size_t off = (size_t)idx[i] * T;
 
-    PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
-    PetscCall(rollout_forward_logprobs(actor, r, idx, nb, (float)(1.0 / mb->o->gen.temperature), pb, &Tf));
-    PetscCall(PetscLogEventEnd(sys_log.forward, 0, 0, 0, 0));
-    for (int i = 0; i < nb; i++) {
-      double cf;
-      size_t off = (size_t)idx[i] * T;
-
-      align_row(r, pb, idx[i], pb->ent, i, Tf, mb->w);
-      for (size_t t = 0; t < T; t++) *ent += (double)pb->w[t] * pb->al[t];
-      align_row(r, pb, idx[i], pb->lp, i, Tf, mb->w);
-      *loss += rl_policy_loss(T, pb->al, r->gen.logprobs + off, r->adv + off, pb->w, mb->o->clip, pb->dal, &cf);
-      *clip += cf;
-      if (mb->o->algo == ALGO_GRPO) *kll += rl_kl_loss(T, pb->al, r->ref + off, pb->w, mb->kl_coef, pb->dal);
-      unalign_row(r, pb, idx[i], i, Tf);
-    }
-    PetscCall(PetscLogEventBegin(sys_log.backward, 0, 0, 0, 0));
-    PetscCall(gpt_backward_logprob(actor, pb->target, pb->grad));
-    PetscCall(PetscLogEventEnd(sys_log.backward, 0, 0, 0, 0));
+    align_row(r, pb, idx[i], pb->ent, i, Tf, mb->w);
+    for (size_t t = 0; t < T; t++) mb->acc[2] += (double)pb->w[t] * pb->al[t];
+    align_row(r, pb, idx[i], pb->lp, i, Tf, mb->w);
+    mb->acc[0] += rl_policy_loss(T, pb->al, r->gen.logprobs + off, r->adv + off, pb->w, mb->o->clip, pb->dal, &cf);
+    mb->acc[1] += cf;
+    if (mb->o->algo == ALGO_GRPO) mb->acc[3] += rl_kl_loss(T, pb->al, r->ref + off, pb->w, mb->kl_coef, pb->dal);
+    unalign_row(r, pb, idx[i], i, Tf);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode critic_minibatch(GPT *critic, const MiniBatch *mb, double *loss, double *clip)
+static PetscErrorCode critic_forward(void *ctx, GPT *critic, int k)
 {
+  MiniBatch     *mb = (MiniBatch *)ctx;
   const Rollout *r  = mb->r;
   PackBuf       *pb = mb->pb;
   size_t         T  = (size_t)r->T;
+  const int     *idx;
+  int            nb, Tf;
 
   PetscFunctionBegin;
-  *loss = *clip = 0;
-  PetscCall(gpt_zero_grad(critic));
-  for (int m0 = 0; m0 < mb->nmb; m0 += mb->nmicro) {
-    const int *idx = mb->mb + m0;
-    int        nb  = PetscMin(mb->nmicro, mb->nmb - m0), Tf;
+  micro_rows(mb, k, &idx, &nb);
+  PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
+  PetscCall(rollout_forward_values(critic, r, idx, nb, PETSC_FALSE, pb, &Tf));
+  PetscCall(PetscLogEventEnd(sys_log.forward, 0, 0, 0, 0));
+  mb->last_fwd = k;
+  if (!gpt_last_stage(critic)) PetscFunctionReturn(PETSC_SUCCESS);
+  for (int i = 0; i < nb; i++) {
+    double cf;
+    size_t off = (size_t)idx[i] * T;
 
-    PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
-    PetscCall(rollout_forward_values(critic, r, idx, nb, PETSC_FALSE, pb, &Tf));
-    PetscCall(PetscLogEventEnd(sys_log.forward, 0, 0, 0, 0));
-    for (int i = 0; i < nb; i++) {
-      double cf;
-      size_t off = (size_t)idx[i] * T;
-
-      align_row(r, pb, idx[i], pb->val, i, Tf, mb->w);
-      *loss += rl_value_loss(T, pb->al, r->values + off, r->ret + off, pb->w, mb->o->value_clip, pb->dal, &cf);
-      *clip += cf;
-      unalign_row(r, pb, idx[i], i, Tf);
-    }
-    PetscCall(PetscLogEventBegin(sys_log.backward, 0, 0, 0, 0));
-    PetscCall(gpt_backward_values(critic, pb->grad));
-    PetscCall(PetscLogEventEnd(sys_log.backward, 0, 0, 0, 0));
+    align_row(r, pb, idx[i], pb->val, i, Tf, mb->w);
+    mb->acc[0] += rl_value_loss(T, pb->al, r->values + off, r->ret + off, pb->w, mb->o->value_clip, pb->dal, &cf);
+    mb->acc[1] += cf;
+    unalign_row(r, pb, idx[i], i, Tf);
   }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The last stage runs each backward right after its forward (1F1B has no
+ * warm-up there), so the pack buffer still holds that micro-batch. */
+static PetscErrorCode model_backward(void *ctx, GPT *gpt, int k)
+{
+  MiniBatch *mb   = (MiniBatch *)ctx;
+  PetscBool  last = gpt_last_stage(gpt);
+
+  PetscFunctionBegin;
+  PetscCheck(!last || mb->last_fwd == k, PETSC_COMM_SELF, PETSC_ERR_PLIB, "PPO training: the last stage's backward of micro-batch %d does not follow its forward", k);
+  PetscCall(PetscLogEventBegin(sys_log.backward, 0, 0, 0, 0));
+  if (gpt->cfg.head == GPT_HEAD_LM) PetscCall(gpt_backward_logprob(gpt, last ? mb->pb->target : NULL, last ? mb->pb->grad : NULL));
+  else PetscCall(gpt_backward_values(gpt, last ? mb->pb->grad : NULL));
+  PetscCall(PetscLogEventEnd(sys_log.backward, 0, 0, 0, 0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -123,43 +140,69 @@ static PetscErrorCode guarded_step(GPT *gpt, const AdamWConfig *opt, const char 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_train(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s)
+/* Epochs x mini-batches of optimizer steps on one model; out gets the sums
+ * over steps of the loss, clip fraction, entropy, KL loss and gradient norm
+ * (the same on every rank of the mesh). */
+static PetscErrorCode train_model(GPT *g, const PPOOptions *o, const AdamWConfig *opt, const char *what, int mbs, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, double out[5])
 {
-  int      *perm, nmb = r->B / (int)o->minibatches;
-  MiniBatch mb = {o, r, pb, NULL, nmb, nmb / (int)o->microbatches, 0.0f, kl_coef};
+  const Mesh *mesh = g->mesh;
+  int        *perm, nmb = r->B / (int)o->minibatches, share = nmb / mesh->dp, count, nslots;
+  SchedTask  *tasks;
+  MiniBatch   mb = {o, r, pb, NULL, share, 0, 0.0f, kl_coef, {0, 0, 0, 0}, -1};
+  SchedFn     fwd = g->cfg.head == GPT_HEAD_LM ? actor_forward : critic_forward;
 
   PetscFunctionBegin;
-  PetscCall(PetscMemzero(s, sizeof *s));
-  PetscCall(PetscMalloc1(r->B, &perm));
+  mb.size = mbs > 0 ? (share + mbs - 1) / mbs : PetscMax(1, nmb / (int)o->microbatches);
+  count   = (share + mb.size - 1) / mb.size;
+  PetscCall(PetscMalloc2(r->B, &perm, 2 * count, &tasks));
+  PetscCall(sched_1f1b(mesh->pp, mesh->p, count, tasks, &nslots));
   for (int e = 0; e < (int)o->epochs; e++) {
     rl_shuffle(perm, r->B, seed, PPO_SHUFFLE_STREAM, (int64_t)iteration * o->epochs + e);
     for (int k = 0; k < (int)o->minibatches; k++) {
-      double t0 = sys_wtime(), t1, loss, clip, ent, kll, g;
-      int    ntok = 0;
+      const int *all = perm + (size_t)k * nmb;
+      int        ntok = 0;
+      double     v[4];
+      double     gn = 0;
 
-      mb.mb = perm + (size_t)k * nmb;
-      for (int i = 0; i < nmb; i++) ntok += r->len[mb.mb[i]];
-      mb.w = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
-      PetscCall(actor_minibatch(m->actor, &mb, &loss, &clip, &ent, &kll));
-      PetscCall(guarded_step(m->actor, &o->actor_opt, "actor", loss + kll, iteration, e, k, &g));
-      s->actor_loss += loss;
-      s->kl_loss += kll;
-      s->clipfrac += clip;
-      s->entropy += ent;
-      s->grad_actor += g;
-      t1 = sys_wtime();
-      s->t_actor += t1 - t0;
-      if (m->critic) {
-        PetscCall(critic_minibatch(m->critic, &mb, &loss, &clip));
-        PetscCall(guarded_step(m->critic, &o->critic_opt, "critic", loss, iteration, e, k, &g));
-        s->critic_loss += loss;
-        s->vclipfrac += clip;
-        s->grad_critic += g;
-        s->t_critic += sys_wtime() - t1;
-      }
-      s->steps++;
+      for (int i = 0; i < nmb; i++) ntok += r->len[all[i]];
+      mb.rows = all + (size_t)mesh->d * share;
+      mb.w    = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
+      PetscCall(PetscArrayzero(mb.acc, 4));
+      PetscCall(gpt_zero_grad(g));
+      PetscCall(sched_run(g, tasks, 2 * count, nslots, fwd, model_backward, &mb));
+      for (int j = 0; j < 4; j++) v[j] = exec_is_head(mesh) ? mb.acc[j] : 0.0;
+      PetscCall(comm_allreduce_sum_double(&mesh->all, v, 4));
+      PetscCall(guarded_step(g, opt, what, v[0] + v[3], iteration, e, k, &gn));
+      for (int j = 0; j < 4; j++) out[j] += v[j];
+      out[4] += gn;
     }
   }
-  PetscCall(PetscFree(perm));
+  PetscCall(PetscFree2(perm, tasks));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_train_actor(GPT *actor, const PPOOptions *o, int mbs, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s)
+{
+  double out[5] = {0, 0, 0, 0, 0};
+
+  PetscFunctionBegin;
+  PetscCall(train_model(actor, o, &o->actor_opt, "actor", mbs, r, pb, seed, iteration, kl_coef, out));
+  s->actor_loss = out[0];
+  s->clipfrac   = out[1];
+  s->entropy    = out[2];
+  s->kl_loss    = out[3];
+  s->grad_actor = out[4];
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_train_critic(GPT *critic, const PPOOptions *o, int mbs, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, PPOTrainStats *s)
+{
+  double out[5] = {0, 0, 0, 0, 0};
+
+  PetscFunctionBegin;
+  PetscCall(train_model(critic, o, &o->critic_opt, "critic", mbs, r, pb, seed, iteration, 0.0, out));
+  s->critic_loss = out[0];
+  s->vclipfrac   = out[1];
+  s->grad_critic = out[4];
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -107,7 +107,7 @@ PetscErrorCode rollout_forward_logprobs(GPT *m, const Rollout *r, const int *idx
   PetscCall(pack_rows(r, idx, nb, *Tf, pb));
   dist = (GPTTokenDist){inv_temp, r->gen.mask_off ? pb->mask_off : NULL, pb->mask_ids};
   PetscCall(gpt_forward(m, pb->tok, nb, *Tf));
-  PetscCall(gpt_logprobs_dist(m, pb->target, &dist, pb->lp, pb->ent));
+  if (gpt_last_stage(m)) PetscCall(gpt_logprobs_dist(m, pb->target, &dist, pb->lp, pb->ent));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -117,7 +117,7 @@ PetscErrorCode rollout_forward_values(GPT *m, const Rollout *r, const int *idx, 
   *Tf = rows_needed(r, idx, nb, full_length);
   PetscCall(pack_rows(r, idx, nb, *Tf, pb));
   PetscCall(gpt_forward(m, pb->tok, nb, *Tf));
-  PetscCall(gpt_values_get(m, pb->val));
+  if (gpt_last_stage(m)) PetscCall(gpt_values_get(m, pb->val));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -134,57 +134,71 @@ static void micro_indices(int b0, int nb, int *idx)
   for (int i = 0; i < nb; i++) idx[i] = b0 + i;
 }
 
-PetscErrorCode rollout_ref_inference(GPT *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int nmicro)
+/* Rows [b0, b1) in micro-batches of nmicro through the model's stages; the
+ * last stage hands each micro-batch's outputs to take(). */
+typedef PetscErrorCode (*TakeFn)(Rollout *r, const PPOOptions *o, const PackBuf *pb, const int *idx, int nb, int Tf);
+
+static PetscErrorCode rows_inference(GPT *m, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro, PetscBool logprobs, PetscBool full_length, TakeFn take)
 {
   int *idx, Tf;
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(nmicro, &idx));
-  PetscCall(PetscArrayzero(r->ref, (size_t)r->B * r->T));
-  for (int b0 = 0; b0 < r->B; b0 += nmicro) {
-    int nb = PetscMin(nmicro, r->B - b0);
-    micro_indices(b0, nb, idx);
-    PetscCall(rollout_forward_logprobs(ref, r, idx, nb, (float)(1.0 / o->gen.temperature), pb, &Tf));
-    for (int i = 0; i < nb; i++) scatter_response(r, idx[i], pb->lp, i, Tf, r->ref);
+  for (int a = b0; a < b1; a += nmicro) {
+    int nb = PetscMin(nmicro, b1 - a);
+    micro_indices(a, nb, idx);
+    if (logprobs) PetscCall(rollout_forward_logprobs(m, r, idx, nb, (float)(1.0 / o->gen.temperature), pb, &Tf));
+    else PetscCall(rollout_forward_values(m, r, idx, nb, full_length, pb, &Tf));
+    if (gpt_last_stage(m)) PetscCall(take(r, o, pb, idx, nb, Tf));
   }
   PetscCall(PetscFree(idx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_reward_inference(GPT *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int nmicro)
+static PetscErrorCode take_ref(Rollout *r, const PPOOptions *o, const PackBuf *pb, const int *idx, int nb, int Tf)
 {
-  int *idx, Tf;
+  (void)o;
+  for (int i = 0; i < nb; i++) scatter_response(r, idx[i], pb->lp, i, Tf, r->ref);
+  return PETSC_SUCCESS;
+}
 
-  PetscFunctionBegin;
-  PetscCall(PetscMalloc1(nmicro, &idx));
-  for (int b0 = 0; b0 < r->B; b0 += nmicro) {
-    int nb = PetscMin(nmicro, r->B - b0);
-    micro_indices(b0, nb, idx);
-    PetscCall(rollout_forward_values(reward, r, idx, nb, PETSC_TRUE, pb, &Tf));
-    for (int i = 0; i < nb; i++) {
-      int b = idx[i];
-      r->score[b] = pb->val[i * Tf + r->start[b] + r->len[b] - 1];
-      r->final[b] = (float)rl_final_score(r->score[b], r->gen.eos[b], o->reward_clip, o->truncation_penalty);
-    }
+static PetscErrorCode take_score(Rollout *r, const PPOOptions *o, const PackBuf *pb, const int *idx, int nb, int Tf)
+{
+  for (int i = 0; i < nb; i++) {
+    int b = idx[i];
+    r->score[b] = pb->val[i * Tf + r->start[b] + r->len[b] - 1];
+    r->final[b] = (float)rl_final_score(r->score[b], r->gen.eos[b], o->reward_clip, o->truncation_penalty);
   }
-  PetscCall(PetscFree(idx));
+  return PETSC_SUCCESS;
+}
+
+static PetscErrorCode take_values(Rollout *r, const PPOOptions *o, const PackBuf *pb, const int *idx, int nb, int Tf)
+{
+  (void)o;
+  for (int i = 0; i < nb; i++) scatter_response(r, idx[i], pb->val, i, Tf, r->values);
+  return PETSC_SUCCESS;
+}
+
+PetscErrorCode rollout_ref_inference(GPT *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscArrayzero(r->ref + (size_t)b0 * r->T, (size_t)(b1 - b0) * r->T));
+  PetscCall(rows_inference(ref, r, o, pb, b0, b1, nmicro, PETSC_TRUE, PETSC_FALSE, take_ref));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_critic_inference(GPT *critic, Rollout *r, PackBuf *pb, int nmicro)
+PetscErrorCode rollout_reward_inference(GPT *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
 {
-  int *idx, Tf;
-
   PetscFunctionBegin;
-  PetscCall(PetscMalloc1(nmicro, &idx));
-  PetscCall(PetscArrayzero(r->values, (size_t)r->B * r->T));
-  for (int b0 = 0; b0 < r->B; b0 += nmicro) {
-    int nb = PetscMin(nmicro, r->B - b0);
-    micro_indices(b0, nb, idx);
-    PetscCall(rollout_forward_values(critic, r, idx, nb, PETSC_FALSE, pb, &Tf));
-    for (int i = 0; i < nb; i++) scatter_response(r, idx[i], pb->val, i, Tf, r->values);
-  }
-  PetscCall(PetscFree(idx));
+  PetscCall(rows_inference(reward, r, o, pb, b0, b1, nmicro, PETSC_FALSE, PETSC_TRUE, take_score));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rollout_critic_inference(GPT *critic, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscArrayzero(r->values + (size_t)b0 * r->T, (size_t)(b1 - b0) * r->T));
+  PetscCall(rows_inference(critic, r, o, pb, b0, b1, nmicro, PETSC_FALSE, PETSC_FALSE, take_values));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -1,0 +1,275 @@
+/* One PPO iteration as a dataflow graph (SYSTEM.md section 1): the calls of
+ * the table plus the weight syncs and the advantages, with their data keys.
+ *
+ *   actor_sync     actor_weights                      -> gen_weights
+ *   critic_sync    critic_weights                     -> critic_inf_weights
+ *   generation     prompts, gen_weights               -> responses
+ *   ref_inference  responses                          -> ref_logprobs
+ *   reward_inference responses                        -> scores
+ *   critic_inference responses, critic_inf_weights    -> values
+ *   advantages     ref_logprobs, scores, values       -> advantages
+ *   actor_train    responses, ref_logprobs, advantages -> new_actor_weights
+ *   critic_train   values, advantages                 -> new_critic_weights
+ *
+ * The syncs exist only when the plan places actor_gen or critic_inf apart
+ * from the training layout (otherwise those calls read actor_weights or
+ * critic_weights directly); GRPO has no critic nodes. The advantages run on
+ * every rank (cheap, and every rank holds the rollout). */
+#include "ppo_impl.h"
+
+typedef struct {
+  PPOModels        *m;
+  const PPOOptions *o;
+  const GenRequest *req;
+  int               max_prompt, nmicro;
+  Rollout          *r;
+  PackBuf          *pb;
+  const CkptState  *st;
+  PPOTrainStats    *ts;
+  GenPart           part;
+  ReallocStats      ra, rc;
+} IterCtx;
+
+static PetscErrorCode iter_ctx(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro, IterCtx *c)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(c, sizeof *c));
+  c->m = m, c->o = o, c->r = r, c->pb = pb, c->nmicro = nmicro;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Sequences per micro-batch of an inference call: the plan's count per
+ * replica when given, else the mode's micro-batch size. */
+static int call_micro(const IterCtx *c, MFCId call, int rows)
+{
+  int mbs = c->m->plan->call[call].mbs;
+  return mbs > 0 ? PetscMax(1, (rows + mbs - 1) / mbs) : c->nmicro;
+}
+
+static PetscErrorCode run_actor_sync(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(dmodel_copy(&c->m->actor, &c->m->actor_gen, c->m->bucket, &c->ra));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode run_critic_sync(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(dmodel_copy(&c->m->critic, &c->m->critic_inf, c->m->bucket, &c->rc));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode run_generation(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(PetscLogEventBegin(sys_log.generate, 0, 0, 0, 0));
+  PetscCall(rollout_generate_part(ppo_gen_model(c->m), &c->o->gen, c->max_prompt, (uint64_t)c->st->seed, (uint32_t)c->st->iteration, c->req, c->r, &c->part));
+  PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode share_generation(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(rollout_share_gen(ppo_gen_model(c->m)->mesh, &c->part, c->r));
+  if (c->m->gen_drop) PetscCall(dmodel_release(&c->m->actor_gen, PETSC_FALSE));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* An inference call on one model: the replica's rows, the frozen model
+ * brought back from host memory for the call when offloaded. */
+typedef PetscErrorCode (*InferFn)(GPT *, Rollout *, const PPOOptions *, PackBuf *, int, int, int);
+
+static PetscErrorCode infer(IterCtx *c, DModel *dm, MFCId call, PetscBool offload, InferFn fn)
+{
+  int b0, b1;
+
+  PetscFunctionBegin;
+  exec_rows(c->r->B, dm->mesh->dp, dm->mesh->d, &b0, &b1);
+  PetscCall(dmodel_acquire(dm));
+  PetscCall(PetscLogEventBegin(sys_log.inference, 0, 0, 0, 0));
+  PetscCall(fn(dm->gpt, c->r, c->o, c->pb, b0, b1, call_micro(c, call, b1 - b0)));
+  PetscCall(PetscLogEventEnd(sys_log.inference, 0, 0, 0, 0));
+  if (offload) PetscCall(dmodel_release(dm, PETSC_TRUE));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode run_ref(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(infer(c, &c->m->reference, MFC_REF_INF, c->m->offload_ref, rollout_ref_inference));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode run_reward(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(infer(c, &c->m->reward, MFC_REW_INF, c->m->offload_rew, rollout_reward_inference));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode run_critic_inf(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(infer(c, ppo_critic_inf_model(c->m), MFC_CRITIC_INF, PETSC_FALSE, rollout_critic_inference));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode share_ref(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(exec_share_rows(c->m->reference.mesh, c->r->B, (size_t)c->r->T, MPI_FLOAT, c->r->ref));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode share_reward(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(exec_share_rows(c->m->reward.mesh, c->r->B, 1, MPI_FLOAT, c->r->score));
+  PetscCall(exec_share_rows(c->m->reward.mesh, c->r->B, 1, MPI_FLOAT, c->r->final));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode share_critic_inf(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(exec_share_rows(ppo_critic_inf_model(c->m)->mesh, c->r->B, (size_t)c->r->T, MPI_FLOAT, c->r->values));
+  if (c->m->critic_drop) PetscCall(dmodel_release(&c->m->critic_inf, PETSC_FALSE));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode run_advantages(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(PetscLogEventBegin(sys_log.advantages, 0, 0, 0, 0));
+  PetscCall(rollout_advantages(c->r, c->o, c->st->kl_coef));
+  PetscCall(PetscLogEventEnd(sys_log.advantages, 0, 0, 0, 0));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode run_actor_train(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(ppo_train_actor(c->m->actor.gpt, c->o, c->m->plan->call[MFC_ACTOR_TRAIN].mbs, c->r, c->pb, (uint64_t)c->st->seed, (int)c->st->iteration, c->st->kl_coef, c->ts));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode run_critic_train(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(ppo_train_critic(c->m->critic.gpt, c->o, c->m->plan->call[MFC_CRITIC_TRAIN].mbs, c->r, c->pb, (uint64_t)c->st->seed, (int)c->st->iteration, c->ts));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The training metrics from the first rank of each training mesh. */
+static PetscErrorCode share_actor_train(void *ctx)
+{
+  IterCtx *c    = (IterCtx *)ctx;
+  double   v[5] = {c->ts->actor_loss, c->ts->clipfrac, c->ts->entropy, c->ts->kl_loss, c->ts->grad_actor};
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Bcast(v, 5, MPI_DOUBLE, c->m->actor.mesh->ranks[0], MPI_COMM_WORLD));
+  c->ts->actor_loss = v[0], c->ts->clipfrac = v[1], c->ts->entropy = v[2], c->ts->kl_loss = v[3], c->ts->grad_actor = v[4];
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode share_critic_train(void *ctx)
+{
+  IterCtx *c    = (IterCtx *)ctx;
+  double   v[3] = {c->ts->critic_loss, c->ts->vclipfrac, c->ts->grad_critic};
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Bcast(v, 3, MPI_DOUBLE, c->m->critic.mesh->ranks[0], MPI_COMM_WORLD));
+  c->ts->critic_loss = v[0], c->ts->vclipfrac = v[1], c->ts->grad_critic = v[2];
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, Rollout *r, PackBuf *pb, const CkptState *st, PPOTrainStats *ts, StageTimes *tm)
+{
+  IterCtx     c;
+  ExecNode    nodes[9];
+  double      sec[9];
+  int         n = 0, k_sync_a = -1, k_sync_c = -1, k_gen, k_ref, k_rew, k_crit = -1, k_adv, k_at, k_ct = -1;
+  const char *given[] = {"prompts", "actor_weights", "critic_weights", NULL};
+  PetscBool   crit = m->has_critic;
+  DModel     *gen = ppo_gen_model(m), *cinf = ppo_critic_inf_model(m);
+
+  PetscFunctionBegin;
+  PetscCall(iter_ctx(m, o, r, pb, (int)(o->rollout_batch / o->minibatches / o->microbatches), &c));
+  c.req = req, c.max_prompt = max_prompt, c.st = st, c.ts = ts;
+  PetscCall(PetscMemzero(ts, sizeof *ts));
+  PetscCall(PetscMemzero(tm, sizeof *tm));
+  if (m->gen_copy) {
+    k_sync_a   = n;
+    nodes[n++] = (ExecNode){"actor_sync", {"actor_weights"}, {"gen_weights"}, (PetscBool)(dmodel_member(&m->actor) || dmodel_member(&m->actor_gen)), run_actor_sync, NULL, &c};
+  }
+  if (crit && m->critic_copy) {
+    k_sync_c   = n;
+    nodes[n++] = (ExecNode){"critic_sync", {"critic_weights"}, {"critic_inf_weights"}, (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync, NULL, &c};
+  }
+  k_gen      = n;
+  nodes[n++] = (ExecNode){"generation", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights"}, {"responses"}, dmodel_member(gen), run_generation, share_generation, &c};
+  k_ref      = n;
+  nodes[n++] = (ExecNode){"ref_inference", {"responses"}, {"ref_logprobs"}, dmodel_member(&m->reference), run_ref, share_ref, &c};
+  k_rew      = n;
+  nodes[n++] = (ExecNode){"reward_inference", {"responses"}, {"scores"}, dmodel_member(&m->reward), run_reward, share_reward, &c};
+  if (crit) {
+    k_crit     = n;
+    nodes[n++] = (ExecNode){"critic_inference", {"responses", m->critic_copy ? "critic_inf_weights" : "critic_weights"}, {"values"}, dmodel_member(cinf), run_critic_inf, share_critic_inf, &c};
+  }
+  k_adv      = n;
+  nodes[n++] = (ExecNode){"advantages", {"ref_logprobs", "scores", crit ? "values" : NULL}, {"advantages"}, PETSC_TRUE, run_advantages, NULL, &c};
+  k_at       = n;
+  nodes[n++] = (ExecNode){"actor_train", {"responses", "ref_logprobs", "advantages"}, {"new_actor_weights"}, dmodel_member(&m->actor), run_actor_train, share_actor_train, &c};
+  if (crit) {
+    k_ct       = n;
+    nodes[n++] = (ExecNode){"critic_train", {"values", "advantages"}, {"new_critic_weights"}, dmodel_member(&m->critic), run_critic_train, share_critic_train, &c};
+  }
+  PetscCall(exec_graph_run(nodes, n, given, sec));
+  ts->steps   = (int)(o->epochs * o->minibatches);
+  tm->gen     = sec[k_gen];
+  tm->ref     = sec[k_ref];
+  tm->rew     = sec[k_rew];
+  tm->critic  = k_crit >= 0 ? sec[k_crit] : 0;
+  tm->adv     = sec[k_adv];
+  tm->actor   = sec[k_at];
+  tm->critic_train = k_ct >= 0 ? sec[k_ct] : 0;
+  if (k_sync_a >= 0) {
+    const ReallocPlan *p;
+    tm->sync_actor = sec[k_sync_a];
+    PetscCall(realloc_plan_get(&m->actor.cfg, m->actor.mesh, m->actor_gen.mesh, "actor -> actor_gen", &p));
+    tm->sync_actor_bytes = realloc_plan_bytes(p);
+  }
+  if (k_sync_c >= 0) {
+    const ReallocPlan *p;
+    tm->sync_critic = sec[k_sync_c];
+    PetscCall(realloc_plan_get(&m->critic.cfg, m->critic.mesh, m->critic_inf.mesh, "critic -> critic_inf", &p));
+    tm->sync_critic_bytes = realloc_plan_bytes(p);
+  }
+  ts->t_actor  = tm->actor;
+  ts->t_critic = tm->critic_train;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_ref_call(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro)
+{
+  IterCtx c;
+
+  PetscFunctionBegin;
+  PetscCall(iter_ctx(m, o, r, pb, nmicro, &c));
+  if (dmodel_member(&m->reference)) PetscCall(run_ref(&c));
+  PetscCall(share_ref(&c));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

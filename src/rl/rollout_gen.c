@@ -1,0 +1,128 @@
+/* Generation as a model function call: each dp replica of the generating
+ * placement decodes its rows of the rollout (sample ids stay the row
+ * numbers, so every draw is the one a single rank makes), then the replica
+ * heads hand their rows, allowed sets included, to every rank. */
+#include "ppo_impl.h"
+#include <string.h>
+
+PetscErrorCode rollout_finish_gen(Rollout *r)
+{
+  PetscFunctionBegin;
+  for (int b = 0; b < r->B; b++) {
+    const int *row = r->gen.tokens + (size_t)b * r->T;
+    r->start[b]    = r->gen.prompt_len[b];
+    r->len[b]      = r->gen.response_len[b];
+    r->gold[b]     = (float)task_judge(row, r->start[b], row + r->start[b], r->len[b]);
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rollout_generate_part(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed, uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part)
+{
+  const Mesh *m = policy->mesh;
+  GenEngine  *eng;
+
+  PetscFunctionBegin;
+  if (!dmodel_member(policy)) PetscFunctionReturn(PETSC_SUCCESS);
+  exec_rows(r->B, m->dp, m->d, &part->b0, &part->b1);
+  part->own = (PetscBool)(part->b0 > 0 || part->b1 < r->B);
+  if (part->own) PetscCall(gen_batch_create(part->b1 - part->b0, r->T, gen_masked(gen), &part->b));
+  PetscCall(gen_engine_create(policy->gpt, gen, max_prompt, &eng));
+  PetscCall(gen_generate(eng, seed, iteration, part->b1 - part->b0, req + part->b0, part->own ? &part->b : &r->gen, NULL, NULL));
+  PetscCall(gen_engine_destroy(&eng));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* A replica's rows into the rollout's batch (heads only). */
+static void part_copy_rows(const GenPart *part, GenBatch *g, int *count)
+{
+  const GenBatch *p = &part->b;
+  size_t          T = (size_t)g->Tmax, at = (size_t)part->b0 * T;
+
+  for (int i = 0; i < p->n; i++) {
+    int b = part->b0 + i;
+    g->prompt_len[b]   = p->prompt_len[i];
+    g->response_len[b] = p->response_len[i];
+    g->eos[b]          = p->eos[i];
+  }
+  memcpy(g->tokens + at, p->tokens, (size_t)p->n * T * sizeof(int));
+  memcpy(g->logprobs + at, p->logprobs, (size_t)p->n * T * sizeof(float));
+  if (p->mask_off)
+    for (size_t k = 0; k < (size_t)p->n * T; k++) count[at + k] = p->mask_off[k + 1] - p->mask_off[k];
+}
+
+/* The allowed sets: per-position counts first, then the ids, packed by row. */
+static PetscErrorCode share_masks(const Mesh *m, const GenPart *part, PetscBool head, int *count, GenBatch *g)
+{
+  size_t T = (size_t)g->Tmax, n = (size_t)g->n * T;
+  int   *rows;
+
+  PetscFunctionBegin;
+  if (head && !part->own) /* the whole batch is this replica's: counts from its own offsets */
+    for (size_t k = 0; k < n; k++) count[k] = g->mask_off[k + 1] - g->mask_off[k];
+  PetscCall(exec_share_rows(m, g->n, T, MPI_INT, count));
+  if (!(head && !part->own)) {
+    g->mask_off[0] = 0;
+    for (size_t k = 0; k < n; k++) g->mask_off[k + 1] = g->mask_off[k] + count[k];
+  }
+  if ((size_t)g->mask_off[n] > g->mask_cap) {
+    g->mask_cap = (size_t)g->mask_off[n] + 1;
+    PetscCall(PetscRealloc(g->mask_cap * sizeof(int), &g->mask_ids));
+  }
+  if (head && part->own) PetscCall(PetscArraycpy(g->mask_ids + g->mask_off[(size_t)part->b0 * T], part->b.mask_ids, (size_t)part->b.mask_off[(size_t)part->b.n * T]));
+  PetscCall(PetscMalloc1(g->n + 1, &rows));
+  for (int b = 0; b < g->n; b++) rows[b] = g->mask_off[(size_t)(b + 1) * T] - g->mask_off[(size_t)b * T];
+  PetscCall(exec_share_packed(m, g->n, rows, MPI_INT, g->mask_ids));
+  PetscCall(PetscFree(rows));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The engine's step timeline of replica 0, for the rollout record. */
+static PetscErrorCode share_steps(const Mesh *m, GenBatch *g, const GenPart *part, PetscBool head)
+{
+  const GenBatch *src = (head && part->own) ? &part->b : g;
+  int             root = exec_head(m, 0), me, n = src->nsteps;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
+  PetscCallMPI(MPI_Bcast(&n, 1, MPI_INT, root, MPI_COMM_WORLD));
+  if (n > g->steps_cap) {
+    PetscCall(PetscFree2(g->step_seconds, g->step_active));
+    g->steps_cap = n;
+    PetscCall(PetscMalloc2(n, &g->step_seconds, n, &g->step_active));
+  }
+  if (me == root && src != g) {
+    PetscCall(PetscArraycpy(g->step_seconds, src->step_seconds, n));
+    PetscCall(PetscArraycpy(g->step_active, src->step_active, n));
+  }
+  g->nsteps = n;
+  PetscCallMPI(MPI_Bcast(g->step_seconds, n, MPI_DOUBLE, root, MPI_COMM_WORLD));
+  PetscCallMPI(MPI_Bcast(g->step_active, n, MPI_INT, root, MPI_COMM_WORLD));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rollout_share_gen(const Mesh *m, GenPart *part, Rollout *r)
+{
+  GenBatch *g    = &r->gen;
+  PetscBool head = exec_is_head(m);
+  size_t    T    = (size_t)r->T;
+  int      *count = NULL;
+
+  PetscFunctionBegin;
+  if (g->mask_off) PetscCall(PetscCalloc1((size_t)r->B * T + 1, &count));
+  if (head && part->own) part_copy_rows(part, g, count);
+  PetscCall(exec_share_rows(m, r->B, T, MPI_INT, g->tokens));
+  PetscCall(exec_share_rows(m, r->B, T, MPI_FLOAT, g->logprobs));
+  PetscCall(exec_share_rows(m, r->B, 1, MPI_INT, g->prompt_len));
+  PetscCall(exec_share_rows(m, r->B, 1, MPI_INT, g->response_len));
+  PetscCall(exec_share_rows(m, r->B, 1, MPI_INT, g->eos));
+  if (g->mask_off) PetscCall(share_masks(m, part, head, count, g));
+  PetscCall(share_steps(m, g, part, head));
+  g->new_tokens = 0;
+  for (int b = 0; b < r->B; b++) g->new_tokens += g->response_len[b];
+  PetscCall(PetscFree(count));
+  if (part->own) PetscCall(gen_batch_destroy(&part->b));
+  part->own = PETSC_FALSE;
+  PetscCall(rollout_finish_gen(r));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
