@@ -34,7 +34,7 @@ for t in test_sys test_ops test_model test_io test_golden test_gen test_rlmath t
   if [ "$t" = test_golden ]; then run_item "$t" "$BIN/$t" regression/golden; else run_item "$t" "$BIN/$t"; fi
 done
 # the MPI unit tests, on 4 ranks (oversubscribed on small machines: one thread each)
-for t in test_dist test_realloc test_sched; do
+for t in test_dist test_realloc test_sched test_exec; do
   if [ -x "$BIN/$t" ]; then run_item "$t (4 ranks)" $MPIEXEC $MPIEXEC_FLAGS -n 4 env OMP_NUM_THREADS=1 "$BIN/$t"
   else echo "=== $t"; echo "  not ok - $BIN/$t was not built"; failed=$((failed + 1)); fi
 done

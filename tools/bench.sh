@@ -29,3 +29,4 @@ MPIEXEC=${MPIEXEC:-mpiexec}; MPIEXEC_FLAGS=${MPIEXEC_FLAGS--bind-to none}
 for np in 2 4; do
   $MPIEXEC $MPIEXEC_FLAGS -n $np env OMP_NUM_THREADS=1 "$BIN/bench_realloc" -iters 5
 done
+bash tools/bench_placement.sh

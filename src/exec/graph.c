@@ -13,16 +13,12 @@ static int key_index(const char *const *keys, int n, const char *k)
   return -1;
 }
 
-PetscErrorCode exec_graph_levels(const ExecNode *nodes, int n, const char *const *given, int *level, int *nlevels)
+/* Kahn's algorithm a level at a time; keys/key_level have room for every key. */
+static PetscErrorCode levels(const ExecNode *nodes, int n, const char *const *given, const char **keys, int *key_level, int *level, int *nlevels)
 {
-  const char **keys;
-  int         *key_level, nkeys = 0, cap = 0, done = 0;
+  int nkeys = 0, done = 0;
 
   PetscFunctionBegin;
-  for (int k = 0; given && given[k]; k++) cap++;
-  for (int i = 0; i < n; i++)
-    for (int j = 0; j < EXEC_MAX_KEYS && nodes[i].out[j]; j++) cap++;
-  PetscCall(PetscMalloc2(cap + 1, &keys, cap + 1, &key_level));
   for (int k = 0; given && given[k]; k++) {
     keys[nkeys]        = given[k];
     key_level[nkeys++] = -1;
@@ -36,8 +32,8 @@ PetscErrorCode exec_graph_levels(const ExecNode *nodes, int n, const char *const
     }
   }
   *nlevels = 0;
-  while (done < n) { /* Kahn's algorithm, a level at a time */
-    int progress = 0;
+  while (done < n) {
+    int progress = 0, waiting = 0;
     for (int i = 0; i < n; i++) {
       int ready = 1;
       if (level[i] >= 0) continue;
@@ -46,11 +42,10 @@ PetscErrorCode exec_graph_levels(const ExecNode *nodes, int n, const char *const
         PetscCheck(k >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "dataflow graph: %s needs '%s', which no node produces", nodes[i].name, nodes[i].in[j]);
         if (key_level[k] >= *nlevels) ready = 0; /* produced in this level or later */
       }
-      if (!ready) continue;
-      level[i] = *nlevels;
-      progress++;
+      if (ready) level[i] = *nlevels, progress++;
+      else waiting = i;
     }
-    PetscCheck(progress, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "dataflow graph: the remaining nodes wait on each other (a cycle), e.g. %s", nodes[0].name);
+    PetscCheck(progress, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "dataflow graph: the remaining nodes wait on each other (a cycle), e.g. %s", nodes[waiting].name);
     for (int i = 0; i < n; i++) {
       if (level[i] != *nlevels) continue;
       for (int j = 0; j < EXEC_MAX_KEYS && nodes[i].out[j]; j++) key_level[key_index(keys, nkeys, nodes[i].out[j])] = *nlevels;
@@ -58,7 +53,23 @@ PetscErrorCode exec_graph_levels(const ExecNode *nodes, int n, const char *const
     }
     (*nlevels)++;
   }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode exec_graph_levels(const ExecNode *nodes, int n, const char *const *given, int *level, int *nlevels)
+{
+  const char   **keys;
+  int           *key_level, cap = 0;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  for (int k = 0; given && given[k]; k++) cap++;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < EXEC_MAX_KEYS && nodes[i].out[j]; j++) cap++;
+  PetscCall(PetscMalloc2(cap + 1, &keys, cap + 1, &key_level));
+  ierr = levels(nodes, n, given, keys, key_level, level, nlevels);
   PetscCall(PetscFree2(keys, key_level));
+  PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

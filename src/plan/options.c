@@ -111,6 +111,7 @@ static PetscErrorCode plan_call_from_options(Plan *plan, MFCId c, PetscBool *any
   char                     pre[32], opt[64], ranks[PETSC_MAX_PATH_LEN];
   PetscInt                 tp, pp, dp = 0, mbs = call->mbs;
   PetscBool                given_ranks, given;
+  char                     title[64];
 
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(pre, sizeof pre, "%s_", mfc_names[c]));
@@ -119,7 +120,8 @@ static PetscErrorCode plan_call_from_options(Plan *plan, MFCId c, PetscBool *any
   tp = given_ranks ? 1 : call->tp;
   pp = given_ranks ? 1 : call->pp;
   plan_ranks_str(call, ranks, sizeof ranks);
-  PetscOptionsBegin(PETSC_COMM_WORLD, pre, "Execution plan: one model function call", NULL);
+  PetscCall(PetscSNPrintf(title, sizeof title, "Execution plan: the %s call", mfc_names[c]));
+  PetscOptionsBegin(PETSC_COMM_WORLD, pre, title, NULL);
   RfOptString("-ranks", "World ranks of the call's mesh in mesh order (tp fastest), e.g. 0-3, 0,2,5 or 0-1,4-5", ranks, sizeof ranks);
   RfOptInt("-tp", "Tensor-parallel size", tp, &tp);
   RfOptInt("-pp", "Pipeline stages", pp, &pp);
