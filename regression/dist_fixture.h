@@ -10,17 +10,7 @@
 #include "model.h"
 #include "sys.h"
 
-static int npass, nfail, world_rank, world_size;
-
-static void report(const char *name, PetscBool ok, const char *detail)
-{
-  int all_ok = ok ? 1 : 0, mine = all_ok;
-
-  MPI_Allreduce(&mine, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (all_ok) npass++;
-  else nfail++;
-  if (world_rank == 0) printf("%s - %s%s%s\n", all_ok ? "ok" : "not ok", name, detail[0] ? ": " : "", detail);
-}
+#include "mpi_report.h"
 
 /* max |a-b| / (max |b| + tiny) over n */
 static double rel_err(const float *a, const float *b, size_t n)

@@ -20,20 +20,9 @@
 
 #include "exec.h"
 #include "io.h"
+#include "mpi_report.h"
 
 static const char help[] = "Dataflow executor regression tests.\n";
-static int        npass, nfail, world_rank, world_size;
-
-/* ok on every rank or not ok (as regression/dist_fixture.h, whose batch helpers this test does not need) */
-static void report(const char *name, PetscBool ok, const char *detail)
-{
-  int all_ok = ok ? 1 : 0, mine = all_ok;
-
-  MPI_Allreduce(&mine, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (all_ok) npass++;
-  else nfail++;
-  if (world_rank == 0) printf("%s - %s%s%s\n", all_ok ? "ok" : "not ok", name, detail[0] ? ": " : "", detail);
-}
 
 /* A check's name from a format (one static buffer: use it at once). */
 static const char *fmt(const char *f, ...)
