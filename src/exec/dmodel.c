@@ -105,7 +105,7 @@ PetscErrorCode dmodel_load(DModel *dm, const char *path, const char *role, Petsc
 }
 
 /* This member's parameters on the host (the kept copy while offloaded). */
-static PetscErrorCode dmodel_params_host(const DModel *dm, size_t n, float **host, PetscBool *owned)
+static PetscErrorCode dmodel_params_host(const DModel *dm, float **host, PetscBool *owned)
 {
   PetscFunctionBegin;
   *owned = PETSC_FALSE;
@@ -116,24 +116,10 @@ static PetscErrorCode dmodel_params_host(const DModel *dm, size_t n, float **hos
     *host = dm->host;
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  PetscCall(PetscMalloc1(n + 1, host));
+  PetscCall(PetscMalloc1(dm->gpt->nparams + 1, host));
   PetscCall(gpt_params_get(dm->gpt, *host));
   *owned = PETSC_TRUE;
   PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-static size_t shard_numel(const DModel *dm)
-{
-  GPTShard   sh;
-  GPTTensor *t;
-  int        nt;
-  size_t     n = 0;
-
-  if (!dmodel_member(dm)) return 0;
-  gpt_shard_of_mesh(&dm->cfg, dm->mesh, &sh);
-  if (gpt_tensor_table_shard(&dm->cfg, &sh, &t, &nt, &n)) return 0;
-  PetscFree(t);
-  return n;
 }
 
 PetscErrorCode dmodel_gather(DModel *dm, GPT *full, size_t bucket_bytes)
@@ -142,7 +128,6 @@ PetscErrorCode dmodel_gather(DModel *dm, GPT *full, size_t bucket_bytes)
   const ReallocPlan *plan;
   int                zero = 0, me;
   char               what[64];
-  size_t             n = shard_numel(dm);
   float             *src = NULL, *m = NULL, *v = NULL, *dst[3] = {NULL, NULL, NULL};
   PetscBool          owned;
 
@@ -151,7 +136,7 @@ PetscErrorCode dmodel_gather(DModel *dm, GPT *full, size_t bucket_bytes)
   PetscCall(mesh_get(&zero, 1, 1, 1, 1, &root));
   PetscCall(PetscSNPrintf(what, sizeof what, "%s: %s -> rank 0 (checkpoint)", dm->name, dm->name));
   PetscCall(realloc_plan_get(&dm->cfg, dm->mesh, root, what, &plan));
-  PetscCall(dmodel_params_host(dm, n, &src, &owned));
+  PetscCall(dmodel_params_host(dm, &src, &owned));
   if (me == 0) {
     PetscCheck(full && full->nparams > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "dmodel_gather: rank 0 needs the staging model");
     PetscCall(PetscMalloc1(full->nparams, &dst[0]));
@@ -161,7 +146,7 @@ PetscErrorCode dmodel_gather(DModel *dm, GPT *full, size_t bucket_bytes)
   if (dm->optim) {
     int step = dm->gpt ? dm->gpt->step : 0;
     if (dmodel_member(dm)) {
-      PetscCall(PetscMalloc2(n + 1, &m, n + 1, &v));
+      PetscCall(PetscMalloc2(dm->gpt->nparams + 1, &m, dm->gpt->nparams + 1, &v)); /* a model with optimizer state is never released */
       PetscCall(gpt_optim_get(dm->gpt, m, v));
     }
     if (me == 0) PetscCall(PetscMalloc2(full->nparams, &dst[1], full->nparams, &dst[2]));
@@ -188,7 +173,7 @@ PetscErrorCode dmodel_copy(DModel *src, DModel *dst, size_t bucket_bytes, Reallo
   if (!dmodel_member(src) && !dmodel_member(dst)) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(PetscSNPrintf(what, sizeof what, "%s -> %s", src->name, dst->name));
   PetscCall(realloc_plan_get(&src->cfg, src->mesh, dst->mesh, what, &plan));
-  PetscCall(dmodel_params_host(src, shard_numel(src), &s, &owned));
+  PetscCall(dmodel_params_host(src, &s, &owned));
   if (dmodel_member(dst)) {
     PetscCall(dmodel_acquire(dst));
     PetscCall(PetscMalloc1(dst->gpt->nparams + 1, &d));

@@ -200,7 +200,7 @@ static PetscErrorCode ppo_models_destroy(PPOModels *m)
 
 /* The models are gathered whole on rank 0 (by reallocation from their
  * layouts) and written there; the file does not depend on the layout. */
-static PetscErrorCode ppo_checkpoint(const RunCtx *run, const PPOOptions *o, PPOModels *m, const char *name, const CkptState *st, RunRecord *rec)
+static PetscErrorCode ppo_checkpoint(const RunCtx *run, PPOModels *m, const char *name, const CkptState *st, RunRecord *rec)
 {
   char        path[PETSC_MAX_PATH_LEN];
   DModel     *dm[4]   = {&m->actor, &m->reference, &m->reward, &m->critic};
@@ -216,7 +216,6 @@ static PetscErrorCode ppo_checkpoint(const RunCtx *run, const PPOOptions *o, PPO
   PetscErrorCode ierr = PETSC_SUCCESS;
 
   PetscFunctionBegin;
-  (void)o;
   PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   PetscCall(backend_get("cpu", &cpu));
   PetscCall(sys_output_path(run, name, path, sizeof path));
@@ -418,11 +417,11 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     }
     if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
-      PetscCall(ppo_checkpoint(run, o, m, name, st, rec));
+      PetscCall(ppo_checkpoint(run, m, name, st, rec));
     }
     PetscCall(record_step(rec, st->iteration));
   }
-  PetscCall(ppo_checkpoint(run, o, m, "final.h5", st, NULL));
+  PetscCall(ppo_checkpoint(run, m, "final.h5", st, NULL));
   PetscCall(ppo_evaluate(&m->reference, m, o, (uint64_t)st->seed, ps->max_prompt, &sum->sft_gold, &sum->sft_kl));
   PetscCall(ppo_evaluate(&m->actor, m, o, (uint64_t)st->seed, ps->max_prompt, &sum->ppo_gold, &sum->ppo_kl));
   PetscCall(record_summary(rec, "iterations", (double)st->iteration));

@@ -49,6 +49,21 @@ static void micro_rows(const MiniBatch *mb, int k, const int **idx, int *nb)
   *nb  = PetscMin(mb->size, mb->nrows - k * mb->size);
 }
 
+/* Forward of micro-batch k (log-probabilities for the LM head, values for
+ * the scalar head); true on the last stage, which then computes the loss. */
+static PetscErrorCode micro_forward(MiniBatch *mb, GPT *g, int k, const int **idx, int *nb, int *Tf, PetscBool *last)
+{
+  PetscFunctionBegin;
+  micro_rows(mb, k, idx, nb);
+  PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
+  if (g->cfg.head == GPT_HEAD_LM) PetscCall(rollout_forward_logprobs(g, mb->r, *idx, *nb, (float)(1.0 / mb->o->gen.temperature), mb->pb, Tf));
+  else PetscCall(rollout_forward_values(g, mb->r, *idx, *nb, PETSC_FALSE, mb->pb, Tf));
+  PetscCall(PetscLogEventEnd(sys_log.forward, 0, 0, 0, 0));
+  mb->last_fwd = k;
+  *last        = gpt_last_stage(g);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode actor_forward(void *ctx, GPT *actor, int k)
 {
   MiniBatch     *mb = (MiniBatch *)ctx;
@@ -57,14 +72,11 @@ static PetscErrorCode actor_forward(void *ctx, GPT *actor, int k)
   size_t         T  = (size_t)r->T;
   const int     *idx;
   int            nb, Tf;
+  PetscBool      last;
 
   PetscFunctionBegin;
-  micro_rows(mb, k, &idx, &nb);
-  PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
-  PetscCall(rollout_forward_logprobs(actor, r, idx, nb, (float)(1.0 / mb->o->gen.temperature), pb, &Tf));
-  PetscCall(PetscLogEventEnd(sys_log.forward, 0, 0, 0, 0));
-  mb->last_fwd = k;
-  if (!gpt_last_stage(actor)) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(micro_forward(mb, actor, k, &idx, &nb, &Tf, &last));
+  if (!last) PetscFunctionReturn(PETSC_SUCCESS);
   for (int i = 0; i < nb; i++) {
     double cf;
     size_t off = (size_t)idx[i] * T;
@@ -88,14 +100,11 @@ static PetscErrorCode critic_forward(void *ctx, GPT *critic, int k)
   size_t         T  = (size_t)r->T;
   const int     *idx;
   int            nb, Tf;
+  PetscBool      last;
 
   PetscFunctionBegin;
-  micro_rows(mb, k, &idx, &nb);
-  PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
-  PetscCall(rollout_forward_values(critic, r, idx, nb, PETSC_FALSE, pb, &Tf));
-  PetscCall(PetscLogEventEnd(sys_log.forward, 0, 0, 0, 0));
-  mb->last_fwd = k;
-  if (!gpt_last_stage(critic)) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(micro_forward(mb, critic, k, &idx, &nb, &Tf, &last));
+  if (!last) PetscFunctionReturn(PETSC_SUCCESS);
   for (int i = 0; i < nb; i++) {
     double cf;
     size_t off = (size_t)idx[i] * T;
