@@ -7,6 +7,7 @@
 
 #include "io.h"
 #include "gen.h"
+#include "plan.h"
 
 /* ---- the built-in sort task ------------------------------------------- */
 /* Token ids: 0 PAD, 1 BOS, 2 SEP, 3 EOS, symbols 4 .. 4+n_symbols-1.
@@ -104,6 +105,9 @@ void rl_grpo_advantages(int nseq, int k, const float *score, double eps, float *
  * (computed stably); drc, drr get the gradients; *correct (may be NULL) the
  * number of pairs with rc > rr. */
 double rl_rm_loss(int B, const float *rc, const float *rr, float *drc, float *drr, int *correct);
+/* The same over n of a batch's B pairs (a replica's share): returns the SUM
+ * of the n losses, and the gradients are those of the batch mean (1/B). */
+double rl_rm_loss_part(int n, int B, const float *rc, const float *rr, float *drc, float *drr, int *correct);
 /* Adaptive KL controller (Ziegler et al. 2019): err = clamp(kl/target - 1,
  * -0.2, 0.2); returns coef * (1 + err * nsteps / horizon). */
 double rl_kl_adapt(double coef, double kl, double target, double horizon, double nsteps);
@@ -139,6 +143,7 @@ typedef struct {
   GPTConfig   cfg;
   AdamWConfig opt;
   SortTask    task;
+  Plan        plan; /* the sft_train call's mesh and micro-batches */
 } SFTOptions;
 PetscErrorCode sft_options(SFTOptions *o);
 PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o);
@@ -151,6 +156,7 @@ typedef struct {
   AdamWConfig opt;
   SortTask    task;
   GenConfig   gen;
+  Plan        plan; /* the rm_train call's mesh and micro-batches */
 } RMOptions;
 PetscErrorCode rm_options(RMOptions *o);
 PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o);

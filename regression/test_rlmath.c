@@ -260,6 +260,13 @@ static void test_rm_loss(void)
   int ok = 1;
   for (int i = 0; i < 4; i++) ok = ok && near(drc[i], gw[i], 1e-7 * fabs(gw[i])) && drr[i] == -drc[i];
   check(ok, "rm loss: gradients -sigmoid(-d)/B for chosen, +sigmoid(-d)/B for rejected", "");
+  /* a replica's share: pairs 1..2 of the 4 give the sum of their losses
+   * (.1269280110429725 + 30.000000000000092) and the batch mean's gradients */
+  float pc[2], pr[2];
+  int   pn = -1;
+  double ls = rl_rm_loss_part(2, 4, rc + 1, rr + 1, pc, pr, &pn);
+  snprintf(detail, sizeof detail, "sum %.17g, correct %d, drc %.9g %.9g", ls, pn, (double)pc[0], (double)pc[1]);
+  check(near(ls, 30.126928011043065, 1e-12) && pn == 1 && pc[0] == drc[1] && pc[1] == drc[2] && pr[0] == drr[1] && pr[1] == drr[2], "rm loss of a share: sum of its losses, gradients of the batch mean (1/B)", detail);
 }
 
 static void test_kl_adapt(void)

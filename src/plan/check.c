@@ -68,11 +68,11 @@ static PetscErrorCode plan_check_model(const PlanCall *call, const char *name, c
 
 static PetscErrorCode plan_check_batch(const PlanCall *call, MFCId c, int batch)
 {
-  const char *name = mfc_names[c], *what = plan_training(c) ? "mini-batch" : "rollout batch";
+  const char *name = mfc_names[c], *what = c == MFC_SFT_TRAIN || c == MFC_RM_TRAIN ? "batch" : plan_training(c) ? "mini-batch" : "rollout batch", *unit = c == MFC_RM_TRAIN ? "pairs" : "sequences";
 
   PetscFunctionBegin;
-  if (call->mbs > 0) PetscCheck(batch % (call->dp * call->mbs) == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%s_dp %d x -%s_mbs %d = %d does not divide the %s of %d sequences", name, call->dp, name, call->mbs, call->dp * call->mbs, what, batch);
-  else PetscCheck(batch % call->dp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%s_dp %d does not divide the %s of %d sequences", name, call->dp, what, batch);
+  if (call->mbs > 0) PetscCheck(batch % (call->dp * call->mbs) == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%s_dp %d x -%s_mbs %d = %d does not divide the %s of %d %s", name, call->dp, name, call->mbs, call->dp * call->mbs, what, batch, unit);
+  else PetscCheck(batch % call->dp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%s_dp %d does not divide the %s of %d %s", name, call->dp, what, batch, unit);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

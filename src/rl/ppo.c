@@ -198,40 +198,20 @@ static PetscErrorCode ppo_models_destroy(PPOModels *m)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The models are gathered whole on rank 0 (by reallocation from their
- * layouts) and written there; the file does not depend on the layout. */
+/* The models are gathered whole on rank 0 and written there (trainer.h);
+ * the file does not depend on the layout. */
 static PetscErrorCode ppo_checkpoint(const RunCtx *run, PPOModels *m, const char *name, const CkptState *st, RunRecord *rec)
 {
-  char        path[PETSC_MAX_PATH_LEN];
-  DModel     *dm[4]   = {&m->actor, &m->reference, &m->reward, &m->critic};
-  CkptModel   cm[4]   = {
+  DModel *const   dm[4] = {&m->actor, &m->reference, &m->reward, &m->critic};
+  const CkptModel cm[4] = {
     {"actor",     NULL, PETSC_TRUE,  PETSC_FALSE},
     {"reference", NULL, PETSC_FALSE, PETSC_FALSE},
     {"reward",    NULL, PETSC_FALSE, PETSC_FALSE},
     {"critic",    NULL, PETSC_TRUE,  PETSC_FALSE},
   };
-  int            n  = m->has_critic ? 4 : 3, rank;
-  double         t0 = sys_wtime();
-  const Backend *cpu;
-  PetscErrorCode ierr = PETSC_SUCCESS;
 
   PetscFunctionBegin;
-  PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  PetscCall(backend_get("cpu", &cpu));
-  PetscCall(sys_output_path(run, name, path, sizeof path));
-  PetscCall(PetscLogEventBegin(sys_log.ckpt_write, 0, 0, 0, 0));
-  for (int k = 0; k < n; k++) {
-    if (rank == 0) {
-      PetscCall(gpt_create(&dm[k]->cfg, cpu, &cm[k].gpt));
-      if (cm[k].with_optim) PetscCall(gpt_optim_init(cm[k].gpt));
-    }
-    PetscCall(dmodel_gather(dm[k], cm[k].gpt, m->bucket));
-  }
-  ierr = ckpt_write(run->comm, path, cm, n, st);
-  for (int k = 0; k < n; k++) PetscCall(gpt_destroy(&cm[k].gpt));
-  PetscCall(ierr);
-  PetscCall(PetscLogEventEnd(sys_log.ckpt_write, 0, 0, 0, 0));
-  if (rec) PetscCall(record_time(rec, "checkpoint", sys_wtime() - t0));
+  PetscCall(rl_checkpoint_models(run, dm, cm, m->has_critic ? 4 : 3, name, st, m->bucket, rec));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -6,6 +6,7 @@
 
 #include "rl.h"
 #include "exec.h"
+#include "trainer.h"
 
 typedef enum { ALGO_PPO = 0, ALGO_GRPO = 1 } PPOAlgo;
 typedef enum { CRITIC_FROM_REWARD = 0, CRITIC_FROM_ACTOR = 1 } CriticInit;

@@ -163,12 +163,12 @@ void rl_grpo_advantages(int nseq, int k, const float *score, double eps, float *
   }
 }
 
-double rl_rm_loss(int B, const float *rc, const float *rr, float *drc, float *drr, int *correct)
+double rl_rm_loss_part(int n, int B, const float *rc, const float *rr, float *drc, float *drr, int *correct)
 {
   double loss = 0;
   int    nc   = 0;
 
-  for (int i = 0; i < B; i++) {
+  for (int i = 0; i < n; i++) {
     double d = (double)rc[i] - (double)rr[i], sp, s; /* sp = softplus(-d) = -log sigmoid(d), s = sigmoid(-d) */
     if (d > 0) {
       double e = exp(-d);
@@ -185,7 +185,12 @@ double rl_rm_loss(int B, const float *rc, const float *rr, float *drc, float *dr
     nc += rc[i] > rr[i];
   }
   if (correct) *correct = nc;
-  return B > 0 ? loss / B : 0;
+  return loss;
+}
+
+double rl_rm_loss(int B, const float *rc, const float *rr, float *drc, float *drr, int *correct)
+{
+  return B > 0 ? rl_rm_loss_part(B, B, rc, rr, drc, drr, correct) / B : 0;
 }
 
 double rl_kl_adapt(double coef, double kl, double target, double horizon, double nsteps)

@@ -1,8 +1,9 @@
 /* Reward modelling (-mode rm): a scalar-head GPT, initialised from the SFT
  * checkpoint's trunk, trained on preference pairs with the Bradley-Terry loss
  * -log sigmoid(r_chosen - r_rejected), where r is the value at a sequence's
- * last token. Reports pairwise accuracy on held-out pairs. */
-#include "rl.h"
+ * last token, on the rm_train call's mesh. Reports pairwise accuracy on
+ * held-out pairs. */
+#include "trainer.h"
 #include <math.h>
 
 #define RM_MAX_BATCH 4096
@@ -13,8 +14,24 @@ typedef struct {
   float *values, *dvalues, *rc, *rr, *drc, *drr;
 } RMBatch;
 
+/* One pass over nb pairs (pair[i] indexes p) on the mesh: the replica's
+ * pairs in micro-batches; the last stage accumulates the loss (a sum, with
+ * gradients of the mean over the nb pairs) and the correct orderings. */
+typedef struct {
+  const PrefPairs *p;
+  const int       *pair;
+  int              nb;
+  RMBatch         *b;
+  MicroSplit       split;
+  double           acc[3];  /* loss sum, pairs ranked as labelled, pairs ranked as the judge */
+  double           time[2]; /* seconds in forwards and backwards on this rank */
+  int              last_fwd;
+} RMPass;
+
 PetscErrorCode rm_options(RMOptions *o)
 {
+  int world;
+
   PetscFunctionBegin;
   PetscCall(PetscStrncpy(o->data, "builtin", sizeof o->data));
   o->sft[0] = o->restart[0] = '\0';
@@ -35,6 +52,8 @@ PetscErrorCode rm_options(RMOptions *o)
   PetscCall(adamw_set_from_options("reward_", &o->opt));
   PetscCall(task_set_from_options(&o->task));
   PetscCall(gen_config_set_from_options(&o->gen));
+  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
+  PetscCall(plan_from_options(world, &o->plan));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -113,13 +132,22 @@ static PetscErrorCode rm_batch_destroy(RMBatch *b)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Rewards of nb pairs (pair[i] indexes p) packed into rows 2i (chosen) and
- * 2i+1 (rejected) of length T = the longest sequence among them. */
-static PetscErrorCode rm_forward(GPT *gpt, const PrefPairs *p, const int *pair, int nb, RMBatch *b)
+/* Forward of micro-batch k: its pairs packed into rows 2i (chosen) and
+ * 2i+1 (rejected) of length T = the longest sequence among them (padding
+ * after a sequence's last token changes nothing before it). The last stage
+ * takes the rewards, the loss and d loss / d value. */
+static PetscErrorCode rm_forward(void *ctx, GPT *gpt, int k)
 {
-  int T = 1;
+  RMPass          *q = (RMPass *)ctx;
+  RMBatch         *b = q->b;
+  const PrefPairs *p = q->p;
+  const int       *pair;
+  int              T = 1, r0, nb, correct;
+  double           t0 = sys_wtime();
 
   PetscFunctionBegin;
+  trainer_micro(&q->split, k, &r0, &nb);
+  pair = q->pair + r0;
   for (int i = 0; i < 2 * nb; i++) T = PetscMax(T, p->d.lengths[2 * pair[i / 2] + i % 2]);
   b->T = T;
   for (int i = 0; i < 2 * nb; i++) {
@@ -129,43 +157,88 @@ static PetscErrorCode rm_forward(GPT *gpt, const PrefPairs *p, const int *pair, 
   }
   PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
   PetscCall(gpt_forward(gpt, b->tok, 2 * nb, T));
-  PetscCall(gpt_values_get(gpt, b->values));
-  PetscCall(PetscLogEventEnd(sys_log.forward, 0, 0, 0, 0));
-  for (int i = 0; i < nb; i++) {
-    b->rc[i] = b->values[b->last[2 * i]];
-    b->rr[i] = b->values[b->last[2 * i + 1]];
+  q->last_fwd = k;
+  if (gpt_last_stage(gpt)) {
+    PetscCall(gpt_values_get(gpt, b->values));
+    for (int i = 0; i < nb; i++) {
+      b->rc[i] = b->values[b->last[2 * i]];
+      b->rr[i] = b->values[b->last[2 * i + 1]];
+    }
+    q->acc[0] += rl_rm_loss_part(nb, q->nb, b->rc, b->rr, b->drc, b->drr, &correct);
+    q->acc[1] += correct;
+    for (int i = 0; i < nb; i++) q->acc[2] += (b->rc[i] > b->rr[i]) == (p->gold[2 * pair[i]] > p->gold[2 * pair[i] + 1]);
+    PetscCall(PetscArrayzero(b->dvalues, (size_t)2 * nb * T));
+    for (int i = 0; i < nb; i++) {
+      b->dvalues[b->last[2 * i]]     = b->drc[i];
+      b->dvalues[b->last[2 * i + 1]] = b->drr[i];
+    }
   }
+  PetscCall(PetscLogEventEnd(sys_log.forward, 0, 0, 0, 0));
+  q->time[0] += sys_wtime() - t0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The last stage runs each backward right after its forward (1F1B), so
+ * dvalues still holds that micro-batch's gradient. */
+static PetscErrorCode rm_backward(void *ctx, GPT *gpt, int k)
+{
+  RMPass   *q    = (RMPass *)ctx;
+  PetscBool last = gpt_last_stage(gpt);
+  double    t0   = sys_wtime();
+
+  PetscFunctionBegin;
+  PetscCheck(!last || q->last_fwd == k, PETSC_COMM_SELF, PETSC_ERR_PLIB, "reward modelling: the last stage's backward of micro-batch %d does not follow its forward", k);
+  PetscCall(PetscLogEventBegin(sys_log.backward, 0, 0, 0, 0));
+  PetscCall(gpt_backward_values(gpt, last ? q->b->dvalues : NULL));
+  PetscCall(PetscLogEventEnd(sys_log.backward, 0, 0, 0, 0));
+  q->time[1] += sys_wtime() - t0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* nb pairs through the model on its mesh (with train, their gradients
+ * accumulate for a step); acc gets the loss sum and the two correct counts
+ * over all replicas, on every rank. */
+static PetscErrorCode rm_pass(Trainer *tr, const PrefPairs *p, const int *pair, int nb, RMBatch *b, PetscBool train, double acc[3], double time[2])
+{
+  RMPass q = {p, pair, nb, b, {0, 0, 1, 0}, {0, 0, 0}, {0, 0}, -1};
+
+  PetscFunctionBegin;
+  trainer_split(tr, nb, 0, &q.split);
+  if (train && tr->dm.gpt) PetscCall(gpt_zero_grad(tr->dm.gpt));
+  PetscCall(trainer_pass(tr, &q.split, rm_forward, train ? rm_backward : NULL, &q));
+  PetscCall(trainer_sum_heads(tr, q.acc, 3));
+  for (int j = 0; j < 3; j++) acc[j] = q.acc[j];
+  if (time) PetscCallMPI(MPI_Allreduce(q.time, time, 2, MPI_DOUBLE, MPI_MAX, PETSC_COMM_WORLD));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Held-out accuracy: against the labels, and against the judge's ordering
  * (built-in pairs only; NaN otherwise). */
-static PetscErrorCode rm_eval(GPT *gpt, const PrefPairs *eval, RMBatch *b, double *acc, double *gacc, double *loss)
+static PetscErrorCode rm_eval(Trainer *tr, const PrefPairs *eval, RMBatch *b, double *acc, double *gacc, double *loss)
 {
-  int n = eval->d.N / 2, correct = 0, gcorrect = 0, idx[RM_MAX_BATCH];
+  int    n = eval->d.N / 2, idx[RM_MAX_BATCH];
+  double sum[3] = {0, 0, 0};
 
   PetscFunctionBegin;
   *acc = *gacc = *loss = NAN;
   if (n == 0) PetscFunctionReturn(PETSC_SUCCESS);
-  *loss = 0;
   for (int i0 = 0; i0 < n; i0 += b->B) {
-    int nb = PetscMin(b->B, n - i0), c;
+    int    nb = PetscMin(b->B, n - i0);
+    double a[3];
     for (int i = 0; i < nb; i++) idx[i] = i0 + i;
-    PetscCall(rm_forward(gpt, eval, idx, nb, b));
-    *loss += nb * rl_rm_loss(nb, b->rc, b->rr, b->drc, b->drr, &c);
-    correct += c;
-    for (int i = 0; i < nb; i++) gcorrect += (b->rc[i] > b->rr[i]) == (eval->gold[2 * idx[i]] > eval->gold[2 * idx[i] + 1]);
+    PetscCall(rm_pass(tr, eval, idx, nb, b, PETSC_FALSE, a, NULL));
+    for (int j = 0; j < 3; j++) sum[j] += a[j];
   }
-  *acc  = (double)correct / n;
-  if (!isnan(eval->gold[0])) *gacc = (double)gcorrect / n;
-  *loss /= n;
+  *loss = sum[0] / n;
+  *acc  = sum[1] / n;
+  if (!isnan(eval->gold[0])) *gacc = sum[2] / n;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode rm_step(GPT *gpt, const RMOptions *o, const PrefPairs *train, int *perm, int64_t *perm_epoch, RMBatch *b, CkptState *st, RunRecord *rec, double *loss, double *acc, PetscReal *lr, PetscReal *gnorm)
+static PetscErrorCode rm_step(Trainer *tr, const RMOptions *o, const PrefPairs *train, int *perm, int64_t *perm_epoch, RMBatch *b, CkptState *st, RunRecord *rec, double *loss, double *acc, PetscReal *lr, PetscReal *gnorm)
 {
-  int    n = train->d.N / 2, idx[RM_MAX_BATCH], correct;
-  double t0 = sys_wtime(), t1, t2;
+  int    n = train->d.N / 2, idx[RM_MAX_BATCH];
+  double t0 = sys_wtime(), sum[3], time[2];
 
   PetscFunctionBegin;
   for (int i = 0; i < b->B; i++) { /* pairs data_pos .. data_pos+B-1 of the epoch-shuffled stream */
@@ -177,46 +250,29 @@ static PetscErrorCode rm_step(GPT *gpt, const RMOptions *o, const PrefPairs *tra
     idx[i] = perm[pos % n];
   }
   st->data_pos += b->B;
-  PetscCall(rm_forward(gpt, train, idx, b->B, b));
-  *loss = rl_rm_loss(b->B, b->rc, b->rr, b->drc, b->drr, &correct);
-  *acc  = (double)correct / b->B;
-  PetscCheck(isfinite(*loss), PETSC_COMM_WORLD, PETSC_ERR_FP, "reward-model loss is %g at step %" PetscInt_FMT, *loss, st->iteration);
-  t1 = sys_wtime();
-  PetscCall(PetscArrayzero(b->dvalues, (size_t)2 * b->B * b->T));
-  for (int i = 0; i < b->B; i++) {
-    b->dvalues[b->last[2 * i]]     = b->drc[i];
-    b->dvalues[b->last[2 * i + 1]] = b->drr[i];
-  }
-  PetscCall(PetscLogEventBegin(sys_log.backward, 0, 0, 0, 0));
-  PetscCall(gpt_zero_grad(gpt));
-  PetscCall(gpt_backward_values(gpt, b->dvalues));
-  PetscCall(PetscLogEventEnd(sys_log.backward, 0, 0, 0, 0));
-  t2 = sys_wtime();
-  PetscCall(PetscLogEventBegin(sys_log.optimizer, 0, 0, 0, 0));
-  PetscCall(gpt_adamw_step(gpt, &o->opt, lr, gnorm));
-  PetscCall(PetscLogEventEnd(sys_log.optimizer, 0, 0, 0, 0));
-  PetscCheck(isfinite(*gnorm), PETSC_COMM_WORLD, PETSC_ERR_FP, "reward-model gradient norm is %g at step %" PetscInt_FMT, (double)*gnorm, st->iteration);
-  PetscCall(record_time(rec, "forward", t1 - t0));
-  PetscCall(record_time(rec, "backward", t2 - t1));
-  PetscCall(record_time(rec, "optimizer", sys_wtime() - t2));
+  PetscCall(rm_pass(tr, train, idx, b->B, b, PETSC_TRUE, sum, time));
+  *loss = sum[0] / b->B;
+  *acc  = sum[1] / b->B;
+  t0    = sys_wtime();
+  PetscCall(trainer_step(tr, &o->opt, "reward-model", st->iteration, *loss, lr, gnorm));
+  PetscCall(record_time(rec, "forward", time[0]));
+  PetscCall(record_time(rec, "backward", time[1]));
+  PetscCall(record_time(rec, "optimizer", sys_wtime() - t0));
   st->iteration++;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode rm_checkpoint(const RunCtx *run, GPT *gpt, const char *name, const CkptState *st)
+static PetscErrorCode rm_checkpoint(const RunCtx *run, Trainer *tr, const char *name, const CkptState *st)
 {
-  char      path[PETSC_MAX_PATH_LEN];
-  CkptModel m = {"reward", gpt, PETSC_TRUE, PETSC_FALSE};
+  DModel *const   dm[1] = {&tr->dm};
+  const CkptModel cm[1] = {{"reward", NULL, PETSC_TRUE, PETSC_FALSE}};
 
   PetscFunctionBegin;
-  PetscCall(sys_output_path(run, name, path, sizeof path));
-  PetscCall(PetscLogEventBegin(sys_log.ckpt_write, 0, 0, 0, 0));
-  PetscCall(ckpt_write(run->comm, path, &m, 1, st));
-  PetscCall(PetscLogEventEnd(sys_log.ckpt_write, 0, 0, 0, 0));
+  PetscCall(rl_checkpoint_models(run, dm, cm, 1, name, st, tr->bucket, NULL));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, GPT *gpt, const PrefPairs *train, const PrefPairs *eval, CkptState *st)
+static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const PlanNeeds *needs, Trainer *tr, const PrefPairs *train, const PrefPairs *eval, CkptState *st)
 {
   RunRecord *rec;
   RMBatch    b;
@@ -224,20 +280,23 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, GPT *gpt, 
   int64_t    perm_epoch = -1;
   double     acc = NAN, gacc = NAN, eloss = NAN;
   char       name[64];
+  size_t     nparams;
 
   PetscFunctionBegin;
+  PetscCall(trainer_count(&tr->dm.cfg, &nparams));
   PetscCall(record_open(run, "rm", &rec));
+  PetscCall(plan_record(rec, &o->plan, needs));
   PetscCall(rm_batch_create((int)o->batch, train->d.T > eval->d.T ? train->d.T : eval->d.T, &b));
   PetscCall(PetscMalloc1(train->d.N / 2, &perm));
-  PetscCall(PetscPrintf(run->comm, "rm: %zu parameters, %d training pairs, %d held-out pairs, %" PetscInt_FMT " steps of %" PetscInt_FMT " pairs, from step %" PetscInt_FMT "\n", gpt->nparams, train->d.N / 2, eval->d.N / 2, o->steps, o->batch, st->iteration));
+  PetscCall(PetscPrintf(run->comm, "rm: %zu parameters, %d training pairs, %d held-out pairs, %" PetscInt_FMT " steps of %" PetscInt_FMT " pairs, from step %" PetscInt_FMT "\n", nparams, train->d.N / 2, eval->d.N / 2, o->steps, o->batch, st->iteration));
   while (st->iteration < o->steps) {
     double    t0 = sys_wtime(), loss, bacc, ms;
     PetscReal lr, gnorm;
     PetscBool last = (PetscBool)(st->iteration + 1 == o->steps);
 
-    PetscCall(rm_step(gpt, o, train, perm, &perm_epoch, &b, st, rec, &loss, &bacc, &lr, &gnorm));
+    PetscCall(rm_step(tr, o, train, perm, &perm_epoch, &b, st, rec, &loss, &bacc, &lr, &gnorm));
     acc = gacc = eloss = NAN;
-    if ((o->eval_every && st->iteration % o->eval_every == 0) || last) PetscCall(rm_eval(gpt, eval, &b, &acc, &gacc, &eloss));
+    if ((o->eval_every && st->iteration % o->eval_every == 0) || last) PetscCall(rm_eval(tr, eval, &b, &acc, &gacc, &eloss));
     ms = 1e3 * (sys_wtime() - t0);
     PetscCall(record_metric(rec, "loss", loss));
     PetscCall(record_metric(rec, "accuracy", bacc));
@@ -250,12 +309,12 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, GPT *gpt, 
     if (!isnan(acc)) PetscCall(PetscPrintf(run->comm, "      held-out loss %.4f, pairwise accuracy %.3f (against the judge: %.3f)\n", eloss, acc, gacc));
     if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
-      PetscCall(rm_checkpoint(run, gpt, name, st));
+      PetscCall(rm_checkpoint(run, tr, name, st));
     }
     PetscCall(record_step(rec, st->iteration));
   }
-  if (isnan(acc)) PetscCall(rm_eval(gpt, eval, &b, &acc, &gacc, &eloss)); /* a restart at the last step */
-  PetscCall(rm_checkpoint(run, gpt, "final.h5", st));
+  if (isnan(acc)) PetscCall(rm_eval(tr, eval, &b, &acc, &gacc, &eloss)); /* a restart at the last step */
+  PetscCall(rm_checkpoint(run, tr, "final.h5", st));
   PetscCall(record_summary(rec, "steps", (double)st->iteration));
   PetscCall(record_summary(rec, "eval_accuracy", acc));
   PetscCall(record_summary(rec, "eval_gold_accuracy", gacc));
@@ -266,31 +325,28 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, GPT *gpt, 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The reward model: the SFT trunk and a fresh scalar head, or a restart. */
-static PetscErrorCode rm_load(const RunCtx *run, const RMOptions *o, GPT *gpt, CkptState *st)
+/* The reward model: the SFT trunk and a fresh scalar head (drawn from the
+ * seed, the same on every layout), or a restart. */
+static PetscErrorCode rm_load(const RunCtx *run, const RMOptions *o, Trainer *tr, CkptState *st)
 {
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(sys_log.ckpt_read, 0, 0, 0, 0));
   if (o->restart[0]) {
-    CkptModel m = {"reward", gpt, PETSC_TRUE, PETSC_FALSE};
-    PetscCall(ckpt_read_model(run->comm, o->restart, &m));
+    PetscCall(dmodel_load(&tr->dm, o->restart, "reward", PETSC_TRUE, PETSC_FALSE, 0));
     PetscCall(ckpt_read_state(run->comm, o->restart, st));
     PetscCheck(st->iteration <= o->steps, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-restart %s is at step %" PetscInt_FMT ", past -rm_steps %" PetscInt_FMT, o->restart, st->iteration, o->steps);
-  } else {
-    CkptModel m = {"policy", gpt, PETSC_FALSE, PETSC_TRUE};
-    PetscCall(gpt_init_random(gpt, (uint64_t)run->seed)); /* the head's draw */
-    PetscCall(ckpt_read_model(run->comm, o->sft, &m));
-  }
+  } else PetscCall(dmodel_load(&tr->dm, o->sft, "policy", PETSC_FALSE, PETSC_TRUE, (uint64_t)run->seed));
   PetscCall(PetscLogEventEnd(sys_log.ckpt_read, 0, 0, 0, 0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
 {
-  GPTConfig cfg;
+  GPTConfig cfg, rcfg;
   PrefPairs all = {{0}, NULL}, train = {{0}, NULL}, eval = {{0}, NULL};
   PetscBool builtin;
-  GPT      *gpt;
+  Trainer   tr;
+  PlanNeeds needs;
   CkptState st = {0, 0, run->seed, 0};
 
   PetscFunctionBegin;
@@ -298,6 +354,9 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
   PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
   PetscCall(ckpt_read_config(run->comm, o->sft, "policy", &cfg));
   PetscCall(rm_check(o, builtin, &cfg));
+  rcfg      = cfg; /* the SFT trunk with a scalar head */
+  rcfg.head = GPT_HEAD_SCALAR;
+  PetscCall(trainer_plan_check(run, &o->plan, MFC_RM_TRAIN, &rcfg, (int)o->batch, &needs));
   if (!builtin) {
     PetscCall(prefs_read(run->comm, o->data, &all));
     PetscCall(rm_split_file(o, &cfg, &all, &train, &eval));
@@ -311,12 +370,10 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
   PetscCall(PetscLogStagePush(sys_log.rm));
   PetscCall(sys_mkdir_p(run->output_dir));
   if (builtin) PetscCall(rm_make_pairs(run, be, o, &cfg, &train, &eval));
-  cfg.head = GPT_HEAD_SCALAR;
-  PetscCall(gpt_create(&cfg, be, &gpt));
-  PetscCall(gpt_optim_init(gpt));
-  PetscCall(rm_load(run, o, gpt, &st));
-  PetscCall(rm_train(run, o, gpt, &train, &eval, &st));
-  PetscCall(gpt_destroy(&gpt));
+  PetscCall(trainer_create("reward", &rcfg, be, &o->plan, MFC_RM_TRAIN, &tr));
+  PetscCall(rm_load(run, o, &tr, &st));
+  PetscCall(rm_train(run, o, &needs, &tr, &train, &eval, &st));
+  PetscCall(trainer_destroy(&tr));
   if (builtin) {
     PetscCall(prefs_free(&train));
     PetscCall(prefs_free(&eval));

@@ -1,17 +1,28 @@
 /* Supervised fine-tuning (-mode sft): trains the policy on demonstrations
- * (loss on response tokens only), records every step, writes checkpoints and
- * resumes from them bit-exactly. */
-#include "rl.h"
+ * (loss on response tokens only) on the sft_train call's mesh, records every
+ * step, writes checkpoints and resumes from them bit-exactly. */
+#include "trainer.h"
 #include <math.h>
 
 typedef struct {
   int    B, T;
   int   *tok, *target, *row; /* [B*T], [B*T], [T+1] */
   float *logprob, *dlogprob; /* [B*T] */
+  int    ntrain;             /* trained positions in the whole batch */
 } SFTBatch;
+
+/* One pass over a batch on the mesh: the replica's rows in micro-batches. */
+typedef struct {
+  SFTBatch  *b;
+  MicroSplit split;
+  double     sum;     /* log-probabilities of trained positions (last stage) */
+  double     time[2]; /* seconds in forwards and backwards on this rank */
+} SFTPass;
 
 PetscErrorCode sft_options(SFTOptions *o)
 {
+  int world;
+
   PetscFunctionBegin;
   PetscCall(PetscStrncpy(o->data, "builtin", sizeof o->data));
   o->restart[0] = o->init[0] = '\0';
@@ -31,6 +42,8 @@ PetscErrorCode sft_options(SFTOptions *o)
   PetscCall(gpt_config_set_from_options("policy_", &o->cfg));
   PetscCall(adamw_set_from_options("policy_", &o->opt));
   PetscCall(task_set_from_options(&o->task));
+  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
+  PetscCall(plan_from_options(world, &o->plan));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -86,96 +99,136 @@ static int sft_fill_row(SFTBatch *b, int r, int len, int prompt_len)
   return n;
 }
 
-static PetscErrorCode sft_fill_train(DemoSource *src, uint64_t pos, SFTBatch *b, int *ntrain)
+static PetscErrorCode sft_fill_train(DemoSource *src, uint64_t pos, SFTBatch *b)
 {
   int len, pl;
 
   PetscFunctionBegin;
-  *ntrain = 0;
+  b->ntrain = 0;
   for (int r = 0; r < b->B; r++) {
     PetscCall(demo_source_get(src, pos + (uint64_t)r, b->T + 1, b->row, &len, &pl));
-    *ntrain += sft_fill_row(b, r, len, pl);
+    b->ntrain += sft_fill_row(b, r, len, pl);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode sft_fill_eval(const SortTask *task, uint64_t pos, SFTBatch *b, int *ntrain)
+static PetscErrorCode sft_fill_eval(const SortTask *task, uint64_t pos, SFTBatch *b)
 {
   int pl;
 
   PetscFunctionBegin;
-  *ntrain = 0;
+  b->ntrain = 0;
   for (int r = 0; r < b->B; r++) {
     int len = task_demo(task, TASK_SPLIT_EVAL, pos + (uint64_t)r, b->row, &pl);
-    *ntrain += sft_fill_row(b, r, PetscMin(len, b->T + 1), pl);
+    b->ntrain += sft_fill_row(b, r, PetscMin(len, b->T + 1), pl);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Mean negative log-likelihood over trained positions; fills dlogprob. */
-static PetscErrorCode sft_loss(GPT *gpt, SFTBatch *b, int ntrain, double *loss)
+/* Forward of micro-batch k; the last stage adds its log-probabilities and
+ * sets d loss / d logprob of the batch mean over trained positions. */
+static PetscErrorCode sft_forward(void *ctx, GPT *gpt, int k)
 {
-  double sum = 0;
+  SFTPass  *p = (SFTPass *)ctx;
+  SFTBatch *b = p->b;
+  double    t0 = sys_wtime();
+  int       r0, nb;
+  size_t    off;
 
   PetscFunctionBegin;
-  PetscCheck(ntrain > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "a batch has no response tokens to train on");
+  trainer_micro(&p->split, k, &r0, &nb);
+  off = (size_t)r0 * b->T;
   PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
-  PetscCall(gpt_forward(gpt, b->tok, b->B, b->T));
-  PetscCall(gpt_logprobs(gpt, b->target, b->logprob));
-  PetscCall(PetscLogEventEnd(sys_log.forward, 0, 0, 0, 0));
-  for (int n = 0; n < b->B * b->T; n++) {
-    sum += b->logprob[n];
-    b->dlogprob[n] = b->target[n] >= 0 ? -1.0f / (float)ntrain : 0.0f;
+  PetscCall(gpt_forward(gpt, b->tok + off, nb, b->T));
+  if (gpt_last_stage(gpt)) {
+    PetscCall(gpt_logprobs(gpt, b->target + off, b->logprob + off));
+    for (size_t n = off; n < off + (size_t)nb * b->T; n++) {
+      p->sum += b->logprob[n];
+      b->dlogprob[n] = b->target[n] >= 0 ? -1.0f / (float)b->ntrain : 0.0f;
+    }
   }
-  *loss = -sum / ntrain;
+  PetscCall(PetscLogEventEnd(sys_log.forward, 0, 0, 0, 0));
+  p->time[0] += sys_wtime() - t0;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode sft_eval(GPT *gpt, const SFTOptions *o, SFTBatch *b, double *loss)
+static PetscErrorCode sft_backward(void *ctx, GPT *gpt, int k)
+{
+  SFTPass  *p    = (SFTPass *)ctx;
+  PetscBool last = gpt_last_stage(gpt);
+  double    t0   = sys_wtime();
+  int       r0, nb;
+  size_t    off;
+
+  PetscFunctionBegin;
+  trainer_micro(&p->split, k, &r0, &nb);
+  off = (size_t)r0 * p->b->T;
+  PetscCall(PetscLogEventBegin(sys_log.backward, 0, 0, 0, 0));
+  PetscCall(gpt_backward_logprob(gpt, last ? p->b->target + off : NULL, last ? p->b->dlogprob + off : NULL));
+  PetscCall(PetscLogEventEnd(sys_log.backward, 0, 0, 0, 0));
+  p->time[1] += sys_wtime() - t0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Mean negative log-likelihood of the batch over its trained positions; with
+ * train, the gradients accumulate (zeroed first) for the step. time gets the
+ * forward and backward seconds, the longest over the ranks. */
+static PetscErrorCode sft_pass(Trainer *tr, SFTBatch *b, PetscBool train, double *loss, double time[2])
+{
+  SFTPass p = {b, {0, 0, 1, 0}, 0, {0, 0}};
+
+  PetscFunctionBegin;
+  PetscCheck(b->ntrain > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "a batch has no response tokens to train on");
+  trainer_split(tr, b->B, 0, &p.split);
+  if (train && tr->dm.gpt) PetscCall(gpt_zero_grad(tr->dm.gpt));
+  PetscCall(trainer_pass(tr, &p.split, sft_forward, train ? sft_backward : NULL, &p));
+  PetscCall(trainer_sum_heads(tr, &p.sum, 1));
+  *loss = -p.sum / b->ntrain;
+  if (time) {
+    PetscCallMPI(MPI_Allreduce(p.time, time, 2, MPI_DOUBLE, MPI_MAX, PETSC_COMM_WORLD));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode sft_eval(Trainer *tr, const SFTOptions *o, SFTBatch *b, double *loss)
 {
   double total = 0;
-  int    ntrain;
 
   PetscFunctionBegin;
   for (PetscInt k = 0; k < o->eval_batches; k++) {
     double l;
-    PetscCall(sft_fill_eval(&o->task, (uint64_t)(k * b->B), b, &ntrain));
-    PetscCall(sft_loss(gpt, b, ntrain, &l));
+    PetscCall(sft_fill_eval(&o->task, (uint64_t)(k * b->B), b));
+    PetscCall(sft_pass(tr, b, PETSC_FALSE, &l, NULL));
     total += l;
   }
   *loss = total / (double)o->eval_batches;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode sft_checkpoint(const RunCtx *run, GPT *gpt, const char *name, const CkptState *st, RunRecord *rec)
+static PetscErrorCode sft_checkpoint(const RunCtx *run, Trainer *tr, const char *name, const CkptState *st, RunRecord *rec)
 {
-  char      path[PETSC_MAX_PATH_LEN];
-  CkptModel m  = {"policy", gpt, PETSC_TRUE, PETSC_FALSE};
-  double    t0 = sys_wtime();
+  DModel *const   dm[1] = {&tr->dm};
+  const CkptModel cm[1] = {{"policy", NULL, PETSC_TRUE, PETSC_FALSE}};
 
   PetscFunctionBegin;
-  PetscCall(sys_output_path(run, name, path, sizeof path));
-  PetscCall(PetscLogEventBegin(sys_log.ckpt_write, 0, 0, 0, 0));
-  PetscCall(ckpt_write(run->comm, path, &m, 1, st));
-  PetscCall(PetscLogEventEnd(sys_log.ckpt_write, 0, 0, 0, 0));
-  PetscCall(record_time(rec, "checkpoint", sys_wtime() - t0));
+  PetscCall(rl_checkpoint_models(run, dm, cm, 1, name, st, tr->bucket, rec));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Weights (and, for a restart, optimizer and state) from checkpoints. */
-static PetscErrorCode sft_load(const RunCtx *run, const SFTOptions *o, GPT *gpt, CkptState *st)
+/* Weights (and, for a restart, optimizer and state) from checkpoints, read
+ * whole and cut into this rank's shard; otherwise the random draw, which is
+ * the same on every layout. */
+static PetscErrorCode sft_load(const RunCtx *run, const SFTOptions *o, Trainer *tr, CkptState *st)
 {
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(sys_log.ckpt_read, 0, 0, 0, 0));
   if (o->restart[0]) {
-    CkptModel m = {"policy", gpt, PETSC_TRUE, PETSC_FALSE};
-    PetscCall(ckpt_read_model(run->comm, o->restart, &m));
+    PetscCall(dmodel_load(&tr->dm, o->restart, "policy", PETSC_TRUE, PETSC_FALSE, 0));
     PetscCall(ckpt_read_state(run->comm, o->restart, st));
     PetscCheck(st->iteration <= o->steps, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-restart %s is at step %" PetscInt_FMT ", past -sft_steps %" PetscInt_FMT, o->restart, st->iteration, o->steps);
   } else if (o->init[0]) {
-    CkptModel m = {"policy", gpt, PETSC_FALSE, PETSC_FALSE};
-    PetscCall(ckpt_read_model(run->comm, o->init, &m));
-  }
+    PetscCall(dmodel_load(&tr->dm, o->init, "policy", PETSC_FALSE, PETSC_FALSE, 0));
+  } else if (tr->dm.gpt) PetscCall(gpt_init_random(tr->dm.gpt, (uint64_t)run->seed));
   PetscCall(PetscLogEventEnd(sys_log.ckpt_read, 0, 0, 0, 0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -187,56 +240,49 @@ static PetscErrorCode sft_dry_run(const RunCtx *run, const SFTOptions *o, size_t
   double acts    = (double)gpt_activation_bytes(&o->cfg, (int)o->batch, (int)o->seq_len);
 
   PetscFunctionBegin;
-  PetscCall(PetscPrintf(run->comm, "dry run: policy %zu parameters; weights+grads+AdamW %s, activations (B=%" PetscInt_FMT ", T=%" PetscInt_FMT ") %s, total %s per rank\n", nparams, sys_bytes_str(weights, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(acts, b, sizeof b), sys_bytes_str(weights + acts, c, sizeof c)));
+  PetscCall(PetscPrintf(run->comm, "dry run: policy %zu parameters; weights+grads+AdamW %s, activations (B=%" PetscInt_FMT ", T=%" PetscInt_FMT ") %s, total %s on one rank (the plan divides them)\n", nparams, sys_bytes_str(weights, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(acts, b, sizeof b), sys_bytes_str(weights + acts, c, sizeof c)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode sft_step(GPT *gpt, const SFTOptions *o, DemoSource *src, SFTBatch *b, CkptState *st, RunRecord *rec, double *loss, PetscReal *lr, PetscReal *gnorm)
+static PetscErrorCode sft_step(Trainer *tr, const SFTOptions *o, DemoSource *src, SFTBatch *b, CkptState *st, RunRecord *rec, double *loss, PetscReal *lr, PetscReal *gnorm)
 {
-  int    ntrain;
-  double t0 = sys_wtime(), t1, t2, t3;
+  double t0 = sys_wtime(), t1, t2, time[2];
 
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(sys_log.data, 0, 0, 0, 0));
-  PetscCall(sft_fill_train(src, (uint64_t)st->data_pos, b, &ntrain));
+  PetscCall(sft_fill_train(src, (uint64_t)st->data_pos, b));
   PetscCall(PetscLogEventEnd(sys_log.data, 0, 0, 0, 0));
   st->data_pos += b->B;
   t1 = sys_wtime();
-  PetscCall(sft_loss(gpt, b, ntrain, loss));
-  PetscCheck(isfinite(*loss), PETSC_COMM_WORLD, PETSC_ERR_FP, "SFT loss is %g at step %" PetscInt_FMT, *loss, st->iteration);
+  PetscCall(sft_pass(tr, b, PETSC_TRUE, loss, time));
   t2 = sys_wtime();
-  PetscCall(PetscLogEventBegin(sys_log.backward, 0, 0, 0, 0));
-  PetscCall(gpt_zero_grad(gpt));
-  PetscCall(gpt_backward_logprob(gpt, b->target, b->dlogprob));
-  PetscCall(PetscLogEventEnd(sys_log.backward, 0, 0, 0, 0));
-  t3 = sys_wtime();
-  PetscCall(PetscLogEventBegin(sys_log.optimizer, 0, 0, 0, 0));
-  PetscCall(gpt_adamw_step(gpt, &o->opt, lr, gnorm));
-  PetscCall(PetscLogEventEnd(sys_log.optimizer, 0, 0, 0, 0));
-  PetscCheck(isfinite(*gnorm), PETSC_COMM_WORLD, PETSC_ERR_FP, "SFT gradient norm is %g at step %" PetscInt_FMT, (double)*gnorm, st->iteration);
+  PetscCall(trainer_step(tr, &o->opt, "SFT", st->iteration, *loss, lr, gnorm));
   PetscCall(record_time(rec, "data", t1 - t0));
-  PetscCall(record_time(rec, "forward", t2 - t1));
-  PetscCall(record_time(rec, "backward", t3 - t2));
-  PetscCall(record_time(rec, "optimizer", sys_wtime() - t3));
+  PetscCall(record_time(rec, "forward", time[0]));
+  PetscCall(record_time(rec, "backward", time[1]));
+  PetscCall(record_time(rec, "optimizer", sys_wtime() - t2));
   st->iteration++;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, GPT *gpt, DemoSource *src, CkptState *st)
+static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, const PlanNeeds *needs, Trainer *tr, DemoSource *src, CkptState *st)
 {
   RunRecord *rec;
   SFTBatch   b;
   char       name[64];
+  size_t     nparams;
 
   PetscFunctionBegin;
+  PetscCall(trainer_count(&o->cfg, &nparams));
   PetscCall(record_open(run, "sft", &rec));
+  PetscCall(plan_record(rec, &o->plan, needs));
   PetscCall(sft_batch_create((int)o->batch, (int)o->seq_len, &b));
-  PetscCall(PetscPrintf(run->comm, "sft: %zu parameters, %" PetscInt_FMT " steps of %" PetscInt_FMT " x %" PetscInt_FMT " tokens, from step %" PetscInt_FMT "\n", gpt->nparams, o->steps, o->batch, o->seq_len, st->iteration));
+  PetscCall(PetscPrintf(run->comm, "sft: %zu parameters, %" PetscInt_FMT " steps of %" PetscInt_FMT " x %" PetscInt_FMT " tokens, from step %" PetscInt_FMT "\n", nparams, o->steps, o->batch, o->seq_len, st->iteration));
   while (st->iteration < o->steps) {
     double    t0 = sys_wtime(), loss, eval = NAN, ms;
     PetscReal lr, gnorm;
-    PetscCall(sft_step(gpt, o, src, &b, st, rec, &loss, &lr, &gnorm));
-    if (o->eval_every && st->iteration % o->eval_every == 0) PetscCall(sft_eval(gpt, o, &b, &eval));
+    PetscCall(sft_step(tr, o, src, &b, st, rec, &loss, &lr, &gnorm));
+    if (o->eval_every && st->iteration % o->eval_every == 0) PetscCall(sft_eval(tr, o, &b, &eval));
     ms = 1e3 * (sys_wtime() - t0);
     PetscCall(record_metric(rec, "loss", loss));
     PetscCall(record_metric(rec, "eval_loss", eval));
@@ -247,11 +293,11 @@ static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, GPT *gpt
     if (!isnan(eval)) PetscCall(PetscPrintf(run->comm, "      held-out loss %.4f\n", eval));
     if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
-      PetscCall(sft_checkpoint(run, gpt, name, st, rec));
+      PetscCall(sft_checkpoint(run, tr, name, st, rec));
     }
     PetscCall(record_step(rec, st->iteration));
   }
-  PetscCall(sft_checkpoint(run, gpt, "final.h5", st, rec));
+  PetscCall(sft_checkpoint(run, tr, "final.h5", st, rec));
   PetscCall(record_summary(rec, "steps", (double)st->iteration));
   PetscCall(sft_batch_destroy(&b));
   PetscCall(record_close(&rec));
@@ -261,27 +307,28 @@ static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, GPT *gpt
 PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
 {
   DemoSource src;
-  GPT       *gpt;
+  Trainer    tr;
+  PlanNeeds  needs;
+  size_t     nparams;
   CkptState  st = {0, 0, run->seed, 0};
 
   PetscFunctionBegin;
   PetscCall(demo_source_setup(run->comm, o->data, &o->task, (uint64_t)run->seed, &src));
   PetscCall(sft_check(o, &src));
-  PetscCall(gpt_create(&o->cfg, be, &gpt));
+  PetscCall(trainer_plan_check(run, &o->plan, MFC_SFT_TRAIN, &o->cfg, (int)o->batch, &needs));
   if (run->dry_run) {
-    PetscCall(sft_dry_run(run, o, gpt->nparams));
+    PetscCall(trainer_count(&o->cfg, &nparams));
+    PetscCall(sft_dry_run(run, o, nparams));
   } else {
     PetscCall(PetscLogStagePush(sys_log.sft));
-    /* a checkpoint replaces every weight, so drawing them first would be wasted */
-    if (!o->restart[0] && !o->init[0]) PetscCall(gpt_init_random(gpt, (uint64_t)run->seed));
-    PetscCall(gpt_optim_init(gpt));
-    PetscCall(sft_load(run, o, gpt, &st));
+    PetscCall(trainer_create("policy", &o->cfg, be, &o->plan, MFC_SFT_TRAIN, &tr));
+    PetscCall(sft_load(run, o, &tr, &st));
     src.seed = (uint64_t)st.seed;
     PetscCall(sys_mkdir_p(run->output_dir));
-    PetscCall(sft_train(run, o, gpt, &src, &st));
+    PetscCall(sft_train(run, o, &needs, &tr, &src, &st));
+    PetscCall(trainer_destroy(&tr));
     PetscCall(PetscLogStagePop());
   }
-  PetscCall(gpt_destroy(&gpt));
   PetscCall(demo_source_destroy(&src));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

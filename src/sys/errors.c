@@ -34,11 +34,28 @@ PetscErrorCode sys_error_handler_install(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* A collective error is printed by rank 0 alone, and the launcher kills
+ * every rank as soon as one exits non-zero, so the other ranks wait (up to
+ * 5 s, in case the error was not raised everywhere) until rank 0 has
+ * printed before they exit. */
+static void sys_error_wait_for_rank0(void)
+{
+  MPI_Request req;
+  int         done = 0;
+  double      t0   = MPI_Wtime();
+
+  if (MPI_Ibarrier(MPI_COMM_WORLD, &req) != MPI_SUCCESS) return;
+  while (!done && MPI_Wtime() - t0 < 5.0) {
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
+  }
+}
+
 void sys_error_exit(PetscErrorCode ierr)
 {
   int world = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (world > 1 && !sys_error_collective) MPI_Abort(MPI_COMM_WORLD, (int)ierr);
+  if (world > 1) sys_error_wait_for_rank0();
   PetscFinalize();
   exit(1);
 }

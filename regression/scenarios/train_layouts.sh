@@ -1,0 +1,70 @@
+# SFT and reward modelling on their plan calls (issue 4): the same deck on
+# 1 rank and on other layouts of sft_train / rm_train (dp, tp x dp, pp with
+# micro-batches, ZeRO-1, a mesh that leaves rank 0 out) must end with the
+# same AdamW moments within 1e-4 of each tensor's scale and the same weights
+# within 1e-3 (tools/ckpt_diff.py --params-tol: AdamW's g/(|g|+eps) turns the
+# rounding of gradient elements near eps into weight differences of a
+# fraction of lr, about 1.5e-4 here), and the same metrics. A 4-rank SFT
+# checkpoint restarts on 1 rank; bad plans stop with one line.
+. regression/lib.sh
+d="$RLFUSE_TMP/train_layouts"; mkdir -p $d
+mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
+Q="-policy_n_layer 2 -policy_n_head 4 -policy_n_embd 128 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"
+S="-mode sft $Q -sft_steps 12 -sft_batch 16 -policy_lr 2e-3 -sft_eval_every 6 -checkpoint_every 6"
+R="-mode rm -task_demo_noise 0.25 -seed 5 -rm_pairs 64 -rm_eval_pairs 20 -rm_steps 8 -rm_batch 16 -rm_eval_every 4
+   -reward_lr 1e-3 -gen_max_new_tokens 16"
+
+same_metrics() {
+  "$PYTHON" - $d/$1/run.h5 $d/$2/run.h5 <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r") as fa, h5py.File(sys.argv[2], "r") as fb:
+    for k in fa["metrics"]:
+        if k == "tokens_per_s":
+            continue
+        x, y = fa["metrics"][k][()], fb["metrics"][k][()]
+        assert np.allclose(x, y, rtol=1e-4, atol=1e-5, equal_nan=True), (k, x, y)
+PY
+}
+compare() {
+  local what=$1 ref=$2 out=$3
+  if "$PYTHON" tools/ckpt_diff.py --params-tol 1e-3 $d/$ref/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 && same_metrics $ref $out >$d/metrics_$out.txt 2>&1
+  then ok "$what: weights, moments and metrics as on 1 rank ($(grep -o 'max relative difference [^ ]*' $d/diff_$out.txt))"
+  else not_ok "$what: differs from 1 rank"; cat $d/diff_$out.txt $d/metrics_$out.txt | grep -v PASS | tail -3 | sed 's/^/# /'; fi
+}
+layout() {
+  local what=$1 deck=$2 ref=$3 n=$4 out=$5; shift 5
+  if mpirun $n $deck -output_dir $d/$out "$@" >$d/$out.log 2>&1; then compare "$what" $ref $out
+  else not_ok "$what: run failed"; tail -3 $d/$out.log | sed 's/^/# /'; fi
+}
+
+mpirun 1 $S -output_dir $d/sft1 >$d/sft1.log 2>&1 || not_ok "SFT on 1 rank"
+layout "SFT on 2 ranks, dp 2"                         "$S" sft1 2 sft_dp
+layout "SFT on 4 ranks, tp 2 x dp 2"                  "$S" sft1 4 sft_tp -sft_train_tp 2
+layout "SFT on 2 ranks, pp 2 (1F1B over 4 micro-batches)" "$S" sft1 2 sft_pp -sft_train_pp 2 -sft_train_mbs 4
+layout "SFT on 4 ranks, dp 4 with ZeRO-1"             "$S" sft1 4 sft_zero -plan_zero1
+layout "SFT on ranks 1-2 of 3 (rank 0 off the mesh writes the checkpoints)" "$S" sft1 3 sft_off -sft_train_ranks 1-2
+check "run.h5 holds the sft_train plan" "$PYTHON" -c "
+import h5py; f = h5py.File('$d/sft_tp/run.h5', 'r')
+assert f['plan'].attrs['world'] == 4 and f['plan/sft_train'].attrs['tp'] == 2 and 'actor_gen' not in f['plan']"
+if mpirun 1 $S -output_dir $d/sft_from4 -restart $d/sft_tp/ckpt_000006.h5 >$d/sft_from4.log 2>&1 && grep -q "from step 6" $d/sft_from4.log &&
+   "$PYTHON" tools/ckpt_diff.py --params-tol 1e-3 $d/sft_tp/final.h5 $d/sft_from4/final.h5 >$d/diff_from4.txt 2>&1
+then ok "a 4-rank SFT checkpoint restarts on 1 rank and ends as the 4-rank run ($(grep -o 'max relative difference [^ ]*' $d/diff_from4.txt))"
+else not_ok "restart of a 4-rank SFT checkpoint on 1 rank"; tail -3 $d/sft_from4.log $d/diff_from4.txt 2>/dev/null | sed 's/^/# /'; fi
+
+R="$R -rm_sft_checkpoint $d/sft1/final.h5"
+mpirun 1 $R -output_dir $d/rm1 >$d/rm1.log 2>&1 || not_ok "RM on 1 rank"
+layout "RM on 4 ranks, tp 2 x dp 2"                   "$R" rm1 4 rm_tp -rm_train_tp 2
+layout "RM on 2 ranks, pp 2 (1F1B over 2 micro-batches)" "$R" rm1 2 rm_pp -rm_train_pp 2 -rm_train_mbs 2
+
+bad_plan() {
+  local what=$1 pat=$2 n=$3; shift 3
+  local out=$d/bad_$RANDOM err
+  err=$(mpirun $n "$@" -output_dir $out 2>&1 >/dev/null); local rc=$?
+  if [ $rc -eq 0 ]; then not_ok "$what: exit status 0"; return; fi
+  if [ "$(printf '%s\n' "$err" | grep -c .)" -ne 1 ] || ! printf '%s' "$err" | grep -q "^rlfuse: error: .*$pat"; then not_ok "$what: expected one line matching '$pat', got: $(printf '%s' "$err" | head -3)"; return; fi
+  if [ -e $out ]; then not_ok "$what: the output directory was created"; return; fi
+  ok "$what ($(printf '%s' "$err" | cut -c1-110))"
+}
+bad_plan "SFT: dp not dividing the batch" "-sft_train_dp 3" 3 $S
+bad_plan "RM: tp not dividing n_head"     "-rm_train_tp 3"  3 $R -rm_train_tp 3
+finish

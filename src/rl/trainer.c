@@ -1,0 +1,152 @@
+/* One model trained on its call's mesh, and checkpoints of placed models
+ * (src/rl/trainer.h). */
+#include "trainer.h"
+#include <math.h>
+
+PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const GPTConfig *cfg, int batch, PlanNeeds *needs)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(needs, sizeof *needs));
+  needs->cfg[call]   = cfg;
+  needs->batch[call] = batch;
+  PetscCall(plan_check(plan, needs));
+  PetscCall(plan_print(run->comm, plan, needs));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode trainer_count(const GPTConfig *cfg, size_t *nparams)
+{
+  GPTTensor *t;
+  int        n;
+
+  PetscFunctionBegin;
+  PetscCall(gpt_tensor_table(cfg, &t, &n, nparams));
+  PetscCall(PetscFree(t));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode trainer_create(const char *name, const GPTConfig *cfg, const Backend *be, const Plan *plan, MFCId call, Trainer *tr)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(tr, sizeof *tr));
+  PetscCall(dmodel_create(name, cfg, be, plan, call, PETSC_TRUE, &tr->dm));
+  tr->mbs    = plan->call[call].mbs;
+  tr->bucket = (size_t)(plan->bucket_mb * 1048576.0);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode trainer_destroy(Trainer *tr)
+{
+  PetscFunctionBegin;
+  PetscCall(dmodel_destroy(&tr->dm));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+void trainer_split(const Trainer *tr, int B, int mbs, MicroSplit *s)
+{
+  const Mesh *m = tr->dm.mesh;
+  int         share;
+
+  *s = (MicroSplit){0, 0, 1, 0};
+  if (m->me < 0) return;
+  exec_rows(B, m->dp, m->d, &s->b0, &s->b1);
+  share = s->b1 - s->b0;
+  if (mbs <= 0) mbs = tr->mbs > 0 ? tr->mbs : 1;
+  s->size  = PetscMax(1, (share + mbs - 1) / mbs);
+  s->count = (share + s->size - 1) / s->size;
+}
+
+PetscErrorCode trainer_pass(Trainer *tr, const MicroSplit *s, SchedFn forward, SchedFn backward, void *ctx)
+{
+  GPT       *g = tr->dm.gpt;
+  SchedTask *tasks;
+  int        nslots;
+
+  PetscFunctionBegin;
+  if (!g || s->count == 0) PetscFunctionReturn(PETSC_SUCCESS);
+  if (!backward) { /* evaluation: forwards in order; the stages pass activations on as they go */
+    for (int k = 0; k < s->count; k++) PetscCall(forward(ctx, g, k));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  PetscCall(PetscMalloc1(2 * s->count, &tasks));
+  PetscCall(sched_1f1b(g->sh.pp, g->sh.p, s->count, tasks, &nslots));
+  PetscCall(sched_run(g, tasks, 2 * s->count, nslots, forward, backward, ctx));
+  PetscCall(PetscFree(tasks));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Sum over the world in rank order (the same bits on every rank). */
+static PetscErrorCode world_sum(double *v, int n)
+{
+  Comm world = {.mpi = MPI_COMM_WORLD, .kind = COMM_MPI};
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &world.rank));
+  PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &world.size));
+  PetscCall(comm_allreduce_sum_double(&world, v, n));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode trainer_sum_heads(const Trainer *tr, double *v, int n)
+{
+  PetscFunctionBegin;
+  if (!exec_is_head(tr->dm.mesh))
+    for (int i = 0; i < n; i++) v[i] = 0;
+  PetscCall(world_sum(v, n));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode trainer_step(Trainer *tr, const AdamWConfig *opt, const char *what, PetscInt step, double loss, PetscReal *lr, PetscReal *gnorm)
+{
+  double v[2] = {0, 0};
+
+  PetscFunctionBegin;
+  PetscCheck(isfinite(loss), PETSC_COMM_WORLD, PETSC_ERR_FP, "%s loss is %g at step %" PetscInt_FMT "; stopping, the last checkpoint is intact", what, loss, step);
+  if (tr->dm.gpt) {
+    PetscReal l, g;
+    PetscCall(PetscLogEventBegin(sys_log.optimizer, 0, 0, 0, 0));
+    PetscCall(gpt_adamw_step(tr->dm.gpt, opt, &l, &g));
+    PetscCall(PetscLogEventEnd(sys_log.optimizer, 0, 0, 0, 0));
+    if (tr->dm.mesh->me == 0) {
+      v[0] = l;
+      v[1] = g;
+    }
+  }
+  PetscCall(world_sum(v, 2)); /* one contribution: the mesh's first rank */
+  *lr    = (PetscReal)v[0];
+  *gnorm = (PetscReal)v[1];
+  PetscCheck(isfinite(*gnorm), PETSC_COMM_WORLD, PETSC_ERR_FP, "%s gradient norm is %g at step %" PetscInt_FMT "; stopping, the last checkpoint is intact", what, (double)*gnorm, step);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rl_checkpoint_models(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, size_t bucket, RunRecord *rec)
+{
+  char           path[PETSC_MAX_PATH_LEN];
+  CkptModel      out[8];
+  int            rank;
+  double         t0 = sys_wtime();
+  const Backend *cpu;
+  PetscErrorCode ierr = PETSC_SUCCESS;
+
+  PetscFunctionBegin;
+  PetscCheck(n >= 1 && n <= 8, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "rl_checkpoint_models: %d models (1 to 8)", n);
+  PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  PetscCall(backend_get("cpu", &cpu));
+  PetscCall(sys_output_path(run, name, path, sizeof path));
+  PetscCall(PetscLogEventBegin(sys_log.ckpt_write, 0, 0, 0, 0));
+  for (int k = 0; k < n; k++) {
+    out[k]     = cm[k];
+    out[k].gpt = NULL;
+    if (rank == 0) {
+      PetscCall(gpt_create(&dm[k]->cfg, cpu, &out[k].gpt));
+      if (out[k].with_optim) PetscCall(gpt_optim_init(out[k].gpt));
+    }
+    PetscCall(dmodel_gather(dm[k], out[k].gpt, bucket));
+  }
+  ierr = ckpt_write(run->comm, path, out, n, st);
+  for (int k = 0; k < n; k++) PetscCall(gpt_destroy(&out[k].gpt));
+  PetscCall(ierr);
+  PetscCall(PetscLogEventEnd(sys_log.ckpt_write, 0, 0, 0, 0));
+  if (rec) PetscCall(record_time(rec, "checkpoint", sys_wtime() - t0));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
