@@ -1,16 +1,27 @@
 /* comm: communication for distributed execution. A communicator handle with
- * the collectives the parallel layers need behind one interface (MPI on the
- * CPU; the CUDA issue adds NCCL under the same calls), and meshes: the set of
- * ranks a model function call runs on, with its pp x dp x tp grid.
+ * the collectives the parallel layers need behind one interface, and meshes:
+ * the set of ranks a model function call runs on, with its pp x dp x tp grid.
+ *
+ * Memory: the model's buffers (parameters, gradients, activations) are the
+ * backend's memory, host memory on the CPU and device memory on cuda, where
+ * MPI cannot touch them (MPICH here is not CUDA-aware). comm_use_backend
+ * tells this module which backend it is. With cuda and NCCL, every mesh
+ * communicator also gets an NCCL communicator (kind COMM_NCCL) and the
+ * collectives on backend memory run on it; without NCCL they copy through
+ * the host around the MPI call. The *_host calls and
+ * comm_allreduce_sum_double are for host buffers and are always MPI.
  *
  * Determinism: comm_allreduce_sum adds the contributions of the ranks in rank
  * order on every rank (a reduce-scatter by chunks, each chunk summed in rank
- * order by its owner, then an all-gather), so every member gets the same bits
- * whatever MPI's internal algorithm is, and a run repeats exactly. */
+ * order by its owner, then an all-gather; on NCCL an all-gather, then every
+ * rank adds the copies in rank order), so every member gets the same bits
+ * whatever MPI's or NCCL's internal algorithm is, the same bits on cuda as on
+ * the CPU, and a run repeats exactly. */
 #ifndef RLFUSE_COMM_H
 #define RLFUSE_COMM_H
 
 #include "sys.h"
+#include "tensor.h"
 
 typedef enum { COMM_MPI = 0, COMM_NCCL = 1 } CommKind;
 
@@ -18,25 +29,49 @@ typedef struct {
   MPI_Comm mpi;   /* MPI_COMM_NULL when this rank is not a member */
   int      rank, size;
   CommKind kind;
+  void    *nccl;  /* the NCCL communicator over the same ranks (COMM_NCCL), else NULL */
 } Comm;
 
+/* Once, after the backend is chosen and before any mesh exists: whether the
+ * buffers of the backend-memory calls below are host memory (cpu) or device
+ * memory (cuda). Meshes created afterwards get NCCL on cuda when it is
+ * built; earlier ones keep MPI and copy through the host (correct, slower). */
+PetscErrorCode comm_use_backend(const Backend *be);
+/* Gives c an NCCL communicator over its ranks when comm_use_backend chose
+ * NCCL, c has two ranks or more and this rank is a member; else a no-op.
+ * Collective over c (rank 0 makes the id and broadcasts it over c->mpi).
+ * For code that creates communicators (mesh.c). */
+PetscErrorCode comm_attach_nccl(Comm *c);
+
 /* Collectives; every one is a no-op on a communicator of size 1 and on a
- * rank that is not a member. Buffers are backend (device) memory. */
+ * rank that is not a member. Buffers are backend (device) memory, except in
+ * the *_host calls and comm_allreduce_sum_double. */
 PetscErrorCode comm_allreduce_sum(const Comm *c, float *buf, size_t n);
 PetscErrorCode comm_allreduce_sum_double(const Comm *c, double *buf, int n); /* host scalars */
 /* Every member contributes `bytes`; out gets size*bytes, member r's at r*bytes. */
 PetscErrorCode comm_allgather(const Comm *c, const void *in, void *out, size_t bytes);
+PetscErrorCode comm_allgather_host(const Comm *c, const void *in, void *out, size_t bytes);
 /* Member r owns floats [n*r/size, n*(r+1)/size) of buf (comm_own_range);
  * afterwards every member has every range. */
 PetscErrorCode comm_allgather_ranges(const Comm *c, float *buf, size_t n);
+PetscErrorCode comm_allgather_ranges_host(const Comm *c, float *buf, size_t n);
 static inline void comm_own_range(size_t n, int r, int size, size_t *lo, size_t *hi)
 {
   *lo = n * (size_t)r / (size_t)size;
   *hi = n * (size_t)(r + 1) / (size_t)size;
 }
 PetscErrorCode comm_bcast(const Comm *c, void *buf, size_t bytes, int root);
-/* Point-to-point inside c. Sends never block (the request completes later);
- * comm_wait finishes one. Tags separate concurrent streams. */
+PetscErrorCode comm_bcast_host(const Comm *c, void *buf, size_t bytes, int root);
+/* Point-to-point inside c, on backend memory. Sends never block (the request
+ * completes later); comm_wait finishes one. Tags separate concurrent streams.
+ * Always MPI: device buffers go through a host copy (the send's copy lives
+ * until comm_wait), even on COMM_NCCL. An NCCL send holds the sender's
+ * stream until the peer posts the receive, and a pipeline schedule is free
+ * to send and then receive on both sides of a stage boundary (1F1B: stage 0
+ * sends the forward of micro-batch 1 and then waits for the gradient of 0,
+ * which stage 1 sends before it receives micro-batch 1), which would
+ * deadlock; MPI's non-blocking sends keep the schedule's freedom. Finish
+ * every comm_isend request with comm_wait (it frees the host copy). */
 PetscErrorCode comm_isend(const Comm *c, const void *buf, size_t bytes, int dest, int tag, MPI_Request *req);
 PetscErrorCode comm_recv(const Comm *c, void *buf, size_t bytes, int src, int tag);
 PetscErrorCode comm_wait(MPI_Request *req);

@@ -81,7 +81,10 @@ struct Backend {
    *   logprob[n] = inv_temp*logits[n,target[n]] - lse[n], lse[n] = logsumexp over the set of inv_temp*logits
    *   entropy[n] = -sum_{v in set} q_v log q_v            (entropy may be NULL)
    * lse is saved for backward (may be NULL). Rows with target < 0 get
-   * logprob 0 and entropy 0. A target outside its row's set is an error. */
+   * logprob 0 and entropy 0. A target outside its row's set is an error
+   * (the cuda backend checks masked rows in the kernel and gives NaN for an
+   * unmasked target >= V without a host sync; gpt_logprobs checks targets on
+   * the host before they reach any backend). */
   PetscErrorCode (*logprob_forward)(float *logprob, float *lse, float *entropy, const float *logits, const int *target, float inv_temp, const int *mask_off,
                                     const int *mask_ids, int N, int V);
   /* dlogits[n,v] = dlogprob[n] * inv_temp * (onehot(target[n])_v - q_v), q_v = 0 outside the set
@@ -115,6 +118,18 @@ struct Backend {
 PetscErrorCode backend_get(const char *name, const Backend **be);
 /* Per-backend registration; the cuda one lives in cuda/. */
 const Backend *backend_cpu(void);
+/* The CUDA backend (src/tensor/cuda_backend.c over cuda/). The first call
+ * picks this rank's GPU (its rank on the node modulo the node's device
+ * count) and sets up the streams and cuBLAS; it fails, saying why, when no
+ * device is found or rlfuse was built without CUDA. */
+PetscErrorCode backend_cuda(const Backend **be);
+/* -precision: PETSC_FALSE fp32 everywhere (the default); PETSC_TRUE bf16
+ * matmul operands with fp32 accumulation, and the outputs of matmuls,
+ * LayerNorm, attention and GELU rounded to bf16 values (the arrays stay
+ * float, so memory is not halved); the residual stream, log-probabilities,
+ * fp32 master weights, gradients and optimizer state are not rounded.
+ * Applies to the ops called after it; CUDA only (bf16 fails without CUDA). */
+PetscErrorCode backend_cuda_set_precision(PetscBool bf16);
 
 /* CUDA runtime/driver versions and device count, or "none (built without CUDA)". */
 PetscErrorCode backend_cuda_version(char *buf, size_t len);

@@ -29,12 +29,17 @@ run_item() {
   echo "  ($p passed, $f failed, $(( $(date +%s) - t0 )) s)"
 }
 
-for t in test_sys test_ops test_model test_io test_golden test_gen test_rlmath test_plan; do
+# test_cuda and the cuda modes of test_golden skip, saying so, without a GPU
+for t in test_sys test_ops test_model test_io test_golden test_gen test_rlmath test_plan test_cuda; do
   [ -x "$BIN/$t" ] || { echo "=== $t"; echo "  not ok - $BIN/$t was not built"; failed=$((failed + 1)); continue; }
-  if [ "$t" = test_golden ]; then run_item "$t" "$BIN/$t" regression/golden; else run_item "$t" "$BIN/$t"; fi
+  if [ "$t" = test_golden ]; then
+    run_item "$t" "$BIN/$t" regression/golden
+    run_item "$t (cuda fp32)" "$BIN/$t" regression/golden cuda fp32
+    run_item "$t (cuda bf16)" "$BIN/$t" regression/golden cuda bf16
+  else run_item "$t" "$BIN/$t"; fi
 done
 # the MPI unit tests, on 4 ranks (oversubscribed on small machines: one thread each)
-for t in test_dist test_realloc test_sched test_exec; do
+for t in test_dist test_realloc test_sched test_exec test_nccl; do
   if [ -x "$BIN/$t" ]; then run_item "$t (4 ranks)" $MPIEXEC $MPIEXEC_FLAGS -n 4 env OMP_NUM_THREADS=1 "$BIN/$t"
   else echo "=== $t"; echo "  not ok - $BIN/$t was not built"; failed=$((failed + 1)); fi
 done

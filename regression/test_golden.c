@@ -5,9 +5,14 @@
  * gradient, and a few clipped AdamW steps (loss, learning rate and gradient
  * norm before each step, every parameter after the last).
  *
- * Usage: bin/test_golden [GOLDEN_DIR]     (default regression/golden)
- * Prints "ok - ..." / "not ok - ..." per check, then "P passed, F failed";
- * exits 1 on any failure.
+ * Usage: bin/test_golden [GOLDEN_DIR [cuda fp32|bf16]]
+ * GOLDEN_DIR defaults to regression/golden. With "cuda fp32" or "cuda bf16"
+ * the model runs on the cuda backend in that precision against the same
+ * golden tensors, with the looser tolerances below; without a CUDA device
+ * (or CUDA in the build) that mode prints "# skip: <reason>" and one ok line
+ * saying so (a failure with RLFUSE_REQUIRE_CUDA=1). Prints "ok - ..." /
+ * "not ok - ..." per check, then "P passed, F failed"; exits 1 on any
+ * failure.
  *
  * Tolerances. A check passes when |x - ref| <= atol + rtol*|ref| for every
  * element, with atol = ATOL_FRAC * max|ref| over the tensor, so elements that
@@ -36,7 +41,32 @@
  * only: for t <= 5 steps with these betas |m_hat / sqrt(v_hat)| <= 1, so each
  * side moves them by at most lr_s per step (biases have no weight decay).
  * The moments m and v after the last step are checked with the usual
- * tolerance. */
+ * tolerance.
+ *
+ * The cuda backend (test_cuda checks each op against the cpu one):
+ * - fp32: rtol = ATOL_FRAC = 1e-4. Its kernels sum in other orders than
+ *   both the CPU and PyTorch (cuBLAS tiles, warp trees), ~1e-7..1e-6 of the
+ *   scale per op, so like any float32 code it should land within the
+ *   ~2.5e-6 * max|ref| above; 1e-4 leaves a margin of 40 and is still 10x
+ *   below what a wrong term does (>= 1e-3). Its gradients may differ from
+ *   the reference by up to ~1e-6 of max|g|, which could flip the AdamW
+ *   direction of an element whose gradient is not much larger, so the
+ *   `unresolved` widening applies below 1e-5 of max|g| (3 elements per
+ *   file) instead of the file's 1e-6.
+ * - bf16: rtol = ATOL_FRAC = 5e-2, because bf16 operands are coarse and the
+ *   golden weights are wide (std 0.15): emulating the backend's bf16 mode
+ *   in PyTorch (tools/gpt_torch.py with bf16-rounded matmul operands, fp32
+ *   accumulation, and matmul, LayerNorm, attention and GELU outputs rounded
+ *   to bf16) moves the logits by up to 1.2e-2 of max|ref|, the gradients by
+ *   1.8e-2, m by 1.3e-2 and v by 1.7e-2 (worst tensor of both files; at 1e-2
+ *   they fail by up to 1.5x): 5e-2 leaves a margin of ~3. The loss moves by
+ *   1.7e-3 and the gradient norm by 2e-3 relative. The parameters after
+ *   AdamW are compared by their update p - p0 (5 steps move them by only
+ *   4-5% of max|p0|, inside a 5e-2 tolerance on p itself, so a missing
+ *   update would pass), with rtol = atol fraction = 1e-1 of the update, and
+ *   the elements whose reference gradient is below 5e-2 of its tensor's
+ *   max|g| (bf16 can flip their AdamW direction) widened by 2 * sum(lr) as
+ *   above; the emulation reaches 0.45 of that tolerance. */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -46,14 +76,32 @@
 #include "io.h"
 #include "model.h"
 #include "sys.h"
+#include "tensor.h"
+#ifdef RLFUSE_HAVE_CUDA
+  #include "../cuda/rfcuda.h"
+#endif
 
 static const char help[] = "Checks the C model against PyTorch golden tensors.\n"
-                           "Usage: test_golden [GOLDEN_DIR] (default regression/golden)\n";
+                           "Usage: test_golden [GOLDEN_DIR [cuda fp32|bf16]] (default regression/golden, cpu)\n";
 
 #define GOLDEN_FORMAT  "rlfuse-golden"
 #define GOLDEN_VERSION 1
 #define RTOL           1e-5
 #define ATOL_FRAC      1e-5
+
+/* The backend and precision under test and their tolerances (see the top). */
+typedef struct {
+  const char *name;       /* "cpu", "cuda fp32", "cuda bf16": prefixes check names */
+  PetscBool   cuda, bf16;
+  double      rtol, atol_frac;
+  double      unresolved; /* > 0: overrides the file's threshold of unresolved gradients */
+  PetscBool   update;     /* compare AdamW's parameters by their update p - p0 */
+  double      update_tol; /* rtol and atol fraction of that comparison */
+} Mode;
+
+static const Mode mode_cpu = {"cpu", PETSC_FALSE, PETSC_FALSE, RTOL, ATOL_FRAC, 0.0, PETSC_FALSE, 0.0};
+static const Mode mode_fp32 = {"cuda fp32", PETSC_TRUE, PETSC_FALSE, 1e-4, 1e-4, 1e-5, PETSC_FALSE, 0.0};
+static const Mode mode_bf16 = {"cuda bf16", PETSC_TRUE, PETSC_TRUE, 5e-2, 5e-2, 5e-2, PETSC_TRUE, 1e-1};
 
 static const char *const golden_files[] = {"gpt_lm.h5", "gpt_scalar.h5"};
 
@@ -63,16 +111,16 @@ typedef struct {
 
 /* ---- comparison -------------------------------------------------------- */
 
-/* One check: every |x - ref| <= atol + extra[i] + rtol*|ref|. atol < 0 means
- * ATOL_FRAC * max|ref|; extra may be NULL. Prints one ok / not ok line; a
+/* One check: every |x - ref| <= atol + extra[i] + rtol*|ref|, with atol =
+ * atol_frac * max|ref|; extra may be NULL. Prints one ok / not ok line; a
  * failure names the failing element with the largest error. */
-static void check_ex(Tally *t, const char *name, const float *x, const float *ref, const float *extra, size_t n, double rtol, double atol, const char *hint)
+static void check_ex(Tally *t, const char *name, const float *x, const float *ref, const float *extra, size_t n, double rtol, double atol_frac, const char *hint)
 {
-  double refmax = 0, maxerr = 0, maxerr_wide = 0, wide = 0, bad_err = -1;
+  double refmax = 0, maxerr = 0, maxerr_wide = 0, wide = 0, bad_err = -1, atol;
   size_t ibad = 0, nbad = 0, nwide = 0;
 
   for (size_t i = 0; i < n; i++) refmax = fmax(refmax, fabs((double)ref[i]));
-  if (atol < 0) atol = ATOL_FRAC * refmax;
+  atol = atol_frac * refmax;
   for (size_t i = 0; i < n; i++) {
     double err = fabs((double)x[i] - (double)ref[i]);
     double ex  = extra ? extra[i] : 0.0;
@@ -100,9 +148,9 @@ static void check_ex(Tally *t, const char *name, const float *x, const float *re
   t->failed++;
 }
 
-static void check(Tally *t, const char *name, const float *x, const float *ref, size_t n, double rtol, double atol, const char *hint)
+static void check(Tally *t, const char *name, const float *x, const float *ref, size_t n, double rtol, double atol_frac, const char *hint)
 {
-  check_ex(t, name, x, ref, NULL, n, rtol, atol, hint);
+  check_ex(t, name, x, ref, NULL, n, rtol, atol_frac, hint);
 }
 
 static void check_scalar(Tally *t, const char *name, double x, double ref, double rtol, const char *hint)
@@ -210,7 +258,9 @@ typedef struct {
   float      *dhead;      /* d loss / d logprob or d value [N] */
   float      *host;       /* nparams scratch */
   float      *gref;       /* reference gradients of the first step, flat */
-  char        tag[16];    /* "lm" or "scalar", prefixes check names */
+  float      *p0;         /* parameters as loaded (the update check) */
+  const Mode *mode;
+  char        tag[32];    /* "lm" or "scalar", after the mode unless cpu; prefixes check names */
 } Case;
 
 /* Forward + loss + backward into the model's grads; fills c->out. */
@@ -264,22 +314,32 @@ static PetscErrorCode read_tensors(Case *c, const char *group, float *ref)
 
 /* Compares a flat parameter-sized buffer (grads, params, moments) against the
  * datasets <group>/<key>, one check per tensor; extra (flat, may be NULL)
- * widens the tolerance per element. */
-static PetscErrorCode check_tensors(Tally *t, Case *c, const float *flat, const char *group, const char *what, const float *extra, const char *hint)
+ * widens the tolerance per element. With base (flat, may be NULL) both sides
+ * are compared by their difference from it, at tolerance tol (else the
+ * mode's). */
+static PetscErrorCode check_tensors(Tally *t, Case *c, const float *flat, const char *group, const char *what, const float *extra, const float *base, double tol,
+                                    const char *hint)
 {
   GPT   *g = c->gpt;
-  float *ref;
+  float *ref, *x = NULL;
   char   cname[256];
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(g->nparams, &ref));
   PetscCall(read_tensors(c, group, ref));
+  if (base) {
+    PetscCall(PetscMalloc1(g->nparams, &x));
+    for (size_t e = 0; e < g->nparams; e++) x[e] = flat[e] - base[e], ref[e] -= base[e];
+    flat = x;
+  }
   for (int i = 0; i < g->ntensors; i++) {
     const GPTTensor *ti = &g->tensors[i];
     PetscCall(PetscSNPrintf(cname, sizeof cname, "%s %s %s", c->tag, what, ti->name));
-    check_ex(t, cname, flat + ti->offset, ref + ti->offset, extra ? extra + ti->offset : NULL, ti->numel, RTOL, -1, hint);
+    check_ex(t, cname, flat + ti->offset, ref + ti->offset, extra ? extra + ti->offset : NULL, ti->numel, base ? tol : c->mode->rtol, base ? tol : c->mode->atol_frac,
+             hint);
   }
   PetscCall(PetscFree(ref));
+  PetscCall(PetscFree(x));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -295,6 +355,7 @@ static PetscErrorCode adamw_extra_tol(Case *c, double sum_lr, float *extra)
 
   PetscFunctionBegin;
   PetscCall(golden_attr(c->file, c->path, "golden/adamw", "unresolved", H5T_NATIVE_DOUBLE, &unresolved));
+  if (c->mode->unresolved > 0) unresolved = c->mode->unresolved;
   for (int i = 0; i < g->ntensors; i++) {
     const GPTTensor *ti = &g->tensors[i];
     const float     *gr = c->gref + ti->offset;
@@ -360,26 +421,27 @@ static PetscErrorCode test_adamw(Tally *t, Case *c)
     PetscCall(gpt_adamw_step(c->gpt, &opt, &lr, &gnorm));
     sum_lr += lrs[s];
     PetscCall(PetscSNPrintf(name, sizeof name, "%s adamw step %d loss", c->tag, s));
-    check_scalar(t, name, loss, losses[s], RTOL, s ? "the first steps pass: look at the AdamW update, clipping or the schedule" : NULL);
+    check_scalar(t, name, loss, losses[s], c->mode->rtol, s ? "the first steps pass: look at the AdamW update, clipping or the schedule" : NULL);
     PetscCall(PetscSNPrintf(name, sizeof name, "%s adamw step %d lr", c->tag, s));
     check_scalar(t, name, lr, lrs[s], 1e-6, "adamw_lr differs from the warm-up + cosine schedule of tools/golden.py");
     PetscCall(PetscSNPrintf(name, sizeof name, "%s adamw step %d grad norm (clip %g)", c->tag, s, (double)opt.grad_clip));
-    check_scalar(t, name, gnorm, norms[s], RTOL, "the global gradient norm is computed before clipping, over all tensors");
+    check_scalar(t, name, gnorm, norms[s], c->mode->rtol, "the global gradient norm is computed before clipping, over all tensors");
   }
   PetscCall(PetscMalloc3(c->gpt->nparams, &extra, c->gpt->nparams, &m, c->gpt->nparams, &v));
   PetscCall(gpt_optim_get(c->gpt, m, v));
-  PetscCall(check_tensors(t, c, m, "golden/adamw/m", "adamw m", NULL, "the first moment differs: m = beta1*m + (1-beta1)*g*clip_scale"));
-  PetscCall(check_tensors(t, c, v, "golden/adamw/v", "adamw v", NULL, "the second moment differs: v = beta2*v + (1-beta2)*(g*clip_scale)^2"));
+  PetscCall(check_tensors(t, c, m, "golden/adamw/m", "adamw m", NULL, NULL, 0.0, "the first moment differs: m = beta1*m + (1-beta1)*g*clip_scale"));
+  PetscCall(check_tensors(t, c, v, "golden/adamw/v", "adamw v", NULL, NULL, 0.0, "the second moment differs: v = beta2*v + (1-beta2)*(g*clip_scale)^2"));
   PetscCall(adamw_extra_tol(c, sum_lr, extra));
   PetscCall(gpt_params_get(c->gpt, c->host));
-  PetscCall(check_tensors(t, c, c->host, "golden/adamw/params", "adamw params", extra,
+  PetscCall(check_tensors(t, c, c->host, "golden/adamw/params", c->mode->update ? "adamw params (update)" : "adamw params", extra, c->mode->update ? c->p0 : NULL,
+                          c->mode->update_tol,
                           "losses, lrs and norms pass but params differ: check weight decay (2-D tensors only), bias correction, eps placement, clip scale"));
   PetscCall(PetscFree3(extra, m, v));
   PetscCall(PetscFree3(losses, lrs, norms));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode test_file(Tally *t, const char *dir, const char *fname)
+static PetscErrorCode test_file(Tally *t, const char *dir, const char *fname, const Mode *mode, const Backend *be)
 {
   Case        c;
   char        path[PETSC_MAX_PATH_LEN], str[256], role[64];
@@ -396,6 +458,7 @@ static PetscErrorCode test_file(Tally *t, const char *dir, const char *fname)
   PetscCall(PetscMemzero(&c, sizeof c));
   PetscCall(PetscSNPrintf(path, sizeof path, "%s/%s", dir, fname));
   c.path = path;
+  c.mode = mode;
   {
     PetscBool exists;
     PetscCall(PetscTestFile(path, 'r', &exists));
@@ -418,7 +481,7 @@ static PetscErrorCode test_file(Tally *t, const char *dir, const char *fname)
   H5Call(H5Fclose(c.file), "golden file %s: close failed", path);
   c.file = -1;
   PetscCall(ckpt_read_config(PETSC_COMM_WORLD, path, role, &cfg));
-  PetscCall(gpt_create(&cfg, backend_cpu(), &c.gpt));
+  PetscCall(gpt_create(&cfg, be, &c.gpt));
   cm.role       = role;
   cm.gpt        = c.gpt;
   cm.with_optim = PETSC_FALSE;
@@ -426,7 +489,9 @@ static PetscErrorCode test_file(Tally *t, const char *dir, const char *fname)
   c.file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   H5Call(c.file, "golden file %s: cannot reopen", path);
   lm = cfg.head == GPT_HEAD_LM ? PETSC_TRUE : PETSC_FALSE;
-  PetscCall(PetscStrncpy(c.tag, lm ? "lm" : "scalar", sizeof c.tag));
+  PetscCall(PetscSNPrintf(c.tag, sizeof c.tag, "%s%s%s", mode->cuda ? mode->name : "", mode->cuda ? " " : "", lm ? "lm" : "scalar"));
+  PetscCall(PetscMalloc1(c.gpt->nparams, &c.p0));
+  PetscCall(gpt_params_get(c.gpt, c.p0));
 
   /* The batch. */
   {
@@ -454,14 +519,15 @@ static PetscErrorCode test_file(Tally *t, const char *dir, const char *fname)
     size_t n = (size_t)c.N * (lm ? cfg.vocab_size : 1);
     PetscCall(PetscMalloc1(n, &ref));
     PetscCall(golden_read(c.file, path, lm ? "golden/logits" : "golden/values", H5T_NATIVE_FLOAT, lm ? 3 : 2, dims, ref));
-    check(t, lm ? "lm logits" : "scalar values", c.out, ref, n, RTOL, -1, fwd_hint);
+    PetscCall(PetscSNPrintf(str, sizeof str, "%s %s", c.tag, lm ? "logits" : "values"));
+    check(t, str, c.out, ref, n, mode->rtol, mode->atol_frac, fwd_hint);
     PetscCall(PetscFree(ref));
   }
   PetscCall(golden_read(c.file, path, "golden/loss", H5T_NATIVE_FLOAT, 0, NULL, &ref_loss));
   PetscCall(PetscSNPrintf(str, sizeof str, "%s loss", c.tag));
-  check_scalar(t, str, loss, ref_loss, RTOL, lm ? "logits pass but the loss does not: look at logprob_forward (log-sum-exp)" : NULL);
+  check_scalar(t, str, loss, ref_loss, mode->rtol, lm ? "logits pass but the loss does not: look at logprob_forward (log-sum-exp)" : NULL);
   PetscCall(c.gpt->be->to_host(c.host, c.gpt->grads, sizeof(float) * c.gpt->nparams));
-  PetscCall(check_tensors(t, &c, c.host, "golden/grads", "grad", NULL,
+  PetscCall(check_tensors(t, &c, c.host, "golden/grads", "grad", NULL, NULL, 0.0,
                           "the forward passes but this gradient does not: look at the backward op that produces it (the tied wte gets embedding + head terms)"));
 
   PetscCall(PetscMalloc1(c.gpt->nparams, &c.gref));
@@ -474,18 +540,62 @@ static PetscErrorCode test_file(Tally *t, const char *dir, const char *fname)
   PetscCall(PetscFree5(c.tok, c.tgt, c.y, c.dhead, c.host));
   PetscCall(PetscFree(c.out));
   PetscCall(PetscFree(c.gref));
+  PetscCall(PetscFree(c.p0));
   PetscCall(gpt_destroy(&c.gpt));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Whether a CUDA device can be used; why not in `why`. */
+static PetscErrorCode cuda_available(char *why, size_t len, PetscBool *yes)
+{
+  PetscFunctionBegin;
+  *yes = PETSC_FALSE;
+#ifndef RLFUSE_HAVE_CUDA
+  PetscCall(PetscStrncpy(why, "built without CUDA (nvcc not found or CUDA=0)", len));
+#else
+  {
+    int n = 0;
+    if (rfcuda_device_count(&n)) PetscCall(PetscSNPrintf(why, len, "the CUDA device query failed: %s", rfcuda_error()));
+    else if (n < 1) PetscCall(PetscSNPrintf(why, len, "the CUDA runtime sees no device: %s", rfcuda_error()));
+    else *yes = PETSC_TRUE;
+  }
+#endif
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Positional arguments (PETSc leaves them alone): [GOLDEN_DIR [cuda fp32|bf16]]. */
 static PetscErrorCode run(int argc, char **argv, Tally *t)
 {
-  const char *dir = "regression/golden";
+  const char    *dir = "regression/golden", *req = getenv("RLFUSE_REQUIRE_CUDA");
+  const Mode    *mode = &mode_cpu;
+  const Backend *be   = backend_cpu();
+  int            npos = 0;
+  const char    *pos[3];
+  char           why[512];
+  PetscBool      have;
 
   PetscFunctionBegin;
-  /* PETSc leaves positional arguments alone; the first one is the golden directory. */
-  if (argc > 1 && argv[1][0] != '-') dir = argv[1];
-  for (size_t i = 0; i < sizeof golden_files / sizeof golden_files[0]; i++) PetscCall(test_file(t, dir, golden_files[i]));
+  for (int i = 1; i < argc && npos < 3; i++)
+    if (argv[i][0] != '-') pos[npos++] = argv[i];
+    else break; /* the PETSc options follow */
+  if (npos > 0) dir = pos[0];
+  if (npos > 1) {
+    PetscCheck(npos == 3 && !strcmp(pos[1], "cuda") && (!strcmp(pos[2], "fp32") || !strcmp(pos[2], "bf16")), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+               "test_golden: after the golden directory expected \"cuda fp32\" or \"cuda bf16\", not \"%s%s%s\"", pos[1], npos > 2 ? " " : "", npos > 2 ? pos[2] : "");
+    mode = strcmp(pos[2], "bf16") ? &mode_fp32 : &mode_bf16;
+    PetscCall(cuda_available(why, sizeof why, &have));
+    if (!have) {
+      printf("# skip: %s\n", why);
+      if (req && !strcmp(req, "1")) printf("not ok - golden %s: no usable CUDA device but RLFUSE_REQUIRE_CUDA=1 (%s)\n", mode->name, why), t->failed++;
+      else printf("ok - golden %s: skipped, no CUDA device (%s)\n", mode->name, why), t->passed++;
+      PetscFunctionReturn(PETSC_SUCCESS);
+    }
+    PetscCall(backend_get("cuda", &be));
+    PetscCall(backend_cuda_set_precision(mode->bf16));
+    printf("# the cuda backend in %s precision: rtol %g, atol %g * max|ref|%s\n", mode->bf16 ? "bf16" : "fp32", mode->rtol, mode->atol_frac,
+           mode->update ? "; AdamW parameters by their update" : "");
+  }
+  for (size_t i = 0; i < sizeof golden_files / sizeof golden_files[0]; i++) PetscCall(test_file(t, dir, golden_files[i], mode, be));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -295,7 +295,7 @@ static PetscErrorCode test_ckpt_atomic(void)
 {
   GPTConfig      lm = small_config(GPT_HEAD_LM);
   GPT           *gpt;
-  CkptState      st = {77, 0, 1}, st2;
+  CkptState      st = {77, 0, 1, 0}, st2;
   char           path[PETSC_MAX_PATH_LEN], before[PETSC_MAX_PATH_LEN];
   PetscErrorCode ierr;
   long           size_before;

@@ -17,11 +17,12 @@ static const char usage[] = "rlfuse: RLHF training for large language models (SF
 typedef enum { MODE_SFT, MODE_SCORE, MODE_DATA, MODE_RM, MODE_PPO, MODE_PIPELINE, MODE_PLAN } RunMode;
 static const char *const mode_names[] = {"sft", "score", "data", "rm", "ppo", "pipeline", "plan", "RunMode", "MODE_", NULL};
 static const char *const device_names[] = {"cpu", "cuda", "Device", "DEVICE_", NULL};
+static const char *const precision_names[] = {"fp32", "bf16", "Precision", "PRECISION_", NULL};
 
 static PetscErrorCode rlfuse_main(void)
 {
   RunCtx         run;
-  PetscInt       mode = MODE_SFT, device = 0;
+  PetscInt       mode = MODE_SFT, device = 0, precision = 0;
   PetscBool      help;
   const Backend *be;
 
@@ -31,6 +32,8 @@ static PetscErrorCode rlfuse_main(void)
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "rlfuse job", NULL);
   RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data (plan is not yet available)", mode_names, 7, &mode);
   RfOptEnum("-device", "Device for tensor work", device_names, 2, &device);
+  RfOptEnum("-precision", "Arithmetic of matmuls and activations on -device cuda (bf16: bf16 operands, fp32 master weights and optimizer state)", precision_names, 2,
+            &precision);
   PetscOptionsEnd();
   PetscCall(sys_run_setup(PETSC_COMM_WORLD, &run));
   PetscCall(PetscOptionsHasHelp(NULL, &help));
@@ -43,7 +46,10 @@ static PetscErrorCode rlfuse_main(void)
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCheck(mode != MODE_PLAN, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-mode %s is not available in rlfuse %s yet (available: sft, rm, ppo, pipeline, score, data)", mode_names[mode], RLFUSE_VERSION);
+  PetscCheck(precision == 0 || device == 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-precision %s: needs -device cuda", precision_names[precision]);
   PetscCall(backend_get(device_names[device], &be));
+  if (device == 1) PetscCall(backend_cuda_set_precision(precision == 1 ? PETSC_TRUE : PETSC_FALSE));
+  PetscCall(comm_use_backend(be)); /* before any mesh: on cuda the meshes' communicators get NCCL */
   switch ((RunMode)mode) {
   case MODE_SFT: PetscCall(sft_run(&run, be)); break;
   case MODE_SCORE: PetscCall(score_run(&run, be)); break;

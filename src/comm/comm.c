@@ -1,21 +1,99 @@
-/* comm.c: the collectives behind the Comm interface, over MPI. NCCL (the
- * CUDA issue) adds a branch on c->kind in each function; callers never see
- * which one runs. */
+/* comm.c: the collectives behind the Comm interface. Host buffers always go
+ * through MPI. Backend (device) buffers go through NCCL on a COMM_NCCL
+ * communicator, and otherwise through a host copy around the same MPI code,
+ * so the CPU backend (host memory, no copy) runs exactly the MPI code it
+ * always did and callers never see which one runs. */
 #include "comm.h"
+#ifdef RLFUSE_HAVE_NCCL
+  #include "../../cuda/rfcuda.h"
+#endif
+
+/* Set by comm_use_backend: the backend whose memory the backend-memory calls
+ * receive when it is not host memory (NULL: the CPU backend), and whether
+ * communicators created from now on get NCCL. */
+static const Backend *dev_be   = NULL;
+static PetscBool      use_nccl = PETSC_FALSE;
+
+#ifdef RLFUSE_HAVE_NCCL
+  /* An rfcuda call (0 on success); the failure's message names the NCCL or CUDA call. */
+  #define CommCallNCCL(call) PetscCheck((call) == 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "%s", rfcuda_error())
+#endif
 
 static PetscBool member(const Comm *c) { return c->mpi != MPI_COMM_NULL && c->size > 1 ? PETSC_TRUE : PETSC_FALSE; }
 
+PetscErrorCode comm_use_backend(const Backend *be)
+{
+  PetscBool cpu;
+
+  PetscFunctionBegin;
+  PetscCall(PetscStrcmp(be->name, "cpu", &cpu));
+  dev_be = cpu ? NULL : be;
+#ifdef RLFUSE_HAVE_NCCL
+  use_nccl = cpu ? PETSC_FALSE : PETSC_TRUE;
+#endif
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode comm_attach_nccl(Comm *c)
+{
+  PetscFunctionBegin;
+  c->nccl = NULL;
+  if (!use_nccl || !member(c)) PetscFunctionReturn(PETSC_SUCCESS);
+#ifdef RLFUSE_HAVE_NCCL
+  {
+    int            n = rfcuda_nccl_id_size();
+    unsigned char *id; /* the id, then rank 0's verdict: every member fails together if it could not make one */
+
+    PetscCheck(n > 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "%s", rfcuda_error());
+    PetscCall(PetscCalloc1((size_t)n + 1, &id));
+    if (c->rank == 0) id[n] = rfcuda_nccl_get_id(id) == 0;
+    PetscCallMPI(MPI_Bcast(id, n + 1, MPI_BYTE, 0, c->mpi));
+    if (!id[n]) {
+      PetscCall(PetscFree(id));
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_LIB, "NCCL communicator over %d ranks: %s", c->size, c->rank == 0 ? rfcuda_error() : "its rank 0 could not create the NCCL id");
+    }
+    n = rfcuda_nccl_init(&c->nccl, id, c->size, c->rank);
+    PetscCall(PetscFree(id));
+    PetscCheck(n == 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "NCCL communicator over %d ranks: %s (NCCL needs a GPU of its own for every rank)", c->size, rfcuda_error());
+    c->kind = COMM_NCCL;
+  }
+#endif
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- device buffers on a communicator without NCCL: through the host ------- */
+
+/* A host buffer of `bytes` holding [off, off + copy) of device buffer dev
+ * (copy 0: nothing copied yet). */
+static PetscErrorCode stage_in(const void *dev, size_t bytes, size_t off, size_t copy, char **host)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(bytes + 1, host));
+  if (copy) PetscCall(dev_be->to_host(*host + off, (const char *)dev + off, copy));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Back to the device, and the host buffer freed. */
+static PetscErrorCode stage_out(void *dev, char **host, size_t bytes)
+{
+  PetscFunctionBegin;
+  if (bytes) PetscCall(dev_be->from_host(dev, *host, bytes));
+  PetscCall(PetscFree(*host));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- all-reduce --------------------------------------------------------------- */
+
 /* Reduce-scatter by chunks in rank order, then all-gather: chunk k is summed
  * by rank k as x_0 + x_1 + ... in rank order, so the result does not depend
- * on MPI's algorithm and is the same on every member. */
-PetscErrorCode comm_allreduce_sum(const Comm *c, float *buf, size_t n)
+ * on MPI's algorithm and is the same on every member. Host memory. */
+static PetscErrorCode allreduce_sum_mpi(const Comm *c, float *buf, size_t n)
 {
   int    P, *cnt, *dsp;
   float *recv;
   size_t chunk;
 
   PetscFunctionBegin;
-  if (!member(c) || n == 0) PetscFunctionReturn(PETSC_SUCCESS);
   P     = c->size;
   chunk = (n + P - 1) / P;
   PetscCheck(chunk <= (size_t)INT32_MAX / P, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_allreduce_sum: %zu floats is too large for one call; use buckets", n);
@@ -45,6 +123,27 @@ PetscErrorCode comm_allreduce_sum(const Comm *c, float *buf, size_t n)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode comm_allreduce_sum(const Comm *c, float *buf, size_t n)
+{
+  char *h;
+
+  PetscFunctionBegin;
+  if (!member(c) || n == 0) PetscFunctionReturn(PETSC_SUCCESS);
+#ifdef RLFUSE_HAVE_NCCL
+  if (c->kind == COMM_NCCL) { /* gathers every copy, adds them in rank order: the bits above */
+    CommCallNCCL(rfcuda_nccl_allreduce_sum(c->nccl, buf, n));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+#endif
+  if (!dev_be) PetscCall(allreduce_sum_mpi(c, buf, n));
+  else {
+    PetscCall(stage_in(buf, n * sizeof(float), 0, n * sizeof(float), &h));
+    PetscCall(allreduce_sum_mpi(c, (float *)h, n));
+    PetscCall(stage_out(buf, &h, n * sizeof(float)));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Host scalars: gathered and summed in rank order on every member. */
 PetscErrorCode comm_allreduce_sum_double(const Comm *c, double *buf, int n)
 {
@@ -63,7 +162,9 @@ PetscErrorCode comm_allreduce_sum_double(const Comm *c, double *buf, int n)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode comm_allgather(const Comm *c, const void *in, void *out, size_t bytes)
+/* ---- all-gathers ------------------------------------------------------------------ */
+
+PetscErrorCode comm_allgather_host(const Comm *c, const void *in, void *out, size_t bytes)
 {
   PetscFunctionBegin;
   if (c->mpi == MPI_COMM_NULL) PetscFunctionReturn(PETSC_SUCCESS);
@@ -76,7 +177,37 @@ PetscErrorCode comm_allgather(const Comm *c, const void *in, void *out, size_t b
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode comm_allgather_ranges(const Comm *c, float *buf, size_t n)
+PetscErrorCode comm_allgather(const Comm *c, const void *in, void *out, size_t bytes)
+{
+  char *hin, *hout;
+
+  PetscFunctionBegin;
+  if (!dev_be) {
+    PetscCall(comm_allgather_host(c, in, out, bytes));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  if (c->mpi == MPI_COMM_NULL) PetscFunctionReturn(PETSC_SUCCESS);
+  if (c->size == 1) {
+    if (out != in) PetscCall(dev_be->copy(out, in, bytes));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+#ifdef RLFUSE_HAVE_NCCL
+  if (c->kind == COMM_NCCL) { /* each member's piece broadcast from its place in out, in rank order on every member */
+    char *mine = (char *)out + (size_t)c->rank * bytes;
+    if (mine != (const char *)in) PetscCall(dev_be->copy(mine, in, bytes));
+    for (int r = 0; r < c->size; r++) CommCallNCCL(rfcuda_nccl_bcast(c->nccl, (char *)out + (size_t)r * bytes, bytes, r));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+#endif
+  PetscCall(stage_in(in, bytes, 0, bytes, &hin));
+  PetscCall(stage_in(out, (size_t)c->size * bytes, 0, 0, &hout));
+  PetscCall(comm_allgather_host(c, hin, hout, bytes));
+  PetscCall(stage_out(out, &hout, (size_t)c->size * bytes));
+  PetscCall(PetscFree(hin));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode comm_allgather_ranges_host(const Comm *c, float *buf, size_t n)
 {
   int *cnt, *dsp;
 
@@ -95,7 +226,36 @@ PetscErrorCode comm_allgather_ranges(const Comm *c, float *buf, size_t n)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode comm_bcast(const Comm *c, void *buf, size_t bytes, int root)
+PetscErrorCode comm_allgather_ranges(const Comm *c, float *buf, size_t n)
+{
+  size_t lo, hi;
+  char  *h;
+
+  PetscFunctionBegin;
+  if (!dev_be) {
+    PetscCall(comm_allgather_ranges_host(c, buf, n));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  if (!member(c) || n == 0) PetscFunctionReturn(PETSC_SUCCESS);
+#ifdef RLFUSE_HAVE_NCCL
+  if (c->kind == COMM_NCCL) { /* each owner broadcasts its range in place, in rank order on every member */
+    for (int r = 0; r < c->size; r++) {
+      comm_own_range(n, r, c->size, &lo, &hi);
+      CommCallNCCL(rfcuda_nccl_bcast(c->nccl, buf + lo, (hi - lo) * sizeof(float), r));
+    }
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+#endif
+  comm_own_range(n, c->rank, c->size, &lo, &hi);
+  PetscCall(stage_in(buf, n * sizeof(float), lo * sizeof(float), (hi - lo) * sizeof(float), &h));
+  PetscCall(comm_allgather_ranges_host(c, (float *)h, n));
+  PetscCall(stage_out(buf, &h, n * sizeof(float)));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- broadcast -------------------------------------------------------------------- */
+
+PetscErrorCode comm_bcast_host(const Comm *c, void *buf, size_t bytes, int root)
 {
   PetscFunctionBegin;
   if (!member(c) || bytes == 0) PetscFunctionReturn(PETSC_SUCCESS);
@@ -104,11 +264,56 @@ PetscErrorCode comm_bcast(const Comm *c, void *buf, size_t bytes, int root)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode comm_bcast(const Comm *c, void *buf, size_t bytes, int root)
+{
+  char *h;
+
+  PetscFunctionBegin;
+  if (!dev_be) {
+    PetscCall(comm_bcast_host(c, buf, bytes, root));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  if (!member(c) || bytes == 0) PetscFunctionReturn(PETSC_SUCCESS);
+#ifdef RLFUSE_HAVE_NCCL
+  if (c->kind == COMM_NCCL) {
+    CommCallNCCL(rfcuda_nccl_bcast(c->nccl, buf, bytes, root));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+#endif
+  PetscCall(stage_in(buf, bytes, 0, c->rank == root ? bytes : 0, &h));
+  PetscCall(comm_bcast_host(c, h, bytes, root));
+  PetscCall(stage_out(buf, &h, c->rank == root ? 0 : bytes));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- point to point --------------------------------------------------------------- */
+
+/* Host copies of device buffers being sent, each freed by the comm_wait that
+ * finishes its request (MPI keeps request handles distinct while active). */
+typedef struct StagedSend {
+  MPI_Request        req;
+  char              *host;
+  struct StagedSend *next;
+} StagedSend;
+
+static StagedSend *staged = NULL;
+
 PetscErrorCode comm_isend(const Comm *c, const void *buf, size_t bytes, int dest, int tag, MPI_Request *req)
 {
+  StagedSend *s;
+
   PetscFunctionBegin;
   PetscCheck(bytes <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_isend: %zu bytes is too large for one message", bytes);
-  PetscCallMPI(MPI_Isend(buf, (int)bytes, MPI_BYTE, dest, tag, c->mpi, req));
+  if (!dev_be) {
+    PetscCallMPI(MPI_Isend(buf, (int)bytes, MPI_BYTE, dest, tag, c->mpi, req));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  PetscCall(PetscNew(&s));
+  PetscCall(stage_in(buf, bytes, 0, bytes, &s->host));
+  PetscCallMPI(MPI_Isend(s->host, (int)bytes, MPI_BYTE, dest, tag, c->mpi, &s->req));
+  *req    = s->req;
+  s->next = staged;
+  staged  = s;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -116,25 +321,43 @@ PetscErrorCode comm_recv(const Comm *c, void *buf, size_t bytes, int src, int ta
 {
   MPI_Status st;
   int        got;
+  char      *h = NULL;
 
   PetscFunctionBegin;
   PetscCheck(bytes <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_recv: %zu bytes is too large for one message", bytes);
-  PetscCallMPI(MPI_Recv(buf, (int)bytes, MPI_BYTE, src, tag, c->mpi, &st));
+  if (dev_be) PetscCall(stage_in(buf, bytes, 0, 0, &h));
+  PetscCallMPI(MPI_Recv(h ? (void *)h : buf, (int)bytes, MPI_BYTE, src, tag, c->mpi, &st));
   PetscCallMPI(MPI_Get_count(&st, MPI_BYTE, &got));
+  if ((size_t)got != bytes) PetscCall(PetscFree(h));
   PetscCheck((size_t)got == bytes, PETSC_COMM_SELF, PETSC_ERR_PLIB, "comm_recv: expected %zu bytes from rank %d (tag %d), got %d", bytes, src, tag, got);
+  if (h) PetscCall(stage_out(buf, &h, bytes));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode comm_wait(MPI_Request *req)
 {
+  StagedSend **p = &staged, *s;
+
   PetscFunctionBegin;
-  if (*req != MPI_REQUEST_NULL) PetscCallMPI(MPI_Wait(req, MPI_STATUS_IGNORE));
+  if (*req == MPI_REQUEST_NULL) PetscFunctionReturn(PETSC_SUCCESS);
+  while (*p && (*p)->req != *req) p = &(*p)->next;
+  PetscCallMPI(MPI_Wait(req, MPI_STATUS_IGNORE));
+  if ((s = *p)) { /* a staged send: its host copy is free now */
+    *p = s->next;
+    PetscCall(PetscFree(s->host));
+    PetscCall(PetscFree(s));
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode comm_free(Comm *c)
 {
   PetscFunctionBegin;
+#ifdef RLFUSE_HAVE_NCCL
+  if (c->nccl) CommCallNCCL(rfcuda_nccl_destroy(c->nccl));
+#endif
+  c->nccl = NULL;
+  c->kind = COMM_MPI;
   if (c->mpi != MPI_COMM_NULL) PetscCallMPI(MPI_Comm_free(&c->mpi));
   c->mpi = MPI_COMM_NULL;
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -165,7 +388,9 @@ PetscErrorCode comm_teardown(void)
   PetscFunctionBegin;
   PetscCall(mesh_cache_destroy());
   PetscCall(PetscFree(node_of));
-  nworld = 0;
+  nworld   = 0;
+  dev_be   = NULL;
+  use_nccl = PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -1,7 +1,10 @@
 /* mesh.c: meshes (a call's ranks with their pp x dp x tp grid) as MPI
  * sub-communicators, created once per distinct mesh and cached. Only the
  * mesh's members take part in creating it (MPI_Comm_create_group), so calls
- * on disjoint meshes never wait for each other. */
+ * on disjoint meshes never wait for each other. On cuda each communicator
+ * also gets its NCCL communicator here, collective over the same members in
+ * the same order (all, pp, dp, tp, embed), so it cannot deadlock where the
+ * MPI creation does not. */
 #include "comm.h"
 
 typedef struct MeshNode {
@@ -34,6 +37,7 @@ static PetscErrorCode group_comm(const int *w, int n, int tag, Comm *c)
   PetscCallMPI(MPI_Comm_rank(c->mpi, &c->rank));
   PetscCallMPI(MPI_Comm_size(c->mpi, &c->size));
   c->kind = COMM_MPI;
+  PetscCall(comm_attach_nccl(c)); /* device buffers on cuda: kind COMM_NCCL */
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -59,7 +63,7 @@ static PetscErrorCode mesh_build(Mesh *m)
   m->me = m->p = m->d = m->t = -1;
   for (int i = 0; i < m->nranks; i++)
     if (m->ranks[i] == me) m->me = i;
-  m->all = m->tp_comm = m->dp_comm = m->pp_comm = m->embed_comm = (Comm){MPI_COMM_NULL, -1, 0, COMM_MPI};
+  m->all = m->tp_comm = m->dp_comm = m->pp_comm = m->embed_comm = (Comm){MPI_COMM_NULL, -1, 0, COMM_MPI, NULL};
   if (m->me < 0) PetscFunctionReturn(PETSC_SUCCESS);
   m->t = m->me % m->tp;
   m->d = (m->me / m->tp) % m->dp;

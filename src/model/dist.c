@@ -74,7 +74,7 @@ PetscErrorCode gpt_logprobs_tp(GPT *gpt, float *logprob, float *entropy)
   PetscCall(gpt->be->logprob_stats(dev, a->head_out, a->target, a->inv_temp, a->have_mask ? a->mask_off : NULL, a->mask_ids, N, gpt->Vl, gpt->v0));
   PetscCall(gpt->be->to_host(mine, dev, (size_t)4 * N * sizeof(double)));
   PetscCall(gpt->be->free(dev));
-  PetscCall(comm_allgather(&gpt->mesh->tp_comm, mine, gpt->stats_host, (size_t)4 * N * sizeof(double)));
+  PetscCall(comm_allgather_host(&gpt->mesh->tp_comm, mine, gpt->stats_host, (size_t)4 * N * sizeof(double)));
   PetscCall(PetscMalloc2(N, &lse, N, &target));
   PetscCall(gpt->be->to_host(target, a->target, (size_t)N * sizeof(int)));
   for (int n = 0; n < N; n++) {
@@ -155,7 +155,7 @@ PetscErrorCode gpt_optim_gather(const GPT *gpt, const float *mine, float *full)
 {
   PetscFunctionBegin;
   PetscCall(PetscArraycpy(full + gpt->own0, mine, gpt->own1 - gpt->own0));
-  if (gpt->dist.zero1) PetscCall(comm_allgather_ranges(&gpt->mesh->dp_comm, full, gpt->nparams));
+  if (gpt->dist.zero1) PetscCall(comm_allgather_ranges_host(&gpt->mesh->dp_comm, full, gpt->nparams));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -108,7 +108,7 @@ static PetscErrorCode cached_head(GPT *gpt, int r0, int n, float *out)
   }
   PetscCall(PetscMalloc2((size_t)n * Vl, &loc, (size_t)n * V, &all));
   PetscCall(gpt->be->to_host(loc, a->c_out, (size_t)n * Vl * sizeof(float)));
-  PetscCall(comm_allgather(&gpt->mesh->tp_comm, loc, all, (size_t)n * Vl * sizeof(float)));
+  PetscCall(comm_allgather_host(&gpt->mesh->tp_comm, loc, all, (size_t)n * Vl * sizeof(float)));
   for (int t = 0; t < tp; t++) /* [tp][n][Vl] -> [n][V] */
     for (int r = 0; r < n; r++) PetscCall(PetscArraycpy(out + (size_t)(r0 + r) * V + (size_t)t * Vl, all + ((size_t)t * n + r) * Vl, Vl));
   PetscCall(PetscFree2(loc, all));
@@ -147,6 +147,6 @@ PetscErrorCode gpt_forward_cached(GPT *gpt, GPTKVCache *kv, const int *tok, cons
   for (int k = 0; k < nchunk; k++) PetscCall(comm_wait(&req[k]));
   PetscCall(PetscFree(req));
   /* every stage of the pipeline samples the same tokens from the same logits */
-  if (gpt->sh.pp > 1) PetscCall(comm_bcast(&gpt->mesh->pp_comm, out, nout * sizeof(float), gpt->sh.pp - 1));
+  if (gpt->sh.pp > 1) PetscCall(comm_bcast_host(&gpt->mesh->pp_comm, out, nout * sizeof(float), gpt->sh.pp - 1)); /* out is host memory */
   PetscFunctionReturn(PETSC_SUCCESS);
 }

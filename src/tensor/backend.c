@@ -16,8 +16,10 @@ PetscErrorCode backend_get(const char *name, const Backend **be)
   }
   PetscCall(PetscStrcmp(name, "cuda", &match));
 #ifdef RLFUSE_HAVE_CUDA
-  /* The CUDA ops table (cuda/) is not written yet; cuda/ has only the device query. */
-  PetscCheck(!match, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-device cuda: the CUDA backend is not available in rlfuse %s yet; use -device cpu", RLFUSE_VERSION);
+  if (match) {
+    PetscCall(backend_cuda(be));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
 #else
   PetscCheck(!match, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-device cuda: this rlfuse was built without CUDA");
 #endif

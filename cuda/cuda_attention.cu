@@ -1,0 +1,479 @@
+/* cuda backend: causal self-attention, the CUDA twin of
+ * src/tensor/cpu_attention.c: the training forward/backward and the KV-cache
+ * path used by generation.
+ *
+ * Training. q, k, v (and dout) are first permuted from the token-major qkv
+ * [B,T,3C] into head-major [B,NH,T,hs] in scratch, so that every (b,h) pair
+ * is one matrix at a fixed stride and each product is a single
+ * cublasGemmStridedBatchedEx call over the B*NH pairs. The GEMMs use
+ * CUBLAS_COMPUTE_32F_PEDANTIC: true fp32 whatever math mode the handle is in
+ * (TF32 would lose ~3 digits against the CPU). The full T x T products also
+ * fill the masked upper triangle; the softmax kernels then write zeros
+ * there, as the CPU does, so the backward's products can run over the whole
+ * square. cuBLAS gives the same bits on every run on the same GPU, and the
+ * softmax kernels sum in a fixed order, so the op is deterministic.
+ *
+ * KV cache. One kernel stores every row's k and v, and only then (the next
+ * launch on the same stream) does a second kernel attend: a prefill row
+ * reads the rows before it from the same call. The attend kernel is one
+ * block per (row, head) and reads the head's keys and values with loads that
+ * are coalesced along the head dimension (float4 when aligned), several keys
+ * in flight per lane, because decoding is bound by the memory bandwidth of
+ * the cache. Its scores live in shared memory (or in scratch past 48 KiB)
+ * and its sums run in a fixed order. */
+#include "cuda_common.cuh"
+#include <limits.h>
+#include <math.h>
+
+#define ATT_WARPS        8     /* rows per block of the softmax kernels, one warp per row */
+#define ATT_PERM_THREADS 256   /* threads per block of the permutations */
+#define ATT_BATCH_MAX    65535 /* (b,h) pairs per strided-batched GEMM call */
+/* The backward's dS buffer is filled by chunks of (b,h) pairs of at most
+ * this size, so it does not double the memory that att already takes. */
+#define ATT_BWD_DS_BYTES ((size_t)512 << 20)
+#define ATT_DEC_THREADS  128 /* threads per (row, head) block of the KV-cache attend */
+#define ATT_DEC_WARPS    (ATT_DEC_THREADS / 32)
+#define ATT_DEC_UNROLL   4   /* keys per lane group and pass of the score loop (loads in flight) */
+#define ATT_SMEM_MAX     (48 * 1024) /* dynamic shared memory usable without opting in */
+
+/* ---- reductions ------------------------------------------------------------ */
+
+/* Butterfly over the warp: both lanes of a pair add the same two values
+ * (float addition commutes), so every lane ends with the same bits and the
+ * order is fixed by the lane layout. */
+__device__ __forceinline__ float att_warp_sum(float v)
+{
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float att_warp_max(float v)
+{
+  for (int o = 16; o > 0; o >>= 1) {
+    float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v       = w > v ? w : v;
+  }
+  return v;
+}
+
+/* Block-wide sum or max for ATT_DEC_THREADS threads: warp butterflies, then
+ * every thread adds the warps' results in warp order (the same bits in every
+ * thread). red holds ATT_DEC_WARPS floats; the closing barrier lets the
+ * caller reuse it, and makes the caller's shared writes before the call
+ * visible after it. */
+__device__ float att_block_sum(float v, float *red)
+{
+  float r = 0.0f;
+
+  v = att_warp_sum(v);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  for (int w = 0; w < ATT_DEC_WARPS; w++) r += red[w];
+  __syncthreads();
+  return r;
+}
+
+__device__ float att_block_max(float v, float *red)
+{
+  float r = -INFINITY;
+
+  v = att_warp_max(v);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  for (int w = 0; w < ATT_DEC_WARPS; w++) r = red[w] > r ? red[w] : r;
+  __syncthreads();
+  return r;
+}
+
+/* ---- training forward and backward ------------------------------------------- */
+
+/* dst[j][b][h][t][d] = src[(b*T + t)*ld + j*C + h*hs + d] for j < nmat (q, k,
+ * v of qkv with ld 3C and nmat 3; dout with ld C and nmat 1). One thread per
+ * destination element in a grid-stride loop: writes are coalesced, reads
+ * are coalesced along each head's hs contiguous floats. */
+__global__ void att_permute_kernel(float *dst, const float *src, int nmat, int B, int T, int NH, int hs, int ld)
+{
+  size_t total = (size_t)nmat * B * NH * T * hs, C = (size_t)NH * hs;
+
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    size_t r = i;
+    int    d = (int)(r % hs);
+    r /= hs;
+    int t = (int)(r % T);
+    r /= T;
+    int h = (int)(r % NH);
+    r /= NH;
+    int b = (int)(r % B), j = (int)(r / B);
+    dst[i] = src[((size_t)b * T + t) * ld + j * C + (size_t)h * hs + d];
+  }
+}
+
+/* The reverse: dst[(b*T + t)*ld + j*C + h*hs + d] = (or +=) src[j][b][h][t][d],
+ * rounded to bf16 when asked. Each destination element has one thread, so
+ * the += has no race. */
+__global__ void att_unpermute_kernel(float *dst, const float *src, int nmat, int B, int T, int NH, int hs, int ld, int accumulate, int bf16)
+{
+  size_t total = (size_t)nmat * B * NH * T * hs, C = (size_t)NH * hs;
+
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    size_t r = i;
+    int    d = (int)(r % hs);
+    r /= hs;
+    int t = (int)(r % T);
+    r /= T;
+    int h = (int)(r % NH);
+    r /= NH;
+    int    b  = (int)(r % B), j = (int)(r / B);
+    float *o  = dst + ((size_t)b * T + t) * ld + j * C + (size_t)h * hs + d;
+    float  y  = accumulate ? *o + src[i] : src[i];
+    *o        = bf16 ? rfcuda_round_bf16(y) : y;
+  }
+}
+
+/* Warp w of block b owns row i = b*ATT_WARPS + w of the rows [B*NH*T] of att
+ * (query t = i % T of its (b,h) pair); lane l owns columns l, l+32, ...
+ * Columns 0..t hold the scaled scores and become their softmax (max
+ * subtracted); columns t+1..T-1 become 0. A lane only rereads what it wrote. */
+__global__ void __launch_bounds__(32 * ATT_WARPS) att_softmax_kernel(float *att, int rows, int T)
+{
+  int i = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  if (i >= rows) return; /* warp-uniform */
+  int    t = i % T;
+  float *p = att + (size_t)i * T, m = -INFINITY, sum = 0.0f, inv;
+
+  for (int j = lane; j <= t; j += 32) m = p[j] > m ? p[j] : m;
+  m = att_warp_max(m);
+  for (int j = lane; j <= t; j += 32) {
+    float e = expf(p[j] - m);
+    p[j]    = e;
+    sum += e;
+  }
+  inv = 1.0f / att_warp_sum(sum);
+  for (int j = lane; j < T; j += 32) p[j] = j <= t ? p[j] * inv : 0.0f;
+}
+
+/* Same mapping over rows of dS (dP = dO V^T on entry) and P:
+ * dS = P * (dP - sum_j P dP) * scale on columns 0..t, 0 above. */
+__global__ void __launch_bounds__(32 * ATT_WARPS) att_softmax_backward_kernel(float *dS, const float *P, int rows, int T, float scale)
+{
+  int i = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  if (i >= rows) return;
+  int          t = i % T;
+  float       *d = dS + (size_t)i * T, dot = 0.0f;
+  const float *p = P + (size_t)i * T;
+
+  for (int j = lane; j <= t; j += 32) dot += p[j] * d[j];
+  dot = att_warp_sum(dot);
+  for (int j = lane; j < T; j += 32) d[j] = j <= t ? p[j] * (d[j] - dot) * scale : 0.0f;
+}
+
+/* One strided-batched fp32 GEMM (column-major, beta 0). */
+static int att_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const float *A, int lda, long long sA, const float *Bm, int ldb,
+                    long long sB, float *Cm, int ldc, long long sC, int batch)
+{
+  const float beta = 0.0f;
+
+  RFCUBLAS_CHECK(cublasGemmStridedBatchedEx(rfcuda_cublas(), ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sA, Bm, CUDA_R_32F, ldb, sB, &beta, Cm, CUDA_R_32F, ldc,
+                                            sC, batch, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+  return 0;
+}
+
+static int att_permute(float *dst, const float *src, int nmat, int B, int T, int NH, int hs, int ld)
+{
+  size_t n = (size_t)nmat * B * NH * T * hs;
+
+  att_permute_kernel<<<rfcuda_blocks(n, ATT_PERM_THREADS), ATT_PERM_THREADS, 0, rfcuda_stream()>>>(dst, src, nmat, B, T, NH, hs, ld);
+  RFCUDA_LAUNCHED();
+  return 0;
+}
+
+static int att_unpermute(float *dst, const float *src, int nmat, int B, int T, int NH, int hs, int ld, int accumulate, int bf16)
+{
+  size_t n = (size_t)nmat * B * NH * T * hs;
+
+  att_unpermute_kernel<<<rfcuda_blocks(n, ATT_PERM_THREADS), ATT_PERM_THREADS, 0, rfcuda_stream()>>>(dst, src, nmat, B, T, NH, hs, ld, accumulate, bf16);
+  RFCUDA_LAUNCHED();
+  return 0;
+}
+
+static int att_check_sizes(const char *op, int B, int T, int C, int NH)
+{
+  RFCUDA_REQUIRE(NH > 0 && C > 0 && C % NH == 0, "%s: n_embd %d is not a multiple of n_head %d", op, C, NH);
+  RFCUDA_REQUIRE(B >= 0 && T >= 0, "%s: bad sizes B %d T %d", op, B, T);
+  RFCUDA_REQUIRE((size_t)B * NH * T <= INT_MAX, "%s: B*n_head*T = %zu rows of att is too many", op, (size_t)B * NH * T);
+  return 0;
+}
+
+/* Row-major per (b,h): S = scale Q K^T is, column-major, S^T = K^T' Q (op T
+ * on k, N on q); Y = P V is Y^T = V^T P^T (N, N). y reuses q's scratch, which
+ * the first product has finished with. */
+extern "C" int rfcuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+{
+  if (att_check_sizes("attention_forward", B, T, C, NH)) return 1;
+  if (B == 0 || T == 0) return 0;
+
+  int       hs = C / NH, nbh = B * NH, rows = nbh * T;
+  size_t    btc = (size_t)B * T * C, tt = (size_t)T * T, qkv_bytes = rfcuda_align(3 * btc * sizeof(float));
+  long long sq = (long long)T * hs, sa = (long long)tt;
+  float     scale = 1.0f / sqrtf((float)hs), *q, *k, *v, *y;
+  char     *base;
+
+  /* att may be NULL (forward only, as on the CPU): it then lives in scratch */
+  if (rfcuda_scratch(qkv_bytes + (att ? 0 : rfcuda_align(nbh * tt * sizeof(float))), (void **)&base)) return 1;
+  q = (float *)base, k = q + btc, v = k + btc, y = q;
+  if (!att) att = (float *)(base + qkv_bytes);
+
+  if (att_permute(q, qkv, 3, B, T, NH, hs, 3 * C)) return 1;
+  for (int c0 = 0; c0 < nbh; c0 += ATT_BATCH_MAX) {
+    int nb = nbh - c0 < ATT_BATCH_MAX ? nbh - c0 : ATT_BATCH_MAX;
+    if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k + c0 * sq, hs, sq, q + c0 * sq, hs, sq, att + c0 * tt, T, sa, nb)) return 1;
+  }
+  att_softmax_kernel<<<(rows + ATT_WARPS - 1) / ATT_WARPS, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(att, rows, T);
+  RFCUDA_LAUNCHED();
+  for (int c0 = 0; c0 < nbh; c0 += ATT_BATCH_MAX) {
+    int nb = nbh - c0 < ATT_BATCH_MAX ? nbh - c0 : ATT_BATCH_MAX;
+    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v + c0 * sq, hs, sq, att + c0 * tt, T, sa, y + c0 * sq, hs, sq, nb)) return 1;
+  }
+  return att_unpermute(out, y, 1, B, T, NH, hs, C, 0, rfcuda_get_precision() == 1);
+}
+
+/* Per chunk of (b,h) pairs, row-major: dP = dO V^T, dS = softmax_backward(P,
+ * dP)*scale, dQ = dS K, dK = dS^T Q, dV = P^T dO, each into head-major
+ * scratch; then one kernel adds dQ|dK|dV into dqkv. */
+extern "C" int rfcuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH)
+{
+  if (att_check_sizes("attention_backward", B, T, C, NH)) return 1;
+  if (B == 0 || T == 0) return 0;
+
+  int       hs = C / NH, nbh = B * NH;
+  size_t    btc = (size_t)B * T * C, tt = (size_t)T * T, cb = ATT_BWD_DS_BYTES / (tt * sizeof(float)), mats_bytes = rfcuda_align(7 * btc * sizeof(float));
+  long long sq = (long long)T * hs, sa = (long long)tt;
+  float     scale = 1.0f / sqrtf((float)hs), *q, *k, *v, *dO, *dq, *dk, *dv, *dS;
+  char     *base;
+
+  cb = cb < 1 ? 1 : cb > (size_t)nbh ? (size_t)nbh : cb;
+  cb = cb > ATT_BATCH_MAX ? ATT_BATCH_MAX : cb;
+  if (rfcuda_scratch(mats_bytes + cb * tt * sizeof(float), (void **)&base)) return 1;
+  q = (float *)base, k = q + btc, v = k + btc, dO = v + btc, dq = dO + btc, dk = dq + btc, dv = dk + btc;
+  dS = (float *)(base + mats_bytes);
+
+  if (att_permute(q, qkv, 3, B, T, NH, hs, 3 * C)) return 1;
+  if (att_permute(dO, dout, 1, B, T, NH, hs, C)) return 1;
+  for (int c0 = 0; c0 < nbh; c0 += (int)cb) {
+    int          nb = nbh - c0 < (int)cb ? nbh - c0 : (int)cb, rows = nb * T;
+    size_t       o = (size_t)c0 * sq;
+    const float *P = att + (size_t)c0 * tt;
+
+    if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v + o, hs, sq, dO + o, hs, sq, dS, T, sa, nb)) return 1;
+    att_softmax_backward_kernel<<<(rows + ATT_WARPS - 1) / ATT_WARPS, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(dS, P, rows, T, scale);
+    RFCUDA_LAUNCHED();
+    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k + o, hs, sq, dS, T, sa, dq + o, hs, sq, nb)) return 1;
+    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q + o, hs, sq, dS, T, sa, dk + o, hs, sq, nb)) return 1;
+    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO + o, hs, sq, P, T, sa, dv + o, hs, sq, nb)) return 1;
+  }
+  return att_unpermute(dqkv, dq, 3, B, T, NH, hs, 3 * C, 1, 0);
+}
+
+/* ---- KV cache ------------------------------------------------------------------ */
+
+/* Thread per (row, column) of the N rows' k and v: copies them into the
+ * caches at (slot, pos). Rows outside the cache are skipped here and
+ * reported by the attend kernel. */
+__global__ void att_kv_store_kernel(float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C)
+{
+  size_t total = (size_t)N * C;
+
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    size_t r = i / C, c = i % C;
+    int    sl = slot[r], p = pos[r];
+    if (sl < 0 || p < 0 || p >= Tmax) continue;
+    size_t at  = ((size_t)sl * Tmax + p) * C + c;
+    kcache[at] = qkv[r * 3 * C + C + c];
+    vcache[at] = qkv[r * 3 * C + 2 * C + c];
+  }
+}
+
+/* Lanes that share one key in the score pass: the next power of two >= the
+ * head's nc chunks (of VW floats), at most 32, so groups are aligned blocks
+ * of lanes that a butterfly over offsets < P keeps apart. */
+__host__ __device__ static inline int att_dec_group(int nc)
+{
+  int p = 1;
+
+  while (p < nc && p < 32) p *= 2;
+  return p;
+}
+
+/* Floats of the P.V partials: NG = threads/nc key groups of hs each, or one
+ * row of hs when the head has more chunks than the block has threads. */
+__host__ __device__ static inline int att_dec_part_len(int hs, int vw)
+{
+  int nc = hs / vw;
+
+  return nc <= ATT_DEC_THREADS ? ATT_DEC_THREADS / nc * hs : hs;
+}
+
+__host__ __device__ static inline int att_round4(int n) { return (n + 3) / 4 * 4; }
+
+/* Dynamic shared memory of the attend kernel, in floats: q, the P.V
+ * partials, the reduction slots, and (unless in scratch) the L <= Tmax scores. */
+static size_t att_dec_smem_floats(int hs, int vw, int Tmax, int scores_in_smem)
+{
+  return (size_t)att_round4(hs) + att_round4(att_dec_part_len(hs, vw)) + 32 + (scores_in_smem ? (size_t)Tmax : 0);
+}
+
+/* Block = (row r, head h) = blockIdx.x = r*NH + h, ATT_DEC_THREADS threads.
+ * 1. q of the head to shared memory.
+ * 2. Scores s[j] = scale q.k_j, j < L = pos+1: a group of P lanes shares key
+ *    j, lane g of the group takes chunks g, g+P, ... of VW floats (coalesced
+ *    along the head dimension); each lane group takes ATT_DEC_UNROLL keys per
+ *    pass so that several loads are in flight; the group's partials meet in
+ *    a butterfly, and its first lane stores the score.
+ * 3. Softmax over s (block max, exps in place, block sum).
+ * 4. o = sum_j p_j v_j: thread (group kg, chunk c) sums keys kg, kg+NG, ...
+ *    of chunk c in key order (coalesced along d), then the NG partials of
+ *    each d are added in group order.
+ * Every sum has a fixed order: the result is the same on every run. A row
+ * outside the cache (slot < 0, pos outside [0,Tmax)) gets NaN. */
+template <int VW>
+__global__ void __launch_bounds__(ATT_DEC_THREADS) att_decode_kernel(float *out, const float *kcache, const float *vcache, const float *qkv, const int *slot,
+                                                                     const int *pos, float *gscores, int Tmax, int C, int NH, float scale, int bf16)
+{
+  extern __shared__ float4 att_smem4[]; /* float4: 16-byte alignment for the q chunks */
+  float    *smem = reinterpret_cast<float *>(att_smem4);
+  const int hs = C / NH, nc = hs / VW, r = blockIdx.x / NH, h = blockIdx.x % NH, tid = threadIdx.x;
+  const int sl = slot[r], L = pos[r] + 1;
+  float    *o = out + (size_t)r * C + (size_t)h * hs;
+
+  if (sl < 0 || L < 1 || L > Tmax) { /* block-uniform, before any barrier */
+    for (int d = tid; d < hs; d += ATT_DEC_THREADS) o[d] = __int_as_float(0x7fc00000);
+    return;
+  }
+  float       *q = smem, *part = q + att_round4(hs), *red = part + att_round4(att_dec_part_len(hs, VW));
+  float       *s  = gscores ? gscores + (size_t)blockIdx.x * Tmax : red + 32;
+  const size_t at = (size_t)sl * Tmax * C + (size_t)h * hs;
+  const float *kb = kcache + at, *vb = vcache + at;
+
+  for (int d = tid; d < hs; d += ATT_DEC_THREADS) q[d] = qkv[(size_t)r * 3 * C + (size_t)h * hs + d];
+  __syncthreads();
+
+  { /* 2. scores */
+    const int P = att_dec_group(nc), kpw = 32 / P, lane = tid % 32, warp = tid / 32, g = lane % P, grp = lane / P;
+    const int per_warp = kpw * ATT_DEC_UNROLL, step = ATT_DEC_WARPS * per_warp;
+
+    for (int j0 = warp * per_warp; j0 < L; j0 += step) { /* warp-uniform: full-mask shuffles are safe */
+      float acc[ATT_DEC_UNROLL];
+
+#pragma unroll
+      for (int u = 0; u < ATT_DEC_UNROLL; u++) acc[u] = 0.0f;
+      for (int c = g; c < nc; c += P) {
+        if constexpr (VW == 4) {
+          const float4 qv = reinterpret_cast<const float4 *>(q)[c];
+          float4       kv[ATT_DEC_UNROLL];
+#pragma unroll
+          for (int u = 0; u < ATT_DEC_UNROLL; u++) {
+            int j = j0 + u * kpw + grp;
+            kv[u] = j < L ? reinterpret_cast<const float4 *>(kb + (size_t)j * C)[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          }
+#pragma unroll
+          for (int u = 0; u < ATT_DEC_UNROLL; u++) {
+            acc[u] += qv.x * kv[u].x;
+            acc[u] += qv.y * kv[u].y;
+            acc[u] += qv.z * kv[u].z;
+            acc[u] += qv.w * kv[u].w;
+          }
+        } else {
+          const float qv = q[c];
+          float       kv[ATT_DEC_UNROLL];
+#pragma unroll
+          for (int u = 0; u < ATT_DEC_UNROLL; u++) {
+            int j = j0 + u * kpw + grp;
+            kv[u] = j < L ? kb[(size_t)j * C + c] : 0.0f;
+          }
+#pragma unroll
+          for (int u = 0; u < ATT_DEC_UNROLL; u++) acc[u] += qv * kv[u];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < ATT_DEC_UNROLL; u++) {
+        int j = j0 + u * kpw + grp;
+        for (int off = P / 2; off > 0; off >>= 1) acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], off);
+        if (g == 0 && j < L) s[j] = acc[u] * scale;
+      }
+    }
+  }
+  __syncthreads();
+
+  /* 3. softmax; the block reductions' barriers publish s */
+  float m = -INFINITY, sum = 0.0f, inv;
+  for (int j = tid; j < L; j += ATT_DEC_THREADS) m = s[j] > m ? s[j] : m;
+  m = att_block_max(m, red);
+  for (int j = tid; j < L; j += ATT_DEC_THREADS) {
+    float e = expf(s[j] - m);
+    s[j]    = e;
+    sum += e;
+  }
+  inv = 1.0f / att_block_sum(sum, red);
+
+  /* 4. o = P.V */
+  const int NG = nc <= ATT_DEC_THREADS ? ATT_DEC_THREADS / nc : 1;
+  const int kg = nc <= ATT_DEC_THREADS ? tid / nc : 0, c0 = nc <= ATT_DEC_THREADS ? tid % nc : tid;
+  const int cstep = nc <= ATT_DEC_THREADS ? nc : ATT_DEC_THREADS;
+  if (kg < NG) {
+    for (int c = c0; c < nc; c += cstep) {
+      if constexpr (VW == 4) {
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+        for (int j = kg; j < L; j += NG) {
+          float        p  = s[j] * inv;
+          const float4 vv = reinterpret_cast<const float4 *>(vb + (size_t)j * C)[c];
+          acc.x += p * vv.x;
+          acc.y += p * vv.y;
+          acc.z += p * vv.z;
+          acc.w += p * vv.w;
+        }
+        reinterpret_cast<float4 *>(part + (size_t)kg * hs)[c] = acc;
+      } else {
+        float acc = 0.0f;
+#pragma unroll 4
+        for (int j = kg; j < L; j += NG) acc += s[j] * inv * vb[(size_t)j * C + c];
+        part[(size_t)kg * hs + c] = acc;
+      }
+    }
+  }
+  __syncthreads();
+  for (int d = tid; d < hs; d += ATT_DEC_THREADS) {
+    float acc = 0.0f;
+    for (int k = 0; k < NG; k++) acc += part[(size_t)k * hs + d];
+    o[d] = bf16 ? rfcuda_round_bf16(acc) : acc;
+  }
+}
+
+extern "C" int rfcuda_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH)
+{
+  RFCUDA_REQUIRE(NH > 0 && C > 0 && C % NH == 0, "attention_cached: n_embd %d is not a multiple of n_head %d", C, NH);
+  RFCUDA_REQUIRE(N >= 0 && Tmax > 0, "attention_cached: bad sizes N %d Tmax %d", N, Tmax);
+  RFCUDA_REQUIRE((size_t)N * NH <= INT_MAX, "attention_cached: %d rows of %d heads is too many blocks", N, NH);
+  if (N == 0) return 0;
+
+  int    hs = C / NH, bf16 = rfcuda_get_precision() == 1;
+  float  scale   = 1.0f / sqrtf((float)hs), *gscores = NULL;
+  int    aligned = hs % 4 == 0 && ((uintptr_t)kcache | (uintptr_t)vcache) % 16 == 0, vw = aligned ? 4 : 1;
+  size_t smem    = att_dec_smem_floats(hs, vw, Tmax, 1) * sizeof(float);
+
+  att_kv_store_kernel<<<rfcuda_blocks((size_t)N * C, 256), 256, 0, rfcuda_stream()>>>(kcache, vcache, qkv, slot, pos, N, Tmax, C);
+  RFCUDA_LAUNCHED();
+  if (smem > ATT_SMEM_MAX) { /* long caches: the scores go to scratch, one Tmax row per block */
+    smem = att_dec_smem_floats(hs, vw, Tmax, 0) * sizeof(float);
+    RFCUDA_REQUIRE(smem <= ATT_SMEM_MAX, "attention_cached: head size %d needs %zu bytes of shared memory", hs, smem);
+    if (rfcuda_scratch((size_t)N * NH * Tmax * sizeof(float), (void **)&gscores)) return 1;
+  }
+  if (vw == 4)
+    att_decode_kernel<4><<<N * NH, ATT_DEC_THREADS, smem, rfcuda_stream()>>>(out, kcache, vcache, qkv, slot, pos, gscores, Tmax, C, NH, scale, bf16);
+  else
+    att_decode_kernel<1><<<N * NH, ATT_DEC_THREADS, smem, rfcuda_stream()>>>(out, kcache, vcache, qkv, slot, pos, gscores, Tmax, C, NH, scale, bf16);
+  RFCUDA_LAUNCHED();
+  return 0;
+}

@@ -1,0 +1,68 @@
+/* Private to cuda/: the checking macros every CUDA file uses, and the
+ * stream and precision state that cuda_runtime.cu owns.
+ *
+ * Every CUDA, cuBLAS and NCCL call goes through a macro that, on failure,
+ * records "file:line: call: library error string" for rfcuda_error() and
+ * returns 1 from the calling function (which therefore returns int).
+ * RFCUDA_LAUNCHED() follows every kernel launch and checks the last error. */
+#ifndef RLFUSE_CUDA_COMMON_CUH
+#define RLFUSE_CUDA_COMMON_CUH
+
+#include "rfcuda.h"
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+/* cuda_runtime.cu: records a message for rfcuda_error(); returns 1. */
+int rfcuda_fail(const char *file, int line, const char *fmt, ...);
+
+#define RFCUDA_CHECK(call) \
+  do { \
+    cudaError_t e_ = (call); \
+    if (e_ != cudaSuccess) return rfcuda_fail(__FILE__, __LINE__, "%s: %s (%s)", #call, cudaGetErrorString(e_), cudaGetErrorName(e_)); \
+  } while (0)
+
+#define RFCUBLAS_CHECK(call) \
+  do { \
+    cublasStatus_t s_ = (call); \
+    if (s_ != CUBLAS_STATUS_SUCCESS) return rfcuda_fail(__FILE__, __LINE__, "%s: %s (%s)", #call, cublasGetStatusString(s_), cublasGetStatusName(s_)); \
+  } while (0)
+
+#define RFCUDA_LAUNCHED() RFCUDA_CHECK(cudaGetLastError())
+
+/* Fails (returns 1) with a message when cond is false. */
+#define RFCUDA_REQUIRE(cond, ...) \
+  do { \
+    if (!(cond)) return rfcuda_fail(__FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
+
+/* cuda_runtime.cu: the state every op uses (valid after rfcuda_init). */
+cudaStream_t     rfcuda_stream(void);      /* compute stream */
+cublasHandle_t   rfcuda_cublas(void);      /* bound to the compute stream */
+cublasLtHandle_t rfcuda_cublaslt(void);
+/* Scratch on the device that grows on demand and is reused by later calls
+ * on the compute stream (never freed while work that uses it is queued).
+ * It is ONE region: an op that needs several buffers at once asks for their
+ * total, each rounded up with rfcuda_align, and carves the region itself.
+ * Ask once per op: a later call may grow (move) the region, after which the
+ * earlier pointer is stale (the work already queued on it has finished). */
+int rfcuda_scratch(size_t bytes, void **ptr);
+
+/* bytes rounded up to 256, cudaMalloc's alignment, so that carved pieces
+ * start aligned for any element type and for vector loads. */
+static inline size_t rfcuda_align(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
+/* Launch geometry for n elements with a grid-stride loop. */
+static inline unsigned rfcuda_blocks(size_t n, unsigned threads)
+{
+  size_t b = (n + threads - 1) / threads;
+  return (unsigned)(b < 1 ? 1 : b > 65535u * 8 ? 65535u * 8 : b);
+}
+
+/* bf16 mode: round a float to the nearest bf16 and back (what storing an
+ * activation in bf16 does to its value). */
+__device__ __forceinline__ float rfcuda_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+#endif

@@ -1,0 +1,155 @@
+/* cuda backend: GPT-2 LayerNorm (eps 1e-5, biased variance), the CUDA twin
+ * of src/tensor/cpu_layernorm.c with the same arguments.
+ *
+ * Forward and dinp are one warp per row: a row is at most a few thousand
+ * floats, so 32 lanes and a shuffle reduction keep every lane busy with no
+ * block-wide barrier. dw and db are sums over rows; float atomics would make
+ * their bits depend on scheduling, so instead one thread sums one column of
+ * one block of LN_ROW_BLOCK rows serially into a partial, and a second
+ * kernel adds the partials in block order, in double. That is the CPU's
+ * two-level sum (cpu_reduce.c) with the same block size and order, and the
+ * partials avoid contracted multiply-adds, so dw and db get the CPU's bits
+ * whenever mean and rstd are the same. */
+#include "cuda_common.cuh"
+
+#define LN_EPS         1e-5f
+#define LN_WARPS       8   /* rows per block in the per-row kernels */
+#define LN_ROW_BLOCK   64  /* rows per dw/db partial: CPU_ROW_BLOCK */
+#define LN_COL_THREADS 128 /* columns per block in the column kernels */
+
+/* Sum over the warp. Each butterfly step adds the same two values on both
+ * lanes of a pair and float addition commutes, so every lane ends with the
+ * same bits, and the order depends on nothing but the lane layout. */
+__device__ __forceinline__ float ln_warp_sum(float v)
+{
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* Warp w of block b normalises row b*LN_WARPS + w; lane l handles columns
+ * l, l+32, ... Two passes over the row, as on the CPU: the one-pass
+ * E[x^2]-E[x]^2 cancels badly in float. */
+__global__ void __launch_bounds__(32 * LN_WARPS)
+  ln_forward_kernel(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C, int bf16)
+{
+  int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  if (row >= N) return; /* the whole warp leaves together: row is warp-uniform */
+  const float *x = inp + (size_t)row * C;
+  float       *o = out + (size_t)row * C;
+  float        m = 0.0f, v = 0.0f, s;
+
+  for (int c = lane; c < C; c += 32) m += x[c];
+  m = ln_warp_sum(m) / C;
+  for (int c = lane; c < C; c += 32) {
+    float d = x[c] - m;
+    v += d * d;
+  }
+  v = ln_warp_sum(v) / C;
+  s = 1.0f / sqrtf(v + LN_EPS);
+  for (int c = lane; c < C; c += 32) {
+    float y = (x[c] - m) * s * w[c] + b[c];
+    o[c]    = bf16 ? rfcuda_round_bf16(y) : y;
+  }
+  if (lane == 0) {
+    if (mean) mean[row] = m;
+    if (rstd) rstd[row] = s;
+  }
+}
+
+/* dinp += (w*g - mean(w*g) - norm*mean(w*g*norm)) * rstd, one warp per row
+ * as in the forward. */
+__global__ void __launch_bounds__(32 * LN_WARPS) ln_backward_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *w, const float *mean,
+                                                                         const float *rstd, int N, int C)
+{
+  int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  if (row >= N) return;
+  const float *x = inp + (size_t)row * C, *g = dout + (size_t)row * C;
+  float       *dx = dinp + (size_t)row * C;
+  float        m = mean[row], s = rstd[row], gm = 0.0f, gnm = 0.0f;
+
+  for (int c = lane; c < C; c += 32) {
+    float dnorm = w[c] * g[c];
+    gm += dnorm;
+    gnm += dnorm * (x[c] - m) * s;
+  }
+  gm  = ln_warp_sum(gm) / C;
+  gnm = ln_warp_sum(gnm) / C;
+  for (int c = lane; c < C; c += 32) {
+    float norm = (x[c] - m) * s;
+    dx[c] += (w[c] * g[c] - gm - norm * gnm) * s;
+  }
+}
+
+/* Block (blk, tile): thread t sums column c = tile*LN_COL_THREADS + t over
+ * rows blk*LN_ROW_BLOCK .. +LN_ROW_BLOCK-1 in row order, into
+ * pw[blk][c] (norm*g) and pb[blk][c] (g). Loads are coalesced across the
+ * threads of a row; __fmul_rn/__fadd_rn keep nvcc from fusing the
+ * multiply-add, which the CPU (ISO C, no contraction) does not do. */
+__global__ void __launch_bounds__(LN_COL_THREADS)
+  ln_backward_partials_kernel(float *pw, float *pb, const float *dout, const float *inp, const float *mean, const float *rstd, int N, int C)
+{
+  int blk = blockIdx.x, c = blockIdx.y * LN_COL_THREADS + threadIdx.x;
+  int n0 = blk * LN_ROW_BLOCK, n1 = n0 + LN_ROW_BLOCK < N ? n0 + LN_ROW_BLOCK : N;
+
+  if (c >= C) return;
+  float sw = 0.0f, sb = 0.0f;
+  for (int n = n0; n < n1; n++) {
+    float g = dout[(size_t)n * C + c], norm = __fmul_rn(inp[(size_t)n * C + c] - mean[n], rstd[n]);
+    sw = __fadd_rn(sw, __fmul_rn(norm, g));
+    sb = __fadd_rn(sb, g);
+  }
+  pw[(size_t)blk * C + c] = sw;
+  pb[(size_t)blk * C + c] = sb;
+}
+
+/* Thread c: dst[c] += the nblk partials of column c, added in block order in
+ * double (cpu_partials_reduce). */
+__global__ void __launch_bounds__(LN_COL_THREADS) ln_partials_reduce_kernel(float *dst, const float *part, int nblk, int C)
+{
+  int c = blockIdx.x * LN_COL_THREADS + threadIdx.x;
+
+  if (c >= C) return;
+  double acc = dst[c];
+  for (int b = 0; b < nblk; b++) acc += part[(size_t)b * C + c];
+  dst[c] = (float)acc;
+}
+
+extern "C" int rfcuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C)
+{
+  RFCUDA_REQUIRE(N >= 0 && C > 0, "layernorm_forward: bad sizes N %d C %d", N, C);
+  if (N == 0) return 0;
+  ln_forward_kernel<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, rfcuda_stream()>>>(out, mean, rstd, inp, w, b, N, C, rfcuda_get_precision() == 1);
+  RFCUDA_LAUNCHED();
+  return 0;
+}
+
+extern "C" int rfcuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, const float *mean,
+                                         const float *rstd, int N, int C)
+{
+  int    nblk  = (N + LN_ROW_BLOCK - 1) / LN_ROW_BLOCK, ntile = (C + LN_COL_THREADS - 1) / LN_COL_THREADS;
+  size_t bytes = (size_t)2 * nblk * C * sizeof(float);
+  float *part; /* [2][nblk][C]: block partials of dw, then of db */
+
+  RFCUDA_REQUIRE(N >= 0 && C > 0, "layernorm_backward: bad sizes N %d C %d", N, C);
+  RFCUDA_REQUIRE(ntile <= 65535, "layernorm_backward: C %d is too wide for the column grid", C);
+  if (N == 0) return 0;
+  if (dinp) {
+    ln_backward_dinp_kernel<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, rfcuda_stream()>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    RFCUDA_LAUNCHED();
+  }
+  if (!dw && !db) return 0;
+  if (rfcuda_scratch(bytes, (void **)&part)) return 1;
+  ln_backward_partials_kernel<<<dim3(nblk, ntile), LN_COL_THREADS, 0, rfcuda_stream()>>>(part, part + (size_t)nblk * C, dout, inp, mean, rstd, N, C);
+  RFCUDA_LAUNCHED();
+  if (dw) {
+    ln_partials_reduce_kernel<<<ntile, LN_COL_THREADS, 0, rfcuda_stream()>>>(dw, part, nblk, C);
+    RFCUDA_LAUNCHED();
+  }
+  if (db) {
+    ln_partials_reduce_kernel<<<ntile, LN_COL_THREADS, 0, rfcuda_stream()>>>(db, part + (size_t)nblk * C, nblk, C);
+    RFCUDA_LAUNCHED();
+  }
+  return 0;
+}

@@ -1,0 +1,103 @@
+/* rfcuda: the plain-C face of the CUDA code in cuda/.
+ *
+ * PETSc is built as C, so code in cuda/ includes no PETSc header. Every
+ * function here returns 0 on success and non-zero on failure; the failure's
+ * message (the CUDA, cuBLAS or NCCL call, its error string, and the file and
+ * line) is then in rfcuda_error(). src/tensor/cuda_backend.c wraps these into
+ * the backend ops table (inc/tensor.h), whose comments define what each op
+ * computes; the arguments here are those of the ops, with PetscBool as int.
+ *
+ * Pointers are device pointers, index arrays included (tok, pos, target,
+ * mask_off, mask_ids, slot), except where a comment says "host". All ops
+ * run on the compute stream, in order; rfcuda_sync waits for it. */
+#ifndef RLFUSE_RFCUDA_H
+#define RLFUSE_RFCUDA_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- runtime (cuda_runtime.cu) ------------------------------------------ */
+const char *rfcuda_error(void);   /* the last failure's message */
+int rfcuda_device_count(int *n);  /* 0 devices is not a failure; rfcuda_error() then says why */
+/* Selects device `device`, creates the compute and communication streams,
+ * the events that link them, and the cuBLAS/cuBLASLt handles. Idempotent. */
+int rfcuda_init(int device);
+int rfcuda_finalize(void);
+/* 0: fp32 everywhere. 1: bf16 matmul operands and activations stored in bf16
+ * precision, fp32 accumulation, fp32 master weights and optimizer state. */
+int rfcuda_set_precision(int bf16);
+int rfcuda_get_precision(void);
+/* The streams as opaque handles (cudaStream_t) for NCCL and events. */
+void *rfcuda_compute_stream(void);
+void *rfcuda_comm_stream(void);
+/* The communication stream waits for work queued so far on the compute
+ * stream (an event, no host synchronisation), and the reverse. */
+int rfcuda_comm_wait_compute(void);
+int rfcuda_compute_wait_comm(void);
+
+/* ---- memory (cuda_memory.cu) -------------------------------------------- */
+int rfcuda_alloc(size_t bytes, void **ptr); /* zero-filled */
+int rfcuda_free(void *ptr);
+int rfcuda_to_host(void *dst_host, const void *src, size_t bytes);
+int rfcuda_from_host(void *dst, const void *src_host, size_t bytes);
+int rfcuda_copy(void *dst, const void *src, size_t bytes);
+int rfcuda_zero(void *ptr, size_t bytes);
+int rfcuda_sync(void);
+
+/* ---- ops (one file per family) ------------------------------------------ */
+/* cuda_encoder.cu */
+int rfcuda_encoder_forward(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C, int v0, int Vl);
+int rfcuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C, int v0, int Vl);
+/* cuda_layernorm.cu */
+int rfcuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C);
+int rfcuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, const float *mean, const float *rstd,
+                              int N, int C);
+/* cuda_matmul.cu (cuBLAS / cuBLASLt) */
+int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed);
+int rfcuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, int transposed);
+/* cuda_attention.cu */
+int rfcuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+int rfcuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH);
+int rfcuda_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH);
+/* cuda_pointwise.cu */
+int rfcuda_gelu_forward(float *out, const float *inp, size_t n);
+int rfcuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+int rfcuda_residual_forward(float *out, const float *a, const float *b, size_t n);
+int rfcuda_axpy(float *y, float alpha, const float *x, size_t n);
+int rfcuda_scale(float *x, float alpha, size_t n);
+int rfcuda_sumsq(double *out_host, const float *x, size_t n);
+int rfcuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int t, float gs);
+/* cuda_logprob.cu */
+int rfcuda_logprob_forward(float *logprob, float *lse, float *entropy, const float *logits, const int *target, float inv_temp, const int *mask_off,
+                           const int *mask_ids, int N, int V);
+int rfcuda_logprob_backward(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
+                            const int *mask_off, const int *mask_ids, int N, int V);
+int rfcuda_logprob_stats(double *stats, const float *logits, const int *target, float inv_temp, const int *mask_off, const int *mask_ids, int N, int Vl,
+                         int v0);
+int rfcuda_logprob_backward_shard(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
+                                  const int *mask_off, const int *mask_ids, int N, int Vl, int v0);
+
+/* ---- NCCL (cuda_nccl.cu; built when nccl.h is found) --------------------- */
+/* Opaque communicator bootstrapped from an MPI communicator: rank 0 makes
+ * the unique id, the caller broadcasts it (id_bytes bytes) over MPI, and
+ * every rank then calls rfcuda_nccl_init with it. */
+int  rfcuda_nccl_id_size(void);
+int  rfcuda_nccl_get_id(void *id);
+int  rfcuda_nccl_init(void **comm, const void *id, int nranks, int rank);
+int  rfcuda_nccl_destroy(void *comm);
+/* On the communication stream, after the compute stream's queued work;
+ * the compute stream then waits for it. The sum is deterministic and in
+ * rank order, as comm_allreduce_sum on the CPU: ncclAllGather into scratch,
+ * then a kernel adds the nranks copies in rank order. */
+int  rfcuda_nccl_allreduce_sum(void *comm, float *buf, size_t n);
+int  rfcuda_nccl_bcast(void *comm, void *buf, size_t bytes, int root);
+int  rfcuda_nccl_send(void *comm, const void *buf, size_t bytes, int peer);
+int  rfcuda_nccl_recv(void *comm, void *buf, size_t bytes, int peer);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

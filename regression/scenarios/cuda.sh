@@ -1,0 +1,127 @@
+# The CUDA backend end to end (issue 5): SFT, reward modelling and PPO on
+# -device cuda end as on -device cpu (every checkpoint tensor within 1e-3 of
+# its scale, tools/ckpt_diff.py; run.h5 metrics within 1e-3 relative;
+# rollout tokens identical), a cuda run repeated gives the same bits, and
+# bf16 runs finish with finite losses close to fp32's.
+#
+# Why 1e-3: test_cuda finds each op within ~1e-7..1e-6 of the cpu op (sums
+# in another order); 40 AdamW steps and 3 PPO iterations amplify that about
+# as a change of layout does, where scenarios/layouts.sh sees at most ~5e-6.
+# 1e-3 leaves a wide margin, while a wrong op moves the weights by the
+# size of their updates (lr 2e-3 x 40 steps: ~1e-1 of their scale).
+#
+# Without a GPU (bin/test_cuda -probe says why) only the checks that need
+# none run: -precision bf16 with -device cpu, and -device cuda without a
+# device, each one line before any output; the rest is one skip line
+# (a failure with RLFUSE_REQUIRE_CUDA=1).
+. regression/lib.sh
+d="$RLFUSE_TMP/cuda"; mkdir -p $d
+
+# one "rlfuse: error:" line matching $2, a non-zero exit and no output directory
+one_line_error() {
+  local what=$1 pat=$2 out=$d/bad_$RANDOM err rc; shift 2
+  err=$(rlfuse -options_file regression/decks/tiny.deck -output_dir $out "$@" 2>&1 >/dev/null); rc=$?
+  if [ $rc -eq 0 ]; then not_ok "$what: exit status 0"
+  elif [ "$(printf '%s\n' "$err" | grep -c .)" -ne 1 ] || ! printf '%s' "$err" | grep -q "^rlfuse: error: .*$pat"; then
+    not_ok "$what: expected one line matching '$pat', got: $(printf '%s' "$err" | head -3)"
+  elif [ -e $out ]; then not_ok "$what: the output directory was created"
+  else ok "$what ($(printf '%s' "$err" | cut -c1-110))"; fi
+}
+one_line_error "-device cpu -precision bf16 is refused" "-precision" -device cpu -precision bf16
+
+if [ ! -x "$BIN/test_cuda" ]; then not_ok "$BIN/test_cuda was not built (the GPU probe)"; finish; fi
+probe=$("$BIN/test_cuda" -probe 2>&1)
+if ! printf '%s\n' "$probe" | grep -q '^# cuda: '; then
+  why=$(printf '%s\n' "$probe" | sed -n 's/^# skip: //p' | head -1)
+  [ -n "$why" ] || why="bin/test_cuda -probe answered: $(printf '%s' "$probe" | head -1)"
+  one_line_error "-device cuda without a usable device is refused" "-device cuda" -device cuda
+  echo "# skip: $why"
+  if [ "${RLFUSE_REQUIRE_CUDA:-0}" = 1 ]; then not_ok "cuda scenario: no usable CUDA device but RLFUSE_REQUIRE_CUDA=1 ($why)"
+  else ok "cuda scenario: skipped, no CUDA device ($why)"; fi
+  finish
+fi
+echo "$probe"
+
+M="-policy_n_layer 2 -policy_n_head 4 -policy_n_embd 128 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"
+SFT="-mode sft $M -sft_steps 40 -sft_batch 32 -policy_lr 2e-3 -sft_eval_every 10"
+RM="-mode rm -task_demo_noise 0.25 -seed 5 -rm_sft_checkpoint $d/sft_cpu/final.h5 -rm_pairs 64 -rm_eval_pairs 16 -rm_steps 10 -rm_batch 16 -reward_lr 1e-3 -gen_max_new_tokens 16"
+PPO="-mode ppo -actor_checkpoint $d/sft_cpu/final.h5 -reward_checkpoint $d/rm_cpu/final.h5 -ppo_iterations 3 -rollout_batch 32 -ppo_minibatches 2
+     -ppo_microbatches 2 -gen_max_new_tokens 16 -gen_slots 16 -ppo_eval_prompts 16 -actor_lr 1e-4 -critic_lr 3e-4 -seed 5 -dump_rollouts"
+
+# run NAME ARGS...: one job into $d/NAME; a failure is reported with its last lines
+run() {
+  local name=$1; shift
+  if rlfuse "$@" -output_dir $d/$name >$d/$name.log 2>&1; then return 0; fi
+  not_ok "$name: the run failed"; tail -3 $d/$name.log | sed 's/^/# /'; return 1
+}
+
+# same A B TOL: checkpoints (ckpt_diff), run.h5 metrics and, where both
+# have them, rollouts: tokens and lengths identical, floats within TOL of
+# each array's scale, metrics within TOL relative (timings never compared)
+same() {
+  local a=$1 b=$2 tol=$3
+  "$PYTHON" tools/ckpt_diff.py --tol $tol $d/$a/final.h5 $d/$b/final.h5 >$d/diff_$b.txt 2>&1 || return 1
+  "$PYTHON" - $d/$a $d/$b $tol >>$d/diff_$b.txt 2>&1 <<'PY'
+import os, sys, h5py, numpy as np
+a, b, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+with h5py.File(a + "/run.h5", "r") as fa, h5py.File(b + "/run.h5", "r") as fb:
+    for k in fa["metrics"]:
+        if k == "tokens_per_s":
+            continue
+        x, y = fa["metrics"][k][()], fb["metrics"][k][()]
+        assert x.shape == y.shape, (k, x.shape, y.shape)
+        assert np.allclose(y, x, rtol=tol, atol=tol * 1e-2, equal_nan=True), (k, x, y)
+if os.path.exists(a + "/rollouts.h5"):
+    with h5py.File(a + "/rollouts.h5", "r") as fa, h5py.File(b + "/rollouts.h5", "r") as fb:
+        assert sorted(fa) == sorted(fb), (list(fa), list(fb))
+        for it in fa:
+            for k in fa[it]:
+                if k.startswith("gen_step"):
+                    continue  # the engine's timeline
+                x, y = fa[it][k][()], fb[it][k][()]
+                if x.dtype.kind in "iu":
+                    assert np.array_equal(x, y), (it, k)
+                else:
+                    assert np.abs(x - y).max() <= tol * (np.abs(x).max() + 1e-6), (it, k)
+PY
+}
+worst() { grep -o 'max relative difference [^ ]*' $d/diff_$1.txt | sort -k4 -g | tail -1; }
+compare() {
+  local what=$1 a=$2 b=$3 tol=1e-3
+  if same $a $b $tol; then ok "$what ($(worst $b))"
+  else not_ok "$what: differ beyond $tol"; grep -v '^PASS' $d/diff_$b.txt | tail -4 | sed 's/^/# /'; fi
+}
+
+# fixtures on the cpu, which every device then starts from
+run sft_cpu $SFT -device cpu && run rm_cpu $RM -device cpu && run ppo_cpu $PPO -device cpu || finish
+
+if run sft_cuda $SFT -device cuda -precision fp32; then
+  compare "SFT (40 steps): -device cuda fp32 ends as -device cpu (weights, moments, losses)" sft_cpu sft_cuda
+  if run sft_cuda2 $SFT -device cuda; then
+    check "SFT on cuda twice: the same bits (weights, moments, losses; h5diff without tolerance)" \
+      bash -c "h5diff -q $d/sft_cuda/final.h5 $d/sft_cuda2/final.h5 /policy /policy && h5diff -q $d/sft_cuda/run.h5 $d/sft_cuda2/run.h5 /metrics/loss /metrics/loss"
+  fi
+fi
+if run rm_cuda $RM -device cuda; then compare "reward model (pairs generated on the device, 10 steps): cuda fp32 as cpu" rm_cpu rm_cuda; fi
+if run ppo_cuda $PPO -device cuda; then compare "PPO (3 iterations, 4 models, generation with the KV cache): cuda fp32 as cpu, rollouts included" ppo_cpu ppo_cuda; fi
+
+# bf16: finite, falling, and near fp32 (the mean SFT loss of the last 10
+# steps within 10% of the cpu run's: bf16 rounding changes the trajectory,
+# not the learning)
+if run sft_bf16 $SFT -device cuda -precision bf16; then
+  check "SFT in bf16: finite losses that fall, the last 10 steps' mean within 10% of fp32's" "$PYTHON" -c "
+import h5py, numpy as np
+b = h5py.File('$d/sft_bf16/run.h5', 'r')['metrics/loss'][()]
+f = h5py.File('$d/sft_cpu/run.h5', 'r')['metrics/loss'][()]
+assert np.isfinite(b).all() and len(b) == 40, b
+assert b[-10:].mean() < b[0], (b[0], b[-10:])
+assert abs(b[-10:].mean() - f[-10:].mean()) <= 0.1 * f[-10:].mean(), (b[-10:].mean(), f[-10:].mean())"
+fi
+if run ppo_bf16 $PPO -device cuda -precision bf16; then
+  check "PPO in bf16: the 3 iterations' metrics finite wherever the cpu run's are" "$PYTHON" -c "
+import h5py, numpy as np
+b, f = h5py.File('$d/ppo_bf16/run.h5', 'r')['metrics'], h5py.File('$d/ppo_cpu/run.h5', 'r')['metrics']
+bad = [k for k in f if k not in b or b[k].shape != f[k].shape or (np.isfinite(f[k][()]) & ~np.isfinite(b[k][()])).any()]
+assert not bad and len(b['actor_loss'][()]) == 3, bad"
+fi
+finish

@@ -1,0 +1,1054 @@
+/* test_cuda: every op of the cuda backend against the cpu backend (which
+ * test_ops checks against double-precision references) on the same seeded
+ * random inputs, first in fp32 and then in bf16 precision.
+ *
+ * Without a CUDA device, or in a build without CUDA, it prints
+ * "# skip: <reason>" and one "ok - cuda: skipped, ..." line and exits 0;
+ * with RLFUSE_REQUIRE_CUDA=1 in the environment that is a failure instead,
+ * so a GPU machine cannot pass by skipping. `test_cuda -probe` only prints
+ * the device count or the skip line (scenarios/cuda.sh asks it).
+ *
+ * Each check runs the cpu op on host arrays and the cuda op on device copies
+ * of the same inputs. Device outputs are NaN before the call (from_host), so
+ * an element the kernel does not write fails; accumulating outputs start
+ * from the same random values on both sides and their increments are
+ * compared. The reductions (encoder, layernorm and matmul backward,
+ * attention, logprob, sumsq) must give the same bits when run twice, as
+ * tensor.h requires of every backend. Prints "ok - cuda <precision> <op>:
+ * <measured error>" or "not ok - ..." per check and "P passed, F failed";
+ * exits non-zero on any failure.
+ *
+ * Tolerance: max|gpu - cpu| <= rtol * max|cpu| over each array (over the
+ * increment for accumulated outputs, plus a few ulp of the accumulated value
+ * for the final additions).
+ * - fp32, rtol 1e-5: both sides are float32 and differ only in the order of
+ *   their sums (cuBLAS tiles and warp trees against the CPU's fixed blocks)
+ *   and in the last bits of expf/tanhf/rsqrtf. A K-term float sum in any
+ *   order is within ~sqrt(K)*6e-8 of exact relative to its scale, i.e.
+ *   ~2e-6 for the largest K here (C = 768 in a matmul, V = 50257 in a
+ *   log-sum-exp, done in wider partials on the CPU); the differences are
+ *   typically 1e-7. 1e-5 leaves a margin and still fails a wrong or missing
+ *   term (>= 1e-3), a skipped row, or TF32 tensor-core math (a 10-bit
+ *   mantissa), which fp32 mode must not use: emulated, it fails every
+ *   matmul check by 25-30x.
+ * - bf16, rtol 1e-2, for the arrays bf16 mode rounds (tensor.h,
+ *   backend_cuda_set_precision): matmul outputs and the dinp and dw that
+ *   come from its bf16 operands, and the outputs of layernorm, attention
+ *   (training and cached) and GELU. bf16 keeps 8 significant bits, so each
+ *   rounding moves a value by up to 2^-9 (2e-3) of itself. A matmul rounds
+ *   both operands (random over K terms: ~2e-3 of the output's scale) and
+ *   then its output (2e-3 of the element): ~4e-3 in all. This test run on
+ *   the cpu ops with that rounding emulated reaches 4.6e-3 (the one-column
+ *   scalar head), 2x below 1e-2; a wrong term still exceeds it. Everything else (mean, rstd,
+ *   probabilities, caches, dbias, every other backward, logprob, sumsq,
+ *   AdamW) is fp32 in either mode and keeps the fp32 tolerance in bf16 mode
+ *   too, so a bf16 path leaking into them fails. */
+#include "sys.h"
+#include "tensor.h"
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef RLFUSE_HAVE_CUDA
+  #include "../cuda/rfcuda.h"
+#endif
+
+static const char help[] = "Unit tests of the cuda backend ops against the cpu backend (skips without a CUDA device).\n"
+                           "  -probe: only print the device count, or the reason to skip, and exit\n";
+
+#define RTOL_FP32 1e-5
+#define RTOL_BF16 1e-2
+
+typedef struct {
+  uint64_t s;
+} Rng;
+
+typedef struct {
+  const Backend *cpu, *gpu;
+  Rng            r;
+  PetscBool      bf16;
+  const char    *prec; /* "fp32" or "bf16", in every check name */
+  int            npass, nfail;
+} Ctx;
+
+/* whether bf16 mode rounds an array (tensor.h, backend_cuda_set_precision) */
+typedef enum { FP32_ALWAYS, BF16_ROUNDED } Affected;
+
+static double rtol_of(const Ctx *c, Affected a) { return c->bf16 && a == BF16_ROUNDED ? RTOL_BF16 : RTOL_FP32; }
+
+/* splitmix64: tiny, seeded, and the same on every platform (as test_ops) */
+static uint64_t rng_next(Rng *r)
+{
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ULL);
+  z          = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z          = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+static double rng_unif(Rng *r, double lo, double hi) { return lo + (hi - lo) * (double)(rng_next(r) >> 11) * 0x1.0p-53; }
+static int    rng_int(Rng *r, int n) { return (int)(rng_next(r) % (uint64_t)n); }
+
+/* ---- buffers: host and device allocations of one check, freed together -- */
+#define ARENA_MAX 128
+typedef struct {
+  const Backend *gpu;
+  void          *host[ARENA_MAX], *dev[ARENA_MAX];
+  int            nhost, ndev;
+} Arena;
+
+static void *h_alloc(Arena *a, size_t bytes)
+{
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p || a->nhost == ARENA_MAX) {
+    fprintf(stderr, "test_cuda: out of host memory or arena slots\n");
+    abort();
+  }
+  a->host[a->nhost++] = p;
+  return p;
+}
+static float *h_nan(Arena *a, size_t n)
+{
+  float *x = h_alloc(a, n * sizeof(float));
+  for (size_t i = 0; i < n; i++) x[i] = NAN;
+  return x;
+}
+static float *h_rand(Arena *a, Rng *r, size_t n, double lo, double hi)
+{
+  float *x = h_alloc(a, n * sizeof(float));
+  for (size_t i = 0; i < n; i++) x[i] = (float)rng_unif(r, lo, hi);
+  return x;
+}
+static float *h_dup(Arena *a, const float *x, size_t n)
+{
+  float *y = h_alloc(a, n * sizeof(float));
+  memcpy(y, x, n * sizeof(float));
+  return y;
+}
+static int *h_ints(Arena *a, size_t n) { return h_alloc(a, n * sizeof(int)); }
+
+static PetscErrorCode d_alloc(Arena *a, size_t bytes, void **p)
+{
+  PetscFunctionBegin;
+  PetscCheck(a->ndev < ARENA_MAX, PETSC_COMM_SELF, PETSC_ERR_PLIB, "test_cuda: more than %d device buffers in one check", ARENA_MAX);
+  PetscCall(a->gpu->alloc(bytes ? bytes : sizeof(float), p));
+  a->dev[a->ndev++] = *p;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+/* A device copy of host data (NULL stays NULL: optional arguments). */
+static PetscErrorCode d_put(Arena *a, const void *host, size_t bytes, void **p)
+{
+  PetscFunctionBegin;
+  *p = NULL;
+  if (!host) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(d_alloc(a, bytes, p));
+  PetscCall(a->gpu->from_host(*p, host, bytes));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+/* n floats of NaN on the device: an output element the op leaves unwritten fails. */
+static PetscErrorCode d_nan(Arena *a, size_t n, float **p)
+{
+  float *h = h_nan(a, n);
+
+  PetscFunctionBegin;
+  PetscCall(d_put(a, h, n * sizeof(float), (void **)p));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+/* A host copy of n floats of device memory. */
+static PetscErrorCode d_get(Arena *a, const float *dev, size_t n, float **h)
+{
+  PetscFunctionBegin;
+  *h = h_alloc(a, n * sizeof(float));
+  PetscCall(a->gpu->to_host(*h, dev, n * sizeof(float)));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+static PetscErrorCode arena_free(Arena *a)
+{
+  PetscFunctionBegin;
+  for (int i = 0; i < a->ndev; i++) PetscCall(a->gpu->free(a->dev[i]));
+  for (int i = 0; i < a->nhost; i++) free(a->host[i]);
+  a->ndev = a->nhost = 0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- verdicts ------------------------------------------------------------ */
+typedef struct {
+  char text[4096];
+  int  ok;
+} Verdict;
+
+static void vappend(Verdict *v, const char *fmt, ...)
+{
+  size_t  l = strlen(v->text);
+  va_list ap;
+
+  va_start(ap, fmt);
+  if (l < sizeof v->text) vsnprintf(v->text + l, sizeof v->text - l, fmt, ap);
+  va_end(ap);
+}
+
+/* One array's verdict, in double: err = max|got - cpu| (NaN or an infinity
+ * on one side only is infinitely wrong; equal infinities agree), scale =
+ * max|cpu - base| over finite values (base NULL: max|cpu|), mag = max|cpu|.
+ * Passes when err <= rtol*scale + ulps*FLT_EPSILON*mag; ulps covers the
+ * rounding of the final additions into an accumulated output. With nan_ok,
+ * NaN on both sides agrees (cache entries neither side wrote). */
+static void compare_at(Verdict *v, const char *what, double (*get)(const void *, size_t), const void *got, const void *cpu, const void *base, size_t n, double rtol,
+                       double ulps, PetscBool nan_ok)
+{
+  double err = 0, scale = 0, mag = 0, tol;
+  size_t at = 0;
+
+  for (size_t i = 0; i < n; i++) {
+    double g = get(got, i), r = get(cpu, i), e;
+    if (nan_ok && isnan(g) && isnan(r)) continue;
+    e = g == r ? 0.0 : fabs(g - r);
+    if (isnan(e)) e = INFINITY;
+    if (!(e <= err)) err = e, at = i;
+    if (isfinite(r)) {
+      scale = fmax(scale, fabs(r - (base ? get(base, i) : 0.0)));
+      mag   = fmax(mag, fabs(r));
+    }
+  }
+  tol = rtol * scale + ulps * FLT_EPSILON * mag;
+  if (err <= tol) {
+    vappend(v, "%s%s %.2g of %.2g (%.2g x tol)", v->text[0] ? "; " : "", what, err, scale, tol > 0 ? err / tol : 0.0);
+    return;
+  }
+  v->ok = 0;
+  vappend(v, "%sFAIL %s: max|gpu-cpu| %.3g at [%zu] (gpu %.9g, cpu %.9g), max|cpu%s| %.3g, tol %.3g (%.3g x tol)", v->text[0] ? "; " : "", what, err, at, get(got, at),
+          get(cpu, at), base ? " increment" : "", scale, tol, tol > 0 ? err / tol : INFINITY);
+}
+static double get_f(const void *x, size_t i) { return ((const float *)x)[i]; }
+static double get_d(const void *x, size_t i) { return ((const double *)x)[i]; }
+
+static void compare(Verdict *v, const char *what, const float *got, const float *cpu, const float *base, size_t n, double rtol)
+{
+  compare_at(v, what, get_f, got, cpu, base, n, rtol, base ? 2.0 : 0.0, PETSC_FALSE);
+}
+
+/* Copies the device result back and compares it with the cpu's. */
+static PetscErrorCode compare_dev(Arena *a, Verdict *v, const char *what, const float *dev, const float *cpu, const float *base, size_t n, double rtol)
+{
+  float *h;
+
+  PetscFunctionBegin;
+  PetscCall(d_get(a, dev, n, &h));
+  compare(v, what, h, cpu, base, n, rtol);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Two runs of an op on the device: bitwise equal or a failure. */
+static PetscErrorCode same_bits(Arena *a, Verdict *v, const char *what, const float *dev1, const float *dev2, size_t n)
+{
+  float *h1, *h2;
+
+  PetscFunctionBegin;
+  PetscCall(d_get(a, dev1, n, &h1));
+  PetscCall(d_get(a, dev2, n, &h2));
+  if (memcmp(h1, h2, n * sizeof(float))) {
+    size_t i = 0;
+    while (i < n && !memcmp(h1 + i, h2 + i, sizeof(float))) i++;
+    v->ok = 0;
+    vappend(v, "%sFAIL %s differs between two runs at [%zu] (%.9g vs %.9g)", v->text[0] ? "; " : "", what, i, (double)h1[i], (double)h2[i]);
+  } else vappend(v, "%s%s bitwise", v->text[0] ? "; " : "", what);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static void report(Ctx *c, Verdict *v, const char *fmt, ...)
+{
+  char    name[256];
+  va_list ap;
+
+  va_start(ap, fmt);
+  vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  if (v->ok) c->npass++;
+  else c->nfail++;
+  printf("%s - cuda %s %s: %s\n", v->ok ? "ok" : "not ok", c->prec, name, v->text);
+  fflush(stdout);
+  v->text[0] = 0;
+  v->ok      = 1;
+}
+
+/* ---- the device and the precision ---------------------------------------- */
+
+/* Whether a CUDA device can be used; why not in `why`. */
+static PetscErrorCode cuda_available(char *why, size_t len, PetscBool *yes)
+{
+  PetscFunctionBegin;
+  *yes = PETSC_FALSE;
+#ifndef RLFUSE_HAVE_CUDA
+  PetscCall(PetscStrncpy(why, "built without CUDA (nvcc not found or CUDA=0)", len));
+#else
+  {
+    int n = 0;
+    if (rfcuda_device_count(&n)) snprintf(why, len, "the CUDA device query failed: %s", rfcuda_error());
+    else if (n < 1) snprintf(why, len, "the CUDA runtime sees no device: %s", rfcuda_error());
+    else snprintf(why, len, "%d CUDA device%s", n, n == 1 ? "" : "s"), *yes = PETSC_TRUE;
+  }
+#endif
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode set_precision(Ctx *c, PetscBool bf16)
+{
+  PetscFunctionBegin;
+  PetscCall(backend_cuda_set_precision(bf16));
+  c->bf16 = bf16;
+  c->prec = bf16 ? "bf16" : "fp32";
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- checks ---------------------------------------------------------------- */
+
+static PetscErrorCode check_memory(Ctx *c)
+{
+  const size_t n = ((size_t)1 << 20) + 3; /* larger than one allocation granule */
+  Arena        a = {.gpu = c->gpu};
+  Verdict      v = {"", 1};
+  float       *d1, *d2, *h = h_alloc(&a, n * sizeof(float)), *back;
+  size_t       bad = n;
+
+  PetscFunctionBegin;
+  if (strcmp(c->gpu->name, "cuda")) v.ok = 0, vappend(&v, "FAIL backend name \"%s\"; ", c->gpu->name);
+  PetscCall(d_alloc(&a, n * sizeof(float), (void **)&d1));
+  PetscCall(d_alloc(&a, n * sizeof(float), (void **)&d2));
+  PetscCall(d_get(&a, d1, n, &back));
+  for (size_t i = 0; i < n && bad == n; i++)
+    if (back[i] != 0.0f) bad = i;
+  if (bad < n) v.ok = 0, vappend(&v, "FAIL alloc is not zero-filled at [%zu]; ", bad);
+  for (size_t i = 0; i < n; i++) h[i] = (float)i + 0.5f;
+  PetscCall(c->gpu->from_host(d1, h, n * sizeof(float)));
+  PetscCall(c->gpu->copy(d2, d1, n * sizeof(float)));
+  PetscCall(c->gpu->zero(d1, n * sizeof(float)));
+  PetscCall(c->gpu->zero(d2 + 7, 100 * sizeof(float))); /* a range inside a buffer */
+  PetscCall(c->gpu->copy(d2 + 1000, d2 + 2000, 10 * sizeof(float)));
+  for (size_t i = 7; i < 107; i++) h[i] = 0.0f;
+  for (size_t i = 1000; i < 1010; i++) h[i] = h[i + 1000];
+  PetscCall(d_get(&a, d2, n, &back));
+  if (memcmp(back, h, n * sizeof(float))) v.ok = 0, vappend(&v, "FAIL from_host/copy/zero/to_host round trip (with offsets) differs; ");
+  PetscCall(d_get(&a, d1, n, &back));
+  for (size_t i = 0; i < n; i++)
+    if (back[i] != 0.0f) {
+      v.ok = 0, vappend(&v, "FAIL zero left a nonzero at [%zu]; ", i);
+      break;
+    }
+  PetscCall(c->gpu->sync());
+  PetscCall(c->gpu->free(NULL));
+  if (v.ok) vappend(&v, "%zu floats", n);
+  report(c, &v, "memory (alloc zero-filled, from_host, copy and zero with offsets, to_host, free(NULL))");
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Tokens from a vocabulary of V ids; wte holds ids v0 .. v0+Vl-1 (a shard
+ * when Vl < V: the other tokens add nothing); wpe may be absent. */
+static PetscErrorCode check_encoder(Ctx *c, int N, int C, int V, int P, int v0, int Vl, PetscBool with_wpe)
+{
+  Arena   a = {.gpu = c->gpu};
+  Verdict v = {"", 1};
+  int    *tok = h_ints(&a, N), *pos = h_ints(&a, N), *dtok, *dpos;
+  float  *wte = h_rand(&a, &c->r, (size_t)Vl * C, -1, 1), *wpe = with_wpe ? h_rand(&a, &c->r, (size_t)P * C, -1, 1) : NULL, *out = h_nan(&a, (size_t)N * C);
+  float  *g = h_rand(&a, &c->r, (size_t)N * C, -1, 1), *dwte0 = h_rand(&a, &c->r, (size_t)Vl * C, -1, 1), *dwpe0 = with_wpe ? h_rand(&a, &c->r, (size_t)P * C, -1, 1) : NULL;
+  float  *dwte = h_dup(&a, dwte0, (size_t)Vl * C), *dwpe = with_wpe ? h_dup(&a, dwpe0, (size_t)P * C) : NULL;
+  float  *d_wte, *d_wpe, *d_out, *d_g, *d_dwte[2], *d_dwpe[2];
+  char    what[128];
+
+  PetscFunctionBegin;
+  for (int n = 0; n < N; n++) tok[n] = rng_int(&c->r, V), pos[n] = rng_int(&c->r, P);
+  PetscCall(PetscSNPrintf(what, sizeof what, "N=%d C=%d, %s, %s", N, C, Vl < V ? "a vocabulary shard (v0 > 0)" : "the whole vocabulary", with_wpe ? "wpe" : "wpe NULL"));
+  PetscCall(d_put(&a, tok, N * sizeof(int), (void **)&dtok));
+  PetscCall(d_put(&a, pos, N * sizeof(int), (void **)&dpos));
+  PetscCall(d_put(&a, wte, (size_t)Vl * C * sizeof(float), (void **)&d_wte));
+  PetscCall(d_put(&a, wpe, (size_t)P * C * sizeof(float), (void **)&d_wpe));
+  PetscCall(d_nan(&a, (size_t)N * C, &d_out));
+  PetscCall(c->cpu->encoder_forward(out, tok, pos, wte, wpe, N, C, v0, Vl));
+  PetscCall(c->gpu->encoder_forward(d_out, dtok, dpos, d_wte, d_wpe, N, C, v0, Vl));
+  PetscCall(compare_dev(&a, &v, "out", d_out, out, NULL, (size_t)N * C, rtol_of(c, FP32_ALWAYS)));
+  report(c, &v, "encoder_forward %s", what);
+
+  PetscCall(d_put(&a, g, (size_t)N * C * sizeof(float), (void **)&d_g));
+  for (int k = 0; k < 2; k++) {
+    PetscCall(d_put(&a, dwte0, (size_t)Vl * C * sizeof(float), (void **)&d_dwte[k]));
+    PetscCall(d_put(&a, dwpe0, (size_t)P * C * sizeof(float), (void **)&d_dwpe[k]));
+    PetscCall(c->gpu->encoder_backward(d_dwte[k], d_dwpe[k], d_g, dtok, dpos, N, C, v0, Vl));
+  }
+  PetscCall(c->cpu->encoder_backward(dwte, dwpe, g, tok, pos, N, C, v0, Vl));
+  PetscCall(compare_dev(&a, &v, "dwte", d_dwte[0], dwte, dwte0, (size_t)Vl * C, rtol_of(c, FP32_ALWAYS)));
+  if (with_wpe) PetscCall(compare_dev(&a, &v, "dwpe", d_dwpe[0], dwpe, dwpe0, (size_t)P * C, rtol_of(c, FP32_ALWAYS)));
+  PetscCall(same_bits(&a, &v, "dwte", d_dwte[0], d_dwte[1], (size_t)Vl * C));
+  if (with_wpe) PetscCall(same_bits(&a, &v, "dwpe", d_dwpe[0], d_dwpe[1], (size_t)P * C));
+  report(c, &v, "encoder_backward %s (accumulates; repeated tokens; run twice)", what);
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode check_layernorm(Ctx *c, int N, int C)
+{
+  Arena   a  = {.gpu = c->gpu};
+  Verdict v  = {"", 1};
+  size_t  NC = (size_t)N * C;
+  float  *x = h_rand(&a, &c->r, NC, -2, 3), *w = h_rand(&a, &c->r, C, 0.5, 1.5), *b = h_rand(&a, &c->r, C, -0.5, 0.5);
+  float  *out = h_nan(&a, NC), *mean = h_nan(&a, N), *rstd = h_nan(&a, N), *g = h_rand(&a, &c->r, NC, -1, 1);
+  float  *dx0 = h_rand(&a, &c->r, NC, -1, 1), *dw0 = h_rand(&a, &c->r, C, -1, 1), *db0 = h_rand(&a, &c->r, C, -1, 1);
+  float  *dx = h_dup(&a, dx0, NC), *dw = h_dup(&a, dw0, C), *db = h_dup(&a, db0, C);
+  float  *d_x, *d_w, *d_b, *d_out, *d_mean, *d_rstd, *d_g, *d_cmean, *d_crstd, *d_dx[2], *d_dw[2], *d_db[2];
+  double  rt = rtol_of(c, FP32_ALWAYS);
+
+  PetscFunctionBegin;
+  PetscCall(d_put(&a, x, NC * sizeof(float), (void **)&d_x));
+  PetscCall(d_put(&a, w, C * sizeof(float), (void **)&d_w));
+  PetscCall(d_put(&a, b, C * sizeof(float), (void **)&d_b));
+  PetscCall(d_nan(&a, NC, &d_out));
+  PetscCall(d_nan(&a, N, &d_mean));
+  PetscCall(d_nan(&a, N, &d_rstd));
+  PetscCall(c->cpu->layernorm_forward(out, mean, rstd, x, w, b, N, C));
+  PetscCall(c->gpu->layernorm_forward(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C));
+  PetscCall(compare_dev(&a, &v, "out", d_out, out, NULL, NC, rtol_of(c, BF16_ROUNDED)));
+  PetscCall(compare_dev(&a, &v, "mean", d_mean, mean, NULL, N, rt));
+  PetscCall(compare_dev(&a, &v, "rstd", d_rstd, rstd, NULL, N, rt));
+  report(c, &v, "layernorm_forward N=%d C=%d", N, C);
+
+  /* the backward gets the cpu's mean and rstd on both sides: it alone is tested */
+  PetscCall(d_put(&a, g, NC * sizeof(float), (void **)&d_g));
+  PetscCall(d_put(&a, mean, N * sizeof(float), (void **)&d_cmean));
+  PetscCall(d_put(&a, rstd, N * sizeof(float), (void **)&d_crstd));
+  for (int k = 0; k < 2; k++) {
+    PetscCall(d_put(&a, dx0, NC * sizeof(float), (void **)&d_dx[k]));
+    PetscCall(d_put(&a, dw0, C * sizeof(float), (void **)&d_dw[k]));
+    PetscCall(d_put(&a, db0, C * sizeof(float), (void **)&d_db[k]));
+    PetscCall(c->gpu->layernorm_backward(d_dx[k], d_dw[k], d_db[k], d_g, d_x, d_w, d_cmean, d_crstd, N, C));
+  }
+  PetscCall(c->cpu->layernorm_backward(dx, dw, db, g, x, w, mean, rstd, N, C));
+  PetscCall(compare_dev(&a, &v, "dinp", d_dx[0], dx, dx0, NC, rt));
+  PetscCall(compare_dev(&a, &v, "dw", d_dw[0], dw, dw0, C, rt));
+  PetscCall(compare_dev(&a, &v, "db", d_db[0], db, db0, C, rt));
+  PetscCall(same_bits(&a, &v, "dinp", d_dx[0], d_dx[1], NC));
+  PetscCall(same_bits(&a, &v, "dw", d_dw[0], d_dw[1], C));
+  PetscCall(same_bits(&a, &v, "db", d_db[0], d_db[1], C));
+  report(c, &v, "layernorm_backward N=%d C=%d (accumulates; run twice)", N, C);
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode check_matmul(Ctx *c, int N, int C, int OC, PetscBool tr)
+{
+  Arena       a = {.gpu = c->gpu};
+  Verdict     v = {"", 1};
+  size_t      nx = (size_t)N * C, nw = (size_t)C * OC, no = (size_t)N * OC;
+  float      *x = h_rand(&a, &c->r, nx, -1, 1), *w = h_rand(&a, &c->r, nw, -1, 1), *bias = h_rand(&a, &c->r, OC, -1, 1);
+  float      *out = h_nan(&a, no), *out2 = h_nan(&a, no), *g = h_rand(&a, &c->r, no, -1, 1);
+  float      *dx0 = h_rand(&a, &c->r, nx, -1, 1), *dw0 = h_rand(&a, &c->r, nw, -1, 1), *db0 = h_rand(&a, &c->r, OC, -1, 1);
+  float      *dx = h_dup(&a, dx0, nx), *dw = h_dup(&a, dw0, nw), *db = h_dup(&a, db0, OC), *dw2 = h_dup(&a, dw0, nw);
+  float      *d_x, *d_w, *d_bias, *d_out, *d_out2, *d_g, *d_dx[2], *d_dw[2], *d_db[2], *d_dw2;
+  double      rt = rtol_of(c, BF16_ROUNDED);
+  const char *lay = tr ? " transposed" : "";
+
+  PetscFunctionBegin;
+  PetscCall(d_put(&a, x, nx * sizeof(float), (void **)&d_x));
+  PetscCall(d_put(&a, w, nw * sizeof(float), (void **)&d_w));
+  PetscCall(d_put(&a, bias, OC * sizeof(float), (void **)&d_bias));
+  PetscCall(d_nan(&a, no, &d_out));
+  PetscCall(d_nan(&a, no, &d_out2));
+  PetscCall(c->cpu->matmul_forward(out, x, w, bias, N, C, OC, tr));
+  PetscCall(c->cpu->matmul_forward(out2, x, w, NULL, N, C, OC, tr));
+  PetscCall(c->gpu->matmul_forward(d_out, d_x, d_w, d_bias, N, C, OC, tr));
+  PetscCall(c->gpu->matmul_forward(d_out2, d_x, d_w, NULL, N, C, OC, tr));
+  PetscCall(compare_dev(&a, &v, "out", d_out, out, NULL, no, rt));
+  PetscCall(compare_dev(&a, &v, "out(no bias)", d_out2, out2, NULL, no, rt));
+  report(c, &v, "matmul_forward%s N=%d C=%d OC=%d (with and without bias)", lay, N, C, OC);
+
+  PetscCall(d_put(&a, g, no * sizeof(float), (void **)&d_g));
+  for (int k = 0; k < 2; k++) {
+    PetscCall(d_put(&a, dx0, nx * sizeof(float), (void **)&d_dx[k]));
+    PetscCall(d_put(&a, dw0, nw * sizeof(float), (void **)&d_dw[k]));
+    PetscCall(d_put(&a, db0, OC * sizeof(float), (void **)&d_db[k]));
+    PetscCall(c->gpu->matmul_backward(d_dx[k], d_dw[k], d_db[k], d_g, d_x, d_w, N, C, OC, tr));
+  }
+  PetscCall(d_put(&a, dw0, nw * sizeof(float), (void **)&d_dw2));
+  PetscCall(c->gpu->matmul_backward(NULL, d_dw2, NULL, d_g, d_x, d_w, N, C, OC, tr));
+  PetscCall(c->cpu->matmul_backward(dx, dw, db, g, x, w, N, C, OC, tr));
+  PetscCall(c->cpu->matmul_backward(NULL, dw2, NULL, g, x, w, N, C, OC, tr));
+  PetscCall(compare_dev(&a, &v, "dinp", d_dx[0], dx, dx0, nx, rt));
+  PetscCall(compare_dev(&a, &v, "dw", d_dw[0], dw, dw0, nw, rt));
+  PetscCall(compare_dev(&a, &v, "dbias", d_db[0], db, db0, OC, rtol_of(c, FP32_ALWAYS))); /* from the fp32 dout */
+  PetscCall(compare_dev(&a, &v, "dw(dinp, dbias NULL)", d_dw2, dw2, dw0, nw, rt));
+  /* cuBLAS gives the same bits on the same device, stream and sizes */
+  PetscCall(same_bits(&a, &v, "dinp", d_dx[0], d_dx[1], nx));
+  PetscCall(same_bits(&a, &v, "dw", d_dw[0], d_dw[1], nw));
+  PetscCall(same_bits(&a, &v, "dbias", d_db[0], d_db[1], OC));
+  report(c, &v, "matmul_backward%s N=%d C=%d OC=%d (accumulates; NULL dinp and dbias; run twice)", lay, N, C, OC);
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode check_attention(Ctx *c, int B, int T, int C, int NH)
+{
+  Arena   a  = {.gpu = c->gpu};
+  Verdict v  = {"", 1};
+  size_t  nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+  float  *qkv = h_rand(&a, &c->r, nq, -1.5, 1.5), *out = h_nan(&a, no), *att = h_nan(&a, na), *g = h_rand(&a, &c->r, no, -1, 1);
+  float  *dq0 = h_rand(&a, &c->r, nq, -1, 1), *dq = h_dup(&a, dq0, nq);
+  float  *d_qkv, *d_out[2], *d_att[2], *d_g, *d_catt, *d_dq[2];
+  double  rt = rtol_of(c, FP32_ALWAYS);
+
+  PetscFunctionBegin;
+  PetscCall(d_put(&a, qkv, nq * sizeof(float), (void **)&d_qkv));
+  for (int k = 0; k < 2; k++) {
+    PetscCall(d_nan(&a, no, &d_out[k]));
+    PetscCall(d_nan(&a, na, &d_att[k]));
+    PetscCall(c->gpu->attention_forward(d_out[k], d_att[k], d_qkv, B, T, C, NH));
+  }
+  PetscCall(c->cpu->attention_forward(out, att, qkv, B, T, C, NH));
+  PetscCall(compare_dev(&a, &v, "out", d_out[0], out, NULL, no, rtol_of(c, BF16_ROUNDED)));
+  PetscCall(compare_dev(&a, &v, "att", d_att[0], att, NULL, na, rt));
+  PetscCall(same_bits(&a, &v, "out", d_out[0], d_out[1], no));
+  PetscCall(same_bits(&a, &v, "att", d_att[0], d_att[1], na));
+  report(c, &v, "attention_forward B=%d T=%d C=%d NH=%d (probabilities, zeros above the diagonal; run twice)", B, T, C, NH);
+
+  /* both backwards get the cpu's probabilities */
+  PetscCall(d_put(&a, g, no * sizeof(float), (void **)&d_g));
+  PetscCall(d_put(&a, att, na * sizeof(float), (void **)&d_catt));
+  for (int k = 0; k < 2; k++) {
+    PetscCall(d_put(&a, dq0, nq * sizeof(float), (void **)&d_dq[k]));
+    PetscCall(c->gpu->attention_backward(d_dq[k], d_g, d_qkv, d_catt, B, T, C, NH));
+  }
+  PetscCall(c->cpu->attention_backward(dq, g, qkv, att, B, T, C, NH));
+  PetscCall(compare_dev(&a, &v, "dqkv", d_dq[0], dq, dq0, nq, rt));
+  PetscCall(same_bits(&a, &v, "dqkv", d_dq[0], d_dq[1], nq));
+  report(c, &v, "attention_backward B=%d T=%d C=%d NH=%d (accumulates; run twice)", B, T, C, NH);
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The same sequence of cached calls on both backends: three sequences in
+ * slots {2, 0, 3} of a 4-slot cache whose Tmax exceeds T. The first call
+ * holds all three prompts (5, 1 and 20 tokens) with their rows shuffled, so
+ * rows of one slot attend to keys written by the same call; then one token
+ * per unfinished slot per call, in rotating order. Compared: every output
+ * row, and the caches at the end (entries neither side wrote stay NaN). */
+static PetscErrorCode check_attention_cached(Ctx *c)
+{
+  const int B = 3, T = 37, C = 64, NH = 4, Tmax = T + 5, nslot = 4, slot_of[3] = {2, 0, 3}, prompt[3] = {5, 1, 20};
+  Arena     a  = {.gpu = c->gpu};
+  Verdict   v  = {"", 1};
+  size_t    C3 = 3 * (size_t)C, nc = (size_t)nslot * Tmax * C;
+  float    *qkv = h_rand(&a, &c->r, (size_t)B * T * C3, -1.5, 1.5), *kc = h_nan(&a, nc), *vc = h_nan(&a, nc);
+  float    *rows = h_alloc(&a, (size_t)B * T * C3 * sizeof(float)), *rout = h_alloc(&a, (size_t)B * T * C * sizeof(float)), *gout;
+  float    *want = h_nan(&a, (size_t)B * T * C), *got = h_nan(&a, (size_t)B * T * C);
+  int      *slot = h_ints(&a, (size_t)B * T), *pos = h_ints(&a, (size_t)B * T), *seq = h_ints(&a, (size_t)B * T), done[3], ncall = 0;
+  float    *d_kc, *d_vc, *d_rows, *d_out;
+  int      *d_slot, *d_pos;
+  double    rt = rtol_of(c, FP32_ALWAYS);
+
+  PetscFunctionBegin;
+  PetscCall(d_nan(&a, nc, &d_kc));
+  PetscCall(d_nan(&a, nc, &d_vc));
+  PetscCall(d_alloc(&a, (size_t)B * T * C3 * sizeof(float), (void **)&d_rows));
+  PetscCall(d_alloc(&a, (size_t)B * T * C * sizeof(float), (void **)&d_out));
+  PetscCall(d_alloc(&a, (size_t)B * T * sizeof(int), (void **)&d_slot));
+  PetscCall(d_alloc(&a, (size_t)B * T * sizeof(int), (void **)&d_pos));
+  for (int b = 0; b < B; b++) done[b] = 0;
+  for (;;) {
+    int n = 0;
+    if (!ncall) { /* the prompts, shuffled */
+      for (int b = 0; b < B; b++)
+        for (int t = 0; t < prompt[b]; t++) seq[n] = b, pos[n] = t, n++;
+      for (int k = n - 1; k > 0; k--) {
+        int j = rng_int(&c->r, k + 1), s = seq[k], p = pos[k];
+        seq[k] = seq[j], pos[k] = pos[j], seq[j] = s, pos[j] = p;
+      }
+    } else
+      for (int k = 0; k < B; k++) {
+        int b = (k + ncall) % B;
+        if (done[b] < T) seq[n] = b, pos[n] = done[b], n++;
+      }
+    if (!n) break;
+    for (int r = 0; r < n; r++) {
+      slot[r] = slot_of[seq[r]];
+      memcpy(rows + r * C3, qkv + ((size_t)seq[r] * T + pos[r]) * C3, C3 * sizeof(float));
+    }
+    for (size_t i = 0; i < (size_t)n * C; i++) rout[i] = NAN;
+    PetscCall(c->gpu->from_host(d_rows, rows, n * C3 * sizeof(float)));
+    PetscCall(c->gpu->from_host(d_out, rout, (size_t)n * C * sizeof(float)));
+    PetscCall(c->gpu->from_host(d_slot, slot, n * sizeof(int)));
+    PetscCall(c->gpu->from_host(d_pos, pos, n * sizeof(int)));
+    PetscCall(c->gpu->attention_cached(d_out, d_kc, d_vc, d_rows, d_slot, d_pos, n, Tmax, C, NH));
+    PetscCall(c->cpu->attention_cached(rout, kc, vc, rows, slot, pos, n, Tmax, C, NH));
+    PetscCall(d_get(&a, d_out, (size_t)n * C, &gout));
+    for (int r = 0; r < n; r++) {
+      size_t at = ((size_t)seq[r] * T + pos[r]) * C;
+      memcpy(want + at, rout + (size_t)r * C, C * sizeof(float));
+      memcpy(got + at, gout + (size_t)r * C, C * sizeof(float));
+      if (ncall) done[seq[r]]++;
+    }
+    if (!ncall)
+      for (int b = 0; b < B; b++) done[b] = prompt[b];
+    ncall++;
+  }
+  compare(&v, "out", got, want, NULL, (size_t)B * T * C, rtol_of(c, BF16_ROUNDED));
+  {
+    float *gk, *gv;
+    PetscCall(d_get(&a, d_kc, nc, &gk));
+    PetscCall(d_get(&a, d_vc, nc, &gv));
+    compare_at(&v, "kcache", get_f, gk, kc, NULL, nc, rt, 0.0, PETSC_TRUE);
+    compare_at(&v, "vcache", get_f, gv, vc, NULL, nc, rt, 0.0, PETSC_TRUE);
+  }
+  report(c, &v, "attention_cached, %d calls: 3 prompts in one shuffled call, then interleaved decoding in slots 2, 0, 3 of 4 (Tmax %d)", ncall, Tmax);
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode check_pointwise(Ctx *c)
+{
+  const size_t n = 100003;
+  Arena        a = {.gpu = c->gpu};
+  Verdict      v = {"", 1};
+  float       *x = h_rand(&a, &c->r, n, -6, 6), *y = h_rand(&a, &c->r, n, -1, 1), *g = h_rand(&a, &c->r, n, -1, 1), *dx0 = h_rand(&a, &c->r, n, -1, 1);
+  float       *out = h_nan(&a, n), *res = h_nan(&a, n), *dx = h_dup(&a, dx0, n), *y2 = h_dup(&a, y, n);
+  float       *d_x, *d_y, *d_g, *d_out, *d_res, *d_dx, *d_y2;
+
+  PetscFunctionBegin;
+  PetscCall(d_put(&a, x, n * sizeof(float), (void **)&d_x));
+  PetscCall(d_put(&a, y, n * sizeof(float), (void **)&d_y));
+  PetscCall(d_put(&a, g, n * sizeof(float), (void **)&d_g));
+  PetscCall(d_put(&a, dx0, n * sizeof(float), (void **)&d_dx));
+  PetscCall(d_put(&a, y, n * sizeof(float), (void **)&d_y2));
+  PetscCall(d_nan(&a, n, &d_out));
+  PetscCall(d_nan(&a, n, &d_res));
+
+  PetscCall(c->cpu->gelu_forward(out, x, n));
+  PetscCall(c->gpu->gelu_forward(d_out, d_x, n));
+  PetscCall(compare_dev(&a, &v, "out", d_out, out, NULL, n, rtol_of(c, BF16_ROUNDED)));
+  report(c, &v, "gelu_forward n=%zu", n);
+
+  PetscCall(c->cpu->gelu_backward(dx, x, g, n));
+  PetscCall(c->gpu->gelu_backward(d_dx, d_x, d_g, n));
+  PetscCall(compare_dev(&a, &v, "dinp", d_dx, dx, dx0, n, rtol_of(c, FP32_ALWAYS)));
+  report(c, &v, "gelu_backward n=%zu (accumulates)", n);
+
+  PetscCall(c->cpu->residual_forward(res, x, y, n));
+  PetscCall(c->gpu->residual_forward(d_res, d_x, d_y, n));
+  PetscCall(compare_dev(&a, &v, "residual", d_res, res, NULL, n, rtol_of(c, FP32_ALWAYS)));
+  PetscCall(c->cpu->axpy(y2, 0.37f, x, n));
+  PetscCall(c->gpu->axpy(d_y2, 0.37f, d_x, n));
+  PetscCall(compare_dev(&a, &v, "axpy", d_y2, y2, y, n, rtol_of(c, FP32_ALWAYS)));
+  PetscCall(c->cpu->scale(y2, -1.75f, n));
+  PetscCall(c->gpu->scale(d_y2, -1.75f, n));
+  PetscCall(compare_dev(&a, &v, "axpy then scale", d_y2, y2, NULL, n, rtol_of(c, FP32_ALWAYS)));
+  report(c, &v, "residual_forward, axpy, scale n=%zu", n);
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* A CSR allowed-token mask over N rows (as test_ops): rows cycle through an
+ * empty range (the whole vocabulary), one token, 2..20 and 100..700 tokens,
+ * each a random subset in random order; targets come from the row's set and
+ * every fifth row has none (-1). off [N+1] and ids live in the arena. */
+static void make_mask(Arena *a, Rng *r, int N, int V, int *tgt, int **off, int **ids)
+{
+  int *perm = h_ints(a, V), *size = h_ints(a, N);
+
+  *off      = h_ints(a, (size_t)N + 1);
+  (*off)[0] = 0;
+  for (int n = 0; n < N; n++) {
+    size[n]       = n % 4 == 0 ? 0 : n % 4 == 1 ? 1 : n % 4 == 2 ? 2 + rng_int(r, 19) : 100 + rng_int(r, 601);
+    (*off)[n + 1] = (*off)[n] + size[n];
+  }
+  *ids = h_ints(a, (*off)[N] ? (*off)[N] : 1);
+  for (int v = 0; v < V; v++) perm[v] = v;
+  for (int n = 0; n < N; n++) {
+    int *set = *ids + (*off)[n];
+    for (int k = 0; k < size[n]; k++) {
+      int j = k + rng_int(r, V - k), t = perm[k];
+      perm[k] = perm[j], perm[j] = t;
+      set[k] = perm[k];
+    }
+    tgt[n] = n % 5 == 3 ? -1 : size[n] ? set[rng_int(r, size[n])] : rng_int(r, V);
+  }
+}
+
+/* Random logits; those a masked row must never read are NaN, so a read shows. */
+static float *make_logits(Arena *a, Rng *r, int N, int V, const int *off, const int *ids)
+{
+  float *x = h_rand(a, r, (size_t)N * V, -6, 6), *keep = h_alloc(a, (size_t)V * sizeof(float));
+
+  for (int n = 0; off && n < N; n++) {
+    float *row = x + (size_t)n * V;
+    if (off[n + 1] == off[n]) continue;
+    memcpy(keep, row, (size_t)V * sizeof(float));
+    for (int j = 0; j < V; j++) row[j] = NAN;
+    for (int k = off[n]; k < off[n + 1]; k++) row[ids[k]] = keep[ids[k]];
+  }
+  return x;
+}
+
+/* Forward (with and without lse/entropy) and backward (with the lse and
+ * without) of one distribution, on both backends. */
+static PetscErrorCode check_logprob_dist(Ctx *c, const char *what, int N, int V, float it, PetscBool masked)
+{
+  Arena   a = {.gpu = c->gpu};
+  Verdict v = {"", 1};
+  size_t  NV = (size_t)N * V;
+  int    *tgt = h_ints(&a, N), *off = NULL, *ids = NULL, *d_tgt, *d_off, *d_ids;
+  float  *x, *lp = h_nan(&a, N), *lse = h_nan(&a, N), *ent = h_nan(&a, N), *dlp = h_rand(&a, &c->r, N, -1, 1), *dx = h_nan(&a, NV);
+  float  *d_x, *d_lp[2], *d_lse[2], *d_ent[2], *d_lp3, *d_dlp, *d_clse, *d_dx[2], *d_dx3;
+  double  rt = rtol_of(c, FP32_ALWAYS);
+
+  PetscFunctionBegin;
+  if (masked) make_mask(&a, &c->r, N, V, tgt, &off, &ids);
+  else
+    for (int n = 0; n < N; n++) tgt[n] = n % 5 == 3 ? -1 : rng_int(&c->r, V);
+  x = make_logits(&a, &c->r, N, V, off, ids);
+  PetscCall(d_put(&a, x, NV * sizeof(float), (void **)&d_x));
+  PetscCall(d_put(&a, tgt, N * sizeof(int), (void **)&d_tgt));
+  PetscCall(d_put(&a, off, masked ? (N + 1) * sizeof(int) : 0, (void **)&d_off));
+  PetscCall(d_put(&a, ids, masked ? (off[N] ? off[N] : 1) * sizeof(int) : 0, (void **)&d_ids));
+  for (int k = 0; k < 2; k++) {
+    PetscCall(d_nan(&a, N, &d_lp[k]));
+    PetscCall(d_nan(&a, N, &d_lse[k]));
+    PetscCall(d_nan(&a, N, &d_ent[k]));
+    PetscCall(c->gpu->logprob_forward(d_lp[k], d_lse[k], d_ent[k], d_x, d_tgt, it, d_off, d_ids, N, V));
+  }
+  PetscCall(d_nan(&a, N, &d_lp3));
+  PetscCall(c->gpu->logprob_forward(d_lp3, NULL, NULL, d_x, d_tgt, it, d_off, d_ids, N, V));
+  PetscCall(c->cpu->logprob_forward(lp, lse, ent, x, tgt, it, off, ids, N, V));
+  PetscCall(compare_dev(&a, &v, "logprob", d_lp[0], lp, NULL, N, rt));
+  PetscCall(compare_dev(&a, &v, "lse", d_lse[0], lse, NULL, N, rt));
+  PetscCall(compare_dev(&a, &v, "entropy", d_ent[0], ent, NULL, N, rt));
+  PetscCall(same_bits(&a, &v, "logprob", d_lp[0], d_lp[1], N));
+  PetscCall(same_bits(&a, &v, "lse", d_lse[0], d_lse[1], N));
+  PetscCall(same_bits(&a, &v, "entropy", d_ent[0], d_ent[1], N));
+  /* PPO's first ratio exp(new - old) is exactly 1 only if asking for the
+   * entropy changes no bit of the log-probabilities */
+  PetscCall(same_bits(&a, &v, "logprob with lse and entropy NULL", d_lp[0], d_lp3, N));
+  report(c, &v, "logprob_forward N=%d V=%d, %s (rows without a target give 0; run twice)", N, V, what);
+
+  /* the backward gets the cpu's lse on both sides; then none (recomputed) */
+  PetscCall(d_put(&a, dlp, N * sizeof(float), (void **)&d_dlp));
+  PetscCall(d_put(&a, lse, N * sizeof(float), (void **)&d_clse));
+  for (int k = 0; k < 2; k++) {
+    PetscCall(d_nan(&a, NV, &d_dx[k]));
+    PetscCall(c->gpu->logprob_backward(d_dx[k], d_x, d_clse, d_tgt, d_dlp, it, d_off, d_ids, N, V));
+  }
+  PetscCall(d_nan(&a, NV, &d_dx3));
+  PetscCall(c->gpu->logprob_backward(d_dx3, d_x, NULL, d_tgt, d_dlp, it, d_off, d_ids, N, V));
+  PetscCall(c->cpu->logprob_backward(dx, x, lse, tgt, dlp, it, off, ids, N, V));
+  PetscCall(compare_dev(&a, &v, "dlogits", d_dx[0], dx, NULL, NV, rt));
+  PetscCall(compare_dev(&a, &v, "dlogits(lse NULL)", d_dx3, dx, NULL, NV, rt));
+  PetscCall(same_bits(&a, &v, "dlogits", d_dx[0], d_dx[1], NV));
+  report(c, &v, "logprob_backward N=%d V=%d, %s (overwrites; rows without a target zero; run twice)", N, V, what);
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* logprob_stats and logprob_backward_shard on the columns v0 .. v0+Vl-1 of a
+ * V-column row, with global targets and mask ids: some targets and many
+ * masked rows' whole sets lie outside the shard (then max y is -inf). */
+static PetscErrorCode check_logprob_shard(Ctx *c, const char *what, float it, PetscBool masked)
+{
+  const int N = 97, V = 1000, v0 = 300, Vl = 350;
+  Arena     a = {.gpu = c->gpu};
+  Verdict   v = {"", 1};
+  size_t    NL = (size_t)N * Vl;
+  int      *tgt = h_ints(&a, N), *off = NULL, *ids = NULL, *d_tgt, *d_off, *d_ids;
+  float    *x, *xs = h_alloc(&a, NL * sizeof(float)), *lp = h_nan(&a, N), *lse = h_nan(&a, N), *dlp = h_rand(&a, &c->r, N, -1, 1), *dxs = h_nan(&a, NL);
+  double   *st = h_alloc(&a, 4 * (size_t)N * sizeof(double)), *gst = h_alloc(&a, 4 * (size_t)N * sizeof(double)), *part[2][4];
+  double   *d_st[2];
+  float    *d_xs, *d_lse, *d_dlp, *d_dx[2];
+  double    rt = rtol_of(c, FP32_ALWAYS);
+  const char *comp[4] = {"stats max", "stats sum", "stats weighted sum", "stats target y"};
+
+  PetscFunctionBegin;
+  if (masked) make_mask(&a, &c->r, N, V, tgt, &off, &ids);
+  else
+    for (int n = 0; n < N; n++) tgt[n] = n % 5 == 3 ? -1 : rng_int(&c->r, V);
+  x = make_logits(&a, &c->r, N, V, off, ids);
+  for (int n = 0; n < N; n++) memcpy(xs + (size_t)n * Vl, x + (size_t)n * V + v0, Vl * sizeof(float));
+  PetscCall(c->cpu->logprob_forward(lp, lse, NULL, x, tgt, it, off, ids, N, V)); /* the global lse */
+  PetscCall(d_put(&a, xs, NL * sizeof(float), (void **)&d_xs));
+  PetscCall(d_put(&a, tgt, N * sizeof(int), (void **)&d_tgt));
+  PetscCall(d_put(&a, off, masked ? (N + 1) * sizeof(int) : 0, (void **)&d_off));
+  PetscCall(d_put(&a, ids, masked ? (off[N] ? off[N] : 1) * sizeof(int) : 0, (void **)&d_ids));
+  for (int i = 0; i < 4 * N; i++) gst[i] = NAN;
+  for (int k = 0; k < 2; k++) {
+    PetscCall(d_put(&a, gst, 4 * (size_t)N * sizeof(double), (void **)&d_st[k]));
+    PetscCall(c->gpu->logprob_stats(d_st[k], d_xs, d_tgt, it, d_off, d_ids, N, Vl, v0));
+  }
+  PetscCall(c->cpu->logprob_stats(st, xs, tgt, it, off, ids, N, Vl, v0));
+  for (int k = 0; k < 2; k++)
+    for (int j = 0; j < 4; j++) part[k][j] = h_alloc(&a, (size_t)N * sizeof(double));
+  PetscCall(c->gpu->to_host(gst, d_st[0], 4 * (size_t)N * sizeof(double)));
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < 4; j++) part[0][j][n] = gst[4 * n + j], part[1][j][n] = st[4 * n + j];
+  for (int j = 0; j < 4; j++) compare_at(&v, comp[j], get_d, part[0][j], part[1][j], NULL, N, rt, 0.0, PETSC_FALSE);
+  {
+    double *again = h_alloc(&a, 4 * (size_t)N * sizeof(double));
+    PetscCall(c->gpu->to_host(again, d_st[1], 4 * (size_t)N * sizeof(double)));
+    if (memcmp(again, gst, 4 * (size_t)N * sizeof(double))) v.ok = 0, vappend(&v, "; FAIL stats differ between two runs");
+    else vappend(&v, "; stats bitwise");
+  }
+  report(c, &v, "logprob_stats N=%d, columns %d..%d of V=%d, %s (run twice)", N, v0, v0 + Vl - 1, V, what);
+
+  PetscCall(d_put(&a, lse, N * sizeof(float), (void **)&d_lse));
+  PetscCall(d_put(&a, dlp, N * sizeof(float), (void **)&d_dlp));
+  for (int k = 0; k < 2; k++) {
+    PetscCall(d_nan(&a, NL, &d_dx[k]));
+    PetscCall(c->gpu->logprob_backward_shard(d_dx[k], d_xs, d_lse, d_tgt, d_dlp, it, d_off, d_ids, N, Vl, v0));
+  }
+  PetscCall(c->cpu->logprob_backward_shard(dxs, xs, lse, tgt, dlp, it, off, ids, N, Vl, v0));
+  PetscCall(compare_dev(&a, &v, "dlogits", d_dx[0], dxs, NULL, NL, rt));
+  PetscCall(same_bits(&a, &v, "dlogits", d_dx[0], d_dx[1], NL));
+  report(c, &v, "logprob_backward_shard N=%d, columns %d..%d of V=%d, %s (overwrites; run twice)", N, v0, v0 + Vl - 1, V, what);
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode check_sumsq(Ctx *c, size_t n)
+{
+  Arena   a = {.gpu = c->gpu};
+  Verdict v = {"", 1};
+  float  *x = h_rand(&a, &c->r, n, -1, 1), *d_x;
+  double  s = 0, gs[2] = {NAN, NAN};
+
+  PetscFunctionBegin;
+  PetscCall(d_put(&a, x, n * sizeof(float), (void **)&d_x));
+  PetscCall(c->gpu->sumsq(&gs[0], d_x, n));
+  PetscCall(c->gpu->sumsq(&gs[1], d_x, n));
+  PetscCall(c->cpu->sumsq(&s, x, n));
+  compare_at(&v, "sumsq", get_d, &gs[0], &s, NULL, 1, rtol_of(c, FP32_ALWAYS), 0.0, PETSC_FALSE);
+  if (memcmp(&gs[0], &gs[1], sizeof(double))) v.ok = 0, vappend(&v, "; FAIL differs between two runs (%.17g, %.17g)", gs[0], gs[1]);
+  else vappend(&v, "; bitwise");
+  report(c, &v, "sumsq n=%zu (run twice)", n);
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Three AdamW steps with weight decay and a gradient scale, fresh gradients
+ * each step. The parameters are compared by their change: 6 roundings of p
+ * per side (decay and update, 3 steps) allow 8 ulp of |p| on top of 1e-5 of
+ * the change, which still resolves the update to ~1e-4. */
+static PetscErrorCode check_adamw(Ctx *c)
+{
+  const size_t n = 50001;
+  const float  lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f;
+  Arena        a = {.gpu = c->gpu};
+  Verdict      v = {"", 1};
+  float       *p0 = h_rand(&a, &c->r, n, -1, 1), *p = h_dup(&a, p0, n), *m = h_alloc(&a, n * sizeof(float)), *vv = h_alloc(&a, n * sizeof(float));
+  float       *d_p, *d_m, *d_v, *d_g, *gp;
+  double       rt = rtol_of(c, FP32_ALWAYS);
+
+  PetscFunctionBegin;
+  memset(m, 0, n * sizeof(float)), memset(vv, 0, n * sizeof(float));
+  PetscCall(d_put(&a, p0, n * sizeof(float), (void **)&d_p));
+  PetscCall(d_put(&a, m, n * sizeof(float), (void **)&d_m));
+  PetscCall(d_put(&a, vv, n * sizeof(float), (void **)&d_v));
+  PetscCall(d_alloc(&a, n * sizeof(float), (void **)&d_g));
+  for (int t = 1; t <= 3; t++) {
+    float *g = h_rand(&a, &c->r, n, -2, 2);
+    PetscCall(c->gpu->from_host(d_g, g, n * sizeof(float)));
+    PetscCall(c->gpu->adamw(d_p, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, t, gs));
+    PetscCall(c->cpu->adamw(p, g, m, vv, n, lr, b1, b2, eps, wd, t, gs));
+  }
+  PetscCall(d_get(&a, d_p, n, &gp));
+  compare_at(&v, "p", get_f, gp, p, p0, n, rt, 8.0, PETSC_FALSE);
+  PetscCall(compare_dev(&a, &v, "m", d_m, m, NULL, n, rt));
+  PetscCall(compare_dev(&a, &v, "v", d_v, vv, NULL, n, rt));
+  report(c, &v, "adamw n=%zu (3 steps, weight decay, gradient scale)", n);
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* A target outside its row's allowed set must be an error naming the row,
+ * in the forward and the backward: the kernels check the device arrays
+ * themselves (cuda_logprob.cu). An unmasked call skips that check to save a
+ * synchronisation and gives NaN for a row whose target is >= V instead
+ * (documented there; tensor.h calls it an error, and the model checks
+ * targets on the host first): either is accepted, a finite value is not.
+ * Afterwards the backend must work normally. */
+static PetscErrorCode check_logprob_errors(Ctx *c)
+{
+  const int      N = 4, V = 50, off[5] = {0, 3, 3, 4, 6}, ids[6] = {7, 2, 40, 11, 5, 9};
+  const int      outside[4] = {2, 33, 12, 9} /* row 2 allows only 11 */, beyond[4] = {2, 50, 1, -1}, good[4] = {2, 33, 11, -1};
+  Arena          a = {.gpu = c->gpu};
+  Verdict        v = {"", 1};
+  float         *x = h_rand(&a, &c->r, (size_t)N * V, -3, 3), *lp = h_nan(&a, N), *dlp = h_rand(&a, &c->r, N, -1, 1), *glp, *d_x, *d_lp, *d_lse, *d_dlp, *d_dx;
+  int           *d_off, *d_ids, *d_tgt;
+  const char    *msg;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCall(d_put(&a, x, (size_t)N * V * sizeof(float), (void **)&d_x));
+  PetscCall(d_put(&a, off, sizeof off, (void **)&d_off));
+  PetscCall(d_put(&a, ids, sizeof ids, (void **)&d_ids));
+  PetscCall(d_put(&a, dlp, N * sizeof(float), (void **)&d_dlp));
+  PetscCall(d_alloc(&a, N * sizeof(int), (void **)&d_tgt));
+  PetscCall(d_nan(&a, N, &d_lp));
+  PetscCall(d_nan(&a, N, &d_lse));
+  PetscCall(d_nan(&a, (size_t)N * V, &d_dx));
+  PetscCall(c->gpu->from_host(d_tgt, outside, N * sizeof(int)));
+  for (int k = 0; k < 3; k++) {
+    const char *label[3] = {"forward, target 12 outside row 2's set {11}", "backward, the same", "forward without a mask, target 50 >= V"};
+    if (k == 2) PetscCall(c->gpu->from_host(d_tgt, beyond, N * sizeof(int)));
+    PetscCall(c->gpu->from_host(d_lp, lp, N * sizeof(float))); /* NaN again */
+    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+    ierr = k == 0 ? c->gpu->logprob_forward(d_lp, d_lse, NULL, d_x, d_tgt, 1.0f, d_off, d_ids, N, V)
+         : k == 1 ? c->gpu->logprob_backward(d_dx, d_x, NULL, d_tgt, d_dlp, 1.0f, d_off, d_ids, N, V)
+                  : c->gpu->logprob_forward(d_lp, NULL, NULL, d_x, d_tgt, 1.0f, NULL, NULL, N, V);
+    PetscCall(PetscPopErrorHandler());
+    msg = NULL;
+    if (ierr) PetscCall(PetscErrorMessage(ierr, NULL, (char **)&msg));
+    if (ierr && msg && (k == 2 || (strstr(msg, "outside its allowed set") && strstr(msg, "row 2")))) {
+      vappend(&v, "%s%s: \"%s\"", v.text[0] ? "; " : "", label[k], msg);
+    } else if (ierr) {
+      v.ok = 0;
+      vappend(&v, "%sFAIL %s: message \"%s\" lacks \"outside its allowed set\" or \"row 2\"", v.text[0] ? "; " : "", label[k], msg ? msg : "");
+    } else if (k == 2) { /* no error: row 1 must then be NaN */
+      PetscCall(d_get(&a, d_lp, N, &glp));
+      if (isnan(glp[1])) vappend(&v, "%s%s: NaN in that row, no error", v.text[0] ? "; " : "", label[k]);
+      else v.ok = 0, vappend(&v, "%sFAIL %s: no error and a finite log-probability %.9g", v.text[0] ? "; " : "", label[k], (double)glp[1]);
+    } else {
+      v.ok = 0;
+      vappend(&v, "%sFAIL %s: no error", v.text[0] ? "; " : "", label[k]);
+    }
+  }
+  /* the device still works, and the valid call agrees with the cpu */
+  PetscCall(c->gpu->from_host(d_tgt, good, N * sizeof(int)));
+  PetscCall(c->gpu->logprob_forward(d_lp, NULL, NULL, d_x, d_tgt, 1.0f, d_off, d_ids, N, V));
+  PetscCall(c->cpu->logprob_forward(lp, NULL, NULL, x, good, 1.0f, off, ids, N, V));
+  PetscCall(compare_dev(&a, &v, "then a valid call", d_lp, lp, NULL, N, rtol_of(c, FP32_ALWAYS)));
+  report(c, &v, "logprob_forward/backward reject a target outside its set");
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* bf16 must change a matmul (rounded operands), and going back to fp32 must
+ * give the fp32 bits again: the precision switch is real and reversible. */
+static PetscErrorCode check_precision_switch(Ctx *c)
+{
+  const int N = 37, C = 72, OC = 200;
+  Arena     a = {.gpu = c->gpu};
+  Verdict   v = {"", 1};
+  float    *x = h_rand(&a, &c->r, (size_t)N * C, -1, 1), *w = h_rand(&a, &c->r, (size_t)C * OC, -1, 1), *d_x, *d_w, *d_o[3], *o[3];
+  double    diff = 0, scale = 0;
+
+  PetscFunctionBegin;
+  PetscCall(d_put(&a, x, (size_t)N * C * sizeof(float), (void **)&d_x));
+  PetscCall(d_put(&a, w, (size_t)C * OC * sizeof(float), (void **)&d_w));
+  for (int k = 0; k < 3; k++) {
+    PetscCall(set_precision(c, k == 1 ? PETSC_TRUE : PETSC_FALSE));
+    PetscCall(d_nan(&a, (size_t)N * OC, &d_o[k]));
+    PetscCall(c->gpu->matmul_forward(d_o[k], d_x, d_w, NULL, N, C, OC, PETSC_FALSE));
+    PetscCall(d_get(&a, d_o[k], (size_t)N * OC, &o[k]));
+  }
+  PetscCall(set_precision(c, PETSC_TRUE));
+  for (size_t i = 0; i < (size_t)N * OC; i++) diff = fmax(diff, fabs((double)o[1][i] - o[0][i])), scale = fmax(scale, fabs((double)o[0][i]));
+  if (!(diff > 1e-4 * scale)) v.ok = 0, vappend(&v, "FAIL bf16 changes max|out| %.3g only %.3g (not > 1e-4 of it): is bf16 in effect?", scale, diff);
+  else vappend(&v, "bf16 moves the output by %.3g of %.3g", diff, scale);
+  if (memcmp(o[0], o[2], (size_t)N * OC * sizeof(float))) v.ok = 0, vappend(&v, "; FAIL fp32 after bf16 differs from fp32 before");
+  else vappend(&v, "; fp32 again bitwise as before");
+  report(c, &v, "precision switch: matmul_forward N=%d C=%d OC=%d in fp32, bf16, fp32", N, C, OC);
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Every check, in the current precision. */
+static PetscErrorCode check_all(Ctx *c)
+{
+  const int mm[][4] = {
+    {37,  72,  200,  0}, {37, 72, 200, 1}, {333, 96, 160, 0}, {333, 96, 160, 1},
+    {64,  768, 2304, 0}, /* GPT-2 small's c_attn */
+    {37,  72,  1000, 1}, /* a tied LM head [V,C] */
+    {5,   72,  1,    1}, /* the scalar head [1,C] */
+  };
+  const int att[][4] = {
+    {2, 64, 64,  4}, /* head size 16 */
+    {3, 37, 128, 4}, /* 32, T not a multiple of anything */
+    {2, 64, 256, 4}, /* 64, as GPT-2 */
+    {3, 1,  64,  4}, /* one token */
+  };
+
+  PetscFunctionBegin;
+  PetscCall(check_encoder(c, 333, 160, 7, 11, 0, 7, PETSC_TRUE));
+  PetscCall(check_encoder(c, 333, 72, 10, 11, 3, 4, PETSC_FALSE));
+  PetscCall(check_layernorm(c, 37, 72));
+  PetscCall(check_layernorm(c, 333, 160));
+  PetscCall(check_layernorm(c, 64, 1600));
+  for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) PetscCall(check_matmul(c, mm[i][0], mm[i][1], mm[i][2], mm[i][3] ? PETSC_TRUE : PETSC_FALSE));
+  for (size_t i = 0; i < sizeof att / sizeof att[0]; i++) PetscCall(check_attention(c, att[i][0], att[i][1], att[i][2], att[i][3]));
+  PetscCall(check_attention_cached(c));
+  PetscCall(check_pointwise(c));
+  PetscCall(check_logprob_dist(c, "plain log-softmax", 97, 1000, 1.0f, PETSC_FALSE));
+  PetscCall(check_logprob_dist(c, "inv_temp 1/0.7", 97, 1000, 1.0f / 0.7f, PETSC_FALSE));
+  PetscCall(check_logprob_dist(c, "inv_temp 1/0.7 and a mask of 0, 1, 2-20, 100-700 tokens per row", 97, 1000, 1.0f / 0.7f, PETSC_TRUE));
+  PetscCall(check_logprob_dist(c, "GPT-2's vocabulary", 6, 50257, 1.0f, PETSC_FALSE));
+  PetscCall(check_logprob_dist(c, "GPT-2's vocabulary with inv_temp 1/0.7 and a mask", 6, 50257, 1.0f / 0.7f, PETSC_TRUE));
+  PetscCall(check_logprob_shard(c, "inv_temp 1", 1.0f, PETSC_FALSE));
+  PetscCall(check_logprob_shard(c, "inv_temp 1/0.7 and a mask", 1.0f / 0.7f, PETSC_TRUE));
+  PetscCall(check_sumsq(c, 100003));
+  PetscCall(check_sumsq(c, ((size_t)1 << 20) + 7));
+  PetscCall(check_adamw(c));
+  PetscCall(check_logprob_errors(c));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode run(Ctx *c)
+{
+  PetscFunctionBegin;
+  PetscCall(backend_get("cuda", &c->gpu));
+  c->cpu = backend_cpu();
+  PetscCall(set_precision(c, PETSC_FALSE));
+  PetscCall(check_memory(c));
+  PetscCall(check_all(c));
+  PetscCall(check_precision_switch(c)); /* leaves bf16 on */
+  PetscCall(check_all(c));
+  PetscCall(set_precision(c, PETSC_FALSE));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+int main(int argc, char **argv)
+{
+  Ctx            c = {.r = {20240611}, .prec = "fp32"};
+  PetscBool      have = PETSC_FALSE, probe = PETSC_FALSE;
+  const char    *req = getenv("RLFUSE_REQUIRE_CUDA");
+  char           why[512];
+  PetscErrorCode ierr;
+
+  ierr = PetscInitialize(&argc, &argv, NULL, help);
+  if (ierr) return 1;
+  ierr = sys_error_handler_install();
+  if (!ierr) ierr = PetscOptionsGetBool(NULL, NULL, "-probe", &probe, NULL);
+  if (!ierr) ierr = cuda_available(why, sizeof why, &have);
+  if (ierr) sys_error_exit(ierr);
+  if (!have) {
+    printf("# skip: %s\n", why);
+    if (probe) {
+      /* the skip line is the answer */
+    } else if (req && !strcmp(req, "1")) {
+      printf("not ok - cuda: no usable CUDA device but RLFUSE_REQUIRE_CUDA=1 (%s)\n", why);
+      c.nfail++;
+    } else {
+      printf("ok - cuda: skipped, no CUDA device (%s)\n", why);
+      c.npass++;
+    }
+  } else if (probe) {
+    printf("# cuda: %s\n", why);
+  } else {
+    printf("# %s\n", why);
+    ierr = run(&c);
+    if (ierr) {
+      printf("not ok - cuda %s: stopped by an error (the 'rlfuse: error' line names it)\n", c.prec);
+      printf("%d passed, %d failed\n", c.npass, c.nfail + 1);
+      fflush(stdout);
+      sys_error_exit(ierr);
+    }
+  }
+  if (!probe) {
+    printf("%d passed, %d failed\n", c.npass, c.nfail);
+    if (c.nfail) printf("HINT: the measured error of each array is in its line; compare the kernel with the cpu op in src/tensor/cpu_*.c (test_ops checks those)\n");
+  }
+  ierr = PetscFinalize();
+  return c.nfail || ierr ? 1 : 0;
+}
