@@ -4,7 +4,10 @@
 # one, against 1 rank. The policy and reward model are short SFT/RM runs made
 # here (their quality does not matter for timing). Prints one line per run:
 #   placement <model> <layout> iter_s <mean> gen <s> ref <s> rew <s> critic_inf <s> actor_train <s> critic_train <s> sync <s> sync_MiB <MiB>
-# (means over the iterations after the first). Part of `make bench`.
+# (means over the iterations after the first), and for the larger model one
+# line per SFT layout of the sft_train call:
+#   sft <layout> step_s <mean> forward <s> backward <s> optimizer <s>
+# Part of `make bench`.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}; PYTHON=${PYTHON:-/usr/bin/python3}
@@ -37,3 +40,18 @@ for model in quickstart:2:4:128 larger:4:8:384; do
   done
   run 2 $P -actor_train_tp 2 -actor_train_dp 1 -critic_train_tp 2 -critic_train_dp 1 -output_dir $d/$name/mixed >/dev/null 2>&1 && report $d/$name/mixed $name train-tp2/gen-dp2
 done
+# SFT on its sft_train call: 1 rank against dp 2, tp 2 and pp 2 (4 micro-batches)
+sft_report() {
+  "$PYTHON" - "$1" "$2" <<'PY'
+import sys, h5py, numpy as np
+path, layout = sys.argv[1:]
+t = h5py.File(path + "/run.h5", "r")["timing"]
+g = lambda k: float(np.mean(t[k + "_max"][2:]))
+print(f"sft {layout} step_s {g('data') + g('forward') + g('backward') + g('optimizer'):.3f} forward {g('forward'):.3f} backward {g('backward'):.3f} optimizer {g('optimizer'):.3f}")
+PY
+}
+S="-mode sft -policy_n_layer 4 -policy_n_head 8 -policy_n_embd 384 -policy_vocab_size 20 -policy_n_positions 32 -seed 3 -sft_steps 10 -sft_batch 64"
+run 1 $S -output_dir $d/sft/one >/dev/null 2>&1 && sft_report $d/sft/one 1-rank
+run 2 $S -output_dir $d/sft/dp2 >/dev/null 2>&1 && sft_report $d/sft/dp2 dp2
+run 2 $S -sft_train_tp 2 -output_dir $d/sft/tp2 >/dev/null 2>&1 && sft_report $d/sft/tp2 tp2
+run 2 $S -sft_train_pp 2 -sft_train_mbs 4 -output_dir $d/sft/pp2 >/dev/null 2>&1 && sft_report $d/sft/pp2 pp2-mbs4
