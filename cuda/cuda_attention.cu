@@ -91,21 +91,26 @@ __device__ float att_block_max(float v, float *red)
  * v of qkv with ld 3C and nmat 3; dout with ld C and nmat 1). One thread per
  * destination element in a grid-stride loop: writes are coalesced, reads
  * are coalesced along each head's hs contiguous floats. */
+/* Where element i of the permuted [nmat][B][NH][T][hs] array sits in the
+ * row-major [B*T, ld] one: (b*T + t)*ld + j*C + h*hs + d. */
+__device__ __forceinline__ size_t att_row_offset(size_t i, int B, int T, int NH, int hs, int ld)
+{
+  size_t r = i, C = (size_t)NH * hs;
+  int    d = (int)(r % hs);
+  r /= hs;
+  int t = (int)(r % T);
+  r /= T;
+  int h = (int)(r % NH);
+  r /= NH;
+  int b = (int)(r % B), j = (int)(r / B);
+  return ((size_t)b * T + t) * ld + j * C + (size_t)h * hs + d;
+}
+
 __global__ void att_permute_kernel(float *dst, const float *src, int nmat, int B, int T, int NH, int hs, int ld)
 {
-  size_t total = (size_t)nmat * B * NH * T * hs, C = (size_t)NH * hs;
+  size_t total = (size_t)nmat * B * NH * T * hs;
 
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-    size_t r = i;
-    int    d = (int)(r % hs);
-    r /= hs;
-    int t = (int)(r % T);
-    r /= T;
-    int h = (int)(r % NH);
-    r /= NH;
-    int b = (int)(r % B), j = (int)(r / B);
-    dst[i] = src[((size_t)b * T + t) * ld + j * C + (size_t)h * hs + d];
-  }
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) dst[i] = src[att_row_offset(i, B, T, NH, hs, ld)];
 }
 
 /* The reverse: dst[(b*T + t)*ld + j*C + h*hs + d] = (or +=) src[j][b][h][t][d],
@@ -113,20 +118,12 @@ __global__ void att_permute_kernel(float *dst, const float *src, int nmat, int B
  * the += has no race. */
 __global__ void att_unpermute_kernel(float *dst, const float *src, int nmat, int B, int T, int NH, int hs, int ld, int accumulate, int bf16)
 {
-  size_t total = (size_t)nmat * B * NH * T * hs, C = (size_t)NH * hs;
+  size_t total = (size_t)nmat * B * NH * T * hs;
 
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-    size_t r = i;
-    int    d = (int)(r % hs);
-    r /= hs;
-    int t = (int)(r % T);
-    r /= T;
-    int h = (int)(r % NH);
-    r /= NH;
-    int    b  = (int)(r % B), j = (int)(r / B);
-    float *o  = dst + ((size_t)b * T + t) * ld + j * C + (size_t)h * hs + d;
-    float  y  = accumulate ? *o + src[i] : src[i];
-    *o        = bf16 ? rfcuda_round_bf16(y) : y;
+    float *o = dst + att_row_offset(i, B, T, NH, hs, ld);
+    float  y = accumulate ? *o + src[i] : src[i];
+    *o       = bf16 ? rfcuda_round_bf16(y) : y;
   }
 }
 
