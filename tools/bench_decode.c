@@ -1,12 +1,14 @@
-/* Decode throughput benchmark of the generation engine (`make bench`):
- * tokens/s of gen_generate at a given number of concurrent samples, for the
- * model shapes of bench_model plus the quickstart deck's. All samples start
- * together (slots = concurrency = requests) and run the full length
+/* Decode throughput benchmark of the generation engine (`make bench`,
+ * tools/bench_gpu.sh): tokens/s of gen_generate at a given number of
+ * concurrent samples, for the model shapes of bench_model plus the
+ * quickstart deck's, on the cpu backend or a GPU (-device cuda). All samples
+ * start together (slots = concurrency = requests) and run the full length
  * (min_new_tokens = max_new_tokens), so every engine step after the first
  * advances exactly `concurrency` samples by one token; the first step is
  * the prefill of every prompt and is reported on its own.
  *
- *   bin/bench_decode -size 1M|10M|qs|all [-concurrency 0|N] [-prompt 8] [-max_new 64] [-iters 3] [-warmup 1]
+ *   bin/bench_decode -size 1M|10M|qs|124M|all [-concurrency 0|N] [-prompt 8] [-max_new 64] [-iters 3] [-warmup 1]
+ *                    [-device cpu|cuda] [-precision fp32|bf16] [-hbm_gbs X] [-full_length true|false]
  *
  * -concurrency 0 runs 1, 8 and 64. Prints one machine-readable line per
  * (size, concurrency): decode_tok_per_s = tokens of the steps after the
@@ -14,7 +16,17 @@
  * whole gen_generate call, prefill included; step_ms = a decode step;
  * fwd_ms = gpt_forward_cached alone on the same rows, so step_ms - fwd_ms
  * is the engine's own cost; prefill_ms = the first step. Medians over the
- * iterations (step_ms: over the steps, then the iterations). */
+ * iterations (step_ms: over the steps, then the iterations).
+ *
+ * -hbm_gbs (the device's memory bandwidth, GB/s) adds the memory-bandwidth
+ * roofline: a decode step must read every weight and the cached keys and
+ * values its samples attend to (decode_bytes), so it cannot run faster than
+ * bytes / bandwidth, and roofline_tok_per_s = concurrency * bandwidth /
+ * bytes. roofline_frac is decode_tok_per_s over that; fwd_roofline_frac the
+ * same for fwd_ms, the model without the engine's host-side sampling.
+ * -full_length false lets samples stop at EOS and records no allowed sets
+ * (min_new_tokens 0: nothing restricts the sampling), which at GPT-2's
+ * vocabulary saves copying 50,256 ids per token on the host. */
 #include "gen.h"
 #include "sys.h"
 #include <omp.h>
@@ -23,16 +35,30 @@
 typedef struct {
   const char *name;
   GPTConfig   cfg;
+  PetscBool   in_all; /* run by -size all */
 } BenchSize;
 
-/* 1M and 10M as in bench_model; "qs" is input/quickstart.deck's shape with
- * n_positions raised to 128 so that prompt + 64 new tokens fit (the position
- * table's size does not change the work per token). */
+/* 1M, 10M and 124M (GPT-2 small, the GPU shape of issue 5; not in -size
+ * all, the CPU sizes) as in bench_model; "qs" is input/quickstart.deck's
+ * shape with n_positions raised to 128 so that prompt + 64 new tokens fit
+ * (the position table's size does not change the work per token).
+ * GPTConfig: n_layer, n_head, n_embd, vocab_size, n_positions, head. */
 static const BenchSize sizes[] = {
-  {"qs", {2, 4, 128, 20, 128, GPT_HEAD_LM}},
-  {"1M", {4, 4, 128, 512, 128, GPT_HEAD_LM}},
-  {"10M", {6, 6, 384, 512, 256, GPT_HEAD_LM}},
+  {"qs", {2, 4, 128, 20, 128, GPT_HEAD_LM}, PETSC_TRUE},
+  {"1M", {4, 4, 128, 512, 128, GPT_HEAD_LM}, PETSC_TRUE},
+  {"10M", {6, 6, 384, 512, 256, GPT_HEAD_LM}, PETSC_TRUE},
+  {"124M", {12, 12, 768, 50257, 1024, GPT_HEAD_LM}, PETSC_FALSE},
 };
+
+static const char *const device_names[]    = {"cpu", "cuda", "Device", "DEVICE_", NULL};
+static const char *const precision_names[] = {"fp32", "bf16", "Precision", "PRECISION_", NULL};
+
+typedef struct {
+  const Backend *be;
+  PetscInt       device, precision; /* indices into device_names, precision_names */
+  PetscReal      hbm_gbs;           /* device memory bandwidth, GB/s (0: no roofline) */
+  PetscBool      full_length;       /* every sample runs max_new tokens (no EOS) */
+} BenchRun;
 
 typedef struct {
   double decode_tps, total_tps, step_ms, prefill_ms;
@@ -48,6 +74,44 @@ static double median(double *x, int n)
 {
   qsort(x, (size_t)n, sizeof *x, cmp_double);
   return x[n / 2];
+}
+
+/* Bytes a decode step reads from device memory, for the roofline: every
+ * weight once, at the 4 bytes the model stores it in (also under -precision
+ * bf16, whose per-call conversion to bf16 moves more than this, so its
+ * fraction is of the same fp32 roofline), except wpe, of which a step reads
+ * one row per sample; plus the keys and values each sample attends to (fp32
+ * cache), averaged over the decode steps: step s = 1 .. max_new-1 of a
+ * sample with a P-token prompt attends to P + s positions, P + max_new/2 on
+ * average. Activations and logits are left out (under 3% at 124M x 64). */
+static void decode_bytes(const GPT *gpt, int conc, int P, int max_new, double *weights, double *kv)
+{
+  const GPTConfig *c = &gpt->cfg;
+
+  *weights = 4.0 * ((double)gpt->nparams - (double)c->n_positions * c->n_embd);
+  *kv      = 4.0 * 2.0 * c->n_layer * c->n_embd * (double)conc * (P + max_new / 2.0);
+}
+
+/* Fields after the cpu line's (whose format docs and tools parse, so it
+ * stays as it was): device and precision off the cpu, full_length=0 when
+ * samples may stop early, the roofline when -hbm_gbs is given. */
+static PetscErrorCode report_tail(const BenchRun *r, const GPT *gpt, int conc, int P, int max_new, double decode_tps, double fwd_ms, char *buf, size_t len)
+{
+  char   part[192];
+  double w, kv, roof;
+
+  PetscFunctionBegin;
+  buf[0] = 0;
+  if (r->device != 0) PetscCall(PetscSNPrintf(buf, len, " device=%s precision=%s", device_names[r->device], precision_names[r->precision]));
+  if (!r->full_length) PetscCall(PetscStrlcat(buf, " full_length=0", len));
+  if (r->hbm_gbs > 0) {
+    decode_bytes(gpt, conc, P, max_new, &w, &kv);
+    roof = conc * r->hbm_gbs * 1e9 / (w + kv);
+    PetscCall(PetscSNPrintf(part, sizeof part, " weight_mb=%.1f kv_mb=%.1f hbm_gbs=%.0f roofline_tok_per_s=%.0f roofline_frac=%.3f fwd_roofline_frac=%.3f", w * 1e-6, kv * 1e-6,
+                            (double)r->hbm_gbs, roof, decode_tps / roof, fwd_ms > 0 ? conc / (fwd_ms * 1e-3) / roof : 0.0));
+    PetscCall(PetscStrlcat(buf, part, len));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* The model alone: median ms of one gpt_forward_cached over conc rows (one
@@ -108,7 +172,7 @@ static PetscErrorCode bench_once(GenEngine *eng, int iter, int n, const GenReque
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode bench_conc(GPT *gpt, const BenchSize *s, int conc, int P, int max_new, int warmup, int iters)
+static PetscErrorCode bench_conc(const BenchRun *r, GPT *gpt, const BenchSize *s, int conc, int P, int max_new, int warmup, int iters)
 {
   GenConfig     cfg = {.temperature = 1.0, .top_k = 0, .top_p = 1.0, .greedy = PETSC_FALSE, .eos = 3};
   GenEngine    *eng;
@@ -117,11 +181,13 @@ static PetscErrorCode bench_conc(GPT *gpt, const BenchSize *s, int conc, int P, 
   int          *prompts;
   double       *dec, *tot, *step, *pre, fwd_ms = 0;
   DecodeTiming  t = {0};
+  char          tail[384];
 
   PetscFunctionBegin;
-  cfg.max_new_tokens = cfg.min_new_tokens = max_new;
-  cfg.slots                               = conc;
-  cfg.kv_mb                               = 1e6;
+  cfg.max_new_tokens = max_new;
+  cfg.min_new_tokens = r->full_length ? max_new : 0;
+  cfg.slots          = conc;
+  cfg.kv_mb          = 1e6;
   PetscCall(gen_config_check(&cfg, &s->cfg, "", P));
   PetscCall(PetscMalloc2(conc, &req, (size_t)conc * P, &prompts));
   for (int i = 0; i < conc; i++) {
@@ -140,10 +206,11 @@ static PetscErrorCode bench_conc(GPT *gpt, const BenchSize *s, int conc, int P, 
     pre[it]  = t.prefill_ms;
   }
   PetscCall(forward_only_ms(gpt, conc, P, max_new, &fwd_ms));
+  PetscCall(report_tail(r, gpt, conc, P, max_new, median(dec, iters), fwd_ms, tail, sizeof tail));
   PetscCall(PetscPrintf(PETSC_COMM_WORLD,
-                        "rlfuse-decode size=%s params=%zu conc=%d prompt=%d new=%d threads=%d decode_tok_per_s=%.0f tok_per_s=%.0f step_ms=%.3f fwd_ms=%.3f prefill_ms=%.3f\n",
+                        "rlfuse-decode size=%s params=%zu conc=%d prompt=%d new=%d threads=%d decode_tok_per_s=%.0f tok_per_s=%.0f step_ms=%.3f fwd_ms=%.3f prefill_ms=%.3f%s\n",
                         s->name, gpt->nparams, conc, P, max_new, omp_get_max_threads(), median(dec, iters), median(tot, iters), median(step, iters), fwd_ms,
-                        median(pre, iters)));
+                        median(pre, iters), tail));
   PetscCall(PetscFree4(dec, tot, step, pre));
   PetscCall(gen_batch_destroy(&b));
   PetscCall(gen_engine_destroy(&eng));
@@ -151,44 +218,75 @@ static PetscErrorCode bench_conc(GPT *gpt, const BenchSize *s, int conc, int P, 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode bench_size(const BenchSize *s, PetscInt conc, PetscInt P, PetscInt max_new, PetscInt warmup, PetscInt iters)
+static PetscErrorCode bench_size(const BenchRun *r, const BenchSize *s, PetscInt conc, PetscInt P, PetscInt max_new, PetscInt warmup, PetscInt iters)
 {
   const int all[3] = {1, 8, 64};
   GPT      *gpt;
 
   PetscFunctionBegin;
-  PetscCall(gpt_create(&s->cfg, backend_cpu(), &gpt));
+  PetscCall(gpt_create(&s->cfg, r->be, &gpt));
   PetscCall(gpt_init_random(gpt, 1));
-  if (conc > 0) PetscCall(bench_conc(gpt, s, (int)conc, (int)P, (int)max_new, (int)warmup, (int)iters));
+  if (conc > 0) PetscCall(bench_conc(r, gpt, s, (int)conc, (int)P, (int)max_new, (int)warmup, (int)iters));
   else
-    for (int k = 0; k < 3; k++) PetscCall(bench_conc(gpt, s, all[k], (int)P, (int)max_new, (int)warmup, (int)iters));
+    for (int k = 0; k < 3; k++) PetscCall(bench_conc(r, gpt, s, all[k], (int)P, (int)max_new, (int)warmup, (int)iters));
   PetscCall(gpt_destroy(&gpt));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The backend and arithmetic that -device and -precision name; on cuda a
+ * comment line records the runtime, driver and device count. */
+static PetscErrorCode bench_backend(BenchRun *r)
+{
+  char info[256];
+
+  PetscFunctionBegin;
+  PetscCheck(r->precision == 0 || r->device == 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-precision %s: needs -device cuda", precision_names[r->precision]);
+  PetscCheck(r->hbm_gbs >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-hbm_gbs %.0f: must be >= 0 (0: no roofline)", (double)r->hbm_gbs);
+  PetscCall(backend_get(device_names[r->device], &r->be));
+  if (r->device == 1) {
+    PetscCall(backend_cuda_set_precision(r->precision == 1 ? PETSC_TRUE : PETSC_FALSE));
+    PetscCall(backend_cuda_version(info, sizeof info));
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "# bench_decode device=cuda precision=%s hbm_gbs=%.0f cuda: %s\n", precision_names[r->precision], (double)r->hbm_gbs, info));
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 static PetscErrorCode bench_main(void)
 {
-  char     size[16] = "all";
-  PetscInt conc = 0, P = 8, max_new = 64, iters = 3, warmup = 1;
+  char      size[16] = "all";
+  PetscInt  conc = 0, P = 8, max_new = 64, iters = 3, warmup = 1;
+  BenchRun  r    = {NULL, 0, 0, 0, PETSC_TRUE};
+  int       nrun = 0;
+  PetscBool help;
 
   PetscFunctionBegin;
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Decode benchmark", NULL);
-  RfOptString("-size", "Model size: qs, 1M, 10M or all", size, sizeof size);
+  RfOptString("-size", "Model size: qs, 1M, 10M, 124M (GPT-2 small) or all (= qs, 1M and 10M)", size, sizeof size);
   RfOptInt("-concurrency", "Concurrent samples (= slots = requests); 0 runs 1, 8 and 64", 0, &conc);
   RfOptInt("-prompt", "Prompt tokens per sample", 8, &P);
-  RfOptInt("-max_new", "Response tokens per sample (every sample runs the full length)", 64, &max_new);
+  RfOptInt("-max_new", "Response tokens per sample (with -full_length, every sample generates all of them)", 64, &max_new);
   RfOptInt("-iters", "Timed generations (the median is reported)", 3, &iters);
   RfOptInt("-warmup", "Untimed generations first", 1, &warmup);
+  RfOptEnum("-device", "Backend to measure: cpu or cuda", device_names, 2, &r.device);
+  RfOptEnum("-precision", "Matmul and activation arithmetic on -device cuda: fp32, or bf16 (weights stay fp32, converted per call)", precision_names, 2, &r.precision);
+  RfOptReal("-hbm_gbs", "Device memory bandwidth in GB/s, for the roofline fields (0: none; tools/bench_gpu.sh passes the datasheet's)", 0, &r.hbm_gbs);
+  RfOptBool("-full_length", "Every sample runs -max_new tokens (EOS banned, so each token's allowed set is recorded); false: plain sampling, samples may stop at EOS",
+            PETSC_TRUE, &r.full_length);
   PetscOptionsEnd();
+  PetscCall(PetscOptionsHasHelp(NULL, &help));
+  if (help) PetscFunctionReturn(PETSC_SUCCESS); /* -help lists the options; measure nothing */
   PetscCall(sys_options_check_unused());
   PetscCheck(conc >= 0 && P > 0 && max_new > 0 && iters > 0 && warmup >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
              "-concurrency must be >= 0, -prompt, -max_new and -iters positive, -warmup >= 0");
+  PetscCall(bench_backend(&r));
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     PetscBool any, match;
     PetscCall(PetscStrcmp(size, "all", &any));
     PetscCall(PetscStrcmp(size, sizes[i].name, &match));
-    if (any || match) PetscCall(bench_size(&sizes[i], conc, P, max_new, warmup, iters));
+    if ((any && sizes[i].in_all) || match) PetscCall(bench_size(&r, &sizes[i], conc, P, max_new, warmup, iters));
+    nrun += (any && sizes[i].in_all) || match;
   }
+  PetscCheck(nrun > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_UNKNOWN_TYPE, "-size %s: unknown size (choose qs, 1M, 10M, 124M or all)", size);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
