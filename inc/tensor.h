@@ -130,6 +130,13 @@ PetscErrorCode backend_cuda(const Backend **be);
  * fp32 master weights, gradients and optimizer state are not rounded.
  * Applies to the ops called after it; CUDA only (bf16 fails without CUDA). */
 PetscErrorCode backend_cuda_set_precision(PetscBool bf16);
+/* Whether this process can use a CUDA device (never an error); why gets the
+ * device count or the reason (no device, the runtime's answer, or a build
+ * without CUDA). Tests use it to skip. */
+PetscErrorCode backend_cuda_available(char *why, size_t len, PetscBool *yes);
+/* -device and -precision: the backend named (cpu or cuda), with bf16 set on
+ * cuda; bf16 on the cpu is an error naming -precision. */
+PetscErrorCode backend_setup(const char *device, PetscBool bf16, const Backend **be);
 
 /* CUDA runtime/driver versions and device count, or "none (built without CUDA)". */
 PetscErrorCode backend_cuda_version(char *buf, size_t len);

@@ -52,9 +52,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef RLFUSE_HAVE_CUDA
-  #include "../cuda/rfcuda.h"
-#endif
 
 static const char help[] = "Unit tests of the cuda backend ops against the cpu backend (skips without a CUDA device).\n"
                            "  -probe: only print the device count, or the reason to skip, and exit\n";
@@ -273,24 +270,6 @@ static void report(Ctx *c, Verdict *v, const char *fmt, ...)
 }
 
 /* ---- the device and the precision ---------------------------------------- */
-
-/* Whether a CUDA device can be used; why not in `why`. */
-static PetscErrorCode cuda_available(char *why, size_t len, PetscBool *yes)
-{
-  PetscFunctionBegin;
-  *yes = PETSC_FALSE;
-#ifndef RLFUSE_HAVE_CUDA
-  PetscCall(PetscStrncpy(why, "built without CUDA (nvcc not found or CUDA=0)", len));
-#else
-  {
-    int n = 0;
-    if (rfcuda_device_count(&n)) snprintf(why, len, "the CUDA device query failed: %s", rfcuda_error());
-    else if (n < 1) snprintf(why, len, "the CUDA runtime sees no device: %s", rfcuda_error());
-    else snprintf(why, len, "%d CUDA device%s", n, n == 1 ? "" : "s"), *yes = PETSC_TRUE;
-  }
-#endif
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
 
 static PetscErrorCode set_precision(Ctx *c, PetscBool bf16)
 {
@@ -1020,7 +999,7 @@ int main(int argc, char **argv)
   if (ierr) return 1;
   ierr = sys_error_handler_install();
   if (!ierr) ierr = PetscOptionsGetBool(NULL, NULL, "-probe", &probe, NULL);
-  if (!ierr) ierr = cuda_available(why, sizeof why, &have);
+  if (!ierr) ierr = backend_cuda_available(why, sizeof why, &have);
   if (ierr) sys_error_exit(ierr);
   if (!have) {
     printf("# skip: %s\n", why);

@@ -77,9 +77,6 @@
 #include "model.h"
 #include "sys.h"
 #include "tensor.h"
-#ifdef RLFUSE_HAVE_CUDA
-  #include "../cuda/rfcuda.h"
-#endif
 
 static const char help[] = "Checks the C model against PyTorch golden tensors.\n"
                            "Usage: test_golden [GOLDEN_DIR [cuda fp32|bf16]] (default regression/golden, cpu)\n";
@@ -545,24 +542,6 @@ static PetscErrorCode test_file(Tally *t, const char *dir, const char *fname, co
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Whether a CUDA device can be used; why not in `why`. */
-static PetscErrorCode cuda_available(char *why, size_t len, PetscBool *yes)
-{
-  PetscFunctionBegin;
-  *yes = PETSC_FALSE;
-#ifndef RLFUSE_HAVE_CUDA
-  PetscCall(PetscStrncpy(why, "built without CUDA (nvcc not found or CUDA=0)", len));
-#else
-  {
-    int n = 0;
-    if (rfcuda_device_count(&n)) PetscCall(PetscSNPrintf(why, len, "the CUDA device query failed: %s", rfcuda_error()));
-    else if (n < 1) PetscCall(PetscSNPrintf(why, len, "the CUDA runtime sees no device: %s", rfcuda_error()));
-    else *yes = PETSC_TRUE;
-  }
-#endif
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 /* Positional arguments (PETSc leaves them alone): [GOLDEN_DIR [cuda fp32|bf16]]. */
 static PetscErrorCode run(int argc, char **argv, Tally *t)
 {
@@ -583,7 +562,7 @@ static PetscErrorCode run(int argc, char **argv, Tally *t)
     PetscCheck(npos == 3 && !strcmp(pos[1], "cuda") && (!strcmp(pos[2], "fp32") || !strcmp(pos[2], "bf16")), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
                "test_golden: after the golden directory expected \"cuda fp32\" or \"cuda bf16\", not \"%s%s%s\"", pos[1], npos > 2 ? " " : "", npos > 2 ? pos[2] : "");
     mode = strcmp(pos[2], "bf16") ? &mode_fp32 : &mode_bf16;
-    PetscCall(cuda_available(why, sizeof why, &have));
+    PetscCall(backend_cuda_available(why, sizeof why, &have));
     if (!have) {
       printf("# skip: %s\n", why);
       if (req && !strcmp(req, "1")) printf("not ok - golden %s: no usable CUDA device but RLFUSE_REQUIRE_CUDA=1 (%s)\n", mode->name, why), t->failed++;

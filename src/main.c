@@ -46,9 +46,7 @@ static PetscErrorCode rlfuse_main(void)
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCheck(mode != MODE_PLAN, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-mode %s is not available in rlfuse %s yet (available: sft, rm, ppo, pipeline, score, data)", mode_names[mode], RLFUSE_VERSION);
-  PetscCheck(precision == 0 || device == 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-precision %s: needs -device cuda", precision_names[precision]);
-  PetscCall(backend_get(device_names[device], &be));
-  if (device == 1) PetscCall(backend_cuda_set_precision(precision == 1 ? PETSC_TRUE : PETSC_FALSE));
+  PetscCall(backend_setup(device_names[device], precision == 1 ? PETSC_TRUE : PETSC_FALSE, &be));
   PetscCall(comm_use_backend(be)); /* before any mesh: on cuda the meshes' communicators get NCCL */
   switch ((RunMode)mode) {
   case MODE_SFT: PetscCall(sft_run(&run, be)); break;

@@ -240,11 +240,9 @@ static PetscErrorCode bench_backend(BenchRun *r)
   char info[256];
 
   PetscFunctionBegin;
-  PetscCheck(r->precision == 0 || r->device == 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-precision %s: needs -device cuda", precision_names[r->precision]);
   PetscCheck(r->hbm_gbs >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-hbm_gbs %.0f: must be >= 0 (0: no roofline)", (double)r->hbm_gbs);
-  PetscCall(backend_get(device_names[r->device], &r->be));
+  PetscCall(backend_setup(device_names[r->device], r->precision == 1 ? PETSC_TRUE : PETSC_FALSE, &r->be));
   if (r->device == 1) {
-    PetscCall(backend_cuda_set_precision(r->precision == 1 ? PETSC_TRUE : PETSC_FALSE));
     PetscCall(backend_cuda_version(info, sizeof info));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "# bench_decode device=cuda precision=%s hbm_gbs=%.0f cuda: %s\n", precision_names[r->precision], (double)r->hbm_gbs, info));
   }

@@ -26,6 +26,18 @@ PetscErrorCode backend_get(const char *name, const Backend **be)
   SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_UNKNOWN_TYPE, "-device %s: unknown backend (choose cpu or cuda)", name ? name : "(null)");
 }
 
+PetscErrorCode backend_setup(const char *device, PetscBool bf16, const Backend **be)
+{
+  PetscBool cuda;
+
+  PetscFunctionBegin;
+  PetscCall(PetscStrcmp(device, "cuda", &cuda));
+  PetscCheck(!bf16 || cuda, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-precision bf16: needs -device cuda");
+  PetscCall(backend_get(device, be));
+  if (cuda) PetscCall(backend_cuda_set_precision(bf16));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 #ifdef RLFUSE_HAVE_CUDA
 int cuda_version_string(char *buf, size_t len); /* cuda/cuda_info.cu */
 #endif

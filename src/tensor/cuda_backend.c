@@ -143,6 +143,21 @@ PetscErrorCode backend_cuda_set_precision(PetscBool bf16)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode backend_cuda_available(char *why, size_t len, PetscBool *yes)
+{
+  int n = 0;
+
+  PetscFunctionBegin;
+  *yes = PETSC_FALSE;
+  if (rfcuda_device_count(&n)) PetscCall(PetscSNPrintf(why, len, "the CUDA device query failed: %s", rfcuda_error()));
+  else if (n < 1) PetscCall(PetscSNPrintf(why, len, "the CUDA runtime sees no device: %s", rfcuda_error()));
+  else {
+    PetscCall(PetscSNPrintf(why, len, "%d CUDA device%s", n, n == 1 ? "" : "s"));
+    *yes = PETSC_TRUE;
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 #else /* built without CUDA: the same entry points, failing with the reason */
 
 PetscErrorCode backend_cuda(const Backend **be)
@@ -156,6 +171,14 @@ PetscErrorCode backend_cuda_set_precision(PetscBool bf16)
 {
   PetscFunctionBegin;
   PetscCheck(!bf16, PETSC_COMM_SELF, PETSC_ERR_SUP, "-precision bf16: this rlfuse was built without CUDA");
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode backend_cuda_available(char *why, size_t len, PetscBool *yes)
+{
+  PetscFunctionBegin;
+  *yes = PETSC_FALSE;
+  PetscCall(PetscStrncpy(why, "built without CUDA (nvcc not found or CUDA=0)", len));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
