@@ -203,7 +203,7 @@ static PetscErrorCode rm_pass(Trainer *tr, const PrefPairs *p, const int *pair, 
   RMPass q = {p, pair, nb, b, {0, 0, 1, 0}, {0, 0, 0}, {0, 0}, -1};
 
   PetscFunctionBegin;
-  trainer_split(tr, nb, 0, &q.split);
+  trainer_split(tr, nb, &q.split);
   if (train && tr->dm.gpt) PetscCall(gpt_zero_grad(tr->dm.gpt));
   PetscCall(trainer_pass(tr, &q.split, rm_forward, train ? rm_backward : NULL, &q));
   PetscCall(trainer_sum_heads(tr, q.acc, 3));
@@ -262,16 +262,6 @@ static PetscErrorCode rm_step(Trainer *tr, const RMOptions *o, const PrefPairs *
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode rm_checkpoint(const RunCtx *run, Trainer *tr, const char *name, const CkptState *st)
-{
-  DModel *const   dm[1] = {&tr->dm};
-  const CkptModel cm[1] = {{"reward", NULL, PETSC_TRUE, PETSC_FALSE}};
-
-  PetscFunctionBegin;
-  PetscCall(rl_checkpoint_models(run, dm, cm, 1, name, st, tr->bucket, NULL));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const PlanNeeds *needs, Trainer *tr, const PrefPairs *train, const PrefPairs *eval, CkptState *st)
 {
   RunRecord *rec;
@@ -309,12 +299,12 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
     if (!isnan(acc)) PetscCall(PetscPrintf(run->comm, "      held-out loss %.4f, pairwise accuracy %.3f (against the judge: %.3f)\n", eloss, acc, gacc));
     if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
-      PetscCall(rm_checkpoint(run, tr, name, st));
+      PetscCall(trainer_checkpoint(tr, run, name, st, NULL));
     }
     PetscCall(record_step(rec, st->iteration));
   }
   if (isnan(acc)) PetscCall(rm_eval(tr, eval, &b, &acc, &gacc, &eloss)); /* a restart at the last step */
-  PetscCall(rm_checkpoint(run, tr, "final.h5", st));
+  PetscCall(trainer_checkpoint(tr, run, "final.h5", st, NULL));
   PetscCall(record_summary(rec, "steps", (double)st->iteration));
   PetscCall(record_summary(rec, "eval_accuracy", acc));
   PetscCall(record_summary(rec, "eval_gold_accuracy", gacc));
@@ -332,9 +322,7 @@ static PetscErrorCode rm_load(const RunCtx *run, const RMOptions *o, Trainer *tr
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(sys_log.ckpt_read, 0, 0, 0, 0));
   if (o->restart[0]) {
-    PetscCall(dmodel_load(&tr->dm, o->restart, "reward", PETSC_TRUE, PETSC_FALSE, 0));
-    PetscCall(ckpt_read_state(run->comm, o->restart, st));
-    PetscCheck(st->iteration <= o->steps, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-restart %s is at step %" PetscInt_FMT ", past -rm_steps %" PetscInt_FMT, o->restart, st->iteration, o->steps);
+    PetscCall(trainer_restart(tr, run, o->restart, o->steps, "-rm_steps", st));
   } else PetscCall(dmodel_load(&tr->dm, o->sft, "policy", PETSC_FALSE, PETSC_TRUE, (uint64_t)run->seed));
   PetscCall(PetscLogEventEnd(sys_log.ckpt_read, 0, 0, 0, 0));
   PetscFunctionReturn(PETSC_SUCCESS);

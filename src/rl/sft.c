@@ -179,7 +179,7 @@ static PetscErrorCode sft_pass(Trainer *tr, SFTBatch *b, PetscBool train, double
 
   PetscFunctionBegin;
   PetscCheck(b->ntrain > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "a batch has no response tokens to train on");
-  trainer_split(tr, b->B, 0, &p.split);
+  trainer_split(tr, b->B, &p.split);
   if (train && tr->dm.gpt) PetscCall(gpt_zero_grad(tr->dm.gpt));
   PetscCall(trainer_pass(tr, &p.split, sft_forward, train ? sft_backward : NULL, &p));
   PetscCall(trainer_sum_heads(tr, &p.sum, 1));
@@ -205,16 +205,6 @@ static PetscErrorCode sft_eval(Trainer *tr, const SFTOptions *o, SFTBatch *b, do
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode sft_checkpoint(const RunCtx *run, Trainer *tr, const char *name, const CkptState *st, RunRecord *rec)
-{
-  DModel *const   dm[1] = {&tr->dm};
-  const CkptModel cm[1] = {{"policy", NULL, PETSC_TRUE, PETSC_FALSE}};
-
-  PetscFunctionBegin;
-  PetscCall(rl_checkpoint_models(run, dm, cm, 1, name, st, tr->bucket, rec));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 /* Weights (and, for a restart, optimizer and state) from checkpoints, read
  * whole and cut into this rank's shard; otherwise the random draw, which is
  * the same on every layout. */
@@ -223,9 +213,7 @@ static PetscErrorCode sft_load(const RunCtx *run, const SFTOptions *o, Trainer *
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(sys_log.ckpt_read, 0, 0, 0, 0));
   if (o->restart[0]) {
-    PetscCall(dmodel_load(&tr->dm, o->restart, "policy", PETSC_TRUE, PETSC_FALSE, 0));
-    PetscCall(ckpt_read_state(run->comm, o->restart, st));
-    PetscCheck(st->iteration <= o->steps, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-restart %s is at step %" PetscInt_FMT ", past -sft_steps %" PetscInt_FMT, o->restart, st->iteration, o->steps);
+    PetscCall(trainer_restart(tr, run, o->restart, o->steps, "-sft_steps", st));
   } else if (o->init[0]) {
     PetscCall(dmodel_load(&tr->dm, o->init, "policy", PETSC_FALSE, PETSC_FALSE, 0));
   } else if (tr->dm.gpt) PetscCall(gpt_init_random(tr->dm.gpt, (uint64_t)run->seed));
@@ -293,11 +281,11 @@ static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, const Pl
     if (!isnan(eval)) PetscCall(PetscPrintf(run->comm, "      held-out loss %.4f\n", eval));
     if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
-      PetscCall(sft_checkpoint(run, tr, name, st, rec));
+      PetscCall(trainer_checkpoint(tr, run, name, st, rec));
     }
     PetscCall(record_step(rec, st->iteration));
   }
-  PetscCall(sft_checkpoint(run, tr, "final.h5", st, rec));
+  PetscCall(trainer_checkpoint(tr, run, "final.h5", st, rec));
   PetscCall(record_summary(rec, "steps", (double)st->iteration));
   PetscCall(sft_batch_destroy(&b));
   PetscCall(record_close(&rec));

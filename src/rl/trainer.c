@@ -42,16 +42,15 @@ PetscErrorCode trainer_destroy(Trainer *tr)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-void trainer_split(const Trainer *tr, int B, int mbs, MicroSplit *s)
+void trainer_split(const Trainer *tr, int B, MicroSplit *s)
 {
-  const Mesh *m = tr->dm.mesh;
-  int         share;
+  const Mesh *m   = tr->dm.mesh;
+  int         mbs = tr->mbs > 0 ? tr->mbs : 1, share;
 
   *s = (MicroSplit){0, 0, 1, 0};
   if (m->me < 0) return;
   exec_rows(B, m->dp, m->d, &s->b0, &s->b1);
   share = s->b1 - s->b0;
-  if (mbs <= 0) mbs = tr->mbs > 0 ? tr->mbs : 1;
   s->size  = PetscMax(1, (share + mbs - 1) / mbs);
   s->count = (share + s->size - 1) / s->size;
 }
@@ -116,6 +115,25 @@ PetscErrorCode trainer_step(Trainer *tr, const AdamWConfig *opt, const char *wha
   *lr    = (PetscReal)v[0];
   *gnorm = (PetscReal)v[1];
   PetscCheck(isfinite(*gnorm), PETSC_COMM_WORLD, PETSC_ERR_FP, "%s gradient norm is %g at step %" PetscInt_FMT "; stopping, the last checkpoint is intact", what, (double)*gnorm, step);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode trainer_restart(Trainer *tr, const RunCtx *run, const char *path, PetscInt steps, const char *opt, CkptState *st)
+{
+  PetscFunctionBegin;
+  PetscCall(dmodel_load(&tr->dm, path, tr->dm.name, PETSC_TRUE, PETSC_FALSE, 0));
+  PetscCall(ckpt_read_state(run->comm, path, st));
+  PetscCheck(st->iteration <= steps, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-restart %s is at step %" PetscInt_FMT ", past %s %" PetscInt_FMT, path, st->iteration, opt, steps);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode trainer_checkpoint(Trainer *tr, const RunCtx *run, const char *name, const CkptState *st, RunRecord *rec)
+{
+  DModel *const   dm[1] = {&tr->dm};
+  const CkptModel cm[1] = {{tr->dm.name, NULL, PETSC_TRUE, PETSC_FALSE}};
+
+  PetscFunctionBegin;
+  PetscCall(rl_checkpoint_models(run, dm, cm, 1, name, st, tr->bucket, rec));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

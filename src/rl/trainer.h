@@ -37,9 +37,9 @@ PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId cal
 PetscErrorCode trainer_count(const GPTConfig *cfg, size_t *nparams);
 PetscErrorCode trainer_create(const char *name, const GPTConfig *cfg, const Backend *be, const Plan *plan, MFCId call, Trainer *tr);
 PetscErrorCode trainer_destroy(Trainer *tr);
-/* This rank's share of B sequences in mbs micro-batches (mbs <= 0: the
- * plan's, else one). */
-void trainer_split(const Trainer *tr, int B, int mbs, MicroSplit *s);
+/* This rank's share of B sequences in the plan's micro-batches (-<call>_mbs;
+ * one when 0). */
+void trainer_split(const Trainer *tr, int B, MicroSplit *s);
 /* Micro-batch k of the split: its first row and row count. */
 static inline void trainer_micro(const MicroSplit *s, int k, int *r0, int *n)
 {
@@ -57,6 +57,13 @@ PetscErrorCode trainer_sum_heads(const Trainer *tr, double *v, int n);
  * loss or the gradient norm is not finite. lr and the gradient norm come
  * back on every rank of the world. what/step name the failure. */
 PetscErrorCode trainer_step(Trainer *tr, const AdamWConfig *opt, const char *what, PetscInt step, double loss, PetscReal *lr, PetscReal *gnorm);
+
+/* A restart: the model with its AdamW state from the checkpoint's /<name>
+ * group (the trainer's name is its role), and the run state, which must not
+ * be past `steps` (opt names that option in the error). */
+PetscErrorCode trainer_restart(Trainer *tr, const RunCtx *run, const char *path, PetscInt steps, const char *opt, CkptState *st);
+/* The model with its AdamW state written to <output_dir>/name under its role. */
+PetscErrorCode trainer_checkpoint(Trainer *tr, const RunCtx *run, const char *name, const CkptState *st, RunRecord *rec);
 
 /* Models on meshes written to <output_dir>/name: each is gathered whole to
  * rank 0 (reallocation to the one-rank layout) and written there, so the
