@@ -8,7 +8,7 @@
 #ifndef RLFUSE_CUDA_COMMON_CUH
 #define RLFUSE_CUDA_COMMON_CUH
 
-#include "rfcuda.h"
+#include "internal/rfcuda.h"
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>

@@ -111,6 +111,8 @@ uint32_t rng_u32(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lan
 float    rng_uniform(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lane);
 /* Standard normal by Box-Muller from lanes 2*lane and 2*lane+1. */
 float    rng_normal(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lane);
+/* Fisher-Yates permutation of 0..N-1 keyed by (seed, stream, epoch). */
+void     rng_shuffle(int *perm, int N, uint64_t seed, uint32_t stream, int64_t epoch);
 
 /* ---- PETSc log stages and events (for -log_view) ---------------------- */
 typedef struct {

@@ -20,7 +20,7 @@
 #include "comm.h"
 #include "mpi_report.h"
 #ifdef RLFUSE_HAVE_NCCL
-  #include "../cuda/rfcuda.h"
+  #include "internal/rfcuda.h"
 #endif
 
 static const char help[] = "NCCL communication regression tests.\n";

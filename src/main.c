@@ -4,7 +4,7 @@
  *
  * The deck is a PETSc options file; the command line overrides it. -mode
  * selects the job; -help lists every option of every module. */
-#include "rl.h"
+#include "jobs.h"
 #include "realloc.h"
 #include <errno.h>
 #include <stdio.h>

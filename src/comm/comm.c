@@ -5,7 +5,7 @@
  * always did and callers never see which one runs. */
 #include "comm.h"
 #ifdef RLFUSE_HAVE_NCCL
-  #include "../../cuda/rfcuda.h"
+  #include "internal/rfcuda.h"
 #endif
 
 /* Set by comm_use_backend: the backend whose memory the backend-memory calls

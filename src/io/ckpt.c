@@ -2,7 +2,7 @@
  * (and AdamW moments), named by Hugging Face keys, plus the run state needed
  * to resume bit-exactly. Layout: docs/formats.md. Rank 0 does the file I/O;
  * the other ranks receive the flat buffers by broadcast. */
-#include "h5util.h"
+#include "internal/h5util.h"
 
 #include <string.h>
 

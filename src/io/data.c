@@ -2,7 +2,7 @@
  * inspection) and plain float matrices (score outputs). Rank 0 reads and
  * validates, then broadcasts; a bad file is one error naming the file and,
  * for a bad value, its row and column. Layout: docs/formats.md. */
-#include "h5util.h"
+#include "internal/h5util.h"
 
 #include <string.h>
 

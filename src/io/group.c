@@ -3,7 +3,7 @@
  * group written (replacing one of the same name left by a run that was
  * restarted from an earlier checkpoint), flushed and closed each time, so
  * every completed group is on disk when the call returns. */
-#include "h5util.h"
+#include "internal/h5util.h"
 
 typedef struct {
   const char      *path, *group;

@@ -1,7 +1,7 @@
-/* io private helpers (see h5util.h). Error paths may leave group, dataset or
+/* io private helpers (see inc/internal/h5util.h). Error paths may leave group, dataset or
  * attribute ids open: every file is opened with the "strong" close degree, so
  * closing the file on the way out releases them too. */
-#include "h5util.h"
+#include "internal/h5util.h"
 
 #include <errno.h>
 #include <fcntl.h>

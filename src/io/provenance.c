@@ -1,7 +1,7 @@
 /* io: the /code group of a run record: how this run was made (code version,
  * compiler and flags, every library version, ranks and threads, host, time,
  * command line, seed), so any output can be traced back and reproduced. */
-#include "h5util.h"
+#include "internal/h5util.h"
 
 #include <omp.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * min over ranks) and metrics, flushed each step so a killed run still leaves
  * a readable file. Layout: docs/formats.md. Rank 0 writes; the other ranks
  * only take part in the reductions. */
-#include "h5util.h"
+#include "internal/h5util.h"
 
 #include <math.h>
 #include <string.h>

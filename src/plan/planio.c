@@ -6,7 +6,7 @@
  *                       int32 [nconc,2] of call indices when there are pairs
  *   /plan/<call>        dataset ranks int32 [nranks]; attributes dp, tp, pp, mbs */
 #include "plan_impl.h"
-#include "../io/h5util.h"
+#include "internal/h5util.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -58,3 +58,14 @@ float rng_normal(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lan
   double u2 = (double)(rng_u32(seed, a, b, c, 2 * lane + 1) >> 8) / 16777216.0;
   return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
 }
+
+void rng_shuffle(int *perm, int N, uint64_t seed, uint32_t stream, int64_t epoch)
+{
+  for (int i = 0; i < N; i++) perm[i] = i;
+  for (int i = N - 1; i > 0; i--) {
+    int j   = (int)(rng_u32(seed, stream, (uint32_t)epoch, (uint32_t)i, 0) % (uint32_t)(i + 1));
+    int t   = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+}

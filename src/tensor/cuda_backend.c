@@ -1,12 +1,12 @@
 /* cuda backend: the ops table. The kernels live in cuda/ behind the plain-C
- * interface of cuda/rfcuda.h (PETSc is C only, so cuda/ cannot use its
+ * interface of inc/internal/rfcuda.h (PETSc is C only, so cuda/ cannot use its
  * macros); each entry here turns an rfcuda_* failure into a PETSc error
  * that carries the CUDA/cuBLAS message, file and line. */
 #include "sys.h"
 #include "tensor.h"
 
 #ifdef RLFUSE_HAVE_CUDA
-  #include "../../cuda/rfcuda.h"
+  #include "internal/rfcuda.h"
 
   #define RFCUDA_CALL(call) PetscCheck((call) == 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "cuda backend: %s", rfcuda_error())
 

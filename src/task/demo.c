@@ -1,7 +1,7 @@
 /* Demonstrations for supervised training: the built-in task's stream or a
  * dataset file, read in an order that is a pure function of (seed, epoch), so
  * a restarted run sees exactly the samples an uninterrupted run would. */
-#include "rl.h"
+#include "task.h"
 #include <inttypes.h>
 
 PetscErrorCode demo_source_setup(MPI_Comm comm, const char *path, const SortTask *task, uint64_t seed, DemoSource *src)
@@ -40,21 +40,10 @@ int demo_source_max_len(const DemoSource *src)
   return m;
 }
 
-void rl_shuffle(int *perm, int N, uint64_t seed, uint32_t stream, int64_t epoch)
-{
-  for (int i = 0; i < N; i++) perm[i] = i;
-  for (int i = N - 1; i > 0; i--) {
-    int j   = (int)(rng_u32(seed, stream, (uint32_t)epoch, (uint32_t)i, 0) % (uint32_t)(i + 1));
-    int t   = perm[i];
-    perm[i] = perm[j];
-    perm[j] = t;
-  }
-}
-
 /* The file's row order in an epoch. */
 static void demo_shuffle(DemoSource *src, int64_t epoch)
 {
-  rl_shuffle(src->perm, src->file.N, src->seed, 0xDA7Au, epoch);
+  rng_shuffle(src->perm, src->file.N, src->seed, 0xDA7Au, epoch);
   src->perm_epoch = epoch;
 }
 

@@ -1,12 +1,12 @@
-/* ppo_impl.h: what the PPO files share (src/rl/ppo*.c, rollout.c): the
+/* ppo_impl.h: what the PPO files share (src/jobs/ppo*.c, rollout*.c): the
  * options, the four models, one iteration's rollout and the row packing
  * between the rollout's aligned [B,T] arrays and a model's forward rows. */
 #ifndef RLFUSE_PPO_IMPL_H
 #define RLFUSE_PPO_IMPL_H
 
-#include "rl.h"
+#include "jobs.h"
 #include "exec.h"
-#include "trainer.h"
+#include "train.h"
 
 typedef enum { ALGO_PPO = 0, ALGO_GRPO = 1 } PPOAlgo;
 typedef enum { CRITIC_FROM_REWARD = 0, CRITIC_FROM_ACTOR = 1 } CriticInit;
@@ -97,7 +97,7 @@ PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coe
 /* Appends group /iter_<k> to <output_dir>/rollouts.h5 (created at iteration 0 or on first use). */
 PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, int iteration, const PPOOptions *o, double kl_coef);
 
-/* Generation as a call (src/rl/rollout_gen.c): a replica's rows of the batch
+/* Generation as a call (src/jobs/rollout_gen.c): a replica's rows of the batch
  * (its own GenBatch unless the replica holds every row). */
 typedef struct {
   GenBatch  b;
@@ -126,7 +126,7 @@ typedef struct {
 PetscErrorCode ppo_train_actor(GPT *actor, const PPOOptions *o, int mbs, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s);
 PetscErrorCode ppo_train_critic(GPT *critic, const PPOOptions *o, int mbs, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, PPOTrainStats *s);
 
-/* One iteration as a dataflow graph (src/rl/ppo_graph.c): weight sync,
+/* One iteration as a dataflow graph (src/jobs/ppo_graph.c): weight sync,
  * generation, the inference calls, advantages, training. Collective on
  * MPI_COMM_WORLD; stage times (longest over ranks) and the reallocation
  * traffic come back in it. */

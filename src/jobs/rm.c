@@ -3,7 +3,8 @@
  * -log sigmoid(r_chosen - r_rejected), where r is the value at a sequence's
  * last token, on the rm_train call's mesh. Reports pairwise accuracy on
  * held-out pairs. */
-#include "trainer.h"
+#include "train.h"
+#include "jobs.h"
 #include <math.h>
 
 #define RM_MAX_BATCH 4096
@@ -244,7 +245,7 @@ static PetscErrorCode rm_step(Trainer *tr, const RMOptions *o, const PrefPairs *
   for (int i = 0; i < b->B; i++) { /* pairs data_pos .. data_pos+B-1 of the epoch-shuffled stream */
     int64_t pos = st->data_pos + i, epoch = pos / n;
     if (epoch != *perm_epoch) { /* a pure function of (seed, epoch): a restart rebuilds the same order */
-      rl_shuffle(perm, n, (uint64_t)st->seed, 0x524Du, epoch);
+      rng_shuffle(perm, n, (uint64_t)st->seed, 0x524Du, epoch);
       *perm_epoch = epoch;
     }
     idx[i] = perm[pos % n];

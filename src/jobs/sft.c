@@ -1,7 +1,8 @@
 /* Supervised fine-tuning (-mode sft): trains the policy on demonstrations
  * (loss on response tokens only) on the sft_train call's mesh, records every
  * step, writes checkpoints and resumes from them bit-exactly. */
-#include "trainer.h"
+#include "train.h"
+#include "jobs.h"
 #include <math.h>
 
 typedef struct {

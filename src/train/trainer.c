@@ -1,6 +1,6 @@
 /* One model trained on its call's mesh, and checkpoints of placed models
- * (src/rl/trainer.h). */
-#include "trainer.h"
+ * (inc/train.h). */
+#include "train.h"
 #include <math.h>
 
 PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const GPTConfig *cfg, int batch, PlanNeeds *needs)
@@ -133,11 +133,11 @@ PetscErrorCode trainer_checkpoint(Trainer *tr, const RunCtx *run, const char *na
   const CkptModel cm[1] = {{tr->dm.name, NULL, PETSC_TRUE, PETSC_FALSE}};
 
   PetscFunctionBegin;
-  PetscCall(rl_checkpoint_models(run, dm, cm, 1, name, st, tr->bucket, rec));
+  PetscCall(train_checkpoint_models(run, dm, cm, 1, name, st, tr->bucket, rec));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rl_checkpoint_models(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, size_t bucket, RunRecord *rec)
+PetscErrorCode train_checkpoint_models(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, size_t bucket, RunRecord *rec)
 {
   char           path[PETSC_MAX_PATH_LEN];
   CkptModel      out[8];
@@ -147,7 +147,7 @@ PetscErrorCode rl_checkpoint_models(const RunCtx *run, DModel *const *dm, const 
   PetscErrorCode ierr = PETSC_SUCCESS;
 
   PetscFunctionBegin;
-  PetscCheck(n >= 1 && n <= 8, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "rl_checkpoint_models: %d models (1 to 8)", n);
+  PetscCheck(n >= 1 && n <= 8, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "train_checkpoint_models: %d models (1 to 8)", n);
   PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   PetscCall(backend_get("cpu", &cpu));
   PetscCall(sys_output_path(run, name, path, sizeof path));

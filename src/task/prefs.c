@@ -1,7 +1,7 @@
 /* Preference pairs for reward modelling: sampled from the SFT policy on the
  * built-in task and labelled by the judge with Bradley-Terry noise (the
  * simulated human), or read from a user's pair file. */
-#include "rl.h"
+#include "task.h"
 #include <math.h>
 #include <string.h>
 

@@ -166,7 +166,7 @@ static PetscErrorCode train_model(GPT *g, const PPOOptions *o, const AdamWConfig
   PetscCall(PetscMalloc2(r->B, &perm, 2 * count, &tasks));
   PetscCall(sched_1f1b(mesh->pp, mesh->p, count, tasks, &nslots));
   for (int e = 0; e < (int)o->epochs; e++) {
-    rl_shuffle(perm, r->B, seed, PPO_SHUFFLE_STREAM, (int64_t)iteration * o->epochs + e);
+    rng_shuffle(perm, r->B, seed, PPO_SHUFFLE_STREAM, (int64_t)iteration * o->epochs + e);
     for (int k = 0; k < (int)o->minibatches; k++) {
       const int *all = perm + (size_t)k * nmb;
       int        ntok = 0;

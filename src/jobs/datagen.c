@@ -1,7 +1,7 @@
 /* Dataset generation (-mode data): writes the built-in task's prompts with
  * demonstrations as an HDF5 dataset, the same format users supply their own
  * data in (docs/formats.md). */
-#include "rl.h"
+#include "jobs.h"
 
 PetscErrorCode data_run(const RunCtx *run)
 {

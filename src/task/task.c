@@ -2,7 +2,7 @@
  * demonstrations with optional noise, and the programmatic judge that plays
  * the human. Every draw is keyed by (task seed, split, sample, purpose), so a
  * sample is the same wherever and whenever it is generated. */
-#include "rl.h"
+#include "task.h"
 #include <math.h>
 
 /* Purposes, the third key component of every draw. */

@@ -198,7 +198,7 @@ static PetscErrorCode ppo_models_destroy(PPOModels *m)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The models are gathered whole on rank 0 and written there (trainer.h);
+/* The models are gathered whole on rank 0 and written there (inc/train.h);
  * the file does not depend on the layout. */
 static PetscErrorCode ppo_checkpoint(const RunCtx *run, PPOModels *m, const char *name, const CkptState *st, RunRecord *rec)
 {
@@ -211,7 +211,7 @@ static PetscErrorCode ppo_checkpoint(const RunCtx *run, PPOModels *m, const char
   };
 
   PetscFunctionBegin;
-  PetscCall(rl_checkpoint_models(run, dm, cm, m->has_critic ? 4 : 3, name, st, m->bucket, rec));
+  PetscCall(train_checkpoint_models(run, dm, cm, m->has_critic ? 4 : 3, name, st, m->bucket, rec));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -1,7 +1,7 @@
 /* Scoring (-mode score): log-probabilities (LM head) or values (scalar head)
  * of every sequence in a token file under a checkpoint's model. Users use it
  * for evaluation, and the tests use it to compare implementations. */
-#include "rl.h"
+#include "jobs.h"
 
 typedef struct {
   char     checkpoint[PETSC_MAX_PATH_LEN], role[32], input[PETSC_MAX_PATH_LEN], output[PETSC_MAX_PATH_LEN];

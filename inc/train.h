@@ -1,4 +1,4 @@
-/* Private to src/rl: one model trained on its call's mesh (-mode sft on the
+/* train: one model trained on its call's mesh (-mode sft on the
  * sft_train call, -mode rm on rm_train), and checkpoints of models placed on
  * meshes (also PPO's).
  *
@@ -10,11 +10,12 @@
  * the gradient of the one-rank step. Values the last stages accumulate are
  * summed over the world after the step, so every rank (on the mesh or not)
  * prints and records the same numbers. */
-#ifndef RLFUSE_TRAINER_H
-#define RLFUSE_TRAINER_H
+#ifndef RLFUSE_TRAIN_H
+#define RLFUSE_TRAIN_H
 
 #include "exec.h"
-#include "rl.h"
+#include "io.h"
+#include "plan.h"
 #include "schedule.h"
 
 typedef struct {
@@ -70,6 +71,6 @@ PetscErrorCode trainer_checkpoint(Trainer *tr, const RunCtx *run, const char *na
  * file does not depend on the layout. cm[k] gives the role and whether the
  * AdamW state is written; its gpt field is ignored. Collective on the world;
  * rec (may be NULL) gets the time. */
-PetscErrorCode rl_checkpoint_models(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, size_t bucket, RunRecord *rec);
+PetscErrorCode train_checkpoint_models(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, size_t bucket, RunRecord *rec);
 
 #endif

@@ -1,0 +1,46 @@
+/* jobs: the modes of the driver (-mode sft, rm, ppo, pipeline, score, data):
+ * their options and entry points. PPO's internals are in src/jobs/ppo_impl.h. */
+#ifndef RLFUSE_JOBS_H
+#define RLFUSE_JOBS_H
+
+#include "task.h"
+#include "rl.h"
+#include "plan.h"
+
+/* ---- jobs --------------------------------------------------------------- */
+/* Each job reads its options (X_options), which -help also uses, then runs
+ * (X_execute); -mode pipeline reads all three before running any. */
+typedef struct {
+  PetscInt    steps, batch, seq_len, checkpoint_every, eval_every, eval_batches;
+  char        data[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN], init[PETSC_MAX_PATH_LEN];
+  GPTConfig   cfg;
+  AdamWConfig opt;
+  SortTask    task;
+  Plan        plan; /* the sft_train call's mesh and micro-batches */
+} SFTOptions;
+PetscErrorCode sft_options(SFTOptions *o);
+PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o);
+PetscErrorCode sft_run(const RunCtx *run, const Backend *be);
+
+typedef struct {
+  PetscInt    steps, batch, pairs, eval_pairs, eval_every, checkpoint_every;
+  PetscReal   bt_beta;
+  char        sft[PETSC_MAX_PATH_LEN], data[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN];
+  AdamWConfig opt;
+  SortTask    task;
+  GenConfig   gen;
+  Plan        plan; /* the rm_train call's mesh and micro-batches */
+} RMOptions;
+PetscErrorCode rm_options(RMOptions *o);
+PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o);
+PetscErrorCode rm_run(const RunCtx *run, const Backend *be);
+
+/* PPO and GRPO (-mode ppo); options and internals in src/jobs/ppo_impl.h. */
+PetscErrorCode ppo_run(const RunCtx *run, const Backend *be);
+/* SFT, then RM from the SFT checkpoint, then PPO from both (-mode pipeline). */
+PetscErrorCode pipeline_run(const RunCtx *run, const Backend *be);
+
+PetscErrorCode score_run(const RunCtx *run, const Backend *be);
+PetscErrorCode data_run(const RunCtx *run);
+
+#endif
