@@ -10,11 +10,13 @@
  * never the K sum, so the bits do not depend on the thread count.
  *
  * Determinism. OpenBLAS 0.3.21 is deterministic for a fixed thread count,
- * but its single-threaded and threaded drivers cut the K sum into different
- * blocks once K exceeds its GEMM_Q (a few hundred), so the bits of a long
- * sum (dW's sum over N rows, most visibly) change with OPENBLAS_NUM_THREADS.
- * We therefore cut every K sum ourselves into blocks of CPU_KBLOCK, which
- * OpenBLAS does not split further, and add the blocks in order into the
+ * but its threaded driver does not reproduce the bits of its serial one: it
+ * cuts the K sum into other blocks once K exceeds its GEMM_Q (a few hundred),
+ * and with the Haswell kernels (OPENBLAS_CORETYPE=Haswell, set on some AMD
+ * machines) even K = 64 differs (measured: 0.3.21, 1 vs 2 threads). Keeping
+ * OpenBLAS at one thread (above) is what makes the bits independent of the
+ * environment. We also cut every K sum ourselves into blocks of CPU_KBLOCK,
+ * which OpenBLAS does not split further, and add the blocks in order into the
  * output (beta = 1). dbias is our own blocked column sum. */
 #include "cpu_ops.h"
 #include <cblas.h>
