@@ -6,6 +6,7 @@
 #include "task.h"
 #include "rl.h"
 #include "plan.h"
+#include "train.h"
 
 /* ---- jobs --------------------------------------------------------------- */
 /* Each job reads its options (X_options), which -help also uses, then runs
@@ -17,6 +18,7 @@ typedef struct {
   AdamWConfig opt;
   SortTask    task;
   Plan        plan; /* the sft_train call's mesh and micro-batches */
+  TrainSched  sched; /* of the training passes (-train_schedule) */
 } SFTOptions;
 PetscErrorCode sft_options(SFTOptions *o);
 PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o);
@@ -30,6 +32,7 @@ typedef struct {
   SortTask    task;
   GenConfig   gen;
   Plan        plan; /* the rm_train call's mesh and micro-batches */
+  TrainSched  sched; /* of the training passes (-train_schedule) */
 } RMOptions;
 PetscErrorCode rm_options(RMOptions *o);
 PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o);

@@ -55,6 +55,7 @@ PetscErrorCode ppo_options(PPOOptions *o)
   PetscCall(task_set_from_options(&o->task));
   PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
   PetscCall(plan_from_options(world, &o->plan));
+  PetscCall(trainer_options(&o->sched));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -352,7 +353,6 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
     PetscCall(record_metric(rec, "critic_sync_bytes", tm->sync_critic_bytes));
   }
   PetscCall(PetscPrintf(run->comm, "iter %4d/%d | gold %.3f | rm %+.3f | kl %.3f | actor %+.4f | critic %.4f | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s\n", it, n_it, vals[0], vals[1], kl, vals[4], vals[5], vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic));
-  if (!isnan(eval_gold)) PetscCall(PetscPrintf(run->comm, "      held-out gold %.3f\n", eval_gold));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -378,7 +378,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   }
   PetscCall(PetscPrintf(run->comm, "%s: actor %zu parameters, %" PetscInt_FMT " iterations of %" PetscInt_FMT " responses, from iteration %" PetscInt_FMT "\n", algo_names[o->algo], nparams, o->iterations, o->rollout_batch, st->iteration));
   while (st->iteration < o->iterations) {
-    double        t0 = sys_wtime(), kl, eval_gold = NAN, eval_kl;
+    double        t0 = sys_wtime(), kl, eval_gold = NAN, eval_kl = NAN, iter_s, coef;
     StageTimes    tm;
     PPOTrainStats ts;
     int           it = (int)st->iteration, used = 0;
@@ -388,13 +388,14 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     st->data_pos += used;
     kl = rollout_kl(&r);
     if (o->dump_rollouts) PetscCall(rollout_dump(run->comm, path, &r, it, o, st->kl_coef));
-    PetscCall(ppo_record_iteration(rec, run, m, &r, &ts, &tm, kl, st->kl_coef, NAN, sys_wtime() - t0, it + 1, (int)o->iterations));
+    iter_s = sys_wtime() - t0;
+    coef   = st->kl_coef; /* the coefficient this iteration's rewards used */
     if (o->kl_target > 0) st->kl_coef = rl_kl_adapt(st->kl_coef, kl, o->kl_target, o->kl_horizon, (double)r.B);
     st->iteration++;
-    if (o->eval_every && st->iteration % o->eval_every == 0 && st->iteration < o->iterations) {
-      PetscCall(ppo_evaluate(&m->actor, m, o, (uint64_t)st->seed, ps->max_prompt, &eval_gold, &eval_kl));
-      PetscCall(PetscPrintf(run->comm, "      held-out gold %.3f, KL to the reference %.3f\n", eval_gold, eval_kl));
-    }
+    /* the evaluation of the trained actor runs before the iteration's record, which holds its result */
+    if (o->eval_every && st->iteration % o->eval_every == 0 && st->iteration < o->iterations) PetscCall(ppo_evaluate(&m->actor, m, o, (uint64_t)st->seed, ps->max_prompt, &eval_gold, &eval_kl));
+    PetscCall(ppo_record_iteration(rec, run, m, &r, &ts, &tm, kl, coef, eval_gold, iter_s, it + 1, (int)o->iterations));
+    if (!isnan(eval_gold)) PetscCall(PetscPrintf(run->comm, "      held-out gold %.3f, KL to the reference %.3f\n", eval_gold, eval_kl));
     if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
       PetscCall(ppo_checkpoint(run, m, name, st, rec));
