@@ -60,8 +60,9 @@ typedef struct {
  * trains calls it from its option reading. */
 PetscErrorCode trainer_options(TrainSched *sched);
 /* The plan's needs when the only call is `call` (training cfg on batches of
- * `batch` sequences): checked before any work and printed. */
-PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const GPTConfig *cfg, int batch, PlanNeeds *needs);
+ * `batch` sequences): checked before any work, and printed when print is
+ * true. */
+PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const GPTConfig *cfg, int batch, PetscBool print, PlanNeeds *needs);
 /* Parameters of the whole model of cfg. */
 PetscErrorCode trainer_count(const GPTConfig *cfg, size_t *nparams);
 /* A trainer that owns its model (SFT, RM): every rank of the world calls

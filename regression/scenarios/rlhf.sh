@@ -1,7 +1,8 @@
 # Reward modelling, PPO and GRPO on micro models: the rollout record's layout
 # and arithmetic (checked independently in numpy), the held-out evaluation in
 # run.h5, bit-exact restart, micro-batch invariance, the same weights under
-# the GPipe and 1F1B training schedules, the NaN stop, and bad input.
+# the GPipe and 1F1B training schedules, the NaN stop, and bad input (the
+# pipeline's later stages checked before SFT starts).
 . regression/lib.sh
 d="$RLFUSE_TMP/rlhf"; mkdir -p $d
 ppo_deck=regression/decks/rlhf_tiny.deck
@@ -138,4 +139,14 @@ expect "vocabulary mismatch between models"   "vocabulary mismatch"        $P -r
 expect "PPO without checkpoints"              "-actor_checkpoint"          -options_file $ppo_deck
 expect "KV cache over its bound"              "-gen_kv_mb"                 $P -gen_kv_mb 0.001
 expect "rm without an SFT checkpoint"         "-rm_sft_checkpoint"         -mode rm
+expect "rm: generation past the SFT model's positions names the checkpoint's value" "exceeds n_positions 32 of the SFT checkpoint $d/sft/final.h5" \
+  -mode rm -rm_sft_checkpoint $d/sft/final.h5 -task_len_max 8 -gen_max_new_tokens 30
+# -mode pipeline checks every stage before SFT starts (the later stages' architecture from the -policy_ options)
+expect "pipeline: a PPO plan error stops before SFT writes anything" "-actor_gen_ranks 0-7"  -options_file input/quickstart.deck -actor_gen_ranks 0-7
+expect "pipeline: a PPO option error stops before SFT"               "-ppo_microbatches 3"   -options_file regression/decks/tiny.deck -mode pipeline -task_len_max 8 -gen_max_new_tokens 12 -ppo_microbatches 3
+expect "pipeline: an RM plan error stops before SFT"                 "-rm_train_tp 3"        -options_file regression/decks/tiny.deck -mode pipeline -rm_train_tp 3
+expect "pipeline: an RM length error names -policy_n_positions"      "exceeds -policy_n_positions 32" -options_file regression/decks/tiny.deck -mode pipeline -task_len_max 8 -gen_max_new_tokens 30
+err=$("$MPIEXEC" $MPIEXEC_FLAGS -n 2 env OMP_NUM_THREADS=1 "$BIN/rlfuse" -options_file input/quickstart.deck -actor_gen_ranks 0-7 -dry_run -output_dir $d/dry 2>&1 >/dev/null) && not_ok "pipeline dry run with a bad PPO plan: exit status 0"
+if [ "$(printf '%s\n' "$err" | grep -c .)" -eq 1 ] && printf '%s' "$err" | grep -q '^rlfuse: error: -actor_gen_ranks 0-7'; then ok "pipeline -dry_run on 2 ranks: a bad PPO plan is one line naming -actor_gen_ranks"
+else not_ok "pipeline -dry_run on 2 ranks with a bad PPO plan: got $(printf '%s' "$err" | head -3)"; fi
 finish

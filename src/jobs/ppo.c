@@ -104,22 +104,26 @@ static void ppo_sources(const PPOOptions *o, ModelSource src[4])
 static const char *const model_names[4] = {"actor", "critic", "reference", "reward"};
 
 /* Configurations from the files, checked against each other and the task
- * before anything is allocated. */
-static PetscErrorCode ppo_configs(const RunCtx *run, const PPOOptions *o, const ModelSource src[4], int max_prompt, GPTConfig cfg[4])
+ * before anything is allocated; with policy (-mode pipeline, before the SFT
+ * and RM checkpoints exist) every model has the SFT architecture, as those
+ * stages will write it, with its own head. */
+static PetscErrorCode ppo_configs(const RunCtx *run, const PPOOptions *o, const ModelSource src[4], const GPTConfig *policy, int max_prompt, GPTConfig cfg[4])
 {
   const GPTHead head[4] = {GPT_HEAD_LM, GPT_HEAD_SCALAR, GPT_HEAD_LM, GPT_HEAD_SCALAR};
   int           T       = max_prompt + (int)o->gen.max_new_tokens;
 
   PetscFunctionBegin;
   for (int k = 0; k < 4; k++) {
+    const char *from = policy ? "the -policy_ options" : src[k].file;
     if (k == 1 && o->algo == ALGO_GRPO) continue;
-    PetscCall(ckpt_read_config(run->comm, src[k].file, src[k].role, &cfg[k]));
-    if (src[k].trunk_only) cfg[k].head = head[k];
+    if (policy) cfg[k] = *policy;
+    else PetscCall(ckpt_read_config(run->comm, src[k].file, src[k].role, &cfg[k]));
+    if (src[k].trunk_only || policy) cfg[k].head = head[k];
     PetscCheck(cfg[k].head == head[k], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s has the %s head; the %s needs the %s head", src[k].file, src[k].role, GPTHeadNames[cfg[k].head], model_names[k], GPTHeadNames[head[k]]);
     PetscCheck(cfg[k].vocab_size == cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "vocabulary mismatch: the %s (%s) has %d tokens, the actor (%s) %d", model_names[k], src[k].file, cfg[k].vocab_size, src[0].file, cfg[0].vocab_size);
-    PetscCheck(T <= cfg[k].n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "the %s (%s) has n_positions %d, fewer than the longest prompt (%d tokens) plus -gen_max_new_tokens %" PetscInt_FMT, model_names[k], src[k].file, cfg[k].n_positions, max_prompt, o->gen.max_new_tokens);
+    PetscCheck(T <= cfg[k].n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "the %s (%s) has n_positions %d, fewer than the longest prompt (%d tokens) plus -gen_max_new_tokens %" PetscInt_FMT, model_names[k], from, cfg[k].n_positions, max_prompt, o->gen.max_new_tokens);
   }
-  PetscCall(gen_config_check(&o->gen, &cfg[0], "actor_", max_prompt));
+  PetscCall(gen_config_check(&o->gen, &cfg[0], policy ? "policy_" : "actor_", max_prompt));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -415,6 +419,50 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Everything that can be checked before a model is read: options, prompts,
+ * the models' configurations (ppo_configs), the task and the plan (printed
+ * when print is true). ps is set up for the run. */
+static PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const GPTConfig *policy, PetscBool print, ModelSource src[4], PromptSource *ps, GPTConfig cfg[4], PlanNeeds *needs)
+{
+  PetscFunctionBegin;
+  PetscCall(ppo_check_options(o));
+  ppo_sources(o, src);
+  PetscCall(prompts_setup(run, o, ps));
+  PetscCall(ppo_configs(run, o, src, policy, ps->max_prompt, cfg));
+  if (ps->src.builtin) PetscCall(task_check(&o->task, cfg[0].vocab_size, cfg[0].n_positions, policy ? "policy_" : "actor_"));
+  else {
+    PetscCheck(ps->src.file.vocab_size <= cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_prompts %s has vocabulary %d, larger than the actor's %d", o->prompts, ps->src.file.vocab_size, cfg[0].vocab_size);
+    o->eval_prompts = 0; /* held-out gold scores need the built-in task's judge */
+  }
+  ppo_needs(o, cfg, needs);
+  PetscCall(plan_check(&o->plan, needs));
+  if (print) PetscCall(plan_print(run->comm, &o->plan, needs));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode ppo_dry_run(const RunCtx *run, const PPOOptions *o, const GPTConfig cfg[4], const PromptSource *ps)
+{
+  char a[32];
+
+  PetscFunctionBegin;
+  PetscCall(PetscPrintf(run->comm, "dry run: %s with 4 models of %d layers x %d; KV cache %s\n", algo_names[o->algo], cfg[0].n_layer, cfg[0].n_embd, sys_bytes_str((double)gen_kv_bytes(&o->gen, &cfg[0], ps->max_prompt + (int)o->gen.max_new_tokens), a, sizeof a)));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_check_stage(const RunCtx *run, PPOOptions *o, const GPTConfig *policy, PetscBool print)
+{
+  ModelSource  src[4];
+  GPTConfig    cfg[4];
+  PromptSource ps;
+  PlanNeeds    needs;
+
+  PetscFunctionBegin;
+  PetscCall(ppo_prepare(run, o, policy, print, src, &ps, cfg, &needs));
+  if (print) PetscCall(ppo_dry_run(run, o, cfg, &ps));
+  PetscCall(prompts_destroy(&ps));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *sft_gold, double *ppo_gold, double *ppo_kl)
 {
   ModelSource  src[4];
@@ -426,21 +474,9 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   PlanNeeds    needs;
 
   PetscFunctionBegin;
-  PetscCall(ppo_check_options(o));
-  ppo_sources(o, src);
-  PetscCall(prompts_setup(run, o, &ps));
-  PetscCall(ppo_configs(run, o, src, ps.max_prompt, cfg));
-  if (ps.src.builtin) PetscCall(task_check(&o->task, cfg[0].vocab_size, cfg[0].n_positions, "actor_"));
-  else {
-    PetscCheck(ps.src.file.vocab_size <= cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_prompts %s has vocabulary %d, larger than the actor's %d", o->prompts, ps.src.file.vocab_size, cfg[0].vocab_size);
-    o->eval_prompts = 0; /* held-out gold scores need the built-in task's judge */
-  }
-  ppo_needs(o, cfg, &needs);
-  PetscCall(plan_check(&o->plan, &needs));
-  PetscCall(plan_print(run->comm, &o->plan, &needs));
+  PetscCall(ppo_prepare(run, o, NULL, PETSC_TRUE, src, &ps, cfg, &needs));
   if (run->dry_run) {
-    char a[32];
-    PetscCall(PetscPrintf(run->comm, "dry run: %s with 4 models of %d layers x %d; KV cache %s\n", algo_names[o->algo], cfg[0].n_layer, cfg[0].n_embd, sys_bytes_str((double)gen_kv_bytes(&o->gen, &cfg[0], ps.max_prompt + (int)o->gen.max_new_tokens), a, sizeof a)));
+    PetscCall(ppo_dry_run(run, o, cfg, &ps));
     PetscCall(prompts_destroy(&ps));
     PetscFunctionReturn(PETSC_SUCCESS);
   }

@@ -30,6 +30,10 @@ PetscErrorCode ppo_options(PPOOptions *o);
 /* Runs PPO or GRPO; the held-out gold scores and KL of the summary are
  * returned when the pointers are not NULL (the pipeline prints them). */
 PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *sft_gold, double *ppo_gold, double *ppo_kl);
+/* The PPO stage's checks before any work; with policy (-mode pipeline) the
+ * models' architecture is the SFT one, as the earlier stages will write it.
+ * With print, the plan and the dry-run summary are printed. */
+PetscErrorCode ppo_check_stage(const RunCtx *run, PPOOptions *o, const GPTConfig *policy, PetscBool print);
 
 /* The four models on the plan's meshes. The actor and critic live in their
  * training placements (with AdamW state); actor_gen and critic_inf are

@@ -59,16 +59,33 @@ PetscErrorCode rm_options(RMOptions *o)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode rm_check(const RMOptions *o, PetscBool builtin, const GPTConfig *cfg)
+/* The SFT model's architecture setting in errors: the checkpoint's value in
+ * -mode rm (ckpt), the -policy_ option in -mode pipeline (ckpt NULL: SFT
+ * has not written it yet and takes it from that option). */
+static const char *sft_arch(const char *ckpt, const char *field, int value, char *buf, size_t len)
 {
+  if (ckpt) PetscSNPrintf(buf, len, "%s %d of the SFT checkpoint %s", field, value, ckpt);
+  else PetscSNPrintf(buf, len, "-policy_%s %d", field, value);
+  return buf;
+}
+
+static PetscErrorCode rm_check(const RMOptions *o, PetscBool builtin, const GPTConfig *cfg, const char *ckpt)
+{
+  char a[PETSC_MAX_PATH_LEN + 64];
+
   PetscFunctionBegin;
   PetscCheck(o->steps >= 0 && o->batch > 0 && o->batch <= RM_MAX_BATCH, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_steps must be >= 0 and -rm_batch in [1, %d]", RM_MAX_BATCH);
   PetscCheck(o->pairs > 0 && o->eval_pairs >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_pairs must be positive and -rm_eval_pairs non-negative");
   PetscCheck(o->bt_beta > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_bt_beta %g must be positive", (double)o->bt_beta);
   PetscCheck(o->checkpoint_every >= 0 && o->eval_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-checkpoint_every and -rm_eval_every must be >= 0");
   if (builtin) {
+    int prompt = (int)o->task.len_max + 2;
+    /* the bounds the SFT model's architecture sets, named where that architecture comes from */
+    PetscCheck(TASK_FIRST_SYMBOL + o->task.n_symbols <= cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-task_symbols %" PetscInt_FMT " needs a vocabulary of %" PetscInt_FMT " tokens, more than %s", o->task.n_symbols, o->task.n_symbols + TASK_FIRST_SYMBOL, sft_arch(ckpt, "vocab_size", cfg->vocab_size, a, sizeof a));
+    PetscCheck(2 * o->task.len_max + 3 <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-task_len_max %" PetscInt_FMT " needs %" PetscInt_FMT " positions, more than %s", o->task.len_max, 2 * o->task.len_max + 3, sft_arch(ckpt, "n_positions", cfg->n_positions, a, sizeof a));
+    PetscCheck(prompt + o->gen.max_new_tokens <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-gen_max_new_tokens %" PetscInt_FMT " plus the longest prompt (%d tokens) exceeds %s", o->gen.max_new_tokens, prompt, sft_arch(ckpt, "n_positions", cfg->n_positions, a, sizeof a));
     PetscCall(task_check(&o->task, cfg->vocab_size, cfg->n_positions, "policy_"));
-    PetscCall(gen_config_check(&o->gen, cfg, "policy_", (int)o->task.len_max + 2));
+    PetscCall(gen_config_check(&o->gen, cfg, "policy_", prompt));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -337,6 +354,48 @@ static PetscErrorCode rm_load(const RunCtx *run, const RMOptions *o, Trainer *tr
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The checks that need only the deck, a pair file and the SFT model's
+ * architecture cfg (named as sft_arch says): options, the plan (printed
+ * when print is true), the pair file split into all/train/eval. */
+static PetscErrorCode rm_prepare(const RunCtx *run, RMOptions *o, const GPTConfig *cfg, const char *ckpt, PetscBool print, GPTConfig *rcfg, PlanNeeds *needs, PrefPairs *all, PrefPairs *train, PrefPairs *eval)
+{
+  PetscBool builtin;
+
+  PetscFunctionBegin;
+  PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
+  PetscCall(rm_check(o, builtin, cfg, ckpt));
+  *rcfg      = *cfg; /* the SFT trunk with a scalar head */
+  rcfg->head = GPT_HEAD_SCALAR;
+  PetscCall(trainer_plan_check(run, &o->plan, MFC_RM_TRAIN, rcfg, (int)o->batch, print, needs));
+  if (!builtin) {
+    PetscCall(prefs_read(run->comm, o->data, all));
+    PetscCall(rm_split_file(o, cfg, all, train, eval));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode rm_dry_run(const RunCtx *run, const RMOptions *o, const GPTConfig *cfg)
+{
+  char a[32];
+
+  PetscFunctionBegin;
+  PetscCall(PetscPrintf(run->comm, "dry run: reward model activations for %" PetscInt_FMT " pairs of up to %d tokens: %s\n", o->batch, cfg->n_positions, sys_bytes_str((double)gpt_activation_bytes(cfg, 2 * (int)o->batch, cfg->n_positions), a, sizeof a)));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rm_check_stage(const RunCtx *run, RMOptions *o, const GPTConfig *cfg, PetscBool print)
+{
+  GPTConfig rcfg;
+  PlanNeeds needs;
+  PrefPairs all = {{0}, NULL}, train = {{0}, NULL}, eval = {{0}, NULL};
+
+  PetscFunctionBegin;
+  PetscCall(rm_prepare(run, o, cfg, NULL, print, &rcfg, &needs, &all, &train, &eval));
+  if (print) PetscCall(rm_dry_run(run, o, cfg));
+  PetscCall(prefs_free(&all)); /* nothing to free for built-in pairs */
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
 {
   GPTConfig cfg, rcfg;
@@ -350,17 +409,9 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
   PetscCheck(o->sft[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode rm needs -rm_sft_checkpoint FILE (the SFT model whose trunk starts the reward model)");
   PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
   PetscCall(ckpt_read_config(run->comm, o->sft, "policy", &cfg));
-  PetscCall(rm_check(o, builtin, &cfg));
-  rcfg      = cfg; /* the SFT trunk with a scalar head */
-  rcfg.head = GPT_HEAD_SCALAR;
-  PetscCall(trainer_plan_check(run, &o->plan, MFC_RM_TRAIN, &rcfg, (int)o->batch, &needs));
-  if (!builtin) {
-    PetscCall(prefs_read(run->comm, o->data, &all));
-    PetscCall(rm_split_file(o, &cfg, &all, &train, &eval));
-  }
+  PetscCall(rm_prepare(run, o, &cfg, o->sft, PETSC_TRUE, &rcfg, &needs, &all, &train, &eval));
   if (run->dry_run) {
-    char a[32];
-    PetscCall(PetscPrintf(run->comm, "dry run: reward model activations for %" PetscInt_FMT " pairs of up to %d tokens: %s\n", o->batch, cfg.n_positions, sys_bytes_str((double)gpt_activation_bytes(&cfg, 2 * (int)o->batch, cfg.n_positions), a, sizeof a)));
+    PetscCall(rm_dry_run(run, o, &cfg));
     if (!builtin) PetscCall(prefs_free(&all));
     PetscFunctionReturn(PETSC_SUCCESS);
   }

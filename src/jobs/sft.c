@@ -295,6 +295,29 @@ static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, const Pl
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The checks that need only the deck (and the data file): options, the
+ * data against the model, the plan; the plan is printed when print is true.
+ * src is set up for the run. */
+static PetscErrorCode sft_prepare(const RunCtx *run, SFTOptions *o, PetscBool print, DemoSource *src, PlanNeeds *needs)
+{
+  PetscFunctionBegin;
+  PetscCall(demo_source_setup(run->comm, o->data, &o->task, (uint64_t)run->seed, src));
+  PetscCall(sft_check(o, src));
+  PetscCall(trainer_plan_check(run, &o->plan, MFC_SFT_TRAIN, &o->cfg, (int)o->batch, print, needs));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sft_check_stage(const RunCtx *run, SFTOptions *o)
+{
+  DemoSource src;
+  PlanNeeds  needs;
+
+  PetscFunctionBegin;
+  PetscCall(sft_prepare(run, o, PETSC_FALSE, &src, &needs));
+  PetscCall(demo_source_destroy(&src));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
 {
   DemoSource src;
@@ -304,9 +327,7 @@ PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
   CkptState  st = {0, 0, run->seed, 0};
 
   PetscFunctionBegin;
-  PetscCall(demo_source_setup(run->comm, o->data, &o->task, (uint64_t)run->seed, &src));
-  PetscCall(sft_check(o, &src));
-  PetscCall(trainer_plan_check(run, &o->plan, MFC_SFT_TRAIN, &o->cfg, (int)o->batch, &needs));
+  PetscCall(sft_prepare(run, o, PETSC_TRUE, &src, &needs));
   if (run->dry_run) {
     PetscCall(trainer_count(&o->cfg, &nparams));
     PetscCall(sft_dry_run(run, o, nparams));

@@ -17,14 +17,14 @@ PetscErrorCode trainer_options(TrainSched *sched)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const GPTConfig *cfg, int batch, PlanNeeds *needs)
+PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const GPTConfig *cfg, int batch, PetscBool print, PlanNeeds *needs)
 {
   PetscFunctionBegin;
   PetscCall(PetscMemzero(needs, sizeof *needs));
   needs->cfg[call]   = cfg;
   needs->batch[call] = batch;
   PetscCall(plan_check(plan, needs));
-  PetscCall(plan_print(run->comm, plan, needs));
+  if (print) PetscCall(plan_print(run->comm, plan, needs));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
