@@ -1,6 +1,6 @@
-/* train: one model trained on its call's mesh (-mode sft on the
- * sft_train call, -mode rm on rm_train), and checkpoints of models placed on
- * meshes (also PPO's).
+/* train: the training step of every trained model (-mode sft on the
+ * sft_train call, -mode rm on rm_train, PPO's actor and critic on
+ * actor_train and critic_train), and checkpoints of models placed on meshes.
  *
  * SFT, RM and PPO share one training step: trainer_split, trainer_pass,
  * trainer_step. A step over B sequences gives dp replica d the rows

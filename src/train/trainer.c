@@ -1,4 +1,4 @@
-/* One model trained on its call's mesh, and checkpoints of placed models
+/* The one training step of SFT, RM and PPO, and checkpoints of placed models
  * (inc/train.h). */
 #include "train.h"
 #include <math.h>
