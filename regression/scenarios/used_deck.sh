@@ -3,7 +3,9 @@
 # value, a bare flag), is rerun from its used.deck alone into another
 # directory, and every checkpoint tensor and every metric of every stage must
 # be bit-identical. An SFT run from a -plan_file, where merely giving
-# -placement would be an error, must repeat too.
+# -placement would be an error, must repeat too. The pipeline run also checks
+# the checkpoint intervals: -<stage>_checkpoint_every for one stage,
+# -checkpoint_every for the stages without their own.
 . regression/lib.sh
 d="$RLFUSE_TMP/used_deck"; mkdir -p $d
 cat >$d/pipeline.deck <<'EOF'
@@ -30,8 +32,13 @@ cat >$d/pipeline.deck <<'EOF'
 -gen_max_new_tokens 12
 -gen_slots 8
 EOF
-rlfuse -options_file $d/pipeline.deck -output_dir $d/a -seed 11 -sft_eval_batches 2 -dump_rollouts -actor_lr 1e-3 >$d/a.log 2>&1 || { not_ok "pipeline run"; tail -3 $d/a.log; }
+rlfuse -options_file $d/pipeline.deck -output_dir $d/a -seed 11 -sft_eval_batches 2 -dump_rollouts -actor_lr 1e-3 \
+  -checkpoint_every 4 -rm_checkpoint_every 0 -ppo_checkpoint_every 1 >$d/a.log 2>&1 || { not_ok "pipeline run"; tail -3 $d/a.log; }
 check "the pipeline wrote used.deck once, in its -output_dir" bash -c "[ -f $d/a/used.deck ] && [ ! -e $d/a/sft/used.deck ] && [ ! -e $d/a/ppo/used.deck ]"
+ckpts() { (cd $d/a/$1 && echo $(ls ckpt_*.h5 2>/dev/null)); }
+check "SFT checkpoints every 4 steps (-checkpoint_every 4): $(ckpts sft)" test "$(ckpts sft)" = "ckpt_000004.h5 ckpt_000008.h5"
+check "RM writes none (-rm_checkpoint_every 0 overrides it): $(ckpts rm)" test -z "$(ckpts rm)"
+check "PPO checkpoints every iteration (-ppo_checkpoint_every 1): $(ckpts ppo)" test "$(ckpts ppo)" = "ckpt_000001.h5 ckpt_000002.h5"
 check "no temporary file is left" bash -c "[ \$(ls $d/a | grep -c tmp) -eq 0 ]"
 rlfuse -options_file $d/a/used.deck -output_dir $d/b >$d/b.log 2>&1 || { not_ok "rerun from used.deck"; tail -3 $d/b.log; }
 
