@@ -1,8 +1,9 @@
 /* PPO and GRPO (-mode ppo): the actor generates, the reference, reward model
  * and critic score the rollout, the advantages follow from the rewards, and
- * the actor and critic train on it (SYSTEM.md section 1). Checkpoints hold
- * all four models, both optimizers, the iteration, the data position, the RNG
- * key and the KL coefficient, so a restart continues bit-identically. */
+ * the actor and critic train on it (docs/background.md, sections 1-2).
+ * Checkpoints hold all four models, both optimizers, the iteration, the data
+ * position, the RNG key and the KL coefficient, so a restart continues
+ * bit-identically. */
 #include "ppo_impl.h"
 #include <math.h>
 
