@@ -36,7 +36,9 @@ esac
 EOF
 chmod +x "$d/deps.sh"
 uninstall() { rm -f "$d/mpi/"* "$d/pc/"* "$d/petsc"; }
-fresh_make() { env PATH="$d/mpi:$d/sys" PKG_CONFIG_LIBDIR="$d/pc" PKG_CONFIG_PATH= make --no-print-directory DEPS="$d/deps.sh" "$@"; }
+# stdin is an empty pipe that stays open, as a terminal would: nothing may wait on it
+mkfifo "$d/stdin"; exec 3<>"$d/stdin"
+fresh_make() { timeout 300 env PATH="$d/mpi:$d/sys" PKG_CONFIG_LIBDIR="$d/pc" PKG_CONFIG_PATH= make --no-print-directory DEPS="$d/deps.sh" "$@" <&3; }
 
 check "the outer make sees no mpiexec, mpicc or HDF5" bash -c "! env PATH='$d/mpi:$d/sys' bash -c 'command -v mpiexec || command -v mpicc' && ! PKG_CONFIG_LIBDIR='$d/pc' pkg-config --exists hdf5-mpich"
 
@@ -45,6 +47,7 @@ rc=$?
 check "make run on a fresh machine exits 0 (status $rc)" test "$rc" -eq 0
 check "make run on a fresh machine installed the dependencies first" grep -q "stub deps. installing" "$d/ok.log"
 check "make run on a fresh machine ran the deck" test -f "$d/ok/final.h5"
+check "make did not hang waiting on stdin (timeout 300 s)" test "$rc" -ne 124
 check "nothing was run as an empty command" bash -c "! grep -E 'command not found|invalid option|Error [0-9]+ \\(ignored\\)' '$d/ok.log'"
 
 uninstall
@@ -52,4 +55,5 @@ fresh_make run DECK=regression/decks/tiny.deck ARGS="-output_dir $d/bad -sft_ste
 rc=$?
 check "make run exits non-zero when the deck fails (status $rc)" test "$rc" -ne 0
 check "the deck's own error is shown" grep -q "rlfuse: error: .*-sft_steps" "$d/bad.log"
+exec 3>&-
 finish
