@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static SysParam *sys_params   = NULL;
 static int       sys_nparams  = 0, sys_capparams = 0;
@@ -180,7 +181,7 @@ static void used_deck_file(const char *path, char *err, size_t len, const char *
   char  tmp[PETSC_MAX_PATH_LEN + 32];
   FILE *f;
 
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
   f = fopen(tmp, "w");
   if (!f) {
     snprintf(err, len, "cannot write %s: %s", tmp, strerror(errno));
