@@ -100,4 +100,9 @@ check "-placement, not given, is a comment there" grep -q "^# -placement colocat
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/dry -dry_run >/dev/null 2>&1
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/bad -sft_batch 0 >/dev/null 2>&1
 check "a dry run and a failing deck write no used.deck" bash -c "[ ! -e $d/dry ] && [ ! -e $d/bad ]"
+# used.deck that cannot be written (a directory holds its name): one line, no temporary left
+mkdir -p $d/blocked/used.deck
+rlfuse -options_file regression/decks/tiny.deck -output_dir $d/blocked >$d/blocked.log 2>&1 && not_ok "a run that cannot write used.deck should fail"
+check "an unwritable used.deck is one error line naming it, and no temporary is left" \
+  bash -c "[ \$(grep -c '^rlfuse: error: used.deck: cannot rename .*used.deck' $d/blocked.log) -eq 1 ] && [ \$(ls $d/blocked | wc -l) -eq 1 ]"
 finish

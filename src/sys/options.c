@@ -196,8 +196,9 @@ static void used_deck_file(const char *path, char *err, size_t len, const char *
     for (int i = 0; i < sys_nparams; i++)
       if (sys_params[i].set == !pass && !used_deck_line(f, &sys_params[i]) && !*bad) *bad = sys_params[i].name;
   }
-  if (fclose(f) != 0) snprintf(err, len, "cannot write %s: %s", tmp, strerror(errno));
+  if (ferror(f) | fclose(f)) snprintf(err, len, "cannot write %s: %s (disk full?)", tmp, strerror(errno));
   else if (rename(tmp, path) != 0) snprintf(err, len, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  if (err[0]) remove(tmp); /* an earlier used.deck, if any, stays as it was */
 }
 
 PetscErrorCode sys_used_deck_write(void)
