@@ -1,5 +1,5 @@
 /* exec: running model function calls on their meshes (ReaLHF's dataflow
- * executor, SYSTEM.md section 2).
+ * executor, docs/background.md section 3).
  *
  *  - DModel: one model placed on one call's mesh. Every rank of the world
  *    holds the DModel (the mesh's grid is known everywhere); the members hold

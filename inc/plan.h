@@ -1,7 +1,7 @@
 /* plan: the execution plan as data. For every model function call (MFC) a
  * mesh (a list of world ranks) with its pp x dp x tp strategy and a
  * micro-batch count. A plan comes from a placement preset (-placement
- * colocate|interleave|disaggregate, SYSTEM.md section 4), from per-call
+ * colocate|interleave|disaggregate, docs/background.md section 4), from per-call
  * options with the call's prefix (-actor_gen_ranks 0-3 -actor_gen_tp 2 ...),
  * which override the preset, or from a plan file (the /plan group of an HDF5
  * file, e.g. an earlier run.h5). It is checked before any compute, printed at

@@ -1,5 +1,5 @@
 /* realloc: parameter reallocation between two layouts of one model (ReaLHF,
- * SYSTEM.md section 2). A layout is a mesh (ranks, pp x dp x tp); each rank
+ * docs/background.md section 3). A layout is a mesh (ranks, pp x dp x tp); each rank
  * of it holds the GPTShard of its coordinates (model.h) in a flat buffer
  * ordered by gpt_tensor_table_shard.
  *

@@ -99,6 +99,9 @@ PetscErrorCode sys_option_check_number(const char *prefix, const char *name, Sys
 PetscErrorCode sys_params_get(const SysParam **params, int *n);
 /* Fails, naming every option in the database that no module read. */
 PetscErrorCode sys_options_check_unused(void);
+/* PetscOptionsHasName for an option whose presence changes what the module
+ * does (beyond its value): used.deck then gives it only if the run did. */
+PetscErrorCode sys_option_given(const char *prefix, const char *name, PetscBool *given);
 
 /* ---- counter-based random numbers -------------------------------------- */
 /* Philox4x32-10 (Salmon et al., SC'11). Draws are a pure function of
@@ -141,6 +144,13 @@ PetscErrorCode sys_run_setup(MPI_Comm comm, RunCtx *run);
 PetscErrorCode sys_mkdir_p(const char *dir);
 /* Path of a file inside the output directory. */
 PetscErrorCode sys_output_path(const RunCtx *run, const char *name, char *path, size_t len);
+/* <run->output_dir>/used.deck: every recorded option with its value, so that
+ * `rlfuse -options_file used.deck` repeats the run. sys_used_deck_at chooses
+ * the directory (main, for the modes that write one); sys_used_deck_write,
+ * called when a run record is opened (the options are checked by then),
+ * writes it once per job, rank 0, atomically. */
+PetscErrorCode sys_used_deck_at(const RunCtx *run);
+PetscErrorCode sys_used_deck_write(void);
 /* Human-readable byte count, e.g. "12.3 MiB". */
 const char *sys_bytes_str(double bytes, char *buf, size_t len);
 

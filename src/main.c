@@ -46,6 +46,7 @@ static PetscErrorCode rlfuse_main(void)
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCheck(mode != MODE_PLAN, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-mode %s is not available in rlfuse %s yet (available: sft, rm, ppo, pipeline, score, data)", mode_names[mode], RLFUSE_VERSION);
+  if (!run.dry_run && mode != MODE_SCORE && mode != MODE_DATA) PetscCall(sys_used_deck_at(&run)); /* score and data write named files, not an output directory */
   PetscCall(backend_setup(device_names[device], precision == 1 ? PETSC_TRUE : PETSC_FALSE, &be));
   PetscCall(comm_use_backend(be)); /* before any mesh: on cuda the meshes' communicators get NCCL */
   switch ((RunMode)mode) {

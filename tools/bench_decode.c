@@ -38,7 +38,7 @@ typedef struct {
   PetscBool   in_all; /* run by -size all */
 } BenchSize;
 
-/* 1M, 10M and 124M (GPT-2 small, the GPU shape of issue 5; not in -size
+/* 1M, 10M and 124M (GPT-2 small, the GPU benchmarks' shape; not in -size
  * all, the CPU sizes) as in bench_model; "qs" is input/quickstart.deck's
  * shape with n_positions raised to 128 so that prompt + 64 new tokens fit
  * (the position table's size does not change the work per token).

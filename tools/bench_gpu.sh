@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU measurements of issue 5 in one command, on a machine with an NVIDIA
-# GPU (docs/benchmarks.md, "GPU (issue 5): how to measure"):
+# The GPU measurements in one command, on a machine with an NVIDIA GPU
+# (docs/benchmarks.md, "GPU: how to measure"):
 #   model       GPT-2 124M training and forward tokens/s and MFU, random init,
 #               B 8 x T 1024, -precision bf16 and fp32 (bin/bench_model)
 #   torch       PyTorch eager on the same shape and GPU (tools/bench_torch.py:
@@ -182,7 +182,7 @@ if has quickstart; then
   quickstart cpu
 fi
 
-# The targets of issue 5, from the lines above (NA where a part did not run).
+# The GPU targets (docs/benchmarks.md), from the lines above (NA where a part did not run).
 get() { grep -E "$1" "$LOG" | grep -v '^#' | head -n 1 | field "$2"; }
 ratio() { awk -v a="${1:-}" -v b="${2:-}" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "NA"; else printf "%.3f", a / b }'; }
 atleast() { awk -v a="${1:-}" -v t="$2" 'BEGIN { if (a == "" || a == "NA") print "NA"; else print (a + 0 >= t ? "yes" : "no") }'; }

@@ -10,7 +10,7 @@
  * FLOPs per token are gpt_flops_per_token (src/model/adamw.c, the PaLM
  * convention): forward 2*P_mm + 4*n_layer*T*C, training 3x forward. MFU is
  * the achieved FLOP/s over -peak_tflops, the device's datasheet peak for the
- * precision (docs/benchmarks.md, "GPU (issue 5)"); without it no MFU is
+ * precision (docs/benchmarks.md, "GPU: how to measure"); without it no MFU is
  * printed, since a wrong default peak would give a plausible wrong MFU. */
 #include "model.h"
 #include "sys.h"
@@ -24,7 +24,7 @@ typedef struct {
 } BenchSize;
 
 /* GPTConfig: n_layer, n_head, n_embd, vocab_size, n_positions, head. "124M"
- * is GPT-2 small, issue 5's GPU shape; a CPU training step of it takes
+ * is GPT-2 small, the GPU benchmarks' shape; a CPU training step of it takes
  * seconds, so -size all (what `make bench` means by the CPU sizes) leaves it out. */
 static const BenchSize sizes[] = {
   {"1M", {4, 4, 128, 512, 128, GPT_HEAD_LM}, PETSC_TRUE},

@@ -1,4 +1,4 @@
-# The CUDA backend end to end (issue 5): SFT, reward modelling and PPO on
+# The CUDA backend end to end: SFT, reward modelling and PPO on
 # -device cuda end as on -device cpu (every checkpoint tensor within 1e-3 of
 # its scale, tools/ckpt_diff.py; run.h5 metrics within 1e-3 relative;
 # rollout tokens identical), a cuda run repeated gives the same bits, and

@@ -1,4 +1,4 @@
-# Distributed execution (issue 4): one PPO deck at the quickstart model size
+# Distributed execution: one PPO deck at the quickstart model size
 # (3 iterations) on different execution plans must end with the same
 # weights, optimizer state, rollouts and metrics as one rank, within a
 # relative tolerance of 1e-4 per checkpoint tensor (tools/ckpt_diff.py); a

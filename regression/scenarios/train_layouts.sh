@@ -1,4 +1,4 @@
-# SFT and reward modelling on their plan calls (issue 4): the same deck on
+# SFT and reward modelling on their plan calls: the same deck on
 # 1 rank and on other layouts of sft_train / rm_train (dp, tp x dp, pp with
 # micro-batches, ZeRO-1, a mesh that leaves rank 0 out) must end with the
 # same AdamW moments within 1e-4 of each tensor's scale and the same weights

@@ -372,6 +372,7 @@ PetscErrorCode record_open(const RunCtx *run, const char *mode, RunRecord **out)
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
+  PetscCall(sys_used_deck_write()); /* the job's first record: its options have been checked */
   PetscCall(PetscNew(&rec));
   rec->comm = run->comm;
   rec->file = rec->timing = rec->metrics = rec->summary = rec->timing_step = rec->metrics_step = H5I_INVALID_HID;

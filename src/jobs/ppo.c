@@ -1,8 +1,9 @@
 /* PPO and GRPO (-mode ppo): the actor generates, the reference, reward model
  * and critic score the rollout, the advantages follow from the rewards, and
- * the actor and critic train on it (SYSTEM.md section 1). Checkpoints hold
- * all four models, both optimizers, the iteration, the data position, the RNG
- * key and the KL coefficient, so a restart continues bit-identically. */
+ * the actor and critic train on it (docs/background.md, sections 1-2).
+ * Checkpoints hold all four models, both optimizers, the iteration, the data
+ * position, the RNG key and the KL coefficient, so a restart continues
+ * bit-identically. */
 #include "ppo_impl.h"
 #include <math.h>
 
@@ -24,10 +25,11 @@ PetscErrorCode ppo_options(PPOOptions *o)
   RfOptString("-reward_checkpoint", "Reward-model checkpoint (role reward)", o->reward_ckpt, sizeof o->reward_ckpt);
   RfOptEnum("-critic_init", "Critic starts from the reward model (whole) or the actor's trunk with a fresh scalar head", critic_names, 2, &o->critic_init);
   RfOptString("-restart", "Resume from this PPO checkpoint (all models, optimizers, iteration, data position, RNG key)", o->restart, sizeof o->restart);
-  RfOptInt("-checkpoint_every", "Write <output_dir>/ckpt_<iteration>.h5 every N iterations (0: only final.h5)", 0, &o->checkpoint_every);
+  RfOptInt("-checkpoint_every", "Checkpoint interval of every stage without its own -<stage>_checkpoint_every", 0, &o->checkpoint_every);
   RfOptBool("-dump_rollouts", "Write every iteration's rollout to <output_dir>/rollouts.h5", PETSC_FALSE, &o->dump_rollouts);
   PetscOptionsEnd();
   PetscOptionsBegin(PETSC_COMM_WORLD, "ppo_", "PPO / GRPO", NULL);
+  RfOptInt("-checkpoint_every", "Write <output_dir>/ckpt_<iteration>.h5 every N iterations (0: only final.h5; default: -checkpoint_every)", o->checkpoint_every, &o->checkpoint_every);
   RfOptInt("-iterations", "Iterations (generate, score, train) in total (a restart continues up to this count)", 100, &o->iterations);
   RfOptString("-prompts", "Prompts: 'builtin' (the sort task) or an HDF5 token file (prompt_lengths, or whole rows)", o->prompts, sizeof o->prompts);
   RfOptInt("-minibatches", "Mini-batches per epoch (one optimizer step each); must divide -rollout_batch", 4, &o->minibatches);
@@ -73,7 +75,7 @@ static PetscErrorCode ppo_check_options(const PPOOptions *o)
   PetscCheck(o->kl_coef >= 0 && o->kl_target >= 0 && o->kl_horizon > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_kl_coef and -ppo_kl_target must be >= 0 and -ppo_kl_horizon > 0");
   PetscCheck(o->gamma >= 0 && o->gamma <= 1 && o->lambda >= 0 && o->lambda <= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_gamma and -ppo_lambda must be in [0,1]");
   PetscCheck(o->clip > 0 && o->value_clip >= 0 && o->reward_clip >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_clip must be positive, -ppo_value_clip and -ppo_reward_clip non-negative");
-  PetscCheck(o->eval_every >= 0 && o->eval_prompts >= 0 && o->checkpoint_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_every, -ppo_eval_prompts and -checkpoint_every must be >= 0");
+  PetscCheck(o->eval_every >= 0 && o->eval_prompts >= 0 && o->checkpoint_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_every, -ppo_eval_prompts and -ppo_checkpoint_every (or -checkpoint_every) must be >= 0");
   if (o->algo == ALGO_GRPO) PetscCheck(o->group >= 2 && o->rollout_batch % o->group == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rollout_batch %" PetscInt_FMT " is not divisible into groups of -grpo_group %" PetscInt_FMT " (at least 2)", o->rollout_batch, o->group);
   PetscCheck(o->restart[0] || (o->actor_ckpt[0] && o->reward_ckpt[0]), PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode ppo needs -actor_checkpoint (SFT) and -reward_checkpoint (RM), or -restart");
   PetscFunctionReturn(PETSC_SUCCESS);

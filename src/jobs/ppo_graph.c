@@ -1,4 +1,4 @@
-/* One PPO iteration as a dataflow graph (SYSTEM.md section 1): the calls of
+/* One PPO iteration as a dataflow graph (docs/background.md, section 1): the calls of
  * the table plus the weight syncs and the advantages, with their data keys.
  *
  *   actor_sync     actor_weights                      -> gen_weights

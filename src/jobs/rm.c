@@ -47,8 +47,11 @@ PetscErrorCode rm_options(RMOptions *o)
   RfOptReal("-bt_beta", "Labeller noise: the first response is preferred with probability sigmoid(bt_beta*(gold_a - gold_b)); larger is less noisy", 20.0, &o->bt_beta);
   PetscOptionsEnd();
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Checkpoints", NULL);
-  RfOptInt("-checkpoint_every", "Write <output_dir>/ckpt_<step>.h5 every N steps (0: only final.h5)", 0, &o->checkpoint_every);
+  RfOptInt("-checkpoint_every", "Checkpoint interval of every stage without its own -<stage>_checkpoint_every", 0, &o->checkpoint_every);
   RfOptString("-restart", "Resume from this checkpoint (weights, optimizer, step, data position, RNG key)", o->restart, sizeof o->restart);
+  PetscOptionsEnd();
+  PetscOptionsBegin(PETSC_COMM_WORLD, "rm_", "Checkpoints", NULL);
+  RfOptInt("-checkpoint_every", "Write <output_dir>/ckpt_<step>.h5 every N steps (0: only final.h5; default: -checkpoint_every)", o->checkpoint_every, &o->checkpoint_every);
   PetscOptionsEnd();
   PetscCall(adamw_set_from_options("reward_", &o->opt));
   PetscCall(task_set_from_options(&o->task));
@@ -77,7 +80,7 @@ static PetscErrorCode rm_check(const RMOptions *o, PetscBool builtin, const GPTC
   PetscCheck(o->steps >= 0 && o->batch > 0 && o->batch <= RM_MAX_BATCH, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_steps must be >= 0 and -rm_batch in [1, %d]", RM_MAX_BATCH);
   PetscCheck(o->pairs > 0 && o->eval_pairs >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_pairs must be positive and -rm_eval_pairs non-negative");
   PetscCheck(o->bt_beta > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_bt_beta %g must be positive", (double)o->bt_beta);
-  PetscCheck(o->checkpoint_every >= 0 && o->eval_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-checkpoint_every and -rm_eval_every must be >= 0");
+  PetscCheck(o->checkpoint_every >= 0 && o->eval_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_checkpoint_every (or -checkpoint_every) and -rm_eval_every must be >= 0");
   if (builtin) {
     int prompt = (int)o->task.len_max + 2;
     /* the bounds the SFT model's architecture sets, named where that architecture comes from */

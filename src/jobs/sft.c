@@ -36,9 +36,12 @@ PetscErrorCode sft_options(SFTOptions *o)
   RfOptInt("-eval_batches", "Batches in the held-out loss", 2, &o->eval_batches);
   PetscOptionsEnd();
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Checkpoints", NULL);
-  RfOptInt("-checkpoint_every", "Write <output_dir>/ckpt_<step>.h5 every N steps (0: only final.h5)", 0, &o->checkpoint_every);
+  RfOptInt("-checkpoint_every", "Checkpoint interval of every stage without its own -<stage>_checkpoint_every", 0, &o->checkpoint_every);
   RfOptString("-restart", "Resume from this checkpoint (weights, optimizer, step, data position, RNG key)", o->restart, sizeof o->restart);
   RfOptString("-init_checkpoint", "Initialise the weights (only) from this checkpoint", o->init, sizeof o->init);
+  PetscOptionsEnd();
+  PetscOptionsBegin(PETSC_COMM_WORLD, "sft_", "Checkpoints", NULL);
+  RfOptInt("-checkpoint_every", "Write <output_dir>/ckpt_<step>.h5 every N steps (0: only final.h5; default: -checkpoint_every)", o->checkpoint_every, &o->checkpoint_every);
   PetscOptionsEnd();
   PetscCall(gpt_config_set_from_options("policy_", &o->cfg));
   PetscCall(adamw_set_from_options("policy_", &o->opt));
@@ -57,7 +60,7 @@ static PetscErrorCode sft_check(SFTOptions *o, const DemoSource *src)
   PetscCall(gpt_config_check(&o->cfg, "policy_"));
   PetscCheck(o->cfg.head == GPT_HEAD_LM, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-policy_head must be lm for -mode sft");
   PetscCheck(o->steps >= 0 && o->batch > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sft_steps must be >= 0 and -sft_batch > 0");
-  PetscCheck(o->checkpoint_every >= 0 && o->eval_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-checkpoint_every and -sft_eval_every must be >= 0");
+  PetscCheck(o->checkpoint_every >= 0 && o->eval_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sft_checkpoint_every (or -checkpoint_every) and -sft_eval_every must be >= 0");
   if (src->builtin) PetscCall(task_check(&o->task, o->cfg.vocab_size, o->cfg.n_positions, "policy_"));
   else {
     PetscCheck(src->file.vocab_size <= o->cfg.vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "data file %s has vocabulary %d, larger than -policy_vocab_size %d", src->path, src->file.vocab_size, o->cfg.vocab_size);

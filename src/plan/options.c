@@ -12,7 +12,7 @@
 static PetscErrorCode plan_given(const char *prefix, const char *name, PetscBool *given, PetscBool *any)
 {
   PetscFunctionBegin;
-  PetscCall(PetscOptionsHasName(NULL, prefix, name, given));
+  PetscCall(sys_option_given(prefix, name, given));
   if (*given) *any = PETSC_TRUE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -1,6 +1,6 @@
 /* plan: the execution plan as data (inc/plan.h). This file holds the names,
  * rank lists in their option syntax, the questions other modules ask of a
- * plan, and the three placement presets of SYSTEM.md section 4. Options are
+ * plan, and the three placement presets (docs/background.md, section 4). Options are
  * read in options.c, checked in check.c, printed and stored in planio.c. */
 #include "plan_impl.h"
 

@@ -21,7 +21,7 @@ const char *plan_ranks_str(const PlanCall *call, char *buf, size_t len);
 int plan_shared_rank(const PlanCall *a, const PlanCall *b);
 /* Appends the pair (a, b) unless it is there already, in either order. */
 PetscErrorCode plan_concurrent_add(Plan *plan, MFCId a, MFCId b);
-/* The placement's meshes for `world` ranks (SYSTEM.md section 4), with the
+/* The placement's meshes for `world` ranks (docs/background.md, section 4), with the
  * default settings (no offload, no ZeRO-1, 16 MiB buckets). gen_replicas 0:
  * one generation replica per rank of the generation half. */
 PetscErrorCode plan_preset(int world, Placement placement, int gen_replicas, Plan *plan);

@@ -1,5 +1,5 @@
 /* realloc.c: parameter reallocation between two layouts of one model
- * (SYSTEM.md section 2). The plan lists every slice to move as (tensor, atom,
+ * (docs/background.md, section 3). The plan lists every slice to move as (tensor, atom,
  * sender, receiver); an atom is one of q = max(tp_src, tp_dst) equal pieces
  * of a split tensor (piece a of every group block), or the whole of a
  * replicated one. Atoms are the common refinement of both tp cuts, so a

@@ -1,7 +1,7 @@
 /* sched.c: pipeline schedules as task lists (1F1B, GPipe), their check, and
  * the executor that plays a list on one stage with one activation slot per
  * micro-batch in flight. Schedules are plain data so a searched schedule
- * (SYSTEM.md section 3, fused actor/critic pipelines) runs through the same
+ * (fused actor/critic pipelines, docs/background.md section 5) runs through the same
  * executor as the textbook ones. */
 #include "schedule.h"
 

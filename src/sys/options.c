@@ -1,12 +1,20 @@
 /* Options bookkeeping: every option a module reads is recorded with its
- * effective value (default or given), so the run record stores them all, and
- * options nobody read (misspellings) stop the run before any work. */
+ * effective value (default or given), so the run record stores them all,
+ * options nobody read (misspellings) stop the run before any work, and
+ * <output_dir>/used.deck repeats the run. */
 #include "sys.h"
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static SysParam *sys_params   = NULL;
 static int       sys_nparams  = 0, sys_capparams = 0;
+/* Options whose presence, not only their value, changes what a module does
+ * (e.g. -placement next to -plan_file): used.deck gives them only if the run
+ * was given them. */
+static char    (*sys_presence)[128] = NULL;
+static int       sys_npresence      = 0, sys_cappresence = 0;
 
 PetscErrorCode sys_param_record(const char *prefix, const char *name, const char *value, PetscBool set)
 {
@@ -90,5 +98,126 @@ PetscErrorCode sys_option_check_number(const char *prefix, const char *name, Sys
   if (kind == SYS_OPT_INT) (void)strtoll(value, &end, 10);
   else (void)strtod(value, &end);
   PetscCheck(value[0] && *end == '\0' && errno == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "option -%s%s: '%s' is not %s", prefix ? prefix : "", name[0] == '-' ? name + 1 : name, value, kind == SYS_OPT_INT ? "an integer" : "a number");
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sys_option_given(const char *prefix, const char *name, PetscBool *given)
+{
+  char full[128];
+
+  PetscFunctionBegin;
+  PetscCall(PetscOptionsHasName(NULL, prefix, name, given));
+  PetscCall(PetscSNPrintf(full, sizeof full, "%s%s", prefix ? prefix : "", name[0] == '-' ? name + 1 : name));
+  for (int i = 0; i < sys_npresence; i++)
+    if (!strcmp(sys_presence[i], full)) PetscFunctionReturn(PETSC_SUCCESS);
+  if (sys_npresence == sys_cappresence) {
+    sys_cappresence = sys_cappresence ? 2 * sys_cappresence : 32;
+    PetscCall(PetscRealloc(sizeof *sys_presence * (size_t)sys_cappresence, &sys_presence));
+  }
+  PetscCall(PetscStrncpy(sys_presence[sys_npresence++], full, sizeof *sys_presence));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- used.deck ------------------------------------------------------------ */
+static char     used_deck_dir[PETSC_MAX_PATH_LEN] = "";
+static MPI_Comm used_deck_comm                    = MPI_COMM_NULL;
+static int      used_deck_ranks, used_deck_threads;
+
+PetscErrorCode sys_used_deck_at(const RunCtx *run)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscStrncpy(used_deck_dir, run->output_dir, sizeof used_deck_dir));
+  used_deck_comm    = run->comm;
+  used_deck_ranks   = run->size;
+  used_deck_threads = run->nthreads;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static int used_deck_presence_matters(const char *name)
+{
+  for (int i = 0; i < sys_npresence; i++)
+    if (!strcmp(sys_presence[i], name)) return 1;
+  return 0;
+}
+
+/* The shortest decimal that reads back as the same double (values are
+ * recorded with 17 digits), so that 3e-3 stays 3e-3; other values as given. */
+static const char *used_deck_value(const char *v, char *buf, size_t len)
+{
+  char  *end;
+  double x;
+
+  if (!strpbrk(v, ".eE") || !v[0]) return v;
+  x = strtod(v, &end);
+  if (*end) return v;
+  for (int digits = 1; digits <= 17; digits++) {
+    snprintf(buf, len, "%.*g", digits, x);
+    if (strtod(buf, NULL) == x) return buf;
+  }
+  return v;
+}
+
+/* One option as a deck line. An options file ends a value at '#' (a comment)
+ * and at a space unless quoted, and cannot hold '"': such a value is written
+ * as a comment. Returns 0 for that case, so the caller can warn. */
+static int used_deck_line(FILE *f, const SysParam *p)
+{
+  char        buf[64];
+  const char *v = used_deck_value(p->value, buf, sizeof buf);
+
+  if (strpbrk(v, "#\"")) fprintf(f, "# -%s %s   (an options file cannot hold this value: give it on the command line)\n", p->name, v);
+  else if (!p->set && !v[0]) fprintf(f, "# -%s   (empty)\n", p->name);
+  else if (!p->set && used_deck_presence_matters(p->name)) fprintf(f, "# -%s %s   (giving it, even with this value, would change the run)\n", p->name, v);
+  else if (strpbrk(v, " \t")) fprintf(f, "-%s \"%s\"\n", p->name, v);
+  else fprintf(f, "-%s%s%s\n", p->name, v[0] ? " " : "", v);
+  return !strpbrk(v, "#\"");
+}
+
+/* Rank 0's part: write to a temporary file, then rename, so a crash never
+ * leaves half a deck. err receives a message on failure; *bad the first option
+ * that could not be written. */
+static void used_deck_file(const char *path, char *err, size_t len, const char **bad)
+{
+  char  tmp[PETSC_MAX_PATH_LEN + 32];
+  FILE *f;
+
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  f = fopen(tmp, "w");
+  if (!f) {
+    snprintf(err, len, "cannot write %s: %s", tmp, strerror(errno));
+    return;
+  }
+  fprintf(f, "# Every option of this run with the value it used, written by rlfuse %s when\n", RLFUSE_VERSION);
+  fprintf(f, "# the run started, on %d MPI rank%s x %d OpenMP thread%s. To repeat the run:\n", used_deck_ranks, used_deck_ranks > 1 ? "s" : "", used_deck_threads, used_deck_threads > 1 ? "s" : "");
+  fprintf(f, "#   mpiexec -n %d bin/rlfuse -options_file %s -output_dir NEW_DIR\n", used_deck_ranks, path);
+  fprintf(f, "# (options after the deck override it; relative paths are from where it ran).\n");
+  for (int pass = 0; pass < 2; pass++) {
+    fprintf(f, pass ? "\n# defaults\n" : "\n# given in the deck or on the command line\n");
+    for (int i = 0; i < sys_nparams; i++)
+      if (sys_params[i].set == !pass && !used_deck_line(f, &sys_params[i]) && !*bad) *bad = sys_params[i].name;
+  }
+  if (ferror(f) | fclose(f)) snprintf(err, len, "cannot write %s: %s (disk full?)", tmp, strerror(errno));
+  else if (rename(tmp, path) != 0) snprintf(err, len, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  if (err[0]) remove(tmp); /* an earlier used.deck, if any, stays as it was */
+}
+
+PetscErrorCode sys_used_deck_write(void)
+{
+  char        path[PETSC_MAX_PATH_LEN + 16], err[3 * PETSC_MAX_PATH_LEN] = "";
+  const char *bad = NULL;
+  PetscMPIInt rank;
+
+  PetscFunctionBegin;
+  if (used_deck_comm == MPI_COMM_NULL) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCallMPI(MPI_Comm_rank(used_deck_comm, &rank));
+  PetscCall(PetscSNPrintf(path, sizeof path, "%s/used.deck", used_deck_dir));
+  if (rank == 0) {
+    PetscCall(sys_mkdir_p(used_deck_dir));
+    used_deck_file(path, err, sizeof err, &bad);
+    if (bad) PetscCall(PetscPrintf(PETSC_COMM_SELF, "warning: %s cannot repeat -%s (its value holds '#' or '\"'); it is a comment there\n", path, bad));
+  }
+  PetscCallMPI(MPI_Bcast(err, (PetscMPIInt)sizeof err, MPI_CHAR, 0, used_deck_comm));
+  PetscCheck(!err[0], used_deck_comm, PETSC_ERR_FILE_WRITE, "used.deck: %s", err);
+  used_deck_comm = MPI_COMM_NULL; /* once per job: a pipeline's later stages keep the first */
   PetscFunctionReturn(PETSC_SUCCESS);
 }
