@@ -5,6 +5,7 @@
 # compares. With REPLACE=1 the stored results are regenerated; they record the
 # rlfuse version and git revision that made them (/code in the run record).
 set -u
+echo "1..1"
 case_dir=${1%/}; name=$(basename "$case_dir")
 out="$RLFUSE_TMP/case-$name"; rm -rf "$out"
 "$MPIEXEC" $MPIEXEC_FLAGS -n "$(cat "$case_dir/ranks" 2>/dev/null || echo 1)" "$BIN/rlfuse" -options_file "$case_dir/deck" -output_dir "$out" >"$out.log" 2>&1 ||
@@ -29,8 +30,8 @@ if [ "${REPLACE:-}" = 1 ]; then
 fi
 [ -f "$case_dir/reference.h5" ] || { echo "not ok - $name: no stored results; run make test REPLACE=1"; exit 1; }
 if "$PYTHON" tools/compare.py "$case_dir/reference.h5" "$out/merged.h5" "$case_dir/tolerances" >"$out.cmp" 2>&1; then
-  echo "ok - $name: matches stored results within tolerances ($(grep -c PASS "$out.cmp") datasets)"
+  echo "ok - $name: matches stored results within tolerances ($(grep -c '^PASS' "$out.cmp") quantities)"
 else
-  echo "not ok - $name: differs from stored results"; grep -v PASS "$out.cmp" | head -20
+  echo "not ok - $name: differs from stored results"; grep -v '^PASS' "$out.cmp" | head -20 | sed 's/^/# /'
   exit 1
 fi
