@@ -2,11 +2,11 @@
  * test_ops checks against double-precision references) on the same seeded
  * random inputs, first in fp32 and then in bf16 precision.
  *
- * Without a CUDA device, or in a build without CUDA, it prints
- * "# skip: <reason>" and one "ok - cuda: skipped, ..." line and exits 0;
- * with RLFUSE_REQUIRE_CUDA=1 in the environment that is a failure instead,
- * so a GPU machine cannot pass by skipping. `test_cuda -probe` only prints
- * the device count or the skip line (scenarios/cuda.sh asks it).
+ * Without a CUDA device, or in a build without CUDA, it prints one
+ * "skip - cuda: <reason>" line (a skip, never a pass) and exits 0; with
+ * RLFUSE_REQUIRE_CUDA=1 in the environment that is a failure instead, so a
+ * GPU machine cannot pass by skipping. `test_cuda -probe` only prints
+ * "# cuda: <devices>" or "# skip: <reason>" (scenarios/cuda.sh asks it).
  *
  * Each check runs the cpu op on host arrays and the cuda op on device copies
  * of the same inputs. Device outputs are NaN before the call (from_host), so
@@ -15,7 +15,8 @@
  * compared. The reductions (encoder, layernorm and matmul backward,
  * attention, logprob, sumsq) must give the same bits when run twice, as
  * tensor.h requires of every backend. Prints "ok - cuda <precision> <op>:
- * <measured error>" or "not ok - ..." per check and "P passed, F failed";
+ * <measured error>" or "not ok - ..." per check and "P passed, F failed,
+ * S skipped";
  * exits non-zero on any failure.
  *
  * Tolerance: max|gpu - cpu| <= rtol * max|cpu| over each array (over the
@@ -68,7 +69,7 @@ typedef struct {
   Rng            r;
   PetscBool      bf16;
   const char    *prec; /* "fp32" or "bf16", in every check name */
-  int            npass, nfail;
+  int            npass, nfail, nskip;
 } Ctx;
 
 /* whether bf16 mode rounds an array (tensor.h, backend_cuda_set_precision) */
@@ -1002,15 +1003,14 @@ int main(int argc, char **argv)
   if (!ierr) ierr = backend_cuda_available(why, sizeof why, &have);
   if (ierr) sys_error_exit(ierr);
   if (!have) {
-    printf("# skip: %s\n", why);
     if (probe) {
-      /* the skip line is the answer */
+      printf("# skip: %s\n", why); /* the answer */
     } else if (req && !strcmp(req, "1")) {
       printf("not ok - cuda: no usable CUDA device but RLFUSE_REQUIRE_CUDA=1 (%s)\n", why);
       c.nfail++;
     } else {
-      printf("ok - cuda: skipped, no CUDA device (%s)\n", why);
-      c.npass++;
+      printf("skip - cuda: no CUDA device (%s)\n", why);
+      c.nskip++;
     }
   } else if (probe) {
     printf("# cuda: %s\n", why);
@@ -1019,13 +1019,13 @@ int main(int argc, char **argv)
     ierr = run(&c);
     if (ierr) {
       printf("not ok - cuda %s: stopped by an error (the 'rlfuse: error' line names it)\n", c.prec);
-      printf("%d passed, %d failed\n", c.npass, c.nfail + 1);
+      printf("%d passed, %d failed, %d skipped\n", c.npass, c.nfail + 1, c.nskip);
       fflush(stdout);
       sys_error_exit(ierr);
     }
   }
   if (!probe) {
-    printf("%d passed, %d failed\n", c.npass, c.nfail);
+    printf("%d passed, %d failed, %d skipped\n", c.npass, c.nfail, c.nskip);
     if (c.nfail) printf("HINT: the measured error of each array is in its line; compare the kernel with the cpu op in src/tensor/cpu_*.c (test_ops checks those)\n");
   }
   ierr = PetscFinalize();

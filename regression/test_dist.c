@@ -1,6 +1,6 @@
 /* test_dist: the model on meshes (tensor, pipeline and data parallelism)
  * against the same model on one rank. Run with mpiexec -n 4 (layouts that do
- * not fit the world are skipped, saying so). Every rank builds the whole
+ * not fit the world print a skip line). Every rank builds the whole
  * model as the reference; the shard on each mesh must give the same
  * log-probabilities (masked, tempered) and entropies, values, gradients
  * (per shard, in the full layout), cached-decoding logits, and the same
@@ -56,7 +56,10 @@ static PetscErrorCode test_layout(const GPTConfig *cfg, const Layout *L, PetscBo
 
   PetscFunctionBegin;
   if (n > world_size) {
-    if (world_rank == 0) printf("# skip %s: needs %d ranks\n", L->name, n);
+    char why[64];
+    PetscCall(PetscSNPrintf(why, sizeof why, "needs %d ranks, the job has %d", n, world_size));
+    PetscCall(PetscSNPrintf(name, sizeof name, "%s%s, %s head", L->name, zero1 ? " ZeRO-1" : "", head));
+    report_skip(name, why);
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   for (int i = 0; i < n; i++) ranks[i] = i;
@@ -162,7 +165,7 @@ int main(int argc, char **argv)
   }
   PetscCall(test_layout(&lm, &layouts[3], PETSC_TRUE));
   PetscCall(test_layout(&lm, &layouts[5], PETSC_TRUE));
-  if (world_rank == 0) printf("%d passed, %d failed\n", npass, nfail);
+  report_tally();
   PetscCall(comm_teardown());
   PetscCall(PetscFinalize());
   return nfail ? 1 : 0;

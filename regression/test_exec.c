@@ -380,7 +380,7 @@ int main(int argc, char **argv)
   PetscCall(gpt_destroy(&full));
   if (world_rank == 0 && remove(path)) printf("# could not remove %s\n", path);
 
-  if (world_rank == 0) printf("%d passed, %d failed\n", npass, nfail);
+  report_tally();
   PetscCall(realloc_cache_destroy());
   PetscCall(comm_teardown());
   PetscCall(PetscFinalize());

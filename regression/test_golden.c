@@ -9,10 +9,10 @@
  * GOLDEN_DIR defaults to regression/golden. With "cuda fp32" or "cuda bf16"
  * the model runs on the cuda backend in that precision against the same
  * golden tensors, with the looser tolerances below; without a CUDA device
- * (or CUDA in the build) that mode prints "# skip: <reason>" and one ok line
- * saying so (a failure with RLFUSE_REQUIRE_CUDA=1). Prints "ok - ..." /
- * "not ok - ..." per check, then "P passed, F failed"; exits 1 on any
- * failure.
+ * (or CUDA in the build) that mode prints one "skip - golden cuda ...:
+ * <reason>" line (a failure with RLFUSE_REQUIRE_CUDA=1). Prints "ok - ..." /
+ * "not ok - ..." per check, then "P passed, F failed, S skipped"; exits 1 on
+ * any failure.
  *
  * Tolerances. A check passes when |x - ref| <= atol + rtol*|ref| for every
  * element, with atol = ATOL_FRAC * max|ref| over the tensor, so elements that
@@ -103,7 +103,7 @@ static const Mode mode_bf16 = {"cuda bf16", PETSC_TRUE, PETSC_TRUE, 5e-2, 5e-2, 
 static const char *const golden_files[] = {"gpt_lm.h5", "gpt_scalar.h5"};
 
 typedef struct {
-  int passed, failed;
+  int passed, failed, skipped;
 } Tally;
 
 /* ---- comparison -------------------------------------------------------- */
@@ -564,9 +564,8 @@ static PetscErrorCode run(int argc, char **argv, Tally *t)
     mode = strcmp(pos[2], "bf16") ? &mode_fp32 : &mode_bf16;
     PetscCall(backend_cuda_available(why, sizeof why, &have));
     if (!have) {
-      printf("# skip: %s\n", why);
       if (req && !strcmp(req, "1")) printf("not ok - golden %s: no usable CUDA device but RLFUSE_REQUIRE_CUDA=1 (%s)\n", mode->name, why), t->failed++;
-      else printf("ok - golden %s: skipped, no CUDA device (%s)\n", mode->name, why), t->passed++;
+      else printf("skip - golden %s: no CUDA device (%s)\n", mode->name, why), t->skipped++;
       PetscFunctionReturn(PETSC_SUCCESS);
     }
     PetscCall(backend_get("cuda", &be));
@@ -580,7 +579,7 @@ static PetscErrorCode run(int argc, char **argv, Tally *t)
 
 int main(int argc, char **argv)
 {
-  Tally          t = {0, 0};
+  Tally          t = {0, 0, 0};
   PetscErrorCode ierr;
 
   ierr = PetscInitialize(&argc, &argv, NULL, help);
@@ -590,12 +589,12 @@ int main(int argc, char **argv)
   if (ierr) {
     printf("not ok - test_golden stopped by an error (the 'rlfuse: error' line)\n");
     printf("HINT: a missing or outdated golden file is regenerated with `make golden` (needs python3-torch)\n");
-    printf("%d passed, %d failed\n", t.passed, t.failed + 1);
+    printf("%d passed, %d failed, %d skipped\n", t.passed, t.failed + 1, t.skipped);
     fflush(stdout);
     sys_error_exit(ierr);
   }
   if (t.failed) printf("HINT: if the model definition changed on purpose, regenerate the reference with `make golden`; otherwise the C model diverges from tools/gpt_torch.py\n");
-  printf("%d passed, %d failed\n", t.passed, t.failed);
+  printf("%d passed, %d failed, %d skipped\n", t.passed, t.failed, t.skipped);
   ierr = PetscFinalize();
   return (t.failed || ierr) ? 1 : 0;
 }

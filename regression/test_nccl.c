@@ -1,8 +1,9 @@
 /* test_nccl: the collectives of src/comm on NCCL (-device cuda) against MPI
  * on the same data. Run with mpiexec -n 2 or more, one GPU per rank on each
  * node (NCCL refuses two ranks on one GPU). Without NCCL, without a GPU for
- * every rank or without the CUDA backend it prints one "ok - nccl: skipped,
- * <reason>" line and exits 0.
+ * every rank or without the CUDA backend it prints one "skip - nccl:
+ * <reason>" line (a skip, not a pass, also with RLFUSE_REQUIRE_CUDA=1: one
+ * GPU shared by the ranks is a valid machine) and exits 0.
  *  - the communicators of a mesh over every rank are COMM_NCCL (size 1: MPI);
  *  - comm_allreduce_sum on COMM_NCCL gives the bits of the rank-order sum
  *    computed on the host, and of the same call on COMM_MPI (the CPU's code,
@@ -277,9 +278,7 @@ int main(int argc, char **argv)
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   PetscCall(nccl_usable(&be, why, sizeof why));
   if (!be) {
-    char det[300];
-    PetscCall(PetscSNPrintf(det, sizeof det, "skipped, %s", why));
-    report("nccl", PETSC_TRUE, det);
+    report_skip("nccl", why);
   } else {
     const size_t counts[] = {1, (size_t)world_size - 1, (size_t)world_size, 1000, 100003};
 
@@ -297,7 +296,7 @@ int main(int argc, char **argv)
       PetscCall(test_sendrecv(be, m));
     }
   }
-  if (world_rank == 0) printf("%d passed, %d failed\n", npass, nfail);
+  report_tally();
   PetscCall(comm_teardown()); /* the NCCL communicators go with the meshes */
   PetscCall(PetscFinalize());
   return nfail ? 1 : 0;

@@ -9,7 +9,7 @@
  * non-finite loss or gradient norm before anything changes (weights,
  * moments and step count bit-identical afterwards on every rank), and apply
  * a finite one. Run with mpiexec -n 4 (layouts that need more ranks than the
- * world are skipped, saying so). */
+ * world print a skip line). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -200,7 +200,10 @@ static PetscErrorCode test_step(const GPTConfig *cfg, const Layout *L)
 
   PetscFunctionBegin;
   if (n > world_size) {
-    if (world_rank == 0) printf("# skip %s, %s head: needs %d ranks\n", L->name, head, n);
+    char what[160], why[64];
+    PetscCall(PetscSNPrintf(what, sizeof what, "%s, %s head", L->name, head));
+    PetscCall(PetscSNPrintf(why, sizeof why, "needs %d ranks, the job has %d", n, world_size));
+    report_skip(what, why);
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   B = m * nb * L->dp;
@@ -408,7 +411,7 @@ int main(int argc, char **argv)
     PetscCall(test_step(&lm, &layouts[k]));
     PetscCall(test_step(&sc, &layouts[k]));
   }
-  if (world_rank == 0) printf("%d passed, %d failed\n", npass, nfail);
+  report_tally();
   PetscCall(comm_teardown());
   PetscCall(PetscFinalize());
   return nfail ? 1 : 0;

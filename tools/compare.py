@@ -6,8 +6,8 @@ Usage: /usr/bin/python3 tools/compare.py [--allow-unmatched] REF.h5 NEW.h5 TOLFI
 
 TOLFILE holds one rule per line ('#' starts a comment):
 
-    <pattern> abs=<a> rel=<r> floor=<f>     compare with these tolerances
-    <pattern> skip                          never compare (e.g. /timing/*)
+    <pattern> abs=<a> rel=<r> floor=<f> [nan=ok]   compare with these tolerances
+    <pattern> skip                                 never compare (e.g. /timing/*)
 
 <pattern> is a shell glob (fnmatch; '*' also crosses '/') over full dataset
 paths such as /metrics/reward. Numeric attributes are compared only where a
@@ -16,7 +16,12 @@ patterns containing '@' select attributes. The first rule that matches a name
 decides; missing keys default to 0 (abs=0 rel=0: exact).
 
 An element passes if |new - ref| <= abs, or if |ref| >= floor and
-|new - ref| <= rel * |ref| (below the floor only abs applies). NaN equals NaN.
+|new - ref| <= rel * |ref| (below the floor only abs applies). NaN is never
+a result: a NaN in REF or NEW fails, except under a rule with nan=ok (a
+quantity measured only on some rows, such as a held-out loss every k steps),
+where NaN must stand at the same places in both; even there a quantity that
+is NaN everywhere in REF fails (it measures nothing: a rule for something a
+deck does not measure is `skip`).
 Every REF dataset/attribute selected by a comparing rule must exist in NEW
 with the same shape; string values must be equal. Names no rule matches are
 ignored. A rule that matches nothing in REF is an error (a misspelled pattern
@@ -35,12 +40,12 @@ import numpy as np
 
 
 class Rule:
-    def __init__(self, pattern, skip, abs_, rel, floor, lineno):
+    def __init__(self, pattern, skip, abs_, rel, floor, lineno, nan_ok=False):
         self.pattern, self.skip, self.abs, self.rel, self.floor, self.lineno = pattern, skip, abs_, rel, floor, lineno
-        self.used = False
+        self.nan_ok, self.used = nan_ok, False
 
     def __str__(self):
-        return "skip" if self.skip else f"abs={self.abs:g} rel={self.rel:g} floor={self.floor:g}"
+        return "skip" if self.skip else f"abs={self.abs:g} rel={self.rel:g} floor={self.floor:g}" + (" nan=ok" if self.nan_ok else "")
 
 
 def parse_tolfile(path):
@@ -54,11 +59,14 @@ def parse_tolfile(path):
             if keys == ["skip"]:
                 rules.append(Rule(pattern, True, 0.0, 0.0, 0.0, lineno))
                 continue
-            vals = {"abs": 0.0, "rel": 0.0, "floor": 0.0}
+            vals, nan_ok = {"abs": 0.0, "rel": 0.0, "floor": 0.0}, False
             for kv in keys:
                 k, eq, v = kv.partition("=")
+                if kv == "nan=ok":
+                    nan_ok = True
+                    continue
                 if not eq or k not in vals:
-                    raise ValueError(f"{path}:{lineno}: expected abs=, rel=, floor= or skip, got {kv!r}")
+                    raise ValueError(f"{path}:{lineno}: expected abs=, rel=, floor=, nan=ok or skip, got {kv!r}")
                 try:
                     vals[k] = float(v)
                 except ValueError:
@@ -67,7 +75,7 @@ def parse_tolfile(path):
                     raise ValueError(f"{path}:{lineno}: {k} must be >= 0")
             if not keys:
                 raise ValueError(f"{path}:{lineno}: rule {pattern!r} has no tolerances (write abs=... rel=... floor=... or skip)")
-            rules.append(Rule(pattern, False, vals["abs"], vals["rel"], vals["floor"], lineno))
+            rules.append(Rule(pattern, False, vals["abs"], vals["rel"], vals["floor"], lineno, nan_ok))
     return rules
 
 
@@ -122,9 +130,12 @@ def compare_one(name, ref, new, rule):
         return False, f"FAIL  {name}  shape {n.shape} in NEW, {r.shape} in REF"
     if r.size == 0:
         return True, f"PASS  {name}  (empty)"
-    both_nan = np.isnan(r) & np.isnan(n)
+    rnan = np.isnan(r)
+    if rnan.all():
+        return False, f"FAIL  {name}  NaN everywhere in REF: it measures nothing ({rule})"
+    both_nan = rnan & np.isnan(n) if rule.nan_ok else np.zeros(r.shape, bool)
     d = np.where(both_nan, 0.0, np.abs(n - r))
-    d = np.where(np.isnan(d), np.inf, d)  # NaN against a number fails
+    d = np.where(np.isnan(d), np.inf, d)  # NaN against a number, or NaN without nan=ok, fails
     ar = np.abs(r)
     above = ar >= rule.floor
     ok_el = (d <= rule.abs) | (above & (d <= rule.rel * ar))

@@ -3,6 +3,7 @@
 # the SFT loss falls, -log_view reports the phases, and an earlier run record
 # is kept rather than overwritten.
 . regression/lib.sh
+plan 12
 d="$RLFUSE_TMP/driver"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -help >$d/help.txt 2>&1
 check "-help lists the options of every module" bash -c "grep -q -- -policy_n_layer $d/help.txt && grep -q -- -sft_steps $d/help.txt && grep -q -- -score_input $d/help.txt && grep -q -- -data_count $d/help.txt && grep -q -- -task_symbols $d/help.txt && grep -q -- -checkpoint_every $d/help.txt"
@@ -11,7 +12,7 @@ check "-dry_run reports memory and writes nothing" bash -c "grep -q 'dry run: po
 rlfuse -options_file $deck -output_dir $d/run -log_view >$d/run.txt 2>&1 || not_ok "tiny run"
 check "one progress line per step" bash -c "[ \$(grep -c '^step ' $d/run.txt) -eq 8 ]"
 check "-log_view shows the SFT stage and its events" bash -c "grep -q 'SFT' $d/run.txt && grep -q '^Forward' $d/run.txt && grep -q '^Backward' $d/run.txt && grep -q '^Optimizer' $d/run.txt"
-"$PYTHON" - $d/run/run.h5 <<'PY'
+py "run.h5 contents" $d/run/run.h5 <<'PY'
 import sys, h5py, numpy as np
 with h5py.File(sys.argv[1]) as f:
     code, par = f["/code"].attrs, f["/parameters"].attrs

@@ -1,6 +1,7 @@
 # A run stopped after step k and restarted ends with weights, optimizer state
 # and step bit-identical to an uninterrupted run (h5diff with no tolerance).
 . regression/lib.sh
+plan 5
 d="$RLFUSE_TMP/restart"; deck=regression/decks/tiny.deck
 rlfuse -options_file $deck -output_dir $d/full -checkpoint_every 4 >$d.full.log 2>&1 || not_ok "uninterrupted run"
 # (a) resume from the periodic checkpoint of the full run

@@ -5,6 +5,7 @@
 # against the checkpoint's vocabulary, and an attribute larger than it is an
 # error.
 . regression/lib.sh
+plan 2
 d="$RLFUSE_TMP/score"; mkdir -p $d; g=regression/golden
 # Token files from each golden file's own batch, with three different lengths.
 for m in lm scalar; do
@@ -22,7 +23,7 @@ PY
 done
 rlfuse -mode score -score_checkpoint $g/gpt_lm.h5 -score_input $d/in_lm.h5 -score_output $d/lp.h5 -score_batch 2 >$d/lm.log 2>&1 || not_ok "score lm: $(tail -2 $d/lm.log)"
 rlfuse -mode score -score_checkpoint $g/gpt_scalar.h5 -score_role reward -score_input $d/in_scalar.h5 -score_output $d/v.h5 >$d/sc.log 2>&1 || not_ok "score scalar: $(tail -2 $d/sc.log)"
-"$PYTHON" - $g $d <<'PY'
+py "score against PyTorch" $g $d <<'PY'
 import sys, h5py, numpy as np
 g, d = sys.argv[1:3]
 def cmp(name, x, r):

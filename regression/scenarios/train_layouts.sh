@@ -8,6 +8,7 @@
 # give bit-identical reward models. A 4-rank SFT checkpoint restarts on 1
 # rank; bad plans stop with one line.
 . regression/lib.sh
+plan 11
 d="$RLFUSE_TMP/train_layouts"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 Q="-policy_n_layer 2 -policy_n_head 4 -policy_n_embd 128 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"
@@ -15,17 +16,7 @@ S="-mode sft $Q -sft_steps 12 -sft_batch 16 -policy_lr 2e-3 -sft_eval_every 6 -c
 R="-mode rm -task_demo_noise 0.25 -seed 5 -rm_pairs 64 -rm_eval_pairs 20 -rm_steps 8 -rm_batch 16 -rm_eval_every 4
    -reward_lr 1e-3 -gen_max_new_tokens 16"
 
-same_metrics() {
-  "$PYTHON" - $d/$1/run.h5 $d/$2/run.h5 <<'PY'
-import sys, h5py, numpy as np
-with h5py.File(sys.argv[1], "r") as fa, h5py.File(sys.argv[2], "r") as fb:
-    for k in fa["metrics"]:
-        if k == "tokens_per_s":
-            continue
-        x, y = fa["metrics"][k][()], fb["metrics"][k][()]
-        assert np.allclose(x, y, rtol=1e-4, atol=1e-5, equal_nan=True), (k, x, y)
-PY
-}
+same_metrics() { "$PYTHON" regression/same_metrics.py $d/$1/run.h5 $d/$2/run.h5 1e-4 1e-5; }
 compare() {
   local what=$1 ref=$2 out=$3
   if "$PYTHON" tools/ckpt_diff.py --params-tol 1e-3 $d/$ref/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 && same_metrics $ref $out >$d/metrics_$out.txt 2>&1
