@@ -27,6 +27,14 @@ PetscErrorCode sys_error_handler_install(void);
  * single-rank errors abort the whole MPI job so no rank hangs. */
 void sys_error_exit(PetscErrorCode ierr);
 
+/* ---- decks ------------------------------------------------------------- */
+/* Before PetscInitialize: checks every -options_file in argv, and the decks
+ * they include, with PETSc's rules (a regular text file of at most 1 MiB, no
+ * BOM or binary bytes, lines of at most 4096 characters, '-name [value]' or
+ * 'alias' lines, no include cycles). Returns non-zero with a one-line message
+ * naming the deck and line in msg. */
+int sys_decks_check(int argc, char **argv, char *msg, size_t len);
+
 /* ---- options ----------------------------------------------------------- */
 /* Every option a module reads is recorded (full name, effective value, and
  * whether the deck/command line set it) so the run record can store them all.
@@ -38,7 +46,7 @@ PetscErrorCode sys_param_record(const char *prefix, const char *name, const char
     PetscBool set_ = PETSC_FALSE;                                                              \
     PetscInt  v_   = (def);                                                                    \
     char      s_[64];                                                                          \
-    PetscCall(sys_option_check_number(PetscOptionsObject->prefix, name, SYS_OPT_INT));         \
+    PetscCall(sys_option_check_number(PetscOptionsObject->prefix, name, SYS_OPT_INT, sizeof *(val))); \
     PetscCall(PetscOptionsInt(name, help, NULL, v_, &v_, &set_));                              \
     *(val) = v_;                                                                               \
     PetscCall(PetscSNPrintf(s_, sizeof s_, "%" PetscInt_FMT, v_));                             \
@@ -50,7 +58,7 @@ PetscErrorCode sys_param_record(const char *prefix, const char *name, const char
     PetscBool set_ = PETSC_FALSE;                                                              \
     PetscReal v_   = (def);                                                                    \
     char      s_[64];                                                                          \
-    PetscCall(sys_option_check_number(PetscOptionsObject->prefix, name, SYS_OPT_REAL));        \
+    PetscCall(sys_option_check_number(PetscOptionsObject->prefix, name, SYS_OPT_REAL, 0));     \
     PetscCall(PetscOptionsReal(name, help, NULL, v_, &v_, &set_));                             \
     *(val) = v_;                                                                               \
     PetscCall(PetscSNPrintf(s_, sizeof s_, "%.17g", (double)v_));                              \
@@ -70,6 +78,7 @@ PetscErrorCode sys_param_record(const char *prefix, const char *name, const char
 #define RfOptString(name, help, buf, len)                                              \
   do {                                                                                 \
     PetscBool set_ = PETSC_FALSE;                                                      \
+    PetscCall(sys_option_check_length(PetscOptionsObject->prefix, name, len));         \
     PetscCall(PetscOptionsString(name, help, NULL, buf, buf, len, &set_));             \
     PetscCall(sys_param_record(PetscOptionsObject->prefix, name, buf, set_));          \
   } while (0)
@@ -91,9 +100,14 @@ typedef struct {
 } SysParam;
 
 /* Fails, naming the option, if its value in the database is not a number of
- * the kind (PETSc's own message does not name the option). */
+ * the kind (PETSc's own message does not name the option): an integer must
+ * fit both PetscInt and the bytes-wide signed integer it is stored in (PETSc
+ * would wrap 4294967297 to 1), a real must be finite. */
 typedef enum { SYS_OPT_INT, SYS_OPT_REAL } SysOptKind;
-PetscErrorCode sys_option_check_number(const char *prefix, const char *name, SysOptKind kind);
+PetscErrorCode sys_option_check_number(const char *prefix, const char *name, SysOptKind kind, size_t bytes);
+/* Fails if the option's value does not fit a buffer of len bytes (PETSc
+ * would cut it silently: a cut path names another file). */
+PetscErrorCode sys_option_check_length(const char *prefix, const char *name, size_t len);
 
 /* The recorded options, in the order they were read. */
 PetscErrorCode sys_params_get(const SysParam **params, int *n);
@@ -139,6 +153,9 @@ typedef struct {
 PetscErrorCode sys_run_setup(MPI_Comm comm, RunCtx *run);
 /* mkdir -p; errors name the directory. */
 PetscErrorCode sys_mkdir_p(const char *dir);
+/* snprintf for file names: a name that does not fit is an error, never cut
+ * (a cut name is another file). */
+PetscErrorCode sys_path_printf(char *path, size_t len, const char *fmt, ...) PETSC_ATTRIBUTE_FORMAT(3, 4);
 /* Path of a file inside the output directory. */
 PetscErrorCode sys_output_path(const RunCtx *run, const char *name, char *path, size_t len);
 /* Human-readable byte count, e.g. "12.3 MiB". */

@@ -9,7 +9,7 @@ static PetscErrorCode stage_ctx(const RunCtx *run, const char *name, RunCtx *sub
 {
   PetscFunctionBegin;
   *sub = *run;
-  PetscCall(PetscSNPrintf(sub->output_dir, sizeof sub->output_dir, "%s/%s", run->output_dir, name));
+  PetscCall(sys_path_printf(sub->output_dir, sizeof sub->output_dir, "%s/%s", run->output_dir, name));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -37,9 +37,9 @@ PetscErrorCode pipeline_run(const RunCtx *run, const Backend *be)
   PetscCall(stage_ctx(run, "sft", &c_sft));
   PetscCall(stage_ctx(run, "rm", &c_rm));
   PetscCall(stage_ctx(run, "ppo", &c_ppo));
-  PetscCall(PetscSNPrintf(rm.sft, sizeof rm.sft, "%s/final.h5", c_sft.output_dir));
+  PetscCall(sys_path_printf(rm.sft, sizeof rm.sft, "%s/final.h5", c_sft.output_dir));
   PetscCall(PetscStrncpy(ppo.actor_ckpt, rm.sft, sizeof ppo.actor_ckpt));
-  PetscCall(PetscSNPrintf(ppo.reward_ckpt, sizeof ppo.reward_ckpt, "%s/final.h5", c_rm.output_dir));
+  PetscCall(sys_path_printf(ppo.reward_ckpt, sizeof ppo.reward_ckpt, "%s/final.h5", c_rm.output_dir));
   if (run->dry_run) { /* later stages read checkpoints that a dry run does not write */
     PetscCall(sft_execute(&c_sft, be, &sft));
     PetscCall(PetscPrintf(run->comm, "dry run: the RM and PPO stages are checked when their inputs exist\n"));
