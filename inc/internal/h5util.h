@@ -32,6 +32,11 @@ hid_t h5u_fapl(PetscBool lock);
 PetscErrorCode h5u_open_read(const char *kind, const char *path, hid_t *file);
 PetscErrorCode h5u_close(hid_t *id); /* file, group, dataset, ...; no-op on a negative id */
 
+/* Every output goes through this before it is created or replaced: its
+ * directory exists and is writable, and path is not something other than a
+ * regular file (a directory, link, device, pipe), which would be replaced. */
+PetscErrorCode h5u_output_check(const char *kind, const char *path);
+
 /* Creates path atomically: fill() writes the contents into "<path>.tmp.<pid>",
  * which is then flushed, closed, fsync'ed and renamed over path. On any
  * failure the temporary file is removed and path is untouched. */
@@ -56,7 +61,10 @@ PetscErrorCode h5u_bcast(void *buf, size_t count, MPI_Datatype type, MPI_Comm co
 PetscErrorCode h5u_attr_write_int(hid_t obj, const char *name, hid_t type, int64_t value);
 PetscErrorCode h5u_attr_write_double(hid_t obj, const char *name, double value);
 PetscErrorCode h5u_attr_write_string(hid_t obj, const char *name, const char *value);
-PetscErrorCode h5u_attr_read_int(hid_t obj, const char *where, const char *name, int64_t *value);
+/* Readers check that the attribute holds one value (not an array) of the
+ * right class; integers must lie in [lo, hi] (the range of what the caller
+ * stores them in, or narrower), doubles must be finite. */
+PetscErrorCode h5u_attr_read_int(hid_t obj, const char *where, const char *name, int64_t lo, int64_t hi, int64_t *value);
 PetscErrorCode h5u_attr_read_double(hid_t obj, const char *where, const char *name, double *value);
 PetscErrorCode h5u_attr_read_string(hid_t obj, const char *where, const char *name, char *buf, size_t len);
 

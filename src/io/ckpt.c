@@ -154,8 +154,7 @@ static PetscErrorCode ckpt_read_attr_int(hid_t g, const char *where, const char 
   int64_t v;
 
   PetscFunctionBegin;
-  PetscCall(h5u_attr_read_int(g, where, name, &v));
-  PetscCheck(v >= 0 && v <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s = %lld is out of range", where, name, (long long)v);
+  PetscCall(h5u_attr_read_int(g, where, name, 0, INT32_MAX, &v));
   *value = (int)v;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -175,6 +174,15 @@ static PetscErrorCode ckpt_read_group_config(hid_t g, const char *path, const ch
   if (!strcmp(head, GPTHeadNames[GPT_HEAD_LM])) cfg->head = GPT_HEAD_LM;
   else if (!strcmp(head, GPTHeadNames[GPT_HEAD_SCALAR])) cfg->head = GPT_HEAD_SCALAR;
   else SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: head '%s' is neither lm nor scalar", where, head);
+  { /* the same checks as the deck's options: n_head 0 would divide by zero later */
+    PetscErrorCode ierr = gpt_config_check_file(cfg);
+    char          *msg  = NULL;
+
+    if (ierr) {
+      PetscCall(PetscErrorMessage(ierr, NULL, &msg));
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s", where, msg ? msg : "invalid configuration");
+    }
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -278,7 +286,7 @@ static PetscErrorCode ckpt_read_optim(hid_t role, CkptModelCtx *ctx)
   PetscCall(PetscSNPrintf(parent, sizeof parent, "/%s", r));
   PetscCall(ckpt_open_group(role, ctx->path, parent, "optim", " (saved without optimizer state)", &g));
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s /%s/optim", ctx->path, r));
-  PetscCall(h5u_attr_read_int(g, where, "step", &ctx->step));
+  PetscCall(h5u_attr_read_int(g, where, "step", 0, INT32_MAX, &ctx->step));
   PetscCall(PetscSNPrintf(parent, sizeof parent, "/%s/optim", r));
   PetscCall(ckpt_read_tensors(g, ctx->path, parent, "m", ctx->model->gpt, PETSC_FALSE, ctx->m));
   PetscCall(ckpt_read_tensors(g, ctx->path, parent, "v", ctx->model->gpt, PETSC_FALSE, ctx->v));
@@ -367,9 +375,9 @@ static PetscErrorCode ckpt_read_state_file(hid_t file, void *vctx)
   PetscFunctionBegin;
   PetscCall(ckpt_open_group(file, ctx->path, "", "state", "", &g));
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s /state", ctx->path));
-  PetscCall(h5u_attr_read_int(g, where, "iteration", &ctx->v[0]));
-  PetscCall(h5u_attr_read_int(g, where, "data_pos", &ctx->v[1]));
-  PetscCall(h5u_attr_read_int(g, where, "seed", &ctx->v[2]));
+  PetscCall(h5u_attr_read_int(g, where, "iteration", 0, PETSC_MAX_INT, &ctx->v[0]));
+  PetscCall(h5u_attr_read_int(g, where, "data_pos", 0, PETSC_MAX_INT, &ctx->v[1]));
+  PetscCall(h5u_attr_read_int(g, where, "seed", 0, PETSC_MAX_INT, &ctx->v[2]));
   ctx->kl_coef = 0; /* files from before the attribute existed */
   if (H5Aexists(g, "kl_coef") > 0) PetscCall(h5u_attr_read_double(g, where, "kl_coef", &ctx->kl_coef));
   PetscCall(h5u_close(&g));

@@ -69,7 +69,7 @@ static PetscErrorCode data_read_file(hid_t file, void *vctx)
   PetscCall(PetscMalloc1((size_t)d->N * d->T + 1, &d->tokens));
   if (d->N && d->T) PetscCall(h5u_dataset_read(dset, where, "/tokens", H5T_NATIVE_INT, d->tokens));
   PetscCall(h5u_close(&dset));
-  PetscCall(h5u_attr_read_int(file, where, "vocab_size", &vocab));
+  PetscCall(h5u_attr_read_int(file, where, "vocab_size", INT64_MIN, INT64_MAX, &vocab));
   PetscCheck(vocab > 0 && vocab < INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: vocab_size %lld must be positive", where, (long long)vocab);
   d->vocab_size = (int)vocab;
   PetscCall(data_read_vector(file, where, "lengths", d->N, &d->lengths));

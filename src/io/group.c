@@ -44,6 +44,11 @@ static PetscErrorCode group_task(void *vctx)
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
+  if (fapl >= 0) {
+    PetscErrorCode ierr0 = h5u_output_check("output", ctx->path);
+    if (ierr0) H5Pclose(fapl);
+    PetscCall(ierr0);
+  }
   if (H5Fis_hdf5(ctx->path) > 0) file = H5Fopen(ctx->path, H5F_ACC_RDWR, fapl);
   else file = H5Fcreate(ctx->path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -94,14 +95,60 @@ PetscErrorCode h5u_close(hid_t *id)
 /* Why a file cannot be created in path's directory, in words. */
 static PetscErrorCode h5u_check_dir(const char *kind, const char *path)
 {
-  char        dir[PETSC_MAX_PATH_LEN];
+  char        dir[PETSC_MAX_PATH_LEN], copy[PETSC_MAX_PATH_LEN];
   struct stat st;
 
   PetscFunctionBegin;
-  PetscCall(PetscStrncpy(dir, path, sizeof dir));
-  PetscCall(PetscStrncpy(dir, dirname(dir), sizeof dir));
+  PetscCall(PetscStrncpy(copy, path, sizeof copy));
+  /* dirname() may return a pointer into its argument: copy, never in place */
+  PetscCall(PetscStrncpy(dir, dirname(copy), sizeof dir));
   PetscCheck(stat(dir, &st) == 0 && S_ISDIR(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: directory %s does not exist", kind, path, dir);
   PetscCheck(access(dir, W_OK) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: directory %s is not writable", kind, path, dir);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_output_check(const char *kind, const char *path)
+{
+  struct stat st;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_check_dir(kind, path));
+  /* lstat: a symbolic link is replaced by the rename, not followed, so what
+   * matters is the link itself; a device node or FIFO would be replaced by a
+   * regular file (or, as root, /dev/null deleted). */
+  if (lstat(path, &st) == 0) PetscCheck(S_ISREG(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: exists and is not a regular file (%s); refusing to replace it", kind, path, S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link" : "a device, socket or pipe");
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  const char        *opt, *path;
+  const char *const *inputs;
+  int                n;
+} H5uOutputCtx;
+
+static PetscErrorCode h5u_output_task(void *vctx)
+{
+  H5uOutputCtx *ctx = (H5uOutputCtx *)vctx;
+  struct stat   out, in;
+  char          kind[80];
+
+  PetscFunctionBegin;
+  PetscCall(PetscSNPrintf(kind, sizeof kind, "%s", ctx->opt));
+  PetscCall(h5u_output_check(kind, ctx->path));
+  if (stat(ctx->path, &out) != 0) PetscFunctionReturn(PETSC_SUCCESS); /* new file: cannot be an input */
+  for (int i = 0; i < ctx->n; i++) {
+    if (!ctx->inputs[i] || !ctx->inputs[i][0] || stat(ctx->inputs[i], &in) != 0) continue;
+    PetscCheck(!(in.st_dev == out.st_dev && in.st_ino == out.st_ino), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s %s is also an input of this run (%s); choose another output file", ctx->opt, ctx->path, ctx->inputs[i]);
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode io_output_check(MPI_Comm comm, const char *opt, const char *path, const char *const *inputs, int n)
+{
+  H5uOutputCtx ctx = {opt, path, inputs, n};
+
+  PetscFunctionBegin;
+  PetscCall(h5u_rank0(comm, h5u_output_task, &ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -152,8 +199,8 @@ PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
-  PetscCall(h5u_check_dir(kind, path));
-  PetscCall(PetscSNPrintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()));
+  PetscCall(h5u_output_check(kind, path));
+  PetscCall(sys_path_printf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()));
   fapl = h5u_fapl(PETSC_TRUE);
   PetscCheck(fapl >= 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "%s %s: cannot create HDF5 file access properties", kind, path);
   file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
@@ -292,7 +339,12 @@ PetscErrorCode h5u_attr_write_string(hid_t obj, const char *name, const char *va
 /* Opens an attribute and checks its type class. */
 static PetscErrorCode h5u_attr_open(hid_t obj, const char *where, const char *name, H5T_class_t cls, const char *expected, hid_t *attr, hid_t *type)
 {
-  char tstr[32];
+  char         tstr[32], sstr[64];
+  hid_t        space;
+  hsize_t      dims[H5S_MAX_RANK];
+  hssize_t     npoints;
+  int          nd;
+  H5S_class_t  stype;
 
   PetscFunctionBegin;
   PetscCheck(H5Aexists(obj, name) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no attribute %s", where, name);
@@ -301,18 +353,33 @@ static PetscErrorCode h5u_attr_open(hid_t obj, const char *where, const char *na
   *type = H5Aget_type(*attr);
   H5Call(*type, "%s: cannot read the type of attribute %s (corrupt file?)", where, name);
   PetscCheck(H5Tget_class(*type) == cls, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s has type %s, expected %s", where, name, h5u_type_str(*type, tstr, sizeof tstr), expected);
+  /* One value: H5Aread writes every element, so an array-valued attribute
+   * read into a scalar would overrun it. */
+  space = H5Aget_space(*attr);
+  H5Call(space, "%s: cannot read the shape of attribute %s (corrupt file?)", where, name);
+  nd = H5Sget_simple_extent_ndims(space);
+  if (nd > 0 && nd <= H5S_MAX_RANK) H5Sget_simple_extent_dims(space, dims, NULL);
+  npoints = H5Sget_simple_extent_npoints(space);
+  stype   = H5Sget_simple_extent_type(space);
+  H5Sclose(space);
+  PetscCheck(stype != H5S_NULL && npoints == 1 && nd >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s has shape %s, expected a single value", where, name, stype == H5S_NULL ? "null (no value)" : h5u_shape_str(nd, dims, sstr, sizeof sstr));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_attr_read_int(hid_t obj, const char *where, const char *name, int64_t *value)
+PetscErrorCode h5u_attr_read_int(hid_t obj, const char *where, const char *name, int64_t lo, int64_t hi, int64_t *value)
 {
-  hid_t attr, type;
+  hid_t   attr, type;
+  int64_t v;
 
   PetscFunctionBegin;
   PetscCall(h5u_attr_open(obj, where, name, H5T_INTEGER, "an integer", &attr, &type));
-  H5Call(H5Aread(attr, H5T_NATIVE_INT64, value), "%s: cannot read attribute %s (corrupt file?)", where, name);
+  /* HDF5 saturates values that do not fit int64 (a huge uint64), so the
+   * range check below catches them too */
+  H5Call(H5Aread(attr, H5T_NATIVE_INT64, &v), "%s: cannot read attribute %s (corrupt file?)", where, name);
   PetscCall(h5u_close(&type));
   PetscCall(h5u_close(&attr));
+  PetscCheck(v >= lo && v <= hi, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s = %lld is out of range [%lld, %lld]", where, name, (long long)v, (long long)lo, (long long)hi);
+  *value = v;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -325,6 +392,7 @@ PetscErrorCode h5u_attr_read_double(hid_t obj, const char *where, const char *na
   H5Call(H5Aread(attr, H5T_NATIVE_DOUBLE, value), "%s: cannot read attribute %s (corrupt file?)", where, name);
   PetscCall(h5u_close(&type));
   PetscCall(h5u_close(&attr));
+  PetscCheck(isfinite(*value), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s = %s is not a finite number", where, name, isnan(*value) ? "nan" : *value > 0 ? "inf" : "-inf");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

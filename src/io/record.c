@@ -266,7 +266,8 @@ static PetscErrorCode rec_keep_previous(const char *dir, const char *path)
   PetscFunctionBegin;
   if (access(path, F_OK)) PetscFunctionReturn(PETSC_SUCCESS);
   for (int k = 1;; k++) {
-    PetscCall(PetscSNPrintf(old, sizeof old, "%s/run.%d.h5", dir, k));
+    PetscCheck(k < 100000, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "run record %s: run.1.h5 to run.99999.h5 all exist; clean up the output directory", path);
+    PetscCall(sys_path_printf(old, sizeof old, "%s/run.%d.h5", dir, k));
     if (access(old, F_OK)) break;
   }
   PetscCheck(rename(path, old) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "run record %s: cannot rename the previous one to %s", path, old);
@@ -349,6 +350,7 @@ static PetscErrorCode rec_open_task(void *vctx)
 
   PetscFunctionBegin;
   PetscCall(sys_mkdir_p(ctx->run->output_dir));
+  PetscCall(h5u_output_check("run record", rec->path));
   PetscCall(rec_keep_previous(ctx->run->output_dir, rec->path));
   /* Unlocked, so that h5py or h5dump can look at a running job's record. */
   fapl = h5u_fapl(PETSC_FALSE);
@@ -377,7 +379,7 @@ PetscErrorCode record_open(const RunCtx *run, const char *mode, RunRecord **out)
   rec->file = rec->timing = rec->metrics = rec->summary = rec->timing_step = rec->metrics_step = H5I_INVALID_HID;
   PetscCallMPI(MPI_Comm_rank(rec->comm, &rec->rank));
   PetscCallMPI(MPI_Comm_size(rec->comm, &rec->size));
-  PetscCall(PetscSNPrintf(rec->path, sizeof rec->path, "%s/run.h5", run->output_dir));
+  PetscCall(sys_path_printf(rec->path, sizeof rec->path, "%s/run.h5", run->output_dir));
   ctx.rec  = rec;
   ctx.run  = run;
   ctx.mode = mode;

@@ -88,7 +88,7 @@ static PetscErrorCode plan_attr_int(hid_t obj, const char *where, const char *na
   if (cls == H5T_INTEGER) {
     int64_t i;
 
-    PetscCall(h5u_attr_read_int(obj, where, name, &i));
+    PetscCall(h5u_attr_read_int(obj, where, name, INT64_MIN, INT64_MAX, &i));
     x = (double)i;
   } else PetscCall(h5u_attr_read_double(obj, where, name, &x));
   PetscCheck(x == (int)x && x >= lo && x <= hi, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s is %g, expected a whole number in [%d, %d]", where, name, x, lo, hi);
