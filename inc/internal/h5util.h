@@ -37,9 +37,18 @@ PetscErrorCode h5u_close(hid_t *id); /* file, group, dataset, ...; no-op on a ne
  * regular file (a directory, link, device, pipe), which would be replaced. */
 PetscErrorCode h5u_output_check(const char *kind, const char *path);
 
-/* Creates path atomically: fill() writes the contents into "<path>.tmp.<pid>",
+/* The temporary a write of path goes to: "<path>.tmp.<host>.<pid>". */
+PetscErrorCode h5u_tmp_name(const char *path, char *tmp, size_t len);
+/* Removes the temporaries in dir that processes of this host left when they
+ * were killed: "*.tmp.<host>.<pid>" with this host's name and a pid that no
+ * longer exists (kill(pid, 0) fails with ESRCH). Temporaries of live
+ * processes and of other hosts (a shared file system) are left alone. */
+PetscErrorCode h5u_remove_stale_tmp(const char *dir, int *nremoved);
+
+/* Creates path atomically: fill() writes the contents into "<path>.tmp.<host>.<pid>",
  * which is then flushed, closed, fsync'ed and renamed over path. On any
- * failure the temporary file is removed and path is untouched. */
+ * failure the temporary file is removed and path is untouched. Stale
+ * temporaries in path's directory are removed first. */
 typedef PetscErrorCode (*H5uFill)(hid_t file, void *ctx);
 PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill, void *ctx);
 

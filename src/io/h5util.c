@@ -3,7 +3,11 @@
  * closing the file on the way out releases them too. */
 #include "internal/h5util.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <math.h>
@@ -107,6 +111,56 @@ static PetscErrorCode h5u_check_dir(const char *kind, const char *path)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* This host's name as it appears in temporary names: [A-Za-z0-9-] only. */
+static void h5u_host(char *buf, size_t len)
+{
+  if (gethostname(buf, len) != 0) snprintf(buf, len, "unknown");
+  buf[len - 1] = 0;
+  for (char *c = buf; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-')) *c = '-';
+}
+
+PetscErrorCode h5u_tmp_name(const char *path, char *tmp, size_t len)
+{
+  char host[64];
+
+  PetscFunctionBegin;
+  h5u_host(host, sizeof host);
+  PetscCall(sys_path_printf(tmp, len, "%s.tmp.%s.%d", path, host, (int)getpid()));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_remove_stale_tmp(const char *dir, int *nremoved)
+{
+  char           host[64], full[PETSC_MAX_PATH_LEN];
+  DIR           *d;
+  struct dirent *e;
+
+  PetscFunctionBegin;
+  if (nremoved) *nremoved = 0;
+  h5u_host(host, sizeof host);
+  d = opendir(dir);
+  if (!d) PetscFunctionReturn(PETSC_SUCCESS); /* nothing to clean; the writer reports a bad directory */
+  while ((e = readdir(d))) {
+    const char *t = NULL, *dot;
+    char       *end;
+    long        pid;
+    size_t      hl = strlen(host);
+
+    for (const char *q = strstr(e->d_name, ".tmp."); q; q = strstr(q + 1, ".tmp.")) t = q; /* the last one */
+    if (!t || strncmp(t + 5, host, hl) || t[5 + hl] != '.') continue;
+    dot = t + 5 + hl;
+    pid = strtol(dot + 1, &end, 10);
+    if (*end || end == dot + 1 || pid <= 0) continue;
+    /* ours only if the process is gone: EPERM means alive under another user */
+    if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    if (snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= (int)sizeof full) continue;
+    if (unlink(full) == 0 && nremoved) (*nremoved)++;
+  }
+  closedir(d);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode h5u_output_check(const char *kind, const char *path)
 {
   struct stat st;
@@ -200,7 +254,12 @@ PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill
 
   PetscFunctionBegin;
   PetscCall(h5u_output_check(kind, path));
-  PetscCall(sys_path_printf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()));
+  {
+    char copy[PETSC_MAX_PATH_LEN];
+    PetscCall(PetscStrncpy(copy, path, sizeof copy));
+    PetscCall(h5u_remove_stale_tmp(dirname(copy), NULL));
+  }
+  PetscCall(h5u_tmp_name(path, tmp, sizeof tmp));
   fapl = h5u_fapl(PETSC_TRUE);
   PetscCheck(fapl >= 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "%s %s: cannot create HDF5 file access properties", kind, path);
   file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);

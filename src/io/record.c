@@ -351,6 +351,7 @@ static PetscErrorCode rec_open_task(void *vctx)
   PetscFunctionBegin;
   PetscCall(sys_mkdir_p(ctx->run->output_dir));
   PetscCall(h5u_output_check("run record", rec->path));
+  PetscCall(h5u_remove_stale_tmp(ctx->run->output_dir, NULL)); /* checkpoints of a killed run */
   PetscCall(rec_keep_previous(ctx->run->output_dir, rec->path));
   /* Unlocked, so that h5py or h5dump can look at a running job's record. */
   fapl = h5u_fapl(PETSC_FALSE);
