@@ -41,16 +41,27 @@ int sys_decks_check(int argc, char **argv, char *msg, size_t len);
  * Use inside PetscOptionsBegin()/PetscOptionsEnd(). */
 PetscErrorCode sys_param_record(const char *prefix, const char *name, const char *value, PetscBool set);
 
+/* PetscCall inside a PetscOptionsBegin/End block: an error (a bad value)
+ * ends the block first, so the block's strings are freed on the way out. */
+#define RfOptCall(expr)                                                                        \
+  do {                                                                                         \
+    PetscErrorCode e_ = (expr);                                                                \
+    if (PetscUnlikely(e_)) {                                                                   \
+      (void)PetscOptionsEnd_Private(PetscOptionsObject);                                       \
+      PetscCall(e_);                                                                           \
+    }                                                                                          \
+  } while (0)
+
 #define RfOptInt(name, help, def, val)                                                         \
   do {                                                                                         \
     PetscBool set_ = PETSC_FALSE;                                                              \
     PetscInt  v_   = (def);                                                                    \
     char      s_[64];                                                                          \
-    PetscCall(sys_option_check_number(PetscOptionsObject->prefix, name, SYS_OPT_INT, sizeof *(val))); \
-    PetscCall(PetscOptionsInt(name, help, NULL, v_, &v_, &set_));                              \
+    RfOptCall(sys_option_check_number(PetscOptionsObject->prefix, name, SYS_OPT_INT, sizeof *(val))); \
+    RfOptCall(PetscOptionsInt(name, help, NULL, v_, &v_, &set_));                              \
     *(val) = v_;                                                                               \
-    PetscCall(PetscSNPrintf(s_, sizeof s_, "%" PetscInt_FMT, v_));                             \
-    PetscCall(sys_param_record(PetscOptionsObject->prefix, name, s_, set_));                   \
+    RfOptCall(PetscSNPrintf(s_, sizeof s_, "%" PetscInt_FMT, v_));                             \
+    RfOptCall(sys_param_record(PetscOptionsObject->prefix, name, s_, set_));                   \
   } while (0)
 
 #define RfOptReal(name, help, def, val)                                                        \
@@ -58,29 +69,29 @@ PetscErrorCode sys_param_record(const char *prefix, const char *name, const char
     PetscBool set_ = PETSC_FALSE;                                                              \
     PetscReal v_   = (def);                                                                    \
     char      s_[64];                                                                          \
-    PetscCall(sys_option_check_number(PetscOptionsObject->prefix, name, SYS_OPT_REAL, 0));     \
-    PetscCall(PetscOptionsReal(name, help, NULL, v_, &v_, &set_));                             \
+    RfOptCall(sys_option_check_number(PetscOptionsObject->prefix, name, SYS_OPT_REAL, 0));     \
+    RfOptCall(PetscOptionsReal(name, help, NULL, v_, &v_, &set_));                             \
     *(val) = v_;                                                                               \
-    PetscCall(PetscSNPrintf(s_, sizeof s_, "%.17g", (double)v_));                              \
-    PetscCall(sys_param_record(PetscOptionsObject->prefix, name, s_, set_));                   \
+    RfOptCall(PetscSNPrintf(s_, sizeof s_, "%.17g", (double)v_));                              \
+    RfOptCall(sys_param_record(PetscOptionsObject->prefix, name, s_, set_));                   \
   } while (0)
 
 #define RfOptBool(name, help, def, val)                                                        \
   do {                                                                                         \
     PetscBool set_ = PETSC_FALSE;                                                              \
     PetscBool v_   = (def);                                                                    \
-    PetscCall(PetscOptionsBool(name, help, NULL, v_, &v_, &set_));                             \
+    RfOptCall(PetscOptionsBool(name, help, NULL, v_, &v_, &set_));                             \
     *(val) = v_;                                                                               \
-    PetscCall(sys_param_record(PetscOptionsObject->prefix, name, v_ ? "true" : "false", set_)); \
+    RfOptCall(sys_param_record(PetscOptionsObject->prefix, name, v_ ? "true" : "false", set_)); \
   } while (0)
 
 /* buf holds the default on entry and the effective value on exit. */
 #define RfOptString(name, help, buf, len)                                              \
   do {                                                                                 \
     PetscBool set_ = PETSC_FALSE;                                                      \
-    PetscCall(sys_option_check_length(PetscOptionsObject->prefix, name, len));         \
-    PetscCall(PetscOptionsString(name, help, NULL, buf, buf, len, &set_));             \
-    PetscCall(sys_param_record(PetscOptionsObject->prefix, name, buf, set_));          \
+    RfOptCall(sys_option_check_length(PetscOptionsObject->prefix, name, len));         \
+    RfOptCall(PetscOptionsString(name, help, NULL, buf, buf, len, &set_));             \
+    RfOptCall(sys_param_record(PetscOptionsObject->prefix, name, buf, set_));          \
   } while (0)
 
 /* buf holds the default on entry; the value must be one of list[0..n). */
@@ -88,9 +99,9 @@ PetscErrorCode sys_param_record(const char *prefix, const char *name, const char
   do {                                                                                         \
     PetscBool set_ = PETSC_FALSE;                                                              \
     PetscInt  i_   = *(idx);                                                                   \
-    PetscCall(PetscOptionsEList(name, help, NULL, list, n, list[i_], &i_, &set_));             \
+    RfOptCall(PetscOptionsEList(name, help, NULL, list, n, list[i_], &i_, &set_));             \
     *(idx) = i_;                                                                               \
-    PetscCall(sys_param_record(PetscOptionsObject->prefix, name, list[i_], set_));             \
+    RfOptCall(sys_param_record(PetscOptionsObject->prefix, name, list[i_], set_));             \
   } while (0)
 
 typedef struct {

@@ -54,13 +54,11 @@ static PetscErrorCode ckpt_write_tensors(hid_t loc, const char *name, const GPT 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode ckpt_write_optim(hid_t role, const GPT *gpt)
+static PetscErrorCode ckpt_write_optim_buffers(hid_t role, const GPT *gpt, float *m, float *v)
 {
-  hid_t  g;
-  float *m, *v;
+  hid_t g;
 
   PetscFunctionBegin;
-  PetscCall(PetscMalloc2(gpt->nparams, &m, gpt->nparams, &v));
   PetscCall(gpt_optim_get(gpt, m, v));
   g = H5Gcreate2(role, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Call(g, "HDF5: cannot create group optim");
@@ -68,14 +66,28 @@ static PetscErrorCode ckpt_write_optim(hid_t role, const GPT *gpt)
   PetscCall(ckpt_write_tensors(g, "m", gpt, m));
   PetscCall(ckpt_write_tensors(g, "v", gpt, v));
   PetscCall(h5u_close(&g));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The staging buffers are freed on the error path too. */
+static PetscErrorCode ckpt_write_optim(hid_t role, const GPT *gpt)
+{
+  float         *m, *v;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc2(gpt->nparams, &m, gpt->nparams, &v));
+  ierr = ckpt_write_optim_buffers(role, gpt, m, v);
   PetscCall(PetscFree2(m, v));
+  PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 static PetscErrorCode ckpt_write_model(hid_t file, const char *path, const CkptModel *cm)
 {
-  hid_t  g;
-  float *buf;
+  hid_t          g;
+  float         *buf;
+  PetscErrorCode ierr;
 
   PetscFunctionBegin;
   PetscCall(ckpt_check_role(path, cm->role));
@@ -84,9 +96,10 @@ static PetscErrorCode ckpt_write_model(hid_t file, const char *path, const CkptM
   H5Call(g, "checkpoint %s: cannot create group /%s", path, cm->role);
   PetscCall(ckpt_write_config(g, &cm->gpt->cfg));
   PetscCall(PetscMalloc1(cm->gpt->nparams, &buf));
-  PetscCall(gpt_params_get(cm->gpt, buf));
-  PetscCall(ckpt_write_tensors(g, "params", cm->gpt, buf));
+  ierr = gpt_params_get(cm->gpt, buf);
+  if (!ierr) ierr = ckpt_write_tensors(g, "params", cm->gpt, buf);
   PetscCall(PetscFree(buf));
+  PetscCall(ierr);
   if (cm->with_optim) PetscCall(ckpt_write_optim(g, cm->gpt));
   PetscCall(h5u_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
