@@ -57,5 +57,8 @@ void sys_error_exit(PetscErrorCode ierr)
   if (world > 1 && !sys_error_collective) MPI_Abort(MPI_COMM_WORLD, (int)ierr);
   if (world > 1) sys_error_wait_for_rank0();
   PetscFinalize();
+  /* main called MPI_Init, so PetscFinalize leaves MPI up: finalize it too,
+   * or MPICH's transport state is left for the leak checker */
+  MPI_Finalize();
   exit(1);
 }
