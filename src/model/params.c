@@ -45,6 +45,10 @@ static PetscErrorCode gpt_config_check_named(MPI_Comm comm, const GPTConfig *cfg
   PetscCheck(cfg->n_embd > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_embd %d must be positive", dash, p, cfg->n_embd);
   PetscCheck(cfg->vocab_size > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%svocab_size %d must be positive", dash, p, cfg->vocab_size);
   PetscCheck(cfg->n_positions >= 2, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_positions %d must be at least 2", dash, p, cfg->n_positions);
+  /* tensor extents are ints: the MLP's 4 x n_embd and the tensor count
+   * must fit, or counts and shapes silently wrap */
+  PetscCheck(cfg->n_embd <= INT32_MAX / 4, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_embd %d is too large (4 x n_embd must fit a 32-bit int: at most %d)", dash, p, cfg->n_embd, INT32_MAX / 4);
+  PetscCheck(cfg->n_layer <= (INT32_MAX - 8) / GPT_T_PER_LAYER, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_layer %d is too large (at most %d)", dash, p, cfg->n_layer, (INT32_MAX - 8) / GPT_T_PER_LAYER);
   PetscCheck(cfg->n_embd % cfg->n_head == 0, comm, PETSC_ERR_ARG_WRONG, "%s%sn_embd %d is not divisible by %s%sn_head %d", dash, p, cfg->n_embd, dash, p, cfg->n_head);
   PetscCheck(cfg->head == GPT_HEAD_LM || cfg->head == GPT_HEAD_SCALAR, comm, PETSC_ERR_ARG_WRONG, "%s%shead must be lm or scalar", dash, p);
   PetscFunctionReturn(PETSC_SUCCESS);
