@@ -26,6 +26,11 @@ PetscErrorCode sys_error_handler_install(void);
 /* Ends the job after an error: collective errors finalize and exit(1),
  * single-rank errors abort the whole MPI job so no rank hangs. */
 void sys_error_exit(PetscErrorCode ierr);
+/* Registers fn to run first thing in sys_error_exit (e.g. io closing the
+ * files an error left open, before the libraries shut down); at most 4, a
+ * function registered twice runs once. fn returns non-zero when something
+ * could not be released: the process then exits without library shutdown. */
+void sys_error_exit_hook(int (*fn)(void));
 
 /* ---- decks ------------------------------------------------------------- */
 /* Before PetscInitialize: checks every -options_file in argv, and the decks

@@ -21,6 +21,21 @@
 /* Longest error message carried from rank 0 to the other ranks. */
 #define H5U_MSG_LEN 1024
 
+/* Why the HDF5 write call that just failed failed, for messages: "no space
+ * left on device" when the error stack or errno says so, else HDF5's
+ * innermost description. buf has H5U_MSG_LEN bytes. Call before any other
+ * HDF5 call (which clears the error stack). */
+const char *h5u_write_reason(char *buf);
+/* H5Call for calls that write (write, flush, close): the message ends with
+ * ": <reason>". */
+#define H5CallWrite(expr, fmt, ...)                                                                              \
+  do {                                                                                                           \
+    if ((expr) < 0) {                                                                                            \
+      char why_[H5U_MSG_LEN];                                                                                    \
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, fmt ": %s", ##__VA_ARGS__, h5u_write_reason(why_));         \
+    }                                                                                                            \
+  } while (0)
+
 /* File access properties used for every file: HDF5's flock is kept where the
  * file system supports it and skipped where it does not (NFS, some Lustre
  * mounts), instead of failing with "unable to lock file". Caller closes. */
@@ -31,6 +46,9 @@ hid_t h5u_fapl(PetscBool lock);
  * readable HDF5 file (truncated or corrupt?)". */
 PetscErrorCode h5u_open_read(const char *kind, const char *path, hid_t *file);
 PetscErrorCode h5u_close(hid_t *id); /* file, group, dataset, ...; no-op on a negative id */
+/* H5Fclose for every file rlfuse opens: remembers a failed close (a full
+ * disk), after which the error exit must not let HDF5 shut down. */
+herr_t h5u_fclose(hid_t file);
 
 /* Every output goes through this before it is created or replaced: its
  * directory exists and is writable, and path is not something other than a

@@ -36,9 +36,69 @@ static const char *h5u_hdf5_msg(char *buf)
   return buf;
 }
 
+/* HDF5's file drivers put the failed system call's errno into the
+ * description ("errno = 28, error message = 'No space left on device'"). */
+static herr_t h5u_enospc_cb(unsigned n, const H5E_error2_t *err, void *data)
+{
+  if (err->desc && (strstr(err->desc, "errno = 28,") || strstr(err->desc, "No space left on device"))) *(int *)data = 1;
+  return 0;
+}
+
+const char *h5u_write_reason(char *buf)
+{
+  int full = 0;
+
+  (void)H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, h5u_enospc_cb, &full);
+  if (full || errno == ENOSPC) snprintf(buf, H5U_MSG_LEN, "no space left on device");
+  else {
+    char inner[H5U_MSG_LEN];
+    h5u_hdf5_msg(inner);
+    snprintf(buf, H5U_MSG_LEN, "HDF5: %s", inner[0] ? inner : "unknown error");
+  }
+  return buf;
+}
+
+/* After an error: close every file still open (a run record, a half-written
+ * checkpoint), so HDF5's own shutdown at MPI_Finalize/exit does not try to
+ * flush them again; it crashed doing that on a full disk. */
+static int h5u_fclose_failed; /* a file close failed: HDF5 holds a half-closed file */
+
+herr_t h5u_fclose(hid_t file)
+{
+  herr_t e = H5Fclose(file);
+
+  if (e < 0) h5u_fclose_failed = 1;
+  return e;
+}
+
+static int h5u_close_all(void)
+{
+  ssize_t n;
+  int     failed = 0;
+
+  /* closing a half-closed file again crashes inside H5F__close */
+  if (h5u_fclose_failed) return 1;
+  n = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_FILE);
+
+  if (n > 0) {
+    hid_t *ids = malloc((size_t)n * sizeof *ids);
+
+    if (!ids) return 1;
+    n = H5Fget_obj_ids(H5F_OBJ_ALL, H5F_OBJ_FILE, (size_t)n, ids);
+    for (ssize_t i = 0; i < n; i++)
+      if (h5u_fclose(ids[i]) < 0) failed = 1;
+    free(ids);
+  }
+  /* HDF5 1.10/1.12 keep a file whose close failed (its flush hit a full
+   * disk) half-closed, and H5F__close_cb crashes on it at library shutdown */
+  return failed;
+}
+
 hid_t h5u_fapl(PetscBool lock)
 {
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+
+  sys_error_exit_hook(h5u_close_all);
 
   if (fapl < 0) return fapl;
   /* Messages are ours; HDF5's stack dump would only repeat them, in 20 lines. */
@@ -83,7 +143,7 @@ PetscErrorCode h5u_close(hid_t *id)
     H5I_type_t t = H5Iget_type(*id);
     herr_t     e = 0;
 
-    if (t == H5I_FILE) e = H5Fclose(*id);
+    if (t == H5I_FILE) e = h5u_fclose(*id);
     else if (t == H5I_GROUP) e = H5Gclose(*id);
     else if (t == H5I_DATASET) e = H5Dclose(*id);
     else if (t == H5I_ATTR) e = H5Aclose(*id);
@@ -91,7 +151,7 @@ PetscErrorCode h5u_close(hid_t *id)
     else if (t == H5I_DATATYPE) e = H5Tclose(*id);
     else if (t == H5I_GENPROP_LST) e = H5Pclose(*id);
     *id = H5I_INVALID_HID;
-    H5Call(e, "HDF5: closing an object failed");
+    H5CallWrite(e, "HDF5: closing an object failed");
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -227,10 +287,10 @@ static PetscErrorCode h5u_commit(hid_t *file, const char *kind, const char *tmp,
   herr_t e;
 
   PetscFunctionBegin;
-  H5Call(H5Fflush(*file, H5F_SCOPE_GLOBAL), "%s %s: flushing %s failed (disk full?)", kind, path, tmp);
-  e     = H5Fclose(*file);
+  H5CallWrite(H5Fflush(*file, H5F_SCOPE_GLOBAL), "%s %s: flushing %s failed", kind, path, tmp);
+  e     = h5u_fclose(*file);
   *file = H5I_INVALID_HID;
-  H5Call(e, "%s %s: closing %s failed (disk full?)", kind, path, tmp);
+  H5CallWrite(e, "%s %s: closing %s failed", kind, path, tmp);
   fd = open(tmp, O_RDONLY);
   PetscCheck(fd >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: cannot reopen %s: %s", kind, path, tmp, strerror(errno));
   e = fsync(fd);
@@ -270,7 +330,7 @@ PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill
   ierr = fill(file, ctx);
   if (!ierr) ierr = h5u_commit(&file, kind, tmp, path);
   if (ierr) {
-    if (file >= 0) H5Fclose(file);
+    if (file >= 0) h5u_fclose(file);
     unlink(tmp);
     PetscCall(h5u_error_context(ierr, kind, path));
   }
@@ -285,7 +345,7 @@ PetscErrorCode h5u_read_file(const char *kind, const char *path, H5uFill read, v
   PetscFunctionBegin;
   PetscCall(h5u_open_read(kind, path, &file));
   ierr = read(file, ctx);
-  H5Fclose(file);
+  h5u_fclose(file);
   if (ierr) PetscCall(h5u_error_context(ierr, kind, path));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -600,10 +660,7 @@ PetscErrorCode h5u_dataset_write(hid_t loc, const char *name, hid_t file_type, h
   dset = H5Dcreate2(loc, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Sclose(space);
   H5Call(dset, "HDF5: cannot create dataset %s", name);
-  if (H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
-    h5u_hdf5_msg(hmsg);
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "HDF5: writing dataset %s failed (disk full?): %s", name, hmsg);
-  }
+  if (H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "HDF5: writing dataset %s failed: %s", name, h5u_write_reason(hmsg));
   PetscCall(h5u_close(&dset));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

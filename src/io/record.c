@@ -164,7 +164,7 @@ static PetscErrorCode rec_append(hid_t dset, hsize_t row, hid_t memtype, const v
   e      = H5Dwrite(dset, memtype, mspace, fspace, H5P_DEFAULT, value);
   H5Sclose(mspace);
   H5Sclose(fspace);
-  H5Call(e, "HDF5: cannot write row %llu of a run-record column (disk full?)", (unsigned long long)row);
+  H5CallWrite(e, "HDF5: cannot write row %llu of a run-record column", (unsigned long long)row);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -220,7 +220,7 @@ static PetscErrorCode rec_write_row_task(void *vctx)
   PetscFunctionBegin;
   PetscCall(rec_write_stages(ctx));
   PetscCall(rec_write_metrics(ctx));
-  H5Call(H5Fflush(ctx->rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed (disk full?)", ctx->rec->path);
+  H5CallWrite(H5Fflush(ctx->rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed", ctx->rec->path);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -253,7 +253,7 @@ PetscErrorCode record_summary(RunRecord *rec, const char *name, double value)
   PetscFunctionBegin;
   if (rec->rank) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(h5u_attr_write_double(rec->summary, name, value));
-  H5Call(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed (disk full?)", rec->path);
+  H5CallWrite(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed", rec->path);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -337,7 +337,7 @@ static PetscErrorCode rec_write_header(RunRecord *rec, const RunCtx *run, const 
   PetscCall(rec_group(rec->file, "summary", &rec->summary));
   PetscCall(rec_column_create(rec->timing, "step", H5T_STD_I64LE, NULL, 0, &rec->timing_step));
   PetscCall(rec_column_create(rec->metrics, "step", H5T_STD_I64LE, NULL, 0, &rec->metrics_step));
-  H5Call(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed (disk full?)", rec->path);
+  H5CallWrite(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed", rec->path);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -361,7 +361,7 @@ static PetscErrorCode rec_open_task(void *vctx)
   PetscCheck(rec->file >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "run record %s: cannot create the file", rec->path);
   ierr = rec_write_header(rec, ctx->run, ctx->mode);
   if (ierr) {
-    H5Fclose(rec->file);
+    h5u_fclose(rec->file);
     rec->file = H5I_INVALID_HID;
   }
   PetscCall(ierr);
@@ -399,7 +399,7 @@ PetscErrorCode record_close(RunRecord **rec)
 
   PetscFunctionBegin;
   if (!r) PetscFunctionReturn(PETSC_SUCCESS);
-  if (r->file >= 0) H5Call(H5Fclose(r->file), "run record %s: close failed (disk full?)", r->path);
+  if (r->file >= 0) H5CallWrite(h5u_fclose(r->file), "run record %s: close failed", r->path);
   PetscCall(PetscFree(r->stages.col));
   PetscCall(PetscFree(r->mets.col));
   PetscCall(PetscFree(r));
@@ -429,7 +429,7 @@ static PetscErrorCode rec_group_task(void *vctx)
   PetscCall(rec_group(rec->file, ctx->group, &g));
   PetscCall(io_group_fill(g, ctx->d, ctx->n, ctx->attr_names, ctx->attr_values, ctx->nattr));
   PetscCall(h5u_close(&g));
-  H5Call(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed (disk full?)", rec->path);
+  H5CallWrite(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed", rec->path);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -3,6 +3,7 @@
 #include "sys.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static PetscBool sys_error_collective = PETSC_TRUE;
 
@@ -50,12 +51,31 @@ static void sys_error_wait_for_rank0(void)
   }
 }
 
+static int (*sys_exit_hooks[4])(void);
+static int sys_nexit_hooks;
+
+void sys_error_exit_hook(int (*fn)(void))
+{
+  for (int i = 0; i < sys_nexit_hooks; i++)
+    if (sys_exit_hooks[i] == fn) return;
+  if (sys_nexit_hooks < (int)(sizeof sys_exit_hooks / sizeof sys_exit_hooks[0])) sys_exit_hooks[sys_nexit_hooks++] = fn;
+}
+
 void sys_error_exit(PetscErrorCode ierr)
 {
-  int world = 1;
+  int world = 1, stuck = 0;
+
+  for (int i = sys_nexit_hooks - 1; i >= 0; i--) stuck |= sys_exit_hooks[i]();
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (world > 1 && !sys_error_collective) MPI_Abort(MPI_COMM_WORLD, (int)ierr);
   if (world > 1) sys_error_wait_for_rank0();
+  if (stuck) {
+    /* a library holds state it could not release (HDF5: a file whose close
+     * failed on a full disk); its shutdown, run by MPI_Finalize or at exit,
+     * would crash on it. The error is printed: leave without shutdowns. */
+    fflush(NULL);
+    _exit(1);
+  }
   PetscFinalize();
   /* main called MPI_Init, so PetscFinalize leaves MPI up: finalize it too,
    * or MPICH's transport state is left for the leak checker */
