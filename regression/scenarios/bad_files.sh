@@ -55,6 +55,17 @@ expect "data output a directory"        "-data_output $d/adir.*not a regular fil
 expect "data output a pipe"             "-data_output $d/fifo.*not a regular file" -mode data -data_output $d/fifo -data_count 2
 check "  ... and the pipe is still a pipe" test -p $d/fifo
 
+# out of memory: the message says where and how many bytes (virtual memory
+# limited to 1.5 GiB, a model whose parameters need 1.1 GiB and gradients as
+# much again); ASan reserves terabytes of address space, so not under it
+if [ -n "${RLFUSE_SANITIZE:-}" ]; then echo "ok - out of memory # SKIP the sanitizer build cannot run under ulimit -v"
+else
+  eval "$(declare -f rlfuse | sed '1s/^rlfuse/rlfuse_unlimited/')"
+  rlfuse() { ( ulimit -v 1500000; rlfuse_unlimited "$@" ); }
+  expect "out of memory"                "out of memory in gpt_create.*bytes (1.1 GiB) could not be allocated" -options_file $deck -policy_n_embd 1024 -policy_n_head 16 -policy_n_layer 24 -sft_steps 1
+  eval "$(declare -f rlfuse_unlimited | sed '1s/^rlfuse_unlimited/rlfuse/')"
+fi
+
 # decks: each malformed the way PETSc would answer with a traceback
 printf -- '-mode sft\ngarbage line\n' >$d/garbage.deck
 printf '\xef\xbb\xbf-mode sft\n' >$d/bom.deck

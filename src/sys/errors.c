@@ -3,16 +3,41 @@
 #include "sys.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static PetscBool sys_error_collective = PETSC_TRUE;
+
+/* An allocation failure is raised inside the allocator (PETSc's
+ * PetscMallocAlign, the backend's alloc), which cannot say what the memory
+ * was for; its report waits for the first frame of rlfuse's own code above
+ * it (PETSc calls the handler again for every frame on the way out). */
+static char sys_oom_mess[512];
+static int  sys_oom_pending;
+
+static int sys_error_ours(const char *file) { return file && !strncmp(file, "src/", 4); }
 
 static PetscErrorCode sys_error_print(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n, PetscErrorType p, const char *mess, void *ctx)
 {
   int rank = 0, world = 1;
 
+  if (p != PETSC_ERROR_INITIAL) {
+    if (!sys_oom_pending || !sys_error_ours(file)) return n;
+    sys_oom_pending = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world > 1) fprintf(stderr, "rlfuse: error: out of memory in %s: %s [rank %d, %s:%d]\n", fun, sys_oom_mess, rank, file, line);
+    else fprintf(stderr, "rlfuse: error: out of memory in %s: %s [%s:%d]\n", fun, sys_oom_mess, file, line);
+    fflush(stderr);
+    return n;
+  }
+  if (n == PETSC_ERR_MEM) {
+    snprintf(sys_oom_mess, sizeof sys_oom_mess, "%s", mess ? mess : "allocation failed");
+    sys_oom_pending       = 1;
+    sys_error_collective  = PETSC_FALSE; /* one rank ran out: the job is aborted */
+    return n;
+  }
   /* Only the first report of an error: PETSc calls again for each frame. */
-  if (p != PETSC_ERROR_INITIAL) return n;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (comm == MPI_COMM_SELF || comm == PETSC_COMM_SELF) sys_error_collective = PETSC_FALSE;
