@@ -46,7 +46,8 @@ size_t gen_kv_bytes(const GenConfig *cfg, const GPTConfig *model, int Tmax);
  * log-probability under the restricted, tempered distribution (computed in
  * double); allowed (room for V) and *nallowed get the allowed set in
  * ascending id order, or *nallowed = 0 when nothing restricts it. work needs
- * room for 2*V doubles. */
+ * room for 2*V doubles. Returns -1, drawing nothing, when a logit that could
+ * be drawn is NaN or +inf, or none is finite (a diverged model). */
 #define GEN_RNG_DOMAIN 0x47454E5341ull /* "GENSA" */
 int gen_sample_row(const GenConfig *cfg, const float *logits, int V, int n_new, uint64_t seed, uint32_t iteration, uint32_t sample, uint32_t position,
                    float *logprob, int *allowed, int *nallowed, double *work);

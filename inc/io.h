@@ -88,5 +88,10 @@ PetscErrorCode io_write_matrix(MPI_Comm comm, const char *path, const char *name
 
 /* Library versions for provenance. */
 PetscErrorCode io_hdf5_version(char *buf, size_t len);
+/* Before any work, for an output file named by option opt: refuses (one
+ * collective error naming the option) a path that exists and is not a
+ * regular file, sits in a missing or read-only directory, or is the same
+ * file as one of inputs[0..n) (NULL or empty entries are skipped). */
+PetscErrorCode io_output_check(MPI_Comm comm, const char *opt, const char *path, const char *const *inputs, int n);
 
 #endif

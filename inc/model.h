@@ -117,6 +117,9 @@ typedef struct {
 PetscErrorCode gpt_config_set_from_options(const char *prefix, GPTConfig *cfg);
 /* Checks the configuration; errors name the option, e.g. -policy_n_embd. */
 PetscErrorCode gpt_config_check(const GPTConfig *cfg, const char *prefix);
+/* The same checks for a configuration read from a file (a checkpoint's
+ * attributes); messages name the attribute, the caller adds the file. */
+PetscErrorCode gpt_config_check_file(const GPTConfig *cfg);
 /* Reads -<prefix>lr, min_lr_ratio, warmup, decay_steps, beta1, beta2, eps, weight_decay, grad_clip. */
 PetscErrorCode adamw_set_from_options(const char *prefix, AdamWConfig *opt);
 

@@ -26,6 +26,19 @@ PetscErrorCode sys_error_handler_install(void);
 /* Ends the job after an error: collective errors finalize and exit(1),
  * single-rank errors abort the whole MPI job so no rank hangs. */
 void sys_error_exit(PetscErrorCode ierr);
+/* Registers fn to run first thing in sys_error_exit (e.g. io closing the
+ * files an error left open, before the libraries shut down); at most 4, a
+ * function registered twice runs once. fn returns non-zero when something
+ * could not be released: the process then exits without library shutdown. */
+void sys_error_exit_hook(int (*fn)(void));
+
+/* ---- decks ------------------------------------------------------------- */
+/* Before PetscInitialize: checks every -options_file in argv, and the decks
+ * they include, with PETSc's rules (a regular text file of at most 1 MiB, no
+ * BOM or binary bytes, lines of at most 4096 characters, '-name [value]' or
+ * 'alias' lines, no include cycles). Returns non-zero with a one-line message
+ * naming the deck and line in msg. */
+int sys_decks_check(int argc, char **argv, char *msg, size_t len);
 
 /* ---- options ----------------------------------------------------------- */
 /* Every option a module reads is recorded (full name, effective value, and
@@ -33,16 +46,27 @@ void sys_error_exit(PetscErrorCode ierr);
  * Use inside PetscOptionsBegin()/PetscOptionsEnd(). */
 PetscErrorCode sys_param_record(const char *prefix, const char *name, const char *value, PetscBool set);
 
+/* PetscCall inside a PetscOptionsBegin/End block: an error (a bad value)
+ * ends the block first, so the block's strings are freed on the way out. */
+#define RfOptCall(expr)                                                                        \
+  do {                                                                                         \
+    PetscErrorCode e_ = (expr);                                                                \
+    if (PetscUnlikely(e_)) {                                                                   \
+      (void)PetscOptionsEnd_Private(PetscOptionsObject);                                       \
+      PetscCall(e_);                                                                           \
+    }                                                                                          \
+  } while (0)
+
 #define RfOptInt(name, help, def, val)                                                         \
   do {                                                                                         \
     PetscBool set_ = PETSC_FALSE;                                                              \
     PetscInt  v_   = (def);                                                                    \
     char      s_[64];                                                                          \
-    PetscCall(sys_option_check_number(PetscOptionsObject->prefix, name, SYS_OPT_INT));         \
-    PetscCall(PetscOptionsInt(name, help, NULL, v_, &v_, &set_));                              \
+    RfOptCall(sys_option_check_number(PetscOptionsObject->prefix, name, SYS_OPT_INT, sizeof *(val))); \
+    RfOptCall(PetscOptionsInt(name, help, NULL, v_, &v_, &set_));                              \
     *(val) = v_;                                                                               \
-    PetscCall(PetscSNPrintf(s_, sizeof s_, "%" PetscInt_FMT, v_));                             \
-    PetscCall(sys_param_record(PetscOptionsObject->prefix, name, s_, set_));                   \
+    RfOptCall(PetscSNPrintf(s_, sizeof s_, "%" PetscInt_FMT, v_));                             \
+    RfOptCall(sys_param_record(PetscOptionsObject->prefix, name, s_, set_));                   \
   } while (0)
 
 #define RfOptReal(name, help, def, val)                                                        \
@@ -50,28 +74,29 @@ PetscErrorCode sys_param_record(const char *prefix, const char *name, const char
     PetscBool set_ = PETSC_FALSE;                                                              \
     PetscReal v_   = (def);                                                                    \
     char      s_[64];                                                                          \
-    PetscCall(sys_option_check_number(PetscOptionsObject->prefix, name, SYS_OPT_REAL));        \
-    PetscCall(PetscOptionsReal(name, help, NULL, v_, &v_, &set_));                             \
+    RfOptCall(sys_option_check_number(PetscOptionsObject->prefix, name, SYS_OPT_REAL, 0));     \
+    RfOptCall(PetscOptionsReal(name, help, NULL, v_, &v_, &set_));                             \
     *(val) = v_;                                                                               \
-    PetscCall(PetscSNPrintf(s_, sizeof s_, "%.17g", (double)v_));                              \
-    PetscCall(sys_param_record(PetscOptionsObject->prefix, name, s_, set_));                   \
+    RfOptCall(PetscSNPrintf(s_, sizeof s_, "%.17g", (double)v_));                              \
+    RfOptCall(sys_param_record(PetscOptionsObject->prefix, name, s_, set_));                   \
   } while (0)
 
 #define RfOptBool(name, help, def, val)                                                        \
   do {                                                                                         \
     PetscBool set_ = PETSC_FALSE;                                                              \
     PetscBool v_   = (def);                                                                    \
-    PetscCall(PetscOptionsBool(name, help, NULL, v_, &v_, &set_));                             \
+    RfOptCall(PetscOptionsBool(name, help, NULL, v_, &v_, &set_));                             \
     *(val) = v_;                                                                               \
-    PetscCall(sys_param_record(PetscOptionsObject->prefix, name, v_ ? "true" : "false", set_)); \
+    RfOptCall(sys_param_record(PetscOptionsObject->prefix, name, v_ ? "true" : "false", set_)); \
   } while (0)
 
 /* buf holds the default on entry and the effective value on exit. */
 #define RfOptString(name, help, buf, len)                                              \
   do {                                                                                 \
     PetscBool set_ = PETSC_FALSE;                                                      \
-    PetscCall(PetscOptionsString(name, help, NULL, buf, buf, len, &set_));             \
-    PetscCall(sys_param_record(PetscOptionsObject->prefix, name, buf, set_));          \
+    RfOptCall(sys_option_check_length(PetscOptionsObject->prefix, name, len));         \
+    RfOptCall(PetscOptionsString(name, help, NULL, buf, buf, len, &set_));             \
+    RfOptCall(sys_param_record(PetscOptionsObject->prefix, name, buf, set_));          \
   } while (0)
 
 /* buf holds the default on entry; the value must be one of list[0..n). */
@@ -79,9 +104,9 @@ PetscErrorCode sys_param_record(const char *prefix, const char *name, const char
   do {                                                                                         \
     PetscBool set_ = PETSC_FALSE;                                                              \
     PetscInt  i_   = *(idx);                                                                   \
-    PetscCall(PetscOptionsEList(name, help, NULL, list, n, list[i_], &i_, &set_));             \
+    RfOptCall(PetscOptionsEList(name, help, NULL, list, n, list[i_], &i_, &set_));             \
     *(idx) = i_;                                                                               \
-    PetscCall(sys_param_record(PetscOptionsObject->prefix, name, list[i_], set_));             \
+    RfOptCall(sys_param_record(PetscOptionsObject->prefix, name, list[i_], set_));             \
   } while (0)
 
 typedef struct {
@@ -91,9 +116,14 @@ typedef struct {
 } SysParam;
 
 /* Fails, naming the option, if its value in the database is not a number of
- * the kind (PETSc's own message does not name the option). */
+ * the kind (PETSc's own message does not name the option): an integer must
+ * fit both PetscInt and the bytes-wide signed integer it is stored in (PETSc
+ * would wrap 4294967297 to 1), a real must be finite. */
 typedef enum { SYS_OPT_INT, SYS_OPT_REAL } SysOptKind;
-PetscErrorCode sys_option_check_number(const char *prefix, const char *name, SysOptKind kind);
+PetscErrorCode sys_option_check_number(const char *prefix, const char *name, SysOptKind kind, size_t bytes);
+/* Fails if the option's value does not fit a buffer of len bytes (PETSc
+ * would cut it silently: a cut path names another file). */
+PetscErrorCode sys_option_check_length(const char *prefix, const char *name, size_t len);
 
 /* The recorded options, in the order they were read. */
 PetscErrorCode sys_params_get(const SysParam **params, int *n);
@@ -142,6 +172,9 @@ typedef struct {
 PetscErrorCode sys_run_setup(MPI_Comm comm, RunCtx *run);
 /* mkdir -p; errors name the directory. */
 PetscErrorCode sys_mkdir_p(const char *dir);
+/* snprintf for file names: a name that does not fit is an error, never cut
+ * (a cut name is another file). */
+PetscErrorCode sys_path_printf(char *path, size_t len, const char *fmt, ...) PETSC_ATTRIBUTE_FORMAT(3, 4);
 /* Path of a file inside the output directory. */
 PetscErrorCode sys_output_path(const RunCtx *run, const char *name, char *path, size_t len);
 /* <run->output_dir>/used.deck: every recorded option with its value, so that

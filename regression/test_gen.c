@@ -217,6 +217,34 @@ static void test_sampler_draws(void)
   report(same && differ > 0, "same (seed, iteration, sample, position) gives the same token", "64 positions repeated; %d differ from position 0", differ);
 }
 
+/* Logits of a diverged model: nothing may be drawn (the caller stops the
+ * run); a NaN on the banned EOS does not matter. */
+static void test_sampler_nonfinite(void)
+{
+  GenConfig cfg = base_config();
+  float     lg[SV];
+  Draw      d;
+  int       ok_nan, ok_inf, ok_allneg, ok_ban;
+
+  for (int v = 0; v < SV; v++) lg[v] = (float)log(p6[v]);
+  lg[3]  = NAN;
+  ok_nan = draw6(&cfg, lg, 0, 1, 0).tok == -1;
+  cfg.greedy = PETSC_TRUE;
+  ok_nan &= draw6(&cfg, lg, 0, 1, 0).tok == -1;
+  cfg.greedy = PETSC_FALSE;
+  lg[3]  = INFINITY;
+  ok_inf = draw6(&cfg, lg, 0, 1, 0).tok == -1;
+  for (int v = 0; v < SV; v++) lg[v] = -INFINITY;
+  ok_allneg = draw6(&cfg, lg, 0, 1, 0).tok == -1;
+  for (int v = 0; v < SV; v++) lg[v] = (float)log(p6[v]);
+  cfg.eos            = 3;
+  cfg.min_new_tokens = 2;
+  lg[3]              = NAN;
+  d                  = draw6(&cfg, lg, 0, 1, 0);
+  ok_ban             = d.tok >= 0 && d.tok != 3;
+  report(ok_nan && ok_inf && ok_allneg && ok_ban, "NaN, +inf or all -inf logits draw nothing (-1)", "NaN %d, +inf %d, all -inf %d, NaN on the banned EOS still draws %d", ok_nan, ok_inf, ok_allneg, ok_ban);
+}
+
 /* A GPT-2-sized vocabulary: top-k 50 equals a brute-force selection, and top-p
  * keeps a prefix of the ranking whose mass reaches p. */
 static PetscErrorCode test_sampler_large(void)
@@ -700,6 +728,7 @@ int main(int argc, char **argv)
   test_sampler_sets();
   test_sampler_min_new_temp_greedy();
   test_sampler_draws();
+  test_sampler_nonfinite();
   PetscCall(test_sampler_large());
   PetscCall(test_engine(be));
   PetscCall(test_config(be));

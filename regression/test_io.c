@@ -8,6 +8,7 @@
  * Prints "ok - name" / "not ok - name: detail" per check and "N passed, M
  * failed"; exits non-zero on any failure. */
 #include "io.h"
+#include "internal/h5util.h"
 
 #include <hdf5.h>
 #include <math.h>
@@ -335,6 +336,53 @@ static PetscErrorCode test_ckpt_atomic(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* A killed run leaves "<path>.tmp.<host>.<pid>"; the next write into the
+ * directory removes it, but not the temporary of a live process or of
+ * another host (a shared file system). */
+static PetscErrorCode test_stale_tmp(void)
+{
+  GPTConfig lm = small_config(GPT_HEAD_LM);
+  GPT      *gpt;
+  CkptState st = {1, 0, 1, 0};
+  char      path[PETSC_MAX_PATH_LEN], mine[PETSC_MAX_PATH_LEN], stale[PETSC_MAX_PATH_LEN + 32], live[PETSC_MAX_PATH_LEN + 32], other[PETSC_MAX_PATH_LEN + 32];
+  pid_t     dead;
+  int       ok_stale, ok_live, ok_other;
+
+  PetscFunctionBegin;
+  PetscCall(make_model(&lm, 6, PETSC_FALSE, &gpt));
+  path_in(path, "stale.h5");
+  if (!rank) {
+    char *dot;
+
+    dead = fork(); /* a pid that existed and is gone */
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    PetscCall(h5u_tmp_name(path, mine, sizeof mine));
+    dot  = strrchr(mine, '.');
+    *dot = 0;
+    snprintf(stale, sizeof stale, "%s.%d", mine, (int)dead);
+    snprintf(live, sizeof live, "%s.%d", mine, (int)getppid());
+    snprintf(other, sizeof other, "%s.tmp.otherhost.%d", path, (int)dead);
+    fclose(fopen(stale, "w"));
+    fclose(fopen(live, "w"));
+    fclose(fopen(other, "w"));
+  }
+  {
+    CkptModel cm = {"policy", gpt, PETSC_FALSE, PETSC_FALSE};
+    PetscCall(ckpt_write(PETSC_COMM_WORLD, path, &cm, 1, &st));
+  }
+  if (!rank) {
+    ok_stale = access(stale, F_OK) != 0;
+    ok_live  = access(live, F_OK) == 0;
+    ok_other = access(other, F_OK) == 0;
+    report((PetscBool)(ok_stale && ok_live && ok_other), "a write removes stale temporaries of dead processes on this host only", "dead pid removed %d, live pid kept %d, other host kept %d", ok_stale, ok_live, ok_other);
+    unlink(live);
+    unlink(other);
+  }
+  PetscCall(gpt_destroy(&gpt));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* ---- run record ------------------------------------------------------------ */
 /* Child process (re-executed, so with HDF5 state of its own, like h5py in
  * another terminal): opens the record of a running job and checks that
@@ -601,6 +649,7 @@ int main(int argc, char **argv)
   PetscCall(test_ckpt_bad_files(good));
   PetscCall(test_ckpt_bad_contents(good));
   PetscCall(test_ckpt_atomic());
+  PetscCall(test_stale_tmp());
   PetscCall(test_record());
   PetscCall(test_data());
   PetscCall(test_matrix());

@@ -60,34 +60,21 @@ static PetscErrorCode rlfuse_main(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* PETSc reports an unreadable -options_file with a multi-line traceback from
- * inside PetscInitialize; check decks first so the user gets one line. */
-static int decks_readable(int argc, char **argv)
-{
-  int rank;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  for (int i = 1; i + 1 < argc; i++) {
-    FILE *f;
-    if (strcmp(argv[i], "-options_file") != 0) continue;
-    f = fopen(argv[i + 1], "r");
-    if (f) {
-      fclose(f);
-      continue;
-    }
-    if (rank == 0) fprintf(stderr, "rlfuse: error: -options_file %s: cannot read the deck (%s)\n", argv[i + 1], strerror(errno));
-    return 0;
-  }
-  return 1;
-}
-
 int main(int argc, char **argv)
 {
   PetscErrorCode ierr;
 
   MPI_Init(&argc, &argv);
-  if (!decks_readable(argc, argv)) {
-    MPI_Finalize();
-    return 1;
+  { /* PETSc answers a bad deck with a traceback: check decks first, one line */
+    char msg[1024];
+    int  rank;
+
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (sys_decks_check(argc, argv, msg, sizeof msg)) {
+      if (rank == 0) fprintf(stderr, "rlfuse: error: %s\n", msg);
+      MPI_Finalize();
+      return 1;
+    }
   }
   ierr = PetscInitialize(&argc, &argv, NULL, usage);
   if (ierr) return 1;

@@ -21,6 +21,21 @@
 /* Longest error message carried from rank 0 to the other ranks. */
 #define H5U_MSG_LEN 1024
 
+/* Why the HDF5 write call that just failed failed, for messages: "no space
+ * left on device" when the error stack or errno says so, else HDF5's
+ * innermost description. buf has H5U_MSG_LEN bytes. Call before any other
+ * HDF5 call (which clears the error stack). */
+const char *h5u_write_reason(char *buf);
+/* H5Call for calls that write (write, flush, close): the message ends with
+ * ": <reason>". */
+#define H5CallWrite(expr, fmt, ...)                                                                              \
+  do {                                                                                                           \
+    if ((expr) < 0) {                                                                                            \
+      char why_[H5U_MSG_LEN];                                                                                    \
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, fmt ": %s", ##__VA_ARGS__, h5u_write_reason(why_));         \
+    }                                                                                                            \
+  } while (0)
+
 /* File access properties used for every file: HDF5's flock is kept where the
  * file system supports it and skipped where it does not (NFS, some Lustre
  * mounts), instead of failing with "unable to lock file". Caller closes. */
@@ -31,10 +46,27 @@ hid_t h5u_fapl(PetscBool lock);
  * readable HDF5 file (truncated or corrupt?)". */
 PetscErrorCode h5u_open_read(const char *kind, const char *path, hid_t *file);
 PetscErrorCode h5u_close(hid_t *id); /* file, group, dataset, ...; no-op on a negative id */
+/* H5Fclose for every file rlfuse opens: remembers a failed close (a full
+ * disk), after which the error exit must not let HDF5 shut down. */
+herr_t h5u_fclose(hid_t file);
 
-/* Creates path atomically: fill() writes the contents into "<path>.tmp.<pid>",
+/* Every output goes through this before it is created or replaced: its
+ * directory exists and is writable, and path is not something other than a
+ * regular file (a directory, link, device, pipe), which would be replaced. */
+PetscErrorCode h5u_output_check(const char *kind, const char *path);
+
+/* The temporary a write of path goes to: "<path>.tmp.<host>.<pid>". */
+PetscErrorCode h5u_tmp_name(const char *path, char *tmp, size_t len);
+/* Removes the temporaries in dir that processes of this host left when they
+ * were killed: "*.tmp.<host>.<pid>" with this host's name and a pid that no
+ * longer exists (kill(pid, 0) fails with ESRCH). Temporaries of live
+ * processes and of other hosts (a shared file system) are left alone. */
+PetscErrorCode h5u_remove_stale_tmp(const char *dir, int *nremoved);
+
+/* Creates path atomically: fill() writes the contents into "<path>.tmp.<host>.<pid>",
  * which is then flushed, closed, fsync'ed and renamed over path. On any
- * failure the temporary file is removed and path is untouched. */
+ * failure the temporary file is removed and path is untouched. Stale
+ * temporaries in path's directory are removed first. */
 typedef PetscErrorCode (*H5uFill)(hid_t file, void *ctx);
 PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill, void *ctx);
 
@@ -56,7 +88,10 @@ PetscErrorCode h5u_bcast(void *buf, size_t count, MPI_Datatype type, MPI_Comm co
 PetscErrorCode h5u_attr_write_int(hid_t obj, const char *name, hid_t type, int64_t value);
 PetscErrorCode h5u_attr_write_double(hid_t obj, const char *name, double value);
 PetscErrorCode h5u_attr_write_string(hid_t obj, const char *name, const char *value);
-PetscErrorCode h5u_attr_read_int(hid_t obj, const char *where, const char *name, int64_t *value);
+/* Readers check that the attribute holds one value (not an array) of the
+ * right class; integers must lie in [lo, hi] (the range of what the caller
+ * stores them in, or narrower), doubles must be finite. */
+PetscErrorCode h5u_attr_read_int(hid_t obj, const char *where, const char *name, int64_t lo, int64_t hi, int64_t *value);
 PetscErrorCode h5u_attr_read_double(hid_t obj, const char *where, const char *name, double *value);
 PetscErrorCode h5u_attr_read_string(hid_t obj, const char *where, const char *name, char *buf, size_t len);
 

@@ -107,8 +107,15 @@ int gen_sample_row(const GenConfig *cfg, const float *logits, int V, int n_new, 
 
   /* weights relative to the largest allowed logit, so the first-ranked
    * token has weight 1 and the total never underflows */
-  for (int v = 0; v < V; v++)
-    if (v != ban && (double)logits[v] * inv_t > zmax) zmax = (double)logits[v] * inv_t;
+  for (int v = 0; v < V; v++) {
+    double z = (double)logits[v] * inv_t;
+
+    if (v == ban) continue;
+    /* NaN or +inf would leave no token with a weight and nothing to draw */
+    if (isnan(z) || z == INFINITY) return -1;
+    if (z > zmax) zmax = z;
+  }
+  if (zmax == -INFINITY) return -1;
   for (int v = 0; v < V; v++) w[v] = v == ban ? -1.0 : exp((double)logits[v] * inv_t - zmax);
   restrict_ranked(cfg, w, V, V - (ban >= 0), allowed);
   for (int v = 0; v < V; v++)

@@ -54,13 +54,11 @@ static PetscErrorCode ckpt_write_tensors(hid_t loc, const char *name, const GPT 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode ckpt_write_optim(hid_t role, const GPT *gpt)
+static PetscErrorCode ckpt_write_optim_buffers(hid_t role, const GPT *gpt, float *m, float *v)
 {
-  hid_t  g;
-  float *m, *v;
+  hid_t g;
 
   PetscFunctionBegin;
-  PetscCall(PetscMalloc2(gpt->nparams, &m, gpt->nparams, &v));
   PetscCall(gpt_optim_get(gpt, m, v));
   g = H5Gcreate2(role, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Call(g, "HDF5: cannot create group optim");
@@ -68,14 +66,28 @@ static PetscErrorCode ckpt_write_optim(hid_t role, const GPT *gpt)
   PetscCall(ckpt_write_tensors(g, "m", gpt, m));
   PetscCall(ckpt_write_tensors(g, "v", gpt, v));
   PetscCall(h5u_close(&g));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The staging buffers are freed on the error path too. */
+static PetscErrorCode ckpt_write_optim(hid_t role, const GPT *gpt)
+{
+  float         *m, *v;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc2(gpt->nparams, &m, gpt->nparams, &v));
+  ierr = ckpt_write_optim_buffers(role, gpt, m, v);
   PetscCall(PetscFree2(m, v));
+  PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 static PetscErrorCode ckpt_write_model(hid_t file, const char *path, const CkptModel *cm)
 {
-  hid_t  g;
-  float *buf;
+  hid_t          g;
+  float         *buf;
+  PetscErrorCode ierr;
 
   PetscFunctionBegin;
   PetscCall(ckpt_check_role(path, cm->role));
@@ -84,9 +96,10 @@ static PetscErrorCode ckpt_write_model(hid_t file, const char *path, const CkptM
   H5Call(g, "checkpoint %s: cannot create group /%s", path, cm->role);
   PetscCall(ckpt_write_config(g, &cm->gpt->cfg));
   PetscCall(PetscMalloc1(cm->gpt->nparams, &buf));
-  PetscCall(gpt_params_get(cm->gpt, buf));
-  PetscCall(ckpt_write_tensors(g, "params", cm->gpt, buf));
+  ierr = gpt_params_get(cm->gpt, buf);
+  if (!ierr) ierr = ckpt_write_tensors(g, "params", cm->gpt, buf);
   PetscCall(PetscFree(buf));
+  PetscCall(ierr);
   if (cm->with_optim) PetscCall(ckpt_write_optim(g, cm->gpt));
   PetscCall(h5u_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -154,8 +167,7 @@ static PetscErrorCode ckpt_read_attr_int(hid_t g, const char *where, const char 
   int64_t v;
 
   PetscFunctionBegin;
-  PetscCall(h5u_attr_read_int(g, where, name, &v));
-  PetscCheck(v >= 0 && v <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s = %lld is out of range", where, name, (long long)v);
+  PetscCall(h5u_attr_read_int(g, where, name, 0, INT32_MAX, &v));
   *value = (int)v;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -175,6 +187,15 @@ static PetscErrorCode ckpt_read_group_config(hid_t g, const char *path, const ch
   if (!strcmp(head, GPTHeadNames[GPT_HEAD_LM])) cfg->head = GPT_HEAD_LM;
   else if (!strcmp(head, GPTHeadNames[GPT_HEAD_SCALAR])) cfg->head = GPT_HEAD_SCALAR;
   else SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: head '%s' is neither lm nor scalar", where, head);
+  { /* the same checks as the deck's options: n_head 0 would divide by zero later */
+    PetscErrorCode ierr = gpt_config_check_file(cfg);
+    char          *msg  = NULL;
+
+    if (ierr) {
+      PetscCall(PetscErrorMessage(ierr, NULL, &msg));
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s", where, msg ? msg : "invalid configuration");
+    }
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -278,7 +299,7 @@ static PetscErrorCode ckpt_read_optim(hid_t role, CkptModelCtx *ctx)
   PetscCall(PetscSNPrintf(parent, sizeof parent, "/%s", r));
   PetscCall(ckpt_open_group(role, ctx->path, parent, "optim", " (saved without optimizer state)", &g));
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s /%s/optim", ctx->path, r));
-  PetscCall(h5u_attr_read_int(g, where, "step", &ctx->step));
+  PetscCall(h5u_attr_read_int(g, where, "step", 0, INT32_MAX, &ctx->step));
   PetscCall(PetscSNPrintf(parent, sizeof parent, "/%s/optim", r));
   PetscCall(ckpt_read_tensors(g, ctx->path, parent, "m", ctx->model->gpt, PETSC_FALSE, ctx->m));
   PetscCall(ckpt_read_tensors(g, ctx->path, parent, "v", ctx->model->gpt, PETSC_FALSE, ctx->v));
@@ -367,9 +388,9 @@ static PetscErrorCode ckpt_read_state_file(hid_t file, void *vctx)
   PetscFunctionBegin;
   PetscCall(ckpt_open_group(file, ctx->path, "", "state", "", &g));
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s /state", ctx->path));
-  PetscCall(h5u_attr_read_int(g, where, "iteration", &ctx->v[0]));
-  PetscCall(h5u_attr_read_int(g, where, "data_pos", &ctx->v[1]));
-  PetscCall(h5u_attr_read_int(g, where, "seed", &ctx->v[2]));
+  PetscCall(h5u_attr_read_int(g, where, "iteration", 0, PETSC_MAX_INT, &ctx->v[0]));
+  PetscCall(h5u_attr_read_int(g, where, "data_pos", 0, PETSC_MAX_INT, &ctx->v[1]));
+  PetscCall(h5u_attr_read_int(g, where, "seed", 0, PETSC_MAX_INT, &ctx->v[2]));
   ctx->kl_coef = 0; /* files from before the attribute existed */
   if (H5Aexists(g, "kl_coef") > 0) PetscCall(h5u_attr_read_double(g, where, "kl_coef", &ctx->kl_coef));
   PetscCall(h5u_close(&g));

@@ -75,7 +75,7 @@ static PetscErrorCode data_read_file(hid_t file, void *vctx)
   if (ctx->vocab > 0 && H5Aexists(file, "vocab_size") <= 0) { /* optional for this caller */
     vocab = ctx->vocab;
     vname = ctx->vocab_name;
-  } else PetscCall(h5u_attr_read_int(file, where, "vocab_size", &vocab));
+  } else PetscCall(h5u_attr_read_int(file, where, "vocab_size", INT64_MIN, INT64_MAX, &vocab));
   PetscCheck(vocab > 0 && vocab < INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: vocab_size %lld must be positive", where, (long long)vocab);
   d->vocab_size = (int)vocab;
   PetscCall(data_read_vector(file, where, "lengths", d->N, &d->lengths));

@@ -44,14 +44,24 @@ static PetscErrorCode group_task(void *vctx)
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
+  if (fapl >= 0) {
+    PetscErrorCode ierr0 = h5u_output_check("output", ctx->path);
+    if (ierr0) H5Pclose(fapl);
+    PetscCall(ierr0);
+  }
   if (H5Fis_hdf5(ctx->path) > 0) file = H5Fopen(ctx->path, H5F_ACC_RDWR, fapl);
   else file = H5Fcreate(ctx->path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
   H5Call(file, "%s: cannot open or create the file for writing", ctx->path);
   ierr = group_write(file, ctx);
-  if (!ierr && H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) ierr = PETSC_ERR_FILE_WRITE;
+  if (!ierr && H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) {
+    char why[H5U_MSG_LEN];
+
+    h5u_write_reason(why);
+    (void)h5u_close(&file);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s: flushing /%s failed: %s", ctx->path, ctx->group, why);
+  }
   PetscCall(h5u_close(&file));
-  PetscCheck(ierr != PETSC_ERR_FILE_WRITE, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s: flushing /%s failed (disk full?)", ctx->path, ctx->group);
   PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -3,9 +3,14 @@
  * closing the file on the way out releases them too. */
 #include "internal/h5util.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,9 +36,69 @@ static const char *h5u_hdf5_msg(char *buf)
   return buf;
 }
 
+/* HDF5's file drivers put the failed system call's errno into the
+ * description ("errno = 28, error message = 'No space left on device'"). */
+static herr_t h5u_enospc_cb(unsigned n, const H5E_error2_t *err, void *data)
+{
+  if (err->desc && (strstr(err->desc, "errno = 28,") || strstr(err->desc, "No space left on device"))) *(int *)data = 1;
+  return 0;
+}
+
+const char *h5u_write_reason(char *buf)
+{
+  int full = 0;
+
+  (void)H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, h5u_enospc_cb, &full);
+  if (full || errno == ENOSPC) snprintf(buf, H5U_MSG_LEN, "no space left on device");
+  else {
+    char inner[H5U_MSG_LEN];
+    h5u_hdf5_msg(inner);
+    snprintf(buf, H5U_MSG_LEN, "HDF5: %s", inner[0] ? inner : "unknown error");
+  }
+  return buf;
+}
+
+/* After an error: close every file still open (a run record, a half-written
+ * checkpoint), so HDF5's own shutdown at MPI_Finalize/exit does not try to
+ * flush them again; it crashed doing that on a full disk. */
+static int h5u_fclose_failed; /* a file close failed: HDF5 holds a half-closed file */
+
+herr_t h5u_fclose(hid_t file)
+{
+  herr_t e = H5Fclose(file);
+
+  if (e < 0) h5u_fclose_failed = 1;
+  return e;
+}
+
+static int h5u_close_all(void)
+{
+  ssize_t n;
+  int     failed = 0;
+
+  /* closing a half-closed file again crashes inside H5F__close */
+  if (h5u_fclose_failed) return 1;
+  n = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_FILE);
+
+  if (n > 0) {
+    hid_t *ids = malloc((size_t)n * sizeof *ids);
+
+    if (!ids) return 1;
+    n = H5Fget_obj_ids(H5F_OBJ_ALL, H5F_OBJ_FILE, (size_t)n, ids);
+    for (ssize_t i = 0; i < n; i++)
+      if (h5u_fclose(ids[i]) < 0) failed = 1;
+    free(ids);
+  }
+  /* HDF5 1.10/1.12 keep a file whose close failed (its flush hit a full
+   * disk) half-closed, and H5F__close_cb crashes on it at library shutdown */
+  return failed;
+}
+
 hid_t h5u_fapl(PetscBool lock)
 {
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+
+  sys_error_exit_hook(h5u_close_all);
 
   if (fapl < 0) return fapl;
   /* Messages are ours; HDF5's stack dump would only repeat them, in 20 lines. */
@@ -78,7 +143,7 @@ PetscErrorCode h5u_close(hid_t *id)
     H5I_type_t t = H5Iget_type(*id);
     herr_t     e = 0;
 
-    if (t == H5I_FILE) e = H5Fclose(*id);
+    if (t == H5I_FILE) e = h5u_fclose(*id);
     else if (t == H5I_GROUP) e = H5Gclose(*id);
     else if (t == H5I_DATASET) e = H5Dclose(*id);
     else if (t == H5I_ATTR) e = H5Aclose(*id);
@@ -86,7 +151,7 @@ PetscErrorCode h5u_close(hid_t *id)
     else if (t == H5I_DATATYPE) e = H5Tclose(*id);
     else if (t == H5I_GENPROP_LST) e = H5Pclose(*id);
     *id = H5I_INVALID_HID;
-    H5Call(e, "HDF5: closing an object failed");
+    H5CallWrite(e, "HDF5: closing an object failed");
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -94,14 +159,110 @@ PetscErrorCode h5u_close(hid_t *id)
 /* Why a file cannot be created in path's directory, in words. */
 static PetscErrorCode h5u_check_dir(const char *kind, const char *path)
 {
-  char        dir[PETSC_MAX_PATH_LEN];
+  char        dir[PETSC_MAX_PATH_LEN], copy[PETSC_MAX_PATH_LEN];
   struct stat st;
 
   PetscFunctionBegin;
-  PetscCall(PetscStrncpy(dir, path, sizeof dir));
-  PetscCall(PetscStrncpy(dir, dirname(dir), sizeof dir));
+  PetscCall(PetscStrncpy(copy, path, sizeof copy));
+  /* dirname() may return a pointer into its argument: copy, never in place */
+  PetscCall(PetscStrncpy(dir, dirname(copy), sizeof dir));
   PetscCheck(stat(dir, &st) == 0 && S_ISDIR(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: directory %s does not exist", kind, path, dir);
   PetscCheck(access(dir, W_OK) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: directory %s is not writable", kind, path, dir);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* This host's name as it appears in temporary names: [A-Za-z0-9-] only. */
+static void h5u_host(char *buf, size_t len)
+{
+  if (gethostname(buf, len) != 0) snprintf(buf, len, "unknown");
+  buf[len - 1] = 0;
+  for (char *c = buf; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-')) *c = '-';
+}
+
+PetscErrorCode h5u_tmp_name(const char *path, char *tmp, size_t len)
+{
+  char host[64];
+
+  PetscFunctionBegin;
+  h5u_host(host, sizeof host);
+  PetscCall(sys_path_printf(tmp, len, "%s.tmp.%s.%d", path, host, (int)getpid()));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_remove_stale_tmp(const char *dir, int *nremoved)
+{
+  char           host[64], full[PETSC_MAX_PATH_LEN];
+  DIR           *d;
+  struct dirent *e;
+
+  PetscFunctionBegin;
+  if (nremoved) *nremoved = 0;
+  h5u_host(host, sizeof host);
+  d = opendir(dir);
+  if (!d) PetscFunctionReturn(PETSC_SUCCESS); /* nothing to clean; the writer reports a bad directory */
+  while ((e = readdir(d))) {
+    const char *t = NULL, *dot;
+    char       *end;
+    long        pid;
+    size_t      hl = strlen(host);
+
+    for (const char *q = strstr(e->d_name, ".tmp."); q; q = strstr(q + 1, ".tmp.")) t = q; /* the last one */
+    if (!t || strncmp(t + 5, host, hl) || t[5 + hl] != '.') continue;
+    dot = t + 5 + hl;
+    pid = strtol(dot + 1, &end, 10);
+    if (*end || end == dot + 1 || pid <= 0) continue;
+    /* ours only if the process is gone: EPERM means alive under another user */
+    if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    if (snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= (int)sizeof full) continue;
+    if (unlink(full) == 0 && nremoved) (*nremoved)++;
+  }
+  closedir(d);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_output_check(const char *kind, const char *path)
+{
+  struct stat st;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_check_dir(kind, path));
+  /* lstat: a symbolic link is replaced by the rename, not followed, so what
+   * matters is the link itself; a device node or FIFO would be replaced by a
+   * regular file (or, as root, /dev/null deleted). */
+  if (lstat(path, &st) == 0) PetscCheck(S_ISREG(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: exists and is not a regular file (%s); refusing to replace it", kind, path, S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link" : "a device, socket or pipe");
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  const char        *opt, *path;
+  const char *const *inputs;
+  int                n;
+} H5uOutputCtx;
+
+static PetscErrorCode h5u_output_task(void *vctx)
+{
+  H5uOutputCtx *ctx = (H5uOutputCtx *)vctx;
+  struct stat   out, in;
+  char          kind[80];
+
+  PetscFunctionBegin;
+  PetscCall(PetscSNPrintf(kind, sizeof kind, "%s", ctx->opt));
+  PetscCall(h5u_output_check(kind, ctx->path));
+  if (stat(ctx->path, &out) != 0) PetscFunctionReturn(PETSC_SUCCESS); /* new file: cannot be an input */
+  for (int i = 0; i < ctx->n; i++) {
+    if (!ctx->inputs[i] || !ctx->inputs[i][0] || stat(ctx->inputs[i], &in) != 0) continue;
+    PetscCheck(!(in.st_dev == out.st_dev && in.st_ino == out.st_ino), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s %s is also an input of this run (%s); choose another output file", ctx->opt, ctx->path, ctx->inputs[i]);
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode io_output_check(MPI_Comm comm, const char *opt, const char *path, const char *const *inputs, int n)
+{
+  H5uOutputCtx ctx = {opt, path, inputs, n};
+
+  PetscFunctionBegin;
+  PetscCall(h5u_rank0(comm, h5u_output_task, &ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -126,10 +287,10 @@ static PetscErrorCode h5u_commit(hid_t *file, const char *kind, const char *tmp,
   herr_t e;
 
   PetscFunctionBegin;
-  H5Call(H5Fflush(*file, H5F_SCOPE_GLOBAL), "%s %s: flushing %s failed (disk full?)", kind, path, tmp);
-  e     = H5Fclose(*file);
+  H5CallWrite(H5Fflush(*file, H5F_SCOPE_GLOBAL), "%s %s: flushing %s failed", kind, path, tmp);
+  e     = h5u_fclose(*file);
   *file = H5I_INVALID_HID;
-  H5Call(e, "%s %s: closing %s failed (disk full?)", kind, path, tmp);
+  H5CallWrite(e, "%s %s: closing %s failed", kind, path, tmp);
   fd = open(tmp, O_RDONLY);
   PetscCheck(fd >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: cannot reopen %s: %s", kind, path, tmp, strerror(errno));
   e = fsync(fd);
@@ -152,8 +313,13 @@ PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
-  PetscCall(h5u_check_dir(kind, path));
-  PetscCall(PetscSNPrintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()));
+  PetscCall(h5u_output_check(kind, path));
+  {
+    char copy[PETSC_MAX_PATH_LEN];
+    PetscCall(PetscStrncpy(copy, path, sizeof copy));
+    PetscCall(h5u_remove_stale_tmp(dirname(copy), NULL));
+  }
+  PetscCall(h5u_tmp_name(path, tmp, sizeof tmp));
   fapl = h5u_fapl(PETSC_TRUE);
   PetscCheck(fapl >= 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "%s %s: cannot create HDF5 file access properties", kind, path);
   file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
@@ -164,7 +330,7 @@ PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill
   ierr = fill(file, ctx);
   if (!ierr) ierr = h5u_commit(&file, kind, tmp, path);
   if (ierr) {
-    if (file >= 0) H5Fclose(file);
+    if (file >= 0) h5u_fclose(file);
     unlink(tmp);
     PetscCall(h5u_error_context(ierr, kind, path));
   }
@@ -179,7 +345,7 @@ PetscErrorCode h5u_read_file(const char *kind, const char *path, H5uFill read, v
   PetscFunctionBegin;
   PetscCall(h5u_open_read(kind, path, &file));
   ierr = read(file, ctx);
-  H5Fclose(file);
+  h5u_fclose(file);
   if (ierr) PetscCall(h5u_error_context(ierr, kind, path));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -292,7 +458,12 @@ PetscErrorCode h5u_attr_write_string(hid_t obj, const char *name, const char *va
 /* Opens an attribute and checks its type class. */
 static PetscErrorCode h5u_attr_open(hid_t obj, const char *where, const char *name, H5T_class_t cls, const char *expected, hid_t *attr, hid_t *type)
 {
-  char tstr[32];
+  char         tstr[32], sstr[64];
+  hid_t        space;
+  hsize_t      dims[H5S_MAX_RANK];
+  hssize_t     npoints;
+  int          nd;
+  H5S_class_t  stype;
 
   PetscFunctionBegin;
   PetscCheck(H5Aexists(obj, name) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no attribute %s", where, name);
@@ -301,18 +472,33 @@ static PetscErrorCode h5u_attr_open(hid_t obj, const char *where, const char *na
   *type = H5Aget_type(*attr);
   H5Call(*type, "%s: cannot read the type of attribute %s (corrupt file?)", where, name);
   PetscCheck(H5Tget_class(*type) == cls, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s has type %s, expected %s", where, name, h5u_type_str(*type, tstr, sizeof tstr), expected);
+  /* One value: H5Aread writes every element, so an array-valued attribute
+   * read into a scalar would overrun it. */
+  space = H5Aget_space(*attr);
+  H5Call(space, "%s: cannot read the shape of attribute %s (corrupt file?)", where, name);
+  nd = H5Sget_simple_extent_ndims(space);
+  if (nd > 0 && nd <= H5S_MAX_RANK) H5Sget_simple_extent_dims(space, dims, NULL);
+  npoints = H5Sget_simple_extent_npoints(space);
+  stype   = H5Sget_simple_extent_type(space);
+  H5Sclose(space);
+  PetscCheck(stype != H5S_NULL && npoints == 1 && nd >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s has shape %s, expected a single value", where, name, stype == H5S_NULL ? "null (no value)" : h5u_shape_str(nd, dims, sstr, sizeof sstr));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_attr_read_int(hid_t obj, const char *where, const char *name, int64_t *value)
+PetscErrorCode h5u_attr_read_int(hid_t obj, const char *where, const char *name, int64_t lo, int64_t hi, int64_t *value)
 {
-  hid_t attr, type;
+  hid_t   attr, type;
+  int64_t v;
 
   PetscFunctionBegin;
   PetscCall(h5u_attr_open(obj, where, name, H5T_INTEGER, "an integer", &attr, &type));
-  H5Call(H5Aread(attr, H5T_NATIVE_INT64, value), "%s: cannot read attribute %s (corrupt file?)", where, name);
+  /* HDF5 saturates values that do not fit int64 (a huge uint64), so the
+   * range check below catches them too */
+  H5Call(H5Aread(attr, H5T_NATIVE_INT64, &v), "%s: cannot read attribute %s (corrupt file?)", where, name);
   PetscCall(h5u_close(&type));
   PetscCall(h5u_close(&attr));
+  PetscCheck(v >= lo && v <= hi, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s = %lld is out of range [%lld, %lld]", where, name, (long long)v, (long long)lo, (long long)hi);
+  *value = v;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -325,6 +511,7 @@ PetscErrorCode h5u_attr_read_double(hid_t obj, const char *where, const char *na
   H5Call(H5Aread(attr, H5T_NATIVE_DOUBLE, value), "%s: cannot read attribute %s (corrupt file?)", where, name);
   PetscCall(h5u_close(&type));
   PetscCall(h5u_close(&attr));
+  PetscCheck(isfinite(*value), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s = %s is not a finite number", where, name, isnan(*value) ? "nan" : *value > 0 ? "inf" : "-inf");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -473,10 +660,7 @@ PetscErrorCode h5u_dataset_write(hid_t loc, const char *name, hid_t file_type, h
   dset = H5Dcreate2(loc, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Sclose(space);
   H5Call(dset, "HDF5: cannot create dataset %s", name);
-  if (H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
-    h5u_hdf5_msg(hmsg);
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "HDF5: writing dataset %s failed (disk full?): %s", name, hmsg);
-  }
+  if (H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "HDF5: writing dataset %s failed: %s", name, h5u_write_reason(hmsg));
   PetscCall(h5u_close(&dset));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -164,7 +164,7 @@ static PetscErrorCode rec_append(hid_t dset, hsize_t row, hid_t memtype, const v
   e      = H5Dwrite(dset, memtype, mspace, fspace, H5P_DEFAULT, value);
   H5Sclose(mspace);
   H5Sclose(fspace);
-  H5Call(e, "HDF5: cannot write row %llu of a run-record column (disk full?)", (unsigned long long)row);
+  H5CallWrite(e, "HDF5: cannot write row %llu of a run-record column", (unsigned long long)row);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -220,7 +220,7 @@ static PetscErrorCode rec_write_row_task(void *vctx)
   PetscFunctionBegin;
   PetscCall(rec_write_stages(ctx));
   PetscCall(rec_write_metrics(ctx));
-  H5Call(H5Fflush(ctx->rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed (disk full?)", ctx->rec->path);
+  H5CallWrite(H5Fflush(ctx->rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed", ctx->rec->path);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -253,7 +253,7 @@ PetscErrorCode record_summary(RunRecord *rec, const char *name, double value)
   PetscFunctionBegin;
   if (rec->rank) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(h5u_attr_write_double(rec->summary, name, value));
-  H5Call(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed (disk full?)", rec->path);
+  H5CallWrite(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed", rec->path);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -266,7 +266,8 @@ static PetscErrorCode rec_keep_previous(const char *dir, const char *path)
   PetscFunctionBegin;
   if (access(path, F_OK)) PetscFunctionReturn(PETSC_SUCCESS);
   for (int k = 1;; k++) {
-    PetscCall(PetscSNPrintf(old, sizeof old, "%s/run.%d.h5", dir, k));
+    PetscCheck(k < 100000, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "run record %s: run.1.h5 to run.99999.h5 all exist; clean up the output directory", path);
+    PetscCall(sys_path_printf(old, sizeof old, "%s/run.%d.h5", dir, k));
     if (access(old, F_OK)) break;
   }
   PetscCheck(rename(path, old) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "run record %s: cannot rename the previous one to %s", path, old);
@@ -336,7 +337,7 @@ static PetscErrorCode rec_write_header(RunRecord *rec, const RunCtx *run, const 
   PetscCall(rec_group(rec->file, "summary", &rec->summary));
   PetscCall(rec_column_create(rec->timing, "step", H5T_STD_I64LE, NULL, 0, &rec->timing_step));
   PetscCall(rec_column_create(rec->metrics, "step", H5T_STD_I64LE, NULL, 0, &rec->metrics_step));
-  H5Call(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed (disk full?)", rec->path);
+  H5CallWrite(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed", rec->path);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -349,6 +350,8 @@ static PetscErrorCode rec_open_task(void *vctx)
 
   PetscFunctionBegin;
   PetscCall(sys_mkdir_p(ctx->run->output_dir));
+  PetscCall(h5u_output_check("run record", rec->path));
+  PetscCall(h5u_remove_stale_tmp(ctx->run->output_dir, NULL)); /* checkpoints of a killed run */
   PetscCall(rec_keep_previous(ctx->run->output_dir, rec->path));
   /* Unlocked, so that h5py or h5dump can look at a running job's record. */
   fapl = h5u_fapl(PETSC_FALSE);
@@ -358,7 +361,7 @@ static PetscErrorCode rec_open_task(void *vctx)
   PetscCheck(rec->file >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "run record %s: cannot create the file", rec->path);
   ierr = rec_write_header(rec, ctx->run, ctx->mode);
   if (ierr) {
-    H5Fclose(rec->file);
+    h5u_fclose(rec->file);
     rec->file = H5I_INVALID_HID;
   }
   PetscCall(ierr);
@@ -378,7 +381,7 @@ PetscErrorCode record_open(const RunCtx *run, const char *mode, RunRecord **out)
   rec->file = rec->timing = rec->metrics = rec->summary = rec->timing_step = rec->metrics_step = H5I_INVALID_HID;
   PetscCallMPI(MPI_Comm_rank(rec->comm, &rec->rank));
   PetscCallMPI(MPI_Comm_size(rec->comm, &rec->size));
-  PetscCall(PetscSNPrintf(rec->path, sizeof rec->path, "%s/run.h5", run->output_dir));
+  PetscCall(sys_path_printf(rec->path, sizeof rec->path, "%s/run.h5", run->output_dir));
   ctx.rec  = rec;
   ctx.run  = run;
   ctx.mode = mode;
@@ -397,7 +400,7 @@ PetscErrorCode record_close(RunRecord **rec)
 
   PetscFunctionBegin;
   if (!r) PetscFunctionReturn(PETSC_SUCCESS);
-  if (r->file >= 0) H5Call(H5Fclose(r->file), "run record %s: close failed (disk full?)", r->path);
+  if (r->file >= 0) H5CallWrite(h5u_fclose(r->file), "run record %s: close failed", r->path);
   PetscCall(PetscFree(r->stages.col));
   PetscCall(PetscFree(r->mets.col));
   PetscCall(PetscFree(r));
@@ -427,7 +430,7 @@ static PetscErrorCode rec_group_task(void *vctx)
   PetscCall(rec_group(rec->file, ctx->group, &g));
   PetscCall(io_group_fill(g, ctx->d, ctx->n, ctx->attr_names, ctx->attr_values, ctx->nattr));
   PetscCall(h5u_close(&g));
-  H5Call(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed (disk full?)", rec->path);
+  H5CallWrite(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed", rec->path);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -25,6 +25,7 @@ PetscErrorCode data_run(const RunCtx *run)
   PetscCheck(output[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode data needs -data_output FILE");
   PetscCheck(count > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-data_count %" PetscInt_FMT " must be positive", count);
   PetscCall(task_check(&task, (int)(task.n_symbols + TASK_FIRST_SYMBOL), (int)(2 * task.len_max + 3), ""));
+  PetscCall(io_output_check(run->comm, "-data_output", output, NULL, 0));
   if (run->dry_run) PetscFunctionReturn(PETSC_SUCCESS);
   d.N          = (int)count;
   d.T          = 2 * (int)task.len_max + 3;

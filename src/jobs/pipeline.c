@@ -10,7 +10,7 @@ static PetscErrorCode stage_ctx(const RunCtx *run, const char *name, RunCtx *sub
 {
   PetscFunctionBegin;
   *sub = *run;
-  PetscCall(PetscSNPrintf(sub->output_dir, sizeof sub->output_dir, "%s/%s", run->output_dir, name));
+  PetscCall(sys_path_printf(sub->output_dir, sizeof sub->output_dir, "%s/%s", run->output_dir, name));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -38,9 +38,9 @@ PetscErrorCode pipeline_run(const RunCtx *run, const Backend *be)
   PetscCall(stage_ctx(run, "sft", &c_sft));
   PetscCall(stage_ctx(run, "rm", &c_rm));
   PetscCall(stage_ctx(run, "ppo", &c_ppo));
-  PetscCall(PetscSNPrintf(rm.sft, sizeof rm.sft, "%s/final.h5", c_sft.output_dir));
+  PetscCall(sys_path_printf(rm.sft, sizeof rm.sft, "%s/final.h5", c_sft.output_dir));
   PetscCall(PetscStrncpy(ppo.actor_ckpt, rm.sft, sizeof ppo.actor_ckpt));
-  PetscCall(PetscSNPrintf(ppo.reward_ckpt, sizeof ppo.reward_ckpt, "%s/final.h5", c_rm.output_dir));
+  PetscCall(sys_path_printf(ppo.reward_ckpt, sizeof ppo.reward_ckpt, "%s/final.h5", c_rm.output_dir));
   /* Every stage is checked before any work: the later stages read the SFT
    * model's architecture from the -policy_ options, which SFT writes into
    * its checkpoint; only what needs the stages' outputs waits. */

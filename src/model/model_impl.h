@@ -77,7 +77,7 @@ typedef struct {
 static inline GPTDims gpt_dims(const GPTConfig *cfg, const GPTShard *sh)
 {
   int tp = sh ? sh->tp : 1;
-  GPTDims d = {(size_t)cfg->n_embd, (size_t)(cfg->n_embd / tp), (size_t)(4 * cfg->n_embd / tp), (size_t)(cfg->vocab_size / tp), (size_t)(cfg->n_head / tp),
+  GPTDims d = {(size_t)cfg->n_embd, (size_t)(cfg->n_embd / tp), 4 * (size_t)cfg->n_embd / (size_t)tp, (size_t)(cfg->vocab_size / tp), (size_t)(cfg->n_head / tp),
                (size_t)(sh ? sh->l1 - sh->l0 : cfg->n_layer), (size_t)(sh ? sh->l0 : 0), cfg->head == GPT_HEAD_LM ? PETSC_TRUE : PETSC_FALSE};
   return d;
 }

@@ -34,19 +34,37 @@ PetscErrorCode gpt_config_set_from_options(const char *prefix, GPTConfig *cfg)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The checks on a configuration, wherever it comes from; names are printed
+ * as <dash><p><name>: "-policy_n_head" for an option, "n_head" for a file's
+ * attribute. */
+static PetscErrorCode gpt_config_check_named(MPI_Comm comm, const GPTConfig *cfg, const char *dash, const char *p)
+{
+  PetscFunctionBegin;
+  PetscCheck(cfg->n_layer > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_layer %d must be positive", dash, p, cfg->n_layer);
+  PetscCheck(cfg->n_head > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_head %d must be positive", dash, p, cfg->n_head);
+  PetscCheck(cfg->n_embd > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_embd %d must be positive", dash, p, cfg->n_embd);
+  PetscCheck(cfg->vocab_size > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%svocab_size %d must be positive", dash, p, cfg->vocab_size);
+  PetscCheck(cfg->n_positions >= 2, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_positions %d must be at least 2", dash, p, cfg->n_positions);
+  /* tensor extents are ints: the MLP's 4 x n_embd and the tensor count
+   * must fit, or counts and shapes silently wrap */
+  PetscCheck(cfg->n_embd <= INT32_MAX / 4, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_embd %d is too large (4 x n_embd must fit a 32-bit int: at most %d)", dash, p, cfg->n_embd, INT32_MAX / 4);
+  PetscCheck(cfg->n_layer <= (INT32_MAX - 8) / GPT_T_PER_LAYER, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_layer %d is too large (at most %d)", dash, p, cfg->n_layer, (INT32_MAX - 8) / GPT_T_PER_LAYER);
+  PetscCheck(cfg->n_embd % cfg->n_head == 0, comm, PETSC_ERR_ARG_WRONG, "%s%sn_embd %d is not divisible by %s%sn_head %d", dash, p, cfg->n_embd, dash, p, cfg->n_head);
+  PetscCheck(cfg->head == GPT_HEAD_LM || cfg->head == GPT_HEAD_SCALAR, comm, PETSC_ERR_ARG_WRONG, "%s%shead must be lm or scalar", dash, p);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode gpt_config_check(const GPTConfig *cfg, const char *prefix)
 {
-  const char *p = prefix ? prefix : "";
-
   PetscFunctionBegin;
-  PetscCheck(cfg->n_layer > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%sn_layer %d must be positive", p, cfg->n_layer);
-  PetscCheck(cfg->n_head > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%sn_head %d must be positive", p, cfg->n_head);
-  PetscCheck(cfg->n_embd > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%sn_embd %d must be positive", p, cfg->n_embd);
-  PetscCheck(cfg->vocab_size > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%svocab_size %d must be positive", p, cfg->vocab_size);
-  PetscCheck(cfg->n_positions >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%sn_positions %d must be at least 2", p, cfg->n_positions);
-  PetscCheck(cfg->n_embd % cfg->n_head == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-%sn_embd %d is not divisible by -%sn_head %d", p, cfg->n_embd, p,
-             cfg->n_head);
-  PetscCheck(cfg->head == GPT_HEAD_LM || cfg->head == GPT_HEAD_SCALAR, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-%shead must be lm or scalar", p);
+  PetscCall(gpt_config_check_named(PETSC_COMM_WORLD, cfg, "-", prefix ? prefix : ""));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_config_check_file(const GPTConfig *cfg)
+{
+  PetscFunctionBegin;
+  PetscCall(gpt_config_check_named(PETSC_COMM_SELF, cfg, "", ""));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

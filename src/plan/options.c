@@ -95,7 +95,8 @@ static PetscErrorCode plan_settings_from_options(Plan *plan, PetscBool *any)
   RfOptReal("-bucket_mb", "Gradient all-reduce and weight-sync bucket (MiB)", plan->bucket_mb, &bucket);
   RfOptString("-concurrent", "Two calls that run at the same time on disjoint ranks, e.g. ref_inf,rew_inf", pair, sizeof pair);
   PetscOptionsEnd();
-  PetscCheck(bucket > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_bucket_mb %g must be positive", (double)bucket);
+  /* bytes are a size_t: a bucket beyond 2^40 MiB would not convert */
+  PetscCheck(bucket > 0 && bucket <= 1099511627776.0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_bucket_mb %g must be positive and at most 2^40", (double)bucket);
   plan->bucket_mb = bucket;
   if (pair[0]) PetscCall(plan_concurrent_parse(plan, pair));
   PetscFunctionReturn(PETSC_SUCCESS);

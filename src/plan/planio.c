@@ -88,7 +88,7 @@ static PetscErrorCode plan_attr_int(hid_t obj, const char *where, const char *na
   if (cls == H5T_INTEGER) {
     int64_t i;
 
-    PetscCall(h5u_attr_read_int(obj, where, name, &i));
+    PetscCall(h5u_attr_read_int(obj, where, name, INT64_MIN, INT64_MAX, &i));
     x = (double)i;
   } else PetscCall(h5u_attr_read_double(obj, where, name, &x));
   PetscCheck(x == (int)x && x >= lo && x <= hi, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s is %g, expected a whole number in [%d, %d]", where, name, x, lo, hi);
@@ -107,7 +107,7 @@ static PetscErrorCode plan_read_settings(hid_t g, const char *where, Plan *plan)
   PetscCall(plan_attr_int(g, where, "offload", 0, 1, &offload));
   PetscCall(plan_attr_int(g, where, "zero1", 0, 1, &zero1));
   PetscCall(h5u_attr_read_double(g, where, "bucket_mb", &plan->bucket_mb));
-  PetscCheck(plan->bucket_mb > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute bucket_mb is %g, expected a positive size", where, plan->bucket_mb);
+  PetscCheck(plan->bucket_mb > 0 && plan->bucket_mb <= 1099511627776.0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute bucket_mb is %g, expected a positive size up to 2^40 MiB", where, plan->bucket_mb);
   plan->placement = (Placement)p;
   plan->offload   = offload ? PETSC_TRUE : PETSC_FALSE;
   plan->zero1     = zero1 ? PETSC_TRUE : PETSC_FALSE;

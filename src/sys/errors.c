@@ -3,15 +3,41 @@
 #include "sys.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 static PetscBool sys_error_collective = PETSC_TRUE;
+
+/* An allocation failure is raised inside the allocator (PETSc's
+ * PetscMallocAlign, the backend's alloc), which cannot say what the memory
+ * was for; its report waits for the first frame of rlfuse's own code above
+ * it (PETSc calls the handler again for every frame on the way out). */
+static char sys_oom_mess[512];
+static int  sys_oom_pending;
+
+static int sys_error_ours(const char *file) { return file && !strncmp(file, "src/", 4); }
 
 static PetscErrorCode sys_error_print(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n, PetscErrorType p, const char *mess, void *ctx)
 {
   int rank = 0, world = 1;
 
+  if (p != PETSC_ERROR_INITIAL) {
+    if (!sys_oom_pending || !sys_error_ours(file)) return n;
+    sys_oom_pending = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world > 1) fprintf(stderr, "rlfuse: error: out of memory in %s: %s [rank %d, %s:%d]\n", fun, sys_oom_mess, rank, file, line);
+    else fprintf(stderr, "rlfuse: error: out of memory in %s: %s [%s:%d]\n", fun, sys_oom_mess, file, line);
+    fflush(stderr);
+    return n;
+  }
+  if (n == PETSC_ERR_MEM) {
+    snprintf(sys_oom_mess, sizeof sys_oom_mess, "%s", mess ? mess : "allocation failed");
+    sys_oom_pending       = 1;
+    sys_error_collective  = PETSC_FALSE; /* one rank ran out: the job is aborted */
+    return n;
+  }
   /* Only the first report of an error: PETSc calls again for each frame. */
-  if (p != PETSC_ERROR_INITIAL) return n;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (comm == MPI_COMM_SELF || comm == PETSC_COMM_SELF) sys_error_collective = PETSC_FALSE;
@@ -50,12 +76,50 @@ static void sys_error_wait_for_rank0(void)
   }
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+/* LeakSanitizer asks this at exit. After an error the job leaves at once,
+ * from deep inside some mode, with that mode's models and buffers still
+ * allocated by the frames it unwound: reporting them would demand cleanup
+ * code on every error path for memory the OS takes back anyway. Leaks of
+ * runs that end normally, and of functions whose errors a caller survives
+ * (the test programs check those), are still reported. */
+static int sys_error_exiting;
+int        __lsan_is_turned_off(void);
+int        __lsan_is_turned_off(void) { return sys_error_exiting; }
+  #define SYS_ERROR_EXITING() (sys_error_exiting = 1)
+#else
+  #define SYS_ERROR_EXITING() ((void)0)
+#endif
+
+static int (*sys_exit_hooks[4])(void);
+static int sys_nexit_hooks;
+
+void sys_error_exit_hook(int (*fn)(void))
+{
+  for (int i = 0; i < sys_nexit_hooks; i++)
+    if (sys_exit_hooks[i] == fn) return;
+  if (sys_nexit_hooks < (int)(sizeof sys_exit_hooks / sizeof sys_exit_hooks[0])) sys_exit_hooks[sys_nexit_hooks++] = fn;
+}
+
 void sys_error_exit(PetscErrorCode ierr)
 {
-  int world = 1;
+  int world = 1, stuck = 0;
+
+  SYS_ERROR_EXITING();
+  for (int i = sys_nexit_hooks - 1; i >= 0; i--) stuck |= sys_exit_hooks[i]();
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (world > 1 && !sys_error_collective) MPI_Abort(MPI_COMM_WORLD, (int)ierr);
   if (world > 1) sys_error_wait_for_rank0();
+  if (stuck) {
+    /* a library holds state it could not release (HDF5: a file whose close
+     * failed on a full disk); its shutdown, run by MPI_Finalize or at exit,
+     * would crash on it. The error is printed: leave without shutdowns. */
+    fflush(NULL);
+    _exit(1);
+  }
   PetscFinalize();
+  /* main called MPI_Init, so PetscFinalize leaves MPI up: finalize it too,
+   * or MPICH's transport state is left for the leak checker */
+  MPI_Finalize();
   exit(1);
 }

@@ -4,8 +4,11 @@
  * <output_dir>/used.deck repeats the run. */
 #include "sys.h"
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static SysParam *sys_params   = NULL;
@@ -86,18 +89,39 @@ PetscErrorCode sys_options_check_unused(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode sys_option_check_number(const char *prefix, const char *name, SysOptKind kind)
+static const char *sys_option_bare(const char *name) { return name[0] == '-' ? name + 1 : name; }
+
+PetscErrorCode sys_option_check_number(const char *prefix, const char *name, SysOptKind kind, size_t bytes)
 {
   char      value[256], *end;
   PetscBool set;
+  long long i = 0;
+  double    x = 0;
 
   PetscFunctionBegin;
   PetscCall(PetscOptionsGetString(NULL, prefix, name, value, sizeof value, &set));
   if (!set) PetscFunctionReturn(PETSC_SUCCESS);
   errno = 0;
-  if (kind == SYS_OPT_INT) (void)strtoll(value, &end, 10);
-  else (void)strtod(value, &end);
-  PetscCheck(value[0] && *end == '\0' && errno == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "option -%s%s: '%s' is not %s", prefix ? prefix : "", name[0] == '-' ? name + 1 : name, value, kind == SYS_OPT_INT ? "an integer" : "a number");
+  if (kind == SYS_OPT_INT) i = strtoll(value, &end, 10);
+  else x = strtod(value, &end);
+  PetscCheck(value[0] && *end == '\0' && (errno == 0 || errno == ERANGE), PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "option -%s%s: '%s' is not %s", prefix ? prefix : "", sys_option_bare(name), value, kind == SYS_OPT_INT ? "an integer" : "a number");
+  if (kind == SYS_OPT_INT) {
+    size_t    b  = PetscMin(bytes ? bytes : sizeof(PetscInt), sizeof(PetscInt));
+    long long hi = b >= 8 ? LLONG_MAX : (long long)((1ULL << (8 * b - 1)) - 1), lo = -hi - 1;
+
+    PetscCheck(errno != ERANGE && i >= lo && i <= hi, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "option -%s%s: %s is out of range (%lld to %lld)", prefix ? prefix : "", sys_option_bare(name), value, lo, hi);
+  } else PetscCheck(isfinite(x), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "option -%s%s: '%s' is not a finite number", prefix ? prefix : "", sys_option_bare(name), value);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sys_option_check_length(const char *prefix, const char *name, size_t len)
+{
+  const char *value = NULL;
+  PetscBool   set;
+
+  PetscFunctionBegin;
+  PetscCall(PetscOptionsFindPair(NULL, prefix, name, &value, &set));
+  PetscCheck(!set || !value || strlen(value) < len, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "option -%s%s: value of %zu characters is longer than the %zu allowed", prefix ? prefix : "", sys_option_bare(name), strlen(value), len - 1);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -107,7 +131,7 @@ PetscErrorCode sys_option_given(const char *prefix, const char *name, PetscBool 
 
   PetscFunctionBegin;
   PetscCall(PetscOptionsHasName(NULL, prefix, name, given));
-  PetscCall(PetscSNPrintf(full, sizeof full, "%s%s", prefix ? prefix : "", name[0] == '-' ? name + 1 : name));
+  PetscCall(PetscSNPrintf(full, sizeof full, "%s%s", prefix ? prefix : "", sys_option_bare(name)));
   for (int i = 0; i < sys_npresence; i++)
     if (!strcmp(sys_presence[i], full)) PetscFunctionReturn(PETSC_SUCCESS);
   if (sys_npresence == sys_cappresence) {

@@ -2,6 +2,8 @@
  * for paths and sizes. */
 #include "sys.h"
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <omp.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -49,10 +51,23 @@ PetscErrorCode sys_mkdir_p(const char *dir)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode sys_path_printf(char *path, size_t len, const char *fmt, ...)
+{
+  va_list ap;
+  int     n;
+
+  PetscFunctionBegin;
+  va_start(ap, fmt);
+  n = vsnprintf(path, len, fmt, ap);
+  va_end(ap);
+  PetscCheck(n >= 0 && (size_t)n < len, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "path %.60s... is %d characters, longer than the %zu allowed (shorten -output_dir or the file name)", path, n, len - 1);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode sys_output_path(const RunCtx *run, const char *name, char *path, size_t len)
 {
   PetscFunctionBegin;
-  PetscCall(PetscSNPrintf(path, len, "%s/%s", run->output_dir, name));
+  PetscCall(sys_path_printf(path, len, "%s/%s", run->output_dir, name));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

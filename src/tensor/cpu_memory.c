@@ -12,7 +12,10 @@ PetscErrorCode cpu_alloc(size_t bytes, void **ptr)
   *ptr = NULL;
   if (!bytes) PetscFunctionReturn(PETSC_SUCCESS);
   err = posix_memalign(ptr, 64, bytes);
-  PetscCheck(!err, PETSC_COMM_SELF, PETSC_ERR_MEM, "cpu backend: cannot allocate %zu bytes (%s)", bytes, strerror(err));
+  if (err) {
+    char h[32];
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_MEM, "%zu bytes (%s) could not be allocated on the cpu (%s)", bytes, sys_bytes_str((double)bytes, h, sizeof h), strerror(err));
+  }
   memset(*ptr, 0, bytes);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

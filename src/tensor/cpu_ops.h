@@ -44,13 +44,19 @@ static inline int cpu_thread_num(void)
  * -ffast-math, which softmax, GELU and the log-softmax over the vocabulary
  * cannot afford; this one is, and every lane (vector or scalar tail) gives
  * the same bits, which keeps the KV-cache path equal to the full forward.
- * Inputs are clamped to the normal range; exp(-87.3) stands in for 0. */
+ * Inputs are clamped to the normal range; exp(-87.3) stands in for 0, NaN
+ * gives NaN. */
 static inline float cpu_expf(float x)
 {
   const float big = 12582912.0f; /* 1.5*2^23: adding it rounds to an integer */
   float       n, r, p, s;
   int32_t     bits;
 
+  const float in = x;
+
+  /* NaN would reach the float-to-int conversion below (undefined); it is
+   * reduced as 0 and returned as itself, so a diverged run still sees NaN */
+  x = x != x ? 0.0f : x;
   x = x < -87.3f ? -87.3f : x;
   x = x > 88.3f ? 88.3f : x;
   n = (x * 1.44269504088896341f + big) - big;
@@ -65,7 +71,7 @@ static inline float cpu_expf(float x)
   p = p * r * r + r + 1.0f;
   bits = ((int32_t)n + 127) << 23;
   memcpy(&s, &bits, sizeof s);
-  return p * s;
+  return in != in ? in : p * s;
 }
 
 /* dst[c] += sum over row blocks of part[blk][c], blocks in order, in double. */

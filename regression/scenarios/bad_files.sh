@@ -1,0 +1,86 @@
+# Malformed inputs beyond bad_input.sh, one case per class of defect: HDF5
+# attributes of the wrong shape or range in checkpoints and data files, a
+# checkpoint architecture the options would refuse, integer options past what
+# they are stored in, non-finite reals, over-long paths, outputs that are not
+# regular files or that name an input, and malformed decks. Each must give
+# exactly one "rlfuse: error:" line naming the culprit, a non-zero exit, and
+# leave an earlier run's files byte-identical.
+. regression/lib.sh
+d="$RLFUSE_TMP/badfiles"; deck=regression/decks/tiny.deck; mkdir -p $d
+rlfuse -options_file $deck -output_dir $d/good -sft_steps 2 >$d/good.log 2>&1 || not_ok "reference run"
+rlfuse -mode data -data_output $d/data.h5 -data_count 4 -task_len_min 4 -task_len_max 4 >/dev/null 2>&1 || not_ok "make data"
+ck=$d/good/final.h5
+keep=$d/good
+
+# mk NAME PYTHON: a copy of the checkpoint (or data file, SRC=...) edited by h5py code on f
+mk() {
+  cp "${SRC:-$ck}" $d/$1.h5
+  "$PYTHON" -c "import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], 'r+') as f:
+    $2" $d/$1.h5 || not_ok "prepare $1"
+}
+mk n_layer_array   "f['policy'].attrs['n_layer'] = np.array([2, 2, 2, 2], np.int32)"
+mk iter_array      "f['state'].attrs['iteration'] = np.arange(1000, dtype=np.int64)"
+mk kl_array        "f['state'].attrs['kl_coef'] = np.ones(64)"
+mk head_array      "f['policy'].attrs['head'] = np.array([b'lm', b'scalar'])"
+mk n_head_zero     "f['policy'].attrs['n_head'] = np.int32(0)"
+mk n_head_3        "f['policy'].attrs['n_head'] = np.int32(3)"
+mk iter_huge       "f['state'].attrs['iteration'] = np.int64(2**40)"
+mk pos_negative    "f['state'].attrs['data_pos'] = np.int64(-5)"
+mk kl_inf          "f['state'].attrs['kl_coef'] = np.inf"
+SRC=$d/data.h5 mk vocab_array "f.attrs['vocab_size'] = np.array([20, 20])"
+
+expect() { local what=$1 pat=$2; shift 2; expect_error "$what" "$pat" "$@" -output_dir $d/good; }
+expect "array attribute n_layer"        "n_layer has shape \[4\], expected a single value" -options_file $deck -init_checkpoint $d/n_layer_array.h5
+expect "array attribute /state iteration" "iteration has shape \[1000\]"    -options_file $deck -restart $d/iter_array.h5
+expect "array attribute kl_coef"        "kl_coef has shape \[64\]"          -options_file $deck -restart $d/kl_array.h5
+expect "string array attribute head"    "head has shape \[2\]"              -options_file $deck -init_checkpoint $d/head_array.h5
+expect "checkpoint n_head 0"            "head_zero.h5 /policy: n_head 0 must be positive" -options_file $deck -init_checkpoint $d/n_head_zero.h5
+expect "checkpoint n_embd % n_head"     "n_head_3.h5 /policy: n_embd 32 is not divisible by n_head 3" -options_file $deck -init_checkpoint $d/n_head_3.h5
+expect "checkpoint iteration 2^40"      "iteration = 1099511627776 is out of range" -options_file $deck -restart $d/iter_huge.h5
+expect "checkpoint data_pos negative"   "data_pos = -5 is out of range"     -options_file $deck -restart $d/pos_negative.h5
+expect "checkpoint kl_coef inf"         "kl_coef = inf is not a finite number" -options_file $deck -restart $d/kl_inf.h5
+expect "data file vocab_size array"     "vocab_size has shape \[2\]"        -mode score -score_checkpoint $ck -score_input $d/vocab_array.h5 -score_output $d/s.h5
+expect "integer option past 32 bits"    "-sft_steps: 4294967297 is out of range" -options_file $deck -sft_steps 4294967297
+expect "seed past 32 bits"              "-seed: 4294967297 is out of range" -options_file $deck -seed 4294967297
+expect "infinite real option"           "-policy_lr: 'inf' is not a finite number" -options_file $deck -policy_lr inf
+expect "NaN real option"                "-policy_lr: 'nan' is not a finite number" -options_file $deck -policy_lr nan
+expect "n_embd whose 4x overflows int"  "-policy_n_embd 2147483646 is too large" -options_file $deck -policy_n_embd 2147483646 -policy_n_head 2 -dry_run
+expect "plan size past size_t"         "-plan_bucket_mb 1e+300 must be positive and at most 2^40" -options_file $deck -plan_bucket_mb 1e300
+expect "infinite plan size"             "-plan_bucket_mb: 'inf' is not a finite number" -options_file $deck -plan_bucket_mb inf
+long=$d/$(printf 'x%.0s' $(seq 4100))
+keep= expect_error "output_dir longer than a path" "-output_dir: value of 4[0-9]* characters is longer than the 4095 allowed" -options_file $deck -output_dir $long
+expect "score output = score input"     "-score_output $d/data.h5 is also an input" -mode score -score_checkpoint $ck -score_input $d/data.h5 -score_output $d/data.h5
+mkdir -p $d/adir; mkfifo $d/fifo
+expect "data output a directory"        "-data_output $d/adir.*not a regular file" -mode data -data_output $d/adir -data_count 2
+expect "data output a pipe"             "-data_output $d/fifo.*not a regular file" -mode data -data_output $d/fifo -data_count 2
+check "  ... and the pipe is still a pipe" test -p $d/fifo
+
+# out of memory: the message says where and how many bytes (virtual memory
+# limited to 1.5 GiB, a model whose parameters need 1.1 GiB and gradients as
+# much again); ASan reserves terabytes of address space, so not under it
+if [ -n "${RLFUSE_SANITIZE:-}" ]; then echo "ok - out of memory # SKIP the sanitizer build cannot run under ulimit -v"
+else
+  eval "$(declare -f rlfuse | sed '1s/^rlfuse/rlfuse_unlimited/')"
+  rlfuse() { ( ulimit -v 1500000; rlfuse_unlimited "$@" ); }
+  expect "out of memory"                "out of memory in gpt_create.*bytes (1.1 GiB) could not be allocated" -options_file $deck -policy_n_embd 1024 -policy_n_head 16 -policy_n_layer 24 -sft_steps 1
+  eval "$(declare -f rlfuse_unlimited | sed '1s/^rlfuse_unlimited/rlfuse/')"
+fi
+
+# decks: each malformed the way PETSc would answer with a traceback
+printf -- '-mode sft\ngarbage line\n' >$d/garbage.deck
+printf '\xef\xbb\xbf-mode sft\n' >$d/bom.deck
+printf -- '-mode sft\n-sft_steps 2\x00\x01\n' >$d/binary.deck
+"$PYTHON" -c "print('-sft_steps ' + '1' * 200000)" >$d/longline.deck
+printf -- '-mode sft -sft_steps 2\n' >$d/extra.deck
+printf -- '-options_file %s\n' $d/self.deck >$d/self.deck
+printf -- '-options_file %s\n' $d/b.deck >$d/a.deck; printf -- '-options_file %s\n' $d/a.deck >$d/b.deck
+expect "deck: a garbage line"           "garbage.deck line 2: 'garbage' is not an option" -options_file $d/garbage.deck
+expect "deck: UTF-8 byte-order mark"    "bom.deck starts with a UTF-8 byte-order mark" -options_file $d/bom.deck
+expect "deck: binary bytes"             "binary.deck line 2: binary byte 0x00"  -options_file $d/binary.deck
+expect "deck: a directory"              "-options_file $d: is a directory"      -options_file $d
+expect "deck: a 200 kB line"            "longline.deck line 1: 2000[0-9]* characters" -options_file $d/longline.deck
+expect "deck: extra values on a line"   "extra.deck line 1: extra value '-sft_steps'" -options_file $d/extra.deck
+expect "deck: includes itself"          "self.deck includes itself"             -options_file $d/self.deck
+expect "deck: two decks include each other" "a.deck includes itself through .*b.deck" -options_file $d/a.deck
+finish
