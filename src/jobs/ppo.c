@@ -335,6 +335,12 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
   const char *names[] = {"gold", "rm_score", "kl", "kl_coef", "actor_loss", "critic_loss", "kl_loss", "clip_frac", "value_clip_frac", "entropy", "response_len_mean", "response_len_max", "eos_frac", "actor_grad_norm", "critic_grad_norm", "tokens_per_s", "eval_gold"};
   double      vals[]  = {mean_f(r->gold, r->B), mean_f(r->score, r->B), kl, kl_coef, s->actor_loss / n, s->critic_loss / n, s->kl_loss / n, s->clipfrac / n, s->vclipfrac / n, s->entropy / n, len, lmax, eos / r->B, s->grad_actor / n, s->grad_critic / n, toks / iter_s, eval_gold};
   for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++) PetscCall(record_metric(rec, names[k], vals[k]));
+  { /* this iteration's response lengths, replacing the previous iteration's: the histogram of tools/report.py */
+    const IODataset   dl   = {"lengths", 1, {r->B, 0}, r->len, PETSC_TRUE};
+    const char *const an[] = {"iteration"};
+    const double      av[] = {(double)it};
+    PetscCall(record_group(rec, "responses", &dl, 1, an, av, 1));
+  }
   PetscCall(record_time(rec, "iteration", iter_s));
   PetscCall(record_time(rec, "generation", tm->gen));
   PetscCall(record_time(rec, "ref_inference", tm->ref));
