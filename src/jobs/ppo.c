@@ -23,7 +23,7 @@ PetscErrorCode ppo_options(PPOOptions *o)
   RfOptString("-reference_checkpoint", "Checkpoint (role policy) of the frozen reference (default: -actor_checkpoint)", o->reference_ckpt, sizeof o->reference_ckpt);
   RfOptString("-reward_checkpoint", "Reward-model checkpoint (role reward)", o->reward_ckpt, sizeof o->reward_ckpt);
   RfOptEnum("-critic_init", "Critic starts from the reward model (whole) or the actor's trunk with a fresh scalar head", critic_names, 2, &o->critic_init);
-  RfOptString("-restart", "Resume from this PPO checkpoint (all models, optimizers, iteration, data position, RNG key)", o->restart, sizeof o->restart);
+  RfOptString("-restart", "Resume from this PPO checkpoint (all models, optimizers, iteration, data position, RNG key); latest: the newest in -output_dir, or a fresh start", o->restart, sizeof o->restart);
   RfOptInt("-checkpoint_every", "Write <output_dir>/ckpt_<iteration>.h5 every N iterations (0: only final.h5)", 0, &o->checkpoint_every);
   RfOptBool("-dump_rollouts", "Write every iteration's rollout to <output_dir>/rollouts.h5", PETSC_FALSE, &o->dump_rollouts);
   PetscOptionsEnd();
@@ -431,6 +431,7 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   PlanNeeds    needs;
 
   PetscFunctionBegin;
+  PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCall(ppo_check_options(o));
   ppo_sources(o, src);
   PetscCall(prompts_setup(run, o, &ps));

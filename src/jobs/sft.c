@@ -37,7 +37,7 @@ PetscErrorCode sft_options(SFTOptions *o)
   PetscOptionsEnd();
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Checkpoints", NULL);
   RfOptInt("-checkpoint_every", "Write <output_dir>/ckpt_<step>.h5 every N steps (0: only final.h5)", 0, &o->checkpoint_every);
-  RfOptString("-restart", "Resume from this checkpoint (weights, optimizer, step, data position, RNG key)", o->restart, sizeof o->restart);
+  RfOptString("-restart", "Resume from this checkpoint (weights, optimizer, step, data position, RNG key); latest: the newest in -output_dir, or a fresh start", o->restart, sizeof o->restart);
   RfOptString("-init_checkpoint", "Initialise the weights (only) from this checkpoint", o->init, sizeof o->init);
   PetscOptionsEnd();
   PetscCall(gpt_config_set_from_options("policy_", &o->cfg));
@@ -302,6 +302,7 @@ PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
   CkptState  st = {0, 0, run->seed, 0};
 
   PetscFunctionBegin;
+  PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCall(demo_source_setup(run->comm, o->data, &o->task, (uint64_t)run->seed, &src));
   PetscCall(sft_check(o, &src));
   PetscCall(trainer_plan_check(run, &o->plan, MFC_SFT_TRAIN, &o->cfg, (int)o->batch, &needs));
