@@ -19,7 +19,7 @@ PetscErrorCode pipeline_run(const RunCtx *run, const Backend *be)
   RMOptions  rm;
   PPOOptions ppo;
   RunCtx     c_sft, c_rm, c_ppo;
-  PetscBool  help;
+  PetscBool  help, latest;
   double     t0 = sys_wtime(), t1, t2, gold0, gold1, kl;
 
   PetscFunctionBegin;
@@ -32,7 +32,8 @@ PetscErrorCode pipeline_run(const RunCtx *run, const Backend *be)
   PetscCall(PetscOptionsHasHelp(NULL, &help));
   if (help) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(sys_options_check_unused());
-  PetscCheck(!sft.restart[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-restart is for one stage: rerun that stage with -mode sft, rm or ppo and its -restart");
+  PetscCall(PetscStrcmp(sft.restart, "latest", &latest)); /* each stage then resumes from the newest checkpoint in its own directory */
+  PetscCheck(!sft.restart[0] || latest, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-restart %s is for one stage: rerun that stage with -mode sft, rm or ppo and its -restart (or -restart latest)", sft.restart);
   PetscCheck(!rm.sft[0] && !ppo.actor_ckpt[0] && !ppo.reward_ckpt[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-mode pipeline makes its own checkpoints: drop -rm_sft_checkpoint, -actor_checkpoint and -reward_checkpoint");
   PetscCall(stage_ctx(run, "sft", &c_sft));
   PetscCall(stage_ctx(run, "rm", &c_rm));
