@@ -20,6 +20,7 @@ PetscErrorCode pipeline_run(const RunCtx *run, const Backend *be)
   PPOOptions ppo;
   RunCtx     c_sft, c_rm, c_ppo;
   PetscBool  help, latest;
+  const char *alg;
   double     t0 = sys_wtime(), t1, t2, gold0, gold1, kl;
 
   PetscFunctionBegin;
@@ -52,11 +53,12 @@ PetscErrorCode pipeline_run(const RunCtx *run, const Backend *be)
   PetscCall(PetscPrintf(run->comm, "pipeline: stage 2/3, reward modelling -> %s\n", c_rm.output_dir));
   PetscCall(rm_execute(&c_rm, be, &rm));
   t2 = sys_wtime();
-  PetscCall(PetscPrintf(run->comm, "pipeline: stage 3/3, %s -> %s\n", ppo.algo == ALGO_GRPO ? "GRPO" : "PPO", c_ppo.output_dir));
+  alg = ppo.algo == ALGO_PPO ? "PPO" : ppo.algo == ALGO_GRPO ? "GRPO" : "RLOO";
+  PetscCall(PetscPrintf(run->comm, "pipeline: stage 3/3, %s -> %s\n", alg, c_ppo.output_dir));
   PetscCall(ppo_execute(&c_ppo, be, &ppo, &gold0, &gold1, &kl));
   PetscCall(PetscPrintf(run->comm, "pipeline summary (held-out prompts, -ppo_eval_prompts %" PetscInt_FMT "):\n", ppo.eval_prompts));
-  PetscCall(PetscPrintf(run->comm, "  gold score  SFT policy %.3f | %s policy %.3f | gain %+.3f\n", gold0, ppo.algo == ALGO_GRPO ? "GRPO" : "PPO", gold1, gold1 - gold0));
+  PetscCall(PetscPrintf(run->comm, "  gold score  SFT policy %.3f | %s policy %.3f | gain %+.3f\n", gold0, alg, gold1, gold1 - gold0));
   PetscCall(PetscPrintf(run->comm, "  KL(policy || reference) %.3f nats per response\n", kl));
-  PetscCall(PetscPrintf(run->comm, "  wall time   SFT %.1f s | RM %.1f s | %s %.1f s | total %.1f s\n", t1 - t0, t2 - t1, ppo.algo == ALGO_GRPO ? "GRPO" : "PPO", sys_wtime() - t2, sys_wtime() - t0));
+  PetscCall(PetscPrintf(run->comm, "  wall time   SFT %.1f s | RM %.1f s | %s %.1f s | total %.1f s\n", t1 - t0, t2 - t1, alg, sys_wtime() - t2, sys_wtime() - t0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
