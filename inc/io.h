@@ -33,6 +33,11 @@ PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *rol
  * whose configuration must match the file's; every dataset's shape is checked. */
 PetscErrorCode ckpt_read_model(MPI_Comm comm, const char *path, const CkptModel *model);
 PetscErrorCode ckpt_read_state(MPI_Comm comm, const char *path, CkptState *st);
+/* "-restart latest": when restart is "latest", replaces it with the newest
+ * readable checkpoint (ckpt_<n>.h5 or final.h5, by /state@iteration) in dir,
+ * or with "" (a fresh start) when there is none; any other value is kept.
+ * Collective; says on stdout what it picked. */
+PetscErrorCode ckpt_resolve_restart(MPI_Comm comm, const char *dir, char *restart, size_t len);
 
 /* ---- run records ------------------------------------------------------- */
 typedef struct RunRecord RunRecord;

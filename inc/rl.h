@@ -1,4 +1,4 @@
-/* rl: the RL math of PPO, GRPO and reward modelling as pure functions on
+/* rl: the RL math of PPO, GRPO, RLOO and reward modelling as pure functions on
  * host arrays (src/rl/rlmath.c). The jobs that use it are in inc/jobs.h. */
 #ifndef RLFUSE_RL_H
 #define RLFUSE_RL_H
@@ -45,6 +45,12 @@ double rl_kl_loss(size_t n, const float *logp, const float *ref, const float *w,
  * prompt; adv[i] = (score[i] - mean of its group) / (std of its group + eps),
  * std the sample standard deviation (k-1 in the denominator). k >= 2. */
 void rl_grpo_advantages(int nseq, int k, const float *score, double eps, float *adv);
+/* RLOO advantages (REINFORCE leave-one-out): rows come in groups of k
+ * consecutive samples of one prompt; a row's return R is the sum of its
+ * per-token rewards (the score and the KL penalty of rl_kl_rewards), and its
+ * advantage, written on each of its response tokens (0 elsewhere), is
+ * R_i - mean of the other k-1 returns of its group = k/(k-1) (R_i - group mean). */
+void rl_rloo_advantages(int B, int T, const int *start, const int *len, const float *rewards, int k, float *adv);
 /* Bradley-Terry reward-model loss, mean over B pairs: -log sigmoid(rc - rr)
  * (computed stably); drc, drr get the gradients; *correct (may be NULL) the
  * number of pairs with rc > rr. */

@@ -229,6 +229,34 @@ static void test_grpo(void)
   check_array("grpo advantages: groups of 2", 4, a2, w2, 1e-6);
 }
 
+static void test_rloo(void)
+{
+  /* B = 5 rows of T = 4, k = 3: groups {0,1,2} and the partial group {3,4}.
+   * Rewards (response positions in brackets, the rest must be ignored):
+   *   row 0: start 1 len 2: [-.1 1.1]  -> R0 = 1.0
+   *   row 1: start 0 len 3: [.5 -.25 .25] -> R1 = .5
+   *   row 2: start 2 len 2: [-.5 -1]   -> R2 = -1.5
+   *   row 3: start 0 len 1: [2]        -> R3 = 2
+   *   row 4: start 1 len 3: [1 1 -1]   -> R4 = 1
+   * group 1: A0 = 1 - (.5 - 1.5)/2 = 1.5, A1 = .5 - (1 - 1.5)/2 = .75, A2 = -1.5 - (1 + .5)/2 = -2.25
+   *          (= 3/2 (R - mean), mean 0: 1.5, .75, -2.25; they sum to 0)
+   * group 2 (k-1 = 1 other): A3 = 2 - 1 = 1, A4 = 1 - 2 = -1 */
+  const int   start[5] = {1, 0, 2, 0, 1}, len[5] = {2, 3, 2, 1, 3};
+  const float rw[20]   = {9, -0.1f, 1.1f, 9, 0.5f, -0.25f, 0.25f, 9, 9, 9, -0.5f, -1, 2, 9, 9, 9, 9, 1, 1, -1};
+  float       adv[20];
+  double      want[20] = {0, 1.5, 1.5, 0, 0.75, 0.75, 0.75, 0, 0, 0, -2.25, -2.25, 1, 0, 0, 0, 0, -1, -1, -1};
+  for (int i = 0; i < 20; i++) adv[i] = NAN;
+  rl_rloo_advantages(5, 4, start, len, rw, 3, adv);
+  check_array("rloo advantages: return minus the mean of the other k-1 on each response token, 0 elsewhere, a partial last group", 20, adv, want, 1e-6);
+  /* a group of one has no others: advantage 0 */
+  const int   s1[1] = {0}, l1[1] = {2};
+  const float r1[2] = {3, 4};
+  float       a1[2] = {NAN, NAN};
+  const double w1[2] = {0, 0};
+  rl_rloo_advantages(1, 2, s1, l1, r1, 4, a1);
+  check_array("rloo advantages: a lone sample gets 0", 2, a1, w1, 0);
+}
+
 static void test_rm_loss(void)
 {
   /* loss = softplus(-d), d = rc - rr; d loss/d rc = -sigmoid(-d)/B.
@@ -381,6 +409,7 @@ int main(int argc, char **argv)
   test_value_loss();
   test_kl_loss();
   test_grpo();
+  test_rloo();
   test_rm_loss();
   test_kl_adapt();
   test_fd();

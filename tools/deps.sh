@@ -81,9 +81,34 @@ build_petsc() {
   say "PETSc installed at $PETSC_PREFIX"
 }
 
+# Python packages for the Hugging Face tests (docs/huggingface.md): Debian's
+# torch, and transformers with what it imports from PyPI into $CACHE/python
+# (pinned: transformers 4.40 is the last to run on Debian's torch 1.13;
+# --no-deps so pip leaves torch and numpy to Debian). Tests put that folder on
+# PYTHONPATH. "hf_python check" only answers whether it is all there.
+HF_PY="$CACHE/python"
+HF_PIP="transformers==4.40.2 tokenizers==0.19.1 safetensors==0.4.5 huggingface-hub==0.23.5 regex pyyaml tqdm filelock
+        requests urllib3 idna certifi charset-normalizer fsspec typing-extensions packaging"
+hf_python() {
+  local ok=1
+  dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install ok installed" || ok=0
+  # by the installed metadata, not an import (importing torch takes seconds on every make test)
+  [ -d "$HF_PY/transformers-4.40.2.dist-info" ] && [ -d "$HF_PY/tokenizers" ] && [ -d "$HF_PY/safetensors" ] || ok=0
+  [ "$1" = check ] && { [ $ok = 1 ]; return; }
+  [ $ok = 1 ] && { say "transformers at $HF_PY"; return; }
+  say "installing python3-torch and transformers 4.40.2 into $HF_PY"
+  export DEBIAN_FRONTEND=noninteractive
+  [ "$(dpkg-query -W -f='${Status}\n' python3-torch python3-pip 2>/dev/null | grep -c 'install ok installed')" = 2 ] ||
+    { sudo_ apt-get update -qq; sudo_ apt-get install -y -qq --no-install-recommends python3-torch python3-pip; }
+  mkdir -p "$HF_PY"
+  # shellcheck disable=SC2086
+  /usr/bin/python3 -m pip install -q --disable-pip-version-check --no-deps --upgrade --target "$HF_PY" $HF_PIP ||
+    { echo "[deps] error: pip install --target $HF_PY failed (transformers for the Hugging Face tests)" >&2; exit 1; }
+}
+
 case "${1:-}" in
-  --check) [ -z "$(missing_pkgs)" ] && petsc_ok && exit 0; exit 1 ;;
+  --check) [ -z "$(missing_pkgs)" ] && petsc_ok && hf_python check && exit 0; exit 1 ;;
   --petsc-dir) petsc_dir; exit 0 ;;
-  "") install_pkgs; build_petsc ;;
+  "") install_pkgs; build_petsc; hf_python install ;;
   *) echo "usage: tools/deps.sh [--check|--petsc-dir]" >&2; exit 2 ;;
 esac

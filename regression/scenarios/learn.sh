@@ -1,11 +1,12 @@
 # The learning regression: the quickstart pipeline shortened to 100 PPO
 # iterations must raise the held-out gold score (same prompts and draws for
 # the SFT and the PPO policy) while the KL to the reference stays bounded,
-# and its reward model must order held-out pairs well. The bounds come from
+# and its reward model must order held-out pairs well; then RLOO from the
+# same SFT and reward models must raise the gold score too. The bounds come from
 # the spread over several seeds (docs/testing.md, "The learning bounds").
 # A number missing from the log (a stage that printed nothing) fails.
 . regression/lib.sh
-plan 3
+plan 5
 gain_min=0.05 rm_min=0.70
 d="$RLFUSE_TMP/learn"; mkdir -p $d
 rlfuse -options_file regression/decks/learn.deck -output_dir $d/run >$d.log 2>&1 || { not_ok "learning run"; tail -3 $d.log; }
@@ -16,4 +17,15 @@ echo "# $(grep 'gold score  SFT policy' $d.log); KL $kl; RM accuracy $acc"
 within "PPO raises the held-out gold score by at least $gain_min (measured $gain)" "$gain" $gain_min 1
 within "the KL to the reference stays within (0, 5] nats per response (measured $kl)" "$kl" 1e-6 5
 within "the reward model reaches $rm_min held-out pairwise accuracy (measured $acc)" "$acc" $rm_min 1
+# RLOO from the same SFT and reward checkpoints, with the deck's PPO settings
+# (groups of 4 samples per prompt, 32 prompts per iteration)
+rlfuse -mode ppo -algo rloo -grpo_group 4 -actor_checkpoint $d/run/sft/final.h5 -reward_checkpoint $d/run/rm/final.h5 -seed 1234 \
+  -task_demo_noise 0.25 -ppo_iterations 100 -rollout_batch 128 -ppo_minibatches 4 -ppo_kl_coef 0.05 -actor_lr 1e-4 \
+  -gen_max_new_tokens 16 -gen_slots 64 -ppo_eval_every 0 -output_dir $d/rloo >$d.rloo.log 2>&1 || { not_ok "RLOO run"; tail -3 $d.rloo.log; }
+line=$(grep "^rloo: held-out gold score" $d.rloo.log)
+read -r g0 g1 rkl < <(echo "$line" | sed -E 's/.*score ([-0-9.]+) \(SFT policy\) -> ([-0-9.]+) .*reference ([-0-9.]+) nats.*/\1 \2 \3/')
+echo "# $line"
+rgain=$(awk -v a="$g0" -v b="$g1" 'BEGIN { if (a == "" || b == "") print "missing"; else printf "%.4f", b - a }')
+within "RLOO raises the held-out gold score by at least $gain_min (measured $rgain)" "$rgain" $gain_min 1
+within "RLOO's KL to the reference stays within (0, 5] nats per response (measured $rkl)" "$rkl" 1e-6 5
 finish

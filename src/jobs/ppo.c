@@ -7,7 +7,7 @@
 #include "ppo_impl.h"
 #include <math.h>
 
-static const char *const algo_names[]   = {"ppo", "grpo", "PPOAlgo", "ALGO_", NULL};
+static const char *const algo_names[]   = {"ppo", "grpo", "rloo", "PPOAlgo", "ALGO_", NULL};
 static const char *const critic_names[] = {"reward", "actor", "CriticInit", "CRITIC_FROM_", NULL};
 
 PetscErrorCode ppo_options(PPOOptions *o)
@@ -18,13 +18,13 @@ PetscErrorCode ppo_options(PPOOptions *o)
   PetscCall(PetscStrncpy(o->prompts, "builtin", sizeof o->prompts));
   o->actor_ckpt[0] = o->reference_ckpt[0] = o->reward_ckpt[0] = o->restart[0] = '\0';
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "PPO / GRPO", NULL);
-  RfOptEnum("-algo", "ppo (actor + critic, GAE) or grpo (critic-free, group-normalised scores)", algo_names, 2, &o->algo);
+  RfOptEnum("-algo", "ppo (actor + critic, GAE), grpo (critic-free, group-normalised scores) or rloo (critic-free, leave-one-out baseline)", algo_names, 3, &o->algo);
   RfOptInt("-rollout_batch", "Responses generated per iteration", 64, &o->rollout_batch);
   RfOptString("-actor_checkpoint", "SFT checkpoint (role policy) that starts the actor", o->actor_ckpt, sizeof o->actor_ckpt);
   RfOptString("-reference_checkpoint", "Checkpoint (role policy) of the frozen reference (default: -actor_checkpoint)", o->reference_ckpt, sizeof o->reference_ckpt);
   RfOptString("-reward_checkpoint", "Reward-model checkpoint (role reward)", o->reward_ckpt, sizeof o->reward_ckpt);
   RfOptEnum("-critic_init", "Critic starts from the reward model (whole) or the actor's trunk with a fresh scalar head", critic_names, 2, &o->critic_init);
-  RfOptString("-restart", "Resume from this PPO checkpoint (all models, optimizers, iteration, data position, RNG key)", o->restart, sizeof o->restart);
+  RfOptString("-restart", "Resume from this PPO checkpoint (all models, optimizers, iteration, data position, RNG key); latest: the newest in -output_dir, or a fresh start", o->restart, sizeof o->restart);
   RfOptInt("-checkpoint_every", "Checkpoint interval of every stage without its own -<stage>_checkpoint_every", 0, &o->checkpoint_every);
   RfOptBool("-dump_rollouts", "Write every iteration's rollout to <output_dir>/rollouts.h5", PETSC_FALSE, &o->dump_rollouts);
   PetscOptionsEnd();
@@ -35,7 +35,7 @@ PetscErrorCode ppo_options(PPOOptions *o)
   RfOptInt("-minibatches", "Mini-batches per epoch (one optimizer step each); must divide -rollout_batch", 4, &o->minibatches);
   RfOptInt("-microbatches", "Micro-batches per mini-batch (gradient accumulation); must divide the mini-batch", 1, &o->microbatches);
   RfOptInt("-epochs", "Passes over each rollout", 1, &o->epochs);
-  RfOptReal("-kl_coef", "beta: per-token KL penalty in the reward (PPO) or KL loss coefficient (GRPO)", 0.05, &o->kl_coef);
+  RfOptReal("-kl_coef", "beta: per-token KL penalty in the reward (PPO, RLOO) or KL loss coefficient (GRPO)", 0.05, &o->kl_coef);
   RfOptReal("-kl_target", "Adaptive KL controller's target KL per sequence (0: fixed -ppo_kl_coef)", 0.0, &o->kl_target);
   RfOptReal("-kl_horizon", "Adaptive KL controller's horizon, in samples", 10000.0, &o->kl_horizon);
   RfOptReal("-gamma", "Discount of GAE", 1.0, &o->gamma);
@@ -49,7 +49,7 @@ PetscErrorCode ppo_options(PPOOptions *o)
   RfOptInt("-eval_prompts", "Held-out prompts in each evaluation (built-in task)", 256, &o->eval_prompts);
   PetscOptionsEnd();
   PetscOptionsBegin(PETSC_COMM_WORLD, "grpo_", "GRPO", NULL);
-  RfOptInt("-group", "Samples per prompt (-algo grpo); must divide -rollout_batch", 4, &o->group);
+  RfOptInt("-group", "Samples per prompt (-algo grpo, and the k of -algo rloo); must divide -rollout_batch", 4, &o->group);
   PetscOptionsEnd();
   PetscCall(adamw_set_from_options("actor_", &o->actor_opt));
   PetscCall(adamw_set_from_options("critic_", &o->critic_opt));
@@ -76,7 +76,7 @@ static PetscErrorCode ppo_check_options(const PPOOptions *o)
   PetscCheck(o->gamma >= 0 && o->gamma <= 1 && o->lambda >= 0 && o->lambda <= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_gamma and -ppo_lambda must be in [0,1]");
   PetscCheck(o->clip > 0 && o->value_clip >= 0 && o->reward_clip >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_clip must be positive, -ppo_value_clip and -ppo_reward_clip non-negative");
   PetscCheck(o->eval_every >= 0 && o->eval_prompts >= 0 && o->checkpoint_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_every, -ppo_eval_prompts and -ppo_checkpoint_every (or -checkpoint_every) must be >= 0");
-  if (o->algo == ALGO_GRPO) PetscCheck(o->group >= 2 && o->rollout_batch % o->group == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rollout_batch %" PetscInt_FMT " is not divisible into groups of -grpo_group %" PetscInt_FMT " (at least 2)", o->rollout_batch, o->group);
+  if (o->algo != ALGO_PPO) PetscCheck(o->group >= 2 && o->rollout_batch % o->group == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rollout_batch %" PetscInt_FMT " is not divisible into groups of -grpo_group %" PetscInt_FMT " (at least 2)", o->rollout_batch, o->group);
   PetscCheck(o->restart[0] || (o->actor_ckpt[0] && o->reward_ckpt[0]), PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode ppo needs -actor_checkpoint (SFT) and -reward_checkpoint (RM), or -restart");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -117,7 +117,7 @@ static PetscErrorCode ppo_configs(const RunCtx *run, const PPOOptions *o, const 
   PetscFunctionBegin;
   for (int k = 0; k < 4; k++) {
     const char *from = policy ? "the -policy_ options" : src[k].file;
-    if (k == 1 && o->algo == ALGO_GRPO) continue;
+    if (k == 1 && o->algo != ALGO_PPO) continue;
     if (policy) cfg[k] = *policy;
     else PetscCall(ckpt_read_config(run->comm, src[k].file, src[k].role, &cfg[k]));
     if (src[k].trunk_only || policy) cfg[k].head = head[k];
@@ -138,7 +138,7 @@ static void ppo_needs(const PPOOptions *o, const GPTConfig cfg[4], PlanNeeds *ne
   needs->cfg[MFC_ACTOR_GEN] = needs->cfg[MFC_ACTOR_TRAIN] = &cfg[0];
   needs->cfg[MFC_REF_INF]   = &cfg[2];
   needs->cfg[MFC_REW_INF]   = &cfg[3];
-  if (o->algo != ALGO_GRPO) needs->cfg[MFC_CRITIC_INF] = needs->cfg[MFC_CRITIC_TRAIN] = &cfg[1];
+  if (o->algo == ALGO_PPO) needs->cfg[MFC_CRITIC_INF] = needs->cfg[MFC_CRITIC_TRAIN] = &cfg[1];
   needs->batch[MFC_ACTOR_GEN] = needs->batch[MFC_REF_INF] = needs->batch[MFC_REW_INF] = needs->batch[MFC_CRITIC_INF] = B;
   needs->batch[MFC_ACTOR_TRAIN] = needs->batch[MFC_CRITIC_TRAIN] = mini;
 }
@@ -163,7 +163,7 @@ static PetscErrorCode ppo_load(const RunCtx *run, const Backend *be, const PPOOp
   PetscFunctionBegin;
   PetscCall(PetscMemzero(m, sizeof *m));
   m->plan       = plan;
-  m->has_critic = (PetscBool)(o->algo != ALGO_GRPO);
+  m->has_critic = (PetscBool)(o->algo == ALGO_PPO);
   m->bucket     = (size_t)(plan->bucket_mb * 1048576.0);
   PetscCall(PetscLogEventBegin(sys_log.ckpt_read, 0, 0, 0, 0));
   PetscCall(dmodel_create("actor", &cfg[0], be, plan, MFC_ACTOR_TRAIN, PETSC_TRUE, &m->actor));
@@ -258,7 +258,7 @@ static PetscErrorCode prompts_destroy(PromptSource *ps)
  * repeated group times); sample ids are the rows. Returns prompts used. */
 static PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_pos, int *used)
 {
-  int B = (int)o->rollout_batch, k = o->algo == ALGO_GRPO ? (int)o->group : 1;
+  int B = (int)o->rollout_batch, k = o->algo != ALGO_PPO ? (int)o->group : 1;
 
   PetscFunctionBegin;
   for (int p = 0; p < B / k; p++) {
@@ -342,6 +342,12 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
   const char *names[] = {"gold", "rm_score", "kl", "kl_coef", "actor_loss", "critic_loss", "kl_loss", "clip_frac", "value_clip_frac", "entropy", "response_len_mean", "response_len_max", "eos_frac", "actor_grad_norm", "critic_grad_norm", "tokens_per_s", "eval_gold"};
   double      vals[]  = {mean_f(r->gold, r->B), mean_f(r->score, r->B), kl, kl_coef, s->actor_loss / n, s->critic_loss / n, s->kl_loss / n, s->clipfrac / n, s->vclipfrac / n, s->entropy / n, len, lmax, eos / r->B, s->grad_actor / n, s->grad_critic / n, toks / iter_s, eval_gold};
   for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++) PetscCall(record_metric(rec, names[k], vals[k]));
+  { /* this iteration's response lengths, replacing the previous iteration's: the histogram of tools/report.py */
+    const IODataset   dl   = {"lengths", 1, {r->B, 0}, r->len, PETSC_TRUE};
+    const char *const an[] = {"iteration"};
+    const double      av[] = {(double)it};
+    PetscCall(record_group(rec, "responses", &dl, 1, an, av, 1));
+  }
   PetscCall(record_time(rec, "iteration", iter_s));
   PetscCall(record_time(rec, "generation", tm->gen));
   PetscCall(record_time(rec, "ref_inference", tm->ref));
@@ -371,7 +377,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   size_t     nparams;
 
   PetscFunctionBegin;
-  PetscCall(record_open(run, o->algo == ALGO_GRPO ? "grpo" : "ppo", &rec));
+  PetscCall(record_open(run, algo_names[o->algo], &rec));
   PetscCall(plan_record(rec, &o->plan, needs));
   PetscCall(rollout_create((int)o->rollout_batch, ps->max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
   PetscCall(packbuf_create((int)o->rollout_batch, r.T, &pb));
@@ -476,6 +482,7 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   PlanNeeds    needs;
 
   PetscFunctionBegin;
+  PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCall(ppo_prepare(run, o, NULL, PETSC_TRUE, src, &ps, cfg, &needs));
   if (run->dry_run) {
     PetscCall(ppo_dry_run(run, o, cfg, &ps));

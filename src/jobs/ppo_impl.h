@@ -8,7 +8,7 @@
 #include "exec.h"
 #include "train.h"
 
-typedef enum { ALGO_PPO = 0, ALGO_GRPO = 1 } PPOAlgo;
+typedef enum { ALGO_PPO = 0, ALGO_GRPO = 1, ALGO_RLOO = 2 } PPOAlgo; /* GRPO and RLOO have no critic */
 typedef enum { CRITIC_FROM_REWARD = 0, CRITIC_FROM_ACTOR = 1 } CriticInit;
 
 typedef struct {
@@ -44,7 +44,7 @@ PetscErrorCode ppo_check_stage(const RunCtx *run, PPOOptions *o, const GPTConfig
 typedef struct {
   const Plan *plan;
   DModel      actor, actor_gen, critic, critic_inf, reference, reward;
-  PetscBool   has_critic;             /* PPO (GRPO has none) */
+  PetscBool   has_critic;             /* PPO (GRPO and RLOO have none) */
   PetscBool   gen_copy, critic_copy;  /* actor_gen / critic_inf are copies */
   PetscBool   gen_drop, critic_drop;  /* the copy is dropped after its call */
   PetscBool   offload_ref, offload_rew; /* frozen models kept in host memory between calls */

@@ -48,7 +48,7 @@ PetscErrorCode rm_options(RMOptions *o)
   PetscOptionsEnd();
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Checkpoints", NULL);
   RfOptInt("-checkpoint_every", "Checkpoint interval of every stage without its own -<stage>_checkpoint_every", 0, &o->checkpoint_every);
-  RfOptString("-restart", "Resume from this checkpoint (weights, optimizer, step, data position, RNG key)", o->restart, sizeof o->restart);
+  RfOptString("-restart", "Resume from this checkpoint (weights, optimizer, step, data position, RNG key); latest: the newest in -output_dir, or a fresh start", o->restart, sizeof o->restart);
   PetscOptionsEnd();
   PetscOptionsBegin(PETSC_COMM_WORLD, "rm_", "Checkpoints", NULL);
   RfOptInt("-checkpoint_every", "Write <output_dir>/ckpt_<step>.h5 every N steps (0: only final.h5; default: -checkpoint_every)", o->checkpoint_every, &o->checkpoint_every);
@@ -409,6 +409,7 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
   CkptState st = {0, 0, run->seed, 0};
 
   PetscFunctionBegin;
+  PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCheck(o->sft[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode rm needs -rm_sft_checkpoint FILE (the SFT model whose trunk starts the reward model)");
   PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
   PetscCall(ckpt_read_config(run->comm, o->sft, "policy", &cfg));

@@ -221,6 +221,12 @@ static PetscErrorCode rollout_group_advantages(Rollout *r, const PPOOptions *o)
 PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coef)
 {
   PetscFunctionBegin;
+  if (o->algo == ALGO_RLOO) { /* the KL is a reward penalty; a sample's baseline is the mean return of the other k-1 */
+    rl_kl_rewards(r->B, r->T, r->start, r->len, r->gen.logprobs, r->ref, r->final, kl_coef, r->rewards);
+    rl_rloo_advantages(r->B, r->T, r->start, r->len, r->rewards, (int)o->group, r->adv);
+    PetscCall(PetscArrayzero(r->ret, (size_t)r->B * r->T));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
   if (o->algo == ALGO_GRPO) { /* the KL is a loss term, so the rewards hold the score only */
     rl_kl_rewards(r->B, r->T, r->start, r->len, r->gen.logprobs, r->ref, r->final, 0.0, r->rewards);
     PetscCall(rollout_group_advantages(r, o));

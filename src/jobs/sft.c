@@ -37,7 +37,7 @@ PetscErrorCode sft_options(SFTOptions *o)
   PetscOptionsEnd();
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Checkpoints", NULL);
   RfOptInt("-checkpoint_every", "Checkpoint interval of every stage without its own -<stage>_checkpoint_every", 0, &o->checkpoint_every);
-  RfOptString("-restart", "Resume from this checkpoint (weights, optimizer, step, data position, RNG key)", o->restart, sizeof o->restart);
+  RfOptString("-restart", "Resume from this checkpoint (weights, optimizer, step, data position, RNG key); latest: the newest in -output_dir, or a fresh start", o->restart, sizeof o->restart);
   RfOptString("-init_checkpoint", "Initialise the weights (only) from this checkpoint", o->init, sizeof o->init);
   PetscOptionsEnd();
   PetscOptionsBegin(PETSC_COMM_WORLD, "sft_", "Checkpoints", NULL);
@@ -330,6 +330,7 @@ PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
   CkptState  st = {0, 0, run->seed, 0};
 
   PetscFunctionBegin;
+  PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCall(sft_prepare(run, o, PETSC_TRUE, &src, &needs));
   if (run->dry_run) {
     PetscCall(trainer_count(&o->cfg, &nparams));

@@ -163,6 +163,27 @@ void rl_grpo_advantages(int nseq, int k, const float *score, double eps, float *
   }
 }
 
+/* The returns are summed in double in position order. A trailing partial
+ * group is its own group; a group of one has no others and gets 0. */
+void rl_rloo_advantages(int B, int T, const int *start, const int *len, const float *rewards, int k, float *adv)
+{
+  for (int g = 0; g < B; g += k) {
+    int    m = B - g < k ? B - g : k;
+    double ret[m > 0 ? m : 1], sum = 0;
+    for (int j = 0; j < m; j++) {
+      const float *r = rewards + (size_t)(g + j) * T;
+      ret[j]         = 0;
+      for (int t = start[g + j]; t < start[g + j] + len[g + j]; t++) ret[j] += r[t];
+      sum += ret[j];
+    }
+    for (int j = 0; j < m; j++) {
+      float *a = adv + (size_t)(g + j) * T;
+      float  v = m > 1 ? (float)(ret[j] - (sum - ret[j]) / (m - 1)) : 0.0f;
+      for (int t = 0; t < T; t++) a[t] = (t >= start[g + j] && t < start[g + j] + len[g + j]) ? v : 0.0f;
+    }
+  }
+}
+
 double rl_rm_loss_part(int n, int B, const float *rc, const float *rr, float *drc, float *drr, int *correct)
 {
   double loss = 0;

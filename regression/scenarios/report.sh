@@ -1,0 +1,43 @@
+# tools/report.py on real run records made here (a micro SFT and a micro PPO
+# run): the picture and the summary are written, the summary's numbers are
+# the records', the response-length histogram's data is the last iteration's;
+# a file that is not a run record fails with one line and writes nothing.
+. regression/lib.sh
+d="$RLFUSE_TMP/report"; mkdir -p $d
+rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 12 -task_len_max 8 >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -1 $d/sft.log)"
+rlfuse -mode rm -rm_sft_checkpoint $d/sft/final.h5 -output_dir $d/rm -rm_pairs 48 -rm_eval_pairs 16 -rm_steps 4 -rm_batch 8 \
+  -gen_max_new_tokens 12 -gen_slots 8 -task_len_max 8 -seed 7 >$d/rm.log 2>&1 || not_ok "RM fixture: $(tail -1 $d/rm.log)"
+rlfuse -options_file regression/decks/rlhf_tiny.deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 \
+  -output_dir $d/ppo -ppo_iterations 3 >$d/ppo.log 2>&1 || not_ok "PPO fixture: $(tail -1 $d/ppo.log)"
+report() { "$PYTHON" tools/report.py "$@"; }
+
+report $d/ppo/run.h5 $d/sft/run.h5 -o $d/both.png >$d/both.out 2>&1 || not_ok "report on two runs: $(tail -1 $d/both.out)"
+check "report writes a PNG picture and the text summary beside it" bash -c "head -c 8 $d/both.png | od -An -c | grep -q 'P   N   G' && test -s $d/both.txt"
+"$PYTHON" - $d <<'PY' && ok "summary: steps, first/last metric values and the response lengths are the records'" || not_ok "summary against the run records"
+import sys, h5py, numpy as np, re
+d = sys.argv[1]
+txt = open(f"{d}/both.txt").read()
+with h5py.File(f"{d}/ppo/run.h5") as f:
+    gold = f["metrics/gold"][()]; L = f["responses/lengths"][()]; it = int(f["responses"].attrs["iteration"])
+    B = int(f["parameters"].attrs["rollout_batch"])
+with h5py.File(f"{d}/sft/run.h5") as f:
+    loss = f["metrics/loss"][()]
+assert len(L) == B and it == 3, (len(L), B, it)
+assert re.search(r"ppo/run.h5: mode ppo, 3 steps", txt), txt
+assert re.search(r"sft/run.h5: mode sft, 12 steps", txt), txt
+m = re.search(r"gold\s+first\s+(\S+)\s+last\s+(\S+)", txt)
+assert abs(float(m.group(1)) - gold[0]) <= 1e-3 * abs(gold[0]) + 1e-12 and abs(float(m.group(2)) - gold[-1]) <= 1e-3 * abs(gold[-1]) + 1e-12, (m.groups(), gold)
+m = re.search(r"\n  loss\s+first\s+(\S+)\s+last\s+(\S+)", txt.split("sft/run.h5")[1])
+assert abs(float(m.group(2)) - loss[-1]) <= 1e-3 * abs(loss[-1]), (m.groups(), loss)
+m = re.search(r"response lengths \(iteration 3\): mean (\S+), median \S+, max (\d+), (\d+) responses", txt)
+assert abs(float(m.group(1).rstrip(",")) - L.mean()) < 0.006 and int(m.group(2)) == L.max() and int(m.group(3)) == B, m.groups()
+PY
+
+# not a run record: a checkpoint (HDF5) and a text file; nothing written
+for bad in $d/sft/final.h5 regression/decks/tiny.deck $d/missing.h5; do
+  report $d/ppo/run.h5 $bad -o $d/bad.png >$d/bad.out 2>&1; rc=$?
+  if [ $rc -eq 1 ] && [ "$(wc -l <$d/bad.out)" -eq 1 ] && grep -q "^report: error: $bad: " $d/bad.out && [ ! -e $d/bad.png ] && [ ! -e $d/bad.txt ]; then
+    ok "report on $(basename $bad): one line naming it, exit 1, nothing written ($(cat $d/bad.out))"
+  else not_ok "report on $(basename $bad): rc $rc, $(wc -l <$d/bad.out) lines: $(head -3 $d/bad.out)"; fi
+done
+finish

@@ -1,0 +1,95 @@
+/* io: "-restart latest". A batch job that is preempted and requeued runs the
+ * same command again; with -restart latest it resumes from the newest complete
+ * checkpoint in its output directory, or starts fresh when there is none,
+ * so one job script serves the first start and every resumption. */
+#include "internal/h5util.h"
+
+#include <dirent.h>
+#include <string.h>
+
+typedef struct {
+  const char *dir;
+  char        best[PETSC_MAX_PATH_LEN];
+  int64_t     best_it;
+  int         nskipped;
+} RestartScan;
+
+static PetscErrorCode restart_read_iteration(hid_t file, void *ctx)
+{
+  hid_t g;
+
+  PetscFunctionBegin;
+  g = H5Gopen2(file, "state", H5P_DEFAULT);
+  PetscCheck(g >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "no /state group");
+  PetscErrorCode ierr = h5u_attr_read_int(g, "/state", "iteration", (int64_t *)ctx);
+  PetscCall(h5u_close(&g));
+  PetscCall(ierr);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Checkpoint names a run writes: ckpt_<digits>.h5 and final.h5. A temporary
+ * (PATH.tmp.PID, left by a job killed mid-write) never matches. */
+static PetscBool restart_is_ckpt_name(const char *name)
+{
+  size_t n = strlen(name);
+
+  if (!strcmp(name, "final.h5")) return PETSC_TRUE;
+  if (n < 9 || strncmp(name, "ckpt_", 5) || strcmp(name + n - 3, ".h5")) return PETSC_FALSE;
+  for (size_t i = 5; i < n - 3; i++)
+    if (name[i] < '0' || name[i] > '9') return PETSC_FALSE;
+  return PETSC_TRUE;
+}
+
+/* Rank 0: the readable checkpoint with the most iterations (final.h5 on a tie).
+ * Files that do not open or lack /state@iteration (truncated, corrupt) are skipped. */
+static PetscErrorCode restart_scan(void *vctx)
+{
+  RestartScan   *s = (RestartScan *)vctx;
+  DIR           *d = opendir(s->dir);
+  struct dirent *e;
+
+  PetscFunctionBegin;
+  s->best[0] = '\0';
+  s->best_it = -1;
+  if (!d) PetscFunctionReturn(PETSC_SUCCESS); /* no output directory yet: a fresh start */
+  while ((e = readdir(d))) {
+    char    path[PETSC_MAX_PATH_LEN];
+    int64_t it = -1;
+
+    if (!restart_is_ckpt_name(e->d_name)) continue;
+    PetscCall(PetscSNPrintf(path, sizeof path, "%s/%s", s->dir, e->d_name));
+    H5E_BEGIN_TRY
+    {
+      if (h5u_read_file("checkpoint", path, restart_read_iteration, &it)) it = -1;
+    }
+    H5E_END_TRY;
+    if (it < 0) {
+      s->nskipped++;
+      continue;
+    }
+    if (it > s->best_it || (it == s->best_it && !strcmp(e->d_name, "final.h5"))) {
+      s->best_it = it;
+      PetscCall(PetscStrncpy(s->best, path, sizeof s->best));
+    }
+  }
+  closedir(d);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ckpt_resolve_restart(MPI_Comm comm, const char *dir, char *restart, size_t len)
+{
+  RestartScan s = {dir, "", -1, 0};
+  PetscBool   latest;
+
+  PetscFunctionBegin;
+  PetscCall(PetscStrcmp(restart, "latest", &latest));
+  if (!latest) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(h5u_rank0(comm, restart_scan, &s));
+  PetscCallMPI(MPI_Bcast(s.best, (int)sizeof s.best, MPI_CHAR, 0, comm));
+  PetscCallMPI(MPI_Bcast(&s.best_it, 1, MPI_INT64_T, 0, comm));
+  PetscCallMPI(MPI_Bcast(&s.nskipped, 1, MPI_INT, 0, comm));
+  if (s.best[0]) PetscCall(PetscPrintf(comm, "restart latest: %s (step or iteration %" PRId64 ")%s\n", s.best, s.best_it, s.nskipped ? ", unreadable checkpoints skipped" : ""));
+  else PetscCall(PetscPrintf(comm, "restart latest: no complete checkpoint in %s, starting fresh\n", dir));
+  PetscCall(PetscStrncpy(restart, s.best, len));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

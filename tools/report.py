@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""report: a one-page picture and a short text summary of one or more run
+records (run.h5), overlaid for comparison, from the run records alone.
+
+Usage: /usr/bin/python3 tools/report.py RUN.h5 [RUN2.h5 ...] -o report.png
+
+Panels: learning curves (loss, gold score, reward-model score, KL, entropy,
+response length: whichever the runs recorded), per-stage times per step (the
+slowest rank), the mean time of each stage per run, and the histogram of the
+response lengths of the last recorded PPO/GRPO/RLOO iteration (/responses).
+The text summary goes to stdout and to report.txt beside the picture (the
+same name with .txt). A file that is not a run record is one line
+"report: error: ..." and exit status 1, with nothing written. Needs numpy,
+h5py and matplotlib (Agg backend, no display).
+"""
+import argparse
+import math
+import os
+import sys
+
+import numpy as np
+
+# The learning curves in the order they are drawn: (title, metric names, the first present is used).
+CURVES = [
+    ("loss", ["loss", "actor_loss"]),
+    ("held-out loss", ["eval_loss"]),
+    ("gold score (judge)", ["gold"]),
+    ("held-out gold", ["eval_gold"]),
+    ("reward-model score", ["rm_score"]),
+    ("pairwise accuracy (held-out)", ["eval_accuracy"]),
+    ("KL to the reference (nats/response)", ["kl"]),
+    ("entropy (nats/token)", ["entropy"]),
+    ("response length (mean)", ["response_len_mean"]),
+    ("critic loss", ["critic_loss"]),
+]
+# Stage columns that are sums of others, left out of the stacked per-run bars.
+TOTALS = {"iteration"}
+
+
+def fail(msg):
+    print(f"report: error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def text(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def load(path):
+    """Everything the report draws from one run record, as plain arrays."""
+    import h5py
+
+    if not os.path.isfile(path):
+        fail(f"{path}: no such file")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        fail(f"{path}: not an HDF5 file ({str(e).splitlines()[0]})")
+    with f:
+        for need in ("code", "metrics/step", "timing/step"):
+            if need not in f:
+                fail(f"{path}: not an rlfuse run record (no /{need})")
+        run = {"path": path, "code": {k: text(v) for k, v in f["code"].attrs.items()}}
+        run["step"] = f["metrics/step"][()].astype(np.float64)
+        run["metrics"] = {k: d[()].astype(np.float64) for k, d in f["metrics"].items() if k != "step"}
+        run["tstep"] = f["timing/step"][()].astype(np.float64)
+        run["stages"] = {k[:-4]: d[()].astype(np.float64) for k, d in f["timing"].items() if k.endswith("_max")}
+        run["summary"] = {k: float(v) for k, v in f["summary"].attrs.items()} if "summary" in f else {}
+        run["lengths"] = f["responses/lengths"][()] if "responses/lengths" in f else None
+        run["lengths_iter"] = int(f["responses"].attrs.get("iteration", 0)) if "responses" in f else 0
+        params = f["parameters"].attrs if "parameters" in f else {}
+        run["max_new"] = int(text(params["gen_max_new_tokens"])) if "gen_max_new_tokens" in params else None
+    return run
+
+
+def labels(runs):
+    """Short distinct names: the run's directory (and file) relative to what the paths share."""
+    paths = [os.path.abspath(r["path"]) for r in runs]
+    if len(paths) == 1:
+        return [os.path.join(os.path.basename(os.path.dirname(paths[0])), os.path.basename(paths[0]))]
+    common = os.path.commonpath([os.path.dirname(p) for p in paths])
+    out = [os.path.relpath(p, common) for p in paths]
+    return [o if o.count(os.sep) else os.path.join(os.path.basename(common), o) for o in out]
+
+
+def summary_text(runs, names):
+    lines = []
+    for run, name in zip(runs, names):
+        c = run["code"]
+        n = len(run["step"])
+        lines.append(f"{name}: mode {c.get('mode', '?')}, {n} steps, {c.get('ranks', '?')} ranks x {c.get('threads', '?')} threads, git {c.get('git_revision', '?')}")
+        for title, keys in CURVES:
+            key = next((k for k in keys if k in run["metrics"]), None)
+            if key is None:
+                continue
+            v = run["metrics"][key]
+            ok = np.isfinite(v)
+            if ok.any():
+                lines.append(f"  {key:<20s} first {v[ok][0]:10.4g}  last {v[ok][-1]:10.4g}  min {v[ok].min():10.4g}  max {v[ok].max():10.4g}")
+        st = {s: v for s, v in run["stages"].items() if s not in TOTALS and np.isfinite(v).any()}
+        total = sum(np.nansum(v) for v in st.values())
+        if n and total > 0:
+            parts = sorted(st.items(), key=lambda kv: -np.nansum(kv[1]))
+            lines.append("  time per step " + ", ".join(f"{s} {np.nansum(v) / n:.3g} s ({100 * np.nansum(v) / total:.0f}%)" for s, v in parts if np.nansum(v) > 0))
+        if run["lengths"] is not None:
+            L = run["lengths"]
+            lines.append(f"  response lengths (iteration {run['lengths_iter']}): mean {L.mean():.2f}, median {np.median(L):.0f}, max {L.max()}, {len(L)} responses")
+        for k, v in sorted(run["summary"].items()):
+            lines.append(f"  summary {k} = {v:.6g}")
+    return "\n".join(lines) + "\n"
+
+
+def draw(runs, names, out):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = [(t, ks) for t, ks in CURVES if any(k in r["metrics"] and np.isfinite(r["metrics"][k]).any() for r in runs for k in ks)]
+    stages = sorted({s for r in runs for s, v in r["stages"].items() if (v > 0).any()})
+    has_len = any(r["lengths"] is not None for r in runs)
+    npanel = len(curves) + len(runs) * bool(stages) + bool(stages) + has_len
+    ncol = min(3, max(npanel, 1))
+    nrow = math.ceil(npanel / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.6 * ncol, 3.3 * nrow), squeeze=False)
+    axes = list(axes.ravel())
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    k = 0
+    for title, keys in curves:
+        ax = axes[k]; k += 1
+        for i, r in enumerate(runs):
+            key = next((x for x in keys if x in r["metrics"]), None)
+            if key is None:
+                continue
+            v = r["metrics"][key]; s = r["step"][: len(v)]; ok = np.isfinite(v)
+            if not (v[ok] != 0).any():  # all zero: the run has no such model (GRPO/RLOO's critic)
+                continue
+            ax.plot(s[ok], v[ok], lw=1.2, color=colors[i % len(colors)], marker="." if ok.sum() < 40 else None, label=names[i])
+        ax.set_title(title, fontsize=10); ax.set_xlabel("step"); ax.grid(alpha=0.3)
+    if stages:
+        smap = {s: plt.get_cmap("tab20")(j % 20) for j, s in enumerate(stages)}
+        for i, r in enumerate(runs):
+            ax = axes[k]; k += 1
+            for s in stages:
+                v = r["stages"].get(s)
+                if v is None or not (v > 0).any():
+                    continue
+                ok = np.isfinite(v) & (v > 0)
+                ax.plot(r["tstep"][: len(v)][ok], v[ok], lw=1, color=smap[s], label=s, ls="--" if s in TOTALS else "-")
+            ax.set_yscale("log"); ax.set_title(f"stage seconds per step: {names[i]}", fontsize=9)
+            ax.set_xlabel("step"); ax.grid(alpha=0.3); ax.legend(fontsize=6, ncol=2)
+        ax = axes[k]; k += 1
+        bottom = np.zeros(len(runs))
+        for s in stages:
+            if s in TOTALS:
+                continue
+            h = np.array([np.nansum(r["stages"].get(s, [0.0])) / max(len(r["tstep"]), 1) for r in runs])
+            if (h > 0).any():
+                ax.bar(range(len(runs)), h, bottom=bottom, color=smap[s], label=s)
+                bottom += h
+        ax.set_xticks(range(len(runs)), names, fontsize=7, rotation=15)
+        ax.set_ylabel("seconds per step"); ax.set_title("mean time per step by stage", fontsize=10)
+        ax.legend(fontsize=6, ncol=2); ax.grid(alpha=0.3, axis="y")
+    if has_len:
+        ax = axes[k]; k += 1
+        top = max(int(r["lengths"].max()) for r in runs if r["lengths"] is not None)
+        top = max(top, max((r["max_new"] or 0) for r in runs))
+        bins = np.arange(0.5, top + 1.5, 1.0)
+        for i, r in enumerate(runs):
+            if r["lengths"] is not None:
+                ax.hist(r["lengths"], bins=bins, histtype="step" if len(runs) > 1 else "stepfilled", lw=1.5,
+                        color=colors[i % len(colors)], alpha=1.0 if len(runs) > 1 else 0.7, label=f"{names[i]} (iter {r['lengths_iter']})")
+        ax.set_title("response lengths, last iteration", fontsize=10); ax.set_xlabel("tokens (with EOS)"); ax.set_ylabel("responses")
+        ax.grid(alpha=0.3)
+    for ax in axes[k:]:
+        ax.set_visible(False)
+    if len(runs) > 1 or has_len:
+        handles, labs = axes[0].get_legend_handles_labels()
+        if handles:
+            fig.legend(handles, labs, loc="upper right", fontsize=8)
+    fig.suptitle("rlfuse run report: " + ", ".join(names), fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    tmp = out + f".tmp.{os.getpid()}.png"
+    fig.savefig(tmp, dpi=100)
+    os.replace(tmp, out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Plots and summarises rlfuse run records (run.h5).")
+    ap.add_argument("runs", nargs="+", metavar="RUN.h5")
+    ap.add_argument("-o", "--output", default="report.png", help="the picture (PNG); the summary goes beside it as .txt")
+    a = ap.parse_args()
+    if not a.output.endswith(".png"):
+        fail(f"-o {a.output}: the picture must be a .png file")
+    runs = [load(p) for p in a.runs]  # every file is checked before anything is written
+    names = labels(runs)
+    txt = summary_text(runs, names)
+    draw(runs, names, a.output)
+    txt_path = a.output[:-4] + ".txt"
+    with open(txt_path + f".tmp.{os.getpid()}", "w") as f:
+        f.write(txt)
+    os.replace(txt_path + f".tmp.{os.getpid()}", txt_path)
+    sys.stdout.write(txt)
+    print(f"report: wrote {a.output} and {txt_path} ({len(runs)} run{'s' if len(runs) > 1 else ''})")
+
+
+if __name__ == "__main__":
+    main()
