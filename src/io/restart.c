@@ -21,7 +21,7 @@ static PetscErrorCode restart_read_iteration(hid_t file, void *ctx)
   PetscFunctionBegin;
   g = H5Gopen2(file, "state", H5P_DEFAULT);
   PetscCheck(g >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "no /state group");
-  PetscErrorCode ierr = h5u_attr_read_int(g, "/state", "iteration", (int64_t *)ctx);
+  PetscErrorCode ierr = h5u_attr_read_int(g, "/state", "iteration", 0, INT32_MAX, (int64_t *)ctx);
   PetscCall(h5u_close(&g));
   PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
