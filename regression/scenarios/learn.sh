@@ -7,7 +7,11 @@
 # A number missing from the log (a stage that printed nothing) fails.
 . regression/lib.sh
 plan 5
-gain_min=0.05 rm_min=0.70
+# From the seeds measured (docs/testing.md): gains 0.113-0.132, mean - 3 sd =
+# 0.08; RM accuracy 0.754-0.78, mean - 3 sd = 0.72. A run that learns half as
+# well (gain 0.06, accuracy 0.63) fails both. RLOO's bound is the looser 0.05
+# until its spread over seeds is measured.
+gain_min=0.08 rm_min=0.72 rloo_min=0.05
 d="$RLFUSE_TMP/learn"; mkdir -p $d
 rlfuse -options_file regression/decks/learn.deck -output_dir $d/run >$d.log 2>&1 || { not_ok "learning run"; tail -3 $d.log; }
 gain=$(sed -n 's/^ *gold score  SFT policy .* gain \([-+0-9.]*\)$/\1/p' $d.log)
@@ -26,6 +30,6 @@ line=$(grep "^rloo: held-out gold score" $d.rloo.log)
 read -r g0 g1 rkl < <(echo "$line" | sed -E 's/.*score ([-0-9.]+) \(SFT policy\) -> ([-0-9.]+) .*reference ([-0-9.]+) nats.*/\1 \2 \3/')
 echo "# $line"
 rgain=$(awk -v a="$g0" -v b="$g1" 'BEGIN { if (a == "" || b == "") print "missing"; else printf "%.4f", b - a }')
-within "RLOO raises the held-out gold score by at least $gain_min (measured $rgain)" "$rgain" $gain_min 1
+within "RLOO raises the held-out gold score by at least $rloo_min (measured $rgain)" "$rgain" $rloo_min 1
 within "RLOO's KL to the reference stays within (0, 5] nats per response (measured $rkl)" "$rkl" 1e-6 5
 finish
