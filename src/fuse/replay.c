@@ -117,9 +117,10 @@ PetscErrorCode fuse_sched_validate(const FuseSched *s, const char *where)
                 t.model, t.kind, t.mb, in->m[0], in->m[1]);
       }
       if (seen[id % s->n] >= 0) {
+        int first = seen[id % s->n];
         (void)PetscFree2(ids, seen);
         SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: rank %d lists the %s %s of micro-batch %d twice (rows %d and %d)", where, r, t.model ? "critic" : "actor", t.kind ? "backward" : "forward",
-                t.mb, seen[id % s->n], j);
+                t.mb, first, j);
       }
       seen[id % s->n] = j;
     }
