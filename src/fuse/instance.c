@@ -2,24 +2,32 @@
  * stages on the ranks), its task graph, and the lower bound on the makespan. */
 #include "fuse_impl.h"
 #include <math.h>
+#include <stdio.h>
 
 PetscErrorCode fuse_inst_check(const FuseInst *in, const char *opt)
 {
+  char f[2][32], m[2][32], cap[32]; /* snprintf's %g: PETSc's prints 2 as "2." */
+
   PetscFunctionBegin;
+  for (int x = 0; x < 2; x++) {
+    snprintf(f[x], sizeof f[x], "%g", in->f[x]);
+    snprintf(m[x], sizeof m[x], "%g", in->mem[x]);
+  }
+  snprintf(cap, sizeof cap, "%g", in->mem_cap);
   PetscCheck(in->pp[0] >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%spp0 %d: the actor needs at least 1 stage", opt, in->pp[0]);
   PetscCheck(in->pp[1] >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%spp1 %d: the critic needs at least 1 stage", opt, in->pp[1]);
   PetscCheck(in->pp[0] % in->pp[1] == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%spp1 %d does not divide %spp0 %d (the critic is replicated pp0/pp1 times)", opt, in->pp[1], opt, in->pp[0]);
   for (int x = 0; x < 2; x++) {
     PetscCheck(in->m[x] >= 1 && in->m[x] <= (1 << 20), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%sm%d %d: micro-batches must be in 1..%d", opt, x, in->m[x], 1 << 20);
-    PetscCheck(in->f[x] > 0 && isfinite(in->f[x]), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%sf%d %g: the forward time must be positive", opt, x, in->f[x]);
-    PetscCheck(in->mem[x] >= 0 && isfinite(in->mem[x]), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%smem%d %g: the activation memory must be >= 0", opt, x, in->mem[x]);
+    PetscCheck(in->f[x] > 0 && isfinite(in->f[x]), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%sf%d %s: the forward time must be positive", opt, x, f[x]);
+    PetscCheck(in->mem[x] >= 0 && isfinite(in->mem[x]), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%smem%d %s: the activation memory must be >= 0", opt, x, m[x]);
   }
-  PetscCheck(in->mem_cap >= 0 && isfinite(in->mem_cap), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%smem_cap %g must be >= 0 (0: no cap)", opt, in->mem_cap);
-  /* every schedule holds at least one micro-batch of each model at some
-   * point, and the last stage of either can hold just that one; a cap below
-   * the larger of the two leaves no schedule at all */
+  PetscCheck(in->mem_cap >= 0 && isfinite(in->mem_cap), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%smem_cap %s must be >= 0 (0: no cap)", opt, cap);
+  /* a rank must hold at least one micro-batch of each model at some point;
+   * one at a time always fits (each micro-batch through all stages and back
+   * before the next), so the larger of the two is the least cap */
   PetscCheck(in->mem_cap == 0 || in->mem_cap >= PetscMax(in->mem[0], in->mem[1]), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
-             "%smem_cap %g is below one micro-batch's activations (%smem0 %g, %smem1 %g): no schedule fits", opt, in->mem_cap, opt, in->mem[0], opt, in->mem[1]);
+             "%smem_cap %s is below one micro-batch's activations (%smem0 %s, %smem1 %s): no schedule fits", opt, cap, opt, m[0], opt, m[1]);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
