@@ -87,7 +87,7 @@ typedef struct {
  * whatever the thread count. */
 typedef struct {
   FuseScore greedy, calib, best; /* the plain list schedule, the calibrated one, the search's */
-  double    lower_bound, seconds;
+  double    lower_bound, seconds, cpu_seconds; /* wall-clock, and CPU time of all threads */
   int       chain, iters_used;
 } FuseSearchInfo;
 PetscErrorCode fuse_search(const FuseInst *in, const FuseSearchOpts *opt, FuseSched *s, FuseSearchInfo *info);

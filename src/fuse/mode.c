@@ -99,7 +99,7 @@ PetscErrorCode fuse_schedule_run(RunCtx *run)
   opt.iters  = (int)iters;
   PetscCall(fuse_search(&in, &opt, &s, &info));
   PetscCall(print_result(&in, info.best.makespan, info.best.peak_mem, info.lower_bound, info.greedy.makespan, &seq));
-  PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  search %.2f s on %d threads, %d chains, %d proposals in all\n", info.seconds, run->nthreads, opt.chains, info.iters_used));
+  PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  search %.2f s (CPU %.2f s) on %d threads, %d chains, %d proposals in all\n", info.seconds, info.cpu_seconds, run->nthreads, opt.chains, info.iters_used));
   PetscCall(fuse_sched_write(output, &s, &info, &seq));
   PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  wrote %s\n", output));
   PetscCall(fuse_sched_free(&s));

@@ -26,6 +26,7 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct Decoder {
   const FuseInst  *in;
@@ -188,7 +189,7 @@ static PetscErrorCode start_keys(const FuseInst *in, double *key)
 
 typedef struct {
   Decoder d;
-  double *key, *best_key;
+  double *key, *best_key, *prev_key;
   int    *cur_ids, *best_ids;
   double  mk, pk, best_mk, best_pk;
   int     steps;
@@ -243,7 +244,9 @@ static void chain_run(Chain *ch, const FuseSearchOpts *opt, int c, double lb)
       old_a = ch->key[a];
       ch->key[a] += (2 * chain_u(opt->seed, c, ch->steps, 2) - 1) * 4 * g->dur[a];
     }
+    if (!phase2) memcpy(ch->prev_key, ch->key, (size_t)N * sizeof *ch->key);
     mk = decoder_run(&ch->d, ch->key);
+    if (!phase2) mk = decoder_justify(&ch->d, ch->key, mk); /* may rewrite all keys */
     if (!isinf(mk))
       for (int r = 0; r < g->nranks; r++) pk = PetscMax(pk, fuse_rank_peak(in, ch->d.ids + r * n, n));
     if (phase2) delta = mk > ch->best_mk ? INFINITY : (pk - ch->pk) / munit;
@@ -258,7 +261,8 @@ static void chain_run(Chain *ch, const FuseSearchOpts *opt, int c, double lb)
         memcpy(ch->best_ids, ch->d.ids, (size_t)N * sizeof *(ch->best_ids));
         memcpy(ch->best_key, ch->key, (size_t)N * sizeof *(ch->best_key));
       }
-    } else {
+    } else if (!phase2) memcpy(ch->key, ch->prev_key, (size_t)N * sizeof *ch->key);
+    else {
       ch->key[a] = old_a;
       if (b >= 0) ch->key[b] = old_b;
     }
@@ -388,6 +392,7 @@ PetscErrorCode fuse_search(const FuseInst *in, const FuseSearchOpts *opt, FuseSc
   FuseGraph g;
   Chain    *ch;
   double   *key0, t0 = omp_get_wtime(), alpha = 1;
+  clock_t   c0 = clock();
   int       C = opt->chains, win = 0;
 
   PetscFunctionBegin;
@@ -410,7 +415,7 @@ PetscErrorCode fuse_search(const FuseInst *in, const FuseSearchOpts *opt, FuseSc
   for (int c = 0; c < C; c++) {
     PetscCall(decoder_create(in, &g, &ch[c].d));
     ch[c].d.alpha = alpha;
-    PetscCall(PetscMalloc4(g.N, &ch[c].key, g.N, &ch[c].best_key, g.N, &ch[c].cur_ids, g.N, &ch[c].best_ids));
+    PetscCall(PetscMalloc5(g.N, &ch[c].key, g.N, &ch[c].best_key, g.N, &ch[c].prev_key, g.N, &ch[c].cur_ids, g.N, &ch[c].best_ids));
     /* chain 0 starts from the plain keys (the greedy start), the others
      * from keys jittered by up to one task's length */
     for (int i = 0; i < g.N; i++) ch[c].key[i] = key0[i] + (c ? (2 * chain_u(opt->seed, c, -1, i) - 1) * g.dur[i] : 0);
@@ -430,11 +435,12 @@ PetscErrorCode fuse_search(const FuseInst *in, const FuseSearchOpts *opt, FuseSc
   for (int c = 0; c < C; c++) info->iters_used += ch[c].steps;
   for (int c = 0; c < C; c++) {
     PetscCall(decoder_destroy(&ch[c].d));
-    PetscCall(PetscFree4(ch[c].key, ch[c].best_key, ch[c].cur_ids, ch[c].best_ids));
+    PetscCall(PetscFree5(ch[c].key, ch[c].best_key, ch[c].prev_key, ch[c].cur_ids, ch[c].best_ids));
   }
   PetscCall(PetscFree(ch));
   PetscCall(PetscFree(key0));
   PetscCall(fuse_graph_free(&g));
-  info->seconds = omp_get_wtime() - t0;
+  info->seconds     = omp_get_wtime() - t0;
+  info->cpu_seconds = (double)(clock() - c0) / CLOCKS_PER_SEC;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
