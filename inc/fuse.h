@@ -58,8 +58,8 @@ int            fuse_ntasks(const FuseInst *in);
 int            fuse_stage(const FuseInst *in, int x, int r);
 int            fuse_rank(const FuseInst *in, int x, int copy, int s);
 
-/* The lower bound on any schedule's makespan: the actor's critical path
- * (m0+pp0-1)*3 f0, and for every rank its work (3 m0 f0 + 3 m1 f1) plus the
+/* The lower bound on any schedule's makespan: each model's critical path
+ * (m+pp-1)*3f, and for every rank its work (3 m0 f0 + 3 m1 f1) plus the
  * earliest a first forward can reach it plus the shortest chain of
  * backwards that must follow its last task. */
 double fuse_lower_bound(const FuseInst *in);

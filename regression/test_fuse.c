@@ -57,6 +57,13 @@ static void test_lower_bound(void)
     check(fuse_lower_bound(&in) == 822, "lower bound: (8,4,32,16,5,6) = 822 by hand", detail);
   }
   {
+    /* the critic's critical path binds: (4,4,1,8,1,3): (8+3)*9 = 99 against
+     * the actor's 12 and work 3 + 72 plus at most head 3 + tail 6 */
+    FuseInst in = inst(4, 4, 1, 8, 1, 3);
+    snprintf(detail, sizeof detail, "%g", fuse_lower_bound(&in));
+    check(fuse_lower_bound(&in) == 99, "lower bound: (4,4,1,8,1,3) = 99, the critic's critical path", detail);
+  }
+  {
     /* critical path binds: (4,4,8,1,1,1): (8+3)*3 = 33 against work 27 +
      * heads/tails at most 1+2 */
     FuseInst in = inst(4, 4, 8, 1, 1, 1);

@@ -39,7 +39,11 @@ int fuse_rank(const FuseInst *in, int x, int copy, int s) { return x == FUSE_ACT
 
 double fuse_lower_bound(const FuseInst *in)
 {
-  double lb = (in->m[0] + in->pp[0] - 1) * 3 * in->f[0], work = 3 * (in->m[0] * in->f[0] + in->m[1] * in->f[1]);
+  double work = 3 * (in->m[0] * in->f[0] + in->m[1] * in->f[1]);
+  /* each model's critical path: m forwards and backwards on one stage plus
+   * the pipeline's fill and drain (the critic's binds only when the actor's
+   * work is tiny; the published bounds never needed it) */
+  double lb = PetscMax((in->m[0] + in->pp[0] - 1) * 3 * in->f[0], (in->m[1] + in->pp[1] - 1) * 3 * in->f[1]);
 
   for (int r = 0; r < in->pp[0]; r++) {
     int s0 = fuse_stage(in, FUSE_ACTOR, r), s1 = fuse_stage(in, FUSE_CRITIC, r);

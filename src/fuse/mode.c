@@ -43,18 +43,18 @@ PetscErrorCode fuse_schedule_run(RunCtx *run)
 
   PetscFunctionBegin;
   PetscOptionsBegin(PETSC_COMM_WORLD, "sched_", "Fused actor-critic schedule search (-mode schedule)", NULL);
-  RfOptInt("-pp0", "Actor pipeline stages (one per rank)", pp0, &pp0);
-  RfOptInt("-pp1", "Critic pipeline stages (divides pp0; the critic is replicated pp0/pp1 times)", pp1, &pp1);
-  RfOptInt("-m0", "Actor micro-batches", m0, &m0);
-  RfOptInt("-m1", "Micro-batches of each critic copy", m1, &m1);
-  RfOptReal("-f0", "Forward time of one actor stage (a backward takes twice as long)", f0, &f0);
-  RfOptReal("-f1", "Forward time of one critic stage", f1, &f1);
+  RfOptInt("-pp0", "Actor pipeline stages, one per rank (required)", pp0, &pp0);
+  RfOptInt("-pp1", "Critic pipeline stages: divides pp0, the critic is replicated pp0/pp1 times (required)", pp1, &pp1);
+  RfOptInt("-m0", "Actor micro-batches (required)", m0, &m0);
+  RfOptInt("-m1", "Micro-batches of each critic copy (required)", m1, &m1);
+  RfOptReal("-f0", "Forward time of one actor stage; a backward takes twice as long (required)", f0, &f0);
+  RfOptReal("-f1", "Forward time of one critic stage (required)", f1, &f1);
   RfOptReal("-mem0", "Activation memory one actor micro-batch in flight holds on a rank", mem0, &mem0);
   RfOptReal("-mem1", "Activation memory one critic micro-batch in flight holds on a rank", mem1, &mem1);
   RfOptReal("-mem_cap", "Activation memory cap per rank (0: none)", cap, &cap);
   RfOptInt("-chains", "Independent annealing chains (run on the OpenMP threads; the result does not depend on the thread count)", chains, &chains);
   RfOptInt("-iters", "Annealing proposals per chain (a chain stops early at the lower bound)", iters, &iters);
-  RfOptString("-output", "Schedule file to write (HDF5)", output, sizeof output);
+  RfOptString("-output", "Schedule file to write, HDF5 (required unless -sched_file)", output, sizeof output);
   RfOptString("-file", "Schedule file to check instead of searching: validated against the instance, replayed, printed", file, sizeof file);
   PetscOptionsEnd();
   PetscCall(PetscOptionsHasHelp(NULL, &help));
