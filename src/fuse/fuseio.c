@@ -11,6 +11,7 @@
  * validates the schedule (every task once, no deadlock, memory cap). */
 #include "fuse_impl.h"
 #include "internal/h5util.h"
+#include <sys/stat.h>
 
 typedef struct {
   const char           *path;
@@ -82,7 +83,12 @@ PetscErrorCode fuse_sched_write(const char *path, const FuseSched *s, const Fuse
   FuseWriteCtx ctx = {path, s, info, seq, NULL};
   FuseScore    sc  = {0};
 
+  struct stat  st;
+
   PetscFunctionBegin;
+  /* the atomic write renames a temporary over path: never over a device
+   * such as /dev/null */
+  PetscCheck(stat(path, &st) != 0 || S_ISREG(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "schedule file %s exists and is not a regular file (a device or directory): not replacing it", path);
   PetscCall(PetscMalloc1(s->nranks, &ctx.peak));
   sc.rank_peak = ctx.peak;
   PetscCall(fuse_replay(s, &sc, NULL));
