@@ -8,7 +8,8 @@
  * stages run micro-batches in different orders, which rely on the stage
  * messages being tagged by micro-batch) must give the outputs, gradients and
  * post-AdamW parameters of one rank running the same micro-batches one
- * after another. Run with mpiexec -n 4 (layouts
+ * after another; and two models sharing two ranks, their stages running
+ * them in different orders, must each match their one-rank run. Run with mpiexec -n 4 (layouts
  * that need more ranks than the world are skipped, saying so). */
 #include <math.h>
 #include <string.h>
@@ -298,6 +299,84 @@ static PetscErrorCode test_step(const GPTConfig *cfg, const Layout *L)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Two models (different weights, same shapes) on the same two ranks and
+ * communicator, one micro-batch each, whose stages run their tasks in
+ * different orders: stage 0 runs A's forward then B's, stage 1 B's then A's.
+ * Only the model id in the stage messages' tags sends each its own
+ * activations and gradients; both must match their one-rank runs. */
+static PetscErrorCode test_two_models(const GPTConfig *cfg)
+{
+  const Mesh *mesh;
+  GPT        *full[2], *g[2] = {NULL, NULL};
+  Batch       b;
+  float      *ref[2], *got[2], *pfull, *gfull;
+  int         ranks[2] = {0, 1};
+  PetscBool   ok = PETSC_TRUE;
+  double      worst = 0;
+  char        det[160];
+
+  PetscFunctionBegin;
+  if (world_size < 2) {
+    if (world_rank == 0) printf("# skip two models on shared ranks: needs 2 ranks\n");
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  PetscCall(mesh_get(ranks, 2, 2, 1, 1, &mesh));
+  PetscCall(batch_create(cfg, 2, 6, 6, &b));
+  for (int x = 0; x < 2; x++) {
+    StepCtx rc;
+    PetscCall(gpt_create(cfg, backend_cpu(), &full[x]));
+    PetscCall(gpt_init_random(full[x], 90 + x));
+    PetscCall(PetscCalloc2(2 * b.N, &ref[x], 2 * b.N, &got[x]));
+    rc = (StepCtx){&b, x, 1, ref[x]}; /* model x trains on row x */
+    PetscCall(gpt_zero_grad(full[x]));
+    PetscCall(step_forward(&rc, full[x], 0));
+    PetscCall(step_backward(&rc, full[x], 0));
+  }
+  PetscCall(PetscMalloc2(full[0]->nparams, &pfull, full[0]->nparams, &gfull));
+  if (mesh->me >= 0) {
+    /* (model, kind) in each stage's order */
+    static const int order[2][4][2] = {{{0, 0}, {1, 0}, {0, 1}, {1, 1}}, {{1, 0}, {0, 0}, {0, 1}, {1, 1}}};
+    StepCtx          gc[2];
+    for (int x = 0; x < 2; x++) {
+      float *mine;
+      PetscCall(gpt_create_on_mesh(cfg, backend_cpu(), mesh, &g[x]));
+      PetscCall(gpt_params_get(full[x], pfull));
+      PetscCall(PetscMalloc1(g[x]->nparams + 1, &mine));
+      PetscCall(gpt_shard_extract(cfg, &g[x]->sh, pfull, mine));
+      PetscCall(gpt_params_set(g[x], mine));
+      PetscCall(PetscFree(mine));
+      PetscCall(gpt_zero_grad(g[x]));
+      PetscCall(gpt_msg_ids(g[x], x, 0));
+      gc[x] = (StepCtx){&b, x, 1, got[x]};
+    }
+    for (int i = 0; i < 4; i++) {
+      int x = order[mesh->p][i][0];
+      PetscCall(order[mesh->p][i][1] ? step_backward(&gc[x], g[x], 0) : step_forward(&gc[x], g[x], 0));
+    }
+  }
+  for (int x = 0; x < 2; x++) {
+    double e;
+    if (!(mesh->me >= 0 && mesh->p == 1)) PetscCall(PetscArrayzero(got[x], 2 * b.N));
+    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, got[x], 2 * b.N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    e = rel_err(got[x] + x * b.T, ref[x] + x * b.T, b.T); /* model x's row */
+    worst = PetscMax(worst, e);
+    if (g[x]) PetscCall(gpt_grads_sync(g[x]));
+    PetscCall(gather_full(full[x], g[x] ? g[x] : full[x], mesh, g[x] ? g[x]->grads : full[x]->grads, gfull));
+    worst = PetscMax(worst, rel_err(gfull, full[x]->grads, full[x]->nparams));
+  }
+  ok = worst < 1e-5 ? PETSC_TRUE : PETSC_FALSE;
+  PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", worst));
+  report("two models on the same 2 ranks, stages running them in different orders: outputs and gradients match each model's one-rank run (model id in the tags)", ok, det);
+  for (int x = 0; x < 2; x++) {
+    PetscCall(PetscFree2(ref[x], got[x]));
+    PetscCall(gpt_destroy(&full[x]));
+    PetscCall(gpt_destroy(&g[x]));
+  }
+  PetscCall(PetscFree2(pfull, gfull));
+  PetscCall(batch_destroy(&b));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 int main(int argc, char **argv)
 {
   GPTConfig lm = {.n_layer = 4, .n_head = 4, .n_embd = 16, .vocab_size = 24, .n_positions = 12, .head = GPT_HEAD_LM};
@@ -325,6 +404,7 @@ int main(int argc, char **argv)
   for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++) PetscCall(test_tables("1F1B", sched_1f1b, tables[k][0], tables[k][1], PETSC_TRUE));
   PetscCall(test_tables("GPipe", sched_gpipe, 4, 3, PETSC_FALSE));
   PetscCall(test_guard(&lm));
+  PetscCall(test_two_models(&lm));
   for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
     PetscCall(test_step(&lm, &layouts[k]));
     PetscCall(test_step(&sc, &layouts[k]));
