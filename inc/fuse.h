@@ -80,6 +80,7 @@ typedef struct {
   uint64_t seed;
   int      chains;     /* independent annealing chains (OpenMP threads share them) */
   int      iters;      /* proposals per chain */
+  int      mem_steps;  /* bisection steps on a memory cap at the best makespan (0: none) */
 } FuseSearchOpts;
 
 /* Result of a search: the best schedule by (makespan, peak memory, chain)

@@ -35,7 +35,7 @@ PetscErrorCode fuse_schedule_run(RunCtx *run)
   FuseSched      s;
   FuseSearchInfo info;
   FuseScore      seq = {0};
-  PetscInt       pp0 = 0, pp1 = 0, m0 = 0, m1 = 0, chains = 4, iters = 2000;
+  PetscInt       pp0 = 0, pp1 = 0, m0 = 0, m1 = 0, chains = 4, iters = 2000, mem_steps = 4;
   PetscReal      f0 = 0, f1 = 0, mem0 = 1, mem1 = 1, cap = 0;
   char           output[PETSC_MAX_PATH_LEN] = "", file[PETSC_MAX_PATH_LEN] = "";
   PetscBool      help;
@@ -54,6 +54,7 @@ PetscErrorCode fuse_schedule_run(RunCtx *run)
   RfOptReal("-mem_cap", "Activation memory cap per rank (0: none)", cap, &cap);
   RfOptInt("-chains", "Independent annealing chains (run on the OpenMP threads; the result does not depend on the thread count)", chains, &chains);
   RfOptInt("-iters", "Annealing proposals per chain (a chain stops early at the lower bound)", iters, &iters);
+  RfOptInt("-mem_steps", "Bisection steps on a memory cap after the search, lowering the peak activation memory at the best makespan (0: none)", mem_steps, &mem_steps);
   RfOptString("-output", "Schedule file to write, HDF5 (required unless -sched_file)", output, sizeof output);
   RfOptString("-file", "Schedule file to check instead of searching: validated against the instance, replayed, printed", file, sizeof file);
   PetscOptionsEnd();
@@ -68,6 +69,7 @@ PetscErrorCode fuse_schedule_run(RunCtx *run)
   PetscCheck(output[0] || file[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode schedule needs -sched_output FILE (or -sched_file FILE to check one)");
   PetscCheck(!(output[0] && file[0]), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-sched_output %s and -sched_file %s: give one (search and write, or check a file)", output, file);
   PetscCheck(chains >= 1 && chains <= 1024, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sched_chains %" PetscInt_FMT " must be in 1..1024", chains);
+  PetscCheck(mem_steps >= 0 && mem_steps <= 64, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sched_mem_steps %" PetscInt_FMT " must be in 0..64", mem_steps);
   PetscCheck(iters >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sched_iters %" PetscInt_FMT " must be >= 0", iters);
   PetscCheck(pp0 <= 4096 && pp1 <= 4096, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sched_pp0 %" PetscInt_FMT " / -sched_pp1 %" PetscInt_FMT ": at most 4096 stages", pp0, pp1);
   in.pp[0]   = (int)pp0;
@@ -97,6 +99,7 @@ PetscErrorCode fuse_schedule_run(RunCtx *run)
   opt.seed   = (uint64_t)run->seed;
   opt.chains = (int)chains;
   opt.iters  = (int)iters;
+  opt.mem_steps = (int)mem_steps;
   PetscCall(fuse_search(&in, &opt, &s, &info));
   PetscCall(print_result(&in, info.best.makespan, info.best.peak_mem, info.lower_bound, info.greedy.makespan, &seq));
   PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  search %.2f s (CPU %.2f s) on %d threads, %d chains, %d proposals in all\n", info.seconds, info.cpu_seconds, run->nthreads, opt.chains, info.iters_used));

@@ -301,7 +301,7 @@ static void param_eval(Decoder *d, const double *base, double norm, const double
  * over all parameters (each round tries every parameter up and down, in
  * parallel, and keeps the best; steps halve when nothing improves). Picks
  * the keys that start the annealing. */
-static PetscErrorCode calibrate(const FuseInst *in, const FuseGraph *g, const double *base, double lb, double *key, double *alpha, double *mk_out, double *pk_out)
+static PetscErrorCode calibrate(const FuseInst *in, const FuseGraph *g, const double *base, double lb, int max_blocks, int max_rounds, double *key, double *alpha, double *mk_out, double *pk_out)
 {
   static const double sigma[FUSE_NSIGMA] = {0.5, 0.65, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2};
   int                 nt = omp_get_max_threads(), ncopy = in->pp[0] / in->pp[1], np = 4 + ncopy, NG = FUSE_NALPHA * FUSE_NSIGMA * FUSE_NDELTA, NM = 2 * np, win = 0;
@@ -334,7 +334,7 @@ static PetscErrorCode calibrate(const FuseInst *in, const FuseGraph *g, const do
     c[3] = alphas[ia];
     for (int q = 0; q < ncopy; q++) c[4 + q] = 0.5 * span0 * (2.0 * id / (FUSE_NDELTA - 1) - 1);
   }
-  for (int k0 = 0; k0 < NG && !(mk[win] <= lb * (1 + 1e-12)); k0 += FUSE_BLOCK) {
+  for (int k0 = 0; k0 < NG && k0 < max_blocks * FUSE_BLOCK && !(mk[win] <= lb * (1 + 1e-12)); k0 += FUSE_BLOCK) {
     int k1 = PetscMin(NG, k0 + FUSE_BLOCK);
     #pragma omp parallel for schedule(dynamic, 1)
     for (int k = k0; k < k1; k++) {
@@ -352,7 +352,7 @@ static PetscErrorCode calibrate(const FuseInst *in, const FuseGraph *g, const do
   step[2] = in->f[1];
   step[3] = 0.25;
   for (int q = 0; q < ncopy; q++) step[4 + q] = span0 / (FUSE_NDELTA - 1);
-  for (int round = 0; round < 200 && bmk > lb * (1 + 1e-12); round++) {
+  for (int round = 0; round < max_rounds && bmk > lb * (1 + 1e-12); round++) {
     int bestm = -1;
     for (int k = 0; k < NM; k++) {
       double *c = cand + (size_t)k * np;
@@ -387,19 +387,53 @@ static PetscErrorCode calibrate(const FuseInst *in, const FuseGraph *g, const do
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Lower peak memory at the best makespan: bisection on a memory cap that
+ * the decoder enforces, between one micro-batch and the best schedule's
+ * peak; each step recalibrates under the cap (the first 8 blocks of the
+ * grid, 10 rounds of descent) and keeps the schedule if it still reaches
+ * the makespan. The annealing's memory phase moves one key at
+ * a time and rarely gets far; a cap changes every decision at once. */
+static PetscErrorCode mem_search(const FuseInst *in, const FuseGraph *g, const double *base, int steps, Chain *best)
+{
+  double   lo = PetscMax(in->mem[0], in->mem[1]), unit = PetscMin(in->mem[0] > 0 ? in->mem[0] : in->mem[1], in->mem[1] > 0 ? in->mem[1] : in->mem[0]), *key;
+  FuseInst capped = *in;
+  Decoder  d;
+
+  PetscFunctionBegin;
+  if (unit <= 0 || isinf(best->best_mk)) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(PetscMalloc1(g->N, &key));
+  PetscCall(decoder_create(&capped, g, &d));
+  for (int k = 0; k < steps && best->best_pk - lo > 0.5 * unit; k++) {
+    double alpha = 1, mk = INFINITY, pk = INFINITY;
+    capped.mem_cap = 0.5 * (lo + best->best_pk);
+    PetscCall(calibrate(&capped, g, base, best->best_mk, 8, 10, key, &alpha, &mk, &pk)); /* a cheaper calibration: a cap that fails costs the whole budget */
+    if (mk <= best->best_mk && pk < best->best_pk) {
+      d.alpha = alpha;
+      mk      = decoder_run(&d, key);
+      PetscCheck(mk <= best->best_mk, PETSC_COMM_SELF, PETSC_ERR_PLIB, "mem_search: the calibrated keys decode to makespan %g, not %g", mk, best->best_mk);
+      memcpy(best->best_ids, d.ids, (size_t)g->N * sizeof *d.ids);
+      best->best_pk = pk;
+    } else lo = capped.mem_cap;
+  }
+  PetscCall(decoder_destroy(&d));
+  PetscCall(PetscFree(key));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode fuse_search(const FuseInst *in, const FuseSearchOpts *opt, FuseSched *s, FuseSearchInfo *info)
 {
   FuseGraph g;
   Chain    *ch;
-  double   *key0, t0 = omp_get_wtime(), alpha = 1;
+  double   *key0, *base, t0 = omp_get_wtime(), alpha = 1;
   clock_t   c0 = clock();
   int       C = opt->chains, win = 0;
 
   PetscFunctionBegin;
   PetscCheck(C >= 1 && opt->iters >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "fuse_search: %d chains, %d iterations", C, opt->iters);
   PetscCall(fuse_graph_build(in, &g));
-  PetscCall(PetscMalloc1(g.N, &key0));
-  PetscCall(start_keys(in, key0));
+  PetscCall(PetscMalloc2(g.N, &key0, g.N, &base));
+  PetscCall(start_keys(in, base));
+  PetscCall(PetscArraycpy(key0, base, g.N));
   info->lower_bound = fuse_lower_bound(in);
   {
     Decoder d;
@@ -410,7 +444,7 @@ PetscErrorCode fuse_search(const FuseInst *in, const FuseSearchOpts *opt, FuseSc
     for (int r = 0; r < g.nranks; r++) info->greedy.peak_mem = PetscMax(info->greedy.peak_mem, fuse_rank_peak(in, d.ids + r * g.n, g.n));
     PetscCall(decoder_destroy(&d));
   }
-  PetscCall(calibrate(in, &g, key0, info->lower_bound, key0, &alpha, &info->calib.makespan, &info->calib.peak_mem));
+  PetscCall(calibrate(in, &g, base, info->lower_bound, 1 << 20, 200, key0, &alpha, &info->calib.makespan, &info->calib.peak_mem));
   PetscCall(PetscCalloc1(C, &ch));
   for (int c = 0; c < C; c++) {
     PetscCall(decoder_create(in, &g, &ch[c].d));
@@ -425,6 +459,7 @@ PetscErrorCode fuse_search(const FuseInst *in, const FuseSearchOpts *opt, FuseSc
   for (int c = 1; c < C; c++)
     if (better(ch[c].best_mk, ch[c].best_pk, ch[win].best_mk, ch[win].best_pk)) win = c;
   PetscCheck(!isinf(ch[win].best_mk), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "fuse_search: no schedule found within the memory cap %g (raise -sched_mem_cap)", in->mem_cap);
+  PetscCall(mem_search(in, &g, base, opt->mem_steps, &ch[win]));
   PetscCall(fuse_sched_alloc(in, s));
   for (int i = 0; i < g.N; i++) s->order[i] = fuse_task_of(in, ch[win].best_ids[i] % g.n);
   info->best.makespan = ch[win].best_mk;
@@ -438,7 +473,7 @@ PetscErrorCode fuse_search(const FuseInst *in, const FuseSearchOpts *opt, FuseSc
     PetscCall(PetscFree5(ch[c].key, ch[c].best_key, ch[c].prev_key, ch[c].cur_ids, ch[c].best_ids));
   }
   PetscCall(PetscFree(ch));
-  PetscCall(PetscFree(key0));
+  PetscCall(PetscFree2(key0, base));
   PetscCall(fuse_graph_free(&g));
   info->seconds     = omp_get_wtime() - t0;
   info->cpu_seconds = (double)(clock() - c0) / CLOCKS_PER_SEC;
