@@ -219,7 +219,7 @@ static PetscErrorCode test_exhaustive(void)
     FuseSearchInfo info;
     FuseScore      rp = {0};
     double         mk = 0, pk = 0;
-    char           what[160], detail[200];
+    char           what[240], detail[200];
 
     in.mem_cap = IN[k][6];
     PetscCall(exhaustive(&in, &mk, &pk));
