@@ -45,4 +45,26 @@ double fuse_rank_peak(const FuseInst *in, const int *ids_rank, int count);
  * written to start[id] for model x's ids (the others are left alone). */
 PetscErrorCode fuse_1f1b_start(const FuseInst *in, int x, double *start);
 
+typedef struct FuseDecoder {
+  const FuseInst  *in;
+  const FuseGraph *g;
+  int             *ndep, *ready, *cnt, *ids, *pos;
+  double          *rt, *fin, *free_at, *mem, *est, *ess;
+  double           alpha; /* 0: non-delay, 1: active (see decoder_run) */
+  int              rev;   /* schedules the time-reversed graph (see decoder_justify) */
+  struct FuseDecoder *bw;    /* a forward decoder's reversed twin */
+  double          *kb;    /* scratch keys for decoder_justify */
+} FuseDecoder;
+PetscErrorCode fuse_dec_create(const FuseInst *in, const FuseGraph *g, FuseDecoder *d);
+PetscErrorCode fuse_dec_destroy(FuseDecoder *d);
+/* Decodes keys into d->ids (rank r's list at r*n); returns the makespan or
+ * +inf when no rank can go on (only with a memory cap). */
+double         fuse_dec_run(FuseDecoder *d, const double *key);
+/* Justification from the schedule d holds (makespan mk, decoded from key):
+ * leaves d holding the best schedule found and key the keys that decode to
+ * it; returns its makespan. */
+double         fuse_dec_justify(FuseDecoder *d, double *key, double mk);
+/* Peak activation memory (the largest over the ranks) of d's schedule. */
+double         fuse_dec_peak(const FuseDecoder *d);
+
 #endif

@@ -1,15 +1,7 @@
-/* search.c: the fused schedule search, in four steps.
- * 1. Decoder: a schedule is decoded from one priority key per task by list
- *    scheduling. The rank that can finish a ready task earliest (time c)
- *    picks, among its ready tasks that could start before
- *    s + alpha (c - s) (s: its earliest start), the one with the smallest
- *    key; alpha 0 never idles a rank that has work, alpha 1 may wait for an
- *    urgent input (Giffler-Thompson active schedules). A forward is ready
- *    only if its activations fit under the memory cap.
- * 2. Justification (forward-backward improvement): the time-reversed graph
- *    is decoded with the tasks that finished last first, then the forward
- *    graph with those that finished last in reverse first, while that
- *    shortens the schedule.
+/* search.c: the fused schedule search, in five steps.
+ * 1. Decoder (decode.c): a schedule is decoded from one priority key per
+ *    task by list scheduling.
+ * 2. Justification (decode.c): forward-backward improvement of a decode.
  * 3. Calibration: the keys are each model's own 1F1B start times, the
  *    critic's stretched and shifted against the actor's (per copy), forwards
  *    shifted against backwards; a grid then coordinate descent over those few
@@ -18,6 +10,7 @@
  * 4. Annealing from the calibrated keys: swaps of the keys of two tasks
  *    that run next to each other on a rank, or one key moved, until the
  *    lower bound; then, at the best makespan, toward lower peak memory.
+ * 5. Memory: bisection on a memory cap at the best makespan.
  * Chains are independent, drawing from the counter-based RNG keyed by
  * (seed, chain, step); the best is picked by (makespan, memory, chain), and
  * parallel loops use fixed blocks, so the result does not depend on the
@@ -27,156 +20,6 @@
 #include <omp.h>
 #include <string.h>
 #include <time.h>
-
-typedef struct Decoder {
-  const FuseInst  *in;
-  const FuseGraph *g;
-  int             *ndep, *ready, *cnt, *ids, *pos;
-  double          *rt, *fin, *free_at, *mem, *est, *ess;
-  double           alpha; /* 0: non-delay, 1: active (see decoder_run) */
-  int              rev;   /* schedules the time-reversed graph (see decoder_justify) */
-  struct Decoder  *bw;    /* a forward decoder's reversed twin */
-  double          *kb;    /* scratch keys for decoder_justify */
-} Decoder;
-
-static PetscErrorCode decoder_create_dir(const FuseInst *in, const FuseGraph *g, int rev, Decoder *d)
-{
-  int P = g->nranks;
-
-  PetscFunctionBegin;
-  d->in  = in;
-  d->g   = g;
-  d->rev = rev;
-  d->bw  = NULL;
-  d->kb  = NULL;
-  if (!rev) {
-    PetscCall(PetscNew(&d->bw));
-    PetscCall(decoder_create_dir(in, g, 1, d->bw));
-    PetscCall(PetscMalloc1(g->N, &d->kb));
-  }
-  PetscCall(PetscMalloc5(g->N, &d->ndep, g->N, &d->ready, P, &d->cnt, g->N, &d->ids, P, &d->pos));
-  PetscCall(PetscMalloc6(g->N, &d->rt, g->N, &d->fin, P, &d->free_at, P, &d->mem, P, &d->est, P, &d->ess));
-  d->alpha = 1;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-static PetscErrorCode decoder_create(const FuseInst *in, const FuseGraph *g, Decoder *d) { return decoder_create_dir(in, g, 0, d); }
-
-static PetscErrorCode decoder_destroy(Decoder *d)
-{
-  PetscFunctionBegin;
-  if (d->bw) {
-    PetscCall(decoder_destroy(d->bw));
-    PetscCall(PetscFree(d->bw));
-    PetscCall(PetscFree(d->kb));
-  }
-
-  PetscCall(PetscFree5(d->ndep, d->ready, d->cnt, d->ids, d->pos));
-  PetscCall(PetscFree6(d->rt, d->fin, d->free_at, d->mem, d->est, d->ess));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-static inline int decoder_fits(const Decoder *d, int r, int id)
-{
-  FuseTask t = fuse_task_of(d->in, id % d->g->n);
-  return t.kind == (d->rev ? FUSE_F : FUSE_B) || d->in->mem_cap <= 0 || d->mem[r] + d->in->mem[t.model] <= d->in->mem_cap * (1 + 1e-12);
-}
-
-/* the earliest time rank r can finish one of its ready tasks (+inf: none) */
-static void decoder_est(Decoder *d, int r)
-{
-  int    n = d->g->n;
-  double e = INFINITY, b = INFINITY;
-  for (int j = 0; j < d->cnt[r]; j++) {
-    int id = d->ready[r * n + j];
-    if (decoder_fits(d, r, id)) {
-      e = PetscMin(e, PetscMax(d->rt[id], d->free_at[r]) + d->g->dur[id]);
-      b = PetscMin(b, PetscMax(d->rt[id], d->free_at[r]));
-    }
-  }
-  d->est[r] = e;
-  d->ess[r] = b;
-}
-
-/* Decodes keys into d->ids (rank r's list at r*n); returns the makespan or
- * +inf when no rank can go on (only with a memory cap). */
-static double decoder_run(Decoder *d, const double *key)
-{
-  const FuseGraph *g = d->g;
-  const int       *dep = d->rev ? g->succ : g->dep, *succ = d->rev ? g->dep : g->succ;
-  int              P = g->nranks, n = g->n;
-  double           makespan = 0;
-
-  for (int r = 0; r < P; r++) d->cnt[r] = d->pos[r] = 0, d->free_at[r] = d->mem[r] = 0;
-  for (int i = 0; i < g->N; i++) {
-    d->ndep[i] = (dep[2 * i] >= 0) + (dep[2 * i + 1] >= 0);
-    d->rt[i]   = 0;
-    if (!d->ndep[i]) d->ready[(i / n) * n + d->cnt[i / n]++] = i;
-  }
-  for (int r = 0; r < P; r++) decoder_est(d, r);
-  for (int step = 0; step < g->N; step++) {
-    int    r = 0, best = -1, bj = -1;
-    double t;
-    for (int q = 1; q < P; q++)
-      if (d->est[q] < d->est[r]) r = q;
-    t = d->est[r];
-    if (isinf(t)) return INFINITY;
-    /* an active schedule: among the tasks that could start before the
-     * earliest completion t on this rank, the smallest key (it may wait for
-     * its input while a task of larger key could have run) */
-    t = d->ess[r] + d->alpha * (t - d->ess[r]);
-    for (int j = 0; j < d->cnt[r]; j++) {
-      int    id = d->ready[r * n + j];
-      double st = PetscMax(d->rt[id], d->free_at[r]);
-      if ((st < t || st == d->ess[r]) && decoder_fits(d, r, id) && (best < 0 || key[id] < key[best] || (key[id] == key[best] && id < best))) best = id, bj = j;
-    }
-    t = PetscMax(d->rt[best], d->free_at[r]);
-    d->ready[r * n + bj] = d->ready[r * n + --d->cnt[r]];
-    d->fin[best] = d->free_at[r] = t + g->dur[best];
-    makespan     = PetscMax(makespan, d->fin[best]);
-    {
-      FuseTask tk = fuse_task_of(d->in, best % n);
-      d->mem[r] += (tk.kind == (d->rev ? FUSE_B : FUSE_F) ? 1 : -1) * d->in->mem[tk.model];
-    }
-    d->ids[r * n + d->pos[r]++] = best;
-    for (int k = 0; k < 2; k++) {
-      int s = succ[2 * best + k], q;
-      if (s < 0) continue;
-      d->rt[s] = PetscMax(d->rt[s], d->fin[best]);
-      if (--d->ndep[s]) continue;
-      q                              = s / n;
-      d->ready[q * n + d->cnt[q]++] = s;
-      if (q != r) decoder_est(d, q);
-    }
-    decoder_est(d, r);
-  }
-  return makespan;
-}
-
-/* Forward-backward improvement ("justification"): the reversed graph is
- * decoded with the tasks that finished last first, then the forward one
- * with the tasks that finished last in reverse first; repeated while the
- * makespan drops. Leaves d holding the best schedule and key the keys that
- * decode to it; returns its makespan. */
-static double decoder_justify(Decoder *d, double *key, double mk)
-{
-  const FuseGraph *g = d->g;
-  d->bw->alpha = d->alpha;
-  for (int it = 0; it < 4 && !isinf(mk); it++) {
-    double mk2;
-    for (int i = 0; i < g->N; i++) d->kb[i] = -d->fin[i];
-    if (isinf(decoder_run(d->bw, d->kb))) break;
-    for (int i = 0; i < g->N; i++) d->kb[i] = -d->bw->fin[i];
-    mk2 = decoder_run(d, d->kb);
-    if (!(mk2 < mk)) {
-      mk = decoder_run(d, key);
-      break;
-    }
-    mk = mk2;
-    memcpy(key, d->kb, (size_t)g->N * sizeof *key);
-  }
-  return mk;
-}
 
 /* Start keys: each task's start time in its own model's 1F1B pipeline. */
 static PetscErrorCode start_keys(const FuseInst *in, double *key)
@@ -188,7 +31,7 @@ static PetscErrorCode start_keys(const FuseInst *in, double *key)
 }
 
 typedef struct {
-  Decoder d;
+  FuseDecoder d;
   double *key, *best_key, *prev_key;
   int    *cur_ids, *best_ids;
   double  mk, pk, best_mk, best_pk;
@@ -212,9 +55,8 @@ static void chain_run(Chain *ch, const FuseSearchOpts *opt, int c, double lb)
   int              n = g->n, N = g->N, phase2 = 0, left = opt->iters;
   double           fmin = PetscMin(in->f[0], in->f[1]), munit = PetscMax(PetscMax(in->mem[0], in->mem[1]), 1e-300), T0 = 1.0, T1 = 0.02, T = T0;
 
-  ch->mk = decoder_run(&ch->d, ch->key);
-  ch->pk = 0;
-  for (int r = 0; r < g->nranks; r++) ch->pk = PetscMax(ch->pk, fuse_rank_peak(in, ch->d.ids + r * n, n));
+  ch->mk = fuse_dec_run(&ch->d, ch->key);
+  ch->pk = fuse_dec_peak(&ch->d);
   memcpy(ch->cur_ids, ch->d.ids, (size_t)N * sizeof *(ch->cur_ids));
   memcpy(ch->best_ids, ch->d.ids, (size_t)N * sizeof *(ch->best_ids));
   memcpy(ch->best_key, ch->key, (size_t)N * sizeof *(ch->best_key));
@@ -245,10 +87,9 @@ static void chain_run(Chain *ch, const FuseSearchOpts *opt, int c, double lb)
       ch->key[a] += (2 * chain_u(opt->seed, c, ch->steps, 2) - 1) * 4 * g->dur[a];
     }
     if (!phase2) memcpy(ch->prev_key, ch->key, (size_t)N * sizeof *ch->key);
-    mk = decoder_run(&ch->d, ch->key);
-    if (!phase2) mk = decoder_justify(&ch->d, ch->key, mk); /* may rewrite all keys */
-    if (!isinf(mk))
-      for (int r = 0; r < g->nranks; r++) pk = PetscMax(pk, fuse_rank_peak(in, ch->d.ids + r * n, n));
+    mk = fuse_dec_run(&ch->d, ch->key);
+    if (!phase2) mk = fuse_dec_justify(&ch->d, ch->key, mk); /* may rewrite all keys */
+    if (!isinf(mk)) pk = fuse_dec_peak(&ch->d);
     if (phase2) delta = mk > ch->best_mk ? INFINITY : (pk - ch->pk) / munit;
     else delta = (mk - ch->mk) / fmin + 1e-3 * (pk - ch->pk) / munit;
     if (!isinf(mk) && (delta <= 0 || chain_u(opt->seed, c, ch->steps, 3) < exp(-delta / T))) {
@@ -283,14 +124,13 @@ static void param_keys(const FuseInst *in, const FuseGraph *g, const double *bas
   }
 }
 
-static void param_eval(Decoder *d, const double *base, double norm, const double *th, double *key, double *mk, double *pk)
+static void param_eval(FuseDecoder *d, const double *base, double norm, const double *th, double *key, double *mk, double *pk)
 {
   const FuseGraph *g = d->g;
   param_keys(d->in, g, base, norm, th, key);
   d->alpha = PetscMin(1, PetscMax(0, th[3]));
-  *mk      = decoder_justify(d, key, decoder_run(d, key));
-  *pk = 0;
-  for (int r = 0; r < g->nranks && !isinf(*mk); r++) *pk = PetscMax(*pk, fuse_rank_peak(d->in, d->ids + r * g->n, g->n));
+  *mk      = fuse_dec_justify(d, key, fuse_dec_run(d, key));
+  *pk = isinf(*mk) ? 0 : fuse_dec_peak(d);
 }
 
 #define FUSE_BLOCK  16
@@ -306,7 +146,7 @@ static PetscErrorCode calibrate(const FuseInst *in, const FuseGraph *g, const do
   static const double sigma[FUSE_NSIGMA] = {0.5, 0.65, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2};
   int                 nt = omp_get_max_threads(), ncopy = in->pp[0] / in->pp[1], np = 4 + ncopy, NG = FUSE_NALPHA * FUSE_NSIGMA * FUSE_NDELTA, NM = 2 * np, win = 0;
   double              inf = INFINITY;
-  Decoder            *dec;
+  FuseDecoder            *dec;
   double             *mk, *pk, *keys, *th, *cand, *step, span0 = 0, span1 = 0, norm, bmk, bpk;
 
   PetscFunctionBegin;
@@ -319,7 +159,7 @@ static PetscErrorCode calibrate(const FuseInst *in, const FuseGraph *g, const do
   PetscCall(PetscMalloc4(nt, &dec, PetscMax(NG, NM), &mk, PetscMax(NG, NM), &pk, (size_t)nt * g->N, &keys));
   PetscCall(PetscMalloc3(np, &th, (size_t)PetscMax(NG, NM) * np, &cand, np, &step));
   mk[0] = inf;
-  for (int t = 0; t < nt; t++) PetscCall(decoder_create(in, g, &dec[t]));
+  for (int t = 0; t < nt; t++) PetscCall(fuse_dec_create(in, g, &dec[t]));
   /* the grid, the likeliest points first (small shifts, sigma near 1),
    * in blocks of a fixed size so that stopping at the first block that
    * reaches the bound does not depend on the thread count */
@@ -381,7 +221,7 @@ static PetscErrorCode calibrate(const FuseInst *in, const FuseGraph *g, const do
   *alpha  = dec[0].alpha;
   *mk_out = bmk;
   *pk_out = bpk;
-  for (int t = 0; t < nt; t++) PetscCall(decoder_destroy(&dec[t]));
+  for (int t = 0; t < nt; t++) PetscCall(fuse_dec_destroy(&dec[t]));
   PetscCall(PetscFree4(dec, mk, pk, keys));
   PetscCall(PetscFree3(th, cand, step));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -397,25 +237,25 @@ static PetscErrorCode mem_search(const FuseInst *in, const FuseGraph *g, const d
 {
   double   lo = PetscMax(in->mem[0], in->mem[1]), unit = PetscMin(in->mem[0] > 0 ? in->mem[0] : in->mem[1], in->mem[1] > 0 ? in->mem[1] : in->mem[0]), *key;
   FuseInst capped = *in;
-  Decoder  d;
+  FuseDecoder  d;
 
   PetscFunctionBegin;
   if (unit <= 0 || isinf(best->best_mk)) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(PetscMalloc1(g->N, &key));
-  PetscCall(decoder_create(&capped, g, &d));
+  PetscCall(fuse_dec_create(&capped, g, &d));
   for (int k = 0; k < steps && best->best_pk - lo > 0.5 * unit; k++) {
     double alpha = 1, mk = INFINITY, pk = INFINITY;
     capped.mem_cap = 0.5 * (lo + best->best_pk);
     PetscCall(calibrate(&capped, g, base, best->best_mk, 8, 10, key, &alpha, &mk, &pk)); /* a cheaper calibration: a cap that fails costs the whole budget */
     if (mk <= best->best_mk && pk < best->best_pk) {
       d.alpha = alpha;
-      mk      = decoder_run(&d, key);
+      mk      = fuse_dec_run(&d, key);
       PetscCheck(mk <= best->best_mk, PETSC_COMM_SELF, PETSC_ERR_PLIB, "mem_search: the calibrated keys decode to makespan %g, not %g", mk, best->best_mk);
       memcpy(best->best_ids, d.ids, (size_t)g->N * sizeof *d.ids);
       best->best_pk = pk;
     } else lo = capped.mem_cap;
   }
-  PetscCall(decoder_destroy(&d));
+  PetscCall(fuse_dec_destroy(&d));
   PetscCall(PetscFree(key));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -436,18 +276,17 @@ PetscErrorCode fuse_search(const FuseInst *in, const FuseSearchOpts *opt, FuseSc
   PetscCall(PetscArraycpy(key0, base, g.N));
   info->lower_bound = fuse_lower_bound(in);
   {
-    Decoder d;
-    PetscCall(decoder_create(in, &g, &d));
-    info->greedy.makespan = decoder_run(&d, key0);
+    FuseDecoder d;
+    PetscCall(fuse_dec_create(in, &g, &d));
+    info->greedy.makespan = fuse_dec_run(&d, key0);
     info->greedy.deadlock = isinf(info->greedy.makespan);
-    info->greedy.peak_mem = 0;
-    for (int r = 0; r < g.nranks; r++) info->greedy.peak_mem = PetscMax(info->greedy.peak_mem, fuse_rank_peak(in, d.ids + r * g.n, g.n));
-    PetscCall(decoder_destroy(&d));
+    info->greedy.peak_mem = fuse_dec_peak(&d);
+    PetscCall(fuse_dec_destroy(&d));
   }
   PetscCall(calibrate(in, &g, base, info->lower_bound, 1 << 20, 200, key0, &alpha, &info->calib.makespan, &info->calib.peak_mem));
   PetscCall(PetscCalloc1(C, &ch));
   for (int c = 0; c < C; c++) {
-    PetscCall(decoder_create(in, &g, &ch[c].d));
+    PetscCall(fuse_dec_create(in, &g, &ch[c].d));
     ch[c].d.alpha = alpha;
     PetscCall(PetscMalloc5(g.N, &ch[c].key, g.N, &ch[c].best_key, g.N, &ch[c].prev_key, g.N, &ch[c].cur_ids, g.N, &ch[c].best_ids));
     /* chain 0 starts from the plain keys (the greedy start), the others
@@ -469,7 +308,7 @@ PetscErrorCode fuse_search(const FuseInst *in, const FuseSearchOpts *opt, FuseSc
   info->iters_used    = 0;
   for (int c = 0; c < C; c++) info->iters_used += ch[c].steps;
   for (int c = 0; c < C; c++) {
-    PetscCall(decoder_destroy(&ch[c].d));
+    PetscCall(fuse_dec_destroy(&ch[c].d));
     PetscCall(PetscFree5(ch[c].key, ch[c].best_key, ch[c].prev_key, ch[c].cur_ids, ch[c].best_ids));
   }
   PetscCall(PetscFree(ch));
