@@ -117,7 +117,7 @@ static PetscErrorCode fuse_read_groups(hid_t file, void *vctx)
   PetscCall(PetscSNPrintf(where, sizeof where, "schedule file %s", ctx->path));
   for (int k = 0; k < 4; k++) {
     int64_t v;
-    PetscCall(h5u_attr_read_int(file, where, names[k], &v));
+    PetscCall(h5u_attr_read_int(file, where, names[k], INT32_MIN, INT32_MAX, &v));
     PetscCheck(v == want[k], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s is %lld, this run needs %d", where, names[k], (long long)v, want[k]);
   }
   PetscCall(PetscMalloc1(3 * s->n, &rows));
