@@ -213,29 +213,29 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
   PetscCall(PetscMemzero(tm, sizeof *tm));
   if (m->gen_copy) {
     k_sync_a   = n;
-    nodes[n++] = (ExecNode){"actor_sync", {"actor_weights"}, {"gen_weights"}, (PetscBool)(dmodel_member(&m->actor) || dmodel_member(&m->actor_gen)), run_actor_sync, NULL, &c};
+    nodes[n++] = (ExecNode){"actor_sync", {"actor_weights"}, {"gen_weights"}, (PetscBool)(dmodel_member(&m->actor) || dmodel_member(&m->actor_gen)), run_actor_sync, NULL, &c, PETSC_FALSE};
   }
   if (crit && m->critic_copy) {
     k_sync_c   = n;
-    nodes[n++] = (ExecNode){"critic_sync", {"critic_weights"}, {"critic_inf_weights"}, (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync, NULL, &c};
+    nodes[n++] = (ExecNode){"critic_sync", {"critic_weights"}, {"critic_inf_weights"}, (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync, NULL, &c, PETSC_FALSE};
   }
   k_gen      = n;
-  nodes[n++] = (ExecNode){"generation", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights"}, {"responses"}, dmodel_member(gen), run_generation, share_generation, &c};
+  nodes[n++] = (ExecNode){"generation", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights"}, {"responses"}, dmodel_member(gen), run_generation, share_generation, &c, PETSC_FALSE};
   k_ref      = n;
-  nodes[n++] = (ExecNode){"ref_inference", {"responses"}, {"ref_logprobs"}, dmodel_member(&m->reference), run_ref, share_ref, &c};
+  nodes[n++] = (ExecNode){"ref_inference", {"responses"}, {"ref_logprobs"}, dmodel_member(&m->reference), run_ref, share_ref, &c, PETSC_FALSE};
   k_rew      = n;
-  nodes[n++] = (ExecNode){"reward_inference", {"responses"}, {"scores"}, dmodel_member(&m->reward), run_reward, share_reward, &c};
+  nodes[n++] = (ExecNode){"reward_inference", {"responses"}, {"scores"}, dmodel_member(&m->reward), run_reward, share_reward, &c, PETSC_FALSE};
   if (crit) {
     k_crit     = n;
-    nodes[n++] = (ExecNode){"critic_inference", {"responses", m->critic_copy ? "critic_inf_weights" : "critic_weights"}, {"values"}, dmodel_member(cinf), run_critic_inf, share_critic_inf, &c};
+    nodes[n++] = (ExecNode){"critic_inference", {"responses", m->critic_copy ? "critic_inf_weights" : "critic_weights"}, {"values"}, dmodel_member(cinf), run_critic_inf, share_critic_inf, &c, PETSC_FALSE};
   }
   k_adv      = n;
-  nodes[n++] = (ExecNode){"advantages", {"ref_logprobs", "scores", crit ? "values" : NULL}, {"advantages"}, PETSC_TRUE, run_advantages, NULL, &c};
+  nodes[n++] = (ExecNode){"advantages", {"ref_logprobs", "scores", crit ? "values" : NULL}, {"advantages"}, PETSC_TRUE, run_advantages, NULL, &c, PETSC_FALSE};
   k_at       = n;
-  nodes[n++] = (ExecNode){"actor_train", {"responses", "ref_logprobs", "advantages"}, {"new_actor_weights"}, dmodel_member(&m->actor), run_actor_train, share_actor_train, &c};
+  nodes[n++] = (ExecNode){"actor_train", {"responses", "ref_logprobs", "advantages"}, {"new_actor_weights"}, dmodel_member(&m->actor), run_actor_train, share_actor_train, &c, PETSC_FALSE};
   if (crit) {
     k_ct       = n;
-    nodes[n++] = (ExecNode){"critic_train", {"values", "advantages"}, {"new_critic_weights"}, dmodel_member(&m->critic), run_critic_train, share_critic_train, &c};
+    nodes[n++] = (ExecNode){"critic_train", {"values", "advantages"}, {"new_critic_weights"}, dmodel_member(&m->critic), run_critic_train, share_critic_train, &c, PETSC_FALSE};
   }
   PetscCall(exec_graph_run(nodes, n, given, sec));
   ts->steps   = (int)(o->epochs * o->minibatches);
