@@ -30,4 +30,23 @@ for k in (1, 2):  # each rank's calls of a step do not overlap (one call at a ti
 check "tools/plot_timeline.py draws it and prints each rank's idle fraction" bash -c "
   '$PYTHON' tools/plot_timeline.py $d/dis/run.h5 $d/tl.png --steps 2:3 >$d/tl.txt && test -s $d/tl.png &&
   [ \$(grep -c ' idle 0\.[0-9]* window' $d/tl.txt) = 2 ]"
+
+# Fusion options: printed with the plan, stored in /plan; bad values and
+# plans a mode cannot run stop with one line before any work (no run.h5).
+SPLIT="-actor_gen_ranks 0 -ref_inf_ranks 1 -rew_inf_ranks 1 -critic_inf_ranks 1"
+bad() {
+  local what=$1 pat=$2 n=${N:-2}; shift 2
+  local out=$d/bad_$RANDOM
+  if mpirun $n $P -output_dir $out "$@" >$out.log 2>&1; then not_ok "$what: exit status 0"; return; fi
+  if [ "$(grep -c '^rlfuse: error:' $out.log)" = 1 ] && grep -q "^rlfuse: error: .*$pat" $out.log && [ ! -e $out/run.h5 ]; then ok "$what: one line, no work"
+  else not_ok "$what: expected one line matching '$pat' and no run.h5, got: $(grep error $out.log | head -2)"; fi
+}
+bad "-fuse_migrate_at 1.5" "-fuse_migrate_at 1.5 is outside \[0,1\]" -fuse_migrate_at 1.5 -fuse_gen_inf migrate
+bad "-fuse_migrate_at x" "-fuse_migrate_at x: expected" -fuse_migrate_at x
+bad "stream on a colocated plan" "ref_inf shares rank 0 with actor_gen" -fuse_gen_inf stream
+N=4 bad "stream with tp-sharded inference" "-ref_inf_tp 2 .* must be 1" -fuse_gen_inf stream -actor_gen_ranks 0 -ref_inf_ranks 2-3 -ref_inf_tp 2 -rew_inf_ranks 1 -critic_inf_ranks 1
+bad "migration onto more replicas than exist" "-fuse_migrate_replicas 3 exceeds the 2 replicas" -fuse_gen_inf migrate -fuse_migrate_replicas 3
+bad "-fuse_tokens 0" "-fuse_tokens 0 must be at least 1" -fuse_tokens 0
+mpirun 2 $P $SPLIT -fuse_gen_inf stream -fuse_tokens 64 -fuse_migrate_at auto -output_dir $d/plan -dry_run >$d/plan.log 2>&1 || not_ok "dry run with -fuse_gen_inf stream"
+check "the fusion mode is printed with the plan" grep -q "fusion of generation and inference: stream, micro-batches of 64 tokens" $d/plan.log
 finish
