@@ -31,7 +31,63 @@ check "tools/plot_timeline.py draws it and prints each rank's idle fraction" bas
   '$PYTHON' tools/plot_timeline.py $d/dis/run.h5 $d/tl.png --steps 2:3 >$d/tl.txt && test -s $d/tl.png &&
   [ \$(grep -c ' idle 0\.[0-9]* window' $d/tl.txt) = 2 ]"
 
-# Fusion options: printed with the plan, stored in /plan; bad values and
+# Streaming: finished samples go from the generation ranks to the inference
+# ranks while decoding goes on. The rollouts, metrics and weights must be
+# those of one rank (tokens exact, floats within 1e-4, as in layouts.sh), on
+# 2 and 4 ranks, with allowed sets (top-k), and across a restart.
+same_run() {
+  "$PYTHON" - $d/$1 $d/$2 <<'PY'
+import sys, h5py, numpy as np
+a, b = sys.argv[1], sys.argv[2]
+with h5py.File(a + "/rollouts.h5", "r") as fa, h5py.File(b + "/rollouts.h5", "r") as fb:
+    assert sorted(fa) == sorted(fb), (list(fa), list(fb))
+    for it in fa:
+        for k in fa[it]:
+            if k.startswith("gen_step"):
+                continue
+            x, y = fa[it][k][()], fb[it][k][()]
+            if x.dtype.kind == "i":
+                assert np.array_equal(x, y), (it, k)
+            else:
+                assert np.abs(x - y).max() <= 1e-4 * (np.abs(x).max() + 1e-6), (it, k)
+with h5py.File(a + "/run.h5", "r") as fa, h5py.File(b + "/run.h5", "r") as fb:
+    for k in fa["metrics"]:
+        if k != "tokens_per_s":
+            assert np.allclose(fa["metrics"][k][()], fb["metrics"][k][()], rtol=1e-4, atol=1e-5, equal_nan=True), k
+PY
+}
+same_as() {
+  local what=$1 ref=$2 out=$3
+  if "$PYTHON" tools/ckpt_diff.py $d/$ref/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 && same_run $ref $out >$d/run_$out.txt 2>&1; then ok "$what: rollouts, metrics and weights as unfused on 1 rank"
+  else not_ok "$what: differs from unfused on 1 rank"; cat $d/diff_$out.txt $d/run_$out.txt | grep -v PASS | tail -3 | sed 's/^/# /'; fi
+}
+stream() {
+  local what=$1 n=$2 ref=$3 out=$4; shift 4
+  if mpirun $n $P -fuse_gen_inf stream -fuse_tokens 40 -output_dir $d/$out "$@" >$d/$out.log 2>&1; then same_as "$what" $ref $out
+  else not_ok "$what: run failed"; tail -3 $d/$out.log | sed 's/^/# /'; fi
+}
+mpirun 1 $P -output_dir $d/one >$d/one.log 2>&1 || not_ok "PPO on 1 rank"
+mpirun 1 $P -gen_top_k 8 -output_dir $d/one_k >$d/one_k.log 2>&1 || not_ok "PPO on 1 rank, top-k"
+S2="-actor_gen_ranks 0 -ref_inf_ranks 1 -rew_inf_ranks 1 -critic_inf_ranks 1"
+S4="-actor_gen_ranks 0-1 -ref_inf_ranks 2 -rew_inf_ranks 3 -critic_inf_ranks 2-3"
+stream "stream, 2 ranks (generation on 0, inference on 1)" 2 one st2 $S2
+stream "stream, 4 ranks (2 generation replicas; ref, reward, 2 critic replicas)" 4 one st4 $S4
+stream "stream with allowed sets (top-k 8), 4 ranks" 4 one_k st4k $S4 -gen_top_k 8
+check "stream: /plan stores the mode; inference micro-batches overlap generation" "$PYTHON" -c "
+import h5py, numpy as np
+f = h5py.File('$d/st2/run.h5', 'r'); assert f['plan'].attrs['fuse_gen_inf'] == 1 and f['plan'].attrs['fuse_tokens'] == 40
+t = f['timeline']; calls = str(t.attrs['calls']).split()
+r, s, c, a, b = (t[k][()] for k in ('rank', 'step', 'call', 'start', 'end'))
+g, q = calls.index('generation'), calls.index('ref_inference')
+over = [k for k in set(s) if a[(s == k) & (c == q) & (r == 1)].min() < b[(s == k) & (c == g) & (r == 0)].max()]
+assert ((c == q) & (r == 1)).sum() > len(set(s)), 'one micro-batch per iteration: nothing streamed'
+assert over, 'no inference started before generation ended'
+"
+mpirun 4 $P $S4 -fuse_gen_inf stream -ppo_iterations 1 -checkpoint_every 1 -output_dir $d/rs1 >$d/rs1.log 2>&1 || not_ok "stream, first iteration"
+if mpirun 2 $P $S2 -fuse_gen_inf stream -restart $d/rs1/final.h5 -output_dir $d/rs2 >$d/rs2.log 2>&1 && "$PYTHON" tools/ckpt_diff.py $d/one/final.h5 $d/rs2/final.h5 >$d/diff_rs2.txt 2>&1
+then ok "stream: a restart on 2 ranks from iteration 1 written on 4 ends with the weights of 1 rank"
+else not_ok "stream: restart"; grep -v PASS $d/diff_rs2.txt $d/rs2.log | tail -3 | sed 's/^/# /'; fi
+ with the plan, stored in /plan; bad values and
 # plans a mode cannot run stop with one line before any work (no run.h5).
 SPLIT="-actor_gen_ranks 0 -ref_inf_ranks 1 -rew_inf_ranks 1 -critic_inf_ranks 1"
 bad() {

@@ -92,6 +92,11 @@ PetscErrorCode rollout_forward_values(GPT *m, const Rollout *r, const int *idx, 
 PetscErrorCode rollout_ref_inference(GPT *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
 PetscErrorCode rollout_reward_inference(GPT *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
 PetscErrorCode rollout_critic_inference(GPT *critic, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
+/* One inference call over the sequences idx[0..nb) of r in one forward
+ * (nb <= pb->nmax): reference log-probabilities, reward-model scores (and
+ * final scores) or critic values, as the calls above compute them. */
+typedef enum { ROLLOUT_REF = 0, ROLLOUT_SCORE = 1, ROLLOUT_VALUES = 2 } RolloutInfer;
+PetscErrorCode rollout_infer_rows(GPT *m, RolloutInfer kind, Rollout *r, const PPOOptions *o, PackBuf *pb, const int *idx, int nb);
 /* Rewards (KL + score), then GAE + whitening (PPO) or group advantages (GRPO). */
 PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coef);
 /* Appends group /iter_<k> to <output_dir>/rollouts.h5 (created at iteration 0 or on first use). */
@@ -106,11 +111,30 @@ typedef struct {
 } GenPart;
 /* Members of policy's mesh decode their replica's rows of req into part. */
 PetscErrorCode rollout_generate_part(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed, uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part);
+/* The same, with a callback for each finished sample (index: the replica's
+ * request index; its global row is part->b0 + index). */
+PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed, uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part, GenFinishFn fn, void *ctx);
 /* Every rank gets every replica's rows (tokens, log-probabilities, lengths,
  * EOS, allowed sets; replica 0's step timeline), then the response starts,
  * lengths and gold scores. Collective on MPI_COMM_WORLD. */
 PetscErrorCode rollout_share_gen(const Mesh *m, GenPart *part, Rollout *r);
 PetscErrorCode rollout_finish_gen(Rollout *r);
+
+/* Generation and inference fused (src/jobs/rollout_fuse.c, -fuse_gen_inf
+ * stream): on the generation ranks, generation whose replica heads stream
+ * each finished sample to the inference ranks; on those, the inference calls
+ * over micro-batches of arrived samples. Afterwards the usual shares of the
+ * four calls hand the results to every rank. This rank's times and the
+ * streaming costs come back in tm. rollout_fuse_setup is collective on
+ * MPI_COMM_WORLD (once). */
+typedef struct {
+  double gen, inf[3];              /* seconds: generation; ref, reward, critic inference */
+  double messages, bytes, send;    /* sent samples, their bytes, seconds in the sends */
+  double recv_wait;                /* seconds an inference rank waited for samples */
+  int    batches;                  /* micro-batches formed */
+} FuseTimes;
+PetscErrorCode rollout_fuse_setup(void);
+PetscErrorCode rollout_fused_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, FuseTimes *tm);
 
 /* Training over the rollout: epochs x minibatches optimizer steps for the
  * actor (and the critic for PPO). Sums of the metrics go into stats. */
