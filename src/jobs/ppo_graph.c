@@ -274,8 +274,12 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
   tm->critic  = k_crit >= 0 ? sec[k_crit] : 0;
   if (o->plan.fuse == FUSE_STREAM) { /* the fused node's parts, longest over ranks */
     double v[4] = {c.fuse.gen, c.fuse.inf[0], c.fuse.inf[1], c.fuse.inf[2]};
+    double w[4] = {c.fuse.messages, c.fuse.bytes, c.fuse.send, c.fuse.recv_wait};
     PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, w, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, w + 2, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     tm->gen = v[0], tm->ref = v[1], tm->rew = v[2], tm->critic = v[3];
+    tm->stream_messages = w[0], tm->stream_bytes = w[1], tm->stream_send = w[2], tm->stream_wait = w[3];
   }
   tm->adv     = sec[k_adv];
   tm->actor   = sec[k_at];
@@ -294,6 +298,16 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
   }
   ts->t_actor  = tm->actor;
   ts->t_critic = tm->critic_train;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_record_fusion(RunRecord *rec, const StageTimes *tm)
+{
+  PetscFunctionBegin;
+  PetscCall(record_metric(rec, "stream_messages", tm->stream_messages));
+  PetscCall(record_metric(rec, "stream_bytes", tm->stream_bytes));
+  PetscCall(record_time(rec, "stream_send", tm->stream_send));
+  PetscCall(record_time(rec, "stream_wait", tm->stream_wait));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

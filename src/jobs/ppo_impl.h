@@ -157,7 +157,11 @@ PetscErrorCode ppo_train_critic(GPT *critic, const PPOOptions *o, int mbs, Rollo
 typedef struct {
   double gen, ref, rew, critic, adv, actor, critic_train, sync_actor, sync_critic;
   double sync_actor_bytes, sync_critic_bytes;
+  double stream_messages, stream_bytes, stream_send, stream_wait; /* fused: samples sent, their bytes, longest send and wait seconds */
 } StageTimes;
+/* The fusion costs of an iteration into the run record (metrics
+ * stream_messages, stream_bytes; times stream_send, stream_wait). */
+PetscErrorCode ppo_record_fusion(RunRecord *rec, const StageTimes *tm);
 PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, Rollout *r, PackBuf *pb, const CkptState *st, PPOTrainStats *ts, StageTimes *tm);
 /* The rollout's inference calls outside an iteration (held-out evaluation). */
 PetscErrorCode ppo_ref_call(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro);
