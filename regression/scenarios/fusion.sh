@@ -35,27 +35,7 @@ check "tools/plot_timeline.py draws it and prints each rank's idle fraction" bas
 # ranks while decoding goes on. The rollouts, metrics and weights must be
 # those of one rank (tokens exact, floats within 1e-4, as in layouts.sh), on
 # 2 and 4 ranks, with allowed sets (top-k), and across a restart.
-same_run() {
-  "$PYTHON" - $d/$1 $d/$2 <<'PY'
-import sys, h5py, numpy as np
-a, b = sys.argv[1], sys.argv[2]
-with h5py.File(a + "/rollouts.h5", "r") as fa, h5py.File(b + "/rollouts.h5", "r") as fb:
-    assert sorted(fa) == sorted(fb), (list(fa), list(fb))
-    for it in fa:
-        for k in fa[it]:
-            if k.startswith("gen_step"):
-                continue
-            x, y = fa[it][k][()], fb[it][k][()]
-            if x.dtype.kind == "i":
-                assert np.array_equal(x, y), (it, k)
-            else:
-                assert np.abs(x - y).max() <= 1e-4 * (np.abs(x).max() + 1e-6), (it, k)
-with h5py.File(a + "/run.h5", "r") as fa, h5py.File(b + "/run.h5", "r") as fb:
-    for k in fa["metrics"]:
-        if k != "tokens_per_s":
-            assert np.allclose(fa["metrics"][k][()], fb["metrics"][k][()], rtol=1e-4, atol=1e-5, equal_nan=True), k
-PY
-}
+same_run() { same_run_dirs $d/$1 $d/$2; }
 same_as() {
   local what=$1 ref=$2 out=$3
   if "$PYTHON" tools/ckpt_diff.py $d/$ref/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 && same_run $ref $out >$d/run_$out.txt 2>&1; then ok "$what: rollouts, metrics and weights as unfused on 1 rank"
