@@ -51,6 +51,8 @@ typedef struct {
   int       batches;
   double    wait;  /* seconds blocked waiting for a sample */
 } FuseRecvStats;
-PetscErrorCode fuse_receive(MPI_Comm comm, int expected, int tokens, GenBatch *arr, int *rows, FuseBatchFn run, void *ctx, FuseRecvStats *st);
+/* hold: run nothing before every sample has arrived (the same micro-batches,
+ * without the overlap). */
+PetscErrorCode fuse_receive(MPI_Comm comm, int expected, int tokens, PetscBool hold, GenBatch *arr, int *rows, FuseBatchFn run, void *ctx, FuseRecvStats *st);
 
 #endif

@@ -59,6 +59,7 @@ typedef struct {
   double    migrate_at;     /* -fuse_migrate_at: R_t in [0,1], or -1 for auto */
   int       migrate_to;     /* -fuse_migrate_replicas: 0 = the fewest that hold the tail */
   int       fuse_tokens;    /* -fuse_tokens: token budget of a streamed inference micro-batch */
+  PetscBool fuse_hold;      /* -fuse_hold: streamed samples wait until generation ends (benchmark aid) */
 } Plan;
 
 /* What the checks need to know about the run: the model each call runs

@@ -30,3 +30,4 @@ for np in 2 4; do
   $MPIEXEC $MPIEXEC_FLAGS -n $np env OMP_NUM_THREADS=1 "$BIN/bench_realloc" -iters 5
 done
 bash tools/bench_placement.sh
+bash tools/bench_fusion.sh

@@ -9,7 +9,9 @@
 #   fusion <variant> geninf_s <s> ratio <unfused/this> limit_s <s> of_limit <this/limit> idle0 <f> idle1 <f> gen_s <s> inf_s <s> [stream_msgs <n> stream_KiB <KiB> stream_send_ms <ms>]
 # Variants: colocated (no fusion, generation dp 2 then inference dp 2 on both
 # ranks), split (no fusion, generation on rank 0, inference on rank 1),
-# stream (split, streamed). The policy and reward model come from FIXTURE
+# held (split, samples streamed but inference held until generation ends:
+# the token-budget micro-batches without the overlap), stream (split,
+# streamed). The policy and reward model come from FIXTURE
 # (a directory with sft/final.h5 and rm/final.h5, e.g. the output of
 # `bin/rlfuse -options_file input/longtail.deck`), made here when absent
 # (the deck's pipeline with one PPO iteration: about 8 minutes on 2 idle
@@ -33,8 +35,8 @@ echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d:
 echo "# rlfuse $(git rev-parse --short HEAD 2>/dev/null), ROUNDS=$ROUNDS ITERS=$ITERS TOKENS=$TOKENS (-fuse_tokens), 2 ranks ($MPIEXEC_FLAGS)"
 P="$DECK -mode ppo -actor_checkpoint $fx/sft/final.h5 -reward_checkpoint $fx/rm/final.h5 -ppo_iterations $ITERS -ppo_eval_prompts 0 -ppo_minibatches 1"
 SPLIT="-actor_gen_ranks 0 -ref_inf_ranks 1 -rew_inf_ranks 1 -critic_inf_ranks 1"
-declare -A args=([colocated]="" [split]="$SPLIT" [stream]="$SPLIT -fuse_gen_inf stream -fuse_tokens $TOKENS")
-variants="colocated split stream"
+declare -A args=([colocated]="" [split]="$SPLIT" [held]="$SPLIT -fuse_gen_inf stream -fuse_tokens $TOKENS -fuse_hold" [stream]="$SPLIT -fuse_gen_inf stream -fuse_tokens $TOKENS")
+variants="colocated split held stream"
 for k in $(seq $ROUNDS); do
   for v in $variants; do
     run 2 $P ${args[$v]} -output_dir $d/$v.$k >$d/$v.$k.log 2>&1 || { echo "# $v failed:"; tail -3 $d/$v.$k.log; exit 1; }
@@ -83,6 +85,6 @@ for v in variants:
     extra = f" stream_msgs {x['msgs']:.0f} stream_KiB {x['kib']:.1f} stream_send_ms {x['send_ms']:.2f}" if "msgs" in x else ""
     print(f"fusion {v} geninf_s {x['geninf']:.3f} ratio {base / x['geninf']:.2f} limit_s {x['limit']:.3f} of_limit {x['geninf'] / x['limit']:.2f} "
           f"idle0 {x['idle0']:.2f} idle1 {x['idle1']:.2f} gen_s {x['gen']:.3f} inf_s {x['inf']:.3f}{extra}")
-print(f"# ratio: colocated (unfused) time over the variant's; split unfused over stream: {rows['split']['geninf'] / rows['stream']['geninf']:.2f}")
+print(f"# ratio: colocated (unfused) time over the variant's; split over stream {rows['split']['geninf'] / rows['stream']['geninf']:.2f}, held over stream (the overlap alone) {rows['held']['geninf'] / rows['stream']['geninf']:.2f}")
 PY
 echo "# load after:$(uptime | sed 's/.*load average://')"

@@ -53,6 +53,15 @@ S4="-actor_gen_ranks 0-1 -ref_inf_ranks 2 -rew_inf_ranks 3 -critic_inf_ranks 2-3
 stream "stream, 2 ranks (generation on 0, inference on 1)" 2 one st2 $S2
 stream "stream, 4 ranks (2 generation replicas; ref, reward, 2 critic replicas)" 4 one st4 $S4
 stream "stream with allowed sets (top-k 8), 4 ranks" 4 one_k st4k $S4 -gen_top_k 8
+stream "stream held until generation ends (-fuse_hold), 2 ranks" 2 one held $S2 -fuse_hold
+check "-fuse_hold: no inference micro-batch starts before generation ends" "$PYTHON" -c "
+import h5py, numpy as np
+t = h5py.File('$d/held/run.h5', 'r')['timeline']; calls = str(t.attrs['calls']).split()
+r, s, c, a, b = (t[k][()] for k in ('rank', 'step', 'call', 'start', 'end'))
+g, q = calls.index('generation'), calls.index('ref_inference')
+for k in set(s):
+    assert a[(s == k) & (c == q)].min() >= b[(s == k) & (c == g)].max() - 0.05, k  # clocks of two ranks: 50 ms slack
+"
 check "stream: /plan stores the mode; one message per sample recorded; inference micro-batches overlap generation" "$PYTHON" -c "
 import h5py, numpy as np
 f = h5py.File('$d/st2/run.h5', 'r'); assert f['plan'].attrs['fuse_gen_inf'] == 1 and f['plan'].attrs['fuse_tokens'] == 40

@@ -154,7 +154,7 @@ static PetscErrorCode unpack_sample(const int *w, int words, GenBatch *arr, int 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_receive(MPI_Comm comm, int expected, int tokens, GenBatch *arr, int *rows, FuseBatchFn run, void *ctx, FuseRecvStats *st)
+PetscErrorCode fuse_receive(MPI_Comm comm, int expected, int tokens, PetscBool hold, GenBatch *arr, int *rows, FuseBatchFn run, void *ctx, FuseRecvStats *st)
 {
   int got = 0, first = 0, pending = 0, *w = NULL, cap = 0, *idx;
 
@@ -183,7 +183,7 @@ PetscErrorCode fuse_receive(MPI_Comm comm, int expected, int tokens, GenBatch *a
       st->messages++;
       st->bytes += 4LL * words;
     }
-    if (pending >= tokens || got == expected) { /* a full micro-batch, or the rest */
+    if ((pending >= tokens && !hold) || got == expected) { /* a full micro-batch, or the rest */
       int n = 0, tok = 0;
       while (first < got && (n == 0 || tok + arr->prompt_len[first] + arr->response_len[first] <= tokens || got == expected)) {
         if (n && tok >= tokens) break;

@@ -118,7 +118,7 @@ static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, 
   }
   PetscCall(rollout_create(r->B, r->T, r->gen.mask_off ? PETSC_TRUE : PETSC_FALSE, &f.arr));
   PetscCall(PetscMalloc2(r->B, &rows, r->B, &f.sub));
-  PetscCall(fuse_receive(fuse_world, fuse_route_count(route, me), (int)o->plan.fuse_tokens, &f.arr.gen, rows, fuse_batch, &f, &st));
+  PetscCall(fuse_receive(fuse_world, fuse_route_count(route, me), (int)o->plan.fuse_tokens, o->plan.fuse_hold, &f.arr.gen, rows, fuse_batch, &f, &st));
   tm->recv_wait = st.wait, tm->batches = st.batches;
   PetscCall(PetscFree2(rows, f.sub));
   PetscCall(rollout_destroy(&f.arr));

@@ -31,13 +31,13 @@ static PetscErrorCode fuse_parse_at(const char *s, double *at)
 
 PetscErrorCode plan_fuse_from_options(Plan *plan, PetscBool *any)
 {
-  static const char *const names[] = {"-gen_inf", "-migrate_at", "-migrate_replicas", "-tokens"};
+  static const char *const names[] = {"-gen_inf", "-migrate_at", "-migrate_replicas", "-tokens", "-hold"};
   PetscInt                 mode = plan->fuse, to = plan->migrate_to, tokens = plan->fuse_tokens;
   char                     at[64];
   PetscBool                given;
 
   PetscFunctionBegin;
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 5; i++) {
     PetscCall(PetscOptionsHasName(NULL, "fuse_", names[i], &given));
     if (given) *any = PETSC_TRUE;
   }
@@ -48,6 +48,7 @@ PetscErrorCode plan_fuse_from_options(Plan *plan, PetscBool *any)
   RfOptString("-migrate_at", "Migrate the unfinished samples when they fall to this fraction of the batch (0..1), or auto (from the previous iterations' lengths)", at, sizeof at);
   RfOptInt("-migrate_replicas", "Generation replicas the tail migrates onto (0: the fewest whose slots hold it)", to, &to);
   RfOptInt("-tokens", "Token budget of a streamed inference micro-batch (runs when full or when generation ends)", tokens, &tokens);
+  RfOptBool("-hold", "Streamed samples wait until generation has ended before inference runs on them, in the same micro-batches (measures batching without overlap)", plan->fuse_hold, &plan->fuse_hold);
   PetscOptionsEnd();
   PetscCall(fuse_parse_at(at, &plan->migrate_at));
   PetscCheck(to >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-fuse_migrate_replicas %d must be at least 0 (0: the fewest that hold the tail)", (int)to);
@@ -100,7 +101,7 @@ const char *plan_fuse_str(const Plan *plan, char *buf, size_t len)
   if (plan->migrate_at < 0) snprintf(at, sizeof at, "auto");
   else snprintf(at, sizeof at, "%g", plan->migrate_at);
   if (plan->fuse == FUSE_NONE) snprintf(buf, len, "none");
-  else if (plan->fuse == FUSE_STREAM) snprintf(buf, len, "stream, micro-batches of %d tokens", plan->fuse_tokens);
+  else if (plan->fuse == FUSE_STREAM) snprintf(buf, len, "stream, micro-batches of %d tokens%s", plan->fuse_tokens, plan->fuse_hold ? ", held until generation ends" : "");
   else snprintf(buf, len, "migrate at R_t %s onto %d replicas (0: fewest), micro-batches of %d tokens", at, plan->migrate_to, plan->fuse_tokens);
   return buf;
 }

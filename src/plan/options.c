@@ -38,6 +38,7 @@ static PetscErrorCode plan_base_file(int world, const char *path, Plan *plan)
   plan->migrate_at  = file.migrate_at;
   plan->migrate_to  = file.migrate_to;
   plan->fuse_tokens = file.fuse_tokens;
+  plan->fuse_hold   = file.fuse_hold;
   PetscCall(PetscStrncpy(plan->source, file.source, sizeof plan->source));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

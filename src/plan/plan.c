@@ -177,6 +177,7 @@ PetscErrorCode plan_preset(int world, Placement placement, int gen_replicas, Pla
   plan->migrate_at   = 0.2;
   plan->migrate_to   = 0;
   plan->fuse_tokens  = 2048;
+  plan->fuse_hold    = PETSC_FALSE;
   PetscCall(PetscSNPrintf(plan->source, sizeof plan->source, "preset %s", PlacementNames[placement]));
   if (placement == PLACEMENT_COLOCATE) plan_preset_colocate(plan);
   else if (placement == PLACEMENT_INTERLEAVE) PetscCall(plan_preset_interleave(plan));

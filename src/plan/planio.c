@@ -46,17 +46,17 @@ PetscErrorCode plan_print(MPI_Comm comm, const Plan *plan, const PlanNeeds *need
 }
 
 /* ---- run record ----------------------------------------------------------------- */
-static const char *const plan_attrs[] = {"placement", "world", "gen_replicas", "offload", "zero1", "bucket_mb", "fuse_gen_inf", "fuse_migrate_at", "fuse_migrate_replicas", "fuse_tokens"};
+static const char *const plan_attrs[] = {"placement", "world", "gen_replicas", "offload", "zero1", "bucket_mb", "fuse_gen_inf", "fuse_migrate_at", "fuse_migrate_replicas", "fuse_tokens", "fuse_hold"};
 static const char *const call_attrs[] = {"dp", "tp", "pp", "mbs"};
 
 PetscErrorCode plan_record(RunRecord *rec, const Plan *plan, const PlanNeeds *needs)
 {
-  double    top[10] = {plan->placement, plan->world, plan->gen_replicas, plan->offload, plan->zero1, plan->bucket_mb, plan->fuse, plan->migrate_at, plan->migrate_to, plan->fuse_tokens};
+  double    top[11] = {plan->placement, plan->world, plan->gen_replicas, plan->offload, plan->zero1, plan->bucket_mb, plan->fuse, plan->migrate_at, plan->migrate_to, plan->fuse_tokens, plan->fuse_hold};
   IODataset conc   = {"concurrent", 2, {plan->nconc, 2}, plan->conc, PETSC_TRUE};
 
   PetscFunctionBegin;
   /* /plan first: writing it replaces the group, children included */
-  PetscCall(record_group(rec, "plan", &conc, plan->nconc ? 1 : 0, plan_attrs, top, 10));
+  PetscCall(record_group(rec, "plan", &conc, plan->nconc ? 1 : 0, plan_attrs, top, 11));
   for (int c = 0; c < MFC_COUNT; c++) {
     const PlanCall *call  = &plan->call[c];
     double          v[4]  = {call->dp, call->tp, call->pp, call->mbs};
@@ -117,7 +117,7 @@ static PetscErrorCode plan_read_settings(hid_t g, const char *where, Plan *plan)
   PetscCheck(plan->bucket_mb > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute bucket_mb is %g, expected a positive size", where, plan->bucket_mb);
   plan->placement = (Placement)p;
   /* fusion settings: absent in files written before fusion existed (none) */
-  plan->fuse = FUSE_NONE, plan->migrate_at = 0.2, plan->migrate_to = 0, plan->fuse_tokens = 2048;
+  plan->fuse = FUSE_NONE, plan->migrate_at = 0.2, plan->migrate_to = 0, plan->fuse_tokens = 2048, plan->fuse_hold = PETSC_FALSE;
   if (H5Aexists(g, "fuse_gen_inf") > 0) {
     int f;
     PetscCall(plan_attr_int(g, where, "fuse_gen_inf", 0, FUSE_MIGRATE, &f));
@@ -126,6 +126,11 @@ static PetscErrorCode plan_read_settings(hid_t g, const char *where, Plan *plan)
     PetscCheck(plan->migrate_at == -1 || (plan->migrate_at >= 0 && plan->migrate_at <= 1), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute fuse_migrate_at is %g, expected a fraction in [0,1] or -1 (auto)", where, plan->migrate_at);
     PetscCall(plan_attr_int(g, where, "fuse_migrate_replicas", 0, PLAN_MAX_RANKS, &plan->migrate_to));
     PetscCall(plan_attr_int(g, where, "fuse_tokens", 1, 1 << 30, &plan->fuse_tokens));
+    if (H5Aexists(g, "fuse_hold") > 0) {
+      int h;
+      PetscCall(plan_attr_int(g, where, "fuse_hold", 0, 1, &h));
+      plan->fuse_hold = h ? PETSC_TRUE : PETSC_FALSE;
+    }
   }
   plan->offload   = offload ? PETSC_TRUE : PETSC_FALSE;
   plan->zero1     = zero1 ? PETSC_TRUE : PETSC_FALSE;
