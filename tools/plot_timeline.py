@@ -4,10 +4,11 @@ every rank: one row per call it ran, with its start and end) as a Gantt
 chart: one row per rank, one bar per call, coloured by call, and each rank's
 idle fraction (the share of the plotted window in which it ran no call).
 
-Usage: /usr/bin/python3 tools/plot_timeline.py RUN.h5 OUT.png [--steps A:B]
+Usage: /usr/bin/python3 tools/plot_timeline.py RUN.h5 OUT.png [--steps A:B] [--calls a,b,...]
 
 --steps picks the steps (iterations) to draw, A inclusive, B exclusive
-(default: all). The idle fractions are also printed, one line per rank, so
+(default: all); --calls keeps only the named calls (e.g. the generation and
+inference stage: generation,ref_inference,reward_inference,critic_inference). The idle fractions are also printed, one line per rank, so
 scripts can read them. Several records can be drawn side by side (one panel
 each, same time scale) by giving more RUN.h5 files before OUT.png.
 Needs numpy, h5py and matplotlib (Agg backend, no display).
@@ -23,7 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def read(path, steps):
+def read(path, steps, only=None):
     """(calls, rank, call, start, end) of the chosen steps, times from the
     window's start."""
     with h5py.File(path, "r") as f:
@@ -35,6 +36,8 @@ def read(path, steps):
     keep = np.ones(len(cols["step"]), dtype=bool)
     if steps is not None:
         keep = (cols["step"] >= steps[0]) & (cols["step"] < steps[1])
+    if only is not None:
+        keep &= np.isin(np.array([calls[c] for c in cols["call"]]), only)
     if not keep.any():
         sys.exit(f"plot_timeline: {path}: no timeline rows in the chosen steps")
     t0 = cols["start"][keep].min()
@@ -59,7 +62,13 @@ def idle_fractions(rank, start, end):
 
 
 def main(argv):
-    steps = None
+    steps, only = None, None
+    if "--calls" in argv:
+        i = argv.index("--calls")
+        if i + 1 >= len(argv):
+            sys.exit("plot_timeline: --calls wants names separated by commas")
+        only = argv[i + 1].split(",")
+        del argv[i : i + 2]
     if "--steps" in argv:
         i = argv.index("--steps")
         try:
@@ -71,7 +80,7 @@ def main(argv):
     if len(argv) < 3:
         sys.exit(__doc__.strip().split("\n\n")[1])
     runs, out = argv[1:-1], argv[-1]
-    data = [read(p, steps) for p in runs]
+    data = [read(p, steps, only) for p in runs]
     names = []
     for calls, _, call, _, _ in data:
         for c in np.unique(call):

@@ -3,8 +3,9 @@
  * small buffer; record_step gathers the buffers to rank 0, which appends them
  * to /timeline of the run record (docs/formats.md), so a plot can draw one
  * row per rank and show where ranks wait. Idle time is not noted: it is what
- * lies between a rank's calls. Times are seconds since the record was opened,
- * each rank on its own clock started at a barrier. */
+ * lies between a rank's calls. Times are seconds since the record was opened:
+ * on one node from rank 0's zero on the shared clock, across nodes from a
+ * barrier on each rank's own clock. */
 #include "io.h"
 #include <string.h>
 
@@ -26,10 +27,21 @@ static struct {
 
 PetscErrorCode timeline_start(MPI_Comm comm)
 {
+  MPI_Comm    node;
+  PetscMPIInt nn, n;
+
   PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_size(comm, &n));
+  PetscCallMPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  PetscCallMPI(MPI_Comm_size(node, &nn));
+  PetscCallMPI(MPI_Comm_free(&node));
   PetscCallMPI(MPI_Barrier(comm));
   tl.epoch = sys_wtime();
-  tl.n     = 0;
+  /* on one node every rank reads the same monotonic clock: rank 0's zero
+   * then makes the ranks' times exactly comparable (a barrier's exit times
+   * differ by scheduling delays) */
+  if (nn == n) PetscCallMPI(MPI_Bcast(&tl.epoch, 1, MPI_DOUBLE, 0, comm));
+  tl.n = 0;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
