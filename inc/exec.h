@@ -87,6 +87,7 @@ typedef struct {
   ExecFn      run;                  /* runs on the node's ranks */
   ExecFn      share;                /* on every rank after the node's level (may be NULL) */
   void       *ctx;
+  PetscBool   marks;                /* run notes its own timeline entries (finer than the node) */
 } ExecNode;
 
 /* Level of every node: 0 for nodes fed by the given keys only, else one
@@ -95,7 +96,8 @@ typedef struct {
 PetscErrorCode exec_graph_levels(const ExecNode *nodes, int n, const char *const *given, int *level, int *nlevels);
 /* Runs the graph level by level; seconds[k] (may be NULL) gets node k's wall
  * time, the longest over its ranks (0 for a node with no work anywhere).
- * Collective on MPI_COMM_WORLD. */
+ * Each rank notes each node it runs on the timeline (io.h) under the
+ * node's name, unless the node notes finer entries itself. Collective on MPI_COMM_WORLD. */
 PetscErrorCode exec_graph_run(const ExecNode *nodes, int n, const char *const *given, double *seconds);
 
 #endif

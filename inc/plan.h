@@ -25,6 +25,13 @@ typedef enum {
 } MFCId;
 extern const char *const mfc_names[]; /* "actor_gen", ..., "rm_train" (option prefixes) */
 
+/* Inter-stage fusion of generation and inference (docs/fusion.md): none;
+ * stream (finished samples go to the inference ranks while generation
+ * continues); migrate (stream, and the long tail moves onto fewer
+ * generation replicas at R_t). */
+typedef enum { FUSE_NONE = 0, FUSE_STREAM = 1, FUSE_MIGRATE = 2 } FuseMode;
+extern const char *const FuseModeNames[]; /* PETSc enum list: none, stream, migrate */
+
 typedef enum { PLACEMENT_COLOCATE = 0, PLACEMENT_INTERLEAVE = 1, PLACEMENT_DISAGGREGATE = 2 } Placement;
 extern const char *const PlacementNames[]; /* PETSc enum list: colocate, interleave, disaggregate */
 
@@ -48,6 +55,11 @@ typedef struct {
   PlanCall  call[MFC_COUNT];
   int       nconc;          /* pairs of calls that must run concurrently (disjoint meshes) */
   int       conc[8][2];
+  FuseMode  fuse;           /* -fuse_gen_inf */
+  double    migrate_at;     /* -fuse_migrate_at: R_t in [0,1], or -1 for auto */
+  int       migrate_to;     /* -fuse_migrate_replicas: 0 = the fewest that hold the tail */
+  int       fuse_tokens;    /* -fuse_tokens: token budget of a streamed inference micro-batch */
+  PetscBool fuse_hold;      /* -fuse_hold: streamed samples wait until generation ends (benchmark aid) */
 } Plan;
 
 /* What the checks need to know about the run: the model each call runs
@@ -61,7 +73,8 @@ typedef struct {
 
 /* Builds the plan for `world` ranks from the options: -placement,
  * -gen_replicas, -plan_file, -plan_offload, -plan_zero1, -plan_bucket_mb,
- * -plan_concurrent a,b and for every call -<call>_ranks (e.g. 0-3 or 0,2,4),
+ * -plan_concurrent a,b, the fusion options -fuse_gen_inf, -fuse_migrate_at,
+ * -fuse_migrate_replicas, -fuse_tokens, and for every call -<call>_ranks (e.g. 0-3 or 0,2,4),
  * -<call>_dp, -<call>_tp, -<call>_pp, -<call>_mbs. Options that are given
  * override the preset or the file. Malformed values are errors naming the
  * option. */
@@ -71,7 +84,8 @@ PetscErrorCode plan_from_options(int world, Plan *plan);
  * the job and not repeated in a mesh; dp*tp*pp equal to the mesh size; tp
  * dividing n_head and vocab_size; pp <= n_layer; dp*mbs dividing the batch;
  * concurrent calls on disjoint meshes; reallocation pairs (the same model in
- * two calls) with tp sizes that divide each other. Collective (same result
+ * two calls) with tp sizes that divide each other; a fusion mode the plan
+ * can run (plan_check_fusion).  Collective (same result
  * on every rank). */
 PetscErrorCode plan_check(const Plan *plan, const PlanNeeds *needs);
 /* Human-readable table of the calls in use (needs->cfg non-NULL). */

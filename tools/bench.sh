@@ -32,3 +32,4 @@ for np in 2 4; do
 done
 bash tools/bench_placement.sh
 bash tools/bench_schedule.sh
+bash tools/bench_fusion.sh

@@ -16,27 +16,9 @@ rlfuse -mode rm -task_demo_noise 0.25 -seed 5 -rm_sft_checkpoint $d/sft/final.h5
 P="-mode ppo -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 -ppo_iterations 3 -rollout_batch 32 -ppo_minibatches 2
    -ppo_eval_every 0 -ppo_microbatches 2 -gen_max_new_tokens 16 -gen_slots 16 -ppo_eval_prompts 16 -actor_lr 1e-4 -critic_lr 3e-4 -seed 5 -dump_rollouts"
 
-# the same run's rollouts (tokens exact, floats within 1e-4 of each array's scale) and
-# metrics (regression/same_metrics.py: NaN only where the reference has NaN)
-same_run() {
-  "$PYTHON" - $d/$1 $d/$2 <<'PY' || return 1
-import sys, h5py, numpy as np
-a, b = sys.argv[1], sys.argv[2]
-with h5py.File(a + "/rollouts.h5", "r") as fa, h5py.File(b + "/rollouts.h5", "r") as fb:
-    assert sorted(fa) == sorted(fb), (list(fa), list(fb))
-    for it in fa:
-        for k in fa[it]:
-            if k.startswith("gen_step"):
-                continue  # the engine's timeline depends on the replica
-            x, y = fa[it][k][()], fb[it][k][()]
-            if x.dtype.kind == "i":
-                assert np.array_equal(x, y), (it, k)
-            else:
-                assert np.abs(x - y).max() <= 1e-4 * (np.abs(x).max() + 1e-6), (it, k)
-PY
-  # eval_gold: the deck does not ask for a held-out evaluation (-ppo_eval_every 0)
-  "$PYTHON" regression/same_metrics.py $d/$1/run.h5 $d/$2/run.h5 1e-4 1e-5 eval_gold
-}
+# the same run's rollouts and metrics (regression/lib.sh); the deck does not ask
+# for a held-out evaluation (-ppo_eval_every 0), so eval_gold is unmeasured
+same_run() { same_run_dirs $d/$1 $d/$2; }
 same_weights() { "$PYTHON" tools/ckpt_diff.py $d/$1/final.h5 $d/$2/final.h5 >$d/diff_$2.txt 2>&1; }
 layout() {
   local what=$1 n=$2 out=$3; shift 3

@@ -3,6 +3,7 @@
  * every rank takes part in every node's share. Nodes of one level on
  * disjoint meshes therefore run at the same time. */
 #include "exec.h"
+#include "io.h"
 #include <limits.h>
 #include <string.h>
 
@@ -88,6 +89,7 @@ PetscErrorCode exec_graph_run(const ExecNode *nodes, int n, const char *const *g
       if (level[i] != lv || !nodes[i].here || !nodes[i].run) continue;
       PetscCall(nodes[i].run(nodes[i].ctx));
       t[i] = sys_wtime() - t0;
+      if (!nodes[i].marks) PetscCall(timeline_mark(nodes[i].name, t0, t0 + t[i]));
     }
     for (int i = 0; i < n; i++)
       if (level[i] == lv && nodes[i].share) PetscCall(nodes[i].share(nodes[i].ctx));

@@ -34,7 +34,13 @@ struct RunRecord {
   hid_t       file, timing, metrics, summary, timing_step, metrics_step;
   hsize_t     nrows;
   RecColumns  stages, mets;
+  TimelineRows tl;          /* rank 0: this step's calls of every rank */
+  hid_t        tl_group, tl_dset[5]; /* rank, step, call, start, end */
+  hsize_t      tl_rows;
+  int          tl_nnames;   /* names already in /timeline@calls */
 };
+
+static PetscErrorCode rec_group(hid_t loc, const char *name, hid_t *g);
 
 /* ---- columns ------------------------------------------------------------- */
 static PetscErrorCode rec_find(RecColumns *c, const char *kind, const char *name, RecColumn **col)
@@ -149,9 +155,9 @@ static PetscErrorCode rec_column_create(hid_t g, const char *name, hid_t type, c
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode rec_append(hid_t dset, hsize_t row, hid_t memtype, const void *value)
+static PetscErrorCode rec_append_n(hid_t dset, hsize_t row, hsize_t one, hid_t memtype, const void *value)
 {
-  hsize_t n = row + 1, one = 1;
+  hsize_t n = row + one;
   hid_t   fspace, mspace;
   herr_t  e;
 
@@ -165,6 +171,48 @@ static PetscErrorCode rec_append(hid_t dset, hsize_t row, hid_t memtype, const v
   H5Sclose(mspace);
   H5Sclose(fspace);
   H5CallWrite(e, "HDF5: cannot write row %llu of a run-record column", (unsigned long long)row);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode rec_append(hid_t dset, hsize_t row, hid_t memtype, const void *value)
+{
+  PetscFunctionBegin;
+  PetscCall(rec_append_n(dset, row, 1, memtype, value));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* /timeline: the step's calls of every rank, and the name list when it grew. */
+static PetscErrorCode rec_write_timeline(RunRecord *rec, int64_t step)
+{
+  static const char *names[5] = {"rank", "step", "call", "start", "end"};
+  TimelineRows      *t        = &rec->tl;
+  int64_t           *steps;
+
+  PetscFunctionBegin;
+  if (!t->n && rec->tl_group < 0) PetscFunctionReturn(PETSC_SUCCESS);
+  if (rec->tl_group < 0) {
+    PetscCall(rec_group(rec->file, "timeline", &rec->tl_group));
+    for (int k = 0; k < 5; k++) PetscCall(rec_column_create(rec->tl_group, names[k], k == 1 ? H5T_STD_I64LE : k < 3 ? H5T_STD_I32LE : H5T_IEEE_F64LE, NULL, 0, &rec->tl_dset[k]));
+  }
+  if (t->nnames > rec->tl_nnames) {
+    char list[TIMELINE_MAX_NAMES * TIMELINE_NAME_LEN] = "";
+    for (int k = 0; k < t->nnames; k++) {
+      if (k) PetscCall(PetscStrlcat(list, " ", sizeof list));
+      PetscCall(PetscStrlcat(list, t->names[k], sizeof list));
+    }
+    PetscCall(h5u_attr_write_string(rec->tl_group, "calls", list));
+    rec->tl_nnames = t->nnames;
+  }
+  if (!t->n) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(PetscMalloc1(t->n, &steps));
+  for (int i = 0; i < t->n; i++) steps[i] = step;
+  PetscCall(rec_append_n(rec->tl_dset[0], rec->tl_rows, (hsize_t)t->n, H5T_NATIVE_INT, t->rank));
+  PetscCall(rec_append_n(rec->tl_dset[1], rec->tl_rows, (hsize_t)t->n, H5T_NATIVE_INT64, steps));
+  PetscCall(rec_append_n(rec->tl_dset[2], rec->tl_rows, (hsize_t)t->n, H5T_NATIVE_INT, t->call));
+  PetscCall(rec_append_n(rec->tl_dset[3], rec->tl_rows, (hsize_t)t->n, H5T_NATIVE_DOUBLE, t->start));
+  PetscCall(rec_append_n(rec->tl_dset[4], rec->tl_rows, (hsize_t)t->n, H5T_NATIVE_DOUBLE, t->end));
+  PetscCall(PetscFree(steps));
+  rec->tl_rows += (hsize_t)t->n;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -220,6 +268,7 @@ static PetscErrorCode rec_write_row_task(void *vctx)
   PetscFunctionBegin;
   PetscCall(rec_write_stages(ctx));
   PetscCall(rec_write_metrics(ctx));
+  PetscCall(rec_write_timeline(ctx->rec, ctx->step));
   H5CallWrite(H5Fflush(ctx->rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed", ctx->rec->path);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -237,7 +286,9 @@ PetscErrorCode record_step(RunRecord *rec, PetscInt step)
   for (int i = 0; i < n; i++) local[i] = rec->stages.col[i].value; /* 0 when not timed this step */
   PetscCallMPI(MPI_Allreduce(local, ctx.tmax, n, MPI_DOUBLE, MPI_MAX, rec->comm));
   PetscCallMPI(MPI_Allreduce(local, ctx.tmin, n, MPI_DOUBLE, MPI_MIN, rec->comm));
+  PetscCall(timeline_gather(rec->comm, &rec->tl));
   PetscCall(h5u_rank0(rec->comm, rec_write_row_task, &ctx));
+  PetscCall(timeline_rows_free(&rec->tl));
   PetscCall(PetscFree3(local, ctx.tmax, ctx.tmin));
   rec->nrows++;
   for (int i = 0; i < rec->stages.n; i++) {
@@ -378,7 +429,7 @@ PetscErrorCode record_open(const RunCtx *run, const char *mode, RunRecord **out)
   PetscCall(sys_used_deck_write()); /* the job's first record: its options have been checked */
   PetscCall(PetscNew(&rec));
   rec->comm = run->comm;
-  rec->file = rec->timing = rec->metrics = rec->summary = rec->timing_step = rec->metrics_step = H5I_INVALID_HID;
+  rec->file = rec->timing = rec->metrics = rec->summary = rec->timing_step = rec->metrics_step = rec->tl_group = H5I_INVALID_HID;
   PetscCallMPI(MPI_Comm_rank(rec->comm, &rec->rank));
   PetscCallMPI(MPI_Comm_size(rec->comm, &rec->size));
   PetscCall(sys_path_printf(rec->path, sizeof rec->path, "%s/run.h5", run->output_dir));
@@ -388,6 +439,7 @@ PetscErrorCode record_open(const RunCtx *run, const char *mode, RunRecord **out)
   ierr     = h5u_rank0(rec->comm, rec_open_task, &ctx);
   if (ierr) PetscCall(PetscFree(rec));
   PetscCall(ierr);
+  PetscCall(timeline_start(rec->comm));
   *out = rec;
   PetscFunctionReturn(PETSC_SUCCESS);
 }

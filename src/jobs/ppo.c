@@ -364,6 +364,7 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
     PetscCall(record_time(rec, "critic_sync", tm->sync_critic));
     PetscCall(record_metric(rec, "critic_sync_bytes", tm->sync_critic_bytes));
   }
+  if (m->plan->fuse != FUSE_NONE) PetscCall(ppo_record_fusion(rec, tm));
   PetscCall(PetscPrintf(run->comm, "iter %4d/%d | gold %.3f | rm %+.3f | kl %.3f | actor %+.4f | critic %.4f | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s\n", it, n_it, vals[0], vals[1], kl, vals[4], vals[5], vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

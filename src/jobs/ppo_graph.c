@@ -28,6 +28,7 @@ typedef struct {
   PPOTrainStats    *ts;
   GenPart           part;
   ReallocStats      ra, rc;
+  FuseTimes         fuse;
 } IterCtx;
 
 static PetscErrorCode iter_ctx(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro, IterCtx *c)
@@ -149,6 +150,26 @@ static PetscErrorCode share_critic_inf(void *ctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Generation and inference as one node (-fuse_gen_inf stream). */
+static PetscErrorCode run_fused(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(rollout_fused_call(c->m, c->o, c->req, c->max_prompt, (uint64_t)c->st->seed, (uint32_t)c->st->iteration, c->r, c->pb, &c->part, &c->fuse));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode share_fused(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(share_generation(ctx));
+  PetscCall(share_ref(ctx));
+  PetscCall(share_reward(ctx));
+  if (c->m->has_critic) PetscCall(share_critic_inf(ctx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode run_advantages(void *ctx)
 {
   IterCtx *c = (IterCtx *)ctx;
@@ -219,29 +240,37 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
   PetscCall(PetscMemzero(tm, sizeof *tm));
   if (m->gen_copy) {
     k_sync_a   = n;
-    nodes[n++] = (ExecNode){"actor_sync", {"actor_weights"}, {"gen_weights"}, (PetscBool)(dmodel_member(&m->actor) || dmodel_member(&m->actor_gen)), run_actor_sync, NULL, &c};
+    nodes[n++] = (ExecNode){"actor_sync", {"actor_weights"}, {"gen_weights"}, (PetscBool)(dmodel_member(&m->actor) || dmodel_member(&m->actor_gen)), run_actor_sync, NULL, &c, PETSC_FALSE};
   }
   if (crit && m->critic_copy) {
     k_sync_c   = n;
-    nodes[n++] = (ExecNode){"critic_sync", {"critic_weights"}, {"critic_inf_weights"}, (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync, NULL, &c};
+    nodes[n++] = (ExecNode){"critic_sync", {"critic_weights"}, {"critic_inf_weights"}, (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync, NULL, &c, PETSC_FALSE};
   }
-  k_gen      = n;
-  nodes[n++] = (ExecNode){"generation", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights"}, {"responses"}, dmodel_member(gen), run_generation, share_generation, &c};
-  k_ref      = n;
-  nodes[n++] = (ExecNode){"ref_inference", {"responses"}, {"ref_logprobs"}, dmodel_member(&m->reference), run_ref, share_ref, &c};
-  k_rew      = n;
-  nodes[n++] = (ExecNode){"reward_inference", {"responses"}, {"scores"}, dmodel_member(&m->reward), run_reward, share_reward, &c};
-  if (crit) {
-    k_crit     = n;
-    nodes[n++] = (ExecNode){"critic_inference", {"responses", m->critic_copy ? "critic_inf_weights" : "critic_weights"}, {"values"}, dmodel_member(cinf), run_critic_inf, share_critic_inf, &c};
+  if (o->plan.fuse == FUSE_STREAM) {
+    PetscBool here = (PetscBool)(dmodel_member(gen) || dmodel_member(&m->reference) || dmodel_member(&m->reward) || (crit && dmodel_member(cinf)));
+    PetscCall(rollout_fuse_setup());
+    k_gen = k_ref = k_rew = n;
+    k_crit     = crit ? n : -1;
+    nodes[n++] = (ExecNode){"generation+inference", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights", crit ? (m->critic_copy ? "critic_inf_weights" : "critic_weights") : NULL}, {"responses", "ref_logprobs", "scores", crit ? "values" : NULL}, here, run_fused, share_fused, &c, PETSC_TRUE};
+  } else {
+    k_gen      = n;
+    nodes[n++] = (ExecNode){"generation", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights"}, {"responses"}, dmodel_member(gen), run_generation, share_generation, &c, PETSC_FALSE};
+    k_ref      = n;
+    nodes[n++] = (ExecNode){"ref_inference", {"responses"}, {"ref_logprobs"}, dmodel_member(&m->reference), run_ref, share_ref, &c, PETSC_FALSE};
+    k_rew      = n;
+    nodes[n++] = (ExecNode){"reward_inference", {"responses"}, {"scores"}, dmodel_member(&m->reward), run_reward, share_reward, &c, PETSC_FALSE};
+    if (crit) {
+      k_crit     = n;
+      nodes[n++] = (ExecNode){"critic_inference", {"responses", m->critic_copy ? "critic_inf_weights" : "critic_weights"}, {"values"}, dmodel_member(cinf), run_critic_inf, share_critic_inf, &c, PETSC_FALSE};
+    }
   }
   k_adv      = n;
-  nodes[n++] = (ExecNode){"advantages", {"ref_logprobs", "scores", crit ? "values" : NULL}, {"advantages"}, PETSC_TRUE, run_advantages, NULL, &c};
+  nodes[n++] = (ExecNode){"advantages", {"ref_logprobs", "scores", crit ? "values" : NULL}, {"advantages"}, PETSC_TRUE, run_advantages, NULL, &c, PETSC_FALSE};
   k_at       = n;
-  nodes[n++] = (ExecNode){"actor_train", {"responses", "ref_logprobs", "advantages"}, {"new_actor_weights"}, dmodel_member(&m->actor), run_actor_train, share_actor_train, &c};
+  nodes[n++] = (ExecNode){"actor_train", {"responses", "ref_logprobs", "advantages"}, {"new_actor_weights"}, dmodel_member(&m->actor), run_actor_train, share_actor_train, &c, PETSC_FALSE};
   if (crit) {
     k_ct       = n;
-    nodes[n++] = (ExecNode){"critic_train", {"values", "advantages"}, {"new_critic_weights"}, dmodel_member(&m->critic), run_critic_train, share_critic_train, &c};
+    nodes[n++] = (ExecNode){"critic_train", {"values", "advantages"}, {"new_critic_weights"}, dmodel_member(&m->critic), run_critic_train, share_critic_train, &c, PETSC_FALSE};
   }
   PetscCall(exec_graph_run(nodes, n, given, sec));
   ts->steps   = (int)(o->epochs * o->minibatches);
@@ -249,6 +278,15 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
   tm->ref     = sec[k_ref];
   tm->rew     = sec[k_rew];
   tm->critic  = k_crit >= 0 ? sec[k_crit] : 0;
+  if (o->plan.fuse == FUSE_STREAM) { /* the fused node's parts, longest over ranks */
+    double v[4] = {c.fuse.gen, c.fuse.inf[0], c.fuse.inf[1], c.fuse.inf[2]};
+    double w[4] = {c.fuse.messages, c.fuse.bytes, c.fuse.send, c.fuse.recv_wait};
+    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, w, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, w + 2, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    tm->gen = v[0], tm->ref = v[1], tm->rew = v[2], tm->critic = v[3];
+    tm->stream_messages = w[0], tm->stream_bytes = w[1], tm->stream_send = w[2], tm->stream_wait = w[3];
+  }
   tm->adv     = sec[k_adv];
   tm->actor   = sec[k_at];
   tm->critic_train = k_ct >= 0 ? sec[k_ct] : 0;
@@ -266,6 +304,16 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
   }
   ts->t_actor  = tm->actor;
   ts->t_critic = tm->critic_train;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_record_fusion(RunRecord *rec, const StageTimes *tm)
+{
+  PetscFunctionBegin;
+  PetscCall(record_metric(rec, "stream_messages", tm->stream_messages));
+  PetscCall(record_metric(rec, "stream_bytes", tm->stream_bytes));
+  PetscCall(record_time(rec, "stream_send", tm->stream_send));
+  PetscCall(record_time(rec, "stream_wait", tm->stream_wait));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

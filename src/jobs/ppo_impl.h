@@ -97,6 +97,11 @@ PetscErrorCode rollout_forward_values(GPT *m, const Rollout *r, const int *idx, 
 PetscErrorCode rollout_ref_inference(GPT *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
 PetscErrorCode rollout_reward_inference(GPT *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
 PetscErrorCode rollout_critic_inference(GPT *critic, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
+/* One inference call over the sequences idx[0..nb) of r in one forward
+ * (nb <= pb->nmax): reference log-probabilities, reward-model scores (and
+ * final scores) or critic values, as the calls above compute them. */
+typedef enum { ROLLOUT_REF = 0, ROLLOUT_SCORE = 1, ROLLOUT_VALUES = 2 } RolloutInfer;
+PetscErrorCode rollout_infer_rows(GPT *m, RolloutInfer kind, Rollout *r, const PPOOptions *o, PackBuf *pb, const int *idx, int nb);
 /* Rewards (KL + score), then GAE + whitening (PPO) or group advantages (GRPO). */
 PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coef);
 /* Appends group /iter_<k> to <output_dir>/rollouts.h5 (created at iteration 0 or on first use). */
@@ -111,11 +116,30 @@ typedef struct {
 } GenPart;
 /* Members of policy's mesh decode their replica's rows of req into part. */
 PetscErrorCode rollout_generate_part(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed, uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part);
+/* The same, with a callback for each finished sample (index: the replica's
+ * request index; its global row is part->b0 + index). */
+PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed, uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part, GenFinishFn fn, void *ctx);
 /* Every rank gets every replica's rows (tokens, log-probabilities, lengths,
  * EOS, allowed sets; replica 0's step timeline), then the response starts,
  * lengths and gold scores. Collective on MPI_COMM_WORLD. */
 PetscErrorCode rollout_share_gen(const Mesh *m, GenPart *part, Rollout *r);
 PetscErrorCode rollout_finish_gen(Rollout *r);
+
+/* Generation and inference fused (src/jobs/rollout_fuse.c, -fuse_gen_inf
+ * stream): on the generation ranks, generation whose replica heads stream
+ * each finished sample to the inference ranks; on those, the inference calls
+ * over micro-batches of arrived samples. Afterwards the usual shares of the
+ * four calls hand the results to every rank. This rank's times and the
+ * streaming costs come back in tm. rollout_fuse_setup is collective on
+ * MPI_COMM_WORLD (once). */
+typedef struct {
+  double gen, inf[3];              /* seconds: generation; ref, reward, critic inference */
+  double messages, bytes, send;    /* sent samples, their bytes, seconds in the sends */
+  double recv_wait;                /* seconds an inference rank waited for samples */
+  int    batches;                  /* micro-batches formed */
+} FuseTimes;
+PetscErrorCode rollout_fuse_setup(void);
+PetscErrorCode rollout_fused_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, FuseTimes *tm);
 
 /* Training over the rollout: epochs x minibatches optimizer steps for the
  * actor (and the critic for PPO). Sums of the metrics go into stats. */
@@ -139,7 +163,11 @@ PetscErrorCode ppo_train_critic(Trainer *critic, const PPOOptions *o, Rollout *r
 typedef struct {
   double gen, ref, rew, critic, adv, actor, critic_train, sync_actor, sync_critic;
   double sync_actor_bytes, sync_critic_bytes;
+  double stream_messages, stream_bytes, stream_send, stream_wait; /* fused: samples sent, their bytes, longest send and wait seconds */
 } StageTimes;
+/* The fusion costs of an iteration into the run record (metrics
+ * stream_messages, stream_bytes; times stream_send, stream_wait). */
+PetscErrorCode ppo_record_fusion(RunRecord *rec, const StageTimes *tm);
 PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, Rollout *r, PackBuf *pb, const CkptState *st, PPOTrainStats *ts, StageTimes *tm);
 /* The rollout's inference calls outside an iteration (held-out evaluation). */
 PetscErrorCode ppo_ref_call(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro);

@@ -202,6 +202,23 @@ PetscErrorCode rollout_critic_inference(GPT *critic, Rollout *r, const PPOOption
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode rollout_infer_rows(GPT *m, RolloutInfer kind, Rollout *r, const PPOOptions *o, PackBuf *pb, const int *idx, int nb)
+{
+  static const TakeFn take[3] = {take_ref, take_score, take_values};
+  int                 Tf;
+
+  PetscFunctionBegin;
+  if (!nb) PetscFunctionReturn(PETSC_SUCCESS);
+  for (int i = 0; i < nb; i++) {
+    if (kind == ROLLOUT_REF) PetscCall(PetscArrayzero(r->ref + (size_t)idx[i] * r->T, r->T));
+    if (kind == ROLLOUT_VALUES) PetscCall(PetscArrayzero(r->values + (size_t)idx[i] * r->T, r->T));
+  }
+  if (kind == ROLLOUT_REF) PetscCall(rollout_forward_logprobs(m, r, idx, nb, (float)(1.0 / o->gen.temperature), pb, &Tf));
+  else PetscCall(rollout_forward_values(m, r, idx, nb, kind == ROLLOUT_SCORE ? PETSC_TRUE : PETSC_FALSE, pb, &Tf));
+  if (gpt_last_stage(m)) PetscCall(take[kind](r, o, pb, idx, nb, Tf));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* GRPO: one advantage per sequence, on each of its response tokens. */
 static PetscErrorCode rollout_group_advantages(Rollout *r, const PPOOptions *o)
 {

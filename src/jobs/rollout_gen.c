@@ -19,6 +19,13 @@ PetscErrorCode rollout_finish_gen(Rollout *r)
 
 PetscErrorCode rollout_generate_part(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed, uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part)
 {
+  PetscFunctionBegin;
+  PetscCall(rollout_generate_part_cb(policy, gen, max_prompt, seed, iteration, req, r, part, NULL, NULL));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed, uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part, GenFinishFn fn, void *ctx)
+{
   const Mesh *m = policy->mesh;
   GenEngine  *eng;
 
@@ -28,7 +35,7 @@ PetscErrorCode rollout_generate_part(DModel *policy, const GenConfig *gen, int m
   part->own = (PetscBool)(part->b0 > 0 || part->b1 < r->B);
   if (part->own) PetscCall(gen_batch_create(part->b1 - part->b0, r->T, gen_masked(gen), &part->b));
   PetscCall(gen_engine_create(policy->gpt, gen, max_prompt, &eng));
-  PetscCall(gen_generate(eng, seed, iteration, part->b1 - part->b0, req + part->b0, part->own ? &part->b : &r->gen, NULL, NULL));
+  PetscCall(gen_generate(eng, seed, iteration, part->b1 - part->b0, req + part->b0, part->own ? &part->b : &r->gen, fn, ctx));
   PetscCall(gen_engine_destroy(&eng));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

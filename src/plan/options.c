@@ -34,6 +34,11 @@ static PetscErrorCode plan_base_file(int world, const char *path, Plan *plan)
   plan->offload   = file.offload;
   plan->zero1     = file.zero1;
   plan->bucket_mb = file.bucket_mb;
+  plan->fuse        = file.fuse;
+  plan->migrate_at  = file.migrate_at;
+  plan->migrate_to  = file.migrate_to;
+  plan->fuse_tokens = file.fuse_tokens;
+  plan->fuse_hold   = file.fuse_hold;
   PetscCall(PetscStrncpy(plan->source, file.source, sizeof plan->source));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -150,6 +155,7 @@ PetscErrorCode plan_from_options(int world, Plan *plan)
   PetscFunctionBegin;
   PetscCall(plan_base_from_options(world, plan));
   PetscCall(plan_settings_from_options(plan, &any));
+  PetscCall(plan_fuse_from_options(plan, &any));
   for (int c = 0; c < MFC_COUNT; c++) PetscCall(plan_call_from_options(plan, (MFCId)c, &any));
   if (any) PetscCall(PetscStrlcat(plan->source, " + options", sizeof plan->source));
   PetscFunctionReturn(PETSC_SUCCESS);

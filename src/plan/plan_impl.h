@@ -26,4 +26,12 @@ PetscErrorCode plan_concurrent_add(Plan *plan, MFCId a, MFCId b);
  * one generation replica per rank of the generation half. */
 PetscErrorCode plan_preset(int world, Placement placement, int gen_replicas, Plan *plan);
 
+/* -fuse_* options into the plan (src/plan/fuse.c); any: something was given. */
+PetscErrorCode plan_fuse_from_options(Plan *plan, PetscBool *any);
+/* The fusion mode against the plan's meshes (PPO only: generation and the
+ * inference calls in use). */
+PetscErrorCode plan_check_fusion(const Plan *plan, const PlanNeeds *needs);
+/* "none", "stream, micro-batches of 512 tokens", "migrate at R_t 0.2 ..." */
+const char *plan_fuse_str(const Plan *plan, char *buf, size_t len);
+
 #endif

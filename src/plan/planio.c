@@ -2,7 +2,10 @@
  * what runs where; /plan in run.h5 (docs/formats.md) stores the same, and a
  * later run can start from it with -plan_file. Layout:
  *   /plan               attributes placement, world, gen_replicas, offload,
- *                       zero1, bucket_mb (doubles); dataset concurrent
+ *                       zero1, bucket_mb, fuse_gen_inf (0 none, 1 stream,
+ *                       2 migrate), fuse_migrate_at (-1: auto),
+ *                       fuse_migrate_replicas, fuse_tokens (doubles; the
+ *                       fuse_ ones optional on reading); dataset concurrent
  *                       int32 [nconc,2] of call indices when there are pairs
  *   /plan/<call>        dataset ranks int32 [nranks]; attributes dp, tp, pp, mbs */
 #include "plan_impl.h"
@@ -35,21 +38,25 @@ PetscErrorCode plan_print(MPI_Comm comm, const Plan *plan, const PlanNeeds *need
     if (plan_in_use(needs, plan->conc[k][0]) && plan_in_use(needs, plan->conc[k][1])) PetscCall(PetscPrintf(comm, "  concurrent: %s and %s\n", mfc_names[plan->conc[k][0]], mfc_names[plan->conc[k][1]]));
   snprintf(mbs, sizeof mbs, "%g", plan->bucket_mb); /* PETSc's %g would print 16 as "16." */
   PetscCall(PetscPrintf(comm, "  offload %s, zero1 %s, bucket %s MiB\n", plan->offload ? "yes" : "no", plan->zero1 ? "yes" : "no", mbs));
+  if (plan_in_use(needs, MFC_ACTOR_GEN) && plan_in_use(needs, MFC_REF_INF)) {
+    char fuse[128];
+    PetscCall(PetscPrintf(comm, "  fusion of generation and inference: %s\n", plan_fuse_str(plan, fuse, sizeof fuse)));
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* ---- run record ----------------------------------------------------------------- */
-static const char *const plan_attrs[] = {"placement", "world", "gen_replicas", "offload", "zero1", "bucket_mb"};
+static const char *const plan_attrs[] = {"placement", "world", "gen_replicas", "offload", "zero1", "bucket_mb", "fuse_gen_inf", "fuse_migrate_at", "fuse_migrate_replicas", "fuse_tokens", "fuse_hold"};
 static const char *const call_attrs[] = {"dp", "tp", "pp", "mbs"};
 
 PetscErrorCode plan_record(RunRecord *rec, const Plan *plan, const PlanNeeds *needs)
 {
-  double    top[6] = {plan->placement, plan->world, plan->gen_replicas, plan->offload, plan->zero1, plan->bucket_mb};
+  double    top[11] = {plan->placement, plan->world, plan->gen_replicas, plan->offload, plan->zero1, plan->bucket_mb, plan->fuse, plan->migrate_at, plan->migrate_to, plan->fuse_tokens, plan->fuse_hold};
   IODataset conc   = {"concurrent", 2, {plan->nconc, 2}, plan->conc, PETSC_TRUE};
 
   PetscFunctionBegin;
   /* /plan first: writing it replaces the group, children included */
-  PetscCall(record_group(rec, "plan", &conc, plan->nconc ? 1 : 0, plan_attrs, top, 6));
+  PetscCall(record_group(rec, "plan", &conc, plan->nconc ? 1 : 0, plan_attrs, top, 11));
   for (int c = 0; c < MFC_COUNT; c++) {
     const PlanCall *call  = &plan->call[c];
     double          v[4]  = {call->dp, call->tp, call->pp, call->mbs};
@@ -109,6 +116,22 @@ static PetscErrorCode plan_read_settings(hid_t g, const char *where, Plan *plan)
   PetscCall(h5u_attr_read_double(g, where, "bucket_mb", &plan->bucket_mb));
   PetscCheck(plan->bucket_mb > 0 && plan->bucket_mb <= 1099511627776.0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute bucket_mb is %g, expected a positive size up to 2^40 MiB", where, plan->bucket_mb);
   plan->placement = (Placement)p;
+  /* fusion settings: absent in files written before fusion existed (none) */
+  plan->fuse = FUSE_NONE, plan->migrate_at = 0.2, plan->migrate_to = 0, plan->fuse_tokens = 2048, plan->fuse_hold = PETSC_FALSE;
+  if (H5Aexists(g, "fuse_gen_inf") > 0) {
+    int f;
+    PetscCall(plan_attr_int(g, where, "fuse_gen_inf", 0, FUSE_MIGRATE, &f));
+    plan->fuse = (FuseMode)f;
+    PetscCall(h5u_attr_read_double(g, where, "fuse_migrate_at", &plan->migrate_at));
+    PetscCheck(plan->migrate_at == -1 || (plan->migrate_at >= 0 && plan->migrate_at <= 1), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute fuse_migrate_at is %g, expected a fraction in [0,1] or -1 (auto)", where, plan->migrate_at);
+    PetscCall(plan_attr_int(g, where, "fuse_migrate_replicas", 0, PLAN_MAX_RANKS, &plan->migrate_to));
+    PetscCall(plan_attr_int(g, where, "fuse_tokens", 1, 1 << 30, &plan->fuse_tokens));
+    if (H5Aexists(g, "fuse_hold") > 0) {
+      int h;
+      PetscCall(plan_attr_int(g, where, "fuse_hold", 0, 1, &h));
+      plan->fuse_hold = h ? PETSC_TRUE : PETSC_FALSE;
+    }
+  }
   plan->offload   = offload ? PETSC_TRUE : PETSC_FALSE;
   plan->zero1     = zero1 ? PETSC_TRUE : PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -1,0 +1,201 @@
+/* fuse: streaming finished samples from generation to inference (inc/fuse.h).
+ * The sender is driven from the engine's finished-sample callback rather
+ * than a host thread: the engine loop already stops after every step to
+ * hand over finished samples, MPI is then called from one thread only (no
+ * MPI_THREAD_MULTIPLE needed), and each callback also tests the earlier
+ * sends, which advances the large ones that MPI does not send eagerly. A
+ * message is one sample: a header, then tokens, log-probabilities and (when
+ * the generation restricts the distribution) the allowed sets of its
+ * positions, packed as 4-byte words. */
+#include "fuse.h"
+#include <string.h>
+
+#define FUSE_TAG 7301
+enum { H_ROW, H_PROMPT, H_LEN, H_EOS, H_NIDS, H_WORDS };
+
+PetscErrorCode fuse_route_create(int B, int ndest, FuseRoute *route)
+{
+  PetscFunctionBegin;
+  route->B     = B;
+  route->ndest = ndest;
+  PetscCall(PetscCalloc2(ndest + 1, &route->dest, (size_t)ndest * B + 1, &route->need));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode fuse_route_destroy(FuseRoute *route)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscFree2(route->dest, route->need));
+  route->ndest = 0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+int fuse_route_count(const FuseRoute *route, int rank)
+{
+  int n = 0;
+  for (int k = 0; k < route->ndest; k++)
+    if (route->dest[k] == rank)
+      for (int b = 0; b < route->B; b++) n += route->need[(size_t)k * route->B + b];
+  return n;
+}
+
+PetscErrorCode fuse_sender_begin(MPI_Comm comm, const FuseRoute *route, int b0, FuseSender *s)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(s, sizeof *s));
+  s->comm  = comm;
+  s->route = route;
+  s->b0    = b0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Header, tokens, log-probabilities, per-position counts and ids of the
+ * first P+L positions of row i (the rest of a row is zero). */
+static PetscErrorCode pack_sample(const GenBatch *b, int i, int row, int **out, int *words)
+{
+  size_t T = (size_t)b->Tmax, base = (size_t)i * T;
+  int    P = b->prompt_len[i], L = b->response_len[i], n = P + L, nids = 0, *w;
+
+  PetscFunctionBegin;
+  if (b->mask_off) nids = b->mask_off[base + n] - b->mask_off[base + 1];
+  *words = H_WORDS + 2 * n + (b->mask_off ? n + nids : 0);
+  PetscCall(PetscMalloc1(*words, &w));
+  w[H_ROW] = row, w[H_PROMPT] = P, w[H_LEN] = L, w[H_EOS] = b->eos[i], w[H_NIDS] = nids;
+  memcpy(w + H_WORDS, b->tokens + base, (size_t)n * sizeof(int));
+  memcpy(w + H_WORDS + n, b->logprobs + base, (size_t)n * sizeof(float));
+  if (b->mask_off) {
+    int *cnt = w + H_WORDS + 2 * n;
+    cnt[0] = 0; /* position 0 is a prompt position; its range is not the sample's */
+    for (int t = 1; t < n; t++) cnt[t] = b->mask_off[base + t + 1] - b->mask_off[base + t];
+    memcpy(cnt + n, b->mask_ids + b->mask_off[base + 1], (size_t)nids * sizeof(int));
+  }
+  *out = w;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode sender_grow(FuseSender *s)
+{
+  PetscFunctionBegin;
+  if (s->n < s->cap && s->nbuf < s->cap) PetscFunctionReturn(PETSC_SUCCESS);
+  s->cap = 2 * s->cap + 64;
+  PetscCall(PetscRealloc(s->cap * sizeof(MPI_Request), &s->req));
+  PetscCall(PetscRealloc(s->cap * sizeof(int *), &s->buf));
+  PetscCall(PetscRealloc(s->cap * sizeof(MPI_Status), &s->st));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode fuse_send_finished(void *ctx, const GenBatch *b, int index)
+{
+  FuseSender      *s = (FuseSender *)ctx;
+  const FuseRoute *r = s->route;
+  int              row = s->b0 + index, words, *w = NULL, flag;
+  double           t0 = sys_wtime();
+
+  PetscFunctionBegin;
+  PetscCall(pack_sample(b, index, row, &w, &words));
+  PetscCall(sender_grow(s));
+  s->buf[s->nbuf++] = w; /* kept until every send of it is complete */
+  for (int k = 0; k < r->ndest; k++) {
+    if (!r->need[(size_t)k * r->B + row]) continue;
+    PetscCall(sender_grow(s));
+    PetscCallMPI(MPI_Isend(w, words, MPI_INT, r->dest[k], FUSE_TAG, s->comm, &s->req[s->n++]));
+    s->messages++;
+    s->bytes += 4LL * words;
+  }
+  PetscCallMPI(MPI_Testall(s->n, s->req, &flag, s->st)); /* progress */
+  s->seconds += sys_wtime() - t0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode fuse_sender_end(FuseSender *s)
+{
+  double t0 = sys_wtime();
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Waitall(s->n, s->req, s->st));
+  for (int k = 0; k < s->nbuf; k++) PetscCall(PetscFree(s->buf[k]));
+  PetscCall(PetscFree(s->req));
+  PetscCall(PetscFree(s->buf));
+  PetscCall(PetscFree(s->st));
+  s->n = s->nbuf = s->cap = 0;
+  s->seconds += sys_wtime() - t0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Appends one message as arrival k of arr (allowed sets after arrival k-1's). */
+static PetscErrorCode unpack_sample(const int *w, int words, GenBatch *arr, int k, int *row)
+{
+  size_t T = (size_t)arr->Tmax, base = (size_t)k * T;
+  int    P = w[H_PROMPT], L = w[H_LEN], n = P + L, nids = w[H_NIDS];
+
+  PetscFunctionBegin;
+  PetscCheck(k < arr->n && n <= arr->Tmax && words == H_WORDS + 2 * n + (arr->mask_off ? n + nids : 0), PETSC_COMM_SELF, PETSC_ERR_PLIB, "fuse: malformed sample message (%d words, row %d)", words, w[H_ROW]);
+  *row                 = w[H_ROW];
+  arr->prompt_len[k]   = P;
+  arr->response_len[k] = L;
+  arr->eos[k]          = w[H_EOS];
+  PetscCall(PetscArrayzero(arr->tokens + base, T));
+  PetscCall(PetscArrayzero(arr->logprobs + base, T));
+  memcpy(arr->tokens + base, w + H_WORDS, (size_t)n * sizeof(int));
+  memcpy(arr->logprobs + base, w + H_WORDS + n, (size_t)n * sizeof(float));
+  if (arr->mask_off) {
+    const int *cnt = w + H_WORDS + 2 * n;
+    size_t     at  = (size_t)arr->mask_off[base];
+
+    if (at + (size_t)nids > arr->mask_cap) {
+      arr->mask_cap = 2 * (at + (size_t)nids) + 1024;
+      PetscCall(PetscRealloc(arr->mask_cap * sizeof(int), &arr->mask_ids));
+    }
+    memcpy(arr->mask_ids + at, cnt + n, (size_t)nids * sizeof(int));
+    for (size_t t = 0; t < T; t++) {
+      arr->mask_off[base + t + 1] = arr->mask_off[base + t] + ((int)t < n ? cnt[t] : 0);
+    }
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode fuse_receive(MPI_Comm comm, int expected, int tokens, PetscBool hold, GenBatch *arr, int *rows, FuseBatchFn run, void *ctx, FuseRecvStats *st)
+{
+  int got = 0, first = 0, pending = 0, *w = NULL, cap = 0, *idx;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(st, sizeof *st));
+  PetscCall(PetscMalloc1(arr->n + 1, &idx));
+  if (arr->mask_off) arr->mask_off[0] = 0;
+  while (first < expected) {
+    if (got < expected) {
+      MPI_Status status;
+      int        words;
+      double     t0 = sys_wtime();
+
+      PetscCallMPI(MPI_Probe(MPI_ANY_SOURCE, FUSE_TAG, comm, &status));
+      st->wait += sys_wtime() - t0;
+      PetscCallMPI(MPI_Get_count(&status, MPI_INT, &words));
+      if (words > cap) {
+        cap = 2 * words;
+        PetscCall(PetscFree(w));
+        PetscCall(PetscMalloc1(cap, &w));
+      }
+      PetscCallMPI(MPI_Recv(w, words, MPI_INT, status.MPI_SOURCE, FUSE_TAG, comm, MPI_STATUS_IGNORE));
+      PetscCall(unpack_sample(w, words, arr, got, &rows[got]));
+      pending += arr->prompt_len[got] + arr->response_len[got];
+      got++;
+      st->messages++;
+      st->bytes += 4LL * words;
+    }
+    if ((pending >= tokens && !hold) || got == expected) { /* a full micro-batch, or the rest */
+      int n = 0, tok = 0;
+      while (first < got && (n == 0 || tok + arr->prompt_len[first] + arr->response_len[first] <= tokens || got == expected)) {
+        if (n && tok >= tokens) break;
+        tok += arr->prompt_len[first] + arr->response_len[first];
+        idx[n++] = first++;
+      }
+      pending -= tok;
+      st->batches++;
+      PetscCall(run(ctx, arr, rows, idx, n));
+    }
+  }
+  PetscCall(PetscFree(w));
+  PetscCall(PetscFree(idx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

@@ -1,0 +1,107 @@
+/* plan: the fusion options of the execution plan (docs/fusion.md). Whether
+ * finished samples stream from generation into the inference calls, and
+ * when and where the long tail of unfinished samples migrates. Read with the
+ * other plan options, checked with the plan before any work, printed and
+ * stored in /plan with it. */
+#include "plan_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const FuseModeNames[] = {"none", "stream", "migrate", "FuseMode", "FUSE_", NULL};
+
+/* "auto" or a number; a value that is neither, or outside [0,1], is an error. */
+static PetscErrorCode fuse_parse_at(const char *s, double *at)
+{
+  char  *end;
+  double v;
+
+  PetscFunctionBegin;
+  if (!strcmp(s, "auto")) {
+    *at = -1;
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  v = strtod(s, &end);
+  PetscCheck(end != s && !*end, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-fuse_migrate_at %s: expected a fraction of the batch in [0,1] or auto", s);
+  PetscCheck(v >= 0 && v <= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-fuse_migrate_at %s is outside [0,1] (the fraction of the batch still generating when the tail migrates)", s);
+  *at = v;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode plan_fuse_from_options(Plan *plan, PetscBool *any)
+{
+  static const char *const names[] = {"-gen_inf", "-migrate_at", "-migrate_replicas", "-tokens", "-hold"};
+  PetscInt                 mode = plan->fuse, to = plan->migrate_to, tokens = plan->fuse_tokens;
+  char                     at[64];
+  PetscBool                given;
+
+  PetscFunctionBegin;
+  for (int i = 0; i < 5; i++) {
+    PetscCall(PetscOptionsHasName(NULL, "fuse_", names[i], &given));
+    if (given) *any = PETSC_TRUE;
+  }
+  if (plan->migrate_at < 0) PetscCall(PetscStrncpy(at, "auto", sizeof at));
+  else snprintf(at, sizeof at, "%g", plan->migrate_at);
+  PetscOptionsBegin(PETSC_COMM_WORLD, "fuse_", "Fusion of generation and inference", NULL);
+  RfOptEnum("-gen_inf", "Fuse generation and inference: none, stream (finished samples go to inference at once) or migrate (stream, and the long tail moves to fewer replicas; not yet available)", FuseModeNames, 3, &mode);
+  RfOptString("-migrate_at", "Migrate the unfinished samples when they fall to this fraction of the batch (0..1), or auto (from the previous iterations' lengths)", at, sizeof at);
+  RfOptInt("-migrate_replicas", "Generation replicas the tail migrates onto (0: the fewest whose slots hold it)", to, &to);
+  RfOptInt("-tokens", "Token budget of a streamed inference micro-batch (runs when full or when generation ends)", tokens, &tokens);
+  RfOptBool("-hold", "Streamed samples wait until generation has ended before inference runs on them, in the same micro-batches (measures batching without overlap)", plan->fuse_hold, &plan->fuse_hold);
+  PetscOptionsEnd();
+  PetscCall(fuse_parse_at(at, &plan->migrate_at));
+  PetscCheck(to >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-fuse_migrate_replicas %d must be at least 0 (0: the fewest that hold the tail)", (int)to);
+  PetscCheck(tokens >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-fuse_tokens %d must be at least 1", (int)tokens);
+  plan->fuse        = (FuseMode)mode;
+  plan->migrate_to  = (int)to;
+  plan->fuse_tokens = (int)tokens;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Streaming needs inference ranks that are free while generation runs, and
+ * (in this version) inference replicas of one rank each, so every rank
+ * batches the samples it receives on its own. */
+static PetscErrorCode fuse_check_stream(const Plan *plan, const PlanNeeds *needs)
+{
+  const MFCId inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
+  const char *mode   = FuseModeNames[plan->fuse];
+
+  PetscFunctionBegin;
+  for (int k = 0; k < 3; k++) {
+    const PlanCall *c = &plan->call[inf[k]];
+    const char     *n = mfc_names[inf[k]];
+    int             r;
+
+    if (!needs->cfg[inf[k]]) continue;
+    r = plan_shared_rank(&plan->call[MFC_ACTOR_GEN], c);
+    PetscCheck(r < 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s: %s shares rank %d with actor_gen, so it cannot run while generation does (give -%s_ranks and -actor_gen_ranks disjoint ranks)", mode, n, r, n);
+    PetscCheck(c->tp == 1 && c->pp == 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s runs %s on one-rank replicas: -%s_tp %d and -%s_pp %d must be 1", mode, n, n, c->tp, n, c->pp);
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode plan_check_fusion(const Plan *plan, const PlanNeeds *needs)
+{
+  PetscFunctionBegin;
+  if (plan->fuse == FUSE_NONE || !needs->cfg[MFC_ACTOR_GEN] || !needs->cfg[MFC_REF_INF]) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCheck(plan->migrate_at == -1 || (plan->migrate_at >= 0 && plan->migrate_at <= 1), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-fuse_migrate_at %g is outside [0,1]", plan->migrate_at);
+  if (plan->fuse == FUSE_MIGRATE) {
+    PetscCheck(plan->migrate_to <= plan->call[MFC_ACTOR_GEN].dp, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_migrate_replicas %d exceeds the %d replicas of actor_gen (-actor_gen_dp)", plan->migrate_to, plan->call[MFC_ACTOR_GEN].dp);
+    PetscCheck(PETSC_FALSE, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-fuse_gen_inf migrate is not available in this version (none and stream are)");
+  }
+  PetscCall(fuse_check_stream(plan, needs));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+const char *plan_fuse_str(const Plan *plan, char *buf, size_t len)
+{
+  char at[32];
+
+  if (plan->migrate_at < 0) snprintf(at, sizeof at, "auto");
+  else snprintf(at, sizeof at, "%g", plan->migrate_at);
+  if (plan->fuse == FUSE_NONE) snprintf(buf, len, "none");
+  else if (plan->fuse == FUSE_STREAM) snprintf(buf, len, "stream, micro-batches of %d tokens%s", plan->fuse_tokens, plan->fuse_hold ? ", held until generation ends" : "");
+  else snprintf(buf, len, "migrate at R_t %s onto %d replicas (0: fewest), micro-batches of %d tokens", at, plan->migrate_to, plan->fuse_tokens);
+  return buf;
+}
