@@ -59,7 +59,7 @@ check "  ... and the pipe is still a pipe" test -p $d/fifo
 # out of memory: the message says where and how many bytes (virtual memory
 # limited to 1.5 GiB, a model whose parameters need 1.1 GiB and gradients as
 # much again); ASan reserves terabytes of address space, so not under it
-if [ -n "${RLFUSE_SANITIZE:-}" ]; then echo "ok - out of memory # SKIP the sanitizer build cannot run under ulimit -v"
+if [ -n "${RLFUSE_SANITIZE:-}" ]; then skip "out of memory: the sanitizer build cannot run under ulimit -v"
 else
   eval "$(declare -f rlfuse | sed '1s/^rlfuse/rlfuse_unlimited/')"
   rlfuse() { ( ulimit -v 1500000; rlfuse_unlimited "$@" ); }

@@ -101,6 +101,6 @@ if why=$(mount -t tmpfs -o size=256k tmpfs $mnt 2>&1); then
   check "disk full on 2 ranks: exit status 1 and the message" bash -c "[ $rc -eq 1 ] && grep -q 'no space left on device' $d/full2.err"
   umount $mnt
 else
-  echo "ok - disk full # SKIP cannot mount a 256 KiB tmpfs: $(echo "$why" | head -1)"
+  skip "disk full: cannot mount a 256 KiB tmpfs: $(echo "$why" | head -1)"
 fi
 finish
