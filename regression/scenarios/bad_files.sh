@@ -6,6 +6,7 @@
 # exactly one "rlfuse: error:" line naming the culprit, a non-zero exit, and
 # leave an earlier run's files byte-identical.
 . regression/lib.sh
+plan 31
 d="$RLFUSE_TMP/badfiles"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -options_file $deck -output_dir $d/good -sft_steps 2 >$d/good.log 2>&1 || not_ok "reference run"
 rlfuse -mode data -data_output $d/data.h5 -data_count 4 -task_len_min 4 -task_len_max 4 >/dev/null 2>&1 || not_ok "make data"

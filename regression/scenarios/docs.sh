@@ -3,6 +3,7 @@
 # README's quickstart has the deck's PPO iteration count, and its example
 # commands name files the pipeline writes, with a role those files hold.
 . regression/lib.sh
+plan 4
 "$PYTHON" - <<'PY'
 import os, re, subprocess
 fails = 0

@@ -5,6 +5,7 @@
 # with the launcher's message; a full disk (a 256 KiB tmpfs) gives one
 # "no space left on device" line and exit status 1, not a crash. About 30 s.
 . regression/lib.sh
+plan 7
 d="$RLFUSE_TMP/fault"; mkdir -p $d
 deck=regression/decks/tiny.deck
 steps=40

@@ -3,6 +3,7 @@
 # each) writes /timeline to run.h5 (every rank, every iteration, each call's
 # start <= end) and tools/plot_timeline.py draws it.
 . regression/lib.sh
+plan 17
 d="$RLFUSE_TMP/fusion"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 Q="-policy_n_layer 1 -policy_n_head 2 -policy_n_embd 32 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"

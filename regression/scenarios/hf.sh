@@ -6,6 +6,7 @@
 # rlfuse's greedy generation; import/export round trips are bit-exact; what
 # rlfuse cannot represent is refused in one line.
 . regression/lib.sh
+plan 17
 d="$RLFUSE_TMP/hf"; mkdir -p $d
 HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
 hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 "$PYTHON" "$@"; }

@@ -6,6 +6,7 @@
 # "install" links the real MPICH, .pc files and PETSc into them. The run must
 # then really happen, and a deck that fails must fail `make run`.
 . regression/lib.sh
+plan 8
 d="$RLFUSE_TMP/make_fresh"; mkdir -p "$d/sys" "$d/mpi" "$d/pc"
 # a make started from inside `make test` must not inherit its flags or jobserver
 unset MAKEFLAGS MFLAGS MAKELEVEL MAKEOVERRIDES

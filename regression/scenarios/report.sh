@@ -3,6 +3,7 @@
 # the records', the response-length histogram's data is the last iteration's;
 # a file that is not a run record fails with one line and writes nothing.
 . regression/lib.sh
+plan 5
 d="$RLFUSE_TMP/report"; mkdir -p $d
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 12 -task_len_max 8 >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -1 $d/sft.log)"
 rlfuse -mode rm -rm_sft_checkpoint $d/sft/final.h5 -output_dir $d/rm -rm_pairs 48 -rm_eval_pairs 16 -rm_steps 4 -rm_batch 8 \

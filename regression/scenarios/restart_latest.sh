@@ -3,6 +3,7 @@
 # steps, skipping a truncated one and a temporary left by a killed write,
 # ending bit-identical to an uninterrupted run. SFT and PPO.
 . regression/lib.sh
+plan 5
 d="$RLFUSE_TMP/restart_latest"; mkdir -p $d; deck=regression/decks/tiny.deck
 rlfuse -options_file $deck -output_dir $d/full -checkpoint_every 2 >$d/full.log 2>&1 || not_ok "uninterrupted SFT run"
 rlfuse -options_file $deck -output_dir $d/fresh -restart latest >$d/fresh.log 2>&1 || not_ok "fresh start: $(tail -1 $d/fresh.log)"

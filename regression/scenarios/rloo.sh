@@ -5,6 +5,7 @@
 # on 2 ranks (tp 2, and a mixed layout that reallocates every iteration) as on
 # 1 rank, and -rollout_batch not divisible into groups of k refused.
 . regression/lib.sh
+plan 7
 d="$RLFUSE_TMP/rloo"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -1 $d/sft.log)"

@@ -7,6 +7,7 @@
 # micro-batch out of range, the wrong instance, a missing group) each stop
 # with one "rlfuse: error:" line, leaving an existing output file untouched.
 . regression/lib.sh
+plan 19
 d="$RLFUSE_TMP/schedule"; mkdir -p $d
 inst="-mode schedule -sched_pp0 4 -sched_pp1 2 -sched_m0 8 -sched_m1 4 -sched_f0 2 -sched_f1 2"
 rlfuse $inst -sched_output $d/s.h5 >$d/run.log 2>&1 || not_ok "search: $(tail -3 $d/run.log)"

@@ -7,6 +7,7 @@
 # the checkpoint intervals: -<stage>_checkpoint_every for one stage,
 # -checkpoint_every for the stages without their own.
 . regression/lib.sh
+plan 26
 d="$RLFUSE_TMP/used_deck"; mkdir -p $d
 cat >$d/pipeline.deck <<'EOF'
 -mode pipeline
