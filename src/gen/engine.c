@@ -272,7 +272,7 @@ static PetscErrorCode advance(GenEngine *e, uint64_t seed, uint32_t iteration, c
   PetscFunctionBegin;
   tok = gen_sample_row(&e->cfg, e->logits + (size_t)e->slot_row[s] * e->V, e->V, n_new, seed, iteration, (uint32_t)req[i].id, (uint32_t)t, &lp, e->allowed, &na,
                        e->work);
-  PetscCheck(tok >= 0, PETSC_COMM_SELF, PETSC_ERR_FP, "generation: the logits of sample %d at position %d are NaN or infinite (diverged model?); stopping, the last checkpoint is intact", req[i].id, t);
+  PetscCheck(tok >= 0, PETSC_COMM_SELF, PETSC_ERR_FP, "generation: logits are nan or inf at iteration %u (sample %d, position %d); stopping, the last checkpoint is intact", iteration + 1, req[i].id, t);
   b->tokens[k]   = tok;
   b->logprobs[k] = lp;
   if (b->mask_off) PetscCall(mask_record(e, k, e->allowed, na));
