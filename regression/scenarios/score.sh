@@ -5,7 +5,7 @@
 # against the checkpoint's vocabulary, and an attribute larger than it is an
 # error.
 . regression/lib.sh
-plan 2
+plan 5
 d="$RLFUSE_TMP/score"; mkdir -p $d; g=regression/golden
 # Token files from each golden file's own batch, with three different lengths.
 for m in lm scalar; do

@@ -8,7 +8,7 @@
 # give bit-identical reward models. A 4-rank SFT checkpoint restarts on 1
 # rank; bad plans stop with one line.
 . regression/lib.sh
-plan 11
+plan 13
 d="$RLFUSE_TMP/train_layouts"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 Q="-policy_n_layer 2 -policy_n_head 4 -policy_n_embd 128 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"
