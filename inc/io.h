@@ -58,6 +58,11 @@ typedef struct {
   int *tokens, *lengths, *prompt_lengths; /* prompt_lengths may be NULL */
 } TokenData;
 PetscErrorCode data_read(MPI_Comm comm, const char *path, TokenData *d);
+/* As data_read, for a caller that knows the vocabulary (-mode score: the
+ * checkpoint's): a file without the vocab_size attribute gets vocab, and
+ * its tokens are checked against it, named vocab_name in errors; a file
+ * with the attribute is read as data_read reads it. */
+PetscErrorCode data_read_vocab(MPI_Comm comm, const char *path, int vocab, const char *vocab_name, TokenData *d);
 PetscErrorCode data_write(MPI_Comm comm, const char *path, const TokenData *d, const char *task);
 PetscErrorCode data_free(TokenData *d);
 

@@ -6,6 +6,7 @@
 #include "task.h"
 #include "rl.h"
 #include "plan.h"
+#include "train.h"
 
 /* ---- jobs --------------------------------------------------------------- */
 /* Each job reads its options (X_options), which -help also uses, then runs
@@ -17,9 +18,13 @@ typedef struct {
   AdamWConfig opt;
   SortTask    task;
   Plan        plan; /* the sft_train call's mesh and micro-batches */
+  TrainSched  sched; /* of the training passes (-train_schedule) */
 } SFTOptions;
 PetscErrorCode sft_options(SFTOptions *o);
 PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o);
+/* Every check of the stage that needs no other stage's output, without
+ * output: -mode pipeline runs the three before any work. */
+PetscErrorCode sft_check_stage(const RunCtx *run, SFTOptions *o);
 PetscErrorCode sft_run(const RunCtx *run, const Backend *be);
 
 typedef struct {
@@ -30,9 +35,14 @@ typedef struct {
   SortTask    task;
   GenConfig   gen;
   Plan        plan; /* the rm_train call's mesh and micro-batches */
+  TrainSched  sched; /* of the training passes (-train_schedule) */
 } RMOptions;
 PetscErrorCode rm_options(RMOptions *o);
 PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o);
+/* The RM stage's checks for an SFT model of architecture cfg (the -policy_
+ * options in -mode pipeline, where its checkpoint does not exist yet); with
+ * print, the plan and the dry-run summary are printed. */
+PetscErrorCode rm_check_stage(const RunCtx *run, RMOptions *o, const GPTConfig *cfg, PetscBool print);
 PetscErrorCode rm_run(const RunCtx *run, const Backend *be);
 
 /* PPO and GRPO (-mode ppo); options and internals in src/jobs/ppo_impl.h. */

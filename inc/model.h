@@ -193,8 +193,16 @@ PetscReal adamw_lr(const AdamWConfig *opt, int step);
  * embedding's two copies; once per step (gpt_adamw_step calls it if the
  * caller did not). */
 PetscErrorCode gpt_grads_sync(GPT *gpt);
-/* Global gradient norm, clip scale, AdamW update, step += 1. */
+/* Global gradient norm, clip scale, AdamW update, step += 1: gpt_grad_norm
+ * then gpt_adamw_update. */
 PetscErrorCode gpt_adamw_step(GPT *gpt, const AdamWConfig *opt, PetscReal *lr_used, PetscReal *grad_norm);
+/* The two halves of a step, so a caller can refuse a step before anything
+ * changes: gpt_grad_norm synchronises the gradients (gpt_grads_sync) and
+ * returns their global norm (the same on every rank of the mesh), touching
+ * no weight or moment; gpt_adamw_update then clips against that norm and
+ * applies AdamW (step += 1). */
+PetscErrorCode gpt_grad_norm(GPT *gpt, PetscReal *grad_norm);
+PetscErrorCode gpt_adamw_update(GPT *gpt, const AdamWConfig *opt, PetscReal norm, PetscReal *lr_used);
 
 /* KV cache for incremental decoding: nslot independent sequences of up to Tmax tokens. */
 typedef struct {

@@ -2,14 +2,15 @@
  * sft_train call, -mode rm on rm_train), and checkpoints of models placed on
  * meshes (also PPO's).
  *
- * A step over B sequences gives dp replica d the rows [B*d/dp, B*(d+1)/dp)
- * (exec_rows) and splits them into micro-batches that run through the 1F1B
- * schedule on the pipeline stages. The caller's forward computes its loss on
+ * SFT, RM and PPO share one training step: trainer_split, trainer_pass,
+ * trainer_step. A step over B sequences gives dp replica d the rows
+ * [B*d/dp, B*(d+1)/dp) (exec_rows) and splits them into micro-batches that
+ * run through a pipeline schedule (1F1B unless -train_schedule says gpipe)
+ * on the pipeline stages. The caller's forward computes its loss on
  * the last stage with weights over the whole batch (1/ntokens of the batch,
  * not of the replica's share), so the dp all-reduce of the gradients gives
  * the gradient of the one-rank step. Values the last stages accumulate are
- * summed over the world after the step, so every rank (on the mesh or not)
- * prints and records the same numbers. */
+ * summed over the trainer's ranks after the pass. */
 #ifndef RLFUSE_TRAIN_H
 #define RLFUSE_TRAIN_H
 
@@ -18,10 +19,19 @@
 #include "plan.h"
 #include "schedule.h"
 
+/* The pipeline schedule of a training pass (-train_schedule): any schedule
+ * gives the same gradients, since every micro-batch keeps its own state
+ * between its forward and its backward; GPipe holds all micro-batches'
+ * activations at once, 1F1B at most pp of them. */
+typedef enum { TRAIN_SCHED_1F1B = 0, TRAIN_SCHED_GPIPE = 1 } TrainSched;
+
 typedef struct {
-  DModel dm;       /* the model on the call's mesh; dm.gpt is NULL off the mesh */
-  int    mbs;      /* micro-batches per replica from the plan (0: one) */
-  size_t bucket;   /* bytes per reallocation message when gathering */
+  DModel    *dm;     /* the trained model on its call's mesh; dm->gpt is NULL off the mesh */
+  DModel     own;    /* dm's storage when trainer_create made the model */
+  int        mbs;    /* micro-batches per replica from the plan (0: see trainer_split) */
+  size_t     bucket; /* bytes per reallocation message when gathering */
+  TrainSched sched;
+  Comm       red;    /* the ranks that call the trainer together: the world (trainer_create) or the mesh (trainer_attach) */
 } Trainer;
 
 /* This replica's share of a pass over B sequences: rows [b0, b1) in
@@ -31,33 +41,68 @@ typedef struct {
   int b0, b1, size, count;
 } MicroSplit;
 
+/* One model's work in a pass. The callbacks follow sched_run's contract
+ * (schedule.h) and must keep whatever a backward needs (its loss gradient,
+ * targets) per micro-batch, indexed by the micro-batch, never in a buffer
+ * the next forward overwrites: forward(k) and backward(k) may then be
+ * separated by any other tasks, of this model or of another, and a pass
+ * runs under any schedule. The values the callbacks accumulate on the last
+ * stage, acc[0..nacc), are summed over the trainer's ranks after the pass
+ * (trainer_sum_heads). */
+typedef struct {
+  SchedFn forward, backward; /* backward NULL: an evaluation pass (forwards only) */
+  void   *ctx;
+  double *acc;
+  int     nacc;
+} TrainWork;
+
+/* Reads -train_schedule (1f1b or gpipe) into *sched; every mode that
+ * trains calls it from its option reading. */
+PetscErrorCode trainer_options(TrainSched *sched);
 /* The plan's needs when the only call is `call` (training cfg on batches of
- * `batch` sequences): checked before any work and printed. */
-PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const GPTConfig *cfg, int batch, PlanNeeds *needs);
+ * `batch` sequences): checked before any work, and printed when print is
+ * true. */
+PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const GPTConfig *cfg, int batch, PetscBool print, PlanNeeds *needs);
 /* Parameters of the whole model of cfg. */
 PetscErrorCode trainer_count(const GPTConfig *cfg, size_t *nparams);
-PetscErrorCode trainer_create(const char *name, const GPTConfig *cfg, const Backend *be, const Plan *plan, MFCId call, Trainer *tr);
+/* A trainer that owns its model (SFT, RM): every rank of the world calls
+ * its passes and steps; ranks off the mesh contribute nothing and receive
+ * the sums, so every rank prints and records the same numbers. */
+PetscErrorCode trainer_create(const char *name, const GPTConfig *cfg, const Backend *be, const Plan *plan, MFCId call, TrainSched sched, Trainer *tr);
+/* A trainer on a model placed elsewhere (PPO's actor and critic): only the
+ * members of dm's mesh call its passes and steps, and the sums run over
+ * that mesh. */
+void           trainer_attach(DModel *dm, const Plan *plan, MFCId call, TrainSched sched, Trainer *tr);
 PetscErrorCode trainer_destroy(Trainer *tr);
-/* This rank's share of B sequences in the plan's micro-batches (-<call>_mbs;
- * one when 0). */
-void trainer_split(const Trainer *tr, int B, MicroSplit *s);
+/* This rank's share of B sequences in the plan's micro-batches
+ * (-<call>_mbs); when the plan gives none, micro-batches of `size`
+ * sequences (0: the whole share in one). */
+void trainer_split(const Trainer *tr, int B, int size, MicroSplit *s);
 /* Micro-batch k of the split: its first row and row count. */
 static inline void trainer_micro(const MicroSplit *s, int k, int *r0, int *n)
 {
   *r0 = s->b0 + k * s->size;
   *n  = PetscMin(s->size, s->b1 - *r0);
 }
-/* Runs the split's micro-batches on this rank's shard: 1F1B with backward,
- * or forwards in order when backward is NULL (evaluation). A no-op off the
- * mesh. The forward and backward contract is sched_run's (schedule.h). */
-PetscErrorCode trainer_pass(Trainer *tr, const MicroSplit *s, SchedFn forward, SchedFn backward, void *ctx);
-/* v[0..n) summed over the world, counting only replica heads (last stage,
- * tp rank 0): the values a pass accumulated on its last stages. */
+/* This rank's stage's task list for the split under the trainer's schedule
+ * (2 * s->count tasks, PetscFree them) and the activation slots it needs.
+ * Lists of several models can be merged by a caller that runs them. */
+PetscErrorCode trainer_schedule(const Trainer *tr, const MicroSplit *s, SchedTask **tasks, int *nslots);
+/* One pass of the split's micro-batches on this rank's shard. With a
+ * backward, the gradients are zeroed first and accumulate over the
+ * micro-batches in the trainer's schedule; without, the forwards run in
+ * order (evaluation). Then w->acc is summed over the trainer's ranks
+ * (trainer_sum_heads). The shard's part is a no-op off the mesh. */
+PetscErrorCode trainer_pass(Trainer *tr, const MicroSplit *s, const TrainWork *w);
+/* v[0..n) summed over the trainer's ranks, counting only replica heads
+ * (last stage, tp rank 0): the values a pass accumulated on its last stages. */
 PetscErrorCode trainer_sum_heads(const Trainer *tr, double *v, int n);
-/* The optimizer step after a pass: refused (the last checkpoint intact) when
- * loss or the gradient norm is not finite. lr and the gradient norm come
- * back on every rank of the world. what/step name the failure. */
-PetscErrorCode trainer_step(Trainer *tr, const AdamWConfig *opt, const char *what, PetscInt step, double loss, PetscReal *lr, PetscReal *gnorm);
+/* The optimizer step after a pass. The loss and then the gradient norm are
+ * checked before anything changes: when either is not finite the run stops
+ * with "<what> loss|gradient norm is <value> at <at>", the weights, moments
+ * and step count untouched (so the last checkpoint is intact). lr and the
+ * gradient norm come back on every rank of the trainer. */
+PetscErrorCode trainer_step(Trainer *tr, const AdamWConfig *opt, const char *what, const char *at, double loss, PetscReal *lr, PetscReal *gnorm);
 
 /* A restart: the model with its AdamW state from the checkpoint's /<name>
  * group (the trainer's name is its role), and the run state, which must not

@@ -5,13 +5,19 @@
  * guard of sched_run is checked to refuse a reused slot; and one training
  * step of m = 4 micro-batches run through sched_run on pipeline meshes must
  * give the outputs, gradients and post-AdamW parameters of one rank running
- * the same micro-batches one after another. Run with mpiexec -n 4 (layouts
- * that need more ranks than the world are skipped, saying so). */
+ * the same micro-batches one after another. trainer_step must refuse a
+ * non-finite loss or gradient norm before anything changes (weights,
+ * moments and step count bit-identical afterwards on every rank), and apply
+ * a finite one. Run with mpiexec -n 4 (layouts that need more ranks than the
+ * world are skipped, saying so). */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "dist_fixture.h"
 #include "schedule.h"
+#include "train.h"
 
 static const char help[] = "Pipeline schedule regression tests.\n";
 
@@ -262,6 +268,117 @@ static PetscErrorCode test_step(const GPTConfig *cfg, const Layout *L)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* ---- the trainer's optimizer step refuses before it changes anything ---------- */
+
+typedef struct {
+  float *p, *m, *v;
+  int    step;
+} ShardCopy;
+
+/* This rank's shard state (parameters, its AdamW moments, step count). */
+static PetscErrorCode shard_copy(const GPT *g, ShardCopy *c)
+{
+  size_t nm = g->own1 - g->own0;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc3(g->nparams, &c->p, nm + 1, &c->m, nm + 1, &c->v));
+  PetscCall(PetscArraycpy(c->p, g->params, g->nparams)); /* CPU backend: host buffers */
+  PetscCall(PetscArraycpy(c->m, g->m, nm));
+  PetscCall(PetscArraycpy(c->v, g->v, nm));
+  c->step = g->step;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Whether the shard still holds c, bit for bit, on every rank. */
+static PetscErrorCode shard_same(const GPT *g, const ShardCopy *c, PetscBool *same)
+{
+  int ok = 1;
+
+  PetscFunctionBegin;
+  if (g) {
+    size_t nm = g->own1 - g->own0;
+    ok = !memcmp(c->p, g->params, g->nparams * sizeof(float)) && !memcmp(c->m, g->m, nm * sizeof(float)) && !memcmp(c->v, g->v, nm * sizeof(float)) && c->step == g->step;
+  }
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD));
+  *same = ok ? PETSC_TRUE : PETSC_FALSE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static const char *fmt_name(char *buf, size_t len, const char *f, ...)
+{
+  va_list ap;
+  va_start(ap, f);
+  vsnprintf(buf, len, f, ap);
+  va_end(ap);
+  return buf;
+}
+
+static void fill_grads(GPT *g, float bad)
+{
+  for (size_t i = 0; i < g->nparams; i++) g->grads[i] = 1e-3f * (float)(i % 13) - 5e-3f;
+  if (g->mesh->me == 0) g->grads[g->nparams / 2] = bad; /* one element on one rank */
+  g->grads_synced = PETSC_FALSE;
+}
+
+static PetscErrorCode test_refused_step(const GPTConfig *cfg)
+{
+  Plan           plan;
+  Trainer        tr;
+  GPT           *g;
+  ShardCopy      c = {NULL, NULL, NULL, 0};
+  AdamWConfig    opt = {1e-2, 1, 0.9, 0.95, 1e-8, 0.1, 1.0, 0, 0};
+  PetscReal      lr = 0, gn = 0;
+  PetscErrorCode ierr;
+  PetscBool      same;
+  const char    *msg = "";
+  int            pp = world_size >= 2 ? 2 : 1;
+  char           name[160];
+  const struct {
+    const char *what, *want;
+    double      loss;
+    float       grad;
+  } bad[] = {
+    {"a NaN gradient element", "gradient norm is nan", 1.0, NAN},
+    {"an infinite gradient element", "gradient norm is inf", 1.0, INFINITY},
+    {"a NaN loss", "loss is nan", NAN, 0.0f},
+  };
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&plan, sizeof plan));
+  plan.world = world_size, plan.bucket_mb = 1;
+  plan.call[MFC_SFT_TRAIN] = (PlanCall){.nranks = world_size, .pp = pp, .dp = world_size / pp, .tp = 1};
+  for (int i = 0; i < world_size; i++) plan.call[MFC_SFT_TRAIN].ranks[i] = i;
+  PetscCall(trainer_create("policy", cfg, backend_cpu(), &plan, MFC_SFT_TRAIN, TRAIN_SCHED_1F1B, &tr));
+  g = tr.dm->gpt;
+  if (g) {
+    PetscCall(gpt_init_random(g, 5));
+    PetscCall(gpt_optim_init(g));
+    fill_grads(g, 0.0f);
+  }
+  /* the positive control: a finite step changes the shard (so the comparisons below can fail) */
+  if (g) PetscCall(shard_copy(g, &c));
+  PetscCall(trainer_step(&tr, &opt, "test", "step 0", 1.0, &lr, &gn));
+  PetscCall(shard_same(g, &c, &same));
+  report(fmt_name(name, sizeof name, "trainer_step on pp %d x dp %d: a finite step changes the weights and moments (gradient norm %.3g)", pp, world_size / pp, (double)gn), !same && isfinite(gn) && gn > 0 ? PETSC_TRUE : PETSC_FALSE, "");
+  if (g) PetscCall(PetscFree3(c.p, c.m, c.v));
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    if (g) {
+      fill_grads(g, bad[k].grad);
+      PetscCall(shard_copy(g, &c));
+    }
+    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+    ierr = trainer_step(&tr, &opt, "test", "step 1", bad[k].loss, &lr, &gn);
+    PetscCall(PetscPopErrorHandler());
+    if (ierr) PetscCall(PetscErrorMessage(ierr, NULL, (char **)&msg));
+    PetscCall(shard_same(g, &c, &same));
+    report(fmt_name(name, sizeof name, "trainer_step refuses %s before the optimizer step: weights, moments and step count unchanged on every rank", bad[k].what),
+           ierr == PETSC_ERR_FP && strstr(msg, bad[k].want) && strstr(msg, "at step 1;") && same ? PETSC_TRUE : PETSC_FALSE, ierr ? msg : "no error");
+    if (g) PetscCall(PetscFree3(c.p, c.m, c.v));
+  }
+  PetscCall(trainer_destroy(&tr));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 int main(int argc, char **argv)
 {
   GPTConfig lm = {.n_layer = 4, .n_head = 4, .n_embd = 16, .vocab_size = 24, .n_positions = 12, .head = GPT_HEAD_LM};
@@ -286,6 +403,7 @@ int main(int argc, char **argv)
   for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++) PetscCall(test_tables("1F1B", sched_1f1b, tables[k][0], tables[k][1], PETSC_TRUE));
   PetscCall(test_tables("GPipe", sched_gpipe, 4, 3, PETSC_FALSE));
   PetscCall(test_guard(&lm));
+  PetscCall(test_refused_step(&lm));
   for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
     PetscCall(test_step(&lm, &layouts[k]));
     PetscCall(test_step(&sc, &layouts[k]));

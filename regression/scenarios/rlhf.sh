@@ -1,6 +1,8 @@
 # Reward modelling, PPO and GRPO on micro models: the rollout record's layout
-# and arithmetic (checked independently in numpy), bit-exact restart,
-# micro-batch invariance, the NaN stop, and bad input.
+# and arithmetic (checked independently in numpy), the held-out evaluation in
+# run.h5, bit-exact restart, micro-batch invariance, the same weights under
+# the GPipe and 1F1B training schedules, the NaN stop, and bad input (the
+# pipeline's later stages checked before SFT starts).
 . regression/lib.sh
 d="$RLFUSE_TMP/rlhf"; mkdir -p $d
 ppo_deck=regression/decks/rlhf_tiny.deck
@@ -11,7 +13,7 @@ check "rm reports held-out pairwise accuracy" grep -q "held-out pairwise accurac
 check "rm checkpoint holds the reward model with a scalar head" bash -c "h5dump -a /reward/head $d/rm/final.h5 | grep -q scalar"
 ppo() { rlfuse -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 "$@"; }
 
-ppo -output_dir $d/full -checkpoint_every 2 -dump_rollouts >$d/full.log 2>&1 || { not_ok "PPO run"; tail -3 $d/full.log; }
+ppo -output_dir $d/full -checkpoint_every 2 -dump_rollouts -ppo_eval_every 2 >$d/full.log 2>&1 || { not_ok "PPO run"; tail -3 $d/full.log; }
 check "one progress line per iteration" test "$(grep -c '^iter ' $d/full.log)" -eq 4
 check "a summary with the SFT and PPO gold scores and the KL" grep -q "held-out gold score .* (SFT policy) -> .*KL to the reference" $d/full.log
 check "the checkpoint holds all four models and the KL coefficient" bash -c "for g in actor critic reference reward; do h5ls $d/full/final.h5/\$g >/dev/null || exit 1; done; h5dump -a /state/kl_coef $d/full/final.h5 >/dev/null"
@@ -57,6 +59,14 @@ with h5py.File(run + "/rollouts.h5", "r") as f, h5py.File(run + "/run.h5", "r") 
     for stage in ("generation", "ref_inference", "reward_inference", "critic_inference", "actor_train", "critic_train"):
         assert stage + "_max" in rec["timing"], stage
 PY
+"$PYTHON" - $d/full <<'PY' && ok "run.h5 /metrics/eval_gold holds the held-out gold score after iteration 2 (-ppo_eval_every 2), NaN elsewhere" || not_ok "eval_gold in run.h5"
+import re, sys, h5py, numpy as np
+run = sys.argv[1]
+g = h5py.File(run + "/run.h5", "r")["metrics/eval_gold"][()]
+printed = float(re.search(r"held-out gold ([-0-9.]+), KL", open(run + "/../full.log").read()).group(1))
+assert g.shape == (4,) and np.isnan(g[[0, 2, 3]]).all(), g
+assert np.isfinite(g[1]) and abs(g[1] - printed) < 1e-3, (g, printed)
+PY
 # restart from iteration 2: bit-identical weights, optimizer state and rollouts
 ppo -output_dir $d/resumed -restart $d/full/ckpt_000002.h5 -dump_rollouts >$d/resumed.log 2>&1 || not_ok "PPO restart"
 check "restart from iteration 2 starts there" grep -q "from iteration 2" $d/resumed.log
@@ -87,12 +97,22 @@ for role in ("actor", "critic"):
 print("# max relative difference", worst)
 assert worst <= 1e-4, worst
 PY
+# schedules: every micro-batch keeps its own loss gradient, so GPipe (all forwards, then all
+# backwards) accumulates the same gradients in the same order as 1F1B: bit-identical weights
+ppo -output_dir $d/gpipe -train_schedule gpipe >$d/gpipe.log 2>&1 || { not_ok "PPO under GPipe"; tail -3 $d/gpipe.log; }
+check "GPipe vs 1F1B on 1 rank (2 micro-batches): actor and critic bit-identical" bash -c "h5diff -q $d/full/final.h5 $d/gpipe/final.h5 /actor /actor && h5diff -q $d/full/final.h5 $d/gpipe/final.h5 /critic /critic"
+PP="-actor_train_pp 2 -critic_train_pp 2 -actor_train_mbs 2 -critic_train_mbs 2"
+for s in 1f1b gpipe; do
+  "$MPIEXEC" $MPIEXEC_FLAGS -n 2 env OMP_NUM_THREADS=1 "$BIN/rlfuse" -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 \
+    $PP -train_schedule $s -output_dir $d/pp_$s >$d/pp_$s.log 2>&1 || { not_ok "PPO on 2 ranks, pp 2, $s"; tail -3 $d/pp_$s.log; }
+done
+check "GPipe vs 1F1B on 2 ranks, pp 2 (2 micro-batches): actor and critic bit-identical" bash -c "h5diff -q $d/pp_1f1b/final.h5 $d/pp_gpipe/final.h5 /actor /actor && h5diff -q $d/pp_1f1b/final.h5 $d/pp_gpipe/final.h5 /critic /critic"
 # GRPO: no critic
 ppo -output_dir $d/grpo -algo grpo -grpo_group 4 >$d/grpo.log 2>&1 || { not_ok "GRPO run"; tail -3 $d/grpo.log; }
 check "GRPO trains without a critic" bash -c "grep -q '^iter    4/4' $d/grpo.log && ! h5ls $d/grpo/final.h5/critic >/dev/null 2>&1"
 # a diverging run stops naming the iteration and the quantity; earlier checkpoints stay readable
 ppo -output_dir $d/nan -actor_lr 1e30 -actor_grad_clip 0 -checkpoint_every 1 -ppo_minibatches 1 -ppo_microbatches 1 >$d/nan.log 2>&1 && not_ok "NaN run should fail"
-check "a NaN loss stops the run naming the iteration and the quantity" grep -Eq "rlfuse: error: PPO actor (loss|gradient norm) is -?(nan|inf).* at iteration 2" $d/nan.log
+check "a NaN loss stops the run naming the iteration and the quantity, before the optimizer step" grep -Eq "rlfuse: error: PPO actor (loss|gradient norm) is -?(nan|inf).* at iteration 2 .*before the optimizer step" $d/nan.log
 check "  ... and the checkpoint before it is intact" bash -c "h5dump -a /state/iteration $d/nan/ckpt_000001.h5 | grep -q '(0): 1'"
 
 # bad input: one line, non-zero exit, before any work (no output directory made)
@@ -119,4 +139,14 @@ expect "vocabulary mismatch between models"   "vocabulary mismatch"        $P -r
 expect "PPO without checkpoints"              "-actor_checkpoint"          -options_file $ppo_deck
 expect "KV cache over its bound"              "-gen_kv_mb"                 $P -gen_kv_mb 0.001
 expect "rm without an SFT checkpoint"         "-rm_sft_checkpoint"         -mode rm
+expect "rm: generation past the SFT model's positions names the checkpoint's value" "exceeds n_positions 32 of the SFT checkpoint $d/sft/final.h5" \
+  -mode rm -rm_sft_checkpoint $d/sft/final.h5 -task_len_max 8 -gen_max_new_tokens 30
+# -mode pipeline checks every stage before SFT starts (the later stages' architecture from the -policy_ options)
+expect "pipeline: a PPO plan error stops before SFT writes anything" "-actor_gen_ranks 0-7"  -options_file input/quickstart.deck -actor_gen_ranks 0-7
+expect "pipeline: a PPO option error stops before SFT"               "-ppo_microbatches 3"   -options_file regression/decks/tiny.deck -mode pipeline -task_len_max 8 -gen_max_new_tokens 12 -ppo_microbatches 3
+expect "pipeline: an RM plan error stops before SFT"                 "-rm_train_tp 3"        -options_file regression/decks/tiny.deck -mode pipeline -rm_train_tp 3
+expect "pipeline: an RM length error names -policy_n_positions"      "exceeds -policy_n_positions 32" -options_file regression/decks/tiny.deck -mode pipeline -task_len_max 8 -gen_max_new_tokens 30
+err=$("$MPIEXEC" $MPIEXEC_FLAGS -n 2 env OMP_NUM_THREADS=1 "$BIN/rlfuse" -options_file input/quickstart.deck -actor_gen_ranks 0-7 -dry_run -output_dir $d/dry 2>&1 >/dev/null) && not_ok "pipeline dry run with a bad PPO plan: exit status 0"
+if [ "$(printf '%s\n' "$err" | grep -c .)" -eq 1 ] && printf '%s' "$err" | grep -q '^rlfuse: error: -actor_gen_ranks 0-7'; then ok "pipeline -dry_run on 2 ranks: a bad PPO plan is one line naming -actor_gen_ranks"
+else not_ok "pipeline -dry_run on 2 ranks with a bad PPO plan: got $(printf '%s' "$err" | head -3)"; fi
 finish

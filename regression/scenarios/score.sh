@@ -1,6 +1,9 @@
 # Score mode against PyTorch: log-probabilities and values of the golden
 # checkpoints must match those computed from the stored PyTorch logits and
-# values, with zeros past each length.
+# values, with zeros past each length. An input with only /tokens and
+# /lengths (no vocab_size attribute) scores the same; its tokens are checked
+# against the checkpoint's vocabulary, and an attribute larger than it is an
+# error.
 . regression/lib.sh
 d="$RLFUSE_TMP/score"; mkdir -p $d; g=regression/golden
 # Token files from each golden file's own batch, with three different lengths.
@@ -39,4 +42,28 @@ vref = np.zeros_like(gv)
 for b in range(len(L)): vref[b, :L[b]] = gv[b, :L[b]]
 with h5py.File(f"{d}/v.h5") as f: cmp("score /values vs PyTorch, zeros past lengths", f["values"][...], vref)
 PY
+# an input as users write it with h5py: /tokens and /lengths only
+"$PYTHON" - $d <<'PY' || not_ok "make inputs without vocab_size"
+import sys, h5py, numpy as np
+d = sys.argv[1]
+with h5py.File(f"{d}/in_lm.h5") as f: tok, L, V = f["tokens"][...], f["lengths"][...], int(f.attrs["vocab_size"])
+with h5py.File(f"{d}/plain.h5", "w") as o: o["tokens"], o["lengths"] = tok, L
+bad = tok.copy(); bad[1, 2] = V                      # one token past the checkpoint's vocabulary
+with h5py.File(f"{d}/plain_bad.h5", "w") as o: o["tokens"], o["lengths"] = bad, L
+with h5py.File(f"{d}/big.h5", "w") as o:
+    o["tokens"], o["lengths"] = tok, L
+    o.attrs["vocab_size"] = np.int32(V + 1)
+PY
+rlfuse -mode score -score_checkpoint $g/gpt_lm.h5 -score_input $d/plain.h5 -score_output $d/lp_plain.h5 -score_batch 2 >$d/plain.log 2>&1 || not_ok "score an input without vocab_size: $(tail -2 $d/plain.log)"
+check "an input without vocab_size scores the same as with it" "$PYTHON" -c "
+import h5py, numpy as np
+assert np.array_equal(h5py.File('$d/lp.h5')['logprobs'][...], h5py.File('$d/lp_plain.h5')['logprobs'][...])"
+score_error() {
+  local what=$1 in=$2 pat=$3 err
+  err=$(rlfuse -mode score -score_checkpoint $g/gpt_lm.h5 -score_input $in -score_output $d/out_$RANDOM.h5 2>&1 >/dev/null) && { not_ok "$what: exit status 0"; return; }
+  if [ "$(printf '%s\n' "$err" | grep -c .)" -eq 1 ] && printf '%s' "$err" | grep -q "^rlfuse: error: .*$pat"; then ok "$what ($(printf '%s' "$err" | cut -c1-110))"
+  else not_ok "$what: expected one line matching '$pat', got: $(printf '%s' "$err" | head -3)"; fi
+}
+score_error "without vocab_size, a token past the checkpoint's vocabulary is one error naming it" $d/plain_bad.h5 "plain_bad.h5: /tokens\[1,2\] = .* is outside \[0, the checkpoint's vocab_size="
+score_error "a vocab_size attribute larger than the checkpoint's is one error" $d/big.h5 "big.h5 has vocabulary .*, larger than the model's"
 finish

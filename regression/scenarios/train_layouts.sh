@@ -4,8 +4,9 @@
 # same AdamW moments within 1e-4 of each tensor's scale and the same weights
 # within 1e-3 (tools/ckpt_diff.py --params-tol: AdamW's g/(|g|+eps) turns the
 # rounding of gradient elements near eps into weight differences of a
-# fraction of lr, about 1.5e-4 here), and the same metrics. A 4-rank SFT
-# checkpoint restarts on 1 rank; bad plans stop with one line.
+# fraction of lr, about 1.5e-4 here), and the same metrics. GPipe and 1F1B
+# give bit-identical reward models. A 4-rank SFT checkpoint restarts on 1
+# rank; bad plans stop with one line.
 . regression/lib.sh
 d="$RLFUSE_TMP/train_layouts"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
@@ -55,6 +56,12 @@ R="$R -rm_sft_checkpoint $d/sft1/final.h5"
 mpirun 1 $R -output_dir $d/rm1 >$d/rm1.log 2>&1 || not_ok "RM on 1 rank"
 layout "RM on 4 ranks, tp 2 x dp 2"                   "$R" rm1 4 rm_tp -rm_train_tp 2
 layout "RM on 2 ranks, pp 2 (1F1B over 2 micro-batches)" "$R" rm1 2 rm_pp -rm_train_pp 2 -rm_train_mbs 2
+# every micro-batch keeps its own loss gradient: GPipe gives 1F1B's weights bit for bit
+mpirun 2 $R -rm_train_pp 2 -rm_train_mbs 2 -train_schedule gpipe -output_dir $d/rm_gpipe >$d/rm_gpipe.log 2>&1 || { not_ok "RM on 2 ranks, pp 2, GPipe"; tail -3 $d/rm_gpipe.log; }
+check "RM on 2 ranks, pp 2: GPipe ends bit-identical to 1F1B" h5diff -q $d/rm_pp/final.h5 $d/rm_gpipe/final.h5 /reward /reward
+mpirun 1 $R -rm_train_mbs 4 -output_dir $d/rm_mb4 >$d/rm_mb4.log 2>&1 || not_ok "RM on 1 rank, 4 micro-batches"
+mpirun 1 $R -rm_train_mbs 4 -train_schedule gpipe -output_dir $d/rm_mb4_gpipe >$d/rm_mb4_gpipe.log 2>&1 || { not_ok "RM on 1 rank, 4 micro-batches, GPipe"; tail -3 $d/rm_mb4_gpipe.log; }
+check "RM on 1 rank, 4 micro-batches: GPipe ends bit-identical to 1F1B" h5diff -q $d/rm_mb4/final.h5 $d/rm_mb4_gpipe/final.h5 /reward /reward
 
 bad_plan() {
   local what=$1 pat=$2 n=$3; shift 3

@@ -7,7 +7,7 @@
 #include <string.h>
 
 /* The checks data_read applies to a file, and data_write to what it writes. */
-static PetscErrorCode data_validate(const char *path, const TokenData *d)
+static PetscErrorCode data_validate(const char *path, const TokenData *d, const char *vocab_name)
 {
   PetscFunctionBegin;
   PetscCheck(d->N >= 0 && d->T > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "data file %s: /tokens has shape [%d,%d], expected at least one column", path, d->N, d->T);
@@ -21,7 +21,7 @@ static PetscErrorCode data_validate(const char *path, const TokenData *d)
     for (int t = 0; t < d->T; t++) {
       int tok = d->tokens[(size_t)i * d->T + t];
 
-      PetscCheck(tok >= 0 && tok < d->vocab_size, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "data file %s: /tokens[%d,%d] = %d is outside [0, vocab_size=%d)", path, i, t, tok, d->vocab_size);
+      PetscCheck(tok >= 0 && tok < d->vocab_size, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "data file %s: /tokens[%d,%d] = %d is outside [0, %s=%d)", path, i, t, tok, vocab_name, d->vocab_size);
     }
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -31,6 +31,8 @@ static PetscErrorCode data_validate(const char *path, const TokenData *d)
 typedef struct {
   const char *path;
   TokenData  *d;
+  int         vocab;      /* > 0: stands in for a missing vocab_size attribute */
+  const char *vocab_name; /* how errors name that stand-in */
 } DataCtx;
 
 /* An integer vector of length n; HDF5 converts any integer width to int
@@ -59,6 +61,7 @@ static PetscErrorCode data_read_file(hid_t file, void *vctx)
   hsize_t    dims[2] = {0, 0};
   hid_t      dset;
   int64_t    vocab;
+  const char *vname = "vocab_size";
 
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(where, sizeof where, "data file %s", ctx->path));
@@ -69,12 +72,15 @@ static PetscErrorCode data_read_file(hid_t file, void *vctx)
   PetscCall(PetscMalloc1((size_t)d->N * d->T + 1, &d->tokens));
   if (d->N && d->T) PetscCall(h5u_dataset_read(dset, where, "/tokens", H5T_NATIVE_INT, d->tokens));
   PetscCall(h5u_close(&dset));
-  PetscCall(h5u_attr_read_int(file, where, "vocab_size", &vocab));
+  if (ctx->vocab > 0 && H5Aexists(file, "vocab_size") <= 0) { /* optional for this caller */
+    vocab = ctx->vocab;
+    vname = ctx->vocab_name;
+  } else PetscCall(h5u_attr_read_int(file, where, "vocab_size", &vocab));
   PetscCheck(vocab > 0 && vocab < INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: vocab_size %lld must be positive", where, (long long)vocab);
   d->vocab_size = (int)vocab;
   PetscCall(data_read_vector(file, where, "lengths", d->N, &d->lengths));
   if (H5Lexists(file, "prompt_lengths", H5P_DEFAULT) > 0) PetscCall(data_read_vector(file, where, "prompt_lengths", d->N, &d->prompt_lengths));
-  PetscCall(data_validate(ctx->path, d));
+  PetscCall(data_validate(ctx->path, d, vname));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -111,7 +117,14 @@ static PetscErrorCode data_bcast(MPI_Comm comm, TokenData *d)
 
 PetscErrorCode data_read(MPI_Comm comm, const char *path, TokenData *d)
 {
-  DataCtx        ctx = {path, d};
+  PetscFunctionBegin;
+  PetscCall(data_read_vocab(comm, path, 0, NULL, d));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode data_read_vocab(MPI_Comm comm, const char *path, int vocab, const char *vocab_name, TokenData *d)
+{
+  DataCtx        ctx = {path, d, vocab, vocab_name ? vocab_name : "vocab_size"};
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
@@ -160,7 +173,7 @@ static PetscErrorCode data_write_task(void *vctx)
   DataWriteCtx *ctx = (DataWriteCtx *)vctx;
 
   PetscFunctionBegin;
-  PetscCall(data_validate(ctx->path, ctx->d));
+  PetscCall(data_validate(ctx->path, ctx->d, "vocab_size"));
   PetscCall(h5u_write_atomic("data file", ctx->path, data_fill, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

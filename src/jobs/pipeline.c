@@ -1,8 +1,9 @@
 /* The full pipeline (-mode pipeline): SFT, then reward modelling from the SFT
  * checkpoint, then PPO (or GRPO) from both, in one job. Each stage writes into
  * its own directory under -output_dir (sft/, rm/, ppo/) with its own run.h5
- * and checkpoints; every stage's options are read, and the deck checked for
- * unused options, before the first stage starts. */
+ * and checkpoints; every stage's options are read, the deck checked for
+ * unused options, and every stage's options, plan and memory checked
+ * against the architecture SFT will write, before the first stage starts. */
 #include "ppo_impl.h"
 
 static PetscErrorCode stage_ctx(const RunCtx *run, const char *name, RunCtx *sub)
@@ -40,9 +41,16 @@ PetscErrorCode pipeline_run(const RunCtx *run, const Backend *be)
   PetscCall(PetscSNPrintf(rm.sft, sizeof rm.sft, "%s/final.h5", c_sft.output_dir));
   PetscCall(PetscStrncpy(ppo.actor_ckpt, rm.sft, sizeof ppo.actor_ckpt));
   PetscCall(PetscSNPrintf(ppo.reward_ckpt, sizeof ppo.reward_ckpt, "%s/final.h5", c_rm.output_dir));
-  if (run->dry_run) { /* later stages read checkpoints that a dry run does not write */
+  /* Every stage is checked before any work: the later stages read the SFT
+   * model's architecture from the -policy_ options, which SFT writes into
+   * its checkpoint; only what needs the stages' outputs waits. */
+  PetscCall(sft_check_stage(&c_sft, &sft));
+  PetscCall(rm_check_stage(&c_rm, &rm, &sft.cfg, PETSC_FALSE));
+  PetscCall(ppo_check_stage(&c_ppo, &ppo, &sft.cfg, PETSC_FALSE));
+  if (run->dry_run) {
     PetscCall(sft_execute(&c_sft, be, &sft));
-    PetscCall(PetscPrintf(run->comm, "dry run: the RM and PPO stages are checked when their inputs exist\n"));
+    PetscCall(rm_check_stage(&c_rm, &rm, &sft.cfg, PETSC_TRUE));
+    PetscCall(ppo_check_stage(&c_ppo, &ppo, &sft.cfg, PETSC_TRUE));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(PetscPrintf(run->comm, "pipeline: stage 1/3, supervised fine-tuning -> %s\n", c_sft.output_dir));

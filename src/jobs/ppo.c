@@ -55,6 +55,7 @@ PetscErrorCode ppo_options(PPOOptions *o)
   PetscCall(task_set_from_options(&o->task));
   PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
   PetscCall(plan_from_options(world, &o->plan));
+  PetscCall(trainer_options(&o->sched));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -103,22 +104,26 @@ static void ppo_sources(const PPOOptions *o, ModelSource src[4])
 static const char *const model_names[4] = {"actor", "critic", "reference", "reward"};
 
 /* Configurations from the files, checked against each other and the task
- * before anything is allocated. */
-static PetscErrorCode ppo_configs(const RunCtx *run, const PPOOptions *o, const ModelSource src[4], int max_prompt, GPTConfig cfg[4])
+ * before anything is allocated; with policy (-mode pipeline, before the SFT
+ * and RM checkpoints exist) every model has the SFT architecture, as those
+ * stages will write it, with its own head. */
+static PetscErrorCode ppo_configs(const RunCtx *run, const PPOOptions *o, const ModelSource src[4], const GPTConfig *policy, int max_prompt, GPTConfig cfg[4])
 {
   const GPTHead head[4] = {GPT_HEAD_LM, GPT_HEAD_SCALAR, GPT_HEAD_LM, GPT_HEAD_SCALAR};
   int           T       = max_prompt + (int)o->gen.max_new_tokens;
 
   PetscFunctionBegin;
   for (int k = 0; k < 4; k++) {
+    const char *from = policy ? "the -policy_ options" : src[k].file;
     if (k == 1 && o->algo == ALGO_GRPO) continue;
-    PetscCall(ckpt_read_config(run->comm, src[k].file, src[k].role, &cfg[k]));
-    if (src[k].trunk_only) cfg[k].head = head[k];
+    if (policy) cfg[k] = *policy;
+    else PetscCall(ckpt_read_config(run->comm, src[k].file, src[k].role, &cfg[k]));
+    if (src[k].trunk_only || policy) cfg[k].head = head[k];
     PetscCheck(cfg[k].head == head[k], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s has the %s head; the %s needs the %s head", src[k].file, src[k].role, GPTHeadNames[cfg[k].head], model_names[k], GPTHeadNames[head[k]]);
     PetscCheck(cfg[k].vocab_size == cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "vocabulary mismatch: the %s (%s) has %d tokens, the actor (%s) %d", model_names[k], src[k].file, cfg[k].vocab_size, src[0].file, cfg[0].vocab_size);
-    PetscCheck(T <= cfg[k].n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "the %s (%s) has n_positions %d, fewer than the longest prompt (%d tokens) plus -gen_max_new_tokens %" PetscInt_FMT, model_names[k], src[k].file, cfg[k].n_positions, max_prompt, o->gen.max_new_tokens);
+    PetscCheck(T <= cfg[k].n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "the %s (%s) has n_positions %d, fewer than the longest prompt (%d tokens) plus -gen_max_new_tokens %" PetscInt_FMT, model_names[k], from, cfg[k].n_positions, max_prompt, o->gen.max_new_tokens);
   }
-  PetscCall(gen_config_check(&o->gen, &cfg[0], "actor_", max_prompt));
+  PetscCall(gen_config_check(&o->gen, &cfg[0], policy ? "policy_" : "actor_", max_prompt));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -352,7 +357,6 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
     PetscCall(record_metric(rec, "critic_sync_bytes", tm->sync_critic_bytes));
   }
   PetscCall(PetscPrintf(run->comm, "iter %4d/%d | gold %.3f | rm %+.3f | kl %.3f | actor %+.4f | critic %.4f | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s\n", it, n_it, vals[0], vals[1], kl, vals[4], vals[5], vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic));
-  if (!isnan(eval_gold)) PetscCall(PetscPrintf(run->comm, "      held-out gold %.3f\n", eval_gold));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -378,7 +382,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   }
   PetscCall(PetscPrintf(run->comm, "%s: actor %zu parameters, %" PetscInt_FMT " iterations of %" PetscInt_FMT " responses, from iteration %" PetscInt_FMT "\n", algo_names[o->algo], nparams, o->iterations, o->rollout_batch, st->iteration));
   while (st->iteration < o->iterations) {
-    double        t0 = sys_wtime(), kl, eval_gold = NAN, eval_kl;
+    double        t0 = sys_wtime(), kl, eval_gold = NAN, eval_kl = NAN, iter_s, coef;
     StageTimes    tm;
     PPOTrainStats ts;
     int           it = (int)st->iteration, used = 0;
@@ -388,13 +392,14 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     st->data_pos += used;
     kl = rollout_kl(&r);
     if (o->dump_rollouts) PetscCall(rollout_dump(run->comm, path, &r, it, o, st->kl_coef));
-    PetscCall(ppo_record_iteration(rec, run, m, &r, &ts, &tm, kl, st->kl_coef, NAN, sys_wtime() - t0, it + 1, (int)o->iterations));
+    iter_s = sys_wtime() - t0;
+    coef   = st->kl_coef; /* the coefficient this iteration's rewards used */
     if (o->kl_target > 0) st->kl_coef = rl_kl_adapt(st->kl_coef, kl, o->kl_target, o->kl_horizon, (double)r.B);
     st->iteration++;
-    if (o->eval_every && st->iteration % o->eval_every == 0 && st->iteration < o->iterations) {
-      PetscCall(ppo_evaluate(&m->actor, m, o, (uint64_t)st->seed, ps->max_prompt, &eval_gold, &eval_kl));
-      PetscCall(PetscPrintf(run->comm, "      held-out gold %.3f, KL to the reference %.3f\n", eval_gold, eval_kl));
-    }
+    /* the evaluation of the trained actor runs before the iteration's record, which holds its result */
+    if (o->eval_every && st->iteration % o->eval_every == 0 && st->iteration < o->iterations) PetscCall(ppo_evaluate(&m->actor, m, o, (uint64_t)st->seed, ps->max_prompt, &eval_gold, &eval_kl));
+    PetscCall(ppo_record_iteration(rec, run, m, &r, &ts, &tm, kl, coef, eval_gold, iter_s, it + 1, (int)o->iterations));
+    if (!isnan(eval_gold)) PetscCall(PetscPrintf(run->comm, "      held-out gold %.3f, KL to the reference %.3f\n", eval_gold, eval_kl));
     if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
       PetscCall(ppo_checkpoint(run, m, name, st, rec));
@@ -414,6 +419,50 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Everything that can be checked before a model is read: options, prompts,
+ * the models' configurations (ppo_configs), the task and the plan (printed
+ * when print is true). ps is set up for the run. */
+static PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const GPTConfig *policy, PetscBool print, ModelSource src[4], PromptSource *ps, GPTConfig cfg[4], PlanNeeds *needs)
+{
+  PetscFunctionBegin;
+  PetscCall(ppo_check_options(o));
+  ppo_sources(o, src);
+  PetscCall(prompts_setup(run, o, ps));
+  PetscCall(ppo_configs(run, o, src, policy, ps->max_prompt, cfg));
+  if (ps->src.builtin) PetscCall(task_check(&o->task, cfg[0].vocab_size, cfg[0].n_positions, policy ? "policy_" : "actor_"));
+  else {
+    PetscCheck(ps->src.file.vocab_size <= cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_prompts %s has vocabulary %d, larger than the actor's %d", o->prompts, ps->src.file.vocab_size, cfg[0].vocab_size);
+    o->eval_prompts = 0; /* held-out gold scores need the built-in task's judge */
+  }
+  ppo_needs(o, cfg, needs);
+  PetscCall(plan_check(&o->plan, needs));
+  if (print) PetscCall(plan_print(run->comm, &o->plan, needs));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode ppo_dry_run(const RunCtx *run, const PPOOptions *o, const GPTConfig cfg[4], const PromptSource *ps)
+{
+  char a[32];
+
+  PetscFunctionBegin;
+  PetscCall(PetscPrintf(run->comm, "dry run: %s with 4 models of %d layers x %d; KV cache %s\n", algo_names[o->algo], cfg[0].n_layer, cfg[0].n_embd, sys_bytes_str((double)gen_kv_bytes(&o->gen, &cfg[0], ps->max_prompt + (int)o->gen.max_new_tokens), a, sizeof a)));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_check_stage(const RunCtx *run, PPOOptions *o, const GPTConfig *policy, PetscBool print)
+{
+  ModelSource  src[4];
+  GPTConfig    cfg[4];
+  PromptSource ps;
+  PlanNeeds    needs;
+
+  PetscFunctionBegin;
+  PetscCall(ppo_prepare(run, o, policy, print, src, &ps, cfg, &needs));
+  if (print) PetscCall(ppo_dry_run(run, o, cfg, &ps));
+  PetscCall(prompts_destroy(&ps));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *sft_gold, double *ppo_gold, double *ppo_kl)
 {
   ModelSource  src[4];
@@ -425,21 +474,9 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   PlanNeeds    needs;
 
   PetscFunctionBegin;
-  PetscCall(ppo_check_options(o));
-  ppo_sources(o, src);
-  PetscCall(prompts_setup(run, o, &ps));
-  PetscCall(ppo_configs(run, o, src, ps.max_prompt, cfg));
-  if (ps.src.builtin) PetscCall(task_check(&o->task, cfg[0].vocab_size, cfg[0].n_positions, "actor_"));
-  else {
-    PetscCheck(ps.src.file.vocab_size <= cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_prompts %s has vocabulary %d, larger than the actor's %d", o->prompts, ps.src.file.vocab_size, cfg[0].vocab_size);
-    o->eval_prompts = 0; /* held-out gold scores need the built-in task's judge */
-  }
-  ppo_needs(o, cfg, &needs);
-  PetscCall(plan_check(&o->plan, &needs));
-  PetscCall(plan_print(run->comm, &o->plan, &needs));
+  PetscCall(ppo_prepare(run, o, NULL, PETSC_TRUE, src, &ps, cfg, &needs));
   if (run->dry_run) {
-    char a[32];
-    PetscCall(PetscPrintf(run->comm, "dry run: %s with 4 models of %d layers x %d; KV cache %s\n", algo_names[o->algo], cfg[0].n_layer, cfg[0].n_embd, sys_bytes_str((double)gen_kv_bytes(&o->gen, &cfg[0], ps.max_prompt + (int)o->gen.max_new_tokens), a, sizeof a)));
+    PetscCall(ppo_dry_run(run, o, cfg, &ps));
     PetscCall(prompts_destroy(&ps));
     PetscFunctionReturn(PETSC_SUCCESS);
   }

@@ -162,16 +162,22 @@ static PetscErrorCode run_advantages(void *ctx)
 static PetscErrorCode run_actor_train(void *ctx)
 {
   IterCtx *c = (IterCtx *)ctx;
+  Trainer  tr;
+
   PetscFunctionBegin;
-  PetscCall(ppo_train_actor(c->m->actor.gpt, c->o, c->m->plan->call[MFC_ACTOR_TRAIN].mbs, c->r, c->pb, (uint64_t)c->st->seed, (int)c->st->iteration, c->st->kl_coef, c->ts));
+  trainer_attach(&c->m->actor, c->m->plan, MFC_ACTOR_TRAIN, c->o->sched, &tr);
+  PetscCall(ppo_train_actor(&tr, c->o, c->r, c->pb, (uint64_t)c->st->seed, (int)c->st->iteration, c->st->kl_coef, c->ts));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 static PetscErrorCode run_critic_train(void *ctx)
 {
   IterCtx *c = (IterCtx *)ctx;
+  Trainer  tr;
+
   PetscFunctionBegin;
-  PetscCall(ppo_train_critic(c->m->critic.gpt, c->o, c->m->plan->call[MFC_CRITIC_TRAIN].mbs, c->r, c->pb, (uint64_t)c->st->seed, (int)c->st->iteration, c->ts));
+  trainer_attach(&c->m->critic, c->m->plan, MFC_CRITIC_TRAIN, c->o->sched, &tr);
+  PetscCall(ppo_train_critic(&tr, c->o, c->r, c->pb, (uint64_t)c->st->seed, (int)c->st->iteration, c->ts));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -23,12 +23,17 @@ typedef struct {
   GenConfig   gen;
   SortTask    task;
   Plan        plan;
+  TrainSched  sched; /* of the actor's and critic's training passes (-train_schedule) */
 } PPOOptions;
 
 PetscErrorCode ppo_options(PPOOptions *o);
 /* Runs PPO or GRPO; the held-out gold scores and KL of the summary are
  * returned when the pointers are not NULL (the pipeline prints them). */
 PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *sft_gold, double *ppo_gold, double *ppo_kl);
+/* The PPO stage's checks before any work; with policy (-mode pipeline) the
+ * models' architecture is the SFT one, as the earlier stages will write it.
+ * With print, the plan and the dry-run summary are printed. */
+PetscErrorCode ppo_check_stage(const RunCtx *run, PPOOptions *o, const GPTConfig *policy, PetscBool print);
 
 /* The four models on the plan's meshes. The actor and critic live in their
  * training placements (with AdamW state); actor_gen and critic_inf are
@@ -65,7 +70,7 @@ typedef struct {
   int    nmax, T;
   int   *tok, *target, *mask_off, *mask_ids;
   size_t mask_cap;
-  float *lp, *ent, *val, *grad;         /* forward-row layout [nmax*T] */
+  float *lp, *ent, *val;                /* forward-row layout [nmax*T] */
   float *al, *dal, *w;                  /* one aligned row [T] */
 } PackBuf;
 
@@ -119,12 +124,13 @@ typedef struct {
   int    steps;
   double t_actor, t_critic;
 } PPOTrainStats;
-/* On the members of the model's training mesh: every replica takes its
- * share of each mini-batch, in micro-batches (mbs per replica when > 0,
- * else -ppo_microbatches' size) run through the 1F1B schedule of the
+/* On the members of the model's training mesh (a trainer attached to the
+ * actor or critic): every replica takes its share of each mini-batch, in
+ * micro-batches (the plan's mbs per replica when > 0, else
+ * -ppo_microbatches' size) run through the trainer's schedule on the
  * pipeline stages; the losses are summed over the mesh before the step. */
-PetscErrorCode ppo_train_actor(GPT *actor, const PPOOptions *o, int mbs, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s);
-PetscErrorCode ppo_train_critic(GPT *critic, const PPOOptions *o, int mbs, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, PPOTrainStats *s);
+PetscErrorCode ppo_train_actor(Trainer *actor, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s);
+PetscErrorCode ppo_train_critic(Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, PPOTrainStats *s);
 
 /* One iteration as a dataflow graph (src/jobs/ppo_graph.c): weight sync,
  * generation, the inference calls, advantages, training. Collective on

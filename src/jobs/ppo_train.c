@@ -4,7 +4,6 @@
  * means over the whole mini-batch (each token weighs 1/ntokens of its
  * mini-batch), so the micro-batch count changes nothing but memory. */
 #include "ppo_impl.h"
-#include "schedule.h"
 #include <math.h>
 
 #define PPO_SHUFFLE_STREAM 0x50504F00u /* "PPO" */
@@ -12,13 +11,17 @@
 typedef struct {
   const PPOOptions *o;
   Rollout          *r;
-  PackBuf          *pb;
-  const int        *rows;  /* this replica's sequences of the mini-batch */
-  int               nrows, size; /* its count, and sequences per micro-batch */
-  float             w;     /* 1 / response tokens of the whole mini-batch */
+  PackBuf          *pb;      /* packing scratch, used within one forward */
+  const int        *rows;    /* this replica's sequences of the mini-batch */
+  MicroSplit        split;   /* rows [split.b0, b1) of the mini-batch's permutation */
+  float             w;       /* 1 / response tokens of the whole mini-batch */
   double            kl_coef;
-  double            acc[4]; /* on the last stage: loss, clip fraction, entropy, KL loss */
-  int               last_fwd; /* micro-batch of the last forward (the last stage's backward uses its rows) */
+  double            acc[4];  /* on the last stage: loss, clip fraction, entropy, KL loss */
+  /* Per micro-batch, kept from its forward to its backward (any schedule):
+   * LM targets and d loss / d output in forward-row layout, micro-batch k's
+   * at (its first row - split.b0) * r->T. */
+  int              *target;
+  float            *grad;
 } MiniBatch;
 
 /* Aligned view of forward rows for sequence idx (row i of the forward):
@@ -36,17 +39,20 @@ static void align_row(const Rollout *r, PackBuf *pb, int idx, const float *rows,
 }
 
 /* The gradient on aligned positions back to forward rows. */
-static void unalign_row(const Rollout *r, PackBuf *pb, int idx, int i, int Tf)
+static void unalign_row(const Rollout *r, const PackBuf *pb, int idx, int i, int Tf, float *grad)
 {
   int P = r->start[idx], end = P + r->len[idx];
-  for (int s = 0; s < Tf; s++) pb->grad[i * Tf + s] = 0.0f;
-  for (int t = P; t < end; t++) pb->grad[i * Tf + t - 1] = pb->dal[t];
+  for (int s = 0; s < Tf; s++) grad[i * Tf + s] = 0.0f;
+  for (int t = P; t < end; t++) grad[i * Tf + t - 1] = pb->dal[t];
 }
 
-static void micro_rows(const MiniBatch *mb, int k, const int **idx, int *nb)
+/* Micro-batch k: its sequences and where its own state starts. */
+static size_t micro_rows(const MiniBatch *mb, int k, const int **idx, int *nb)
 {
-  *idx = mb->rows + (size_t)k * mb->size;
-  *nb  = PetscMin(mb->size, mb->nrows - k * mb->size);
+  int r0;
+  trainer_micro(&mb->split, k, &r0, nb);
+  *idx = mb->rows + r0;
+  return (size_t)(r0 - mb->split.b0) * mb->r->T;
 }
 
 /* Forward of micro-batch k (log-probabilities for the LM head, values for
@@ -54,13 +60,12 @@ static void micro_rows(const MiniBatch *mb, int k, const int **idx, int *nb)
 static PetscErrorCode micro_forward(MiniBatch *mb, GPT *g, int k, const int **idx, int *nb, int *Tf, PetscBool *last)
 {
   PetscFunctionBegin;
-  micro_rows(mb, k, idx, nb);
+  (void)micro_rows(mb, k, idx, nb);
   PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
   if (g->cfg.head == GPT_HEAD_LM) PetscCall(rollout_forward_logprobs(g, mb->r, *idx, *nb, (float)(1.0 / mb->o->gen.temperature), mb->pb, Tf));
   else PetscCall(rollout_forward_values(g, mb->r, *idx, *nb, PETSC_FALSE, mb->pb, Tf));
   PetscCall(PetscLogEventEnd(sys_log.forward, 0, 0, 0, 0));
-  mb->last_fwd = k;
-  *last        = gpt_last_stage(g);
+  *last = gpt_last_stage(g);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -73,10 +78,15 @@ static PetscErrorCode actor_forward(void *ctx, GPT *actor, int k)
   const int     *idx;
   int            nb, Tf;
   PetscBool      last;
+  float         *grad;
+  size_t         own;
 
   PetscFunctionBegin;
   PetscCall(micro_forward(mb, actor, k, &idx, &nb, &Tf, &last));
   if (!last) PetscFunctionReturn(PETSC_SUCCESS);
+  own  = micro_rows(mb, k, &idx, &nb);
+  grad = mb->grad + own;
+  PetscCall(PetscArraycpy(mb->target + own, pb->target, (size_t)nb * Tf));
   for (int i = 0; i < nb; i++) {
     double cf;
     size_t off = (size_t)idx[i] * T;
@@ -87,7 +97,7 @@ static PetscErrorCode actor_forward(void *ctx, GPT *actor, int k)
     mb->acc[0] += rl_policy_loss(T, pb->al, r->gen.logprobs + off, r->adv + off, pb->w, mb->o->clip, pb->dal, &cf);
     mb->acc[1] += cf;
     if (mb->o->algo == ALGO_GRPO) mb->acc[3] += rl_kl_loss(T, pb->al, r->ref + off, pb->w, mb->kl_coef, pb->dal);
-    unalign_row(r, pb, idx[i], i, Tf);
+    unalign_row(r, pb, idx[i], i, Tf, grad);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -101,10 +111,12 @@ static PetscErrorCode critic_forward(void *ctx, GPT *critic, int k)
   const int     *idx;
   int            nb, Tf;
   PetscBool      last;
+  float         *grad;
 
   PetscFunctionBegin;
   PetscCall(micro_forward(mb, critic, k, &idx, &nb, &Tf, &last));
   if (!last) PetscFunctionReturn(PETSC_SUCCESS);
+  grad = mb->grad + micro_rows(mb, k, &idx, &nb);
   for (int i = 0; i < nb; i++) {
     double cf;
     size_t off = (size_t)idx[i] * T;
@@ -112,90 +124,71 @@ static PetscErrorCode critic_forward(void *ctx, GPT *critic, int k)
     align_row(r, pb, idx[i], pb->val, i, Tf, mb->w);
     mb->acc[0] += rl_value_loss(T, pb->al, r->values + off, r->ret + off, pb->w, mb->o->value_clip, pb->dal, &cf);
     mb->acc[1] += cf;
-    unalign_row(r, pb, idx[i], i, Tf);
+    unalign_row(r, pb, idx[i], i, Tf, grad);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The last stage runs each backward right after its forward (1F1B has no
- * warm-up there), so the pack buffer still holds that micro-batch. */
+/* On the last stage the loss gradient and targets are micro-batch k's own
+ * (see MiniBatch), so any schedule works. */
 static PetscErrorCode model_backward(void *ctx, GPT *gpt, int k)
 {
   MiniBatch *mb   = (MiniBatch *)ctx;
   PetscBool  last = gpt_last_stage(gpt);
+  const int *idx;
+  int        nb;
+  size_t     own = micro_rows(mb, k, &idx, &nb);
 
   PetscFunctionBegin;
-  PetscCheck(!last || mb->last_fwd == k, PETSC_COMM_SELF, PETSC_ERR_PLIB, "PPO training: the last stage's backward of micro-batch %d does not follow its forward", k);
   PetscCall(PetscLogEventBegin(sys_log.backward, 0, 0, 0, 0));
-  if (gpt->cfg.head == GPT_HEAD_LM) PetscCall(gpt_backward_logprob(gpt, last ? mb->pb->target : NULL, last ? mb->pb->grad : NULL));
-  else PetscCall(gpt_backward_values(gpt, last ? mb->pb->grad : NULL));
+  if (gpt->cfg.head == GPT_HEAD_LM) PetscCall(gpt_backward_logprob(gpt, last ? mb->target + own : NULL, last ? mb->grad + own : NULL));
+  else PetscCall(gpt_backward_values(gpt, last ? mb->grad + own : NULL));
   PetscCall(PetscLogEventEnd(sys_log.backward, 0, 0, 0, 0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* An optimizer step, refused (with the last checkpoint left as it is) when
- * the loss or the gradient is not finite. */
-static PetscErrorCode guarded_step(GPT *gpt, const AdamWConfig *opt, const char *what, double loss, int iteration, int epoch, int k, double *gnorm)
+/* Epochs x mini-batches of optimizer steps on one model (trainer_pass and
+ * trainer_step, as SFT and RM); out gets the sums over steps of the loss,
+ * clip fraction, entropy, KL loss and gradient norm (the same on every rank
+ * of the mesh). Only the members of the model's mesh call this. */
+static PetscErrorCode train_model(Trainer *tr, const PPOOptions *o, const AdamWConfig *opt, const char *what, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, double out[5])
 {
-  PetscReal lr, g;
+  int      *perm, nmb = r->B / (int)o->minibatches;
+  MiniBatch mb  = {o, r, pb, NULL, {0, 0, 1, 0}, 0.0f, kl_coef, {0, 0, 0, 0}, NULL, NULL};
+  TrainWork w   = {tr->dm->cfg.head == GPT_HEAD_LM ? actor_forward : critic_forward, model_backward, &mb, mb.acc, 4};
+  char      at[96];
 
   PetscFunctionBegin;
-  PetscCheck(isfinite(loss), PETSC_COMM_WORLD, PETSC_ERR_FP, "PPO %s loss is %g at iteration %d (epoch %d, mini-batch %d); stopping, the last checkpoint is intact", what, loss, iteration + 1, epoch, k);
-  PetscCall(PetscLogEventBegin(sys_log.optimizer, 0, 0, 0, 0));
-  PetscCall(gpt_adamw_step(gpt, opt, &lr, &g));
-  PetscCall(PetscLogEventEnd(sys_log.optimizer, 0, 0, 0, 0));
-  PetscCheck(isfinite(g), PETSC_COMM_WORLD, PETSC_ERR_FP, "PPO %s gradient norm is %g at iteration %d (epoch %d, mini-batch %d); stopping, the last checkpoint is intact", what, (double)g, iteration + 1, epoch, k);
-  *gnorm = g;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-/* Epochs x mini-batches of optimizer steps on one model; out gets the sums
- * over steps of the loss, clip fraction, entropy, KL loss and gradient norm
- * (the same on every rank of the mesh). */
-static PetscErrorCode train_model(GPT *g, const PPOOptions *o, const AdamWConfig *opt, const char *what, int mbs, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, double out[5])
-{
-  const Mesh *mesh = g->mesh;
-  int        *perm, nmb = r->B / (int)o->minibatches, share = nmb / mesh->dp, count, nslots;
-  SchedTask  *tasks;
-  MiniBatch   mb = {o, r, pb, NULL, share, 0, 0.0f, kl_coef, {0, 0, 0, 0}, -1};
-  SchedFn     fwd = g->cfg.head == GPT_HEAD_LM ? actor_forward : critic_forward;
-
-  PetscFunctionBegin;
-  mb.size = mbs > 0 ? (share + mbs - 1) / mbs : PetscMax(1, nmb / (int)o->microbatches);
-  count   = (share + mb.size - 1) / mb.size;
-  PetscCall(PetscMalloc2(r->B, &perm, 2 * count, &tasks));
-  PetscCall(sched_1f1b(mesh->pp, mesh->p, count, tasks, &nslots));
+  trainer_split(tr, nmb, PetscMax(1, nmb / (int)o->microbatches), &mb.split);
+  PetscCall(PetscMalloc3(r->B, &perm, (size_t)nmb * r->T, &mb.target, (size_t)nmb * r->T, &mb.grad));
   for (int e = 0; e < (int)o->epochs; e++) {
     rng_shuffle(perm, r->B, seed, PPO_SHUFFLE_STREAM, (int64_t)iteration * o->epochs + e);
     for (int k = 0; k < (int)o->minibatches; k++) {
       const int *all = perm + (size_t)k * nmb;
       int        ntok = 0;
-      double     v[4];
-      double     gn = 0;
+      PetscReal  lr, gn;
 
       for (int i = 0; i < nmb; i++) ntok += r->len[all[i]];
-      mb.rows = all + (size_t)mesh->d * share;
+      mb.rows = all;
       mb.w    = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
       PetscCall(PetscArrayzero(mb.acc, 4));
-      PetscCall(gpt_zero_grad(g));
-      PetscCall(sched_run(g, tasks, 2 * count, nslots, fwd, model_backward, &mb));
-      for (int j = 0; j < 4; j++) v[j] = exec_is_head(mesh) ? mb.acc[j] : 0.0;
-      PetscCall(comm_allreduce_sum_double(&mesh->all, v, 4));
-      PetscCall(guarded_step(g, opt, what, v[0] + v[3], iteration, e, k, &gn));
-      for (int j = 0; j < 4; j++) out[j] += v[j];
+      PetscCall(trainer_pass(tr, &mb.split, &w));
+      PetscCall(PetscSNPrintf(at, sizeof at, "iteration %d (epoch %d, mini-batch %d)", iteration + 1, e, k));
+      PetscCall(trainer_step(tr, opt, what, at, mb.acc[0] + mb.acc[3], &lr, &gn));
+      for (int j = 0; j < 4; j++) out[j] += mb.acc[j];
       out[4] += gn;
     }
   }
-  PetscCall(PetscFree2(perm, tasks));
+  PetscCall(PetscFree3(perm, mb.target, mb.grad));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_train_actor(GPT *actor, const PPOOptions *o, int mbs, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s)
+PetscErrorCode ppo_train_actor(Trainer *actor, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s)
 {
   double out[5] = {0, 0, 0, 0, 0};
 
   PetscFunctionBegin;
-  PetscCall(train_model(actor, o, &o->actor_opt, "actor", mbs, r, pb, seed, iteration, kl_coef, out));
+  PetscCall(train_model(actor, o, &o->actor_opt, "PPO actor", r, pb, seed, iteration, kl_coef, out));
   s->actor_loss = out[0];
   s->clipfrac   = out[1];
   s->entropy    = out[2];
@@ -204,12 +197,12 @@ PetscErrorCode ppo_train_actor(GPT *actor, const PPOOptions *o, int mbs, Rollout
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_train_critic(GPT *critic, const PPOOptions *o, int mbs, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, PPOTrainStats *s)
+PetscErrorCode ppo_train_critic(Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, PPOTrainStats *s)
 {
   double out[5] = {0, 0, 0, 0, 0};
 
   PetscFunctionBegin;
-  PetscCall(train_model(critic, o, &o->critic_opt, "critic", mbs, r, pb, seed, iteration, 0.0, out));
+  PetscCall(train_model(critic, o, &o->critic_opt, "PPO critic", r, pb, seed, iteration, 0.0, out));
   s->critic_loss = out[0];
   s->vclipfrac   = out[1];
   s->grad_critic = out[4];

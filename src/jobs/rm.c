@@ -10,9 +10,10 @@
 #define RM_MAX_BATCH 4096
 
 typedef struct {
-  int    B, T;          /* pairs per batch, row length of the packed batch */
-  int   *tok, *last;    /* [2B*T], [2B] index of each row's last token */
-  float *values, *dvalues, *rc, *rr, *drc, *drr;
+  int    B, Tmax, T;    /* pairs per batch, longest row, row length of the micro-batch being packed */
+  int   *tok, *last;    /* [2B*Tmax], [2B] index of each row's last token */
+  float *values, *rc, *rr, *drc, *drr;
+  float *dvalues;       /* [2B*Tmax]: micro-batch k's d loss / d value at 2*(its first pair)*Tmax, kept until its backward */
 } RMBatch;
 
 /* One pass over nb pairs (pair[i] indexes p) on the mesh: the replica's
@@ -26,7 +27,6 @@ typedef struct {
   MicroSplit       split;
   double           acc[3];  /* loss sum, pairs ranked as labelled, pairs ranked as the judge */
   double           time[2]; /* seconds in forwards and backwards on this rank */
-  int              last_fwd;
 } RMPass;
 
 PetscErrorCode rm_options(RMOptions *o)
@@ -55,19 +55,37 @@ PetscErrorCode rm_options(RMOptions *o)
   PetscCall(gen_config_set_from_options(&o->gen));
   PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
   PetscCall(plan_from_options(world, &o->plan));
+  PetscCall(trainer_options(&o->sched));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode rm_check(const RMOptions *o, PetscBool builtin, const GPTConfig *cfg)
+/* The SFT model's architecture setting in errors: the checkpoint's value in
+ * -mode rm (ckpt), the -policy_ option in -mode pipeline (ckpt NULL: SFT
+ * has not written it yet and takes it from that option). */
+static const char *sft_arch(const char *ckpt, const char *field, int value, char *buf, size_t len)
 {
+  if (ckpt) PetscSNPrintf(buf, len, "%s %d of the SFT checkpoint %s", field, value, ckpt);
+  else PetscSNPrintf(buf, len, "-policy_%s %d", field, value);
+  return buf;
+}
+
+static PetscErrorCode rm_check(const RMOptions *o, PetscBool builtin, const GPTConfig *cfg, const char *ckpt)
+{
+  char a[PETSC_MAX_PATH_LEN + 64];
+
   PetscFunctionBegin;
   PetscCheck(o->steps >= 0 && o->batch > 0 && o->batch <= RM_MAX_BATCH, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_steps must be >= 0 and -rm_batch in [1, %d]", RM_MAX_BATCH);
   PetscCheck(o->pairs > 0 && o->eval_pairs >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_pairs must be positive and -rm_eval_pairs non-negative");
   PetscCheck(o->bt_beta > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_bt_beta %g must be positive", (double)o->bt_beta);
   PetscCheck(o->checkpoint_every >= 0 && o->eval_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-checkpoint_every and -rm_eval_every must be >= 0");
   if (builtin) {
+    int prompt = (int)o->task.len_max + 2;
+    /* the bounds the SFT model's architecture sets, named where that architecture comes from */
+    PetscCheck(TASK_FIRST_SYMBOL + o->task.n_symbols <= cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-task_symbols %" PetscInt_FMT " needs a vocabulary of %" PetscInt_FMT " tokens, more than %s", o->task.n_symbols, o->task.n_symbols + TASK_FIRST_SYMBOL, sft_arch(ckpt, "vocab_size", cfg->vocab_size, a, sizeof a));
+    PetscCheck(2 * o->task.len_max + 3 <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-task_len_max %" PetscInt_FMT " needs %" PetscInt_FMT " positions, more than %s", o->task.len_max, 2 * o->task.len_max + 3, sft_arch(ckpt, "n_positions", cfg->n_positions, a, sizeof a));
+    PetscCheck(prompt + o->gen.max_new_tokens <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-gen_max_new_tokens %" PetscInt_FMT " plus the longest prompt (%d tokens) exceeds %s", o->gen.max_new_tokens, prompt, sft_arch(ckpt, "n_positions", cfg->n_positions, a, sizeof a));
     PetscCall(task_check(&o->task, cfg->vocab_size, cfg->n_positions, "policy_"));
-    PetscCall(gen_config_check(&o->gen, cfg, "policy_", (int)o->task.len_max + 2));
+    PetscCall(gen_config_check(&o->gen, cfg, "policy_", prompt));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -119,7 +137,7 @@ static PetscErrorCode rm_batch_create(int B, int T, RMBatch *b)
 {
   PetscFunctionBegin;
   b->B = B;
-  b->T = T;
+  b->T = b->Tmax = T;
   PetscCall(PetscMalloc4((size_t)2 * B * T, &b->tok, 2 * B, &b->last, (size_t)2 * B * T, &b->values, (size_t)2 * B * T, &b->dvalues));
   PetscCall(PetscMalloc4(B, &b->rc, B, &b->rr, B, &b->drc, B, &b->drr));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -131,6 +149,15 @@ static PetscErrorCode rm_batch_destroy(RMBatch *b)
   PetscCall(PetscFree4(b->tok, b->last, b->values, b->dvalues));
   PetscCall(PetscFree4(b->rc, b->rr, b->drc, b->drr));
   PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Micro-batch k's loss gradient: its own part of dvalues, so its backward
+ * finds it whatever ran in between (any schedule). */
+static float *rm_dvalues(const RMPass *q, int k)
+{
+  int r0, nb;
+  trainer_micro(&q->split, k, &r0, &nb);
+  return q->b->dvalues + (size_t)2 * (r0 - q->split.b0) * q->b->Tmax;
 }
 
 /* Forward of micro-batch k: its pairs packed into rows 2i (chosen) and
@@ -158,8 +185,8 @@ static PetscErrorCode rm_forward(void *ctx, GPT *gpt, int k)
   }
   PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
   PetscCall(gpt_forward(gpt, b->tok, 2 * nb, T));
-  q->last_fwd = k;
   if (gpt_last_stage(gpt)) {
+    float *dv = rm_dvalues(q, k);
     PetscCall(gpt_values_get(gpt, b->values));
     for (int i = 0; i < nb; i++) {
       b->rc[i] = b->values[b->last[2 * i]];
@@ -168,10 +195,10 @@ static PetscErrorCode rm_forward(void *ctx, GPT *gpt, int k)
     q->acc[0] += rl_rm_loss_part(nb, q->nb, b->rc, b->rr, b->drc, b->drr, &correct);
     q->acc[1] += correct;
     for (int i = 0; i < nb; i++) q->acc[2] += (b->rc[i] > b->rr[i]) == (p->gold[2 * pair[i]] > p->gold[2 * pair[i] + 1]);
-    PetscCall(PetscArrayzero(b->dvalues, (size_t)2 * nb * T));
+    PetscCall(PetscArrayzero(dv, (size_t)2 * nb * T));
     for (int i = 0; i < nb; i++) {
-      b->dvalues[b->last[2 * i]]     = b->drc[i];
-      b->dvalues[b->last[2 * i + 1]] = b->drr[i];
+      dv[b->last[2 * i]]     = b->drc[i];
+      dv[b->last[2 * i + 1]] = b->drr[i];
     }
   }
   PetscCall(PetscLogEventEnd(sys_log.forward, 0, 0, 0, 0));
@@ -179,8 +206,6 @@ static PetscErrorCode rm_forward(void *ctx, GPT *gpt, int k)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The last stage runs each backward right after its forward (1F1B), so
- * dvalues still holds that micro-batch's gradient. */
 static PetscErrorCode rm_backward(void *ctx, GPT *gpt, int k)
 {
   RMPass   *q    = (RMPass *)ctx;
@@ -188,9 +213,8 @@ static PetscErrorCode rm_backward(void *ctx, GPT *gpt, int k)
   double    t0   = sys_wtime();
 
   PetscFunctionBegin;
-  PetscCheck(!last || q->last_fwd == k, PETSC_COMM_SELF, PETSC_ERR_PLIB, "reward modelling: the last stage's backward of micro-batch %d does not follow its forward", k);
   PetscCall(PetscLogEventBegin(sys_log.backward, 0, 0, 0, 0));
-  PetscCall(gpt_backward_values(gpt, last ? q->b->dvalues : NULL));
+  PetscCall(gpt_backward_values(gpt, last ? rm_dvalues(q, k) : NULL));
   PetscCall(PetscLogEventEnd(sys_log.backward, 0, 0, 0, 0));
   q->time[1] += sys_wtime() - t0;
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -201,13 +225,12 @@ static PetscErrorCode rm_backward(void *ctx, GPT *gpt, int k)
  * over all replicas, on every rank. */
 static PetscErrorCode rm_pass(Trainer *tr, const PrefPairs *p, const int *pair, int nb, RMBatch *b, PetscBool train, double acc[3], double time[2])
 {
-  RMPass q = {p, pair, nb, b, {0, 0, 1, 0}, {0, 0, 0}, {0, 0}, -1};
+  RMPass    q = {p, pair, nb, b, {0, 0, 1, 0}, {0, 0, 0}, {0, 0}};
+  TrainWork w = {rm_forward, train ? rm_backward : NULL, &q, q.acc, 3};
 
   PetscFunctionBegin;
-  trainer_split(tr, nb, &q.split);
-  if (train && tr->dm.gpt) PetscCall(gpt_zero_grad(tr->dm.gpt));
-  PetscCall(trainer_pass(tr, &q.split, rm_forward, train ? rm_backward : NULL, &q));
-  PetscCall(trainer_sum_heads(tr, q.acc, 3));
+  trainer_split(tr, nb, 0, &q.split);
+  PetscCall(trainer_pass(tr, &q.split, &w));
   for (int j = 0; j < 3; j++) acc[j] = q.acc[j];
   if (time) PetscCallMPI(MPI_Allreduce(q.time, time, 2, MPI_DOUBLE, MPI_MAX, PETSC_COMM_WORLD));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -240,6 +263,7 @@ static PetscErrorCode rm_step(Trainer *tr, const RMOptions *o, const PrefPairs *
 {
   int    n = train->d.N / 2, idx[RM_MAX_BATCH];
   double t0 = sys_wtime(), sum[3], time[2];
+  char   at[64];
 
   PetscFunctionBegin;
   for (int i = 0; i < b->B; i++) { /* pairs data_pos .. data_pos+B-1 of the epoch-shuffled stream */
@@ -255,7 +279,8 @@ static PetscErrorCode rm_step(Trainer *tr, const RMOptions *o, const PrefPairs *
   *loss = sum[0] / b->B;
   *acc  = sum[1] / b->B;
   t0    = sys_wtime();
-  PetscCall(trainer_step(tr, &o->opt, "reward-model", st->iteration, *loss, lr, gnorm));
+  PetscCall(PetscSNPrintf(at, sizeof at, "step %" PetscInt_FMT, st->iteration));
+  PetscCall(trainer_step(tr, &o->opt, "reward-model", at, *loss, lr, gnorm));
   PetscCall(record_time(rec, "forward", time[0]));
   PetscCall(record_time(rec, "backward", time[1]));
   PetscCall(record_time(rec, "optimizer", sys_wtime() - t0));
@@ -274,7 +299,7 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
   size_t     nparams;
 
   PetscFunctionBegin;
-  PetscCall(trainer_count(&tr->dm.cfg, &nparams));
+  PetscCall(trainer_count(&tr->dm->cfg, &nparams));
   PetscCall(record_open(run, "rm", &rec));
   PetscCall(plan_record(rec, &o->plan, needs));
   PetscCall(rm_batch_create((int)o->batch, train->d.T > eval->d.T ? train->d.T : eval->d.T, &b));
@@ -324,8 +349,50 @@ static PetscErrorCode rm_load(const RunCtx *run, const RMOptions *o, Trainer *tr
   PetscCall(PetscLogEventBegin(sys_log.ckpt_read, 0, 0, 0, 0));
   if (o->restart[0]) {
     PetscCall(trainer_restart(tr, run, o->restart, o->steps, "-rm_steps", st));
-  } else PetscCall(dmodel_load(&tr->dm, o->sft, "policy", PETSC_FALSE, PETSC_TRUE, (uint64_t)run->seed));
+  } else PetscCall(dmodel_load(tr->dm, o->sft, "policy", PETSC_FALSE, PETSC_TRUE, (uint64_t)run->seed));
   PetscCall(PetscLogEventEnd(sys_log.ckpt_read, 0, 0, 0, 0));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The checks that need only the deck, a pair file and the SFT model's
+ * architecture cfg (named as sft_arch says): options, the plan (printed
+ * when print is true), the pair file split into all/train/eval. */
+static PetscErrorCode rm_prepare(const RunCtx *run, RMOptions *o, const GPTConfig *cfg, const char *ckpt, PetscBool print, GPTConfig *rcfg, PlanNeeds *needs, PrefPairs *all, PrefPairs *train, PrefPairs *eval)
+{
+  PetscBool builtin;
+
+  PetscFunctionBegin;
+  PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
+  PetscCall(rm_check(o, builtin, cfg, ckpt));
+  *rcfg      = *cfg; /* the SFT trunk with a scalar head */
+  rcfg->head = GPT_HEAD_SCALAR;
+  PetscCall(trainer_plan_check(run, &o->plan, MFC_RM_TRAIN, rcfg, (int)o->batch, print, needs));
+  if (!builtin) {
+    PetscCall(prefs_read(run->comm, o->data, all));
+    PetscCall(rm_split_file(o, cfg, all, train, eval));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode rm_dry_run(const RunCtx *run, const RMOptions *o, const GPTConfig *cfg)
+{
+  char a[32];
+
+  PetscFunctionBegin;
+  PetscCall(PetscPrintf(run->comm, "dry run: reward model activations for %" PetscInt_FMT " pairs of up to %d tokens: %s\n", o->batch, cfg->n_positions, sys_bytes_str((double)gpt_activation_bytes(cfg, 2 * (int)o->batch, cfg->n_positions), a, sizeof a)));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rm_check_stage(const RunCtx *run, RMOptions *o, const GPTConfig *cfg, PetscBool print)
+{
+  GPTConfig rcfg;
+  PlanNeeds needs;
+  PrefPairs all = {{0}, NULL}, train = {{0}, NULL}, eval = {{0}, NULL};
+
+  PetscFunctionBegin;
+  PetscCall(rm_prepare(run, o, cfg, NULL, print, &rcfg, &needs, &all, &train, &eval));
+  if (print) PetscCall(rm_dry_run(run, o, cfg));
+  PetscCall(prefs_free(&all)); /* nothing to free for built-in pairs */
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -342,24 +409,16 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
   PetscCheck(o->sft[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode rm needs -rm_sft_checkpoint FILE (the SFT model whose trunk starts the reward model)");
   PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
   PetscCall(ckpt_read_config(run->comm, o->sft, "policy", &cfg));
-  PetscCall(rm_check(o, builtin, &cfg));
-  rcfg      = cfg; /* the SFT trunk with a scalar head */
-  rcfg.head = GPT_HEAD_SCALAR;
-  PetscCall(trainer_plan_check(run, &o->plan, MFC_RM_TRAIN, &rcfg, (int)o->batch, &needs));
-  if (!builtin) {
-    PetscCall(prefs_read(run->comm, o->data, &all));
-    PetscCall(rm_split_file(o, &cfg, &all, &train, &eval));
-  }
+  PetscCall(rm_prepare(run, o, &cfg, o->sft, PETSC_TRUE, &rcfg, &needs, &all, &train, &eval));
   if (run->dry_run) {
-    char a[32];
-    PetscCall(PetscPrintf(run->comm, "dry run: reward model activations for %" PetscInt_FMT " pairs of up to %d tokens: %s\n", o->batch, cfg.n_positions, sys_bytes_str((double)gpt_activation_bytes(&cfg, 2 * (int)o->batch, cfg.n_positions), a, sizeof a)));
+    PetscCall(rm_dry_run(run, o, &cfg));
     if (!builtin) PetscCall(prefs_free(&all));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(PetscLogStagePush(sys_log.rm));
   PetscCall(sys_mkdir_p(run->output_dir));
   if (builtin) PetscCall(rm_make_pairs(run, be, o, &cfg, &train, &eval));
-  PetscCall(trainer_create("reward", &rcfg, be, &o->plan, MFC_RM_TRAIN, &tr));
+  PetscCall(trainer_create("reward", &rcfg, be, &o->plan, MFC_RM_TRAIN, o->sched, &tr));
   PetscCall(rm_load(run, o, &tr, &st));
   PetscCall(rm_train(run, o, &needs, &tr, &train, &eval, &st));
   PetscCall(trainer_destroy(&tr));

@@ -41,7 +41,7 @@ PetscErrorCode packbuf_create(int nmax, int T, PackBuf *pb)
   pb->mask_cap = 0;
   pb->mask_ids = NULL;
   PetscCall(PetscMalloc3(n, &pb->tok, n, &pb->target, n + 1, &pb->mask_off));
-  PetscCall(PetscMalloc4(n, &pb->lp, n, &pb->ent, n, &pb->val, n, &pb->grad));
+  PetscCall(PetscMalloc3(n, &pb->lp, n, &pb->ent, n, &pb->val));
   PetscCall(PetscMalloc3(T, &pb->al, T, &pb->dal, T, &pb->w));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -50,7 +50,7 @@ PetscErrorCode packbuf_destroy(PackBuf *pb)
 {
   PetscFunctionBegin;
   PetscCall(PetscFree3(pb->tok, pb->target, pb->mask_off));
-  PetscCall(PetscFree4(pb->lp, pb->ent, pb->val, pb->grad));
+  PetscCall(PetscFree3(pb->lp, pb->ent, pb->val));
   PetscCall(PetscFree3(pb->al, pb->dal, pb->w));
   PetscCall(PetscFree(pb->mask_ids));
   PetscFunctionReturn(PETSC_SUCCESS);

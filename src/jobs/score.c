@@ -16,7 +16,7 @@ static PetscErrorCode score_set_from_options(ScoreOptions *o)
   PetscOptionsBegin(PETSC_COMM_WORLD, "score_", "Scoring token files", NULL);
   RfOptString("-checkpoint", "Checkpoint holding the model", o->checkpoint, sizeof o->checkpoint);
   RfOptString("-role", "Model role inside the checkpoint (policy, actor, critic, reference, reward)", o->role, sizeof o->role);
-  RfOptString("-input", "HDF5 file with /tokens int32 [B,T] and /lengths int32 [B]", o->input, sizeof o->input);
+  RfOptString("-input", "HDF5 file with /tokens int32 [B,T] and /lengths int32 [B] (a vocab_size attribute is optional)", o->input, sizeof o->input);
   RfOptString("-output", "HDF5 file to write: /logprobs [B,T-1] (LM head) or /values [B,T] (scalar head)", o->output, sizeof o->output);
   RfOptInt("-batch", "Sequences per forward pass", 16, &o->batch);
   PetscOptionsEnd();
@@ -81,7 +81,8 @@ PetscErrorCode score_run(const RunCtx *run, const Backend *be)
   PetscCall(score_check(&o));
   PetscCall(PetscLogStagePush(sys_log.score));
   PetscCall(ckpt_read_config(run->comm, o.checkpoint, o.role, &cfg));
-  PetscCall(data_read(run->comm, o.input, &d));
+  /* vocab_size is optional in the input: the checkpoint knows the vocabulary (checked against it when present) */
+  PetscCall(data_read_vocab(run->comm, o.input, cfg.vocab_size, "the checkpoint's vocab_size", &d));
   PetscCall(score_check_data(&o, &cfg, &d));
   if (run->dry_run) {
     char a[32];

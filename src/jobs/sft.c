@@ -45,6 +45,7 @@ PetscErrorCode sft_options(SFTOptions *o)
   PetscCall(task_set_from_options(&o->task));
   PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
   PetscCall(plan_from_options(world, &o->plan));
+  PetscCall(trainer_options(&o->sched));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -176,14 +177,13 @@ static PetscErrorCode sft_backward(void *ctx, GPT *gpt, int k)
  * forward and backward seconds, the longest over the ranks. */
 static PetscErrorCode sft_pass(Trainer *tr, SFTBatch *b, PetscBool train, double *loss, double time[2])
 {
-  SFTPass p = {b, {0, 0, 1, 0}, 0, {0, 0}};
+  SFTPass   p = {b, {0, 0, 1, 0}, 0, {0, 0}};
+  TrainWork w = {sft_forward, train ? sft_backward : NULL, &p, &p.sum, 1};
 
   PetscFunctionBegin;
   PetscCheck(b->ntrain > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "a batch has no response tokens to train on");
-  trainer_split(tr, b->B, &p.split);
-  if (train && tr->dm.gpt) PetscCall(gpt_zero_grad(tr->dm.gpt));
-  PetscCall(trainer_pass(tr, &p.split, sft_forward, train ? sft_backward : NULL, &p));
-  PetscCall(trainer_sum_heads(tr, &p.sum, 1));
+  trainer_split(tr, b->B, 0, &p.split);
+  PetscCall(trainer_pass(tr, &p.split, &w));
   *loss = -p.sum / b->ntrain;
   if (time) {
     PetscCallMPI(MPI_Allreduce(p.time, time, 2, MPI_DOUBLE, MPI_MAX, PETSC_COMM_WORLD));
@@ -216,8 +216,8 @@ static PetscErrorCode sft_load(const RunCtx *run, const SFTOptions *o, Trainer *
   if (o->restart[0]) {
     PetscCall(trainer_restart(tr, run, o->restart, o->steps, "-sft_steps", st));
   } else if (o->init[0]) {
-    PetscCall(dmodel_load(&tr->dm, o->init, "policy", PETSC_FALSE, PETSC_FALSE, 0));
-  } else if (tr->dm.gpt) PetscCall(gpt_init_random(tr->dm.gpt, (uint64_t)run->seed));
+    PetscCall(dmodel_load(tr->dm, o->init, "policy", PETSC_FALSE, PETSC_FALSE, 0));
+  } else if (tr->dm->gpt) PetscCall(gpt_init_random(tr->dm->gpt, (uint64_t)run->seed));
   PetscCall(PetscLogEventEnd(sys_log.ckpt_read, 0, 0, 0, 0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -236,6 +236,7 @@ static PetscErrorCode sft_dry_run(const RunCtx *run, const SFTOptions *o, size_t
 static PetscErrorCode sft_step(Trainer *tr, const SFTOptions *o, DemoSource *src, SFTBatch *b, CkptState *st, RunRecord *rec, double *loss, PetscReal *lr, PetscReal *gnorm)
 {
   double t0 = sys_wtime(), t1, t2, time[2];
+  char   at[64];
 
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(sys_log.data, 0, 0, 0, 0));
@@ -245,7 +246,8 @@ static PetscErrorCode sft_step(Trainer *tr, const SFTOptions *o, DemoSource *src
   t1 = sys_wtime();
   PetscCall(sft_pass(tr, b, PETSC_TRUE, loss, time));
   t2 = sys_wtime();
-  PetscCall(trainer_step(tr, &o->opt, "SFT", st->iteration, *loss, lr, gnorm));
+  PetscCall(PetscSNPrintf(at, sizeof at, "step %" PetscInt_FMT, st->iteration));
+  PetscCall(trainer_step(tr, &o->opt, "SFT", at, *loss, lr, gnorm));
   PetscCall(record_time(rec, "data", t1 - t0));
   PetscCall(record_time(rec, "forward", time[0]));
   PetscCall(record_time(rec, "backward", time[1]));
@@ -293,6 +295,29 @@ static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, const Pl
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The checks that need only the deck (and the data file): options, the
+ * data against the model, the plan; the plan is printed when print is true.
+ * src is set up for the run. */
+static PetscErrorCode sft_prepare(const RunCtx *run, SFTOptions *o, PetscBool print, DemoSource *src, PlanNeeds *needs)
+{
+  PetscFunctionBegin;
+  PetscCall(demo_source_setup(run->comm, o->data, &o->task, (uint64_t)run->seed, src));
+  PetscCall(sft_check(o, src));
+  PetscCall(trainer_plan_check(run, &o->plan, MFC_SFT_TRAIN, &o->cfg, (int)o->batch, print, needs));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sft_check_stage(const RunCtx *run, SFTOptions *o)
+{
+  DemoSource src;
+  PlanNeeds  needs;
+
+  PetscFunctionBegin;
+  PetscCall(sft_prepare(run, o, PETSC_FALSE, &src, &needs));
+  PetscCall(demo_source_destroy(&src));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
 {
   DemoSource src;
@@ -302,15 +327,13 @@ PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
   CkptState  st = {0, 0, run->seed, 0};
 
   PetscFunctionBegin;
-  PetscCall(demo_source_setup(run->comm, o->data, &o->task, (uint64_t)run->seed, &src));
-  PetscCall(sft_check(o, &src));
-  PetscCall(trainer_plan_check(run, &o->plan, MFC_SFT_TRAIN, &o->cfg, (int)o->batch, &needs));
+  PetscCall(sft_prepare(run, o, PETSC_TRUE, &src, &needs));
   if (run->dry_run) {
     PetscCall(trainer_count(&o->cfg, &nparams));
     PetscCall(sft_dry_run(run, o, nparams));
   } else {
     PetscCall(PetscLogStagePush(sys_log.sft));
-    PetscCall(trainer_create("policy", &o->cfg, be, &o->plan, MFC_SFT_TRAIN, &tr));
+    PetscCall(trainer_create("policy", &o->cfg, be, &o->plan, MFC_SFT_TRAIN, o->sched, &tr));
     PetscCall(sft_load(run, o, &tr, &st));
     src.seed = (uint64_t)st.seed;
     PetscCall(sys_mkdir_p(run->output_dir));

@@ -16,19 +16,27 @@ PetscReal adamw_lr(const AdamWConfig *opt, int step)
   return opt->lr * (r + (1 - r) * 0.5 * (1 + PetscCosReal(PETSC_PI * progress)));
 }
 
-PetscErrorCode gpt_adamw_step(GPT *gpt, const AdamWConfig *opt, PetscReal *lr_used, PetscReal *grad_norm)
+PetscErrorCode gpt_grad_norm(GPT *gpt, PetscReal *grad_norm)
 {
-  const Backend *be = gpt->be;
-  double         ss;
-  PetscReal      norm, lr, gs = 1;
+  double ss;
 
   PetscFunctionBegin;
-  if (!gpt->m || !gpt->v) PetscCall(gpt_optim_init(gpt));
   PetscCall(gpt_grads_sync(gpt));
   PetscCall(gpt_grad_sumsq(gpt, &ss));
-  norm = PetscSqrtReal((PetscReal)ss);
-  /* A non-finite norm is passed through (and reported) rather than silently
-   * turned into a zero scale; the caller decides whether to skip the step. */
+  *grad_norm = PetscSqrtReal((PetscReal)ss);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_adamw_update(GPT *gpt, const AdamWConfig *opt, PetscReal norm, PetscReal *lr_used)
+{
+  const Backend *be = gpt->be;
+  PetscReal      lr, gs = 1;
+
+  PetscFunctionBegin;
+  PetscCall(gpt_grads_sync(gpt)); /* a no-op after gpt_grad_norm */
+  if (!gpt->m || !gpt->v) PetscCall(gpt_optim_init(gpt));
+  /* A non-finite norm is not turned into a zero scale here; callers that
+   * must not apply such a step check the norm first (trainer_step). */
   if (opt->grad_clip > 0 && norm > opt->grad_clip) gs = opt->grad_clip / (norm + 1e-6);
   lr = adamw_lr(opt, gpt->step);
   /* this rank's range of the flat buffer (all of it unless ZeRO-1), tensor by tensor */
@@ -45,6 +53,16 @@ PetscErrorCode gpt_adamw_step(GPT *gpt, const AdamWConfig *opt, PetscReal *lr_us
   gpt->grads_synced = PETSC_FALSE;
   gpt->step += 1;
   if (lr_used) *lr_used = lr;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_adamw_step(GPT *gpt, const AdamWConfig *opt, PetscReal *lr_used, PetscReal *grad_norm)
+{
+  PetscReal norm = 0;
+
+  PetscFunctionBegin;
+  PetscCall(gpt_grad_norm(gpt, &norm));
+  PetscCall(gpt_adamw_update(gpt, opt, norm, lr_used));
   if (grad_norm) *grad_norm = norm;
   PetscFunctionReturn(PETSC_SUCCESS);
 }

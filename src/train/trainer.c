@@ -3,14 +3,28 @@
 #include "train.h"
 #include <math.h>
 
-PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const GPTConfig *cfg, int batch, PlanNeeds *needs)
+static const char *const sched_names[] = {"1f1b", "gpipe", "TrainSched", "TRAIN_SCHED_", NULL};
+
+PetscErrorCode trainer_options(TrainSched *sched)
+{
+  PetscInt k = TRAIN_SCHED_1F1B;
+
+  PetscFunctionBegin;
+  PetscOptionsBegin(PETSC_COMM_WORLD, "train_", "Training passes", NULL);
+  RfOptEnum("-schedule", "Pipeline schedule of training passes: 1f1b (at most pp micro-batches in flight) or gpipe (all forwards, then all backwards); the results are the same", sched_names, 2, &k);
+  PetscOptionsEnd();
+  *sched = (TrainSched)k;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const GPTConfig *cfg, int batch, PetscBool print, PlanNeeds *needs)
 {
   PetscFunctionBegin;
   PetscCall(PetscMemzero(needs, sizeof *needs));
   needs->cfg[call]   = cfg;
   needs->batch[call] = batch;
   PetscCall(plan_check(plan, needs));
-  PetscCall(plan_print(run->comm, plan, needs));
+  if (print) PetscCall(plan_print(run->comm, plan, needs));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -25,103 +39,133 @@ PetscErrorCode trainer_count(const GPTConfig *cfg, size_t *nparams)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode trainer_create(const char *name, const GPTConfig *cfg, const Backend *be, const Plan *plan, MFCId call, Trainer *tr)
+void trainer_attach(DModel *dm, const Plan *plan, MFCId call, TrainSched sched, Trainer *tr)
 {
-  PetscFunctionBegin;
-  PetscCall(PetscMemzero(tr, sizeof *tr));
-  PetscCall(dmodel_create(name, cfg, be, plan, call, PETSC_TRUE, &tr->dm));
+  PetscMemzero(tr, sizeof *tr);
+  tr->dm     = dm;
   tr->mbs    = plan->call[call].mbs;
   tr->bucket = (size_t)(plan->bucket_mb * 1048576.0);
+  tr->sched  = sched;
+  tr->red    = dm->mesh->all;
+}
+
+PetscErrorCode trainer_create(const char *name, const GPTConfig *cfg, const Backend *be, const Plan *plan, MFCId call, TrainSched sched, Trainer *tr)
+{
+  DModel own;
+
+  PetscFunctionBegin;
+  PetscCall(dmodel_create(name, cfg, be, plan, call, PETSC_TRUE, &own));
+  trainer_attach(&own, plan, call, sched, tr);
+  tr->own = own;
+  tr->dm  = &tr->own; /* so a Trainer is not copied once created */
+  tr->red = (Comm){.mpi = MPI_COMM_WORLD, .kind = COMM_MPI};
+  PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &tr->red.rank));
+  PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &tr->red.size));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode trainer_destroy(Trainer *tr)
 {
   PetscFunctionBegin;
-  PetscCall(dmodel_destroy(&tr->dm));
+  if (tr->dm == &tr->own) PetscCall(dmodel_destroy(&tr->own));
+  tr->dm = NULL;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-void trainer_split(const Trainer *tr, int B, MicroSplit *s)
+void trainer_split(const Trainer *tr, int B, int size, MicroSplit *s)
 {
-  const Mesh *m   = tr->dm.mesh;
-  int         mbs = tr->mbs > 0 ? tr->mbs : 1, share;
+  const Mesh *m = tr->dm->mesh;
+  int         share;
 
   *s = (MicroSplit){0, 0, 1, 0};
   if (m->me < 0) return;
   exec_rows(B, m->dp, m->d, &s->b0, &s->b1);
   share = s->b1 - s->b0;
-  s->size  = PetscMax(1, (share + mbs - 1) / mbs);
+  if (tr->mbs > 0) s->size = (share + tr->mbs - 1) / tr->mbs;
+  else s->size = size > 0 ? size : share;
+  s->size  = PetscMax(1, s->size);
   s->count = (share + s->size - 1) / s->size;
 }
 
-PetscErrorCode trainer_pass(Trainer *tr, const MicroSplit *s, SchedFn forward, SchedFn backward, void *ctx)
+PetscErrorCode trainer_schedule(const Trainer *tr, const MicroSplit *s, SchedTask **tasks, int *nslots)
 {
-  GPT       *g = tr->dm.gpt;
-  SchedTask *tasks;
-  int        nslots;
+  const GPT *g = tr->dm->gpt;
 
   PetscFunctionBegin;
-  if (!g || s->count == 0) PetscFunctionReturn(PETSC_SUCCESS);
-  if (!backward) { /* evaluation: forwards in order; the stages pass activations on as they go */
-    for (int k = 0; k < s->count; k++) PetscCall(forward(ctx, g, k));
-    PetscFunctionReturn(PETSC_SUCCESS);
-  }
-  PetscCall(PetscMalloc1(2 * s->count, &tasks));
-  PetscCall(sched_1f1b(g->sh.pp, g->sh.p, s->count, tasks, &nslots));
-  PetscCall(sched_run(g, tasks, 2 * s->count, nslots, forward, backward, ctx));
-  PetscCall(PetscFree(tasks));
+  PetscCheck(g && s->count > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "trainer_schedule: no micro-batches on this rank");
+  PetscCall(PetscMalloc1(2 * s->count, tasks));
+  if (tr->sched == TRAIN_SCHED_GPIPE) PetscCall(sched_gpipe(g->sh.pp, g->sh.p, s->count, *tasks, nslots));
+  else PetscCall(sched_1f1b(g->sh.pp, g->sh.p, s->count, *tasks, nslots));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Sum over the world in rank order (the same bits on every rank). */
-static PetscErrorCode world_sum(double *v, int n)
+PetscErrorCode trainer_pass(Trainer *tr, const MicroSplit *s, const TrainWork *w)
 {
-  Comm world = {.mpi = MPI_COMM_WORLD, .kind = COMM_MPI};
+  GPT *g = tr->dm->gpt;
 
   PetscFunctionBegin;
-  PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &world.rank));
-  PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &world.size));
-  PetscCall(comm_allreduce_sum_double(&world, v, n));
+  if (g && w->backward) PetscCall(gpt_zero_grad(g));
+  if (g && s->count > 0) {
+    if (!w->backward) { /* evaluation: forwards in order; the stages pass activations on as they go */
+      for (int k = 0; k < s->count; k++) PetscCall(w->forward(w->ctx, g, k));
+    } else {
+      SchedTask *tasks;
+      int        nslots;
+      PetscCall(trainer_schedule(tr, s, &tasks, &nslots));
+      PetscCall(sched_run(g, tasks, 2 * s->count, nslots, w->forward, w->backward, w->ctx));
+      PetscCall(PetscFree(tasks));
+    }
+  }
+  if (w->nacc > 0) PetscCall(trainer_sum_heads(tr, w->acc, w->nacc));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode trainer_sum_heads(const Trainer *tr, double *v, int n)
 {
+  Comm red = tr->red;
+
   PetscFunctionBegin;
-  if (!exec_is_head(tr->dm.mesh))
+  if (!exec_is_head(tr->dm->mesh))
     for (int i = 0; i < n; i++) v[i] = 0;
-  PetscCall(world_sum(v, n));
+  PetscCall(comm_allreduce_sum_double(&red, v, n)); /* in rank order: the same bits on every rank */
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode trainer_step(Trainer *tr, const AdamWConfig *opt, const char *what, PetscInt step, double loss, PetscReal *lr, PetscReal *gnorm)
+PetscErrorCode trainer_step(Trainer *tr, const AdamWConfig *opt, const char *what, const char *at, double loss, PetscReal *lr, PetscReal *gnorm)
 {
+  GPT   *g   = tr->dm->gpt;
+  Comm   red = tr->red;
   double v[2] = {0, 0};
 
   PetscFunctionBegin;
-  PetscCheck(isfinite(loss), PETSC_COMM_WORLD, PETSC_ERR_FP, "%s loss is %g at step %" PetscInt_FMT "; stopping, the last checkpoint is intact", what, loss, step);
-  if (tr->dm.gpt) {
-    PetscReal l, g;
+  PetscCheck(isfinite(loss), PETSC_COMM_WORLD, PETSC_ERR_FP, "%s loss is %g at %s; stopping before the optimizer step, the last checkpoint is intact", what, loss, at);
+  if (g) {
+    PetscReal norm;
     PetscCall(PetscLogEventBegin(sys_log.optimizer, 0, 0, 0, 0));
-    PetscCall(gpt_adamw_step(tr->dm.gpt, opt, &l, &g));
+    PetscCall(gpt_grad_norm(g, &norm)); /* the same on every rank of the mesh */
     PetscCall(PetscLogEventEnd(sys_log.optimizer, 0, 0, 0, 0));
-    if (tr->dm.mesh->me == 0) {
-      v[0] = l;
-      v[1] = g;
+    if (tr->dm->mesh->me == 0) {
+      v[0] = norm;
+      v[1] = adamw_lr(opt, g->step);
     }
   }
-  PetscCall(world_sum(v, 2)); /* one contribution: the mesh's first rank */
-  *lr    = (PetscReal)v[0];
-  *gnorm = (PetscReal)v[1];
-  PetscCheck(isfinite(*gnorm), PETSC_COMM_WORLD, PETSC_ERR_FP, "%s gradient norm is %g at step %" PetscInt_FMT "; stopping, the last checkpoint is intact", what, (double)*gnorm, step);
+  PetscCall(comm_allreduce_sum_double(&red, v, 2)); /* one contribution: the mesh's first rank */
+  *gnorm = (PetscReal)v[0];
+  *lr    = (PetscReal)v[1];
+  /* every rank of the trainer sees the same norm, so all stop together, before any weight or moment changes */
+  PetscCheck(isfinite(*gnorm), PETSC_COMM_WORLD, PETSC_ERR_FP, "%s gradient norm is %g at %s; stopping before the optimizer step, the last checkpoint is intact", what, (double)*gnorm, at);
+  if (g) {
+    PetscCall(PetscLogEventBegin(sys_log.optimizer, 0, 0, 0, 0));
+    PetscCall(gpt_adamw_update(g, opt, *gnorm, NULL));
+    PetscCall(PetscLogEventEnd(sys_log.optimizer, 0, 0, 0, 0));
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode trainer_restart(Trainer *tr, const RunCtx *run, const char *path, PetscInt steps, const char *opt, CkptState *st)
 {
   PetscFunctionBegin;
-  PetscCall(dmodel_load(&tr->dm, path, tr->dm.name, PETSC_TRUE, PETSC_FALSE, 0));
+  PetscCall(dmodel_load(tr->dm, path, tr->dm->name, PETSC_TRUE, PETSC_FALSE, 0));
   PetscCall(ckpt_read_state(run->comm, path, st));
   PetscCheck(st->iteration <= steps, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-restart %s is at step %" PetscInt_FMT ", past %s %" PetscInt_FMT, path, st->iteration, opt, steps);
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -129,8 +173,8 @@ PetscErrorCode trainer_restart(Trainer *tr, const RunCtx *run, const char *path,
 
 PetscErrorCode trainer_checkpoint(Trainer *tr, const RunCtx *run, const char *name, const CkptState *st, RunRecord *rec)
 {
-  DModel *const   dm[1] = {&tr->dm};
-  const CkptModel cm[1] = {{tr->dm.name, NULL, PETSC_TRUE, PETSC_FALSE}};
+  DModel *const   dm[1] = {tr->dm};
+  const CkptModel cm[1] = {{tr->dm->name, NULL, PETSC_TRUE, PETSC_FALSE}};
 
   PetscFunctionBegin;
   PetscCall(train_checkpoint_models(run, dm, cm, 1, name, st, tr->bucket, rec));
