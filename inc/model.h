@@ -111,6 +111,7 @@ typedef struct {
   size_t         stats_cap;
   size_t         own0, own1;     /* ZeRO-1: the flat range whose AdamW moments this rank keeps (m, v hold own1-own0) */
   PetscBool      grads_synced;   /* gpt_grads_sync ran since the last zero_grad or step */
+  int            msg_model, msg_mb; /* what the stage messages' tags carry (gpt_msg_ids) */
 } GPT;
 
 /* Reads -<prefix>n_layer, n_head, n_embd, vocab_size, n_positions, head. */
@@ -134,6 +135,14 @@ PetscErrorCode gpt_acts_slots(GPT *gpt, int nslots);
  * parameters, and the replicas then share them). Before gpt_optim_init. */
 PetscErrorCode gpt_set_zero1(GPT *gpt, PetscBool on);
 PetscErrorCode gpt_acts_select(GPT *gpt, int k);
+/* The model id (0..GPT_MSG_MODELS-1) and micro-batch that this shard's
+ * pipeline messages carry in their MPI tags from now on (default 0, 0).
+ * Stages of one pipeline must agree on both for each micro-batch; then the
+ * stages may run micro-batches in different orders, and two models' stages
+ * may share ranks and a communicator. Errors if the tag would pass the MPI
+ * implementation's MPI_TAG_UB. */
+#define GPT_MSG_MODELS 4
+PetscErrorCode gpt_msg_ids(GPT *gpt, int model, int mb);
 /* Stage roles of a shard. */
 static inline PetscBool gpt_first_stage(const GPT *g) { return g->sh.p == 0 ? PETSC_TRUE : PETSC_FALSE; }
 static inline PetscBool gpt_last_stage(const GPT *g) { return g->sh.p == g->sh.pp - 1 ? PETSC_TRUE : PETSC_FALSE; }

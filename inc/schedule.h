@@ -1,13 +1,14 @@
 /* (Named schedule.h, not sched.h: -Iinc would hide the system <sched.h> that cblas.h includes.) */
 /* sched: pipeline schedules as data, and one executor. A schedule is the
  * ordered list of forward and backward micro-batch tasks one pipeline stage
- * runs (1F1B, GPipe, or one a search produced); sched_run plays such a list
- * on a model shard through caller-supplied forward/backward callbacks, giving
- * every micro-batch in flight its own activation slot. The stage-to-stage
- * traffic is the model's own (gpt_forward receives from stage p-1 and sends
- * to p+1, the backward the other way), so a schedule is correct when each
- * stage's list respects those dependencies; the executor only checks that a
- * slot is never reused before its micro-batch's backward. */
+ * runs (1F1B, GPipe, or one a search produced, e.g. src/fuse); sched_run
+ * plays such a list on a model shard through caller-supplied
+ * forward/backward callbacks, giving every micro-batch in flight its own
+ * activation slot. The stage-to-stage traffic is the model's own
+ * (gpt_forward receives from stage p-1 and sends to p+1, the backward the
+ * other way), tagged by model and micro-batch, so a schedule is correct when
+ * the stages' lists together respect those dependencies (no stage waits
+ * forever); the order of micro-batches may differ from stage to stage. */
 #ifndef RLFUSE_SCHED_H
 #define RLFUSE_SCHED_H
 
@@ -29,8 +30,9 @@ PetscErrorCode sched_1f1b(int pp, int p, int m, SchedTask *tasks, int *nslots);
  * pipeline drains like 1F1B's); needs m slots on every stage. */
 PetscErrorCode sched_gpipe(int pp, int p, int m, SchedTask *tasks, int *nslots);
 /* Checks one stage's list: every micro-batch 0..m-1 has one forward and one
- * later backward, forwards in micro-batch order 0, 1, 2, ... and backwards
- * too (see sched_run); *inflight (may be NULL) gets the most in flight. */
+ * later backward, in any order; *inflight (may be NULL) gets the most in
+ * flight. (Whether the stages' lists together deadlock is not checked here:
+ * src/fuse replays whole schedules.) */
 PetscErrorCode sched_check(const SchedTask *tasks, int ntasks, int m, int *inflight);
 
 /* A task's work on micro-batch mb. forward must call gpt_forward for mb and,
@@ -42,16 +44,15 @@ PetscErrorCode sched_check(const SchedTask *tasks, int ntasks, int m, int *infli
 typedef PetscErrorCode (*SchedFn)(void *ctx, GPT *gpt, int mb);
 
 /* Runs the tasks in order on this rank's shard: makes sure the model has
- * nslots activation slots, selects slot mb % nslots for each task, and
- * errors if a forward would reuse a slot whose micro-batch has not had its
- * backward yet (or a backward finds its slot holding another micro-batch).
- * Gradients accumulate as the callbacks leave them; slot 0 is selected at
- * the end (also after an error). Every rank of the shard's pipeline runs its
- * own stage's list. The model's stage-to-stage messages carry one tag per
- * direction and no micro-batch index, so they match by MPI's in-order
- * delivery: every stage must run its forwards in the same micro-batch order
- * and its backwards too. sched_run enforces the order 0, 1, 2, ... for each
- * kind (an error otherwise); the interleaving of F and B is free. */
+ * nslots activation slots; a forward takes a free slot, its backward finds
+ * it again (a slot map, so micro-batches may come in any order); errors if
+ * a forward finds no free slot or its micro-batch already in flight, or a
+ * backward's micro-batch is not in flight. Before each task the shard's
+ * message ids are set to (its model id, the task's micro-batch)
+ * (gpt_msg_ids), so every stage's messages pair with the right micro-batch
+ * of the right model. Gradients accumulate as the callbacks leave them;
+ * slot 0 and micro-batch 0 are selected at the end (also after an error).
+ * Every rank of the shard's pipeline runs its own stage's list. */
 PetscErrorCode sched_run(GPT *gpt, const SchedTask *tasks, int ntasks, int nslots, SchedFn forward, SchedFn backward, void *ctx);
 
 #endif

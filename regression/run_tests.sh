@@ -30,7 +30,7 @@ run_item() {
 }
 
 # test_cuda and the cuda modes of test_golden skip, saying so, without a GPU
-for t in test_sys test_ops test_model test_io test_golden test_gen test_rlmath test_plan test_cuda; do
+for t in test_sys test_ops test_model test_io test_golden test_gen test_rlmath test_plan test_fuse test_cuda; do
   [ -x "$BIN/$t" ] || { echo "=== $t"; echo "  not ok - $BIN/$t was not built"; failed=$((failed + 1)); continue; }
   if [ "$t" = test_golden ]; then
     run_item "$t" "$BIN/$t" regression/golden

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: CPU throughput of rlfuse's GPT against PyTorch on the same
 # shapes, thread counts and machine, then the generation engine's decode
-# throughput (tools/bench_decode.c). Prints machine-readable lines; the
+# throughput (tools/bench_decode.c), reallocation, placements and the fused
+# schedule search (tools/bench_schedule.sh). Prints machine-readable lines; the
 # results are kept in docs/benchmarks.md.
 set -u
 cd "$(dirname "$0")/.."
@@ -30,3 +31,4 @@ for np in 2 4; do
   $MPIEXEC $MPIEXEC_FLAGS -n $np env OMP_NUM_THREADS=1 "$BIN/bench_realloc" -iters 5
 done
 bash tools/bench_placement.sh
+bash tools/bench_schedule.sh

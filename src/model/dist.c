@@ -1,5 +1,6 @@
 /* dist.c: what a model shard needs from its mesh. The tensor-parallel sum,
- * the pipeline's point-to-point, the vocabulary-parallel log-probabilities,
+ * the pipeline's point-to-point (tagged by model, micro-batch and
+ * direction), the vocabulary-parallel log-probabilities,
  * and the gradient synchronisation before an optimizer step: data-parallel
  * all-reduce in buckets and the tied embedding's two copies (first and last
  * stage). Every function is a no-op for a model without a mesh. */
@@ -14,18 +15,44 @@ PetscErrorCode gpt_tp_sum(const GPT *gpt, float *x, size_t n)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_pp_send(const GPT *gpt, const float *x, size_t n, int tag, int to_stage, MPI_Request *req)
+/* The largest tag MPI allows (at least 32767 by the standard). */
+static int gpt_tag_ub(void)
+{
+  static int ub = 0;
+  if (!ub) {
+    int *v, flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &v, &flag);
+    ub = flag ? *v : 32767;
+  }
+  return ub;
+}
+
+static inline int gpt_tag(const GPT *gpt, int dir) { return GPT_TAG_BASE + (gpt->msg_mb * GPT_MSG_MODELS + gpt->msg_model) * 3 + dir; }
+
+PetscErrorCode gpt_msg_ids(GPT *gpt, int model, int mb)
 {
   PetscFunctionBegin;
-  PetscCall(comm_wait(req));
-  PetscCall(comm_isend(&gpt->mesh->pp_comm, x, n * sizeof(float), to_stage, tag, req));
+  PetscCheck(model >= 0 && model < GPT_MSG_MODELS, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_msg_ids: model id %d, expected 0..%d", model, GPT_MSG_MODELS - 1);
+  PetscCheck(mb >= 0 && (GPT_TAG_BASE + 2 + ((double)mb * GPT_MSG_MODELS + model) * 3) <= gpt_tag_ub(), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "gpt_msg_ids: micro-batch %d: its pipeline messages' MPI tags would pass MPI_TAG_UB %d (at most %d micro-batches per step)", mb, gpt_tag_ub(),
+             (gpt_tag_ub() - GPT_TAG_BASE - 2) / (3 * GPT_MSG_MODELS));
+  gpt->msg_model = model;
+  gpt->msg_mb    = mb;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_pp_recv(const GPT *gpt, float *x, size_t n, int tag, int from_stage)
+PetscErrorCode gpt_pp_send(const GPT *gpt, const float *x, size_t n, int dir, int to_stage, MPI_Request *req)
 {
   PetscFunctionBegin;
-  PetscCall(comm_recv(&gpt->mesh->pp_comm, x, n * sizeof(float), from_stage, tag));
+  PetscCall(comm_wait(req));
+  PetscCall(comm_isend(&gpt->mesh->pp_comm, x, n * sizeof(float), to_stage, gpt_tag(gpt, dir), req));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_pp_recv(const GPT *gpt, float *x, size_t n, int dir, int from_stage)
+{
+  PetscFunctionBegin;
+  PetscCall(comm_recv(&gpt->mesh->pp_comm, x, n * sizeof(float), from_stage, gpt_tag(gpt, dir)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -123,11 +123,17 @@ static inline void gpt_layer_params(const GPT *gpt, float *flat, int l, GPTLayer
 
 /* dist.c: the collectives of a shard (no-ops on one rank). */
 PetscErrorCode gpt_tp_sum(const GPT *gpt, float *x, size_t n);      /* all-reduce over the tp group */
-PetscErrorCode gpt_pp_send(const GPT *gpt, const float *x, size_t n, int tag, int to_stage, MPI_Request *req);
-PetscErrorCode gpt_pp_recv(const GPT *gpt, float *x, size_t n, int tag, int from_stage);
-#define GPT_TAG_FWD 101
-#define GPT_TAG_BWD 102
-#define GPT_TAG_CACHED 103
+/* Stage-to-stage messages. dir is one of the directions below; the MPI tag
+ * is GPT_TAG_BASE + (mb * GPT_MSG_MODELS + model) * 3 + dir for the
+ * shard's current (model, micro-batch) (gpt_msg_ids), so the messages of
+ * two models on the same ranks, and of micro-batches run in any order,
+ * pair up whatever order the stages run them in. */
+PetscErrorCode gpt_pp_send(const GPT *gpt, const float *x, size_t n, int dir, int to_stage, MPI_Request *req);
+PetscErrorCode gpt_pp_recv(const GPT *gpt, float *x, size_t n, int dir, int from_stage);
+#define GPT_TAG_BASE   101
+#define GPT_TAG_FWD    0
+#define GPT_TAG_BWD    1
+#define GPT_TAG_CACHED 2
 /* Bias of a row-parallel layer: added by tp rank 0 only, before the sum. */
 static inline const float *gpt_row_bias(const GPT *gpt, const float *b) { return gpt->sh.t == 0 ? b : NULL; }
 

@@ -2,7 +2,8 @@
  * the executor that plays a list on one stage with one activation slot per
  * micro-batch in flight. Schedules are plain data so a searched schedule
  * (SYSTEM.md section 3, fused actor/critic pipelines) runs through the same
- * executor as the textbook ones. */
+ * executor as the textbook ones: the stages' messages are tagged by micro-
+ * batch, so any dependency-respecting order runs. */
 #include "schedule.h"
 
 static PetscErrorCode sched_args_check(int pp, int p, int m, const SchedTask *tasks, const char *fn)
@@ -45,7 +46,7 @@ PetscErrorCode sched_gpipe(int pp, int p, int m, SchedTask *tasks, int *nslots)
 
 PetscErrorCode sched_check(const SchedTask *tasks, int ntasks, int m, int *inflight)
 {
-  int           *state, cur = 0, most = 0, last[2] = {-1, -1}; /* state[mb]: 0 not started, 1 forward done, 2 backward done */
+  int           *state, cur = 0, most = 0; /* state[mb]: 0 not started, 1 forward done, 2 backward done */
   PetscErrorCode ierr = PETSC_SUCCESS;
 
   PetscFunctionBegin;
@@ -55,13 +56,12 @@ PetscErrorCode sched_check(const SchedTask *tasks, int ntasks, int m, int *infli
     int mb = tasks[i].mb, want = tasks[i].kind == SCHED_F ? 0 : 1;
     if (tasks[i].kind != SCHED_F && tasks[i].kind != SCHED_B) ierr = PETSC_ERR_ARG_WRONG;
     else if (mb < 0 || mb >= m) ierr = PETSC_ERR_ARG_OUTOFRANGE;
-    else if (state[mb] != want || mb != last[want] + 1) ierr = PETSC_ERR_ORDER;
+    else if (state[mb] != want) ierr = PETSC_ERR_ORDER;
     if (ierr) {
       (void)PetscFree(state);
-      SETERRQ(PETSC_COMM_SELF, ierr, "sched_check: task %d (%s of micro-batch %d) is out of order or out of range", i, tasks[i].kind == SCHED_F ? "forward" : "backward", mb);
+      SETERRQ(PETSC_COMM_SELF, ierr, "sched_check: task %d (%s of micro-batch %d) is a repeat, a backward before its forward, or out of range", i, tasks[i].kind == SCHED_F ? "forward" : "backward", mb);
     }
     state[mb]++;
-    last[want] = mb;
     cur += tasks[i].kind == SCHED_F ? 1 : -1;
     most = PetscMax(most, cur);
   }
@@ -70,10 +70,13 @@ PetscErrorCode sched_check(const SchedTask *tasks, int ntasks, int m, int *infli
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Error of task i of sched_run, raised with the slot selection undone. */
+#define SCHED_FAIL(code, ...) PetscError(PETSC_COMM_SELF, __LINE__, PETSC_FUNCTION_NAME, __FILE__, code, PETSC_ERROR_INITIAL, __VA_ARGS__)
+
 PetscErrorCode sched_run(GPT *gpt, const SchedTask *tasks, int ntasks, int nslots, SchedFn forward, SchedFn backward, void *ctx)
 {
   int           *holder; /* holder[k]: the micro-batch whose activations slot k keeps, or -1 */
-  int            last[2] = {-1, -1}; /* the last forward's and backward's micro-batch */
+  int            model = gpt->msg_model;
   PetscErrorCode ierr = PETSC_SUCCESS;
 
   PetscFunctionBegin;
@@ -83,29 +86,29 @@ PetscErrorCode sched_run(GPT *gpt, const SchedTask *tasks, int ntasks, int nslot
   PetscCall(PetscMalloc1(nslots, &holder));
   for (int k = 0; k < nslots; k++) holder[k] = -1;
   for (int i = 0; i < ntasks && !ierr; i++) {
-    int mb = tasks[i].mb, k = mb % nslots;
+    int mb = tasks[i].mb, kind = tasks[i].kind, k = -1, mine = -1;
 
-    if (mb < 0) ierr = PetscError(PETSC_COMM_SELF, __LINE__, PETSC_FUNCTION_NAME, __FILE__, PETSC_ERR_ARG_OUTOFRANGE, PETSC_ERROR_INITIAL, "sched_run: task %d has micro-batch %d", i, mb);
-    else if (tasks[i].kind == SCHED_F && holder[k] >= 0)
-      ierr = PetscError(PETSC_COMM_SELF, __LINE__, PETSC_FUNCTION_NAME, __FILE__, PETSC_ERR_ORDER, PETSC_ERROR_INITIAL,
-                        "sched_run: task %d, forward of micro-batch %d, would reuse activation slot %d of %d while micro-batch %d awaits its backward (too few slots for this schedule)", i, mb, k,
-                        nslots, holder[k]);
-    else if (tasks[i].kind == SCHED_B && holder[k] != mb)
-      ierr = PetscError(PETSC_COMM_SELF, __LINE__, PETSC_FUNCTION_NAME, __FILE__, PETSC_ERR_ORDER, PETSC_ERROR_INITIAL,
-                        "sched_run: task %d, backward of micro-batch %d, but activation slot %d holds %s %d", i, mb, k, holder[k] < 0 ? "no micro-batch" : "micro-batch", holder[k]);
-    else if (tasks[i].kind != SCHED_F && tasks[i].kind != SCHED_B)
-      ierr = PetscError(PETSC_COMM_SELF, __LINE__, PETSC_FUNCTION_NAME, __FILE__, PETSC_ERR_ARG_WRONG, PETSC_ERROR_INITIAL, "sched_run: task %d has kind %d", i, tasks[i].kind);
-    else if (mb != last[tasks[i].kind] + 1)
-      ierr = PetscError(PETSC_COMM_SELF, __LINE__, PETSC_FUNCTION_NAME, __FILE__, PETSC_ERR_ORDER, PETSC_ERROR_INITIAL,
-                        "sched_run: task %d, %s of micro-batch %d after that of %d: the stages' messages carry no micro-batch, so each kind must run in order 0, 1, 2, ...", i,
-                        tasks[i].kind == SCHED_F ? "forward" : "backward", mb, last[tasks[i].kind]);
+    /* the slot map: a forward takes the first free slot, a backward finds
+     * its micro-batch's; micro-batches may come in any order */
+    for (int j = 0; j < nslots; j++) {
+      if (holder[j] == mb && mine < 0) mine = j;
+      if (holder[j] < 0 && k < 0) k = j;
+    }
+    if (mb < 0) ierr = SCHED_FAIL(PETSC_ERR_ARG_OUTOFRANGE, "sched_run: task %d has micro-batch %d", i, mb);
+    else if (kind != SCHED_F && kind != SCHED_B) ierr = SCHED_FAIL(PETSC_ERR_ARG_WRONG, "sched_run: task %d has kind %d", i, kind);
+    else if (kind == SCHED_F && mine >= 0) ierr = SCHED_FAIL(PETSC_ERR_ORDER, "sched_run: task %d, forward of micro-batch %d, which is already in flight (slot %d)", i, mb, mine);
+    else if (kind == SCHED_F && k < 0)
+      ierr = SCHED_FAIL(PETSC_ERR_ORDER, "sched_run: task %d, forward of micro-batch %d, finds all %d activation slots held by micro-batches awaiting their backward (too few slots for this schedule)", i, mb, nslots);
+    else if (kind == SCHED_B && mine < 0) ierr = SCHED_FAIL(PETSC_ERR_ORDER, "sched_run: task %d, backward of micro-batch %d, which is not in flight (no forward before it)", i, mb);
+    if (kind == SCHED_B) k = mine;
     if (!ierr) ierr = gpt_acts_select(gpt, k);
-    if (!ierr) ierr = tasks[i].kind == SCHED_F ? forward(ctx, gpt, mb) : backward(ctx, gpt, mb);
-    if (!ierr) holder[k] = tasks[i].kind == SCHED_F ? mb : -1;
-    if (!ierr) last[tasks[i].kind] = mb;
+    if (!ierr) ierr = gpt_msg_ids(gpt, model, mb); /* the stage messages carry mb */
+    if (!ierr) ierr = kind == SCHED_F ? forward(ctx, gpt, mb) : backward(ctx, gpt, mb);
+    if (!ierr) holder[k] = kind == SCHED_F ? mb : -1;
   }
   PetscCall(PetscFree(holder));
   PetscCall(gpt_acts_select(gpt, 0)); /* also after a failed task: callers may recover */
+  PetscCall(gpt_msg_ids(gpt, model, 0));
   PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

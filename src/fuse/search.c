@@ -1,0 +1,481 @@
+/* search.c: the fused schedule search, in four steps.
+ * 1. Decoder: a schedule is decoded from one priority key per task by list
+ *    scheduling. The rank that can finish a ready task earliest (time c)
+ *    picks, among its ready tasks that could start before
+ *    s + alpha (c - s) (s: its earliest start), the one with the smallest
+ *    key; alpha 0 never idles a rank that has work, alpha 1 may wait for an
+ *    urgent input (Giffler-Thompson active schedules). A forward is ready
+ *    only if its activations fit under the memory cap.
+ * 2. Justification (forward-backward improvement): the time-reversed graph
+ *    is decoded with the tasks that finished last first, then the forward
+ *    graph with those that finished last in reverse first, while that
+ *    shortens the schedule.
+ * 3. Calibration: the keys are each model's own 1F1B start times, the
+ *    critic's stretched and shifted against the actor's (per copy), forwards
+ *    shifted against backwards; a grid then coordinate descent over those few
+ *    parameters (and alpha), stopping at the lower bound. The plain keys
+ *    (no stretch, no shift) give the "greedy" start that is reported.
+ * 4. Annealing from the calibrated keys: swaps of the keys of two tasks
+ *    that run next to each other on a rank, or one key moved, until the
+ *    lower bound; then, at the best makespan, toward lower peak memory.
+ * Chains are independent, drawing from the counter-based RNG keyed by
+ * (seed, chain, step); the best is picked by (makespan, memory, chain), and
+ * parallel loops use fixed blocks, so the result does not depend on the
+ * thread count. */
+#include "fuse_impl.h"
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct Decoder {
+  const FuseInst  *in;
+  const FuseGraph *g;
+  int             *ndep, *ready, *cnt, *ids, *pos;
+  double          *rt, *fin, *free_at, *mem, *est, *ess;
+  double           alpha; /* 0: non-delay, 1: active (see decoder_run) */
+  int              rev;   /* schedules the time-reversed graph (see decoder_justify) */
+  struct Decoder  *bw;    /* a forward decoder's reversed twin */
+  double          *kb;    /* scratch keys for decoder_justify */
+} Decoder;
+
+static PetscErrorCode decoder_create_dir(const FuseInst *in, const FuseGraph *g, int rev, Decoder *d)
+{
+  int P = g->nranks;
+
+  PetscFunctionBegin;
+  d->in  = in;
+  d->g   = g;
+  d->rev = rev;
+  d->bw  = NULL;
+  d->kb  = NULL;
+  if (!rev) {
+    PetscCall(PetscNew(&d->bw));
+    PetscCall(decoder_create_dir(in, g, 1, d->bw));
+    PetscCall(PetscMalloc1(g->N, &d->kb));
+  }
+  PetscCall(PetscMalloc5(g->N, &d->ndep, g->N, &d->ready, P, &d->cnt, g->N, &d->ids, P, &d->pos));
+  PetscCall(PetscMalloc6(g->N, &d->rt, g->N, &d->fin, P, &d->free_at, P, &d->mem, P, &d->est, P, &d->ess));
+  d->alpha = 1;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode decoder_create(const FuseInst *in, const FuseGraph *g, Decoder *d) { return decoder_create_dir(in, g, 0, d); }
+
+static PetscErrorCode decoder_destroy(Decoder *d)
+{
+  PetscFunctionBegin;
+  if (d->bw) {
+    PetscCall(decoder_destroy(d->bw));
+    PetscCall(PetscFree(d->bw));
+    PetscCall(PetscFree(d->kb));
+  }
+
+  PetscCall(PetscFree5(d->ndep, d->ready, d->cnt, d->ids, d->pos));
+  PetscCall(PetscFree6(d->rt, d->fin, d->free_at, d->mem, d->est, d->ess));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static inline int decoder_fits(const Decoder *d, int r, int id)
+{
+  FuseTask t = fuse_task_of(d->in, id % d->g->n);
+  return t.kind == (d->rev ? FUSE_F : FUSE_B) || d->in->mem_cap <= 0 || d->mem[r] + d->in->mem[t.model] <= d->in->mem_cap * (1 + 1e-12);
+}
+
+/* the earliest time rank r can finish one of its ready tasks (+inf: none) */
+static void decoder_est(Decoder *d, int r)
+{
+  int    n = d->g->n;
+  double e = INFINITY, b = INFINITY;
+  for (int j = 0; j < d->cnt[r]; j++) {
+    int id = d->ready[r * n + j];
+    if (decoder_fits(d, r, id)) {
+      e = PetscMin(e, PetscMax(d->rt[id], d->free_at[r]) + d->g->dur[id]);
+      b = PetscMin(b, PetscMax(d->rt[id], d->free_at[r]));
+    }
+  }
+  d->est[r] = e;
+  d->ess[r] = b;
+}
+
+/* Decodes keys into d->ids (rank r's list at r*n); returns the makespan or
+ * +inf when no rank can go on (only with a memory cap). */
+static double decoder_run(Decoder *d, const double *key)
+{
+  const FuseGraph *g = d->g;
+  const int       *dep = d->rev ? g->succ : g->dep, *succ = d->rev ? g->dep : g->succ;
+  int              P = g->nranks, n = g->n;
+  double           makespan = 0;
+
+  for (int r = 0; r < P; r++) d->cnt[r] = d->pos[r] = 0, d->free_at[r] = d->mem[r] = 0;
+  for (int i = 0; i < g->N; i++) {
+    d->ndep[i] = (dep[2 * i] >= 0) + (dep[2 * i + 1] >= 0);
+    d->rt[i]   = 0;
+    if (!d->ndep[i]) d->ready[(i / n) * n + d->cnt[i / n]++] = i;
+  }
+  for (int r = 0; r < P; r++) decoder_est(d, r);
+  for (int step = 0; step < g->N; step++) {
+    int    r = 0, best = -1, bj = -1;
+    double t;
+    for (int q = 1; q < P; q++)
+      if (d->est[q] < d->est[r]) r = q;
+    t = d->est[r];
+    if (isinf(t)) return INFINITY;
+    /* an active schedule: among the tasks that could start before the
+     * earliest completion t on this rank, the smallest key (it may wait for
+     * its input while a task of larger key could have run) */
+    t = d->ess[r] + d->alpha * (t - d->ess[r]);
+    for (int j = 0; j < d->cnt[r]; j++) {
+      int    id = d->ready[r * n + j];
+      double st = PetscMax(d->rt[id], d->free_at[r]);
+      if ((st < t || st == d->ess[r]) && decoder_fits(d, r, id) && (best < 0 || key[id] < key[best] || (key[id] == key[best] && id < best))) best = id, bj = j;
+    }
+    t = PetscMax(d->rt[best], d->free_at[r]);
+    d->ready[r * n + bj] = d->ready[r * n + --d->cnt[r]];
+    d->fin[best] = d->free_at[r] = t + g->dur[best];
+    makespan     = PetscMax(makespan, d->fin[best]);
+    {
+      FuseTask tk = fuse_task_of(d->in, best % n);
+      d->mem[r] += (tk.kind == (d->rev ? FUSE_B : FUSE_F) ? 1 : -1) * d->in->mem[tk.model];
+    }
+    d->ids[r * n + d->pos[r]++] = best;
+    for (int k = 0; k < 2; k++) {
+      int s = succ[2 * best + k], q;
+      if (s < 0) continue;
+      d->rt[s] = PetscMax(d->rt[s], d->fin[best]);
+      if (--d->ndep[s]) continue;
+      q                              = s / n;
+      d->ready[q * n + d->cnt[q]++] = s;
+      if (q != r) decoder_est(d, q);
+    }
+    decoder_est(d, r);
+  }
+  return makespan;
+}
+
+/* Forward-backward improvement ("justification"): the reversed graph is
+ * decoded with the tasks that finished last first, then the forward one
+ * with the tasks that finished last in reverse first; repeated while the
+ * makespan drops. Leaves d holding the best schedule and key the keys that
+ * decode to it; returns its makespan. */
+static double decoder_justify(Decoder *d, double *key, double mk)
+{
+  const FuseGraph *g = d->g;
+  d->bw->alpha = d->alpha;
+  for (int it = 0; it < 4 && !isinf(mk); it++) {
+    double mk2;
+    for (int i = 0; i < g->N; i++) d->kb[i] = -d->fin[i];
+    if (isinf(decoder_run(d->bw, d->kb))) break;
+    for (int i = 0; i < g->N; i++) d->kb[i] = -d->bw->fin[i];
+    mk2 = decoder_run(d, d->kb);
+    if (!(mk2 < mk)) {
+      mk = decoder_run(d, key);
+      break;
+    }
+    mk = mk2;
+    memcpy(key, d->kb, (size_t)g->N * sizeof *key);
+  }
+  return mk;
+}
+
+/* Start keys: each task's start time in its own model's 1F1B pipeline. */
+static PetscErrorCode start_keys(const FuseInst *in, double *key)
+{
+  PetscFunctionBegin;
+  PetscCall(fuse_1f1b_start(in, FUSE_ACTOR, key));
+  PetscCall(fuse_1f1b_start(in, FUSE_CRITIC, key));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  Decoder d;
+  double *key, *best_key, *prev_key;
+  int    *cur_ids, *best_ids;
+  double  mk, pk, best_mk, best_pk;
+  int     steps;
+} Chain;
+
+/* uniform in [0,1) from the draw keyed by (seed, chain, step, lane) */
+static inline double chain_u(uint64_t seed, int c, int step, int lane) { return rng_uniform(seed, 0x46555345u, (uint32_t)c, (uint32_t)step, (uint32_t)lane); }
+
+static inline int better(double mk, double pk, double bmk, double bpk) { return mk < bmk || (mk == bmk && pk < bpk); }
+
+/* One chain: anneal the keys toward the lower bound lb (stop there), then
+ * spend up to iters/4 more proposals lowering the peak memory at that
+ * makespan. Proposals: swap the keys of two tasks that run next to each
+ * other on a rank (the order's adjacent swap), or move one key by up to the
+ * length of a few tasks. */
+static void chain_run(Chain *ch, const FuseSearchOpts *opt, int c, double lb)
+{
+  const FuseGraph *g = ch->d.g;
+  const FuseInst  *in = ch->d.in;
+  int              n = g->n, N = g->N, phase2 = 0, left = opt->iters;
+  double           fmin = PetscMin(in->f[0], in->f[1]), munit = PetscMax(PetscMax(in->mem[0], in->mem[1]), 1e-300), T0 = 1.0, T1 = 0.02, T = T0;
+
+  ch->mk = decoder_run(&ch->d, ch->key);
+  ch->pk = 0;
+  for (int r = 0; r < g->nranks; r++) ch->pk = PetscMax(ch->pk, fuse_rank_peak(in, ch->d.ids + r * n, n));
+  memcpy(ch->cur_ids, ch->d.ids, (size_t)N * sizeof *(ch->cur_ids));
+  memcpy(ch->best_ids, ch->d.ids, (size_t)N * sizeof *(ch->best_ids));
+  memcpy(ch->best_key, ch->key, (size_t)N * sizeof *(ch->best_key));
+  ch->best_mk = ch->mk;
+  ch->best_pk = ch->pk;
+  for (ch->steps = 0; left > 0; ch->steps++, left--) {
+    int    kind = chain_u(opt->seed, c, ch->steps, 0) < 0.5, a, b = -1;
+    double old_a = 0, old_b = 0, mk, pk = 0, delta;
+
+    if (!phase2 && ch->best_mk <= lb * (1 + 1e-12)) {
+      if (in->mem[0] == 0 && in->mem[1] == 0) break;
+      phase2 = 1;
+      left   = PetscMin(left, opt->iters / 4);
+      T0 = T = 0.5;
+    }
+    T = T0 * pow(T1 / T0, (double)ch->steps / opt->iters);
+    if (kind) { /* adjacent swap in the current order */
+      int j = (int)(chain_u(opt->seed, c, ch->steps, 1) * (N - 1));
+      if (j % n == n - 1) j--;
+      a = ch->cur_ids[j];
+      b = ch->cur_ids[j + 1];
+      old_a = ch->key[a], old_b = ch->key[b];
+      ch->key[a] = old_b, ch->key[b] = old_a;
+      if (old_a == old_b) ch->key[b] -= 1e-9 * fmin;
+    } else {
+      a = (int)(chain_u(opt->seed, c, ch->steps, 1) * N);
+      old_a = ch->key[a];
+      ch->key[a] += (2 * chain_u(opt->seed, c, ch->steps, 2) - 1) * 4 * g->dur[a];
+    }
+    if (!phase2) memcpy(ch->prev_key, ch->key, (size_t)N * sizeof *ch->key);
+    mk = decoder_run(&ch->d, ch->key);
+    if (!phase2) mk = decoder_justify(&ch->d, ch->key, mk); /* may rewrite all keys */
+    if (!isinf(mk))
+      for (int r = 0; r < g->nranks; r++) pk = PetscMax(pk, fuse_rank_peak(in, ch->d.ids + r * n, n));
+    if (phase2) delta = mk > ch->best_mk ? INFINITY : (pk - ch->pk) / munit;
+    else delta = (mk - ch->mk) / fmin + 1e-3 * (pk - ch->pk) / munit;
+    if (!isinf(mk) && (delta <= 0 || chain_u(opt->seed, c, ch->steps, 3) < exp(-delta / T))) {
+      ch->mk = mk;
+      ch->pk = pk;
+      memcpy(ch->cur_ids, ch->d.ids, (size_t)N * sizeof *(ch->cur_ids));
+      if (better(mk, pk, ch->best_mk, ch->best_pk)) {
+        ch->best_mk = mk;
+        ch->best_pk = pk;
+        memcpy(ch->best_ids, ch->d.ids, (size_t)N * sizeof *(ch->best_ids));
+        memcpy(ch->best_key, ch->key, (size_t)N * sizeof *(ch->best_key));
+      }
+    } else if (!phase2) memcpy(ch->key, ch->prev_key, (size_t)N * sizeof *ch->key);
+    else {
+      ch->key[a] = old_a;
+      if (b >= 0) ch->key[b] = old_b;
+    }
+  }
+}
+
+/* Parametric keys: the two models' 1F1B timelines interleave well when the
+ * critic's is stretched to the actor's length (norm) times sigma = th[0]
+ * and each critic copy c shifted by th[4+c]; th[1] and th[2] move the
+ * actor's and the critic's forwards against their backwards; th[3] is the
+ * decoder's alpha. */
+static void param_keys(const FuseInst *in, const FuseGraph *g, const double *base, double norm, const double *th, double *key)
+{
+  for (int i = 0; i < g->N; i++) {
+    FuseTask t = fuse_task_of(in, i % g->n);
+    if (t.model == FUSE_ACTOR) key[i] = base[i] + (t.kind == FUSE_F ? th[1] : 0);
+    else key[i] = th[0] * norm * base[i] + th[4 + (i / g->n) / in->pp[1]] + (t.kind == FUSE_F ? th[2] : 0);
+  }
+}
+
+static void param_eval(Decoder *d, const double *base, double norm, const double *th, double *key, double *mk, double *pk)
+{
+  const FuseGraph *g = d->g;
+  param_keys(d->in, g, base, norm, th, key);
+  d->alpha = PetscMin(1, PetscMax(0, th[3]));
+  *mk      = decoder_justify(d, key, decoder_run(d, key));
+  *pk = 0;
+  for (int r = 0; r < g->nranks && !isinf(*mk); r++) *pk = PetscMax(*pk, fuse_rank_peak(d->in, d->ids + r * g->n, g->n));
+}
+
+#define FUSE_BLOCK  16
+#define FUSE_NALPHA 3
+#define FUSE_NSIGMA 9
+#define FUSE_NDELTA 33
+/* A grid over sigma and one shift for all copies, then coordinate descent
+ * over all parameters (each round tries every parameter up and down, in
+ * parallel, and keeps the best; steps halve when nothing improves). Picks
+ * the keys that start the annealing. */
+static PetscErrorCode calibrate(const FuseInst *in, const FuseGraph *g, const double *base, double lb, int max_blocks, int max_rounds, double *key, double *alpha, double *mk_out, double *pk_out)
+{
+  static const double sigma[FUSE_NSIGMA] = {0.5, 0.65, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2};
+  int                 nt = omp_get_max_threads(), ncopy = in->pp[0] / in->pp[1], np = 4 + ncopy, NG = FUSE_NALPHA * FUSE_NSIGMA * FUSE_NDELTA, NM = 2 * np, win = 0;
+  double              inf = INFINITY;
+  Decoder            *dec;
+  double             *mk, *pk, *keys, *th, *cand, *step, span0 = 0, span1 = 0, norm, bmk, bpk;
+
+  PetscFunctionBegin;
+  for (int i = 0; i < g->N; i++) {
+    double e = base[i] + g->dur[i];
+    if (fuse_task_of(in, i % g->n).model == FUSE_ACTOR) span0 = PetscMax(span0, e);
+    else span1 = PetscMax(span1, e);
+  }
+  norm = span0 / span1;
+  PetscCall(PetscMalloc4(nt, &dec, PetscMax(NG, NM), &mk, PetscMax(NG, NM), &pk, (size_t)nt * g->N, &keys));
+  PetscCall(PetscMalloc3(np, &th, (size_t)PetscMax(NG, NM) * np, &cand, np, &step));
+  mk[0] = inf;
+  for (int t = 0; t < nt; t++) PetscCall(decoder_create(in, g, &dec[t]));
+  /* the grid, the likeliest points first (small shifts, sigma near 1),
+   * in blocks of a fixed size so that stopping at the first block that
+   * reaches the bound does not depend on the thread count */
+  for (int k = 0; k < NG; k++) {
+    static const int sorder[FUSE_NSIGMA] = {4, 5, 3, 6, 2, 7, 1, 8, 0};
+    static const double alphas[FUSE_NALPHA] = {1, 0, 0.5};
+    double *c = cand + (size_t)k * np;
+    int     ia = k % FUSE_NALPHA, is = (k / FUSE_NALPHA) % FUSE_NSIGMA, j = k / (FUSE_NALPHA * FUSE_NSIGMA);
+    int     id = j % 2 ? (FUSE_NDELTA / 2) - (j + 1) / 2 : (FUSE_NDELTA / 2) + j / 2; /* 0, -1, +1, -2, ... steps from the middle */
+    c[0] = sigma[sorder[is]];
+    c[1] = c[2] = 0;
+    c[3] = alphas[ia];
+    for (int q = 0; q < ncopy; q++) c[4 + q] = 0.5 * span0 * (2.0 * id / (FUSE_NDELTA - 1) - 1);
+  }
+  for (int k0 = 0; k0 < NG && k0 < max_blocks * FUSE_BLOCK && !(mk[win] <= lb * (1 + 1e-12)); k0 += FUSE_BLOCK) {
+    int k1 = PetscMin(NG, k0 + FUSE_BLOCK);
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int k = k0; k < k1; k++) {
+      int t = omp_get_thread_num();
+      param_eval(&dec[t], base, norm, cand + (size_t)k * np, keys + (size_t)t * g->N, &mk[k], &pk[k]);
+    }
+    for (int k = k0; k < k1; k++)
+      if (k == 0 || better(mk[k], pk[k], mk[win], pk[win])) win = k;
+  }
+  PetscCall(PetscArraycpy(th, cand + (size_t)win * np, np));
+  bmk     = mk[win];
+  bpk     = pk[win];
+  step[0] = 0.05;
+  step[1] = in->f[0];
+  step[2] = in->f[1];
+  step[3] = 0.25;
+  for (int q = 0; q < ncopy; q++) step[4 + q] = span0 / (FUSE_NDELTA - 1);
+  for (int round = 0; round < max_rounds && bmk > lb * (1 + 1e-12); round++) {
+    int bestm = -1;
+    for (int k = 0; k < NM; k++) {
+      double *c = cand + (size_t)k * np;
+      PetscCall(PetscArraycpy(c, th, np));
+      c[k / 2] += (k % 2 ? -1 : 1) * step[k / 2];
+    }
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int k = 0; k < NM; k++) {
+      int t = omp_get_thread_num();
+      param_eval(&dec[t], base, norm, cand + (size_t)k * np, keys + (size_t)t * g->N, &mk[k], &pk[k]);
+    }
+    for (int k = 0; k < NM; k++)
+      if (better(mk[k], pk[k], bmk, bpk) && (bestm < 0 || better(mk[k], pk[k], mk[bestm], pk[bestm]))) bestm = k;
+    if (bestm >= 0) {
+      PetscCall(PetscArraycpy(th, cand + (size_t)bestm * np, np));
+      bmk = mk[bestm];
+      bpk = pk[bestm];
+    } else {
+      int tiny = 1;
+      for (int q = 0; q < np; q++) step[q] /= 2;
+      for (int q = 4; q < np; q++) tiny = tiny && step[q] < 0.1 * PetscMin(in->f[0], in->f[1]);
+      if (tiny) break;
+    }
+  }
+  param_eval(&dec[0], base, norm, th, key, &bmk, &bpk); /* key: the justified keys that decode to the winner */
+  *alpha  = dec[0].alpha;
+  *mk_out = bmk;
+  *pk_out = bpk;
+  for (int t = 0; t < nt; t++) PetscCall(decoder_destroy(&dec[t]));
+  PetscCall(PetscFree4(dec, mk, pk, keys));
+  PetscCall(PetscFree3(th, cand, step));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Lower peak memory at the best makespan: bisection on a memory cap that
+ * the decoder enforces, between one micro-batch and the best schedule's
+ * peak; each step recalibrates under the cap (the first 8 blocks of the
+ * grid, 10 rounds of descent) and keeps the schedule if it still reaches
+ * the makespan. The annealing's memory phase moves one key at
+ * a time and rarely gets far; a cap changes every decision at once. */
+static PetscErrorCode mem_search(const FuseInst *in, const FuseGraph *g, const double *base, int steps, Chain *best)
+{
+  double   lo = PetscMax(in->mem[0], in->mem[1]), unit = PetscMin(in->mem[0] > 0 ? in->mem[0] : in->mem[1], in->mem[1] > 0 ? in->mem[1] : in->mem[0]), *key;
+  FuseInst capped = *in;
+  Decoder  d;
+
+  PetscFunctionBegin;
+  if (unit <= 0 || isinf(best->best_mk)) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(PetscMalloc1(g->N, &key));
+  PetscCall(decoder_create(&capped, g, &d));
+  for (int k = 0; k < steps && best->best_pk - lo > 0.5 * unit; k++) {
+    double alpha = 1, mk = INFINITY, pk = INFINITY;
+    capped.mem_cap = 0.5 * (lo + best->best_pk);
+    PetscCall(calibrate(&capped, g, base, best->best_mk, 8, 10, key, &alpha, &mk, &pk)); /* a cheaper calibration: a cap that fails costs the whole budget */
+    if (mk <= best->best_mk && pk < best->best_pk) {
+      d.alpha = alpha;
+      mk      = decoder_run(&d, key);
+      PetscCheck(mk <= best->best_mk, PETSC_COMM_SELF, PETSC_ERR_PLIB, "mem_search: the calibrated keys decode to makespan %g, not %g", mk, best->best_mk);
+      memcpy(best->best_ids, d.ids, (size_t)g->N * sizeof *d.ids);
+      best->best_pk = pk;
+    } else lo = capped.mem_cap;
+  }
+  PetscCall(decoder_destroy(&d));
+  PetscCall(PetscFree(key));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode fuse_search(const FuseInst *in, const FuseSearchOpts *opt, FuseSched *s, FuseSearchInfo *info)
+{
+  FuseGraph g;
+  Chain    *ch;
+  double   *key0, *base, t0 = omp_get_wtime(), alpha = 1;
+  clock_t   c0 = clock();
+  int       C = opt->chains, win = 0;
+
+  PetscFunctionBegin;
+  PetscCheck(C >= 1 && opt->iters >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "fuse_search: %d chains, %d iterations", C, opt->iters);
+  PetscCall(fuse_graph_build(in, &g));
+  PetscCall(PetscMalloc2(g.N, &key0, g.N, &base));
+  PetscCall(start_keys(in, base));
+  PetscCall(PetscArraycpy(key0, base, g.N));
+  info->lower_bound = fuse_lower_bound(in);
+  {
+    Decoder d;
+    PetscCall(decoder_create(in, &g, &d));
+    info->greedy.makespan = decoder_run(&d, key0);
+    info->greedy.deadlock = isinf(info->greedy.makespan);
+    info->greedy.peak_mem = 0;
+    for (int r = 0; r < g.nranks; r++) info->greedy.peak_mem = PetscMax(info->greedy.peak_mem, fuse_rank_peak(in, d.ids + r * g.n, g.n));
+    PetscCall(decoder_destroy(&d));
+  }
+  PetscCall(calibrate(in, &g, base, info->lower_bound, 1 << 20, 200, key0, &alpha, &info->calib.makespan, &info->calib.peak_mem));
+  PetscCall(PetscCalloc1(C, &ch));
+  for (int c = 0; c < C; c++) {
+    PetscCall(decoder_create(in, &g, &ch[c].d));
+    ch[c].d.alpha = alpha;
+    PetscCall(PetscMalloc5(g.N, &ch[c].key, g.N, &ch[c].best_key, g.N, &ch[c].prev_key, g.N, &ch[c].cur_ids, g.N, &ch[c].best_ids));
+    /* chain 0 starts from the plain keys (the greedy start), the others
+     * from keys jittered by up to one task's length */
+    for (int i = 0; i < g.N; i++) ch[c].key[i] = key0[i] + (c ? (2 * chain_u(opt->seed, c, -1, i) - 1) * g.dur[i] : 0);
+  }
+  #pragma omp parallel for schedule(dynamic, 1)
+  for (int c = 0; c < C; c++) chain_run(&ch[c], opt, c, info->lower_bound);
+  for (int c = 1; c < C; c++)
+    if (better(ch[c].best_mk, ch[c].best_pk, ch[win].best_mk, ch[win].best_pk)) win = c;
+  PetscCheck(!isinf(ch[win].best_mk), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "fuse_search: no schedule found within the memory cap %g (raise -sched_mem_cap)", in->mem_cap);
+  PetscCall(mem_search(in, &g, base, opt->mem_steps, &ch[win]));
+  PetscCall(fuse_sched_alloc(in, s));
+  for (int i = 0; i < g.N; i++) s->order[i] = fuse_task_of(in, ch[win].best_ids[i] % g.n);
+  info->best.makespan = ch[win].best_mk;
+  info->best.peak_mem = ch[win].best_pk;
+  info->best.deadlock = 0;
+  info->chain         = win;
+  info->iters_used    = 0;
+  for (int c = 0; c < C; c++) info->iters_used += ch[c].steps;
+  for (int c = 0; c < C; c++) {
+    PetscCall(decoder_destroy(&ch[c].d));
+    PetscCall(PetscFree5(ch[c].key, ch[c].best_key, ch[c].prev_key, ch[c].cur_ids, ch[c].best_ids));
+  }
+  PetscCall(PetscFree(ch));
+  PetscCall(PetscFree2(key0, base));
+  PetscCall(fuse_graph_free(&g));
+  info->seconds     = omp_get_wtime() - t0;
+  info->cpu_seconds = (double)(clock() - c0) / CLOCKS_PER_SEC;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
