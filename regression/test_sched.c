@@ -413,6 +413,9 @@ static PetscErrorCode test_refused_step(const GPTConfig *cfg)
     if (g) PetscCall(PetscFree3(c.p, c.m, c.v));
   }
   PetscCall(trainer_destroy(&tr));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Two models (different weights, same shapes) on the same two ranks and
  * communicator, one micro-batch each, whose stages run their tasks in
  * different orders: stage 0 runs A's forward then B's, stage 1 B's then A's.

@@ -121,5 +121,6 @@ PetscErrorCode plan_check(const Plan *plan, const PlanNeeds *needs)
     if (needs->cfg[c]) PetscCall(plan_check_call(plan, needs, (MFCId)c));
   PetscCall(plan_check_concurrent(plan, needs));
   PetscCall(plan_check_realloc(plan, needs));
+  PetscCall(plan_fuse_train_check(plan, needs));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -34,6 +34,7 @@ static PetscErrorCode plan_base_file(int world, const char *path, Plan *plan)
   plan->offload   = file.offload;
   plan->zero1     = file.zero1;
   plan->bucket_mb = file.bucket_mb;
+  plan->fuse_train = file.fuse_train;
   PetscCall(PetscStrncpy(plan->source, file.source, sizeof plan->source));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -150,6 +151,7 @@ PetscErrorCode plan_from_options(int world, Plan *plan)
   PetscCall(plan_base_from_options(world, plan));
   PetscCall(plan_settings_from_options(plan, &any));
   for (int c = 0; c < MFC_COUNT; c++) PetscCall(plan_call_from_options(plan, (MFCId)c, &any));
+  PetscCall(plan_fuse_train_options(plan, &any));
   if (any) PetscCall(PetscStrlcat(plan->source, " + options", sizeof plan->source));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -2,7 +2,7 @@
  * what runs where; /plan in run.h5 (docs/formats.md) stores the same, and a
  * later run can start from it with -plan_file. Layout:
  *   /plan               attributes placement, world, gen_replicas, offload,
- *                       zero1, bucket_mb (doubles); dataset concurrent
+ *                       zero1, bucket_mb, fuse_train (doubles); dataset concurrent
  *                       int32 [nconc,2] of call indices when there are pairs
  *   /plan/<call>        dataset ranks int32 [nranks]; attributes dp, tp, pp, mbs */
 #include "plan_impl.h"
@@ -35,21 +35,23 @@ PetscErrorCode plan_print(MPI_Comm comm, const Plan *plan, const PlanNeeds *need
     if (plan_in_use(needs, plan->conc[k][0]) && plan_in_use(needs, plan->conc[k][1])) PetscCall(PetscPrintf(comm, "  concurrent: %s and %s\n", mfc_names[plan->conc[k][0]], mfc_names[plan->conc[k][1]]));
   snprintf(mbs, sizeof mbs, "%g", plan->bucket_mb); /* PETSc's %g would print 16 as "16." */
   PetscCall(PetscPrintf(comm, "  offload %s, zero1 %s, bucket %s MiB\n", plan->offload ? "yes" : "no", plan->zero1 ? "yes" : "no", mbs));
+  if (plan->fuse_train && plan_in_use(needs, MFC_CRITIC_TRAIN))
+    PetscCall(PetscPrintf(comm, "  fused training: actor_train and critic_train interleaved on the same ranks, the critic's pipeline reversed (-fuse_train 1)\n"));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* ---- run record ----------------------------------------------------------------- */
-static const char *const plan_attrs[] = {"placement", "world", "gen_replicas", "offload", "zero1", "bucket_mb"};
+static const char *const plan_attrs[] = {"placement", "world", "gen_replicas", "offload", "zero1", "bucket_mb", "fuse_train"};
 static const char *const call_attrs[] = {"dp", "tp", "pp", "mbs"};
 
 PetscErrorCode plan_record(RunRecord *rec, const Plan *plan, const PlanNeeds *needs)
 {
-  double    top[6] = {plan->placement, plan->world, plan->gen_replicas, plan->offload, plan->zero1, plan->bucket_mb};
+  double    top[7] = {plan->placement, plan->world, plan->gen_replicas, plan->offload, plan->zero1, plan->bucket_mb, plan->fuse_train};
   IODataset conc   = {"concurrent", 2, {plan->nconc, 2}, plan->conc, PETSC_TRUE};
 
   PetscFunctionBegin;
   /* /plan first: writing it replaces the group, children included */
-  PetscCall(record_group(rec, "plan", &conc, plan->nconc ? 1 : 0, plan_attrs, top, 6));
+  PetscCall(record_group(rec, "plan", &conc, plan->nconc ? 1 : 0, plan_attrs, top, 7));
   for (int c = 0; c < MFC_COUNT; c++) {
     const PlanCall *call  = &plan->call[c];
     double          v[4]  = {call->dp, call->tp, call->pp, call->mbs};
@@ -98,7 +100,7 @@ static PetscErrorCode plan_attr_int(hid_t obj, const char *where, const char *na
 
 static PetscErrorCode plan_read_settings(hid_t g, const char *where, Plan *plan)
 {
-  int p, offload, zero1;
+  int p, offload, zero1, fuse = 0;
 
   PetscFunctionBegin;
   PetscCall(plan_attr_int(g, where, "placement", 0, PLACEMENT_DISAGGREGATE, &p));
@@ -111,6 +113,9 @@ static PetscErrorCode plan_read_settings(hid_t g, const char *where, Plan *plan)
   plan->placement = (Placement)p;
   plan->offload   = offload ? PETSC_TRUE : PETSC_FALSE;
   plan->zero1     = zero1 ? PETSC_TRUE : PETSC_FALSE;
+  /* files from before -fuse_train lack it: not fused */
+  if (H5Aexists(g, "fuse_train") > 0) PetscCall(plan_attr_int(g, where, "fuse_train", 0, 1, &fuse));
+  plan->fuse_train = fuse ? PETSC_TRUE : PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
