@@ -54,4 +54,25 @@ import h5py; f = h5py.File('$d/pp2/run.h5', 'r'); p = f['plan']
 assert p.attrs['fuse_train'] == 1 and list(p['critic_train/ranks'][()]) == [1, 0], list(p['critic_train/ranks'][()])
 s = f['summary'].attrs; assert 0 < s['fuse_predicted'] <= s['fuse_sequential'] and s['fuse_lower_bound'] <= s['fuse_predicted'], dict(s)
 \""
+rlfuse -mode schedule -sched_pp0 4 -sched_pp1 4 -sched_m0 4 -sched_m1 4 -sched_f0 1 -sched_f1 0.5 -sched_output $d/sched4.h5 >$d/sched4.log 2>&1 || not_ok "schedule file for pp 4"
+fused "4 ranks, pp 4 each way, the schedule from -fuse_train_schedule" 4 pp4 -actor_train_pp 4 -actor_train_mbs 4 -critic_train_mbs 4 -fuse_train_schedule $d/sched4.h5
+fused "4 ranks, actor pp 4, critic pp 2 replicated twice (searched schedule)" 4 rep -actor_train_pp 4 -actor_train_mbs 4 -critic_train_pp 2 -critic_train_mbs 2
+check "the replicated critic's mesh: copy c stage t on actor stage 2c+1-t" "$PYTHON" -c "
+import h5py; f = h5py.File('$d/rep/run.h5', 'r'); c = f['plan/critic_train']
+assert list(c['ranks'][()]) == [1, 3, 0, 2] and c.attrs['dp'] == 2 and c.attrs['pp'] == 2, (list(c['ranks'][()]), dict(c.attrs))"
+
+# bad combinations: one line naming the option, before any work
+bad() {
+  local what=$1 want=$2 n=$3; shift 3
+  if mpirun $n $P -output_dir $d/bad -dry_run "$@" >$d/bad.log 2>&1; then not_ok "$what: accepted"; return; fi
+  if grep -q -- "$want" $d/bad.log; then ok "$what: refused ($(grep -o 'rlfuse: error: .*' $d/bad.log | head -1 | cut -c1-110))"; else not_ok "$what: no '$want' in the error"; grep error $d/bad.log | head -2 | sed 's/^/# /'; fi
+}
+bad "GRPO (no critic)"                  "GRPO trains no critic"              2 -fuse_train 1 -actor_train_pp 2 -algo grpo
+bad "actor_train without pipeline"      "-actor_train_pp 1 must be at least 2" 2 -fuse_train 1
+bad "actor_train with tp 2"             "-actor_train_tp is 2"               4 -fuse_train 1 -actor_train_pp 2 -actor_train_tp 2 -actor_train_dp 1
+bad "critic pp not dividing actor pp"   "-critic_train_pp 3 must divide -actor_train_pp 4" 4 -fuse_train 1 -actor_train_pp 4 -critic_train_pp 3
+bad "critic ranks given"                "drop -critic_train_ranks"           2 -fuse_train 1 -actor_train_pp 2 -critic_train_ranks 0-1
+bad "schedule file without -fuse_train" "needs -fuse_train 1"                2 -fuse_train_schedule $d/sched4.h5
+bad "schedule file of another instance" "sched4.h5"                          2 -fuse_train 1 -actor_train_pp 2 -fuse_train_schedule $d/sched4.h5
+bad "missing schedule file"             "nothere.h5"                         2 -fuse_train 1 -actor_train_pp 2 -fuse_train_schedule $d/nothere.h5
 finish

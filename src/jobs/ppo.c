@@ -349,8 +349,11 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
   PetscCall(record_time(rec, "reward_inference", tm->rew));
   PetscCall(record_time(rec, "critic_inference", tm->critic));
   PetscCall(record_time(rec, "advantages", tm->adv));
-  PetscCall(record_time(rec, "actor_train", s->t_actor));
-  PetscCall(record_time(rec, "critic_train", s->t_critic));
+  if (m->fuse.on) PetscCall(record_time(rec, "fused_train", s->t_actor)); /* both models in one node */
+  else {
+    PetscCall(record_time(rec, "actor_train", s->t_actor));
+    PetscCall(record_time(rec, "critic_train", s->t_critic));
+  }
   if (m->gen_copy) { /* reallocation of the trained weights to the generation layout */
     PetscCall(record_time(rec, "actor_sync", tm->sync_actor));
     PetscCall(record_metric(rec, "actor_sync_bytes", tm->sync_actor_bytes));
@@ -402,7 +405,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     /* the evaluation of the trained actor runs before the iteration's record, which holds its result */
     if (o->eval_every && st->iteration % o->eval_every == 0 && st->iteration < o->iterations) PetscCall(ppo_evaluate(&m->actor, m, o, (uint64_t)st->seed, ps->max_prompt, &eval_gold, &eval_kl));
     PetscCall(ppo_record_iteration(rec, run, m, &r, &ts, &tm, kl, coef, eval_gold, iter_s, it + 1, (int)o->iterations));
-    if (m->fuse.on && it == 0) PetscCall(ppo_fuse_report(run, rec, &m->fuse));
+    if (m->fuse.on && !m->fuse.reported) PetscCall(ppo_fuse_report(run, rec, &m->fuse));
     if (!isnan(eval_gold)) PetscCall(PetscPrintf(run->comm, "      held-out gold %.3f, KL to the reference %.3f\n", eval_gold, eval_kl));
     if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));

@@ -176,6 +176,7 @@ PetscErrorCode ppo_fuse_report(const RunCtx *run, RunRecord *rec, PPOFuse *fz)
   double      v[5]     = {fz->in.f[0], fz->in.f[1], fz->predicted, fz->sequential, fz->lower};
 
   PetscFunctionBegin;
+  fz->reported = PETSC_TRUE;
   PetscCallMPI(MPI_Bcast(v, 5, MPI_DOUBLE, fz->root, MPI_COMM_WORLD));
   if (fz->from_file) {
     PetscCall(PetscPrintf(run->comm, "fused training: schedule from -fuse_train_schedule (actor pp %d x %d micro-batches, critic pp %d x %d copies x %d)\n", fz->in.pp[0], fz->in.m[0], fz->in.pp[1], fz->in.pp[0] / fz->in.pp[1], fz->in.m[1]));

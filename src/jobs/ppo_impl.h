@@ -42,7 +42,7 @@ PetscErrorCode ppo_check_stage(const RunCtx *run, PPOOptions *o, const GPTConfig
  * forward times once measured) and the schedule, read at setup from
  * -fuse_train_schedule or searched after the first mini-batch. */
 typedef struct {
-  PetscBool on, ready, from_file;
+  PetscBool on, ready, from_file, reported;
   FuseInst  in;
   FuseSched sched;
   double    predicted, sequential, lower; /* the search's makespan, the sequential 1F1B one, the bound (seconds) */

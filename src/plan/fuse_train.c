@@ -27,30 +27,36 @@ static void plan_fuse_train_mesh(Plan *plan, int pp1)
     for (int k = 0; k < copies; k++) c->ranks[t * copies + k] = a->ranks[k * pp1 + pp1 - 1 - t];
 }
 
-PetscErrorCode plan_fuse_train_options(Plan *plan, PetscBool *any)
+PetscErrorCode plan_fuse_train_options(Plan *plan, PetscBool *any, PetscBool *file_fused)
 {
-  PetscBool fuse = plan->fuse_train, given, ranks, dp, tp, pp;
-  PetscInt  pp1  = 0;
+  PetscBool fuse = plan->fuse_train, given;
 
   PetscFunctionBegin;
+  *file_fused = plan->fuse_train; /* a fused plan file: its critic_train pp stands */
   PetscCall(PetscOptionsHasName(NULL, NULL, "-fuse_train", &given));
   if (given) *any = PETSC_TRUE;
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Fused actor-critic training", NULL);
   RfOptBool("-fuse_train", "PPO: train the critic on the actor_train ranks with the opposite pipeline direction (replicated when -critic_train_pp is smaller), both models' micro-batches interleaved by a fused schedule", fuse, &fuse);
   PetscOptionsEnd();
-  if (!fuse) {
-    plan->fuse_train = PETSC_FALSE;
-    PetscFunctionReturn(PETSC_SUCCESS);
-  }
+  plan->fuse_train = fuse;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode plan_fuse_train_derive(Plan *plan, PetscBool file_fused)
+{
+  PetscBool ranks, dp, tp, pp;
+  int       pp1;
+
+  PetscFunctionBegin;
+  if (!plan->fuse_train) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(PetscOptionsHasName(NULL, NULL, "-critic_train_ranks", &ranks));
   PetscCall(PetscOptionsHasName(NULL, NULL, "-critic_train_dp", &dp));
   PetscCall(PetscOptionsHasName(NULL, NULL, "-critic_train_tp", &tp));
   PetscCall(PetscOptionsHasName(NULL, NULL, "-critic_train_pp", &pp));
   PetscCheck(!ranks && !dp && !tp, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1 places the critic on the -actor_train_ranks itself: drop -critic_train_%s (only -critic_train_pp and -critic_train_mbs apply)", ranks ? "ranks" : dp ? "dp" : "tp");
   /* the critic's stages: as given, as a fused plan file had them, or the actor's */
-  pp1 = pp || plan->fuse_train ? plan->call[MFC_CRITIC_TRAIN].pp : plan->call[MFC_ACTOR_TRAIN].pp;
-  plan->fuse_train = PETSC_TRUE;
-  plan_fuse_train_mesh(plan, (int)pp1);
+  pp1 = pp || file_fused ? plan->call[MFC_CRITIC_TRAIN].pp : plan->call[MFC_ACTOR_TRAIN].pp;
+  plan_fuse_train_mesh(plan, pp1);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -63,8 +69,8 @@ PetscErrorCode plan_fuse_train_check(const Plan *plan, const PlanNeeds *needs)
   /* a mode without actor_train (the SFT and RM stages of -mode pipeline) ignores it */
   if (!plan->fuse_train || !needs || !needs->cfg[MFC_ACTOR_TRAIN]) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCheck(needs->cfg[MFC_CRITIC_TRAIN], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1 fuses actor_train with critic_train: GRPO trains no critic (use -algo ppo)");
-  PetscCheck(a->tp == 1 && a->dp == 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1 needs a pure pipeline for actor_train: -actor_train_tp %d and -actor_train_dp %d must be 1", a->tp, a->dp);
   PetscCheck(a->pp >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1 needs a pipelined actor_train: -actor_train_pp %d must be at least 2", a->pp);
+  PetscCheck(a->tp == 1 && a->dp == 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1 needs actor_train to be a pure pipeline: -actor_train_tp is %d and -actor_train_dp %d (both must be 1; not yet supported otherwise)", a->tp, a->dp);
   PetscCheck(c->pp >= 1 && a->pp % c->pp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1: -critic_train_pp %d must divide -actor_train_pp %d (the critic is replicated -actor_train_pp/-critic_train_pp times)", c->pp, a->pp);
   /* a plan file edited by hand may disagree with the derived mesh */
   want = *plan;

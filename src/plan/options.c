@@ -135,7 +135,8 @@ static PetscErrorCode plan_call_from_options(Plan *plan, MFCId c, PetscBool *any
   PetscCheck(pp >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%spp %d must be at least 1", pre, (int)pp);
   PetscCheck(dp >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%sdp %d must be at least 1 (or 0: from the mesh size)", pre, (int)dp);
   PetscCheck(mbs >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%smbs %d must be at least 1 (or 0: the mode's own setting)", pre, (int)mbs);
-  PetscCheck(dp || call->nranks % (tp * pp) == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%sranks %s has %d ranks, not a multiple of -%stp %d x -%spp %d", pre, ranks, call->nranks, pre, (int)tp, pre, (int)pp);
+  /* a fused critic_train's ranks are derived from actor_train's afterwards */
+  PetscCheck(dp || call->nranks % (tp * pp) == 0 || (c == MFC_CRITIC_TRAIN && plan->fuse_train), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%sranks %s has %d ranks, not a multiple of -%stp %d x -%spp %d", pre, ranks, call->nranks, pre, (int)tp, pre, (int)pp);
   call->tp  = (int)tp;
   call->pp  = (int)pp;
   call->dp  = dp ? (int)dp : call->nranks / (int)(tp * pp);
@@ -145,13 +146,14 @@ static PetscErrorCode plan_call_from_options(Plan *plan, MFCId c, PetscBool *any
 
 PetscErrorCode plan_from_options(int world, Plan *plan)
 {
-  PetscBool any = PETSC_FALSE;
+  PetscBool any = PETSC_FALSE, file_fused;
 
   PetscFunctionBegin;
   PetscCall(plan_base_from_options(world, plan));
   PetscCall(plan_settings_from_options(plan, &any));
+  PetscCall(plan_fuse_train_options(plan, &any, &file_fused));
   for (int c = 0; c < MFC_COUNT; c++) PetscCall(plan_call_from_options(plan, (MFCId)c, &any));
-  PetscCall(plan_fuse_train_options(plan, &any));
+  PetscCall(plan_fuse_train_derive(plan, file_fused));
   if (any) PetscCall(PetscStrlcat(plan->source, " + options", sizeof plan->source));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
