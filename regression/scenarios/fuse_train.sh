@@ -16,29 +16,7 @@ rlfuse -mode rm -task_demo_noise 0.25 -seed 7 -rm_sft_checkpoint $d/sft/final.h5
 P="-mode ppo -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 -ppo_iterations 2 -rollout_batch 16 -ppo_minibatches 2
    -ppo_microbatches 2 -gen_max_new_tokens 8 -gen_slots 16 -ppo_eval_prompts 8 -actor_lr 1e-4 -critic_lr 3e-4 -seed 7 -dump_rollouts"
 
-same_run() {
-  "$PYTHON" - $d/$1 $d/$2 <<'PY'
-import sys, h5py, numpy as np
-a, b = sys.argv[1], sys.argv[2]
-with h5py.File(a + "/rollouts.h5", "r") as fa, h5py.File(b + "/rollouts.h5", "r") as fb:
-    assert sorted(fa) == sorted(fb), (list(fa), list(fb))
-    for it in fa:
-        for k in fa[it]:
-            if k.startswith("gen_step"):
-                continue
-            x, y = fa[it][k][()], fb[it][k][()]
-            if x.dtype.kind == "i":
-                assert np.array_equal(x, y), (it, k)
-            else:
-                assert np.abs(x - y).max() <= 1e-4 * (np.abs(x).max() + 1e-6), (it, k)
-with h5py.File(a + "/run.h5", "r") as fa, h5py.File(b + "/run.h5", "r") as fb:
-    for k in fa["metrics"]:
-        if k in ("tokens_per_s",) or k.startswith("t_") or k.endswith("_s"):
-            continue
-        x, y = fa["metrics"][k][()], fb["metrics"][k][()]
-        assert np.allclose(x, y, rtol=1e-4, atol=1e-5, equal_nan=True), (k, x, y)
-PY
-}
+same_run() { "$PYTHON" tools/run_diff.py $d/$1 $d/$2; }
 fused() {
   local what=$1 n=$2 out=$3; shift 3
   if ! mpirun $n $P -output_dir $d/$out -fuse_train 1 "$@" >$d/$out.log 2>&1; then not_ok "$what: run failed"; tail -3 $d/$out.log | sed 's/^/# /'; return; fi
