@@ -75,6 +75,15 @@ PetscErrorCode comm_bcast_host(const Comm *c, void *buf, size_t bytes, int root)
 PetscErrorCode comm_isend(const Comm *c, const void *buf, size_t bytes, int dest, int tag, MPI_Request *req);
 PetscErrorCode comm_recv(const Comm *c, void *buf, size_t bytes, int src, int tag);
 PetscErrorCode comm_wait(MPI_Request *req);
+/* A send of a private copy of buf (host memory), which nobody waits for:
+ * the caller may overwrite buf at once and never blocks on the peer (above
+ * MPI's eager size a plain send's buffer is busy until the receive is
+ * posted, and waiting for it before reusing the buffer can close a cycle
+ * between two stages each waiting for the other, as two models' pipelines
+ * running opposite ways on the same ranks do). Each such send first frees
+ * the copies of the earlier ones that completed; comm_teardown waits for
+ * the rest. */
+PetscErrorCode comm_isend_copy(const Comm *c, const void *buf, size_t bytes, int dest, int tag);
 PetscErrorCode comm_free(Comm *c);
 
 /* ---- meshes ---------------------------------------------------------------- */

@@ -51,6 +51,7 @@ typedef struct {
   PetscBool offload;        /* frozen models offloaded to host between calls when meshes overlap */
   PetscBool zero1;          /* ZeRO-1 optimizer-state sharding in the training calls */
   double    bucket_mb;      /* gradient all-reduce and weight-sync bucket, MiB */
+  PetscBool fuse_train;     /* actor_train and critic_train fused on the same ranks (-fuse_train, src/plan/fuse_train.c) */
   char      source[PETSC_MAX_PATH_LEN + 32]; /* "preset colocate", "preset interleave + options", "file <path>" */
   PlanCall  call[MFC_COUNT];
   int       nconc;          /* pairs of calls that must run concurrently (disjoint meshes) */

@@ -55,4 +55,20 @@ typedef PetscErrorCode (*SchedFn)(void *ctx, GPT *gpt, int mb);
  * Every rank of the shard's pipeline runs its own stage's list. */
 PetscErrorCode sched_run(GPT *gpt, const SchedTask *tasks, int ntasks, int nslots, SchedFn forward, SchedFn backward, void *ctx);
 
+/* Several models' tasks on this rank, interleaved in one list (a fused
+ * schedule, src/fuse): each model keeps its own shard, slots, callbacks and
+ * message model id (gpt->msg_model, so the models' messages never pair
+ * across models); task.model indexes models. sched_run is this with one
+ * model. A model whose gpt is NULL has no tasks on this rank. */
+typedef struct {
+  GPT    *gpt;
+  int     nslots;
+  SchedFn forward, backward;
+  void   *ctx;
+} SchedModel;
+typedef struct {
+  int model, kind, mb;
+} SchedMTask;
+PetscErrorCode sched_run_models(const SchedModel *models, int nmodels, const SchedMTask *tasks, int ntasks);
+
 #endif

@@ -40,25 +40,6 @@ expect_error() {
   ok "$what ($(cut -c1-110 $err))"
 }
 
-# Two runs' rollouts.h5 (tokens exact, floats within 1e-4 of each array's scale)
-# and run.h5 metrics (regression/same_metrics.py: 1e-4 relative, NaN only
-# where A has NaN; eval_gold may be unmeasured, as in decks without
-# -ppo_eval_every) are the same: same_run_dirs DIR_A DIR_B.
-same_run_dirs() {
-  "$PYTHON" - "$1" "$2" <<'PY' || return 1
-import sys, h5py, numpy as np
-a, b = sys.argv[1], sys.argv[2]
-with h5py.File(a + "/rollouts.h5", "r") as fa, h5py.File(b + "/rollouts.h5", "r") as fb:
-    assert sorted(fa) == sorted(fb), (list(fa), list(fb))
-    for it in fa:
-        for k in fa[it]:
-            if k.startswith("gen_step"):
-                continue  # the engine's timeline depends on the replica
-            x, y = fa[it][k][()], fb[it][k][()]
-            if x.dtype.kind == "i":
-                assert np.array_equal(x, y), (it, k)
-            else:
-                assert np.abs(x - y).max() <= 1e-4 * (np.abs(x).max() + 1e-6), (it, k)
-PY
-  "$PYTHON" regression/same_metrics.py "$1/run.h5" "$2/run.h5" 1e-4 1e-5 eval_gold
-}
+# Two runs' rollouts.h5 and run.h5 metrics are the same (tools/run_diff.py):
+# same_run_dirs DIR_A DIR_B.
+same_run_dirs() { "$PYTHON" tools/run_diff.py "$1" "$2"; }

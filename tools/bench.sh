@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make bench`: CPU throughput of rlfuse's GPT against PyTorch on the same
 # shapes, thread counts and machine, then the generation engine's decode
-# throughput (tools/bench_decode.c), reallocation, placements and the fused
-# schedule search (tools/bench_schedule.sh). Prints machine-readable lines; the
+# throughput (tools/bench_decode.c), reallocation, placements, the fused
+# schedule search (tools/bench_schedule.sh) and the fused PPO training stage
+# on 2 ranks (tools/bench_fuse_train.sh). Prints machine-readable lines; the
 # results are kept in docs/benchmarks.md.
 set -u
 cd "$(dirname "$0")/.."
@@ -33,3 +34,4 @@ done
 bash tools/bench_placement.sh
 bash tools/bench_schedule.sh
 bash tools/bench_fusion.sh
+bash tools/bench_fuse_train.sh

@@ -317,6 +317,51 @@ PetscErrorCode comm_isend(const Comm *c, const void *buf, size_t bytes, int dest
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The sends of comm_isend_copy still in flight, each with its own copy. */
+static StagedSend *copied = NULL;
+
+/* Frees the copies of the completed ones (all: waits for every one). */
+static PetscErrorCode copied_sweep(PetscBool all)
+{
+  StagedSend **p = &copied;
+
+  PetscFunctionBegin;
+  while (*p) {
+    StagedSend *s    = *p;
+    int         done = 1;
+
+    if (all) PetscCallMPI(MPI_Wait(&s->req, MPI_STATUS_IGNORE));
+    else PetscCallMPI(MPI_Test(&s->req, &done, MPI_STATUS_IGNORE));
+    if (!done) {
+      p = &s->next;
+      continue;
+    }
+    *p = s->next;
+    PetscCall(PetscFree(s->host));
+    PetscCall(PetscFree(s));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode comm_isend_copy(const Comm *c, const void *buf, size_t bytes, int dest, int tag)
+{
+  StagedSend *s;
+
+  PetscFunctionBegin;
+  PetscCheck(bytes <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_isend_copy: %zu bytes is too large for one message", bytes);
+  PetscCall(copied_sweep(PETSC_FALSE));
+  PetscCall(PetscNew(&s));
+  if (dev_be) PetscCall(stage_in(buf, bytes, 0, bytes, &s->host));
+  else {
+    PetscCall(PetscMalloc1(bytes + 1, &s->host));
+    PetscCall(PetscMemcpy(s->host, buf, bytes));
+  }
+  PetscCallMPI(MPI_Isend(s->host, (int)bytes, MPI_BYTE, dest, tag, c->mpi, &s->req));
+  s->next = copied;
+  copied  = s;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode comm_recv(const Comm *c, void *buf, size_t bytes, int src, int tag)
 {
   MPI_Status st;
@@ -386,6 +431,7 @@ PetscErrorCode comm_setup(void)
 PetscErrorCode comm_teardown(void)
 {
   PetscFunctionBegin;
+  PetscCall(copied_sweep(PETSC_TRUE)); /* before the communicators go */
   PetscCall(mesh_cache_destroy());
   PetscCall(PetscFree(node_of));
   nworld   = 0;

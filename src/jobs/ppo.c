@@ -24,6 +24,7 @@ PetscErrorCode ppo_options(PPOOptions *o)
   RfOptString("-reference_checkpoint", "Checkpoint (role policy) of the frozen reference (default: -actor_checkpoint)", o->reference_ckpt, sizeof o->reference_ckpt);
   RfOptString("-reward_checkpoint", "Reward-model checkpoint (role reward)", o->reward_ckpt, sizeof o->reward_ckpt);
   RfOptEnum("-critic_init", "Critic starts from the reward model (whole) or the actor's trunk with a fresh scalar head", critic_names, 2, &o->critic_init);
+  RfOptString("-fuse_train_schedule", "-fuse_train 1: run this fused schedule file (-mode schedule writes one; checked against the training stage's stages and micro-batches) instead of searching one from measured forward times", o->fuse_schedule, sizeof o->fuse_schedule);
   RfOptString("-restart", "Resume from this PPO checkpoint (all models, optimizers, iteration, data position, RNG key); latest: the newest in -output_dir, or a fresh start", o->restart, sizeof o->restart);
   RfOptInt("-checkpoint_every", "Checkpoint interval of every stage without its own -<stage>_checkpoint_every", 0, &o->checkpoint_every);
   RfOptBool("-dump_rollouts", "Write every iteration's rollout to <output_dir>/rollouts.h5", PETSC_FALSE, &o->dump_rollouts);
@@ -77,6 +78,7 @@ static PetscErrorCode ppo_check_options(const PPOOptions *o)
   PetscCheck(o->clip > 0 && o->value_clip >= 0 && o->reward_clip >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_clip must be positive, -ppo_value_clip and -ppo_reward_clip non-negative");
   PetscCheck(o->eval_every >= 0 && o->eval_prompts >= 0 && o->checkpoint_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_every, -ppo_eval_prompts and -ppo_checkpoint_every (or -checkpoint_every) must be >= 0");
   if (o->algo != ALGO_PPO) PetscCheck(o->group >= 2 && o->rollout_batch % o->group == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rollout_batch %" PetscInt_FMT " is not divisible into groups of -grpo_group %" PetscInt_FMT " (at least 2)", o->rollout_batch, o->group);
+  PetscCheck(!o->fuse_schedule[0] || o->plan.fuse_train, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train_schedule %s needs -fuse_train 1", o->fuse_schedule);
   PetscCheck(o->restart[0] || (o->actor_ckpt[0] && o->reward_ckpt[0]), PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode ppo needs -actor_checkpoint (SFT) and -reward_checkpoint (RM), or -restart");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -202,6 +204,7 @@ static PetscErrorCode ppo_models_destroy(PPOModels *m)
 
   PetscFunctionBegin;
   for (int k = 0; k < 6; k++) PetscCall(dmodel_destroy(all[k]));
+  PetscCall(ppo_fuse_destroy(&m->fuse));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -354,8 +357,11 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
   PetscCall(record_time(rec, "reward_inference", tm->rew));
   PetscCall(record_time(rec, "critic_inference", tm->critic));
   PetscCall(record_time(rec, "advantages", tm->adv));
-  PetscCall(record_time(rec, "actor_train", s->t_actor));
-  PetscCall(record_time(rec, "critic_train", s->t_critic));
+  if (m->fuse.on) PetscCall(record_time(rec, "fused_train", s->t_actor)); /* both models in one node */
+  else {
+    PetscCall(record_time(rec, "actor_train", s->t_actor));
+    PetscCall(record_time(rec, "critic_train", s->t_critic));
+  }
   if (m->gen_copy) { /* reallocation of the trained weights to the generation layout */
     PetscCall(record_time(rec, "actor_sync", tm->sync_actor));
     PetscCall(record_metric(rec, "actor_sync_bytes", tm->sync_actor_bytes));
@@ -408,6 +414,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     /* the evaluation of the trained actor runs before the iteration's record, which holds its result */
     if (o->eval_every && st->iteration % o->eval_every == 0 && st->iteration < o->iterations) PetscCall(ppo_evaluate(&m->actor, m, o, (uint64_t)st->seed, ps->max_prompt, &eval_gold, &eval_kl));
     PetscCall(ppo_record_iteration(rec, run, m, &r, &ts, &tm, kl, coef, eval_gold, iter_s, it + 1, (int)o->iterations));
+    if (m->fuse.on && !m->fuse.reported) PetscCall(ppo_fuse_report(run, rec, &m->fuse));
     if (!isnan(eval_gold)) PetscCall(PetscPrintf(run->comm, "      held-out gold %.3f, KL to the reference %.3f\n", eval_gold, eval_kl));
     if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
@@ -481,17 +488,21 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   CkptState    st  = {0, 0, run->seed, o->kl_coef};
   PPOSummary   sum = {NAN, NAN, NAN, NAN};
   PlanNeeds    needs;
+  PPOFuse      fz;
 
   PetscFunctionBegin;
   PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCall(ppo_prepare(run, o, NULL, PETSC_TRUE, src, &ps, cfg, &needs));
+  PetscCall(ppo_fuse_setup(run, o, &fz)); /* a schedule file is checked before any work */
   if (run->dry_run) {
+    PetscCall(ppo_fuse_destroy(&fz));
     PetscCall(ppo_dry_run(run, o, cfg, &ps));
     PetscCall(prompts_destroy(&ps));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(PetscLogStagePush(sys_log.ppo));
   PetscCall(ppo_load(run, be, o, &needs, src, cfg, &m, &st));
+  m.fuse = fz;
   ps.src.seed = (uint64_t)st.seed;
   PetscCall(sys_mkdir_p(run->output_dir));
   PetscCall(ppo_loop(run, o, &needs, &m, &ps, &st, &sum));

@@ -11,6 +11,9 @@
  *   actor_train    responses, ref_logprobs, advantages -> new_actor_weights
  *   critic_train   values, advantages                 -> new_critic_weights
  *
+ * With -fuse_train 1 the two training nodes are one, fused_train (inputs
+ * and outputs of both), whose time is the actor's training time in the
+ * records (the critic's is then 0).
  * The syncs exist only when the plan places actor_gen or critic_inf apart
  * from the training layout (otherwise those calls read actor_weights or
  * critic_weights directly); GRPO has no critic nodes. The advantages run on
@@ -202,6 +205,19 @@ static PetscErrorCode run_critic_train(void *ctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* -fuse_train 1: both models' training as one node on the shared ranks. */
+static PetscErrorCode run_fused_train(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  Trainer  ta, tc;
+
+  PetscFunctionBegin;
+  trainer_attach(&c->m->actor, c->m->plan, MFC_ACTOR_TRAIN, c->o->sched, &ta);
+  trainer_attach(&c->m->critic, c->m->plan, MFC_CRITIC_TRAIN, c->o->sched, &tc);
+  PetscCall(ppo_train_fused(&c->m->fuse, &ta, &tc, c->o, c->r, c->pb, (uint64_t)c->st->seed, (int)c->st->iteration, c->st->kl_coef, c->ts));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* The training metrics from the first rank of each training mesh. */
 static PetscErrorCode share_actor_train(void *ctx)
 {
@@ -220,6 +236,14 @@ static PetscErrorCode share_critic_train(void *ctx)
   PetscFunctionBegin;
   PetscCallMPI(MPI_Bcast(v, 3, MPI_DOUBLE, c->m->critic.mesh->ranks[0], MPI_COMM_WORLD));
   c->ts->critic_loss = v[0], c->ts->vclipfrac = v[1], c->ts->grad_critic = v[2];
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode share_fused_train(void *ctx)
+{
+  PetscFunctionBegin;
+  PetscCall(share_actor_train(ctx));
+  PetscCall(share_critic_train(ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -266,9 +290,11 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
   }
   k_adv      = n;
   nodes[n++] = (ExecNode){"advantages", {"ref_logprobs", "scores", crit ? "values" : NULL}, {"advantages"}, PETSC_TRUE, run_advantages, NULL, &c, PETSC_FALSE};
-  k_at       = n;
-  nodes[n++] = (ExecNode){"actor_train", {"responses", "ref_logprobs", "advantages"}, {"new_actor_weights"}, dmodel_member(&m->actor), run_actor_train, share_actor_train, &c, PETSC_FALSE};
-  if (crit) {
+  k_at = n;
+  if (crit && m->fuse.on) /* the critic's mesh is the actor's ranks */
+    nodes[n++] = (ExecNode){"fused_train", {"responses", "ref_logprobs", "advantages", "values"}, {"new_actor_weights", "new_critic_weights"}, dmodel_member(&m->actor), run_fused_train, share_fused_train, &c, PETSC_FALSE};
+  else nodes[n++] = (ExecNode){"actor_train", {"responses", "ref_logprobs", "advantages"}, {"new_actor_weights"}, dmodel_member(&m->actor), run_actor_train, share_actor_train, &c, PETSC_FALSE};
+  if (crit && !m->fuse.on) {
     k_ct       = n;
     nodes[n++] = (ExecNode){"critic_train", {"values", "advantages"}, {"new_critic_weights"}, dmodel_member(&m->critic), run_critic_train, share_critic_train, &c, PETSC_FALSE};
   }

@@ -7,6 +7,7 @@
 #include "jobs.h"
 #include "exec.h"
 #include "train.h"
+#include "fuse.h"
 
 typedef enum { ALGO_PPO = 0, ALGO_GRPO = 1, ALGO_RLOO = 2 } PPOAlgo; /* GRPO and RLOO have no critic */
 typedef enum { CRITIC_FROM_REWARD = 0, CRITIC_FROM_ACTOR = 1 } CriticInit;
@@ -24,6 +25,7 @@ typedef struct {
   SortTask    task;
   Plan        plan;
   TrainSched  sched; /* of the actor's and critic's training passes (-train_schedule) */
+  char        fuse_schedule[PETSC_MAX_PATH_LEN]; /* -fuse_train_schedule: the fused schedule file ("" : searched) */
 } PPOOptions;
 
 PetscErrorCode ppo_options(PPOOptions *o);
@@ -34,6 +36,19 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
  * models' architecture is the SFT one, as the earlier stages will write it.
  * With print, the plan and the dry-run summary are printed. */
 PetscErrorCode ppo_check_stage(const RunCtx *run, PPOOptions *o, const GPTConfig *policy, PetscBool print);
+
+/* The fused training stage's schedule (-fuse_train 1, src/jobs/ppo_fuse.c):
+ * the instance (both models' stages and micro-batches per mini-batch, the
+ * forward times once measured) and the schedule, read at setup from
+ * -fuse_train_schedule or searched after the first mini-batch. */
+typedef struct {
+  PetscBool on, ready, from_file, reported;
+  FuseInst  in;
+  FuseSched sched;
+  double    predicted, sequential, lower; /* the search's makespan, the sequential 1F1B one, the bound (seconds) */
+  uint64_t  seed;
+  int       root;                         /* world rank of the actor mesh's first rank (which searched) */
+} PPOFuse;
 
 /* The four models on the plan's meshes. The actor and critic live in their
  * training placements (with AdamW state); actor_gen and critic_inf are
@@ -49,6 +64,7 @@ typedef struct {
   PetscBool   gen_drop, critic_drop;  /* the copy is dropped after its call */
   PetscBool   offload_ref, offload_rew; /* frozen models kept in host memory between calls */
   size_t      bucket;                 /* reallocation and gradient bucket, bytes */
+  PPOFuse     fuse;                   /* the fused training stage (fuse.on: -fuse_train 1) */
 } PPOModels;
 
 static inline DModel *ppo_gen_model(PPOModels *m) { return m->gen_copy ? &m->actor_gen : &m->actor; }
@@ -155,6 +171,26 @@ typedef struct {
  * pipeline stages; the losses are summed over the mesh before the step. */
 PetscErrorCode ppo_train_actor(Trainer *actor, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s);
 PetscErrorCode ppo_train_critic(Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, PPOTrainStats *s);
+
+/* The fused stage's instance from the plan, and the schedule file when
+ * given (validated for the instance); collective on the world. */
+PetscErrorCode ppo_fuse_setup(const RunCtx *run, const PPOOptions *o, PPOFuse *fz);
+PetscErrorCode ppo_fuse_destroy(PPOFuse *fz);
+/* After the first fused training stage: the forward times and the
+ * schedule's predicted makespan per mini-batch against the sequential one,
+ * printed and recorded (summaries fuse_f0, fuse_f1, fuse_predicted,
+ * fuse_sequential, fuse_lower_bound, in seconds). Collective on the world
+ * (the values come from the actor mesh's first rank). */
+PetscErrorCode ppo_fuse_report(const RunCtx *run, RunRecord *rec, PPOFuse *fz);
+/* One mini-batch of both models on this rank (a member of both training
+ * meshes): gradients zeroed, the fused schedule's tasks of this rank run
+ * (the first time without a schedule: the sequential order, timed, then the
+ * search), the accumulated values summed over each trainer's ranks. Index 0
+ * is the actor, 1 the critic. */
+PetscErrorCode ppo_fuse_pass(PPOFuse *fz, Trainer *tr[2], const MicroSplit *s[2], const TrainWork *w[2]);
+/* Both models' epochs x mini-batches with each mini-batch fused; the
+ * metrics as ppo_train_actor and ppo_train_critic give them. */
+PetscErrorCode ppo_train_fused(PPOFuse *fz, Trainer *actor, Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s);
 
 /* One iteration as a dataflow graph (src/jobs/ppo_graph.c): weight sync,
  * generation, the inference calls, advantages, training. Collective on

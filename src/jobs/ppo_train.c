@@ -147,20 +147,30 @@ static PetscErrorCode model_backward(void *ctx, GPT *gpt, int k)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Epochs x mini-batches of optimizer steps on one model (trainer_pass and
- * trainer_step, as SFT and RM); out gets the sums over steps of the loss,
- * clip fraction, entropy, KL loss and gradient norm (the same on every rank
- * of the mesh). Only the members of the model's mesh call this. */
-static PetscErrorCode train_model(Trainer *tr, const PPOOptions *o, const AdamWConfig *opt, const char *what, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, double out[5])
+/* Epochs x mini-batches of optimizer steps on one model, or on the actor
+ * and the critic fused (fz non-NULL; tr[1], opt[1] the critic): every
+ * mini-batch is one pass (trainer_pass, or ppo_fuse_pass for both) and one
+ * trainer_step per model, as SFT and RM. out[x] gets model x's sums over
+ * steps of the loss, clip fraction, entropy, KL loss and gradient norm (the
+ * same on every rank of the mesh). Only the members of the meshes call this.
+ * Both models see the same shuffle and mini-batches as when unfused. */
+static PetscErrorCode train_models(PPOFuse *fz, Trainer *tr[2], const PPOOptions *o, const AdamWConfig *opt[2], const char *what[2], Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, double out[2][5])
 {
-  int      *perm, nmb = r->B / (int)o->minibatches;
-  MiniBatch mb  = {o, r, pb, NULL, {0, 0, 1, 0}, 0.0f, kl_coef, {0, 0, 0, 0}, NULL, NULL};
-  TrainWork w   = {tr->dm->cfg.head == GPT_HEAD_LM ? actor_forward : critic_forward, model_backward, &mb, mb.acc, 4};
-  char      at[96];
+  int       *perm, nmb = r->B / (int)o->minibatches, nm = fz ? 2 : 1;
+  MiniBatch  mb[2];
+  TrainWork  w[2];
+  const MicroSplit *sp[2] = {&mb[0].split, &mb[1].split};
+  const TrainWork  *wp[2] = {&w[0], &w[1]};
+  char       at[96];
 
   PetscFunctionBegin;
-  trainer_split(tr, nmb, PetscMax(1, nmb / (int)o->microbatches), &mb.split);
-  PetscCall(PetscMalloc3(r->B, &perm, (size_t)nmb * r->T, &mb.target, (size_t)nmb * r->T, &mb.grad));
+  PetscCall(PetscMalloc1(r->B, &perm));
+  for (int x = 0; x < nm; x++) {
+    mb[x] = (MiniBatch){o, r, pb, NULL, {0, 0, 1, 0}, 0.0f, kl_coef, {0, 0, 0, 0}, NULL, NULL};
+    w[x]  = (TrainWork){tr[x]->dm->cfg.head == GPT_HEAD_LM ? actor_forward : critic_forward, model_backward, &mb[x], mb[x].acc, 4};
+    trainer_split(tr[x], nmb, PetscMax(1, nmb / (int)o->microbatches), &mb[x].split);
+    PetscCall(PetscMalloc2((size_t)nmb * r->T, &mb[x].target, (size_t)nmb * r->T, &mb[x].grad));
+  }
   for (int e = 0; e < (int)o->epochs; e++) {
     rng_shuffle(perm, r->B, seed, PPO_SHUFFLE_STREAM, (int64_t)iteration * o->epochs + e);
     for (int k = 0; k < (int)o->minibatches; k++) {
@@ -169,42 +179,78 @@ static PetscErrorCode train_model(Trainer *tr, const PPOOptions *o, const AdamWC
       PetscReal  lr, gn;
 
       for (int i = 0; i < nmb; i++) ntok += r->len[all[i]];
-      mb.rows = all;
-      mb.w    = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
-      PetscCall(PetscArrayzero(mb.acc, 4));
-      PetscCall(trainer_pass(tr, &mb.split, &w));
+      for (int x = 0; x < nm; x++) {
+        mb[x].rows = all;
+        mb[x].w    = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
+        PetscCall(PetscArrayzero(mb[x].acc, 4));
+      }
+      if (fz) PetscCall(ppo_fuse_pass(fz, tr, sp, wp));
+      else PetscCall(trainer_pass(tr[0], &mb[0].split, &w[0]));
       PetscCall(PetscSNPrintf(at, sizeof at, "iteration %d (epoch %d, mini-batch %d)", iteration + 1, e, k));
-      PetscCall(trainer_step(tr, opt, what, at, mb.acc[0] + mb.acc[3], &lr, &gn));
-      for (int j = 0; j < 4; j++) out[j] += mb.acc[j];
-      out[4] += gn;
+      for (int x = 0; x < nm; x++) {
+        PetscCall(trainer_step(tr[x], opt[x], what[x], at, mb[x].acc[0] + mb[x].acc[3], &lr, &gn));
+        for (int j = 0; j < 4; j++) out[x][j] += mb[x].acc[j];
+        out[x][4] += gn;
+      }
     }
   }
-  PetscCall(PetscFree3(perm, mb.target, mb.grad));
+  PetscCall(PetscFree(perm));
+  for (int x = 0; x < nm; x++) PetscCall(PetscFree2(mb[x].target, mb[x].grad));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_train_actor(Trainer *actor, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s)
+static void actor_stats(const double out[5], PPOTrainStats *s)
 {
-  double out[5] = {0, 0, 0, 0, 0};
-
-  PetscFunctionBegin;
-  PetscCall(train_model(actor, o, &o->actor_opt, "PPO actor", r, pb, seed, iteration, kl_coef, out));
   s->actor_loss = out[0];
   s->clipfrac   = out[1];
   s->entropy    = out[2];
   s->kl_loss    = out[3];
   s->grad_actor = out[4];
+}
+
+static void critic_stats(const double out[5], PPOTrainStats *s)
+{
+  s->critic_loss = out[0];
+  s->vclipfrac   = out[1];
+  s->grad_critic = out[4];
+}
+
+PetscErrorCode ppo_train_actor(Trainer *actor, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s)
+{
+  double             out[2][5] = {{0}};
+  Trainer           *tr[2]     = {actor, NULL};
+  const AdamWConfig *opt[2]    = {&o->actor_opt, NULL};
+  const char        *what[2]   = {"PPO actor", NULL};
+
+  PetscFunctionBegin;
+  PetscCall(train_models(NULL, tr, o, opt, what, r, pb, seed, iteration, kl_coef, out));
+  actor_stats(out[0], s);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode ppo_train_critic(Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, PPOTrainStats *s)
 {
-  double out[5] = {0, 0, 0, 0, 0};
+  double             out[2][5] = {{0}};
+  Trainer           *tr[2]     = {critic, NULL};
+  const AdamWConfig *opt[2]    = {&o->critic_opt, NULL};
+  const char        *what[2]   = {"PPO critic", NULL};
 
   PetscFunctionBegin;
-  PetscCall(train_model(critic, o, &o->critic_opt, "PPO critic", r, pb, seed, iteration, 0.0, out));
-  s->critic_loss = out[0];
-  s->vclipfrac   = out[1];
-  s->grad_critic = out[4];
+  PetscCall(train_models(NULL, tr, o, opt, what, r, pb, seed, iteration, 0.0, out));
+  critic_stats(out[0], s);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_train_fused(PPOFuse *fz, Trainer *actor, Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s)
+{
+  double             out[2][5] = {{0}};
+  Trainer           *tr[2]     = {actor, critic};
+  const AdamWConfig *opt[2]    = {&o->actor_opt, &o->critic_opt};
+  const char        *what[2]   = {"PPO actor", "PPO critic"};
+
+  PetscFunctionBegin;
+  PetscCall(train_models(fz, tr, o, opt, what, r, pb, seed, iteration, kl_coef, out));
+  actor_stats(out[0], s);
+  critic_stats(out[1], s);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

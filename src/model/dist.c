@@ -44,8 +44,11 @@ PetscErrorCode gpt_msg_ids(GPT *gpt, int model, int mb)
 PetscErrorCode gpt_pp_send(const GPT *gpt, const float *x, size_t n, int dir, int to_stage, MPI_Request *req)
 {
   PetscFunctionBegin;
+  /* a copy is sent, so no later task of this stage waits for the peer to
+   * take it (fused schedules interleave two pipelines running opposite
+   * ways: two such waits could wait for each other); *req stays done */
   PetscCall(comm_wait(req));
-  PetscCall(comm_isend(&gpt->mesh->pp_comm, x, n * sizeof(float), to_stage, gpt_tag(gpt, dir), req));
+  PetscCall(comm_isend_copy(&gpt->mesh->pp_comm, x, n * sizeof(float), to_stage, gpt_tag(gpt, dir)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -117,6 +117,10 @@ PetscErrorCode plan_check(const Plan *plan, const PlanNeeds *needs)
 {
   PetscFunctionBegin;
   PetscCheck(plan->world >= 1 && plan->world <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "plan (%s) is for %d ranks; plans are for 1 to %d", plan->source, plan->world, PLAN_MAX_RANKS);
+  /* a fused critic_train's mesh follows actor_train's: that first, then
+   * the fusion's own errors, before the critic's grid checks */
+  if (plan->fuse_train && needs->cfg[MFC_ACTOR_TRAIN]) PetscCall(plan_check_call(plan, needs, MFC_ACTOR_TRAIN));
+  PetscCall(plan_fuse_train_check(plan, needs));
   for (int c = 0; c < MFC_COUNT; c++)
     if (needs->cfg[c]) PetscCall(plan_check_call(plan, needs, (MFCId)c));
   PetscCall(plan_check_concurrent(plan, needs));

@@ -39,6 +39,7 @@ static PetscErrorCode plan_base_file(int world, const char *path, Plan *plan)
   plan->migrate_to  = file.migrate_to;
   plan->fuse_tokens = file.fuse_tokens;
   plan->fuse_hold   = file.fuse_hold;
+  plan->fuse_train = file.fuse_train;
   PetscCall(PetscStrncpy(plan->source, file.source, sizeof plan->source));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -140,7 +141,8 @@ static PetscErrorCode plan_call_from_options(Plan *plan, MFCId c, PetscBool *any
   PetscCheck(pp >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%spp %d must be at least 1", pre, (int)pp);
   PetscCheck(dp >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%sdp %d must be at least 1 (or 0: from the mesh size)", pre, (int)dp);
   PetscCheck(mbs >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%smbs %d must be at least 1 (or 0: the mode's own setting)", pre, (int)mbs);
-  PetscCheck(dp || call->nranks % (tp * pp) == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%sranks %s has %d ranks, not a multiple of -%stp %d x -%spp %d", pre, ranks, call->nranks, pre, (int)tp, pre, (int)pp);
+  /* a fused critic_train's ranks are derived from actor_train's afterwards */
+  PetscCheck(dp || call->nranks % (tp * pp) == 0 || (c == MFC_CRITIC_TRAIN && plan->fuse_train), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%sranks %s has %d ranks, not a multiple of -%stp %d x -%spp %d", pre, ranks, call->nranks, pre, (int)tp, pre, (int)pp);
   call->tp  = (int)tp;
   call->pp  = (int)pp;
   call->dp  = dp ? (int)dp : call->nranks / (int)(tp * pp);
@@ -150,13 +152,15 @@ static PetscErrorCode plan_call_from_options(Plan *plan, MFCId c, PetscBool *any
 
 PetscErrorCode plan_from_options(int world, Plan *plan)
 {
-  PetscBool any = PETSC_FALSE;
+  PetscBool any = PETSC_FALSE, file_fused;
 
   PetscFunctionBegin;
   PetscCall(plan_base_from_options(world, plan));
   PetscCall(plan_settings_from_options(plan, &any));
   PetscCall(plan_fuse_from_options(plan, &any));
+  PetscCall(plan_fuse_train_options(plan, &any, &file_fused));
   for (int c = 0; c < MFC_COUNT; c++) PetscCall(plan_call_from_options(plan, (MFCId)c, &any));
+  PetscCall(plan_fuse_train_derive(plan, file_fused));
   if (any) PetscCall(PetscStrlcat(plan->source, " + options", sizeof plan->source));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -24,6 +24,13 @@ PetscErrorCode plan_concurrent_add(Plan *plan, MFCId a, MFCId b);
 /* The placement's meshes for `world` ranks (docs/background.md, section 4), with the
  * default settings (no offload, no ZeRO-1, 16 MiB buckets). gen_replicas 0:
  * one generation replica per rank of the generation half. */
+/* -fuse_train (fuse_train.c): the flag is read before the calls' options
+ * (a fused critic_train's grid is not checked against its old ranks there),
+ * and after them critic_train's mesh is derived from actor_train's;
+ * file_fused: the base was a fused plan file. The check runs in plan_check. */
+PetscErrorCode plan_fuse_train_options(Plan *plan, PetscBool *any, PetscBool *file_fused);
+PetscErrorCode plan_fuse_train_derive(Plan *plan, PetscBool file_fused);
+PetscErrorCode plan_fuse_train_check(const Plan *plan, const PlanNeeds *needs);
 PetscErrorCode plan_preset(int world, Placement placement, int gen_replicas, Plan *plan);
 
 /* -fuse_* options into the plan (src/plan/fuse.c); any: something was given. */

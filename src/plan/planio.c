@@ -4,8 +4,9 @@
  *   /plan               attributes placement, world, gen_replicas, offload,
  *                       zero1, bucket_mb, fuse_gen_inf (0 none, 1 stream,
  *                       2 migrate), fuse_migrate_at (-1: auto),
- *                       fuse_migrate_replicas, fuse_tokens (doubles; the
- *                       fuse_ ones optional on reading); dataset concurrent
+ *                       fuse_migrate_replicas, fuse_tokens, fuse_hold,
+ *                       fuse_train (doubles; the fuse_ ones optional on
+ *                       reading); dataset concurrent
  *                       int32 [nconc,2] of call indices when there are pairs
  *   /plan/<call>        dataset ranks int32 [nranks]; attributes dp, tp, pp, mbs */
 #include "plan_impl.h"
@@ -42,21 +43,23 @@ PetscErrorCode plan_print(MPI_Comm comm, const Plan *plan, const PlanNeeds *need
     char fuse[128];
     PetscCall(PetscPrintf(comm, "  fusion of generation and inference: %s\n", plan_fuse_str(plan, fuse, sizeof fuse)));
   }
+  if (plan->fuse_train && plan_in_use(needs, MFC_CRITIC_TRAIN))
+    PetscCall(PetscPrintf(comm, "  fused training: actor_train and critic_train interleaved on the same ranks, the critic's pipeline reversed (-fuse_train 1)\n"));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* ---- run record ----------------------------------------------------------------- */
-static const char *const plan_attrs[] = {"placement", "world", "gen_replicas", "offload", "zero1", "bucket_mb", "fuse_gen_inf", "fuse_migrate_at", "fuse_migrate_replicas", "fuse_tokens", "fuse_hold"};
+static const char *const plan_attrs[] = {"placement", "world", "gen_replicas", "offload", "zero1", "bucket_mb", "fuse_gen_inf", "fuse_migrate_at", "fuse_migrate_replicas", "fuse_tokens", "fuse_hold", "fuse_train"};
 static const char *const call_attrs[] = {"dp", "tp", "pp", "mbs"};
 
 PetscErrorCode plan_record(RunRecord *rec, const Plan *plan, const PlanNeeds *needs)
 {
-  double    top[11] = {plan->placement, plan->world, plan->gen_replicas, plan->offload, plan->zero1, plan->bucket_mb, plan->fuse, plan->migrate_at, plan->migrate_to, plan->fuse_tokens, plan->fuse_hold};
+  double    top[12] = {plan->placement, plan->world, plan->gen_replicas, plan->offload, plan->zero1, plan->bucket_mb, plan->fuse, plan->migrate_at, plan->migrate_to, plan->fuse_tokens, plan->fuse_hold, plan->fuse_train};
   IODataset conc   = {"concurrent", 2, {plan->nconc, 2}, plan->conc, PETSC_TRUE};
 
   PetscFunctionBegin;
   /* /plan first: writing it replaces the group, children included */
-  PetscCall(record_group(rec, "plan", &conc, plan->nconc ? 1 : 0, plan_attrs, top, 11));
+  PetscCall(record_group(rec, "plan", &conc, plan->nconc ? 1 : 0, plan_attrs, top, 12));
   for (int c = 0; c < MFC_COUNT; c++) {
     const PlanCall *call  = &plan->call[c];
     double          v[4]  = {call->dp, call->tp, call->pp, call->mbs};
@@ -105,7 +108,7 @@ static PetscErrorCode plan_attr_int(hid_t obj, const char *where, const char *na
 
 static PetscErrorCode plan_read_settings(hid_t g, const char *where, Plan *plan)
 {
-  int p, offload, zero1;
+  int p, offload, zero1, fuse = 0;
 
   PetscFunctionBegin;
   PetscCall(plan_attr_int(g, where, "placement", 0, PLACEMENT_DISAGGREGATE, &p));
@@ -134,6 +137,9 @@ static PetscErrorCode plan_read_settings(hid_t g, const char *where, Plan *plan)
   }
   plan->offload   = offload ? PETSC_TRUE : PETSC_FALSE;
   plan->zero1     = zero1 ? PETSC_TRUE : PETSC_FALSE;
+  /* files from before -fuse_train lack it: not fused */
+  if (H5Aexists(g, "fuse_train") > 0) PetscCall(plan_attr_int(g, where, "fuse_train", 0, 1, &fuse));
+  plan->fuse_train = fuse ? PETSC_TRUE : PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

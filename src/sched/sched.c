@@ -73,42 +73,67 @@ PetscErrorCode sched_check(const SchedTask *tasks, int ntasks, int m, int *infli
 /* Error of task i of sched_run, raised with the slot selection undone. */
 #define SCHED_FAIL(code, ...) PetscError(PETSC_COMM_SELF, __LINE__, PETSC_FUNCTION_NAME, __FILE__, code, PETSC_ERROR_INITIAL, __VA_ARGS__)
 
-PetscErrorCode sched_run(GPT *gpt, const SchedTask *tasks, int ntasks, int nslots, SchedFn forward, SchedFn backward, void *ctx)
+PetscErrorCode sched_run_models(const SchedModel *models, int nmodels, const SchedMTask *tasks, int ntasks)
 {
-  int           *holder; /* holder[k]: the micro-batch whose activations slot k keeps, or -1 */
-  int            model = gpt->msg_model;
+  int          **holder; /* holder[x][k]: the micro-batch whose activations slot k of model x keeps, or -1 */
   PetscErrorCode ierr = PETSC_SUCCESS;
 
   PetscFunctionBegin;
-  PetscCheck(nslots >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "sched_run: %d activation slots", nslots);
-  PetscCheck(forward && backward, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "sched_run: forward and backward callbacks are required");
-  PetscCall(gpt_acts_slots(gpt, nslots));
-  PetscCall(PetscMalloc1(nslots, &holder));
-  for (int k = 0; k < nslots; k++) holder[k] = -1;
+  PetscCheck(nmodels >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "sched_run: %d models", nmodels);
+  for (int x = 0; x < nmodels; x++) {
+    PetscCheck(models[x].nslots >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "sched_run: %d activation slots", models[x].nslots);
+    PetscCheck(models[x].forward && models[x].backward, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "sched_run: forward and backward callbacks are required");
+  }
+  PetscCall(PetscCalloc1(nmodels, &holder));
+  for (int x = 0; x < nmodels; x++) {
+    if (!models[x].gpt) continue; /* a model with no tasks on this rank */
+    PetscCall(gpt_acts_slots(models[x].gpt, models[x].nslots));
+    PetscCall(PetscMalloc1(models[x].nslots, &holder[x]));
+    for (int k = 0; k < models[x].nslots; k++) holder[x][k] = -1;
+  }
   for (int i = 0; i < ntasks && !ierr; i++) {
-    int mb = tasks[i].mb, kind = tasks[i].kind, k = -1, mine = -1;
+    int               mb = tasks[i].mb, kind = tasks[i].kind, x = tasks[i].model, k = -1, mine = -1;
+    const SchedModel *md = x >= 0 && x < nmodels && models[x].gpt ? &models[x] : NULL;
 
     /* the slot map: a forward takes the first free slot, a backward finds
      * its micro-batch's; micro-batches may come in any order */
-    for (int j = 0; j < nslots; j++) {
-      if (holder[j] == mb && mine < 0) mine = j;
-      if (holder[j] < 0 && k < 0) k = j;
+    for (int j = 0; md && j < md->nslots; j++) {
+      if (holder[x][j] == mb && mine < 0) mine = j;
+      if (holder[x][j] < 0 && k < 0) k = j;
     }
-    if (mb < 0) ierr = SCHED_FAIL(PETSC_ERR_ARG_OUTOFRANGE, "sched_run: task %d has micro-batch %d", i, mb);
+    if (!md) ierr = SCHED_FAIL(PETSC_ERR_ARG_OUTOFRANGE, "sched_run: task %d is of model %d, which has no shard here (%d models)", i, x, nmodels);
+    else if (mb < 0) ierr = SCHED_FAIL(PETSC_ERR_ARG_OUTOFRANGE, "sched_run: task %d has micro-batch %d", i, mb);
     else if (kind != SCHED_F && kind != SCHED_B) ierr = SCHED_FAIL(PETSC_ERR_ARG_WRONG, "sched_run: task %d has kind %d", i, kind);
     else if (kind == SCHED_F && mine >= 0) ierr = SCHED_FAIL(PETSC_ERR_ORDER, "sched_run: task %d, forward of micro-batch %d, which is already in flight (slot %d)", i, mb, mine);
     else if (kind == SCHED_F && k < 0)
-      ierr = SCHED_FAIL(PETSC_ERR_ORDER, "sched_run: task %d, forward of micro-batch %d, finds all %d activation slots held by micro-batches awaiting their backward (too few slots for this schedule)", i, mb, nslots);
+      ierr = SCHED_FAIL(PETSC_ERR_ORDER, "sched_run: task %d, forward of micro-batch %d, finds all %d activation slots held by micro-batches awaiting their backward (too few slots for this schedule)", i, mb, md->nslots);
     else if (kind == SCHED_B && mine < 0) ierr = SCHED_FAIL(PETSC_ERR_ORDER, "sched_run: task %d, backward of micro-batch %d, which is not in flight (no forward before it)", i, mb);
     if (kind == SCHED_B) k = mine;
-    if (!ierr) ierr = gpt_acts_select(gpt, k);
-    if (!ierr) ierr = gpt_msg_ids(gpt, model, mb); /* the stage messages carry mb */
-    if (!ierr) ierr = kind == SCHED_F ? forward(ctx, gpt, mb) : backward(ctx, gpt, mb);
-    if (!ierr) holder[k] = kind == SCHED_F ? mb : -1;
+    if (!ierr) ierr = gpt_acts_select(md->gpt, k);
+    if (!ierr) ierr = gpt_msg_ids(md->gpt, md->gpt->msg_model, mb); /* the stage messages carry mb */
+    if (!ierr) ierr = kind == SCHED_F ? md->forward(md->ctx, md->gpt, mb) : md->backward(md->ctx, md->gpt, mb);
+    if (!ierr) holder[x][k] = kind == SCHED_F ? mb : -1;
+  }
+  for (int x = 0; x < nmodels; x++) {
+    if (!models[x].gpt) continue;
+    PetscCall(PetscFree(holder[x]));
+    PetscCall(gpt_acts_select(models[x].gpt, 0)); /* also after a failed task: callers may recover */
+    PetscCall(gpt_msg_ids(models[x].gpt, models[x].gpt->msg_model, 0));
   }
   PetscCall(PetscFree(holder));
-  PetscCall(gpt_acts_select(gpt, 0)); /* also after a failed task: callers may recover */
-  PetscCall(gpt_msg_ids(gpt, model, 0));
   PetscCall(ierr);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sched_run(GPT *gpt, const SchedTask *tasks, int ntasks, int nslots, SchedFn forward, SchedFn backward, void *ctx)
+{
+  SchedModel  md = {gpt, nslots, forward, backward, ctx};
+  SchedMTask *mt;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(ntasks, &mt));
+  for (int i = 0; i < ntasks; i++) mt[i] = (SchedMTask){0, tasks[i].kind, tasks[i].mb};
+  PetscCall(sched_run_models(&md, 1, mt, ntasks));
+  PetscCall(PetscFree(mt));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
