@@ -35,7 +35,9 @@ passed=0; failed=0; skipped=0; t_all=$(date +%s); patterns=("$@")
 run_item() {
   local name=$1; shift
   wanted "$name" || return 0
-  local log="$RLFUSE_TMP/$(echo "$name" | tr '/ ()' '____').log" t0=$(date +%s) rc
+  # in a folder of its own: scenarios write into $RLFUSE_TMP and must not meet it
+  local log="$RLFUSE_TMP/.items/$(echo "$name" | tr '/ ()' '____').log" t0=$(date +%s) rc
+  mkdir -p "$RLFUSE_TMP/.items"
   echo "=== $name"
   "$@" >"$log" 2>&1; rc=$?
   grep -E '^(ok|not ok|skip) - |^(HINT|#)' "$log" | sed 's/^/  /'

@@ -57,10 +57,10 @@ static size_t micro_rows(const MiniBatch *mb, int k, const int **idx, int *nb)
 
 /* Forward of micro-batch k (log-probabilities for the LM head, values for
  * the scalar head); true on the last stage, which then computes the loss. */
-static PetscErrorCode micro_forward(MiniBatch *mb, GPT *g, int k, const int **idx, int *nb, int *Tf, PetscBool *last)
+static PetscErrorCode micro_forward(MiniBatch *mb, GPT *g, int k, const int **idx, int *nb, int *Tf, PetscBool *last, size_t *own)
 {
   PetscFunctionBegin;
-  (void)micro_rows(mb, k, idx, nb);
+  *own = micro_rows(mb, k, idx, nb);
   PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
   if (g->cfg.head == GPT_HEAD_LM) PetscCall(rollout_forward_logprobs(g, mb->r, *idx, *nb, (float)(1.0 / mb->o->gen.temperature), mb->pb, Tf));
   else PetscCall(rollout_forward_values(g, mb->r, *idx, *nb, PETSC_FALSE, mb->pb, Tf));
@@ -82,9 +82,8 @@ static PetscErrorCode actor_forward(void *ctx, GPT *actor, int k)
   size_t         own;
 
   PetscFunctionBegin;
-  PetscCall(micro_forward(mb, actor, k, &idx, &nb, &Tf, &last));
+  PetscCall(micro_forward(mb, actor, k, &idx, &nb, &Tf, &last, &own));
   if (!last) PetscFunctionReturn(PETSC_SUCCESS);
-  own  = micro_rows(mb, k, &idx, &nb);
   grad = mb->grad + own;
   PetscCall(PetscArraycpy(mb->target + own, pb->target, (size_t)nb * Tf));
   for (int i = 0; i < nb; i++) {
@@ -112,11 +111,12 @@ static PetscErrorCode critic_forward(void *ctx, GPT *critic, int k)
   int            nb, Tf;
   PetscBool      last;
   float         *grad;
+  size_t         own;
 
   PetscFunctionBegin;
-  PetscCall(micro_forward(mb, critic, k, &idx, &nb, &Tf, &last));
+  PetscCall(micro_forward(mb, critic, k, &idx, &nb, &Tf, &last, &own));
   if (!last) PetscFunctionReturn(PETSC_SUCCESS);
-  grad = mb->grad + micro_rows(mb, k, &idx, &nb);
+  grad = mb->grad + own;
   for (int i = 0; i < nb; i++) {
     double cf;
     size_t off = (size_t)idx[i] * T;
