@@ -127,13 +127,15 @@ PetscErrorCode sched_run_models(const SchedModel *models, int nmodels, const Sch
 
 PetscErrorCode sched_run(GPT *gpt, const SchedTask *tasks, int ntasks, int nslots, SchedFn forward, SchedFn backward, void *ctx)
 {
-  SchedModel  md = {gpt, nslots, forward, backward, ctx};
-  SchedMTask *mt;
+  SchedModel     md = {gpt, nslots, forward, backward, ctx};
+  SchedMTask    *mt;
+  PetscErrorCode ierr;
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(ntasks, &mt));
   for (int i = 0; i < ntasks; i++) mt[i] = (SchedMTask){0, tasks[i].kind, tasks[i].mb};
-  PetscCall(sched_run_models(&md, 1, mt, ntasks));
+  ierr = sched_run_models(&md, 1, mt, ntasks); /* a refused order returns here too: free, then pass it on */
   PetscCall(PetscFree(mt));
+  PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
