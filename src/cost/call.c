@@ -34,40 +34,36 @@ PetscBool cost_ranks_internode(const CostPrims *p, const int *ranks, int n)
   return PETSC_FALSE;
 }
 
-/* Mesh order is tp fastest: a tp group is tp consecutive mesh ranks. */
-PetscBool cost_tp_internode(const CostPrims *p, const PlanCall *c)
+/* Mesh order is tp fastest: a tp group is tp consecutive mesh ranks; a dp
+ * group the ranks of one (stage, t), stride tp. */
+void cost_layout(const CostPrims *p, const PlanCall *c, CostLayout *L)
 {
+  *L = (CostLayout){c->dp, c->tp, c->pp, PetscMax(1, c->mbs), PETSC_FALSE, PETSC_FALSE, cost_ranks_internode(p, c->ranks, c->nranks)};
+  if (!L->mesh_inter) return;
   for (int g = 0; g < c->nranks; g += c->tp)
-    if (cost_ranks_internode(p, c->ranks + g, c->tp)) return PETSC_TRUE;
-  return PETSC_FALSE;
-}
-
-/* A dp group: the ranks of one (p, t), stride tp in mesh order. */
-PetscBool cost_dp_internode(const CostPrims *p, const PlanCall *c)
-{
+    if (cost_ranks_internode(p, c->ranks + g, c->tp)) L->tp_inter = PETSC_TRUE;
   for (int s = 0; s < c->pp; s++)
     for (int t = 0; t < c->tp; t++)
       for (int d = 1; d < c->dp; d++)
-        if (c->ranks[(s * c->dp + d) * c->tp + t] / p->ranks_per_node != c->ranks[s * c->dp * c->tp + t] / p->ranks_per_node) return PETSC_TRUE;
-  return PETSC_FALSE;
+        if (c->ranks[(s * c->dp + d) * c->tp + t] / p->ranks_per_node != c->ranks[s * c->dp * c->tp + t] / p->ranks_per_node) L->dp_inter = PETSC_TRUE;
 }
 
-double cost_stage_time(const CostPrims *p, const CostShape *m, CostPhase ph, const PlanCall *c, double rows, double len)
+double cost_stage_time(const CostPrims *p, const CostShape *m, CostPhase ph, const CostLayout *L, double rows, double len)
 {
-  int       tp = c->tp, pp = c->pp, probe[3] = {0, PetscMin(1, pp - 1), pp - 1};
-  double    tokens = ph == COST_DECODE ? rows : rows * len, act = tokens * m->n_embd * p->bytes_per_param;
-  double    block  = p->compute(p->ctx, m, COST_PART_BLOCK, ph, tp, rows, len);
-  double    ar = 0, send = 0, worst = 0;
-  PetscBool inter = cost_tp_internode(p, c);
+  int    tp = L->tp, pp = L->pp, probe[3] = {0, PetscMin(1, pp - 1), pp - 1}, nprobe = m->gated ? 3 : pp;
+  double tokens = ph == COST_DECODE ? rows : rows * len, act = tokens * m->n_embd * p->bytes_per_param;
+  double block  = p->compute(p->ctx, m, COST_PART_BLOCK, ph, tp, rows, len);
+  double ar = 0, send = 0, worst = 0;
 
   if (rows <= 0) return 0;
   /* Megatron's tensor parallelism: one all-reduce of the activations after
    * attention and one after the MLP, forward and backward alike */
-  if (tp > 1) ar = 2 * p->coll(p->ctx, COST_ALLREDUCE, tp, inter, act);
-  if (pp > 1) send = p->coll(p->ctx, COST_P2P, 2, cost_ranks_internode(p, c->ranks, c->nranks), act);
-  /* stage 1 has the most layers of the middle stages */
-  for (int k = 0; k < 3; k++) {
-    int    s = probe[k];
+  if (tp > 1) ar = 2 * p->coll(p->ctx, COST_ALLREDUCE, tp, L->tp_inter, act);
+  if (pp > 1) send = p->coll(p->ctx, COST_P2P, 2, L->mesh_inter, act);
+  /* LLaMA's even split: stage 1 has the most layers of the middle stages;
+   * GPT-2's split by parameters: every stage */
+  for (int k = 0; k < nprobe; k++) {
+    int    s = m->gated ? probe[k] : k;
     double t = cost_stage_layers(m, pp, s) * (block + ar);
     if (s == 0) t += p->compute(p->ctx, m, COST_PART_EMBED, ph, tp, rows, len);
     if (s == pp - 1) t += p->compute(p->ctx, m, COST_PART_HEAD, ph, tp, rows, len);
@@ -108,8 +104,11 @@ double cost_expected_max(const CostWork *w, double r)
 
 double cost_inference(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostShape *m)
 {
-  int    B = w->batch, mb = PetscMax(1, c->mbs);
-  double worst = 0;
+  int        B = w->batch, mb = PetscMax(1, c->mbs);
+  double     worst = 0;
+  CostLayout L;
+
+  cost_layout(p, c, &L);
 
   for (int d = 0; d < c->dp; d++) {
     int    r0 = B * d / c->dp, r1 = B * (d + 1) / c->dp;
@@ -120,7 +119,7 @@ double cost_inference(const CostPrims *p, const CostWork *w, const PlanCall *c, 
       int    a = r0 + (r1 - r0) * k / mb, b = r0 + (r1 - r0) * (k + 1) / mb, top = 0;
       double t;
       for (int i = a; i < b; i++) top = PetscMax(top, w->nlen ? w->len[i % w->nlen] : w->max_new);
-      t = cost_stage_time(p, m, COST_FWD, c, b - a, w->prompt_len + top);
+      t = cost_stage_time(p, m, COST_FWD, &L, b - a, w->prompt_len + top);
       sum += t;
       top_t = PetscMax(top_t, t);
     }
@@ -140,10 +139,10 @@ static double max_stage_params(const CostShape *m, const PlanCall *c)
 /* The gradient all-reduce over the dp replicas and the AdamW step (over a
  * 1/dp share with ZeRO-1, whose reduce-scatter and all-gather move what one
  * all-reduce moves) of one optimizer step. */
-static double update_time(const CostPrims *p, const CostShape *m, const PlanCall *c, PetscBool zero1)
+static double update_time(const CostPrims *p, const CostShape *m, const PlanCall *c, const CostLayout *L, PetscBool zero1)
 {
   double n = max_stage_params(m, c);
-  return p->coll(p->ctx, COST_ALLREDUCE, c->dp, cost_dp_internode(p, c), n * p->bytes_per_param) + p->optimizer(p->ctx, zero1 ? n / c->dp : n);
+  return p->coll(p->ctx, COST_ALLREDUCE, c->dp, L->dp_inter, n * p->bytes_per_param) + p->optimizer(p->ctx, zero1 ? n / c->dp : n);
 }
 
 /* Rows and padded length of one training micro-batch. */
@@ -158,11 +157,13 @@ double cost_training(const CostPrims *p, const CostWork *w, const Plan *plan, MF
   const PlanCall  *c = &plan->call[id];
   const CostShape *m = cost_call_shape(w, id);
   double           rows, len, fb, step;
+  CostLayout       L;
 
+  cost_layout(p, c, &L);
   train_mb(w, c, &rows, &len);
-  fb   = cost_stage_time(p, m, COST_FWD, c, rows, len) + cost_stage_time(p, m, COST_BWD, c, rows, len);
+  fb   = cost_stage_time(p, m, COST_FWD, &L, rows, len) + cost_stage_time(p, m, COST_BWD, &L, rows, len);
   /* 1F1B: every stage runs m forwards and backwards, plus the fill and the drain */
-  step = (PetscMax(1, c->mbs) + c->pp - 1) * fb + update_time(p, m, c, zero1);
+  step = (PetscMax(1, c->mbs) + c->pp - 1) * fb + update_time(p, m, c, &L, zero1);
   return (double)PetscMax(1, w->epochs) * PetscMax(1, w->minibatches) * step;
 }
 
@@ -174,7 +175,10 @@ double cost_fused_training(const CostPrims *p, const CostWork *w, const Plan *pl
   const PlanCall *a = &plan->call[MFC_ACTOR_TRAIN], *c = &plan->call[MFC_CRITIC_TRAIN];
   double          ra, la, rc, lc, step;
   FuseInst        in;
+  CostLayout      La, Lc;
 
+  cost_layout(p, a, &La);
+  cost_layout(p, c, &Lc);
   train_mb(w, a, &ra, &la);
   train_mb(w, c, &rc, &lc);
   in.pp[0]  = a->pp;
@@ -182,10 +186,10 @@ double cost_fused_training(const CostPrims *p, const CostWork *w, const Plan *pl
   in.m[0]   = PetscMax(1, a->mbs);
   in.m[1]   = PetscMax(1, c->mbs);
   /* the schedule model's backward is twice its forward: f is a third of both */
-  in.f[0]   = (cost_stage_time(p, &w->actor, COST_FWD, a, ra, la) + cost_stage_time(p, &w->actor, COST_BWD, a, ra, la)) / 3;
-  in.f[1]   = (cost_stage_time(p, &w->critic, COST_FWD, c, rc, lc) + cost_stage_time(p, &w->critic, COST_BWD, c, rc, lc)) / 3;
+  in.f[0]   = (cost_stage_time(p, &w->actor, COST_FWD, &La, ra, la) + cost_stage_time(p, &w->actor, COST_BWD, &La, ra, la)) / 3;
+  in.f[1]   = (cost_stage_time(p, &w->critic, COST_FWD, &Lc, rc, lc) + cost_stage_time(p, &w->critic, COST_BWD, &Lc, rc, lc)) / 3;
   in.mem[0] = in.mem[1] = 0;
   in.mem_cap = 0;
-  step = fuse_lower_bound(&in) + update_time(p, &w->actor, a, plan->zero1) + update_time(p, &w->critic, c, plan->zero1);
+  step = fuse_lower_bound(&in) + update_time(p, &w->actor, a, &La, plan->zero1) + update_time(p, &w->critic, c, &Lc, plan->zero1);
   return (double)PetscMax(1, w->epochs) * PetscMax(1, w->minibatches) * step;
 }

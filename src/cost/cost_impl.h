@@ -11,8 +11,18 @@ const CostShape *cost_call_shape(const CostWork *w, MFCId c);
 /* Calls of one PPO/GRPO iteration that the workload uses. */
 PetscBool cost_call_used(const CostWork *w, MFCId c);
 
-/* Layers of pipeline stage s of pp: n_layer/pp, the first n_layer%pp stages one more. */
-static inline int cost_stage_layers(const CostShape *m, int pp, int s) { return m->n_layer / pp + (s < m->n_layer % pp ? 1 : 0); }
+/* Layers of pipeline stage s of pp: for GPT-2 the model's own split
+ * (gpt_stage_layers: stages even by parameters, embeddings counted), for
+ * LLaMA shapes n_layer/pp with the first n_layer%pp stages one more. */
+int cost_stage_layers(const CostShape *m, int pp, int s);
+
+/* A call's layout with what the collectives need to know, computed once
+ * per call: whether its tp groups, its dp groups, the whole mesh span nodes. */
+typedef struct {
+  int       dp, tp, pp, mbs;
+  PetscBool tp_inter, dp_inter, mesh_inter;
+} CostLayout;
+void cost_layout(const CostPrims *p, const PlanCall *c, CostLayout *L);
 
 /* Parameters of one part (a block: one layer), for the memory and the
  * optimizer; the head of a tied GPT-2 LM counts its own copy (a pipelined
@@ -24,16 +34,13 @@ double cost_stage_params(const CostShape *m, int tp, int pp, int s);
 /* The time of one stage pass (all its parts, one micro-batch of rows x len)
  * on one rank, with the tp all-reduces (two per layer each way) and the
  * activations sent to the next stage; the largest over the stages. */
-double cost_stage_time(const CostPrims *p, const CostShape *m, CostPhase ph, const PlanCall *c, double rows, double len);
+double cost_stage_time(const CostPrims *p, const CostShape *m, CostPhase ph, const CostLayout *L, double rows, double len);
 
 /* A pipelined pass of micro-batches with (largest-stage) times t[0..n):
  * sum of the times plus (pp - 1) times the largest (fill and drain). */
 double cost_pipeline(const double *t, int n, int pp);
 
-/* Whether the ranks of a call's groups span nodes: its tp groups, its dp
- * groups. */
-PetscBool cost_tp_internode(const CostPrims *p, const PlanCall *c);
-PetscBool cost_dp_internode(const CostPrims *p, const PlanCall *c);
+/* Whether ranks[0..n) span nodes. */
 PetscBool cost_ranks_internode(const CostPrims *p, const int *ranks, int n);
 
 /* The expected longest response among r rows drawn without replacement
@@ -53,6 +60,9 @@ PetscErrorCode cost_stream(const CostPrims *p, const CostWork *w, const Plan *pl
 /* Memory (memory.c): every rank's peak over the iteration; sets
  * est->feasible, why, mem_max and mem_call. */
 PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *plan, CostEstimate *est);
+/* Which calls in use share ranks (ov[a][b]), and which share ranks with
+ * any other call (shared[a]). */
+PetscErrorCode cost_overlaps(const CostWork *w, const Plan *plan, PetscBool ov[MFC_COUNT][MFC_COUNT], PetscBool shared[MFC_COUNT]);
 /* Bytes of one model's weights on one rank of a call's layout (the largest stage). */
 double cost_weight_bytes(const CostPrims *p, const CostShape *m, const PlanCall *c);
 

@@ -23,7 +23,7 @@ static double response_len(const CostWork *w, int row)
  * row order. Between two finishes every step decodes the same samples, so
  * those steps are costed together at their mean context (the attention's
  * work is linear in the context summed over the rows). */
-static PetscErrorCode gen_replica(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostShape *m, int r0, int r1, double *end, double *fin)
+static PetscErrorCode gen_replica(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, int r0, int r1, double *end, double *fin)
 {
   int     n = r1 - r0, S = w->gen_slots > 0 ? PetscMin(w->gen_slots, n) : n, mb = PetscMax(1, PetscMin(c->mbs, S)), next = r0, na = 0;
   int    *row, *rem, *done;
@@ -71,11 +71,14 @@ static PetscErrorCode gen_replica(const CostPrims *p, const CostWork *w, const P
 
 PetscErrorCode cost_generation(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostShape *m, double *t, double *fin)
 {
+  CostLayout L;
+
   PetscFunctionBegin;
+  cost_layout(p, c, &L);
   *t = 0;
   for (int d = 0; d < c->dp; d++) {
     double end = 0;
-    PetscCall(gen_replica(p, w, c, m, w->batch * d / c->dp, w->batch * (d + 1) / c->dp, &end, fin));
+    PetscCall(gen_replica(p, w, &L, m, w->batch * d / c->dp, w->batch * (d + 1) / c->dp, &end, fin));
     *t = PetscMax(*t, end);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -106,10 +109,12 @@ PetscErrorCode cost_stream(const CostPrims *p, const CostWork *w, const Plan *pl
   static const MFCId inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
   int                B      = w->batch;
   Arrival           *arr;
+  CostLayout         L[3];
   int               *need; /* need[k*B + row]: inference call k wants the row on this rank */
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc2(B, &arr, 3 * B, &need));
+  for (int k = 0; k < 3; k++) cost_layout(p, &plan->call[inf[k]], &L[k]);
   for (int r = 0; r < world; r++) {
     int    n = 0, first = 0, tokens = 0;
     double t = 0;
@@ -134,7 +139,7 @@ PetscErrorCode cost_stream(const CostPrims *p, const CostWork *w, const Plan *pl
         int rows = 0, top = 0;
         for (int j = first; j <= i; j++)
           if (need[k * B + arr[j].row]) rows++, top = PetscMax(top, (int)response_len(w, arr[j].row));
-        if (rows) t += cost_stage_time(p, cost_call_shape(w, inf[k]), COST_FWD, &plan->call[inf[k]], rows, w->prompt_len + top);
+        if (rows) t += cost_stage_time(p, cost_call_shape(w, inf[k]), COST_FWD, &L[k], rows, w->prompt_len + top);
       }
       first  = i + 1;
       tokens = 0;

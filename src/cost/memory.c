@@ -30,12 +30,25 @@ double cost_weight_bytes(const CostPrims *p, const CostShape *m, const PlanCall 
   return x * p->bytes_per_param;
 }
 
-/* Whether the call's mesh shares a rank with another call in use. */
-static PetscBool shares(const CostWork *w, const Plan *plan, MFCId c)
+PetscErrorCode cost_overlaps(const CostWork *w, const Plan *plan, PetscBool ov[MFC_COUNT][MFC_COUNT], PetscBool shared[MFC_COUNT])
 {
-  for (int o = 0; o < MFC_COUNT; o++)
-    if (o != (int)c && cost_call_used(w, (MFCId)o) && plan_overlap(plan, c, (MFCId)o)) return PETSC_TRUE;
-  return PETSC_FALSE;
+  int *who; /* who[r]: bit c set when call c runs on rank r */
+
+  PetscFunctionBegin;
+  PetscCall(PetscCalloc1(plan->world, &who));
+  for (int c = 0; c < MFC_COUNT; c++)
+    if (cost_call_used(w, (MFCId)c))
+      for (int i = 0; i < plan->call[c].nranks; i++) who[plan->call[c].ranks[i]] |= 1 << c;
+  for (int a = 0; a < MFC_COUNT; a++) {
+    shared[a] = PETSC_FALSE;
+    for (int b = 0; b < MFC_COUNT; b++) ov[a][b] = PETSC_FALSE;
+  }
+  for (int r = 0; r < plan->world; r++)
+    for (int a = 0; a < MFC_COUNT; a++)
+      for (int b = 0; b < MFC_COUNT; b++)
+        if ((who[r] >> a & 1) && (who[r] >> b & 1)) ov[a][b] = PETSC_TRUE, shared[a] = shared[a] || a != b ? PETSC_TRUE : PETSC_FALSE;
+  PetscCall(PetscFree(who));
+  PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* A separate copy: the call's layout is not its training layout. */
@@ -57,8 +70,9 @@ static double train_state(const CostPrims *p, double n, int dp, PetscBool zero1)
 }
 
 /* What the call adds on a rank of stage s while it runs (weights that are
- * not resident are added by the caller). */
-static double call_transient(const CostPrims *p, const CostWork *w, const Plan *plan, MFCId id, int s)
+ * not resident are added by the caller); T: a training micro-batch's
+ * padded length. */
+static double call_transient(const CostPrims *p, const CostWork *w, const Plan *plan, MFCId id, int s, double T)
 {
   const PlanCall  *c  = &plan->call[id];
   const CostShape *m  = cost_call_shape(w, id);
@@ -75,7 +89,6 @@ static double call_transient(const CostPrims *p, const CostWork *w, const Plan *
      * 16-bit: h (10 + 24/tp) + 5 heads len / tp bytes; scaled to the
      * element size; the logits and their gradient in fp32 on the last stage */
     double rows = (double)w->batch / PetscMax(1, w->minibatches) / (c->dp * PetscMax(1, c->mbs));
-    double T    = w->prompt_len + cost_expected_max(w, rows);
     double per  = (h * (10 + 24.0 / c->tp) + 5.0 * m->n_head * T / c->tp) * bp / 2;
     int    fly  = PetscMin(c->pp - s, PetscMax(1, c->mbs));
     x           = fly * rows * T * L * per;
@@ -89,10 +102,20 @@ static double call_transient(const CostPrims *p, const CostWork *w, const Plan *
 
 PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *plan, CostEstimate *est)
 {
-  int     world = plan->world, s;
-  double *resident, worst_over = 0;
+  int       world = plan->world, s;
+  double   *resident, worst_over = 0;
+  PetscBool ov[MFC_COUNT][MFC_COUNT], shared[MFC_COUNT], keep[MFC_COUNT], weights_in[MFC_COUNT];
 
   PetscFunctionBegin;
+  PetscCall(cost_overlaps(w, plan, ov, shared));
+  /* which models stay on their ranks, which come and go with their call */
+  for (int c = 0; c < MFC_COUNT; c++) {
+    PetscBool acopy = is_copy(plan, MFC_ACTOR_GEN, MFC_ACTOR_TRAIN), ccopy = is_copy(plan, MFC_CRITIC_INF, MFC_CRITIC_TRAIN);
+    keep[c] = weights_in[c] = PETSC_FALSE;
+    if (c == MFC_ACTOR_GEN) keep[c] = acopy && !ov[c][MFC_ACTOR_TRAIN], weights_in[c] = acopy && ov[c][MFC_ACTOR_TRAIN];
+    else if (c == MFC_CRITIC_INF) keep[c] = ccopy && !ov[c][MFC_CRITIC_TRAIN], weights_in[c] = ccopy && ov[c][MFC_CRITIC_TRAIN];
+    else if (c == MFC_REF_INF || c == MFC_REW_INF) keep[c] = !(plan->offload && shared[c]), weights_in[c] = !keep[c];
+  }
   PetscCall(PetscCalloc1(world, &resident));
   est->feasible = PETSC_TRUE;
   est->why[0]   = 0;
@@ -104,30 +127,23 @@ PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *pl
     if (cost_call_used(w, MFC_CRITIC_TRAIN) && call_stage(&plan->call[MFC_CRITIC_TRAIN], r, &s)) resident[r] += train_state(p, cost_stage_params(&w->critic, plan->call[MFC_CRITIC_TRAIN].tp, plan->call[MFC_CRITIC_TRAIN].pp, s), plan->call[MFC_CRITIC_TRAIN].dp, plan->zero1);
     for (int c = 0; c < MFC_COUNT; c++) {
       const PlanCall *pc = &plan->call[c];
-      PetscBool       keep;
-      if (!cost_call_used(w, (MFCId)c) || c == MFC_ACTOR_TRAIN || c == MFC_CRITIC_TRAIN || !call_stage(pc, r, &s)) continue;
-      if (c == MFC_ACTOR_GEN) keep = is_copy(plan, MFC_ACTOR_GEN, MFC_ACTOR_TRAIN) && !plan_overlap(plan, MFC_ACTOR_GEN, MFC_ACTOR_TRAIN);
-      else if (c == MFC_CRITIC_INF) keep = is_copy(plan, MFC_CRITIC_INF, MFC_CRITIC_TRAIN) && !plan_overlap(plan, MFC_CRITIC_INF, MFC_CRITIC_TRAIN);
-      else keep = !(plan->offload && shares(w, plan, (MFCId)c));
-      if (keep) resident[r] += cost_stage_params(cost_call_shape(w, (MFCId)c), pc->tp, pc->pp, s) * p->bytes_per_param;
+      if (!cost_call_used(w, (MFCId)c) || !keep[c] || !call_stage(pc, r, &s)) continue;
+      resident[r] += cost_stage_params(cost_call_shape(w, (MFCId)c), pc->tp, pc->pp, s) * p->bytes_per_param;
     }
   }
   /* each call's peak on each of its ranks */
   for (int c = 0; c < MFC_COUNT; c++) {
     const PlanCall *pc = &plan->call[c];
+    double          T  = 0;
     if (!cost_call_used(w, (MFCId)c)) continue;
+    if (c == MFC_ACTOR_TRAIN || c == MFC_CRITIC_TRAIN) T = w->prompt_len + cost_expected_max(w, (double)w->batch / PetscMax(1, w->minibatches) / (pc->dp * PetscMax(1, pc->mbs)));
     for (int i = 0; i < pc->nranks; i++) {
-      int       r = pc->ranks[i];
-      double    x;
-      PetscBool weights_in;
+      int    r = pc->ranks[i];
+      double x;
       s = i / (pc->dp * pc->tp);
-      x = resident[r] + call_transient(p, w, plan, (MFCId)c, s);
+      x = resident[r] + call_transient(p, w, plan, (MFCId)c, s, T);
       /* the call's own weights when they are not among the resident ones */
-      if (c == MFC_ACTOR_GEN) weights_in = is_copy(plan, MFC_ACTOR_GEN, MFC_ACTOR_TRAIN) && plan_overlap(plan, MFC_ACTOR_GEN, MFC_ACTOR_TRAIN);
-      else if (c == MFC_CRITIC_INF) weights_in = is_copy(plan, MFC_CRITIC_INF, MFC_CRITIC_TRAIN) && plan_overlap(plan, MFC_CRITIC_INF, MFC_CRITIC_TRAIN);
-      else if (c == MFC_REF_INF || c == MFC_REW_INF) weights_in = plan->offload && shares(w, plan, (MFCId)c);
-      else weights_in = PETSC_FALSE;
-      if (weights_in) x += cost_stage_params(cost_call_shape(w, (MFCId)c), pc->tp, pc->pp, s) * p->bytes_per_param;
+      if (weights_in[c]) x += cost_stage_params(cost_call_shape(w, (MFCId)c), pc->tp, pc->pp, s) * p->bytes_per_param;
       est->mem_call[c] = PetscMax(est->mem_call[c], x);
       est->mem_max     = PetscMax(est->mem_max, x);
       if (x > p->mem_per_rank && x - p->mem_per_rank > worst_over) {

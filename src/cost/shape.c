@@ -72,6 +72,17 @@ double cost_shape_params(const CostShape *m)
   return cost_part_params(m, COST_PART_EMBED) + m->n_layer * cost_part_params(m, COST_PART_BLOCK) + cost_part_params(m, COST_PART_HEAD) - tied;
 }
 
+int cost_stage_layers(const CostShape *m, int pp, int s)
+{
+  if (!m->gated) {
+    GPTConfig cfg = {m->n_layer, m->n_head, m->n_embd, m->vocab_size, m->n_positions, m->value_head ? GPT_HEAD_SCALAR : GPT_HEAD_LM};
+    int       l0, l1;
+    gpt_stage_layers(&cfg, pp, s, &l0, &l1);
+    return l1 - l0;
+  }
+  return m->n_layer / pp + (s < m->n_layer % pp ? 1 : 0);
+}
+
 double cost_stage_params(const CostShape *m, int tp, int pp, int s)
 {
   double n = cost_stage_layers(m, pp, s) * cost_part_params(m, COST_PART_BLOCK);

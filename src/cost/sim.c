@@ -121,10 +121,9 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
     }
     if (c != MFC_CRITIC_INF && plan->offload && p->host_bw > 0) {
       /* to the device before the call and back after it */
-      PetscBool shared = PETSC_FALSE;
-      for (int o = 0; o < MFC_COUNT; o++)
-        if (o != (int)c && cost_call_used(w, (MFCId)o) && plan_overlap(plan, c, (MFCId)o)) shared = PETSC_TRUE;
-      if (shared) {
+      PetscBool ov[MFC_COUNT][MFC_COUNT], shared[MFC_COUNT];
+      PetscCall(cost_overlaps(w, plan, ov, shared));
+      if (shared[c]) {
         double x = 2 * cost_weight_bytes(p, cost_call_shape(w, c), &plan->call[c]) / p->host_bw;
         est->offload_s += x;
         if (stream) nd[N_GEN].dur += x;
