@@ -9,6 +9,7 @@
  * timeline file. Prints "ok - name" / "not ok - name: detail" per check. */
 #include "cost.h"
 #include "realloc.h"
+#include "fuse.h"
 #include "mpi_report.h"
 
 #include <hdf5.h>
@@ -39,7 +40,8 @@ static double mock_compute(void *ctx, const CostShape *m, CostPart part, CostPha
   return part == COST_PART_BLOCK ? rows * (ph == COST_BWD ? 2 : 1) / tp : 0;
 }
 static double mock_opt(void *ctx, double n) { return 0; }
-static double mock_coll(void *ctx, CostColl op, int n, PetscBool inter, double bytes) { return op == COST_P2P ? bytes * 1e-9 : 0; }
+static double p2p_ns = 1; /* the mock's point-to-point cost per byte, in ns */
+static double mock_coll(void *ctx, CostColl op, int n, PetscBool inter, double bytes) { return op == COST_P2P ? bytes * p2p_ns * 1e-9 : 0; }
 
 static void mock_prims(CostPrims *p)
 {
@@ -240,6 +242,77 @@ static PetscErrorCode check_simulator(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Fusion and offload on the mock. */
+static PetscErrorCode check_fusion(void)
+{
+  CostPrims    p;
+  CostWork     w;
+  Plan         plan;
+  CostEstimate e, f;
+  int          len[4] = {1, 2, 3, 4};
+
+  PetscFunctionBegin;
+  mock_prims(&p);
+  tiny_work(&w, len, 4);
+  /* generation on rank 0, reference and reward on rank 1, training on
+   * both. Samples finish at 4 (prefill), 7, 9 and 10 s; unfused, rank 1
+   * then runs 4 + 4 s: 18 s, plus 6 s of training */
+  base_plan(&plan, 2);
+  set_call(&plan, MFC_ACTOR_GEN, 0, 1);
+  set_call(&plan, MFC_REF_INF, 1, 2);
+  set_call(&plan, MFC_REW_INF, 1, 2);
+  p2p_ns = 0;
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  check_num("unfused: generation, then both inferences (10 + 4 + 4 + 6 s)", e.iter_s, 24, 1e-12);
+  /* streamed with a budget of one sample: each arrival runs its reference
+   * and reward (1 + 1 s) as it comes: 4-6, 7-9, 9-11, 11-13 */
+  plan.fuse        = FUSE_STREAM;
+  plan.fuse_tokens = 1;
+  PetscCall(cost_estimate(&p, &w, &plan, &f));
+  check_num("streamed: inference follows the samples as they finish (13 + 6 s)", f.iter_s, 19, 1e-12);
+  check_num("streamed: the fused node takes 13 s", f.genfuse_s, 13, 1e-12);
+  /* a budget of 11 tokens (prompt 4 + response): samples {1,2} (11 tokens,
+   * at 7 s: 2 + 2 s padded to the longer), then {3,4} at 10 s: 2 + 2 */
+  plan.fuse_tokens = 11;
+  PetscCall(cost_estimate(&p, &w, &plan, &f));
+  check_num("streamed: micro-batches cut by the token budget (7+4, 11+4 s)", f.genfuse_s, 15, 1e-12);
+
+  /* -fuse_train: actor and critic, 2 stages of one layer each on ranks 0
+   * and 1, 2 micro-batches of 2 rows: a stage's forward 2 s, backward 4;
+   * apart each takes (2 + 2 - 1) * 6 = 18 s; fused, the fused schedule's
+   * bound for that instance */
+  {
+    FuseInst in = {{2, 2}, {2, 2}, {2, 2}, {0, 0}, 0};
+    w.critic_free = PETSC_FALSE;
+    w.actor.n_layer = w.critic.n_layer = w.ref.n_layer = w.reward.n_layer = 2;
+    base_plan(&plan, 2);
+    for (int c = MFC_ACTOR_TRAIN; c <= MFC_CRITIC_TRAIN; c++) plan.call[c].dp = 1, plan.call[c].pp = 2, plan.call[c].mbs = 2;
+    PetscCall(cost_estimate(&p, &w, &plan, &e));
+    check_num("apart: actor_train 18 s", e.call_s[MFC_ACTOR_TRAIN], 18, 1e-12);
+    check_num("apart: critic_train 18 s", e.call_s[MFC_CRITIC_TRAIN], 18, 1e-12);
+    plan.fuse_train = PETSC_TRUE;
+    plan.call[MFC_CRITIC_TRAIN].ranks[0] = 1, plan.call[MFC_CRITIC_TRAIN].ranks[1] = 0; /* opposite direction */
+    PetscCall(cost_estimate(&p, &w, &plan, &f));
+    check_num("fused: the fused schedule's makespan (its lower bound)", f.call_s[MFC_ACTOR_TRAIN], fuse_lower_bound(&in), 1e-12);
+    check("fused: faster than the two apart", f.call_s[MFC_ACTOR_TRAIN] < 36 ? PETSC_TRUE : PETSC_FALSE, "not faster");
+    check_num("fused: the iteration saves what training saves", e.iter_s - f.iter_s, 36 - f.call_s[MFC_ACTOR_TRAIN], 1e-12);
+  }
+
+  /* offload: on one rank the reference (1080 fp32 parameters) and the
+   * reward model (1088) go to the device and back, 2 x 8672 bytes at 1 GB/s */
+  tiny_work(&w, len, 4);
+  base_plan(&plan, 1);
+  p.host_bw = 1e9;
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  plan.offload = PETSC_TRUE;
+  PetscCall(cost_estimate(&p, &w, &plan, &f));
+  check_num("offload: the frozen models move both ways (2 x 8672 bytes at 1 GB/s)", f.offload_s, 2 * 8672e-9, 1e-12);
+  check_num("offload: the iteration pays for it", f.iter_s - e.iter_s, 2 * 8672e-9, 1e-6);
+  check_num("offload: the frozen weights leave the training call's peak", e.mem_call[MFC_ACTOR_TRAIN] - f.mem_call[MFC_ACTOR_TRAIN], 8672, 1e-12);
+  p2p_ns = 1;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode check_memory(void)
 {
   CostPrims    hw;
@@ -362,6 +435,7 @@ int main(int argc, char **argv)
   PetscCall(comm_setup());
   PetscCall(check_formulas());
   PetscCall(check_simulator());
+  PetscCall(check_fusion());
   PetscCall(check_memory());
   PetscCall(check_realloc());
   PetscCall(check_timeline());
