@@ -388,6 +388,92 @@ static PetscErrorCode check_realloc(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+static PetscErrorCode work_try(const char *opts, CostWork *w, PetscErrorCode *ierr)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscOptionsClear(NULL));
+  PetscCall(PetscOptionsInsertString(NULL, opts));
+  PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+  *ierr = cost_work_from_options(w);
+  PetscCall(PetscPopErrorHandler());
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static const char *err_text(PetscErrorCode ierr)
+{
+  char *msg = NULL;
+  PetscErrorMessage(ierr, NULL, &msg);
+  return msg ? msg : "";
+}
+
+/* The workload from options: the deck's PPO settings, the shapes, the lengths. */
+static PetscErrorCode check_work(void)
+{
+  CostWork       w, v;
+  PetscErrorCode ierr;
+  int            lo = 1 << 30, hi = 0, below = 0, same = 1;
+  char           dir[] = "/tmp/test_cost_XXXXXX", path[PETSC_MAX_PATH_LEN], opts[2 * PETSC_MAX_PATH_LEN];
+
+  PetscFunctionBegin;
+  PetscCall(work_try("-rollout_batch 32 -gen_max_new_tokens 16 -ppo_minibatches 2 -policy_n_layer 3 -policy_n_embd 64 -cost_lengths uniform:2:5", &w, &ierr));
+  check("workload: the deck's PPO settings", !ierr && w.batch == 32 && w.max_new == 16 && w.minibatches == 2 && w.nlen == 32 && w.actor.n_layer == 3 && w.actor.n_embd == 64 && w.critic.value_head && !w.actor.value_head ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+  for (int i = 0; !ierr && i < w.nlen; i++) lo = PetscMin(lo, w.len[i]), hi = PetscMax(hi, w.len[i]);
+  check("workload: uniform:2:5 lengths lie in [2, 5] and reach both ends", lo == 2 && hi == 5 ? PETSC_TRUE : PETSC_FALSE, "out of range");
+  PetscCall(cost_work_free(&w));
+  PetscCall(work_try("-cost_batch 2001 -cost_max_new 1000 -cost_minibatches 1 -cost_lengths lognormal:50:400 -cost_actor_shape llama2-13b -seed 7", &w, &ierr));
+  for (int i = 0; !ierr && i < w.nlen; i++) below += w.len[i] <= 50;
+  check("workload: lognormal median 50: about half the draws at most 50", !ierr && below > 900 && below < 1100 ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+  check("workload: a named shape for the actor, the critic the same with a scalar head", !ierr && w.actor.n_layer == 40 && w.critic.n_layer == 40 && w.critic.value_head ? PETSC_TRUE : PETSC_FALSE, "wrong shape");
+  PetscCall(work_try("-cost_batch 2001 -cost_max_new 1000 -cost_minibatches 1 -cost_lengths lognormal:50:400 -cost_actor_shape llama2-13b -seed 7", &v, &ierr));
+  for (int i = 0; !ierr && i < w.nlen; i++) same &= w.len[i] == v.len[i];
+  check("workload: the draws are keyed by -seed (the same twice)", same ? PETSC_TRUE : PETSC_FALSE, "differ");
+  PetscCall(cost_work_free(&w));
+  PetscCall(cost_work_free(&v));
+  PetscCall(work_try("-cost_lengths lognormal:50", &w, &ierr));
+  check("workload: a malformed -cost_lengths is refused, naming the option", ierr && strstr(err_text(ierr), "-cost_lengths 'lognormal:50'") ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+  PetscCall(work_try("-cost_minibatches 3 -rollout_batch 64", &w, &ierr));
+  check("workload: mini-batches that do not divide the batch are refused", ierr && strstr(err_text(ierr), "-cost_minibatches 3") ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+  /* a histogram file and a rollouts file (one per rank: the test runs on several) */
+  PetscCheck(mkdtemp(dir), PETSC_COMM_SELF, PETSC_ERR_SYS, "mkdtemp failed");
+  {
+    FILE *f;
+    int   lens[6] = {3, 3, 3, 9, 9, 9};
+    hsize_t n = 6;
+    hid_t h, g, sp, d;
+    PetscCall(PetscSNPrintf(path, sizeof path, "%s/h.txt", dir));
+    f = fopen(path, "w");
+    fprintf(f, "# length count\n4 0\n7 10\n");
+    fclose(f);
+    PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_batch 8 -cost_minibatches 1 -cost_lengths hist:%s", path));
+    PetscCall(work_try(opts, &w, &ierr));
+    same = !ierr;
+    for (int i = 0; !ierr && i < w.nlen; i++) same &= w.len[i] == 7;
+    check("workload: a histogram file's lengths", same ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+    if (!ierr) PetscCall(cost_work_free(&w));
+    unlink(path);
+    PetscCall(PetscSNPrintf(path, sizeof path, "%s/rollouts.h5", dir));
+    h  = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    g  = H5Gcreate2(h, "iter_0", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    sp = H5Screate_simple(1, &n, NULL);
+    d  = H5Dcreate2(g, "response_lengths", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, lens);
+    H5Dclose(d), H5Sclose(sp), H5Gclose(g), H5Fclose(h);
+    PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_batch 64 -cost_minibatches 1 -cost_lengths rollouts:%s", path));
+    PetscCall(work_try(opts, &w, &ierr));
+    lo = 0, hi = 0;
+    for (int i = 0; !ierr && i < w.nlen; i++) lo += w.len[i] == 3, hi += w.len[i] == 9;
+    check("workload: a rollouts.h5's response lengths, drawn for the batch", !ierr && lo + hi == 64 && lo > 16 && hi > 16 ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+    if (!ierr) PetscCall(cost_work_free(&w));
+    unlink(path);
+    PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_lengths rollouts:%s", path));
+    PetscCall(work_try(opts, &w, &ierr));
+    check("workload: a missing rollouts file is refused, naming it", ierr && strstr(err_text(ierr), path) ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+    rmdir(dir);
+  }
+  PetscCall(PetscOptionsClear(NULL));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* The timeline file: the rows tools/plot_timeline.py reads. */
 static PetscErrorCode check_timeline(void)
 {
@@ -439,6 +525,7 @@ int main(int argc, char **argv)
   PetscCall(check_memory());
   PetscCall(check_realloc());
   PetscCall(check_timeline());
+  PetscCall(check_work());
   report_tally();
   PetscCall(realloc_cache_destroy());
   PetscCall(comm_teardown());

@@ -164,17 +164,13 @@ static PetscErrorCode deck_int(const char *name, int def, int *v)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* A model's shape: -cost_<role>_shape NAME, else the GPT-2 options of prefix. */
-static PetscErrorCode role_shape(const char *role, const char *prefix, const char *named_default, PetscBool value_head, CostShape *m)
+/* A model's shape: the named one (option opt), else the GPT-2 options of prefix. */
+static PetscErrorCode role_shape(const char *opt, const char *name, const char *prefix, PetscBool value_head, CostShape *m)
 {
-  char      opt[64], name[64] = "", key[96];
-  PetscBool set;
+  char      key[96];
   GPTConfig cfg = {2, 4, 128, 64, 64, GPT_HEAD_LM};
 
   PetscFunctionBegin;
-  PetscCall(PetscSNPrintf(opt, sizeof opt, "-cost_%s_shape", role));
-  PetscCall(PetscStrncpy(name, named_default, sizeof name));
-  PetscCall(PetscOptionsGetString(NULL, NULL, opt, name, sizeof name, &set));
   if (name[0]) {
     PetscCall(cost_shape_named(opt, name, value_head, m));
     PetscFunctionReturn(PETSC_SUCCESS);
@@ -225,8 +221,8 @@ PetscErrorCode cost_work_from_options(CostWork *w)
   RfOptIntAsIntCost("-iterations", "Iterations the simulator runs (the first places the weights)", w->iterations, &w->iterations);
   RfOptBool("-critic_free", "No critic calls (default: -algo grpo or rloo)", w->critic_free, &w->critic_free);
   RfOptString("-lengths", "Response lengths: lognormal:MEDIAN:P99, uniform:LO:HI, fixed:N, hist:FILE (lines 'length count') or rollouts:FILE.h5 (default fixed at -cost_max_new)", lengths, sizeof lengths);
-  RfOptString("-actor_shape", "Actor and reference shape by name (llama2-7b, llama2-13b, codellama-34b, llama2-70b, llama-13b, llama-33b, llama-65b); default the -policy_ options", actor, sizeof actor);
-  RfOptString("-critic_shape", "Critic and reward shape by name, with a scalar head; default the -reward_ options", critic, sizeof critic);
+  RfOptString("-actor_shape", "Actor and reference shape by name (llama2-7b, llama2-13b, codellama-34b, llama2-70b, llama-13b, llama-33b, llama-65b); default the -policy_ options (GPT-2)", actor, sizeof actor);
+  RfOptString("-critic_shape", "Critic and reward shape by name, with a scalar head; default the actor's shape", critic, sizeof critic);
   PetscOptionsEnd();
   PetscCheck(w->batch > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_batch %d must be positive", w->batch);
   PetscCheck(w->prompt_len > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_prompt_len %d must be positive", w->prompt_len);
@@ -235,9 +231,10 @@ PetscErrorCode cost_work_from_options(CostWork *w)
   PetscCheck(w->epochs > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_epochs %d must be positive", w->epochs);
   PetscCheck(w->gen_slots >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_slots %d must be 0 or positive", w->gen_slots);
   PetscCheck(w->iterations >= 1 && w->iterations <= 100, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_iterations %d must be in 1..100", w->iterations);
-  PetscCall(role_shape("actor", "policy_", actor, PETSC_FALSE, &w->actor));
+  PetscCall(role_shape("-cost_actor_shape", actor, "policy_", PETSC_FALSE, &w->actor));
   w->ref = w->actor;
-  PetscCall(role_shape("critic", "reward_", critic, PETSC_TRUE, &w->critic));
+  /* the reward model and the critic start from the SFT policy's architecture */
+  PetscCall(role_shape(critic[0] ? "-cost_critic_shape" : "-cost_actor_shape", critic[0] ? critic : actor, "policy_", PETSC_TRUE, &w->critic));
   w->reward = w->critic;
   w->nlen   = w->batch;
   PetscCall(PetscMalloc1(w->nlen, &w->len));
