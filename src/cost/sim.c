@@ -1,10 +1,13 @@
 /* cost/sim.c: the simulator. Several iterations of the PPO (or GRPO) graph
- * as the executor runs it (src/jobs/ppo_graph.c): the weight syncs, the
- * generation, the inference calls, the training calls; each node starts
- * when its inputs are ready and every rank of its meshes is free, so nodes
- * on overlapping meshes run one after another and nodes on disjoint meshes
- * at the same time. Every node of every iteration is one row per rank in
- * the timeline. */
+ * as the executor runs it (src/jobs/ppo_graph.c, src/exec/graph.c): the
+ * weight syncs, the generation, the inference calls, the training calls.
+ * The executor runs the graph level by level (a level's nodes need only
+ * earlier levels' outputs) and shares every node's outputs with every rank
+ * after each level, and an iteration after the previous one has ended; in
+ * a level, each rank runs its nodes in turn. So a node starts when the
+ * earlier levels have ended and every rank of its meshes is free: nodes on
+ * overlapping meshes run one after another, on disjoint meshes at the same
+ * time. Every node of every iteration is one row per rank in the timeline. */
 #include "cost_impl.h"
 #include <math.h>
 #include <string.h>
@@ -18,7 +21,7 @@ typedef struct {
   unsigned char *on;      /* [world]: the node runs on this rank */
   double        *busy;    /* [world] or NULL: per-rank time inside the node (streaming) */
   int            dep[6], ndep;
-  int            prev[2], nprev; /* nodes of the previous iteration it waits for */
+  int            level;   /* the executor's level: 0 without inputs made in the iteration, else 1 + its inputs' */
   const char    *name;
 } SimNode;
 
@@ -71,16 +74,14 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
     mark(&nd[N_ASYNC], &plan->call[MFC_ACTOR_TRAIN]);
     mark(&nd[N_ASYNC], &plan->call[MFC_ACTOR_GEN]);
     PetscCall(sync_time(p, &w->actor, plan, &plan->call[MFC_ACTOR_TRAIN], &plan->call[MFC_ACTOR_GEN], &nd[N_ASYNC].dur));
-    nd[N_ASYNC].prev[nd[N_ASYNC].nprev++] = N_ATRAIN;
     dep(&nd[N_GEN], N_ASYNC);
-  } else nd[N_GEN].prev[nd[N_GEN].nprev++] = N_ATRAIN;
+  }
   if (ccopy) {
     mark(&nd[N_CSYNC], &plan->call[MFC_CRITIC_TRAIN]);
     mark(&nd[N_CSYNC], &plan->call[MFC_CRITIC_INF]);
     PetscCall(sync_time(p, &w->critic, plan, &plan->call[MFC_CRITIC_TRAIN], &plan->call[MFC_CRITIC_INF], &nd[N_CSYNC].dur));
-    nd[N_CSYNC].prev[nd[N_CSYNC].nprev++] = plan->fuse_train ? N_ATRAIN : N_CTRAIN;
     dep(&nd[N_CINF], N_CSYNC);
-  } else if (crit) nd[N_CINF].prev[nd[N_CINF].nprev++] = plan->fuse_train ? N_ATRAIN : N_CTRAIN;
+  }
   est->sync_s[0] = nd[N_ASYNC].dur;
   est->sync_s[1] = nd[N_CSYNC].dur;
   est->realloc_s = nd[N_ASYNC].dur + nd[N_CSYNC].dur;
@@ -102,7 +103,6 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
       else if (nd[N_GEN].on[r]) nd[N_GEN].busy[r] = gen_t;
     }
     if (ccopy) dep(&nd[N_GEN], N_CSYNC);
-    else if (crit) nd[N_GEN].prev[nd[N_GEN].nprev++] = plan->fuse_train ? N_ATRAIN : N_CTRAIN;
     nd[N_REF].used = nd[N_REW].used = nd[N_CINF].used = PETSC_FALSE;
     nd[N_GEN].name = "generation+inference";
     est->genfuse_s = nd[N_GEN].dur;
@@ -187,7 +187,7 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *
 {
   SimNode nd[N_NODES];
   int     world = plan->world, iters = PetscMax(1, w->iterations);
-  double *free_at, end_prev[N_NODES], end_cur[N_NODES], first_end = 0, last_end = 0;
+  double *free_at, end_cur[N_NODES], first_end = 0, last_end = 0, iter_start = 0;
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(est, sizeof *est));
@@ -195,16 +195,25 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *
   for (int k = 0; k < N_NODES; k++) PetscCall(PetscCalloc1(world, &nd[k].on));
   PetscCall(PetscCalloc1(world, &free_at));
   PetscCall(cost_memory(p, w, plan, est));
+  if (plan->fuse == FUSE_MIGRATE && est->feasible) {
+    /* the executor refuses it (docs/fusion.md); timed as stream */
+    est->feasible = PETSC_FALSE;
+    PetscCall(PetscSNPrintf(est->why, sizeof est->why, "-fuse_gen_inf migrate is not available in this version (timed as stream)"));
+  }
   PetscCall(build(p, w, plan, nd, est));
-  for (int k = 0; k < N_NODES; k++) end_prev[k] = 0;
+  /* nodes are listed after their inputs */
+  for (int k = 0; k < N_NODES; k++) {
+    nd[k].level = 0;
+    for (int d = 0; d < nd[k].ndep; d++) nd[k].level = PetscMax(nd[k].level, nd[nd[k].dep[d]].level + 1);
+  }
   for (int it = 0; it < iters; it++) {
-    double iter_end = 0;
+    double iter_end = iter_start;
     for (int k = 0; k < N_NODES; k++) {
-      double start = 0;
+      double start = iter_start;
       end_cur[k]   = 0;
       if (!nd[k].used) continue;
-      for (int d = 0; d < nd[k].ndep; d++) start = PetscMax(start, end_cur[nd[k].dep[d]]);
-      for (int d = 0; d < nd[k].nprev; d++) start = PetscMax(start, end_prev[nd[k].prev[d]]);
+      for (int j = 0; j < k; j++)
+        if (nd[j].used && nd[j].level < nd[k].level) start = PetscMax(start, end_cur[j]);
       for (int r = 0; r < world; r++)
         if (nd[k].on[r]) start = PetscMax(start, free_at[r]);
       end_cur[k] = start + nd[k].dur;
@@ -223,7 +232,7 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *
       }
       iter_end = PetscMax(iter_end, end_cur[k]);
     }
-    for (int k = 0; k < N_NODES; k++) end_prev[k] = end_cur[k];
+    iter_start = iter_end;
     if (it == 0) first_end = iter_end;
     last_end = iter_end;
   }
