@@ -78,6 +78,7 @@ typedef struct {
   int       nlen;           /* response lengths of one rollout, one per sequence (sampled from a distribution, read from rollouts.h5, or a histogram) */
   int      *len;
   int       minibatches;    /* PPO mini-batches per epoch */
+  int       micro;          /* -ppo_microbatches: micro-batches per mini-batch of a call whose plan gives mbs 0 (added by the cost model) */
   int       epochs;         /* PPO epochs per rollout */
   int       iterations;     /* iterations to simulate (the first one includes the initial weight placement) */
   int       gen_slots;      /* samples one generation replica decodes together (continuous batching); 0: all of its rows */

@@ -221,6 +221,19 @@ static PetscErrorCode check_simulator(void)
     plan.call[MFC_REF_INF].mbs = 2;
     PetscCall(cost_estimate(&p, &w, &plan, &e));
     check_num("inference: micro-batches of 2 rows (2 + 2 s)", e.call_s[MFC_REF_INF], 4, 1e-12);
+    /* mbs 0: the mode's own size, batch / minibatches / micro = 4 / 2 / 1
+     * rows: inference in 2 micro-batches, training 2 mini-batches of one
+     * micro-batch each (2 + 4 s each) */
+    w.minibatches = 2;
+    plan.call[MFC_REF_INF].mbs = plan.call[MFC_ACTOR_TRAIN].mbs = 0;
+    PetscCall(cost_estimate(&p, &w, &plan, &e));
+    check_num("mbs 0: inference in the mode's micro-batches (2 + 2 s)", e.call_s[MFC_REF_INF], 4, 1e-12);
+    check_num("mbs 0: training, 2 mini-batches of 2 rows (2 x 6 s)", e.call_s[MFC_ACTOR_TRAIN], 12, 1e-12);
+    w.micro = 2;
+    PetscCall(cost_estimate(&p, &w, &plan, &e));
+    check_num("mbs 0, -ppo_microbatches 2: 4 micro-batches of one row (4 x 1 s)", e.call_s[MFC_REF_INF], 4, 1e-12);
+    w.minibatches = 1, w.micro = 0;
+    plan.call[MFC_REF_INF].mbs = 2, plan.call[MFC_ACTOR_TRAIN].mbs = 1;
     /* pipelined over 2 stages: 2 micro-batches of a stage with one layer
      * of... the tiny model has 1 layer, so take 2 layers: 1 per stage */
     w.actor.n_layer = w.ref.n_layer = 2;

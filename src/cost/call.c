@@ -38,7 +38,7 @@ PetscBool cost_ranks_internode(const CostPrims *p, const int *ranks, int n)
  * group the ranks of one (stage, t), stride tp. */
 void cost_layout(const CostPrims *p, const PlanCall *c, CostLayout *L)
 {
-  *L = (CostLayout){c->dp, c->tp, c->pp, PetscMax(1, c->mbs), PETSC_FALSE, PETSC_FALSE, cost_ranks_internode(p, c->ranks, c->nranks)};
+  *L = (CostLayout){c->dp, c->tp, c->pp, c->mbs, PETSC_FALSE, PETSC_FALSE, cost_ranks_internode(p, c->ranks, c->nranks)};
   if (!L->mesh_inter) return;
   for (int g = 0; g < c->nranks; g += c->tp)
     if (cost_ranks_internode(p, c->ranks + g, c->tp)) L->tp_inter = PETSC_TRUE;
@@ -73,6 +73,13 @@ double cost_stage_time(const CostPrims *p, const CostShape *m, CostPhase ph, con
   return worst;
 }
 
+void cost_micro(const CostWork *w, int mbs, int rows, int *size, int *count)
+{
+  int own = w->batch / PetscMax(1, w->minibatches) / PetscMax(1, w->micro);
+  *size   = PetscMax(1, mbs > 0 ? (rows + mbs - 1) / mbs : own);
+  *count  = PetscMax(1, (rows + *size - 1) / *size);
+}
+
 double cost_pipeline(const double *t, int n, int pp)
 {
   double sum = 0, top = 0;
@@ -104,19 +111,20 @@ double cost_expected_max(const CostWork *w, double r)
 
 double cost_inference(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostShape *m)
 {
-  int        B = w->batch, mb = PetscMax(1, c->mbs);
+  int        B = w->batch;
   double     worst = 0;
   CostLayout L;
 
   cost_layout(p, c, &L);
 
   for (int d = 0; d < c->dp; d++) {
-    int    r0 = B * d / c->dp, r1 = B * (d + 1) / c->dp;
+    int    r0 = B * d / c->dp, r1 = B * (d + 1) / c->dp, size, count;
     double sum = 0, top_t = 0;
     /* micro-batches of consecutive rows, padded to their longest response;
      * pipelined as cost_pipeline does */
-    for (int k = 0; k < mb; k++) {
-      int    a = r0 + (r1 - r0) * k / mb, b = r0 + (r1 - r0) * (k + 1) / mb, top = 0;
+    cost_micro(w, c->mbs, r1 - r0, &size, &count);
+    for (int k = 0; k < count; k++) {
+      int    a = r0 + k * size, b = PetscMin(r1, a + size), top = 0;
       double t;
       for (int i = a; i < b; i++) top = PetscMax(top, w->nlen ? w->len[i % w->nlen] : w->max_new);
       t = cost_stage_time(p, m, COST_FWD, &L, b - a, w->prompt_len + top);
@@ -145,10 +153,13 @@ static double update_time(const CostPrims *p, const CostShape *m, const PlanCall
   return p->coll(p->ctx, COST_ALLREDUCE, c->dp, L->dp_inter, n * p->bytes_per_param) + p->optimizer(p->ctx, zero1 ? n / c->dp : n);
 }
 
-/* Rows and padded length of one training micro-batch. */
-static void train_mb(const CostWork *w, const PlanCall *c, double *rows, double *len)
+/* Rows and padded length of one training micro-batch, and how many a
+ * replica runs per mini-batch. */
+static void train_mb(const CostWork *w, const PlanCall *c, double *rows, double *len, int *count)
 {
-  *rows = (double)w->batch / PetscMax(1, w->minibatches) / (c->dp * PetscMax(1, c->mbs));
+  int share = w->batch / PetscMax(1, w->minibatches) / c->dp, size;
+  cost_micro(w, c->mbs, share, &size, count);
+  *rows = (double)share / *count;
   *len  = w->prompt_len + cost_expected_max(w, *rows);
 }
 
@@ -157,13 +168,14 @@ double cost_training(const CostPrims *p, const CostWork *w, const Plan *plan, MF
   const PlanCall  *c = &plan->call[id];
   const CostShape *m = cost_call_shape(w, id);
   double           rows, len, fb, step;
+  int              count;
   CostLayout       L;
 
   cost_layout(p, c, &L);
-  train_mb(w, c, &rows, &len);
+  train_mb(w, c, &rows, &len, &count);
   fb   = cost_stage_time(p, m, COST_FWD, &L, rows, len) + cost_stage_time(p, m, COST_BWD, &L, rows, len);
   /* 1F1B: every stage runs m forwards and backwards, plus the fill and the drain */
-  step = (PetscMax(1, c->mbs) + c->pp - 1) * fb + update_time(p, m, c, &L, zero1);
+  step = (count + c->pp - 1) * fb + update_time(p, m, c, &L, zero1);
   return (double)PetscMax(1, w->epochs) * PetscMax(1, w->minibatches) * step;
 }
 
@@ -179,12 +191,10 @@ double cost_fused_training(const CostPrims *p, const CostWork *w, const Plan *pl
 
   cost_layout(p, a, &La);
   cost_layout(p, c, &Lc);
-  train_mb(w, a, &ra, &la);
-  train_mb(w, c, &rc, &lc);
+  train_mb(w, a, &ra, &la, &in.m[0]);
+  train_mb(w, c, &rc, &lc, &in.m[1]);
   in.pp[0]  = a->pp;
   in.pp[1]  = c->pp;
-  in.m[0]   = PetscMax(1, a->mbs);
-  in.m[1]   = PetscMax(1, c->mbs);
   /* the schedule model's backward is twice its forward: f is a third of both */
   in.f[0]   = (cost_stage_time(p, &w->actor, COST_FWD, &La, ra, la) + cost_stage_time(p, &w->actor, COST_BWD, &La, ra, la)) / 3;
   in.f[1]   = (cost_stage_time(p, &w->critic, COST_FWD, &Lc, rc, lc) + cost_stage_time(p, &w->critic, COST_BWD, &Lc, rc, lc)) / 3;

@@ -43,6 +43,12 @@ double cost_pipeline(const double *t, int n, int pp);
 /* Whether ranks[0..n) span nodes. */
 PetscBool cost_ranks_internode(const CostPrims *p, const int *ranks, int n);
 
+/* The micro-batches of a call as the executor cuts them: a replica's rows
+ * (train: its share of one mini-batch) in micro-batches of *size rows, *count
+ * of them (the last may be short): the plan's mbs per replica, or with mbs
+ * 0 the mode's own size, batch / minibatches / micro rows. */
+void cost_micro(const CostWork *w, int mbs, int rows, int *size, int *count);
+
 /* The expected longest response among r rows drawn without replacement
  * from the workload's lengths (training micro-batches are shuffled rows). */
 double cost_expected_max(const CostWork *w, double r);

@@ -81,21 +81,28 @@ static double call_transient(const CostPrims *p, const CostWork *w, const Plan *
   double           x = 0;
 
   if (id == MFC_ACTOR_GEN) {
-    /* the KV cache of the replica's rows at full length */
+    /* the KV cache of the replica's slots (all its rows without a slot
+     * limit) at full length */
     double rows = (double)w->batch / c->dp, kv = 2.0 * h * m->n_kv_head / m->n_head / c->tp;
-    x = rows * len * kv * L * bp + rows / PetscMax(1, c->mbs) * logits * 4;
+    if (w->gen_slots > 0) rows = PetscMin(rows, w->gen_slots);
+    x = rows * len * kv * L * bp + rows * logits * 4;
   } else if (id == MFC_ACTOR_TRAIN || id == MFC_CRITIC_TRAIN) {
     /* Megatron's count (Korthikanti et al. 2022) per layer and token, in
      * 16-bit: h (10 + 24/tp) + 5 heads len / tp bytes; scaled to the
      * element size; the logits and their gradient in fp32 on the last stage */
-    double rows = (double)w->batch / PetscMax(1, w->minibatches) / (c->dp * PetscMax(1, c->mbs));
-    double per  = (h * (10 + 24.0 / c->tp) + 5.0 * m->n_head * T / c->tp) * bp / 2;
-    int    fly  = PetscMin(c->pp - s, PetscMax(1, c->mbs));
+    int    share = w->batch / PetscMax(1, w->minibatches) / c->dp, size, count;
+    double rows, per;
+    int    fly;
+    cost_micro(w, c->mbs, share, &size, &count);
+    rows = (double)share / count;
+    per  = (h * (10 + 24.0 / c->tp) + 5.0 * m->n_head * T / c->tp) * bp / 2;
+    fly  = PetscMin(c->pp - s, count);
     x           = fly * rows * T * L * per;
     if (s == c->pp - 1) x += rows * T * logits * 8;
   } else {
-    double rows = (double)w->batch / (c->dp * PetscMax(1, c->mbs));
-    x           = rows * len * (4 * h * bp + (s == c->pp - 1 ? logits * 4 : 0));
+    int size, count;
+    cost_micro(w, c->mbs, w->batch / c->dp, &size, &count);
+    x = size * len * (4 * h * bp + (s == c->pp - 1 ? logits * 4 : 0));
   }
   return x;
 }
@@ -136,7 +143,11 @@ PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *pl
     const PlanCall *pc = &plan->call[c];
     double          T  = 0;
     if (!cost_call_used(w, (MFCId)c)) continue;
-    if (c == MFC_ACTOR_TRAIN || c == MFC_CRITIC_TRAIN) T = w->prompt_len + cost_expected_max(w, (double)w->batch / PetscMax(1, w->minibatches) / (pc->dp * PetscMax(1, pc->mbs)));
+    if (c == MFC_ACTOR_TRAIN || c == MFC_CRITIC_TRAIN) {
+      int share = w->batch / PetscMax(1, w->minibatches) / pc->dp, size, count;
+      cost_micro(w, pc->mbs, share, &size, &count);
+      T = w->prompt_len + cost_expected_max(w, (double)share / count);
+    }
     for (int i = 0; i < pc->nranks; i++) {
       int    r = pc->ranks[i];
       double x;

@@ -204,6 +204,7 @@ PetscErrorCode cost_work_from_options(CostWork *w)
   PetscCall(deck_int("-gen_max_new_tokens", 32, &w->max_new));
   PetscCall(deck_int("-ppo_minibatches", 4, &w->minibatches));
   PetscCall(deck_int("-ppo_epochs", 1, &w->epochs));
+  PetscCall(deck_int("-ppo_microbatches", 1, &w->micro));
   PetscCall(deck_int("-gen_slots", 16, &w->gen_slots));
   PetscCall(PetscOptionsGetInt(NULL, NULL, "-task_len_max", &len_max, &set));
   PetscCall(PetscOptionsGetInt(NULL, NULL, "-seed", &seed, &set));
@@ -216,6 +217,7 @@ PetscErrorCode cost_work_from_options(CostWork *w)
   RfOptIntAsIntCost("-prompt_len", "Prompt tokens per sequence (default -task_len_max + 2)", w->prompt_len, &w->prompt_len);
   RfOptIntAsIntCost("-max_new", "Most response tokens (default -gen_max_new_tokens)", w->max_new, &w->max_new);
   RfOptIntAsIntCost("-minibatches", "PPO mini-batches per epoch (default -ppo_minibatches)", w->minibatches, &w->minibatches);
+  RfOptIntAsIntCost("-microbatches", "Micro-batches per mini-batch of a call whose plan gives -<call>_mbs 0 (default -ppo_microbatches)", w->micro, &w->micro);
   RfOptIntAsIntCost("-epochs", "PPO epochs per rollout (default -ppo_epochs)", w->epochs, &w->epochs);
   RfOptIntAsIntCost("-slots", "Samples a generation replica decodes together (default -gen_slots; 0: all of its rows)", w->gen_slots, &w->gen_slots);
   RfOptIntAsIntCost("-iterations", "Iterations the simulator runs (the first places the weights)", w->iterations, &w->iterations);
@@ -228,6 +230,7 @@ PetscErrorCode cost_work_from_options(CostWork *w)
   PetscCheck(w->prompt_len > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_prompt_len %d must be positive", w->prompt_len);
   PetscCheck(w->max_new > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_max_new %d must be positive", w->max_new);
   PetscCheck(w->minibatches > 0 && w->batch % w->minibatches == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_minibatches %d must be positive and divide -cost_batch %d", w->minibatches, w->batch);
+  PetscCheck(w->micro > 0 && (w->batch / w->minibatches) % w->micro == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_microbatches %d must be positive and divide a mini-batch of %d", w->micro, w->batch / w->minibatches);
   PetscCheck(w->epochs > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_epochs %d must be positive", w->epochs);
   PetscCheck(w->gen_slots >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_slots %d must be 0 or positive", w->gen_slots);
   PetscCheck(w->iterations >= 1 && w->iterations <= 100, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_iterations %d must be in 1..100", w->iterations);
