@@ -190,6 +190,14 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *
   double *free_at, end_cur[N_NODES], first_end = 0, last_end = 0, iter_start = 0;
 
   PetscFunctionBegin;
+  /* the model divides by these: a plan must have passed plan_check */
+  PetscCheck(world >= 1 && world <= PLAN_MAX_RANKS && w->batch > 0 && w->max_new > 0 && w->minibatches > 0 && w->batch % w->minibatches == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "cost_estimate: a workload of %d sequences in %d mini-batches on %d ranks cannot be costed", w->batch, w->minibatches, world);
+  for (int c = 0; c < MFC_COUNT; c++) {
+    const PlanCall *pc = &plan->call[c];
+    PetscBool       ok = pc->dp >= 1 && pc->tp >= 1 && pc->pp >= 1 && pc->nranks == pc->dp * pc->tp * pc->pp && pc->mbs >= 0 ? PETSC_TRUE : PETSC_FALSE;
+    for (int i = 0; ok && i < pc->nranks; i++) ok = pc->ranks[i] >= 0 && pc->ranks[i] < world ? PETSC_TRUE : PETSC_FALSE;
+    PetscCheck(!cost_call_used(w, (MFCId)c) || ok, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "cost_estimate: %s's mesh (%d ranks, dp %d x tp %d x pp %d) does not fit a job of %d ranks: check the plan first (plan_check)", mfc_names[c], pc->nranks, pc->dp, pc->tp, pc->pp, world);
+  }
   PetscCall(PetscMemzero(est, sizeof *est));
   PetscCall(PetscMemzero(nd, sizeof nd));
   for (int k = 0; k < N_NODES; k++) PetscCall(PetscCalloc1(world, &nd[k].on));
