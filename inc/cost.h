@@ -158,6 +158,9 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *work, const Pla
 PetscErrorCode cost_timeline_write(const char *path, const CostTimeline *tl, const char *source);
 PetscErrorCode cost_timeline_free(CostTimeline *tl);
 
+/* Every rank's peak memory over an iteration of the plan (peak[plan->world]), bytes. */
+PetscErrorCode cost_memory_ranks(const CostPrims *p, const CostWork *work, const Plan *plan, double *peak);
+
 /* Bytes the reallocation planner (src/realloc) moves between different
  * ranks from layout a to layout b of one model (the same count as
  * realloc_plan_bytes), and the largest any one rank receives. */

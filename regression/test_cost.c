@@ -355,6 +355,12 @@ static PetscErrorCode check_memory(void)
   PetscCall(cost_estimate(&hw, &w, &plan, &e));
   plan.zero1 = PETSC_TRUE;
   PetscCall(cost_estimate(&hw, &w, &plan, &z));
+  {
+    double peak[8], top = 0;
+    PetscCall(cost_memory_ranks(&hw, &w, &plan, peak));
+    for (int r = 0; r < 8; r++) top = PetscMax(top, peak[r]);
+    check_num("per-rank peaks: the largest is the estimate's", top, z.mem_max, 1e-12);
+  }
   check_num("ZeRO-1 saves 10.5 bytes per parameter of both trained models", e.mem_call[MFC_ACTOR_TRAIN] - z.mem_call[MFC_ACTOR_TRAIN], 10.5 * (cost_shape_params(&w.actor) + cost_shape_params(&w.critic)), 1e-9);
   PetscCall(PetscFree(len));
   PetscCall(cost_prims_destroy(&hw));

@@ -64,8 +64,9 @@ PetscErrorCode cost_generation(const CostPrims *p, const CostWork *w, const Plan
 PetscErrorCode cost_stream(const CostPrims *p, const CostWork *w, const Plan *plan, const double *fin, double *end, int world);
 
 /* Memory (memory.c): every rank's peak over the iteration; sets
- * est->feasible, why, mem_max and mem_call. */
-PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *plan, CostEstimate *est);
+ * est->feasible, why, mem_max and mem_call, and peak[rank] when peak is
+ * not NULL. */
+PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *plan, CostEstimate *est, double *peak);
 /* Which calls in use share ranks (ov[a][b]), and which share ranks with
  * any other call (shared[a]). */
 PetscErrorCode cost_overlaps(const CostWork *w, const Plan *plan, PetscBool ov[MFC_COUNT][MFC_COUNT], PetscBool shared[MFC_COUNT]);

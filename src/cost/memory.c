@@ -107,7 +107,7 @@ static double call_transient(const CostPrims *p, const CostWork *w, const Plan *
   return x;
 }
 
-PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *plan, CostEstimate *est)
+PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *plan, CostEstimate *est, double *peak)
 {
   int       world = plan->world, s;
   double   *resident, worst_over = 0;
@@ -124,6 +124,8 @@ PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *pl
     else if (c == MFC_REF_INF || c == MFC_REW_INF) keep[c] = !(plan->offload && shared[c]), weights_in[c] = !keep[c];
   }
   PetscCall(PetscCalloc1(world, &resident));
+  if (peak)
+    for (int r = 0; r < world; r++) peak[r] = 0;
   est->feasible = PETSC_TRUE;
   est->why[0]   = 0;
   est->mem_max  = 0;
@@ -156,6 +158,7 @@ PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *pl
       /* the call's own weights when they are not among the resident ones */
       if (weights_in[c]) x += cost_stage_params(cost_call_shape(w, (MFCId)c), pc->tp, pc->pp, s) * p->bytes_per_param;
       est->mem_call[c] = PetscMax(est->mem_call[c], x);
+      if (peak) peak[r] = PetscMax(peak[r], x);
       est->mem_max     = PetscMax(est->mem_max, x);
       if (x > p->mem_per_rank && x - p->mem_per_rank > worst_over) {
         worst_over    = x - p->mem_per_rank;
@@ -165,5 +168,14 @@ PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *pl
     }
   }
   PetscCall(PetscFree(resident));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode cost_memory_ranks(const CostPrims *p, const CostWork *w, const Plan *plan, double *peak)
+{
+  CostEstimate est;
+
+  PetscFunctionBegin;
+  PetscCall(cost_memory(p, w, plan, &est, peak));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -202,7 +202,7 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *
   PetscCall(PetscMemzero(nd, sizeof nd));
   for (int k = 0; k < N_NODES; k++) PetscCall(PetscCalloc1(world, &nd[k].on));
   PetscCall(PetscCalloc1(world, &free_at));
-  PetscCall(cost_memory(p, w, plan, est));
+  PetscCall(cost_memory(p, w, plan, est, NULL));
   if (plan->fuse == FUSE_MIGRATE && est->feasible) {
     /* the executor refuses it (docs/fusion.md); timed as stream */
     est->feasible = PETSC_FALSE;
