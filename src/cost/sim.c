@@ -62,7 +62,6 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
   PetscBool crit = !w->critic_free, acopy = !same_layout(&plan->call[MFC_ACTOR_GEN], &plan->call[MFC_ACTOR_TRAIN]);
   PetscBool ccopy = crit && !same_layout(&plan->call[MFC_CRITIC_INF], &plan->call[MFC_CRITIC_TRAIN]);
   PetscBool stream = plan->fuse != FUSE_NONE;
-  int       gen_fin = N_GEN;
 
   PetscFunctionBegin;
   for (int k = 0; k < N_NODES; k++) nd[k].name = node_names[k];
@@ -106,8 +105,10 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
     nd[N_REF].used = nd[N_REW].used = nd[N_CINF].used = PETSC_FALSE;
     nd[N_GEN].name = "generation+inference";
     est->genfuse_s = nd[N_GEN].dur;
-  } else PetscCall(cost_generation(p, w, &plan->call[MFC_ACTOR_GEN], &w->actor, &nd[N_GEN].dur, NULL));
-  est->call_s[MFC_ACTOR_GEN] = stream ? est->call_s[MFC_ACTOR_GEN] : nd[N_GEN].dur;
+  } else {
+    PetscCall(cost_generation(p, w, &plan->call[MFC_ACTOR_GEN], &w->actor, &nd[N_GEN].dur, NULL));
+    est->call_s[MFC_ACTOR_GEN] = nd[N_GEN].dur;
+  }
 
   est->offload_s = 0;
   for (int k = N_REF; k <= N_CINF; k++) {
@@ -130,7 +131,6 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
         else nd[k].dur += x, est->call_s[c] += x;
       }
     }
-    gen_fin = N_GEN;
   }
   mark(&nd[N_ATRAIN], &plan->call[MFC_ACTOR_TRAIN]);
   for (int k = N_GEN; k <= N_CINF; k++)
@@ -152,7 +152,6 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
       est->call_s[MFC_CRITIC_TRAIN] = nd[N_CTRAIN].dur;
     }
   }
-  (void)gen_fin;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
