@@ -1,0 +1,82 @@
+/* search: the execution-plan search (docs/planning.md). Simulated annealing
+ * over Plans, written against an objective that estimates a plan (in a run:
+ * cost_estimate from inc/cost.h; in tests: any function of the plan). A
+ * move changes one call's mesh, its dp x tp x pp, its micro-batches, or one
+ * setting (offload, ZeRO-1, the fusion of generation and inference,
+ * -fuse_train). Plans that plan_check refuses or the objective calls
+ * infeasible are rejected. Deterministic for a seed: every draw is keyed by
+ * (seed, iteration) and the temperature depends on the iteration alone, so
+ * a time budget only cuts the same trajectory short. */
+#ifndef RLFUSE_SEARCH_H
+#define RLFUSE_SEARCH_H
+
+#include "cost.h"
+
+/* The estimate of a plan that plan_check has accepted. */
+typedef PetscErrorCode (*SearchObjective)(void *ctx, const Plan *plan, CostEstimate *est);
+
+typedef struct {
+  int              world;          /* ranks the plans are for */
+  int              ranks_per_node; /* meshes are inside a node or whole nodes; tp stays inside a node */
+  const PlanNeeds *needs;          /* the calls in use, their models and batches */
+  int              max_mbs;        /* largest micro-batch count tried (powers of two up to it) */
+  PetscBool        settings;       /* also search offload and ZeRO-1 */
+  PetscBool        fusion;         /* also search -fuse_gen_inf (none, stream) and -fuse_train */
+} SearchSpaceSpec;
+
+typedef struct SearchSpace_ *SearchSpace;
+
+/* The candidate meshes (contiguous rank ranges: inside one node, aligned to
+ * their size, or whole nodes) and, for each call in use and mesh size, the
+ * valid (dp, tp, pp, mbs): tp dividing the heads and the vocabulary and at
+ * most a node, pp at most the layers, dp * mbs dividing the call's batch. */
+PetscErrorCode search_space_create(const SearchSpaceSpec *spec, SearchSpace *sp);
+PetscErrorCode search_space_destroy(SearchSpace *sp);
+/* The number of plans search_enumerate would visit (a double: it overflows). */
+double search_space_size(SearchSpace sp);
+
+typedef struct {
+  uint64_t  seed;
+  long      max_iter;  /* iteration cap; the temperature reaches t_end here */
+  double    time_s;    /* wall-clock budget (0: none) */
+  double    t_start;   /* initial temperature as a fraction of the start plan's time */
+  double    t_end;     /* final temperature, same unit */
+} SearchOptions;
+
+typedef struct {
+  Plan         plan;        /* the best plan found */
+  CostEstimate est;
+  long         iters, accepted, improved, refused_check, refused_infeasible;
+  double       seconds;
+  PetscBool    timed_out;   /* the time budget ended the search before the cap */
+  int          start;       /* the start plan the search began from */
+} SearchResult;
+
+/* Defaults: seed 1, 20000 iterations, no time budget, temperature from 5%
+ * to 0.01% of the start plan's time. */
+void search_options_default(SearchOptions *o);
+
+/* The plan's cost as the search sees it: the estimated seconds per
+ * iteration when feasible; otherwise 1e6 s plus the peak memory in GB, so
+ * that from an infeasible start the search walks towards plans that fit. */
+double search_cost(const CostEstimate *est);
+
+/* Checks a plan and estimates it: *ok false when plan_check refuses it
+ * (without a message: errors are returned silently). */
+PetscErrorCode search_evaluate(SearchSpace sp, SearchObjective f, void *ctx, const Plan *plan, PetscBool *ok, CostEstimate *est);
+
+/* Simulated annealing from the best of nstart start plans (presets). The
+ * best plan seen is returned; its source reads "search from <start>". */
+PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, int nstart, const SearchOptions *o, SearchResult *res);
+
+/* Every plan of the space (the meshes and strategies of the calls in use,
+ * and the settings searched), for checking the annealing on small spaces;
+ * refuses spaces over `limit` plans. base gives what is not searched. */
+PetscErrorCode search_enumerate(SearchSpace sp, SearchObjective f, void *ctx, const Plan *base, double limit, SearchResult *res);
+
+/* A heuristic plan: the start plan's meshes kept, each call's (dp, tp, pp,
+ * mbs) chosen best for its mesh one call at a time (two sweeps). The
+ * "tuned preset" the search is compared with. */
+PetscErrorCode search_tune(SearchSpace sp, SearchObjective f, void *ctx, Plan *plan, CostEstimate *est);
+
+#endif
