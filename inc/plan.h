@@ -99,6 +99,12 @@ PetscErrorCode plan_print(MPI_Comm comm, const Plan *plan, const PlanNeeds *need
  * ranks and attributes dp, tp, pp, mbs; attributes of /plan: placement,
  * world, gen_replicas, offload, zero1, bucket_mb). Collective. */
 PetscErrorCode plan_record(RunRecord *rec, const Plan *plan, const PlanNeeds *needs);
+/* Writes a new HDF5 file at path holding /plan as plan_record lays it out
+ * and, when extra is given, a group of that name with the double attributes
+ * names[0..n) (the plan search's estimates); written to a temporary that
+ * is renamed, so an existing file is replaced whole or not at all. Rank 0
+ * writes; collective. */
+PetscErrorCode plan_write_file(MPI_Comm comm, const char *path, const Plan *plan, const PlanNeeds *needs, const char *extra, const char *const *names, const double *values, int n);
 /* Reads /plan from an HDF5 file into plan (calls missing there keep their
  * values). Errors name the file. Collective. */
 PetscErrorCode plan_read_file(MPI_Comm comm, const char *path, Plan *plan);

@@ -52,14 +52,17 @@ PetscErrorCode plan_print(MPI_Comm comm, const Plan *plan, const PlanNeeds *need
 static const char *const plan_attrs[] = {"placement", "world", "gen_replicas", "offload", "zero1", "bucket_mb", "fuse_gen_inf", "fuse_migrate_at", "fuse_migrate_replicas", "fuse_tokens", "fuse_hold", "fuse_train"};
 static const char *const call_attrs[] = {"dp", "tp", "pp", "mbs"};
 
-PetscErrorCode plan_record(RunRecord *rec, const Plan *plan, const PlanNeeds *needs)
+/* /plan goes through put(): into an open run record, or into a new file. */
+typedef PetscErrorCode (*PlanPut)(void *ctx, const char *group, const IODataset *d, int n, const char *const *names, const double *values, int nattr);
+
+static PetscErrorCode plan_put(PlanPut put, void *ctx, const Plan *plan, const PlanNeeds *needs)
 {
   double    top[12] = {plan->placement, plan->world, plan->gen_replicas, plan->offload, plan->zero1, plan->bucket_mb, plan->fuse, plan->migrate_at, plan->migrate_to, plan->fuse_tokens, plan->fuse_hold, plan->fuse_train};
   IODataset conc   = {"concurrent", 2, {plan->nconc, 2}, plan->conc, PETSC_TRUE};
 
   PetscFunctionBegin;
   /* /plan first: writing it replaces the group, children included */
-  PetscCall(record_group(rec, "plan", &conc, plan->nconc ? 1 : 0, plan_attrs, top, 12));
+  PetscCall(put(ctx, "plan", &conc, plan->nconc ? 1 : 0, plan_attrs, top, 12));
   for (int c = 0; c < MFC_COUNT; c++) {
     const PlanCall *call  = &plan->call[c];
     double          v[4]  = {call->dp, call->tp, call->pp, call->mbs};
@@ -68,8 +71,76 @@ PetscErrorCode plan_record(RunRecord *rec, const Plan *plan, const PlanNeeds *ne
 
     if (!plan_in_use(needs, c)) continue;
     PetscCall(PetscSNPrintf(group, sizeof group, "plan/%s", mfc_names[c]));
-    PetscCall(record_group(rec, group, &ranks, 1, call_attrs, v, 4));
+    PetscCall(put(ctx, group, &ranks, 1, call_attrs, v, 4));
   }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode plan_put_record(void *ctx, const char *group, const IODataset *d, int n, const char *const *names, const double *values, int nattr)
+{
+  return record_group((RunRecord *)ctx, group, d, n, names, values, nattr);
+}
+
+PetscErrorCode plan_record(RunRecord *rec, const Plan *plan, const PlanNeeds *needs)
+{
+  PetscFunctionBegin;
+  PetscCall(plan_put(plan_put_record, rec, plan, needs));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- plan file written by -mode plan -------------------------------------------- */
+typedef struct {
+  const Plan       *plan;
+  const PlanNeeds  *needs;
+  const char       *extra;
+  const char *const *names;
+  const double     *values;
+  int               n;
+} PlanWriteCtx;
+
+static PetscErrorCode plan_put_file(void *ctx, const char *group, const IODataset *d, int n, const char *const *names, const double *values, int nattr)
+{
+  hid_t file = *(hid_t *)ctx, g = H5Gcreate2(file, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+
+  PetscFunctionBegin;
+  H5Call(g, "plan file: cannot create group /%s", group);
+  PetscCall(io_group_fill(g, d, n, names, values, nattr));
+  PetscCall(h5u_close(&g));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode plan_write_fill(hid_t file, void *vctx)
+{
+  PlanWriteCtx *ctx = (PlanWriteCtx *)vctx;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_write_version(file));
+  PetscCall(plan_put(plan_put_file, &file, ctx->plan, ctx->needs));
+  if (ctx->extra) PetscCall(plan_put_file(&file, ctx->extra, NULL, 0, ctx->names, ctx->values, ctx->n));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  const char   *path;
+  PlanWriteCtx *w;
+} PlanWriteTask;
+
+static PetscErrorCode plan_write_task(void *vctx)
+{
+  PlanWriteTask *t = (PlanWriteTask *)vctx;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_write_atomic("plan file", t->path, plan_write_fill, t->w));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode plan_write_file(MPI_Comm comm, const char *path, const Plan *plan, const PlanNeeds *needs, const char *extra, const char *const *names, const double *values, int n)
+{
+  PlanWriteCtx  w = {plan, needs, extra, names, values, n};
+  PlanWriteTask t = {path, &w};
+
+  PetscFunctionBegin;
+  PetscCall(h5u_rank0(comm, plan_write_task, &t));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
