@@ -11,6 +11,7 @@
 #define RLFUSE_SEARCH_H
 
 #include "cost.h"
+#include "sys.h"
 
 /* The estimate of a plan that plan_check has accepted. */
 typedef PetscErrorCode (*SearchObjective)(void *ctx, const Plan *plan, CostEstimate *est);
@@ -78,5 +79,34 @@ PetscErrorCode search_enumerate(SearchSpace sp, SearchObjective f, void *ctx, co
  * mbs) chosen best for its mesh one call at a time (two sweeps). The
  * "tuned preset" the search is compared with. */
 PetscErrorCode search_tune(SearchSpace sp, SearchObjective f, void *ctx, Plan *plan, CostEstimate *est);
+
+/* ---- the search as a job (src/search/driver.c) ---------------------------- */
+typedef struct {
+  double best_preset; /* best feasible preset as given, seconds per iteration (inf: none) */
+  double best_tuned;  /* best tuned preset */
+  double searched;    /* the search's plan */
+  double seconds;     /* the search's wall time */
+} SearchSummary;
+
+/* The plan's calls for a workload (PPO, or GRPO without the critic calls):
+ * models from the work's shapes into cfg, batches from its batch and
+ * mini-batches. */
+void search_needs_from_work(const CostWork *w, GPTConfig cfg[4], PlanNeeds *needs);
+/* -plan_time, -plan_iterations, -plan_max_mbs, -plan_search_fusion,
+ * -plan_search_settings; the seed is -seed. */
+PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *spec, const RunCtx *run);
+/* -cost_hardware DECK or -cost_profile FILE (exactly one). */
+PetscErrorCode search_prims_from_options(CostPrims *p);
+/* The presets (as given and tuned) and the annealing from the tuned ones,
+ * for spec->world ranks; with print, the table of their estimates. Runs
+ * on rank 0 of comm; every rank gets the best plan (its estimate in est_*)
+ * and the summary. */
+PetscErrorCode search_plan(MPI_Comm comm, const CostPrims *p, const CostWork *w, const PlanNeeds *needs, const SearchSpaceSpec *spec, const SearchOptions *o, PetscBool print, Plan *best, SearchSummary *sum);
+/* -mode plan: -plan_ranks N, -plan_output FILE, -plan_timeline FILE and the
+ * workload's -cost_ options; help: only register the options. */
+PetscErrorCode search_mode_run(const RunCtx *run, PetscBool help);
+/* -placement auto: the search for this run's models (cfg: actor, critic,
+ * reference, reward) replaces *plan. */
+PetscErrorCode search_auto(const RunCtx *run, const GPTConfig cfg[4], const PlanNeeds *needs, Plan *plan);
 
 #endif
