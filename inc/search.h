@@ -63,8 +63,11 @@ void search_options_default(SearchOptions *o);
 double search_cost(const CostEstimate *est);
 
 /* Checks a plan and estimates it: *ok false when plan_check refuses it
- * (without a message: errors are returned silently). */
+ * (without a message: errors are returned silently). Remembered: a plan
+ * seen before is answered from the space's cache (src/search/cache.c). */
 PetscErrorCode search_evaluate(SearchSpace sp, SearchObjective f, void *ctx, const Plan *plan, PetscBool *ok, CostEstimate *est);
+/* Cache hits and misses (estimates made) so far. */
+void search_cache_stats(SearchSpace sp, long *hits, long *misses);
 
 /* Simulated annealing from the best of nstart start plans (presets). The
  * best plan seen is returned; its source reads "search from <start>". */
@@ -77,7 +80,8 @@ PetscErrorCode search_enumerate(SearchSpace sp, SearchObjective f, void *ctx, co
 
 /* A heuristic plan: the start plan's meshes kept, each call's (dp, tp, pp,
  * mbs) chosen best for its mesh one call at a time (two sweeps). The
- * "tuned preset" the search is compared with. */
+ * "tuned preset" the search is compared with. When no variant passes
+ * plan_check, est is infeasible with infinite memory. */
 PetscErrorCode search_tune(SearchSpace sp, SearchObjective f, void *ctx, Plan *plan, CostEstimate *est);
 
 /* ---- the search as a job (src/search/driver.c) ---------------------------- */

@@ -30,20 +30,6 @@ double search_cost(const CostEstimate *est)
   return est->feasible ? est->iter_s : 1e6 + est->mem_max / 1e9;
 }
 
-PetscErrorCode search_evaluate(SearchSpace sp, SearchObjective f, void *ctx, const Plan *plan, PetscBool *ok, CostEstimate *est)
-{
-  PetscErrorCode ierr;
-
-  PetscFunctionBegin;
-  PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
-  ierr = plan_check(plan, &sp->needs);
-  PetscCall(PetscPopErrorHandler());
-  *ok = ierr ? PETSC_FALSE : PETSC_TRUE;
-  PetscCall(PetscMemzero(est, sizeof *est));
-  if (*ok) PetscCall(f(ctx, plan, est));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 /* -fuse_train switched on: actor_train becomes a pure pipeline over its
  * mesh (what fusion needs); switched off: critic_train takes actor_train's
  * mesh and strategy. Without this the flip alone would almost always be
@@ -130,8 +116,9 @@ static PetscErrorCode search_pick_start(SearchSpace sp, SearchObjective f, void 
  * interact through memory (ZeRO-1 may be what lets offloading stop) and
  * through the layouts they need (-fuse_train a pipeline), so a single flip
  * at a low temperature is often refused where the pair with retuned
- * strategies is better. */
-static PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, Plan *plan, CostEstimate *est)
+ * strategies is better. Pairs are tried on small jobs only (up to 8 ranks):
+ * each costs a tuning, hundreds of estimates on a large job. */
+static PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, Plan *plan, CostEstimate *est)
 {
   Plan        *cand;
   CostEstimate e;
@@ -143,7 +130,7 @@ static PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx
   while (better) {
     better = PETSC_FALSE;
     for (int i = 0; i < sp->nset && !better; i++)
-      for (int j = i; j < sp->nset && !better; j++) {
+      for (int j = i; j < (pairs ? sp->nset : i + 1) && !better; j++) {
         *cand = *plan;
         search_flip(cand, sp->set[i]);
         if (sp->set[i] == SEARCH_SET_FUSE_TRAIN) search_fuse_train_layout(sp, cand);
@@ -209,7 +196,8 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
       res->est  = est;
     }
   }
-  PetscCall(search_polish(sp, f, ctx, &res->plan, &res->est));
+  /* pairs of flips only where the space is small: each costs a tuning */
+  PetscCall(search_polish(sp, f, ctx, sp->spec.world <= 8 ? PETSC_TRUE : PETSC_FALSE, &res->plan, &res->est));
   PetscCall(PetscSNPrintf(res->plan.source, sizeof res->plan.source, "search from %s", start[res->start].source));
   res->seconds = sys_wtime() - t0;
   PetscCall(PetscFree(cur));

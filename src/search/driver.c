@@ -17,14 +17,20 @@
 typedef struct {
   const CostPrims *prims;
   const CostWork  *work;
+  long             n;       /* estimates made */
+  double           seconds; /* time in them */
 } SearchCostCtx;
 
 static PetscErrorCode search_cost_objective(void *vctx, const Plan *plan, CostEstimate *est)
 {
   SearchCostCtx *ctx = (SearchCostCtx *)vctx;
 
+  double         t0  = sys_wtime();
+
   PetscFunctionBegin;
   PetscCall(cost_estimate(ctx->prims, ctx->work, plan, est));
+  ctx->n++;
+  ctx->seconds += sys_wtime() - t0;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -175,7 +181,11 @@ static PetscErrorCode search_plan_rank0(MPI_Comm self, SearchSpace sp, SearchCos
   sum->searched = res.est.feasible ? res.est.iter_s : INFINITY;
   sum->seconds  = res.seconds;
   if (print) {
+    long hits, misses;
+
+    search_cache_stats(sp, &hits, &misses);
     PetscCall(PetscPrintf(self, "search: %ld iterations in %.1f s%s (%ld accepted, %ld improvements, %ld refused by the plan checks, %ld infeasible), from %s\n", res.iters, res.seconds, res.timed_out ? ", stopped by -plan_time" : "", res.accepted, res.improved, res.refused_check, res.refused_infeasible, start[res.start].source));
+    PetscCall(PetscPrintf(self, "  %ld estimates of %.2f ms each, %ld answered from the cache\n", ctx->n, ctx->n ? 1e3 * ctx->seconds / (double)ctx->n : 0.0, hits));
   }
   PetscCall(PetscFree(start));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -206,7 +216,7 @@ static PetscErrorCode search_task(void *vctx)
 
 PetscErrorCode search_plan(MPI_Comm comm, const CostPrims *p, const CostWork *w, const PlanNeeds *needs, const SearchSpaceSpec *spec, const SearchOptions *o, PetscBool print, Plan *best, SearchSummary *sum)
 {
-  SearchTask t = {comm, {p, w}, o, *spec, print, best, sum};
+  SearchTask t = {comm, {p, w, 0, 0}, o, *spec, print, best, sum};
 
   PetscFunctionBegin;
   t.spec.needs          = needs;

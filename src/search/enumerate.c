@@ -114,6 +114,11 @@ PetscErrorCode search_tune(SearchSpace sp, SearchObjective f, void *ctx, Plan *p
         if (ok && search_cost(&e) < best) best = search_cost(&e), *plan = *cand, *est = e;
       }
     }
+  if (!isfinite(best)) { /* no plan passed the checks: infinitely bad */
+    est->feasible = PETSC_FALSE;
+    est->mem_max  = INFINITY;
+    PetscCall(PetscSNPrintf(est->why, sizeof est->why, "refused by the plan checks, whatever the strategies"));
+  }
   PetscCall(PetscFree(cand));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -17,6 +17,8 @@ typedef struct {
 /* A setting the search may flip: offload, zero1, fuse_gen_inf, fuse_train. */
 typedef enum { SEARCH_SET_OFFLOAD, SEARCH_SET_ZERO1, SEARCH_SET_FUSE, SEARCH_SET_FUSE_TRAIN } SearchSetting;
 
+typedef struct SearchCache_ *SearchCache; /* cache.c */
+
 struct SearchSpace_ {
   SearchSpaceSpec spec;
   PlanNeeds       needs;
@@ -28,7 +30,10 @@ struct SearchSpace_ {
   SearchStrat   **strat[MFC_COUNT];         /* [world+1] */
   int             nset;
   SearchSetting   set[4];
+  SearchCache     cache;                    /* estimates of the plans seen (search_evaluate) */
 };
+
+PetscErrorCode search_cache_destroy(SearchCache *c);
 
 /* Puts call c on mesh m with strategy s. */
 void search_put(Plan *plan, MFCId c, const SearchMesh *m, const SearchStrat *s);

@@ -108,6 +108,7 @@ PetscErrorCode search_space_destroy(SearchSpace *psp)
     PetscCall(PetscFree(sp->nstrat[c]));
   }
   PetscCall(PetscFree(sp->mesh));
+  PetscCall(search_cache_destroy(&sp->cache));
   PetscCall(PetscFree(sp));
   *psp = NULL;
   PetscFunctionReturn(PETSC_SUCCESS);
