@@ -98,7 +98,7 @@ typedef struct {
 void search_needs_from_work(const CostWork *w, GPTConfig cfg[4], PlanNeeds *needs);
 /* -plan_time, -plan_iterations, -plan_max_mbs, -plan_search_fusion,
  * -plan_search_settings; the seed is -seed. */
-PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *spec, const RunCtx *run);
+PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *spec, uint64_t seed);
 /* -cost_hardware DECK or -cost_profile FILE (exactly one). */
 PetscErrorCode search_prims_from_options(CostPrims *p);
 /* The presets (as given and tuned) and the annealing from the tuned ones,
@@ -109,6 +109,10 @@ PetscErrorCode search_plan(MPI_Comm comm, const CostPrims *p, const CostWork *w,
 /* -mode plan: -plan_ranks N, -plan_output FILE, -plan_timeline FILE and the
  * workload's -cost_ options; help: only register the options. */
 PetscErrorCode search_mode_run(const RunCtx *run, PetscBool help);
+/* -placement auto: reads the options search_auto will use, so that they
+ * count as used when the mode's options are checked (before any model is
+ * read). */
+PetscErrorCode search_auto_options(void);
 /* -placement auto: the search for this run's models (cfg: actor, critic,
  * reference, reward) replaces *plan. */
 PetscErrorCode search_auto(const RunCtx *run, const GPTConfig cfg[4], const PlanNeeds *needs, Plan *plan);

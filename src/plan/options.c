@@ -30,6 +30,18 @@ static PetscErrorCode plan_base_file(int world, const char *path, Plan *plan)
   PetscCall(plan_preset(world, file.placement, file.world == world ? file.gen_replicas : 0, plan));
   for (int c = 0; c < MFC_COUNT; c++)
     if (file.call[c].nranks) plan->call[c] = file.call[c];
+  { /* the preset's concurrent pairs only between calls the file lacks: the
+     * file's own calls run concurrently as the file says (a searched plan
+     * may put ref_inf and rew_inf on the same ranks) */
+    int n = 0;
+    for (int k = 0; k < plan->nconc; k++)
+      if (!file.call[plan->conc[k][0]].nranks && !file.call[plan->conc[k][1]].nranks) {
+        plan->conc[n][0] = plan->conc[k][0];
+        plan->conc[n][1] = plan->conc[k][1];
+        n++;
+      }
+    plan->nconc = n;
+  }
   for (int k = 0; k < file.nconc; k++) PetscCall(plan_concurrent_add(plan, (MFCId)file.conc[k][0], (MFCId)file.conc[k][1]));
   plan->offload   = file.offload;
   plan->zero1     = file.zero1;

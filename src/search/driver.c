@@ -61,7 +61,7 @@ void search_needs_from_work(const CostWork *w, GPTConfig cfg[4], PlanNeeds *need
   needs->batch[MFC_ACTOR_TRAIN] = needs->batch[MFC_CRITIC_TRAIN] = mini;
 }
 
-PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *spec, const RunCtx *run)
+PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *spec, uint64_t seed)
 {
   PetscInt  iters = 20000, mbs = 8;
   PetscReal time_s = 60;
@@ -79,7 +79,7 @@ PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *s
   PetscCheck(time_s >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_time %g must be >= 0 (0: no budget)", (double)time_s);
   PetscCheck(iters >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_iterations %d must be >= 0", (int)iters);
   PetscCheck(mbs >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_max_mbs %d must be at least 1", (int)mbs);
-  o->seed          = (uint64_t)run->seed;
+  o->seed          = seed;
   o->max_iter      = iters;
   o->time_s        = time_s;
   spec->max_mbs    = (int)mbs;
@@ -88,19 +88,43 @@ PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *s
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode search_prims_from_options(CostPrims *p)
+/* -cost_hardware and -cost_profile: exactly one. */
+static PetscErrorCode search_prims_paths(char *hw, char *prof, size_t len)
 {
-  char hw[PETSC_MAX_PATH_LEN] = "", prof[PETSC_MAX_PATH_LEN] = "";
-
   PetscFunctionBegin;
+  hw[0] = prof[0] = '\0';
   PetscOptionsBegin(PETSC_COMM_WORLD, "cost_", "Plan search primitives", NULL);
-  RfOptString("-hardware", "Hardware description deck for the analytic primitives (e.g. input/hardware/h100_sxm.deck)", hw, sizeof hw);
-  RfOptString("-profile", "Profile from -mode profile for the measured primitives", prof, sizeof prof);
+  RfOptString("-hardware", "Hardware description deck for the analytic primitives (e.g. input/hardware/h100_sxm.deck)", hw, len);
+  RfOptString("-profile", "Profile from -mode profile for the measured primitives", prof, len);
   PetscOptionsEnd();
   PetscCheck(!hw[0] != !prof[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "the plan search needs exactly one of -cost_hardware FILE.deck (analytic) and -cost_profile FILE.h5 (measured)%s", hw[0] ? ", not both" : "");
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode search_prims_from_options(CostPrims *p)
+{
+  char hw[PETSC_MAX_PATH_LEN], prof[PETSC_MAX_PATH_LEN];
+
+  PetscFunctionBegin;
+  PetscCall(search_prims_paths(hw, prof, sizeof hw));
   PetscCall(PetscMemzero(p, sizeof *p));
   if (hw[0]) PetscCall(cost_prims_hardware(hw, p));
   else PetscCheck(PETSC_FALSE, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-cost_profile %s: measured primitives are not in this build yet (use -cost_hardware)", prof);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode search_auto_options(void)
+{
+  SearchOptions   o;
+  SearchSpaceSpec spec;
+  CostWork        w;
+  char            hw[PETSC_MAX_PATH_LEN], prof[PETSC_MAX_PATH_LEN];
+
+  PetscFunctionBegin;
+  PetscCall(search_settings_from_options(&o, &spec, 0));
+  PetscCall(search_prims_paths(hw, prof, sizeof hw));
+  PetscCall(cost_work_from_options(&w));
+  PetscCall(cost_work_free(&w));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -115,10 +139,10 @@ static PetscErrorCode search_row(MPI_Comm comm, const char *label, const PlanNee
   if (!ok) snprintf(line + n, sizeof line - (size_t)n, " refused by the plan checks");
   else if (!e->feasible) snprintf(line + n, sizeof line - (size_t)n, " infeasible: %s", e->why);
   else {
-    n += snprintf(line + n, sizeof line - (size_t)n, " %9.3f", e->iter_s);
+    n += snprintf(line + n, sizeof line - (size_t)n, " %9.4g", e->iter_s);
     for (int c = 0; c < MFC_COUNT; c++)
-      if (needs->cfg[c]) n += snprintf(line + n, sizeof line - (size_t)n, " %12.3f", e->call_s[c]);
-    snprintf(line + n, sizeof line - (size_t)n, " %9.3f %9s", e->realloc_s, sys_bytes_str(e->mem_max, mem, sizeof mem));
+      if (needs->cfg[c]) n += snprintf(line + n, sizeof line - (size_t)n, " %12.4g", e->call_s[c]);
+    snprintf(line + n, sizeof line - (size_t)n, " %9.4g %9s", e->realloc_s, sys_bytes_str(e->mem_max, mem, sizeof mem));
   }
   PetscCall(PetscPrintf(comm, "%s\n", line));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -248,7 +272,7 @@ PetscErrorCode search_mode_run(const RunCtx *run, PetscBool help)
   RfOptString("-timeline", "-mode plan: write the best plan's simulated /timeline here (tools/plot_timeline.py draws it)", tlpath, sizeof tlpath);
   PetscOptionsEnd();
   PetscCall(PetscMemzero(&spec, sizeof spec));
-  PetscCall(search_settings_from_options(&o, &spec, run));
+  PetscCall(search_settings_from_options(&o, &spec, (uint64_t)run->seed));
   if (help) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCheck(ranks >= 1 && ranks <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-mode plan needs -plan_ranks N with 1 <= N <= %d (got %d)", PLAN_MAX_RANKS, (int)ranks);
   if (out[0]) PetscCall(h5u_output_check("plan file", out));
@@ -259,7 +283,7 @@ PetscErrorCode search_mode_run(const RunCtx *run, PetscBool help)
   PetscCall(PetscMalloc1(1, &best));
   PetscCall(search_plan(run->comm, &prims, &work, &needs, &spec, &o, PETSC_TRUE, best, &sum));
   PetscCall(plan_print(run->comm, best, &needs));
-  PetscCall(PetscPrintf(run->comm, "estimated %.3f s per iteration, %.3f s of it reallocation, %s peak memory per rank", best->est_iter_s, best->est_realloc_s, sys_bytes_str(best->est_mem, mem, sizeof mem)));
+  PetscCall(PetscPrintf(run->comm, "estimated %.4g s per iteration, %.4g s of it reallocation, %s peak memory per rank", best->est_iter_s, best->est_realloc_s, sys_bytes_str(best->est_mem, mem, sizeof mem)));
   if (isfinite(sum.best_tuned)) PetscCall(PetscPrintf(run->comm, "; %.2fx the best tuned preset", sum.best_tuned / best->est_iter_s));
   if (isfinite(sum.best_preset)) PetscCall(PetscPrintf(run->comm, ", %.2fx the best preset as given", sum.best_preset / best->est_iter_s));
   PetscCall(PetscPrintf(run->comm, "\n"));
@@ -293,7 +317,7 @@ PetscErrorCode search_auto(const RunCtx *run, const GPTConfig cfg[4], const Plan
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(&spec, sizeof spec));
-  PetscCall(search_settings_from_options(&o, &spec, run));
+  PetscCall(search_settings_from_options(&o, &spec, (uint64_t)run->seed));
   PetscCall(search_prims_from_options(&prims));
   PetscCall(cost_work_from_options(&work));
   /* the models this run has read, not the deck's -policy_ options */
