@@ -37,7 +37,7 @@ for s in "${settings[@]}"; do
   echo "$name" | grep -q -- "$ONLY" || continue
   for fz in 0 1; do
     "$BIN/rlfuse" -mode plan -plan_ranks "$gpus" -cost_hardware $hw -cost_actor_shape "$actor" -cost_critic_shape "$critic" \
-      -cost_batch 512 -cost_prompt_len "$prompt" -cost_max_new "$maxnew" -cost_lengths "$lengths" -cost_minibatches 4 -cost_iterations 2 \
+      -cost_batch 512 -cost_prompt_len "$prompt" -cost_max_new "$maxnew" -cost_lengths "$lengths" -cost_minibatches 4 -cost_iterations 2 -cost_slots 0 \
       -plan_time "$PLAN_TIME" -plan_search_fusion $fz -seed 1 -plan_output "$out/$name.fuse$fz.h5" >"$out/$name.fuse$fz.log" 2>&1 ||
       { echo "$name: -mode plan failed, see $out/$name.fuse$fz.log" >&2; exit 1; }
   done

@@ -88,8 +88,8 @@ PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *s
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* -cost_hardware and -cost_profile: exactly one. */
-static PetscErrorCode search_prims_paths(char *hw, char *prof, size_t len)
+/* -cost_hardware and -cost_profile: exactly one when need. */
+static PetscErrorCode search_prims_paths(char *hw, char *prof, size_t len, PetscBool need)
 {
   PetscFunctionBegin;
   hw[0] = prof[0] = '\0';
@@ -97,7 +97,7 @@ static PetscErrorCode search_prims_paths(char *hw, char *prof, size_t len)
   RfOptString("-hardware", "Hardware description deck for the analytic primitives (e.g. input/hardware/h100_sxm.deck)", hw, len);
   RfOptString("-profile", "Profile from -mode profile for the measured primitives", prof, len);
   PetscOptionsEnd();
-  PetscCheck(!hw[0] != !prof[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "the plan search needs exactly one of -cost_hardware FILE.deck (analytic) and -cost_profile FILE.h5 (measured)%s", hw[0] ? ", not both" : "");
+  PetscCheck(!need || !hw[0] != !prof[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "the plan search needs exactly one of -cost_hardware FILE.deck (analytic) and -cost_profile FILE.h5 (measured)%s", hw[0] ? ", not both" : "");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -106,7 +106,7 @@ PetscErrorCode search_prims_from_options(CostPrims *p)
   char hw[PETSC_MAX_PATH_LEN], prof[PETSC_MAX_PATH_LEN];
 
   PetscFunctionBegin;
-  PetscCall(search_prims_paths(hw, prof, sizeof hw));
+  PetscCall(search_prims_paths(hw, prof, sizeof hw, PETSC_TRUE));
   PetscCall(PetscMemzero(p, sizeof *p));
   if (hw[0]) PetscCall(cost_prims_hardware(hw, p));
   else PetscCheck(PETSC_FALSE, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-cost_profile %s: measured primitives are not in this build yet (use -cost_hardware)", prof);
@@ -122,7 +122,7 @@ PetscErrorCode search_auto_options(void)
 
   PetscFunctionBegin;
   PetscCall(search_settings_from_options(&o, &spec, 0));
-  PetscCall(search_prims_paths(hw, prof, sizeof hw));
+  PetscCall(search_prims_paths(hw, prof, sizeof hw, PETSC_TRUE));
   PetscCall(cost_work_from_options(&w));
   PetscCall(cost_work_free(&w));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -273,7 +273,12 @@ PetscErrorCode search_mode_run(const RunCtx *run, PetscBool help)
   PetscOptionsEnd();
   PetscCall(PetscMemzero(&spec, sizeof spec));
   PetscCall(search_settings_from_options(&o, &spec, (uint64_t)run->seed));
-  if (help) PetscFunctionReturn(PETSC_SUCCESS);
+  if (help) { /* the primitives' and the workload's options too */
+    PetscCall(search_prims_paths(out, tlpath, sizeof out, PETSC_FALSE));
+    PetscCall(cost_work_from_options(&work));
+    PetscCall(cost_work_free(&work));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
   PetscCheck(ranks >= 1 && ranks <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-mode plan needs -plan_ranks N with 1 <= N <= %d (got %d)", PLAN_MAX_RANKS, (int)ranks);
   if (out[0]) PetscCall(h5u_output_check("plan file", out));
   PetscCall(search_prims_from_options(&prims));
