@@ -64,7 +64,7 @@ void search_needs_from_work(const CostWork *w, GPTConfig cfg[4], PlanNeeds *need
 PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *spec, uint64_t seed)
 {
   PetscInt  iters = 20000, mbs = 8;
-  PetscReal time_s = 60;
+  PetscReal time_s = 60, temp = 0.3;
   PetscBool fusion = PETSC_TRUE, settings = PETSC_TRUE;
 
   PetscFunctionBegin;
@@ -72,16 +72,19 @@ PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *s
   PetscOptionsBegin(PETSC_COMM_WORLD, "plan_", "Plan search (-mode plan, -placement auto)", NULL);
   RfOptReal("-time", "Wall-clock budget of the plan search, seconds (it also stops at -plan_iterations)", time_s, &time_s);
   RfOptInt("-iterations", "Annealing iterations; the temperature cools over them (a search stopped by -plan_time earlier is the same search cut short)", iters, &iters);
+  RfOptReal("-temperature", "Initial annealing temperature as a fraction of the start plan's time per iteration (it cools to 1e-4 of that)", temp, &temp);
   RfOptInt("-max_mbs", "Largest micro-batch count the search tries per call (powers of two)", mbs, &mbs);
   RfOptBool("-search_fusion", "Also search the fusion settings (-fuse_gen_inf none or stream, -fuse_train)", fusion, &fusion);
   RfOptBool("-search_settings", "Also search -plan_offload and -plan_zero1", settings, &settings);
   PetscOptionsEnd();
   PetscCheck(time_s >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_time %g must be >= 0 (0: no budget)", (double)time_s);
   PetscCheck(iters >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_iterations %d must be >= 0", (int)iters);
+  PetscCheck(temp > 1e-4, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_temperature %g must be above the final 1e-4", (double)temp);
   PetscCheck(mbs >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_max_mbs %d must be at least 1", (int)mbs);
   o->seed          = seed;
   o->max_iter      = iters;
   o->time_s        = time_s;
+  o->t_start       = temp;
   spec->max_mbs    = (int)mbs;
   spec->fusion     = fusion;
   spec->settings   = settings;
