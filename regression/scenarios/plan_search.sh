@@ -58,15 +58,18 @@ one_line() { # WHAT PATTERN NRANKS ARGS...: exits non-zero with one "rlfuse: err
   if [ "$(grep -c . $d/err.txt)" -eq 1 ] && grep -q "^rlfuse: error: .*$pat" $d/err.txt; then ok "$what ($(cut -c1-100 $d/err.txt))"
   else not_ok "$what: $(head -3 $d/err.txt)"; fi
 }
-rlfuse ${S/-plan_ranks 2/-plan_ranks 4} -plan_output $d/p4.h5 >/dev/null 2>&1
-one_line "a plan file for 4 ranks is refused on 2" "outside the job's 2 ranks" 2 $P -plan_file $d/p4.h5 -output_dir $d/bad4
-"$PYTHON" - $d/p.h5 $d/tp3.h5 <<'PY'
+"$PYTHON" - $d/p.h5 $d/p4.h5 $d/tp3.h5 <<'PY'
 import sys, shutil, h5py
-shutil.copy(sys.argv[1], sys.argv[2])
-with h5py.File(sys.argv[2], "r+") as f:  # actor_gen as tp 3 on 3 ranks: 3 does not divide the 4 heads
-    g = f["plan/actor_gen"]; del g["ranks"]; g["ranks"] = [0, 1, 2]
-    g.attrs["tp"], g.attrs["dp"] = 3.0, 1.0
+def edit(dst, world, ranks, tp, dp):  # the searched plan with actor_gen moved
+    shutil.copy(sys.argv[1], dst)
+    with h5py.File(dst, "r+") as f:
+        f["plan"].attrs["world"] = float(world)
+        g = f["plan/actor_gen"]; del g["ranks"]; g["ranks"] = ranks
+        g.attrs["tp"], g.attrs["dp"], g.attrs["pp"] = float(tp), float(dp), 1.0
+edit(sys.argv[2], 4, [0, 1, 2, 3], 1, 4)  # a plan for 4 ranks
+edit(sys.argv[3], 3, [0, 1, 2], 3, 1)     # tp 3 does not divide the 4 heads
 PY
+one_line "a plan file for 4 ranks is refused on 2" "actor_gen_ranks 0-3: rank 3 is outside the job's 2 ranks" 2 $P -plan_file $d/p4.h5 -output_dir $d/bad4
 one_line "a plan file whose tp does not divide the model's heads is refused" "actor_gen_tp 3 does not divide the model's n_head 4" 3 $P -plan_file $d/tp3.h5 -output_dir $d/badtp
 expect_error "-mode plan without -plan_ranks" "-plan_ranks" -mode plan $Q -cost_hardware input/hardware/h100_sxm.deck
 expect_error "-mode plan without primitives" "-cost_hardware" -mode plan $Q -plan_ranks 2
