@@ -46,7 +46,7 @@ for s in "${settings[@]}"; do
   bp=$(best "$(row $l0 colocate)" "$(row $l0 interleave)" "$(row $l0 disaggregate)")
   bt=$(best "$(row $l0 'colocate, tuned')" "$(row $l0 'interleave, tuned')" "$(row $l0 'disaggregate, tuned')")
   s0=$(row $l0 searched) s1=$(row $l1 searched)
-  t0=$(sed -n 's/^search: .* in \([0-9.]*\) s.*/\1/p' $l0) t1=$(sed -n 's/^search: .* in \([0-9.]*\) s.*/\1/p' $l1)
+  t0=$(sed -n 's/^search: .*, \([0-9.]*\) s in all.*/\1/p' $l0) t1=$(sed -n 's/^search: .*, \([0-9.]*\) s in all.*/\1/p' $l1)
   ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "inf." || b == "inf.") print "-"; else printf "%.2fx", a / b }'; }
   sbest=$(best "$s0" "$s1")
   echo "| $name | $gpus | ${bp:-inf.} | ${co:-inf.} | ${bt:-inf.} | $s0 | $s1 | $(ratio "$co" "$sbest") | $(ratio "$bt" "$sbest") | $(ratio "$s0" "$s1") | $t0 / $t1 |"

@@ -15,6 +15,9 @@
 #include <string.h>
 
 #define SEARCH_STREAM 0x5EA2C4u /* the annealing's draws: (seed, SEARCH_STREAM, iteration, ...) */
+/* Of a time budget, the annealing takes this share; the polish may use the
+ * rest (it stops between tunings once the budget is spent). */
+#define SEARCH_ANNEAL_SHARE 0.75
 
 void search_options_default(SearchOptions *o)
 {
@@ -118,7 +121,7 @@ static PetscErrorCode search_pick_start(SearchSpace sp, SearchObjective f, void 
  * at a low temperature is often refused where the pair with retuned
  * strategies is better. Pairs are tried on small jobs only (up to 8 ranks):
  * each costs a tuning, hundreds of estimates on a large job. */
-static PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, Plan *plan, CostEstimate *est)
+static PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan, CostEstimate *est)
 {
   Plan        *cand;
   CostEstimate e;
@@ -127,10 +130,10 @@ static PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(1, &cand));
   PetscCall(search_tune(sp, f, ctx, plan, est));
-  while (better) {
+  while (better && sys_wtime() < deadline) {
     better = PETSC_FALSE;
     for (int i = 0; i < sp->nset && !better; i++)
-      for (int j = i; j < (pairs ? sp->nset : i + 1) && !better; j++) {
+      for (int j = i; j < (pairs ? sp->nset : i + 1) && !better && sys_wtime() < deadline; j++) {
         *cand = *plan;
         search_flip(cand, sp->set[i]);
         if (sp->set[i] == SEARCH_SET_FUSE_TRAIN) search_fuse_train_layout(sp, cand);
@@ -167,7 +170,7 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
     PetscBool ok;
     double    cost, d;
 
-    if (o->time_s > 0 && !(it % 16) && sys_wtime() - t0 > o->time_s) {
+    if (o->time_s > 0 && !(it % 16) && sys_wtime() - t0 > SEARCH_ANNEAL_SHARE * o->time_s) {
       res->timed_out = PETSC_TRUE;
       break;
     }
@@ -197,7 +200,7 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
     }
   }
   /* pairs of flips only where the space is small: each costs a tuning */
-  PetscCall(search_polish(sp, f, ctx, sp->spec.world <= 8 ? PETSC_TRUE : PETSC_FALSE, &res->plan, &res->est));
+  PetscCall(search_polish(sp, f, ctx, sp->spec.world <= 8 ? PETSC_TRUE : PETSC_FALSE, o->time_s > 0 ? t0 + o->time_s : INFINITY, &res->plan, &res->est));
   PetscCall(PetscSNPrintf(res->plan.source, sizeof res->plan.source, "search from %s", start[res->start].source));
   res->seconds = sys_wtime() - t0;
   PetscCall(PetscFree(cur));
