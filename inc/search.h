@@ -4,9 +4,10 @@
  * move changes one call's mesh, its dp x tp x pp, its micro-batches, or one
  * setting (offload, ZeRO-1, the fusion of generation and inference,
  * -fuse_train). Plans that plan_check refuses or the objective calls
- * infeasible are rejected. Deterministic for a seed: every draw is keyed by
- * (seed, iteration) and the temperature depends on the iteration alone, so
- * a time budget only cuts the same trajectory short. */
+ * infeasible are rejected. Deterministic for a seed when the iteration cap
+ * ends it: every draw is keyed by (seed, iteration) and the temperature
+ * follows the iterations; a search that its time budget ends cools over the
+ * budget instead and depends on the machine's speed. */
 #ifndef RLFUSE_SEARCH_H
 #define RLFUSE_SEARCH_H
 

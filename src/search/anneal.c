@@ -153,7 +153,7 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
 {
   Plan        *cur, *cand;
   CostEstimate cur_est, est;
-  double       t0 = sys_wtime(), cur_cost, best_cost, scale, T;
+  double       t0 = sys_wtime(), cur_cost, best_cost, scale, T, progress;
 
   PetscFunctionBegin;
   PetscCheck(o->max_iter >= 0 && o->t_start > 0 && o->t_end > 0 && o->t_end <= o->t_start, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "plan search: -plan_iterations %ld must be >= 0 and the temperatures 0 < end %g <= start %g", o->max_iter, o->t_end, o->t_start);
@@ -175,7 +175,12 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
       break;
     }
     res->iters++;
-    T     = scale * o->t_start * pow(o->t_end / o->t_start, (double)it / (double)o->max_iter);
+    /* the schedule's progress: iterations, or the budget's share when that
+     * runs out first (a search cut short still cools; such a search
+     * depends on the machine's speed and is not reproducible) */
+    progress = (double)it / (double)o->max_iter;
+    if (o->time_s > 0) progress = PetscMax(progress, (sys_wtime() - t0) / (SEARCH_ANNEAL_SHARE * o->time_s));
+    T = scale * o->t_start * pow(o->t_end / o->t_start, PetscMin(progress, 1.0));
     *cand = *cur;
     if (!search_move(sp, o->seed, it, cand)) continue;
     PetscCall(search_evaluate(sp, f, ctx, cand, &ok, &est));
