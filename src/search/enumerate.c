@@ -87,6 +87,27 @@ PetscErrorCode search_enumerate(SearchSpace sp, SearchObjective f, void *ctx, co
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Every call whose strategy is not valid on its mesh (a preset's dp over
+ * all ranks not dividing the mini-batch) gets the first valid one, the
+ * least model parallelism: tuning changes one call at a time and could not
+ * repair two broken calls. */
+static void search_valid_strategies(SearchSpace sp, Plan *plan)
+{
+  for (int i = 0; i < sp->ncall; i++) {
+    MFCId       c = sp->call[i];
+    PlanCall   *k = &plan->call[c];
+    SearchMesh  m = {k->ranks[0], k->nranks};
+    PetscBool   valid = PETSC_FALSE;
+
+    if (search_derived(plan, c) || k->ranks[m.n - 1] != m.lo + m.n - 1 || !sp->nstrat[c][m.n]) continue;
+    for (int s = 0; s < sp->nstrat[c][m.n] && !valid; s++) {
+      const SearchStrat *t = &sp->strat[c][m.n][s];
+      valid = t->dp == k->dp && t->tp == k->tp && t->pp == k->pp && (t->mbs == k->mbs || !k->mbs) ? PETSC_TRUE : PETSC_FALSE;
+    }
+    if (!valid) search_put(plan, c, &m, &sp->strat[c][m.n][0]);
+  }
+}
+
 PetscErrorCode search_tune(SearchSpace sp, SearchObjective f, void *ctx, Plan *plan, CostEstimate *est)
 {
   Plan        *cand;
@@ -96,6 +117,7 @@ PetscErrorCode search_tune(SearchSpace sp, SearchObjective f, void *ctx, Plan *p
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(1, &cand));
+  search_valid_strategies(sp, plan);
   search_derive(sp, plan);
   PetscCall(search_evaluate(sp, f, ctx, plan, &ok, est));
   best = ok ? search_cost(est) : INFINITY;
