@@ -57,6 +57,38 @@ static void search_fuse_train_layout(SearchSpace sp, Plan *plan)
   }
 }
 
+/* -fuse_gen_inf stream switched on: the inference calls become one-rank
+ * replicas (tp 1, pp 1) on their meshes, which streaming needs; without
+ * this, the flip would only pass the checks where all three already were. */
+static void search_stream_layout(SearchSpace sp, Plan *plan)
+{
+  const MFCId inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
+
+  if (plan->fuse != FUSE_STREAM) return;
+  for (int k = 0; k < 3; k++) {
+    PlanCall  *c = &plan->call[inf[k]];
+    SearchMesh m = {c->ranks[0], c->nranks};
+
+    if (!sp->needs.cfg[inf[k]] || c->ranks[m.n - 1] != m.lo + m.n - 1) continue;
+    for (int s = 0; s < sp->nstrat[inf[k]][m.n]; s++) {
+      const SearchStrat *t = &sp->strat[inf[k]][m.n][s];
+
+      if (t->tp == 1 && t->pp == 1) {
+        search_put(plan, inf[k], &m, t);
+        break;
+      }
+    }
+  }
+}
+
+/* A setting flipped, with the layout it needs. */
+static void search_flip_layout(SearchSpace sp, Plan *plan, SearchSetting k)
+{
+  search_flip(plan, k);
+  if (k == SEARCH_SET_FUSE_TRAIN) search_fuse_train_layout(sp, plan);
+  if (k == SEARCH_SET_FUSE) search_stream_layout(sp, plan);
+}
+
 /* Draws move `it` into cand (a copy of the current plan); false: the move
  * is void (a mesh the call has no strategy for). */
 static PetscBool search_move(SearchSpace sp, uint64_t seed, long it, Plan *cand)
@@ -68,10 +100,7 @@ static PetscBool search_move(SearchSpace sp, uint64_t seed, long it, Plan *cand)
   for (int l = 0; l < 4; l++) r[l] = rng_u32(seed, SEARCH_STREAM, (uint32_t)it, 0, (uint32_t)l);
   kind = (int)(r[0] % 10);
   if (kind >= 8 && sp->nset) {
-    SearchSetting k = sp->set[r[2] % (uint32_t)sp->nset];
-
-    search_flip(cand, k);
-    if (k == SEARCH_SET_FUSE_TRAIN) search_fuse_train_layout(sp, cand);
+    search_flip_layout(sp, cand, sp->set[r[2] % (uint32_t)sp->nset]);
   } else {
     const SearchMesh *m;
     SearchMesh        here;
@@ -135,12 +164,8 @@ static PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx
     for (int i = 0; i < sp->nset && !better; i++)
       for (int j = i; j < (pairs ? sp->nset : i + 1) && !better && sys_wtime() < deadline; j++) {
         *cand = *plan;
-        search_flip(cand, sp->set[i]);
-        if (sp->set[i] == SEARCH_SET_FUSE_TRAIN) search_fuse_train_layout(sp, cand);
-        if (j != i) {
-          search_flip(cand, sp->set[j]);
-          if (sp->set[j] == SEARCH_SET_FUSE_TRAIN) search_fuse_train_layout(sp, cand);
-        }
+        search_flip_layout(sp, cand, sp->set[i]);
+        if (j != i) search_flip_layout(sp, cand, sp->set[j]);
         PetscCall(search_tune(sp, f, ctx, cand, &e));
         if (search_cost(&e) < search_cost(est)) *plan = *cand, *est = e, better = PETSC_TRUE;
       }
