@@ -4,10 +4,11 @@
  * move changes one call's mesh, its dp x tp x pp, its micro-batches, or one
  * setting (offload, ZeRO-1, the fusion of generation and inference,
  * -fuse_train). Plans that plan_check refuses or the objective calls
- * infeasible are rejected. Deterministic for a seed when the iteration cap
- * ends it: every draw is keyed by (seed, iteration) and the temperature
- * follows the iterations; a search that its time budget ends cools over the
- * budget instead and depends on the machine's speed. */
+ * infeasible are rejected. With an iteration cap, deterministic for a seed:
+ * every draw is keyed by (seed, iteration) and the temperature follows the
+ * iterations (a time budget can only cut the trajectory short); without a
+ * cap the temperature cools over the time budget and the plan depends on
+ * the machine's speed. */
 #ifndef RLFUSE_SEARCH_H
 #define RLFUSE_SEARCH_H
 
@@ -39,7 +40,7 @@ double search_space_size(SearchSpace sp);
 
 typedef struct {
   uint64_t  seed;
-  long      max_iter;  /* iteration cap; the temperature reaches t_end here */
+  long      max_iter;  /* iteration cap; the temperature reaches t_end here (0: cool over time_s) */
   double    time_s;    /* wall-clock budget (0: none) */
   double    t_start;   /* initial temperature as a fraction of the start plan's time */
   double    t_end;     /* final temperature, same unit */

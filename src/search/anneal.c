@@ -181,6 +181,7 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
   double       t0 = sys_wtime(), cur_cost, best_cost, scale, T, progress;
 
   PetscFunctionBegin;
+  PetscCheck(o->max_iter > 0 || o->time_s > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "plan search: give -plan_iterations or -plan_time (neither would never stop)");
   PetscCheck(o->max_iter >= 0 && o->t_start > 0 && o->t_end > 0 && o->t_end <= o->t_start, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "plan search: -plan_iterations %ld must be >= 0 and the temperatures 0 < end %g <= start %g", o->max_iter, o->t_end, o->t_start);
   PetscCall(PetscMemzero(res, sizeof *res));
   PetscCall(PetscMalloc1(1, &cur));
@@ -191,7 +192,7 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
   res->est  = cur_est;
   /* an infeasible start has no time to scale by: one second */
   scale = cur_est.feasible ? cur_est.iter_s : 1.0;
-  for (long it = 0; it < o->max_iter; it++) {
+  for (long it = 0; !o->max_iter || it < o->max_iter; it++) {
     PetscBool ok;
     double    cost, d;
 
@@ -200,11 +201,9 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
       break;
     }
     res->iters++;
-    /* the schedule's progress: iterations, or the budget's share when that
-     * runs out first (a search cut short still cools; such a search
-     * depends on the machine's speed and is not reproducible) */
-    progress = (double)it / (double)o->max_iter;
-    if (o->time_s > 0) progress = PetscMax(progress, (sys_wtime() - t0) / (SEARCH_ANNEAL_SHARE * o->time_s));
+    /* the schedule's progress: over the iteration cap (reproducible), or
+     * without a cap over the time budget (depends on the machine's speed) */
+    progress = o->max_iter > 0 ? (double)it / (double)o->max_iter : (sys_wtime() - t0) / (SEARCH_ANNEAL_SHARE * o->time_s);
     T = scale * o->t_start * pow(o->t_end / o->t_start, PetscMin(progress, 1.0));
     *cand = *cur;
     if (!search_move(sp, o->seed, it, cand)) continue;

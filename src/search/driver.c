@@ -63,7 +63,7 @@ void search_needs_from_work(const CostWork *w, GPTConfig cfg[4], PlanNeeds *need
 
 PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *spec, uint64_t seed)
 {
-  PetscInt  iters = 20000, mbs = 8;
+  PetscInt  iters = 0, mbs = 8;
   PetscReal time_s = 60, temp = 0.3;
   PetscBool fusion = PETSC_TRUE, settings = PETSC_TRUE;
 
@@ -71,7 +71,7 @@ PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *s
   search_options_default(o);
   PetscOptionsBegin(PETSC_COMM_WORLD, "plan_", "Plan search (-mode plan, -placement auto)", NULL);
   RfOptReal("-time", "Wall-clock budget of the plan search, seconds: the presets' tuning, the annealing (it also stops at -plan_iterations) and the final polish", time_s, &time_s);
-  RfOptInt("-iterations", "Annealing iterations; the temperature cools over them (a search stopped by -plan_time earlier is the same search cut short)", iters, &iters);
+  RfOptInt("-iterations", "Annealing iterations; the temperature cools over them and a seed gives one plan (0: no cap, the temperature cools over -plan_time, and the plan depends on the machine's speed)", iters, &iters);
   RfOptReal("-temperature", "Initial annealing temperature as a fraction of the start plan's time per iteration (it cools to 1e-4 of that)", temp, &temp);
   RfOptInt("-max_mbs", "Largest micro-batch count the search tries per call (powers of two)", mbs, &mbs);
   RfOptBool("-search_fusion", "Also search the fusion settings (-fuse_gen_inf none or stream, -fuse_train)", fusion, &fusion);
