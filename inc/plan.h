@@ -32,8 +32,10 @@ extern const char *const mfc_names[]; /* "actor_gen", ..., "rm_train" (option pr
 typedef enum { FUSE_NONE = 0, FUSE_STREAM = 1, FUSE_MIGRATE = 2 } FuseMode;
 extern const char *const FuseModeNames[]; /* PETSc enum list: none, stream, migrate */
 
-typedef enum { PLACEMENT_COLOCATE = 0, PLACEMENT_INTERLEAVE = 1, PLACEMENT_DISAGGREGATE = 2 } Placement;
-extern const char *const PlacementNames[]; /* PETSc enum list: colocate, interleave, disaggregate */
+/* auto: -mode ppo searches the plan at start (src/search) from the colocated
+ * meshes; modes with one training call run those meshes as they are. */
+typedef enum { PLACEMENT_COLOCATE = 0, PLACEMENT_INTERLEAVE = 1, PLACEMENT_DISAGGREGATE = 2, PLACEMENT_AUTO = 3 } Placement;
+extern const char *const PlacementNames[]; /* PETSc enum list: colocate, interleave, disaggregate, auto */
 
 #define PLAN_MAX_RANKS 1024
 
@@ -61,6 +63,10 @@ typedef struct {
   int       migrate_to;     /* -fuse_migrate_replicas: 0 = the fewest that hold the tail */
   int       fuse_tokens;    /* -fuse_tokens: token budget of a streamed inference micro-batch */
   PetscBool fuse_hold;      /* -fuse_hold: streamed samples wait until generation ends (benchmark aid) */
+  /* The plan search's estimate of this plan (src/search; 0: none), kept
+   * with it in plan files and run records so measured times can be set
+   * beside it; options that change a plan read from a file drop it. */
+  double    est_iter_s, est_call_s[MFC_COUNT], est_realloc_s, est_mem;
 } Plan;
 
 /* What the checks need to know about the run: the model each call runs
@@ -80,6 +86,10 @@ typedef struct {
  * override the preset or the file. Malformed values are errors naming the
  * option. */
 PetscErrorCode plan_from_options(int world, Plan *plan);
+/* The placement's meshes for `world` ranks (docs/background.md, section 4), with the
+ * default settings (no offload, no ZeRO-1, 16 MiB buckets). gen_replicas 0:
+ * one generation replica per rank of the generation half. */
+PetscErrorCode plan_preset(int world, Placement placement, int gen_replicas, Plan *plan);
 /* Every check before any compute; errors name the call and the option, e.g.
  * "-actor_gen_tp 3 does not divide -actor_n_head 4". Checks: ranks inside
  * the job and not repeated in a mesh; dp*tp*pp equal to the mesh size; tp
@@ -92,9 +102,15 @@ PetscErrorCode plan_check(const Plan *plan, const PlanNeeds *needs);
 /* Human-readable table of the calls in use (needs->cfg non-NULL). */
 PetscErrorCode plan_print(MPI_Comm comm, const Plan *plan, const PlanNeeds *needs);
 /* Writes /plan into an open run record (groups /plan/<call> with dataset
- * ranks and attributes dp, tp, pp, mbs; attributes of /plan: placement,
- * world, gen_replicas, offload, zero1, bucket_mb). Collective. */
+ * ranks and attributes dp, tp, pp, mbs, and est_s when the plan has an
+ * estimate; attributes of /plan: placement, world, gen_replicas, offload,
+ * zero1, bucket_mb, the fusion settings, and est_iter_s, est_realloc_s,
+ * est_mem when estimated). Collective. */
 PetscErrorCode plan_record(RunRecord *rec, const Plan *plan, const PlanNeeds *needs);
+/* Writes a new HDF5 file at path holding /plan as plan_record lays it out,
+ * written to a temporary that is renamed, so an existing file is replaced
+ * whole or not at all. Rank 0 writes; collective. */
+PetscErrorCode plan_write_file(MPI_Comm comm, const char *path, const Plan *plan, const PlanNeeds *needs);
 /* Reads /plan from an HDF5 file into plan (calls missing there keep their
  * values). Errors name the file. Collective. */
 PetscErrorCode plan_read_file(MPI_Comm comm, const char *path, Plan *plan);

@@ -7,6 +7,7 @@
 #include "fuse.h"
 #include "jobs.h"
 #include "realloc.h"
+#include "search.h"
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,7 +32,7 @@ static PetscErrorCode rlfuse_main(void)
   PetscCall(sys_log_register());
   PetscCall(comm_setup());
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "rlfuse job", NULL);
-  RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data, schedule (fused actor-critic schedule search; plan is not yet available)", mode_names, 8, &mode);
+  RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data, plan (execution-plan search: -plan_ranks, -plan_output), schedule (fused actor-critic schedule search)", mode_names, 8, &mode);
   RfOptEnum("-device", "Device for tensor work", device_names, 2, &device);
   RfOptEnum("-precision", "Arithmetic of matmuls and activations on -device cuda (bf16: bf16 operands, fp32 master weights and optimizer state)", precision_names, 2,
             &precision);
@@ -45,9 +46,13 @@ static PetscErrorCode rlfuse_main(void)
     PetscCall(score_run(&run, NULL));
     PetscCall(data_run(&run));
     PetscCall(fuse_schedule_run(&run));
+    PetscCall(search_mode_run(&run, PETSC_TRUE));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  PetscCheck(mode != MODE_PLAN, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-mode %s is not available in rlfuse %s yet (available: sft, rm, ppo, pipeline, score, data, schedule)", mode_names[mode], RLFUSE_VERSION);
+  if (mode == MODE_PLAN) { /* a search over estimates: no model, no device */
+    PetscCall(search_mode_run(&run, PETSC_FALSE));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
   if (mode == MODE_SCHEDULE) { /* no model, no device */
     PetscCall(fuse_schedule_run(&run));
     PetscFunctionReturn(PETSC_SUCCESS);

@@ -5,6 +5,7 @@
  * position, the RNG key and the KL coefficient, so a restart continues
  * bit-identically. */
 #include "ppo_impl.h"
+#include "search.h"
 #include <math.h>
 
 static const char *const algo_names[]   = {"ppo", "grpo", "rloo", "PPOAlgo", "ALGO_", NULL};
@@ -58,6 +59,7 @@ PetscErrorCode ppo_options(PPOOptions *o)
   PetscCall(task_set_from_options(&o->task));
   PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
   PetscCall(plan_from_options(world, &o->plan));
+  if (o->plan.placement == PLACEMENT_AUTO) PetscCall(search_auto_options());
   PetscCall(trainer_options(&o->sched));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -451,6 +453,7 @@ static PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const GPTCon
     o->eval_prompts = 0; /* held-out gold scores need the built-in task's judge */
   }
   ppo_needs(o, cfg, needs);
+  if (o->plan.placement == PLACEMENT_AUTO) PetscCall(search_auto(run, cfg, needs, &o->plan)); /* -placement auto: the searched plan replaces the colocated one */
   PetscCall(plan_check(&o->plan, needs));
   if (print) PetscCall(plan_print(run->comm, &o->plan, needs));
   PetscFunctionReturn(PETSC_SUCCESS);

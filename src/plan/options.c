@@ -30,6 +30,18 @@ static PetscErrorCode plan_base_file(int world, const char *path, Plan *plan)
   PetscCall(plan_preset(world, file.placement, file.world == world ? file.gen_replicas : 0, plan));
   for (int c = 0; c < MFC_COUNT; c++)
     if (file.call[c].nranks) plan->call[c] = file.call[c];
+  { /* the preset's concurrent pairs only between calls the file lacks: the
+     * file's own calls run concurrently as the file says (a searched plan
+     * may put ref_inf and rew_inf on the same ranks) */
+    int n = 0;
+    for (int k = 0; k < plan->nconc; k++)
+      if (!file.call[plan->conc[k][0]].nranks && !file.call[plan->conc[k][1]].nranks) {
+        plan->conc[n][0] = plan->conc[k][0];
+        plan->conc[n][1] = plan->conc[k][1];
+        n++;
+      }
+    plan->nconc = n;
+  }
   for (int k = 0; k < file.nconc; k++) PetscCall(plan_concurrent_add(plan, (MFCId)file.conc[k][0], (MFCId)file.conc[k][1]));
   plan->offload   = file.offload;
   plan->zero1     = file.zero1;
@@ -40,6 +52,10 @@ static PetscErrorCode plan_base_file(int world, const char *path, Plan *plan)
   plan->fuse_tokens = file.fuse_tokens;
   plan->fuse_hold   = file.fuse_hold;
   plan->fuse_train = file.fuse_train;
+  plan->est_iter_s    = file.est_iter_s;
+  plan->est_realloc_s = file.est_realloc_s;
+  plan->est_mem       = file.est_mem;
+  for (int c = 0; c < MFC_COUNT; c++) plan->est_call_s[c] = file.est_call_s[c];
   PetscCall(PetscStrncpy(plan->source, file.source, sizeof plan->source));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -54,7 +70,7 @@ static PetscErrorCode plan_base_from_options(int world, Plan *plan)
   PetscCall(plan_given(NULL, "-placement", &given, &shaped));
   PetscCall(plan_given(NULL, "-gen_replicas", &given, &shaped));
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Execution plan", NULL);
-  RfOptEnum("-placement", "Where the model function calls run: colocate, interleave or disaggregate", PlacementNames, 3, &placement);
+  RfOptEnum("-placement", "Where the model function calls run: colocate, interleave, disaggregate, or auto (-mode ppo searches the plan at start with -plan_time and -cost_hardware or -cost_profile)", PlacementNames, 4, &placement);
   RfOptInt("-gen_replicas", "-placement disaggregate: actor_gen replicas on the generation half (0: one per rank)", 0, &gen_replicas);
   RfOptString("-plan_file", "Start from the /plan group of this HDF5 file (e.g. an earlier run.h5) instead of a preset", file, sizeof file);
   PetscOptionsEnd();
@@ -161,6 +177,10 @@ PetscErrorCode plan_from_options(int world, Plan *plan)
   PetscCall(plan_fuse_train_options(plan, &any, &file_fused));
   for (int c = 0; c < MFC_COUNT; c++) PetscCall(plan_call_from_options(plan, (MFCId)c, &any));
   PetscCall(plan_fuse_train_derive(plan, file_fused));
-  if (any) PetscCall(PetscStrlcat(plan->source, " + options", sizeof plan->source));
+  if (any) { /* a changed plan: the file's estimate is not its estimate */
+    PetscCall(PetscStrlcat(plan->source, " + options", sizeof plan->source));
+    plan->est_iter_s = plan->est_realloc_s = plan->est_mem = 0;
+    for (int c = 0; c < MFC_COUNT; c++) plan->est_call_s[c] = 0;
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -9,7 +9,7 @@
 #include <string.h>
 
 const char *const mfc_names[]      = {"actor_gen", "ref_inf", "rew_inf", "critic_inf", "actor_train", "critic_train", "sft_train", "rm_train"};
-const char *const PlacementNames[] = {"colocate", "interleave", "disaggregate", "Placement", "PLACEMENT_", NULL};
+const char *const PlacementNames[] = {"colocate", "interleave", "disaggregate", "auto", "Placement", "PLACEMENT_", NULL};
 
 /* ---- rank lists ------------------------------------------------------------ */
 /* Digits only, so "-1", "+1", " 1" and "1e3" are malformed; values past a
@@ -165,7 +165,7 @@ PetscErrorCode plan_preset(int world, Placement placement, int gen_replicas, Pla
 {
   PetscFunctionBegin;
   PetscCheck(world >= 1 && world <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "a plan is for 1 to %d ranks, not %d", PLAN_MAX_RANKS, world);
-  PetscCheck(placement == PLACEMENT_COLOCATE || world >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-placement %s needs at least 2 ranks (the job has %d)", PlacementNames[placement], world);
+  PetscCheck(placement == PLACEMENT_COLOCATE || placement == PLACEMENT_AUTO || world >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-placement %s needs at least 2 ranks (the job has %d)", PlacementNames[placement], world);
   PetscCall(PetscMemzero(plan, sizeof *plan));
   plan->placement    = placement;
   plan->world        = world;
@@ -179,7 +179,7 @@ PetscErrorCode plan_preset(int world, Placement placement, int gen_replicas, Pla
   plan->fuse_tokens  = 2048;
   plan->fuse_hold    = PETSC_FALSE;
   PetscCall(PetscSNPrintf(plan->source, sizeof plan->source, "preset %s", PlacementNames[placement]));
-  if (placement == PLACEMENT_COLOCATE) plan_preset_colocate(plan);
+  if (placement == PLACEMENT_COLOCATE || placement == PLACEMENT_AUTO) plan_preset_colocate(plan);
   else if (placement == PLACEMENT_INTERLEAVE) PetscCall(plan_preset_interleave(plan));
   else PetscCall(plan_preset_disaggregate(plan, gen_replicas));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -21,9 +21,6 @@ const char *plan_ranks_str(const PlanCall *call, char *buf, size_t len);
 int plan_shared_rank(const PlanCall *a, const PlanCall *b);
 /* Appends the pair (a, b) unless it is there already, in either order. */
 PetscErrorCode plan_concurrent_add(Plan *plan, MFCId a, MFCId b);
-/* The placement's meshes for `world` ranks (docs/background.md, section 4), with the
- * default settings (no offload, no ZeRO-1, 16 MiB buckets). gen_replicas 0:
- * one generation replica per rank of the generation half. */
 /* -fuse_train (fuse_train.c): the flag is read before the calls' options
  * (a fused critic_train's grid is not checked against its old ranks there),
  * and after them critic_train's mesh is derived from actor_train's;
@@ -31,7 +28,6 @@ PetscErrorCode plan_concurrent_add(Plan *plan, MFCId a, MFCId b);
 PetscErrorCode plan_fuse_train_options(Plan *plan, PetscBool *any, PetscBool *file_fused);
 PetscErrorCode plan_fuse_train_derive(Plan *plan, PetscBool file_fused);
 PetscErrorCode plan_fuse_train_check(const Plan *plan, const PlanNeeds *needs);
-PetscErrorCode plan_preset(int world, Placement placement, int gen_replicas, Plan *plan);
 
 /* -fuse_* options into the plan (src/plan/fuse.c); any: something was given. */
 PetscErrorCode plan_fuse_from_options(Plan *plan, PetscBool *any);

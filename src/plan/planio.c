@@ -6,9 +6,14 @@
  *                       2 migrate), fuse_migrate_at (-1: auto),
  *                       fuse_migrate_replicas, fuse_tokens, fuse_hold,
  *                       fuse_train (doubles; the fuse_ ones optional on
- *                       reading); dataset concurrent
+ *                       reading); est_iter_s, est_realloc_s, est_mem (the
+ *                       plan search's estimate: seconds per iteration and
+ *                       of reallocation, peak bytes per rank; only when
+ *                       estimated); dataset concurrent
  *                       int32 [nconc,2] of call indices when there are pairs
- *   /plan/<call>        dataset ranks int32 [nranks]; attributes dp, tp, pp, mbs */
+ *   /plan/<call>        dataset ranks int32 [nranks]; attributes dp, tp, pp, mbs,
+ *                       est_s (estimated seconds of the call per iteration,
+ *                       with the estimate) */
 #include "plan_impl.h"
 #include "internal/h5util.h"
 
@@ -49,27 +54,94 @@ PetscErrorCode plan_print(MPI_Comm comm, const Plan *plan, const PlanNeeds *need
 }
 
 /* ---- run record ----------------------------------------------------------------- */
-static const char *const plan_attrs[] = {"placement", "world", "gen_replicas", "offload", "zero1", "bucket_mb", "fuse_gen_inf", "fuse_migrate_at", "fuse_migrate_replicas", "fuse_tokens", "fuse_hold", "fuse_train"};
-static const char *const call_attrs[] = {"dp", "tp", "pp", "mbs"};
+static const char *const plan_attrs[] = {"placement", "world", "gen_replicas", "offload", "zero1", "bucket_mb", "fuse_gen_inf", "fuse_migrate_at", "fuse_migrate_replicas", "fuse_tokens", "fuse_hold", "fuse_train", "est_iter_s", "est_realloc_s", "est_mem"};
+static const char *const call_attrs[] = {"dp", "tp", "pp", "mbs", "est_s"};
 
-PetscErrorCode plan_record(RunRecord *rec, const Plan *plan, const PlanNeeds *needs)
+/* /plan goes through put(): into an open run record, or into a new file. */
+typedef PetscErrorCode (*PlanPut)(void *ctx, const char *group, const IODataset *d, int n, const char *const *names, const double *values, int nattr);
+
+static PetscErrorCode plan_put(PlanPut put, void *ctx, const Plan *plan, const PlanNeeds *needs)
 {
-  double    top[12] = {plan->placement, plan->world, plan->gen_replicas, plan->offload, plan->zero1, plan->bucket_mb, plan->fuse, plan->migrate_at, plan->migrate_to, plan->fuse_tokens, plan->fuse_hold, plan->fuse_train};
+  double    top[15] = {plan->placement, plan->world, plan->gen_replicas, plan->offload, plan->zero1, plan->bucket_mb, plan->fuse, plan->migrate_at, plan->migrate_to, plan->fuse_tokens, plan->fuse_hold, plan->fuse_train, plan->est_iter_s, plan->est_realloc_s, plan->est_mem};
   IODataset conc   = {"concurrent", 2, {plan->nconc, 2}, plan->conc, PETSC_TRUE};
+  PetscBool est    = plan->est_iter_s > 0 ? PETSC_TRUE : PETSC_FALSE; /* the estimates only when there are some */
 
   PetscFunctionBegin;
   /* /plan first: writing it replaces the group, children included */
-  PetscCall(record_group(rec, "plan", &conc, plan->nconc ? 1 : 0, plan_attrs, top, 12));
+  PetscCall(put(ctx, "plan", &conc, plan->nconc ? 1 : 0, plan_attrs, top, est ? 15 : 12));
   for (int c = 0; c < MFC_COUNT; c++) {
     const PlanCall *call  = &plan->call[c];
-    double          v[4]  = {call->dp, call->tp, call->pp, call->mbs};
+    double          v[5]  = {call->dp, call->tp, call->pp, call->mbs, plan->est_call_s[c]};
     IODataset       ranks = {"ranks", 1, {call->nranks, 0}, call->ranks, PETSC_TRUE};
     char            group[64];
 
     if (!plan_in_use(needs, c)) continue;
     PetscCall(PetscSNPrintf(group, sizeof group, "plan/%s", mfc_names[c]));
-    PetscCall(record_group(rec, group, &ranks, 1, call_attrs, v, 4));
+    PetscCall(put(ctx, group, &ranks, 1, call_attrs, v, est ? 5 : 4));
   }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode plan_put_record(void *ctx, const char *group, const IODataset *d, int n, const char *const *names, const double *values, int nattr)
+{
+  return record_group((RunRecord *)ctx, group, d, n, names, values, nattr);
+}
+
+PetscErrorCode plan_record(RunRecord *rec, const Plan *plan, const PlanNeeds *needs)
+{
+  PetscFunctionBegin;
+  PetscCall(plan_put(plan_put_record, rec, plan, needs));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- plan file written by -mode plan -------------------------------------------- */
+typedef struct {
+  const Plan      *plan;
+  const PlanNeeds *needs;
+} PlanWriteCtx;
+
+static PetscErrorCode plan_put_file(void *ctx, const char *group, const IODataset *d, int n, const char *const *names, const double *values, int nattr)
+{
+  hid_t file = *(hid_t *)ctx, g = H5Gcreate2(file, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+
+  PetscFunctionBegin;
+  H5Call(g, "plan file: cannot create group /%s", group);
+  PetscCall(io_group_fill(g, d, n, names, values, nattr));
+  PetscCall(h5u_close(&g));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode plan_write_fill(hid_t file, void *vctx)
+{
+  PlanWriteCtx *ctx = (PlanWriteCtx *)vctx;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_write_version(file));
+  PetscCall(plan_put(plan_put_file, &file, ctx->plan, ctx->needs));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  const char   *path;
+  PlanWriteCtx *w;
+} PlanWriteTask;
+
+static PetscErrorCode plan_write_task(void *vctx)
+{
+  PlanWriteTask *t = (PlanWriteTask *)vctx;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_write_atomic("plan file", t->path, plan_write_fill, t->w));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode plan_write_file(MPI_Comm comm, const char *path, const Plan *plan, const PlanNeeds *needs)
+{
+  PlanWriteCtx  w = {plan, needs};
+  PlanWriteTask t = {path, &w};
+
+  PetscFunctionBegin;
+  PetscCall(h5u_rank0(comm, plan_write_task, &t));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -140,6 +212,13 @@ static PetscErrorCode plan_read_settings(hid_t g, const char *where, Plan *plan)
   /* files from before -fuse_train lack it: not fused */
   if (H5Aexists(g, "fuse_train") > 0) PetscCall(plan_attr_int(g, where, "fuse_train", 0, 1, &fuse));
   plan->fuse_train = fuse ? PETSC_TRUE : PETSC_FALSE;
+  /* the search's estimate: only in files that have one */
+  plan->est_iter_s = plan->est_realloc_s = plan->est_mem = 0;
+  if (H5Aexists(g, "est_iter_s") > 0) {
+    PetscCall(h5u_attr_read_double(g, where, "est_iter_s", &plan->est_iter_s));
+    PetscCall(h5u_attr_read_double(g, where, "est_realloc_s", &plan->est_realloc_s));
+    PetscCall(h5u_attr_read_double(g, where, "est_mem", &plan->est_mem));
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -165,7 +244,7 @@ static PetscErrorCode plan_read_concurrent(hid_t g, const char *where, Plan *pla
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode plan_read_call(hid_t g, const char *path, MFCId c, PlanCall *call)
+static PetscErrorCode plan_read_call(hid_t g, const char *path, MFCId c, PlanCall *call, double *est)
 {
   char    where[PETSC_MAX_PATH_LEN + 64], full[64];
   hsize_t dims[1] = {0};
@@ -185,6 +264,8 @@ static PetscErrorCode plan_read_call(hid_t g, const char *path, MFCId c, PlanCal
   PetscCall(plan_attr_int(cg, where, "tp", 1, PLAN_MAX_RANKS, &call->tp));
   PetscCall(plan_attr_int(cg, where, "pp", 1, PLAN_MAX_RANKS, &call->pp));
   PetscCall(plan_attr_int(cg, where, "mbs", 0, 1 << 30, &call->mbs));
+  *est = 0;
+  if (H5Aexists(cg, "est_s") > 0) PetscCall(h5u_attr_read_double(cg, where, "est_s", est));
   PetscCall(h5u_close(&cg));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -203,7 +284,7 @@ static PetscErrorCode plan_read_groups(hid_t file, void *vctx)
   PetscCall(plan_read_settings(g, where, ctx->plan));
   PetscCall(plan_read_concurrent(g, where, ctx->plan));
   for (int c = 0; c < MFC_COUNT; c++)
-    if (H5Lexists(g, mfc_names[c], H5P_DEFAULT) > 0) PetscCall(plan_read_call(g, ctx->path, (MFCId)c, &ctx->plan->call[c]));
+    if (H5Lexists(g, mfc_names[c], H5P_DEFAULT) > 0) PetscCall(plan_read_call(g, ctx->path, (MFCId)c, &ctx->plan->call[c], &ctx->plan->est_call_s[c]));
   PetscCall(h5u_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

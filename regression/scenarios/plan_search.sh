@@ -1,0 +1,76 @@
+# -mode plan and -placement auto: the plan search (src/search) on the
+# quickstart model with the analytic H100 primitives. The search prints the
+# table of estimates and writes a plan file with its estimate; a seed gives
+# the same plan twice; the file runs with -plan_file on 2 ranks and the run
+# records the same /plan, estimates included, next to its measured /timing;
+# -placement auto searches at the start of a PPO run and runs the result;
+# plan files that do not fit the job (more ranks) or the model (tp not
+# dividing the heads) and bad -mode plan options stop with one line.
+. regression/lib.sh
+plan 12
+d="$RLFUSE_TMP/plan_search"; mkdir -p $d
+mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
+Q="-policy_n_layer 2 -policy_n_head 4 -policy_n_embd 128 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"
+W="-rollout_batch 32 -ppo_minibatches 2 -gen_max_new_tokens 16"
+S="-mode plan $Q $W -plan_ranks 2 -cost_hardware input/hardware/h100_sxm.deck -plan_iterations 400"
+rlfuse $S -plan_output $d/p.h5 -plan_timeline $d/tl.h5 >$d/plan.log 2>&1 || not_ok "-mode plan: $(tail -3 $d/plan.log)"
+check "-mode plan prints the presets, tuned presets and the searched plan with its estimate" \
+  bash -c "grep -q '^  colocate, tuned ' $d/plan.log && grep -q '^  searched  ' $d/plan.log && grep -q '^estimated .* s per iteration' $d/plan.log && grep -q '^plan: search from preset' $d/plan.log"
+py "plan file" $d/p.h5 $d/tl.h5 <<'PY'
+import sys, h5py
+p = h5py.File(sys.argv[1], "r")["plan"]
+calls = [c for c in p if c != "concurrent"]
+ok = p.attrs["world"] == 2 and p.attrs["est_iter_s"] > 0 and len(calls) == 6 and all("est_s" in p[c].attrs for c in calls)
+print(("ok" if ok else "not ok") + " - the plan file holds /plan for 2 ranks, its estimate and every call's estimated time")
+t = h5py.File(sys.argv[2], "r")
+print(("ok" if "timeline" in t else "not ok") + " - -plan_timeline writes the simulated /timeline")
+PY
+rlfuse $S -plan_output $d/p2.h5 >/dev/null 2>&1
+same_plan() { "$PYTHON" - "$1" "$2" <<'PY'
+import sys, h5py, numpy as np
+a, b = (h5py.File(f, "r")["plan"] for f in sys.argv[1:3])
+same = dict(a.attrs) == dict(b.attrs) and set(a) == set(b)
+same = same and all(np.array_equal(a[c][()], b[c][()]) if c == "concurrent" else (np.array_equal(a[c]["ranks"][()], b[c]["ranks"][()]) and dict(a[c].attrs) == dict(b[c].attrs)) for c in a)
+sys.exit(0 if same else 1)
+PY
+}
+check "the same seed gives the same plan" same_plan $d/p.h5 $d/p2.h5
+
+# fixtures: a few SFT and RM steps, enough for PPO to run
+rlfuse -mode sft $Q -sft_steps 5 -sft_batch 16 -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT fixture"
+rlfuse -mode rm -task_demo_noise 0.25 -seed 5 -rm_sft_checkpoint $d/sft/final.h5 -rm_pairs 32 -rm_eval_pairs 16 -rm_steps 3 -rm_batch 16 \
+  -gen_max_new_tokens 16 -output_dir $d/rm >$d/rm.log 2>&1 || not_ok "RM fixture"
+P="-mode ppo -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 -ppo_iterations 1 $W -ppo_eval_every 0 -gen_slots 16 -ppo_eval_prompts 16 -seed 5"
+if mpirun 2 $P -plan_file $d/p.h5 -output_dir $d/run >$d/run.log 2>&1; then
+  check "the plan file runs with -plan_file on 2 ranks and the run records the same /plan, estimates included" same_plan $d/p.h5 $d/run/run.h5
+  check "the run's measured times sit next to the estimate in run.h5 (/timing/iteration_max)" \
+    "$PYTHON" -c "import h5py; f = h5py.File('$d/run/run.h5', 'r'); assert f['plan'].attrs['est_iter_s'] > 0 and f['timing/iteration_max'][0] > 0"
+else not_ok "-plan_file run: $(tail -3 $d/run.log)"; not_ok "measured next to estimated: no run"; fi
+if mpirun 2 $P -placement auto -cost_hardware input/hardware/h100_sxm.deck -plan_iterations 200 -output_dir $d/auto >$d/auto.log 2>&1; then
+  check "-placement auto searches at start, runs the searched plan and records its estimate" \
+    bash -c "grep -q '^-placement auto: searching' $d/auto.log && grep -q '^plan: search from preset' $d/auto.log && '$PYTHON' -c \"import h5py; assert h5py.File('$d/auto/run.h5', 'r')['plan'].attrs['est_iter_s'] > 0\""
+else not_ok "-placement auto: $(tail -3 $d/auto.log)"; fi
+
+# refused plan files: one line naming what does not fit
+one_line() { # WHAT PATTERN NRANKS ARGS...: exits non-zero with one "rlfuse: error:" line matching
+  local what=$1 pat=$2 n=$3; shift 3
+  if mpirun $n "$@" >$d/err.out 2>$d/err.txt; then not_ok "$what: exit status 0"; return; fi
+  if [ "$(grep -c . $d/err.txt)" -eq 1 ] && grep -q "^rlfuse: error: .*$pat" $d/err.txt; then ok "$what ($(cut -c1-100 $d/err.txt))"
+  else not_ok "$what: $(head -3 $d/err.txt)"; fi
+}
+"$PYTHON" - $d/p.h5 $d/p4.h5 $d/tp3.h5 <<'PY'
+import sys, shutil, h5py
+def edit(dst, world, ranks, tp, dp):  # the searched plan with actor_gen moved
+    shutil.copy(sys.argv[1], dst)
+    with h5py.File(dst, "r+") as f:
+        f["plan"].attrs["world"] = float(world)
+        g = f["plan/actor_gen"]; del g["ranks"]; g["ranks"] = ranks
+        g.attrs["tp"], g.attrs["dp"], g.attrs["pp"] = float(tp), float(dp), 1.0
+edit(sys.argv[2], 4, [0, 1, 2, 3], 1, 4)  # a plan for 4 ranks
+edit(sys.argv[3], 3, [0, 1, 2], 3, 1)     # tp 3 does not divide the 4 heads
+PY
+one_line "a plan file for 4 ranks is refused on 2" "actor_gen_ranks 0-3: rank 3 is outside the job's 2 ranks" 2 $P -plan_file $d/p4.h5 -output_dir $d/bad4
+one_line "a plan file whose tp does not divide the model's heads is refused" "actor_gen_tp 3 does not divide the model's n_head 4" 3 $P -plan_file $d/tp3.h5 -output_dir $d/badtp
+expect_error "-mode plan without -plan_ranks" "-plan_ranks" -mode plan $Q -cost_hardware input/hardware/h100_sxm.deck
+expect_error "-mode plan without primitives" "-cost_hardware" -mode plan $Q -plan_ranks 2
+finish

@@ -1,0 +1,238 @@
+/* search: simulated annealing over plans. The state is a whole plan; a move
+ * changes one thing (a call's mesh with a fresh strategy for it, a call's
+ * strategy on its mesh, or one setting). A worse plan is accepted with
+ * probability exp(-(new - old) / T), in floating point seconds, with T
+ * cooling geometrically from t_start to t_end times the start plan's time
+ * over the iteration cap. (ReaLHF's public search divided integers here, so
+ * any plan less than 100 s worse was always accepted: a random walk.) Plans
+ * that plan_check refuses, and infeasible plans once a feasible one is held,
+ * are rejected. The best plan seen is kept and finally tuned call by call
+ * (search_tune). */
+#include "search_impl.h"
+#include "sys.h"
+
+#include <math.h>
+#include <string.h>
+
+#define SEARCH_STREAM 0x5EA2C4u /* the annealing's draws: (seed, SEARCH_STREAM, iteration, ...) */
+/* Of a time budget, the annealing takes this share; the polish may use the
+ * rest (it stops between tunings once the budget is spent). */
+#define SEARCH_ANNEAL_SHARE 0.75
+
+void search_options_default(SearchOptions *o)
+{
+  o->seed     = 1;
+  o->max_iter = 20000;
+  o->time_s   = 0;
+  o->t_start  = 0.3;
+  o->t_end    = 1e-4;
+}
+
+double search_cost(const CostEstimate *est)
+{
+  return est->feasible ? est->iter_s : 1e6 + est->mem_max / 1e9;
+}
+
+/* -fuse_train switched on: actor_train becomes a pure pipeline over its
+ * mesh (what fusion needs); switched off: critic_train takes actor_train's
+ * mesh and strategy. Without this the flip alone would almost always be
+ * refused or far uphill, and the fused and unfused regions of the space
+ * would hardly connect. */
+static void search_fuse_train_layout(SearchSpace sp, Plan *plan)
+{
+  PlanCall  *a = &plan->call[MFC_ACTOR_TRAIN];
+  SearchMesh m = {a->ranks[0], a->nranks};
+
+  if (!plan->fuse_train) {
+    plan->call[MFC_CRITIC_TRAIN] = *a;
+    return;
+  }
+  for (int s = 0; s < sp->nstrat[MFC_ACTOR_TRAIN][m.n]; s++) {
+    const SearchStrat *st = &sp->strat[MFC_ACTOR_TRAIN][m.n][s];
+
+    if (st->pp == m.n && (st->mbs == a->mbs || !a->mbs)) {
+      search_put(plan, MFC_ACTOR_TRAIN, &m, st);
+      return;
+    }
+  }
+}
+
+/* -fuse_gen_inf stream switched on: the inference calls become one-rank
+ * replicas (tp 1, pp 1) on their meshes, which streaming needs; without
+ * this, the flip would only pass the checks where all three already were. */
+static void search_stream_layout(SearchSpace sp, Plan *plan)
+{
+  const MFCId inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
+
+  if (plan->fuse != FUSE_STREAM) return;
+  for (int k = 0; k < 3; k++) {
+    PlanCall  *c = &plan->call[inf[k]];
+    SearchMesh m = {c->ranks[0], c->nranks};
+
+    if (!sp->needs.cfg[inf[k]] || c->ranks[m.n - 1] != m.lo + m.n - 1) continue;
+    for (int s = 0; s < sp->nstrat[inf[k]][m.n]; s++) {
+      const SearchStrat *t = &sp->strat[inf[k]][m.n][s];
+
+      if (t->tp == 1 && t->pp == 1) {
+        search_put(plan, inf[k], &m, t);
+        break;
+      }
+    }
+  }
+}
+
+/* A setting flipped, with the layout it needs. */
+static void search_flip_layout(SearchSpace sp, Plan *plan, SearchSetting k)
+{
+  search_flip(plan, k);
+  if (k == SEARCH_SET_FUSE_TRAIN) search_fuse_train_layout(sp, plan);
+  if (k == SEARCH_SET_FUSE) search_stream_layout(sp, plan);
+}
+
+/* Draws move `it` into cand (a copy of the current plan); false: the move
+ * is void (a mesh the call has no strategy for). */
+static PetscBool search_move(SearchSpace sp, uint64_t seed, long it, Plan *cand)
+{
+  uint32_t r[4];
+  int      kind;
+  MFCId    c;
+
+  for (int l = 0; l < 4; l++) r[l] = rng_u32(seed, SEARCH_STREAM, (uint32_t)it, 0, (uint32_t)l);
+  kind = (int)(r[0] % 10);
+  if (kind >= 8 && sp->nset) {
+    search_flip_layout(sp, cand, sp->set[r[2] % (uint32_t)sp->nset]);
+  } else {
+    const SearchMesh *m;
+    SearchMesh        here;
+    int               ns;
+
+    c = sp->call[r[1] % (uint32_t)sp->ncall];
+    if (search_derived(cand, c)) c = MFC_ACTOR_TRAIN;
+    if (kind < 4) m = &sp->mesh[r[2] % (uint32_t)sp->nmesh];
+    else { /* a strategy on the call's own (contiguous) mesh */
+      here = (SearchMesh){cand->call[c].ranks[0], cand->call[c].nranks};
+      m    = &here;
+    }
+    ns = sp->nstrat[c][m->n];
+    if (!ns) return PETSC_FALSE;
+    search_put(cand, c, m, &sp->strat[c][m->n][r[3] % (uint32_t)ns]);
+  }
+  search_derive(sp, cand);
+  return PETSC_TRUE;
+}
+
+/* The start: the best of the start plans that pass plan_check. */
+static PetscErrorCode search_pick_start(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, int nstart, Plan *cur, CostEstimate *est, int *which)
+{
+  double best = INFINITY;
+
+  PetscFunctionBegin;
+  *which = -1;
+  for (int i = 0; i < nstart; i++) {
+    CostEstimate e;
+    PetscBool    ok;
+
+    *cur = start[i];
+    search_derive(sp, cur);
+    PetscCall(search_evaluate(sp, f, ctx, cur, &ok, &e));
+    if (ok && search_cost(&e) < best) best = search_cost(&e), *which = i, *est = e;
+  }
+  PetscCheck(*which >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP, "plan search: none of the %d start plans (%s ...) passes the plan checks for this job", nstart, nstart ? start[0].source : "none");
+  *cur = start[*which];
+  search_derive(sp, cur);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The end of the search: one or two settings flipped together, each
+ * followed by search_tune, for as long as that improves the plan. Settings
+ * interact through memory (ZeRO-1 may be what lets offloading stop) and
+ * through the layouts they need (-fuse_train a pipeline), so a single flip
+ * at a low temperature is often refused where the pair with retuned
+ * strategies is better. Pairs are tried on small jobs only (up to 8 ranks):
+ * each costs a tuning, hundreds of estimates on a large job. */
+static PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan, CostEstimate *est)
+{
+  Plan        *cand;
+  CostEstimate e;
+  PetscBool    better = PETSC_TRUE;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(1, &cand));
+  PetscCall(search_tune(sp, f, ctx, plan, est));
+  while (better && sys_wtime() < deadline) {
+    better = PETSC_FALSE;
+    for (int i = 0; i < sp->nset && !better; i++)
+      for (int j = i; j < (pairs ? sp->nset : i + 1) && !better && sys_wtime() < deadline; j++) {
+        *cand = *plan;
+        search_flip_layout(sp, cand, sp->set[i]);
+        if (j != i) search_flip_layout(sp, cand, sp->set[j]);
+        PetscCall(search_tune(sp, f, ctx, cand, &e));
+        if (search_cost(&e) < search_cost(est)) *plan = *cand, *est = e, better = PETSC_TRUE;
+      }
+  }
+  PetscCall(PetscFree(cand));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, int nstart, const SearchOptions *o, SearchResult *res)
+{
+  Plan        *cur, *cand;
+  CostEstimate cur_est, est;
+  double       t0 = sys_wtime(), cur_cost, best_cost, scale, T, progress;
+
+  PetscFunctionBegin;
+  PetscCheck(o->max_iter > 0 || o->time_s > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "plan search: give -plan_iterations or -plan_time (neither would never stop)");
+  PetscCheck(o->max_iter >= 0 && o->t_start > 0 && o->t_end > 0 && o->t_end <= o->t_start, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "plan search: -plan_iterations %ld must be >= 0 and the temperatures 0 < end %g <= start %g", o->max_iter, o->t_end, o->t_start);
+  PetscCall(PetscMemzero(res, sizeof *res));
+  PetscCall(PetscMalloc1(1, &cur));
+  PetscCall(PetscMalloc1(1, &cand));
+  PetscCall(search_pick_start(sp, f, ctx, start, nstart, cur, &cur_est, &res->start));
+  cur_cost = best_cost = search_cost(&cur_est);
+  res->plan = *cur;
+  res->est  = cur_est;
+  /* an infeasible start has no time to scale by: one second */
+  scale = cur_est.feasible ? cur_est.iter_s : 1.0;
+  for (long it = 0; !o->max_iter || it < o->max_iter; it++) {
+    PetscBool ok;
+    double    cost, d;
+
+    if (o->time_s > 0 && !(it % 16) && sys_wtime() - t0 > SEARCH_ANNEAL_SHARE * o->time_s) {
+      res->timed_out = PETSC_TRUE;
+      break;
+    }
+    res->iters++;
+    /* the schedule's progress: over the iteration cap (reproducible), or
+     * without a cap over the time budget (depends on the machine's speed) */
+    progress = o->max_iter > 0 ? (double)it / (double)o->max_iter : (sys_wtime() - t0) / (SEARCH_ANNEAL_SHARE * o->time_s);
+    T = scale * o->t_start * pow(o->t_end / o->t_start, PetscMin(progress, 1.0));
+    *cand = *cur;
+    if (!search_move(sp, o->seed, it, cand)) continue;
+    PetscCall(search_evaluate(sp, f, ctx, cand, &ok, &est));
+    if (!ok) {
+      res->refused_check++;
+      continue;
+    }
+    if (!est.feasible && cur_est.feasible) {
+      res->refused_infeasible++;
+      continue;
+    }
+    cost = search_cost(&est);
+    d    = cost - cur_cost;
+    if (d > 0 && (double)rng_uniform(o->seed, SEARCH_STREAM, (uint32_t)it, 1, 0) >= exp(-d / T)) continue;
+    res->accepted++;
+    *cur = *cand, cur_est = est, cur_cost = cost;
+    if (cost < best_cost) {
+      res->improved++;
+      best_cost = cost;
+      res->plan = *cand;
+      res->est  = est;
+    }
+  }
+  /* pairs of flips only where the space is small: each costs a tuning */
+  PetscCall(search_polish(sp, f, ctx, sp->spec.world <= 8 ? PETSC_TRUE : PETSC_FALSE, o->time_s > 0 ? t0 + o->time_s : INFINITY, &res->plan, &res->est));
+  PetscCall(PetscSNPrintf(res->plan.source, sizeof res->plan.source, "search from %s", start[res->start].source));
+  res->seconds = sys_wtime() - t0;
+  PetscCall(PetscFree(cur));
+  PetscCall(PetscFree(cand));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

@@ -1,0 +1,111 @@
+/* search: a cache of estimates. The annealing proposes the same
+ * neighbours again and again (most are refused), the tuning and the polish
+ * retry the plans around the best, and an estimate of a large plan takes
+ * milliseconds, so every checked plan is remembered by its signature: each
+ * call's rank list (hashed), grid and micro-batches, and the settings.
+ * Direct-mapped: a new plan overwrites an old one of the same slot. The
+ * cache belongs to one objective; another objective empties it. */
+#include "search_impl.h"
+
+#include <string.h>
+
+#define SEARCH_CACHE_SLOTS 16384
+
+typedef struct {
+  uint64_t ranks;
+  int      n, dp, tp, pp, mbs;
+} SearchSigCall;
+
+typedef struct {
+  SearchSigCall call[MFC_COUNT];
+  int           offload, zero1, fuse, fuse_train;
+} SearchSig;
+
+typedef struct {
+  PetscBool    used, ok;
+  SearchSig    sig;
+  CostEstimate est;
+} SearchSlot;
+
+struct SearchCache_ {
+  SearchObjective f;
+  void           *ctx;
+  SearchSlot     *slot;
+  long            hits, misses;
+};
+
+static uint64_t search_mix(uint64_t h, uint64_t v)
+{
+  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  return h * 0xBF58476D1CE4E5B9ull;
+}
+
+static void search_sig(SearchSpace sp, const Plan *plan, SearchSig *s, uint64_t *hash)
+{
+  uint64_t h = 1469598103934665603ull;
+
+  memset(s, 0, sizeof *s); /* padding too: signatures are compared with memcmp */
+  for (int c = 0; c < MFC_COUNT; c++) {
+    const PlanCall *k = &plan->call[c];
+    SearchSigCall  *x = &s->call[c];
+    uint64_t        r = 7;
+
+    if (!sp->needs.cfg[c]) continue;
+    for (int i = 0; i < k->nranks; i++) r = search_mix(r, (uint64_t)k->ranks[i]);
+    *x = (SearchSigCall){r, k->nranks, k->dp, k->tp, k->pp, k->mbs};
+    h = search_mix(search_mix(search_mix(h, r), (uint64_t)(k->dp * 1024 + k->tp)), (uint64_t)(k->pp * 65536 + k->mbs));
+  }
+  s->offload = plan->offload, s->zero1 = plan->zero1, s->fuse = plan->fuse, s->fuse_train = plan->fuse_train;
+  *hash = search_mix(h, (uint64_t)(s->offload + 2 * s->zero1 + 4 * s->fuse + 16 * s->fuse_train));
+}
+
+PetscErrorCode search_cache_destroy(SearchCache *c)
+{
+  PetscFunctionBegin;
+  if (*c) PetscCall(PetscFree((*c)->slot));
+  PetscCall(PetscFree(*c));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode search_evaluate(SearchSpace sp, SearchObjective f, void *ctx, const Plan *plan, PetscBool *ok, CostEstimate *est)
+{
+  SearchCache    c;
+  SearchSig      sig;
+  SearchSlot    *s;
+  uint64_t       h;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  if (!sp->cache) {
+    PetscCall(PetscNew(&sp->cache));
+    PetscCall(PetscCalloc1(SEARCH_CACHE_SLOTS, &sp->cache->slot));
+  }
+  c = sp->cache;
+  if (c->f != f || c->ctx != ctx) { /* another objective: forget */
+    PetscCall(PetscArrayzero(c->slot, SEARCH_CACHE_SLOTS));
+    c->f = f, c->ctx = ctx;
+  }
+  search_sig(sp, plan, &sig, &h);
+  s = &c->slot[h % SEARCH_CACHE_SLOTS];
+  if (s->used && !memcmp(&s->sig, &sig, sizeof sig)) {
+    c->hits++;
+    *ok  = s->ok;
+    *est = s->est;
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  c->misses++;
+  PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+  ierr = plan_check(plan, &sp->needs);
+  PetscCall(PetscPopErrorHandler());
+  *ok = ierr ? PETSC_FALSE : PETSC_TRUE;
+  PetscCall(PetscMemzero(est, sizeof *est));
+  if (*ok) PetscCall(f(ctx, plan, est));
+  s->used = PETSC_TRUE, s->sig = sig, s->ok = *ok, s->est = *est;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+void search_cache_stats(SearchSpace sp, long *hits, long *misses)
+{
+  *hits   = sp->cache ? sp->cache->hits : 0;
+  *misses = sp->cache ? sp->cache->misses : 0;
+}

@@ -1,0 +1,349 @@
+/* search: the plan search as a job. search_plan runs it for a workload
+ * (presets as given and tuned, then the annealing from the tuned ones) and
+ * prints the table of estimates; -mode plan (search_mode_run) reads the
+ * deck's workload, searches for -plan_ranks ranks and writes the plan file
+ * that -plan_file runs; -placement auto (search_auto) does the same at the
+ * start of a PPO run for the models it has read. The search runs on rank 0
+ * (with a time budget, ranks could stop at different iterations) and the
+ * plan is broadcast. */
+#include "search_impl.h"
+#include "sys.h"
+#include "internal/h5util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+  const CostPrims *prims;
+  const CostWork  *work;
+  long             n;       /* estimates made */
+  double           seconds; /* time in them */
+} SearchCostCtx;
+
+static PetscErrorCode search_cost_objective(void *vctx, const Plan *plan, CostEstimate *est)
+{
+  SearchCostCtx *ctx = (SearchCostCtx *)vctx;
+
+  double         t0  = sys_wtime();
+
+  PetscFunctionBegin;
+  PetscCall(cost_estimate(ctx->prims, ctx->work, plan, est));
+  ctx->n++;
+  ctx->seconds += sys_wtime() - t0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static void search_gpt_from_shape(const CostShape *m, GPTConfig *cfg)
+{
+  cfg->n_layer     = m->n_layer;
+  cfg->n_head      = m->n_head;
+  cfg->n_embd      = m->n_embd;
+  cfg->vocab_size  = m->vocab_size;
+  cfg->n_positions = m->n_positions;
+  cfg->head        = m->value_head ? GPT_HEAD_SCALAR : GPT_HEAD_LM;
+}
+
+void search_needs_from_work(const CostWork *w, GPTConfig cfg[4], PlanNeeds *needs)
+{
+  int mini = w->batch / (w->minibatches > 0 ? w->minibatches : 1);
+
+  search_gpt_from_shape(&w->actor, &cfg[0]);
+  search_gpt_from_shape(&w->critic, &cfg[1]);
+  search_gpt_from_shape(&w->ref, &cfg[2]);
+  search_gpt_from_shape(&w->reward, &cfg[3]);
+  PetscMemzero(needs, sizeof *needs);
+  needs->cfg[MFC_ACTOR_GEN] = needs->cfg[MFC_ACTOR_TRAIN] = &cfg[0];
+  needs->cfg[MFC_REF_INF]   = &cfg[2];
+  needs->cfg[MFC_REW_INF]   = &cfg[3];
+  if (!w->critic_free) needs->cfg[MFC_CRITIC_INF] = needs->cfg[MFC_CRITIC_TRAIN] = &cfg[1];
+  needs->batch[MFC_ACTOR_GEN] = needs->batch[MFC_REF_INF] = needs->batch[MFC_REW_INF] = needs->batch[MFC_CRITIC_INF] = w->batch;
+  needs->batch[MFC_ACTOR_TRAIN] = needs->batch[MFC_CRITIC_TRAIN] = mini;
+}
+
+PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *spec, uint64_t seed)
+{
+  PetscInt  iters = 0, mbs = 8;
+  PetscReal time_s = 60, temp = 0.3;
+  PetscBool fusion = PETSC_TRUE, settings = PETSC_TRUE;
+
+  PetscFunctionBegin;
+  search_options_default(o);
+  PetscOptionsBegin(PETSC_COMM_WORLD, "plan_", "Plan search (-mode plan, -placement auto)", NULL);
+  RfOptReal("-time", "Wall-clock budget of the plan search, seconds: the presets' tuning, the annealing (it also stops at -plan_iterations) and the final polish", time_s, &time_s);
+  RfOptInt("-iterations", "Annealing iterations; the temperature cools over them and a seed gives one plan (0: no cap, the temperature cools over -plan_time, and the plan depends on the machine's speed)", iters, &iters);
+  RfOptReal("-temperature", "Initial annealing temperature as a fraction of the start plan's time per iteration (it cools to 1e-4 of that)", temp, &temp);
+  RfOptInt("-max_mbs", "Largest micro-batch count the search tries per call (powers of two)", mbs, &mbs);
+  RfOptBool("-search_fusion", "Also search the fusion settings (-fuse_gen_inf none or stream, -fuse_train)", fusion, &fusion);
+  RfOptBool("-search_settings", "Also search -plan_offload and -plan_zero1", settings, &settings);
+  PetscOptionsEnd();
+  PetscCheck(time_s >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_time %g must be >= 0 (0: no budget)", (double)time_s);
+  PetscCheck(iters >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_iterations %d must be >= 0", (int)iters);
+  PetscCheck(temp > 1e-4, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_temperature %g must be above the final 1e-4", (double)temp);
+  PetscCheck(mbs >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_max_mbs %d must be at least 1", (int)mbs);
+  o->seed          = seed;
+  o->max_iter      = iters;
+  o->time_s        = time_s;
+  o->t_start       = temp;
+  spec->max_mbs    = (int)mbs;
+  spec->fusion     = fusion;
+  spec->settings   = settings;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* -cost_hardware and -cost_profile: exactly one when need. */
+static PetscErrorCode search_prims_paths(char *hw, char *prof, size_t len, PetscBool need)
+{
+  PetscFunctionBegin;
+  hw[0] = prof[0] = '\0';
+  PetscOptionsBegin(PETSC_COMM_WORLD, "cost_", "Plan search primitives", NULL);
+  RfOptString("-hardware", "Hardware description deck for the analytic primitives (e.g. input/hardware/h100_sxm.deck)", hw, len);
+  RfOptString("-profile", "Profile from -mode profile for the measured primitives", prof, len);
+  PetscOptionsEnd();
+  PetscCheck(!need || !hw[0] != !prof[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "the plan search needs exactly one of -cost_hardware FILE.deck (analytic) and -cost_profile FILE.h5 (measured)%s", hw[0] ? ", not both" : "");
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode search_prims_from_options(CostPrims *p)
+{
+  char hw[PETSC_MAX_PATH_LEN], prof[PETSC_MAX_PATH_LEN];
+
+  PetscFunctionBegin;
+  PetscCall(search_prims_paths(hw, prof, sizeof hw, PETSC_TRUE));
+  PetscCall(PetscMemzero(p, sizeof *p));
+  if (hw[0]) PetscCall(cost_prims_hardware(hw, p));
+  else PetscCheck(PETSC_FALSE, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-cost_profile %s: measured primitives are not in this build yet (use -cost_hardware)", prof);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode search_auto_options(void)
+{
+  SearchOptions   o;
+  SearchSpaceSpec spec;
+  CostWork        w;
+  char            hw[PETSC_MAX_PATH_LEN], prof[PETSC_MAX_PATH_LEN];
+
+  PetscFunctionBegin;
+  PetscCall(search_settings_from_options(&o, &spec, 0));
+  PetscCall(search_prims_paths(hw, prof, sizeof hw, PETSC_TRUE));
+  PetscCall(cost_work_from_options(&w));
+  PetscCall(cost_work_free(&w));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- the table --------------------------------------------------------------- */
+static PetscErrorCode search_row(MPI_Comm comm, const char *label, const PlanNeeds *needs, PetscBool ok, const CostEstimate *e)
+{
+  char line[1024], mem[32];
+  int  n;
+
+  PetscFunctionBegin;
+  n = snprintf(line, sizeof line, "  %-26s", label);
+  if (!ok) snprintf(line + n, sizeof line - (size_t)n, " refused by the plan checks");
+  else if (!e->feasible) snprintf(line + n, sizeof line - (size_t)n, " infeasible: %s", e->why);
+  else {
+    n += snprintf(line + n, sizeof line - (size_t)n, " %9.4g", e->iter_s);
+    for (int c = 0; c < MFC_COUNT; c++)
+      if (needs->cfg[c]) n += snprintf(line + n, sizeof line - (size_t)n, " %12.4g", e->call_s[c]);
+    snprintf(line + n, sizeof line - (size_t)n, " %9.4g %9s", e->realloc_s, sys_bytes_str(e->mem_max, mem, sizeof mem));
+  }
+  PetscCall(PetscPrintf(comm, "%s\n", line));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode search_header(MPI_Comm comm, const PlanNeeds *needs)
+{
+  char line[1024];
+  int  n;
+
+  PetscFunctionBegin;
+  n = snprintf(line, sizeof line, "  %-26s %9s", "plan (seconds)", "iteration");
+  for (int c = 0; c < MFC_COUNT; c++)
+    if (needs->cfg[c]) n += snprintf(line + n, sizeof line - (size_t)n, " %12s", mfc_names[c]);
+  snprintf(line + n, sizeof line - (size_t)n, " %9s %9s", "realloc", "mem/rank");
+  PetscCall(PetscPrintf(comm, "%s\n", line));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static void search_keep_estimate(Plan *plan, const CostEstimate *e)
+{
+  plan->est_iter_s    = e->feasible ? e->iter_s : 0;
+  plan->est_realloc_s = e->realloc_s;
+  plan->est_mem       = e->mem_max;
+  for (int c = 0; c < MFC_COUNT; c++) plan->est_call_s[c] = e->call_s[c];
+}
+
+/* Presets as given and tuned, then the annealing from the tuned ones; rank 0 only. */
+static PetscErrorCode search_plan_rank0(MPI_Comm self, SearchSpace sp, SearchCostCtx *ctx, const SearchOptions *o, PetscBool print, Plan *best, SearchSummary *sum)
+{
+  const PlanNeeds *needs = &sp->needs;
+  Plan            *start;
+  CostEstimate     e;
+  SearchResult     res;
+  PetscBool        ok;
+  int              nstart = 0, world = sp->spec.world;
+  char             label[64];
+  double           t0 = sys_wtime();
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(3, &start));
+  if (print) PetscCall(search_header(self, needs));
+  sum->best_preset = sum->best_tuned = INFINITY;
+  for (int k = 0; k < 3; k++) {
+    if (k && world < 2) continue;
+    PetscCall(plan_preset(world, (Placement)k, 0, &start[nstart]));
+    PetscCall(search_evaluate(sp, search_cost_objective, ctx, &start[nstart], &ok, &e));
+    if (ok && e.feasible) sum->best_preset = PetscMin(sum->best_preset, e.iter_s);
+    if (print) PetscCall(search_row(self, PlacementNames[k], needs, ok, &e));
+    PetscCall(search_tune(sp, search_cost_objective, ctx, &start[nstart], &e));
+    PetscCall(PetscSNPrintf(start[nstart].source, sizeof start[nstart].source, "preset %s, tuned", PlacementNames[k]));
+    if (e.feasible) sum->best_tuned = PetscMin(sum->best_tuned, e.iter_s);
+    snprintf(label, sizeof label, "%s, tuned", PlacementNames[k]);
+    if (print) PetscCall(search_row(self, label, needs, PETSC_TRUE, &e));
+    nstart++;
+  }
+  { /* the presets' tuning counts against the budget too */
+    SearchOptions left = *o;
+
+    if (o->time_s > 0) left.time_s = PetscMax(o->time_s - (sys_wtime() - t0), 1e-3);
+    PetscCall(search_anneal(sp, search_cost_objective, ctx, start, nstart, &left, &res));
+  }
+  if (print) PetscCall(search_row(self, "searched", needs, PETSC_TRUE, &res.est));
+  *best = res.plan;
+  search_keep_estimate(best, &res.est);
+  sum->searched = res.est.feasible ? res.est.iter_s : INFINITY;
+  sum->seconds  = sys_wtime() - t0;
+  if (print) {
+    long hits, misses;
+
+    search_cache_stats(sp, &hits, &misses);
+    PetscCall(PetscPrintf(self, "search: %ld iterations, %.1f s in all%s (%ld accepted, %ld improvements, %ld refused by the plan checks, %ld infeasible), from %s\n", res.iters, sum->seconds, res.timed_out ? ", stopped by -plan_time" : "", res.accepted, res.improved, res.refused_check, res.refused_infeasible, start[res.start].source));
+    PetscCall(PetscPrintf(self, "  %ld estimates of %.2f ms each, %ld answered from the cache\n", ctx->n, ctx->n ? 1e3 * ctx->seconds / (double)ctx->n : 0.0, hits));
+  }
+  PetscCall(PetscFree(start));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  MPI_Comm             comm;
+  SearchCostCtx        cost;
+  const SearchOptions *o;
+  SearchSpaceSpec      spec;
+  PetscBool            print;
+  Plan                *best;
+  SearchSummary       *sum;
+} SearchTask;
+
+static PetscErrorCode search_task(void *vctx)
+{
+  SearchTask *t = (SearchTask *)vctx;
+  SearchSpace sp;
+
+  PetscFunctionBegin;
+  PetscCall(search_space_create(&t->spec, &sp));
+  if (t->print) PetscCall(PetscPrintf(PETSC_COMM_SELF, "plan search: %d ranks, %d per node; primitives: %s; %d meshes, %.3g plans\n", t->spec.world, t->spec.ranks_per_node, t->cost.prims->source, sp->nmesh, search_space_size(sp)));
+  PetscCall(search_plan_rank0(PETSC_COMM_SELF, sp, &t->cost, t->o, t->print, t->best, t->sum));
+  PetscCall(search_space_destroy(&sp));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode search_plan(MPI_Comm comm, const CostPrims *p, const CostWork *w, const PlanNeeds *needs, const SearchSpaceSpec *spec, const SearchOptions *o, PetscBool print, Plan *best, SearchSummary *sum)
+{
+  SearchTask t = {comm, {p, w, 0, 0}, o, *spec, print, best, sum};
+
+  PetscFunctionBegin;
+  t.spec.needs          = needs;
+  t.spec.ranks_per_node = p->ranks_per_node > 0 ? p->ranks_per_node : spec->world;
+  PetscCall(h5u_rank0(comm, search_task, &t));
+  PetscCallMPI(MPI_Bcast(best, (int)sizeof *best, MPI_BYTE, 0, comm));
+  PetscCallMPI(MPI_Bcast(sum, (int)sizeof *sum, MPI_BYTE, 0, comm));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- -mode plan ------------------------------------------------------------------ */
+PetscErrorCode search_mode_run(const RunCtx *run, PetscBool help)
+{
+  PetscInt        ranks = 0;
+  char            out[PETSC_MAX_PATH_LEN] = "", tlpath[PETSC_MAX_PATH_LEN] = "", mem[32];
+  CostPrims       prims;
+  CostWork        work;
+  GPTConfig       cfg[4];
+  PlanNeeds       needs;
+  SearchOptions   o;
+  SearchSpaceSpec spec;
+  SearchSummary   sum;
+  Plan           *best;
+
+  PetscFunctionBegin;
+  PetscOptionsBegin(PETSC_COMM_WORLD, "plan_", "Plan search (-mode plan)", NULL);
+  RfOptInt("-ranks", "-mode plan: ranks (devices) to plan for (required)", ranks, &ranks);
+  RfOptString("-output", "-mode plan: write the best plan here (HDF5 /plan, run it with -plan_file)", out, sizeof out);
+  RfOptString("-timeline", "-mode plan: write the best plan's simulated /timeline here (tools/plot_timeline.py draws it)", tlpath, sizeof tlpath);
+  PetscOptionsEnd();
+  PetscCall(PetscMemzero(&spec, sizeof spec));
+  PetscCall(search_settings_from_options(&o, &spec, (uint64_t)run->seed));
+  if (help) { /* the primitives' and the workload's options too */
+    PetscCall(search_prims_paths(out, tlpath, sizeof out, PETSC_FALSE));
+    PetscCall(cost_work_from_options(&work));
+    PetscCall(cost_work_free(&work));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  PetscCheck(ranks >= 1 && ranks <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-mode plan needs -plan_ranks N with 1 <= N <= %d (got %d)", PLAN_MAX_RANKS, (int)ranks);
+  if (out[0]) PetscCall(h5u_output_check("plan file", out));
+  PetscCall(search_prims_from_options(&prims));
+  PetscCall(cost_work_from_options(&work));
+  search_needs_from_work(&work, cfg, &needs);
+  spec.world = (int)ranks;
+  PetscCall(PetscMalloc1(1, &best));
+  PetscCall(search_plan(run->comm, &prims, &work, &needs, &spec, &o, PETSC_TRUE, best, &sum));
+  PetscCall(plan_print(run->comm, best, &needs));
+  PetscCall(PetscPrintf(run->comm, "estimated %.4g s per iteration, %.4g s of it reallocation, %s peak memory per rank", best->est_iter_s, best->est_realloc_s, sys_bytes_str(best->est_mem, mem, sizeof mem)));
+  if (isfinite(sum.best_tuned)) PetscCall(PetscPrintf(run->comm, "; %.2fx the best tuned preset", sum.best_tuned / best->est_iter_s));
+  if (isfinite(sum.best_preset)) PetscCall(PetscPrintf(run->comm, ", %.2fx the best preset as given", sum.best_preset / best->est_iter_s));
+  PetscCall(PetscPrintf(run->comm, "\n"));
+  if (out[0]) {
+    PetscCall(plan_write_file(run->comm, out, best, &needs));
+    PetscCall(PetscPrintf(run->comm, "plan written to %s (run it with -plan_file %s on %d ranks)\n", out, out, (int)ranks));
+  }
+  if (tlpath[0]) {
+    CostTimeline tl;
+    CostEstimate e;
+
+    PetscCall(PetscMemzero(&tl, sizeof tl));
+    PetscCall(cost_simulate(&prims, &work, best, &e, &tl));
+    if (!run->rank) PetscCall(cost_timeline_write(tlpath, &tl, best->source));
+    PetscCall(cost_timeline_free(&tl));
+  }
+  PetscCall(PetscFree(best));
+  PetscCall(cost_work_free(&work));
+  PetscCall(cost_prims_destroy(&prims));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- -placement auto --------------------------------------------------------------- */
+PetscErrorCode search_auto(const RunCtx *run, const GPTConfig cfg[4], const PlanNeeds *needs, Plan *plan)
+{
+  CostPrims       prims;
+  CostWork        work;
+  SearchOptions   o;
+  SearchSpaceSpec spec;
+  SearchSummary   sum;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&spec, sizeof spec));
+  PetscCall(search_settings_from_options(&o, &spec, (uint64_t)run->seed));
+  PetscCall(search_prims_from_options(&prims));
+  PetscCall(cost_work_from_options(&work));
+  /* the models this run has read, not the deck's -policy_ options */
+  cost_shape_from_gpt(&cfg[0], &work.actor);
+  cost_shape_from_gpt(&cfg[2], &work.ref);
+  cost_shape_from_gpt(&cfg[3], &work.reward);
+  if (needs->cfg[MFC_CRITIC_INF]) cost_shape_from_gpt(&cfg[1], &work.critic);
+  work.critic_free = needs->cfg[MFC_CRITIC_INF] ? PETSC_FALSE : PETSC_TRUE;
+  spec.world = plan->world;
+  PetscCall(PetscPrintf(run->comm, "-placement auto: searching the plan (at most %g s)\n", o.time_s));
+  PetscCall(search_plan(run->comm, &prims, &work, needs, &spec, &o, PETSC_TRUE, plan, &sum));
+  PetscCall(cost_work_free(&work));
+  PetscCall(cost_prims_destroy(&prims));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

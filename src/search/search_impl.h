@@ -1,0 +1,49 @@
+/* search_impl.h: what the files of src/search share: the space (candidate
+ * meshes and each call's strategies per mesh size) and the plan edits the
+ * moves and the enumerator make. */
+#ifndef RLFUSE_SEARCH_IMPL_H
+#define RLFUSE_SEARCH_IMPL_H
+
+#include "search.h"
+
+typedef struct {
+  int lo, n; /* ranks lo .. lo+n-1 */
+} SearchMesh;
+
+typedef struct {
+  int dp, tp, pp, mbs;
+} SearchStrat;
+
+/* A setting the search may flip: offload, zero1, fuse_gen_inf, fuse_train. */
+typedef enum { SEARCH_SET_OFFLOAD, SEARCH_SET_ZERO1, SEARCH_SET_FUSE, SEARCH_SET_FUSE_TRAIN } SearchSetting;
+
+typedef struct SearchCache_ *SearchCache; /* cache.c */
+
+struct SearchSpace_ {
+  SearchSpaceSpec spec;
+  PlanNeeds       needs;
+  int             nmesh;
+  SearchMesh     *mesh;
+  int             ncall;
+  MFCId           call[MFC_COUNT];          /* the calls in use */
+  int            *nstrat[MFC_COUNT];        /* [world+1]: strategies of the call on a mesh of n ranks */
+  SearchStrat   **strat[MFC_COUNT];         /* [world+1] */
+  int             nset;
+  SearchSetting   set[4];
+  SearchCache     cache;                    /* estimates of the plans seen (search_evaluate) */
+};
+
+PetscErrorCode search_cache_destroy(SearchCache *c);
+
+/* Puts call c on mesh m with strategy s. */
+void search_put(Plan *plan, MFCId c, const SearchMesh *m, const SearchStrat *s);
+/* Flips setting k (fuse_gen_inf: none <-> stream). */
+void search_flip(Plan *plan, SearchSetting k);
+/* What follows from the calls' meshes: a fused critic_train on the
+ * actor_train ranks in reverse stage order; concurrent pairs whose meshes
+ * now overlap dropped (they are a promise the plan can no longer keep). */
+void search_derive(SearchSpace sp, Plan *plan);
+/* The call is placed by another (critic_train under -fuse_train). */
+PetscBool search_derived(const Plan *plan, MFCId c);
+
+#endif
