@@ -193,6 +193,7 @@ typedef struct {
   double      at;                 /* R_t */
   size_t      bucket;             /* words per message at most */
   PetscBool   decided;            /* migrated, or everything finished first */
+  PetscBool   dest;               /* this rank's replica received the tail */
   int         m, moved, left;     /* destination replicas, samples this rank sent, unfinished at the migration */
   long long   bytes;              /* this rank sent */
   double      t_start, t_end;     /* the migration on this rank (0, 0: none) */

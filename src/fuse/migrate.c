@@ -205,10 +205,13 @@ static PetscErrorCode migrate(FuseMigrator *mg, GenEngine *e, GenBatch *b)
   for (int i = 0; i < in.n; i++) rep[i] = trip[3 * i], idx[i] = trip[3 * i + 1], kvl[i] = trip[3 * i + 2];
   in.dp = mg->mesh->dp, in.slots = gen_engine_slots(e), in.forced = mg->forced, in.rep = rep, in.idx = idx, in.kvlen = kvl;
   PetscCall(fuse_migrate_plan(&in, &mg->m, dest, to));
-  if (dest[mg->mesh->d]) PetscCall(recv_states(mg, e, b, &in, to));
+  mg->dest = (PetscBool)dest[mg->mesh->d];
+  if (mg->dest) PetscCall(recv_states(mg, e, b, &in, to));
   else PetscCall(send_states(mg, e, b, &in, to, req, bufs, &nreq));
-  PetscCallMPI(MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE));
-  for (int k = 0; k < nreq; k++) PetscCall(PetscFree(bufs[k]));
+  for (int k = 0; k < nreq; k++) {
+    PetscCallMPI(MPI_Wait(&req[k], MPI_STATUS_IGNORE));
+    PetscCall(PetscFree(bufs[k]));
+  }
   PetscCall(PetscFree2(req, bufs));
   PetscCall(PetscFree5(rep, idx, kvl, to, dest));
   PetscCall(PetscFree(trip));

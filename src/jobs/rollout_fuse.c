@@ -1,16 +1,30 @@
-/* Generation and inference fused into one call (-fuse_gen_inf stream,
- * docs/fusion.md): the generation replicas stream each finished sample to
- * the inference ranks (src/fuse), which run reference, reward and critic
- * inference on micro-batches of arrived samples while decoding goes on. The
- * plan check guarantees the inference meshes are apart from actor_gen's and
- * made of one-rank replicas, so every inference rank batches on its own.
- * Each rank still handles exactly the rows the unfused calls give it, and a
- * sample's outputs do not depend on its micro-batch, so the rollout equals
- * the unfused one (within float summation order). */
+/* Generation and inference fused into one call (-fuse_gen_inf stream or
+ * migrate, docs/fusion.md): the generation replicas stream each finished
+ * sample to the inference ranks (src/fuse), which run reference, reward and
+ * critic inference on micro-batches of arrived samples while decoding goes
+ * on. With migrate, the unfinished samples move at R_t onto the fewest
+ * replicas that hold them, and the ranks of the others, once they stop
+ * generating, run the inference calls they serve (co-located plans fuse
+ * that way). The plan check guarantees made of one-rank inference replicas,
+ * so every inference rank batches on its own; for stream, inference ranks
+ * apart from generation. Each rank still handles exactly the rows the
+ * unfused calls give it, and a sample's outputs do not depend on its
+ * micro-batch nor on the replica that decoded it, so the rollout equals the
+ * unfused one (within float summation order). */
 #include "ppo_impl.h"
 #include "fuse.h"
+#include <stdlib.h>
 
 static MPI_Comm fuse_world = MPI_COMM_NULL; /* the samples' own tag space */
+
+/* -fuse_migrate_at auto: what the previous iteration measured (the same on
+ * every rank: rollout_fuse_observe gets values reduced over the world). A
+ * run that restarts starts again from FUSE_RT_FIRST. */
+static struct {
+  PetscBool have;
+  int       B, *len, *rlen;
+  double    step_s, tok_s;
+} fuse_hist;
 
 PetscErrorCode rollout_fuse_setup(void)
 {
@@ -78,7 +92,7 @@ static PetscErrorCode fuse_batch(void *ctx, const GenBatch *g, const int *rows, 
 
   PetscFunctionBegin;
   (void)g;
-  for (int i = 0; i < n; i++) a->start[idx[i]] = a->gen.prompt_len[idx[i]], a->len[idx[i]] = a->gen.response_len[idx[i]];
+  for (int i = 0; i < n; i++) a->start[idx[i]] = a->gen.prompt_len[idx[i]], a->len[idx[i]] = a->gen.response_len[idx[i]], f->tm->tokens += a->start[idx[i]] + a->len[idx[i]];
   for (int k = 0; k < f->ncalls; k++) {
     int    ns = 0;
     double t0 = sys_wtime();
@@ -127,35 +141,151 @@ static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Where the fused node records R_t and the migration, and what R_t auto
+ * simulates: the replicas of the generation mesh and the inference ranks'
+ * rows. */
+static double pick_rt(PPOModels *m, const PPOOptions *o, const FuseRoute *route, double *pred)
+{
+  const Mesh *gm = ppo_gen_model(m)->mesh;
+  int         world, B = route->B, *q_rep;
+  unsigned char *need;
+  FuseSim     sim;
+  double      rt;
+
+  *pred = 0;
+  if (o->plan.migrate_at >= 0) return o->plan.migrate_at;
+  *pred = -1; /* auto without a measured iteration */
+  if (!fuse_hist.have || fuse_hist.B != B) return FUSE_RT_FIRST;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  q_rep = calloc((size_t)world, sizeof(int));
+  need  = calloc((size_t)world * B + 1, 1);
+  if (!q_rep || !need) return FUSE_RT_FIRST;
+  for (int q = 0; q < world; q++) q_rep[q] = -1;
+  for (int i = 0; i < gm->nranks; i++) q_rep[gm->ranks[i]] = (i / gm->tp) % gm->dp; /* mesh index (p*dp + d)*tp + t */
+  for (int k = 0; k < route->ndest; k++)
+    for (int b = 0; b < B; b++) need[(size_t)route->dest[k] * B + b] = route->need[(size_t)k * B + b];
+  sim = (FuseSim){B, gm->dp, (int)o->gen.slots, world, fuse_hist.len, fuse_hist.rlen, q_rep, need, fuse_hist.step_s, fuse_hist.tok_s};
+  rt  = fuse_sim_pick(&sim, pred);
+  free(q_rep), free(need);
+  return rt;
+}
+
+PetscErrorCode rollout_fuse_observe(const Rollout *r, double step_s, double tok_s)
+{
+  PetscFunctionBegin;
+  if (fuse_hist.B != r->B) {
+    PetscCall(PetscFree2(fuse_hist.len, fuse_hist.rlen));
+    PetscCall(PetscMalloc2(r->B, &fuse_hist.len, r->B, &fuse_hist.rlen));
+    fuse_hist.B = r->B;
+  }
+  for (int b = 0; b < r->B; b++) fuse_hist.len[b] = r->start[b] + r->len[b], fuse_hist.rlen[b] = r->len[b];
+  fuse_hist.step_s = step_s, fuse_hist.tok_s = tok_s;
+  fuse_hist.have   = (PetscBool)(step_s > 0);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The finished-sample callback of migrate: the row is now this rank's to
+ * share, and it streams like any other. */
+typedef struct {
+  FuseSender *s;
+  int        *owner, me;
+} MigFinish;
+
+static PetscErrorCode mig_finished(void *ctx, const GenBatch *b, int index)
+{
+  MigFinish *f = (MigFinish *)ctx;
+  PetscFunctionBegin;
+  f->owner[index] = f->me;
+  PetscCall(fuse_send_finished(f->s, b, index));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Generation of migrate: every rank of the mesh decodes into a batch of all
+ * B rows (request ids stay the rows, so a sample that moves keeps its
+ * draws), starting with its replica's rows; the hook counts and migrates. */
+static PetscErrorCode generate_migrate(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, GenPart *part, FuseSender *s, FuseTimes *tm)
+{
+  DModel      *gen = ppo_gen_model(m);
+  const Mesh  *gm  = gen->mesh;
+  GenEngine   *eng;
+  FuseMigrator mg;
+  MigFinish    fin;
+  GenRun       run;
+  int         *own;
+
+  PetscFunctionBegin;
+  exec_rows(r->B, gm->dp, gm->d, &part->b0, &part->b1);
+  part->own = PETSC_TRUE;
+  PetscCall(gen_batch_create(r->B, r->T, gen_masked(&o->gen), &part->b));
+  PetscCall(PetscMalloc1(r->B, &part->owner));
+  PetscCall(PetscMalloc1(r->B, &own));
+  for (int b = 0; b < r->B; b++) part->owner[b] = -1;
+  for (int b = part->b0; b < part->b1; b++) own[b - part->b0] = b;
+  PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &fin.me));
+  fin.s = s, fin.owner = part->owner;
+  PetscCall(fuse_migrator_begin(fuse_world, gm, r->B, tm->rt, (int)o->plan.migrate_to, m->bucket, &mg));
+  run = (GenRun){own, part->b1 - part->b0, exec_is_head(gm) ? mig_finished : NULL, &fin, NULL, NULL};
+  if (tm->rt > 0 && gm->dp > 1) run.on_step = fuse_migrate_step, run.step_ctx = &mg;
+  PetscCall(gen_engine_create(gen->gpt, &o->gen, max_prompt, &eng));
+  PetscCall(gen_generate_run(eng, seed, iteration, r->B, req, &part->b, &run));
+  PetscCall(gen_engine_destroy(&eng));
+  PetscCall(PetscFree(own));
+  tm->moved = mg.moved, tm->mig_bytes = (double)mg.bytes, tm->mig_s = mg.t_end - mg.t_start, tm->mig_m = mg.m, tm->mig_dest = mg.dest;
+  tm->mig_t0 = mg.t_start, tm->mig_t1 = mg.t_end;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* This rank's mean decode-step time (for R_t auto). */
+static double mean_step(const GenBatch *b)
+{
+  double t = 0;
+  for (int k = 0; k < b->nsteps; k++) t += b->step_seconds[k];
+  return b->nsteps ? t / b->nsteps : 0;
+}
+
 PetscErrorCode rollout_fused_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, FuseTimes *tm)
 {
   DModel    *gen = ppo_gen_model(m);
   FuseRoute  route;
+  FuseSender s;
+  PetscBool  migrate = (PetscBool)(o->plan.fuse == FUSE_MIGRATE);
+  int        me;
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(tm, sizeof *tm));
+  PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
   PetscCall(fuse_route(m, r->B, &route));
+  if (migrate) tm->rt = pick_rt(m, o, &route, &tm->rt_pred);
   if (dmodel_member(gen)) {
-    FuseSender s;
-    int        b0, b1;
-    double     t0 = sys_wtime();
-    PetscBool  head = exec_is_head(gen->mesh);
+    int       b0, b1;
+    double    t0 = sys_wtime(), t1;
+    PetscBool head = exec_is_head(gen->mesh);
 
     exec_rows(r->B, gen->mesh->dp, gen->mesh->d, &b0, &b1);
-    PetscCall(fuse_sender_begin(fuse_world, &route, b0, &s));
+    PetscCall(fuse_sender_begin(fuse_world, &route, migrate ? 0 : b0, &s));
     PetscCall(PetscLogEventBegin(sys_log.generate, 0, 0, 0, 0));
-    PetscCall(rollout_generate_part_cb(gen, &o->gen, max_prompt, seed, iteration, req, r, part, head ? fuse_send_finished : NULL, &s));
+    if (migrate) PetscCall(generate_migrate(m, o, req, max_prompt, seed, iteration, r, part, &s, tm));
+    else PetscCall(rollout_generate_part_cb(gen, &o->gen, max_prompt, seed, iteration, req, r, part, head ? fuse_send_finished : NULL, &s));
     PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));
-    tm->gen = sys_wtime() - t0;
-    PetscCall(timeline_mark("generation", t0, t0 + tm->gen));
-    t0 = sys_wtime();
-    PetscCall(fuse_sender_end(&s));
-    if (s.n) PetscCall(timeline_mark("stream_drain", t0, sys_wtime()));
-    tm->messages = (double)s.messages, tm->bytes = (double)s.bytes, tm->send = s.seconds;
-  } else { /* the node runs on generation and inference ranks only */
+    t1      = sys_wtime();
+    tm->gen = t1 - t0;
+    tm->step_s = mean_step(part->own ? &part->b : &r->gen);
+    if (tm->mig_t1 > 0) { /* generation, the migration, and (on a destination) the tail */
+      PetscCall(timeline_mark("generation", t0, tm->mig_t0));
+      PetscCall(timeline_mark("migration", tm->mig_t0, tm->mig_t1));
+      if (tm->mig_dest) PetscCall(timeline_mark("generation", tm->mig_t1, t1));
+    } else PetscCall(timeline_mark("generation", t0, t1));
+  }
+  if (fuse_route_count(&route, me)) { /* inference: on ranks apart from generation, or after it */
     PetscCall(PetscLogEventBegin(sys_log.inference, 0, 0, 0, 0));
     PetscCall(fuse_infer(m, o, r, pb, &route, tm));
     PetscCall(PetscLogEventEnd(sys_log.inference, 0, 0, 0, 0));
+  }
+  if (dmodel_member(gen)) {
+    double t0 = sys_wtime();
+    PetscCall(fuse_sender_end(&s));
+    if (s.n) PetscCall(timeline_mark("stream_drain", t0, sys_wtime()));
+    tm->messages = (double)s.messages, tm->bytes = (double)s.bytes, tm->send = s.seconds;
   }
   PetscCall(fuse_route_destroy(&route));
   PetscFunctionReturn(PETSC_SUCCESS);
