@@ -139,6 +139,10 @@ typedef struct {
   MPI_Comm     comm;
   const FuseRoute *route;
   int          b0;           /* global row of the replica's request 0 */
+  const unsigned char *defer; /* [ndest] or NULL: samples for these destinations wait for fuse_sender_release */
+  PetscBool    released;
+  int         *held, nheld;  /* requests finished while deferred */
+  const GenBatch *hb;
   MPI_Request *req;          /* n sends */
   MPI_Status  *st;
   int        **buf;          /* nbuf packed samples */
@@ -149,6 +153,10 @@ typedef struct {
 PetscErrorCode fuse_sender_begin(MPI_Comm comm, const FuseRoute *route, int b0, FuseSender *s);
 /* A GenFinishFn: ctx is the FuseSender, index the replica's request index. */
 PetscErrorCode fuse_send_finished(void *ctx, const GenBatch *b, int index);
+/* Sends the deferred samples to the deferred destinations that need them
+ * by the route as it is now (it may have changed since), and every later
+ * sample at once. */
+PetscErrorCode fuse_sender_release(FuseSender *s);
 /* Waits for every send and frees the buffers. */
 PetscErrorCode fuse_sender_end(FuseSender *s);
 
@@ -183,6 +191,9 @@ typedef struct {
 } FuseMigIn;
 PetscErrorCode fuse_migrate_plan(const FuseMigIn *in, int *m, unsigned char *dest, int *to);
 
+/* After the migration, on every rank of the mesh: dest[d] 1 for the
+ * replicas that decode the tail. */
+typedef PetscErrorCode (*FuseAfterFn)(void *ctx, const unsigned char *dest, int dp);
 /* The engine hook (a GenStepFn with ctx a FuseMigrator) on every rank of the
  * generation mesh; collective over the mesh at every step until the
  * migration. comm: point-to-point messages between world ranks. */
@@ -197,7 +208,16 @@ typedef struct {
   int         m, moved, left;     /* destination replicas, samples this rank sent, unfinished at the migration */
   long long   bytes;              /* this rank sent */
   double      t_start, t_end;     /* the migration on this rank (0, 0: none) */
+  FuseAfterFn after;              /* may be NULL */
+  void       *after_ctx;
 } FuseMigrator;
+/* The inference rows after a migration: need[(k*nq + q)*B + b] when rank q
+ * runs call k on row b; q_rep[q] its generation replica (-1: none);
+ * member[k*nq + q] when q can run call k. In each call, the rows of ranks
+ * on replicas that go on decoding are dealt, in row order, round-robin to
+ * the members on freed replicas (none: they stay). Ranks apart from
+ * generation keep their rows. */
+void fuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned char *freed, const unsigned char *member, unsigned char *need);
 PetscErrorCode fuse_migrator_begin(MPI_Comm comm, const Mesh *mesh, int B, double at, int forced, size_t bucket_bytes, FuseMigrator *mg);
 PetscErrorCode fuse_migrate_step(void *ctx, GenEngine *e, GenBatch *b, PetscBool *go);
 

@@ -168,6 +168,10 @@ PetscErrorCode rollout_fuse_setup(void);
  * the measured decode-step and per-token inference seconds, for the next
  * iteration's -fuse_migrate_at auto. */
 PetscErrorCode rollout_fuse_observe(const Rollout *r, double step_s, double tok_s);
+/* -fuse_gen_inf migrate: reference log-probabilities, scores and values to
+ * every rank, each (call, row) from the rank that computed it. Collective
+ * on MPI_COMM_WORLD. */
+PetscErrorCode rollout_share_inf_owned(Rollout *r);
 PetscErrorCode rollout_fused_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, FuseTimes *tm);
 
 /* Training over the rollout: epochs x minibatches optimizer steps for the
