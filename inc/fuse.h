@@ -192,8 +192,8 @@ typedef struct {
 PetscErrorCode fuse_migrate_plan(const FuseMigIn *in, int *m, unsigned char *dest, int *to);
 
 /* After the migration, on every rank of the mesh: dest[d] 1 for the
- * replicas that decode the tail. */
-typedef PetscErrorCode (*FuseAfterFn)(void *ctx, const unsigned char *dest, int dp);
+ * replicas that decode the tail; idx[0..n) the samples unfinished then. */
+typedef PetscErrorCode (*FuseAfterFn)(void *ctx, const unsigned char *dest, int dp, const int *idx, int n);
 /* The engine hook (a GenStepFn with ctx a FuseMigrator) on every rank of the
  * generation mesh; collective over the mesh at every step until the
  * migration. comm: point-to-point messages between world ranks. */
@@ -215,9 +215,11 @@ typedef struct {
  * runs call k on row b; q_rep[q] its generation replica (-1: none);
  * member[k*nq + q] when q can run call k. In each call, the rows of ranks
  * on replicas that go on decoding are dealt, in row order, round-robin to
- * the members on freed replicas (none: they stay). Ranks apart from
- * generation keep their rows. */
-void fuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned char *freed, const unsigned char *member, unsigned char *need);
+ * the members on freed replicas (none: they stay), except the rows with
+ * keep[b] (the samples still unfinished: they end with the tail, when
+ * their ranks are free again, so spreading them keeps the last inference
+ * short). Ranks apart from generation keep their rows. */
+void fuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned char *freed, const unsigned char *member, const unsigned char *keep, unsigned char *need);
 PetscErrorCode fuse_migrator_begin(MPI_Comm comm, const Mesh *mesh, int B, double at, int forced, size_t bucket_bytes, FuseMigrator *mg);
 PetscErrorCode fuse_migrate_step(void *ctx, GenEngine *e, GenBatch *b, PetscBool *go);
 

@@ -75,7 +75,7 @@ PetscErrorCode fuse_migrate_plan(const FuseMigIn *in, int *m_out, unsigned char 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-void fuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned char *freed, const unsigned char *member, unsigned char *need)
+void fuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned char *freed, const unsigned char *member, const unsigned char *keep, unsigned char *need)
 {
   for (int k = 0; k < ncall; k++) {
     int nf = 0, next = 0;
@@ -84,7 +84,7 @@ void fuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned cha
     for (int b = 0; b < B; b++)
       for (int q = 0; q < nq; q++) {
         unsigned char *n = need + ((size_t)k * nq + q) * B + b;
-        if (!*n || q_rep[q] < 0 || freed[q_rep[q]]) continue;
+        if (!*n || q_rep[q] < 0 || freed[q_rep[q]] || (keep && keep[b])) continue;
         *n = 0; /* to the next freed member, in rank order */
         for (int f = 0, seen = 0; f < nq; f++)
           if (q_rep[f] >= 0 && freed[q_rep[f]] && member[k * nq + f] && seen++ == next % nf) {
@@ -227,7 +227,7 @@ static PetscErrorCode migrate(FuseMigrator *mg, GenEngine *e, GenBatch *b)
   in.dp = mg->mesh->dp, in.slots = gen_engine_slots(e), in.forced = mg->forced, in.rep = rep, in.idx = idx, in.kvlen = kvl;
   PetscCall(fuse_migrate_plan(&in, &mg->m, dest, to));
   mg->dest = (PetscBool)dest[mg->mesh->d];
-  if (mg->after) PetscCall(mg->after(mg->after_ctx, dest, mg->mesh->dp)); /* e.g. the freed ranks' inference starts being fed */
+  if (mg->after) PetscCall(mg->after(mg->after_ctx, dest, mg->mesh->dp, idx, in.n)); /* e.g. the freed ranks' inference starts being fed */
   if (mg->dest) PetscCall(recv_states(mg, e, b, &in, to));
   else PetscCall(send_states(mg, e, b, &in, to, req, bufs, &nreq));
   for (int k = 0; k < nreq; k++) {

@@ -3,8 +3,9 @@
  * its measured decode-step and inference costs: continuous batching on each
  * replica in lockstep (the migration's count makes the replicas step
  * together), the migration planned by fuse_migrate_plan itself (so the
- * model moves what the run would), then each inference rank working through
- * its rows in finish order from when it stops generating. What it leaves
+ * model moves what the run would) and the inference rows rerouted as the
+ * run reroutes them (fuse_reroute), then each inference rank working
+ * through its rows in finish order from when it stops generating. What it leaves
  * out (the migration's and the streaming's own time, step times that
  * change with the number of active samples) is small at this scale and
  * the same for every candidate. */
@@ -12,6 +13,7 @@
 #include "exec.h"
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const double candidates[] = {0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5};
 
@@ -66,13 +68,15 @@ double fuse_sim_stage(const FuseSim *s, double rt)
   int            B = s->B, dp = s->dp, unfinished = B, migrated = 0, *busy;
   double         t = 0, t_mig = -1, end = 0, stage;
   SimState       st;
-  unsigned char *freed;
+  unsigned char *freed, *need;
 
   if (B <= 0) return 0;
   st.rep = calloc((size_t)B * 5 + (size_t)dp * ((size_t)B + 3) + 1, sizeof(int));
   st.fin = calloc((size_t)B + dp + 1, sizeof(double));
   freed  = calloc((size_t)dp + 1, 1);
-  if (!st.rep || !st.fin || !freed) return INFINITY;
+  need   = malloc((size_t)s->nq * B + 1);
+  if (!st.rep || !st.fin || !freed || !need) return INFINITY;
+  memcpy(need, s->need, (size_t)s->nq * B);
   st.left = st.rep + B, st.done = st.left + B, st.running = st.done + B, st.order = st.running + B;
   st.q = st.order + B, st.qn = st.q + (size_t)dp * B, st.qh = st.qn + dp, busy = st.qh + dp;
   st.stop = st.fin + B;
@@ -107,6 +111,15 @@ double fuse_sim_stage(const FuseSim *s, double rt)
     else if (rt > 0 && dp > 1) st.stop[d] = PetscMax(last, migrated ? t_mig : end);
     else st.stop[d] = last;
   }
+  if (migrated) { /* the rows the run reroutes: finished ones of decoding ranks to freed ranks */
+    unsigned char *member = calloc((size_t)s->nq + 1, 1), *keep = calloc((size_t)B + 1, 1);
+    if (!member || !keep) return INFINITY;
+    for (int q = 0; q < s->nq; q++)
+      for (int b = 0; b < B; b++) member[q] |= s->need[(size_t)q * B + b];
+    for (int b = 0; b < B; b++) keep[b] = st.fin[b] > t_mig;
+    fuse_reroute(1, s->nq, B, s->q_rep, freed, member, keep, need);
+    free(member), free(keep);
+  }
   for (int b = 0; b < B; b++) st.order[b] = b;
   sort_key = st.fin;
   qsort(st.order, (size_t)B, sizeof(int), by_finish);
@@ -115,12 +128,12 @@ double fuse_sim_stage(const FuseSim *s, double rt)
     double at = s->q_rep[q] >= 0 ? st.stop[s->q_rep[q]] : 0;
     for (int j = 0; j < B; j++) {
       int b = st.order[j];
-      if (!s->need[(size_t)q * B + b]) continue;
+      if (!need[(size_t)q * B + b]) continue;
       at = PetscMax(at, st.fin[b]) + s->tok_s * s->len[b];
     }
     stage = PetscMax(stage, at);
   }
-  free(st.rep), free(st.fin), free(freed);
+  free(st.rep), free(st.fin), free(freed), free(need);
   return stage;
 }
 

@@ -126,17 +126,20 @@ typedef struct {
   PetscBool   head;
 } AfterCtx;
 
-static PetscErrorCode after_migration(void *ctx, const unsigned char *dest, int dp)
+static PetscErrorCode after_migration(void *ctx, const unsigned char *dest, int dp, const int *idx, int n)
 {
   AfterCtx      *a = (AfterCtx *)ctx;
-  unsigned char *freed;
+  unsigned char *freed, *keep;
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(dp, &freed));
+  PetscCall(PetscCalloc1(rows_st.B, &keep));
   for (int d = 0; d < dp; d++) freed[d] = !dest[d];
-  fuse_reroute(3, rows_st.world, rows_st.B, rows_st.q_rep, freed, rows_st.member, rows_st.need);
+  for (int i = 0; i < n; i++) keep[idx[i]] = 1;
+  fuse_reroute(3, rows_st.world, rows_st.B, rows_st.q_rep, freed, rows_st.member, keep, rows_st.need);
   route_fill(a->route);
   PetscCall(PetscFree(freed));
+  PetscCall(PetscFree(keep));
   if (a->head) PetscCall(fuse_sender_release(a->s));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
