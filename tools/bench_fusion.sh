@@ -22,7 +22,7 @@ set -u
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}; PYTHON=${PYTHON:-/usr/bin/python3}
 MPIEXEC=${MPIEXEC:-mpiexec}; MPIEXEC_FLAGS=${MPIEXEC_FLAGS--bind-to core}
-ROUNDS=${ROUNDS:-2}; ITERS=${ITERS:-3}; TOKENS=${TOKENS:-256}; RTS=${RTS:-0.05 0.1 0.2 0.3 0.5}
+ROUNDS=${ROUNDS:-2}; ITERS=${ITERS:-3}; TOKENS=${TOKENS:-256}; RTS=${RTS:-0 0.05 0.1 0.2 0.3 0.5}
 d=$(mktemp -d "${TMPDIR:-/tmp}/rlfuse-bench-fusion.XXXXXX"); trap 'rm -rf "$d"' EXIT
 fx=${1:-$d/fixture}
 run() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
