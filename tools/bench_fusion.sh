@@ -11,8 +11,11 @@
 # ranks), split (no fusion, generation on rank 0, inference on rank 1),
 # held (split, samples streamed but inference held until generation ends:
 # the token-budget micro-batches without the overlap), stream (split,
-# streamed), migrate_<R> (colocated, -fuse_gen_inf migrate at R_t R, for R
-# in RTS), migrate_auto (R_t auto). The policy and reward model come from FIXTURE
+# streamed), migrate_<R> (the colocated plan with -fuse_gen_inf migrate at
+# R_t R, for R in RTS, default 0 0.05 0.1 0.2 0.3 0.5; R_t 0 streams into
+# the co-located inference without migrating), migrate_auto (R_t auto);
+# for the migrate rows the limit is the larger of a rank's generation time
+# and half the two ranks' work (generation and inference evenly spread). The policy and reward model come from FIXTURE
 # (a directory with sft/final.h5 and rm/final.h5, e.g. the output of
 # `bin/rlfuse -options_file input/longtail.deck`), made here when absent
 # (the deck's pipeline with one PPO iteration: about 8 minutes on 2 idle
