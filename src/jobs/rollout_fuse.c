@@ -3,17 +3,16 @@
  * sample to the inference ranks (src/fuse), which run reference, reward and
  * critic inference on micro-batches of arrived samples while decoding goes
  * on. With migrate, the unfinished samples move at R_t onto the fewest
- * replicas that hold them, and the ranks of the others, once they stop
- * generating, run the inference calls they serve (co-located plans fuse
- * that way). The plan check guarantees made of one-rank inference replicas,
- * so every inference rank batches on its own; for stream, inference ranks
- * apart from generation. Each rank still handles exactly the rows the
- * unfused calls give it, and a sample's outputs do not depend on its
- * micro-batch nor on the replica that decoded it, so the rollout equals the
- * unfused one (within float summation order). */
+ * replicas that hold them; the ranks of the others stop generating and run
+ * the inference calls they serve, on their own rows and on the finished
+ * rows of the ranks still decoding (co-located plans fuse that way). The
+ * plan check guarantees one-rank inference replicas, so every inference
+ * rank batches on its own, and for stream inference ranks apart from
+ * generation. A sample's outputs depend neither on its micro-batch nor on
+ * the rank that decoded or scored it, so the rollout equals the unfused one
+ * (within float summation order). */
 #include "ppo_impl.h"
 #include "fuse.h"
-#include <stdlib.h>
 
 static MPI_Comm fuse_world = MPI_COMM_NULL; /* the samples' own tag space */
 
@@ -233,33 +232,19 @@ static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Where the fused node records R_t and the migration, and what R_t auto
- * simulates: the replicas of the generation mesh and the inference ranks'
- * rows. */
+/* R_t for this iteration: given, or auto from the previous iteration (the
+ * route and rows_st are this iteration's default layout). */
 static double pick_rt(PPOModels *m, const PPOOptions *o, const FuseRoute *route, double *pred)
 {
-  const Mesh *gm = ppo_gen_model(m)->mesh;
-  int         world, B = route->B, *q_rep;
-  unsigned char *need;
-  FuseSim     sim;
-  double      rt;
+  FuseSim sim;
 
   *pred = 0;
   if (o->plan.migrate_at >= 0) return o->plan.migrate_at;
   *pred = -1; /* auto without a measured iteration */
-  if (!fuse_hist.have || fuse_hist.B != B) return FUSE_RT_FIRST;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  q_rep = calloc((size_t)world, sizeof(int));
-  need  = calloc((size_t)world * B + 1, 1);
-  if (!q_rep || !need) return FUSE_RT_FIRST;
-  for (int q = 0; q < world; q++) q_rep[q] = -1;
-  for (int i = 0; i < gm->nranks; i++) q_rep[gm->ranks[i]] = (i / gm->tp) % gm->dp; /* mesh index (p*dp + d)*tp + t */
-  for (int k = 0; k < route->ndest; k++)
-    for (int b = 0; b < B; b++) need[(size_t)route->dest[k] * B + b] = route->need[(size_t)k * B + b];
-  sim = (FuseSim){B, gm->dp, (int)o->gen.slots, world, fuse_hist.len, fuse_hist.rlen, q_rep, need, fuse_hist.step_s, fuse_hist.tok_s};
-  rt  = fuse_sim_pick(&sim, pred);
-  free(q_rep), free(need);
-  return rt;
+  if (!fuse_hist.have || fuse_hist.B != route->B) return FUSE_RT_FIRST;
+  /* migrate keeps every world rank in the route, in rank order */
+  sim = (FuseSim){route->B, ppo_gen_model(m)->mesh->dp, (int)o->gen.slots, route->ndest, fuse_hist.len, fuse_hist.rlen, rows_st.q_rep, route->need, fuse_hist.step_s, fuse_hist.tok_s};
+  return fuse_sim_pick(&sim, pred);
 }
 
 PetscErrorCode rollout_fuse_observe(const Rollout *r, double step_s, double tok_s)
