@@ -2,7 +2,8 @@
  * the generation engine's loop on every rank of the generation mesh: before
  * each step the replicas add up their unfinished samples (one allreduce
  * over the mesh, so every replica decides at the same step); once at most
- * R_t * B remain, each replica head's list of unfinished samples is
+ * R_t * B remain, or a replica has none left (its ranks are free already),
+ * each replica head's list of unfinished samples is
  * gathered, every rank computes the same plan (fuse_migrate_plan), and each
  * rank of a source replica sends its samples' states, cache shard included,
  * to the rank with the same stage and tensor coordinates in the destination
@@ -244,22 +245,27 @@ static PetscErrorCode migrate(FuseMigrator *mg, GenEngine *e, GenBatch *b)
 PetscErrorCode fuse_migrate_step(void *ctx, GenEngine *e, GenBatch *b, PetscBool *go)
 {
   FuseMigrator *mg = (FuseMigrator *)ctx;
-  int           left;
+  int           c[2] = {0, 0}; /* unfinished samples; replicas with none left */
 
   PetscFunctionBegin;
   if (mg->decided) PetscFunctionReturn(PETSC_SUCCESS);
-  left = exec_is_head(mg->mesh) ? gen_engine_running(e) + gen_engine_waiting(e) : 0;
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &left, 1, MPI_INT, MPI_SUM, mg->mesh->all.mpi));
-  if (left == 0) { /* every sample finished before the threshold (R_t = 0) */
+  if (exec_is_head(mg->mesh)) {
+    c[0] = gen_engine_running(e) + gen_engine_waiting(e);
+    c[1] = c[0] == 0;
+  }
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, c, 2, MPI_INT, MPI_SUM, mg->mesh->all.mpi));
+  if (c[0] == 0) { /* every sample finished before the threshold */
     mg->decided = PETSC_TRUE;
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  if (left > mg->at * mg->B) { /* keep joining the count, even with nothing to decode */
-    *go = PETSC_TRUE;
+  /* at R_t, or earlier when a replica has run out of samples: its ranks
+   * are free already, and waiting in this count would idle them */
+  if (c[0] > mg->at * mg->B && !c[1]) {
+    *go = PETSC_TRUE; /* keep joining the count */
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   mg->decided = PETSC_TRUE;
-  mg->left    = left;
+  mg->left    = c[0];
   PetscCall(migrate(mg, e, b));
   *go = (PetscBool)(gen_engine_running(e) + gen_engine_waiting(e) > 0);
   PetscFunctionReturn(PETSC_SUCCESS);

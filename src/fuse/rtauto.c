@@ -87,7 +87,11 @@ double fuse_sim_stage(const FuseSim *s, double rt)
   }
   for (int b = 0; b < B; b++) st.left[b] = PetscMax(1, s->rlen[b]);
   while (unfinished > 0) {
-    if (!migrated && rt > 0 && unfinished <= rt * B && dp > 1) {
+    int idle = 0;
+    for (int d = 0; d < dp; d++) busy[d] = 0;
+    for (int b = 0; b < B; b++) busy[st.rep[b]] += !st.done[b];
+    for (int d = 0; d < dp; d++) idle |= busy[d] == 0;
+    if (!migrated && rt > 0 && (unfinished <= rt * B || idle) && dp > 1) { /* as fuse_migrate_step */
       if (!sim_migrate(s, &st, freed)) break;
       migrated = 1, t_mig = t;
     }
