@@ -96,7 +96,14 @@ typedef struct {
   double    mem_call[MFC_COUNT]; /* the largest peak memory of any rank during the call, bytes */
   double    sync_s[2];          /* actor_sync, critic_sync: one iteration's reallocation time each */
   double    offload_s;          /* moving frozen models between host and device in one iteration */
-  double    genfuse_s;          /* -fuse_gen_inf stream: generation and inference as one node (0 otherwise) */
+  double    genfuse_s;          /* -fuse_gen_inf stream or migrate: generation and inference as one node (0 otherwise) */
+  /* -fuse_gen_inf migrate: the long tail's move in one iteration (as the run's metrics) */
+  double    migrate_at;         /* R_t simulated (auto: the best of the executor's candidates) */
+  double    migrate_t;          /* when it starts, from the stage's start (-1: nothing moved) */
+  double    migrate_s;          /* its time (the busiest rank's point-to-point messages) */
+  double    migrate_bytes;      /* bytes sent, all ranks: states and KV-cache shards */
+  int       migrate_samples;    /* samples moved */
+  int       migrate_replicas;   /* generation replicas that decode the tail (dp when nothing moved) */
 } CostEstimate;
 
 /* The estimate of a plan for a workload: every call under its layout, the

@@ -139,6 +139,10 @@ typedef struct {
   MPI_Comm     comm;
   const FuseRoute *route;
   int          b0;           /* global row of the replica's request 0 */
+  const unsigned char *defer; /* [ndest] or NULL: samples for these destinations wait for fuse_sender_release */
+  PetscBool    released;
+  int         *held, nheld;  /* requests finished while deferred */
+  const GenBatch *hb;
   MPI_Request *req;          /* n sends */
   MPI_Status  *st;
   int        **buf;          /* nbuf packed samples */
@@ -149,6 +153,10 @@ typedef struct {
 PetscErrorCode fuse_sender_begin(MPI_Comm comm, const FuseRoute *route, int b0, FuseSender *s);
 /* A GenFinishFn: ctx is the FuseSender, index the replica's request index. */
 PetscErrorCode fuse_send_finished(void *ctx, const GenBatch *b, int index);
+/* Sends the deferred samples to the deferred destinations that need them
+ * by the route as it is now (it may have changed since), and every later
+ * sample at once. */
+PetscErrorCode fuse_sender_release(FuseSender *s);
 /* Waits for every send and frees the buffers. */
 PetscErrorCode fuse_sender_end(FuseSender *s);
 
@@ -166,5 +174,76 @@ typedef struct {
 /* hold: run nothing before every sample has arrived (the same micro-batches,
  * without the overlap). */
 PetscErrorCode fuse_receive(MPI_Comm comm, int expected, int tokens, PetscBool hold, GenBatch *arr, int *rows, FuseBatchFn run, void *ctx, FuseRecvStats *st);
+
+
+/* ==== inter-stage: migration of the long tail (src/fuse/migrate.c) ======= */
+/* The plan: n unfinished samples, sample i on replica rep[i] with kvlen[i]
+ * cache positions (0: waiting, never started). m destination replicas:
+ * forced (when > 0) or the fewest whose slots hold all n, never fewer than
+ * the running samples need slots, at most dp; they are the replicas holding
+ * the most cache (then the most samples, then the lower index): the least
+ * data moves. Samples on a destination stay (to[i] = rep[i]); the others go,
+ * running ones to the destination with the most free slots, waiting ones to
+ * the least loaded. dest[dp] gets 1 for the destinations. */
+typedef struct {
+  int        dp, slots, forced, n;
+  const int *rep, *idx, *kvlen;
+} FuseMigIn;
+PetscErrorCode fuse_migrate_plan(const FuseMigIn *in, int *m, unsigned char *dest, int *to);
+
+/* After the migration, on every rank of the mesh: dest[d] 1 for the
+ * replicas that decode the tail; idx[0..n) the samples unfinished then. */
+typedef PetscErrorCode (*FuseAfterFn)(void *ctx, const unsigned char *dest, int dp, const int *idx, int n);
+/* The engine hook (a GenStepFn with ctx a FuseMigrator) on every rank of the
+ * generation mesh; collective over the mesh at every step until the
+ * migration. comm: point-to-point messages between world ranks. */
+typedef struct {
+  MPI_Comm    comm;
+  const Mesh *mesh;
+  int         B, forced;
+  double      at;                 /* R_t */
+  size_t      bucket;             /* words per message at most */
+  PetscBool   decided;            /* migrated, or everything finished first */
+  PetscBool   dest;               /* this rank's replica received the tail */
+  int         m, moved, left;     /* destination replicas, samples this rank sent, unfinished at the migration */
+  long long   bytes;              /* this rank sent */
+  double      t_start, t_end;     /* the migration on this rank (0, 0: none) */
+  FuseAfterFn after;              /* may be NULL */
+  void       *after_ctx;
+} FuseMigrator;
+/* The inference rows after a migration: need[(k*nq + q)*B + b] when rank q
+ * runs call k on row b; q_rep[q] its generation replica (-1: none);
+ * member[k*nq + q] when q can run call k. In each call, the rows of ranks
+ * on replicas that go on decoding are dealt, in row order, round-robin to
+ * the members on freed replicas (none: they stay), except the rows with
+ * keep[b] (the samples still unfinished: they end with the tail, when
+ * their ranks are free again, so spreading them keeps the last inference
+ * short). Ranks apart from generation keep their rows. */
+void fuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned char *freed, const unsigned char *member, const unsigned char *keep, unsigned char *need);
+PetscErrorCode fuse_migrator_begin(MPI_Comm comm, const Mesh *mesh, int B, double at, int forced, size_t bucket_bytes, FuseMigrator *mg);
+PetscErrorCode fuse_migrate_step(void *ctx, GenEngine *e, GenBatch *b, PetscBool *go);
+
+/* ==== R_t by simulation (src/fuse/rtauto.c) ============================== */
+/* A model of the fused stage from the previous iteration: B samples of
+ * len[b] tokens (prompt and response) and rlen[b] response tokens; dp
+ * generation replicas of `slots` slots (replica d starts with rows
+ * exec_rows(B, dp, d)), decoding in lockstep at step_s seconds a step; nq
+ * inference ranks, rank q a member of generation replica q_rep[q] (-1:
+ * none; it starts at once) and needing row b when need[q*B+b]; each row
+ * costs tok_s seconds per token on each rank that needs it, in finish
+ * order, from when that rank stops generating. */
+typedef struct {
+  int                  B, dp, slots, nq;
+  const int           *len, *rlen, *q_rep;
+  const unsigned char *need;
+  double               step_s, tok_s;
+} FuseSim;
+/* Predicted seconds of the generation+inference stage when the tail
+ * migrates at rt (0: never). */
+double fuse_sim_stage(const FuseSim *s, double rt);
+/* The best of the candidates 0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5 (the
+ * smaller on ties); *pred (may be NULL) its predicted seconds. */
+double fuse_sim_pick(const FuseSim *s, double *pred);
+#define FUSE_RT_FIRST 0.2 /* -fuse_migrate_at auto before any iteration was measured */
 
 #endif

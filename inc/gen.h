@@ -105,4 +105,46 @@ typedef PetscErrorCode (*GenFinishFn)(void *ctx, const GenBatch *b, int index);
  * with Tmax >= max_prompt_len + max_new_tokens. */
 PetscErrorCode gen_generate(GenEngine *eng, uint64_t seed, uint32_t iteration, int n, const GenRequest *req, GenBatch *out, GenFinishFn on_finish, void *ctx);
 
+/* ---- a generation with hooks (used by migration, src/fuse/migrate.c) --- */
+/* Called at the top of every pass of the engine loop, before admission and
+ * the step. *go enters as "the engine has a waiting or running sample"; the
+ * hook may move samples in or out (below) and may set *go: PETSC_FALSE ends
+ * the generation, PETSC_TRUE with nothing to do makes an idle pass (the
+ * hook is called again at once). */
+typedef PetscErrorCode (*GenStepFn)(void *ctx, GenEngine *e, GenBatch *b, PetscBool *go);
+typedef struct {
+  const int  *own;      /* the requests this engine starts with, in admission order (NULL: all n) */
+  int         nown;
+  GenFinishFn on_finish; /* may be NULL */
+  void       *finish_ctx;
+  GenStepFn   on_step;   /* may be NULL: run until the engine's own requests are done */
+  void       *step_ctx;
+} GenRun;
+/* gen_generate over the requests run->own of the n (the batch still holds
+ * all n rows: rows the engine never ran keep their prompt only). */
+PetscErrorCode gen_generate_run(GenEngine *eng, uint64_t seed, uint32_t iteration, int n, const GenRequest *req, GenBatch *out, const GenRun *run);
+int gen_engine_running(const GenEngine *e); /* samples in slots */
+int gen_engine_waiting(const GenEngine *e); /* samples waiting for a slot */
+int gen_engine_slots(const GenEngine *e);
+
+/* ---- moving unfinished samples between engines (src/gen/move.c) ------- */
+/* A sample that has not finished leaves one engine and goes on in another
+ * engine of the same model layout (same shard of layers and heads) without
+ * recomputation: its tokens, log-probabilities and allowed sets so far, and
+ * for a running sample the keys and values of this rank's shard of the
+ * cache (positions 0 .. prompt+response-2: the last token's are computed by
+ * the next step). Its draws stay keyed by its request id, so it continues
+ * exactly as it would have where it was. */
+/* The unfinished requests: running ones (slot order) with the cache
+ * positions they hold, then waiting ones (queue order, 0 positions).
+ * idx and kvlen need room for running + waiting; returns the count. */
+int gen_engine_unfinished(const GenEngine *e, const GenBatch *b, int *idx, int *kvlen);
+/* Words (4 bytes) of request idx's state. */
+size_t gen_engine_state_words(const GenEngine *e, const GenBatch *b, int idx);
+/* Writes request idx's state to w and removes it from the engine. */
+PetscErrorCode gen_engine_take(GenEngine *e, const GenBatch *b, int idx, int *w);
+/* Adds a state written by gen_engine_take (a running sample takes a free
+ * slot, a waiting one joins the queue); *words gets its length. */
+PetscErrorCode gen_engine_give(GenEngine *e, GenBatch *b, const int *w, size_t *words);
+
 #endif

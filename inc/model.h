@@ -223,6 +223,13 @@ typedef struct {
 } GPTKVCache;
 PetscErrorCode gpt_kv_create(const GPT *gpt, int nslot, int Tmax, GPTKVCache **kv);
 PetscErrorCode gpt_kv_destroy(const GPT *gpt, GPTKVCache **kv);
+/* A slot's keys and values of positions [0, npos) of this rank's shard (its
+ * stage's layers, its heads), to or from host memory: buf holds
+ * gpt_kv_floats(kv, npos) floats, keys then values, layer by layer. For
+ * moving a running sample to another engine of the same layout. */
+size_t         gpt_kv_floats(const GPTKVCache *kv, int npos);
+PetscErrorCode gpt_kv_get(const GPT *gpt, const GPTKVCache *kv, int slot, int npos, float *buf);
+PetscErrorCode gpt_kv_put(const GPT *gpt, GPTKVCache *kv, int slot, int npos, const float *buf);
 /* Forward of N new tokens: row r is token tok[r] of slot slot[r] at position
  * pos[r]; their keys and values enter the cache, each row attends to its
  * slot's positions 0..pos[r]. A prefill passes a whole prompt of one slot; a

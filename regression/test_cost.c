@@ -35,8 +35,10 @@ static void check_num(const char *name, double got, double want, double rel)
 /* ---- mock primitives: a block costs `rows` seconds forward (2x backward),
  * the other parts nothing; a point-to-point message bytes * 1e-9 s, the
  * other collectives and the optimizer nothing ---- */
+static PetscBool flat_decode; /* a decode step costs 1 s whatever its rows (memory-bound decoding) */
 static double mock_compute(void *ctx, const CostShape *m, CostPart part, CostPhase ph, int tp, double rows, double len)
 {
+  if (part == COST_PART_BLOCK && ph == COST_DECODE && flat_decode) return 1;
   return part == COST_PART_BLOCK ? rows * (ph == COST_BWD ? 2 : 1) / tp : 0;
 }
 static double mock_opt(void *ctx, double n) { return 0; }
@@ -326,6 +328,89 @@ static PetscErrorCode check_fusion(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* -fuse_gen_inf migrate on the mock, worked by hand. */
+static PetscErrorCode check_migrate(void)
+{
+  CostPrims    p;
+  CostWork     w;
+  Plan         plan;
+  CostEstimate e, z, one, au;
+  int          len[4] = {2, 5, 3, 4}, tail[4] = {2, 2, 2, 8};
+
+  PetscFunctionBegin;
+  mock_prims(&p);
+  p2p_ns = 0;
+  tiny_work(&w, len, 4);
+  /* 2 ranks: generation, reference and reward as 2 one-rank replicas on
+   * both (the co-located plan); each sample its own inference micro-batch */
+  base_plan(&plan, 2);
+  plan.fuse = FUSE_MIGRATE, plan.fuse_tokens = 1, plan.migrate_at = 0.5;
+  /* Lockstep: both replicas prefill 2 rows (2 s) and decode a step (2 s):
+   * row 0 ends at 4. Next step: replica 0 decodes 1 row (1 s), replica 1
+   * two (2 s), row 2 ends at 6. Now 2 <= 0.5 * 4 samples are left: they
+   * fit one replica's 2 slots, equal caches (6 positions) and counts: onto
+   * replica 0; row 3 moves. Replica 0 decodes rows 1 and 3 (2 s, row 3
+   * ends at 8) then row 1 (1 s, ends at 9). Rank 1, freed at 6, takes
+   * finished row 0 from rank 0 and keeps rows 2 and 3: reference + reward
+   * 2 s each from 6: 6-8, 8-10, 10-12. Rank 0: row 1 at 9: 9-11. */
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  check("migrate: a feasible estimate", e.feasible, e.why);
+  check_num("migrate R_t 0.5: the fused stage ends at 12 s (by hand)", e.genfuse_s, 12, 1e-12);
+  check_num("migrate R_t 0.5: the last sample finishes at 9 s", e.call_s[MFC_ACTOR_GEN], 9, 1e-12);
+  check_num("migrate R_t 0.5: it starts at 6 s", e.migrate_t, 6, 1e-12);
+  check("migrate R_t 0.5: one sample onto one replica", e.migrate_samples == 1 && e.migrate_replicas == 1 ? PETSC_TRUE : PETSC_FALSE, "not 1 onto 1");
+  /* row 3's state: L = 3 tokens so far, 4 + 3L words, and the keys and
+   * values of positions 0 .. P+L-2 (6) of every layer */
+  {
+    double words = 4 + 3 * 3, kv = 2.0 * w.actor.n_layer * w.actor.n_embd * w.actor.n_kv_head / w.actor.n_head * p.bytes_per_param * (4 + 3 - 1);
+    check_num("migrate: bytes = the state and its KV cache (436)", e.migrate_bytes, 4 * words + kv, 1e-12);
+    /* the KV-cache formula with grouped-query attention, two layers and
+     * 2-byte values: 2 x 2 layers x 8 x (1/2 heads) x 2 bytes a position */
+    w.actor.n_layer = 2, w.actor.n_kv_head = 1, p.bytes_per_param = 2, p2p_ns = 1;
+    PetscCall(cost_estimate(&p, &w, &plan, &z));
+    check_num("migrate: bytes with GQA and 2-byte values (52 + 6 x 32)", z.migrate_bytes, 4 * words + 6 * 32, 1e-12);
+    check_num("migrate: its time is one point-to-point message of them", z.migrate_s, (4 * words + 6 * 32) * 1e-9, 1e-12);
+    w.actor = tiny(PETSC_FALSE), p.bytes_per_param = 4, p2p_ns = 0;
+  }
+  /* R_t 0: no count, no migration: replica 0 ends rows 0 and 1 at 4 and
+   * 7, replica 1 rows 2 and 3 at 6 and 7; each rank then runs its 2 rows
+   * (4 s) from 7 */
+  plan.migrate_at = 0;
+  PetscCall(cost_estimate(&p, &w, &plan, &z));
+  check_num("migrate R_t 0: co-located streaming, 11 s (by hand)", z.genfuse_s, 11, 1e-12);
+  check("migrate R_t 0: nothing moves", z.migrate_samples == 0 && z.migrate_t < 0 && z.migrate_replicas == 2 ? PETSC_TRUE : PETSC_FALSE, "moved");
+
+  /* memory-bound decoding (a step 1 s for any rows), 4 slots, a long tail
+   * (row 3: 8 tokens, the limit). R_t 0: replica 0 ends at 3, its rank
+   * scores rows 0 and 1 by 7; replica 1 ends row 3 at 9, rank 1 then
+   * scores rows 2 and 3: 13. R_t 0.5: after a step (3 s) replica 0 is
+   * idle: the tail stays on replica 1 (it holds the cache), rank 0 takes
+   * finished row 2 and scores rows 0-2 from 3 to 9; rank 1 scores row 3 at
+   * 9: 11. R_t 1: at once, all 4 fit replica 0's slots: prefill 4 s, a
+   * step, row 3 at 11; no row was finished then, so none is dealt out:
+   * rank 1 scores rows 2 and 3 (5-7, 11-13), rank 0 rows 0 and 1 from 11:
+   * 15. */
+  flat_decode = PETSC_TRUE;
+  tiny_work(&w, tail, 4);
+  w.gen_slots = 4;
+  PetscCall(cost_estimate(&p, &w, &plan, &z));
+  plan.migrate_at = 0.5;
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  plan.migrate_at = 1;
+  PetscCall(cost_estimate(&p, &w, &plan, &one));
+  plan.migrate_at = -1;
+  PetscCall(cost_estimate(&p, &w, &plan, &au));
+  check_num("long tail, R_t 0: 13 s (by hand)", z.genfuse_s, 13, 1e-12);
+  check_num("long tail, R_t 0.5: 11 s (by hand)", e.genfuse_s, 11, 1e-12);
+  check_num("long tail, R_t 1: 15 s (by hand)", one.genfuse_s, 15, 1e-12);
+  check("long tail: R_t 0.5 < R_t 0 < R_t 1", e.genfuse_s < z.genfuse_s && z.genfuse_s < one.genfuse_s ? PETSC_TRUE : PETSC_FALSE, "wrong order");
+  check("long tail, R_t 1: everything onto one replica", one.migrate_samples == 2 && one.migrate_replicas == 1 && one.migrate_t == 0 ? PETSC_TRUE : PETSC_FALSE, "not 2 onto 1 at 0");
+  check("long tail, auto: the smallest best candidate (0.05, 11 s)", au.migrate_at == 0.05 && au.genfuse_s == 11 ? PETSC_TRUE : PETSC_FALSE, "not 0.05");
+  flat_decode = PETSC_FALSE;
+  p2p_ns      = 1;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode check_memory(void)
 {
   CostPrims    hw;
@@ -541,6 +626,7 @@ int main(int argc, char **argv)
   PetscCall(check_formulas());
   PetscCall(check_simulator());
   PetscCall(check_fusion());
+  PetscCall(check_migrate());
   PetscCall(check_memory());
   PetscCall(check_realloc());
   PetscCall(check_timeline());

@@ -5,7 +5,9 @@
  * 1F1B baseline against the 1F1B makespan formula; the search against an
  * exhaustive search over all task orders on tiny instances (the makespan,
  * then the least peak memory at it; with and without a memory cap); the search's determinism across thread counts; and the
- * validity checks of a schedule. */
+ * validity checks of a schedule. Inter-stage fusion: the migration's plan
+ * and the rerouting of inference rows on cases worked out by hand, and the
+ * R_t simulation on a long tail it must see. */
 #include "fuse.h"
 #include <math.h>
 #include <omp.h>
@@ -297,11 +299,96 @@ static PetscErrorCode test_validate(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* ---- migration ---------------------------------------------------------- */
+static PetscErrorCode test_migrate_plan(void)
+{
+  /* 4 replicas of 4 slots: replica 0 runs 3 samples (10+20+30 cache
+   * positions), replica 1 runs one (50) and has 2 waiting, replica 3 runs
+   * one (5). 7 samples need 2 replicas; 5 running need 2 as well. The two
+   * holding the most cache are 0 (60) and 1 (50); the sample of replica 3
+   * goes to the one with the most free slots (1: 3 free, 0: 1 free). */
+  static const int rep[7] = {0, 0, 0, 1, 1, 1, 3}, idx[7] = {0, 1, 2, 4, 5, 6, 12}, kvl[7] = {10, 20, 30, 50, 0, 0, 5};
+  FuseMigIn        in = {4, 4, 0, 7, rep, idx, kvl};
+  unsigned char    dest[4];
+  int              to[7], m;
+  char             detail[128];
+
+  PetscFunctionBegin;
+  PetscCall(fuse_migrate_plan(&in, &m, dest, to));
+  snprintf(detail, sizeof detail, "m %d dest %d%d%d%d to[6] %d", m, dest[0], dest[1], dest[2], dest[3], to[6]);
+  check(m == 2 && dest[0] && dest[1] && !dest[2] && !dest[3] && to[6] == 1 && to[0] == 0 && to[3] == 1, "migration plan: the fewest replicas holding the most cache; a running sample to the most free slots", detail);
+  in.forced = 1; /* one replica cannot hold 5 running samples in 4 slots: 2 */
+  PetscCall(fuse_migrate_plan(&in, &m, dest, to));
+  snprintf(detail, sizeof detail, "m %d", m);
+  check(m == 2, "migration plan: a forced count is raised to what the running samples need", detail);
+  in.forced = 3;
+  PetscCall(fuse_migrate_plan(&in, &m, dest, to));
+  snprintf(detail, sizeof detail, "m %d dest %d%d%d%d", m, dest[0], dest[1], dest[2], dest[3]);
+  check(m == 3 && dest[3] && !dest[2] && to[6] == 3, "migration plan: forced 3 adds replica 3 (5 positions) before 2 (none); its sample stays", detail);
+  {
+    /* waiting samples only (R_t 1 at once), 2 replicas of 8 slots, 16 samples: both hold equal data, forced onto 1: replica 0, waiting samples of 1 queue there */
+    int r2[16], i2[16], k2[16], t2[16];
+    for (int i = 0; i < 16; i++) r2[i] = i / 8, i2[i] = i, k2[i] = 0;
+    in = (FuseMigIn){2, 8, 1, 16, r2, i2, k2};
+    PetscCall(fuse_migrate_plan(&in, &m, dest, t2));
+    check(m == 1 && dest[0] && !dest[1] && t2[15] == 0, "migration plan: everything at once onto one replica (ties: the lower index)", "");
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static void test_reroute(void)
+{
+  /* 4 ranks, 8 rows, one call: ranks 0, 1 on generation replicas 0, 1 with
+   * rows 0-3 and 4-7, rank 2 apart from generation (no member), rank 3 on
+   * replica 2 (a member without rows). Replica 0 decodes the tail,
+   * replicas 1 and 2 are freed: rank 0's finished rows 0-2 go round-robin
+   * to the freed members 1 and 3; row 3, still decoding, stays. */
+  int           q_rep[4] = {0, 1, -1, 2};
+  unsigned char freed[3] = {0, 1, 1}, member[4] = {1, 1, 0, 1}, need[32] = {0};
+  int           ok = 1;
+  for (int b = 0; b < 4; b++) need[0 * 8 + b] = 1;
+  for (int b = 4; b < 8; b++) need[1 * 8 + b] = 1;
+  unsigned char keep[8] = {0, 0, 0, 1, 0, 0, 0, 0}; /* row 3 still decoding: it stays */
+  fuse_reroute(1, 4, 8, q_rep, freed, member, keep, need);
+  for (int b = 0; b < 8; b++) {
+    int want = b == 3 ? 0 : b < 4 ? (b % 2 ? 3 : 1) : 1;
+    for (int q = 0; q < 4; q++) ok &= need[q * 8 + b] == (q == want);
+  }
+  check(ok, "reroute: the finished rows of the decoding rank go round-robin to the freed members, the freed keep theirs, the unfinished stay", "");
+}
+
+static void test_rt_sim(void)
+{
+  /* 2 co-located replicas of 4 slots, 8 samples of 2 prompt tokens: rows 3
+   * and 7 respond 40 tokens, the rest 1; a step costs 1 s, a token of
+   * inference 0.1 s. Unfused (R_t 0) both replicas decode until 40, then
+   * each rank scores its 4 rows: 40 + 3*0.3 + 4.2 = 45.1. Migrating after
+   * the first step (R_t 0.25: 2 of 8 left) moves row 7 to replica 0
+   * (equal data: the lower index); rank 1, freed at 1 s, scores rows 4-6
+   * and rank 0's finished rows 0-2 (1 + 6*0.3 = 2.8), then row 7 at 40;
+   * rank 0 keeps row 3: both end at 40 + 4.2 = 44.2. */
+  int           len[8], rlen[8], q_rep[2] = {0, 1};
+  unsigned char need[16] = {0};
+  FuseSim       sim;
+  double        s0, s25, pick, pred;
+  char          detail[128];
+  for (int b = 0; b < 8; b++) rlen[b] = (b == 3 || b == 7) ? 40 : 1, len[b] = rlen[b] + 2, need[(b / 4) * 8 + b] = 1;
+  sim = (FuseSim){8, 2, 4, 2, len, rlen, q_rep, need, 1.0, 0.1};
+  s0  = fuse_sim_stage(&sim, 0);
+  s25 = fuse_sim_stage(&sim, 0.25);
+  pick = fuse_sim_pick(&sim, &pred);
+  snprintf(detail, sizeof detail, "R_t 0: %g, 0.25: %g, pick %g (%g)", s0, s25, pick, pred);
+  check(fabs(s0 - 45.1) < 1e-9, "R_t simulation: unfused stage 45.1 s by hand", detail);
+  check(fabs(s25 - 44.2) < 1e-9 && pick > 0 && pred <= s25 + 1e-9, "R_t simulation: migrating the two long samples onto one replica, 44.2 s by hand, and picked", detail);
+}
+
 int main(int argc, char **argv)
 {
   if (PetscInitialize(&argc, &argv, NULL, "Tests of the fused actor-critic schedules (src/fuse).\n")) return 1;
   test_lower_bound();
-  if (test_replay() || test_sequential() || test_exhaustive() || test_search() || test_validate()) nfail++;
+  if (test_replay() || test_sequential() || test_exhaustive() || test_search() || test_validate() || test_migrate_plan()) nfail++;
+  test_reroute();
+  test_rt_sim();
   printf("%d passed, %d failed\n", npass, nfail);
   PetscFinalize();
   return nfail > 0;

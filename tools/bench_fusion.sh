@@ -6,12 +6,16 @@
 # inference hidden behind generation). The variants run in turn, ROUNDS
 # times each, so a busy machine slows them alike; per variant the median
 # over its iterations after the first is printed:
-#   fusion <variant> geninf_s <s> ratio <unfused/this> limit_s <s> of_limit <this/limit> idle0 <f> idle1 <f> gen_s <s> inf_s <s> [stream_msgs <n> stream_KiB <KiB> stream_send_ms <ms>]
+#   fusion <variant> geninf_s <s> ratio <unfused/this> limit_s <s> of_limit <this/limit> idle0 <f> idle1 <f> gen_s <s> inf_s <s> [stream_msgs <n> stream_KiB <KiB> stream_send_ms <ms>] [rt <R_t> migrated <n> mig_KiB <KiB> mig_ms <ms>]
 # Variants: colocated (no fusion, generation dp 2 then inference dp 2 on both
 # ranks), split (no fusion, generation on rank 0, inference on rank 1),
 # held (split, samples streamed but inference held until generation ends:
 # the token-budget micro-batches without the overlap), stream (split,
-# streamed). The policy and reward model come from FIXTURE
+# streamed), migrate_<R> (the colocated plan with -fuse_gen_inf migrate at
+# R_t R, for R in RTS, default 0 0.05 0.1 0.2 0.3 0.5; R_t 0 streams into
+# the co-located inference without migrating), migrate_auto (R_t auto);
+# for the migrate rows the limit is the larger of a rank's generation time
+# and half the two ranks' work (generation and inference evenly spread). The policy and reward model come from FIXTURE
 # (a directory with sft/final.h5 and rm/final.h5, e.g. the output of
 # `bin/rlfuse -options_file input/longtail.deck`), made here when absent
 # (the deck's pipeline with one PPO iteration: about 8 minutes on 2 idle
@@ -21,7 +25,7 @@ set -u
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}; PYTHON=${PYTHON:-/usr/bin/python3}
 MPIEXEC=${MPIEXEC:-mpiexec}; MPIEXEC_FLAGS=${MPIEXEC_FLAGS--bind-to core}
-ROUNDS=${ROUNDS:-2}; ITERS=${ITERS:-3}; TOKENS=${TOKENS:-256}
+ROUNDS=${ROUNDS:-2}; ITERS=${ITERS:-3}; TOKENS=${TOKENS:-256}; RTS=${RTS:-0 0.05 0.1 0.2 0.3 0.5}
 d=$(mktemp -d "${TMPDIR:-/tmp}/rlfuse-bench-fusion.XXXXXX"); trap 'rm -rf "$d"' EXIT
 fx=${1:-$d/fixture}
 run() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
@@ -37,6 +41,10 @@ P="$DECK -mode ppo -actor_checkpoint $fx/sft/final.h5 -reward_checkpoint $fx/rm/
 SPLIT="-actor_gen_ranks 0 -ref_inf_ranks 1 -rew_inf_ranks 1 -critic_inf_ranks 1"
 declare -A args=([colocated]="" [split]="$SPLIT" [held]="$SPLIT -fuse_gen_inf stream -fuse_tokens $TOKENS -fuse_hold" [stream]="$SPLIT -fuse_gen_inf stream -fuse_tokens $TOKENS")
 variants="colocated split held stream"
+for rt in $RTS auto; do
+  args[migrate_$rt]="-fuse_gen_inf migrate -fuse_migrate_at $rt -fuse_tokens $TOKENS"
+  variants="$variants migrate_$rt"
+done
 for k in $(seq $ROUNDS); do
   for v in $variants; do
     run 2 $P ${args[$v]} -output_dir $d/$v.$k >$d/$v.$k.log 2>&1 || { echo "# $v failed:"; tail -3 $d/$v.$k.log; exit 1; }
@@ -45,7 +53,7 @@ done
 "$PYTHON" - $d $ROUNDS $variants <<'PY'
 import sys, h5py, numpy as np
 d, rounds, variants = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-STAGE = {"generation", "ref_inference", "reward_inference", "critic_inference", "stream_drain"}
+STAGE = {"generation", "ref_inference", "reward_inference", "critic_inference", "stream_drain", "migration"}
 INF = {"ref_inference", "reward_inference", "critic_inference"}
 
 def busy(iv):
@@ -73,16 +81,25 @@ for v in variants:
                 row = dict(geninf=w1 - w0, gen=max(gen), inf=sum(inf), idle0=idle[0], idle1=idle[1])
                 # the limit: every inference hidden behind generation (or the reverse), the
                 # work of each rank as measured in this run
-                row["limit"] = max(max(gen[q] + 0 for q in (0, 1)), max(inf)) if v != "colocated" else max(gen[0] + inf[0], gen[1] + inf[1])
+                if v.startswith("migrate"):  # co-located and fused: the work spread evenly, never below a rank's decoding
+                    row["limit"] = max(max(gen), (sum(gen) + sum(inf)) / 2)
+                elif v == "colocated":
+                    row["limit"] = max(gen[0] + inf[0], gen[1] + inf[1])
+                else:
+                    row["limit"] = max(max(gen), max(inf))
                 if "stream_messages" in m:
                     i = list(f["metrics/step"][()]).index(st)
                     row.update(msgs=m["stream_messages"][i], kib=m["stream_bytes"][i] / 1024, send_ms=1e3 * f["timing/stream_send_max"][i])
+                if "migrate_at" in m:
+                    row.update(rt=m["migrate_at"][i], moved=m["migrate_samples"][i], mkib=m["migrate_bytes"][i] / 1024, mms=1e3 * f["timing/migrate_max"][i])
                 per.append(row)
     rows[v] = {k: float(np.median([p[k] for p in per])) for k in per[0]}
 base = rows["colocated"]["geninf"]
 for v in variants:
     x = rows[v]
     extra = f" stream_msgs {x['msgs']:.0f} stream_KiB {x['kib']:.1f} stream_send_ms {x['send_ms']:.2f}" if "msgs" in x else ""
+    if "rt" in x:
+        extra += f" rt {x['rt']:.2f} migrated {x['moved']:.0f} mig_KiB {x['mkib']:.1f} mig_ms {x['mms']:.2f}"
     print(f"fusion {v} geninf_s {x['geninf']:.3f} ratio {base / x['geninf']:.2f} limit_s {x['limit']:.3f} of_limit {x['geninf'] / x['limit']:.2f} "
           f"idle0 {x['idle0']:.2f} idle1 {x['idle1']:.2f} gen_s {x['gen']:.3f} inf_s {x['inf']:.3f}{extra}")
 print(f"# ratio: colocated (unfused) time over the variant's; split over stream {rows['split']['geninf'] / rows['stream']['geninf']:.2f}, held over stream (the overlap alone) {rows['held']['geninf'] / rows['stream']['geninf']:.2f}")

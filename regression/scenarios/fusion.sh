@@ -79,7 +79,7 @@ mpirun 4 $P $S4 -fuse_gen_inf stream -ppo_iterations 1 -checkpoint_every 1 -outp
 if mpirun 2 $P $S2 -fuse_gen_inf stream -restart $d/rs1/final.h5 -output_dir $d/rs2 >$d/rs2.log 2>&1 && "$PYTHON" tools/ckpt_diff.py $d/one/final.h5 $d/rs2/final.h5 >$d/diff_rs2.txt 2>&1
 then ok "stream: a restart on 2 ranks from iteration 1 written on 4 ends with the weights of 1 rank"
 else not_ok "stream: restart"; grep -v PASS $d/diff_rs2.txt $d/rs2.log | tail -3 | sed 's/^/# /'; fi
- with the plan, stored in /plan; bad values and
+# The fusion options are printed with the plan, stored in /plan; bad values and
 # plans a mode cannot run stop with one line before any work (no run.h5).
 SPLIT="-actor_gen_ranks 0 -ref_inf_ranks 1 -rew_inf_ranks 1 -critic_inf_ranks 1"
 bad() {

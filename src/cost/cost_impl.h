@@ -62,6 +62,43 @@ PetscErrorCode cost_generation(const CostPrims *p, const CostWork *w, const Plan
 /* -fuse_gen_inf stream: each inference rank's end given the samples'
  * finish times (end[rank] for ranks of the inference meshes; -1 elsewhere). */
 PetscErrorCode cost_stream(const CostPrims *p, const CostWork *w, const Plan *plan, const double *fin, double *end, int world);
+/* One inference rank of a fused stage: it runs call k (reference, reward,
+ * critic; layouts L[3]) on the rows with need[k][row], which arrive at
+ * arrive[row], in -fuse_tokens micro-batches in arrival order, from t0 on.
+ * Returns when it ends (-1: it has no row). arr: scratch of batch entries. */
+typedef struct {
+  double t;
+  int    row;
+} CostArrival;
+double cost_stream_rank(const CostPrims *p, const CostWork *w, const Plan *plan, const CostLayout *L, const unsigned char *const need[3], const double *arrive, double t0, CostArrival *arr);
+/* -fuse_gen_inf migrate (migrate.c): generation with the long tail moved
+ * at R_t as the executor moves it, and each rank's end of the fused stage
+ * (end[rank]: its inference's end, or its generation's; -1 off the stage);
+ * *gen_t when the last sample finishes. Fills est's migrate_* fields. */
+PetscErrorCode cost_migrate(const CostPrims *p, const CostWork *w, const Plan *plan, double *end, double *gen_t, CostEstimate *est);
+/* Generation helpers (gen.c) shared with migrate.c. A response's length
+ * (the workload's, clipped to [1, max_new]); the replica of call c world
+ * rank r is in (-1: none). */
+double cost_response_len(const CostWork *w, int row);
+int    cost_replica_of(const PlanCall *c, int r);
+/* One generation replica under continuous batching: S slots, mb
+ * micro-batches, the active samples (row, tokens left, tokens decoded) and
+ * the queue of prompts not yet admitted (queue[qh..qn)). fill admits and
+ * prefills (returns its time; samples of one token finish at t + that),
+ * seg is the steps until the next finish (at most GEN_SEGMENT; 0: none
+ * active), decode their time, advance takes them ending at t; run goes on
+ * alone from t until the replica has nothing left and returns the end. */
+typedef struct {
+  int  S, mb, na, qh, qn;
+  int *row, *rem, *done, *queue;
+} CostRep;
+PetscErrorCode cost_rep_init(CostRep *r, int S, int mb, int cap, int qcap);
+PetscErrorCode cost_rep_free(CostRep *r);
+double         cost_rep_fill(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, CostRep *r, double t, double *fin);
+int            cost_rep_seg(const CostRep *r);
+double         cost_rep_decode(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, const CostRep *r, int seg);
+void           cost_rep_advance(CostRep *r, int seg, double t, double *fin);
+double         cost_rep_run(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, CostRep *r, double t, double *fin);
 
 /* Memory (memory.c): every rank's peak over the iteration; sets
  * est->feasible, why, mem_max and mem_call, and peak[rank] when peak is

@@ -88,12 +88,16 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
   mark(&nd[N_GEN], &plan->call[MFC_ACTOR_GEN]);
   if (stream) {
     /* generation and inference as one node; each inference rank works on
-     * its micro-batches as the samples arrive (gen.c) */
+     * its micro-batches as the samples arrive (gen.c), with migrate from
+     * when it stops generating (migrate.c) */
     double *fin, gen_t;
     PetscCall(PetscMalloc1(w->batch, &fin));
     PetscCall(PetscCalloc1(plan->world, &nd[N_GEN].busy));
-    PetscCall(cost_generation(p, w, &plan->call[MFC_ACTOR_GEN], &w->actor, &gen_t, fin));
-    PetscCall(cost_stream(p, w, plan, fin, nd[N_GEN].busy, plan->world));
+    if (plan->fuse == FUSE_MIGRATE) PetscCall(cost_migrate(p, w, plan, nd[N_GEN].busy, &gen_t, est));
+    else {
+      PetscCall(cost_generation(p, w, &plan->call[MFC_ACTOR_GEN], &w->actor, &gen_t, fin));
+      PetscCall(cost_stream(p, w, plan, fin, nd[N_GEN].busy, plan->world));
+    }
     PetscCall(PetscFree(fin));
     est->call_s[MFC_ACTOR_GEN] = gen_t;
     nd[N_GEN].dur              = gen_t;
@@ -202,11 +206,6 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *
   for (int k = 0; k < N_NODES; k++) PetscCall(PetscCalloc1(world, &nd[k].on));
   PetscCall(PetscCalloc1(world, &free_at));
   PetscCall(cost_memory(p, w, plan, est, NULL));
-  if (plan->fuse == FUSE_MIGRATE && est->feasible) {
-    /* the executor refuses it (docs/fusion.md); timed as stream */
-    est->feasible = PETSC_FALSE;
-    PetscCall(PetscSNPrintf(est->why, sizeof est->why, "-fuse_gen_inf migrate is not available in this version (timed as stream)"));
-  }
   PetscCall(build(p, w, plan, nd, est));
   /* nodes are listed after their inputs */
   for (int k = 0; k < N_NODES; k++) {
@@ -231,7 +230,7 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *
           const char *name = nd[k].name;
           double      t1   = end_cur[k];
           if (nd[k].busy) { /* streaming: generation ranks and inference ranks apart */
-            name = plan_has_rank(plan, MFC_ACTOR_GEN, r) ? "generation" : "streamed_inference";
+            name = !plan_has_rank(plan, MFC_ACTOR_GEN, r) ? "streamed_inference" : plan->fuse == FUSE_MIGRATE ? "generation+inference" : "generation";
             t1   = start + nd[k].busy[r];
           }
           PetscCall(tl_add(tl, r, it, name, start, t1));

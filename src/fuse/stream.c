@@ -84,25 +84,56 @@ static PetscErrorCode sender_grow(FuseSender *s)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_send_finished(void *ctx, const GenBatch *b, int index)
+/* Sends sample index to the destinations that need it: the deferred ones
+ * (defer) or the others. */
+static PetscErrorCode send_sample(FuseSender *s, const GenBatch *b, int index, PetscBool deferred)
 {
-  FuseSender      *s = (FuseSender *)ctx;
   const FuseRoute *r = s->route;
-  int              row = s->b0 + index, words, *w = NULL, flag;
-  double           t0 = sys_wtime();
+  int              row = s->b0 + index, words, *w = NULL, flag, any = 0;
 
   PetscFunctionBegin;
+  for (int k = 0; k < r->ndest; k++) any |= r->need[(size_t)k * r->B + row] && (s->defer && s->defer[k] && !s->released) == deferred;
+  if (!any) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(pack_sample(b, index, row, &w, &words));
   PetscCall(sender_grow(s));
   s->buf[s->nbuf++] = w; /* kept until every send of it is complete */
   for (int k = 0; k < r->ndest; k++) {
-    if (!r->need[(size_t)k * r->B + row]) continue;
+    if (!r->need[(size_t)k * r->B + row] || (s->defer && s->defer[k] && !s->released) != deferred) continue;
     PetscCall(sender_grow(s));
     PetscCallMPI(MPI_Isend(w, words, MPI_INT, r->dest[k], FUSE_TAG, s->comm, &s->req[s->n++]));
     s->messages++;
     s->bytes += 4LL * words;
   }
   PetscCallMPI(MPI_Testall(s->n, s->req, &flag, s->st)); /* progress */
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode fuse_send_finished(void *ctx, const GenBatch *b, int index)
+{
+  FuseSender *s  = (FuseSender *)ctx;
+  double      t0 = sys_wtime();
+
+  PetscFunctionBegin;
+  PetscCall(send_sample(s, b, index, PETSC_FALSE));
+  if (s->defer && !s->released) { /* the deferred destinations get it at the release */
+    if (!s->held) PetscCall(PetscMalloc1(b->n + 1, &s->held));
+    s->held[s->nheld++] = index;
+    s->hb               = b;
+  }
+  s->seconds += sys_wtime() - t0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode fuse_sender_release(FuseSender *s)
+{
+  double t0 = sys_wtime();
+
+  PetscFunctionBegin;
+  if (s->released) PetscFunctionReturn(PETSC_SUCCESS);
+  for (int j = 0; j < s->nheld; j++) PetscCall(send_sample(s, s->hb, s->held[j], PETSC_TRUE));
+  s->released = PETSC_TRUE;
+  PetscCall(PetscFree(s->held));
+  s->nheld = 0;
   s->seconds += sys_wtime() - t0;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -112,6 +143,7 @@ PetscErrorCode fuse_sender_end(FuseSender *s)
   double t0 = sys_wtime();
 
   PetscFunctionBegin;
+  PetscCall(fuse_sender_release(s));
   PetscCallMPI(MPI_Waitall(s->n, s->req, s->st));
   for (int k = 0; k < s->nbuf; k++) PetscCall(PetscFree(s->buf[k]));
   PetscCall(PetscFree(s->req));

@@ -5,29 +5,10 @@
  * its slot for the next step, so short responses do not hold long ones
  * back. Draws are keyed by (seed, iteration, sample id, position): results do
  * not depend on the slot count, the admission order or batch composition. */
-#include "gen.h"
+#include "gen_impl.h"
 #include "sys.h"
 
-struct GenEngine {
-  GPT        *gpt;
-  GenConfig   cfg;
-  int         max_prompt_len, Tmax, V, nslot;
-  GPTKVCache *kv;
-  /* rows of one forward: at most every slot's whole prompt */
-  int        *row_tok, *row_slot, *row_pos;
-  /* per slot: the request it holds (-1: free), whether its prompt still has
-   * to be prefilled, the forward row whose logits give its next token */
-  int        *slot_req, *slot_fresh, *slot_row;
-  int        *finished; /* request indices that stopped in this step */
-  float      *logits;
-  size_t      logits_cap;
-  double     *work;
-  int        *allowed;
-  /* allowed sets in the order they were drawn, each position's start and
-   * count in the pool, and how many ids the batch holds so far */
-  int        *pool, *mcount;
-  size_t      pool_n, pool_cap, *mstart, mpos_cap, mask_used;
-};
+
 
 PetscErrorCode gen_engine_create(GPT *gpt, const GenConfig *cfg, int max_prompt_len, GenEngine **eng)
 {
@@ -69,6 +50,7 @@ PetscErrorCode gen_engine_destroy(GenEngine **eng)
   PetscCall(PetscFree(e->logits));
   PetscCall(PetscFree(e->pool));
   PetscCall(PetscFree2(e->mstart, e->mcount));
+  PetscCall(PetscFree(e->queue));
   PetscCall(PetscFree(e));
   *eng = NULL;
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -118,7 +100,7 @@ static PetscErrorCode record_step(GenBatch *b, double seconds, int active)
  * owns mask_off[i*Tmax+1 .. (i+1)*Tmax]; mask_off[i*Tmax] is the end of
  * sample i-1, so only position 0 (always a prompt position) may show a
  * meaningless range before the reordering. */
-static PetscErrorCode mask_record(GenEngine *e, size_t k, const int *ids, int m)
+PetscErrorCode gen_mask_record(GenEngine *e, size_t k, const int *ids, int m)
 {
   PetscFunctionBegin;
   PetscCall(grow_ints(&e->pool, e->pool_n, &e->pool_cap, e->pool_n + (size_t)m));
@@ -228,15 +210,26 @@ static PetscErrorCode batch_reset(GenEngine *e, int n, const GenRequest *req, Ge
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Fills free slots with the next waiting requests, in request order. */
-static void admit(GenEngine *e, int n, int *next)
+/* Fills free slots with the next waiting requests, in queue order. */
+static void admit(GenEngine *e)
 {
-  for (int s = 0; s < e->nslot && *next < n; s++)
+  for (int s = 0; s < e->nslot && e->qhead < e->qn; s++)
     if (e->slot_req[s] < 0) {
-      e->slot_req[s]   = (*next)++;
+      e->slot_req[s]   = e->queue[e->qhead++];
       e->slot_fresh[s] = 1;
     }
 }
+
+int gen_engine_running(const GenEngine *e)
+{
+  int a = 0;
+  for (int s = 0; s < e->nslot; s++) a += e->slot_req[s] >= 0;
+  return a;
+}
+
+int gen_engine_waiting(const GenEngine *e) { return e->qn - e->qhead; }
+
+int gen_engine_slots(const GenEngine *e) { return e->nslot; }
 
 /* The forward's rows: a new sample's whole prompt, or a running sample's
  * last token; token t of a sequence sits at KV position t. */
@@ -275,7 +268,7 @@ static PetscErrorCode advance(GenEngine *e, uint64_t seed, uint32_t iteration, c
   PetscCheck(tok >= 0, PETSC_COMM_SELF, PETSC_ERR_FP, "generation: logits are nan or inf at iteration %u (sample %d, position %d); stopping, the last checkpoint is intact", iteration + 1, req[i].id, t);
   b->tokens[k]   = tok;
   b->logprobs[k] = lp;
-  if (b->mask_off) PetscCall(mask_record(e, k, e->allowed, na));
+  if (b->mask_off) PetscCall(gen_mask_record(e, k, e->allowed, na));
   b->response_len[i]++;
   b->new_tokens++;
   if (tok == e->cfg.eos) b->eos[i] = 1;
@@ -305,29 +298,64 @@ static PetscErrorCode engine_step(GenEngine *e, uint64_t seed, uint32_t iteratio
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gen_generate(GenEngine *e, uint64_t seed, uint32_t iteration, int n, const GenRequest *req, GenBatch *out, GenFinishFn on_finish, void *ctx)
+/* The requests this engine starts with, in admission order. */
+static PetscErrorCode queue_reset(GenEngine *e, int n, const GenRun *run)
+{
+  int nown = run && run->own ? run->nown : n;
+
+  PetscFunctionBegin;
+  if (n > e->qcap) {
+    PetscCall(PetscFree(e->queue));
+    PetscCall(PetscMalloc1(n, &e->queue));
+    e->qcap = n;
+  }
+  for (int j = 0; j < nown; j++) {
+    e->queue[j] = run && run->own ? run->own[j] : j;
+    PetscCheck(e->queue[j] >= 0 && e->queue[j] < n, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gen_generate: own request %d outside [0,%d)", e->queue[j], n);
+  }
+  e->qhead = 0;
+  e->qn    = nown;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gen_generate_run(GenEngine *e, uint64_t seed, uint32_t iteration, int n, const GenRequest *req, GenBatch *out, const GenRun *run)
 {
   double t0 = sys_wtime();
-  int    next = 0, done = 0;
 
   PetscFunctionBegin;
   PetscCall(check_requests(e, n, req, out));
   PetscCall(batch_reset(e, n, req, out));
-  while (done < n) {
-    double ts = sys_wtime();
-    int    nfin = 0, active = 0;
+  PetscCall(queue_reset(e, n, run));
+  for (;;) {
+    double    ts;
+    int       nfin = 0, active = 0;
+    PetscBool go = (PetscBool)(gen_engine_waiting(e) > 0 || gen_engine_running(e) > 0);
 
-    admit(e, n, &next);
+    /* the hook may move samples in or out, and may keep an idle engine in
+     * the loop (a collective it must go on joining) */
+    if (run && run->on_step) PetscCall(run->on_step(run->step_ctx, e, out, &go));
+    if (!go) break;
+    if (!gen_engine_waiting(e) && !gen_engine_running(e)) continue;
+    ts = sys_wtime();
+    admit(e);
     PetscCall(engine_step(e, seed, iteration, req, out, &active, &nfin));
     /* the step's time is the engine's alone, the callbacks' is the caller's;
      * a finished sample's tokens, lengths, log-probabilities and allowed
      * sets (positions >= 1) are in place when its callback runs */
     PetscCall(record_step(out, sys_wtime() - ts, active));
     for (int j = 0; j < nfin; j++)
-      if (on_finish) PetscCall(on_finish(ctx, out, e->finished[j]));
-    done += nfin;
+      if (run && run->on_finish) PetscCall(run->on_finish(run->finish_ctx, out, e->finished[j]));
   }
   PetscCall(masks_finalize(e, out));
   out->seconds = sys_wtime() - t0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gen_generate(GenEngine *e, uint64_t seed, uint32_t iteration, int n, const GenRequest *req, GenBatch *out, GenFinishFn on_finish, void *ctx)
+{
+  GenRun run = {NULL, 0, on_finish, ctx, NULL, NULL};
+
+  PetscFunctionBegin;
+  PetscCall(gen_generate_run(e, seed, iteration, n, req, out, &run));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -302,7 +302,7 @@ static PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOption
 {
   int         n = (int)o->eval_prompts, room = (int)o->task.len_max + 2, *buf;
   GenRequest *req;
-  GenPart     part = {{0}, 0, 0, PETSC_FALSE};
+  GenPart     part = {{0}, 0, 0, PETSC_FALSE, NULL};
   Rollout     r;
   PackBuf     pb;
   PetscBool   offloaded = (PetscBool)(policy->host != NULL);

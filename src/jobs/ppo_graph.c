@@ -80,7 +80,8 @@ static PetscErrorCode share_generation(void *ctx)
 {
   IterCtx *c = (IterCtx *)ctx;
   PetscFunctionBegin;
-  PetscCall(rollout_share_gen(ppo_gen_model(c->m)->mesh, &c->part, c->r));
+  if (c->o->plan.fuse == FUSE_MIGRATE) PetscCall(rollout_share_gen_owned(ppo_gen_model(c->m)->mesh, &c->part, c->r));
+  else PetscCall(rollout_share_gen(ppo_gen_model(c->m)->mesh, &c->part, c->r));
   if (c->m->gen_drop) PetscCall(dmodel_release(&c->m->actor_gen, PETSC_FALSE));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -153,7 +154,7 @@ static PetscErrorCode share_critic_inf(void *ctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Generation and inference as one node (-fuse_gen_inf stream). */
+/* Generation and inference as one node (-fuse_gen_inf stream or migrate). */
 static PetscErrorCode run_fused(void *ctx)
 {
   IterCtx *c = (IterCtx *)ctx;
@@ -167,6 +168,11 @@ static PetscErrorCode share_fused(void *ctx)
   IterCtx *c = (IterCtx *)ctx;
   PetscFunctionBegin;
   PetscCall(share_generation(ctx));
+  if (c->o->plan.fuse == FUSE_MIGRATE) { /* rows ran where the migration put them */
+    PetscCall(rollout_share_inf_owned(c->r));
+    if (c->m->has_critic && c->m->critic_drop) PetscCall(dmodel_release(&c->m->critic_inf, PETSC_FALSE));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
   PetscCall(share_ref(ctx));
   PetscCall(share_reward(ctx));
   if (c->m->has_critic) PetscCall(share_critic_inf(ctx));
@@ -270,7 +276,7 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
     k_sync_c   = n;
     nodes[n++] = (ExecNode){"critic_sync", {"critic_weights"}, {"critic_inf_weights"}, (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync, NULL, &c, PETSC_FALSE};
   }
-  if (o->plan.fuse == FUSE_STREAM) {
+  if (o->plan.fuse != FUSE_NONE) {
     PetscBool here = (PetscBool)(dmodel_member(gen) || dmodel_member(&m->reference) || dmodel_member(&m->reward) || (crit && dmodel_member(cinf)));
     PetscCall(rollout_fuse_setup());
     k_gen = k_ref = k_rew = n;
@@ -304,14 +310,19 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
   tm->ref     = sec[k_ref];
   tm->rew     = sec[k_rew];
   tm->critic  = k_crit >= 0 ? sec[k_crit] : 0;
-  if (o->plan.fuse == FUSE_STREAM) { /* the fused node's parts, longest over ranks */
-    double v[4] = {c.fuse.gen, c.fuse.inf[0], c.fuse.inf[1], c.fuse.inf[2]};
-    double w[4] = {c.fuse.messages, c.fuse.bytes, c.fuse.send, c.fuse.recv_wait};
-    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, w, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, w + 2, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  if (o->plan.fuse != FUSE_NONE) { /* the fused node's parts, longest over ranks */
+    const FuseTimes *f = &c.fuse;
+    double v[10] = {f->gen, f->inf[0], f->inf[1], f->inf[2], f->step_s, f->tokens > 0 ? (f->inf[0] + f->inf[1] + f->inf[2]) / f->tokens : 0, f->rt, f->rt_pred, f->mig_s, f->mig_m};
+    double w[6] = {f->messages, f->bytes, f->moved, f->mig_bytes, f->send, f->recv_wait};
+    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, v, 10, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, w, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, w + 4, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     tm->gen = v[0], tm->ref = v[1], tm->rew = v[2], tm->critic = v[3];
-    tm->stream_messages = w[0], tm->stream_bytes = w[1], tm->stream_send = w[2], tm->stream_wait = w[3];
+    tm->stream_messages = w[0], tm->stream_bytes = w[1], tm->stream_send = w[4], tm->stream_wait = w[5];
+    /* samples moved are counted by each rank of a source replica: per shard */
+    tm->migrate_at = v[6], tm->migrate_pred = v[7], tm->migrate_s = v[8], tm->migrate_m = v[9];
+    tm->migrate_samples = w[2] / (gen->mesh->tp * gen->mesh->pp), tm->migrate_bytes = w[3];
+    if (o->plan.fuse == FUSE_MIGRATE) PetscCall(rollout_fuse_observe(r, v[4], v[5]));
   }
   tm->adv     = sec[k_adv];
   tm->actor   = sec[k_at];
@@ -340,6 +351,16 @@ PetscErrorCode ppo_record_fusion(RunRecord *rec, const StageTimes *tm)
   PetscCall(record_metric(rec, "stream_bytes", tm->stream_bytes));
   PetscCall(record_time(rec, "stream_send", tm->stream_send));
   PetscCall(record_time(rec, "stream_wait", tm->stream_wait));
+  if (tm->migrate_m > 0) { /* migrate */
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "fusion: R_t %.2f%s, %.0f samples (%.1f KiB) migrated in %.1f ms onto %.0f generation replicas\n", tm->migrate_at, tm->migrate_pred > 0 ? " (auto)" : tm->migrate_pred < 0 ? " (auto, first iteration)" : "", tm->migrate_samples,
+                          tm->migrate_bytes / 1024, 1e3 * tm->migrate_s, tm->migrate_m));
+    PetscCall(record_metric(rec, "migrate_at", tm->migrate_at));
+    PetscCall(record_metric(rec, "migrate_predicted", tm->migrate_pred));
+    PetscCall(record_metric(rec, "migrate_samples", tm->migrate_samples));
+    PetscCall(record_metric(rec, "migrate_bytes", tm->migrate_bytes));
+    PetscCall(record_metric(rec, "migrate_replicas", tm->migrate_m));
+    PetscCall(record_time(rec, "migrate", tm->migrate_s));
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

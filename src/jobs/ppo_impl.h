@@ -129,6 +129,7 @@ typedef struct {
   GenBatch  b;
   int       b0, b1;
   PetscBool own;
+  int      *owner; /* -fuse_gen_inf migrate: b holds all rows; owner[row] the world rank that finished it here, else -1 (NULL otherwise) */
 } GenPart;
 /* Members of policy's mesh decode their replica's rows of req into part. */
 PetscErrorCode rollout_generate_part(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed, uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part);
@@ -140,6 +141,9 @@ PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, in
  * lengths and gold scores. Collective on MPI_COMM_WORLD. */
 PetscErrorCode rollout_share_gen(const Mesh *m, GenPart *part, Rollout *r);
 PetscErrorCode rollout_finish_gen(Rollout *r);
+/* The same after -fuse_gen_inf migrate: each row from the head that
+ * finished it (part->owner). Collective on MPI_COMM_WORLD. */
+PetscErrorCode rollout_share_gen_owned(const Mesh *m, GenPart *part, Rollout *r);
 
 /* Generation and inference fused (src/jobs/rollout_fuse.c, -fuse_gen_inf
  * stream): on the generation ranks, generation whose replica heads stream
@@ -153,8 +157,21 @@ typedef struct {
   double messages, bytes, send;    /* sent samples, their bytes, seconds in the sends */
   double recv_wait;                /* seconds an inference rank waited for samples */
   int    batches;                  /* micro-batches formed */
+  double tokens, step_s;           /* tokens this rank ran inference on; its mean decode-step seconds */
+  double rt, rt_pred;              /* migrate: R_t used; auto: the simulation's predicted stage seconds (0: R_t given, -1: auto's first iteration) */
+  double moved, mig_bytes, mig_s;  /* migrate: samples and bytes this rank sent, seconds it spent migrating */
+  int    mig_m, mig_dest;          /* destination replicas; this rank's replica is one */
+  double mig_t0, mig_t1;           /* the migration on this rank (0, 0: none) */
 } FuseTimes;
 PetscErrorCode rollout_fuse_setup(void);
+/* After an iteration, on every rank with the same values: its lengths and
+ * the measured decode-step and per-token inference seconds, for the next
+ * iteration's -fuse_migrate_at auto. */
+PetscErrorCode rollout_fuse_observe(const Rollout *r, double step_s, double tok_s);
+/* -fuse_gen_inf migrate: reference log-probabilities, scores and values to
+ * every rank, each (call, row) from the rank that computed it. Collective
+ * on MPI_COMM_WORLD. */
+PetscErrorCode rollout_share_inf_owned(Rollout *r);
 PetscErrorCode rollout_fused_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, FuseTimes *tm);
 
 /* Training over the rollout: epochs x minibatches optimizer steps for the
@@ -200,6 +217,7 @@ typedef struct {
   double gen, ref, rew, critic, adv, actor, critic_train, sync_actor, sync_critic;
   double sync_actor_bytes, sync_critic_bytes;
   double stream_messages, stream_bytes, stream_send, stream_wait; /* fused: samples sent, their bytes, longest send and wait seconds */
+  double migrate_at, migrate_pred, migrate_samples, migrate_bytes, migrate_s, migrate_m; /* migrate: R_t, its predicted stage seconds (auto), samples and bytes moved, longest migration, destinations */
 } StageTimes;
 /* The fusion costs of an iteration into the run record (metrics
  * stream_messages, stream_bytes; times stream_send, stream_wait). */

@@ -1,16 +1,29 @@
-/* Generation and inference fused into one call (-fuse_gen_inf stream,
- * docs/fusion.md): the generation replicas stream each finished sample to
- * the inference ranks (src/fuse), which run reference, reward and critic
- * inference on micro-batches of arrived samples while decoding goes on. The
- * plan check guarantees the inference meshes are apart from actor_gen's and
- * made of one-rank replicas, so every inference rank batches on its own.
- * Each rank still handles exactly the rows the unfused calls give it, and a
- * sample's outputs do not depend on its micro-batch, so the rollout equals
- * the unfused one (within float summation order). */
+/* Generation and inference fused into one call (-fuse_gen_inf stream or
+ * migrate, docs/fusion.md): the generation replicas stream each finished
+ * sample to the inference ranks (src/fuse), which run reference, reward and
+ * critic inference on micro-batches of arrived samples while decoding goes
+ * on. With migrate, the unfinished samples move at R_t onto the fewest
+ * replicas that hold them; the ranks of the others stop generating and run
+ * the inference calls they serve, on their own rows and on the finished
+ * rows of the ranks still decoding (co-located plans fuse that way). The
+ * plan check guarantees one-rank inference replicas, so every inference
+ * rank batches on its own, and for stream inference ranks apart from
+ * generation. A sample's outputs depend neither on its micro-batch nor on
+ * the rank that decoded or scored it, so the rollout equals the unfused one
+ * (within float summation order). */
 #include "ppo_impl.h"
 #include "fuse.h"
 
 static MPI_Comm fuse_world = MPI_COMM_NULL; /* the samples' own tag space */
+
+/* -fuse_migrate_at auto: what the previous iteration measured (the same on
+ * every rank: rollout_fuse_observe gets values reduced over the world). A
+ * run that restarts starts again from FUSE_RT_FIRST. */
+static struct {
+  PetscBool have;
+  int       B, *len, *rlen;
+  double    step_s, tok_s;
+} fuse_hist;
 
 PetscErrorCode rollout_fuse_setup(void)
 {
@@ -28,24 +41,71 @@ static int fuse_calls(PPOModels *m, DModel *dm[3])
   return m->has_critic ? 3 : 2;
 }
 
-/* Every rank of an inference mesh needs its replica's rows of the batch. */
-static PetscErrorCode fuse_route(PPOModels *m, int B, FuseRoute *route)
+/* Which rank runs which inference call on which row: by default every
+ * replica head of a call's mesh its replica's rows; after a migration
+ * (fuse_reroute) the rows of ranks that go on decoding go to the freed
+ * ranks. done: what this rank computed in this iteration (the shares of
+ * migrate take each (call, row) from the rank that computed it). */
+static struct {
+  int            B, world;
+  unsigned char *need, *member, *done; /* [3][world][B], [3][world], [3][B] */
+  int           *q_rep;                /* [world]: generation replica, or -1 */
+} rows_st;
+
+static PetscErrorCode rows_setup(PPOModels *m, int B)
 {
-  DModel *dm[3];
-  int     nc = fuse_calls(m, dm), n = 0, world;
+  DModel     *dm[3];
+  const Mesh *gm = ppo_gen_model(m)->mesh;
+  int         nc = fuse_calls(m, dm), world;
 
   PetscFunctionBegin;
   PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
-  PetscCall(fuse_route_create(B, world, route));
-  for (int q = 0; q < world; q++) route->dest[q] = q;
+  if (rows_st.B != B || rows_st.world != world) {
+    PetscCall(PetscFree4(rows_st.need, rows_st.member, rows_st.done, rows_st.q_rep));
+    PetscCall(PetscMalloc4(3 * (size_t)world * B, &rows_st.need, 3 * world, &rows_st.member, 3 * (size_t)B, &rows_st.done, world, &rows_st.q_rep));
+    rows_st.B = B, rows_st.world = world;
+  }
+  PetscCall(PetscArrayzero(rows_st.need, 3 * (size_t)world * B));
+  PetscCall(PetscArrayzero(rows_st.member, 3 * world));
+  PetscCall(PetscArrayzero(rows_st.done, 3 * (size_t)B));
+  for (int q = 0; q < world; q++) rows_st.q_rep[q] = -1;
+  for (int i = 0; i < gm->nranks; i++) rows_st.q_rep[gm->ranks[i]] = (i / gm->tp) % gm->dp; /* mesh index (p*dp + d)*tp + t */
   for (int k = 0; k < nc; k++) {
     const Mesh *mesh = dm[k]->mesh;
     for (int d = 0; d < mesh->dp; d++) {
       int b0, b1, q = exec_head(mesh, d);
       exec_rows(B, mesh->dp, d, &b0, &b1);
-      for (int b = b0; b < b1; b++) route->need[(size_t)q * B + b] = 1;
+      rows_st.member[k * world + q] = 1;
+      for (int b = b0; b < b1; b++) rows_st.need[((size_t)k * world + q) * B + b] = 1;
     }
   }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The route: a rank needs a row if it runs any call on it. */
+static void route_fill(FuseRoute *route)
+{
+  int B = rows_st.B, world = rows_st.world;
+  for (int q = 0; q < world; q++) {
+    route->dest[q] = q;
+    for (int b = 0; b < B; b++) route->need[(size_t)q * B + b] = rows_st.need[(size_t)q * B + b] | rows_st.need[((size_t)world + q) * B + b] | rows_st.need[(2 * (size_t)world + q) * B + b];
+  }
+  route->ndest = world;
+}
+
+/* Every rank of an inference mesh needs its replica's rows of the batch;
+ * for stream the ranks that need nothing are dropped, migrate keeps every
+ * rank (a freed rank may need rows later). */
+static PetscErrorCode fuse_route(PPOModels *m, int B, PetscBool keep, FuseRoute *route)
+{
+  int n = 0, world;
+
+  PetscFunctionBegin;
+  PetscCall(rows_setup(m, B));
+  PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  PetscCall(fuse_route_create(B, world, route));
+  route_fill(route);
+  if (keep) PetscFunctionReturn(PETSC_SUCCESS);
   for (int q = 0; q < world; q++) /* drop ranks that need nothing */
     if (fuse_route_count(route, q)) {
       route->dest[n] = q;
@@ -56,13 +116,60 @@ static PetscErrorCode fuse_route(PPOModels *m, int B, FuseRoute *route)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* After the migration (every generation rank): the freed ranks take the
+ * inference rows of the ranks that go on decoding, and the samples held
+ * back for generation ranks go out by the new route. */
+typedef struct {
+  FuseRoute  *route;
+  FuseSender *s;
+  PetscBool   head;
+} AfterCtx;
+
+static PetscErrorCode after_migration(void *ctx, const unsigned char *dest, int dp, const int *idx, int n)
+{
+  AfterCtx      *a = (AfterCtx *)ctx;
+  unsigned char *freed, *keep;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(dp, &freed));
+  PetscCall(PetscCalloc1(rows_st.B, &keep));
+  for (int d = 0; d < dp; d++) freed[d] = !dest[d];
+  for (int i = 0; i < n; i++) keep[idx[i]] = 1;
+  fuse_reroute(3, rows_st.world, rows_st.B, rows_st.q_rep, freed, rows_st.member, keep, rows_st.need);
+  route_fill(a->route);
+  PetscCall(PetscFree(freed));
+  PetscCall(PetscFree(keep));
+  if (a->head) PetscCall(fuse_sender_release(a->s));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rollout_share_inf_owned(Rollout *r)
+{
+  size_t T = (size_t)r->T;
+  int    n = r->B * r->T;
+
+  PetscFunctionBegin;
+  for (int b = 0; b < r->B; b++) {
+    PetscBool mine = (PetscBool)(rows_st.done && rows_st.B == r->B);
+    if (!mine || !rows_st.done[b]) PetscCall(PetscArrayzero(r->ref + b * T, T));
+    if (!mine || !rows_st.done[r->B + b]) r->score[b] = r->final[b] = 0;
+    if (!mine || !rows_st.done[2 * r->B + b]) PetscCall(PetscArrayzero(r->values + b * T, T));
+  }
+  if (rows_st.done) PetscCall(PetscArrayzero(rows_st.done, 3 * (size_t)rows_st.B));
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, r->ref, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, r->values, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, r->score, r->B, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, r->final, r->B, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 typedef struct {
   PPOModels        *m;
   const PPOOptions *o;
   Rollout          *r, arr; /* arr: the arrivals, in arrival order */
   PackBuf          *pb;
   DModel           *dm[3];
-  int               ncalls, b0[3], b1[3], *sub;
+  int               ncalls, me, *sub;
   FuseTimes        *tm;
 } FuseInf;
 
@@ -78,18 +185,19 @@ static PetscErrorCode fuse_batch(void *ctx, const GenBatch *g, const int *rows, 
 
   PetscFunctionBegin;
   (void)g;
-  for (int i = 0; i < n; i++) a->start[idx[i]] = a->gen.prompt_len[idx[i]], a->len[idx[i]] = a->gen.response_len[idx[i]];
+  for (int i = 0; i < n; i++) a->start[idx[i]] = a->gen.prompt_len[idx[i]], a->len[idx[i]] = a->gen.response_len[idx[i]], f->tm->tokens += a->start[idx[i]] + a->len[idx[i]];
   for (int k = 0; k < f->ncalls; k++) {
     int    ns = 0;
     double t0 = sys_wtime();
 
     if (!f->dm[k] || !dmodel_member(f->dm[k])) continue;
     for (int i = 0; i < n; i++)
-      if (rows[idx[i]] >= f->b0[k] && rows[idx[i]] < f->b1[k]) f->sub[ns++] = idx[i];
+      if (rows_st.need[((size_t)k * rows_st.world + f->me) * r->B + rows[idx[i]]]) f->sub[ns++] = idx[i];
     if (!ns) continue;
     PetscCall(rollout_infer_rows(f->dm[k]->gpt, (RolloutInfer)k, a, f->o, f->pb, f->sub, ns));
     for (int i = 0; i < ns; i++) {
       int j = f->sub[i], b = rows[j];
+      rows_st.done[(size_t)k * r->B + b] = 1;
       if (k == ROLLOUT_REF) PetscCall(PetscArraycpy(r->ref + b * T, a->ref + j * T, T));
       if (k == ROLLOUT_VALUES) PetscCall(PetscArraycpy(r->values + b * T, a->values + j * T, T));
       if (k == ROLLOUT_SCORE) r->score[b] = a->score[j], r->final[b] = a->final[j];
@@ -109,13 +217,10 @@ static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(&f, sizeof f));
   PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
-  f.m = m, f.o = o, f.r = r, f.pb = pb, f.tm = tm;
+  f.m = m, f.o = o, f.r = r, f.pb = pb, f.tm = tm, f.me = me;
   f.ncalls = fuse_calls(m, f.dm);
-  for (int k = 0; k < f.ncalls; k++) {
-    if (!dmodel_member(f.dm[k])) continue;
-    exec_rows(r->B, f.dm[k]->mesh->dp, f.dm[k]->mesh->d, &f.b0[k], &f.b1[k]);
-    PetscCall(dmodel_acquire(f.dm[k]));
-  }
+  for (int k = 0; k < f.ncalls; k++)
+    if (dmodel_member(f.dm[k])) PetscCall(dmodel_acquire(f.dm[k]));
   PetscCall(rollout_create(r->B, r->T, r->gen.mask_off ? PETSC_TRUE : PETSC_FALSE, &f.arr));
   PetscCall(PetscMalloc2(r->B, &rows, r->B, &f.sub));
   PetscCall(fuse_receive(fuse_world, fuse_route_count(route, me), (int)o->plan.fuse_tokens, o->plan.fuse_hold, &f.arr.gen, rows, fuse_batch, &f, &st));
@@ -127,36 +232,151 @@ static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* R_t for this iteration: given, or auto from the previous iteration (the
+ * route and rows_st are this iteration's default layout). */
+static double pick_rt(PPOModels *m, const PPOOptions *o, const FuseRoute *route, double *pred)
+{
+  FuseSim sim;
+
+  *pred = 0;
+  if (o->plan.migrate_at >= 0) return o->plan.migrate_at;
+  *pred = -1; /* auto without a measured iteration */
+  if (!fuse_hist.have || fuse_hist.B != route->B) return FUSE_RT_FIRST;
+  /* migrate keeps every world rank in the route, in rank order */
+  sim = (FuseSim){route->B, ppo_gen_model(m)->mesh->dp, (int)o->gen.slots, route->ndest, fuse_hist.len, fuse_hist.rlen, rows_st.q_rep, route->need, fuse_hist.step_s, fuse_hist.tok_s};
+  return fuse_sim_pick(&sim, pred);
+}
+
+PetscErrorCode rollout_fuse_observe(const Rollout *r, double step_s, double tok_s)
+{
+  PetscFunctionBegin;
+  if (fuse_hist.B != r->B) {
+    PetscCall(PetscFree2(fuse_hist.len, fuse_hist.rlen));
+    PetscCall(PetscMalloc2(r->B, &fuse_hist.len, r->B, &fuse_hist.rlen));
+    fuse_hist.B = r->B;
+  }
+  for (int b = 0; b < r->B; b++) fuse_hist.len[b] = r->start[b] + r->len[b], fuse_hist.rlen[b] = r->len[b];
+  fuse_hist.step_s = step_s, fuse_hist.tok_s = tok_s;
+  fuse_hist.have   = (PetscBool)(step_s > 0);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The finished-sample callback of migrate: the row is now this rank's to
+ * share, and it streams like any other. */
+typedef struct {
+  FuseSender *s;
+  int        *owner, me;
+} MigFinish;
+
+static PetscErrorCode mig_finished(void *ctx, const GenBatch *b, int index)
+{
+  MigFinish *f = (MigFinish *)ctx;
+  PetscFunctionBegin;
+  f->owner[index] = f->me;
+  PetscCall(fuse_send_finished(f->s, b, index));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Generation of migrate: every rank of the mesh decodes into a batch of all
+ * B rows (request ids stay the rows, so a sample that moves keeps its
+ * draws), starting with its replica's rows; the hook counts and migrates. */
+static PetscErrorCode generate_migrate(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, GenPart *part, FuseSender *s, FuseRoute *route, FuseTimes *tm)
+{
+  DModel      *gen = ppo_gen_model(m);
+  const Mesh  *gm  = gen->mesh;
+  GenEngine   *eng;
+  FuseMigrator mg;
+  MigFinish    fin;
+  GenRun       run;
+  AfterCtx     after = {route, s, exec_is_head(gen->mesh)};
+  int         *own;
+
+  PetscFunctionBegin;
+  exec_rows(r->B, gm->dp, gm->d, &part->b0, &part->b1);
+  part->own = PETSC_TRUE;
+  PetscCall(gen_batch_create(r->B, r->T, gen_masked(&o->gen), &part->b));
+  PetscCall(PetscMalloc1(r->B, &part->owner));
+  PetscCall(PetscMalloc1(r->B, &own));
+  for (int b = 0; b < r->B; b++) part->owner[b] = -1;
+  for (int b = part->b0; b < part->b1; b++) own[b - part->b0] = b;
+  PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &fin.me));
+  fin.s = s, fin.owner = part->owner;
+  PetscCall(fuse_migrator_begin(fuse_world, gm, r->B, tm->rt, (int)o->plan.migrate_to, m->bucket, &mg));
+  mg.after = after_migration, mg.after_ctx = &after;
+  run = (GenRun){own, part->b1 - part->b0, exec_is_head(gm) ? mig_finished : NULL, &fin, NULL, NULL};
+  if (tm->rt > 0 && gm->dp > 1) run.on_step = fuse_migrate_step, run.step_ctx = &mg;
+  PetscCall(gen_engine_create(gen->gpt, &o->gen, max_prompt, &eng));
+  PetscCall(gen_generate_run(eng, seed, iteration, r->B, req, &part->b, &run));
+  PetscCall(gen_engine_destroy(&eng));
+  if (!mg.t_end && run.finish_ctx) PetscCall(fuse_sender_release(s)); /* no migration: the rows stay where they were */
+  PetscCall(PetscFree(own));
+  tm->moved = mg.moved, tm->mig_bytes = (double)mg.bytes, tm->mig_s = mg.t_end - mg.t_start, tm->mig_m = mg.m, tm->mig_dest = mg.dest;
+  tm->mig_t0 = mg.t_start, tm->mig_t1 = mg.t_end;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* This rank's mean decode-step time (for R_t auto). */
+static double mean_step(const GenBatch *b)
+{
+  double t = 0;
+  for (int k = 0; k < b->nsteps; k++) t += b->step_seconds[k];
+  return b->nsteps ? t / b->nsteps : 0;
+}
+
 PetscErrorCode rollout_fused_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, FuseTimes *tm)
 {
   DModel    *gen = ppo_gen_model(m);
   FuseRoute  route;
+  FuseSender s;
+  PetscBool  migrate = (PetscBool)(o->plan.fuse == FUSE_MIGRATE);
+  int        me;
+  unsigned char *defer = NULL;
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(tm, sizeof *tm));
-  PetscCall(fuse_route(m, r->B, &route));
+  PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
+  PetscCall(fuse_route(m, r->B, migrate, &route));
+  if (migrate) tm->rt = pick_rt(m, o, &route, &tm->rt_pred);
   if (dmodel_member(gen)) {
-    FuseSender s;
-    int        b0, b1;
-    double     t0 = sys_wtime();
-    PetscBool  head = exec_is_head(gen->mesh);
+    int       b0, b1;
+    double    t0 = sys_wtime(), t1;
+    PetscBool head = exec_is_head(gen->mesh);
 
     exec_rows(r->B, gen->mesh->dp, gen->mesh->d, &b0, &b1);
-    PetscCall(fuse_sender_begin(fuse_world, &route, b0, &s));
+    PetscCall(fuse_sender_begin(fuse_world, &route, migrate ? 0 : b0, &s));
+    /* migrate: a generation rank that also runs inference only starts it
+     * when it stops generating, and which rows it then runs depends on
+     * the migration: its samples wait in the sender until then */
+    if (migrate) {
+      PetscCall(PetscMalloc1(rows_st.world, &defer));
+      for (int q = 0; q < rows_st.world; q++) defer[q] = rows_st.q_rep[q] >= 0;
+      s.defer = defer;
+    }
     PetscCall(PetscLogEventBegin(sys_log.generate, 0, 0, 0, 0));
-    PetscCall(rollout_generate_part_cb(gen, &o->gen, max_prompt, seed, iteration, req, r, part, head ? fuse_send_finished : NULL, &s));
+    if (migrate) PetscCall(generate_migrate(m, o, req, max_prompt, seed, iteration, r, part, &s, &route, tm));
+    else PetscCall(rollout_generate_part_cb(gen, &o->gen, max_prompt, seed, iteration, req, r, part, head ? fuse_send_finished : NULL, &s));
     PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));
-    tm->gen = sys_wtime() - t0;
-    PetscCall(timeline_mark("generation", t0, t0 + tm->gen));
-    t0 = sys_wtime();
-    PetscCall(fuse_sender_end(&s));
-    if (s.n) PetscCall(timeline_mark("stream_drain", t0, sys_wtime()));
-    tm->messages = (double)s.messages, tm->bytes = (double)s.bytes, tm->send = s.seconds;
-  } else { /* the node runs on generation and inference ranks only */
+    t1      = sys_wtime();
+    tm->gen = t1 - t0;
+    tm->step_s = mean_step(part->own ? &part->b : &r->gen);
+    if (tm->mig_t1 > 0) { /* generation, the migration, and (on a destination) the tail */
+      PetscCall(timeline_mark("generation", t0, tm->mig_t0));
+      PetscCall(timeline_mark("migration", tm->mig_t0, tm->mig_t1));
+      if (tm->mig_dest) PetscCall(timeline_mark("generation", tm->mig_t1, t1));
+    } else PetscCall(timeline_mark("generation", t0, t1));
+  }
+  if (fuse_route_count(&route, me)) { /* inference: on ranks apart from generation, or after it */
     PetscCall(PetscLogEventBegin(sys_log.inference, 0, 0, 0, 0));
     PetscCall(fuse_infer(m, o, r, pb, &route, tm));
     PetscCall(PetscLogEventEnd(sys_log.inference, 0, 0, 0, 0));
   }
+  if (dmodel_member(gen)) {
+    double t0 = sys_wtime();
+    PetscCall(fuse_sender_end(&s));
+    if (s.n) PetscCall(timeline_mark("stream_drain", t0, sys_wtime()));
+    tm->messages = (double)s.messages, tm->bytes = (double)s.bytes, tm->send = s.seconds;
+  }
+  PetscCall(PetscFree(defer));
   PetscCall(fuse_route_destroy(&route));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

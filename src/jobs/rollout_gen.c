@@ -133,3 +133,80 @@ PetscErrorCode rollout_share_gen(const Mesh *m, GenPart *part, Rollout *r)
   PetscCall(rollout_finish_gen(r));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
+
+/* Allowed-set ids of the rows each rank owns, in row order, to every rank. */
+static PetscErrorCode share_masks_owned(const GenBatch *p, const int *owner, int me, GenBatch *g)
+{
+  size_t T = (size_t)g->Tmax, n = (size_t)g->n * T, mine = 0;
+  int    world, *cnt, *displ, *mybuf, *all, tot = 0;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  PetscCall(PetscCalloc2(world, &cnt, world + 1, &displ));
+  for (int b = 0; b < g->n; b++)
+    for (size_t t = 0; t < T; t++) g->mask_off[(size_t)b * T + t + 1] = owner[b] == me ? p->mask_off[(size_t)b * T + t + 1] - p->mask_off[(size_t)b * T + t] : 0;
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, g->mask_off + 1, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  g->mask_off[0] = 0;
+  for (size_t k = 0; k < n; k++) g->mask_off[k + 1] += g->mask_off[k];
+  for (int b = 0; b < g->n; b++) cnt[owner[b]] += g->mask_off[(size_t)(b + 1) * T] - g->mask_off[(size_t)b * T];
+  for (int q = 0; q < world; q++) displ[q] = tot, tot += cnt[q];
+  if ((size_t)tot + 1 > g->mask_cap) {
+    g->mask_cap = (size_t)tot + 1;
+    PetscCall(PetscRealloc(g->mask_cap * sizeof(int), &g->mask_ids));
+  }
+  PetscCall(PetscMalloc2((size_t)cnt[me] + 1, &mybuf, (size_t)tot + 1, &all));
+  for (int b = 0; b < g->n; b++)
+    if (owner[b] == me) {
+      size_t k0 = (size_t)p->mask_off[(size_t)b * T], k1 = (size_t)p->mask_off[(size_t)(b + 1) * T];
+      PetscCall(PetscArraycpy(mybuf + mine, p->mask_ids + k0, k1 - k0));
+      mine += k1 - k0;
+    }
+  PetscCallMPI(MPI_Allgatherv(mybuf, cnt[me], MPI_INT, all, cnt, displ, MPI_INT, MPI_COMM_WORLD));
+  for (int b = 0; b < g->n; b++) { /* rank q's block holds its rows in row order */
+    size_t len = (size_t)(g->mask_off[(size_t)(b + 1) * T] - g->mask_off[(size_t)b * T]);
+    PetscCall(PetscArraycpy(g->mask_ids + g->mask_off[(size_t)b * T], all + displ[owner[b]], len));
+    displ[owner[b]] += (int)len;
+  }
+  PetscCall(PetscFree2(mybuf, all));
+  PetscCall(PetscFree2(cnt, displ));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rollout_share_gen_owned(const Mesh *m, GenPart *part, Rollout *r)
+{
+  GenBatch *g = &r->gen, *p = &part->b;
+  size_t    T = (size_t)r->T;
+  int       me, *owner;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
+  PetscCall(PetscMalloc1(r->B, &owner));
+  for (int b = 0; b < r->B; b++) owner[b] = part->owner ? part->owner[b] : -1;
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, owner, r->B, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  for (int b = 0; b < r->B; b++) PetscCheck(owner[b] >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "rollout_share_gen_owned: no replica finished row %d", b);
+  /* every row is the sum of its owner's copy and zeros elsewhere: exact */
+  PetscCall(PetscArrayzero(g->tokens, (size_t)r->B * T));
+  PetscCall(PetscArrayzero(g->logprobs, (size_t)r->B * T));
+  for (int b = 0; b < r->B; b++) {
+    g->prompt_len[b] = g->response_len[b] = g->eos[b] = 0;
+    if (owner[b] != me) continue;
+    PetscCall(PetscArraycpy(g->tokens + b * T, p->tokens + b * T, T));
+    PetscCall(PetscArraycpy(g->logprobs + b * T, p->logprobs + b * T, T));
+    g->prompt_len[b] = p->prompt_len[b], g->response_len[b] = p->response_len[b], g->eos[b] = p->eos[b];
+  }
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, g->tokens, (int)(r->B * T), MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, g->logprobs, (int)(r->B * T), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, g->prompt_len, r->B, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, g->response_len, r->B, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, g->eos, r->B, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  if (g->mask_off) PetscCall(share_masks_owned(p, owner, me, g));
+  PetscCall(share_steps(m, g, part, exec_is_head(m)));
+  g->new_tokens = 0;
+  for (int b = 0; b < r->B; b++) g->new_tokens += g->response_len[b];
+  PetscCall(PetscFree(owner));
+  if (part->own) PetscCall(gen_batch_destroy(&part->b));
+  PetscCall(PetscFree(part->owner));
+  part->own = PETSC_FALSE;
+  PetscCall(rollout_finish_gen(r));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

@@ -35,6 +35,42 @@ PetscErrorCode gpt_kv_destroy(const GPT *gpt, GPTKVCache **kv)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+size_t gpt_kv_floats(const GPTKVCache *kv, int npos)
+{
+  return 2 * (size_t)kv->n_layer * (size_t)npos * (size_t)kv->n_embd;
+}
+
+/* Slot s's positions are contiguous in each layer: [l][s][0..Tmax)[C]. */
+static PetscErrorCode kv_copy(const GPT *gpt, const GPTKVCache *kv, int slot, int npos, float *host, PetscBool to_host)
+{
+  size_t per_layer = (size_t)kv->nslot * kv->Tmax * kv->n_embd, run = (size_t)npos * kv->n_embd, at = (size_t)slot * kv->Tmax * kv->n_embd;
+
+  PetscFunctionBegin;
+  PetscCheck(slot >= 0 && slot < kv->nslot && npos >= 0 && npos <= kv->Tmax, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_kv: slot %d, %d positions outside the cache's %d slots of %d", slot, npos, kv->nslot, kv->Tmax);
+  if (!npos) PetscFunctionReturn(PETSC_SUCCESS);
+  for (int kind = 0; kind < 2; kind++)
+    for (int l = 0; l < kv->n_layer; l++) {
+      float *dev = (kind ? kv->v : kv->k) + l * per_layer + at, *h = host + ((size_t)kind * kv->n_layer + l) * run;
+      if (to_host) PetscCall(gpt->be->to_host(h, dev, run * sizeof(float)));
+      else PetscCall(gpt->be->from_host(dev, h, run * sizeof(float)));
+    }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_kv_get(const GPT *gpt, const GPTKVCache *kv, int slot, int npos, float *buf)
+{
+  PetscFunctionBegin;
+  PetscCall(kv_copy(gpt, kv, slot, npos, buf, PETSC_TRUE));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_kv_put(const GPT *gpt, GPTKVCache *kv, int slot, int npos, const float *buf)
+{
+  PetscFunctionBegin;
+  PetscCall(kv_copy(gpt, kv, slot, npos, (float *)buf, PETSC_FALSE));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Host-side guards: the ops index wte, wpe and the cache with these values. */
 static PetscErrorCode check_rows(const GPT *gpt, const GPTKVCache *kv, const int *tok, const int *slot, const int *pos, int N)
 {

@@ -44,9 +44,9 @@ PetscErrorCode plan_fuse_from_options(Plan *plan, PetscBool *any)
   if (plan->migrate_at < 0) PetscCall(PetscStrncpy(at, "auto", sizeof at));
   else snprintf(at, sizeof at, "%g", plan->migrate_at);
   PetscOptionsBegin(PETSC_COMM_WORLD, "fuse_", "Fusion of generation and inference", NULL);
-  RfOptEnum("-gen_inf", "Fuse generation and inference: none, stream (finished samples go to inference at once) or migrate (stream, and the long tail moves to fewer replicas; not yet available)", FuseModeNames, 3, &mode);
+  RfOptEnum("-gen_inf", "Fuse generation and inference: none, stream (finished samples go to inference at once) or migrate (stream, and the long tail moves with its KV caches to fewer generation replicas, whose freed ranks run inference)", FuseModeNames, 3, &mode);
   RfOptString("-migrate_at", "Migrate the unfinished samples when they fall to this fraction of the batch (0..1), or auto (from the previous iterations' lengths)", at, sizeof at);
-  RfOptInt("-migrate_replicas", "Generation replicas the tail migrates onto (0: the fewest whose slots hold it)", to, &to);
+  RfOptInt("-migrate_replicas", "Generation replicas the tail migrates onto (0: the fewest whose slots hold it; never fewer than its running samples need)", to, &to);
   RfOptInt("-tokens", "Token budget of a streamed inference micro-batch (runs when full or when generation ends)", tokens, &tokens);
   RfOptBool("-hold", "Streamed samples wait until generation has ended before inference runs on them, in the same micro-batches (measures batching without overlap)", plan->fuse_hold, &plan->fuse_hold);
   PetscOptionsEnd();
@@ -59,8 +59,9 @@ PetscErrorCode plan_fuse_from_options(Plan *plan, PetscBool *any)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Streaming needs inference ranks that are free while generation runs, and
- * (in this version) inference replicas of one rank each, so every rank
+/* Streaming needs inference ranks that are free while generation runs
+ * (migration frees generation ranks, so with migrate they may share them),
+ * and (in this version) inference replicas of one rank each, so every rank
  * batches the samples it receives on its own. */
 static PetscErrorCode fuse_check_stream(const Plan *plan, const PlanNeeds *needs)
 {
@@ -75,7 +76,7 @@ static PetscErrorCode fuse_check_stream(const Plan *plan, const PlanNeeds *needs
 
     if (!needs->cfg[inf[k]]) continue;
     r = plan_shared_rank(&plan->call[MFC_ACTOR_GEN], c);
-    PetscCheck(r < 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s: %s shares rank %d with actor_gen, so it cannot run while generation does (give -%s_ranks and -actor_gen_ranks disjoint ranks)", mode, n, r, n);
+    PetscCheck(r < 0 || plan->fuse == FUSE_MIGRATE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s: %s shares rank %d with actor_gen, so it cannot run while generation does (give -%s_ranks and -actor_gen_ranks disjoint ranks, or use -fuse_gen_inf migrate)", mode, n, r, n);
     PetscCheck(c->tp == 1 && c->pp == 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s runs %s on one-rank replicas: -%s_tp %d and -%s_pp %d must be 1", mode, n, n, c->tp, n, c->pp);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -88,7 +89,9 @@ PetscErrorCode plan_check_fusion(const Plan *plan, const PlanNeeds *needs)
   PetscCheck(plan->migrate_at == -1 || (plan->migrate_at >= 0 && plan->migrate_at <= 1), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-fuse_migrate_at %g is outside [0,1]", plan->migrate_at);
   if (plan->fuse == FUSE_MIGRATE) {
     PetscCheck(plan->migrate_to <= plan->call[MFC_ACTOR_GEN].dp, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_migrate_replicas %d exceeds the %d replicas of actor_gen (-actor_gen_dp)", plan->migrate_to, plan->call[MFC_ACTOR_GEN].dp);
-    PetscCheck(PETSC_FALSE, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-fuse_gen_inf migrate is not available in this version (none and stream are)");
+    /* the protocol moves cache shards between ranks of equal coordinates,
+     * but only one-rank generation replicas are tested in this version */
+    PetscCheck(plan->call[MFC_ACTOR_GEN].tp == 1 && plan->call[MFC_ACTOR_GEN].pp == 1, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-fuse_gen_inf migrate needs one-rank generation replicas in this version: -actor_gen_tp %d and -actor_gen_pp %d must be 1", plan->call[MFC_ACTOR_GEN].tp, plan->call[MFC_ACTOR_GEN].pp);
   }
   PetscCall(fuse_check_stream(plan, needs));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -1,0 +1,34 @@
+/* gen private: the engine's state, shared by the loop (engine.c) and the
+ * moving of samples between engines (move.c). */
+#ifndef RLFUSE_GEN_IMPL_H
+#define RLFUSE_GEN_IMPL_H
+
+#include "gen.h"
+
+struct GenEngine {
+  GPT        *gpt;
+  GenConfig   cfg;
+  int         max_prompt_len, Tmax, V, nslot;
+  GPTKVCache *kv;
+  /* rows of one forward: at most every slot's whole prompt */
+  int        *row_tok, *row_slot, *row_pos;
+  /* per slot: the request it holds (-1: free), whether its prompt still has
+   * to be prefilled, the forward row whose logits give its next token */
+  int        *slot_req, *slot_fresh, *slot_row;
+  int        *finished; /* request indices that stopped in this step */
+  /* requests waiting for a slot, in admission order: queue[qhead..qn) */
+  int        *queue, qhead, qn, qcap;
+  float      *logits;
+  size_t      logits_cap;
+  double     *work;
+  int        *allowed;
+  /* allowed sets in the order they were drawn, each position's start and
+   * count in the pool, and how many ids the batch holds so far */
+  int        *pool, *mcount;
+  size_t      pool_n, pool_cap, *mstart, mpos_cap, mask_used;
+};
+
+/* Appends the allowed set of position k (= request*Tmax + t) to the pool. */
+PetscErrorCode gen_mask_record(GenEngine *e, size_t k, const int *ids, int m);
+
+#endif
