@@ -6,7 +6,7 @@
  *    transformer block, head) in one phase at a tensor-parallel size, the time
  *    of one optimizer step, and the time of a collective. They come from a
  *    measured profile (-mode profile, src/profile) or from a hardware
- *    description deck (input/hardware/*.deck, analytic FLOPs and bytes).
+ *    description deck (input/hardware/NAME.deck, analytic FLOPs and bytes).
  *  - the cost model (src/cost): a call under a layout (micro-batches,
  *    pipeline bubbles, tp and dp communication, generation over a
  *    response-length distribution, reallocation, fusion, memory per rank).
@@ -52,6 +52,7 @@ typedef struct {
   int    ranks_per_node;                  /* communication inside a node is cheaper */
   double mem_per_rank;                    /* bytes one rank (one device) may use */
   double bytes_per_param;                 /* 4 for fp32 weights, 2 for bf16 (master weights and moments stay fp32) */
+  double host_bw;                         /* bytes/s between host and device memory of one rank (offload); 0: not known, offload costs nothing */
   /* One part of the model in one phase, on one rank of a tp group of size
    * tp (the rank's share of the work, without the tp collectives, which the
    * cost model adds), for rows sequences of len tokens. */
@@ -79,6 +80,7 @@ typedef struct {
   int       minibatches;    /* PPO mini-batches per epoch */
   int       epochs;         /* PPO epochs per rollout */
   int       iterations;     /* iterations to simulate (the first one includes the initial weight placement) */
+  int       gen_slots;      /* samples one generation replica decodes together (continuous batching); 0: all of its rows */
 } CostWork;
 
 /* The estimate of one plan. */
@@ -89,6 +91,11 @@ typedef struct {
   double    call_s[MFC_COUNT];  /* each call's time in one iteration (0: not in use) */
   double    realloc_s;          /* reallocation and weight sync in one iteration */
   double    mem_max;            /* the largest peak memory of any rank, bytes */
+  /* added by the cost model (src/cost) */
+  double    mem_call[MFC_COUNT]; /* the largest peak memory of any rank during the call, bytes */
+  double    sync_s[2];          /* actor_sync, critic_sync: one iteration's reallocation time each */
+  double    offload_s;          /* moving frozen models between host and device in one iteration */
+  double    genfuse_s;          /* -fuse_gen_inf stream: generation and inference as one node (0 otherwise) */
 } CostEstimate;
 
 /* The estimate of a plan for a workload: every call under its layout, the
@@ -97,5 +104,62 @@ typedef struct {
  * on disjoint meshes concurrently). A plan that does not fit in memory is
  * not an error: feasible is false and why says which call on which rank. */
 PetscErrorCode cost_estimate(const CostPrims *p, const CostWork *work, const Plan *plan, CostEstimate *est);
+
+/* ==== the cost model's extensions (src/cost, docs/costmodel.md) ========== */
+
+/* Analytic primitives from a hardware description deck (a PETSc options file
+ * of -hw_* values, input/hardware/h100_sxm.deck): compute is
+ * max(FLOPs / (peak * eff_compute), bytes / (mem_bw * eff_memory)) plus a
+ * launch overhead per part; collectives follow the alpha-beta ring model
+ * with the intra-node (NVLink) or inter-node (InfiniBand) link. Errors name
+ * the file and the missing or bad value. */
+PetscErrorCode cost_prims_hardware(const char *deck, CostPrims *p);
+
+/* Shapes: from a model configuration of this code (GPT-2), or a named
+ * LLaMA shape ("llama2-7b", "llama2-13b", "codellama-34b", "llama2-70b",
+ * "llama-13b", "llama-33b", "llama-65b"); value_head makes it a critic or
+ * reward model. An unknown name is an error naming `opt` and the value. */
+void           cost_shape_from_gpt(const GPTConfig *cfg, CostShape *m);
+PetscErrorCode cost_shape_named(const char *opt, const char *name, PetscBool value_head, CostShape *m);
+/* Parameters of the whole model (a tied head counted once). */
+double cost_shape_params(const CostShape *m);
+/* Forward FLOPs of one part over rows x len tokens (DECODE: rows tokens
+ * with len tokens of context), the whole part (not divided by tp); the
+ * backward is twice the forward. */
+double cost_flops(const CostShape *m, CostPart part, CostPhase ph, double rows, double len);
+
+/* The workload from the options (docs/costmodel.md): -cost_batch,
+ * -cost_prompt_len, -cost_max_new, -cost_minibatches, -cost_epochs,
+ * -cost_iterations, -cost_critic_free, the shapes (-cost_actor_shape NAME or
+ * the -policy_ and -critic_/-reward_ GPT-2 options) and the response lengths
+ * (-cost_lengths lognormal:MEDIAN:P99 | uniform:LO:HI | fixed:N | hist:FILE |
+ * rollouts:FILE.h5). Defaults come from the PPO options of the deck
+ * (-rollout_batch, -gen_max_new_tokens, ...). work->len is drawn keyed by
+ * -seed. cost_work_free frees it. */
+PetscErrorCode cost_work_from_options(CostWork *work);
+PetscErrorCode cost_work_lengths(const char *spec, int n, int max_new, unsigned long long seed, int *len);
+PetscErrorCode cost_work_free(CostWork *work);
+
+/* The per-rank timeline of a simulated run: the same rows as a run's
+ * /timeline (docs/formats.md), one per call per rank, steps = iterations. */
+typedef struct {
+  int     n, cap, *rank, *call;
+  long long *step;
+  double *start, *end;
+  char    names[16][32];
+  int     nnames;
+} CostTimeline;
+/* cost_estimate, and the timeline of every simulated iteration when tl is
+ * not NULL (cost_timeline_free frees it). */
+PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *work, const Plan *plan, CostEstimate *est, CostTimeline *tl);
+/* Writes /timeline (and @source) to a new HDF5 file at path (temp then
+ * rename), readable by tools/plot_timeline.py. Serial: call on one rank. */
+PetscErrorCode cost_timeline_write(const char *path, const CostTimeline *tl, const char *source);
+PetscErrorCode cost_timeline_free(CostTimeline *tl);
+
+/* Bytes the reallocation planner (src/realloc) moves between different
+ * ranks from layout a to layout b of one model (the same count as
+ * realloc_plan_bytes), and the largest any one rank receives. */
+PetscErrorCode cost_realloc_bytes(const CostShape *m, double bytes_per_param, const PlanCall *a, const PlanCall *b, double *total, double *max_recv);
 
 #endif

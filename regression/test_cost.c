@@ -1,0 +1,447 @@
+/* test_cost: the cost model and the simulator (src/cost). Formulas against
+ * values worked by hand or published (FLOPs of a block, LLaMA-2 7B's
+ * parameter count, the ring all-reduce, training-state bytes), the
+ * simulator against hand-worked graphs on mock primitives whose costs are
+ * simple (two calls on one rank add, on disjoint ranks overlap, a weight
+ * sync between), generation under continuous batching, memory-infeasible
+ * plans rejected with the reason, seconds as the unit, the reallocation
+ * byte count against the reallocation planner itself (4 ranks), and the
+ * timeline file. Prints "ok - name" / "not ok - name: detail" per check. */
+#include "cost.h"
+#include "realloc.h"
+#include "fuse.h"
+#include "mpi_report.h"
+
+#include <hdf5.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char help[] = "Cost model and simulator tests.\n";
+
+static PetscBool close_to(double a, double b, double rel) { return fabs(a - b) <= rel * fabs(b) + 1e-300 ? PETSC_TRUE : PETSC_FALSE; }
+
+/* report() with the detail shown only on failure. */
+static void check(const char *name, PetscBool ok, const char *detail) { report(name, ok, ok ? "" : detail); }
+
+static void check_num(const char *name, double got, double want, double rel)
+{
+  char d[256];
+  snprintf(d, sizeof d, "got %.9g, want %.9g", got, want);
+  report(name, close_to(got, want, rel), close_to(got, want, rel) ? "" : d);
+}
+
+/* ---- mock primitives: a block costs `rows` seconds forward (2x backward),
+ * the other parts nothing; a point-to-point message bytes * 1e-9 s, the
+ * other collectives and the optimizer nothing ---- */
+static double mock_compute(void *ctx, const CostShape *m, CostPart part, CostPhase ph, int tp, double rows, double len)
+{
+  return part == COST_PART_BLOCK ? rows * (ph == COST_BWD ? 2 : 1) / tp : 0;
+}
+static double mock_opt(void *ctx, double n) { return 0; }
+static double p2p_ns = 1; /* the mock's point-to-point cost per byte, in ns */
+static double mock_coll(void *ctx, CostColl op, int n, PetscBool inter, double bytes) { return op == COST_P2P ? bytes * p2p_ns * 1e-9 : 0; }
+
+static void mock_prims(CostPrims *p)
+{
+  memset(p, 0, sizeof *p);
+  strcpy(p->source, "mock");
+  p->ranks_per_node  = 8;
+  p->mem_per_rank    = 1e12;
+  p->bytes_per_param = 4;
+  p->compute         = mock_compute;
+  p->optimizer       = mock_opt;
+  p->coll            = mock_coll;
+}
+
+/* GPT-2 of one layer, width 8, vocabulary 16, 8 positions: 1080 parameters
+ * by hand (wte 128 + wpe 64; block: c_attn 192+24, c_proj 64+8, c_fc
+ * 256+32, mlp c_proj 256+8, two LayerNorms 32; ln_f 16; the head is wte). */
+static CostShape tiny(PetscBool value_head)
+{
+  return (CostShape){1, 8, 2, 2, 32, 16, 8, PETSC_FALSE, value_head};
+}
+
+static void tiny_work(CostWork *w, int *len, int n)
+{
+  memset(w, 0, sizeof *w);
+  w->actor = w->ref = tiny(PETSC_FALSE);
+  w->critic = w->reward = tiny(PETSC_TRUE);
+  w->critic_free = PETSC_TRUE;
+  w->batch = n, w->prompt_len = 4, w->max_new = 8, w->nlen = n, w->len = len;
+  w->minibatches = 1, w->epochs = 1, w->iterations = 3, w->gen_slots = 0;
+}
+
+/* A plan of `world` ranks with every call on rank lo..hi-1 as dp replicas. */
+static void set_call(Plan *plan, MFCId c, int lo, int hi)
+{
+  PlanCall *pc = &plan->call[c];
+  pc->nranks   = hi - lo;
+  for (int i = 0; i < hi - lo; i++) pc->ranks[i] = lo + i;
+  pc->dp = hi - lo, pc->tp = 1, pc->pp = 1, pc->mbs = 1;
+}
+
+static void base_plan(Plan *plan, int world)
+{
+  memset(plan, 0, sizeof *plan);
+  plan->world = world, plan->bucket_mb = 16, plan->fuse_tokens = 2048;
+  for (int c = 0; c < MFC_COUNT; c++) set_call(plan, (MFCId)c, 0, world);
+}
+
+static PetscErrorCode check_formulas(void)
+{
+  CostShape s7, g = tiny(PETSC_FALSE), cs = tiny(PETSC_TRUE);
+  CostPrims hw;
+  GPTConfig cfg = {1, 2, 8, 16, 8, GPT_HEAD_LM};
+  GPTTensor *tab;
+  int        nt;
+  size_t     np;
+
+  PetscFunctionBegin;
+  /* forward FLOPs of a GPT-2 block, width 128, 2 rows of 8 tokens: the
+   * weights 3*128^2 + 128^2 + 2*128*512 = 196608, 2 FLOPs each per token
+   * (16 tokens), plus q.k and p.v: 4*128 per pair, 2 rows * 36 pairs */
+  {
+    CostShape b = {1, 128, 4, 4, 512, 64, 64, PETSC_FALSE, PETSC_FALSE};
+    check_num("FLOPs of a GPT-2 block forward (by hand)", cost_flops(&b, COST_PART_BLOCK, COST_FWD, 2, 8), 2.0 * 196608 * 16 + 4.0 * 128 * 2 * 36, 1e-12);
+    check_num("backward FLOPs are twice the forward", cost_flops(&b, COST_PART_BLOCK, COST_BWD, 2, 8), 2 * cost_flops(&b, COST_PART_BLOCK, COST_FWD, 2, 8), 1e-12);
+    check_num("FLOPs of one decode step (context 10, by hand)", cost_flops(&b, COST_PART_BLOCK, COST_DECODE, 3, 10), 2.0 * 196608 * 3 + 4.0 * 128 * 3 * 10, 1e-12);
+  }
+  PetscCall(cost_shape_named("-cost_actor_shape", "llama2-7b", PETSC_FALSE, &s7));
+  check_num("LLaMA-2 7B parameters (6,738,415,616 published)", cost_shape_params(&s7), 6738415616.0, 1e-12);
+  check_num("tiny GPT-2 parameters (1080 by hand)", cost_shape_params(&g), 1080, 1e-12);
+  PetscCall(gpt_tensor_table_shard(&cfg, NULL, &tab, &nt, &np));
+  PetscCall(PetscFree(tab));
+  check_num("GPT-2 parameters equal the model's own table", cost_shape_params(&g), (double)np, 1e-12);
+  cfg.head = GPT_HEAD_SCALAR;
+  PetscCall(gpt_tensor_table_shard(&cfg, NULL, &tab, &nt, &np));
+  PetscCall(PetscFree(tab));
+  check_num("GPT-2 scalar-head parameters equal the model's own table", cost_shape_params(&cs), (double)np, 1e-12);
+  {
+    PetscErrorCode ierr;
+    CostShape      x;
+    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+    ierr = cost_shape_named("-cost_actor_shape", "llama9-1b", PETSC_FALSE, &x);
+    PetscCall(PetscPopErrorHandler());
+    check("an unknown shape name is refused", ierr ? PETSC_TRUE : PETSC_FALSE, "accepted llama9-1b");
+  }
+
+  PetscCall(cost_prims_hardware("input/hardware/h100_sxm.deck", &hw));
+  /* 1 GB over 8 ranks in a node: 2*7 latencies of 3 us and 2*7/8 GB at
+   * 0.8 * 450 GB/s */
+  check_num("ring all-reduce, 8 ranks, 1 GB, NVLink (by hand)", hw.coll(hw.ctx, COST_ALLREDUCE, 8, PETSC_FALSE, 1e9), 14 * 3e-6 + 1.75e9 / 360e9, 1e-12);
+  check_num("ring all-reduce, 16 ranks across nodes (by hand)", hw.coll(hw.ctx, COST_ALLREDUCE, 16, PETSC_TRUE, 1e9), 30 * 8e-6 + 30.0 / 16 * 1e9 / 42.5e9, 1e-12);
+  check_num("one rank's all-reduce costs nothing", hw.coll(hw.ctx, COST_ALLREDUCE, 1, PETSC_TRUE, 1e9), 0, 0);
+  check_num("AdamW step of 1e9 parameters: 28 bytes each at 0.8 * 3.35 TB/s", hw.optimizer(hw.ctx, 1e9), 28e9 / (0.8 * 3.35e12), 1e-12);
+  {
+    /* units: a LLaMA-2 7B forward over one 2048-token row on one H100 is
+     * compute bound: about 2 * 6.5e9 * 2048 FLOPs at half of 989 TFLOP/s,
+     * some 60 ms (seconds, not milliseconds or microseconds) */
+    double t = 0;
+    t += hw.compute(hw.ctx, &s7, COST_PART_EMBED, COST_FWD, 1, 1, 2048);
+    t += s7.n_layer * hw.compute(hw.ctx, &s7, COST_PART_BLOCK, COST_FWD, 1, 1, 2048);
+    t += hw.compute(hw.ctx, &s7, COST_PART_HEAD, COST_FWD, 1, 1, 2048);
+    check("units: a 7B forward of 2048 tokens takes 0.03-0.1 s", t > 0.03 && t < 0.1 ? PETSC_TRUE : PETSC_FALSE, "out of range");
+    /* a decode step of one row is memory bound: the weights, 13.5 GB, at
+     * 0.8 * 3.35 TB/s, about 5 ms, plus launches */
+    t = s7.n_layer * hw.compute(hw.ctx, &s7, COST_PART_BLOCK, COST_DECODE, 1, 1, 100);
+    check("a 7B decode step of one row is bound by the weights' bytes", t > 6.4e9 * 2 / 2.68e12 && t < 6.4e9 * 2 / 2.68e12 + 32 * 25e-6 + 1e-3 ? PETSC_TRUE : PETSC_FALSE, "not memory bound");
+  }
+  PetscCall(cost_prims_destroy(&hw));
+  {
+    PetscErrorCode ierr;
+    CostPrims      x;
+    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+    ierr = cost_prims_hardware("input/hardware/no_such.deck", &x);
+    PetscCall(PetscPopErrorHandler());
+    check("a missing hardware description is refused", ierr ? PETSC_TRUE : PETSC_FALSE, "accepted");
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode check_simulator(void)
+{
+  CostPrims    p;
+  CostWork     w;
+  Plan         plan;
+  CostEstimate e;
+  int          len4[4] = {1, 1, 1, 1};
+
+  PetscFunctionBegin;
+  mock_prims(&p);
+  tiny_work(&w, len4, 4);
+  /* one rank, GRPO: generation is the prefill of 4 rows (4 s), reference
+   * and reward inference 4 s each, training forward 4 + backward 8 */
+  base_plan(&plan, 1);
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  check_num("one rank: calls on one mesh add (4+4+4+12 s)", e.iter_s, 24, 1e-12);
+  check_num("one rank: generation 4 s", e.call_s[MFC_ACTOR_GEN], 4, 1e-12);
+  check_num("one rank: actor_train 12 s", e.call_s[MFC_ACTOR_TRAIN], 12, 1e-12);
+  check("one rank: no weight sync", e.realloc_s == 0 ? PETSC_TRUE : PETSC_FALSE, "");
+  /* two ranks: the reference on rank 0, the reward model on rank 1 (4 rows
+   * each, concurrently), the rest on both as dp 2 (2 rows per rank) */
+  base_plan(&plan, 2);
+  set_call(&plan, MFC_REF_INF, 0, 1);
+  set_call(&plan, MFC_REW_INF, 1, 2);
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  check_num("disjoint meshes overlap (2 + max(4,4) + 6 s)", e.iter_s, 12, 1e-12);
+  set_call(&plan, MFC_REW_INF, 0, 1);
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  check_num("the same calls on one rank add (2 + 4 + 4 + 6 s)", e.iter_s, 16, 1e-12);
+  /* training on rank 0, generation and inference on rank 1: the actor's
+   * 1080 fp32 parameters (4320 bytes, 4.32 us) move every iteration, and
+   * the next generation waits for the training */
+  base_plan(&plan, 2);
+  set_call(&plan, MFC_ACTOR_TRAIN, 0, 1);
+  set_call(&plan, MFC_ACTOR_GEN, 1, 2);
+  set_call(&plan, MFC_REF_INF, 1, 2);
+  set_call(&plan, MFC_REW_INF, 1, 2);
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  check_num("a reallocation between: 4320 bytes at 1 ns each", e.realloc_s, 4320e-9, 1e-9);
+  check_num("a reallocation between: sync + 4+4+4+12 s per iteration", e.iter_s, 24 + 4320e-9, 1e-12);
+
+  /* generation under continuous batching: lengths 1..4, all at once: the
+   * prefill of 4 rows, then 3, 2 and 1 rows decoding (10 s) */
+  {
+    int len[4] = {1, 2, 3, 4};
+    tiny_work(&w, len, 4);
+    base_plan(&plan, 1);
+    PetscCall(cost_estimate(&p, &w, &plan, &e));
+    check_num("generation shrinks the batch as samples finish (4+3+2+1 s)", e.call_s[MFC_ACTOR_GEN], 10, 1e-12);
+    /* two slots: prefill rows 0,1 (2); row 0 done, prefill row 2 (1);
+     * decode {1,2} (2); row 1 done, prefill row 3 (1); decode {2,3} (2);
+     * decode {3} twice (2): 10 s */
+    w.gen_slots = 2;
+    PetscCall(cost_estimate(&p, &w, &plan, &e));
+    check_num("two slots: a finished sample's slot takes the next prompt (10 s)", e.call_s[MFC_ACTOR_GEN], 10, 1e-12);
+    /* inference pads each micro-batch to its longest: 2 micro-batches of
+     * 2 rows (lengths {1,2}, {3,4}) cost 2 + 2 = 4 s on the mock */
+    w.gen_slots = 0;
+    plan.call[MFC_REF_INF].mbs = 2;
+    PetscCall(cost_estimate(&p, &w, &plan, &e));
+    check_num("inference: micro-batches of 2 rows (2 + 2 s)", e.call_s[MFC_REF_INF], 4, 1e-12);
+    /* pipelined over 2 stages: 2 micro-batches of a stage with one layer
+     * of... the tiny model has 1 layer, so take 2 layers: 1 per stage */
+    w.actor.n_layer = w.ref.n_layer = 2;
+    plan.call[MFC_REF_INF].pp = 1;
+    PetscCall(cost_estimate(&p, &w, &plan, &e));
+    {
+      double one = e.call_s[MFC_REF_INF]; /* 2 layers, 2 micro-batches of 2 rows: 2*2 + 2*2 = 8 */
+      plan.call[MFC_REF_INF].pp = 2, plan.call[MFC_REF_INF].dp = 1, plan.call[MFC_REF_INF].nranks = 2;
+      plan.world = 2;
+      plan.call[MFC_REF_INF].ranks[1] = 1;
+      PetscCall(cost_estimate(&p, &w, &plan, &e));
+      /* plus the activations stage 0 sends on (rows x len x width x 4
+       * bytes at 1 ns each: 2x6x8x4 and 2x8x8x4), the larger once more
+       * in the drain */
+      check_num("pipelined inference: per-stage 2 s x (2 micro-batches + 2 stages - 1)", e.call_s[MFC_REF_INF], 6 + (384 + 512 + 512) * 1e-9, 1e-12);
+      check_num("unpipelined reference of the same: 8 s", one, 8, 1e-12);
+    }
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Fusion and offload on the mock. */
+static PetscErrorCode check_fusion(void)
+{
+  CostPrims    p;
+  CostWork     w;
+  Plan         plan;
+  CostEstimate e, f;
+  int          len[4] = {1, 2, 3, 4};
+
+  PetscFunctionBegin;
+  mock_prims(&p);
+  tiny_work(&w, len, 4);
+  /* generation on rank 0, reference and reward on rank 1, training on
+   * both. Samples finish at 4 (prefill), 7, 9 and 10 s; unfused, rank 1
+   * then runs 4 + 4 s: 18 s, plus 6 s of training */
+  base_plan(&plan, 2);
+  set_call(&plan, MFC_ACTOR_GEN, 0, 1);
+  set_call(&plan, MFC_REF_INF, 1, 2);
+  set_call(&plan, MFC_REW_INF, 1, 2);
+  p2p_ns = 0;
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  check_num("unfused: generation, then both inferences (10 + 4 + 4 + 6 s)", e.iter_s, 24, 1e-12);
+  /* streamed with a budget of one sample: each arrival runs its reference
+   * and reward (1 + 1 s) as it comes: 4-6, 7-9, 9-11, 11-13 */
+  plan.fuse        = FUSE_STREAM;
+  plan.fuse_tokens = 1;
+  PetscCall(cost_estimate(&p, &w, &plan, &f));
+  check_num("streamed: inference follows the samples as they finish (13 + 6 s)", f.iter_s, 19, 1e-12);
+  check_num("streamed: the fused node takes 13 s", f.genfuse_s, 13, 1e-12);
+  /* a budget of 11 tokens (prompt 4 + response): samples {1,2} (11 tokens,
+   * at 7 s: 2 + 2 s padded to the longer), then {3,4} at 10 s: 2 + 2 */
+  plan.fuse_tokens = 11;
+  PetscCall(cost_estimate(&p, &w, &plan, &f));
+  check_num("streamed: micro-batches cut by the token budget (7+4, 11+4 s)", f.genfuse_s, 15, 1e-12);
+
+  /* -fuse_train: actor and critic, 2 stages of one layer each on ranks 0
+   * and 1, 2 micro-batches of 2 rows: a stage's forward 2 s, backward 4;
+   * apart each takes (2 + 2 - 1) * 6 = 18 s; fused, the fused schedule's
+   * bound for that instance */
+  {
+    FuseInst in = {{2, 2}, {2, 2}, {2, 2}, {0, 0}, 0};
+    w.critic_free = PETSC_FALSE;
+    w.actor.n_layer = w.critic.n_layer = w.ref.n_layer = w.reward.n_layer = 2;
+    base_plan(&plan, 2);
+    for (int c = MFC_ACTOR_TRAIN; c <= MFC_CRITIC_TRAIN; c++) plan.call[c].dp = 1, plan.call[c].pp = 2, plan.call[c].mbs = 2;
+    PetscCall(cost_estimate(&p, &w, &plan, &e));
+    check_num("apart: actor_train 18 s", e.call_s[MFC_ACTOR_TRAIN], 18, 1e-12);
+    check_num("apart: critic_train 18 s", e.call_s[MFC_CRITIC_TRAIN], 18, 1e-12);
+    plan.fuse_train = PETSC_TRUE;
+    plan.call[MFC_CRITIC_TRAIN].ranks[0] = 1, plan.call[MFC_CRITIC_TRAIN].ranks[1] = 0; /* opposite direction */
+    PetscCall(cost_estimate(&p, &w, &plan, &f));
+    check_num("fused: the fused schedule's makespan (its lower bound)", f.call_s[MFC_ACTOR_TRAIN], fuse_lower_bound(&in), 1e-12);
+    check("fused: faster than the two apart", f.call_s[MFC_ACTOR_TRAIN] < 36 ? PETSC_TRUE : PETSC_FALSE, "not faster");
+    check_num("fused: the iteration saves what training saves", e.iter_s - f.iter_s, 36 - f.call_s[MFC_ACTOR_TRAIN], 1e-12);
+  }
+
+  /* offload: on one rank the reference (1080 fp32 parameters) and the
+   * reward model (1088) go to the device and back, 2 x 8672 bytes at 1 GB/s */
+  tiny_work(&w, len, 4);
+  base_plan(&plan, 1);
+  p.host_bw = 1e9;
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  plan.offload = PETSC_TRUE;
+  PetscCall(cost_estimate(&p, &w, &plan, &f));
+  check_num("offload: the frozen models move both ways (2 x 8672 bytes at 1 GB/s)", f.offload_s, 2 * 8672e-9, 1e-12);
+  check_num("offload: the iteration pays for it", f.iter_s - e.iter_s, 2 * 8672e-9, 1e-6);
+  check_num("offload: the frozen weights leave the training call's peak", e.mem_call[MFC_ACTOR_TRAIN] - f.mem_call[MFC_ACTOR_TRAIN], 8672, 1e-12);
+  p2p_ns = 1;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode check_memory(void)
+{
+  CostPrims    hw;
+  CostWork     w;
+  Plan         plan;
+  CostEstimate e, z;
+  int         *len;
+
+  PetscFunctionBegin;
+  PetscCall(cost_prims_hardware("input/hardware/h100_sxm.deck", &hw));
+  PetscCall(PetscMalloc1(64, &len));
+  for (int i = 0; i < 64; i++) len[i] = 128;
+  tiny_work(&w, len, 64);
+  PetscCall(cost_shape_named("x", "llama2-7b", PETSC_FALSE, &w.actor));
+  PetscCall(cost_shape_named("x", "llama2-7b", PETSC_TRUE, &w.critic));
+  w.ref = w.actor, w.reward = w.critic, w.critic_free = PETSC_FALSE;
+  w.max_new = 128, w.prompt_len = 128, w.minibatches = 4;
+  base_plan(&plan, 1);
+  PetscCall(cost_estimate(&hw, &w, &plan, &e));
+  check("LLaMA-2 7B+7B on one H100 is infeasible", e.feasible ? PETSC_FALSE : PETSC_TRUE, "feasible");
+  check("the reason names the call, the rank and the device's memory", strstr(e.why, "on rank 0 needs") && strstr(e.why, "the device has 72.0 GB") ? PETSC_TRUE : PETSC_FALSE, e.why);
+  if (world_rank == 0) printf("#   %s\n", e.why);
+  /* ZeRO-1 on 8 ranks: the fp32 master and moments (12 bytes a parameter)
+   * split 8 ways; the actor's and the critic's training state shrink by
+   * 12 * 7/8 bytes per parameter, nothing else changes */
+  base_plan(&plan, 8);
+  PetscCall(cost_estimate(&hw, &w, &plan, &e));
+  plan.zero1 = PETSC_TRUE;
+  PetscCall(cost_estimate(&hw, &w, &plan, &z));
+  check_num("ZeRO-1 saves 10.5 bytes per parameter of both trained models", e.mem_call[MFC_ACTOR_TRAIN] - z.mem_call[MFC_ACTOR_TRAIN], 10.5 * (cost_shape_params(&w.actor) + cost_shape_params(&w.critic)), 1e-9);
+  PetscCall(PetscFree(len));
+  PetscCall(cost_prims_destroy(&hw));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The reallocation bytes against the planner itself, for GPT-2 layouts of 4 ranks. */
+static PetscErrorCode check_realloc(void)
+{
+  static const struct {
+    int a_lo, a_n, a_pp, a_dp, a_tp, b_lo, b_n, b_pp, b_dp, b_tp;
+  } cases[] = {
+    {0, 4, 1, 4, 1, 0, 4, 1, 2, 2}, {0, 4, 2, 1, 2, 0, 4, 1, 1, 4}, {0, 2, 1, 2, 1, 2, 2, 1, 1, 2}, {0, 4, 4, 1, 1, 0, 4, 1, 4, 1}, {0, 2, 2, 1, 1, 1, 3, 1, 3, 1},
+  };
+  GPTConfig cfg = {4, 4, 16, 24, 16, GPT_HEAD_LM};
+  CostShape m;
+
+  PetscFunctionBegin;
+  if (world_size < 4) {
+    report_skip("reallocation bytes equal the planner's", "needs 4 ranks");
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  for (int head = 0; head < 2; head++) {
+    cfg.head = head ? GPT_HEAD_SCALAR : GPT_HEAD_LM;
+    cost_shape_from_gpt(&cfg, &m);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+      PlanCall           a = {0}, b = {0};
+      const Mesh        *ma, *mb;
+      const ReallocPlan *rp;
+      double             total, max_recv;
+      char               name[128];
+      a.nranks = cases[k].a_n, a.pp = cases[k].a_pp, a.dp = cases[k].a_dp, a.tp = cases[k].a_tp;
+      b.nranks = cases[k].b_n, b.pp = cases[k].b_pp, b.dp = cases[k].b_dp, b.tp = cases[k].b_tp;
+      for (int i = 0; i < a.nranks; i++) a.ranks[i] = cases[k].a_lo + i;
+      for (int i = 0; i < b.nranks; i++) b.ranks[i] = cases[k].b_lo + i;
+      PetscCall(mesh_get(a.ranks, a.nranks, a.pp, a.dp, a.tp, &ma));
+      PetscCall(mesh_get(b.ranks, b.nranks, b.pp, b.dp, b.tp, &mb));
+      PetscCall(realloc_plan_get(&cfg, ma, mb, "test", &rp));
+      PetscCall(cost_realloc_bytes(&m, 4, &a, &b, &total, &max_recv));
+      snprintf(name, sizeof name, "reallocation bytes equal the planner's (%s head, %dx%dx%d -> %dx%dx%d)", head ? "scalar" : "lm", a.pp, a.dp, a.tp, b.pp, b.dp, b.tp);
+      check_num(name, total, realloc_plan_bytes(rp), 0);
+    }
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The timeline file: the rows tools/plot_timeline.py reads. */
+static PetscErrorCode check_timeline(void)
+{
+  CostPrims    p;
+  CostWork     w;
+  Plan         plan;
+  CostEstimate e;
+  CostTimeline tl = {0};
+  int          len[4] = {1, 1, 1, 1}, n = 0;
+  char         dir[] = "/tmp/test_cost_XXXXXX", path[PETSC_MAX_PATH_LEN];
+  hid_t        f, d, s;
+
+  PetscFunctionBegin;
+  mock_prims(&p);
+  tiny_work(&w, len, 4);
+  base_plan(&plan, 2);
+  set_call(&plan, MFC_REF_INF, 0, 1);
+  set_call(&plan, MFC_REW_INF, 1, 2);
+  PetscCall(cost_simulate(&p, &w, &plan, &e, &tl));
+  /* 3 iterations: generation, training on 2 ranks, the two inferences on 1 each */
+  check("timeline: one row per call per rank per iteration (3 x 6)", tl.n == 18 ? PETSC_TRUE : PETSC_FALSE, "wrong row count");
+  if (world_rank == 0) {
+    PetscCheck(mkdtemp(dir), PETSC_COMM_SELF, PETSC_ERR_SYS, "mkdtemp failed");
+    PetscCall(PetscSNPrintf(path, sizeof path, "%s/sim.h5", dir));
+    PetscCall(cost_timeline_write(path, &tl, "test"));
+    f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    d = H5Dopen2(f, "timeline/end", H5P_DEFAULT);
+    s = H5Dget_space(d);
+    n = (int)H5Sget_simple_extent_npoints(s);
+    H5Sclose(s), H5Dclose(d), H5Fclose(f);
+    unlink(path);
+    rmdir(dir);
+  }
+  PetscCallMPI(MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  check("timeline file: /timeline/end holds every row", n == 18 ? PETSC_TRUE : PETSC_FALSE, "wrong row count in the file");
+  PetscCall(cost_timeline_free(&tl));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+int main(int argc, char **argv)
+{
+  PetscCall(PetscInitialize(&argc, &argv, NULL, help));
+  PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+  PetscCall(comm_setup());
+  PetscCall(check_formulas());
+  PetscCall(check_simulator());
+  PetscCall(check_fusion());
+  PetscCall(check_memory());
+  PetscCall(check_realloc());
+  PetscCall(check_timeline());
+  report_tally();
+  PetscCall(realloc_cache_destroy());
+  PetscCall(comm_teardown());
+  PetscCall(PetscFinalize());
+  return nfail > 0;
+}

@@ -1,0 +1,195 @@
+/* cost/call.c: the cost of one call under its layout: a stage pass with its
+ * tensor-parallel all-reduces and pipeline sends, a pipelined pass of
+ * micro-batches, inference over the rollout, training (1F1B pipeline, the
+ * data-parallel gradient all-reduce, the AdamW step, every mini-batch of
+ * every epoch) and the fused actor-critic training stage. */
+#include "cost_impl.h"
+#include "fuse.h"
+#include <math.h>
+
+const CostShape *cost_call_shape(const CostWork *w, MFCId c)
+{
+  switch (c) {
+  case MFC_ACTOR_GEN:
+  case MFC_ACTOR_TRAIN: return &w->actor;
+  case MFC_REF_INF: return &w->ref;
+  case MFC_REW_INF: return &w->reward;
+  case MFC_CRITIC_INF:
+  case MFC_CRITIC_TRAIN: return &w->critic;
+  default: return NULL;
+  }
+}
+
+PetscBool cost_call_used(const CostWork *w, MFCId c)
+{
+  if (c == MFC_SFT_TRAIN || c == MFC_RM_TRAIN) return PETSC_FALSE;
+  if ((c == MFC_CRITIC_INF || c == MFC_CRITIC_TRAIN) && w->critic_free) return PETSC_FALSE;
+  return PETSC_TRUE;
+}
+
+PetscBool cost_ranks_internode(const CostPrims *p, const int *ranks, int n)
+{
+  for (int i = 1; i < n; i++)
+    if (ranks[i] / p->ranks_per_node != ranks[0] / p->ranks_per_node) return PETSC_TRUE;
+  return PETSC_FALSE;
+}
+
+/* Mesh order is tp fastest: a tp group is tp consecutive mesh ranks; a dp
+ * group the ranks of one (stage, t), stride tp. */
+void cost_layout(const CostPrims *p, const PlanCall *c, CostLayout *L)
+{
+  *L = (CostLayout){c->dp, c->tp, c->pp, PetscMax(1, c->mbs), PETSC_FALSE, PETSC_FALSE, cost_ranks_internode(p, c->ranks, c->nranks)};
+  if (!L->mesh_inter) return;
+  for (int g = 0; g < c->nranks; g += c->tp)
+    if (cost_ranks_internode(p, c->ranks + g, c->tp)) L->tp_inter = PETSC_TRUE;
+  for (int s = 0; s < c->pp; s++)
+    for (int t = 0; t < c->tp; t++)
+      for (int d = 1; d < c->dp; d++)
+        if (c->ranks[(s * c->dp + d) * c->tp + t] / p->ranks_per_node != c->ranks[s * c->dp * c->tp + t] / p->ranks_per_node) L->dp_inter = PETSC_TRUE;
+}
+
+double cost_stage_time(const CostPrims *p, const CostShape *m, CostPhase ph, const CostLayout *L, double rows, double len)
+{
+  int    tp = L->tp, pp = L->pp, probe[3] = {0, PetscMin(1, pp - 1), pp - 1}, nprobe = m->gated ? 3 : pp;
+  double tokens = ph == COST_DECODE ? rows : rows * len, act = tokens * m->n_embd * p->bytes_per_param;
+  double block  = p->compute(p->ctx, m, COST_PART_BLOCK, ph, tp, rows, len);
+  double ar = 0, send = 0, worst = 0;
+
+  if (rows <= 0) return 0;
+  /* Megatron's tensor parallelism: one all-reduce of the activations after
+   * attention and one after the MLP, forward and backward alike */
+  if (tp > 1) ar = 2 * p->coll(p->ctx, COST_ALLREDUCE, tp, L->tp_inter, act);
+  if (pp > 1) send = p->coll(p->ctx, COST_P2P, 2, L->mesh_inter, act);
+  /* LLaMA's even split: stage 1 has the most layers of the middle stages;
+   * GPT-2's split by parameters: every stage */
+  for (int k = 0; k < nprobe; k++) {
+    int    s = m->gated ? probe[k] : k;
+    double t = cost_stage_layers(m, pp, s) * (block + ar);
+    if (s == 0) t += p->compute(p->ctx, m, COST_PART_EMBED, ph, tp, rows, len);
+    if (s == pp - 1) t += p->compute(p->ctx, m, COST_PART_HEAD, ph, tp, rows, len);
+    else t += send;
+    worst = PetscMax(worst, t);
+  }
+  return worst;
+}
+
+double cost_pipeline(const double *t, int n, int pp)
+{
+  double sum = 0, top = 0;
+  for (int k = 0; k < n; k++) sum += t[k], top = PetscMax(top, t[k]);
+  return sum + (pp - 1) * top;
+}
+
+static int dcmp(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double cost_expected_max(const CostWork *w, double r)
+{
+  int     n = w->nlen, k = (int)PetscMax(1, PetscMin(n, floor(r + 0.5)));
+  double *s, e = 0, lc;
+
+  if (n <= 0) return w->max_new;
+  if (PetscMalloc1(n, &s)) return w->max_new;
+  for (int i = 0; i < n; i++) s[i] = w->len[i];
+  qsort(s, (size_t)n, sizeof *s, dcmp);
+  /* P(the largest of k draws is the i-th smallest) = C(i-1, k-1) / C(n, k) */
+  lc = lgamma(n + 1.0) - lgamma(k + 1.0) - lgamma(n - k + 1.0);
+  for (int i = k; i <= n; i++) e += s[i - 1] * exp(lgamma((double)i) - lgamma((double)k) - lgamma((double)(i - k + 1)) - lc);
+  PetscFree(s);
+  return e;
+}
+
+double cost_inference(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostShape *m)
+{
+  int        B = w->batch, mb = PetscMax(1, c->mbs);
+  double     worst = 0;
+  CostLayout L;
+
+  cost_layout(p, c, &L);
+
+  for (int d = 0; d < c->dp; d++) {
+    int    r0 = B * d / c->dp, r1 = B * (d + 1) / c->dp;
+    double sum = 0, top_t = 0;
+    /* micro-batches of consecutive rows, padded to their longest response;
+     * pipelined as cost_pipeline does */
+    for (int k = 0; k < mb; k++) {
+      int    a = r0 + (r1 - r0) * k / mb, b = r0 + (r1 - r0) * (k + 1) / mb, top = 0;
+      double t;
+      for (int i = a; i < b; i++) top = PetscMax(top, w->nlen ? w->len[i % w->nlen] : w->max_new);
+      t = cost_stage_time(p, m, COST_FWD, &L, b - a, w->prompt_len + top);
+      sum += t;
+      top_t = PetscMax(top_t, t);
+    }
+    worst = PetscMax(worst, sum + (c->pp - 1) * top_t);
+  }
+  return worst;
+}
+
+/* The largest stage's parameters on one rank of the layout. */
+static double max_stage_params(const CostShape *m, const PlanCall *c)
+{
+  double x = 0;
+  for (int s = 0; s < c->pp; s++) x = PetscMax(x, cost_stage_params(m, c->tp, c->pp, s));
+  return x;
+}
+
+/* The gradient all-reduce over the dp replicas and the AdamW step (over a
+ * 1/dp share with ZeRO-1, whose reduce-scatter and all-gather move what one
+ * all-reduce moves) of one optimizer step. */
+static double update_time(const CostPrims *p, const CostShape *m, const PlanCall *c, const CostLayout *L, PetscBool zero1)
+{
+  double n = max_stage_params(m, c);
+  return p->coll(p->ctx, COST_ALLREDUCE, c->dp, L->dp_inter, n * p->bytes_per_param) + p->optimizer(p->ctx, zero1 ? n / c->dp : n);
+}
+
+/* Rows and padded length of one training micro-batch. */
+static void train_mb(const CostWork *w, const PlanCall *c, double *rows, double *len)
+{
+  *rows = (double)w->batch / PetscMax(1, w->minibatches) / (c->dp * PetscMax(1, c->mbs));
+  *len  = w->prompt_len + cost_expected_max(w, *rows);
+}
+
+double cost_training(const CostPrims *p, const CostWork *w, const Plan *plan, MFCId id, PetscBool zero1)
+{
+  const PlanCall  *c = &plan->call[id];
+  const CostShape *m = cost_call_shape(w, id);
+  double           rows, len, fb, step;
+  CostLayout       L;
+
+  cost_layout(p, c, &L);
+  train_mb(w, c, &rows, &len);
+  fb   = cost_stage_time(p, m, COST_FWD, &L, rows, len) + cost_stage_time(p, m, COST_BWD, &L, rows, len);
+  /* 1F1B: every stage runs m forwards and backwards, plus the fill and the drain */
+  step = (PetscMax(1, c->mbs) + c->pp - 1) * fb + update_time(p, m, c, &L, zero1);
+  return (double)PetscMax(1, w->epochs) * PetscMax(1, w->minibatches) * step;
+}
+
+/* -fuse_train: the two pipelines on the same ranks, opposite ways; the
+ * schedule search reaches the lower bound of the fused makespan on every
+ * instance measured (docs/benchmarks.md), so the bound is the estimate. */
+double cost_fused_training(const CostPrims *p, const CostWork *w, const Plan *plan)
+{
+  const PlanCall *a = &plan->call[MFC_ACTOR_TRAIN], *c = &plan->call[MFC_CRITIC_TRAIN];
+  double          ra, la, rc, lc, step;
+  FuseInst        in;
+  CostLayout      La, Lc;
+
+  cost_layout(p, a, &La);
+  cost_layout(p, c, &Lc);
+  train_mb(w, a, &ra, &la);
+  train_mb(w, c, &rc, &lc);
+  in.pp[0]  = a->pp;
+  in.pp[1]  = c->pp;
+  in.m[0]   = PetscMax(1, a->mbs);
+  in.m[1]   = PetscMax(1, c->mbs);
+  /* the schedule model's backward is twice its forward: f is a third of both */
+  in.f[0]   = (cost_stage_time(p, &w->actor, COST_FWD, &La, ra, la) + cost_stage_time(p, &w->actor, COST_BWD, &La, ra, la)) / 3;
+  in.f[1]   = (cost_stage_time(p, &w->critic, COST_FWD, &Lc, rc, lc) + cost_stage_time(p, &w->critic, COST_BWD, &Lc, rc, lc)) / 3;
+  in.mem[0] = in.mem[1] = 0;
+  in.mem_cap = 0;
+  step = fuse_lower_bound(&in) + update_time(p, &w->actor, a, &La, plan->zero1) + update_time(p, &w->critic, c, &Lc, plan->zero1);
+  return (double)PetscMax(1, w->epochs) * PetscMax(1, w->minibatches) * step;
+}

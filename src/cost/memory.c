@@ -1,0 +1,158 @@
+/* cost/memory.c: the peak memory of every rank over one iteration. What
+ * stays on a rank: the training state of the actor and critic (weights,
+ * gradients, the fp32 master copy when weights are 16-bit, the AdamW
+ * moments; master and moments split over dp with ZeRO-1), the frozen
+ * reference and reward weights (on the host between calls with
+ * -plan_offload when their mesh shares ranks with another call), and the
+ * actor_gen / critic_inf copies when their mesh is apart from training (a
+ * copy that shares ranks is dropped after its call). What a call adds while
+ * it runs: generation its KV cache, training its activations (1F1B keeps up
+ * to pp micro-batches in flight on the first stage), inference one
+ * micro-batch's activations and logits. A plan whose peak exceeds the
+ * device is infeasible, and `why` says which call on which rank. */
+#include "cost_impl.h"
+
+/* The rank's stage in the call's layout and whether it is in it. */
+static PetscBool call_stage(const PlanCall *c, int r, int *s)
+{
+  for (int i = 0; i < c->nranks; i++)
+    if (c->ranks[i] == r) {
+      *s = i / (c->dp * c->tp);
+      return PETSC_TRUE;
+    }
+  return PETSC_FALSE;
+}
+
+double cost_weight_bytes(const CostPrims *p, const CostShape *m, const PlanCall *c)
+{
+  double x = 0;
+  for (int s = 0; s < c->pp; s++) x = PetscMax(x, cost_stage_params(m, c->tp, c->pp, s));
+  return x * p->bytes_per_param;
+}
+
+PetscErrorCode cost_overlaps(const CostWork *w, const Plan *plan, PetscBool ov[MFC_COUNT][MFC_COUNT], PetscBool shared[MFC_COUNT])
+{
+  int *who; /* who[r]: bit c set when call c runs on rank r */
+
+  PetscFunctionBegin;
+  PetscCall(PetscCalloc1(plan->world, &who));
+  for (int c = 0; c < MFC_COUNT; c++)
+    if (cost_call_used(w, (MFCId)c))
+      for (int i = 0; i < plan->call[c].nranks; i++) who[plan->call[c].ranks[i]] |= 1 << c;
+  for (int a = 0; a < MFC_COUNT; a++) {
+    shared[a] = PETSC_FALSE;
+    for (int b = 0; b < MFC_COUNT; b++) ov[a][b] = PETSC_FALSE;
+  }
+  for (int r = 0; r < plan->world; r++)
+    for (int a = 0; a < MFC_COUNT; a++)
+      for (int b = 0; b < MFC_COUNT; b++)
+        if ((who[r] >> a & 1) && (who[r] >> b & 1)) ov[a][b] = PETSC_TRUE, shared[a] = shared[a] || a != b ? PETSC_TRUE : PETSC_FALSE;
+  PetscCall(PetscFree(who));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* A separate copy: the call's layout is not its training layout. */
+static PetscBool is_copy(const Plan *plan, MFCId c, MFCId train)
+{
+  const PlanCall *a = &plan->call[c], *b = &plan->call[train];
+  if (a->nranks != b->nranks || a->dp != b->dp || a->tp != b->tp || a->pp != b->pp) return PETSC_TRUE;
+  for (int i = 0; i < a->nranks; i++)
+    if (a->ranks[i] != b->ranks[i]) return PETSC_TRUE;
+  return PETSC_FALSE;
+}
+
+/* Training state per parameter held: weights and gradients, fp32 master
+ * (16-bit weights only) and two fp32 moments. */
+static double train_state(const CostPrims *p, double n, int dp, PetscBool zero1)
+{
+  double opt = (p->bytes_per_param < 4 ? 4 : 0) + 8;
+  return n * (2 * p->bytes_per_param + opt / (zero1 ? dp : 1));
+}
+
+/* What the call adds on a rank of stage s while it runs (weights that are
+ * not resident are added by the caller); T: a training micro-batch's
+ * padded length. */
+static double call_transient(const CostPrims *p, const CostWork *w, const Plan *plan, MFCId id, int s, double T)
+{
+  const PlanCall  *c  = &plan->call[id];
+  const CostShape *m  = cost_call_shape(w, id);
+  double           bp = p->bytes_per_param, h = m->n_embd, L = cost_stage_layers(m, c->pp, s), len = w->prompt_len + w->max_new;
+  double           logits = m->value_head ? 1 : (double)m->vocab_size / c->tp;
+  double           x = 0;
+
+  if (id == MFC_ACTOR_GEN) {
+    /* the KV cache of the replica's rows at full length */
+    double rows = (double)w->batch / c->dp, kv = 2.0 * h * m->n_kv_head / m->n_head / c->tp;
+    x = rows * len * kv * L * bp + rows / PetscMax(1, c->mbs) * logits * 4;
+  } else if (id == MFC_ACTOR_TRAIN || id == MFC_CRITIC_TRAIN) {
+    /* Megatron's count (Korthikanti et al. 2022) per layer and token, in
+     * 16-bit: h (10 + 24/tp) + 5 heads len / tp bytes; scaled to the
+     * element size; the logits and their gradient in fp32 on the last stage */
+    double rows = (double)w->batch / PetscMax(1, w->minibatches) / (c->dp * PetscMax(1, c->mbs));
+    double per  = (h * (10 + 24.0 / c->tp) + 5.0 * m->n_head * T / c->tp) * bp / 2;
+    int    fly  = PetscMin(c->pp - s, PetscMax(1, c->mbs));
+    x           = fly * rows * T * L * per;
+    if (s == c->pp - 1) x += rows * T * logits * 8;
+  } else {
+    double rows = (double)w->batch / (c->dp * PetscMax(1, c->mbs));
+    x           = rows * len * (4 * h * bp + (s == c->pp - 1 ? logits * 4 : 0));
+  }
+  return x;
+}
+
+PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *plan, CostEstimate *est)
+{
+  int       world = plan->world, s;
+  double   *resident, worst_over = 0;
+  PetscBool ov[MFC_COUNT][MFC_COUNT], shared[MFC_COUNT], keep[MFC_COUNT], weights_in[MFC_COUNT];
+
+  PetscFunctionBegin;
+  PetscCall(cost_overlaps(w, plan, ov, shared));
+  /* which models stay on their ranks, which come and go with their call */
+  for (int c = 0; c < MFC_COUNT; c++) {
+    PetscBool acopy = is_copy(plan, MFC_ACTOR_GEN, MFC_ACTOR_TRAIN), ccopy = is_copy(plan, MFC_CRITIC_INF, MFC_CRITIC_TRAIN);
+    keep[c] = weights_in[c] = PETSC_FALSE;
+    if (c == MFC_ACTOR_GEN) keep[c] = acopy && !ov[c][MFC_ACTOR_TRAIN], weights_in[c] = acopy && ov[c][MFC_ACTOR_TRAIN];
+    else if (c == MFC_CRITIC_INF) keep[c] = ccopy && !ov[c][MFC_CRITIC_TRAIN], weights_in[c] = ccopy && ov[c][MFC_CRITIC_TRAIN];
+    else if (c == MFC_REF_INF || c == MFC_REW_INF) keep[c] = !(plan->offload && shared[c]), weights_in[c] = !keep[c];
+  }
+  PetscCall(PetscCalloc1(world, &resident));
+  est->feasible = PETSC_TRUE;
+  est->why[0]   = 0;
+  est->mem_max  = 0;
+  for (int c = 0; c < MFC_COUNT; c++) est->mem_call[c] = 0;
+  /* what stays */
+  for (int r = 0; r < world; r++) {
+    if (call_stage(&plan->call[MFC_ACTOR_TRAIN], r, &s)) resident[r] += train_state(p, cost_stage_params(&w->actor, plan->call[MFC_ACTOR_TRAIN].tp, plan->call[MFC_ACTOR_TRAIN].pp, s), plan->call[MFC_ACTOR_TRAIN].dp, plan->zero1);
+    if (cost_call_used(w, MFC_CRITIC_TRAIN) && call_stage(&plan->call[MFC_CRITIC_TRAIN], r, &s)) resident[r] += train_state(p, cost_stage_params(&w->critic, plan->call[MFC_CRITIC_TRAIN].tp, plan->call[MFC_CRITIC_TRAIN].pp, s), plan->call[MFC_CRITIC_TRAIN].dp, plan->zero1);
+    for (int c = 0; c < MFC_COUNT; c++) {
+      const PlanCall *pc = &plan->call[c];
+      if (!cost_call_used(w, (MFCId)c) || !keep[c] || !call_stage(pc, r, &s)) continue;
+      resident[r] += cost_stage_params(cost_call_shape(w, (MFCId)c), pc->tp, pc->pp, s) * p->bytes_per_param;
+    }
+  }
+  /* each call's peak on each of its ranks */
+  for (int c = 0; c < MFC_COUNT; c++) {
+    const PlanCall *pc = &plan->call[c];
+    double          T  = 0;
+    if (!cost_call_used(w, (MFCId)c)) continue;
+    if (c == MFC_ACTOR_TRAIN || c == MFC_CRITIC_TRAIN) T = w->prompt_len + cost_expected_max(w, (double)w->batch / PetscMax(1, w->minibatches) / (pc->dp * PetscMax(1, pc->mbs)));
+    for (int i = 0; i < pc->nranks; i++) {
+      int    r = pc->ranks[i];
+      double x;
+      s = i / (pc->dp * pc->tp);
+      x = resident[r] + call_transient(p, w, plan, (MFCId)c, s, T);
+      /* the call's own weights when they are not among the resident ones */
+      if (weights_in[c]) x += cost_stage_params(cost_call_shape(w, (MFCId)c), pc->tp, pc->pp, s) * p->bytes_per_param;
+      est->mem_call[c] = PetscMax(est->mem_call[c], x);
+      est->mem_max     = PetscMax(est->mem_max, x);
+      if (x > p->mem_per_rank && x - p->mem_per_rank > worst_over) {
+        worst_over    = x - p->mem_per_rank;
+        est->feasible = PETSC_FALSE;
+        PetscCall(PetscSNPrintf(est->why, sizeof est->why, "%s on rank %d needs %.1f GB, the device has %.1f GB", mfc_names[c], r, x / 1e9, p->mem_per_rank / 1e9));
+      }
+    }
+  }
+  PetscCall(PetscFree(resident));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

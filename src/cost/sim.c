@@ -1,0 +1,256 @@
+/* cost/sim.c: the simulator. Several iterations of the PPO (or GRPO) graph
+ * as the executor runs it (src/jobs/ppo_graph.c): the weight syncs, the
+ * generation, the inference calls, the training calls; each node starts
+ * when its inputs are ready and every rank of its meshes is free, so nodes
+ * on overlapping meshes run one after another and nodes on disjoint meshes
+ * at the same time. Every node of every iteration is one row per rank in
+ * the timeline. */
+#include "cost_impl.h"
+#include <math.h>
+#include <string.h>
+
+enum { N_ASYNC, N_CSYNC, N_GEN, N_REF, N_REW, N_CINF, N_ATRAIN, N_CTRAIN, N_NODES };
+static const char *const node_names[N_NODES] = {"actor_sync", "critic_sync", "generation", "ref_inference", "reward_inference", "critic_inference", "actor_train", "critic_train"};
+
+typedef struct {
+  PetscBool      used;
+  double         dur;
+  unsigned char *on;      /* [world]: the node runs on this rank */
+  double        *busy;    /* [world] or NULL: per-rank time inside the node (streaming) */
+  int            dep[6], ndep;
+  int            prev[2], nprev; /* nodes of the previous iteration it waits for */
+  const char    *name;
+} SimNode;
+
+static void mark(SimNode *nd, const PlanCall *c)
+{
+  for (int i = 0; i < c->nranks; i++) nd->on[c->ranks[i]] = 1;
+}
+
+static PetscBool same_layout(const PlanCall *a, const PlanCall *b)
+{
+  if (a->nranks != b->nranks || a->dp != b->dp || a->tp != b->tp || a->pp != b->pp) return PETSC_FALSE;
+  for (int i = 0; i < a->nranks; i++)
+    if (a->ranks[i] != b->ranks[i]) return PETSC_FALSE;
+  return PETSC_TRUE;
+}
+
+/* A reallocation's time: the busiest receiver's bytes, or the senders'
+ * share if larger, over the link it crosses, in -plan_bucket_mb messages. */
+static PetscErrorCode sync_time(const CostPrims *p, const CostShape *m, const Plan *plan, const PlanCall *a, const PlanCall *b, double *t)
+{
+  double total, max_recv, bytes, bucket = PetscMax(1.0, plan->bucket_mb) * 1048576.0;
+  int    ranks[2 * PLAN_MAX_RANKS], n = 0;
+
+  PetscFunctionBegin;
+  PetscCall(cost_realloc_bytes(m, p->bytes_per_param, a, b, &total, &max_recv));
+  for (int i = 0; i < a->nranks; i++) ranks[n++] = a->ranks[i];
+  for (int i = 0; i < b->nranks; i++) ranks[n++] = b->ranks[i];
+  bytes = PetscMax(max_recv, total / a->nranks);
+  *t    = bytes > 0 ? p->coll(p->ctx, COST_P2P, 2, cost_ranks_internode(p, ranks, n), bytes) + (ceil(bytes / bucket) - 1) * p->coll(p->ctx, COST_P2P, 2, cost_ranks_internode(p, ranks, n), 0) : 0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static void dep(SimNode *nd, int d) { nd->dep[nd->ndep++] = d; }
+
+/* The nodes of one iteration and their durations. */
+static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *plan, SimNode *nd, CostEstimate *est)
+{
+  PetscBool crit = !w->critic_free, acopy = !same_layout(&plan->call[MFC_ACTOR_GEN], &plan->call[MFC_ACTOR_TRAIN]);
+  PetscBool ccopy = crit && !same_layout(&plan->call[MFC_CRITIC_INF], &plan->call[MFC_CRITIC_TRAIN]);
+  PetscBool stream = plan->fuse != FUSE_NONE;
+  int       gen_fin = N_GEN;
+
+  PetscFunctionBegin;
+  for (int k = 0; k < N_NODES; k++) nd[k].name = node_names[k];
+  nd[N_ASYNC].used = acopy;
+  nd[N_CSYNC].used = ccopy;
+  nd[N_GEN].used = nd[N_REF].used = nd[N_REW].used = nd[N_ATRAIN].used = PETSC_TRUE;
+  nd[N_CINF].used = nd[N_CTRAIN].used = crit;
+  if (acopy) {
+    mark(&nd[N_ASYNC], &plan->call[MFC_ACTOR_TRAIN]);
+    mark(&nd[N_ASYNC], &plan->call[MFC_ACTOR_GEN]);
+    PetscCall(sync_time(p, &w->actor, plan, &plan->call[MFC_ACTOR_TRAIN], &plan->call[MFC_ACTOR_GEN], &nd[N_ASYNC].dur));
+    nd[N_ASYNC].prev[nd[N_ASYNC].nprev++] = N_ATRAIN;
+    dep(&nd[N_GEN], N_ASYNC);
+  } else nd[N_GEN].prev[nd[N_GEN].nprev++] = N_ATRAIN;
+  if (ccopy) {
+    mark(&nd[N_CSYNC], &plan->call[MFC_CRITIC_TRAIN]);
+    mark(&nd[N_CSYNC], &plan->call[MFC_CRITIC_INF]);
+    PetscCall(sync_time(p, &w->critic, plan, &plan->call[MFC_CRITIC_TRAIN], &plan->call[MFC_CRITIC_INF], &nd[N_CSYNC].dur));
+    nd[N_CSYNC].prev[nd[N_CSYNC].nprev++] = plan->fuse_train ? N_ATRAIN : N_CTRAIN;
+    dep(&nd[N_CINF], N_CSYNC);
+  } else if (crit) nd[N_CINF].prev[nd[N_CINF].nprev++] = plan->fuse_train ? N_ATRAIN : N_CTRAIN;
+  est->sync_s[0] = nd[N_ASYNC].dur;
+  est->sync_s[1] = nd[N_CSYNC].dur;
+  est->realloc_s = nd[N_ASYNC].dur + nd[N_CSYNC].dur;
+
+  mark(&nd[N_GEN], &plan->call[MFC_ACTOR_GEN]);
+  if (stream) {
+    /* generation and inference as one node; each inference rank works on
+     * its micro-batches as the samples arrive (gen.c) */
+    double *fin, gen_t;
+    PetscCall(PetscMalloc1(w->batch, &fin));
+    PetscCall(PetscCalloc1(plan->world, &nd[N_GEN].busy));
+    PetscCall(cost_generation(p, w, &plan->call[MFC_ACTOR_GEN], &w->actor, &gen_t, fin));
+    PetscCall(cost_stream(p, w, plan, fin, nd[N_GEN].busy, plan->world));
+    PetscCall(PetscFree(fin));
+    est->call_s[MFC_ACTOR_GEN] = gen_t;
+    nd[N_GEN].dur              = gen_t;
+    for (int r = 0; r < plan->world; r++) {
+      if (nd[N_GEN].busy[r] >= 0) nd[N_GEN].on[r] = 1, nd[N_GEN].dur = PetscMax(nd[N_GEN].dur, nd[N_GEN].busy[r]);
+      else if (nd[N_GEN].on[r]) nd[N_GEN].busy[r] = gen_t;
+    }
+    if (ccopy) dep(&nd[N_GEN], N_CSYNC);
+    else if (crit) nd[N_GEN].prev[nd[N_GEN].nprev++] = plan->fuse_train ? N_ATRAIN : N_CTRAIN;
+    nd[N_REF].used = nd[N_REW].used = nd[N_CINF].used = PETSC_FALSE;
+    nd[N_GEN].name = "generation+inference";
+    est->genfuse_s = nd[N_GEN].dur;
+  } else PetscCall(cost_generation(p, w, &plan->call[MFC_ACTOR_GEN], &w->actor, &nd[N_GEN].dur, NULL));
+  est->call_s[MFC_ACTOR_GEN] = stream ? est->call_s[MFC_ACTOR_GEN] : nd[N_GEN].dur;
+
+  est->offload_s = 0;
+  for (int k = N_REF; k <= N_CINF; k++) {
+    MFCId c = k == N_REF ? MFC_REF_INF : k == N_REW ? MFC_REW_INF : MFC_CRITIC_INF;
+    if (!cost_call_used(w, c)) continue;
+    if (!stream) {
+      mark(&nd[k], &plan->call[c]);
+      dep(&nd[k], N_GEN);
+      nd[k].dur = cost_inference(p, w, &plan->call[c], cost_call_shape(w, c));
+      est->call_s[c] = nd[k].dur;
+    }
+    if (c != MFC_CRITIC_INF && plan->offload && p->host_bw > 0) {
+      /* to the device before the call and back after it */
+      PetscBool ov[MFC_COUNT][MFC_COUNT], shared[MFC_COUNT];
+      PetscCall(cost_overlaps(w, plan, ov, shared));
+      if (shared[c]) {
+        double x = 2 * cost_weight_bytes(p, cost_call_shape(w, c), &plan->call[c]) / p->host_bw;
+        est->offload_s += x;
+        if (stream) nd[N_GEN].dur += x;
+        else nd[k].dur += x, est->call_s[c] += x;
+      }
+    }
+    gen_fin = N_GEN;
+  }
+  mark(&nd[N_ATRAIN], &plan->call[MFC_ACTOR_TRAIN]);
+  for (int k = N_GEN; k <= N_CINF; k++)
+    if (nd[k].used) dep(&nd[N_ATRAIN], k);
+  if (crit && plan->fuse_train) {
+    mark(&nd[N_ATRAIN], &plan->call[MFC_CRITIC_TRAIN]);
+    nd[N_ATRAIN].dur  = cost_fused_training(p, w, plan);
+    nd[N_ATRAIN].name = "fused_train";
+    nd[N_CTRAIN].used = PETSC_FALSE;
+    est->call_s[MFC_ACTOR_TRAIN] = nd[N_ATRAIN].dur;
+  } else {
+    nd[N_ATRAIN].dur             = cost_training(p, w, plan, MFC_ACTOR_TRAIN, plan->zero1);
+    est->call_s[MFC_ACTOR_TRAIN] = nd[N_ATRAIN].dur;
+    if (crit) {
+      mark(&nd[N_CTRAIN], &plan->call[MFC_CRITIC_TRAIN]);
+      for (int k = N_GEN; k <= N_CINF; k++)
+        if (nd[k].used) dep(&nd[N_CTRAIN], k);
+      nd[N_CTRAIN].dur              = cost_training(p, w, plan, MFC_CRITIC_TRAIN, plan->zero1);
+      est->call_s[MFC_CRITIC_TRAIN] = nd[N_CTRAIN].dur;
+    }
+  }
+  (void)gen_fin;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode tl_add(CostTimeline *tl, int rank, int iter, const char *name, double t0, double t1)
+{
+  int k;
+
+  PetscFunctionBegin;
+  for (k = 0; k < tl->nnames; k++)
+    if (!strcmp(tl->names[k], name)) break;
+  if (k == tl->nnames) {
+    PetscCheck(tl->nnames < 16, PETSC_COMM_SELF, PETSC_ERR_PLIB, "cost timeline: too many call names");
+    PetscCall(PetscStrncpy(tl->names[tl->nnames++], name, sizeof tl->names[0]));
+  }
+  if (tl->n == tl->cap) {
+    tl->cap = tl->cap ? 2 * tl->cap : 256;
+    PetscCall(PetscRealloc(tl->cap * sizeof(int), &tl->rank));
+    PetscCall(PetscRealloc(tl->cap * sizeof(int), &tl->call));
+    PetscCall(PetscRealloc(tl->cap * sizeof(long long), &tl->step));
+    PetscCall(PetscRealloc(tl->cap * sizeof(double), &tl->start));
+    PetscCall(PetscRealloc(tl->cap * sizeof(double), &tl->end));
+  }
+  tl->rank[tl->n]  = rank;
+  tl->call[tl->n]  = k;
+  tl->step[tl->n]  = iter;
+  tl->start[tl->n] = t0;
+  tl->end[tl->n++] = t1;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *plan, CostEstimate *est, CostTimeline *tl)
+{
+  SimNode nd[N_NODES];
+  int     world = plan->world, iters = PetscMax(1, w->iterations);
+  double *free_at, end_prev[N_NODES], end_cur[N_NODES], first_end = 0, last_end = 0;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(est, sizeof *est));
+  PetscCall(PetscMemzero(nd, sizeof nd));
+  for (int k = 0; k < N_NODES; k++) PetscCall(PetscCalloc1(world, &nd[k].on));
+  PetscCall(PetscCalloc1(world, &free_at));
+  PetscCall(cost_memory(p, w, plan, est));
+  PetscCall(build(p, w, plan, nd, est));
+  for (int k = 0; k < N_NODES; k++) end_prev[k] = 0;
+  for (int it = 0; it < iters; it++) {
+    double iter_end = 0;
+    for (int k = 0; k < N_NODES; k++) {
+      double start = 0;
+      end_cur[k]   = 0;
+      if (!nd[k].used) continue;
+      for (int d = 0; d < nd[k].ndep; d++) start = PetscMax(start, end_cur[nd[k].dep[d]]);
+      for (int d = 0; d < nd[k].nprev; d++) start = PetscMax(start, end_prev[nd[k].prev[d]]);
+      for (int r = 0; r < world; r++)
+        if (nd[k].on[r]) start = PetscMax(start, free_at[r]);
+      end_cur[k] = start + nd[k].dur;
+      for (int r = 0; r < world; r++) {
+        if (!nd[k].on[r]) continue;
+        free_at[r] = end_cur[k];
+        if (tl) {
+          const char *name = nd[k].name;
+          double      t1   = end_cur[k];
+          if (nd[k].busy) { /* streaming: generation ranks and inference ranks apart */
+            name = plan_has_rank(plan, MFC_ACTOR_GEN, r) ? "generation" : "streamed_inference";
+            t1   = start + nd[k].busy[r];
+          }
+          PetscCall(tl_add(tl, r, it, name, start, t1));
+        }
+      }
+      iter_end = PetscMax(iter_end, end_cur[k]);
+    }
+    for (int k = 0; k < N_NODES; k++) end_prev[k] = end_cur[k];
+    if (it == 0) first_end = iter_end;
+    last_end = iter_end;
+  }
+  est->iter_s = iters > 1 ? (last_end - first_end) / (iters - 1) : last_end;
+  for (int k = 0; k < N_NODES; k++) {
+    PetscCall(PetscFree(nd[k].on));
+    PetscCall(PetscFree(nd[k].busy));
+  }
+  PetscCall(PetscFree(free_at));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode cost_estimate(const CostPrims *p, const CostWork *work, const Plan *plan, CostEstimate *est)
+{
+  PetscFunctionBegin;
+  PetscCall(cost_simulate(p, work, plan, est, NULL));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode cost_timeline_free(CostTimeline *tl)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscFree(tl->rank));
+  PetscCall(PetscFree(tl->call));
+  PetscCall(PetscFree(tl->step));
+  PetscCall(PetscFree(tl->start));
+  PetscCall(PetscFree(tl->end));
+  PetscCall(PetscMemzero(tl, sizeof *tl));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

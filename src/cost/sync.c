@@ -1,0 +1,133 @@
+/* cost/sync.c: the bytes a reallocation between two layouts of one model
+ * moves, counted as the reallocation planner (src/realloc) counts them:
+ * every destination rank needs the atoms of its tp slice of every tensor
+ * its stage holds (an atom is one of max(tp_a, tp_b) pieces of a split
+ * tensor, or a whole replicated one), and receives the ones it does not
+ * already hold in the source layout. GPT-2 shapes use this code's own tensor
+ * tables and stage split; LLaMA shapes a table of the same kind built here. */
+#include "cost_impl.h"
+
+typedef struct {
+  int        n;
+  double    *numel;
+  PetscBool *split;
+  int       *layer; /* -1: embedding, n_layer: final norm and head (LLaMA table only) */
+} SyncTable;
+
+static PetscErrorCode table_gpt(const CostShape *m, SyncTable *tab, GPTConfig *cfg)
+{
+  GPTShard   sh = {2, 0, 1, 0, 0, m->n_layer};
+  GPTTensor *full, *two;
+  int        n, n2;
+  size_t     np;
+
+  PetscFunctionBegin;
+  *cfg = (GPTConfig){m->n_layer, m->n_head, m->n_embd, m->vocab_size, m->n_positions, m->value_head ? GPT_HEAD_SCALAR : GPT_HEAD_LM};
+  PetscCall(gpt_tensor_table_shard(cfg, NULL, &full, &n, &np));
+  PetscCall(gpt_tensor_table_shard(cfg, &sh, &two, &n2, &np)); /* the split dimensions, as the planner reads them */
+  tab->n = n;
+  PetscCall(PetscMalloc3(n, &tab->numel, n, &tab->split, n, &tab->layer));
+  for (int i = 0; i < n; i++) tab->numel[i] = (double)full[i].numel, tab->split[i] = two[i].split >= 0 ? PETSC_TRUE : PETSC_FALSE, tab->layer[i] = 0;
+  PetscCall(PetscFree(full));
+  PetscCall(PetscFree(two));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode table_llama(const CostShape *m, SyncTable *tab)
+{
+  double h = m->n_embd, f = m->n_ffn, kv = h * m->n_kv_head / m->n_head;
+  int    k = 0;
+
+  PetscFunctionBegin;
+  tab->n = 6 * m->n_layer + 3;
+  PetscCall(PetscMalloc3(tab->n, &tab->numel, tab->n, &tab->split, tab->n, &tab->layer));
+#define T(x, s, l) (tab->numel[k] = (x), tab->split[k] = (s), tab->layer[k++] = (l))
+  T(h * m->vocab_size, PETSC_TRUE, -1);
+  for (int l = 0; l < m->n_layer; l++) {
+    T(h, PETSC_FALSE, l);                  /* input RMSNorm */
+    T(h * (h + 2 * kv), PETSC_TRUE, l);    /* q, k, v: columns by heads */
+    T(h * h, PETSC_TRUE, l);               /* o: rows */
+    T(h, PETSC_FALSE, l);                  /* post-attention RMSNorm */
+    T(2 * h * f, PETSC_TRUE, l);           /* gate and up: columns */
+    T(f * h, PETSC_TRUE, l);               /* down: rows */
+  }
+  T(h, PETSC_FALSE, m->n_layer);           /* final RMSNorm */
+  if (m->value_head) T(h, PETSC_FALSE, m->n_layer);
+  else T(h * m->vocab_size, PETSC_TRUE, m->n_layer);
+#undef T
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* held[s*n + i]: stage s of a pp-stage layout holds tensor i. */
+static PetscErrorCode holdings(const CostShape *m, const GPTConfig *cfg, const SyncTable *tab, int pp, PetscBool **held)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscCalloc1((size_t)pp * tab->n, held));
+  for (int s = 0, l0 = 0; s < pp; s++) {
+    if (!m->gated) {
+      GPTShard   sh = {1, 0, pp, s, 0, 0};
+      GPTTensor *t;
+      int        nt;
+      size_t     np;
+      gpt_stage_layers(cfg, pp, s, &sh.l0, &sh.l1);
+      PetscCall(gpt_tensor_table_shard(cfg, &sh, &t, &nt, &np));
+      for (int i = 0; i < nt; i++) (*held)[s * tab->n + i] = t[i].numel > 0 ? PETSC_TRUE : PETSC_FALSE;
+      PetscCall(PetscFree(t));
+    } else {
+      int l1 = l0 + cost_stage_layers(m, pp, s);
+      for (int i = 0; i < tab->n; i++) {
+        int l = tab->layer[i];
+        (*held)[s * tab->n + i] = (l >= l0 && l < l1) || (l < 0 && s == 0) || (l >= m->n_layer && s == pp - 1) ? PETSC_TRUE : PETSC_FALSE;
+      }
+      l0 = l1;
+    }
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The mesh index of world rank r in the call, or -1. */
+static int index_of(const PlanCall *c, int r)
+{
+  for (int i = 0; i < c->nranks; i++)
+    if (c->ranks[i] == r) return i;
+  return -1;
+}
+
+PetscErrorCode cost_realloc_bytes(const CostShape *m, double bytes_per_param, const PlanCall *a, const PlanCall *b, double *total, double *max_recv)
+{
+  SyncTable  tab;
+  GPTConfig  cfg;
+  PetscBool *ha, *hb;
+  int        q = PetscMax(a->tp, b->tp);
+
+  PetscFunctionBegin;
+  PetscCheck(a->tp % b->tp == 0 || b->tp % a->tp == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP, "reallocation: tensor-parallel sizes %d and %d must divide each other", a->tp, b->tp);
+  if (m->gated) PetscCall(table_llama(m, &tab));
+  else PetscCall(table_gpt(m, &tab, &cfg));
+  PetscCall(holdings(m, &cfg, &tab, a->pp, &ha));
+  PetscCall(holdings(m, &cfg, &tab, b->pp, &hb));
+  *total = *max_recv = 0;
+  for (int k = 0; k < b->nranks; k++) {
+    int    sb = k / (b->dp * b->tp), tb = k % b->tp, j = index_of(a, b->ranks[k]);
+    int    sa = j >= 0 ? j / (a->dp * a->tp) : -1, ta = j >= 0 ? j % a->tp : -1;
+    double recv = 0;
+    for (int i = 0; i < tab.n; i++) {
+      PetscBool local = j >= 0 && ha[sa * tab.n + i];
+      if (!hb[sb * tab.n + i]) continue;
+      if (!tab.split[i] || q == 1) recv += local ? 0 : tab.numel[i];
+      else {
+        /* atoms [tb q/tp_b, (tb+1) q/tp_b) needed; [ta q/tp_a, ...) held here */
+        int lo = tb * (q / b->tp), hi = lo + q / b->tp, have = 0;
+        if (local) have = PetscMax(0, PetscMin(hi, (ta + 1) * (q / a->tp)) - PetscMax(lo, ta * (q / a->tp)));
+        recv += (hi - lo - have) * (tab.numel[i] / q);
+      }
+    }
+    recv *= bytes_per_param;
+    *total += recv;
+    *max_recv = PetscMax(*max_recv, recv);
+  }
+  PetscCall(PetscFree(ha));
+  PetscCall(PetscFree(hb));
+  PetscCall(PetscFree3(tab.numel, tab.split, tab.layer));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

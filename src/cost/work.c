@@ -1,0 +1,255 @@
+/* cost/work.c: one iteration's workload (CostWork) from the options: the
+ * PPO settings of the deck, the models' shapes (this code's GPT-2 options
+ * or a named LLaMA shape for paper-scale work) and the response lengths,
+ * drawn from a named distribution, a histogram file or a previous run's
+ * rollouts.h5 (docs/costmodel.md). */
+#include "cost_impl.h"
+#include "internal/h5util.h"
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* An int option into an int. */
+#define RfOptIntAsIntCost(name, help, def, dst) \
+  do {                                          \
+    PetscInt t_;                                \
+    RfOptInt(name, help, def, &t_);             \
+    *(dst) = (int)t_;                           \
+  } while (0)
+
+/* Stream of the keyed draws of the lengths (apart from every other use of -seed). */
+#define COST_RNG_STREAM 0x636f7374u /* "cost" */
+
+/* A length from a histogram given by its values and cumulative counts, at u in [0,1). */
+static int hist_pick(const int *val, const double *cum, int n, double u)
+{
+  double x = u * cum[n - 1];
+  for (int i = 0; i < n; i++)
+    if (x < cum[i]) return val[i];
+  return val[n - 1];
+}
+
+static PetscErrorCode lengths_hist(const char *spec, const char *path, int n, unsigned long long seed, int *len)
+{
+  FILE   *f = fopen(path, "r");
+  int    *val = NULL, nv = 0, cap = 0, v, line = 0;
+  double *cum = NULL, c;
+  char    buf[256];
+
+  PetscFunctionBegin;
+  PetscCheck(f, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "-cost_lengths %s: histogram file %s cannot be read", spec, path);
+  while (fgets(buf, sizeof buf, f)) {
+    line++;
+    if (buf[0] == '#' || buf[strspn(buf, " \t\r\n")] == 0) continue;
+    if (sscanf(buf, "%d %lf", &v, &c) != 2 || v < 1 || c < 0) {
+      fclose(f);
+      PetscCall(PetscFree2(val, cum));
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "-cost_lengths %s: line %d of %s: expected 'length count' with a length >= 1 and a count >= 0", spec, line, path);
+    }
+    if (nv == cap) {
+      int    *nval;
+      double *ncum;
+      cap = cap ? 2 * cap : 64;
+      PetscCall(PetscMalloc2(cap, &nval, cap, &ncum));
+      if (nv) {
+        PetscCall(PetscArraycpy(nval, val, nv));
+        PetscCall(PetscArraycpy(ncum, cum, nv));
+      }
+      PetscCall(PetscFree2(val, cum));
+      val = nval, cum = ncum;
+    }
+    val[nv] = v;
+    cum[nv] = (nv ? cum[nv - 1] : 0) + c;
+    nv++;
+  }
+  fclose(f);
+  if (!nv || cum[nv - 1] <= 0) {
+    PetscCall(PetscFree2(val, cum));
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "-cost_lengths %s: %s holds no length with a positive count", spec, path);
+  }
+  for (int i = 0; i < n; i++) len[i] = hist_pick(val, cum, nv, rng_uniform(seed, COST_RNG_STREAM, 0, (uint32_t)i, 0));
+  PetscCall(PetscFree2(val, cum));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Every iteration's /iter_<k>/response_lengths of a rollouts.h5, pooled. */
+typedef struct {
+  int *pool, n, cap;
+  int  prompt_sum, prompt_n;
+} RollRead;
+
+static herr_t roll_iter(hid_t g, const char *name, const H5L_info_t *info, void *ctx)
+{
+  RollRead *r = ctx;
+  hid_t     d, sp;
+  hssize_t  n;
+  char      path[128];
+
+  (void)info;
+  if (strncmp(name, "iter_", 5)) return 0;
+  PetscSNPrintf(path, sizeof path, "%s/response_lengths", name);
+  if ((d = H5Dopen2(g, path, H5P_DEFAULT)) < 0) return -1;
+  sp = H5Dget_space(d);
+  n  = H5Sget_simple_extent_npoints(sp);
+  H5Sclose(sp);
+  if (n < 0 || r->n + n > 1 << 24) return H5Dclose(d), -1;
+  if (r->n + n > r->cap) {
+    r->cap = (int)(2 * (r->n + n));
+    if (PetscRealloc((size_t)r->cap * sizeof(int), &r->pool)) return H5Dclose(d), -1;
+  }
+  if (H5Dread(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, r->pool + r->n) < 0) return H5Dclose(d), -1;
+  H5Dclose(d);
+  r->n += (int)n;
+  return 0;
+}
+
+static PetscErrorCode lengths_rollouts(const char *spec, const char *path, int n, unsigned long long seed, int *len)
+{
+  hid_t    file;
+  RollRead r = {NULL, 0, 0, 0, 0};
+  herr_t   e;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_open_read("rollouts file", path, &file));
+  e = H5Literate(file, H5_INDEX_NAME, H5_ITER_INC, NULL, roll_iter, &r);
+  H5Fclose(file);
+  if (e < 0 || r.n == 0) {
+    PetscCall(PetscFree(r.pool));
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "-cost_lengths %s: %s has no readable /iter_<k>/response_lengths (write one with -dump_rollouts 1)", spec, path);
+  }
+  /* the pooled lengths, drawn with replacement for the batch */
+  for (int i = 0; i < n; i++) len[i] = r.pool[rng_u32(seed, COST_RNG_STREAM, 1, (uint32_t)i, 0) % (uint32_t)r.n];
+  PetscCall(PetscFree(r.pool));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode cost_work_lengths(const char *spec, int n, int max_new, unsigned long long seed, int *len)
+{
+  double a = 0, b = 0;
+  char   rest[PETSC_MAX_PATH_LEN] = "";
+
+  PetscFunctionBegin;
+  if (sscanf(spec, "lognormal:%lf:%lf", &a, &b) == 2) {
+    /* median a, 99th percentile b: mu = ln a, sigma = (ln b - ln a) / z_0.99 */
+    double mu = log(a), sigma = (log(b) - mu) / 2.3263478740408408;
+    PetscCheck(a >= 1 && b >= a, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_lengths %s: lognormal needs 1 <= median <= p99", spec);
+    for (int i = 0; i < n; i++) len[i] = (int)floor(exp(mu + sigma * rng_normal(seed, COST_RNG_STREAM, 2, (uint32_t)i, 0)) + 0.5);
+  } else if (sscanf(spec, "uniform:%lf:%lf", &a, &b) == 2) {
+    PetscCheck(a >= 1 && b >= a, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_lengths %s: uniform needs 1 <= lo <= hi", spec);
+    for (int i = 0; i < n; i++) len[i] = (int)(a + floor(rng_uniform(seed, COST_RNG_STREAM, 3, (uint32_t)i, 0) * (b - a + 1)));
+  } else if (sscanf(spec, "fixed:%lf", &a) == 1) {
+    PetscCheck(a >= 1 && a == floor(a), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_lengths %s: fixed needs a length >= 1", spec);
+    for (int i = 0; i < n; i++) len[i] = (int)a;
+  } else if (!strncmp(spec, "hist:", 5) && spec[5]) {
+    PetscCall(PetscStrncpy(rest, spec + 5, sizeof rest));
+    PetscCall(lengths_hist(spec, rest, n, seed, len));
+  } else if (!strncmp(spec, "rollouts:", 9) && spec[9]) {
+    PetscCall(PetscStrncpy(rest, spec + 9, sizeof rest));
+    PetscCall(lengths_rollouts(spec, rest, n, seed, len));
+  } else SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "-cost_lengths '%s': expected lognormal:MEDIAN:P99, uniform:LO:HI, fixed:N, hist:FILE or rollouts:FILE.h5", spec);
+  for (int i = 0; i < n; i++) len[i] = PetscMax(1, PetscMin(len[i], max_new));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* A PPO option's value as the deck gives it (not recorded again: the
+ * workload only reads it). */
+static PetscErrorCode deck_int(const char *name, int def, int *v)
+{
+  PetscInt  x = def;
+  PetscBool set;
+
+  PetscFunctionBegin;
+  PetscCall(PetscOptionsGetInt(NULL, NULL, name, &x, &set));
+  *v = (int)x;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* A model's shape: -cost_<role>_shape NAME, else the GPT-2 options of prefix. */
+static PetscErrorCode role_shape(const char *role, const char *prefix, const char *named_default, PetscBool value_head, CostShape *m)
+{
+  char      opt[64], name[64] = "", key[96];
+  PetscBool set;
+  GPTConfig cfg = {2, 4, 128, 64, 64, GPT_HEAD_LM};
+
+  PetscFunctionBegin;
+  PetscCall(PetscSNPrintf(opt, sizeof opt, "-cost_%s_shape", role));
+  PetscCall(PetscStrncpy(name, named_default, sizeof name));
+  PetscCall(PetscOptionsGetString(NULL, NULL, opt, name, sizeof name, &set));
+  if (name[0]) {
+    PetscCall(cost_shape_named(opt, name, value_head, m));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  PetscCall(PetscSNPrintf(key, sizeof key, "-%sn_layer", prefix));
+  PetscCall(deck_int(key, cfg.n_layer, &cfg.n_layer));
+  PetscCall(PetscSNPrintf(key, sizeof key, "-%sn_head", prefix));
+  PetscCall(deck_int(key, cfg.n_head, &cfg.n_head));
+  PetscCall(PetscSNPrintf(key, sizeof key, "-%sn_embd", prefix));
+  PetscCall(deck_int(key, cfg.n_embd, &cfg.n_embd));
+  PetscCall(PetscSNPrintf(key, sizeof key, "-%svocab_size", prefix));
+  PetscCall(deck_int(key, cfg.vocab_size, &cfg.vocab_size));
+  PetscCall(PetscSNPrintf(key, sizeof key, "-%sn_positions", prefix));
+  PetscCall(deck_int(key, cfg.n_positions, &cfg.n_positions));
+  PetscCheck(cfg.n_layer > 0 && cfg.n_head > 0 && cfg.n_embd > 0 && cfg.vocab_size > 0 && cfg.n_embd % cfg.n_head == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-%sn_layer/n_head/n_embd/vocab_size: %d/%d/%d/%d is not a model shape", prefix, cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.vocab_size);
+  cfg.head = value_head ? GPT_HEAD_SCALAR : GPT_HEAD_LM;
+  cost_shape_from_gpt(&cfg, m);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode cost_work_from_options(CostWork *w)
+{
+  char      lengths[PETSC_MAX_PATH_LEN + 16] = "", actor[64] = "", critic[64] = "", algo[16] = "ppo";
+  PetscInt  seed = 1, len_max = 12;
+  PetscBool set;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(w, sizeof *w));
+  /* defaults: the deck's PPO settings */
+  PetscCall(deck_int("-rollout_batch", 64, &w->batch));
+  PetscCall(deck_int("-gen_max_new_tokens", 32, &w->max_new));
+  PetscCall(deck_int("-ppo_minibatches", 4, &w->minibatches));
+  PetscCall(deck_int("-ppo_epochs", 1, &w->epochs));
+  PetscCall(deck_int("-gen_slots", 16, &w->gen_slots));
+  PetscCall(PetscOptionsGetInt(NULL, NULL, "-task_len_max", &len_max, &set));
+  PetscCall(PetscOptionsGetInt(NULL, NULL, "-seed", &seed, &set));
+  PetscCall(PetscOptionsGetString(NULL, NULL, "-algo", algo, sizeof algo, &set));
+  w->prompt_len  = (int)len_max + 2;
+  w->iterations  = 3;
+  w->critic_free = strcmp(algo, "ppo") ? PETSC_TRUE : PETSC_FALSE;
+  PetscOptionsBegin(PETSC_COMM_WORLD, "cost_", "Cost model workload (docs/costmodel.md)", NULL);
+  RfOptIntAsIntCost("-batch", "Rollout sequences per iteration (default -rollout_batch)", w->batch, &w->batch);
+  RfOptIntAsIntCost("-prompt_len", "Prompt tokens per sequence (default -task_len_max + 2)", w->prompt_len, &w->prompt_len);
+  RfOptIntAsIntCost("-max_new", "Most response tokens (default -gen_max_new_tokens)", w->max_new, &w->max_new);
+  RfOptIntAsIntCost("-minibatches", "PPO mini-batches per epoch (default -ppo_minibatches)", w->minibatches, &w->minibatches);
+  RfOptIntAsIntCost("-epochs", "PPO epochs per rollout (default -ppo_epochs)", w->epochs, &w->epochs);
+  RfOptIntAsIntCost("-slots", "Samples a generation replica decodes together (default -gen_slots; 0: all of its rows)", w->gen_slots, &w->gen_slots);
+  RfOptIntAsIntCost("-iterations", "Iterations the simulator runs (the first places the weights)", w->iterations, &w->iterations);
+  RfOptBool("-critic_free", "No critic calls (default: -algo grpo or rloo)", w->critic_free, &w->critic_free);
+  RfOptString("-lengths", "Response lengths: lognormal:MEDIAN:P99, uniform:LO:HI, fixed:N, hist:FILE (lines 'length count') or rollouts:FILE.h5 (default fixed at -cost_max_new)", lengths, sizeof lengths);
+  RfOptString("-actor_shape", "Actor and reference shape by name (llama2-7b, llama2-13b, codellama-34b, llama2-70b, llama-13b, llama-33b, llama-65b); default the -policy_ options", actor, sizeof actor);
+  RfOptString("-critic_shape", "Critic and reward shape by name, with a scalar head; default the -reward_ options", critic, sizeof critic);
+  PetscOptionsEnd();
+  PetscCheck(w->batch > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_batch %d must be positive", w->batch);
+  PetscCheck(w->prompt_len > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_prompt_len %d must be positive", w->prompt_len);
+  PetscCheck(w->max_new > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_max_new %d must be positive", w->max_new);
+  PetscCheck(w->minibatches > 0 && w->batch % w->minibatches == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_minibatches %d must be positive and divide -cost_batch %d", w->minibatches, w->batch);
+  PetscCheck(w->epochs > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_epochs %d must be positive", w->epochs);
+  PetscCheck(w->gen_slots >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_slots %d must be 0 or positive", w->gen_slots);
+  PetscCheck(w->iterations >= 1 && w->iterations <= 100, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_iterations %d must be in 1..100", w->iterations);
+  PetscCall(role_shape("actor", "policy_", actor, PETSC_FALSE, &w->actor));
+  w->ref = w->actor;
+  PetscCall(role_shape("critic", "reward_", critic, PETSC_TRUE, &w->critic));
+  w->reward = w->critic;
+  w->nlen   = w->batch;
+  PetscCall(PetscMalloc1(w->nlen, &w->len));
+  if (!lengths[0]) PetscCall(PetscSNPrintf(lengths, sizeof lengths, "fixed:%d", w->max_new));
+  PetscCall(cost_work_lengths(lengths, w->nlen, w->max_new, (unsigned long long)seed, w->len));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode cost_work_free(CostWork *w)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscFree(w->len));
+  w->nlen = 0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
