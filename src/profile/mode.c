@@ -6,6 +6,7 @@
  * ignored, so the deck of the run to be planned profiles as it is. */
 #include "profile_impl.h"
 #include "internal/h5util.h"
+#include "plan.h"
 #include <string.h>
 #include <unistd.h>
 
@@ -69,7 +70,8 @@ PetscErrorCode profile_run(RunCtx *run, const Backend *be)
   Profile   pf;
   PetscInt  rows_max = 64, len_max = 256, repeats = 3, warmup = 1, extra = 2;
   PetscReal bytes_max = 64.0 * 1024 * 1024, opt_max = 4194304, mem = 0;
-  char      output[PETSC_MAX_PATH_LEN] = "";
+  char      output[PETSC_MAX_PATH_LEN] = "", file[PETSC_MAX_PATH_LEN] = "";
+  PetscInt  world = run->size;
   PetscBool help;
   double    t0 = MPI_Wtime(), t1, t2;
   int       nb, nmesh = 0;
@@ -88,9 +90,16 @@ PetscErrorCode profile_run(RunCtx *run, const Backend *be)
   RfOptInt("-repeats", "Timed repetitions of each entry (the median is kept)", repeats, &repeats);
   RfOptInt("-warmup", "Untimed runs before the timed ones", warmup, &warmup);
   RfOptReal("-mem_per_rank", "Memory one rank may use, bytes, recorded for the cost model (0: the host's memory / ranks per node)", mem, &mem);
+  RfOptString("-file", "Measure nothing: print the cost model's estimate of this deck's plan from this profile", file, sizeof file);
+  RfOptInt("-ranks", "With -profile_file: the ranks the plan is for (default: this job's)", world, &world);
   PetscOptionsEnd();
   PetscCall(PetscOptionsHasHelp(NULL, &help));
   if (help) PetscFunctionReturn(PETSC_SUCCESS);
+  if (file[0]) {
+    PetscCheck(world >= 1 && world <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-profile_ranks %" PetscInt_FMT " must be in 1..%d", world, PLAN_MAX_RANKS);
+    PetscCall(profile_estimate(run, file, (int)world));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
   PetscCall(gpt_config_check(&cfg, "policy_"));
   PetscCheck(output[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode profile needs -profile_output FILE");
   PetscCheck(rows_max >= 1 && rows_max <= 65536, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-profile_rows_max %" PetscInt_FMT " must be in 1..65536", rows_max);

@@ -36,4 +36,8 @@ PetscErrorCode prof_models(const ProfTimer *tm, const GPTConfig *cfg, const Prof
 PetscErrorCode prof_optimizer(const ProfTimer *tm, Profile *pf);
 PetscErrorCode prof_collectives(const ProfTimer *tm, Profile *pf);
 
+/* -profile_file: the estimate of the deck's plan on `world` ranks from a
+ * profile, printed (estimate.c). */
+PetscErrorCode profile_estimate(const RunCtx *run, const char *file, int world);
+
 #endif
