@@ -79,7 +79,6 @@ PetscErrorCode profile_run(RunCtx *run, const Backend *be)
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(&pf, sizeof pf));
-  PetscCall(gpt_config_set_from_options("policy_", &cfg));
   PetscOptionsBegin(PETSC_COMM_WORLD, "profile_", "Profiler (-mode profile)", NULL);
   RfOptString("-output", "Profile file to write, HDF5 (required)", output, sizeof output);
   RfOptInt("-rows_max", "Largest rows (sequences) of the model grid: rows 1, 4, 16, ... up to it", rows_max, &rows_max);
@@ -100,6 +99,7 @@ PetscErrorCode profile_run(RunCtx *run, const Backend *be)
     PetscCall(profile_estimate(run, file, (int)world));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
+  PetscCall(gpt_config_set_from_options("policy_", &cfg)); /* after -help: SFT lists these options */
   PetscCall(gpt_config_check(&cfg, "policy_"));
   PetscCheck(output[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode profile needs -profile_output FILE");
   PetscCheck(rows_max >= 1 && rows_max <= 65536, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-profile_rows_max %" PetscInt_FMT " must be in 1..65536", rows_max);
