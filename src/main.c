@@ -6,6 +6,7 @@
  * selects the job; -help lists every option of every module. */
 #include "fuse.h"
 #include "jobs.h"
+#include "profile.h"
 #include "realloc.h"
 #include "search.h"
 #include <errno.h>
@@ -16,8 +17,8 @@ static const char usage[] = "rlfuse: RLHF training for large language models (SF
                            "Decks are PETSc options files: bin/rlfuse -options_file input/quickstart.deck [-option value ...].\n"
                            "Misspelled or unused options are errors. -dry_run checks a deck and its memory needs, then exits.\n\n";
 
-typedef enum { MODE_SFT, MODE_SCORE, MODE_DATA, MODE_RM, MODE_PPO, MODE_PIPELINE, MODE_PLAN, MODE_SCHEDULE } RunMode;
-static const char *const mode_names[] = {"sft", "score", "data", "rm", "ppo", "pipeline", "plan", "schedule", "RunMode", "MODE_", NULL};
+typedef enum { MODE_SFT, MODE_SCORE, MODE_DATA, MODE_RM, MODE_PPO, MODE_PIPELINE, MODE_PLAN, MODE_SCHEDULE, MODE_PROFILE } RunMode;
+static const char *const mode_names[] = {"sft", "score", "data", "rm", "ppo", "pipeline", "plan", "schedule", "profile", "RunMode", "MODE_", NULL};
 static const char *const device_names[] = {"cpu", "cuda", "Device", "DEVICE_", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", "Precision", "PRECISION_", NULL};
 
@@ -32,7 +33,7 @@ static PetscErrorCode rlfuse_main(void)
   PetscCall(sys_log_register());
   PetscCall(comm_setup());
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "rlfuse job", NULL);
-  RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data, plan (execution-plan search: -plan_ranks, -plan_output), schedule (fused actor-critic schedule search)", mode_names, 8, &mode);
+  RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data, plan (execution-plan search: -plan_ranks, -plan_output), schedule (fused actor-critic schedule search), profile (measure this machine's costs for the cost model)", mode_names, 9, &mode);
   RfOptEnum("-device", "Device for tensor work", device_names, 2, &device);
   RfOptEnum("-precision", "Arithmetic of matmuls and activations on -device cuda (bf16: bf16 operands, fp32 master weights and optimizer state)", precision_names, 2,
             &precision);
@@ -47,6 +48,7 @@ static PetscErrorCode rlfuse_main(void)
     PetscCall(data_run(&run));
     PetscCall(fuse_schedule_run(&run));
     PetscCall(search_mode_run(&run, PETSC_TRUE));
+    PetscCall(profile_run(&run, NULL));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   if (mode == MODE_PLAN) { /* a search over estimates: no model, no device */
@@ -57,7 +59,7 @@ static PetscErrorCode rlfuse_main(void)
     PetscCall(fuse_schedule_run(&run));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  if (!run.dry_run && mode != MODE_SCORE && mode != MODE_DATA) PetscCall(sys_used_deck_at(&run)); /* score and data write named files, not an output directory */
+  if (!run.dry_run && mode != MODE_SCORE && mode != MODE_DATA && mode != MODE_PROFILE) PetscCall(sys_used_deck_at(&run)); /* score and data write named files, not an output directory */
   PetscCall(backend_setup(device_names[device], precision == 1 ? PETSC_TRUE : PETSC_FALSE, &be));
   PetscCall(comm_use_backend(be)); /* before any mesh: on cuda the meshes' communicators get NCCL */
   switch ((RunMode)mode) {
@@ -66,6 +68,7 @@ static PetscErrorCode rlfuse_main(void)
   case MODE_RM: PetscCall(rm_run(&run, be)); break;
   case MODE_PPO: PetscCall(ppo_run(&run, be)); break;
   case MODE_PIPELINE: PetscCall(pipeline_run(&run, be)); break;
+  case MODE_PROFILE: PetscCall(profile_run(&run, be)); break;
   default: PetscCall(data_run(&run)); break;
   }
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -1,0 +1,57 @@
+# -mode profile on 2 ranks: a tiny model on a small grid (a few seconds).
+# The profile file is checked with h5py: the machine attributes, both
+# models' shapes (the actor's LM head, the critic's scalar head), the grid
+# axes, every time finite and >= 0, the trunk growing with the tokens, and
+# the collectives growing with the bytes; bad options stop with one
+# "rlfuse: error:" line and leave an existing profile as it was.
+. regression/lib.sh
+plan 11
+d="$RLFUSE_TMP/profile"; mkdir -p $d
+rl2() { "$MPIEXEC" $MPIEXEC_FLAGS -n 2 env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
+model="-policy_n_layer 3 -policy_n_head 2 -policy_n_embd 32 -policy_vocab_size 16 -policy_n_positions 64"
+grid="-profile_rows_max 16 -profile_len_max 64 -profile_bytes_max 1048576 -profile_opt_max 262144 -profile_repeats 3"
+t0=$(date +%s.%N)
+rl2 -mode profile $model $grid -profile_output $d/p.h5 >$d/run.log 2>&1 || not_ok "profile run: $(tail -3 $d/run.log)"
+t1=$(date +%s.%N)
+check "the run prints what it measured and wrote" grep -q "profile: wrote $d/p.h5" $d/run.log
+py "profile file" $d/p.h5 <<'PY'
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+a = f.attrs
+def res(ok, what):
+    print(("ok - " if ok else "not ok - ") + what)
+res(a["format"] == "rlfuse profile" and a["backend"] == "cpu" and a["nranks"] == 2 and a["threads"] == 1 and a["cores"] >= 1 and a["seconds"] > 0,
+    "machine attributes: format, backend, ranks, threads, cores, seconds")
+m0, m1 = f["model_0"], f["model_1"]
+shape = lambda g: tuple(int(g.attrs[k]) for k in ("n_layer", "n_embd", "n_head", "n_kv_head", "n_ffn", "vocab_size", "n_positions"))
+res(shape(m0) == shape(m1) == (3, 32, 2, 2, 128, 16, 64) and m0.attrs["value_head"] == 0 and m1.attrs["value_head"] == 1,
+    "both models with the deck's shape: the actor with the LM head, the critic with the scalar head")
+ok = list(m0["tp"][()]) == [1, 2] and list(m0["rows"][()]) == [1, 4, 16] and list(m0["len"][()]) == [4, 16, 64] and m0["seconds"].shape == (2, 3, 4, 3, 3)
+res(ok, "grid axes: tp 1, 2; rows 1, 4, 16; len 4, 16, 64; seconds [tp][part][phase][rows][len]")
+allt = np.concatenate([m0["seconds"][()].ravel(), m1["seconds"][()].ravel(), f["optimizer/seconds"][()], f["collectives/seconds"][()].ravel()])
+res(np.all(np.isfinite(allt)) and np.all(allt >= 0), "every time finite and >= 0")
+# the whole trunk of one layer at tp 1, forward and backward: 64x more tokens must cost more
+s = m0["seconds"][()]
+whole = s[0, :, :, :, :].sum(axis=0)  # [phase][rows][len]
+res(whole[0, 2, 2] > 4 * whole[0, 0, 0] and whole[1, 2, 2] > 4 * whole[1, 0, 0],
+    f"fwd and bwd grow with the tokens (fwd {whole[0,0,0]:.2e} -> {whole[0,2,2]:.2e} s, bwd {whole[1,0,0]:.2e} -> {whole[1,2,2]:.2e} s)")
+c = f["collectives/seconds"][()]
+# (p2p is left out: on a loaded machine a small ping-pong waits for the
+# peer's time slice, milliseconds, and hides the bytes)
+res(list(f["collectives/nranks"][()]) == [2] and c.shape == (4, 1, 6) and c[0, 0, -1] > c[0, 0, 0] and f["optimizer/seconds"][-1] > f["optimizer/seconds"][0],
+    f"collectives over 1 KiB .. 1 MiB on 2 ranks; all-reduce ({c[0,0,0]:.1e} -> {c[0,0,-1]:.1e} s) and AdamW grow with the size")
+PY
+within "profiling this grid on 2 ranks takes under 20 s" "$(awk -v a=$t0 -v b=$t1 'BEGIN { printf "%.1f", b - a }')" 0 20
+# bad options: one line, and the profile already there stays as it was
+before=$(md5sum <$d/p.h5)
+err() {
+  local what=$1 pat=$2 n=$3; shift 3
+  "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" -mode profile $model "$@" >/dev/null 2>$d/err.log
+  local rc=$?
+  if [ $rc -ne 0 ] && [ "$(grep -c . $d/err.log)" -eq 1 ] && grep -q -- "^rlfuse: error: .*$pat" $d/err.log && [ "$(md5sum <$d/p.h5)" = "$before" ]; then ok "$what ($(cut -c1-100 $d/err.log))"
+  else not_ok "$what: exit $rc, $(head -3 $d/err.log | cut -c1-200)"; fi
+}
+err "no -profile_output: one line naming it" "-profile_output" 2
+err "one rank: refused (collectives need two)" "2 to 1024 ranks (got 1)" 1 -profile_output $d/p.h5
+err "-profile_repeats 0: one line naming it" "-profile_repeats 0" 2 -profile_output $d/p.h5 -profile_repeats 0
+finish

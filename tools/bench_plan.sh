@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The cost model against measured runs on 2 ranks (one per core, one thread
+# each): for each deck (input/quickstart.deck, input/longtail.deck) a
+# profile is measured here (-mode profile), then for each plan below the
+# deck's pipeline runs (short SFT and RM, whose quality does not matter for
+# timing, then PPO) and the PPO stage's measured time per iteration and per
+# call (run.h5 /timing/<stage>_max, median over the iterations after the
+# first) is set beside the estimate from the profile (-mode profile
+# -profile_file, the same plan options, the response lengths the run
+# produced: -cost_lengths rollouts:..., and their mean prompt length).
+# Prints one line per plan and call:
+#   plan <deck> <name> <what> measured <s> estimated <s> error <%>
+# and a summary line per deck and overall (median and worst |error| of the
+# time per iteration). Usage: tools/bench_plan.sh [deck ...] (default both);
+# PLANS="name ..." runs only those plans, ITERS the PPO iterations (5);
+# REUSE=DIR (a KEEP=1 run's folder) estimates again from its profiles and
+# runs, measuring only what is missing.
+set -u
+cd "$(dirname "$0")/.."
+BIN=${BIN:-bin}; PYTHON=${PYTHON:-/usr/bin/python3}
+MPIEXEC=${MPIEXEC:-mpiexec}; MPIEXEC_FLAGS=${MPIEXEC_FLAGS--bind-to none}
+ITERS=${ITERS:-5}
+d=${REUSE:-$(mktemp -d "${TMPDIR:-/tmp}/rlfuse-bench-plan.XXXXXX")}; [ -n "${KEEP:-}${REUSE:-}" ] || trap 'rm -rf "$d"' EXIT
+run() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
+decks=("$@"); [ ${#decks[@]} -gt 0 ] || decks=(quickstart longtail)
+
+# name|plan options; every plan is valid on 2 ranks for both decks' models
+plans=(
+  "colocate|-placement colocate"
+  "interleave|-placement interleave"
+  "disaggregate|-placement disaggregate"
+  "split|-placement disaggregate -actor_gen_ranks 0 -ref_inf_ranks 1 -rew_inf_ranks 1 -critic_inf_ranks 1"
+  "split+stream|-placement disaggregate -actor_gen_ranks 0 -ref_inf_ranks 1 -rew_inf_ranks 1 -critic_inf_ranks 1 -fuse_gen_inf stream"
+  "train-pp2+fuse_train|-placement colocate -fuse_train 1 -actor_train_pp 2 -actor_train_mbs 4 -critic_train_mbs 2"
+  "colocate-tp2|-placement colocate -actor_gen_dp 1 -actor_gen_tp 2 -ref_inf_dp 1 -ref_inf_tp 2 -rew_inf_dp 1 -rew_inf_tp 2 -critic_inf_dp 1 -critic_inf_tp 2 -actor_train_dp 1 -actor_train_tp 2 -critic_train_dp 1 -critic_train_tp 2"
+  "colocate-train-pp2|-placement colocate -actor_train_dp 1 -actor_train_pp 2 -actor_train_mbs 2 -critic_train_dp 1 -critic_train_pp 2 -critic_train_mbs 2"
+  "colocate-mbs2|-placement colocate -actor_train_mbs 2 -critic_train_mbs 2 -ref_inf_mbs 2 -rew_inf_mbs 2 -critic_inf_mbs 2"
+  "colocate-zero1|-placement colocate -plan_zero1 1"
+  "mixed-gen-tp2-train-dp2|-placement colocate -actor_gen_dp 1 -actor_gen_tp 2 -ref_inf_dp 1 -ref_inf_tp 2"
+)
+
+all=$d/all.txt; : >"$all"
+for deck in "${decks[@]}"; do
+  D="-options_file input/$deck.deck -seed 1234"
+  shape=$(grep -E '^-policy_(n_layer|n_head|n_embd|vocab_size|n_positions) ' input/$deck.deck | sed 's/^-policy_/-reward_/' | tr '\n' ' ')
+  [ -n "${REUSE:-}" ] && [ -s $d/$deck.h5 ] || run 2 $D -mode profile -profile_output $d/$deck.h5 >$d/$deck.profile.log 2>&1 || { echo "# profile of $deck failed: $(tail -2 $d/$deck.profile.log)"; continue; }
+  echo "# $deck: $(grep 'measured in' $d/$deck.profile.log)"
+  for p in "${plans[@]}"; do
+    name=${p%%|*}; opts=${p#*|}; o=$d/$deck.$name
+    [ -z "${PLANS:-}" ] || [[ " $PLANS " == *" $name "* ]] || continue
+    if [ -n "${REUSE:-}" ] && [ -s $o/ppo/run.h5 ]; then :
+    elif ! run 2 $D -sft_steps 10 -rm_steps 10 -rm_pairs 256 -rm_eval_pairs 32 -ppo_iterations $ITERS -ppo_eval_every 0 -ppo_checkpoint_every 0 -dump_rollouts $opts -output_dir $o >$o.log 2>&1; then
+      echo "# $deck $name: the run failed: $(grep -m1 'error' $o.log)"; continue
+    fi
+    # the cost model takes one prompt length for every sequence (default
+    # -task_len_max + 2, the longest): give it the mean of the run's prompts
+    plen=$("$PYTHON" -c "import sys, h5py; f = h5py.File(sys.argv[1], 'r'); print(round(float(f[sorted(f, key=lambda k: int(k.split('_')[1]))[-1]]['prompt_lengths'][()].mean())))" $o/ppo/rollouts.h5)
+    run 1 $D -mode profile -profile_file $d/$deck.h5 -profile_ranks 2 $opts $shape -cost_lengths rollouts:$o/ppo/rollouts.h5 -cost_prompt_len $plen >$o.est 2>&1 || { echo "# $deck $name: the estimate failed: $(tail -1 $o.est)"; continue; }
+    "$PYTHON" - "$o/ppo/run.h5" "$o.est" "$deck" "$name" <<'PY' | tee -a "$all"
+import sys, re, h5py, numpy as np
+run, est, deck, name = sys.argv[1:]
+t = h5py.File(run, "r")["timing"]
+e = {}
+for line in open(est):
+    m = re.match(r"estimate: iteration (\S+) s", line)
+    if m: e["iteration"] = float(m.group(1))
+    m = re.match(r"estimate: call \S+ (\S+) s \(run.h5 /timing/(\S+)\)", line)
+    if m: e[m.group(2)] = float(m.group(1))
+for k in ["iteration", "generation", "ref_inference", "reward_inference", "critic_inference", "actor_train", "critic_train", "fused_train"]:
+    if k + "_max" not in t or k not in e: continue
+    meas = float(np.median(t[k + "_max"][1:]))
+    if meas <= 0: continue
+    print(f"plan {deck} {name} {k} measured {meas:.4f} estimated {e[k]:.4f} error {100 * (e[k] / meas - 1):+.1f}%")
+PY
+  done
+done
+"$PYTHON" - "$all" <<'PY'
+import sys, collections, numpy as np
+rows = [l.split() for l in open(sys.argv[1]) if l.startswith("plan ")]
+by = collections.defaultdict(list)
+for r in rows:
+    if r[3] == "iteration": by[r[1]].append(abs(float(r[9].rstrip("%"))))
+for deck, v in list(by.items()) + [("all", [x for v in by.values() for x in v])]:
+    if v: print(f"summary {deck} plans {len(v)} median |error| {np.median(v):.1f}% worst {max(v):.1f}%")
+calls = [abs(float(r[9].rstrip("%"))) for r in rows if r[3] != "iteration"]
+if calls: print(f"summary per-call estimates {len(calls)} median |error| {np.median(calls):.1f}% worst {max(calls):.1f}%")
+PY
+echo "# load while measuring: $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) on $(nproc) cores"
