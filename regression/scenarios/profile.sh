@@ -5,7 +5,7 @@
 # the collectives growing with the bytes; bad options stop with one
 # "rlfuse: error:" line and leave an existing profile as it was.
 . regression/lib.sh
-plan 11
+plan 13
 d="$RLFUSE_TMP/profile"; mkdir -p $d
 rl2() { "$MPIEXEC" $MPIEXEC_FLAGS -n 2 env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 model="-policy_n_layer 3 -policy_n_head 2 -policy_n_embd 32 -policy_vocab_size 16 -policy_n_positions 64"
@@ -42,6 +42,13 @@ res(list(f["collectives/nranks"][()]) == [2] and c.shape == (4, 1, 6) and c[0, 0
     f"collectives over 1 KiB .. 1 MiB on 2 ranks; all-reduce ({c[0,0,0]:.1e} -> {c[0,0,-1]:.1e} s) and AdamW grow with the size")
 PY
 within "profiling this grid on 2 ranks takes under 20 s" "$(awk -v a=$t0 -v b=$t1 'BEGIN { printf "%.1f", b - a }')" 0 20
+# the plan search on the measured primitives; a deck whose model the profile
+# does not hold is refused with one line
+P="-mode plan $model -rollout_batch 8 -ppo_minibatches 2 -gen_max_new_tokens 16 -plan_ranks 2 -cost_profile $d/p.h5 -plan_iterations 100"
+check "-mode plan -cost_profile: the search runs on the measured primitives and writes its plan" bash -c \
+  "'$BIN/rlfuse' $P -plan_output $d/plan.h5 >$d/plan.log 2>&1 && grep -q 'primitives: profile $d/p.h5' $d/plan.log && grep -q '^  searched ' $d/plan.log && test -s $d/plan.h5"
+check "-mode plan -cost_profile with another model: one line naming the value" bash -c \
+  "! '$BIN/rlfuse' $P -policy_n_embd 64 -plan_output $d/plan2.h5 >$d/plan2.log 2>&1 && [ \$(grep -c . $d/plan2.log) = 1 ] && grep -q 'n_embd is 32 there, 64 here' $d/plan2.log && test ! -e $d/plan2.h5"
 # bad options: one line, and the profile already there stays as it was
 before=$(md5sum <$d/p.h5)
 err() {

@@ -6,6 +6,7 @@
  * start of a PPO run for the models it has read. The search runs on rank 0
  * (with a time budget, ranks could stop at different iterations) and the
  * plan is broadcast. */
+#include "profile.h"
 #include "search_impl.h"
 #include "sys.h"
 #include "internal/h5util.h"
@@ -112,7 +113,18 @@ PetscErrorCode search_prims_from_options(CostPrims *p)
   PetscCall(search_prims_paths(hw, prof, sizeof hw, PETSC_TRUE));
   PetscCall(PetscMemzero(p, sizeof *p));
   if (hw[0]) PetscCall(cost_prims_hardware(hw, p));
-  else PetscCheck(PETSC_FALSE, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-cost_profile %s: measured primitives are not in this build yet (use -cost_hardware)", prof);
+  else PetscCall(cost_prims_profile(prof, p));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* A measured profile holds the shapes it was measured for: the workload's
+ * models must be those (the analytic primitives take any shape). */
+static PetscErrorCode search_prims_check(const CostPrims *p, const CostWork *w)
+{
+  PetscFunctionBegin;
+  if (strncmp(p->source, "profile", 7)) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(cost_prims_profile_check(p, &w->actor, "actor"));
+  if (!w->critic_free) PetscCall(cost_prims_profile_check(p, &w->critic, "critic"));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -292,6 +304,7 @@ PetscErrorCode search_mode_run(const RunCtx *run, PetscBool help)
   if (out[0]) PetscCall(h5u_output_check("plan file", out));
   PetscCall(search_prims_from_options(&prims));
   PetscCall(cost_work_from_options(&work));
+  PetscCall(search_prims_check(&prims, &work));
   search_needs_from_work(&work, cfg, &needs);
   spec.world = (int)ranks;
   PetscCall(PetscMalloc1(1, &best));
@@ -334,6 +347,7 @@ PetscErrorCode search_auto(const RunCtx *run, const GPTConfig cfg[4], const Plan
   PetscCall(search_settings_from_options(&o, &spec, (uint64_t)run->seed));
   PetscCall(search_prims_from_options(&prims));
   PetscCall(cost_work_from_options(&work));
+  PetscCall(search_prims_check(&prims, &work));
   /* the models this run has read, not the deck's -policy_ options */
   cost_shape_from_gpt(&cfg[0], &work.actor);
   cost_shape_from_gpt(&cfg[2], &work.ref);
