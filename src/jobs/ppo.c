@@ -514,6 +514,7 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   if (ppo_gold) *ppo_gold = sum.ppo_gold;
   if (ppo_kl) *ppo_kl = sum.ppo_kl;
   PetscCall(ppo_models_destroy(&m));
+  PetscCall(rollout_fuse_teardown());
   PetscCall(prompts_destroy(&ps));
   PetscCall(PetscLogStagePop());
   PetscFunctionReturn(PETSC_SUCCESS);

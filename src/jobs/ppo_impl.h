@@ -164,6 +164,9 @@ typedef struct {
   double mig_t0, mig_t1;           /* the migration on this rank (0, 0: none) */
 } FuseTimes;
 PetscErrorCode rollout_fuse_setup(void);
+/* Frees what the fused rollouts keep between iterations (the samples' communicator, the
+ * previous lengths, the row maps); collective on MPI_COMM_WORLD, at the end of PPO. */
+PetscErrorCode rollout_fuse_teardown(void);
 /* After an iteration, on every rank with the same values: its lengths and
  * the measured decode-step and per-token inference seconds, for the next
  * iteration's -fuse_migrate_at auto. */

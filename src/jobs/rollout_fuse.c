@@ -25,12 +25,6 @@ static struct {
   double    step_s, tok_s;
 } fuse_hist;
 
-PetscErrorCode rollout_fuse_setup(void)
-{
-  PetscFunctionBegin;
-  if (fuse_world == MPI_COMM_NULL) PetscCallMPI(MPI_Comm_dup(MPI_COMM_WORLD, &fuse_world));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
 
 /* The inference calls of this rollout, with their models. */
 static int fuse_calls(PPOModels *m, DModel *dm[3])
@@ -51,6 +45,23 @@ static struct {
   unsigned char *need, *member, *done; /* [3][world][B], [3][world], [3][B] */
   int           *q_rep;                /* [world]: generation replica, or -1 */
 } rows_st;
+
+PetscErrorCode rollout_fuse_setup(void)
+{
+  PetscFunctionBegin;
+  if (fuse_world == MPI_COMM_NULL) PetscCallMPI(MPI_Comm_dup(MPI_COMM_WORLD, &fuse_world));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rollout_fuse_teardown(void)
+{
+  PetscFunctionBegin;
+  if (fuse_world != MPI_COMM_NULL) PetscCallMPI(MPI_Comm_free(&fuse_world));
+  PetscCall(PetscFree2(fuse_hist.len, fuse_hist.rlen));
+  PetscCall(PetscFree4(rows_st.need, rows_st.member, rows_st.done, rows_st.q_rep));
+  fuse_hist.have = PETSC_FALSE, rows_st.B = rows_st.world = 0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
 
 static PetscErrorCode rows_setup(PPOModels *m, int B)
 {
