@@ -6,8 +6,13 @@
 
 #include "internal/h5util.h"
 
-/* Floats staged in host memory per transfer: the bounded buffer (16 MiB). */
-#define CKPT_CHUNK ((size_t)1 << 22)
+/* Floats staged in host memory per transfer: the bounded buffer (default
+ * 2^22, 16 MiB). A variable so that tests can make it tiny and cross
+ * every row, group and rank boundary. */
+extern size_t ckpt_chunk;
+/* MPI-IO transfer mode (h5u_dxpl_comm): -1 (default) collective unless the
+ * cores are oversubscribed, 1 collective, 0 independent; tests force each. */
+extern int ckpt_collective;
 
 typedef struct {
   GPTConfig      cfg;         /* the same on every rank */
@@ -33,7 +38,7 @@ typedef struct {
 PetscErrorCode ckpt_place_setup(MPI_Comm comm, const CkptModel *cm, const CkptWhere *where, PetscBool write, CkptPlace *pl);
 PetscErrorCode ckpt_place_destroy(CkptPlace *pl);
 /* Collective on comm: tensor i of buffer which (0 params, 1 m, 2 v) to or
- * from dataset dset, in pl->rounds[i] transfers of at most CKPT_CHUNK floats
+ * from dataset dset, in pl->rounds[i] transfers of at most ckpt_chunk floats
  * through buf. Every rank makes every transfer, an empty one if it has
  * nothing (collective MPI-IO); the first error is returned at the end. */
 PetscErrorCode ckpt_place_xfer(const CkptPlace *pl, int i, int which, hid_t dset, hid_t dxpl, float *buf);

@@ -74,8 +74,11 @@ PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill
 /* h5u_fapl with the MPI-IO driver on comm (more than one rank), HDF5's
  * default driver on one rank. Caller closes. */
 hid_t h5u_fapl_comm(MPI_Comm comm, PetscBool lock);
-/* Collective transfers on comm (more than one rank), else default. Caller closes. */
-hid_t h5u_dxpl_comm(MPI_Comm comm);
+/* Transfers on comm (more than one rank): collective MPI-IO (1: two-phase
+ * aggregation; every rank makes every call), independent (0), or -1:
+ * collective unless a node runs more ranks than it has cores. One rank:
+ * the default. Collective on comm; caller closes. */
+hid_t h5u_dxpl_comm(MPI_Comm comm, int collective);
 /* Collective: makes an error on any rank everyone's. *ierr becomes the code
  * of the lowest failing rank (0 when none failed) and msg (H5U_MSG_LEN
  * bytes, "" until a failure) its message. Call with errors returned silently. */

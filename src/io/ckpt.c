@@ -26,7 +26,7 @@ typedef struct {
   int              n;
   CkptState        st;
   hid_t            dxpl;
-  float           *buf; /* the bounded staging buffer, CKPT_CHUNK floats */
+  float           *buf; /* the bounded staging buffer, ckpt_chunk floats */
 } CkptWriteCtx;
 
 static PetscErrorCode ckpt_write_config(hid_t g, const GPTConfig *cfg)
@@ -140,10 +140,10 @@ static PetscErrorCode ckpt_fill(hid_t file, MPI_Comm comm, void *vctx, char *msg
   PetscErrorCode ierr = PETSC_SUCCESS;
 
   PetscFunctionBegin;
-  ctx->dxpl = h5u_dxpl_comm(comm);
+  ctx->dxpl = h5u_dxpl_comm(comm, ckpt_collective);
   PetscCheck(ctx->dxpl >= 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "HDF5: cannot create transfer properties");
   /* untouched pages cost nothing: only what a rank transfers is ever mapped */
-  PetscCall(PetscMalloc1(CKPT_CHUNK, &ctx->buf));
+  PetscCall(PetscMalloc1(ckpt_chunk, &ctx->buf));
   for (int i = 0; i < ctx->n && !ierr; i++) ierr = ckpt_write_model(file, comm, ctx, i, msg);
   if (!ierr) ierr = ckpt_write_state(file, &ctx->st);
   PetscCall(PetscFree(ctx->buf));
@@ -411,9 +411,9 @@ static PetscErrorCode ckpt_read_model_fill(hid_t file, MPI_Comm comm, void *vctx
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
-  ctx->dxpl = h5u_dxpl_comm(comm);
+  ctx->dxpl = h5u_dxpl_comm(comm, ckpt_collective);
   PetscCheck(ctx->dxpl >= 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "HDF5: cannot create transfer properties");
-  PetscCall(PetscMalloc1(CKPT_CHUNK, &ctx->buf));
+  PetscCall(PetscMalloc1(ckpt_chunk, &ctx->buf));
   ierr = ckpt_read_model_data(file, comm, ctx, msg);
   PetscCall(PetscFree(ctx->buf));
   H5Pclose(ctx->dxpl);

@@ -11,6 +11,9 @@
 
 #include <string.h>
 
+size_t ckpt_chunk      = (size_t)1 << 22;
+int    ckpt_collective = -1;
+
 /* ---- which elements ------------------------------------------------------ */
 
 /* Local rows [r0, r1) x columns [c0, c1) of tensor i, added to the
@@ -150,13 +153,13 @@ PetscErrorCode ckpt_place_setup(MPI_Comm comm, const CkptModel *cm, const CkptWh
   for (int i = 0; i < pl->nfull; i++) {
     size_t lo, hi;
     ckpt_segment(pl, i, &lo, &hi);
-    pl->rounds[i] = (int)((hi - lo + CKPT_CHUNK - 1) / CKPT_CHUNK);
+    pl->rounds[i] = (int)((hi - lo + ckpt_chunk - 1) / ckpt_chunk);
   }
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, pl->rounds, pl->nfull, MPI_INT, MPI_MAX, comm));
   /* local checks last, after every collective call of the setup */
-  PetscCheck(holds || !w->mesh || w->mesh->me < 0, PETSC_COMM_SELF, PETSC_ERR_ORDER, "checkpoint: /%s was dropped on this rank; its parameters are gone", cm->role);
-  PetscCheck(!holds || !cm->with_optim || cm->gpt, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint: /%s is offloaded and has no optimizer state", cm->role);
-  if (holds && cm->with_optim && write) PetscCheck(pl->m && pl->v, PETSC_COMM_SELF, PETSC_ERR_ORDER, "checkpoint: /%s has no optimizer state to write (gpt_optim_init)", cm->role);
+  PetscCheck(holds || !w->mesh || w->mesh->me < 0, PETSC_COMM_SELF, PETSC_ERR_ORDER, "/%s was dropped on this rank; its parameters are gone", cm->role);
+  PetscCheck(!holds || !cm->with_optim || cm->gpt, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "/%s is offloaded and has no optimizer state", cm->role);
+  if (holds && cm->with_optim && write) PetscCheck(pl->m && pl->v, PETSC_COMM_SELF, PETSC_ERR_ORDER, "/%s has no optimizer state to write (gpt_optim_init)", cm->role);
   if (holds && cm->with_optim && !write && (!pl->m || !pl->v)) {
     PetscCall(gpt_optim_init(cm->gpt));
     pl->m = cm->gpt->m, pl->v = cm->gpt->v;
@@ -227,7 +230,7 @@ PetscErrorCode ckpt_place_xfer(const CkptPlace *pl, int i, int which, hid_t dset
   PetscFunctionBegin;
   ckpt_segment(pl, i, &lo, &hi);
   for (int r = 0; r < pl->rounds[i]; r++) {
-    size_t         a = PetscMin(hi, lo + (size_t)r * CKPT_CHUNK), b = PetscMin(hi, a + CKPT_CHUNK);
+    size_t         a = PetscMin(hi, lo + (size_t)r * ckpt_chunk), b = PetscMin(hi, a + ckpt_chunk);
     PetscErrorCode e = ckpt_xfer_one(pl, i, base, dset, dxpl, a, b, buf);
 
     if (e && !first) first = e; /* the other ranks still expect this rank's later transfers */

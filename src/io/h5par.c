@@ -25,13 +25,32 @@ hid_t h5u_fapl_comm(MPI_Comm comm, PetscBool lock)
   return fapl;
 }
 
-hid_t h5u_dxpl_comm(MPI_Comm comm)
+/* Collective MPI-IO synchronises the ranks several times per transfer; on
+ * a node with more ranks than cores their busy-polling waits make that ten
+ * times slower than independent transfers (measured: docs/benchmarks.md). */
+static int h5u_oversubscribed(MPI_Comm comm)
+{
+  MPI_Comm node;
+  int      n = 1, over, any = 0;
+  long     cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_size(node, &n);
+    MPI_Comm_free(&node);
+  }
+  over = cores > 0 && n > cores;
+  MPI_Allreduce(&over, &any, 1, MPI_INT, MPI_MAX, comm);
+  return any;
+}
+
+hid_t h5u_dxpl_comm(MPI_Comm comm, int collective)
 {
   hid_t       dxpl = H5Pcreate(H5P_DATASET_XFER);
   PetscMPIInt size;
 
   if (dxpl < 0 || MPI_Comm_size(comm, &size) != MPI_SUCCESS) return H5I_INVALID_HID;
-  if (size > 1 && H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0) {
+  if (size > 1 && collective < 0) collective = !h5u_oversubscribed(comm);
+  if (size > 1 && H5Pset_dxpl_mpio(dxpl, collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT) < 0) {
     H5Pclose(dxpl);
     return H5I_INVALID_HID;
   }
