@@ -4,12 +4,13 @@
  *    written again by its members, hop after hop over layouts (pp2 x tp2;
  *    tp2 x dp2 with ZeRO-1; permuted ranks pp2 x dp2 with ZeRO-1; two of the
  *    four ranks, dp2, with an offloaded second model beside it), the first
- *    with collective MPI-IO, the second in the default mode, the last two
+ *    two with collective MPI-IO (the default across nodes), the last two
  *    hops through a staging buffer of a few floats (and independent
  *    MPI-IO: that many collective calls are slow on oversubscribed cores),
  *    so transfers cross rows, q|k|v groups and the replicas' ranges. After every hop each rank reads
  *    the file whole and finds parameters, moments and step bit-identical to
- *    the original.
+ *    the original, and after every load each member's shard (parameters,
+ *    moments, step) is its piece of the original.
  *  - A write that fails on one rank only (rank 3 holds the model and has no
  *    optimizer state) fails on every rank with that rank's message, leaves
  *    the previous file byte for byte and no temporary. */
@@ -85,10 +86,39 @@ static PetscErrorCode write_original(const GPTConfig *cfg, const char *path)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Loads src onto layout L, writes it (with an offloaded copy as /reference
- * when frozen) to dst. */
-static PetscErrorCode hop(const GPTConfig *cfg, const Layout *L, const char *src, const char *dst, PetscBool frozen)
+/* Every member's shard (parameters, and the moments gathered over the
+ * replicas) equals its piece of the original p0, m0, v0. */
+static PetscErrorCode shard_same(const DModel *dm, const float *p0, const float *m0, const float *v0, PetscBool *ok)
 {
+  float *want, *have, *mh, *vh;
+  size_t n;
+
+  PetscFunctionBegin;
+  *ok = PETSC_TRUE;
+  if (!dmodel_member(dm)) PetscFunctionReturn(PETSC_SUCCESS);
+  n = dm->gpt->nparams;
+  PetscCall(PetscMalloc4(n, &want, n, &have, n, &mh, n, &vh));
+  PetscCall(gpt_params_get(dm->gpt, have));
+  PetscCall(gpt_shard_extract(&dm->cfg, &dm->gpt->sh, p0, want));
+  if (memcmp(have, want, n * sizeof(float))) *ok = PETSC_FALSE;
+  if (dm->optim) {
+    PetscCall(gpt_optim_get(dm->gpt, mh, vh)); /* collective over the replicas */
+    PetscCall(gpt_shard_extract(&dm->cfg, &dm->gpt->sh, m0, want));
+    if (memcmp(mh, want, n * sizeof(float))) *ok = PETSC_FALSE;
+    PetscCall(gpt_shard_extract(&dm->cfg, &dm->gpt->sh, v0, want));
+    if (memcmp(vh, want, n * sizeof(float)) || dm->gpt->step != 7) *ok = PETSC_FALSE;
+  }
+  PetscCall(PetscFree4(want, have, mh, vh));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Loads src onto layout L (checking the loaded shards against the
+ * original), writes it (with an offloaded copy as /reference when frozen)
+ * to dst. */
+static PetscErrorCode hop(const GPTConfig *cfg, const Layout *L, const char *src, const char *dst, PetscBool frozen, const float *p0, const float *m0, const float *v0)
+{
+  PetscBool ok;
+  char      det[200];
   Plan      plan;
   DModel    dm, ref;
   CkptModel cm[2];
@@ -104,6 +134,9 @@ static PetscErrorCode hop(const GPTConfig *cfg, const Layout *L, const char *src
   ckpt_collective = L->collective;
   PetscCall(dmodel_create("actor", cfg, backend_cpu(), &plan, MFC_ACTOR_TRAIN, PETSC_TRUE, &dm));
   PetscCall(dmodel_load(&dm, src, "actor", PETSC_TRUE, PETSC_FALSE, 0));
+  PetscCall(shard_same(&dm, p0, m0, v0, &ok));
+  PetscCall(PetscSNPrintf(det, sizeof det, "loaded onto %s: every member's shard (parameters, moments, step) is its piece of the original", L->name));
+  report(det, ok, "");
   PetscCall(dmodel_ckpt_model(&dm, "actor", PETSC_TRUE, &cm[0], &w[0]));
   if (frozen) {
     PetscCall(dmodel_create("reference", cfg, backend_cpu(), &plan, MFC_ACTOR_TRAIN, PETSC_FALSE, &ref));
@@ -175,7 +208,7 @@ int main(int argc, char **argv)
   GPTConfig    cfg = {.n_layer = 2, .n_head = 4, .n_embd = 32, .vocab_size = 24, .n_positions = 16, .head = GPT_HEAD_LM};
   const Layout hops[] = {
     {"ranks 0-3 pp2 x tp2, collective I/O",                        4, {0, 1, 2, 3}, 2, 1, 2, PETSC_FALSE, (size_t)1 << 22, 1},
-    {"ranks 0-3 tp2 x dp2, ZeRO-1",                4, {0, 1, 2, 3}, 1, 2, 2, PETSC_TRUE,  (size_t)1 << 22, -1},
+    {"ranks 0-3 tp2 x dp2, ZeRO-1, collective I/O",                4, {0, 1, 2, 3}, 1, 2, 2, PETSC_TRUE,  (size_t)1 << 22, 1},
     {"ranks 3,1,2,0 pp2 x dp2, ZeRO-1, 5-float buffer, independent I/O", 4, {3, 1, 2, 0}, 2, 2, 1, PETSC_TRUE, 5, 0},
     {"ranks 1,2 dp2 (0, 3 off the mesh), offloaded /reference, 7-float buffer, independent I/O", 2, {1, 2}, 1, 2, 1, PETSC_FALSE, 7, 0},
   };
@@ -205,7 +238,7 @@ int main(int argc, char **argv)
   for (int k = 0; k < 4; k++) {
     PetscBool ok, frozen = k == 3 ? PETSC_TRUE : PETSC_FALSE;
 
-    PetscCall(hop(&cfg, &hops[k], path[k], path[k + 1], frozen));
+    PetscCall(hop(&cfg, &hops[k], path[k], path[k + 1], frozen, p0, m0, v0));
     PetscCall(same_as(&cfg, path[k + 1], "actor", PETSC_TRUE, p0, m0, v0, step0, n, &ok));
     PetscCall(PetscSNPrintf(det, sizeof det, "loaded and written by %s", hops[k].name));
     report(det, ok, ok ? "" : "parameters, moments or step differ from the original");

@@ -10,8 +10,9 @@
  * 2^22, 16 MiB). A variable so that tests can make it tiny and cross
  * every row, group and rank boundary. */
 extern size_t ckpt_chunk;
-/* MPI-IO transfer mode (h5u_dxpl_comm): -1 (default) collective unless the
- * cores are oversubscribed, 1 collective, 0 independent; tests force each. */
+/* MPI-IO transfer mode (h5u_dxpl_comm): -1 (default) collective across
+ * nodes and independent within one, 1 collective, 0 independent; tests
+ * force each. */
 extern int ckpt_collective;
 
 typedef struct {

@@ -76,7 +76,7 @@ PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill
 hid_t h5u_fapl_comm(MPI_Comm comm, PetscBool lock);
 /* Transfers on comm (more than one rank): collective MPI-IO (1: two-phase
  * aggregation; every rank makes every call), independent (0), or -1:
- * collective unless a node runs more ranks than it has cores. One rank:
+ * collective when comm spans several nodes, else independent. One rank:
  * the default. Collective on comm; caller closes. */
 hid_t h5u_dxpl_comm(MPI_Comm comm, int collective);
 /* Collective: makes an error on any rank everyone's. *ierr becomes the code

@@ -25,22 +25,26 @@ hid_t h5u_fapl_comm(MPI_Comm comm, PetscBool lock)
   return fapl;
 }
 
-/* Collective MPI-IO synchronises the ranks several times per transfer; on
- * a node with more ranks than cores their busy-polling waits make that ten
- * times slower than independent transfers (measured: docs/benchmarks.md). */
-static int h5u_oversubscribed(MPI_Comm comm)
+/* Collective MPI-IO (two-phase: a few aggregator ranks gather the pieces
+ * and write large contiguous blocks) pays off when the ranks span nodes
+ * writing to a parallel file system. Within one node every rank already
+ * shares the page cache, and the several synchronisations per transfer only
+ * cost: ten times slower than independent transfers on this 2-core
+ * machine, where any load makes the ranks' busy-polling waits compete
+ * (docs/benchmarks.md). */
+static int h5u_one_node(MPI_Comm comm)
 {
   MPI_Comm node;
-  int      n = 1, over, any = 0;
-  long     cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int      n = 0, size, one, all = 0;
 
+  MPI_Comm_size(comm, &size);
   if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
     MPI_Comm_size(node, &n);
     MPI_Comm_free(&node);
   }
-  over = cores > 0 && n > cores;
-  MPI_Allreduce(&over, &any, 1, MPI_INT, MPI_MAX, comm);
-  return any;
+  one = n == size;
+  MPI_Allreduce(&one, &all, 1, MPI_INT, MPI_MIN, comm);
+  return all;
 }
 
 hid_t h5u_dxpl_comm(MPI_Comm comm, int collective)
@@ -49,7 +53,7 @@ hid_t h5u_dxpl_comm(MPI_Comm comm, int collective)
   PetscMPIInt size;
 
   if (dxpl < 0 || MPI_Comm_size(comm, &size) != MPI_SUCCESS) return H5I_INVALID_HID;
-  if (size > 1 && collective < 0) collective = !h5u_oversubscribed(comm);
+  if (size > 1 && collective < 0) collective = !h5u_one_node(comm);
   if (size > 1 && H5Pset_dxpl_mpio(dxpl, collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT) < 0) {
     H5Pclose(dxpl);
     return H5I_INVALID_HID;
