@@ -68,6 +68,10 @@ PetscErrorCode h5u_remove_stale_tmp(const char *dir, int *nremoved);
  * failure the temporary file is removed and path is untouched. Stale
  * temporaries in path's directory are removed first. */
 typedef PetscErrorCode (*H5uFill)(hid_t file, void *ctx);
+/* After the temporary is closed: data first, then the name: fsync it,
+ * rename it over path, fsync the directory so the rename itself survives a
+ * power loss. */
+PetscErrorCode h5u_sync_rename(const char *kind, const char *tmp, const char *path);
 PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill, void *ctx);
 
 /* ---- files every rank of a communicator opens (src/io/h5par.c) ---------- */

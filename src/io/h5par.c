@@ -5,8 +5,6 @@
  * write keeps the serial protocol (temporary, fsync, rename by rank 0). */
 #include "internal/h5util.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <libgen.h>
 #include <string.h>
 #include <unistd.h>
@@ -127,28 +125,6 @@ static PetscErrorCode h5u_par_create(MPI_Comm comm, const char *kind, const char
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Rank 0, after the collective close: the data, then the name, to disk. */
-static PetscErrorCode h5u_par_commit(const char *kind, const char *tmp, const char *path)
-{
-  char dir[PETSC_MAX_PATH_LEN];
-  int  fd, e;
-
-  PetscFunctionBegin;
-  fd = open(tmp, O_RDONLY);
-  PetscCheck(fd >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: cannot reopen %s: %s", kind, path, tmp, strerror(errno));
-  e = fsync(fd);
-  close(fd);
-  PetscCheck(e == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: fsync of %s failed: %s", kind, path, tmp, strerror(errno));
-  PetscCheck(rename(tmp, path) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: rename from %s failed: %s", kind, path, tmp, strerror(errno));
-  PetscCall(PetscStrncpy(dir, path, sizeof dir));
-  fd = open(dirname(dir), O_RDONLY);
-  if (fd >= 0) { /* best effort: some file systems refuse fsync on directories */
-    (void)fsync(fd);
-    close(fd);
-  }
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 PetscErrorCode h5u_write_atomic_comm(MPI_Comm comm, const char *kind, const char *path, H5uFillComm fill, void *ctx)
 {
   H5uTmpCtx      c = {kind, path, ""};
@@ -177,7 +153,7 @@ PetscErrorCode h5u_write_atomic_comm(MPI_Comm comm, const char *kind, const char
     }
     h5u_agree(comm, &ierr, msg);
   }
-  if (!ierr && rank == 0) ierr = h5u_par_commit(kind, c.tmp, path);
+  if (!ierr && rank == 0) ierr = h5u_sync_rename(kind, c.tmp, path);
   h5u_agree(comm, &ierr, msg);
   if (ierr && rank == 0) unlink(c.tmp);
   PetscCall(PetscPopErrorHandler());
