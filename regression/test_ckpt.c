@@ -4,7 +4,8 @@
  *    written again by its members, hop after hop over layouts (pp2 x tp2;
  *    tp2 x dp2 with ZeRO-1; permuted ranks pp2 x dp2 with ZeRO-1; two of the
  *    four ranks, dp2, with an offloaded second model beside it), the first
- *    two with collective MPI-IO (the default across nodes), the last two
+ *    the first with collective MPI-IO (the default across nodes), the
+ *    second in the default mode (here: one node, independent), the last two
  *    hops through a staging buffer of a few floats (and independent
  *    MPI-IO: that many collective calls are slow on oversubscribed cores),
  *    so transfers cross rows, q|k|v groups and the replicas' ranges. After every hop each rank reads
@@ -208,7 +209,7 @@ int main(int argc, char **argv)
   GPTConfig    cfg = {.n_layer = 2, .n_head = 4, .n_embd = 32, .vocab_size = 24, .n_positions = 16, .head = GPT_HEAD_LM};
   const Layout hops[] = {
     {"ranks 0-3 pp2 x tp2, collective I/O",                        4, {0, 1, 2, 3}, 2, 1, 2, PETSC_FALSE, (size_t)1 << 22, 1},
-    {"ranks 0-3 tp2 x dp2, ZeRO-1, collective I/O",                4, {0, 1, 2, 3}, 1, 2, 2, PETSC_TRUE,  (size_t)1 << 22, 1},
+    {"ranks 0-3 tp2 x dp2, ZeRO-1",                4, {0, 1, 2, 3}, 1, 2, 2, PETSC_TRUE,  (size_t)1 << 22, -1},
     {"ranks 3,1,2,0 pp2 x dp2, ZeRO-1, 5-float buffer, independent I/O", 4, {3, 1, 2, 0}, 2, 2, 1, PETSC_TRUE, 5, 0},
     {"ranks 1,2 dp2 (0, 3 off the mesh), offloaded /reference, 7-float buffer, independent I/O", 2, {1, 2}, 1, 2, 1, PETSC_FALSE, 7, 0},
   };

@@ -6,7 +6,7 @@
 # a 4-rank job killed inside a checkpoint write leaves every earlier
 # checkpoint readable, and its resumption leaves no temporary. About 40 s.
 . regression/lib.sh
-plan 5
+plan 4
 d="$RLFUSE_TMP/ckpt_parallel"; mkdir -p $d
 deck=regression/decks/tiny.deck
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
