@@ -3,9 +3,9 @@
  *
  *  - DModel: one model placed on one call's mesh. Every rank of the world
  *    holds the DModel (the mesh's grid is known everywhere); the members hold
- *    their shard. Checkpoints are read whole and each member extracts its
- *    shard, so a file written on any layout restarts on any other; writing
- *    gathers the shards to rank 0 by parameter reallocation. Weights move
+ *    their shard. Each member reads and writes only its shard of a
+ *    checkpoint (parallel HDF5), and the file holds the full tensors, so a
+ *    file written on any layout restarts on any other. Weights move
  *    between two placements of one model by reallocation (src/realloc); a
  *    copy can be released (dropped, or offloaded to host memory) between its
  *    calls and acquired again.
@@ -45,6 +45,9 @@ PetscErrorCode dmodel_destroy(DModel *dm);
  * trunk_only keeps the head as initialised from seed (gpt_init_random, so
  * the same on every layout). Collective on MPI_COMM_WORLD. */
 PetscErrorCode dmodel_load(DModel *dm, const char *path, const char *role, PetscBool with_optim, PetscBool trunk_only, uint64_t seed);
+/* What ckpt_write_placed needs to write dm as /<role> (each member its
+ * shard, the other ranks nothing). */
+PetscErrorCode dmodel_ckpt_model(const DModel *dm, const char *role, PetscBool with_optim, CkptModel *cm, CkptWhere *where);
 /* The whole model on rank 0: full (rank 0 only; a one-rank model of the
  * same configuration, with AdamW state allocated when dm carries it) gets
  * the parameters, moments and step. Collective on MPI_COMM_WORLD. */

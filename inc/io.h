@@ -18,6 +18,14 @@ typedef struct {
                              (a scalar-head model initialised from an LM checkpoint) */
 } CkptModel;
 
+/* Where a model placed on a mesh lives, for the ranks whose gpt says
+ * nothing (ckpt_write_placed, ckpt_read_model_placed). */
+typedef struct {
+  const GPTConfig *cfg;  /* the configuration, for ranks with gpt NULL (off the mesh) */
+  const Mesh      *mesh; /* with host: the mesh of an offloaded shard */
+  const float     *host; /* an offloaded shard's parameters in host memory, instead of gpt */
+} CkptWhere;
+
 typedef struct {
   PetscInt iteration; /* steps or iterations completed */
   PetscInt data_pos;  /* samples consumed from the training data */
@@ -25,13 +33,28 @@ typedef struct {
   double   kl_coef;   /* PPO's KL coefficient, which the adaptive controller changes (0 if unused) */
 } CkptState;
 
-/* Collective on comm; rank 0 writes. */
+/* Collective on comm; every rank opens the file (MPI-IO when comm has more
+ * than one rank) and writes only its part:
+ *  - gpt on a mesh (gpt->mesh): this rank's shard; of the tp ranks only t = 0
+ *    writes replicated tensors, of the stages only the first writes wte, and
+ *    the dp replicas split the shard's flat buffer (comm_own_range), so no
+ *    element is written twice (with ZeRO-1 that range is the rank's moments);
+ *  - where->host + where->mesh: the same from an offloaded shard (no optimizer state);
+ *  - gpt without a mesh: a whole model, written by the lowest such rank;
+ *  - gpt NULL: nothing (where->cfg must then be set on some rank).
+ * Memory: the rank's shard plus one bounded staging buffer. */
 PetscErrorCode ckpt_write(MPI_Comm comm, const char *path, const CkptModel *models, int n, const CkptState *st);
+/* The same with where[k] (may be NULL) for models[k]. */
+PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st);
 /* Reads the attributes of /<role>. Errors name the file and the role. */
 PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *role, GPTConfig *cfg);
 /* Loads parameters (and moments and step if with_optim) into an existing model
- * whose configuration must match the file's; every dataset's shape is checked. */
+ * whose configuration must match the file's; every dataset's shape is checked
+ * (by rank 0, before any data moves). Collective on comm: each rank reads
+ * what it holds (as for ckpt_write; a whole model on every rank that has
+ * one): a shard's dp replicas each read one range and share it over dp. */
 PetscErrorCode ckpt_read_model(MPI_Comm comm, const char *path, const CkptModel *model);
+PetscErrorCode ckpt_read_model_placed(MPI_Comm comm, const char *path, const CkptModel *model, const CkptWhere *where);
 PetscErrorCode ckpt_read_state(MPI_Comm comm, const char *path, CkptState *st);
 /* "-restart latest": when restart is "latest", replaces it with the newest
  * readable checkpoint (ckpt_<n>.h5 or final.h5, by /state@iteration) in dir,

@@ -111,11 +111,11 @@ PetscErrorCode trainer_restart(Trainer *tr, const RunCtx *run, const char *path,
 /* The model with its AdamW state written to <output_dir>/name under its role. */
 PetscErrorCode trainer_checkpoint(Trainer *tr, const RunCtx *run, const char *name, const CkptState *st, RunRecord *rec);
 
-/* Models on meshes written to <output_dir>/name: each is gathered whole to
- * rank 0 (reallocation to the one-rank layout) and written there, so the
- * file does not depend on the layout. cm[k] gives the role and whether the
- * AdamW state is written; its gpt field is ignored. Collective on the world;
- * rec (may be NULL) gets the time. */
+/* Models on meshes written to <output_dir>/name: each member writes its
+ * shard of the full tensors (ckpt_write), so the file does not depend on
+ * the layout. cm[k] gives the role and whether the AdamW state is written;
+ * its other fields are ignored, and so is bucket (kept for callers).
+ * Collective on the world; rec (may be NULL) gets the time. */
 PetscErrorCode train_checkpoint_models(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, size_t bucket, RunRecord *rec);
 
 #endif

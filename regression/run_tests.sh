@@ -72,7 +72,7 @@ for t in test_sys test_ops test_model test_io test_golden test_gen test_rlmath t
   else run_item "$t" "$BIN/$t"; fi
 done
 # the MPI unit tests, on 4 ranks (oversubscribed on small machines: one thread each)
-for t in test_dist test_realloc test_sched test_exec test_cost test_nccl; do
+for t in test_dist test_realloc test_sched test_exec test_cost test_ckpt test_nccl; do
   if [ -x "$BIN/$t" ]; then run_item "$t (4 ranks)" $MPIEXEC $MPIEXEC_FLAGS -n 4 env OMP_NUM_THREADS=1 "$BIN/$t"
   elif wanted "$t (4 ranks)"; then not_built $t; fi
 done

@@ -8,7 +8,7 @@
  *    runs on every rank, seconds[] are the max over ranks, equal everywhere.
  *  - exec_rows tiles [0,B); exec_share_rows and exec_share_packed hand each
  *    replica head's rows to every rank, on several meshes (permuted too).
- *  - DModel: a checkpoint loaded onto a tp2 x dp2 training mesh (with and
+ *  - DModel: a checkpoint loaded (by shard) onto a tp2 x dp2 training mesh (with and
  *    without ZeRO-1) and gathered to rank 0 is bit-identical (parameters,
  *    moments, step); copies to generation placements are bit-identical and
  *    move the plan's bytes; release with keep then gather or acquire keeps

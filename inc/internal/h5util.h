@@ -68,7 +68,36 @@ PetscErrorCode h5u_remove_stale_tmp(const char *dir, int *nremoved);
  * failure the temporary file is removed and path is untouched. Stale
  * temporaries in path's directory are removed first. */
 typedef PetscErrorCode (*H5uFill)(hid_t file, void *ctx);
+/* After the temporary is closed: data first, then the name: fsync it,
+ * rename it over path, fsync the directory so the rename itself survives a
+ * power loss. */
+PetscErrorCode h5u_sync_rename(const char *kind, const char *tmp, const char *path);
 PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill, void *ctx);
+
+/* ---- files every rank of a communicator opens (src/io/h5par.c) ---------- */
+/* h5u_fapl with the MPI-IO driver on comm (more than one rank), HDF5's
+ * default driver on one rank. Caller closes. */
+hid_t h5u_fapl_comm(MPI_Comm comm, PetscBool lock);
+/* Transfers on comm (more than one rank): collective MPI-IO (1: two-phase
+ * aggregation; every rank makes every call), independent (0), or -1:
+ * collective when comm spans several nodes, else independent. One rank:
+ * the default. Collective on comm; caller closes. */
+hid_t h5u_dxpl_comm(MPI_Comm comm, int collective);
+/* Collective: makes an error on any rank everyone's. *ierr becomes the code
+ * of the lowest failing rank (0 when none failed) and msg (H5U_MSG_LEN
+ * bytes, "" until a failure) its message. Call with errors returned silently. */
+void h5u_agree(MPI_Comm comm, PetscErrorCode *ierr, char *msg);
+/* fill/read on a file open on every rank of comm; msg as for h5u_agree. */
+typedef PetscErrorCode (*H5uFillComm)(hid_t file, MPI_Comm comm, void *ctx, char *msg);
+/* h5u_write_atomic, collective on comm: rank 0 checks the output, removes
+ * stale temporaries and names the temporary "<path>.tmp.<host>.<pid of rank 0>";
+ * all ranks create it together, fill() writes, all close it; rank 0 fsyncs and
+ * renames. Any rank's failure removes the temporary and raises one error on
+ * every rank; path is untouched. */
+PetscErrorCode h5u_write_atomic_comm(MPI_Comm comm, const char *kind, const char *path, H5uFillComm fill, void *ctx);
+/* Opens path read-only on every rank of comm, runs read, closes; one agreed
+ * error. Check the file first (h5u_rank0 + h5u_read_file) for its messages. */
+PetscErrorCode h5u_read_comm(MPI_Comm comm, const char *kind, const char *path, H5uFillComm read, void *ctx);
 
 /* Opens path read-only (h5u_open_read), runs read(file, ctx), closes the file
  * whatever happened. */

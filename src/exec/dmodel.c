@@ -1,7 +1,8 @@
-/* exec: a model placed on a call's mesh (inc/exec.h). Loading reads the
- * whole model on every rank and each member keeps its shard; gathering for a
- * checkpoint and copying between placements go through parameter
- * reallocation, so both work between any two layouts. */
+/* exec: a model placed on a call's mesh (inc/exec.h). Checkpoints are read
+ * and written by shard: each member transfers its own part of the file
+ * (src/io), so no rank ever holds the whole model; copying between
+ * placements (and dmodel_gather) goes through parameter reallocation, so
+ * both work between any two layouts. */
 #include "exec.h"
 #include "io.h"
 
@@ -65,42 +66,26 @@ PetscErrorCode dmodel_acquire(DModel *dm)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* A one-rank staging copy of the whole model in host memory. */
-static PetscErrorCode dmodel_staging(const DModel *dm, PetscBool optim, GPT **full)
+PetscErrorCode dmodel_ckpt_model(const DModel *dm, const char *role, PetscBool with_optim, CkptModel *cm, CkptWhere *where)
 {
-  const Backend *cpu;
-
   PetscFunctionBegin;
-  PetscCall(backend_get("cpu", &cpu));
-  PetscCall(gpt_create(&dm->cfg, cpu, full));
-  if (optim) PetscCall(gpt_optim_init(*full));
+  *cm    = (CkptModel){role, dm->gpt, with_optim, PETSC_FALSE};
+  *where = (CkptWhere){&dm->cfg, dm->mesh, dm->host};
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode dmodel_load(DModel *dm, const char *path, const char *role, PetscBool with_optim, PetscBool trunk_only, uint64_t seed)
 {
-  GPT      *full;
   CkptModel cm;
-  float    *buf[3] = {NULL, NULL, NULL}, *sh[3] = {NULL, NULL, NULL};
-  int       nb     = with_optim ? 3 : 1;
+  CkptWhere w;
 
   PetscFunctionBegin;
   PetscCheck(!with_optim || dm->optim, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "dmodel_load: %s has no optimizer state to read into", dm->name);
-  PetscCall(dmodel_staging(dm, with_optim, &full));
-  if (trunk_only) PetscCall(gpt_init_random(full, seed)); /* the fresh head */
-  cm = (CkptModel){role, full, with_optim, trunk_only};
-  PetscCall(ckpt_read_model(MPI_COMM_WORLD, path, &cm));
-  if (dmodel_member(dm)) {
-    PetscCall(dmodel_acquire(dm));
-    for (int k = 0; k < nb; k++) PetscCall(PetscMalloc2(full->nparams, &buf[k], dm->gpt->nparams + 1, &sh[k]));
-    PetscCall(gpt_params_get(full, buf[0]));
-    if (with_optim) PetscCall(gpt_optim_get(full, buf[1], buf[2]));
-    for (int k = 0; k < nb; k++) PetscCall(gpt_shard_extract(&dm->cfg, &dm->gpt->sh, buf[k], sh[k]));
-    PetscCall(gpt_params_set(dm->gpt, sh[0]));
-    if (with_optim) PetscCall(gpt_optim_set(dm->gpt, sh[1], sh[2], full->step));
-    for (int k = 0; k < nb; k++) PetscCall(PetscFree2(buf[k], sh[k]));
-  }
-  PetscCall(gpt_destroy(&full));
+  PetscCall(dmodel_acquire(dm));
+  if (trunk_only && dm->gpt) PetscCall(gpt_init_random(dm->gpt, seed)); /* the fresh head, the same on every layout */
+  PetscCall(dmodel_ckpt_model(dm, role, with_optim, &cm, &w));
+  cm.trunk_only = trunk_only;
+  PetscCall(ckpt_read_model_placed(MPI_COMM_WORLD, path, &cm, &w));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

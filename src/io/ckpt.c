@@ -1,8 +1,10 @@
 /* io: checkpoints. One HDF5 file holding any of the five roles' parameters
  * (and AdamW moments), named by Hugging Face keys, plus the run state needed
- * to resume bit-exactly. Layout: docs/formats.md. Rank 0 does the file I/O;
- * the other ranks receive the flat buffers by broadcast. */
-#include "internal/h5util.h"
+ * to resume bit-exactly. Layout: docs/formats.md. Every rank opens the file
+ * (parallel HDF5 over MPI-IO) and reads or writes only its shard, through
+ * hyperslabs (ckpt_shard.c); rank 0 checks a file's structure before any
+ * data is read, so a bad file gets the same messages on any layout. */
+#include "internal/ckpt_shard.h"
 
 #include <string.h>
 
@@ -20,8 +22,11 @@ static PetscErrorCode ckpt_check_role(const char *path, const char *role)
 typedef struct {
   const char      *path;
   const CkptModel *models;
+  const CkptWhere *where;
   int              n;
-  const CkptState *st;
+  CkptState        st;
+  hid_t            dxpl;
+  float           *buf; /* the bounded staging buffer, ckpt_chunk floats */
 } CkptWriteCtx;
 
 static PetscErrorCode ckpt_write_config(hid_t g, const GPTConfig *cfg)
@@ -36,82 +41,88 @@ static PetscErrorCode ckpt_write_config(hid_t g, const GPTConfig *cfg)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* One dataset per tensor of the flat buffer, in a new group `name` of loc. */
-static PetscErrorCode ckpt_write_tensors(hid_t loc, const char *name, const GPT *gpt, const float *buf)
+/* Contiguous (no chunks, no filters: what parallel writes allow), float32,
+ * the full shape; never filled, since every element is written. Collective. */
+static PetscErrorCode ckpt_dataset_create(hid_t g, const GPTTensor *t, hid_t *dset)
+{
+  hsize_t dims[2] = {(hsize_t)t->gshape[0], (hsize_t)t->gshape[1]};
+  hid_t   space, dcpl;
+
+  PetscFunctionBegin;
+  space = H5Screate_simple(t->ndim, dims, NULL);
+  dcpl  = H5Pcreate(H5P_DATASET_CREATE);
+  if (dcpl >= 0) H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+  *dset = space >= 0 && dcpl >= 0 ? H5Dcreate2(g, t->name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT) : H5I_INVALID_HID;
+  if (space >= 0) H5Sclose(space);
+  if (dcpl >= 0) H5Pclose(dcpl);
+  H5CallWrite(*dset, "HDF5: cannot create dataset %s", t->name);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* One dataset per tensor in a new group `name` of loc, each rank writing
+ * its part of buffer `which` (0 params, 1 m, 2 v); errors agreed per tensor. */
+static PetscErrorCode ckpt_write_tensors(hid_t loc, const char *name, const CkptPlace *pl, int which, MPI_Comm comm, CkptWriteCtx *ctx, char *msg)
 {
   hid_t g;
 
   PetscFunctionBegin;
   g = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Call(g, "HDF5: cannot create group %s", name);
-  for (int i = 0; i < gpt->ntensors; i++) {
-    const GPTTensor *t       = &gpt->tensors[i];
-    hsize_t          dims[2] = {(hsize_t)t->shape[0], (hsize_t)t->shape[1]};
+  for (int i = 0; i < pl->nfull; i++) {
+    hid_t          d = H5I_INVALID_HID;
+    PetscErrorCode e = ckpt_dataset_create(g, &pl->full[i], &d);
 
-    PetscCall(h5u_dataset_write(g, t->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, t->ndim, dims, buf + t->offset));
+    if (!e) e = ckpt_place_xfer(pl, i, which, d, ctx->dxpl, ctx->buf);
+    if (d >= 0) H5Dclose(d);
+    h5u_agree(comm, &e, msg);
+    PetscCall(e);
   }
   PetscCall(h5u_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode ckpt_write_optim_buffers(hid_t role, const GPT *gpt, float *m, float *v)
+static PetscErrorCode ckpt_write_model_place(hid_t file, MPI_Comm comm, CkptWriteCtx *ctx, const CkptModel *cm, CkptPlace *pl, char *msg)
 {
-  hid_t g;
+  hid_t g, o;
 
   PetscFunctionBegin;
-  PetscCall(gpt_optim_get(gpt, m, v));
-  g = H5Gcreate2(role, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  H5Call(g, "HDF5: cannot create group optim");
-  PetscCall(h5u_attr_write_int(g, "step", H5T_STD_I64LE, gpt->step));
-  PetscCall(ckpt_write_tensors(g, "m", gpt, m));
-  PetscCall(ckpt_write_tensors(g, "v", gpt, v));
-  PetscCall(h5u_close(&g));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-/* The staging buffers are freed on the error path too. */
-static PetscErrorCode ckpt_write_optim(hid_t role, const GPT *gpt)
-{
-  float         *m, *v;
-  PetscErrorCode ierr;
-
-  PetscFunctionBegin;
-  PetscCall(PetscMalloc2(gpt->nparams, &m, gpt->nparams, &v));
-  ierr = ckpt_write_optim_buffers(role, gpt, m, v);
-  PetscCall(PetscFree2(m, v));
-  PetscCall(ierr);
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-static PetscErrorCode ckpt_write_model(hid_t file, const char *path, const CkptModel *cm)
-{
-  hid_t          g;
-  float         *buf;
-  PetscErrorCode ierr;
-
-  PetscFunctionBegin;
-  PetscCall(ckpt_check_role(path, cm->role));
-  PetscCheck(H5Lexists(file, cm->role, H5P_DEFAULT) == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s: role %s given twice", path, cm->role);
+  PetscCall(ckpt_check_role(ctx->path, cm->role));
+  PetscCheck(H5Lexists(file, cm->role, H5P_DEFAULT) == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s: role %s given twice", ctx->path, cm->role);
   g = H5Gcreate2(file, cm->role, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  H5Call(g, "checkpoint %s: cannot create group /%s", path, cm->role);
-  PetscCall(ckpt_write_config(g, &cm->gpt->cfg));
-  PetscCall(PetscMalloc1(cm->gpt->nparams, &buf));
-  ierr = gpt_params_get(cm->gpt, buf);
-  if (!ierr) ierr = ckpt_write_tensors(g, "params", cm->gpt, buf);
-  PetscCall(PetscFree(buf));
-  PetscCall(ierr);
-  if (cm->with_optim) PetscCall(ckpt_write_optim(g, cm->gpt));
+  H5Call(g, "checkpoint %s: cannot create group /%s", ctx->path, cm->role);
+  PetscCall(ckpt_write_config(g, &pl->cfg));
+  PetscCall(ckpt_write_tensors(g, "params", pl, 0, comm, ctx, msg));
+  if (cm->with_optim) {
+    o = H5Gcreate2(g, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Call(o, "HDF5: cannot create group optim");
+    PetscCall(h5u_attr_write_int(o, "step", H5T_STD_I64LE, pl->step));
+    PetscCall(ckpt_write_tensors(o, "m", pl, 1, comm, ctx, msg));
+    PetscCall(ckpt_write_tensors(o, "v", pl, 2, comm, ctx, msg));
+    PetscCall(h5u_close(&o));
+  }
   PetscCall(h5u_close(&g));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode ckpt_write_model(hid_t file, MPI_Comm comm, CkptWriteCtx *ctx, int k, char *msg)
+{
+  const CkptModel *cm = &ctx->models[k];
+  CkptPlace        pl;
+  PetscErrorCode   ierr = ckpt_place_setup(comm, cm, ctx->where ? &ctx->where[k] : NULL, PETSC_TRUE, &pl);
+
+  PetscFunctionBegin;
+  h5u_agree(comm, &ierr, msg);
+  if (!ierr) ierr = ckpt_write_model_place(file, comm, ctx, cm, &pl, msg);
+  PetscCall(ckpt_place_destroy(&pl));
+  PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 static PetscErrorCode ckpt_write_state(hid_t file, const CkptState *st)
 {
-  CkptState zero = {0, 0, 0, 0};
-  hid_t     g;
+  hid_t g;
 
   PetscFunctionBegin;
-  if (!st) st = &zero;
   g = H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Call(g, "HDF5: cannot create group /state");
   PetscCall(h5u_attr_write_int(g, "iteration", H5T_STD_I64LE, st->iteration));
@@ -123,32 +134,41 @@ static PetscErrorCode ckpt_write_state(hid_t file, const CkptState *st)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode ckpt_fill(hid_t file, void *vctx)
+static PetscErrorCode ckpt_fill(hid_t file, MPI_Comm comm, void *vctx, char *msg)
 {
-  CkptWriteCtx *ctx = (CkptWriteCtx *)vctx;
+  CkptWriteCtx  *ctx = (CkptWriteCtx *)vctx;
+  PetscErrorCode ierr = PETSC_SUCCESS;
 
   PetscFunctionBegin;
-  for (int i = 0; i < ctx->n; i++) PetscCall(ckpt_write_model(file, ctx->path, &ctx->models[i]));
-  PetscCall(ckpt_write_state(file, ctx->st));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-static PetscErrorCode ckpt_write_task(void *vctx)
-{
-  CkptWriteCtx *ctx = (CkptWriteCtx *)vctx;
-
-  PetscFunctionBegin;
-  PetscCall(h5u_write_atomic("checkpoint", ctx->path, ckpt_fill, ctx));
+  ctx->dxpl = h5u_dxpl_comm(comm, ckpt_collective);
+  PetscCheck(ctx->dxpl >= 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "HDF5: cannot create transfer properties");
+  /* untouched pages cost nothing: only what a rank transfers is ever mapped */
+  PetscCall(PetscMalloc1(ckpt_chunk, &ctx->buf));
+  for (int i = 0; i < ctx->n && !ierr; i++) ierr = ckpt_write_model(file, comm, ctx, i, msg);
+  if (!ierr) ierr = ckpt_write_state(file, &ctx->st);
+  PetscCall(PetscFree(ctx->buf));
+  H5Pclose(ctx->dxpl);
+  PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* st may be NULL: /state then holds zeros (e.g. a converted pretrained model). */
-PetscErrorCode ckpt_write(MPI_Comm comm, const char *path, const CkptModel *models, int n, const CkptState *st)
+PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st)
 {
-  CkptWriteCtx ctx = {path, models, n, st};
+  CkptWriteCtx ctx = {path, models, where, n, {0, 0, 0, 0}, H5I_INVALID_HID, NULL};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, ckpt_write_task, &ctx));
+  if (st) ctx.st = *st;
+  /* attributes are written collectively: every rank must give rank 0's values */
+  PetscCallMPI(MPI_Bcast(&ctx.st, (int)sizeof ctx.st, MPI_BYTE, 0, comm));
+  PetscCall(h5u_write_atomic_comm(comm, "checkpoint", path, ckpt_fill, &ctx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ckpt_write(MPI_Comm comm, const char *path, const CkptModel *models, int n, const CkptState *st)
+{
+  PetscFunctionBegin;
+  PetscCall(ckpt_write_placed(comm, path, models, NULL, n, st));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -258,38 +278,43 @@ static PetscErrorCode ckpt_config_compare(const char *path, const char *role, co
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* ---- reading a model: rank 0 checks the file, then every rank reads ---------- */
 typedef struct {
   const char      *path;
   const CkptModel *model;
-  float           *params, *m, *v; /* host, nparams each (m, v only with_optim) */
+  CkptPlace        pl;
   int64_t          step;
+  hid_t            dxpl;
+  float           *buf;
 } CkptModelCtx;
 
-/* Every tensor of the model's table from group `name` of loc into buf. */
-static PetscErrorCode ckpt_read_tensors(hid_t loc, const char *path, const char *parent, const char *name, const GPT *gpt, PetscBool trunk_only, float *buf)
+static PetscBool ckpt_skip(const CkptModel *cm, const GPTTensor *t) { return cm->trunk_only && strncmp(t->name, "transformer.", 12) ? PETSC_TRUE : PETSC_FALSE; }
+
+/* Every tensor of the whole model's table exists in group `name` of loc
+ * with its full shape and a float type. */
+static PetscErrorCode ckpt_check_tensors(hid_t loc, const char *parent, const char *name, CkptModelCtx *ctx)
 {
   char  where[PETSC_MAX_PATH_LEN + 16], full[PETSC_MAX_PATH_LEN];
   hid_t g;
 
   PetscFunctionBegin;
-  PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s", path));
-  PetscCall(ckpt_open_group(loc, path, parent, name, "", &g));
-  for (int i = 0; i < gpt->ntensors; i++) {
-    const GPTTensor *t       = &gpt->tensors[i];
-    hsize_t          dims[2] = {(hsize_t)t->shape[0], (hsize_t)t->shape[1]};
+  PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s", ctx->path));
+  PetscCall(ckpt_open_group(loc, ctx->path, parent, name, "", &g));
+  for (int i = 0; i < ctx->pl.nfull; i++) {
+    const GPTTensor *t       = &ctx->pl.full[i];
+    hsize_t          dims[2] = {(hsize_t)t->gshape[0], (hsize_t)t->gshape[1]};
     hid_t            d;
 
-    if (trunk_only && strncmp(t->name, "transformer.", 12)) continue;
+    if (ckpt_skip(ctx->model, t)) continue;
     PetscCall(PetscSNPrintf(full, sizeof full, "%s/%s/%s", parent, name, t->name));
     PetscCall(h5u_dataset_open(g, where, full, t->name, H5T_FLOAT, sizeof(float), t->ndim, dims, &d));
-    PetscCall(h5u_dataset_read(d, where, full, H5T_NATIVE_FLOAT, buf + t->offset));
     PetscCall(h5u_close(&d));
   }
   PetscCall(h5u_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode ckpt_read_optim(hid_t role, CkptModelCtx *ctx)
+static PetscErrorCode ckpt_check_optim(hid_t role, CkptModelCtx *ctx)
 {
   const char *r = ctx->model->role;
   char        parent[80], where[PETSC_MAX_PATH_LEN + 80];
@@ -301,75 +326,139 @@ static PetscErrorCode ckpt_read_optim(hid_t role, CkptModelCtx *ctx)
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s /%s/optim", ctx->path, r));
   PetscCall(h5u_attr_read_int(g, where, "step", 0, INT32_MAX, &ctx->step));
   PetscCall(PetscSNPrintf(parent, sizeof parent, "/%s/optim", r));
-  PetscCall(ckpt_read_tensors(g, ctx->path, parent, "m", ctx->model->gpt, PETSC_FALSE, ctx->m));
-  PetscCall(ckpt_read_tensors(g, ctx->path, parent, "v", ctx->model->gpt, PETSC_FALSE, ctx->v));
+  PetscCall(ckpt_check_tensors(g, parent, "m", ctx));
+  PetscCall(ckpt_check_tensors(g, parent, "v", ctx));
   PetscCall(h5u_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode ckpt_read_model_file(hid_t file, void *vctx)
+static PetscErrorCode ckpt_check_model_file(hid_t file, void *vctx)
 {
   CkptModelCtx *ctx = (CkptModelCtx *)vctx;
   const char   *r   = ctx->model->role;
-  GPTConfig     cfg;
+  GPTConfig     cfg, deck = ctx->pl.cfg;
   char          parent[80];
   hid_t         g;
 
   PetscFunctionBegin;
   PetscCall(ckpt_open_group(file, ctx->path, "", r, "", &g));
   PetscCall(ckpt_read_group_config(g, ctx->path, r, &cfg));
-  if (ctx->model->trunk_only) cfg.head = ctx->model->gpt->cfg.head;
-  PetscCall(ckpt_config_compare(ctx->path, r, &cfg, &ctx->model->gpt->cfg));
+  if (ctx->model->trunk_only) cfg.head = deck.head;
+  PetscCall(ckpt_config_compare(ctx->path, r, &cfg, &deck));
   PetscCall(PetscSNPrintf(parent, sizeof parent, "/%s", r));
-  PetscCall(ckpt_read_tensors(g, ctx->path, parent, "params", ctx->model->gpt, ctx->model->trunk_only, ctx->params));
-  if (ctx->model->with_optim) PetscCall(ckpt_read_optim(g, ctx));
+  PetscCall(ckpt_check_tensors(g, parent, "params", ctx));
+  if (ctx->model->with_optim) PetscCall(ckpt_check_optim(g, ctx));
   PetscCall(h5u_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode ckpt_read_model_task(void *vctx)
+static PetscErrorCode ckpt_check_model_task(void *vctx)
 {
   CkptModelCtx *ctx = (CkptModelCtx *)vctx;
 
   PetscFunctionBegin;
   PetscCall(ckpt_check_role(ctx->path, ctx->model->role));
-  PetscCall(h5u_read_file("checkpoint", ctx->path, ckpt_read_model_file, ctx));
+  PetscCall(h5u_read_file("checkpoint", ctx->path, ckpt_check_model_file, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Everything is read before anything is set, so a failed read leaves the model as it was. */
-static PetscErrorCode ckpt_read_model_bcast(MPI_Comm comm, CkptModelCtx *ctx)
+/* Group `name` of loc into buffer `which`, each rank its part. */
+static PetscErrorCode ckpt_read_tensors(hid_t loc, const char *name, int which, MPI_Comm comm, CkptModelCtx *ctx, char *msg)
 {
-  GPT *gpt = ctx->model->gpt;
+  hid_t g;
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, ckpt_read_model_task, ctx));
-  PetscCall(h5u_bcast(ctx->params, gpt->nparams, MPI_FLOAT, comm));
-  if (ctx->model->with_optim) {
-    PetscCall(h5u_bcast(ctx->m, gpt->nparams, MPI_FLOAT, comm));
-    PetscCall(h5u_bcast(ctx->v, gpt->nparams, MPI_FLOAT, comm));
-    PetscCallMPI(MPI_Bcast(&ctx->step, 1, MPI_INT64_T, 0, comm));
+  g = H5Gopen2(loc, name, H5P_DEFAULT);
+  H5Call(g, "cannot open group %s", name);
+  for (int i = 0; i < ctx->pl.nfull; i++) {
+    hid_t          d;
+    PetscErrorCode e = PETSC_SUCCESS;
+
+    if (ckpt_skip(ctx->model, &ctx->pl.full[i])) continue;
+    d = H5Dopen2(g, ctx->pl.full[i].name, H5P_DEFAULT);
+    if (d < 0) e = PETSC_ERR_FILE_READ, snprintf(msg, H5U_MSG_LEN, "cannot open dataset %s/%s", name, ctx->pl.full[i].name);
+    else e = ckpt_place_xfer(&ctx->pl, i, which, d, ctx->dxpl, ctx->buf);
+    if (d >= 0) H5Dclose(d);
+    h5u_agree(comm, &e, msg);
+    PetscCall(e);
   }
-  PetscCall(gpt_params_set(gpt, ctx->params));
-  if (ctx->model->with_optim) PetscCall(gpt_optim_set(gpt, ctx->m, ctx->v, (int)ctx->step));
+  PetscCall(h5u_close(&g));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode ckpt_read_model_data(hid_t file, MPI_Comm comm, CkptModelCtx *ctx, char *msg)
+{
+  hid_t g, o;
+
+  PetscFunctionBegin;
+  g = H5Gopen2(file, ctx->model->role, H5P_DEFAULT);
+  H5Call(g, "cannot open group /%s", ctx->model->role);
+  PetscCall(ckpt_read_tensors(g, "params", 0, comm, ctx, msg));
+  if (ctx->model->with_optim) {
+    o = H5Gopen2(g, "optim", H5P_DEFAULT);
+    H5Call(o, "cannot open group /%s/optim", ctx->model->role);
+    PetscCall(ckpt_read_tensors(o, "m", 1, comm, ctx, msg));
+    PetscCall(ckpt_read_tensors(o, "v", 2, comm, ctx, msg));
+    PetscCall(h5u_close(&o));
+  }
+  PetscCall(h5u_close(&g));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode ckpt_read_model_fill(hid_t file, MPI_Comm comm, void *vctx, char *msg)
+{
+  CkptModelCtx  *ctx = (CkptModelCtx *)vctx;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  ctx->dxpl = h5u_dxpl_comm(comm, ckpt_collective);
+  PetscCheck(ctx->dxpl >= 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "HDF5: cannot create transfer properties");
+  PetscCall(PetscMalloc1(ckpt_chunk, &ctx->buf));
+  ierr = ckpt_read_model_data(file, comm, ctx, msg);
+  PetscCall(PetscFree(ctx->buf));
+  H5Pclose(ctx->dxpl);
+  PetscCall(ierr);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The file is checked whole before any data moves; a read that fails after
+ * that (an I/O error) may leave the model partly loaded. */
+static PetscErrorCode ckpt_read_model_place(MPI_Comm comm, CkptModelCtx *ctx)
+{
+  PetscFunctionBegin;
+  PetscCall(h5u_rank0(comm, ckpt_check_model_task, ctx));
+  PetscCallMPI(MPI_Bcast(&ctx->step, 1, MPI_INT64_T, 0, comm));
+  PetscCall(h5u_read_comm(comm, "checkpoint", ctx->path, ckpt_read_model_fill, ctx));
+  PetscCall(ckpt_place_share(&ctx->pl, ctx->model->with_optim));
+  if (ctx->model->with_optim && ctx->model->gpt) ctx->model->gpt->step = (int)ctx->step;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ckpt_read_model_placed(MPI_Comm comm, const char *path, const CkptModel *model, const CkptWhere *where)
+{
+  CkptModelCtx   ctx;
+  PetscErrorCode ierr;
+  char           msg[H5U_MSG_LEN] = "";
+
+  PetscFunctionBegin;
+  PetscCheck(!(model->trunk_only && model->with_optim), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s: a trunk-only read cannot take optimizer state", path);
+  PetscCall(PetscMemzero(&ctx, sizeof ctx));
+  ctx.path = path, ctx.model = model, ctx.dxpl = H5I_INVALID_HID;
+  PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+  ierr = ckpt_place_setup(comm, model, where, PETSC_FALSE, &ctx.pl);
+  h5u_agree(comm, &ierr, msg);
+  PetscCall(PetscPopErrorHandler());
+  PetscCheck(!ierr, comm, ierr, "checkpoint %s: %s", path, msg);
+  ierr = ckpt_read_model_place(comm, &ctx);
+  PetscCall(ckpt_place_destroy(&ctx.pl));
+  PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode ckpt_read_model(MPI_Comm comm, const char *path, const CkptModel *model)
 {
-  CkptModelCtx   ctx = {path, model, NULL, NULL, NULL, 0};
-  size_t         n   = model->gpt->nparams;
-  PetscErrorCode ierr;
-
   PetscFunctionBegin;
-  PetscCheck(!(model->trunk_only && model->with_optim), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s: a trunk-only read cannot take optimizer state", path);
-  PetscCall(PetscMalloc1(n, &ctx.params));
-  if (model->trunk_only) PetscCall(gpt_params_get(model->gpt, ctx.params)); /* the head keeps its values */
-  if (model->with_optim) PetscCall(PetscMalloc2(n, &ctx.m, n, &ctx.v));
-  ierr = ckpt_read_model_bcast(comm, &ctx);
-  PetscCall(PetscFree(ctx.params));
-  if (model->with_optim) PetscCall(PetscFree2(ctx.m, ctx.v));
-  PetscCall(ierr);
+  PetscCall(ckpt_read_model_placed(comm, path, model, NULL));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -278,19 +278,12 @@ static PetscErrorCode h5u_error_context(PetscErrorCode ierr, const char *kind, c
   SETERRQ(PETSC_COMM_SELF, ierr, "%s %s: %s", kind, path, specific ? specific : "failed");
 }
 
-/* Data first, then the name: fsync the file, rename, fsync the directory so
- * the rename itself survives a power loss. */
-static PetscErrorCode h5u_commit(hid_t *file, const char *kind, const char *tmp, const char *path)
+PetscErrorCode h5u_sync_rename(const char *kind, const char *tmp, const char *path)
 {
-  char   dir[PETSC_MAX_PATH_LEN];
-  int    fd;
-  herr_t e;
+  char dir[PETSC_MAX_PATH_LEN];
+  int  fd, e;
 
   PetscFunctionBegin;
-  H5CallWrite(H5Fflush(*file, H5F_SCOPE_GLOBAL), "%s %s: flushing %s failed", kind, path, tmp);
-  e     = h5u_fclose(*file);
-  *file = H5I_INVALID_HID;
-  H5CallWrite(e, "%s %s: closing %s failed", kind, path, tmp);
   fd = open(tmp, O_RDONLY);
   PetscCheck(fd >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: cannot reopen %s: %s", kind, path, tmp, strerror(errno));
   e = fsync(fd);
@@ -303,6 +296,19 @@ static PetscErrorCode h5u_commit(hid_t *file, const char *kind, const char *tmp,
     (void)fsync(fd);
     close(fd);
   }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode h5u_commit(hid_t *file, const char *kind, const char *tmp, const char *path)
+{
+  herr_t e;
+
+  PetscFunctionBegin;
+  H5CallWrite(H5Fflush(*file, H5F_SCOPE_GLOBAL), "%s %s: flushing %s failed", kind, path, tmp);
+  e     = h5u_fclose(*file);
+  *file = H5I_INVALID_HID;
+  H5CallWrite(e, "%s %s: closing %s failed", kind, path, tmp);
+  PetscCall(h5u_sync_rename(kind, tmp, path));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -210,7 +210,7 @@ static PetscErrorCode ppo_models_destroy(PPOModels *m)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The models are gathered whole on rank 0 and written there (inc/train.h);
+/* Each member writes its shard of the full tensors (inc/train.h);
  * the file does not depend on the layout. */
 static PetscErrorCode ppo_checkpoint(const RunCtx *run, PPOModels *m, const char *name, const CkptState *st, RunRecord *rec)
 {

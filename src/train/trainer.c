@@ -183,31 +183,18 @@ PetscErrorCode trainer_checkpoint(Trainer *tr, const RunCtx *run, const char *na
 
 PetscErrorCode train_checkpoint_models(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, size_t bucket, RunRecord *rec)
 {
-  char           path[PETSC_MAX_PATH_LEN];
-  CkptModel      out[8];
-  int            rank;
-  double         t0 = sys_wtime();
-  const Backend *cpu;
-  PetscErrorCode ierr = PETSC_SUCCESS;
+  char      path[PETSC_MAX_PATH_LEN];
+  CkptModel out[8];
+  CkptWhere where[8];
+  double    t0 = sys_wtime();
 
   PetscFunctionBegin;
   PetscCheck(n >= 1 && n <= 8, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "train_checkpoint_models: %d models (1 to 8)", n);
-  PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  PetscCall(backend_get("cpu", &cpu));
   PetscCall(sys_output_path(run, name, path, sizeof path));
   PetscCall(PetscLogEventBegin(sys_log.ckpt_write, 0, 0, 0, 0));
-  for (int k = 0; k < n; k++) {
-    out[k]     = cm[k];
-    out[k].gpt = NULL;
-    if (rank == 0) {
-      PetscCall(gpt_create(&dm[k]->cfg, cpu, &out[k].gpt));
-      if (out[k].with_optim) PetscCall(gpt_optim_init(out[k].gpt));
-    }
-    PetscCall(dmodel_gather(dm[k], out[k].gpt, bucket));
-  }
-  ierr = ckpt_write(run->comm, path, out, n, st);
-  for (int k = 0; k < n; k++) PetscCall(gpt_destroy(&out[k].gpt));
-  PetscCall(ierr);
+  /* each member writes its shard: nothing is gathered */
+  for (int k = 0; k < n; k++) PetscCall(dmodel_ckpt_model(dm[k], cm[k].role, cm[k].with_optim, &out[k], &where[k]));
+  PetscCall(ckpt_write_placed(run->comm, path, out, where, n, st));
   PetscCall(PetscLogEventEnd(sys_log.ckpt_write, 0, 0, 0, 0));
   if (rec) PetscCall(record_time(rec, "checkpoint", sys_wtime() - t0));
   PetscFunctionReturn(PETSC_SUCCESS);
