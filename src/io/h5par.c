@@ -67,7 +67,7 @@ void h5u_agree(MPI_Comm comm, PetscErrorCode *ierr, char *msg)
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   mine = *ierr ? rank : size;
-  MPI_Allreduce(&mine, &root, 1, MPI_INT, MPI_MIN, comm);
+  (void)MPI_Allreduce(&mine, &root, 1, MPI_INT, MPI_MIN, comm);
   if (root == size) return;
   if (rank == root) {
     char *specific = NULL;
@@ -78,8 +78,8 @@ void h5u_agree(MPI_Comm comm, PetscErrorCode *ierr, char *msg)
       snprintf(msg, H5U_MSG_LEN, "%s", specific ? specific : "I/O failed");
     }
   }
-  MPI_Bcast(&code, 1, MPI_INT, root, comm);
-  MPI_Bcast(msg, H5U_MSG_LEN, MPI_CHAR, root, comm);
+  (void)MPI_Bcast(&code, 1, MPI_INT, root, comm);
+  (void)MPI_Bcast(msg, H5U_MSG_LEN, MPI_CHAR, root, comm);
   *ierr = (PetscErrorCode)code;
 }
 
