@@ -19,6 +19,7 @@ typedef struct {
 typedef struct {
   SearchSigCall call[MFC_COUNT];
   int           offload, zero1, fuse, fuse_train;
+  double        migrate_at; /* R_t (-1: auto), part of a migrate plan */
 } SearchSig;
 
 typedef struct {
@@ -56,7 +57,8 @@ static void search_sig(SearchSpace sp, const Plan *plan, SearchSig *s, uint64_t 
     h = search_mix(search_mix(search_mix(h, r), (uint64_t)(k->dp * 1024 + k->tp)), (uint64_t)(k->pp * 65536 + k->mbs));
   }
   s->offload = plan->offload, s->zero1 = plan->zero1, s->fuse = plan->fuse, s->fuse_train = plan->fuse_train;
-  *hash = search_mix(h, (uint64_t)(s->offload + 2 * s->zero1 + 4 * s->fuse + 16 * s->fuse_train));
+  s->migrate_at = plan->fuse == FUSE_MIGRATE ? plan->migrate_at : 0;
+  *hash = search_mix(h, (uint64_t)(s->offload + 2 * s->zero1 + 4 * s->fuse + 16 * s->fuse_train + 32 * (int)(1000 * s->migrate_at + 1000)));
 }
 
 PetscErrorCode search_cache_destroy(SearchCache *c)

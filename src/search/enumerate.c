@@ -64,10 +64,10 @@ static PetscErrorCode search_enum_settings(SearchEnum *e, int k)
 {
   PetscFunctionBegin;
   if (k >= e->sp->nset || k >= 4) PetscFunctionReturn(search_enum_calls(e, 0)); /* (4: the settings there are; tells the compiler too) */
-  PetscCall(search_enum_settings(e, k + 1));
-  search_flip(e->plan, e->sp->set[k]);
-  PetscCall(search_enum_settings(e, k + 1));
-  search_flip(e->plan, e->sp->set[k]);
+  for (int st = 0; st < search_states(e->sp->set[k]); st++) { /* each state once, then back to the first */
+    PetscCall(search_enum_settings(e, k + 1));
+    search_flip(e->plan, e->sp->set[k]);
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

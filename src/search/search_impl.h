@@ -38,7 +38,11 @@ PetscErrorCode search_cache_destroy(SearchCache *c);
 /* Puts call c on mesh m with strategy s. */
 void search_put(Plan *plan, MFCId c, const SearchMesh *m, const SearchStrat *s);
 /* Flips setting k (fuse_gen_inf: none <-> stream). */
+/* Steps setting k to its next state; search_states(k) steps return to the
+ * start (2 for the on/off settings; 3 for the fusion of generation and
+ * inference: none, stream, migrate with R_t auto). */
 void search_flip(Plan *plan, SearchSetting k);
+static inline int search_states(SearchSetting k) { return k == SEARCH_SET_FUSE ? 3 : 2; }
 /* What follows from the calls' meshes: a fused critic_train on the
  * actor_train ranks in reverse stage order; concurrent pairs whose meshes
  * now overlap dropped (they are a promise the plan can no longer keep). */

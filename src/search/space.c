@@ -137,7 +137,7 @@ double search_space_size(SearchSpace sp)
 
   for (int k = 0; k < sp->nset; k++) {
     if (sp->set[k] == SEARCH_SET_FUSE_TRAIN) fused = 1;
-    else others *= 2;
+    else others *= search_states(sp->set[k]);
   }
   return others * (search_placements(sp, PETSC_FALSE) + (fused ? search_placements(sp, PETSC_TRUE) : 0));
 }
@@ -160,7 +160,7 @@ void search_flip(Plan *plan, SearchSetting k)
   switch (k) {
   case SEARCH_SET_OFFLOAD: plan->offload = !plan->offload; break;
   case SEARCH_SET_ZERO1: plan->zero1 = !plan->zero1; break;
-  case SEARCH_SET_FUSE: plan->fuse = plan->fuse == FUSE_NONE ? FUSE_STREAM : FUSE_NONE; break;
+  case SEARCH_SET_FUSE: plan->fuse = (FuseMode)((plan->fuse + 1) % 3); break; /* none -> stream -> migrate -> none */
   case SEARCH_SET_FUSE_TRAIN: plan->fuse_train = !plan->fuse_train; break;
   }
 }
