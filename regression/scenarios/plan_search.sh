@@ -16,6 +16,8 @@ S="-mode plan $Q $W -plan_ranks 2 -cost_hardware input/hardware/h100_sxm.deck -p
 rlfuse $S -plan_output $d/p.h5 -plan_timeline $d/tl.h5 >$d/plan.log 2>&1 || not_ok "-mode plan: $(tail -3 $d/plan.log)"
 check "-mode plan prints the presets, tuned presets and the searched plan with its estimate" \
   bash -c "grep -q '^  colocate, tuned ' $d/plan.log && grep -q '^  searched  ' $d/plan.log && grep -q '^estimated .* s per iteration' $d/plan.log && grep -q '^plan: search from preset' $d/plan.log"
+check "the searched plan's estimate is no worse than any tuned preset's (the annealing starts from the best of them)" \
+  awk '/^  (colocate|interleave|disaggregate), tuned / && $3 + 0 > 0 { if (best == "" || $3 < best) best = $3 } /^  searched / { s = $2 } END { exit !(s != "" && best != "" && s <= best) }' $d/plan.log
 py "plan file" $d/p.h5 $d/tl.h5 <<'PY'
 import sys, h5py
 p = h5py.File(sys.argv[1], "r")["plan"]
