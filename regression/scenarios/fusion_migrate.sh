@@ -42,6 +42,7 @@ migrate "migrate, 4 ranks, R_t 0.5 forced onto one replica, running samples with
 migrate "migrate with allowed sets (top-k 8), 4 ranks, R_t 0.3" 4 one_k m4k 1 -fuse_migrate_at 0.3 -gen_top_k 8 -fuse_migrate_replicas 1
 migrate "migrate, 4 ranks, generation on 0-1 and inference on 2-3, R_t 0.3" 4 one m4s 1 -fuse_migrate_at 0.3 -actor_gen_ranks 0-1 -ref_inf_ranks 2 -rew_inf_ranks 3 -critic_inf_ranks 2-3
 migrate "migrate, R_t auto, 2 ranks" 2 one m2a 0 -fuse_migrate_at auto -ppo_iterations 2
+migrate "migrate, 4 ranks, tp-sharded generation (tp 2, 2 replicas), R_t 0.5 onto one replica: cache shards move shard to shard" 4 one m4tp 1 -fuse_migrate_at 0.5 -fuse_migrate_replicas 1 -actor_gen_tp 2 -actor_gen_dp 2
 
 check "migrate: caches moved (bytes), /plan stores the mode, one destination replica" "$PYTHON" -c "
 import h5py, numpy as np
@@ -85,6 +86,5 @@ bad() {
   else not_ok "$what: expected one line matching '$pat' and no run.h5, got: $(grep error $out.log | head -2)"; fi
 }
 bad "-fuse_migrate_at -0.1" "-fuse_migrate_at -0.1 is outside \[0,1\]" -fuse_gen_inf migrate -fuse_migrate_at -0.1
-N=4 bad "migrate with tp-sharded generation" "-actor_gen_tp 2 and -actor_gen_pp 1 must be 1" -fuse_gen_inf migrate -actor_gen_tp 2
 N=4 bad "migrate with tp-sharded inference" "-ref_inf_tp 2 and -ref_inf_pp 1 must be 1" -fuse_gen_inf migrate -ref_inf_tp 2
 finish
