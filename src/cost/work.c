@@ -242,7 +242,12 @@ PetscErrorCode cost_work_from_options(CostWork *w)
   w->nlen   = w->batch;
   PetscCall(PetscMalloc1(w->nlen, &w->len));
   if (!lengths[0]) PetscCall(PetscSNPrintf(lengths, sizeof lengths, "fixed:%d", w->max_new));
-  PetscCall(cost_work_lengths(lengths, w->nlen, w->max_new, (unsigned long long)seed, w->len));
+  { /* a refused length specification must not keep the array */
+    PetscErrorCode ierr = cost_work_lengths(lengths, w->nlen, w->max_new, (unsigned long long)seed, w->len);
+
+    if (ierr) PetscCall(cost_work_free(w));
+    PetscCall(ierr);
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
