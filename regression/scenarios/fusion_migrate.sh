@@ -11,12 +11,7 @@
 plan 15
 d="$RLFUSE_TMP/fusion_migrate"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
-Q="-policy_n_layer 1 -policy_n_head 2 -policy_n_embd 32 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"
-rlfuse -mode sft $Q -sft_steps 20 -sft_batch 16 -policy_lr 2e-3 -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT fixture"
-rlfuse -mode rm -task_demo_noise 0.25 -seed 5 -rm_sft_checkpoint $d/sft/final.h5 -rm_pairs 32 -rm_eval_pairs 8 -rm_steps 4 -rm_batch 8 \
-  -reward_lr 1e-3 -gen_max_new_tokens 16 -output_dir $d/rm >$d/rm.log 2>&1 || not_ok "RM fixture"
-P="-mode ppo -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 -ppo_iterations 2 -rollout_batch 16 -ppo_minibatches 2
-   -ppo_microbatches 2 -gen_max_new_tokens 16 -gen_slots 8 -ppo_eval_prompts 8 -seed 5 -dump_rollouts"
+fusion_fixture $d
 mpirun 1 $P -output_dir $d/one >$d/one.log 2>&1 || not_ok "PPO on 1 rank"
 mpirun 1 $P -gen_top_k 8 -output_dir $d/one_k >$d/one_k.log 2>&1 || not_ok "PPO on 1 rank, top-k"
 
