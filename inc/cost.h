@@ -73,7 +73,7 @@ typedef struct {
   CostShape actor, critic, ref, reward;
   PetscBool critic_free;    /* GRPO and RLOO: no critic calls */
   int       batch;          /* rollout sequences per iteration */
-  int       prompt_len;
+  int       prompt_len;     /* the longest prompt (memory); every prompt's length when plen is NULL */
   int       max_new;        /* generation limit */
   int       nlen;           /* response lengths of one rollout, one per sequence (sampled from a distribution, read from rollouts.h5, or a histogram) */
   int      *len;
@@ -82,6 +82,7 @@ typedef struct {
   int       epochs;         /* PPO epochs per rollout */
   int       iterations;     /* iterations to simulate (the first one includes the initial weight placement) */
   int       gen_slots;      /* samples one generation replica decodes together (continuous batching); 0: all of its rows */
+  int      *plen;           /* NULL, or each sequence's prompt length, paired with len[] (nlen of them) */
 } CostWork;
 
 /* The estimate of one plan. */
@@ -137,15 +138,22 @@ double cost_shape_params(const CostShape *m);
 double cost_flops(const CostShape *m, CostPart part, CostPhase ph, double rows, double len);
 
 /* The workload from the options (docs/costmodel.md): -cost_batch,
- * -cost_prompt_len, -cost_max_new, -cost_minibatches, -cost_epochs,
+ * -cost_prompt_len, -cost_prompt_lengths SPEC, -cost_max_new, -cost_minibatches, -cost_epochs,
  * -cost_iterations, -cost_critic_free, the shapes (-cost_actor_shape NAME or
  * the -policy_ and -critic_/-reward_ GPT-2 options) and the response lengths
  * (-cost_lengths lognormal:MEDIAN:P99 | uniform:LO:HI | fixed:N | hist:FILE |
- * rollouts:FILE.h5). Defaults come from the PPO options of the deck
- * (-rollout_batch, -gen_max_new_tokens, ...). work->len is drawn keyed by
- * -seed. cost_work_free frees it. */
+ * rollouts:FILE.h5; from a rollouts file each response comes with its own
+ * prompt's length unless -cost_prompt_len or -cost_prompt_lengths is given).
+ * Defaults come from the PPO options of the deck (-rollout_batch,
+ * -gen_max_new_tokens, ...). work->len and plen are drawn keyed by -seed.
+ * cost_work_free frees them. */
 PetscErrorCode cost_work_from_options(CostWork *work);
-PetscErrorCode cost_work_lengths(const char *spec, int n, int max_new, unsigned long long seed, int *len);
+/* n lengths by spec (the syntax of -cost_lengths; opt names the option in
+ * errors), each clipped to [1, max]. With plen not NULL and a rollouts:
+ * file that records prompt lengths, each drawn response's own prompt length
+ * goes to plen and *paired is true; otherwise plen is untouched and *paired
+ * false. */
+PetscErrorCode cost_work_lengths(const char *opt, const char *spec, int n, int max, unsigned long long seed, int *len, int *plen, PetscBool *paired);
 PetscErrorCode cost_work_free(CostWork *work);
 
 /* The per-rank timeline of a simulated run: the same rows as a run's

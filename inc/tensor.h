@@ -26,6 +26,9 @@ struct Backend {
   /* memory */
   PetscErrorCode (*alloc)(size_t bytes, void **ptr);      /* zero-filled */
   PetscErrorCode (*free)(void *ptr);
+  /* Optional (NULL: free, then alloc): *ptr (from alloc, or NULL) to at
+   * least `bytes`, contents not kept, the pages already touched kept. */
+  PetscErrorCode (*grow)(void **ptr, size_t bytes);
   PetscErrorCode (*to_host)(void *dst, const void *src, size_t bytes);
   PetscErrorCode (*from_host)(void *dst, const void *src, size_t bytes);
   PetscErrorCode (*copy)(void *dst, const void *src, size_t bytes); /* device to device */

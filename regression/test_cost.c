@@ -36,9 +36,11 @@ static void check_num(const char *name, double got, double want, double rel)
  * the other parts nothing; a point-to-point message bytes * 1e-9 s, the
  * other collectives and the optimizer nothing ---- */
 static PetscBool flat_decode; /* a decode step costs 1 s whatever its rows (memory-bound decoding) */
+static PetscBool per_token;   /* a block costs rows x len s (decode: rows x context) */
 static double mock_compute(void *ctx, const CostShape *m, CostPart part, CostPhase ph, int tp, double rows, double len)
 {
   if (part == COST_PART_BLOCK && ph == COST_DECODE && flat_decode) return 1;
+  if (part == COST_PART_BLOCK && per_token) return rows * len * (ph == COST_BWD ? 2 : 1) / tp;
   return part == COST_PART_BLOCK ? rows * (ph == COST_BWD ? 2 : 1) / tp : 0;
 }
 static double mock_opt(void *ctx, double n) { return 0; }
@@ -254,6 +256,38 @@ static PetscErrorCode check_simulator(void)
       check_num("unpipelined reference of the same: 8 s", one, 8, 1e-12);
     }
   }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Prompts of different lengths, paired with their responses, on a mock
+ * whose block costs rows x len: every call pads to (or attends over) the
+ * prompt and the response of each sequence. */
+static PetscErrorCode check_prompts(void)
+{
+  CostPrims    p;
+  CostWork     w;
+  Plan         plan;
+  CostEstimate e;
+  int          len[4] = {5, 1, 2, 2}, plen[4] = {2, 6, 1, 1}; /* sequences of 7, 7, 3, 3 tokens */
+
+  PetscFunctionBegin;
+  mock_prims(&p);
+  per_token = PETSC_TRUE;
+  tiny_work(&w, len, 4);
+  w.plen = plen;
+  base_plan(&plan, 1);
+  plan.call[MFC_REF_INF].mbs = 2;
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  /* rows {0,1} padded to 7, rows {2,3} to 3 (one prompt length of 4 for
+   * all would give 9 and 6: 30 s) */
+  check_num("prompts: inference pads to the longest prompt + response (2x7 + 2x3 s)", e.call_s[MFC_REF_INF], 20, 1e-12);
+  /* one micro-batch of the 4 rows, padded to 7: forward 28, backward 56 */
+  check_num("prompts: training pads to the longest sequence (4x7 + 2x4x7 s)", e.call_s[MFC_ACTOR_TRAIN], 84, 1e-12);
+  /* the prefill packs the 4 prompts (10 tokens: 4 rows of 2.5); row 1
+   * ends there; one step of rows 0, 2, 3 at contexts 3, 2, 2 (7); row 0
+   * alone at 4, 5, 6 (15) */
+  check_num("prompts: generation's prefill and contexts follow each prompt (10 + 7 + 15 s)", e.call_s[MFC_ACTOR_GEN], 32, 1e-12);
+  per_token = PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -541,7 +575,7 @@ static PetscErrorCode check_work(void)
   PetscCheck(mkdtemp(dir), PETSC_COMM_SELF, PETSC_ERR_SYS, "mkdtemp failed");
   {
     FILE *f;
-    int   lens[6] = {3, 3, 3, 9, 9, 9};
+    int   lens[6] = {3, 3, 3, 9, 9, 9}, plens[6] = {10, 10, 10, 20, 20, 20};
     hsize_t n = 6;
     hid_t h, g, sp, d;
     PetscCall(PetscSNPrintf(path, sizeof path, "%s/h.txt", dir));
@@ -561,13 +595,30 @@ static PetscErrorCode check_work(void)
     sp = H5Screate_simple(1, &n, NULL);
     d  = H5Dcreate2(g, "response_lengths", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     H5Dwrite(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, lens);
+    H5Dclose(d);
+    d = H5Dcreate2(g, "prompt_lengths", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, plens);
     H5Dclose(d), H5Sclose(sp), H5Gclose(g), H5Fclose(h);
     PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_batch 64 -cost_minibatches 1 -cost_lengths rollouts:%s", path));
     PetscCall(work_try(opts, &w, &ierr));
-    lo = 0, hi = 0;
+    lo = 0, hi = 0, same = !ierr && w.plen;
     for (int i = 0; !ierr && i < w.nlen; i++) lo += w.len[i] == 3, hi += w.len[i] == 9;
+    for (int i = 0; same && i < w.nlen; i++) same &= w.plen[i] == (w.len[i] == 3 ? 10 : 20);
     check("workload: a rollouts.h5's response lengths, drawn for the batch", !ierr && lo + hi == 64 && lo > 16 && hi > 16 ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+    check("workload: each drawn response keeps its own prompt's length", same && w.prompt_len == 20 ? PETSC_TRUE : PETSC_FALSE, "not paired");
     if (!ierr) PetscCall(cost_work_free(&w));
+    PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_batch 64 -cost_minibatches 1 -cost_prompt_len 12 -cost_lengths rollouts:%s", path));
+    PetscCall(work_try(opts, &w, &ierr));
+    check("workload: -cost_prompt_len sets every prompt, even with a rollouts file", !ierr && !w.plen && w.prompt_len == 12 ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+    if (!ierr) PetscCall(cost_work_free(&w));
+    PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_batch 64 -cost_minibatches 1 -cost_prompt_len 30 -cost_prompt_lengths uniform:2:40 -cost_lengths rollouts:%s", path));
+    PetscCall(work_try(opts, &w, &ierr));
+    lo = 1 << 30, hi = 0;
+    for (int i = 0; !ierr && w.plen && i < w.nlen; i++) lo = PetscMin(lo, w.plen[i]), hi = PetscMax(hi, w.plen[i]);
+    check("workload: -cost_prompt_lengths draws prompts apart, clipped to -cost_prompt_len", !ierr && w.plen && lo == 2 && hi == 30 ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+    if (!ierr) PetscCall(cost_work_free(&w));
+    PetscCall(work_try("-cost_prompt_lengths fixed:0", &w, &ierr));
+    check("workload: a bad -cost_prompt_lengths is refused, naming the option", ierr && strstr(err_text(ierr), "-cost_prompt_lengths fixed:0") ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
     unlink(path);
     PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_lengths rollouts:%s", path));
     PetscCall(work_try(opts, &w, &ierr));
@@ -625,6 +676,7 @@ int main(int argc, char **argv)
   PetscCall(comm_setup());
   PetscCall(check_formulas());
   PetscCall(check_simulator());
+  PetscCall(check_prompts());
   PetscCall(check_fusion());
   PetscCall(check_migrate());
   PetscCall(check_memory());

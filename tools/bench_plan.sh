@@ -6,8 +6,8 @@
 # timing, then PPO) and the PPO stage's measured time per iteration and per
 # call (run.h5 /timing/<stage>_max, median over the iterations after the
 # first) is set beside the estimate from the profile (-mode profile
-# -profile_file, the same plan options, the response lengths the run
-# produced: -cost_lengths rollouts:..., and their mean prompt length).
+# -profile_file, the same plan options, the prompt and response lengths
+# the run produced: -cost_lengths rollouts:...).
 # Prints one line per plan and call:
 #   plan <deck> <name> <what> measured <s> estimated <s> error <%>
 # and a summary line per deck and overall (median and worst |error| of the
@@ -52,10 +52,8 @@ for deck in "${decks[@]}"; do
     elif ! run 2 $D -sft_steps 10 -rm_steps 10 -rm_pairs 256 -rm_eval_pairs 32 -ppo_iterations $ITERS -ppo_eval_every 0 -ppo_checkpoint_every 0 -dump_rollouts $opts -output_dir $o >$o.log 2>&1; then
       echo "# $deck $name: the run failed: $(grep -m1 'error' $o.log)"; continue
     fi
-    # the cost model takes one prompt length for every sequence (default
-    # -task_len_max + 2, the longest): give it the mean of the run's prompts
-    plen=$("$PYTHON" -c "import sys, h5py; f = h5py.File(sys.argv[1], 'r'); print(round(float(f[sorted(f, key=lambda k: int(k.split('_')[1]))[-1]]['prompt_lengths'][()].mean())))" $o/ppo/rollouts.h5)
-    run 1 $D -mode profile -profile_file $d/$deck.h5 -profile_ranks 2 $opts $shape -cost_lengths rollouts:$o/ppo/rollouts.h5 -cost_prompt_len $plen >$o.est 2>&1 || { echo "# $deck $name: the estimate failed: $(tail -1 $o.est)"; continue; }
+    # the run's own rollouts: each response with its prompt's length
+    run 1 $D -mode profile -profile_file $d/$deck.h5 -profile_ranks 2 $opts $shape -cost_lengths rollouts:$o/ppo/rollouts.h5 >$o.est 2>&1 || { echo "# $deck $name: the estimate failed: $(tail -1 $o.est)"; continue; }
     "$PYTHON" - "$o/ppo/run.h5" "$o.est" "$deck" "$name" <<'PY' | tee -a "$all"
 import sys, re, h5py, numpy as np
 run, est, deck, name = sys.argv[1:]

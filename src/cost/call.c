@@ -98,9 +98,9 @@ double cost_expected_max(const CostWork *w, double r)
   int     n = w->nlen, k = (int)PetscMax(1, PetscMin(n, floor(r + 0.5)));
   double *s, e = 0, lc;
 
-  if (n <= 0) return w->max_new;
-  if (PetscMalloc1(n, &s)) return w->max_new;
-  for (int i = 0; i < n; i++) s[i] = w->len[i];
+  if (n <= 0) return w->prompt_len + w->max_new;
+  if (PetscMalloc1(n, &s)) return w->prompt_len + w->max_new;
+  for (int i = 0; i < n; i++) s[i] = cost_seq_len(w, i);
   qsort(s, (size_t)n, sizeof *s, dcmp);
   /* P(the largest of k draws is the i-th smallest) = C(i-1, k-1) / C(n, k) */
   lc = lgamma(n + 1.0) - lgamma(k + 1.0) - lgamma(n - k + 1.0);
@@ -120,14 +120,14 @@ double cost_inference(const CostPrims *p, const CostWork *w, const PlanCall *c, 
   for (int d = 0; d < c->dp; d++) {
     int    r0 = B * d / c->dp, r1 = B * (d + 1) / c->dp, size, count;
     double sum = 0, top_t = 0;
-    /* micro-batches of consecutive rows, padded to their longest response;
+    /* micro-batches of consecutive rows, padded to their longest sequence;
      * pipelined as cost_pipeline does */
     cost_micro(w, c->mbs, r1 - r0, &size, &count);
     for (int k = 0; k < count; k++) {
       int    a = r0 + k * size, b = PetscMin(r1, a + size), top = 0;
       double t;
-      for (int i = a; i < b; i++) top = PetscMax(top, w->nlen ? w->len[i % w->nlen] : w->max_new);
-      t = cost_stage_time(p, m, COST_FWD, &L, b - a, w->prompt_len + top);
+      for (int i = a; i < b; i++) top = PetscMax(top, (int)cost_seq_len(w, i));
+      t = cost_stage_time(p, m, COST_FWD, &L, b - a, top);
       sum += t;
       top_t = PetscMax(top_t, t);
     }
@@ -160,7 +160,7 @@ static void train_mb(const CostWork *w, const PlanCall *c, double *rows, double 
   int share = w->batch / PetscMax(1, w->minibatches) / c->dp, size;
   cost_micro(w, c->mbs, share, &size, count);
   *rows = (double)share / *count;
-  *len  = w->prompt_len + cost_expected_max(w, *rows);
+  *len  = cost_expected_max(w, *rows);
 }
 
 double cost_training(const CostPrims *p, const CostWork *w, const Plan *plan, MFCId id, PetscBool zero1)

@@ -49,8 +49,9 @@ PetscBool cost_ranks_internode(const CostPrims *p, const int *ranks, int n);
  * 0 the mode's own size, batch / minibatches / micro rows. */
 void cost_micro(const CostWork *w, int mbs, int rows, int *size, int *count);
 
-/* The expected longest response among r rows drawn without replacement
- * from the workload's lengths (training micro-batches are shuffled rows). */
+/* The expected longest sequence (prompt and response) among r rows drawn
+ * without replacement from the workload's (training micro-batches are
+ * shuffled rows, padded to their longest). */
 double cost_expected_max(const CostWork *w, double r);
 
 /* Per-call times (call.c): inference and training; generation (gen.c) also
@@ -77,9 +78,11 @@ double cost_stream_rank(const CostPrims *p, const CostWork *w, const Plan *plan,
  * *gen_t when the last sample finishes. Fills est's migrate_* fields. */
 PetscErrorCode cost_migrate(const CostPrims *p, const CostWork *w, const Plan *plan, double *end, double *gen_t, CostEstimate *est);
 /* Generation helpers (gen.c) shared with migrate.c. A response's length
- * (the workload's, clipped to [1, max_new]); the replica of call c world
- * rank r is in (-1: none). */
+ * (the workload's, clipped to [1, max_new]), its prompt's, the two
+ * together; the replica of call c world rank r is in (-1: none). */
 double cost_response_len(const CostWork *w, int row);
+double cost_prompt_len(const CostWork *w, int row);
+double cost_seq_len(const CostWork *w, int row);
 int    cost_replica_of(const PlanCall *c, int r);
 /* One generation replica under continuous batching: S slots, mb
  * micro-batches, the active samples (row, tokens left, tokens decoded) and

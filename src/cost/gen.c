@@ -16,6 +16,16 @@ double cost_response_len(const CostWork *w, int row)
   return PetscMax(1, PetscMin(l, w->max_new));
 }
 
+double cost_prompt_len(const CostWork *w, int row)
+{
+  return w->plen && w->nlen ? w->plen[row % w->nlen] : w->prompt_len;
+}
+
+double cost_seq_len(const CostWork *w, int row)
+{
+  return cost_prompt_len(w, row) + cost_response_len(w, row);
+}
+
 /* Continuous batching as the engine does it: at most `S` samples decode
  * together, a finished sample's slot takes the next queued prompt
  * (prefilled at once), the prompts in queue order. Between two finishes
@@ -50,13 +60,17 @@ double cost_rep_fill(const CostPrims *p, const CostWork *w, const CostLayout *c,
   /* the new prompts' prefill gives their first token, and samples of one
    * token end there (their slots refill) */
   for (;;) {
-    int refill = 0;
+    int    refill = 0;
+    double plen   = 0;
     while (r->na < r->S && r->qh < r->qn) {
       int b = r->queue[r->qh++];
       r->row[r->na] = b, r->rem[r->na] = (int)cost_response_len(w, b) - 1, r->done[r->na++] = 0, refill++;
+      plen += cost_prompt_len(w, b);
     }
     if (!refill) break;
-    x += (PetscMin(r->mb, refill) + c->pp - 1) * cost_stage_time(p, m, COST_PREFILL, c, (double)refill / PetscMin(r->mb, refill), w->prompt_len);
+    /* the engine packs the new prompts' tokens into one forward: costed as
+     * prompts of their mean length */
+    x += (PetscMin(r->mb, refill) + c->pp - 1) * cost_stage_time(p, m, COST_PREFILL, c, (double)refill / PetscMin(r->mb, refill), plen / refill);
     for (int i = 0; i < r->na;)
       if (r->rem[i] == 0) {
         if (fin) fin[r->row[i]] = t + x;
@@ -79,8 +93,8 @@ double cost_rep_decode(const CostPrims *p, const CostWork *w, const CostLayout *
   double ctx = 0;
   int    inflight;
   if (!r->na || seg <= 0) return 0;
-  for (int i = 0; i < r->na; i++) ctx += r->done[i];
-  ctx      = w->prompt_len + 1 + ctx / r->na + 0.5 * (seg - 1);
+  for (int i = 0; i < r->na; i++) ctx += cost_prompt_len(w, r->row[i]) + r->done[i];
+  ctx      = 1 + ctx / r->na + 0.5 * (seg - 1);
   inflight = PetscMin(r->mb, r->na);
   return seg * PetscMax(inflight, c->pp) * cost_stage_time(p, m, COST_DECODE, c, (double)r->na / inflight, ctx);
 }
@@ -166,14 +180,14 @@ double cost_stream_rank(const CostPrims *p, const CostWork *w, const Plan *plan,
    * fuse_tokens tokens, the rest at the end; each served call runs on
    * its rows of the micro-batch, padded to their longest */
   for (int i = 0; i < n; i++) {
-    tokens += w->prompt_len + (int)cost_response_len(w, arr[i].row);
+    tokens += (int)cost_seq_len(w, arr[i].row);
     if (tokens < plan->fuse_tokens && i < n - 1) continue;
     t = PetscMax(t, arr[i].t);
     for (int k = 0; k < 3; k++) {
       int rows = 0, top = 0;
       for (int j = first; j <= i; j++)
-        if (need[k][arr[j].row]) rows++, top = PetscMax(top, (int)cost_response_len(w, arr[j].row));
-      if (rows) t += cost_stage_time(p, cost_call_shape(w, inf[k]), COST_FWD, &L[k], rows, w->prompt_len + top);
+        if (need[k][arr[j].row]) rows++, top = PetscMax(top, (int)cost_seq_len(w, arr[j].row));
+      if (rows) t += cost_stage_time(p, cost_call_shape(w, inf[k]), COST_FWD, &L[k], rows, top);
     }
     first  = i + 1;
     tokens = 0;

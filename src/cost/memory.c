@@ -148,7 +148,7 @@ PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *pl
     if (c == MFC_ACTOR_TRAIN || c == MFC_CRITIC_TRAIN) {
       int share = w->batch / PetscMax(1, w->minibatches) / pc->dp, size, count;
       cost_micro(w, pc->mbs, share, &size, &count);
-      T = w->prompt_len + cost_expected_max(w, (double)share / count);
+      T = cost_expected_max(w, (double)share / count);
     }
     for (int i = 0; i < pc->nranks; i++) {
       int    r = pc->ranks[i];

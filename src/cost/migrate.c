@@ -65,7 +65,7 @@ static PetscErrorCode migrate(MigSim *s, double *t_mig, CostEstimate *est)
 {
   const PlanCall  *c  = &s->plan->call[MFC_ACTOR_GEN];
   const CostShape *m  = &s->w->actor;
-  int              dp = s->dp, P = s->w->prompt_len, nr = c->tp * c->pp, moved = 0;
+  int              dp = s->dp, nr = c->tp * c->pp, moved = 0;
   /* one position of the cache on the rank holding the largest stage's
    * shard (keys and values), and on all ranks of a replica together */
   double kv_rank = 2.0 * cost_stage_layers(m, c->pp, 0) * m->n_embd * m->n_kv_head / m->n_head / c->tp * s->p->bytes_per_param;
@@ -77,7 +77,7 @@ static PetscErrorCode migrate(MigSim *s, double *t_mig, CostEstimate *est)
   s->n = 0;
   for (int d = 0; d < dp; d++) { /* the heads' lists: running, then waiting */
     CostRep *r = &s->rep[d];
-    for (int i = 0; i < r->na; i++) s->idx[s->n] = r->row[i], s->from[s->n] = d, s->kvl[s->n++] = P + r->done[i];
+    for (int i = 0; i < r->na; i++) s->idx[s->n] = r->row[i], s->from[s->n] = d, s->kvl[s->n++] = (int)cost_prompt_len(s->w, r->row[i]) + r->done[i];
     for (int j = r->qh; j < r->qn; j++) s->idx[s->n] = r->queue[j], s->from[s->n] = d, s->kvl[s->n++] = 0;
   }
   in = (FuseMigIn){dp, s->S, s->plan->migrate_to, s->n, s->from, s->idx, s->kvl};
@@ -89,7 +89,7 @@ static PetscErrorCode migrate(MigSim *s, double *t_mig, CostEstimate *est)
   for (int i = 0; i < s->n; i++) {
     double words, kvpos;
     if (s->to[i] == s->from[i]) continue;
-    words = 4 + (s->kvl[i] ? 3.0 * (s->kvl[i] - P + 1) : 0);
+    words = 4 + (s->kvl[i] ? 3.0 * (s->kvl[i] - cost_prompt_len(s->w, s->idx[i]) + 1) : 0);
     kvpos = s->kvl[i];
     pair[s->from[i] * dp + s->to[i]] += 4 * words + kvpos * kv_rank;
     total += nr * 4 * words + kvpos * kv_all;
@@ -125,7 +125,7 @@ static PetscErrorCode migrate(MigSim *s, double *t_mig, CostEstimate *est)
     CostRep *r = &s->rep[s->to[i]];
     if (s->to[i] == s->from[i]) continue;
     if (s->kvl[i]) {
-      int done = s->kvl[i] - P;
+      int done = s->kvl[i] - (int)cost_prompt_len(s->w, s->idx[i]);
       r->row[r->na] = s->idx[i], r->done[r->na] = done, r->rem[r->na++] = (int)cost_response_len(s->w, s->idx[i]) - 1 - done;
     } else r->queue[r->qn++] = s->idx[i];
   }

@@ -29,7 +29,7 @@ static int hist_pick(const int *val, const double *cum, int n, double u)
   return val[n - 1];
 }
 
-static PetscErrorCode lengths_hist(const char *spec, const char *path, int n, unsigned long long seed, int *len)
+static PetscErrorCode lengths_hist(const char *opt, const char *spec, const char *path, int n, unsigned long long seed, int *len)
 {
   FILE   *f = fopen(path, "r");
   int    *val = NULL, nv = 0, cap = 0, v, line = 0;
@@ -37,14 +37,14 @@ static PetscErrorCode lengths_hist(const char *spec, const char *path, int n, un
   char    buf[256];
 
   PetscFunctionBegin;
-  PetscCheck(f, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "-cost_lengths %s: histogram file %s cannot be read", spec, path);
+  PetscCheck(f, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: histogram file %s cannot be read", opt, spec, path);
   while (fgets(buf, sizeof buf, f)) {
     line++;
     if (buf[0] == '#' || buf[strspn(buf, " \t\r\n")] == 0) continue;
     if (sscanf(buf, "%d %lf", &v, &c) != 2 || v < 1 || c < 0) {
       fclose(f);
       PetscCall(PetscFree2(val, cum));
-      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "-cost_lengths %s: line %d of %s: expected 'length count' with a length >= 1 and a count >= 0", spec, line, path);
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s %s: line %d of %s: expected 'length count' with a length >= 1 and a count >= 0", opt, spec, line, path);
     }
     if (nv == cap) {
       int    *nval;
@@ -65,89 +65,125 @@ static PetscErrorCode lengths_hist(const char *spec, const char *path, int n, un
   fclose(f);
   if (!nv || cum[nv - 1] <= 0) {
     PetscCall(PetscFree2(val, cum));
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "-cost_lengths %s: %s holds no length with a positive count", spec, path);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s %s: %s holds no length with a positive count", opt, spec, path);
   }
   for (int i = 0; i < n; i++) len[i] = hist_pick(val, cum, nv, rng_uniform(seed, COST_RNG_STREAM, 0, (uint32_t)i, 0));
   PetscCall(PetscFree2(val, cum));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Every iteration's /iter_<k>/response_lengths of a rollouts.h5, pooled. */
+/* Every iteration's /iter_<k>/response_lengths of a rollouts.h5 (or only
+ * the group named `only`), pooled, with /iter_<k>/prompt_lengths beside
+ * them where every iteration has them (nprompt counts those that do not). */
 typedef struct {
-  int *pool, n, cap;
-  int  prompt_sum, prompt_n;
+  int        *pool, *ppool, n, cap, nprompt;
+  const char *only;
 } RollRead;
+
+static int roll_read(hid_t g, const char *path, int *dst)
+{
+  hid_t d = H5Dopen2(g, path, H5P_DEFAULT);
+  int   ok;
+  if (d < 0) return -1;
+  ok = H5Dread(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0 ? -1 : 0;
+  H5Dclose(d);
+  return ok;
+}
 
 static herr_t roll_iter(hid_t g, const char *name, const H5L_info_t *info, void *ctx)
 {
   RollRead *r = ctx;
   hid_t     d, sp;
-  hssize_t  n;
-  char      path[128];
+  hssize_t  n, np = -1;
+  char      path[128], ppath[128];
 
   (void)info;
-  if (strncmp(name, "iter_", 5)) return 0;
+  if (strncmp(name, "iter_", 5) || (r->only && strcmp(name, r->only))) return 0;
   PetscSNPrintf(path, sizeof path, "%s/response_lengths", name);
+  PetscSNPrintf(ppath, sizeof ppath, "%s/prompt_lengths", name);
   if ((d = H5Dopen2(g, path, H5P_DEFAULT)) < 0) return -1;
   sp = H5Dget_space(d);
   n  = H5Sget_simple_extent_npoints(sp);
   H5Sclose(sp);
-  if (n < 0 || r->n + n > 1 << 24) return H5Dclose(d), -1;
+  H5Dclose(d);
+  if (n < 0 || r->n + n > 1 << 24) return -1;
+  if (H5Lexists(g, ppath, H5P_DEFAULT) > 0 && (d = H5Dopen2(g, ppath, H5P_DEFAULT)) >= 0) {
+    sp = H5Dget_space(d);
+    np = H5Sget_simple_extent_npoints(sp);
+    H5Sclose(sp);
+    H5Dclose(d);
+  }
   if (r->n + n > r->cap) {
     r->cap = (int)(2 * (r->n + n));
-    if (PetscRealloc((size_t)r->cap * sizeof(int), &r->pool)) return H5Dclose(d), -1;
+    if (PetscRealloc((size_t)r->cap * sizeof(int), &r->pool) || PetscRealloc((size_t)r->cap * sizeof(int), &r->ppool)) return -1;
   }
-  if (H5Dread(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, r->pool + r->n) < 0) return H5Dclose(d), -1;
-  H5Dclose(d);
+  if (roll_read(g, path, r->pool + r->n)) return -1;
+  if (np != n || roll_read(g, ppath, r->ppool + r->n)) r->nprompt++;
   r->n += (int)n;
   return 0;
 }
 
-static PetscErrorCode lengths_rollouts(const char *spec, const char *path, int n, unsigned long long seed, int *len)
+/* path is FILE.h5, or FILE.h5:iter_K for one iteration's rollout as it
+ * was, row by row (rows beyond its batch start over from its first). */
+static PetscErrorCode lengths_rollouts(const char *opt, const char *spec, char *path, int n, unsigned long long seed, int *len, int *plen, PetscBool *paired)
 {
   hid_t    file;
-  RollRead r = {NULL, 0, 0, 0, 0};
+  RollRead r    = {NULL, NULL, 0, 0, 0, NULL};
+  char    *iter = strrchr(path, ':');
   herr_t   e;
 
   PetscFunctionBegin;
+  if (iter && !strncmp(iter, ":iter_", 6) && iter[6] && strspn(iter + 6, "0123456789") == strlen(iter + 6)) *iter = 0, r.only = iter + 1;
   PetscCall(h5u_open_read("rollouts file", path, &file));
   e = H5Literate(file, H5_INDEX_NAME, H5_ITER_INC, NULL, roll_iter, &r);
   H5Fclose(file);
   if (e < 0 || r.n == 0) {
     PetscCall(PetscFree(r.pool));
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "-cost_lengths %s: %s has no readable /iter_<k>/response_lengths (write one with -dump_rollouts 1)", spec, path);
+    PetscCall(PetscFree(r.ppool));
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s %s: %s has no readable /%s/response_lengths (write one with -dump_rollouts 1)", opt, spec, path, r.only ? r.only : "iter_<k>");
   }
-  /* the pooled lengths, drawn with replacement for the batch */
-  for (int i = 0; i < n; i++) len[i] = r.pool[rng_u32(seed, COST_RNG_STREAM, 1, (uint32_t)i, 0) % (uint32_t)r.n];
+  /* the pooled rollouts, drawn with replacement for the batch, or the one
+   * iteration's in order: a response keeps its own prompt (their lengths go
+   * together on a task like sorting) */
+  *paired = plen && !r.nprompt;
+  for (int i = 0; i < n; i++) {
+    uint32_t k = r.only ? (uint32_t)i % (uint32_t)r.n : rng_u32(seed, COST_RNG_STREAM, 1, (uint32_t)i, 0) % (uint32_t)r.n;
+    len[i]     = r.pool[k];
+    if (*paired) plen[i] = r.ppool[k];
+  }
   PetscCall(PetscFree(r.pool));
+  PetscCall(PetscFree(r.ppool));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode cost_work_lengths(const char *spec, int n, int max_new, unsigned long long seed, int *len)
+PetscErrorCode cost_work_lengths(const char *opt, const char *spec, int n, int max, unsigned long long seed, int *len, int *plen, PetscBool *paired)
 {
   double a = 0, b = 0;
   char   rest[PETSC_MAX_PATH_LEN] = "";
 
   PetscFunctionBegin;
+  *paired = PETSC_FALSE;
   if (sscanf(spec, "lognormal:%lf:%lf", &a, &b) == 2) {
     /* median a, 99th percentile b: mu = ln a, sigma = (ln b - ln a) / z_0.99 */
     double mu = log(a), sigma = (log(b) - mu) / 2.3263478740408408;
-    PetscCheck(a >= 1 && b >= a, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_lengths %s: lognormal needs 1 <= median <= p99", spec);
+    PetscCheck(a >= 1 && b >= a, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %s: lognormal needs 1 <= median <= p99", opt, spec);
     for (int i = 0; i < n; i++) len[i] = (int)floor(exp(mu + sigma * rng_normal(seed, COST_RNG_STREAM, 2, (uint32_t)i, 0)) + 0.5);
   } else if (sscanf(spec, "uniform:%lf:%lf", &a, &b) == 2) {
-    PetscCheck(a >= 1 && b >= a, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_lengths %s: uniform needs 1 <= lo <= hi", spec);
+    PetscCheck(a >= 1 && b >= a, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %s: uniform needs 1 <= lo <= hi", opt, spec);
     for (int i = 0; i < n; i++) len[i] = (int)(a + floor(rng_uniform(seed, COST_RNG_STREAM, 3, (uint32_t)i, 0) * (b - a + 1)));
   } else if (sscanf(spec, "fixed:%lf", &a) == 1) {
-    PetscCheck(a >= 1 && a == floor(a), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_lengths %s: fixed needs a length >= 1", spec);
+    PetscCheck(a >= 1 && a == floor(a), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %s: fixed needs a length >= 1", opt, spec);
     for (int i = 0; i < n; i++) len[i] = (int)a;
   } else if (!strncmp(spec, "hist:", 5) && spec[5]) {
     PetscCall(PetscStrncpy(rest, spec + 5, sizeof rest));
-    PetscCall(lengths_hist(spec, rest, n, seed, len));
+    PetscCall(lengths_hist(opt, spec, rest, n, seed, len));
   } else if (!strncmp(spec, "rollouts:", 9) && spec[9]) {
     PetscCall(PetscStrncpy(rest, spec + 9, sizeof rest));
-    PetscCall(lengths_rollouts(spec, rest, n, seed, len));
-  } else SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "-cost_lengths '%s': expected lognormal:MEDIAN:P99, uniform:LO:HI, fixed:N, hist:FILE or rollouts:FILE.h5", spec);
-  for (int i = 0; i < n; i++) len[i] = PetscMax(1, PetscMin(len[i], max_new));
+    PetscCall(lengths_rollouts(opt, spec, rest, n, seed, len, plen, paired));
+  } else SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s '%s': expected lognormal:MEDIAN:P99, uniform:LO:HI, fixed:N, hist:FILE or rollouts:FILE.h5", opt, spec);
+  for (int i = 0; i < n; i++) len[i] = PetscMax(1, PetscMin(len[i], max));
+  if (*paired)
+    for (int i = 0; i < n; i++) plen[i] = PetscMax(1, plen[i]);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -193,9 +229,9 @@ static PetscErrorCode role_shape(const char *opt, const char *name, const char *
 
 PetscErrorCode cost_work_from_options(CostWork *w)
 {
-  char      lengths[PETSC_MAX_PATH_LEN + 16] = "", actor[64] = "", critic[64] = "", algo[16] = "ppo";
+  char      lengths[PETSC_MAX_PATH_LEN + 16] = "", plengths[PETSC_MAX_PATH_LEN + 16] = "", actor[64] = "", critic[64] = "", algo[16] = "ppo";
   PetscInt  seed = 1, len_max = 12;
-  PetscBool set;
+  PetscBool set, plen_set = PETSC_FALSE, paired = PETSC_FALSE;
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(w, sizeof *w));
@@ -214,7 +250,9 @@ PetscErrorCode cost_work_from_options(CostWork *w)
   w->critic_free = strcmp(algo, "ppo") ? PETSC_TRUE : PETSC_FALSE;
   PetscOptionsBegin(PETSC_COMM_WORLD, "cost_", "Cost model workload (docs/costmodel.md)", NULL);
   RfOptIntAsIntCost("-batch", "Rollout sequences per iteration (default -rollout_batch)", w->batch, &w->batch);
-  RfOptIntAsIntCost("-prompt_len", "Prompt tokens per sequence (default -task_len_max + 2)", w->prompt_len, &w->prompt_len);
+  RfOptIntAsIntCost("-prompt_len", "Prompt tokens per sequence, or the longest with -cost_prompt_lengths (default -task_len_max + 2)", w->prompt_len, &w->prompt_len);
+  PetscCall(PetscOptionsHasName(NULL, NULL, "-cost_prompt_len", &plen_set));
+  RfOptString("-prompt_lengths", "Prompt lengths, each clipped to -cost_prompt_len: the syntax of -cost_lengths (default: each response's own prompt with -cost_lengths rollouts:FILE, else every prompt -cost_prompt_len)", plengths, sizeof plengths);
   RfOptIntAsIntCost("-max_new", "Most response tokens (default -gen_max_new_tokens)", w->max_new, &w->max_new);
   RfOptIntAsIntCost("-minibatches", "PPO mini-batches per epoch (default -ppo_minibatches)", w->minibatches, &w->minibatches);
   RfOptIntAsIntCost("-microbatches", "Micro-batches per mini-batch of a call whose plan gives -<call>_mbs 0 (default -ppo_microbatches)", w->micro, &w->micro);
@@ -222,7 +260,7 @@ PetscErrorCode cost_work_from_options(CostWork *w)
   RfOptIntAsIntCost("-slots", "Samples a generation replica decodes together (default -gen_slots; 0: all of its rows)", w->gen_slots, &w->gen_slots);
   RfOptIntAsIntCost("-iterations", "Iterations the simulator runs (the first places the weights)", w->iterations, &w->iterations);
   RfOptBool("-critic_free", "No critic calls (default: -algo grpo or rloo)", w->critic_free, &w->critic_free);
-  RfOptString("-lengths", "Response lengths: lognormal:MEDIAN:P99, uniform:LO:HI, fixed:N, hist:FILE (lines 'length count') or rollouts:FILE.h5 (default fixed at -cost_max_new)", lengths, sizeof lengths);
+  RfOptString("-lengths", "Response lengths: lognormal:MEDIAN:P99, uniform:LO:HI, fixed:N, hist:FILE (lines 'length count') or rollouts:FILE.h5[:iter_K] (default fixed at -cost_max_new)", lengths, sizeof lengths);
   RfOptString("-actor_shape", "Actor and reference shape by name (llama2-7b, llama2-13b, codellama-34b, llama2-70b, llama-13b, llama-33b, llama-65b); default the -policy_ options (GPT-2)", actor, sizeof actor);
   RfOptString("-critic_shape", "Critic and reward shape by name, with a scalar head; default the actor's shape", critic, sizeof critic);
   PetscOptionsEnd();
@@ -241,13 +279,20 @@ PetscErrorCode cost_work_from_options(CostWork *w)
   w->reward = w->critic;
   w->nlen   = w->batch;
   PetscCall(PetscMalloc1(w->nlen, &w->len));
+  PetscCall(PetscMalloc1(w->nlen, &w->plen));
   if (!lengths[0]) PetscCall(PetscSNPrintf(lengths, sizeof lengths, "fixed:%d", w->max_new));
-  { /* a refused length specification must not keep the array */
-    PetscErrorCode ierr = cost_work_lengths(lengths, w->nlen, w->max_new, (unsigned long long)seed, w->len);
+  { /* a refused length specification must not keep the arrays */
+    PetscErrorCode ierr = cost_work_lengths("-cost_lengths", lengths, w->nlen, w->max_new, (unsigned long long)seed, w->len, plen_set || plengths[0] ? NULL : w->plen, &paired);
+    PetscBool      drawn;
 
+    /* prompts drawn apart from the responses: their own stream of draws */
+    if (!ierr && plengths[0]) ierr = cost_work_lengths("-cost_prompt_lengths", plengths, w->nlen, w->prompt_len, (unsigned long long)seed ^ 0x70726f6d707473ULL, w->plen, NULL, &drawn);
     if (ierr) PetscCall(cost_work_free(w));
     PetscCall(ierr);
   }
+  if (paired || plengths[0]) /* the longest prompt bounds the KV cache */
+    for (int i = 0; i < w->nlen; i++) w->prompt_len = PetscMax(w->prompt_len, w->plen[i]);
+  else PetscCall(PetscFree(w->plen)); /* every prompt -cost_prompt_len long */
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -255,6 +300,7 @@ PetscErrorCode cost_work_free(CostWork *w)
 {
   PetscFunctionBegin;
   PetscCall(PetscFree(w->len));
+  PetscCall(PetscFree(w->plen));
   w->nlen = 0;
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -114,20 +114,31 @@ static void cached_layout(const GPTConfig *cfg, const GPTShard *sh, int N_, floa
   *ni           = oi;
 }
 
+/* One slab buffer to `bytes`: where the backend can, the pages already
+ * touched stay (a slab that grows with the longest batch so far then costs
+ * each page once), else a fresh zeroed block. */
+static PetscErrorCode slab_grow(const Backend *be, void **p, size_t bytes)
+{
+  PetscFunctionBegin;
+  if (be->grow) PetscCall(be->grow(p, bytes));
+  else {
+    if (*p) PetscCall(be->free(*p));
+    *p = NULL;
+    PetscCall(be->alloc(bytes, p));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Grows a slab to at least (nf, ni) elements; contents are not kept. */
 static PetscErrorCode slab_reserve(const Backend *be, GPTSlab *s, size_t nf, size_t ni)
 {
   PetscFunctionBegin;
   if (nf > s->cap_f) {
-    if (s->slab_f) PetscCall(be->free(s->slab_f));
-    s->slab_f = NULL;
-    PetscCall(be->alloc(nf * sizeof(float), (void **)&s->slab_f));
+    PetscCall(slab_grow(be, (void **)&s->slab_f, nf * sizeof(float)));
     s->cap_f = nf;
   }
   if (ni > s->cap_i) {
-    if (s->slab_i) PetscCall(be->free(s->slab_i));
-    s->slab_i = NULL;
-    PetscCall(be->alloc(ni * sizeof(int), (void **)&s->slab_i));
+    PetscCall(slab_grow(be, (void **)&s->slab_i, ni * sizeof(int)));
     s->cap_i = ni;
   }
   PetscFunctionReturn(PETSC_SUCCESS);

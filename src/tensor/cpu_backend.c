@@ -5,6 +5,7 @@ static const Backend cpu_backend = {
   .name                = "cpu",
   .alloc               = cpu_alloc,
   .free                = cpu_free,
+  .grow                = cpu_grow,
   .to_host             = cpu_memcpy,
   .from_host           = cpu_memcpy,
   .copy                = cpu_memcpy,

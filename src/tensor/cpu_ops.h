@@ -81,6 +81,7 @@ PetscErrorCode cpu_colsum_accumulate(float *dst, const float *src, int N, int C)
 
 PetscErrorCode cpu_alloc(size_t bytes, void **ptr);
 PetscErrorCode cpu_free(void *ptr);
+PetscErrorCode cpu_grow(void **ptr, size_t bytes);
 PetscErrorCode cpu_memcpy(void *dst, const void *src, size_t bytes);
 PetscErrorCode cpu_zero(void *ptr, size_t bytes);
 PetscErrorCode cpu_sync(void);
