@@ -387,6 +387,44 @@ static PetscErrorCode check_memory(Tally *ty, const Backend *be)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Large blocks (the cpu maps them: zero pages on first touch) and grow,
+ * where the backend has it: from NULL, larger (the new part zero, the
+ * whole block usable), smaller (the block stays). Host-visible memory only. */
+static PetscErrorCode check_memory_large(Tally *ty, const Backend *be)
+{
+  const size_t n0 = 3 << 20 >> 2, n1 = 9 << 20 >> 2; /* 3 and 9 MiB of floats */
+  float       *a = NULL, *keep;
+  char         detail[256] = "";
+  int          ok = 1;
+
+  PetscFunctionBegin;
+  if (!be->grow || strcmp(be->name, "cpu")) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(be->grow((void **)&a, n0 * sizeof(float)));
+  if (!a || (uintptr_t)a % 64) ok = 0, strcat(detail, "grow from NULL: not 64-byte aligned; ");
+  for (size_t i = 0; ok && i < n0; i++)
+    if (a[i] != 0.0f) ok = 0, strcat(detail, "a large block is not zero-filled; ");
+  for (size_t i = 0; ok && i < n0; i++) a[i] = 1.0f;
+  PetscCall(be->grow((void **)&a, n1 * sizeof(float)));
+  if ((uintptr_t)a % 64) ok = 0, strcat(detail, "grown: not 64-byte aligned; ");
+  for (size_t i = n0; ok && i < n1; i++)
+    if (a[i] != 0.0f) ok = 0, strcat(detail, "the grown part is not zero; ");
+  for (size_t i = 0; ok && i < n1; i++) a[i] = (float)(i % 7);
+  keep = a;
+  PetscCall(be->grow((void **)&a, n0 * sizeof(float)));
+  if (a != keep) ok = 0, strcat(detail, "a smaller grow moved the block; ");
+  for (size_t i = 0; ok && i < n1; i++)
+    if (a[i] != (float)(i % 7)) ok = 0, strcat(detail, "a smaller grow changed the block; ");
+  PetscCall(be->free(a));
+  a = NULL;
+  PetscCall(be->alloc(n1 * sizeof(float), (void **)&a));
+  for (size_t i = 0; ok && i < n1; i++)
+    if (a[i] != 0.0f) ok = 0, strcat(detail, "alloc of a large block is not zero-filled; ");
+  PetscCall(be->grow((void **)&a, 64)); /* a small size: the large block is kept */
+  PetscCall(be->free(a));
+  report(ty, ok, "memory: large blocks zero-filled, grow (from NULL, larger, smaller)", detail);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode check_encoder(Tally *ty, const Backend *be, Rng *r)
 {
   const int N = 333, C = 160, V = 7, P = 11; /* few tokens/positions: many repeats */
@@ -968,6 +1006,7 @@ int main(int argc, char **argv)
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
   PetscCall(check_backend(&ty));
   PetscCall(check_memory(&ty, be));
+  PetscCall(check_memory_large(&ty, be));
   PetscCall(check_encoder(&ty, be, &r));
   PetscCall(check_layernorm(&ty, be, &r));
   PetscCall(check_matmul(&ty, be, &r, 0));

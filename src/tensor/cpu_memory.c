@@ -63,26 +63,21 @@ PetscErrorCode cpu_free(void *ptr)
 
 PetscErrorCode cpu_grow(void **ptr, size_t bytes)
 {
-  CpuHeader *h;
+  CpuHeader *h = *ptr ? (CpuHeader *)((char *)*ptr - CPU_HEADER) : NULL;
   void      *base;
 
   PetscFunctionBegin;
-  if (!*ptr || bytes < CPU_MAP_FROM || !((CpuHeader *)((char *)*ptr - CPU_HEADER))->mapped) {
-    PetscCall(cpu_free(*ptr));
-    PetscCall(cpu_alloc(bytes, ptr));
+  if (h && h->bytes >= bytes + CPU_HEADER) PetscFunctionReturn(PETSC_SUCCESS);
+  if (h && h->mapped && (base = mremap(h, h->bytes, bytes + CPU_HEADER, MREMAP_MAYMOVE)) != MAP_FAILED) {
+    h        = (CpuHeader *)base;
+    h->bytes = bytes + CPU_HEADER;
+    *ptr     = (char *)base + CPU_HEADER;
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  h = (CpuHeader *)((char *)*ptr - CPU_HEADER);
-  if (h->bytes >= bytes + CPU_HEADER) PetscFunctionReturn(PETSC_SUCCESS);
-  base = mremap(h, h->bytes, bytes + CPU_HEADER, MREMAP_MAYMOVE);
-  if (base == MAP_FAILED) { /* keep going with a fresh block */
-    PetscCall(cpu_free(*ptr));
-    PetscCall(cpu_alloc(bytes, ptr));
-    PetscFunctionReturn(PETSC_SUCCESS);
-  }
-  h        = (CpuHeader *)base;
-  h->bytes = bytes + CPU_HEADER;
-  *ptr     = (char *)base + CPU_HEADER;
+  /* a heap block, or a mapping that could not grow: a fresh block */
+  PetscCall(cpu_free(*ptr));
+  *ptr = NULL;
+  PetscCall(cpu_alloc(bytes, ptr));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
