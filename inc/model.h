@@ -165,6 +165,11 @@ PetscErrorCode gpt_optim_init(GPT *gpt); /* allocate zeroed m, v */
 PetscErrorCode gpt_optim_get(const GPT *gpt, float *m_host, float *v_host);
 PetscErrorCode gpt_optim_set(GPT *gpt, const float *m_host, const float *v_host, int step);
 
+/* Bytes by which this process's activation buffers (every model's) have
+ * grown so far: each growth is a first touch of new pages, which a run
+ * pays in the iterations that bring a longer batch than any before. */
+double gpt_acts_grown_bytes(void);
+
 /* Full forward of B sequences of length T (T <= n_positions); tok is host [B*T].
  * Afterwards gpt_logits/gpt_values point at the head's output (device). */
 PetscErrorCode gpt_forward(GPT *gpt, const int *tok, int B, int T);

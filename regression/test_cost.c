@@ -287,6 +287,18 @@ static PetscErrorCode check_prompts(void)
    * ends there; one step of rows 0, 2, 3 at contexts 3, 2, 2 (7); row 0
    * alone at 4, 5, 6 (15) */
   check_num("prompts: generation's prefill and contexts follow each prompt (10 + 7 + 15 s)", e.call_s[MFC_ACTOR_GEN], 32, 1e-12);
+  /* sequences of 2, 2, 2 and 6 tokens trained as dp 2 (2 rows a replica,
+   * one micro-batch): a replica's expected longest is 4 (the 6 is among
+   * 2 rows of 4 with probability 1/2), but both wait for the one holding
+   * the 6: 2 rows x 6 forward (12) and backward (24) */
+  {
+    int one[4] = {1, 1, 1, 1}, p4[4] = {1, 1, 1, 5};
+    tiny_work(&w, one, 4);
+    w.plen = p4;
+    base_plan(&plan, 2);
+    PetscCall(cost_estimate(&p, &w, &plan, &e));
+    check_num("prompts: dp replicas wait for the one with the longest sequence (2x6 + 2x2x6 s)", e.call_s[MFC_ACTOR_TRAIN], 36, 1e-12);
+  }
   per_token = PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -12,7 +12,10 @@
 # The last plan, "searched", is the one -mode plan finds for 2 ranks from
 # the profile and the colocated run's rollouts (-plan_time $PLAN_TIME, 20 s).
 # Prints one line per plan and call:
-#   plan <deck> <name> <what> measured <s> estimated <s> error <%>
+#   plan <deck> <name> <what> measured <s> estimated <s> error <%> iterations <n>
+# and the same with "steady" over only the iterations in which no rank's
+# activation buffers grew (run.h5 /metrics/acts_grown_bytes 0: the cost
+# model estimates the steady state, not the first touch of new pages);
 # a summary line per deck and overall (median and worst |error| of the
 # time per iteration), and per deck the searched plan's measured time
 # against the best measured preset. Usage: tools/bench_plan.sh [deck ...]
@@ -86,31 +89,39 @@ for line in open(est):
     if m: e["iteration"][k] = float(m.group(1))
     m = re.match(r"estimate: call \S+ (\S+) s \(run.h5 /timing/(\S+)\)", line)
     if m: e[m.group(2)][k] = float(m.group(1))
+m = h5py.File(run, "r")["metrics"]
+grown = m["acts_grown_bytes"][()] if "acts_grown_bytes" in m else None
 for w in ["iteration", "generation", "ref_inference", "reward_inference", "critic_inference", "actor_train", "critic_train", "fused_train"]:
     if w + "_max" not in t or not e[w]: continue
     ks = sorted(e[w])  # rollouts iter_k are run.h5 step k+1 (row k)
-    meas = float(np.mean([t[w + "_max"][k] for k in ks]))
-    est_ = float(np.mean([e[w][k] for k in ks]))
-    if meas <= 0: continue
-    print(f"plan {deck} {name} {w} measured {meas:.4f} estimated {est_:.4f} error {100 * (est_ / meas - 1):+.1f}%")
+    # all the iterations after the first, and the steady ones among them:
+    # no activation buffer grew (no first touch of new pages on any rank)
+    for tag, sel in (("plan", ks), ("steady", [k for k in ks if grown is not None and grown[k] == 0])):
+        if not sel: continue
+        meas = float(np.mean([t[w + "_max"][k] for k in sel]))
+        est_ = float(np.mean([e[w][k] for k in sel]))
+        if meas <= 0: continue
+        print(f"{tag} {deck} {name} {w} measured {meas:.4f} estimated {est_:.4f} error {100 * (est_ / meas - 1):+.1f}% iterations {len(sel)}")
 PY
   done
 done
 "$PYTHON" - "$all" <<'PY'
 import sys, collections, numpy as np
-rows = [l.split() for l in open(sys.argv[1]) if l.startswith("plan ")]
-by = collections.defaultdict(list)
-for r in rows:
-    if r[3] == "iteration": by[r[1]].append(abs(float(r[9].rstrip("%"))))
-for deck, v in list(by.items()) + [("all", [x for v in by.values() for x in v])]:
-    if v: print(f"summary {deck} plans {len(v)} median |error| {np.median(v):.1f}% worst {max(v):.1f}%")
-calls = [abs(float(r[9].rstrip("%"))) for r in rows if r[3] != "iteration"]
-if calls: print(f"summary per-call estimates {len(calls)} median |error| {np.median(calls):.1f}% worst {max(calls):.1f}%")
-for deck in by:
-    it = {r[2]: float(r[5]) for r in rows if r[1] == deck and r[3] == "iteration"}
-    pre = {n: it[n] for n in ("colocate", "interleave", "disaggregate") if n in it}
-    if "searched" in it and pre:
-        best = min(pre, key=pre.get)
-        print(f"summary {deck} searched plan measured {it['searched']:.4f} s/iter, best preset measured {best} {pre[best]:.4f}: {pre[best] / it['searched']:.2f}x")
+lines = [l.split() for l in open(sys.argv[1])]
+for tag in ("plan", "steady"):
+    rows = [r for r in lines if r and r[0] == tag]
+    by = collections.defaultdict(list)
+    for r in rows:
+        if r[3] == "iteration": by[r[1]].append(abs(float(r[9].rstrip("%"))))
+    for deck, v in list(by.items()) + [("all", [x for v in by.values() for x in v])]:
+        if v: print(f"summary {tag} {deck} plans {len(v)} median |error| {np.median(v):.1f}% worst {max(v):.1f}%")
+    calls = [abs(float(r[9].rstrip("%"))) for r in rows if r[3] != "iteration"]
+    if calls: print(f"summary {tag} per-call estimates {len(calls)} median |error| {np.median(calls):.1f}% worst {max(calls):.1f}%")
+    for deck in by:
+        it = {r[2]: float(r[5]) for r in rows if r[1] == deck and r[3] == "iteration"}
+        pre = {n: it[n] for n in ("colocate", "interleave", "disaggregate") if n in it}
+        if "searched" in it and pre:
+            best = min(pre, key=pre.get)
+            print(f"summary {tag} {deck} searched plan measured {it['searched']:.4f} s/iter, best preset measured {best} {pre[best]:.4f}: {pre[best] / it['searched']:.2f}x")
 PY
 echo "# load while measuring: $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) on $(nproc) cores"

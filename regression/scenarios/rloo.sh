@@ -62,7 +62,7 @@ with h5py.File(a + "/rollouts.h5", "r") as fa, h5py.File(b + "/rollouts.h5", "r"
             assert np.abs(x - y).max() <= 1e-4 * (np.abs(x).max() + 1e-6), (it, k, np.abs(x - y).max())
 with h5py.File(a + "/run.h5", "r") as fa, h5py.File(b + "/run.h5", "r") as fb:
     for k in fa["metrics"]:
-        if k != "tokens_per_s":
+        if k not in ("tokens_per_s", "acts_grown_bytes"):
             assert np.allclose(fa["metrics"][k][()], fb["metrics"][k][()], rtol=1e-4, atol=1e-5, equal_nan=True), k
 PY
 }

@@ -153,29 +153,42 @@ static double update_time(const CostPrims *p, const CostShape *m, const PlanCall
   return p->coll(p->ctx, COST_ALLREDUCE, c->dp, L->dp_inter, n * p->bytes_per_param) + p->optimizer(p->ctx, zero1 ? n / c->dp : n);
 }
 
-/* Rows and padded length of one training micro-batch, and how many a
- * replica runs per mini-batch. */
-static void train_mb(const CostWork *w, const PlanCall *c, double *rows, double *len, int *count)
+/* One training micro-batch's rows, and the padded lengths of a replica's
+ * micro-batches per mini-batch: count of them, the one holding the
+ * mini-batch's longest sequence (*big: the expected longest of all its
+ * rows) and the others (*len: the expected longest of a micro-batch's
+ * rows). Every replica waits for the one with the longest sequence at the
+ * gradient all-reduce, so that replica's micro-batches make the step. */
+static void train_mb(const CostWork *w, const PlanCall *c, double *rows, double *len, double *big, int *count)
 {
-  int share = w->batch / PetscMax(1, w->minibatches) / c->dp, size;
+  int mini = w->batch / PetscMax(1, w->minibatches), share = mini / c->dp, size;
   cost_micro(w, c->mbs, share, &size, count);
   *rows = (double)share / *count;
   *len  = cost_expected_max(w, *rows);
+  *big  = cost_expected_max(w, (double)mini);
+}
+
+/* Forward and backward of one micro-batch of rows x len. */
+static double train_fb(const CostPrims *p, const CostShape *m, const CostLayout *L, double rows, double len)
+{
+  return cost_stage_time(p, m, COST_FWD, L, rows, len) + cost_stage_time(p, m, COST_BWD, L, rows, len);
 }
 
 double cost_training(const CostPrims *p, const CostWork *w, const Plan *plan, MFCId id, PetscBool zero1)
 {
   const PlanCall  *c = &plan->call[id];
   const CostShape *m = cost_call_shape(w, id);
-  double           rows, len, fb, step;
+  double           rows, len, big, fb, fb_big, step;
   int              count;
   CostLayout       L;
 
   cost_layout(p, c, &L);
-  train_mb(w, c, &rows, &len, &count);
-  fb   = cost_stage_time(p, m, COST_FWD, &L, rows, len) + cost_stage_time(p, m, COST_BWD, &L, rows, len);
-  /* 1F1B: every stage runs m forwards and backwards, plus the fill and the drain */
-  step = (count + c->pp - 1) * fb + update_time(p, m, c, &L, zero1);
+  train_mb(w, c, &rows, &len, &big, &count);
+  fb     = train_fb(p, m, &L, rows, len);
+  fb_big = train_fb(p, m, &L, rows, big);
+  /* 1F1B: every stage runs its micro-batches, plus the fill and the drain
+   * (pp - 1 times the longest) */
+  step = (count - 1) * fb + fb_big + (c->pp - 1) * fb_big + update_time(p, m, c, &L, zero1);
   return (double)PetscMax(1, w->epochs) * PetscMax(1, w->minibatches) * step;
 }
 
@@ -185,19 +198,20 @@ double cost_training(const CostPrims *p, const CostWork *w, const Plan *plan, MF
 double cost_fused_training(const CostPrims *p, const CostWork *w, const Plan *plan)
 {
   const PlanCall *a = &plan->call[MFC_ACTOR_TRAIN], *c = &plan->call[MFC_CRITIC_TRAIN];
-  double          ra, la, rc, lc, step;
+  double          ra, la, ba, rc, lc, bc, step;
   FuseInst        in;
   CostLayout      La, Lc;
 
   cost_layout(p, a, &La);
   cost_layout(p, c, &Lc);
-  train_mb(w, a, &ra, &la, &in.m[0]);
-  train_mb(w, c, &rc, &lc, &in.m[1]);
+  train_mb(w, a, &ra, &la, &ba, &in.m[0]);
+  train_mb(w, c, &rc, &lc, &bc, &in.m[1]);
   in.pp[0]  = a->pp;
   in.pp[1]  = c->pp;
-  /* the schedule model's backward is twice its forward: f is a third of both */
-  in.f[0]   = (cost_stage_time(p, &w->actor, COST_FWD, &La, ra, la) + cost_stage_time(p, &w->actor, COST_BWD, &La, ra, la)) / 3;
-  in.f[1]   = (cost_stage_time(p, &w->critic, COST_FWD, &Lc, rc, lc) + cost_stage_time(p, &w->critic, COST_BWD, &Lc, rc, lc)) / 3;
+  /* the schedule model's micro-batches are equal and its backward is twice
+   * its forward: f is a third of the mean forward and backward */
+  in.f[0]   = ((in.m[0] - 1) * train_fb(p, &w->actor, &La, ra, la) + train_fb(p, &w->actor, &La, ra, ba)) / in.m[0] / 3;
+  in.f[1]   = ((in.m[1] - 1) * train_fb(p, &w->critic, &Lc, rc, lc) + train_fb(p, &w->critic, &Lc, rc, bc)) / in.m[1] / 3;
   in.mem[0] = in.mem[1] = 0;
   in.mem_cap = 0;
   step = fuse_lower_bound(&in) + update_time(p, &w->actor, a, &La, plan->zero1) + update_time(p, &w->critic, c, &Lc, plan->zero1);

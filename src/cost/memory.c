@@ -146,9 +146,8 @@ PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *pl
     double          T  = 0;
     if (!cost_call_used(w, (MFCId)c)) continue;
     if (c == MFC_ACTOR_TRAIN || c == MFC_CRITIC_TRAIN) {
-      int share = w->batch / PetscMax(1, w->minibatches) / pc->dp, size, count;
-      cost_micro(w, pc->mbs, share, &size, &count);
-      T = cost_expected_max(w, (double)share / count);
+      /* the replica holding the mini-batch's longest sequence */
+      T = cost_expected_max(w, (double)(w->batch / PetscMax(1, w->minibatches)));
     }
     for (int i = 0; i < pc->nranks; i++) {
       int    r = pc->ranks[i];

@@ -129,15 +129,21 @@ static PetscErrorCode slab_grow(const Backend *be, void **p, size_t bytes)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+static double acts_grown; /* gpt_acts_grown_bytes */
+
+double gpt_acts_grown_bytes(void) { return acts_grown; }
+
 /* Grows a slab to at least (nf, ni) elements; contents are not kept. */
 static PetscErrorCode slab_reserve(const Backend *be, GPTSlab *s, size_t nf, size_t ni)
 {
   PetscFunctionBegin;
   if (nf > s->cap_f) {
+    acts_grown += (double)(nf - s->cap_f) * sizeof(float);
     PetscCall(slab_grow(be, (void **)&s->slab_f, nf * sizeof(float)));
     s->cap_f = nf;
   }
   if (ni > s->cap_i) {
+    acts_grown += (double)(ni - s->cap_i) * sizeof(int);
     PetscCall(slab_grow(be, (void **)&s->slab_i, ni * sizeof(int)));
     s->cap_i = ni;
   }
