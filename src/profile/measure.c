@@ -2,8 +2,9 @@
  * model's public calls, as a run makes them, on models of 1 and 1+K layers
  * of the deck's shape: one block = (T(1+K) - T(1)) / K, the embedding is
  * timed alone through the backend's encoder op (plus the tp sum a sharded
- * embedding does), and the head is what remains of T(1). The critic shares
- * the actor's trunk, so only its 1-layer model is timed (its own head). */
+ * embedding does), and the head is what remains of T(1), smoothed to a line
+ * in the tokens (head_fit). The critic shares the actor's trunk, so only
+ * its 1-layer model is timed (its own head). */
 #include "profile_impl.h"
 #include <math.h>
 #include <stdlib.h>
@@ -30,8 +31,12 @@ PetscErrorCode prof_time(const ProfTimer *tm, ProfWork work, void *ctx, double *
     PetscCall(tm->be->sync());
     if (k >= tm->warmup) t[k - tm->warmup] = MPI_Wtime() - t0;
   }
+  /* the fastest repeat: interference from other processes only ever adds
+   * time, and the medians of 3 still let one busy spell of the machine
+   * triple a block's entry now and then (a block is a difference of two
+   * such timings) */
   qsort(t, (size_t)tm->repeats, sizeof *t, cmp_double);
-  med = tm->repeats % 2 ? t[tm->repeats / 2] : 0.5 * (t[tm->repeats / 2 - 1] + t[tm->repeats / 2]);
+  med = t[0];
   PetscCall(PetscFree(t));
   PetscCallMPI(MPI_Allreduce(&med, seconds, 1, MPI_DOUBLE, MPI_MAX, PETSC_COMM_WORLD));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -220,6 +225,40 @@ static void shape_of(const GPTConfig *cfg, PetscBool value_head, CostShape *s)
   s->vocab_size = cfg->vocab_size, s->n_positions = cfg->n_positions, s->gated = PETSC_FALSE, s->value_head = value_head;
 }
 
+/* The head's entries of one model, tp and phase, replaced by a straight
+ * line in its tokens (rows x len; decode: rows), fitted by Theil-Sen (the
+ * median of the pairwise slopes, then the median intercept). The head is a
+ * per-token matrix product and loss, so a line is its physics; what the
+ * grid holds is a small difference of two timings (the whole 1-layer model
+ * less a block and the embedding), whose noise alone made single entries
+ * 0 or 20 times their neighbours, and a median ignores those. */
+static PetscErrorCode head_fit(ProfileModel *m, int itp, int ph)
+{
+  int     n = m->nrows * m->nlen, np = 0;
+  double *x, *y, *sl, a, b;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc3(n, &x, n, &y, (size_t)n * n, &sl));
+  for (int ir = 0; ir < m->nrows; ir++)
+    for (int il = 0; il < m->nlen; il++) {
+      int k = ir * m->nlen + il;
+      x[k]  = ph == COST_DECODE ? m->rows[ir] : m->rows[ir] * m->len[il];
+      y[k]  = *profile_entry(m, itp, COST_PART_HEAD, ph, ir, il);
+    }
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++)
+      if (x[j] != x[i]) sl[np++] = (y[j] - y[i]) / (x[j] - x[i]);
+  qsort(sl, (size_t)np, sizeof *sl, cmp_double);
+  b = np ? PetscMax(0, np % 2 ? sl[np / 2] : 0.5 * (sl[np / 2 - 1] + sl[np / 2])) : 0;
+  for (int k = 0; k < n; k++) sl[k] = y[k] - b * x[k];
+  qsort(sl, (size_t)n, sizeof *sl, cmp_double);
+  a = PetscMax(0, n % 2 ? sl[n / 2] : 0.5 * (sl[n / 2 - 1] + sl[n / 2]));
+  for (int ir = 0; ir < m->nrows; ir++)
+    for (int il = 0; il < m->nlen; il++) *profile_entry(m, itp, COST_PART_HEAD, ph, ir, il) = a + b * x[ir * m->nlen + il];
+  PetscCall(PetscFree3(x, y, sl));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode prof_models(const ProfTimer *tm, const GPTConfig *cfg, const ProfGrid *gr, Profile *pf)
 {
   size_t  stride = (size_t)gr->nrows * gr->nlen, n = COST_NPHASE * stride;
@@ -262,6 +301,8 @@ PetscErrorCode prof_models(const ProfTimer *tm, const GPTConfig *cfg, const Prof
           *profile_entry(&pf->model[i], itp, COST_PART_HEAD, ph, ir, il)  = PetscMax(0, whole - block - e[k]);
         }
       }
+    for (int i = 0; i < 2; i++)
+      for (int ph = 0; ph < COST_NPHASE; ph++) PetscCall(head_fit(&pf->model[i], itp, ph));
   }
   PetscCall(PetscFree4(t1, tk, e, tc));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -68,7 +68,7 @@ PetscErrorCode profile_run(RunCtx *run, const Backend *be)
   ProfGrid  gr = {0};
   ProfTimer tm = {be, 1, 5};
   Profile   pf;
-  PetscInt  rows_max = 64, len_max = 256, repeats = 3, warmup = 1, extra = 2;
+  PetscInt  rows_max = 64, len_max = 256, repeats = 5, warmup = 1, extra = 2;
   PetscReal bytes_max = 64.0 * 1024 * 1024, opt_max = 4194304, mem = 0;
   char      output[PETSC_MAX_PATH_LEN] = "", file[PETSC_MAX_PATH_LEN] = "";
   PetscInt  world = run->size;
@@ -86,7 +86,7 @@ PetscErrorCode profile_run(RunCtx *run, const Backend *be)
   RfOptInt("-extra_layers", "The block's time is measured on models of 1 and 1+K layers: K", extra, &extra);
   RfOptReal("-bytes_max", "Largest collective message: 1 KiB, 4 KiB, ... up to it", bytes_max, &bytes_max);
   RfOptReal("-opt_max", "Largest AdamW parameter count: 1024, 4096, ... up to it", opt_max, &opt_max);
-  RfOptInt("-repeats", "Timed repetitions of each entry (the median is kept)", repeats, &repeats);
+  RfOptInt("-repeats", "Timed repetitions of each entry (the fastest is kept)", repeats, &repeats);
   RfOptInt("-warmup", "Untimed runs before the timed ones", warmup, &warmup);
   RfOptReal("-mem_per_rank", "Memory one rank may use, bytes, recorded for the cost model (0: the host's memory / ranks per node)", mem, &mem);
   RfOptString("-file", "Measure nothing: print the cost model's estimate of this deck's plan from this profile", file, sizeof file);
