@@ -69,10 +69,17 @@ static double train_state(const CostPrims *p, double n, int dp, PetscBool zero1)
   return n * (2 * p->bytes_per_param + opt / (zero1 ? dp : 1));
 }
 
+/* Training activations per layer and token of a micro-batch padded to T:
+ * Megatron's count (Korthikanti et al. 2022) in 16-bit, h (10 + 24/tp) +
+ * 5 heads T / tp bytes, scaled to the element size. */
+static double train_act(const CostShape *m, const PlanCall *c, double bp, double T)
+{
+  return (m->n_embd * (10 + 24.0 / c->tp) + 5.0 * m->n_head * T / c->tp) * bp / 2;
+}
+
 /* What the call adds on a rank of stage s while it runs (weights that are
- * not resident are added by the caller); T: a training micro-batch's
- * padded length. */
-static double call_transient(const CostPrims *p, const CostWork *w, const Plan *plan, MFCId id, int s, double T)
+ * not resident are added by the caller). */
+static double call_transient(const CostPrims *p, const CostWork *w, const Plan *plan, MFCId id, int s)
 {
   const PlanCall  *c  = &plan->call[id];
   const CostShape *m  = cost_call_shape(w, id);
@@ -87,18 +94,19 @@ static double call_transient(const CostPrims *p, const CostWork *w, const Plan *
     if (w->gen_slots > 0) rows = PetscMin(rows, w->gen_slots);
     x = rows * len * kv * L * bp + rows * logits * 4;
   } else if (id == MFC_ACTOR_TRAIN || id == MFC_CRITIC_TRAIN) {
-    /* Megatron's count (Korthikanti et al. 2022) per layer and token, in
-     * 16-bit: h (10 + 24/tp) + 5 heads len / tp bytes; scaled to the
-     * element size; the logits and their gradient in fp32 on the last stage */
-    int    share = w->batch / PetscMax(1, w->minibatches) / c->dp, size, count;
-    double rows, per;
-    int    fly;
+    /* the logits and their gradient in fp32 on the last stage */
+    int    mini = w->batch / PetscMax(1, w->minibatches), share = mini / c->dp, size, count, fly;
+    double rows, T, big;
     cost_micro(w, c->mbs, share, &size, &count);
     rows = (double)share / count;
-    per  = (h * (10 + 24.0 / c->tp) + 5.0 * m->n_head * T / c->tp) * bp / 2;
+    /* padded lengths: the micro-batch holding the mini-batch's longest
+     * sequence (on the replica every other waits for), the rest typical */
+    T    = cost_expected_max(w, rows);
+    big  = cost_expected_max(w, (double)mini);
     fly  = PetscMin(c->pp - s, count);
-    x           = fly * rows * T * L * per;
-    if (s == c->pp - 1) x += rows * T * logits * 8;
+    /* 1F1B keeps fly micro-batches' activations on stage s: the long one and fly - 1 others */
+    x    = rows * L * (big * train_act(m, c, bp, big) + (fly - 1) * T * train_act(m, c, bp, T));
+    if (s == c->pp - 1) x += rows * big * logits * 8;
   } else {
     int size, count;
     cost_micro(w, c->mbs, w->batch / c->dp, &size, &count);
@@ -143,17 +151,12 @@ PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *pl
   /* each call's peak on each of its ranks */
   for (int c = 0; c < MFC_COUNT; c++) {
     const PlanCall *pc = &plan->call[c];
-    double          T  = 0;
     if (!cost_call_used(w, (MFCId)c)) continue;
-    if (c == MFC_ACTOR_TRAIN || c == MFC_CRITIC_TRAIN) {
-      /* the replica holding the mini-batch's longest sequence */
-      T = cost_expected_max(w, (double)(w->batch / PetscMax(1, w->minibatches)));
-    }
     for (int i = 0; i < pc->nranks; i++) {
       int    r = pc->ranks[i];
       double x;
       s = i / (pc->dp * pc->tp);
-      x = resident[r] + call_transient(p, w, plan, (MFCId)c, s, T);
+      x = resident[r] + call_transient(p, w, plan, (MFCId)c, s);
       /* the call's own weights when they are not among the resident ones */
       if (weights_in[c]) x += cost_stage_params(cost_call_shape(w, (MFCId)c), pc->tp, pc->pp, s) * p->bytes_per_param;
       est->mem_call[c] = PetscMax(est->mem_call[c], x);
