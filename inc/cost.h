@@ -83,6 +83,7 @@ typedef struct {
   int       iterations;     /* iterations to simulate (the first one includes the initial weight placement) */
   int       gen_slots;      /* samples one generation replica decodes together (continuous batching); 0: all of its rows */
   int      *plen;           /* NULL, or each sequence's prompt length, paired with len[] (nlen of them) */
+  double   *seq_sorted;     /* NULL, or the nlen sequence lengths (prompt + response) in increasing order (cost_work_from_options fills it) */
 } CostWork;
 
 /* The estimate of one plan. */

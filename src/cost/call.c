@@ -95,18 +95,28 @@ static int dcmp(const void *a, const void *b)
 
 double cost_expected_max(const CostWork *w, double r)
 {
-  int     n = w->nlen, k = (int)PetscMax(1, PetscMin(n, floor(r + 0.5)));
-  double *s, e = 0, lc;
+  int           n = w->nlen, k = (int)PetscMax(1, PetscMin(n, floor(r + 0.5)));
+  double       *tmp = NULL, e = 0, z = 0, lw = 0, top;
+  const double *s = w->seq_sorted;
 
   if (n <= 0) return w->prompt_len + w->max_new;
-  if (PetscMalloc1(n, &s)) return w->prompt_len + w->max_new;
-  for (int i = 0; i < n; i++) s[i] = cost_seq_len(w, i);
-  qsort(s, (size_t)n, sizeof *s, dcmp);
-  /* P(the largest of k draws is the i-th smallest) = C(i-1, k-1) / C(n, k) */
-  lc = lgamma(n + 1.0) - lgamma(k + 1.0) - lgamma(n - k + 1.0);
-  for (int i = k; i <= n; i++) e += s[i - 1] * exp(lgamma((double)i) - lgamma((double)k) - lgamma((double)(i - k + 1)) - lc);
-  PetscFree(s);
-  return e;
+  if (!s) {
+    if (PetscMalloc1(n, &tmp)) return w->prompt_len + w->max_new;
+    for (int i = 0; i < n; i++) tmp[i] = cost_seq_len(w, i);
+    qsort(tmp, (size_t)n, sizeof *tmp, dcmp);
+    s = tmp;
+  }
+  /* P(the largest of k draws is the i-th smallest) = C(i-1, k-1) / C(n, k):
+   * the weights from i = n down, each the next one times (i-k)/(i-1),
+   * relative to the largest (1 at i = n), normalised by their sum */
+  for (int i = n; i >= k; i--) {
+    double x = exp(lw);
+    e += s[i - 1] * x, z += x;
+    if (i > k) lw += log((double)(i - k) / (i - 1));
+  }
+  top = e / z;
+  PetscFree(tmp);
+  return top;
 }
 
 double cost_inference(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostShape *m)

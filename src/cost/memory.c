@@ -78,8 +78,10 @@ static double train_act(const CostShape *m, const PlanCall *c, double bp, double
 }
 
 /* What the call adds on a rank of stage s while it runs (weights that are
- * not resident are added by the caller). */
-static double call_transient(const CostPrims *p, const CostWork *w, const Plan *plan, MFCId id, int s)
+ * not resident are added by the caller). T, big: a training call's padded
+ * micro-batch lengths, typical and the one holding the mini-batch's
+ * longest sequence (train_lengths). */
+static double call_transient(const CostPrims *p, const CostWork *w, const Plan *plan, MFCId id, int s, double T, double big)
 {
   const PlanCall  *c  = &plan->call[id];
   const CostShape *m  = cost_call_shape(w, id);
@@ -95,14 +97,10 @@ static double call_transient(const CostPrims *p, const CostWork *w, const Plan *
     x = rows * len * kv * L * bp + rows * logits * 4;
   } else if (id == MFC_ACTOR_TRAIN || id == MFC_CRITIC_TRAIN) {
     /* the logits and their gradient in fp32 on the last stage */
-    int    mini = w->batch / PetscMax(1, w->minibatches), share = mini / c->dp, size, count, fly;
-    double rows, T, big;
+    int    share = w->batch / PetscMax(1, w->minibatches) / c->dp, size, count, fly;
+    double rows;
     cost_micro(w, c->mbs, share, &size, &count);
     rows = (double)share / count;
-    /* padded lengths: the micro-batch holding the mini-batch's longest
-     * sequence (on the replica every other waits for), the rest typical */
-    T    = cost_expected_max(w, rows);
-    big  = cost_expected_max(w, (double)mini);
     fly  = PetscMin(c->pp - s, count);
     /* 1F1B keeps fly micro-batches' activations on stage s: the long one and fly - 1 others */
     x    = rows * L * (big * train_act(m, c, bp, big) + (fly - 1) * T * train_act(m, c, bp, T));
@@ -151,12 +149,22 @@ PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *pl
   /* each call's peak on each of its ranks */
   for (int c = 0; c < MFC_COUNT; c++) {
     const PlanCall *pc = &plan->call[c];
+    double          T = 0, big = 0;
     if (!cost_call_used(w, (MFCId)c)) continue;
+    if (c == MFC_ACTOR_TRAIN || c == MFC_CRITIC_TRAIN) {
+      /* padded lengths (once per call, not per rank): the micro-batch
+       * holding the mini-batch's longest sequence (on the replica every
+       * other waits for), the others typical */
+      int mini = w->batch / PetscMax(1, w->minibatches), size, count;
+      cost_micro(w, pc->mbs, mini / pc->dp, &size, &count);
+      T   = cost_expected_max(w, (double)(mini / pc->dp) / count);
+      big = cost_expected_max(w, (double)mini);
+    }
     for (int i = 0; i < pc->nranks; i++) {
       int    r = pc->ranks[i];
       double x;
       s = i / (pc->dp * pc->tp);
-      x = resident[r] + call_transient(p, w, plan, (MFCId)c, s);
+      x = resident[r] + call_transient(p, w, plan, (MFCId)c, s, T, big);
       /* the call's own weights when they are not among the resident ones */
       if (weights_in[c]) x += cost_stage_params(cost_call_shape(w, (MFCId)c), pc->tp, pc->pp, s) * p->bytes_per_param;
       est->mem_call[c] = PetscMax(est->mem_call[c], x);

@@ -293,6 +293,10 @@ PetscErrorCode cost_work_from_options(CostWork *w)
   if (paired || plengths[0]) /* the longest prompt bounds the KV cache */
     for (int i = 0; i < w->nlen; i++) w->prompt_len = PetscMax(w->prompt_len, w->plen[i]);
   else PetscCall(PetscFree(w->plen)); /* every prompt -cost_prompt_len long */
+  /* the sequences sorted once, for the expected longest of a micro-batch */
+  PetscCall(PetscMalloc1(w->nlen, &w->seq_sorted));
+  for (int i = 0; i < w->nlen; i++) w->seq_sorted[i] = (w->plen ? w->plen[i] : w->prompt_len) + w->len[i];
+  PetscCall(PetscSortReal(w->nlen, w->seq_sorted));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -301,6 +305,7 @@ PetscErrorCode cost_work_free(CostWork *w)
   PetscFunctionBegin;
   PetscCall(PetscFree(w->len));
   PetscCall(PetscFree(w->plen));
+  PetscCall(PetscFree(w->seq_sorted));
   w->nlen = 0;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
