@@ -17,15 +17,16 @@ BIN=${BIN:-bin} PLAN_TIME=${PLAN_TIME:-60} ONLY=${ONLY:-.}
 out=${1:-$(mktemp -d "${TMPDIR:-/tmp}/bench_search.XXXXXX")}
 mkdir -p "$out"
 hw=input/hardware/h100_sxm.deck
-# name | gpus | actor | critic | prompt | max_new | lengths
+# name | gpus | actor | critic | prompt | max_new | lengths | more options
+# (with 2048-token tails only micro-batches of a row or two fit: up to 32)
 settings=(
   "realhf-7b+7b|16|llama2-7b|llama2-7b|128|256|fixed:256"
   "realhf-13b+7b|32|llama2-13b|llama2-7b|128|256|fixed:256"
   "realhf-34b+7b|64|codellama-34b|llama2-7b|128|256|fixed:256"
   "realhf-70b+7b|128|llama2-70b|llama2-7b|128|256|fixed:256"
-  "rlhfuse-13b|256|llama-13b|llama-13b|512|2048|lognormal:256:2048"
-  "rlhfuse-33b|256|llama-33b|llama-33b|512|2048|lognormal:256:2048"
-  "rlhfuse-65b|256|llama-65b|llama-65b|512|2048|lognormal:256:2048"
+  "rlhfuse-13b|256|llama-13b|llama-13b|512|2048|lognormal:256:2048|-plan_max_mbs 32"
+  "rlhfuse-33b|256|llama-33b|llama-33b|512|2048|lognormal:256:2048|-plan_max_mbs 32"
+  "rlhfuse-65b|256|llama-65b|llama-65b|512|2048|lognormal:256:2048|-plan_max_mbs 32"
 )
 # the row's seconds per iteration, or "inf." when infeasible
 row() { awk -v k="$2" '$0 ~ "^  "k" " { x = $0; sub("^  "k" +", "", x); split(x, f, " "); print (f[1] == "infeasible:" || f[1] == "refused") ? "inf." : f[1]; exit }' "$1"; }
@@ -33,12 +34,12 @@ best() { printf '%s\n' "$@" | grep -v inf. | sort -g | head -1; }
 echo "| setting | GPUs | presets as given (best) | co-located, tuned | best tuned preset | searched, no fusion | searched, fusion | searched vs co-located | vs tuned preset | fusion gain | search s (no fusion / fusion) |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for s in "${settings[@]}"; do
-  IFS='|' read -r name gpus actor critic prompt maxnew lengths <<<"$s"
+  IFS='|' read -r name gpus actor critic prompt maxnew lengths more <<<"$s"
   echo "$name" | grep -q -- "$ONLY" || continue
   for fz in 0 1; do
     "$BIN/rlfuse" -mode plan -plan_ranks "$gpus" -cost_hardware $hw -cost_actor_shape "$actor" -cost_critic_shape "$critic" \
       -cost_batch 512 -cost_prompt_len "$prompt" -cost_max_new "$maxnew" -cost_lengths "$lengths" -cost_minibatches 4 -cost_iterations 2 -cost_slots 0 \
-      -plan_time "$PLAN_TIME" -plan_search_fusion $fz -seed 1 -plan_output "$out/$name.fuse$fz.h5" >"$out/$name.fuse$fz.log" 2>&1 ||
+      -plan_time "$PLAN_TIME" -plan_search_fusion $fz -seed 1 ${more:-} -plan_output "$out/$name.fuse$fz.h5" >"$out/$name.fuse$fz.log" 2>&1 ||
       { echo "$name: -mode plan failed, see $out/$name.fuse$fz.log" >&2; exit 1; }
   done
   l0=$out/$name.fuse0.log l1=$out/$name.fuse1.log

@@ -30,7 +30,14 @@ void search_options_default(SearchOptions *o)
 
 double search_cost(const CostEstimate *est)
 {
-  return est->feasible ? est->iter_s : 1e6 + est->mem_max / 1e9;
+  double mem = 0;
+  if (est->feasible) return est->iter_s;
+  /* infeasible: worse than any feasible plan, and the less memory every
+   * call needs the better (the sum, not the largest: a move that shrinks
+   * one call while another stays the fullest must still count, or the
+   * tuning of a plan where nothing fits never gets anywhere) */
+  for (int c = 0; c < MFC_COUNT; c++) mem += est->mem_call[c];
+  return 1e6 + (mem > 0 ? mem : est->mem_max) / 1e9;
 }
 
 /* -fuse_train switched on: actor_train becomes a pure pipeline over its
