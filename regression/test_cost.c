@@ -629,6 +629,15 @@ static PetscErrorCode check_work(void)
     for (int i = 0; !ierr && w.plen && i < w.nlen; i++) lo = PetscMin(lo, w.plen[i]), hi = PetscMax(hi, w.plen[i]);
     check("workload: -cost_prompt_lengths draws prompts apart, clipped to -cost_prompt_len", !ierr && w.plen && lo == 2 && hi == 30 ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
     if (!ierr) PetscCall(cost_work_free(&w));
+    PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_batch 8 -cost_minibatches 1 -cost_lengths rollouts:%s:iter_0", path));
+    PetscCall(work_try(opts, &w, &ierr));
+    same = !ierr && w.plen;
+    for (int i = 0; same && i < w.nlen; i++) same &= w.len[i] == lens[i % 6] && w.plen[i] == plens[i % 6];
+    check("workload: rollouts:FILE:iter_0 is that rollout row by row (then again from its first row)", same ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+    if (!ierr) PetscCall(cost_work_free(&w));
+    PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_lengths rollouts:%s:iter_7", path));
+    PetscCall(work_try(opts, &w, &ierr));
+    check("workload: a missing iteration is refused, naming it", ierr && strstr(err_text(ierr), "/iter_7/response_lengths") ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
     PetscCall(work_try("-cost_prompt_lengths fixed:0", &w, &ierr));
     check("workload: a bad -cost_prompt_lengths is refused, naming the option", ierr && strstr(err_text(ierr), "-cost_prompt_lengths fixed:0") ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
     unlink(path);
