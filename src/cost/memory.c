@@ -80,7 +80,7 @@ static double train_act(const CostShape *m, const PlanCall *c, double bp, double
 /* What the call adds on a rank of stage s while it runs (weights that are
  * not resident are added by the caller). T, big: a training call's padded
  * micro-batch lengths, typical and the one holding the mini-batch's
- * longest sequence (train_lengths). */
+ * longest sequence (cost_memory computes them once per call). */
 static double call_transient(const CostPrims *p, const CostWork *w, const Plan *plan, MFCId id, int s, double T, double big)
 {
   const PlanCall  *c  = &plan->call[id];

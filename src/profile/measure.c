@@ -18,7 +18,7 @@ static int cmp_double(const void *a, const void *b)
 
 PetscErrorCode prof_time(const ProfTimer *tm, ProfWork work, void *ctx, double *seconds)
 {
-  double *t, med;
+  double *t, best;
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(tm->repeats, &t));
@@ -36,9 +36,9 @@ PetscErrorCode prof_time(const ProfTimer *tm, ProfWork work, void *ctx, double *
    * triple a block's entry now and then (a block is a difference of two
    * such timings) */
   qsort(t, (size_t)tm->repeats, sizeof *t, cmp_double);
-  med = t[0];
+  best = t[0];
   PetscCall(PetscFree(t));
-  PetscCallMPI(MPI_Allreduce(&med, seconds, 1, MPI_DOUBLE, MPI_MAX, PETSC_COMM_WORLD));
+  PetscCallMPI(MPI_Allreduce(&best, seconds, 1, MPI_DOUBLE, MPI_MAX, PETSC_COMM_WORLD));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
