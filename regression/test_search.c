@@ -206,6 +206,17 @@ static PetscErrorCode run(void)
     report((PetscBool)(res.est.feasible && res.refused_infeasible > 0), "4 ranks: from an infeasible start the search returns a feasible plan and refuses infeasible ones after", detail);
     PetscCall(search_tune(sp, toy_objective, &toy, &start, &est));
     report(est.feasible, "4 ranks: tuning the colocated preset's strategies makes it fit", "still infeasible");
+    { /* an infeasible plan's cost: above every feasible one, and lower when
+       * any call needs less, even one that is not the fullest */
+      CostEstimate a, b, fit;
+      PetscCall(PetscMemzero(&a, sizeof a));
+      a.mem_call[MFC_ACTOR_TRAIN] = 90e9, a.mem_call[MFC_REF_INF] = 50e9, a.mem_max = 90e9;
+      b = a, b.mem_call[MFC_REF_INF] = 40e9;
+      PetscCall(PetscMemzero(&fit, sizeof fit));
+      fit.feasible = PETSC_TRUE, fit.iter_s = 1e5;
+      report((PetscBool)(search_cost(&b) < search_cost(&a) && search_cost(&fit) < search_cost(&b)),
+             "an infeasible plan costs more than any feasible one, and less when a call that is not the fullest shrinks", "not ordered");
+    }
     o.time_s   = 1e-9;
     o.max_iter = 1000000000L;
     PetscCall(search_anneal(sp, toy_objective, &toy, &start, 1, &o, &res));

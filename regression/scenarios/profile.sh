@@ -5,7 +5,7 @@
 # the collectives growing with the bytes; bad options stop with one
 # "rlfuse: error:" line and leave an existing profile as it was.
 . regression/lib.sh
-plan 13
+plan 14
 d="$RLFUSE_TMP/profile"; mkdir -p $d
 rl2() { "$MPIEXEC" $MPIEXEC_FLAGS -n 2 env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 model="-policy_n_layer 3 -policy_n_head 2 -policy_n_embd 32 -policy_vocab_size 16 -policy_n_positions 64"
@@ -35,6 +35,20 @@ s = m0["seconds"][()]
 whole = s[0, :, :, :, :].sum(axis=0)  # [phase][rows][len]
 res(whole[0, 2, 2] > 4 * whole[0, 0, 0] and whole[1, 2, 2] > 4 * whole[1, 0, 0],
     f"fwd and bwd grow with the tokens (fwd {whole[0,0,0]:.2e} -> {whole[0,2,2]:.2e} s, bwd {whole[1,0,0]:.2e} -> {whole[1,2,2]:.2e} s)")
+# the head (what remains of a 1-layer model less a block and the
+# embedding) is fitted to a line in the tokens (rows x len; decode: rows)
+rows, lens = m0["rows"][()], m0["len"][()]
+lin = True
+for m in (m0, m1):
+    h = m["seconds"][()][:, 2]  # [tp][phase][rows][len]
+    for ph in range(4):
+        x = np.outer(rows, np.ones_like(lens)) if ph == 3 else np.outer(rows, lens)
+        for t in range(h.shape[0]):
+            y = h[t, ph]
+            A = np.stack([np.ones(x.size), x.ravel()], axis=1)
+            coef = np.linalg.lstsq(A, y.ravel(), rcond=None)[0]
+            lin &= bool(np.allclose(A @ coef, y.ravel(), rtol=1e-9, atol=1e-15) and coef[0] >= -1e-15 and coef[1] >= -1e-18)
+res(lin, "the head's times lie on a line in the tokens, with intercept and slope >= 0 (Theil-Sen fit)")
 c = f["collectives/seconds"][()]
 # (p2p is left out: on a loaded machine a small ping-pong waits for the
 # peer's time slice, milliseconds, and hides the bytes)

@@ -4,7 +4,7 @@
 # the GPipe and 1F1B training schedules, the NaN stop, and bad input (the
 # pipeline's later stages checked before SFT starts).
 . regression/lib.sh
-plan 35
+plan 36
 d="$RLFUSE_TMP/rlhf"; mkdir -p $d
 ppo_deck=regression/decks/rlhf_tiny.deck
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture"
@@ -67,6 +67,11 @@ g = h5py.File(run + "/run.h5", "r")["metrics/eval_gold"][()]
 printed = float(re.search(r"held-out gold ([-0-9.]+), KL", open(run + "/../full.log").read()).group(1))
 assert g.shape == (4,) and np.isnan(g[[0, 2, 3]]).all(), g
 assert np.isfinite(g[1]) and abs(g[1] - printed) < 1e-3, (g, printed)
+PY
+"$PYTHON" - $d/full <<'PY' && ok "run.h5 /metrics/acts_grown_bytes: the first iteration grows the activation buffers from nothing, every value whole floats and >= 0" || not_ok "acts_grown_bytes in run.h5"
+import sys, h5py, numpy as np
+g = h5py.File(sys.argv[1] + "/run.h5", "r")["metrics/acts_grown_bytes"][()]
+assert g.shape == (4,) and g[0] > 0 and (g >= 0).all() and (g % 4 == 0).all(), g
 PY
 # restart from iteration 2: bit-identical weights, optimizer state and rollouts
 ppo -output_dir $d/resumed -restart $d/full/ckpt_000002.h5 -dump_rollouts >$d/resumed.log 2>&1 || not_ok "PPO restart"
