@@ -90,6 +90,9 @@ PetscErrorCode plan_from_options(int world, Plan *plan);
  * default settings (no offload, no ZeRO-1, 16 MiB buckets). gen_replicas 0:
  * one generation replica per rank of the generation half. */
 PetscErrorCode plan_preset(int world, Placement placement, int gen_replicas, Plan *plan);
+/* With -fuse_gen_inf stream, the disaggregated preset runs inference on the
+ * training half, which is idle during generation (a no-op otherwise). */
+void           plan_preset_stream_apart(Plan *plan);
 /* Every check before any compute; errors name the call and the option, e.g.
  * "-actor_gen_tp 3 does not divide -actor_n_head 4". Checks: ranks inside
  * the job and not repeated in a mesh; dp*tp*pp equal to the mesh size; tp

@@ -5,6 +5,7 @@
 
 #include <petscsys.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #if PETSC_VERSION_LT(3, 19, 0)
   #define PETSC_SUCCESS ((PetscErrorCode)0)
@@ -37,8 +38,11 @@ void sys_error_exit_hook(int (*fn)(void));
  * they include, with PETSc's rules (a regular text file of at most 1 MiB, no
  * BOM or binary bytes, lines of at most 4096 characters, '-name [value]' or
  * 'alias' lines, no include cycles). Returns non-zero with a one-line message
- * naming the deck and line in msg. */
-int sys_decks_check(int argc, char **argv, char *msg, size_t len);
+ * naming the deck and line in msg. With notes (rank 0's stdout), every option
+ * set more than once with different values (deck and command line, two
+ * decks, twice on one line) gets one line there: the value used, the last,
+ * and where each came from. */
+int sys_decks_check(int argc, char **argv, char *msg, size_t len, FILE *notes);
 
 /* ---- options ----------------------------------------------------------- */
 /* Every option a module reads is recorded (full name, effective value, and

@@ -84,7 +84,7 @@ int main(int argc, char **argv)
     int  rank;
 
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (sys_decks_check(argc, argv, msg, sizeof msg)) {
+    if (sys_decks_check(argc, argv, msg, sizeof msg, rank == 0 ? stdout : NULL)) {
       if (rank == 0) fprintf(stderr, "rlfuse: error: %s\n", msg);
       MPI_Finalize();
       return 1;

@@ -1,9 +1,10 @@
 # The driver: -help documents every module's options, -dry_run writes
 # nothing, the run record holds provenance, parameters, timings and metrics,
 # the SFT loss falls, -log_view reports the phases, and an earlier run record
-# is kept rather than overwritten.
+# is kept rather than overwritten; an option given twice with different
+# values is reported, one line naming the value used and where each came from.
 . regression/lib.sh
-plan 12
+plan 15
 d="$RLFUSE_TMP/driver"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -help >$d/help.txt 2>&1
 check "-help lists the options of every module" bash -c "grep -q -- -policy_n_layer $d/help.txt && grep -q -- -sft_steps $d/help.txt && grep -q -- -score_input $d/help.txt && grep -q -- -data_count $d/help.txt && grep -q -- -task_symbols $d/help.txt && grep -q -- -checkpoint_every $d/help.txt"
@@ -29,5 +30,11 @@ check "an earlier run record is kept as run.1.h5" bash -c "[ -f $d/run/run.1.h5 
 rlfuse -mode data -data_output $d/data.h5 -data_count 50 >/dev/null 2>&1 || not_ok "data mode"
 rlfuse -options_file $deck -output_dir $d/fromfile -sft_data $d/data.h5 -sft_steps 3 >$d/ff.txt 2>&1
 check "SFT trains from a dataset file written by -mode data" grep -q "^step     3/3" $d/ff.txt
+printf -- '-options_file %s\n-sft_steps 3\n-seed 7\n' $deck >$d/twice.deck
+rlfuse -sft_steps 5 -options_file $d/twice.deck -seed 7 -sft_steps 2 -dry_run -output_dir $d/twice >$d/twice.txt 2>&1
+check "an option set four times (command line, an included deck, its includer) is one line: the value used, then the others with their decks and lines" grep -qxF "rlfuse: note: -sft_steps is given more than once: '2' (command line) is used, the last; overridden: '5' (command line), '8' (deck $deck line 11), '3' (deck $d/twice.deck line 2)" $d/twice.txt
+check "an option set twice to the same value, and one set once, are silent" bash -c "[ \$(grep -c '^rlfuse: note:' $d/twice.txt) -eq 1 ]"
+rlfuse -mode score -options_file $deck -dry_run -output_dir $d/twice2 >$d/mode.txt 2>&1
+check "a deck's -mode that beats the command line's is reported" grep -qF "rlfuse: note: -mode is given more than once: 'sft' (deck $deck line" $d/mode.txt
 check "docs/options.md is current (tools/options_doc.sh)" bash -c "tools/options_doc.sh $BIN | diff -q - docs/options.md"
 finish

@@ -3,7 +3,7 @@
 # each) writes /timeline to run.h5 (every rank, every iteration, each call's
 # start <= end) and tools/plot_timeline.py draws it.
 . regression/lib.sh
-plan 17
+plan 18
 d="$RLFUSE_TMP/fusion"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 fusion_fixture $d
@@ -51,6 +51,7 @@ stream "stream, 2 ranks (generation on 0, inference on 1)" 2 one st2 $S2
 stream "stream, 4 ranks (2 generation replicas; ref, reward, 2 critic replicas)" 4 one st4 $S4
 stream "stream with allowed sets (top-k 8), 4 ranks" 4 one_k st4k $S4 -gen_top_k 8
 stream "stream, GRPO (no critic) on 2 ranks" 2 one_g st_grpo $S2 -algo grpo -grpo_group 4
+stream "stream with -placement disaggregate (inference on the idle training half), 2 ranks" 2 one st_dis -placement disaggregate
 stream "stream held until generation ends (-fuse_hold), 2 ranks" 2 one held $S2 -fuse_hold
 check "-fuse_hold: no inference micro-batch starts before generation ends" "$PYTHON" -c "
 import h5py, numpy as np
@@ -86,7 +87,7 @@ bad() {
 }
 bad "-fuse_migrate_at 1.5" "-fuse_migrate_at 1.5 is outside \[0,1\]" -fuse_migrate_at 1.5 -fuse_gen_inf migrate
 bad "-fuse_migrate_at x" "-fuse_migrate_at x: expected" -fuse_migrate_at x
-bad "stream on a colocated plan" "ref_inf shares rank 0 with actor_gen" -fuse_gen_inf stream
+bad "stream on a colocated plan, naming what works" "ref_inf shares rank 0 with actor_gen, .*use -placement disaggregate" -fuse_gen_inf stream
 N=4 bad "stream with tp-sharded inference" "-ref_inf_tp 2 .* must be 1" -fuse_gen_inf stream -actor_gen_ranks 0 -ref_inf_ranks 2-3 -ref_inf_tp 2 -rew_inf_ranks 1 -critic_inf_ranks 1
 bad "migration onto more replicas than exist" "-fuse_migrate_replicas 3 exceeds the 2 replicas" -fuse_gen_inf migrate -fuse_migrate_replicas 3
 bad "-fuse_tokens 0" "-fuse_tokens 0 must be at least 1" -fuse_tokens 0

@@ -76,7 +76,7 @@ static PetscErrorCode fuse_check_stream(const Plan *plan, const PlanNeeds *needs
 
     if (!needs->cfg[inf[k]]) continue;
     r = plan_shared_rank(&plan->call[MFC_ACTOR_GEN], c);
-    PetscCheck(r < 0 || plan->fuse == FUSE_MIGRATE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s: %s shares rank %d with actor_gen, so it cannot run while generation does (give -%s_ranks and -actor_gen_ranks disjoint ranks, or use -fuse_gen_inf migrate)", mode, n, r, n);
+    PetscCheck(r < 0 || plan->fuse == FUSE_MIGRATE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s: %s shares rank %d with actor_gen, so it cannot run while generation does (use -placement disaggregate, which streams into the training half, or give -%s_ranks and -actor_gen_ranks disjoint ranks, or use -fuse_gen_inf migrate)", mode, n, r, n);
     PetscCheck(c->tp == 1 && c->pp == 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s runs %s on one-rank replicas: -%s_tp %d and -%s_pp %d must be 1", mode, n, n, c->tp, n, c->pp);
   }
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -174,6 +174,7 @@ PetscErrorCode plan_from_options(int world, Plan *plan)
   PetscCall(plan_base_from_options(world, plan));
   PetscCall(plan_settings_from_options(plan, &any));
   PetscCall(plan_fuse_from_options(plan, &any));
+  if (!strncmp(plan->source, "preset ", 7)) plan_preset_stream_apart(plan); /* before the per-call options, which override it */
   PetscCall(plan_fuse_train_options(plan, &any, &file_fused));
   for (int c = 0; c < MFC_COUNT; c++) PetscCall(plan_call_from_options(plan, (MFCId)c, &any));
   PetscCall(plan_fuse_train_derive(plan, file_fused));

@@ -161,6 +161,19 @@ static PetscErrorCode plan_preset_disaggregate(Plan *plan, int gen_replicas)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Streaming needs inference ranks that are idle while generation runs: the
+ * disaggregated preset's training half is, so with -fuse_gen_inf stream its
+ * inference calls move there (one-rank replicas), apart from generation. */
+void plan_preset_stream_apart(Plan *plan)
+{
+  int half = plan->world / 2;
+
+  if (plan->placement != PLACEMENT_DISAGGREGATE || plan->fuse != FUSE_STREAM) return;
+  plan_call_set(&plan->call[MFC_REF_INF], 0, half, half, 1);
+  plan_call_set(&plan->call[MFC_REW_INF], 0, half, half, 1);
+  plan_call_set(&plan->call[MFC_CRITIC_INF], 0, half, half, 1);
+}
+
 PetscErrorCode plan_preset(int world, Placement placement, int gen_replicas, Plan *plan)
 {
   PetscFunctionBegin;

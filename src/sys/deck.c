@@ -2,8 +2,14 @@
  * and answers a malformed deck with a 12-line traceback (or, for a deck that
  * includes itself, a stack overflow). This reads every deck named on the
  * command line, and every deck those include, with PETSc's rules, before
- * PETSc does, so a bad deck costs the user one line naming file and line. */
+ * PETSc does, so a bad deck costs the user one line naming file and line.
+ * On the way it notes where every option was set, in PETSc's order (command
+ * line left to right, a deck's lines where its -options_file stands; the
+ * last setting wins), so an option set twice with different values can be
+ * reported before the run: a deck's -mode silently beating the command
+ * line's is a run of the wrong job. */
 #include "sys.h"
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -15,14 +21,61 @@
 #define DECK_MAX_LINE  4096
 #define DECK_MAX_DEPTH 16
 
+/* One setting of an option: its name (lower case, one dash), value, and
+ * where it was given ("command line" or "deck PATH line N"). */
 typedef struct {
-  char  *msg;
-  size_t len;
+  char *name, *value, *where;
+} DeckSetting;
+
+typedef struct {
+  char        *msg;
+  size_t       len;
+  DeckSetting *set;
+  int          nset, capset;
   char   stack[DECK_MAX_DEPTH][PATH_MAX]; /* real paths of the decks being read, outermost first */
   int    depth;
 } DeckCheck;
 
 static int deck_file(DeckCheck *dc, const char *path);
+
+static char *deck_strdup(const char *s)
+{
+  size_t n = strlen(s) + 1;
+  char  *d = malloc(n);
+
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+/* Records that option name was set to value at where. */
+static int deck_note(DeckCheck *dc, const char *name, const char *value, const char *where)
+{
+  DeckSetting *s;
+
+  if (name[0] == '-' && name[1] == '-') name++; /* PETSc reads --name as -name */
+  if (dc->nset == dc->capset) {
+    int          cap = dc->capset ? 2 * dc->capset : 64;
+    DeckSetting *grown = realloc(dc->set, sizeof *grown * (size_t)cap);
+
+    if (!grown) goto oom;
+    dc->set    = grown;
+    dc->capset = cap;
+  }
+  s        = &dc->set[dc->nset];
+  s->name  = deck_strdup(name);
+  s->value = deck_strdup(value);
+  s->where = deck_strdup(where);
+  if (!s->name || !s->value || !s->where) {
+    free(s->name), free(s->value), free(s->where);
+    goto oom;
+  }
+  for (char *c = s->name; *c; c++) *c = (char)tolower((unsigned char)*c); /* PETSc's names ignore case */
+  dc->nset++;
+  return 0;
+oom:
+  snprintf(dc->msg, dc->len, "out of memory recording the options");
+  return 1;
+}
 
 /* Splits a line the way PETSc's options-file reader does: blanks separate
  * tokens, double quotes group, '#' starts a comment. Returns the count. */
@@ -78,7 +131,12 @@ static int deck_line(DeckCheck *dc, const char *path, int lineno, char *line)
     }
     return deck_file(dc, tok[1]);
   }
-  return 0;
+  {
+    char where[PATH_MAX + 32];
+
+    snprintf(where, sizeof where, "deck %s line %d", path, lineno);
+    return deck_note(dc, tok[0], n == 2 ? tok[1] : "", where);
+  }
 }
 
 static int deck_text(DeckCheck *dc, const char *path, char *text, size_t size)
@@ -169,10 +227,65 @@ static int deck_file(DeckCheck *dc, const char *path)
   return bad;
 }
 
-int sys_decks_check(int argc, char **argv, char *msg, size_t len)
+/* PETSc's test for an option name on the command line (PetscOptionsValidKey):
+ * a dash, optionally a second, then a letter; "-1" is a value. */
+static int deck_is_key(const char *a)
+{
+  if (a[0] != '-') return 0;
+  if (a[1] == '-') a++;
+  return isalpha((unsigned char)a[1]) != 0;
+}
+
+/* The command line in PETSc's order: each key takes the next argument as its
+ * value unless that is a key too; -options_file reads the deck right there. */
+static int deck_args(DeckCheck *dc, int argc, char **argv)
+{
+  for (int i = 1; i < argc; i++) {
+    if (!deck_is_key(argv[i])) continue;
+    if (!strcmp(argv[i], "-options_file")) {
+      if (i + 1 == argc) {
+        snprintf(dc->msg, dc->len, "-options_file needs a file name");
+        return 1;
+      }
+      if (deck_file(dc, argv[++i])) return 1;
+      continue;
+    }
+    if (i + 1 < argc && !deck_is_key(argv[i + 1])) {
+      if (deck_note(dc, argv[i], argv[i + 1], "command line")) return 1;
+      i++;
+    } else if (deck_note(dc, argv[i], "", "command line")) return 1;
+  }
+  return 0;
+}
+
+/* One line for every option set more than once with different values: the
+ * value used (the last) and where each came from. */
+static void deck_report_overrides(const DeckCheck *dc, FILE *out)
+{
+  for (int i = 0; i < dc->nset; i++) {
+    const DeckSetting *last = &dc->set[i];
+    int                differ = 0, first = 1;
+
+    for (int j = 0; j < i && first; j++) first = strcmp(dc->set[j].name, last->name) != 0;
+    if (!first) continue; /* reported with the option's first setting */
+    for (int j = i + 1; j < dc->nset; j++)
+      if (!strcmp(dc->set[j].name, dc->set[i].name)) {
+        differ |= strcmp(dc->set[j].value, dc->set[i].value) != 0;
+        last = &dc->set[j];
+      }
+    if (!differ) continue;
+    fprintf(out, "rlfuse: note: %s is given more than once: '%s' (%s) is used, the last; overridden:", last->name, last->value, last->where);
+    for (int j = i, k = 0; j < dc->nset; j++)
+      if (&dc->set[j] != last && !strcmp(dc->set[j].name, last->name)) fprintf(out, "%s '%s' (%s)", k++ ? "," : "", dc->set[j].value, dc->set[j].where);
+    fputc('\n', out);
+  }
+  fflush(out);
+}
+
+int sys_decks_check(int argc, char **argv, char *msg, size_t len, FILE *notes)
 {
   DeckCheck *dc = calloc(1, sizeof *dc);
-  int        bad = 0;
+  int        bad;
 
   if (!dc) {
     snprintf(msg, len, "out of memory checking the decks (%zu bytes)", sizeof *dc);
@@ -180,13 +293,10 @@ int sys_decks_check(int argc, char **argv, char *msg, size_t len)
   }
   dc->msg = msg;
   dc->len = len;
-  for (int i = 1; i < argc && !bad; i++) {
-    if (strcmp(argv[i], "-options_file")) continue;
-    if (i + 1 == argc) {
-      snprintf(msg, len, "-options_file needs a file name");
-      bad = 1;
-    } else bad = deck_file(dc, argv[++i]);
-  }
+  bad     = deck_args(dc, argc, argv);
+  if (!bad && notes) deck_report_overrides(dc, notes);
+  for (int i = 0; i < dc->nset; i++) free(dc->set[i].name), free(dc->set[i].value), free(dc->set[i].where);
+  free(dc->set);
   free(dc);
   return bad;
 }
