@@ -47,7 +47,7 @@ expect "seed past 32 bits"              "-seed: 4294967297 is out of range" -opt
 expect "infinite real option"           "-policy_lr: 'inf' is not a finite number" -options_file $deck -policy_lr inf
 expect "NaN real option"                "-policy_lr: 'nan' is not a finite number" -options_file $deck -policy_lr nan
 expect "n_embd whose 4x overflows int"  "-policy_n_embd 2147483646 is too large" -options_file $deck -policy_n_embd 2147483646 -policy_n_head 2 -dry_run
-expect "plan size past size_t"         "-plan_bucket_mb 1e+300 must be positive and at most 2^40" -options_file $deck -plan_bucket_mb 1e300
+expect "plan size past size_t"         "-plan_bucket_mb 1e+300 is out of range (expected a positive number up to 1.09951e+12)" -options_file $deck -plan_bucket_mb 1e300
 expect "infinite plan size"             "-plan_bucket_mb: 'inf' is not a finite number" -options_file $deck -plan_bucket_mb inf
 long=$d/$(printf 'x%.0s' $(seq 4100))
 keep= expect_error "output_dir longer than a path" "-output_dir: value of 4[0-9]* characters is longer than the 4095 allowed" -options_file $deck -output_dir $long

@@ -85,12 +85,12 @@ bad() {
   if [ "$(grep -c '^rlfuse: error:' $out.log)" = 1 ] && grep -q "^rlfuse: error: .*$pat" $out.log && [ ! -e $out/run.h5 ]; then ok "$what: one line, no work"
   else not_ok "$what: expected one line matching '$pat' and no run.h5, got: $(grep error $out.log | head -2)"; fi
 }
-bad "-fuse_migrate_at 1.5" "-fuse_migrate_at 1.5 is outside \[0,1\]" -fuse_migrate_at 1.5 -fuse_gen_inf migrate
+bad "-fuse_migrate_at 1.5" "-fuse_migrate_at 1.5 is out of range (expected a fraction in \[0,1\] or auto" -fuse_migrate_at 1.5 -fuse_gen_inf migrate
 bad "-fuse_migrate_at x" "-fuse_migrate_at x: expected" -fuse_migrate_at x
 bad "stream on a colocated plan, naming what works" "ref_inf shares rank 0 with actor_gen, .*use -placement disaggregate" -fuse_gen_inf stream
 N=4 bad "stream with tp-sharded inference" "-ref_inf_tp 2 .* must be 1" -fuse_gen_inf stream -actor_gen_ranks 0 -ref_inf_ranks 2-3 -ref_inf_tp 2 -rew_inf_ranks 1 -critic_inf_ranks 1
 bad "migration onto more replicas than exist" "-fuse_migrate_replicas 3 exceeds the 2 replicas" -fuse_gen_inf migrate -fuse_migrate_replicas 3
-bad "-fuse_tokens 0" "-fuse_tokens 0 must be at least 1" -fuse_tokens 0
+bad "-fuse_tokens 0" "-fuse_tokens 0 is out of range (expected a whole number in \[1, 1073741824\])" -fuse_tokens 0
 mpirun 2 $P $SPLIT -fuse_gen_inf stream -fuse_tokens 64 -fuse_migrate_at auto -output_dir $d/plan -dry_run >$d/plan.log 2>&1 || not_ok "dry run with -fuse_gen_inf stream"
 check "the fusion mode is printed with the plan" grep -q "fusion of generation and inference: stream, micro-batches of 64 tokens" $d/plan.log
 finish

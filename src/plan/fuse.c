@@ -6,58 +6,9 @@
 #include "plan_impl.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 const char *const FuseModeNames[] = {"none", "stream", "migrate", "FuseMode", "FUSE_", NULL};
-
-/* "auto" or a number; a value that is neither, or outside [0,1], is an error. */
-static PetscErrorCode fuse_parse_at(const char *s, double *at)
-{
-  char  *end;
-  double v;
-
-  PetscFunctionBegin;
-  if (!strcmp(s, "auto")) {
-    *at = -1;
-    PetscFunctionReturn(PETSC_SUCCESS);
-  }
-  v = strtod(s, &end);
-  PetscCheck(end != s && !*end, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-fuse_migrate_at %s: expected a fraction of the batch in [0,1] or auto", s);
-  PetscCheck(v >= 0 && v <= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-fuse_migrate_at %s is outside [0,1] (the fraction of the batch still generating when the tail migrates)", s);
-  *at = v;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode plan_fuse_from_options(Plan *plan, PetscBool *any)
-{
-  static const char *const names[] = {"-gen_inf", "-migrate_at", "-migrate_replicas", "-tokens", "-hold"};
-  PetscInt                 mode = plan->fuse, to = plan->migrate_to, tokens = plan->fuse_tokens;
-  char                     at[64];
-  PetscBool                given;
-
-  PetscFunctionBegin;
-  for (int i = 0; i < 5; i++) {
-    PetscCall(PetscOptionsHasName(NULL, "fuse_", names[i], &given));
-    if (given) *any = PETSC_TRUE;
-  }
-  if (plan->migrate_at < 0) PetscCall(PetscStrncpy(at, "auto", sizeof at));
-  else snprintf(at, sizeof at, "%g", plan->migrate_at);
-  PetscOptionsBegin(PETSC_COMM_WORLD, "fuse_", "Fusion of generation and inference", NULL);
-  RfOptEnum("-gen_inf", "Fuse generation and inference: none, stream (finished samples go to inference at once) or migrate (stream, and the long tail moves with its KV caches to fewer generation replicas, whose freed ranks run inference)", FuseModeNames, 3, &mode);
-  RfOptString("-migrate_at", "Migrate the unfinished samples when they fall to this fraction of the batch (0..1), or auto (from the previous iterations' lengths)", at, sizeof at);
-  RfOptInt("-migrate_replicas", "Generation replicas the tail migrates onto (0: the fewest whose slots hold it; never fewer than its running samples need)", to, &to);
-  RfOptInt("-tokens", "Token budget of a streamed inference micro-batch (runs when full or when generation ends)", tokens, &tokens);
-  RfOptBool("-hold", "Streamed samples wait until generation has ended before inference runs on them, in the same micro-batches (measures batching without overlap)", plan->fuse_hold, &plan->fuse_hold);
-  PetscOptionsEnd();
-  PetscCall(fuse_parse_at(at, &plan->migrate_at));
-  PetscCheck(to >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-fuse_migrate_replicas %d must be at least 0 (0: the fewest that hold the tail)", (int)to);
-  PetscCheck(tokens >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-fuse_tokens %d must be at least 1", (int)tokens);
-  plan->fuse        = (FuseMode)mode;
-  plan->migrate_to  = (int)to;
-  plan->fuse_tokens = (int)tokens;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
 
 /* Streaming needs inference ranks that are free while generation runs
  * (migration frees generation ranks, so with migrate they may share them),

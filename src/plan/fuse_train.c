@@ -27,21 +27,6 @@ static void plan_fuse_train_mesh(Plan *plan, int pp1)
     for (int k = 0; k < copies; k++) c->ranks[t * copies + k] = a->ranks[k * pp1 + pp1 - 1 - t];
 }
 
-PetscErrorCode plan_fuse_train_options(Plan *plan, PetscBool *any, PetscBool *file_fused)
-{
-  PetscBool fuse = plan->fuse_train, given;
-
-  PetscFunctionBegin;
-  *file_fused = plan->fuse_train; /* a fused plan file: its critic_train pp stands */
-  PetscCall(PetscOptionsHasName(NULL, NULL, "-fuse_train", &given));
-  if (given) *any = PETSC_TRUE;
-  PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Fused actor-critic training", NULL);
-  RfOptBool("-fuse_train", "PPO: train the critic on the actor_train ranks with the opposite pipeline direction (replicated when -critic_train_pp is smaller), both models' micro-batches interleaved by a fused schedule", fuse, &fuse);
-  PetscOptionsEnd();
-  plan->fuse_train = fuse;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 PetscErrorCode plan_fuse_train_derive(Plan *plan, PetscBool file_fused)
 {
   PetscBool ranks, dp, tp, pp;

@@ -43,15 +43,7 @@ static PetscErrorCode plan_base_file(int world, const char *path, Plan *plan)
     plan->nconc = n;
   }
   for (int k = 0; k < file.nconc; k++) PetscCall(plan_concurrent_add(plan, (MFCId)file.conc[k][0], (MFCId)file.conc[k][1]));
-  plan->offload   = file.offload;
-  plan->zero1     = file.zero1;
-  plan->bucket_mb = file.bucket_mb;
-  plan->fuse        = file.fuse;
-  plan->migrate_at  = file.migrate_at;
-  plan->migrate_to  = file.migrate_to;
-  plan->fuse_tokens = file.fuse_tokens;
-  plan->fuse_hold   = file.fuse_hold;
-  plan->fuse_train = file.fuse_train;
+  plan_settings_copy(plan, &file);
   plan->est_iter_s    = file.est_iter_s;
   plan->est_realloc_s = file.est_realloc_s;
   plan->est_mem       = file.est_mem;
@@ -102,24 +94,16 @@ static PetscErrorCode plan_concurrent_parse(Plan *plan, const char *pair)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode plan_settings_from_options(Plan *plan, PetscBool *any)
+static PetscErrorCode plan_concurrent_from_options(Plan *plan, PetscBool *any)
 {
-  static const char *const names[] = {"-offload", "-zero1", "-bucket_mb", "-concurrent"};
-  PetscReal                bucket  = plan->bucket_mb;
-  char                     pair[64] = "";
-  PetscBool                given;
+  char      pair[64] = "";
+  PetscBool given;
 
   PetscFunctionBegin;
-  for (int i = 0; i < 4; i++) PetscCall(plan_given("plan_", names[i], &given, any));
-  PetscOptionsBegin(PETSC_COMM_WORLD, "plan_", "Execution plan settings", NULL);
-  RfOptBool("-offload", "Offload frozen models to host memory between calls when their meshes overlap", plan->offload, &plan->offload);
-  RfOptBool("-zero1", "ZeRO-1: shard the AdamW moments over the dp replicas of the training calls", plan->zero1, &plan->zero1);
-  RfOptReal("-bucket_mb", "Gradient all-reduce and weight-sync bucket (MiB)", plan->bucket_mb, &bucket);
+  PetscCall(plan_given("plan_", "-concurrent", &given, any));
+  PetscOptionsBegin(PETSC_COMM_WORLD, "plan_", "Execution plan: calls that run at the same time", NULL); /* a title of its own: -help prints a (prefix, title) once */
   RfOptString("-concurrent", "Two calls that run at the same time on disjoint ranks, e.g. ref_inf,rew_inf", pair, sizeof pair);
   PetscOptionsEnd();
-  /* bytes are a size_t: a bucket beyond 2^40 MiB would not convert */
-  PetscCheck(bucket > 0 && bucket <= 1099511627776.0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_bucket_mb %g must be positive and at most 2^40", (double)bucket);
-  plan->bucket_mb = bucket;
   if (pair[0]) PetscCall(plan_concurrent_parse(plan, pair));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -172,10 +156,10 @@ PetscErrorCode plan_from_options(int world, Plan *plan)
 
   PetscFunctionBegin;
   PetscCall(plan_base_from_options(world, plan));
+  file_fused = plan->fuse_train; /* a fused plan file: its critic_train pp stands */
   PetscCall(plan_settings_from_options(plan, &any));
-  PetscCall(plan_fuse_from_options(plan, &any));
+  PetscCall(plan_concurrent_from_options(plan, &any));
   if (!strncmp(plan->source, "preset ", 7)) plan_preset_stream_apart(plan); /* before the per-call options, which override it */
-  PetscCall(plan_fuse_train_options(plan, &any, &file_fused));
   for (int c = 0; c < MFC_COUNT; c++) PetscCall(plan_call_from_options(plan, (MFCId)c, &any));
   PetscCall(plan_fuse_train_derive(plan, file_fused));
   if (any) { /* a changed plan: the file's estimate is not its estimate */

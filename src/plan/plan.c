@@ -183,14 +183,7 @@ PetscErrorCode plan_preset(int world, Placement placement, int gen_replicas, Pla
   plan->placement    = placement;
   plan->world        = world;
   plan->gen_replicas = gen_replicas;
-  plan->offload      = PETSC_FALSE;
-  plan->zero1        = PETSC_FALSE;
-  plan->bucket_mb    = 16;
-  plan->fuse         = FUSE_NONE;
-  plan->migrate_at   = 0.2;
-  plan->migrate_to   = 0;
-  plan->fuse_tokens  = 2048;
-  plan->fuse_hold    = PETSC_FALSE;
+  plan_settings_default(plan);
   PetscCall(PetscSNPrintf(plan->source, sizeof plan->source, "preset %s", PlacementNames[placement]));
   if (placement == PLACEMENT_COLOCATE || placement == PLACEMENT_AUTO) plan_preset_colocate(plan);
   else if (placement == PLACEMENT_INTERLEAVE) PetscCall(plan_preset_interleave(plan));

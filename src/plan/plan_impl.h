@@ -4,6 +4,7 @@
 #define RLFUSE_PLAN_IMPL_H
 
 #include "plan.h"
+#include <hdf5.h>
 
 /* Room for a rank list as shown in messages and tables; longer lists end in "...". */
 #define PLAN_RANKS_STR 256
@@ -21,16 +22,28 @@ const char *plan_ranks_str(const PlanCall *call, char *buf, size_t len);
 int plan_shared_rank(const PlanCall *a, const PlanCall *b);
 /* Appends the pair (a, b) unless it is there already, in either order. */
 PetscErrorCode plan_concurrent_add(Plan *plan, MFCId a, MFCId b);
-/* -fuse_train (fuse_train.c): the flag is read before the calls' options
- * (a fused critic_train's grid is not checked against its old ranks there),
- * and after them critic_train's mesh is derived from actor_train's;
- * file_fused: the base was a fused plan file. The check runs in plan_check. */
-PetscErrorCode plan_fuse_train_options(Plan *plan, PetscBool *any, PetscBool *file_fused);
+/* -fuse_train (fuse_train.c): the flag is read with the settings, before the
+ * calls' options (a fused critic_train's grid is not checked against its old
+ * ranks there), and after them critic_train's mesh is derived from
+ * actor_train's; file_fused: the base was a fused plan file. The check runs
+ * in plan_check. */
 PetscErrorCode plan_fuse_train_derive(Plan *plan, PetscBool file_fused);
 PetscErrorCode plan_fuse_train_check(const Plan *plan, const PlanNeeds *needs);
 
-/* -fuse_* options into the plan (src/plan/fuse.c); any: something was given. */
-PetscErrorCode plan_fuse_from_options(Plan *plan, PetscBool *any);
+/* The plan's settings (settings.c: offload, zero1, bucket_mb, the -fuse_*
+ * options), one table for all: the defaults; the options (any: something
+ * was given), range-checked naming the option; their /plan attributes
+ * (names and values, returns the count) and reading them back, checked
+ * naming the file; a copy of them from another plan. */
+void           plan_settings_default(Plan *plan);
+PetscErrorCode plan_settings_from_options(Plan *plan, PetscBool *any);
+int            plan_settings_attrs(const Plan *plan, const char **names, double *values);
+PetscErrorCode plan_settings_read(hid_t g, const char *where, Plan *plan);
+void           plan_settings_copy(Plan *dst, const Plan *src);
+#define PLAN_MAX_SETTINGS 16
+/* An attribute that must be a whole number in [lo, hi] (a double as
+ * written, or an integer in a hand-made file); errors name where. */
+PetscErrorCode plan_attr_int(hid_t obj, const char *where, const char *name, int lo, int hi, int *v);
 /* The fusion mode against the plan's meshes (PPO only: generation and the
  * inference calls in use). */
 PetscErrorCode plan_check_fusion(const Plan *plan, const PlanNeeds *needs);

@@ -54,7 +54,6 @@ PetscErrorCode plan_print(MPI_Comm comm, const Plan *plan, const PlanNeeds *need
 }
 
 /* ---- run record ----------------------------------------------------------------- */
-static const char *const plan_attrs[] = {"placement", "world", "gen_replicas", "offload", "zero1", "bucket_mb", "fuse_gen_inf", "fuse_migrate_at", "fuse_migrate_replicas", "fuse_tokens", "fuse_hold", "fuse_train", "est_iter_s", "est_realloc_s", "est_mem"};
 static const char *const call_attrs[] = {"dp", "tp", "pp", "mbs", "est_s"};
 
 /* /plan goes through put(): into an open run record, or into a new file. */
@@ -62,13 +61,20 @@ typedef PetscErrorCode (*PlanPut)(void *ctx, const char *group, const IODataset 
 
 static PetscErrorCode plan_put(PlanPut put, void *ctx, const Plan *plan, const PlanNeeds *needs)
 {
-  double    top[15] = {plan->placement, plan->world, plan->gen_replicas, plan->offload, plan->zero1, plan->bucket_mb, plan->fuse, plan->migrate_at, plan->migrate_to, plan->fuse_tokens, plan->fuse_hold, plan->fuse_train, plan->est_iter_s, plan->est_realloc_s, plan->est_mem};
-  IODataset conc   = {"concurrent", 2, {plan->nconc, 2}, plan->conc, PETSC_TRUE};
-  PetscBool est    = plan->est_iter_s > 0 ? PETSC_TRUE : PETSC_FALSE; /* the estimates only when there are some */
+  const char *names[3 + PLAN_MAX_SETTINGS + 3] = {"placement", "world", "gen_replicas"};
+  double      top[3 + PLAN_MAX_SETTINGS + 3]   = {plan->placement, plan->world, plan->gen_replicas};
+  int         n                                = 3 + plan_settings_attrs(plan, names + 3, top + 3);
+  IODataset   conc                             = {"concurrent", 2, {plan->nconc, 2}, plan->conc, PETSC_TRUE};
+  PetscBool   est                              = plan->est_iter_s > 0 ? PETSC_TRUE : PETSC_FALSE; /* the estimates only when there are some */
 
   PetscFunctionBegin;
+  if (est) { /* the search's estimate of the whole plan */
+    names[n] = "est_iter_s", top[n++] = plan->est_iter_s;
+    names[n] = "est_realloc_s", top[n++] = plan->est_realloc_s;
+    names[n] = "est_mem", top[n++] = plan->est_mem;
+  }
   /* /plan first: writing it replaces the group, children included */
-  PetscCall(put(ctx, "plan", &conc, plan->nconc ? 1 : 0, plan_attrs, top, est ? 15 : 12));
+  PetscCall(put(ctx, "plan", &conc, plan->nconc ? 1 : 0, names, top, n));
   for (int c = 0; c < MFC_COUNT; c++) {
     const PlanCall *call  = &plan->call[c];
     double          v[5]  = {call->dp, call->tp, call->pp, call->mbs, plan->est_call_s[c]};
@@ -151,67 +157,16 @@ typedef struct {
   Plan       *plan;
 } PlanReadCtx;
 
-/* Written as doubles, but a hand-made file (h5py) may hold integers; either
- * must be a whole number in [lo, hi]. */
-static PetscErrorCode plan_attr_int(hid_t obj, const char *where, const char *name, int lo, int hi, int *v)
-{
-  hid_t       attr, type;
-  H5T_class_t cls;
-  double      x;
-
-  PetscFunctionBegin;
-  PetscCheck(H5Aexists(obj, name) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no attribute %s", where, name);
-  attr = H5Aopen(obj, name, H5P_DEFAULT);
-  H5Call(attr, "%s: cannot open attribute %s (corrupt file?)", where, name);
-  type = H5Aget_type(attr);
-  cls  = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
-  PetscCall(h5u_close(&type));
-  PetscCall(h5u_close(&attr));
-  if (cls == H5T_INTEGER) {
-    int64_t i;
-
-    PetscCall(h5u_attr_read_int(obj, where, name, INT64_MIN, INT64_MAX, &i));
-    x = (double)i;
-  } else PetscCall(h5u_attr_read_double(obj, where, name, &x));
-  PetscCheck(x == (int)x && x >= lo && x <= hi, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s is %g, expected a whole number in [%d, %d]", where, name, x, lo, hi);
-  *v = (int)x;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 static PetscErrorCode plan_read_settings(hid_t g, const char *where, Plan *plan)
 {
-  int p, offload, zero1, fuse = 0;
+  int p;
 
   PetscFunctionBegin;
   PetscCall(plan_attr_int(g, where, "placement", 0, PLACEMENT_DISAGGREGATE, &p));
   PetscCall(plan_attr_int(g, where, "world", 1, PLAN_MAX_RANKS, &plan->world));
   PetscCall(plan_attr_int(g, where, "gen_replicas", 0, PLAN_MAX_RANKS, &plan->gen_replicas));
-  PetscCall(plan_attr_int(g, where, "offload", 0, 1, &offload));
-  PetscCall(plan_attr_int(g, where, "zero1", 0, 1, &zero1));
-  PetscCall(h5u_attr_read_double(g, where, "bucket_mb", &plan->bucket_mb));
-  PetscCheck(plan->bucket_mb > 0 && plan->bucket_mb <= 1099511627776.0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute bucket_mb is %g, expected a positive size up to 2^40 MiB", where, plan->bucket_mb);
   plan->placement = (Placement)p;
-  /* fusion settings: absent in files written before fusion existed (none) */
-  plan->fuse = FUSE_NONE, plan->migrate_at = 0.2, plan->migrate_to = 0, plan->fuse_tokens = 2048, plan->fuse_hold = PETSC_FALSE;
-  if (H5Aexists(g, "fuse_gen_inf") > 0) {
-    int f;
-    PetscCall(plan_attr_int(g, where, "fuse_gen_inf", 0, FUSE_MIGRATE, &f));
-    plan->fuse = (FuseMode)f;
-    PetscCall(h5u_attr_read_double(g, where, "fuse_migrate_at", &plan->migrate_at));
-    PetscCheck(plan->migrate_at == -1 || (plan->migrate_at >= 0 && plan->migrate_at <= 1), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute fuse_migrate_at is %g, expected a fraction in [0,1] or -1 (auto)", where, plan->migrate_at);
-    PetscCall(plan_attr_int(g, where, "fuse_migrate_replicas", 0, PLAN_MAX_RANKS, &plan->migrate_to));
-    PetscCall(plan_attr_int(g, where, "fuse_tokens", 1, 1 << 30, &plan->fuse_tokens));
-    if (H5Aexists(g, "fuse_hold") > 0) {
-      int h;
-      PetscCall(plan_attr_int(g, where, "fuse_hold", 0, 1, &h));
-      plan->fuse_hold = h ? PETSC_TRUE : PETSC_FALSE;
-    }
-  }
-  plan->offload   = offload ? PETSC_TRUE : PETSC_FALSE;
-  plan->zero1     = zero1 ? PETSC_TRUE : PETSC_FALSE;
-  /* files from before -fuse_train lack it: not fused */
-  if (H5Aexists(g, "fuse_train") > 0) PetscCall(plan_attr_int(g, where, "fuse_train", 0, 1, &fuse));
-  plan->fuse_train = fuse ? PETSC_TRUE : PETSC_FALSE;
+  PetscCall(plan_settings_read(g, where, plan));
   /* the search's estimate: only in files that have one */
   plan->est_iter_s = plan->est_realloc_s = plan->est_mem = 0;
   if (H5Aexists(g, "est_iter_s") > 0) {
