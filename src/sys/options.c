@@ -125,6 +125,22 @@ PetscErrorCode sys_option_check_length(const char *prefix, const char *name, siz
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode sys_option_check_nonempty(const char *prefix, const char *name, const char *const *list, PetscInt n)
+{
+  const char *value = NULL;
+  PetscBool   set;
+  char        choices[256] = "";
+
+  PetscFunctionBegin;
+  PetscCall(PetscOptionsFindPair(NULL, prefix, name, &value, &set));
+  if (!set || (value && value[0])) PetscFunctionReturn(PETSC_SUCCESS);
+  for (PetscInt i = 0; i < n; i++) {
+    if (i) PetscCall(PetscStrlcat(choices, ", ", sizeof choices));
+    PetscCall(PetscStrlcat(choices, list[i], sizeof choices));
+  }
+  SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "option -%s%s: the value is empty (choose one of %s)", prefix ? prefix : "", sys_option_bare(name), choices);
+}
+
 PetscErrorCode sys_option_given(const char *prefix, const char *name, PetscBool *given)
 {
   char full[128];

@@ -25,6 +25,7 @@ PetscErrorCode sys_run_setup(MPI_Comm comm, RunCtx *run)
   RfOptString("-output_dir", "Directory for run.h5, checkpoints and other outputs", run->output_dir, sizeof run->output_dir);
   RfOptBool("-dry_run", "Check the deck and the memory it needs, then exit", PETSC_FALSE, &run->dry_run);
   PetscOptionsEnd();
+  PetscCheck(run->output_dir[0], comm, PETSC_ERR_ARG_WRONG, "option -output_dir: the value is empty (give a directory, e.g. -output_dir out)");
   PetscCheck(run->seed >= 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "-seed %" PetscInt_FMT " must be non-negative", run->seed);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
