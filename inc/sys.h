@@ -189,6 +189,9 @@ PetscErrorCode sys_output_path(const RunCtx *run, const char *name, char *path, 
  * writes it once per job, rank 0, atomically. */
 PetscErrorCode sys_used_deck_at(const RunCtx *run);
 PetscErrorCode sys_used_deck_write(void);
+/* Bytes of memory this node can still give (MemAvailable, else physical
+ * memory): what batch sizes are checked against before allocating. */
+double sys_memory_available(void);
 /* Human-readable byte count, e.g. "12.3 MiB". */
 const char *sys_bytes_str(double bytes, char *buf, size_t len);
 

@@ -7,6 +7,7 @@
 #include <omp.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 double sys_wtime(void) { return MPI_Wtime(); }
 
@@ -82,4 +83,17 @@ const char *sys_bytes_str(double bytes, char *buf, size_t len)
   }
   snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", bytes, unit[u]);
   return buf;
+}
+
+double sys_memory_available(void)
+{
+  FILE  *f = fopen("/proc/meminfo", "r");
+  char   line[256];
+  double kib = -1;
+
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
+  if (f) fclose(f);
+  if (kib >= 0) return kib * 1024.0;
+  return (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
 }
