@@ -103,11 +103,13 @@ PetscErrorCode sys_param_record(const char *prefix, const char *name, const char
     RfOptCall(sys_param_record(PetscOptionsObject->prefix, name, buf, set_));          \
   } while (0)
 
-/* buf holds the default on entry; the value must be one of list[0..n). */
+/* buf holds the default on entry; the value must be one of list[0..n).
+ * An empty value is refused: PETSc would take it as the default. */
 #define RfOptEnum(name, help, list, n, idx)                                                    \
   do {                                                                                         \
     PetscBool set_ = PETSC_FALSE;                                                              \
     PetscInt  i_   = *(idx);                                                                   \
+    RfOptCall(sys_option_check_nonempty(PetscOptionsObject->prefix, name, list, n));           \
     RfOptCall(PetscOptionsEList(name, help, NULL, list, n, list[i_], &i_, &set_));             \
     *(idx) = i_;                                                                               \
     RfOptCall(sys_param_record(PetscOptionsObject->prefix, name, list[i_], set_));             \
@@ -128,6 +130,9 @@ PetscErrorCode sys_option_check_number(const char *prefix, const char *name, Sys
 /* Fails if the option's value does not fit a buffer of len bytes (PETSc
  * would cut it silently: a cut path names another file). */
 PetscErrorCode sys_option_check_length(const char *prefix, const char *name, size_t len);
+/* Fails if the option is given with an empty value (PETSc would take the
+ * default: `-mode ''` ran SFT); the message lists the n choices. */
+PetscErrorCode sys_option_check_nonempty(const char *prefix, const char *name, const char *const *list, PetscInt n);
 
 /* The recorded options, in the order they were read. */
 PetscErrorCode sys_params_get(const SysParam **params, int *n);
@@ -188,6 +193,9 @@ PetscErrorCode sys_output_path(const RunCtx *run, const char *name, char *path, 
  * writes it once per job, rank 0, atomically. */
 PetscErrorCode sys_used_deck_at(const RunCtx *run);
 PetscErrorCode sys_used_deck_write(void);
+/* Bytes of memory this node can still give (MemAvailable, else physical
+ * memory): what batch sizes are checked against before allocating. */
+double sys_memory_available(void);
 /* Human-readable byte count, e.g. "12.3 MiB". */
 const char *sys_bytes_str(double bytes, char *buf, size_t len);
 

@@ -638,6 +638,21 @@ static PetscErrorCode check_work(void)
     PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_lengths rollouts:%s:iter_7", path));
     PetscCall(work_try(opts, &w, &ierr));
     check("workload: a missing iteration is refused, naming it", ierr && strstr(err_text(ierr), "/iter_7/response_lengths") ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+    { /* a negative length: refused, not clamped to 1 (which halved the estimate) */
+      int neg = -5;
+      hsize_t one = 1, at = 4;
+      h  = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+      d  = H5Dopen2(h, "iter_0/response_lengths", H5P_DEFAULT);
+      sp = H5Dget_space(d);
+      H5Sselect_elements(sp, H5S_SELECT_SET, 1, &at);
+      g = H5Screate_simple(1, &one, NULL);
+      H5Dwrite(d, H5T_NATIVE_INT, g, sp, H5P_DEFAULT, &neg);
+      H5Sclose(g), H5Sclose(sp), H5Dclose(d), H5Fclose(h);
+      PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_batch 8 -cost_minibatches 1 -cost_lengths rollouts:%s", path));
+      PetscCall(work_try(opts, &w, &ierr));
+      check("workload: a negative response length in a rollouts file is refused, naming file and element", ierr && strstr(err_text(ierr), "/iter_0/response_lengths[4] is -5") && strstr(err_text(ierr), path) ? PETSC_TRUE : PETSC_FALSE, ierr ? err_text(ierr) : "accepted");
+      if (!ierr) PetscCall(cost_work_free(&w));
+    }
     PetscCall(work_try("-cost_prompt_lengths fixed:0", &w, &ierr));
     check("workload: a bad -cost_prompt_lengths is refused, naming the option", ierr && strstr(err_text(ierr), "-cost_prompt_lengths fixed:0") ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
     unlink(path);

@@ -337,16 +337,17 @@ static PetscErrorCode test_ckpt_atomic(void)
 }
 
 /* A killed run leaves "<path>.tmp.<host>.<pid>"; the next write into the
- * directory removes it, but not the temporary of a live process or of
- * another host (a shared file system). */
+ * directory removes it, and so the temporary named with the PID of a live
+ * process that does not hold its lock (a reused PID), but not the temporary
+ * of a live writer (its lock held) or of another host (a shared file system). */
 static PetscErrorCode test_stale_tmp(void)
 {
   GPTConfig lm = small_config(GPT_HEAD_LM);
   GPT      *gpt;
   CkptState st = {1, 0, 1, 0};
-  char      path[PETSC_MAX_PATH_LEN], mine[PETSC_MAX_PATH_LEN], stale[PETSC_MAX_PATH_LEN + 32], live[PETSC_MAX_PATH_LEN + 32], other[PETSC_MAX_PATH_LEN + 32];
+  char      path[PETSC_MAX_PATH_LEN], mine[PETSC_MAX_PATH_LEN], stale[PETSC_MAX_PATH_LEN + 32], live[PETSC_MAX_PATH_LEN + 32], other[PETSC_MAX_PATH_LEN + 32], reused[PETSC_MAX_PATH_LEN + 32];
   pid_t     dead;
-  int       ok_stale, ok_live, ok_other;
+  int       ok_stale, ok_live, ok_other, ok_reused, lock = -1;
 
   PetscFunctionBegin;
   PetscCall(make_model(&lm, 6, PETSC_FALSE, &gpt));
@@ -363,9 +364,12 @@ static PetscErrorCode test_stale_tmp(void)
     snprintf(stale, sizeof stale, "%s.%d", mine, (int)dead);
     snprintf(live, sizeof live, "%s.%d", mine, (int)getppid());
     snprintf(other, sizeof other, "%s.tmp.otherhost.%d", path, (int)dead);
+    snprintf(reused, sizeof reused, "%s.%d", mine, 1); /* init: alive, never a writer */
     fclose(fopen(stale, "w"));
+    PetscCall(h5u_tmp_claim(live, &lock)); /* a live writer's claim, as the writers make it */
     fclose(fopen(live, "w"));
     fclose(fopen(other, "w"));
+    fclose(fopen(reused, "w"));
   }
   {
     CkptModel cm = {"policy", gpt, PETSC_FALSE, PETSC_FALSE};
@@ -375,9 +379,13 @@ static PetscErrorCode test_stale_tmp(void)
     ok_stale = access(stale, F_OK) != 0;
     ok_live  = access(live, F_OK) == 0;
     ok_other = access(other, F_OK) == 0;
-    report((PetscBool)(ok_stale && ok_live && ok_other), "a write removes stale temporaries of dead processes on this host only", "dead pid removed %d, live pid kept %d, other host kept %d", ok_stale, ok_live, ok_other);
+    ok_reused = access(reused, F_OK) != 0;
+    report((PetscBool)(ok_stale && ok_live && ok_other), "a write removes stale temporaries on this host only, and keeps a live writer's (its lock held)", "dead pid removed %d, locked kept %d, other host kept %d", ok_stale, ok_live, ok_other);
+    report((PetscBool)ok_reused, "a write removes a temporary whose PID is alive but holds no lock (a reused PID)", "kept");
     unlink(live);
+    h5u_tmp_release(live, lock);
     unlink(other);
+    unlink(reused);
   }
   PetscCall(gpt_destroy(&gpt));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -365,7 +365,30 @@ static PetscErrorCode test_roundtrip(const char *tmp)
   report((PetscBool)(!ierr && plans_equal(&plan, &back, &needs) && back.call[MFC_SFT_TRAIN].ranks[0] == 77 && back.call[MFC_RM_TRAIN].nranks == 0), "a record of the used calls; calls missing in the file keep their values", "%s", ierr ? error_text(ierr) : "wrong calls");
   PetscCall(PetscSNPrintf(opts, sizeof opts, "-plan_file %s", path));
   PetscCall(make(8, opts, &file, &ierr));
-  report((PetscBool)(!ierr && call_range(&file.call[MFC_SFT_TRAIN], 0, 8, 8, 1, 1)), "-plan_file: a call the file lacks comes from its placement's preset", "%s", ierr ? error_text(ierr) : call_str(&file.call[MFC_SFT_TRAIN], want, sizeof want));
+  report((PetscBool)(!ierr && file.call[MFC_SFT_TRAIN].nranks == 0), "-plan_file: a call the file lacks is not filled in from the preset", "%s", ierr ? error_text(ierr) : call_str(&file.call[MFC_SFT_TRAIN], want, sizeof want));
+  { /* a run that needs a call the file lacks: refused, naming it */
+    PlanNeeds sft;
+
+    memset(&sft, 0, sizeof sft);
+    sft.cfg[MFC_SFT_TRAIN]   = &cfg;
+    sft.batch[MFC_SFT_TRAIN] = 16;
+    TRY(ierr, plan_check(&file, &sft));
+    expect_error(ierr, "-plan_file lacking a call the run needs (sft_train): refused naming it", "lacks /plan/sft_train, which this run needs");
+    PetscCall(PetscSNPrintf(opts, sizeof opts, "-plan_file %s -sft_train_ranks 0-7", path));
+    PetscCall(make(8, opts, &file, &ierr));
+    if (!ierr) TRY(ierr, plan_check(&file, &sft));
+    report((PetscBool)!ierr, "-plan_file lacking sft_train, given -sft_train_ranks: runs", "%s", ierr ? error_text(ierr) : "");
+  }
+  { /* a PPO file without /plan/critic_inf (the case) */
+    PetscCall(PetscSNPrintf(dir, sizeof dir, "%s/ppo_nocritic", tmp));
+    needs.cfg[MFC_CRITIC_INF] = NULL;
+    PetscCall(record_plan(dir, &plan, &needs, path, sizeof path));
+    needs_ppo(&needs);
+    PetscCall(PetscSNPrintf(opts, sizeof opts, "-plan_file %s", path));
+    PetscCall(make(8, opts, &file, &ierr));
+    if (!ierr) TRY(ierr, plan_check(&file, &needs));
+    expect_error(ierr, "-plan_file without /plan/critic_inf for PPO: refused naming it", "lacks /plan/critic_inf, which this run needs");
+  }
 
   PetscCall(PetscSNPrintf(dir, sizeof dir, "%s/none", tmp));
   PetscCall(record_plan(dir, NULL, NULL, bare, sizeof bare));

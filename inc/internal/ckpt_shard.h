@@ -17,6 +17,7 @@ extern int ckpt_collective;
 
 typedef struct {
   GPTConfig      cfg;         /* the same on every rank */
+  const char    *role;        /* the model's group in the file, for messages */
   GPTTensor     *full;        /* the whole model's table (the file's datasets) */
   int            nfull;
   GPTTensor     *mine;        /* this rank's shard table (same order), NULL: holds nothing */

@@ -57,10 +57,16 @@ PetscErrorCode h5u_output_check(const char *kind, const char *path);
 
 /* The temporary a write of path goes to: "<path>.tmp.<host>.<pid>". */
 PetscErrorCode h5u_tmp_name(const char *path, char *tmp, size_t len);
+/* A writer holds flock(LOCK_EX) on "<tmp>.lock" from before it creates tmp
+ * until tmp is renamed or removed: h5u_tmp_claim creates and locks it (fd),
+ * h5u_tmp_release removes and unlocks it. */
+PetscErrorCode h5u_tmp_claim(const char *tmp, int *fd);
+void           h5u_tmp_release(const char *tmp, int fd);
 /* Removes the temporaries in dir that processes of this host left when they
- * were killed: "*.tmp.<host>.<pid>" with this host's name and a pid that no
- * longer exists (kill(pid, 0) fails with ESRCH). Temporaries of live
- * processes and of other hosts (a shared file system) are left alone. */
+ * were killed: "*.tmp.<host>.<pid>" (and its ".lock") with this host's name
+ * whose lock no process holds. A PID is not trusted: a killed writer's PID
+ * may have been reused. Temporaries whose writer is alive and those of other
+ * hosts (a shared file system) are left alone. */
 PetscErrorCode h5u_remove_stale_tmp(const char *dir, int *nremoved);
 
 /* Creates path atomically: fill() writes the contents into "<path>.tmp.<host>.<pid>",

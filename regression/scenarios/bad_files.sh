@@ -6,7 +6,7 @@
 # exactly one "rlfuse: error:" line naming the culprit, a non-zero exit, and
 # leave an earlier run's files byte-identical.
 . regression/lib.sh
-plan 31
+plan 34
 d="$RLFUSE_TMP/badfiles"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -options_file $deck -output_dir $d/good -sft_steps 2 >$d/good.log 2>&1 || not_ok "reference run"
 rlfuse -mode data -data_output $d/data.h5 -data_count 4 -task_len_min 4 -task_len_max 4 >/dev/null 2>&1 || not_ok "make data"
@@ -30,6 +30,8 @@ mk iter_huge       "f['state'].attrs['iteration'] = np.int64(2**40)"
 mk pos_negative    "f['state'].attrs['data_pos'] = np.int64(-5)"
 mk kl_inf          "f['state'].attrs['kl_coef'] = np.inf"
 SRC=$d/data.h5 mk vocab_array "f.attrs['vocab_size'] = np.array([20, 20])"
+mk n_layer_cut     "f['policy'].attrs['n_layer'] = np.int32(1)"
+mk nan_weight      "d = f['/policy/params/transformer.h.1.mlp.c_fc.weight']; a = d[...]; a[3, 5] = np.nan; d[...] = a"
 
 expect() { local what=$1 pat=$2; shift 2; expect_error "$what" "$pat" "$@" -output_dir $d/good; }
 expect "array attribute n_layer"        "n_layer has shape \[4\], expected a single value" -options_file $deck -init_checkpoint $d/n_layer_array.h5
@@ -41,6 +43,8 @@ expect "checkpoint n_embd % n_head"     "n_head_3.h5 /policy: n_embd 32 is not d
 expect "checkpoint iteration 2^40"      "iteration = 1099511627776 is out of range" -options_file $deck -restart $d/iter_huge.h5
 expect "checkpoint data_pos negative"   "data_pos = -5 is out of range"     -options_file $deck -restart $d/pos_negative.h5
 expect "checkpoint kl_coef inf"         "kl_coef = inf is not a finite number" -options_file $deck -restart $d/kl_inf.h5
+expect "attributes n_layer 1, tensors of 2 layers" "n_layer_cut.h5: /policy/params/transformer.h.1.* is not a tensor of the architecture its attributes give (n_layer 1" -options_file $deck -restart $d/n_layer_cut.h5 -policy_n_layer 1
+expect "a NaN weight in a checkpoint"   "nan_weight.h5: /policy/params/transformer.h.1.mlp.c_fc.weight holds NaN at \[3, 5\]" -options_file $deck -init_checkpoint $d/nan_weight.h5
 expect "data file vocab_size array"     "vocab_size has shape \[2\]"        -mode score -score_checkpoint $ck -score_input $d/vocab_array.h5 -score_output $d/s.h5
 expect "integer option past 32 bits"    "-sft_steps: 4294967297 is out of range" -options_file $deck -sft_steps 4294967297
 expect "seed past 32 bits"              "-seed: 4294967297 is out of range" -options_file $deck -seed 4294967297
@@ -74,6 +78,7 @@ printf '\xef\xbb\xbf-mode sft\n' >$d/bom.deck
 printf -- '-mode sft\n-sft_steps 2\x00\x01\n' >$d/binary.deck
 "$PYTHON" -c "print('-sft_steps ' + '1' * 200000)" >$d/longline.deck
 printf -- '-mode sft -sft_steps 2\n' >$d/extra.deck
+printf -- '-mode sft\n-sft_data %s/data#1.h5\n-sft_steps 2 # a comment\n' $d >$d/hash.deck
 printf -- '-options_file %s\n' $d/self.deck >$d/self.deck
 printf -- '-options_file %s\n' $d/b.deck >$d/a.deck; printf -- '-options_file %s\n' $d/a.deck >$d/b.deck
 expect "deck: a garbage line"           "garbage.deck line 2: 'garbage' is not an option" -options_file $d/garbage.deck
@@ -82,6 +87,7 @@ expect "deck: binary bytes"             "binary.deck line 2: binary byte 0x00"  
 expect "deck: a directory"              "-options_file $d: is a directory"      -options_file $d
 expect "deck: a 200 kB line"            "longline.deck line 1: 2000[0-9]* characters" -options_file $d/longline.deck
 expect "deck: extra values on a line"   "extra.deck line 1: extra value '-sft_steps'" -options_file $d/extra.deck
+expect "deck: '#' inside a value"      "hash.deck line 2: '#' inside a value" -options_file $d/hash.deck
 expect "deck: includes itself"          "self.deck includes itself"             -options_file $d/self.deck
 expect "deck: two decks include each other" "a.deck includes itself through .*b.deck" -options_file $d/a.deck
 finish

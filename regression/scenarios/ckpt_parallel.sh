@@ -45,7 +45,7 @@ import os, signal, subprocess, sys, time
 d, exe = sys.argv[1], sys.argv[2]
 t0 = time.time()
 while time.time() - t0 < 60:
-    if os.path.isdir(d) and any(".tmp." in f for f in os.listdir(d)) and any(f.startswith("ckpt_") and ".tmp." not in f for f in os.listdir(d)):
+    if os.path.isdir(d) and any(".tmp." in f and not f.endswith(".lock") for f in os.listdir(d)) and any(f.startswith("ckpt_") and ".tmp." not in f for f in os.listdir(d)):
         for p in subprocess.run(["pgrep", "-f", "^%s .*-output_dir %s( |$)" % (exe, d)], capture_output=True, text=True).stdout.split():
             os.kill(int(p), signal.SIGKILL)
         break

@@ -1,11 +1,12 @@
 # Fault tests: a run killed with SIGKILL at random moments, and inside a
 # checkpoint write, on 1 and 2 ranks, resumes from its newest checkpoint and
 # ends bit-identical to an uninterrupted run, with every checkpoint readable
-# and no temporary file left; a job that loses one rank ends within a bound,
+# and no temporary file left; a temporary whose PID is alive but not its
+# writer is removed, one whose writer holds its lock kept; a job that loses one rank ends within a bound,
 # with the launcher's message; a full disk (a 256 KiB tmpfs) gives one
 # "no space left on device" line and exit status 1, not a crash. About 30 s.
 . regression/lib.sh
-plan 7
+plan 9
 d="$RLFUSE_TMP/fault"; mkdir -p $d
 deck=regression/decks/tiny.deck
 steps=40
@@ -36,7 +37,8 @@ if when == "random":
 else:
     hit = "none"
     while time.time() - t0 < 30:
-        if os.path.isdir(d) and any(".tmp." in f for f in os.listdir(d)):
+        # the temporary itself, not the writer's lock file (NAME.lock) made just before it
+        if os.path.isdir(d) and any(".tmp." in f and not f.endswith(".lock") for f in os.listdir(d)):
             hit = "write"; break
 ps = sorted(ranks())
 # inside a write: the lowest pid, normally rank 0, the one writing
@@ -62,13 +64,28 @@ for n in 1 2; do
   for when in random write; do
     k=$((k + 1)); dir=$d/kill${n}_$k
     hit=$(kill_run $n $dir $when)
-    ntmp_killed=$(ls $dir 2>/dev/null | grep -c '\.tmp\.')
+    ntmp_killed=$(ls $dir 2>/dev/null | grep '\.tmp\.' | grep -vc '\.lock$')
     resume $dir $n
     if h5diff -q $d/ref$n/final.h5 $dir/final.h5 /policy /policy && all_readable $dir && [ "$(ls $dir | grep -c '\.tmp\.')" -eq 0 ]; then
       ok "SIGKILL on $n rank(s) ($hit, $ntmp_killed temporary left by the kill): resumed bit-identical, every checkpoint readable, no temporary left"
     else not_ok "SIGKILL on $n rank(s) ($hit): resume differs, a checkpoint is unreadable or a temporary is left ($(ls $dir | tr '\n' ' '))"; tail -3 $dir.resume.log | sed 's/^/# /'; fi
   done
 done
+
+# A temporary named with the PID of a live process that is not its writer
+# (a killed writer's PID reused) is stale and removed at start; one whose
+# writer holds its lock (flock on NAME.lock, as rlfuse's writers do) stays.
+dir=$d/reused; mkdir -p $dir
+host=$(hostname | cut -c1-63 | tr -c 'a-zA-Z0-9-\n' '-')
+sleep 60 & alive=$!
+: >$dir/ckpt_000003.h5.tmp.$host.$alive
+: >$dir/ckpt_000004.h5.tmp.$host.$alive; : >$dir/ckpt_000004.h5.tmp.$host.$alive.lock
+flock $dir/ckpt_000004.h5.tmp.$host.$alive.lock sleep 60 & writer=$!
+sleep 0.3
+mpirun 1 -options_file $deck -sft_steps 2 -output_dir $dir >$dir.log 2>&1 || not_ok "run over the temporaries: $(tail -1 $dir.log)"
+check "a temporary of a live PID that is not its writer is removed at start" test ! -e $dir/ckpt_000003.h5.tmp.$host.$alive
+check "a temporary whose writer holds its lock is left alone" test -e $dir/ckpt_000004.h5.tmp.$host.$alive
+kill $alive $writer 2>/dev/null; wait $alive $writer 2>/dev/null
 
 # one rank of two dies: the job must end promptly. MPICH's launcher then
 # kills the other ranks with SIGKILL, so rlfuse itself cannot print; the

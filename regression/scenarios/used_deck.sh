@@ -7,7 +7,7 @@
 # the checkpoint intervals: -<stage>_checkpoint_every for one stage,
 # -checkpoint_every for the stages without their own.
 . regression/lib.sh
-plan 26
+plan 28
 d="$RLFUSE_TMP/used_deck"; mkdir -p $d
 cat >$d/pipeline.deck <<'EOF'
 -mode pipeline
@@ -101,6 +101,15 @@ check "-placement, not given, is a comment there" grep -q "^# -placement colocat
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/dry -dry_run >/dev/null 2>&1
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/bad -sft_batch 0 >/dev/null 2>&1
 check "a dry run and a failing deck write no used.deck" bash -c "[ ! -e $d/dry ] && [ ! -e $d/bad ]"
+# a later run in the same directory, even one that fails after it started,
+# keeps the earlier used.deck as used.1.deck (as run.h5 becomes run.1.h5);
+# a run refused before it starts touches nothing there
+rlfuse -options_file regression/decks/tiny.deck -output_dir $d/k >$d/k1.log 2>&1 || not_ok "first run into k"
+cp $d/k/used.deck $d/k.first.deck
+rlfuse -options_file regression/decks/tiny.deck -output_dir $d/k -policy_lr 1e30 -policy_warmup 0 >$d/k2.log 2>&1 && not_ok "a run with -policy_lr 1e30 should fail (NaN loss)"
+check "a later, failing run keeps the earlier used.deck as used.1.deck and writes its own" \
+  bash -c "cmp -s $d/k.first.deck $d/k/used.1.deck && grep -qF -- '-policy_lr 1e+30' $d/k/used.deck && [ -f $d/k/run.1.h5 ]"
+keep=$d/k expect_error "a run refused before it starts leaves the directory as it was" "-sft_stepz" -options_file regression/decks/tiny.deck -output_dir $d/k -sft_stepz 3
 # used.deck that cannot be written (a directory holds its name): one line, no temporary left
 mkdir -p $d/blocked/used.deck
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/blocked >$d/blocked.log 2>&1 && not_ok "a run that cannot write used.deck should fail"

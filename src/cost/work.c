@@ -78,6 +78,7 @@ static PetscErrorCode lengths_hist(const char *opt, const char *spec, const char
 typedef struct {
   int        *pool, *ppool, n, cap, nprompt;
   const char *only;
+  char        bad[160]; /* the first negative length: a corrupt file, never clamped */
 } RollRead;
 
 static int roll_read(hid_t g, const char *path, int *dst)
@@ -118,6 +119,11 @@ static herr_t roll_iter(hid_t g, const char *name, const H5L_info_t *info, void 
     if (PetscRealloc((size_t)r->cap * sizeof(int), &r->pool) || PetscRealloc((size_t)r->cap * sizeof(int), &r->ppool)) return -1;
   }
   if (roll_read(g, path, r->pool + r->n)) return -1;
+  for (hssize_t i = 0; i < n; i++)
+    if (r->pool[r->n + i] < 0) {
+      PetscSNPrintf(r->bad, sizeof r->bad, "/%s[%lld] is %d", path, (long long)i, r->pool[r->n + i]);
+      return -1;
+    }
   if (np != n || roll_read(g, ppath, r->ppool + r->n)) r->nprompt++;
   r->n += (int)n;
   return 0;
@@ -128,7 +134,7 @@ static herr_t roll_iter(hid_t g, const char *name, const H5L_info_t *info, void 
 static PetscErrorCode lengths_rollouts(const char *opt, const char *spec, char *path, int n, unsigned long long seed, int *len, int *plen, PetscBool *paired)
 {
   hid_t    file;
-  RollRead r    = {NULL, NULL, 0, 0, 0, NULL};
+  RollRead r    = {NULL, NULL, 0, 0, 0, NULL, ""};
   char    *iter = strrchr(path, ':');
   herr_t   e;
 
@@ -140,6 +146,7 @@ static PetscErrorCode lengths_rollouts(const char *opt, const char *spec, char *
   if (e < 0 || r.n == 0) {
     PetscCall(PetscFree(r.pool));
     PetscCall(PetscFree(r.ppool));
+    PetscCheck(!r.bad[0], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s %s: %s %s: response lengths cannot be negative", opt, spec, path, r.bad);
     SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s %s: %s has no readable /%s/response_lengths (write one with -dump_rollouts 1)", opt, spec, path, r.only ? r.only : "iter_<k>");
   }
   /* the pooled rollouts, drawn with replacement for the batch, or the one

@@ -290,8 +290,39 @@ typedef struct {
 
 static PetscBool ckpt_skip(const CkptModel *cm, const GPTTensor *t) { return cm->trunk_only && strncmp(t->name, "transformer.", 12) ? PETSC_TRUE : PETSC_FALSE; }
 
+typedef struct {
+  CkptModelCtx *ctx;
+  char          extra[256]; /* the first dataset the table does not have */
+} CkptExtraCtx;
+
+static herr_t ckpt_extra_one(hid_t g, const char *name, const H5L_info_t *info, void *vctx)
+{
+  CkptExtraCtx *x = (CkptExtraCtx *)vctx;
+
+  (void)g, (void)info;
+  if (x->ctx->model->trunk_only && strncmp(name, "transformer.", 12)) return 0; /* the other head's tensors */
+  for (int i = 0; i < x->ctx->pl.nfull; i++)
+    if (!strcmp(name, x->ctx->pl.full[i].name)) return 0;
+  snprintf(x->extra, sizeof x->extra, "%s", name);
+  return 1;
+}
+
+/* A tensor the architecture does not have means the attributes describe
+ * another model than the tensors (n_layer 1 over two layers' tensors):
+ * reading only the expected ones would silently cut the model. */
+static PetscErrorCode ckpt_check_no_extra(hid_t g, const char *parent, const char *name, CkptModelCtx *ctx)
+{
+  CkptExtraCtx x = {ctx, ""};
+  herr_t       e = H5Literate(g, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, ckpt_extra_one, &x);
+
+  PetscFunctionBegin;
+  H5Call(e, "checkpoint %s: cannot list %s/%s (corrupt file?)", ctx->path, parent, name);
+  PetscCheck(!x.extra[0], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s: %s/%s/%s is not a tensor of the architecture its attributes give (n_layer %d, n_embd %d, head %s): attributes and tensors disagree", ctx->path, parent, name, x.extra, ctx->pl.cfg.n_layer, ctx->pl.cfg.n_embd, GPTHeadNames[ctx->pl.cfg.head]);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Every tensor of the whole model's table exists in group `name` of loc
- * with its full shape and a float type. */
+ * with its full shape and a float type, and the group holds no other. */
 static PetscErrorCode ckpt_check_tensors(hid_t loc, const char *parent, const char *name, CkptModelCtx *ctx)
 {
   char  where[PETSC_MAX_PATH_LEN + 16], full[PETSC_MAX_PATH_LEN];
@@ -310,6 +341,7 @@ static PetscErrorCode ckpt_check_tensors(hid_t loc, const char *parent, const ch
     PetscCall(h5u_dataset_open(g, where, full, t->name, H5T_FLOAT, sizeof(float), t->ndim, dims, &d));
     PetscCall(h5u_close(&d));
   }
+  PetscCall(ckpt_check_no_extra(g, parent, name, ctx));
   PetscCall(h5u_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

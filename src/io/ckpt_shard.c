@@ -9,6 +9,7 @@
  * the moments) and every transfer go through a bounded buffer. */
 #include "internal/ckpt_shard.h"
 
+#include <math.h>
 #include <string.h>
 
 size_t ckpt_chunk      = (size_t)1 << 22;
@@ -132,6 +133,7 @@ PetscErrorCode ckpt_place_setup(MPI_Comm comm, const CkptModel *cm, const CkptWh
   PetscFunctionBegin;
   PetscCall(PetscMemzero(pl, sizeof *pl));
   pl->write = write;
+  pl->role  = cm->role;
   PetscCallMPI(MPI_Comm_rank(comm, &rank));
   PetscCallMPI(MPI_Comm_size(comm, &size));
   have = cm->gpt || w->cfg ? rank : size;
@@ -190,8 +192,41 @@ static PetscErrorCode ckpt_copy(const CkptPlace *pl, PetscBool to_host, float *h
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Local element k of tensor i as its [row, column] in the file's dataset
+ * (the inverse of ckpt_select_rect's mapping); 1-D tensors: column 0. */
+static void ckpt_file_index(const CkptPlace *pl, int i, size_t k, size_t *row, size_t *col)
+{
+  const GPTTensor *f = &pl->full[i], *m = &pl->mine[i];
+  size_t           C = m->ndim == 2 ? (size_t)m->shape[1] : 1, x[2] = {k / C, k % C};
+  int              s = pl->tp > 1 ? f->split : -1;
+
+  if (s >= 0) {
+    size_t block = (size_t)f->gshape[s] / (size_t)f->groups, piece = block / (size_t)pl->tp, g = x[s] / piece;
+    x[s]         = g * block + (size_t)pl->t * piece + x[s] % piece;
+  }
+  *row = m->ndim == 2 ? x[0] : k, *col = m->ndim == 2 ? x[1] : 0;
+}
+
+/* A NaN or Inf read from a file would surface as a non-finite loss at step
+ * 0 naming neither file nor tensor: name them and the element here. */
+static PetscErrorCode ckpt_check_finite(const CkptPlace *pl, int i, int which, const float *buf, size_t a, size_t b)
+{
+  static const char *const what[] = {"params", "optim/m", "optim/v"};
+  const GPTTensor         *f      = &pl->full[i];
+  size_t                   row, col;
+
+  PetscFunctionBegin;
+  for (size_t j = 0; j < b - a; j++) {
+    if (isfinite(buf[j])) continue;
+    ckpt_file_index(pl, i, a + j, &row, &col);
+    if (f->ndim == 2) SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FP, "/%s/%s/%s holds %s at [%zu, %zu] (flat index %zu): a checkpoint's values must be finite", pl->role, what[which], f->name, isnan(buf[j]) ? "NaN" : "Inf", row, col, row * (size_t)f->gshape[1] + col);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FP, "/%s/%s/%s holds %s at [%zu]: a checkpoint's values must be finite", pl->role, what[which], f->name, isnan(buf[j]) ? "NaN" : "Inf", row);
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* One collective transfer of local elements [a, b) (possibly none). */
-static PetscErrorCode ckpt_xfer_one(const CkptPlace *pl, int i, float *base, hid_t dset, hid_t dxpl, size_t a, size_t b, float *buf)
+static PetscErrorCode ckpt_xfer_one(const CkptPlace *pl, int i, int which, float *base, hid_t dset, hid_t dxpl, size_t a, size_t b, float *buf)
 {
   const GPTTensor *f  = &pl->full[i];
   hsize_t          nm = b > a ? b - a : 1;
@@ -199,6 +234,7 @@ static PetscErrorCode ckpt_xfer_one(const CkptPlace *pl, int i, float *base, hid
   herr_t           e;
   float           *at = b > a ? base + pl->mine[i].offset + a : NULL;
   char             why[H5U_MSG_LEN];
+  PetscErrorCode   bad = PETSC_SUCCESS;
 
   PetscFunctionBegin;
   fs = H5Dget_space(dset);
@@ -213,10 +249,12 @@ static PetscErrorCode ckpt_xfer_one(const CkptPlace *pl, int i, float *base, hid
   } else if (!e) {
     e = H5Dread(dset, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf);
     if (e < 0) snprintf(why, sizeof why, "HDF5 read failed (truncated or corrupt file?)");
-    if (e >= 0 && b > a) PetscCall(ckpt_copy(pl, PETSC_FALSE, buf, at, b - a));
+    if (e >= 0 && b > a) bad = ckpt_check_finite(pl, i, which, buf, a, b);
+    if (e >= 0 && b > a && !bad) PetscCall(ckpt_copy(pl, PETSC_FALSE, buf, at, b - a));
   } else snprintf(why, sizeof why, "HDF5: cannot select the shard's elements");
   if (fs >= 0) H5Sclose(fs);
   if (ms >= 0) H5Sclose(ms);
+  PetscCall(bad);
   PetscCheck(e >= 0, PETSC_COMM_SELF, pl->write ? PETSC_ERR_FILE_WRITE : PETSC_ERR_FILE_READ, "%s dataset %s failed: %s", pl->write ? "writing" : "reading", f->name, why);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -231,7 +269,7 @@ PetscErrorCode ckpt_place_xfer(const CkptPlace *pl, int i, int which, hid_t dset
   ckpt_segment(pl, i, &lo, &hi);
   for (int r = 0; r < pl->rounds[i]; r++) {
     size_t         a = PetscMin(hi, lo + (size_t)r * ckpt_chunk), b = PetscMin(hi, a + ckpt_chunk);
-    PetscErrorCode e = ckpt_xfer_one(pl, i, base, dset, dxpl, a, b, buf);
+    PetscErrorCode e = ckpt_xfer_one(pl, i, which, base, dset, dxpl, a, b, buf);
 
     if (e && !first) first = e; /* the other ranks still expect this rank's later transfers */
   }

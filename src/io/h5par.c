@@ -95,6 +95,7 @@ static PetscErrorCode h5u_par_raise(MPI_Comm comm, PetscErrorCode code, const ch
 typedef struct {
   const char *kind, *path;
   char        tmp[PETSC_MAX_PATH_LEN];
+  int         lock; /* rank 0: its claim on tmp (h5u_tmp_claim) */
 } H5uTmpCtx;
 
 static PetscErrorCode h5u_par_prepare(void *vctx)
@@ -107,6 +108,7 @@ static PetscErrorCode h5u_par_prepare(void *vctx)
   PetscCall(PetscStrncpy(copy, c->path, sizeof copy));
   PetscCall(h5u_remove_stale_tmp(dirname(copy), NULL));
   PetscCall(h5u_tmp_name(c->path, c->tmp, sizeof c->tmp));
+  PetscCall(h5u_tmp_claim(c->tmp, &c->lock));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -127,7 +129,7 @@ static PetscErrorCode h5u_par_create(MPI_Comm comm, const char *kind, const char
 
 PetscErrorCode h5u_write_atomic_comm(MPI_Comm comm, const char *kind, const char *path, H5uFillComm fill, void *ctx)
 {
-  H5uTmpCtx      c = {kind, path, ""};
+  H5uTmpCtx      c = {kind, path, "", -1};
   hid_t          file = H5I_INVALID_HID;
   PetscMPIInt    rank;
   PetscErrorCode ierr;
@@ -156,6 +158,7 @@ PetscErrorCode h5u_write_atomic_comm(MPI_Comm comm, const char *kind, const char
   if (!ierr && rank == 0) ierr = h5u_sync_rename(kind, c.tmp, path);
   h5u_agree(comm, &ierr, msg);
   if (ierr && rank == 0) unlink(c.tmp);
+  if (rank == 0) h5u_tmp_release(c.tmp, c.lock);
   PetscCall(PetscPopErrorHandler());
   PetscCall(h5u_par_raise(comm, ierr, kind, path, msg));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -12,6 +12,7 @@
 #include <libgen.h>
 #include <math.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -190,9 +191,63 @@ PetscErrorCode h5u_tmp_name(const char *path, char *tmp, size_t len)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* A writer claims its temporary by holding flock(LOCK_EX) on "<tmp>.lock"
+ * for the temporary's whole life (the lock dies with the process, however it
+ * ends). A PID alone cannot tell: a killed writer's PID may belong to another
+ * process by the time a job resumes, and kill(pid, 0) then answers. The lock
+ * is on a file of its own because HDF5 locks the temporary itself (flock,
+ * emulated by fcntl on NFS), which a lock of ours on it could block. */
+PetscErrorCode h5u_tmp_claim(const char *tmp, int *fd)
+{
+  char        lock[PETSC_MAX_PATH_LEN + 8];
+  struct stat a, b;
+
+  PetscFunctionBegin;
+  PetscCall(sys_path_printf(lock, sizeof lock, "%s.lock", tmp));
+  for (int attempt = 0;; attempt++) {
+    *fd = open(lock, O_RDWR | O_CREAT, 0666);
+    PetscCheck(*fd >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "cannot create %s: %s", lock, strerror(errno));
+    if (flock(*fd, LOCK_EX) == 0 && fstat(*fd, &a) == 0 && stat(lock, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) break;
+    close(*fd); /* a stale-temporary sweep removed it between open and lock: again */
+    PetscCheck(attempt < 100, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "cannot lock %s: %s", lock, strerror(errno));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+void h5u_tmp_release(const char *tmp, int fd)
+{
+  char lock[PETSC_MAX_PATH_LEN + 8];
+
+  if (fd < 0) return;
+  if (snprintf(lock, sizeof lock, "%s.lock", tmp) < (int)sizeof lock) unlink(lock);
+  close(fd);
+}
+
+/* Removes temporary tmp (and its lock file) in dir unless a live writer
+ * holds its lock. */
+static int h5u_tmp_sweep(const char *dir, const char *tmp)
+{
+  char full[PETSC_MAX_PATH_LEN], lock[PETSC_MAX_PATH_LEN + 8];
+  int  fd, removed;
+
+  if (snprintf(full, sizeof full, "%s/%s", dir, tmp) >= (int)sizeof full) return 0;
+  snprintf(lock, sizeof lock, "%s.lock", full);
+  fd = open(lock, O_RDWR);
+  if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) { /* its writer is alive */
+    close(fd);
+    return 0;
+  }
+  removed = unlink(full) == 0;
+  if (fd >= 0) {
+    unlink(lock);
+    close(fd);
+  }
+  return removed;
+}
+
 PetscErrorCode h5u_remove_stale_tmp(const char *dir, int *nremoved)
 {
-  char           host[64], full[PETSC_MAX_PATH_LEN];
+  char           host[64], tmp[256];
   DIR           *d;
   struct dirent *e;
 
@@ -208,14 +263,12 @@ PetscErrorCode h5u_remove_stale_tmp(const char *dir, int *nremoved)
     size_t      hl = strlen(host);
 
     for (const char *q = strstr(e->d_name, ".tmp."); q; q = strstr(q + 1, ".tmp.")) t = q; /* the last one */
-    if (!t || strncmp(t + 5, host, hl) || t[5 + hl] != '.') continue;
+    if (!t || strncmp(t + 5, host, hl) || t[5 + hl] != '.') continue; /* another host's: its locks are not ours to test */
     dot = t + 5 + hl;
     pid = strtol(dot + 1, &end, 10);
-    if (*end || end == dot + 1 || pid <= 0) continue;
-    /* ours only if the process is gone: EPERM means alive under another user */
-    if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-    if (snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= (int)sizeof full) continue;
-    if (unlink(full) == 0 && nremoved) (*nremoved)++;
+    if ((*end && strcmp(end, ".lock")) || end == dot + 1 || pid <= 0 || pid == (long)getpid()) continue;
+    if (snprintf(tmp, sizeof tmp, "%.*s", (int)(end - e->d_name), e->d_name) >= (int)sizeof tmp) continue;
+    if (h5u_tmp_sweep(dir, tmp) && nremoved) (*nremoved)++;
   }
   closedir(d);
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -317,6 +370,7 @@ PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill
   char           tmp[PETSC_MAX_PATH_LEN], hmsg[H5U_MSG_LEN];
   hid_t          fapl, file;
   PetscErrorCode ierr;
+  int            lock;
 
   PetscFunctionBegin;
   PetscCall(h5u_output_check(kind, path));
@@ -326,20 +380,21 @@ PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill
     PetscCall(h5u_remove_stale_tmp(dirname(copy), NULL));
   }
   PetscCall(h5u_tmp_name(path, tmp, sizeof tmp));
+  PetscCall(h5u_tmp_claim(tmp, &lock));
   fapl = h5u_fapl(PETSC_TRUE);
-  PetscCheck(fapl >= 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "%s %s: cannot create HDF5 file access properties", kind, path);
-  file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  file = fapl < 0 ? H5I_INVALID_HID : H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   h5u_hdf5_msg(hmsg);
-  H5Pclose(fapl);
-  if (file < 0) unlink(tmp);
+  if (fapl >= 0) H5Pclose(fapl);
+  if (file < 0) unlink(tmp), h5u_tmp_release(tmp, lock);
   PetscCheck(file >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: cannot create %s: HDF5: %s", kind, path, tmp, hmsg);
   ierr = fill(file, ctx);
   if (!ierr) ierr = h5u_commit(&file, kind, tmp, path);
   if (ierr) {
     if (file >= 0) h5u_fclose(file);
     unlink(tmp);
-    PetscCall(h5u_error_context(ierr, kind, path));
   }
+  h5u_tmp_release(tmp, lock);
+  if (ierr) PetscCall(h5u_error_context(ierr, kind, path));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

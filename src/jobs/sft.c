@@ -3,6 +3,7 @@
  * step, writes checkpoints and resumes from them bit-exactly. */
 #include "train.h"
 #include "jobs.h"
+#include <limits.h>
 #include <math.h>
 
 typedef struct {
@@ -236,6 +237,23 @@ static PetscErrorCode sft_dry_run(const RunCtx *run, const SFTOptions *o, size_t
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* A batch too large for memory would fail deep in an allocation naming
+ * neither the option nor the size. Every rank holds the whole batch's
+ * buffers; weights and activations at least their 1/world share (the
+ * dry run's numbers), so this lower bound never refuses a run that fits. */
+static PetscErrorCode sft_check_memory(const RunCtx *run, const SFTOptions *o)
+{
+  size_t nparams;
+  double need, avail = sys_memory_available(), batch = 16.0 * (double)o->batch * (double)o->seq_len; /* tokens, targets, log-probabilities and their gradients */
+  char   a[32], b[32];
+
+  PetscFunctionBegin;
+  PetscCall(trainer_count(&o->cfg, &nparams));
+  need = batch + (4.0 * (double)nparams * sizeof(float) + (double)gpt_activation_bytes(&o->cfg, (int)o->batch, (int)o->seq_len)) / run->size;
+  PetscCheck(need <= avail && (double)o->batch * (double)o->seq_len <= INT_MAX, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-sft_batch %" PetscInt_FMT " needs at least %s per rank (%" PetscInt_FMT " x %" PetscInt_FMT " tokens; see -dry_run), more than the %s this node has available", o->batch, sys_bytes_str(need, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(avail, b, sizeof b));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode sft_step(Trainer *tr, const SFTOptions *o, DemoSource *src, SFTBatch *b, CkptState *st, RunRecord *rec, double *loss, PetscReal *lr, PetscReal *gnorm)
 {
   double t0 = sys_wtime(), t1, t2, time[2];
@@ -336,6 +354,7 @@ PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
     PetscCall(trainer_count(&o->cfg, &nparams));
     PetscCall(sft_dry_run(run, o, nparams));
   } else {
+    PetscCall(sft_check_memory(run, o));
     PetscCall(PetscLogStagePush(sys_log.sft));
     PetscCall(trainer_create("policy", &o->cfg, be, &o->plan, MFC_SFT_TRAIN, o->sched, &tr));
     PetscCall(sft_load(run, o, &tr, &st));

@@ -113,9 +113,27 @@ static PetscErrorCode plan_check_realloc(const Plan *plan, const PlanNeeds *need
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Only a call missing from a plan file has no ranks here (presets and
+ * -<call>_ranks always give some). */
+static PetscErrorCode plan_check_whole(const Plan *plan, const PlanNeeds *needs)
+{
+  char missing[256] = "";
+
+  PetscFunctionBegin;
+  for (int c = 0; c < MFC_COUNT; c++) {
+    if (!needs->cfg[c] || plan->call[c].nranks) continue;
+    if (missing[0]) PetscCall(PetscStrlcat(missing, ", ", sizeof missing));
+    PetscCall(PetscStrlcat(missing, "/plan/", sizeof missing));
+    PetscCall(PetscStrlcat(missing, mfc_names[c], sizeof missing));
+  }
+  PetscCheck(!missing[0], PETSC_COMM_WORLD, PETSC_ERR_FILE_UNEXPECTED, "plan (%s) lacks %s, which this run needs: a plan file must hold every call of the run (write it from a run of this mode, or give -<call>_ranks)", plan->source, missing);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode plan_check(const Plan *plan, const PlanNeeds *needs)
 {
   PetscFunctionBegin;
+  PetscCall(plan_check_whole(plan, needs));
   PetscCheck(plan->world >= 1 && plan->world <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "plan (%s) is for %d ranks; plans are for 1 to %d", plan->source, plan->world, PLAN_MAX_RANKS);
   /* a fused critic_train's mesh follows actor_train's: that first, then
    * the fusion's own errors, before the critic's grid checks */

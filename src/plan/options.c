@@ -17,9 +17,12 @@ static PetscErrorCode plan_given(const char *prefix, const char *name, PetscBool
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The file's calls over its placement's preset for this job, so that calls
- * the file lacks (a file from an SFT run reused for PPO) still get meshes.
- * The file's replica count only applies to a job of the file's size. */
+/* The file's calls over its placement's preset for this job (the preset
+ * gives the settings and concurrent pairs). A call the file lacks is left
+ * without ranks, not taken from the preset: plan_check refuses it when the
+ * run needs it, unless -<call>_ranks gives it, since a plan completed
+ * silently is not the plan the file describes. The file's replica count
+ * only applies to a job of the file's size. */
 static PetscErrorCode plan_base_file(int world, const char *path, Plan *plan)
 {
   Plan file;
@@ -28,8 +31,10 @@ static PetscErrorCode plan_base_file(int world, const char *path, Plan *plan)
   PetscCall(PetscMemzero(&file, sizeof file));
   PetscCall(plan_read_file(PETSC_COMM_WORLD, path, &file));
   PetscCall(plan_preset(world, file.placement, file.world == world ? file.gen_replicas : 0, plan));
-  for (int c = 0; c < MFC_COUNT; c++)
+  for (int c = 0; c < MFC_COUNT; c++) {
     if (file.call[c].nranks) plan->call[c] = file.call[c];
+    else plan->call[c].nranks = 0; /* the preset's grid stays, for -<call>_ranks alone */
+  }
   { /* the preset's concurrent pairs only between calls the file lacks: the
      * file's own calls run concurrently as the file says (a searched plan
      * may put ref_inf and rew_inf on the same ranks) */

@@ -105,10 +105,25 @@ static int deck_tokens(char *line, char **tok, int max)
   return n;
 }
 
+/* PETSc ends a line at its first '#', even inside a value: a '#' glued to
+ * value characters (-sft_data data#1.h5) would cut the value and name
+ * another file, so it is refused; a '#' after a blank is a comment. */
+static int deck_hash_in_value(DeckCheck *dc, const char *path, int lineno, const char *line)
+{
+  const char *hash = strchr(line, '#');
+
+  if (!hash || hash == line || strchr(" \t", hash[-1])) return 0;
+  snprintf(dc->msg, dc->len, "deck %s line %d: '#' inside a value ('%.60s' would be cut there, as a comment); put a blank before a comment, and give such a value on the command line", path, lineno, line);
+  return 1;
+}
+
 static int deck_line(DeckCheck *dc, const char *path, int lineno, char *line)
 {
   char *tok[4];
-  int   n = deck_tokens(line, tok, 4);
+  int   n;
+
+  if (deck_hash_in_value(dc, path, lineno, line)) return 1;
+  n = deck_tokens(line, tok, 4);
 
   if (n == 0) return 0;
   if (!strcmp(tok[0], "alias")) {

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static SysParam *sys_params   = NULL;
@@ -125,6 +126,22 @@ PetscErrorCode sys_option_check_length(const char *prefix, const char *name, siz
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode sys_option_check_nonempty(const char *prefix, const char *name, const char *const *list, PetscInt n)
+{
+  const char *value = NULL;
+  PetscBool   set;
+  char        choices[256] = "";
+
+  PetscFunctionBegin;
+  PetscCall(PetscOptionsFindPair(NULL, prefix, name, &value, &set));
+  if (!set || (value && value[0])) PetscFunctionReturn(PETSC_SUCCESS);
+  for (PetscInt i = 0; i < n; i++) {
+    if (i) PetscCall(PetscStrlcat(choices, ", ", sizeof choices));
+    PetscCall(PetscStrlcat(choices, list[i], sizeof choices));
+  }
+  SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "option -%s%s: the value is empty (choose one of %s)", prefix ? prefix : "", sys_option_bare(name), choices);
+}
+
 PetscErrorCode sys_option_given(const char *prefix, const char *name, PetscBool *given)
 {
   char full[128];
@@ -197,6 +214,29 @@ static int used_deck_line(FILE *f, const SysParam *p)
   return !strpbrk(v, "#\"");
 }
 
+/* An earlier run's used.deck is kept as used.<k>.deck (the first free k),
+ * as record.c keeps run.h5 as run.<k>.h5: a later run, even one that
+ * fails, must not lose how the earlier one was made. */
+static int used_deck_keep_previous(const char *path, char *err, size_t len)
+{
+  char        old[PETSC_MAX_PATH_LEN + 32];
+  size_t      dir = strlen(path) - strlen("used.deck");
+
+  struct stat st;
+
+  if (lstat(path, &st) || !S_ISREG(st.st_mode)) return 0; /* none, or not a deck: the rename refuses it */
+  for (int k = 1; k < 100000; k++) {
+    snprintf(old, sizeof old, "%.*sused.%d.deck", (int)dir, path, k);
+    if (access(old, F_OK)) {
+      if (rename(path, old) == 0) return 0;
+      snprintf(err, len, "cannot keep the earlier %s as %s: %s", path, old, strerror(errno));
+      return 1;
+    }
+  }
+  snprintf(err, len, "%s: used.1.deck to used.99999.deck all exist; clean up the output directory", path);
+  return 1;
+}
+
 /* Rank 0's part: write to a temporary file, then rename, so a crash never
  * leaves half a deck. err receives a message on failure; *bad the first option
  * that could not be written. */
@@ -221,7 +261,8 @@ static void used_deck_file(const char *path, char *err, size_t len, const char *
       if (sys_params[i].set == !pass && !used_deck_line(f, &sys_params[i]) && !*bad) *bad = sys_params[i].name;
   }
   if (ferror(f) | fclose(f)) snprintf(err, len, "cannot write %s: %s (disk full?)", tmp, strerror(errno));
-  else if (rename(tmp, path) != 0) snprintf(err, len, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  else if (used_deck_keep_previous(path, err, len)) { /* err says why */
+  } else if (rename(tmp, path) != 0) snprintf(err, len, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
   if (err[0]) remove(tmp); /* an earlier used.deck, if any, stays as it was */
 }
 

@@ -7,6 +7,7 @@
 #include <omp.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 double sys_wtime(void) { return MPI_Wtime(); }
 
@@ -25,6 +26,7 @@ PetscErrorCode sys_run_setup(MPI_Comm comm, RunCtx *run)
   RfOptString("-output_dir", "Directory for run.h5, checkpoints and other outputs", run->output_dir, sizeof run->output_dir);
   RfOptBool("-dry_run", "Check the deck and the memory it needs, then exit", PETSC_FALSE, &run->dry_run);
   PetscOptionsEnd();
+  PetscCheck(run->output_dir[0], comm, PETSC_ERR_ARG_WRONG, "option -output_dir: the value is empty (give a directory, e.g. -output_dir out)");
   PetscCheck(run->seed >= 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "-seed %" PetscInt_FMT " must be non-negative", run->seed);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -81,4 +83,17 @@ const char *sys_bytes_str(double bytes, char *buf, size_t len)
   }
   snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", bytes, unit[u]);
   return buf;
+}
+
+double sys_memory_available(void)
+{
+  FILE  *f = fopen("/proc/meminfo", "r");
+  char   line[256];
+  double kib = -1;
+
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
+  if (f) fclose(f);
+  if (kib >= 0) return kib * 1024.0;
+  return (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
 }
