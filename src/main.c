@@ -22,6 +22,23 @@ static const char *const mode_names[] = {"sft", "score", "data", "rm", "ppo", "p
 static const char *const device_names[] = {"cpu", "cuda", "Device", "DEVICE_", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", "Precision", "PRECISION_", NULL};
 
+/* -mode plan and -mode profile describe the deck's PPO job by its
+ * settings and its models as the run would read them (ppo_cost_deck); the
+ * search needs the backend only to profile this machine when no
+ * primitives are given. With -help both only list their options. */
+static PetscErrorCode plan_job(RunCtx *run, PetscBool profile)
+{
+  CostDeck  deck;
+  PetscBool help;
+
+  PetscFunctionBegin;
+  PetscCall(PetscOptionsHasHelp(NULL, &help));
+  PetscCall(ppo_cost_deck(run, help, &deck));
+  if (help || !profile) PetscCall(search_mode_run(run, &deck, help));
+  if (help || profile) PetscCall(profile_run(run, &deck));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode rlfuse_main(void)
 {
   RunCtx         run;
@@ -47,28 +64,25 @@ static PetscErrorCode rlfuse_main(void)
     PetscCall(score_run(&run, NULL));
     PetscCall(data_run(&run));
     PetscCall(fuse_schedule_run(&run));
-    PetscCall(search_mode_run(&run, PETSC_TRUE));
-    PetscCall(profile_run(&run, NULL));
-    PetscFunctionReturn(PETSC_SUCCESS);
-  }
-  if (mode == MODE_PLAN) { /* a search over estimates: no model, no device */
-    PetscCall(search_mode_run(&run, PETSC_FALSE));
+    PetscCall(plan_job(&run, PETSC_TRUE));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   if (mode == MODE_SCHEDULE) { /* no model, no device */
     PetscCall(fuse_schedule_run(&run));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  if (!run.dry_run && mode != MODE_SCORE && mode != MODE_DATA && mode != MODE_PROFILE) PetscCall(sys_used_deck_at(&run)); /* score and data write named files, not an output directory */
+  if (!run.dry_run && mode != MODE_SCORE && mode != MODE_DATA && mode != MODE_PROFILE && mode != MODE_PLAN) PetscCall(sys_used_deck_at(&run)); /* score and data write named files, not an output directory */
   PetscCall(backend_setup(device_names[device], precision == 1 ? PETSC_TRUE : PETSC_FALSE, &be));
   PetscCall(comm_use_backend(be)); /* before any mesh: on cuda the meshes' communicators get NCCL */
+  run.be = be;
   switch ((RunMode)mode) {
   case MODE_SFT: PetscCall(sft_run(&run, be)); break;
   case MODE_SCORE: PetscCall(score_run(&run, be)); break;
   case MODE_RM: PetscCall(rm_run(&run, be)); break;
   case MODE_PPO: PetscCall(ppo_run(&run, be)); break;
   case MODE_PIPELINE: PetscCall(pipeline_run(&run, be)); break;
-  case MODE_PROFILE: PetscCall(profile_run(&run, be)); break;
+  case MODE_PROFILE:
+  case MODE_PLAN: PetscCall(plan_job(&run, mode == MODE_PROFILE)); break;
   default: PetscCall(data_run(&run)); break;
   }
   PetscFunctionReturn(PETSC_SUCCESS);
