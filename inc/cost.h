@@ -153,6 +153,11 @@ typedef struct {
   char      shapes_from[2 * PETSC_MAX_PATH_LEN + 64]; /* where cfg came from, for messages */
 } CostDeck;
 
+/* Where a mode gets its CostDeck (ppo_cost_deck, src/jobs): given by the
+ * driver, called after the mode's own options are checked, so a missing
+ * -plan_ranks is named before the deck's job is read. */
+typedef PetscErrorCode (*CostDeckFn)(const RunCtx *run, PetscBool help, CostDeck *deck);
+
 /* The workload from the deck and the options (docs/costmodel.md): -cost_batch,
  * -cost_prompt_len, -cost_prompt_lengths SPEC, -cost_max_new, -cost_minibatches, -cost_epochs,
  * -cost_iterations, -cost_critic_free, the shapes (-cost_actor_shape NAME,

@@ -109,9 +109,9 @@ PetscErrorCode search_plan(MPI_Comm comm, const CostPrims *p, const CostWork *w,
 /* -mode plan: -plan_ranks N, -plan_output FILE, -plan_timeline FILE, the
  * primitives (-cost_hardware DECK, -cost_profile FILE, or by default this
  * machine's profile from the cache, -cost_profile_cache DIR) and the
- * workload: the deck's job (ppo_cost_deck) and the -cost_ options; help:
+ * workload: the deck's job (deck_of: ppo_cost_deck) and the -cost_ options; help:
  * only register the options. */
-PetscErrorCode search_mode_run(const RunCtx *run, const CostDeck *deck, PetscBool help);
+PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, PetscBool help);
 /* -placement auto: reads the options search_auto will use, so that they
  * count as used when the mode's options are checked (before any model is
  * read). */

@@ -22,23 +22,6 @@ static const char *const mode_names[] = {"sft", "score", "data", "rm", "ppo", "p
 static const char *const device_names[] = {"cpu", "cuda", "Device", "DEVICE_", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", "Precision", "PRECISION_", NULL};
 
-/* -mode plan and -mode profile describe the deck's PPO job by its
- * settings and its models as the run would read them (ppo_cost_deck); the
- * search needs the backend only to profile this machine when no
- * primitives are given. With -help both only list their options. */
-static PetscErrorCode plan_job(RunCtx *run, PetscBool profile)
-{
-  CostDeck  deck;
-  PetscBool help;
-
-  PetscFunctionBegin;
-  PetscCall(PetscOptionsHasHelp(NULL, &help));
-  PetscCall(ppo_cost_deck(run, help, &deck));
-  if (help || !profile) PetscCall(search_mode_run(run, &deck, help));
-  if (help || profile) PetscCall(profile_run(run, &deck));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 static PetscErrorCode rlfuse_main(void)
 {
   RunCtx         run;
@@ -64,7 +47,8 @@ static PetscErrorCode rlfuse_main(void)
     PetscCall(score_run(&run, NULL));
     PetscCall(data_run(&run));
     PetscCall(fuse_schedule_run(&run));
-    PetscCall(plan_job(&run, PETSC_TRUE));
+    PetscCall(search_mode_run(&run, ppo_cost_deck, PETSC_TRUE));
+    PetscCall(profile_run(&run, ppo_cost_deck));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   if (mode == MODE_SCHEDULE) { /* no model, no device */
@@ -81,8 +65,11 @@ static PetscErrorCode rlfuse_main(void)
   case MODE_RM: PetscCall(rm_run(&run, be)); break;
   case MODE_PPO: PetscCall(ppo_run(&run, be)); break;
   case MODE_PIPELINE: PetscCall(pipeline_run(&run, be)); break;
-  case MODE_PROFILE:
-  case MODE_PLAN: PetscCall(plan_job(&run, mode == MODE_PROFILE)); break;
+  /* both describe the deck's PPO job by its settings and its models as
+   * the run would read them; plan needs the backend only to profile this
+   * machine when given no primitives */
+  case MODE_PROFILE: PetscCall(profile_run(&run, ppo_cost_deck)); break;
+  case MODE_PLAN: PetscCall(search_mode_run(&run, ppo_cost_deck, PETSC_FALSE)); break;
   default: PetscCall(data_run(&run)); break;
   }
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -43,7 +43,11 @@ static PetscErrorCode machine(const RunCtx *run, const Backend *be, double mem, 
     PetscCall(comm_node_of(r, &node));
     on0 += node == 0;
   }
-  pf->ranks_per_node  = on0;
+  /* the ranks one node holds: the job's on node 0, or, for a job on one
+   * node of the CPU backend, as many as its cores take at this thread
+   * count (a 1-rank profile must not make every rank a node of its own) */
+  pf->ranks_per_node = on0;
+  if (on0 == run->size && !strcmp(be->name, "cpu")) pf->ranks_per_node = PetscMax(on0, pf->cores / PetscMax(1, pf->threads));
   pf->mem_per_rank    = mem > 0 ? mem : (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / on0;
   pf->bytes_per_param = 4;
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -174,8 +178,9 @@ static PetscErrorCode spec_check(const ProfSpec *sp)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode profile_run(RunCtx *run, const CostDeck *deck)
+PetscErrorCode profile_run(RunCtx *run, CostDeckFn deck_of)
 {
+  CostDeck  deck;
   Profile   pf;
   ProfSpec  sp = {64, 256, 5, 1, 2, 64.0 * 1024 * 1024, 4194304, 0};
   PetscInt  rows_max = sp.rows_max, len_max = sp.len_max, repeats = sp.repeats, warmup = sp.warmup, extra = sp.extra;
@@ -201,8 +206,9 @@ PetscErrorCode profile_run(RunCtx *run, const CostDeck *deck)
   PetscCall(PetscOptionsHasHelp(NULL, &help));
   if (help) PetscFunctionReturn(PETSC_SUCCESS);
   if (file[0]) {
+    PetscCall(deck_of(run, PETSC_FALSE, &deck));
     PetscCheck(world >= 1 && world <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-profile_ranks %" PetscInt_FMT " must be in 1..%d", world, PLAN_MAX_RANKS);
-    PetscCall(profile_estimate(run, file, (int)world, deck));
+    PetscCall(profile_estimate(run, file, (int)world, &deck));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCheck(output[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode profile needs -profile_output FILE");
@@ -214,7 +220,8 @@ PetscErrorCode profile_run(RunCtx *run, const CostDeck *deck)
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(h5u_output_check("profile", output));
-  PetscCall(profile_measure(run, &sp, deck, &pf));
+  PetscCall(deck_of(run, PETSC_FALSE, &deck));
+  PetscCall(profile_measure(run, &sp, &deck, &pf));
   PetscCall(profile_write_rank0(output, &pf));
   PetscCall(PetscPrintf(PETSC_COMM_WORLD, "profile: wrote %s\n", output));
   PetscCall(profile_free(&pf));

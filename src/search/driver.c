@@ -306,8 +306,9 @@ static PetscErrorCode search_write_timeline(const RunCtx *run, const char *path,
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode search_mode_run(const RunCtx *run, const CostDeck *deck, PetscBool help)
+PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, PetscBool help)
 {
+  CostDeck         deck;
   PetscInt         ranks = 0;
   char             out[PETSC_MAX_PATH_LEN] = "", tlpath[PETSC_MAX_PATH_LEN] = "";
   CostPrims        prims;
@@ -331,14 +332,16 @@ PetscErrorCode search_mode_run(const RunCtx *run, const CostDeck *deck, PetscBoo
     SearchPrimsPaths pp;
 
     PetscCall(search_prims_paths(&pp));
-    PetscCall(cost_work_from_options(deck, &work));
+    PetscCall(deck_of(run, PETSC_TRUE, &deck));
+    PetscCall(cost_work_from_options(&deck, &work));
     PetscCall(cost_work_free(&work));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCheck(ranks >= 1 && ranks <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-mode plan needs -plan_ranks N with 1 <= N <= %d (got %d)", PLAN_MAX_RANKS, (int)ranks);
   if (out[0]) PetscCall(h5u_output_check("plan file", out));
-  PetscCall(cost_work_from_options(deck, &work));
-  PetscCall(search_prims(run, deck, &work, (int)ranks, &prims));
+  PetscCall(deck_of(run, PETSC_FALSE, &deck));
+  PetscCall(cost_work_from_options(&deck, &work));
+  PetscCall(search_prims(run, &deck, &work, (int)ranks, &prims));
   search_needs_from_work(&work, cfg, &needs);
   spec.world = (int)ranks;
   PetscCall(PetscMalloc1(1, &best));
