@@ -65,24 +65,26 @@ rlfuse -options_file $d/ck.deck $H -plan_output $d/ck.h5 >$d/ck.log 2>&1 || not_
 rlfuse $Q $W $H -plan_output $d/byhand.h5 >/dev/null 2>&1
 ck_same() { [ -s $d/ck.h5 ] && [ "$(est $d/ck.h5)" = "$(est $d/byhand.h5)" ] && grep -q "for checkpoints $d/sft/final.h5 and $d/rm/final.h5" $d/ck.log; }
 check "a deck naming checkpoints plans their models: the estimate equals the one with their shapes given as -policy_ options" ck_same
-# no primitives given: this machine's profile, measured once into the cache, then reused
+# no primitives given: this machine's profile for the job's 2 ranks,
+# measured once into the cache, then reused by -mode plan and by
+# -placement auto (the same host, backend, ranks, threads and model)
 C="-mode plan $Q $W -plan_ranks 2 -plan_iterations 200 -cost_profile_cache $d/cache"
-rlfuse $C -plan_output $d/c1.h5 >$d/c1.log 2>&1 || not_ok "-mode plan without primitives: $(tail -3 $d/c1.log)"
-check "-mode plan without -cost_*: profiles this machine on the job's rank, caches it and says which primitives it used" \
-  bash -c "grep -q '^plan primitives: profile $d/cache/[0-9a-f]*\.h5, measured now on this job.s 1 rank' $d/c1.log && grep -q 'one rank: its collectives are modeled' $d/c1.log && grep -q 'the plan is for 2 ranks' $d/c1.log && test -s $d/c1.h5"
-rlfuse $C -plan_output $d/c2.h5 >$d/c2.log 2>&1 || not_ok "-mode plan from the cache: $(tail -3 $d/c2.log)"
+mpirun 2 $C -plan_output $d/c1.h5 >$d/c1.log 2>&1 || not_ok "-mode plan without primitives: $(tail -3 $d/c1.log)"
+measured() { grep -q "^plan primitives: profile $d/cache/[0-9a-f]*\.h5, measured now on this job's 2 ranks" $d/c1.log && test -s $d/c1.h5; }
+check "-mode plan without -cost_*: profiles this machine on the job's ranks into the cache and says which primitives it used" measured
+mpirun 2 $C -plan_output $d/c2.h5 >$d/c2.log 2>&1 || not_ok "-mode plan from the cache: $(tail -3 $d/c2.log)"
 reused() { grep -q "^plan primitives: profile $d/cache/[0-9a-f]*\.h5, reused from the cache" $d/c2.log && [ $(ls $d/cache | wc -l) = 1 ] && same_plan $d/c1.h5 $d/c2.h5; }
 check "a second -mode plan reuses the cached profile (same file, same plan)" reused
 py "cache key" $d/cache <<'PY'
 import sys, os, glob, h5py
 f = h5py.File(glob.glob(sys.argv[1] + "/*.h5")[0], "r")
 k = f.attrs["cache_key"]; k = k.decode() if isinstance(k, bytes) else k
-ok = "host " in k and "backend cpu" in k and "ranks 1" in k and "128x4x20x32" in k and f["model_0"].attrs["n_embd"] == 128
+ok = "host " in k and "backend cpu" in k and "ranks 2" in k and "128x4x20x32" in k and f["model_0"].attrs["n_embd"] == 128
 print(("ok" if ok else "not ok") + " - the cached profile stores its key (host, backend, ranks, the models' trunk) and holds the deck's model")
 PY
+auto_reused() { grep -q "^plan primitives: profile $d/cache/[0-9a-f]*\.h5, reused from the cache" $d/auto2.log && grep -q "for the models this run read" $d/auto2.log && grep -q "^plan: search from preset" $d/auto2.log; }
 if mpirun 2 $P -placement auto -plan_iterations 100 -cost_profile_cache $d/cache -output_dir $d/auto2 >$d/auto2.log 2>&1; then
-  check "-placement auto without -cost_*: profiles on the run's 2 ranks into the cache and runs the searched plan" \
-    bash -c "grep -q '^plan primitives: profile $d/cache/.*measured now on this job.s 2 ranks' $d/auto2.log && grep -q 'for the models this run read' $d/auto2.log && grep -q '^plan: search from preset' $d/auto2.log"
+  check "-placement auto without -cost_*: takes this machine's profile from the cache and runs the searched plan" auto_reused
 else not_ok "-placement auto without primitives: $(tail -3 $d/auto2.log)"; fi
 
 # refused plan files: one line naming what does not fit

@@ -7,7 +7,7 @@
 # naming checkpoints of a non-default shape profiles, plans and estimates
 # that shape, and a profile of another shape is refused for it.
 . regression/lib.sh
-plan 17
+plan 18
 d="$RLFUSE_TMP/profile"; mkdir -p $d
 rl2() { "$MPIEXEC" $MPIEXEC_FLAGS -n 2 env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 model="-policy_n_layer 3 -policy_n_head 2 -policy_n_embd 32 -policy_vocab_size 16 -policy_n_positions 64"
@@ -79,6 +79,11 @@ check "-mode plan on the checkpoint deck with its profile: the search runs on th
   "'$BIN/rlfuse' -options_file $d/ck.deck -mode plan -plan_ranks 2 -cost_profile $d/ck.h5 -plan_iterations 50 >$d/ckplan.log 2>&1 && grep -q 'for checkpoints $d/sft/final.h5 and $d/rm/final.h5' $d/ckplan.log"
 check "a profile of another shape is refused for the checkpoint deck: one line naming the value" bash -c \
   "! '$BIN/rlfuse' -options_file $d/ck.deck -mode plan -plan_ranks 2 -cost_profile $d/p.h5 >$d/ckbad.log 2>&1 && [ \$(grep -c . $d/ckbad.log) = 1 ] && grep -q 'n_embd is 32 there, 64 here' $d/ckbad.log"
+# the issue's command, one rank and no primitives: this machine's profile
+# of the checkpoints' models, its 2-rank collectives modeled, and said so
+one_rank() { grep -q "^plan primitives: profile $d/cache/[0-9a-f]*\.h5, measured now on this job's 1 rank.*for checkpoints $d/sft/final.h5 .*one rank: its collectives are modeled.*the plan is for 2 ranks" $d/ck1.log; }
+OMP_NUM_THREADS=1 "$BIN/rlfuse" -options_file $d/ck.deck -mode plan -plan_ranks 2 -plan_iterations 50 -cost_profile_cache $d/cache >$d/ck1.log 2>&1 || not_ok "-mode plan on one rank without primitives: $(tail -3 $d/ck1.log)"
+check "-mode plan on one rank without -cost_*: profiles the checkpoints' models on that rank and says the collectives are modeled" one_rank
 # bad options: one line, and the profile already there stays as it was
 before=$(md5sum <$d/p.h5)
 err() {
