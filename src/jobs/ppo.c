@@ -570,9 +570,9 @@ PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *d)
   PetscCall(PetscMemzero(&o, sizeof o));
   PetscCall(ppo_job_options(&o));
   PetscCall(gpt_config_set_from_options("policy_", &policy)); /* a deck without checkpoints: SFT's model */
+  if (!help) PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o.restart, sizeof o.restart)); /* latest, with none there: a fresh start */
   files = !help && (o.restart[0] || o.actor_ckpt[0] || o.reward_ckpt[0]) ? PETSC_TRUE : PETSC_FALSE;
   if (files) {
-    PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o.restart, sizeof o.restart));
     PetscCheck(o.restart[0] || (o.actor_ckpt[0] && o.reward_ckpt[0]), PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "the deck names %s but not %s: the models' shapes come from both (or from -restart)", o.actor_ckpt[0] ? "-actor_checkpoint" : "-reward_checkpoint", o.actor_ckpt[0] ? "-reward_checkpoint" : "-actor_checkpoint");
   } else {
     policy.head = GPT_HEAD_LM;

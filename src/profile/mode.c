@@ -215,12 +215,12 @@ PetscErrorCode profile_run(RunCtx *run, CostDeckFn deck_of)
   sp = (ProfSpec){(int)PetscMin(rows_max, INT32_MAX), (int)PetscMin(len_max, INT32_MAX), (int)PetscMin(repeats, INT32_MAX), (int)PetscMin(warmup, INT32_MAX), (int)PetscMin(extra, INT32_MAX), bytes_max, opt_max, mem};
   PetscCall(spec_check(&sp));
   PetscCheck(run->size >= 2 && run->size <= 1024, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-mode profile runs on 2 to 1024 ranks (got %d): it times the collectives between them", run->size);
+  PetscCall(deck_of(run, PETSC_FALSE, &deck));
   if (run->dry_run) {
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "profile: dry run, options are valid\n"));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(h5u_output_check("profile", output));
-  PetscCall(deck_of(run, PETSC_FALSE, &deck));
   PetscCall(profile_measure(run, &sp, &deck, &pf));
   PetscCall(profile_write_rank0(output, &pf));
   PetscCall(PetscPrintf(PETSC_COMM_WORLD, "profile: wrote %s\n", output));

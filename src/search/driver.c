@@ -3,7 +3,10 @@
  * prints the table of estimates; -mode plan (search_mode_run) reads the
  * deck's workload, searches for -plan_ranks ranks and writes the plan file
  * that -plan_file runs; -placement auto (search_auto) does the same at the
- * start of a PPO run for the models it has read. The search runs on rank 0
+ * start of a PPO run for the models it has read. The primitives are a
+ * hardware description, a given profile, or this machine's profile from
+ * the profile cache (src/profile/cache.c), measured on the job's ranks when
+ * the cache has none. The search runs on rank 0
  * (with a time budget, ranks could stop at different iterations) and the
  * plan is broadcast. */
 #include "profile.h"
