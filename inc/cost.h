@@ -138,17 +138,37 @@ double cost_shape_params(const CostShape *m);
  * backward is twice the forward. */
 double cost_flops(const CostShape *m, CostPart part, CostPhase ph, double rows, double len);
 
-/* The workload from the options (docs/costmodel.md): -cost_batch,
+/* What a job's deck gives the workload before any -cost_ option, as the
+ * modules that own those options parsed them (the PPO, generation and task
+ * settings: -rollout_batch, -gen_max_new_tokens, ...), and the four
+ * models as the run will have them: read from the checkpoints the deck
+ * names, or, for a deck without them (a pipeline's), the -policy_ options
+ * SFT will write (src/jobs, ppo_cost_deck). */
+typedef struct {
+  int       batch, max_new, minibatches, micro, epochs, gen_slots;
+  int       prompt_len;     /* the longest prompt: the task's, or a prompts file's */
+  PetscBool critic_free;    /* -algo grpo or rloo */
+  long long seed;           /* -seed: keys the drawn lengths */
+  GPTConfig cfg[4];         /* actor, critic, reference, reward (critic unused when critic_free) */
+  char      shapes_from[2 * PETSC_MAX_PATH_LEN + 64]; /* where cfg came from, for messages */
+} CostDeck;
+
+/* Where a mode gets its CostDeck (ppo_cost_deck, src/jobs): given by the
+ * driver, called after the mode's own options are checked, so a missing
+ * -plan_ranks is named before the deck's job is read. */
+typedef PetscErrorCode (*CostDeckFn)(const RunCtx *run, PetscBool help, CostDeck *deck);
+
+/* The workload from the deck and the options (docs/costmodel.md): -cost_batch,
  * -cost_prompt_len, -cost_prompt_lengths SPEC, -cost_max_new, -cost_minibatches, -cost_epochs,
- * -cost_iterations, -cost_critic_free, the shapes (-cost_actor_shape NAME or
- * the -policy_ and -critic_/-reward_ GPT-2 options) and the response lengths
+ * -cost_iterations, -cost_critic_free, the shapes (-cost_actor_shape NAME,
+ * -cost_critic_shape NAME, else the deck's models) and the response lengths
  * (-cost_lengths lognormal:MEDIAN:P99 | uniform:LO:HI | fixed:N | hist:FILE |
  * rollouts:FILE.h5; from a rollouts file each response comes with its own
  * prompt's length unless -cost_prompt_len or -cost_prompt_lengths is given).
- * Defaults come from the PPO options of the deck (-rollout_batch,
- * -gen_max_new_tokens, ...). work->len and plen are drawn keyed by -seed.
+ * Defaults come from deck (its PPO settings and models); each -cost_
+ * option overrides one. work->len and plen are drawn keyed by deck->seed.
  * cost_work_free frees them. */
-PetscErrorCode cost_work_from_options(CostWork *work);
+PetscErrorCode cost_work_from_options(const CostDeck *deck, CostWork *work);
 /* n lengths by spec (the syntax of -cost_lengths; opt names the option in
  * errors), each clipped to [1, max]. With plen not NULL and a rollouts:
  * file that records prompt lengths, each drawn response's own prompt length

@@ -6,6 +6,7 @@
 #include "task.h"
 #include "rl.h"
 #include "plan.h"
+#include "cost.h"
 #include "train.h"
 
 /* ---- jobs --------------------------------------------------------------- */
@@ -47,6 +48,13 @@ PetscErrorCode rm_run(const RunCtx *run, const Backend *be);
 
 /* PPO and GRPO (-mode ppo); options and internals in src/jobs/ppo_impl.h. */
 PetscErrorCode ppo_run(const RunCtx *run, const Backend *be);
+/* The deck's PPO job as the cost model needs it (-mode plan, -mode
+ * profile): its settings as PPO reads them and its four models as the run
+ * would have them, from the checkpoints the deck names (-actor_checkpoint,
+ * -reward_checkpoint, -reference_checkpoint, -critic_init, -restart), or,
+ * for a deck without them (a pipeline's), the -policy_ model SFT will
+ * write. help: only register the options (no file is read). */
+PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *deck);
 /* SFT, then RM from the SFT checkpoint, then PPO from both (-mode pipeline). */
 PetscErrorCode pipeline_run(const RunCtx *run, const Backend *be);
 

@@ -101,22 +101,25 @@ void search_needs_from_work(const CostWork *w, GPTConfig cfg[4], PlanNeeds *need
 /* -plan_time, -plan_iterations, -plan_max_mbs, -plan_search_fusion,
  * -plan_search_settings; the seed is -seed. */
 PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *spec, uint64_t seed);
-/* -cost_hardware DECK or -cost_profile FILE (exactly one). */
-PetscErrorCode search_prims_from_options(CostPrims *p);
 /* The presets (as given and tuned) and the annealing from the tuned ones,
  * for spec->world ranks; with print, the table of their estimates. Runs
  * on rank 0 of comm; every rank gets the best plan (its estimate in est_*)
  * and the summary. */
 PetscErrorCode search_plan(MPI_Comm comm, const CostPrims *p, const CostWork *w, const PlanNeeds *needs, const SearchSpaceSpec *spec, const SearchOptions *o, PetscBool print, Plan *best, SearchSummary *sum);
-/* -mode plan: -plan_ranks N, -plan_output FILE, -plan_timeline FILE and the
- * workload's -cost_ options; help: only register the options. */
-PetscErrorCode search_mode_run(const RunCtx *run, PetscBool help);
+/* -mode plan: -plan_ranks N, -plan_output FILE, -plan_timeline FILE, the
+ * primitives (-cost_hardware DECK, -cost_profile FILE, or by default this
+ * machine's profile from the cache, -cost_profile_cache DIR) and the
+ * workload: the deck's job (deck_of: ppo_cost_deck) and the -cost_ options; help:
+ * only register the options. */
+PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, PetscBool help);
 /* -placement auto: reads the options search_auto will use, so that they
  * count as used when the mode's options are checked (before any model is
  * read). */
 PetscErrorCode search_auto_options(void);
-/* -placement auto: the search for this run's models (cfg: actor, critic,
- * reference, reward) replaces *plan. */
-PetscErrorCode search_auto(const RunCtx *run, const GPTConfig cfg[4], const PlanNeeds *needs, Plan *plan);
+/* -placement auto: the search for this run's job (deck: its settings and
+ * the models it read) replaces *plan; without -cost_hardware or
+ * -cost_profile it profiles this machine on the run's ranks (run->be), or
+ * reuses the cache's profile. */
+PetscErrorCode search_auto(const RunCtx *run, const CostDeck *deck, const PlanNeeds *needs, Plan *plan);
 
 #endif

@@ -175,6 +175,7 @@ typedef struct {
   PetscInt  seed;
   PetscBool dry_run;
   char      output_dir[PETSC_MAX_PATH_LEN];
+  const struct Backend *be; /* the job's backend (NULL before -device is set up): what -placement auto profiles */
 } RunCtx;
 
 /* Reads -seed, -output_dir, -dry_run and fills rank/size/threads. */

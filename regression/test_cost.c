@@ -8,6 +8,7 @@
  * byte count against the reallocation planner itself (4 ranks), and the
  * timeline file. Prints "ok - name" / "not ok - name: detail" per check. */
 #include "cost.h"
+#include "jobs.h"
 #include "realloc.h"
 #include "fuse.h"
 #include "mpi_report.h"
@@ -544,7 +545,13 @@ static PetscErrorCode work_try(const char *opts, CostWork *w, PetscErrorCode *ie
   PetscCall(PetscOptionsClear(NULL));
   PetscCall(PetscOptionsInsertString(NULL, opts));
   PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
-  *ierr = cost_work_from_options(w);
+  { /* the deck's job as -mode plan reads it (PPO's own options), then the -cost_ ones */
+    RunCtx   run;
+    CostDeck deck;
+    *ierr = sys_run_setup(PETSC_COMM_WORLD, &run);
+    if (!*ierr) *ierr = ppo_cost_deck(&run, PETSC_FALSE, &deck);
+    if (!*ierr) *ierr = cost_work_from_options(&deck, w);
+  }
   PetscCall(PetscPopErrorHandler());
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -579,6 +586,15 @@ static PetscErrorCode check_work(void)
   check("workload: the draws are keyed by -seed (the same twice)", same ? PETSC_TRUE : PETSC_FALSE, "differ");
   PetscCall(cost_work_free(&w));
   PetscCall(cost_work_free(&v));
+  /* the PPO settings as PPO parses them, not as a second reader guesses */
+  PetscCall(work_try("-algo PPO -rollout_batch 8", &w, &ierr));
+  check("workload: -algo PPO (an enum, any case) has the critic calls", !ierr && !w.critic_free ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+  if (!ierr) PetscCall(cost_work_free(&w));
+  PetscCall(work_try("-algo rloo -rollout_batch 8 -task_len_max 20 -policy_n_positions 128", &w, &ierr));
+  check("workload: -algo rloo is critic-free; the prompt is -task_len_max + 2", !ierr && w.critic_free && w.prompt_len == 22 ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+  if (!ierr) PetscCall(cost_work_free(&w));
+  PetscCall(work_try("-rollout_batch 8 -ppo_minibatches 3", &w, &ierr));
+  check("workload: PPO's own checks on its options apply (-ppo_minibatches 3 does not divide 8)", ierr && strstr(err_text(ierr), "-cost_minibatches 3") ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
   PetscCall(work_try("-cost_lengths lognormal:50", &w, &ierr));
   check("workload: a malformed -cost_lengths is refused, naming the option", ierr && strstr(err_text(ierr), "-cost_lengths 'lognormal:50'") ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
   PetscCall(work_try("-cost_minibatches 3 -rollout_batch 64", &w, &ierr));

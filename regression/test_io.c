@@ -498,7 +498,7 @@ static PetscErrorCode run_record_steps(const RunCtx *run, int *child)
 
 static PetscErrorCode test_record(void)
 {
-  RunCtx    run = {PETSC_COMM_WORLD, rank, size, 1, 99, PETSC_FALSE, ""};
+  RunCtx    run = {PETSC_COMM_WORLD, rank, size, 1, 99, PETSC_FALSE, "", NULL};
   char      path[PETSC_MAX_PATH_LEN], s[4096], hv[64];
   double    v[8], v2[8];
   int       n, n2, child = -1;

@@ -317,7 +317,7 @@ static PetscBool plans_equal(const Plan *a, const Plan *b, const PlanNeeds *need
 
 static PetscErrorCode record_plan(const char *dir, const Plan *plan, const PlanNeeds *needs, char *path, size_t len)
 {
-  RunCtx     run = {PETSC_COMM_WORLD, 0, 1, 1, 1, PETSC_FALSE, ""};
+  RunCtx     run = {PETSC_COMM_WORLD, 0, 1, 1, 1, PETSC_FALSE, "", NULL};
   RunRecord *rec;
 
   PetscFunctionBegin;

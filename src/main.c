@@ -47,28 +47,29 @@ static PetscErrorCode rlfuse_main(void)
     PetscCall(score_run(&run, NULL));
     PetscCall(data_run(&run));
     PetscCall(fuse_schedule_run(&run));
-    PetscCall(search_mode_run(&run, PETSC_TRUE));
-    PetscCall(profile_run(&run, NULL));
-    PetscFunctionReturn(PETSC_SUCCESS);
-  }
-  if (mode == MODE_PLAN) { /* a search over estimates: no model, no device */
-    PetscCall(search_mode_run(&run, PETSC_FALSE));
+    PetscCall(search_mode_run(&run, ppo_cost_deck, PETSC_TRUE));
+    PetscCall(profile_run(&run, ppo_cost_deck));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   if (mode == MODE_SCHEDULE) { /* no model, no device */
     PetscCall(fuse_schedule_run(&run));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  if (!run.dry_run && mode != MODE_SCORE && mode != MODE_DATA && mode != MODE_PROFILE) PetscCall(sys_used_deck_at(&run)); /* score and data write named files, not an output directory */
+  if (!run.dry_run && mode != MODE_SCORE && mode != MODE_DATA && mode != MODE_PROFILE && mode != MODE_PLAN) PetscCall(sys_used_deck_at(&run)); /* score and data write named files, not an output directory */
   PetscCall(backend_setup(device_names[device], precision == 1 ? PETSC_TRUE : PETSC_FALSE, &be));
   PetscCall(comm_use_backend(be)); /* before any mesh: on cuda the meshes' communicators get NCCL */
+  run.be = be;
   switch ((RunMode)mode) {
   case MODE_SFT: PetscCall(sft_run(&run, be)); break;
   case MODE_SCORE: PetscCall(score_run(&run, be)); break;
   case MODE_RM: PetscCall(rm_run(&run, be)); break;
   case MODE_PPO: PetscCall(ppo_run(&run, be)); break;
   case MODE_PIPELINE: PetscCall(pipeline_run(&run, be)); break;
-  case MODE_PROFILE: PetscCall(profile_run(&run, be)); break;
+  /* both describe the deck's PPO job by its settings and its models as
+   * the run would read them; plan needs the backend only to profile this
+   * machine when given no primitives */
+  case MODE_PROFILE: PetscCall(profile_run(&run, ppo_cost_deck)); break;
+  case MODE_PLAN: PetscCall(search_mode_run(&run, ppo_cost_deck, PETSC_FALSE)); break;
   default: PetscCall(data_run(&run)); break;
   }
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -6,8 +6,11 @@
 # -placement auto searches at the start of a PPO run and runs the result;
 # plan files that do not fit the job (more ranks) or the model (tp not
 # dividing the heads) and bad -mode plan options stop with one line.
+# A deck naming checkpoints plans their models, not the -policy_ defaults;
+# without -cost_hardware or -cost_profile the search profiles this machine
+# once into the profile cache (-cost_profile_cache) and reuses it after.
 . regression/lib.sh
-plan 12
+plan 17
 d="$RLFUSE_TMP/plan_search"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 Q="-policy_n_layer 2 -policy_n_head 4 -policy_n_embd 128 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"
@@ -53,6 +56,37 @@ if mpirun 2 $P -placement auto -cost_hardware input/hardware/h100_sxm.deck -plan
     bash -c "grep -q '^-placement auto: searching' $d/auto.log && grep -q '^plan: search from preset' $d/auto.log && '$PYTHON' -c \"import h5py; assert h5py.File('$d/auto/run.h5', 'r')['plan'].attrs['est_iter_s'] > 0\""
 else not_ok "-placement auto: $(tail -3 $d/auto.log)"; fi
 
+# a deck naming checkpoints: the models are the checkpoints' (Q's shape),
+# not the -policy_ defaults (n_embd 128, vocabulary 64, n_positions 64)
+printf '%s\n' "-actor_checkpoint $d/sft/final.h5" "-reward_checkpoint $d/rm/final.h5" "-rollout_batch 32" "-ppo_minibatches 2" "-gen_max_new_tokens 16" "-seed 5" >$d/ck.deck
+est() { "$PYTHON" -c "import h5py; print(h5py.File('$1', 'r')['plan'].attrs['est_iter_s'])" 2>/dev/null; }
+H="-mode plan -plan_ranks 2 -cost_hardware input/hardware/h100_sxm.deck -plan_iterations 400"
+rlfuse -options_file $d/ck.deck $H -plan_output $d/ck.h5 >$d/ck.log 2>&1 || not_ok "-mode plan on the checkpoint deck: $(tail -3 $d/ck.log)"
+rlfuse $Q $W $H -plan_output $d/byhand.h5 >/dev/null 2>&1
+ck_same() { [ -s $d/ck.h5 ] && [ "$(est $d/ck.h5)" = "$(est $d/byhand.h5)" ] && grep -q "for checkpoints $d/sft/final.h5 and $d/rm/final.h5" $d/ck.log; }
+check "a deck naming checkpoints plans their models: the estimate equals the one with their shapes given as -policy_ options" ck_same
+# no primitives given: this machine's profile for the job's 2 ranks,
+# measured once into the cache, then reused by -mode plan and by
+# -placement auto (the same host, backend, ranks, threads and model)
+C="-mode plan $Q $W -plan_ranks 2 -plan_iterations 200 -cost_profile_cache $d/cache"
+mpirun 2 $C -plan_output $d/c1.h5 >$d/c1.log 2>&1 || not_ok "-mode plan without primitives: $(tail -3 $d/c1.log)"
+measured() { grep -q "^plan primitives: profile $d/cache/[0-9a-f]*\.h5, measured now on this job's 2 ranks" $d/c1.log && test -s $d/c1.h5; }
+check "-mode plan without -cost_*: profiles this machine on the job's ranks into the cache and says which primitives it used" measured
+mpirun 2 $C -plan_output $d/c2.h5 >$d/c2.log 2>&1 || not_ok "-mode plan from the cache: $(tail -3 $d/c2.log)"
+reused() { grep -q "^plan primitives: profile $d/cache/[0-9a-f]*\.h5, reused from the cache" $d/c2.log && [ $(ls $d/cache | wc -l) = 1 ] && same_plan $d/c1.h5 $d/c2.h5; }
+check "a second -mode plan reuses the cached profile (same file, same plan)" reused
+py "cache key" $d/cache <<'PY'
+import sys, os, glob, h5py
+f = h5py.File(glob.glob(sys.argv[1] + "/*.h5")[0], "r")
+k = f.attrs["cache_key"]; k = k.decode() if isinstance(k, bytes) else k
+ok = "host " in k and "backend cpu" in k and "ranks 2" in k and "128x4x20x32" in k and f["model_0"].attrs["n_embd"] == 128
+print(("ok" if ok else "not ok") + " - the cached profile stores its key (host, backend, ranks, the models' trunk) and holds the deck's model")
+PY
+auto_reused() { grep -q "^plan primitives: profile $d/cache/[0-9a-f]*\.h5, reused from the cache" $d/auto2.log && grep -q "for the models this run read" $d/auto2.log && grep -q "^plan: search from preset" $d/auto2.log; }
+if mpirun 2 $P -placement auto -plan_iterations 100 -cost_profile_cache $d/cache -output_dir $d/auto2 >$d/auto2.log 2>&1; then
+  check "-placement auto without -cost_*: takes this machine's profile from the cache and runs the searched plan" auto_reused
+else not_ok "-placement auto without primitives: $(tail -3 $d/auto2.log)"; fi
+
 # refused plan files: one line naming what does not fit
 one_line() { # WHAT PATTERN NRANKS ARGS...: exits non-zero with one "rlfuse: error:" line matching
   local what=$1 pat=$2 n=$3; shift 3
@@ -73,6 +107,6 @@ edit(sys.argv[3], 3, [0, 1, 2], 3, 1)     # tp 3 does not divide the 4 heads
 PY
 one_line "a plan file for 4 ranks is refused on 2" "actor_gen_ranks 0-3: rank 3 is outside the job's 2 ranks" 2 $P -plan_file $d/p4.h5 -output_dir $d/bad4
 one_line "a plan file whose tp does not divide the model's heads is refused" "actor_gen_tp 3 does not divide the model's n_head 4" 3 $P -plan_file $d/tp3.h5 -output_dir $d/badtp
-expect_error "-mode plan without -plan_ranks" "-plan_ranks" -mode plan $Q -cost_hardware input/hardware/h100_sxm.deck
-expect_error "-mode plan without primitives" "-cost_hardware" -mode plan $Q -plan_ranks 2
+expect_error "-mode plan without -plan_ranks" "-plan_ranks" -mode plan $Q $W -cost_hardware input/hardware/h100_sxm.deck
+expect_error "-mode plan with both primitives" "-cost_hardware .* not both" -mode plan $Q $W -plan_ranks 2 -cost_hardware input/hardware/h100_sxm.deck -cost_profile $d/none.h5
 finish

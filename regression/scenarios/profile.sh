@@ -3,9 +3,11 @@
 # models' shapes (the actor's LM head, the critic's scalar head), the grid
 # axes, every time finite and >= 0, the trunk growing with the tokens, and
 # the collectives growing with the bytes; bad options stop with one
-# "rlfuse: error:" line and leave an existing profile as it was.
+# "rlfuse: error:" line and leave an existing profile as it was. A deck
+# naming checkpoints of a non-default shape profiles, plans and estimates
+# that shape, and a profile of another shape is refused for it.
 . regression/lib.sh
-plan 14
+plan 18
 d="$RLFUSE_TMP/profile"; mkdir -p $d
 rl2() { "$MPIEXEC" $MPIEXEC_FLAGS -n 2 env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 model="-policy_n_layer 3 -policy_n_head 2 -policy_n_embd 32 -policy_vocab_size 16 -policy_n_positions 64"
@@ -63,6 +65,25 @@ check "-mode plan -cost_profile: the search runs on the measured primitives and 
   "'$BIN/rlfuse' $P -plan_output $d/plan.h5 >$d/plan.log 2>&1 && grep -q 'primitives: profile $d/p.h5' $d/plan.log && grep -q '^  searched ' $d/plan.log && test -s $d/plan.h5"
 check "-mode plan -cost_profile with another model: one line naming the value" bash -c \
   "! '$BIN/rlfuse' $P -policy_n_embd 64 -plan_output $d/plan2.h5 >$d/plan2.log 2>&1 && [ \$(grep -c . $d/plan2.log) = 1 ] && grep -q 'n_embd is 32 there, 64 here' $d/plan2.log && test ! -e $d/plan2.h5"
+# a PPO deck naming checkpoints (2 layers, n_embd 64, vocabulary 20): its
+# models are the checkpoints', not the -policy_ defaults (128, 64)
+q="-policy_n_layer 2 -policy_n_head 4 -policy_n_embd 64 -policy_vocab_size 20 -policy_n_positions 48 -seed 5"
+"$BIN/rlfuse" -mode sft $q -sft_steps 2 -sft_batch 8 -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -2 $d/sft.log)"
+"$BIN/rlfuse" -mode rm -seed 5 -rm_sft_checkpoint $d/sft/final.h5 -rm_pairs 16 -rm_eval_pairs 8 -rm_steps 1 -rm_batch 8 -gen_max_new_tokens 16 -output_dir $d/rm >$d/rm.log 2>&1 || not_ok "RM fixture: $(tail -2 $d/rm.log)"
+printf '%s\n' "-mode ppo" "-actor_checkpoint $d/sft/final.h5" "-reward_checkpoint $d/rm/final.h5" "-rollout_batch 8" "-ppo_minibatches 2" "-gen_max_new_tokens 16" >$d/ck.deck
+rl2 -options_file $d/ck.deck -mode profile $grid -profile_len_max 16 -profile_bytes_max 4096 -profile_output $d/ck.h5 >$d/ck.log 2>&1 || not_ok "profile of the checkpoint deck: $(tail -3 $d/ck.log)"
+check "-mode profile on a deck naming checkpoints measures the checkpoints' shape (n_embd 64, vocabulary 20, n_positions 48)" "$PYTHON" -c "
+import h5py; f = h5py.File('$d/ck.h5', 'r')
+assert [int(f['model_0'].attrs[k]) for k in ('n_embd', 'vocab_size', 'n_positions')] == [64, 20, 48] and f['model_1'].attrs['value_head'] == 1"
+check "-mode plan on the checkpoint deck with its profile: the search runs on the checkpoints' models" bash -c \
+  "'$BIN/rlfuse' -options_file $d/ck.deck -mode plan -plan_ranks 2 -cost_profile $d/ck.h5 -plan_iterations 50 >$d/ckplan.log 2>&1 && grep -q 'for checkpoints $d/sft/final.h5 and $d/rm/final.h5' $d/ckplan.log"
+check "a profile of another shape is refused for the checkpoint deck: one line naming the value" bash -c \
+  "! '$BIN/rlfuse' -options_file $d/ck.deck -mode plan -plan_ranks 2 -cost_profile $d/p.h5 >$d/ckbad.log 2>&1 && [ \$(grep -c . $d/ckbad.log) = 1 ] && grep -q 'n_embd is 32 there, 64 here' $d/ckbad.log"
+# the issue's command, one rank and no primitives: this machine's profile
+# of the checkpoints' models, its 2-rank collectives modeled, and said so
+one_rank() { grep -q "^plan primitives: profile $d/cache/[0-9a-f]*\.h5, measured now on this job's 1 rank.*for checkpoints $d/sft/final.h5 .*one rank: its collectives are modeled.*the plan is for 2 ranks" $d/ck1.log; }
+OMP_NUM_THREADS=1 "$BIN/rlfuse" -options_file $d/ck.deck -mode plan -plan_ranks 2 -plan_iterations 50 -cost_profile_cache $d/cache >$d/ck1.log 2>&1 || not_ok "-mode plan on one rank without primitives: $(tail -3 $d/ck1.log)"
+check "-mode plan on one rank without -cost_*: profiles the checkpoints' models on that rank and says the collectives are modeled" one_rank
 # bad options: one line, and the profile already there stays as it was
 before=$(md5sum <$d/p.h5)
 err() {

@@ -1,6 +1,6 @@
-/* cost/work.c: one iteration's workload (CostWork) from the options: the
- * PPO settings of the deck, the models' shapes (this code's GPT-2 options
- * or a named LLaMA shape for paper-scale work) and the response lengths,
+/* cost/work.c: one iteration's workload (CostWork): the deck's PPO settings
+ * and models as the job parsed them (CostDeck), overridden by the -cost_
+ * options (a named LLaMA shape for paper-scale work), and the response lengths,
  * drawn from a named distribution, a histogram file or a previous run's
  * rollouts.h5 (docs/costmodel.md). */
 #include "cost_impl.h"
@@ -194,70 +194,57 @@ PetscErrorCode cost_work_lengths(const char *opt, const char *spec, int n, int m
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* A PPO option's value as the deck gives it (not recorded again: the
- * workload only reads it). */
-static PetscErrorCode deck_int(const char *name, int def, int *v)
+/* A model's shape: the named one (option opt), else the deck's model. */
+static PetscErrorCode role_shape(const char *opt, const char *name, const GPTConfig *cfg, PetscBool value_head, CostShape *m)
 {
-  PetscInt  x = def;
-  PetscBool set;
-
-  PetscFunctionBegin;
-  PetscCall(PetscOptionsGetInt(NULL, NULL, name, &x, &set));
-  *v = (int)x;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-/* A model's shape: the named one (option opt), else the GPT-2 options of prefix. */
-static PetscErrorCode role_shape(const char *opt, const char *name, const char *prefix, PetscBool value_head, CostShape *m)
-{
-  char      key[96];
-  GPTConfig cfg = {2, 4, 128, 64, 64, GPT_HEAD_LM};
+  GPTConfig c = *cfg;
 
   PetscFunctionBegin;
   if (name[0]) {
     PetscCall(cost_shape_named(opt, name, value_head, m));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  PetscCall(PetscSNPrintf(key, sizeof key, "-%sn_layer", prefix));
-  PetscCall(deck_int(key, cfg.n_layer, &cfg.n_layer));
-  PetscCall(PetscSNPrintf(key, sizeof key, "-%sn_head", prefix));
-  PetscCall(deck_int(key, cfg.n_head, &cfg.n_head));
-  PetscCall(PetscSNPrintf(key, sizeof key, "-%sn_embd", prefix));
-  PetscCall(deck_int(key, cfg.n_embd, &cfg.n_embd));
-  PetscCall(PetscSNPrintf(key, sizeof key, "-%svocab_size", prefix));
-  PetscCall(deck_int(key, cfg.vocab_size, &cfg.vocab_size));
-  PetscCall(PetscSNPrintf(key, sizeof key, "-%sn_positions", prefix));
-  PetscCall(deck_int(key, cfg.n_positions, &cfg.n_positions));
-  PetscCheck(cfg.n_layer > 0 && cfg.n_head > 0 && cfg.n_embd > 0 && cfg.vocab_size > 0 && cfg.n_embd % cfg.n_head == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-%sn_layer/n_head/n_embd/vocab_size: %d/%d/%d/%d is not a model shape", prefix, cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.vocab_size);
-  cfg.head = value_head ? GPT_HEAD_SCALAR : GPT_HEAD_LM;
-  cost_shape_from_gpt(&cfg, m);
+  c.head = value_head ? GPT_HEAD_SCALAR : GPT_HEAD_LM;
+  cost_shape_from_gpt(&c, m);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode cost_work_from_options(CostWork *w)
+/* The four shapes: named ones replace the deck's models (the reference
+ * takes the actor's name, the reward model the critic's). */
+static PetscErrorCode work_shapes(const CostDeck *d, const char *actor, const char *critic, CostWork *w)
 {
-  char      lengths[PETSC_MAX_PATH_LEN + 16] = "", plengths[PETSC_MAX_PATH_LEN + 16] = "", actor[64] = "", critic[64] = "", algo[16] = "ppo";
-  PetscInt  seed = 1, len_max = 12;
-  PetscBool set, plen_set = PETSC_FALSE, paired = PETSC_FALSE;
+  /* without -cost_critic_shape, -cost_actor_shape names the critic too: a
+   * paper-scale critic of the actor's shape */
+  const char *cname = critic[0] ? critic : actor, *copt = critic[0] ? "-cost_critic_shape" : "-cost_actor_shape";
+
+  PetscFunctionBegin;
+  PetscCall(role_shape("-cost_actor_shape", actor, &d->cfg[0], PETSC_FALSE, &w->actor));
+  PetscCall(role_shape("-cost_actor_shape", actor, &d->cfg[2], PETSC_FALSE, &w->ref));
+  PetscCall(role_shape(copt, cname, &d->cfg[d->critic_free ? 3 : 1], PETSC_TRUE, &w->critic));
+  PetscCall(role_shape(copt, cname, &d->cfg[3], PETSC_TRUE, &w->reward));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode cost_work_from_options(const CostDeck *d, CostWork *w)
+{
+  char      lengths[PETSC_MAX_PATH_LEN + 16] = "", plengths[PETSC_MAX_PATH_LEN + 16] = "", actor[64] = "", critic[64] = "";
+  PetscBool plen_set = PETSC_FALSE, paired = PETSC_FALSE;
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(w, sizeof *w));
-  /* defaults: the deck's PPO settings */
-  PetscCall(deck_int("-rollout_batch", 64, &w->batch));
-  PetscCall(deck_int("-gen_max_new_tokens", 32, &w->max_new));
-  PetscCall(deck_int("-ppo_minibatches", 4, &w->minibatches));
-  PetscCall(deck_int("-ppo_epochs", 1, &w->epochs));
-  PetscCall(deck_int("-ppo_microbatches", 1, &w->micro));
-  PetscCall(deck_int("-gen_slots", 16, &w->gen_slots));
-  PetscCall(PetscOptionsGetInt(NULL, NULL, "-task_len_max", &len_max, &set));
-  PetscCall(PetscOptionsGetInt(NULL, NULL, "-seed", &seed, &set));
-  PetscCall(PetscOptionsGetString(NULL, NULL, "-algo", algo, sizeof algo, &set));
-  w->prompt_len  = (int)len_max + 2;
+  /* defaults: the deck's PPO settings, as PPO parsed them */
+  w->batch       = d->batch;
+  w->max_new     = d->max_new;
+  w->minibatches = d->minibatches;
+  w->epochs      = d->epochs;
+  w->micro       = d->micro;
+  w->gen_slots   = d->gen_slots;
+  w->prompt_len  = d->prompt_len;
   w->iterations  = 3;
-  w->critic_free = strcmp(algo, "ppo") ? PETSC_TRUE : PETSC_FALSE;
+  w->critic_free = d->critic_free;
   PetscOptionsBegin(PETSC_COMM_WORLD, "cost_", "Cost model workload (docs/costmodel.md)", NULL);
   RfOptIntAsIntCost("-batch", "Rollout sequences per iteration (default -rollout_batch)", w->batch, &w->batch);
-  RfOptIntAsIntCost("-prompt_len", "Prompt tokens per sequence, or the longest with -cost_prompt_lengths (default -task_len_max + 2)", w->prompt_len, &w->prompt_len);
+  RfOptIntAsIntCost("-prompt_len", "Prompt tokens per sequence, or the longest with -cost_prompt_lengths (default the deck's longest prompt: -task_len_max + 2, or the -ppo_prompts file's)", w->prompt_len, &w->prompt_len);
   PetscCall(PetscOptionsHasName(NULL, NULL, "-cost_prompt_len", &plen_set));
   RfOptString("-prompt_lengths", "Prompt lengths, each clipped to -cost_prompt_len: the syntax of -cost_lengths (default: each response's own prompt with -cost_lengths rollouts:FILE, else every prompt -cost_prompt_len)", plengths, sizeof plengths);
   RfOptIntAsIntCost("-max_new", "Most response tokens (default -gen_max_new_tokens)", w->max_new, &w->max_new);
@@ -268,8 +255,8 @@ PetscErrorCode cost_work_from_options(CostWork *w)
   RfOptIntAsIntCost("-iterations", "Iterations the simulator runs (the first places the weights)", w->iterations, &w->iterations);
   RfOptBool("-critic_free", "No critic calls (default: -algo grpo or rloo)", w->critic_free, &w->critic_free);
   RfOptString("-lengths", "Response lengths: lognormal:MEDIAN:P99, uniform:LO:HI, fixed:N, hist:FILE (lines 'length count') or rollouts:FILE.h5[:iter_K] (default fixed at -cost_max_new)", lengths, sizeof lengths);
-  RfOptString("-actor_shape", "Actor and reference shape by name (llama2-7b, llama2-13b, codellama-34b, llama2-70b, llama-13b, llama-33b, llama-65b); default the -policy_ options (GPT-2)", actor, sizeof actor);
-  RfOptString("-critic_shape", "Critic and reward shape by name, with a scalar head; default the actor's shape", critic, sizeof critic);
+  RfOptString("-actor_shape", "Actor and reference shape by name (llama2-7b, llama2-13b, codellama-34b, llama2-70b, llama-13b, llama-33b, llama-65b); default the deck's models (its checkpoints, else the -policy_ options)", actor, sizeof actor);
+  RfOptString("-critic_shape", "Critic and reward shape by name, with a scalar head; default -cost_actor_shape's, else the deck's models", critic, sizeof critic);
   PetscOptionsEnd();
   PetscCheck(w->batch > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_batch %d must be positive", w->batch);
   PetscCheck(w->prompt_len > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_prompt_len %d must be positive", w->prompt_len);
@@ -279,21 +266,17 @@ PetscErrorCode cost_work_from_options(CostWork *w)
   PetscCheck(w->epochs > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_epochs %d must be positive", w->epochs);
   PetscCheck(w->gen_slots >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_slots %d must be 0 or positive", w->gen_slots);
   PetscCheck(w->iterations >= 1 && w->iterations <= 100, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_iterations %d must be in 1..100", w->iterations);
-  PetscCall(role_shape("-cost_actor_shape", actor, "policy_", PETSC_FALSE, &w->actor));
-  w->ref = w->actor;
-  /* the reward model and the critic start from the SFT policy's architecture */
-  PetscCall(role_shape(critic[0] ? "-cost_critic_shape" : "-cost_actor_shape", critic[0] ? critic : actor, "policy_", PETSC_TRUE, &w->critic));
-  w->reward = w->critic;
-  w->nlen   = w->batch;
+  PetscCall(work_shapes(d, actor, critic, w));
+  w->nlen = w->batch;
   PetscCall(PetscMalloc1(w->nlen, &w->len));
   PetscCall(PetscMalloc1(w->nlen, &w->plen));
   if (!lengths[0]) PetscCall(PetscSNPrintf(lengths, sizeof lengths, "fixed:%d", w->max_new));
   { /* a refused length specification must not keep the arrays */
-    PetscErrorCode ierr = cost_work_lengths("-cost_lengths", lengths, w->nlen, w->max_new, (unsigned long long)seed, w->len, plen_set || plengths[0] ? NULL : w->plen, &paired);
+    PetscErrorCode ierr = cost_work_lengths("-cost_lengths", lengths, w->nlen, w->max_new, (unsigned long long)d->seed, w->len, plen_set || plengths[0] ? NULL : w->plen, &paired);
     PetscBool      drawn;
 
     /* prompts drawn apart from the responses: their own stream of draws */
-    if (!ierr && plengths[0]) ierr = cost_work_lengths("-cost_prompt_lengths", plengths, w->nlen, w->prompt_len, (unsigned long long)seed ^ 0x70726f6d707473ULL, w->plen, NULL, &drawn);
+    if (!ierr && plengths[0]) ierr = cost_work_lengths("-cost_prompt_lengths", plengths, w->nlen, w->prompt_len, (unsigned long long)d->seed ^ 0x70726f6d707473ULL, w->plen, NULL, &drawn);
     if (ierr) PetscCall(cost_work_free(w));
     PetscCall(ierr);
   }

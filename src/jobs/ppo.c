@@ -11,10 +11,10 @@
 static const char *const algo_names[]   = {"ppo", "grpo", "rloo", "PPOAlgo", "ALGO_", NULL};
 static const char *const critic_names[] = {"reward", "actor", "CriticInit", "CRITIC_FROM_", NULL};
 
-PetscErrorCode ppo_options(PPOOptions *o)
+/* Every PPO option but the plan's and the trainer's: what describes the
+ * job to the cost model (ppo_cost_deck) whatever ranks it is planned for. */
+static PetscErrorCode ppo_job_options(PPOOptions *o)
 {
-  int world;
-
   PetscFunctionBegin;
   PetscCall(PetscStrncpy(o->prompts, "builtin", sizeof o->prompts));
   o->actor_ckpt[0] = o->reference_ckpt[0] = o->reward_ckpt[0] = o->restart[0] = '\0';
@@ -57,6 +57,15 @@ PetscErrorCode ppo_options(PPOOptions *o)
   PetscCall(adamw_set_from_options("critic_", &o->critic_opt));
   PetscCall(gen_config_set_from_options(&o->gen));
   PetscCall(task_set_from_options(&o->task));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_options(PPOOptions *o)
+{
+  int world;
+
+  PetscFunctionBegin;
+  PetscCall(ppo_job_options(o));
   PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
   PetscCall(plan_from_options(world, &o->plan));
   if (o->plan.placement == PLACEMENT_AUTO) PetscCall(search_auto_options());
@@ -442,6 +451,24 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The cost model's description of the job: the settings as parsed here
+ * and the models as read (critic-free: the critic slot gets the reward's). */
+static void ppo_cost_deck_fill(const PPOOptions *o, const GPTConfig cfg[4], int max_prompt, PetscInt seed, CostDeck *d)
+{
+  PetscMemzero(d, sizeof *d);
+  d->batch       = (int)o->rollout_batch;
+  d->max_new     = (int)o->gen.max_new_tokens;
+  d->minibatches = (int)o->minibatches;
+  d->micro       = (int)o->microbatches;
+  d->epochs      = (int)o->epochs;
+  d->gen_slots   = (int)o->gen.slots;
+  d->prompt_len  = max_prompt;
+  d->critic_free = o->algo != ALGO_PPO ? PETSC_TRUE : PETSC_FALSE;
+  d->seed        = (long long)seed;
+  for (int k = 0; k < 4; k++) d->cfg[k] = cfg[k];
+  if (d->critic_free) d->cfg[1] = cfg[3];
+}
+
 /* Everything that can be checked before a model is read: options, prompts,
  * the models' configurations (ppo_configs), the task and the plan (printed
  * when print is true). ps is set up for the run. */
@@ -458,7 +485,13 @@ static PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const GPTCon
     o->eval_prompts = 0; /* held-out gold scores need the built-in task's judge */
   }
   ppo_needs(o, cfg, needs);
-  if (o->plan.placement == PLACEMENT_AUTO) PetscCall(search_auto(run, cfg, needs, &o->plan)); /* -placement auto: the searched plan replaces the colocated one */
+  if (o->plan.placement == PLACEMENT_AUTO) { /* -placement auto: the searched plan replaces the colocated one */
+    CostDeck deck;
+
+    ppo_cost_deck_fill(o, cfg, ps->max_prompt, run->seed, &deck);
+    PetscCall(PetscSNPrintf(deck.shapes_from, sizeof deck.shapes_from, "the models this run read"));
+    PetscCall(search_auto(run, &deck, needs, &o->plan));
+  }
   PetscCall(plan_check(&o->plan, needs));
   if (print) PetscCall(plan_print(run->comm, &o->plan, needs));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -522,6 +555,37 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   PetscCall(rollout_fuse_teardown());
   PetscCall(prompts_destroy(&ps));
   PetscCall(PetscLogStagePop());
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *d)
+{
+  PPOOptions   o;
+  ModelSource  src[4];
+  PromptSource ps;
+  GPTConfig    policy, cfg[4];
+  PetscBool    files;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&o, sizeof o));
+  PetscCall(ppo_job_options(&o));
+  PetscCall(gpt_config_set_from_options("policy_", &policy)); /* a deck without checkpoints: SFT's model */
+  if (!help) PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o.restart, sizeof o.restart)); /* latest, with none there: a fresh start */
+  files = !help && (o.restart[0] || o.actor_ckpt[0] || o.reward_ckpt[0]) ? PETSC_TRUE : PETSC_FALSE;
+  if (files) {
+    PetscCheck(o.restart[0] || (o.actor_ckpt[0] && o.reward_ckpt[0]), PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "the deck names %s but not %s: the models' shapes come from both (or from -restart)", o.actor_ckpt[0] ? "-actor_checkpoint" : "-reward_checkpoint", o.actor_ckpt[0] ? "-reward_checkpoint" : "-actor_checkpoint");
+  } else {
+    policy.head = GPT_HEAD_LM;
+    PetscCall(gpt_config_check(&policy, "policy_"));
+  }
+  ppo_sources(&o, src);
+  PetscCall(prompts_setup(run, &o, &ps));
+  PetscCall(ppo_configs(run, &o, src, files ? NULL : &policy, ps.max_prompt, cfg));
+  ppo_cost_deck_fill(&o, cfg, ps.max_prompt, run->seed, d);
+  if (!files) PetscCall(PetscSNPrintf(d->shapes_from, sizeof d->shapes_from, "the -policy_ options"));
+  else if (o.restart[0]) PetscCall(PetscSNPrintf(d->shapes_from, sizeof d->shapes_from, "checkpoint %s", o.restart));
+  else PetscCall(PetscSNPrintf(d->shapes_from, sizeof d->shapes_from, "checkpoints %s and %s", src[0].file, src[3].file));
+  PetscCall(prompts_destroy(&ps));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -67,7 +67,7 @@ static PetscErrorCode plan_base_from_options(int world, Plan *plan)
   PetscCall(plan_given(NULL, "-placement", &given, &shaped));
   PetscCall(plan_given(NULL, "-gen_replicas", &given, &shaped));
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Execution plan", NULL);
-  RfOptEnum("-placement", "Where the model function calls run: colocate, interleave, disaggregate, or auto (-mode ppo searches the plan at start with -plan_time and -cost_hardware or -cost_profile)", PlacementNames, 4, &placement);
+  RfOptEnum("-placement", "Where the model function calls run: colocate, interleave, disaggregate, or auto (-mode ppo searches the plan at start with -plan_time, on -cost_hardware, -cost_profile or this machine's cached profile)", PlacementNames, 4, &placement);
   RfOptInt("-gen_replicas", "-placement disaggregate: actor_gen replicas on the generation half (0: one per rank)", 0, &gen_replicas);
   RfOptString("-plan_file", "Start from the /plan group of this HDF5 file (e.g. an earlier run.h5) instead of a preset", file, sizeof file);
   PetscOptionsEnd();

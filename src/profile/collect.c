@@ -3,7 +3,8 @@
  * clipping) and the update, on every rank at once as dp replicas do. The
  * collectives are src/comm's, on backend memory, over the first m ranks of
  * the world for every mesh size m; point-to-point is a ping-pong between
- * ranks 0 and 1, halved (one message one way). */
+ * ranks 0 and 1, halved (one message one way). A one-rank job models the
+ * 2-rank entries (prof_collectives_self). */
 #include "profile_impl.h"
 
 typedef struct {
@@ -77,6 +78,43 @@ static PetscErrorCode w_coll(void *vctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+typedef struct {
+  char  *a, *b;
+  size_t bytes;
+} SelfCase;
+
+static PetscErrorCode w_self(void *vctx)
+{
+  SelfCase *k = (SelfCase *)vctx;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Sendrecv(k->a, (int)k->bytes, MPI_BYTE, 0, 9, k->b, (int)k->bytes, MPI_BYTE, 0, 9, MPI_COMM_SELF, MPI_STATUS_IGNORE));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* One rank: no group to time. The 2-rank entries become the time of a
+ * message to itself through MPI (a copy through its shared-memory path) of
+ * the bytes one rank sends in the ring: all-reduce and broadcast B,
+ * all-gather B/2, point-to-point B. A model, not a measurement: the plan
+ * search says so (coll_modeled). Host memory: MPICH here is not
+ * CUDA-aware, and the backend's staging costs a copy more. */
+static PetscErrorCode prof_collectives_self(const ProfTimer *tm, Profile *pf)
+{
+  SelfCase k;
+  size_t   bmax = (size_t)pf->bytes[pf->nbytes - 1];
+
+  PetscFunctionBegin;
+  PetscCall(PetscCalloc2(bmax, &k.a, bmax, &k.b));
+  for (int ib = 0; ib < pf->nbytes; ib++)
+    for (int op = 0; op < COST_NCOLL; op++) {
+      k.bytes = (size_t)pf->bytes[ib] / (op == COST_ALLGATHER ? 2 : 1);
+      PetscCall(prof_time(tm, w_self, &k, profile_coll_entry(pf, op, 0, ib)));
+    }
+  pf->coll_modeled = 1;
+  PetscCall(PetscFree2(k.a, k.b));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode prof_collectives(const ProfTimer *tm, Profile *pf)
 {
   CollCase k = {NULL, COST_ALLREDUCE, NULL, NULL, 0};
@@ -84,6 +122,11 @@ PetscErrorCode prof_collectives(const ProfTimer *tm, Profile *pf)
   int      rank;
 
   PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &rank));
+  if (rank == 1) {
+    PetscCall(prof_collectives_self(tm, pf));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
   PetscCallMPI(MPI_Comm_rank(PETSC_COMM_WORLD, &rank));
   PetscCall(tm->be->alloc(bmax, &k.a));
   PetscCall(tm->be->alloc(bmax, &k.b));

@@ -264,15 +264,17 @@ PetscErrorCode prof_models(const ProfTimer *tm, const GPTConfig *cfg, const Prof
   size_t  stride = (size_t)gr->nrows * gr->nlen, n = COST_NPHASE * stride;
   double *t1, *tk, *e, *tc;
   int     maxrows = (int)gr->rows[gr->nrows - 1], maxlen = (int)gr->len[gr->nlen - 1], K = gr->extra_layers;
+  ProfileModel *pm = pf->model + pf->nmodel;
 
   PetscFunctionBegin;
-  pf->nmodel = 2;
+  PetscCheck(pf->nmodel + 2 <= PROFILE_MAX_MODELS, PETSC_COMM_SELF, PETSC_ERR_PLIB, "a profile holds at most %d model tables", PROFILE_MAX_MODELS);
   for (int i = 0; i < 2; i++) {
-    PetscCall(profile_model_alloc(&pf->model[i], gr->ntp, gr->nrows, gr->nlen));
-    shape_of(cfg, i ? PETSC_TRUE : PETSC_FALSE, &pf->model[i].shape);
-    PetscCall(PetscArraycpy(pf->model[i].tp, gr->tp, gr->ntp));
-    PetscCall(PetscArraycpy(pf->model[i].rows, gr->rows, gr->nrows));
-    PetscCall(PetscArraycpy(pf->model[i].len, gr->len, gr->nlen));
+    pf->nmodel++; /* counted first, so profile_free frees a half-made table */
+    PetscCall(profile_model_alloc(&pm[i], gr->ntp, gr->nrows, gr->nlen));
+    shape_of(cfg, i ? PETSC_TRUE : PETSC_FALSE, &pm[i].shape);
+    PetscCall(PetscArraycpy(pm[i].tp, gr->tp, gr->ntp));
+    PetscCall(PetscArraycpy(pm[i].rows, gr->rows, gr->nrows));
+    PetscCall(PetscArraycpy(pm[i].len, gr->len, gr->nlen));
   }
   PetscCall(PetscMalloc4(n, &t1, n, &tk, n, &e, n, &tc));
   for (int itp = 0; itp < gr->ntp; itp++) {
@@ -296,13 +298,13 @@ PetscErrorCode prof_models(const ProfTimer *tm, const GPTConfig *cfg, const Prof
         int    ir = (int)(at / gr->nlen), il = (int)(at % gr->nlen);
         for (int i = 0; i < 2; i++) {
           double whole = i ? tc[k] : t1[k];
-          *profile_entry(&pf->model[i], itp, COST_PART_EMBED, ph, ir, il) = e[k];
-          *profile_entry(&pf->model[i], itp, COST_PART_BLOCK, ph, ir, il) = block;
-          *profile_entry(&pf->model[i], itp, COST_PART_HEAD, ph, ir, il)  = PetscMax(0, whole - block - e[k]);
+          *profile_entry(&pm[i], itp, COST_PART_EMBED, ph, ir, il) = e[k];
+          *profile_entry(&pm[i], itp, COST_PART_BLOCK, ph, ir, il) = block;
+          *profile_entry(&pm[i], itp, COST_PART_HEAD, ph, ir, il)  = PetscMax(0, whole - block - e[k]);
         }
       }
     for (int i = 0; i < 2; i++)
-      for (int ph = 0; ph < COST_NPHASE; ph++) PetscCall(head_fit(&pf->model[i], itp, ph));
+      for (int ph = 0; ph < COST_NPHASE; ph++) PetscCall(head_fit(&pm[i], itp, ph));
   }
   PetscCall(PetscFree4(t1, tk, e, tc));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -214,3 +214,20 @@ PetscErrorCode cost_prims_profile_check(const CostPrims *p, const CostShape *m, 
             have[bestk], want[bestk]);
   }
 }
+
+/* A check that fails frees the primitives: the caller gets none. */
+PetscErrorCode cost_prims_profile_for(const char *path, const CostWork *w, CostPrims *p)
+{
+  const CostShape *m[4]    = {&w->actor, &w->ref, &w->reward, &w->critic};
+  const char      *role[4] = {"actor", "reference", "reward model", "critic"};
+  PetscErrorCode   ierr    = PETSC_SUCCESS;
+
+  PetscFunctionBegin;
+  PetscCall(cost_prims_profile(path, p));
+  for (int k = 0; k < (w->critic_free ? 3 : 4) && !ierr; k++) ierr = cost_prims_profile_check(p, m[k], role[k]);
+  if (ierr) (void)cost_prims_destroy(p);
+  PetscCall(ierr);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+const Profile *cost_prims_profile_info(const CostPrims *p) { return p->compute == profile_compute ? &((const PrimsCtx *)p->ctx)->pf : NULL; }

@@ -1,7 +1,9 @@
 /* profio.c: profile files (docs/formats.md, "Profile file"). Layout:
  *   /                attributes format "rlfuse profile", host, backend,
  *                    cores, threads, nranks, ranks_per_node, seconds,
- *                    mem_per_rank, bytes_per_param,
+ *                    mem_per_rank, bytes_per_param, collectives_modeled
+ *                    (1: a one-rank job's modeled 2-rank entries),
+ *                    cache_key (profiles of the cache only),
  *                    rlfuse_version, git_revision
  *   /model_<i>       attributes of the shape (n_layer, n_embd, n_head,
  *                    n_kv_head, n_ffn, vocab_size, n_positions, gated,
@@ -90,6 +92,8 @@ static PetscErrorCode profile_fill(hid_t file, void *vctx)
   PetscCall(h5u_attr_write_double(file, "seconds", pf->seconds));
   PetscCall(h5u_attr_write_double(file, "mem_per_rank", pf->mem_per_rank));
   PetscCall(h5u_attr_write_double(file, "bytes_per_param", pf->bytes_per_param));
+  PetscCall(h5u_attr_write_int(file, "collectives_modeled", H5T_STD_I32LE, pf->coll_modeled));
+  if (pf->key[0]) PetscCall(h5u_attr_write_string(file, "cache_key", pf->key));
   for (int i = 0; i < pf->nmodel; i++) {
     const ProfileModel *m = &pf->model[i];
     char                name[32];
@@ -305,6 +309,11 @@ static PetscErrorCode profile_read_fill(hid_t file, void *vctx)
   PetscCall(h5u_attr_read_double(file, c->where, "seconds", &pf->seconds));
   PetscCall(h5u_attr_read_double(file, c->where, "mem_per_rank", &pf->mem_per_rank));
   PetscCall(h5u_attr_read_double(file, c->where, "bytes_per_param", &pf->bytes_per_param));
+  if (H5Aexists(file, "collectives_modeled") > 0) { /* absent in profiles written before it */
+    PetscCall(h5u_attr_read_int(file, c->where, "collectives_modeled", 0, 1, &v));
+    pf->coll_modeled = (int)v;
+  }
+  if (H5Aexists(file, "cache_key") > 0) PetscCall(h5u_attr_read_string(file, c->where, "cache_key", pf->key, sizeof pf->key));
   PetscCheck(pf->mem_per_rank > 0 && pf->bytes_per_param > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: mem_per_rank %g and bytes_per_param %g must be positive", c->where, pf->mem_per_rank, pf->bytes_per_param);
   while (pf->nmodel < PROFILE_MAX_MODELS) {
     char name[32];

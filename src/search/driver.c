@@ -3,7 +3,10 @@
  * prints the table of estimates; -mode plan (search_mode_run) reads the
  * deck's workload, searches for -plan_ranks ranks and writes the plan file
  * that -plan_file runs; -placement auto (search_auto) does the same at the
- * start of a PPO run for the models it has read. The search runs on rank 0
+ * start of a PPO run for the models it has read. The primitives are a
+ * hardware description, a given profile, or this machine's profile from
+ * the profile cache (src/profile/cache.c), measured on the job's ranks when
+ * the cache has none. The search runs on rank 0
  * (with a time budget, ranks could stop at different iterations) and the
  * plan is broadcast. */
 #include "profile.h"
@@ -92,54 +95,62 @@ PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *s
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* -cost_hardware and -cost_profile: exactly one when need. */
-static PetscErrorCode search_prims_paths(char *hw, char *prof, size_t len, PetscBool need)
+/* -cost_hardware, -cost_profile (at most one) and -cost_profile_cache. */
+typedef struct {
+  char hw[PETSC_MAX_PATH_LEN], prof[PETSC_MAX_PATH_LEN], cache[PETSC_MAX_PATH_LEN];
+} SearchPrimsPaths;
+
+static PetscErrorCode search_prims_paths(SearchPrimsPaths *pp)
 {
   PetscFunctionBegin;
-  hw[0] = prof[0] = '\0';
+  pp->hw[0] = pp->prof[0] = pp->cache[0] = '\0';
   PetscOptionsBegin(PETSC_COMM_WORLD, "cost_", "Plan search primitives", NULL);
-  RfOptString("-hardware", "Hardware description deck for the analytic primitives (e.g. input/hardware/h100_sxm.deck)", hw, len);
-  RfOptString("-profile", "Profile from -mode profile for the measured primitives", prof, len);
+  RfOptString("-hardware", "Hardware description deck for the analytic primitives (e.g. input/hardware/h100_sxm.deck)", pp->hw, sizeof pp->hw);
+  RfOptString("-profile", "Profile from -mode profile for the measured primitives (default, without -cost_hardware: this machine's, from the profile cache)", pp->prof, sizeof pp->prof);
+  RfOptString("-profile_cache", "Directory of the profiles the plan search measures on this machine when given no primitives (default $XDG_CACHE_HOME/rlfuse/profiles, else ~/.cache/rlfuse/profiles)", pp->cache, sizeof pp->cache);
   PetscOptionsEnd();
-  PetscCheck(!need || !hw[0] != !prof[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "the plan search needs exactly one of -cost_hardware FILE.deck (analytic) and -cost_profile FILE.h5 (measured)%s", hw[0] ? ", not both" : "");
+  PetscCheck(!pp->hw[0] || !pp->prof[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "the plan search takes one of -cost_hardware %s (analytic) and -cost_profile %s (measured), not both", pp->hw, pp->prof);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode search_prims_from_options(CostPrims *p)
+/* The primitives a search estimates with: the hardware description, the
+ * profile given, or this machine's profile for the deck's models from the
+ * cache (measured on this job's ranks if the cache has none). A profile
+ * must hold every model of the work (cost_prims_profile_for). One line
+ * says which; world is the plan's ranks. */
+static PetscErrorCode search_prims(const RunCtx *run, const CostDeck *deck, const CostWork *w, int world, CostPrims *p)
 {
-  char hw[PETSC_MAX_PATH_LEN], prof[PETSC_MAX_PATH_LEN];
+  SearchPrimsPaths pp;
+  char             path[PETSC_MAX_PATH_LEN], how[1400] = "given by -cost_profile";
+  const Profile   *pf;
 
   PetscFunctionBegin;
-  PetscCall(search_prims_paths(hw, prof, sizeof hw, PETSC_TRUE));
-  PetscCall(PetscMemzero(p, sizeof *p));
-  if (hw[0]) PetscCall(cost_prims_hardware(hw, p));
-  else PetscCall(cost_prims_profile(prof, p));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-/* A measured profile holds the shapes it was measured for: the workload's
- * models must be those (the analytic primitives take any shape). */
-static PetscErrorCode search_prims_check(const CostPrims *p, const CostWork *w)
-{
-  PetscFunctionBegin;
-  if (strncmp(p->source, "profile", 7)) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(cost_prims_profile_check(p, &w->actor, "actor"));
-  if (!w->critic_free) PetscCall(cost_prims_profile_check(p, &w->critic, "critic"));
+  PetscCall(search_prims_paths(&pp));
+  if (pp.hw[0]) {
+    PetscCall(cost_prims_hardware(pp.hw, p));
+    PetscCall(PetscPrintf(run->comm, "plan primitives: hardware %s (analytic), for %s\n", pp.hw, deck->shapes_from));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  if (pp.prof[0]) PetscCall(PetscStrncpy(path, pp.prof, sizeof path));
+  else PetscCall(profile_cached(run, deck, pp.cache, path, sizeof path, how, sizeof how));
+  PetscCall(cost_prims_profile_for(path, w, p));
+  pf = cost_prims_profile_info(p);
+  PetscCall(PetscPrintf(run->comm, "plan primitives: profile %s, %s; measured on %d rank%s of %s, backend %s, for %s", path, how, pf->nranks, pf->nranks > 1 ? "s" : "", pf->host, pf->backend, deck->shapes_from));
+  if (pf->coll_modeled) PetscCall(PetscPrintf(run->comm, "; one rank: its collectives are modeled from messages to itself, not measured"));
+  if (world > pf->nranks) PetscCall(PetscPrintf(run->comm, "; the plan is for %d ranks: larger groups' collectives are extrapolated", world));
+  PetscCall(PetscPrintf(run->comm, "\n"));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode search_auto_options(void)
 {
-  SearchOptions   o;
-  SearchSpaceSpec spec;
-  CostWork        w;
-  char            hw[PETSC_MAX_PATH_LEN], prof[PETSC_MAX_PATH_LEN];
+  SearchOptions    o;
+  SearchSpaceSpec  spec;
+  SearchPrimsPaths pp;
 
   PetscFunctionBegin;
   PetscCall(search_settings_from_options(&o, &spec, 0));
-  PetscCall(search_prims_paths(hw, prof, sizeof hw, PETSC_TRUE));
-  PetscCall(cost_work_from_options(&w));
-  PetscCall(cost_work_free(&w));
+  PetscCall(search_prims_paths(&pp));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -273,18 +284,44 @@ PetscErrorCode search_plan(MPI_Comm comm, const CostPrims *p, const CostWork *w,
 }
 
 /* ---- -mode plan ------------------------------------------------------------------ */
-PetscErrorCode search_mode_run(const RunCtx *run, PetscBool help)
+static PetscErrorCode search_report(const RunCtx *run, const Plan *best, const SearchSummary *sum)
 {
-  PetscInt        ranks = 0;
-  char            out[PETSC_MAX_PATH_LEN] = "", tlpath[PETSC_MAX_PATH_LEN] = "", mem[32];
-  CostPrims       prims;
-  CostWork        work;
-  GPTConfig       cfg[4];
-  PlanNeeds       needs;
-  SearchOptions   o;
-  SearchSpaceSpec spec;
-  SearchSummary   sum;
-  Plan           *best;
+  char mem[32];
+
+  PetscFunctionBegin;
+  PetscCall(PetscPrintf(run->comm, "estimated %.4g s per iteration, %.4g s of it reallocation, %s peak memory per rank", best->est_iter_s, best->est_realloc_s, sys_bytes_str(best->est_mem, mem, sizeof mem)));
+  if (isfinite(sum->best_tuned)) PetscCall(PetscPrintf(run->comm, "; %.2fx the best tuned preset", sum->best_tuned / best->est_iter_s));
+  if (isfinite(sum->best_preset)) PetscCall(PetscPrintf(run->comm, ", %.2fx the best preset as given", sum->best_preset / best->est_iter_s));
+  PetscCall(PetscPrintf(run->comm, "\n"));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode search_write_timeline(const RunCtx *run, const char *path, const CostPrims *prims, const CostWork *work, const Plan *best)
+{
+  CostTimeline tl;
+  CostEstimate e;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&tl, sizeof tl));
+  PetscCall(cost_simulate(prims, work, best, &e, &tl));
+  if (!run->rank) PetscCall(cost_timeline_write(path, &tl, best->source));
+  PetscCall(cost_timeline_free(&tl));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, PetscBool help)
+{
+  CostDeck         deck;
+  PetscInt         ranks = 0;
+  char             out[PETSC_MAX_PATH_LEN] = "", tlpath[PETSC_MAX_PATH_LEN] = "";
+  CostPrims        prims;
+  CostWork         work;
+  GPTConfig        cfg[4];
+  PlanNeeds        needs;
+  SearchOptions    o;
+  SearchSpaceSpec  spec;
+  SearchSummary    sum;
+  Plan            *best;
 
   PetscFunctionBegin;
   PetscOptionsBegin(PETSC_COMM_WORLD, "plan_", "Plan search (-mode plan)", NULL);
@@ -295,38 +332,30 @@ PetscErrorCode search_mode_run(const RunCtx *run, PetscBool help)
   PetscCall(PetscMemzero(&spec, sizeof spec));
   PetscCall(search_settings_from_options(&o, &spec, (uint64_t)run->seed));
   if (help) { /* the primitives' and the workload's options too */
-    PetscCall(search_prims_paths(out, tlpath, sizeof out, PETSC_FALSE));
-    PetscCall(cost_work_from_options(&work));
+    SearchPrimsPaths pp;
+
+    PetscCall(search_prims_paths(&pp));
+    PetscCall(deck_of(run, PETSC_TRUE, &deck));
+    PetscCall(cost_work_from_options(&deck, &work));
     PetscCall(cost_work_free(&work));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCheck(ranks >= 1 && ranks <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-mode plan needs -plan_ranks N with 1 <= N <= %d (got %d)", PLAN_MAX_RANKS, (int)ranks);
   if (out[0]) PetscCall(h5u_output_check("plan file", out));
-  PetscCall(search_prims_from_options(&prims));
-  PetscCall(cost_work_from_options(&work));
-  PetscCall(search_prims_check(&prims, &work));
+  PetscCall(deck_of(run, PETSC_FALSE, &deck));
+  PetscCall(cost_work_from_options(&deck, &work));
+  PetscCall(search_prims(run, &deck, &work, (int)ranks, &prims));
   search_needs_from_work(&work, cfg, &needs);
   spec.world = (int)ranks;
   PetscCall(PetscMalloc1(1, &best));
   PetscCall(search_plan(run->comm, &prims, &work, &needs, &spec, &o, PETSC_TRUE, best, &sum));
   PetscCall(plan_print(run->comm, best, &needs));
-  PetscCall(PetscPrintf(run->comm, "estimated %.4g s per iteration, %.4g s of it reallocation, %s peak memory per rank", best->est_iter_s, best->est_realloc_s, sys_bytes_str(best->est_mem, mem, sizeof mem)));
-  if (isfinite(sum.best_tuned)) PetscCall(PetscPrintf(run->comm, "; %.2fx the best tuned preset", sum.best_tuned / best->est_iter_s));
-  if (isfinite(sum.best_preset)) PetscCall(PetscPrintf(run->comm, ", %.2fx the best preset as given", sum.best_preset / best->est_iter_s));
-  PetscCall(PetscPrintf(run->comm, "\n"));
+  PetscCall(search_report(run, best, &sum));
   if (out[0]) {
     PetscCall(plan_write_file(run->comm, out, best, &needs));
     PetscCall(PetscPrintf(run->comm, "plan written to %s (run it with -plan_file %s on %d ranks)\n", out, out, (int)ranks));
   }
-  if (tlpath[0]) {
-    CostTimeline tl;
-    CostEstimate e;
-
-    PetscCall(PetscMemzero(&tl, sizeof tl));
-    PetscCall(cost_simulate(&prims, &work, best, &e, &tl));
-    if (!run->rank) PetscCall(cost_timeline_write(tlpath, &tl, best->source));
-    PetscCall(cost_timeline_free(&tl));
-  }
+  if (tlpath[0]) PetscCall(search_write_timeline(run, tlpath, &prims, &work, best));
   PetscCall(PetscFree(best));
   PetscCall(cost_work_free(&work));
   PetscCall(cost_prims_destroy(&prims));
@@ -334,7 +363,7 @@ PetscErrorCode search_mode_run(const RunCtx *run, PetscBool help)
 }
 
 /* ---- -placement auto --------------------------------------------------------------- */
-PetscErrorCode search_auto(const RunCtx *run, const GPTConfig cfg[4], const PlanNeeds *needs, Plan *plan)
+PetscErrorCode search_auto(const RunCtx *run, const CostDeck *deck, const PlanNeeds *needs, Plan *plan)
 {
   CostPrims       prims;
   CostWork        work;
@@ -345,15 +374,10 @@ PetscErrorCode search_auto(const RunCtx *run, const GPTConfig cfg[4], const Plan
   PetscFunctionBegin;
   PetscCall(PetscMemzero(&spec, sizeof spec));
   PetscCall(search_settings_from_options(&o, &spec, (uint64_t)run->seed));
-  PetscCall(search_prims_from_options(&prims));
-  PetscCall(cost_work_from_options(&work));
-  PetscCall(search_prims_check(&prims, &work));
-  /* the models this run has read, not the deck's -policy_ options */
-  cost_shape_from_gpt(&cfg[0], &work.actor);
-  cost_shape_from_gpt(&cfg[2], &work.ref);
-  cost_shape_from_gpt(&cfg[3], &work.reward);
-  if (needs->cfg[MFC_CRITIC_INF]) cost_shape_from_gpt(&cfg[1], &work.critic);
+  PetscCall(cost_work_from_options(deck, &work));
+  /* the run's own calls: a critic only where it has one */
   work.critic_free = needs->cfg[MFC_CRITIC_INF] ? PETSC_FALSE : PETSC_TRUE;
+  PetscCall(search_prims(run, deck, &work, plan->world, &prims));
   spec.world = plan->world;
   PetscCall(PetscPrintf(run->comm, "-placement auto: searching the plan (at most %g s)\n", o.time_s));
   PetscCall(search_plan(run->comm, &prims, &work, needs, &spec, &o, PETSC_TRUE, plan, &sum));
