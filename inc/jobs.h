@@ -1,5 +1,5 @@
 /* jobs: the modes of the driver (-mode sft, rm, ppo, pipeline, score, data):
- * their options and entry points. PPO's internals are in src/jobs/ppo_impl.h. */
+ * their options and entry points. PPO is a module of its own (inc/ppo.h). */
 #ifndef RLFUSE_JOBS_H
 #define RLFUSE_JOBS_H
 
@@ -45,8 +45,6 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o);
 PetscErrorCode rm_check_stage(const RunCtx *run, RMOptions *o, const GPTConfig *cfg, PetscBool print);
 PetscErrorCode rm_run(const RunCtx *run, const Backend *be);
 
-/* PPO and GRPO (-mode ppo); options and internals in src/jobs/ppo_impl.h. */
-PetscErrorCode ppo_run(const RunCtx *run, const Backend *be);
 /* SFT, then RM from the SFT checkpoint, then PPO from both (-mode pipeline). */
 PetscErrorCode pipeline_run(const RunCtx *run, const Backend *be);
 

@@ -4,7 +4,8 @@
  *
  * The deck is a PETSc options file; the command line overrides it. -mode
  * selects the job; -help lists every option of every module. */
-#include "fuse.h"
+#include "actorcritic.h"
+#include "ppo.h"
 #include "jobs.h"
 #include "profile.h"
 #include "realloc.h"
@@ -46,7 +47,7 @@ static PetscErrorCode rlfuse_main(void)
     PetscCall(ppo_run(&run, NULL));
     PetscCall(score_run(&run, NULL));
     PetscCall(data_run(&run));
-    PetscCall(fuse_schedule_run(&run));
+    PetscCall(ac_schedule_run(&run));
     PetscCall(search_mode_run(&run, PETSC_TRUE));
     PetscCall(profile_run(&run, NULL));
     PetscFunctionReturn(PETSC_SUCCESS);
@@ -56,7 +57,7 @@ static PetscErrorCode rlfuse_main(void)
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   if (mode == MODE_SCHEDULE) { /* no model, no device */
-    PetscCall(fuse_schedule_run(&run));
+    PetscCall(ac_schedule_run(&run));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   if (!run.dry_run && mode != MODE_SCORE && mode != MODE_DATA && mode != MODE_PROFILE) PetscCall(sys_used_deck_at(&run)); /* score and data write named files, not an output directory */

@@ -4,7 +4,8 @@
  * and checkpoints; every stage's options are read, the deck checked for
  * unused options, and every stage's options, plan and memory checked
  * against the architecture SFT will write, before the first stage starts. */
-#include "ppo_impl.h"
+#include "jobs.h"
+#include "ppo.h"
 
 static PetscErrorCode stage_ctx(const RunCtx *run, const char *name, RunCtx *sub)
 {

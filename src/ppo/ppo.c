@@ -206,7 +206,7 @@ static PetscErrorCode ppo_models_destroy(PPOModels *m)
 
   PetscFunctionBegin;
   for (int k = 0; k < 6; k++) PetscCall(dmodel_destroy(all[k]));
-  PetscCall(ppo_fuse_destroy(&m->fuse));
+  PetscCall(ppo_fused_train_destroy(&m->fuse));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -421,7 +421,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
      * a steady state does not pay; layout-dependent like the timings) */
     PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &grown, 1, MPI_DOUBLE, MPI_MAX, run->comm));
     PetscCall(record_metric(rec, "acts_grown_bytes", grown));
-    if (m->fuse.on && !m->fuse.reported) PetscCall(ppo_fuse_report(run, rec, &m->fuse));
+    if (m->fuse.on && !m->fuse.reported) PetscCall(ppo_fused_train_report(run, rec, &m->fuse));
     if (!isnan(eval_gold)) PetscCall(PetscPrintf(run->comm, "      held-out gold %.3f, KL to the reference %.3f\n", eval_gold, eval_kl));
     if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
@@ -496,14 +496,14 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   CkptState    st  = {0, 0, run->seed, o->kl_coef};
   PPOSummary   sum = {NAN, NAN, NAN, NAN};
   PlanNeeds    needs;
-  PPOFuse      fz;
+  PPOFusedTrain      fz;
 
   PetscFunctionBegin;
   PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCall(ppo_prepare(run, o, NULL, PETSC_TRUE, src, &ps, cfg, &needs));
-  PetscCall(ppo_fuse_setup(run, o, &fz)); /* a schedule file is checked before any work */
+  PetscCall(ppo_fused_train_setup(run, o, &fz)); /* a schedule file is checked before any work */
   if (run->dry_run) {
-    PetscCall(ppo_fuse_destroy(&fz));
+    PetscCall(ppo_fused_train_destroy(&fz));
     PetscCall(ppo_dry_run(run, o, cfg, &ps));
     PetscCall(prompts_destroy(&ps));
     PetscFunctionReturn(PETSC_SUCCESS);
@@ -519,7 +519,7 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   if (ppo_gold) *ppo_gold = sum.ppo_gold;
   if (ppo_kl) *ppo_kl = sum.ppo_kl;
   PetscCall(ppo_models_destroy(&m));
-  PetscCall(rollout_fuse_teardown());
+  PetscCall(rollout_genfuse_teardown());
   PetscCall(prompts_destroy(&ps));
   PetscCall(PetscLogStagePop());
   PetscFunctionReturn(PETSC_SUCCESS);

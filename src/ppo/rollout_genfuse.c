@@ -12,13 +12,12 @@
  * the rank that decoded or scored it, so the rollout equals the unfused one
  * (within float summation order). */
 #include "ppo_impl.h"
-#include "fuse.h"
 
 static MPI_Comm fuse_world = MPI_COMM_NULL; /* the samples' own tag space */
 
 /* -fuse_migrate_at auto: what the previous iteration measured (the same on
- * every rank: rollout_fuse_observe gets values reduced over the world). A
- * run that restarts starts again from FUSE_RT_FIRST. */
+ * every rank: rollout_genfuse_observe gets values reduced over the world). A
+ * run that restarts starts again from GENFUSE_RT_FIRST. */
 static struct {
   PetscBool have;
   int       B, *len, *rlen;
@@ -37,7 +36,7 @@ static int fuse_calls(PPOModels *m, DModel *dm[3])
 
 /* Which rank runs which inference call on which row: by default every
  * replica head of a call's mesh its replica's rows; after a migration
- * (fuse_reroute) the rows of ranks that go on decoding go to the freed
+ * (genfuse_reroute) the rows of ranks that go on decoding go to the freed
  * ranks. done: what this rank computed in this iteration (the shares of
  * migrate take each (call, row) from the rank that computed it). */
 static struct {
@@ -46,14 +45,14 @@ static struct {
   int           *q_rep;                /* [world]: generation replica, or -1 */
 } rows_st;
 
-PetscErrorCode rollout_fuse_setup(void)
+PetscErrorCode rollout_genfuse_setup(void)
 {
   PetscFunctionBegin;
   if (fuse_world == MPI_COMM_NULL) PetscCallMPI(MPI_Comm_dup(MPI_COMM_WORLD, &fuse_world));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_fuse_teardown(void)
+PetscErrorCode rollout_genfuse_teardown(void)
 {
   PetscFunctionBegin;
   if (fuse_world != MPI_COMM_NULL) PetscCallMPI(MPI_Comm_free(&fuse_world));
@@ -94,7 +93,7 @@ static PetscErrorCode rows_setup(PPOModels *m, int B)
 }
 
 /* The route: a rank needs a row if it runs any call on it. */
-static void route_fill(FuseRoute *route)
+static void route_fill(GenFuseRoute *route)
 {
   int B = rows_st.B, world = rows_st.world;
   for (int q = 0; q < world; q++) {
@@ -107,18 +106,18 @@ static void route_fill(FuseRoute *route)
 /* Every rank of an inference mesh needs its replica's rows of the batch;
  * for stream the ranks that need nothing are dropped, migrate keeps every
  * rank (a freed rank may need rows later). */
-static PetscErrorCode fuse_route(PPOModels *m, int B, PetscBool keep, FuseRoute *route)
+static PetscErrorCode fuse_route(PPOModels *m, int B, PetscBool keep, GenFuseRoute *route)
 {
   int n = 0, world;
 
   PetscFunctionBegin;
   PetscCall(rows_setup(m, B));
   PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
-  PetscCall(fuse_route_create(B, world, route));
+  PetscCall(genfuse_route_create(B, world, route));
   route_fill(route);
   if (keep) PetscFunctionReturn(PETSC_SUCCESS);
   for (int q = 0; q < world; q++) /* drop ranks that need nothing */
-    if (fuse_route_count(route, q)) {
+    if (genfuse_route_count(route, q)) {
       route->dest[n] = q;
       if (n != q) PetscCall(PetscArraycpy(route->need + (size_t)n * B, route->need + (size_t)q * B, B));
       n++;
@@ -131,8 +130,8 @@ static PetscErrorCode fuse_route(PPOModels *m, int B, PetscBool keep, FuseRoute 
  * inference rows of the ranks that go on decoding, and the samples held
  * back for generation ranks go out by the new route. */
 typedef struct {
-  FuseRoute  *route;
-  FuseSender *s;
+  GenFuseRoute  *route;
+  GenFuseSender *s;
   PetscBool   head;
 } AfterCtx;
 
@@ -146,11 +145,11 @@ static PetscErrorCode after_migration(void *ctx, const unsigned char *dest, int 
   PetscCall(PetscCalloc1(rows_st.B, &keep));
   for (int d = 0; d < dp; d++) freed[d] = !dest[d];
   for (int i = 0; i < n; i++) keep[idx[i]] = 1;
-  fuse_reroute(3, rows_st.world, rows_st.B, rows_st.q_rep, freed, rows_st.member, keep, rows_st.need);
+  genfuse_reroute(3, rows_st.world, rows_st.B, rows_st.q_rep, freed, rows_st.member, keep, rows_st.need);
   route_fill(a->route);
   PetscCall(PetscFree(freed));
   PetscCall(PetscFree(keep));
-  if (a->head) PetscCall(fuse_sender_release(a->s));
+  if (a->head) PetscCall(genfuse_sender_release(a->s));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -181,7 +180,7 @@ typedef struct {
   PackBuf          *pb;
   DModel           *dm[3];
   int               ncalls, me, *sub;
-  FuseTimes        *tm;
+  GenFuseTimes        *tm;
 } FuseInf;
 
 static const char *const fuse_call_names[3] = {"ref_inference", "reward_inference", "critic_inference"};
@@ -219,10 +218,10 @@ static PetscErrorCode fuse_batch(void *ctx, const GenBatch *g, const int *rows, 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, const FuseRoute *route, FuseTimes *tm)
+static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, const GenFuseRoute *route, GenFuseTimes *tm)
 {
   FuseInf       f;
-  FuseRecvStats st;
+  GenFuseRecvStats st;
   int           me, *rows;
 
   PetscFunctionBegin;
@@ -234,7 +233,7 @@ static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, 
     if (dmodel_member(f.dm[k])) PetscCall(dmodel_acquire(f.dm[k]));
   PetscCall(rollout_create(r->B, r->T, r->gen.mask_off ? PETSC_TRUE : PETSC_FALSE, &f.arr));
   PetscCall(PetscMalloc2(r->B, &rows, r->B, &f.sub));
-  PetscCall(fuse_receive(fuse_world, fuse_route_count(route, me), (int)o->plan.fuse_tokens, o->plan.fuse_hold, &f.arr.gen, rows, fuse_batch, &f, &st));
+  PetscCall(genfuse_receive(fuse_world, genfuse_route_count(route, me), (int)o->plan.fuse_tokens, o->plan.fuse_hold, &f.arr.gen, rows, fuse_batch, &f, &st));
   tm->recv_wait = st.wait, tm->batches = st.batches;
   PetscCall(PetscFree2(rows, f.sub));
   PetscCall(rollout_destroy(&f.arr));
@@ -245,20 +244,20 @@ static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, 
 
 /* R_t for this iteration: given, or auto from the previous iteration (the
  * route and rows_st are this iteration's default layout). */
-static double pick_rt(PPOModels *m, const PPOOptions *o, const FuseRoute *route, double *pred)
+static double pick_rt(PPOModels *m, const PPOOptions *o, const GenFuseRoute *route, double *pred)
 {
-  FuseSim sim;
+  GenFuseSim sim;
 
   *pred = 0;
   if (o->plan.migrate_at >= 0) return o->plan.migrate_at;
   *pred = -1; /* auto without a measured iteration */
-  if (!fuse_hist.have || fuse_hist.B != route->B) return FUSE_RT_FIRST;
+  if (!fuse_hist.have || fuse_hist.B != route->B) return GENFUSE_RT_FIRST;
   /* migrate keeps every world rank in the route, in rank order */
-  sim = (FuseSim){route->B, ppo_gen_model(m)->mesh->dp, (int)o->gen.slots, route->ndest, fuse_hist.len, fuse_hist.rlen, rows_st.q_rep, route->need, fuse_hist.step_s, fuse_hist.tok_s};
-  return fuse_sim_pick(&sim, pred);
+  sim = (GenFuseSim){route->B, ppo_gen_model(m)->mesh->dp, (int)o->gen.slots, route->ndest, fuse_hist.len, fuse_hist.rlen, rows_st.q_rep, route->need, fuse_hist.step_s, fuse_hist.tok_s};
+  return genfuse_sim_pick(&sim, pred);
 }
 
-PetscErrorCode rollout_fuse_observe(const Rollout *r, double step_s, double tok_s)
+PetscErrorCode rollout_genfuse_observe(const Rollout *r, double step_s, double tok_s)
 {
   PetscFunctionBegin;
   if (fuse_hist.B != r->B) {
@@ -275,7 +274,7 @@ PetscErrorCode rollout_fuse_observe(const Rollout *r, double step_s, double tok_
 /* The finished-sample callback of migrate: the row is now this rank's to
  * share, and it streams like any other. */
 typedef struct {
-  FuseSender *s;
+  GenFuseSender *s;
   int        *owner, me;
 } MigFinish;
 
@@ -284,19 +283,19 @@ static PetscErrorCode mig_finished(void *ctx, const GenBatch *b, int index)
   MigFinish *f = (MigFinish *)ctx;
   PetscFunctionBegin;
   f->owner[index] = f->me;
-  PetscCall(fuse_send_finished(f->s, b, index));
+  PetscCall(genfuse_send_finished(f->s, b, index));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Generation of migrate: every rank of the mesh decodes into a batch of all
  * B rows (request ids stay the rows, so a sample that moves keeps its
  * draws), starting with its replica's rows; the hook counts and migrates. */
-static PetscErrorCode generate_migrate(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, GenPart *part, FuseSender *s, FuseRoute *route, FuseTimes *tm)
+static PetscErrorCode generate_migrate(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, GenPart *part, GenFuseSender *s, GenFuseRoute *route, GenFuseTimes *tm)
 {
   DModel      *gen = ppo_gen_model(m);
   const Mesh  *gm  = gen->mesh;
   GenEngine   *eng;
-  FuseMigrator mg;
+  GenFuseMigrator mg;
   MigFinish    fin;
   GenRun       run;
   AfterCtx     after = {route, s, exec_is_head(gen->mesh)};
@@ -312,14 +311,14 @@ static PetscErrorCode generate_migrate(PPOModels *m, const PPOOptions *o, const 
   for (int b = part->b0; b < part->b1; b++) own[b - part->b0] = b;
   PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &fin.me));
   fin.s = s, fin.owner = part->owner;
-  PetscCall(fuse_migrator_begin(fuse_world, gm, r->B, tm->rt, (int)o->plan.migrate_to, m->bucket, &mg));
+  PetscCall(genfuse_migrator_begin(fuse_world, gm, r->B, tm->rt, (int)o->plan.migrate_to, m->bucket, &mg));
   mg.after = after_migration, mg.after_ctx = &after;
   run = (GenRun){own, part->b1 - part->b0, exec_is_head(gm) ? mig_finished : NULL, &fin, NULL, NULL};
-  if (tm->rt > 0 && gm->dp > 1) run.on_step = fuse_migrate_step, run.step_ctx = &mg;
+  if (tm->rt > 0 && gm->dp > 1) run.on_step = genfuse_migrate_step, run.step_ctx = &mg;
   PetscCall(gen_engine_create(gen->gpt, &o->gen, max_prompt, &eng));
   PetscCall(gen_generate_run(eng, seed, iteration, r->B, req, &part->b, &run));
   PetscCall(gen_engine_destroy(&eng));
-  if (!mg.t_end && run.finish_ctx) PetscCall(fuse_sender_release(s)); /* no migration: the rows stay where they were */
+  if (!mg.t_end && run.finish_ctx) PetscCall(genfuse_sender_release(s)); /* no migration: the rows stay where they were */
   PetscCall(PetscFree(own));
   tm->moved = mg.moved, tm->mig_bytes = (double)mg.bytes, tm->mig_s = mg.t_end - mg.t_start, tm->mig_m = mg.m, tm->mig_dest = mg.dest;
   tm->mig_t0 = mg.t_start, tm->mig_t1 = mg.t_end;
@@ -334,11 +333,11 @@ static double mean_step(const GenBatch *b)
   return b->nsteps ? t / b->nsteps : 0;
 }
 
-PetscErrorCode rollout_fused_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, FuseTimes *tm)
+PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, GenFuseTimes *tm)
 {
   DModel    *gen = ppo_gen_model(m);
-  FuseRoute  route;
-  FuseSender s;
+  GenFuseRoute  route;
+  GenFuseSender s;
   PetscBool  migrate = (PetscBool)(o->plan.fuse == FUSE_MIGRATE);
   int        me;
   unsigned char *defer = NULL;
@@ -354,7 +353,7 @@ PetscErrorCode rollout_fused_call(PPOModels *m, const PPOOptions *o, const GenRe
     PetscBool head = exec_is_head(gen->mesh);
 
     exec_rows(r->B, gen->mesh->dp, gen->mesh->d, &b0, &b1);
-    PetscCall(fuse_sender_begin(fuse_world, &route, migrate ? 0 : b0, &s));
+    PetscCall(genfuse_sender_begin(fuse_world, &route, migrate ? 0 : b0, &s));
     /* migrate: a generation rank that also runs inference only starts it
      * when it stops generating, and which rows it then runs depends on
      * the migration: its samples wait in the sender until then */
@@ -365,7 +364,7 @@ PetscErrorCode rollout_fused_call(PPOModels *m, const PPOOptions *o, const GenRe
     }
     PetscCall(PetscLogEventBegin(sys_log.generate, 0, 0, 0, 0));
     if (migrate) PetscCall(generate_migrate(m, o, req, max_prompt, seed, iteration, r, part, &s, &route, tm));
-    else PetscCall(rollout_generate_part_cb(gen, &o->gen, max_prompt, seed, iteration, req, r, part, head ? fuse_send_finished : NULL, &s));
+    else PetscCall(rollout_generate_part_cb(gen, &o->gen, max_prompt, seed, iteration, req, r, part, head ? genfuse_send_finished : NULL, &s));
     PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));
     t1      = sys_wtime();
     tm->gen = t1 - t0;
@@ -376,18 +375,18 @@ PetscErrorCode rollout_fused_call(PPOModels *m, const PPOOptions *o, const GenRe
       if (tm->mig_dest) PetscCall(timeline_mark("generation", tm->mig_t1, t1));
     } else PetscCall(timeline_mark("generation", t0, t1));
   }
-  if (fuse_route_count(&route, me)) { /* inference: on ranks apart from generation, or after it */
+  if (genfuse_route_count(&route, me)) { /* inference: on ranks apart from generation, or after it */
     PetscCall(PetscLogEventBegin(sys_log.inference, 0, 0, 0, 0));
     PetscCall(fuse_infer(m, o, r, pb, &route, tm));
     PetscCall(PetscLogEventEnd(sys_log.inference, 0, 0, 0, 0));
   }
   if (dmodel_member(gen)) {
     double t0 = sys_wtime();
-    PetscCall(fuse_sender_end(&s));
+    PetscCall(genfuse_sender_end(&s));
     if (s.n) PetscCall(timeline_mark("stream_drain", t0, sys_wtime()));
     tm->messages = (double)s.messages, tm->bytes = (double)s.bytes, tm->send = s.seconds;
   }
   PetscCall(PetscFree(defer));
-  PetscCall(fuse_route_destroy(&route));
+  PetscCall(genfuse_route_destroy(&route));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
