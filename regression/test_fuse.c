@@ -1,4 +1,4 @@
-/* test_fuse: the fused actor-critic schedule model (src/fuse). The lower
+/* test_fuse: the fused actor-critic schedule model (src/actorcritic). The lower
  * bound on cases worked out by hand and on the 12 instances whose bounds the
  * RLHFuse solver published; the replay on small schedules whose timings are
  * worked out by hand (including deadlocks and peak memory); the sequential
@@ -385,7 +385,7 @@ static void test_rt_sim(void)
 
 int main(int argc, char **argv)
 {
-  if (PetscInitialize(&argc, &argv, NULL, "Tests of the fused actor-critic schedules (src/fuse).\n")) return 1;
+  if (PetscInitialize(&argc, &argv, NULL, "Tests of the fused actor-critic schedules (src/actorcritic).\n")) return 1;
   test_lower_bound();
   if (test_replay() || test_sequential() || test_exhaustive() || test_search() || test_validate() || test_migrate_plan()) nfail++;
   test_reroute();

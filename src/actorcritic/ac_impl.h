@@ -1,4 +1,4 @@
-/* fuse private helpers: task ids and the dependency graph shared by the
+/* ac_impl.h: private to src/actorcritic: task ids and the dependency graph shared by the
  * replay, the list scheduler and the reader. A task's id is
  * rank*n + local, local = kind*m0 + mb for the actor and
  * 2*m0 + kind*m1 + mb for the critic (n = 2*m0 + 2*m1 tasks per rank). */

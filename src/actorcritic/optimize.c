@@ -1,4 +1,4 @@
-/* search.c: the fused schedule search, in five steps.
+/* optimize.c: the fused schedule optimizer (ac_optimize), in five steps.
  * 1. Decoder (decode.c): a schedule is decoded from one priority key per
  *    task by list scheduling.
  * 2. Justification (decode.c): forward-backward improvement of a decode.

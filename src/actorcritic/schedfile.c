@@ -1,4 +1,4 @@
-/* fuseio.c: schedule files (docs/formats.md, "Schedule file"). Layout:
+/* schedfile.c: schedule files (docs/formats.md, "Schedule file"). Layout:
  *   /                 attributes pp0, pp1, m0, m1 (int); f0, f1, mem0, mem1,
  *                     mem_cap, makespan, lower_bound, greedy_makespan,
  *                     sequential_makespan, sequential_peak_memory (double);

@@ -1,5 +1,5 @@
 /* cost/migrate.c: -fuse_gen_inf migrate as the executor runs it
- * (src/jobs/rollout_fuse.c, src/fuse/migrate.c, docs/fusion.md), sample by
+ * (src/ppo/rollout_genfuse.c, src/genfuse/migrate.c, docs/fusion.md), sample by
  * sample. With R_t > 0 and more than one generation replica the replicas
  * step in lockstep (the executor's count is an allreduce before every
  * step, so a step ends when the slowest replica's does) until at most
@@ -17,7 +17,7 @@
 #include "genfuse.h"
 #include <math.h>
 
-/* -fuse_migrate_at auto's candidates (src/fuse/rtauto.c): the estimate
+/* -fuse_migrate_at auto's candidates (src/genfuse/rtauto.c): the estimate
  * takes the best, what auto picks once its model has one iteration. */
 static const double rt_candidates[] = {0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5};
 

@@ -1,4 +1,4 @@
-/* fuse: migration of the long tail (inc/fuse.h, docs/fusion.md). A hook of
+/* genfuse: migration of the long tail (inc/genfuse.h, docs/fusion.md). A hook of
  * the generation engine's loop on every rank of the generation mesh: before
  * each step the replicas add up their unfinished samples (one allreduce
  * over the mesh, so every replica decides at the same step); once at most

@@ -1,4 +1,4 @@
-/* fuse: -fuse_migrate_at auto (inc/fuse.h, docs/fusion.md). R_t from a
+/* genfuse: -fuse_migrate_at auto (inc/genfuse.h, docs/fusion.md). R_t from a
  * simulation of the fused stage over the previous iteration's lengths with
  * its measured decode-step and inference costs: continuous batching on each
  * replica in lockstep (the migration's count makes the replicas step

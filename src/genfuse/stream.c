@@ -1,4 +1,4 @@
-/* fuse: streaming finished samples from generation to inference (inc/fuse.h).
+/* genfuse: streaming finished samples from generation to inference (inc/genfuse.h).
  * The sender is driven from the engine's finished-sample callback rather
  * than a host thread: the engine loop already stops after every step to
  * hand over finished samples, MPI is then called from one thread only (no

@@ -207,6 +207,7 @@ static PetscErrorCode ppo_models_destroy(PPOModels *m)
   PetscFunctionBegin;
   for (int k = 0; k < 6; k++) PetscCall(dmodel_destroy(all[k]));
   PetscCall(ppo_fused_train_destroy(&m->fuse));
+  PetscCall(rollout_genfuse_teardown(&m->genfuse));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -519,7 +520,6 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   if (ppo_gold) *ppo_gold = sum.ppo_gold;
   if (ppo_kl) *ppo_kl = sum.ppo_kl;
   PetscCall(ppo_models_destroy(&m));
-  PetscCall(rollout_genfuse_teardown());
   PetscCall(prompts_destroy(&ps));
   PetscCall(PetscLogStagePop());
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -1,6 +1,6 @@
 /* PPO's fused training stage (-fuse_train 1): the actor's and the critic's
  * micro-batch tasks of one mini-batch run interleaved on the same ranks, in
- * the order of a fused schedule (src/fuse), each model with its own
+ * the order of a fused schedule (src/actorcritic), each model with its own
  * activation slots, loss state and optimizer step. The schedule is either
  * read from -fuse_train_schedule FILE or searched at the first mini-batch
  * from its measured stage forward times: that mini-batch runs in the

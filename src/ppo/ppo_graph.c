@@ -169,7 +169,7 @@ static PetscErrorCode share_fused(void *ctx)
   PetscFunctionBegin;
   PetscCall(share_generation(ctx));
   if (c->o->plan.fuse == FUSE_MIGRATE) { /* rows ran where the migration put them */
-    PetscCall(rollout_share_inf_owned(c->r));
+    PetscCall(rollout_share_inf_owned(&c->m->genfuse, c->r));
     if (c->m->has_critic && c->m->critic_drop) PetscCall(dmodel_release(&c->m->critic_inf, PETSC_FALSE));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
@@ -278,7 +278,7 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
   }
   if (o->plan.fuse != FUSE_NONE) {
     PetscBool here = (PetscBool)(dmodel_member(gen) || dmodel_member(&m->reference) || dmodel_member(&m->reward) || (crit && dmodel_member(cinf)));
-    PetscCall(rollout_genfuse_setup());
+    PetscCall(rollout_genfuse_setup(&m->genfuse));
     k_gen = k_ref = k_rew = n;
     k_crit     = crit ? n : -1;
     nodes[n++] = (ExecNode){"generation+inference", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights", crit ? (m->critic_copy ? "critic_inf_weights" : "critic_weights") : NULL}, {"responses", "ref_logprobs", "scores", crit ? "values" : NULL}, here, run_fused, share_fused, &c, PETSC_TRUE};
@@ -322,7 +322,7 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
     /* samples moved are counted by each rank of a source replica: per shard */
     tm->migrate_at = v[6], tm->migrate_pred = v[7], tm->migrate_s = v[8], tm->migrate_m = v[9];
     tm->migrate_samples = w[2] / (gen->mesh->tp * gen->mesh->pp), tm->migrate_bytes = w[3];
-    if (o->plan.fuse == FUSE_MIGRATE) PetscCall(rollout_genfuse_observe(r, v[4], v[5]));
+    if (o->plan.fuse == FUSE_MIGRATE) PetscCall(rollout_genfuse_observe(&m->genfuse, r, v[4], v[5]));
   }
   tm->adv     = sec[k_adv];
   tm->actor   = sec[k_at];

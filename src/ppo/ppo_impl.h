@@ -11,7 +11,7 @@
 #include "actorcritic.h"
 #include "genfuse.h"
 
-/* The fused training stage's schedule (-fuse_train 1, src/jobs/ppo_fuse.c):
+/* The fused training stage's schedule (-fuse_train 1, src/ppo/ppo_fused_train.c):
  * the instance (both models' stages and micro-batches per mini-batch, the
  * forward times once measured) and the schedule, read at setup from
  * -fuse_train_schedule or searched after the first mini-batch. */
@@ -23,6 +23,32 @@ typedef struct {
   uint64_t  seed;
   int       root;                         /* world rank of the actor mesh's first rank (which searched) */
 } PPOFusedTrain;
+
+/* What the fused rollouts (-fuse_gen_inf, src/ppo/rollout_genfuse.c) keep
+ * between iterations; part of PPOModels, zeroed with it, freed by
+ * rollout_genfuse_teardown. */
+typedef struct {
+  MPI_Comm  comm;     /* the samples' own tag space (a duplicate of the world) */
+  PetscBool has_comm;
+  /* -fuse_migrate_at auto: what the previous iteration measured (the same
+   * on every rank: rollout_genfuse_observe gets values reduced over the
+   * world). A run that restarts starts again from GENFUSE_RT_FIRST. */
+  struct {
+    PetscBool have;
+    int       B, *len, *rlen;
+    double    step_s, tok_s;
+  } hist;
+  /* Which rank runs which inference call on which row: by default every
+   * replica head of a call's mesh its replica's rows; after a migration
+   * (genfuse_reroute) the rows of ranks that go on decoding go to the freed
+   * ranks. done: what this rank computed in this iteration (the shares of
+   * migrate take each (call, row) from the rank that computed it). */
+  struct {
+    int            B, world;
+    unsigned char *need, *member, *done; /* [3][world][B], [3][world], [3][B] */
+    int           *q_rep;                /* [world]: generation replica, or -1 */
+  } rows;
+} RolloutGenFuse;
 
 /* The four models on the plan's meshes. The actor and critic live in their
  * training placements (with AdamW state); actor_gen and critic_inf are
@@ -39,6 +65,7 @@ typedef struct {
   PetscBool   offload_ref, offload_rew; /* frozen models kept in host memory between calls */
   size_t      bucket;                 /* reallocation and gradient bucket, bytes */
   PPOFusedTrain     fuse;                   /* the fused training stage (fuse.on: -fuse_train 1) */
+  RolloutGenFuse    genfuse;                /* the fused rollouts' state (-fuse_gen_inf) */
 } PPOModels;
 
 static inline DModel *ppo_gen_model(PPOModels *m) { return m->gen_copy ? &m->actor_gen : &m->actor; }
@@ -97,7 +124,7 @@ PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coe
 /* Appends group /iter_<k> to <output_dir>/rollouts.h5 (created at iteration 0 or on first use). */
 PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, int iteration, const PPOOptions *o, double kl_coef);
 
-/* Generation as a call (src/jobs/rollout_gen.c): a replica's rows of the batch
+/* Generation as a call (src/ppo/rollout_gen.c): a replica's rows of the batch
  * (its own GenBatch unless the replica holds every row). */
 typedef struct {
   GenBatch  b;
@@ -119,7 +146,7 @@ PetscErrorCode rollout_finish_gen(Rollout *r);
  * finished it (part->owner). Collective on MPI_COMM_WORLD. */
 PetscErrorCode rollout_share_gen_owned(const Mesh *m, GenPart *part, Rollout *r);
 
-/* Generation and inference fused (src/jobs/rollout_fuse.c, -fuse_gen_inf
+/* Generation and inference fused (src/ppo/rollout_genfuse.c, -fuse_gen_inf
  * stream): on the generation ranks, generation whose replica heads stream
  * each finished sample to the inference ranks; on those, the inference calls
  * over micro-batches of arrived samples. Afterwards the usual shares of the
@@ -137,18 +164,18 @@ typedef struct {
   int    mig_m, mig_dest;          /* destination replicas; this rank's replica is one */
   double mig_t0, mig_t1;           /* the migration on this rank (0, 0: none) */
 } GenFuseTimes;
-PetscErrorCode rollout_genfuse_setup(void);
+PetscErrorCode rollout_genfuse_setup(RolloutGenFuse *gs);
 /* Frees what the fused rollouts keep between iterations (the samples' communicator, the
  * previous lengths, the row maps); collective on MPI_COMM_WORLD, at the end of PPO. */
-PetscErrorCode rollout_genfuse_teardown(void);
+PetscErrorCode rollout_genfuse_teardown(RolloutGenFuse *gs);
 /* After an iteration, on every rank with the same values: its lengths and
  * the measured decode-step and per-token inference seconds, for the next
  * iteration's -fuse_migrate_at auto. */
-PetscErrorCode rollout_genfuse_observe(const Rollout *r, double step_s, double tok_s);
+PetscErrorCode rollout_genfuse_observe(RolloutGenFuse *gs, const Rollout *r, double step_s, double tok_s);
 /* -fuse_gen_inf migrate: reference log-probabilities, scores and values to
  * every rank, each (call, row) from the rank that computed it. Collective
  * on MPI_COMM_WORLD. */
-PetscErrorCode rollout_share_inf_owned(Rollout *r);
+PetscErrorCode rollout_share_inf_owned(RolloutGenFuse *gs, Rollout *r);
 PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, GenFuseTimes *tm);
 
 /* Training over the rollout: epochs x minibatches optimizer steps for the
@@ -186,7 +213,7 @@ PetscErrorCode ppo_fused_train_pass(PPOFusedTrain *fz, Trainer *tr[2], const Mic
  * metrics as ppo_train_actor and ppo_train_critic give them. */
 PetscErrorCode ppo_train_fused(PPOFusedTrain *fz, Trainer *actor, Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s);
 
-/* One iteration as a dataflow graph (src/jobs/ppo_graph.c): weight sync,
+/* One iteration as a dataflow graph (src/ppo/ppo_graph.c): weight sync,
  * generation, the inference calls, advantages, training. Collective on
  * MPI_COMM_WORLD; stage times (longest over ranks) and the reallocation
  * traffic come back in it. */
