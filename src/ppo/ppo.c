@@ -333,6 +333,28 @@ typedef struct {
   double sft_gold, sft_kl, ppo_gold, ppo_kl;
 } PPOSummary;
 
+/* The fusion costs of an iteration (-fuse_gen_inf): metrics stream_messages,
+ * stream_bytes, times stream_send, stream_wait; with migrate, R_t and what moved. */
+static PetscErrorCode ppo_record_fusion(RunRecord *rec, const StageTimes *tm)
+{
+  PetscFunctionBegin;
+  PetscCall(record_metric(rec, "stream_messages", tm->stream_messages));
+  PetscCall(record_metric(rec, "stream_bytes", tm->stream_bytes));
+  PetscCall(record_time(rec, "stream_send", tm->stream_send));
+  PetscCall(record_time(rec, "stream_wait", tm->stream_wait));
+  if (tm->migrate_m > 0) { /* migrate */
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "fusion: R_t %.2f%s, %.0f samples (%.1f KiB) migrated in %.1f ms onto %.0f generation replicas\n", tm->migrate_at, tm->migrate_pred > 0 ? " (auto)" : tm->migrate_pred < 0 ? " (auto, first iteration)" : "", tm->migrate_samples,
+                          tm->migrate_bytes / 1024, 1e3 * tm->migrate_s, tm->migrate_m));
+    PetscCall(record_metric(rec, "migrate_at", tm->migrate_at));
+    PetscCall(record_metric(rec, "migrate_predicted", tm->migrate_pred));
+    PetscCall(record_metric(rec, "migrate_samples", tm->migrate_samples));
+    PetscCall(record_metric(rec, "migrate_bytes", tm->migrate_bytes));
+    PetscCall(record_metric(rec, "migrate_replicas", tm->migrate_m));
+    PetscCall(record_time(rec, "migrate", tm->migrate_s));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPOModels *m, const Rollout *r, const PPOTrainStats *s, const StageTimes *tm, double kl, double kl_coef, double eval_gold, double iter_s, int it, int n_it)
 {
   double n = s->steps ? (double)s->steps : 1.0, len = 0, lmax = 0, eos = 0, toks = 0;

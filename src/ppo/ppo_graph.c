@@ -344,26 +344,6 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_record_fusion(RunRecord *rec, const StageTimes *tm)
-{
-  PetscFunctionBegin;
-  PetscCall(record_metric(rec, "stream_messages", tm->stream_messages));
-  PetscCall(record_metric(rec, "stream_bytes", tm->stream_bytes));
-  PetscCall(record_time(rec, "stream_send", tm->stream_send));
-  PetscCall(record_time(rec, "stream_wait", tm->stream_wait));
-  if (tm->migrate_m > 0) { /* migrate */
-    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "fusion: R_t %.2f%s, %.0f samples (%.1f KiB) migrated in %.1f ms onto %.0f generation replicas\n", tm->migrate_at, tm->migrate_pred > 0 ? " (auto)" : tm->migrate_pred < 0 ? " (auto, first iteration)" : "", tm->migrate_samples,
-                          tm->migrate_bytes / 1024, 1e3 * tm->migrate_s, tm->migrate_m));
-    PetscCall(record_metric(rec, "migrate_at", tm->migrate_at));
-    PetscCall(record_metric(rec, "migrate_predicted", tm->migrate_pred));
-    PetscCall(record_metric(rec, "migrate_samples", tm->migrate_samples));
-    PetscCall(record_metric(rec, "migrate_bytes", tm->migrate_bytes));
-    PetscCall(record_metric(rec, "migrate_replicas", tm->migrate_m));
-    PetscCall(record_time(rec, "migrate", tm->migrate_s));
-  }
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 PetscErrorCode ppo_ref_call(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro)
 {
   IterCtx c;

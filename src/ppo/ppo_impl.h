@@ -223,9 +223,6 @@ typedef struct {
   double stream_messages, stream_bytes, stream_send, stream_wait; /* fused: samples sent, their bytes, longest send and wait seconds */
   double migrate_at, migrate_pred, migrate_samples, migrate_bytes, migrate_s, migrate_m; /* migrate: R_t, its predicted stage seconds (auto), samples and bytes moved, longest migration, destinations */
 } StageTimes;
-/* The fusion costs of an iteration into the run record (metrics
- * stream_messages, stream_bytes; times stream_send, stream_wait). */
-PetscErrorCode ppo_record_fusion(RunRecord *rec, const StageTimes *tm);
 PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, Rollout *r, PackBuf *pb, const CkptState *st, PPOTrainStats *ts, StageTimes *tm);
 /* The rollout's inference calls outside an iteration (held-out evaluation). */
 PetscErrorCode ppo_ref_call(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro);
