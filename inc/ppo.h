@@ -30,7 +30,8 @@ typedef struct {
   char        fuse_schedule[PETSC_MAX_PATH_LEN]; /* -fuse_train_schedule: the fused schedule file ("" : searched) */
 } PPOOptions;
 
-PetscErrorCode ppo_options(PPOOptions *o);
+/* Reads PPO's options; job: the lifecycle options read once (inc/train.h). */
+PetscErrorCode ppo_options(const TrainJobOptions *job, PPOOptions *o);
 /* Runs PPO or GRPO; the held-out gold scores and KL of the summary are
  * returned when the pointers are not NULL (the pipeline prints them). */
 PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *sft_gold, double *ppo_gold, double *ppo_kl);
@@ -39,7 +40,5 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
  * With print, the plan and the dry-run summary are printed. */
 PetscErrorCode ppo_check_stage(const RunCtx *run, PPOOptions *o, const GPTConfig *policy, PetscBool print);
 
-/* -mode ppo: options, checks, run. */
-PetscErrorCode ppo_run(const RunCtx *run, const Backend *be);
 
 #endif

@@ -11,7 +11,7 @@
 static const char *const algo_names[]   = {"ppo", "grpo", "rloo", "PPOAlgo", "ALGO_", NULL};
 static const char *const critic_names[] = {"reward", "actor", "CriticInit", "CRITIC_FROM_", NULL};
 
-PetscErrorCode ppo_options(PPOOptions *o)
+PetscErrorCode ppo_options(const TrainJobOptions *job, PPOOptions *o)
 {
   int world;
 
@@ -26,12 +26,11 @@ PetscErrorCode ppo_options(PPOOptions *o)
   RfOptString("-reward_checkpoint", "Reward-model checkpoint (role reward)", o->reward_ckpt, sizeof o->reward_ckpt);
   RfOptEnum("-critic_init", "Critic starts from the reward model (whole) or the actor's trunk with a fresh scalar head", critic_names, 2, &o->critic_init);
   RfOptString("-fuse_train_schedule", "-fuse_train 1: run this fused schedule file (-mode schedule writes one; checked against the training stage's stages and micro-batches) instead of searching one from measured forward times", o->fuse_schedule, sizeof o->fuse_schedule);
-  RfOptString("-restart", "Resume from this PPO checkpoint (all models, optimizers, iteration, data position, RNG key); latest: the newest in -output_dir, or a fresh start", o->restart, sizeof o->restart);
-  RfOptInt("-checkpoint_every", "Checkpoint interval of every stage without its own -<stage>_checkpoint_every", 0, &o->checkpoint_every);
   RfOptBool("-dump_rollouts", "Write every iteration's rollout to <output_dir>/rollouts.h5", PETSC_FALSE, &o->dump_rollouts);
   PetscOptionsEnd();
+  PetscCall(PetscStrncpy(o->restart, job->restart, sizeof o->restart));
+  PetscCall(train_stage_checkpoint_every(job, "ppo", "iteration", &o->checkpoint_every));
   PetscOptionsBegin(PETSC_COMM_WORLD, "ppo_", "PPO / GRPO", NULL);
-  RfOptInt("-checkpoint_every", "Write <output_dir>/ckpt_<iteration>.h5 every N iterations (0: only final.h5; default: -checkpoint_every)", o->checkpoint_every, &o->checkpoint_every);
   RfOptInt("-iterations", "Iterations (generate, score, train) in total (a restart continues up to this count)", 100, &o->iterations);
   RfOptString("-prompts", "Prompts: 'builtin' (the sort task) or an HDF5 token file (prompt_lengths, or whole rows)", o->prompts, sizeof o->prompts);
   RfOptInt("-minibatches", "Mini-batches per epoch (one optimizer step each); must divide -rollout_batch", 4, &o->minibatches);
@@ -409,8 +408,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   size_t     nparams;
 
   PetscFunctionBegin;
-  PetscCall(record_open(run, algo_names[o->algo], &rec));
-  PetscCall(plan_record(rec, &o->plan, needs));
+  PetscCall(train_record_open(run, algo_names[o->algo], &o->plan, needs, &rec));
   PetscCall(rollout_create((int)o->rollout_batch, ps->max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
   PetscCall(packbuf_create((int)o->rollout_batch, r.T, &pb));
   PetscCall(sys_output_path(run, "rollouts.h5", path, sizeof path));
@@ -446,7 +444,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     PetscCall(record_metric(rec, "acts_grown_bytes", grown));
     if (m->fuse.on && !m->fuse.reported) PetscCall(ppo_fused_train_report(run, rec, &m->fuse));
     if (!isnan(eval_gold)) PetscCall(PetscPrintf(run->comm, "      held-out gold %.3f, KL to the reference %.3f\n", eval_gold, eval_kl));
-    if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
+    if (train_checkpoint_due(o->checkpoint_every, st->iteration)) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
       PetscCall(ppo_checkpoint(run, m, name, st, rec));
     }
@@ -544,20 +542,5 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   PetscCall(ppo_models_destroy(&m));
   PetscCall(prompts_destroy(&ps));
   PetscCall(PetscLogStagePop());
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode ppo_run(const RunCtx *run, const Backend *be)
-{
-  PPOOptions o;
-  PetscBool  help;
-
-  PetscFunctionBegin;
-  PetscCall(PetscMemzero(&o, sizeof o));
-  PetscCall(ppo_options(&o));
-  PetscCall(PetscOptionsHasHelp(NULL, &help));
-  if (help) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(sys_options_check_unused());
-  PetscCall(ppo_execute(run, be, &o, NULL, NULL, NULL));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
