@@ -121,10 +121,13 @@ PetscErrorCode train_checkpoint_models(const RunCtx *run, DModel *const *dm, con
 /* ---- the job lifecycle of SFT, RM and PPO (src/train/job.c) ------------ */
 /* What the training jobs read once (in -mode pipeline once for all three
  * stages): -checkpoint_every, the interval of every stage without its own,
- * and -restart (a file, or latest). */
+ * -restart (a file, or latest), and the execution plan (plan_from_options:
+ * -placement, -<call>_*, the fusion options -fuse_*), which each stage
+ * copies. */
 typedef struct {
   PetscInt every;
   char     restart[PETSC_MAX_PATH_LEN];
+  Plan     plan;
 } TrainJobOptions;
 PetscErrorCode train_job_options(TrainJobOptions *j);
 /* The stage's own interval -<stage>_checkpoint_every (default j->every);

@@ -31,8 +31,6 @@ typedef struct {
 
 PetscErrorCode rm_options(const TrainJobOptions *job, RMOptions *o)
 {
-  int world;
-
   PetscFunctionBegin;
   PetscCall(PetscStrncpy(o->data, "builtin", sizeof o->data));
   o->sft[0] = o->restart[0] = '\0';
@@ -51,8 +49,7 @@ PetscErrorCode rm_options(const TrainJobOptions *job, RMOptions *o)
   PetscCall(adamw_set_from_options("reward_", &o->opt));
   PetscCall(task_set_from_options(&o->task));
   PetscCall(gen_config_set_from_options(&o->gen));
-  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
-  PetscCall(plan_from_options(world, &o->plan));
+  o->plan = job->plan; /* read once for every stage (-fuse_* included) */
   PetscCall(trainer_options(&o->sched));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

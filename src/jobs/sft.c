@@ -22,8 +22,6 @@ typedef struct {
 
 PetscErrorCode sft_options(const TrainJobOptions *job, SFTOptions *o)
 {
-  int world;
-
   PetscFunctionBegin;
   PetscCall(PetscStrncpy(o->data, "builtin", sizeof o->data));
   o->restart[0] = o->init[0] = '\0';
@@ -43,8 +41,7 @@ PetscErrorCode sft_options(const TrainJobOptions *job, SFTOptions *o)
   PetscCall(gpt_config_set_from_options("policy_", &o->cfg));
   PetscCall(adamw_set_from_options("policy_", &o->opt));
   PetscCall(task_set_from_options(&o->task));
-  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
-  PetscCall(plan_from_options(world, &o->plan));
+  o->plan = job->plan; /* read once for every stage (-fuse_* included) */
   PetscCall(trainer_options(&o->sched));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -13,8 +13,6 @@ static const char *const critic_names[] = {"reward", "actor", "CriticInit", "CRI
 
 PetscErrorCode ppo_options(const TrainJobOptions *job, PPOOptions *o)
 {
-  int world;
-
   PetscFunctionBegin;
   PetscCall(PetscStrncpy(o->prompts, "builtin", sizeof o->prompts));
   o->actor_ckpt[0] = o->reference_ckpt[0] = o->reward_ckpt[0] = o->restart[0] = '\0';
@@ -56,8 +54,7 @@ PetscErrorCode ppo_options(const TrainJobOptions *job, PPOOptions *o)
   PetscCall(adamw_set_from_options("critic_", &o->critic_opt));
   PetscCall(gen_config_set_from_options(&o->gen));
   PetscCall(task_set_from_options(&o->task));
-  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
-  PetscCall(plan_from_options(world, &o->plan));
+  o->plan = job->plan; /* read once for every stage (-fuse_* included) */
   if (o->plan.placement == PLACEMENT_AUTO) PetscCall(search_auto_options());
   PetscCall(trainer_options(&o->sched));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -1,11 +1,15 @@
 /* job.c: the lifecycle that SFT, RM and PPO share, written once: the
- * checkpoint options (-checkpoint_every and -restart, read once even when
- * -mode pipeline runs three stages; each stage's own interval), when a
+ * options read once even when -mode pipeline runs three stages (the
+ * checkpoint options -checkpoint_every and -restart, and the execution plan
+ * with its fusion options -fuse_gen_inf, -fuse_train, ...), each stage's own
+ * checkpoint interval, when a
  * checkpoint is due, and the stage's run record with its plan. */
 #include "train.h"
 
 PetscErrorCode train_job_options(TrainJobOptions *j)
 {
+  int world;
+
   PetscFunctionBegin;
   j->every      = 0;
   j->restart[0] = '\0';
@@ -13,6 +17,8 @@ PetscErrorCode train_job_options(TrainJobOptions *j)
   RfOptInt("-checkpoint_every", "Checkpoint interval of every stage without its own -<stage>_checkpoint_every", 0, &j->every);
   RfOptString("-restart", "Resume from this checkpoint of the mode's stage (its models with their optimizer state, step or iteration, data position, RNG key); latest: the newest in -output_dir, or a fresh start", j->restart, sizeof j->restart);
   PetscOptionsEnd();
+  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
+  PetscCall(plan_from_options(world, &j->plan));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
