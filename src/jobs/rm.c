@@ -81,7 +81,7 @@ static PetscErrorCode rm_check(const RMOptions *o, PetscBool builtin, const GPTC
     PetscCheck(prompt + o->gen.max_new_tokens <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-gen_max_new_tokens %" PetscInt_FMT " plus the longest prompt (%d tokens) exceeds %s", o->gen.max_new_tokens, prompt, sft_arch(ckpt, "n_positions", cfg->n_positions, a, sizeof a));
     PetscCheck(o->gen.top_k >= 0 && o->gen.top_k <= cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_top_k %" PetscInt_FMT " must be in [0, %s]", o->gen.top_k, sft_arch(ckpt, "vocab_size", cfg->vocab_size, a, sizeof a));
     PetscCheck(o->gen.eos >= 0 && o->gen.eos < cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_eos %" PetscInt_FMT " is not a token of %s", o->gen.eos, sft_arch(ckpt, "vocab_size", cfg->vocab_size, a, sizeof a));
-    /* what is left of these two names -policy_ only for what the checks above already passed */
+    /* the checks below name -policy_ options, but only for bounds the checks above have passed */
     PetscCall(task_check(&o->task, cfg->vocab_size, cfg->n_positions, "policy_"));
     PetscCall(gen_config_check(&o->gen, cfg, "policy_", prompt));
   }
