@@ -76,7 +76,7 @@ PetscErrorCode ac_replay(const ACSched *s, ACScore *score, double *finish);
  * its critic 1F1B list. */
 PetscErrorCode ac_sequential(const ACInst *in, ACSched *s, ACScore *score);
 
-/* Search options. */
+/* Options of ac_optimize. */
 typedef struct {
   uint64_t seed;
   int      chains;     /* independent annealing chains (OpenMP threads share them) */
@@ -84,11 +84,11 @@ typedef struct {
   int      mem_steps;  /* bisection steps on a memory cap at the best makespan (0: none) */
 } ACOptimizeOpts;
 
-/* Result of a search: the best schedule by (makespan, peak memory, chain)
+/* Result of ac_optimize: the best schedule by (makespan, peak memory, chain)
  * and the greedy start's score. Deterministic for a seed and chain count,
  * whatever the thread count. */
 typedef struct {
-  ACScore greedy, calib, best; /* the plain list schedule, the calibrated one, the search's */
+  ACScore greedy, calib, best; /* the plain list schedule, the calibrated one, the optimizer's */
   double    lower_bound, seconds, cpu_seconds; /* wall-clock, and CPU time of all threads */
   int       chain, iters_used;
 } ACOptimizeInfo;
@@ -108,7 +108,7 @@ PetscErrorCode ac_sched_validate(const ACSched *s, const char *where);
 PetscErrorCode ac_sched_write(const char *path, const ACSched *s, const ACOptimizeInfo *info, const ACScore *seq);
 PetscErrorCode ac_sched_read(const char *path, const ACInst *in, ACSched *s);
 
-/* -mode schedule: options -sched_*, search, print, write. */
+/* -mode schedule: options -sched_*, ac_optimize, print, write. */
 PetscErrorCode ac_schedule_run(RunCtx *run);
 
 #endif

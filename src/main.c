@@ -81,7 +81,7 @@ static PetscErrorCode rlfuse_main(void)
   PetscCall(sys_log_register());
   PetscCall(comm_setup());
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "rlfuse job", NULL);
-  RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data, plan (execution-plan search: -plan_ranks, -plan_output), schedule (fused actor-critic schedule search), profile (measure this machine's costs for the cost model)", names, job_nmodes, &mode);
+  RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data, plan (execution-plan search: -plan_ranks, -plan_output), schedule (fused actor-critic schedule optimizer), profile (measure this machine's costs for the cost model)", names, job_nmodes, &mode);
   RfOptEnum("-device", "Device for tensor work", device_names, 2, &device);
   RfOptEnum("-precision", "Arithmetic of matmuls and activations on -device cuda (bf16: bf16 operands, fp32 master weights and optimizer state)", precision_names, 2,
             &precision);

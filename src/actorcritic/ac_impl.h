@@ -35,7 +35,7 @@ PetscErrorCode ac_graph_free(ACGraph *g);
 /* Replay of an order given as task ids (ids[r*n + j]: rank r's j-th task);
  * returns makespan or +inf on deadlock; peak (may be NULL, size nranks)
  * gets each rank's peak memory, *peak_max the largest. Scratch: finish (N)
- * and ptr (nranks) are caller-provided. No allocation: used in the search's
+ * and ptr (nranks) are caller-provided. No allocation: used in the optimizer's
  * inner loop. */
 double ac_replay_ids(const ACInst *in, const ACGraph *g, const int *ids, double *finish, int *ptr, double *peak, double *peak_max);
 /* Peak memory of one rank's list of count task ids (in list order; it does

@@ -1,4 +1,4 @@
-/* decode.c: the search's decoder. A schedule is decoded from one priority
+/* decode.c: the optimizer's decoder. A schedule is decoded from one priority
  * key per task by list scheduling: the rank that can finish a ready task
  * earliest (time c) picks, among its ready tasks that could start before
  * s + alpha (c - s) (s: its earliest start), the one with the smallest key;

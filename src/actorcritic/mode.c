@@ -1,4 +1,4 @@
-/* mode.c: -mode schedule. Reads the instance (-sched_*), searches a fused
+/* mode.c: -mode schedule. Reads the instance (-sched_*), optimizes a fused
  * actor-critic schedule, prints its makespan against the lower bound, the
  * greedy start and the sequential 1F1B baseline, and writes the schedule
  * file; or, with -sched_file, reads and validates a schedule file and
@@ -42,7 +42,7 @@ PetscErrorCode ac_schedule_run(RunCtx *run)
   const char    *need[] = {"pp0", "pp1", "m0", "m1"};
 
   PetscFunctionBegin;
-  PetscOptionsBegin(PETSC_COMM_WORLD, "sched_", "Fused actor-critic schedule search (-mode schedule)", NULL);
+  PetscOptionsBegin(PETSC_COMM_WORLD, "sched_", "Fused actor-critic schedule optimizer (-mode schedule)", NULL);
   RfOptInt("-pp0", "Actor pipeline stages, one per rank (required)", pp0, &pp0);
   RfOptInt("-pp1", "Critic pipeline stages: divides pp0, the critic is replicated pp0/pp1 times (required)", pp1, &pp1);
   RfOptInt("-m0", "Actor micro-batches (required)", m0, &m0);
@@ -54,9 +54,9 @@ PetscErrorCode ac_schedule_run(RunCtx *run)
   RfOptReal("-mem_cap", "Activation memory cap per rank (0: none)", cap, &cap);
   RfOptInt("-chains", "Independent annealing chains (run on the OpenMP threads; the result does not depend on the thread count)", chains, &chains);
   RfOptInt("-iters", "Annealing proposals per chain (a chain stops early at the lower bound)", iters, &iters);
-  RfOptInt("-mem_steps", "Bisection steps on a memory cap after the search, lowering the peak activation memory at the best makespan (0: none)", mem_steps, &mem_steps);
+  RfOptInt("-mem_steps", "Bisection steps on a memory cap after the optimization, lowering the peak activation memory at the best makespan (0: none)", mem_steps, &mem_steps);
   RfOptString("-output", "Schedule file to write, HDF5 (required unless -sched_file)", output, sizeof output);
-  RfOptString("-file", "Schedule file to check instead of searching: validated against the instance, replayed, printed", file, sizeof file);
+  RfOptString("-file", "Schedule file to check instead of optimizing one: validated against the instance, replayed, printed", file, sizeof file);
   PetscOptionsEnd();
   PetscCall(PetscOptionsHasHelp(NULL, &help));
   if (help) PetscFunctionReturn(PETSC_SUCCESS);

@@ -233,7 +233,7 @@ static PetscErrorCode calibrate(const ACInst *in, const ACGraph *g, const double
  * grid, 10 rounds of descent) and keeps the schedule if it still reaches
  * the makespan. The annealing's memory phase moves one key at
  * a time and rarely gets far; a cap changes every decision at once. */
-static PetscErrorCode mem_search(const ACInst *in, const ACGraph *g, const double *base, int steps, Chain *best)
+static PetscErrorCode mem_bisect(const ACInst *in, const ACGraph *g, const double *base, int steps, Chain *best)
 {
   double   lo = PetscMax(in->mem[0], in->mem[1]), unit = PetscMin(in->mem[0] > 0 ? in->mem[0] : in->mem[1], in->mem[1] > 0 ? in->mem[1] : in->mem[0]), *key;
   ACInst capped = *in;
@@ -250,7 +250,7 @@ static PetscErrorCode mem_search(const ACInst *in, const ACGraph *g, const doubl
     if (mk <= best->best_mk && pk < best->best_pk) {
       d.alpha = alpha;
       mk      = ac_dec_run(&d, key);
-      PetscCheck(mk <= best->best_mk, PETSC_COMM_SELF, PETSC_ERR_PLIB, "mem_search: the calibrated keys decode to makespan %g, not %g", mk, best->best_mk);
+      PetscCheck(mk <= best->best_mk, PETSC_COMM_SELF, PETSC_ERR_PLIB, "mem_bisect: the calibrated keys decode to makespan %g, not %g", mk, best->best_mk);
       memcpy(best->best_ids, d.ids, (size_t)g->N * sizeof *d.ids);
       best->best_pk = pk;
     } else lo = capped.mem_cap;
@@ -298,7 +298,7 @@ PetscErrorCode ac_optimize(const ACInst *in, const ACOptimizeOpts *opt, ACSched 
   for (int c = 1; c < C; c++)
     if (better(ch[c].best_mk, ch[c].best_pk, ch[win].best_mk, ch[win].best_pk)) win = c;
   PetscCheck(!isinf(ch[win].best_mk), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "ac_optimize: no schedule found within the memory cap %g (raise -sched_mem_cap)", in->mem_cap);
-  PetscCall(mem_search(in, &g, base, opt->mem_steps, &ch[win]));
+  PetscCall(mem_bisect(in, &g, base, opt->mem_steps, &ch[win]));
   PetscCall(ac_sched_alloc(in, s));
   for (int i = 0; i < g.N; i++) s->order[i] = ac_task_of(in, ch[win].best_ids[i] % g.n);
   info->best.makespan = ch[win].best_mk;
