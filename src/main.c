@@ -73,9 +73,10 @@ static PetscErrorCode rlfuse_main(void)
   RunCtx      run;
   PetscInt    mode = 0, device = 0, precision = 0;
   PetscBool   help;
-  const char *names[16];
+  const char *names[32]; /* the table's names, then PETSc's enum suffix */
 
   PetscFunctionBegin;
+  PetscCheck(job_nmodes + 3 <= 32, PETSC_COMM_WORLD, PETSC_ERR_PLIB, "%d modes: raise names[] in rlfuse_main", job_nmodes);
   for (int k = 0; k < job_nmodes; k++) names[k] = job_modes[k].name;
   names[job_nmodes] = "RunMode", names[job_nmodes + 1] = "MODE_", names[job_nmodes + 2] = NULL;
   PetscCall(sys_log_register());
