@@ -105,7 +105,7 @@ typedef PetscErrorCode (*GenFinishFn)(void *ctx, const GenBatch *b, int index);
  * with Tmax >= max_prompt_len + max_new_tokens. */
 PetscErrorCode gen_generate(GenEngine *eng, uint64_t seed, uint32_t iteration, int n, const GenRequest *req, GenBatch *out, GenFinishFn on_finish, void *ctx);
 
-/* ---- a generation with hooks (used by migration, src/fuse/migrate.c) --- */
+/* ---- a generation with hooks (used by migration, src/genfuse/migrate.c) --- */
 /* Called at the top of every pass of the engine loop, before admission and
  * the step. *go enters as "the engine has a waiting or running sample"; the
  * hook may move samples in or out (below) and may set *go: PETSC_FALSE ends

@@ -56,6 +56,8 @@ PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *rol
 PetscErrorCode ckpt_read_model(MPI_Comm comm, const char *path, const CkptModel *model);
 PetscErrorCode ckpt_read_model_placed(MPI_Comm comm, const char *path, const CkptModel *model, const CkptWhere *where);
 PetscErrorCode ckpt_read_state(MPI_Comm comm, const char *path, CkptState *st);
+/* The same on this rank alone (no collective; for scans of many files). */
+PetscErrorCode ckpt_read_state_local(const char *path, CkptState *st);
 /* "-restart latest": when restart is "latest", replaces it with the newest
  * readable checkpoint (ckpt_<n>.h5 or final.h5, by /state@iteration) in dir,
  * or with "" (a fresh start) when there is none; any other value is kept.

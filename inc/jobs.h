@@ -1,17 +1,18 @@
 /* jobs: the modes of the driver (-mode sft, rm, ppo, pipeline, score, data):
- * their options and entry points. PPO's internals are in src/jobs/ppo_impl.h. */
+ * their options and entry points. PPO is a module of its own (inc/ppo.h). */
 #ifndef RLFUSE_JOBS_H
 #define RLFUSE_JOBS_H
 
 #include "task.h"
 #include "rl.h"
 #include "plan.h"
-#include "cost.h"
 #include "train.h"
+#include "ppo.h"
 
 /* ---- jobs --------------------------------------------------------------- */
 /* Each job reads its options (X_options), which -help also uses, then runs
- * (X_execute); -mode pipeline reads all three before running any. */
+ * (X_execute); -mode pipeline reads all three before running any. The
+ * checkpoint options all three share are read once (TrainJobOptions). */
 typedef struct {
   PetscInt    steps, batch, seq_len, checkpoint_every, eval_every, eval_batches;
   char        data[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN], init[PETSC_MAX_PATH_LEN];
@@ -21,12 +22,11 @@ typedef struct {
   Plan        plan; /* the sft_train call's mesh and micro-batches */
   TrainSched  sched; /* of the training passes (-train_schedule) */
 } SFTOptions;
-PetscErrorCode sft_options(SFTOptions *o);
+PetscErrorCode sft_options(const TrainJobOptions *job, SFTOptions *o);
 PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o);
 /* Every check of the stage that needs no other stage's output, without
  * output: -mode pipeline runs the three before any work. */
 PetscErrorCode sft_check_stage(const RunCtx *run, SFTOptions *o);
-PetscErrorCode sft_run(const RunCtx *run, const Backend *be);
 
 typedef struct {
   PetscInt    steps, batch, pairs, eval_pairs, eval_every, checkpoint_every;
@@ -38,27 +38,44 @@ typedef struct {
   Plan        plan; /* the rm_train call's mesh and micro-batches */
   TrainSched  sched; /* of the training passes (-train_schedule) */
 } RMOptions;
-PetscErrorCode rm_options(RMOptions *o);
+PetscErrorCode rm_options(const TrainJobOptions *job, RMOptions *o);
 PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o);
 /* The RM stage's checks for an SFT model of architecture cfg (the -policy_
  * options in -mode pipeline, where its checkpoint does not exist yet); with
  * print, the plan and the dry-run summary are printed. */
 PetscErrorCode rm_check_stage(const RunCtx *run, RMOptions *o, const GPTConfig *cfg, PetscBool print);
-PetscErrorCode rm_run(const RunCtx *run, const Backend *be);
 
-/* PPO and GRPO (-mode ppo); options and internals in src/jobs/ppo_impl.h. */
-PetscErrorCode ppo_run(const RunCtx *run, const Backend *be);
-/* The deck's PPO job as the cost model needs it (-mode plan, -mode
- * profile): its settings as PPO reads them and its four models as the run
- * would have them, from the checkpoints the deck names (-actor_checkpoint,
- * -reward_checkpoint, -reference_checkpoint, -critic_init, -restart), or,
- * for a deck without them (a pipeline's), the -policy_ model SFT will
- * write. help: only register the options (no file is read). */
-PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *deck);
-/* SFT, then RM from the SFT checkpoint, then PPO from both (-mode pipeline). */
-PetscErrorCode pipeline_run(const RunCtx *run, const Backend *be);
+/* SFT, then RM from the SFT checkpoint, then PPO from both (-mode
+ * pipeline): every stage's options are read before any stage runs. */
+typedef struct {
+  SFTOptions sft;
+  RMOptions  rm;
+  PPOOptions ppo;
+} PipelineOptions;
+PetscErrorCode pipeline_options(const TrainJobOptions *job, PipelineOptions *p);
+PetscErrorCode pipeline_execute(const RunCtx *run, const Backend *be, PipelineOptions *p);
 
+/* Modes that read their own options when they run (and stop there under -help). */
 PetscErrorCode score_run(const RunCtx *run, const Backend *be);
 PetscErrorCode data_run(const RunCtx *run);
+
+/* ---- the modes as a table (src/jobs/modes.c), which main.c loops over ----- */
+/* A mode's options are read into a struct of `size` bytes (zeroed first),
+ * with the lifecycle options read once before (train_job_options); -help
+ * reads every mode's. A mode without options (size 0) reads its own when it
+ * executes, and stops after reading them under -help. check: what needs no
+ * output, after the unused-option check (NULL: execute checks). device: the
+ * mode needs the backend; outdir: it writes an output directory (and
+ * used.deck). */
+typedef struct {
+  const char *name;
+  PetscBool   device, outdir;
+  size_t      size;
+  PetscErrorCode (*options)(const TrainJobOptions *job, void *o);
+  PetscErrorCode (*check)(const RunCtx *run, void *o);
+  PetscErrorCode (*execute)(RunCtx *run, const Backend *be, void *o);
+} JobMode;
+extern const JobMode job_modes[];
+extern const int     job_nmodes;
 
 #endif

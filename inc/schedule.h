@@ -1,7 +1,7 @@
 /* (Named schedule.h, not sched.h: -Iinc would hide the system <sched.h> that cblas.h includes.) */
 /* sched: pipeline schedules as data, and one executor. A schedule is the
  * ordered list of forward and backward micro-batch tasks one pipeline stage
- * runs (1F1B, GPipe, or one a search produced, e.g. src/fuse); sched_run
+ * runs (1F1B, GPipe, or one a search produced, e.g. src/actorcritic); sched_run
  * plays such a list on a model shard through caller-supplied
  * forward/backward callbacks, giving every micro-batch in flight its own
  * activation slot. The stage-to-stage traffic is the model's own
@@ -32,7 +32,7 @@ PetscErrorCode sched_gpipe(int pp, int p, int m, SchedTask *tasks, int *nslots);
 /* Checks one stage's list: every micro-batch 0..m-1 has one forward and one
  * later backward, in any order; *inflight (may be NULL) gets the most in
  * flight. (Whether the stages' lists together deadlock is not checked here:
- * src/fuse replays whole schedules.) */
+ * src/actorcritic replays whole schedules.) */
 PetscErrorCode sched_check(const SchedTask *tasks, int ntasks, int m, int *inflight);
 
 /* A task's work on micro-batch mb. forward must call gpt_forward for mb and,
@@ -56,7 +56,7 @@ typedef PetscErrorCode (*SchedFn)(void *ctx, GPT *gpt, int mb);
 PetscErrorCode sched_run(GPT *gpt, const SchedTask *tasks, int ntasks, int nslots, SchedFn forward, SchedFn backward, void *ctx);
 
 /* Several models' tasks on this rank, interleaved in one list (a fused
- * schedule, src/fuse): each model keeps its own shard, slots, callbacks and
+ * schedule, src/actorcritic): each model keeps its own shard, slots, callbacks and
  * message model id (gpt->msg_model, so the models' messages never pair
  * across models); task.model indexes models. sched_run is this with one
  * model. A model whose gpt is NULL has no tasks on this rank. */

@@ -118,4 +118,27 @@ PetscErrorCode trainer_checkpoint(Trainer *tr, const RunCtx *run, const char *na
  * Collective on the world; rec (may be NULL) gets the time. */
 PetscErrorCode train_checkpoint_models(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, size_t bucket, RunRecord *rec);
 
+/* ---- the job lifecycle of SFT, RM and PPO (src/train/job.c) ------------ */
+/* What the training jobs read once (in -mode pipeline once for all three
+ * stages): -checkpoint_every, the interval of every stage without its own,
+ * -restart (a file, or latest), and the execution plan (plan_from_options:
+ * -placement, -<call>_*, the fusion options -fuse_*), which each stage
+ * copies. */
+typedef struct {
+  PetscInt every;
+  char     restart[PETSC_MAX_PATH_LEN];
+  Plan     plan;
+} TrainJobOptions;
+PetscErrorCode train_job_options(TrainJobOptions *j);
+/* Only -checkpoint_every and -restart (j->plan untouched): for describing
+ * the job to the cost model, which plans it for other ranks. */
+PetscErrorCode train_job_checkpoint_options(TrainJobOptions *j);
+/* The stage's own interval -<stage>_checkpoint_every (default j->every);
+ * unit names what it counts ("step", "iteration"). */
+PetscErrorCode train_stage_checkpoint_every(const TrainJobOptions *j, const char *stage, const char *unit, PetscInt *every);
+/* A checkpoint is due after step (or iteration) n of a stage with interval every. */
+PetscBool      train_checkpoint_due(PetscInt every, PetscInt n);
+/* The stage's run record (record_open) with its plan (plan_record). */
+PetscErrorCode train_record_open(const RunCtx *run, const char *mode, const Plan *plan, const PlanNeeds *needs, RunRecord **rec);
+
 #endif

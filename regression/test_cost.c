@@ -10,7 +10,7 @@
 #include "cost.h"
 #include "jobs.h"
 #include "realloc.h"
-#include "fuse.h"
+#include "actorcritic.h"
 #include "mpi_report.h"
 
 #include <hdf5.h>
@@ -344,7 +344,7 @@ static PetscErrorCode check_fusion(void)
    * apart each takes (2 + 2 - 1) * 6 = 18 s; fused, the fused schedule's
    * bound for that instance */
   {
-    FuseInst in = {{2, 2}, {2, 2}, {2, 2}, {0, 0}, 0};
+    ACInst in = {{2, 2}, {2, 2}, {2, 2}, {0, 0}, 0};
     w.critic_free = PETSC_FALSE;
     w.actor.n_layer = w.critic.n_layer = w.ref.n_layer = w.reward.n_layer = 2;
     base_plan(&plan, 2);
@@ -355,7 +355,7 @@ static PetscErrorCode check_fusion(void)
     plan.fuse_train = PETSC_TRUE;
     plan.call[MFC_CRITIC_TRAIN].ranks[0] = 1, plan.call[MFC_CRITIC_TRAIN].ranks[1] = 0; /* opposite direction */
     PetscCall(cost_estimate(&p, &w, &plan, &f));
-    check_num("fused: the fused schedule's makespan (its lower bound)", f.call_s[MFC_ACTOR_TRAIN], fuse_lower_bound(&in), 1e-12);
+    check_num("fused: the fused schedule's makespan (its lower bound)", f.call_s[MFC_ACTOR_TRAIN], ac_lower_bound(&in), 1e-12);
     check("fused: faster than the two apart", f.call_s[MFC_ACTOR_TRAIN] < 36 ? PETSC_TRUE : PETSC_FALSE, "not faster");
     check_num("fused: the iteration saves what training saves", e.iter_s - f.iter_s, 36 - f.call_s[MFC_ACTOR_TRAIN], 1e-12);
   }

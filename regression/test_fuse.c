@@ -1,4 +1,4 @@
-/* test_fuse: the fused actor-critic schedule model (src/fuse). The lower
+/* test_fuse: the fused actor-critic schedule model (src/actorcritic). The lower
  * bound on cases worked out by hand and on the 12 instances whose bounds the
  * RLHFuse solver published; the replay on small schedules whose timings are
  * worked out by hand (including deadlocks and peak memory); the sequential
@@ -8,7 +8,8 @@
  * validity checks of a schedule. Inter-stage fusion: the migration's plan
  * and the rerouting of inference rows on cases worked out by hand, and the
  * R_t simulation on a long tail it must see. */
-#include "fuse.h"
+#include "actorcritic.h"
+#include "genfuse.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -22,9 +23,9 @@ static void check(int cond, const char *what, const char *detail)
   else nfail++, printf("not ok - %s: %s\n", what, detail);
 }
 
-static FuseInst inst(int pp0, int pp1, int m0, int m1, double f0, double f1)
+static ACInst inst(int pp0, int pp1, int m0, int m1, double f0, double f1)
 {
-  FuseInst in = {{pp0, pp1}, {m0, m1}, {f0, f1}, {1, 1}, 0};
+  ACInst in = {{pp0, pp1}, {m0, m1}, {f0, f1}, {1, 1}, 0};
   return in;
 }
 
@@ -38,8 +39,8 @@ static void test_lower_bound(void)
   char detail[256] = "";
   int  ok = 1;
   for (int k = 0; k < 12; k++) {
-    FuseInst in = inst(IN[k][0], IN[k][1], IN[k][2], IN[k][3], IN[k][4], IN[k][5]);
-    double   lb = fuse_lower_bound(&in);
+    ACInst in = inst(IN[k][0], IN[k][1], IN[k][2], IN[k][3], IN[k][4], IN[k][5]);
+    double   lb = ac_lower_bound(&in);
     if (lb != IN[k][6] && ok) {
       ok = 0;
       snprintf(detail, sizeof detail, "instance %d (%d,%d,%d,%d,%d,%d): %g, published %d", k, IN[k][0], IN[k][1], IN[k][2], IN[k][3], IN[k][4], IN[k][5], lb, IN[k][6]);
@@ -54,37 +55,37 @@ static void test_lower_bound(void)
      * critical path (32+7)*15 = 585 and every other rank. Here: f1 = 6 makes
      * rank 4's critic head 18, tail 36: 18 + 32*15 + 16*18 + 36 = 822; rank
      * 5 (actor 5: 25, 50; critic 2: 12, 24): 12 + 768 + 24 = 804. */
-    FuseInst in = inst(8, 4, 32, 16, 5, 6);
-    snprintf(detail, sizeof detail, "%g", fuse_lower_bound(&in));
-    check(fuse_lower_bound(&in) == 822, "lower bound: (8,4,32,16,5,6) = 822 by hand", detail);
+    ACInst in = inst(8, 4, 32, 16, 5, 6);
+    snprintf(detail, sizeof detail, "%g", ac_lower_bound(&in));
+    check(ac_lower_bound(&in) == 822, "lower bound: (8,4,32,16,5,6) = 822 by hand", detail);
   }
   {
     /* the critic's critical path binds: (4,4,1,8,1,3): (8+3)*9 = 99 against
      * the actor's 12 and work 3 + 72 plus at most head 3 + tail 6 */
-    FuseInst in = inst(4, 4, 1, 8, 1, 3);
-    snprintf(detail, sizeof detail, "%g", fuse_lower_bound(&in));
-    check(fuse_lower_bound(&in) == 99, "lower bound: (4,4,1,8,1,3) = 99, the critic's critical path", detail);
+    ACInst in = inst(4, 4, 1, 8, 1, 3);
+    snprintf(detail, sizeof detail, "%g", ac_lower_bound(&in));
+    check(ac_lower_bound(&in) == 99, "lower bound: (4,4,1,8,1,3) = 99, the critic's critical path", detail);
   }
   {
     /* critical path binds: (4,4,8,1,1,1): (8+3)*3 = 33 against work 27 +
      * heads/tails at most 1+2 */
-    FuseInst in = inst(4, 4, 8, 1, 1, 1);
-    snprintf(detail, sizeof detail, "%g", fuse_lower_bound(&in));
-    check(fuse_lower_bound(&in) == 33, "lower bound: (4,4,8,1,1,1) = 33, the actor's critical path", detail);
+    ACInst in = inst(4, 4, 8, 1, 1, 1);
+    snprintf(detail, sizeof detail, "%g", ac_lower_bound(&in));
+    check(ac_lower_bound(&in) == 33, "lower bound: (4,4,8,1,1,1) = 33, the actor's critical path", detail);
   }
 }
 
 /* ---- replay ------------------------------------------------------------- */
-#define T(x, k, mb) ((FuseTask){x, k, mb})
-static PetscErrorCode replay_lists(const FuseInst *in, const FuseTask *r0, const FuseTask *r1, FuseScore *sc, double *fin)
+#define T(x, k, mb) ((ACTask){x, k, mb})
+static PetscErrorCode replay_lists(const ACInst *in, const ACTask *r0, const ACTask *r1, ACScore *sc, double *fin)
 {
-  FuseSched s;
+  ACSched s;
   PetscFunctionBegin;
-  PetscCall(fuse_sched_alloc(in, &s));
+  PetscCall(ac_sched_alloc(in, &s));
   memcpy(s.order, r0, s.n * sizeof *r0);
   memcpy(s.order + s.n, r1, s.n * sizeof *r1);
-  PetscCall(fuse_replay(&s, sc, fin));
-  PetscCall(fuse_sched_free(&s));
+  PetscCall(ac_replay(&s, sc, fin));
+  PetscCall(ac_sched_free(&s));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -92,8 +93,8 @@ static PetscErrorCode test_replay(void)
 {
   /* pp 2 each way, one micro-batch each, f = 1: rank 0 holds actor stage 0
    * and critic stage 1, rank 1 actor stage 1 and critic stage 0. */
-  FuseInst  in = inst(2, 2, 1, 1, 1, 1);
-  FuseScore sc = {0};
+  ACInst  in = inst(2, 2, 1, 1, 1, 1);
+  ACScore sc = {0};
   double    fin[8], peak[2];
   char      detail[256];
   int       ok;
@@ -105,7 +106,7 @@ static PetscErrorCode test_replay(void)
     /* both start at once: r0 A.F 0-1 | r1 C.F 0-1; r0 C.F 1-2 | r1 A.F 1-2;
      * r0 C.B 2-4 | r1 A.B 2-4; r0 A.B 4-6 | r1 C.B 4-6. Memory: r0 holds
      * A (1) then A+C (11); r1 C (10) then C+A (11). */
-    const FuseTask r0[4] = {T(0, 0, 0), T(1, 0, 0), T(1, 1, 0), T(0, 1, 0)}, r1[4] = {T(1, 0, 0), T(0, 0, 0), T(0, 1, 0), T(1, 1, 0)};
+    const ACTask r0[4] = {T(0, 0, 0), T(1, 0, 0), T(1, 1, 0), T(0, 1, 0)}, r1[4] = {T(1, 0, 0), T(0, 0, 0), T(0, 1, 0), T(1, 1, 0)};
     const double   want[8] = {1, 2, 4, 6, 1, 2, 4, 6};
     PetscCall(replay_lists(&in, r0, r1, &sc, fin));
     ok = sc.makespan == 6 && !sc.deadlock && peak[0] == 11 && peak[1] == 11 && sc.peak_mem == 11;
@@ -118,7 +119,7 @@ static PetscErrorCode test_replay(void)
      * r0 C.F 1-2, A.F 2-3, C.B 3-5; r1 C.F 0-1, A.F waits for r0's: 3-4,
      * A.B 4-6, C.B waits r0's C.B (5) and its rank (6): 6-8; r0 A.B waits
      * r1's A.B (6): 6-8. */
-    const FuseTask r0[4] = {T(1, 0, 0), T(0, 0, 0), T(1, 1, 0), T(0, 1, 0)}, r1[4] = {T(1, 0, 0), T(0, 0, 0), T(0, 1, 0), T(1, 1, 0)};
+    const ACTask r0[4] = {T(1, 0, 0), T(0, 0, 0), T(1, 1, 0), T(0, 1, 0)}, r1[4] = {T(1, 0, 0), T(0, 0, 0), T(0, 1, 0), T(1, 1, 0)};
     const double   want[8] = {2, 3, 5, 8, 1, 4, 6, 8};
     PetscCall(replay_lists(&in, r0, r1, &sc, fin));
     ok = sc.makespan == 8 && !sc.deadlock;
@@ -129,13 +130,13 @@ static PetscErrorCode test_replay(void)
   {
     /* r0 waits on r1's critic forward, which r1 runs after its actor
      * forward, which waits on r0's actor forward, after r0's critic one */
-    const FuseTask r0[4] = {T(1, 0, 0), T(0, 0, 0), T(1, 1, 0), T(0, 1, 0)}, r1[4] = {T(0, 0, 0), T(1, 0, 0), T(0, 1, 0), T(1, 1, 0)};
+    const ACTask r0[4] = {T(1, 0, 0), T(0, 0, 0), T(1, 1, 0), T(0, 1, 0)}, r1[4] = {T(0, 0, 0), T(1, 0, 0), T(0, 1, 0), T(1, 1, 0)};
     PetscCall(replay_lists(&in, r0, r1, &sc, NULL));
     snprintf(detail, sizeof detail, "makespan %g, deadlock %d", sc.makespan, sc.deadlock);
     check(sc.deadlock && isinf(sc.makespan), "replay: a cross-rank wait cycle is a deadlock", detail);
   }
   {
-    const FuseTask r0[4] = {T(0, 1, 0), T(0, 0, 0), T(1, 0, 0), T(1, 1, 0)}, r1[4] = {T(1, 0, 0), T(0, 0, 0), T(0, 1, 0), T(1, 1, 0)};
+    const ACTask r0[4] = {T(0, 1, 0), T(0, 0, 0), T(1, 0, 0), T(1, 1, 0)}, r1[4] = {T(1, 0, 0), T(0, 0, 0), T(0, 1, 0), T(1, 1, 0)};
     PetscCall(replay_lists(&in, r0, r1, &sc, NULL));
     snprintf(detail, sizeof detail, "makespan %g, deadlock %d", sc.makespan, sc.deadlock);
     check(sc.deadlock, "replay: a backward listed before its forward is a deadlock", detail);
@@ -149,12 +150,12 @@ static PetscErrorCode test_sequential(void)
   /* 1F1B alone takes (m + pp - 1) * 3f: actor (3+3)*3 = 18, critic (copies
    * in parallel) (2+1)*6 = 18; 1F1B holds min(pp - s, m) micro-batches on
    * stage s: at most 3 of the actor's (m0 = 3) */
-  FuseInst  in = inst(4, 2, 3, 2, 1, 2);
-  FuseScore sc = {0};
+  ACInst  in = inst(4, 2, 3, 2, 1, 2);
+  ACScore sc = {0};
   char      detail[128];
 
   PetscFunctionBegin;
-  PetscCall(fuse_sequential(&in, NULL, &sc));
+  PetscCall(ac_sequential(&in, NULL, &sc));
   snprintf(detail, sizeof detail, "makespan %g, peak %g", sc.makespan, sc.peak_mem);
   check(sc.makespan == 36 && sc.peak_mem == 3, "sequential: actor 1F1B then critic 1F1B, (4,2,3,2,1,2): 18 + 18, peak 3", detail);
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -162,7 +163,7 @@ static PetscErrorCode test_sequential(void)
 
 /* ---- exhaustive search on tiny instances --------------------------------- */
 /* every order of one rank's n tasks with each forward before its backward */
-static void orders_rec(const FuseInst *in, int n, int depth, int *used, FuseTask *cur, FuseTask *all, int *count, int cap)
+static void orders_rec(const ACInst *in, int n, int depth, int *used, ACTask *cur, ACTask *all, int *count, int cap)
 {
   if (depth == n) {
     if (*count < cap) memcpy(all + (size_t)(*count) * n, cur, n * sizeof *cur);
@@ -181,28 +182,28 @@ static void orders_rec(const FuseInst *in, int n, int depth, int *used, FuseTask
       }
 }
 
-static PetscErrorCode exhaustive(const FuseInst *in, double *best_mk, double *best_pk)
+static PetscErrorCode exhaustive(const ACInst *in, double *best_mk, double *best_pk)
 {
-  int       n = fuse_ntasks(in), P = in->pp[0], no = 0, cap = 4096, used[64] = {0}, idx[16] = {0};
-  FuseTask *all, cur[64];
-  FuseSched s;
-  FuseScore sc = {0};
+  int       n = ac_ntasks(in), P = in->pp[0], no = 0, cap = 4096, used[64] = {0}, idx[16] = {0};
+  ACTask *all, cur[64];
+  ACSched s;
+  ACScore sc = {0};
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1((size_t)cap * n, &all));
   orders_rec(in, n, 0, used, cur, all, &no, cap);
   PetscCheck(no <= cap, PETSC_COMM_SELF, PETSC_ERR_PLIB, "too many orders");
-  PetscCall(fuse_sched_alloc(in, &s));
+  PetscCall(ac_sched_alloc(in, &s));
   *best_mk = *best_pk = INFINITY;
   for (;;) { /* odometer over the ranks' orders */
     for (int r = 0; r < P; r++) memcpy(s.order + r * n, all + (size_t)idx[r] * n, n * sizeof *all);
-    PetscCall(fuse_replay(&s, &sc, NULL));
+    PetscCall(ac_replay(&s, &sc, NULL));
     if (!sc.deadlock && (in->mem_cap == 0 || sc.peak_mem <= in->mem_cap) && (sc.makespan < *best_mk || (sc.makespan == *best_mk && sc.peak_mem < *best_pk))) *best_mk = sc.makespan, *best_pk = sc.peak_mem;
     int r = 0;
     while (r < P && ++idx[r] == no) idx[r++] = 0;
     if (r == P) break;
   }
-  PetscCall(fuse_sched_free(&s));
+  PetscCall(ac_sched_free(&s));
   PetscCall(PetscFree(all));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -212,25 +213,25 @@ static PetscErrorCode test_exhaustive(void)
   static const double IN[][7] = {
     {2, 2, 1, 1, 1, 1, 0}, {2, 2, 2, 1, 2, 1, 0}, {2, 1, 2, 1, 1, 3, 0}, {2, 1, 1, 2, 2, 1, 0}, {3, 3, 1, 1, 1, 2, 0}, {3, 1, 1, 1, 2, 1, 0}, {4, 2, 1, 1, 1, 1, 0}, {2, 2, 2, 1, 1, 1, 2},
   };
-  FuseSearchOpts opt = {7, 2, 400, 4};
+  ACOptimizeOpts opt = {7, 2, 400, 4};
 
   PetscFunctionBegin;
   for (size_t k = 0; k < sizeof IN / sizeof IN[0]; k++) {
-    FuseInst       in = inst((int)IN[k][0], (int)IN[k][1], (int)IN[k][2], (int)IN[k][3], IN[k][4], IN[k][5]);
-    FuseSched      s;
-    FuseSearchInfo info;
-    FuseScore      rp = {0};
+    ACInst       in = inst((int)IN[k][0], (int)IN[k][1], (int)IN[k][2], (int)IN[k][3], IN[k][4], IN[k][5]);
+    ACSched      s;
+    ACOptimizeInfo info;
+    ACScore      rp = {0};
     double         mk = 0, pk = 0;
     char           what[240], detail[200];
 
     in.mem_cap = IN[k][6];
     PetscCall(exhaustive(&in, &mk, &pk));
-    PetscCall(fuse_search(&in, &opt, &s, &info));
-    PetscCall(fuse_replay(&s, &rp, NULL));
+    PetscCall(ac_optimize(&in, &opt, &s, &info));
+    PetscCall(ac_replay(&s, &rp, NULL));
     snprintf(what, sizeof what, "search = exhaustive optimum (makespan, then least peak memory) on (%g,%g,%g,%g,%g,%g)%s", IN[k][0], IN[k][1], IN[k][2], IN[k][3], IN[k][4], IN[k][5], in.mem_cap > 0 ? " with memory cap 2" : "");
     snprintf(detail, sizeof detail, "search %g (replay %g, peak %g), exhaustive %g (peak %g), bound %g", info.best.makespan, rp.makespan, rp.peak_mem, mk, pk, info.lower_bound);
     check(info.best.makespan == mk && rp.makespan == mk && rp.peak_mem == pk && (in.mem_cap == 0 || rp.peak_mem <= in.mem_cap) && info.lower_bound <= mk, what, detail);
-    PetscCall(fuse_sched_free(&s));
+    PetscCall(ac_sched_free(&s));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -238,64 +239,64 @@ static PetscErrorCode test_exhaustive(void)
 /* ---- the search on two published instances, determinism ------------------ */
 static PetscErrorCode test_search(void)
 {
-  FuseInst       in = inst(8, 4, 8, 4, 5, 4), in2 = inst(16, 16, 16, 16, 2, 1);
-  FuseSearchOpts opt = {1, 2, 1000, 4};
-  FuseSched      a, b, c;
-  FuseSearchInfo ia, ib, ic;
+  ACInst       in = inst(8, 4, 8, 4, 5, 4), in2 = inst(16, 16, 16, 16, 2, 1);
+  ACOptimizeOpts opt = {1, 2, 1000, 4};
+  ACSched      a, b, c;
+  ACOptimizeInfo ia, ib, ic;
   char           detail[200];
   int            nt = omp_get_max_threads();
 
   PetscFunctionBegin;
-  PetscCall(fuse_search(&in, &opt, &a, &ia));
+  PetscCall(ac_optimize(&in, &opt, &a, &ia));
   omp_set_num_threads(1);
-  PetscCall(fuse_search(&in, &opt, &b, &ib));
+  PetscCall(ac_optimize(&in, &opt, &b, &ib));
   omp_set_num_threads(nt);
   snprintf(detail, sizeof detail, "makespan %g, bound %g, greedy %g", ia.best.makespan, ia.lower_bound, ia.greedy.makespan);
   check(ia.best.makespan == 225 && ia.lower_bound == 225, "search: (8,4,8,4,5,4) reaches its bound 225", detail);
   snprintf(detail, sizeof detail, "%d threads vs 1: makespan %g / %g, peak %g / %g", nt, ia.best.makespan, ib.best.makespan, ia.best.peak_mem, ib.best.peak_mem);
   check(!memcmp(a.order, b.order, (size_t)a.nranks * a.n * sizeof *a.order), "search: the same schedule with 1 thread as with several", detail);
-  PetscCall(fuse_search(&in2, &opt, &c, &ic));
+  PetscCall(ac_optimize(&in2, &opt, &c, &ic));
   snprintf(detail, sizeof detail, "makespan %g, bound %g", ic.best.makespan, ic.lower_bound);
   check(ic.best.makespan == 186, "search: (16,16,16,16,2,1) reaches its bound 186", detail);
-  PetscCall(fuse_sched_free(&a));
-  PetscCall(fuse_sched_free(&b));
-  PetscCall(fuse_sched_free(&c));
+  PetscCall(ac_sched_free(&a));
+  PetscCall(ac_sched_free(&b));
+  PetscCall(ac_sched_free(&c));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* ---- validity checks ------------------------------------------------------ */
 static PetscErrorCode test_validate(void)
 {
-  FuseInst       in = inst(2, 2, 1, 1, 1, 1);
-  FuseSched      s;
+  ACInst       in = inst(2, 2, 1, 1, 1, 1);
+  ACSched      s;
   PetscErrorCode e;
-  const FuseTask good0[4] = {T(0, 0, 0), T(1, 0, 0), T(1, 1, 0), T(0, 1, 0)}, good1[4] = {T(1, 0, 0), T(0, 0, 0), T(0, 1, 0), T(1, 1, 0)};
+  const ACTask good0[4] = {T(0, 0, 0), T(1, 0, 0), T(1, 1, 0), T(0, 1, 0)}, good1[4] = {T(1, 0, 0), T(0, 0, 0), T(0, 1, 0), T(1, 1, 0)};
 
   PetscFunctionBegin;
-  PetscCall(fuse_sched_alloc(&in, &s));
+  PetscCall(ac_sched_alloc(&in, &s));
   memcpy(s.order, good0, sizeof good0);
   memcpy(s.order + 4, good1, sizeof good1);
   PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
-  e = fuse_sched_validate(&s, "test");
+  e = ac_sched_validate(&s, "test");
   check(e == 0, "validate: a good schedule passes", "rejected");
   s.order[1] = T(0, 0, 0); /* the actor's forward twice, the critic's missing */
-  e = fuse_sched_validate(&s, "test");
+  e = ac_sched_validate(&s, "test");
   check(e != 0, "validate: a task listed twice is refused", "accepted");
   s.order[1] = T(1, 0, 1); /* micro-batch out of range */
-  e = fuse_sched_validate(&s, "test");
+  e = ac_sched_validate(&s, "test");
   check(e != 0, "validate: a micro-batch out of range is refused", "accepted");
   s.order[1] = T(1, 0, 0);
   s.order[0] = T(1, 0, 0), s.order[1] = T(0, 0, 0); /* r0 critic first, r1 actor first: a cycle */
-  memcpy(s.order + 4, (FuseTask[4]){T(0, 0, 0), T(1, 0, 0), T(0, 1, 0), T(1, 1, 0)}, 4 * sizeof(FuseTask));
-  e = fuse_sched_validate(&s, "test");
+  memcpy(s.order + 4, (ACTask[4]){T(0, 0, 0), T(1, 0, 0), T(0, 1, 0), T(1, 1, 0)}, 4 * sizeof(ACTask));
+  e = ac_sched_validate(&s, "test");
   check(e != 0, "validate: a deadlocking schedule is refused", "accepted");
   memcpy(s.order, good0, sizeof good0);
   memcpy(s.order + 4, good1, sizeof good1);
   s.inst.mem_cap = 1; /* the good schedule holds 2 */
-  e = fuse_sched_validate(&s, "test");
+  e = ac_sched_validate(&s, "test");
   check(e != 0, "validate: a schedule above the memory cap is refused", "accepted");
   PetscCall(PetscPopErrorHandler());
-  PetscCall(fuse_sched_free(&s));
+  PetscCall(ac_sched_free(&s));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -308,29 +309,29 @@ static PetscErrorCode test_migrate_plan(void)
    * holding the most cache are 0 (60) and 1 (50); the sample of replica 3
    * goes to the one with the most free slots (1: 3 free, 0: 1 free). */
   static const int rep[7] = {0, 0, 0, 1, 1, 1, 3}, idx[7] = {0, 1, 2, 4, 5, 6, 12}, kvl[7] = {10, 20, 30, 50, 0, 0, 5};
-  FuseMigIn        in = {4, 4, 0, 7, rep, idx, kvl};
+  GenFuseMigIn        in = {4, 4, 0, 7, rep, idx, kvl};
   unsigned char    dest[4];
   int              to[7], m;
   char             detail[128];
 
   PetscFunctionBegin;
-  PetscCall(fuse_migrate_plan(&in, &m, dest, to));
+  PetscCall(genfuse_migrate_plan(&in, &m, dest, to));
   snprintf(detail, sizeof detail, "m %d dest %d%d%d%d to[6] %d", m, dest[0], dest[1], dest[2], dest[3], to[6]);
   check(m == 2 && dest[0] && dest[1] && !dest[2] && !dest[3] && to[6] == 1 && to[0] == 0 && to[3] == 1, "migration plan: the fewest replicas holding the most cache; a running sample to the most free slots", detail);
   in.forced = 1; /* one replica cannot hold 5 running samples in 4 slots: 2 */
-  PetscCall(fuse_migrate_plan(&in, &m, dest, to));
+  PetscCall(genfuse_migrate_plan(&in, &m, dest, to));
   snprintf(detail, sizeof detail, "m %d", m);
   check(m == 2, "migration plan: a forced count is raised to what the running samples need", detail);
   in.forced = 3;
-  PetscCall(fuse_migrate_plan(&in, &m, dest, to));
+  PetscCall(genfuse_migrate_plan(&in, &m, dest, to));
   snprintf(detail, sizeof detail, "m %d dest %d%d%d%d", m, dest[0], dest[1], dest[2], dest[3]);
   check(m == 3 && dest[3] && !dest[2] && to[6] == 3, "migration plan: forced 3 adds replica 3 (5 positions) before 2 (none); its sample stays", detail);
   {
     /* waiting samples only (R_t 1 at once), 2 replicas of 8 slots, 16 samples: both hold equal data, forced onto 1: replica 0, waiting samples of 1 queue there */
     int r2[16], i2[16], k2[16], t2[16];
     for (int i = 0; i < 16; i++) r2[i] = i / 8, i2[i] = i, k2[i] = 0;
-    in = (FuseMigIn){2, 8, 1, 16, r2, i2, k2};
-    PetscCall(fuse_migrate_plan(&in, &m, dest, t2));
+    in = (GenFuseMigIn){2, 8, 1, 16, r2, i2, k2};
+    PetscCall(genfuse_migrate_plan(&in, &m, dest, t2));
     check(m == 1 && dest[0] && !dest[1] && t2[15] == 0, "migration plan: everything at once onto one replica (ties: the lower index)", "");
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -349,7 +350,7 @@ static void test_reroute(void)
   for (int b = 0; b < 4; b++) need[0 * 8 + b] = 1;
   for (int b = 4; b < 8; b++) need[1 * 8 + b] = 1;
   unsigned char keep[8] = {0, 0, 0, 1, 0, 0, 0, 0}; /* row 3 still decoding: it stays */
-  fuse_reroute(1, 4, 8, q_rep, freed, member, keep, need);
+  genfuse_reroute(1, 4, 8, q_rep, freed, member, keep, need);
   for (int b = 0; b < 8; b++) {
     int want = b == 3 ? 0 : b < 4 ? (b % 2 ? 3 : 1) : 1;
     for (int q = 0; q < 4; q++) ok &= need[q * 8 + b] == (q == want);
@@ -369,14 +370,14 @@ static void test_rt_sim(void)
    * rank 0 keeps row 3: both end at 40 + 4.2 = 44.2. */
   int           len[8], rlen[8], q_rep[2] = {0, 1};
   unsigned char need[16] = {0};
-  FuseSim       sim;
+  GenFuseSim       sim;
   double        s0, s25, pick, pred;
   char          detail[128];
   for (int b = 0; b < 8; b++) rlen[b] = (b == 3 || b == 7) ? 40 : 1, len[b] = rlen[b] + 2, need[(b / 4) * 8 + b] = 1;
-  sim = (FuseSim){8, 2, 4, 2, len, rlen, q_rep, need, 1.0, 0.1};
-  s0  = fuse_sim_stage(&sim, 0);
-  s25 = fuse_sim_stage(&sim, 0.25);
-  pick = fuse_sim_pick(&sim, &pred);
+  sim = (GenFuseSim){8, 2, 4, 2, len, rlen, q_rep, need, 1.0, 0.1};
+  s0  = genfuse_sim_stage(&sim, 0);
+  s25 = genfuse_sim_stage(&sim, 0.25);
+  pick = genfuse_sim_pick(&sim, &pred);
   snprintf(detail, sizeof detail, "R_t 0: %g, 0.25: %g, pick %g (%g)", s0, s25, pick, pred);
   check(fabs(s0 - 45.1) < 1e-9, "R_t simulation: unfused stage 45.1 s by hand", detail);
   check(fabs(s25 - 44.2) < 1e-9 && pick > 0 && pred <= s25 + 1e-9, "R_t simulation: migrating the two long samples onto one replica, 44.2 s by hand, and picked", detail);
@@ -384,7 +385,7 @@ static void test_rt_sim(void)
 
 int main(int argc, char **argv)
 {
-  if (PetscInitialize(&argc, &argv, NULL, "Tests of the fused actor-critic schedules (src/fuse).\n")) return 1;
+  if (PetscInitialize(&argc, &argv, NULL, "Tests of the fused actor-critic schedules (src/actorcritic).\n")) return 1;
   test_lower_bound();
   if (test_replay() || test_sequential() || test_exhaustive() || test_search() || test_validate() || test_migrate_plan()) nfail++;
   test_reroute();

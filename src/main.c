@@ -4,11 +4,8 @@
  *
  * The deck is a PETSc options file; the command line overrides it. -mode
  * selects the job; -help lists every option of every module. */
-#include "fuse.h"
 #include "jobs.h"
-#include "profile.h"
 #include "realloc.h"
-#include "search.h"
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,61 +14,84 @@ static const char usage[] = "rlfuse: RLHF training for large language models (SF
                            "Decks are PETSc options files: bin/rlfuse -options_file input/quickstart.deck [-option value ...].\n"
                            "Misspelled or unused options are errors. -dry_run checks a deck and its memory needs, then exits.\n\n";
 
-typedef enum { MODE_SFT, MODE_SCORE, MODE_DATA, MODE_RM, MODE_PPO, MODE_PIPELINE, MODE_PLAN, MODE_SCHEDULE, MODE_PROFILE } RunMode;
-static const char *const mode_names[] = {"sft", "score", "data", "rm", "ppo", "pipeline", "plan", "schedule", "profile", "RunMode", "MODE_", NULL};
 static const char *const device_names[] = {"cpu", "cuda", "Device", "DEVICE_", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", "Precision", "PRECISION_", NULL};
 
-static PetscErrorCode rlfuse_main(void)
+/* -help: every mode prints its options (-mode pipeline's are its stages'). */
+static PetscErrorCode rlfuse_help(RunCtx *run)
 {
-  RunCtx         run;
-  PetscInt       mode = MODE_SFT, device = 0, precision = 0;
-  PetscBool      help;
-  const Backend *be;
+  TrainJobOptions job;
 
   PetscFunctionBegin;
+  PetscCall(train_job_options(&job));
+  for (int k = 0; k < job_nmodes; k++) {
+    const JobMode *m = &job_modes[k];
+    void          *o;
+    PetscBool      stages;
+
+    PetscCall(PetscStrcmp(m->name, "pipeline", &stages));
+    if (stages) continue;
+    if (!m->options) {
+      PetscCall(m->execute(run, NULL, NULL));
+      continue;
+    }
+    PetscCall(PetscCalloc(m->size, &o));
+    PetscCall(m->options(&job, o));
+    PetscCall(PetscFree(o));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* One mode's lifecycle: its options (the lifecycle's read once), no unused
+ * option, its checks, the output directory, the backend, the run. */
+static PetscErrorCode rlfuse_mode(RunCtx *run, const JobMode *m, const char *device, PetscBool bf16)
+{
+  TrainJobOptions job;
+  const Backend  *be = NULL;
+  void           *o  = NULL;
+
+  PetscFunctionBegin;
+  if (m->options) {
+    PetscCall(train_job_options(&job));
+    PetscCall(PetscCalloc(m->size, &o));
+    PetscCall(m->options(&job, o));
+    PetscCall(sys_options_check_unused());
+    if (m->check) PetscCall(m->check(run, o));
+  }
+  if (!run->dry_run && m->outdir) PetscCall(sys_used_deck_at(run));
+  if (m->device) {
+    PetscCall(backend_setup(device, bf16, &be));
+    PetscCall(comm_use_backend(be)); /* before any mesh: on cuda the meshes' communicators get NCCL */
+    run->be = be;
+  }
+  PetscCall(m->execute(run, be, o));
+  PetscCall(PetscFree(o));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode rlfuse_main(void)
+{
+  RunCtx      run;
+  PetscInt    mode = 0, device = 0, precision = 0;
+  PetscBool   help;
+  const char *names[32]; /* the table's names, then PETSc's enum suffix */
+
+  PetscFunctionBegin;
+  PetscCheck(job_nmodes + 3 <= 32, PETSC_COMM_WORLD, PETSC_ERR_PLIB, "%d modes: raise names[] in rlfuse_main", job_nmodes);
+  for (int k = 0; k < job_nmodes; k++) names[k] = job_modes[k].name;
+  names[job_nmodes] = "RunMode", names[job_nmodes + 1] = "MODE_", names[job_nmodes + 2] = NULL;
   PetscCall(sys_log_register());
   PetscCall(comm_setup());
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "rlfuse job", NULL);
-  RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data, plan (execution-plan search: -plan_ranks, -plan_output), schedule (fused actor-critic schedule search), profile (measure this machine's costs for the cost model)", mode_names, 9, &mode);
+  RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data, plan (execution-plan search: -plan_ranks, -plan_output), schedule (fused actor-critic schedule optimizer), profile (measure this machine's costs for the cost model)", names, job_nmodes, &mode);
   RfOptEnum("-device", "Device for tensor work", device_names, 2, &device);
   RfOptEnum("-precision", "Arithmetic of matmuls and activations on -device cuda (bf16: bf16 operands, fp32 master weights and optimizer state)", precision_names, 2,
             &precision);
   PetscOptionsEnd();
   PetscCall(sys_run_setup(PETSC_COMM_WORLD, &run));
   PetscCall(PetscOptionsHasHelp(NULL, &help));
-  if (help) { /* every module prints its options, then stop */
-    PetscCall(sft_run(&run, NULL));
-    PetscCall(rm_run(&run, NULL));
-    PetscCall(ppo_run(&run, NULL));
-    PetscCall(score_run(&run, NULL));
-    PetscCall(data_run(&run));
-    PetscCall(fuse_schedule_run(&run));
-    PetscCall(search_mode_run(&run, ppo_cost_deck, PETSC_TRUE));
-    PetscCall(profile_run(&run, ppo_cost_deck));
-    PetscFunctionReturn(PETSC_SUCCESS);
-  }
-  if (mode == MODE_SCHEDULE) { /* no model, no device */
-    PetscCall(fuse_schedule_run(&run));
-    PetscFunctionReturn(PETSC_SUCCESS);
-  }
-  if (!run.dry_run && mode != MODE_SCORE && mode != MODE_DATA && mode != MODE_PROFILE && mode != MODE_PLAN) PetscCall(sys_used_deck_at(&run)); /* score and data write named files, not an output directory */
-  PetscCall(backend_setup(device_names[device], precision == 1 ? PETSC_TRUE : PETSC_FALSE, &be));
-  PetscCall(comm_use_backend(be)); /* before any mesh: on cuda the meshes' communicators get NCCL */
-  run.be = be;
-  switch ((RunMode)mode) {
-  case MODE_SFT: PetscCall(sft_run(&run, be)); break;
-  case MODE_SCORE: PetscCall(score_run(&run, be)); break;
-  case MODE_RM: PetscCall(rm_run(&run, be)); break;
-  case MODE_PPO: PetscCall(ppo_run(&run, be)); break;
-  case MODE_PIPELINE: PetscCall(pipeline_run(&run, be)); break;
-  /* both describe the deck's PPO job by its settings and its models as
-   * the run would read them; plan needs the backend only to profile this
-   * machine when given no primitives */
-  case MODE_PROFILE: PetscCall(profile_run(&run, ppo_cost_deck)); break;
-  case MODE_PLAN: PetscCall(search_mode_run(&run, ppo_cost_deck, PETSC_FALSE)); break;
-  default: PetscCall(data_run(&run)); break;
-  }
+  if (help) PetscCall(rlfuse_help(&run));
+  else PetscCall(rlfuse_mode(&run, &job_modes[mode], device_names[device], precision == 1 ? PETSC_TRUE : PETSC_FALSE));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -2,7 +2,7 @@
 # `make bench`: CPU throughput of rlfuse's GPT against PyTorch on the same
 # shapes, thread counts and machine, then the generation engine's decode
 # throughput (tools/bench_decode.c), reallocation, placements, the fused
-# schedule search (tools/bench_schedule.sh) and the fused PPO training stage
+# schedule optimizer (tools/bench_schedule.sh) and the fused PPO training stage
 # on 2 ranks (tools/bench_fuse_train.sh). Prints machine-readable lines; the
 # results are kept in docs/benchmarks.md.
 set -u

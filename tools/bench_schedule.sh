@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fused actor-critic schedule search (-mode schedule) on the 12 instances
+# The fused actor-critic schedule optimizer (-mode schedule) on the 12 instances
 # of the RLHFuse paper's public solver: for each, the lower bound, the
 # published result, ours, the search time, the peak activation memory per
 # rank against sequential 1F1B's (in micro-batches: -sched_mem0/1 are 1) and

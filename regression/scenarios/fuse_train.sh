@@ -7,13 +7,17 @@
 # one line naming the option. Multi-rank runs are oversubscribed on small
 # machines (correctness only), one thread per rank.
 . regression/lib.sh
-plan 13
+plan 15
 d="$RLFUSE_TMP/fuse_train"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 Q="-policy_n_layer 4 -policy_n_head 2 -policy_n_embd 32 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 7"
 rlfuse -mode sft $Q -sft_steps 10 -sft_batch 16 -policy_lr 2e-3 -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT fixture"
 rlfuse -mode rm -task_demo_noise 0.25 -seed 7 -rm_sft_checkpoint $d/sft/final.h5 -rm_pairs 32 -rm_eval_pairs 8 -rm_steps 4 -rm_batch 16 \
   -reward_lr 1e-3 -gen_max_new_tokens 8 -output_dir $d/rm >$d/rm.log 2>&1 || not_ok "RM fixture"
+# -mode rm takes the SFT model's vocabulary from its checkpoint, and the errors say so (not -policy_vocab_size)
+R="-mode rm -rm_sft_checkpoint $d/sft/final.h5 -rm_pairs 32 -rm_eval_pairs 8 -rm_steps 4 -rm_batch 16 -gen_max_new_tokens 8 -output_dir $d/rm_bad"
+expect_error "RM: -gen_top_k past the SFT checkpoint's vocabulary names the checkpoint" "gen_top_k 21 must be in \[0, vocab_size 20 of the SFT checkpoint" $R -gen_top_k 21
+expect_error "RM: -gen_eos outside the SFT checkpoint's vocabulary names the checkpoint" "gen_eos 20 is not a token of vocab_size 20 of the SFT checkpoint" $R -gen_eos 20
 P="-mode ppo -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 -ppo_iterations 2 -rollout_batch 16 -ppo_minibatches 2
    -ppo_microbatches 2 -gen_max_new_tokens 8 -gen_slots 16 -ppo_eval_prompts 8 -actor_lr 1e-4 -critic_lr 3e-4 -seed 7 -dump_rollouts"
 

@@ -1,4 +1,4 @@
-# -mode schedule: the fused actor-critic schedule search from the command
+# -mode schedule: the fused actor-critic schedule optimizer from the command
 # line. A search writes a schedule file whose attributes and task lists are
 # checked here with h5py (every task once per rank, the bound and makespan
 # agreeing with an independent Python replay); the file reads back through

@@ -4,7 +4,7 @@
  * data-parallel gradient all-reduce, the AdamW step, every mini-batch of
  * every epoch) and the fused actor-critic training stage. */
 #include "cost_impl.h"
-#include "fuse.h"
+#include "actorcritic.h"
 #include <math.h>
 
 const CostShape *cost_call_shape(const CostWork *w, MFCId c)
@@ -209,7 +209,7 @@ double cost_fused_training(const CostPrims *p, const CostWork *w, const Plan *pl
 {
   const PlanCall *a = &plan->call[MFC_ACTOR_TRAIN], *c = &plan->call[MFC_CRITIC_TRAIN];
   double          ra, la, ba, rc, lc, bc, step;
-  FuseInst        in;
+  ACInst        in;
   CostLayout      La, Lc;
 
   cost_layout(p, a, &La);
@@ -224,6 +224,6 @@ double cost_fused_training(const CostPrims *p, const CostWork *w, const Plan *pl
   in.f[1]   = ((in.m[1] - 1) * train_fb(p, &w->critic, &Lc, rc, lc) + train_fb(p, &w->critic, &Lc, rc, bc)) / in.m[1] / 3;
   in.mem[0] = in.mem[1] = 0;
   in.mem_cap = 0;
-  step = fuse_lower_bound(&in) + update_time(p, &w->actor, a, &La, plan->zero1) + update_time(p, &w->critic, c, &Lc, plan->zero1);
+  step = ac_lower_bound(&in) + update_time(p, &w->actor, a, &La, plan->zero1) + update_time(p, &w->critic, c, &Lc, plan->zero1);
   return (double)PetscMax(1, w->epochs) * PetscMax(1, w->minibatches) * step;
 }

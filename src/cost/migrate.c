@@ -1,23 +1,23 @@
 /* cost/migrate.c: -fuse_gen_inf migrate as the executor runs it
- * (src/jobs/rollout_fuse.c, src/fuse/migrate.c, docs/fusion.md), sample by
+ * (src/ppo/rollout_genfuse.c, src/genfuse/migrate.c, docs/fusion.md), sample by
  * sample. With R_t > 0 and more than one generation replica the replicas
  * step in lockstep (the executor's count is an allreduce before every
  * step, so a step ends when the slowest replica's does) until at most
  * R_t * B samples are unfinished or a replica has none left; then the
- * unfinished samples move by the executor's own plan (fuse_migrate_plan:
+ * unfinished samples move by the executor's own plan (genfuse_migrate_plan:
  * the same destinations, the same samples), their states and KV-cache
  * shards costed as point-to-point messages, and the destinations decode the
  * tail alone. Inference: rows bound for generation ranks wait until the
  * migration (or their sender's end of generation), the finished rows of
- * decoding ranks are dealt to the freed ranks (fuse_reroute), and each rank
+ * decoding ranks are dealt to the freed ranks (genfuse_reroute), and each rank
  * works through its rows from when it stops generating, in -fuse_tokens
  * micro-batches (cost_stream_rank). R_t 0 (or one replica): no count and
  * no migration, co-located streaming. */
 #include "cost_impl.h"
-#include "fuse.h"
+#include "genfuse.h"
 #include <math.h>
 
-/* -fuse_migrate_at auto's candidates (src/fuse/rtauto.c): the estimate
+/* -fuse_migrate_at auto's candidates (src/genfuse/rtauto.c): the estimate
  * takes the best, what auto picks once its model has one iteration. */
 static const double rt_candidates[] = {0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5};
 
@@ -71,7 +71,7 @@ static PetscErrorCode migrate(MigSim *s, double *t_mig, CostEstimate *est)
   double kv_rank = 2.0 * cost_stage_layers(m, c->pp, 0) * m->n_embd * m->n_kv_head / m->n_head / c->tp * s->p->bytes_per_param;
   double kv_all  = 2.0 * m->n_layer * m->n_embd * m->n_kv_head / m->n_head * s->p->bytes_per_param;
   double *pair, *send, *recv, total = 0, T = 0;
-  FuseMigIn in;
+  GenFuseMigIn in;
 
   PetscFunctionBegin;
   s->n = 0;
@@ -80,8 +80,8 @@ static PetscErrorCode migrate(MigSim *s, double *t_mig, CostEstimate *est)
     for (int i = 0; i < r->na; i++) s->idx[s->n] = r->row[i], s->from[s->n] = d, s->kvl[s->n++] = (int)cost_prompt_len(s->w, r->row[i]) + r->done[i];
     for (int j = r->qh; j < r->qn; j++) s->idx[s->n] = r->queue[j], s->from[s->n] = d, s->kvl[s->n++] = 0;
   }
-  in = (FuseMigIn){dp, s->S, s->plan->migrate_to, s->n, s->from, s->idx, s->kvl};
-  PetscCall(fuse_migrate_plan(&in, &s->m, s->dest, s->to));
+  in = (GenFuseMigIn){dp, s->S, s->plan->migrate_to, s->n, s->from, s->idx, s->kvl};
+  PetscCall(genfuse_migrate_plan(&in, &s->m, s->dest, s->to));
   PetscCall(PetscCalloc3(dp * dp, &pair, dp, &send, dp, &recv));
   /* a state: 4 words of header, then tokens, log-probabilities and
    * allowed-set counts so far (L = 1 + decoded: the prefill gave the
@@ -167,7 +167,7 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
       U += left, idle |= left == 0;
     }
     if (!U) break;
-    if (U <= rt * B || idle) { /* as fuse_migrate_step */
+    if (U <= rt * B || idle) { /* as genfuse_migrate_step */
       PetscCall(migrate(s, &t_mig, est));
       est->migrate_t = t, migrated = PETSC_TRUE;
       break;
@@ -212,7 +212,7 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
   if (migrated) {
     for (int d = 0; d < dp; d++) freed[d] = !s->dest[d];
     for (int i = 0; i < s->n; i++) keep[s->idx[i]] = 1;
-    fuse_reroute(3, world, B, q_rep, freed, member, keep, need);
+    genfuse_reroute(3, world, B, q_rep, freed, member, keep, need);
   }
   for (int q = 0; q < world; q++) {
     const unsigned char *nk[3] = {need + (size_t)q * B, need + ((size_t)world + q) * B, need + (2 * (size_t)world + q) * B};

@@ -1,5 +1,5 @@
 /* cost/sim.c: the simulator. Several iterations of the PPO (or GRPO) graph
- * as the executor runs it (src/jobs/ppo_graph.c, src/exec/graph.c): the
+ * as the executor runs it (src/ppo/ppo_graph.c, src/exec/graph.c): the
  * weight syncs, the generation, the inference calls, the training calls.
  * The executor runs the graph level by level (a level's nodes need only
  * earlier levels' outputs) and shares every node's outputs with every rank

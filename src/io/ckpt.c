@@ -527,6 +527,19 @@ static PetscErrorCode ckpt_read_state_task(void *vctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode ckpt_read_state_local(const char *path, CkptState *st)
+{
+  CkptStateCtx ctx = {path, {0, 0, 0}, 0};
+
+  PetscFunctionBegin;
+  PetscCall(h5u_read_file("checkpoint", path, ckpt_read_state_file, &ctx));
+  st->iteration = (PetscInt)ctx.v[0];
+  st->data_pos  = (PetscInt)ctx.v[1];
+  st->seed      = (PetscInt)ctx.v[2];
+  st->kl_coef   = ctx.kl_coef;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode ckpt_read_state(MPI_Comm comm, const char *path, CkptState *st)
 {
   CkptStateCtx ctx = {path, {0, 0, 0}, 0};

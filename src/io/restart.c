@@ -14,19 +14,6 @@ typedef struct {
   int         nskipped;
 } RestartScan;
 
-static PetscErrorCode restart_read_iteration(hid_t file, void *ctx)
-{
-  hid_t g;
-
-  PetscFunctionBegin;
-  g = H5Gopen2(file, "state", H5P_DEFAULT);
-  PetscCheck(g >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "no /state group");
-  PetscErrorCode ierr = h5u_attr_read_int(g, "/state", "iteration", 0, INT32_MAX, (int64_t *)ctx);
-  PetscCall(h5u_close(&g));
-  PetscCall(ierr);
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 /* Checkpoint names a run writes: ckpt_<digits>.h5 and final.h5. A temporary
  * (PATH.tmp.PID, left by a job killed mid-write) never matches. */
 static PetscBool restart_is_ckpt_name(const char *name)
@@ -41,7 +28,8 @@ static PetscBool restart_is_ckpt_name(const char *name)
 }
 
 /* Rank 0: the readable checkpoint with the most iterations (final.h5 on a tie).
- * Files that do not open or lack /state@iteration (truncated, corrupt) are skipped. */
+ * Files whose /state the checkpoint reader refuses (truncated, corrupt, not
+ * a checkpoint) are skipped. */
 static PetscErrorCode restart_scan(void *vctx)
 {
   RestartScan   *s = (RestartScan *)vctx;
@@ -53,14 +41,15 @@ static PetscErrorCode restart_scan(void *vctx)
   s->best_it = -1;
   if (!d) PetscFunctionReturn(PETSC_SUCCESS); /* no output directory yet: a fresh start */
   while ((e = readdir(d))) {
-    char    path[PETSC_MAX_PATH_LEN];
-    int64_t it = -1;
+    char      path[PETSC_MAX_PATH_LEN];
+    int64_t   it = -1;
+    CkptState st;
 
     if (!restart_is_ckpt_name(e->d_name)) continue;
     PetscCall(PetscSNPrintf(path, sizeof path, "%s/%s", s->dir, e->d_name));
     H5E_BEGIN_TRY
     {
-      if (h5u_read_file("checkpoint", path, restart_read_iteration, &it)) it = -1;
+      it = ckpt_read_state_local(path, &st) ? -1 : (int64_t)st.iteration;
     }
     H5E_END_TRY;
     if (it < 0) {

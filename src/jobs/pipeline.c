@@ -2,9 +2,10 @@
  * checkpoint, then PPO (or GRPO) from both, in one job. Each stage writes into
  * its own directory under -output_dir (sft/, rm/, ppo/) with its own run.h5
  * and checkpoints; every stage's options are read, the deck checked for
- * unused options, and every stage's options, plan and memory checked
+ * unused options (src/jobs/modes.c), and every stage's options, plan and memory checked
  * against the architecture SFT will write, before the first stage starts. */
-#include "ppo_impl.h"
+#include "jobs.h"
+#include "ppo.h"
 
 static PetscErrorCode stage_ctx(const RunCtx *run, const char *name, RunCtx *sub)
 {
@@ -14,26 +15,26 @@ static PetscErrorCode stage_ctx(const RunCtx *run, const char *name, RunCtx *sub
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode pipeline_run(const RunCtx *run, const Backend *be)
+PetscErrorCode pipeline_options(const TrainJobOptions *job, PipelineOptions *p)
 {
-  SFTOptions sft;
-  RMOptions  rm;
-  PPOOptions ppo;
-  RunCtx     c_sft, c_rm, c_ppo;
-  PetscBool  help, latest;
+  PetscFunctionBegin;
+  PetscCall(sft_options(job, &p->sft));
+  PetscCall(rm_options(job, &p->rm));
+  PetscCall(ppo_options(job, &p->ppo));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode pipeline_execute(const RunCtx *run, const Backend *be, PipelineOptions *p)
+{
+  SFTOptions  sft = p->sft;
+  RMOptions   rm  = p->rm;
+  PPOOptions  ppo = p->ppo;
+  RunCtx      c_sft, c_rm, c_ppo;
+  PetscBool   latest;
   const char *alg;
-  double     t0 = sys_wtime(), t1, t2, gold0, gold1, kl;
+  double      t0 = sys_wtime(), t1, t2, gold0, gold1, kl;
 
   PetscFunctionBegin;
-  PetscCall(PetscMemzero(&sft, sizeof sft));
-  PetscCall(PetscMemzero(&rm, sizeof rm));
-  PetscCall(PetscMemzero(&ppo, sizeof ppo));
-  PetscCall(sft_options(&sft));
-  PetscCall(rm_options(&rm));
-  PetscCall(ppo_options(&ppo));
-  PetscCall(PetscOptionsHasHelp(NULL, &help));
-  if (help) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(sys_options_check_unused());
   PetscCall(PetscStrcmp(sft.restart, "latest", &latest)); /* each stage then resumes from the newest checkpoint in its own directory */
   PetscCheck(!sft.restart[0] || latest, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-restart %s is for one stage: rerun that stage with -mode sft, rm or ppo and its -restart (or -restart latest)", sft.restart);
   PetscCheck(!rm.sft[0] && !ppo.actor_ckpt[0] && !ppo.reward_ckpt[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-mode pipeline makes its own checkpoints: drop -rm_sft_checkpoint, -actor_checkpoint and -reward_checkpoint");

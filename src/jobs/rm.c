@@ -29,10 +29,8 @@ typedef struct {
   double           time[2]; /* seconds in forwards and backwards on this rank */
 } RMPass;
 
-PetscErrorCode rm_options(RMOptions *o)
+PetscErrorCode rm_options(const TrainJobOptions *job, RMOptions *o)
 {
-  int world;
-
   PetscFunctionBegin;
   PetscCall(PetscStrncpy(o->data, "builtin", sizeof o->data));
   o->sft[0] = o->restart[0] = '\0';
@@ -46,18 +44,12 @@ PetscErrorCode rm_options(RMOptions *o)
   RfOptInt("-eval_every", "Held-out accuracy every N steps (0: only at the end)", 50, &o->eval_every);
   RfOptReal("-bt_beta", "Labeller noise: the first response is preferred with probability sigmoid(bt_beta*(gold_a - gold_b)); larger is less noisy", 20.0, &o->bt_beta);
   PetscOptionsEnd();
-  PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Checkpoints", NULL);
-  RfOptInt("-checkpoint_every", "Checkpoint interval of every stage without its own -<stage>_checkpoint_every", 0, &o->checkpoint_every);
-  RfOptString("-restart", "Resume from this checkpoint (weights, optimizer, step, data position, RNG key); latest: the newest in -output_dir, or a fresh start", o->restart, sizeof o->restart);
-  PetscOptionsEnd();
-  PetscOptionsBegin(PETSC_COMM_WORLD, "rm_", "Checkpoints", NULL);
-  RfOptInt("-checkpoint_every", "Write <output_dir>/ckpt_<step>.h5 every N steps (0: only final.h5; default: -checkpoint_every)", o->checkpoint_every, &o->checkpoint_every);
-  PetscOptionsEnd();
+  PetscCall(PetscStrncpy(o->restart, job->restart, sizeof o->restart));
+  PetscCall(train_stage_checkpoint_every(job, "rm", "step", &o->checkpoint_every));
   PetscCall(adamw_set_from_options("reward_", &o->opt));
   PetscCall(task_set_from_options(&o->task));
   PetscCall(gen_config_set_from_options(&o->gen));
-  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
-  PetscCall(plan_from_options(world, &o->plan));
+  o->plan = job->plan; /* read once for every stage (-fuse_* included) */
   PetscCall(trainer_options(&o->sched));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -87,6 +79,9 @@ static PetscErrorCode rm_check(const RMOptions *o, PetscBool builtin, const GPTC
     PetscCheck(TASK_FIRST_SYMBOL + o->task.n_symbols <= cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-task_symbols %" PetscInt_FMT " needs a vocabulary of %" PetscInt_FMT " tokens, more than %s", o->task.n_symbols, o->task.n_symbols + TASK_FIRST_SYMBOL, sft_arch(ckpt, "vocab_size", cfg->vocab_size, a, sizeof a));
     PetscCheck(2 * o->task.len_max + 3 <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-task_len_max %" PetscInt_FMT " needs %" PetscInt_FMT " positions, more than %s", o->task.len_max, 2 * o->task.len_max + 3, sft_arch(ckpt, "n_positions", cfg->n_positions, a, sizeof a));
     PetscCheck(prompt + o->gen.max_new_tokens <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-gen_max_new_tokens %" PetscInt_FMT " plus the longest prompt (%d tokens) exceeds %s", o->gen.max_new_tokens, prompt, sft_arch(ckpt, "n_positions", cfg->n_positions, a, sizeof a));
+    PetscCheck(o->gen.top_k >= 0 && o->gen.top_k <= cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_top_k %" PetscInt_FMT " must be in [0, %s]", o->gen.top_k, sft_arch(ckpt, "vocab_size", cfg->vocab_size, a, sizeof a));
+    PetscCheck(o->gen.eos >= 0 && o->gen.eos < cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_eos %" PetscInt_FMT " is not a token of %s", o->gen.eos, sft_arch(ckpt, "vocab_size", cfg->vocab_size, a, sizeof a));
+    /* the checks below name -policy_ options, but only for bounds the checks above have passed */
     PetscCall(task_check(&o->task, cfg->vocab_size, cfg->n_positions, "policy_"));
     PetscCall(gen_config_check(&o->gen, cfg, "policy_", prompt));
   }
@@ -303,8 +298,7 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
 
   PetscFunctionBegin;
   PetscCall(trainer_count(&tr->dm->cfg, &nparams));
-  PetscCall(record_open(run, "rm", &rec));
-  PetscCall(plan_record(rec, &o->plan, needs));
+  PetscCall(train_record_open(run, "rm", &o->plan, needs, &rec));
   PetscCall(rm_batch_create((int)o->batch, train->d.T > eval->d.T ? train->d.T : eval->d.T, &b));
   PetscCall(PetscMalloc1(train->d.N / 2, &perm));
   PetscCall(PetscPrintf(run->comm, "rm: %zu parameters, %d training pairs, %d held-out pairs, %" PetscInt_FMT " steps of %" PetscInt_FMT " pairs, from step %" PetscInt_FMT "\n", nparams, train->d.N / 2, eval->d.N / 2, o->steps, o->batch, st->iteration));
@@ -326,7 +320,7 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
     PetscCall(record_metric(rec, "grad_norm", gnorm));
     PetscCall(PetscPrintf(run->comm, "step %5" PetscInt_FMT "/%" PetscInt_FMT " | loss %.4f | acc %.3f | lr %.3e | grad %.3f | %7.1f ms\n", st->iteration, o->steps, loss, bacc, lr, (double)gnorm, ms));
     if (!isnan(acc)) PetscCall(PetscPrintf(run->comm, "      held-out loss %.4f, pairwise accuracy %.3f (against the judge: %.3f)\n", eloss, acc, gacc));
-    if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
+    if (train_checkpoint_due(o->checkpoint_every, st->iteration)) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
       PetscCall(trainer_checkpoint(tr, run, name, st, NULL));
     }
@@ -431,20 +425,5 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
     PetscCall(prefs_free(&eval));
   } else PetscCall(prefs_free(&all));
   PetscCall(PetscLogStagePop());
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode rm_run(const RunCtx *run, const Backend *be)
-{
-  RMOptions o;
-  PetscBool help;
-
-  PetscFunctionBegin;
-  PetscCall(PetscMemzero(&o, sizeof o));
-  PetscCall(rm_options(&o));
-  PetscCall(PetscOptionsHasHelp(NULL, &help));
-  if (help) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(sys_options_check_unused());
-  PetscCall(rm_execute(run, be, &o));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

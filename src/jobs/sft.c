@@ -21,10 +21,8 @@ typedef struct {
   double     time[2]; /* seconds in forwards and backwards on this rank */
 } SFTPass;
 
-PetscErrorCode sft_options(SFTOptions *o)
+PetscErrorCode sft_options(const TrainJobOptions *job, SFTOptions *o)
 {
-  int world;
-
   PetscFunctionBegin;
   PetscCall(PetscStrncpy(o->data, "builtin", sizeof o->data));
   o->restart[0] = o->init[0] = '\0';
@@ -37,18 +35,14 @@ PetscErrorCode sft_options(SFTOptions *o)
   RfOptInt("-eval_batches", "Batches in the held-out loss", 2, &o->eval_batches);
   PetscOptionsEnd();
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Checkpoints", NULL);
-  RfOptInt("-checkpoint_every", "Checkpoint interval of every stage without its own -<stage>_checkpoint_every", 0, &o->checkpoint_every);
-  RfOptString("-restart", "Resume from this checkpoint (weights, optimizer, step, data position, RNG key); latest: the newest in -output_dir, or a fresh start", o->restart, sizeof o->restart);
   RfOptString("-init_checkpoint", "Initialise the weights (only) from this checkpoint", o->init, sizeof o->init);
   PetscOptionsEnd();
-  PetscOptionsBegin(PETSC_COMM_WORLD, "sft_", "Checkpoints", NULL);
-  RfOptInt("-checkpoint_every", "Write <output_dir>/ckpt_<step>.h5 every N steps (0: only final.h5; default: -checkpoint_every)", o->checkpoint_every, &o->checkpoint_every);
-  PetscOptionsEnd();
+  PetscCall(PetscStrncpy(o->restart, job->restart, sizeof o->restart));
+  PetscCall(train_stage_checkpoint_every(job, "sft", "step", &o->checkpoint_every));
   PetscCall(gpt_config_set_from_options("policy_", &o->cfg));
   PetscCall(adamw_set_from_options("policy_", &o->opt));
   PetscCall(task_set_from_options(&o->task));
-  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
-  PetscCall(plan_from_options(world, &o->plan));
+  o->plan = job->plan; /* read once for every stage (-fuse_* included) */
   PetscCall(trainer_options(&o->sched));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -286,8 +280,7 @@ static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, const Pl
 
   PetscFunctionBegin;
   PetscCall(trainer_count(&o->cfg, &nparams));
-  PetscCall(record_open(run, "sft", &rec));
-  PetscCall(plan_record(rec, &o->plan, needs));
+  PetscCall(train_record_open(run, "sft", &o->plan, needs, &rec));
   PetscCall(sft_batch_create((int)o->batch, (int)o->seq_len, &b));
   PetscCall(PetscPrintf(run->comm, "sft: %zu parameters, %" PetscInt_FMT " steps of %" PetscInt_FMT " x %" PetscInt_FMT " tokens, from step %" PetscInt_FMT "\n", nparams, o->steps, o->batch, o->seq_len, st->iteration));
   while (st->iteration < o->steps) {
@@ -303,7 +296,7 @@ static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, const Pl
     PetscCall(record_metric(rec, "tokens_per_s", b.B * b.T / (ms * 1e-3)));
     PetscCall(PetscPrintf(run->comm, "step %5" PetscInt_FMT "/%" PetscInt_FMT " | loss %.4f | lr %.3e | grad %.3f | %8.0f tok/s | %7.1f ms\n", st->iteration, o->steps, loss, lr, (double)gnorm, b.B * b.T / (ms * 1e-3), ms));
     if (!isnan(eval)) PetscCall(PetscPrintf(run->comm, "      held-out loss %.4f\n", eval));
-    if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
+    if (train_checkpoint_due(o->checkpoint_every, st->iteration)) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
       PetscCall(trainer_checkpoint(tr, run, name, st, rec));
     }
@@ -365,20 +358,5 @@ PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
     PetscCall(PetscLogStagePop());
   }
   PetscCall(demo_source_destroy(&src));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode sft_run(const RunCtx *run, const Backend *be)
-{
-  SFTOptions o;
-  PetscBool  help;
-
-  PetscFunctionBegin;
-  PetscCall(PetscMemzero(&o, sizeof o));
-  PetscCall(sft_options(&o));
-  PetscCall(PetscOptionsHasHelp(NULL, &help));
-  if (help) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(sys_options_check_unused());
-  PetscCall(sft_execute(run, be, &o));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

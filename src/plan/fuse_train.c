@@ -3,7 +3,7 @@
  * way (its first stage on the actor's last stage's rank), so that the two
  * models fill each other's pipeline bubbles; with fewer critic stages than
  * actor stages the critic is replicated, copy c putting its stage t on the
- * rank of actor stage c*pp1 + pp1-1-t (inc/fuse.h). The critic_train mesh is
+ * rank of actor stage c*pp1 + pp1-1-t (inc/actorcritic.h). The critic_train mesh is
  * derived here from actor_train's; the checks run with the plan's others. */
 #include "plan_impl.h"
 

@@ -1,54 +1,54 @@
-/* ppo_impl.h: what the PPO files share (src/jobs/ppo*.c, rollout*.c): the
- * options, the four models, one iteration's rollout and the row packing
- * between the rollout's aligned [B,T] arrays and a model's forward rows. */
+/* ppo_impl.h: what the PPO module's files share (src/ppo/ppo*.c,
+ * rollout*.c), private to it: the four models, one iteration's rollout and
+ * the row packing between the rollout's aligned [B,T] arrays and a model's
+ * forward rows. The options and entry points are in inc/ppo.h. */
 #ifndef RLFUSE_PPO_IMPL_H
 #define RLFUSE_PPO_IMPL_H
 
-#include "jobs.h"
+#include "ppo.h"
 #include "exec.h"
 #include "train.h"
-#include "fuse.h"
+#include "actorcritic.h"
+#include "genfuse.h"
 
-typedef enum { ALGO_PPO = 0, ALGO_GRPO = 1, ALGO_RLOO = 2 } PPOAlgo; /* GRPO and RLOO have no critic */
-typedef enum { CRITIC_FROM_REWARD = 0, CRITIC_FROM_ACTOR = 1 } CriticInit;
-
-typedef struct {
-  PetscInt    algo, critic_init;
-  PetscInt    iterations, rollout_batch, minibatches, microbatches, epochs, group;
-  PetscInt    eval_every, eval_prompts, checkpoint_every;
-  PetscReal   kl_coef, kl_target, kl_horizon, gamma, lambda, clip, value_clip, reward_clip, truncation_penalty;
-  PetscBool   whiten, dump_rollouts;
-  char        actor_ckpt[PETSC_MAX_PATH_LEN], reference_ckpt[PETSC_MAX_PATH_LEN], reward_ckpt[PETSC_MAX_PATH_LEN];
-  char        prompts[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN];
-  AdamWConfig actor_opt, critic_opt;
-  GenConfig   gen;
-  SortTask    task;
-  Plan        plan;
-  TrainSched  sched; /* of the actor's and critic's training passes (-train_schedule) */
-  char        fuse_schedule[PETSC_MAX_PATH_LEN]; /* -fuse_train_schedule: the fused schedule file ("" : searched) */
-} PPOOptions;
-
-PetscErrorCode ppo_options(PPOOptions *o);
-/* Runs PPO or GRPO; the held-out gold scores and KL of the summary are
- * returned when the pointers are not NULL (the pipeline prints them). */
-PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *sft_gold, double *ppo_gold, double *ppo_kl);
-/* The PPO stage's checks before any work; with policy (-mode pipeline) the
- * models' architecture is the SFT one, as the earlier stages will write it.
- * With print, the plan and the dry-run summary are printed. */
-PetscErrorCode ppo_check_stage(const RunCtx *run, PPOOptions *o, const GPTConfig *policy, PetscBool print);
-
-/* The fused training stage's schedule (-fuse_train 1, src/jobs/ppo_fuse.c):
+/* The fused training stage's schedule (-fuse_train 1, src/ppo/ppo_fused_train.c):
  * the instance (both models' stages and micro-batches per mini-batch, the
  * forward times once measured) and the schedule, read at setup from
  * -fuse_train_schedule or searched after the first mini-batch. */
 typedef struct {
   PetscBool on, ready, from_file, reported;
-  FuseInst  in;
-  FuseSched sched;
+  ACInst  in;
+  ACSched sched;
   double    predicted, sequential, lower; /* the search's makespan, the sequential 1F1B one, the bound (seconds) */
   uint64_t  seed;
   int       root;                         /* world rank of the actor mesh's first rank (which searched) */
-} PPOFuse;
+} PPOFusedTrain;
+
+/* What the fused rollouts (-fuse_gen_inf, src/ppo/rollout_genfuse.c) keep
+ * between iterations; part of PPOModels, zeroed with it, freed by
+ * rollout_genfuse_teardown. */
+typedef struct {
+  MPI_Comm  comm;     /* the samples' own tag space (a duplicate of the world) */
+  PetscBool has_comm;
+  /* -fuse_migrate_at auto: what the previous iteration measured (the same
+   * on every rank: rollout_genfuse_observe gets values reduced over the
+   * world). A run that restarts starts again from GENFUSE_RT_FIRST. */
+  struct {
+    PetscBool have;
+    int       B, *len, *rlen;
+    double    step_s, tok_s;
+  } hist;
+  /* Which rank runs which inference call on which row: by default every
+   * replica head of a call's mesh its replica's rows; after a migration
+   * (genfuse_reroute) the rows of ranks that go on decoding go to the freed
+   * ranks. done: what this rank computed in this iteration (the shares of
+   * migrate take each (call, row) from the rank that computed it). */
+  struct {
+    int            B, world;
+    unsigned char *need, *member, *done; /* [3][world][B], [3][world], [3][B] */
+    int           *q_rep;                /* [world]: generation replica, or -1 */
+  } rows;
+} RolloutGenFuse;
 
 /* The four models on the plan's meshes. The actor and critic live in their
  * training placements (with AdamW state); actor_gen and critic_inf are
@@ -64,7 +64,8 @@ typedef struct {
   PetscBool   gen_drop, critic_drop;  /* the copy is dropped after its call */
   PetscBool   offload_ref, offload_rew; /* frozen models kept in host memory between calls */
   size_t      bucket;                 /* reallocation and gradient bucket, bytes */
-  PPOFuse     fuse;                   /* the fused training stage (fuse.on: -fuse_train 1) */
+  PPOFusedTrain     fuse;                   /* the fused training stage (fuse.on: -fuse_train 1) */
+  RolloutGenFuse    genfuse;                /* the fused rollouts' state (-fuse_gen_inf) */
 } PPOModels;
 
 static inline DModel *ppo_gen_model(PPOModels *m) { return m->gen_copy ? &m->actor_gen : &m->actor; }
@@ -123,7 +124,7 @@ PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coe
 /* Appends group /iter_<k> to <output_dir>/rollouts.h5 (created at iteration 0 or on first use). */
 PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, int iteration, const PPOOptions *o, double kl_coef);
 
-/* Generation as a call (src/jobs/rollout_gen.c): a replica's rows of the batch
+/* Generation as a call (src/ppo/rollout_gen.c): a replica's rows of the batch
  * (its own GenBatch unless the replica holds every row). */
 typedef struct {
   GenBatch  b;
@@ -145,12 +146,12 @@ PetscErrorCode rollout_finish_gen(Rollout *r);
  * finished it (part->owner). Collective on MPI_COMM_WORLD. */
 PetscErrorCode rollout_share_gen_owned(const Mesh *m, GenPart *part, Rollout *r);
 
-/* Generation and inference fused (src/jobs/rollout_fuse.c, -fuse_gen_inf
+/* Generation and inference fused (src/ppo/rollout_genfuse.c, -fuse_gen_inf
  * stream): on the generation ranks, generation whose replica heads stream
  * each finished sample to the inference ranks; on those, the inference calls
  * over micro-batches of arrived samples. Afterwards the usual shares of the
  * four calls hand the results to every rank. This rank's times and the
- * streaming costs come back in tm. rollout_fuse_setup is collective on
+ * streaming costs come back in tm. rollout_genfuse_setup is collective on
  * MPI_COMM_WORLD (once). */
 typedef struct {
   double gen, inf[3];              /* seconds: generation; ref, reward, critic inference */
@@ -162,20 +163,20 @@ typedef struct {
   double moved, mig_bytes, mig_s;  /* migrate: samples and bytes this rank sent, seconds it spent migrating */
   int    mig_m, mig_dest;          /* destination replicas; this rank's replica is one */
   double mig_t0, mig_t1;           /* the migration on this rank (0, 0: none) */
-} FuseTimes;
-PetscErrorCode rollout_fuse_setup(void);
+} GenFuseTimes;
+PetscErrorCode rollout_genfuse_setup(RolloutGenFuse *gs);
 /* Frees what the fused rollouts keep between iterations (the samples' communicator, the
  * previous lengths, the row maps); collective on MPI_COMM_WORLD, at the end of PPO. */
-PetscErrorCode rollout_fuse_teardown(void);
+PetscErrorCode rollout_genfuse_teardown(RolloutGenFuse *gs);
 /* After an iteration, on every rank with the same values: its lengths and
  * the measured decode-step and per-token inference seconds, for the next
  * iteration's -fuse_migrate_at auto. */
-PetscErrorCode rollout_fuse_observe(const Rollout *r, double step_s, double tok_s);
+PetscErrorCode rollout_genfuse_observe(RolloutGenFuse *gs, const Rollout *r, double step_s, double tok_s);
 /* -fuse_gen_inf migrate: reference log-probabilities, scores and values to
  * every rank, each (call, row) from the rank that computed it. Collective
  * on MPI_COMM_WORLD. */
-PetscErrorCode rollout_share_inf_owned(Rollout *r);
-PetscErrorCode rollout_fused_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, FuseTimes *tm);
+PetscErrorCode rollout_share_inf_owned(RolloutGenFuse *gs, Rollout *r);
+PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, GenFuseTimes *tm);
 
 /* Training over the rollout: epochs x minibatches optimizer steps for the
  * actor (and the critic for PPO). Sums of the metrics go into stats. */
@@ -194,25 +195,25 @@ PetscErrorCode ppo_train_critic(Trainer *critic, const PPOOptions *o, Rollout *r
 
 /* The fused stage's instance from the plan, and the schedule file when
  * given (validated for the instance); collective on the world. */
-PetscErrorCode ppo_fuse_setup(const RunCtx *run, const PPOOptions *o, PPOFuse *fz);
-PetscErrorCode ppo_fuse_destroy(PPOFuse *fz);
+PetscErrorCode ppo_fused_train_setup(const RunCtx *run, const PPOOptions *o, PPOFusedTrain *fz);
+PetscErrorCode ppo_fused_train_destroy(PPOFusedTrain *fz);
 /* After the first fused training stage: the forward times and the
  * schedule's predicted makespan per mini-batch against the sequential one,
  * printed and recorded (summaries fuse_f0, fuse_f1, fuse_predicted,
  * fuse_sequential, fuse_lower_bound, in seconds). Collective on the world
  * (the values come from the actor mesh's first rank). */
-PetscErrorCode ppo_fuse_report(const RunCtx *run, RunRecord *rec, PPOFuse *fz);
+PetscErrorCode ppo_fused_train_report(const RunCtx *run, RunRecord *rec, PPOFusedTrain *fz);
 /* One mini-batch of both models on this rank (a member of both training
  * meshes): gradients zeroed, the fused schedule's tasks of this rank run
  * (the first time without a schedule: the sequential order, timed, then the
  * search), the accumulated values summed over each trainer's ranks. Index 0
  * is the actor, 1 the critic. */
-PetscErrorCode ppo_fuse_pass(PPOFuse *fz, Trainer *tr[2], const MicroSplit *s[2], const TrainWork *w[2]);
+PetscErrorCode ppo_fused_train_pass(PPOFusedTrain *fz, Trainer *tr[2], const MicroSplit *s[2], const TrainWork *w[2]);
 /* Both models' epochs x mini-batches with each mini-batch fused; the
  * metrics as ppo_train_actor and ppo_train_critic give them. */
-PetscErrorCode ppo_train_fused(PPOFuse *fz, Trainer *actor, Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s);
+PetscErrorCode ppo_train_fused(PPOFusedTrain *fz, Trainer *actor, Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s);
 
-/* One iteration as a dataflow graph (src/jobs/ppo_graph.c): weight sync,
+/* One iteration as a dataflow graph (src/ppo/ppo_graph.c): weight sync,
  * generation, the inference calls, advantages, training. Collective on
  * MPI_COMM_WORLD; stage times (longest over ranks) and the reallocation
  * traffic come back in it. */
@@ -222,9 +223,6 @@ typedef struct {
   double stream_messages, stream_bytes, stream_send, stream_wait; /* fused: samples sent, their bytes, longest send and wait seconds */
   double migrate_at, migrate_pred, migrate_samples, migrate_bytes, migrate_s, migrate_m; /* migrate: R_t, its predicted stage seconds (auto), samples and bytes moved, longest migration, destinations */
 } StageTimes;
-/* The fusion costs of an iteration into the run record (metrics
- * stream_messages, stream_bytes; times stream_send, stream_wait). */
-PetscErrorCode ppo_record_fusion(RunRecord *rec, const StageTimes *tm);
 PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, Rollout *r, PackBuf *pb, const CkptState *st, PPOTrainStats *ts, StageTimes *tm);
 /* The rollout's inference calls outside an iteration (held-out evaluation). */
 PetscErrorCode ppo_ref_call(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro);

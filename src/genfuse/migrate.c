@@ -1,10 +1,10 @@
-/* fuse: migration of the long tail (inc/fuse.h, docs/fusion.md). A hook of
+/* genfuse: migration of the long tail (inc/genfuse.h, docs/fusion.md). A hook of
  * the generation engine's loop on every rank of the generation mesh: before
  * each step the replicas add up their unfinished samples (one allreduce
  * over the mesh, so every replica decides at the same step); once at most
  * R_t * B remain, or a replica has none left (its ranks are free already),
  * each replica head's list of unfinished samples is
- * gathered, every rank computes the same plan (fuse_migrate_plan), and each
+ * gathered, every rank computes the same plan (genfuse_migrate_plan), and each
  * rank of a source replica sends its samples' states, cache shard included,
  * to the rank with the same stage and tensor coordinates in the destination
  * replica, in buckets, point to point. Receivers take the buckets source by
@@ -12,7 +12,7 @@
  * samples in the same slots. After that no rank joins another allreduce:
  * the sources have nothing left and leave the loop, the destinations decode
  * the tail. */
-#include "fuse.h"
+#include "genfuse.h"
 #include "exec.h"
 #include <string.h>
 
@@ -27,7 +27,7 @@ static int before(const double *held, const int *cnt, int a, int b)
   return a < b;
 }
 
-PetscErrorCode fuse_migrate_plan(const FuseMigIn *in, int *m_out, unsigned char *dest, int *to)
+PetscErrorCode genfuse_migrate_plan(const GenFuseMigIn *in, int *m_out, unsigned char *dest, int *to)
 {
   int     dp = in->dp, S = in->slots, n = in->n, running = 0, m, *cnt, *run, *ord, *load;
   double *held;
@@ -66,7 +66,7 @@ PetscErrorCode fuse_migrate_plan(const FuseMigIn *in, int *m_out, unsigned char 
         if (run[d] > 0 && (best < 0 || run[d] > run[best])) best = d;
       } else if (best < 0 || load[d] < load[best]) best = d; /* waiting: the least loaded */
     }
-    PetscCheck(best >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "fuse_migrate_plan: no free slot for a running sample");
+    PetscCheck(best >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "genfuse_migrate_plan: no free slot for a running sample");
     to[i] = best;
     load[best]++;
     if (in->kvlen[i] > 0) run[best]--;
@@ -76,7 +76,7 @@ PetscErrorCode fuse_migrate_plan(const FuseMigIn *in, int *m_out, unsigned char 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-void fuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned char *freed, const unsigned char *member, const unsigned char *keep, unsigned char *need)
+void genfuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned char *freed, const unsigned char *member, const unsigned char *keep, unsigned char *need)
 {
   for (int k = 0; k < ncall; k++) {
     int nf = 0, next = 0;
@@ -97,7 +97,7 @@ void fuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned cha
   }
 }
 
-PetscErrorCode fuse_migrator_begin(MPI_Comm comm, const Mesh *mesh, int B, double at, int forced, size_t bucket_bytes, FuseMigrator *mg)
+PetscErrorCode genfuse_migrator_begin(MPI_Comm comm, const Mesh *mesh, int B, double at, int forced, size_t bucket_bytes, GenFuseMigrator *mg)
 {
   PetscFunctionBegin;
   PetscCall(PetscMemzero(mg, sizeof *mg));
@@ -109,7 +109,7 @@ PetscErrorCode fuse_migrator_begin(MPI_Comm comm, const Mesh *mesh, int B, doubl
 
 /* Every replica head's unfinished samples as (replica, request, positions),
  * on every rank of the mesh. */
-static PetscErrorCode gather_unfinished(FuseMigrator *mg, GenEngine *e, const GenBatch *b, FuseMigIn *in, int **trip)
+static PetscErrorCode gather_unfinished(GenFuseMigrator *mg, GenEngine *e, const GenBatch *b, GenFuseMigIn *in, int **trip)
 {
   const Mesh *m = mg->mesh;
   int         size = m->all.size, nloc = 0, *cnt, *displ, *mine, *idx, *kvl, tot = 0;
@@ -133,7 +133,7 @@ static PetscErrorCode gather_unfinished(FuseMigrator *mg, GenEngine *e, const Ge
 /* This rank's samples to its counterparts in the destination replicas,
  * packed [count, state, state, ...] in buckets of at most mg->bucket words
  * (a single state larger than that goes alone). */
-static PetscErrorCode send_states(FuseMigrator *mg, GenEngine *e, const GenBatch *b, const FuseMigIn *in, const int *to, MPI_Request *req, int **bufs, int *nreq)
+static PetscErrorCode send_states(GenFuseMigrator *mg, GenEngine *e, const GenBatch *b, const GenFuseMigIn *in, const int *to, MPI_Request *req, int **bufs, int *nreq)
 {
   const Mesh *m = mg->mesh;
 
@@ -175,7 +175,7 @@ static PetscErrorCode send_states(FuseMigrator *mg, GenEngine *e, const GenBatch
 /* The samples for this rank's replica, source replica by source replica
  * (MPI keeps the order of one sender's messages), so every rank of the
  * replica gives them to its engine in the same order. */
-static PetscErrorCode recv_states(FuseMigrator *mg, GenEngine *e, GenBatch *b, const FuseMigIn *in, const int *to)
+static PetscErrorCode recv_states(GenFuseMigrator *mg, GenEngine *e, GenBatch *b, const GenFuseMigIn *in, const int *to)
 {
   const Mesh *m = mg->mesh;
   int        *w = NULL, cap = 0;
@@ -211,9 +211,9 @@ static PetscErrorCode recv_states(FuseMigrator *mg, GenEngine *e, GenBatch *b, c
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode migrate(FuseMigrator *mg, GenEngine *e, GenBatch *b)
+static PetscErrorCode migrate(GenFuseMigrator *mg, GenEngine *e, GenBatch *b)
 {
-  FuseMigIn      in;
+  GenFuseMigIn      in;
   int           *trip, *rep, *idx, *kvl, *to, nreq = 0, **bufs;
   unsigned char *dest;
   MPI_Request   *req;
@@ -226,7 +226,7 @@ static PetscErrorCode migrate(FuseMigrator *mg, GenEngine *e, GenBatch *b)
   PetscCall(PetscMalloc2(in.n + 1, &req, in.n + 1, &bufs));
   for (int i = 0; i < in.n; i++) rep[i] = trip[3 * i], idx[i] = trip[3 * i + 1], kvl[i] = trip[3 * i + 2];
   in.dp = mg->mesh->dp, in.slots = gen_engine_slots(e), in.forced = mg->forced, in.rep = rep, in.idx = idx, in.kvlen = kvl;
-  PetscCall(fuse_migrate_plan(&in, &mg->m, dest, to));
+  PetscCall(genfuse_migrate_plan(&in, &mg->m, dest, to));
   mg->dest = (PetscBool)dest[mg->mesh->d];
   if (mg->after) PetscCall(mg->after(mg->after_ctx, dest, mg->mesh->dp, idx, in.n)); /* e.g. the freed ranks' inference starts being fed */
   if (mg->dest) PetscCall(recv_states(mg, e, b, &in, to));
@@ -242,9 +242,9 @@ static PetscErrorCode migrate(FuseMigrator *mg, GenEngine *e, GenBatch *b)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_migrate_step(void *ctx, GenEngine *e, GenBatch *b, PetscBool *go)
+PetscErrorCode genfuse_migrate_step(void *ctx, GenEngine *e, GenBatch *b, PetscBool *go)
 {
-  FuseMigrator *mg = (FuseMigrator *)ctx;
+  GenFuseMigrator *mg = (GenFuseMigrator *)ctx;
   int           c[2] = {0, 0}; /* unfinished samples; replicas with none left */
 
   PetscFunctionBegin;

@@ -1,4 +1,4 @@
-/* fuse: streaming finished samples from generation to inference (inc/fuse.h).
+/* genfuse: streaming finished samples from generation to inference (inc/genfuse.h).
  * The sender is driven from the engine's finished-sample callback rather
  * than a host thread: the engine loop already stops after every step to
  * hand over finished samples, MPI is then called from one thread only (no
@@ -7,13 +7,13 @@
  * message is one sample: a header, then tokens, log-probabilities and (when
  * the generation restricts the distribution) the allowed sets of its
  * positions, packed as 4-byte words. */
-#include "fuse.h"
+#include "genfuse.h"
 #include <string.h>
 
-#define FUSE_TAG 7301
+#define GENFUSE_STREAM_TAG 7301
 enum { H_ROW, H_PROMPT, H_LEN, H_EOS, H_NIDS, H_WORDS };
 
-PetscErrorCode fuse_route_create(int B, int ndest, FuseRoute *route)
+PetscErrorCode genfuse_route_create(int B, int ndest, GenFuseRoute *route)
 {
   PetscFunctionBegin;
   route->B     = B;
@@ -22,7 +22,7 @@ PetscErrorCode fuse_route_create(int B, int ndest, FuseRoute *route)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_route_destroy(FuseRoute *route)
+PetscErrorCode genfuse_route_destroy(GenFuseRoute *route)
 {
   PetscFunctionBegin;
   PetscCall(PetscFree2(route->dest, route->need));
@@ -30,7 +30,7 @@ PetscErrorCode fuse_route_destroy(FuseRoute *route)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-int fuse_route_count(const FuseRoute *route, int rank)
+int genfuse_route_count(const GenFuseRoute *route, int rank)
 {
   int n = 0;
   for (int k = 0; k < route->ndest; k++)
@@ -39,7 +39,7 @@ int fuse_route_count(const FuseRoute *route, int rank)
   return n;
 }
 
-PetscErrorCode fuse_sender_begin(MPI_Comm comm, const FuseRoute *route, int b0, FuseSender *s)
+PetscErrorCode genfuse_sender_begin(MPI_Comm comm, const GenFuseRoute *route, int b0, GenFuseSender *s)
 {
   PetscFunctionBegin;
   PetscCall(PetscMemzero(s, sizeof *s));
@@ -73,7 +73,7 @@ static PetscErrorCode pack_sample(const GenBatch *b, int i, int row, int **out, 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode sender_grow(FuseSender *s)
+static PetscErrorCode sender_grow(GenFuseSender *s)
 {
   PetscFunctionBegin;
   if (s->n < s->cap && s->nbuf < s->cap) PetscFunctionReturn(PETSC_SUCCESS);
@@ -86,9 +86,9 @@ static PetscErrorCode sender_grow(FuseSender *s)
 
 /* Sends sample index to the destinations that need it: the deferred ones
  * (defer) or the others. */
-static PetscErrorCode send_sample(FuseSender *s, const GenBatch *b, int index, PetscBool deferred)
+static PetscErrorCode send_sample(GenFuseSender *s, const GenBatch *b, int index, PetscBool deferred)
 {
-  const FuseRoute *r = s->route;
+  const GenFuseRoute *r = s->route;
   int              row = s->b0 + index, words, *w = NULL, flag, any = 0;
 
   PetscFunctionBegin;
@@ -100,7 +100,7 @@ static PetscErrorCode send_sample(FuseSender *s, const GenBatch *b, int index, P
   for (int k = 0; k < r->ndest; k++) {
     if (!r->need[(size_t)k * r->B + row] || (s->defer && s->defer[k] && !s->released) != deferred) continue;
     PetscCall(sender_grow(s));
-    PetscCallMPI(MPI_Isend(w, words, MPI_INT, r->dest[k], FUSE_TAG, s->comm, &s->req[s->n++]));
+    PetscCallMPI(MPI_Isend(w, words, MPI_INT, r->dest[k], GENFUSE_STREAM_TAG, s->comm, &s->req[s->n++]));
     s->messages++;
     s->bytes += 4LL * words;
   }
@@ -108,9 +108,9 @@ static PetscErrorCode send_sample(FuseSender *s, const GenBatch *b, int index, P
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_send_finished(void *ctx, const GenBatch *b, int index)
+PetscErrorCode genfuse_send_finished(void *ctx, const GenBatch *b, int index)
 {
-  FuseSender *s  = (FuseSender *)ctx;
+  GenFuseSender *s  = (GenFuseSender *)ctx;
   double      t0 = sys_wtime();
 
   PetscFunctionBegin;
@@ -124,7 +124,7 @@ PetscErrorCode fuse_send_finished(void *ctx, const GenBatch *b, int index)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_sender_release(FuseSender *s)
+PetscErrorCode genfuse_sender_release(GenFuseSender *s)
 {
   double t0 = sys_wtime();
 
@@ -138,12 +138,12 @@ PetscErrorCode fuse_sender_release(FuseSender *s)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_sender_end(FuseSender *s)
+PetscErrorCode genfuse_sender_end(GenFuseSender *s)
 {
   double t0 = sys_wtime();
 
   PetscFunctionBegin;
-  PetscCall(fuse_sender_release(s));
+  PetscCall(genfuse_sender_release(s));
   PetscCallMPI(MPI_Waitall(s->n, s->req, s->st));
   for (int k = 0; k < s->nbuf; k++) PetscCall(PetscFree(s->buf[k]));
   PetscCall(PetscFree(s->req));
@@ -186,7 +186,7 @@ static PetscErrorCode unpack_sample(const int *w, int words, GenBatch *arr, int 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_receive(MPI_Comm comm, int expected, int tokens, PetscBool hold, GenBatch *arr, int *rows, FuseBatchFn run, void *ctx, FuseRecvStats *st)
+PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int tokens, PetscBool hold, GenBatch *arr, int *rows, GenFuseBatchFn run, void *ctx, GenFuseRecvStats *st)
 {
   int got = 0, first = 0, pending = 0, *w = NULL, cap = 0, *idx;
 
@@ -200,7 +200,7 @@ PetscErrorCode fuse_receive(MPI_Comm comm, int expected, int tokens, PetscBool h
       int        words;
       double     t0 = sys_wtime();
 
-      PetscCallMPI(MPI_Probe(MPI_ANY_SOURCE, FUSE_TAG, comm, &status));
+      PetscCallMPI(MPI_Probe(MPI_ANY_SOURCE, GENFUSE_STREAM_TAG, comm, &status));
       st->wait += sys_wtime() - t0;
       PetscCallMPI(MPI_Get_count(&status, MPI_INT, &words));
       if (words > cap) {
@@ -208,7 +208,7 @@ PetscErrorCode fuse_receive(MPI_Comm comm, int expected, int tokens, PetscBool h
         PetscCall(PetscFree(w));
         PetscCall(PetscMalloc1(cap, &w));
       }
-      PetscCallMPI(MPI_Recv(w, words, MPI_INT, status.MPI_SOURCE, FUSE_TAG, comm, MPI_STATUS_IGNORE));
+      PetscCallMPI(MPI_Recv(w, words, MPI_INT, status.MPI_SOURCE, GENFUSE_STREAM_TAG, comm, MPI_STATUS_IGNORE));
       PetscCall(unpack_sample(w, words, arr, got, &rows[got]));
       pending += arr->prompt_len[got] + arr->response_len[got];
       got++;

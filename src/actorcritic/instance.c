@@ -1,10 +1,10 @@
 /* instance.c: the fused pipeline's instance (placement of both models'
  * stages on the ranks), its task graph, and the lower bound on the makespan. */
-#include "fuse_impl.h"
+#include "ac_impl.h"
 #include <math.h>
 #include <stdio.h>
 
-PetscErrorCode fuse_inst_check(const FuseInst *in, const char *opt)
+PetscErrorCode ac_inst_check(const ACInst *in, const char *opt)
 {
   char f[2][32], m[2][32], cap[32]; /* snprintf's %g: PETSc's prints 2 as "2." */
 
@@ -31,13 +31,13 @@ PetscErrorCode fuse_inst_check(const FuseInst *in, const char *opt)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-int fuse_ntasks(const FuseInst *in) { return 2 * in->m[0] + 2 * in->m[1]; }
+int ac_ntasks(const ACInst *in) { return 2 * in->m[0] + 2 * in->m[1]; }
 
-int fuse_stage(const FuseInst *in, int x, int r) { return x == FUSE_ACTOR ? r : in->pp[1] - 1 - r % in->pp[1]; }
+int ac_stage(const ACInst *in, int x, int r) { return x == AC_ACTOR ? r : in->pp[1] - 1 - r % in->pp[1]; }
 
-int fuse_rank(const FuseInst *in, int x, int copy, int s) { return x == FUSE_ACTOR ? s : copy * in->pp[1] + in->pp[1] - 1 - s; }
+int ac_rank(const ACInst *in, int x, int copy, int s) { return x == AC_ACTOR ? s : copy * in->pp[1] + in->pp[1] - 1 - s; }
 
-double fuse_lower_bound(const FuseInst *in)
+double ac_lower_bound(const ACInst *in)
 {
   double work = 3 * (in->m[0] * in->f[0] + in->m[1] * in->f[1]);
   /* each model's critical path: m forwards and backwards on one stage plus
@@ -46,7 +46,7 @@ double fuse_lower_bound(const FuseInst *in)
   double lb = PetscMax((in->m[0] + in->pp[0] - 1) * 3 * in->f[0], (in->m[1] + in->pp[1] - 1) * 3 * in->f[1]);
 
   for (int r = 0; r < in->pp[0]; r++) {
-    int s0 = fuse_stage(in, FUSE_ACTOR, r), s1 = fuse_stage(in, FUSE_CRITIC, r);
+    int s0 = ac_stage(in, AC_ACTOR, r), s1 = ac_stage(in, AC_CRITIC, r);
     /* the rank idles until the first forward of either model reaches it
      * (stage s: s forwards before it), and after its last task (a backward
      * of stage s) the s backwards of the stages before it still run */
@@ -56,9 +56,9 @@ double fuse_lower_bound(const FuseInst *in)
   return lb;
 }
 
-PetscErrorCode fuse_graph_build(const FuseInst *in, FuseGraph *g)
+PetscErrorCode ac_graph_build(const ACInst *in, ACGraph *g)
 {
-  int n = fuse_ntasks(in), P = in->pp[0];
+  int n = ac_ntasks(in), P = in->pp[0];
 
   PetscFunctionBegin;
   g->nranks = P;
@@ -68,42 +68,42 @@ PetscErrorCode fuse_graph_build(const FuseInst *in, FuseGraph *g)
   for (int i = 0; i < 2 * g->N; i++) g->dep[i] = g->succ[i] = -1;
   for (int r = 0; r < P; r++)
     for (int l = 0; l < n; l++) {
-      FuseTask t = fuse_task_of(in, l);
-      int      x = t.model, s = fuse_stage(in, x, r), copy = x == FUSE_ACTOR ? 0 : r / in->pp[1], id = r * n + l;
+      ACTask t = ac_task_of(in, l);
+      int      x = t.model, s = ac_stage(in, x, r), copy = x == AC_ACTOR ? 0 : r / in->pp[1], id = r * n + l;
       int      pp = in->pp[x];
 
-      g->dur[id] = (t.kind == FUSE_F ? 1 : 2) * in->f[x];
-      if (t.kind == FUSE_F) {
-        if (s > 0) g->dep[2 * id + 1] = fuse_rank(in, x, copy, s - 1) * n + fuse_local(in, x, FUSE_F, t.mb);
-        if (s < pp - 1) g->succ[2 * id + 1] = fuse_rank(in, x, copy, s + 1) * n + fuse_local(in, x, FUSE_F, t.mb);
-        g->succ[2 * id] = r * n + fuse_local(in, x, FUSE_B, t.mb);
+      g->dur[id] = (t.kind == AC_F ? 1 : 2) * in->f[x];
+      if (t.kind == AC_F) {
+        if (s > 0) g->dep[2 * id + 1] = ac_rank(in, x, copy, s - 1) * n + ac_local(in, x, AC_F, t.mb);
+        if (s < pp - 1) g->succ[2 * id + 1] = ac_rank(in, x, copy, s + 1) * n + ac_local(in, x, AC_F, t.mb);
+        g->succ[2 * id] = r * n + ac_local(in, x, AC_B, t.mb);
       } else {
-        g->dep[2 * id] = r * n + fuse_local(in, x, FUSE_F, t.mb);
-        if (s < pp - 1) g->dep[2 * id + 1] = fuse_rank(in, x, copy, s + 1) * n + fuse_local(in, x, FUSE_B, t.mb);
-        if (s > 0) g->succ[2 * id + 1] = fuse_rank(in, x, copy, s - 1) * n + fuse_local(in, x, FUSE_B, t.mb);
+        g->dep[2 * id] = r * n + ac_local(in, x, AC_F, t.mb);
+        if (s < pp - 1) g->dep[2 * id + 1] = ac_rank(in, x, copy, s + 1) * n + ac_local(in, x, AC_B, t.mb);
+        if (s > 0) g->succ[2 * id + 1] = ac_rank(in, x, copy, s - 1) * n + ac_local(in, x, AC_B, t.mb);
       }
     }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_graph_free(FuseGraph *g)
+PetscErrorCode ac_graph_free(ACGraph *g)
 {
   PetscFunctionBegin;
   PetscCall(PetscFree3(g->dep, g->succ, g->dur));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_sched_alloc(const FuseInst *in, FuseSched *s)
+PetscErrorCode ac_sched_alloc(const ACInst *in, ACSched *s)
 {
   PetscFunctionBegin;
   s->inst   = *in;
   s->nranks = in->pp[0];
-  s->n      = fuse_ntasks(in);
+  s->n      = ac_ntasks(in);
   PetscCall(PetscMalloc1((size_t)s->nranks * s->n, &s->order));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_sched_free(FuseSched *s)
+PetscErrorCode ac_sched_free(ACSched *s)
 {
   PetscFunctionBegin;
   PetscCall(PetscFree(s->order));

@@ -13,7 +13,7 @@ static const char *const critic_names[] = {"reward", "actor", "CriticInit", "CRI
 
 /* Every PPO option but the plan's and the trainer's: what describes the
  * job to the cost model (ppo_cost_deck) whatever ranks it is planned for. */
-static PetscErrorCode ppo_job_options(PPOOptions *o)
+static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
 {
   PetscFunctionBegin;
   PetscCall(PetscStrncpy(o->prompts, "builtin", sizeof o->prompts));
@@ -26,12 +26,11 @@ static PetscErrorCode ppo_job_options(PPOOptions *o)
   RfOptString("-reward_checkpoint", "Reward-model checkpoint (role reward)", o->reward_ckpt, sizeof o->reward_ckpt);
   RfOptEnum("-critic_init", "Critic starts from the reward model (whole) or the actor's trunk with a fresh scalar head", critic_names, 2, &o->critic_init);
   RfOptString("-fuse_train_schedule", "-fuse_train 1: run this fused schedule file (-mode schedule writes one; checked against the training stage's stages and micro-batches) instead of searching one from measured forward times", o->fuse_schedule, sizeof o->fuse_schedule);
-  RfOptString("-restart", "Resume from this PPO checkpoint (all models, optimizers, iteration, data position, RNG key); latest: the newest in -output_dir, or a fresh start", o->restart, sizeof o->restart);
-  RfOptInt("-checkpoint_every", "Checkpoint interval of every stage without its own -<stage>_checkpoint_every", 0, &o->checkpoint_every);
   RfOptBool("-dump_rollouts", "Write every iteration's rollout to <output_dir>/rollouts.h5", PETSC_FALSE, &o->dump_rollouts);
   PetscOptionsEnd();
+  PetscCall(PetscStrncpy(o->restart, job->restart, sizeof o->restart));
+  PetscCall(train_stage_checkpoint_every(job, "ppo", "iteration", &o->checkpoint_every));
   PetscOptionsBegin(PETSC_COMM_WORLD, "ppo_", "PPO / GRPO", NULL);
-  RfOptInt("-checkpoint_every", "Write <output_dir>/ckpt_<iteration>.h5 every N iterations (0: only final.h5; default: -checkpoint_every)", o->checkpoint_every, &o->checkpoint_every);
   RfOptInt("-iterations", "Iterations (generate, score, train) in total (a restart continues up to this count)", 100, &o->iterations);
   RfOptString("-prompts", "Prompts: 'builtin' (the sort task) or an HDF5 token file (prompt_lengths, or whole rows)", o->prompts, sizeof o->prompts);
   RfOptInt("-minibatches", "Mini-batches per epoch (one optimizer step each); must divide -rollout_batch", 4, &o->minibatches);
@@ -60,14 +59,11 @@ static PetscErrorCode ppo_job_options(PPOOptions *o)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_options(PPOOptions *o)
+PetscErrorCode ppo_options(const TrainJobOptions *job, PPOOptions *o)
 {
-  int world;
-
   PetscFunctionBegin;
-  PetscCall(ppo_job_options(o));
-  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
-  PetscCall(plan_from_options(world, &o->plan));
+  PetscCall(ppo_job_options(job, o));
+  o->plan = job->plan; /* read once for every stage (-fuse_* included) */
   if (o->plan.placement == PLACEMENT_AUTO) PetscCall(search_auto_options());
   PetscCall(trainer_options(&o->sched));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -215,7 +211,8 @@ static PetscErrorCode ppo_models_destroy(PPOModels *m)
 
   PetscFunctionBegin;
   for (int k = 0; k < 6; k++) PetscCall(dmodel_destroy(all[k]));
-  PetscCall(ppo_fuse_destroy(&m->fuse));
+  PetscCall(ppo_fused_train_destroy(&m->fuse));
+  PetscCall(rollout_genfuse_teardown(&m->genfuse));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -341,6 +338,28 @@ typedef struct {
   double sft_gold, sft_kl, ppo_gold, ppo_kl;
 } PPOSummary;
 
+/* The fusion costs of an iteration (-fuse_gen_inf): metrics stream_messages,
+ * stream_bytes, times stream_send, stream_wait; with migrate, R_t and what moved. */
+static PetscErrorCode ppo_record_fusion(RunRecord *rec, const StageTimes *tm)
+{
+  PetscFunctionBegin;
+  PetscCall(record_metric(rec, "stream_messages", tm->stream_messages));
+  PetscCall(record_metric(rec, "stream_bytes", tm->stream_bytes));
+  PetscCall(record_time(rec, "stream_send", tm->stream_send));
+  PetscCall(record_time(rec, "stream_wait", tm->stream_wait));
+  if (tm->migrate_m > 0) { /* migrate */
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "fusion: R_t %.2f%s, %.0f samples (%.1f KiB) migrated in %.1f ms onto %.0f generation replicas\n", tm->migrate_at, tm->migrate_pred > 0 ? " (auto)" : tm->migrate_pred < 0 ? " (auto, first iteration)" : "", tm->migrate_samples,
+                          tm->migrate_bytes / 1024, 1e3 * tm->migrate_s, tm->migrate_m));
+    PetscCall(record_metric(rec, "migrate_at", tm->migrate_at));
+    PetscCall(record_metric(rec, "migrate_predicted", tm->migrate_pred));
+    PetscCall(record_metric(rec, "migrate_samples", tm->migrate_samples));
+    PetscCall(record_metric(rec, "migrate_bytes", tm->migrate_bytes));
+    PetscCall(record_metric(rec, "migrate_replicas", tm->migrate_m));
+    PetscCall(record_time(rec, "migrate", tm->migrate_s));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPOModels *m, const Rollout *r, const PPOTrainStats *s, const StageTimes *tm, double kl, double kl_coef, double eval_gold, double iter_s, int it, int n_it)
 {
   double n = s->steps ? (double)s->steps : 1.0, len = 0, lmax = 0, eos = 0, toks = 0;
@@ -395,8 +414,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   size_t     nparams;
 
   PetscFunctionBegin;
-  PetscCall(record_open(run, algo_names[o->algo], &rec));
-  PetscCall(plan_record(rec, &o->plan, needs));
+  PetscCall(train_record_open(run, algo_names[o->algo], &o->plan, needs, &rec));
   PetscCall(rollout_create((int)o->rollout_batch, ps->max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
   PetscCall(packbuf_create((int)o->rollout_batch, r.T, &pb));
   PetscCall(sys_output_path(run, "rollouts.h5", path, sizeof path));
@@ -430,9 +448,9 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
      * a steady state does not pay; layout-dependent like the timings) */
     PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &grown, 1, MPI_DOUBLE, MPI_MAX, run->comm));
     PetscCall(record_metric(rec, "acts_grown_bytes", grown));
-    if (m->fuse.on && !m->fuse.reported) PetscCall(ppo_fuse_report(run, rec, &m->fuse));
+    if (m->fuse.on && !m->fuse.reported) PetscCall(ppo_fused_train_report(run, rec, &m->fuse));
     if (!isnan(eval_gold)) PetscCall(PetscPrintf(run->comm, "      held-out gold %.3f, KL to the reference %.3f\n", eval_gold, eval_kl));
-    if (o->checkpoint_every && st->iteration % o->checkpoint_every == 0) {
+    if (train_checkpoint_due(o->checkpoint_every, st->iteration)) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
       PetscCall(ppo_checkpoint(run, m, name, st, rec));
     }
@@ -529,14 +547,14 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   CkptState    st  = {0, 0, run->seed, o->kl_coef};
   PPOSummary   sum = {NAN, NAN, NAN, NAN};
   PlanNeeds    needs;
-  PPOFuse      fz;
+  PPOFusedTrain      fz;
 
   PetscFunctionBegin;
   PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCall(ppo_prepare(run, o, NULL, PETSC_TRUE, src, &ps, cfg, &needs));
-  PetscCall(ppo_fuse_setup(run, o, &fz)); /* a schedule file is checked before any work */
+  PetscCall(ppo_fused_train_setup(run, o, &fz)); /* a schedule file is checked before any work */
   if (run->dry_run) {
-    PetscCall(ppo_fuse_destroy(&fz));
+    PetscCall(ppo_fused_train_destroy(&fz));
     PetscCall(ppo_dry_run(run, o, cfg, &ps));
     PetscCall(prompts_destroy(&ps));
     PetscFunctionReturn(PETSC_SUCCESS);
@@ -552,7 +570,6 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   if (ppo_gold) *ppo_gold = sum.ppo_gold;
   if (ppo_kl) *ppo_kl = sum.ppo_kl;
   PetscCall(ppo_models_destroy(&m));
-  PetscCall(rollout_fuse_teardown());
   PetscCall(prompts_destroy(&ps));
   PetscCall(PetscLogStagePop());
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -560,6 +577,7 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
 
 PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *d)
 {
+  TrainJobOptions job;
   PPOOptions   o;
   ModelSource  src[4];
   PromptSource ps;
@@ -568,7 +586,8 @@ PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *d)
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(&o, sizeof o));
-  PetscCall(ppo_job_options(&o));
+  PetscCall(train_job_checkpoint_options(&job)); /* not the plan: the search makes one for other ranks */
+  PetscCall(ppo_job_options(&job, &o));
   PetscCall(gpt_config_set_from_options("policy_", &policy)); /* a deck without checkpoints: SFT's model */
   if (!help) PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o.restart, sizeof o.restart)); /* latest, with none there: a fresh start */
   files = !help && (o.restart[0] || o.actor_ckpt[0] || o.reward_ckpt[0]) ? PETSC_TRUE : PETSC_FALSE;
@@ -586,20 +605,5 @@ PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *d)
   else if (o.restart[0]) PetscCall(PetscSNPrintf(d->shapes_from, sizeof d->shapes_from, "checkpoint %s", o.restart));
   else PetscCall(PetscSNPrintf(d->shapes_from, sizeof d->shapes_from, "checkpoints %s and %s", src[0].file, src[3].file));
   PetscCall(prompts_destroy(&ps));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode ppo_run(const RunCtx *run, const Backend *be)
-{
-  PPOOptions o;
-  PetscBool  help;
-
-  PetscFunctionBegin;
-  PetscCall(PetscMemzero(&o, sizeof o));
-  PetscCall(ppo_options(&o));
-  PetscCall(PetscOptionsHasHelp(NULL, &help));
-  if (help) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(sys_options_check_unused());
-  PetscCall(ppo_execute(run, be, &o, NULL, NULL, NULL));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

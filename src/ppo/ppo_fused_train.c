@@ -1,6 +1,6 @@
 /* PPO's fused training stage (-fuse_train 1): the actor's and the critic's
  * micro-batch tasks of one mini-batch run interleaved on the same ranks, in
- * the order of a fused schedule (src/fuse), each model with its own
+ * the order of a fused schedule (src/actorcritic), each model with its own
  * activation slots, loss state and optimizer step. The schedule is either
  * read from -fuse_train_schedule FILE or searched at the first mini-batch
  * from its measured stage forward times: that mini-batch runs in the
@@ -13,7 +13,7 @@
 
 /* Micro-batches of one model's replica in a mini-batch of nmb sequences, as
  * trainer_split will cut them (the plan's mbs, else -ppo_microbatches). */
-static int fuse_split_count(const PlanCall *c, const PPOOptions *o, int nmb)
+static int fused_split_count(const PlanCall *c, const PPOOptions *o, int nmb)
 {
   int share = nmb / c->dp, size = c->mbs > 0 ? (share + c->mbs - 1) / c->mbs : PetscMax(1, nmb / (int)o->microbatches);
 
@@ -21,7 +21,7 @@ static int fuse_split_count(const PlanCall *c, const PPOOptions *o, int nmb)
   return (share + size - 1) / size;
 }
 
-PetscErrorCode ppo_fuse_setup(const RunCtx *run, const PPOOptions *o, PPOFuse *fz)
+PetscErrorCode ppo_fused_train_setup(const RunCtx *run, const PPOOptions *o, PPOFusedTrain *fz)
 {
   const Plan *plan = &o->plan;
   int         nmb  = (int)(o->rollout_batch / o->minibatches);
@@ -34,22 +34,22 @@ PetscErrorCode ppo_fuse_setup(const RunCtx *run, const PPOOptions *o, PPOFuse *f
   fz->root      = plan->call[MFC_ACTOR_TRAIN].ranks[0];
   fz->in.pp[0]  = plan->call[MFC_ACTOR_TRAIN].pp;
   fz->in.pp[1]  = plan->call[MFC_CRITIC_TRAIN].pp;
-  fz->in.m[0]   = fuse_split_count(&plan->call[MFC_ACTOR_TRAIN], o, nmb);
-  fz->in.m[1]   = fuse_split_count(&plan->call[MFC_CRITIC_TRAIN], o, nmb);
+  fz->in.m[0]   = fused_split_count(&plan->call[MFC_ACTOR_TRAIN], o, nmb);
+  fz->in.m[1]   = fused_split_count(&plan->call[MFC_CRITIC_TRAIN], o, nmb);
   fz->in.f[0]   = fz->in.f[1] = 1; /* until measured */
   fz->in.mem[0] = fz->in.mem[1] = 1;
   if (o->fuse_schedule[0]) { /* read and validated for the instance (a deadlock-free order of every task) */
-    PetscCall(fuse_sched_read(o->fuse_schedule, &fz->in, &fz->sched));
+    PetscCall(ac_sched_read(o->fuse_schedule, &fz->in, &fz->sched));
     fz->ready = PETSC_TRUE;
     fz->from_file = PETSC_TRUE;
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_fuse_destroy(PPOFuse *fz)
+PetscErrorCode ppo_fused_train_destroy(PPOFusedTrain *fz)
 {
   PetscFunctionBegin;
-  if (fz->ready) PetscCall(fuse_sched_free(&fz->sched));
+  if (fz->ready) PetscCall(ac_sched_free(&fz->sched));
   fz->ready = PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -84,16 +84,16 @@ static PetscErrorCode timed_backward(void *ctx, GPT *g, int mb)
 
 /* The tasks of this rank (fuse rank p, its actor stage) and each model's
  * slots: the most micro-batches in flight. */
-static PetscErrorCode fuse_rank_tasks(const FuseSched *s, int p, SchedMTask *t, int nslots[2])
+static PetscErrorCode fused_rank_tasks(const ACSched *s, int p, SchedMTask *t, int nslots[2])
 {
   int cur[2] = {0, 0};
 
   PetscFunctionBegin;
   nslots[0] = nslots[1] = 1;
   for (int i = 0; i < s->n; i++) {
-    const FuseTask *f = &s->order[(size_t)p * s->n + i];
-    t[i] = (SchedMTask){f->model, f->kind == FUSE_F ? SCHED_F : SCHED_B, f->mb};
-    cur[f->model] += f->kind == FUSE_F ? 1 : -1;
+    const ACTask *f = &s->order[(size_t)p * s->n + i];
+    t[i] = (SchedMTask){f->model, f->kind == AC_F ? SCHED_F : SCHED_B, f->mb};
+    cur[f->model] += f->kind == AC_F ? 1 : -1;
     nslots[f->model] = PetscMax(nslots[f->model], cur[f->model]);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -103,12 +103,12 @@ static PetscErrorCode fuse_rank_tasks(const FuseSched *s, int p, SchedMTask *t, 
  * rank's shortest forward: the shortest excludes most waiting for the
  * previous stage), the search on the mesh's first rank, the schedule sent
  * to every rank of the mesh. */
-static PetscErrorCode fuse_search_measured(PPOFuse *fz, const Mesh *mesh, const double best[2])
+static PetscErrorCode fused_schedule_measured(PPOFusedTrain *fz, const Mesh *mesh, const double best[2])
 {
   double         f[2] = {best[0], best[1]};
-  FuseSearchOpts opt  = {fz->seed, 4, 2000, 0};
-  FuseSearchInfo info;
-  FuseScore      seq = {0};
+  ACOptimizeOpts opt  = {fz->seed, 4, 2000, 0};
+  ACOptimizeInfo info;
+  ACScore      seq = {0};
   int            count;
 
   PetscFunctionBegin;
@@ -116,24 +116,24 @@ static PetscErrorCode fuse_search_measured(PPOFuse *fz, const Mesh *mesh, const 
   fz->in.f[0] = PetscMax(f[0], 1e-9);
   fz->in.f[1] = PetscMax(f[1], 1e-9);
   if (mesh->all.rank == 0) {
-    PetscCall(fuse_search(&fz->in, &opt, &fz->sched, &info));
+    PetscCall(ac_optimize(&fz->in, &opt, &fz->sched, &info));
     fz->predicted = info.best.makespan;
     fz->lower     = info.lower_bound;
-  } else PetscCall(fuse_sched_alloc(&fz->in, &fz->sched));
+  } else PetscCall(ac_sched_alloc(&fz->in, &fz->sched));
   count = 3 * fz->sched.nranks * fz->sched.n;
   PetscCallMPI(MPI_Bcast(fz->sched.order, count, MPI_INT, 0, mesh->all.mpi));
   PetscCallMPI(MPI_Bcast(&fz->predicted, 1, MPI_DOUBLE, 0, mesh->all.mpi));
   PetscCallMPI(MPI_Bcast(&fz->lower, 1, MPI_DOUBLE, 0, mesh->all.mpi));
-  PetscCall(fuse_sequential(&fz->in, NULL, &seq));
+  PetscCall(ac_sequential(&fz->in, NULL, &seq));
   fz->sequential = seq.makespan;
   fz->ready      = PETSC_TRUE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_fuse_pass(PPOFuse *fz, Trainer *tr[2], const MicroSplit *s[2], const TrainWork *w[2])
+PetscErrorCode ppo_fused_train_pass(PPOFusedTrain *fz, Trainer *tr[2], const MicroSplit *s[2], const TrainWork *w[2])
 {
   GPT       *g[2] = {tr[0]->dm->gpt, tr[1]->dm->gpt};
-  FuseSched  seq, *use = fz->ready ? &fz->sched : &seq;
+  ACSched  seq, *use = fz->ready ? &fz->sched : &seq;
   TimedFn    tf[2];
   SchedModel md[2];
   SchedMTask *tasks;
@@ -145,15 +145,15 @@ PetscErrorCode ppo_fuse_pass(PPOFuse *fz, Trainer *tr[2], const MicroSplit *s[2]
   PetscCheck(s[0]->count == fz->in.m[0] && s[1]->count == fz->in.m[1], PETSC_COMM_SELF, PETSC_ERR_PLIB, "fused training: %d and %d micro-batches, the schedule has %d and %d", s[0]->count, s[1]->count, fz->in.m[0], fz->in.m[1]);
   for (int x = 0; x < 2; x++) {
     PetscCall(gpt_zero_grad(g[x]));
-    PetscCall(gpt_msg_ids(g[x], x, 0)); /* FUSE_ACTOR, FUSE_CRITIC: their messages never pair across models */
+    PetscCall(gpt_msg_ids(g[x], x, 0)); /* AC_ACTOR, AC_CRITIC: their messages never pair across models */
     tf[x] = (TimedFn){w[x]->forward, w[x]->backward, w[x]->ctx, INFINITY};
   }
   if (!fz->ready) {
-    FuseScore sc = {0};
-    PetscCall(fuse_sequential(&fz->in, &seq, &sc));
+    ACScore sc = {0};
+    PetscCall(ac_sequential(&fz->in, &seq, &sc));
   }
   PetscCall(PetscMalloc1(use->n, &tasks));
-  PetscCall(fuse_rank_tasks(use, g[0]->sh.p, tasks, nslots));
+  PetscCall(fused_rank_tasks(use, g[0]->sh.p, tasks, nslots));
   for (int x = 0; x < 2; x++) {
     if (fz->ready) md[x] = (SchedModel){g[x], nslots[x], w[x]->forward, w[x]->backward, w[x]->ctx};
     else md[x] = (SchedModel){g[x], nslots[x], timed_forward, timed_backward, &tf[x]};
@@ -162,15 +162,15 @@ PetscErrorCode ppo_fuse_pass(PPOFuse *fz, Trainer *tr[2], const MicroSplit *s[2]
   PetscCall(PetscFree(tasks));
   if (!fz->ready) {
     double best[2] = {tf[0].best, tf[1].best};
-    PetscCall(fuse_sched_free(&seq));
-    PetscCall(fuse_search_measured(fz, tr[0]->dm->mesh, best));
+    PetscCall(ac_sched_free(&seq));
+    PetscCall(fused_schedule_measured(fz, tr[0]->dm->mesh, best));
   }
   for (int x = 0; x < 2; x++)
     if (w[x]->nacc > 0) PetscCall(trainer_sum_heads(tr[x], w[x]->acc, w[x]->nacc));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_fuse_report(const RunCtx *run, RunRecord *rec, PPOFuse *fz)
+PetscErrorCode ppo_fused_train_report(const RunCtx *run, RunRecord *rec, PPOFusedTrain *fz)
 {
   const char *names[5] = {"fuse_f0", "fuse_f1", "fuse_predicted", "fuse_sequential", "fuse_lower_bound"};
   double      v[5]     = {fz->in.f[0], fz->in.f[1], fz->predicted, fz->sequential, fz->lower};

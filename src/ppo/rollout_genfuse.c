@@ -1,6 +1,6 @@
 /* Generation and inference fused into one call (-fuse_gen_inf stream or
  * migrate, docs/fusion.md): the generation replicas stream each finished
- * sample to the inference ranks (src/fuse), which run reference, reward and
+ * sample to the inference ranks (src/genfuse), which run reference, reward and
  * critic inference on micro-batches of arrived samples while decoding goes
  * on. With migrate, the unfinished samples move at R_t onto the fewest
  * replicas that hold them; the ranks of the others stop generating and run
@@ -12,18 +12,7 @@
  * the rank that decoded or scored it, so the rollout equals the unfused one
  * (within float summation order). */
 #include "ppo_impl.h"
-#include "fuse.h"
 
-static MPI_Comm fuse_world = MPI_COMM_NULL; /* the samples' own tag space */
-
-/* -fuse_migrate_at auto: what the previous iteration measured (the same on
- * every rank: rollout_fuse_observe gets values reduced over the world). A
- * run that restarts starts again from FUSE_RT_FIRST. */
-static struct {
-  PetscBool have;
-  int       B, *len, *rlen;
-  double    step_s, tok_s;
-} fuse_hist;
 
 
 /* The inference calls of this rollout, with their models. */
@@ -35,71 +24,64 @@ static int fuse_calls(PPOModels *m, DModel *dm[3])
   return m->has_critic ? 3 : 2;
 }
 
-/* Which rank runs which inference call on which row: by default every
- * replica head of a call's mesh its replica's rows; after a migration
- * (fuse_reroute) the rows of ranks that go on decoding go to the freed
- * ranks. done: what this rank computed in this iteration (the shares of
- * migrate take each (call, row) from the rank that computed it). */
-static struct {
-  int            B, world;
-  unsigned char *need, *member, *done; /* [3][world][B], [3][world], [3][B] */
-  int           *q_rep;                /* [world]: generation replica, or -1 */
-} rows_st;
 
-PetscErrorCode rollout_fuse_setup(void)
+PetscErrorCode rollout_genfuse_setup(RolloutGenFuse *gs)
 {
   PetscFunctionBegin;
-  if (fuse_world == MPI_COMM_NULL) PetscCallMPI(MPI_Comm_dup(MPI_COMM_WORLD, &fuse_world));
+  if (!gs->has_comm) PetscCallMPI(MPI_Comm_dup(MPI_COMM_WORLD, &gs->comm));
+  gs->has_comm = PETSC_TRUE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_fuse_teardown(void)
+PetscErrorCode rollout_genfuse_teardown(RolloutGenFuse *gs)
 {
   PetscFunctionBegin;
-  if (fuse_world != MPI_COMM_NULL) PetscCallMPI(MPI_Comm_free(&fuse_world));
-  PetscCall(PetscFree2(fuse_hist.len, fuse_hist.rlen));
-  PetscCall(PetscFree4(rows_st.need, rows_st.member, rows_st.done, rows_st.q_rep));
-  fuse_hist.have = PETSC_FALSE, rows_st.B = rows_st.world = 0;
+  if (gs->has_comm) PetscCallMPI(MPI_Comm_free(&gs->comm));
+  gs->has_comm = PETSC_FALSE;
+  PetscCall(PetscFree2(gs->hist.len, gs->hist.rlen));
+  PetscCall(PetscFree4(gs->rows.need, gs->rows.member, gs->rows.done, gs->rows.q_rep));
+  gs->hist.have = PETSC_FALSE, gs->rows.B = gs->rows.world = 0;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 static PetscErrorCode rows_setup(PPOModels *m, int B)
 {
+  RolloutGenFuse *gs = &m->genfuse;
   DModel     *dm[3];
   const Mesh *gm = ppo_gen_model(m)->mesh;
   int         nc = fuse_calls(m, dm), world;
 
   PetscFunctionBegin;
   PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
-  if (rows_st.B != B || rows_st.world != world) {
-    PetscCall(PetscFree4(rows_st.need, rows_st.member, rows_st.done, rows_st.q_rep));
-    PetscCall(PetscMalloc4(3 * (size_t)world * B, &rows_st.need, 3 * world, &rows_st.member, 3 * (size_t)B, &rows_st.done, world, &rows_st.q_rep));
-    rows_st.B = B, rows_st.world = world;
+  if (gs->rows.B != B || gs->rows.world != world) {
+    PetscCall(PetscFree4(gs->rows.need, gs->rows.member, gs->rows.done, gs->rows.q_rep));
+    PetscCall(PetscMalloc4(3 * (size_t)world * B, &gs->rows.need, 3 * world, &gs->rows.member, 3 * (size_t)B, &gs->rows.done, world, &gs->rows.q_rep));
+    gs->rows.B = B, gs->rows.world = world;
   }
-  PetscCall(PetscArrayzero(rows_st.need, 3 * (size_t)world * B));
-  PetscCall(PetscArrayzero(rows_st.member, 3 * world));
-  PetscCall(PetscArrayzero(rows_st.done, 3 * (size_t)B));
-  for (int q = 0; q < world; q++) rows_st.q_rep[q] = -1;
-  for (int i = 0; i < gm->nranks; i++) rows_st.q_rep[gm->ranks[i]] = (i / gm->tp) % gm->dp; /* mesh index (p*dp + d)*tp + t */
+  PetscCall(PetscArrayzero(gs->rows.need, 3 * (size_t)world * B));
+  PetscCall(PetscArrayzero(gs->rows.member, 3 * world));
+  PetscCall(PetscArrayzero(gs->rows.done, 3 * (size_t)B));
+  for (int q = 0; q < world; q++) gs->rows.q_rep[q] = -1;
+  for (int i = 0; i < gm->nranks; i++) gs->rows.q_rep[gm->ranks[i]] = (i / gm->tp) % gm->dp; /* mesh index (p*dp + d)*tp + t */
   for (int k = 0; k < nc; k++) {
     const Mesh *mesh = dm[k]->mesh;
     for (int d = 0; d < mesh->dp; d++) {
       int b0, b1, q = exec_head(mesh, d);
       exec_rows(B, mesh->dp, d, &b0, &b1);
-      rows_st.member[k * world + q] = 1;
-      for (int b = b0; b < b1; b++) rows_st.need[((size_t)k * world + q) * B + b] = 1;
+      gs->rows.member[k * world + q] = 1;
+      for (int b = b0; b < b1; b++) gs->rows.need[((size_t)k * world + q) * B + b] = 1;
     }
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* The route: a rank needs a row if it runs any call on it. */
-static void route_fill(FuseRoute *route)
+static void route_fill(const RolloutGenFuse *gs, GenFuseRoute *route)
 {
-  int B = rows_st.B, world = rows_st.world;
+  int B = gs->rows.B, world = gs->rows.world;
   for (int q = 0; q < world; q++) {
     route->dest[q] = q;
-    for (int b = 0; b < B; b++) route->need[(size_t)q * B + b] = rows_st.need[(size_t)q * B + b] | rows_st.need[((size_t)world + q) * B + b] | rows_st.need[(2 * (size_t)world + q) * B + b];
+    for (int b = 0; b < B; b++) route->need[(size_t)q * B + b] = gs->rows.need[(size_t)q * B + b] | gs->rows.need[((size_t)world + q) * B + b] | gs->rows.need[(2 * (size_t)world + q) * B + b];
   }
   route->ndest = world;
 }
@@ -107,18 +89,18 @@ static void route_fill(FuseRoute *route)
 /* Every rank of an inference mesh needs its replica's rows of the batch;
  * for stream the ranks that need nothing are dropped, migrate keeps every
  * rank (a freed rank may need rows later). */
-static PetscErrorCode fuse_route(PPOModels *m, int B, PetscBool keep, FuseRoute *route)
+static PetscErrorCode fuse_route(PPOModels *m, int B, PetscBool keep, GenFuseRoute *route)
 {
   int n = 0, world;
 
   PetscFunctionBegin;
   PetscCall(rows_setup(m, B));
   PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
-  PetscCall(fuse_route_create(B, world, route));
-  route_fill(route);
+  PetscCall(genfuse_route_create(B, world, route));
+  route_fill(&m->genfuse, route);
   if (keep) PetscFunctionReturn(PETSC_SUCCESS);
   for (int q = 0; q < world; q++) /* drop ranks that need nothing */
-    if (fuse_route_count(route, q)) {
+    if (genfuse_route_count(route, q)) {
       route->dest[n] = q;
       if (n != q) PetscCall(PetscArraycpy(route->need + (size_t)n * B, route->need + (size_t)q * B, B));
       n++;
@@ -131,42 +113,44 @@ static PetscErrorCode fuse_route(PPOModels *m, int B, PetscBool keep, FuseRoute 
  * inference rows of the ranks that go on decoding, and the samples held
  * back for generation ranks go out by the new route. */
 typedef struct {
-  FuseRoute  *route;
-  FuseSender *s;
+  RolloutGenFuse *gs;
+  GenFuseRoute  *route;
+  GenFuseSender *s;
   PetscBool   head;
 } AfterCtx;
 
 static PetscErrorCode after_migration(void *ctx, const unsigned char *dest, int dp, const int *idx, int n)
 {
   AfterCtx      *a = (AfterCtx *)ctx;
+  RolloutGenFuse *gs = a->gs;
   unsigned char *freed, *keep;
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(dp, &freed));
-  PetscCall(PetscCalloc1(rows_st.B, &keep));
+  PetscCall(PetscCalloc1(gs->rows.B, &keep));
   for (int d = 0; d < dp; d++) freed[d] = !dest[d];
   for (int i = 0; i < n; i++) keep[idx[i]] = 1;
-  fuse_reroute(3, rows_st.world, rows_st.B, rows_st.q_rep, freed, rows_st.member, keep, rows_st.need);
-  route_fill(a->route);
+  genfuse_reroute(3, gs->rows.world, gs->rows.B, gs->rows.q_rep, freed, gs->rows.member, keep, gs->rows.need);
+  route_fill(a->gs, a->route);
   PetscCall(PetscFree(freed));
   PetscCall(PetscFree(keep));
-  if (a->head) PetscCall(fuse_sender_release(a->s));
+  if (a->head) PetscCall(genfuse_sender_release(a->s));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_share_inf_owned(Rollout *r)
+PetscErrorCode rollout_share_inf_owned(RolloutGenFuse *gs, Rollout *r)
 {
   size_t T = (size_t)r->T;
   int    n = r->B * r->T;
 
   PetscFunctionBegin;
   for (int b = 0; b < r->B; b++) {
-    PetscBool mine = (PetscBool)(rows_st.done && rows_st.B == r->B);
-    if (!mine || !rows_st.done[b]) PetscCall(PetscArrayzero(r->ref + b * T, T));
-    if (!mine || !rows_st.done[r->B + b]) r->score[b] = r->final[b] = 0;
-    if (!mine || !rows_st.done[2 * r->B + b]) PetscCall(PetscArrayzero(r->values + b * T, T));
+    PetscBool mine = (PetscBool)(gs->rows.done && gs->rows.B == r->B);
+    if (!mine || !gs->rows.done[b]) PetscCall(PetscArrayzero(r->ref + b * T, T));
+    if (!mine || !gs->rows.done[r->B + b]) r->score[b] = r->final[b] = 0;
+    if (!mine || !gs->rows.done[2 * r->B + b]) PetscCall(PetscArrayzero(r->values + b * T, T));
   }
-  if (rows_st.done) PetscCall(PetscArrayzero(rows_st.done, 3 * (size_t)rows_st.B));
+  if (gs->rows.done) PetscCall(PetscArrayzero(gs->rows.done, 3 * (size_t)gs->rows.B));
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, r->ref, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, r->values, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, r->score, r->B, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
@@ -181,7 +165,7 @@ typedef struct {
   PackBuf          *pb;
   DModel           *dm[3];
   int               ncalls, me, *sub;
-  FuseTimes        *tm;
+  GenFuseTimes        *tm;
 } FuseInf;
 
 static const char *const fuse_call_names[3] = {"ref_inference", "reward_inference", "critic_inference"};
@@ -191,6 +175,7 @@ static const char *const fuse_call_names[3] = {"ref_inference", "reward_inferenc
 static PetscErrorCode fuse_batch(void *ctx, const GenBatch *g, const int *rows, const int *idx, int n)
 {
   FuseInf *f = (FuseInf *)ctx;
+  RolloutGenFuse *gs = &f->m->genfuse;
   Rollout *a = &f->arr, *r = f->r;
   size_t   T = (size_t)r->T;
 
@@ -203,12 +188,12 @@ static PetscErrorCode fuse_batch(void *ctx, const GenBatch *g, const int *rows, 
 
     if (!f->dm[k] || !dmodel_member(f->dm[k])) continue;
     for (int i = 0; i < n; i++)
-      if (rows_st.need[((size_t)k * rows_st.world + f->me) * r->B + rows[idx[i]]]) f->sub[ns++] = idx[i];
+      if (gs->rows.need[((size_t)k * gs->rows.world + f->me) * r->B + rows[idx[i]]]) f->sub[ns++] = idx[i];
     if (!ns) continue;
     PetscCall(rollout_infer_rows(f->dm[k]->gpt, (RolloutInfer)k, a, f->o, f->pb, f->sub, ns));
     for (int i = 0; i < ns; i++) {
       int j = f->sub[i], b = rows[j];
-      rows_st.done[(size_t)k * r->B + b] = 1;
+      gs->rows.done[(size_t)k * r->B + b] = 1;
       if (k == ROLLOUT_REF) PetscCall(PetscArraycpy(r->ref + b * T, a->ref + j * T, T));
       if (k == ROLLOUT_VALUES) PetscCall(PetscArraycpy(r->values + b * T, a->values + j * T, T));
       if (k == ROLLOUT_SCORE) r->score[b] = a->score[j], r->final[b] = a->final[j];
@@ -219,10 +204,11 @@ static PetscErrorCode fuse_batch(void *ctx, const GenBatch *g, const int *rows, 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, const FuseRoute *route, FuseTimes *tm)
+static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, const GenFuseRoute *route, GenFuseTimes *tm)
 {
+  RolloutGenFuse *gs = &m->genfuse;
   FuseInf       f;
-  FuseRecvStats st;
+  GenFuseRecvStats st;
   int           me, *rows;
 
   PetscFunctionBegin;
@@ -234,7 +220,7 @@ static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, 
     if (dmodel_member(f.dm[k])) PetscCall(dmodel_acquire(f.dm[k]));
   PetscCall(rollout_create(r->B, r->T, r->gen.mask_off ? PETSC_TRUE : PETSC_FALSE, &f.arr));
   PetscCall(PetscMalloc2(r->B, &rows, r->B, &f.sub));
-  PetscCall(fuse_receive(fuse_world, fuse_route_count(route, me), (int)o->plan.fuse_tokens, o->plan.fuse_hold, &f.arr.gen, rows, fuse_batch, &f, &st));
+  PetscCall(genfuse_receive(gs->comm, genfuse_route_count(route, me), (int)o->plan.fuse_tokens, o->plan.fuse_hold, &f.arr.gen, rows, fuse_batch, &f, &st));
   tm->recv_wait = st.wait, tm->batches = st.batches;
   PetscCall(PetscFree2(rows, f.sub));
   PetscCall(rollout_destroy(&f.arr));
@@ -244,38 +230,39 @@ static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, 
 }
 
 /* R_t for this iteration: given, or auto from the previous iteration (the
- * route and rows_st are this iteration's default layout). */
-static double pick_rt(PPOModels *m, const PPOOptions *o, const FuseRoute *route, double *pred)
+ * route and gs->rows are this iteration's default layout). */
+static double pick_rt(PPOModels *m, const PPOOptions *o, const GenFuseRoute *route, double *pred)
 {
-  FuseSim sim;
+  RolloutGenFuse *gs = &m->genfuse;
+  GenFuseSim sim;
 
   *pred = 0;
   if (o->plan.migrate_at >= 0) return o->plan.migrate_at;
   *pred = -1; /* auto without a measured iteration */
-  if (!fuse_hist.have || fuse_hist.B != route->B) return FUSE_RT_FIRST;
+  if (!gs->hist.have || gs->hist.B != route->B) return GENFUSE_RT_FIRST;
   /* migrate keeps every world rank in the route, in rank order */
-  sim = (FuseSim){route->B, ppo_gen_model(m)->mesh->dp, (int)o->gen.slots, route->ndest, fuse_hist.len, fuse_hist.rlen, rows_st.q_rep, route->need, fuse_hist.step_s, fuse_hist.tok_s};
-  return fuse_sim_pick(&sim, pred);
+  sim = (GenFuseSim){route->B, ppo_gen_model(m)->mesh->dp, (int)o->gen.slots, route->ndest, gs->hist.len, gs->hist.rlen, gs->rows.q_rep, route->need, gs->hist.step_s, gs->hist.tok_s};
+  return genfuse_sim_pick(&sim, pred);
 }
 
-PetscErrorCode rollout_fuse_observe(const Rollout *r, double step_s, double tok_s)
+PetscErrorCode rollout_genfuse_observe(RolloutGenFuse *gs, const Rollout *r, double step_s, double tok_s)
 {
   PetscFunctionBegin;
-  if (fuse_hist.B != r->B) {
-    PetscCall(PetscFree2(fuse_hist.len, fuse_hist.rlen));
-    PetscCall(PetscMalloc2(r->B, &fuse_hist.len, r->B, &fuse_hist.rlen));
-    fuse_hist.B = r->B;
+  if (gs->hist.B != r->B) {
+    PetscCall(PetscFree2(gs->hist.len, gs->hist.rlen));
+    PetscCall(PetscMalloc2(r->B, &gs->hist.len, r->B, &gs->hist.rlen));
+    gs->hist.B = r->B;
   }
-  for (int b = 0; b < r->B; b++) fuse_hist.len[b] = r->start[b] + r->len[b], fuse_hist.rlen[b] = r->len[b];
-  fuse_hist.step_s = step_s, fuse_hist.tok_s = tok_s;
-  fuse_hist.have   = (PetscBool)(step_s > 0);
+  for (int b = 0; b < r->B; b++) gs->hist.len[b] = r->start[b] + r->len[b], gs->hist.rlen[b] = r->len[b];
+  gs->hist.step_s = step_s, gs->hist.tok_s = tok_s;
+  gs->hist.have   = (PetscBool)(step_s > 0);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* The finished-sample callback of migrate: the row is now this rank's to
  * share, and it streams like any other. */
 typedef struct {
-  FuseSender *s;
+  GenFuseSender *s;
   int        *owner, me;
 } MigFinish;
 
@@ -284,22 +271,23 @@ static PetscErrorCode mig_finished(void *ctx, const GenBatch *b, int index)
   MigFinish *f = (MigFinish *)ctx;
   PetscFunctionBegin;
   f->owner[index] = f->me;
-  PetscCall(fuse_send_finished(f->s, b, index));
+  PetscCall(genfuse_send_finished(f->s, b, index));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Generation of migrate: every rank of the mesh decodes into a batch of all
  * B rows (request ids stay the rows, so a sample that moves keeps its
  * draws), starting with its replica's rows; the hook counts and migrates. */
-static PetscErrorCode generate_migrate(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, GenPart *part, FuseSender *s, FuseRoute *route, FuseTimes *tm)
+static PetscErrorCode generate_migrate(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, GenPart *part, GenFuseSender *s, GenFuseRoute *route, GenFuseTimes *tm)
 {
+  RolloutGenFuse *gs = &m->genfuse;
   DModel      *gen = ppo_gen_model(m);
   const Mesh  *gm  = gen->mesh;
   GenEngine   *eng;
-  FuseMigrator mg;
+  GenFuseMigrator mg;
   MigFinish    fin;
   GenRun       run;
-  AfterCtx     after = {route, s, exec_is_head(gen->mesh)};
+  AfterCtx     after = {&m->genfuse, route, s, exec_is_head(gen->mesh)};
   int         *own;
 
   PetscFunctionBegin;
@@ -312,14 +300,14 @@ static PetscErrorCode generate_migrate(PPOModels *m, const PPOOptions *o, const 
   for (int b = part->b0; b < part->b1; b++) own[b - part->b0] = b;
   PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &fin.me));
   fin.s = s, fin.owner = part->owner;
-  PetscCall(fuse_migrator_begin(fuse_world, gm, r->B, tm->rt, (int)o->plan.migrate_to, m->bucket, &mg));
+  PetscCall(genfuse_migrator_begin(gs->comm, gm, r->B, tm->rt, (int)o->plan.migrate_to, m->bucket, &mg));
   mg.after = after_migration, mg.after_ctx = &after;
   run = (GenRun){own, part->b1 - part->b0, exec_is_head(gm) ? mig_finished : NULL, &fin, NULL, NULL};
-  if (tm->rt > 0 && gm->dp > 1) run.on_step = fuse_migrate_step, run.step_ctx = &mg;
+  if (tm->rt > 0 && gm->dp > 1) run.on_step = genfuse_migrate_step, run.step_ctx = &mg;
   PetscCall(gen_engine_create(gen->gpt, &o->gen, max_prompt, &eng));
   PetscCall(gen_generate_run(eng, seed, iteration, r->B, req, &part->b, &run));
   PetscCall(gen_engine_destroy(&eng));
-  if (!mg.t_end && run.finish_ctx) PetscCall(fuse_sender_release(s)); /* no migration: the rows stay where they were */
+  if (!mg.t_end && run.finish_ctx) PetscCall(genfuse_sender_release(s)); /* no migration: the rows stay where they were */
   PetscCall(PetscFree(own));
   tm->moved = mg.moved, tm->mig_bytes = (double)mg.bytes, tm->mig_s = mg.t_end - mg.t_start, tm->mig_m = mg.m, tm->mig_dest = mg.dest;
   tm->mig_t0 = mg.t_start, tm->mig_t1 = mg.t_end;
@@ -334,11 +322,12 @@ static double mean_step(const GenBatch *b)
   return b->nsteps ? t / b->nsteps : 0;
 }
 
-PetscErrorCode rollout_fused_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, FuseTimes *tm)
+PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, GenFuseTimes *tm)
 {
+  RolloutGenFuse *gs = &m->genfuse;
   DModel    *gen = ppo_gen_model(m);
-  FuseRoute  route;
-  FuseSender s;
+  GenFuseRoute  route;
+  GenFuseSender s;
   PetscBool  migrate = (PetscBool)(o->plan.fuse == FUSE_MIGRATE);
   int        me;
   unsigned char *defer = NULL;
@@ -354,18 +343,18 @@ PetscErrorCode rollout_fused_call(PPOModels *m, const PPOOptions *o, const GenRe
     PetscBool head = exec_is_head(gen->mesh);
 
     exec_rows(r->B, gen->mesh->dp, gen->mesh->d, &b0, &b1);
-    PetscCall(fuse_sender_begin(fuse_world, &route, migrate ? 0 : b0, &s));
+    PetscCall(genfuse_sender_begin(gs->comm, &route, migrate ? 0 : b0, &s));
     /* migrate: a generation rank that also runs inference only starts it
      * when it stops generating, and which rows it then runs depends on
      * the migration: its samples wait in the sender until then */
     if (migrate) {
-      PetscCall(PetscMalloc1(rows_st.world, &defer));
-      for (int q = 0; q < rows_st.world; q++) defer[q] = rows_st.q_rep[q] >= 0;
+      PetscCall(PetscMalloc1(gs->rows.world, &defer));
+      for (int q = 0; q < gs->rows.world; q++) defer[q] = gs->rows.q_rep[q] >= 0;
       s.defer = defer;
     }
     PetscCall(PetscLogEventBegin(sys_log.generate, 0, 0, 0, 0));
     if (migrate) PetscCall(generate_migrate(m, o, req, max_prompt, seed, iteration, r, part, &s, &route, tm));
-    else PetscCall(rollout_generate_part_cb(gen, &o->gen, max_prompt, seed, iteration, req, r, part, head ? fuse_send_finished : NULL, &s));
+    else PetscCall(rollout_generate_part_cb(gen, &o->gen, max_prompt, seed, iteration, req, r, part, head ? genfuse_send_finished : NULL, &s));
     PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));
     t1      = sys_wtime();
     tm->gen = t1 - t0;
@@ -376,18 +365,18 @@ PetscErrorCode rollout_fused_call(PPOModels *m, const PPOOptions *o, const GenRe
       if (tm->mig_dest) PetscCall(timeline_mark("generation", tm->mig_t1, t1));
     } else PetscCall(timeline_mark("generation", t0, t1));
   }
-  if (fuse_route_count(&route, me)) { /* inference: on ranks apart from generation, or after it */
+  if (genfuse_route_count(&route, me)) { /* inference: on ranks apart from generation, or after it */
     PetscCall(PetscLogEventBegin(sys_log.inference, 0, 0, 0, 0));
     PetscCall(fuse_infer(m, o, r, pb, &route, tm));
     PetscCall(PetscLogEventEnd(sys_log.inference, 0, 0, 0, 0));
   }
   if (dmodel_member(gen)) {
     double t0 = sys_wtime();
-    PetscCall(fuse_sender_end(&s));
+    PetscCall(genfuse_sender_end(&s));
     if (s.n) PetscCall(timeline_mark("stream_drain", t0, sys_wtime()));
     tm->messages = (double)s.messages, tm->bytes = (double)s.bytes, tm->send = s.seconds;
   }
   PetscCall(PetscFree(defer));
-  PetscCall(fuse_route_destroy(&route));
+  PetscCall(genfuse_route_destroy(&route));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

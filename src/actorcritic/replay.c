@@ -2,18 +2,18 @@
  * starts when its rank is free and its dependencies are done) to get its
  * makespan, or finds that it deadlocks; peak activation memory per rank; the
  * sequential 1F1B baseline; the validity check of a schedule from a file. */
-#include "fuse_impl.h"
+#include "ac_impl.h"
 #include "schedule.h"
 #include <math.h>
 
-double fuse_rank_peak(const FuseInst *in, const int *ids_rank, int count)
+double ac_rank_peak(const ACInst *in, const int *ids_rank, int count)
 {
   double cur = 0, peak = 0;
-  int    n = fuse_ntasks(in);
+  int    n = ac_ntasks(in);
 
   for (int j = 0; j < count; j++) {
-    FuseTask t = fuse_task_of(in, ids_rank[j] % n);
-    cur += (t.kind == FUSE_F ? 1 : -1) * in->mem[t.model];
+    ACTask t = ac_task_of(in, ids_rank[j] % n);
+    cur += (t.kind == AC_F ? 1 : -1) * in->mem[t.model];
     peak = PetscMax(peak, cur);
   }
   return peak;
@@ -21,7 +21,7 @@ double fuse_rank_peak(const FuseInst *in, const int *ids_rank, int count)
 
 /* Each rank r runs ids[r*k .. r*k+k-1] (k may be below n: one model alone);
  * returns the makespan, +inf if some rank never gets through its list. */
-static double fuse_replay_lists(const FuseGraph *g, const int *ids, int k, double *finish, int *ptr)
+static double ac_replay_lists(const ACGraph *g, const int *ids, int k, double *finish, int *ptr)
 {
   int    P = g->nranks, done = 0, progress = 1;
   double makespan = 0;
@@ -51,13 +51,13 @@ static double fuse_replay_lists(const FuseGraph *g, const int *ids, int k, doubl
   return done < P * k ? INFINITY : makespan;
 }
 
-double fuse_replay_ids(const FuseInst *in, const FuseGraph *g, const int *ids, double *finish, int *ptr, double *peak, double *peak_max)
+double ac_replay_ids(const ACInst *in, const ACGraph *g, const int *ids, double *finish, int *ptr, double *peak, double *peak_max)
 {
-  double makespan = fuse_replay_lists(g, ids, g->n, finish, ptr);
+  double makespan = ac_replay_lists(g, ids, g->n, finish, ptr);
 
   if (peak_max) *peak_max = 0;
   for (int r = 0; r < g->nranks; r++) {
-    double p = fuse_rank_peak(in, ids + r * g->n, g->n);
+    double p = ac_rank_peak(in, ids + r * g->n, g->n);
     if (peak) peak[r] = p;
     if (peak_max) *peak_max = PetscMax(*peak_max, p);
   }
@@ -66,50 +66,50 @@ double fuse_replay_ids(const FuseInst *in, const FuseGraph *g, const int *ids, d
 
 /* ids from a schedule's (model, kind, mb) rows; -1 rows that do not name a
  * task of this instance */
-static void fuse_ids_of(const FuseSched *s, int *ids)
+static void ac_ids_of(const ACSched *s, int *ids)
 {
-  const FuseInst *in = &s->inst;
+  const ACInst *in = &s->inst;
   for (int r = 0; r < s->nranks; r++)
     for (int j = 0; j < s->n; j++) {
-      FuseTask t  = s->order[r * s->n + j];
+      ACTask t  = s->order[r * s->n + j];
       int      ok = (t.model == 0 || t.model == 1) && (t.kind == 0 || t.kind == 1) && t.mb >= 0 && t.mb < in->m[t.model == 1];
-      ids[r * s->n + j] = ok ? r * s->n + fuse_local(in, t.model, t.kind, t.mb) : -1;
+      ids[r * s->n + j] = ok ? r * s->n + ac_local(in, t.model, t.kind, t.mb) : -1;
     }
 }
 
-PetscErrorCode fuse_replay(const FuseSched *s, FuseScore *score, double *finish)
+PetscErrorCode ac_replay(const ACSched *s, ACScore *score, double *finish)
 {
-  FuseGraph g;
+  ACGraph g;
   int      *ids, *ptr;
   double   *fin;
 
   PetscFunctionBegin;
-  PetscCall(fuse_graph_build(&s->inst, &g));
+  PetscCall(ac_graph_build(&s->inst, &g));
   PetscCall(PetscMalloc3(g.N, &ids, g.nranks, &ptr, g.N, &fin));
-  fuse_ids_of(s, ids);
-  for (int i = 0; i < g.N; i++) PetscCheck(ids[i] >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "fuse_replay: rank %d task %d is not a task of this instance", i / g.n, i % g.n);
-  score->makespan = fuse_replay_ids(&s->inst, &g, ids, fin, ptr, score->rank_peak, &score->peak_mem);
+  ac_ids_of(s, ids);
+  for (int i = 0; i < g.N; i++) PetscCheck(ids[i] >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "ac_replay: rank %d task %d is not a task of this instance", i / g.n, i % g.n);
+  score->makespan = ac_replay_ids(&s->inst, &g, ids, fin, ptr, score->rank_peak, &score->peak_mem);
   score->deadlock = isinf(score->makespan);
   if (finish) /* by list position, not by id */
     for (int i = 0; i < g.N; i++) finish[i] = fin[ids[i]];
   PetscCall(PetscFree3(ids, ptr, fin));
-  PetscCall(fuse_graph_free(&g));
+  PetscCall(ac_graph_free(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_sched_validate(const FuseSched *s, const char *where)
+PetscErrorCode ac_sched_validate(const ACSched *s, const char *where)
 {
-  const FuseInst *in = &s->inst;
+  const ACInst *in = &s->inst;
   int            *ids, *seen;
-  FuseScore       sc = {0};
+  ACScore       sc = {0};
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc2((size_t)s->nranks * s->n, &ids, s->n, &seen));
-  fuse_ids_of(s, ids);
+  ac_ids_of(s, ids);
   for (int r = 0; r < s->nranks; r++) {
     for (int j = 0; j < s->n; j++) seen[j] = -1;
     for (int j = 0; j < s->n; j++) {
-      FuseTask t = s->order[r * s->n + j];
+      ACTask t = s->order[r * s->n + j];
       int      id = ids[r * s->n + j];
       if (id < 0) {
         (void)PetscFree2(ids, seen);
@@ -128,7 +128,7 @@ PetscErrorCode fuse_sched_validate(const FuseSched *s, const char *where)
   PetscCall(PetscFree2(ids, seen));
   /* n rows per rank, none twice: every task is there once */
   PetscCall(PetscMalloc1(s->nranks, &sc.rank_peak));
-  PetscCall(fuse_replay(s, &sc, NULL));
+  PetscCall(ac_replay(s, &sc, NULL));
   for (int r = 0; r < s->nranks && in->mem_cap > 0; r++)
     if (sc.rank_peak[r] > in->mem_cap) {
       double p = sc.rank_peak[r];
@@ -141,47 +141,47 @@ PetscErrorCode fuse_sched_validate(const FuseSched *s, const char *where)
 }
 
 /* The 1F1B order of one model alone, as ids into the fused graph. */
-static PetscErrorCode fuse_1f1b_ids(const FuseInst *in, int x, int *ids)
+static PetscErrorCode ac_1f1b_ids(const ACInst *in, int x, int *ids)
 {
-  int        n = fuse_ntasks(in), m = in->m[x], ns;
+  int        n = ac_ntasks(in), m = in->m[x], ns;
   SchedTask *tl;
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(2 * m, &tl));
   for (int r = 0; r < in->pp[0]; r++) {
-    PetscCall(sched_1f1b(in->pp[x], fuse_stage(in, x, r), m, tl, &ns));
-    for (int j = 0; j < 2 * m; j++) ids[r * 2 * m + j] = r * n + fuse_local(in, x, tl[j].kind, tl[j].mb);
+    PetscCall(sched_1f1b(in->pp[x], ac_stage(in, x, r), m, tl, &ns));
+    for (int j = 0; j < 2 * m; j++) ids[r * 2 * m + j] = r * n + ac_local(in, x, tl[j].kind, tl[j].mb);
   }
   PetscCall(PetscFree(tl));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_1f1b_start(const FuseInst *in, int x, double *start)
+PetscErrorCode ac_1f1b_start(const ACInst *in, int x, double *start)
 {
-  FuseGraph g;
+  ACGraph g;
   int      *ids, *ptr, k = 2 * in->m[x];
   double   *fin, mk;
 
   PetscFunctionBegin;
-  PetscCall(fuse_graph_build(in, &g));
+  PetscCall(ac_graph_build(in, &g));
   PetscCall(PetscMalloc3(g.nranks * k, &ids, g.nranks, &ptr, g.N, &fin));
-  PetscCall(fuse_1f1b_ids(in, x, ids));
-  mk = fuse_replay_lists(&g, ids, k, fin, ptr);
-  PetscCheck(!isinf(mk), PETSC_COMM_SELF, PETSC_ERR_PLIB, "fuse_1f1b_start: 1F1B of model %d deadlocked", x);
+  PetscCall(ac_1f1b_ids(in, x, ids));
+  mk = ac_replay_lists(&g, ids, k, fin, ptr);
+  PetscCheck(!isinf(mk), PETSC_COMM_SELF, PETSC_ERR_PLIB, "ac_1f1b_start: 1F1B of model %d deadlocked", x);
   for (int i = 0; i < g.nranks * k; i++) start[ids[i]] = fin[ids[i]] - g.dur[ids[i]];
   PetscCall(PetscFree3(ids, ptr, fin));
-  PetscCall(fuse_graph_free(&g));
+  PetscCall(ac_graph_free(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_sequential(const FuseInst *in, FuseSched *s, FuseScore *score)
+PetscErrorCode ac_sequential(const ACInst *in, ACSched *s, ACScore *score)
 {
-  FuseGraph g;
-  int       P = in->pp[0], n = fuse_ntasks(in), *ids[2], *ptr;
+  ACGraph g;
+  int       P = in->pp[0], n = ac_ntasks(in), *ids[2], *ptr;
   double   *fin;
 
   PetscFunctionBegin;
-  PetscCall(fuse_graph_build(in, &g));
+  PetscCall(ac_graph_build(in, &g));
   PetscCall(PetscMalloc4(P * 2 * in->m[0], &ids[0], P * 2 * in->m[1], &ids[1], P, &ptr, g.N, &fin));
   score->makespan = 0;
   score->peak_mem = 0;
@@ -189,26 +189,26 @@ PetscErrorCode fuse_sequential(const FuseInst *in, FuseSched *s, FuseScore *scor
   for (int r = 0; r < P && score->rank_peak; r++) score->rank_peak[r] = 0;
   for (int x = 0; x < 2; x++) {
     int k = 2 * in->m[x];
-    PetscCall(fuse_1f1b_ids(in, x, ids[x]));
+    PetscCall(ac_1f1b_ids(in, x, ids[x]));
     {
-      double mk = fuse_replay_lists(&g, ids[x], k, fin, ptr);
-      PetscCheck(!isinf(mk), PETSC_COMM_SELF, PETSC_ERR_PLIB, "fuse_sequential: 1F1B of model %d deadlocked", x);
+      double mk = ac_replay_lists(&g, ids[x], k, fin, ptr);
+      PetscCheck(!isinf(mk), PETSC_COMM_SELF, PETSC_ERR_PLIB, "ac_sequential: 1F1B of model %d deadlocked", x);
       score->makespan += mk; /* the critic starts when the actor is done */
     }
     for (int r = 0; r < P; r++) {
-      double pk = fuse_rank_peak(in, ids[x] + r * k, k);
+      double pk = ac_rank_peak(in, ids[x] + r * k, k);
       if (score->rank_peak) score->rank_peak[r] = PetscMax(score->rank_peak[r], pk);
       score->peak_mem = PetscMax(score->peak_mem, pk);
     }
   }
   if (s) {
-    PetscCall(fuse_sched_alloc(in, s));
+    PetscCall(ac_sched_alloc(in, s));
     for (int r = 0; r < P; r++) {
-      for (int j = 0; j < 2 * in->m[0]; j++) s->order[r * n + j] = fuse_task_of(in, ids[0][r * 2 * in->m[0] + j] % n);
-      for (int j = 0; j < 2 * in->m[1]; j++) s->order[r * n + 2 * in->m[0] + j] = fuse_task_of(in, ids[1][r * 2 * in->m[1] + j] % n);
+      for (int j = 0; j < 2 * in->m[0]; j++) s->order[r * n + j] = ac_task_of(in, ids[0][r * 2 * in->m[0] + j] % n);
+      for (int j = 0; j < 2 * in->m[1]; j++) s->order[r * n + 2 * in->m[0] + j] = ac_task_of(in, ids[1][r * 2 * in->m[1] + j] % n);
     }
   }
   PetscCall(PetscFree4(ids[0], ids[1], ptr, fin));
-  PetscCall(fuse_graph_free(&g));
+  PetscCall(ac_graph_free(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

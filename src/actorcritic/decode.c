@@ -1,4 +1,4 @@
-/* decode.c: the search's decoder. A schedule is decoded from one priority
+/* decode.c: the optimizer's decoder. A schedule is decoded from one priority
  * key per task by list scheduling: the rank that can finish a ready task
  * earliest (time c) picks, among its ready tasks that could start before
  * s + alpha (c - s) (s: its earliest start), the one with the smallest key;
@@ -8,10 +8,10 @@
  * improvement) decodes the time-reversed graph with the tasks that finished
  * last first, then the forward graph with those that finished last in
  * reverse first, while that shortens the schedule. */
-#include "fuse_impl.h"
+#include "ac_impl.h"
 #include <math.h>
 #include <string.h>
-static PetscErrorCode dec_create_dir(const FuseInst *in, const FuseGraph *g, int rev, FuseDecoder *d)
+static PetscErrorCode dec_create_dir(const ACInst *in, const ACGraph *g, int rev, ACDecoder *d)
 {
   int P = g->nranks;
 
@@ -32,13 +32,13 @@ static PetscErrorCode dec_create_dir(const FuseInst *in, const FuseGraph *g, int
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_dec_create(const FuseInst *in, const FuseGraph *g, FuseDecoder *d) { return dec_create_dir(in, g, 0, d); }
+PetscErrorCode ac_dec_create(const ACInst *in, const ACGraph *g, ACDecoder *d) { return dec_create_dir(in, g, 0, d); }
 
-PetscErrorCode fuse_dec_destroy(FuseDecoder *d)
+PetscErrorCode ac_dec_destroy(ACDecoder *d)
 {
   PetscFunctionBegin;
   if (d->bw) {
-    PetscCall(fuse_dec_destroy(d->bw));
+    PetscCall(ac_dec_destroy(d->bw));
     PetscCall(PetscFree(d->bw));
     PetscCall(PetscFree(d->kb));
   }
@@ -48,14 +48,14 @@ PetscErrorCode fuse_dec_destroy(FuseDecoder *d)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static inline int dec_fits(const FuseDecoder *d, int r, int id)
+static inline int dec_fits(const ACDecoder *d, int r, int id)
 {
-  FuseTask t = fuse_task_of(d->in, id % d->g->n);
-  return t.kind == (d->rev ? FUSE_F : FUSE_B) || d->in->mem_cap <= 0 || d->mem[r] + d->in->mem[t.model] <= d->in->mem_cap * (1 + 1e-12);
+  ACTask t = ac_task_of(d->in, id % d->g->n);
+  return t.kind == (d->rev ? AC_F : AC_B) || d->in->mem_cap <= 0 || d->mem[r] + d->in->mem[t.model] <= d->in->mem_cap * (1 + 1e-12);
 }
 
 /* the earliest time rank r can finish one of its ready tasks (+inf: none) */
-static void dec_est(FuseDecoder *d, int r)
+static void dec_est(ACDecoder *d, int r)
 {
   int    n = d->g->n;
   double e = INFINITY, b = INFINITY;
@@ -72,9 +72,9 @@ static void dec_est(FuseDecoder *d, int r)
 
 /* Decodes keys into d->ids (rank r's list at r*n); returns the makespan or
  * +inf when no rank can go on (only with a memory cap). */
-double fuse_dec_run(FuseDecoder *d, const double *key)
+double ac_dec_run(ACDecoder *d, const double *key)
 {
-  const FuseGraph *g = d->g;
+  const ACGraph *g = d->g;
   const int       *dep = d->rev ? g->succ : g->dep, *succ = d->rev ? g->dep : g->succ;
   int              P = g->nranks, n = g->n;
   double           makespan = 0;
@@ -107,8 +107,8 @@ double fuse_dec_run(FuseDecoder *d, const double *key)
     d->fin[best] = d->free_at[r] = t + g->dur[best];
     makespan     = PetscMax(makespan, d->fin[best]);
     {
-      FuseTask tk = fuse_task_of(d->in, best % n);
-      d->mem[r] += (tk.kind == (d->rev ? FUSE_B : FUSE_F) ? 1 : -1) * d->in->mem[tk.model];
+      ACTask tk = ac_task_of(d->in, best % n);
+      d->mem[r] += (tk.kind == (d->rev ? AC_B : AC_F) ? 1 : -1) * d->in->mem[tk.model];
     }
     d->ids[r * n + d->pos[r]++] = best;
     for (int k = 0; k < 2; k++) {
@@ -130,18 +130,18 @@ double fuse_dec_run(FuseDecoder *d, const double *key)
  * with the tasks that finished last in reverse first; repeated while the
  * makespan drops. Leaves d holding the best schedule and key the keys that
  * decode to it; returns its makespan. */
-double fuse_dec_justify(FuseDecoder *d, double *key, double mk)
+double ac_dec_justify(ACDecoder *d, double *key, double mk)
 {
-  const FuseGraph *g = d->g;
+  const ACGraph *g = d->g;
   d->bw->alpha = d->alpha;
   for (int it = 0; it < 4 && !isinf(mk); it++) {
     double mk2;
     for (int i = 0; i < g->N; i++) d->kb[i] = -d->fin[i];
-    if (isinf(fuse_dec_run(d->bw, d->kb))) break;
+    if (isinf(ac_dec_run(d->bw, d->kb))) break;
     for (int i = 0; i < g->N; i++) d->kb[i] = -d->bw->fin[i];
-    mk2 = fuse_dec_run(d, d->kb);
+    mk2 = ac_dec_run(d, d->kb);
     if (!(mk2 < mk)) {
-      mk = fuse_dec_run(d, key);
+      mk = ac_dec_run(d, key);
       break;
     }
     mk = mk2;
@@ -150,9 +150,9 @@ double fuse_dec_justify(FuseDecoder *d, double *key, double mk)
   return mk;
 }
 
-double fuse_dec_peak(const FuseDecoder *d)
+double ac_dec_peak(const ACDecoder *d)
 {
   double pk = 0;
-  for (int r = 0; r < d->g->nranks; r++) pk = PetscMax(pk, fuse_rank_peak(d->in, d->ids + r * d->g->n, d->g->n));
+  for (int r = 0; r < d->g->nranks; r++) pk = PetscMax(pk, ac_rank_peak(d->in, d->ids + r * d->g->n, d->g->n));
   return pk;
 }

@@ -149,12 +149,12 @@ static PetscErrorCode model_backward(void *ctx, GPT *gpt, int k)
 
 /* Epochs x mini-batches of optimizer steps on one model, or on the actor
  * and the critic fused (fz non-NULL; tr[1], opt[1] the critic): every
- * mini-batch is one pass (trainer_pass, or ppo_fuse_pass for both) and one
+ * mini-batch is one pass (trainer_pass, or ppo_fused_train_pass for both) and one
  * trainer_step per model, as SFT and RM. out[x] gets model x's sums over
  * steps of the loss, clip fraction, entropy, KL loss and gradient norm (the
  * same on every rank of the mesh). Only the members of the meshes call this.
  * Both models see the same shuffle and mini-batches as when unfused. */
-static PetscErrorCode train_models(PPOFuse *fz, Trainer *tr[2], const PPOOptions *o, const AdamWConfig *opt[2], const char *what[2], Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, double out[2][5])
+static PetscErrorCode train_models(PPOFusedTrain *fz, Trainer *tr[2], const PPOOptions *o, const AdamWConfig *opt[2], const char *what[2], Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, double out[2][5])
 {
   int       *perm, nmb = r->B / (int)o->minibatches, nm = fz ? 2 : 1;
   MiniBatch  mb[2];
@@ -184,7 +184,7 @@ static PetscErrorCode train_models(PPOFuse *fz, Trainer *tr[2], const PPOOptions
         mb[x].w    = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
         PetscCall(PetscArrayzero(mb[x].acc, 4));
       }
-      if (fz) PetscCall(ppo_fuse_pass(fz, tr, sp, wp));
+      if (fz) PetscCall(ppo_fused_train_pass(fz, tr, sp, wp));
       else PetscCall(trainer_pass(tr[0], &mb[0].split, &w[0]));
       PetscCall(PetscSNPrintf(at, sizeof at, "iteration %d (epoch %d, mini-batch %d)", iteration + 1, e, k));
       for (int x = 0; x < nm; x++) {
@@ -241,7 +241,7 @@ PetscErrorCode ppo_train_critic(Trainer *critic, const PPOOptions *o, Rollout *r
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_train_fused(PPOFuse *fz, Trainer *actor, Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s)
+PetscErrorCode ppo_train_fused(PPOFusedTrain *fz, Trainer *actor, Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s)
 {
   double             out[2][5] = {{0}};
   Trainer           *tr[2]     = {actor, critic};

@@ -1,4 +1,4 @@
-/* fuseio.c: schedule files (docs/formats.md, "Schedule file"). Layout:
+/* schedfile.c: schedule files (docs/formats.md, "Schedule file"). Layout:
  *   /                 attributes pp0, pp1, m0, m1 (int); f0, f1, mem0, mem1,
  *                     mem_cap, makespan, lower_bound, greedy_makespan,
  *                     sequential_makespan, sequential_peak_memory (double);
@@ -9,17 +9,17 @@
  *                     1 backward, micro-batch)
  * The reader checks the file against the instance it is given and
  * validates the schedule (every task once, no deadlock, memory cap). */
-#include "fuse_impl.h"
+#include "ac_impl.h"
 #include "internal/h5util.h"
 #include <sys/stat.h>
 
 typedef struct {
   const char           *path;
-  const FuseSched      *s;
-  const FuseSearchInfo *info;
-  const FuseScore      *seq;
+  const ACSched      *s;
+  const ACOptimizeInfo *info;
+  const ACScore      *seq;
   double               *peak;
-} FuseWriteCtx;
+} ACWriteCtx;
 
 static PetscErrorCode attr_write_doubles(hid_t obj, const char *name, int n, const double *v)
 {
@@ -40,11 +40,11 @@ static PetscErrorCode attr_write_doubles(hid_t obj, const char *name, int n, con
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode fuse_write_fill(hid_t file, void *vctx)
+static PetscErrorCode ac_write_fill(hid_t file, void *vctx)
 {
-  FuseWriteCtx   *ctx = (FuseWriteCtx *)vctx;
-  const FuseSched *s  = ctx->s;
-  const FuseInst  *in = &s->inst;
+  ACWriteCtx   *ctx = (ACWriteCtx *)vctx;
+  const ACSched *s  = ctx->s;
+  const ACInst  *in = &s->inst;
   const char      *ints[4] = {"pp0", "pp1", "m0", "m1"};
   int              iv[4]   = {in->pp[0], in->pp[1], in->m[0], in->m[1]};
   const char      *dbl[10] = {"f0", "f1", "mem0", "mem1", "mem_cap", "makespan", "lower_bound", "greedy_makespan", "sequential_makespan", "sequential_peak_memory"};
@@ -63,7 +63,7 @@ static PetscErrorCode fuse_write_fill(hid_t file, void *vctx)
     hid_t   g;
 
     for (int j = 0; j < s->n; j++) {
-      FuseTask t      = s->order[r * s->n + j];
+      ACTask t      = s->order[r * s->n + j];
       rows[3 * j]     = t.model;
       rows[3 * j + 1] = t.kind;
       rows[3 * j + 2] = t.mb;
@@ -78,10 +78,10 @@ static PetscErrorCode fuse_write_fill(hid_t file, void *vctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_sched_write(const char *path, const FuseSched *s, const FuseSearchInfo *info, const FuseScore *seq)
+PetscErrorCode ac_sched_write(const char *path, const ACSched *s, const ACOptimizeInfo *info, const ACScore *seq)
 {
-  FuseWriteCtx ctx = {path, s, info, seq, NULL};
-  FuseScore    sc  = {0};
+  ACWriteCtx ctx = {path, s, info, seq, NULL};
+  ACScore    sc  = {0};
 
   struct stat  st;
 
@@ -91,23 +91,23 @@ PetscErrorCode fuse_sched_write(const char *path, const FuseSched *s, const Fuse
   PetscCheck(stat(path, &st) != 0 || S_ISREG(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "schedule file %s exists and is not a regular file (a device or directory): not replacing it", path);
   PetscCall(PetscMalloc1(s->nranks, &ctx.peak));
   sc.rank_peak = ctx.peak;
-  PetscCall(fuse_replay(s, &sc, NULL));
-  PetscCall(h5u_write_atomic("schedule file", path, fuse_write_fill, &ctx));
+  PetscCall(ac_replay(s, &sc, NULL));
+  PetscCall(h5u_write_atomic("schedule file", path, ac_write_fill, &ctx));
   PetscCall(PetscFree(ctx.peak));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 typedef struct {
   const char     *path;
-  const FuseInst *in;
-  FuseSched      *s;
-} FuseReadCtx;
+  const ACInst *in;
+  ACSched      *s;
+} ACReadCtx;
 
-static PetscErrorCode fuse_read_groups(hid_t file, void *vctx)
+static PetscErrorCode ac_read_groups(hid_t file, void *vctx)
 {
-  FuseReadCtx    *ctx = (FuseReadCtx *)vctx;
-  const FuseInst *in  = ctx->in;
-  FuseSched      *s   = ctx->s;
+  ACReadCtx    *ctx = (ACReadCtx *)vctx;
+  const ACInst *in  = ctx->in;
+  ACSched      *s   = ctx->s;
   const char     *names[4] = {"pp0", "pp1", "m0", "m1"};
   int             want[4]  = {in->pp[0], in->pp[1], in->m[0], in->m[1]};
   char            where[PETSC_MAX_PATH_LEN + 32];
@@ -148,34 +148,34 @@ static PetscErrorCode fuse_read_groups(hid_t file, void *vctx)
       (void)PetscFree(rows);
       PetscCall(ierr);
     }
-    for (int j = 0; j < s->n; j++) s->order[r * s->n + j] = (FuseTask){rows[3 * j], rows[3 * j + 1], rows[3 * j + 2]};
+    for (int j = 0; j < s->n; j++) s->order[r * s->n + j] = (ACTask){rows[3 * j], rows[3 * j + 1], rows[3 * j + 2]};
   }
   PetscCall(PetscFree(rows));
-  PetscCall(fuse_sched_validate(s, where));
+  PetscCall(ac_sched_validate(s, where));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode fuse_read_task(void *vctx)
+static PetscErrorCode ac_read_task(void *vctx)
 {
-  FuseReadCtx *ctx = (FuseReadCtx *)vctx;
+  ACReadCtx *ctx = (ACReadCtx *)vctx;
 
   PetscFunctionBegin;
-  PetscCall(h5u_read_file("schedule file", ctx->path, fuse_read_groups, ctx));
+  PetscCall(h5u_read_file("schedule file", ctx->path, ac_read_groups, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Rank 0 reads and validates; every rank gets the schedule or rank 0's
  * error. */
-PetscErrorCode fuse_sched_read(const char *path, const FuseInst *in, FuseSched *s)
+PetscErrorCode ac_sched_read(const char *path, const ACInst *in, ACSched *s)
 {
-  FuseReadCtx    ctx = {path, in, s};
+  ACReadCtx    ctx = {path, in, s};
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
-  PetscCall(fuse_sched_alloc(in, s));
-  ierr = h5u_rank0(PETSC_COMM_WORLD, fuse_read_task, &ctx);
+  PetscCall(ac_sched_alloc(in, s));
+  ierr = h5u_rank0(PETSC_COMM_WORLD, ac_read_task, &ctx);
   if (ierr) {
-    (void)fuse_sched_free(s);
+    (void)ac_sched_free(s);
     PetscCall(ierr);
   }
   PetscCall(h5u_bcast(s->order, (size_t)3 * s->nranks * s->n, MPI_INT, PETSC_COMM_WORLD));

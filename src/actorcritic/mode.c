@@ -1,9 +1,9 @@
-/* mode.c: -mode schedule. Reads the instance (-sched_*), searches a fused
+/* mode.c: -mode schedule. Reads the instance (-sched_*), optimizes a fused
  * actor-critic schedule, prints its makespan against the lower bound, the
  * greedy start and the sequential 1F1B baseline, and writes the schedule
  * file; or, with -sched_file, reads and validates a schedule file and
  * prints its replay. Runs on one rank; needs no model. */
-#include "fuse.h"
+#include "actorcritic.h"
 #include <stdio.h>
 #include <string.h>
 
@@ -14,7 +14,7 @@ static const char *num(char *buf, double v)
   return buf;
 }
 
-static PetscErrorCode print_result(const FuseInst *in, double makespan, double peak, double lb, double greedy, const FuseScore *seq)
+static PetscErrorCode print_result(const ACInst *in, double makespan, double peak, double lb, double greedy, const ACScore *seq)
 {
   char a[32], b[32], c[32], d[32], e[32], f[32];
 
@@ -28,13 +28,13 @@ static PetscErrorCode print_result(const FuseInst *in, double makespan, double p
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode fuse_schedule_run(RunCtx *run)
+PetscErrorCode ac_schedule_run(RunCtx *run)
 {
-  FuseInst       in = {{0, 0}, {0, 0}, {0, 0}, {1, 1}, 0};
-  FuseSearchOpts opt;
-  FuseSched      s;
-  FuseSearchInfo info;
-  FuseScore      seq = {0};
+  ACInst       in = {{0, 0}, {0, 0}, {0, 0}, {1, 1}, 0};
+  ACOptimizeOpts opt;
+  ACSched      s;
+  ACOptimizeInfo info;
+  ACScore      seq = {0};
   PetscInt       pp0 = 0, pp1 = 0, m0 = 0, m1 = 0, chains = 4, iters = 2000, mem_steps = 4;
   PetscReal      f0 = 0, f1 = 0, mem0 = 1, mem1 = 1, cap = 0;
   char           output[PETSC_MAX_PATH_LEN] = "", file[PETSC_MAX_PATH_LEN] = "";
@@ -42,7 +42,7 @@ PetscErrorCode fuse_schedule_run(RunCtx *run)
   const char    *need[] = {"pp0", "pp1", "m0", "m1"};
 
   PetscFunctionBegin;
-  PetscOptionsBegin(PETSC_COMM_WORLD, "sched_", "Fused actor-critic schedule search (-mode schedule)", NULL);
+  PetscOptionsBegin(PETSC_COMM_WORLD, "sched_", "Fused actor-critic schedule optimizer (-mode schedule)", NULL);
   RfOptInt("-pp0", "Actor pipeline stages, one per rank (required)", pp0, &pp0);
   RfOptInt("-pp1", "Critic pipeline stages: divides pp0, the critic is replicated pp0/pp1 times (required)", pp1, &pp1);
   RfOptInt("-m0", "Actor micro-batches (required)", m0, &m0);
@@ -54,9 +54,9 @@ PetscErrorCode fuse_schedule_run(RunCtx *run)
   RfOptReal("-mem_cap", "Activation memory cap per rank (0: none)", cap, &cap);
   RfOptInt("-chains", "Independent annealing chains (run on the OpenMP threads; the result does not depend on the thread count)", chains, &chains);
   RfOptInt("-iters", "Annealing proposals per chain (a chain stops early at the lower bound)", iters, &iters);
-  RfOptInt("-mem_steps", "Bisection steps on a memory cap after the search, lowering the peak activation memory at the best makespan (0: none)", mem_steps, &mem_steps);
+  RfOptInt("-mem_steps", "Bisection steps on a memory cap after the optimization, lowering the peak activation memory at the best makespan (0: none)", mem_steps, &mem_steps);
   RfOptString("-output", "Schedule file to write, HDF5 (required unless -sched_file)", output, sizeof output);
-  RfOptString("-file", "Schedule file to check instead of searching: validated against the instance, replayed, printed", file, sizeof file);
+  RfOptString("-file", "Schedule file to check instead of optimizing one: validated against the instance, replayed, printed", file, sizeof file);
   PetscOptionsEnd();
   PetscCall(PetscOptionsHasHelp(NULL, &help));
   if (help) PetscFunctionReturn(PETSC_SUCCESS);
@@ -81,30 +81,30 @@ PetscErrorCode fuse_schedule_run(RunCtx *run)
   in.mem[0]  = mem0;
   in.mem[1]  = mem1;
   in.mem_cap = cap;
-  PetscCall(fuse_inst_check(&in, "-sched_"));
+  PetscCall(ac_inst_check(&in, "-sched_"));
   if (run->dry_run) {
-    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "schedule: dry run, instance is valid; lower bound %g\n", fuse_lower_bound(&in)));
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "schedule: dry run, instance is valid; lower bound %g\n", ac_lower_bound(&in)));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  PetscCall(fuse_sequential(&in, NULL, &seq));
+  PetscCall(ac_sequential(&in, NULL, &seq));
   if (file[0]) {
-    FuseScore sc = {0};
-    PetscCall(fuse_sched_read(file, &in, &s));
-    PetscCall(fuse_replay(&s, &sc, NULL));
-    PetscCall(print_result(&in, sc.makespan, sc.peak_mem, fuse_lower_bound(&in), 0, &seq));
+    ACScore sc = {0};
+    PetscCall(ac_sched_read(file, &in, &s));
+    PetscCall(ac_replay(&s, &sc, NULL));
+    PetscCall(print_result(&in, sc.makespan, sc.peak_mem, ac_lower_bound(&in), 0, &seq));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  %s is a valid schedule\n", file));
-    PetscCall(fuse_sched_free(&s));
+    PetscCall(ac_sched_free(&s));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   opt.seed   = (uint64_t)run->seed;
   opt.chains = (int)chains;
   opt.iters  = (int)iters;
   opt.mem_steps = (int)mem_steps;
-  PetscCall(fuse_search(&in, &opt, &s, &info));
+  PetscCall(ac_optimize(&in, &opt, &s, &info));
   PetscCall(print_result(&in, info.best.makespan, info.best.peak_mem, info.lower_bound, info.greedy.makespan, &seq));
   PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  search %.2f s (CPU %.2f s) on %d threads, %d chains, %d proposals in all\n", info.seconds, info.cpu_seconds, run->nthreads, opt.chains, info.iters_used));
-  PetscCall(fuse_sched_write(output, &s, &info, &seq));
+  PetscCall(ac_sched_write(output, &s, &info, &seq));
   PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  wrote %s\n", output));
-  PetscCall(fuse_sched_free(&s));
+  PetscCall(ac_sched_free(&s));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

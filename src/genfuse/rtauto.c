@@ -1,15 +1,15 @@
-/* fuse: -fuse_migrate_at auto (inc/fuse.h, docs/fusion.md). R_t from a
+/* genfuse: -fuse_migrate_at auto (inc/genfuse.h, docs/fusion.md). R_t from a
  * simulation of the fused stage over the previous iteration's lengths with
  * its measured decode-step and inference costs: continuous batching on each
  * replica in lockstep (the migration's count makes the replicas step
- * together), the migration planned by fuse_migrate_plan itself (so the
+ * together), the migration planned by genfuse_migrate_plan itself (so the
  * model moves what the run would) and the inference rows rerouted as the
- * run reroutes them (fuse_reroute), then each inference rank working
+ * run reroutes them (genfuse_reroute), then each inference rank working
  * through its rows in finish order from when it stops generating. What it leaves
  * out (the migration's and the streaming's own time, step times that
  * change with the number of active samples) is small at this scale and
  * the same for every candidate. */
-#include "fuse.h"
+#include "genfuse.h"
 #include "exec.h"
 #include <math.h>
 #include <stdlib.h>
@@ -33,11 +33,11 @@ static int by_finish(const void *a, const void *b)
 
 /* Moves the unfinished samples as the run would; returns PETSC_TRUE when
  * a plan could be made. */
-static PetscBool sim_migrate(const FuseSim *s, SimState *st, unsigned char *freed)
+static PetscBool sim_migrate(const GenFuseSim *s, SimState *st, unsigned char *freed)
 {
   int           n = 0, B = s->B, m, *idx, *kvl, *rep, *to;
   unsigned char *dest;
-  FuseMigIn     in;
+  GenFuseMigIn     in;
 
   idx = malloc(sizeof(int) * (size_t)(4 * B + 1));
   dest = malloc((size_t)s->dp + 1);
@@ -45,8 +45,8 @@ static PetscBool sim_migrate(const FuseSim *s, SimState *st, unsigned char *free
   kvl = idx + B, rep = kvl + B, to = rep + B;
   for (int b = 0; b < B; b++)
     if (!st->done[b]) idx[n] = b, rep[n] = st->rep[b], kvl[n] = st->running[b] ? s->len[b] - s->rlen[b] + (s->rlen[b] - st->left[b]) : 0, n++;
-  in = (FuseMigIn){s->dp, s->slots, 0, n, rep, idx, kvl};
-  if (fuse_migrate_plan(&in, &m, dest, to)) {
+  in = (GenFuseMigIn){s->dp, s->slots, 0, n, rep, idx, kvl};
+  if (genfuse_migrate_plan(&in, &m, dest, to)) {
     free(idx), free(dest);
     return PETSC_FALSE;
   }
@@ -63,7 +63,7 @@ static PetscBool sim_migrate(const FuseSim *s, SimState *st, unsigned char *free
   return PETSC_TRUE;
 }
 
-double fuse_sim_stage(const FuseSim *s, double rt)
+double genfuse_sim_stage(const GenFuseSim *s, double rt)
 {
   int            B = s->B, dp = s->dp, unfinished = B, migrated = 0, *busy;
   double         t = 0, t_mig = -1, end = 0, stage;
@@ -91,7 +91,7 @@ double fuse_sim_stage(const FuseSim *s, double rt)
     for (int d = 0; d < dp; d++) busy[d] = 0;
     for (int b = 0; b < B; b++) busy[st.rep[b]] += !st.done[b];
     for (int d = 0; d < dp; d++) idle |= busy[d] == 0;
-    if (!migrated && rt > 0 && (unfinished <= rt * B || idle) && dp > 1) { /* as fuse_migrate_step */
+    if (!migrated && rt > 0 && (unfinished <= rt * B || idle) && dp > 1) { /* as genfuse_migrate_step */
       if (!sim_migrate(s, &st, freed)) break;
       migrated = 1, t_mig = t;
     }
@@ -121,7 +121,7 @@ double fuse_sim_stage(const FuseSim *s, double rt)
     for (int q = 0; q < s->nq; q++)
       for (int b = 0; b < B; b++) member[q] |= s->need[(size_t)q * B + b];
     for (int b = 0; b < B; b++) keep[b] = st.fin[b] > t_mig;
-    fuse_reroute(1, s->nq, B, s->q_rep, freed, member, keep, need);
+    genfuse_reroute(1, s->nq, B, s->q_rep, freed, member, keep, need);
     free(member), free(keep);
   }
   for (int b = 0; b < B; b++) st.order[b] = b;
@@ -141,12 +141,12 @@ double fuse_sim_stage(const FuseSim *s, double rt)
   return stage;
 }
 
-double fuse_sim_pick(const FuseSim *s, double *pred)
+double genfuse_sim_pick(const GenFuseSim *s, double *pred)
 {
   double best = 0, bt = INFINITY;
 
   for (size_t k = 0; k < sizeof candidates / sizeof candidates[0]; k++) {
-    double v = fuse_sim_stage(s, candidates[k]);
+    double v = genfuse_sim_stage(s, candidates[k]);
     if (v < bt * (1 - 1e-9)) bt = v, best = candidates[k];
   }
   if (pred) *pred = bt;

@@ -31,7 +31,7 @@ typedef struct {
   PPOTrainStats    *ts;
   GenPart           part;
   ReallocStats      ra, rc;
-  FuseTimes         fuse;
+  GenFuseTimes         fuse;
 } IterCtx;
 
 static PetscErrorCode iter_ctx(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro, IterCtx *c)
@@ -159,7 +159,7 @@ static PetscErrorCode run_fused(void *ctx)
 {
   IterCtx *c = (IterCtx *)ctx;
   PetscFunctionBegin;
-  PetscCall(rollout_fused_call(c->m, c->o, c->req, c->max_prompt, (uint64_t)c->st->seed, (uint32_t)c->st->iteration, c->r, c->pb, &c->part, &c->fuse));
+  PetscCall(rollout_genfuse_call(c->m, c->o, c->req, c->max_prompt, (uint64_t)c->st->seed, (uint32_t)c->st->iteration, c->r, c->pb, &c->part, &c->fuse));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -169,7 +169,7 @@ static PetscErrorCode share_fused(void *ctx)
   PetscFunctionBegin;
   PetscCall(share_generation(ctx));
   if (c->o->plan.fuse == FUSE_MIGRATE) { /* rows ran where the migration put them */
-    PetscCall(rollout_share_inf_owned(c->r));
+    PetscCall(rollout_share_inf_owned(&c->m->genfuse, c->r));
     if (c->m->has_critic && c->m->critic_drop) PetscCall(dmodel_release(&c->m->critic_inf, PETSC_FALSE));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
@@ -278,7 +278,7 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
   }
   if (o->plan.fuse != FUSE_NONE) {
     PetscBool here = (PetscBool)(dmodel_member(gen) || dmodel_member(&m->reference) || dmodel_member(&m->reward) || (crit && dmodel_member(cinf)));
-    PetscCall(rollout_fuse_setup());
+    PetscCall(rollout_genfuse_setup(&m->genfuse));
     k_gen = k_ref = k_rew = n;
     k_crit     = crit ? n : -1;
     nodes[n++] = (ExecNode){"generation+inference", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights", crit ? (m->critic_copy ? "critic_inf_weights" : "critic_weights") : NULL}, {"responses", "ref_logprobs", "scores", crit ? "values" : NULL}, here, run_fused, share_fused, &c, PETSC_TRUE};
@@ -311,7 +311,7 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
   tm->rew     = sec[k_rew];
   tm->critic  = k_crit >= 0 ? sec[k_crit] : 0;
   if (o->plan.fuse != FUSE_NONE) { /* the fused node's parts, longest over ranks */
-    const FuseTimes *f = &c.fuse;
+    const GenFuseTimes *f = &c.fuse;
     double v[10] = {f->gen, f->inf[0], f->inf[1], f->inf[2], f->step_s, f->tokens > 0 ? (f->inf[0] + f->inf[1] + f->inf[2]) / f->tokens : 0, f->rt, f->rt_pred, f->mig_s, f->mig_m};
     double w[6] = {f->messages, f->bytes, f->moved, f->mig_bytes, f->send, f->recv_wait};
     PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, v, 10, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
@@ -322,7 +322,7 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
     /* samples moved are counted by each rank of a source replica: per shard */
     tm->migrate_at = v[6], tm->migrate_pred = v[7], tm->migrate_s = v[8], tm->migrate_m = v[9];
     tm->migrate_samples = w[2] / (gen->mesh->tp * gen->mesh->pp), tm->migrate_bytes = w[3];
-    if (o->plan.fuse == FUSE_MIGRATE) PetscCall(rollout_fuse_observe(r, v[4], v[5]));
+    if (o->plan.fuse == FUSE_MIGRATE) PetscCall(rollout_genfuse_observe(&m->genfuse, r, v[4], v[5]));
   }
   tm->adv     = sec[k_adv];
   tm->actor   = sec[k_at];
@@ -341,26 +341,6 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
   }
   ts->t_actor  = tm->actor;
   ts->t_critic = tm->critic_train;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode ppo_record_fusion(RunRecord *rec, const StageTimes *tm)
-{
-  PetscFunctionBegin;
-  PetscCall(record_metric(rec, "stream_messages", tm->stream_messages));
-  PetscCall(record_metric(rec, "stream_bytes", tm->stream_bytes));
-  PetscCall(record_time(rec, "stream_send", tm->stream_send));
-  PetscCall(record_time(rec, "stream_wait", tm->stream_wait));
-  if (tm->migrate_m > 0) { /* migrate */
-    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "fusion: R_t %.2f%s, %.0f samples (%.1f KiB) migrated in %.1f ms onto %.0f generation replicas\n", tm->migrate_at, tm->migrate_pred > 0 ? " (auto)" : tm->migrate_pred < 0 ? " (auto, first iteration)" : "", tm->migrate_samples,
-                          tm->migrate_bytes / 1024, 1e3 * tm->migrate_s, tm->migrate_m));
-    PetscCall(record_metric(rec, "migrate_at", tm->migrate_at));
-    PetscCall(record_metric(rec, "migrate_predicted", tm->migrate_pred));
-    PetscCall(record_metric(rec, "migrate_samples", tm->migrate_samples));
-    PetscCall(record_metric(rec, "migrate_bytes", tm->migrate_bytes));
-    PetscCall(record_metric(rec, "migrate_replicas", tm->migrate_m));
-    PetscCall(record_time(rec, "migrate", tm->migrate_s));
-  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -1,0 +1,146 @@
+/* genfuse: generation fused with inference (RLHFuse's inter-stage fusion,
+ * -fuse_gen_inf stream|migrate, docs/fusion.md).
+ *
+ * Streaming: while a generation replica decodes, its head sends each
+ * finished sample (tokens, log-probabilities, allowed sets) to the inference
+ * ranks that need it, with non-blocking MPI from the engine's finished-sample
+ * callback. An inference rank appends the samples in arrival order to a
+ * batch of its own and hands micro-batches of them, cut by a token budget,
+ * to the caller as soon as the budget fills, and the rest when every sample
+ * it expects has arrived. This module moves samples; what runs on them is
+ * the caller's (src/ppo/rollout_genfuse.c).
+ *
+ * Migration: the long tail of unfinished samples moves, with its KV cache,
+ * onto fewer generation replicas at R_t, whose choice -fuse_migrate_at auto
+ * makes by simulation. */
+#ifndef RLFUSE_GENFUSE_H
+#define RLFUSE_GENFUSE_H
+
+#include "sys.h"
+#include "gen.h"
+
+/* ==== streaming finished samples into inference (src/genfuse/stream.c) === */
+/* Which ranks need which rows: dest[k] needs row b iff need[k*B + b]. */
+typedef struct {
+  int            B, ndest;
+  int           *dest;  /* world ranks */
+  unsigned char *need;  /* [ndest*B] */
+} GenFuseRoute;
+PetscErrorCode genfuse_route_create(int B, int ndest, GenFuseRoute *route);
+PetscErrorCode genfuse_route_destroy(GenFuseRoute *route);
+/* Rows this world rank needs (0 if it is no destination). */
+int genfuse_route_count(const GenFuseRoute *route, int rank);
+
+/* The sending side, on a generation replica's head. */
+typedef struct {
+  MPI_Comm     comm;
+  const GenFuseRoute *route;
+  int          b0;           /* global row of the replica's request 0 */
+  const unsigned char *defer; /* [ndest] or NULL: samples for these destinations wait for genfuse_sender_release */
+  PetscBool    released;
+  int         *held, nheld;  /* requests finished while deferred */
+  const GenBatch *hb;
+  MPI_Request *req;          /* n sends */
+  MPI_Status  *st;
+  int        **buf;          /* nbuf packed samples */
+  int          n, nbuf, cap;
+  long long    messages, bytes;
+  double       seconds;      /* in packing and MPI calls */
+} GenFuseSender;
+PetscErrorCode genfuse_sender_begin(MPI_Comm comm, const GenFuseRoute *route, int b0, GenFuseSender *s);
+/* A GenFinishFn: ctx is the GenFuseSender, index the replica's request index. */
+PetscErrorCode genfuse_send_finished(void *ctx, const GenBatch *b, int index);
+/* Sends the deferred samples to the deferred destinations that need them
+ * by the route as it is now (it may have changed since), and every later
+ * sample at once. */
+PetscErrorCode genfuse_sender_release(GenFuseSender *s);
+/* Waits for every send and frees the buffers. */
+PetscErrorCode genfuse_sender_end(GenFuseSender *s);
+
+/* The receiving side. arr (gen_batch_create(B, T, masked)) gets the
+ * arrivals in order: arrival k is row k, rows[k] its global row. run is
+ * called with arrival indices whenever the unprocessed arrivals hold at
+ * least `tokens` tokens (prompt and response), and at the end with the rest
+ * (at most arr->n indices per call). */
+typedef PetscErrorCode (*GenFuseBatchFn)(void *ctx, const GenBatch *arr, const int *rows, const int *idx, int n);
+typedef struct {
+  long long messages, bytes;
+  int       batches;
+  double    wait;  /* seconds blocked waiting for a sample */
+} GenFuseRecvStats;
+/* hold: run nothing before every sample has arrived (the same micro-batches,
+ * without the overlap). */
+PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int tokens, PetscBool hold, GenBatch *arr, int *rows, GenFuseBatchFn run, void *ctx, GenFuseRecvStats *st);
+
+
+/* ==== migration of the long tail (src/genfuse/migrate.c) ============== */
+/* The plan: n unfinished samples, sample i on replica rep[i] with kvlen[i]
+ * cache positions (0: waiting, never started). m destination replicas:
+ * forced (when > 0) or the fewest whose slots hold all n, never fewer than
+ * the running samples need slots, at most dp; they are the replicas holding
+ * the most cache (then the most samples, then the lower index): the least
+ * data moves. Samples on a destination stay (to[i] = rep[i]); the others go,
+ * running ones to the destination with the most free slots, waiting ones to
+ * the least loaded. dest[dp] gets 1 for the destinations. */
+typedef struct {
+  int        dp, slots, forced, n;
+  const int *rep, *idx, *kvlen;
+} GenFuseMigIn;
+PetscErrorCode genfuse_migrate_plan(const GenFuseMigIn *in, int *m, unsigned char *dest, int *to);
+
+/* After the migration, on every rank of the mesh: dest[d] 1 for the
+ * replicas that decode the tail; idx[0..n) the samples unfinished then. */
+typedef PetscErrorCode (*GenFuseAfterFn)(void *ctx, const unsigned char *dest, int dp, const int *idx, int n);
+/* The engine hook (a GenStepFn with ctx a GenFuseMigrator) on every rank of the
+ * generation mesh; collective over the mesh at every step until the
+ * migration. comm: point-to-point messages between world ranks. */
+typedef struct {
+  MPI_Comm    comm;
+  const Mesh *mesh;
+  int         B, forced;
+  double      at;                 /* R_t */
+  size_t      bucket;             /* words per message at most */
+  PetscBool   decided;            /* migrated, or everything finished first */
+  PetscBool   dest;               /* this rank's replica received the tail */
+  int         m, moved, left;     /* destination replicas, samples this rank sent, unfinished at the migration */
+  long long   bytes;              /* this rank sent */
+  double      t_start, t_end;     /* the migration on this rank (0, 0: none) */
+  GenFuseAfterFn after;              /* may be NULL */
+  void       *after_ctx;
+} GenFuseMigrator;
+/* The inference rows after a migration: need[(k*nq + q)*B + b] when rank q
+ * runs call k on row b; q_rep[q] its generation replica (-1: none);
+ * member[k*nq + q] when q can run call k. In each call, the rows of ranks
+ * on replicas that go on decoding are dealt, in row order, round-robin to
+ * the members on freed replicas (none: they stay), except the rows with
+ * keep[b] (the samples still unfinished: they end with the tail, when
+ * their ranks are free again, so spreading them keeps the last inference
+ * short). Ranks apart from generation keep their rows. */
+void genfuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned char *freed, const unsigned char *member, const unsigned char *keep, unsigned char *need);
+PetscErrorCode genfuse_migrator_begin(MPI_Comm comm, const Mesh *mesh, int B, double at, int forced, size_t bucket_bytes, GenFuseMigrator *mg);
+PetscErrorCode genfuse_migrate_step(void *ctx, GenEngine *e, GenBatch *b, PetscBool *go);
+
+/* ==== R_t by simulation (src/genfuse/rtauto.c) =========================== */
+/* A model of the fused stage from the previous iteration: B samples of
+ * len[b] tokens (prompt and response) and rlen[b] response tokens; dp
+ * generation replicas of `slots` slots (replica d starts with rows
+ * exec_rows(B, dp, d)), decoding in lockstep at step_s seconds a step; nq
+ * inference ranks, rank q a member of generation replica q_rep[q] (-1:
+ * none; it starts at once) and needing row b when need[q*B+b]; each row
+ * costs tok_s seconds per token on each rank that needs it, in finish
+ * order, from when that rank stops generating. */
+typedef struct {
+  int                  B, dp, slots, nq;
+  const int           *len, *rlen, *q_rep;
+  const unsigned char *need;
+  double               step_s, tok_s;
+} GenFuseSim;
+/* Predicted seconds of the generation+inference stage when the tail
+ * migrates at rt (0: never). */
+double genfuse_sim_stage(const GenFuseSim *s, double rt);
+/* The best of the candidates 0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5 (the
+ * smaller on ties); *pred (may be NULL) its predicted seconds. */
+double genfuse_sim_pick(const GenFuseSim *s, double *pred);
+#define GENFUSE_RT_FIRST 0.2 /* -fuse_migrate_at auto before any iteration was measured */
+
+#endif

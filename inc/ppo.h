@@ -1,0 +1,52 @@
+/* ppo: PPO, GRPO and RLOO (-mode ppo, the third stage of -mode pipeline):
+ * the options, the checks before any work and the run. The rollouts (the
+ * generation and inference calls, fused or not), the iteration graph and
+ * the training passes are internal to src/ppo (src/ppo/ppo_impl.h). */
+#ifndef RLFUSE_PPO_H
+#define RLFUSE_PPO_H
+
+#include "task.h"
+#include "rl.h"
+#include "plan.h"
+#include "train.h"
+#include "gen.h"
+#include "cost.h"
+
+typedef enum { ALGO_PPO = 0, ALGO_GRPO = 1, ALGO_RLOO = 2 } PPOAlgo; /* GRPO and RLOO have no critic */
+typedef enum { CRITIC_FROM_REWARD = 0, CRITIC_FROM_ACTOR = 1 } CriticInit;
+
+typedef struct {
+  PetscInt    algo, critic_init;
+  PetscInt    iterations, rollout_batch, minibatches, microbatches, epochs, group;
+  PetscInt    eval_every, eval_prompts, checkpoint_every;
+  PetscReal   kl_coef, kl_target, kl_horizon, gamma, lambda, clip, value_clip, reward_clip, truncation_penalty;
+  PetscBool   whiten, dump_rollouts;
+  char        actor_ckpt[PETSC_MAX_PATH_LEN], reference_ckpt[PETSC_MAX_PATH_LEN], reward_ckpt[PETSC_MAX_PATH_LEN];
+  char        prompts[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN];
+  AdamWConfig actor_opt, critic_opt;
+  GenConfig   gen;
+  SortTask    task;
+  Plan        plan;
+  TrainSched  sched; /* of the actor's and critic's training passes (-train_schedule) */
+  char        fuse_schedule[PETSC_MAX_PATH_LEN]; /* -fuse_train_schedule: the fused schedule file ("" : searched) */
+} PPOOptions;
+
+/* Reads PPO's options; job: the lifecycle options read once (inc/train.h). */
+PetscErrorCode ppo_options(const TrainJobOptions *job, PPOOptions *o);
+/* Runs PPO or GRPO; the held-out gold scores and KL of the summary are
+ * returned when the pointers are not NULL (the pipeline prints them). */
+PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *sft_gold, double *ppo_gold, double *ppo_kl);
+/* The PPO stage's checks before any work; with policy (-mode pipeline) the
+ * models' architecture is the SFT one, as the earlier stages will write it.
+ * With print, the plan and the dry-run summary are printed. */
+PetscErrorCode ppo_check_stage(const RunCtx *run, PPOOptions *o, const GPTConfig *policy, PetscBool print);
+/* The deck's PPO job as the cost model needs it (-mode plan, -mode
+ * profile): its settings as PPO reads them and its four models as the run
+ * would have them, from the checkpoints the deck names (-actor_checkpoint,
+ * -reward_checkpoint, -reference_checkpoint, -critic_init, -restart), or,
+ * for a deck without them (a pipeline's), the -policy_ model SFT will
+ * write. help: only register the options (no file is read). */
+PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *deck);
+
+
+#endif

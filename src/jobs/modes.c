@@ -1,0 +1,46 @@
+/* modes.c: the driver's modes as a table (inc/jobs.h), in -mode's order:
+ * the training jobs with their options read before they run, and the modes
+ * that read their own options when they run. main.c loops over it. */
+#include "jobs.h"
+#include "ppo.h"
+#include "actorcritic.h"
+#include "profile.h"
+#include "search.h"
+
+static PetscErrorCode sft_opts(const TrainJobOptions *job, void *o) { return sft_options(job, (SFTOptions *)o); }
+static PetscErrorCode sft_exec(RunCtx *run, const Backend *be, void *o) { return sft_execute(run, be, (SFTOptions *)o); }
+static PetscErrorCode rm_opts(const TrainJobOptions *job, void *o) { return rm_options(job, (RMOptions *)o); }
+static PetscErrorCode rm_exec(RunCtx *run, const Backend *be, void *o) { return rm_execute(run, be, (RMOptions *)o); }
+static PetscErrorCode ppo_opts(const TrainJobOptions *job, void *o) { return ppo_options(job, (PPOOptions *)o); }
+static PetscErrorCode ppo_exec(RunCtx *run, const Backend *be, void *o) { return ppo_execute(run, be, (PPOOptions *)o, NULL, NULL, NULL); }
+static PetscErrorCode pipe_opts(const TrainJobOptions *job, void *o) { return pipeline_options(job, (PipelineOptions *)o); }
+static PetscErrorCode pipe_exec(RunCtx *run, const Backend *be, void *o) { return pipeline_execute(run, be, (PipelineOptions *)o); }
+static PetscErrorCode score_exec(RunCtx *run, const Backend *be, void *o) { return score_run(run, be); }
+static PetscErrorCode data_exec(RunCtx *run, const Backend *be, void *o) { return data_run(run); }
+static PetscErrorCode plan_exec(RunCtx *run, const Backend *be, void *o)
+{
+  PetscBool help;
+
+  PetscFunctionBegin;
+  PetscCall(PetscOptionsHasHelp(NULL, &help));
+  PetscCall(search_mode_run(run, ppo_cost_deck, help));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+static PetscErrorCode schedule_exec(RunCtx *run, const Backend *be, void *o) { return ac_schedule_run(run); }
+/* plan and profile describe the deck's PPO job by its settings and its
+ * models as the run would read them (ppo_cost_deck) */
+static PetscErrorCode profile_exec(RunCtx *run, const Backend *be, void *o) { return profile_run(run, ppo_cost_deck); }
+
+/* name, device, outdir, size, options, check, execute */
+const JobMode job_modes[] = {
+  {"sft", PETSC_TRUE, PETSC_TRUE, sizeof(SFTOptions), sft_opts, NULL, sft_exec},
+  {"score", PETSC_TRUE, PETSC_FALSE, 0, NULL, NULL, score_exec}, /* score and data write named files, not an output directory */
+  {"data", PETSC_TRUE, PETSC_FALSE, 0, NULL, NULL, data_exec},
+  {"rm", PETSC_TRUE, PETSC_TRUE, sizeof(RMOptions), rm_opts, NULL, rm_exec},
+  {"ppo", PETSC_TRUE, PETSC_TRUE, sizeof(PPOOptions), ppo_opts, NULL, ppo_exec},
+  {"pipeline", PETSC_TRUE, PETSC_TRUE, sizeof(PipelineOptions), pipe_opts, NULL, pipe_exec},
+  {"plan", PETSC_TRUE, PETSC_FALSE, 0, NULL, NULL, plan_exec}, /* a search over estimates; the device only to profile this machine when given no primitives */
+  {"schedule", PETSC_FALSE, PETSC_FALSE, 0, NULL, NULL, schedule_exec}, /* no model, no device */
+  {"profile", PETSC_TRUE, PETSC_FALSE, 0, NULL, NULL, profile_exec},
+};
+const int job_nmodes = (int)(sizeof job_modes / sizeof job_modes[0]);

@@ -1,0 +1,57 @@
+/* job.c: the lifecycle that SFT, RM and PPO share, written once: the
+ * options read once even when -mode pipeline runs three stages (the
+ * checkpoint options -checkpoint_every and -restart, and the execution plan
+ * with its fusion options -fuse_gen_inf, -fuse_train, ...), each stage's own
+ * checkpoint interval, when a
+ * checkpoint is due, and the stage's run record with its plan. */
+#include "train.h"
+
+PetscErrorCode train_job_checkpoint_options(TrainJobOptions *j)
+{
+  PetscFunctionBegin;
+  j->every      = 0;
+  j->restart[0] = '\0';
+  PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Checkpoints", NULL);
+  RfOptInt("-checkpoint_every", "Checkpoint interval of every stage without its own -<stage>_checkpoint_every", 0, &j->every);
+  RfOptString("-restart", "Resume from this checkpoint of the mode's stage (its models with their optimizer state, step or iteration, data position, RNG key); latest: the newest in -output_dir, or a fresh start", j->restart, sizeof j->restart);
+  PetscOptionsEnd();
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode train_job_options(TrainJobOptions *j)
+{
+  int world;
+
+  PetscFunctionBegin;
+  PetscCall(train_job_checkpoint_options(j));
+  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &world));
+  PetscCall(plan_from_options(world, &j->plan));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode train_stage_checkpoint_every(const TrainJobOptions *j, const char *stage, const char *unit, PetscInt *every)
+{
+  char prefix[32], help[160];
+
+  PetscFunctionBegin;
+  PetscCall(PetscSNPrintf(prefix, sizeof prefix, "%s_", stage));
+  PetscCall(PetscSNPrintf(help, sizeof help, "Write <output_dir>/ckpt_<%s>.h5 every N %ss (0: only final.h5; default: -checkpoint_every)", unit, unit));
+  *every = j->every;
+  PetscOptionsBegin(PETSC_COMM_WORLD, prefix, "Checkpoints", NULL);
+  RfOptInt("-checkpoint_every", help, j->every, every);
+  PetscOptionsEnd();
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscBool train_checkpoint_due(PetscInt every, PetscInt n)
+{
+  return (PetscBool)(every > 0 && n % every == 0);
+}
+
+PetscErrorCode train_record_open(const RunCtx *run, const char *mode, const Plan *plan, const PlanNeeds *needs, RunRecord **rec)
+{
+  PetscFunctionBegin;
+  PetscCall(record_open(run, mode, rec));
+  PetscCall(plan_record(*rec, plan, needs));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
