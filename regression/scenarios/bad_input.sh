@@ -2,7 +2,7 @@
 # naming the culprit, exit non-zero, and leave the files of an earlier run in
 # the same output directory untouched (no new files either).
 . regression/lib.sh
-plan 20
+plan 22
 d="$RLFUSE_TMP/bad"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -options_file $deck -output_dir $d/good >$d/good.log 2>&1 || not_ok "reference run"
 ck=$d/good/final.h5
@@ -34,6 +34,8 @@ expect "empty -mode (not the default)" "option -mode: the value is empty" -optio
 expect "empty -precision"           "option -precision: the value is empty" -options_file $deck -precision ''
 expect_error "empty -output_dir"    "option -output_dir: the value is empty" -options_file $deck -output_dir ''
 expect "a batch larger than memory"  "-sft_batch 100000000 needs at least .* per rank .* more than the .* available" -options_file $deck -sft_batch 100000000
+expect "a rollout batch larger than memory" "-rollout_batch 60000000 needs at least .* per rank for its rollout" -options_file $deck -mode pipeline -gen_max_new_tokens 16 -rollout_batch 60000000 -ppo_minibatches 4
+expect "a rollout batch past int positions" "-rollout_batch 2147483644 x .* positions" -options_file $deck -mode pipeline -gen_max_new_tokens 16 -rollout_batch 2147483644 -ppo_minibatches 4
 expect "option of another mode"     "-score_batch"                 -options_file $deck -score_batch 4
 expect "missing checkpoint"         "nope.h5"                      -options_file $deck -restart $d/nope.h5
 expect "truncated checkpoint"       "truncated.h5"                 -options_file $deck -restart $d/truncated.h5

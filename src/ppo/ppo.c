@@ -5,6 +5,7 @@
  * position, the RNG key and the KL coefficient, so a restart continues
  * bit-identically. */
 #include "ppo_impl.h"
+#include <limits.h>
 #include "search.h"
 #include <math.h>
 
@@ -241,6 +242,23 @@ typedef struct {
   GenRequest *req;  /* [B] */
 } PromptSource;
 
+/* A rollout batch too large for memory would fail deep in an allocation
+ * naming neither the option nor the size. Every rank holds the whole
+ * rollout: tokens and at least seven float arrays over [B, T] (log-probs,
+ * reference, values, rewards, advantages, returns, masks), so 32 bytes per
+ * position is a lower bound that never refuses a run that fits; its
+ * positions must also fit the int the arrays are indexed with. */
+static PetscErrorCode ppo_check_memory(const RunCtx *run, const PPOOptions *o, int max_prompt)
+{
+  double T = (double)max_prompt + (double)o->gen.max_new_tokens, pos = (double)o->rollout_batch * T, need = 32.0 * pos, avail = sys_memory_available();
+  char   a[32], b[32];
+
+  PetscFunctionBegin;
+  PetscCheck(pos <= INT_MAX, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-rollout_batch %" PetscInt_FMT " x %.0f positions (the longest prompt plus -gen_max_new_tokens) is %.0f positions, more than the %d a rollout can index", o->rollout_batch, T, pos, INT_MAX);
+  PetscCheck(need <= avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-rollout_batch %" PetscInt_FMT " needs at least %s per rank for its rollout (%" PetscInt_FMT " x %.0f positions), more than the %s this node has available", o->rollout_batch, sys_bytes_str(need, a, sizeof a), o->rollout_batch, T, sys_bytes_str(avail, b, sizeof b));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, PromptSource *ps)
 {
   PetscFunctionBegin;
@@ -253,6 +271,7 @@ static PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, Prom
     for (int i = 0; i < d->N; i++) ps->max_prompt = PetscMax(ps->max_prompt, d->prompt_lengths ? d->prompt_lengths[i] : d->lengths[i]);
     PetscCheck(ps->max_prompt >= 1, PETSC_COMM_WORLD, PETSC_ERR_FILE_UNEXPECTED, "-ppo_prompts %s: every prompt is empty", o->prompts);
   }
+  PetscCall(ppo_check_memory(run, o, ps->max_prompt));
   PetscCall(PetscMalloc2((size_t)o->rollout_batch * ps->room, &ps->buf, o->rollout_batch, &ps->req));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
