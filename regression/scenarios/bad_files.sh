@@ -6,7 +6,7 @@
 # exactly one "rlfuse: error:" line naming the culprit, a non-zero exit, and
 # leave an earlier run's files byte-identical.
 . regression/lib.sh
-plan 34
+plan 35
 d="$RLFUSE_TMP/badfiles"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -options_file $deck -output_dir $d/good -sft_steps 2 >$d/good.log 2>&1 || not_ok "reference run"
 rlfuse -mode data -data_output $d/data.h5 -data_count 4 -task_len_min 4 -task_len_max 4 >/dev/null 2>&1 || not_ok "make data"
@@ -53,6 +53,13 @@ expect "NaN real option"                "-policy_lr: 'nan' is not a finite numbe
 expect "n_embd whose 4x overflows int"  "-policy_n_embd 2147483646 is too large" -options_file $deck -policy_n_embd 2147483646 -policy_n_head 2 -dry_run
 expect "plan size past size_t"         "-plan_bucket_mb 1e+300 is out of range (expected a positive number up to 1.09951e+12)" -options_file $deck -plan_bucket_mb 1e300
 expect "infinite plan size"             "-plan_bucket_mb: 'inf' is not a finite number" -options_file $deck -plan_bucket_mb inf
+# the PPO restart of the issue: /reference says 1 layer, its tensors hold 2
+# (before, the reference was cut to 1 layer and written so to final.h5)
+ppo="-mode ppo -seed 7 -rollout_batch 8 -ppo_minibatches 2 -gen_max_new_tokens 8 -ppo_eval_prompts 8"
+rlfuse -mode rm -seed 7 -rm_sft_checkpoint $ck -rm_pairs 16 -rm_eval_pairs 8 -rm_steps 1 -rm_batch 8 -gen_max_new_tokens 8 -output_dir $d/rm >$d/rm.log 2>&1 || not_ok "RM fixture"
+rlfuse $ppo -actor_checkpoint $ck -reward_checkpoint $d/rm/final.h5 -ppo_iterations 1 -output_dir $d/ppo >$d/ppo.log 2>&1 || not_ok "PPO fixture"
+SRC=$d/ppo/final.h5 mk ref_cut "f['reference'].attrs['n_layer'] = np.int32(1)"
+keep=$d/ppo expect_error "PPO restart: /reference attributes n_layer 1, tensors of 2 layers" "ref_cut.h5: /reference/params/transformer.h.1.* is not a tensor of the architecture its attributes give (n_layer 1" $ppo -ppo_iterations 2 -restart $d/ref_cut.h5 -output_dir $d/ppo
 long=$d/$(printf 'x%.0s' $(seq 4100))
 keep= expect_error "output_dir longer than a path" "-output_dir: value of 4[0-9]* characters is longer than the 4095 allowed" -options_file $deck -output_dir $long
 expect "score output = score input"     "-score_output $d/data.h5 is also an input" -mode score -score_checkpoint $ck -score_input $d/data.h5 -score_output $d/data.h5
