@@ -1,6 +1,6 @@
-/* dist_fixture.h: what the MPI model tests (test_dist, test_sched) share: the
- * ok/not ok report agreed over all ranks (printed by rank 0), a relative
- * error, a random batch with masks, and the gather of a shard buffer into the
+/* dist_fixture.h: what the MPI model tests (test_dist, test_sched) share
+ * beside test_report.h (results agreed over all ranks, printed by rank 0):
+ * their world rank and size, a relative error, a random batch with masks, and the gather of a shard buffer into the
  * full layout. Included by one test program each. */
 #ifndef RLFUSE_DIST_FIXTURE_H
 #define RLFUSE_DIST_FIXTURE_H
@@ -10,7 +10,9 @@
 #include "model.h"
 #include "sys.h"
 
-#include "mpi_report.h"
+#include "test_report.h"
+
+static int world_rank, world_size; /* set in main */
 
 /* max |a-b| / (max |b| + tiny) over n */
 static double rel_err(const float *a, const float *b, size_t n)

@@ -23,7 +23,9 @@
 #include "exec.h"
 #include "io.h"
 #include "internal/ckpt_shard.h"
-#include "mpi_report.h"
+#include "test_report.h"
+
+static int world_rank, world_size;
 
 static const char help[] = "Checkpoints by shard regression tests.\n";
 
@@ -137,7 +139,7 @@ static PetscErrorCode hop(const GPTConfig *cfg, const Layout *L, const char *src
   PetscCall(dmodel_load(&dm, src, "actor", PETSC_TRUE, PETSC_FALSE, 0));
   PetscCall(shard_same(&dm, p0, m0, v0, &ok));
   PetscCall(PetscSNPrintf(det, sizeof det, "loaded onto %s: every member's shard (parameters, moments, step) is its piece of the original", L->name));
-  report(det, ok, "");
+  test_report(ok, det, NULL);
   PetscCall(dmodel_ckpt_model(&dm, "actor", PETSC_TRUE, &cm[0], &w[0]));
   if (frozen) {
     PetscCall(dmodel_create("reference", cfg, backend_cpu(), &plan, MFC_ACTOR_TRAIN, PETSC_FALSE, &ref));
@@ -198,8 +200,7 @@ static PetscErrorCode test_failure(const GPTConfig *cfg, const char *dir, const 
   if (ierr) PetscCall(PetscErrorMessage(ierr, NULL, &msg));
   after = file_bytes(path, &s1);
   PetscCall(PetscSNPrintf(det, sizeof det, "%s; %ld -> %ld bytes, %d temporaries", msg ? msg : "no error", before, after, count_tmp(dir)));
-  report("a write failing on rank 3 only fails on every rank with its message, keeps the previous file byte for byte, leaves no temporary",
-         ierr && msg && strstr(msg, "no optimizer state") && strstr(msg, path) && before > 0 && before == after && s0 == s1 && count_tmp(dir) == 0 ? PETSC_TRUE : PETSC_FALSE, world_rank == 0 ? det : "");
+  test_measure(ierr && msg && strstr(msg, "no optimizer state") && strstr(msg, path) && before > 0 && before == after && s0 == s1 && count_tmp(dir) == 0 ? PETSC_TRUE : PETSC_FALSE, "a write failing on rank 3 only fails on every rank with its message, keeps the previous file byte for byte, leaves no temporary", "%s", world_rank == 0 ? det : "");
   PetscCall(gpt_destroy(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -213,8 +214,7 @@ int main(int argc, char **argv)
     {"ranks 3,1,2,0 pp2 x dp2, ZeRO-1, 5-float buffer, independent I/O", 4, {3, 1, 2, 0}, 2, 2, 1, PETSC_TRUE, 5, 0},
     {"ranks 1,2 dp2 (0, 3 off the mesh), offloaded /reference, 7-float buffer, independent I/O", 2, {1, 2}, 1, 2, 1, PETSC_FALSE, 7, 0},
   };
-  const char *dir = getenv("RLFUSE_TMP");
-  char        path[5][PETSC_MAX_PATH_LEN], det[160];
+  char        dir[PETSC_MAX_PATH_LEN], path[5][PETSC_MAX_PATH_LEN], det[160];
   float      *p0, *m0, *v0;
   int         step0;
   size_t      n;
@@ -225,36 +225,31 @@ int main(int argc, char **argv)
   PetscCall(comm_setup());
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  test_collective(MPI_COMM_WORLD);
   PetscCheck(world_size == 4, PETSC_COMM_WORLD, PETSC_ERR_ARG_SIZ, "test_ckpt needs 4 ranks (mpiexec -n 4), not %d", world_size);
-  if (!dir || !dir[0]) dir = "/tmp";
-  for (int k = 0; k < 5; k++) {
-    if (world_rank == 0) PetscCall(PetscSNPrintf(path[k], sizeof path[k], "%s/test_ckpt.%d.%d.h5", dir, (int)getpid(), k));
-    PetscCallMPI(MPI_Bcast(path[k], sizeof path[k], MPI_CHAR, 0, MPI_COMM_WORLD));
-  }
+  PetscCall(test_tmpdir(dir, sizeof dir, "test_ckpt"));
+  for (int k = 0; k < 5; k++) PetscCall(PetscSNPrintf(path[k], sizeof path[k], "%s/%d.h5", dir, k));
   PetscCall(gpt_tensor_table(&cfg, &t, &nt, &n));
   PetscCall(PetscFree(t));
   PetscCall(write_original(&cfg, path[0]));
   PetscCall(read_whole(&cfg, path[0], "actor", PETSC_TRUE, &p0, &m0, &v0, &step0));
-  report("the original, written whole by rank 0, reads back on every rank", step0 == 7 ? PETSC_TRUE : PETSC_FALSE, "");
+  test_report(step0 == 7 ? PETSC_TRUE : PETSC_FALSE, "the original, written whole by rank 0, reads back on every rank", NULL);
   for (int k = 0; k < 4; k++) {
     PetscBool ok, frozen = k == 3 ? PETSC_TRUE : PETSC_FALSE;
 
     PetscCall(hop(&cfg, &hops[k], path[k], path[k + 1], frozen, p0, m0, v0));
     PetscCall(same_as(&cfg, path[k + 1], "actor", PETSC_TRUE, p0, m0, v0, step0, n, &ok));
     PetscCall(PetscSNPrintf(det, sizeof det, "loaded and written by %s", hops[k].name));
-    report(det, ok, ok ? "" : "parameters, moments or step differ from the original");
+    test_report(ok, det, "parameters, moments or step differ from the original");
     if (frozen) {
       PetscCall(same_as(&cfg, path[k + 1], "reference", PETSC_FALSE, p0, m0, v0, step0, n, &ok));
-      report("an offloaded model (no shard on the device, parameters in host memory) is written from host memory, bit-identical", ok, "");
+      test_report(ok, "an offloaded model (no shard on the device, parameters in host memory) is written from host memory, bit-identical", NULL);
     }
   }
   PetscCall(test_failure(&cfg, dir, path[1]));
   PetscCall(PetscFree3(p0, m0, v0));
-  if (world_rank == 0)
-    for (int k = 0; k < 5; k++) (void)remove(path[k]);
-  report_tally();
   PetscCall(realloc_cache_destroy());
   PetscCall(comm_teardown());
   PetscCall(PetscFinalize());
-  return nfail ? 1 : 0;
+  return test_tally();
 }

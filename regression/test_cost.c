@@ -11,7 +11,9 @@
 #include "jobs.h"
 #include "realloc.h"
 #include "actorcritic.h"
-#include "mpi_report.h"
+#include "test_report.h"
+
+static int world_rank, world_size;
 
 #include <hdf5.h>
 #include <math.h>
@@ -20,18 +22,6 @@
 #include <unistd.h>
 
 static const char help[] = "Cost model and simulator tests.\n";
-
-static PetscBool close_to(double a, double b, double rel) { return fabs(a - b) <= rel * fabs(b) + 1e-300 ? PETSC_TRUE : PETSC_FALSE; }
-
-/* report() with the detail shown only on failure. */
-static void check(const char *name, PetscBool ok, const char *detail) { report(name, ok, ok ? "" : detail); }
-
-static void check_num(const char *name, double got, double want, double rel)
-{
-  char d[256];
-  snprintf(d, sizeof d, "got %.9g, want %.9g", got, want);
-  report(name, close_to(got, want, rel), close_to(got, want, rel) ? "" : d);
-}
 
 /* ---- mock primitives: a block costs `rows` seconds forward (2x backward),
  * the other parts nothing; a point-to-point message bytes * 1e-9 s, the
@@ -109,36 +99,36 @@ static PetscErrorCode check_formulas(void)
    * (16 tokens), plus q.k and p.v: 4*128 per pair, 2 rows * 36 pairs */
   {
     CostShape b = {1, 128, 4, 4, 512, 64, 64, PETSC_FALSE, PETSC_FALSE};
-    check_num("FLOPs of a GPT-2 block forward (by hand)", cost_flops(&b, COST_PART_BLOCK, COST_FWD, 2, 8), 2.0 * 196608 * 16 + 4.0 * 128 * 2 * 36, 1e-12);
-    check_num("backward FLOPs are twice the forward", cost_flops(&b, COST_PART_BLOCK, COST_BWD, 2, 8), 2 * cost_flops(&b, COST_PART_BLOCK, COST_FWD, 2, 8), 1e-12);
-    check_num("FLOPs of one decode step (context 10, by hand)", cost_flops(&b, COST_PART_BLOCK, COST_DECODE, 3, 10), 2.0 * 196608 * 3 + 4.0 * 128 * 3 * 10, 1e-12);
+    test_report_close("FLOPs of a GPT-2 block forward (by hand)", cost_flops(&b, COST_PART_BLOCK, COST_FWD, 2, 8), 2.0 * 196608 * 16 + 4.0 * 128 * 2 * 36, 1e-12);
+    test_report_close("backward FLOPs are twice the forward", cost_flops(&b, COST_PART_BLOCK, COST_BWD, 2, 8), 2 * cost_flops(&b, COST_PART_BLOCK, COST_FWD, 2, 8), 1e-12);
+    test_report_close("FLOPs of one decode step (context 10, by hand)", cost_flops(&b, COST_PART_BLOCK, COST_DECODE, 3, 10), 2.0 * 196608 * 3 + 4.0 * 128 * 3 * 10, 1e-12);
   }
   PetscCall(cost_shape_named("-cost_actor_shape", "llama2-7b", PETSC_FALSE, &s7));
-  check_num("LLaMA-2 7B parameters (6,738,415,616 published)", cost_shape_params(&s7), 6738415616.0, 1e-12);
-  check_num("tiny GPT-2 parameters (1080 by hand)", cost_shape_params(&g), 1080, 1e-12);
+  test_report_close("LLaMA-2 7B parameters (6,738,415,616 published)", cost_shape_params(&s7), 6738415616.0, 1e-12);
+  test_report_close("tiny GPT-2 parameters (1080 by hand)", cost_shape_params(&g), 1080, 1e-12);
   PetscCall(gpt_tensor_table_shard(&cfg, NULL, &tab, &nt, &np));
   PetscCall(PetscFree(tab));
-  check_num("GPT-2 parameters equal the model's own table", cost_shape_params(&g), (double)np, 1e-12);
+  test_report_close("GPT-2 parameters equal the model's own table", cost_shape_params(&g), (double)np, 1e-12);
   cfg.head = GPT_HEAD_SCALAR;
   PetscCall(gpt_tensor_table_shard(&cfg, NULL, &tab, &nt, &np));
   PetscCall(PetscFree(tab));
-  check_num("GPT-2 scalar-head parameters equal the model's own table", cost_shape_params(&cs), (double)np, 1e-12);
+  test_report_close("GPT-2 scalar-head parameters equal the model's own table", cost_shape_params(&cs), (double)np, 1e-12);
   {
     PetscErrorCode ierr;
     CostShape      x;
     PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
     ierr = cost_shape_named("-cost_actor_shape", "llama9-1b", PETSC_FALSE, &x);
     PetscCall(PetscPopErrorHandler());
-    check("an unknown shape name is refused", ierr ? PETSC_TRUE : PETSC_FALSE, "accepted llama9-1b");
+    test_report(ierr ? PETSC_TRUE : PETSC_FALSE, "an unknown shape name is refused", "accepted llama9-1b");
   }
 
   PetscCall(cost_prims_hardware("input/hardware/h100_sxm.deck", &hw));
   /* 1 GB over 8 ranks in a node: 2*7 latencies of 3 us and 2*7/8 GB at
    * 0.8 * 450 GB/s */
-  check_num("ring all-reduce, 8 ranks, 1 GB, NVLink (by hand)", hw.coll(hw.ctx, COST_ALLREDUCE, 8, PETSC_FALSE, 1e9), 14 * 3e-6 + 1.75e9 / 360e9, 1e-12);
-  check_num("ring all-reduce, 16 ranks across nodes (by hand)", hw.coll(hw.ctx, COST_ALLREDUCE, 16, PETSC_TRUE, 1e9), 30 * 8e-6 + 30.0 / 16 * 1e9 / 42.5e9, 1e-12);
-  check_num("one rank's all-reduce costs nothing", hw.coll(hw.ctx, COST_ALLREDUCE, 1, PETSC_TRUE, 1e9), 0, 0);
-  check_num("AdamW step of 1e9 parameters: 28 bytes each at 0.8 * 3.35 TB/s", hw.optimizer(hw.ctx, 1e9), 28e9 / (0.8 * 3.35e12), 1e-12);
+  test_report_close("ring all-reduce, 8 ranks, 1 GB, NVLink (by hand)", hw.coll(hw.ctx, COST_ALLREDUCE, 8, PETSC_FALSE, 1e9), 14 * 3e-6 + 1.75e9 / 360e9, 1e-12);
+  test_report_close("ring all-reduce, 16 ranks across nodes (by hand)", hw.coll(hw.ctx, COST_ALLREDUCE, 16, PETSC_TRUE, 1e9), 30 * 8e-6 + 30.0 / 16 * 1e9 / 42.5e9, 1e-12);
+  test_report_close("one rank's all-reduce costs nothing", hw.coll(hw.ctx, COST_ALLREDUCE, 1, PETSC_TRUE, 1e9), 0, 0);
+  test_report_close("AdamW step of 1e9 parameters: 28 bytes each at 0.8 * 3.35 TB/s", hw.optimizer(hw.ctx, 1e9), 28e9 / (0.8 * 3.35e12), 1e-12);
   {
     /* units: a LLaMA-2 7B forward over one 2048-token row on one H100 is
      * compute bound: about 2 * 6.5e9 * 2048 FLOPs at half of 989 TFLOP/s,
@@ -147,11 +137,11 @@ static PetscErrorCode check_formulas(void)
     t += hw.compute(hw.ctx, &s7, COST_PART_EMBED, COST_FWD, 1, 1, 2048);
     t += s7.n_layer * hw.compute(hw.ctx, &s7, COST_PART_BLOCK, COST_FWD, 1, 1, 2048);
     t += hw.compute(hw.ctx, &s7, COST_PART_HEAD, COST_FWD, 1, 1, 2048);
-    check("units: a 7B forward of 2048 tokens takes 0.03-0.1 s", t > 0.03 && t < 0.1 ? PETSC_TRUE : PETSC_FALSE, "out of range");
+    test_report(t > 0.03 && t < 0.1 ? PETSC_TRUE : PETSC_FALSE, "units: a 7B forward of 2048 tokens takes 0.03-0.1 s", "out of range");
     /* a decode step of one row is memory bound: the weights, 13.5 GB, at
      * 0.8 * 3.35 TB/s, about 5 ms, plus launches */
     t = s7.n_layer * hw.compute(hw.ctx, &s7, COST_PART_BLOCK, COST_DECODE, 1, 1, 100);
-    check("a 7B decode step of one row is bound by the weights' bytes", t > 6.4e9 * 2 / 2.68e12 && t < 6.4e9 * 2 / 2.68e12 + 32 * 25e-6 + 1e-3 ? PETSC_TRUE : PETSC_FALSE, "not memory bound");
+    test_report(t > 6.4e9 * 2 / 2.68e12 && t < 6.4e9 * 2 / 2.68e12 + 32 * 25e-6 + 1e-3 ? PETSC_TRUE : PETSC_FALSE, "a 7B decode step of one row is bound by the weights' bytes", "not memory bound");
   }
   PetscCall(cost_prims_destroy(&hw));
   {
@@ -160,7 +150,7 @@ static PetscErrorCode check_formulas(void)
     PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
     ierr = cost_prims_hardware("input/hardware/no_such.deck", &x);
     PetscCall(PetscPopErrorHandler());
-    check("a missing hardware description is refused", ierr ? PETSC_TRUE : PETSC_FALSE, "accepted");
+    test_report(ierr ? PETSC_TRUE : PETSC_FALSE, "a missing hardware description is refused", "accepted");
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -180,20 +170,20 @@ static PetscErrorCode check_simulator(void)
    * and reward inference 4 s each, training forward 4 + backward 8 */
   base_plan(&plan, 1);
   PetscCall(cost_estimate(&p, &w, &plan, &e));
-  check_num("one rank: calls on one mesh add (4+4+4+12 s)", e.iter_s, 24, 1e-12);
-  check_num("one rank: generation 4 s", e.call_s[MFC_ACTOR_GEN], 4, 1e-12);
-  check_num("one rank: actor_train 12 s", e.call_s[MFC_ACTOR_TRAIN], 12, 1e-12);
-  check("one rank: no weight sync", e.realloc_s == 0 ? PETSC_TRUE : PETSC_FALSE, "");
+  test_report_close("one rank: calls on one mesh add (4+4+4+12 s)", e.iter_s, 24, 1e-12);
+  test_report_close("one rank: generation 4 s", e.call_s[MFC_ACTOR_GEN], 4, 1e-12);
+  test_report_close("one rank: actor_train 12 s", e.call_s[MFC_ACTOR_TRAIN], 12, 1e-12);
+  test_report(e.realloc_s == 0 ? PETSC_TRUE : PETSC_FALSE, "one rank: no weight sync", NULL);
   /* two ranks: the reference on rank 0, the reward model on rank 1 (4 rows
    * each, concurrently), the rest on both as dp 2 (2 rows per rank) */
   base_plan(&plan, 2);
   set_call(&plan, MFC_REF_INF, 0, 1);
   set_call(&plan, MFC_REW_INF, 1, 2);
   PetscCall(cost_estimate(&p, &w, &plan, &e));
-  check_num("disjoint meshes overlap (2 + max(4,4) + 6 s)", e.iter_s, 12, 1e-12);
+  test_report_close("disjoint meshes overlap (2 + max(4,4) + 6 s)", e.iter_s, 12, 1e-12);
   set_call(&plan, MFC_REW_INF, 0, 1);
   PetscCall(cost_estimate(&p, &w, &plan, &e));
-  check_num("the same calls on one rank add (2 + 4 + 4 + 6 s)", e.iter_s, 16, 1e-12);
+  test_report_close("the same calls on one rank add (2 + 4 + 4 + 6 s)", e.iter_s, 16, 1e-12);
   /* training on rank 0, generation and inference on rank 1: the actor's
    * 1080 fp32 parameters (4320 bytes, 4.32 us) move every iteration, and
    * the next generation waits for the training */
@@ -203,8 +193,8 @@ static PetscErrorCode check_simulator(void)
   set_call(&plan, MFC_REF_INF, 1, 2);
   set_call(&plan, MFC_REW_INF, 1, 2);
   PetscCall(cost_estimate(&p, &w, &plan, &e));
-  check_num("a reallocation between: 4320 bytes at 1 ns each", e.realloc_s, 4320e-9, 1e-9);
-  check_num("a reallocation between: sync + 4+4+4+12 s per iteration", e.iter_s, 24 + 4320e-9, 1e-12);
+  test_report_close("a reallocation between: 4320 bytes at 1 ns each", e.realloc_s, 4320e-9, 1e-9);
+  test_report_close("a reallocation between: sync + 4+4+4+12 s per iteration", e.iter_s, 24 + 4320e-9, 1e-12);
 
   /* generation under continuous batching: lengths 1..4, all at once: the
    * prefill of 4 rows, then 3, 2 and 1 rows decoding (10 s) */
@@ -213,30 +203,30 @@ static PetscErrorCode check_simulator(void)
     tiny_work(&w, len, 4);
     base_plan(&plan, 1);
     PetscCall(cost_estimate(&p, &w, &plan, &e));
-    check_num("generation shrinks the batch as samples finish (4+3+2+1 s)", e.call_s[MFC_ACTOR_GEN], 10, 1e-12);
+    test_report_close("generation shrinks the batch as samples finish (4+3+2+1 s)", e.call_s[MFC_ACTOR_GEN], 10, 1e-12);
     /* two slots: prefill rows 0,1 (2); row 0 done, prefill row 2 (1);
      * decode {1,2} (2); row 1 done, prefill row 3 (1); decode {2,3} (2);
      * decode {3} twice (2): 10 s */
     w.gen_slots = 2;
     PetscCall(cost_estimate(&p, &w, &plan, &e));
-    check_num("two slots: a finished sample's slot takes the next prompt (10 s)", e.call_s[MFC_ACTOR_GEN], 10, 1e-12);
+    test_report_close("two slots: a finished sample's slot takes the next prompt (10 s)", e.call_s[MFC_ACTOR_GEN], 10, 1e-12);
     /* inference pads each micro-batch to its longest: 2 micro-batches of
      * 2 rows (lengths {1,2}, {3,4}) cost 2 + 2 = 4 s on the mock */
     w.gen_slots = 0;
     plan.call[MFC_REF_INF].mbs = 2;
     PetscCall(cost_estimate(&p, &w, &plan, &e));
-    check_num("inference: micro-batches of 2 rows (2 + 2 s)", e.call_s[MFC_REF_INF], 4, 1e-12);
+    test_report_close("inference: micro-batches of 2 rows (2 + 2 s)", e.call_s[MFC_REF_INF], 4, 1e-12);
     /* mbs 0: the mode's own size, batch / minibatches / micro = 4 / 2 / 1
      * rows: inference in 2 micro-batches, training 2 mini-batches of one
      * micro-batch each (2 + 4 s each) */
     w.minibatches = 2;
     plan.call[MFC_REF_INF].mbs = plan.call[MFC_ACTOR_TRAIN].mbs = 0;
     PetscCall(cost_estimate(&p, &w, &plan, &e));
-    check_num("mbs 0: inference in the mode's micro-batches (2 + 2 s)", e.call_s[MFC_REF_INF], 4, 1e-12);
-    check_num("mbs 0: training, 2 mini-batches of 2 rows (2 x 6 s)", e.call_s[MFC_ACTOR_TRAIN], 12, 1e-12);
+    test_report_close("mbs 0: inference in the mode's micro-batches (2 + 2 s)", e.call_s[MFC_REF_INF], 4, 1e-12);
+    test_report_close("mbs 0: training, 2 mini-batches of 2 rows (2 x 6 s)", e.call_s[MFC_ACTOR_TRAIN], 12, 1e-12);
     w.micro = 2;
     PetscCall(cost_estimate(&p, &w, &plan, &e));
-    check_num("mbs 0, -ppo_microbatches 2: 4 micro-batches of one row (4 x 1 s)", e.call_s[MFC_REF_INF], 4, 1e-12);
+    test_report_close("mbs 0, -ppo_microbatches 2: 4 micro-batches of one row (4 x 1 s)", e.call_s[MFC_REF_INF], 4, 1e-12);
     w.minibatches = 1, w.micro = 0;
     plan.call[MFC_REF_INF].mbs = 2, plan.call[MFC_ACTOR_TRAIN].mbs = 1;
     /* pipelined over 2 stages: 2 micro-batches of a stage with one layer
@@ -253,8 +243,8 @@ static PetscErrorCode check_simulator(void)
       /* plus the activations stage 0 sends on (rows x len x width x 4
        * bytes at 1 ns each: 2x6x8x4 and 2x8x8x4), the larger once more
        * in the drain */
-      check_num("pipelined inference: per-stage 2 s x (2 micro-batches + 2 stages - 1)", e.call_s[MFC_REF_INF], 6 + (384 + 512 + 512) * 1e-9, 1e-12);
-      check_num("unpipelined reference of the same: 8 s", one, 8, 1e-12);
+      test_report_close("pipelined inference: per-stage 2 s x (2 micro-batches + 2 stages - 1)", e.call_s[MFC_REF_INF], 6 + (384 + 512 + 512) * 1e-9, 1e-12);
+      test_report_close("unpipelined reference of the same: 8 s", one, 8, 1e-12);
     }
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -281,13 +271,13 @@ static PetscErrorCode check_prompts(void)
   PetscCall(cost_estimate(&p, &w, &plan, &e));
   /* rows {0,1} padded to 7, rows {2,3} to 3 (one prompt length of 4 for
    * all would give 9 and 6: 30 s) */
-  check_num("prompts: inference pads to the longest prompt + response (2x7 + 2x3 s)", e.call_s[MFC_REF_INF], 20, 1e-12);
+  test_report_close("prompts: inference pads to the longest prompt + response (2x7 + 2x3 s)", e.call_s[MFC_REF_INF], 20, 1e-12);
   /* one micro-batch of the 4 rows, padded to 7: forward 28, backward 56 */
-  check_num("prompts: training pads to the longest sequence (4x7 + 2x4x7 s)", e.call_s[MFC_ACTOR_TRAIN], 84, 1e-12);
+  test_report_close("prompts: training pads to the longest sequence (4x7 + 2x4x7 s)", e.call_s[MFC_ACTOR_TRAIN], 84, 1e-12);
   /* the prefill packs the 4 prompts (10 tokens: 4 rows of 2.5); row 1
    * ends there; one step of rows 0, 2, 3 at contexts 3, 2, 2 (7); row 0
    * alone at 4, 5, 6 (15) */
-  check_num("prompts: generation's prefill and contexts follow each prompt (10 + 7 + 15 s)", e.call_s[MFC_ACTOR_GEN], 32, 1e-12);
+  test_report_close("prompts: generation's prefill and contexts follow each prompt (10 + 7 + 15 s)", e.call_s[MFC_ACTOR_GEN], 32, 1e-12);
   /* sequences of 2, 2, 2 and 6 tokens trained as dp 2 (2 rows a replica,
    * one micro-batch): a replica's expected longest is 4 (the 6 is among
    * 2 rows of 4 with probability 1/2), but both wait for the one holding
@@ -298,7 +288,7 @@ static PetscErrorCode check_prompts(void)
     w.plen = p4;
     base_plan(&plan, 2);
     PetscCall(cost_estimate(&p, &w, &plan, &e));
-    check_num("prompts: dp replicas wait for the one with the longest sequence (2x6 + 2x2x6 s)", e.call_s[MFC_ACTOR_TRAIN], 36, 1e-12);
+    test_report_close("prompts: dp replicas wait for the one with the longest sequence (2x6 + 2x2x6 s)", e.call_s[MFC_ACTOR_TRAIN], 36, 1e-12);
   }
   per_token = PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -325,19 +315,19 @@ static PetscErrorCode check_fusion(void)
   set_call(&plan, MFC_REW_INF, 1, 2);
   p2p_ns = 0;
   PetscCall(cost_estimate(&p, &w, &plan, &e));
-  check_num("unfused: generation, then both inferences (10 + 4 + 4 + 6 s)", e.iter_s, 24, 1e-12);
+  test_report_close("unfused: generation, then both inferences (10 + 4 + 4 + 6 s)", e.iter_s, 24, 1e-12);
   /* streamed with a budget of one sample: each arrival runs its reference
    * and reward (1 + 1 s) as it comes: 4-6, 7-9, 9-11, 11-13 */
   plan.fuse        = FUSE_STREAM;
   plan.fuse_tokens = 1;
   PetscCall(cost_estimate(&p, &w, &plan, &f));
-  check_num("streamed: inference follows the samples as they finish (13 + 6 s)", f.iter_s, 19, 1e-12);
-  check_num("streamed: the fused node takes 13 s", f.genfuse_s, 13, 1e-12);
+  test_report_close("streamed: inference follows the samples as they finish (13 + 6 s)", f.iter_s, 19, 1e-12);
+  test_report_close("streamed: the fused node takes 13 s", f.genfuse_s, 13, 1e-12);
   /* a budget of 11 tokens (prompt 4 + response): samples {1,2} (11 tokens,
    * at 7 s: 2 + 2 s padded to the longer), then {3,4} at 10 s: 2 + 2 */
   plan.fuse_tokens = 11;
   PetscCall(cost_estimate(&p, &w, &plan, &f));
-  check_num("streamed: micro-batches cut by the token budget (7+4, 11+4 s)", f.genfuse_s, 15, 1e-12);
+  test_report_close("streamed: micro-batches cut by the token budget (7+4, 11+4 s)", f.genfuse_s, 15, 1e-12);
 
   /* -fuse_train: actor and critic, 2 stages of one layer each on ranks 0
    * and 1, 2 micro-batches of 2 rows: a stage's forward 2 s, backward 4;
@@ -350,14 +340,14 @@ static PetscErrorCode check_fusion(void)
     base_plan(&plan, 2);
     for (int c = MFC_ACTOR_TRAIN; c <= MFC_CRITIC_TRAIN; c++) plan.call[c].dp = 1, plan.call[c].pp = 2, plan.call[c].mbs = 2;
     PetscCall(cost_estimate(&p, &w, &plan, &e));
-    check_num("apart: actor_train 18 s", e.call_s[MFC_ACTOR_TRAIN], 18, 1e-12);
-    check_num("apart: critic_train 18 s", e.call_s[MFC_CRITIC_TRAIN], 18, 1e-12);
+    test_report_close("apart: actor_train 18 s", e.call_s[MFC_ACTOR_TRAIN], 18, 1e-12);
+    test_report_close("apart: critic_train 18 s", e.call_s[MFC_CRITIC_TRAIN], 18, 1e-12);
     plan.fuse_train = PETSC_TRUE;
     plan.call[MFC_CRITIC_TRAIN].ranks[0] = 1, plan.call[MFC_CRITIC_TRAIN].ranks[1] = 0; /* opposite direction */
     PetscCall(cost_estimate(&p, &w, &plan, &f));
-    check_num("fused: the fused schedule's makespan (its lower bound)", f.call_s[MFC_ACTOR_TRAIN], ac_lower_bound(&in), 1e-12);
-    check("fused: faster than the two apart", f.call_s[MFC_ACTOR_TRAIN] < 36 ? PETSC_TRUE : PETSC_FALSE, "not faster");
-    check_num("fused: the iteration saves what training saves", e.iter_s - f.iter_s, 36 - f.call_s[MFC_ACTOR_TRAIN], 1e-12);
+    test_report_close("fused: the fused schedule's makespan (its lower bound)", f.call_s[MFC_ACTOR_TRAIN], ac_lower_bound(&in), 1e-12);
+    test_report(f.call_s[MFC_ACTOR_TRAIN] < 36 ? PETSC_TRUE : PETSC_FALSE, "fused: faster than the two apart", "not faster");
+    test_report_close("fused: the iteration saves what training saves", e.iter_s - f.iter_s, 36 - f.call_s[MFC_ACTOR_TRAIN], 1e-12);
   }
 
   /* offload: on one rank the reference (1080 fp32 parameters) and the
@@ -368,9 +358,9 @@ static PetscErrorCode check_fusion(void)
   PetscCall(cost_estimate(&p, &w, &plan, &e));
   plan.offload = PETSC_TRUE;
   PetscCall(cost_estimate(&p, &w, &plan, &f));
-  check_num("offload: the frozen models move both ways (2 x 8672 bytes at 1 GB/s)", f.offload_s, 2 * 8672e-9, 1e-12);
-  check_num("offload: the iteration pays for it", f.iter_s - e.iter_s, 2 * 8672e-9, 1e-6);
-  check_num("offload: the frozen weights leave the training call's peak", e.mem_call[MFC_ACTOR_TRAIN] - f.mem_call[MFC_ACTOR_TRAIN], 8672, 1e-12);
+  test_report_close("offload: the frozen models move both ways (2 x 8672 bytes at 1 GB/s)", f.offload_s, 2 * 8672e-9, 1e-12);
+  test_report_close("offload: the iteration pays for it", f.iter_s - e.iter_s, 2 * 8672e-9, 1e-6);
+  test_report_close("offload: the frozen weights leave the training call's peak", e.mem_call[MFC_ACTOR_TRAIN] - f.mem_call[MFC_ACTOR_TRAIN], 8672, 1e-12);
   p2p_ns = 1;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -401,22 +391,22 @@ static PetscErrorCode check_migrate(void)
    * finished row 0 from rank 0 and keeps rows 2 and 3: reference + reward
    * 2 s each from 6: 6-8, 8-10, 10-12. Rank 0: row 1 at 9: 9-11. */
   PetscCall(cost_estimate(&p, &w, &plan, &e));
-  check("migrate: a feasible estimate", e.feasible, e.why);
-  check_num("migrate R_t 0.5: the fused stage ends at 12 s (by hand)", e.genfuse_s, 12, 1e-12);
-  check_num("migrate R_t 0.5: the last sample finishes at 9 s", e.call_s[MFC_ACTOR_GEN], 9, 1e-12);
-  check_num("migrate R_t 0.5: it starts at 6 s", e.migrate_t, 6, 1e-12);
-  check("migrate R_t 0.5: one sample onto one replica", e.migrate_samples == 1 && e.migrate_replicas == 1 ? PETSC_TRUE : PETSC_FALSE, "not 1 onto 1");
+  test_report(e.feasible, "migrate: a feasible estimate", "%s", e.why);
+  test_report_close("migrate R_t 0.5: the fused stage ends at 12 s (by hand)", e.genfuse_s, 12, 1e-12);
+  test_report_close("migrate R_t 0.5: the last sample finishes at 9 s", e.call_s[MFC_ACTOR_GEN], 9, 1e-12);
+  test_report_close("migrate R_t 0.5: it starts at 6 s", e.migrate_t, 6, 1e-12);
+  test_report(e.migrate_samples == 1 && e.migrate_replicas == 1 ? PETSC_TRUE : PETSC_FALSE, "migrate R_t 0.5: one sample onto one replica", "not 1 onto 1");
   /* row 3's state: L = 3 tokens so far, 4 + 3L words, and the keys and
    * values of positions 0 .. P+L-2 (6) of every layer */
   {
     double words = 4 + 3 * 3, kv = 2.0 * w.actor.n_layer * w.actor.n_embd * w.actor.n_kv_head / w.actor.n_head * p.bytes_per_param * (4 + 3 - 1);
-    check_num("migrate: bytes = the state and its KV cache (436)", e.migrate_bytes, 4 * words + kv, 1e-12);
+    test_report_close("migrate: bytes = the state and its KV cache (436)", e.migrate_bytes, 4 * words + kv, 1e-12);
     /* the KV-cache formula with grouped-query attention, two layers and
      * 2-byte values: 2 x 2 layers x 8 x (1/2 heads) x 2 bytes a position */
     w.actor.n_layer = 2, w.actor.n_kv_head = 1, p.bytes_per_param = 2, p2p_ns = 1;
     PetscCall(cost_estimate(&p, &w, &plan, &z));
-    check_num("migrate: bytes with GQA and 2-byte values (52 + 6 x 32)", z.migrate_bytes, 4 * words + 6 * 32, 1e-12);
-    check_num("migrate: its time is one point-to-point message of them", z.migrate_s, (4 * words + 6 * 32) * 1e-9, 1e-12);
+    test_report_close("migrate: bytes with GQA and 2-byte values (52 + 6 x 32)", z.migrate_bytes, 4 * words + 6 * 32, 1e-12);
+    test_report_close("migrate: its time is one point-to-point message of them", z.migrate_s, (4 * words + 6 * 32) * 1e-9, 1e-12);
     w.actor = tiny(PETSC_FALSE), p.bytes_per_param = 4, p2p_ns = 0;
   }
   /* R_t 0: no count, no migration: replica 0 ends rows 0 and 1 at 4 and
@@ -424,8 +414,8 @@ static PetscErrorCode check_migrate(void)
    * (4 s) from 7 */
   plan.migrate_at = 0;
   PetscCall(cost_estimate(&p, &w, &plan, &z));
-  check_num("migrate R_t 0: co-located streaming, 11 s (by hand)", z.genfuse_s, 11, 1e-12);
-  check("migrate R_t 0: nothing moves", z.migrate_samples == 0 && z.migrate_t < 0 && z.migrate_replicas == 2 ? PETSC_TRUE : PETSC_FALSE, "moved");
+  test_report_close("migrate R_t 0: co-located streaming, 11 s (by hand)", z.genfuse_s, 11, 1e-12);
+  test_report(z.migrate_samples == 0 && z.migrate_t < 0 && z.migrate_replicas == 2 ? PETSC_TRUE : PETSC_FALSE, "migrate R_t 0: nothing moves", "moved");
 
   /* memory-bound decoding (a step 1 s for any rows), 4 slots, a long tail
    * (row 3: 8 tokens, the limit). R_t 0: replica 0 ends at 3, its rank
@@ -447,12 +437,12 @@ static PetscErrorCode check_migrate(void)
   PetscCall(cost_estimate(&p, &w, &plan, &one));
   plan.migrate_at = -1;
   PetscCall(cost_estimate(&p, &w, &plan, &au));
-  check_num("long tail, R_t 0: 13 s (by hand)", z.genfuse_s, 13, 1e-12);
-  check_num("long tail, R_t 0.5: 11 s (by hand)", e.genfuse_s, 11, 1e-12);
-  check_num("long tail, R_t 1: 15 s (by hand)", one.genfuse_s, 15, 1e-12);
-  check("long tail: R_t 0.5 < R_t 0 < R_t 1", e.genfuse_s < z.genfuse_s && z.genfuse_s < one.genfuse_s ? PETSC_TRUE : PETSC_FALSE, "wrong order");
-  check("long tail, R_t 1: everything onto one replica", one.migrate_samples == 2 && one.migrate_replicas == 1 && one.migrate_t == 0 ? PETSC_TRUE : PETSC_FALSE, "not 2 onto 1 at 0");
-  check("long tail, auto: the smallest best candidate (0.05, 11 s)", au.migrate_at == 0.05 && au.genfuse_s == 11 ? PETSC_TRUE : PETSC_FALSE, "not 0.05");
+  test_report_close("long tail, R_t 0: 13 s (by hand)", z.genfuse_s, 13, 1e-12);
+  test_report_close("long tail, R_t 0.5: 11 s (by hand)", e.genfuse_s, 11, 1e-12);
+  test_report_close("long tail, R_t 1: 15 s (by hand)", one.genfuse_s, 15, 1e-12);
+  test_report(e.genfuse_s < z.genfuse_s && z.genfuse_s < one.genfuse_s ? PETSC_TRUE : PETSC_FALSE, "long tail: R_t 0.5 < R_t 0 < R_t 1", "wrong order");
+  test_report(one.migrate_samples == 2 && one.migrate_replicas == 1 && one.migrate_t == 0 ? PETSC_TRUE : PETSC_FALSE, "long tail, R_t 1: everything onto one replica", "not 2 onto 1 at 0");
+  test_report(au.migrate_at == 0.05 && au.genfuse_s == 11 ? PETSC_TRUE : PETSC_FALSE, "long tail, auto: the smallest best candidate (0.05, 11 s)", "not 0.05");
   flat_decode = PETSC_FALSE;
   p2p_ns      = 1;
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -477,8 +467,8 @@ static PetscErrorCode check_memory(void)
   w.max_new = 128, w.prompt_len = 128, w.minibatches = 4;
   base_plan(&plan, 1);
   PetscCall(cost_estimate(&hw, &w, &plan, &e));
-  check("LLaMA-2 7B+7B on one H100 is infeasible", e.feasible ? PETSC_FALSE : PETSC_TRUE, "feasible");
-  check("the reason names the call, the rank and the device's memory", strstr(e.why, "on rank 0 needs") && strstr(e.why, "the device has 72.0 GB") ? PETSC_TRUE : PETSC_FALSE, e.why);
+  test_report(e.feasible ? PETSC_FALSE : PETSC_TRUE, "LLaMA-2 7B+7B on one H100 is infeasible", "feasible");
+  test_report(strstr(e.why, "on rank 0 needs") && strstr(e.why, "the device has 72.0 GB") ? PETSC_TRUE : PETSC_FALSE, "the reason names the call, the rank and the device's memory", "%s", e.why);
   if (world_rank == 0) printf("#   %s\n", e.why);
   /* ZeRO-1 on 8 ranks: the fp32 master and moments (12 bytes a parameter)
    * split 8 ways; the actor's and the critic's training state shrink by
@@ -491,9 +481,9 @@ static PetscErrorCode check_memory(void)
     double peak[8], top = 0;
     PetscCall(cost_memory_ranks(&hw, &w, &plan, peak));
     for (int r = 0; r < 8; r++) top = PetscMax(top, peak[r]);
-    check_num("per-rank peaks: the largest is the estimate's", top, z.mem_max, 1e-12);
+    test_report_close("per-rank peaks: the largest is the estimate's", top, z.mem_max, 1e-12);
   }
-  check_num("ZeRO-1 saves 10.5 bytes per parameter of both trained models", e.mem_call[MFC_ACTOR_TRAIN] - z.mem_call[MFC_ACTOR_TRAIN], 10.5 * (cost_shape_params(&w.actor) + cost_shape_params(&w.critic)), 1e-9);
+  test_report_close("ZeRO-1 saves 10.5 bytes per parameter of both trained models", e.mem_call[MFC_ACTOR_TRAIN] - z.mem_call[MFC_ACTOR_TRAIN], 10.5 * (cost_shape_params(&w.actor) + cost_shape_params(&w.critic)), 1e-9);
   PetscCall(PetscFree(len));
   PetscCall(cost_prims_destroy(&hw));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -512,7 +502,7 @@ static PetscErrorCode check_realloc(void)
 
   PetscFunctionBegin;
   if (world_size < 4) {
-    report_skip("reallocation bytes equal the planner's", "needs 4 ranks");
+    test_skip("reallocation bytes equal the planner's", "needs 4 ranks");
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   for (int head = 0; head < 2; head++) {
@@ -533,7 +523,7 @@ static PetscErrorCode check_realloc(void)
       PetscCall(realloc_plan_get(&cfg, ma, mb, "test", &rp));
       PetscCall(cost_realloc_bytes(&m, 4, &a, &b, &total, &max_recv));
       snprintf(name, sizeof name, "reallocation bytes equal the planner's (%s head, %dx%dx%d -> %dx%dx%d)", head ? "scalar" : "lm", a.pp, a.dp, a.tp, b.pp, b.dp, b.tp);
-      check_num(name, total, realloc_plan_bytes(rp), 0);
+      test_report_close(name, total, realloc_plan_bytes(rp), 0);
     }
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -569,44 +559,44 @@ static PetscErrorCode check_work(void)
   CostWork       w, v;
   PetscErrorCode ierr;
   int            lo = 1 << 30, hi = 0, below = 0, same = 1;
-  char           dir[] = "/tmp/test_cost_XXXXXX", path[PETSC_MAX_PATH_LEN], opts[2 * PETSC_MAX_PATH_LEN];
+  char           dir[PETSC_MAX_PATH_LEN], path[PETSC_MAX_PATH_LEN], opts[2 * PETSC_MAX_PATH_LEN];
 
   PetscFunctionBegin;
   PetscCall(work_try("-rollout_batch 32 -gen_max_new_tokens 16 -ppo_minibatches 2 -policy_n_layer 3 -policy_n_embd 64 -cost_lengths uniform:2:5", &w, &ierr));
-  check("workload: the deck's PPO settings", !ierr && w.batch == 32 && w.max_new == 16 && w.minibatches == 2 && w.nlen == 32 && w.actor.n_layer == 3 && w.actor.n_embd == 64 && w.critic.value_head && !w.actor.value_head ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+  test_report(!ierr && w.batch == 32 && w.max_new == 16 && w.minibatches == 2 && w.nlen == 32 && w.actor.n_layer == 3 && w.actor.n_embd == 64 && w.critic.value_head && !w.actor.value_head ? PETSC_TRUE : PETSC_FALSE, "workload: the deck's PPO settings", "%s", err_text(ierr));
   for (int i = 0; !ierr && i < w.nlen; i++) lo = PetscMin(lo, w.len[i]), hi = PetscMax(hi, w.len[i]);
-  check("workload: uniform:2:5 lengths lie in [2, 5] and reach both ends", lo == 2 && hi == 5 ? PETSC_TRUE : PETSC_FALSE, "out of range");
+  test_report(lo == 2 && hi == 5 ? PETSC_TRUE : PETSC_FALSE, "workload: uniform:2:5 lengths lie in [2, 5] and reach both ends", "out of range");
   PetscCall(cost_work_free(&w));
   PetscCall(work_try("-cost_batch 2001 -cost_max_new 1000 -cost_minibatches 1 -cost_lengths lognormal:50:400 -cost_actor_shape llama2-13b -seed 7", &w, &ierr));
   for (int i = 0; !ierr && i < w.nlen; i++) below += w.len[i] <= 50;
-  check("workload: lognormal median 50: about half the draws at most 50", !ierr && below > 900 && below < 1100 ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
-  check("workload: a named shape for the actor, the critic the same with a scalar head", !ierr && w.actor.n_layer == 40 && w.critic.n_layer == 40 && w.critic.value_head ? PETSC_TRUE : PETSC_FALSE, "wrong shape");
+  test_report(!ierr && below > 900 && below < 1100 ? PETSC_TRUE : PETSC_FALSE, "workload: lognormal median 50: about half the draws at most 50", "%s", err_text(ierr));
+  test_report(!ierr && w.actor.n_layer == 40 && w.critic.n_layer == 40 && w.critic.value_head ? PETSC_TRUE : PETSC_FALSE, "workload: a named shape for the actor, the critic the same with a scalar head", "wrong shape");
   PetscCall(work_try("-cost_batch 2001 -cost_max_new 1000 -cost_minibatches 1 -cost_lengths lognormal:50:400 -cost_actor_shape llama2-13b -seed 7", &v, &ierr));
   for (int i = 0; !ierr && i < w.nlen; i++) same &= w.len[i] == v.len[i];
-  check("workload: the draws are keyed by -seed (the same twice)", same ? PETSC_TRUE : PETSC_FALSE, "differ");
+  test_report(same ? PETSC_TRUE : PETSC_FALSE, "workload: the draws are keyed by -seed (the same twice)", "differ");
   PetscCall(cost_work_free(&w));
   PetscCall(cost_work_free(&v));
   /* the PPO settings as PPO parses them, not as a second reader guesses */
   PetscCall(work_try("-algo PPO -rollout_batch 8", &w, &ierr));
-  check("workload: -algo PPO (an enum, any case) has the critic calls", !ierr && !w.critic_free ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+  test_report(!ierr && !w.critic_free ? PETSC_TRUE : PETSC_FALSE, "workload: -algo PPO (an enum, any case) has the critic calls", "%s", err_text(ierr));
   if (!ierr) PetscCall(cost_work_free(&w));
   PetscCall(work_try("-algo rloo -rollout_batch 8 -task_len_max 20 -policy_n_positions 128", &w, &ierr));
-  check("workload: -algo rloo is critic-free; the prompt is -task_len_max + 2", !ierr && w.critic_free && w.prompt_len == 22 ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+  test_report(!ierr && w.critic_free && w.prompt_len == 22 ? PETSC_TRUE : PETSC_FALSE, "workload: -algo rloo is critic-free; the prompt is -task_len_max + 2", "%s", err_text(ierr));
   if (!ierr) PetscCall(cost_work_free(&w));
   PetscCall(work_try("-rollout_batch 8 -ppo_minibatches 3", &w, &ierr));
-  check("workload: PPO's own checks on its options apply (-ppo_minibatches 3 does not divide 8)", ierr && strstr(err_text(ierr), "-cost_minibatches 3") ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+  test_report(ierr && strstr(err_text(ierr), "-cost_minibatches 3") ? PETSC_TRUE : PETSC_FALSE, "workload: PPO's own checks on its options apply (-ppo_minibatches 3 does not divide 8)", "%s", err_text(ierr));
   PetscCall(work_try("-cost_lengths lognormal:50", &w, &ierr));
-  check("workload: a malformed -cost_lengths is refused, naming the option", ierr && strstr(err_text(ierr), "-cost_lengths 'lognormal:50'") ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+  test_report(ierr && strstr(err_text(ierr), "-cost_lengths 'lognormal:50'") ? PETSC_TRUE : PETSC_FALSE, "workload: a malformed -cost_lengths is refused, naming the option", "%s", err_text(ierr));
   PetscCall(work_try("-cost_minibatches 3 -rollout_batch 64", &w, &ierr));
-  check("workload: mini-batches that do not divide the batch are refused", ierr && strstr(err_text(ierr), "-cost_minibatches 3") ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+  test_report(ierr && strstr(err_text(ierr), "-cost_minibatches 3") ? PETSC_TRUE : PETSC_FALSE, "workload: mini-batches that do not divide the batch are refused", "%s", err_text(ierr));
   /* a histogram file and a rollouts file (one per rank: the test runs on several) */
-  PetscCheck(mkdtemp(dir), PETSC_COMM_SELF, PETSC_ERR_SYS, "mkdtemp failed");
+  PetscCall(test_tmpdir(dir, sizeof dir, "test_cost_work"));
   {
     FILE *f;
     int   lens[6] = {3, 3, 3, 9, 9, 9}, plens[6] = {10, 10, 10, 20, 20, 20};
     hsize_t n = 6;
     hid_t h, g, sp, d;
-    PetscCall(PetscSNPrintf(path, sizeof path, "%s/h.txt", dir));
+    PetscCall(PetscSNPrintf(path, sizeof path, "%s/h.%d.txt", dir, world_rank));
     f = fopen(path, "w");
     fprintf(f, "# length count\n4 0\n7 10\n");
     fclose(f);
@@ -614,10 +604,10 @@ static PetscErrorCode check_work(void)
     PetscCall(work_try(opts, &w, &ierr));
     same = !ierr;
     for (int i = 0; !ierr && i < w.nlen; i++) same &= w.len[i] == 7;
-    check("workload: a histogram file's lengths", same ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+    test_report(same ? PETSC_TRUE : PETSC_FALSE, "workload: a histogram file's lengths", "%s", err_text(ierr));
     if (!ierr) PetscCall(cost_work_free(&w));
     unlink(path);
-    PetscCall(PetscSNPrintf(path, sizeof path, "%s/rollouts.h5", dir));
+    PetscCall(PetscSNPrintf(path, sizeof path, "%s/rollouts.%d.h5", dir, world_rank));
     h  = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     g  = H5Gcreate2(h, "iter_0", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     sp = H5Screate_simple(1, &n, NULL);
@@ -632,28 +622,28 @@ static PetscErrorCode check_work(void)
     lo = 0, hi = 0, same = !ierr && w.plen;
     for (int i = 0; !ierr && i < w.nlen; i++) lo += w.len[i] == 3, hi += w.len[i] == 9;
     for (int i = 0; same && i < w.nlen; i++) same &= w.plen[i] == (w.len[i] == 3 ? 10 : 20);
-    check("workload: a rollouts.h5's response lengths, drawn for the batch", !ierr && lo + hi == 64 && lo > 16 && hi > 16 ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
-    check("workload: each drawn response keeps its own prompt's length", same && w.prompt_len == 20 ? PETSC_TRUE : PETSC_FALSE, "not paired");
+    test_report(!ierr && lo + hi == 64 && lo > 16 && hi > 16 ? PETSC_TRUE : PETSC_FALSE, "workload: a rollouts.h5's response lengths, drawn for the batch", "%s", err_text(ierr));
+    test_report(same && w.prompt_len == 20 ? PETSC_TRUE : PETSC_FALSE, "workload: each drawn response keeps its own prompt's length", "not paired");
     if (!ierr) PetscCall(cost_work_free(&w));
     PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_batch 64 -cost_minibatches 1 -cost_prompt_len 12 -cost_lengths rollouts:%s", path));
     PetscCall(work_try(opts, &w, &ierr));
-    check("workload: -cost_prompt_len sets every prompt, even with a rollouts file", !ierr && !w.plen && w.prompt_len == 12 ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+    test_report(!ierr && !w.plen && w.prompt_len == 12 ? PETSC_TRUE : PETSC_FALSE, "workload: -cost_prompt_len sets every prompt, even with a rollouts file", "%s", err_text(ierr));
     if (!ierr) PetscCall(cost_work_free(&w));
     PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_batch 64 -cost_minibatches 1 -cost_prompt_len 30 -cost_prompt_lengths uniform:2:40 -cost_lengths rollouts:%s", path));
     PetscCall(work_try(opts, &w, &ierr));
     lo = 1 << 30, hi = 0;
     for (int i = 0; !ierr && w.plen && i < w.nlen; i++) lo = PetscMin(lo, w.plen[i]), hi = PetscMax(hi, w.plen[i]);
-    check("workload: -cost_prompt_lengths draws prompts apart, clipped to -cost_prompt_len", !ierr && w.plen && lo == 2 && hi == 30 ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+    test_report(!ierr && w.plen && lo == 2 && hi == 30 ? PETSC_TRUE : PETSC_FALSE, "workload: -cost_prompt_lengths draws prompts apart, clipped to -cost_prompt_len", "%s", err_text(ierr));
     if (!ierr) PetscCall(cost_work_free(&w));
     PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_batch 8 -cost_minibatches 1 -cost_lengths rollouts:%s:iter_0", path));
     PetscCall(work_try(opts, &w, &ierr));
     same = !ierr && w.plen;
     for (int i = 0; same && i < w.nlen; i++) same &= w.len[i] == lens[i % 6] && w.plen[i] == plens[i % 6];
-    check("workload: rollouts:FILE:iter_0 is that rollout row by row (then again from its first row)", same ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+    test_report(same ? PETSC_TRUE : PETSC_FALSE, "workload: rollouts:FILE:iter_0 is that rollout row by row (then again from its first row)", "%s", err_text(ierr));
     if (!ierr) PetscCall(cost_work_free(&w));
     PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_lengths rollouts:%s:iter_7", path));
     PetscCall(work_try(opts, &w, &ierr));
-    check("workload: a missing iteration is refused, naming it", ierr && strstr(err_text(ierr), "/iter_7/response_lengths") ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+    test_report(ierr && strstr(err_text(ierr), "/iter_7/response_lengths") ? PETSC_TRUE : PETSC_FALSE, "workload: a missing iteration is refused, naming it", "%s", err_text(ierr));
     { /* a negative length: refused, not clamped to 1 (which halved the estimate) */
       int neg = -5;
       hsize_t one = 1, at = 4;
@@ -666,16 +656,15 @@ static PetscErrorCode check_work(void)
       H5Sclose(g), H5Sclose(sp), H5Dclose(d), H5Fclose(h);
       PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_batch 8 -cost_minibatches 1 -cost_lengths rollouts:%s", path));
       PetscCall(work_try(opts, &w, &ierr));
-      check("workload: a negative response length in a rollouts file is refused, naming file and element", ierr && strstr(err_text(ierr), "/iter_0/response_lengths[4] is -5") && strstr(err_text(ierr), path) ? PETSC_TRUE : PETSC_FALSE, ierr ? err_text(ierr) : "accepted");
+      test_report(ierr && strstr(err_text(ierr), "/iter_0/response_lengths[4] is -5") && strstr(err_text(ierr), path) ? PETSC_TRUE : PETSC_FALSE, "workload: a negative response length in a rollouts file is refused, naming file and element", "%s", ierr ? err_text(ierr) : "accepted");
       if (!ierr) PetscCall(cost_work_free(&w));
     }
     PetscCall(work_try("-cost_prompt_lengths fixed:0", &w, &ierr));
-    check("workload: a bad -cost_prompt_lengths is refused, naming the option", ierr && strstr(err_text(ierr), "-cost_prompt_lengths fixed:0") ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
+    test_report(ierr && strstr(err_text(ierr), "-cost_prompt_lengths fixed:0") ? PETSC_TRUE : PETSC_FALSE, "workload: a bad -cost_prompt_lengths is refused, naming the option", "%s", err_text(ierr));
     unlink(path);
     PetscCall(PetscSNPrintf(opts, sizeof opts, "-cost_lengths rollouts:%s", path));
     PetscCall(work_try(opts, &w, &ierr));
-    check("workload: a missing rollouts file is refused, naming it", ierr && strstr(err_text(ierr), path) ? PETSC_TRUE : PETSC_FALSE, err_text(ierr));
-    rmdir(dir);
+    test_report(ierr && strstr(err_text(ierr), path) ? PETSC_TRUE : PETSC_FALSE, "workload: a missing rollouts file is refused, naming it", "%s", err_text(ierr));
   }
   PetscCall(PetscOptionsClear(NULL));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -690,7 +679,7 @@ static PetscErrorCode check_timeline(void)
   CostEstimate e;
   CostTimeline tl = {0};
   int          len[4] = {1, 1, 1, 1}, n = 0;
-  char         dir[] = "/tmp/test_cost_XXXXXX", path[PETSC_MAX_PATH_LEN];
+  char         dir[PETSC_MAX_PATH_LEN], path[PETSC_MAX_PATH_LEN];
   hid_t        f, d, s;
 
   PetscFunctionBegin;
@@ -701,9 +690,9 @@ static PetscErrorCode check_timeline(void)
   set_call(&plan, MFC_REW_INF, 1, 2);
   PetscCall(cost_simulate(&p, &w, &plan, &e, &tl));
   /* 3 iterations: generation, training on 2 ranks, the two inferences on 1 each */
-  check("timeline: one row per call per rank per iteration (3 x 6)", tl.n == 18 ? PETSC_TRUE : PETSC_FALSE, "wrong row count");
+  test_report(tl.n == 18 ? PETSC_TRUE : PETSC_FALSE, "timeline: one row per call per rank per iteration (3 x 6)", "wrong row count");
+  PetscCall(test_tmpdir(dir, sizeof dir, "test_cost_timeline"));
   if (world_rank == 0) {
-    PetscCheck(mkdtemp(dir), PETSC_COMM_SELF, PETSC_ERR_SYS, "mkdtemp failed");
     PetscCall(PetscSNPrintf(path, sizeof path, "%s/sim.h5", dir));
     PetscCall(cost_timeline_write(path, &tl, "test"));
     f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -711,11 +700,9 @@ static PetscErrorCode check_timeline(void)
     s = H5Dget_space(d);
     n = (int)H5Sget_simple_extent_npoints(s);
     H5Sclose(s), H5Dclose(d), H5Fclose(f);
-    unlink(path);
-    rmdir(dir);
   }
   PetscCallMPI(MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD));
-  check("timeline file: /timeline/end holds every row", n == 18 ? PETSC_TRUE : PETSC_FALSE, "wrong row count in the file");
+  test_report(n == 18 ? PETSC_TRUE : PETSC_FALSE, "timeline file: /timeline/end holds every row", "wrong row count in the file");
   PetscCall(cost_timeline_free(&tl));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -725,6 +712,7 @@ int main(int argc, char **argv)
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
   PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
   PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+  test_collective(MPI_COMM_WORLD);
   PetscCall(comm_setup());
   PetscCall(check_formulas());
   PetscCall(check_simulator());
@@ -735,9 +723,8 @@ int main(int argc, char **argv)
   PetscCall(check_realloc());
   PetscCall(check_timeline());
   PetscCall(check_work());
-  report_tally();
   PetscCall(realloc_cache_destroy());
   PetscCall(comm_teardown());
   PetscCall(PetscFinalize());
-  return nfail > 0;
+  return test_tally();
 }

@@ -59,7 +59,7 @@ static PetscErrorCode test_layout(const GPTConfig *cfg, const Layout *L, PetscBo
     char why[64];
     PetscCall(PetscSNPrintf(why, sizeof why, "needs %d ranks, the job has %d", n, world_size));
     PetscCall(PetscSNPrintf(name, sizeof name, "%s%s, %s head", L->name, zero1 ? " ZeRO-1" : "", head));
-    report_skip(name, why);
+    test_skip(name, why);
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   for (int i = 0; i < n; i++) ranks[i] = i;
@@ -91,14 +91,14 @@ static PetscErrorCode test_layout(const GPTConfig *cfg, const Layout *L, PetscBo
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, got, 2 * b.N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
   PetscCall(PetscSNPrintf(name, sizeof name, "%s, %s head: %s match one rank", L->name, head, cfg->head == GPT_HEAD_LM ? "log-probabilities and entropies" : "values"));
   PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", rel_err(got, ref, cfg->head == GPT_HEAD_LM ? 2 * b.N : b.N)));
-  report(name, rel_err(got, ref, cfg->head == GPT_HEAD_LM ? 2 * b.N : b.N) < 1e-5 ? PETSC_TRUE : PETSC_FALSE, det);
+  test_measure(rel_err(got, ref, cfg->head == GPT_HEAD_LM ? 2 * b.N : b.N) < 1e-5 ? PETSC_TRUE : PETSC_FALSE, name, "%s", det);
 
   /* gradients: after the step's sync the replicas hold the whole batch's; compare via one AdamW step's gradient sync */
   if (g) PetscCall(gpt_grads_sync(g));
   PetscCall(gather_full(full, g ? g : full, m, g ? g->grads : full->grads, gfull));
   PetscCall(PetscSNPrintf(name, sizeof name, "%s, %s head: gradients (after the dp and tied-embedding sums) match one rank", L->name, head));
   PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", rel_err(gfull, full->grads, full->nparams)));
-  report(name, rel_err(gfull, full->grads, full->nparams) < 1e-5 ? PETSC_TRUE : PETSC_FALSE, det);
+  test_measure(rel_err(gfull, full->grads, full->nparams) < 1e-5 ? PETSC_TRUE : PETSC_FALSE, name, "%s", det);
 
   /* one AdamW step from the already summed gradients */
   {
@@ -109,7 +109,7 @@ static PetscErrorCode test_layout(const GPTConfig *cfg, const Layout *L, PetscBo
     PetscCall(gather_full(full, g ? g : full, m, g ? g->params : full->params, pg));
     PetscCall(PetscSNPrintf(name, sizeof name, "%s%s, %s head: AdamW step (gradient norm %.4f vs %.4f) gives the one-rank parameters", L->name, zero1 ? " ZeRO-1" : "", head, (double)gn, (double)gn_full));
     PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", rel_err(pg, full->params, full->nparams)));
-    report(name, rel_err(pg, full->params, full->nparams) < 1e-5 && fabs(gn - gn_full) < 1e-5 * gn_full ? PETSC_TRUE : PETSC_FALSE, det);
+    test_measure(rel_err(pg, full->params, full->nparams) < 1e-5 && fabs(gn - gn_full) < 1e-5 * gn_full ? PETSC_TRUE : PETSC_FALSE, name, "%s", det);
   }
 
   /* cached decoding: a prefill of 3 slots' prompts, then one step */
@@ -127,7 +127,7 @@ static PetscErrorCode test_layout(const GPTConfig *cfg, const Layout *L, PetscBo
     } else PetscCall(PetscArraycpy(lg, lf, (size_t)NR * V));
     PetscCall(PetscSNPrintf(name, sizeof name, "%s: cached decoding logits (every rank of the mesh) match one rank", L->name));
     PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", rel_err(lg, lf, (size_t)NR * V)));
-    report(name, rel_err(lg, lf, (size_t)NR * V) < 1e-5 ? PETSC_TRUE : PETSC_FALSE, det);
+    test_measure(rel_err(lg, lf, (size_t)NR * V) < 1e-5 ? PETSC_TRUE : PETSC_FALSE, name, "%s", det);
     PetscCall(gpt_kv_destroy(full, &kf));
     if (g) PetscCall(gpt_kv_destroy(g, &kg));
     PetscCall(PetscFree2(lf, lg));
@@ -158,6 +158,7 @@ int main(int argc, char **argv)
   PetscCall(comm_setup());
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  test_collective(MPI_COMM_WORLD);
   sc.head = GPT_HEAD_SCALAR;
   for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
     PetscCall(test_layout(&lm, &layouts[k], PETSC_FALSE));
@@ -165,8 +166,7 @@ int main(int argc, char **argv)
   }
   PetscCall(test_layout(&lm, &layouts[3], PETSC_TRUE));
   PetscCall(test_layout(&lm, &layouts[5], PETSC_TRUE));
-  report_tally();
   PetscCall(comm_teardown());
   PetscCall(PetscFinalize());
-  return nfail ? 1 : 0;
+  return test_tally();
 }

@@ -20,7 +20,9 @@
 
 #include "exec.h"
 #include "io.h"
-#include "mpi_report.h"
+#include "test_report.h"
+
+static int world_rank, world_size;
 
 static const char help[] = "Dataflow executor regression tests.\n";
 
@@ -81,13 +83,13 @@ static PetscErrorCode test_levels(void)
   for (int i = 0; i < 9; i++)
     if (level[i] != want[i]) ok = PETSC_FALSE;
   PetscCall(PetscSNPrintf(det, sizeof det, "levels %d,%d,%d,%d,%d,%d,%d,%d,%d", level[0], level[1], level[2], level[3], level[4], level[5], level[6], level[7], level[8]));
-  report("exec_graph_levels: the PPO graph gets levels 0,0,1,2,2,2,3,4,4 (5 levels)", ok && nlevels == 5 ? PETSC_TRUE : PETSC_FALSE, det);
+  test_measure(ok && nlevels == 5 ? PETSC_TRUE : PETSC_FALSE, "exec_graph_levels: the PPO graph gets levels 0,0,1,2,2,2,3,4,4 (5 levels)", "%s", det);
   for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
     PetscErrorCode ierr;
     const char    *msg;
 
     CAPTURE(ierr, msg, exec_graph_levels(bad[k].g, bad[k].n, given, level, &nlevels));
-    report(fmt("exec_graph_levels: %s is an error naming %s and %s", bad[k].what, bad[k].n1, bad[k].n2), ierr == PETSC_ERR_ARG_WRONG && strstr(msg, bad[k].n1) && strstr(msg, bad[k].n2) ? PETSC_TRUE : PETSC_FALSE, msg);
+    test_measure(ierr == PETSC_ERR_ARG_WRONG && strstr(msg, bad[k].n1) && strstr(msg, bad[k].n2) ? PETSC_TRUE : PETSC_FALSE, fmt("exec_graph_levels: %s is an error naming %s and %s", bad[k].what, bad[k].n1, bad[k].n2), "%s", msg);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -156,19 +158,19 @@ static PetscErrorCode test_graph_run(void)
     if (runs[k] != (int)g[k].here) ok_here = PETSC_FALSE;
     if (shares[k] != (g[k].share ? 1 : 0)) ok_share = PETSC_FALSE;
   }
-  report("exec_graph_run: each node ran once on each rank of its here set and nowhere else", ok_here, "");
-  report("exec_graph_run: every share callback ran once on every rank, the outputs reach all ranks", ok_share && val[0] == 7 && val[1] == 3 && val[2] == 4 ? PETSC_TRUE : PETSC_FALSE, "");
+  test_report(ok_here, "exec_graph_run: each node ran once on each rank of its here set and nowhere else", NULL);
+  test_report(ok_share && val[0] == 7 && val[1] == 3 && val[2] == 4 ? PETSC_TRUE : PETSC_FALSE, "exec_graph_run: every share callback ran once on every rank, the outputs reach all ranks", NULL);
   joined = join_saw_inputs == 1;
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &joined, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
   PetscCallMPI(MPI_Bcast(&t_right, 1, MPI_DOUBLE, 3, MPI_COMM_WORLD));
   PetscCall(PetscSNPrintf(det, sizeof det, "join saw both inputs on %d of 2 ranks; right started %.3f s after the start", joined, t_right));
-  report("exec_graph_run: a rank runs and shares level by level; left (ranks 0,1) and right (ranks 2,3) both ran and shared before join, right without waiting for left", ok_order && joined == 2 && t_right >= 0 && t_right < 0.1 && (world_rank != 3 || val[4] == 70) ? PETSC_TRUE : PETSC_FALSE, det);
+  test_measure(ok_order && joined == 2 && t_right >= 0 && t_right < 0.1 && (world_rank != 3 || val[4] == 70) ? PETSC_TRUE : PETSC_FALSE, "exec_graph_run: a rank runs and shares level by level; left (ranks 0,1) and right (ranks 2,3) both ran and shared before join, right without waiting for left", "%s", det);
   PetscCall(PetscArraycpy(sec0, sec, NNODE));
   PetscCallMPI(MPI_Bcast(sec0, NNODE, MPI_DOUBLE, 0, MPI_COMM_WORLD));
   for (int k = 0; k < NNODE; k++)
     if (sec[k] != sec0[k] || sec[k] < 0) ok_sec = PETSC_FALSE;
   PetscCall(PetscSNPrintf(det, sizeof det, "seconds join %.3g left %.3g right %.3g idle %.3g tail %.3g", sec[0], sec[1], sec[2], sec[3], sec[4]));
-  report("exec_graph_run: seconds equal on all ranks, >= 0, the max over ranks (left >= 0.2 s), 0 for a node run nowhere", ok_sec && sec[1] >= 0.2 && sec[3] == 0 ? PETSC_TRUE : PETSC_FALSE, det);
+  test_measure(ok_sec && sec[1] >= 0.2 && sec[3] == 0 ? PETSC_TRUE : PETSC_FALSE, "exec_graph_run: seconds equal on all ranks, >= 0, the max over ranks (left >= 0.2 s), 0 for a node run nowhere", "%s", det);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -186,7 +188,7 @@ static void test_rows(void)
       }
       if (prev != B) ok = PETSC_FALSE;
     }
-  report("exec_rows: for B = 0..17, dp = 1..5 the replicas' rows tile [0,B) in order, sizes B/dp or B/dp+1", ok, "");
+  test_report(ok, "exec_rows: for B = 0..17, dp = 1..5 the replicas' rows tile [0,B) in order, sizes B/dp or B/dp+1", NULL);
 }
 
 typedef struct { const char *name; int n, ranks[4], pp, dp, tp; } MeshSpec;
@@ -218,7 +220,7 @@ static PetscErrorCode test_share(const MeshSpec *s)
     for (int i = 0; i < B * col; i++)
       if (fb[i] != fval(i / col, i % col) || ib[i] != ival(i / col, i % col)) ok = PETSC_FALSE;
   }
-  report(fmt("exec_share_rows, %s: every rank gets every head's rows (float and int, B = 7 and 1)", s->name), ok, "");
+  test_report(ok, fmt("exec_share_rows, %s: every rank gets every head's rows (float and int, B = 7 and 1)", s->name), NULL);
   at[0] = 0;
   for (int b = 0; b < 7; b++) count[b] = 1 + (5 * b) % 4, at[b + 1] = at[b] + count[b];
   if (head) exec_rows(7, s->dp, d, &b0, &b1);
@@ -228,7 +230,7 @@ static PetscErrorCode test_share(const MeshSpec *s)
   for (int b = 0; b < 7; b++)
     for (int j = 0; j < count[b]; j++)
       if (pb[at[b] + j] != fval(b, j)) okp = PETSC_FALSE;
-  report(fmt("exec_share_packed, %s: rows of 1..4 elements reach every rank", s->name), okp, "");
+  test_report(okp, fmt("exec_share_packed, %s: rows of 1..4 elements reach every rank", s->name), NULL);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -295,9 +297,9 @@ static PetscErrorCode test_dmodel(const GPTConfig *cfg, const GPT *full, const c
   PetscCall(dmodel_create("actor", cfg, be, &plan, MFC_ACTOR_TRAIN, PETSC_TRUE, &train));
   PetscCall(dmodel_load(&train, path, "actor", PETSC_TRUE, PETSC_FALSE, 0));
   PetscCall(gather_same(&train, out, full, &ok));
-  report(fmt("dmodel_load on %s%s, dmodel_gather to rank 0: parameters, moments and step bit-identical to the checkpointed model", train_on.name, z), ok, "");
+  test_report(ok, fmt("dmodel_load on %s%s, dmodel_gather to rank 0: parameters, moments and step bit-identical to the checkpointed model", train_on.name, z), NULL);
   CAPTURE(ierr, msg, dmodel_release(&train, PETSC_TRUE));
-  report(fmt("dmodel_release of a model with AdamW state%s is an error and keeps its shard", z), ierr == PETSC_ERR_ARG_WRONG && train.gpt && strstr(msg, "actor") ? PETSC_TRUE : PETSC_FALSE, msg);
+  test_measure(ierr == PETSC_ERR_ARG_WRONG && train.gpt && strstr(msg, "actor") ? PETSC_TRUE : PETSC_FALSE, fmt("dmodel_release of a model with AdamW state%s is an error and keeps its shard", z), "%s", msg);
 
   for (int k = 0; k < 2; k++) {
     const ReallocPlan *rp;
@@ -313,15 +315,15 @@ static PetscErrorCode test_dmodel(const GPTConfig *cfg, const GPT *full, const c
     moved[0] = st.bytes_sent, moved[1] = st.bytes_recv;
     PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, moved, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
     PetscCall(PetscSNPrintf(det, sizeof det, "sent %.0f, received %.0f, plan %.0f bytes", moved[0], moved[1], realloc_plan_bytes(rp)));
-    report(fmt("dmodel_copy %s%s -> %s: gathered parameters bit-identical; bytes sent = received = the plan's", train_on.name, z, gen_on[k].name), ok && moved[0] == moved[1] && moved[0] == realloc_plan_bytes(rp) ? PETSC_TRUE : PETSC_FALSE, det);
+    test_measure(ok && moved[0] == moved[1] && moved[0] == realloc_plan_bytes(rp) ? PETSC_TRUE : PETSC_FALSE, fmt("dmodel_copy %s%s -> %s: gathered parameters bit-identical; bytes sent = received = the plan's", train_on.name, z, gen_on[k].name), "%s", det);
 
     PetscCall(dmodel_release(&gen, PETSC_TRUE));
     PetscCall(gather_same(&gen, out, full, &ok));
-    report(fmt("dmodel_release(keep)%s on %s: no shard, host copy held, gather from it bit-identical", z, gen_on[k].name), ok && !gen.gpt && (dmodel_member(&gen) ? gen.host != NULL : gen.host == NULL) ? PETSC_TRUE : PETSC_FALSE, "");
+    test_report(ok && !gen.gpt && (dmodel_member(&gen) ? gen.host != NULL : gen.host == NULL) ? PETSC_TRUE : PETSC_FALSE, fmt("dmodel_release(keep)%s on %s: no shard, host copy held, gather from it bit-identical", z, gen_on[k].name), NULL);
 
     PetscCall(dmodel_acquire(&gen));
     PetscCall(gather_same(&gen, out, full, &ok));
-    report(fmt("dmodel_acquire%s on %s: shard restored, host copy freed, gather bit-identical", z, gen_on[k].name), ok && !gen.host && (dmodel_member(&gen) ? gen.gpt != NULL : gen.gpt == NULL) ? PETSC_TRUE : PETSC_FALSE, "");
+    test_report(ok && !gen.host && (dmodel_member(&gen) ? gen.gpt != NULL : gen.gpt == NULL) ? PETSC_TRUE : PETSC_FALSE, fmt("dmodel_acquire%s on %s: shard restored, host copy freed, gather bit-identical", z, gen_on[k].name), NULL);
     PetscCall(dmodel_destroy(&gen));
   }
   PetscCall(dmodel_destroy(&train));
@@ -358,31 +360,29 @@ int main(int argc, char **argv)
     {"ranks 3,1,2,0 pp2 dp1 tp2", 4, {3, 1, 2, 0}, 2, 1, 2},
     {"ranks 2,3 dp2", 2, {2, 3}, 1, 2, 1},
   };
-  char        path[PETSC_MAX_PATH_LEN];
-  const char *dir = getenv("RLFUSE_TMP");
+  char        dir[PETSC_MAX_PATH_LEN], path[PETSC_MAX_PATH_LEN + 16];
   GPT        *full;
 
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
   PetscCall(comm_setup());
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  test_collective(MPI_COMM_WORLD);
   PetscCheck(world_size >= 4, PETSC_COMM_WORLD, PETSC_ERR_ARG_SIZ, "test_exec needs 4 ranks (mpiexec -n 4), not %d", world_size);
   PetscCall(test_levels());
   PetscCall(test_graph_run());
   test_rows();
   for (size_t k = 0; k < sizeof meshes / sizeof meshes[0]; k++) PetscCall(test_share(&meshes[k]));
 
-  if (world_rank == 0) PetscCall(PetscSNPrintf(path, sizeof path, "%s/rlfuse_test_exec.%d.h5", dir && dir[0] ? dir : "/tmp", (int)getpid()));
-  PetscCallMPI(MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD));
+  PetscCall(test_tmpdir(dir, sizeof dir, "test_exec"));
+  PetscCall(PetscSNPrintf(path, sizeof path, "%s/model.h5", dir));
   PetscCall(write_checkpoint(&cfg, path, &full));
   PetscCall(test_dmodel(&cfg, full, path, PETSC_FALSE));
   PetscCall(test_dmodel(&cfg, full, path, PETSC_TRUE));
   PetscCall(gpt_destroy(&full));
-  if (world_rank == 0 && remove(path)) printf("# could not remove %s\n", path);
 
-  report_tally();
   PetscCall(realloc_cache_destroy());
   PetscCall(comm_teardown());
   PetscCall(PetscFinalize());
-  return nfail ? 1 : 0;
+  return test_tally();
 }

@@ -10,18 +10,11 @@
  * R_t simulation on a long tail it must see. */
 #include "actorcritic.h"
 #include "genfuse.h"
+#include "test_report.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
-
-static int npass, nfail;
-
-static void check(int cond, const char *what, const char *detail)
-{
-  if (cond) npass++, printf("ok - %s\n", what);
-  else nfail++, printf("not ok - %s: %s\n", what, detail);
-}
 
 static ACInst inst(int pp0, int pp1, int m0, int m1, double f0, double f1)
 {
@@ -46,7 +39,7 @@ static void test_lower_bound(void)
       snprintf(detail, sizeof detail, "instance %d (%d,%d,%d,%d,%d,%d): %g, published %d", k, IN[k][0], IN[k][1], IN[k][2], IN[k][3], IN[k][4], IN[k][5], lb, IN[k][6]);
     }
   }
-  check(ok, "lower bound: the 12 published instances", detail);
+  test_report(ok, "lower bound: the 12 published instances", "%s", detail);
   {
     /* (8,4,32,16,5,4) by hand: work per rank 32*15 + 16*12 = 672; rank 4
      * holds actor stage 4 (first forward at 4*5 = 20) and critic copy 1's
@@ -57,21 +50,21 @@ static void test_lower_bound(void)
      * 5 (actor 5: 25, 50; critic 2: 12, 24): 12 + 768 + 24 = 804. */
     ACInst in = inst(8, 4, 32, 16, 5, 6);
     snprintf(detail, sizeof detail, "%g", ac_lower_bound(&in));
-    check(ac_lower_bound(&in) == 822, "lower bound: (8,4,32,16,5,6) = 822 by hand", detail);
+    test_report(ac_lower_bound(&in) == 822, "lower bound: (8,4,32,16,5,6) = 822 by hand", "%s", detail);
   }
   {
     /* the critic's critical path binds: (4,4,1,8,1,3): (8+3)*9 = 99 against
      * the actor's 12 and work 3 + 72 plus at most head 3 + tail 6 */
     ACInst in = inst(4, 4, 1, 8, 1, 3);
     snprintf(detail, sizeof detail, "%g", ac_lower_bound(&in));
-    check(ac_lower_bound(&in) == 99, "lower bound: (4,4,1,8,1,3) = 99, the critic's critical path", detail);
+    test_report(ac_lower_bound(&in) == 99, "lower bound: (4,4,1,8,1,3) = 99, the critic's critical path", "%s", detail);
   }
   {
     /* critical path binds: (4,4,8,1,1,1): (8+3)*3 = 33 against work 27 +
      * heads/tails at most 1+2 */
     ACInst in = inst(4, 4, 8, 1, 1, 1);
     snprintf(detail, sizeof detail, "%g", ac_lower_bound(&in));
-    check(ac_lower_bound(&in) == 33, "lower bound: (4,4,8,1,1,1) = 33, the actor's critical path", detail);
+    test_report(ac_lower_bound(&in) == 33, "lower bound: (4,4,8,1,1,1) = 33, the actor's critical path", "%s", detail);
   }
 }
 
@@ -112,7 +105,7 @@ static PetscErrorCode test_replay(void)
     ok = sc.makespan == 6 && !sc.deadlock && peak[0] == 11 && peak[1] == 11 && sc.peak_mem == 11;
     for (int i = 0; i < 8; i++) ok = ok && fin[i] == want[i];
     snprintf(detail, sizeof detail, "makespan %g, finishes %g %g %g %g | %g %g %g %g, peaks %g %g", sc.makespan, fin[0], fin[1], fin[2], fin[3], fin[4], fin[5], fin[6], fin[7], peak[0], peak[1]);
-    check(ok, "replay: fused 2+2 stages, one micro-batch each, by hand (makespan 6 = the bound)", detail);
+    test_report(ok, "replay: fused 2+2 stages, one micro-batch each, by hand (makespan 6 = the bound)", "%s", detail);
   }
   {
     /* r0 starts with the critic's forward, which waits for r1's (ends 1):
@@ -125,7 +118,7 @@ static PetscErrorCode test_replay(void)
     ok = sc.makespan == 8 && !sc.deadlock;
     for (int i = 0; i < 8; i++) ok = ok && fin[i] == want[i];
     snprintf(detail, sizeof detail, "makespan %g, finishes %g %g %g %g | %g %g %g %g", sc.makespan, fin[0], fin[1], fin[2], fin[3], fin[4], fin[5], fin[6], fin[7]);
-    check(ok, "replay: a worse order, by hand (makespan 8)", detail);
+    test_report(ok, "replay: a worse order, by hand (makespan 8)", "%s", detail);
   }
   {
     /* r0 waits on r1's critic forward, which r1 runs after its actor
@@ -133,13 +126,13 @@ static PetscErrorCode test_replay(void)
     const ACTask r0[4] = {T(1, 0, 0), T(0, 0, 0), T(1, 1, 0), T(0, 1, 0)}, r1[4] = {T(0, 0, 0), T(1, 0, 0), T(0, 1, 0), T(1, 1, 0)};
     PetscCall(replay_lists(&in, r0, r1, &sc, NULL));
     snprintf(detail, sizeof detail, "makespan %g, deadlock %d", sc.makespan, sc.deadlock);
-    check(sc.deadlock && isinf(sc.makespan), "replay: a cross-rank wait cycle is a deadlock", detail);
+    test_report(sc.deadlock && isinf(sc.makespan), "replay: a cross-rank wait cycle is a deadlock", "%s", detail);
   }
   {
     const ACTask r0[4] = {T(0, 1, 0), T(0, 0, 0), T(1, 0, 0), T(1, 1, 0)}, r1[4] = {T(1, 0, 0), T(0, 0, 0), T(0, 1, 0), T(1, 1, 0)};
     PetscCall(replay_lists(&in, r0, r1, &sc, NULL));
     snprintf(detail, sizeof detail, "makespan %g, deadlock %d", sc.makespan, sc.deadlock);
-    check(sc.deadlock, "replay: a backward listed before its forward is a deadlock", detail);
+    test_report(sc.deadlock, "replay: a backward listed before its forward is a deadlock", "%s", detail);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -157,7 +150,7 @@ static PetscErrorCode test_sequential(void)
   PetscFunctionBegin;
   PetscCall(ac_sequential(&in, NULL, &sc));
   snprintf(detail, sizeof detail, "makespan %g, peak %g", sc.makespan, sc.peak_mem);
-  check(sc.makespan == 36 && sc.peak_mem == 3, "sequential: actor 1F1B then critic 1F1B, (4,2,3,2,1,2): 18 + 18, peak 3", detail);
+  test_report(sc.makespan == 36 && sc.peak_mem == 3, "sequential: actor 1F1B then critic 1F1B, (4,2,3,2,1,2): 18 + 18, peak 3", "%s", detail);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -230,7 +223,7 @@ static PetscErrorCode test_exhaustive(void)
     PetscCall(ac_replay(&s, &rp, NULL));
     snprintf(what, sizeof what, "search = exhaustive optimum (makespan, then least peak memory) on (%g,%g,%g,%g,%g,%g)%s", IN[k][0], IN[k][1], IN[k][2], IN[k][3], IN[k][4], IN[k][5], in.mem_cap > 0 ? " with memory cap 2" : "");
     snprintf(detail, sizeof detail, "search %g (replay %g, peak %g), exhaustive %g (peak %g), bound %g", info.best.makespan, rp.makespan, rp.peak_mem, mk, pk, info.lower_bound);
-    check(info.best.makespan == mk && rp.makespan == mk && rp.peak_mem == pk && (in.mem_cap == 0 || rp.peak_mem <= in.mem_cap) && info.lower_bound <= mk, what, detail);
+    test_report(info.best.makespan == mk && rp.makespan == mk && rp.peak_mem == pk && (in.mem_cap == 0 || rp.peak_mem <= in.mem_cap) && info.lower_bound <= mk, what, "%s", detail);
     PetscCall(ac_sched_free(&s));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -252,12 +245,12 @@ static PetscErrorCode test_search(void)
   PetscCall(ac_optimize(&in, &opt, &b, &ib));
   omp_set_num_threads(nt);
   snprintf(detail, sizeof detail, "makespan %g, bound %g, greedy %g", ia.best.makespan, ia.lower_bound, ia.greedy.makespan);
-  check(ia.best.makespan == 225 && ia.lower_bound == 225, "search: (8,4,8,4,5,4) reaches its bound 225", detail);
+  test_report(ia.best.makespan == 225 && ia.lower_bound == 225, "search: (8,4,8,4,5,4) reaches its bound 225", "%s", detail);
   snprintf(detail, sizeof detail, "%d threads vs 1: makespan %g / %g, peak %g / %g", nt, ia.best.makespan, ib.best.makespan, ia.best.peak_mem, ib.best.peak_mem);
-  check(!memcmp(a.order, b.order, (size_t)a.nranks * a.n * sizeof *a.order), "search: the same schedule with 1 thread as with several", detail);
+  test_report(!memcmp(a.order, b.order, (size_t)a.nranks * a.n * sizeof *a.order), "search: the same schedule with 1 thread as with several", "%s", detail);
   PetscCall(ac_optimize(&in2, &opt, &c, &ic));
   snprintf(detail, sizeof detail, "makespan %g, bound %g", ic.best.makespan, ic.lower_bound);
-  check(ic.best.makespan == 186, "search: (16,16,16,16,2,1) reaches its bound 186", detail);
+  test_report(ic.best.makespan == 186, "search: (16,16,16,16,2,1) reaches its bound 186", "%s", detail);
   PetscCall(ac_sched_free(&a));
   PetscCall(ac_sched_free(&b));
   PetscCall(ac_sched_free(&c));
@@ -278,23 +271,23 @@ static PetscErrorCode test_validate(void)
   memcpy(s.order + 4, good1, sizeof good1);
   PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
   e = ac_sched_validate(&s, "test");
-  check(e == 0, "validate: a good schedule passes", "rejected");
+  test_report(e == 0, "validate: a good schedule passes", "rejected");
   s.order[1] = T(0, 0, 0); /* the actor's forward twice, the critic's missing */
   e = ac_sched_validate(&s, "test");
-  check(e != 0, "validate: a task listed twice is refused", "accepted");
+  test_report(e != 0, "validate: a task listed twice is refused", "accepted");
   s.order[1] = T(1, 0, 1); /* micro-batch out of range */
   e = ac_sched_validate(&s, "test");
-  check(e != 0, "validate: a micro-batch out of range is refused", "accepted");
+  test_report(e != 0, "validate: a micro-batch out of range is refused", "accepted");
   s.order[1] = T(1, 0, 0);
   s.order[0] = T(1, 0, 0), s.order[1] = T(0, 0, 0); /* r0 critic first, r1 actor first: a cycle */
   memcpy(s.order + 4, (ACTask[4]){T(0, 0, 0), T(1, 0, 0), T(0, 1, 0), T(1, 1, 0)}, 4 * sizeof(ACTask));
   e = ac_sched_validate(&s, "test");
-  check(e != 0, "validate: a deadlocking schedule is refused", "accepted");
+  test_report(e != 0, "validate: a deadlocking schedule is refused", "accepted");
   memcpy(s.order, good0, sizeof good0);
   memcpy(s.order + 4, good1, sizeof good1);
   s.inst.mem_cap = 1; /* the good schedule holds 2 */
   e = ac_sched_validate(&s, "test");
-  check(e != 0, "validate: a schedule above the memory cap is refused", "accepted");
+  test_report(e != 0, "validate: a schedule above the memory cap is refused", "accepted");
   PetscCall(PetscPopErrorHandler());
   PetscCall(ac_sched_free(&s));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -317,22 +310,22 @@ static PetscErrorCode test_migrate_plan(void)
   PetscFunctionBegin;
   PetscCall(genfuse_migrate_plan(&in, &m, dest, to));
   snprintf(detail, sizeof detail, "m %d dest %d%d%d%d to[6] %d", m, dest[0], dest[1], dest[2], dest[3], to[6]);
-  check(m == 2 && dest[0] && dest[1] && !dest[2] && !dest[3] && to[6] == 1 && to[0] == 0 && to[3] == 1, "migration plan: the fewest replicas holding the most cache; a running sample to the most free slots", detail);
+  test_report(m == 2 && dest[0] && dest[1] && !dest[2] && !dest[3] && to[6] == 1 && to[0] == 0 && to[3] == 1, "migration plan: the fewest replicas holding the most cache; a running sample to the most free slots", "%s", detail);
   in.forced = 1; /* one replica cannot hold 5 running samples in 4 slots: 2 */
   PetscCall(genfuse_migrate_plan(&in, &m, dest, to));
   snprintf(detail, sizeof detail, "m %d", m);
-  check(m == 2, "migration plan: a forced count is raised to what the running samples need", detail);
+  test_report(m == 2, "migration plan: a forced count is raised to what the running samples need", "%s", detail);
   in.forced = 3;
   PetscCall(genfuse_migrate_plan(&in, &m, dest, to));
   snprintf(detail, sizeof detail, "m %d dest %d%d%d%d", m, dest[0], dest[1], dest[2], dest[3]);
-  check(m == 3 && dest[3] && !dest[2] && to[6] == 3, "migration plan: forced 3 adds replica 3 (5 positions) before 2 (none); its sample stays", detail);
+  test_report(m == 3 && dest[3] && !dest[2] && to[6] == 3, "migration plan: forced 3 adds replica 3 (5 positions) before 2 (none); its sample stays", "%s", detail);
   {
     /* waiting samples only (R_t 1 at once), 2 replicas of 8 slots, 16 samples: both hold equal data, forced onto 1: replica 0, waiting samples of 1 queue there */
     int r2[16], i2[16], k2[16], t2[16];
     for (int i = 0; i < 16; i++) r2[i] = i / 8, i2[i] = i, k2[i] = 0;
     in = (GenFuseMigIn){2, 8, 1, 16, r2, i2, k2};
     PetscCall(genfuse_migrate_plan(&in, &m, dest, t2));
-    check(m == 1 && dest[0] && !dest[1] && t2[15] == 0, "migration plan: everything at once onto one replica (ties: the lower index)", "");
+    test_report(m == 1 && dest[0] && !dest[1] && t2[15] == 0, "migration plan: everything at once onto one replica (ties: the lower index)", NULL);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -355,7 +348,7 @@ static void test_reroute(void)
     int want = b == 3 ? 0 : b < 4 ? (b % 2 ? 3 : 1) : 1;
     for (int q = 0; q < 4; q++) ok &= need[q * 8 + b] == (q == want);
   }
-  check(ok, "reroute: the finished rows of the decoding rank go round-robin to the freed members, the freed keep theirs, the unfinished stay", "");
+  test_report(ok, "reroute: the finished rows of the decoding rank go round-robin to the freed members, the freed keep theirs, the unfinished stay", NULL);
 }
 
 static void test_rt_sim(void)
@@ -379,18 +372,17 @@ static void test_rt_sim(void)
   s25 = genfuse_sim_stage(&sim, 0.25);
   pick = genfuse_sim_pick(&sim, &pred);
   snprintf(detail, sizeof detail, "R_t 0: %g, 0.25: %g, pick %g (%g)", s0, s25, pick, pred);
-  check(fabs(s0 - 45.1) < 1e-9, "R_t simulation: unfused stage 45.1 s by hand", detail);
-  check(fabs(s25 - 44.2) < 1e-9 && pick > 0 && pred <= s25 + 1e-9, "R_t simulation: migrating the two long samples onto one replica, 44.2 s by hand, and picked", detail);
+  test_report(fabs(s0 - 45.1) < 1e-9, "R_t simulation: unfused stage 45.1 s by hand", "%s", detail);
+  test_report(fabs(s25 - 44.2) < 1e-9 && pick > 0 && pred <= s25 + 1e-9, "R_t simulation: migrating the two long samples onto one replica, 44.2 s by hand, and picked", "%s", detail);
 }
 
 int main(int argc, char **argv)
 {
   if (PetscInitialize(&argc, &argv, NULL, "Tests of the fused actor-critic schedules (src/actorcritic).\n")) return 1;
   test_lower_bound();
-  if (test_replay() || test_sequential() || test_exhaustive() || test_search() || test_validate() || test_migrate_plan()) nfail++;
+  if (test_replay() || test_sequential() || test_exhaustive() || test_search() || test_validate() || test_migrate_plan()) test_report(PETSC_FALSE, "the schedule tests ran to their end", "stopped by an error");
   test_reroute();
   test_rt_sim();
-  printf("%d passed, %d failed\n", npass, nfail);
   PetscFinalize();
-  return nfail > 0;
+  return test_tally();
 }

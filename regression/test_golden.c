@@ -77,6 +77,7 @@
 #include "model.h"
 #include "sys.h"
 #include "tensor.h"
+#include "test_report.h"
 
 static const char help[] = "Checks the C model against PyTorch golden tensors.\n"
                            "Usage: test_golden [GOLDEN_DIR [cuda fp32|bf16]] (default regression/golden, cpu)\n";
@@ -102,16 +103,12 @@ static const Mode mode_bf16 = {"cuda bf16", PETSC_TRUE, PETSC_TRUE, 5e-2, 5e-2, 
 
 static const char *const golden_files[] = {"gpt_lm.h5", "gpt_scalar.h5"};
 
-typedef struct {
-  int passed, failed, skipped;
-} Tally;
-
 /* ---- comparison -------------------------------------------------------- */
 
 /* One check: every |x - ref| <= atol + extra[i] + rtol*|ref|, with atol =
  * atol_frac * max|ref|; extra may be NULL. Prints one ok / not ok line; a
  * failure names the failing element with the largest error. */
-static void check_ex(Tally *t, const char *name, const float *x, const float *ref, const float *extra, size_t n, double rtol, double atol_frac, const char *hint)
+static void check_ex(const char *name, const float *x, const float *ref, const float *extra, size_t n, double rtol, double atol_frac, const char *hint)
 {
   double refmax = 0, maxerr = 0, maxerr_wide = 0, wide = 0, bad_err = -1, atol;
   size_t ibad = 0, nbad = 0, nwide = 0;
@@ -133,27 +130,24 @@ static void check_ex(Tally *t, const char *name, const float *x, const float *re
     }
   }
   if (!nbad) {
-    printf("ok - %s (max abs err %.3g, atol %.3g", name, maxerr, atol);
-    if (nwide) printf("; %zu unresolved-gradient elements: max abs err %.3g <= %.3g", nwide, maxerr_wide, wide);
-    printf(")\n");
-    t->passed++;
+    if (nwide) test_measure(PETSC_TRUE, name, "max abs err %.3g, atol %.3g; %zu unresolved-gradient elements: max abs err %.3g <= %.3g", maxerr, atol, nwide, maxerr_wide, wide);
+    else test_measure(PETSC_TRUE, name, "max abs err %.3g, atol %.3g", maxerr, atol);
     return;
   }
-  printf("not ok - %s: max abs err %.6g at index %zu (ref %.9g, got %.9g; tol there %.3g; %zu of %zu elements fail)\n", name, bad_err, ibad, (double)ref[ibad],
-         (double)x[ibad], atol + (extra ? extra[ibad] : 0.0) + rtol * fabs((double)ref[ibad]), nbad, n);
+  test_report(PETSC_FALSE, name, "max abs err %.6g at index %zu (ref %.9g, got %.9g; tol there %.3g; %zu of %zu elements fail)", bad_err, ibad, (double)ref[ibad], (double)x[ibad],
+              atol + (extra ? extra[ibad] : 0.0) + rtol * fabs((double)ref[ibad]), nbad, n);
   if (hint) printf("HINT: %s\n", hint);
-  t->failed++;
 }
 
-static void check(Tally *t, const char *name, const float *x, const float *ref, size_t n, double rtol, double atol_frac, const char *hint)
+static void check(const char *name, const float *x, const float *ref, size_t n, double rtol, double atol_frac, const char *hint)
 {
-  check_ex(t, name, x, ref, NULL, n, rtol, atol_frac, hint);
+  check_ex(name, x, ref, NULL, n, rtol, atol_frac, hint);
 }
 
-static void check_scalar(Tally *t, const char *name, double x, double ref, double rtol, const char *hint)
+static void check_scalar(const char *name, double x, double ref, double rtol, const char *hint)
 {
   float xf = (float)x, rf = (float)ref;
-  check(t, name, &xf, &rf, 1, rtol, 0.0, hint);
+  check(name, &xf, &rf, 1, rtol, 0.0, hint);
 }
 
 /* ---- HDF5 reading (the test reads /golden itself, independently of io) -- */
@@ -314,7 +308,7 @@ static PetscErrorCode read_tensors(Case *c, const char *group, float *ref)
  * widens the tolerance per element. With base (flat, may be NULL) both sides
  * are compared by their difference from it, at tolerance tol (else the
  * mode's). */
-static PetscErrorCode check_tensors(Tally *t, Case *c, const float *flat, const char *group, const char *what, const float *extra, const float *base, double tol,
+static PetscErrorCode check_tensors(Case *c, const float *flat, const char *group, const char *what, const float *extra, const float *base, double tol,
                                     const char *hint)
 {
   GPT   *g = c->gpt;
@@ -332,7 +326,7 @@ static PetscErrorCode check_tensors(Tally *t, Case *c, const float *flat, const 
   for (int i = 0; i < g->ntensors; i++) {
     const GPTTensor *ti = &g->tensors[i];
     PetscCall(PetscSNPrintf(cname, sizeof cname, "%s %s %s", c->tag, what, ti->name));
-    check_ex(t, cname, flat + ti->offset, ref + ti->offset, extra ? extra + ti->offset : NULL, ti->numel, base ? tol : c->mode->rtol, base ? tol : c->mode->atol_frac,
+    check_ex(cname, flat + ti->offset, ref + ti->offset, extra ? extra + ti->offset : NULL, ti->numel, base ? tol : c->mode->rtol, base ? tol : c->mode->atol_frac,
              hint);
   }
   PetscCall(PetscFree(ref));
@@ -393,7 +387,7 @@ static PetscErrorCode adamw_config_read(Case *c, AdamWConfig *opt, int *nsteps)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode test_adamw(Tally *t, Case *c)
+static PetscErrorCode test_adamw(Case *c)
 {
   AdamWConfig opt;
   int         nsteps;
@@ -418,19 +412,19 @@ static PetscErrorCode test_adamw(Tally *t, Case *c)
     PetscCall(gpt_adamw_step(c->gpt, &opt, &lr, &gnorm));
     sum_lr += lrs[s];
     PetscCall(PetscSNPrintf(name, sizeof name, "%s adamw step %d loss", c->tag, s));
-    check_scalar(t, name, loss, losses[s], c->mode->rtol, s ? "the first steps pass: look at the AdamW update, clipping or the schedule" : NULL);
+    check_scalar(name, loss, losses[s], c->mode->rtol, s ? "the first steps pass: look at the AdamW update, clipping or the schedule" : NULL);
     PetscCall(PetscSNPrintf(name, sizeof name, "%s adamw step %d lr", c->tag, s));
-    check_scalar(t, name, lr, lrs[s], 1e-6, "adamw_lr differs from the warm-up + cosine schedule of tools/golden.py");
+    check_scalar(name, lr, lrs[s], 1e-6, "adamw_lr differs from the warm-up + cosine schedule of tools/golden.py");
     PetscCall(PetscSNPrintf(name, sizeof name, "%s adamw step %d grad norm (clip %g)", c->tag, s, (double)opt.grad_clip));
-    check_scalar(t, name, gnorm, norms[s], c->mode->rtol, "the global gradient norm is computed before clipping, over all tensors");
+    check_scalar(name, gnorm, norms[s], c->mode->rtol, "the global gradient norm is computed before clipping, over all tensors");
   }
   PetscCall(PetscMalloc3(c->gpt->nparams, &extra, c->gpt->nparams, &m, c->gpt->nparams, &v));
   PetscCall(gpt_optim_get(c->gpt, m, v));
-  PetscCall(check_tensors(t, c, m, "golden/adamw/m", "adamw m", NULL, NULL, 0.0, "the first moment differs: m = beta1*m + (1-beta1)*g*clip_scale"));
-  PetscCall(check_tensors(t, c, v, "golden/adamw/v", "adamw v", NULL, NULL, 0.0, "the second moment differs: v = beta2*v + (1-beta2)*(g*clip_scale)^2"));
+  PetscCall(check_tensors(c, m, "golden/adamw/m", "adamw m", NULL, NULL, 0.0, "the first moment differs: m = beta1*m + (1-beta1)*g*clip_scale"));
+  PetscCall(check_tensors(c, v, "golden/adamw/v", "adamw v", NULL, NULL, 0.0, "the second moment differs: v = beta2*v + (1-beta2)*(g*clip_scale)^2"));
   PetscCall(adamw_extra_tol(c, sum_lr, extra));
   PetscCall(gpt_params_get(c->gpt, c->host));
-  PetscCall(check_tensors(t, c, c->host, "golden/adamw/params", c->mode->update ? "adamw params (update)" : "adamw params", extra, c->mode->update ? c->p0 : NULL,
+  PetscCall(check_tensors(c, c->host, "golden/adamw/params", c->mode->update ? "adamw params (update)" : "adamw params", extra, c->mode->update ? c->p0 : NULL,
                           c->mode->update_tol,
                           "losses, lrs and norms pass but params differ: check weight decay (2-D tensors only), bias correction, eps placement, clip scale"));
   PetscCall(PetscFree3(extra, m, v));
@@ -438,7 +432,7 @@ static PetscErrorCode test_adamw(Tally *t, Case *c)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode test_file(Tally *t, const char *dir, const char *fname, const Mode *mode, const Backend *be)
+static PetscErrorCode test_file(const char *dir, const char *fname, const Mode *mode, const Backend *be)
 {
   Case        c;
   char        path[PETSC_MAX_PATH_LEN], str[256], role[64];
@@ -517,21 +511,21 @@ static PetscErrorCode test_file(Tally *t, const char *dir, const char *fname, co
     PetscCall(PetscMalloc1(n, &ref));
     PetscCall(golden_read(c.file, path, lm ? "golden/logits" : "golden/values", H5T_NATIVE_FLOAT, lm ? 3 : 2, dims, ref));
     PetscCall(PetscSNPrintf(str, sizeof str, "%s %s", c.tag, lm ? "logits" : "values"));
-    check(t, str, c.out, ref, n, mode->rtol, mode->atol_frac, fwd_hint);
+    check(str, c.out, ref, n, mode->rtol, mode->atol_frac, fwd_hint);
     PetscCall(PetscFree(ref));
   }
   PetscCall(golden_read(c.file, path, "golden/loss", H5T_NATIVE_FLOAT, 0, NULL, &ref_loss));
   PetscCall(PetscSNPrintf(str, sizeof str, "%s loss", c.tag));
-  check_scalar(t, str, loss, ref_loss, mode->rtol, lm ? "logits pass but the loss does not: look at logprob_forward (log-sum-exp)" : NULL);
+  check_scalar(str, loss, ref_loss, mode->rtol, lm ? "logits pass but the loss does not: look at logprob_forward (log-sum-exp)" : NULL);
   PetscCall(c.gpt->be->to_host(c.host, c.gpt->grads, sizeof(float) * c.gpt->nparams));
-  PetscCall(check_tensors(t, &c, c.host, "golden/grads", "grad", NULL, NULL, 0.0,
+  PetscCall(check_tensors(&c, c.host, "golden/grads", "grad", NULL, NULL, 0.0,
                           "the forward passes but this gradient does not: look at the backward op that produces it (the tied wte gets embedding + head terms)"));
 
   PetscCall(PetscMalloc1(c.gpt->nparams, &c.gref));
   PetscCall(read_tensors(&c, "golden/grads", c.gref));
 
   /* A few AdamW steps from the same weights on the same batch. */
-  PetscCall(test_adamw(t, &c));
+  PetscCall(test_adamw(&c));
 
   H5Fclose(c.file);
   PetscCall(PetscFree5(c.tok, c.tgt, c.y, c.dhead, c.host));
@@ -543,14 +537,14 @@ static PetscErrorCode test_file(Tally *t, const char *dir, const char *fname, co
 }
 
 /* Positional arguments (PETSc leaves them alone): [GOLDEN_DIR [cuda fp32|bf16]]. */
-static PetscErrorCode run(int argc, char **argv, Tally *t)
+static PetscErrorCode run(int argc, char **argv)
 {
   const char    *dir = "regression/golden", *req = getenv("RLFUSE_REQUIRE_CUDA");
   const Mode    *mode = &mode_cpu;
   const Backend *be   = backend_cpu();
   int            npos = 0;
   const char    *pos[3];
-  char           why[512];
+  char           why[512], what[64], nodev[600];
   PetscBool      have;
 
   PetscFunctionBegin;
@@ -564,8 +558,10 @@ static PetscErrorCode run(int argc, char **argv, Tally *t)
     mode = strcmp(pos[2], "bf16") ? &mode_fp32 : &mode_bf16;
     PetscCall(backend_cuda_available(why, sizeof why, &have));
     if (!have) {
-      if (req && !strcmp(req, "1")) printf("not ok - golden %s: no usable CUDA device but RLFUSE_REQUIRE_CUDA=1 (%s)\n", mode->name, why), t->failed++;
-      else printf("skip - golden %s: no CUDA device (%s)\n", mode->name, why), t->skipped++;
+      PetscCall(PetscSNPrintf(what, sizeof what, "golden %s", mode->name));
+      PetscCall(PetscSNPrintf(nodev, sizeof nodev, "no CUDA device (%s)", why));
+      if (req && !strcmp(req, "1")) test_report(PETSC_FALSE, what, "no usable CUDA device but RLFUSE_REQUIRE_CUDA=1 (%s)", why);
+      else test_skip(what, nodev);
       PetscFunctionReturn(PETSC_SUCCESS);
     }
     PetscCall(backend_get("cuda", &be));
@@ -573,28 +569,25 @@ static PetscErrorCode run(int argc, char **argv, Tally *t)
     printf("# the cuda backend in %s precision: rtol %g, atol %g * max|ref|%s\n", mode->bf16 ? "bf16" : "fp32", mode->rtol, mode->atol_frac,
            mode->update ? "; AdamW parameters by their update" : "");
   }
-  for (size_t i = 0; i < sizeof golden_files / sizeof golden_files[0]; i++) PetscCall(test_file(t, dir, golden_files[i], mode, be));
+  for (size_t i = 0; i < sizeof golden_files / sizeof golden_files[0]; i++) PetscCall(test_file(dir, golden_files[i], mode, be));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 int main(int argc, char **argv)
 {
-  Tally          t = {0, 0, 0};
   PetscErrorCode ierr;
 
   ierr = PetscInitialize(&argc, &argv, NULL, help);
   if (ierr) return 1;
   ierr = sys_error_handler_install();
-  if (!ierr) ierr = run(argc, argv, &t);
+  if (!ierr) ierr = run(argc, argv);
   if (ierr) {
-    printf("not ok - test_golden stopped by an error (the 'rlfuse: error' line)\n");
+    test_report(PETSC_FALSE, "test_golden", "stopped by an error (the 'rlfuse: error' line)");
     printf("HINT: a missing or outdated golden file is regenerated with `make golden` (needs python3-torch)\n");
-    printf("%d passed, %d failed, %d skipped\n", t.passed, t.failed + 1, t.skipped);
-    fflush(stdout);
+    test_tally();
     sys_error_exit(ierr);
   }
-  if (t.failed) printf("HINT: if the model definition changed on purpose, regenerate the reference with `make golden`; otherwise the C model diverges from tools/gpt_torch.py\n");
-  printf("%d passed, %d failed, %d skipped\n", t.passed, t.failed, t.skipped);
+  if (test_state.fail) printf("HINT: if the model definition changed on purpose, regenerate the reference with `make golden`; otherwise the C model diverges from tools/gpt_torch.py\n");
   ierr = PetscFinalize();
-  return (t.failed || ierr) ? 1 : 0;
+  return test_tally() || ierr ? 1 : 0;
 }

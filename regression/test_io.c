@@ -5,10 +5,10 @@
  * record has the documented layout (back-filled columns, provenance,
  * parameters) and is readable by another process while the run is going, an
  * old run.h5 is kept, and token datasets round-trip and are validated.
- * Prints "ok - name" / "not ok - name: detail" per check and "N passed, M
- * failed"; exits non-zero on any failure. */
+ * Reports through test_report.h; exits non-zero on any failure. */
 #include "io.h"
 #include "internal/h5util.h"
+#include "test_report.h"
 
 #include <hdf5.h>
 #include <math.h>
@@ -21,29 +21,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int         npass, nfail;
 static PetscMPIInt rank, size;
 static char        tmpdir[PETSC_MAX_PATH_LEN]; /* rank 0's, shared with all ranks */
-
-/* Collective: every rank checks, then waits, so rank 0 does not change the
- * files while another rank is still looking at them. */
-static void report(PetscBool ok, const char *name, const char *fmt, ...)
-{
-  va_list ap;
-  char    detail[1024];
-
-  MPI_Barrier(PETSC_COMM_WORLD);
-  if (ok) {
-    npass++;
-    if (!rank) printf("ok - %s\n", name);
-    return;
-  }
-  nfail++;
-  va_start(ap, fmt);
-  vsnprintf(detail, sizeof detail, fmt, ap);
-  va_end(ap);
-  printf("not ok - %s: %s%s\n", name, detail, rank ? " (on a rank other than 0)" : "");
-}
 
 /* Runs call with errors returned silently (no traceback). */
 #define TRY(ierr, call)                                                 \
@@ -59,11 +38,11 @@ static void expect_error(PetscErrorCode ierr, const char *name, const char *want
   char *msg = NULL;
 
   if (!ierr) {
-    report(PETSC_FALSE, name, "succeeded; expected an error containing \"%s\"", want);
+    test_report(PETSC_FALSE, name, "succeeded; expected an error containing \"%s\"", want);
     return;
   }
   PetscErrorMessage(ierr, NULL, &msg);
-  report((PetscBool)(msg && strstr(msg, want)), name, "message \"%s\" lacks \"%s\"", msg ? msg : "(none)", want);
+  test_report((PetscBool)(msg && strstr(msg, want)), name, "message \"%s\" lacks \"%s\"", msg ? msg : "(none)", want);
   if (!rank) printf("#   %s\n", msg ? msg : "(none)");
 }
 
@@ -170,7 +149,7 @@ static PetscErrorCode test_ckpt_roundtrip(const char *path)
     PetscCall(ckpt_write(PETSC_COMM_WORLD, path, models, 3, &st));
   }
   PetscCall(ckpt_read_config(PETSC_COMM_WORLD, path, "critic", &cfg));
-  report((PetscBool)!memcmp(&cfg, &sc, sizeof cfg), "ckpt_read_config returns the written configuration", "n_embd %d head %d", cfg.n_embd, (int)cfg.head);
+  test_report((PetscBool)!memcmp(&cfg, &sc, sizeof cfg), "ckpt_read_config returns the written configuration", "n_embd %d head %d", cfg.n_embd, (int)cfg.head);
   PetscCall(make_model(&lm, 11, PETSC_FALSE, &pol2));
   PetscCall(make_model(&sc, 12, PETSC_FALSE, &cri2));
   PetscCall(make_model(&sc, 13, PETSC_FALSE, &rew2));
@@ -183,10 +162,10 @@ static PetscErrorCode test_ckpt_roundtrip(const char *path)
   PetscCall(models_equal(pol, pol2, PETSC_TRUE, &eq_pol));
   PetscCall(models_equal(cri, cri2, PETSC_TRUE, &eq_cri));
   PetscCall(models_equal(rew, rew2, PETSC_FALSE, &eq_rew));
-  report(eq_pol, "checkpoint round trip bit-exact: LM head params, m, v, step", "policy differs");
-  report((PetscBool)(eq_cri && eq_rew), "checkpoint round trip bit-exact: scalar heads (with and without optim)", "critic %d reward %d", eq_cri, eq_rew);
+  test_report(eq_pol, "checkpoint round trip bit-exact: LM head params, m, v, step", "policy differs");
+  test_report((PetscBool)(eq_cri && eq_rew), "checkpoint round trip bit-exact: scalar heads (with and without optim)", "critic %d reward %d", eq_cri, eq_rew);
   PetscCall(ckpt_read_state(PETSC_COMM_WORLD, path, &st2));
-  report((PetscBool)(st2.iteration == 5 && st2.data_pos == 123 && st2.seed == 42 && st2.kl_coef == 0.25), "checkpoint state round trip", "got %d %d %d %g", (int)st2.iteration, (int)st2.data_pos, (int)st2.seed, st2.kl_coef);
+  test_report((PetscBool)(st2.iteration == 5 && st2.data_pos == 123 && st2.seed == 42 && st2.kl_coef == 0.25), "checkpoint state round trip", "got %d %d %d %g", (int)st2.iteration, (int)st2.data_pos, (int)st2.seed, st2.kl_coef);
   PetscCall(gpt_destroy(&pol));
   PetscCall(gpt_destroy(&cri));
   PetscCall(gpt_destroy(&rew));
@@ -318,7 +297,7 @@ static PetscErrorCode test_ckpt_atomic(void)
   {
     char cmd[3 * PETSC_MAX_PATH_LEN];
     snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", path, before);
-    report((PetscBool)(ierr && count_tmp_files() == 0 && file_size(path) == size_before && system(cmd) == 0), "failed ckpt_write: previous file untouched, no temporary left", "ierr %d, %d temporaries", (int)ierr, count_tmp_files());
+    test_report((PetscBool)(ierr && count_tmp_files() == 0 && file_size(path) == size_before && system(cmd) == 0), "failed ckpt_write: previous file untouched, no temporary left", "ierr %d, %d temporaries", (int)ierr, count_tmp_files());
   }
   {
     char      bad[PETSC_MAX_PATH_LEN];
@@ -331,7 +310,7 @@ static PetscErrorCode test_ckpt_atomic(void)
     PetscCall(ckpt_write(PETSC_COMM_WORLD, path, &cm, 1, &st));
   }
   PetscCall(ckpt_read_state(PETSC_COMM_WORLD, path, &st2));
-  report((PetscBool)(st2.iteration == 78 && count_tmp_files() == 0), "ckpt_write over an existing file replaces it, no temporary left", "iteration %d, %d temporaries", (int)st2.iteration, count_tmp_files());
+  test_report((PetscBool)(st2.iteration == 78 && count_tmp_files() == 0), "ckpt_write over an existing file replaces it, no temporary left", "iteration %d, %d temporaries", (int)st2.iteration, count_tmp_files());
   PetscCall(gpt_destroy(&gpt));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -347,7 +326,7 @@ static PetscErrorCode test_stale_tmp(void)
   CkptState st = {1, 0, 1, 0};
   char      path[PETSC_MAX_PATH_LEN], mine[PETSC_MAX_PATH_LEN], stale[PETSC_MAX_PATH_LEN + 32], live[PETSC_MAX_PATH_LEN + 32], other[PETSC_MAX_PATH_LEN + 32], reused[PETSC_MAX_PATH_LEN + 32];
   pid_t     dead;
-  int       ok_stale, ok_live, ok_other, ok_reused, lock = -1;
+  int       ok_stale = 1, ok_live = 1, ok_other = 1, ok_reused = 1, lock = -1;
 
   PetscFunctionBegin;
   PetscCall(make_model(&lm, 6, PETSC_FALSE, &gpt));
@@ -380,13 +359,14 @@ static PetscErrorCode test_stale_tmp(void)
     ok_live  = access(live, F_OK) == 0;
     ok_other = access(other, F_OK) == 0;
     ok_reused = access(reused, F_OK) != 0;
-    report((PetscBool)(ok_stale && ok_live && ok_other), "a write removes stale temporaries on this host only, and keeps a live writer's (its lock held)", "dead pid removed %d, locked kept %d, other host kept %d", ok_stale, ok_live, ok_other);
-    report((PetscBool)ok_reused, "a write removes a temporary whose PID is alive but holds no lock (a reused PID)", "kept");
     unlink(live);
     h5u_tmp_release(live, lock);
     unlink(other);
     unlink(reused);
   }
+  /* collective, agreed over the ranks (only rank 0 looked) */
+  test_report((PetscBool)(ok_stale && ok_live && ok_other), "a write removes stale temporaries on this host only, and keeps a live writer's (its lock held)", "dead pid removed %d, locked kept %d, other host kept %d", ok_stale, ok_live, ok_other);
+  test_report((PetscBool)ok_reused, "a write removes a temporary whose PID is alive but holds no lock (a reused PID)", "kept");
   PetscCall(gpt_destroy(&gpt));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -517,20 +497,20 @@ static PetscErrorCode test_record(void)
   file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   PetscCheck(file >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "cannot open %s", path);
   PetscCall(read_column(file, "/metrics/kl", v, 8, &n));
-  report((PetscBool)(n == 3 && isnan(v[0]) && v[1] == 0.1 && v[2] == 0.2), "run record: metric first seen at step 2 back-filled with NaN", "n %d: %g %g %g", n, v[0], v[1], v[2]);
+  test_report((PetscBool)(n == 3 && isnan(v[0]) && v[1] == 0.1 && v[2] == 0.2), "run record: metric first seen at step 2 back-filled with NaN", "n %d: %g %g %g", n, v[0], v[1], v[2]);
   PetscCall(read_column(file, "/metrics/reward", v, 8, &n));
   PetscCall(read_column(file, "/metrics/step", v2, 8, &n2));
-  report((PetscBool)(n == 3 && v[0] == 1 && v[1] == 2 && isnan(v[2]) && n2 == 3 && v2[0] == 1 && v2[2] == 3), "run record: metrics and steps", "n %d %d", n, n2);
+  test_report((PetscBool)(n == 3 && v[0] == 1 && v[1] == 2 && isnan(v[2]) && n2 == 3 && v2[0] == 1 && v2[2] == 3), "run record: metrics and steps", "n %d %d", n, n2);
   PetscCall(read_column(file, "/timing/rollout_max", v, 8, &n));
   PetscCall(read_column(file, "/timing/gen_min", v2, 8, &n2));
   ok = (PetscBool)(n == 3 && v[0] == 0.75 && v[1] == 0.5 && v[2] == 0 && n2 == 3 && v2[0] == 0 && v2[1] == 2.0 && v2[2] == 0);
   PetscCall(read_column(file, "/timing/train_min", v, 8, &n));
   PetscCall(read_column(file, "/timing/step", v2, 8, &n2));
   ok = (PetscBool)(ok && n == 3 && v[0] == 1 && v[1] == 0 && v[2] == 3 && n2 == 3);
-  report(ok, "run record: stage times (accumulated, 0 when not timed, back-filled)", "columns differ");
+  test_report(ok, "run record: stage times (accumulated, 0 when not timed, back-filled)", "columns differ");
   PetscCall(read_column(file, "/timing/last_rank_only_max", v, 8, &n));
   PetscCall(read_column(file, "/timing/last_rank_only_min", v2, 8, &n2));
-  report((PetscBool)(n == 3 && v[0] == 1 && v[1] == 0 && n2 == 3 && v2[0] == (size > 1 ? 0 : 1)), "run record: a stage timed on one rank only (max over ranks, min 0)", "n %d max %g min %g", n, v[0], v2[0]);
+  test_report((PetscBool)(n == 3 && v[0] == 1 && v[1] == 0 && n2 == 3 && v2[0] == (size > 1 ? 0 : 1)), "run record: a stage timed on one rank only (max over ranks, min 0)", "n %d max %g min %g", n, v[0], v2[0]);
   PetscCall(read_attr_string(file, "/code", "rlfuse_version", s, sizeof s));
   PetscCall(io_hdf5_version(hv, sizeof hv));
   ok = (PetscBool)!strcmp(s, RLFUSE_VERSION);
@@ -541,21 +521,21 @@ static PetscErrorCode test_record(void)
   PetscCall(read_attr_string(file, "/code", "command_line", s, sizeof s));
   ok = (PetscBool)(ok && strstr(s, "test_io"));
   PetscCall(read_attr_string(file, "/code", "mode", s, sizeof s));
-  report((PetscBool)(ok && !strcmp(s, "test")), "run record: /code provenance", "mode '%s'", s);
+  test_report((PetscBool)(ok && !strcmp(s, "test")), "run record: /code provenance", "mode '%s'", s);
   PetscCall(read_attr_string(file, "/parameters", "test_alpha", s, sizeof s));
   ok = (PetscBool)!strcmp(s, "0.5");
   PetscCall(read_attr_string(file, "/parameters", "_given", s, sizeof s));
   ok = (PetscBool)(ok && strstr(s, "test_alpha") && !strstr(s, "test_beta"));
   PetscCall(read_attr_string(file, "/parameters", "_database", s, sizeof s));
-  report((PetscBool)(ok && strstr(s, "-test_never_read 3")), "run record: /parameters with _given and _database", "_database '%s'", s);
+  test_report((PetscBool)(ok && strstr(s, "-test_never_read 3")), "run record: /parameters with _given and _database", "_database '%s'", s);
   H5Fclose(file);
-  report((PetscBool)(child == 0), "run record readable by another process before record_close", "reader exit status %d", child);
+  test_report((PetscBool)(child == 0), "run record readable by another process before record_close", "reader exit status %d", child);
 
   PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD)); /* everyone has read run.h5 before it is renamed */
   PetscCall(record_open(&run, "test", &rec));
   PetscCall(record_close(&rec));
   snprintf(s, sizeof s, "%s/run.1.h5", run.output_dir);
-  report((PetscBool)(file_size(s) > 0 && file_size(path) > 0), "existing run.h5 kept as run.1.h5", "run.1.h5 size %ld", file_size(s));
+  test_report((PetscBool)(file_size(s) > 0 && file_size(path) > 0), "existing run.h5 kept as run.1.h5", "run.1.h5 size %ld", file_size(s));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -604,7 +584,7 @@ static PetscErrorCode test_data(void)
   path_in(path, "data.h5");
   PetscCall(data_write(PETSC_COMM_WORLD, path, &d, "copy"));
   PetscCall(data_read(PETSC_COMM_WORLD, path, &r));
-  report((PetscBool)(r.N == 3 && r.T == 5 && r.vocab_size == 10 && !memcmp(r.tokens, tokens, sizeof tokens) && !memcmp(r.lengths, lengths, sizeof lengths) && r.prompt_lengths && !memcmp(r.prompt_lengths, plen, sizeof plen)), "token data round trip", "N %d T %d", r.N, r.T);
+  test_report((PetscBool)(r.N == 3 && r.T == 5 && r.vocab_size == 10 && !memcmp(r.tokens, tokens, sizeof tokens) && !memcmp(r.lengths, lengths, sizeof lengths) && r.prompt_lengths && !memcmp(r.prompt_lengths, plen, sizeof plen)), "token data round trip", "N %d T %d", r.N, r.T);
   PetscCall(data_free(&r));
 
   /* data_write refuses to write what data_read would reject, so write by hand */
@@ -632,13 +612,13 @@ static PetscErrorCode test_matrix(void)
   H5Dread(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, y);
   H5Dclose(dset);
   H5Fclose(file);
-  report((PetscBool)!memcmp(x, y, sizeof x), "io_write_matrix writes the float32 matrix", "values differ");
+  test_report((PetscBool)!memcmp(x, y, sizeof x), "io_write_matrix writes the float32 matrix", "values differ");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 int main(int argc, char **argv)
 {
-  char good[PETSC_MAX_PATH_LEN], cmd[PETSC_MAX_PATH_LEN + 16];
+  char good[PETSC_MAX_PATH_LEN];
 
   if (argc == 4 && !strcmp(argv[1], "--read-record")) {
     char path[PETSC_MAX_PATH_LEN];
@@ -649,9 +629,8 @@ int main(int argc, char **argv)
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   PetscCallMPI(MPI_Comm_rank(PETSC_COMM_WORLD, &rank));
   PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &size));
-  snprintf(tmpdir, sizeof tmpdir, "%s/rlfuse_test_io.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  if (!rank) PetscCheck(mkdtemp(tmpdir), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "cannot create a temporary directory");
-  PetscCallMPI(MPI_Bcast(tmpdir, sizeof tmpdir, MPI_CHAR, 0, PETSC_COMM_WORLD));
+  test_collective(PETSC_COMM_WORLD); /* also keeps rank 0 from changing files another rank still reads */
+  PetscCall(test_tmpdir(tmpdir, sizeof tmpdir, "test_io"));
   path_in(good, "good.h5");
   PetscCall(test_ckpt_roundtrip(good));
   PetscCall(test_ckpt_bad_files(good));
@@ -661,13 +640,7 @@ int main(int argc, char **argv)
   PetscCall(test_record());
   PetscCall(test_data());
   PetscCall(test_matrix());
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &nfail, 1, MPI_INT, MPI_MAX, PETSC_COMM_WORLD));
   PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD));
-  if (!rank) printf("%d passed, %d failed\n", npass, nfail);
-  if (!rank && !nfail) {
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd)) printf("# could not remove %s\n", tmpdir);
-  } else if (!rank) printf("# files kept in %s\n", tmpdir);
   PetscCall(PetscFinalize());
-  return nfail ? 1 : 0;
+  return test_tally();
 }

@@ -10,21 +10,9 @@
 
 #include "model.h"
 #include "sys.h"
+#include "test_report.h"
 
 static const char help[] = "GPT-2 model regression tests.\n";
-
-static int npass, nfail;
-
-static void report(const char *name, PetscBool ok, const char *detail)
-{
-  if (ok) {
-    npass++;
-    printf("ok - %s%s%s\n", name, detail[0] ? ": " : "", detail);
-  } else {
-    nfail++;
-    printf("not ok - %s: %s\n", name, detail);
-  }
-}
 
 static GPTConfig micro_config(GPTHead head)
 {
@@ -218,7 +206,7 @@ static PetscErrorCode test_gradcheck(const Backend *be, GPTHead head, PetscBool 
   PetscCall(PetscSNPrintf(name, sizeof name, "gradient check, %s head%s", GPTHeadNames[head], masked ? ", gpt_logprobs_dist with inv_temp 1/0.7 and a mask" : ""));
   PetscCall(PetscSNPrintf(detail, sizeof detail, "%d of %d sampled parameters outside 1e-4 + 1e-2|num|; worst at %.3g of tolerance: %s", nbad, nchecked, worst,
                           worst_name));
-  report(name, nbad == 0 ? PETSC_TRUE : PETSC_FALSE, detail);
+  test_measure(nbad == 0 ? PETSC_TRUE : PETSC_FALSE, name, "%s", detail);
   PetscCall(PetscFree2(p, g));
   if (masked) PetscCall(PetscFree2(off, ids));
   PetscCall(batch_destroy(&b));
@@ -291,7 +279,7 @@ static PetscErrorCode test_logprobs_dist(const Backend *be)
   hand_logprobs(logits, b.target, NULL, N, V, hlp, hent);
   werr = PetscMax(worst_err(lp1, hlp, N), worst_err(ent, hent, N));
   PetscCall(PetscSNPrintf(detail, sizeof detail, "%s; against the host computation at %.3g of tolerance", same ? "bitwise" : "NOT bitwise", werr));
-  report("gpt_logprobs_dist with dist NULL or inv_temp 1 equals gpt_logprobs", same && werr <= 1 ? PETSC_TRUE : PETSC_FALSE, detail);
+  test_measure(same && werr <= 1 ? PETSC_TRUE : PETSC_FALSE, "gpt_logprobs_dist with dist NULL or inv_temp 1 equals gpt_logprobs", "%s", detail);
 
   werr = 0;
   for (int k = 0; k < 2; k++) {
@@ -302,7 +290,7 @@ static PetscErrorCode test_logprobs_dist(const Backend *be)
     werr = PetscMax(werr, PetscMax(worst_err(lp1, hlp, N), worst_err(ent, hent, N)));
   }
   PetscCall(PetscSNPrintf(detail, sizeof detail, "logprob and entropy at %.3g of 1e-5 + 1e-5|ref| (rows 1, 5, 9 allow one token)", werr));
-  report("gpt_logprobs_dist with inv_temp 1/0.7 and masks of 1..3 then 1..12 tokens = host computation from gpt_logits", werr <= 1 ? PETSC_TRUE : PETSC_FALSE, detail);
+  test_measure(werr <= 1 ? PETSC_TRUE : PETSC_FALSE, "gpt_logprobs_dist with inv_temp 1/0.7 and masks of 1..3 then 1..12 tokens = host computation from gpt_logits", "%s", detail);
 
   /* the backward follows the last call's distribution, not an earlier one */
   for (int n = 0; n < N; n++) dloss[n] = b.target[n] >= 0 ? 0.1f * (float)(n % 5) - 0.2f : 0.0f;
@@ -317,7 +305,7 @@ static PetscErrorCode test_logprobs_dist(const Backend *be)
   PetscCall(gpt_backward_logprob(gpt, b.target, dloss));
   PetscCall(be->to_host(g1, gpt->grads, gpt->nparams * sizeof(float)));
   same = !memcmp(g0, g1, gpt->nparams * sizeof(float)) ? PETSC_TRUE : PETSC_FALSE;
-  report("gpt_backward_logprob uses the last call's distribution (plain after masked)", same, same ? "bitwise" : "gradients differ");
+  test_measure(same, "gpt_backward_logprob uses the last call's distribution (plain after masked)", "%s", same ? "bitwise" : "gradients differ");
   for (int k = 0; k < 2; k++) PetscCall(PetscFree2(off[k], ids[k]));
   PetscCall(PetscFree5(lp0, lp1, lp2, ent, logits));
   PetscCall(PetscFree5(hlp, hent, g0, g1, dloss));
@@ -350,7 +338,7 @@ static PetscErrorCode test_grad_accumulates(const Backend *be)
     scale = PetscMax(scale, fabs(g1[j]));
   }
   PetscCall(PetscSNPrintf(detail, sizeof detail, "max |g2 - 2 g1| = %.3g (max |g1| = %.3g)", err, scale));
-  report("gradients accumulate over backward calls", err <= 1e-5 * scale ? PETSC_TRUE : PETSC_FALSE, detail);
+  test_measure(err <= 1e-5 * scale ? PETSC_TRUE : PETSC_FALSE, "gradients accumulate over backward calls", "%s", detail);
   PetscCall(PetscFree3(g1, g2, dloss));
   PetscCall(batch_destroy(&b));
   PetscCall(gpt_destroy(&gpt));
@@ -407,7 +395,7 @@ static PetscErrorCode test_kv_cache(const Backend *be, GPTHead head)
   }
   PetscCall(PetscSNPrintf(name, sizeof name, "KV-cache decode equals full forward, %s head", GPTHeadNames[head]));
   PetscCall(PetscSNPrintf(detail, sizeof detail, "max |cached - full| = %.3g, max |full| = %.3g (tolerance 1e-5 relative)", maxerr, maxref));
-  report(name, maxerr <= 1e-5 * maxref ? PETSC_TRUE : PETSC_FALSE, detail);
+  test_measure(maxerr <= 1e-5 * maxref ? PETSC_TRUE : PETSC_FALSE, name, "%s", detail);
   PetscCall(gpt_kv_destroy(gpt, &kv));
   PetscCall(PetscFree2(ref, out));
   PetscCall(gpt_destroy(&gpt));
@@ -436,7 +424,7 @@ static PetscErrorCode test_shape_change(const Backend *be)
   PetscCall(be->to_host(small, gpt_logits(gpt), 4 * V * sizeof(float)));
   for (int i = 0; i < 4 * V; i++) err = PetscMax(err, fabs(small[i] - big[12 * V + i]));
   PetscCall(PetscSNPrintf(detail, sizeof detail, "max |prefix logits - full logits| = %.3g", err));
-  report("forward after a shape change (causal prefix)", err <= 1e-5 ? PETSC_TRUE : PETSC_FALSE, detail);
+  test_measure(err <= 1e-5 ? PETSC_TRUE : PETSC_FALSE, "forward after a shape change (causal prefix)", "%s", detail);
   PetscCall(PetscFree2(big, small));
   PetscCall(gpt_destroy(&gpt));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -465,7 +453,7 @@ static PetscErrorCode test_adamw_op(const Backend *be)
   PetscCall(be->to_host(hp, p, sizeof hp));
   /* the second element has g = 0: only the decay moves it, to -1.98 */
   PetscCall(PetscSNPrintf(detail, sizeof detail, "p = {%.8g, %.8g}, expected {0.89, -1.98}", (double)hp[0], (double)hp[1]));
-  report("AdamW op, one step by hand", fabs(hp[0] - 0.89) < 1e-6 && fabs(hp[1] + 1.98) < 1e-6 ? PETSC_TRUE : PETSC_FALSE, detail);
+  test_measure(fabs(hp[0] - 0.89) < 1e-6 && fabs(hp[1] + 1.98) < 1e-6 ? PETSC_TRUE : PETSC_FALSE, "AdamW op, one step by hand", "%s", detail);
   PetscCall(be->free(p));
   PetscCall(be->free(g));
   PetscCall(be->free(m));
@@ -525,7 +513,7 @@ static PetscErrorCode test_adamw_step(const Backend *be)
   PetscCall(gpt_params_get(gpt, got));
   for (size_t j = 0; j < n; j++) err = PetscMax(err, fabs(got[j] - ep[j]));
   PetscCall(PetscSNPrintf(detail, sizeof detail, "max |p - expected| = %.3g over %zu params, norm/lr rel err %.3g, step %d", err, n, norm_err, gpt->step));
-  report("gpt_adamw_step, two steps with clipping", err < 1e-6 && norm_err < 1e-6 && gpt->step == 2 ? PETSC_TRUE : PETSC_FALSE, detail);
+  test_measure(err < 1e-6 && norm_err < 1e-6 && gpt->step == 2 ? PETSC_TRUE : PETSC_FALSE, "gpt_adamw_step, two steps with clipping", "%s", detail);
   PetscCall(PetscFree3(p, g, got));
   PetscCall(PetscFree3(ep, em, ev));
   PetscCall(gpt_destroy(&gpt));
@@ -548,7 +536,7 @@ static PetscErrorCode test_lr_schedule(void)
   opt.decay_steps = 0;
   err             = PetscMax(err, fabs(adamw_lr(&opt, 50) - 1e-3));
   PetscCall(PetscSNPrintf(detail, sizeof detail, "max error %.3g", err));
-  report("learning-rate schedule by hand", err < 1e-12 ? PETSC_TRUE : PETSC_FALSE, detail);
+  test_measure(err < 1e-12 ? PETSC_TRUE : PETSC_FALSE, "learning-rate schedule by hand", "%s", detail);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -577,10 +565,10 @@ static PetscErrorCode test_config_check(void)
   ierr = gpt_config_check(&cfg, "policy_");
   PetscCall(PetscPopErrorHandler());
   PetscCall(PetscSNPrintf(detail, sizeof detail, "error %d, message \"%s\"", (int)ierr, msg));
-  report("config check rejects n_embd not divisible by n_head", ierr != 0 && strstr(msg, want) ? PETSC_TRUE : PETSC_FALSE, detail);
+  test_measure(ierr != 0 && strstr(msg, want) ? PETSC_TRUE : PETSC_FALSE, "config check rejects n_embd not divisible by n_head", "%s", detail);
   cfg.n_embd = 128;
   ierr       = gpt_config_check(&cfg, "policy_");
-  report("config check accepts the defaults with n_embd 128", ierr == 0 ? PETSC_TRUE : PETSC_FALSE, ierr ? "rejected" : "");
+  test_measure(ierr == 0 ? PETSC_TRUE : PETSC_FALSE, "config check accepts the defaults with n_embd 128", "%s", ierr ? "rejected" : "");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -635,7 +623,7 @@ static PetscErrorCode test_dist_errors(const Backend *be)
     nbad++;
     PetscCall(PetscStrlcat(detail, "gpt_backward_logprob ran after a failed gpt_logprobs_dist; ", sizeof detail));
   }
-  report("gpt_logprobs_dist rejects bad inv_temp, mask_off, ids and a target outside its set", nbad ? PETSC_FALSE : PETSC_TRUE, detail);
+  test_measure(nbad ? PETSC_FALSE : PETSC_TRUE, "gpt_logprobs_dist rejects bad inv_temp, mask_off, ids and a target outside its set", "%s", detail);
   PetscCall(PetscFree4(boff, bids, btgt, lp));
   PetscCall(PetscFree2(off, ids));
   PetscCall(batch_destroy(&b));
@@ -665,7 +653,7 @@ static PetscErrorCode test_tensor_table(void)
          ? PETSC_TRUE
          : PETSC_FALSE;
   PetscCall(PetscSNPrintf(detail, sizeof detail, "%d tensors, %zu parameters, last %s", nt, np, t[nt - 1].name));
-  report("tensor table matches GPT-2 small", ok, detail);
+  test_measure(ok, "tensor table matches GPT-2 small", "%s", detail);
   PetscCall(PetscFree(t));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -680,7 +668,7 @@ static PetscErrorCode test_flops(void)
 
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(detail, sizeof detail, "forward %.0f, training %.0f FLOP/token", f, t));
-  report("FLOPs per token of GPT-2 small by hand", f == 284812800.0 && t == 3 * 284812800.0 ? PETSC_TRUE : PETSC_FALSE, detail);
+  test_measure(f == 284812800.0 && t == 3 * 284812800.0 ? PETSC_TRUE : PETSC_FALSE, "FLOPs per token of GPT-2 small by hand", "%s", detail);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -713,8 +701,8 @@ static PetscErrorCode test_init(const Backend *be)
   PetscCall(gpt_params_get(gpt, c));
   same   = memcmp(a, b, gpt->nparams * sizeof(float)) ? PETSC_FALSE : PETSC_TRUE;
   differ = memcmp(a, c, gpt->nparams * sizeof(float)) ? PETSC_TRUE : PETSC_FALSE;
-  report("init: same seed gives bitwise the same parameters", same, "");
-  report("init: another seed gives other parameters", differ, "");
+  test_report(same, "init: same seed gives bitwise the same parameters", NULL);
+  test_report(differ, "init: another seed gives other parameters", NULL);
   s_wte   = tensor_std(gpt, a, "transformer.wte.weight");
   s_proj  = tensor_std(gpt, a, "transformer.h.1.mlp.c_proj.weight");
   s_score = tensor_std(gpt, a, "score.weight");
@@ -724,7 +712,7 @@ static PetscErrorCode test_init(const Backend *be)
               ? PETSC_TRUE
               : PETSC_FALSE;
   PetscCall(PetscSNPrintf(detail, sizeof detail, "rms wte %.4f (0.02), mlp.c_proj %.4f (0.01), score %.4f (0.02); LN gains 1, biases 0", s_wte, s_proj, s_score));
-  report("init: GPT-2 scales", stats, detail);
+  test_measure(stats, "init: GPT-2 scales", "%s", detail);
   PetscCall(PetscFree3(a, b, c));
   PetscCall(gpt_destroy(&gpt));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -752,7 +740,6 @@ int main(int argc, char **argv)
   PetscCall(test_tensor_table());
   PetscCall(test_flops());
   PetscCall(test_init(be));
-  printf("%d passed, %d failed\n", npass, nfail);
   PetscCall(PetscFinalize());
-  return nfail ? 1 : 0;
+  return test_tally();
 }

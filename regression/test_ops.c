@@ -10,7 +10,7 @@
  * threads. The log-probability ops are also checked at a temperature and
  * under a CSR allowed-token mask, with the logits outside each masked row's
  * set NaN so that reading one fails. Prints "ok - name" / "not ok - name: detail" per check and
- * "P passed, F failed"; exits non-zero on any failure.
+ * the tally (test_report.h); exits non-zero on any failure.
  *
  * Tolerances: a float result passes if |got - ref| <= atol + rtol*|ref|.
  * Float32 ops accumulate rounding of ~sqrt(K)*6e-8 relative over a K-term
@@ -21,6 +21,7 @@
  * the full comparison checks the precision. */
 #include "sys.h"
 #include "tensor.h"
+#include "test_report.h"
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -29,10 +30,6 @@
 #include <string.h>
 
 static const char help[] = "Unit tests of the cpu backend ops against double-precision references.\n";
-
-typedef struct {
-  int npass, nfail;
-} Tally;
 
 typedef struct {
   uint64_t s;
@@ -72,18 +69,6 @@ static double *todouble(const float *x, size_t n)
 static void poison(float *x, size_t n)
 {
   for (size_t i = 0; i < n; i++) x[i] = NAN;
-}
-
-static void report(Tally *ty, int ok, const char *name, const char *detail)
-{
-  if (ok) {
-    ty->npass++;
-    printf("ok - %s%s%s\n", name, detail && *detail ? " " : "", detail && *detail ? detail : "");
-  } else {
-    ty->nfail++;
-    printf("not ok - %s: %s\n", name, detail);
-  }
-  fflush(stdout);
 }
 
 /* Worst |got - ref| / (atol + rtol|ref|) over n elements; a NaN is infinitely bad.
@@ -312,7 +297,7 @@ static void ref_logprob(double *lp, double *lse, double *ent, double *qall, cons
 }
 
 /* ---- checks ------------------------------------------------------------ */
-static PetscErrorCode check_backend(Tally *ty)
+static PetscErrorCode check_backend(void)
 {
   const Backend *be = NULL, *bad = NULL;
   PetscErrorCode ierr;
@@ -347,11 +332,11 @@ static PetscErrorCode check_backend(Tally *ty)
     ok = 0;
     strcat(detail, "tensor_matmul_flops(2,3,4) != 48; ");
   }
-  report(ty, ok, "backend_get, backend_cuda_version, tensor_matmul_flops", detail);
+  test_measure(ok, "backend_get, backend_cuda_version, tensor_matmul_flops", "%s", detail);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode check_memory(Tally *ty, const Backend *be)
+static PetscErrorCode check_memory(const Backend *be)
 {
   const size_t n = 1001;
   float       *a = NULL, *b = NULL, *h = fvec(n), *h2 = fvec(n);
@@ -381,7 +366,7 @@ static PetscErrorCode check_memory(Tally *ty, const Backend *be)
   PetscCall(be->free(a));
   PetscCall(be->free(b));
   PetscCall(be->free(NULL));
-  report(ty, ok, "memory (alloc zero-filled and aligned, copies, zero, free(NULL))", detail);
+  test_measure(ok, "memory (alloc zero-filled and aligned, copies, zero, free(NULL))", "%s", detail);
   free(h);
   free(h2);
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -390,7 +375,7 @@ static PetscErrorCode check_memory(Tally *ty, const Backend *be)
 /* Large blocks (the cpu maps them: zero pages on first touch) and grow,
  * where the backend has it: from NULL, larger (the new part zero, the
  * whole block usable), smaller (the block stays). Host-visible memory only. */
-static PetscErrorCode check_memory_large(Tally *ty, const Backend *be)
+static PetscErrorCode check_memory_large(const Backend *be)
 {
   const size_t n0 = 3 << 20 >> 2, n1 = 9 << 20 >> 2; /* 3 and 9 MiB of floats */
   float       *a = NULL, *keep;
@@ -421,11 +406,11 @@ static PetscErrorCode check_memory_large(Tally *ty, const Backend *be)
     if (a[i] != 0.0f) ok = 0, strcat(detail, "alloc of a large block is not zero-filled; ");
   PetscCall(be->grow((void **)&a, 64)); /* a small size: the large block is kept */
   PetscCall(be->free(a));
-  report(ty, ok, "memory: large blocks zero-filled, grow (from NULL, larger, smaller)", detail);
+  test_measure(ok, "memory: large blocks zero-filled, grow (from NULL, larger, smaller)", "%s", detail);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode check_encoder(Tally *ty, const Backend *be, Rng *r)
+static PetscErrorCode check_encoder(const Backend *be, Rng *r)
 {
   const int N = 333, C = 160, V = 7, P = 11; /* few tokens/positions: many repeats */
   int      *tok = malloc(N * sizeof(int)), *pos = malloc(N * sizeof(int));
@@ -443,7 +428,7 @@ static PetscErrorCode check_encoder(Tally *ty, const Backend *be, Rng *r)
   for (int n = 0; n < N; n++)
     for (int c = 0; c < C; c++) ref[n * C + c] = (double)wte[tok[n] * C + c] + wpe[pos[n] * C + c];
   ok = cmp(detail, sizeof detail, "out", out, NULL, ref, (size_t)N * C, 1e-7, 1e-6);
-  report(ty, ok, "encoder_forward", detail);
+  test_measure(ok, "encoder_forward", "%s", detail);
 
   PetscCall(be->encoder_backward(dwte, dwpe, dout, tok, pos, N, C, 0, V));
   for (int n = 0; n < N; n++)
@@ -451,7 +436,7 @@ static PetscErrorCode check_encoder(Tally *ty, const Backend *be, Rng *r)
   detail[0] = 0;
   ok        = cmp(detail, sizeof detail, "dwte", dwte, dwte0, rte, (size_t)V * C, 1e-5, 1e-5);
   ok        = cmp(detail, sizeof detail, "dwpe", dwpe, dwpe0, rpe, (size_t)P * C, 1e-5, 1e-5) && ok;
-  report(ty, ok, "encoder_backward (repeated tokens, accumulates)", detail);
+  test_measure(ok, "encoder_backward (repeated tokens, accumulates)", "%s", detail);
   free(tok), free(pos), free(wte), free(wpe), free(out), free(dout), free(dwte0), free(dwpe0), free(dwte), free(dwpe), free(ref), free(rte), free(rpe);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -470,7 +455,7 @@ static double ln_loss(void *ctx)
   return s;
 }
 
-static PetscErrorCode check_layernorm(Tally *ty, const Backend *be, Rng *r)
+static PetscErrorCode check_layernorm(const Backend *be, Rng *r)
 {
   const int N = 333, C = 160; /* N not a multiple of the 64-row block */
   size_t    NC = (size_t)N * C;
@@ -491,7 +476,7 @@ static PetscErrorCode check_layernorm(Tally *ty, const Backend *be, Rng *r)
   ok = cmp(detail, sizeof detail, "out", out, NULL, rout, NC, 1e-5, 1e-5);
   ok = cmp(detail, sizeof detail, "mean", mean, NULL, rmean, N, 1e-6, 1e-5) && ok;
   ok = cmp(detail, sizeof detail, "rstd", rstd, NULL, rrstd, N, 1e-6, 1e-5) && ok;
-  report(ty, ok, "layernorm_forward", detail);
+  test_measure(ok, "layernorm_forward", "%s", detail);
 
   PetscCall(be->layernorm_backward(dx, dw, db, g, x, w, mean, rstd, N, C));
   ref_layernorm_backward(rdx, rdw, rdb, gd, xd, wd, N, C);
@@ -502,13 +487,13 @@ static PetscErrorCode check_layernorm(Tally *ty, const Backend *be, Rng *r)
   ok        = fd_check(detail, sizeof detail, "inp", r, ln_loss, &ctx, xd, NC, dx, dx0, 12) && ok;
   ok        = fd_check(detail, sizeof detail, "w", r, ln_loss, &ctx, wd, C, dw, dw0, 6) && ok;
   ok        = fd_check(detail, sizeof detail, "b", r, ln_loss, &ctx, bd, C, db, db0, 6) && ok;
-  report(ty, ok, "layernorm_backward (accumulates; finite differences)", detail);
+  test_measure(ok, "layernorm_backward (accumulates; finite differences)", "%s", detail);
   free(x), free(w), free(b), free(out), free(mean), free(rstd), free(g), free(dx0), free(dw0), free(db0), free(dx), free(dw), free(db);
   free(xd), free(wd), free(bd), free(gd), free(rout), free(rmean), free(rrstd), free(rdx), free(rdw), free(rdb), free(ctx.out);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode check_matmul(Tally *ty, const Backend *be, Rng *r, int tr)
+static PetscErrorCode check_matmul(const Backend *be, Rng *r, int tr)
 {
   const int N = 333, C = 96, OC = 160;
   float    *x = frand(r, (size_t)N * C, -1, 1), *w = frand(r, (size_t)C * OC, -1, 1), *bias = frand(r, OC, -1, 1);
@@ -530,7 +515,7 @@ static PetscErrorCode check_matmul(Tally *ty, const Backend *be, Rng *r, int tr)
   ref_matmul(ref, xd, wd, NULL, N, C, OC, tr);
   ok = cmp(detail, sizeof detail, "out(no bias)", out, NULL, ref, (size_t)N * OC, 1e-5, 1e-5) && ok;
   snprintf(name, sizeof name, "matmul_forward%s (with and without bias)", tr ? " transposed" : "");
-  report(ty, ok, name, detail);
+  test_measure(ok, name, "%s", detail);
 
   PetscCall(be->matmul_backward(dx, dw, db, g, x, w, N, C, OC, tr ? PETSC_TRUE : PETSC_FALSE));
   PetscCall(be->matmul_backward(NULL, dw2, NULL, g, x, w, N, C, OC, tr ? PETSC_TRUE : PETSC_FALSE));
@@ -550,7 +535,7 @@ static PetscErrorCode check_matmul(Tally *ty, const Backend *be, Rng *r, int tr)
   ok        = cmp(detail, sizeof detail, "dw(dinp NULL)", dw2, dw0, rdw, (size_t)C * OC, 1e-4, 1e-5) && ok;
   ok        = cmp(detail, sizeof detail, "dbias", db, db0, rdb, OC, 1e-4, 1e-5) && ok;
   snprintf(name, sizeof name, "matmul_backward%s (accumulates; NULL dinp/dbias)", tr ? " transposed" : "");
-  report(ty, ok, name, detail);
+  test_measure(ok, name, "%s", detail);
   free(x), free(w), free(bias), free(out), free(g), free(dx0), free(dw0), free(db0), free(dx), free(dw), free(db), free(dw2);
   free(xd), free(wd), free(bd), free(ref), free(rdx), free(rdw), free(rdb);
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -571,7 +556,7 @@ static double att_loss(void *ctx)
 }
 
 /* T = 70: a partial 16-lane block and two 64-row query blocks */
-static PetscErrorCode check_attention(Tally *ty, const Backend *be, Rng *r)
+static PetscErrorCode check_attention(const Backend *be, Rng *r)
 {
   const int B = 2, T = 70, C = 64, NH = 4;
   size_t    nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
@@ -588,14 +573,14 @@ static PetscErrorCode check_attention(Tally *ty, const Backend *be, Rng *r)
   ref_attention(rout, ratt, qd, B, T, C, NH);
   ok = cmp(detail, sizeof detail, "out", out, NULL, rout, no, 1e-5, 1e-5);
   ok = cmp(detail, sizeof detail, "att", att, NULL, ratt, na, 1e-6, 1e-5) && ok;
-  report(ty, ok, "attention_forward (out, probabilities, zeros above the diagonal)", detail);
+  test_measure(ok, "attention_forward (out, probabilities, zeros above the diagonal)", "%s", detail);
 
   PetscCall(be->attention_backward(dq, g, qkv, att, B, T, C, NH));
   ref_attention_backward(rdq, gd, qd, B, T, C, NH);
   detail[0] = 0;
   ok        = cmp(detail, sizeof detail, "dqkv", dq, dq0, rdq, nq, 1e-5, 1e-5);
   ok        = fd_check(detail, sizeof detail, "qkv", r, att_loss, &ctx, qd, nq, dq, dq0, 24) && ok;
-  report(ty, ok, "attention_backward (accumulates; finite differences)", detail);
+  test_measure(ok, "attention_backward (accumulates; finite differences)", "%s", detail);
   free(qkv), free(out), free(att), free(g), free(dq0), free(dq), free(qd), free(gd), free(rout), free(ratt), free(rdq), free(ctx.out);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -605,7 +590,7 @@ static PetscErrorCode check_attention(Tally *ty, const Backend *be, Rng *r)
  * slots, starting from prompts of different lengths, in a cache whose Tmax
  * exceeds T and with a spare slot. The two paths share their arithmetic, so
  * they agree to rounding (1e-6): the training forward runs through sgemm. */
-static PetscErrorCode check_attention_cached(Tally *ty, const Backend *be, Rng *r)
+static PetscErrorCode check_attention_cached(const Backend *be, Rng *r)
 {
   const int B = 3, T = 37, C = 48, NH = 3, Tmax = T + 5, nslot = 4;
   const int slot_of[3] = {2, 0, 3}, prompt[3] = {5, 1, 20};
@@ -629,7 +614,7 @@ static PetscErrorCode check_attention_cached(Tally *ty, const Backend *be, Rng *
   }
   ok      = cmp(detail, sizeof detail, "out", got, NULL, ref, (size_t)B * T * C, 1e-6, 1e-6);
   bitwise = bitwise_equal(got, full, (size_t)B * T * C * sizeof(float));
-  report(ty, ok, "attention_cached prefill = attention_forward", bitwise ? "(bitwise)" : "(to 1e-6)");
+  test_measure(ok, "attention_cached prefill = attention_forward", "%s", bitwise ? "(bitwise)" : "(to 1e-6)");
 
   /* (b) prompts of different lengths, then one token per unfinished slot per call, in rotating order */
   poison(kc, cache), poison(vc, cache), poison(got, (size_t)B * T * C);
@@ -660,12 +645,12 @@ static PetscErrorCode check_attention_cached(Tally *ty, const Backend *be, Rng *
   ok      = cmp(detail, sizeof detail, "out", got, NULL, ref, (size_t)B * T * C, 1e-6, 1e-6);
   bitwise = bitwise_equal(got, full, (size_t)B * T * C * sizeof(float));
   snprintf(buf, sizeof buf, "%s", bitwise ? "(bitwise)" : "(to 1e-6)");
-  report(ty, ok, "attention_cached decode over 3 interleaved slots = attention_forward", ok ? buf : detail);
+  test_measure(ok, "attention_cached decode over 3 interleaved slots = attention_forward", "%s", ok ? buf : detail);
   free(qkv), free(full), free(got), free(kc), free(vc), free(rowqkv), free(rowout), free(ref), free(slot), free(pos);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode check_pointwise(Tally *ty, const Backend *be, Rng *r)
+static PetscErrorCode check_pointwise(const Backend *be, Rng *r)
 {
   const size_t n = 100003;
   float       *x = frand(r, n, -6, 6), *y = frand(r, n, -1, 1), *out = fvec(n), *g = frand(r, n, -1, 1);
@@ -679,7 +664,7 @@ static PetscErrorCode check_pointwise(Tally *ty, const Backend *be, Rng *r)
   PetscCall(be->gelu_forward(out, x, n));
   for (size_t i = 0; i < n; i++) ref[i] = ref_gelu(x[i]);
   ok = cmp(detail, sizeof detail, "out", out, NULL, ref, n, 1e-6, 1e-6);
-  report(ty, ok, "gelu_forward (tanh approximation)", detail);
+  test_measure(ok, "gelu_forward (tanh approximation)", "%s", detail);
 
   PetscCall(be->gelu_backward(dx, x, g, n));
   detail[0] = 0;
@@ -690,7 +675,7 @@ static PetscErrorCode check_pointwise(Tally *ty, const Backend *be, Rng *r)
     double fd = (ref_gelu(x[i] + 1e-5) - ref_gelu(x[i] - 1e-5)) / 2e-5;
     if (fabs(fd - ref_gelu_grad(x[i])) > 1e-7 * (1 + fabs(fd))) ok = 0, strcat(detail, "reference derivative disagrees with finite differences; ");
   }
-  report(ty, ok, "gelu_backward (accumulates; finite differences)", detail);
+  test_measure(ok, "gelu_backward (accumulates; finite differences)", "%s", detail);
 
   detail[0] = 0;
   poison(out, n);
@@ -703,7 +688,7 @@ static PetscErrorCode check_pointwise(Tally *ty, const Backend *be, Rng *r)
   PetscCall(be->scale(y2, -1.75f, n));
   for (size_t i = 0; i < n; i++) ref[i] *= -1.75;
   ok = cmp(detail, sizeof detail, "scale", y2, NULL, ref, n, 1e-6, 1e-6) && ok;
-  report(ty, ok, "residual_forward, axpy, scale", detail);
+  test_measure(ok, "residual_forward, axpy, scale", "%s", detail);
   free(x), free(y), free(out), free(g), free(dx0), free(dx), free(y2), free(ref);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -766,7 +751,7 @@ static void nan_outside_sets(float *x, const int *off, const int *ids, int N, in
 }
 
 /* Forward and backward of one distribution (inv_temp, mask) against the double reference. */
-static PetscErrorCode check_logprob_dist(Tally *ty, const Backend *be, Rng *r, const char *what, float it, const int *off, const int *ids, const int *tgt, int N, int V)
+static PetscErrorCode check_logprob_dist(const Backend *be, Rng *r, const char *what, float it, const int *off, const int *ids, const int *tgt, int N, int V)
 {
   size_t  NV = (size_t)N * V;
   float  *x = frand(r, NV, -6, 6), *lp = fvec(N), *lp2 = fvec(N), *lse = fvec(N), *ent = fvec(N), *dlp = frand(r, N, -1, 1), *dx = fvec(NV);
@@ -788,7 +773,7 @@ static PetscErrorCode check_logprob_dist(Tally *ty, const Backend *be, Rng *r, c
   ok = cmp(detail, sizeof detail, "entropy", ent, NULL, rent, N, 1e-5, 1e-5) && ok;
   if (!bitwise_equal(lp, lp2, N * sizeof(float))) ok = 0, strcat(detail, "logprob changes when lse and entropy are NULL; ");
   snprintf(name, sizeof name, "logprob_forward, %s (rows without a target give 0)", what);
-  report(ty, ok, name, detail);
+  test_measure(ok, name, "%s", detail);
 
   for (int n = 0; n < N; n++)
     for (int v = 0; tgt[n] >= 0 && v < V; v++) rdx[(size_t)n * V + v] = dlpd[n] * it * ((v == tgt[n]) - q[(size_t)n * V + v]);
@@ -801,14 +786,14 @@ static PetscErrorCode check_logprob_dist(Tally *ty, const Backend *be, Rng *r, c
   PetscCall(be->logprob_backward(dx, x, NULL, tgt, dlp, it, off, ids, N, V));
   ok = cmp(detail, sizeof detail, "dlogits(lse NULL)", dx, NULL, rdx, NV, 1e-7, 1e-5) && ok;
   snprintf(name, sizeof name, "logprob_backward, %s (overwrites; rows without a target zero; finite differences)", what);
-  report(ty, ok, name, detail);
+  test_measure(ok, name, "%s", detail);
   free(x), free(lp), free(lp2), free(lse), free(ent), free(dlp), free(dx), free(xd), free(dlpd), free(rlp), free(rlse), free(rent), free(q), free(rdx);
   free(ctx.lp), free(ctx.lse);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Calls that must fail: each returns an error whose message contains want. */
-static PetscErrorCode check_logprob_errors(Tally *ty, const Backend *be, Rng *r)
+static PetscErrorCode check_logprob_errors(const Backend *be, Rng *r)
 {
   const int      N = 4, V = 50, off[5] = {0, 3, 3, 4, 6}, ids[6] = {7, 2, 40, 11, 5, 9}, bad_off[5] = {0, 3, 2, 4, 6}, bad_ids[6] = {7, 2, 50, 11, 5, 9};
   const int      tgt[4] = {2, 33, 11, -1}, outside[4] = {2, 33, 12, 9} /* row 2 allows only 11 */;
@@ -839,28 +824,28 @@ static PetscErrorCode check_logprob_errors(Tally *ty, const Backend *be, Rng *r)
     }
   }
   PetscCall(PetscPopErrorHandler());
-  report(ty, ok, "logprob_forward/backward reject a target outside its set, a bad inv_temp, a bad mask", detail);
+  test_measure(ok, "logprob_forward/backward reject a target outside its set, a bad inv_temp, a bad mask", "%s", detail);
   free(x), free(lp), free(lse), free(dlp), free(dx);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode check_logprob(Tally *ty, const Backend *be, Rng *r)
+static PetscErrorCode check_logprob(const Backend *be, Rng *r)
 {
   const int N = 97, V = 1000;
   int      *tgt = malloc(N * sizeof(int)), *off, *ids;
 
   PetscFunctionBegin;
   for (int n = 0; n < N; n++) tgt[n] = n % 5 == 3 ? -1 : rng_int(r, V); /* every fifth row without a target */
-  PetscCall(check_logprob_dist(ty, be, r, "plain softmax", 1.0f, NULL, NULL, tgt, N, V));
-  PetscCall(check_logprob_dist(ty, be, r, "inv_temp 1/0.7", 1.0f / 0.7f, NULL, NULL, tgt, N, V));
+  PetscCall(check_logprob_dist(be, r, "plain softmax", 1.0f, NULL, NULL, tgt, N, V));
+  PetscCall(check_logprob_dist(be, r, "inv_temp 1/0.7", 1.0f / 0.7f, NULL, NULL, tgt, N, V));
   make_mask(r, N, V, tgt, &off, &ids);
-  PetscCall(check_logprob_dist(ty, be, r, "inv_temp 1/0.7 and a mask of 0, 1, 2-20, 100-700 tokens per row", 1.0f / 0.7f, off, ids, tgt, N, V));
-  PetscCall(check_logprob_errors(ty, be, r));
+  PetscCall(check_logprob_dist(be, r, "inv_temp 1/0.7 and a mask of 0, 1, 2-20, 100-700 tokens per row", 1.0f / 0.7f, off, ids, tgt, N, V));
+  PetscCall(check_logprob_errors(be, r));
   free(tgt), free(off), free(ids);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode check_optim(Tally *ty, const Backend *be, Rng *r)
+static PetscErrorCode check_optim(const Backend *be, Rng *r)
 {
   const size_t n = 50001;
   const float  lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f;
@@ -876,7 +861,7 @@ static PetscErrorCode check_optim(Tally *ty, const Backend *be, Rng *r)
     ok = 0;
     snprintf(detail, sizeof detail, "sumsq %.17g, reference %.17g", sumsq, ref);
   }
-  report(ty, ok, "sumsq", detail);
+  test_measure(ok, "sumsq", "%s", detail);
 
   memset(m, 0, n * sizeof(float)), memset(v, 0, n * sizeof(float));
   for (int t = 1; t <= 3; t++) {
@@ -895,13 +880,13 @@ static PetscErrorCode check_optim(Tally *ty, const Backend *be, Rng *r)
   ok        = cmp(detail, sizeof detail, "p", p, NULL, pd, n, 1e-6, 1e-5);
   ok        = cmp(detail, sizeof detail, "m", m, NULL, md, n, 1e-7, 1e-5) && ok;
   ok        = cmp(detail, sizeof detail, "v", v, NULL, vd, n, 1e-8, 1e-5) && ok;
-  report(ty, ok, "adamw (3 steps, weight decay, gradient scale)", detail);
+  test_measure(ok, "adamw (3 steps, weight decay, gradient scale)", "%s", detail);
   free(p), free(m), free(v), free(pd), free(md), free(vd);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* The same inputs with 1, 2 and 3 OpenMP threads must give the same bits. */
-static PetscErrorCode check_threads(Tally *ty, const Backend *be, Rng *r)
+static PetscErrorCode check_threads(const Backend *be, Rng *r)
 {
   const int    N = 333, C = 160, V = 7, B = 2, T = 70, AC = 64, NH = 4, LV = 1000, LN = 97;
   const size_t nsq = 100003;
@@ -949,13 +934,13 @@ static PetscErrorCode check_threads(Tally *ty, const Backend *be, Rng *r)
     }
   }
   omp_set_num_threads(nmax);
-  report(ty, okln, "bitwise with 1, 2, 3 threads: layernorm_backward", okln ? "" : "results differ");
-  report(ty, okmm, "bitwise with 1, 2, 3 threads: matmul_backward dbias", okmm ? "" : "results differ");
-  report(ty, okenc, "bitwise with 1, 2, 3 threads: encoder_backward", okenc ? "" : "results differ");
-  report(ty, okatt, "bitwise with 1, 2, 3 threads: attention_forward/backward", okatt ? "" : "results differ");
-  report(ty, oklp, "bitwise with 1, 2, 3 threads: logprob_forward", oklp ? "" : "results differ");
-  report(ty, oklpm, "bitwise with 1, 2, 3 threads: logprob_forward/backward with inv_temp, mask and entropy", oklpm ? "" : "results differ");
-  report(ty, oksq, "bitwise with 1, 2, 3 threads: sumsq", oksq ? "" : "results differ");
+  test_report(okln, "bitwise with 1, 2, 3 threads: layernorm_backward", "results differ");
+  test_report(okmm, "bitwise with 1, 2, 3 threads: matmul_backward dbias", "results differ");
+  test_report(okenc, "bitwise with 1, 2, 3 threads: encoder_backward", "results differ");
+  test_report(okatt, "bitwise with 1, 2, 3 threads: attention_forward/backward", "results differ");
+  test_report(oklp, "bitwise with 1, 2, 3 threads: logprob_forward", "results differ");
+  test_report(oklpm, "bitwise with 1, 2, 3 threads: logprob_forward/backward with inv_temp, mask and entropy", "results differ");
+  test_report(oksq, "bitwise with 1, 2, 3 threads: sumsq", "results differ");
   for (int k = 0; k < 3; k++) free(ln[k]), free(dbias[k]), free(enc[k]), free(att[k]), free(lse[k]), free(lpm[k]);
   free(x), free(w), free(g), free(mean), free(rstd), free(out), free(qkv), free(ag), free(logits), free(dlp), free(tok), free(tgt), free(mtgt), free(off), free(ids);
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -969,7 +954,7 @@ static PetscErrorCode check_threads(Tally *ty, const Backend *be, Rng *r)
  * OPENBLAS_NUM_THREADS or another library might, before the backend is
  * fetched: the products must not change. Every K here (C = 300 forward,
  * OC = 600 for dinp, N = 333 for dW) also exceeds OpenBLAS's GEMM_Q. */
-static PetscErrorCode check_blas_threads(Tally *ty, const Backend *be_unused, Rng *r)
+static PetscErrorCode check_blas_threads(const Backend *be_unused, Rng *r)
 {
   const int N = 333, C = 300, OC = 600;
   float    *x = frand(r, (size_t)N * C, -1, 1), *w = frand(r, (size_t)C * OC, -1, 1), *g = frand(r, (size_t)N * OC, -1, 1);
@@ -992,34 +977,32 @@ static PetscErrorCode check_blas_threads(Tally *ty, const Backend *be_unused, Rn
     ok &= bitwise_equal(res[0], res[1], n * sizeof(float));
     free(res[0]), free(res[1]);
   }
-  report(ty, ok, "bitwise with 1, 2 OpenBLAS threads: matmul_forward/backward (both layouts)", ok ? "" : "results differ");
+  test_report(ok, "bitwise with 1, 2 OpenBLAS threads: matmul_forward/backward (both layouts)", "results differ");
   free(x), free(w), free(g);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 int main(int argc, char **argv)
 {
-  Tally          ty = {0, 0};
   Rng            r  = {20240611};
   const Backend *be = backend_cpu();
 
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
-  PetscCall(check_backend(&ty));
-  PetscCall(check_memory(&ty, be));
-  PetscCall(check_memory_large(&ty, be));
-  PetscCall(check_encoder(&ty, be, &r));
-  PetscCall(check_layernorm(&ty, be, &r));
-  PetscCall(check_matmul(&ty, be, &r, 0));
-  PetscCall(check_matmul(&ty, be, &r, 1));
-  PetscCall(check_attention(&ty, be, &r));
-  PetscCall(check_attention_cached(&ty, be, &r));
-  PetscCall(check_pointwise(&ty, be, &r));
-  PetscCall(check_logprob(&ty, be, &r));
-  PetscCall(check_optim(&ty, be, &r));
-  PetscCall(check_threads(&ty, be, &r));
-  PetscCall(check_blas_threads(&ty, be, &r));
-  printf("%d passed, %d failed\n", ty.npass, ty.nfail);
-  if (ty.nfail) printf("HINT: compare the failing op with its reference in regression/test_ops.c\n");
+  PetscCall(check_backend());
+  PetscCall(check_memory(be));
+  PetscCall(check_memory_large(be));
+  PetscCall(check_encoder(be, &r));
+  PetscCall(check_layernorm(be, &r));
+  PetscCall(check_matmul(be, &r, 0));
+  PetscCall(check_matmul(be, &r, 1));
+  PetscCall(check_attention(be, &r));
+  PetscCall(check_attention_cached(be, &r));
+  PetscCall(check_pointwise(be, &r));
+  PetscCall(check_logprob(be, &r));
+  PetscCall(check_optim(be, &r));
+  PetscCall(check_threads(be, &r));
+  PetscCall(check_blas_threads(be, &r));
+  if (test_state.fail) printf("HINT: compare the failing op with its reference in regression/test_ops.c\n");
   PetscCall(PetscFinalize());
-  return ty.nfail ? 1 : 0;
+  return test_tally();
 }

@@ -4,9 +4,9 @@
  * them; every malformed option and every impossible plan fails with one
  * message naming the option; checks only look at the calls a mode uses; and
  * /plan round-trips through a run record, also as -plan_file.
- * Prints "ok - name" / "not ok - name: detail" per check and "N passed, M
- * failed"; exits non-zero on any failure. */
+ * Reports through test_report.h; exits non-zero on any failure. */
 #include "plan.h"
+#include "test_report.h"
 
 #include <hdf5.h>
 #include <stdarg.h>
@@ -14,25 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int         npass, nfail;
 static PetscMPIInt rank;
-
-static void report(PetscBool ok, const char *name, const char *fmt, ...)
-{
-  va_list ap;
-  char    detail[1024];
-
-  if (ok) {
-    npass++;
-    if (!rank) printf("ok - %s\n", name);
-    return;
-  }
-  nfail++;
-  va_start(ap, fmt);
-  vsnprintf(detail, sizeof detail, fmt, ap);
-  va_end(ap);
-  printf("not ok - %s: %s\n", name, detail);
-}
 
 /* Runs call with errors returned silently (no traceback). */
 #define TRY(ierr, call)                                              \
@@ -54,10 +36,10 @@ static const char *error_text(PetscErrorCode ierr)
 static void expect_error(PetscErrorCode ierr, const char *name, const char *want)
 {
   if (!ierr) {
-    report(PETSC_FALSE, name, "succeeded; expected an error containing \"%s\"", want);
+    test_report(PETSC_FALSE, name, "succeeded; expected an error containing \"%s\"", want);
     return;
   }
-  report((PetscBool)(strstr(error_text(ierr), want) != NULL), name, "message \"%s\" lacks \"%s\"", error_text(ierr), want);
+  test_report((PetscBool)(strstr(error_text(ierr), want) != NULL), name, "message \"%s\" lacks \"%s\"", error_text(ierr), want);
   if (!rank) printf("#   %s\n", error_text(ierr));
 }
 
@@ -146,11 +128,11 @@ static PetscErrorCode check_preset(int world, const char *opts, Placement placem
   if (!ierr && placement == PLACEMENT_INTERLEAVE) ok = (PetscBool)(ok && plan.nconc == 1 && plan.conc[0][0] == MFC_REF_INF && plan.conc[0][1] == MFC_REW_INF);
   if (!ierr && placement != PLACEMENT_INTERLEAVE) ok = (PetscBool)(ok && plan.nconc == 0);
   snprintf(name, sizeof name, "%s on %d ranks (%s): the documented meshes", PlacementNames[placement], world, opts[0] ? opts : "no options");
-  report((PetscBool)(!ierr && ok && plan.world == world && plan.placement == placement), name, "%s", ierr ? error_text(ierr) : buf);
+  test_report((PetscBool)(!ierr && ok && plan.world == world && plan.placement == placement), name, "%s", ierr ? error_text(ierr) : buf);
   needs_ppo(&needs);
   TRY(ierr, plan_check(&plan, &needs));
   snprintf(name, sizeof name, "%s on %d ranks passes plan_check for PPO", PlacementNames[placement], world);
-  report((PetscBool)!ierr, name, "%s", ierr ? error_text(ierr) : "");
+  test_report((PetscBool)!ierr, name, "%s", ierr ? error_text(ierr) : "");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -169,9 +151,9 @@ static PetscErrorCode test_presets(void)
   }
   PetscCall(check_preset(8, "-placement disaggregate -gen_replicas 2", PLACEMENT_DISAGGREGATE, 2));
   PetscCall(make(4, "", &plan, &ierr));
-  report((PetscBool)(!ierr && !strcmp(plan.source, "preset colocate") && plan.gen_replicas == 0 && !plan.offload && !plan.zero1 && plan.bucket_mb == 16), "defaults: colocate, no offload, no ZeRO-1, 16 MiB buckets", "source '%s', bucket %g", plan.source, plan.bucket_mb);
+  test_report((PetscBool)(!ierr && !strcmp(plan.source, "preset colocate") && plan.gen_replicas == 0 && !plan.offload && !plan.zero1 && plan.bucket_mb == 16), "defaults: colocate, no offload, no ZeRO-1, 16 MiB buckets", "source '%s', bucket %g", plan.source, plan.bucket_mb);
   PetscCall(make(3, "-placement interleave", &plan, &ierr));
-  report((PetscBool)(!ierr && call_range(&plan.call[MFC_REF_INF], 0, 1, 1, 1, 1) && call_range(&plan.call[MFC_REW_INF], 1, 3, 2, 1, 1)), "interleave on 3 ranks: reference on rank 0, reward on ranks 1-2", "%s", ierr ? error_text(ierr) : "wrong meshes");
+  test_report((PetscBool)(!ierr && call_range(&plan.call[MFC_REF_INF], 0, 1, 1, 1, 1) && call_range(&plan.call[MFC_REW_INF], 1, 3, 2, 1, 1)), "interleave on 3 ranks: reference on rank 0, reward on ranks 1-2", "%s", ierr ? error_text(ierr) : "wrong meshes");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -185,18 +167,18 @@ static PetscErrorCode test_overrides(void)
 
   PetscFunctionBegin;
   PetscCall(make(8, "-actor_gen_ranks 0-1,4-5 -actor_gen_tp 2", &plan, &ierr));
-  report((PetscBool)(!ierr && call_is(&plan.call[MFC_ACTOR_GEN], split, 4, 2, 2, 1) && call_range(&plan.call[MFC_ACTOR_TRAIN], 0, 8, 8, 1, 1)), "-actor_gen_ranks 0-1,4-5 -actor_gen_tp 2: dp 2 from the mesh, other calls untouched", "%s", ierr ? error_text(ierr) : call_str(&plan.call[MFC_ACTOR_GEN], buf, sizeof buf));
-  report((PetscBool)(!ierr && !strcmp(plan.source, "preset colocate + options")), "the source names the preset and the options", "source '%s'", plan.source);
+  test_report((PetscBool)(!ierr && call_is(&plan.call[MFC_ACTOR_GEN], split, 4, 2, 2, 1) && call_range(&plan.call[MFC_ACTOR_TRAIN], 0, 8, 8, 1, 1)), "-actor_gen_ranks 0-1,4-5 -actor_gen_tp 2: dp 2 from the mesh, other calls untouched", "%s", ierr ? error_text(ierr) : call_str(&plan.call[MFC_ACTOR_GEN], buf, sizeof buf));
+  test_report((PetscBool)(!ierr && !strcmp(plan.source, "preset colocate + options")), "the source names the preset and the options", "source '%s'", plan.source);
   PetscCall(make(8, "-ref_inf_ranks 0,2,5 -rew_inf_ranks 4-5,0-1 -rew_inf_pp 2", &plan, &ierr));
-  report((PetscBool)(!ierr && call_is(&plan.call[MFC_REF_INF], list, 3, 3, 1, 1) && call_is(&plan.call[MFC_REW_INF], back, 4, 2, 1, 2)), "rank lists and ranges in any order give the mesh order", "%s", ierr ? error_text(ierr) : call_str(&plan.call[MFC_REW_INF], buf, sizeof buf));
+  test_report((PetscBool)(!ierr && call_is(&plan.call[MFC_REF_INF], list, 3, 3, 1, 1) && call_is(&plan.call[MFC_REW_INF], back, 4, 2, 1, 2)), "rank lists and ranges in any order give the mesh order", "%s", ierr ? error_text(ierr) : call_str(&plan.call[MFC_REW_INF], buf, sizeof buf));
   PetscCall(make(8, "-placement disaggregate -gen_replicas 2 -actor_gen_ranks 4-7", &plan, &ierr));
-  report((PetscBool)(!ierr && call_range(&plan.call[MFC_ACTOR_GEN], 4, 8, 4, 1, 1)), "-<call>_ranks drops the preset's tp (back to 1)", "%s", ierr ? error_text(ierr) : call_str(&plan.call[MFC_ACTOR_GEN], buf, sizeof buf));
+  test_report((PetscBool)(!ierr && call_range(&plan.call[MFC_ACTOR_GEN], 4, 8, 4, 1, 1)), "-<call>_ranks drops the preset's tp (back to 1)", "%s", ierr ? error_text(ierr) : call_str(&plan.call[MFC_ACTOR_GEN], buf, sizeof buf));
   PetscCall(make(8, "-placement disaggregate -gen_replicas 2 -actor_gen_tp 4", &plan, &ierr));
-  report((PetscBool)(!ierr && call_range(&plan.call[MFC_ACTOR_GEN], 4, 8, 1, 4, 1)), "-<call>_tp on the preset's ranks: dp follows", "%s", ierr ? error_text(ierr) : call_str(&plan.call[MFC_ACTOR_GEN], buf, sizeof buf));
+  test_report((PetscBool)(!ierr && call_range(&plan.call[MFC_ACTOR_GEN], 4, 8, 1, 4, 1)), "-<call>_tp on the preset's ranks: dp follows", "%s", ierr ? error_text(ierr) : call_str(&plan.call[MFC_ACTOR_GEN], buf, sizeof buf));
   PetscCall(make(4, "-actor_train_dp 2 -actor_train_mbs 4 -plan_offload -plan_zero1 -plan_bucket_mb 2.5 -plan_concurrent ref_inf,critic_inf", &plan, &ierr));
-  report((PetscBool)(!ierr && plan.call[MFC_ACTOR_TRAIN].dp == 2 && plan.call[MFC_ACTOR_TRAIN].mbs == 4 && plan.offload && plan.zero1 && plan.bucket_mb == 2.5 && plan.nconc == 1 && plan.conc[0][0] == MFC_REF_INF && plan.conc[0][1] == MFC_CRITIC_INF), "a given dp and mbs are kept as given; settings and a concurrent pair", "%s", ierr ? error_text(ierr) : "wrong values");
+  test_report((PetscBool)(!ierr && plan.call[MFC_ACTOR_TRAIN].dp == 2 && plan.call[MFC_ACTOR_TRAIN].mbs == 4 && plan.offload && plan.zero1 && plan.bucket_mb == 2.5 && plan.nconc == 1 && plan.conc[0][0] == MFC_REF_INF && plan.conc[0][1] == MFC_CRITIC_INF), "a given dp and mbs are kept as given; settings and a concurrent pair", "%s", ierr ? error_text(ierr) : "wrong values");
   PetscCall(make(4, "-placement interleave -plan_concurrent rew_inf,ref_inf", &plan, &ierr));
-  report((PetscBool)(!ierr && plan.nconc == 1), "a concurrent pair the preset already has is not added twice", "%d pairs", plan.nconc);
+  test_report((PetscBool)(!ierr && plan.nconc == 1), "a concurrent pair the preset already has is not added twice", "%d pairs", plan.nconc);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -288,16 +270,16 @@ static PetscErrorCode test_check(void)
   needs_ppo(&needs);
   PetscCall(make(4, "-actor_gen_ranks 0-1 -actor_gen_tp 2 -actor_train_ranks 0-3 -actor_train_tp 1 -sft_train_ranks 0-7 -rm_train_tp 4", &plan, &ierr));
   if (!ierr) TRY(ierr, plan_check(&plan, &needs));
-  report((PetscBool)!ierr, "plan_check ignores calls the mode does not use; tp 2 and 1 divide each other", "%s", ierr ? error_text(ierr) : "");
+  test_report((PetscBool)!ierr, "plan_check ignores calls the mode does not use; tp 2 and 1 divide each other", "%s", ierr ? error_text(ierr) : "");
   PetscCall(make(4, "-actor_train_mbs 2 -plan_zero1 -actor_train_ranks 0-1", &plan, &ierr));
   if (!ierr) TRY(ierr, plan_check(&plan, &needs));
-  report((PetscBool)!ierr, "plan_check accepts dp x mbs dividing the mini-batch, with ZeRO-1", "%s", ierr ? error_text(ierr) : "");
-  report((PetscBool)(plan_overlap(&plan, MFC_ACTOR_TRAIN, MFC_ACTOR_GEN) && plan_has_rank(&plan, MFC_ACTOR_TRAIN, 1) && !plan_has_rank(&plan, MFC_ACTOR_TRAIN, 2)), "plan_overlap and plan_has_rank", "wrong answers");
+  test_report((PetscBool)!ierr, "plan_check accepts dp x mbs dividing the mini-batch, with ZeRO-1", "%s", ierr ? error_text(ierr) : "");
+  test_report((PetscBool)(plan_overlap(&plan, MFC_ACTOR_TRAIN, MFC_ACTOR_GEN) && plan_has_rank(&plan, MFC_ACTOR_TRAIN, 1) && !plan_has_rank(&plan, MFC_ACTOR_TRAIN, 2)), "plan_overlap and plan_has_rank", "wrong answers");
   PetscCall(make(4, "-placement interleave", &plan, &ierr));
-  report((PetscBool)(!ierr && !plan_overlap(&plan, MFC_REF_INF, MFC_REW_INF)), "interleave: reference and reward meshes do not overlap", "they do");
+  test_report((PetscBool)(!ierr && !plan_overlap(&plan, MFC_REF_INF, MFC_REW_INF)), "interleave: reference and reward meshes do not overlap", "they do");
   PetscCall(PetscPrintf(PETSC_COMM_WORLD, "# plan_print of -placement interleave on 4 ranks, PPO calls:\n"));
   TRY(ierr, plan_print(PETSC_COMM_WORLD, &plan, &needs));
-  report((PetscBool)!ierr, "plan_print", "%s", ierr ? error_text(ierr) : "");
+  test_report((PetscBool)!ierr, "plan_print", "%s", ierr ? error_text(ierr) : "");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -344,15 +326,15 @@ static PetscErrorCode test_roundtrip(const char *tmp)
   PetscCall(record_plan(dir, &plan, NULL, path, sizeof path));
   PetscCall(PetscMemzero(&back, sizeof back));
   TRY(ierr, plan_read_file(PETSC_COMM_WORLD, path, &back));
-  report((PetscBool)(!ierr && plans_equal(&plan, &back, NULL)), "plan_record + plan_read_file round trip (every call)", "%s", ierr ? error_text(ierr) : "plans differ");
+  test_report((PetscBool)(!ierr && plans_equal(&plan, &back, NULL)), "plan_record + plan_read_file round trip (every call)", "%s", ierr ? error_text(ierr) : "plans differ");
 
   PetscCall(PetscSNPrintf(opts, sizeof opts, "-plan_file %s", path));
   PetscCall(make(8, opts, &file, &ierr));
   PetscCall(PetscSNPrintf(want, sizeof want, "file %s", path));
-  report((PetscBool)(!ierr && plans_equal(&plan, &file, NULL) && !strcmp(file.source, want)), "-plan_file gives the recorded plan", "%s", ierr ? error_text(ierr) : file.source);
+  test_report((PetscBool)(!ierr && plans_equal(&plan, &file, NULL) && !strcmp(file.source, want)), "-plan_file gives the recorded plan", "%s", ierr ? error_text(ierr) : file.source);
   PetscCall(PetscSNPrintf(opts, sizeof opts, "-plan_file %s -ref_inf_mbs 4 -plan_zero1 0", path));
   PetscCall(make(8, opts, &file, &ierr));
-  report((PetscBool)(!ierr && file.call[MFC_REF_INF].mbs == 4 && !file.zero1 && call_is(&file.call[MFC_ACTOR_GEN], plan.call[MFC_ACTOR_GEN].ranks, 4, 2, 2, 1) && strstr(file.source, " + options")), "options override -plan_file", "%s", ierr ? error_text(ierr) : file.source);
+  test_report((PetscBool)(!ierr && file.call[MFC_REF_INF].mbs == 4 && !file.zero1 && call_is(&file.call[MFC_ACTOR_GEN], plan.call[MFC_ACTOR_GEN].ranks, 4, 2, 2, 1) && strstr(file.source, " + options")), "options override -plan_file", "%s", ierr ? error_text(ierr) : file.source);
 
   /* PPO's calls only: sft_train and rm_train are not stored, and keep their values on reading */
   needs_ppo(&needs);
@@ -362,10 +344,10 @@ static PetscErrorCode test_roundtrip(const char *tmp)
   back.call[MFC_SFT_TRAIN].nranks = 1;
   back.call[MFC_SFT_TRAIN].ranks[0] = 77;
   TRY(ierr, plan_read_file(PETSC_COMM_WORLD, path, &back));
-  report((PetscBool)(!ierr && plans_equal(&plan, &back, &needs) && back.call[MFC_SFT_TRAIN].ranks[0] == 77 && back.call[MFC_RM_TRAIN].nranks == 0), "a record of the used calls; calls missing in the file keep their values", "%s", ierr ? error_text(ierr) : "wrong calls");
+  test_report((PetscBool)(!ierr && plans_equal(&plan, &back, &needs) && back.call[MFC_SFT_TRAIN].ranks[0] == 77 && back.call[MFC_RM_TRAIN].nranks == 0), "a record of the used calls; calls missing in the file keep their values", "%s", ierr ? error_text(ierr) : "wrong calls");
   PetscCall(PetscSNPrintf(opts, sizeof opts, "-plan_file %s", path));
   PetscCall(make(8, opts, &file, &ierr));
-  report((PetscBool)(!ierr && file.call[MFC_SFT_TRAIN].nranks == 0), "-plan_file: a call the file lacks is not filled in from the preset", "%s", ierr ? error_text(ierr) : call_str(&file.call[MFC_SFT_TRAIN], want, sizeof want));
+  test_report((PetscBool)(!ierr && file.call[MFC_SFT_TRAIN].nranks == 0), "-plan_file: a call the file lacks is not filled in from the preset", "%s", ierr ? error_text(ierr) : call_str(&file.call[MFC_SFT_TRAIN], want, sizeof want));
   { /* a run that needs a call the file lacks: refused, naming it */
     PlanNeeds sft;
 
@@ -377,7 +359,7 @@ static PetscErrorCode test_roundtrip(const char *tmp)
     PetscCall(PetscSNPrintf(opts, sizeof opts, "-plan_file %s -sft_train_ranks 0-7", path));
     PetscCall(make(8, opts, &file, &ierr));
     if (!ierr) TRY(ierr, plan_check(&file, &sft));
-    report((PetscBool)!ierr, "-plan_file lacking sft_train, given -sft_train_ranks: runs", "%s", ierr ? error_text(ierr) : "");
+    test_report((PetscBool)!ierr, "-plan_file lacking sft_train, given -sft_train_ranks: runs", "%s", ierr ? error_text(ierr) : "");
   }
   { /* a PPO file without /plan/critic_inf (the issue's case) */
     PetscCall(PetscSNPrintf(dir, sizeof dir, "%s/ppo_nocritic", tmp));
@@ -450,7 +432,7 @@ static PetscErrorCode test_hand_file(const char *tmp)
   PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD));
   PetscCall(PetscMemzero(&plan, sizeof plan));
   TRY(ierr, plan_read_file(PETSC_COMM_WORLD, path, &plan));
-  report((PetscBool)(!ierr && plan.world == 4 && plan.zero1 && plan.bucket_mb == 8 && call_is(&plan.call[MFC_REF_INF], ranks, 2, 2, 1, 1) && plan.call[MFC_REF_INF].mbs == 2), "a plan file with integer attributes and int64 ranks is read", "%s", ierr ? error_text(ierr) : "wrong values");
+  test_report((PetscBool)(!ierr && plan.world == 4 && plan.zero1 && plan.bucket_mb == 8 && call_is(&plan.call[MFC_REF_INF], ranks, 2, 2, 1, 1) && plan.call[MFC_REF_INF].mbs == 2), "a plan file with integer attributes and int64 ranks is read", "%s", ierr ? error_text(ierr) : "wrong values");
   if (!rank) write_hand_plan(path, 1.5);
   PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD));
   TRY(ierr, plan_read_file(PETSC_COMM_WORLD, path, &plan));
@@ -461,13 +443,12 @@ static PetscErrorCode test_hand_file(const char *tmp)
 
 int main(int argc, char **argv)
 {
-  char tmp[PETSC_MAX_PATH_LEN], cmd[PETSC_MAX_PATH_LEN + 16];
+  char tmp[PETSC_MAX_PATH_LEN];
 
   PetscCall(PetscInitialize(&argc, &argv, NULL, "plan tests"));
   PetscCallMPI(MPI_Comm_rank(PETSC_COMM_WORLD, &rank));
-  snprintf(tmp, sizeof tmp, "%s/rlfuse_test_plan.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  if (!rank) PetscCheck(mkdtemp(tmp), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "cannot create a temporary directory");
-  PetscCallMPI(MPI_Bcast(tmp, sizeof tmp, MPI_CHAR, 0, PETSC_COMM_WORLD));
+  test_collective(PETSC_COMM_WORLD);
+  PetscCall(test_tmpdir(tmp, sizeof tmp, "test_plan"));
   PetscCall(test_presets());
   PetscCall(test_overrides());
   PetscCall(test_bad_options());
@@ -475,12 +456,6 @@ int main(int argc, char **argv)
   PetscCall(test_roundtrip(tmp));
   PetscCall(test_hand_file(tmp));
   PetscCall(set_options(""));
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &nfail, 1, MPI_INT, MPI_MAX, PETSC_COMM_WORLD));
-  if (!rank) printf("%d passed, %d failed\n", npass, nfail);
-  if (!rank && !nfail) {
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd)) printf("# could not remove %s\n", tmp);
-  } else if (!rank) printf("# files kept in %s\n", tmp);
   PetscCall(PetscFinalize());
-  return nfail ? 1 : 0;
+  return test_tally();
 }

@@ -5,9 +5,9 @@
  * the grid (the clamped slopes), at a tp beyond the grid, and for the
  * optimizer and collective tables; a shape the profile lacks and bad files
  * (axis not increasing, a negative time, no file) are refused with one line.
- * Prints "ok - name" / "not ok - name: detail" per check and "N passed, M
- * failed"; exits non-zero on any failure. One rank. */
+ * Reports through test_report.h; exits non-zero on any failure. One rank. */
 #include "profile.h"
+#include "test_report.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -15,24 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int npass, nfail;
-
-static void report(PetscBool ok, const char *name, const char *fmt, ...)
-{
-  va_list ap;
-  char    detail[1024];
-
-  if (ok) {
-    npass++;
-    printf("ok - %s\n", name);
-    return;
-  }
-  nfail++;
-  va_start(ap, fmt);
-  vsnprintf(detail, sizeof detail, fmt, ap);
-  va_end(ap);
-  printf("not ok - %s: %s\n", name, detail);
-}
 
 #define TRY(ierr, call)                                              \
   do {                                                               \
@@ -46,17 +28,17 @@ static void expect_error(PetscErrorCode ierr, const char *name, const char *want
   char *msg = NULL;
 
   if (!ierr) {
-    report(PETSC_FALSE, name, "succeeded; expected an error containing \"%s\"", want);
+    test_report(PETSC_FALSE, name, "succeeded; expected an error containing \"%s\"", want);
     return;
   }
   PetscErrorMessage(ierr, NULL, &msg);
-  report((PetscBool)(msg && strstr(msg, want) && !strchr(msg, '\n')), name, "message \"%s\" lacks \"%s\" or is not one line", msg ? msg : "(none)", want);
+  test_report((PetscBool)(msg && strstr(msg, want) && !strchr(msg, '\n')), name, "message \"%s\" lacks \"%s\" or is not one line", msg ? msg : "(none)", want);
   printf("#   %s\n", msg ? msg : "(none)");
 }
 
 static void near(const char *name, double got, double want)
 {
-  report((PetscBool)(fabs(got - want) <= 1e-9 * fabs(want) + 1e-18), name, "got %.12g, want %.12g", got, want);
+  test_report((PetscBool)(fabs(got - want) <= 1e-9 * fabs(want) + 1e-18), name, "got %.12g, want %.12g", got, want);
 }
 
 /* The hand table. Model 0 (LM head, n_embd 8): tp {1, 2}, rows {1, 4}, len
@@ -113,15 +95,12 @@ static PetscErrorCode test_roundtrip(const Profile *pf, const char *path)
   PetscCall(profile_write(path, pf));
   PetscCall(profile_read(path, &q));
   b = &q.model[0];
-  report((PetscBool)(q.nmodel == 1 && !strcmp(q.host, "hand") && !strcmp(q.backend, "cpu") && q.cores == 2 && q.threads == 1 && q.nranks == 2 && q.ranks_per_node == 2 && q.seconds == 1.5 &&
-                     q.mem_per_rank == 1e9 && q.bytes_per_param == 4),
-         "round trip: machine attributes", "host %s backend %s cores %d threads %d", q.host, q.backend, q.cores, q.threads);
-  report((PetscBool)(!memcmp(&a->shape, &b->shape, sizeof a->shape) && b->ntp == 2 && b->tp[1] == 2 && same_doubles(a->rows, b->rows, 2) && same_doubles(a->len, b->len, 2) &&
-                     same_doubles(a->sec, b->sec, n)),
-         "round trip: shape, axes and every model entry bit for bit", "differs");
-  report((PetscBool)(q.nopt == 2 && same_doubles(q.opt_n, pf->opt_n, 2) && same_doubles(q.opt_sec, pf->opt_sec, 2) && q.nmesh == 1 && q.mesh[0] == 2 && q.nbytes == 2 &&
-                     same_doubles(q.bytes, pf->bytes, 2) && same_doubles(q.coll_sec, pf->coll_sec, (size_t)COST_NCOLL * 2)),
-         "round trip: optimizer and collective tables bit for bit", "differs");
+  test_report((PetscBool)(q.nmodel == 1 && !strcmp(q.host, "hand") && !strcmp(q.backend, "cpu") && q.cores == 2 && q.threads == 1 && q.nranks == 2 && q.ranks_per_node == 2 && q.seconds == 1.5 &&
+                     q.mem_per_rank == 1e9 && q.bytes_per_param == 4), "round trip: machine attributes", "host %s backend %s cores %d threads %d", q.host, q.backend, q.cores, q.threads);
+  test_report((PetscBool)(!memcmp(&a->shape, &b->shape, sizeof a->shape) && b->ntp == 2 && b->tp[1] == 2 && same_doubles(a->rows, b->rows, 2) && same_doubles(a->len, b->len, 2) &&
+                     same_doubles(a->sec, b->sec, n)), "round trip: shape, axes and every model entry bit for bit", "differs");
+  test_report((PetscBool)(q.nopt == 2 && same_doubles(q.opt_n, pf->opt_n, 2) && same_doubles(q.opt_sec, pf->opt_sec, 2) && q.nmesh == 1 && q.mesh[0] == 2 && q.nbytes == 2 &&
+                     same_doubles(q.bytes, pf->bytes, 2) && same_doubles(q.coll_sec, pf->coll_sec, (size_t)COST_NCOLL * 2)), "round trip: optimizer and collective tables bit for bit", "differs");
   PetscCall(profile_free(&q));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -134,7 +113,7 @@ static PetscErrorCode test_interpolation(const char *path)
 
   PetscFunctionBegin;
   PetscCall(cost_prims_profile(path, &p));
-  report((PetscBool)(p.ranks_per_node == 2 && p.mem_per_rank == 1e9 && p.bytes_per_param == 4 && strstr(p.source, path)), "prims: machine fields and source", "source %s", p.source);
+  test_report((PetscBool)(p.ranks_per_node == 2 && p.mem_per_rank == 1e9 && p.bytes_per_param == 4 && strstr(p.source, path)), "prims: machine fields and source", "source %s", p.source);
   /* 1e-6 * 2 * 8^1.5 = 2 * 22.6274169979695 us */
   near("block fwd at (2, 8) inside the grid: the power law exactly", p.compute(p.ctx, &s, COST_PART_BLOCK, COST_FWD, 1, 2, 8), 45.254833995939e-6);
   near("block fwd at a grid point (4, 16)", p.compute(p.ctx, &s, COST_PART_BLOCK, COST_FWD, 1, 4, 16), 256e-6);
@@ -161,7 +140,7 @@ static PetscErrorCode test_interpolation(const char *path)
   near("p2p does not depend on the mesh size", p.coll(p.ctx, COST_P2P, 8, PETSC_TRUE, 1024), 3e-6);
   near("a collective on one rank costs nothing", p.coll(p.ctx, COST_BCAST, 1, PETSC_FALSE, 4096), 0);
   PetscCall(cost_prims_profile_check(&p, &s, "actor"));
-  report(PETSC_TRUE, "the profiled shape is accepted (n_layer may differ)", "");
+  test_report(PETSC_TRUE, "the profiled shape is accepted (n_layer may differ)", NULL);
   wide.n_embd = 16;
   TRY(ierr, cost_prims_profile_check(&p, &wide, "actor"));
   expect_error(ierr, "a wider model is refused, naming the field", "n_embd is 8 there, 16 here");
@@ -199,23 +178,17 @@ static PetscErrorCode test_bad_files(Profile *pf, const char *dir)
 
 int main(int argc, char **argv)
 {
-  char    tmp[PETSC_MAX_PATH_LEN], path[PETSC_MAX_PATH_LEN + 16], cmd[PETSC_MAX_PATH_LEN + 16];
+  char    tmp[PETSC_MAX_PATH_LEN], path[PETSC_MAX_PATH_LEN + 16];
   Profile pf;
 
   PetscCall(PetscInitialize(&argc, &argv, NULL, "profile tests"));
-  snprintf(tmp, sizeof tmp, "%s/rlfuse_test_profile.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  PetscCheck(mkdtemp(tmp), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "cannot create a temporary directory");
+  PetscCall(test_tmpdir(tmp, sizeof tmp, "test_profile"));
   snprintf(path, sizeof path, "%s/hand.h5", tmp);
   PetscCall(hand_profile(&pf));
   PetscCall(test_roundtrip(&pf, path));
   PetscCall(test_interpolation(path));
   PetscCall(test_bad_files(&pf, tmp));
   PetscCall(profile_free(&pf));
-  printf("%d passed, %d failed\n", npass, nfail);
-  if (!nfail) {
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd)) printf("# could not remove %s\n", tmp);
-  } else printf("# files kept in %s\n", tmp);
   PetscCall(PetscFinalize());
-  return nfail ? 1 : 0;
+  return test_tally();
 }

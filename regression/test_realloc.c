@@ -16,44 +16,16 @@
 #include <string.h>
 
 #include "realloc.h"
+#include "test_report.h"
 
 static const char help[] = "Parameter reallocation regression tests (run on 1, 2 or 4 ranks).\n";
 
-static int npass, nfail, rank, size;
+static int rank, size;
 
 /* Small enough that every stream takes several messages, not a multiple of
  * any row length; 256 bytes tests no more and is 3x slower on 4 ranks
  * sharing 2 cores (each round is a synchronisation). */
 #define BUCKET 1000
-
-/* Collective: passes when ok on every rank; rank 0 prints the first failing
- * rank's detail. */
-static PetscErrorCode check(int ok, const char *what, const char *detail)
-{
-  char mine[200] = "", *all = NULL;
-  int  every;
-
-  PetscFunctionBegin;
-  PetscCallMPI(MPI_Allreduce(&ok, &every, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  if (every) {
-    npass++;
-    if (rank == 0) printf("ok - %s\n", what);
-    PetscFunctionReturn(PETSC_SUCCESS);
-  }
-  nfail++;
-  if (!ok) snprintf(mine, sizeof mine, "%s", detail);
-  if (rank == 0) PetscCall(PetscMalloc1((size_t)size * sizeof mine, &all));
-  PetscCallMPI(MPI_Gather(mine, sizeof mine, MPI_CHAR, all, sizeof mine, MPI_CHAR, 0, MPI_COMM_WORLD));
-  if (rank == 0) {
-    for (int r = 0; r < size; r++)
-      if (all[r * sizeof mine]) {
-        printf("not ok - %s: [rank %d] %s\n", what, r, &all[r * sizeof mine]);
-        break;
-      }
-    PetscCall(PetscFree(all));
-  }
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
 
 static GPTConfig small_config(GPTHead head)
 {
@@ -191,7 +163,7 @@ static PetscErrorCode check_bytes(const char *tag, const ReallocPlan *plan, cons
   ok = sum[0] == realloc_plan_bytes(plan) && sum[1] == realloc_plan_bytes(plan) && (a->me >= 0 || b->me >= 0 || idle);
   snprintf(detail, sizeof detail, "sent %.0f, received %.0f, plan %.0f bytes%s", sum[0], sum[1], realloc_plan_bytes(plan), a->me < 0 && b->me < 0 && !idle ? ", and a rank outside both meshes did work" : "");
   snprintf(what, sizeof what, "%s: bytes sent = bytes received = plan bytes (%.0f)", tag, realloc_plan_bytes(plan));
-  PetscCall(check(ok, what, detail));
+  test_report(ok, what, "%s", detail);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -216,7 +188,7 @@ static PetscErrorCode check_pair(const GPTConfig *cfg, const float *full, const 
 
   PetscCall(realloc_once(cfg, a, b, full, 0, &out, &st, &ok, detail, sizeof detail));
   snprintf(what, sizeof what, "%s: destination shards bit-exact", tag);
-  PetscCall(check(ok, what, detail));
+  test_report(ok, what, "%s", detail);
   PetscCall(check_bytes(tag, plan, a, b, &st));
 
   PetscCall(realloc_once(cfg, a, b, full, BUCKET, &out_bucket, &st_bucket, &ok, detail, sizeof detail));
@@ -225,7 +197,7 @@ static PetscErrorCode check_pair(const GPTConfig *cfg, const float *full, const 
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &msgs, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
   if (ok && msgs < min_msgs) snprintf(detail, sizeof detail, "%.0f messages for %.0f bytes: buckets not used", msgs, realloc_plan_bytes(plan)), ok = 0;
   snprintf(what, sizeof what, "%s: %d-byte buckets give the same shards", tag, BUCKET);
-  PetscCall(check(ok, what, detail));
+  test_report(ok, what, "%s", detail);
 
   /* back to the source layout from the reallocated shards */
   PetscCall(realloc_plan_get(cfg, b, a, tag, &back));
@@ -234,7 +206,7 @@ static PetscErrorCode check_pair(const GPTConfig *cfg, const float *full, const 
   PetscCall(realloc_execute(back, out, round, 0, &st_back));
   ok = same_bits(round, orig, norig, detail, sizeof detail);
   snprintf(what, sizeof what, "%s: round trip back is bit-exact", tag);
-  PetscCall(check(ok, what, detail));
+  test_report(ok, what, "%s", detail);
 
   PetscCall(PetscFree(out));
   PetscCall(PetscFree(out_bucket));
@@ -275,7 +247,7 @@ static PetscErrorCode check_shards_cover(const GPTConfig *cfg, const float *full
       snprintf(detail + len, sizeof detail - len, " (pp %d tp %d)", pp, tp);
     }
   }
-  PetscCall(check(ok, cfg->head == GPT_HEAD_LM ? "lm head: the shards of every pp x tp grid rebuild the full model (the reference is sound)" : "scalar head: the shards of every pp x tp grid rebuild the full model (the reference is sound)", detail));
+  test_report(ok, cfg->head == GPT_HEAD_LM ? "lm head: the shards of every pp x tp grid rebuild the full model (the reference is sound)" : "scalar head: the shards of every pp x tp grid rebuild the full model (the reference is sound)", "%s", detail);
   PetscCall(PetscFree(back));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -293,7 +265,7 @@ static PetscErrorCode check_cache(void)
   PetscCall(realloc_plan_get(&lm, a, b, "cache", &p1));
   PetscCall(realloc_plan_get(&lm, a, b, "cache", &p2));
   PetscCall(realloc_plan_get(&sc, a, b, "cache", &p3));
-  PetscCall(check(p1 == p2 && p1 != p3, "plan cache: the same (model, meshes) give the same plan, another model shape another", "pointers differ or coincide"));
+  test_report(p1 == p2 && p1 != p3, "plan cache: the same (model, meshes) give the same plan, another model shape another", "pointers differ or coincide");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -322,7 +294,7 @@ static PetscErrorCode check_plan_error(const GPTConfig *cfg, int tp_src, int tp_
   PetscCall(PetscPopErrorHandler());
   if (ierr) PetscCall(PetscErrorMessage(ierr, &text, &specific));
   snprintf(detail, sizeof detail, "error %d, message \"%s\"", (int)ierr, specific ? specific : "");
-  PetscCall(check(ierr == PETSC_ERR_ARG_INCOMP && specific && strstr(specific, want) && strstr(specific, "actor: train -> gen"), what, detail));
+  test_report(ierr == PETSC_ERR_ARG_INCOMP && specific && strstr(specific, want) && strstr(specific, "actor: train -> gen"), what, "%s", detail);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -350,7 +322,7 @@ static PetscErrorCode check_local(const GPTConfig *cfg, const float *full)
       ok = realloc_plan_bytes(plan) == 0 && st.messages == 0 && st.bytes_local == (double)shard_size(cfg, &sh) * sizeof(float);
       snprintf(detail, sizeof detail, "plan %.0f bytes, %d messages, %.0f bytes local", realloc_plan_bytes(plan), st.messages, st.bytes_local);
     }
-    PetscCall(check(ok, "senders: tp1dp4 -> tp2dp2 on the same ranks copies everything locally, sends nothing", detail));
+    test_report(ok, "senders: tp1dp4 -> tp2dp2 on the same ranks copies everything locally, sends nothing", "%s", detail);
     PetscCall(PetscFree(out));
   }
   if (size >= 2) {
@@ -364,7 +336,7 @@ static PetscErrorCode check_local(const GPTConfig *cfg, const float *full)
       ok = realloc_plan_bytes(plan) == total - local && (rank != 0 || (st.bytes_local == local && st.bytes_recv == total - local && st.messages == 0)) && (rank != 1 || (st.bytes_sent == total - local && st.messages == 1 && st.bytes_local == 0));
       snprintf(detail, sizeof detail, "plan %.0f bytes (want %.0f), local %.0f, sent %.0f, received %.0f, %d messages", realloc_plan_bytes(plan), total - local, st.bytes_local, st.bytes_sent, st.bytes_recv, st.messages);
     }
-    PetscCall(check(ok, "senders: tp2 {0,1} -> {0}: rank 0 keeps its half locally and receives only rank 1's half in one message", detail));
+    test_report(ok, "senders: tp2 {0,1} -> {0}: rank 0 keeps its half locally and receives only rank 1's half in one message", "%s", detail);
     PetscCall(PetscFree(out));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -398,7 +370,7 @@ static PetscErrorCode check_balance(const GPTConfig *cfg, const float *full)
     ok = sent[0] > 0 && sent[1] > 0 && fabs(sent[0] - sent[1]) <= 2 * largest;
     snprintf(detail, sizeof detail, "rank 0 sent %.0f, rank 1 %.0f bytes (largest item %.0f)", sent[0], sent[1], 2 * largest);
   }
-  PetscCall(check(ok, "senders: dp2 {0,1} -> dp2 {2,3} spreads the sending over both replicas by load", detail));
+  test_report(ok, "senders: dp2 {0,1} -> dp2 {2,3} spreads the sending over both replicas by load", "%s", detail);
   PetscCall(PetscFree(out));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -430,15 +402,15 @@ int main(int argc, char **argv)
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
   PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  test_collective(MPI_COMM_WORLD);
   PetscCall(comm_setup());
   PetscCall(run_model(&lm));
   PetscCall(run_model(&sc));
   PetscCall(check_cache());
   PetscCall(check_plan_error(&lm, 2, 3, "tensor-parallel sizes 2 and 3 must divide each other", "plan error: tp 2 and tp 3 do not divide each other"));
   PetscCall(check_plan_error(&lm, 16, 1, "transformer.wte.weight", "plan error: 16 pieces cannot cut a vocabulary of 24 rows"));
-  if (rank == 0) printf("%d passed, %d failed (%d ranks)\n", npass, nfail, size);
   PetscCall(realloc_cache_destroy());
   PetscCall(comm_teardown());
   PetscCall(PetscFinalize());
-  return nfail > 0;
+  return test_tally();
 }

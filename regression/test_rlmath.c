@@ -5,16 +5,9 @@
  * NaN, so reading them shows up as a NaN or a wrong value. */
 #include "rl.h"
 #include "sys.h"
+#include "test_report.h"
 #include <math.h>
 #include <stdio.h>
-
-static int npass, nfail;
-
-static void check(int cond, const char *what, const char *detail)
-{
-  if (cond) npass++, printf("ok - %s\n", what);
-  else nfail++, printf("not ok - %s: %s\n", what, detail);
-}
 
 /* |got - want| <= tol, false for NaN. */
 static int near(double got, double want, double tol)
@@ -33,14 +26,14 @@ static void check_array(const char *what, size_t n, const float *got, const doub
       ok = 0;
       snprintf(detail, sizeof detail, "entry %zu is %.9g, expected %.9g", i, (double)got[i], want[i]);
     }
-  check(ok, what, detail);
+  test_report(ok, what, "%s", detail);
 }
 
 static void check_value(const char *what, double got, double want, double tol)
 {
   char detail[160];
   snprintf(detail, sizeof detail, "got %.17g, expected %.17g", got, want);
-  check(near(got, want, tol), what, detail);
+  test_report(near(got, want, tol), what, "%s", detail);
 }
 
 static void test_kl_rewards(void)
@@ -133,12 +126,12 @@ static void test_whiten(void)
   for (int i = 0; i < 5; i++) s += x[idx[i]];
   for (int i = 0; i < 5; i++) ss += (x[idx[i]] - s / 5) * (x[idx[i]] - s / 5);
   snprintf(detail, sizeof detail, "mean %g, std %.9g", s / 5, sqrt(ss / 5));
-  check(near(s / 5, 0, 1e-6) && near(sqrt(ss / 5), 1, 1e-6), "whiten: result has mean 0 and std 1", detail);
+  test_report(near(s / 5, 0, 1e-6) && near(sqrt(ss / 5), 1, 1e-6), "whiten: result has mean 0 and std 1", "%s", detail);
 
   int   z[2] = {0, 0};
   float y[2] = {5.0f, 6.0f};
   rl_whiten(2, 1, start, z, y, &mean, &std);
-  check(y[0] == 5.0f && y[1] == 6.0f && mean == 0 && std == 0, "whiten: no response tokens leaves x alone, statistics 0", "");
+  test_report(y[0] == 5.0f && y[1] == 6.0f && mean == 0 && std == 0, "whiten: no response tokens leaves x alone, statistics 0", NULL);
   rl_whiten(2, 4, start, len, x, NULL, NULL); /* must accept NULL statistics */
 }
 
@@ -190,7 +183,7 @@ static void test_value_loss(void)
   /* eps_v = 0: plain 0.5*(v-R)^2: token 2 has (1.5-2)^2/2 = .125, dv = -.5 */
   float one = 1;
   loss = rl_value_loss(1, v + 2, vo + 2, R + 2, &one, 0, g, &cf);
-  check(near(loss, 0.125, 1e-7) && near(g[0], -0.5, 1e-7) && cf == 0, "value loss: eps_v <= 0 means no clipping", "");
+  test_report(near(loss, 0.125, 1e-7) && near(g[0], -0.5, 1e-7) && cf == 0, "value loss: eps_v <= 0 means no clipping", NULL);
 }
 
 static void test_kl_loss(void)
@@ -279,22 +272,22 @@ static void test_rm_loss(void)
     int    c;
     double l = rl_rm_loss(1, rc + i, rr + i, &a, &b, &c);
     snprintf(detail, sizeof detail, "loss %.17g (want %.17g), drc %.9g drr %.9g (want -+%.9g), correct %d", l, lw[i], (double)a, (double)b, sg[i], c);
-    check(isfinite(l) && l > 0 && near(l, lw[i], 1e-12 * (1 + lw[i])) && near(a, -sg[i], 1e-7 * sg[i] + 1e-20) && near(b, sg[i], 1e-7 * sg[i] + 1e-20) && c == (rc[i] > rr[i]), name[i], detail);
+    test_report(isfinite(l) && l > 0 && near(l, lw[i], 1e-12 * (1 + lw[i])) && near(a, -sg[i], 1e-7 * sg[i] + 1e-20) && near(b, sg[i], 1e-7 * sg[i] + 1e-20) && c == (rc[i] > rr[i]), name[i], "%s", detail);
   }
   double l = rl_rm_loss(4, rc, rr, drc, drr, &nc);
   const double gw[4] = {-0.125, -0.029800730505529387, -0.24999999999997663, -2.3394057422098247e-14};
   snprintf(detail, sizeof detail, "loss %.17g, correct %d", l, nc);
-  check(near(l, 7.705018797900776, 1e-12) && nc == 2, "rm loss: mean over 4 pairs, 2 correct (d = 2 and 30; d = 0 is not)", detail);
+  test_report(near(l, 7.705018797900776, 1e-12) && nc == 2, "rm loss: mean over 4 pairs, 2 correct (d = 2 and 30; d = 0 is not)", "%s", detail);
   int ok = 1;
   for (int i = 0; i < 4; i++) ok = ok && near(drc[i], gw[i], 1e-7 * fabs(gw[i])) && drr[i] == -drc[i];
-  check(ok, "rm loss: gradients -sigmoid(-d)/B for chosen, +sigmoid(-d)/B for rejected", "");
+  test_report(ok, "rm loss: gradients -sigmoid(-d)/B for chosen, +sigmoid(-d)/B for rejected", NULL);
   /* a replica's share: pairs 1..2 of the 4 give the sum of their losses
    * (.1269280110429725 + 30.000000000000092) and the batch mean's gradients */
   float pc[2], pr[2];
   int   pn = -1;
   double ls = rl_rm_loss_part(2, 4, rc + 1, rr + 1, pc, pr, &pn);
   snprintf(detail, sizeof detail, "sum %.17g, correct %d, drc %.9g %.9g", ls, pn, (double)pc[0], (double)pc[1]);
-  check(near(ls, 30.126928011043065, 1e-12) && pn == 1 && pc[0] == drc[1] && pc[1] == drc[2] && pr[0] == drr[1] && pr[1] == drr[2], "rm loss of a share: sum of its losses, gradients of the batch mean (1/B)", detail);
+  test_report(near(ls, 30.126928011043065, 1e-12) && pn == 1 && pc[0] == drc[1] && pc[1] == drc[2] && pr[0] == drr[1] && pr[1] == drr[2], "rm loss of a share: sum of its losses, gradients of the batch mean (1/B)", "%s", detail);
 }
 
 static void test_kl_adapt(void)
@@ -356,7 +349,7 @@ static void test_fd(void)
     worst = err > worst ? err : worst;
   }
   snprintf(detail, sizeof detail, "%d tokens (%d clipped), worst |fd - dlogp| %.3g", checked, nclip, worst);
-  check(ok && checked > 200 && nclip > 10, "policy loss: dlogp matches central differences on random inputs", detail);
+  test_report(ok && checked > 200 && nclip > 10, "policy loss: dlogp matches central differences on random inputs", "%s", detail);
 
   /* value loss: kinks at |v - v_old| = eps_v and, outside the band, where the
    * two squares are equal (inside the band they are equal everywhere) */
@@ -377,7 +370,7 @@ static void test_fd(void)
     worst = err > worst ? err : worst;
   }
   snprintf(detail, sizeof detail, "%d tokens (%d clipped), worst |fd - dv| %.3g", checked, nclip, worst);
-  check(ok && checked > 150 && nclip > 10, "value loss: dv matches central differences on random inputs", detail);
+  test_report(ok && checked > 150 && nclip > 10, "value loss: dv matches central differences on random inputs", "%s", detail);
 
   /* kl loss: smooth everywhere; gradient added into zeros */
   for (int i = 0; i < FD_N; i++) gk[i] = 0;
@@ -395,7 +388,7 @@ static void test_fd(void)
     worst = err > worst ? err : worst;
   }
   snprintf(detail, sizeof detail, "worst |fd - dlogp| %.3g", worst);
-  check(ok, "kl loss: dlogp matches central differences on random inputs", detail);
+  test_report(ok, "kl loss: dlogp matches central differences on random inputs", "%s", detail);
 }
 
 int main(int argc, char **argv)
@@ -413,7 +406,6 @@ int main(int argc, char **argv)
   test_rm_loss();
   test_kl_adapt();
   test_fd();
-  printf("%d passed, %d failed\n", npass, nfail);
   PetscFinalize();
-  return nfail > 0;
+  return test_tally();
 }

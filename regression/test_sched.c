@@ -82,7 +82,7 @@ static PetscErrorCode test_tables(const char *what, SchedBuild build, int pp, in
   ok = alt && bound && slots && warm && replay_finishes(lists, pp, m);
   PetscCall(PetscSNPrintf(name, sizeof name, "%s pp %d, m %d: every stage has m F and m B, B after F, %s; the pipeline replay finishes", what, pp, m,
                           is_1f1b ? "min(pp-p-1,m) warm-up forwards, at most pp-p in flight (= nslots), last stage alternates F,B" : "nslots = most in flight"));
-  report(name, ok, ok ? "" : (!alt ? "last stage does not alternate" : !bound ? "too many in flight" : !slots ? "nslots differs from the in-flight count" : !warm ? "wrong warm-up" : "deadlock"));
+  test_report(ok, name, "%s", (!alt ? "last stage does not alternate" : !bound ? "too many in flight" : !slots ? "nslots differs from the in-flight count" : !warm ? "wrong warm-up" : "deadlock"));
   for (int p = 0; p < pp; p++) PetscCall(PetscFree(lists[p]));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -112,18 +112,18 @@ static PetscErrorCode test_guard(const GPTConfig *cfg)
   PetscCall(PetscPopErrorHandler());
   ok = ierr == PETSC_ERR_ORDER && calls == 1 && g->acts == g->slots[0] ? PETSC_TRUE : PETSC_FALSE;
   PetscCall(PetscSNPrintf(det, sizeof det, "error %d after %d tasks", (int)ierr, calls));
-  report("sched_run refuses a forward into a slot whose micro-batch awaits its backward", ok, ok ? "" : det);
+  test_report(ok, "sched_run refuses a forward into a slot whose micro-batch awaits its backward", "%s", det);
   calls = 0;
   PetscCall(sched_1f1b(4, 0, 4, good, &nslots));
   PetscCall(sched_run(g, good, 8, nslots, count_task, count_task, &calls));
   ok = calls == 8 && g->nslots >= nslots && g->acts == g->slots[0] ? PETSC_TRUE : PETSC_FALSE;
-  report("sched_run plays a 1F1B list (4 slots), every task once, slot 0 selected at the end", ok, "");
+  test_report(ok, "sched_run plays a 1F1B list (4 slots), every task once, slot 0 selected at the end", NULL);
   {
     /* micro-batches in any order: the slot map finds each backward's slot */
     SchedTask swapped[6] = {{SCHED_F, 2}, {SCHED_F, 0}, {SCHED_B, 0}, {SCHED_F, 1}, {SCHED_B, 2}, {SCHED_B, 1}};
     calls = 0;
     PetscCall(sched_run(g, swapped, 6, 2, count_task, count_task, &calls));
-    report("sched_run plays micro-batches out of order (2, 0, 1 forward; 0, 2, 1 backward) on 2 slots", calls == 6 ? PETSC_TRUE : PETSC_FALSE, "");
+    test_report(calls == 6 ? PETSC_TRUE : PETSC_FALSE, "sched_run plays micro-batches out of order (2, 0, 1 forward; 0, 2, 1 backward) on 2 slots", NULL);
   }
   {
     SchedTask nofwd[2] = {{SCHED_F, 0}, {SCHED_B, 1}}, twice[2] = {{SCHED_F, 1}, {SCHED_F, 1}};
@@ -135,7 +135,7 @@ static PetscErrorCode test_guard(const GPTConfig *cfg)
     ierr = sched_run(g, twice, 2, 2, count_task, count_task, &calls);
     ok   = ok && ierr == PETSC_ERR_ORDER && calls == 1 && g->acts == g->slots[0] && g->msg_mb == 0 ? PETSC_TRUE : PETSC_FALSE;
     PetscCall(PetscPopErrorHandler());
-    report("sched_run refuses a backward of a micro-batch not in flight, and a second forward of one in flight", ok, "");
+    test_report(ok, "sched_run refuses a backward of a micro-batch not in flight, and a second forward of one in flight", NULL);
   }
   PetscCall(gpt_destroy(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -240,7 +240,7 @@ static PetscErrorCode test_step(const GPTConfig *cfg, const Layout *L)
     char what[160], why[64];
     PetscCall(PetscSNPrintf(what, sizeof what, "%s, %s head", L->name, head));
     PetscCall(PetscSNPrintf(why, sizeof why, "needs %d ranks, the job has %d", n, world_size));
-    report_skip(what, why);
+    test_skip(what, why);
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   B = m * nb * L->dp;
@@ -279,14 +279,14 @@ static PetscErrorCode test_step(const GPTConfig *cfg, const Layout *L)
                           cfg->head == GPT_HEAD_LM ? "masked, tempered log-probabilities and entropies" : "values"));
   PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", e));
   PetscCallMPI(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD)); /* nslots as rank 0 (stage 0) sees it */
-  report(name, e < 1e-5 ? PETSC_TRUE : PETSC_FALSE, det);
+  test_measure(e < 1e-5 ? PETSC_TRUE : PETSC_FALSE, name, "%s", det);
 
   if (g) PetscCall(gpt_grads_sync(g));
   PetscCall(gather_full(full, g ? g : full, mesh, g ? g->grads : full->grads, gfull));
   e = rel_err(gfull, full->grads, full->nparams);
   PetscCall(PetscSNPrintf(name, sizeof name, "%s, %s head: gradients accumulated over the micro-batches match one rank", L->name, head));
   PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", e));
-  report(name, e < 1e-5 ? PETSC_TRUE : PETSC_FALSE, det);
+  test_measure(e < 1e-5 ? PETSC_TRUE : PETSC_FALSE, name, "%s", det);
 
   {
     PetscReal lr, gn_full, gn = 0;
@@ -298,7 +298,7 @@ static PetscErrorCode test_step(const GPTConfig *cfg, const Layout *L)
     PetscCall(PetscSNPrintf(name, sizeof name, "%s, %s head: AdamW step after the schedule (gradient norm %.4f vs %.4f) gives the one-rank parameters", L->name, head, (double)gn,
                             (double)gn_full));
     PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", e));
-    report(name, e < 1e-5 && fabs(gn - gn_full) < 1e-5 * gn_full ? PETSC_TRUE : PETSC_FALSE, det);
+    test_measure(e < 1e-5 && fabs(gn - gn_full) < 1e-5 * gn_full ? PETSC_TRUE : PETSC_FALSE, name, "%s", det);
   }
   PetscCall(PetscFree(tasks));
   PetscCall(PetscFree5(ref, got, pfull, gfull, pg));
@@ -399,7 +399,7 @@ static PetscErrorCode test_refused_step(const GPTConfig *cfg)
   if (g) PetscCall(shard_copy(g, &c));
   PetscCall(trainer_step(&tr, &opt, "test", "step 0", 1.0, &lr, &gn));
   PetscCall(shard_same(g, &c, &same));
-  report(fmt_name(name, sizeof name, "trainer_step on pp %d x dp %d: a finite step changes the weights and moments (gradient norm %.3g)", pp, world_size / pp, (double)gn), !same && isfinite(gn) && gn > 0 ? PETSC_TRUE : PETSC_FALSE, "");
+  test_report(!same && isfinite(gn) && gn > 0 ? PETSC_TRUE : PETSC_FALSE, fmt_name(name, sizeof name, "trainer_step on pp %d x dp %d: a finite step changes the weights and moments (gradient norm %.3g)", pp, world_size / pp, (double)gn), NULL);
   if (g) PetscCall(PetscFree3(c.p, c.m, c.v));
   for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
     if (g) {
@@ -411,8 +411,7 @@ static PetscErrorCode test_refused_step(const GPTConfig *cfg)
     PetscCall(PetscPopErrorHandler());
     if (ierr) PetscCall(PetscErrorMessage(ierr, NULL, (char **)&msg));
     PetscCall(shard_same(g, &c, &same));
-    report(fmt_name(name, sizeof name, "trainer_step refuses %s before the optimizer step: weights, moments and step count unchanged on every rank", bad[k].what),
-           ierr == PETSC_ERR_FP && strstr(msg, bad[k].want) && strstr(msg, "at step 1;") && same ? PETSC_TRUE : PETSC_FALSE, ierr ? msg : "no error");
+    test_measure(ierr == PETSC_ERR_FP && strstr(msg, bad[k].want) && strstr(msg, "at step 1;") && same ? PETSC_TRUE : PETSC_FALSE, fmt_name(name, sizeof name, "trainer_step refuses %s before the optimizer step: weights, moments and step count unchanged on every rank", bad[k].what), "%s", ierr ? msg : "no error");
     if (g) PetscCall(PetscFree3(c.p, c.m, c.v));
   }
   PetscCall(trainer_destroy(&tr));
@@ -437,7 +436,7 @@ static PetscErrorCode test_two_models(const GPTConfig *cfg)
 
   PetscFunctionBegin;
   if (world_size < 2) {
-    report_skip("two models on shared ranks", "needs 2 ranks");
+    test_skip("two models on shared ranks", "needs 2 ranks");
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(mesh_get(ranks, 2, 2, 1, 1, &mesh));
@@ -486,7 +485,7 @@ static PetscErrorCode test_two_models(const GPTConfig *cfg)
   }
   ok = worst < 1e-5 ? PETSC_TRUE : PETSC_FALSE;
   PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", worst));
-  report("two models on the same 2 ranks, stages running them in different orders: outputs and gradients match each model's one-rank run (model id in the tags)", ok, det);
+  test_measure(ok, "two models on the same 2 ranks, stages running them in different orders: outputs and gradients match each model's one-rank run (model id in the tags)", "%s", det);
   for (int x = 0; x < 2; x++) {
     PetscCall(PetscFree2(ref[x], got[x]));
     PetscCall(gpt_destroy(&full[x]));
@@ -520,6 +519,7 @@ int main(int argc, char **argv)
   PetscCall(comm_setup());
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  test_collective(MPI_COMM_WORLD);
   sc.head = GPT_HEAD_SCALAR;
   for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++) PetscCall(test_tables("1F1B", sched_1f1b, tables[k][0], tables[k][1], PETSC_TRUE));
   PetscCall(test_tables("GPipe", sched_gpipe, 4, 3, PETSC_FALSE));
@@ -530,8 +530,7 @@ int main(int argc, char **argv)
     PetscCall(test_step(&lm, &layouts[k]));
     PetscCall(test_step(&sc, &layouts[k]));
   }
-  report_tally();
   PetscCall(comm_teardown());
   PetscCall(PetscFinalize());
-  return nfail ? 1 : 0;
+  return test_tally();
 }

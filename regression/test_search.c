@@ -8,20 +8,13 @@
  * ranks) the annealing must find the enumerated optimum from each preset;
  * a seed gives the same plan twice; infeasible plans are never returned;
  * the time budget stops the search; tuning a preset never makes it worse.
- * Prints "ok - name" / "not ok - name: detail" and "N passed, M failed". */
+ * Prints "ok - name" / "not ok - name: detail" and the tally (test_report.h). */
 #include "search.h"
+#include "test_report.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-static int npass, nfail;
-
-static void report(PetscBool ok, const char *name, const char *detail)
-{
-  if (ok) npass++, printf("ok - %s\n", name);
-  else nfail++, printf("not ok - %s: %s\n", name, detail);
-}
 
 /* ---- the toy objective ------------------------------------------------------ */
 typedef struct {
@@ -134,19 +127,19 @@ static PetscErrorCode check_space(const char *what, SearchSpace sp, Toy *toy, in
   PetscCall(search_enumerate(sp, toy_objective, toy, &start[0], limit, &ex));
   snprintf(name, sizeof name, "%s: enumeration visits all %g plans and finds a feasible optimum", what, search_space_size(sp));
   snprintf(detail, sizeof detail, "visited %ld, optimum %g s feasible %d", ex.iters, ex.est.iter_s, (int)ex.est.feasible);
-  report((PetscBool)(ex.iters == (long)search_space_size(sp) && ex.est.feasible), name, detail);
+  test_report((PetscBool)(ex.iters == (long)search_space_size(sp) && ex.est.feasible), name, "%s", detail);
   search_options_default(&o);
   for (int k = 0; k < 3; k++) {
     o.seed = 7 + (uint64_t)k;
     PetscCall(search_anneal(sp, toy_objective, toy, &start[k], 1, &o, &an));
     snprintf(name, sizeof name, "%s: annealing from the %s preset finds the optimum %.6f s", what, PlacementNames[k], ex.est.iter_s);
     snprintf(detail, sizeof detail, "found %.6f s after %ld iterations (%ld accepted, %ld refused by plan_check)", an.est.iter_s, an.iters, an.accepted, an.refused_check);
-    report((PetscBool)(an.est.feasible && fabs(an.est.iter_s - ex.est.iter_s) <= 1e-12 * ex.est.iter_s), name, detail);
+    test_report((PetscBool)(an.est.feasible && fabs(an.est.iter_s - ex.est.iter_s) <= 1e-12 * ex.est.iter_s), name, "%s", detail);
   }
   PetscCall(search_anneal(sp, toy_objective, toy, start, 3, &o, &an));
   PetscCall(search_anneal(sp, toy_objective, toy, start, 3, &o, &again));
   snprintf(name, sizeof name, "%s: a seed gives the same plan twice", what);
-  report((PetscBool)(same_plan(&an.plan, &again.plan) && an.est.iter_s == again.est.iter_s && an.accepted == again.accepted), name, "two runs with one seed differ");
+  test_report((PetscBool)(same_plan(&an.plan, &again.plan) && an.est.iter_s == again.est.iter_s && an.accepted == again.accepted), name, "two runs with one seed differ");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -199,13 +192,13 @@ static PetscErrorCode run(void)
      * feasible; tuning alone finds a fitting strategy on the same meshes */
     PetscCall(plan_preset(4, PLACEMENT_COLOCATE, 0, &start));
     PetscCall(search_evaluate(sp, toy_objective, &toy, &start, &ok, &est));
-    report((PetscBool)(ok && !est.feasible), "4 ranks: the colocated preset is over the memory limit", "it fits; the test lost its point");
+    test_report((PetscBool)(ok && !est.feasible), "4 ranks: the colocated preset is over the memory limit", "it fits; the test lost its point");
     search_options_default(&o);
     PetscCall(search_anneal(sp, toy_objective, &toy, &start, 1, &o, &res));
     snprintf(detail, sizeof detail, "best plan feasible %d, %ld infeasible candidates refused", (int)res.est.feasible, res.refused_infeasible);
-    report((PetscBool)(res.est.feasible && res.refused_infeasible > 0), "4 ranks: from an infeasible start the search returns a feasible plan and refuses infeasible ones after", detail);
+    test_report((PetscBool)(res.est.feasible && res.refused_infeasible > 0), "4 ranks: from an infeasible start the search returns a feasible plan and refuses infeasible ones after", "%s", detail);
     PetscCall(search_tune(sp, toy_objective, &toy, &start, &est));
-    report(est.feasible, "4 ranks: tuning the colocated preset's strategies makes it fit", "still infeasible");
+    test_report(est.feasible, "4 ranks: tuning the colocated preset's strategies makes it fit", "still infeasible");
     { /* an infeasible plan's cost: above every feasible one, and lower when
        * any call needs less, even one that is not the fullest */
       CostEstimate a, b, fit;
@@ -214,14 +207,13 @@ static PetscErrorCode run(void)
       b = a, b.mem_call[MFC_REF_INF] = 40e9;
       PetscCall(PetscMemzero(&fit, sizeof fit));
       fit.feasible = PETSC_TRUE, fit.iter_s = 1e5;
-      report((PetscBool)(search_cost(&b) < search_cost(&a) && search_cost(&fit) < search_cost(&b)),
-             "an infeasible plan costs more than any feasible one, and less when a call that is not the fullest shrinks", "not ordered");
+      test_report((PetscBool)(search_cost(&b) < search_cost(&a) && search_cost(&fit) < search_cost(&b)), "an infeasible plan costs more than any feasible one, and less when a call that is not the fullest shrinks", "not ordered");
     }
     o.time_s   = 1e-9;
     o.max_iter = 1000000000L;
     PetscCall(search_anneal(sp, toy_objective, &toy, &start, 1, &o, &res));
     snprintf(detail, sizeof detail, "timed out %d after %ld iterations", (int)res.timed_out, res.iters);
-    report((PetscBool)(res.timed_out && res.iters < 1000), "a time budget stops the search", detail);
+    test_report((PetscBool)(res.timed_out && res.iters < 1000), "a time budget stops the search", "%s", detail);
   }
   PetscCall(search_space_destroy(&sp));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -231,7 +223,6 @@ int main(int argc, char **argv)
 {
   PetscCall(PetscInitialize(&argc, &argv, NULL, NULL));
   PetscCall(run());
-  printf("%d passed, %d failed\n", npass, nfail);
   PetscCall(PetscFinalize());
-  return nfail ? 1 : 0;
+  return test_tally();
 }

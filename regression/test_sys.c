@@ -3,16 +3,9 @@
  * are pure functions of their key; uniform and normal draws have the right
  * range and moments). */
 #include "sys.h"
+#include "test_report.h"
 #include <math.h>
 #include <stdio.h>
-
-static int npass, nfail;
-
-static void check(int cond, const char *what, const char *detail)
-{
-  if (cond) npass++, printf("ok - %s\n", what);
-  else nfail++, printf("not ok - %s: %s\n", what, detail);
-}
 
 static void check_kat(void)
 {
@@ -27,7 +20,7 @@ static void check_kat(void)
     char     detail[128];
     philox4x32_10(kat[i], kat[i] + 4, out);
     snprintf(detail, sizeof detail, "got %08x %08x %08x %08x", out[0], out[1], out[2], out[3]);
-    check(out[0] == kat[i][6] && out[1] == kat[i][7] && out[2] == kat[i][8] && out[3] == kat[i][9], "Philox4x32-10 known-answer vector", detail);
+    test_report(out[0] == kat[i][6] && out[1] == kat[i][7] && out[2] == kat[i][8] && out[3] == kat[i][9], "Philox4x32-10 known-answer vector", "%s", detail);
   }
 }
 
@@ -46,10 +39,10 @@ static void check_draws(void)
     umax = u > umax ? u : umax;
   }
   snprintf(detail, sizeof detail, "mean %.4f, range [%g, %g]", su / n, umin, umax);
-  check(fabs(su / n - 0.5) < 0.005 && umin >= 0 && umax < 1, "uniform draws in [0,1) with mean 1/2", detail);
+  test_report(fabs(su / n - 0.5) < 0.005 && umin >= 0 && umax < 1, "uniform draws in [0,1) with mean 1/2", "%s", detail);
   snprintf(detail, sizeof detail, "mean %.4f, variance %.4f", sn / n, sn2 / n - (sn / n) * (sn / n));
-  check(fabs(sn / n) < 0.01 && fabs(sn2 / n - 1) < 0.02, "normal draws with mean 0 and variance 1", detail);
-  check(rng_u32(7, 1, 2, 3, 5) == rng_u32(7, 1, 2, 3, 5) && rng_u32(7, 1, 2, 3, 5) != rng_u32(7, 1, 2, 4, 5) && rng_u32(7, 1, 2, 3, 5) != rng_u32(8, 1, 2, 3, 5), "a draw is a pure function of (seed, counter, lane)", "");
+  test_report(fabs(sn / n) < 0.01 && fabs(sn2 / n - 1) < 0.02, "normal draws with mean 0 and variance 1", "%s", detail);
+  test_report(rng_u32(7, 1, 2, 3, 5) == rng_u32(7, 1, 2, 3, 5) && rng_u32(7, 1, 2, 3, 5) != rng_u32(7, 1, 2, 4, 5) && rng_u32(7, 1, 2, 3, 5) != rng_u32(8, 1, 2, 3, 5), "a draw is a pure function of (seed, counter, lane)", NULL);
 }
 
 int main(int argc, char **argv)
@@ -57,7 +50,6 @@ int main(int argc, char **argv)
   if (PetscInitialize(&argc, &argv, NULL, "Tests of src/sys.\n")) return 1;
   check_kat();
   check_draws();
-  printf("%d passed, %d failed\n", npass, nfail);
   PetscFinalize();
-  return nfail > 0;
+  return test_tally();
 }
