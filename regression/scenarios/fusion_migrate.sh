@@ -80,6 +80,6 @@ bad() {
   if [ "$(grep -c '^rlfuse: error:' $out.log)" = 1 ] && grep -q "^rlfuse: error: .*$pat" $out.log && [ ! -e $out/run.h5 ]; then ok "$what: one line, no work"
   else not_ok "$what: expected one line matching '$pat' and no run.h5, got: $(grep error $out.log | head -2)"; fi
 }
-bad "-fuse_migrate_at -0.1" "-fuse_migrate_at -0.1 is outside \[0,1\]" -fuse_gen_inf migrate -fuse_migrate_at -0.1
+bad "-fuse_migrate_at -0.1" "-fuse_migrate_at -0.1 is out of range (expected a fraction in \[0,1\]" -fuse_gen_inf migrate -fuse_migrate_at -0.1
 N=4 bad "migrate with tp-sharded inference" "-ref_inf_tp 2 and -ref_inf_pp 1 must be 1" -fuse_gen_inf migrate -ref_inf_tp 2
 finish
