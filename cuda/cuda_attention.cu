@@ -5,9 +5,15 @@
  * Training. q, k, v (and dout) are first permuted from the token-major qkv
  * [B,T,3C] into head-major [B,NH,T,hs] in scratch, so that every (b,h) pair
  * is one matrix at a fixed stride and each product is a single
- * cublasGemmStridedBatchedEx call over the B*NH pairs. The GEMMs use
- * CUBLAS_COMPUTE_32F_PEDANTIC: true fp32 whatever math mode the handle is in
- * (TF32 would lose ~3 digits against the CPU). The full T x T products also
+ * cublasGemmStridedBatchedEx call over the B*NH pairs. In fp32 precision the
+ * GEMMs use CUBLAS_COMPUTE_32F_PEDANTIC: true fp32 whatever math mode the
+ * handle is in (TF32 would lose ~3 digits against the CPU). In bf16
+ * precision their operands are bf16, as the linear layers' are (q, k, v and
+ * dout permuted straight into bf16; the softmax kernels write bf16 copies
+ * of P and dS beside the fp32 ones), accumulated and stored in fp32: P, dS
+ * and the outputs before their final rounding stay fp32, and the softmax
+ * runs on fp32 scores. At T 1024 these products are most of a bf16
+ * training step's time in true fp32. The full T x T products also
  * fill the masked upper triangle; the softmax kernels then write zeros
  * there, as the CPU does, so the backward's products can run over the whole
  * square. cuBLAS gives the same bits on every run on the same GPU, and the
@@ -106,11 +112,14 @@ __device__ __forceinline__ size_t att_row_offset(size_t i, int B, int T, int NH,
   return ((size_t)b * T + t) * ld + j * C + (size_t)h * hs + d;
 }
 
-__global__ void att_permute_kernel(float *dst, const float *src, int nmat, int B, int T, int NH, int hs, int ld)
+__device__ __forceinline__ void att_store(float *dst, size_t i, float x) { dst[i] = x; }
+__device__ __forceinline__ void att_store(__nv_bfloat16 *dst, size_t i, float x) { dst[i] = __float2bfloat16_rn(x); }
+
+template <typename Tout> __global__ void att_permute_kernel(Tout *dst, const float *src, int nmat, int B, int T, int NH, int hs, int ld)
 {
   size_t total = (size_t)nmat * B * NH * T * hs;
 
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) dst[i] = src[att_row_offset(i, B, T, NH, hs, ld)];
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) att_store(dst, i, src[att_row_offset(i, B, T, NH, hs, ld)]);
 }
 
 /* The reverse: dst[(b*T + t)*ld + j*C + h*hs + d] = (or +=) src[j][b][h][t][d],
@@ -130,8 +139,9 @@ __global__ void att_unpermute_kernel(float *dst, const float *src, int nmat, int
 /* Warp w of block b owns row i = b*ATT_WARPS + w of the rows [B*NH*T] of att
  * (query t = i % T of its (b,h) pair); lane l owns columns l, l+32, ...
  * Columns 0..t hold the scaled scores and become their softmax (max
- * subtracted); columns t+1..T-1 become 0. A lane only rereads what it wrote. */
-__global__ void __launch_bounds__(32 * ATT_WARPS) att_softmax_kernel(float *att, int rows, int T)
+ * subtracted); columns t+1..T-1 become 0. A lane only rereads what it wrote.
+ * p16 (bf16 precision; else NULL) gets the probabilities rounded to bf16. */
+__global__ void __launch_bounds__(32 * ATT_WARPS) att_softmax_kernel(float *att, __nv_bfloat16 *p16, int rows, int T)
 {
   int i = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
 
@@ -147,12 +157,18 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) att_softmax_kernel(float *att,
     sum += e;
   }
   inv = 1.0f / att_warp_sum(sum);
-  for (int j = lane; j < T; j += 32) p[j] = j <= t ? p[j] * inv : 0.0f;
+  for (int j = lane; j < T; j += 32) {
+    float y = j <= t ? p[j] * inv : 0.0f;
+    p[j]    = y;
+    if (p16) p16[(size_t)i * T + j] = __float2bfloat16_rn(y);
+  }
 }
 
 /* Same mapping over rows of dS (dP = dO V^T on entry) and P:
- * dS = P * (dP - sum_j P dP) * scale on columns 0..t, 0 above. */
-__global__ void __launch_bounds__(32 * ATT_WARPS) att_softmax_backward_kernel(float *dS, const float *P, int rows, int T, float scale)
+ * dS = P * (dP - sum_j P dP) * scale on columns 0..t, 0 above. In bf16
+ * precision ds16 and p16 get dS and P rounded to bf16 (else both NULL). */
+__global__ void __launch_bounds__(32 * ATT_WARPS) att_softmax_backward_kernel(float *dS, const float *P, __nv_bfloat16 *ds16, __nv_bfloat16 *p16, int rows, int T,
+                                                                             float scale)
 {
   int i = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
 
@@ -163,25 +179,39 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) att_softmax_backward_kernel(fl
 
   for (int j = lane; j <= t; j += 32) dot += p[j] * d[j];
   dot = att_warp_sum(dot);
-  for (int j = lane; j < T; j += 32) d[j] = j <= t ? p[j] * (d[j] - dot) * scale : 0.0f;
+  for (int j = lane; j < T; j += 32) {
+    float y = j <= t ? p[j] * (d[j] - dot) * scale : 0.0f;
+    d[j]    = y;
+    if (ds16) {
+      ds16[(size_t)i * T + j] = __float2bfloat16_rn(y);
+      p16[(size_t)i * T + j]  = __float2bfloat16_rn(p[j]);
+    }
+  }
 }
 
-/* One strided-batched fp32 GEMM (column-major, beta 0). */
-static int att_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const float *A, int lda, long long sA, const float *Bm, int ldb,
-                    long long sB, float *Cm, int ldc, long long sC, int batch)
+/* One strided-batched GEMM (column-major, beta 0, fp32 output): true fp32,
+ * or bf16 operands (bf) accumulated in fp32. Strides and leading dimensions
+ * count elements of the operands' type. */
+static int att_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const void *A, int lda, long long sA, const void *Bm, int ldb,
+                    long long sB, float *Cm, int ldc, long long sC, int batch, int bf)
 {
-  const float beta = 0.0f;
+  const float          beta = 0.0f;
+  const cudaDataType_t t    = bf ? CUDA_R_16BF : CUDA_R_32F;
 
-  RFCUBLAS_CHECK(cublasGemmStridedBatchedEx(rfcuda_cublas(), ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sA, Bm, CUDA_R_32F, ldb, sB, &beta, Cm, CUDA_R_32F, ldc,
-                                            sC, batch, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+  RFCUBLAS_CHECK(cublasGemmStridedBatchedEx(rfcuda_cublas(), ta, tb, m, n, k, &alpha, A, t, lda, sA, Bm, t, ldb, sB, &beta, Cm, CUDA_R_32F, ldc, sC, batch,
+                                            bf ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
   return 0;
 }
 
-static int att_permute(float *dst, const float *src, int nmat, int B, int T, int NH, int hs, int ld)
+/* q, k, v (or dout) into head-major scratch: fp32, or bf16 when bf (dst then
+ * holds __nv_bfloat16) */
+static int att_permute(void *dst, const float *src, int nmat, int B, int T, int NH, int hs, int ld, int bf)
 {
-  size_t n = (size_t)nmat * B * NH * T * hs;
+  size_t   n = (size_t)nmat * B * NH * T * hs;
+  unsigned g = rfcuda_blocks(n, ATT_PERM_THREADS);
 
-  att_permute_kernel<<<rfcuda_blocks(n, ATT_PERM_THREADS), ATT_PERM_THREADS, 0, rfcuda_stream()>>>(dst, src, nmat, B, T, NH, hs, ld);
+  if (bf) att_permute_kernel<<<g, ATT_PERM_THREADS, 0, rfcuda_stream()>>>((__nv_bfloat16 *)dst, src, nmat, B, T, NH, hs, ld);
+  else att_permute_kernel<<<g, ATT_PERM_THREADS, 0, rfcuda_stream()>>>((float *)dst, src, nmat, B, T, NH, hs, ld);
   RFCUDA_LAUNCHED();
   return 0;
 }
@@ -204,71 +234,94 @@ static int att_check_sizes(const char *op, int B, int T, int C, int NH)
 }
 
 /* Row-major per (b,h): S = scale Q K^T is, column-major, S^T = K^T' Q (op T
- * on k, N on q); Y = P V is Y^T = V^T P^T (N, N). y reuses q's scratch, which
- * the first product has finished with. */
+ * on k, N on q); Y = P V is Y^T = V^T P^T (N, N). Scratch: q, k, v (fp32, or
+ * bf16 with their bf16 probabilities p16), then y, then att when the caller
+ * passes none. In fp32, y reuses q's place, which the first product has
+ * finished with. */
 extern "C" int rfcuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
   if (att_check_sizes("attention_forward", B, T, C, NH)) return 1;
   if (B == 0 || T == 0) return 0;
 
+  const int bf = rfcuda_get_precision() == 1;
+  const size_t es = bf ? sizeof(__nv_bfloat16) : sizeof(float);
   int       hs = C / NH, nbh = B * NH, rows = nbh * T;
-  size_t    btc = (size_t)B * T * C, tt = (size_t)T * T, qkv_bytes = rfcuda_align(3 * btc * sizeof(float));
+  size_t    btc = (size_t)B * T * C, tt = (size_t)T * T, qkv_bytes = rfcuda_align(3 * btc * es);
+  size_t    y_bytes = bf ? rfcuda_align(btc * sizeof(float)) : 0, p16_bytes = bf ? rfcuda_align(nbh * tt * es) : 0;
   long long sq = (long long)T * hs, sa = (long long)tt;
-  float     scale = 1.0f / sqrtf((float)hs), *q, *k, *v, *y;
-  char     *base;
+  float     scale = 1.0f / sqrtf((float)hs), *y;
+  char     *base, *q, *k, *v;
+  __nv_bfloat16 *p16 = NULL;
 
   /* att may be NULL (forward only, as on the CPU): it then lives in scratch */
-  if (rfcuda_scratch(qkv_bytes + (att ? 0 : rfcuda_align(nbh * tt * sizeof(float))), (void **)&base)) return 1;
-  q = (float *)base, k = q + btc, v = k + btc, y = q;
-  if (!att) att = (float *)(base + qkv_bytes);
+  if (rfcuda_scratch(qkv_bytes + y_bytes + p16_bytes + (att ? 0 : rfcuda_align(nbh * tt * sizeof(float))), (void **)&base)) return 1;
+  q = base, k = q + btc * es, v = k + btc * es;
+  y = bf ? (float *)(base + qkv_bytes) : (float *)q;
+  if (bf) p16 = (__nv_bfloat16 *)(base + qkv_bytes + y_bytes);
+  if (!att) att = (float *)(base + qkv_bytes + y_bytes + p16_bytes);
 
-  if (att_permute(q, qkv, 3, B, T, NH, hs, 3 * C)) return 1;
+  if (att_permute(q, qkv, 3, B, T, NH, hs, 3 * C, bf)) return 1;
   for (int c0 = 0; c0 < nbh; c0 += ATT_BATCH_MAX) {
-    int nb = nbh - c0 < ATT_BATCH_MAX ? nbh - c0 : ATT_BATCH_MAX;
-    if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k + c0 * sq, hs, sq, q + c0 * sq, hs, sq, att + c0 * tt, T, sa, nb)) return 1;
+    int    nb = nbh - c0 < ATT_BATCH_MAX ? nbh - c0 : ATT_BATCH_MAX;
+    size_t o  = (size_t)c0 * sq * es;
+    if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k + o, hs, sq, q + o, hs, sq, att + c0 * tt, T, sa, nb, bf)) return 1;
   }
-  att_softmax_kernel<<<(rows + ATT_WARPS - 1) / ATT_WARPS, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(att, rows, T);
+  att_softmax_kernel<<<(rows + ATT_WARPS - 1) / ATT_WARPS, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(att, p16, rows, T);
   RFCUDA_LAUNCHED();
   for (int c0 = 0; c0 < nbh; c0 += ATT_BATCH_MAX) {
-    int nb = nbh - c0 < ATT_BATCH_MAX ? nbh - c0 : ATT_BATCH_MAX;
-    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v + c0 * sq, hs, sq, att + c0 * tt, T, sa, y + c0 * sq, hs, sq, nb)) return 1;
+    int         nb = nbh - c0 < ATT_BATCH_MAX ? nbh - c0 : ATT_BATCH_MAX;
+    const void *P  = bf ? (const void *)(p16 + c0 * tt) : (const void *)(att + c0 * tt);
+    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v + (size_t)c0 * sq * es, hs, sq, P, T, sa, y + c0 * sq, hs, sq, nb, bf)) return 1;
   }
-  return att_unpermute(out, y, 1, B, T, NH, hs, C, 0, rfcuda_get_precision() == 1);
+  return att_unpermute(out, y, 1, B, T, NH, hs, C, 0, bf);
 }
 
 /* Per chunk of (b,h) pairs, row-major: dP = dO V^T, dS = softmax_backward(P,
  * dP)*scale, dQ = dS K, dK = dS^T Q, dV = P^T dO, each into head-major
- * scratch; then one kernel adds dQ|dK|dV into dqkv. */
+ * scratch; then one kernel adds dQ|dK|dV into dqkv. In bf16 precision q, k,
+ * v and dO are bf16 and the softmax backward also writes the chunk's dS and
+ * P in bf16 for the three products that take them. */
 extern "C" int rfcuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH)
 {
   if (att_check_sizes("attention_backward", B, T, C, NH)) return 1;
   if (B == 0 || T == 0) return 0;
 
-  int       hs = C / NH, nbh = B * NH;
-  size_t    btc = (size_t)B * T * C, tt = (size_t)T * T, cb = ATT_BWD_DS_BYTES / (tt * sizeof(float)), mats_bytes = rfcuda_align(7 * btc * sizeof(float));
-  long long sq = (long long)T * hs, sa = (long long)tt;
-  float     scale = 1.0f / sqrtf((float)hs), *q, *k, *v, *dO, *dq, *dk, *dv, *dS;
-  char     *base;
+  const int    bf = rfcuda_get_precision() == 1;
+  const size_t es = bf ? sizeof(__nv_bfloat16) : sizeof(float);
+  int          hs = C / NH, nbh = B * NH;
+  size_t       btc = (size_t)B * T * C, tt = (size_t)T * T, cb = ATT_BWD_DS_BYTES / (tt * sizeof(float));
+  size_t       in_bytes = rfcuda_align(4 * btc * es), out_bytes = rfcuda_align(3 * btc * sizeof(float)), ds_bytes;
+  long long    sq = (long long)T * hs, sa = (long long)tt;
+  float        scale = 1.0f / sqrtf((float)hs), *dq, *dk, *dv, *dS;
+  char        *base, *q, *k, *v, *dO;
+  __nv_bfloat16 *ds16 = NULL, *p16 = NULL;
 
   cb = cb < 1 ? 1 : cb > (size_t)nbh ? (size_t)nbh : cb;
   cb = cb > ATT_BATCH_MAX ? ATT_BATCH_MAX : cb;
-  if (rfcuda_scratch(mats_bytes + cb * tt * sizeof(float), (void **)&base)) return 1;
-  q = (float *)base, k = q + btc, v = k + btc, dO = v + btc, dq = dO + btc, dk = dq + btc, dv = dk + btc;
-  dS = (float *)(base + mats_bytes);
+  ds_bytes = rfcuda_align(cb * tt * sizeof(float));
+  if (rfcuda_scratch(in_bytes + out_bytes + ds_bytes + (bf ? 2 * rfcuda_align(cb * tt * es) : 0), (void **)&base)) return 1;
+  q = base, k = q + btc * es, v = k + btc * es, dO = v + btc * es;
+  dq = (float *)(base + in_bytes), dk = dq + btc, dv = dk + btc;
+  dS = (float *)(base + in_bytes + out_bytes);
+  if (bf) {
+    ds16 = (__nv_bfloat16 *)(base + in_bytes + out_bytes + ds_bytes);
+    p16  = (__nv_bfloat16 *)(base + in_bytes + out_bytes + ds_bytes + rfcuda_align(cb * tt * es));
+  }
 
-  if (att_permute(q, qkv, 3, B, T, NH, hs, 3 * C)) return 1;
-  if (att_permute(dO, dout, 1, B, T, NH, hs, C)) return 1;
+  if (att_permute(q, qkv, 3, B, T, NH, hs, 3 * C, bf)) return 1;
+  if (att_permute(dO, dout, 1, B, T, NH, hs, C, bf)) return 1;
   for (int c0 = 0; c0 < nbh; c0 += (int)cb) {
     int          nb = nbh - c0 < (int)cb ? nbh - c0 : (int)cb, rows = nb * T;
-    size_t       o = (size_t)c0 * sq;
+    size_t       o = (size_t)c0 * sq, ob = o * es;
     const float *P = att + (size_t)c0 * tt;
+    const void  *dSop = bf ? (const void *)ds16 : (const void *)dS, *Pop = bf ? (const void *)p16 : (const void *)P;
 
-    if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v + o, hs, sq, dO + o, hs, sq, dS, T, sa, nb)) return 1;
-    att_softmax_backward_kernel<<<(rows + ATT_WARPS - 1) / ATT_WARPS, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(dS, P, rows, T, scale);
+    if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v + ob, hs, sq, dO + ob, hs, sq, dS, T, sa, nb, bf)) return 1;
+    att_softmax_backward_kernel<<<(rows + ATT_WARPS - 1) / ATT_WARPS, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(dS, P, ds16, p16, rows, T, scale);
     RFCUDA_LAUNCHED();
-    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k + o, hs, sq, dS, T, sa, dq + o, hs, sq, nb)) return 1;
-    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q + o, hs, sq, dS, T, sa, dk + o, hs, sq, nb)) return 1;
-    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO + o, hs, sq, P, T, sa, dv + o, hs, sq, nb)) return 1;
+    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k + ob, hs, sq, dSop, T, sa, dq + o, hs, sq, nb, bf)) return 1;
+    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q + ob, hs, sq, dSop, T, sa, dk + o, hs, sq, nb, bf)) return 1;
+    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO + ob, hs, sq, Pop, T, sa, dv + o, hs, sq, nb, bf)) return 1;
   }
   return att_unpermute(dqkv, dq, 3, B, T, NH, hs, 3 * C, 1, 0);
 }

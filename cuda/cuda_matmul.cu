@@ -20,6 +20,16 @@
  *   accumulated (beta 1) into the fp32 master gradient; dbias is summed from
  *   the fp32 dout. Gradients are never rounded to bf16.
  *
+ * Alignment. cuBLAS picks its fast tensor-core kernels only when every
+ * bf16 leading dimension is a multiple of 8 elements and the fp32 output's
+ * of 4; GPT-2's vocabulary (50257) is neither, and its LM head ran on a
+ * Turing-era kernel at a sixth of the speed (docs/benchmarks.md, GPU). So
+ * in bf16 a width OC that is not a multiple of 8 is padded: the bf16 copies
+ * of dout and of an untransposed W get rows of OCp = OC rounded up to 8
+ * (zeros past OC), and the forward's product goes to scratch rows of OCp,
+ * in chunks of rows, from which the epilogue (a pass bf16 makes anyway)
+ * writes the rows of OC. The sums are those of the unpadded product.
+ *
  * Determinism. cuBLAS gives the same bits every run on one GPU model with a
  * fixed workspace and stream (cuda_runtime.cu sets both). dbias is our own
  * two-level column sum in the cpu backend's exact order (blocks of 64 rows
@@ -30,9 +40,28 @@
 #define MM_THREADS   256
 #define MM_ROW_BLOCK 64 /* rows per dbias partial: CPU_ROW_BLOCK in src/tensor/cpu_ops.h */
 
+#define MM_PAD_CHUNK ((size_t)256 << 20) /* bytes of padded forward output per chunk of rows */
+
 __global__ void mm_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
 {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+/* Row-wise kernels: block row y takes rows y, y + gridDim.y, ..., its
+ * threads the columns of each (no division per element). */
+static dim3 mm_row_grid(size_t rows, int cols)
+{
+  unsigned x = (unsigned)((cols + MM_THREADS - 1) / MM_THREADS);
+
+  return dim3(x < 32 ? x : 32, (unsigned)(rows < 65535 ? (rows ? rows : 1) : 65535));
+}
+
+/* dst[r, c] (rows of ld) = src[r, c] (rows of cols) in bf16, zeros for cols <= c < ld */
+__global__ void mm_to_bf16_pad(__nv_bfloat16 *dst, const float *src, size_t rows, int cols, int ld)
+{
+  for (size_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < ld; c += gridDim.x * blockDim.x)
+      dst[r * ld + c] = c < cols ? __float2bfloat16_rn(src[r * cols + c]) : __float2bfloat16_rn(0.0f);
 }
 
 /* out[r,c] = bias[c] over n = rows*OC elements: the GEMM then adds into it
@@ -42,14 +71,16 @@ __global__ void mm_bias_fill(float *out, const float *bias, size_t n, int OC)
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) out[i] = bias[i % (size_t)OC];
 }
 
-/* bf16 forward epilogue: add the bias (if any) in fp32, round to bf16 */
-__global__ void mm_bf16_epilogue(float *out, const float *bias, size_t n, int OC)
+/* bf16 forward epilogue: out[r, c] = bf16(src[r, c] + bias[c]) in fp32 for
+ * rows of OC, src with rows of ld (src == out and ld == OC: in place) */
+__global__ void mm_bf16_epilogue(float *out, const float *src, int ld, const float *bias, size_t rows, int OC)
 {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float x = out[i];
-    if (bias) x = __fadd_rn(x, bias[i % (size_t)OC]);
-    out[i] = rfcuda_round_bf16(x);
-  }
+  for (size_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < OC; c += gridDim.x * blockDim.x) {
+      float x = src[r * ld + c];
+      if (bias) x = __fadd_rn(x, bias[c]);
+      out[r * OC + c] = rfcuda_round_bf16(x);
+    }
 }
 
 /* part[b,c] = sum of dout[n,c] over the rows n of block b, in row order
@@ -87,6 +118,27 @@ static int mm_to_bf16_launch(__nv_bfloat16 *dst, const float *src, size_t n)
   return 0;
 }
 
+/* rows x cols fp32 to bf16 rows of ld >= cols (ld == cols: a plain copy) */
+static int mm_to_bf16_rows(__nv_bfloat16 *dst, const float *src, size_t rows, int cols, int ld)
+{
+  if (ld == cols) return mm_to_bf16_launch(dst, src, rows * (size_t)cols);
+  if (!rows) return 0;
+  mm_to_bf16_pad<<<mm_row_grid(rows, ld), MM_THREADS, 0, rfcuda_stream()>>>(dst, src, rows, cols, ld);
+  RFCUDA_LAUNCHED();
+  return 0;
+}
+
+/* the bf16 rows' width for OC columns: a multiple of 8 (see Alignment) */
+static inline int mm_ld_bf16(int OC) { return (OC + 7) / 8 * 8; }
+
+static int mm_epilogue(float *out, const float *src, int ld, const float *bias, size_t rows, int OC)
+{
+  if (!rows || !OC) return 0;
+  mm_bf16_epilogue<<<mm_row_grid(rows, OC), MM_THREADS, 0, rfcuda_stream()>>>(out, src, ld, bias, rows, OC);
+  RFCUDA_LAUNCHED();
+  return 0;
+}
+
 /* dbias[OC] += column sums of dout[N,OC]; part holds nblk*OC floats */
 static int mm_dbias(float *dbias, float *part, const float *dout, int N, int OC)
 {
@@ -118,17 +170,32 @@ int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const fl
   const size_t nout = (size_t)N * OC;
   const void  *A = w, *B = inp;
   float        beta = 0.0f;
+  int          lda = transposed ? C : OC;
 
   RFCUDA_REQUIRE(N >= 0 && C >= 0 && OC >= 0, "matmul_forward: negative size (N %d, C %d, OC %d)", N, C, OC);
   if (!nout) return 0;
   if (bf && C > 0) {
-    size_t         wb = rfcuda_align((size_t)C * OC * sizeof(__nv_bfloat16)), ib = rfcuda_align((size_t)N * C * sizeof(__nv_bfloat16));
+    /* scratch: [bf16 W | bf16 inp | padded output rows, when OC needs them] */
+    const int      ldo = mm_ld_bf16(OC);
+    size_t         chunk = ldo == OC ? 0 : (MM_PAD_CHUNK / ((size_t)ldo * sizeof(float)) > 0 ? MM_PAD_CHUNK / ((size_t)ldo * sizeof(float)) : 1);
+    size_t         wb = rfcuda_align((size_t)C * (transposed ? OC : ldo) * sizeof(__nv_bfloat16)), ib = rfcuda_align((size_t)N * C * sizeof(__nv_bfloat16));
     void          *s;
     __nv_bfloat16 *w16, *i16;
+    float         *pad;
 
-    if (rfcuda_scratch(wb + ib, &s)) return 1;
-    w16 = (__nv_bfloat16 *)s, i16 = (__nv_bfloat16 *)((char *)s + wb);
-    if (mm_to_bf16_launch(w16, w, (size_t)C * OC) || mm_to_bf16_launch(i16, inp, (size_t)N * C)) return 1;
+    if (chunk > (size_t)N) chunk = (size_t)N;
+    if (rfcuda_scratch(wb + ib + rfcuda_align(chunk * ldo * sizeof(float)), &s)) return 1;
+    w16 = (__nv_bfloat16 *)s, i16 = (__nv_bfloat16 *)((char *)s + wb), pad = (float *)((char *)s + wb + ib);
+    if (!transposed) lda = ldo;
+    if ((transposed ? mm_to_bf16_launch(w16, w, (size_t)C * OC) : mm_to_bf16_rows(w16, w, (size_t)C, OC, ldo)) || mm_to_bf16_launch(i16, inp, (size_t)N * C)) return 1;
+    if (chunk) { /* out^T rows of ldo in scratch, chunk by chunk; the epilogue adds the bias */
+      for (size_t r0 = 0; r0 < (size_t)N; r0 += chunk) {
+        int n = (int)((size_t)N - r0 < chunk ? (size_t)N - r0 : chunk);
+        if (mm_gemm(transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, OC, n, C, w16, lda, i16 + r0 * C, C, 0.0f, pad, ldo, 1)) return 1;
+        if (mm_epilogue(out + r0 * OC, pad, ldo, bias, (size_t)n, OC)) return 1;
+      }
+      return 0;
+    }
     A = w16, B = i16;
   }
   if (bias && !bf) { /* bf16 adds the bias in its epilogue instead */
@@ -136,17 +203,11 @@ int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const fl
     RFCUDA_LAUNCHED();
     beta = 1.0f;
   }
+  /* out^T[OC,N] = op(W)[OC,C] . inp^T[C,N]; inp^T is inp (ld C) */
   if (C > 0) {
-    /* out^T[OC,N] = op(W)[OC,C] . inp^T[C,N]; inp^T is inp (ld C) */
-    if (transposed) {
-      if (mm_gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, A, C, B, C, beta, out, OC, bf)) return 1;
-    } else if (mm_gemm(CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, A, OC, B, C, beta, out, OC, bf)) return 1;
+    if (mm_gemm(transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, A, lda, B, C, beta, out, OC, bf)) return 1;
   } else if (beta == 0.0f) RFCUDA_CHECK(cudaMemsetAsync(out, 0, nout * sizeof(float), rfcuda_stream())); /* an empty sum */
-  if (bf) {
-    mm_bf16_epilogue<<<rfcuda_blocks(nout, MM_THREADS), MM_THREADS, 0, rfcuda_stream()>>>(out, bias, nout, OC);
-    RFCUDA_LAUNCHED();
-  }
-  return 0;
+  return bf ? mm_epilogue(out, out, OC, bias, (size_t)N, OC) : 0;
 }
 
 int rfcuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, int transposed)
@@ -154,6 +215,8 @@ int rfcuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *do
   const int   bf   = rfcuda_get_precision();
   const int   nblk = N > 0 ? (N + MM_ROW_BLOCK - 1) / MM_ROW_BLOCK : 0;
   const int   gemm = C > 0 && (dinp || dw);
+  const int   ldd  = bf ? mm_ld_bf16(OC) : OC; /* dout's rows; an untransposed W's too */
+  const int   ldw  = transposed ? C : ldd;
   size_t      pb, ob, wb, ib;
   void       *s;
   const void *Wop = w, *Dop = dout, *Iop = inp;
@@ -162,8 +225,8 @@ int rfcuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *do
   if (N == 0 || OC == 0 || (!gemm && !dbias)) return 0;
   /* one scratch region: [dbias partials | bf16 dout | bf16 W | bf16 inp] */
   pb = dbias ? rfcuda_align((size_t)nblk * OC * sizeof(float)) : 0;
-  ob = bf && gemm ? rfcuda_align((size_t)N * OC * sizeof(__nv_bfloat16)) : 0;
-  wb = bf && gemm && dinp ? rfcuda_align((size_t)C * OC * sizeof(__nv_bfloat16)) : 0;
+  ob = bf && gemm ? rfcuda_align((size_t)N * ldd * sizeof(__nv_bfloat16)) : 0;
+  wb = bf && gemm && dinp ? rfcuda_align((size_t)(transposed ? OC : C) * ldw * sizeof(__nv_bfloat16)) : 0;
   ib = bf && gemm && dw ? rfcuda_align((size_t)N * C * sizeof(__nv_bfloat16)) : 0;
   if (rfcuda_scratch(pb + ob + wb + ib, &s)) return 1;
   if (dbias && mm_dbias(dbias, (float *)s, dout, N, OC)) return 1;
@@ -171,8 +234,8 @@ int rfcuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *do
   if (bf) {
     __nv_bfloat16 *o16 = (__nv_bfloat16 *)((char *)s + pb), *w16 = (__nv_bfloat16 *)((char *)s + pb + ob), *i16 = (__nv_bfloat16 *)((char *)s + pb + ob + wb);
 
-    if (mm_to_bf16_launch(o16, dout, (size_t)N * OC)) return 1;
-    if (dinp && mm_to_bf16_launch(w16, w, (size_t)C * OC)) return 1;
+    if (mm_to_bf16_rows(o16, dout, (size_t)N, OC, ldd)) return 1;
+    if (dinp && (transposed ? mm_to_bf16_launch(w16, w, (size_t)C * OC) : mm_to_bf16_rows(w16, w, (size_t)C, OC, ldw))) return 1;
     if (dw && mm_to_bf16_launch(i16, inp, (size_t)N * C)) return 1;
     Dop = o16, Wop = w16, Iop = i16;
   }
@@ -180,15 +243,15 @@ int rfcuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *do
     /* dinp^T[C,N] += W'[C,OC] . dout^T[OC,N]; W' is W (stored [C,OC]: op T, ld OC)
      * or the transposed W (stored [OC,C]: op N, ld C) */
     if (transposed) {
-      if (mm_gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, Wop, C, Dop, OC, 1.0f, dinp, C, bf)) return 1;
-    } else if (mm_gemm(CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, Wop, OC, Dop, OC, 1.0f, dinp, C, bf)) return 1;
+      if (mm_gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, Wop, C, Dop, ldd, 1.0f, dinp, C, bf)) return 1;
+    } else if (mm_gemm(CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, Wop, ldw, Dop, ldd, 1.0f, dinp, C, bf)) return 1;
   }
   if (dw) {
     /* W [C,OC]: dW^T[OC,C] += dout^T[OC,N] . inp[N,C] (inp stored as inp^T, op T);
      * transposed W [OC,C]: dW^T[C,OC] += inp^T[C,N] . dout[N,OC] (op T on dout^T) */
     if (transposed) {
-      if (mm_gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, Iop, C, Dop, OC, 1.0f, dw, C, bf)) return 1;
-    } else if (mm_gemm(CUBLAS_OP_N, CUBLAS_OP_T, OC, C, N, Dop, OC, Iop, C, 1.0f, dw, OC, bf)) return 1;
+      if (mm_gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, Iop, C, Dop, ldd, 1.0f, dw, C, bf)) return 1;
+    } else if (mm_gemm(CUBLAS_OP_N, CUBLAS_OP_T, OC, C, N, Dop, ldd, Iop, C, 1.0f, dw, OC, bf)) return 1;
   }
   return 0;
 }

@@ -95,6 +95,13 @@ int rfcuda_init(int device)
   return 0;
 }
 
+int rfcuda_device_pci(char *buf, int len)
+{
+  RFCUDA_REQUIRE(rt.ready, "rfcuda_device_pci: rfcuda_init was not called");
+  RFCUDA_CHECK(cudaDeviceGetPCIBusId(buf, len, rt.device));
+  return 0;
+}
+
 int rfcuda_finalize(void)
 {
   if (!rt.ready) return 0;

@@ -39,6 +39,9 @@ typedef struct {
 PetscErrorCode comm_use_backend(const Backend *be);
 /* Gives c an NCCL communicator over its ranks when comm_use_backend chose
  * NCCL, c has two ranks or more and this rank is a member; else a no-op.
+ * Members that drive the same GPU (more ranks than GPUs on a node), which
+ * NCCL refuses, keep COMM_MPI: their device buffers go through the host,
+ * with the same bits, and the first such communicator's rank 0 says so.
  * Collective over c (rank 0 makes the id and broadcasts it over c->mpi).
  * For code that creates communicators (mesh.c). */
 PetscErrorCode comm_attach_nccl(Comm *c);

@@ -127,7 +127,8 @@ const Backend *backend_cpu(void);
  * device is found or rlfuse was built without CUDA. */
 PetscErrorCode backend_cuda(const Backend **be);
 /* -precision: PETSC_FALSE fp32 everywhere (the default); PETSC_TRUE bf16
- * matmul operands with fp32 accumulation, and the outputs of matmuls,
+ * operands with fp32 accumulation for the matmuls and the training
+ * attention's products (q, k, v, P, dS), and the outputs of matmuls,
  * LayerNorm, attention and GELU rounded to bf16 values (the arrays stay
  * float, so memory is not halved); the residual stream, log-probabilities,
  * fp32 master weights, gradients and optimizer state are not rounded.

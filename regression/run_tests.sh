@@ -25,7 +25,8 @@ cd "$(dirname "$0")/.."
 export BIN="${BIN:-bin}" PYTHON="${PYTHON:-/usr/bin/python3}" MPIEXEC="${MPIEXEC:-mpiexec}" MPIEXEC_FLAGS="${MPIEXEC_FLAGS--bind-to none}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" HDF5_USE_FILE_LOCKING=FALSE
 export RLFUSE_TMP; RLFUSE_TMP=$(mktemp -d "${TMPDIR:-/tmp}/rlfuse-test.XXXXXX")
-trap 'rm -rf "$RLFUSE_TMP"' EXIT
+# RLFUSE_KEEP=1: a failing suite keeps its files (each item's full log in .items/)
+trap 'if [ "${RLFUSE_KEEP:-}" = 1 ] && [ "$failed" -gt 0 ]; then echo "# files kept in $RLFUSE_TMP"; else rm -rf "$RLFUSE_TMP"; fi' EXIT
 
 passed=0; failed=0; skipped=0; t_all=$(date +%s); patterns=("$@")
 [ "${REPLACE:-}" = 1 ] && [ $# -eq 0 ] && patterns=('case *')

@@ -11,25 +11,13 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "gen.h"
 #include "sys.h"
+#include "test_report.h"
 
 static const char help[] = "Generation engine regression tests.\n";
-
-static int npass, nfail;
-
-static void report(PetscBool ok, const char *name, const char *fmt, ...)
-{
-  char    detail[512];
-  va_list ap;
-
-  va_start(ap, fmt);
-  vsnprintf(detail, sizeof detail, fmt, ap);
-  va_end(ap);
-  if (ok) npass++;
-  else nfail++;
-  printf("%s - %s%s%s\n", ok ? "ok" : "not ok", name, detail[0] ? ": " : "", detail);
-}
 
 static GenConfig base_config(void)
 {
@@ -98,41 +86,37 @@ static void test_sampler_sets(void)
   cfg.top_k = 2; /* 3.0, then the tie at 2.0 goes to the lower id */
   d         = draw6(&cfg, tie, 0, 1, 5);
   set_str(&d, s, sizeof s);
-  report(set_is(&d, 2, (int[]){1, 2}) && in_set(&d, d.tok), "top-k 2 keeps the two largest, ties to the lower id", "%s (want {1,2})", s);
+  test_measure(set_is(&d, 2, (int[]){1, 2}) && in_set(&d, d.tok), "top-k 2 keeps the two largest, ties to the lower id", "%s (want {1,2})", s);
 
   cfg = base_config(), cfg.top_k = 3;
   d   = draw6(&cfg, lg, 0, 2, 5);
   set_str(&d, s, sizeof s);
-  report(set_is(&d, 3, (int[]){1, 2, 4}) && fabs(d.logprob - logq(p6, 3, (int[]){1, 2, 4}, d.tok)) < 1e-6, "top-k 3: set and renormalised logprob by hand",
-         "%s (want {1,2,4}, logprob %.6f)", s, logq(p6, 3, (int[]){1, 2, 4}, d.tok));
+  test_measure(set_is(&d, 3, (int[]){1, 2, 4}) && fabs(d.logprob - logq(p6, 3, (int[]){1, 2, 4}, d.tok)) < 1e-6, "top-k 3: set and renormalised logprob by hand", "%s (want {1,2,4}, logprob %.6f)", s, logq(p6, 3, (int[]){1, 2, 4}, d.tok));
 
   cfg = base_config(), cfg.top_p = 0.7; /* 0.4, 0.6, 0.75: token 4 crosses 0.7 and is kept */
   d   = draw6(&cfg, lg, 0, 3, 5);
   set_str(&d, s, sizeof s);
-  report(set_is(&d, 3, (int[]){1, 2, 4}) && fabs(d.logprob - logq(p6, 3, (int[]){1, 2, 4}, d.tok)) < 1e-6, "top-p 0.7 keeps the boundary token", "%s (want {1,2,4})", s);
+  test_measure(set_is(&d, 3, (int[]){1, 2, 4}) && fabs(d.logprob - logq(p6, 3, (int[]){1, 2, 4}, d.tok)) < 1e-6, "top-p 0.7 keeps the boundary token", "%s (want {1,2,4})", s);
 
   cfg = base_config(), cfg.top_p = 0.8; /* 0.75 + 0.1: 0 and 5 tie at 0.1, 0 wins */
   d   = draw6(&cfg, lg, 0, 4, 5);
   set_str(&d, s, sizeof s);
-  report(set_is(&d, 4, (int[]){0, 1, 2, 4}) && fabs(d.logprob - logq(p6, 4, (int[]){0, 1, 2, 4}, d.tok)) < 1e-6, "top-p 0.8: boundary tie goes to the lower id",
-         "%s (want {0,1,2,4})", s);
+  test_measure(set_is(&d, 4, (int[]){0, 1, 2, 4}) && fabs(d.logprob - logq(p6, 4, (int[]){0, 1, 2, 4}, d.tok)) < 1e-6, "top-p 0.8: boundary tie goes to the lower id", "%s (want {0,1,2,4})", s);
 
   /* top-k 4 leaves mass 0.85; renormalised, 1 and 2 hold 0.6/0.85 = 0.706 >= 0.7 */
   cfg = base_config(), cfg.top_k = 4, cfg.top_p = 0.7;
   d   = draw6(&cfg, lg, 0, 5, 5);
   set_str(&d, s, sizeof s);
-  report(set_is(&d, 2, (int[]){1, 2}) && fabs(d.logprob - logq(p6, 2, (int[]){1, 2}, d.tok)) < 1e-6, "top-p applies over the top-k set, renormalised",
-         "%s (want {1,2})", s);
+  test_measure(set_is(&d, 2, (int[]){1, 2}) && fabs(d.logprob - logq(p6, 2, (int[]){1, 2}, d.tok)) < 1e-6, "top-p applies over the top-k set, renormalised", "%s (want {1,2})", s);
 
   cfg = base_config(), cfg.top_p = 1e-9; /* always at least the first-ranked token */
   d   = draw6(&cfg, lg, 0, 6, 5);
   set_str(&d, s, sizeof s);
-  report(set_is(&d, 1, (int[]){1}) && d.tok == 1 && fabs(d.logprob) < 1e-7, "top-p tiny keeps exactly the most probable token", "%s", s);
+  test_measure(set_is(&d, 1, (int[]){1}) && d.tok == 1 && fabs(d.logprob) < 1e-7, "top-p tiny keeps exactly the most probable token", "%s", s);
 
   cfg = base_config();
   d   = draw6(&cfg, lg, 0, 7, 5);
-  report(d.nallowed == 0 && fabs(d.logprob - log(p6[d.tok])) < 1e-6, "no restriction: nallowed 0, logprob log p", "nallowed %d token %d logprob %.6f", d.nallowed, d.tok,
-         (double)d.logprob);
+  test_measure(d.nallowed == 0 && fabs(d.logprob - log(p6[d.tok])) < 1e-6, "no restriction: nallowed 0, logprob log p", "nallowed %d token %d logprob %.6f", d.nallowed, d.tok, (double)d.logprob);
 }
 
 static void test_sampler_min_new_temp_greedy(void)
@@ -150,32 +134,30 @@ static void test_sampler_min_new_temp_greedy(void)
     ok = ok && set_is(&d, 5, (int[]){0, 1, 2, 4, 5}) ? PETSC_TRUE : PETSC_FALSE;
     neos += d.tok == 3;
   }
-  report(ok && neos == 0, "min_new_tokens bans EOS while n_new < min_new", "200 draws at n_new 1: %d EOS, set without 3: %s", neos, ok ? "yes" : "no");
+  test_measure(ok && neos == 0, "min_new_tokens bans EOS while n_new < min_new", "200 draws at n_new 1: %d EOS, set without 3: %s", neos, ok ? "yes" : "no");
   neos = 0;
   for (uint32_t smp = 0; smp < 200; smp++) {
     d = draw6(&cfg, lg, 2, smp, 9);
     neos += d.tok == 3;
   }
-  report(neos > 0 && d.nallowed == 0, "min_new_tokens allows EOS once n_new reaches it", "200 draws at n_new 2: %d EOS, nallowed %d", neos, d.nallowed);
+  test_measure(neos > 0 && d.nallowed == 0, "min_new_tokens allows EOS once n_new reaches it", "200 draws at n_new 2: %d EOS, nallowed %d", neos, d.nallowed);
 
   /* greedy with temperature 2: the token is the argmax, the logprob that of softmax(l/2) */
   cfg = base_config(), cfg.greedy = PETSC_TRUE, cfg.temperature = 2.0;
   for (int v = 0; v < SV; v++) s += exp(lg[v] / 2.0);
   for (int v = 0; v < SV; v++) z[v] = lg[v] / 2.0 - log(s);
   d = draw6(&cfg, lg, 0, 1, 1);
-  report(d.tok == 3 && fabs(d.logprob - z[3]) < 1e-6, "greedy takes the argmax; logprob under softmax(l/T), T = 2", "token %d logprob %.6f (want 3, %.6f)", d.tok, (double)d.logprob,
-         z[3]);
+  test_measure(d.tok == 3 && fabs(d.logprob - z[3]) < 1e-6, "greedy takes the argmax; logprob under softmax(l/T), T = 2", "token %d logprob %.6f (want 3, %.6f)", d.tok, (double)d.logprob, z[3]);
 
   cfg.min_new_tokens = 1; /* EOS banned: argmax of the rest is 1, renormalised without 3 */
   d = draw6(&cfg, lg, 0, 1, 1);
-  report(d.tok == 1 && fabs(d.logprob - (z[1] - log(1 - exp(z[3])))) < 1e-6, "greedy with EOS banned takes the best other token", "token %d logprob %.6f (want 1, %.6f)",
-         d.tok, (double)d.logprob, z[1] - log(1 - exp(z[3])));
+  test_measure(d.tok == 1 && fabs(d.logprob - (z[1] - log(1 - exp(z[3])))) < 1e-6, "greedy with EOS banned takes the best other token", "token %d logprob %.6f (want 1, %.6f)", d.tok, (double)d.logprob, z[1] - log(1 - exp(z[3])));
 
   cfg            = base_config();
   cfg.greedy     = PETSC_TRUE;
   float tie[SV]  = {1.0f, 3.0f, 3.0f, 0.0f, 0.0f, 0.0f};
   d              = draw6(&cfg, tie, 0, 1, 1);
-  report(d.tok == 1, "greedy ties go to the lower id", "token %d", d.tok);
+  test_measure(d.tok == 1, "greedy ties go to the lower id", "token %d", d.tok);
 
   /* temperature 0.5 sharpens: logprob = l/T - logsumexp(l/T) for the drawn token */
   cfg             = base_config();
@@ -183,8 +165,7 @@ static void test_sampler_min_new_temp_greedy(void)
   s               = 0;
   for (int v = 0; v < SV; v++) s += exp(lg[v] / 0.5);
   d = draw6(&cfg, lg, 0, 11, 1);
-  report(fabs(d.logprob - (lg[d.tok] / 0.5 - log(s))) < 1e-6, "temperature 0.5 logprob by hand", "token %d logprob %.6f want %.6f", d.tok, (double)d.logprob,
-         lg[d.tok] / 0.5 - log(s));
+  test_measure(fabs(d.logprob - (lg[d.tok] / 0.5 - log(s))) < 1e-6, "temperature 0.5 logprob by hand", "token %d logprob %.6f want %.6f", d.tok, (double)d.logprob, lg[d.tok] / 0.5 - log(s));
 }
 
 /* Draws keyed by sample id: frequencies over 40000 ids match q within 5
@@ -206,7 +187,7 @@ static void test_sampler_draws(void)
     if (q[v] == 0) bad += count[v];
     else worst = PetscMax(worst, fabs(f - q[v]) / se);
   }
-  report(bad == 0 && worst < 5, "empirical frequencies match q (top-p 0.8)", "%d draws; max |f - q| = %.2f standard errors; %d outside the set", N, worst, bad);
+  test_measure(bad == 0 && worst < 5, "empirical frequencies match q (top-p 0.8)", "%d draws; max |f - q| = %.2f standard errors; %d outside the set", N, worst, bad);
 
   for (uint32_t pos = 0; pos < 64; pos++) {
     a = draw6(&cfg, lg, 0, 5, pos);
@@ -214,7 +195,7 @@ static void test_sampler_draws(void)
     same &= a.tok == b.tok && a.logprob == b.logprob;
     differ += a.tok != draw6(&cfg, lg, 0, 5, 0).tok;
   }
-  report(same && differ > 0, "same (seed, iteration, sample, position) gives the same token", "64 positions repeated; %d differ from position 0", differ);
+  test_measure(same && differ > 0, "same (seed, iteration, sample, position) gives the same token", "64 positions repeated; %d differ from position 0", differ);
 }
 
 /* Logits of a diverged model: nothing may be drawn (the caller stops the
@@ -242,7 +223,7 @@ static void test_sampler_nonfinite(void)
   lg[3]              = NAN;
   d                  = draw6(&cfg, lg, 0, 1, 0);
   ok_ban             = d.tok >= 0 && d.tok != 3;
-  report(ok_nan && ok_inf && ok_allneg && ok_ban, "NaN, +inf or all -inf logits draw nothing (-1)", "NaN %d, +inf %d, all -inf %d, NaN on the banned EOS still draws %d", ok_nan, ok_inf, ok_allneg, ok_ban);
+  test_measure(ok_nan && ok_inf && ok_allneg && ok_ban, "NaN, +inf or all -inf logits draw nothing (-1)", "NaN %d, +inf %d, all -inf %d, NaN on the banned EOS still draws %d", ok_nan, ok_inf, ok_allneg, ok_ban);
 }
 
 /* A GPT-2-sized vocabulary: top-k 50 equals a brute-force selection, and top-p
@@ -272,8 +253,7 @@ static PetscErrorCode test_sampler_large(void)
     for (int j = 1; j < na; j++) bad += allowed[j] <= allowed[j - 1];
     int   found  = 0;
     for (int j = 0; j < na; j++) found += allowed[j] == tok;
-    report(na == 50 && above <= 49 && bad == 0 && found == 1, "top-k 50 over V = 50257 equals brute force", "%d allowed, %d tokens above the smallest kept, %.2f ms", na, above,
-           dt * 1e3);
+    test_measure(na == 50 && above <= 49 && bad == 0 && found == 1, "top-k 50 over V = 50257 equals brute force", "%d allowed, %d tokens above the smallest kept, %.2f ms", na, above, dt * 1e3);
   }
   cfg       = base_config();
   cfg.top_p = 0.9;
@@ -291,8 +271,7 @@ static PetscErrorCode test_sampler_large(void)
       minp = PetscMin(minp, pj);
     }
     kept_minus_min = kept - minp;
-    report(na > 0 && kept >= 0.9 - 1e-12 && kept_minus_min < 0.9, "top-p 0.9 over V = 50257 keeps the smallest prefix reaching 0.9",
-           "%d allowed, mass %.6f (%.6f without the least), %.2f ms", na, kept, kept_minus_min, dt * 1e3);
+    test_measure(na > 0 && kept >= 0.9 - 1e-12 && kept_minus_min < 0.9, "top-p 0.9 over V = 50257 keeps the smallest prefix reaching 0.9", "%d allowed, mass %.6f (%.6f without the least), %.2f ms", na, kept, kept_minus_min, dt * 1e3);
   }
   PetscCall(PetscFree3(lg, allowed, work));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -436,21 +415,32 @@ static PetscErrorCode test_equivalence(Fixture *f, const GenConfig *cfg, const c
   for (int s = 0; s < ref.nsteps; s++) maxactive = PetscMax(maxactive, ref.step_active[s]);
   batch_stats(&ref, &neos, &nlen);
   PetscCall(PetscSNPrintf(name, sizeof name, "%s: the run exercises continuous batching", what));
-  report(neos > 0 && neos < NREQ && nlen >= 3 && maxactive == 4, name, "%d of %d end with EOS, %d distinct response lengths, %d steps, at most %d active", neos, NREQ, nlen,
-         ref.nsteps, maxactive);
+  test_measure(neos > 0 && neos < NREQ && nlen >= 3 && maxactive == 4, name, "%d of %d end with EOS, %d distinct response lengths, %d steps, at most %d active", neos, NREQ, nlen, ref.nsteps, maxactive);
   for (int k = 1; k < 3; k++) {
     c.slots = slots[k];
     PetscCall(run_gen(f, &c, NULL, &b, NULL));
     ok = same_results(&ref, &b, NULL, &err, why, sizeof why);
     PetscCall(PetscSNPrintf(name, sizeof name, "%s: slots %d equals slots 4", what, slots[k]));
-    report(ok && err <= 1e-5, name, "%s, max |dlogprob| %.3g, %d steps", why, err, b.nsteps);
+    test_measure(ok && err <= 1e-5, name, "%s, max |dlogprob| %.3g, %d steps", why, err, b.nsteps);
+    PetscCall(gen_batch_destroy(&b));
+  }
+  { /* the slots are drawn in parallel: 1 thread and 4 give the same */
+    int nt = omp_get_max_threads();
+
+    c.slots = slots[0];
+    omp_set_num_threads(nt == 1 ? 4 : 1);
+    PetscCall(run_gen(f, &c, NULL, &b, NULL));
+    omp_set_num_threads(nt);
+    ok = same_results(&ref, &b, NULL, &err, why, sizeof why);
+    PetscCall(PetscSNPrintf(name, sizeof name, "%s: slots 4 drawn on %d thread(s) equal %d", what, nt == 1 ? 4 : 1, nt));
+    test_measure(ok && err == 0, name, "%s, max |dlogprob| %.3g", why, err);
     PetscCall(gen_batch_destroy(&b));
   }
   c.slots = 3;
   PetscCall(run_gen(f, &c, rev, &b, NULL));
   ok = same_results(&ref, &b, inv, &err, why, sizeof why);
   PetscCall(PetscSNPrintf(name, sizeof name, "%s: reversed requests with slots 3 give the same results per sample id", what));
-  report(ok && err <= 1e-5, name, "%s, max |dlogprob| %.3g", why, err);
+  test_measure(ok && err <= 1e-5, name, "%s, max |dlogprob| %.3g", why, err);
   PetscCall(gen_batch_destroy(&b));
   PetscCall(gen_batch_destroy(&ref));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -480,9 +470,9 @@ static PetscErrorCode test_reuse(Fixture *f, const GenConfig *cfg, const char *w
   ok1 = same_results(&ref, &a, NULL, &e1, w1, sizeof w1);
   ok2 = same_results(&ref, &b, NULL, &e2, w2, sizeof w2);
   PetscCall(PetscSNPrintf(name, sizeof name, "%s: a reused engine and batch give the fresh results", what));
-  report(ok1 && ok2 && e1 <= 1e-5 && e2 <= 1e-5, name, "reused batch: %s; fresh batch: %s", w1, w2);
+  test_measure(ok1 && ok2 && e1 <= 1e-5 && e2 <= 1e-5, name, "reused batch: %s; fresh batch: %s", w1, w2);
   PetscCall(PetscSNPrintf(name, sizeof name, "%s: another iteration number draws other tokens", what));
-  report(ndiff > f->n / 2, name, "%d of %d sequences differ", ndiff, f->n);
+  test_measure(ndiff > f->n / 2, name, "%d of %d sequences differ", ndiff, f->n);
   PetscCall(gen_batch_destroy(&a));
   PetscCall(gen_batch_destroy(&b));
   PetscCall(gen_batch_destroy(&ref));
@@ -521,14 +511,13 @@ static PetscErrorCode test_stops(Fixture *f, const GenConfig *cfg, const char *w
   }
   for (int s = 0; s < b.nsteps; s++) sum_active += b.step_active[s];
   PetscCall(PetscSNPrintf(name, sizeof name, "%s: stop at EOS (included) or max_new_tokens %" PetscInt_FMT, what, cfg->max_new_tokens));
-  report(!bad_len && !bad_eos, name, "%d bad lengths, %d EOS flags/positions wrong", bad_len, bad_eos);
+  test_measure(!bad_len && !bad_eos, name, "%d bad lengths, %d EOS flags/positions wrong", bad_len, bad_eos);
   PetscCall(PetscSNPrintf(name, sizeof name, "%s: no EOS before min_new_tokens %" PetscInt_FMT, what, cfg->min_new_tokens));
-  report(!early, name, "%d samples ended with EOS too early", early);
+  test_measure(!early, name, "%d samples ended with EOS too early", early);
   PetscCall(PetscSNPrintf(name, sizeof name, "%s: prompt kept, zeros past the end, counters agree", what));
-  report(!bad_tail && sum == b.new_tokens && sum == sum_active && b.seconds > 0, name, "%d bad entries; new_tokens %lld, sum of lengths %lld, sum over steps %d", bad_tail,
-         b.new_tokens, sum, sum_active);
+  test_measure(!bad_tail && sum == b.new_tokens && sum == sum_active && b.seconds > 0, name, "%d bad entries; new_tokens %lld, sum of lengths %lld, sum over steps %d", bad_tail, b.new_tokens, sum, sum_active);
   PetscCall(PetscSNPrintf(name, sizeof name, "%s: on_finish once per sample, allowed sets already final", what));
-  report(!bad_calls && !bad_masks, name, "%d wrong calls, %d samples whose sets changed after the callback; order %s", bad_calls, bad_masks, log.order);
+  test_measure(!bad_calls && !bad_masks, name, "%d wrong calls, %d samples whose sets changed after the callback; order %s", bad_calls, bad_masks, log.order);
   PetscCall(gen_batch_destroy(&b));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -576,7 +565,7 @@ static PetscErrorCode test_logprob_consistency(Fixture *f, const GenConfig *cfg,
     for (int r = 0; r < T; r++)
       if (target[i * T + r] >= 0) err = PetscMax(err, fabs(lp[i * T + r] - b.logprobs[i * T + r + 1]));
   PetscCall(PetscSNPrintf(name, sizeof name, "%s: recorded logprobs equal gpt_logprobs_dist on the full sequences", what));
-  report(err <= 1e-4 && ntgt == b.new_tokens, name, "max |diff| %.3g over %d response tokens", err, ntgt);
+  test_measure(err <= 1e-4 && ntgt == b.new_tokens, name, "max |diff| %.3g over %d response tokens", err, ntgt);
   if (off) PetscCall(PetscFree2(off, ids));
   PetscCall(PetscFree2(target, lp));
   PetscCall(gen_batch_destroy(&b));
@@ -615,7 +604,7 @@ static PetscErrorCode capture_error(MPI_Comm comm, int line, const char *fun, co
 static PetscErrorCode expect_error(PetscErrorCode ierr, const char *msg, const char *want1, const char *want2, const char *name)
 {
   PetscFunctionBegin;
-  report(ierr != 0 && strstr(msg, want1) && (!want2 || strstr(msg, want2)) ? PETSC_TRUE : PETSC_FALSE, name, "error %d, message \"%s\"", (int)ierr, msg);
+  test_measure(ierr != 0 && strstr(msg, want1) && (!want2 || strstr(msg, want2)) ? PETSC_TRUE : PETSC_FALSE, name, "error %d, message \"%s\"", (int)ierr, msg);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -641,19 +630,17 @@ static PetscErrorCode test_config(const Backend *be)
   PetscCall(gen_config_set_from_options(&cfg));
   PetscCall(PetscOptionsClearValue(NULL, "-gen_top_k"));
   PetscCall(PetscOptionsClearValue(NULL, "-gen_greedy"));
-  report(cfg.top_k == 5 && cfg.greedy && cfg.temperature == 1.0 && cfg.top_p == 1.0 && cfg.max_new_tokens == 32 && cfg.min_new_tokens == 0 && cfg.slots == 16 &&
-           cfg.kv_mb == 1024 && cfg.eos == 3,
-         "options: -gen_top_k 5 -gen_greedy read, defaults otherwise", "top_k %d greedy %d max_new %d slots %d eos %d", (int)cfg.top_k, (int)cfg.greedy,
-         (int)cfg.max_new_tokens, (int)cfg.slots, (int)cfg.eos);
+  test_measure(cfg.top_k == 5 && cfg.greedy && cfg.temperature == 1.0 && cfg.top_p == 1.0 && cfg.max_new_tokens == 32 && cfg.min_new_tokens == 0 && cfg.slots == 16 &&
+           cfg.kv_mb == 1024 && cfg.eos == 3, "options: -gen_top_k 5 -gen_greedy read, defaults otherwise", "top_k %d greedy %d max_new %d slots %d eos %d", (int)cfg.top_k, (int)cfg.greedy, (int)cfg.max_new_tokens, (int)cfg.slots, (int)cfg.eos);
   {
     GenConfig k = base_config(), p = base_config(), m = base_config(), g = base_config();
     k.top_k = 5, p.top_p = 0.9, m.min_new_tokens = 1, g.greedy = PETSC_TRUE, g.temperature = 0.5;
     c = base_config();
-    report(!gen_masked(&c) && !gen_masked(&g) && gen_masked(&k) && gen_masked(&p) && gen_masked(&m), "gen_masked is true exactly for top-k, top-p or min_new_tokens", "");
+    test_measure(!gen_masked(&c) && !gen_masked(&g) && gen_masked(&k) && gen_masked(&p) && gen_masked(&m), "gen_masked is true exactly for top-k, top-p or min_new_tokens", NULL);
   }
   c  = base_config();
   kv = gen_kv_bytes(&c, &model, 28);
-  report(kv == 2 * 2 * 4 * 28 * 32 * 4, "gen_kv_bytes = 2 n_layer slots Tmax n_embd 4 bytes", "%zu bytes", kv);
+  test_measure(kv == 2 * 2 * 4 * 28 * 32 * 4, "gen_kv_bytes = 2 n_layer slots Tmax n_embd 4 bytes", "%zu bytes", kv);
 
   cfg                = base_config();
   cfg.max_new_tokens = 32;
@@ -689,7 +676,7 @@ static PetscErrorCode test_config(const Backend *be)
   PetscCall(expect_error(ierr, msg, "-gen_eos 10", NULL, "config: eos outside the vocabulary"));
   cfg = base_config();
   TRY(gen_config_check(&cfg, &model, "actor_", 24));
-  report(ierr == 0, "config: prompt 24 + max_new 16 = n_positions 40 is accepted", "%s", msg);
+  test_measure(ierr == 0, "config: prompt 24 + max_new 16 = n_positions 40 is accepted", "%s", msg);
 
   {
     GPT       *gpt;
@@ -732,7 +719,6 @@ int main(int argc, char **argv)
   PetscCall(test_sampler_large());
   PetscCall(test_engine(be));
   PetscCall(test_config(be));
-  printf("%d passed, %d failed\n", npass, nfail);
   PetscCall(PetscFinalize());
-  return nfail ? 1 : 0;
+  return test_tally();
 }

@@ -12,7 +12,6 @@
 # line of key=value fields; lines starting with '#' are comments.
 #
 #   bash tools/bench_gpu.sh [model] [torch] [decode] [quickstart]    (none named: all four)
-#   bash tools/bench_gpu.sh --bundle DIR    (on the build machine; see below)
 #
 # Without a GPU it prints one line saying so and exits 0. Variables: BIN (bin),
 # PYTHON (default: the first of python3, /usr/bin/python3 whose torch sees
@@ -22,36 +21,13 @@
 # 300), PEAK_BF16_TFLOPS,
 # PEAK_FP32_TFLOPS, HBM_GBS (override the datasheet figures assumed from
 # the GPU's name), TORCH_COMPILE (1: also torch.compile, bf16; minutes),
-# BUNDLE (a directory made by --bundle: run its programs with its libraries).
-#
-# A GPU machine with CUDA and PyTorch but without MPICH, PETSc, HDF5 or
-# OpenBLAS cannot build rlfuse. --bundle DIR copies bench_model, bench_decode
-# and rlfuse from BIN into DIR/bin and the shared libraries they load into
-# DIR/lib.tar.xz, except glibc's, libstdc++, the driver's and cuBLAS and
-# NCCL (large, and the CUDA image has them); BUNDLE=DIR on the GPU machine unpacks
-# them and adds that image's CUDA library directories (the toolkit's, the
-# nvidia-* Python packages') to LD_LIBRARY_PATH.
+# BUNDLE (a directory made by tools/gpu_bundle.sh, for a machine that cannot
+# build rlfuse: run its programs with its libraries).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 BIN=${BIN:-bin}
 PROGS="bench_model bench_decode rlfuse"
 cores=$(getconf _NPROCESSORS_ONLN) # nproc would answer OMP_NUM_THREADS
-
-if [ "${1:-}" = --bundle ]; then
-  dir=${2:?usage: bash tools/bench_gpu.sh --bundle DIR}
-  if [ -e "$dir" ] && [ ! -f "$dir/lib.tar.xz" ]; then echo "bench_gpu: error: --bundle $dir exists and is not a bundle" >&2; exit 2; fi
-  rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/lib" || exit 2
-  for prog in $PROGS; do cp "$BIN/$prog" "$dir/bin/" || exit 2; done
-  (cd "$dir/bin" && ldd bench_model bench_decode rlfuse) | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u | while read -r lib; do
-    case ${lib##*/} in
-      libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | ld-linux* | libgcc_s.so* | libstdc++.so* | libcuda.so* | libcublas*.so* | libnccl.so*) ;;
-      *) cp -L "$lib" "$dir/lib/" ;;
-    esac
-  done
-  tar -C "$dir" -cJf "$dir/lib.tar.xz" lib && rm -rf "${dir:?}/lib" || exit 2
-  echo "# bench_gpu: bundle $dir: $(du -sh "$dir" | cut -f1) ($PROGS, $(tar -tJf "$dir/lib.tar.xz" | grep -c '\.so') libraries)"
-  exit 0
-fi
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 if [ -z "$gpu" ]; then
@@ -64,14 +40,9 @@ for p in $parts; do
   case $p in model | torch | decode | quickstart) ;; *) echo "bench_gpu: error: unknown part '$p' (choose model, torch, decode, quickstart)" >&2; exit 2 ;; esac
 done
 if [ -n "${BUNDLE:-}" ]; then
-  BIN=$BUNDLE/bin
-  libdir=$(mktemp -d /tmp/bench_gpu_lib.XXXXXX)
-  trap 'rm -rf "$libdir"' EXIT
-  tar -C "$libdir" -xJf "$BUNDLE/lib.tar.xz" || exit 2
-  cudalibs=$(for py in ${PYTHON:-} python3 /usr/bin/python3; do
-    "$py" -c 'import glob, sys; print(":".join(d for p in sys.path for d in sorted(glob.glob(p + "/nvidia/*/lib"))))' 2>/dev/null && break
-  done)
-  export LD_LIBRARY_PATH=$libdir/lib${CUDA_HOME:+:$CUDA_HOME/lib64}:/usr/local/cuda/lib64${cudalibs:+:$cudalibs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  . tools/gpu_bundle.sh
+  gpu_bundle_use "$BUNDLE" || exit 2
+  trap gpu_bundle_cleanup EXIT
 fi
 for prog in $PROGS; do
   [ -x "$BIN/$prog" ] || { echo "bench_gpu: error: $BIN/$prog not found; build first (make BIN=$BIN all, with nvcc on the PATH) or pass BUNDLE" >&2; exit 2; }

@@ -26,6 +26,9 @@ int rfcuda_device_count(int *n);  /* 0 devices is not a failure; rfcuda_error() 
  * the events that link them, and the cuBLAS/cuBLASLt handles. Idempotent. */
 int rfcuda_init(int device);
 int rfcuda_finalize(void);
+/* The PCI bus id of the device rfcuda_init selected ("0000:19:00.0"), which
+ * tells whether two ranks of a node drive the same GPU. */
+int rfcuda_device_pci(char *buf, int len);
 /* 0: fp32 everywhere. 1: bf16 matmul operands and activations stored in bf16
  * precision, fp32 accumulation, fp32 master weights and optimizer state. */
 int rfcuda_set_precision(int bf16);

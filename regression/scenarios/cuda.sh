@@ -2,7 +2,9 @@
 # -device cuda end as on -device cpu (every checkpoint tensor within 1e-3 of
 # its scale, tools/ckpt_diff.py; run.h5 metrics within 1e-3 relative;
 # rollout tokens identical), a cuda run repeated gives the same bits, and
-# bf16 runs finish with finite losses close to fp32's.
+# bf16 runs finish with finite losses close to fp32's; PPO on 2 ranks sharing
+# the GPU (tp 2, and disaggregated: NCCL cannot run there, so device buffers
+# go through the host) ends as on 1 rank.
 #
 # Why 1e-3: test_cuda finds each op within ~1e-7..1e-6 of the cpu op (sums
 # in another order); 40 AdamW steps and 3 PPO iterations amplify that about
@@ -13,7 +15,7 @@
 # Without a GPU (bin/test_cuda -probe says why) only the checks that need
 # none run: -precision bf16 with -device cpu, and -device cuda without a
 # device, each one line before any output; the rest is one skip line
-# (a failure with RLFUSE_REQUIRE_CUDA=1). Plan: 3 checks without a GPU, 7
+# (a failure with RLFUSE_REQUIRE_CUDA=1). Plan: 3 checks without a GPU, 9
 # with one.
 . regression/lib.sh
 d="$RLFUSE_TMP/cuda"; mkdir -p $d
@@ -41,7 +43,7 @@ if ! printf '%s\n' "$probe" | grep -q '^# cuda: '; then
   else skip "cuda scenario: no CUDA device ($why)"; fi
   finish
 fi
-plan 7
+plan 9
 echo "$probe"
 
 M="-policy_n_layer 2 -policy_n_head 4 -policy_n_embd 128 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"
@@ -101,6 +103,22 @@ if run sft_cuda $SFT -device cuda -precision fp32; then
 fi
 if run rm_cuda $RM -device cuda; then compare "reward model (pairs generated on the device, 10 steps): cuda fp32 as cpu" rm_cpu rm_cuda; fi
 if run ppo_cuda $PPO -device cuda; then compare "PPO (3 iterations, 4 models, generation with the KV cache): cuda fp32 as cpu, rollouts included" ppo_cpu ppo_cuda; fi
+# 2 ranks on the one GPU (on a machine of several GPUs they get one each,
+# and NCCL: test_nccl checks that path)
+shared() {
+  local what=$1 name=$2; shift 2
+  if "$MPIEXEC" $MPIEXEC_FLAGS -n 2 env OMP_NUM_THREADS=1 "$BIN/rlfuse" $PPO -device cuda -output_dir $d/$name "$@" >$d/$name.log 2>&1; then
+    compare "$what ($(grep -c '^# comm: ranks share a GPU' $d/$name.log) note that ranks share a GPU)" ppo_cuda $name
+  else not_ok "$what: the run failed"; tail -3 $d/$name.log | sed 's/^/# /'; fi
+}
+if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" = 1 ]; then
+  shared "PPO on 2 ranks sharing the GPU, tp 2: as on 1 rank" shared_tp2 -actor_gen_tp 2 -ref_inf_tp 2 -rew_inf_tp 2 -critic_inf_tp 2 -actor_train_tp 2 -critic_train_tp 2
+  shared "PPO on 2 ranks sharing the GPU, disaggregated: as on 1 rank" shared_disagg -placement disaggregate
+else
+  why="this machine has $(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') GPUs, so the ranks would not share one"
+  skip "PPO on 2 ranks sharing the GPU, tp 2: $why"
+  skip "PPO on 2 ranks sharing the GPU, disaggregated: $why"
+fi
 
 # bf16: finite, falling, and near fp32 (the mean SFT loss of the last 10
 # steps within 10% of the cpu run's: bf16 rounding changes the trajectory,

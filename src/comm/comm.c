@@ -34,12 +34,54 @@ PetscErrorCode comm_use_backend(const Backend *be)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+#ifdef RLFUSE_HAVE_NCCL
+/* Whether two members of c drive the same GPU (more ranks on a node than it
+ * has devices), which NCCL refuses; *first then names the GPU. Collective
+ * over c: every member gives its host and its device's PCI bus id. */
+  #define GPU_KEY 256
+static PetscErrorCode shared_gpu(const Comm *c, PetscBool *shared, char first[GPU_KEY])
+{
+  char key[GPU_KEY] = "", *all;
+  int  len          = 0;
+
+  PetscFunctionBegin;
+  *shared = PETSC_FALSE;
+  PetscCallMPI(MPI_Get_processor_name(key, &len));
+  key[len++] = ' ';
+  CommCallNCCL(rfcuda_device_pci(key + len, GPU_KEY - len));
+  PetscCall(PetscMalloc1((size_t)c->size * GPU_KEY, &all));
+  PetscCallMPI(MPI_Allgather(key, GPU_KEY, MPI_CHAR, all, GPU_KEY, MPI_CHAR, c->mpi));
+  for (int a = 0; a < c->size && !*shared; a++)
+    for (int b = a + 1; b < c->size && !*shared; b++)
+      if (!strncmp(all + (size_t)a * GPU_KEY, all + (size_t)b * GPU_KEY, GPU_KEY)) {
+        *shared = PETSC_TRUE;
+        PetscCall(PetscStrncpy(first, all + (size_t)a * GPU_KEY, GPU_KEY));
+      }
+  PetscCall(PetscFree(all));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+#endif
+
 PetscErrorCode comm_attach_nccl(Comm *c)
 {
   PetscFunctionBegin;
   c->nccl = NULL;
   if (!use_nccl || !member(c)) PetscFunctionReturn(PETSC_SUCCESS);
 #ifdef RLFUSE_HAVE_NCCL
+  {
+    static PetscBool said = PETSC_FALSE;
+    PetscBool        shared;
+    char             gpu[GPU_KEY];
+
+    /* ranks sharing a GPU (a test, or more ranks than GPUs): the host path,
+     * which gives the same bits, said once by the first such rank 0 */
+    PetscCall(shared_gpu(c, &shared, gpu));
+    if (shared) {
+      if (c->rank == 0 && !said) PetscCall(PetscPrintf(PETSC_COMM_SELF, "# comm: ranks share a GPU (%s): device buffers go through the host, not NCCL (which needs a GPU for every rank)\n", gpu));
+      said = PETSC_TRUE;
+      PetscFunctionReturn(PETSC_SUCCESS);
+    }
+  }
   {
     int            n = rfcuda_nccl_id_size();
     unsigned char *id; /* the id, then rank 0's verdict: every member fails together if it could not make one */

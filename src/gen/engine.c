@@ -7,8 +7,7 @@
  * not depend on the slot count, the admission order or batch composition. */
 #include "gen_impl.h"
 #include "sys.h"
-
-
+#include <omp.h>
 
 PetscErrorCode gen_engine_create(GPT *gpt, const GenConfig *cfg, int max_prompt_len, GenEngine **eng)
 {
@@ -32,7 +31,9 @@ PetscErrorCode gen_engine_create(GPT *gpt, const GenConfig *cfg, int max_prompt_
   PetscCall(gpt_kv_create(gpt, S, e->Tmax, &e->kv));
   PetscCall(PetscMalloc3(R, &e->row_tok, R, &e->row_slot, R, &e->row_pos));
   PetscCall(PetscMalloc4(S, &e->slot_req, S, &e->slot_fresh, S, &e->slot_row, S, &e->finished));
-  PetscCall(PetscMalloc2(2 * (size_t)V, &e->work, V, &e->allowed));
+  e->nwork = omp_get_max_threads();
+  PetscCall(PetscMalloc2(2 * (size_t)V * e->nwork, &e->work, (size_t)S * V, &e->allowed));
+  PetscCall(PetscMalloc4(S, &e->draw_tok, S, &e->draw_na, S, &e->running, S, &e->draw_lp));
   *eng = e;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -47,6 +48,7 @@ PetscErrorCode gen_engine_destroy(GenEngine **eng)
   PetscCall(PetscFree3(e->row_tok, e->row_slot, e->row_pos));
   PetscCall(PetscFree4(e->slot_req, e->slot_fresh, e->slot_row, e->finished));
   PetscCall(PetscFree2(e->work, e->allowed));
+  PetscCall(PetscFree4(e->draw_tok, e->draw_na, e->running, e->draw_lp));
   PetscCall(PetscFree(e->logits));
   PetscCall(PetscFree(e->pool));
   PetscCall(PetscFree2(e->mstart, e->mcount));
@@ -255,20 +257,28 @@ static int build_rows(GenEngine *e, const GenRequest *req, const GenBatch *b, in
   return N;
 }
 
-/* Draws slot s's next token and stops the sample at EOS or max_new_tokens. */
-static PetscErrorCode advance(GenEngine *e, uint64_t seed, uint32_t iteration, const GenRequest *req, GenBatch *b, int s, int *nfinished)
+/* Slot s's next token from its row of logits, into draw_tok/lp/na[s] and
+ * its allowed set; a pure function of the row and the draw's key, so the
+ * slots are drawn in parallel (work: this thread's 2V doubles). */
+static void draw_slot(GenEngine *e, uint64_t seed, uint32_t iteration, const GenRequest *req, const GenBatch *b, int s, double *work)
 {
-  int    i = e->slot_req[s], n_new = b->response_len[i], t = b->prompt_len[i] + n_new, na, tok;
+  int i = e->slot_req[s], n_new = b->response_len[i], t = b->prompt_len[i] + n_new;
+
+  e->draw_tok[s] = gen_sample_row(&e->cfg, e->logits + (size_t)e->slot_row[s] * e->V, e->V, n_new, seed, iteration, (uint32_t)req[i].id, (uint32_t)t, &e->draw_lp[s],
+                                  e->allowed + (size_t)s * e->V, &e->draw_na[s], work);
+}
+
+/* Records slot s's drawn token and stops the sample at EOS or max_new_tokens. */
+static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest *req, GenBatch *b, int s, int *nfinished)
+{
+  int    i = e->slot_req[s], t = b->prompt_len[i] + b->response_len[i], tok = e->draw_tok[s];
   size_t k = (size_t)i * b->Tmax + t;
-  float  lp;
 
   PetscFunctionBegin;
-  tok = gen_sample_row(&e->cfg, e->logits + (size_t)e->slot_row[s] * e->V, e->V, n_new, seed, iteration, (uint32_t)req[i].id, (uint32_t)t, &lp, e->allowed, &na,
-                       e->work);
   PetscCheck(tok >= 0, PETSC_COMM_SELF, PETSC_ERR_FP, "generation: logits are nan or inf at iteration %u (sample %d, position %d); stopping, the last checkpoint is intact", iteration + 1, req[i].id, t);
   b->tokens[k]   = tok;
-  b->logprobs[k] = lp;
-  if (b->mask_off) PetscCall(gen_mask_record(e, k, e->allowed, na));
+  b->logprobs[k] = e->draw_lp[s];
+  if (b->mask_off) PetscCall(gen_mask_record(e, k, e->allowed + (size_t)s * e->V, e->draw_na[s]));
   b->response_len[i]++;
   b->new_tokens++;
   if (tok == e->cfg.eos) b->eos[i] = 1;
@@ -282,7 +292,7 @@ static PetscErrorCode advance(GenEngine *e, uint64_t seed, uint32_t iteration, c
 
 static PetscErrorCode engine_step(GenEngine *e, uint64_t seed, uint32_t iteration, const GenRequest *req, GenBatch *b, int *active, int *nfinished)
 {
-  int    N    = build_rows(e, req, b, active);
+  int    N    = build_rows(e, req, b, active), nrun = 0;
   size_t need = (size_t)N * e->V;
 
   PetscFunctionBegin;
@@ -292,9 +302,16 @@ static PetscErrorCode engine_step(GenEngine *e, uint64_t seed, uint32_t iteratio
     e->logits_cap = need;
   }
   PetscCall(gpt_forward_cached(e->gpt, e->kv, e->row_tok, e->row_slot, e->row_pos, N, e->logits));
-  *nfinished = 0;
   for (int s = 0; s < e->nslot; s++)
-    if (e->slot_req[s] >= 0) PetscCall(advance(e, seed, iteration, req, b, s, nfinished));
+    if (e->slot_req[s] >= 0) e->running[nrun++] = s;
+  /* the draws on the threads, one slot at a time each (a row of GPT-2's
+   * vocabulary takes ~0.5 ms); then their results in slot order. One slot
+   * is drawn alone: waking the threads for one row cost more than it saved
+   * (docs/benchmarks.md, GPU decode). */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(e->nwork) if (nrun > 1)
+  for (int j = 0; j < nrun; j++) draw_slot(e, seed, iteration, req, b, e->running[j], e->work + (size_t)2 * e->V * omp_get_thread_num());
+  *nfinished = 0;
+  for (int j = 0; j < nrun; j++) PetscCall(advance(e, iteration, req, b, e->running[j], nfinished));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -20,8 +20,13 @@ struct GenEngine {
   int        *queue, qhead, qn, qcap;
   float      *logits;
   size_t      logits_cap;
+  /* the step's draws, made in parallel over the slots: 2V doubles of work
+   * per thread; per slot its allowed set (room for V), token, log-prob
+   * and set size; the running slots of the step */
   double     *work;
-  int        *allowed;
+  int         nwork;
+  int        *allowed, *draw_tok, *draw_na, *running;
+  float      *draw_lp;
   /* allowed sets in the order they were drawn, each position's start and
    * count in the pool, and how many ids the batch holds so far */
   int        *pool, *mcount;

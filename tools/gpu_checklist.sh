@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The GPU checklist (docs/benchmarks.md, "GPU checklist") in one command, on a
+# machine with an NVIDIA GPU:
+#   suite     the suite's CUDA items with RLFUSE_REQUIRE_CUDA=1, so that none
+#             may skip: test_cuda (every op against the cpu backend, fp32 and
+#             bf16), test_golden on cuda (the model against PyTorch's tensors,
+#             fp32 and bf16), test_nccl on 2 ranks, scenarios/cuda.sh (SFT,
+#             RM and PPO on cuda against cpu, and on 2 ranks sharing the GPU)
+#   sanitize  compute-sanitizer memcheck over test_cuda and test_golden, and
+#             racecheck over test_golden fp32 (where the runtime allows it)
+#   bench     tools/bench_gpu.sh (its parts: BENCH_PARTS, default all)
+#
+#   bash tools/gpu_checklist.sh [suite] [sanitize] [bench]     (none named: all)
+#
+# With BUNDLE=DIR (made here by tools/gpu_bundle.sh DIR) the programs and
+# libraries come from the bundle; else from BIN (bin) of a build. Each part
+# logs to OUT_DIR (suite.log, sanitize.log, bench_gpu.log; default a new
+# /tmp/gpu_checklist.*); SANITIZE_TIMEOUT (seconds for each sanitizer run,
+# 240) and STEP_TIMEOUT (bench_gpu.sh's, 300) bound the slow parts. Exits 1
+# if any part failed. Without a GPU it prints one line and exits 0.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "# gpu_checklist: no NVIDIA GPU here (nvidia-smi lists none); nothing run"
+  exit 0
+fi
+parts=${*:-suite sanitize bench}
+for p in $parts; do
+  case $p in suite | sanitize | bench) ;; *) echo "gpu_checklist: error: unknown part '$p' (choose suite, sanitize, bench)" >&2; exit 2 ;; esac
+done
+has() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
+PYTHON=${PYTHON:-$(for py in python3 /usr/bin/python3; do "$py" -c 'import h5py, numpy' 2>/dev/null && { command -v "$py"; break; }; done)}
+export PYTHON
+if [ -n "${BUNDLE:-}" ]; then
+  . tools/gpu_bundle.sh
+  gpu_bundle_use "$BUNDLE" || exit 2
+  trap gpu_bundle_cleanup EXIT
+fi
+export BIN=${BIN:-bin}
+OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/gpu_checklist.XXXXXX)}
+mkdir -p "$OUT_DIR"
+fail=0
+echo "# gpu_checklist $(date -u +%Y-%m-%dT%H:%M:%SZ): $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -n 1); BIN=$BIN; PYTHON=$PYTHON; logs in $OUT_DIR"
+
+if has suite; then
+  RLFUSE_REQUIRE_CUDA=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} regression/run_tests.sh test_cuda 'test_golden*' 'test_nccl*' cuda 2>&1 | tee "$OUT_DIR/suite.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || fail=1
+fi
+
+if has sanitize; then
+  if ! command -v compute-sanitizer >/dev/null; then
+    echo "# gpu_checklist: compute-sanitizer not on the PATH: sanitize not run" | tee "$OUT_DIR/sanitize.log"
+    fail=1
+  else
+    : >"$OUT_DIR/sanitize.log"
+    # sanitize TOOL PROGRAM ARGS...: one program under one tool; a report of
+    # an error, a failing check or a timeout fails the part
+    sanitize() {
+      local tool=$1 out rc; shift
+      out=$(timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool "$tool" --error-exitcode 86 "$@" 2>&1); rc=$?
+      printf '%s\n' "$out" >>"$OUT_DIR/sanitize.log"
+      if [ $rc = 0 ]; then echo "ok - compute-sanitizer $tool ${*##*/}: $(printf '%s\n' "$out" | grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' | sed 's/^=* *//')"
+      else echo "not ok - compute-sanitizer $tool ${*##*/}: exit $rc$([ $rc = 124 ] && echo " (timed out)"); $(printf '%s\n' "$out" | grep -m1 -E 'ERROR SUMMARY|Invalid|Race|not ok' | cut -c1-200)"; fail=1; fi
+    }
+    sanitize memcheck "$BIN/test_golden" regression/golden cuda fp32
+    sanitize memcheck "$BIN/test_golden" regression/golden cuda bf16
+    sanitize racecheck "$BIN/test_golden" regression/golden cuda fp32
+    sanitize memcheck "$BIN/test_cuda"
+  fi 2>&1 | tee -a "$OUT_DIR/sanitize.log.summary"
+  grep -q '^not ok' "$OUT_DIR/sanitize.log.summary" && fail=1
+  cat "$OUT_DIR/sanitize.log.summary" >>"$OUT_DIR/sanitize.log" && rm -f "$OUT_DIR/sanitize.log.summary"
+fi
+
+if has bench; then
+  # shellcheck disable=SC2086
+  OUT_DIR=$OUT_DIR BUNDLE= bash tools/bench_gpu.sh ${BENCH_PARTS:-} || fail=1
+fi
+echo "# gpu_checklist: $([ $fail = 0 ] && echo 'every part passed' || echo 'some part FAILED') (logs in $OUT_DIR)"
+exit $fail
