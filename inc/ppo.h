@@ -20,7 +20,11 @@ typedef struct {
   PetscInt    iterations, rollout_batch, minibatches, microbatches, epochs, group;
   PetscInt    eval_every, eval_prompts, checkpoint_every;
   PetscReal   kl_coef, kl_target, kl_horizon, gamma, lambda, clip, value_clip, reward_clip, truncation_penalty;
-  PetscBool   whiten, dump_rollouts;
+  PetscReal   clip_low, clip_high;           /* the policy ratio's clip range [1 - low, 1 + high] (default -ppo_clip both) */
+  PetscInt    loss_agg, kl_estimator;        /* RLLossAgg, RLKLEstimator (inc/rl.h) */
+  PetscInt    overlong_buffer;               /* DAPO's overlong shaping: the last tokens before max_new_tokens that pay */
+  PetscReal   overlong_penalty;              /* its penalty at max_new_tokens */
+  PetscBool   whiten, dump_rollouts, scale_std; /* scale_std: GRPO divides by the group's std (false: Dr. GRPO) */
   char        actor_ckpt[PETSC_MAX_PATH_LEN], reference_ckpt[PETSC_MAX_PATH_LEN], reward_ckpt[PETSC_MAX_PATH_LEN];
   char        prompts[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN];
   AdamWConfig actor_opt, critic_opt;

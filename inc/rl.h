@@ -30,21 +30,41 @@ void rl_gae(int B, int T, const int *start, const int *len, const float *rewards
 void rl_whiten(int B, int T, const int *start, const int *len, float *x, double *mean, double *std);
 
 /* Clipped policy loss over n tokens with weights w (0 for tokens that do not
- * count; 1/ntokens of the mini-batch for a token mean):
- *   loss = sum_i w_i * max(-A_i*rho_i, -A_i*clip(rho_i, 1-eps, 1+eps)), rho = exp(logp - old)
+ * count; rl_token_weight gives the others):
+ *   loss = sum_i w_i * max(-A_i*rho_i, -A_i*clip(rho_i, 1-eps_low, 1+eps_high)), rho = exp(logp - old)
+ * (eps_low = eps_high: PPO's clip; eps_high > eps_low: DAPO's "clip-higher").
  * dlogp[i] = d loss / d logp_i. *clipfrac (may be NULL) gets the sum of w_i over
  * tokens where the clipped term is the larger one strictly (no gradient). */
-double rl_policy_loss(size_t n, const float *logp, const float *old, const float *adv, const float *w, double eps, float *dlogp, double *clipfrac);
+double rl_policy_loss(size_t n, const float *logp, const float *old, const float *adv, const float *w, double eps_low, double eps_high, float *dlogp, double *clipfrac);
 /* Clipped value loss: loss = sum_i w_i * 0.5*max((v-R)^2, (v_old + clip(v - v_old, -eps_v, eps_v) - R)^2);
  * dv[i] = d loss / d v_i; *clipfrac as above. eps_v <= 0: no clipping. */
 double rl_value_loss(size_t n, const float *v, const float *v_old, const float *ret, const float *w, double eps_v, float *dv, double *clipfrac);
-/* KL penalty as a loss term (GRPO; the k3 estimator of KL(pi||ref)):
- * loss = sum_i w_i * coef * (exp(ref_i - logp_i) - (ref_i - logp_i) - 1); dlogp[i] += d loss / d logp_i. */
-double rl_kl_loss(size_t n, const float *logp, const float *ref, const float *w, double coef, float *dlogp);
+/* Estimators of KL(pi||ref) from one sample of pi, with x = ref - logp
+ * (Schulman, "Approximating KL divergence"): k1 = -x (unbiased, can be
+ * negative), k2 = x^2/2 (low variance, biased), k3 = e^x - x - 1
+ * (unbiased, non-negative). */
+typedef enum { RL_KL_K1 = 0, RL_KL_K2 = 1, RL_KL_K3 = 2 } RLKLEstimator;
+/* KL penalty as a loss term (GRPO): loss = sum_i w_i * coef * k(x_i) for the
+ * estimator k; dlogp[i] += d loss / d logp_i. */
+double rl_kl_loss(size_t n, const float *logp, const float *ref, const float *w, double coef, RLKLEstimator est, float *dlogp);
 /* GRPO advantages: sequences come in groups of k consecutive samples of one
  * prompt; adv[i] = (score[i] - mean of its group) / (std of its group + eps),
- * std the sample standard deviation (k-1 in the denominator). k >= 2. */
-void rl_grpo_advantages(int nseq, int k, const float *score, double eps, float *adv);
+ * std the sample standard deviation (k-1 in the denominator); without
+ * scale_std (Dr. GRPO) adv[i] = score[i] - mean of its group. k >= 2. */
+void rl_grpo_advantages(int nseq, int k, const float *score, double eps, int scale_std, float *adv);
+/* How the policy loss's tokens are weighed over a mini-batch of nseq
+ * sequences holding ntok response tokens (the weight of each token of a
+ * sequence of len tokens):
+ *   token mean          1/ntok: every token alike (DAPO's token-level loss)
+ *   sequence mean       1/(nseq*len): each sequence's token mean, averaged
+ *   sequence sum, norm  1/(nseq*max_len): each sequence's token sum over a
+ *                       constant (Dr. GRPO: no length bias) */
+typedef enum { RL_AGG_TOKEN_MEAN = 0, RL_AGG_SEQ_MEAN = 1, RL_AGG_SEQ_SUM_NORM = 2 } RLLossAgg;
+double rl_token_weight(RLLossAgg agg, int ntok, int nseq, int len, int max_len);
+/* DAPO's overlong reward shaping: 0 for len <= max_len - buffer, then
+ * falling linearly to -factor at len = max_len, and -factor beyond;
+ * 0 when buffer or factor is 0. */
+double rl_overlong_penalty(int len, int max_len, int buffer, double factor);
 /* RLOO advantages (REINFORCE leave-one-out): rows come in groups of k
  * consecutive samples of one prompt; a row's return R is the sum of its
  * per-token rewards (the score and the KL penalty of rl_kl_rewards), and its

@@ -156,10 +156,22 @@ static void test_policy_loss(void)
   double cf = -1;
   const double want[8] = {-0.5 * 1.1051709180756477, 0, -0.6065306597126334, 1.6487212707001282, 0, 0.25 * 2 * 1.1051709180756477, 0, 0};
 
-  double loss = rl_policy_loss(8, logp, old, A, w, 0.2, g, &cf);
+  double loss = rl_policy_loss(8, logp, old, A, w, 0.2, 0.2, g, &cf);
   check_value("policy loss: A>0/A<0 with rho inside, above 1+eps, below 1-eps (hand value)", loss, 1.1421906109874946, 1e-6);
   check_array("policy loss: dlogp = -w*A*rho on the unclipped branch, 0 on the clipped one", 8, g, want, 1e-6);
   check_value("policy loss: clipfrac sums w of the strictly clipped tokens (.25 + .5)", cf, 0.75, 1e-12);
+
+  /* clip-higher (DAPO): eps_low .2, eps_high .7, the same tokens. Only
+   * token 1 changes: rho 1.649 is now inside [.8, 1.7], so -A*rho = -1.64872
+   * is the larger term (unclipped, gradient -.25*1.64872 = -.41218); token 4
+   * (A < 0, rho .607 below .8) stays clipped at the lower bound.
+   * loss = 1.1421906109874946 - .25*(-1.2) + .25*(-1.6487212707001282)
+   *      = 1.0300102933124626; clipfrac .5 */
+  const double want_hi[8] = {-0.5 * 1.1051709180756477, -0.25 * 1.6487212707001282, -0.6065306597126334, 1.6487212707001282, 0, 0.25 * 2 * 1.1051709180756477, 0, 0};
+  loss = rl_policy_loss(8, logp, old, A, w, 0.2, 0.7, g, &cf);
+  check_value("policy loss, clip-higher 0.2/0.7: rho 1.65 with A>0 no longer clipped (hand value)", loss, 1.0300102933124626, 1e-6);
+  check_array("policy loss, clip-higher: its gradient returns, the lower clip still holds", 8, g, want_hi, 1e-6);
+  check_value("policy loss, clip-higher: clipfrac .5 (token 4 only)", cf, 0.5, 1e-12);
 }
 
 static void test_value_loss(void)
@@ -198,9 +210,44 @@ static void test_kl_loss(void)
    * loss = .0532653299 + .1795704571 = .23283578697107798 */
   float  logp[3] = {-1.0f, -2.0f, NAN}, ref[3] = {-1.5f, -1.0f, 0.0f}, w[3] = {1, 0.5f, 0}, g[3] = {1.0f, -0.5f, 3.0f};
   const double want[3] = {1.1967346701436834, -0.9295704571147613, 3.0};
-  double loss = rl_kl_loss(3, logp, ref, w, 0.5, g);
+  double loss = rl_kl_loss(3, logp, ref, w, 0.5, RL_KL_K3, g);
   check_value("kl loss (k3): hand value (logp -1, ref -1.5 and logp -2, ref -1)", loss, 0.23283578697107798, 1e-7);
   check_array("kl loss (k3): gradient 1 - exp(ref - logp) added into dlogp", 3, g, want, 1e-6);
+
+  /* k1 = -x, d/dlogp = 1; k2 = x^2/2, d/dlogp = -x; the same tokens (x = -.5 w 1; x = 1 w .5), coef .5:
+   * k1: loss .5*.5 + .25*(-1) = 0; grads .5 and .25, + {1, -.5, 3} = {1.5, -.25, 3}
+   * k2: loss .5*.125 + .25*.5 = .1875; grads .5*.5 = .25 and .25*(-1) = -.25 -> {1.25, -.75, 3} */
+  float        g1[3] = {1.0f, -0.5f, 3.0f}, g2[3] = {1.0f, -0.5f, 3.0f};
+  const double want1[3] = {1.5, -0.25, 3.0}, want2[3] = {1.25, -0.75, 3.0};
+  loss = rl_kl_loss(3, logp, ref, w, 0.5, RL_KL_K1, g1);
+  check_value("kl loss (k1 = log(pi/ref)): hand value 0 (the two tokens cancel)", loss, 0.0, 1e-7);
+  check_array("kl loss (k1): gradient coef*w", 3, g1, want1, 1e-6);
+  loss = rl_kl_loss(3, logp, ref, w, 0.5, RL_KL_K2, g2);
+  check_value("kl loss (k2 = log(pi/ref)^2/2): hand value .1875", loss, 0.1875, 1e-7);
+  check_array("kl loss (k2): gradient coef*w*log(pi/ref)", 3, g2, want2, 1e-6);
+}
+
+static void test_weights_overlong(void)
+{
+  /* a mini-batch of 2 sequences of 3 and 7 tokens (10 in all), max_len 8:
+   * token mean 1/10 each; sequence mean 1/(2*3) and 1/(2*7), so each
+   * sequence's tokens sum to 1/2; sequence sum over the constant 1/(2*8) */
+  const double w[6] = {rl_token_weight(RL_AGG_TOKEN_MEAN, 10, 2, 3, 8), rl_token_weight(RL_AGG_TOKEN_MEAN, 10, 2, 7, 8), rl_token_weight(RL_AGG_SEQ_MEAN, 10, 2, 3, 8),
+                       rl_token_weight(RL_AGG_SEQ_MEAN, 10, 2, 7, 8), rl_token_weight(RL_AGG_SEQ_SUM_NORM, 10, 2, 3, 8), rl_token_weight(RL_AGG_SEQ_SUM_NORM, 10, 2, 7, 8)};
+  const double want[6] = {0.1, 0.1, 1.0 / 6, 1.0 / 14, 1.0 / 16, 1.0 / 16};
+  int          ok = 1;
+  for (int i = 0; i < 6; i++) ok &= near(w[i], want[i], 1e-15);
+  test_report(ok ? PETSC_TRUE : PETSC_FALSE, "loss weights: token mean 1/10, sequence mean 1/6 and 1/14, sequence sum over max_len 8: 1/16 (hand values)", "%g %g %g %g %g %g", w[0], w[1], w[2], w[3], w[4], w[5]);
+  test_report(rl_token_weight(RL_AGG_TOKEN_MEAN, 0, 0, 0, 8) == 0 && rl_token_weight(RL_AGG_SEQ_MEAN, 10, 2, 0, 8) == 0, "loss weights: an empty mini-batch or an empty sequence weighs 0", NULL);
+
+  /* DAPO's overlong shaping, max_len 20, buffer 4, factor 1: free up to 16,
+   * then (16 - len)/4: 17 -> -.25, 18 -> -.5, 20 -> -1; past max_len -1 */
+  const int    len[6] = {10, 16, 17, 18, 20, 21};
+  const double pen[6] = {0, 0, -0.25, -0.5, -1, -1};
+  ok = 1;
+  for (int i = 0; i < 6; i++) ok &= near(rl_overlong_penalty(len[i], 20, 4, 1.0), pen[i], 1e-15);
+  test_report(ok ? PETSC_TRUE : PETSC_FALSE, "overlong penalty: 0 up to max_len - buffer, then linear to -factor (hand values at 10, 16, 17, 18, 20, 21 of 20, buffer 4)", NULL);
+  test_report(rl_overlong_penalty(20, 20, 0, 1.0) == 0 && near(rl_overlong_penalty(19, 20, 2, 0.5), -0.25, 1e-15), "overlong penalty: buffer 0 is off; the factor scales it (19 of 20, buffer 2, factor .5: -.25)", NULL);
 }
 
 static void test_grpo(void)
@@ -211,14 +258,18 @@ static void test_grpo(void)
    * group [2 2 2 2]: deviations 0 -> advantages 0. */
   float score[8] = {1, 0, 0.5f, 0.5f, 2, 2, 2, 2}, adv[8];
   const double want[8] = {1.2247418713989375, -1.2247418713989375, 0, 0, 0, 0, 0, 0};
-  rl_grpo_advantages(8, 4, score, 1e-6, adv);
+  rl_grpo_advantages(8, 4, score, 1e-6, 1, adv);
   check_array("grpo advantages: sample std by hand, two groups, equal scores give 0", 8, adv, want, 1e-6);
+  /* Dr. GRPO: the mean subtracted, no std: .5 -.5 0 0 and 0 0 0 0 */
+  const double want_dr[8] = {0.5, -0.5, 0, 0, 0, 0, 0, 0};
+  rl_grpo_advantages(8, 4, score, 1e-6, 0, adv);
+  check_array("grpo advantages without the std (Dr. GRPO): score - group mean", 8, adv, want_dr, 1e-7);
 
   /* k = 2: [3 1] mean 2, sample std sqrt(2): +-1/(1.4142135623730951+1e-6) = .7071062811869011;
    * [0 4] mean 2, std sqrt(8): +-2/(2.8284271247461903+1e-6) = .7071065311866358 */
   float s2[4] = {3, 1, 0, 4}, a2[4];
   const double w2[4] = {0.7071062811869011, -0.7071062811869011, -0.7071065311866358, 0.7071065311866358};
-  rl_grpo_advantages(4, 2, s2, 1e-6, a2);
+  rl_grpo_advantages(4, 2, s2, 1e-6, 1, a2);
   check_array("grpo advantages: groups of 2", 4, a2, w2, 1e-6);
 }
 
@@ -332,16 +383,16 @@ static void test_fd(void)
   }
 
   /* policy loss */
-  rl_policy_loss(FD_N, logp, old, A, w, 0.2, g, NULL);
+  rl_policy_loss(FD_N, logp, old, A, w, 0.2, 0.28, g, NULL);
   worst = 0, checked = 0, nclip = 0, ok = 1;
   for (int i = 0; i < FD_N; i++) {
     double rho = exp((double)logp[i] - old[i]);
-    if (fabs(rho - 0.8) < 0.01 || fabs(rho - 1.2) < 0.01) continue;
+    if (fabs(rho - 0.8) < 0.01 || fabs(rho - 1.28) < 0.01) continue;
     float  x0 = logp[i], xp = x0 + h, xm = x0 - h;
     logp[i] = xp;
-    double lp = rl_policy_loss(FD_N, logp, old, A, w, 0.2, scratch, NULL);
+    double lp = rl_policy_loss(FD_N, logp, old, A, w, 0.2, 0.28, scratch, NULL);
     logp[i] = xm;
-    double lm = rl_policy_loss(FD_N, logp, old, A, w, 0.2, scratch, NULL);
+    double lm = rl_policy_loss(FD_N, logp, old, A, w, 0.2, 0.28, scratch, NULL);
     logp[i] = x0;
     double fd = (lp - lm) / ((double)xp - xm), err = fabs(fd - g[i]);
     checked++, nclip += g[i] == 0 && w[i] != 0;
@@ -349,7 +400,7 @@ static void test_fd(void)
     worst = err > worst ? err : worst;
   }
   snprintf(detail, sizeof detail, "%d tokens (%d clipped), worst |fd - dlogp| %.3g", checked, nclip, worst);
-  test_report(ok && checked > 200 && nclip > 10, "policy loss: dlogp matches central differences on random inputs", "%s", detail);
+  test_report(ok && checked > 200 && nclip > 10, "policy loss (clip 0.2 below, 0.28 above): dlogp matches central differences on random inputs", "%s", detail);
 
   /* value loss: kinks at |v - v_old| = eps_v and, outside the band, where the
    * two squares are equal (inside the band they are equal everywhere) */
@@ -372,23 +423,27 @@ static void test_fd(void)
   snprintf(detail, sizeof detail, "%d tokens (%d clipped), worst |fd - dv| %.3g", checked, nclip, worst);
   test_report(ok && checked > 150 && nclip > 10, "value loss: dv matches central differences on random inputs", "%s", detail);
 
-  /* kl loss: smooth everywhere; gradient added into zeros */
-  for (int i = 0; i < FD_N; i++) gk[i] = 0;
-  rl_kl_loss(FD_N, logp, ref, w, 0.3, gk);
-  worst = 0, ok = 1;
-  for (int i = 0; i < FD_N; i++) {
-    float  x0 = logp[i], xp = x0 + h, xm = x0 - h;
-    logp[i] = xp;
-    double lp = rl_kl_loss(FD_N, logp, ref, w, 0.3, scratch);
-    logp[i] = xm;
-    double lm = rl_kl_loss(FD_N, logp, ref, w, 0.3, scratch);
-    logp[i] = x0;
-    double fd = (lp - lm) / ((double)xp - xm), err = fabs(fd - gk[i]);
-    if (err > 1e-5 + 1e-4 * fabs(fd)) ok = 0;
-    worst = err > worst ? err : worst;
+  /* kl loss, each estimator: smooth everywhere; gradient added into zeros */
+  for (int e = RL_KL_K1; e <= RL_KL_K3; e++) {
+    for (int i = 0; i < FD_N; i++) gk[i] = 0;
+    rl_kl_loss(FD_N, logp, ref, w, 0.3, (RLKLEstimator)e, gk);
+    worst = 0, ok = 1;
+    for (int i = 0; i < FD_N; i++) {
+      float  x0 = logp[i], xp = x0 + h, xm = x0 - h;
+      logp[i] = xp;
+      double lp = rl_kl_loss(FD_N, logp, ref, w, 0.3, (RLKLEstimator)e, scratch);
+      logp[i] = xm;
+      double lm = rl_kl_loss(FD_N, logp, ref, w, 0.3, (RLKLEstimator)e, scratch);
+      logp[i] = x0;
+      double fd = (lp - lm) / ((double)xp - xm), err = fabs(fd - gk[i]);
+      if (err > 1e-5 + 1e-4 * fabs(fd)) ok = 0;
+      worst = err > worst ? err : worst;
+    }
+    snprintf(detail, sizeof detail, "worst |fd - dlogp| %.3g", worst);
+    char name[96];
+    snprintf(name, sizeof name, "kl loss (k%d): dlogp matches central differences on random inputs", e + 1);
+    test_report(ok, name, "%s", detail);
   }
-  snprintf(detail, sizeof detail, "worst |fd - dlogp| %.3g", worst);
-  test_report(ok, "kl loss: dlogp matches central differences on random inputs", "%s", detail);
 }
 
 int main(int argc, char **argv)
@@ -401,6 +456,7 @@ int main(int argc, char **argv)
   test_policy_loss();
   test_value_loss();
   test_kl_loss();
+  test_weights_overlong();
   test_grpo();
   test_rloo();
   test_rm_loss();

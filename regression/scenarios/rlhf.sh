@@ -1,10 +1,11 @@
 # Reward modelling, PPO and GRPO on micro models: the rollout record's layout
 # and arithmetic (checked independently in numpy), the held-out evaluation in
 # run.h5, bit-exact restart, micro-batch invariance, the same weights under
-# the GPipe and 1F1B training schedules, the NaN stop, and bad input (the
+# the GPipe and 1F1B training schedules, Dr. GRPO with DAPO's clip-higher and
+# overlong shaping on 1 and 2 ranks, the NaN stop, and bad input (the
 # pipeline's later stages checked before SFT starts).
 . regression/lib.sh
-plan 36
+plan 40
 d="$RLFUSE_TMP/rlhf"; mkdir -p $d
 ppo_deck=regression/decks/rlhf_tiny.deck
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture"
@@ -116,6 +117,15 @@ check "GPipe vs 1F1B on 2 ranks, pp 2 (2 micro-batches): actor and critic bit-id
 # GRPO: no critic
 ppo -output_dir $d/grpo -algo grpo -grpo_group 4 >$d/grpo.log 2>&1 || { not_ok "GRPO run"; tail -3 $d/grpo.log; }
 check "GRPO trains without a critic" bash -c "grep -q '^iter    4/4' $d/grpo.log && ! h5ls $d/grpo/final.h5/critic >/dev/null 2>&1"
+# Dr. GRPO (no std scaling, each sequence's token sum over max_new_tokens) with DAPO's clip-higher
+# and overlong shaping and a k1 KL loss: it runs, it changes the weights, and 2 ranks (dp 2, whose
+# replicas see parts of each mini-batch) end as 1: the weights come from the whole mini-batch's counts
+V="-algo grpo -grpo_group 4 -grpo_scale_std false -ppo_loss_agg seq_sum_norm -ppo_clip_high 0.28 -ppo_kl_estimator k1 -ppo_overlong_buffer 4"
+ppo -output_dir $d/drgrpo $V >$d/drgrpo.log 2>&1 || { not_ok "Dr. GRPO run"; tail -3 $d/drgrpo.log; }
+check "Dr. GRPO + clip-higher + overlong shaping + k1 KL: 4 iterations, other actor weights than GRPO's" bash -c "grep -q '^iter    4/4' $d/drgrpo.log && ! h5diff -q $d/grpo/final.h5 $d/drgrpo/final.h5 /actor /actor"
+"$MPIEXEC" $MPIEXEC_FLAGS -n 2 env OMP_NUM_THREADS=1 "$BIN/rlfuse" -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 \
+  $V -output_dir $d/drgrpo2 >$d/drgrpo2.log 2>&1 || { not_ok "Dr. GRPO on 2 ranks"; tail -3 $d/drgrpo2.log; }
+check "  ... on 2 ranks (dp 2) as on 1 (tools/ckpt_diff.py, 1e-4)" "$PYTHON" tools/ckpt_diff.py $d/drgrpo/final.h5 $d/drgrpo2/final.h5
 # a diverging run stops naming the iteration and the quantity; earlier checkpoints stay readable
 ppo -output_dir $d/nan -actor_lr 1e30 -actor_grad_clip 0 -checkpoint_every 1 -ppo_minibatches 1 -ppo_microbatches 1 >$d/nan.log 2>&1 && not_ok "NaN run should fail"
 # (with lr 1e30 the run may first meet NaN logits in iteration 2's generation;
@@ -141,6 +151,8 @@ expect "prompt + max_new_tokens > n_positions" "-gen_max_new_tokens 30"    $P -g
 expect "rollout batch not divisible"          "-rollout_batch 10 is not divisible into -ppo_minibatches 4" $P -rollout_batch 10 -ppo_minibatches 4
 expect "micro-batches not dividing"           "-ppo_microbatches 3"        $P -ppo_microbatches 3
 expect "GRPO group not dividing"              "-grpo_group 3"              $P -algo grpo -grpo_group 3
+expect "a lower clip of 1 or more"            "-ppo_clip_low 1.* must be in (0,1)" $P -ppo_clip_low 1
+expect "an overlong buffer past max_new_tokens" "-ppo_overlong_buffer 13 must be in \\[0, -gen_max_new_tokens 12\\]" $P -ppo_overlong_buffer 13
 expect "missing reward checkpoint"            "$d/nope.h5"                 -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/nope.h5
 expect "reward checkpoint without /reward"    "/reward"                    -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/sft/final.h5
 expect "vocabulary mismatch between models"   "vocabulary mismatch"        $P -reference_checkpoint $d/sft24/final.h5

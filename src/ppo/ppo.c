@@ -10,6 +10,8 @@
 #include <math.h>
 
 static const char *const algo_names[]   = {"ppo", "grpo", "rloo", "PPOAlgo", "ALGO_", NULL};
+static const char *const agg_names[]    = {"token_mean", "seq_mean", "seq_sum_norm", "RLLossAgg", "RL_AGG_", NULL};
+static const char *const kl_est_names[] = {"k1", "k2", "k3", "RLKLEstimator", "RL_KL_", NULL};
 static const char *const critic_names[] = {"reward", "actor", "CriticInit", "CRITIC_FROM_", NULL};
 
 /* Every PPO option but the plan's and the trainer's: what describes the
@@ -43,6 +45,14 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptReal("-gamma", "Discount of GAE", 1.0, &o->gamma);
   RfOptReal("-lambda", "lambda of GAE", 0.95, &o->lambda);
   RfOptReal("-clip", "epsilon: policy ratio clip", 0.2, &o->clip);
+  RfOptReal("-clip_low", "The ratio's lower clip, 1 - clip_low (default -ppo_clip)", o->clip, &o->clip_low);
+  RfOptReal("-clip_high", "The ratio's upper clip, 1 + clip_high (default -ppo_clip; DAPO's clip-higher: 0.28 with clip_low 0.2)", o->clip, &o->clip_high);
+  o->loss_agg     = RL_AGG_TOKEN_MEAN;
+  o->kl_estimator = RL_KL_K3;
+  RfOptEnum("-loss_agg", "How the policy loss weighs tokens in a mini-batch: token_mean (every token alike), seq_mean (each sequence's token mean, averaged), seq_sum_norm (each sequence's token sum over -gen_max_new_tokens: Dr. GRPO)", agg_names, 3, &o->loss_agg);
+  RfOptEnum("-kl_estimator", "Estimator of KL(policy||reference) in GRPO's KL loss: k1 (log ratio), k2 (half its square), k3 (exp(-r) + r - 1)", kl_est_names, 3, &o->kl_estimator);
+  RfOptInt("-overlong_buffer", "DAPO's overlong reward shaping: a response longer than -gen_max_new_tokens minus this pays a penalty rising linearly to -ppo_overlong_penalty (0: off)", 0, &o->overlong_buffer);
+  RfOptReal("-overlong_penalty", "The overlong shaping's penalty at -gen_max_new_tokens", 1.0, &o->overlong_penalty);
   RfOptReal("-value_clip", "Value clip around the old values (0: none)", 0.2, &o->value_clip);
   RfOptReal("-reward_clip", "Clip the reward-model score to [-c, c] (0: none)", 5.0, &o->reward_clip);
   RfOptReal("-truncation_penalty", "Score of a response that hit max_new_tokens without EOS", -1.0, &o->truncation_penalty);
@@ -52,6 +62,7 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   PetscOptionsEnd();
   PetscOptionsBegin(PETSC_COMM_WORLD, "grpo_", "GRPO", NULL);
   RfOptInt("-group", "Samples per prompt (-algo grpo, and the k of -algo rloo); must divide -rollout_batch", 4, &o->group);
+  RfOptBool("-scale_std", "Divide a GRPO advantage by its group's standard deviation (false: Dr. GRPO, only the mean subtracted)", PETSC_TRUE, &o->scale_std);
   PetscOptionsEnd();
   PetscCall(adamw_set_from_options("actor_", &o->actor_opt));
   PetscCall(adamw_set_from_options("critic_", &o->critic_opt));
@@ -84,6 +95,10 @@ static PetscErrorCode ppo_check_options(const PPOOptions *o)
   PetscCheck(o->kl_coef >= 0 && o->kl_target >= 0 && o->kl_horizon > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_kl_coef and -ppo_kl_target must be >= 0 and -ppo_kl_horizon > 0");
   PetscCheck(o->gamma >= 0 && o->gamma <= 1 && o->lambda >= 0 && o->lambda <= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_gamma and -ppo_lambda must be in [0,1]");
   PetscCheck(o->clip > 0 && o->value_clip >= 0 && o->reward_clip >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_clip must be positive, -ppo_value_clip and -ppo_reward_clip non-negative");
+  PetscCheck(o->clip_low > 0 && o->clip_low < 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_clip_low %g must be in (0,1) (the ratio's lower bound 1 - clip_low must be positive)", (double)o->clip_low);
+  PetscCheck(o->clip_high > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_clip_high %g must be positive", (double)o->clip_high);
+  PetscCheck(o->overlong_buffer >= 0 && o->overlong_buffer <= o->gen.max_new_tokens, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_overlong_buffer %" PetscInt_FMT " must be in [0, -gen_max_new_tokens %" PetscInt_FMT "]", o->overlong_buffer, o->gen.max_new_tokens);
+  PetscCheck(o->overlong_penalty >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_overlong_penalty %g must be >= 0", (double)o->overlong_penalty);
   PetscCheck(o->eval_every >= 0 && o->eval_prompts >= 0 && o->checkpoint_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_every, -ppo_eval_prompts and -ppo_checkpoint_every (or -checkpoint_every) must be >= 0");
   if (o->algo != ALGO_PPO) PetscCheck(o->group >= 2 && o->rollout_batch % o->group == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rollout_batch %" PetscInt_FMT " is not divisible into groups of -grpo_group %" PetscInt_FMT " (at least 2)", o->rollout_batch, o->group);
   PetscCheck(!o->fuse_schedule[0] || o->plan.fuse_train, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train_schedule %s needs -fuse_train 1", o->fuse_schedule);

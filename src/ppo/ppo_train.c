@@ -1,8 +1,10 @@
 /* PPO training over one rollout: the batch is shuffled (keyed by seed,
  * iteration and epoch), split into mini-batches (one optimizer step each) and
- * those into micro-batches whose gradients accumulate. Losses are token
- * means over the whole mini-batch (each token weighs 1/ntokens of its
- * mini-batch), so the micro-batch count changes nothing but memory. */
+ * those into micro-batches whose gradients accumulate. Losses are weighed
+ * over the whole mini-batch (the critic's and the statistics' a token mean,
+ * each token 1/ntokens of its mini-batch; the policy loss's as -ppo_loss_agg
+ * says, from the mini-batch's counts), so the micro-batch count and the
+ * layout change nothing but memory. */
 #include "ppo_impl.h"
 #include <math.h>
 
@@ -14,7 +16,7 @@ typedef struct {
   PackBuf          *pb;      /* packing scratch, used within one forward */
   const int        *rows;    /* this replica's sequences of the mini-batch */
   MicroSplit        split;   /* rows [split.b0, b1) of the mini-batch's permutation */
-  float             w;       /* 1 / response tokens of the whole mini-batch */
+  int               ntok, nseq; /* response tokens and sequences of the whole mini-batch */
   double            kl_coef;
   double            acc[4];  /* on the last stage: loss, clip fraction, entropy, KL loss */
   /* Per micro-batch, kept from its forward to its backward (any schedule):
@@ -23,6 +25,8 @@ typedef struct {
   int              *target;
   float            *grad;
 } MiniBatch;
+
+static float token_mean(const MiniBatch *mb) { return (float)rl_token_weight(RL_AGG_TOKEN_MEAN, mb->ntok, mb->nseq, 0, 0); }
 
 /* Aligned view of forward rows for sequence idx (row i of the forward):
  * pb->al[t] = rows[i*Tf + t-1] on response positions, 0 elsewhere; pb->w
@@ -89,13 +93,15 @@ static PetscErrorCode actor_forward(void *ctx, GPT *actor, int k)
   for (int i = 0; i < nb; i++) {
     double cf;
     size_t off = (size_t)idx[i] * T;
+    int    len = r->len[idx[i]];
+    float  wt = token_mean(mb), wa = (float)rl_token_weight((RLLossAgg)mb->o->loss_agg, mb->ntok, mb->nseq, len, (int)mb->o->gen.max_new_tokens);
 
-    align_row(r, pb, idx[i], pb->ent, i, Tf, mb->w);
+    align_row(r, pb, idx[i], pb->ent, i, Tf, wt);
     for (size_t t = 0; t < T; t++) mb->acc[2] += (double)pb->w[t] * pb->al[t];
-    align_row(r, pb, idx[i], pb->lp, i, Tf, mb->w);
-    mb->acc[0] += rl_policy_loss(T, pb->al, r->gen.logprobs + off, r->adv + off, pb->w, mb->o->clip, pb->dal, &cf);
-    mb->acc[1] += cf;
-    if (mb->o->algo == ALGO_GRPO) mb->acc[3] += rl_kl_loss(T, pb->al, r->ref + off, pb->w, mb->kl_coef, pb->dal);
+    align_row(r, pb, idx[i], pb->lp, i, Tf, wa);
+    mb->acc[0] += rl_policy_loss(T, pb->al, r->gen.logprobs + off, r->adv + off, pb->w, mb->o->clip_low, mb->o->clip_high, pb->dal, &cf);
+    mb->acc[1] += wa > 0 ? cf / wa * wt : 0; /* the clipped tokens' share of the mini-batch's tokens */
+    if (mb->o->algo == ALGO_GRPO) mb->acc[3] += rl_kl_loss(T, pb->al, r->ref + off, pb->w, mb->kl_coef, (RLKLEstimator)mb->o->kl_estimator, pb->dal);
     unalign_row(r, pb, idx[i], i, Tf, grad);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -121,7 +127,7 @@ static PetscErrorCode critic_forward(void *ctx, GPT *critic, int k)
     double cf;
     size_t off = (size_t)idx[i] * T;
 
-    align_row(r, pb, idx[i], pb->val, i, Tf, mb->w);
+    align_row(r, pb, idx[i], pb->val, i, Tf, token_mean(mb));
     mb->acc[0] += rl_value_loss(T, pb->al, r->values + off, r->ret + off, pb->w, mb->o->value_clip, pb->dal, &cf);
     mb->acc[1] += cf;
     unalign_row(r, pb, idx[i], i, Tf, grad);
@@ -166,7 +172,7 @@ static PetscErrorCode train_models(PPOFusedTrain *fz, Trainer *tr[2], const PPOO
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(r->B, &perm));
   for (int x = 0; x < nm; x++) {
-    mb[x] = (MiniBatch){o, r, pb, NULL, {0, 0, 1, 0}, 0.0f, kl_coef, {0, 0, 0, 0}, NULL, NULL};
+    mb[x] = (MiniBatch){o, r, pb, NULL, {0, 0, 1, 0}, 0, 0, kl_coef, {0, 0, 0, 0}, NULL, NULL};
     w[x]  = (TrainWork){tr[x]->dm->cfg.head == GPT_HEAD_LM ? actor_forward : critic_forward, model_backward, &mb[x], mb[x].acc, 4};
     trainer_split(tr[x], nmb, PetscMax(1, nmb / (int)o->microbatches), &mb[x].split);
     PetscCall(PetscMalloc2((size_t)nmb * r->T, &mb[x].target, (size_t)nmb * r->T, &mb[x].grad));
@@ -181,7 +187,8 @@ static PetscErrorCode train_models(PPOFusedTrain *fz, Trainer *tr[2], const PPOO
       for (int i = 0; i < nmb; i++) ntok += r->len[all[i]];
       for (int x = 0; x < nm; x++) {
         mb[x].rows = all;
-        mb[x].w    = ntok > 0 ? 1.0f / (float)ntok : 0.0f;
+        mb[x].ntok = ntok;
+        mb[x].nseq = nmb;
         PetscCall(PetscArrayzero(mb[x].acc, 4));
       }
       if (fz) PetscCall(ppo_fused_train_pass(fz, tr, sp, wp));

@@ -167,7 +167,8 @@ static PetscErrorCode take_score(Rollout *r, const PPOOptions *o, const PackBuf 
   for (int i = 0; i < nb; i++) {
     int b = idx[i];
     r->score[b] = pb->val[i * Tf + r->start[b] + r->len[b] - 1];
-    r->final[b] = (float)rl_final_score(r->score[b], r->gen.eos[b], o->reward_clip, o->truncation_penalty);
+    r->final[b] = (float)(rl_final_score(r->score[b], r->gen.eos[b], o->reward_clip, o->truncation_penalty) +
+                          rl_overlong_penalty(r->len[b], (int)o->gen.max_new_tokens, (int)o->overlong_buffer, o->overlong_penalty));
   }
   return PETSC_SUCCESS;
 }
@@ -219,14 +220,15 @@ PetscErrorCode rollout_infer_rows(GPT *m, RolloutInfer kind, Rollout *r, const P
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* GRPO: one advantage per sequence, on each of its response tokens. */
+/* GRPO (Dr. GRPO without -grpo_scale_std): one advantage per sequence, on
+ * each of its response tokens. */
 static PetscErrorCode rollout_group_advantages(Rollout *r, const PPOOptions *o)
 {
   float *seq;
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(r->B, &seq));
-  rl_grpo_advantages(r->B, (int)o->group, r->final, 1e-6, seq);
+  rl_grpo_advantages(r->B, (int)o->group, r->final, 1e-6, o->scale_std, seq);
   PetscCall(PetscArrayzero(r->adv, (size_t)r->B * r->T));
   PetscCall(PetscArrayzero(r->ret, (size_t)r->B * r->T));
   for (int b = 0; b < r->B; b++)

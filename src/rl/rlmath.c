@@ -84,7 +84,7 @@ void rl_whiten(int B, int T, const int *start, const int *len, float *x, double 
   if (std) *std = sd;
 }
 
-double rl_policy_loss(size_t n, const float *logp, const float *old, const float *adv, const float *w, double eps, float *dlogp, double *clipfrac)
+double rl_policy_loss(size_t n, const float *logp, const float *old, const float *adv, const float *w, double eps_low, double eps_high, float *dlogp, double *clipfrac)
 {
   double loss = 0, cf = 0;
 
@@ -93,7 +93,7 @@ double rl_policy_loss(size_t n, const float *logp, const float *old, const float
     dlogp[i] = 0;
     if (wi == 0) continue;
     double rho = exp((double)logp[i] - (double)old[i]), A = adv[i];
-    double unclipped = -A * rho, clipped = -A * clampd(rho, 1 - eps, 1 + eps);
+    double unclipped = -A * rho, clipped = -A * clampd(rho, 1 - eps_low, 1 + eps_high);
     if (unclipped >= clipped) { /* ties take the unclipped branch's gradient */
       loss += wi * unclipped;
       dlogp[i] = (float)(wi * unclipped); /* d(-A*rho)/dlogp = -A*rho */
@@ -134,23 +134,28 @@ double rl_value_loss(size_t n, const float *v, const float *v_old, const float *
   return loss;
 }
 
-double rl_kl_loss(size_t n, const float *logp, const float *ref, const float *w, double coef, float *dlogp)
+double rl_kl_loss(size_t n, const float *logp, const float *ref, const float *w, double coef, RLKLEstimator est, float *dlogp)
 {
   double loss = 0;
 
   for (size_t i = 0; i < n; i++) {
     double wi = w[i];
     if (wi == 0) continue;
-    double x = (double)ref[i] - (double)logp[i], e = exp(x);
-    loss += wi * coef * (e - x - 1);
-    dlogp[i] = (float)((double)dlogp[i] + wi * coef * (1 - e)); /* d/dlogp of e^x - x = -e^x + 1 */
+    double x = (double)ref[i] - (double)logp[i], k, d; /* x = log(ref/pi); d = d k / d logp */
+    switch (est) {
+    case RL_KL_K1: k = -x, d = 1; break;
+    case RL_KL_K2: k = 0.5 * x * x, d = -x; break;
+    default: k = exp(x) - x - 1, d = 1 - exp(x); break; /* k3 */
+    }
+    loss += wi * coef * k;
+    dlogp[i] = (float)((double)dlogp[i] + wi * coef * d);
   }
   return loss;
 }
 
 /* A trailing partial group (nseq not a multiple of k) is normalised on its
  * own; a group of one sample has no spread and gets advantage 0. */
-void rl_grpo_advantages(int nseq, int k, const float *score, double eps, float *adv)
+void rl_grpo_advantages(int nseq, int k, const float *score, double eps, int scale_std, float *adv)
 {
   for (int g = 0; g < nseq; g += k) {
     int    m   = nseq - g < k ? nseq - g : k;
@@ -159,8 +164,29 @@ void rl_grpo_advantages(int nseq, int k, const float *score, double eps, float *
     mean = sum / m;
     for (int j = 0; j < m; j++) ss += ((double)score[g + j] - mean) * ((double)score[g + j] - mean);
     sd = m > 1 ? sqrt(ss / (m - 1)) : 0;
-    for (int j = 0; j < m; j++) adv[g + j] = m > 1 ? (float)(((double)score[g + j] - mean) / (sd + eps)) : 0.0f;
+    for (int j = 0; j < m; j++) {
+      double a = (double)score[g + j] - mean;
+      adv[g + j] = m > 1 ? (float)(scale_std ? a / (sd + eps) : a) : 0.0f;
+    }
   }
+}
+
+double rl_token_weight(RLLossAgg agg, int ntok, int nseq, int len, int max_len)
+{
+  switch (agg) {
+  case RL_AGG_SEQ_MEAN: return nseq > 0 && len > 0 ? 1.0 / ((double)nseq * len) : 0.0;
+  case RL_AGG_SEQ_SUM_NORM: return nseq > 0 && max_len > 0 ? 1.0 / ((double)nseq * max_len) : 0.0;
+  default: return ntok > 0 ? 1.0 / ntok : 0.0; /* token mean */
+  }
+}
+
+double rl_overlong_penalty(int len, int max_len, int buffer, double factor)
+{
+  int soft = max_len - buffer; /* responses longer than this pay */
+
+  if (buffer <= 0 || factor <= 0 || len <= soft) return 0.0;
+  if (len > max_len) return -factor;
+  return factor * (double)(soft - len) / buffer;
 }
 
 /* The returns are summed in double in position order. A trailing partial
