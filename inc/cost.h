@@ -71,7 +71,7 @@ PetscErrorCode cost_prims_destroy(CostPrims *p);
 /* What one PPO/GRPO iteration does, independent of the plan. */
 typedef struct {
   CostShape actor, critic, ref, reward;
-  PetscBool critic_free;    /* GRPO and RLOO: no critic calls */
+  PetscBool critic_free;    /* GRPO, RLOO, REINFORCE++: no critic calls */
   int       batch;          /* rollout sequences per iteration */
   int       prompt_len;     /* the longest prompt (memory); every prompt's length when plen is NULL */
   int       max_new;        /* generation limit */
@@ -147,7 +147,7 @@ double cost_flops(const CostShape *m, CostPart part, CostPhase ph, double rows, 
 typedef struct {
   int       batch, max_new, minibatches, micro, epochs, gen_slots;
   int       prompt_len;     /* the longest prompt: the task's, or a prompts file's */
-  PetscBool critic_free;    /* -algo grpo or rloo */
+  PetscBool critic_free;    /* a critic-free -algo (grpo, rloo, reinforce_pp) */
   long long seed;           /* -seed: keys the drawn lengths */
   GPTConfig cfg[4];         /* actor, critic, reference, reward (critic unused when critic_free) */
   char      shapes_from[2 * PETSC_MAX_PATH_LEN + 64]; /* where cfg came from, for messages */

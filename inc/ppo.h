@@ -1,4 +1,4 @@
-/* ppo: PPO, GRPO and RLOO (-mode ppo, the third stage of -mode pipeline):
+/* ppo: PPO, GRPO, RLOO and REINFORCE++ (-mode ppo, the third stage of -mode pipeline):
  * the options, the checks before any work and the run. The rollouts (the
  * generation and inference calls, fused or not), the iteration graph and
  * the training passes are internal to src/ppo (src/ppo/ppo_impl.h). */
@@ -12,7 +12,8 @@
 #include "gen.h"
 #include "cost.h"
 
-typedef enum { ALGO_PPO = 0, ALGO_GRPO = 1, ALGO_RLOO = 2 } PPOAlgo; /* GRPO and RLOO have no critic */
+typedef enum { ALGO_PPO = 0, ALGO_GRPO = 1, ALGO_RLOO = 2, ALGO_REINFORCE_PP = 3 } PPOAlgo; /* only PPO has a critic */
+typedef enum { KL_IN_AUTO = 0, KL_IN_REWARD = 1, KL_IN_LOSS = 2 } PPOKLIn;             /* auto: loss for GRPO, reward otherwise */
 typedef enum { CRITIC_FROM_REWARD = 0, CRITIC_FROM_ACTOR = 1 } CriticInit;
 
 typedef struct {
@@ -22,6 +23,7 @@ typedef struct {
   PetscReal   kl_coef, kl_target, kl_horizon, gamma, lambda, clip, value_clip, reward_clip, truncation_penalty;
   PetscReal   clip_low, clip_high;           /* the policy ratio's clip range [1 - low, 1 + high] (default -ppo_clip both) */
   PetscInt    loss_agg, kl_estimator;        /* RLLossAgg, RLKLEstimator (inc/rl.h) */
+  PetscInt    kl_in;                         /* PPOKLIn: where the KL to the reference enters */
   PetscInt    overlong_buffer;               /* DAPO's overlong shaping: the last tokens before max_new_tokens that pay */
   PetscReal   overlong_penalty;              /* its penalty at max_new_tokens */
   PetscBool   whiten, dump_rollouts, scale_std; /* scale_std: GRPO divides by the group's std (false: Dr. GRPO) */
@@ -34,6 +36,9 @@ typedef struct {
   TrainSched  sched; /* of the actor's and critic's training passes (-train_schedule) */
   char        fuse_schedule[PETSC_MAX_PATH_LEN]; /* -fuse_train_schedule: the fused schedule file ("" : searched) */
 } PPOOptions;
+
+/* Whether the KL to the reference is a loss term (else a reward penalty). */
+static inline PetscBool ppo_kl_as_loss(const PPOOptions *o) { return o->kl_in == KL_IN_LOSS || (o->kl_in == KL_IN_AUTO && o->algo == ALGO_GRPO) ? PETSC_TRUE : PETSC_FALSE; }
 
 /* Reads PPO's options; job: the lifecycle options read once (inc/train.h). */
 PetscErrorCode ppo_options(const TrainJobOptions *job, PPOOptions *o);

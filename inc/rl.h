@@ -24,6 +24,12 @@ double rl_final_score(double rm_score, int eos, double clip, double truncation_p
 /* GAE: delta_t = r_t + gamma*V_{t+1} - V_t, A_t = delta_t + gamma*lambda*A_{t+1},
  * with V and A zero after the last response token; returns = A + V. */
 void rl_gae(int B, int T, const int *start, const int *len, const float *rewards, const float *values, double gamma, double lambda, float *adv, float *ret);
+/* Reward-to-go: ret_t = sum_{t' >= t} gamma^(t'-t) r_t' over the response
+ * (REINFORCE's return; GAE with V = 0 and lambda 1), 0 outside it. */
+void rl_returns(int B, int T, const int *start, const int *len, const float *rewards, double gamma, float *ret);
+/* out[i] = score[i] - the mean of its group of k consecutive samples (a
+ * trailing partial group is its own); out may be score. */
+void rl_group_baseline(int nseq, int k, const float *score, float *out);
 /* Whitening over all response tokens of the batch: x = (x - mean)/(std + 1e-8),
  * std the population standard deviation (sums in double, fixed order).
  * *mean and *std (may be NULL) get the statistics before whitening. */

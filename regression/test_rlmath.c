@@ -227,6 +227,27 @@ static void test_kl_loss(void)
   check_array("kl loss (k2): gradient coef*w*log(pi/ref)", 3, g2, want2, 1e-6);
 }
 
+static void test_returns_baseline(void)
+{
+  /* B 2 rows of T 5. Row 0: start 1 len 3, rewards [.5 -1 2] (positions 1..3);
+   * gamma .9: ret_3 = 2, ret_2 = -1 + .9*2 = .8, ret_1 = .5 + .9*.8 = 1.22.
+   * Row 1: start 0 len 2, rewards [1 1]: ret_1 = 1, ret_0 = 1 + .9 = 1.9.
+   * Positions outside the responses (rewards 7 there) are written 0. */
+  const int    start[2] = {1, 0}, len[2] = {3, 2};
+  const float  rw[10] = {7, 0.5f, -1, 2, 7, 1, 1, 7, 7, 7};
+  float        ret[10];
+  const double want[10] = {0, 1.22, 0.8, 2, 0, 1.9, 1, 0, 0, 0};
+  for (int i = 0; i < 10; i++) ret[i] = NAN;
+  rl_returns(2, 5, start, len, rw, 0.9, ret);
+  check_array("returns: reward-to-go with gamma .9 by hand, 0 outside the responses", 10, ret, want, 1e-6);
+
+  /* groups of 3 of [1 2 6 | 4 0]: means 3 and 2 -> [-2 -1 3 | 2 -2] */
+  float        sc[5] = {1, 2, 6, 4, 0}, out[5];
+  const double wb[5] = {-2, -1, 3, 2, -2};
+  rl_group_baseline(5, 3, sc, out);
+  check_array("group baseline: score less its group's mean (a trailing group of 2 on its own)", 5, out, wb, 1e-7);
+}
+
 static void test_weights_overlong(void)
 {
   /* a mini-batch of 2 sequences of 3 and 7 tokens (10 in all), max_len 8:
@@ -457,6 +478,7 @@ int main(int argc, char **argv)
   test_value_loss();
   test_kl_loss();
   test_weights_overlong();
+  test_returns_baseline();
   test_grpo();
   test_rloo();
   test_rm_loss();

@@ -2,10 +2,11 @@
 # and arithmetic (checked independently in numpy), the held-out evaluation in
 # run.h5, bit-exact restart, micro-batch invariance, the same weights under
 # the GPipe and 1F1B training schedules, Dr. GRPO with DAPO's clip-higher and
-# overlong shaping on 1 and 2 ranks, the NaN stop, and bad input (the
+# overlong shaping on 1 and 2 ranks, REINFORCE++ (its advantages recomputed in
+# numpy), the KL moved between reward and loss, the NaN stop, and bad input (the
 # pipeline's later stages checked before SFT starts).
 . regression/lib.sh
-plan 40
+plan 43
 d="$RLFUSE_TMP/rlhf"; mkdir -p $d
 ppo_deck=regression/decks/rlhf_tiny.deck
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture"
@@ -126,6 +127,48 @@ check "Dr. GRPO + clip-higher + overlong shaping + k1 KL: 4 iterations, other ac
 "$MPIEXEC" $MPIEXEC_FLAGS -n 2 env OMP_NUM_THREADS=1 "$BIN/rlfuse" -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 \
   $V -output_dir $d/drgrpo2 >$d/drgrpo2.log 2>&1 || { not_ok "Dr. GRPO on 2 ranks"; tail -3 $d/drgrpo2.log; }
 check "  ... on 2 ranks (dp 2) as on 1 (tools/ckpt_diff.py, 1e-4)" "$PYTHON" tools/ckpt_diff.py $d/drgrpo/final.h5 $d/drgrpo2/final.h5
+# REINFORCE++ with a group-mean baseline: no critic; its advantages are the whitened reward-to-go
+# of the rewards (the score less its group's mean on the last token, the KL penalty on every one)
+ppo -output_dir $d/rpp -algo reinforce_pp -grpo_group 4 -dump_rollouts >$d/rpp.log 2>&1 || { not_ok "REINFORCE++ run"; tail -3 $d/rpp.log; }
+check "REINFORCE++ trains without a critic" bash -c "grep -q '^iter    4/4' $d/rpp.log && ! h5ls $d/rpp/final.h5/critic >/dev/null 2>&1"
+"$PYTHON" - $d/rpp <<'PY' && ok "REINFORCE++: rewards, returns and advantages recomputed in numpy (4 iterations)" || not_ok "REINFORCE++ arithmetic"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1] + "/rollouts.h5", "r") as f:
+    for k in range(4):
+        g = f[f"iter_{k}"]
+        beta = float(g.attrs["kl_coef"])
+        P, R = g["prompt_lengths"][()].ravel(), g["response_lengths"][()].ravel()
+        lp, ref = g["logprobs"][()].astype(np.float64), g["ref_logprobs"][()].astype(np.float64)
+        eos = g["eos"][()].ravel()
+        sc = np.where(eos != 0, np.clip(g["scores"][()].ravel().astype(np.float64), -5, 5), -1.0)  # -ppo_reward_clip 5, -ppo_truncation_penalty -1
+        B, T = lp.shape
+        base = sc - np.repeat(sc.reshape(-1, 4).mean(1), 4)
+        rew = np.zeros((B, T)); ret = np.zeros((B, T)); mask = np.zeros((B, T), bool)
+        for b in range(B):
+            s, e = P[b], P[b] + R[b]
+            mask[b, s:e] = True
+            rew[b, s:e] = -beta * (lp[b, s:e] - ref[b, s:e])
+            rew[b, e - 1] += base[b]
+            ret[b, s:e] = np.cumsum(rew[b, s:e][::-1])[::-1]
+        m, sd = ret[mask].mean(), ret[mask].std()
+        adv = np.where(mask, (ret - m) / (sd + 1e-8), 0)
+        assert np.allclose(g["rewards"][()], rew, atol=1e-5), k
+        assert np.allclose(g["returns"][()], ret, atol=1e-4), k
+        assert np.allclose(g["advantages"][()], adv, atol=1e-4), k
+PY
+# the KL's place: a loss term for PPO, a reward penalty for GRPO; either changes the run
+ppo -output_dir $d/ppo_klloss -ppo_kl_in loss -ppo_kl_estimator k3 -dump_rollouts >$d/ppo_klloss.log 2>&1 || { not_ok "PPO with the KL as a loss"; tail -3 $d/ppo_klloss.log; }
+ppo -output_dir $d/grpo_klrew -algo grpo -grpo_group 4 -ppo_kl_in reward >$d/grpo_klrew.log 2>&1 || { not_ok "GRPO with the KL in the reward"; tail -3 $d/grpo_klrew.log; }
+check "-ppo_kl_in: PPO with a KL loss has a kl_loss metric and no KL in its rewards; GRPO with a KL reward penalty has other weights than GRPO's" "$PYTHON" -c "
+import h5py, numpy as np
+m = h5py.File('$d/ppo_klloss/run.h5', 'r')['metrics']
+assert (m['kl_loss'][()] != 0).all(), m['kl_loss'][()]
+g = h5py.File('$d/ppo_klloss/rollouts.h5', 'r')['iter_1']
+rw, P, R = g['rewards'][()], g['prompt_lengths'][()].ravel(), g['response_lengths'][()].ravel()
+for b in range(len(P)):
+    assert (rw[b, :P[b] + R[b] - 1] == 0).all() and rw[b, P[b] + R[b] - 1] != 0, b  # the score alone, on the last token
+import subprocess
+assert subprocess.run(['h5diff', '-q', '$d/grpo/final.h5', '$d/grpo_klrew/final.h5', '/actor', '/actor']).returncode != 0"
 # a diverging run stops naming the iteration and the quantity; earlier checkpoints stay readable
 ppo -output_dir $d/nan -actor_lr 1e30 -actor_grad_clip 0 -checkpoint_every 1 -ppo_minibatches 1 -ppo_microbatches 1 >$d/nan.log 2>&1 && not_ok "NaN run should fail"
 # (with lr 1e30 the run may first meet NaN logits in iteration 2's generation;

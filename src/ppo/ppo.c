@@ -9,7 +9,8 @@
 #include "search.h"
 #include <math.h>
 
-static const char *const algo_names[]   = {"ppo", "grpo", "rloo", "PPOAlgo", "ALGO_", NULL};
+static const char *const algo_names[]   = {"ppo", "grpo", "rloo", "reinforce_pp", "PPOAlgo", "ALGO_", NULL};
+static const char *const kl_in_names[]  = {"auto", "reward", "loss", "PPOKLIn", "KL_IN_", NULL};
 static const char *const agg_names[]    = {"token_mean", "seq_mean", "seq_sum_norm", "RLLossAgg", "RL_AGG_", NULL};
 static const char *const kl_est_names[] = {"k1", "k2", "k3", "RLKLEstimator", "RL_KL_", NULL};
 static const char *const critic_names[] = {"reward", "actor", "CriticInit", "CRITIC_FROM_", NULL};
@@ -22,7 +23,7 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   PetscCall(PetscStrncpy(o->prompts, "builtin", sizeof o->prompts));
   o->actor_ckpt[0] = o->reference_ckpt[0] = o->reward_ckpt[0] = o->restart[0] = '\0';
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "PPO / GRPO", NULL);
-  RfOptEnum("-algo", "ppo (actor + critic, GAE), grpo (critic-free, group-normalised scores) or rloo (critic-free, leave-one-out baseline)", algo_names, 3, &o->algo);
+  RfOptEnum("-algo", "ppo (actor + critic, GAE), grpo (critic-free, group-normalised scores), rloo (critic-free, leave-one-out baseline) or reinforce_pp (REINFORCE++ with a group-mean baseline: critic-free, returns whitened over the batch)", algo_names, 4, &o->algo);
   RfOptInt("-rollout_batch", "Responses generated per iteration", 64, &o->rollout_batch);
   RfOptString("-actor_checkpoint", "SFT checkpoint (role policy) that starts the actor", o->actor_ckpt, sizeof o->actor_ckpt);
   RfOptString("-reference_checkpoint", "Checkpoint (role policy) of the frozen reference (default: -actor_checkpoint)", o->reference_ckpt, sizeof o->reference_ckpt);
@@ -39,7 +40,7 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptInt("-minibatches", "Mini-batches per epoch (one optimizer step each); must divide -rollout_batch", 4, &o->minibatches);
   RfOptInt("-microbatches", "Micro-batches per mini-batch (gradient accumulation); must divide the mini-batch", 1, &o->microbatches);
   RfOptInt("-epochs", "Passes over each rollout", 1, &o->epochs);
-  RfOptReal("-kl_coef", "beta: per-token KL penalty in the reward (PPO, RLOO) or KL loss coefficient (GRPO)", 0.05, &o->kl_coef);
+  RfOptReal("-kl_coef", "beta: the KL's coefficient, in the rewards or in the loss (-ppo_kl_in)", 0.05, &o->kl_coef);
   RfOptReal("-kl_target", "Adaptive KL controller's target KL per sequence (0: fixed -ppo_kl_coef)", 0.0, &o->kl_target);
   RfOptReal("-kl_horizon", "Adaptive KL controller's horizon, in samples", 10000.0, &o->kl_horizon);
   RfOptReal("-gamma", "Discount of GAE", 1.0, &o->gamma);
@@ -50,7 +51,9 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   o->loss_agg     = RL_AGG_TOKEN_MEAN;
   o->kl_estimator = RL_KL_K3;
   RfOptEnum("-loss_agg", "How the policy loss weighs tokens in a mini-batch: token_mean (every token alike), seq_mean (each sequence's token mean, averaged), seq_sum_norm (each sequence's token sum over -gen_max_new_tokens: Dr. GRPO)", agg_names, 3, &o->loss_agg);
-  RfOptEnum("-kl_estimator", "Estimator of KL(policy||reference) in GRPO's KL loss: k1 (log ratio), k2 (half its square), k3 (exp(-r) + r - 1)", kl_est_names, 3, &o->kl_estimator);
+  o->kl_in = KL_IN_AUTO;
+  RfOptEnum("-kl_in", "Where the KL to the reference enters: reward (a per-token penalty in the rewards, k1), loss (a loss term with -ppo_kl_estimator), auto (loss for GRPO, reward otherwise)", kl_in_names, 3, &o->kl_in);
+  RfOptEnum("-kl_estimator", "Estimator of KL(policy||reference) in the KL loss (-ppo_kl_in loss): k1 (log ratio), k2 (half its square), k3 (exp(-r) + r - 1)", kl_est_names, 3, &o->kl_estimator);
   RfOptInt("-overlong_buffer", "DAPO's overlong reward shaping: a response longer than -gen_max_new_tokens minus this pays a penalty rising linearly to -ppo_overlong_penalty (0: off)", 0, &o->overlong_buffer);
   RfOptReal("-overlong_penalty", "The overlong shaping's penalty at -gen_max_new_tokens", 1.0, &o->overlong_penalty);
   RfOptReal("-value_clip", "Value clip around the old values (0: none)", 0.2, &o->value_clip);
@@ -61,7 +64,7 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptInt("-eval_prompts", "Held-out prompts in each evaluation (built-in task)", 256, &o->eval_prompts);
   PetscOptionsEnd();
   PetscOptionsBegin(PETSC_COMM_WORLD, "grpo_", "GRPO", NULL);
-  RfOptInt("-group", "Samples per prompt (-algo grpo, and the k of -algo rloo); must divide -rollout_batch", 4, &o->group);
+  RfOptInt("-group", "Samples per prompt (-algo grpo, the k of rloo, the baseline's group of reinforce_pp); must divide -rollout_batch", 4, &o->group);
   RfOptBool("-scale_std", "Divide a GRPO advantage by its group's standard deviation (false: Dr. GRPO, only the mean subtracted)", PETSC_TRUE, &o->scale_std);
   PetscOptionsEnd();
   PetscCall(adamw_set_from_options("actor_", &o->actor_opt));

@@ -59,7 +59,7 @@ typedef struct {
 typedef struct {
   const Plan *plan;
   DModel      actor, actor_gen, critic, critic_inf, reference, reward;
-  PetscBool   has_critic;             /* PPO (GRPO and RLOO have none) */
+  PetscBool   has_critic;             /* PPO (the critic-free algorithms have none) */
   PetscBool   gen_copy, critic_copy;  /* actor_gen / critic_inf are copies */
   PetscBool   gen_drop, critic_drop;  /* the copy is dropped after its call */
   PetscBool   offload_ref, offload_rew; /* frozen models kept in host memory between calls */

@@ -101,7 +101,7 @@ static PetscErrorCode actor_forward(void *ctx, GPT *actor, int k)
     align_row(r, pb, idx[i], pb->lp, i, Tf, wa);
     mb->acc[0] += rl_policy_loss(T, pb->al, r->gen.logprobs + off, r->adv + off, pb->w, mb->o->clip_low, mb->o->clip_high, pb->dal, &cf);
     mb->acc[1] += wa > 0 ? cf / wa * wt : 0; /* the clipped tokens' share of the mini-batch's tokens */
-    if (mb->o->algo == ALGO_GRPO) mb->acc[3] += rl_kl_loss(T, pb->al, r->ref + off, pb->w, mb->kl_coef, (RLKLEstimator)mb->o->kl_estimator, pb->dal);
+    if (ppo_kl_as_loss(mb->o)) mb->acc[3] += rl_kl_loss(T, pb->al, r->ref + off, pb->w, mb->kl_coef, (RLKLEstimator)mb->o->kl_estimator, pb->dal);
     unalign_row(r, pb, idx[i], i, Tf, grad);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
