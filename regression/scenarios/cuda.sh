@@ -15,8 +15,9 @@
 # Without a GPU (bin/test_cuda -probe says why) only the checks that need
 # none run: -precision bf16 with -device cpu, and -device cuda without a
 # device, each one line before any output; the rest is one skip line
-# (a failure with RLFUSE_REQUIRE_CUDA=1). Plan: 3 checks without a GPU, 9
-# with one.
+# (a failure with RLFUSE_REQUIRE_CUDA=1), and the tools that carry a build
+# to a GPU machine are checked as far as they run here. Plan: 6 checks
+# without a GPU, 9 with one.
 . regression/lib.sh
 d="$RLFUSE_TMP/cuda"; mkdir -p $d
 
@@ -37,8 +38,20 @@ probe=$("$BIN/test_cuda" -probe 2>&1)
 if ! printf '%s\n' "$probe" | grep -q '^# cuda: '; then
   why=$(printf '%s\n' "$probe" | sed -n 's/^# skip: //p' | head -1)
   [ -n "$why" ] || why="bin/test_cuda -probe answered: $(printf '%s' "$probe" | head -1)"
-  plan 3
+  plan 6
   one_line_error "-device cuda without a usable device is refused" "-device cuda" -device cuda
+  # what carries a build to a GPU machine (docs/benchmarks.md, "GPU checklist"), as far as it runs here
+  if ldd "$BIN/rlfuse" 2>/dev/null | grep -q libcudart; then
+    if XZ_OPT=-0 bash tools/gpu_bundle.sh $d/bundle >$d/bundle.log 2>&1; then ok "tools/gpu_bundle.sh packs the programs, mpiexec, h5diff and libraries ($(tail -1 $d/bundle.log | sed 's/^# gpu_bundle: [^:]*: //'))"
+    else not_ok "tools/gpu_bundle.sh failed: $(tail -2 $d/bundle.log)"; fi
+    bash -c '. tools/gpu_bundle.sh && gpu_bundle_use "$1" && "$MPIEXEC" -n 2 "$BIN/test_nccl" && "$BIN/rlfuse" -help | grep -c "Decks are PETSc options files"; gpu_bundle_cleanup' _ $d/bundle >$d/bundle_use.log 2>&1
+    check "a bundle's programs run from its wrappers: test_nccl on 2 ranks through the bundle's mpiexec, and rlfuse -help" \
+      bash -c "grep -q '^0 passed, 0 failed, 1 skipped' $d/bundle_use.log && [ \"\$(tail -1 $d/bundle_use.log)\" = 1 ]"
+  else
+    skip "tools/gpu_bundle.sh: built without CUDA (it carries CUDA builds only)"
+    skip "a bundle's programs: built without CUDA"
+  fi
+  check "tools/gpu_checklist.sh without a GPU: one line, exit 0" bash -c '[ "$(bash tools/gpu_checklist.sh 2>&1 | grep -c .)" = 1 ]'
   if [ "${RLFUSE_REQUIRE_CUDA:-0}" = 1 ]; then not_ok "cuda scenario: no usable CUDA device but RLFUSE_REQUIRE_CUDA=1 ($why)"
   else skip "cuda scenario: no CUDA device ($why)"; fi
   finish
