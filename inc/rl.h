@@ -27,9 +27,6 @@ void rl_gae(int B, int T, const int *start, const int *len, const float *rewards
 /* Reward-to-go: ret_t = sum_{t' >= t} gamma^(t'-t) r_t' over the response
  * (REINFORCE's return; GAE with V = 0 and lambda 1), 0 outside it. */
 void rl_returns(int B, int T, const int *start, const int *len, const float *rewards, double gamma, float *ret);
-/* out[i] = score[i] - the mean of its group of k consecutive samples (a
- * trailing partial group is its own); out may be score. */
-void rl_group_baseline(int nseq, int k, const float *score, float *out);
 /* Whitening over all response tokens of the batch: x = (x - mean)/(std + 1e-8),
  * std the population standard deviation (sums in double, fixed order).
  * *mean and *std (may be NULL) get the statistics before whitening. */

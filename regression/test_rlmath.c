@@ -244,7 +244,7 @@ static void test_returns_baseline(void)
   /* groups of 3 of [1 2 6 | 4 0]: means 3 and 2 -> [-2 -1 3 | 2 -2] */
   float        sc[5] = {1, 2, 6, 4, 0}, out[5];
   const double wb[5] = {-2, -1, 3, 2, -2};
-  rl_group_baseline(5, 3, sc, out);
+  rl_grpo_advantages(5, 3, sc, 0.0, 0, out); /* REINFORCE++'s baseline: GRPO's advantages without the std */
   check_array("group baseline: score less its group's mean (a trailing group of 2 on its own)", 5, out, wb, 1e-7);
 }
 

@@ -48,27 +48,30 @@ if has suite; then
 fi
 
 if has sanitize; then
+  : >"$OUT_DIR/sanitize.log"
+  # sanitize TOOL PROGRAM ARGS...: one program under one tool, its output to
+  # sanitize.log and one ok/not ok line to both; a reported error, a failing
+  # check or a timeout fails the part
+  sanitize() {
+    local tool=$1 out rc line; shift
+    out=$(timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool "$tool" --error-exitcode 86 "$@" 2>&1); rc=$?
+    printf '%s\n' "$out" >>"$OUT_DIR/sanitize.log"
+    if [ $rc = 0 ]; then line="ok - compute-sanitizer $tool ${*##*/}: $(printf '%s\n' "$out" | grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' | sed 's/^=* *//')"
+    else
+      line="not ok - compute-sanitizer $tool ${*##*/}: exit $rc$([ $rc = 124 ] && echo " (timed out)"); $(printf '%s\n' "$out" | grep -m1 -E 'ERROR SUMMARY|Invalid|Race|not ok' | cut -c1-200)"
+      fail=1
+    fi
+    echo "$line" | tee -a "$OUT_DIR/sanitize.log"
+  }
   if ! command -v compute-sanitizer >/dev/null; then
-    echo "# gpu_checklist: compute-sanitizer not on the PATH: sanitize not run" | tee "$OUT_DIR/sanitize.log"
+    echo "not ok - compute-sanitizer not on the PATH: sanitize not run" | tee -a "$OUT_DIR/sanitize.log"
     fail=1
   else
-    : >"$OUT_DIR/sanitize.log"
-    # sanitize TOOL PROGRAM ARGS...: one program under one tool; a report of
-    # an error, a failing check or a timeout fails the part
-    sanitize() {
-      local tool=$1 out rc; shift
-      out=$(timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool "$tool" --error-exitcode 86 "$@" 2>&1); rc=$?
-      printf '%s\n' "$out" >>"$OUT_DIR/sanitize.log"
-      if [ $rc = 0 ]; then echo "ok - compute-sanitizer $tool ${*##*/}: $(printf '%s\n' "$out" | grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' | sed 's/^=* *//')"
-      else echo "not ok - compute-sanitizer $tool ${*##*/}: exit $rc$([ $rc = 124 ] && echo " (timed out)"); $(printf '%s\n' "$out" | grep -m1 -E 'ERROR SUMMARY|Invalid|Race|not ok' | cut -c1-200)"; fail=1; fi
-    }
     sanitize memcheck "$BIN/test_golden" regression/golden cuda fp32
     sanitize memcheck "$BIN/test_golden" regression/golden cuda bf16
     sanitize racecheck "$BIN/test_golden" regression/golden cuda fp32
     sanitize memcheck "$BIN/test_cuda"
-  fi 2>&1 | tee -a "$OUT_DIR/sanitize.log.summary"
-  grep -q '^not ok' "$OUT_DIR/sanitize.log.summary" && fail=1
-  cat "$OUT_DIR/sanitize.log.summary" >>"$OUT_DIR/sanitize.log" && rm -f "$OUT_DIR/sanitize.log.summary"
+  fi
 fi
 
 if has bench; then

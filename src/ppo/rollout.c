@@ -262,7 +262,7 @@ PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coe
     float *base;
 
     PetscCall(PetscMalloc1(r->B, &base));
-    rl_group_baseline(r->B, (int)o->group, r->final, base);
+    rl_grpo_advantages(r->B, (int)o->group, r->final, 0.0, 0, base); /* without the std: score less its group's mean */
     rl_kl_rewards(r->B, r->T, r->start, r->len, r->gen.logprobs, r->ref, base, kr, r->rewards);
     PetscCall(PetscFree(base));
     rl_returns(r->B, r->T, r->start, r->len, r->rewards, o->gamma, r->ret);

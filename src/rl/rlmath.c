@@ -71,16 +71,6 @@ void rl_returns(int B, int T, const int *start, const int *len, const float *rew
   }
 }
 
-void rl_group_baseline(int nseq, int k, const float *score, float *out)
-{
-  for (int g = 0; g < nseq; g += k) {
-    int    m   = nseq - g < k ? nseq - g : k;
-    double sum = 0;
-    for (int j = 0; j < m; j++) sum += score[g + j];
-    for (int j = 0; j < m; j++) out[g + j] = (float)((double)score[g + j] - sum / m);
-  }
-}
-
 void rl_whiten(int B, int T, const int *start, const int *len, float *x, double *mean, double *std)
 {
   double sum = 0, ss = 0, m = 0, sd = 0;
