@@ -3,12 +3,20 @@
  * path used by generation.
  *
  * Training. q, k, v (and dout) are first permuted from the token-major qkv
- * [B,T,3C] into head-major [B,NH,T,hs] in scratch, so that every (b,h) pair
- * is one matrix at a fixed stride and each product is a single
- * cublasGemmStridedBatchedEx call over the B*NH pairs. In fp32 precision the
- * GEMMs use CUBLAS_COMPUTE_32F_PEDANTIC: true fp32 whatever math mode the
- * handle is in (TF32 would lose ~3 digits against the CPU). In bf16
- * precision their operands are bf16, as the linear layers' are (q, k, v and
+ * [B,T,C+2Ckv] into head-major [B,NH,T,hs] (q, dout) and [B,NKV,T,hs] (k, v)
+ * in scratch. Grouped-query attention (NKV kv heads, each shared by the
+ * grp = NH/NKV query heads h = kh*grp .. kh*grp+grp-1, which are contiguous)
+ * then needs no copies of k and v: the group's queries are one [grp*T, hs]
+ * matrix in head-major q, its rows of att one [grp*T, T] matrix, so every
+ * (b, kv head) unit is one product at a fixed stride and each product is a
+ * single cublasGemmStridedBatchedEx call over the B*NKV units. The group's
+ * query heads meet in dK = dS^T Q and dV = P^T dO as the grp*T terms of one
+ * GEMM's inner dimension: summed by cuBLAS, deterministically, with no
+ * second pass. NKV = NH is the plain case (grp 1, units = (b,h) pairs): the
+ * same products as before GQA. In fp32 precision the GEMMs use
+ * CUBLAS_COMPUTE_32F_PEDANTIC: true fp32 whatever math mode the handle is
+ * in (TF32 would lose ~3 digits against the CPU). In bf16 precision their
+ * operands are bf16, as the linear layers' are (q, k, v and
  * dout permuted straight into bf16; the softmax kernels write bf16 copies
  * of P and dS beside the fp32 ones), accumulated and stored in fp32: P, dS
  * and the outputs before their final rounding stay fp32, and the softmax
@@ -21,10 +29,11 @@
  *
  * KV cache. One kernel stores every row's k and v, and only then (the next
  * launch on the same stream) does a second kernel attend: a prefill row
- * reads the rows before it from the same call. The attend kernel is one
- * block per (row, head) and reads the head's keys and values with loads that
- * are coalesced along the head dimension (float4 when aligned), several keys
- * in flight per lane, because decoding is bound by the memory bandwidth of
+ * reads the rows before it from the same call. The caches hold the NKV kv
+ * heads, [nslot, Tmax, Ckv]. The attend kernel is one block per (row, query
+ * head) and reads its kv head's keys and values with loads that are
+ * coalesced along the head dimension (float4 when aligned), several keys in
+ * flight per lane, because decoding is bound by the memory bandwidth of
  * the cache. Its scores live in shared memory (or in scratch past 48 KiB)
  * and its sums run in a fixed order. */
 #include "cuda_common.cuh"
@@ -33,8 +42,8 @@
 
 #define ATT_WARPS        8     /* rows per block of the softmax kernels, one warp per row */
 #define ATT_PERM_THREADS 256   /* threads per block of the permutations */
-#define ATT_BATCH_MAX    65535 /* (b,h) pairs per strided-batched GEMM call */
-/* The backward's dS buffer is filled by chunks of (b,h) pairs of at most
+#define ATT_BATCH_MAX    65535 /* units (b, kv head) per strided-batched GEMM call */
+/* The backward's dS buffer is filled by chunks of units (b, kv head) of at most
  * this size, so it does not double the memory that att already takes. */
 #define ATT_BWD_DS_BYTES ((size_t)512 << 20)
 #define ATT_DEC_THREADS  128 /* threads per (row, head) block of the KV-cache attend */
@@ -93,51 +102,51 @@ __device__ float att_block_max(float v, float *red)
 
 /* ---- training forward and backward ------------------------------------------- */
 
-/* dst[j][b][h][t][d] = src[(b*T + t)*ld + j*C + h*hs + d] for j < nmat (q, k,
- * v of qkv with ld 3C and nmat 3; dout with ld C and nmat 1). One thread per
- * destination element in a grid-stride loop: writes are coalesced, reads
- * are coalesced along each head's hs contiguous floats. */
-/* Where element i of the permuted [nmat][B][NH][T][hs] array sits in the
- * row-major [B*T, ld] one: (b*T + t)*ld + j*C + h*hs + d. */
-__device__ __forceinline__ size_t att_row_offset(size_t i, int B, int T, int NH, int hs, int ld)
+/* dst[b][h][t][d] = src[(b*T + t)*ld + col0 + h*hs + d] for the nh heads of
+ * one matrix: q (nh NH, col0 0), k (NKV, C) or v (NKV, C + Ckv) of qkv with
+ * ld C + 2Ckv, or dout (NH, 0, ld C). One thread per destination element in
+ * a grid-stride loop: writes are coalesced, reads are coalesced along each
+ * head's hs contiguous floats. */
+/* Where element i of the permuted [B][nh][T][hs] array sits in the
+ * row-major [B*T, ld] one. */
+__device__ __forceinline__ size_t att_row_offset(size_t i, int T, int nh, int hs, int ld, int col0)
 {
-  size_t r = i, C = (size_t)NH * hs;
+  size_t r = i;
   int    d = (int)(r % hs);
   r /= hs;
   int t = (int)(r % T);
   r /= T;
-  int h = (int)(r % NH);
-  r /= NH;
-  int b = (int)(r % B), j = (int)(r / B);
-  return ((size_t)b * T + t) * ld + j * C + (size_t)h * hs + d;
+  int    h = (int)(r % nh);
+  size_t b = r / nh;
+  return (b * T + t) * ld + col0 + (size_t)h * hs + d;
 }
 
 __device__ __forceinline__ void att_store(float *dst, size_t i, float x) { dst[i] = x; }
 __device__ __forceinline__ void att_store(__nv_bfloat16 *dst, size_t i, float x) { dst[i] = __float2bfloat16_rn(x); }
 
-template <typename Tout> __global__ void att_permute_kernel(Tout *dst, const float *src, int nmat, int B, int T, int NH, int hs, int ld)
+template <typename Tout> __global__ void att_permute_kernel(Tout *dst, const float *src, int B, int T, int nh, int hs, int ld, int col0)
 {
-  size_t total = (size_t)nmat * B * NH * T * hs;
+  size_t total = (size_t)B * nh * T * hs;
 
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) att_store(dst, i, src[att_row_offset(i, B, T, NH, hs, ld)]);
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) att_store(dst, i, src[att_row_offset(i, T, nh, hs, ld, col0)]);
 }
 
-/* The reverse: dst[(b*T + t)*ld + j*C + h*hs + d] = (or +=) src[j][b][h][t][d],
+/* The reverse: dst[(b*T + t)*ld + col0 + h*hs + d] = (or +=) src[b][h][t][d],
  * rounded to bf16 when asked. Each destination element has one thread, so
  * the += has no race. */
-__global__ void att_unpermute_kernel(float *dst, const float *src, int nmat, int B, int T, int NH, int hs, int ld, int accumulate, int bf16)
+__global__ void att_unpermute_kernel(float *dst, const float *src, int B, int T, int nh, int hs, int ld, int col0, int accumulate, int bf16)
 {
-  size_t total = (size_t)nmat * B * NH * T * hs;
+  size_t total = (size_t)B * nh * T * hs;
 
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-    float *o = dst + att_row_offset(i, B, T, NH, hs, ld);
+    float *o = dst + att_row_offset(i, T, nh, hs, ld, col0);
     float  y = accumulate ? *o + src[i] : src[i];
     *o       = bf16 ? rfcuda_round_bf16(y) : y;
   }
 }
 
 /* Warp w of block b owns row i = b*ATT_WARPS + w of the rows [B*NH*T] of att
- * (query t = i % T of its (b,h) pair); lane l owns columns l, l+32, ...
+ * (query t = i % T of its (b,h) pair, whatever the grouping of heads); lane l owns columns l, l+32, ...
  * Columns 0..t hold the scaled scores and become their softmax (max
  * subtracted); columns t+1..T-1 become 0. A lane only rereads what it wrote.
  * p16 (bf16 precision; else NULL) gets the probabilities rounded to bf16. */
@@ -203,145 +212,171 @@ static int att_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, in
   return 0;
 }
 
-/* q, k, v (or dout) into head-major scratch: fp32, or bf16 when bf (dst then
- * holds __nv_bfloat16) */
-static int att_permute(void *dst, const float *src, int nmat, int B, int T, int NH, int hs, int ld, int bf)
+/* One matrix of nh heads (at column col0 of rows ld apart) into head-major
+ * scratch: fp32, or bf16 when bf (dst then holds __nv_bfloat16) */
+static int att_permute(void *dst, const float *src, int B, int T, int nh, int hs, int ld, int col0, int bf)
 {
-  size_t   n = (size_t)nmat * B * NH * T * hs;
+  size_t   n = (size_t)B * nh * T * hs;
   unsigned g = rfcuda_blocks(n, ATT_PERM_THREADS);
 
-  if (bf) att_permute_kernel<<<g, ATT_PERM_THREADS, 0, rfcuda_stream()>>>((__nv_bfloat16 *)dst, src, nmat, B, T, NH, hs, ld);
-  else att_permute_kernel<<<g, ATT_PERM_THREADS, 0, rfcuda_stream()>>>((float *)dst, src, nmat, B, T, NH, hs, ld);
+  if (bf) att_permute_kernel<<<g, ATT_PERM_THREADS, 0, rfcuda_stream()>>>((__nv_bfloat16 *)dst, src, B, T, nh, hs, ld, col0);
+  else att_permute_kernel<<<g, ATT_PERM_THREADS, 0, rfcuda_stream()>>>((float *)dst, src, B, T, nh, hs, ld, col0);
   RFCUDA_LAUNCHED();
   return 0;
 }
 
-static int att_unpermute(float *dst, const float *src, int nmat, int B, int T, int NH, int hs, int ld, int accumulate, int bf16)
+/* q, k and v of qkv [B*T, C + 2Ckv] into their head-major places (elements
+ * of es bytes): q [B,NH,T,hs], then k and v [B,NKV,T,hs]. */
+static int att_permute_qkv(char *q, char *k, char *v, const float *qkv, int B, int T, int NH, int NKV, int hs, int bf)
 {
-  size_t n = (size_t)nmat * B * NH * T * hs;
+  int C = NH * hs, Ckv = NKV * hs, ld = C + 2 * Ckv;
 
-  att_unpermute_kernel<<<rfcuda_blocks(n, ATT_PERM_THREADS), ATT_PERM_THREADS, 0, rfcuda_stream()>>>(dst, src, nmat, B, T, NH, hs, ld, accumulate, bf16);
+  if (att_permute(q, qkv, B, T, NH, hs, ld, 0, bf)) return 1;
+  if (att_permute(k, qkv, B, T, NKV, hs, ld, C, bf)) return 1;
+  return att_permute(v, qkv, B, T, NKV, hs, ld, C + Ckv, bf);
+}
+
+static int att_unpermute(float *dst, const float *src, int B, int T, int nh, int hs, int ld, int col0, int accumulate, int bf16)
+{
+  size_t n = (size_t)B * nh * T * hs;
+
+  att_unpermute_kernel<<<rfcuda_blocks(n, ATT_PERM_THREADS), ATT_PERM_THREADS, 0, rfcuda_stream()>>>(dst, src, B, T, nh, hs, ld, col0, accumulate, bf16);
   RFCUDA_LAUNCHED();
   return 0;
 }
 
-static int att_check_sizes(const char *op, int B, int T, int C, int NH)
+/* Query heads NH over NKV kv heads (NKV divides NH), head size C/NH. */
+static int att_check_heads(const char *op, int C, int NH, int NKV)
 {
-  RFCUDA_REQUIRE(NH > 0 && C > 0 && C % NH == 0, "%s: n_embd %d is not a multiple of n_head %d", op, C, NH);
+  RFCUDA_REQUIRE(NH > 0 && C > 0 && C % NH == 0, "%s: query width %d is not a multiple of n_head %d", op, C, NH);
+  RFCUDA_REQUIRE(NKV > 0 && NH % NKV == 0, "%s: n_kv_head %d does not divide n_head %d", op, NKV, NH);
+  return 0;
+}
+
+static int att_check_sizes(const char *op, int B, int T, int C, int NH, int NKV)
+{
+  if (att_check_heads(op, C, NH, NKV)) return 1;
   RFCUDA_REQUIRE(B >= 0 && T >= 0, "%s: bad sizes B %d T %d", op, B, T);
   RFCUDA_REQUIRE((size_t)B * NH * T <= INT_MAX, "%s: B*n_head*T = %zu rows of att is too many", op, (size_t)B * NH * T);
   return 0;
 }
 
-/* Row-major per (b,h): S = scale Q K^T is, column-major, S^T = K^T' Q (op T
- * on k, N on q); Y = P V is Y^T = V^T P^T (N, N). Scratch: q, k, v (fp32, or
- * bf16 with their bf16 probabilities p16), then y, then att when the caller
- * passes none. In fp32, y reuses q's place, which the first product has
- * finished with. */
-extern "C" int rfcuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+/* Row-major per unit (b, kv head kh), whose grp query heads' rows form Q
+ * [grp*T, hs] and P [grp*T, T]: S = scale Q K^T is, column-major, S^T =
+ * K^T' Q (op T on k, N on q); Y = P V is Y^T = V^T P^T (N, N). Scratch: q,
+ * k, v (fp32, or bf16 with their bf16 probabilities p16), then y, then att
+ * when the caller passes none. In fp32, y reuses q's place, which the first
+ * product has finished with. */
+extern "C" int rfcuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV)
 {
-  if (att_check_sizes("attention_forward", B, T, C, NH)) return 1;
-  if (B == 0 || T == 0) return 0;
-
-  const int bf = rfcuda_get_precision() == 1;
-  const size_t es = bf ? sizeof(__nv_bfloat16) : sizeof(float);
-  int       hs = C / NH, nbh = B * NH, rows = nbh * T;
-  size_t    btc = (size_t)B * T * C, tt = (size_t)T * T, qkv_bytes = rfcuda_align(3 * btc * es);
-  size_t    y_bytes = bf ? rfcuda_align(btc * sizeof(float)) : 0, p16_bytes = bf ? rfcuda_align(nbh * tt * es) : 0;
-  long long sq = (long long)T * hs, sa = (long long)tt;
-  float     scale = 1.0f / sqrtf((float)hs), *y;
-  char     *base, *q, *k, *v;
-  __nv_bfloat16 *p16 = NULL;
-
-  /* att may be NULL (forward only, as on the CPU): it then lives in scratch */
-  if (rfcuda_scratch(qkv_bytes + y_bytes + p16_bytes + (att ? 0 : rfcuda_align(nbh * tt * sizeof(float))), (void **)&base)) return 1;
-  q = base, k = q + btc * es, v = k + btc * es;
-  y = bf ? (float *)(base + qkv_bytes) : (float *)q;
-  if (bf) p16 = (__nv_bfloat16 *)(base + qkv_bytes + y_bytes);
-  if (!att) att = (float *)(base + qkv_bytes + y_bytes + p16_bytes);
-
-  if (att_permute(q, qkv, 3, B, T, NH, hs, 3 * C, bf)) return 1;
-  for (int c0 = 0; c0 < nbh; c0 += ATT_BATCH_MAX) {
-    int    nb = nbh - c0 < ATT_BATCH_MAX ? nbh - c0 : ATT_BATCH_MAX;
-    size_t o  = (size_t)c0 * sq * es;
-    if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k + o, hs, sq, q + o, hs, sq, att + c0 * tt, T, sa, nb, bf)) return 1;
-  }
-  att_softmax_kernel<<<(rows + ATT_WARPS - 1) / ATT_WARPS, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(att, p16, rows, T);
-  RFCUDA_LAUNCHED();
-  for (int c0 = 0; c0 < nbh; c0 += ATT_BATCH_MAX) {
-    int         nb = nbh - c0 < ATT_BATCH_MAX ? nbh - c0 : ATT_BATCH_MAX;
-    const void *P  = bf ? (const void *)(p16 + c0 * tt) : (const void *)(att + c0 * tt);
-    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v + (size_t)c0 * sq * es, hs, sq, P, T, sa, y + c0 * sq, hs, sq, nb, bf)) return 1;
-  }
-  return att_unpermute(out, y, 1, B, T, NH, hs, C, 0, bf);
-}
-
-/* Per chunk of (b,h) pairs, row-major: dP = dO V^T, dS = softmax_backward(P,
- * dP)*scale, dQ = dS K, dK = dS^T Q, dV = P^T dO, each into head-major
- * scratch; then one kernel adds dQ|dK|dV into dqkv. In bf16 precision q, k,
- * v and dO are bf16 and the softmax backward also writes the chunk's dS and
- * P in bf16 for the three products that take them. */
-extern "C" int rfcuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH)
-{
-  if (att_check_sizes("attention_backward", B, T, C, NH)) return 1;
+  if (att_check_sizes("attention_forward", B, T, C, NH, NKV)) return 1;
   if (B == 0 || T == 0) return 0;
 
   const int    bf = rfcuda_get_precision() == 1;
   const size_t es = bf ? sizeof(__nv_bfloat16) : sizeof(float);
-  int          hs = C / NH, nbh = B * NH;
-  size_t       btc = (size_t)B * T * C, tt = (size_t)T * T, cb = ATT_BWD_DS_BYTES / (tt * sizeof(float));
-  size_t       in_bytes = rfcuda_align(4 * btc * es), out_bytes = rfcuda_align(3 * btc * sizeof(float)), ds_bytes;
-  long long    sq = (long long)T * hs, sa = (long long)tt;
+  int          hs = C / NH, grp = NH / NKV, gT = grp * T, nu = B * NKV, rows = B * NH * T;
+  size_t       btc = (size_t)B * T * C, btk = (size_t)B * T * NKV * hs, tt = (size_t)T * T, qkv_bytes = rfcuda_align((btc + 2 * btk) * es);
+  size_t       y_bytes = bf ? rfcuda_align(btc * sizeof(float)) : 0, p16_bytes = bf ? rfcuda_align((size_t)B * NH * tt * es) : 0;
+  long long    sk = (long long)T * hs, sq = (long long)gT * hs, sa = (long long)grp * tt; /* per unit: k and v, q and y, att */
+  float        scale = 1.0f / sqrtf((float)hs), *y;
+  char        *base, *q, *k, *v;
+  __nv_bfloat16 *p16 = NULL;
+
+  /* att may be NULL (forward only, as on the CPU): it then lives in scratch */
+  if (rfcuda_scratch(qkv_bytes + y_bytes + p16_bytes + (att ? 0 : rfcuda_align((size_t)B * NH * tt * sizeof(float))), (void **)&base)) return 1;
+  q = base, k = q + btc * es, v = k + btk * es;
+  y = bf ? (float *)(base + qkv_bytes) : (float *)q;
+  if (bf) p16 = (__nv_bfloat16 *)(base + qkv_bytes + y_bytes);
+  if (!att) att = (float *)(base + qkv_bytes + y_bytes + p16_bytes);
+
+  if (att_permute_qkv(q, k, v, qkv, B, T, NH, NKV, hs, bf)) return 1;
+  for (int u0 = 0; u0 < nu; u0 += ATT_BATCH_MAX) {
+    int nb = nu - u0 < ATT_BATCH_MAX ? nu - u0 : ATT_BATCH_MAX;
+    if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, gT, hs, scale, k + u0 * sk * es, hs, sk, q + u0 * sq * es, hs, sq, att + u0 * sa, T, sa, nb, bf)) return 1;
+  }
+  att_softmax_kernel<<<(rows + ATT_WARPS - 1) / ATT_WARPS, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(att, p16, rows, T);
+  RFCUDA_LAUNCHED();
+  for (int u0 = 0; u0 < nu; u0 += ATT_BATCH_MAX) {
+    int         nb = nu - u0 < ATT_BATCH_MAX ? nu - u0 : ATT_BATCH_MAX;
+    const void *P  = bf ? (const void *)(p16 + u0 * sa) : (const void *)(att + u0 * sa);
+    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, gT, T, 1.0f, v + u0 * sk * es, hs, sk, P, T, sa, y + u0 * sq, hs, sq, nb, bf)) return 1;
+  }
+  return att_unpermute(out, y, B, T, NH, hs, C, 0, 0, bf);
+}
+
+/* Per chunk of units (b, kv head), row-major over the unit's grp query
+ * heads: dP = dO V^T, dS = softmax_backward(P, dP)*scale, dQ = dS K,
+ * dK = dS^T Q, dV = P^T dO, each into head-major scratch; then three
+ * kernels add dQ, dK and dV into dqkv. dK and dV sum the group's grp*T
+ * query rows inside one GEMM (deterministic: cuBLAS gives the same bits on
+ * the same GPU), so each kv head's gradient is written by one thread of the
+ * unpermute and nothing races. In bf16 precision q, k, v and dO are bf16
+ * and the softmax backward also writes the chunk's dS and P in bf16 for the
+ * three products that take them. */
+extern "C" int rfcuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV)
+{
+  if (att_check_sizes("attention_backward", B, T, C, NH, NKV)) return 1;
+  if (B == 0 || T == 0) return 0;
+
+  const int    bf = rfcuda_get_precision() == 1;
+  const size_t es = bf ? sizeof(__nv_bfloat16) : sizeof(float);
+  int          hs = C / NH, Ckv = NKV * hs, grp = NH / NKV, gT = grp * T, nu = B * NKV;
+  size_t       btc = (size_t)B * T * C, btk = (size_t)B * T * Ckv, tt = (size_t)T * T, cb = ATT_BWD_DS_BYTES / (grp * tt * sizeof(float));
+  size_t       in_bytes = rfcuda_align((2 * btc + 2 * btk) * es), out_bytes = rfcuda_align((btc + 2 * btk) * sizeof(float)), ds_bytes;
+  long long    sk = (long long)T * hs, sq = (long long)gT * hs, sa = (long long)grp * tt; /* per unit: k and v, q and dO, att */
   float        scale = 1.0f / sqrtf((float)hs), *dq, *dk, *dv, *dS;
   char        *base, *q, *k, *v, *dO;
   __nv_bfloat16 *ds16 = NULL, *p16 = NULL;
 
-  cb = cb < 1 ? 1 : cb > (size_t)nbh ? (size_t)nbh : cb;
+  cb = cb < 1 ? 1 : cb > (size_t)nu ? (size_t)nu : cb;
   cb = cb > ATT_BATCH_MAX ? ATT_BATCH_MAX : cb;
-  ds_bytes = rfcuda_align(cb * tt * sizeof(float));
-  if (rfcuda_scratch(in_bytes + out_bytes + ds_bytes + (bf ? 2 * rfcuda_align(cb * tt * es) : 0), (void **)&base)) return 1;
-  q = base, k = q + btc * es, v = k + btc * es, dO = v + btc * es;
-  dq = (float *)(base + in_bytes), dk = dq + btc, dv = dk + btc;
+  ds_bytes = rfcuda_align(cb * sa * sizeof(float));
+  if (rfcuda_scratch(in_bytes + out_bytes + ds_bytes + (bf ? 2 * rfcuda_align(cb * sa * es) : 0), (void **)&base)) return 1;
+  q = base, k = q + btc * es, v = k + btk * es, dO = v + btk * es;
+  dq = (float *)(base + in_bytes), dk = dq + btc, dv = dk + btk;
   dS = (float *)(base + in_bytes + out_bytes);
   if (bf) {
     ds16 = (__nv_bfloat16 *)(base + in_bytes + out_bytes + ds_bytes);
-    p16  = (__nv_bfloat16 *)(base + in_bytes + out_bytes + ds_bytes + rfcuda_align(cb * tt * es));
+    p16  = (__nv_bfloat16 *)(base + in_bytes + out_bytes + ds_bytes + rfcuda_align(cb * sa * es));
   }
 
-  if (att_permute(q, qkv, 3, B, T, NH, hs, 3 * C, bf)) return 1;
-  if (att_permute(dO, dout, 1, B, T, NH, hs, C, bf)) return 1;
-  for (int c0 = 0; c0 < nbh; c0 += (int)cb) {
-    int          nb = nbh - c0 < (int)cb ? nbh - c0 : (int)cb, rows = nb * T;
-    size_t       o = (size_t)c0 * sq, ob = o * es;
-    const float *P = att + (size_t)c0 * tt;
+  if (att_permute_qkv(q, k, v, qkv, B, T, NH, NKV, hs, bf)) return 1;
+  if (att_permute(dO, dout, B, T, NH, hs, C, 0, bf)) return 1;
+  for (int u0 = 0; u0 < nu; u0 += (int)cb) {
+    int          nb = nu - u0 < (int)cb ? nu - u0 : (int)cb, rows = nb * gT;
+    size_t       okv = (size_t)u0 * sk, oq = (size_t)u0 * sq;
+    const float *P = att + (size_t)u0 * sa;
     const void  *dSop = bf ? (const void *)ds16 : (const void *)dS, *Pop = bf ? (const void *)p16 : (const void *)P;
 
-    if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v + ob, hs, sq, dO + ob, hs, sq, dS, T, sa, nb, bf)) return 1;
+    if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, gT, hs, 1.0f, v + okv * es, hs, sk, dO + oq * es, hs, sq, dS, T, sa, nb, bf)) return 1;
     att_softmax_backward_kernel<<<(rows + ATT_WARPS - 1) / ATT_WARPS, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(dS, P, ds16, p16, rows, T, scale);
     RFCUDA_LAUNCHED();
-    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k + ob, hs, sq, dSop, T, sa, dq + o, hs, sq, nb, bf)) return 1;
-    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q + ob, hs, sq, dSop, T, sa, dk + o, hs, sq, nb, bf)) return 1;
-    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO + ob, hs, sq, Pop, T, sa, dv + o, hs, sq, nb, bf)) return 1;
+    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, gT, T, 1.0f, k + okv * es, hs, sk, dSop, T, sa, dq + oq, hs, sq, nb, bf)) return 1;
+    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, gT, 1.0f, q + oq * es, hs, sq, dSop, T, sa, dk + okv, hs, sk, nb, bf)) return 1;
+    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, gT, 1.0f, dO + oq * es, hs, sq, Pop, T, sa, dv + okv, hs, sk, nb, bf)) return 1;
   }
-  return att_unpermute(dqkv, dq, 3, B, T, NH, hs, 3 * C, 1, 0);
+  if (att_unpermute(dqkv, dq, B, T, NH, hs, C + 2 * Ckv, 0, 1, 0)) return 1;
+  if (att_unpermute(dqkv, dk, B, T, NKV, hs, C + 2 * Ckv, C, 1, 0)) return 1;
+  return att_unpermute(dqkv, dv, B, T, NKV, hs, C + 2 * Ckv, C + Ckv, 1, 0);
 }
 
 /* ---- KV cache ------------------------------------------------------------------ */
 
-/* Thread per (row, column) of the N rows' k and v: copies them into the
- * caches at (slot, pos). Rows outside the cache are skipped here and
- * reported by the attend kernel. */
-__global__ void att_kv_store_kernel(float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C)
+/* Thread per (row, column) of the N rows' k and v (Ckv columns each, after
+ * the C of q in rows of C + 2Ckv): copies them into the caches
+ * [nslot, Tmax, Ckv] at (slot, pos). Rows outside the cache are skipped
+ * here and reported by the attend kernel. */
+__global__ void att_kv_store_kernel(float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int Ckv)
 {
-  size_t total = (size_t)N * C;
+  size_t total = (size_t)N * Ckv, C3 = (size_t)C + 2 * (size_t)Ckv;
 
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-    size_t r = i / C, c = i % C;
+    size_t r = i / Ckv, c = i % Ckv;
     int    sl = slot[r], p = pos[r];
     if (sl < 0 || p < 0 || p >= Tmax) continue;
-    size_t at  = ((size_t)sl * Tmax + p) * C + c;
-    kcache[at] = qkv[r * 3 * C + C + c];
-    vcache[at] = qkv[r * 3 * C + 2 * C + c];
+    size_t at  = ((size_t)sl * Tmax + p) * Ckv + c;
+    kcache[at] = qkv[r * C3 + C + c];
+    vcache[at] = qkv[r * C3 + C + Ckv + c];
   }
 }
 
@@ -374,7 +409,9 @@ static size_t att_dec_smem_floats(int hs, int vw, int Tmax, int scores_in_smem)
   return (size_t)att_round4(hs) + att_round4(att_dec_part_len(hs, vw)) + 32 + (scores_in_smem ? (size_t)Tmax : 0);
 }
 
-/* Block = (row r, head h) = blockIdx.x = r*NH + h, ATT_DEC_THREADS threads.
+/* Block = (row r, head h) = blockIdx.x = r*NH + h, ATT_DEC_THREADS threads;
+ * the head reads the keys and values of kv head h / (NH/NKV), whose cache
+ * rows are Ckv = NKV*hs floats apart.
  * 1. q of the head to shared memory.
  * 2. Scores s[j] = scale q.k_j, j < L = pos+1: a group of P lanes shares key
  *    j, lane g of the group takes chunks g, g+P, ... of VW floats (coalesced
@@ -389,12 +426,12 @@ static size_t att_dec_smem_floats(int hs, int vw, int Tmax, int scores_in_smem)
  * outside the cache (slot < 0, pos outside [0,Tmax)) gets NaN. */
 template <int VW>
 __global__ void __launch_bounds__(ATT_DEC_THREADS) att_decode_kernel(float *out, const float *kcache, const float *vcache, const float *qkv, const int *slot,
-                                                                     const int *pos, float *gscores, int Tmax, int C, int NH, float scale, int bf16)
+                                                                     const int *pos, float *gscores, int Tmax, int C, int NH, int NKV, float scale, int bf16)
 {
   extern __shared__ float4 att_smem4[]; /* float4: 16-byte alignment for the q chunks */
   float    *smem = reinterpret_cast<float *>(att_smem4);
   const int hs = C / NH, nc = hs / VW, r = blockIdx.x / NH, h = blockIdx.x % NH, tid = threadIdx.x;
-  const int sl = slot[r], L = pos[r] + 1;
+  const int sl = slot[r], L = pos[r] + 1, Ckv = NKV * hs, C3 = C + 2 * Ckv;
   float    *o = out + (size_t)r * C + (size_t)h * hs;
 
   if (sl < 0 || L < 1 || L > Tmax) { /* block-uniform, before any barrier */
@@ -403,10 +440,10 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) att_decode_kernel(float *out,
   }
   float       *q = smem, *part = q + att_round4(hs), *red = part + att_round4(att_dec_part_len(hs, VW));
   float       *s  = gscores ? gscores + (size_t)blockIdx.x * Tmax : red + 32;
-  const size_t at = (size_t)sl * Tmax * C + (size_t)h * hs;
+  const size_t at = (size_t)sl * Tmax * Ckv + (size_t)(h / (NH / NKV)) * hs;
   const float *kb = kcache + at, *vb = vcache + at;
 
-  for (int d = tid; d < hs; d += ATT_DEC_THREADS) q[d] = qkv[(size_t)r * 3 * C + (size_t)h * hs + d];
+  for (int d = tid; d < hs; d += ATT_DEC_THREADS) q[d] = qkv[(size_t)r * C3 + (size_t)h * hs + d];
   __syncthreads();
 
   { /* 2. scores */
@@ -425,7 +462,7 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) att_decode_kernel(float *out,
 #pragma unroll
           for (int u = 0; u < ATT_DEC_UNROLL; u++) {
             int j = j0 + u * kpw + grp;
-            kv[u] = j < L ? reinterpret_cast<const float4 *>(kb + (size_t)j * C)[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            kv[u] = j < L ? reinterpret_cast<const float4 *>(kb + (size_t)j * Ckv)[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
           }
 #pragma unroll
           for (int u = 0; u < ATT_DEC_UNROLL; u++) {
@@ -440,7 +477,7 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) att_decode_kernel(float *out,
 #pragma unroll
           for (int u = 0; u < ATT_DEC_UNROLL; u++) {
             int j = j0 + u * kpw + grp;
-            kv[u] = j < L ? kb[(size_t)j * C + c] : 0.0f;
+            kv[u] = j < L ? kb[(size_t)j * Ckv + c] : 0.0f;
           }
 #pragma unroll
           for (int u = 0; u < ATT_DEC_UNROLL; u++) acc[u] += qv * kv[u];
@@ -478,7 +515,7 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) att_decode_kernel(float *out,
 #pragma unroll 4
         for (int j = kg; j < L; j += NG) {
           float        p  = s[j] * inv;
-          const float4 vv = reinterpret_cast<const float4 *>(vb + (size_t)j * C)[c];
+          const float4 vv = reinterpret_cast<const float4 *>(vb + (size_t)j * Ckv)[c];
           acc.x += p * vv.x;
           acc.y += p * vv.y;
           acc.z += p * vv.z;
@@ -488,7 +525,7 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) att_decode_kernel(float *out,
       } else {
         float acc = 0.0f;
 #pragma unroll 4
-        for (int j = kg; j < L; j += NG) acc += s[j] * inv * vb[(size_t)j * C + c];
+        for (int j = kg; j < L; j += NG) acc += s[j] * inv * vb[(size_t)j * Ckv + c];
         part[(size_t)kg * hs + c] = acc;
       }
     }
@@ -501,19 +538,20 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) att_decode_kernel(float *out,
   }
 }
 
-extern "C" int rfcuda_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH)
+extern "C" int rfcuda_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH,
+                                       int NKV)
 {
-  RFCUDA_REQUIRE(NH > 0 && C > 0 && C % NH == 0, "attention_cached: n_embd %d is not a multiple of n_head %d", C, NH);
+  if (att_check_heads("attention_cached", C, NH, NKV)) return 1;
   RFCUDA_REQUIRE(N >= 0 && Tmax > 0, "attention_cached: bad sizes N %d Tmax %d", N, Tmax);
   RFCUDA_REQUIRE((size_t)N * NH <= INT_MAX, "attention_cached: %d rows of %d heads is too many blocks", N, NH);
   if (N == 0) return 0;
 
-  int    hs = C / NH, bf16 = rfcuda_get_precision() == 1;
+  int    hs = C / NH, Ckv = NKV * hs, bf16 = rfcuda_get_precision() == 1;
   float  scale   = 1.0f / sqrtf((float)hs), *gscores = NULL;
   int    aligned = hs % 4 == 0 && ((uintptr_t)kcache | (uintptr_t)vcache) % 16 == 0, vw = aligned ? 4 : 1;
   size_t smem    = att_dec_smem_floats(hs, vw, Tmax, 1) * sizeof(float);
 
-  att_kv_store_kernel<<<rfcuda_blocks((size_t)N * C, 256), 256, 0, rfcuda_stream()>>>(kcache, vcache, qkv, slot, pos, N, Tmax, C);
+  att_kv_store_kernel<<<rfcuda_blocks((size_t)N * Ckv, 256), 256, 0, rfcuda_stream()>>>(kcache, vcache, qkv, slot, pos, N, Tmax, C, Ckv);
   RFCUDA_LAUNCHED();
   if (smem > ATT_SMEM_MAX) { /* long caches: the scores go to scratch, one Tmax row per block */
     smem = att_dec_smem_floats(hs, vw, Tmax, 0) * sizeof(float);
@@ -521,9 +559,9 @@ extern "C" int rfcuda_attention_cached(float *out, float *kcache, float *vcache,
     if (rfcuda_scratch((size_t)N * NH * Tmax * sizeof(float), (void **)&gscores)) return 1;
   }
   if (vw == 4)
-    att_decode_kernel<4><<<N * NH, ATT_DEC_THREADS, smem, rfcuda_stream()>>>(out, kcache, vcache, qkv, slot, pos, gscores, Tmax, C, NH, scale, bf16);
+    att_decode_kernel<4><<<N * NH, ATT_DEC_THREADS, smem, rfcuda_stream()>>>(out, kcache, vcache, qkv, slot, pos, gscores, Tmax, C, NH, NKV, scale, bf16);
   else
-    att_decode_kernel<1><<<N * NH, ATT_DEC_THREADS, smem, rfcuda_stream()>>>(out, kcache, vcache, qkv, slot, pos, gscores, Tmax, C, NH, scale, bf16);
+    att_decode_kernel<1><<<N * NH, ATT_DEC_THREADS, smem, rfcuda_stream()>>>(out, kcache, vcache, qkv, slot, pos, gscores, Tmax, C, NH, NKV, scale, bf16);
   RFCUDA_LAUNCHED();
   return 0;
 }

@@ -1,5 +1,6 @@
 /* cuda backend: GPT-2 LayerNorm (eps 1e-5, biased variance), the CUDA twin
- * of src/tensor/cpu_layernorm.c with the same arguments.
+ * of src/tensor/cpu_layernorm.c with the same arguments, and the LLaMA
+ * family's RMSNorm (the twin of cpu_llama.c's), built the same way.
  *
  * Forward and dinp are one warp per row: a row is at most a few thousand
  * floats, so 32 lanes and a shuffle reduction keep every lane busy with no
@@ -9,7 +10,8 @@
  * kernel adds the partials in block order, in double. That is the CPU's
  * two-level sum (cpu_reduce.c) with the same block size and order, and the
  * partials avoid contracted multiply-adds, so dw and db get the CPU's bits
- * whenever mean and rstd are the same. */
+ * whenever mean and rstd are the same. bf16 mode rounds the outputs of both
+ * norms to bf16 (activations); rstd, mean and the gradients stay fp32. */
 #include "cuda_common.cuh"
 
 #define LN_EPS         1e-5f
@@ -151,5 +153,91 @@ extern "C" int rfcuda_layernorm_backward(float *dinp, float *dw, float *db, cons
     ln_partials_reduce_kernel<<<ntile, LN_COL_THREADS, 0, rfcuda_stream()>>>(db, part + (size_t)nblk * C, nblk, C);
     RFCUDA_LAUNCHED();
   }
+  return 0;
+}
+
+/* ---- RMSNorm ----------------------------------------------------------------- */
+
+/* One warp per row as in ln_forward_kernel: rstd = 1/sqrt(mean x^2 + eps),
+ * y = (x*rstd)*w, the CPU's order of the two products. */
+__global__ void __launch_bounds__(32 * LN_WARPS)
+  rms_forward_kernel(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps, int bf16)
+{
+  int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  if (row >= N) return; /* warp-uniform */
+  const float *x = inp + (size_t)row * C;
+  float       *o = out + (size_t)row * C;
+  float        ss = 0.0f, s;
+
+  for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
+  s = 1.0f / sqrtf(ln_warp_sum(ss) / C + eps);
+  for (int c = lane; c < C; c += 32) {
+    float y = __fmul_rn(__fmul_rn(x[c], s), w[c]);
+    o[c]    = bf16 ? rfcuda_round_bf16(y) : y;
+  }
+  if (lane == 0 && rstd) rstd[row] = s;
+}
+
+/* dinp += r (w*g - x r^2 mean(w*g*x)), r = rstd; one warp per row. */
+__global__ void __launch_bounds__(32 * LN_WARPS)
+  rms_backward_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C)
+{
+  int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  if (row >= N) return;
+  const float *x = inp + (size_t)row * C, *g = dout + (size_t)row * C;
+  float       *dx = dinp + (size_t)row * C;
+  float        r = rstd[row], dot = 0.0f, k;
+
+  for (int c = lane; c < C; c += 32) dot += w[c] * g[c] * x[c];
+  k = r * r * ln_warp_sum(dot) / C;
+  for (int c = lane; c < C; c += 32) dx[c] += r * (w[c] * g[c] - x[c] * k);
+}
+
+/* The dw partials as ln_backward_partials_kernel's: thread (blk, column c)
+ * sums (g*x)*r over the block's rows in row order, uncontracted, which is
+ * how cpu_rmsnorm_backward forms its partials. */
+__global__ void __launch_bounds__(LN_COL_THREADS)
+  rms_backward_partials_kernel(float *pw, const float *dout, const float *inp, const float *rstd, int N, int C)
+{
+  int blk = blockIdx.x, c = blockIdx.y * LN_COL_THREADS + threadIdx.x;
+  int n0 = blk * LN_ROW_BLOCK, n1 = n0 + LN_ROW_BLOCK < N ? n0 + LN_ROW_BLOCK : N;
+
+  if (c >= C) return;
+  float sw = 0.0f;
+  for (int n = n0; n < n1; n++) sw = __fadd_rn(sw, __fmul_rn(__fmul_rn(dout[(size_t)n * C + c], inp[(size_t)n * C + c]), rstd[n]));
+  pw[(size_t)blk * C + c] = sw;
+}
+
+extern "C" int rfcuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps)
+{
+  RFCUDA_REQUIRE(N >= 0 && C > 0, "rmsnorm_forward: bad sizes N %d C %d", N, C);
+  if (N == 0) return 0;
+  rms_forward_kernel<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, rfcuda_stream()>>>(out, rstd, inp, w, N, C, eps, rfcuda_get_precision() == 1);
+  RFCUDA_LAUNCHED();
+  return 0;
+}
+
+/* dw deterministically: block partials, then their sum in block order
+ * (ln_partials_reduce_kernel), as layernorm_backward does. */
+extern "C" int rfcuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C)
+{
+  int    nblk = (N + LN_ROW_BLOCK - 1) / LN_ROW_BLOCK, ntile = (C + LN_COL_THREADS - 1) / LN_COL_THREADS;
+  float *part; /* [nblk][C] block partials of dw */
+
+  RFCUDA_REQUIRE(N >= 0 && C > 0, "rmsnorm_backward: bad sizes N %d C %d", N, C);
+  RFCUDA_REQUIRE(ntile <= 65535, "rmsnorm_backward: C %d is too wide for the column grid", C);
+  if (N == 0) return 0;
+  if (dinp) {
+    rms_backward_dinp_kernel<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, rfcuda_stream()>>>(dinp, dout, inp, w, rstd, N, C);
+    RFCUDA_LAUNCHED();
+  }
+  if (!dw) return 0;
+  if (rfcuda_scratch((size_t)nblk * C * sizeof(float), (void **)&part)) return 1;
+  rms_backward_partials_kernel<<<dim3(nblk, ntile), LN_COL_THREADS, 0, rfcuda_stream()>>>(part, dout, inp, rstd, N, C);
+  RFCUDA_LAUNCHED();
+  ln_partials_reduce_kernel<<<ntile, LN_COL_THREADS, 0, rfcuda_stream()>>>(dw, part, nblk, C);
+  RFCUDA_LAUNCHED();
   return 0;
 }

@@ -1,17 +1,19 @@
-/* CUDA backend: the element-wise ops (GELU, residual add, axpy, scale), the
- * optimizer step and the squared norm for gradient clipping.
+/* CUDA backend: the element-wise ops (GELU, the LLaMA family's SwiGLU,
+ * residual add, axpy, scale), the optimizer step and the squared norm for
+ * gradient clipping.
  *
  * Same bits as the cpu backend. nvcc contracts a*b+c into an FMA by default
  * and gcc (-std=c11) does not, so every float operation here that the cpu
  * code writes as a separate multiply and add is spelled with the _rn
  * intrinsics, which are never contracted; GELU uses a port of the cpu
- * backend's own expf (cpu_expf in src/tensor/cpu_ops.h) for the same reason.
- * With that, GELU, the residual add, axpy, scale, AdamW and the squared norm
- * give the cpu backend's results bit for bit, which keeps the optimizer
+ * backend's own expf (cpu_expf in src/tensor/cpu_ops.h) for the same reason,
+ * and so does SwiGLU's sigmoid. With that, GELU, SwiGLU, the residual add,
+ * axpy, scale, AdamW and the squared norm give the cpu backend's results
+ * bit for bit, which keeps the optimizer
  * trajectory and gradient clipping of the two backends together.
  *
- * bf16 mode rounds the GELU output to bf16 (an activation, stored at bf16
- * precision). The residual stream is not rounded: residual_forward and the
+ * bf16 mode rounds the GELU and SwiGLU outputs to bf16 (activations, stored
+ * at bf16 precision). The residual stream is not rounded: residual_forward and the
  * KV-cache path's axpy are the same addition and must stay equal, and the
  * stream itself is the fp32 accumulator of the layers' outputs. */
 #include "cuda_common.cuh"
@@ -75,6 +77,36 @@ __global__ void pw_gelu_backward(float *dinp, const float *inp, const float *dou
     float slope = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(0.5f, x), sech), GELU_K), __fadd_rn(1.0f, __fmul_rn(__fmul_rn(__fmul_rn(3.0f, GELU_A), x), x)));
     float grad  = __fadd_rn(__fmul_rn(0.5f, __fadd_rn(1.0f, th)), slope);
     dinp[i]     = __fadd_rn(dinp[i], __fmul_rn(dout[i], grad));
+  }
+}
+
+/* cpu_llama.c's sigmoid: 1/(1 + exp(-x)) with cpu_expf */
+__device__ __forceinline__ float pw_sigmoid(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, pw_expf(-x))); }
+
+/* Thread per (n, j) of out [N,F]: out = (g*sigmoid(g))*u with g = gu[n,j],
+ * u = gu[n,F+j], the cpu's order of the products. */
+__global__ void pw_swiglu_forward(float *out, const float *gu, int N, int F, int bf16)
+{
+  PW_LOOP(i, (size_t)N * F)
+  {
+    size_t n = i / F, j = i % F;
+    float  g = gu[2 * n * F + j], u = gu[2 * n * F + F + j];
+    float  y = __fmul_rn(__fmul_rn(g, pw_sigmoid(g)), u);
+    out[i]   = bf16 ? rfcuda_round_bf16(y) : y;
+  }
+}
+
+/* dg += ((d*u)*s)*(1 + g(1 - s)), du += (d*g)*s, s = sigmoid(g): the cpu's
+ * expressions, left to right. Each thread owns its (n, j) pair of dgu. */
+__global__ void pw_swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int F)
+{
+  PW_LOOP(i, (size_t)N * F)
+  {
+    size_t n = i / F, j = i % F, ig = 2 * n * F + j, iu = ig + F;
+    float  g = gu[ig], u = gu[iu], d = dout[i], s = pw_sigmoid(g);
+    float  slope = __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, s)));
+    dgu[ig]      = __fadd_rn(dgu[ig], __fmul_rn(__fmul_rn(__fmul_rn(d, u), s), slope));
+    dgu[iu]      = __fadd_rn(dgu[iu], __fmul_rn(__fmul_rn(d, g), s));
   }
 }
 
@@ -163,6 +195,28 @@ int rfcuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_
 {
   if (!n) return 0;
   pw_gelu_backward<<<rfcuda_blocks(n, PW_THREADS), PW_THREADS, 0, rfcuda_stream()>>>(dinp, inp, dout, n);
+  RFCUDA_LAUNCHED();
+  return 0;
+}
+
+int rfcuda_swiglu_forward(float *out, const float *gu, int N, int F)
+{
+  size_t n = (size_t)N * F;
+
+  RFCUDA_REQUIRE(N >= 0 && F >= 0, "swiglu_forward: bad sizes N %d F %d", N, F);
+  if (!n) return 0;
+  pw_swiglu_forward<<<rfcuda_blocks(n, PW_THREADS), PW_THREADS, 0, rfcuda_stream()>>>(out, gu, N, F, rfcuda_get_precision());
+  RFCUDA_LAUNCHED();
+  return 0;
+}
+
+int rfcuda_swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int F)
+{
+  size_t n = (size_t)N * F;
+
+  RFCUDA_REQUIRE(N >= 0 && F >= 0, "swiglu_backward: bad sizes N %d F %d", N, F);
+  if (!n) return 0;
+  pw_swiglu_backward<<<rfcuda_blocks(n, PW_THREADS), PW_THREADS, 0, rfcuda_stream()>>>(dgu, gu, dout, N, F);
   RFCUDA_LAUNCHED();
   return 0;
 }

@@ -130,6 +130,8 @@ PetscErrorCode cost_prims_hardware(const char *deck, CostPrims *p);
  * "llama-13b", "llama-33b", "llama-65b"); value_head makes it a critic or
  * reward model. An unknown name is an error naming `opt` and the value. */
 void           cost_shape_from_gpt(const GPTConfig *cfg, CostShape *m);
+/* The model a shape describes (gated: the LLaMA family, untied). */
+void           cost_shape_to_gpt(const CostShape *m, GPTConfig *cfg);
 PetscErrorCode cost_shape_named(const char *opt, const char *name, PetscBool value_head, CostShape *m);
 /* Parameters of the whole model (a tied head counted once). */
 double cost_shape_params(const CostShape *m);

@@ -13,6 +13,7 @@
 
 #include "model.h"
 
+#define GEN_MAX_STOP 8
 typedef struct {
   PetscReal temperature; /* > 0; the distribution is softmax(logits / temperature) */
   PetscInt  top_k;       /* keep the k most probable tokens (0: all) */
@@ -22,10 +23,13 @@ typedef struct {
   PetscInt  slots;       /* samples decoded concurrently */
   PetscReal kv_mb;       /* bound on the KV cache, MiB; checked at start */
   PetscInt  eos;         /* the end-of-sequence token id */
+  int       nstop;       /* further token ids that end a response (a chat model's end-of-turn), -gen_stop */
+  int       stop[GEN_MAX_STOP];
 } GenConfig;
 
 /* Reads -gen_temperature, -gen_top_k, -gen_top_p, -gen_greedy,
- * -gen_max_new_tokens, -gen_min_new_tokens, -gen_slots, -gen_kv_mb, -gen_eos. */
+ * -gen_max_new_tokens, -gen_min_new_tokens, -gen_slots, -gen_kv_mb, -gen_eos,
+ * -gen_stop. */
 PetscErrorCode gen_config_set_from_options(GenConfig *cfg);
 /* Checks the settings against a model (prefix names its options, e.g.
  * "actor_") and the longest prompt: every error names the option, e.g.
@@ -35,6 +39,8 @@ PetscErrorCode gen_config_check(const GenConfig *cfg, const GPTConfig *model, co
 /* True when top-k, top-p or min_new_tokens restrict the allowed set, i.e.
  * when GenBatch holds masks. */
 PetscBool gen_masked(const GenConfig *cfg);
+/* Whether token ends a response: -gen_eos or one of -gen_stop. */
+PetscBool gen_is_stop(const GenConfig *cfg, int token);
 /* Bytes of KV cache for the configured slots and a sequence bound Tmax. */
 size_t gen_kv_bytes(const GenConfig *cfg, const GPTConfig *model, int Tmax);
 

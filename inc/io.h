@@ -101,6 +101,13 @@ PetscErrorCode timeline_mark(const char *call, double t0, double t1);
 PetscErrorCode timeline_gather(MPI_Comm comm, TimelineRows *rows);
 PetscErrorCode timeline_rows_free(TimelineRows *rows);
 
+/* One dataset of a group: int32 or float32, 1-D ([dims[0]]) or 2-D. */
+typedef struct {
+  const char *name;
+  int         ndim, dims[2];
+  const void *data;
+  PetscBool   is_int;
+} IODataset;
 /* ---- token datasets ---------------------------------------------------- */
 /* /tokens int32 [N,T], /lengths int32 [N], optional /prompt_lengths int32 [N];
  * attributes vocab_size (int) and task (string). Tokens past a length are 0. */
@@ -115,16 +122,12 @@ PetscErrorCode data_read(MPI_Comm comm, const char *path, TokenData *d);
  * with the attribute is read as data_read reads it. */
 PetscErrorCode data_read_vocab(MPI_Comm comm, const char *path, int vocab, const char *vocab_name, TokenData *d);
 PetscErrorCode data_write(MPI_Comm comm, const char *path, const TokenData *d, const char *task);
+/* data_write with further datasets in the same file, written before the
+ * file is renamed into place (rank 0's data). */
+PetscErrorCode data_write_extra(MPI_Comm comm, const char *path, const TokenData *d, const char *task, const IODataset *extra, int nextra);
 PetscErrorCode data_free(TokenData *d);
 
 /* ---- growing files ----------------------------------------------------- */
-/* One dataset of a group: int32 or float32, 1-D ([dims[0]]) or 2-D. */
-typedef struct {
-  const char *name;
-  int         ndim, dims[2];
-  const void *data;
-  PetscBool   is_int;
-} IODataset;
 /* Writes group `group` (replacing one of that name) with datasets and double
  * attributes into path, creating the file if needed; flushed and closed on
  * return. Rank 0 writes; collective. */

@@ -57,6 +57,8 @@ PetscErrorCode pipeline_execute(const RunCtx *run, const Backend *be, PipelineOp
 
 /* Modes that read their own options when they run (and stop there under -help). */
 PetscErrorCode score_run(const RunCtx *run, const Backend *be);
+/* -mode generate: responses to a prompt file on the actor_gen call's plan. */
+PetscErrorCode generate_run(const RunCtx *run, const Backend *be);
 PetscErrorCode data_run(const RunCtx *run);
 
 /* ---- the modes as a table (src/jobs/modes.c), which main.c loops over ----- */

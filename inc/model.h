@@ -15,10 +15,53 @@
 typedef enum { GPT_HEAD_LM = 0, GPT_HEAD_SCALAR = 1 } GPTHead;
 extern const char *const GPTHeadNames[]; /* "lm", "scalar", then PETSc's enum trailer */
 
+/* The architecture: GPT-2, or the LLaMA family (Llama 2/3, Mistral without
+ * a sliding window, Qwen2/2.5, SmolLM2): RMSNorm, rotary position
+ * embeddings, grouped-query attention, a SwiGLU MLP, no position table. */
+typedef enum { GPT_ARCH_GPT2 = 0, GPT_ARCH_LLAMA = 1 } GPTArch;
+extern const char *const GPTArchNames[]; /* "gpt2", "llama", then PETSc's enum trailer */
+/* Rotary frequency scaling: none, or Llama 3.1's "llama3" (long and short
+ * wavelengths treated apart, a smooth blend between). */
+typedef enum { GPT_ROPE_NONE = 0, GPT_ROPE_LLAMA3 = 1 } GPTRopeScaling;
+extern const char *const GPTRopeScalingNames[];
+
 typedef struct {
   int     n_layer, n_head, n_embd, vocab_size, n_positions;
   GPTHead head;
+  /* The LLaMA family's own settings (zero for GPT-2, whose values the
+   * gpt_n_kv_head/gpt_n_ffn helpers supply). n_embd is the residual width
+   * and n_head * (n_embd / n_head) the query width. */
+  GPTArch        arch;
+  int            n_kv_head;      /* key/value heads, dividing n_head (n_head: multi-head, 1: multi-query) */
+  int            n_ffn;          /* SwiGLU width (intermediate_size) */
+  PetscBool      qkv_bias;       /* q/k/v projections have biases (Qwen2) */
+  PetscBool      tie_embeddings; /* LM head tied to the token embedding */
+  double         rope_theta, norm_eps;
+  GPTRopeScaling rope_scaling;
+  double         rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+  int            rope_original_max_positions;
 } GPTConfig;
+
+static inline PetscBool gpt_is_llama(const GPTConfig *c) { return c->arch == GPT_ARCH_LLAMA ? PETSC_TRUE : PETSC_FALSE; }
+/* Key/value heads and MLP width of any architecture (GPT-2: n_head, 4 n_embd). */
+static inline int gpt_n_kv_head(const GPTConfig *c) { return gpt_is_llama(c) ? c->n_kv_head : c->n_head; }
+static inline int gpt_n_ffn(const GPTConfig *c) { return gpt_is_llama(c) ? c->n_ffn : 4 * c->n_embd; }
+/* The LM head has its own weight (untied LLaMA) rather than the embedding's. */
+static inline PetscBool gpt_untied_head(const GPTConfig *c) { return gpt_is_llama(c) && !c->tie_embeddings && c->head == GPT_HEAD_LM ? PETSC_TRUE : PETSC_FALSE; }
+/* Whether two configurations describe the same model (every field that
+ * shapes or computes it). */
+PetscBool gpt_config_equal(const GPTConfig *a, const GPTConfig *b);
+/* tp can cut this model: it divides n_head, n_kv_head, n_ffn and vocab_size. */
+static inline PetscBool gpt_tp_divides(const GPTConfig *c, int tp)
+{
+  return tp >= 1 && c->n_head % tp == 0 && gpt_n_kv_head(c) % tp == 0 && gpt_n_ffn(c) % tp == 0 && c->vocab_size % tp == 0 ? PETSC_TRUE : PETSC_FALSE;
+}
+/* Tensors of the transformer trunk (what a critic or reward model takes from
+ * a policy checkpoint): everything but the LM and scalar heads. */
+PetscBool gpt_tensor_is_trunk(const char *name);
+/* The inverse frequencies of the rotary embedding [n_embd/n_head/2] (host),
+ * with the configured scaling, as Hugging Face computes them. */
+void gpt_rope_inv_freq(const GPTConfig *cfg, float *inv_freq);
 
 /* One named parameter tensor inside the flat buffer. In a shard (below)
  * shape and numel are the local piece's, numel is 0 for a tensor the shard
@@ -98,6 +141,8 @@ typedef struct {
   const Mesh    *mesh;           /* the mesh the shard lives on, or NULL (one rank) */
   GPTDistConfig  dist;
   int            Cl, NHl, Vl, v0; /* local attention width C/tp, heads, vocabulary rows and first row */
+  int            NKVl, Ckvl, Fl;  /* local key/value heads and width, MLP width */
+  float         *inv_freq;        /* device [hd/2], the rotary frequencies (LLaMA) */
   int            ntensors;
   GPTTensor     *tensors;
   size_t         nparams;
@@ -114,7 +159,9 @@ typedef struct {
   int            msg_model, msg_mb; /* what the stage messages' tags carry (gpt_msg_ids) */
 } GPT;
 
-/* Reads -<prefix>n_layer, n_head, n_embd, vocab_size, n_positions, head. */
+/* Reads -<prefix>arch, n_layer, n_head, n_embd, vocab_size, n_positions,
+ * head, and for arch llama n_kv_head, n_ffn, qkv_bias, tie_embeddings,
+ * rope_theta, norm_eps and the rope scaling options. */
 PetscErrorCode gpt_config_set_from_options(const char *prefix, GPTConfig *cfg);
 /* Checks the configuration; errors name the option, e.g. -policy_n_embd. */
 PetscErrorCode gpt_config_check(const GPTConfig *cfg, const char *prefix);
@@ -150,6 +197,8 @@ PetscErrorCode gpt_msg_ids(GPT *gpt, int model, int mb);
 static inline PetscBool gpt_first_stage(const GPT *g) { return g->sh.p == 0 ? PETSC_TRUE : PETSC_FALSE; }
 static inline PetscBool gpt_last_stage(const GPT *g) { return g->sh.p == g->sh.pp - 1 ? PETSC_TRUE : PETSC_FALSE; }
 PetscErrorCode gpt_destroy(GPT **gpt);
+/* Tensor 0 of every table is the token embedding (GPT-2 wte, LLaMA embed_tokens). */
+#define GPT_T_WTE 0
 /* Index of a tensor by name, or -1. */
 int gpt_find_tensor(const GPT *gpt, const char *name);
 
@@ -221,10 +270,12 @@ PetscErrorCode gpt_adamw_step(GPT *gpt, const AdamWConfig *opt, PetscReal *lr_us
 PetscErrorCode gpt_grad_norm(GPT *gpt, PetscReal *grad_norm);
 PetscErrorCode gpt_adamw_update(GPT *gpt, const AdamWConfig *opt, PetscReal norm, PetscReal *lr_used);
 
-/* KV cache for incremental decoding: nslot independent sequences of up to Tmax tokens. */
+/* KV cache for incremental decoding: nslot independent sequences of up to
+ * Tmax tokens. n_embd is this shard's key (and value) width per position,
+ * n_kv_head/tp heads. */
 typedef struct {
   int    nslot, Tmax, n_layer, n_embd;
-  float *k, *v; /* device, [n_layer][nslot][Tmax][C] */
+  float *k, *v; /* device, [n_layer][nslot][Tmax][n_embd] */
 } GPTKVCache;
 PetscErrorCode gpt_kv_create(const GPT *gpt, int nslot, int Tmax, GPTKVCache **kv);
 PetscErrorCode gpt_kv_destroy(const GPT *gpt, GPTKVCache **kv);

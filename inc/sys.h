@@ -165,6 +165,12 @@ typedef struct {
 extern SysLog sys_log; /* registered once by sys_log_register, then read-only */
 PetscErrorCode sys_log_register(void);
 
+/* ---- OpenBLAS ------------------------------------------------------------ */
+/* First thing in main: where OpenBLAS fell back to its generic x86 kernels
+ * on a CPU with AVX-512 or AVX2 and OPENBLAS_CORETYPE is unset, sets it and
+ * executes the program again (src/sys/blascore.c); otherwise returns. */
+void sys_blas_core_select(char **argv);
+
 /* ---- timers and run context -------------------------------------------- */
 double sys_wtime(void);
 

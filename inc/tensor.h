@@ -42,6 +42,26 @@ struct Backend {
   /* dwte[tok[n]-v0,:] += dout[n,:] for tokens in the shard; dwpe[pos[n],:] += dout[n,:] (either may be NULL) */
   PetscErrorCode (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C, int v0, int Vl);
 
+  /* RMSNorm (the LLaMA family): out = inp * rstd * w, rstd[n] =
+   * 1/sqrt(mean_c inp[n,c]^2 + eps), saved for backward. */
+  PetscErrorCode (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+  /* dinp += ...; dw += ... */
+  PetscErrorCode (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C);
+
+  /* Rotary position embedding, in place on the query and key heads of qkv
+   * rows [N, (NH + 2*NKV)*hd] (q heads, then k heads, then v heads, which
+   * are left alone). Hugging Face's rotate-half pairing: within a head,
+   * element i < hd/2 pairs with i + hd/2 and the pair turns by the angle
+   * pos[n] * inv_freq[i] (float product; inv_freq [hd/2] is a device array):
+   *   x_i' = x_i cos - x_{i+hd/2} sin,  x_{i+hd/2}' = x_{i+hd/2} cos + x_i sin.
+   * inverse 1 turns by minus the angle: the transform of the gradient. */
+  PetscErrorCode (*rope)(float *qkv, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd, int inverse);
+
+  /* SwiGLU: out[n,j] = silu(gu[n,j]) * gu[n,F+j], gu [N,2F] (gate | up). */
+  PetscErrorCode (*swiglu_forward)(float *out, const float *gu, int N, int F);
+  /* dgu += d out / d gu . dout */
+  PetscErrorCode (*swiglu_backward)(float *dgu, const float *gu, const float *dout, int N, int F);
+
   /* GPT-2 LayerNorm, eps 1e-5. mean and rstd [N] are saved for backward. */
   PetscErrorCode (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C);
   /* dinp += ...; dw += ...; db += ... */
@@ -52,17 +72,21 @@ struct Backend {
   /* dinp += dout . W^T (dinp may be NULL); dw += inp^T . dout (in w's layout); dbias += colsum(dout) (may be NULL) */
   PetscErrorCode (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, PetscBool transposed);
 
-  /* Causal self-attention over B sequences of length T (training and full forward).
-   * qkv [B,T,3C] (q|k|v, heads contiguous inside each), out [B,T,C],
-   * att [B,NH,T,T] holds the softmax probabilities for backward; scale 1/sqrt(C/NH). */
-  PetscErrorCode (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+  /* Causal self-attention over B sequences of length T (training and full
+   * forward), with grouped-query attention: NH query heads and NKV key/value
+   * heads (NKV divides NH; query head h reads kv head h / (NH/NKV); NKV = NH
+   * is plain multi-head attention). Head size hd = C/NH, C the query width.
+   * qkv [B,T,C + 2*Ckv] (q | k | v, Ckv = NKV*hd, heads contiguous inside
+   * each), out [B,T,C], att [B,NH,T,T] holds the softmax probabilities for
+   * backward; scale 1/sqrt(hd). */
+  PetscErrorCode (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
   /* dqkv += ... */
-  PetscErrorCode (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH);
+  PetscErrorCode (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV);
   /* Attention with a KV cache. Row r (of N) is the token of cache slot slot[r]
    * at position pos[r]. All rows' k and v are first written into
-   * kcache/vcache [nslot, Tmax, C] at (slot[r], pos[r]); then each row's query
-   * attends to positions 0..pos[r] of its slot. out [N,C]. */
-  PetscErrorCode (*attention_cached)(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH);
+   * kcache/vcache [nslot, Tmax, Ckv] at (slot[r], pos[r]); then each row's
+   * query attends to positions 0..pos[r] of its slot. out [N,C]. */
+  PetscErrorCode (*attention_cached)(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH, int NKV);
 
   /* GELU, tanh approximation (GPT-2's gelu_new). */
   PetscErrorCode (*gelu_forward)(float *out, const float *inp, size_t n);
@@ -129,7 +153,7 @@ PetscErrorCode backend_cuda(const Backend **be);
 /* -precision: PETSC_FALSE fp32 everywhere (the default); PETSC_TRUE bf16
  * operands with fp32 accumulation for the matmuls and the training
  * attention's products (q, k, v, P, dS), and the outputs of matmuls,
- * LayerNorm, attention and GELU rounded to bf16 values (the arrays stay
+ * LayerNorm, RMSNorm, attention, GELU and SwiGLU rounded to bf16 values (the arrays stay
  * float, so memory is not halved); the residual stream, log-probabilities,
  * fp32 master weights, gradients and optimizer state are not rounded.
  * Applies to the ops called after it; CUDA only (bf16 fails without CUDA). */

@@ -88,7 +88,7 @@ static PetscErrorCode check_formulas(void)
 {
   CostShape s7, g = tiny(PETSC_FALSE), cs = tiny(PETSC_TRUE);
   CostPrims hw;
-  GPTConfig cfg = {1, 2, 8, 16, 8, GPT_HEAD_LM};
+  GPTConfig cfg = {.n_layer = 1, .n_head = 2, .n_embd = 8, .vocab_size = 16, .n_positions = 8, .head = GPT_HEAD_LM};
   GPTTensor *tab;
   int        nt;
   size_t     np;
@@ -497,7 +497,7 @@ static PetscErrorCode check_realloc(void)
   } cases[] = {
     {0, 4, 1, 4, 1, 0, 4, 1, 2, 2}, {0, 4, 2, 1, 2, 0, 4, 1, 1, 4}, {0, 2, 1, 2, 1, 2, 2, 1, 1, 2}, {0, 4, 4, 1, 1, 0, 4, 1, 4, 1}, {0, 2, 2, 1, 1, 1, 3, 1, 3, 1},
   };
-  GPTConfig cfg = {4, 4, 16, 24, 16, GPT_HEAD_LM};
+  GPTConfig cfg = {.n_layer = 4, .n_head = 4, .n_embd = 16, .vocab_size = 24, .n_positions = 16, .head = GPT_HEAD_LM};
   CostShape m;
 
   PetscFunctionBegin;

@@ -12,7 +12,7 @@
  * of the same inputs. Device outputs are NaN before the call (from_host), so
  * an element the kernel does not write fails; accumulating outputs start
  * from the same random values on both sides and their increments are
- * compared. The reductions (encoder, layernorm and matmul backward,
+ * compared. The reductions (encoder, layernorm, rmsnorm and matmul backward,
  * attention, logprob, sumsq) must give the same bits when run twice, as
  * tensor.h requires of every backend. Prints "ok - cuda <precision> <op>:
  * <measured error>" or "not ok - ..." per check and "P passed, F failed,
@@ -36,7 +36,8 @@
  *   backend_cuda_set_precision): matmul outputs and the dinp and dw that
  *   come from its bf16 operands, the training attention's probabilities,
  *   output and dqkv (its products take bf16 operands too), and the outputs
- *   of layernorm, cached attention and GELU. bf16 keeps 8 significant bits, so each
+ *   of layernorm, rmsnorm, cached attention, GELU and SwiGLU. bf16 keeps 8
+ *   significant bits, so each
  *   rounding moves a value by up to 2^-9 (2e-3) of itself. A matmul rounds
  *   both operands (random over K terms: ~2e-3 of the output's scale) and
  *   then its output (2e-3 of the element): ~4e-3 in all. This test run on
@@ -45,8 +46,10 @@
  *   attention with bf16 operands, emulated in numpy at this test's shapes,
  *   moves the probabilities by up to 1.9e-3 of their maximum, the output
  *   before its rounding by 5.6e-3 and dqkv by 2.7e-3 (GPT-2's T 1024, 12
- *   heads, the worst). Everything else (mean, rstd, caches, dbias, every
- *   other backward, logprob, sumsq, AdamW) is fp32 in either mode and
+ *   heads, the worst); the grouped-query shapes, emulated in C with the
+ *   kernels' GEMM layout, reach 1.7e-3, 6.6e-3 (with its rounding; NH 9
+ *   NKV 3) and 2.2e-3. Everything else (mean, rstd, caches, dbias, rope,
+ *   every other backward, logprob, sumsq, AdamW) is fp32 in either mode and
  *   keeps the fp32 tolerance in bf16 mode
  *   too, so a bf16 path leaking into them fails. */
 #include "sys.h"
@@ -419,6 +422,107 @@ static PetscErrorCode check_layernorm(Ctx *c, int N, int C)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* RMSNorm as LayerNorm above: the forward (also with rstd NULL, which must
+ * change no bit of out), then the backward on the cpu's rstd. */
+static PetscErrorCode check_rmsnorm(Ctx *c, int N, int C)
+{
+  const float eps = 1e-6f;
+  Arena       a  = {.gpu = c->gpu};
+  Verdict     v  = {"", 1};
+  size_t      NC = (size_t)N * C;
+  float      *x = h_rand(&a, &c->r, NC, -2, 3), *w = h_rand(&a, &c->r, C, 0.5, 1.5), *out = h_nan(&a, NC), *rstd = h_nan(&a, N), *g = h_rand(&a, &c->r, NC, -1, 1);
+  float      *dx0 = h_rand(&a, &c->r, NC, -1, 1), *dw0 = h_rand(&a, &c->r, C, -1, 1), *dx = h_dup(&a, dx0, NC), *dw = h_dup(&a, dw0, C);
+  float      *d_x, *d_w, *d_out, *d_out2, *d_rstd, *d_g, *d_crstd, *d_dx[2], *d_dw[2];
+  double      rt = rtol_of(c, FP32_ALWAYS);
+
+  PetscFunctionBegin;
+  PetscCall(d_put(&a, x, NC * sizeof(float), (void **)&d_x));
+  PetscCall(d_put(&a, w, C * sizeof(float), (void **)&d_w));
+  PetscCall(d_nan(&a, NC, &d_out));
+  PetscCall(d_nan(&a, NC, &d_out2));
+  PetscCall(d_nan(&a, N, &d_rstd));
+  PetscCall(c->cpu->rmsnorm_forward(out, rstd, x, w, N, C, eps));
+  PetscCall(c->gpu->rmsnorm_forward(d_out, d_rstd, d_x, d_w, N, C, eps));
+  PetscCall(c->gpu->rmsnorm_forward(d_out2, NULL, d_x, d_w, N, C, eps));
+  PetscCall(compare_dev(&a, &v, "out", d_out, out, NULL, NC, rtol_of(c, BF16_ROUNDED)));
+  PetscCall(compare_dev(&a, &v, "rstd", d_rstd, rstd, NULL, N, rt));
+  PetscCall(same_bits(&a, &v, "out with rstd NULL", d_out, d_out2, NC));
+  verdict_report(c, &v, "rmsnorm_forward N=%d C=%d eps=%g", N, C, (double)eps);
+
+  PetscCall(d_put(&a, g, NC * sizeof(float), (void **)&d_g));
+  PetscCall(d_put(&a, rstd, N * sizeof(float), (void **)&d_crstd));
+  for (int k = 0; k < 2; k++) {
+    PetscCall(d_put(&a, dx0, NC * sizeof(float), (void **)&d_dx[k]));
+    PetscCall(d_put(&a, dw0, C * sizeof(float), (void **)&d_dw[k]));
+    PetscCall(c->gpu->rmsnorm_backward(d_dx[k], d_dw[k], d_g, d_x, d_w, d_crstd, N, C));
+  }
+  PetscCall(c->cpu->rmsnorm_backward(dx, dw, g, x, w, rstd, N, C));
+  PetscCall(compare_dev(&a, &v, "dinp", d_dx[0], dx, dx0, NC, rt));
+  PetscCall(compare_dev(&a, &v, "dw", d_dw[0], dw, dw0, C, rt));
+  PetscCall(same_bits(&a, &v, "dinp", d_dx[0], d_dx[1], NC));
+  PetscCall(same_bits(&a, &v, "dw", d_dw[0], d_dw[1], C));
+  verdict_report(c, &v, "rmsnorm_backward N=%d C=%d (accumulates; run twice)", N, C);
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Rotary embeddings in place on qkv rows [N, (NH+2NKV)*hd], positions up to
+ * 32767 (large angles) and theta 500000 (Llama 3): the forward, then the
+ * inverse applied to each side's result. The whole rows are compared, so a
+ * kernel that touches the v heads fails. Not rounded in bf16 mode. */
+static PetscErrorCode check_rope(Ctx *c, int N, int NH, int NKV, int hd)
+{
+  Arena   a = {.gpu = c->gpu};
+  Verdict v = {"", 1};
+  size_t  n = (size_t)N * (NH + 2 * NKV) * hd;
+  float  *qkv = h_rand(&a, &c->r, n, -1.5, 1.5), *inv = h_alloc(&a, (size_t)(hd / 2) * sizeof(float)), *d_qkv, *d_inv;
+  int    *pos = h_ints(&a, N), *d_pos;
+  double  rt = rtol_of(c, FP32_ALWAYS);
+
+  PetscFunctionBegin;
+  for (int i = 0; i < hd / 2; i++) inv[i] = (float)(1.0 / pow(500000.0, 2.0 * i / hd));
+  for (int r = 0; r < N; r++) pos[r] = r == 0 ? 0 : rng_int(&c->r, 32768);
+  PetscCall(d_put(&a, qkv, n * sizeof(float), (void **)&d_qkv));
+  PetscCall(d_put(&a, inv, (size_t)(hd / 2) * sizeof(float), (void **)&d_inv));
+  PetscCall(d_put(&a, pos, N * sizeof(int), (void **)&d_pos));
+  PetscCall(c->cpu->rope(qkv, pos, inv, N, NH, NKV, hd, 0));
+  PetscCall(c->gpu->rope(d_qkv, d_pos, d_inv, N, NH, NKV, hd, 0));
+  PetscCall(compare_dev(&a, &v, "qkv", d_qkv, qkv, NULL, n, rt));
+  PetscCall(c->cpu->rope(qkv, pos, inv, N, NH, NKV, hd, 1));
+  PetscCall(c->gpu->rope(d_qkv, d_pos, d_inv, N, NH, NKV, hd, 1));
+  PetscCall(compare_dev(&a, &v, "qkv after the inverse", d_qkv, qkv, NULL, n, rt));
+  verdict_report(c, &v, "rope N=%d NH=%d NKV=%d hd=%d (in place, then inverse)", N, NH, NKV, hd);
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* SwiGLU on gu [N, 2F] (gate | up) over silu's curved range. */
+static PetscErrorCode check_swiglu(Ctx *c, int N, int F)
+{
+  Arena   a  = {.gpu = c->gpu};
+  Verdict v  = {"", 1};
+  size_t  nf = (size_t)N * F;
+  float  *gu = h_rand(&a, &c->r, 2 * nf, -8, 8), *out = h_nan(&a, nf), *g = h_rand(&a, &c->r, nf, -1, 1);
+  float  *dgu0 = h_rand(&a, &c->r, 2 * nf, -1, 1), *dgu = h_dup(&a, dgu0, 2 * nf), *d_gu, *d_out, *d_g, *d_dgu;
+
+  PetscFunctionBegin;
+  PetscCall(d_put(&a, gu, 2 * nf * sizeof(float), (void **)&d_gu));
+  PetscCall(d_nan(&a, nf, &d_out));
+  PetscCall(c->cpu->swiglu_forward(out, gu, N, F));
+  PetscCall(c->gpu->swiglu_forward(d_out, d_gu, N, F));
+  PetscCall(compare_dev(&a, &v, "out", d_out, out, NULL, nf, rtol_of(c, BF16_ROUNDED)));
+  verdict_report(c, &v, "swiglu_forward N=%d F=%d", N, F);
+
+  PetscCall(d_put(&a, g, nf * sizeof(float), (void **)&d_g));
+  PetscCall(d_put(&a, dgu0, 2 * nf * sizeof(float), (void **)&d_dgu));
+  PetscCall(c->cpu->swiglu_backward(dgu, gu, g, N, F));
+  PetscCall(c->gpu->swiglu_backward(d_dgu, d_gu, d_g, N, F));
+  PetscCall(compare_dev(&a, &v, "dgu", d_dgu, dgu, dgu0, 2 * nf, rtol_of(c, FP32_ALWAYS)));
+  verdict_report(c, &v, "swiglu_backward N=%d F=%d (accumulates)", N, F);
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode check_matmul(Ctx *c, int N, int C, int OC, PetscBool tr)
 {
   Arena       a = {.gpu = c->gpu};
@@ -470,11 +574,13 @@ static PetscErrorCode check_matmul(Ctx *c, int N, int C, int OC, PetscBool tr)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode check_attention(Ctx *c, int B, int T, int C, int NH)
+/* NKV < NH: grouped-query attention, qkv rows [C + 2*NKV*C/NH] and each kv
+ * head's gradient summed over its group of query heads. */
+static PetscErrorCode check_attention(Ctx *c, int B, int T, int C, int NH, int NKV)
 {
   Arena   a  = {.gpu = c->gpu};
   Verdict v  = {"", 1};
-  size_t  nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+  size_t  nq = (size_t)B * T * (C + 2 * (size_t)(C / NH) * NKV), no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
   float  *qkv = h_rand(&a, &c->r, nq, -1.5, 1.5), *out = h_nan(&a, no), *att = h_nan(&a, na), *g = h_rand(&a, &c->r, no, -1, 1);
   float  *dq0 = h_rand(&a, &c->r, nq, -1, 1), *dq = h_dup(&a, dq0, nq);
   float  *d_qkv, *d_out[2], *d_att[2], *d_g, *d_catt, *d_dq[2];
@@ -485,26 +591,26 @@ static PetscErrorCode check_attention(Ctx *c, int B, int T, int C, int NH)
   for (int k = 0; k < 2; k++) {
     PetscCall(d_nan(&a, no, &d_out[k]));
     PetscCall(d_nan(&a, na, &d_att[k]));
-    PetscCall(c->gpu->attention_forward(d_out[k], d_att[k], d_qkv, B, T, C, NH));
+    PetscCall(c->gpu->attention_forward(d_out[k], d_att[k], d_qkv, B, T, C, NH, NKV));
   }
-  PetscCall(c->cpu->attention_forward(out, att, qkv, B, T, C, NH));
+  PetscCall(c->cpu->attention_forward(out, att, qkv, B, T, C, NH, NKV));
   PetscCall(compare_dev(&a, &v, "out", d_out[0], out, NULL, no, rtol_of(c, BF16_ROUNDED)));
   PetscCall(compare_dev(&a, &v, "att", d_att[0], att, NULL, na, rt));
   PetscCall(same_bits(&a, &v, "out", d_out[0], d_out[1], no));
   PetscCall(same_bits(&a, &v, "att", d_att[0], d_att[1], na));
-  verdict_report(c, &v, "attention_forward B=%d T=%d C=%d NH=%d (probabilities, zeros above the diagonal; run twice)", B, T, C, NH);
+  verdict_report(c, &v, "attention_forward B=%d T=%d C=%d NH=%d NKV=%d (probabilities, zeros above the diagonal; run twice)", B, T, C, NH, NKV);
 
   /* both backwards get the cpu's probabilities */
   PetscCall(d_put(&a, g, no * sizeof(float), (void **)&d_g));
   PetscCall(d_put(&a, att, na * sizeof(float), (void **)&d_catt));
   for (int k = 0; k < 2; k++) {
     PetscCall(d_put(&a, dq0, nq * sizeof(float), (void **)&d_dq[k]));
-    PetscCall(c->gpu->attention_backward(d_dq[k], d_g, d_qkv, d_catt, B, T, C, NH));
+    PetscCall(c->gpu->attention_backward(d_dq[k], d_g, d_qkv, d_catt, B, T, C, NH, NKV));
   }
-  PetscCall(c->cpu->attention_backward(dq, g, qkv, att, B, T, C, NH));
+  PetscCall(c->cpu->attention_backward(dq, g, qkv, att, B, T, C, NH, NKV));
   PetscCall(compare_dev(&a, &v, "dqkv", d_dq[0], dq, dq0, nq, rt));
   PetscCall(same_bits(&a, &v, "dqkv", d_dq[0], d_dq[1], nq));
-  verdict_report(c, &v, "attention_backward B=%d T=%d C=%d NH=%d (accumulates; run twice)", B, T, C, NH);
+  verdict_report(c, &v, "attention_backward B=%d T=%d C=%d NH=%d NKV=%d (accumulates; run twice)", B, T, C, NH, NKV);
   PetscCall(arena_free(&a));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -514,13 +620,14 @@ static PetscErrorCode check_attention(Ctx *c, int B, int T, int C, int NH)
  * holds all three prompts (5, 1 and 20 tokens) with their rows shuffled, so
  * rows of one slot attend to keys written by the same call; then one token
  * per unfinished slot per call, in rotating order. Compared: every output
- * row, and the caches at the end (entries neither side wrote stay NaN). */
-static PetscErrorCode check_attention_cached(Ctx *c)
+ * row, and the caches at the end (entries neither side wrote stay NaN).
+ * NKV < NH: grouped-query attention, caches [nslot, Tmax, NKV*C/NH]. */
+static PetscErrorCode check_attention_cached(Ctx *c, int C, int NH, int NKV)
 {
-  const int B = 3, T = 37, C = 64, NH = 4, Tmax = T + 5, nslot = 4, slot_of[3] = {2, 0, 3}, prompt[3] = {5, 1, 20};
-  Arena     a  = {.gpu = c->gpu};
-  Verdict   v  = {"", 1};
-  size_t    C3 = 3 * (size_t)C, nc = (size_t)nslot * Tmax * C;
+  const int B = 3, T = 37, Tmax = T + 5, nslot = 4, slot_of[3] = {2, 0, 3}, prompt[3] = {5, 1, 20};
+  Arena     a   = {.gpu = c->gpu};
+  Verdict   v   = {"", 1};
+  size_t    Ckv = (size_t)(C / NH) * NKV, C3 = (size_t)C + 2 * Ckv, nc = (size_t)nslot * Tmax * Ckv;
   float    *qkv = h_rand(&a, &c->r, (size_t)B * T * C3, -1.5, 1.5), *kc = h_nan(&a, nc), *vc = h_nan(&a, nc);
   float    *rows = h_alloc(&a, (size_t)B * T * C3 * sizeof(float)), *rout = h_alloc(&a, (size_t)B * T * C * sizeof(float)), *gout;
   float    *want = h_nan(&a, (size_t)B * T * C), *got = h_nan(&a, (size_t)B * T * C);
@@ -561,8 +668,8 @@ static PetscErrorCode check_attention_cached(Ctx *c)
     PetscCall(c->gpu->from_host(d_out, rout, (size_t)n * C * sizeof(float)));
     PetscCall(c->gpu->from_host(d_slot, slot, n * sizeof(int)));
     PetscCall(c->gpu->from_host(d_pos, pos, n * sizeof(int)));
-    PetscCall(c->gpu->attention_cached(d_out, d_kc, d_vc, d_rows, d_slot, d_pos, n, Tmax, C, NH));
-    PetscCall(c->cpu->attention_cached(rout, kc, vc, rows, slot, pos, n, Tmax, C, NH));
+    PetscCall(c->gpu->attention_cached(d_out, d_kc, d_vc, d_rows, d_slot, d_pos, n, Tmax, C, NH, NKV));
+    PetscCall(c->cpu->attention_cached(rout, kc, vc, rows, slot, pos, n, Tmax, C, NH, NKV));
     PetscCall(d_get(&a, d_out, (size_t)n * C, &gout));
     for (int r = 0; r < n; r++) {
       size_t at = ((size_t)seq[r] * T + pos[r]) * C;
@@ -582,7 +689,8 @@ static PetscErrorCode check_attention_cached(Ctx *c)
     compare_at(&v, "kcache", get_f, gk, kc, NULL, nc, rt, 0.0, PETSC_TRUE);
     compare_at(&v, "vcache", get_f, gv, vc, NULL, nc, rt, 0.0, PETSC_TRUE);
   }
-  verdict_report(c, &v, "attention_cached, %d calls: 3 prompts in one shuffled call, then interleaved decoding in slots 2, 0, 3 of 4 (Tmax %d)", ncall, Tmax);
+  verdict_report(c, &v, "attention_cached C=%d NH=%d NKV=%d, %d calls: 3 prompts in one shuffled call, then interleaved decoding in slots 2, 0, 3 of 4 (Tmax %d)", C, NH,
+                 NKV, ncall, Tmax);
   PetscCall(arena_free(&a));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -953,12 +1061,25 @@ static PetscErrorCode check_all(Ctx *c)
     {37,  72,  201,  0}, {37, 72, 201, 1}, /* a width not a multiple of 8: bf16 pads its rows */
     {1400, 64, 50257, 1}, /* bf16's padded output in two chunks of rows */
   };
-  const int att[][4] = {
-    {2, 64, 64,  4}, /* head size 16 */
-    {3, 37, 128, 4}, /* 32, T not a multiple of anything */
-    {2, 64, 256, 4}, /* 64, as GPT-2 */
-    {3, 1,  64,  4}, /* one token */
-    {1, 1024, 768, 12}, /* GPT-2 small's full window */
+  const int att[][5] = {
+    {2, 64,   64,   4,  4}, /* head size 16 */
+    {3, 37,   128,  4,  4}, /* 32, T not a multiple of anything */
+    {2, 64,   256,  4,  4}, /* 64, as GPT-2 */
+    {3, 1,    64,   4,  4}, /* one token */
+    {1, 1024, 768,  12, 12}, /* GPT-2 small's full window */
+    {2, 64,   256,  4,  2}, /* grouped-query: pairs of query heads per kv head */
+    {3, 37,   256,  4,  1}, /* one kv head for all (multi-query) */
+    {2, 37,   576,  9,  3}, /* an odd head count, head size 64 */
+    {3, 1,    576,  9,  3}, /* the same, one token */
+    {2, 100,  1024, 8,  2}, /* head size 128 */
+    {1, 256,  2048, 32, 8}, /* Llama 3.2 1B's heads */
+  };
+  const int cached[][3] = {
+    {64,  4, 4}, /* head size 16 */
+    {64,  4, 2},
+    {64,  4, 1},
+    {576, 9, 3}, /* head size 64 */
+    {72,  4, 2}, /* head size 18: not a multiple of 4, the scalar loads */
   };
 
   PetscFunctionBegin;
@@ -968,9 +1089,20 @@ static PetscErrorCode check_all(Ctx *c)
   PetscCall(check_layernorm(c, 333, 160));
   PetscCall(check_layernorm(c, 64, 1600));
   PetscCall(check_layernorm(c, 1, 768)); /* one row */
+  PetscCall(check_rmsnorm(c, 37, 72));
+  PetscCall(check_rmsnorm(c, 333, 160));
+  PetscCall(check_rmsnorm(c, 64, 2048));
+  PetscCall(check_rmsnorm(c, 1, 768)); /* one row */
+  PetscCall(check_rope(c, 37, 4, 2, 16));
+  PetscCall(check_rope(c, 5, 9, 3, 64));
+  PetscCall(check_rope(c, 1, 32, 8, 64)); /* one decode row */
+  PetscCall(check_rope(c, 300, 8, 2, 128));
+  PetscCall(check_swiglu(c, 37, 200));
+  PetscCall(check_swiglu(c, 333, 1001));
+  PetscCall(check_swiglu(c, 1, 8192)); /* one decode row */
   for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) PetscCall(check_matmul(c, mm[i][0], mm[i][1], mm[i][2], mm[i][3] ? PETSC_TRUE : PETSC_FALSE));
-  for (size_t i = 0; i < sizeof att / sizeof att[0]; i++) PetscCall(check_attention(c, att[i][0], att[i][1], att[i][2], att[i][3]));
-  PetscCall(check_attention_cached(c));
+  for (size_t i = 0; i < sizeof att / sizeof att[0]; i++) PetscCall(check_attention(c, att[i][0], att[i][1], att[i][2], att[i][3], att[i][4]));
+  for (size_t i = 0; i < sizeof cached / sizeof cached[0]; i++) PetscCall(check_attention_cached(c, cached[i][0], cached[i][1], cached[i][2]));
   PetscCall(check_pointwise(c));
   PetscCall(check_logprob_dist(c, "plain log-softmax", 97, 1000, 1.0f, PETSC_FALSE));
   PetscCall(check_logprob_dist(c, "inv_temp 1/0.7", 97, 1000, 1.0f / 0.7f, PETSC_FALSE));

@@ -52,7 +52,7 @@ static PetscErrorCode test_layout(const GPTConfig *cfg, const Layout *L, PetscBo
   float       *ref, *got, *pfull, *gfull, *pg;
   AdamWConfig  opt = {1e-2, 1, 0.9, 0.95, 1e-8, 0.1, 1.0, 0, 0};
   char         name[160], det[160];
-  const char  *head = cfg->head == GPT_HEAD_LM ? "lm" : "scalar";
+  const char  *head = cfg->head == GPT_HEAD_LM ? (gpt_is_llama(cfg) ? (cfg->tie_embeddings ? "llama tied lm" : "llama untied biased lm") : "lm") : (gpt_is_llama(cfg) ? "llama scalar" : "scalar");
 
   PetscFunctionBegin;
   if (n > world_size) {
@@ -166,6 +166,20 @@ int main(int argc, char **argv)
   }
   PetscCall(test_layout(&lm, &layouts[3], PETSC_TRUE));
   PetscCall(test_layout(&lm, &layouts[5], PETSC_TRUE));
+  { /* the LLaMA family: tied with 4 query heads over 2 kv heads (tp 2 splits
+     * the kv heads), and untied with q/k/v biases */
+    GPTConfig ll = lm, lu;
+    ll.arch = GPT_ARCH_LLAMA, ll.n_kv_head = 2, ll.n_ffn = 24, ll.tie_embeddings = PETSC_TRUE, ll.rope_theta = 10000, ll.norm_eps = 1e-5;
+    lu = ll, lu.tie_embeddings = PETSC_FALSE, lu.qkv_bias = PETSC_TRUE;
+    for (size_t k = 0; k < 6; k++) {
+      GPTConfig ls = ll;
+      ls.head = GPT_HEAD_SCALAR;
+      PetscCall(test_layout(&ll, &layouts[k], PETSC_FALSE));
+      PetscCall(test_layout(&ls, &layouts[k], PETSC_FALSE));
+      PetscCall(test_layout(&lu, &layouts[k], PETSC_FALSE));
+    }
+    PetscCall(test_layout(&ll, &layouts[3], PETSC_TRUE));
+  }
   PetscCall(comm_teardown());
   PetscCall(PetscFinalize());
   return test_tally();

@@ -85,7 +85,7 @@ static int copy_prefix(const char *src, const char *dst, long n)
 /* ---- models ---------------------------------------------------------------- */
 static GPTConfig small_config(GPTHead head)
 {
-  GPTConfig cfg = {2, 2, 16, 32, 8, head};
+  GPTConfig cfg = {.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = 32, .n_positions = 8, .head = head};
 
   return cfg;
 }

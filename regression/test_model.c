@@ -12,12 +12,43 @@
 #include "sys.h"
 #include "test_report.h"
 
-static const char help[] = "GPT-2 model regression tests.\n";
+static const char help[] = "Model regression tests (GPT-2 and the LLaMA family).\n";
 
 static GPTConfig micro_config(GPTHead head)
 {
   GPTConfig c = {.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = 23, .n_positions = 12, .head = head};
   return c;
+}
+
+/* The LLaMA family at the same size: variant 0 tied, grouped-query (4 heads
+ * over 2), theta 10000; variant 1 untied, multi-query, q/k/v biases, llama3
+ * frequency scaling, another theta and eps. */
+static GPTConfig micro_llama(GPTHead head, int variant)
+{
+  GPTConfig c = micro_config(head);
+
+  c.arch           = GPT_ARCH_LLAMA;
+  c.n_head         = 4;
+  c.n_kv_head      = variant ? 1 : 2;
+  c.n_ffn          = 24;
+  c.qkv_bias       = variant ? PETSC_TRUE : PETSC_FALSE;
+  c.tie_embeddings = variant ? PETSC_FALSE : PETSC_TRUE;
+  c.rope_theta     = variant ? 500000 : 10000;
+  c.norm_eps       = variant ? 1e-6 : 1e-5;
+  if (variant) {
+    c.rope_scaling                = GPT_ROPE_LLAMA3;
+    c.rope_factor                 = 8;
+    c.rope_low_freq_factor        = 1;
+    c.rope_high_freq_factor       = 4;
+    c.rope_original_max_positions = 16;
+  }
+  return c;
+}
+
+static const char *config_name(const GPTConfig *c)
+{
+  if (!gpt_is_llama(c)) return "GPT-2";
+  return c->tie_embeddings ? "LLaMA tied GQA" : "LLaMA untied MQA biases llama3-rope";
 }
 
 /* The GPT-2 init gives tiny gradients in most tensors, and unit LN gains and
@@ -31,7 +62,7 @@ static PetscErrorCode perturbed_params(GPT *gpt, uint64_t seed)
   PetscCall(PetscMalloc1(gpt->nparams, &p));
   for (int i = 0; i < gpt->ntensors; i++) {
     const GPTTensor *t      = &gpt->tensors[i];
-    PetscBool        ln_w   = t->ndim == 1 && strstr(t->name, "ln_") && strstr(t->name, ".weight") ? PETSC_TRUE : PETSC_FALSE;
+    PetscBool        ln_w   = t->ndim == 1 && (strstr(t->name, "ln_") || strstr(t->name, "norm")) && strstr(t->name, ".weight") ? PETSC_TRUE : PETSC_FALSE;
     float            centre = ln_w ? 1.0f : 0.0f, std = t->ndim == 2 ? 0.3f : 0.1f;
 
     for (size_t e = 0; e < t->numel; e++) p[t->offset + e] = centre + std * rng_normal(seed, (uint32_t)i, 0, (uint32_t)e, 7);
@@ -163,9 +194,9 @@ static PetscErrorCode numeric_grad(GPT *gpt, const Batch *b, float *p, size_t j,
  * 2 eps); with gradients of order 1e-2..1 a mismatch of
  * |num - ana| <= 1e-4 + 1e-2 |num| passes a correct backward with margin and
  * fails a missing or misplaced term by orders of magnitude. */
-static PetscErrorCode test_gradcheck(const Backend *be, GPTHead head, PetscBool masked)
+static PetscErrorCode test_gradcheck(const Backend *be, GPTConfig cfg, PetscBool masked)
 {
-  GPTConfig    cfg = micro_config(head);
+  GPTHead      head = cfg.head;
   GPT         *gpt;
   Batch        b;
   float       *p, *g;
@@ -203,7 +234,7 @@ static PetscErrorCode test_gradcheck(const Backend *be, GPTHead head, PetscBool 
       }
     }
   }
-  PetscCall(PetscSNPrintf(name, sizeof name, "gradient check, %s head%s", GPTHeadNames[head], masked ? ", gpt_logprobs_dist with inv_temp 1/0.7 and a mask" : ""));
+  PetscCall(PetscSNPrintf(name, sizeof name, "gradient check, %s, %s head%s", config_name(&cfg), GPTHeadNames[head], masked ? ", gpt_logprobs_dist with inv_temp 1/0.7 and a mask" : ""));
   PetscCall(PetscSNPrintf(detail, sizeof detail, "%d of %d sampled parameters outside 1e-4 + 1e-2|num|; worst at %.3g of tolerance: %s", nbad, nchecked, worst,
                           worst_name));
   test_measure(nbad == 0 ? PETSC_TRUE : PETSC_FALSE, name, "%s", detail);
@@ -348,16 +379,16 @@ static PetscErrorCode test_grad_accumulates(const Backend *be)
 /* Three sequences: prefill a different prompt length per slot, then decode
  * one token per call with the slots in a shuffled order each step. Every
  * output row must equal the full forward's row for that (sequence, position). */
-static PetscErrorCode test_kv_cache(const Backend *be, GPTHead head)
+static PetscErrorCode test_kv_cache(const Backend *be, GPTConfig cfg)
 {
-  GPTConfig   cfg = micro_config(head);
+  GPTHead     head = cfg.head;
   GPT        *gpt;
   GPTKVCache *kv;
   const int   B = 3, T = 9, prompt[3] = {3, 1, 5}, order[3][3] = {{2, 0, 1}, {1, 2, 0}, {0, 1, 2}};
   int         tok[27], slot[3], pos[3], rtok[3], nout = head == GPT_HEAD_LM ? cfg.vocab_size : 1;
   float      *ref, *out;
   double      maxref = 0, maxerr = 0;
-  char        name[64], detail[128];
+  char        name[128], detail[128];
 
   PetscFunctionBegin;
   PetscCall(gpt_create(&cfg, be, &gpt));
@@ -393,7 +424,7 @@ static PetscErrorCode test_kv_cache(const Backend *be, GPTHead head)
     for (int r = 0; r < n; r++)
       for (int v = 0; v < nout; v++) maxerr = PetscMax(maxerr, fabs(out[r * nout + v] - ref[(slot[r] * T + pos[r]) * nout + v]));
   }
-  PetscCall(PetscSNPrintf(name, sizeof name, "KV-cache decode equals full forward, %s head", GPTHeadNames[head]));
+  PetscCall(PetscSNPrintf(name, sizeof name, "KV-cache decode equals full forward, %s, %s head", config_name(&cfg), GPTHeadNames[head]));
   PetscCall(PetscSNPrintf(detail, sizeof detail, "max |cached - full| = %.3g, max |full| = %.3g (tolerance 1e-5 relative)", maxerr, maxref));
   test_measure(maxerr <= 1e-5 * maxref ? PETSC_TRUE : PETSC_FALSE, name, "%s", detail);
   PetscCall(gpt_kv_destroy(gpt, &kv));
@@ -724,14 +755,20 @@ int main(int argc, char **argv)
 
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
   PetscCall(backend_get("cpu", &be));
-  PetscCall(test_gradcheck(be, GPT_HEAD_LM, PETSC_FALSE));
-  PetscCall(test_gradcheck(be, GPT_HEAD_LM, PETSC_TRUE));
-  PetscCall(test_gradcheck(be, GPT_HEAD_SCALAR, PETSC_FALSE));
+  PetscCall(test_gradcheck(be, micro_config(GPT_HEAD_LM), PETSC_FALSE));
+  PetscCall(test_gradcheck(be, micro_config(GPT_HEAD_LM), PETSC_TRUE));
+  PetscCall(test_gradcheck(be, micro_config(GPT_HEAD_SCALAR), PETSC_FALSE));
+  for (int v = 0; v < 2; v++) {
+    PetscCall(test_gradcheck(be, micro_llama(GPT_HEAD_LM, v), PETSC_FALSE));
+    PetscCall(test_gradcheck(be, micro_llama(GPT_HEAD_SCALAR, v), PETSC_FALSE));
+    PetscCall(test_kv_cache(be, micro_llama(GPT_HEAD_LM, v)));
+    PetscCall(test_kv_cache(be, micro_llama(GPT_HEAD_SCALAR, v)));
+  }
   PetscCall(test_logprobs_dist(be));
   PetscCall(test_dist_errors(be));
   PetscCall(test_grad_accumulates(be));
-  PetscCall(test_kv_cache(be, GPT_HEAD_LM));
-  PetscCall(test_kv_cache(be, GPT_HEAD_SCALAR));
+  PetscCall(test_kv_cache(be, micro_config(GPT_HEAD_LM)));
+  PetscCall(test_kv_cache(be, micro_config(GPT_HEAD_SCALAR)));
   PetscCall(test_shape_change(be));
   PetscCall(test_adamw_op(be));
   PetscCall(test_adamw_step(be));

@@ -9,8 +9,14 @@
  * reductions and attention must give the same bits with 1, 2 and 3 OpenMP
  * threads. The log-probability ops are also checked at a temperature and
  * under a CSR allowed-token mask, with the logits outside each masked row's
- * set NaN so that reading one fails. Prints "ok - name" / "not ok - name: detail" per check and
- * the tally (test_report.h); exits non-zero on any failure.
+ * set NaN so that reading one fails. The LLaMA family's ops (RMSNorm at eps
+ * 1e-5 and 1e-6, rotary embeddings forward, inverse and gradient, SwiGLU)
+ * and grouped-query attention (4 query heads over 2 and 1 kv heads:
+ * training forward/backward and the KV cache) follow the same pattern, after
+ * GPT-2's checks so that those keep their inputs. Prints "ok - name" /
+ * "not ok - name: detail" per check and the tally (test_report.h); exits
+ * non-zero on any failure. -worst prints every comparison's worst element
+ * as a "#" line (how close each is to its tolerance).
  *
  * Tolerances: a float result passes if |got - ref| <= atol + rtol*|ref|.
  * Float32 ops accumulate rounding of ~sqrt(K)*6e-8 relative over a K-term
@@ -89,12 +95,17 @@ static double worst_ratio(const float *got, const float *base, const double *ref
   return w;
 }
 
+/* -worst: every comparison prints its worst element as a "#" comment line */
+static PetscBool show_worst = PETSC_FALSE;
+
 /* Appends one array's verdict to a check; returns 1 if it passed. */
 static int cmp(char *detail, size_t len, const char *what, const float *got, const float *base, const double *ref, size_t n, double atol, double rtol)
 {
   size_t at;
   double w = worst_ratio(got, base, ref, n, atol, rtol, &at);
   size_t l = strlen(detail);
+  if (show_worst)
+    printf("# %-24s worst %.3g x tolerance (atol %g, rtol %g): |err| %.3g at |ref| %.3g\n", what, w, atol, rtol, fabs((double)got[at] - (base ? (double)base[at] : 0.0) - ref[at]), fabs(ref[at]));
   if (w <= 1.0) return 1;
   snprintf(detail + l, len - l, "%s[%zu] = %.9g, reference %.9g (%.3g x tolerance); ", what, at, (double)got[at] - (base ? (double)base[at] : 0.0), ref[at], w);
   return 0;
@@ -181,18 +192,85 @@ static void ref_matmul(double *out, const double *x, const double *w, const doub
     }
 }
 
-static void ref_attention(double *out, double *att, const double *qkv, int B, int T, int C, int NH)
+/* RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean x^2 + eps) */
+static void ref_rmsnorm(double *out, double *rstd, const double *x, const double *w, int N, int C, double eps)
 {
-  int    hs    = C / NH;
-  double scale = 1.0 / sqrt((double)hs);
-  double *s    = dvec(T);
+  for (int n = 0; n < N; n++) {
+    double ss = 0, s;
+    for (int c = 0; c < C; c++) ss += x[(size_t)n * C + c] * x[(size_t)n * C + c];
+    s = 1.0 / sqrt(ss / C + eps);
+    for (int c = 0; c < C; c++) out[(size_t)n * C + c] = x[(size_t)n * C + c] * s * w[c];
+    if (rstd) rstd[n] = s;
+  }
+}
+
+/* dx += d/dx sum(g * out), dw += d/dw sum(g * out), written out from the
+ * chain rule: d rstd / d x_j = -rstd^3 x_j / C. */
+static void ref_rmsnorm_backward(double *dx, double *dw, const double *g, const double *x, const double *w, int N, int C, double eps)
+{
+  for (int n = 0; n < N; n++) {
+    const double *xr = x + (size_t)n * C, *gr = g + (size_t)n * C;
+    double        ss = 0, s, dot = 0;
+    for (int c = 0; c < C; c++) ss += xr[c] * xr[c];
+    s = 1.0 / sqrt(ss / C + eps);
+    for (int c = 0; c < C; c++) dot += gr[c] * w[c] * xr[c];
+    for (int c = 0; c < C; c++) {
+      dx[(size_t)n * C + c] += gr[c] * w[c] * s - xr[c] * s * s * s * dot / C;
+      dw[c] += gr[c] * xr[c] * s;
+    }
+  }
+}
+
+/* Rotary embedding of tensor.h, in double except the angle, which is the
+ * float product float(pos) * inv_freq[i] as the op forms it (and Hugging
+ * Face): y = x with each (i, i+hd/2) pair of the NH query and NKV key heads
+ * turned by that angle (by minus it when inverse); v heads copied. */
+static void ref_rope(double *y, const double *x, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd, int inverse)
+{
+  int    half = hd / 2;
+  size_t W    = (size_t)(NH + 2 * NKV) * hd;
+  memcpy(y, x, (size_t)N * W * sizeof(double));
+  for (int n = 0; n < N; n++)
+    for (int i = 0; i < half; i++) {
+      float  ang = (float)pos[n] * inv_freq[i];
+      double c = cos((double)ang), s = inverse ? -sin((double)ang) : sin((double)ang);
+      for (int h = 0; h < NH + NKV; h++) {
+        size_t o = (size_t)n * W + (size_t)h * hd + i;
+        double a = x[o], b = x[o + half];
+        y[o]        = a * c - b * s;
+        y[o + half] = b * c + a * s;
+      }
+    }
+}
+
+static double ref_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* SwiGLU: out[n,j] = silu(gate) * up, gu = [gate | up] */
+static void ref_swiglu(double *out, const double *gu, int N, int F)
+{
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < F; j++) {
+      double g = gu[(size_t)n * 2 * F + j], u = gu[(size_t)n * 2 * F + F + j];
+      out[(size_t)n * F + j] = g * ref_sigmoid(g) * u;
+    }
+}
+
+/* Grouped-query attention: query head h reads kv head h / (NH/NKV); qkv rows
+ * are [C + 2*Ckv] (q | k | v), Ckv = NKV*hs. NKV = NH is plain multi-head. */
+static void ref_attention(double *out, double *att, const double *qkv, int B, int T, int C, int NH, int NKV)
+{
+  int     hs = C / NH, grp = NH / NKV;
+  size_t  Ckv = (size_t)NKV * hs, C3 = C + 2 * Ckv;
+  double  scale = 1.0 / sqrt((double)hs);
+  double *s     = dvec(T);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) {
-        const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+        const double *q  = qkv + ((size_t)b * T + t) * C3 + h * hs;
+        size_t        kh = (size_t)(h / grp) * hs;
         double        m = -INFINITY, z = 0;
         for (int j = 0; j <= t; j++) {
-          const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+          const double *k = qkv + ((size_t)b * T + j) * C3 + C + kh;
           s[j]            = 0;
           for (int d = 0; d < hs; d++) s[j] += q[d] * k[d];
           s[j] *= scale;
@@ -203,27 +281,30 @@ static void ref_attention(double *out, double *att, const double *qkv, int B, in
         for (int j = 0; j < T; j++) {
           double p = j <= t ? exp(s[j] - m) / z : 0.0;
           if (att) att[(((size_t)b * NH + h) * T + t) * T + j] = p;
-          for (int d = 0; d < hs && j <= t; d++) out[((size_t)b * T + t) * C + h * hs + d] += p * qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hs + d];
+          for (int d = 0; d < hs && j <= t; d++) out[((size_t)b * T + t) * C + h * hs + d] += p * qkv[((size_t)b * T + j) * C3 + C + Ckv + kh + d];
         }
       }
   free(s);
 }
 
-static void ref_attention_backward(double *dqkv, const double *dout, const double *qkv, int B, int T, int C, int NH)
+/* dqkv += the gradient of sum(out * dout); the query heads of a group add
+ * into their shared k and v gradients. */
+static void ref_attention_backward(double *dqkv, const double *dout, const double *qkv, int B, int T, int C, int NH, int NKV)
 {
-  int     hs = C / NH;
+  int     hs = C / NH, grp = NH / NKV;
+  size_t  Ckv = (size_t)NKV * hs, C3 = C + 2 * Ckv;
   double  scale = 1.0 / sqrt((double)hs);
   double *att = dvec((size_t)B * NH * T * T), *out = dvec((size_t)B * T * C), *dp = dvec(T);
-  ref_attention(out, att, qkv, B, T, C, NH);
+  ref_attention(out, att, qkv, B, T, C, NH, NKV);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) {
-        const double *p = att + (((size_t)b * NH + h) * T + t) * T;
-        const double *g = dout + ((size_t)b * T + t) * C + h * hs;
-        size_t        qo = ((size_t)b * T + t) * 3 * C + h * hs;
+        const double *p  = att + (((size_t)b * NH + h) * T + t) * T;
+        const double *g  = dout + ((size_t)b * T + t) * C + h * hs;
+        size_t        kh = (size_t)(h / grp) * hs, qo = ((size_t)b * T + t) * C3 + h * hs;
         double        dot = 0;
         for (int j = 0; j <= t; j++) {
-          size_t vo = ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
+          size_t vo = ((size_t)b * T + j) * C3 + C + Ckv + kh;
           dp[j]     = 0;
           for (int d = 0; d < hs; d++) {
             dp[j] += g[d] * qkv[vo + d];
@@ -232,7 +313,7 @@ static void ref_attention_backward(double *dqkv, const double *dout, const doubl
           dot += p[j] * dp[j];
         }
         for (int j = 0; j <= t; j++) {
-          size_t ko = ((size_t)b * T + j) * 3 * C + C + h * hs;
+          size_t ko = ((size_t)b * T + j) * C3 + C + kh;
           double ds = p[j] * (dp[j] - dot) * scale;
           for (int d = 0; d < hs; d++) {
             dqkv[qo + d] += ds * qkv[ko + d];
@@ -493,6 +574,69 @@ static PetscErrorCode check_layernorm(const Backend *be, Rng *r)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+typedef struct {
+  int     N, C;
+  double  eps, *x, *w, *R, *out;
+} RMSCtx;
+
+static double rms_loss(void *ctx)
+{
+  RMSCtx *c = ctx;
+  double  s = 0;
+  ref_rmsnorm(c->out, NULL, c->x, c->w, c->N, c->C, c->eps);
+  for (size_t i = 0; i < (size_t)c->N * c->C; i++) s += c->out[i] * c->R[i];
+  return s;
+}
+
+/* The last NS rows are scaled so that mean(x^2) runs from 0.1 to 10 times eps
+ * (eps matters there, and rstd is large); finite differences (h = 1e-4) are
+ * taken on the other rows only, where h is small against x. */
+static PetscErrorCode check_rmsnorm(const Backend *be, Rng *r, float eps)
+{
+  const int N = 333, C = 160, NS = 13; /* N not a multiple of the 64-row block */
+  size_t    NC = (size_t)N * C, NB = (size_t)(N - NS) * C;
+  float    *x = frand(r, NC, -2, 3), *w = frand(r, C, 0.5, 1.5), *out = fvec(NC), *rstd = fvec(N), *g = frand(r, NC, -1, 1);
+  float    *dx0 = frand(r, NC, -1, 1), *dw0 = frand(r, C, -1, 1), *dx = fdup(dx0, NC), *dw = fdup(dw0, C);
+  double   *xd, *wd = todouble(w, C), *gd = todouble(g, NC), *rout = dvec(NC), *rrstd = dvec(N), *rdx = dvec(NC), *rdw = dvec(C);
+  RMSCtx    ctx;
+  char      detail[2048] = "", name[128];
+  int       ok;
+
+  PetscFunctionBegin;
+  for (int k = 0; k < NS; k++) { /* uniform on [-a, a] has mean square a^2/3 */
+    double f = pow(10.0, -1.0 + 2.0 * k / (NS - 1)), a = sqrt(3.0 * f * eps);
+    for (int c = 0; c < C; c++) x[(size_t)(N - NS + k) * C + c] = (float)rng_unif(r, -a, a);
+  }
+  xd  = todouble(x, NC);
+  ctx = (RMSCtx){N, C, (double)eps, xd, wd, gd, dvec(NC)};
+  poison(out, NC), poison(rstd, N);
+  PetscCall(be->rmsnorm_forward(out, rstd, x, w, N, C, eps));
+  ref_rmsnorm(rout, rrstd, xd, wd, N, C, (double)eps);
+  ok = cmp(detail, sizeof detail, "out", out, NULL, rout, NC, 1e-5, 1e-5);
+  ok = cmp(detail, sizeof detail, "rstd", rstd, NULL, rrstd, N, 1e-6, 1e-5) && ok;
+  snprintf(name, sizeof name, "rmsnorm_forward (eps %g; rows with mean square 0.1-10 eps)", (double)eps);
+  test_measure(ok, name, "%s", detail);
+
+  PetscCall(be->rmsnorm_backward(dx, dw, g, x, w, rstd, N, C));
+  ref_rmsnorm_backward(rdx, rdw, gd, xd, wd, N, C, (double)eps);
+  detail[0] = 0;
+  ok = cmp(detail, sizeof detail, "dinp", dx, dx0, rdx, NB, 1e-5, 1e-5);
+  /* the small rows: dinp is of order rstd (up to 1/sqrt(1.1 eps)), and so is its rounding */
+  for (int k = N - NS; k < N; k++) {
+    char what[32];
+    snprintf(what, sizeof what, "dinp(row %d)", k);
+    ok = cmp(detail, sizeof detail, what, dx + (size_t)k * C, dx0 + (size_t)k * C, rdx + (size_t)k * C, C, 1e-5 * rrstd[k], 1e-5) && ok;
+  }
+  ok = cmp(detail, sizeof detail, "dw", dw, dw0, rdw, C, 1e-4, 1e-5) && ok;
+  ok = fd_check(detail, sizeof detail, "inp", r, rms_loss, &ctx, xd, NB, dx, dx0, 12) && ok;
+  ok = fd_check(detail, sizeof detail, "w", r, rms_loss, &ctx, wd, C, dw, dw0, 6) && ok;
+  snprintf(name, sizeof name, "rmsnorm_backward (eps %g; accumulates; finite differences)", (double)eps);
+  test_measure(ok, name, "%s", detail);
+  free(x), free(w), free(out), free(rstd), free(g), free(dx0), free(dw0), free(dx), free(dw);
+  free(xd), free(wd), free(gd), free(rout), free(rrstd), free(rdx), free(rdw), free(ctx.out);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode check_matmul(const Backend *be, Rng *r, int tr)
 {
   const int N = 333, C = 96, OC = 160;
@@ -542,7 +686,7 @@ static PetscErrorCode check_matmul(const Backend *be, Rng *r, int tr)
 }
 
 typedef struct {
-  int     B, T, C, NH;
+  int     B, T, C, NH, NKV;
   double *qkv, *R, *out;
 } AttCtx;
 
@@ -550,37 +694,44 @@ static double att_loss(void *ctx)
 {
   AttCtx *a = ctx;
   double  s = 0;
-  ref_attention(a->out, NULL, a->qkv, a->B, a->T, a->C, a->NH);
+  ref_attention(a->out, NULL, a->qkv, a->B, a->T, a->C, a->NH, a->NKV);
   for (size_t i = 0; i < (size_t)a->B * a->T * a->C; i++) s += a->out[i] * a->R[i];
   return s;
 }
 
-/* T = 70: a partial 16-lane block and two 64-row query blocks */
-static PetscErrorCode check_attention(const Backend *be, Rng *r)
+/* T = 70: a partial 16-lane block and two 64-row query blocks. NKV = NH is
+ * GPT-2's multi-head attention; NKV < NH grouped-query attention, whose
+ * query heads share (and add into the gradients of) their kv head. */
+static PetscErrorCode check_attention(const Backend *be, Rng *r, int NH, int NKV)
 {
-  const int B = 2, T = 70, C = 64, NH = 4;
-  size_t    nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+  const int B = 2, T = 70, C = 64, hs = C / NH;
+  size_t    C3 = (size_t)C + 2 * (size_t)NKV * hs, nq = (size_t)B * T * C3, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
   float    *qkv = frand(r, nq, -1.5, 1.5), *out = fvec(no), *att = fvec(na), *g = frand(r, no, -1, 1);
   float    *dq0 = frand(r, nq, -1, 1), *dq = fdup(dq0, nq);
   double   *qd = todouble(qkv, nq), *gd = todouble(g, no), *rout = dvec(no), *ratt = dvec(na), *rdq = dvec(nq);
-  AttCtx    ctx = {B, T, C, NH, qd, gd, dvec(no)};
-  char      detail[2048] = "";
+  AttCtx    ctx = {B, T, C, NH, NKV, qd, gd, dvec(no)};
+  char      detail[2048] = "", gqa[64] = "", name[160];
   int       ok;
 
   PetscFunctionBegin;
+  if (NKV != NH) snprintf(gqa, sizeof gqa, ", GQA %d query heads over %d kv head%s", NH, NKV, NKV > 1 ? "s" : "");
   poison(out, no), poison(att, na);
-  PetscCall(be->attention_forward(out, att, qkv, B, T, C, NH));
-  ref_attention(rout, ratt, qd, B, T, C, NH);
+  PetscCall(be->attention_forward(out, att, qkv, B, T, C, NH, NKV));
+  ref_attention(rout, ratt, qd, B, T, C, NH, NKV);
   ok = cmp(detail, sizeof detail, "out", out, NULL, rout, no, 1e-5, 1e-5);
   ok = cmp(detail, sizeof detail, "att", att, NULL, ratt, na, 1e-6, 1e-5) && ok;
-  test_measure(ok, "attention_forward (out, probabilities, zeros above the diagonal)", "%s", detail);
+  snprintf(name, sizeof name, "attention_forward (out, probabilities, zeros above the diagonal%s)", gqa);
+  test_measure(ok, name, "%s", detail);
 
-  PetscCall(be->attention_backward(dq, g, qkv, att, B, T, C, NH));
-  ref_attention_backward(rdq, gd, qd, B, T, C, NH);
+  PetscCall(be->attention_backward(dq, g, qkv, att, B, T, C, NH, NKV));
+  ref_attention_backward(rdq, gd, qd, B, T, C, NH, NKV);
   detail[0] = 0;
   ok        = cmp(detail, sizeof detail, "dqkv", dq, dq0, rdq, nq, 1e-5, 1e-5);
   ok        = fd_check(detail, sizeof detail, "qkv", r, att_loss, &ctx, qd, nq, dq, dq0, 24) && ok;
-  test_measure(ok, "attention_backward (accumulates; finite differences)", "%s", detail);
+  if (NKV != NH) /* the shared k and v columns, where the group's sums meet */
+    ok = fd_check(detail, sizeof detail, "qkv(k,v)", r, att_loss, &ctx, qd + C, nq - C, dq + C, dq0 + C, 12) && ok;
+  snprintf(name, sizeof name, "attention_backward (accumulates; finite differences%s)", gqa);
+  test_measure(ok, name, "%s", detail);
   free(qkv), free(out), free(att), free(g), free(dq0), free(dq), free(qd), free(gd), free(rout), free(ratt), free(rdq), free(ctx.out);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -589,39 +740,52 @@ static PetscErrorCode check_attention(const Backend *be, Rng *r)
  * (a) a prefill of each whole sequence and (b) a decode that interleaves the
  * slots, starting from prompts of different lengths, in a cache whose Tmax
  * exceeds T and with a spare slot. The two paths share their arithmetic, so
- * they agree to rounding (1e-6): the training forward runs through sgemm. */
-static PetscErrorCode check_attention_cached(const Backend *be, Rng *r)
+ * they agree to rounding (1e-6): the training forward runs through sgemm.
+ * The cache holds NKV heads per position ([nslot, Tmax, NKV*hs]), sized
+ * exactly, and starts NaN so an unwritten entry that is read fails. */
+static PetscErrorCode check_attention_cached(const Backend *be, Rng *r, int NH, int NKV)
 {
-  const int B = 3, T = 37, C = 48, NH = 3, Tmax = T + 5, nslot = 4;
+  const int B = 3, T = 37, C = 48, Tmax = T + 5, nslot = 4, hs = C / NH;
   const int slot_of[3] = {2, 0, 3}, prompt[3] = {5, 1, 20};
-  size_t    C3 = 3 * (size_t)C, cache = (size_t)nslot * Tmax * C;
+  size_t    Ckv = (size_t)NKV * hs, C3 = (size_t)C + 2 * Ckv, cache = (size_t)nslot * Tmax * Ckv;
   float    *qkv = frand(r, (size_t)B * T * C3, -1.5, 1.5), *full = fvec((size_t)B * T * C), *got = fvec((size_t)B * T * C);
   float    *kc = fvec(cache), *vc = fvec(cache), *rowqkv = fvec(3 * C3), *rowout = fvec(3 * (size_t)C);
   double   *ref = dvec((size_t)B * T * C);
   int      *slot = malloc(T * sizeof(int)), *pos = malloc(T * sizeof(int)), done[3];
-  char      detail[1024] = "", buf[128];
+  char      detail[1024] = "", buf[128], gqa[64] = "", name[192];
   int       ok, bitwise;
 
   PetscFunctionBegin;
-  PetscCall(be->attention_forward(full, NULL, qkv, B, T, C, NH));
+  if (NKV != NH) snprintf(gqa, sizeof gqa, ", GQA %d query heads over %d kv head%s", NH, NKV, NKV > 1 ? "s" : "");
+  PetscCall(be->attention_forward(full, NULL, qkv, B, T, C, NH, NKV));
   for (size_t i = 0; i < (size_t)B * T * C; i++) ref[i] = full[i];
 
   /* (a) prefill: one call per sequence with all its rows */
   poison(kc, cache), poison(vc, cache), poison(got, (size_t)B * T * C);
   for (int b = 0; b < B; b++) {
     for (int t = 0; t < T; t++) slot[t] = slot_of[b], pos[t] = t;
-    PetscCall(be->attention_cached(got + (size_t)b * T * C, kc, vc, qkv + (size_t)b * T * C3, slot, pos, T, Tmax, C, NH));
+    PetscCall(be->attention_cached(got + (size_t)b * T * C, kc, vc, qkv + (size_t)b * T * C3, slot, pos, T, Tmax, C, NH, NKV));
   }
   ok      = cmp(detail, sizeof detail, "out", got, NULL, ref, (size_t)B * T * C, 1e-6, 1e-6);
   bitwise = bitwise_equal(got, full, (size_t)B * T * C * sizeof(float));
-  test_measure(ok, "attention_cached prefill = attention_forward", "%s", bitwise ? "(bitwise)" : "(to 1e-6)");
+  for (int b = 0; b < B; b++) /* the cache holds each row's k and v, as given */
+    for (int t = 0; t < T; t++) {
+      const float *row = qkv + ((size_t)b * T + t) * C3;
+      size_t       at  = ((size_t)slot_of[b] * Tmax + t) * Ckv;
+      if (!bitwise_equal(kc + at, row + C, Ckv * sizeof(float)) || !bitwise_equal(vc + at, row + C + Ckv, Ckv * sizeof(float))) {
+        if (ok) snprintf(detail + strlen(detail), sizeof detail - strlen(detail), "cache entry of slot %d position %d is not the row's k|v; ", slot_of[b], t);
+        ok = 0;
+      }
+    }
+  snprintf(name, sizeof name, "attention_cached prefill = attention_forward%s", gqa);
+  test_measure(ok, name, "%s", ok ? (bitwise ? "(bitwise)" : "(to 1e-6)") : detail);
 
   /* (b) prompts of different lengths, then one token per unfinished slot per call, in rotating order */
   poison(kc, cache), poison(vc, cache), poison(got, (size_t)B * T * C);
   detail[0] = 0;
   for (int b = 0; b < B; b++) {
     for (int t = 0; t < prompt[b]; t++) slot[t] = slot_of[b], pos[t] = t;
-    PetscCall(be->attention_cached(got + (size_t)b * T * C, kc, vc, qkv + (size_t)b * T * C3, slot, pos, prompt[b], Tmax, C, NH));
+    PetscCall(be->attention_cached(got + (size_t)b * T * C, kc, vc, qkv + (size_t)b * T * C3, slot, pos, prompt[b], Tmax, C, NH, NKV));
     done[b] = prompt[b];
   }
   for (int step = 0;; step++) {
@@ -636,7 +800,7 @@ static PetscErrorCode check_attention_cached(const Backend *be, Rng *r)
     }
     if (!n) break;
     poison(rowout, 3 * (size_t)C);
-    PetscCall(be->attention_cached(rowout, kc, vc, rowqkv, slot, pos, n, Tmax, C, NH));
+    PetscCall(be->attention_cached(rowout, kc, vc, rowqkv, slot, pos, n, Tmax, C, NH, NKV));
     for (int k = 0; k < n; k++) {
       memcpy(got + ((size_t)seq[k] * T + done[seq[k]]) * C, rowout + (size_t)k * C, C * sizeof(float));
       done[seq[k]]++;
@@ -645,7 +809,8 @@ static PetscErrorCode check_attention_cached(const Backend *be, Rng *r)
   ok      = cmp(detail, sizeof detail, "out", got, NULL, ref, (size_t)B * T * C, 1e-6, 1e-6);
   bitwise = bitwise_equal(got, full, (size_t)B * T * C * sizeof(float));
   snprintf(buf, sizeof buf, "%s", bitwise ? "(bitwise)" : "(to 1e-6)");
-  test_measure(ok, "attention_cached decode over 3 interleaved slots = attention_forward", "%s", ok ? buf : detail);
+  snprintf(name, sizeof name, "attention_cached decode over 3 interleaved slots = attention_forward%s", gqa);
+  test_measure(ok, name, "%s", ok ? buf : detail);
   free(qkv), free(full), free(got), free(kc), free(vc), free(rowqkv), free(rowout), free(ref), free(slot), free(pos);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -690,6 +855,127 @@ static PetscErrorCode check_pointwise(const Backend *be, Rng *r)
   ok = cmp(detail, sizeof detail, "scale", y2, NULL, ref, n, 1e-6, 1e-6) && ok;
   test_measure(ok, "residual_forward, axpy, scale", "%s", detail);
   free(x), free(y), free(out), free(g), free(dx0), free(dx), free(y2), free(ref);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  int          N, NH, NKV, hd;
+  const int   *pos;
+  const float *inv_freq;
+  double      *x, *R, *y;
+} RopeCtx;
+
+static double rope_loss(void *ctx)
+{
+  RopeCtx *c = ctx;
+  double   s = 0;
+  ref_rope(c->y, c->x, c->pos, c->inv_freq, c->N, c->NH, c->NKV, c->hd, 0);
+  for (size_t i = 0; i < (size_t)c->N * (c->NH + 2 * c->NKV) * c->hd; i++) s += c->y[i] * c->R[i];
+  return s;
+}
+
+/* In place on qkv rows [N, (NH + 2 NKV) hd], GQA 4 query heads over 2 kv
+ * heads, hd 32, theta 500000 (Llama 3), positions up to 131071 with some 0.
+ * Forward and inverse against the double reference (the same float angle),
+ * the v heads untouched, positions 0 unchanged, inverse(forward(x)) = x to
+ * rounding, and the gradient: the loss sum R . rope(x) has gradient
+ * rope^T R = inverse(R), compared with finite differences. */
+static PetscErrorCode check_rope(const Backend *be, Rng *r)
+{
+  const int    N = 333, NH = 4, NKV = 2, hd = 32, half = hd / 2;
+  const double theta = 500000.0;
+  size_t       W = (size_t)(NH + 2 * NKV) * hd, NW = (size_t)N * W, nqk = (size_t)(NH + NKV) * hd;
+  float       *x = frand(r, NW, -1.5, 1.5), *y = fvec(NW), *z = fvec(NW), *R = frand(r, NW, -1, 1), *gr = fvec(NW), inv_freq[16];
+  int         *pos = malloc(N * sizeof(int)), okv = 1, ok0 = 1, ok;
+  double      *xd = todouble(x, NW), *Rd = todouble(R, NW), *ref = dvec(NW), *xref = todouble(x, NW);
+  RopeCtx      ctx = {N, NH, NKV, hd, pos, inv_freq, xd, Rd, dvec(NW)};
+  char         detail[2048] = "";
+
+  PetscFunctionBegin;
+  for (int i = 0; i < half; i++) inv_freq[i] = (float)(1.0 / pow(theta, 2.0 * i / hd));
+  for (int n = 0; n < N; n++) pos[n] = n % 11 == 0 ? 0 : n % 7 == 0 ? 131071 - n : rng_int(r, 8192);
+
+  memcpy(y, x, NW * sizeof(float));
+  PetscCall(be->rope(y, pos, inv_freq, N, NH, NKV, hd, 0));
+  ref_rope(ref, xd, pos, inv_freq, N, NH, NKV, hd, 0);
+  ok = cmp(detail, sizeof detail, "out", y, NULL, ref, NW, 1e-6, 1e-6);
+  for (int n = 0; n < N; n++) {
+    okv &= bitwise_equal(y + n * W + nqk, x + n * W + nqk, (W - nqk) * sizeof(float));
+    if (!pos[n]) ok0 &= bitwise_equal(y + n * W, x + n * W, W * sizeof(float));
+  }
+  if (!okv) strcat(detail, "the v heads changed; ");
+  if (!ok0) strcat(detail, "a row at position 0 changed; ");
+  test_measure(ok && okv && ok0, "rope forward (GQA 4/2 heads, hd 32, theta 5e5; v heads and position 0 untouched)", "%s", detail);
+
+  detail[0] = 0, okv = 1;
+  memcpy(z, x, NW * sizeof(float));
+  PetscCall(be->rope(z, pos, inv_freq, N, NH, NKV, hd, 1));
+  ref_rope(ref, xd, pos, inv_freq, N, NH, NKV, hd, 1);
+  ok = cmp(detail, sizeof detail, "inverse", z, NULL, ref, NW, 1e-6, 1e-6);
+  for (int n = 0; n < N; n++) okv &= bitwise_equal(z + n * W + nqk, x + n * W + nqk, (W - nqk) * sizeof(float));
+  if (!okv) strcat(detail, "the inverse changed the v heads; ");
+  PetscCall(be->rope(y, pos, inv_freq, N, NH, NKV, hd, 1)); /* y = inverse(forward(x)) */
+  ok = cmp(detail, sizeof detail, "inverse(forward)", y, NULL, xref, NW, 1e-6, 1e-6) && ok;
+  test_measure(ok && okv, "rope inverse (against the reference, and inverse(forward(x)) = x)", "%s", detail);
+
+  detail[0] = 0;
+  memcpy(gr, R, NW * sizeof(float));
+  PetscCall(be->rope(gr, pos, inv_freq, N, NH, NKV, hd, 1));
+  ok = fd_check(detail, sizeof detail, "qkv", r, rope_loss, &ctx, xd, NW, gr, NULL, 24);
+  ok = fd_check(detail, sizeof detail, "qkv(q,k heads of row 1)", r, rope_loss, &ctx, xd + W, nqk, gr + W, NULL, 12) && ok;
+  test_measure(ok, "rope gradient = inverse (finite differences of sum R . rope(x))", "%s", detail);
+  free(x), free(y), free(z), free(R), free(gr), free(pos), free(xd), free(Rd), free(ref), free(xref), free(ctx.y);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  int     N, F;
+  double *gu, *R, *out;
+} SwiCtx;
+
+static double swiglu_loss(void *ctx)
+{
+  SwiCtx *c = ctx;
+  double  s = 0;
+  ref_swiglu(c->out, c->gu, c->N, c->F);
+  for (size_t i = 0; i < (size_t)c->N * c->F; i++) s += c->out[i] * c->R[i];
+  return s;
+}
+
+/* gate in [-12, 12] (sigmoid saturating on both sides), up in [-3, 3] */
+static PetscErrorCode check_swiglu(const Backend *be, Rng *r)
+{
+  const int N = 333, F = 160;
+  size_t    NF = (size_t)N * F;
+  float    *gu = fvec(2 * NF), *out = fvec(NF), *g = frand(r, NF, -1, 1), *d0 = frand(r, 2 * NF, -1, 1), *d = fdup(d0, 2 * NF);
+  double   *gud, *gd = todouble(g, NF), *ref = dvec(NF), *rd = dvec(2 * NF);
+  SwiCtx    ctx;
+  char      detail[2048] = "";
+  int       ok;
+
+  PetscFunctionBegin;
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < F; j++) gu[(size_t)n * 2 * F + j] = (float)rng_unif(r, -12, 12), gu[(size_t)n * 2 * F + F + j] = (float)rng_unif(r, -3, 3);
+  gud = todouble(gu, 2 * NF);
+  ctx = (SwiCtx){N, F, gud, gd, dvec(NF)};
+  poison(out, NF);
+  PetscCall(be->swiglu_forward(out, gu, N, F));
+  ref_swiglu(ref, gud, N, F);
+  ok = cmp(detail, sizeof detail, "out", out, NULL, ref, NF, 1e-6, 1e-6);
+  test_measure(ok, "swiglu_forward (silu(gate) * up)", "%s", detail);
+
+  PetscCall(be->swiglu_backward(d, gu, g, N, F));
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < F; j++) {
+      double gt = gud[(size_t)n * 2 * F + j], up = gud[(size_t)n * 2 * F + F + j], sg = ref_sigmoid(gt), go = gd[(size_t)n * F + j];
+      rd[(size_t)n * 2 * F + j]     = go * up * (sg + gt * sg * (1 - sg));
+      rd[(size_t)n * 2 * F + F + j] = go * gt * sg;
+    }
+  detail[0] = 0;
+  ok        = cmp(detail, sizeof detail, "dgu", d, d0, rd, 2 * NF, 2e-6, 1e-5);
+  ok        = fd_check(detail, sizeof detail, "gu", r, swiglu_loss, &ctx, gud, 2 * NF, d, d0, 32) && ok;
+  test_measure(ok, "swiglu_backward (accumulates; finite differences)", "%s", detail);
+  free(gu), free(out), free(g), free(d0), free(d), free(gud), free(gd), free(ref), free(rd), free(ctx.out);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -916,8 +1202,8 @@ static PetscErrorCode check_threads(const Backend *be, Rng *r)
     PetscCall(be->layernorm_backward(ln[k], ln[k] + (size_t)N * C, ln[k] + (size_t)N * C + C, g, x, w, mean, rstd, N, C));
     PetscCall(be->matmul_backward(NULL, NULL, dbias[k], g, x, w, N, C, C, PETSC_FALSE));
     PetscCall(be->encoder_backward(enc[k], enc[k] + (size_t)V * C, g, tok, tok, N, C, 0, V));
-    PetscCall(be->attention_forward(att[k], att[k] + (size_t)B * T * AC, qkv, B, T, AC, NH));
-    PetscCall(be->attention_backward(att[k] + (size_t)B * T * AC + (size_t)B * NH * T * T, ag, qkv, att[k] + (size_t)B * T * AC, B, T, AC, NH));
+    PetscCall(be->attention_forward(att[k], att[k] + (size_t)B * T * AC, qkv, B, T, AC, NH, NH));
+    PetscCall(be->attention_backward(att[k] + (size_t)B * T * AC + (size_t)B * NH * T * T, ag, qkv, att[k] + (size_t)B * T * AC, B, T, AC, NH, NH));
     PetscCall(be->logprob_forward(lse[k] /* logprobs are a function of lse */, NULL, NULL, logits, tgt, 1.0f, NULL, NULL, LN, LV));
     lpm[k] = fvec(nlpm);
     PetscCall(be->logprob_forward(lpm[k], lpm[k] + LN, lpm[k] + 2 * LN, logits, mtgt, 1.0f / 0.7f, off, ids, LN, LV));
@@ -943,6 +1229,100 @@ static PetscErrorCode check_threads(const Backend *be, Rng *r)
   test_report(oksq, "bitwise with 1, 2, 3 threads: sumsq", "results differ");
   for (int k = 0; k < 3; k++) free(ln[k]), free(dbias[k]), free(enc[k]), free(att[k]), free(lse[k]), free(lpm[k]);
   free(x), free(w), free(g), free(mean), free(rstd), free(out), free(qkv), free(ag), free(logits), free(dlp), free(tok), free(tgt), free(mtgt), free(off), free(ids);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Shapes that must be refused, each with an error naming the problem:
+ * n_kv_head not dividing n_head (all three attention ops), a query width
+ * not a multiple of n_head, an odd rope head size. */
+static PetscErrorCode check_llama_errors(const Backend *be)
+{
+  const int      B = 1, T = 4, C = 24, NH = 4;
+  float         *qkv = fvec((size_t)B * T * 3 * C), *out = fvec((size_t)B * T * 3 * C), *att = fvec((size_t)B * NH * T * T), *kc = fvec((size_t)T * 3 * C), *vc = fvec((size_t)T * 3 * C);
+  int            slot[4] = {0, 0, 0, 0}, pos[4] = {0, 1, 2, 3};
+  float          inv_freq[8] = {0};
+  const char    *msg;
+  char           detail[1024] = "";
+  int            ok = 1;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  for (size_t i = 0; i < (size_t)B * T * 3 * C; i++) qkv[i] = 0.01f * (float)(i % 17);
+  PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+  for (int c = 0; c < 6; c++) {
+    const char *want[6] = {"n_kv_head 3 does not divide n_head 4", "n_kv_head 3 does not divide n_head 4", "n_kv_head 3 does not divide n_head 4",
+                           "n_kv_head 0 does not divide n_head 4", "not a multiple of n_head 5", "head size 5 is not even"};
+    ierr = c == 0 ? be->attention_forward(out, att, qkv, B, T, C, NH, 3)
+         : c == 1 ? be->attention_backward(out, qkv, qkv, att, B, T, C, NH, 3)
+         : c == 2 ? be->attention_cached(out, kc, vc, qkv, slot, pos, T, T, C, NH, 3)
+         : c == 3 ? be->attention_forward(out, att, qkv, B, T, C, NH, 0)
+         : c == 4 ? be->attention_forward(out, att, qkv, B, T, C, 5, 5)
+                  : be->rope(qkv, pos, inv_freq, T, 2, 1, 5, 0);
+    msg  = NULL;
+    if (ierr) PetscCall(PetscErrorMessage(ierr, NULL, (char **)&msg));
+    if (!ierr || !msg || !strstr(msg, want[c])) {
+      size_t l = strlen(detail);
+      ok       = 0;
+      snprintf(detail + l, sizeof detail - l, "case %d: error %d, message \"%s\" lacks \"%s\"; ", c, (int)ierr, msg ? msg : "", want[c]);
+    }
+  }
+  PetscCall(PetscPopErrorHandler());
+  test_measure(ok, "attention ops reject n_kv_head not dividing n_head; rope rejects an odd head size", "%s", detail);
+  free(qkv), free(out), free(att), free(kc), free(vc);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The LLaMA ops with 1, 2 and 3 OpenMP threads: the same bits. Sizes above
+ * CPU_OMP_MIN so the ops do go parallel; rmsnorm N = 333 spans six 64-row
+ * blocks of dw partials; GQA attention 4 query heads over 2 and over 1 kv
+ * heads, whose backward adds a group's query heads into shared dk, dv. */
+static PetscErrorCode check_threads_llama(const Backend *be, Rng *r)
+{
+  const int N = 333, C = 160, F = 160, NH = 4, hd = 32, B = 2, T = 70, AC = 64, nt[3] = {1, 2, 3};
+  const int nkv[2] = {2, 1};
+  size_t    NC = (size_t)N * C, NF = (size_t)N * F, W = (size_t)(NH + 2 * 2) * hd;
+  float    *x = frand(r, NC, -2, 2), *w = frand(r, C, 0.5, 1.5), *g = frand(r, NC, -1, 1), *gu = frand(r, 2 * NF, -8, 8), *go = frand(r, NF, -1, 1);
+  float    *qkv = frand(r, N * W, -1.5, 1.5), *ag = frand(r, (size_t)B * T * AC, -1, 1), *aqkv = frand(r, (size_t)B * T * 3 * AC, -1.5, 1.5), inv_freq[16];
+  int      *pos = malloc(N * sizeof(int)), okrms = 1, okswi = 1, okrope = 1, okatt = 1, nmax = omp_get_max_threads();
+  /* per thread count: rmsnorm out|rstd|dinp|dw; swiglu out|dgu; rope forward|inverse; per NKV att out|att|dqkv */
+  size_t    nrms = 2 * NC + N + C, nswi = NF + 2 * NF, nrope = 2 * N * W, natt[2];
+  float    *rms[3], *swi[3], *rope[3], *att[2][3];
+
+  PetscFunctionBegin;
+  for (int i = 0; i < hd / 2; i++) inv_freq[i] = (float)(1.0 / pow(10000.0, 2.0 * i / hd));
+  for (int n = 0; n < N; n++) pos[n] = rng_int(r, 4096);
+  for (int v = 0; v < 2; v++) natt[v] = (size_t)B * T * AC + (size_t)B * NH * T * T + (size_t)B * T * (AC + 2 * nkv[v] * (AC / NH));
+  for (int k = 0; k < 3; k++) {
+    omp_set_num_threads(nt[k]);
+    rms[k] = fvec(nrms), swi[k] = fvec(nswi), rope[k] = fvec(nrope);
+    memset(rms[k] + NC + N, 0, (NC + C) * sizeof(float)), memset(swi[k] + NF, 0, 2 * NF * sizeof(float));
+    PetscCall(be->rmsnorm_forward(rms[k], rms[k] + NC, x, w, N, C, 1e-5f));
+    PetscCall(be->rmsnorm_backward(rms[k] + NC + N, rms[k] + 2 * NC + N, g, x, w, rms[k] + NC, N, C));
+    PetscCall(be->swiglu_forward(swi[k], gu, N, F));
+    PetscCall(be->swiglu_backward(swi[k] + NF, gu, go, N, F));
+    memcpy(rope[k], qkv, N * W * sizeof(float)), memcpy(rope[k] + N * W, qkv, N * W * sizeof(float));
+    PetscCall(be->rope(rope[k], pos, inv_freq, N, NH, 2, hd, 0));
+    PetscCall(be->rope(rope[k] + N * W, pos, inv_freq, N, NH, 2, hd, 1));
+    for (int v = 0; v < 2; v++) { /* the first B*T*(AC + 2 Ckv) of aqkv as this NKV's qkv */
+      float *a = att[v][k] = fvec(natt[v]), *dq = a + (size_t)B * T * AC + (size_t)B * NH * T * T;
+      memset(dq, 0, (size_t)B * T * (AC + 2 * nkv[v] * (AC / NH)) * sizeof(float));
+      PetscCall(be->attention_forward(a, a + (size_t)B * T * AC, aqkv, B, T, AC, NH, nkv[v]));
+      PetscCall(be->attention_backward(dq, ag, aqkv, a + (size_t)B * T * AC, B, T, AC, NH, nkv[v]));
+    }
+    if (k) {
+      okrms &= bitwise_equal(rms[0], rms[k], nrms * sizeof(float));
+      okswi &= bitwise_equal(swi[0], swi[k], nswi * sizeof(float));
+      okrope &= bitwise_equal(rope[0], rope[k], nrope * sizeof(float));
+      for (int v = 0; v < 2; v++) okatt &= bitwise_equal(att[v][0], att[v][k], natt[v] * sizeof(float));
+    }
+  }
+  omp_set_num_threads(nmax);
+  test_report(okrms, "bitwise with 1, 2, 3 threads: rmsnorm_forward/backward", "results differ");
+  test_report(okswi, "bitwise with 1, 2, 3 threads: swiglu_forward/backward", "results differ");
+  test_report(okrope, "bitwise with 1, 2, 3 threads: rope forward and inverse", "results differ");
+  test_report(okatt, "bitwise with 1, 2, 3 threads: GQA attention_forward/backward (4 query heads over 2 and 1 kv heads)", "results differ");
+  for (int k = 0; k < 3; k++) free(rms[k]), free(swi[k]), free(rope[k]), free(att[0][k]), free(att[1][k]);
+  free(x), free(w), free(g), free(gu), free(go), free(qkv), free(ag), free(aqkv), free(pos);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -988,6 +1368,7 @@ int main(int argc, char **argv)
   const Backend *be = backend_cpu();
 
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
+  PetscCall(PetscOptionsHasName(NULL, NULL, "-worst", &show_worst));
   PetscCall(check_backend());
   PetscCall(check_memory(be));
   PetscCall(check_memory_large(be));
@@ -995,12 +1376,23 @@ int main(int argc, char **argv)
   PetscCall(check_layernorm(be, &r));
   PetscCall(check_matmul(be, &r, 0));
   PetscCall(check_matmul(be, &r, 1));
-  PetscCall(check_attention(be, &r));
-  PetscCall(check_attention_cached(be, &r));
+  PetscCall(check_attention(be, &r, 4, 4));
+  PetscCall(check_attention_cached(be, &r, 3, 3));
   PetscCall(check_pointwise(be, &r));
   PetscCall(check_logprob(be, &r));
   PetscCall(check_optim(be, &r));
   PetscCall(check_threads(be, &r));
+  /* the LLaMA family's ops and grouped-query attention */
+  PetscCall(check_rmsnorm(be, &r, 1e-5f));
+  PetscCall(check_rmsnorm(be, &r, 1e-6f));
+  PetscCall(check_rope(be, &r));
+  PetscCall(check_swiglu(be, &r));
+  PetscCall(check_attention(be, &r, 4, 2));
+  PetscCall(check_attention(be, &r, 4, 1));
+  PetscCall(check_attention_cached(be, &r, 4, 2));
+  PetscCall(check_attention_cached(be, &r, 4, 1));
+  PetscCall(check_llama_errors(be));
+  PetscCall(check_threads_llama(be, &r));
   PetscCall(check_blas_threads(be, &r));
   if (test_state.fail) printf("HINT: compare the failing op with its reference in regression/test_ops.c\n");
   PetscCall(PetscFinalize());

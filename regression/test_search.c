@@ -145,7 +145,7 @@ static PetscErrorCode check_space(const char *what, SearchSpace sp, Toy *toy, in
 
 static PetscErrorCode run(void)
 {
-  GPTConfig       cfg = {4, 4, 64, 64, 64, GPT_HEAD_LM};
+  GPTConfig       cfg = {.n_layer = 4, .n_head = 4, .n_embd = 64, .vocab_size = 64, .n_positions = 64, .head = GPT_HEAD_LM};
   PlanNeeds       needs;
   SearchSpaceSpec spec;
   SearchSpace     sp;

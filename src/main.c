@@ -83,7 +83,7 @@ static PetscErrorCode rlfuse_main(void)
   PetscCall(sys_log_register());
   PetscCall(comm_setup());
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "rlfuse job", NULL);
-  RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data, plan (execution-plan search: -plan_ranks, -plan_output), schedule (fused actor-critic schedule optimizer), profile (measure this machine's costs for the cost model)", names, job_nmodes, &mode);
+  RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data, generate (responses to a prompt file), plan (execution-plan search: -plan_ranks, -plan_output), schedule (fused actor-critic schedule optimizer), profile (measure this machine's costs for the cost model)", names, job_nmodes, &mode);
   RfOptEnum("-device", "Device for tensor work", device_names, 2, &device);
   RfOptEnum("-precision", "Arithmetic of matmuls and activations on -device cuda (bf16: bf16 operands, fp32 master weights and optimizer state)", precision_names, 2,
             &precision);
@@ -99,6 +99,7 @@ int main(int argc, char **argv)
 {
   PetscErrorCode ierr;
 
+  sys_blas_core_select(argv); /* may execute rlfuse again, before MPI starts */
   MPI_Init(&argc, &argv);
   { /* PETSc answers a bad deck with a traceback: check decks first, one line */
     char msg[1024];

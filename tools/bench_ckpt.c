@@ -72,7 +72,7 @@ static PetscErrorCode opt_int(const char *name, int *value)
 
 int main(int argc, char **argv)
 {
-  GPTConfig      cfg = {12, 12, 768, 50257, 1024, GPT_HEAD_LM};
+  GPTConfig      cfg = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .n_positions = 1024, .head = GPT_HEAD_LM};
   PetscInt       tp = 1, pp = 1;
   int            size;
   Plan           plan;

@@ -7,8 +7,8 @@
  * advances exactly `concurrency` samples by one token; the first step is
  * the prefill of every prompt and is reported on its own.
  *
- *   bin/bench_decode -size 1M|10M|qs|124M|all [-concurrency 0|N] [-prompt 8] [-max_new 64] [-iters 3] [-warmup 1]
- *                    [-device cpu|cuda] [-precision fp32|bf16] [-hbm_gbs X] [-full_length true|false]
+ *   bin/bench_decode -size 1M|10M|qs|124M|smollm2|all [-concurrency 0|N] [-prompt 8] [-max_new 64] [-iters 3] [-warmup 1]
+ *                    [-device cpu|cuda] [-precision fp32|bf16] [-hbm_gbs X] [-measure_bw] [-full_length true|false]
  *
  * -concurrency 0 runs 1, 8 and 64. Prints one machine-readable line per
  * (size, concurrency): decode_tok_per_s = tokens of the steps after the
@@ -29,6 +29,7 @@
  * vocabulary saves copying 50,256 ids per token on the host. */
 #include "gen.h"
 #include "sys.h"
+#include "bench_sizes.h"
 #include <omp.h>
 #include <stdlib.h>
 
@@ -41,13 +42,15 @@ typedef struct {
 /* 1M, 10M and 124M (GPT-2 small, the GPU benchmarks' shape; not in -size
  * all, the CPU sizes) as in bench_model; "qs" is input/quickstart.deck's
  * shape with n_positions raised to 128 so that prompt + 64 new tokens fit
- * (the position table's size does not change the work per token).
- * GPTConfig: n_layer, n_head, n_embd, vocab_size, n_positions, head. */
+ * (the position table's size does not change the work per token);
+ * "smollm2" is SmolLM2-135M's LLaMA shape (tools/bench_sizes.h, not in -size all). */
+#define BENCH_GPT2(L, H, C, V, P) {.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .n_positions = P, .head = GPT_HEAD_LM}
 static const BenchSize sizes[] = {
-  {"qs", {2, 4, 128, 20, 128, GPT_HEAD_LM}, PETSC_TRUE},
-  {"1M", {4, 4, 128, 512, 128, GPT_HEAD_LM}, PETSC_TRUE},
-  {"10M", {6, 6, 384, 512, 256, GPT_HEAD_LM}, PETSC_TRUE},
-  {"124M", {12, 12, 768, 50257, 1024, GPT_HEAD_LM}, PETSC_FALSE},
+  {"qs", BENCH_GPT2(2, 4, 128, 20, 128), PETSC_TRUE},
+  {"1M", BENCH_GPT2(4, 4, 128, 512, 128), PETSC_TRUE},
+  {"10M", BENCH_GPT2(6, 6, 384, 512, 256), PETSC_TRUE},
+  {"124M", BENCH_GPT2(12, 12, 768, 50257, 1024), PETSC_FALSE},
+  {"smollm2", BENCH_SMOLLM2, PETSC_FALSE},
 };
 
 static const char *const device_names[]    = {"cpu", "cuda", "Device", "DEVICE_", NULL};
@@ -80,16 +83,42 @@ static double median(double *x, int n)
  * weight once, at the 4 bytes the model stores it in (also under -precision
  * bf16, whose per-call conversion to bf16 moves more than this, so its
  * fraction is of the same fp32 roofline), except wpe, of which a step reads
- * one row per sample; plus the keys and values each sample attends to (fp32
- * cache), averaged over the decode steps: step s = 1 .. max_new-1 of a
- * sample with a P-token prompt attends to P + s positions, P + max_new/2 on
- * average. Activations and logits are left out (under 3% at 124M x 64). */
+ * one row per sample (the LLaMA family has none); plus the keys and values
+ * each sample attends to (fp32 cache, n_kv_head heads wide), averaged over
+ * the decode steps: step s = 1 .. max_new-1 of a sample with a P-token
+ * prompt attends to P + s positions, P + max_new/2 on average. Activations
+ * and logits are left out (under 3% at 124M x 64). */
 static void decode_bytes(const GPT *gpt, int conc, int P, int max_new, double *weights, double *kv)
 {
   const GPTConfig *c = &gpt->cfg;
 
-  *weights = 4.0 * ((double)gpt->nparams - (double)c->n_positions * c->n_embd);
-  *kv      = 4.0 * 2.0 * c->n_layer * c->n_embd * (double)conc * (P + max_new / 2.0);
+  *weights = 4.0 * ((double)gpt->nparams - (gpt_is_llama(c) ? 0.0 : (double)c->n_positions * c->n_embd));
+  *kv      = 4.0 * 2.0 * c->n_layer * ((double)c->n_embd / c->n_head * gpt_n_kv_head(c)) * (double)conc * (P + max_new / 2.0);
+}
+
+/* This machine's memory bandwidth for the CPU roofline: the best of five
+ * STREAM triads a = b + s c over 3 x 256 MiB on the OpenMP threads, counting
+ * 3 arrays moved (write-allocate traffic not counted, as STREAM does). */
+static double triad_gbs(void)
+{
+  size_t n = (size_t)64 << 20;
+  float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *c = malloc(n * sizeof *c);
+  double best = 0;
+
+  if (!a || !b || !c) {
+    free(a), free(b), free(c);
+    return 0;
+  }
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) a[i] = 0, b[i] = 1, c[i] = 2;
+  for (int rep = 0; rep < 5; rep++) {
+    double t0 = sys_wtime();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) a[i] = b[i] + 0.5f * c[i];
+    best = PetscMax(best, 3.0 * n * sizeof(float) / (sys_wtime() - t0) * 1e-9);
+  }
+  free(a), free(b), free(c);
+  return best;
 }
 
 /* Fields after the cpu line's (whose format docs and tools parse, so it
@@ -255,11 +284,11 @@ static PetscErrorCode bench_main(void)
   PetscInt  conc = 0, P = 8, max_new = 64, iters = 3, warmup = 1;
   BenchRun  r    = {NULL, 0, 0, 0, PETSC_TRUE};
   int       nrun = 0;
-  PetscBool help;
+  PetscBool help, measure = PETSC_FALSE;
 
   PetscFunctionBegin;
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Decode benchmark", NULL);
-  RfOptString("-size", "Model size: qs, 1M, 10M, 124M (GPT-2 small) or all (= qs, 1M and 10M)", size, sizeof size);
+  RfOptString("-size", "Model size: qs, 1M, 10M, 124M (GPT-2 small), smollm2 (SmolLM2-135M's LLaMA shape) or all (= qs, 1M and 10M)", size, sizeof size);
   RfOptInt("-concurrency", "Concurrent samples (= slots = requests); 0 runs 1, 8 and 64", 0, &conc);
   RfOptInt("-prompt", "Prompt tokens per sample", 8, &P);
   RfOptInt("-max_new", "Response tokens per sample (with -full_length, every sample generates all of them)", 64, &max_new);
@@ -268,6 +297,7 @@ static PetscErrorCode bench_main(void)
   RfOptEnum("-device", "Backend to measure: cpu or cuda", device_names, 2, &r.device);
   RfOptEnum("-precision", "Matmul and activation arithmetic on -device cuda: fp32, or bf16 (weights stay fp32, converted per call)", precision_names, 2, &r.precision);
   RfOptReal("-hbm_gbs", "Device memory bandwidth in GB/s, for the roofline fields (0: none; tools/bench_gpu.sh passes the datasheet's)", 0, &r.hbm_gbs);
+  RfOptBool("-measure_bw", "On the cpu: measure this machine's memory bandwidth (STREAM triad on the OpenMP threads) and use it as -hbm_gbs", PETSC_FALSE, &measure);
   RfOptBool("-full_length", "Every sample runs -max_new tokens (EOS banned, so each token's allowed set is recorded); false: plain sampling, samples may stop at EOS",
             PETSC_TRUE, &r.full_length);
   PetscOptionsEnd();
@@ -277,6 +307,10 @@ static PetscErrorCode bench_main(void)
   PetscCheck(conc >= 0 && P > 0 && max_new > 0 && iters > 0 && warmup >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
              "-concurrency must be >= 0, -prompt, -max_new and -iters positive, -warmup >= 0");
   PetscCall(bench_backend(&r));
+  if (measure && r.device == 0) {
+    r.hbm_gbs = triad_gbs();
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "# bench_decode memory bandwidth %.1f GB/s (STREAM triad, %d threads): the roofline below\n", (double)r.hbm_gbs, omp_get_max_threads()));
+  }
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     PetscBool any, match;
     PetscCall(PetscStrcmp(size, "all", &any));
@@ -284,7 +318,7 @@ static PetscErrorCode bench_main(void)
     if ((any && sizes[i].in_all) || match) PetscCall(bench_size(&r, &sizes[i], conc, P, max_new, warmup, iters));
     nrun += (any && sizes[i].in_all) || match;
   }
-  PetscCheck(nrun > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_UNKNOWN_TYPE, "-size %s: unknown size (choose qs, 1M, 10M, 124M or all)", size);
+  PetscCheck(nrun > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_UNKNOWN_TYPE, "-size %s: unknown size (choose qs, 1M, 10M, 124M, smollm2 or all)", size);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -292,6 +326,7 @@ int main(int argc, char **argv)
 {
   PetscErrorCode ierr;
 
+  sys_blas_core_select(argv);
   ierr = PetscInitialize(&argc, &argv, NULL, "rlfuse decode benchmark\n");
   if (ierr) return 1;
   ierr = sys_error_handler_install();

@@ -14,6 +14,7 @@
  * printed, since a wrong default peak would give a plausible wrong MFU. */
 #include "model.h"
 #include "sys.h"
+#include "bench_sizes.h"
 #include <omp.h>
 #include <stdlib.h>
 
@@ -23,13 +24,16 @@ typedef struct {
   PetscBool   in_all; /* run by -size all */
 } BenchSize;
 
-/* GPTConfig: n_layer, n_head, n_embd, vocab_size, n_positions, head. "124M"
- * is GPT-2 small, the GPU benchmarks' shape; a CPU training step of it takes
- * seconds, so -size all (what `make bench` means by the CPU sizes) leaves it out. */
+/* "124M" is GPT-2 small, the GPU benchmarks' shape; a CPU training step of
+ * it takes seconds, so -size all (what `make bench` means by the CPU sizes)
+ * leaves it out, as it does "smollm2", SmolLM2-135M's LLaMA shape
+ * (tools/bench_sizes.h). */
+#define BENCH_GPT2(L, H, C, V, P) {.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .n_positions = P, .head = GPT_HEAD_LM}
 static const BenchSize sizes[] = {
-  {"1M", {4, 4, 128, 512, 128, GPT_HEAD_LM}, PETSC_TRUE},
-  {"10M", {6, 6, 384, 512, 256, GPT_HEAD_LM}, PETSC_TRUE},
-  {"124M", {12, 12, 768, 50257, 1024, GPT_HEAD_LM}, PETSC_FALSE},
+  {"1M", BENCH_GPT2(4, 4, 128, 512, 128), PETSC_TRUE},
+  {"10M", BENCH_GPT2(6, 6, 384, 512, 256), PETSC_TRUE},
+  {"124M", BENCH_GPT2(12, 12, 768, 50257, 1024), PETSC_FALSE},
+  {"smollm2", BENCH_SMOLLM2, PETSC_FALSE},
 };
 
 static const char *const device_names[]    = {"cpu", "cuda", "Device", "DEVICE_", NULL};
@@ -147,7 +151,7 @@ static PetscErrorCode bench_main(void)
 
   PetscFunctionBegin;
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Model benchmark", NULL);
-  RfOptString("-size", "Model size: 1M, 10M, 124M (GPT-2 small) or all (= 1M and 10M)", size, sizeof size);
+  RfOptString("-size", "Model size: 1M, 10M, 124M (GPT-2 small), smollm2 (SmolLM2-135M's LLaMA shape) or all (= 1M and 10M)", size, sizeof size);
   RfOptInt("-B", "Sequences per step", 8, &B);
   RfOptInt("-T", "Tokens per sequence", 128, &T);
   RfOptInt("-iters", "Timed iterations (the median is reported)", 10, &iters);
@@ -168,7 +172,7 @@ static PetscErrorCode bench_main(void)
     if ((all && sizes[i].in_all) || match) PetscCall(bench_size(&r, &sizes[i], B, T, warmup, iters));
     nrun += (all && sizes[i].in_all) || match;
   }
-  PetscCheck(nrun > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_UNKNOWN_TYPE, "-size %s: unknown size (choose 1M, 10M, 124M or all)", size);
+  PetscCheck(nrun > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_UNKNOWN_TYPE, "-size %s: unknown size (choose 1M, 10M, 124M, smollm2 or all)", size);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -176,6 +180,7 @@ int main(int argc, char **argv)
 {
   PetscErrorCode ierr;
 
+  sys_blas_core_select(argv);
   ierr = PetscInitialize(&argc, &argv, NULL, "rlfuse model benchmark\n");
   if (ierr) return 1;
   ierr = sys_error_handler_install();

@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""hf_export: one role of an rlfuse checkpoint as a Hugging Face GPT-2
-directory (config.json + model.safetensors) that transformers loads with
-from_pretrained: GPT2LMHeadModel for an LM head (policy, actor, reference),
-GPT2ForSequenceClassification with one label for a scalar head (reward,
-critic).
+"""hf_export: one role of an rlfuse checkpoint as a Hugging Face directory
+(config.json + model.safetensors) that transformers loads with
+from_pretrained. GPT-2 (no arch attribute, or arch "gpt2"): GPT2LMHeadModel
+for an LM head (policy, actor, reference), GPT2ForSequenceClassification with
+one label for a scalar head (reward, critic). arch "llama":
+LlamaForCausalLM / LlamaForSequenceClassification, or Qwen2's when the model
+has q/k/v biases (Llama's attention_bias would bias o_proj too);
+--model-type mistral writes Mistral's classes (no sliding window) instead.
 
-Usage: /usr/bin/python3 tools/hf_export.py CKPT.h5 ROLE OUT_DIR [--eos ID]
+Usage: /usr/bin/python3 tools/hf_export.py CKPT.h5 ROLE OUT_DIR [--eos ID] [--model-type llama|mistral|qwen2]
 
---eos ID writes eos_token_id/bos_token_id (the built-in task's EOS is 3) so
-that transformers' generate stops where rlfuse's generation does. Tensors are
-copied bit for bit; optimizer state is left out. Errors are one line
-"hf_export: error: ..." with exit status 1; each file is written to a
-temporary and renamed. Needs numpy and h5py only.
+--eos ID writes eos_token_id (GPT-2: bos_token_id too; the built-in task's
+EOS is 3) so that transformers' generate stops where rlfuse's generation
+does. Tensors are copied bit for bit, so Hugging Face -> hf_import ->
+hf_export gives back the same tensors; optimizer state is left out. Errors
+are one line "hf_export: error: ..." with exit status 1; each file is written
+to a temporary and renamed. Needs numpy and h5py only.
 """
 import json
 import os
@@ -21,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_gpt2 as hf  # noqa: E402
+import hf_llama as llama  # noqa: E402
 
 TOOL = "hf_export"
 
@@ -39,25 +44,50 @@ def read_role(path, role):
             have = [k for k in f if k in hf.LM_ROLES + hf.SCALAR_ROLES]
             raise hf.HFError(f"{path}: no /{role} model (the file holds: {', '.join(have) or 'none'})")
         g = f[role]
-        head = g.attrs["head"]
-        head = head.decode() if isinstance(head, bytes) else str(head)
+        head = text(g.attrs["head"])
         if head != hf.head_of_role(role):
             raise hf.HFError(f"{path}: /{role} has a '{head}' head, expected '{hf.head_of_role(role)}' for role {role}")
-        cfg = {k: int(g.attrs[k]) for k in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions")}
+        arch = text(g.attrs.get("arch", "gpt2"))
+        if arch not in ("gpt2", "llama"):
+            raise hf.HFError(f"{path}: /{role} has arch '{arch}', not gpt2 or llama")
+        need = [(k, int) for k in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions")]
+        if arch == "llama":
+            need += [(k, int) for k in ("n_kv_head", "n_ffn", "qkv_bias", "tie_embeddings", "rope_original_max_positions")]
+            need += [(k, float) for k in ("rope_theta", "norm_eps", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor")]
+            need += [("rope_scaling", text)]
+        cfg = {"arch": arch}
+        for k, conv in need:
+            if k not in g.attrs:
+                raise hf.HFError(f"{path}: /{role} has no attribute {k} (arch {arch})")
+            cfg[k] = conv(g.attrs[k])
+        if arch == "llama" and cfg["rope_scaling"] not in ("none", "llama3"):
+            raise hf.HFError(f"{path}: /{role} has rope_scaling '{cfg['rope_scaling']}', not none or llama3")
+        keys = hf.param_keys(cfg["n_layer"], head) if arch == "gpt2" else llama.param_keys(cfg, head)
+        shape = (lambda k: hf.param_shape(k, cfg)) if arch == "gpt2" else (lambda k: llama.param_shape(k, cfg))
         params = {}
-        for k in hf.param_keys(cfg["n_layer"], head):
+        for k in keys:
             if k not in g["params"]:
                 raise hf.HFError(f"{path}: /{role}/params/{k} missing")
             x = g["params"][k][()]
-            if x.dtype != np.float32 or x.shape != hf.param_shape(k, cfg):
-                raise hf.HFError(f"{path}: /{role}/params/{k} is {x.dtype} {list(x.shape)}, expected float32 {list(hf.param_shape(k, cfg))}")
+            if x.dtype != np.float32 or x.shape != shape(k):
+                raise hf.HFError(f"{path}: /{role}/params/{k} is {x.dtype} {list(x.shape)}, expected float32 {list(shape(k))}")
             params[k] = x
     return head, cfg, params
 
 
+def text(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
 def main():
     args = sys.argv[1:]
-    eos = None
+    eos = model_type = None
+    if "--model-type" in args:
+        i = args.index("--model-type")
+        if i + 1 >= len(args):
+            hf.fail(TOOL, "--model-type: expected llama, mistral or qwen2")
+        model_type = args[i + 1]
+        del args[i:i + 2]
     if "--eos" in args:
         i = args.index("--eos")
         try:
@@ -66,24 +96,31 @@ def main():
             hf.fail(TOOL, f"--eos {' '.join(args[i + 1:i + 2])}: expected a token id")
         del args[i:i + 2]
     if len(args) != 3:
-        hf.fail(TOOL, "usage: hf_export.py CKPT.h5 ROLE OUT_DIR [--eos ID]")
+        hf.fail(TOOL, "usage: hf_export.py CKPT.h5 ROLE OUT_DIR [--eos ID] [--model-type llama|mistral|qwen2]")
     ckpt, role, out = args
     try:
         head = hf.head_of_role(role)
         head, cfg, params = read_role(ckpt, role)
         if eos is not None and not 0 <= eos < cfg["vocab_size"]:
             raise hf.HFError(f"--eos {eos} is outside the vocabulary [0, {cfg['vocab_size']})")
+        if cfg["arch"] == "gpt2":
+            if model_type not in (None, "gpt2"):
+                raise hf.HFError(f"--model-type {model_type}: /{role} is a GPT-2 model")
+            config, arch = hf.make_config({k: v for k, v in cfg.items() if k != "arch"}, head, eos), hf.ARCH[head]
+        else:
+            mt = llama.model_type_for(cfg, model_type)
+            config, arch = llama.make_config(cfg, head, mt, eos), llama.arch_name(mt, head)
         os.makedirs(out, exist_ok=True)
         hf.write_safetensors(os.path.join(out, "model.safetensors"), params)
         tmp = os.path.join(out, f"config.json.tmp.{os.getpid()}")
         with open(tmp, "w") as f:
-            json.dump(hf.make_config(cfg, head, eos), f, indent=2)
+            json.dump(config, f, indent=2)
         os.replace(tmp, os.path.join(out, "config.json"))
     except hf.HFError as e:
         hf.fail(TOOL, str(e))
     except OSError as e:
         hf.fail(TOOL, f"{out}: {e.strerror}")
-    print(f"{TOOL}: {ckpt} /{role} -> {out} ({hf.ARCH[head]}, {cfg['n_layer']} layers x {cfg['n_embd']}, vocabulary {cfg['vocab_size']})")
+    print(f"{TOOL}: {ckpt} /{role} -> {out} ({arch}, {cfg['n_layer']} layers x {cfg['n_embd']}, vocabulary {cfg['vocab_size']})")
 
 
 if __name__ == "__main__":

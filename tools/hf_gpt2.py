@@ -111,7 +111,7 @@ def write_safetensors(path, tensors):
 def check_config(c, head, where):
     """The rlfuse model configuration of a Hugging Face GPT-2 config.json, or HFError naming what rlfuse cannot represent."""
     if c.get("model_type") != "gpt2":
-        raise HFError(f"{where}: model_type '{c.get('model_type')}' is not gpt2; rlfuse runs GPT-2 only")
+        raise HFError(f"{where}: model_type '{c.get('model_type')}' is not gpt2 (tools/hf_llama.py takes llama, mistral and qwen2)")
     arch = c.get("architectures") or [ARCH[head]]
     if arch != [ARCH[head]]:
         raise HFError(f"{where}: architectures {arch}; a {head} role needs {ARCH[head]}"
@@ -129,7 +129,7 @@ def check_config(c, head, where):
             ("scale_attn_weights", c.get("scale_attn_weights", True) is True, "true"),
             ("scale_attn_by_inverse_layer_idx", c.get("scale_attn_by_inverse_layer_idx", False) is False, "false"),
             ("add_cross_attention", c.get("add_cross_attention", False) is False, "false"),
-            ("tie_word_embeddings", c.get("tie_word_embeddings", True) is True, "true (rlfuse's LM head is the token embedding: an untied head cannot be represented)")]
+            ("tie_word_embeddings", c.get("tie_word_embeddings", True) is True, "true (rlfuse's GPT-2 LM head is the token embedding: an untied GPT-2 head cannot be represented)")]
     for key, good, want in need:
         if not good:
             raise HFError(f"{where}: {key} = {json.dumps(c.get(key))}, rlfuse needs {want}")

@@ -58,16 +58,22 @@ int rfcuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const i
 int rfcuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C);
 int rfcuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, const float *mean, const float *rstd,
                               int N, int C);
+int rfcuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+int rfcuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C);
+/* cuda_rope.cu (inv_freq and pos are device arrays) */
+int rfcuda_rope(float *qkv, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd, int inverse);
 /* cuda_matmul.cu (cuBLAS / cuBLASLt) */
 int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed);
 int rfcuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, int transposed);
 /* cuda_attention.cu */
-int rfcuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-int rfcuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH);
-int rfcuda_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH);
+int rfcuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
+int rfcuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV);
+int rfcuda_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH, int NKV);
 /* cuda_pointwise.cu */
 int rfcuda_gelu_forward(float *out, const float *inp, size_t n);
 int rfcuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+int rfcuda_swiglu_forward(float *out, const float *gu, int N, int F);
+int rfcuda_swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int F);
 int rfcuda_residual_forward(float *out, const float *a, const float *b, size_t n);
 int rfcuda_axpy(float *y, float alpha, const float *x, size_t n);
 int rfcuda_scale(float *x, float alpha, size_t n);

@@ -18,7 +18,25 @@ PetscErrorCode cost_prims_destroy(CostPrims *p)
 
 void cost_shape_from_gpt(const GPTConfig *cfg, CostShape *m)
 {
-  *m = (CostShape){cfg->n_layer, cfg->n_embd, cfg->n_head, cfg->n_head, 4 * cfg->n_embd, cfg->vocab_size, cfg->n_positions, PETSC_FALSE, cfg->head == GPT_HEAD_SCALAR ? PETSC_TRUE : PETSC_FALSE};
+  *m = (CostShape){cfg->n_layer, cfg->n_embd, cfg->n_head, gpt_n_kv_head(cfg), gpt_n_ffn(cfg), cfg->vocab_size, cfg->n_positions, gpt_is_llama(cfg),
+                   cfg->head == GPT_HEAD_SCALAR ? PETSC_TRUE : PETSC_FALSE};
+}
+
+void cost_shape_to_gpt(const CostShape *m, GPTConfig *cfg)
+{
+  PetscMemzero(cfg, sizeof *cfg);
+  cfg->n_layer     = m->n_layer;
+  cfg->n_head      = m->n_head;
+  cfg->n_embd      = m->n_embd;
+  cfg->vocab_size  = m->vocab_size;
+  cfg->n_positions = m->n_positions;
+  cfg->head        = m->value_head ? GPT_HEAD_SCALAR : GPT_HEAD_LM;
+  if (!m->gated) return;
+  cfg->arch       = GPT_ARCH_LLAMA; /* LLaMA-shaped: untied, as the cost model counts it */
+  cfg->n_kv_head  = m->n_kv_head;
+  cfg->n_ffn      = m->n_ffn;
+  cfg->rope_theta = 10000;
+  cfg->norm_eps   = 1e-5;
 }
 
 /* The published configurations (Hugging Face config.json of each model). */
@@ -75,8 +93,9 @@ double cost_shape_params(const CostShape *m)
 int cost_stage_layers(const CostShape *m, int pp, int s)
 {
   if (!m->gated) {
-    GPTConfig cfg = {m->n_layer, m->n_head, m->n_embd, m->vocab_size, m->n_positions, m->value_head ? GPT_HEAD_SCALAR : GPT_HEAD_LM};
+    GPTConfig cfg;
     int       l0, l1;
+    cost_shape_to_gpt(m, &cfg);
     gpt_stage_layers(&cfg, pp, s, &l0, &l1);
     return l1 - l0;
   }

@@ -22,7 +22,7 @@ static PetscErrorCode table_gpt(const CostShape *m, SyncTable *tab, GPTConfig *c
   size_t     np;
 
   PetscFunctionBegin;
-  *cfg = (GPTConfig){m->n_layer, m->n_head, m->n_embd, m->vocab_size, m->n_positions, m->value_head ? GPT_HEAD_SCALAR : GPT_HEAD_LM};
+  cost_shape_to_gpt(m, cfg);
   PetscCall(gpt_tensor_table_shard(cfg, NULL, &full, &n, &np));
   PetscCall(gpt_tensor_table_shard(cfg, &sh, &two, &n2, &np)); /* the split dimensions, as the planner reads them */
   tab->n = n;

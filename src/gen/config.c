@@ -5,9 +5,40 @@
 #include "gen.h"
 #include "sys.h"
 #include <math.h>
+#include <stdlib.h>
+
+/* "ID[,ID...]" into cfg->stop: at most GEN_MAX_STOP non-negative integers. */
+static PetscErrorCode parse_stop(const char *s, GenConfig *cfg)
+{
+  const char *p = s;
+
+  PetscFunctionBegin;
+  cfg->nstop = 0;
+  while (*p) {
+    char *end;
+    long  v = strtol(p, &end, 10);
+
+    PetscCheck(end != p && v >= 0 && v <= INT32_MAX && (*end == ',' || !*end), PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-gen_stop '%s': expected token ids separated by commas, e.g. 2,0", s);
+    PetscCheck(cfg->nstop < GEN_MAX_STOP, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_stop '%s': at most %d token ids", s, GEN_MAX_STOP);
+    cfg->stop[cfg->nstop++] = (int)v;
+    p                       = *end ? end + 1 : end;
+    PetscCheck(*p || !*end, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-gen_stop '%s' ends with a comma", s);
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscBool gen_is_stop(const GenConfig *cfg, int token)
+{
+  if (token == cfg->eos) return PETSC_TRUE;
+  for (int i = 0; i < cfg->nstop; i++)
+    if (token == cfg->stop[i]) return PETSC_TRUE;
+  return PETSC_FALSE;
+}
 
 PetscErrorCode gen_config_set_from_options(GenConfig *cfg)
 {
+  char stop[256] = "";
+
   PetscFunctionBegin;
   PetscOptionsBegin(PETSC_COMM_WORLD, "gen_", "Generation (sampling and the decoding engine)", NULL);
   RfOptReal("-temperature", "Sampling temperature: the distribution is softmax(logits / temperature)", 1.0, &cfg->temperature);
@@ -17,9 +48,11 @@ PetscErrorCode gen_config_set_from_options(GenConfig *cfg)
   RfOptInt("-max_new_tokens", "Most response tokens per sample (a sample stops there without EOS)", 32, &cfg->max_new_tokens);
   RfOptInt("-min_new_tokens", "EOS is not allowed before this many response tokens", 0, &cfg->min_new_tokens);
   RfOptInt("-slots", "Samples decoded concurrently (continuous batching: a finished sample's slot takes the next prompt)", 16, &cfg->slots);
-  RfOptReal("-kv_mb", "Bound on the KV cache in MiB (2 * n_layer * slots * (longest prompt + max_new_tokens) * n_embd floats)", 1024.0, &cfg->kv_mb);
+  RfOptReal("-kv_mb", "Bound on the KV cache in MiB (2 * n_layer * slots * (longest prompt + max_new_tokens) * key width floats; the key width is n_embd, or n_kv_head heads for the LLaMA family)", 1024.0, &cfg->kv_mb);
   RfOptInt("-eos", "End-of-sequence token id (the built-in task uses 3)", 3, &cfg->eos);
+  RfOptString("-stop", "Further token ids that end a response, comma-separated (e.g. a chat model's end of turn)", stop, sizeof stop);
   PetscOptionsEnd();
+  PetscCall(parse_stop(stop, cfg));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -52,6 +85,8 @@ PetscErrorCode gen_config_check(const GenConfig *cfg, const GPTConfig *model, co
              cfg->top_k, p, model->vocab_size);
   PetscCheck(cfg->eos >= 0 && cfg->eos < model->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_eos %" PetscInt_FMT " is not a token of -%svocab_size %d",
              cfg->eos, p, model->vocab_size);
+  for (int i = 0; i < cfg->nstop; i++)
+    PetscCheck(cfg->stop[i] < model->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_stop: token %d is not a token of -%svocab_size %d", cfg->stop[i], p, model->vocab_size);
   PetscCheck(max_prompt_len >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "the longest prompt has %d tokens; prompts need at least 1", max_prompt_len);
   PetscCheck(Tmax <= model->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
              "-gen_max_new_tokens %" PetscInt_FMT " plus the longest prompt (%d tokens) exceeds -%sn_positions %d", cfg->max_new_tokens, max_prompt_len, p,
@@ -75,5 +110,5 @@ PetscBool gen_masked(const GenConfig *cfg)
 
 size_t gen_kv_bytes(const GenConfig *cfg, const GPTConfig *model, int Tmax)
 {
-  return 2 * (size_t)model->n_layer * (size_t)cfg->slots * (size_t)Tmax * (size_t)model->n_embd * sizeof(float);
+  return 2 * (size_t)model->n_layer * (size_t)cfg->slots * (size_t)Tmax * (size_t)(model->n_embd / model->n_head * gpt_n_kv_head(model)) * sizeof(float);
 }

@@ -281,7 +281,7 @@ static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest
   if (b->mask_off) PetscCall(gen_mask_record(e, k, e->allowed + (size_t)s * e->V, e->draw_na[s]));
   b->response_len[i]++;
   b->new_tokens++;
-  if (tok == e->cfg.eos) b->eos[i] = 1;
+  if (gen_is_stop(&e->cfg, tok)) b->eos[i] = 1;
   if (b->eos[i] || b->response_len[i] == e->cfg.max_new_tokens) {
     e->slot_req[s]              = -1;
     e->finished[(*nfinished)++] = i;

@@ -38,6 +38,19 @@ static PetscErrorCode ckpt_write_config(hid_t g, const GPTConfig *cfg)
   PetscCall(h5u_attr_write_int(g, "vocab_size", H5T_STD_I32LE, cfg->vocab_size));
   PetscCall(h5u_attr_write_int(g, "n_positions", H5T_STD_I32LE, cfg->n_positions));
   PetscCall(h5u_attr_write_string(g, "head", GPTHeadNames[cfg->head]));
+  if (!gpt_is_llama(cfg)) PetscFunctionReturn(PETSC_SUCCESS); /* GPT-2 files carry no arch attribute (older files read the same) */
+  PetscCall(h5u_attr_write_string(g, "arch", GPTArchNames[cfg->arch]));
+  PetscCall(h5u_attr_write_int(g, "n_kv_head", H5T_STD_I32LE, cfg->n_kv_head));
+  PetscCall(h5u_attr_write_int(g, "n_ffn", H5T_STD_I32LE, cfg->n_ffn));
+  PetscCall(h5u_attr_write_int(g, "qkv_bias", H5T_STD_I32LE, cfg->qkv_bias ? 1 : 0));
+  PetscCall(h5u_attr_write_int(g, "tie_embeddings", H5T_STD_I32LE, cfg->tie_embeddings ? 1 : 0));
+  PetscCall(h5u_attr_write_double(g, "rope_theta", cfg->rope_theta));
+  PetscCall(h5u_attr_write_double(g, "norm_eps", cfg->norm_eps));
+  PetscCall(h5u_attr_write_string(g, "rope_scaling", GPTRopeScalingNames[cfg->rope_scaling]));
+  PetscCall(h5u_attr_write_double(g, "rope_factor", cfg->rope_factor));
+  PetscCall(h5u_attr_write_double(g, "rope_low_freq_factor", cfg->rope_low_freq_factor));
+  PetscCall(h5u_attr_write_double(g, "rope_high_freq_factor", cfg->rope_high_freq_factor));
+  PetscCall(h5u_attr_write_int(g, "rope_original_max_positions", H5T_STD_I32LE, cfg->rope_original_max_positions));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -192,11 +205,51 @@ static PetscErrorCode ckpt_read_attr_int(hid_t g, const char *where, const char 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* An enum attribute: its string must be one of names[0..n). */
+static PetscErrorCode ckpt_read_attr_enum(hid_t g, const char *where, const char *name, const char *const *names, int n, int *value)
+{
+  char buf[32];
+
+  PetscFunctionBegin;
+  PetscCall(h5u_attr_read_string(g, where, name, buf, sizeof buf));
+  for (int i = 0; i < n; i++)
+    if (!strcmp(buf, names[i])) {
+      *value = i;
+      PetscFunctionReturn(PETSC_SUCCESS);
+    }
+  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s '%s' is not one of %s%s%s", where, name, buf, names[0], n > 1 ? ", " : "", n > 1 ? names[1] : "");
+}
+
+/* The LLaMA family's attributes (docs/formats.md). */
+static PetscErrorCode ckpt_read_llama_config(hid_t g, const char *where, GPTConfig *cfg)
+{
+  int b = 0, scaling = 0;
+
+  PetscFunctionBegin;
+  PetscCall(ckpt_read_attr_int(g, where, "n_kv_head", &cfg->n_kv_head));
+  PetscCall(ckpt_read_attr_int(g, where, "n_ffn", &cfg->n_ffn));
+  PetscCall(ckpt_read_attr_int(g, where, "qkv_bias", &b));
+  cfg->qkv_bias = b ? PETSC_TRUE : PETSC_FALSE;
+  PetscCall(ckpt_read_attr_int(g, where, "tie_embeddings", &b));
+  cfg->tie_embeddings = b ? PETSC_TRUE : PETSC_FALSE;
+  PetscCall(h5u_attr_read_double(g, where, "rope_theta", &cfg->rope_theta));
+  PetscCall(h5u_attr_read_double(g, where, "norm_eps", &cfg->norm_eps));
+  PetscCall(ckpt_read_attr_enum(g, where, "rope_scaling", GPTRopeScalingNames, 2, &scaling));
+  cfg->rope_scaling = (GPTRopeScaling)scaling;
+  PetscCall(h5u_attr_read_double(g, where, "rope_factor", &cfg->rope_factor));
+  PetscCall(h5u_attr_read_double(g, where, "rope_low_freq_factor", &cfg->rope_low_freq_factor));
+  PetscCall(h5u_attr_read_double(g, where, "rope_high_freq_factor", &cfg->rope_high_freq_factor));
+  PetscCall(ckpt_read_attr_int(g, where, "rope_original_max_positions", &cfg->rope_original_max_positions));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode ckpt_read_group_config(hid_t g, const char *path, const char *role, GPTConfig *cfg)
 {
   char where[PETSC_MAX_PATH_LEN + 64], head[32];
+  int  arch = GPT_ARCH_GPT2;
 
   PetscFunctionBegin;
+  PetscCall(PetscMemzero(cfg, sizeof *cfg));
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s /%s", path, role));
   PetscCall(ckpt_read_attr_int(g, where, "n_layer", &cfg->n_layer));
   PetscCall(ckpt_read_attr_int(g, where, "n_head", &cfg->n_head));
@@ -207,6 +260,9 @@ static PetscErrorCode ckpt_read_group_config(hid_t g, const char *path, const ch
   if (!strcmp(head, GPTHeadNames[GPT_HEAD_LM])) cfg->head = GPT_HEAD_LM;
   else if (!strcmp(head, GPTHeadNames[GPT_HEAD_SCALAR])) cfg->head = GPT_HEAD_SCALAR;
   else SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: head '%s' is neither lm nor scalar", where, head);
+  if (H5Aexists(g, "arch") > 0) PetscCall(ckpt_read_attr_enum(g, where, "arch", GPTArchNames, 2, &arch));
+  cfg->arch = (GPTArch)arch;
+  if (gpt_is_llama(cfg)) PetscCall(ckpt_read_llama_config(g, where, cfg));
   { /* the same checks as the deck's options: n_head 0 would divide by zero later */
     PetscErrorCode ierr = gpt_config_check_file(cfg);
     char          *msg  = NULL;
@@ -275,6 +331,20 @@ static PetscErrorCode ckpt_config_compare(const char *path, const char *role, co
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     PetscCheck(f[i].file == f[i].deck, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: %s %d in the file, %d in the deck (-%s_%s)", path, role, f[i].name, f[i].file, f[i].deck, role, f[i].name);
   PetscCheck(file->head == deck->head, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: head %s in the file, %s in the deck (-%s_head)", path, role, GPTHeadNames[file->head], GPTHeadNames[deck->head], role);
+  PetscCheck(file->arch == deck->arch, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: arch %s in the file, %s in the deck (-%s_arch)", path, role, GPTArchNames[file->arch], GPTArchNames[deck->arch], role);
+  if (gpt_is_llama(file)) {
+    const struct {
+      const char *name;
+      int         file, deck;
+    } l[] = {
+      {"n_kv_head", file->n_kv_head, deck->n_kv_head}, {"n_ffn", file->n_ffn, deck->n_ffn}, {"qkv_bias", file->qkv_bias, deck->qkv_bias},
+      {"tie_embeddings", file->tie_embeddings, deck->tie_embeddings}, {"rope_scaling", file->rope_scaling, deck->rope_scaling},
+    };
+    for (size_t i = 0; i < sizeof l / sizeof l[0]; i++)
+      PetscCheck(l[i].file == l[i].deck, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: %s %d in the file, %d in the deck (-%s_%s)", path, role, l[i].name, l[i].file, l[i].deck, role, l[i].name);
+    PetscCheck(gpt_config_equal(file, deck), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: rope_theta %g, norm_eps %g or the rope scaling factors in the file differ from the deck's (-%s_rope_theta %g, -%s_norm_eps %g)", path, role,
+               file->rope_theta, file->norm_eps, role, deck->rope_theta, role, deck->norm_eps);
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -288,7 +358,7 @@ typedef struct {
   float           *buf;
 } CkptModelCtx;
 
-static PetscBool ckpt_skip(const CkptModel *cm, const GPTTensor *t) { return cm->trunk_only && strncmp(t->name, "transformer.", 12) ? PETSC_TRUE : PETSC_FALSE; }
+static PetscBool ckpt_skip(const CkptModel *cm, const GPTTensor *t) { return cm->trunk_only && !gpt_tensor_is_trunk(t->name) ? PETSC_TRUE : PETSC_FALSE; }
 
 typedef struct {
   CkptModelCtx *ctx;
@@ -300,7 +370,7 @@ static herr_t ckpt_extra_one(hid_t g, const char *name, const H5L_info_t *info, 
   CkptExtraCtx *x = (CkptExtraCtx *)vctx;
 
   (void)g, (void)info;
-  if (x->ctx->model->trunk_only && strncmp(name, "transformer.", 12)) return 0; /* the other head's tensors */
+  if (x->ctx->model->trunk_only && !gpt_tensor_is_trunk(name)) return 0; /* the other head's tensors */
   for (int i = 0; i < x->ctx->pl.nfull; i++)
     if (!strcmp(name, x->ctx->pl.full[i].name)) return 0;
   snprintf(x->extra, sizeof x->extra, "%s", name);

@@ -76,7 +76,7 @@ static void ckpt_segment(const CkptPlace *pl, int i, size_t *lo, size_t *hi)
   *lo = *hi = 0;
   if (!m || m->numel == 0) return;
   if (pl->write && m->split < 0 && pl->t != 0) return;                           /* tp rank 0 writes replicated tensors */
-  if (pl->write && pl->p != 0 && !strcmp(m->name, "transformer.wte.weight")) return; /* the tied LM head's copy */
+  if (pl->write && pl->p != 0 && i == GPT_T_WTE) return; /* the tied LM head's copy (the embedding is tensor 0) */
   a = PetscMax(m->offset, pl->own0);
   b = PetscMin(m->offset + m->numel, pl->own1);
   if (a < b) *lo = a - m->offset, *hi = b - m->offset;

@@ -150,6 +150,8 @@ PetscErrorCode data_free(TokenData *d)
 typedef struct {
   const char      *path, *task;
   const TokenData *d;
+  const IODataset *extra; /* further datasets of the same file (e.g. a generation's log-probabilities) */
+  int              nextra;
 } DataWriteCtx;
 
 static PetscErrorCode data_fill(hid_t file, void *vctx)
@@ -162,6 +164,11 @@ static PetscErrorCode data_fill(hid_t file, void *vctx)
   PetscCall(h5u_dataset_write(file, "tokens", H5T_STD_I32LE, H5T_NATIVE_INT, 2, dims, d->tokens));
   PetscCall(h5u_dataset_write(file, "lengths", H5T_STD_I32LE, H5T_NATIVE_INT, 1, dims, d->lengths));
   if (d->prompt_lengths) PetscCall(h5u_dataset_write(file, "prompt_lengths", H5T_STD_I32LE, H5T_NATIVE_INT, 1, dims, d->prompt_lengths));
+  for (int i = 0; i < ctx->nextra; i++) {
+    const IODataset *x     = &ctx->extra[i];
+    hsize_t          xd[2] = {(hsize_t)x->dims[0], (hsize_t)(x->ndim > 1 ? x->dims[1] : 0)};
+    PetscCall(h5u_dataset_write(file, x->name, x->is_int ? H5T_STD_I32LE : H5T_IEEE_F32LE, x->is_int ? H5T_NATIVE_INT : H5T_NATIVE_FLOAT, x->ndim, xd, x->data));
+  }
   PetscCall(h5u_attr_write_int(file, "vocab_size", H5T_STD_I32LE, d->vocab_size));
   PetscCall(h5u_attr_write_string(file, "task", ctx->task ? ctx->task : ""));
   PetscCall(h5u_write_version(file));
@@ -181,7 +188,14 @@ static PetscErrorCode data_write_task(void *vctx)
 /* Validated first: a file this writes is one data_read accepts. */
 PetscErrorCode data_write(MPI_Comm comm, const char *path, const TokenData *d, const char *task)
 {
-  DataWriteCtx ctx = {path, task, d};
+  PetscFunctionBegin;
+  PetscCall(data_write_extra(comm, path, d, task, NULL, 0));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode data_write_extra(MPI_Comm comm, const char *path, const TokenData *d, const char *task, const IODataset *extra, int nextra)
+{
+  DataWriteCtx ctx = {path, task, d, extra, nextra};
 
   PetscFunctionBegin;
   PetscCall(h5u_rank0(comm, data_write_task, &ctx));

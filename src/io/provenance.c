@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 char *openblas_get_config(void); /* OpenBLAS; not in every cblas.h */
+char *openblas_get_corename(void);
 
 /* Library banners come with tabs and trailing blanks; store them on one
  * tidy line. */
@@ -98,6 +99,7 @@ static PetscErrorCode prov_write_versions(hid_t g)
   prov_tidy(buf);
   PetscCall(h5u_attr_write_string(g, "petsc", buf));
   PetscCall(h5u_attr_write_string(g, "blas", openblas_get_config()));
+  PetscCall(h5u_attr_write_string(g, "blas_core", openblas_get_corename())); /* the kernels used (src/sys/blascore.c) */
   PetscCall(backend_cuda_version(buf, sizeof buf));
   PetscCall(h5u_attr_write_string(g, "cuda", buf));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -17,6 +17,7 @@ static PetscErrorCode pipe_opts(const TrainJobOptions *job, void *o) { return pi
 static PetscErrorCode pipe_exec(RunCtx *run, const Backend *be, void *o) { return pipeline_execute(run, be, (PipelineOptions *)o); }
 static PetscErrorCode score_exec(RunCtx *run, const Backend *be, void *o) { return score_run(run, be); }
 static PetscErrorCode data_exec(RunCtx *run, const Backend *be, void *o) { return data_run(run); }
+static PetscErrorCode generate_exec(RunCtx *run, const Backend *be, void *o) { return generate_run(run, be); }
 static PetscErrorCode plan_exec(RunCtx *run, const Backend *be, void *o)
 {
   PetscBool help;
@@ -36,6 +37,7 @@ const JobMode job_modes[] = {
   {"sft", PETSC_TRUE, PETSC_TRUE, sizeof(SFTOptions), sft_opts, NULL, sft_exec},
   {"score", PETSC_TRUE, PETSC_FALSE, 0, NULL, NULL, score_exec}, /* score and data write named files, not an output directory */
   {"data", PETSC_TRUE, PETSC_FALSE, 0, NULL, NULL, data_exec},
+  {"generate", PETSC_TRUE, PETSC_FALSE, 0, NULL, NULL, generate_exec}, /* writes a named file */
   {"rm", PETSC_TRUE, PETSC_TRUE, sizeof(RMOptions), rm_opts, NULL, rm_exec},
   {"ppo", PETSC_TRUE, PETSC_TRUE, sizeof(PPOOptions), ppo_opts, NULL, ppo_exec},
   {"pipeline", PETSC_TRUE, PETSC_TRUE, sizeof(PipelineOptions), pipe_opts, NULL, pipe_exec},

@@ -133,7 +133,7 @@ PetscErrorCode gpt_grads_sync(GPT *gpt)
   gpt->grads_synced = PETSC_TRUE;
   if (m->dp > 1)
     for (size_t off = 0; off < gpt->nparams; off += bucket) PetscCall(comm_allreduce_sum(&m->dp_comm, gpt->grads + off, PetscMin(bucket, gpt->nparams - off)));
-  if (m->pp > 1 && gpt->cfg.head == GPT_HEAD_LM && m->embed_comm.mpi != MPI_COMM_NULL) {
+  if (m->pp > 1 && gpt->cfg.head == GPT_HEAD_LM && !gpt_untied_head(&gpt->cfg) && m->embed_comm.mpi != MPI_COMM_NULL) {
     const GPTTensor *t = &gpt->tensors[GPT_T_WTE];
     PetscCall(comm_allreduce_sum(&m->embed_comm, gpt->grads + t->offset, t->numel));
   }

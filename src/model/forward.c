@@ -1,4 +1,4 @@
-/* forward.c: the full GPT-2 forward over B sequences of length T (training,
+/* forward.c: the full forward (GPT-2 or LLaMA) over B sequences of length T (training,
  * scoring), keeping every activation the backward needs, the two output heads,
  * and the log-probabilities of given targets. */
 #include "model_impl.h"
@@ -28,43 +28,83 @@ static PetscErrorCode upload_positions(GPT *gpt, int B, int T)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* proj = c_proj(gelu(c_fc(ln_2(x)))); ln/mean/rstd/fch/fch_gelu are kept. The
+PetscErrorCode gpt_norm_forward(const GPT *gpt, float *out, float *mean, float *rstd, const float *x, const float *w, const float *b, int N)
+{
+  PetscFunctionBegin;
+  if (gpt_is_llama(&gpt->cfg)) PetscCall(gpt->be->rmsnorm_forward(out, rstd, x, w, N, gpt->cfg.n_embd, (float)gpt->cfg.norm_eps));
+  else PetscCall(gpt->be->layernorm_forward(out, mean, rstd, x, w, b, N, gpt->cfg.n_embd));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* proj = c_proj(gelu(c_fc(ln_2(x)))), or for LLaMA down(silu(gate(x')) *
+ * up(x')) with x' = RMSNorm(x); ln/mean/rstd/fch/fch_gelu are kept. The
  * cached forward shares this half of the block. Under tensor parallelism
- * c_fc is column-parallel (this rank's F = 4C/tp columns) and c_proj
- * row-parallel: partial sums, added over the tp group. */
+ * c_fc (gate, up) is column-parallel (this rank's F columns) and c_proj
+ * (down) row-parallel: partial sums, added over the tp group. */
 PetscErrorCode gpt_mlp_forward(const GPT *gpt, const GPTLayerParams *p, const float *x, float *ln, float *mean, float *rstd, float *fch, float *fch_gelu,
                                float *proj, int N)
 {
   const Backend *be = gpt->be;
-  int            C = gpt->cfg.n_embd, F = 4 * gpt->Cl;
+  int            C = gpt->cfg.n_embd, F = gpt->Fl;
 
   PetscFunctionBegin;
-  PetscCall(be->layernorm_forward(ln, mean, rstd, x, p->ln2_w, p->ln2_b, N, C));
-  PetscCall(be->matmul_forward(fch, ln, p->fc_w, p->fc_b, N, C, F, PETSC_FALSE));
-  PetscCall(be->gelu_forward(fch_gelu, fch, (size_t)N * F));
-  PetscCall(be->matmul_forward(proj, fch_gelu, p->fcproj_w, gpt_row_bias(gpt, p->fcproj_b), N, F, C, PETSC_FALSE));
+  PetscCall(gpt_norm_forward(gpt, ln, mean, rstd, x, p->ln2_w, p->ln2_b, N));
+  if (gpt_is_llama(&gpt->cfg)) {
+    PetscCall(be->matmul_forward(fch, ln, p->gate_up_w, NULL, N, C, 2 * F, PETSC_TRUE));
+    PetscCall(be->swiglu_forward(fch_gelu, fch, N, F));
+    PetscCall(be->matmul_forward(proj, fch_gelu, p->down_w, NULL, N, F, C, PETSC_TRUE));
+  } else {
+    PetscCall(be->matmul_forward(fch, ln, p->fc_w, p->fc_b, N, C, F, PETSC_FALSE));
+    PetscCall(be->gelu_forward(fch_gelu, fch, (size_t)N * F));
+    PetscCall(be->matmul_forward(proj, fch_gelu, p->fcproj_w, gpt_row_bias(gpt, p->fcproj_b), N, F, C, PETSC_FALSE));
+  }
   PetscCall(gpt_tp_sum(gpt, proj, (size_t)N * C));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Attention: c_attn column-parallel (this rank's heads of q, k and v),
- * attention over the local heads, c_proj row-parallel. */
+PetscErrorCode gpt_qkv_forward(const GPT *gpt, const GPTLayerParams *p, float *qkv, const float *ln, const int *pos, int N)
+{
+  const Backend *be = gpt->be;
+  int            C = gpt->cfg.n_embd, W = gpt->Cl + 2 * gpt->Ckvl;
+
+  PetscFunctionBegin;
+  if (!gpt_is_llama(&gpt->cfg)) {
+    PetscCall(be->matmul_forward(qkv, ln, p->attn_w, p->attn_b, N, C, W, PETSC_FALSE));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  PetscCall(be->matmul_forward(qkv, ln, p->qkv_w, p->qkv_b, N, C, W, PETSC_TRUE));
+  PetscCall(be->rope(qkv, pos, gpt->inv_freq, N, gpt->NHl, gpt->NKVl, C / gpt->cfg.n_head, 0));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_attn_proj_forward(const GPT *gpt, const GPTLayerParams *p, float *proj, const float *atty, int N)
+{
+  int C = gpt->cfg.n_embd, Ca = gpt->Cl;
+
+  PetscFunctionBegin;
+  if (gpt_is_llama(&gpt->cfg)) PetscCall(gpt->be->matmul_forward(proj, atty, p->o_w, NULL, N, Ca, C, PETSC_TRUE));
+  else PetscCall(gpt->be->matmul_forward(proj, atty, p->proj_w, gpt_row_bias(gpt, p->proj_b), N, Ca, C, PETSC_FALSE));
+  PetscCall(gpt_tp_sum(gpt, proj, (size_t)N * C));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Attention: c_attn (q, k, v) column-parallel (this rank's heads of q, k
+ * and v), attention over the local heads, c_proj (o) row-parallel. */
 static PetscErrorCode block_forward(GPT *gpt, int l, const float *x)
 {
   const Backend *be = gpt->be;
   GPTActs       *a  = gpt->acts;
-  int            N = a->N, C = gpt->cfg.n_embd, Ca = gpt->Cl;
+  int            N = a->N, C = gpt->cfg.n_embd;
   GPTLayerActs   la;
   GPTLayerParams p;
 
   PetscFunctionBegin;
   gpt_acts_layer(gpt, l, &la);
   gpt_layer_params(gpt, gpt->params, l, &p);
-  PetscCall(be->layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, p.ln1_w, p.ln1_b, N, C));
-  PetscCall(be->matmul_forward(la.qkv, la.ln1, p.attn_w, p.attn_b, N, C, 3 * Ca, PETSC_FALSE));
-  PetscCall(be->attention_forward(la.atty, la.att, la.qkv, a->B, a->T, Ca, gpt->NHl));
-  PetscCall(be->matmul_forward(a->proj, la.atty, p.proj_w, gpt_row_bias(gpt, p.proj_b), N, Ca, C, PETSC_FALSE));
-  PetscCall(gpt_tp_sum(gpt, a->proj, (size_t)N * C));
+  PetscCall(gpt_norm_forward(gpt, la.ln1, la.ln1_mean, la.ln1_rstd, x, p.ln1_w, p.ln1_b, N));
+  PetscCall(gpt_qkv_forward(gpt, &p, la.qkv, la.ln1, a->pos, N));
+  PetscCall(be->attention_forward(la.atty, la.att, la.qkv, a->B, a->T, gpt->Cl, gpt->NHl, gpt->NKVl));
+  PetscCall(gpt_attn_proj_forward(gpt, &p, a->proj, la.atty, N));
   PetscCall(be->residual_forward(la.res2, x, a->proj, (size_t)N * C));
   PetscCall(gpt_mlp_forward(gpt, &p, la.res2, la.ln2, la.ln2_mean, la.ln2_rstd, la.fch, la.fch_gelu, a->proj, N));
   PetscCall(be->residual_forward(la.res3, la.res2, a->proj, (size_t)N * C));
@@ -83,28 +123,41 @@ const float *gpt_layer_input(const GPT *gpt, int l)
   return la.res3;
 }
 
-/* logits = x . wte^T (tied LM head; this rank's Vl vocabulary columns) or
- * values = x . score^T (scalar head, replicated). */
+/* logits = x . wte^T (tied LM head; this rank's Vl vocabulary columns; an
+ * untied LLaMA head's lm_head the same way) or values = x . score^T (scalar
+ * head, replicated). */
 PetscErrorCode gpt_head_forward(const GPT *gpt, float *out, const float *x, int N)
 {
   const GPTConfig *cfg = &gpt->cfg;
 
   PetscFunctionBegin;
   if (cfg->head == GPT_HEAD_LM) {
-    PetscCall(gpt->be->matmul_forward(out, x, gpt_view(gpt, gpt->params, GPT_T_WTE), NULL, N, cfg->n_embd, gpt->Vl, PETSC_TRUE));
+    PetscCall(gpt->be->matmul_forward(out, x, gpt_view(gpt, gpt->params, gpt_tidx_lm_head(cfg)), NULL, N, cfg->n_embd, gpt->Vl, PETSC_TRUE));
   } else {
     PetscCall(gpt->be->matmul_forward(out, x, gpt_view(gpt, gpt->params, gpt_tidx_score(cfg)), NULL, N, cfg->n_embd, 1, PETSC_TRUE));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The final norm before the head (ln_f, LLaMA's model.norm). */
+PetscErrorCode gpt_final_norm(const GPT *gpt, float *out, float *mean, float *rstd, const float *x, int N)
+{
+  const GPTConfig *cfg = &gpt->cfg;
+  int              b   = gpt_tidx_lnf_b(cfg);
+
+  PetscFunctionBegin;
+  PetscCall(gpt_norm_forward(gpt, out, mean, rstd, x, gpt_view(gpt, gpt->params, gpt_tidx_lnf_w(cfg)), b >= 0 ? gpt_view(gpt, gpt->params, b) : NULL, N));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Vocabulary-parallel embedding: each tp rank adds the rows of its
- * vocabulary shard (tp rank 0 also the positions), summed over the group. */
+ * vocabulary shard (tp rank 0 also GPT-2's positions), summed over the group. */
 PetscErrorCode gpt_embed(const GPT *gpt, float *out, const int *tok, const int *pos, int N)
 {
+  const float *wpe = gpt_is_llama(&gpt->cfg) ? NULL : gpt_row_bias(gpt, gpt_view(gpt, gpt->params, GPT_T_WPE));
+
   PetscFunctionBegin;
-  PetscCall(gpt->be->encoder_forward(out, tok, pos, gpt_view(gpt, gpt->params, GPT_T_WTE), gpt_row_bias(gpt, gpt_view(gpt, gpt->params, GPT_T_WPE)), N, gpt->cfg.n_embd,
-                                     gpt->v0, gpt->Vl));
+  PetscCall(gpt->be->encoder_forward(out, tok, pos, gpt_view(gpt, gpt->params, GPT_T_WTE), wpe, N, gpt->cfg.n_embd, gpt->v0, gpt->Vl));
   PetscCall(gpt_tp_sum(gpt, out, (size_t)N * gpt->cfg.n_embd));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -131,8 +184,7 @@ PetscErrorCode gpt_forward(GPT *gpt, const int *tok, int B, int T)
     PetscCall(gpt_pp_send(gpt, gpt_layer_input(gpt, l1), (size_t)N * C, GPT_TAG_FWD, gpt->sh.p + 1, &a->send_fwd));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  PetscCall(be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, gpt_layer_input(gpt, l1), gpt_view(gpt, gpt->params, gpt_tidx_lnf_w(cfg)),
-                                  gpt_view(gpt, gpt->params, gpt_tidx_lnf_b(cfg)), N, C));
+  PetscCall(gpt_final_norm(gpt, a->lnf, a->lnf_mean, a->lnf_rstd, gpt_layer_input(gpt, l1), N));
   PetscCall(gpt_head_forward(gpt, a->head_out, a->lnf, N));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

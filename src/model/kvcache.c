@@ -17,7 +17,7 @@ PetscErrorCode gpt_kv_create(const GPT *gpt, int nslot, int Tmax, GPTKVCache **k
   c->nslot   = nslot;
   c->Tmax    = Tmax;
   c->n_layer = gpt->sh.l1 - gpt->sh.l0; /* this stage's layers, this rank's heads */
-  c->n_embd  = gpt->Cl;
+  c->n_embd  = gpt->Ckvl; /* this rank's key/value heads */
   n          = (size_t)c->n_layer * nslot * Tmax * c->n_embd;
   PetscCall(gpt->be->alloc(n * sizeof(float), (void **)&c->k));
   PetscCall(gpt->be->alloc(n * sizeof(float), (void **)&c->v));
@@ -77,7 +77,7 @@ static PetscErrorCode check_rows(const GPT *gpt, const GPTKVCache *kv, const int
   int V = gpt->cfg.vocab_size;
 
   PetscFunctionBegin;
-  PetscCheck(kv->n_layer == gpt->sh.l1 - gpt->sh.l0 && kv->n_embd == gpt->Cl, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
+  PetscCheck(kv->n_layer == gpt->sh.l1 - gpt->sh.l0 && kv->n_embd == gpt->Ckvl, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
              "gpt_forward_cached: the KV cache was made for another model shape");
   for (int r = 0; r < N; r++) {
     PetscCheck(tok[r] >= 0 && tok[r] < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_forward_cached: token %d at row %d is outside [0,%d)", tok[r], r, V);
@@ -95,19 +95,18 @@ static PetscErrorCode cached_block(GPT *gpt, GPTKVCache *kv, int l, int r0, int 
 {
   const Backend *be = gpt->be;
   GPTActs       *a  = gpt->acts;
-  int            C = gpt->cfg.n_embd, Ca = gpt->Cl;
-  size_t         NC = (size_t)n * C, per_layer = (size_t)kv->nslot * kv->Tmax * Ca;
+  int            C = gpt->cfg.n_embd;
+  size_t         NC = (size_t)n * C, per_layer = (size_t)kv->nslot * kv->Tmax * kv->n_embd;
   float         *x = a->c_x + (size_t)r0 * C;
   GPTLayerParams p;
 
   PetscFunctionBegin;
   gpt_layer_params(gpt, gpt->params, l, &p);
-  PetscCall(be->layernorm_forward(a->c_ln, a->c_mean, a->c_rstd, x, p.ln1_w, p.ln1_b, n, C));
-  PetscCall(be->matmul_forward(a->c_qkv, a->c_ln, p.attn_w, p.attn_b, n, C, 3 * Ca, PETSC_FALSE));
+  PetscCall(gpt_norm_forward(gpt, a->c_ln, a->c_mean, a->c_rstd, x, p.ln1_w, p.ln1_b, n));
+  PetscCall(gpt_qkv_forward(gpt, &p, a->c_qkv, a->c_ln, a->c_pos + r0, n));
   PetscCall(be->attention_cached(a->c_atty, kv->k + (l - gpt->sh.l0) * per_layer, kv->v + (l - gpt->sh.l0) * per_layer, a->c_qkv, a->c_slot + r0, a->c_pos + r0, n,
-                                 kv->Tmax, Ca, gpt->NHl));
-  PetscCall(be->matmul_forward(a->c_proj, a->c_atty, p.proj_w, gpt_row_bias(gpt, p.proj_b), n, Ca, C, PETSC_FALSE));
-  PetscCall(gpt_tp_sum(gpt, a->c_proj, NC));
+                                 kv->Tmax, gpt->Cl, gpt->NHl, gpt->NKVl));
+  PetscCall(gpt_attn_proj_forward(gpt, &p, a->c_proj, a->c_atty, n));
   PetscCall(be->axpy(x, 1.0f, a->c_proj, NC));
   PetscCall(gpt_mlp_forward(gpt, &p, x, a->c_ln, a->c_mean, a->c_rstd, a->c_fch, a->c_fch_gelu, a->c_proj, n));
   PetscCall(be->axpy(x, 1.0f, a->c_proj, NC));
@@ -136,7 +135,7 @@ static PetscErrorCode cached_head(GPT *gpt, int r0, int n, float *out)
   float           *x = a->c_x + (size_t)r0 * C, *loc, *all;
 
   PetscFunctionBegin;
-  PetscCall(gpt->be->layernorm_forward(a->c_ln, a->c_mean, a->c_rstd, x, gpt_view(gpt, gpt->params, gpt_tidx_lnf_w(cfg)), gpt_view(gpt, gpt->params, gpt_tidx_lnf_b(cfg)), n, C));
+  PetscCall(gpt_final_norm(gpt, a->c_ln, a->c_mean, a->c_rstd, x, n));
   PetscCall(gpt_head_forward(gpt, a->c_out, a->c_ln, n));
   if (cfg->head == GPT_HEAD_SCALAR || tp == 1) {
     PetscCall(gpt->be->to_host(out + (size_t)r0 * (cfg->head == GPT_HEAD_LM ? V : 1), a->c_out, (size_t)n * (cfg->head == GPT_HEAD_LM ? V : 1) * sizeof(float)));

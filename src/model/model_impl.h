@@ -5,16 +5,17 @@
 
 #include "model.h"
 #include "sys.h"
+#include <string.h>
 
 /* Per-layer views into the training activations (layer l of the last forward). */
 typedef struct {
   float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
-  float *qkv;                       /* [N,3C] */
+  float *qkv;                       /* [N,Ca+2Ckv] (LLaMA: after the rotary embedding) */
   float *atty;                      /* [N,C] attention output before c_proj */
   float *att;                       /* [B,NH,T,T] softmax probabilities */
   float *res2;                      /* [N,C] residual after attention */
   float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */
-  float *fch, *fch_gelu;            /* [N,4C] */
+  float *fch, *fch_gelu;            /* [N,F] (LLaMA: gate|up [N,2F]), its activation [N,F] */
   float *res3;                      /* [N,C] residual after the MLP (layer output) */
 } GPTLayerActs;
 
@@ -68,18 +69,32 @@ struct GPTActs {
 };
 
 /* Widths of a shard's buffers: C the residual stream, Ca the attention
- * width (C/tp), F the MLP width (4C/tp), V the vocabulary rows (V/tp), NH the
- * local heads, L the local layers starting at global layer l0. */
+ * (query) width (C/tp), Ckv the key/value width (n_kv_head/tp heads), F the
+ * MLP width (GPT-2 4C/tp, LLaMA n_ffn/tp), V the vocabulary rows (V/tp), NH
+ * and NKV the local heads, L the local layers starting at global layer l0. */
 typedef struct {
-  size_t C, Ca, F, V, NH, L, l0;
-  PetscBool lm;
+  size_t C, Ca, Ckv, F, V, NH, NKV, L, l0;
+  PetscBool lm, llama;
 } GPTDims;
 static inline GPTDims gpt_dims(const GPTConfig *cfg, const GPTShard *sh)
 {
-  int tp = sh ? sh->tp : 1;
-  GPTDims d = {(size_t)cfg->n_embd, (size_t)(cfg->n_embd / tp), 4 * (size_t)cfg->n_embd / (size_t)tp, (size_t)(cfg->vocab_size / tp), (size_t)(cfg->n_head / tp),
-               (size_t)(sh ? sh->l1 - sh->l0 : cfg->n_layer), (size_t)(sh ? sh->l0 : 0), cfg->head == GPT_HEAD_LM ? PETSC_TRUE : PETSC_FALSE};
+  int     tp = sh ? sh->tp : 1;
+  size_t  hd = (size_t)(cfg->n_embd / cfg->n_head);
+  GPTDims d  = {(size_t)cfg->n_embd, (size_t)(cfg->n_embd / tp), hd * (size_t)(gpt_n_kv_head(cfg) / tp), (size_t)gpt_n_ffn(cfg) / (size_t)tp,
+                (size_t)(cfg->vocab_size / tp), (size_t)(cfg->n_head / tp), (size_t)(gpt_n_kv_head(cfg) / tp),
+                (size_t)(sh ? sh->l1 - sh->l0 : cfg->n_layer), (size_t)(sh ? sh->l0 : 0), cfg->head == GPT_HEAD_LM ? PETSC_TRUE : PETSC_FALSE, gpt_is_llama(cfg)};
   return d;
+}
+/* Width of a row of q|k|v, of the MLP's first product (LLaMA: gate|up), and
+ * of the largest gradient scratch row. */
+static inline size_t gpt_dims_qkv(const GPTDims *d) { return d->Ca + 2 * d->Ckv; }
+static inline size_t gpt_dims_fc(const GPTDims *d) { return d->llama ? 2 * d->F : d->F; }
+static inline size_t gpt_dims_scratch(const GPTDims *d)
+{
+  size_t w = 4 * d->C;
+  w = PetscMax(w, gpt_dims_fc(d));
+  w = PetscMax(w, gpt_dims_qkv(d));
+  return w;
 }
 
 /* acts.c */
@@ -95,31 +110,65 @@ void           gpt_acts_train_size(const GPTConfig *cfg, const GPTShard *sh, int
 /* params.c: a view of tensor `i` in a flat buffer (params, grads, m, v). */
 static inline float *gpt_view(const GPT *gpt, float *flat, int i) { return flat + gpt->tensors[i].offset; }
 
-/* Indices of the per-layer tensors inside the table, in HF order. */
+/* Indices of the per-layer tensors inside the table, in HF order (GPT-2). */
 enum {
   GPT_T_LN1_W, GPT_T_LN1_B, GPT_T_ATTN_W, GPT_T_ATTN_B, GPT_T_PROJ_W, GPT_T_PROJ_B,
   GPT_T_LN2_W, GPT_T_LN2_B, GPT_T_FC_W, GPT_T_FC_B, GPT_T_FCPROJ_W, GPT_T_FCPROJ_B,
   GPT_T_PER_LAYER
 };
-#define GPT_T_WTE 0
-#define GPT_T_WPE 1
-static inline int gpt_tidx_layer(int l, int which) { return 2 + l * GPT_T_PER_LAYER + which; }
-static inline int gpt_tidx_lnf_w(const GPTConfig *c) { return 2 + c->n_layer * GPT_T_PER_LAYER; }
-static inline int gpt_tidx_lnf_b(const GPTConfig *c) { return 3 + c->n_layer * GPT_T_PER_LAYER; }
-static inline int gpt_tidx_score(const GPTConfig *c) { return 4 + c->n_layer * GPT_T_PER_LAYER; }
+/* The LLaMA family's: q, k and v (and their biases), gate and up are
+ * neighbours in the flat buffer, in this order, so one matmul with the
+ * first one's pointer computes q|k|v (gate|up) from the concatenated
+ * [out, in] weights, on any shard (each holds its rows of all three). */
+enum {
+  LL_T_LN1, LL_T_Q, LL_T_K, LL_T_V, LL_T_O, LL_T_LN2, LL_T_GATE, LL_T_UP, LL_T_DOWN,
+  LL_T_PER_LAYER, /* without biases */
+  LL_T_QB = LL_T_PER_LAYER, LL_T_KB, LL_T_VB,
+  LL_T_PER_LAYER_MAX
+};
+#define GPT_T_WPE 1 /* GPT-2 only */
+static inline int gpt_per_layer(const GPTConfig *c) { return gpt_is_llama(c) ? (c->qkv_bias ? LL_T_PER_LAYER_MAX : LL_T_PER_LAYER) : GPT_T_PER_LAYER; }
+static inline int gpt_layer_base(const GPTConfig *c) { return gpt_is_llama(c) ? 1 : 2; }
+static inline int gpt_tidx_layer(const GPTConfig *c, int l, int which) { return gpt_layer_base(c) + l * gpt_per_layer(c) + which; }
+static inline int gpt_tidx_lnf_w(const GPTConfig *c) { return gpt_layer_base(c) + c->n_layer * gpt_per_layer(c); }
+/* GPT-2's ln_f bias (-1 for LLaMA: RMSNorm has none) */
+static inline int gpt_tidx_lnf_b(const GPTConfig *c) { return gpt_is_llama(c) ? -1 : gpt_tidx_lnf_w(c) + 1; }
+/* the tensor after the final norm: the scalar head's score, or an untied LM head */
+static inline int gpt_tidx_score(const GPTConfig *c) { return gpt_tidx_lnf_w(c) + (gpt_is_llama(c) ? 1 : 2); }
+static inline int gpt_tidx_lm_head(const GPTConfig *c) { return gpt_untied_head(c) ? gpt_tidx_score(c) : GPT_T_WTE; }
 
-/* Parameter (or gradient) pointers of one layer. */
+/* Parameter (or gradient) pointers of one layer. GPT-2 fills the first
+ * twelve; LLaMA ln1_w, ln2_w and the rest (qkv_b NULL without biases). */
 typedef struct {
   float *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
   float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+  float *qkv_w, *qkv_b, *o_w, *gate_up_w, *down_w; /* LLaMA: [q|k|v] and [gate|up] start at q and gate */
 } GPTLayerParams;
 
 static inline void gpt_layer_params(const GPT *gpt, float *flat, int l, GPTLayerParams *p)
 {
+  const GPTConfig *c = &gpt->cfg;
+
+  memset(p, 0, sizeof *p);
+  if (gpt_is_llama(c)) {
+    p->ln1_w     = gpt_view(gpt, flat, gpt_tidx_layer(c, l, LL_T_LN1));
+    p->qkv_w     = gpt_view(gpt, flat, gpt_tidx_layer(c, l, LL_T_Q));
+    p->qkv_b     = c->qkv_bias ? gpt_view(gpt, flat, gpt_tidx_layer(c, l, LL_T_QB)) : NULL;
+    p->o_w       = gpt_view(gpt, flat, gpt_tidx_layer(c, l, LL_T_O));
+    p->ln2_w     = gpt_view(gpt, flat, gpt_tidx_layer(c, l, LL_T_LN2));
+    p->gate_up_w = gpt_view(gpt, flat, gpt_tidx_layer(c, l, LL_T_GATE));
+    p->down_w    = gpt_view(gpt, flat, gpt_tidx_layer(c, l, LL_T_DOWN));
+    return;
+  }
   float **f[GPT_T_PER_LAYER] = {&p->ln1_w, &p->ln1_b, &p->attn_w, &p->attn_b, &p->proj_w, &p->proj_b,
                                 &p->ln2_w, &p->ln2_b, &p->fc_w,   &p->fc_b,   &p->fcproj_w, &p->fcproj_b};
-  for (int k = 0; k < GPT_T_PER_LAYER; k++) *f[k] = gpt_view(gpt, flat, gpt_tidx_layer(l, k));
+  for (int k = 0; k < GPT_T_PER_LAYER; k++) *f[k] = gpt_view(gpt, flat, gpt_tidx_layer(c, l, k));
 }
+
+/* The input norm of a block half: GPT-2 LayerNorm (w, b; mean and rstd
+ * kept) or RMSNorm (w; rstd kept). */
+PetscErrorCode gpt_norm_forward(const GPT *gpt, float *out, float *mean, float *rstd, const float *x, const float *w, const float *b, int N);
+PetscErrorCode gpt_norm_backward(const GPT *gpt, float *dx, float *dw, float *db, const float *dout, const float *x, const float *w, const float *mean, const float *rstd, int N);
 
 /* dist.c: the collectives of a shard (no-ops on one rank). */
 PetscErrorCode gpt_tp_sum(const GPT *gpt, float *x, size_t n);      /* all-reduce over the tp group */
@@ -140,7 +189,12 @@ static inline const float *gpt_row_bias(const GPT *gpt, const float *b) { return
 /* forward.c */
 PetscErrorCode gpt_mlp_forward(const GPT *gpt, const GPTLayerParams *p, const float *x, float *ln, float *mean, float *rstd, float *fch, float *fch_gelu,
                                float *proj, int N);
+/* q|k|v of the normed input ln [N,C] (LLaMA: rotated at positions pos). */
+PetscErrorCode gpt_qkv_forward(const GPT *gpt, const GPTLayerParams *p, float *qkv, const float *ln, const int *pos, int N);
+/* The attention output projection, summed over the tp group: proj [N,C]. */
+PetscErrorCode gpt_attn_proj_forward(const GPT *gpt, const GPTLayerParams *p, float *proj, const float *atty, int N);
 PetscErrorCode gpt_head_forward(const GPT *gpt, float *out, const float *x, int N);
+PetscErrorCode gpt_final_norm(const GPT *gpt, float *out, float *mean, float *rstd, const float *x, int N);
 PetscErrorCode gpt_embed(const GPT *gpt, float *out, const int *tok, const int *pos, int N);
 /* dist.c: vocabulary-parallel log-probabilities of the last forward (tp > 1):
  * logprob, entropy (may be NULL) to host, the global lse kept for backward. */

@@ -7,7 +7,9 @@
 
 #include "model_impl.h"
 
-const char *const GPTHeadNames[] = {"lm", "scalar", "GPTHead", "GPT_HEAD_", NULL};
+const char *const GPTHeadNames[]        = {"lm", "scalar", "GPTHead", "GPT_HEAD_", NULL};
+const char *const GPTArchNames[]        = {"gpt2", "llama", "GPTArch", "GPT_ARCH_", NULL};
+const char *const GPTRopeScalingNames[] = {"none", "llama3", "GPTRopeScaling", "GPT_ROPE_", NULL};
 
 /* RfOptInt yields a PetscInt; the config stores int. */
 #define RfOptIntAsInt(name, help, def, dst) \
@@ -17,21 +19,111 @@ const char *const GPTHeadNames[] = {"lm", "scalar", "GPTHead", "GPT_HEAD_", NULL
     *(dst) = (int)t_;                       \
   } while (0)
 
-PetscErrorCode gpt_config_set_from_options(const char *prefix, GPTConfig *cfg)
+/* The LLaMA family's settings, read only for -<prefix>arch llama (a GPT-2
+ * deck that sets one is told the option is unused). Defaults are Llama 2's. */
+static PetscErrorCode llama_options(const char *prefix, GPTConfig *cfg)
 {
-  PetscInt head = GPT_HEAD_LM;
+  PetscInt  scaling = GPT_ROPE_NONE;
+  PetscReal theta = 10000, eps = 1e-5, factor = 8, lo = 1, hi = 4;
 
   PetscFunctionBegin;
-  PetscOptionsBegin(PETSC_COMM_WORLD, prefix, "GPT-2 model options", NULL);
+  PetscOptionsBegin(PETSC_COMM_WORLD, prefix, "LLaMA-family model options", NULL);
+  RfOptIntAsInt("-n_kv_head", "Key/value heads of grouped-query attention (dividing n_head; 0: n_head)", 0, &cfg->n_kv_head);
+  RfOptIntAsInt("-n_ffn", "Width of the SwiGLU MLP, intermediate_size (0: 4 x n_embd)", 0, &cfg->n_ffn);
+  RfOptBool("-qkv_bias", "The q, k and v projections have biases (Qwen2)", PETSC_FALSE, &cfg->qkv_bias);
+  RfOptBool("-tie_embeddings", "The LM head is the token embedding (false: its own lm_head weight)", PETSC_TRUE, &cfg->tie_embeddings);
+  RfOptReal("-rope_theta", "Base of the rotary embedding's frequencies", theta, &theta);
+  RfOptReal("-norm_eps", "Epsilon of RMSNorm", eps, &eps);
+  RfOptEnum("-rope_scaling", "Rotary frequency scaling: none or llama3 (Llama 3.1+)", GPTRopeScalingNames, 2, &scaling);
+  RfOptReal("-rope_factor", "llama3 scaling: factor", factor, &factor);
+  RfOptReal("-rope_low_freq_factor", "llama3 scaling: low_freq_factor", lo, &lo);
+  RfOptReal("-rope_high_freq_factor", "llama3 scaling: high_freq_factor", hi, &hi);
+  RfOptIntAsInt("-rope_original_max_positions", "llama3 scaling: original_max_position_embeddings", 8192, &cfg->rope_original_max_positions);
+  PetscOptionsEnd();
+  if (cfg->n_kv_head == 0) cfg->n_kv_head = cfg->n_head;
+  if (cfg->n_ffn == 0) cfg->n_ffn = 4 * cfg->n_embd;
+  cfg->rope_theta            = theta;
+  cfg->norm_eps              = eps;
+  cfg->rope_scaling          = (GPTRopeScaling)scaling;
+  cfg->rope_factor           = factor;
+  cfg->rope_low_freq_factor  = lo;
+  cfg->rope_high_freq_factor = hi;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gpt_config_set_from_options(const char *prefix, GPTConfig *cfg)
+{
+  PetscInt head = GPT_HEAD_LM, arch = GPT_ARCH_GPT2;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(cfg, sizeof *cfg));
+  PetscOptionsBegin(PETSC_COMM_WORLD, prefix, "Model options", NULL);
+  RfOptEnum("-arch", "Architecture: gpt2 or llama (the LLaMA family: Llama, Mistral, Qwen2, SmolLM2)", GPTArchNames, 2, &arch);
   RfOptIntAsInt("-n_layer", "Number of transformer blocks", 2, &cfg->n_layer);
   RfOptIntAsInt("-n_head", "Number of attention heads (must divide n_embd)", 4, &cfg->n_head);
   RfOptIntAsInt("-n_embd", "Width of the residual stream (embedding size C)", 128, &cfg->n_embd);
-  RfOptIntAsInt("-vocab_size", "Vocabulary size V (rows of wte)", 64, &cfg->vocab_size);
-  RfOptIntAsInt("-n_positions", "Maximum sequence length (rows of wpe)", 64, &cfg->n_positions);
-  RfOptEnum("-head", "Output head: lm (logits tied to wte) or scalar (one value per token, for critic/reward)", GPTHeadNames, 2, &head);
+  RfOptIntAsInt("-vocab_size", "Vocabulary size V (rows of the token embedding)", 64, &cfg->vocab_size);
+  RfOptIntAsInt("-n_positions", "Maximum sequence length (GPT-2: rows of wpe)", 64, &cfg->n_positions);
+  RfOptEnum("-head", "Output head: lm (logits) or scalar (one value per token, for critic/reward)", GPTHeadNames, 2, &head);
   PetscOptionsEnd();
   cfg->head = (GPTHead)head;
+  cfg->arch = (GPTArch)arch;
+  if (cfg->arch == GPT_ARCH_LLAMA) PetscCall(llama_options(prefix, cfg));
+  else {
+    PetscBool help;
+    PetscCall(PetscOptionsHasHelp(NULL, &help));
+    if (help) { /* -help lists them for GPT-2 decks too; nothing runs after -help */
+      GPTConfig unused = *cfg;
+      PetscCall(llama_options(prefix, &unused));
+    }
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscBool gpt_config_equal(const GPTConfig *a, const GPTConfig *b)
+{
+  PetscBool same = a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd && a->vocab_size == b->vocab_size &&
+                   a->n_positions == b->n_positions && a->head == b->head && a->arch == b->arch ? PETSC_TRUE : PETSC_FALSE;
+
+  if (!same || !gpt_is_llama(a)) return same;
+  return a->n_kv_head == b->n_kv_head && a->n_ffn == b->n_ffn && a->qkv_bias == b->qkv_bias && a->tie_embeddings == b->tie_embeddings &&
+                 a->rope_theta == b->rope_theta && a->norm_eps == b->norm_eps && a->rope_scaling == b->rope_scaling &&
+                 (a->rope_scaling == GPT_ROPE_NONE || (a->rope_factor == b->rope_factor && a->rope_low_freq_factor == b->rope_low_freq_factor &&
+                                                       a->rope_high_freq_factor == b->rope_high_freq_factor &&
+                                                       a->rope_original_max_positions == b->rope_original_max_positions))
+           ? PETSC_TRUE
+           : PETSC_FALSE;
+}
+
+PetscBool gpt_tensor_is_trunk(const char *name)
+{
+  return !strncmp(name, "transformer.", 12) || !strncmp(name, "model.", 6) ? PETSC_TRUE : PETSC_FALSE;
+}
+
+/* Hugging Face's: inv_freq[i] = 1 / theta^(2i/hd) in float; llama3 scaling
+ * divides the low frequencies (wavelength above original/low_freq_factor)
+ * by factor, keeps the high ones (below original/high_freq_factor) and
+ * blends linearly in 1/wavelength between. */
+void gpt_rope_inv_freq(const GPTConfig *cfg, float *inv_freq)
+{
+  int hd = cfg->n_embd / cfg->n_head;
+
+  for (int i = 0; i < hd / 2; i++) {
+    float  f = 1.0f / powf((float)cfg->rope_theta, (float)(2 * i) / (float)hd);
+    double wl, lo_wl, hi_wl, smooth;
+
+    if (cfg->rope_scaling == GPT_ROPE_LLAMA3) {
+      wl    = 2 * M_PI / f;
+      lo_wl = cfg->rope_original_max_positions / cfg->rope_low_freq_factor;
+      hi_wl = cfg->rope_original_max_positions / cfg->rope_high_freq_factor;
+      if (wl > lo_wl) f = (float)(f / cfg->rope_factor);
+      else if (wl >= hi_wl) {
+        smooth = (cfg->rope_original_max_positions / wl - cfg->rope_low_freq_factor) / (cfg->rope_high_freq_factor - cfg->rope_low_freq_factor);
+        f      = (float)((1 - smooth) * f / cfg->rope_factor + smooth * f);
+      }
+    }
+    inv_freq[i] = f;
+  }
 }
 
 /* The checks on a configuration, wherever it comes from; names are printed
@@ -48,9 +140,23 @@ static PetscErrorCode gpt_config_check_named(MPI_Comm comm, const GPTConfig *cfg
   /* tensor extents are ints: the MLP's 4 x n_embd and the tensor count
    * must fit, or counts and shapes silently wrap */
   PetscCheck(cfg->n_embd <= INT32_MAX / 4, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_embd %d is too large (4 x n_embd must fit a 32-bit int: at most %d)", dash, p, cfg->n_embd, INT32_MAX / 4);
-  PetscCheck(cfg->n_layer <= (INT32_MAX - 8) / GPT_T_PER_LAYER, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_layer %d is too large (at most %d)", dash, p, cfg->n_layer, (INT32_MAX - 8) / GPT_T_PER_LAYER);
+  PetscCheck(cfg->n_layer <= (INT32_MAX - 8) / LL_T_PER_LAYER_MAX, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_layer %d is too large (at most %d)", dash, p, cfg->n_layer, (INT32_MAX - 8) / LL_T_PER_LAYER_MAX);
   PetscCheck(cfg->n_embd % cfg->n_head == 0, comm, PETSC_ERR_ARG_WRONG, "%s%sn_embd %d is not divisible by %s%sn_head %d", dash, p, cfg->n_embd, dash, p, cfg->n_head);
   PetscCheck(cfg->head == GPT_HEAD_LM || cfg->head == GPT_HEAD_SCALAR, comm, PETSC_ERR_ARG_WRONG, "%s%shead must be lm or scalar", dash, p);
+  PetscCheck(cfg->arch == GPT_ARCH_GPT2 || cfg->arch == GPT_ARCH_LLAMA, comm, PETSC_ERR_ARG_WRONG, "%s%sarch must be gpt2 or llama", dash, p);
+  if (!gpt_is_llama(cfg)) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCheck(cfg->n_kv_head > 0 && cfg->n_head % cfg->n_kv_head == 0, comm, PETSC_ERR_ARG_WRONG, "%s%sn_kv_head %d does not divide %s%sn_head %d", dash, p, cfg->n_kv_head, dash, p, cfg->n_head);
+  PetscCheck(cfg->n_ffn > 0 && cfg->n_ffn <= INT32_MAX / 2, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_ffn %d must lie in [1, %d]", dash, p, cfg->n_ffn, INT32_MAX / 2);
+  PetscCheck((cfg->n_embd / cfg->n_head) % 2 == 0, comm, PETSC_ERR_ARG_WRONG, "%s%sn_embd / n_head = %d: rotary embeddings need an even head size", dash, p, cfg->n_embd / cfg->n_head);
+  PetscCheck(cfg->rope_theta > 1 && isfinite(cfg->rope_theta), comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%srope_theta %g must be finite and above 1", dash, p, cfg->rope_theta);
+  PetscCheck(cfg->norm_eps > 0 && cfg->norm_eps < 1, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%snorm_eps %g must lie in (0, 1)", dash, p, cfg->norm_eps);
+  PetscCheck(cfg->rope_scaling == GPT_ROPE_NONE || cfg->rope_scaling == GPT_ROPE_LLAMA3, comm, PETSC_ERR_ARG_WRONG, "%s%srope_scaling must be none or llama3", dash, p);
+  if (cfg->rope_scaling == GPT_ROPE_LLAMA3) {
+    PetscCheck(cfg->rope_factor >= 1, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%srope_factor %g must be at least 1", dash, p, cfg->rope_factor);
+    PetscCheck(cfg->rope_low_freq_factor > 0 && cfg->rope_high_freq_factor > cfg->rope_low_freq_factor, comm, PETSC_ERR_ARG_OUTOFRANGE,
+               "%s%srope_high_freq_factor %g must exceed %s%srope_low_freq_factor %g > 0", dash, p, cfg->rope_high_freq_factor, dash, p, cfg->rope_low_freq_factor);
+    PetscCheck(cfg->rope_original_max_positions > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%srope_original_max_positions %d must be positive", dash, p, cfg->rope_original_max_positions);
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -121,6 +227,18 @@ PetscErrorCode gpt_create_on_mesh(const GPTConfig *cfg, const Backend *be, const
   g->NHl  = cfg->n_head / g->sh.tp;
   g->Vl   = cfg->vocab_size / g->sh.tp;
   g->v0   = g->Vl * g->sh.t;
+  g->NKVl = gpt_n_kv_head(cfg) / g->sh.tp;
+  g->Ckvl = g->NKVl * (cfg->n_embd / cfg->n_head);
+  g->Fl   = gpt_n_ffn(cfg) / g->sh.tp;
+  if (gpt_is_llama(cfg)) {
+    int    half = cfg->n_embd / cfg->n_head / 2;
+    float *f;
+    PetscCall(PetscMalloc1(half, &f));
+    gpt_rope_inv_freq(cfg, f);
+    PetscCall(be->alloc((size_t)half * sizeof(float), (void **)&g->inv_freq));
+    PetscCall(be->from_host(g->inv_freq, f, (size_t)half * sizeof(float)));
+    PetscCall(PetscFree(f));
+  }
   g->dist = (GPTDistConfig){PETSC_FALSE, (size_t)16 << 20};
   PetscCall(gpt_tensor_table_shard(cfg, &g->sh, &g->tensors, &g->ntensors, &g->nparams));
   PetscCall(be->alloc(g->nparams * sizeof(float), (void **)&g->params));
@@ -146,6 +264,7 @@ PetscErrorCode gpt_destroy(GPT **gpt)
   if (g->grads) PetscCall(g->be->free(g->grads));
   if (g->m) PetscCall(g->be->free(g->m));
   if (g->v) PetscCall(g->be->free(g->v));
+  if (g->inv_freq) PetscCall(g->be->free(g->inv_freq));
   PetscCall(PetscFree(g->tensors));
   PetscCall(PetscFree(*gpt));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -166,7 +285,9 @@ static PetscBool name_ends_with(const char *s, const char *suffix)
   return ls >= lx && !strcmp(s + ls - lx, suffix) ? PETSC_TRUE : PETSC_FALSE;
 }
 
-/* The std of a weight tensor, 0 for biases; LayerNorm gains are handled apart. */
+/* The std of a weight tensor, 0 for biases; norm gains are handled apart.
+ * GPT-2 scales its residual projections by 1/sqrt(2 n_layer); the LLaMA
+ * family (Hugging Face's init) uses 0.02 for every matrix. */
 static float init_std(const GPTConfig *cfg, const GPTTensor *t)
 {
   if (t->ndim == 1) return 0.0f;
@@ -175,13 +296,20 @@ static float init_std(const GPTConfig *cfg, const GPTTensor *t)
   return 0.02f;
 }
 
+/* A norm's gain: GPT-2's ln_1, ln_2, ln_f weights; LLaMA's *layernorm and norm weights. */
+static PetscBool is_norm_gain(const GPTTensor *t)
+{
+  if (t->ndim != 1 || !name_ends_with(t->name, ".weight")) return PETSC_FALSE;
+  return strstr(t->name, ".ln_") || name_ends_with(t->name, "layernorm.weight") || name_ends_with(t->name, "model.norm.weight") ? PETSC_TRUE : PETSC_FALSE;
+}
+
 /* Element e of tensor i is rng_normal(seed, i, e_hi, e_lo, 0): a pure function
  * of (seed, tensor index, element index), so any slicing of the buffer (tp,
  * pp) and any thread count give the same values. */
 static void init_tensor(const GPTConfig *cfg, const GPTTensor *t, int i, uint64_t seed, float *host)
 {
-  float    std   = init_std(cfg, t);
-  PetscBool is_ln = (t->ndim == 1 && strstr(t->name, ".ln_") && name_ends_with(t->name, ".weight")) ? PETSC_TRUE : PETSC_FALSE;
+  float     std   = init_std(cfg, t);
+  PetscBool is_ln = is_norm_gain(t);
   long long n     = (long long)t->numel;
 
   if (t->ndim == 1) {

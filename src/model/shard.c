@@ -1,5 +1,5 @@
-/* shard.c: the named tensor table (Hugging Face GPT-2 state-dict order and
- * shapes) of the whole model or of one rank's shard under tensor and
+/* shard.c: the named tensor table (Hugging Face GPT-2 or LLaMA state-dict
+ * names and shapes) of the whole model or of one rank's shard under tensor and
  * pipeline parallelism, the stage split, and copies between the full
  * (logical) layout and a shard's. Checkpoints always hold the full layout. */
 #include <string.h>
@@ -8,9 +8,15 @@
 
 /* ---- stages ----------------------------------------------------------------- */
 
-static double layer_params(const GPTConfig *c) { return 12.0 * c->n_embd * c->n_embd + 13.0 * c->n_embd; }
-static double first_extra(const GPTConfig *c) { return (double)(c->vocab_size + c->n_positions) * c->n_embd; }
-static double last_extra(const GPTConfig *c) { return 2.0 * c->n_embd + (c->head == GPT_HEAD_LM ? (double)c->vocab_size * c->n_embd : c->n_embd); }
+static double layer_params(const GPTConfig *c)
+{
+  double C = c->n_embd, kv = (double)C * gpt_n_kv_head(c) / c->n_head, F = gpt_n_ffn(c);
+
+  if (gpt_is_llama(c)) return 2 * C * C + 2 * C * kv + 3 * C * F + 2 * C + (c->qkv_bias ? C + 2 * kv : 0);
+  return 12.0 * C * C + 13.0 * C;
+}
+static double first_extra(const GPTConfig *c) { return (double)(c->vocab_size + (gpt_is_llama(c) ? 0 : c->n_positions)) * c->n_embd; }
+static double last_extra(const GPTConfig *c) { return (gpt_is_llama(c) ? 1.0 : 2.0) * c->n_embd + (c->head == GPT_HEAD_LM ? (double)c->vocab_size * c->n_embd : c->n_embd); }
 
 /* Weight of a stage holding layers [a, b) of L. */
 static double stage_weight(const GPTConfig *c, int pp, int p, int a, int b)
@@ -62,6 +68,8 @@ PetscErrorCode gpt_shard_check(const GPTConfig *cfg, int tp, int pp, const char 
   PetscFunctionBegin;
   PetscCheck(tp >= 1 && cfg->n_head % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's n_head %d", what, tp, cfg->n_head);
   PetscCheck(cfg->vocab_size % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's vocab_size %d", what, tp, cfg->vocab_size);
+  PetscCheck(gpt_n_kv_head(cfg) % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's n_kv_head %d (replicating key/value heads is not built)", what, tp, gpt_n_kv_head(cfg));
+  PetscCheck(gpt_n_ffn(cfg) % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's n_ffn %d", what, tp, gpt_n_ffn(cfg));
   PetscCheck(pp >= 1 && pp <= cfg->n_layer && pp <= 64, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%spp %d must lie in [1, n_layer %d] (and at most 64)", what, pp, cfg->n_layer);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -115,21 +123,48 @@ static void table_add_layer(Table *tb, int l, int C, PetscBool held)
   }
 }
 
+/* The LLaMA family's layer in the order of the LL_T_ indices: [out, in]
+ * matrices; q, k, v, gate and up split by rows (column-parallel), o and
+ * down by columns (row-parallel); the norms replicated. */
+static void table_add_llama_layer(Table *tb, const GPTConfig *cfg, int l, PetscBool held)
+{
+  int         C = cfg->n_embd, kv = C / cfg->n_head * cfg->n_kv_head, F = cfg->n_ffn;
+  const char *suffix[LL_T_PER_LAYER_MAX] = {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                                            "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                                            "mlp.down_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"};
+  const int   spec[LL_T_PER_LAYER_MAX][3] = {{C, 0, -1}, {C, C, 0}, {kv, C, 0}, {kv, C, 0}, {C, C, 1}, {C, 0, -1}, {F, C, 0}, {F, C, 0}, {C, F, 1}, {C, 0, 0}, {kv, 0, 0}, {kv, 0, 0}};
+  char        name[64];
+
+  for (int k = 0; k < gpt_per_layer(cfg); k++) {
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix[k]);
+    table_add(tb, name, spec[k][0], spec[k][1], spec[k][2], 1, held, PETSC_TRUE);
+  }
+}
+
 PetscErrorCode gpt_tensor_table_shard(const GPTConfig *cfg, const GPTShard *sh, GPTTensor **tensors, int *ntensors, size_t *nparams)
 {
   int       C = cfg->n_embd, pp = sh ? sh->pp : 1;
-  PetscBool first = !sh || sh->p == 0, last = !sh || sh->p == pp - 1;
+  PetscBool first = !sh || sh->p == 0, last = !sh || sh->p == pp - 1, llama = gpt_is_llama(cfg);
+  PetscBool tied = cfg->head == GPT_HEAD_LM && !gpt_untied_head(cfg) ? PETSC_TRUE : PETSC_FALSE;
   Table     tb = {NULL, 0, 0, sh};
 
   PetscFunctionBegin;
-  PetscCall(PetscMalloc1(4 + cfg->n_layer * GPT_T_PER_LAYER + 1, &tb.t));
-  /* wte: the embedding on the first stage; the tied LM head's copy on the last,
-   * whose gradient the first stage's copy already counts in the norm */
-  table_add(&tb, "transformer.wte.weight", cfg->vocab_size, C, 0, 1, first || (last && cfg->head == GPT_HEAD_LM), first);
-  table_add(&tb, "transformer.wpe.weight", cfg->n_positions, C, -1, 1, first, PETSC_TRUE);
-  for (int l = 0; l < cfg->n_layer; l++) table_add_layer(&tb, l, C, !sh || (l >= sh->l0 && l < sh->l1));
-  table_add(&tb, "transformer.ln_f.weight", C, 0, -1, 1, last, PETSC_TRUE);
-  table_add(&tb, "transformer.ln_f.bias", C, 0, -1, 1, last, PETSC_TRUE);
+  PetscCall(PetscMalloc1(4 + cfg->n_layer * LL_T_PER_LAYER_MAX + 1, &tb.t));
+  /* the token embedding on the first stage; a tied LM head's copy on the
+   * last, whose gradient the first stage's copy already counts in the norm */
+  table_add(&tb, llama ? "model.embed_tokens.weight" : "transformer.wte.weight", cfg->vocab_size, C, 0, 1, first || (last && tied), first);
+  if (!llama) table_add(&tb, "transformer.wpe.weight", cfg->n_positions, C, -1, 1, first, PETSC_TRUE);
+  for (int l = 0; l < cfg->n_layer; l++) {
+    PetscBool held = !sh || (l >= sh->l0 && l < sh->l1);
+    if (llama) table_add_llama_layer(&tb, cfg, l, held);
+    else table_add_layer(&tb, l, C, held);
+  }
+  if (llama) table_add(&tb, "model.norm.weight", C, 0, -1, 1, last, PETSC_TRUE);
+  else {
+    table_add(&tb, "transformer.ln_f.weight", C, 0, -1, 1, last, PETSC_TRUE);
+    table_add(&tb, "transformer.ln_f.bias", C, 0, -1, 1, last, PETSC_TRUE);
+  }
+  if (gpt_untied_head(cfg)) table_add(&tb, "lm_head.weight", cfg->vocab_size, C, 0, 1, last, PETSC_TRUE);
   if (cfg->head == GPT_HEAD_SCALAR) table_add(&tb, "score.weight", 1, C, -1, 1, last, PETSC_TRUE);
   *tensors  = tb.t;
   *ntensors = tb.n;

@@ -221,8 +221,8 @@ static PetscErrorCode time_grid(const ProfTimer *tm, Case *c, const ProfGrid *gr
 
 static void shape_of(const GPTConfig *cfg, PetscBool value_head, CostShape *s)
 {
-  s->n_layer = cfg->n_layer, s->n_embd = cfg->n_embd, s->n_head = cfg->n_head, s->n_kv_head = cfg->n_head, s->n_ffn = 4 * cfg->n_embd;
-  s->vocab_size = cfg->vocab_size, s->n_positions = cfg->n_positions, s->gated = PETSC_FALSE, s->value_head = value_head;
+  cost_shape_from_gpt(cfg, s);
+  s->value_head = value_head;
 }
 
 /* The head's entries of one model, tp and phase, replaced by a straight

@@ -82,7 +82,7 @@ static PetscErrorCode trunk_grid(const ProfSpec *sp, const GPTConfig *cfg, int s
   PetscCall(pow4_axis(4, (double)PetscMin(sp->len_max, cfg->n_positions), &gr->nlen, &gr->len));
   PetscCall(PetscMalloc1(16, &gr->tp));
   for (int tp = 1; tp <= size && tp <= 64; tp *= 2)
-    if (cfg->n_head % tp == 0 && cfg->vocab_size % tp == 0) gr->tp[gr->ntp++] = tp;
+    if (gpt_tp_divides(cfg, tp)) gr->tp[gr->ntp++] = tp;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -316,7 +316,7 @@ static PetscErrorCode plan_build(ReallocPlan *pl)
 
 static PetscBool same_cfg(const GPTConfig *a, const GPTConfig *b)
 {
-  return a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd && a->vocab_size == b->vocab_size && a->n_positions == b->n_positions && a->head == b->head ? PETSC_TRUE : PETSC_FALSE;
+  return gpt_config_equal(a, b);
 }
 
 static PetscErrorCode plan_free(ReallocPlan *pl)

@@ -40,12 +40,7 @@ static PetscErrorCode search_cost_objective(void *vctx, const Plan *plan, CostEs
 
 static void search_gpt_from_shape(const CostShape *m, GPTConfig *cfg)
 {
-  cfg->n_layer     = m->n_layer;
-  cfg->n_head      = m->n_head;
-  cfg->n_embd      = m->n_embd;
-  cfg->vocab_size  = m->vocab_size;
-  cfg->n_positions = m->n_positions;
-  cfg->head        = m->value_head ? GPT_HEAD_SCALAR : GPT_HEAD_LM;
+  cost_shape_to_gpt(m, cfg);
 }
 
 void search_needs_from_work(const CostWork *w, GPTConfig cfg[4], PlanNeeds *needs)

@@ -46,7 +46,7 @@ static PetscErrorCode search_strategies(SearchSpace sp, MFCId c, int n)
   for (int pass = 0; pass < 2; pass++) {
     k = 0;
     for (int tp = 1; tp <= n && tp <= sp->spec.ranks_per_node; tp++) {
-      if (n % tp || cfg->n_head % tp || cfg->vocab_size % tp) continue;
+      if (n % tp || !gpt_tp_divides(cfg, tp)) continue;
       for (int pp = 1; pp <= n / tp && pp <= cfg->n_layer; pp++) {
         int dp = n / tp / pp;
 

@@ -99,24 +99,33 @@ static inline void att_softmax_row(float *restrict s, int t)
   for (int j = 0; j <= t; j++) s[j] *= inv;
 }
 
+/* Query heads NH over NKV key/value heads: NKV divides NH, hd = C/NH. */
+static PetscErrorCode att_check_heads(int C, int NH, int NKV)
+{
+  PetscFunctionBegin;
+  PetscCheck(NH > 0 && C % NH == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "attention: query width %d is not a multiple of n_head %d", C, NH);
+  PetscCheck(NKV > 0 && NH % NKV == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "attention: n_kv_head %d does not divide n_head %d", NKV, NH);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Per (b, h, query block t0..t1): S = scale * Q K^T over keys 0..t1, written
  * straight into att (or a per-thread scratch when att is NULL), softmax row
  * by row, zeros above the diagonal, then O = P V. */
-PetscErrorCode cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+PetscErrorCode cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV)
 {
-  int    hs = C / NH, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, C3 = 3 * C;
+  int    hs = NH > 0 ? C / NH : 0, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0, C3 = C + 2 * Ckv, grp = NKV > 0 ? NH / NKV : 1;
   float  scale = 1.0f / sqrtf((float)hs), *scratch = NULL;
   size_t per   = (size_t)(T < ATT_QBLOCK ? T : ATT_QBLOCK) * T;
 
   PetscFunctionBegin;
-  PetscCheck(NH > 0 && C % NH == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "attention: n_embd %d is not a multiple of n_head %d", C, NH);
+  PetscCall(att_check_heads(C, NH, NKV));
   if (B <= 0 || T <= 0) PetscFunctionReturn(PETSC_SUCCESS);
   if (!att) PetscCall(PetscMalloc1(per * cpu_max_threads(), &scratch));
 #pragma omp parallel for collapse(3) schedule(dynamic)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int qb = 0; qb < nqb; qb++) {
-        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = qkv + (size_t)b * T * C3 + C + (size_t)(h / grp) * hs, *v = k + Ckv;
         int          t0 = qb * ATT_QBLOCK, t1 = t0 + ATT_QBLOCK < T ? t0 + ATT_QBLOCK : T, zend = att ? T : t1;
         float       *S  = att ? att + (((size_t)b * NH + h) * T + t0) * T : scratch + per * cpu_thread_num();
 
@@ -132,61 +141,64 @@ PetscErrorCode cpu_attention_forward(float *out, float *att, const float *qkv, i
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Per (b,h), one thread: dP = dO V^T and dS = P*(dP - rowsum(P*dP))*scale
- * by query blocks (into a [T,T] scratch, zeros above the diagonal), with
- * dQ += dS K; then by key blocks j0..j1, over queries j0..T only:
- * dK += dS^T Q, dV += P^T dO. All three accumulate straight into dqkv. */
-PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH)
+/* Per (b, kv head), one thread, for each query head h of the kv head's
+ * group in order: dP = dO V^T and dS = P*(dP - rowsum(P*dP))*scale by query
+ * blocks (into a [T,T] scratch, zeros above the diagonal), with dQ += dS K;
+ * then by key blocks j0..j1, over queries j0..T only: dK += dS^T Q,
+ * dV += P^T dO. All three accumulate straight into dqkv; a group's query
+ * heads add into their shared dK and dV in a fixed order, on one thread. */
+PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV)
 {
-  int    hs = C / NH, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, C3 = 3 * C;
+  int    hs = NH > 0 ? C / NH : 0, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0, C3 = C + 2 * Ckv, grp = NKV > 0 ? NH / NKV : 1;
   size_t per   = (size_t)T * T;
   float  scale = 1.0f / sqrtf((float)hs), *scratch;
 
   PetscFunctionBegin;
-  PetscCheck(NH > 0 && C % NH == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "attention: n_embd %d is not a multiple of n_head %d", C, NH);
+  PetscCall(att_check_heads(C, NH, NKV));
   if (B <= 0 || T <= 0) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(PetscMalloc1(per * cpu_max_threads(), &scratch));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++) {
-      const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
-      const float *P = att + ((size_t)b * NH + h) * per, *g = dout + (size_t)b * T * C + (size_t)h * hs;
-      float       *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs, *dk = dq + C, *dv = dq + 2 * C;
-      float       *dS = scratch + per * cpu_thread_num();
+    for (int kh = 0; kh < NKV; kh++)
+      for (int h = kh * grp; h < (kh + 1) * grp; h++) {
+        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = qkv + (size_t)b * T * C3 + C + (size_t)kh * hs, *v = k + Ckv;
+        const float *P = att + ((size_t)b * NH + h) * per, *g = dout + (size_t)b * T * C + (size_t)h * hs;
+        float       *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs, *dk = dqkv + (size_t)b * T * C3 + C + (size_t)kh * hs, *dv = dk + Ckv;
+        float       *dS = scratch + per * cpu_thread_num();
 
-      for (int qb = 0; qb < nqb; qb++) {
-        int t0 = qb * ATT_QBLOCK, t1 = t0 + ATT_QBLOCK < T ? t0 + ATT_QBLOCK : T;
+        for (int qb = 0; qb < nqb; qb++) {
+          int t0 = qb * ATT_QBLOCK, t1 = t0 + ATT_QBLOCK < T ? t0 + ATT_QBLOCK : T;
 
-        cpu_sgemm_kblocked(CblasNoTrans, CblasTrans, t1 - t0, t1, hs, 1.0f, g + (size_t)t0 * C, C, v, C3, 0.0f, dS + (size_t)t0 * T, T);
-        for (int t = t0; t < t1; t++) {
-          const float *restrict p = P + (size_t)t * T;
-          float *restrict       d = dS + (size_t)t * T;
-          float                 dot = att_lane_sum(p, d, t + 1);
+          cpu_sgemm_kblocked(CblasNoTrans, CblasTrans, t1 - t0, t1, hs, 1.0f, g + (size_t)t0 * C, C, v, C3, 0.0f, dS + (size_t)t0 * T, T);
+          for (int t = t0; t < t1; t++) {
+            const float *restrict p = P + (size_t)t * T;
+            float *restrict       d = dS + (size_t)t * T;
+            float                 dot = att_lane_sum(p, d, t + 1);
 
-          for (int j = 0; j <= t; j++) d[j] = p[j] * (d[j] - dot) * scale;
-          for (int j = t + 1; j < t1; j++) d[j] = 0.0f;
+            for (int j = 0; j <= t; j++) d[j] = p[j] * (d[j] - dot) * scale;
+            for (int j = t + 1; j < t1; j++) d[j] = 0.0f;
+          }
+          cpu_sgemm_kblocked(CblasNoTrans, CblasNoTrans, t1 - t0, hs, t1, 1.0f, dS + (size_t)t0 * T, T, k, C3, 1.0f, dq + (size_t)t0 * C3, C3);
         }
-        cpu_sgemm_kblocked(CblasNoTrans, CblasNoTrans, t1 - t0, hs, t1, 1.0f, dS + (size_t)t0 * T, T, k, C3, 1.0f, dq + (size_t)t0 * C3, C3);
-      }
-      for (int kb = 0; kb < nqb; kb++) {
-        int j0 = kb * ATT_QBLOCK, j1 = j0 + ATT_QBLOCK < T ? j0 + ATT_QBLOCK : T;
+        for (int kb = 0; kb < nqb; kb++) {
+          int j0 = kb * ATT_QBLOCK, j1 = j0 + ATT_QBLOCK < T ? j0 + ATT_QBLOCK : T;
 
-        cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f, dS + (size_t)j0 * T + j0, T, q + (size_t)j0 * C3, C3, 1.0f, dk + (size_t)j0 * C3, C3);
-        cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f, P + (size_t)j0 * T + j0, T, g + (size_t)j0 * C, C, 1.0f, dv + (size_t)j0 * C3, C3);
+          cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f, dS + (size_t)j0 * T + j0, T, q + (size_t)j0 * C3, C3, 1.0f, dk + (size_t)j0 * C3, C3);
+          cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f, P + (size_t)j0 * T + j0, T, g + (size_t)j0 * C, C, 1.0f, dv + (size_t)j0 * C3, C3);
+        }
       }
-    }
   PetscCall(PetscFree(scratch));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH)
+PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH, int NKV)
 {
-  int    hs = C / NH, ld = att_ld(Tmax);
-  size_t per = (size_t)hs * ld + ld, C3 = 3 * (size_t)C;
+  int    hs = NH > 0 ? C / NH : 0, ld = att_ld(Tmax), Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0, grp = NKV > 0 ? NH / NKV : 1;
+  size_t per = (size_t)hs * ld + ld, C3 = (size_t)C + 2 * (size_t)Ckv;
   float  scale = 1.0f / sqrtf((float)hs), *scratch;
 
   PetscFunctionBegin;
-  PetscCheck(NH > 0 && C % NH == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "attention: n_embd %d is not a multiple of n_head %d", C, NH);
+  PetscCall(att_check_heads(C, NH, NKV));
   for (int r = 0; r < N; r++)
     PetscCheck(slot[r] >= 0 && pos[r] >= 0 && pos[r] < Tmax, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "attention_cached: row %d has slot %d position %d, outside the cache (Tmax %d)", r, slot[r], pos[r], Tmax);
   if (N <= 0) PetscFunctionReturn(PETSC_SUCCESS);
@@ -194,22 +206,22 @@ PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, co
    * row attends to the rows before it in the same call */
 #pragma omp parallel for schedule(static) if ((size_t)N * C > CPU_OMP_MIN)
   for (int r = 0; r < N; r++) {
-    size_t at = ((size_t)slot[r] * Tmax + pos[r]) * C;
-    memcpy(kcache + at, qkv + r * C3 + C, (size_t)C * sizeof(float));
-    memcpy(vcache + at, qkv + r * C3 + 2 * C, (size_t)C * sizeof(float));
+    size_t at = ((size_t)slot[r] * Tmax + pos[r]) * Ckv;
+    memcpy(kcache + at, qkv + r * C3 + C, (size_t)Ckv * sizeof(float));
+    memcpy(vcache + at, qkv + r * C3 + C + Ckv, (size_t)Ckv * sizeof(float));
   }
   PetscCall(PetscCalloc1(per * cpu_max_threads(), &scratch));
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int r = 0; r < N; r++)
     for (int h = 0; h < NH; h++) {
       float       *KT = scratch + per * cpu_thread_num(), *prow = KT + (size_t)hs * ld;
-      size_t       s0 = (size_t)slot[r] * Tmax * C + (size_t)h * hs;
+      size_t       s0 = (size_t)slot[r] * Tmax * Ckv + (size_t)(h / grp) * hs;
       const float *kb = kcache + s0;
       int          L  = pos[r] + 1;
 
       for (int j = 0; j < L; j++)
-        for (int d = 0; d < hs; d++) KT[(size_t)d * ld + j] = kb[(size_t)j * C + d];
-      att_row(out + (size_t)r * C + (size_t)h * hs, prow, qkv + r * C3 + (size_t)h * hs, KT, ld, L, vcache + s0, C, hs, scale);
+        for (int d = 0; d < hs; d++) KT[(size_t)d * ld + j] = kb[(size_t)j * Ckv + d];
+      att_row(out + (size_t)r * C + (size_t)h * hs, prow, qkv + r * C3 + (size_t)h * hs, KT, ld, L, vcache + s0, Ckv, hs, scale);
     }
   PetscCall(PetscFree(scratch));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -101,9 +101,15 @@ void           cpu_blas_init(void);
 PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed);
 PetscErrorCode cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, PetscBool transposed);
 
-PetscErrorCode cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH);
-PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH);
+PetscErrorCode cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
+PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV);
+PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH, int NKV);
+
+PetscErrorCode cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+PetscErrorCode cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C);
+PetscErrorCode cpu_rope(float *qkv, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd, int inverse);
+PetscErrorCode cpu_swiglu_forward(float *out, const float *gu, int N, int F);
+PetscErrorCode cpu_swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int F);
 
 PetscErrorCode cpu_gelu_forward(float *out, const float *inp, size_t n);
 PetscErrorCode cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);

@@ -34,14 +34,22 @@ CUDA_OP(layernorm_forward, (float *out, float *mean, float *rstd, const float *i
 CUDA_OP(layernorm_backward,
         (float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, const float *mean, const float *rstd, int N, int C),
         (dinp, dw, db, dout, inp, w, mean, rstd, N, C))
+CUDA_OP(rmsnorm_forward, (float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps), (out, rstd, inp, w, N, C, eps))
+CUDA_OP(rmsnorm_backward, (float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C),
+        (dinp, dw, dout, inp, w, rstd, N, C))
+CUDA_OP(rope, (float *qkv, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd, int inverse), (qkv, pos, inv_freq, N, NH, NKV, hd, inverse))
+CUDA_OP(swiglu_forward, (float *out, const float *gu, int N, int F), (out, gu, N, F))
+CUDA_OP(swiglu_backward, (float *dgu, const float *gu, const float *dout, int N, int F), (dgu, gu, dout, N, F))
 CUDA_OP(matmul_forward, (float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed),
         (out, inp, w, bias, N, C, OC, transposed ? 1 : 0))
 CUDA_OP(matmul_backward, (float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, PetscBool transposed),
         (dinp, dw, dbias, dout, inp, w, N, C, OC, transposed ? 1 : 0))
-CUDA_OP(attention_forward, (float *out, float *att, const float *qkv, int B, int T, int C, int NH), (out, att, qkv, B, T, C, NH))
-CUDA_OP(attention_backward, (float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH), (dqkv, dout, qkv, att, B, T, C, NH))
-CUDA_OP(attention_cached, (float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH),
-        (out, kcache, vcache, qkv, slot, pos, N, Tmax, C, NH))
+CUDA_OP(attention_forward, (float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV), (out, att, qkv, B, T, C, NH, NKV))
+CUDA_OP(attention_backward, (float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV),
+        (dqkv, dout, qkv, att, B, T, C, NH, NKV))
+CUDA_OP(attention_cached,
+        (float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH, int NKV),
+        (out, kcache, vcache, qkv, slot, pos, N, Tmax, C, NH, NKV))
 CUDA_OP(gelu_forward, (float *out, const float *inp, size_t n), (out, inp, n))
 CUDA_OP(gelu_backward, (float *dinp, const float *inp, const float *dout, size_t n), (dinp, inp, dout, n))
 CUDA_OP(residual_forward, (float *out, const float *a, const float *b, size_t n), (out, a, b, n))
@@ -76,6 +84,11 @@ static const Backend cuda_backend = {
   .sync                   = cuda_sync,
   .encoder_forward        = cuda_encoder_forward,
   .encoder_backward       = cuda_encoder_backward,
+  .rmsnorm_forward        = cuda_rmsnorm_forward,
+  .rmsnorm_backward       = cuda_rmsnorm_backward,
+  .rope                   = cuda_rope,
+  .swiglu_forward         = cuda_swiglu_forward,
+  .swiglu_backward        = cuda_swiglu_backward,
   .layernorm_forward      = cuda_layernorm_forward,
   .layernorm_backward     = cuda_layernorm_backward,
   .matmul_forward         = cuda_matmul_forward,

@@ -1,0 +1,192 @@
+# Hugging Face Llama, Mistral and Qwen2 in and out (tools/hf_import.py,
+# tools/hf_export.py, tools/hf_llama.py), against transformers itself
+# (installed by make deps into the cache folder, put on PYTHONPATH here, as in
+# hf.sh: missing is a failure, not a skip). No rlfuse run: random
+# transformers models (tied and untied heads, grouped-query and multi-query
+# attention, Qwen2's q/k/v biases, *ForSequenceClassification for the reward
+# role) imported and exported again give the same safetensors bits, the same
+# from_pretrained state and the same logits; a sharded save, F16 and BF16
+# files and a llama3 rope_scaling import exactly; the golden checkpoints of
+# tools/llama_golden.py exported and loaded by from_pretrained give back the
+# golden outputs; what rlfuse cannot compute is refused in one line naming
+# the config.json key.
+. regression/lib.sh
+plan 30
+d="$RLFUSE_TMP/hf_llama"; mkdir -p $d
+HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
+hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 "$PYTHON" "$@"; }
+# make deps installs transformers; a missing one is a failure, not a skip
+if ! hfpy -c 'import torch, transformers' 2>$d/import.err; then
+  not_ok "transformers is not importable from $HF_PY (run make deps): $(tail -1 $d/import.err)"; finish
+fi
+
+# 1. random transformers models (weights perturbed by N(0, 0.3^2): RMSNorm weights away from 1, biases from 0)
+hfpy - $d <<'PY' 2>$d/make.err || not_ok "make the transformers models: $(tail -1 $d/make.err)"
+import sys, torch
+from transformers import (LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification, MistralConfig, MistralForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM, Qwen2ForSequenceClassification)
+d = sys.argv[1]; torch.manual_seed(7)
+kw = dict(vocab_size=40, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=32)
+models = {
+    "llama": LlamaForCausalLM(LlamaConfig(num_key_value_heads=2, tie_word_embeddings=True, rms_norm_eps=1e-6, **kw)),
+    "llama_mqa": LlamaForCausalLM(LlamaConfig(num_key_value_heads=1, tie_word_embeddings=False, rope_theta=500000.0, rms_norm_eps=1e-5, **kw)),
+    "mistral": MistralForCausalLM(MistralConfig(num_key_value_heads=2, sliding_window=None, **kw)),
+    "qwen2": Qwen2ForCausalLM(Qwen2Config(num_key_value_heads=2, tie_word_embeddings=True, rope_theta=1e6, **kw)),
+    "qwen2_untied": Qwen2ForCausalLM(Qwen2Config(num_key_value_heads=4, tie_word_embeddings=False, **kw)),
+    "llama_rm": LlamaForSequenceClassification(LlamaConfig(num_labels=1, num_key_value_heads=2, **kw)),
+    "qwen2_rm": Qwen2ForSequenceClassification(Qwen2Config(num_labels=1, num_key_value_heads=2, **kw)),
+}
+for name, m in models.items():
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    m.save_pretrained(f"{d}/{name}")
+models["llama_mqa"].save_pretrained(f"{d}/sharded", max_shard_size="40KB")
+models["llama"].to(torch.bfloat16).save_pretrained(f"{d}/bf16")
+models["llama"].to(torch.float16).save_pretrained(f"{d}/f16")
+PY
+
+# 2. round trips: transformers dir -> rlfuse -> dir, for each family and head
+rt="llama:policy: llama_mqa:policy: mistral:policy:mistral qwen2:policy: qwen2_untied:policy: llama_rm:reward: qwen2_rm:reward:"
+for m in $rt; do
+  IFS=: read -r k role mt <<<"$m"
+  "$PYTHON" tools/hf_import.py $d/$k $d/$k.h5 $role >$d/imp_$k.log 2>&1 || not_ok "hf_import $k: $(tail -1 $d/imp_$k.log)"
+  "$PYTHON" tools/hf_export.py $d/$k.h5 $role $d/rt_$k ${mt:+--model-type $mt} >$d/exp_$k.log 2>&1 || not_ok "hf_export $k: $(tail -1 $d/exp_$k.log)"
+done
+hfpy - $d "$rt" <<'PY'
+import sys, json, h5py, numpy as np, torch, transformers
+from safetensors.numpy import load_file
+d, rt = sys.argv[1], [m.split(":") for m in sys.argv[2].split()]
+torch.manual_seed(0); tok = torch.randint(0, 40, (2, 12))
+KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+        "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings", "hidden_act")
+for k, role, _ in rt:
+    why, c = [], json.load(open(f"{d}/{k}/config.json"))
+    try:
+        a, b = load_file(f"{d}/{k}/model.safetensors"), load_file(f"{d}/rt_{k}/model.safetensors")
+        if sorted(a) != sorted(b): why.append(f"tensor names differ: {sorted(set(a) ^ set(b))}")
+        why += [f"{n} differs" for n in a if n in b and not (a[n].dtype == b[n].dtype and (a[n].view('u4') == b[n].view('u4')).all())]
+        with h5py.File(f"{d}/{k}.h5") as f:
+            g = f[role]; at = dict(g.attrs)
+            want = dict(arch="llama", n_layer=2, n_head=4, n_embd=32, vocab_size=40, n_positions=32, n_kv_head=c["num_key_value_heads"],
+                        n_ffn=40, qkv_bias=int(c["model_type"] == "qwen2"), tie_embeddings=int(c["tie_word_embeddings"]),
+                        rope_theta=c["rope_theta"], norm_eps=c["rms_norm_eps"], rope_scaling="none",
+                        head="lm" if role == "policy" else "scalar")
+            why += [f"attribute {n} = {at.get(n)!r}, expected {v!r}" for n, v in want.items() if at.get(n) != v]
+            why += [f"/{role}/params/{n} is not the file's" for n in a if n in g["params"] and not (g["params"][n][()].view('u4') == a[n].view('u4')).all()]
+        cls = getattr(transformers, c["architectures"][0])
+        ma, mb = cls.from_pretrained(f"{d}/{k}").eval(), cls.from_pretrained(f"{d}/rt_{k}").eval()
+        if type(mb) is not type(ma): why.append(f"exported as {type(mb).__name__}")
+        ca, cb = ma.config.to_dict(), mb.config.to_dict()
+        why += [f"config {n}: {ca.get(n)!r} -> {cb.get(n)!r}" for n in KEYS if ca.get(n) != cb.get(n)]
+        sa, sb = ma.state_dict(), mb.state_dict()
+        why += [f"state {n} differs" for n in sa if n not in sb or not torch.equal(sa[n], sb[n])]
+        with torch.no_grad():
+            fa = ma.model(tok).last_hidden_state if role == "reward" else ma(tok).logits
+            fb = mb.model(tok).last_hidden_state if role == "reward" else mb(tok).logits
+        if not torch.equal(fa, fb): why.append(f"outputs differ by {(fa - fb).abs().max().item():.2e}")
+    except Exception as e:
+        why.append(f"{type(e).__name__}: {e}")
+    what = f"round trip {k} ({c['architectures'][0]}, {c['num_key_value_heads']} kv heads, {'tied' if c['tie_word_embeddings'] else 'untied'}) -> /{role} -> Hugging Face: safetensors bits, checkpoint attributes, from_pretrained state and outputs identical"
+    print(("ok - " if not why else "not ok - ") + what + ("" if not why else ": " + "; ".join(why[:3])))
+PY
+
+# 3. a sharded save, F16 and BF16 files, llama3 rope scaling
+"$PYTHON" tools/hf_import.py $d/sharded $d/sharded.h5 policy >$d/imp_sh.log 2>&1 || not_ok "hf_import sharded: $(tail -1 $d/imp_sh.log)"
+"$PYTHON" tools/hf_import.py $d/bf16 $d/bf16.h5 policy >$d/imp_bf.log 2>&1 || not_ok "hf_import bf16: $(tail -1 $d/imp_bf.log)"
+"$PYTHON" tools/hf_import.py $d/f16 $d/f16.h5 policy >$d/imp_f16.log 2>&1 || not_ok "hf_import f16: $(tail -1 $d/imp_f16.log)"
+rm -rf $d/l3; cp -r $d/llama $d/l3
+"$PYTHON" - $d/l3/config.json <<'PY'
+import sys, json
+p = sys.argv[1]; c = json.load(open(p))
+c["rope_scaling"] = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 16, "rope_type": "llama3"}
+json.dump(c, open(p, "w"))
+PY
+"$PYTHON" tools/hf_import.py $d/l3 $d/l3.h5 policy >$d/imp_l3.log 2>&1 || not_ok "hf_import llama3: $(tail -1 $d/imp_l3.log)"
+"$PYTHON" tools/hf_export.py $d/l3.h5 policy $d/rt_l3 >$d/exp_l3.log 2>&1 || not_ok "hf_export llama3: $(tail -1 $d/exp_l3.log)"
+hfpy - $d <<'PY'
+import sys, json, h5py, numpy as np
+from safetensors.torch import load_file
+d = sys.argv[1]
+def params(p, role="policy"):
+    with h5py.File(p) as f: return {k: v[()] for k, v in f[role]["params"].items()}
+def same(a, b): return sorted(a) == sorted(b) and all(a[k].dtype == b[k].dtype and (a[k].view("u4") == b[k].view("u4")).all() for k in a)
+idx = json.load(open(f"{d}/sharded/model.safetensors.index.json"))["weight_map"]
+n = len(set(idx.values()))
+print(("ok - " if n >= 2 and same(params(f"{d}/sharded.h5"), params(f"{d}/llama_mqa.h5")) else "not ok - ")
+      + f"a sharded save (model.safetensors.index.json, {n} shards) imports to the same parameters as the single file")
+why = []
+for dt in ("bf16", "f16"):
+    src = {k: v.float().numpy() for k, v in load_file(f"{d}/{dt}/model.safetensors").items()}
+    h = json.loads(open(f"{d}/{dt}/model.safetensors", "rb").read()[8:][:int.from_bytes(open(f"{d}/{dt}/model.safetensors", "rb").read(8), "little")])
+    kinds = {v["dtype"] for k, v in h.items() if k != "__metadata__"}
+    if kinds != {dt.upper()}: why.append(f"{dt} file holds {kinds}")
+    if not same(params(f"{d}/{dt}.h5"), src): why.append(f"{dt} params are not the widened values")
+print(("ok - " if not why else "not ok - ") + "F16 and BF16 safetensors import widened exactly to float32 (torch's .float() of each tensor)" + ("" if not why else ": " + "; ".join(why)))
+with h5py.File(f"{d}/l3.h5") as f: a = dict(f["policy"].attrs)
+got = (a["rope_scaling"], a["rope_factor"], a["rope_low_freq_factor"], a["rope_high_freq_factor"], a["rope_original_max_positions"])
+src, back = json.load(open(f"{d}/l3/config.json"))["rope_scaling"], json.load(open(f"{d}/rt_l3/config.json"))["rope_scaling"]
+print(("ok - " if got == ("llama3", 8.0, 1.0, 4.0, 16) and back == src and same(params(f"{d}/l3.h5"), params(f"{d}/llama.h5")) else "not ok - ")
+      + f"rope_scaling llama3 imports as attributes {got} and exports back as the same config.json entry" + ("" if back == src else f" (got {back})"))
+PY
+
+# 4. the golden checkpoints (tools/llama_golden.py, computed by transformers): exported, from_pretrained gives the golden outputs
+for g in llama_tied llama_untied mistral qwen2 llama_scalar; do
+  role=policy; mt=; [ $g = llama_scalar ] && role=reward; [ $g = mistral ] && mt=mistral
+  "$PYTHON" tools/hf_export.py regression/golden/$g.h5 $role $d/golden_$g ${mt:+--model-type $mt} >$d/exp_g.log 2>&1 || not_ok "hf_export golden $g: $(tail -1 $d/exp_g.log)"
+done
+hfpy - $d <<'PY'
+import sys, json, h5py, numpy as np, torch, transformers
+d = sys.argv[1]
+for g in ("llama_tied", "llama_untied", "mistral", "qwen2", "llama_scalar"):
+    try:
+        with h5py.File(f"regression/golden/{g}.h5") as f:
+            gd = f["golden"]; tok = torch.from_numpy(gd["tokens"][()].astype(np.int64))
+            lm = "logits" in gd; ref = gd["logits" if lm else "values"][()]
+        c = json.load(open(f"{d}/golden_{g}/config.json"))
+        m = getattr(transformers, c["architectures"][0]).from_pretrained(f"{d}/golden_{g}", attn_implementation="eager").eval()
+        with torch.no_grad():
+            out = m(tok).logits if lm else m.score(m.model(tok).last_hidden_state).squeeze(-1)
+        err = float(np.abs(out.numpy() - ref).max() / np.abs(ref).max())
+        print(("ok - " if err <= 1e-6 else "not ok - ") + f"golden {g}.h5 exported as {c['architectures'][0]}: from_pretrained gives the golden {'logits' if lm else 'values'} (max relative difference {err:.1e})")
+    except Exception as e:
+        print(f"not ok - golden {g}.h5 through hf_export and from_pretrained: {type(e).__name__}: {e}")
+PY
+
+# 5. what rlfuse cannot compute: one line naming the key, exit 1, no output file
+bad() {  # what, role, source dir, edit (python on config c and tensors t), expected message part
+  local what=$1 role=$2 src=$3 edit=$4 want=$5 o=$d/bad.h5
+  rm -rf $d/badhf; cp -r $d/$src $d/badhf
+  hfpy - $d/badhf "$edit" <<'PY' || { not_ok "$what: could not make the input"; return; }
+import sys, json
+from safetensors.numpy import load_file, save_file
+p = sys.argv[1]; c = json.load(open(f"{p}/config.json")); t = load_file(f"{p}/model.safetensors")
+exec(sys.argv[2])
+json.dump(c, open(f"{p}/config.json", "w")); save_file(t, f"{p}/model.safetensors", metadata={"format": "pt"})
+PY
+  "$PYTHON" tools/hf_import.py $d/badhf $o $role >$d/bad.out 2>&1; local rc=$?
+  if [ $rc -eq 1 ] && [ "$(wc -l <$d/bad.out)" -eq 1 ] && grep -q -- "^hf_import: error: .*$want" $d/bad.out && [ ! -e $o ] && ! ls $d/bad.h5.tmp.* >/dev/null 2>&1; then
+    ok "$what refused: $(cat $d/bad.out)"
+  else not_ok "$what: rc $rc, $(head -2 $d/bad.out)"; fi
+}
+L=model.layers.0.self_attn
+bad "linear rope scaling" policy llama 'c["rope_scaling"] = {"type": "linear", "factor": 2.0}' "rope_scaling = "
+bad "a Mistral sliding window below the context" policy mistral 'c["sliding_window"] = 16' "sliding_window = 16"
+bad "a mixture of experts (num_local_experts)" policy llama 'c["num_local_experts"] = 8' "num_local_experts = 8"
+bad "a mixture of experts (num_experts)" policy qwen2 'c["num_experts"] = 4' "num_experts = 4"
+bad "another activation" policy llama 'c["hidden_act"] = "gelu"' "hidden_act = \"gelu\""
+bad "attention_bias on Llama" policy llama "c['attention_bias'] = True; t['$L.o_proj.bias'] = t['$L.q_proj.weight'][:, 0].copy()" "attention_bias = true"
+bad "a head_dim other than hidden_size / num_attention_heads" policy llama 'c["head_dim"] = 16' "head_dim = 16"
+bad "Qwen2 with use_sliding_window" policy qwen2 'c["use_sliding_window"] = True; c["sliding_window"] = 16' "use_sliding_window = true"
+bad "MLP biases" policy llama 'c["mlp_bias"] = True' "mlp_bias = true"
+bad "another model_type" policy mistral 'c["model_type"] = "mixtral"; c["architectures"] = ["MixtralForCausalLM"]' "model_type 'mixtral'"
+bad "a tensor rlfuse has no place for" policy llama_mqa "t['$L.o_proj.bias'] = t['$L.q_proj.weight'][:, 0].copy()" "$L.o_proj.bias is not part of"
+bad "an lm_head differing from the tied embedding" policy llama 't["lm_head.weight"] = t["model.embed_tokens.weight"] + 1' "lm_head.weight differs"
+bad "an untied head without lm_head.weight" policy llama_mqa 'del t["lm_head.weight"]' "tensor lm_head.weight missing"
+rm -rf $d/mw; cp -r $d/mistral $d/mw
+"$PYTHON" -c "import json; p = '$d/mw/config.json'; c = json.load(open(p)); c['sliding_window'] = 32; json.dump(c, open(p, 'w'))"
+"$PYTHON" tools/hf_import.py $d/mw $d/mw.h5 policy >$d/mw.log 2>&1
+check "a Mistral sliding window as long as max_position_embeddings (32) changes nothing and is accepted ($(cat $d/mw.log))" test -s $d/mw.h5
+"$PYTHON" tools/hf_export.py $d/llama.h5 policy $d/badexp --model-type qwen2 >$d/bad.out 2>&1; rc=$?
+check "hf_export as Qwen2 of a model without q/k/v biases: one line, exit 1 ($(cat $d/bad.out))" bash -c "[ $rc -eq 1 ] && [ \"\$(wc -l <$d/bad.out)\" -eq 1 ] && grep -q '^hf_export: error: --model-type qwen2' $d/bad.out && [ ! -e $d/badexp ]"
+finish

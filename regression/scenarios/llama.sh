@@ -1,0 +1,103 @@
+# The LLaMA family through the whole pipeline on micro models (4 query heads
+# over 2 key/value heads, SwiGLU, RMSNorm, rotary positions): SFT on 1 rank
+# and on tp 2 x dp 2 and pp 2 (same weights and moments within the
+# train_layouts.sh tolerances), a checkpoint that carries the architecture
+# (no -policy_* option needed after it), a restart from a tp 2 checkpoint on
+# 1 rank, the reward model and a critic on a LLaMA trunk, PPO with the
+# actor's reallocation (train tp 2, generation dp 2) as on 1 rank, an untied
+# Qwen2-style policy with q/k/v biases, -mode generate (the same tokens on
+# 1 rank, dp 4 and pp 2 x tp 2; greedy equal to the highest log-probability;
+# its output scored by -mode score), and the refusals: tp not dividing the
+# kv heads, options the architecture does not use, a deck whose architecture
+# differs from the checkpoint's.
+. regression/lib.sh
+plan 17
+d="$RLFUSE_TMP/llama"; mkdir -p $d
+mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
+Q="-policy_arch llama -policy_n_layer 2 -policy_n_head 4 -policy_n_kv_head 2 -policy_n_ffn 96 -policy_n_embd 64 -policy_vocab_size 20
+   -policy_n_positions 48 -policy_rope_theta 10000 -policy_norm_eps 1e-6 -task_demo_noise 0.25 -task_len_max 8 -seed 5"
+S="-mode sft $Q -sft_steps 12 -sft_batch 16 -policy_lr 2e-3 -sft_eval_every 6 -checkpoint_every 6"
+# compare WHAT REF OUT: final checkpoints (and, unless OUT is a restart, whose
+# run.h5 holds only its own steps, the run.h5 metrics) as on 1 rank
+compare() {
+  local what=$1 ref=$2 out=$3
+  if "$PYTHON" tools/ckpt_diff.py --params-tol 1e-3 $d/$ref/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 &&
+     { [[ $out == *restart* ]] || "$PYTHON" regression/same_metrics.py $d/$ref/run.h5 $d/$out/run.h5 1e-4 1e-5 >$d/metrics_$out.txt 2>&1; }
+  then ok "$what: as on 1 rank ($(grep -o 'max relative difference [^ ]*' $d/diff_$out.txt | sort -k4 -g | tail -1))"
+  else not_ok "$what: differs from 1 rank"; cat $d/diff_$out.txt $d/metrics_$out.txt | grep -v PASS | tail -3 | sed 's/^/# /'; fi
+}
+layout() {
+  local what=$1 deck=$2 ref=$3 n=$4 out=$5; shift 5
+  if mpirun $n $deck -output_dir $d/$out "$@" >$d/$out.log 2>&1; then compare "$what" $ref $out
+  else not_ok "$what: run failed"; tail -3 $d/$out.log | sed 's/^/# /'; fi
+}
+
+mpirun 1 $S -output_dir $d/sft1 >$d/sft1.log 2>&1 || { not_ok "LLaMA SFT on 1 rank"; tail -3 $d/sft1.log; }
+check "the checkpoint holds Hugging Face LLaMA names and the architecture" "$PYTHON" -c "
+import h5py; g = h5py.File('$d/sft1/final.h5', 'r')['policy']
+a = g.attrs
+assert a['arch'] == 'llama' and a['n_kv_head'] == 2 and a['n_ffn'] == 96 and a['tie_embeddings'] == 1 and a['norm_eps'] == 1e-6, dict(a)
+p = g['params']
+assert p['model.layers.1.self_attn.k_proj.weight'].shape == (32, 64) and p['model.layers.0.mlp.gate_proj.weight'].shape == (96, 64)
+assert 'lm_head.weight' not in p and 'model.norm.weight' in p and len(p) == 1 + 2 * 9 + 1, sorted(p)"
+layout "SFT on 4 ranks, tp 2 x dp 2" "$S" sft1 4 sft_tp -sft_train_tp 2
+layout "SFT on 2 ranks, pp 2 (1F1B over 4 micro-batches)" "$S" sft1 2 sft_pp -sft_train_pp 2 -sft_train_mbs 4
+# restart the tp 2 run's step-6 checkpoint on 1 rank: the same end as 1 rank
+layout "SFT restarted on 1 rank from the tp 2 x dp 2 run's step-6 checkpoint" "$S" sft1 1 sft_restart -restart $d/sft_tp/ckpt_000006.h5
+
+R="-mode rm -rm_sft_checkpoint $d/sft1/final.h5 -task_demo_noise 0.25 -task_len_max 8 -seed 5 -rm_pairs 64 -rm_eval_pairs 20 -rm_steps 8
+   -rm_batch 16 -reward_lr 1e-3 -gen_max_new_tokens 12"
+mpirun 1 $R -output_dir $d/rm >$d/rm.log 2>&1 || { not_ok "reward model on the LLaMA SFT policy"; tail -3 $d/rm.log; }
+check "the reward model is a LLaMA trunk with a scalar head" "$PYTHON" -c "
+import h5py; g = h5py.File('$d/rm/final.h5', 'r')['reward']
+assert g.attrs['arch'] == 'llama' and g.attrs['head'] == 'scalar' and g['params/score.weight'].shape == (1, 64)"
+P="-mode ppo -actor_checkpoint $d/sft1/final.h5 -reward_checkpoint $d/rm/final.h5 -ppo_iterations 4 -rollout_batch 16 -ppo_minibatches 2
+   -ppo_microbatches 2 -ppo_kl_coef 0.05 -ppo_eval_every 2 -ppo_eval_prompts 16 -actor_lr 1e-3 -critic_lr 1e-3 -gen_max_new_tokens 12 -gen_slots 8 -task_len_max 8 -seed 13"
+mpirun 1 $P -output_dir $d/ppo1 >$d/ppo1.log 2>&1 || { not_ok "PPO on LLaMA models"; tail -3 $d/ppo1.log; }
+check "PPO from LLaMA checkpoints needs no model option (four iterations)" test "$(grep -c '^iter ' $d/ppo1.log)" -eq 4
+layout "PPO on 2 ranks: actor trains with tp 2, generates with dp 2 (reallocated every iteration)" "$P" ppo1 2 ppo_tp -actor_train_tp 2 -actor_train_dp 1 -actor_gen_dp 2
+layout "PPO on 2 ranks: actor trains with pp 2, generates with tp 2" "$P" ppo1 2 ppo_pp -actor_train_pp 2 -actor_train_dp 1 -actor_gen_tp 2 -actor_gen_dp 1
+
+U="-mode sft ${Q/-policy_n_kv_head 2/-policy_n_kv_head 2 -policy_qkv_bias -policy_tie_embeddings false} -sft_steps 6 -sft_batch 16 -policy_lr 2e-3 -sft_eval_every 3"
+mpirun 1 $U -output_dir $d/untied1 >$d/untied1.log 2>&1 || { not_ok "untied LLaMA with q/k/v biases"; tail -3 $d/untied1.log; }
+layout "untied LLaMA with q/k/v biases, tp 2" "$U" untied1 2 untied_tp -sft_train_tp 2
+
+rlfuse() { "$MPIEXEC" $MPIEXEC_FLAGS -n 4 "$BIN/rlfuse" "$@"; }
+# -mode generate: 10 prompts of 3..9 task tokens
+"$PYTHON" -c "
+import h5py, numpy as np
+r = np.random.default_rng(0); B, T = 10, 9
+tok = np.zeros((B, T), np.int32); L = r.integers(3, T + 1, B).astype(np.int32)
+for b in range(B): tok[b, :L[b]] = r.integers(4, 20, L[b])
+with h5py.File('$d/prompts.h5', 'w') as f: f['tokens'] = tok; f['lengths'] = L"
+G="-mode generate -generate_checkpoint $d/sft1/final.h5 -generate_input $d/prompts.h5 -gen_max_new_tokens 12 -gen_stop 5 -seed 3"
+mpirun 1 $G -generate_output $d/gen1.h5 >$d/gen1.log 2>&1 || { not_ok "generate on 1 rank"; tail -3 $d/gen1.log; }
+mpirun 4 $G -generate_output $d/gen4.h5 >$d/gen4.log 2>&1 && mpirun 4 $G -generate_output $d/genpt.h5 -actor_gen_pp 2 -actor_gen_tp 2 >$d/genpt.log 2>&1 &&
+  h5diff -d 1e-5 $d/gen1.h5 $d/gen4.h5 >/dev/null && h5diff -d 1e-5 $d/gen1.h5 $d/genpt.h5 >/dev/null &&
+  ok "generate: the same responses and log-probabilities on 1 rank, dp 4 and pp 2 x tp 2" || not_ok "generate differs across layouts"
+check "generate: every response ends at -gen_stop 5, -gen_eos 3 or after 12 tokens" "$PYTHON" -c "
+import h5py, numpy as np; f = h5py.File('$d/gen1.h5', 'r')
+tok, P, R, L, S, lp = (f[k][()] for k in ('tokens', 'prompt_lengths', 'response_lengths', 'lengths', 'stopped', 'logprobs'))
+assert (L == P + R).all() and (R >= 1).all() and f.attrs['task'] in (b'generate', 'generate')
+for b in range(len(P)):
+    last = tok[b, L[b] - 1]
+    assert (S[b] == 1) == (last in (3, 5)) and (S[b] == 1 or R[b] == 12), (b, S[b], last, R[b])
+    assert (lp[b, P[b]:L[b]] < 0).all() and (lp[b, :P[b]] == 0).all() and (tok[b, L[b]:] == 0).all()"
+mpirun 1 $G -generate_output $d/greedy.h5 -gen_greedy >$d/greedy.log 2>&1 &&
+  mpirun 1 -mode score -score_checkpoint $d/sft1/final.h5 -score_input $d/greedy.h5 -score_output $d/greedy_score.h5 >$d/score.log 2>&1 &&
+  "$PYTHON" -c "
+import h5py, numpy as np
+g = h5py.File('$d/greedy.h5', 'r'); s = h5py.File('$d/greedy_score.h5', 'r')['logprobs'][()]
+P, L, lp = g['prompt_lengths'][()], g['lengths'][()], g['logprobs'][()]
+for b in range(len(P)):  # score's row t is log p(token t+1): the generation's log-probabilities again
+    assert np.allclose(s[b, P[b] - 1:L[b] - 1], lp[b, P[b]:L[b]], atol=2e-5), b" &&
+  ok "generate's output is a token file: -mode score gives back the greedy responses' log-probabilities" || not_ok "generate output scored"
+expect_error "generate refuses a reward model" "head must be lm to generate" -mode generate -generate_checkpoint $d/rm/final.h5 -generate_role reward \
+  -generate_input $d/prompts.h5 -generate_output $d/bad.h5
+expect_error "generate refuses a malformed -gen_stop" "gen_stop '5,x'" $G -generate_output $d/bad.h5 -gen_stop 5,x
+expect_error "tp that does not divide the kv heads is refused (4 ranks)" "sft_train_tp 4 does not divide the model's n_kv_head 2" $S -output_dir $d/bad1 -sft_train_tp 4
+rlfuse() { "$MPIEXEC" $MPIEXEC_FLAGS -n 1 "$BIN/rlfuse" "$@"; }
+expect_error "a LLaMA option on a GPT-2 model is refused" "policy_n_kv_head" -mode sft -policy_n_kv_head 2 -sft_steps 1 -output_dir $d/bad2
+expect_error "a deck whose architecture differs from the checkpoint's is refused" "arch llama in the file, gpt2 in the deck" -mode sft -sft_steps 14 \
+  -policy_n_layer 2 -policy_n_head 4 -policy_n_embd 64 -policy_vocab_size 20 -policy_n_positions 48 -restart $d/sft1/ckpt_000006.h5 -output_dir $d/bad3
+finish
