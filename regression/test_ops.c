@@ -637,6 +637,40 @@ static PetscErrorCode check_rmsnorm(const Backend *be, Rng *r, float eps)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The decode path: 1 to 4 rows (cpu_matmul.c's GEMV) in both layouts, C
+ * not a multiple of the 16 lanes, against the reference, and the same bits
+ * with 1, 2 and 3 threads. */
+static PetscErrorCode check_matmul_rows(const Backend *be, Rng *r)
+{
+  const int C = 100, OC = 77, nt[3] = {1, 2, 3}, nmax = omp_get_max_threads();
+  float    *x = frand(r, (size_t)4 * C, -1, 1), *w = frand(r, (size_t)C * OC, -1, 1), *bias = frand(r, OC, -1, 1), *out[3];
+  double   *xd = todouble(x, (size_t)4 * C), *wd = todouble(w, (size_t)C * OC), *bd = todouble(bias, OC), *ref = dvec((size_t)4 * OC);
+  char      detail[1024] = "";
+  int       ok = 1, same = 1;
+
+  PetscFunctionBegin;
+  for (int k = 0; k < 3; k++) out[k] = fvec((size_t)4 * OC);
+  for (int tr = 0; tr < 2; tr++)
+    for (int N = 1; N <= 4; N++) {
+      char what[32];
+      for (int k = 0; k < 3; k++) {
+        omp_set_num_threads(nt[k]);
+        poison(out[k], (size_t)N * OC);
+        PetscCall(be->matmul_forward(out[k], x, w, N % 2 ? bias : NULL, N, C, OC, tr ? PETSC_TRUE : PETSC_FALSE));
+      }
+      ref_matmul(ref, xd, wd, N % 2 ? bd : NULL, N, C, OC, tr);
+      snprintf(what, sizeof what, "%s N=%d", tr ? "transposed" : "plain", N);
+      ok   = cmp(detail, sizeof detail, what, out[0], NULL, ref, (size_t)N * OC, 1e-5, 1e-5) && ok;
+      same = bitwise_equal(out[0], out[1], (size_t)N * OC * sizeof(float)) && bitwise_equal(out[0], out[2], (size_t)N * OC * sizeof(float)) && same;
+    }
+  omp_set_num_threads(nmax);
+  test_measure(ok, "matmul_forward on 1-4 rows, both layouts, with and without bias (the decode path)", "%s", detail);
+  test_report(same, "bitwise with 1, 2, 3 threads: matmul_forward on 1-4 rows", "results differ");
+  for (int k = 0; k < 3; k++) free(out[k]);
+  free(x), free(w), free(bias), free(xd), free(wd), free(bd), free(ref);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode check_matmul(const Backend *be, Rng *r, int tr)
 {
   const int N = 333, C = 96, OC = 160;
@@ -1393,6 +1427,7 @@ int main(int argc, char **argv)
   PetscCall(check_attention_cached(be, &r, 4, 1));
   PetscCall(check_llama_errors(be));
   PetscCall(check_threads_llama(be, &r));
+  PetscCall(check_matmul_rows(be, &r));
   PetscCall(check_blas_threads(be, &r));
   if (test_state.fail) printf("HINT: compare the failing op with its reference in regression/test_ops.c\n");
   PetscCall(PetscFinalize());

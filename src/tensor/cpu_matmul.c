@@ -59,12 +59,64 @@ static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, in
   }
 }
 
+/* A few rows (a decode step): sgemm packs the whole weight into panels on
+ * every call, and at one row that copy, not the arithmetic, is the step
+ * (perf at SmolLM2's shape: 43% of decode time in OpenBLAS's packing). Here
+ * every weight element is read once. Each output element is one dot
+ * product over C in GEMV_LANES fixed partial sums added in a fixed tree (or,
+ * for the [C,OC] layout, a sum over c in order), computed by one thread:
+ * the bits do not depend on the thread count. */
+#define GEMV_ROWS  4  /* at most this many rows take the GEMV path */
+#define GEMV_LANES 16
+
+static inline float gemv_dot(const float *restrict a, const float *restrict b, int C)
+{
+  float part[GEMV_LANES] = {0};
+  int   c0;
+
+  for (c0 = 0; c0 + GEMV_LANES <= C; c0 += GEMV_LANES)
+    for (int j = 0; j < GEMV_LANES; j++) part[j] += a[c0 + j] * b[c0 + j];
+  for (int j = 0; c0 + j < C; j++) part[j] += a[c0 + j] * b[c0 + j];
+  for (int w = GEMV_LANES / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; j++) part[j] += part[j + w];
+  return part[0];
+}
+
+static void gemv_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
+{
+  if (transposed) { /* w [OC,C]: a dot product per output, the weight row read once for all rows */
+#pragma omp parallel for schedule(static) if ((size_t)OC * C > CPU_OMP_MIN)
+    for (int o = 0; o < OC; o++)
+      for (int n = 0; n < N; n++) out[(size_t)n * OC + o] = (bias ? bias[o] : 0.0f) + gemv_dot(inp + (size_t)n * C, w + (size_t)o * C, C);
+    return;
+  }
+  /* w [C,OC]: out[n,:] += inp[n,c] * w[c,:] for c in order, each thread its columns */
+#pragma omp parallel if ((size_t)OC * C > CPU_OMP_MIN)
+  {
+    int nt = omp_get_num_threads(), id = omp_get_thread_num(), per = ((OC + nt - 1) / nt + 15) / 16 * 16;
+    int lo = id * per, hi = lo + per < OC ? lo + per : OC;
+    for (int n = 0; n < N && lo < hi; n++) {
+      float *restrict o = out + (size_t)n * OC;
+      for (int j = lo; j < hi; j++) o[j] = bias ? bias[j] : 0.0f;
+      for (int c = 0; c < C; c++) {
+        const float *restrict wr = w + (size_t)c * OC;
+        float                 x  = inp[(size_t)n * C + c];
+        for (int j = lo; j < hi; j++) o[j] += x * wr[j];
+      }
+    }
+  }
+}
+
 PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
 {
   float beta = 0.0f;
 
   PetscFunctionBegin;
   if (N <= 0 || OC <= 0) PetscFunctionReturn(PETSC_SUCCESS);
+  if (N <= GEMV_ROWS) {
+    gemv_forward(out, inp, w, bias, N, C, OC, transposed);
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
   if (bias) {
     /* the bias enters as sgemm's C operand: one pass over out, not two */
 #pragma omp parallel for schedule(static) if ((size_t)N * OC > CPU_OMP_MIN)
