@@ -163,6 +163,12 @@ typedef struct {
  * head, and for arch llama n_kv_head, n_ffn, qkv_bias, tie_embeddings,
  * rope_theta, norm_eps and the rope scaling options. */
 PetscErrorCode gpt_config_set_from_options(const char *prefix, GPTConfig *cfg);
+/* Whether any of the architecture options -<prefix>arch, n_layer, ... was
+ * given (deck or command line). */
+PetscErrorCode gpt_config_options_given(const char *prefix, PetscBool *any);
+/* Records cfg's values as those of the -<prefix> architecture options (run
+ * record, used.deck), for a model whose architecture came from a file. */
+PetscErrorCode gpt_config_record(const char *prefix, const GPTConfig *cfg);
 /* Checks the configuration; errors name the option, e.g. -policy_n_embd. */
 PetscErrorCode gpt_config_check(const GPTConfig *cfg, const char *prefix);
 /* The same checks for a configuration read from a file (a checkpoint's

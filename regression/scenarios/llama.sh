@@ -11,7 +11,7 @@
 # kv heads, options the architecture does not use, a deck whose architecture
 # differs from the checkpoint's.
 . regression/lib.sh
-plan 17
+plan 18
 d="$RLFUSE_TMP/llama"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 Q="-policy_arch llama -policy_n_layer 2 -policy_n_head 4 -policy_n_kv_head 2 -policy_n_ffn 96 -policy_n_embd 64 -policy_vocab_size 20
@@ -44,6 +44,13 @@ layout "SFT on 4 ranks, tp 2 x dp 2" "$S" sft1 4 sft_tp -sft_train_tp 2
 layout "SFT on 2 ranks, pp 2 (1F1B over 4 micro-batches)" "$S" sft1 2 sft_pp -sft_train_pp 2 -sft_train_mbs 4
 # restart the tp 2 run's step-6 checkpoint on 1 rank: the same end as 1 rank
 layout "SFT restarted on 1 rank from the tp 2 x dp 2 run's step-6 checkpoint" "$S" sft1 1 sft_restart -restart $d/sft_tp/ckpt_000006.h5
+
+# SFT from the checkpoint with no model option: the architecture is the file's (and used.deck names it)
+mpirun 1 -mode sft -init_checkpoint $d/sft1/final.h5 -sft_steps 2 -sft_batch 8 -task_len_max 8 -output_dir $d/init >$d/init.log 2>&1 &&
+  grep -q -- "-policy_arch llama" $d/init/used.deck && grep -q -- "-policy_n_kv_head 2" $d/init/used.deck &&
+  mpirun 1 -options_file $d/init/used.deck -output_dir $d/init_again >$d/init_again.log 2>&1 && h5diff $d/init/final.h5 $d/init_again/final.h5 >/dev/null &&
+  ok "SFT from a LLaMA checkpoint needs no model option; its used.deck names the architecture and repeats the run bit for bit" ||
+  { not_ok "SFT from a LLaMA checkpoint without model options"; tail -3 $d/init.log $d/init_again.log | sed 's/^/# /'; }
 
 R="-mode rm -rm_sft_checkpoint $d/sft1/final.h5 -task_demo_noise 0.25 -task_len_max 8 -seed 5 -rm_pairs 64 -rm_eval_pairs 20 -rm_steps 8
    -rm_batch 16 -reward_lr 1e-3 -gen_max_new_tokens 12"

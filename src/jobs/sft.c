@@ -40,6 +40,16 @@ PetscErrorCode sft_options(const TrainJobOptions *job, SFTOptions *o)
   PetscCall(PetscStrncpy(o->restart, job->restart, sizeof o->restart));
   PetscCall(train_stage_checkpoint_every(job, "sft", "step", &o->checkpoint_every));
   PetscCall(gpt_config_set_from_options("policy_", &o->cfg));
+  { /* starting from a checkpoint with no architecture option given: the file's */
+    const char *from = o->restart[0] ? o->restart : o->init;
+    PetscBool   given, help;
+    PetscCall(gpt_config_options_given("policy_", &given));
+    PetscCall(PetscOptionsHasHelp(NULL, &help));
+    if (from[0] && !given && !help && strcmp(from, "latest")) {
+      PetscCall(ckpt_read_config(PETSC_COMM_WORLD, from, "policy", &o->cfg));
+      PetscCall(gpt_config_record("policy_", &o->cfg));
+    }
+  }
   PetscCall(adamw_set_from_options("policy_", &o->opt));
   PetscCall(task_set_from_options(&o->task));
   o->plan = job->plan; /* read once for every stage (-fuse_* included) */

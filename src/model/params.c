@@ -80,6 +80,57 @@ PetscErrorCode gpt_config_set_from_options(const char *prefix, GPTConfig *cfg)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+static const char *const arch_options[] = {"arch", "n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "head", "n_kv_head", "n_ffn", "qkv_bias", "tie_embeddings", "rope_theta", "norm_eps", "rope_scaling", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_positions"};
+
+/* From the options recorded so far (gpt_config_set_from_options ran), so
+ * that asking does not mark an option read: an option this architecture
+ * does not read stays an unused-option error. */
+PetscErrorCode gpt_config_options_given(const char *prefix, PetscBool *any)
+{
+  const SysParam *par;
+  int             n;
+
+  PetscFunctionBegin;
+  *any = PETSC_FALSE;
+  PetscCall(sys_params_get(&par, &n));
+  for (int k = 0; k < n && !*any; k++)
+    for (size_t i = 0; i < sizeof arch_options / sizeof arch_options[0] && !*any; i++) {
+      char full[128];
+      PetscCall(PetscSNPrintf(full, sizeof full, "%s%s", prefix ? prefix : "", arch_options[i]));
+      if (par[k].set && !strcmp(par[k].name, full)) *any = PETSC_TRUE;
+    }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The run record's values of the options: those of cfg, as if given (so a
+ * used.deck repeats the run with them). */
+PetscErrorCode gpt_config_record(const char *prefix, const GPTConfig *cfg)
+{
+  char v[18][32];
+
+  PetscFunctionBegin;
+  PetscCall(PetscSNPrintf(v[0], 32, "%s", GPTArchNames[cfg->arch]));
+  PetscCall(PetscSNPrintf(v[1], 32, "%d", cfg->n_layer));
+  PetscCall(PetscSNPrintf(v[2], 32, "%d", cfg->n_head));
+  PetscCall(PetscSNPrintf(v[3], 32, "%d", cfg->n_embd));
+  PetscCall(PetscSNPrintf(v[4], 32, "%d", cfg->vocab_size));
+  PetscCall(PetscSNPrintf(v[5], 32, "%d", cfg->n_positions));
+  PetscCall(PetscSNPrintf(v[6], 32, "%s", GPTHeadNames[cfg->head]));
+  PetscCall(PetscSNPrintf(v[7], 32, "%d", cfg->n_kv_head));
+  PetscCall(PetscSNPrintf(v[8], 32, "%d", cfg->n_ffn));
+  PetscCall(PetscSNPrintf(v[9], 32, "%s", cfg->qkv_bias ? "true" : "false"));
+  PetscCall(PetscSNPrintf(v[10], 32, "%s", cfg->tie_embeddings ? "true" : "false"));
+  PetscCall(PetscSNPrintf(v[11], 32, "%.17g", cfg->rope_theta));
+  PetscCall(PetscSNPrintf(v[12], 32, "%.17g", cfg->norm_eps));
+  PetscCall(PetscSNPrintf(v[13], 32, "%s", GPTRopeScalingNames[cfg->rope_scaling]));
+  PetscCall(PetscSNPrintf(v[14], 32, "%.17g", cfg->rope_factor));
+  PetscCall(PetscSNPrintf(v[15], 32, "%.17g", cfg->rope_low_freq_factor));
+  PetscCall(PetscSNPrintf(v[16], 32, "%.17g", cfg->rope_high_freq_factor));
+  PetscCall(PetscSNPrintf(v[17], 32, "%d", cfg->rope_original_max_positions));
+  for (int i = 0; i < (gpt_is_llama(cfg) ? 18 : 7); i++) PetscCall(sys_param_record(prefix, arch_options[i], v[i], PETSC_TRUE));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscBool gpt_config_equal(const GPTConfig *a, const GPTConfig *b)
 {
   PetscBool same = a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd && a->vocab_size == b->vocab_size &&
