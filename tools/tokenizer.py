@@ -10,6 +10,41 @@ Usage: /usr/bin/python3 tools/tokenizer.py CKPT encode TEXT         ids, one lin
        /usr/bin/python3 tools/tokenizer.py CKPT chat JSON [--no-generation-prompt]
                         JSON: [{"role": "user", "content": "..."}, ...]; prints the
                         rendered text, then its ids (BOS first where add_bos is 1)
+       /usr/bin/python3 tools/tokenizer.py CKPT prompts IN.jsonl OUT.h5 [--no-chat] [--role ROLE]
+                        a prompt file for rlfuse -mode generate (-generate_input)
+       /usr/bin/python3 tools/tokenizer.py CKPT responses GEN.h5 OUT.jsonl
+                        the text of a -mode generate output (-generate_output)
+The subcommand may also come first (tokenizer.py prompts CKPT IN.jsonl OUT.h5).
+
+prompts: each non-blank line of IN.jsonl is one JSON object, either
+  {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
+  {"prompt": "text"}                       (one user message)
+(other keys are ignored). The chat template is applied with the generation
+prompt (SmolLM2: "...<|im_start|>assistant\\n") and the text encoded as
+`chat` does; with --no-chat a line must be {"prompt": "text"}, encoded as
+it is (special tokens' texts are those tokens; BOS first where add_bos is 1).
+OUT.h5 is a token dataset (docs/formats.md "Token datasets"): /tokens int32
+[B, T] (T the longest prompt, zero-padded), /lengths int32 [B], attributes
+vocab_size (the checkpoint role's: ROLE, default policy, else the actor or
+reference role the file holds) and task ("chat prompts" or "text prompts"),
+written to a temporary and renamed, so a failure leaves nothing. Refused,
+naming the line: text that is not UTF-8 or not JSON, a line that is not an
+object with exactly one of "messages" and "prompt", malformed messages, an
+empty prompt (no messages, or only blank text), a prompt of n_positions
+tokens or more (no room for a response); and a file with no prompts.
+
+responses: one JSON line per row of GEN.h5 (docs/formats.md "Generation
+files"), in row order:
+  {"prompt": TEXT, "response": TEXT, "stopped": BOOL, "response_tokens": N, "logprob": X}
+prompt is the decoded prompt (the chat template's special tokens included),
+response the decoded response less its final stop token when stopped (a
+response that hit -gen_max_new_tokens keeps every token), response_tokens
+/response_lengths (a final stop token counted), logprob the sum of /logprobs
+over those tokens (the log-probability of the response under the
+distribution it was sampled from). Bytes that are not UTF-8 (a character
+cut by the token limit) decode as U+FFFD. OUT.jsonl is UTF-8, written to a
+temporary and renamed. Refused: a file without the generation datasets,
+inconsistent lengths, token ids outside the vocabulary.
 
 Encoding is GPT-2 byte-level BPE (model "gpt2"): the text is split at the
 special tokens (control and user-defined token types, as transformers and
@@ -299,15 +334,187 @@ def chatml_smollm2(messages, add_generation_prompt=True):
     return s
 
 
+LM_ROLES = ("policy", "actor", "reference")
+GEN_DATASETS = ("tokens", "lengths", "prompt_lengths", "response_lengths", "logprobs", "stopped")
+
+
+def model_limits(path, role=None):
+    """(role, vocab_size, n_positions) of the checkpoint's model: ROLE, or the first of LM_ROLES it holds."""
+    import h5py
+    with h5py.File(path, "r") as f:
+        have = [r for r in LM_ROLES if r in f and "vocab_size" in f[r].attrs]
+        if role is None and not have:
+            raise TokenizerError(f"{path}: holds none of the roles {', '.join(LM_ROLES)} (use --role)")
+        role = role or have[0]
+        if role not in f or "vocab_size" not in f[role].attrs:
+            raise TokenizerError(f"{path}: no model role /{role}" + (f" (it holds {', '.join(have)})" if have else ""))
+        a = f[role].attrs
+        return role, int(a["vocab_size"]), int(a["n_positions"]) if "n_positions" in a else None
+
+
+def read_prompts(tk, path, chat=True):
+    """The token ids of every prompt of a JSONL file (see prompts in the docstring), [(line number, ids)]."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise TokenizerError(f"{path}: cannot read ({e.strerror})")
+    rows = []
+    for n, line in enumerate(raw.split(b"\n"), 1):
+        where = f"{path}:{n}"
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TokenizerError(f"{where}: not UTF-8 ({e.reason} at byte {e.start})")
+        if not line.strip():
+            continue
+        try:
+            x = json.loads(line)
+        except ValueError as e:
+            raise TokenizerError(f"{where}: not JSON ({e})")
+        if not isinstance(x, dict) or ("messages" in x) == ("prompt" in x):
+            raise TokenizerError(f'{where}: expected an object with either "messages" (a list of {{"role", "content"}} objects) '
+                                 f'or "prompt" (a string), got {line.strip()[:60]}')
+        if "prompt" in x:
+            if not isinstance(x["prompt"], str):
+                raise TokenizerError(f'{where}: "prompt" must be a string, got {type(x["prompt"]).__name__}')
+            if not x["prompt"].strip():
+                raise TokenizerError(f"{where}: empty prompt")
+            msgs = [{"role": "user", "content": x["prompt"]}]
+        else:
+            if not chat:
+                raise TokenizerError(f'{where}: "messages" need the chat template (--no-chat takes {{"prompt": "text"}} lines)')
+            msgs = x["messages"]
+            if not isinstance(msgs, list) or not msgs:
+                raise TokenizerError(f'{where}: "messages" must be a non-empty list of {{"role", "content"}} objects')
+            for i, m in enumerate(msgs):
+                if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+                    raise TokenizerError(f"{where}: message {i} is not an object with role and content strings")
+            if not any(m["content"].strip() for m in msgs):
+                raise TokenizerError(f"{where}: empty prompt (every message's content is blank)")
+        try:
+            ids = tk.encode_chat(msgs) if chat else tk.encode(msgs[0]["content"], special=True, add_bos=True)
+        except TokenizerError as e:
+            raise TokenizerError(f"{where}: {e}")
+        rows.append((n, ids))
+    if not rows:
+        raise TokenizerError(f"{path}: no prompts (every line is blank)")
+    return rows
+
+
+def write_atomic(path, write, sources=()):
+    """write(tmp) then rename tmp to PATH; nothing is left behind on failure. PATH must not be one of SOURCES."""
+    if any(os.path.exists(x) and os.path.exists(path) and os.path.samefile(x, path) for x in sources):
+        raise TokenizerError(f"{path}: is an input of this command; give another output file")
+    d = os.path.dirname(path) or "."
+    if not os.path.isdir(d):
+        raise TokenizerError(f"{path}: directory {d} does not exist")
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise TokenizerError(f"{path}: cannot write ({e})")
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def make_prompts(tk, ckpt, src, out, chat=True, role=None):
+    """A prompt file (token dataset) OUT from the JSONL file SRC; returns (prompts, longest)."""
+    import h5py
+    role, vocab, npos = model_limits(ckpt, role)
+    rows = read_prompts(tk, src, chat)
+    for n, ids in rows:
+        bad = [i for i in ids if not 0 <= i < vocab]
+        if bad:
+            raise TokenizerError(f"{src}:{n}: token {bad[0]} is outside the model's vocabulary [0, {vocab}) (/{role} of {ckpt})")
+        if npos is not None and len(ids) >= npos:
+            raise TokenizerError(f"{src}:{n}: the prompt is {len(ids)} tokens, the model's n_positions is {npos} (no room for a response)")
+    T = max(len(ids) for _, ids in rows)
+    tokens = np.zeros((len(rows), T), np.int32)
+    for b, (_, ids) in enumerate(rows):
+        tokens[b, :len(ids)] = ids
+
+    def write(tmp):
+        with h5py.File(tmp, "w") as f:
+            f["tokens"] = tokens
+            f["lengths"] = np.array([len(ids) for _, ids in rows], np.int32)
+            f.attrs["vocab_size"] = np.int32(vocab)
+            f.attrs["task"] = "chat prompts" if chat else "text prompts"
+    write_atomic(out, write, (ckpt, src))
+    return len(rows), T
+
+
+def read_generation(tk, path):
+    """The datasets of a -mode generate output, checked: {name: array}."""
+    import h5py
+    if not os.path.isfile(path):
+        raise TokenizerError(f"{path}: no such file")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise TokenizerError(f"{path}: cannot open ({e})")
+    with f:
+        miss = [k for k in GEN_DATASETS if k not in f]
+        if miss:
+            raise TokenizerError(f"{path}: no /{miss[0]} (not a -mode generate output file)")
+        g = {k: f[k][()] for k in GEN_DATASETS}
+    B = len(g["lengths"])
+    if (g["tokens"].ndim != 2 or g["tokens"].shape[0] != B or g["logprobs"].shape != g["tokens"].shape
+            or any(g[k].shape != (B,) for k in ("prompt_lengths", "response_lengths", "stopped"))):
+        raise TokenizerError(f"{path}: dataset shapes disagree ({', '.join(f'/{k} {g[k].shape}' for k in GEN_DATASETS)})")
+    P, R, L, T = g["prompt_lengths"], g["response_lengths"], g["lengths"], g["tokens"].shape[1]
+    bad = np.nonzero((P < 0) | (R < 0) | (P + R != L) | (L > T))[0]
+    if len(bad):
+        b = bad[0]
+        raise TokenizerError(f"{path}: row {b}: prompt_lengths {P[b]} + response_lengths {R[b]} != lengths {L[b]} (or over the width {T})")
+    V = len(tk.tokens)
+    for b in range(B):
+        row = g["tokens"][b, :L[b]]
+        out = np.nonzero((row < 0) | (row >= V))[0]
+        if len(out):
+            raise TokenizerError(f"{path}: /tokens[{b},{out[0]}] = {row[out[0]]} is outside the tokenizer's vocabulary [0, {V})")
+    return g
+
+
+def generation_records(tk, g):
+    """One dict per row of a generation file (see responses in the docstring)."""
+    recs = []
+    for b in range(len(g["lengths"])):
+        P, R, stopped = int(g["prompt_lengths"][b]), int(g["response_lengths"][b]), bool(g["stopped"][b])
+        resp = g["tokens"][b, P:P + R].tolist()
+        recs.append({"prompt": tk.decode(g["tokens"][b, :P].tolist()),
+                     "response": tk.decode(resp[:-1] if stopped and resp else resp),
+                     "stopped": stopped, "response_tokens": R,
+                     "logprob": float(g["logprobs"][b, P:P + R].astype(np.float64).sum())})
+    return recs
+
+
+def write_responses(tk, gen, out):
+    recs = generation_records(tk, read_generation(tk, gen))
+
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            for r in recs:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    write_atomic(out, write, (gen,))
+    return recs
+
+
 def fail(msg):
     print(f"{TOOL}: error: {msg}", file=sys.stderr)
     sys.exit(1)
 
 
 def main():
+    cmds = ("encode", "decode", "chat", "prompts", "responses")
     a = sys.argv[1:]
-    if len(a) < 2 or a[1] not in ("encode", "decode", "chat"):
-        fail("usage: tokenizer.py CKPT encode TEXT | CKPT decode ID... | CKPT chat JSON [--no-generation-prompt]")
+    if len(a) >= 2 and a[0] in ("prompts", "responses") and a[1] not in cmds and not os.path.isfile(a[0]):
+        a[0], a[1] = a[1], a[0]  # tokenizer.py prompts CKPT ...
+    if len(a) < 2 or a[1] not in cmds:
+        fail("usage: tokenizer.py CKPT encode TEXT | CKPT decode ID... | CKPT chat JSON [--no-generation-prompt] | "
+             "CKPT prompts IN.jsonl OUT.h5 [--no-chat] [--role ROLE] | CKPT responses GEN.h5 OUT.jsonl")
     try:
         tk = Tokenizer.from_checkpoint(a[0])
         if a[1] == "encode":
@@ -323,7 +530,7 @@ def main():
             if bad:
                 fail(f"id {bad[0]} is outside the vocabulary [0, {len(tk.tokens)})")
             sys.stdout.write(tk.decode(ids) + "\n")
-        else:
+        elif a[1] == "chat":
             gen = "--no-generation-prompt" not in a[3:]
             rest = [x for x in a[2:] if x != "--no-generation-prompt"]
             if len(rest) != 1:
@@ -336,9 +543,26 @@ def main():
                 fail("chat: expected a JSON list of messages")
             text = tk.apply_chat_template(msgs, gen)
             sys.stdout.write(text + "\n" + " ".join(map(str, tk.encode(text, add_bos=True))) + "\n")
+        elif a[1] == "prompts":
+            rest, role, chat = a[2:], None, "--no-chat" not in a[2:]
+            rest = [x for x in rest if x != "--no-chat"]
+            if "--role" in rest:
+                i = rest.index("--role")
+                if i + 1 >= len(rest):
+                    fail("--role needs a value")
+                role = rest[i + 1]
+                del rest[i:i + 2]
+            if len(rest) != 2 or any(x.startswith("--") for x in rest):
+                fail("prompts takes IN.jsonl OUT.h5 [--no-chat] [--role ROLE]")
+            n, T = make_prompts(tk, a[0], rest[0], rest[1], chat, role)
+            print(f"{TOOL}: {n} {'chat' if chat else 'text'} prompts -> {rest[1]} (longest {T} tokens)")
+        else:
+            if len(a) != 4:
+                fail("responses takes GEN.h5 OUT.jsonl")
+            recs = write_responses(tk, a[2], a[3])
+            print(f"{TOOL}: {len(recs)} responses -> {a[3]} ({sum(r['stopped'] for r in recs)} stopped at a stop token)")
     except TokenizerError as e:
         fail(str(e))
-
 
 if __name__ == "__main__":
     main()
