@@ -3,7 +3,8 @@
 # shapes, thread counts and machine, then the generation engine's decode
 # throughput (tools/bench_decode.c), reallocation, placements, the fused
 # schedule optimizer (tools/bench_schedule.sh) and the fused PPO training stage
-# on 2 ranks (tools/bench_fuse_train.sh). Prints machine-readable lines; the
+# on 2 ranks (tools/bench_fuse_train.sh), and the LLaMA family at SmolLM2-135M's
+# shape against PyTorch and llama.cpp (tools/bench_llama.sh). Prints machine-readable lines; the
 # results are kept in docs/benchmarks.md.
 set -u
 cd "$(dirname "$0")/.."
@@ -35,3 +36,4 @@ bash tools/bench_placement.sh
 bash tools/bench_schedule.sh
 bash tools/bench_fusion.sh
 bash tools/bench_fuse_train.sh
+bash tools/bench_llama.sh
