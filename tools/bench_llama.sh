@@ -21,9 +21,15 @@ HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
 echo "# bench_llama: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
 have_hf=0; PYTHONPATH="$HF_PY" "$PYTHON" -c "import torch, transformers" 2>/dev/null && have_hf=1
 [ $have_hf = 1 ] || echo "# transformers not importable from $HF_PY (make deps): the PyTorch baseline is skipped"
+# PyTorch links the same OpenBLAS: it runs with the kernels rlfuse selected
+# (src/sys/blascore.c; on a CPU OpenBLAS does not recognise they differ from
+# the default, whose line follows as well)
+core=$(OMP_NUM_THREADS=1 "$BIN/bench_model" -size 1M -B 1 -T 8 -iters 1 -warmup 0 | sed -n 's/^# bench_model openblas_core=//p')
 for threads in 1 $(nproc); do
-  OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads "$BIN/bench_model" -size smollm2 -B 4 -T 128 -iters 3 -warmup 1
-  [ $have_hf = 1 ] && OMP_NUM_THREADS=$threads PYTHONPATH="$HF_PY" "$PYTHON" tools/bench_torch_llama.py --threads $threads --B 4 --T 128 --iters 3 --warmup 1 2>/dev/null
+  OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads "$BIN/bench_model" -size smollm2 -B 4 -T 128 -iters 3 -warmup 1 | grep -v '^#'
+  [ $have_hf = 1 ] || continue
+  OMP_NUM_THREADS=$threads OPENBLAS_CORETYPE=$core PYTHONPATH="$HF_PY" "$PYTHON" tools/bench_torch_llama.py --threads $threads --B 4 --T 128 --iters 3 --warmup 1 2>/dev/null | sed "s/\$/ openblas_core=$core/"
+  OMP_NUM_THREADS=$threads PYTHONPATH="$HF_PY" "$PYTHON" tools/bench_torch_llama.py --threads $threads --B 4 --T 128 --iters 3 --warmup 1 2>/dev/null | sed 's/$/ openblas_core=default/'
 done
 for threads in 1 $(nproc); do
   for conc in 1 16; do

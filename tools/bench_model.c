@@ -15,6 +15,8 @@
 #include "model.h"
 #include "sys.h"
 #include "bench_sizes.h"
+
+char *openblas_get_corename(void); /* OpenBLAS; not in every cblas.h */
 #include <omp.h>
 #include <stdlib.h>
 
@@ -165,6 +167,7 @@ static PetscErrorCode bench_main(void)
   PetscCall(sys_options_check_unused());
   PetscCheck(B > 0 && T > 0 && iters > 0 && warmup >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-B, -T and -iters must be positive");
   PetscCall(bench_backend(&r));
+  PetscCall(PetscPrintf(PETSC_COMM_WORLD, "# bench_model openblas_core=%s\n", openblas_get_corename())); /* the kernels sys_blas_core_select left in place */
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     PetscBool all, match;
     PetscCall(PetscStrcmp(size, "all", &all));
