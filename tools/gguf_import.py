@@ -50,6 +50,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_gpt2 import HFError, LM_ROLES, SCALAR_ROLES  # noqa: E402
+from tokenizer import bytes_to_unicode  # noqa: E402  (GPT-2's byte -> unicode stand-in table)
 
 TOOL = "gguf_import"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -103,19 +104,6 @@ def smollm2_gguf():
 
 
 # ---- reading the GGUF ---------------------------------------------------------------------------
-
-def bytes_to_unicode():
-    """GPT-2's byte -> printable unicode character table (byte-level BPE's stand-ins)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
-
 
 def _f16(raw):
     return raw.view("<f2").astype(np.float32)
@@ -399,35 +387,17 @@ def load_gguf(path, use_gguf=True):
 
 def write_ckpt(path, role, cfg, params, tok, tattrs, source):
     import h5py
-    from hf_import import attr_value
+    from hf_import import write_ckpt as write_role
 
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with h5py.File(tmp, "w") as f:
-            g = f.create_group(role)
-            for k, v in cfg.items():
-                g.attrs[k] = attr_value(v)
-            g.attrs["head"] = "lm"
-            p = g.create_group("params")
-            for k, x in params.items():
-                p.create_dataset(k, data=np.ascontiguousarray(x, np.float32))
-            s = f.create_group("state")
-            for k in ("iteration", "data_pos", "seed"):
-                s.attrs[k] = np.int64(0)
-            s.attrs["rlfuse_version"] = TOOL
-            s.attrs["git_revision"] = "none"
-            s.attrs["source"] = os.path.abspath(source)
-            t = f.create_group("tokenizer")
-            for k in ("token_bytes", "token_offsets", "token_type"):
-                t.create_dataset(k, data=tok[k])
-            t.create_dataset("merges", data=np.array(tok["merges"], dtype=object), dtype=h5py.string_dtype("utf-8"))
-            for k, v in tattrs.items():
-                t.attrs[k] = v
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    def tokenizer_group(f):
+        t = f.create_group("tokenizer")
+        for k in ("token_bytes", "token_offsets", "token_type"):
+            t.create_dataset(k, data=tok[k])
+        t.create_dataset("merges", data=np.array(tok["merges"], dtype=object), dtype=h5py.string_dtype("utf-8"))
+        for k, v in tattrs.items():
+            t.attrs[k] = v
+
+    write_role(path, role, "lm", cfg, params, source, tool=TOOL, extra=tokenizer_group)
 
 
 def fail(msg):

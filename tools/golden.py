@@ -151,7 +151,7 @@ def reproducible(key, t, C):
     return t
 
 
-def made_by():
+def made_by(tool="tools/golden.py"):
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         rev = subprocess.run(["git", "-C", here, "rev-parse", "--short=12", "HEAD"],
@@ -161,7 +161,7 @@ def made_by():
     except (subprocess.CalledProcessError, FileNotFoundError):
         rev = "unknown"
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return f"tools/golden.py git {rev} {date}"
+    return f"{tool} git {rev} {date}"
 
 
 def write_file(tmp, role, head, seed, opt, init, tok, tgt, y, r32, r64, rel, key_bias_abs):

@@ -147,7 +147,9 @@ def attr_value(v):
     return np.int32(v)
 
 
-def write_ckpt(path, role, head, cfg, params, source):
+def write_ckpt(path, role, head, cfg, params, source, tool=TOOL, extra=None):
+    """One role's checkpoint at path (written to a temporary and renamed); extra(f), if given,
+    adds groups (gguf_import.py's /tokenizer) before the rename."""
     import h5py
 
     tmp = f"{path}.tmp.{os.getpid()}"
@@ -163,9 +165,11 @@ def write_ckpt(path, role, head, cfg, params, source):
             s = f.create_group("state")
             for k in ("iteration", "data_pos", "seed"):
                 s.attrs[k] = np.int64(0)
-            s.attrs["rlfuse_version"] = "hf_import"
+            s.attrs["rlfuse_version"] = tool
             s.attrs["git_revision"] = "none"
             s.attrs["source"] = os.path.abspath(source)
+            if extra:
+                extra(f)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

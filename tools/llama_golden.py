@@ -45,11 +45,9 @@ in float32 too and must agree with transformers to 1e-4 (asserted; measured
 ~1e-6): that is the fp32_independent_vs_transformers_* number, the size of
 the difference between two float32 codes.
 """
-import datetime
 import json
 import math
 import os
-import subprocess
 import sys
 
 import h5py
@@ -57,6 +55,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import golden  # noqa: E402  (made_by)
 import hf_llama as llama  # noqa: E402
 
 FORMAT, VERSION = "rlfuse-golden", 1
@@ -85,16 +84,7 @@ INDEPENDENT_TOL = 1e-4  # the float32 reference against transformers, relative t
 
 
 def made_by():
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        rev = subprocess.run(["git", "-C", here, "rev-parse", "--short=12", "HEAD"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", here, "diff", "--quiet", "HEAD"]).returncode != 0
-        rev += "-dirty" if dirty else ""
-    except (subprocess.CalledProcessError, FileNotFoundError):
-        rev = "unknown"
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return f"tools/llama_golden.py git {rev} {date}"
+    return golden.made_by("tools/llama_golden.py")
 
 
 # ---- the rotary frequencies ---------------------------------------------------
