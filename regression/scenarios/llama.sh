@@ -4,14 +4,15 @@
 # train_layouts.sh tolerances), a checkpoint that carries the architecture
 # (no -policy_* option needed after it), a restart from a tp 2 checkpoint on
 # 1 rank, the reward model and a critic on a LLaMA trunk, PPO with the
-# actor's reallocation (train tp 2, generation dp 2) as on 1 rank, an untied
+# actor's reallocation (train tp 2, generation dp 2) and with both fusions
+# (streaming; migration of the long tail) as on 1 rank, an untied
 # Qwen2-style policy with q/k/v biases, -mode generate (the same tokens on
 # 1 rank, dp 4 and pp 2 x tp 2; greedy equal to the highest log-probability;
 # its output scored by -mode score), and the refusals: tp not dividing the
 # kv heads, options the architecture does not use, a deck whose architecture
 # differs from the checkpoint's.
 . regression/lib.sh
-plan 18
+plan 21
 d="$RLFUSE_TMP/llama"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 Q="-policy_arch llama -policy_n_layer 2 -policy_n_head 4 -policy_n_kv_head 2 -policy_n_ffn 96 -policy_n_embd 64 -policy_vocab_size 20
@@ -64,6 +65,13 @@ mpirun 1 $P -output_dir $d/ppo1 >$d/ppo1.log 2>&1 || { not_ok "PPO on LLaMA mode
 check "PPO from LLaMA checkpoints needs no model option (four iterations)" test "$(grep -c '^iter ' $d/ppo1.log)" -eq 4
 layout "PPO on 2 ranks: actor trains with tp 2, generates with dp 2 (reallocated every iteration)" "$P" ppo1 2 ppo_tp -actor_train_tp 2 -actor_train_dp 1 -actor_gen_dp 2
 layout "PPO on 2 ranks: actor trains with pp 2, generates with tp 2" "$P" ppo1 2 ppo_pp -actor_train_pp 2 -actor_train_dp 1 -actor_gen_tp 2 -actor_gen_dp 1
+
+# both fusions of generation with inference on LLaMA models (the KV caches hold n_kv_head heads)
+layout "PPO with finished samples streamed into inference (-fuse_gen_inf stream), 2 ranks" "$P" ppo1 2 ppo_stream -fuse_gen_inf stream -fuse_tokens 40 \
+  -actor_gen_ranks 0 -ref_inf_ranks 1 -rew_inf_ranks 1 -critic_inf_ranks 1
+layout "PPO with the long tail migrated at R_t 1 onto one replica, 2 ranks" "$P" ppo1 2 ppo_migrate -fuse_gen_inf migrate -fuse_tokens 40 -fuse_migrate_at 1 -fuse_migrate_replicas 1
+check "the migration moved samples with their caches" "$PYTHON" -c "
+import h5py; m = h5py.File('$d/ppo_migrate/run.h5', 'r')['metrics']; assert m['migrate_samples'][()].sum() > 0"
 
 U="-mode sft ${Q/-policy_n_kv_head 2/-policy_n_kv_head 2 -policy_qkv_bias -policy_tie_embeddings false} -sft_steps 6 -sft_batch 16 -policy_lr 2e-3 -sft_eval_every 3"
 mpirun 1 $U -output_dir $d/untied1 >$d/untied1.log 2>&1 || { not_ok "untied LLaMA with q/k/v biases"; tail -3 $d/untied1.log; }
