@@ -24,7 +24,7 @@ void cost_shape_from_gpt(const GPTConfig *cfg, CostShape *m)
 
 void cost_shape_to_gpt(const CostShape *m, GPTConfig *cfg)
 {
-  PetscMemzero(cfg, sizeof *cfg);
+  memset(cfg, 0, sizeof *cfg);
   cfg->n_layer     = m->n_layer;
   cfg->n_head      = m->n_head;
   cfg->n_embd      = m->n_embd;
