@@ -97,6 +97,17 @@ class TokenizerError(Exception):
     """A one-line reason."""
 
 
+def open_h5(path):
+    """path opened read-only with h5py, or a TokenizerError saying why not."""
+    import h5py
+    if not os.path.isfile(path):
+        raise TokenizerError(f"{path}: no such file")
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        raise TokenizerError(f"{path}: cannot open ({e})")
+
+
 def bytes_to_unicode():
     """GPT-2's byte -> printable unicode character table."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
@@ -193,14 +204,7 @@ class Tokenizer:
 
     @classmethod
     def from_checkpoint(cls, path):
-        import h5py
-        if not os.path.isfile(path):
-            raise TokenizerError(f"{path}: no such file")
-        try:
-            f = h5py.File(path, "r")
-        except OSError as e:
-            raise TokenizerError(f"{path}: cannot open ({e})")
-        with f:
+        with open_h5(path) as f:
             if "tokenizer" not in f:
                 raise TokenizerError(f"{path}: no /tokenizer group (tools/gguf_import.py writes one)")
             g = f["tokenizer"]
@@ -448,14 +452,7 @@ def make_prompts(tk, ckpt, src, out, chat=True, role=None):
 
 def read_generation(tk, path):
     """The datasets of a -mode generate output, checked: {name: array}."""
-    import h5py
-    if not os.path.isfile(path):
-        raise TokenizerError(f"{path}: no such file")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise TokenizerError(f"{path}: cannot open ({e})")
-    with f:
+    with open_h5(path) as f:
         miss = [k for k in GEN_DATASETS if k not in f]
         if miss:
             raise TokenizerError(f"{path}: no /{miss[0]} (not a -mode generate output file)")
