@@ -56,3 +56,24 @@ fusion_fixture() {
   P="-mode ppo -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 -ppo_iterations 2 -rollout_batch 16 -ppo_minibatches 2
      -ppo_microbatches 2 -gen_max_new_tokens 16 -gen_slots 8 -ppo_eval_prompts 8 -seed 5 -dump_rollouts"
 }
+
+# Training-layout comparisons (train_layouts.sh, llama.sh), in the caller's
+# $d with its mpirun N ARGS...: same_as_one_rank WHAT REF OUT [METRICS]: the
+# final.h5 of $d/OUT as $d/REF's (tools/ckpt_diff.py: moments within 1e-4 of
+# each tensor's scale, weights within 1e-3; docs/testing.md says why) and,
+# unless METRICS is 0, the run.h5 metrics within 1e-4 (regression/same_metrics.py).
+same_as_one_rank() {
+  local what=$1 ref=$2 out=$3 metrics=${4:-1}
+  if "$PYTHON" tools/ckpt_diff.py --params-tol 1e-3 $d/$ref/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 &&
+     { [ "$metrics" = 0 ] || "$PYTHON" regression/same_metrics.py $d/$ref/run.h5 $d/$out/run.h5 1e-4 1e-5 >$d/metrics_$out.txt 2>&1; }
+  then ok "$what: weights, moments$([ "$metrics" = 0 ] || echo " and metrics") as on 1 rank ($(grep -o 'max relative difference [^ ]*' $d/diff_$out.txt | sort -k4 -g | tail -1))"
+  else not_ok "$what: differs from 1 rank"; cat $d/diff_$out.txt $d/metrics_$out.txt 2>/dev/null | grep -v PASS | tail -3 | sed 's/^/# /'; fi
+}
+# run_layout WHAT DECK REF N OUT [OPTIONS...]: DECK on N ranks into $d/OUT,
+# then same_as_one_rank WHAT REF OUT (without metrics for a restart, whose
+# run.h5 holds only its own steps: OUT named *restart*)
+run_layout() {
+  local what=$1 deck=$2 ref=$3 n=$4 out=$5; shift 5
+  if mpirun $n $deck -output_dir $d/$out "$@" >$d/$out.log 2>&1; then same_as_one_rank "$what" $ref $out $([[ $out == *restart* ]] && echo 0 || echo 1)
+  else not_ok "$what: run failed"; tail -3 $d/$out.log | sed 's/^/# /'; fi
+}

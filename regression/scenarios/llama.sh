@@ -18,20 +18,6 @@ mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREAD
 Q="-policy_arch llama -policy_n_layer 2 -policy_n_head 4 -policy_n_kv_head 2 -policy_n_ffn 96 -policy_n_embd 64 -policy_vocab_size 20
    -policy_n_positions 48 -policy_rope_theta 10000 -policy_norm_eps 1e-6 -task_demo_noise 0.25 -task_len_max 8 -seed 5"
 S="-mode sft $Q -sft_steps 12 -sft_batch 16 -policy_lr 2e-3 -sft_eval_every 6 -checkpoint_every 6"
-# compare WHAT REF OUT: final checkpoints (and, unless OUT is a restart, whose
-# run.h5 holds only its own steps, the run.h5 metrics) as on 1 rank
-compare() {
-  local what=$1 ref=$2 out=$3
-  if "$PYTHON" tools/ckpt_diff.py --params-tol 1e-3 $d/$ref/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 &&
-     { [[ $out == *restart* ]] || "$PYTHON" regression/same_metrics.py $d/$ref/run.h5 $d/$out/run.h5 1e-4 1e-5 >$d/metrics_$out.txt 2>&1; }
-  then ok "$what: as on 1 rank ($(grep -o 'max relative difference [^ ]*' $d/diff_$out.txt | sort -k4 -g | tail -1))"
-  else not_ok "$what: differs from 1 rank"; cat $d/diff_$out.txt $d/metrics_$out.txt | grep -v PASS | tail -3 | sed 's/^/# /'; fi
-}
-layout() {
-  local what=$1 deck=$2 ref=$3 n=$4 out=$5; shift 5
-  if mpirun $n $deck -output_dir $d/$out "$@" >$d/$out.log 2>&1; then compare "$what" $ref $out
-  else not_ok "$what: run failed"; tail -3 $d/$out.log | sed 's/^/# /'; fi
-}
 
 mpirun 1 $S -output_dir $d/sft1 >$d/sft1.log 2>&1 || { not_ok "LLaMA SFT on 1 rank"; tail -3 $d/sft1.log; }
 check "the checkpoint holds Hugging Face LLaMA names and the architecture" "$PYTHON" -c "
@@ -41,10 +27,10 @@ assert a['arch'] == 'llama' and a['n_kv_head'] == 2 and a['n_ffn'] == 96 and a['
 p = g['params']
 assert p['model.layers.1.self_attn.k_proj.weight'].shape == (32, 64) and p['model.layers.0.mlp.gate_proj.weight'].shape == (96, 64)
 assert 'lm_head.weight' not in p and 'model.norm.weight' in p and len(p) == 1 + 2 * 9 + 1, sorted(p)"
-layout "SFT on 4 ranks, tp 2 x dp 2" "$S" sft1 4 sft_tp -sft_train_tp 2
-layout "SFT on 2 ranks, pp 2 (1F1B over 4 micro-batches)" "$S" sft1 2 sft_pp -sft_train_pp 2 -sft_train_mbs 4
+run_layout "SFT on 4 ranks, tp 2 x dp 2" "$S" sft1 4 sft_tp -sft_train_tp 2
+run_layout "SFT on 2 ranks, pp 2 (1F1B over 4 micro-batches)" "$S" sft1 2 sft_pp -sft_train_pp 2 -sft_train_mbs 4
 # restart the tp 2 run's step-6 checkpoint on 1 rank: the same end as 1 rank
-layout "SFT restarted on 1 rank from the tp 2 x dp 2 run's step-6 checkpoint" "$S" sft1 1 sft_restart -restart $d/sft_tp/ckpt_000006.h5
+run_layout "SFT restarted on 1 rank from the tp 2 x dp 2 run's step-6 checkpoint" "$S" sft1 1 sft_restart -restart $d/sft_tp/ckpt_000006.h5
 
 # SFT from the checkpoint with no model option: the architecture is the file's (and used.deck names it)
 mpirun 1 -mode sft -init_checkpoint $d/sft1/final.h5 -sft_steps 2 -sft_batch 8 -task_len_max 8 -output_dir $d/init >$d/init.log 2>&1 &&
@@ -63,19 +49,19 @@ P="-mode ppo -actor_checkpoint $d/sft1/final.h5 -reward_checkpoint $d/rm/final.h
    -ppo_microbatches 2 -ppo_kl_coef 0.05 -ppo_eval_every 2 -ppo_eval_prompts 16 -actor_lr 1e-3 -critic_lr 1e-3 -gen_max_new_tokens 12 -gen_slots 8 -task_len_max 8 -seed 13"
 mpirun 1 $P -output_dir $d/ppo1 >$d/ppo1.log 2>&1 || { not_ok "PPO on LLaMA models"; tail -3 $d/ppo1.log; }
 check "PPO from LLaMA checkpoints needs no model option (four iterations)" test "$(grep -c '^iter ' $d/ppo1.log)" -eq 4
-layout "PPO on 2 ranks: actor trains with tp 2, generates with dp 2 (reallocated every iteration)" "$P" ppo1 2 ppo_tp -actor_train_tp 2 -actor_train_dp 1 -actor_gen_dp 2
-layout "PPO on 2 ranks: actor trains with pp 2, generates with tp 2" "$P" ppo1 2 ppo_pp -actor_train_pp 2 -actor_train_dp 1 -actor_gen_tp 2 -actor_gen_dp 1
+run_layout "PPO on 2 ranks: actor trains with tp 2, generates with dp 2 (reallocated every iteration)" "$P" ppo1 2 ppo_tp -actor_train_tp 2 -actor_train_dp 1 -actor_gen_dp 2
+run_layout "PPO on 2 ranks: actor trains with pp 2, generates with tp 2" "$P" ppo1 2 ppo_pp -actor_train_pp 2 -actor_train_dp 1 -actor_gen_tp 2 -actor_gen_dp 1
 
 # both fusions of generation with inference on LLaMA models (the KV caches hold n_kv_head heads)
-layout "PPO with finished samples streamed into inference (-fuse_gen_inf stream), 2 ranks" "$P" ppo1 2 ppo_stream -fuse_gen_inf stream -fuse_tokens 40 \
+run_layout "PPO with finished samples streamed into inference (-fuse_gen_inf stream), 2 ranks" "$P" ppo1 2 ppo_stream -fuse_gen_inf stream -fuse_tokens 40 \
   -actor_gen_ranks 0 -ref_inf_ranks 1 -rew_inf_ranks 1 -critic_inf_ranks 1
-layout "PPO with the long tail migrated at R_t 1 onto one replica, 2 ranks" "$P" ppo1 2 ppo_migrate -fuse_gen_inf migrate -fuse_tokens 40 -fuse_migrate_at 1 -fuse_migrate_replicas 1
+run_layout "PPO with the long tail migrated at R_t 1 onto one replica, 2 ranks" "$P" ppo1 2 ppo_migrate -fuse_gen_inf migrate -fuse_tokens 40 -fuse_migrate_at 1 -fuse_migrate_replicas 1
 check "the migration moved samples with their caches" "$PYTHON" -c "
 import h5py; m = h5py.File('$d/ppo_migrate/run.h5', 'r')['metrics']; assert m['migrate_samples'][()].sum() > 0"
 
 U="-mode sft ${Q/-policy_n_kv_head 2/-policy_n_kv_head 2 -policy_qkv_bias -policy_tie_embeddings false} -sft_steps 6 -sft_batch 16 -policy_lr 2e-3 -sft_eval_every 3"
 mpirun 1 $U -output_dir $d/untied1 >$d/untied1.log 2>&1 || { not_ok "untied LLaMA with q/k/v biases"; tail -3 $d/untied1.log; }
-layout "untied LLaMA with q/k/v biases, tp 2" "$U" untied1 2 untied_tp -sft_train_tp 2
+run_layout "untied LLaMA with q/k/v biases, tp 2" "$U" untied1 2 untied_tp -sft_train_tp 2
 
 rlfuse() { "$MPIEXEC" $MPIEXEC_FLAGS -n 4 "$BIN/rlfuse" "$@"; }
 # -mode generate: 10 prompts of 3..9 task tokens
