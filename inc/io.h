@@ -48,6 +48,13 @@ PetscErrorCode ckpt_write(MPI_Comm comm, const char *path, const CkptModel *mode
 PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st);
 /* Reads the attributes of /<role>. Errors name the file and the role. */
 PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *role, GPTConfig *cfg);
+/* From now on, checkpoints this process writes carry a copy of path's
+ * /tokenizer (docs/formats.md), when it has one: the text of the tokens
+ * travels with the model through SFT, reward modelling and PPO. NULL or
+ * "": none. *found (may be NULL): whether it has. Collective on comm. */
+PetscErrorCode ckpt_tokenizer_from(MPI_Comm comm, const char *path, PetscBool *found);
+/* Whether the file (which must be a readable HDF5 file) holds group /<role>. */
+PetscErrorCode ckpt_has_role(MPI_Comm comm, const char *path, const char *role, PetscBool *has);
 /* Loads parameters (and moments and step if with_optim) into an existing model
  * whose configuration must match the file's; every dataset's shape is checked
  * (by rank 0, before any data moves). Collective on comm: each rank reads
@@ -109,11 +116,24 @@ typedef struct {
   PetscBool   is_int;
 } IODataset;
 /* ---- token datasets ---------------------------------------------------- */
-/* /tokens int32 [N,T], /lengths int32 [N], optional /prompt_lengths int32 [N];
- * attributes vocab_size (int) and task (string). Tokens past a length are 0. */
+/* A text per row (a prompt file's reference answers or metadata): in the
+ * file <name>_bytes uint8 [total] and <name>_offsets int64 [N+1], row i's
+ * UTF-8 text bytes[offsets[i] .. offsets[i+1]); in memory each row
+ * NUL-terminated at bytes + off[i]. off NULL: the file has none. */
 typedef struct {
-  int  N, T, vocab_size;
-  int *tokens, *lengths, *prompt_lengths; /* prompt_lengths may be NULL */
+  int64_t *off;   /* [N+1] */
+  char    *bytes;
+} IOTexts;
+/* Row i's text ("" when the file has none). */
+static inline const char *io_text(const IOTexts *t, int i) { return t->off ? t->bytes + t->off[i] : ""; }
+
+/* /tokens int32 [N,T], /lengths int32 [N], optional /prompt_lengths int32 [N],
+ * optional texts answer and metadata (IOTexts); attributes vocab_size (int)
+ * and task (string). Tokens past a length are 0. */
+typedef struct {
+  int     N, T, vocab_size;
+  int    *tokens, *lengths, *prompt_lengths; /* prompt_lengths may be NULL */
+  IOTexts answer, metadata;                  /* read when the file has them */
 } TokenData;
 PetscErrorCode data_read(MPI_Comm comm, const char *path, TokenData *d);
 /* As data_read, for a caller that knows the vocabulary (-mode score: the

@@ -18,7 +18,7 @@ typedef struct {
   char        data[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN], init[PETSC_MAX_PATH_LEN];
   GPTConfig   cfg;
   AdamWConfig opt;
-  SortTask    task;
+  BuiltinTask    task;
   Plan        plan; /* the sft_train call's mesh and micro-batches */
   TrainSched  sched; /* of the training passes (-train_schedule) */
 } SFTOptions;
@@ -33,7 +33,7 @@ typedef struct {
   PetscReal   bt_beta;
   char        sft[PETSC_MAX_PATH_LEN], data[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN];
   AdamWConfig opt;
-  SortTask    task;
+  BuiltinTask    task;
   GenConfig   gen;
   Plan        plan; /* the rm_train call's mesh and micro-batches */
   TrainSched  sched; /* of the training passes (-train_schedule) */

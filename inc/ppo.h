@@ -11,6 +11,7 @@
 #include "train.h"
 #include "gen.h"
 #include "cost.h"
+#include "reward.h"
 
 typedef enum { ALGO_PPO = 0, ALGO_GRPO = 1, ALGO_RLOO = 2, ALGO_REINFORCE_PP = 3 } PPOAlgo; /* only PPO has a critic */
 typedef enum { KL_IN_AUTO = 0, KL_IN_REWARD = 1, KL_IN_LOSS = 2 } PPOKLIn;             /* auto: loss for GRPO, reward otherwise */
@@ -29,9 +30,19 @@ typedef struct {
   PetscBool   whiten, dump_rollouts, scale_std; /* scale_std: GRPO divides by the group's std (false: Dr. GRPO) */
   char        actor_ckpt[PETSC_MAX_PATH_LEN], reference_ckpt[PETSC_MAX_PATH_LEN], reward_ckpt[PETSC_MAX_PATH_LEN];
   char        prompts[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN];
+  char        eval_file[PETSC_MAX_PATH_LEN]; /* -ppo_eval_file: held-out prompts with answers ("": the built-in task's) */
+  PetscInt    eval_samples;                  /* -ppo_eval_samples: responses per held-out prompt (pass@k) */
+  /* rewards (-reward_*): the reward model's score times its weight, plus
+   * rule functions of the response text, plus a user's command */
+  char        reward_fn[256], reward_command[PETSC_MAX_PATH_LEN];
+  RewardSpec  reward_spec;                   /* -reward_fn parsed */
+  PetscReal   reward_model_weight, reward_command_weight, reward_command_timeout;
+  PetscInt    reward_length_start;           /* the length function's first penalised token */
+  PetscBool   has_reward_model;              /* a reward model takes part (-reward_checkpoint, or the restart file's) */
+  PetscBool   eval_only;                     /* -mode eval: the held-out evaluation of -actor_checkpoint, no training */
   AdamWConfig actor_opt, critic_opt;
   GenConfig   gen;
-  SortTask    task;
+  BuiltinTask    task;
   Plan        plan;
   TrainSched  sched; /* of the actor's and critic's training passes (-train_schedule) */
   char        fuse_schedule[PETSC_MAX_PATH_LEN]; /* -fuse_train_schedule: the fused schedule file ("" : searched) */

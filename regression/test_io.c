@@ -576,7 +576,7 @@ static PetscErrorCode test_data(void)
 {
   int            tokens[3 * 5] = {1, 2, 3, 0, 0, 4, 5, 6, 7, 8, 9, 0, 0, 0, 0};
   int            lengths[3] = {3, 5, 1}, plen[3] = {1, 2, 0};
-  TokenData      d = {3, 5, 10, tokens, lengths, plen}, r;
+  TokenData      d = {.N = 3, .T = 5, .vocab_size = 10, .tokens = tokens, .lengths = lengths, .prompt_lengths = plen}, r;
   char           path[PETSC_MAX_PATH_LEN];
   PetscErrorCode ierr;
 

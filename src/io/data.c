@@ -3,6 +3,7 @@
  * validates, then broadcasts; a bad file is one error naming the file and,
  * for a bad value, its row and column. Layout: docs/formats.md. */
 #include "internal/h5util.h"
+#include "internal/texts.h"
 
 #include <string.h>
 
@@ -80,6 +81,8 @@ static PetscErrorCode data_read_file(hid_t file, void *vctx)
   d->vocab_size = (int)vocab;
   PetscCall(data_read_vector(file, where, "lengths", d->N, &d->lengths));
   if (H5Lexists(file, "prompt_lengths", H5P_DEFAULT) > 0) PetscCall(data_read_vector(file, where, "prompt_lengths", d->N, &d->prompt_lengths));
+  PetscCall(io_texts_read(file, where, "answer", d->N, &d->answer));
+  PetscCall(io_texts_read(file, where, "metadata", d->N, &d->metadata));
   PetscCall(data_validate(ctx->path, d, vname));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -112,6 +115,8 @@ static PetscErrorCode data_bcast(MPI_Comm comm, TokenData *d)
   PetscCall(h5u_bcast(d->tokens, (size_t)d->N * d->T, MPI_INT, comm));
   PetscCall(h5u_bcast(d->lengths, (size_t)d->N, MPI_INT, comm));
   if (hdr[3]) PetscCall(h5u_bcast(d->prompt_lengths, (size_t)d->N, MPI_INT, comm));
+  PetscCall(io_texts_bcast(comm, d->N, &d->answer));
+  PetscCall(io_texts_bcast(comm, d->N, &d->metadata));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -142,6 +147,8 @@ PetscErrorCode data_free(TokenData *d)
   PetscCall(PetscFree(d->tokens));
   PetscCall(PetscFree(d->lengths));
   PetscCall(PetscFree(d->prompt_lengths));
+  PetscCall(io_texts_free(&d->answer));
+  PetscCall(io_texts_free(&d->metadata));
   d->N = d->T = 0;
   PetscFunctionReturn(PETSC_SUCCESS);
 }

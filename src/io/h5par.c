@@ -129,6 +129,33 @@ static PetscErrorCode h5u_par_create(MPI_Comm comm, const char *kind, const char
 
 PetscErrorCode h5u_write_atomic_comm(MPI_Comm comm, const char *kind, const char *path, H5uFillComm fill, void *ctx)
 {
+  PetscFunctionBegin;
+  PetscCall(h5u_write_atomic_comm_post(comm, kind, path, fill, ctx, NULL, NULL));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* post: on rank 0, the closed temporary reopened serially (read-write) before it is renamed. */
+static PetscErrorCode h5u_post_serial(const char *tmp, H5uFill post, void *ctx, char *msg)
+{
+  hid_t          fapl = h5u_fapl(PETSC_FALSE), file = H5I_INVALID_HID;
+  PetscErrorCode ierr;
+
+  file = fapl >= 0 ? H5Fopen(tmp, H5F_ACC_RDWR, fapl) : H5I_INVALID_HID;
+  if (fapl >= 0) H5Pclose(fapl);
+  if (file < 0) {
+    snprintf(msg, H5U_MSG_LEN, "cannot reopen %s to finish it", tmp);
+    return PETSC_ERR_FILE_WRITE;
+  }
+  ierr = post(file, ctx);
+  if (h5u_fclose(file) < 0 && !ierr) {
+    snprintf(msg, H5U_MSG_LEN, "closing %s failed", tmp);
+    ierr = PETSC_ERR_FILE_WRITE;
+  }
+  return ierr;
+}
+
+PetscErrorCode h5u_write_atomic_comm_post(MPI_Comm comm, const char *kind, const char *path, H5uFillComm fill, void *ctx, H5uFill post, void *post_ctx)
+{
   H5uTmpCtx      c = {kind, path, "", -1};
   hid_t          file = H5I_INVALID_HID;
   PetscMPIInt    rank;
@@ -155,6 +182,8 @@ PetscErrorCode h5u_write_atomic_comm(MPI_Comm comm, const char *kind, const char
     }
     h5u_agree(comm, &ierr, msg);
   }
+  if (!ierr && rank == 0 && post) ierr = h5u_post_serial(c.tmp, post, post_ctx, msg);
+  h5u_agree(comm, &ierr, msg);
   if (!ierr && rank == 0) ierr = h5u_sync_rename(kind, c.tmp, path);
   h5u_agree(comm, &ierr, msg);
   if (ierr && rank == 0) unlink(c.tmp);

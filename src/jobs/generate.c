@@ -93,7 +93,7 @@ static PetscErrorCode generate_rows(const RunCtx *run, DModel *dm, const Generat
  * datasets, written atomically by rank 0. */
 static PetscErrorCode generate_write(const RunCtx *run, const GenerateOptions *o, const GPTConfig *cfg, const GenBatch *g)
 {
-  TokenData d = {g->n, g->Tmax, cfg->vocab_size, g->tokens, NULL, g->prompt_len};
+  TokenData d = {.N = g->n, .T = g->Tmax, .vocab_size = cfg->vocab_size, .tokens = g->tokens, .lengths = NULL, .prompt_lengths = g->prompt_len};
   IODataset x[3];
   long long ntok = 0;
   int       nstop = 0;

@@ -13,6 +13,13 @@ static PetscErrorCode rm_opts(const TrainJobOptions *job, void *o) { return rm_o
 static PetscErrorCode rm_exec(RunCtx *run, const Backend *be, void *o) { return rm_execute(run, be, (RMOptions *)o); }
 static PetscErrorCode ppo_opts(const TrainJobOptions *job, void *o) { return ppo_options(job, (PPOOptions *)o); }
 static PetscErrorCode ppo_exec(RunCtx *run, const Backend *be, void *o) { return ppo_execute(run, be, (PPOOptions *)o, NULL, NULL, NULL); }
+static PetscErrorCode eval_opts(const TrainJobOptions *job, void *o)
+{
+  PetscFunctionBegin;
+  PetscCall(ppo_options(job, (PPOOptions *)o));
+  ((PPOOptions *)o)->eval_only = PETSC_TRUE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
 static PetscErrorCode pipe_opts(const TrainJobOptions *job, void *o) { return pipeline_options(job, (PipelineOptions *)o); }
 static PetscErrorCode pipe_exec(RunCtx *run, const Backend *be, void *o) { return pipeline_execute(run, be, (PipelineOptions *)o); }
 static PetscErrorCode score_exec(RunCtx *run, const Backend *be, void *o) { return score_run(run, be); }
@@ -40,6 +47,7 @@ const JobMode job_modes[] = {
   {"generate", PETSC_TRUE, PETSC_FALSE, 0, NULL, NULL, generate_exec}, /* writes a named file */
   {"rm", PETSC_TRUE, PETSC_TRUE, sizeof(RMOptions), rm_opts, NULL, rm_exec},
   {"ppo", PETSC_TRUE, PETSC_TRUE, sizeof(PPOOptions), ppo_opts, NULL, ppo_exec},
+  {"eval", PETSC_TRUE, PETSC_TRUE, sizeof(PPOOptions), eval_opts, NULL, ppo_exec}, /* the held-out evaluation of -actor_checkpoint (src/ppo) */
   {"pipeline", PETSC_TRUE, PETSC_TRUE, sizeof(PipelineOptions), pipe_opts, NULL, pipe_exec},
   {"plan", PETSC_TRUE, PETSC_FALSE, 0, NULL, NULL, plan_exec}, /* a search over estimates; the device only to profile this machine when given no primitives */
   {"schedule", PETSC_FALSE, PETSC_FALSE, 0, NULL, NULL, schedule_exec}, /* no model, no device */

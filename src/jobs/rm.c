@@ -75,6 +75,7 @@ static PetscErrorCode rm_check(const RMOptions *o, PetscBool builtin, const GPTC
   PetscCheck(o->checkpoint_every >= 0 && o->eval_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_checkpoint_every (or -checkpoint_every) and -rm_eval_every must be >= 0");
   if (builtin) {
     int prompt = (int)o->task.len_max + 2;
+    PetscCheck(o->task.kind == TASK_KIND_SORT, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-task %s: built-in preference pairs are labelled by the sort task's judge (-task sort); give a pair file (-rm_data FILE), or use rewards computed from answers (-reward_fn) in -mode ppo", task_name(&o->task));
     /* the bounds the SFT model's architecture sets, named where that architecture comes from */
     PetscCheck(TASK_FIRST_SYMBOL + o->task.n_symbols <= cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-task_symbols %" PetscInt_FMT " needs a vocabulary of %" PetscInt_FMT " tokens, more than %s", o->task.n_symbols, o->task.n_symbols + TASK_FIRST_SYMBOL, sft_arch(ckpt, "vocab_size", cfg->vocab_size, a, sizeof a));
     PetscCheck(2 * o->task.len_max + 3 <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-task_len_max %" PetscInt_FMT " needs %" PetscInt_FMT " positions, more than %s", o->task.len_max, 2 * o->task.len_max + 3, sft_arch(ckpt, "n_positions", cfg->n_positions, a, sizeof a));
@@ -408,6 +409,7 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
   PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
   PetscCall(ckpt_read_config(run->comm, o->sft, "policy", &cfg));
   PetscCall(rm_prepare(run, o, &cfg, o->sft, PETSC_TRUE, &rcfg, &needs, &all, &train, &eval));
+  if (!run->dry_run) PetscCall(ckpt_tokenizer_from(run->comm, o->sft, NULL)); /* the checkpoints carry the SFT model's tokens' text */
   if (run->dry_run) {
     PetscCall(rm_dry_run(run, o, &cfg));
     if (!builtin) PetscCall(prefs_free(&all));

@@ -30,7 +30,7 @@ PetscErrorCode sft_options(const TrainJobOptions *job, SFTOptions *o)
   RfOptInt("-steps", "Optimizer steps in total (a restart continues up to this count)", 200, &o->steps);
   RfOptInt("-batch", "Sequences per step", 16, &o->batch);
   RfOptInt("-seq_len", "Tokens per sequence (0: the longest sample, at most n_positions)", 0, &o->seq_len);
-  RfOptString("-data", "Demonstrations: 'builtin' (the sort task) or an HDF5 dataset file", o->data, sizeof o->data);
+  RfOptString("-data", "Demonstrations: 'builtin' (the task -task chooses) or an HDF5 dataset file", o->data, sizeof o->data);
   RfOptInt("-eval_every", "Held-out loss every N steps (0: never; built-in task only)", 0, &o->eval_every);
   RfOptInt("-eval_batches", "Batches in the held-out loss", 2, &o->eval_batches);
   PetscOptionsEnd();
@@ -122,7 +122,7 @@ static PetscErrorCode sft_fill_train(DemoSource *src, uint64_t pos, SFTBatch *b)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode sft_fill_eval(const SortTask *task, uint64_t pos, SFTBatch *b)
+static PetscErrorCode sft_fill_eval(const BuiltinTask *task, uint64_t pos, SFTBatch *b)
 {
   int pl;
 
@@ -358,6 +358,7 @@ PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
     PetscCall(sft_dry_run(run, o, nparams));
   } else {
     PetscCall(sft_check_memory(run, o));
+    PetscCall(ckpt_tokenizer_from(run->comm, o->restart[0] ? o->restart : o->init, NULL)); /* the checkpoints carry the source model's tokens' text */
     PetscCall(PetscLogStagePush(sys_log.sft));
     PetscCall(trainer_create("policy", &o->cfg, be, &o->plan, MFC_SFT_TRAIN, o->sched, &tr));
     PetscCall(sft_load(run, o, &tr, &st));

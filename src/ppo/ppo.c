@@ -22,12 +22,13 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   PetscFunctionBegin;
   PetscCall(PetscStrncpy(o->prompts, "builtin", sizeof o->prompts));
   o->actor_ckpt[0] = o->reference_ckpt[0] = o->reward_ckpt[0] = o->restart[0] = '\0';
+  o->eval_file[0] = o->reward_fn[0] = o->reward_command[0] = '\0';
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "PPO / GRPO", NULL);
   RfOptEnum("-algo", "ppo (actor + critic, GAE), grpo (critic-free, group-normalised scores), rloo (critic-free, leave-one-out baseline) or reinforce_pp (REINFORCE++ with a group-mean baseline: critic-free, returns whitened over the batch)", algo_names, 4, &o->algo);
   RfOptInt("-rollout_batch", "Responses generated per iteration", 64, &o->rollout_batch);
   RfOptString("-actor_checkpoint", "SFT checkpoint (role policy) that starts the actor", o->actor_ckpt, sizeof o->actor_ckpt);
   RfOptString("-reference_checkpoint", "Checkpoint (role policy) of the frozen reference (default: -actor_checkpoint)", o->reference_ckpt, sizeof o->reference_ckpt);
-  RfOptString("-reward_checkpoint", "Reward-model checkpoint (role reward)", o->reward_ckpt, sizeof o->reward_ckpt);
+  RfOptString("-reward_checkpoint", "Reward-model checkpoint (role reward); optional with -reward_fn or -reward_command", o->reward_ckpt, sizeof o->reward_ckpt);
   RfOptEnum("-critic_init", "Critic starts from the reward model (whole) or the actor's trunk with a fresh scalar head", critic_names, 2, &o->critic_init);
   RfOptString("-fuse_train_schedule", "-fuse_train 1: run this fused schedule file (-mode schedule writes one; checked against the training stage's stages and micro-batches) instead of searching one from measured forward times", o->fuse_schedule, sizeof o->fuse_schedule);
   RfOptBool("-dump_rollouts", "Write every iteration's rollout to <output_dir>/rollouts.h5", PETSC_FALSE, &o->dump_rollouts);
@@ -61,7 +62,17 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptReal("-truncation_penalty", "Score of a response that hit max_new_tokens without EOS", -1.0, &o->truncation_penalty);
   RfOptBool("-whiten", "Whiten advantages over the batch's response tokens (PPO)", PETSC_TRUE, &o->whiten);
   RfOptInt("-eval_every", "Held-out gold score every N iterations (0: only at the start and end)", 0, &o->eval_every);
-  RfOptInt("-eval_prompts", "Held-out prompts in each evaluation (built-in task)", 256, &o->eval_prompts);
+  RfOptInt("-eval_prompts", "Held-out prompts in each evaluation (the built-in task's held-out split, or the first of -ppo_eval_file)", 256, &o->eval_prompts);
+  RfOptString("-eval_file", "Held-out prompts with reference answers (a prompt file, docs/formats.md) for the evaluations instead of the built-in task's", o->eval_file, sizeof o->eval_file);
+  RfOptInt("-eval_samples", "Responses per held-out prompt: accuracy is over all of them, pass@k for k up to this count", 1, &o->eval_samples);
+  PetscOptionsEnd();
+  PetscOptionsBegin(PETSC_COMM_WORLD, "reward_", "Rewards", NULL);
+  RfOptString("-fn", "Rule rewards on the response text, summed with weights: NAME[:WEIGHT],... of numeric (the last number or \\boxed{} answer equals the reference), exact (the response is the reference), format (an answer is stated and the response ended), length (0 up to -reward_length_start tokens, then down to -1 at -gen_max_new_tokens)", o->reward_fn, sizeof o->reward_fn);
+  RfOptInt("-length_start", "The length reward's last unpenalised response length, in tokens (default: half of -gen_max_new_tokens)", -1, &o->reward_length_start);
+  RfOptReal("-model_weight", "The reward model's weight in the reward (with -reward_checkpoint)", 1.0, &o->reward_model_weight);
+  RfOptString("-command", "A reward program, started once through /bin/sh: it reads one JSON line per batch of samples and writes one number per sample (docs/rewards.md)", o->reward_command, sizeof o->reward_command);
+  RfOptReal("-command_weight", "The reward command's weight in the reward", 1.0, &o->reward_command_weight);
+  RfOptReal("-command_timeout", "Seconds the reward command may take for one batch", 600.0, &o->reward_command_timeout);
   PetscOptionsEnd();
   PetscOptionsBegin(PETSC_COMM_WORLD, "grpo_", "GRPO", NULL);
   RfOptInt("-group", "Samples per prompt (-algo grpo, the k of rloo, the baseline's group of reinforce_pp); must divide -rollout_batch", 4, &o->group);
@@ -84,11 +95,13 @@ PetscErrorCode ppo_options(const TrainJobOptions *job, PPOOptions *o)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode ppo_check_options(const PPOOptions *o)
+static PetscErrorCode ppo_check_options(PPOOptions *o)
 {
   PetscInt mb;
 
   PetscFunctionBegin;
+  PetscCall(reward_spec_parse("-reward_fn", o->reward_fn, &o->reward_spec));
+  if (o->reward_length_start < 0) o->reward_length_start = o->gen.max_new_tokens / 2;
   PetscCheck(o->iterations >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_iterations %" PetscInt_FMT " must be >= 0", o->iterations);
   PetscCheck(o->rollout_batch > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rollout_batch %" PetscInt_FMT " must be positive", o->rollout_batch);
   PetscCheck(o->minibatches > 0 && o->rollout_batch % o->minibatches == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rollout_batch %" PetscInt_FMT " is not divisible into -ppo_minibatches %" PetscInt_FMT, o->rollout_batch, o->minibatches);
@@ -105,7 +118,13 @@ static PetscErrorCode ppo_check_options(const PPOOptions *o)
   PetscCheck(o->eval_every >= 0 && o->eval_prompts >= 0 && o->checkpoint_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_every, -ppo_eval_prompts and -ppo_checkpoint_every (or -checkpoint_every) must be >= 0");
   if (o->algo != ALGO_PPO) PetscCheck(o->group >= 2 && o->rollout_batch % o->group == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rollout_batch %" PetscInt_FMT " is not divisible into groups of -grpo_group %" PetscInt_FMT " (at least 2)", o->rollout_batch, o->group);
   PetscCheck(!o->fuse_schedule[0] || o->plan.fuse_train, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train_schedule %s needs -fuse_train 1", o->fuse_schedule);
-  PetscCheck(o->restart[0] || (o->actor_ckpt[0] && o->reward_ckpt[0]), PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode ppo needs -actor_checkpoint (SFT) and -reward_checkpoint (RM), or -restart");
+  PetscCheck(o->restart[0] || o->actor_ckpt[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode ppo needs -actor_checkpoint (SFT), or -restart");
+  PetscCheck(o->restart[0] || o->reward_ckpt[0] || o->reward_spec.n || o->reward_command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode ppo needs a reward: -reward_checkpoint (a reward model), -reward_fn (rule rewards) or -reward_command (a reward program)");
+  PetscCheck(o->reward_model_weight >= 0 && o->reward_command_weight >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reward_model_weight and -reward_command_weight must be >= 0");
+  PetscCheck(o->reward_command_timeout > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reward_command_timeout %g must be positive", (double)o->reward_command_timeout);
+  PetscCheck(o->reward_length_start >= 0 && o->reward_length_start <= o->gen.max_new_tokens, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reward_length_start %" PetscInt_FMT " must be in [0, -gen_max_new_tokens %" PetscInt_FMT "]", o->reward_length_start, o->gen.max_new_tokens);
+  PetscCheck(o->eval_samples >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_samples %" PetscInt_FMT " must be >= 1", o->eval_samples);
+  PetscCheck(o->eval_samples == 1 || !o->gen.greedy, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_eval_samples %" PetscInt_FMT " with -gen_greedy: greedy responses to one prompt are all the same", o->eval_samples);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -114,6 +133,12 @@ typedef struct {
   const char *file, *role;
   PetscBool   trunk_only;
 } ModelSource;
+
+/* Whether a critic is loaded and trained: PPO's, and not in -mode eval. */
+static PetscBool ppo_trains_critic(const PPOOptions *o)
+{
+  return o->algo == ALGO_PPO && !o->eval_only ? PETSC_TRUE : PETSC_FALSE;
+}
 
 static void ppo_sources(const PPOOptions *o, ModelSource src[4])
 {
@@ -145,7 +170,11 @@ static PetscErrorCode ppo_configs(const RunCtx *run, const PPOOptions *o, const 
   PetscFunctionBegin;
   for (int k = 0; k < 4; k++) {
     const char *from = policy ? "the -policy_ options" : src[k].file;
-    if (k == 1 && o->algo != ALGO_PPO) continue;
+    if (k == 1 && !ppo_trains_critic(o)) continue;
+    if (k == 3 && !o->has_reward_model) {
+      cfg[3] = cfg[0]; /* unused: no reward model */
+      continue;
+    }
     if (policy) cfg[k] = *policy;
     else PetscCall(ckpt_read_config(run->comm, src[k].file, src[k].role, &cfg[k]));
     if (src[k].trunk_only || policy) cfg[k].head = head[k];
@@ -166,7 +195,8 @@ static void ppo_needs(const PPOOptions *o, const GPTConfig cfg[4], PlanNeeds *ne
   needs->cfg[MFC_ACTOR_GEN] = needs->cfg[MFC_ACTOR_TRAIN] = &cfg[0];
   needs->cfg[MFC_REF_INF]   = &cfg[2];
   needs->cfg[MFC_REW_INF]   = &cfg[3];
-  if (o->algo == ALGO_PPO) needs->cfg[MFC_CRITIC_INF] = needs->cfg[MFC_CRITIC_TRAIN] = &cfg[1];
+  if (ppo_trains_critic(o)) needs->cfg[MFC_CRITIC_INF] = needs->cfg[MFC_CRITIC_TRAIN] = &cfg[1];
+  if (!o->has_reward_model) needs->cfg[MFC_REW_INF] = NULL;
   needs->batch[MFC_ACTOR_GEN] = needs->batch[MFC_REF_INF] = needs->batch[MFC_REW_INF] = needs->batch[MFC_CRITIC_INF] = B;
   needs->batch[MFC_ACTOR_TRAIN] = needs->batch[MFC_CRITIC_TRAIN] = mini;
 }
@@ -191,7 +221,8 @@ static PetscErrorCode ppo_load(const RunCtx *run, const Backend *be, const PPOOp
   PetscFunctionBegin;
   PetscCall(PetscMemzero(m, sizeof *m));
   m->plan       = plan;
-  m->has_critic = (PetscBool)(o->algo == ALGO_PPO);
+  m->has_critic = ppo_trains_critic(o);
+  m->has_reward = o->has_reward_model;
   m->bucket     = (size_t)(plan->bucket_mb * 1048576.0);
   PetscCall(PetscLogEventBegin(sys_log.ckpt_read, 0, 0, 0, 0));
   PetscCall(dmodel_create("actor", &cfg[0], be, plan, MFC_ACTOR_TRAIN, PETSC_TRUE, &m->actor));
@@ -210,10 +241,12 @@ static PetscErrorCode ppo_load(const RunCtx *run, const Backend *be, const PPOOp
   }
   PetscCall(dmodel_create("reference", &cfg[2], be, plan, MFC_REF_INF, PETSC_FALSE, &m->reference));
   PetscCall(dmodel_load(&m->reference, src[2].file, src[2].role, PETSC_FALSE, PETSC_FALSE, 0));
-  PetscCall(dmodel_create("reward", &cfg[3], be, plan, MFC_REW_INF, PETSC_FALSE, &m->reward));
-  PetscCall(dmodel_load(&m->reward, src[3].file, src[3].role, PETSC_FALSE, PETSC_FALSE, 0));
+  if (o->has_reward_model) {
+    PetscCall(dmodel_create("reward", &cfg[3], be, plan, MFC_REW_INF, PETSC_FALSE, &m->reward));
+    PetscCall(dmodel_load(&m->reward, src[3].file, src[3].role, PETSC_FALSE, PETSC_FALSE, 0));
+  }
   m->offload_ref = ppo_offloads(o, needs, MFC_REF_INF);
-  m->offload_rew = ppo_offloads(o, needs, MFC_REW_INF);
+  m->offload_rew = o->has_reward_model && ppo_offloads(o, needs, MFC_REW_INF);
   if (m->offload_ref) PetscCall(dmodel_release(&m->reference, PETSC_TRUE));
   if (m->offload_rew) PetscCall(dmodel_release(&m->reward, PETSC_TRUE));
   if (restart) {
@@ -232,6 +265,7 @@ static PetscErrorCode ppo_models_destroy(PPOModels *m)
   for (int k = 0; k < 6; k++) PetscCall(dmodel_destroy(all[k]));
   PetscCall(ppo_fused_train_destroy(&m->fuse));
   PetscCall(rollout_genfuse_teardown(&m->genfuse));
+  PetscCall(ppo_rewards_destroy(&m->rew));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -239,93 +273,18 @@ static PetscErrorCode ppo_models_destroy(PPOModels *m)
  * the file does not depend on the layout. */
 static PetscErrorCode ppo_checkpoint(const RunCtx *run, PPOModels *m, const char *name, const CkptState *st, RunRecord *rec)
 {
-  DModel *const   dm[4] = {&m->actor, &m->reference, &m->reward, &m->critic};
-  const CkptModel cm[4] = {
+  DModel   *dm[4] = {&m->actor, &m->reference};
+  CkptModel cm[4] = {
     {"actor",     NULL, PETSC_TRUE,  PETSC_FALSE},
     {"reference", NULL, PETSC_FALSE, PETSC_FALSE},
-    {"reward",    NULL, PETSC_FALSE, PETSC_FALSE},
-    {"critic",    NULL, PETSC_TRUE,  PETSC_FALSE},
   };
+  int n = 2;
 
   PetscFunctionBegin;
-  PetscCall(train_checkpoint_models(run, dm, cm, m->has_critic ? 4 : 3, name, st, m->bucket, rec));
+  if (m->has_reward) dm[n] = &m->reward, cm[n++] = (CkptModel){"reward", NULL, PETSC_FALSE, PETSC_FALSE};
+  if (m->has_critic) dm[n] = &m->critic, cm[n++] = (CkptModel){"critic", NULL, PETSC_TRUE, PETSC_FALSE};
+  PetscCall(train_checkpoint_models(run, dm, cm, n, name, st, m->bucket, rec));
   PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-/* ---- prompts ---------------------------------------------------------------- */
-typedef struct {
-  DemoSource src;
-  int        max_prompt, room;
-  int       *buf;   /* [B * room] */
-  GenRequest *req;  /* [B] */
-} PromptSource;
-
-/* A rollout batch too large for memory would fail deep in an allocation
- * naming neither the option nor the size. Every rank holds the whole
- * rollout: tokens and at least seven float arrays over [B, T] (log-probs,
- * reference, values, rewards, advantages, returns, masks), so 32 bytes per
- * position is a lower bound that never refuses a run that fits; its
- * positions must also fit the int the arrays are indexed with. */
-static PetscErrorCode ppo_check_memory(const RunCtx *run, const PPOOptions *o, int max_prompt)
-{
-  double T = (double)max_prompt + (double)o->gen.max_new_tokens, pos = (double)o->rollout_batch * T, need = 32.0 * pos, avail = sys_memory_available();
-  char   a[32], b[32];
-
-  PetscFunctionBegin;
-  PetscCheck(pos <= INT_MAX, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-rollout_batch %" PetscInt_FMT " x %.0f positions (the longest prompt plus -gen_max_new_tokens) is %.0f positions, more than the %d a rollout can index", o->rollout_batch, T, pos, INT_MAX);
-  PetscCheck(need <= avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-rollout_batch %" PetscInt_FMT " needs at least %s per rank for its rollout (%" PetscInt_FMT " x %.0f positions), more than the %s this node has available", o->rollout_batch, sys_bytes_str(need, a, sizeof a), o->rollout_batch, T, sys_bytes_str(avail, b, sizeof b));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-static PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, PromptSource *ps)
-{
-  PetscFunctionBegin;
-  PetscCall(demo_source_setup(run->comm, o->prompts, &o->task, (uint64_t)run->seed, &ps->src));
-  ps->room = demo_source_max_len(&ps->src);
-  if (ps->src.builtin) ps->max_prompt = (int)o->task.len_max + 2;
-  else {
-    const TokenData *d = &ps->src.file;
-    ps->max_prompt     = 0;
-    for (int i = 0; i < d->N; i++) ps->max_prompt = PetscMax(ps->max_prompt, d->prompt_lengths ? d->prompt_lengths[i] : d->lengths[i]);
-    PetscCheck(ps->max_prompt >= 1, PETSC_COMM_WORLD, PETSC_ERR_FILE_UNEXPECTED, "-ppo_prompts %s: every prompt is empty", o->prompts);
-  }
-  PetscCall(ppo_check_memory(run, o, ps->max_prompt));
-  PetscCall(PetscMalloc2((size_t)o->rollout_batch * ps->room, &ps->buf, o->rollout_batch, &ps->req));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-static PetscErrorCode prompts_destroy(PromptSource *ps)
-{
-  PetscFunctionBegin;
-  PetscCall(PetscFree2(ps->buf, ps->req));
-  PetscCall(demo_source_destroy(&ps->src));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-/* The iteration's requests: prompts data_pos, data_pos+1, ... (GRPO: each
- * repeated group times); sample ids are the rows. Returns prompts used. */
-static PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_pos, int *used)
-{
-  int B = (int)o->rollout_batch, k = o->algo != ALGO_PPO ? (int)o->group : 1;
-
-  PetscFunctionBegin;
-  for (int p = 0; p < B / k; p++) {
-    int *row = ps->buf + (size_t)p * ps->room, len, pl;
-    PetscCall(demo_source_get(&ps->src, (uint64_t)(data_pos + p), ps->room, row, &len, &pl));
-    if (pl <= 0) pl = len; /* a prompts file without prompt_lengths: the whole row */
-    for (int j = 0; j < k; j++) ps->req[p * k + j] = (GenRequest){p * k + j, row, pl};
-  }
-  *used = B / k;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-/* Mean over sequences of the summed per-token log-ratio to the reference. */
-static double rollout_kl(const Rollout *r)
-{
-  double kl = 0;
-  for (int b = 0; b < r->B; b++)
-    for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) kl += (double)r->gen.logprobs[(size_t)b * r->T + t] - (double)r->ref[(size_t)b * r->T + t];
-  return kl / r->B;
 }
 
 static double mean_f(const float *x, int n)
@@ -335,44 +294,20 @@ static double mean_f(const float *x, int n)
   return n ? s / n : NAN;
 }
 
-/* ---- held-out evaluation --------------------------------------------------- */
-#define PPO_EVAL_ITERATION 0x45564100u /* "EVA": the same draws for every policy evaluated */
-
-/* Gold score of `policy` on the held-out prompts, and its KL to the
- * reference: generation on the policy's placement, reference inference on
- * the reference's. Collective on MPI_COMM_WORLD. */
-static PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, uint64_t seed, int max_prompt, double *gold, double *kl)
+/* ---- the loop ---------------------------------------------------------------- */
+/* One line of an evaluation: gold (accuracy with answers), pass@k, reward, KL. */
+static PetscErrorCode ppo_print_eval(const RunCtx *run, const char *what, const PPOEval *ev, const PPOOptions *o)
 {
-  int         n = (int)o->eval_prompts, room = (int)o->task.len_max + 2, *buf;
-  GenRequest *req;
-  GenPart     part = {{0}, 0, 0, PETSC_FALSE, NULL};
-  Rollout     r;
-  PackBuf     pb;
-  PetscBool   offloaded = (PetscBool)(policy->host != NULL);
+  char pk[48] = "";
 
   PetscFunctionBegin;
-  *gold = *kl = NAN;
-  if (n == 0) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(PetscMalloc2((size_t)n * room, &buf, n, &req));
-  for (int i = 0; i < n; i++) req[i] = (GenRequest){i, buf + (size_t)i * room, task_prompt(&o->task, TASK_SPLIT_EVAL, (uint64_t)i, buf + (size_t)i * room)};
-  PetscCall(rollout_create(n, max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
-  PetscCall(packbuf_create(n, r.T, &pb));
-  PetscCall(dmodel_acquire(policy));
-  PetscCall(rollout_generate_part(policy, &o->gen, max_prompt, seed, PPO_EVAL_ITERATION, req, &r, &part));
-  if (offloaded) PetscCall(dmodel_release(policy, PETSC_TRUE));
-  PetscCall(rollout_share_gen(policy->mesh, &part, &r));
-  PetscCall(ppo_ref_call(m, o, &r, &pb, PetscMin(n, 64)));
-  *gold = mean_f(r.gold, n);
-  *kl   = rollout_kl(&r);
-  PetscCall(packbuf_destroy(&pb));
-  PetscCall(rollout_destroy(&r));
-  PetscCall(PetscFree2(buf, req));
+  if (o->eval_samples > 1 && !isnan(ev->pass_k)) PetscCall(PetscSNPrintf(pk, sizeof pk, ", pass@%" PetscInt_FMT " %.3f", o->eval_samples, ev->pass_k));
+  PetscCall(PetscPrintf(run->comm, "%s gold %.3f%s, reward %+.3f, KL to the reference %.3f\n", what, ev->gold, pk, ev->reward, ev->kl));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* ---- the loop ---------------------------------------------------------------- */
 typedef struct {
-  double sft_gold, sft_kl, ppo_gold, ppo_kl;
+  PPOEval sft, ppo; /* the held-out evaluation of the reference (the SFT policy) and of the trained actor */
 } PPOSummary;
 
 /* The fusion costs of an iteration (-fuse_gen_inf): metrics stream_messages,
@@ -397,7 +332,28 @@ static PetscErrorCode ppo_record_fusion(RunRecord *rec, const StageTimes *tm)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPOModels *m, const Rollout *r, const PPOTrainStats *s, const StageTimes *tm, double kl, double kl_coef, double eval_gold, double iter_s, int it, int n_it)
+/* The reward and its parts (the means over the batch of the unweighted
+ * rule functions and the command, for those in use), and the held-out
+ * evaluation's accuracy, pass@k and reward. */
+static PetscErrorCode ppo_record_rewards(RunRecord *rec, const PPOOptions *o, const Rollout *r, const PPOEval *ev)
+{
+  static const char *const part_names[PPO_REWARD_PARTS] = {"reward_numeric", "reward_exact", "reward_format", "reward_length", "reward_command"};
+
+  PetscFunctionBegin;
+  PetscCall(record_metric(rec, "reward", mean_f(r->final, r->B)));
+  for (int k = 0; k < PPO_REWARD_PARTS; k++) {
+    double sum = 0;
+    int    used = 0;
+    for (int b = 0; b < r->B; b++)
+      if (!isnan(r->parts[(size_t)b * PPO_REWARD_PARTS + k])) sum += r->parts[(size_t)b * PPO_REWARD_PARTS + k], used++;
+    if (used) PetscCall(record_metric(rec, part_names[k], sum / r->B));
+  }
+  if (o->eval_samples > 1) PetscCall(record_metric(rec, "eval_pass_k", ev->pass_k));
+  PetscCall(record_metric(rec, "eval_reward", ev->reward));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPOOptions *o, const PPOModels *m, const Rollout *r, const PPOTrainStats *s, const StageTimes *tm, double kl, double kl_coef, const PPOEval *ev, double iter_s, int it, int n_it)
 {
   double n = s->steps ? (double)s->steps : 1.0, len = 0, lmax = 0, eos = 0, toks = 0;
 
@@ -410,7 +366,7 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
   }
   len /= r->B;
   const char *names[] = {"gold", "rm_score", "kl", "kl_coef", "actor_loss", "critic_loss", "kl_loss", "clip_frac", "value_clip_frac", "entropy", "response_len_mean", "response_len_max", "eos_frac", "actor_grad_norm", "critic_grad_norm", "tokens_per_s", "eval_gold"};
-  double      vals[]  = {mean_f(r->gold, r->B), mean_f(r->score, r->B), kl, kl_coef, s->actor_loss / n, s->critic_loss / n, s->kl_loss / n, s->clipfrac / n, s->vclipfrac / n, s->entropy / n, len, lmax, eos / r->B, s->grad_actor / n, s->grad_critic / n, toks / iter_s, eval_gold};
+  double      vals[]  = {mean_f(r->gold, r->B), mean_f(r->score, r->B), kl, kl_coef, s->actor_loss / n, s->critic_loss / n, s->kl_loss / n, s->clipfrac / n, s->vclipfrac / n, s->entropy / n, len, lmax, eos / r->B, s->grad_actor / n, s->grad_critic / n, toks / iter_s, ev->gold};
   for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++) PetscCall(record_metric(rec, names[k], vals[k]));
   { /* this iteration's response lengths, replacing the previous iteration's: the histogram of tools/report.py */
     const IODataset   dl   = {"lengths", 1, {r->B, 0}, r->len, PETSC_TRUE};
@@ -423,7 +379,9 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
   PetscCall(record_time(rec, "ref_inference", tm->ref));
   PetscCall(record_time(rec, "reward_inference", tm->rew));
   PetscCall(record_time(rec, "critic_inference", tm->critic));
+  PetscCall(record_time(rec, "rewards", tm->rules));
   PetscCall(record_time(rec, "advantages", tm->adv));
+  PetscCall(ppo_record_rewards(rec, o, r, ev));
   if (m->fuse.on) PetscCall(record_time(rec, "fused_train", s->t_actor)); /* both models in one node */
   else {
     PetscCall(record_time(rec, "actor_train", s->t_actor));
@@ -438,7 +396,7 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
     PetscCall(record_metric(rec, "critic_sync_bytes", tm->sync_critic_bytes));
   }
   if (m->plan->fuse != FUSE_NONE) PetscCall(ppo_record_fusion(rec, tm));
-  PetscCall(PetscPrintf(run->comm, "iter %4d/%d | gold %.3f | rm %+.3f | kl %.3f | actor %+.4f | critic %.4f | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s\n", it, n_it, vals[0], vals[1], kl, vals[4], vals[5], vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic));
+  PetscCall(PetscPrintf(run->comm, "iter %4d/%d | gold %.3f | reward %+.3f | kl %.3f | actor %+.4f | critic %.4f | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s\n", it, n_it, vals[0], mean_f(r->final, r->B), kl, vals[4], vals[5], vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -463,12 +421,14 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   }
   PetscCall(PetscPrintf(run->comm, "%s: actor %zu parameters, %" PetscInt_FMT " iterations of %" PetscInt_FMT " responses, from iteration %" PetscInt_FMT "\n", algo_names[o->algo], nparams, o->iterations, o->rollout_batch, st->iteration));
   while (st->iteration < o->iterations) {
-    double        t0 = sys_wtime(), g0 = gpt_acts_grown_bytes(), grown, kl, eval_gold = NAN, eval_kl = NAN, iter_s, coef;
+    double        t0 = sys_wtime(), g0 = gpt_acts_grown_bytes(), grown, kl, iter_s, coef;
+    PPOEval       ev = {NAN, NAN, NAN, NAN};
     StageTimes    tm;
     PPOTrainStats ts;
     int           it = (int)st->iteration, used = 0;
 
     PetscCall(prompts_next(ps, o, st->data_pos, &used));
+    r.answer = ps->answer, r.meta = ps->meta, r.pidx = ps->pidx;
     PetscCall(ppo_iteration(m, o, ps->req, ps->max_prompt, &r, &pb, st, &ts, &tm));
     st->data_pos += used;
     kl = rollout_kl(&r);
@@ -479,14 +439,14 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     if (o->kl_target > 0) st->kl_coef = rl_kl_adapt(st->kl_coef, kl, o->kl_target, o->kl_horizon, (double)r.B);
     st->iteration++;
     /* the evaluation of the trained actor runs before the iteration's record, which holds its result */
-    if (o->eval_every && st->iteration % o->eval_every == 0 && st->iteration < o->iterations) PetscCall(ppo_evaluate(&m->actor, m, o, (uint64_t)st->seed, ps->max_prompt, &eval_gold, &eval_kl));
-    PetscCall(ppo_record_iteration(rec, run, m, &r, &ts, &tm, kl, coef, eval_gold, iter_s, it + 1, (int)o->iterations));
+    if (o->eval_every && st->iteration % o->eval_every == 0 && st->iteration < o->iterations) PetscCall(ppo_evaluate(&m->actor, m, o, &ps->eval, (uint64_t)st->seed, ps->max_prompt, &ev));
+    PetscCall(ppo_record_iteration(rec, run, o, m, &r, &ts, &tm, kl, coef, &ev, iter_s, it + 1, (int)o->iterations));
     /* the rank whose activation buffers grew most (first touches: the time
      * a steady state does not pay; layout-dependent like the timings) */
     PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &grown, 1, MPI_DOUBLE, MPI_MAX, run->comm));
     PetscCall(record_metric(rec, "acts_grown_bytes", grown));
     if (m->fuse.on && !m->fuse.reported) PetscCall(ppo_fused_train_report(run, rec, &m->fuse));
-    if (!isnan(eval_gold)) PetscCall(PetscPrintf(run->comm, "      held-out gold %.3f, KL to the reference %.3f\n", eval_gold, eval_kl));
+    if (!isnan(ev.gold) || !isnan(ev.reward)) PetscCall(ppo_print_eval(run, "      held-out", &ev, o));
     if (train_checkpoint_due(o->checkpoint_every, st->iteration)) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
       PetscCall(ppo_checkpoint(run, m, name, st, rec));
@@ -494,14 +454,43 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     PetscCall(record_step(rec, st->iteration));
   }
   PetscCall(ppo_checkpoint(run, m, "final.h5", st, NULL));
-  PetscCall(ppo_evaluate(&m->reference, m, o, (uint64_t)st->seed, ps->max_prompt, &sum->sft_gold, &sum->sft_kl));
-  PetscCall(ppo_evaluate(&m->actor, m, o, (uint64_t)st->seed, ps->max_prompt, &sum->ppo_gold, &sum->ppo_kl));
+  PetscCall(ppo_evaluate(&m->reference, m, o, &ps->eval, (uint64_t)st->seed, ps->max_prompt, &sum->sft));
+  PetscCall(ppo_evaluate(&m->actor, m, o, &ps->eval, (uint64_t)st->seed, ps->max_prompt, &sum->ppo));
   PetscCall(record_summary(rec, "iterations", (double)st->iteration));
-  PetscCall(record_summary(rec, "sft_gold", sum->sft_gold));
-  PetscCall(record_summary(rec, "final_gold", sum->ppo_gold));
-  PetscCall(record_summary(rec, "final_kl", sum->ppo_kl));
+  PetscCall(record_summary(rec, "sft_gold", sum->sft.gold));
+  PetscCall(record_summary(rec, "final_gold", sum->ppo.gold));
+  PetscCall(record_summary(rec, "final_kl", sum->ppo.kl));
+  PetscCall(record_summary(rec, "sft_reward", sum->sft.reward));
+  PetscCall(record_summary(rec, "final_reward", sum->ppo.reward));
+  if (o->eval_samples > 1) {
+    PetscCall(record_summary(rec, "sft_pass_k", sum->sft.pass_k));
+    PetscCall(record_summary(rec, "final_pass_k", sum->ppo.pass_k));
+  }
   PetscCall(packbuf_destroy(&pb));
   PetscCall(rollout_destroy(&r));
+  PetscCall(record_close(&rec));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* -mode eval: the held-out evaluation of the actor, recorded in run.h5's
+ * /summary (eval_gold, eval_pass_k, eval_reward, eval_kl, eval_prompts,
+ * eval_samples). */
+static PetscErrorCode ppo_eval_only(const RunCtx *run, const PPOOptions *o, const PlanNeeds *needs, PPOModels *m, PromptSource *ps, const CkptState *st)
+{
+  RunRecord *rec;
+  PPOEval    ev;
+
+  PetscFunctionBegin;
+  PetscCall(train_record_open(run, "eval", &o->plan, needs, &rec));
+  PetscCall(ppo_evaluate(&m->actor, m, o, &ps->eval, (uint64_t)st->seed, ps->max_prompt, &ev));
+  PetscCall(PetscPrintf(run->comm, "eval: %d held-out prompts x %d responses\n", ps->eval.n, ps->eval.k));
+  PetscCall(ppo_print_eval(run, "eval:", &ev, o));
+  PetscCall(record_summary(rec, "eval_prompts", (double)ps->eval.n));
+  PetscCall(record_summary(rec, "eval_samples", (double)ps->eval.k));
+  PetscCall(record_summary(rec, "eval_gold", ev.gold));
+  PetscCall(record_summary(rec, "eval_pass_k", ev.pass_k));
+  PetscCall(record_summary(rec, "eval_reward", ev.reward));
+  PetscCall(record_summary(rec, "eval_kl", ev.kl));
   PetscCall(record_close(&rec));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -532,13 +521,28 @@ static PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const GPTCon
   PetscFunctionBegin;
   PetscCall(ppo_check_options(o));
   ppo_sources(o, src);
+  if (o->eval_only && !o->restart[0]) { /* -mode eval: an SFT checkpoint's policy, or a PPO checkpoint's actor */
+    PetscBool policy_role;
+    PetscCall(ckpt_has_role(run->comm, o->actor_ckpt, "policy", &policy_role));
+    if (!policy_role) src[0].role = src[2].role = "actor";
+    if (o->reference_ckpt[0]) src[2].role = "policy";
+  }
+  if (o->restart[0]) PetscCall(ckpt_has_role(run->comm, o->restart, "reward", &o->has_reward_model));
+  else o->has_reward_model = (PetscBool)(o->reward_ckpt[0] != 0);
+  PetscCheck(o->has_reward_model || o->reward_spec.n || o->reward_command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-restart %s holds no reward model: give the run's reward, -reward_fn or -reward_command", o->restart);
+  if (!o->has_reward_model) {
+    PetscCheck(!ppo_trains_critic(o) || o->critic_init == CRITIC_FROM_ACTOR || o->restart[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-critic_init reward starts the critic from the reward model, and there is none (no -reward_checkpoint): use -critic_init actor");
+    PetscCheck(o->plan.fuse == FUSE_NONE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s streams samples to the inference calls including the reward model's, and there is none (rewards from -reward_fn or -reward_command only): use -fuse_gen_inf none", FuseModeNames[o->plan.fuse]);
+    PetscCheck(o->plan.placement != PLACEMENT_AUTO, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-placement auto: the plan search models a reward model's call, and this run has none (rewards from -reward_fn or -reward_command only); give a -placement preset or a -plan_file");
+  }
   PetscCall(prompts_setup(run, o, ps));
+  PetscCheck(!o->eval_only || ps->eval.n > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-mode eval needs held-out prompts: -ppo_eval_file FILE, or the built-in task's (-ppo_prompts builtin) with -ppo_eval_prompts > 0");
   PetscCall(ppo_configs(run, o, src, policy, ps->max_prompt, cfg));
   if (ps->src.builtin) PetscCall(task_check(&o->task, cfg[0].vocab_size, cfg[0].n_positions, policy ? "policy_" : "actor_"));
   else {
     PetscCheck(ps->src.file.vocab_size <= cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_prompts %s has vocabulary %d, larger than the actor's %d", o->prompts, ps->src.file.vocab_size, cfg[0].vocab_size);
-    o->eval_prompts = 0; /* held-out gold scores need the built-in task's judge */
   }
+  PetscCheck(!ps->eval.from_file || ps->eval.file.vocab_size <= cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_eval_file %s has vocabulary %d, larger than the actor's %d", o->eval_file, ps->eval.file.vocab_size, cfg[0].vocab_size);
   ppo_needs(o, cfg, needs);
   if (o->plan.placement == PLACEMENT_AUTO) { /* -placement auto: the searched plan replaces the colocated one */
     CostDeck deck;
@@ -582,30 +586,49 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   PromptSource ps;
   PPOModels    m;
   CkptState    st  = {0, 0, run->seed, o->kl_coef};
-  PPOSummary   sum = {NAN, NAN, NAN, NAN};
+  PPOSummary   sum = {{NAN, NAN, NAN, NAN}, {NAN, NAN, NAN, NAN}};
   PlanNeeds    needs;
   PPOFusedTrain      fz;
+  PPORewards   rw;
+  const char  *tables[2] = {o->restart, o->actor_ckpt}; /* where the tokens' text comes from */
 
   PetscFunctionBegin;
   PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCall(ppo_prepare(run, o, NULL, PETSC_TRUE, src, &ps, cfg, &needs));
   PetscCall(ppo_fused_train_setup(run, o, &fz)); /* a schedule file is checked before any work */
+  PetscCall(ppo_rewards_setup(run, o, tables, 2, ps.src.builtin, (PetscBool)(ps.answers || ps.eval.answers), &rw));
   if (run->dry_run) {
+    PetscCall(ppo_rewards_destroy(&rw));
     PetscCall(ppo_fused_train_destroy(&fz));
     PetscCall(ppo_dry_run(run, o, cfg, &ps));
     PetscCall(prompts_destroy(&ps));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
+  { /* the checkpoints carry the tokens' text: the restart file's, else the actor's source */
+    PetscBool found = PETSC_FALSE;
+    if (o->restart[0]) PetscCall(ckpt_tokenizer_from(run->comm, o->restart, &found));
+    if (!found) PetscCall(ckpt_tokenizer_from(run->comm, o->actor_ckpt, NULL));
+  }
   PetscCall(PetscLogStagePush(sys_log.ppo));
   PetscCall(ppo_load(run, be, o, &needs, src, cfg, &m, &st));
   m.fuse = fz;
+  m.rew  = rw;
   ps.src.seed = (uint64_t)st.seed;
   PetscCall(sys_mkdir_p(run->output_dir));
+  if (o->eval_only) {
+    PetscCall(ppo_eval_only(run, o, &needs, &m, &ps, &st));
+    PetscCall(ppo_models_destroy(&m));
+    PetscCall(prompts_destroy(&ps));
+    PetscCall(PetscLogStagePop());
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
   PetscCall(ppo_loop(run, o, &needs, &m, &ps, &st, &sum));
-  PetscCall(PetscPrintf(run->comm, "%s: held-out gold score %.3f (SFT policy) -> %.3f (after %" PetscInt_FMT " iterations), KL to the reference %.3f nats per response, on %" PetscInt_FMT " held-out prompts\n", algo_names[o->algo], sum.sft_gold, sum.ppo_gold, st.iteration, sum.ppo_kl, o->eval_prompts));
-  if (sft_gold) *sft_gold = sum.sft_gold;
-  if (ppo_gold) *ppo_gold = sum.ppo_gold;
-  if (ppo_kl) *ppo_kl = sum.ppo_kl;
+  PetscCall(PetscPrintf(run->comm, "%s: held-out gold score %.3f (SFT policy) -> %.3f (after %" PetscInt_FMT " iterations), KL to the reference %.3f nats per response, on %d held-out prompts\n", algo_names[o->algo], sum.sft.gold, sum.ppo.gold, st.iteration, sum.ppo.kl, ps.eval.n));
+  if (!isnan(sum.ppo.reward)) PetscCall(PetscPrintf(run->comm, "%s: held-out reward %+.3f -> %+.3f%s", algo_names[o->algo], sum.sft.reward, sum.ppo.reward, o->eval_samples > 1 && !isnan(sum.ppo.pass_k) ? "" : "\n"));
+  if (!isnan(sum.ppo.reward) && o->eval_samples > 1 && !isnan(sum.ppo.pass_k)) PetscCall(PetscPrintf(run->comm, ", pass@%" PetscInt_FMT " %.3f -> %.3f\n", o->eval_samples, sum.sft.pass_k, sum.ppo.pass_k));
+  if (sft_gold) *sft_gold = sum.sft.gold;
+  if (ppo_gold) *ppo_gold = sum.ppo.gold;
+  if (ppo_kl) *ppo_kl = sum.ppo.kl;
   PetscCall(ppo_models_destroy(&m));
   PetscCall(prompts_destroy(&ps));
   PetscCall(PetscLogStagePop());
@@ -628,8 +651,11 @@ PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *d)
   PetscCall(gpt_config_set_from_options("policy_", &policy)); /* a deck without checkpoints: SFT's model */
   if (!help) PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o.restart, sizeof o.restart)); /* latest, with none there: a fresh start */
   files = !help && (o.restart[0] || o.actor_ckpt[0] || o.reward_ckpt[0]) ? PETSC_TRUE : PETSC_FALSE;
+  o.has_reward_model = PETSC_TRUE; /* a deck without checkpoints: the pipeline's, with its reward model */
   if (files) {
-    PetscCheck(o.restart[0] || (o.actor_ckpt[0] && o.reward_ckpt[0]), PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "the deck names %s but not %s: the models' shapes come from both (or from -restart)", o.actor_ckpt[0] ? "-actor_checkpoint" : "-reward_checkpoint", o.actor_ckpt[0] ? "-reward_checkpoint" : "-actor_checkpoint");
+    PetscCheck(o.restart[0] || (o.actor_ckpt[0] && o.reward_ckpt[0]), PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "the deck names %s but not %s: the models' shapes come from both (or from -restart); a run without a reward model (rewards from -reward_fn or -reward_command only) is not planned by the cost model yet", o.actor_ckpt[0] ? "-actor_checkpoint" : "-reward_checkpoint", o.actor_ckpt[0] ? "-reward_checkpoint" : "-actor_checkpoint");
+    if (o.restart[0]) PetscCall(ckpt_has_role(run->comm, o.restart, "reward", &o.has_reward_model));
+    PetscCheck(o.has_reward_model, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-restart %s holds no reward model: a run without one (rewards from -reward_fn or -reward_command only) is not planned by the cost model yet", o.restart);
   } else {
     policy.head = GPT_HEAD_LM;
     PetscCall(gpt_config_check(&policy, "policy_"));

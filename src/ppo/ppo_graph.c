@@ -5,9 +5,10 @@
  *   critic_sync    critic_weights                     -> critic_inf_weights
  *   generation     prompts, gen_weights               -> responses
  *   ref_inference  responses                          -> ref_logprobs
- *   reward_inference responses                        -> scores
+ *   reward_inference responses                        -> scores   (with a reward model)
+ *   rewards        responses                          -> rule_scores (rule functions, command, judge)
  *   critic_inference responses, critic_inf_weights    -> values
- *   advantages     ref_logprobs, scores, values       -> advantages
+ *   advantages     ref_logprobs, scores, rule_scores, values -> advantages
  *   actor_train    responses, ref_logprobs, advantages -> new_actor_weights
  *   critic_train   values, advantages                 -> new_critic_weights
  *
@@ -141,7 +142,6 @@ static PetscErrorCode share_reward(void *ctx)
   IterCtx *c = (IterCtx *)ctx;
   PetscFunctionBegin;
   PetscCall(exec_share_rows(c->m->reward.mesh, c->r->B, 1, MPI_FLOAT, c->r->score));
-  PetscCall(exec_share_rows(c->m->reward.mesh, c->r->B, 1, MPI_FLOAT, c->r->final));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -151,6 +151,24 @@ static PetscErrorCode share_critic_inf(void *ctx)
   PetscFunctionBegin;
   PetscCall(exec_share_rows(ppo_critic_inf_model(c->m)->mesh, c->r->B, (size_t)c->r->T, MPI_FLOAT, c->r->values));
   if (c->m->critic_drop) PetscCall(dmodel_release(&c->m->critic_inf, PETSC_FALSE));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The rewards besides the reward model: rules and the judge on every rank,
+ * then (share, on every rank) the command's values from world rank 0. */
+static PetscErrorCode run_rewards(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(rollout_rule_rewards(&c->m->rew, c->o, c->r));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode share_rewards(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(rollout_command_rewards(&c->m->rew, c->o, c->r, (int)c->st->iteration));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -174,7 +192,7 @@ static PetscErrorCode share_fused(void *ctx)
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(share_ref(ctx));
-  PetscCall(share_reward(ctx));
+  if (c->o->has_reward_model) PetscCall(share_reward(ctx));
   if (c->m->has_critic) PetscCall(share_critic_inf(ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -256,11 +274,11 @@ static PetscErrorCode share_fused_train(void *ctx)
 PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, Rollout *r, PackBuf *pb, const CkptState *st, PPOTrainStats *ts, StageTimes *tm)
 {
   IterCtx     c;
-  ExecNode    nodes[9];
-  double      sec[9];
-  int         n = 0, k_sync_a = -1, k_sync_c = -1, k_gen, k_ref, k_rew, k_crit = -1, k_adv, k_at, k_ct = -1;
+  ExecNode    nodes[10];
+  double      sec[10];
+  int         n = 0, k_sync_a = -1, k_sync_c = -1, k_gen, k_ref, k_rew = -1, k_rules, k_crit = -1, k_adv, k_at, k_ct = -1;
   const char *given[] = {"prompts", "actor_weights", "critic_weights", NULL};
-  PetscBool   crit = m->has_critic;
+  PetscBool   crit = m->has_critic, rm = o->has_reward_model;
   DModel     *gen = ppo_gen_model(m), *cinf = ppo_critic_inf_model(m);
 
   PetscFunctionBegin;
@@ -279,7 +297,8 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
   if (o->plan.fuse != FUSE_NONE) {
     PetscBool here = (PetscBool)(dmodel_member(gen) || dmodel_member(&m->reference) || dmodel_member(&m->reward) || (crit && dmodel_member(cinf)));
     PetscCall(rollout_genfuse_setup(&m->genfuse));
-    k_gen = k_ref = k_rew = n;
+    k_gen = k_ref = n;
+    k_rew      = rm ? n : -1;
     k_crit     = crit ? n : -1;
     nodes[n++] = (ExecNode){"generation+inference", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights", crit ? (m->critic_copy ? "critic_inf_weights" : "critic_weights") : NULL}, {"responses", "ref_logprobs", "scores", crit ? "values" : NULL}, here, run_fused, share_fused, &c, PETSC_TRUE};
   } else {
@@ -287,15 +306,25 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
     nodes[n++] = (ExecNode){"generation", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights"}, {"responses"}, dmodel_member(gen), run_generation, share_generation, &c, PETSC_FALSE};
     k_ref      = n;
     nodes[n++] = (ExecNode){"ref_inference", {"responses"}, {"ref_logprobs"}, dmodel_member(&m->reference), run_ref, share_ref, &c, PETSC_FALSE};
-    k_rew      = n;
-    nodes[n++] = (ExecNode){"reward_inference", {"responses"}, {"scores"}, dmodel_member(&m->reward), run_reward, share_reward, &c, PETSC_FALSE};
+    if (rm) {
+      k_rew      = n;
+      nodes[n++] = (ExecNode){"reward_inference", {"responses"}, {"scores"}, dmodel_member(&m->reward), run_reward, share_reward, &c, PETSC_FALSE};
+    }
     if (crit) {
       k_crit     = n;
       nodes[n++] = (ExecNode){"critic_inference", {"responses", m->critic_copy ? "critic_inf_weights" : "critic_weights"}, {"values"}, dmodel_member(cinf), run_critic_inf, share_critic_inf, &c, PETSC_FALSE};
     }
   }
+  k_rules    = n;
+  nodes[n++] = (ExecNode){"rewards", {"responses"}, {"rule_scores"}, PETSC_TRUE, run_rewards, share_rewards, &c, PETSC_FALSE};
   k_adv      = n;
-  nodes[n++] = (ExecNode){"advantages", {"ref_logprobs", "scores", crit ? "values" : NULL}, {"advantages"}, PETSC_TRUE, run_advantages, NULL, &c, PETSC_FALSE};
+  nodes[n]   = (ExecNode){"advantages", {"ref_logprobs", "rule_scores"}, {"advantages"}, PETSC_TRUE, run_advantages, NULL, &c, PETSC_FALSE};
+  {
+    int ni = 2;
+    if (rm) nodes[n].in[ni++] = "scores";
+    if (crit) nodes[n].in[ni++] = "values";
+  }
+  n++;
   k_at = n;
   if (crit && m->fuse.on) /* the critic's mesh is the actor's ranks */
     nodes[n++] = (ExecNode){"fused_train", {"responses", "ref_logprobs", "advantages", "values"}, {"new_actor_weights", "new_critic_weights"}, dmodel_member(&m->actor), run_fused_train, share_fused_train, &c, PETSC_FALSE};
@@ -308,7 +337,8 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
   ts->steps   = (int)(o->epochs * o->minibatches);
   tm->gen     = sec[k_gen];
   tm->ref     = sec[k_ref];
-  tm->rew     = sec[k_rew];
+  tm->rew     = k_rew >= 0 ? sec[k_rew] : 0;
+  tm->rules   = sec[k_rules];
   tm->critic  = k_crit >= 0 ? sec[k_crit] : 0;
   if (o->plan.fuse != FUSE_NONE) { /* the fused node's parts, longest over ranks */
     const GenFuseTimes *f = &c.fuse;
@@ -352,5 +382,17 @@ PetscErrorCode ppo_ref_call(PPOModels *m, const PPOOptions *o, Rollout *r, PackB
   PetscCall(iter_ctx(m, o, r, pb, nmicro, &c));
   if (dmodel_member(&m->reference)) PetscCall(run_ref(&c));
   PetscCall(share_ref(&c));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_reward_call(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro)
+{
+  IterCtx c;
+
+  PetscFunctionBegin;
+  if (!o->has_reward_model) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(iter_ctx(m, o, r, pb, nmicro, &c));
+  if (dmodel_member(&m->reward)) PetscCall(run_reward(&c));
+  PetscCall(share_reward(&c));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

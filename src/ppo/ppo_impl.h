@@ -50,6 +50,19 @@ typedef struct {
   } rows;
 } RolloutGenFuse;
 
+/* The rewards besides the reward model (src/ppo/rewards.c). */
+typedef enum { PPO_GOLD_NONE = 0, PPO_GOLD_SORT = 1, PPO_GOLD_ANSWER = 2 } PPOGold; /* what gold means: nothing, the sort judge's score, a right answer */
+typedef struct {
+  PPOGold        gold;
+  PetscBool      have_tt;
+  TokenTable     tt;          /* the tokens' text */
+  RewardCommand *cmd;         /* -reward_command, on world rank 0 */
+  char          *text, *ptext; /* decoding buffers */
+  size_t         cap, pcap;
+} PPORewards;
+/* The reward parts recorded per sample: the rule functions (RewardFn order), then the command. */
+#define PPO_REWARD_PARTS (REWARD_NFN + 1)
+
 /* The four models on the plan's meshes. The actor and critic live in their
  * training placements (with AdamW state); actor_gen and critic_inf are
  * separate copies only when the plan gives those calls another layout
@@ -60,12 +73,14 @@ typedef struct {
   const Plan *plan;
   DModel      actor, actor_gen, critic, critic_inf, reference, reward;
   PetscBool   has_critic;             /* PPO (the critic-free algorithms have none) */
+  PetscBool   has_reward;             /* a reward model (rule rewards or a command may stand in) */
   PetscBool   gen_copy, critic_copy;  /* actor_gen / critic_inf are copies */
   PetscBool   gen_drop, critic_drop;  /* the copy is dropped after its call */
   PetscBool   offload_ref, offload_rew; /* frozen models kept in host memory between calls */
   size_t      bucket;                 /* reallocation and gradient bucket, bytes */
   PPOFusedTrain     fuse;                   /* the fused training stage (fuse.on: -fuse_train 1) */
   RolloutGenFuse    genfuse;                /* the fused rollouts' state (-fuse_gen_inf) */
+  PPORewards        rew;                    /* rule rewards, the reward command, the judge */
 } PPOModels;
 
 static inline DModel *ppo_gen_model(PPOModels *m) { return m->gen_copy ? &m->actor_gen : &m->actor; }
@@ -79,7 +94,12 @@ typedef struct {
   GenBatch gen;                         /* tokens, lengths, eos, old logprobs, masks */
   float   *ref, *values, *rewards, *adv, *ret; /* [B,T] */
   float   *score, *final, *gold;        /* [B]: RM score, the score entering the rewards, judge */
+  float   *rule, *parts;                /* [B]: rule and command rewards, weighted and summed; [B, PPO_REWARD_PARTS] each part unweighted (NaN: unused) */
   int     *start, *len;                 /* [B]: response start and length */
+  /* the rows' prompts (set by the caller, not owned): reference answers,
+   * metadata, the prompt's index in its source; NULL when there are none */
+  const char *const *answer, *const *meta;
+  const int64_t     *pidx;
 } Rollout;
 
 /* Scratch for packing up to nmax sequences into forward rows. */
@@ -119,6 +139,24 @@ PetscErrorCode rollout_critic_inference(GPT *critic, Rollout *r, const PPOOption
  * final scores) or critic values, as the calls above compute them. */
 typedef enum { ROLLOUT_REF = 0, ROLLOUT_SCORE = 1, ROLLOUT_VALUES = 2 } RolloutInfer;
 PetscErrorCode rollout_infer_rows(GPT *m, RolloutInfer kind, Rollout *r, const PPOOptions *o, PackBuf *pb, const int *idx, int nb);
+/* The rewards besides the reward model (src/ppo/rewards.c). Setup: the
+ * token table from the first of tables[] holding /tokenizer (else the
+ * built-in arithmetic task's characters), the command started on world
+ * rank 0; builtin: the prompts are the built-in task's; answers: the rows
+ * have reference answers (gold is then whether the answer is right).
+ * Collective on MPI_COMM_WORLD. */
+PetscErrorCode ppo_rewards_setup(const RunCtx *run, const PPOOptions *o, const char *const *tables, int ntables, PetscBool builtin, PetscBool answers, PPORewards *rw);
+PetscErrorCode ppo_rewards_destroy(PPORewards *rw);
+/* Rule rewards and the judge of every row into r->rule, r->parts and
+ * r->gold (on this rank, no communication). */
+PetscErrorCode rollout_rule_rewards(PPORewards *rw, const PPOOptions *o, Rollout *r);
+/* Then the command's rewards added (none without -reward_command).
+ * Collective on MPI_COMM_WORLD: the values come from world rank 0, and its
+ * failure is raised on every rank. */
+PetscErrorCode rollout_command_rewards(PPORewards *rw, const PPOOptions *o, Rollout *r, int iteration);
+/* r->final from the reward model's score (when there is one), the rule
+ * rewards and the overlong shaping. */
+void rollout_final_scores(Rollout *r, const PPOOptions *o);
 /* Rewards (KL + score), then GAE + whitening (PPO) or group advantages (GRPO). */
 PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coef);
 /* Appends group /iter_<k> to <output_dir>/rollouts.h5 (created at iteration 0 or on first use). */
@@ -139,7 +177,7 @@ PetscErrorCode rollout_generate_part(DModel *policy, const GenConfig *gen, int m
 PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed, uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part, GenFinishFn fn, void *ctx);
 /* Every rank gets every replica's rows (tokens, log-probabilities, lengths,
  * EOS, allowed sets; replica 0's step timeline), then the response starts,
- * lengths and gold scores. Collective on MPI_COMM_WORLD. */
+ * lengths (the judge runs with the rule rewards, rollout_rule_rewards). Collective on MPI_COMM_WORLD. */
 PetscErrorCode rollout_share_gen(const Mesh *m, GenPart *part, Rollout *r);
 PetscErrorCode rollout_finish_gen(Rollout *r);
 /* The same after -fuse_gen_inf migrate: each row from the head that
@@ -177,6 +215,55 @@ PetscErrorCode rollout_genfuse_observe(RolloutGenFuse *gs, const Rollout *r, dou
  * on MPI_COMM_WORLD. */
 PetscErrorCode rollout_share_inf_owned(RolloutGenFuse *gs, Rollout *r);
 PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, GenFuseTimes *tm);
+
+/* ---- prompts and the held-out evaluation (src/ppo/prompts.c) ---------------- */
+/* The held-out set: n prompts asked k times each (request i*k+j), from
+ * -ppo_eval_file or the built-in task's held-out split. */
+typedef struct {
+  int          n, k, room;
+  PetscBool    from_file, answers;
+  PPOGold      gold;
+  TokenData    file;
+  int         *buf;    /* [n * room] */
+  char        *abuf;   /* the built-in task's answers */
+  GenRequest  *req;    /* [n*k] */
+  const char **answer, **meta;
+  int64_t     *pidx;
+} PPOEvalSet;
+/* The training prompts of each iteration and the held-out set. */
+typedef struct {
+  DemoSource   src;
+  int          max_prompt, room; /* max_prompt: of training and held-out prompts */
+  PetscBool    answers;          /* the training prompts have reference answers */
+  int         *buf;              /* [B * room] */
+  GenRequest  *req;              /* [B] */
+  const char **answer, **meta;   /* [B]: each row's (NULL: none) */
+  int64_t     *pidx;             /* [B]: each row's prompt index in its source */
+  char        *abuf;             /* the built-in task's answers */
+  PPOEvalSet   eval;
+} PromptSource;
+/* Reads the prompt file (or sets up the built-in task's prompts) and the
+ * held-out set; refuses -reward_fn terms that need answers the prompts
+ * lack; checks the rollout fits memory. */
+PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, PromptSource *ps);
+PetscErrorCode prompts_destroy(PromptSource *ps);
+/* The iteration's requests: prompts data_pos, data_pos+1, ... (critic-free
+ * algorithms: each repeated -grpo_group times); sample ids are the rows.
+ * *used: prompts consumed. */
+PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_pos, int *used);
+/* Mean over sequences of the summed per-token log-ratio to the reference. */
+double rollout_kl(const Rollout *r);
+/* An evaluation's results (NaN where they do not apply): gold (the mean
+ * judge score: accuracy, pass@1 over all responses, with answers), pass@k
+ * (k = -ppo_eval_samples), the mean reward, the KL to the reference. */
+typedef struct {
+  double gold, pass_k, reward, kl;
+} PPOEval;
+/* Evaluates `policy` on the held-out set: generation on the policy's
+ * placement (the same draws for every policy), reference and reward
+ * inference on theirs, the rule and command rewards. Collective on
+ * MPI_COMM_WORLD. */
+PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, const PPOEvalSet *e, uint64_t seed, int max_prompt, PPOEval *ev);
 
 /* Training over the rollout: epochs x minibatches optimizer steps for the
  * actor (and the critic for PPO). Sums of the metrics go into stats. */
@@ -218,7 +305,7 @@ PetscErrorCode ppo_train_fused(PPOFusedTrain *fz, Trainer *actor, Trainer *criti
  * MPI_COMM_WORLD; stage times (longest over ranks) and the reallocation
  * traffic come back in it. */
 typedef struct {
-  double gen, ref, rew, critic, adv, actor, critic_train, sync_actor, sync_critic;
+  double gen, ref, rew, rules, critic, adv, actor, critic_train, sync_actor, sync_critic;
   double sync_actor_bytes, sync_critic_bytes;
   double stream_messages, stream_bytes, stream_send, stream_wait; /* fused: samples sent, their bytes, longest send and wait seconds */
   double migrate_at, migrate_pred, migrate_samples, migrate_bytes, migrate_s, migrate_m; /* migrate: R_t, its predicted stage seconds (auto), samples and bytes moved, longest migration, destinations */
@@ -226,5 +313,7 @@ typedef struct {
 PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, Rollout *r, PackBuf *pb, const CkptState *st, PPOTrainStats *ts, StageTimes *tm);
 /* The rollout's inference calls outside an iteration (held-out evaluation). */
 PetscErrorCode ppo_ref_call(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro);
+/* The same for the reward model's scores (nothing without one). */
+PetscErrorCode ppo_reward_call(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro);
 
 #endif

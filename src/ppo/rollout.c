@@ -19,6 +19,9 @@ PetscErrorCode rollout_create(int B, int T, PetscBool masked, Rollout *r)
   PetscCall(gen_batch_create(B, T, masked, &r->gen));
   PetscCall(PetscCalloc5(n, &r->ref, n, &r->values, n, &r->rewards, n, &r->adv, n, &r->ret));
   PetscCall(PetscCalloc5(B, &r->score, B, &r->final, B, &r->gold, B, &r->start, B, &r->len));
+  PetscCall(PetscCalloc2(B, &r->rule, (size_t)B * PPO_REWARD_PARTS, &r->parts));
+  r->answer = r->meta = NULL;
+  r->pidx   = NULL;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -28,6 +31,7 @@ PetscErrorCode rollout_destroy(Rollout *r)
   PetscCall(gen_batch_destroy(&r->gen));
   PetscCall(PetscFree5(r->ref, r->values, r->rewards, r->adv, r->ret));
   PetscCall(PetscFree5(r->score, r->final, r->gold, r->start, r->len));
+  PetscCall(PetscFree2(r->rule, r->parts));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -164,11 +168,10 @@ static PetscErrorCode take_ref(Rollout *r, const PPOOptions *o, const PackBuf *p
 
 static PetscErrorCode take_score(Rollout *r, const PPOOptions *o, const PackBuf *pb, const int *idx, int nb, int Tf)
 {
+  (void)o;
   for (int i = 0; i < nb; i++) {
-    int b = idx[i];
+    int b       = idx[i];
     r->score[b] = pb->val[i * Tf + r->start[b] + r->len[b] - 1];
-    r->final[b] = (float)(rl_final_score(r->score[b], r->gen.eos[b], o->reward_clip, o->truncation_penalty) +
-                          rl_overlong_penalty(r->len[b], (int)o->gen.max_new_tokens, (int)o->overlong_buffer, o->overlong_penalty));
   }
   return PETSC_SUCCESS;
 }
@@ -248,6 +251,7 @@ PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coe
   const double kr = ppo_kl_as_loss(o) ? 0.0 : kl_coef; /* the KL's coefficient in the rewards */
 
   PetscFunctionBegin;
+  rollout_final_scores(r, o);
   switch ((PPOAlgo)o->algo) {
   case ALGO_RLOO: /* a sample's baseline is the mean return of the other k-1 */
     rl_kl_rewards(r->B, r->T, r->start, r->len, r->gen.logprobs, r->ref, r->final, kr, r->rewards);
@@ -293,6 +297,8 @@ PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, i
     {"returns",          2, {B, T}, r->ret,              PETSC_FALSE},
     {"scores",           1, {B, 1}, r->score,            PETSC_FALSE},
     {"gold",             1, {B, 1}, r->gold,             PETSC_FALSE},
+    {"final_scores",     1, {B, 1}, r->final,            PETSC_FALSE},
+    {"rule_rewards",     1, {B, 1}, r->rule,             PETSC_FALSE},
     {"eos",              1, {B, 1}, r->gen.eos,          PETSC_TRUE },
     {"gen_step_seconds", 1, {r->gen.nsteps, 1}, NULL,    PETSC_FALSE},
     {"gen_step_active",  1, {r->gen.nsteps, 1}, r->gen.step_active, PETSC_TRUE},
@@ -304,7 +310,7 @@ PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, i
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(r->gen.nsteps + 1, &steps)); /* step times are stored as float32 like the rest */
   for (int k = 0; k < r->gen.nsteps; k++) steps[k] = (float)r->gen.step_seconds[k];
-  d[12].data = steps;
+  d[14].data = steps;
   PetscCall(PetscSNPrintf(group, sizeof group, "iter_%d", iteration));
   PetscCall(io_group_append(comm, path, group, d, (int)(sizeof d / sizeof d[0]), an, av, 3));
   PetscCall(PetscFree(steps));

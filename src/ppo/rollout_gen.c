@@ -9,10 +9,8 @@ PetscErrorCode rollout_finish_gen(Rollout *r)
 {
   PetscFunctionBegin;
   for (int b = 0; b < r->B; b++) {
-    const int *row = r->gen.tokens + (size_t)b * r->T;
-    r->start[b]    = r->gen.prompt_len[b];
-    r->len[b]      = r->gen.response_len[b];
-    r->gold[b]     = (float)task_judge(row, r->start[b], row + r->start[b], r->len[b]);
+    r->start[b] = r->gen.prompt_len[b];
+    r->len[b]   = r->gen.response_len[b];
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }

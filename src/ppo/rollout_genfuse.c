@@ -147,14 +147,13 @@ PetscErrorCode rollout_share_inf_owned(RolloutGenFuse *gs, Rollout *r)
   for (int b = 0; b < r->B; b++) {
     PetscBool mine = (PetscBool)(gs->rows.done && gs->rows.B == r->B);
     if (!mine || !gs->rows.done[b]) PetscCall(PetscArrayzero(r->ref + b * T, T));
-    if (!mine || !gs->rows.done[r->B + b]) r->score[b] = r->final[b] = 0;
+    if (!mine || !gs->rows.done[r->B + b]) r->score[b] = 0;
     if (!mine || !gs->rows.done[2 * r->B + b]) PetscCall(PetscArrayzero(r->values + b * T, T));
   }
   if (gs->rows.done) PetscCall(PetscArrayzero(gs->rows.done, 3 * (size_t)gs->rows.B));
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, r->ref, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, r->values, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, r->score, r->B, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, r->final, r->B, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -196,7 +195,7 @@ static PetscErrorCode fuse_batch(void *ctx, const GenBatch *g, const int *rows, 
       gs->rows.done[(size_t)k * r->B + b] = 1;
       if (k == ROLLOUT_REF) PetscCall(PetscArraycpy(r->ref + b * T, a->ref + j * T, T));
       if (k == ROLLOUT_VALUES) PetscCall(PetscArraycpy(r->values + b * T, a->values + j * T, T));
-      if (k == ROLLOUT_SCORE) r->score[b] = a->score[j], r->final[b] = a->final[j];
+      if (k == ROLLOUT_SCORE) r->score[b] = a->score[j];
     }
     f->tm->inf[k] += sys_wtime() - t0;
     PetscCall(timeline_mark(fuse_call_names[k], t0, sys_wtime()));

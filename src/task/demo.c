@@ -4,7 +4,7 @@
 #include "task.h"
 #include <inttypes.h>
 
-PetscErrorCode demo_source_setup(MPI_Comm comm, const char *path, const SortTask *task, uint64_t seed, DemoSource *src)
+PetscErrorCode demo_source_setup(MPI_Comm comm, const char *path, const BuiltinTask *task, uint64_t seed, DemoSource *src)
 {
   PetscBool builtin;
 
@@ -35,7 +35,7 @@ PetscErrorCode demo_source_destroy(DemoSource *src)
 int demo_source_max_len(const DemoSource *src)
 {
   int m = 0;
-  if (src->builtin) return 2 * (int)src->task.len_max + 3;
+  if (src->builtin) return task_max_demo(&src->task);
   for (int i = 0; i < src->file.N; i++) m = src->file.lengths[i] > m ? src->file.lengths[i] : m;
   return m;
 }
@@ -51,8 +51,8 @@ PetscErrorCode demo_source_get(DemoSource *src, uint64_t pos, int T1, int *tok, 
 {
   PetscFunctionBegin;
   if (src->builtin) {
-    int room = 2 * (int)src->task.len_max + 3, buf[2 * 1024 + 3];
-    PetscCheck(room <= (int)(sizeof buf / sizeof buf[0]), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-task_len_max %" PetscInt_FMT " is too large (at most 1024)", src->task.len_max);
+    int room = task_max_demo(&src->task), buf[2 * 1024 + 3];
+    PetscCheck(room <= (int)(sizeof buf / sizeof buf[0]), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "the built-in task's samples of up to %d tokens are too long (at most %d; -task_len_max at most 1024)", room, (int)(sizeof buf / sizeof buf[0]));
     *len = task_demo(&src->task, TASK_SPLIT_TRAIN, pos, buf, prompt_len);
     PetscCheck(*len <= T1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "built-in sample %" PRIu64 " has %d tokens, more than the %d the sequence length allows", pos, *len, T1);
     PetscCall(PetscArraycpy(tok, buf, *len));
@@ -67,4 +67,10 @@ PetscErrorCode demo_source_get(DemoSource *src, uint64_t pos, int T1, int *tok, 
     PetscCall(PetscArraycpy(tok, src->file.tokens + (size_t)row * T, *len));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+int64_t demo_source_index(const DemoSource *src, uint64_t pos)
+{
+  if (src->builtin) return (int64_t)pos;
+  return src->perm[pos % (uint64_t)src->file.N];
 }

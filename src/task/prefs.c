@@ -46,7 +46,7 @@ static float prefs_gold(const GenBatch *b, int s)
   return (float)task_judge(row, b->prompt_len[s], row + b->prompt_len[s], b->response_len[s]);
 }
 
-PetscErrorCode prefs_generate(GenEngine *eng, const GenConfig *gen, const SortTask *task, TaskSplit split, int npairs, uint64_t seed, double bt_beta, PrefPairs *p)
+PetscErrorCode prefs_generate(GenEngine *eng, const GenConfig *gen, const BuiltinTask *task, TaskSplit split, int npairs, uint64_t seed, double bt_beta, PrefPairs *p)
 {
   int         round = PetscMax(16, PetscMin(npairs, 256)), kept = 0, Tp = (int)task->len_max + 2, T = Tp + (int)gen->max_new_tokens;
   uint64_t    next = 0;

@@ -8,9 +8,16 @@
 /* Purposes, the third key component of every draw. */
 enum { DRAW_LENGTH = 0, DRAW_SYMBOL = 1, DRAW_NOISE = 2 };
 
-PetscErrorCode task_set_from_options(SortTask *task)
+const char *const TaskKindNames[] = {"sort", "arith", "TaskKind", "TASK_KIND_", NULL};
+
+PetscErrorCode task_set_from_options(BuiltinTask *task)
 {
   PetscFunctionBegin;
+  task->kind = TASK_KIND_SORT;
+  PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Built-in task", NULL);
+  RfOptEnum("-task", "The built-in task of 'builtin' data and prompts: sort (sort symbols; a judge scores responses) or arith (arithmetic questions with exact answers, -arith_*)", TaskKindNames, 2, &task->kind);
+  PetscOptionsEnd();
+  PetscCall(arith_set_from_options(&task->arith));
   PetscOptionsBegin(PETSC_COMM_WORLD, "task_", "Built-in sort task", NULL);
   RfOptInt("-symbols", "Number of distinct symbols (vocabulary needs symbols + 4 tokens)", 16, &task->n_symbols);
   RfOptInt("-len_min", "Fewest symbols in a prompt", 2, &task->len_min);
@@ -24,14 +31,14 @@ PetscErrorCode task_set_from_options(SortTask *task)
 }
 
 /* Number of distinct prompts the length range allows. */
-static double task_prompt_space(const SortTask *task)
+static double task_prompt_space(const BuiltinTask *task)
 {
   double n = 0;
   for (PetscInt L = task->len_min; L <= task->len_max && n < 1e9; L++) n += pow((double)task->n_symbols, (double)L);
   return n;
 }
 
-PetscErrorCode task_check(const SortTask *task, int vocab_size, int n_positions, const char *prefix)
+static PetscErrorCode sort_check(const BuiltinTask *task, int vocab_size, int n_positions, const char *prefix)
 {
   PetscFunctionBegin;
   PetscCheck(task->n_symbols >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-task_symbols %" PetscInt_FMT " must be at least 2", task->n_symbols);
@@ -52,7 +59,7 @@ PetscErrorCode task_check(const SortTask *task, int vocab_size, int n_positions,
 #define TASK_EVAL_SHARE    8
 #define TASK_MAX_ATTEMPTS  100000
 
-static int task_draw_length(const SortTask *task, TaskSplit split, uint64_t index, uint32_t attempt)
+static int task_draw_length(const BuiltinTask *task, TaskSplit split, uint64_t index, uint32_t attempt)
 {
   float  z = rng_normal((uint64_t)task->seed, (uint32_t)split, (uint32_t)index, DRAW_LENGTH + 8u * attempt, 0);
   double L = floor(exp(log((double)task->len_median) + (double)task->len_sigma * z) + 0.5);
@@ -61,7 +68,7 @@ static int task_draw_length(const SortTask *task, TaskSplit split, uint64_t inde
   return (int)L;
 }
 
-static TaskSplit task_split_of(const SortTask *task, const int *sym, int L)
+static TaskSplit task_split_of(const BuiltinTask *task, const int *sym, int L)
 {
   uint64_t h = (uint64_t)task->seed * 0x9e3779b97f4a7c15ull + (uint64_t)L;
   for (int i = 0; i < L; i++) {
@@ -72,7 +79,7 @@ static TaskSplit task_split_of(const SortTask *task, const int *sym, int L)
   return h % TASK_EVAL_SHARE == 0 ? TASK_SPLIT_EVAL : TASK_SPLIT_TRAIN;
 }
 
-int task_prompt(const SortTask *task, TaskSplit split, uint64_t index, int *tok)
+static int sort_prompt(const BuiltinTask *task, TaskSplit split, uint64_t index, int *tok)
 {
   int L = 0;
 
@@ -110,9 +117,9 @@ static void task_sorted(const int *sym, int L, int *out)
     }
 }
 
-int task_demo(const SortTask *task, TaskSplit split, uint64_t index, int *tok, int *prompt_len)
+static int sort_demo(const BuiltinTask *task, TaskSplit split, uint64_t index, int *tok, int *prompt_len)
 {
-  int n = task_prompt(task, split, index, tok), L = n - 2;
+  int n = sort_prompt(task, split, index, tok), L = n - 2;
 
   *prompt_len = n;
   task_sorted(tok + 1, L, tok + n);
@@ -140,4 +147,48 @@ double task_judge(const int *prompt, int prompt_len, const int *response, int re
   task_sorted(prompt + 1, L, answer);
   for (int i = 0; i < eos && i < L; i++) correct += response[i] == answer[i];
   return (double)correct / (double)(eos > L ? eos : L);
+}
+
+/* ---- the built-in task: dispatch on -task ---------------------------------- */
+PetscErrorCode task_check(const BuiltinTask *task, int vocab_size, int n_positions, const char *prefix)
+{
+  PetscFunctionBegin;
+  if (task->kind == TASK_KIND_ARITH) PetscCall(arith_check(&task->arith, vocab_size, n_positions, prefix));
+  else PetscCall(sort_check(task, vocab_size, n_positions, prefix));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+int task_prompt(const BuiltinTask *task, TaskSplit split, uint64_t index, int *tok)
+{
+  return task->kind == TASK_KIND_ARITH ? arith_prompt(&task->arith, split, index, tok) : sort_prompt(task, split, index, tok);
+}
+
+int task_demo(const BuiltinTask *task, TaskSplit split, uint64_t index, int *tok, int *prompt_len)
+{
+  return task->kind == TASK_KIND_ARITH ? arith_demo(&task->arith, split, index, tok, prompt_len) : sort_demo(task, split, index, tok, prompt_len);
+}
+
+int task_max_prompt(const BuiltinTask *task)
+{
+  return task->kind == TASK_KIND_ARITH ? arith_max_prompt(&task->arith) : (int)task->len_max + 2;
+}
+
+int task_max_demo(const BuiltinTask *task)
+{
+  return task->kind == TASK_KIND_ARITH ? arith_max_demo(&task->arith) : 2 * (int)task->len_max + 3;
+}
+
+int task_vocab_size(const BuiltinTask *task)
+{
+  return task->kind == TASK_KIND_ARITH ? arith_vocab_size() : (int)task->n_symbols + TASK_FIRST_SYMBOL;
+}
+
+int task_answer(const BuiltinTask *task, TaskSplit split, uint64_t index, char *out, size_t cap)
+{
+  return task->kind == TASK_KIND_ARITH ? arith_answer(&task->arith, split, index, out, cap) : -1;
+}
+
+const char *task_name(const BuiltinTask *task)
+{
+  return TaskKindNames[task->kind];
 }
