@@ -24,28 +24,6 @@
 static PetscMPIInt rank, size;
 static char        tmpdir[PETSC_MAX_PATH_LEN]; /* rank 0's, shared with all ranks */
 
-/* Runs call with errors returned silently (no traceback). */
-#define TRY(ierr, call)                                                 \
-  do {                                                                  \
-    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));    \
-    ierr = (call);                                                      \
-    PetscCall(PetscPopErrorHandler());                                  \
-  } while (0)
-
-/* Passes if ierr is an error whose message contains want; shows the message. */
-static void expect_error(PetscErrorCode ierr, const char *name, const char *want)
-{
-  char *msg = NULL;
-
-  if (!ierr) {
-    test_report(PETSC_FALSE, name, "succeeded; expected an error containing \"%s\"", want);
-    return;
-  }
-  PetscErrorMessage(ierr, NULL, &msg);
-  test_report((PetscBool)(msg && strstr(msg, want)), name, "message \"%s\" lacks \"%s\"", msg ? msg : "(none)", want);
-  if (!rank) printf("#   %s\n", msg ? msg : "(none)");
-}
-
 static void path_in(char *buf, const char *name)
 {
   if (snprintf(buf, PETSC_MAX_PATH_LEN, "%s/%s", tmpdir, name) >= PETSC_MAX_PATH_LEN) abort();
@@ -184,24 +162,24 @@ static PetscErrorCode test_ckpt_bad_files(const char *good)
 
   PetscFunctionBegin;
   path_in(path, "missing.h5");
-  TRY(ierr, ckpt_read_config(PETSC_COMM_WORLD, path, "policy", &cfg));
-  expect_error(ierr, "missing checkpoint: one clear error", "missing.h5: no such file");
+  TEST_TRY(ierr, ckpt_read_config(PETSC_COMM_WORLD, path, "policy", &cfg));
+  test_expect_error(ierr, "missing checkpoint: one clear error", "missing.h5: no such file");
 
   path_in(path, "truncated.h5");
   if (!rank) copy_prefix(good, path, file_size(good) / 2);
-  TRY(ierr, ckpt_read_config(PETSC_COMM_WORLD, path, "policy", &cfg));
-  expect_error(ierr, "truncated checkpoint: one clear error", "truncated.h5: not a readable HDF5 file (truncated or corrupt?)");
+  TEST_TRY(ierr, ckpt_read_config(PETSC_COMM_WORLD, path, "policy", &cfg));
+  test_expect_error(ierr, "truncated checkpoint: one clear error", "truncated.h5: not a readable HDF5 file (truncated or corrupt?)");
 
   path_in(path, "text.h5");
   if (!rank && (f = fopen(path, "w"))) {
     fprintf(f, "this is not HDF5\n");
     fclose(f);
   }
-  TRY(ierr, ckpt_read_config(PETSC_COMM_WORLD, path, "policy", &cfg));
-  expect_error(ierr, "non-HDF5 checkpoint: one clear error", "text.h5: not a readable HDF5 file");
+  TEST_TRY(ierr, ckpt_read_config(PETSC_COMM_WORLD, path, "policy", &cfg));
+  test_expect_error(ierr, "non-HDF5 checkpoint: one clear error", "text.h5: not a readable HDF5 file");
 
-  TRY(ierr, ckpt_read_config(PETSC_COMM_WORLD, good, "actor", &cfg));
-  expect_error(ierr, "missing role group: one clear error", "has no /actor group");
+  TEST_TRY(ierr, ckpt_read_config(PETSC_COMM_WORLD, good, "actor", &cfg));
+  test_expect_error(ierr, "missing role group: one clear error", "has no /actor group");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -247,22 +225,22 @@ static PetscErrorCode test_ckpt_bad_contents(const char *good)
   cm = (CkptModel){"policy", gpt, PETSC_FALSE, PETSC_FALSE};
 
   PetscCall(doctor_checkpoint(good, "shape.h5", H5T_IEEE_F32LE, 2, 32, 8, path));
-  TRY(ierr, ckpt_read_model(PETSC_COMM_WORLD, path, &cm));
-  expect_error(ierr, "wrong-shape dataset: one clear error", "/policy/params/transformer.wte.weight has shape [32,8], expected [32,16]");
+  TEST_TRY(ierr, ckpt_read_model(PETSC_COMM_WORLD, path, &cm));
+  test_expect_error(ierr, "wrong-shape dataset: one clear error", "/policy/params/transformer.wte.weight has shape [32,8], expected [32,16]");
 
   PetscCall(doctor_checkpoint(good, "dtype.h5", H5T_IEEE_F64LE, 2, 32, 16, path));
-  TRY(ierr, ckpt_read_model(PETSC_COMM_WORLD, path, &cm));
-  expect_error(ierr, "wrong-dtype dataset: one clear error", "/policy/params/transformer.wte.weight has type float64, expected float32");
+  TEST_TRY(ierr, ckpt_read_model(PETSC_COMM_WORLD, path, &cm));
+  test_expect_error(ierr, "wrong-dtype dataset: one clear error", "/policy/params/transformer.wte.weight has type float64, expected float32");
 
   PetscCall(doctor_checkpoint(good, "nodset.h5", H5T_IEEE_F32LE, 0, 0, 0, path));
-  TRY(ierr, ckpt_read_model(PETSC_COMM_WORLD, path, &cm));
-  expect_error(ierr, "missing dataset: one clear error", "has no dataset /policy/params/transformer.wte.weight");
+  TEST_TRY(ierr, ckpt_read_model(PETSC_COMM_WORLD, path, &cm));
+  test_expect_error(ierr, "missing dataset: one clear error", "has no dataset /policy/params/transformer.wte.weight");
 
   big.n_embd = 32;
   PetscCall(make_model(&big, 5, PETSC_FALSE, &gbig));
   cm = (CkptModel){"policy", gbig, PETSC_FALSE, PETSC_FALSE};
-  TRY(ierr, ckpt_read_model(PETSC_COMM_WORLD, good, &cm));
-  expect_error(ierr, "config mismatch: one clear error naming the option", "/policy: n_embd 16 in the file, 32 in the deck (-policy_n_embd)");
+  TEST_TRY(ierr, ckpt_read_model(PETSC_COMM_WORLD, good, &cm));
+  test_expect_error(ierr, "config mismatch: one clear error naming the option", "/policy: n_embd 16 in the file, 32 in the deck (-policy_n_embd)");
   PetscCall(gpt_destroy(&gpt));
   PetscCall(gpt_destroy(&gbig));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -292,7 +270,7 @@ static PetscErrorCode test_ckpt_atomic(void)
   size_before = file_size(path);
   {
     CkptModel cm = {"policy", gpt, PETSC_TRUE, PETSC_FALSE}; /* no gpt_optim_init: fails inside the write */
-    TRY(ierr, ckpt_write(PETSC_COMM_WORLD, path, &cm, 1, &st));
+    TEST_TRY(ierr, ckpt_write(PETSC_COMM_WORLD, path, &cm, 1, &st));
   }
   {
     char cmd[3 * PETSC_MAX_PATH_LEN];
@@ -304,8 +282,8 @@ static PetscErrorCode test_ckpt_atomic(void)
     CkptModel cm = {"policy", gpt, PETSC_FALSE, PETSC_FALSE};
 
     path_in(bad, "no/such/dir/x.h5");
-    TRY(ierr, ckpt_write(PETSC_COMM_WORLD, bad, &cm, 1, &st));
-    expect_error(ierr, "ckpt_write into a missing directory: one clear error", "does not exist");
+    TEST_TRY(ierr, ckpt_write(PETSC_COMM_WORLD, bad, &cm, 1, &st));
+    test_expect_error(ierr, "ckpt_write into a missing directory: one clear error", "does not exist");
     st.iteration = 78;
     PetscCall(ckpt_write(PETSC_COMM_WORLD, path, &cm, 1, &st));
   }
@@ -591,10 +569,10 @@ static PetscErrorCode test_data(void)
   tokens[8] = 10;
   path_in(path, "badtok.h5");
   PetscCall(write_bad_data(path, tokens, lengths));
-  TRY(ierr, data_read(PETSC_COMM_WORLD, path, &r));
-  expect_error(ierr, "data_read rejects a token >= vocab_size, naming row and column", "badtok.h5: /tokens[1,3] = 10 is outside [0, vocab_size=10)");
-  TRY(ierr, data_write(PETSC_COMM_WORLD, path, &d, "copy"));
-  expect_error(ierr, "data_write refuses a token >= vocab_size", "/tokens[1,3] = 10");
+  TEST_TRY(ierr, data_read(PETSC_COMM_WORLD, path, &r));
+  test_expect_error(ierr, "data_read rejects a token >= vocab_size, naming row and column", "badtok.h5: /tokens[1,3] = 10 is outside [0, vocab_size=10)");
+  TEST_TRY(ierr, data_write(PETSC_COMM_WORLD, path, &d, "copy"));
+  test_expect_error(ierr, "data_write refuses a token >= vocab_size", "/tokens[1,3] = 10");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -16,31 +16,12 @@
 
 static PetscMPIInt rank;
 
-/* Runs call with errors returned silently (no traceback). */
-#define TRY(ierr, call)                                              \
-  do {                                                               \
-    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL)); \
-    ierr = (call);                                                   \
-    PetscCall(PetscPopErrorHandler());                               \
-  } while (0)
-
 static const char *error_text(PetscErrorCode ierr)
 {
   char *msg = NULL;
 
   PetscErrorMessage(ierr, NULL, &msg);
   return msg ? msg : "(none)";
-}
-
-/* Passes if ierr is an error whose message contains want; shows the message. */
-static void expect_error(PetscErrorCode ierr, const char *name, const char *want)
-{
-  if (!ierr) {
-    test_report(PETSC_FALSE, name, "succeeded; expected an error containing \"%s\"", want);
-    return;
-  }
-  test_report((PetscBool)(strstr(error_text(ierr), want) != NULL), name, "message \"%s\" lacks \"%s\"", error_text(ierr), want);
-  if (!rank) printf("#   %s\n", error_text(ierr));
 }
 
 /* The options database holds exactly opts. */
@@ -57,7 +38,7 @@ static PetscErrorCode make(int world, const char *opts, Plan *plan, PetscErrorCo
 {
   PetscFunctionBegin;
   PetscCall(set_options(opts));
-  TRY(*ierr, plan_from_options(world, plan));
+  TEST_TRY(*ierr, plan_from_options(world, plan));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -130,7 +111,7 @@ static PetscErrorCode check_preset(int world, const char *opts, Placement placem
   snprintf(name, sizeof name, "%s on %d ranks (%s): the documented meshes", PlacementNames[placement], world, opts[0] ? opts : "no options");
   test_report((PetscBool)(!ierr && ok && plan.world == world && plan.placement == placement), name, "%s", ierr ? error_text(ierr) : buf);
   needs_ppo(&needs);
-  TRY(ierr, plan_check(&plan, &needs));
+  TEST_TRY(ierr, plan_check(&plan, &needs));
   snprintf(name, sizeof name, "%s on %d ranks passes plan_check for PPO", PlacementNames[placement], world);
   test_report((PetscBool)!ierr, name, "%s", ierr ? error_text(ierr) : "");
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -220,12 +201,12 @@ static PetscErrorCode test_bad_options(void)
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     PetscCall(make(bad[i].world, bad[i].opts, &plan, &ierr));
     snprintf(name, sizeof name, "%d ranks, %s: error naming the option", bad[i].world, bad[i].opts);
-    expect_error(ierr, name, bad[i].want);
+    test_expect_error(ierr, name, bad[i].want);
   }
   PetscCall(set_options(""));
   PetscCall(PetscOptionsSetValue(NULL, "-actor_gen_ranks", ""));
-  TRY(ierr, plan_from_options(4, &plan));
-  expect_error(ierr, "empty -actor_gen_ranks: error naming the option", "-actor_gen_ranks ''");
+  TEST_TRY(ierr, plan_from_options(4, &plan));
+  test_expect_error(ierr, "empty -actor_gen_ranks: error naming the option", "-actor_gen_ranks ''");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -259,26 +240,26 @@ static PetscErrorCode test_check(void)
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     PetscCall(make(4, bad[i].opts, &plan, &ierr));
     snprintf(name, sizeof name, "plan_check, %s: error naming the option", bad[i].opts);
-    if (!ierr) TRY(ierr, plan_check(&plan, &needs));
-    expect_error(ierr, name, bad[i].want);
+    if (!ierr) TEST_TRY(ierr, plan_check(&plan, &needs));
+    test_expect_error(ierr, name, bad[i].want);
   }
   PetscCall(make(4, "-actor_gen_ranks 0-2 -actor_gen_tp 3", &plan, &ierr));
   needs.cfg[MFC_ACTOR_GEN] = &odd_vocab;
-  if (!ierr) TRY(ierr, plan_check(&plan, &needs));
-  expect_error(ierr, "plan_check, tp 3 with vocab_size 50: error naming the option", "-actor_gen_tp 3 does not divide the model's vocab_size 50");
+  if (!ierr) TEST_TRY(ierr, plan_check(&plan, &needs));
+  test_expect_error(ierr, "plan_check, tp 3 with vocab_size 50: error naming the option", "-actor_gen_tp 3 does not divide the model's vocab_size 50");
 
   needs_ppo(&needs);
   PetscCall(make(4, "-actor_gen_ranks 0-1 -actor_gen_tp 2 -actor_train_ranks 0-3 -actor_train_tp 1 -sft_train_ranks 0-7 -rm_train_tp 4", &plan, &ierr));
-  if (!ierr) TRY(ierr, plan_check(&plan, &needs));
+  if (!ierr) TEST_TRY(ierr, plan_check(&plan, &needs));
   test_report((PetscBool)!ierr, "plan_check ignores calls the mode does not use; tp 2 and 1 divide each other", "%s", ierr ? error_text(ierr) : "");
   PetscCall(make(4, "-actor_train_mbs 2 -plan_zero1 -actor_train_ranks 0-1", &plan, &ierr));
-  if (!ierr) TRY(ierr, plan_check(&plan, &needs));
+  if (!ierr) TEST_TRY(ierr, plan_check(&plan, &needs));
   test_report((PetscBool)!ierr, "plan_check accepts dp x mbs dividing the mini-batch, with ZeRO-1", "%s", ierr ? error_text(ierr) : "");
   test_report((PetscBool)(plan_overlap(&plan, MFC_ACTOR_TRAIN, MFC_ACTOR_GEN) && plan_has_rank(&plan, MFC_ACTOR_TRAIN, 1) && !plan_has_rank(&plan, MFC_ACTOR_TRAIN, 2)), "plan_overlap and plan_has_rank", "wrong answers");
   PetscCall(make(4, "-placement interleave", &plan, &ierr));
   test_report((PetscBool)(!ierr && !plan_overlap(&plan, MFC_REF_INF, MFC_REW_INF)), "interleave: reference and reward meshes do not overlap", "they do");
   PetscCall(PetscPrintf(PETSC_COMM_WORLD, "# plan_print of -placement interleave on 4 ranks, PPO calls:\n"));
-  TRY(ierr, plan_print(PETSC_COMM_WORLD, &plan, &needs));
+  TEST_TRY(ierr, plan_print(PETSC_COMM_WORLD, &plan, &needs));
   test_report((PetscBool)!ierr, "plan_print", "%s", ierr ? error_text(ierr) : "");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -325,7 +306,7 @@ static PetscErrorCode test_roundtrip(const char *tmp)
   PetscCall(PetscSNPrintf(dir, sizeof dir, "%s/all", tmp));
   PetscCall(record_plan(dir, &plan, NULL, path, sizeof path));
   PetscCall(PetscMemzero(&back, sizeof back));
-  TRY(ierr, plan_read_file(PETSC_COMM_WORLD, path, &back));
+  TEST_TRY(ierr, plan_read_file(PETSC_COMM_WORLD, path, &back));
   test_report((PetscBool)(!ierr && plans_equal(&plan, &back, NULL)), "plan_record + plan_read_file round trip (every call)", "%s", ierr ? error_text(ierr) : "plans differ");
 
   PetscCall(PetscSNPrintf(opts, sizeof opts, "-plan_file %s", path));
@@ -343,7 +324,7 @@ static PetscErrorCode test_roundtrip(const char *tmp)
   PetscCall(PetscMemzero(&back, sizeof back));
   back.call[MFC_SFT_TRAIN].nranks = 1;
   back.call[MFC_SFT_TRAIN].ranks[0] = 77;
-  TRY(ierr, plan_read_file(PETSC_COMM_WORLD, path, &back));
+  TEST_TRY(ierr, plan_read_file(PETSC_COMM_WORLD, path, &back));
   test_report((PetscBool)(!ierr && plans_equal(&plan, &back, &needs) && back.call[MFC_SFT_TRAIN].ranks[0] == 77 && back.call[MFC_RM_TRAIN].nranks == 0), "a record of the used calls; calls missing in the file keep their values", "%s", ierr ? error_text(ierr) : "wrong calls");
   PetscCall(PetscSNPrintf(opts, sizeof opts, "-plan_file %s", path));
   PetscCall(make(8, opts, &file, &ierr));
@@ -354,11 +335,11 @@ static PetscErrorCode test_roundtrip(const char *tmp)
     memset(&sft, 0, sizeof sft);
     sft.cfg[MFC_SFT_TRAIN]   = &cfg;
     sft.batch[MFC_SFT_TRAIN] = 16;
-    TRY(ierr, plan_check(&file, &sft));
-    expect_error(ierr, "-plan_file lacking a call the run needs (sft_train): refused naming it", "lacks /plan/sft_train, which this run needs");
+    TEST_TRY(ierr, plan_check(&file, &sft));
+    test_expect_error(ierr, "-plan_file lacking a call the run needs (sft_train): refused naming it", "lacks /plan/sft_train, which this run needs");
     PetscCall(PetscSNPrintf(opts, sizeof opts, "-plan_file %s -sft_train_ranks 0-7", path));
     PetscCall(make(8, opts, &file, &ierr));
-    if (!ierr) TRY(ierr, plan_check(&file, &sft));
+    if (!ierr) TEST_TRY(ierr, plan_check(&file, &sft));
     test_report((PetscBool)!ierr, "-plan_file lacking sft_train, given -sft_train_ranks: runs", "%s", ierr ? error_text(ierr) : "");
   }
   { /* a PPO file without /plan/critic_inf (the case) */
@@ -368,19 +349,19 @@ static PetscErrorCode test_roundtrip(const char *tmp)
     needs_ppo(&needs);
     PetscCall(PetscSNPrintf(opts, sizeof opts, "-plan_file %s", path));
     PetscCall(make(8, opts, &file, &ierr));
-    if (!ierr) TRY(ierr, plan_check(&file, &needs));
-    expect_error(ierr, "-plan_file without /plan/critic_inf for PPO: refused naming it", "lacks /plan/critic_inf, which this run needs");
+    if (!ierr) TEST_TRY(ierr, plan_check(&file, &needs));
+    test_expect_error(ierr, "-plan_file without /plan/critic_inf for PPO: refused naming it", "lacks /plan/critic_inf, which this run needs");
   }
 
   PetscCall(PetscSNPrintf(dir, sizeof dir, "%s/none", tmp));
   PetscCall(record_plan(dir, NULL, NULL, bare, sizeof bare));
-  TRY(ierr, plan_read_file(PETSC_COMM_WORLD, bare, &back));
+  TEST_TRY(ierr, plan_read_file(PETSC_COMM_WORLD, bare, &back));
   PetscCall(PetscSNPrintf(want, sizeof want, "plan file %s has no group /plan", bare));
-  expect_error(ierr, "a file without /plan: error naming the file", want);
+  test_expect_error(ierr, "a file without /plan: error naming the file", want);
   PetscCall(PetscSNPrintf(dir, sizeof dir, "%s/missing.h5", tmp));
-  TRY(ierr, plan_read_file(PETSC_COMM_WORLD, dir, &back));
+  TEST_TRY(ierr, plan_read_file(PETSC_COMM_WORLD, dir, &back));
   PetscCall(PetscSNPrintf(want, sizeof want, "plan file %s: no such file", dir));
-  expect_error(ierr, "a missing plan file: error naming the file", want);
+  test_expect_error(ierr, "a missing plan file: error naming the file", want);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -431,13 +412,13 @@ static PetscErrorCode test_hand_file(const char *tmp)
   if (!rank) write_hand_plan(path, 2);
   PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD));
   PetscCall(PetscMemzero(&plan, sizeof plan));
-  TRY(ierr, plan_read_file(PETSC_COMM_WORLD, path, &plan));
+  TEST_TRY(ierr, plan_read_file(PETSC_COMM_WORLD, path, &plan));
   test_report((PetscBool)(!ierr && plan.world == 4 && plan.zero1 && plan.bucket_mb == 8 && call_is(&plan.call[MFC_REF_INF], ranks, 2, 2, 1, 1) && plan.call[MFC_REF_INF].mbs == 2), "a plan file with integer attributes and int64 ranks is read", "%s", ierr ? error_text(ierr) : "wrong values");
   if (!rank) write_hand_plan(path, 1.5);
   PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD));
-  TRY(ierr, plan_read_file(PETSC_COMM_WORLD, path, &plan));
+  TEST_TRY(ierr, plan_read_file(PETSC_COMM_WORLD, path, &plan));
   PetscCall(PetscSNPrintf(want, sizeof want, "plan file %s /plan/ref_inf: attribute dp is 1.5", path));
-  expect_error(ierr, "a plan file with dp 1.5: error naming the file and the attribute", want);
+  test_expect_error(ierr, "a plan file with dp 1.5: error naming the file and the attribute", want);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

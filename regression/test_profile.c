@@ -16,26 +16,6 @@
 #include <string.h>
 
 
-#define TRY(ierr, call)                                              \
-  do {                                                               \
-    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL)); \
-    ierr = (call);                                                   \
-    PetscCall(PetscPopErrorHandler());                               \
-  } while (0)
-
-static void expect_error(PetscErrorCode ierr, const char *name, const char *want)
-{
-  char *msg = NULL;
-
-  if (!ierr) {
-    test_report(PETSC_FALSE, name, "succeeded; expected an error containing \"%s\"", want);
-    return;
-  }
-  PetscErrorMessage(ierr, NULL, &msg);
-  test_report((PetscBool)(msg && strstr(msg, want) && !strchr(msg, '\n')), name, "message \"%s\" lacks \"%s\" or is not one line", msg ? msg : "(none)", want);
-  printf("#   %s\n", msg ? msg : "(none)");
-}
-
 static void near(const char *name, double got, double want)
 {
   test_report((PetscBool)(fabs(got - want) <= 1e-9 * fabs(want) + 1e-18), name, "got %.12g, want %.12g", got, want);
@@ -142,11 +122,11 @@ static PetscErrorCode test_interpolation(const char *path)
   PetscCall(cost_prims_profile_check(&p, &s, "actor"));
   test_report(PETSC_TRUE, "the profiled shape is accepted (n_layer may differ)", NULL);
   wide.n_embd = 16;
-  TRY(ierr, cost_prims_profile_check(&p, &wide, "actor"));
-  expect_error(ierr, "a wider model is refused, naming the field", "n_embd is 8 there, 16 here");
+  TEST_TRY(ierr, cost_prims_profile_check(&p, &wide, "actor"));
+  test_expect_error(ierr, "a wider model is refused, naming the field", "n_embd is 8 there, 16 here");
   critic.value_head = PETSC_TRUE;
-  TRY(ierr, cost_prims_profile_check(&p, &critic, "critic"));
-  expect_error(ierr, "a critic shape absent from the profile is refused", "does not hold the critic's shape: value_head");
+  TEST_TRY(ierr, cost_prims_profile_check(&p, &critic, "critic"));
+  test_expect_error(ierr, "a critic shape absent from the profile is refused", "does not hold the critic's shape: value_head");
   PetscCall(p.destroy(p.ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -162,17 +142,17 @@ static PetscErrorCode test_bad_files(Profile *pf, const char *dir)
   pf->model[0].rows[1] = 0.5;
   PetscCall(profile_write(path, pf));
   pf->model[0].rows[1] = 4;
-  TRY(ierr, cost_prims_profile(path, &p));
-  expect_error(ierr, "rows not increasing: refused naming the dataset", "/model_0/rows is not increasing");
+  TEST_TRY(ierr, cost_prims_profile(path, &p));
+  test_expect_error(ierr, "rows not increasing: refused naming the dataset", "/model_0/rows is not increasing");
   PetscCall(PetscSNPrintf(path, sizeof path, "%s/bad_time.h5", dir));
   *profile_coll_entry(pf, COST_BCAST, 0, 1) = -1;
   PetscCall(profile_write(path, pf));
   *profile_coll_entry(pf, COST_BCAST, 0, 1) = 8e-6;
-  TRY(ierr, cost_prims_profile(path, &p));
-  expect_error(ierr, "a negative time: refused naming the dataset", "/collectives/seconds has -1");
+  TEST_TRY(ierr, cost_prims_profile(path, &p));
+  test_expect_error(ierr, "a negative time: refused naming the dataset", "/collectives/seconds has -1");
   PetscCall(PetscSNPrintf(path, sizeof path, "%s/none.h5", dir));
-  TRY(ierr, cost_prims_profile(path, &p));
-  expect_error(ierr, "no file: refused naming it", "none.h5");
+  TEST_TRY(ierr, cost_prims_profile(path, &p));
+  test_expect_error(ierr, "no file: refused naming it", "none.h5");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -124,6 +124,31 @@ static inline PetscBool test_report_close(const char *name, double got, double w
   return test_report(test_close(got, want, rel), name, "got %.9g, want %.9g", got, want);
 }
 
+/* Runs a PETSc call with its errors returned silently (no traceback) into ierr. */
+#define TEST_TRY(ierr, call)                                         \
+  do {                                                               \
+    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL)); \
+    ierr = (call);                                                   \
+    PetscCall(PetscPopErrorHandler());                               \
+  } while (0)
+
+/* Passes if ierr is an error whose message is one line containing want;
+ * world rank 0 shows the message ("#   ..."). */
+static inline void test_expect_error(PetscErrorCode ierr, const char *name, const char *want)
+{
+  char *msg = NULL;
+  int   world_rank = 0;
+
+  if (!ierr) {
+    test_report(PETSC_FALSE, name, "succeeded; expected an error containing \"%s\"", want);
+    return;
+  }
+  PetscErrorMessage(ierr, NULL, &msg);
+  test_report((PetscBool)(msg && strstr(msg, want) && !strchr(msg, '\n')), name, "message \"%s\" lacks \"%s\" or is not one line", msg ? msg : "(none)", want);
+  (void)MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  if (world_rank == 0) printf("#   %s\n", msg ? msg : "(none)");
+}
+
 /* The closing tally; returns the exit status (1 on any failure). */
 static inline int test_tally(void)
 {

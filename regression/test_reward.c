@@ -19,28 +19,6 @@
 static PetscMPIInt rank;
 static char        tmpdir[PETSC_MAX_PATH_LEN];
 
-/* Runs call with errors returned silently (no traceback). */
-#define TRY(ierr, call)                                              \
-  do {                                                               \
-    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL)); \
-    ierr = (call);                                                   \
-    PetscCall(PetscPopErrorHandler());                               \
-  } while (0)
-
-/* Passes if ierr is an error whose message contains want; shows the message. */
-static void expect_error(PetscErrorCode ierr, const char *name, const char *want)
-{
-  char *msg = NULL;
-
-  if (!ierr) {
-    test_report(PETSC_FALSE, name, "succeeded; expected an error containing \"%s\"", want);
-    return;
-  }
-  PetscErrorMessage(ierr, NULL, &msg);
-  test_report((PetscBool)(msg && strstr(msg, want)), name, "message \"%s\" lacks \"%s\"", msg ? msg : "(none)", want);
-  if (!rank) printf("#   %s\n", msg ? msg : "(none)");
-}
-
 /* s with newlines and tabs written \n and \t, so a report stays one line. */
 static const char *show(const char *s, char *buf, size_t len)
 {
@@ -292,9 +270,9 @@ static PetscErrorCode check_spec(void)
   PetscCall(reward_spec_parse("-reward_fn", "none", &sp));
   test_report((PetscBool)(sp.n == 0 && !reward_spec_needs_answer(&sp)), "spec: \"none\" has no terms", "n %d", sp.n);
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    TRY(ierr, reward_spec_parse("-reward_fn", bad[i].s, &sp));
+    TEST_TRY(ierr, reward_spec_parse("-reward_fn", bad[i].s, &sp));
     snprintf(name, sizeof name, "spec: \"%s\" is refused (%s)", bad[i].s, bad[i].why);
-    expect_error(ierr, name, bad[i].want);
+    test_expect_error(ierr, name, bad[i].want);
   }
 
   /* numeric 2*1 + format 0.5*1 + length 1*(-(8-5)/(10-5)) = 1.9 */
@@ -339,8 +317,8 @@ static PetscErrorCode check_table_strings(void)
   PetscCall(token_table_destroy(&tt));
   PetscCall(token_table_destroy(&noeos));
   test_report((PetscBool)(tt.V == 0 && !tt.off && !tt.bytes), "destroy zeroes the table", NULL);
-  TRY(ierr, token_table_from_strings(9, vocab, 9, &tt));
-  expect_error(ierr, "table from strings: eos_id outside the vocabulary is refused", "eos_id 9 is outside [-1, 9)");
+  TEST_TRY(ierr, token_table_from_strings(9, vocab, 9, &tt));
+  test_expect_error(ierr, "table from strings: eos_id outside the vocabulary is refused", "eos_id 9 is outside [-1, 9)");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -435,15 +413,15 @@ static PetscErrorCode check_table_file(void)
   test_report((PetscBool)(!found && tt.V == 0 && !tt.off && !tt.bytes), "read: a file without /tokenizer gives found false and an empty table", "found %d, V %d", (int)found, tt.V);
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     PetscCall(write_tok_file(bad[i].file, &bad[i].f, path));
-    TRY(ierr, token_table_read(PETSC_COMM_WORLD, path, &tt, &found));
+    TEST_TRY(ierr, token_table_read(PETSC_COMM_WORLD, path, &tt, &found));
     snprintf(name, sizeof name, "read: %s is one error naming the file and item", bad[i].why);
-    expect_error(ierr, name, bad[i].want);
+    test_expect_error(ierr, name, bad[i].want);
     snprintf(name, sizeof name, "read: after %s the table is empty and no HDF5 object is left open", bad[i].why);
     test_report((PetscBool)(tt.V == 0 && !tt.off && !tt.bytes && H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL) == 0), name, "V %d, open objects %zd", tt.V, (ssize_t)H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL));
   }
   PetscCall(PetscSNPrintf(path, sizeof path, "%s/missing.h5", tmpdir));
-  TRY(ierr, token_table_read(PETSC_COMM_WORLD, path, &tt, &found));
-  expect_error(ierr, "read: a missing file is one error naming it", "missing.h5: no such file");
+  TEST_TRY(ierr, token_table_read(PETSC_COMM_WORLD, path, &tt, &found));
+  test_expect_error(ierr, "read: a missing file is one error naming it", "missing.h5: no such file");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
