@@ -25,6 +25,7 @@ typedef struct {
   PetscReal   clip_low, clip_high;           /* the policy ratio's clip range [1 - low, 1 + high] (default -ppo_clip both) */
   PetscInt    loss_agg, kl_estimator;        /* RLLossAgg, RLKLEstimator (inc/rl.h) */
   PetscInt    kl_in;                         /* PPOKLIn: where the KL to the reference enters */
+  PetscInt    dynamic_sampling;              /* DAPO's dynamic sampling: candidate groups generated per group kept (0: off) */
   PetscInt    overlong_buffer;               /* DAPO's overlong shaping: the last tokens before max_new_tokens that pay */
   PetscReal   overlong_penalty;              /* its penalty at max_new_tokens */
   PetscBool   whiten, dump_rollouts, scale_std; /* scale_std: GRPO divides by the group's std (false: Dr. GRPO) */
@@ -32,6 +33,7 @@ typedef struct {
   char        prompts[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN];
   char        eval_file[PETSC_MAX_PATH_LEN]; /* -ppo_eval_file: held-out prompts with answers ("": the built-in task's) */
   PetscInt    eval_samples;                  /* -ppo_eval_samples: responses per held-out prompt (pass@k) */
+  PetscBool   eval_greedy;                   /* -ppo_eval_greedy: held-out responses greedy (training's are sampled) */
   /* rewards (-reward_*): the reward model's score times its weight, plus
    * rule functions of the response text, plus a user's command */
   char        reward_fn[256], reward_command[PETSC_MAX_PATH_LEN];

@@ -4,9 +4,10 @@
 # run as the rule it reimplements, a prompt file with reference answers,
 # -mode eval, GRPO with a rule reward on 2 ranks as on 1, the learning
 # regression, and the refusals (bad -reward_fn, answers missing or
-# mismatched, a reward command that fails, with the earlier checkpoint kept).
+# mismatched, a reward command that fails, with the earlier checkpoint kept),
+# and DAPO's dynamic sampling (its selection recomputed, on 2 ranks as on 1).
 . regression/lib.sh
-plan 18
+plan 22
 d="$RLFUSE_TMP/rlvr"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file input/arith_sft.deck -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT on the arithmetic task: $(tail -1 $d/sft.log)"
@@ -21,7 +22,7 @@ py "-mode eval" $d/eval <<'PY'
 import sys, re, h5py
 d = sys.argv[1]
 line = [l for l in open(d + ".log") if l.startswith("eval: gold")][0]
-g, k, r = (float(x) for x in re.search(r"gold ([0-9.]+), pass@4 ([0-9.]+), reward \+?([-0-9.]+)", line).groups())
+g, r, k = (float(x) for x in re.search(r"gold ([0-9.]+), KL to the reference [-0-9.]+, reward \+?([-0-9.]+), pass@4 ([0-9.]+)", line).groups())
 s = h5py.File(d + "/run.h5", "r")["summary"].attrs
 ok = abs(s["eval_gold"] - g) < 6e-4 and abs(s["eval_pass_k"] - k) < 6e-4 and 0 < g <= k <= 1 and abs(r - g) < 6e-4 and s["eval_prompts"] == 128 and s["eval_samples"] == 4
 print(("ok" if ok else "not ok") + f" - -mode eval: accuracy {g} <= pass@4 {k}, reward = accuracy for -reward_fn numeric, the same in run.h5 /summary")
@@ -73,6 +74,33 @@ PY
 # ---- the same run on 2 ranks (dp 2) ----
 if mpirun 2 $G -output_dir $d/two >$d/two.log 2>&1; then same_as_one_rank "GRPO with a rule reward on 2 ranks (dp 2)" one two
 else not_ok "GRPO on 2 ranks: $(tail -1 $d/two.log)"; fi
+
+# ---- DAPO's dynamic sampling ----
+# the candidates of iteration 1 are the rollout a run without it makes with
+# 3 times the batch (same prompts, same sample ids, same draws): the
+# selection must be the first 8 groups of 2 whose rewards differ, filled
+# with the first equal ones, in their order
+D="-options_file input/arith_grpo.deck -actor_checkpoint $d/sft/final.h5 -grpo_group 2 -ppo_minibatches 1 -ppo_eval_prompts 8 -ppo_checkpoint_every 0 -dump_rollouts -gen_top_k 8"
+mpirun 1 $D -rollout_batch 16 -ppo_iterations 2 -ppo_dynamic_sampling 3 -output_dir $d/dyn >$d/dyn.log 2>&1 || not_ok "dynamic sampling: $(tail -1 $d/dyn.log)"
+mpirun 1 $D -rollout_batch 48 -ppo_iterations 1 -output_dir $d/cand >$d/cand.log 2>&1 || not_ok "the candidates' run: $(tail -1 $d/cand.log)"
+py "dynamic sampling's selection" $d <<'PY'
+import sys, h5py, numpy as np
+d = sys.argv[1]
+with h5py.File(d + "/cand/rollouts.h5", "r") as c, h5py.File(d + "/dyn/rollouts.h5", "r") as y, h5py.File(d + "/dyn/run.h5", "r") as r:
+    fc, tc, lc = c["iter_0/final_scores"][()], c["iter_0/tokens"][()], c["iter_0/logprobs"][()]
+    ty, ly = y["iter_0/tokens"][()], y["iter_0/logprobs"][()]
+    diff = [q for q in range(24) if fc[2 * q] != fc[2 * q + 1]]
+    same = [q for q in range(24) if fc[2 * q] == fc[2 * q + 1]]
+    pick = sorted(diff[:8] + same[:max(0, 8 - len(diff))])
+    rows = [2 * q + j for q in pick for j in range(2)]
+    kept, filled = r["metrics/dynamic_kept_groups"][()], r["metrics/dynamic_filled_groups"][()]
+    ok = (ty.shape[0] == 16 and np.array_equal(ty, tc[rows]) and np.allclose(ly, lc[rows], rtol=0, atol=1e-6)
+          and kept[0] == len(diff) and filled[0] == max(0, 8 - len(diff)) and 0 < len(same))
+    print(("ok" if ok else "not ok") + f" - dynamic sampling keeps the first 8 of the {len(diff)} candidate groups whose rewards differ ({len(same)} equal), in order, with their tokens and log-probabilities; run.h5 counts them")
+PY
+if mpirun 2 $D -rollout_batch 16 -ppo_iterations 2 -ppo_dynamic_sampling 3 -output_dir $d/dyn2 >$d/dyn2.log 2>&1 && "$PYTHON" tools/run_diff.py $d/dyn $d/dyn2 >$d/dyn_diff.txt 2>&1
+then ok "dynamic sampling with top-k 8 on 2 ranks (dp 2) as on 1: rollouts and metrics ($(tail -1 $d/dyn_diff.txt))"
+else not_ok "dynamic sampling on 2 ranks differs from 1 rank"; tail -3 $d/dyn2.log $d/dyn_diff.txt | sed 's/^/# /'; fi
 
 # ---- the reward command: tools/reward_example.py as -reward_fn numeric ----
 C="-options_file input/arith_grpo.deck -actor_checkpoint $d/sft/final.h5 -rollout_batch 32 -grpo_group 4 -ppo_iterations 3 -ppo_eval_prompts 16 -ppo_checkpoint_every 0"
@@ -130,6 +158,8 @@ check "a reward command that exits in its fourth batch (iteration 3) ends the ru
   "[ $rc -ne 0 ] && [ \$(grep -c '^rlfuse: error: reward command \"$PYTHON $d/dies.py\": exited with status 3 .*sample 0, index' $d/dies.log) -eq 1 ]"
 check "... and the checkpoint of iteration 2 is whole (readable, iteration 2) and no temporary is left" bash -c \
   "h5dump -a /state/iteration $d/dies/ckpt_000002.h5 | grep -q '(0): 2' && ! ls $d/dies | grep -q tmp"
+expect_error "dynamic sampling with a reward model" "-ppo_dynamic_sampling selects groups by their rewards right after generation, before the reward model" -mode ppo $A -reward_checkpoint $d/sft/final.h5 -ppo_dynamic_sampling 2 -output_dir $d/x9
+expect_error "dynamic sampling for PPO" "-ppo_dynamic_sampling filters groups of -grpo_group responses: it needs a critic-free -algo" -mode ppo $A -algo ppo -critic_init actor -reward_fn numeric -ppo_dynamic_sampling 2 -output_dir $d/x10
 expect_error "a reward command that prints text" "line 1 (sample 0, index .*) is not a number: \"abc\"" -mode ppo $A -gen_max_new_tokens 6 -reward_command "while read l; do echo abc; done" -output_dir $d/x8
 
 # ---- the learning regression ----

@@ -55,6 +55,7 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   o->kl_in = KL_IN_AUTO;
   RfOptEnum("-kl_in", "Where the KL to the reference enters: reward (a per-token penalty in the rewards, k1), loss (a loss term with -ppo_kl_estimator), auto (loss for GRPO, reward otherwise)", kl_in_names, 3, &o->kl_in);
   RfOptEnum("-kl_estimator", "Estimator of KL(policy||reference) in the KL loss (-ppo_kl_in loss): k1 (log ratio), k2 (half its square), k3 (exp(-r) + r - 1)", kl_est_names, 3, &o->kl_estimator);
+  RfOptInt("-dynamic_sampling", "DAPO's dynamic sampling: generate this many times -rollout_batch, keep the first groups whose rewards are not all equal, fill with equal ones only if too few (0: off; critic-free -algo, rewards from -reward_fn or -reward_command)", 0, &o->dynamic_sampling);
   RfOptInt("-overlong_buffer", "DAPO's overlong reward shaping: a response longer than -gen_max_new_tokens minus this pays a penalty rising linearly to -ppo_overlong_penalty (0: off)", 0, &o->overlong_buffer);
   RfOptReal("-overlong_penalty", "The overlong shaping's penalty at -gen_max_new_tokens", 1.0, &o->overlong_penalty);
   RfOptReal("-value_clip", "Value clip around the old values (0: none)", 0.2, &o->value_clip);
@@ -64,7 +65,8 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptInt("-eval_every", "Held-out gold score every N iterations (0: only at the start and end)", 0, &o->eval_every);
   RfOptInt("-eval_prompts", "Held-out prompts in each evaluation (the built-in task's held-out split, or the first of -ppo_eval_file)", 256, &o->eval_prompts);
   RfOptString("-eval_file", "Held-out prompts with reference answers (a prompt file, docs/formats.md) for the evaluations instead of the built-in task's", o->eval_file, sizeof o->eval_file);
-  RfOptInt("-eval_samples", "Responses per held-out prompt: accuracy is over all of them, pass@k for k up to this count", 1, &o->eval_samples);
+  RfOptInt("-eval_samples", "Responses per held-out prompt: accuracy is over all of them, pass@k for k this count", 1, &o->eval_samples);
+  RfOptBool("-eval_greedy", "Held-out responses greedy (the most probable token) while training samples (-gen_greedy: both greedy)", PETSC_FALSE, &o->eval_greedy);
   PetscOptionsEnd();
   PetscOptionsBegin(PETSC_COMM_WORLD, "reward_", "Rewards", NULL);
   RfOptString("-fn", "Rule rewards on the response text, summed with weights: NAME[:WEIGHT],... of numeric (the last number or \\boxed{} answer equals the reference), exact (the response is the reference), format (an answer is stated and the response ended), length (0 up to -reward_length_start tokens, then down to -1 at -gen_max_new_tokens)", o->reward_fn, sizeof o->reward_fn);
@@ -123,8 +125,10 @@ static PetscErrorCode ppo_check_options(PPOOptions *o)
   PetscCheck(o->reward_model_weight >= 0 && o->reward_command_weight >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reward_model_weight and -reward_command_weight must be >= 0");
   PetscCheck(o->reward_command_timeout > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reward_command_timeout %g must be positive", (double)o->reward_command_timeout);
   PetscCheck(o->reward_length_start >= 0 && o->reward_length_start <= o->gen.max_new_tokens, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reward_length_start %" PetscInt_FMT " must be in [0, -gen_max_new_tokens %" PetscInt_FMT "]", o->reward_length_start, o->gen.max_new_tokens);
+  PetscCheck(o->dynamic_sampling == 0 || o->dynamic_sampling >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_dynamic_sampling %" PetscInt_FMT " must be 0 (off) or at least 2 (candidates per group kept)", o->dynamic_sampling);
+  PetscCheck(o->dynamic_sampling == 0 || o->algo != ALGO_PPO, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_sampling filters groups of -grpo_group responses: it needs a critic-free -algo (grpo, rloo, reinforce_pp)");
   PetscCheck(o->eval_samples >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_samples %" PetscInt_FMT " must be >= 1", o->eval_samples);
-  PetscCheck(o->eval_samples == 1 || !o->gen.greedy, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_eval_samples %" PetscInt_FMT " with -gen_greedy: greedy responses to one prompt are all the same", o->eval_samples);
+  PetscCheck(o->eval_samples == 1 || !(o->gen.greedy || o->eval_greedy), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_eval_samples %" PetscInt_FMT " with %s: greedy responses to one prompt are all the same", o->eval_samples, o->gen.greedy ? "-gen_greedy" : "-ppo_eval_greedy");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -295,14 +299,14 @@ static double mean_f(const float *x, int n)
 }
 
 /* ---- the loop ---------------------------------------------------------------- */
-/* One line of an evaluation: gold (accuracy with answers), pass@k, reward, KL. */
+/* One line of an evaluation: gold (accuracy with answers), KL, reward, pass@k. */
 static PetscErrorCode ppo_print_eval(const RunCtx *run, const char *what, const PPOEval *ev, const PPOOptions *o)
 {
   char pk[48] = "";
 
   PetscFunctionBegin;
   if (o->eval_samples > 1 && !isnan(ev->pass_k)) PetscCall(PetscSNPrintf(pk, sizeof pk, ", pass@%" PetscInt_FMT " %.3f", o->eval_samples, ev->pass_k));
-  PetscCall(PetscPrintf(run->comm, "%s gold %.3f%s, reward %+.3f, KL to the reference %.3f\n", what, ev->gold, pk, ev->reward, ev->kl));
+  PetscCall(PetscPrintf(run->comm, "%s gold %.3f, KL to the reference %.3f, reward %+.3f%s\n", what, ev->gold, ev->kl, ev->reward, pk));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -348,8 +352,14 @@ static PetscErrorCode ppo_record_rewards(RunRecord *rec, const PPOOptions *o, co
       if (!isnan(r->parts[(size_t)b * PPO_REWARD_PARTS + k])) sum += r->parts[(size_t)b * PPO_REWARD_PARTS + k], used++;
     if (used) PetscCall(record_metric(rec, part_names[k], sum / r->B));
   }
-  if (o->eval_samples > 1) PetscCall(record_metric(rec, "eval_pass_k", ev->pass_k));
-  PetscCall(record_metric(rec, "eval_reward", ev->reward));
+  if (o->dynamic_sampling) {
+    PetscCall(record_metric(rec, "dynamic_kept_groups", r->kept_groups));
+    PetscCall(record_metric(rec, "dynamic_filled_groups", r->filled_groups));
+  }
+  if (o->eval_every > 0 && o->eval_every < o->iterations) { /* with evaluations during the run (NaN between them) */
+    if (o->eval_samples > 1) PetscCall(record_metric(rec, "eval_pass_k", ev->pass_k));
+    PetscCall(record_metric(rec, "eval_reward", ev->reward));
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -410,7 +420,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
 
   PetscFunctionBegin;
   PetscCall(train_record_open(run, algo_names[o->algo], &o->plan, needs, &rec));
-  PetscCall(rollout_create((int)o->rollout_batch, ps->max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
+  PetscCall(rollout_create((int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling)), ps->max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
   PetscCall(packbuf_create((int)o->rollout_batch, r.T, &pb));
   PetscCall(sys_output_path(run, "rollouts.h5", path, sizeof path));
   {
@@ -530,6 +540,8 @@ static PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const GPTCon
   if (o->restart[0]) PetscCall(ckpt_has_role(run->comm, o->restart, "reward", &o->has_reward_model));
   else o->has_reward_model = (PetscBool)(o->reward_ckpt[0] != 0);
   PetscCheck(o->has_reward_model || o->reward_spec.n || o->reward_command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-restart %s holds no reward model: give the run's reward, -reward_fn or -reward_command", o->restart);
+  PetscCheck(!o->dynamic_sampling || !o->has_reward_model, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_sampling selects groups by their rewards right after generation, before the reward model's call: use rewards from -reward_fn or -reward_command only");
+  PetscCheck(!o->dynamic_sampling || o->plan.fuse == FUSE_NONE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_sampling with -fuse_gen_inf %s: fused samples go to inference before the selection; use -fuse_gen_inf none", FuseModeNames[o->plan.fuse]);
   if (!o->has_reward_model) {
     PetscCheck(!ppo_trains_critic(o) || o->critic_init == CRITIC_FROM_ACTOR || o->restart[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-critic_init reward starts the critic from the reward model, and there is none (no -reward_checkpoint): use -critic_init actor");
     PetscCheck(o->plan.fuse == FUSE_NONE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s streams samples to the inference calls including the reward model's, and there is none (rewards from -reward_fn or -reward_command only): use -fuse_gen_inf none", FuseModeNames[o->plan.fuse]);

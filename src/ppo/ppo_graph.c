@@ -83,6 +83,12 @@ static PetscErrorCode share_generation(void *ctx)
   PetscFunctionBegin;
   if (c->o->plan.fuse == FUSE_MIGRATE) PetscCall(rollout_share_gen_owned(ppo_gen_model(c->m)->mesh, &c->part, c->r));
   else PetscCall(rollout_share_gen(ppo_gen_model(c->m)->mesh, &c->part, c->r));
+  if (c->o->dynamic_sampling) { /* the rewards now, to keep the groups whose rewards differ (DAPO) */
+    PetscCall(rollout_rule_rewards(&c->m->rew, c->o, c->r));
+    PetscCall(rollout_command_rewards(&c->m->rew, c->o, c->r, (int)c->st->iteration));
+    rollout_final_scores(c->r, c->o);
+    rollout_dynamic_select(c->r, (int)c->o->rollout_batch, (int)c->o->group);
+  }
   if (c->m->gen_drop) PetscCall(dmodel_release(&c->m->actor_gen, PETSC_FALSE));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -160,6 +166,7 @@ static PetscErrorCode run_rewards(void *ctx)
 {
   IterCtx *c = (IterCtx *)ctx;
   PetscFunctionBegin;
+  if (c->o->dynamic_sampling) PetscFunctionReturn(PETSC_SUCCESS); /* computed with the selection (share_generation) */
   PetscCall(rollout_rule_rewards(&c->m->rew, c->o, c->r));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -168,6 +175,7 @@ static PetscErrorCode share_rewards(void *ctx)
 {
   IterCtx *c = (IterCtx *)ctx;
   PetscFunctionBegin;
+  if (c->o->dynamic_sampling) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(rollout_command_rewards(&c->m->rew, c->o, c->r, (int)c->st->iteration));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -283,6 +291,7 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest
 
   PetscFunctionBegin;
   PetscCall(iter_ctx(m, o, r, pb, (int)(o->rollout_batch / o->minibatches / o->microbatches), &c));
+  r->B = r->gen.n = r->Bcap; /* -ppo_dynamic_sampling: every candidate row generates; the selection brings it back to -rollout_batch */
   c.req = req, c.max_prompt = max_prompt, c.st = st, c.ts = ts;
   PetscCall(PetscMemzero(ts, sizeof *ts));
   PetscCall(PetscMemzero(tm, sizeof *tm));

@@ -98,8 +98,10 @@ typedef struct {
   int     *start, *len;                 /* [B]: response start and length */
   /* the rows' prompts (set by the caller, not owned): reference answers,
    * metadata, the prompt's index in its source; NULL when there are none */
-  const char *const *answer, *const *meta;
-  const int64_t     *pidx;
+  const char **answer, **meta;
+  int64_t     *pidx;
+  int          Bcap;                    /* rows allocated (-ppo_dynamic_sampling: candidates generated; B after the selection) */
+  int          kept_groups, filled_groups; /* -ppo_dynamic_sampling: candidate groups whose rewards differ; groups of equal rewards used to fill */
 } Rollout;
 
 /* Scratch for packing up to nmax sequences into forward rows. */
@@ -157,6 +159,13 @@ PetscErrorCode rollout_command_rewards(PPORewards *rw, const PPOOptions *o, Roll
 /* r->final from the reward model's score (when there is one), the rule
  * rewards and the overlong shaping. */
 void rollout_final_scores(Rollout *r, const PPOOptions *o);
+/* DAPO's dynamic sampling (-ppo_dynamic_sampling F): of the F x B
+ * candidate rows (groups of k consecutive rows, rewards already computed),
+ * keeps the first B/k groups whose final scores are not all equal, fills up
+ * with the first equal ones when there are too few, and moves the kept
+ * rows, in their order, to rows 0..B-1 (r->B becomes B). Every rank does
+ * the same on its copy of the rollout. */
+void rollout_dynamic_select(Rollout *r, int B, int k);
 /* Rewards (KL + score), then GAE + whitening (PPO) or group advantages (GRPO). */
 PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coef);
 /* Appends group /iter_<k> to <output_dir>/rollouts.h5 (created at iteration 0 or on first use). */

@@ -12,7 +12,7 @@
 #define PPO_ANSWER_LEN     32         /* a built-in task's answer text, NUL included */
 #define PPO_EVAL_ITERATION 0x45564100u /* "EVA": the same draws for every policy evaluated */
 
-/* A rollout batch too large for memory would fail deep in an allocation
+/* A rollout batch (with -ppo_dynamic_sampling F, F times it) too large for memory would fail deep in an allocation
  * naming neither the option nor the size. Every rank holds the whole
  * rollout: tokens and at least seven float arrays over [B, T] (log-probs,
  * reference, values, rewards, advantages, returns, masks), so 32 bytes per
@@ -20,7 +20,7 @@
  * positions must also fit the int the arrays are indexed with. */
 static PetscErrorCode ppo_check_memory(const RunCtx *run, const PPOOptions *o, int max_prompt)
 {
-  double T = (double)max_prompt + (double)o->gen.max_new_tokens, pos = (double)o->rollout_batch * T, need = 32.0 * pos, avail = sys_memory_available();
+  double T = (double)max_prompt + (double)o->gen.max_new_tokens, pos = (double)o->rollout_batch * PetscMax(1, o->dynamic_sampling) * T, need = 32.0 * pos, avail = sys_memory_available();
   char   a[32], b[32];
 
   PetscFunctionBegin;
@@ -82,7 +82,7 @@ static PetscErrorCode evalset_setup(const RunCtx *run, const PPOOptions *o, PPOE
 
 PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, PromptSource *ps)
 {
-  int B = (int)o->rollout_batch;
+  int B = (int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling)); /* the candidates' prompts */
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(ps, sizeof *ps));
@@ -124,7 +124,7 @@ PetscErrorCode prompts_destroy(PromptSource *ps)
 
 PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_pos, int *used)
 {
-  int B = (int)o->rollout_batch, k = o->algo != ALGO_PPO ? (int)o->group : 1;
+  int B = (int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling)), k = o->algo != ALGO_PPO ? (int)o->group : 1;
 
   PetscFunctionBegin;
   for (int p = 0; p < B / k; p++) {
@@ -193,7 +193,11 @@ PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, c
   r.answer = e->answer, r.meta = e->meta, r.pidx = e->pidx;
   PetscCall(packbuf_create(N, r.T, &pb));
   PetscCall(dmodel_acquire(policy));
-  PetscCall(rollout_generate_part(policy, &o->gen, max_prompt, seed, PPO_EVAL_ITERATION, e->req, &r, &part));
+  {
+    GenConfig gen = o->gen; /* -ppo_eval_greedy: the most probable token, whatever training samples with */
+    if (o->eval_greedy) gen.greedy = PETSC_TRUE;
+    PetscCall(rollout_generate_part(policy, &gen, max_prompt, seed, PPO_EVAL_ITERATION, e->req, &r, &part));
+  }
   if (offloaded) PetscCall(dmodel_release(policy, PETSC_TRUE));
   PetscCall(rollout_share_gen(policy->mesh, &part, &r));
   PetscCall(ppo_ref_call(m, o, &r, &pb, PetscMin(N, 64)));

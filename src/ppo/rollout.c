@@ -8,6 +8,7 @@
  * before token s+1), so forward row s maps to aligned index s+1. */
 #include "ppo_impl.h"
 #include <math.h>
+#include <string.h>
 
 PetscErrorCode rollout_create(int B, int T, PetscBool masked, Rollout *r)
 {
@@ -22,6 +23,8 @@ PetscErrorCode rollout_create(int B, int T, PetscBool masked, Rollout *r)
   PetscCall(PetscCalloc2(B, &r->rule, (size_t)B * PPO_REWARD_PARTS, &r->parts));
   r->answer = r->meta = NULL;
   r->pidx   = NULL;
+  r->Bcap   = B;
+  r->kept_groups = r->filled_groups = 0;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -315,4 +318,54 @@ PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, i
   PetscCall(io_group_append(comm, path, group, d, (int)(sizeof d / sizeof d[0]), an, av, 3));
   PetscCall(PetscFree(steps));
   PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Row src of the rollout to row dst <= src (the allowed sets' ids too:
+ * every earlier kept row came from a row before src, so their ids fit below
+ * src's and the move runs forward in place). */
+static void rollout_move_row(Rollout *r, int src, int dst, int *nid)
+{
+  GenBatch *g = &r->gen;
+  size_t    T = (size_t)r->T;
+
+  if (g->mask_off) {
+    int k0 = g->mask_off[(size_t)src * T], k1 = g->mask_off[(size_t)(src + 1) * T], base = *nid;
+    int offs[T + 1];
+    for (size_t t = 0; t <= T; t++) offs[t] = g->mask_off[(size_t)src * T + t] - k0 + base;
+    memmove(g->mask_ids + base, g->mask_ids + k0, (size_t)(k1 - k0) * sizeof(int));
+    for (size_t t = 0; t <= T; t++) g->mask_off[(size_t)dst * T + t] = offs[t];
+    *nid = base + (k1 - k0);
+  }
+  if (src == dst) return;
+  memmove(g->tokens + (size_t)dst * T, g->tokens + (size_t)src * T, T * sizeof(int));
+  memmove(g->logprobs + (size_t)dst * T, g->logprobs + (size_t)src * T, T * sizeof(float));
+  g->prompt_len[dst] = g->prompt_len[src], g->response_len[dst] = g->response_len[src], g->eos[dst] = g->eos[src];
+  r->start[dst] = r->start[src], r->len[dst] = r->len[src];
+  r->score[dst] = r->score[src], r->final[dst] = r->final[src], r->gold[dst] = r->gold[src], r->rule[dst] = r->rule[src];
+  memmove(r->parts + (size_t)dst * PPO_REWARD_PARTS, r->parts + (size_t)src * PPO_REWARD_PARTS, PPO_REWARD_PARTS * sizeof(float));
+  if (r->answer) r->answer[dst] = r->answer[src];
+  if (r->meta) r->meta[dst] = r->meta[src];
+  if (r->pidx) r->pidx[dst] = r->pidx[src];
+}
+
+void rollout_dynamic_select(Rollout *r, int B, int k)
+{
+  int  G = B / k, ncand = r->B / k, nkeep = 0, nid = 0, dst = 0;
+  char keep[ncand > 0 ? ncand : 1];
+
+  r->kept_groups = r->filled_groups = 0;
+  for (int q = 0; q < ncand; q++) {
+    float lo = r->final[q * k], hi = lo;
+    for (int j = 1; j < k; j++) lo = PetscMin(lo, r->final[q * k + j]), hi = PetscMax(hi, r->final[q * k + j]);
+    r->kept_groups += hi > lo;
+    keep[q] = (char)(hi > lo && nkeep < G);
+    nkeep += keep[q];
+  }
+  for (int q = 0; q < ncand && nkeep < G; q++) /* too few: the first groups of equal rewards fill the batch */
+    if (!keep[q]) keep[q] = 1, nkeep++, r->filled_groups++;
+  for (int q = 0; q < ncand; q++)
+    if (keep[q])
+      for (int j = 0; j < k; j++) rollout_move_row(r, q * k + j, dst++, &nid);
+  if (r->gen.mask_off) r->gen.mask_off[(size_t)B * r->T] = nid;
+  r->B = r->gen.n = B;
 }
