@@ -7,7 +7,7 @@
 # mismatched, a reward command that fails, with the earlier checkpoint kept),
 # and DAPO's dynamic sampling (its selection recomputed, on 2 ranks as on 1).
 . regression/lib.sh
-plan 22
+plan 23
 d="$RLFUSE_TMP/rlvr"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file input/arith_sft.deck -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT on the arithmetic task: $(tail -1 $d/sft.log)"
@@ -140,6 +140,22 @@ PY
 F="-options_file input/arith_grpo.deck -actor_checkpoint $d/sft/final.h5 -rollout_batch 32 -grpo_group 4 -ppo_iterations 2 -ppo_checkpoint_every 0 -ppo_eval_prompts 32"
 mpirun 1 $F -ppo_prompts $d/train_ans.h5 -ppo_eval_file $d/held_ans.h5 -output_dir $d/file >$d/file.log 2>&1 || not_ok "GRPO on a prompt file: $(tail -1 $d/file.log)"
 check "GRPO on a prompt file with answers, evaluated on a held-out file: accuracy before and after on its 32 prompts" grep -q "held-out gold score [0-9.]* (SFT policy) -> [0-9.]* .* on 32 held-out prompts" $d/file.log
+# the text through the checkpoint's /tokenizer (not the task's characters: -task sort) and carried into the checkpoints written
+"$PYTHON" - $d <<'PY' || not_ok "a checkpoint with /tokenizer"
+import sys, shutil, h5py, numpy as np
+d = sys.argv[1]
+V = [b"", b"", b"", b""] + [c.encode() for c in "0123456789+-*=?., "] + [bytes([c]) for c in range(97, 123)]
+shutil.copy(d + "/sft/final.h5", d + "/tok.h5")
+with h5py.File(d + "/tok.h5", "a") as f:
+    g = f.create_group("tokenizer")
+    g["token_bytes"] = np.frombuffer(b"".join(V), dtype=np.uint8)
+    g["token_offsets"] = np.concatenate([[0], np.cumsum([len(v) for v in V])]).astype(np.int64)
+    g.attrs["eos_id"] = np.int32(3)
+PY
+mpirun 1 $F -task sort -actor_checkpoint $d/tok.h5 -ppo_prompts $d/train_ans.h5 -ppo_eval_file $d/held_ans.h5 -output_dir $d/tok >$d/tok.log 2>&1 || not_ok "GRPO with the checkpoint's tokenizer: $(tail -1 $d/tok.log)"
+if "$PYTHON" tools/ckpt_diff.py --params-tol 1e-12 $d/file/final.h5 $d/tok/final.h5 >$d/diff_tok.txt 2>&1 && h5diff $d/tok.h5 $d/tok/final.h5 /tokenizer /tokenizer >/dev/null 2>&1
+then ok "the responses read through the checkpoint's /tokenizer train exactly as through the task's characters, and PPO's checkpoint carries that /tokenizer"
+else not_ok "the checkpoint's tokenizer: other weights, or no /tokenizer in the PPO checkpoint"; tail -2 $d/diff_tok.txt | sed 's/^/# /'; fi
 
 # ---- refusals: one line, non-zero exit, nothing written ----
 expect_error "an unknown rule" "-reward_fn numerc: unknown rule 'numerc'" -mode ppo $A -reward_fn numerc -output_dir $d/x1

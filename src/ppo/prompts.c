@@ -183,12 +183,12 @@ PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, c
   PackBuf   pb;
   PetscBool offloaded = (PetscBool)(policy->host != NULL);
   double    s = 0;
-  PPOGold   train_gold = m->rew.gold;
+  PPOGold   train_gold = m->rew.gold, gold = e->gold == PPO_GOLD_ANSWER && !m->rew.have_tt ? PPO_GOLD_NONE : e->gold; /* answers need the text */
 
   PetscFunctionBegin;
   ev->gold = ev->kl = ev->pass_k = ev->reward = NAN;
   if (N == 0) PetscFunctionReturn(PETSC_SUCCESS);
-  m->rew.gold = e->gold; /* what the held-out prompts' judge is */
+  m->rew.gold = gold; /* what the held-out prompts' judge is */
   PetscCall(rollout_create(N, max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
   r.answer = e->answer, r.meta = e->meta, r.pidx = e->pidx;
   PetscCall(packbuf_create(N, r.T, &pb));
@@ -208,12 +208,12 @@ PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, c
   rollout_final_scores(&r, o);
   for (int b = 0; b < N; b++) s += r.final[b];
   ev->reward = s / N;
-  if (e->gold != PPO_GOLD_NONE) {
+  if (gold != PPO_GOLD_NONE) {
     double g = 0;
     for (int b = 0; b < N; b++) g += r.gold[b];
     ev->gold = g / N;
   }
-  if (e->gold == PPO_GOLD_ANSWER) ev->pass_k = pass_at_k(&r, e->n, e->k);
+  if (gold == PPO_GOLD_ANSWER) ev->pass_k = pass_at_k(&r, e->n, e->k);
   ev->kl = rollout_kl(&r);
   PetscCall(packbuf_destroy(&pb));
   PetscCall(rollout_destroy(&r));

@@ -32,8 +32,12 @@ PetscErrorCode ppo_rewards_setup(const RunCtx *run, const PPOOptions *o, const c
     PetscCall(token_table_from_strings(arith_vocab_size(), arith_vocab(), TASK_EOS, &rw->tt));
     found = PETSC_TRUE;
   }
+  if (!found && !o->reward_spec.n && !o->reward_command[0]) { /* only the judge wanted the text: no accuracy then */
+    if (rw->gold == PPO_GOLD_ANSWER) rw->gold = PPO_GOLD_NONE;
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
   PetscCheck(found, run->comm, PETSC_ERR_ARG_INCOMP, "%s reads responses as text, but %s has no /tokenizer (docs/formats.md; tools/gguf_import.py writes one) and the task is not the built-in arithmetic one (-task arith)",
-             o->reward_spec.n ? "-reward_fn" : o->reward_command[0] ? "-reward_command" : "judging answers", ntables && tables[0] && tables[0][0] ? tables[0] : "the actor's checkpoint");
+             o->reward_spec.n ? "-reward_fn" : "-reward_command", ntables && tables[0] && tables[0][0] ? tables[0] : "the actor's checkpoint");
   rw->have_tt = PETSC_TRUE;
   PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   if (o->reward_command[0] && rank == 0 && !run->dry_run) PetscCall(reward_command_start(o->reward_command, o->reward_command_timeout, &rw->cmd));
@@ -79,7 +83,9 @@ static PetscErrorCode rewards_command(PPORewards *rw, const PPOOptions *o, Rollo
     for (int b = 0; b < r->B; b++) {
       size_t n;
       PetscCall(PetscStrallocpy(response_text(rw, r, b, &n), &resp[b]));
-      token_table_decode(&rw->tt, r->gen.tokens + (size_t)b * r->T, r->start[b], &rw->ptext, &rw->pcap);
+      TokenTable all = rw->tt;
+      all.eos_id     = -1; /* a chat prompt holds end-of-turn tokens: all of it */
+      token_table_decode(&all, r->gen.tokens + (size_t)b * r->T, r->start[b], &rw->ptext, &rw->pcap);
       PetscCall(PetscStrallocpy(rw->ptext, &prom[b]));
       s[b] = (RewardSample){r->pidx ? r->pidx[b] : b, prom[b], resp[b], r->answer && r->answer[b] ? r->answer[b] : "", r->meta && r->meta[b] ? r->meta[b] : ""};
     }
