@@ -24,8 +24,11 @@ import numpy as np
 CURVES = [
     ("loss", ["loss", "actor_loss"]),
     ("held-out loss", ["eval_loss"]),
-    ("gold score (judge)", ["gold"]),
-    ("held-out gold", ["eval_gold"]),
+    ("gold (judge score, or accuracy)", ["gold"]),
+    ("held-out gold (or accuracy)", ["eval_gold"]),
+    ("held-out pass@k", ["eval_pass_k"]),
+    ("reward (mean)", ["reward"]),
+    ("held-out reward", ["eval_reward"]),
     ("reward-model score", ["rm_score"]),
     ("pairwise accuracy (held-out)", ["eval_accuracy"]),
     ("KL to the reference (nats/response)", ["kl"]),

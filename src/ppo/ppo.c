@@ -339,18 +339,22 @@ static PetscErrorCode ppo_record_fusion(RunRecord *rec, const StageTimes *tm)
 /* The reward and its parts (the means over the batch of the unweighted
  * rule functions and the command, for those in use), and the held-out
  * evaluation's accuracy, pass@k and reward. */
-static PetscErrorCode ppo_record_rewards(RunRecord *rec, const PPOOptions *o, const Rollout *r, const PPOEval *ev)
+static PetscErrorCode ppo_record_rewards(RunRecord *rec, const PPOOptions *o, const Rollout *r, const PPOEval *ev, char *line, size_t len)
 {
   static const char *const part_names[PPO_REWARD_PARTS] = {"reward_numeric", "reward_exact", "reward_format", "reward_length", "reward_command"};
+  size_t                   at = 0;
 
   PetscFunctionBegin;
+  line[0] = '\0';
   PetscCall(record_metric(rec, "reward", mean_f(r->final, r->B)));
   for (int k = 0; k < PPO_REWARD_PARTS; k++) {
     double sum = 0;
     int    used = 0;
     for (int b = 0; b < r->B; b++)
       if (!isnan(r->parts[(size_t)b * PPO_REWARD_PARTS + k])) sum += r->parts[(size_t)b * PPO_REWARD_PARTS + k], used++;
-    if (used) PetscCall(record_metric(rec, part_names[k], sum / r->B));
+    if (!used) continue;
+    PetscCall(record_metric(rec, part_names[k], sum / r->B));
+    if (at < len) at += (size_t)snprintf(line + at, len - at, " %s %.3f", part_names[k] + 7, sum / r->B); /* for the progress line: "numeric 0.520" */
   }
   if (o->dynamic_sampling) {
     PetscCall(record_metric(rec, "dynamic_kept_groups", r->kept_groups));
@@ -366,6 +370,7 @@ static PetscErrorCode ppo_record_rewards(RunRecord *rec, const PPOOptions *o, co
 static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPOOptions *o, const PPOModels *m, const Rollout *r, const PPOTrainStats *s, const StageTimes *tm, double kl, double kl_coef, const PPOEval *ev, double iter_s, int it, int n_it)
 {
   double n = s->steps ? (double)s->steps : 1.0, len = 0, lmax = 0, eos = 0, toks = 0;
+  char   parts[128];
 
   PetscFunctionBegin;
   for (int b = 0; b < r->B; b++) {
@@ -391,7 +396,7 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
   PetscCall(record_time(rec, "critic_inference", tm->critic));
   PetscCall(record_time(rec, "rewards", tm->rules));
   PetscCall(record_time(rec, "advantages", tm->adv));
-  PetscCall(ppo_record_rewards(rec, o, r, ev));
+  PetscCall(ppo_record_rewards(rec, o, r, ev, parts, sizeof parts));
   if (m->fuse.on) PetscCall(record_time(rec, "fused_train", s->t_actor)); /* both models in one node */
   else {
     PetscCall(record_time(rec, "actor_train", s->t_actor));
@@ -406,7 +411,7 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
     PetscCall(record_metric(rec, "critic_sync_bytes", tm->sync_critic_bytes));
   }
   if (m->plan->fuse != FUSE_NONE) PetscCall(ppo_record_fusion(rec, tm));
-  PetscCall(PetscPrintf(run->comm, "iter %4d/%d | gold %.3f | reward %+.3f | kl %.3f | actor %+.4f | critic %.4f | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s\n", it, n_it, vals[0], mean_f(r->final, r->B), kl, vals[4], vals[5], vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic));
+  PetscCall(PetscPrintf(run->comm, "iter %4d/%d | gold %.3f | reward %+.3f%s | kl %.3f | actor %+.4f | critic %.4f | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s\n", it, n_it, vals[0], mean_f(r->final, r->B), parts, kl, vals[4], vals[5], vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
