@@ -7,7 +7,7 @@
 # mismatched, a reward command that fails, with the earlier checkpoint kept),
 # and DAPO's dynamic sampling (its selection recomputed, on 2 ranks as on 1).
 . regression/lib.sh
-plan 23
+plan 24
 d="$RLFUSE_TMP/rlvr"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file input/arith_sft.deck -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT on the arithmetic task: $(tail -1 $d/sft.log)"
@@ -70,6 +70,13 @@ with h5py.File(d + "/rollouts.h5", "r") as f, h5py.File(d + "/run.h5", "r") as r
 if plain < 0.8 * total: bad.append(("too few plain responses", plain, total))
 print(("ok" if not bad else "not ok") + f" - the numeric and format rewards and gold of {plain} of {total} responses recomputed from their text, final = rule rewards; run.h5 reward and reward_numeric are their means; eval_gold after iteration 2" + ("" if not bad else f": {bad[:3]}"))
 PY
+
+# -mode eval of the PPO checkpoint's actor, on 2 ranks as on 1
+E="-mode eval $A -reward_fn numeric -ppo_eval_prompts 64 -ppo_eval_samples 2 -gen_max_new_tokens 6"
+mpirun 1 $E -actor_checkpoint $d/one/final.h5 -output_dir $d/eval1 >$d/eval1.log 2>&1
+mpirun 2 $E -actor_checkpoint $d/one/final.h5 -output_dir $d/eval2 >$d/eval2.log 2>&1
+check "-mode eval of a PPO checkpoint (its actor) prints the same accuracy, pass@2 and reward on 2 ranks as on 1" bash -c \
+  "l1=\$(grep '^eval: gold' $d/eval1.log) && [ -n \"\$l1\" ] && [ \"\$l1\" = \"\$(grep '^eval: gold' $d/eval2.log)\" ]"
 
 # ---- the same run on 2 ranks (dp 2) ----
 if mpirun 2 $G -output_dir $d/two >$d/two.log 2>&1; then same_as_one_rank "GRPO with a rule reward on 2 ranks (dp 2)" one two

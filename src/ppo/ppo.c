@@ -382,7 +382,8 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
   len /= r->B;
   const char *names[] = {"gold", "rm_score", "kl", "kl_coef", "actor_loss", "critic_loss", "kl_loss", "clip_frac", "value_clip_frac", "entropy", "response_len_mean", "response_len_max", "eos_frac", "actor_grad_norm", "critic_grad_norm", "tokens_per_s", "eval_gold"};
   double      vals[]  = {mean_f(r->gold, r->B), mean_f(r->score, r->B), kl, kl_coef, s->actor_loss / n, s->critic_loss / n, s->kl_loss / n, s->clipfrac / n, s->vclipfrac / n, s->entropy / n, len, lmax, eos / r->B, s->grad_actor / n, s->grad_critic / n, toks / iter_s, ev->gold};
-  for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++) PetscCall(record_metric(rec, names[k], vals[k]));
+  for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++)
+    if (k != 1 || m->has_reward) PetscCall(record_metric(rec, names[k], vals[k])); /* rm_score: with a reward model */
   { /* this iteration's response lengths, replacing the previous iteration's: the histogram of tools/report.py */
     const IODataset   dl   = {"lengths", 1, {r->B, 0}, r->len, PETSC_TRUE};
     const char *const an[] = {"iteration"};
