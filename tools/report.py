@@ -119,7 +119,8 @@ def draw(runs, names, out):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curves = [(t, ks) for t, ks in CURVES if any(k in r["metrics"] and np.isfinite(r["metrics"][k]).any() for r in runs for k in ks)]
+    # a curve some run measured: finite and not all zero (a critic-free run's critic loss, say)
+    curves = [(t, ks) for t, ks in CURVES if any(k in r["metrics"] and np.isfinite(r["metrics"][k]).any() and np.nanmax(np.abs(r["metrics"][k])) > 0 for r in runs for k in ks)]
     stages = sorted({s for r in runs for s, v in r["stages"].items() if (v > 0).any()})
     has_len = any(r["lengths"] is not None for r in runs)
     npanel = len(curves) + len(runs) * bool(stages) + bool(stages) + has_len
