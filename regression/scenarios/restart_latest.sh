@@ -1,9 +1,10 @@
 # -restart latest (what a requeued batch job runs): a fresh start when the
 # output directory has no checkpoint; otherwise the checkpoint with the most
 # steps, skipping a truncated one and a temporary left by a killed write,
-# ending bit-identical to an uninterrupted run. SFT and PPO.
+# ending bit-identical to an uninterrupted run. SFT and PPO, and a first
+# pipeline run (the Slurm template's) whose stages all start fresh.
 . regression/lib.sh
-plan 5
+plan 6
 d="$RLFUSE_TMP/restart_latest"; mkdir -p $d; deck=regression/decks/tiny.deck
 rlfuse -options_file $deck -output_dir $d/full -checkpoint_every 2 >$d/full.log 2>&1 || not_ok "uninterrupted SFT run"
 rlfuse -options_file $deck -output_dir $d/fresh -restart latest >$d/fresh.log 2>&1 || not_ok "fresh start: $(tail -1 $d/fresh.log)"
@@ -25,4 +26,9 @@ ppo -output_dir $d/ppo_full >$d/ppo_full.log 2>&1 || not_ok "PPO run: $(tail -1 
 mkdir -p $d/ppo_pre && cp $d/ppo_full/ckpt_000002.h5 $d/ppo_pre/
 ppo -output_dir $d/ppo_pre -restart latest >$d/ppo_pre.log 2>&1 || not_ok "PPO resume: $(tail -1 $d/ppo_pre.log)"
 check "PPO -restart latest resumes from iteration 2 and ends bit-identical (all four models)" bash -c "grep -q 'restart latest: $d/ppo_pre/ckpt_000002.h5' $d/ppo_pre.log && h5diff -q $d/ppo_full/final.h5 $d/ppo_pre/final.h5 /actor /actor && h5diff -q $d/ppo_full/final.h5 $d/ppo_pre/final.h5 /critic /critic"
+# a pipeline's first run under -restart latest: every stage checked (PPO's
+# before its checkpoints exist), then started fresh
+rlfuse -options_file regression/decks/slurm.deck -sft_steps 20 -policy_decay_steps 20 -ppo_iterations 1 -restart latest -output_dir $d/pipe >$d/pipe.log 2>&1 || not_ok "pipeline: $(tail -1 $d/pipe.log)"
+check "a pipeline's first run with -restart latest starts SFT, RM and PPO fresh" bash -c \
+  "[ \$(grep -c 'restart latest: no complete checkpoint in .*, starting fresh' $d/pipe.log) -eq 3 ] && [ -f $d/pipe/ppo/final.h5 ]"
 finish

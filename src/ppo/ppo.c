@@ -543,7 +543,8 @@ static PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const GPTCon
     if (!policy_role) src[0].role = src[2].role = "actor";
     if (o->reference_ckpt[0]) src[2].role = "policy";
   }
-  if (o->restart[0]) PetscCall(ckpt_has_role(run->comm, o->restart, "reward", &o->has_reward_model));
+  /* with policy (-mode pipeline's checks before any stage ran) the restart file may not exist yet: the pipeline has its reward model */
+  if (o->restart[0] && !policy) PetscCall(ckpt_has_role(run->comm, o->restart, "reward", &o->has_reward_model));
   else o->has_reward_model = (PetscBool)(o->reward_ckpt[0] != 0);
   PetscCheck(o->has_reward_model || o->reward_spec.n || o->reward_command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-restart %s holds no reward model: give the run's reward, -reward_fn or -reward_command", o->restart);
   PetscCheck(!o->dynamic_sampling || !o->has_reward_model, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_sampling selects groups by their rewards right after generation, before the reward model's call: use rewards from -reward_fn or -reward_command only");
