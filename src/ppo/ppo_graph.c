@@ -84,7 +84,7 @@ static PetscErrorCode share_generation(void *ctx)
   if (c->o->plan.fuse == FUSE_MIGRATE) PetscCall(rollout_share_gen_owned(ppo_gen_model(c->m)->mesh, &c->part, c->r));
   else PetscCall(rollout_share_gen(ppo_gen_model(c->m)->mesh, &c->part, c->r));
   if (c->o->dynamic_sampling) { /* the rewards now, to keep the groups whose rewards differ (DAPO) */
-    PetscCall(rollout_rule_rewards(&c->m->rew, c->o, c->r));
+    PetscCall(rollout_rule_rewards(&c->m->rew, c->o, c->r, c->m->rew.gold));
     PetscCall(rollout_command_rewards(&c->m->rew, c->o, c->r, (int)c->st->iteration));
     rollout_final_scores(c->r, c->o);
     rollout_dynamic_select(c->r, (int)c->o->rollout_batch, (int)c->o->group);
@@ -167,7 +167,7 @@ static PetscErrorCode run_rewards(void *ctx)
   IterCtx *c = (IterCtx *)ctx;
   PetscFunctionBegin;
   if (c->o->dynamic_sampling) PetscFunctionReturn(PETSC_SUCCESS); /* computed with the selection (share_generation) */
-  PetscCall(rollout_rule_rewards(&c->m->rew, c->o, c->r));
+  PetscCall(rollout_rule_rewards(&c->m->rew, c->o, c->r, c->m->rew.gold));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -150,8 +150,9 @@ PetscErrorCode rollout_infer_rows(GPT *m, RolloutInfer kind, Rollout *r, const P
 PetscErrorCode ppo_rewards_setup(const RunCtx *run, const PPOOptions *o, const char *const *tables, int ntables, PetscBool builtin, PetscBool answers, PPORewards *rw);
 PetscErrorCode ppo_rewards_destroy(PPORewards *rw);
 /* Rule rewards and the judge of every row into r->rule, r->parts and
- * r->gold (on this rank, no communication). */
-PetscErrorCode rollout_rule_rewards(PPORewards *rw, const PPOOptions *o, Rollout *r);
+ * r->gold, the judge being gold's (the training prompts' rw->gold, or the
+ * held-out set's); on this rank, no communication. */
+PetscErrorCode rollout_rule_rewards(PPORewards *rw, const PPOOptions *o, Rollout *r, PPOGold gold);
 /* Then the command's rewards added (none without -reward_command).
  * Collective on MPI_COMM_WORLD: the values come from world rank 0, and its
  * failure is raised on every rank. */

@@ -183,12 +183,11 @@ PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, c
   PackBuf   pb;
   PetscBool offloaded = (PetscBool)(policy->host != NULL);
   double    s = 0;
-  PPOGold   train_gold = m->rew.gold, gold = e->gold == PPO_GOLD_ANSWER && !m->rew.have_tt ? PPO_GOLD_NONE : e->gold; /* answers need the text */
+  PPOGold   gold = e->gold == PPO_GOLD_ANSWER && !m->rew.have_tt ? PPO_GOLD_NONE : e->gold; /* answers need the text */
 
   PetscFunctionBegin;
   ev->gold = ev->kl = ev->pass_k = ev->reward = NAN;
   if (N == 0) PetscFunctionReturn(PETSC_SUCCESS);
-  m->rew.gold = gold; /* what the held-out prompts' judge is */
   PetscCall(rollout_create(N, max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
   r.answer = e->answer, r.meta = e->meta, r.pidx = e->pidx;
   PetscCall(packbuf_create(N, r.T, &pb));
@@ -202,8 +201,7 @@ PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, c
   PetscCall(rollout_share_gen(policy->mesh, &part, &r));
   PetscCall(ppo_ref_call(m, o, &r, &pb, PetscMin(N, 64)));
   PetscCall(ppo_reward_call(m, o, &r, &pb, PetscMin(N, 64)));
-  PetscCall(rollout_rule_rewards(&m->rew, o, &r));
-  m->rew.gold = train_gold;
+  PetscCall(rollout_rule_rewards(&m->rew, o, &r, gold));
   PetscCall(rollout_command_rewards(&m->rew, o, &r, -1));
   rollout_final_scores(&r, o);
   for (int b = 0; b < N; b++) s += r.final[b];

@@ -108,7 +108,7 @@ static PetscErrorCode rewards_command(PPORewards *rw, const PPOOptions *o, Rollo
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_rule_rewards(PPORewards *rw, const PPOOptions *o, Rollout *r)
+PetscErrorCode rollout_rule_rewards(PPORewards *rw, const PPOOptions *o, Rollout *r, PPOGold gold)
 {
   double part[REWARD_NFN];
 
@@ -125,7 +125,7 @@ PetscErrorCode rollout_rule_rewards(PPORewards *rw, const PPOOptions *o, Rollout
       r->rule[b] = (float)reward_spec_eval(&o->reward_spec, txt, n, r->gen.eos[b], r->len[b], ans, (int)o->reward_length_start, (int)o->gen.max_new_tokens, part);
       for (int k = 0; k < o->reward_spec.n; k++) r->parts[(size_t)b * PPO_REWARD_PARTS + o->reward_spec.fn[k]] = (float)part[k];
     }
-    switch (rw->gold) {
+    switch (gold) {
     case PPO_GOLD_SORT: r->gold[b] = (float)task_judge(row, r->start[b], row + r->start[b], r->len[b]); break;
     case PPO_GOLD_ANSWER: r->gold[b] = (float)reward_numeric(txt, n, ans); break;
     default: r->gold[b] = NAN;
