@@ -54,6 +54,10 @@ int arith_prompt(const ArithTask *t, TaskSplit split, uint64_t index, int *tok);
 /* Prompt + demonstration into tok (room for arith_max_demo); returns the
  * total length, *prompt_len the prompt's. */
 int arith_demo(const ArithTask *t, TaskSplit split, uint64_t index, int *tok, int *prompt_len);
+/* The question of prompt `index` as text, without BOS and SEP ("12+7=",
+ * "ann has 12 apples and gets 7 more. how many?"), into out
+ * (NUL-terminated, truncated to cap); returns its length. */
+int arith_question_text(const ArithTask *t, TaskSplit split, uint64_t index, char *out, size_t cap);
 /* The reference answer of prompt `index` as text ("-12", "391"), into out
  * (NUL-terminated); returns its length. */
 int arith_answer(const ArithTask *t, TaskSplit split, uint64_t index, char *out, size_t cap);
@@ -89,6 +93,9 @@ int  task_vocab_size(const BuiltinTask *task);
  * returns its length, or -1 for a task without answers (sort: its judge
  * reads the prompt). */
 int  task_answer(const BuiltinTask *task, TaskSplit split, uint64_t index, char *out, size_t cap);
+/* The question of prompt `index` as text (the arithmetic task's), into
+ * out; returns its length, or -1 for a task whose prompts are not text (sort). */
+int  task_question(const BuiltinTask *task, TaskSplit split, uint64_t index, char *out, size_t cap);
 /* The task's name as -mode data records it ("sort", "arith"). */
 const char *task_name(const BuiltinTask *task);
 

@@ -10,7 +10,7 @@ Usage: /usr/bin/python3 tools/tokenizer.py CKPT encode TEXT         ids, one lin
        /usr/bin/python3 tools/tokenizer.py CKPT chat JSON [--no-generation-prompt]
                         JSON: [{"role": "user", "content": "..."}, ...]; prints the
                         rendered text, then its ids (BOS first where add_bos is 1)
-       /usr/bin/python3 tools/tokenizer.py CKPT prompts IN.jsonl OUT.h5 [--no-chat] [--role ROLE]
+       /usr/bin/python3 tools/tokenizer.py CKPT prompts IN.jsonl OUT.h5 [--no-chat] [--role ROLE] [--suffix TEXT]
                         a prompt file for rlfuse -mode generate (-generate_input)
        /usr/bin/python3 tools/tokenizer.py CKPT responses GEN.h5 OUT.jsonl
                         the text of a -mode generate output (-generate_output)
@@ -22,7 +22,8 @@ prompts: each non-blank line of IN.jsonl is one JSON object, either
 optionally with
   "answer": "12" or 12                     the reference answer (RL with verifiable rewards)
   "metadata": any JSON value               passed through to reward functions
-(other keys are ignored). The chat template is applied with the generation
+(other keys are ignored). --suffix TEXT appends " TEXT" to each prompt (to
+the last user message), e.g. "Answer with just the number.". The chat template is applied with the generation
 prompt (SmolLM2: "...<|im_start|>assistant\\n") and the text encoded as
 `chat` does; with --no-chat a line must be {"prompt": "text"}, encoded as
 it is (special tokens' texts are those tokens; BOS first where add_bos is 1).
@@ -409,7 +410,7 @@ def _metadata_text(x, where):
         raise TokenizerError(f'{where}: "metadata" is not valid Unicode ({e.reason})')
 
 
-def read_prompts(tk, path, chat=True):
+def read_prompts(tk, path, chat=True, suffix=None):
     """Every prompt of a JSONL file (see prompts in the docstring): [(line number, ids, answer, metadata)], answer
     and metadata UTF-8 bytes or None (answers are either on every line or on none)."""
     try:
@@ -450,6 +451,11 @@ def read_prompts(tk, path, chat=True):
                     raise TokenizerError(f"{where}: message {i} is not an object with role and content strings")
             if not any(m["content"].strip() for m in msgs):
                 raise TokenizerError(f"{where}: empty prompt (every message's content is blank)")
+        if suffix:
+            last = max((i for i, m in enumerate(msgs) if m["role"] == "user"), default=None)
+            if last is None:
+                raise TokenizerError(f"{where}: --suffix needs a user message")
+            msgs = msgs[:last] + [{**msgs[last], "content": msgs[last]["content"] + " " + suffix}] + msgs[last + 1:]
         answer = None
         if "answer" in x:
             nums = json.loads(line, parse_int=_NumText, parse_float=_NumText, parse_constant=_ConstText)
@@ -511,11 +517,11 @@ def write_atomic(path, write, sources=()):
             os.remove(tmp)
 
 
-def make_prompts(tk, ckpt, src, out, chat=True, role=None):
+def make_prompts(tk, ckpt, src, out, chat=True, role=None, suffix=None):
     """A prompt file (token dataset) OUT from the JSONL file SRC; returns (prompts, longest, answers?, metadata?)."""
     import h5py
     role, vocab, npos = model_limits(ckpt, role)
-    rows = read_prompts(tk, src, chat)
+    rows = read_prompts(tk, src, chat, suffix)
     for n, ids, _, _ in rows:
         bad = [i for i in ids if not 0 <= i < vocab]
         if bad:
@@ -614,7 +620,7 @@ def main():
         a[0], a[1] = a[1], a[0]  # tokenizer.py prompts CKPT ...
     if len(a) < 2 or a[1] not in cmds:
         fail("usage: tokenizer.py CKPT encode TEXT | CKPT decode ID... | CKPT chat JSON [--no-generation-prompt] | "
-             "CKPT prompts IN.jsonl OUT.h5 [--no-chat] [--role ROLE] | CKPT responses GEN.h5 OUT.jsonl")
+             "CKPT prompts IN.jsonl OUT.h5 [--no-chat] [--role ROLE] [--suffix TEXT] | CKPT responses GEN.h5 OUT.jsonl")
     try:
         tk = Tokenizer.from_checkpoint(a[0])
         if a[1] == "encode":
@@ -644,17 +650,18 @@ def main():
             text = tk.apply_chat_template(msgs, gen)
             sys.stdout.write(text + "\n" + " ".join(map(str, tk.encode(text, add_bos=True))) + "\n")
         elif a[1] == "prompts":
-            rest, role, chat = a[2:], None, "--no-chat" not in a[2:]
+            rest, chat, val = a[2:], "--no-chat" not in a[2:], {}
             rest = [x for x in rest if x != "--no-chat"]
-            if "--role" in rest:
-                i = rest.index("--role")
-                if i + 1 >= len(rest):
-                    fail("--role needs a value")
-                role = rest[i + 1]
-                del rest[i:i + 2]
+            for opt in ("--role", "--suffix"):
+                if opt in rest:
+                    i = rest.index(opt)
+                    if i + 1 >= len(rest):
+                        fail(f"{opt} needs a value")
+                    val[opt] = rest[i + 1]
+                    del rest[i:i + 2]
             if len(rest) != 2 or any(x.startswith("--") for x in rest):
-                fail("prompts takes IN.jsonl OUT.h5 [--no-chat] [--role ROLE]")
-            n, T, ans, meta = make_prompts(tk, a[0], rest[0], rest[1], chat, role)
+                fail("prompts takes IN.jsonl OUT.h5 [--no-chat] [--role ROLE] [--suffix TEXT]")
+            n, T, ans, meta = make_prompts(tk, a[0], rest[0], rest[1], chat, val.get("--role"), val.get("--suffix"))
             extra = " and ".join(w for w, h in (("answers", ans), ("metadata", meta)) if h)
             print(f"{TOOL}: {n} {'chat' if chat else 'text'} prompts{' with ' + extra if extra else ''} -> {rest[1]} (longest {T} tokens)")
         else:

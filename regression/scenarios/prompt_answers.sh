@@ -7,10 +7,12 @@
 # reasoning-gym. The tokenizer is a tiny byte-level one made here (special
 # tokens, 256 byte tokens, two merges, SmolLM2's chat template) in a
 # checkpoint holding only /tokenizer and the policy's vocab_size and
-# n_positions, so nothing needs the SmolLM2 model. The reasoning-gym checks
-# skip, saying so, when make deps has not installed it. About 20 s.
+# n_positions, so nothing needs the SmolLM2 model. The built-in arithmetic
+# task's questions as text (-mode data -data_text) go through it with
+# --suffix. The reasoning-gym checks skip, saying so, when make deps has not
+# installed it. About 20 s.
 . regression/lib.sh
-N=10; plan $N
+N=13; plan $N
 d="$RLFUSE_TMP/prompt_answers"; mkdir -p $d
 tk() { "$PYTHON" tools/tokenizer.py "$@"; }
 C=$d/tok.h5
@@ -139,7 +141,56 @@ print(("ok - " if good else "not ok - ") + "tokenizer.py responses: a generation
       + ("" if good else f": {str(plain)[:200]} | {str(rich)[:200]}"))
 PY
 
-# 6-10. tools/rg_prompts.py (reasoning-gym)
+# 6-7. the arithmetic task's questions as text: -data_text's lines are the HDF5 rows' characters
+rlfuse -mode data -task arith -arith_words -arith_ops +-* -data_split eval -data_count 50 -data_output $d/words.h5 \
+  -data_text $d/words.jsonl >$d/words.log 2>&1 || not_ok "-mode data -data_text: $(tail -1 $d/words.log)"
+py "-data_text" $d <<'PY'
+import sys, json, h5py
+d = sys.argv[1]
+V = [""] * 4 + list("0123456789+-*=?., ") + [chr(c) for c in range(97, 123)]
+lines = [json.loads(l) for l in open(f"{d}/words.jsonl")]
+with h5py.File(f"{d}/words.h5") as f:
+    t, P, L = f["tokens"][()], f["prompt_lengths"][()], f["lengths"][()]
+    rows = [("".join(V[i] for i in t[b, 1:P[b] - 1]), "".join(V[i] for i in t[b, P[b]:L[b] - 1])) for b in range(len(L))]
+meta = {"task": "arith", "split": "eval", "arith_seed": 2024, "ops": "+-*", "max_operand": 20, "words": True}
+good = (len(lines) == len(rows) == 50 and [(x["prompt"], x["answer"]) for x in lines] == rows
+        and all(x["metadata"] == {**meta, "index": i} for i, x in enumerate(lines)) and all(" how many" in q for q, _ in rows))
+print(("ok - " if good else "not ok - ") + f"-mode data -data_text: 50 JSON lines whose prompt and answer are the HDF5 rows' question and "
+      f"demonstration as text, metadata split/index/options, e.g. {lines[0]['prompt']!r} -> {lines[0]['answer']!r}")
+PY
+out=$("$MPIEXEC" $MPIEXEC_FLAGS -n 1 "$BIN/rlfuse" -mode data -data_output $d/sort.h5 -data_text $d/sort.jsonl 2>&1); rc=$?
+[ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "^rlfuse: error: -data_text $d/sort.jsonl: the sort task's prompts are not text" &&
+  [ ! -e $d/sort.h5 ] && [ ! -e $d/sort.jsonl ] && ok "-data_text with the sort task: one line, exit $rc, nothing written" ||
+  not_ok "-data_text with the sort task: exit $rc, $out"
+
+# 8. --suffix: the same tokens as the suffix written into each prompt (a {"messages"} line: its last user message)
+S="Answer with just the number."
+"$PYTHON" - $d "$S" <<'PY'
+import sys, json
+d, s = sys.argv[1:3]
+lines = [json.loads(l) for l in open(f"{d}/words.jsonl")][:5]
+lines.append({"messages": [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "2 + 2?"}], "answer": "4"})
+with open(f"{d}/sfx.jsonl", "w") as a, open(f"{d}/sfx_in.jsonl", "w") as b:
+    for x in lines:
+        a.write(json.dumps(x) + "\n")
+        if "prompt" in x:
+            x = {**x, "prompt": x["prompt"] + " " + s}
+        else:
+            x = {**x, "messages": x["messages"][:2] + [{"role": "user", "content": "2 + 2? " + s}]}
+        b.write(json.dumps(x) + "\n")
+PY
+tk $C prompts $d/sfx.jsonl $d/sfx.h5 --suffix "$S" >$d/sfx.log 2>&1 && tk $C prompts $d/sfx_in.jsonl $d/sfx_in.h5 >>$d/sfx.log 2>&1 ||
+  not_ok "tokenizer.py prompts --suffix: $(tail -1 $d/sfx.log)"
+py "--suffix" $d <<'PY'
+import sys, h5py, numpy as np
+d = sys.argv[1]
+with h5py.File(f"{d}/sfx.h5") as a, h5py.File(f"{d}/sfx_in.h5") as b, h5py.File(f"{d}/words.h5") as w:
+    good = all(np.array_equal(a[k][()], b[k][()]) for k in ("tokens", "lengths", "answer_bytes", "answer_offsets")) and a["tokens"].shape[0] == 6
+print(("ok - " if good else "not ok - ") + "tokenizer.py prompts --suffix TEXT: the same tokens and answers as the prompts with ' TEXT' "
+      "written in (a messages line: its last user message)")
+PY
+
+# 9-13. tools/rg_prompts.py (reasoning-gym)
 rg() { "$PYTHON" tools/rg_prompts.py "$@"; }
 if ! rg --list >$d/rg_list.txt 2>$d/rg_list.err; then
   why="reasoning-gym is not installed in ${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python (make deps installs it)"

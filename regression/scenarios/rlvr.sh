@@ -7,7 +7,7 @@
 # mismatched, a reward command that fails, with the earlier checkpoint kept),
 # and DAPO's dynamic sampling (its selection recomputed, on 2 ranks as on 1).
 . regression/lib.sh
-plan 24
+plan 26
 d="$RLFUSE_TMP/rlvr"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file input/arith_sft.deck -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT on the arithmetic task: $(tail -1 $d/sft.log)"
@@ -163,6 +163,15 @@ mpirun 1 $F -task sort -actor_checkpoint $d/tok.h5 -ppo_prompts $d/train_ans.h5 
 if "$PYTHON" tools/ckpt_diff.py --params-tol 1e-12 $d/file/final.h5 $d/tok/final.h5 >$d/diff_tok.txt 2>&1 && h5diff $d/tok.h5 $d/tok/final.h5 /tokenizer /tokenizer >/dev/null 2>&1
 then ok "the responses read through the checkpoint's /tokenizer train exactly as through the task's characters, and PPO's checkpoint carries that /tokenizer"
 else not_ok "the checkpoint's tokenizer: other weights, or no /tokenizer in the PPO checkpoint"; tail -2 $d/diff_tok.txt | sed 's/^/# /'; fi
+# -mode eval of a held-out file needs answers there only: the training prompts (the sort task's, without answers) are not read
+E="-mode eval -actor_checkpoint $d/sft/final.h5 -reward_fn numeric -ppo_eval_file $d/held_ans.h5 -ppo_eval_prompts 32 -gen_max_new_tokens 6"
+rlfuse $E -output_dir $d/ev_file >$d/ev_file.log 2>&1 && rlfuse $E -ppo_prompts $d/train_ans.h5 -output_dir $d/ev_file2 >$d/ev_file2.log 2>&1 ||
+  not_ok "-mode eval of a prompt file: $(tail -1 $d/ev_file.log $d/ev_file2.log)"
+g1=$(grep "^eval: gold" $d/ev_file.log); g2=$(grep "^eval: gold" $d/ev_file2.log)
+check "-mode eval -ppo_eval_file FILE without -ppo_prompts (the default prompts have no answers) gives the same result as with answered training prompts ($g1)" \
+  test -n "$g1" -a "$g1" = "$g2"
+expect_error "a held-out file without answers" "-reward_fn numeric compares responses with reference answers, but -ppo_eval_file $d/no_ans.h5 has none" \
+  -mode ppo $A -reward_fn numeric -ppo_prompts $d/train_ans.h5 -ppo_eval_file $d/no_ans.h5 -output_dir $d/x11
 
 # ---- refusals: one line, non-zero exit, nothing written ----
 expect_error "an unknown rule" "-reward_fn numerc: unknown rule 'numerc'" -mode ppo $A -reward_fn numerc -output_dir $d/x1

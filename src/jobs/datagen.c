@@ -1,14 +1,64 @@
 /* Dataset generation (-mode data): writes the built-in task's prompts with
  * demonstrations as an HDF5 dataset, the same format users supply their own
- * data in (docs/formats.md). */
+ * data in (docs/formats.md); -data_text also writes the arithmetic task's
+ * questions and answers as JSONL text, for a real model's tokenizer
+ * (tools/tokenizer.py CKPT prompts). */
 #include "jobs.h"
+#include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#define DATA_TEXT_MAX 256 /* a question's characters (the arithmetic task's are at most 192) */
+
+/* One JSON line per question: {"prompt", "answer", "metadata"}. The task's
+ * characters (digits, + - * = ? . , space and a-z) need no JSON escapes.
+ * Returns 0, or 1 with err set. */
+static int data_text_line(FILE *f, const BuiltinTask *task, TaskSplit split, int i, const char *split_name, char *err, size_t len)
+{
+  char             q[DATA_TEXT_MAX], a[64];
+  int              nq = task_question(task, split, (uint64_t)i, q, sizeof q), na = task_answer(task, split, (uint64_t)i, a, sizeof a);
+  const ArithTask *t  = &task->arith;
+
+  if (nq < 0 || nq >= (int)sizeof q || na < 0 || na >= (int)sizeof a || strpbrk(q, "\"\\") || strpbrk(a, "\"\\")) return snprintf(err, len, "question %d is not plain text of at most %d characters", i, DATA_TEXT_MAX - 1), 1;
+  if (fprintf(f, "{\"prompt\": \"%s\", \"answer\": \"%s\", \"metadata\": {\"task\": \"arith\", \"split\": \"%s\", \"index\": %d, \"arith_seed\": %" PetscInt_FMT ", \"ops\": \"%s\", \"max_operand\": %" PetscInt_FMT ", \"words\": %s}}\n", q, a, split_name, i, t->seed, t->ops, t->max_operand, t->words ? "true" : "false") < 0)
+    return snprintf(err, len, "write failed: %s", strerror(errno)), 1;
+  return 0;
+}
+
+/* The questions as JSONL, written by rank 0 to PATH.tmp, synced and renamed;
+ * a failure is one collective error. */
+static PetscErrorCode data_write_text(MPI_Comm comm, const char *path, const BuiltinTask *task, TaskSplit split, int n, const char *split_name)
+{
+  char        tmp[PETSC_MAX_PATH_LEN + 8], err[PETSC_MAX_PATH_LEN + 64] = "";
+  PetscMPIInt rank;
+  int         bad = 0;
+  FILE       *f;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_rank(comm, &rank));
+  if (rank == 0) {
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    f   = fopen(tmp, "w");
+    bad = !f;
+    if (bad) snprintf(err, sizeof err, "cannot write %s: %s", tmp, strerror(errno));
+    for (int i = 0; i < n && !bad; i++) bad = data_text_line(f, task, split, i, split_name, err, sizeof err);
+    if (!bad && (fflush(f) != 0 || fsync(fileno(f)) != 0)) bad = 1, snprintf(err, sizeof err, "writing %s failed: %s", tmp, strerror(errno));
+    if (f && fclose(f) != 0 && !bad) bad = 1, snprintf(err, sizeof err, "closing %s failed: %s", tmp, strerror(errno));
+    if (!bad && rename(tmp, path) != 0) bad = 1, snprintf(err, sizeof err, "cannot rename %s to it: %s", tmp, strerror(errno));
+    if (bad && f) (void)remove(tmp);
+  }
+  PetscCallMPI(MPI_Bcast(&bad, 1, MPI_INT, 0, comm));
+  PetscCallMPI(MPI_Bcast(err, (int)sizeof err, MPI_CHAR, 0, comm));
+  PetscCheck(!bad, comm, PETSC_ERR_FILE_WRITE, "-data_text %s: %s", path, err);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
 
 PetscErrorCode data_run(const RunCtx *run)
 {
   BuiltinTask  task;
   TokenData d;
   PetscInt  count = 1000, split = TASK_SPLIT_TRAIN;
-  char      output[PETSC_MAX_PATH_LEN] = "";
+  char      output[PETSC_MAX_PATH_LEN] = "", text[PETSC_MAX_PATH_LEN] = "";
   PetscBool help;
   const char *const splits[] = {"train", "eval", "TaskSplit", "TASK_SPLIT_", NULL};
 
@@ -16,6 +66,7 @@ PetscErrorCode data_run(const RunCtx *run)
   PetscOptionsBegin(PETSC_COMM_WORLD, "data_", "Dataset generation (-mode data)", NULL);
   RfOptString("-output", "HDF5 file to write", output, sizeof output);
   RfOptInt("-count", "Number of samples", 1000, &count);
+  RfOptString("-text", "Also write the questions and answers as JSONL text (-task arith), for tools/tokenizer.py CKPT prompts", text, sizeof text);
   RfOptEnum("-split", "Which prompts: train or the held-out eval set", splits, 2, &split);
   PetscOptionsEnd();
   PetscCall(task_set_from_options(&task));
@@ -25,7 +76,9 @@ PetscErrorCode data_run(const RunCtx *run)
   PetscCheck(output[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode data needs -data_output FILE");
   PetscCheck(count > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-data_count %" PetscInt_FMT " must be positive", count);
   PetscCall(task_check(&task, task_vocab_size(&task), task_max_demo(&task), ""));
+  PetscCheck(!text[0] || task_question(&task, TASK_SPLIT_TRAIN, 0, NULL, 0) >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-data_text %s: the %s task's prompts are not text (-task arith)", text, task_name(&task));
   PetscCall(io_output_check(run->comm, "-data_output", output, NULL, 0));
+  if (text[0]) PetscCall(io_output_check(run->comm, "-data_text", text, NULL, 0));
   if (run->dry_run) PetscFunctionReturn(PETSC_SUCCESS);
   d.N          = (int)count;
   d.T          = task_max_demo(&task);
@@ -34,6 +87,10 @@ PetscErrorCode data_run(const RunCtx *run)
   for (int i = 0; i < d.N; i++) d.lengths[i] = task_demo(&task, (TaskSplit)split, (uint64_t)i, d.tokens + (size_t)i * d.T, &d.prompt_lengths[i]);
   PetscCall(data_write(run->comm, output, &d, task_name(&task)));
   PetscCall(PetscPrintf(run->comm, "data: %d %s samples of the %s task -> %s\n", d.N, splits[split], task_name(&task), output));
+  if (text[0]) {
+    PetscCall(data_write_text(run->comm, text, &task, (TaskSplit)split, d.N, splits[split]));
+    PetscCall(PetscPrintf(run->comm, "data: their questions and answers as text -> %s\n", text));
+  }
   PetscCall(PetscFree3(d.tokens, d.lengths, d.prompt_lengths));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

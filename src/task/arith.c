@@ -293,6 +293,15 @@ int arith_demo(const ArithTask *t, TaskSplit split, uint64_t index, int *tok, in
   return n;
 }
 
+int arith_question_text(const ArithTask *t, TaskSplit split, uint64_t index, char *out, size_t cap)
+{
+  ArithProblem p;
+  char         text[ARITH_TEXT_MAX];
+  int          n = arith_question(t, split, index, &p, text);
+
+  return snprintf(out, cap, "%.*s", n, text);
+}
+
 int arith_answer(const ArithTask *t, TaskSplit split, uint64_t index, char *out, size_t cap)
 {
   ArithProblem p;

@@ -188,6 +188,11 @@ int task_answer(const BuiltinTask *task, TaskSplit split, uint64_t index, char *
   return task->kind == TASK_KIND_ARITH ? arith_answer(&task->arith, split, index, out, cap) : -1;
 }
 
+int task_question(const BuiltinTask *task, TaskSplit split, uint64_t index, char *out, size_t cap)
+{
+  return task->kind == TASK_KIND_ARITH ? arith_question_text(&task->arith, split, index, out, cap) : -1;
+}
+
 const char *task_name(const BuiltinTask *task)
 {
   return TaskKindNames[task->kind];
