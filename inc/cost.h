@@ -72,6 +72,7 @@ PetscErrorCode cost_prims_destroy(CostPrims *p);
 typedef struct {
   CostShape actor, critic, ref, reward;
   PetscBool critic_free;    /* GRPO, RLOO, REINFORCE++: no critic calls */
+  PetscBool reward_free;    /* rewards from rules or a command only: no reward model call */
   int       batch;          /* rollout sequences per iteration */
   int       prompt_len;     /* the longest prompt (memory); every prompt's length when plen is NULL */
   int       max_new;        /* generation limit */
@@ -150,8 +151,9 @@ typedef struct {
   int       batch, max_new, minibatches, micro, epochs, gen_slots;
   int       prompt_len;     /* the longest prompt: the task's, or a prompts file's */
   PetscBool critic_free;    /* a critic-free -algo (grpo, rloo, reinforce_pp) */
+  PetscBool reward_free;    /* no reward model (-reward_fn or -reward_command only) */
   long long seed;           /* -seed: keys the drawn lengths */
-  GPTConfig cfg[4];         /* actor, critic, reference, reward (critic unused when critic_free) */
+  GPTConfig cfg[4];         /* actor, critic, reference, reward (critic unused when critic_free, reward when reward_free) */
   char      shapes_from[2 * PETSC_MAX_PATH_LEN + 64]; /* where cfg came from, for messages */
 } CostDeck;
 
@@ -162,7 +164,7 @@ typedef PetscErrorCode (*CostDeckFn)(const RunCtx *run, PetscBool help, CostDeck
 
 /* The workload from the deck and the options (docs/costmodel.md): -cost_batch,
  * -cost_prompt_len, -cost_prompt_lengths SPEC, -cost_max_new, -cost_minibatches, -cost_epochs,
- * -cost_iterations, -cost_critic_free, the shapes (-cost_actor_shape NAME,
+ * -cost_iterations, -cost_critic_free, -cost_reward_free, the shapes (-cost_actor_shape NAME,
  * -cost_critic_shape NAME, else the deck's models) and the response lengths
  * (-cost_lengths lognormal:MEDIAN:P99 | uniform:LO:HI | fixed:N | hist:FILE |
  * rollouts:FILE.h5; from a rollouts file each response comes with its own

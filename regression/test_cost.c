@@ -328,6 +328,18 @@ static PetscErrorCode check_fusion(void)
   plan.fuse_tokens = 11;
   PetscCall(cost_estimate(&p, &w, &plan, &f));
   test_report_close("streamed: micro-batches cut by the token budget (7+4, 11+4 s)", f.genfuse_s, 15, 1e-12);
+  /* without a reward model (rule rewards): rank 1 runs the reference alone,
+   * 4 s after generation; streamed, 1 s per arrival: 4-5, 7-8, 9-10, 10-11 */
+  w.reward_free = PETSC_TRUE;
+  plan.fuse     = FUSE_NONE;
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  test_report_close("reward-free, unfused: generation, the reference, training (10 + 4 + 6 s)", e.iter_s, 20, 1e-12);
+  test_report(e.call_s[MFC_REW_INF] == 0 && e.mem_call[MFC_REW_INF] == 0 ? PETSC_TRUE : PETSC_FALSE, "reward-free: no reward call, no memory for it", "%g s, %g bytes", e.call_s[MFC_REW_INF], e.mem_call[MFC_REW_INF]);
+  plan.fuse        = FUSE_STREAM;
+  plan.fuse_tokens = 1;
+  PetscCall(cost_estimate(&p, &w, &plan, &f));
+  test_report_close("reward-free, streamed: the reference follows the samples (11 + 6 s)", f.iter_s, 17, 1e-12);
+  w.reward_free = PETSC_FALSE;
 
   /* -fuse_train: actor and critic, 2 stages of one layer each on ranks 0
    * and 1, 2 micro-batches of 2 rows: a stage's forward 2 s, backward 4;

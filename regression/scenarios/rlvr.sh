@@ -7,7 +7,7 @@
 # mismatched, a reward command that fails, with the earlier checkpoint kept),
 # and DAPO's dynamic sampling (its selection recomputed, on 2 ranks as on 1).
 . regression/lib.sh
-plan 26
+plan 29
 d="$RLFUSE_TMP/rlvr"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file input/arith_sft.deck -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT on the arithmetic task: $(tail -1 $d/sft.log)"
@@ -81,6 +81,27 @@ check "-mode eval of a PPO checkpoint (its actor) prints the same accuracy, pass
 # ---- the same run on 2 ranks (dp 2) ----
 if mpirun 2 $G -output_dir $d/two >$d/two.log 2>&1; then same_as_one_rank "GRPO with a rule reward on 2 ranks (dp 2)" one two
 else not_ok "GRPO on 2 ranks: $(tail -1 $d/two.log)"; fi
+
+# ---- fusion of generation and inference without a reward model (reference inference only) ----
+fused() {
+  local what=$1 out=$2; shift 2
+  if mpirun 2 $G "$@" -fuse_tokens 8 -output_dir $d/$out >$d/$out.log 2>&1 && "$PYTHON" tools/ckpt_diff.py $d/one/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 &&
+     same_run_dirs $d/one $d/$out >$d/run_$out.txt 2>&1
+  then ok "$what: rollouts, metrics and weights as unfused on 1 rank"
+  else not_ok "$what: differs from unfused on 1 rank, or failed"; cat $d/$out.log $d/diff_$out.txt $d/run_$out.txt 2>/dev/null | grep -v PASS | tail -3 | sed 's/^/# /'; fi
+}
+fused "GRPO with rule rewards, -fuse_gen_inf stream on 2 ranks (generation on 0, reference on 1)" st -fuse_gen_inf stream -actor_gen_ranks 0 -ref_inf_ranks 1 -rew_inf_ranks 1
+fused "GRPO with rule rewards, -fuse_gen_inf migrate at R_t 0.5 on 2 ranks (co-located)" mig -fuse_gen_inf migrate -fuse_migrate_at 0.5
+
+# ---- the plan search without a reward model: no reward call in the cost model, the profile or the plan ----
+mpirun 1 -options_file input/arith_grpo.deck -mode plan -actor_checkpoint $d/sft/final.h5 -plan_ranks 2 -plan_iterations 100 \
+  -cost_profile_cache $d/profiles -plan_output $d/plan2.h5 -output_dir $d/plan >$d/plan.log 2>&1 || not_ok "-mode plan without a reward model: $(tail -1 $d/plan.log)"
+check "-mode plan of a GRPO deck with rule rewards only: the profile measures the actor's trunk alone, the search costs no reward call (no rew_inf in its table or plan)" bash -c \
+  "grep -q '^profile: .* 1 model trunk (checkpoint .*(no reward model))' $d/plan.log && grep -q '^  plan (seconds) .*ref_inf' $d/plan.log &&
+   ! grep -q 'rew_inf' $d/plan.log && grep -q '^plan written to' $d/plan.log"
+if mpirun 2 $G -placement auto -plan_iterations 100 -cost_profile_cache $d/profiles -output_dir $d/auto >$d/auto.log 2>&1 && grep -q '^plan: search from preset' $d/auto.log
+then same_as_one_rank "GRPO with rule rewards, -placement auto on 2 ranks (the cached profile)" one auto
+else not_ok "-placement auto without a reward model: $(tail -2 $d/auto.log)"; fi
 
 # ---- DAPO's dynamic sampling ----
 # the candidates of iteration 1 are the rollout a run without it makes with
@@ -163,8 +184,9 @@ mpirun 1 $F -task sort -actor_checkpoint $d/tok.h5 -ppo_prompts $d/train_ans.h5 
 if "$PYTHON" tools/ckpt_diff.py --params-tol 1e-12 $d/file/final.h5 $d/tok/final.h5 >$d/diff_tok.txt 2>&1 && h5diff $d/tok.h5 $d/tok/final.h5 /tokenizer /tokenizer >/dev/null 2>&1
 then ok "the responses read through the checkpoint's /tokenizer train exactly as through the task's characters, and PPO's checkpoint carries that /tokenizer"
 else not_ok "the checkpoint's tokenizer: other weights, or no /tokenizer in the PPO checkpoint"; tail -2 $d/diff_tok.txt | sed 's/^/# /'; fi
-# -mode eval of a held-out file needs answers there only: the training prompts (the sort task's, without answers) are not read
-E="-mode eval -actor_checkpoint $d/sft/final.h5 -reward_fn numeric -ppo_eval_file $d/held_ans.h5 -ppo_eval_prompts 32 -gen_max_new_tokens 6"
+# -mode eval of a held-out file (through the /tokenizer checkpoint: no -task arith) needs answers there only: the training
+# prompts (the sort task's, without answers, longer than the model's context with 6 new tokens) are not used
+E="-mode eval -actor_checkpoint $d/tok.h5 -reward_fn numeric -ppo_eval_file $d/held_ans.h5 -ppo_eval_prompts 32 -gen_max_new_tokens 6"
 rlfuse $E -output_dir $d/ev_file >$d/ev_file.log 2>&1 && rlfuse $E -ppo_prompts $d/train_ans.h5 -output_dir $d/ev_file2 >$d/ev_file2.log 2>&1 ||
   not_ok "-mode eval of a prompt file: $(tail -1 $d/ev_file.log $d/ev_file2.log)"
 g1=$(grep "^eval: gold" $d/ev_file.log); g2=$(grep "^eval: gold" $d/ev_file2.log)
@@ -181,7 +203,6 @@ expect_error "numeric needs answers the sort task lacks" "-reward_fn numeric com
 expect_error "a prompt file without answers" "but -ppo_prompts $d/no_ans.h5 has none" -mode ppo $A -reward_fn numeric -ppo_prompts $d/no_ans.h5 -output_dir $d/x4
 expect_error "answer offsets that do not match the rows" "answer_offsets has 3 entries, expected 65" -mode ppo $A -reward_fn numeric -ppo_prompts $d/short_offsets.h5 -output_dir $d/x5
 expect_error "-critic_init reward without a reward model" "-critic_init reward starts the critic from the reward model, and there is none" -mode ppo $A -algo ppo -reward_fn numeric -output_dir $d/x6
-expect_error "stream fusion without a reward model" "-fuse_gen_inf stream streams samples to the inference calls including the reward model" -mode ppo -algo grpo $A -reward_fn numeric -fuse_gen_inf stream -output_dir $d/x7
 # a reward command that dies in its fourth batch (iterations 1, 2, the evaluation after 2, iteration 3):
 # one line naming it; the checkpoint of iteration 2 stays
 printf 'import sys, json\nn = 0\nfor line in sys.stdin:\n    n += 1\n    if n == 4: sys.exit(3)\n    for s in json.loads(line)["samples"]: print(1.0)\n    sys.stdout.flush()\n' >$d/dies.py

@@ -24,6 +24,7 @@ PetscBool cost_call_used(const CostWork *w, MFCId c)
 {
   if (c == MFC_SFT_TRAIN || c == MFC_RM_TRAIN) return PETSC_FALSE;
   if ((c == MFC_CRITIC_INF || c == MFC_CRITIC_TRAIN) && w->critic_free) return PETSC_FALSE;
+  if (c == MFC_REW_INF && w->reward_free) return PETSC_FALSE;
   return PETSC_TRUE;
 }
 

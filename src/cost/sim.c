@@ -67,7 +67,8 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
   for (int k = 0; k < N_NODES; k++) nd[k].name = node_names[k];
   nd[N_ASYNC].used = acopy;
   nd[N_CSYNC].used = ccopy;
-  nd[N_GEN].used = nd[N_REF].used = nd[N_REW].used = nd[N_ATRAIN].used = PETSC_TRUE;
+  nd[N_GEN].used = nd[N_REF].used = nd[N_ATRAIN].used = PETSC_TRUE;
+  nd[N_REW].used = !w->reward_free;
   nd[N_CINF].used = nd[N_CTRAIN].used = crit;
   if (acopy) {
     mark(&nd[N_ASYNC], &plan->call[MFC_ACTOR_TRAIN]);

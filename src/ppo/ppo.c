@@ -526,7 +526,9 @@ static void ppo_cost_deck_fill(const PPOOptions *o, const GPTConfig cfg[4], int 
   d->critic_free = o->algo != ALGO_PPO ? PETSC_TRUE : PETSC_FALSE;
   d->seed        = (long long)seed;
   for (int k = 0; k < 4; k++) d->cfg[k] = cfg[k];
-  if (d->critic_free) d->cfg[1] = cfg[3];
+  d->reward_free = o->has_reward_model ? PETSC_FALSE : PETSC_TRUE;
+  if (d->critic_free) d->cfg[1] = d->reward_free ? cfg[0] : cfg[3];
+  if (d->reward_free) d->cfg[3] = d->critic_free ? cfg[0] : cfg[1]; /* unused: a value-head shape for messages */
 }
 
 /* Everything that can be checked before a model is read: options, prompts,
@@ -551,13 +553,11 @@ static PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const GPTCon
   PetscCheck(!o->dynamic_sampling || o->plan.fuse == FUSE_NONE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_sampling with -fuse_gen_inf %s: fused samples go to inference before the selection; use -fuse_gen_inf none", FuseModeNames[o->plan.fuse]);
   if (!o->has_reward_model) {
     PetscCheck(!ppo_trains_critic(o) || o->critic_init == CRITIC_FROM_ACTOR || o->restart[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-critic_init reward starts the critic from the reward model, and there is none (no -reward_checkpoint): use -critic_init actor");
-    PetscCheck(o->plan.fuse == FUSE_NONE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s streams samples to the inference calls including the reward model's, and there is none (rewards from -reward_fn or -reward_command only): use -fuse_gen_inf none", FuseModeNames[o->plan.fuse]);
-    PetscCheck(o->plan.placement != PLACEMENT_AUTO, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-placement auto: the plan search models a reward model's call, and this run has none (rewards from -reward_fn or -reward_command only); give a -placement preset or a -plan_file");
   }
   PetscCall(prompts_setup(run, o, ps));
   PetscCheck(!o->eval_only || ps->eval.n > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-mode eval needs held-out prompts: -ppo_eval_file FILE, or the built-in task's (-ppo_prompts builtin) with -ppo_eval_prompts > 0");
   PetscCall(ppo_configs(run, o, src, policy, ps->max_prompt, cfg));
-  if (ps->src.builtin) PetscCall(task_check(&o->task, cfg[0].vocab_size, cfg[0].n_positions, policy ? "policy_" : "actor_"));
+  if (ps->src.builtin && !ps->eval_alone) PetscCall(task_check(&o->task, cfg[0].vocab_size, cfg[0].n_positions, policy ? "policy_" : "actor_"));
   else {
     PetscCheck(ps->src.file.vocab_size <= cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_prompts %s has vocabulary %d, larger than the actor's %d", o->prompts, ps->src.file.vocab_size, cfg[0].vocab_size);
   }
@@ -669,12 +669,14 @@ PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *d)
   PetscCall(ppo_job_options(&job, &o));
   PetscCall(gpt_config_set_from_options("policy_", &policy)); /* a deck without checkpoints: SFT's model */
   if (!help) PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o.restart, sizeof o.restart)); /* latest, with none there: a fresh start */
+  if (!help) PetscCall(reward_spec_parse("-reward_fn", o.reward_fn, &o.reward_spec));
   files = !help && (o.restart[0] || o.actor_ckpt[0] || o.reward_ckpt[0]) ? PETSC_TRUE : PETSC_FALSE;
   o.has_reward_model = PETSC_TRUE; /* a deck without checkpoints: the pipeline's, with its reward model */
-  if (files) {
-    PetscCheck(o.restart[0] || (o.actor_ckpt[0] && o.reward_ckpt[0]), PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "the deck names %s but not %s: the models' shapes come from both (or from -restart); a run without a reward model (rewards from -reward_fn or -reward_command only) is not planned by the cost model yet", o.actor_ckpt[0] ? "-actor_checkpoint" : "-reward_checkpoint", o.actor_ckpt[0] ? "-reward_checkpoint" : "-actor_checkpoint");
+  if (files) { /* the checkpoints' models; without a reward model the rewards come from -reward_fn or -reward_command */
+    PetscCheck(o.restart[0] || o.actor_ckpt[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "the deck names -reward_checkpoint but not -actor_checkpoint: the models' shapes come from the checkpoints (or from -restart)");
     if (o.restart[0]) PetscCall(ckpt_has_role(run->comm, o.restart, "reward", &o.has_reward_model));
-    PetscCheck(o.has_reward_model, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-restart %s holds no reward model: a run without one (rewards from -reward_fn or -reward_command only) is not planned by the cost model yet", o.restart);
+    else o.has_reward_model = o.reward_ckpt[0] ? PETSC_TRUE : PETSC_FALSE;
+    PetscCheck(o.has_reward_model || o.reward_spec.n || o.reward_command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "the deck has no reward: -reward_checkpoint, -reward_fn or -reward_command");
   } else {
     policy.head = GPT_HEAD_LM;
     PetscCall(gpt_config_check(&policy, "policy_"));
@@ -685,7 +687,8 @@ PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *d)
   ppo_cost_deck_fill(&o, cfg, ps.max_prompt, run->seed, d);
   if (!files) PetscCall(PetscSNPrintf(d->shapes_from, sizeof d->shapes_from, "the -policy_ options"));
   else if (o.restart[0]) PetscCall(PetscSNPrintf(d->shapes_from, sizeof d->shapes_from, "checkpoint %s", o.restart));
-  else PetscCall(PetscSNPrintf(d->shapes_from, sizeof d->shapes_from, "checkpoints %s and %s", src[0].file, src[3].file));
+  else if (o.has_reward_model) PetscCall(PetscSNPrintf(d->shapes_from, sizeof d->shapes_from, "checkpoints %s and %s", src[0].file, src[3].file));
+  else PetscCall(PetscSNPrintf(d->shapes_from, sizeof d->shapes_from, "checkpoint %s (no reward model)", src[0].file));
   PetscCall(prompts_destroy(&ps));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -243,8 +243,9 @@ typedef struct {
 /* The training prompts of each iteration and the held-out set. */
 typedef struct {
   DemoSource   src;
-  int          max_prompt, room; /* max_prompt: of training and held-out prompts */
+  int          max_prompt, room; /* max_prompt: of training and held-out prompts (held-out only when eval_alone) */
   PetscBool    answers;          /* the training prompts have reference answers */
+  PetscBool    eval_alone;       /* -mode eval of -ppo_eval_file: the training prompts are not used */
   int         *buf;              /* [B * room] */
   GenRequest  *req;              /* [B] */
   const char **answer, **meta;   /* [B]: each row's (NULL: none) */

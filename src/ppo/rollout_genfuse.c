@@ -15,11 +15,12 @@
 
 
 
-/* The inference calls of this rollout, with their models. */
+/* The inference calls of this rollout, with their models (NULL: a call
+ * this run does not make, the reward model's without one). */
 static int fuse_calls(PPOModels *m, DModel *dm[3])
 {
   dm[ROLLOUT_REF]    = &m->reference;
-  dm[ROLLOUT_SCORE]  = &m->reward;
+  dm[ROLLOUT_SCORE]  = m->has_reward ? &m->reward : NULL;
   dm[ROLLOUT_VALUES] = m->has_critic ? ppo_critic_inf_model(m) : NULL;
   return m->has_critic ? 3 : 2;
 }
@@ -64,8 +65,8 @@ static PetscErrorCode rows_setup(PPOModels *m, int B)
   for (int q = 0; q < world; q++) gs->rows.q_rep[q] = -1;
   for (int i = 0; i < gm->nranks; i++) gs->rows.q_rep[gm->ranks[i]] = (i / gm->tp) % gm->dp; /* mesh index (p*dp + d)*tp + t */
   for (int k = 0; k < nc; k++) {
-    const Mesh *mesh = dm[k]->mesh;
-    for (int d = 0; d < mesh->dp; d++) {
+    const Mesh *mesh = dm[k] ? dm[k]->mesh : NULL;
+    for (int d = 0; mesh && d < mesh->dp; d++) {
       int b0, b1, q = exec_head(mesh, d);
       exec_rows(B, mesh->dp, d, &b0, &b1);
       gs->rows.member[k * world + q] = 1;
@@ -216,7 +217,7 @@ static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, 
   f.m = m, f.o = o, f.r = r, f.pb = pb, f.tm = tm, f.me = me;
   f.ncalls = fuse_calls(m, f.dm);
   for (int k = 0; k < f.ncalls; k++)
-    if (dmodel_member(f.dm[k])) PetscCall(dmodel_acquire(f.dm[k]));
+    if (f.dm[k] && dmodel_member(f.dm[k])) PetscCall(dmodel_acquire(f.dm[k]));
   PetscCall(rollout_create(r->B, r->T, r->gen.mask_off ? PETSC_TRUE : PETSC_FALSE, &f.arr));
   PetscCall(PetscMalloc2(r->B, &rows, r->B, &f.sub));
   PetscCall(genfuse_receive(gs->comm, genfuse_route_count(route, me), (int)o->plan.fuse_tokens, o->plan.fuse_hold, &f.arr.gen, rows, fuse_batch, &f, &st));

@@ -63,7 +63,7 @@ int prof_deck_trunks(const CostDeck *d, GPTConfig t[4])
   for (int k = 0; k < 4; k++) {
     const GPTConfig *c   = &d->cfg[k];
     PetscBool        dup = PETSC_FALSE;
-    if (k == 1 && d->critic_free) continue;
+    if ((k == 1 && d->critic_free) || (k == 3 && d->reward_free)) continue;
     for (int i = 0; i < n; i++)
       dup = dup || (t[i].n_embd == c->n_embd && t[i].n_head == c->n_head && t[i].vocab_size == c->vocab_size && t[i].n_positions == c->n_positions);
     if (!dup) t[n++] = *c;

@@ -224,7 +224,8 @@ PetscErrorCode cost_prims_profile_for(const char *path, const CostWork *w, CostP
 
   PetscFunctionBegin;
   PetscCall(cost_prims_profile(path, p));
-  for (int k = 0; k < (w->critic_free ? 3 : 4) && !ierr; k++) ierr = cost_prims_profile_check(p, m[k], role[k]);
+  for (int k = 0; k < 4 && !ierr; k++)
+    if (!(k == 2 && w->reward_free) && !(k == 3 && w->critic_free)) ierr = cost_prims_profile_check(p, m[k], role[k]);
   if (ierr) (void)cost_prims_destroy(p);
   PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);

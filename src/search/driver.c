@@ -54,7 +54,7 @@ void search_needs_from_work(const CostWork *w, GPTConfig cfg[4], PlanNeeds *need
   PetscMemzero(needs, sizeof *needs);
   needs->cfg[MFC_ACTOR_GEN] = needs->cfg[MFC_ACTOR_TRAIN] = &cfg[0];
   needs->cfg[MFC_REF_INF]   = &cfg[2];
-  needs->cfg[MFC_REW_INF]   = &cfg[3];
+  needs->cfg[MFC_REW_INF]   = w->reward_free ? NULL : &cfg[3];
   if (!w->critic_free) needs->cfg[MFC_CRITIC_INF] = needs->cfg[MFC_CRITIC_TRAIN] = &cfg[1];
   needs->batch[MFC_ACTOR_GEN] = needs->batch[MFC_REF_INF] = needs->batch[MFC_REW_INF] = needs->batch[MFC_CRITIC_INF] = w->batch;
   needs->batch[MFC_ACTOR_TRAIN] = needs->batch[MFC_CRITIC_TRAIN] = mini;
@@ -370,8 +370,9 @@ PetscErrorCode search_auto(const RunCtx *run, const CostDeck *deck, const PlanNe
   PetscCall(PetscMemzero(&spec, sizeof spec));
   PetscCall(search_settings_from_options(&o, &spec, (uint64_t)run->seed));
   PetscCall(cost_work_from_options(deck, &work));
-  /* the run's own calls: a critic only where it has one */
+  /* the run's own calls: a critic and a reward model only where it has them */
   work.critic_free = needs->cfg[MFC_CRITIC_INF] ? PETSC_FALSE : PETSC_TRUE;
+  work.reward_free = needs->cfg[MFC_REW_INF] ? PETSC_FALSE : PETSC_TRUE;
   PetscCall(search_prims(run, deck, &work, plan->world, &prims));
   spec.world = plan->world;
   PetscCall(PetscPrintf(run->comm, "-placement auto: searching the plan (at most %g s)\n", o.time_s));
