@@ -25,7 +25,8 @@ typedef struct {
   PetscReal   clip_low, clip_high;           /* the policy ratio's clip range [1 - low, 1 + high] (default -ppo_clip both) */
   PetscInt    loss_agg, kl_estimator;        /* RLLossAgg, RLKLEstimator (inc/rl.h) */
   PetscInt    kl_in;                         /* PPOKLIn: where the KL to the reference enters */
-  PetscInt    dynamic_sampling;              /* DAPO's dynamic sampling: candidate groups generated per group kept (0: off) */
+  PetscInt    dynamic_sampling;              /* DAPO's dynamic sampling: candidate groups generated per round per group kept (0: off) */
+  PetscInt    dynamic_rounds;                /* its most generation rounds per iteration */
   PetscInt    overlong_buffer;               /* DAPO's overlong shaping: the last tokens before max_new_tokens that pay */
   PetscReal   overlong_penalty;              /* its penalty at max_new_tokens */
   PetscBool   whiten, dump_rollouts, scale_std; /* scale_std: GRPO divides by the group's std (false: Dr. GRPO) */

@@ -5,9 +5,10 @@
 # -mode eval, GRPO with a rule reward on 2 ranks as on 1, the learning
 # regression, and the refusals (bad -reward_fn, answers missing or
 # mismatched, a reward command that fails, with the earlier checkpoint kept),
-# and DAPO's dynamic sampling (its selection recomputed, on 2 ranks as on 1).
+# and DAPO's dynamic sampling (its selection recomputed, in one round and in
+# several, on 2 ranks as on 1).
 . regression/lib.sh
-plan 29
+plan 33
 d="$RLFUSE_TMP/rlvr"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file input/arith_sft.deck -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT on the arithmetic task: $(tail -1 $d/sft.log)"
@@ -129,6 +130,42 @@ PY
 if mpirun 2 $D -rollout_batch 16 -ppo_iterations 2 -ppo_dynamic_sampling 3 -output_dir $d/dyn2 >$d/dyn2.log 2>&1 && "$PYTHON" tools/run_diff.py $d/dyn $d/dyn2 >$d/dyn_diff.txt 2>&1
 then ok "dynamic sampling with top-k 8 on 2 ranks (dp 2) as on 1: rollouts and metrics ($(tail -1 $d/dyn_diff.txt))"
 else not_ok "dynamic sampling on 2 ranks differs from 1 rank"; tail -3 $d/dyn2.log $d/dyn_diff.txt | sed 's/^/# /'; fi
+# in rounds: round j draws the next 8 prompts with sample ids 16j.., so the candidates' run above holds
+# rounds 0-2 (tokens exact; log-probabilities within 1e-5: decoded in batches of 16, not 48)
+for R in 3 2; do
+  mpirun 1 $D -rollout_batch 16 -ppo_iterations 2 -ppo_dynamic_sampling 1 -ppo_dynamic_rounds $R -output_dir $d/dynr$R >$d/dynr$R.log 2>&1 || not_ok "dynamic sampling in $R rounds: $(tail -1 $d/dynr$R.log)"
+  py "dynamic sampling in rounds" $d dynr$R $R <<'PY'
+import sys, h5py, numpy as np
+d, out, R = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with h5py.File(d + "/cand/rollouts.h5", "r") as c, h5py.File(f"{d}/{out}/rollouts.h5", "r") as y, h5py.File(f"{d}/{out}/run.h5", "r") as r:
+    fc, tc, lc = c["iter_0/final_scores"][()], c["iter_0/tokens"][()], c["iter_0/logprobs"][()]
+    ty, ly = y["iter_0/tokens"][()], y["iter_0/logprobs"][()]
+    m = r["metrics"]
+    rows, kept, rounds, filled = [], 0, 0, 0
+    for j in range(R):  # round j: candidate groups 8j .. 8j+7 (rows 16j .. 16j+15)
+        rounds += 1
+        grp = range(8 * j, 8 * j + 8)
+        diff = [q for q in grp if fc[2 * q] != fc[2 * q + 1]]
+        kept += len(diff)
+        need = 8 - len(rows) // 2
+        pick = diff[:need]
+        if j == R - 1 and len(pick) < need:
+            same = [q for q in grp if fc[2 * q] == fc[2 * q + 1]]
+            filled = need - len(pick)
+            pick = sorted(pick + same[:filled])
+        rows += [2 * q + i for q in pick for i in range(2)]
+        if len(rows) == 16:
+            break
+    pos = h5py.File(f"{d}/{out}/final.h5", "r")["state"].attrs["data_pos"]
+    ok = (rounds > 1 and pos == 8 * m["dynamic_rounds"][()].sum() and ty.shape[0] == 16 and np.array_equal(ty, tc[rows]) and np.allclose(ly, lc[rows], rtol=0, atol=1e-5)
+          and m["dynamic_rounds"][0] == rounds and m["dynamic_kept_groups"][0] == kept and m["dynamic_filled_groups"][0] == filled)
+    print(("ok" if ok else "not ok") + f" - dynamic sampling in rounds (-ppo_dynamic_sampling 1 -ppo_dynamic_rounds {R}): {rounds} rounds of 8 groups on new prompts, "
+          f"the groups whose rewards differ kept in order ({kept} of {8 * rounds}, {filled} filled), with their tokens and log-probabilities, as a run generating all {8 * R} groups at once; the data position moves 8 prompts a round ({pos})")
+PY
+done
+if mpirun 2 $D -rollout_batch 16 -ppo_iterations 2 -ppo_dynamic_sampling 1 -ppo_dynamic_rounds 3 -output_dir $d/dynr3_2 >$d/dynr3_2.log 2>&1 && "$PYTHON" tools/run_diff.py $d/dynr3 $d/dynr3_2 >$d/dynr_diff.txt 2>&1
+then ok "dynamic sampling in 3 rounds on 2 ranks (dp 2) as on 1: rollouts and metrics ($(tail -1 $d/dynr_diff.txt))"
+else not_ok "dynamic sampling in rounds on 2 ranks differs from 1 rank"; tail -3 $d/dynr3_2.log $d/dynr_diff.txt | sed 's/^/# /'; fi
 
 # ---- the reward command: tools/reward_example.py as -reward_fn numeric ----
 C="-options_file input/arith_grpo.deck -actor_checkpoint $d/sft/final.h5 -rollout_batch 32 -grpo_group 4 -ppo_iterations 3 -ppo_eval_prompts 16 -ppo_checkpoint_every 0"
@@ -213,6 +250,7 @@ check "... and the checkpoint of iteration 2 is whole (readable, iteration 2) an
   "h5dump -a /state/iteration $d/dies/ckpt_000002.h5 | grep -q '(0): 2' && ! ls $d/dies | grep -q tmp"
 expect_error "dynamic sampling with a reward model" "-ppo_dynamic_sampling selects groups by their rewards right after generation, before the reward model" -mode ppo $A -reward_checkpoint $d/sft/final.h5 -ppo_dynamic_sampling 2 -output_dir $d/x9
 expect_error "dynamic sampling for PPO" "-ppo_dynamic_sampling filters groups of -grpo_group responses: it needs a critic-free -algo" -mode ppo $A -algo ppo -critic_init actor -reward_fn numeric -ppo_dynamic_sampling 2 -output_dir $d/x10
+expect_error "dynamic sampling of 1x the batch in one round" "-ppo_dynamic_sampling 1 must be 0 (off), at least 2 (candidates per group kept), or 1 with -ppo_dynamic_rounds >= 2" -mode ppo $A -reward_fn numeric -ppo_dynamic_sampling 1 -output_dir $d/x12
 expect_error "a reward command that prints text" "line 1 (sample 0, index .*) is not a number: \"abc\"" -mode ppo $A -gen_max_new_tokens 6 -reward_command "while read l; do echo abc; done" -output_dir $d/x8
 
 # ---- the learning regression ----

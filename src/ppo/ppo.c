@@ -55,7 +55,8 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   o->kl_in = KL_IN_AUTO;
   RfOptEnum("-kl_in", "Where the KL to the reference enters: reward (a per-token penalty in the rewards, k1), loss (a loss term with -ppo_kl_estimator), auto (loss for GRPO, reward otherwise)", kl_in_names, 3, &o->kl_in);
   RfOptEnum("-kl_estimator", "Estimator of KL(policy||reference) in the KL loss (-ppo_kl_in loss): k1 (log ratio), k2 (half its square), k3 (exp(-r) + r - 1)", kl_est_names, 3, &o->kl_estimator);
-  RfOptInt("-dynamic_sampling", "DAPO's dynamic sampling: generate this many times -rollout_batch, keep the first groups whose rewards are not all equal, fill with equal ones only if too few (0: off; critic-free -algo, rewards from -reward_fn or -reward_command)", 0, &o->dynamic_sampling);
+  RfOptInt("-dynamic_sampling", "DAPO's dynamic sampling: each round generates this many times -rollout_batch, and the groups whose rewards are not all equal are kept until the batch is full (0: off; critic-free -algo, rewards from -reward_fn or -reward_command)", 0, &o->dynamic_sampling);
+  RfOptInt("-dynamic_rounds", "Most generation rounds of -ppo_dynamic_sampling per iteration, each on new prompts; when the last leaves the batch short, its first groups of equal rewards fill it", 1, &o->dynamic_rounds);
   RfOptInt("-overlong_buffer", "DAPO's overlong reward shaping: a response longer than -gen_max_new_tokens minus this pays a penalty rising linearly to -ppo_overlong_penalty (0: off)", 0, &o->overlong_buffer);
   RfOptReal("-overlong_penalty", "The overlong shaping's penalty at -gen_max_new_tokens", 1.0, &o->overlong_penalty);
   RfOptReal("-value_clip", "Value clip around the old values (0: none)", 0.2, &o->value_clip);
@@ -125,7 +126,8 @@ static PetscErrorCode ppo_check_options(PPOOptions *o)
   PetscCheck(o->reward_model_weight >= 0 && o->reward_command_weight >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reward_model_weight and -reward_command_weight must be >= 0");
   PetscCheck(o->reward_command_timeout > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reward_command_timeout %g must be positive", (double)o->reward_command_timeout);
   PetscCheck(o->reward_length_start >= 0 && o->reward_length_start <= o->gen.max_new_tokens, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reward_length_start %" PetscInt_FMT " must be in [0, -gen_max_new_tokens %" PetscInt_FMT "]", o->reward_length_start, o->gen.max_new_tokens);
-  PetscCheck(o->dynamic_sampling == 0 || o->dynamic_sampling >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_dynamic_sampling %" PetscInt_FMT " must be 0 (off) or at least 2 (candidates per group kept)", o->dynamic_sampling);
+  PetscCheck(o->dynamic_rounds >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_dynamic_rounds %" PetscInt_FMT " must be at least 1", o->dynamic_rounds);
+  PetscCheck(o->dynamic_sampling == 0 || o->dynamic_sampling >= 2 || (o->dynamic_sampling == 1 && o->dynamic_rounds >= 2), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_dynamic_sampling %" PetscInt_FMT " must be 0 (off), at least 2 (candidates per group kept), or 1 with -ppo_dynamic_rounds >= 2", o->dynamic_sampling);
   PetscCheck(o->dynamic_sampling == 0 || o->algo != ALGO_PPO, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_sampling filters groups of -grpo_group responses: it needs a critic-free -algo (grpo, rloo, reinforce_pp)");
   PetscCheck(o->eval_samples >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_samples %" PetscInt_FMT " must be >= 1", o->eval_samples);
   PetscCheck(o->eval_samples == 1 || !(o->gen.greedy || o->eval_greedy), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_eval_samples %" PetscInt_FMT " with %s: greedy responses to one prompt are all the same", o->eval_samples, o->gen.greedy ? "-gen_greedy" : "-ppo_eval_greedy");
@@ -359,6 +361,7 @@ static PetscErrorCode ppo_record_rewards(RunRecord *rec, const PPOOptions *o, co
   if (o->dynamic_sampling) {
     PetscCall(record_metric(rec, "dynamic_kept_groups", r->kept_groups));
     PetscCall(record_metric(rec, "dynamic_filled_groups", r->filled_groups));
+    PetscCall(record_metric(rec, "dynamic_rounds", r->dyn_rounds));
   }
   if (o->eval_every > 0 && o->eval_every < o->iterations) { /* with evaluations during the run (NaN between them) */
     if (o->eval_samples > 1) PetscCall(record_metric(rec, "eval_pass_k", ev->pass_k));
@@ -443,10 +446,10 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     PPOTrainStats ts;
     int           it = (int)st->iteration, used = 0;
 
-    PetscCall(prompts_next(ps, o, st->data_pos, &used));
-    r.answer = ps->answer, r.meta = ps->meta, r.pidx = ps->pidx;
-    PetscCall(ppo_iteration(m, o, ps->req, ps->max_prompt, &r, &pb, st, &ts, &tm));
-    st->data_pos += used;
+    PetscCall(prompts_next(ps, o, st->data_pos, 0, &used));
+    r.answer = ps->answer, r.meta = ps->meta, r.pidx = ps->pidx, r.dyn_rounds = 1;
+    PetscCall(ppo_iteration(m, o, ps, &r, &pb, st, &ts, &tm));
+    st->data_pos += (int64_t)used * r.dyn_rounds; /* dynamic sampling's rounds drew further prompts */
     kl = rollout_kl(&r);
     if (o->dump_rollouts) PetscCall(rollout_dump(run->comm, path, &r, it, o, st->kl_coef));
     iter_s = sys_wtime() - t0;

@@ -102,6 +102,7 @@ typedef struct {
   int64_t     *pidx;
   int          Bcap;                    /* rows allocated (-ppo_dynamic_sampling: candidates generated; B after the selection) */
   int          kept_groups, filled_groups; /* -ppo_dynamic_sampling: candidate groups whose rewards differ; groups of equal rewards used to fill */
+  int          dyn_rounds;                 /* -ppo_dynamic_sampling: generation rounds of the iteration */
 } Rollout;
 
 /* Scratch for packing up to nmax sequences into forward rows. */
@@ -160,13 +161,25 @@ PetscErrorCode rollout_command_rewards(PPORewards *rw, const PPOOptions *o, Roll
 /* r->final from the reward model's score (when there is one), the rule
  * rewards and the overlong shaping. */
 void rollout_final_scores(Rollout *r, const PPOOptions *o);
-/* DAPO's dynamic sampling (-ppo_dynamic_sampling F): of the F x B
- * candidate rows (groups of k consecutive rows, rewards already computed),
- * keeps the first B/k groups whose final scores are not all equal, fills up
- * with the first equal ones when there are too few, and moves the kept
- * rows, in their order, to rows 0..B-1 (r->B becomes B). Every rank does
- * the same on its copy of the rollout. */
-void rollout_dynamic_select(Rollout *r, int B, int k);
+/* DAPO's dynamic sampling (src/ppo/dynamic.c): the groups kept over an
+ * iteration's generation rounds. dynamic_begin makes the store for a batch
+ * of B rows; dynamic_take looks at one round's candidate rows (groups of k
+ * consecutive rows, rewards computed) and keeps, in their order, those
+ * whose final scores are not all equal until the store holds B/k groups,
+ * filling up with the round's first equal ones when last; dynamic_finish
+ * moves the store to rows 0..B-1 of r (r->B becomes B, with the counts) and
+ * frees it. Every rank does the same on its copy of the rollout. */
+typedef struct {
+  Rollout      r;                     /* the kept groups, in order */
+  const char **answer, **meta;        /* the store's per-row pointers */
+  int64_t     *pidx;
+  int          k, groups, nid;        /* group size, groups kept, allowed-set ids used */
+  int          kept, filled, rounds;  /* candidate groups whose rewards differ, groups that filled, rounds */
+  long long    new_tokens;            /* tokens generated over the rounds */
+} DynamicStore;
+PetscErrorCode dynamic_begin(const Rollout *r, int B, DynamicStore *ds);
+PetscErrorCode dynamic_take(DynamicStore *ds, Rollout *cand, int G, int k, PetscBool last);
+PetscErrorCode dynamic_finish(DynamicStore *ds, Rollout *r, int B);
 /* Rewards (KL + score), then GAE + whitening (PPO) or group advantages (GRPO). */
 PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coef);
 /* Appends group /iter_<k> to <output_dir>/rollouts.h5 (created at iteration 0 or on first use). */
@@ -250,7 +263,7 @@ typedef struct {
   GenRequest  *req;              /* [B] */
   const char **answer, **meta;   /* [B]: each row's (NULL: none) */
   int64_t     *pidx;             /* [B]: each row's prompt index in its source */
-  char        *abuf;             /* the built-in task's answers */
+  char        *abuf;             /* the built-in task's answers, [rounds * B] slots */
   PPOEvalSet   eval;
 } PromptSource;
 /* Reads the prompt file (or sets up the built-in task's prompts) and the
@@ -258,10 +271,13 @@ typedef struct {
  * lack; checks the rollout fits memory. */
 PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, PromptSource *ps);
 PetscErrorCode prompts_destroy(PromptSource *ps);
-/* The iteration's requests: prompts data_pos, data_pos+1, ... (critic-free
- * algorithms: each repeated -grpo_group times); sample ids are the rows.
- * *used: prompts consumed. */
-PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_pos, int *used);
+/* The requests of an iteration's generation round (0 without dynamic
+ * sampling, whose rounds draw further prompts): prompts data_pos,
+ * data_pos+1, ... (critic-free algorithms: each repeated -grpo_group times);
+ * sample ids are round * rows + row, unique within the iteration; the
+ * built-in task's answers of each round have their own slots, so rows kept
+ * from an earlier round keep theirs. *used: prompts consumed. */
+PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_pos, int round, int *used);
 /* Mean over sequences of the summed per-token log-ratio to the reference. */
 double rollout_kl(const Rollout *r);
 /* An evaluation's results (NaN where they do not apply): gold (the mean
@@ -321,7 +337,7 @@ typedef struct {
   double stream_messages, stream_bytes, stream_send, stream_wait; /* fused: samples sent, their bytes, longest send and wait seconds */
   double migrate_at, migrate_pred, migrate_samples, migrate_bytes, migrate_s, migrate_m; /* migrate: R_t, its predicted stage seconds (auto), samples and bytes moved, longest migration, destinations */
 } StageTimes;
-PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, Rollout *r, PackBuf *pb, const CkptState *st, PPOTrainStats *ts, StageTimes *tm);
+PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, PromptSource *ps, Rollout *r, PackBuf *pb, const CkptState *st, PPOTrainStats *ts, StageTimes *tm);
 /* The rollout's inference calls outside an iteration (held-out evaluation). */
 PetscErrorCode ppo_ref_call(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro);
 /* The same for the reward model's scores (nothing without one). */

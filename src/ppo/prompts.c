@@ -107,7 +107,7 @@ PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, PromptSourc
   ps->max_prompt = ps->eval_alone ? ps->eval.room : PetscMax(ps->max_prompt, ps->eval.room);
   PetscCall(ppo_check_memory(run, o, ps->max_prompt));
   PetscCall(PetscMalloc2((size_t)B * ps->room, &ps->buf, B, &ps->req));
-  PetscCall(PetscMalloc4(B, &ps->answer, B, &ps->meta, B, &ps->pidx, (size_t)B * PPO_ANSWER_LEN, &ps->abuf));
+  PetscCall(PetscMalloc4(B, &ps->answer, B, &ps->meta, B, &ps->pidx, (size_t)PetscMax(1, o->dynamic_rounds) * B * PPO_ANSWER_LEN, &ps->abuf));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -125,7 +125,7 @@ PetscErrorCode prompts_destroy(PromptSource *ps)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_pos, int *used)
+PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_pos, int round, int *used)
 {
   int B = (int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling)), k = o->algo != ALGO_PPO ? (int)o->group : 1;
 
@@ -140,14 +140,14 @@ PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_
     idx = demo_source_index(&ps->src, pos); /* after the get: the epoch's order */
     if (pl <= 0) pl = len; /* a prompts file without prompt_lengths: the whole row */
     if (ps->src.builtin) {
-      char *a = ps->abuf + (size_t)p * PPO_ANSWER_LEN;
+      char *a = ps->abuf + ((size_t)round * B + (size_t)p) * PPO_ANSWER_LEN;
       if (task_answer(&o->task, TASK_SPLIT_TRAIN, pos, a, PPO_ANSWER_LEN) >= 0) ans = a;
     } else {
       if (ps->src.file.answer.off) ans = io_text(&ps->src.file.answer, (int)idx);
       if (ps->src.file.metadata.off) meta = io_text(&ps->src.file.metadata, (int)idx);
     }
     for (int j = 0; j < k; j++) {
-      ps->req[p * k + j]    = (GenRequest){p * k + j, row, pl};
+      ps->req[p * k + j]    = (GenRequest){round * B + p * k + j, row, pl};
       ps->answer[p * k + j] = ans;
       ps->meta[p * k + j]   = meta;
       ps->pidx[p * k + j]   = idx;
