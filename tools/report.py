@@ -5,7 +5,9 @@ records (run.h5), overlaid for comparison, from the run records alone.
 Usage: /usr/bin/python3 tools/report.py RUN.h5 [RUN2.h5 ...] -o report.png
 
 Panels: learning curves (loss, gold score, reward-model score, KL, entropy,
-response length: whichever the runs recorded), per-stage times per step (the
+response length: whichever the runs recorded; the held-out accuracy, reward
+and pass@k start at step 0 with /summary's sft_* value and end with its
+final_* one), per-stage times per step (the
 slowest rank), the mean time of each stage per run, and the histogram of the
 response lengths of the last recorded PPO/GRPO/RLOO iteration (/responses).
 The text summary goes to stdout and to report.txt beside the picture (the
@@ -36,6 +38,10 @@ CURVES = [
     ("response length (mean)", ["response_len_mean"]),
     ("critic loss", ["critic_loss"]),
 ]
+# Held-out curves whose first and last points are in /summary: the policy
+# before training (step 0) and after it (the last step).
+ENDS = {"eval_gold": ("sft_gold", "final_gold"), "eval_reward": ("sft_reward", "final_reward"),
+        "eval_pass_k": ("sft_pass_k", "final_pass_k")}
 # Stage columns that are sums of others, left out of the stacked per-run bars.
 TOTALS = {"iteration"}
 
@@ -113,6 +119,20 @@ def summary_text(runs, names):
     return "\n".join(lines) + "\n"
 
 
+def curve(run, key):
+    """(steps, values) of a metric, finite points only, with the held-out curves' ends from /summary."""
+    v = run["metrics"].get(key)
+    s = run["step"][: len(v)] if v is not None else np.zeros(0)
+    ok = np.isfinite(v) if v is not None else np.zeros(0, bool)
+    s, v = s[ok], v[ok] if v is not None else np.zeros(0)
+    a, b = (run["summary"].get(x, np.nan) for x in ENDS.get(key, ("", "")))
+    if np.isfinite(a):
+        s, v = np.concatenate([[0.0], s]), np.concatenate([[a], v])
+    if np.isfinite(b) and len(run["step"]):
+        s, v = np.concatenate([s, [run["step"][-1]]]), np.concatenate([v, [b]])
+    return s, v
+
+
 def draw(runs, names, out):
     import matplotlib
 
@@ -120,7 +140,7 @@ def draw(runs, names, out):
     import matplotlib.pyplot as plt
 
     # a curve some run measured: finite and not all zero (a critic-free run's critic loss, say)
-    curves = [(t, ks) for t, ks in CURVES if any(k in r["metrics"] and np.isfinite(r["metrics"][k]).any() and np.nanmax(np.abs(r["metrics"][k])) > 0 for r in runs for k in ks)]
+    curves = [(t, ks) for t, ks in CURVES if any(k in r["metrics"] and (curve(r, k)[1] != 0).any() for r in runs for k in ks)]
     stages = sorted({s for r in runs for s, v in r["stages"].items() if (v > 0).any()})
     has_len = any(r["lengths"] is not None for r in runs)
     npanel = len(curves) + len(runs) * bool(stages) + bool(stages) + has_len
@@ -136,10 +156,10 @@ def draw(runs, names, out):
             key = next((x for x in keys if x in r["metrics"]), None)
             if key is None:
                 continue
-            v = r["metrics"][key]; s = r["step"][: len(v)]; ok = np.isfinite(v)
-            if not (v[ok] != 0).any():  # all zero: the run has no such model (GRPO/RLOO's critic)
+            s, v = curve(r, key)
+            if not (v != 0).any():  # all zero: the run has no such model (GRPO/RLOO's critic)
                 continue
-            ax.plot(s[ok], v[ok], lw=1.2, color=colors[i % len(colors)], marker="." if ok.sum() < 40 else None, label=names[i])
+            ax.plot(s, v, lw=1.2, color=colors[i % len(colors)], marker="." if len(v) < 40 else None, label=names[i])
         ax.set_title(title, fontsize=10); ax.set_xlabel("step"); ax.grid(alpha=0.3)
     if stages:
         smap = {s: plt.get_cmap("tab20")(j % 20) for j, s in enumerate(stages)}
