@@ -8,7 +8,7 @@
 # and DAPO's dynamic sampling (its selection recomputed, in one round and in
 # several, on 2 ranks as on 1).
 . regression/lib.sh
-plan 33
+plan 34
 d="$RLFUSE_TMP/rlvr"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file input/arith_sft.deck -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT on the arithmetic task: $(tail -1 $d/sft.log)"
@@ -85,14 +85,15 @@ else not_ok "GRPO on 2 ranks: $(tail -1 $d/two.log)"; fi
 
 # ---- fusion of generation and inference without a reward model (reference inference only) ----
 fused() {
-  local what=$1 out=$2; shift 2
-  if mpirun 2 $G "$@" -fuse_tokens 8 -output_dir $d/$out >$d/$out.log 2>&1 && "$PYTHON" tools/ckpt_diff.py $d/one/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 &&
+  local what=$1 n=$2 out=$3; shift 3
+  if mpirun $n $G "$@" -fuse_tokens 8 -output_dir $d/$out >$d/$out.log 2>&1 && "$PYTHON" tools/ckpt_diff.py $d/one/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 &&
      same_run_dirs $d/one $d/$out >$d/run_$out.txt 2>&1
   then ok "$what: rollouts, metrics and weights as unfused on 1 rank"
   else not_ok "$what: differs from unfused on 1 rank, or failed"; cat $d/$out.log $d/diff_$out.txt $d/run_$out.txt 2>/dev/null | grep -v PASS | tail -3 | sed 's/^/# /'; fi
 }
-fused "GRPO with rule rewards, -fuse_gen_inf stream on 2 ranks (generation on 0, reference on 1)" st -fuse_gen_inf stream -actor_gen_ranks 0 -ref_inf_ranks 1 -rew_inf_ranks 1
-fused "GRPO with rule rewards, -fuse_gen_inf migrate at R_t 0.5 on 2 ranks (co-located)" mig -fuse_gen_inf migrate -fuse_migrate_at 0.5
+# on 3 ranks rank 0 is in neither the generation (2) nor the reference mesh (1), as a searched plan may have it
+fused "GRPO with rule rewards, -fuse_gen_inf stream on 3 ranks (generation on 2, reference on 1, training on 0-1)" 3 st -fuse_gen_inf stream -actor_gen_ranks 2 -ref_inf_ranks 1 -rew_inf_ranks 1 -actor_train_ranks 0-1
+fused "GRPO with rule rewards, -fuse_gen_inf migrate at R_t 0.5 on 2 ranks (co-located)" 2 mig -fuse_gen_inf migrate -fuse_migrate_at 0.5
 
 # ---- the plan search without a reward model: no reward call in the cost model, the profile or the plan ----
 mpirun 1 -options_file input/arith_grpo.deck -mode plan -actor_checkpoint $d/sft/final.h5 -plan_ranks 2 -plan_iterations 100 \
@@ -250,6 +251,7 @@ check "... and the checkpoint of iteration 2 is whole (readable, iteration 2) an
   "h5dump -a /state/iteration $d/dies/ckpt_000002.h5 | grep -q '(0): 2' && ! ls $d/dies | grep -q tmp"
 expect_error "dynamic sampling with a reward model" "-ppo_dynamic_sampling selects groups by their rewards right after generation, before the reward model" -mode ppo $A -reward_checkpoint $d/sft/final.h5 -ppo_dynamic_sampling 2 -output_dir $d/x9
 expect_error "dynamic sampling for PPO" "-ppo_dynamic_sampling filters groups of -grpo_group responses: it needs a critic-free -algo" -mode ppo $A -algo ppo -critic_init actor -reward_fn numeric -ppo_dynamic_sampling 2 -output_dir $d/x10
+expect_error "dynamic sampling's rounds without it" "-ppo_dynamic_rounds 3 is the most rounds of -ppo_dynamic_sampling, which is off" -mode ppo $A -reward_fn numeric -ppo_dynamic_rounds 3 -output_dir $d/x13
 expect_error "dynamic sampling of 1x the batch in one round" "-ppo_dynamic_sampling 1 must be 0 (off), at least 2 (candidates per group kept), or 1 with -ppo_dynamic_rounds >= 2" -mode ppo $A -reward_fn numeric -ppo_dynamic_sampling 1 -output_dir $d/x12
 expect_error "a reward command that prints text" "line 1 (sample 0, index .*) is not a number: \"abc\"" -mode ppo $A -gen_max_new_tokens 6 -reward_command "while read l; do echo abc; done" -output_dir $d/x8
 

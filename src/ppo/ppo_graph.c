@@ -32,6 +32,7 @@ typedef struct {
   const CkptState  *st;
   PPOTrainStats    *ts;
   GenPart           part;
+  double            more_gen_s;       /* dynamic sampling: this rank's generation seconds after the first round */
   ReallocStats      ra, rc;
   GenFuseTimes         fuse;
 } IterCtx;
@@ -95,8 +96,13 @@ static PetscErrorCode dynamic_rounds(IterCtx *c)
     if (round > 0) {
       int used;
       PetscCall(prompts_next(c->ps, o, c->st->data_pos + (int64_t)round * (c->r->Bcap / k), round, &used));
+      double t0 = sys_wtime();
       c->r->B = c->r->gen.n = c->r->Bcap;
-      PetscCall(run_generation(c));
+      PetscCall(run_generation(c)); /* timed here: the graph times the node's first round only */
+      if (dmodel_member(ppo_gen_model(c->m))) {
+        c->more_gen_s += sys_wtime() - t0;
+        PetscCall(timeline_mark("generation", t0, sys_wtime()));
+      }
       PetscCall(rollout_share_gen(ppo_gen_model(c->m)->mesh, &c->part, c->r));
     }
     PetscCall(rollout_rule_rewards(&c->m->rew, o, c->r, c->m->rew.gold));
@@ -331,7 +337,7 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, PromptSource *ps
     nodes[n++] = (ExecNode){"critic_sync", {"critic_weights"}, {"critic_inf_weights"}, (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync, NULL, &c, PETSC_FALSE};
   }
   if (o->plan.fuse != FUSE_NONE) {
-    PetscBool here = (PetscBool)(dmodel_member(gen) || dmodel_member(&m->reference) || dmodel_member(&m->reward) || (crit && dmodel_member(cinf)));
+    PetscBool here = (PetscBool)(dmodel_member(gen) || dmodel_member(&m->reference) || (rm && dmodel_member(&m->reward)) || (crit && dmodel_member(cinf)));
     PetscCall(rollout_genfuse_setup(&m->genfuse));
     k_gen = k_ref = n;
     k_rew      = rm ? n : -1;
@@ -372,6 +378,10 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, PromptSource *ps
   PetscCall(exec_graph_run(nodes, n, given, sec));
   ts->steps   = (int)(o->epochs * o->minibatches);
   tm->gen     = sec[k_gen];
+  if (o->dynamic_sampling) { /* the later rounds' generation, longest over ranks */
+    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &c.more_gen_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    tm->gen += c.more_gen_s;
+  }
   tm->ref     = sec[k_ref];
   tm->rew     = k_rew >= 0 ? sec[k_rew] : 0;
   tm->rules   = sec[k_rules];
