@@ -28,14 +28,14 @@ typedef struct {
   char           name[32]; /* e.g. "actor", "actor_gen": in messages */
   GPTConfig      cfg;
   const Backend *be;
-  const Mesh    *mesh;     /* on every rank; mesh->me < 0 off the mesh */
+  const Mesh    *mesh;     /* on every rank; mesh->me < 0 off the mesh; NULL: never placed (no such model) */
   PetscBool      optim;    /* carries AdamW state (training placements) */
   GPTDistConfig  dist;     /* ZeRO-1 and bucket size of the training calls */
   GPT           *gpt;      /* this rank's shard; NULL off the mesh or while released */
   float         *host;     /* offloaded parameters of this rank's shard, or NULL */
 } DModel;
 
-static inline PetscBool dmodel_member(const DModel *dm) { return dm->mesh->me >= 0 ? PETSC_TRUE : PETSC_FALSE; }
+static inline PetscBool dmodel_member(const DModel *dm) { return dm->mesh && dm->mesh->me >= 0 ? PETSC_TRUE : PETSC_FALSE; }
 /* Places cfg on the mesh of `call` in the plan (collective over that mesh;
  * every rank must place its models in the same order) and allocates the
  * members' shards (zeroed AdamW state when optim). */

@@ -12,35 +12,31 @@
 #include "ppo_impl.h"
 #include <string.h>
 
-/* Row src of s into row dst of d. The allowed sets' ids go to d's ids at
- * *nid: in place (s == d, dst <= src, every earlier kept row came from a
- * row before src) their ids fit below src's and the move runs forward;
- * into another rollout, d's ids grow as needed. */
-static PetscErrorCode row_copy(Rollout *s, int src, Rollout *d, int dst, int *nid)
+/* Row src of rollout s into row dst of rollout d (another one); the
+ * allowed sets' ids go to d's ids from *nid on, which grow as needed. */
+static PetscErrorCode row_copy(const Rollout *s, int src, Rollout *d, int dst, int *nid)
 {
-  GenBatch *g = &s->gen, *h = &d->gen;
-  size_t    T = (size_t)s->T;
+  const GenBatch *g = &s->gen;
+  GenBatch       *h = &d->gen;
+  size_t          T = (size_t)s->T;
 
   PetscFunctionBegin;
   if (g->mask_off) {
     int k0 = g->mask_off[(size_t)src * T], k1 = g->mask_off[(size_t)(src + 1) * T], base = *nid;
-    int offs[T + 1];
-    for (size_t t = 0; t <= T; t++) offs[t] = g->mask_off[(size_t)src * T + t] - k0 + base;
-    if (h != g && (size_t)(base + k1 - k0) > h->mask_cap) {
+    if ((size_t)(base + k1 - k0) > h->mask_cap) {
       h->mask_cap = 2 * (size_t)(base + k1 - k0);
       PetscCall(PetscRealloc(h->mask_cap * sizeof(int), &h->mask_ids));
     }
-    memmove(h->mask_ids + base, g->mask_ids + k0, (size_t)(k1 - k0) * sizeof(int));
-    for (size_t t = 0; t <= T; t++) h->mask_off[(size_t)dst * T + t] = offs[t];
+    memcpy(h->mask_ids + base, g->mask_ids + k0, (size_t)(k1 - k0) * sizeof(int));
+    for (size_t t = 0; t <= T; t++) h->mask_off[(size_t)dst * T + t] = g->mask_off[(size_t)src * T + t] - k0 + base;
     *nid = base + (k1 - k0);
   }
-  if (s == d && src == dst) PetscFunctionReturn(PETSC_SUCCESS);
-  memmove(h->tokens + (size_t)dst * T, g->tokens + (size_t)src * T, T * sizeof(int));
-  memmove(h->logprobs + (size_t)dst * T, g->logprobs + (size_t)src * T, T * sizeof(float));
+  memcpy(h->tokens + (size_t)dst * T, g->tokens + (size_t)src * T, T * sizeof(int));
+  memcpy(h->logprobs + (size_t)dst * T, g->logprobs + (size_t)src * T, T * sizeof(float));
   h->prompt_len[dst] = g->prompt_len[src], h->response_len[dst] = g->response_len[src], h->eos[dst] = g->eos[src];
   d->start[dst] = s->start[src], d->len[dst] = s->len[src];
   d->score[dst] = s->score[src], d->final[dst] = s->final[src], d->gold[dst] = s->gold[src], d->rule[dst] = s->rule[src];
-  memmove(d->parts + (size_t)dst * PPO_REWARD_PARTS, s->parts + (size_t)src * PPO_REWARD_PARTS, PPO_REWARD_PARTS * sizeof(float));
+  memcpy(d->parts + (size_t)dst * PPO_REWARD_PARTS, s->parts + (size_t)src * PPO_REWARD_PARTS, PPO_REWARD_PARTS * sizeof(float));
   if (d->answer) d->answer[dst] = s->answer ? s->answer[src] : NULL;
   if (d->meta) d->meta[dst] = s->meta ? s->meta[src] : NULL;
   if (d->pidx) d->pidx[dst] = s->pidx ? s->pidx[src] : -1;
@@ -52,8 +48,7 @@ PetscErrorCode dynamic_begin(const Rollout *r, int B, DynamicStore *ds)
   PetscFunctionBegin;
   PetscCall(PetscMemzero(ds, sizeof *ds));
   PetscCall(rollout_create(B, r->T, r->gen.mask_off ? PETSC_TRUE : PETSC_FALSE, &ds->r));
-  PetscCall(PetscCalloc3(B, &ds->answer, B, &ds->meta, B, &ds->pidx));
-  ds->r.answer = ds->answer, ds->r.meta = ds->meta, ds->r.pidx = ds->pidx;
+  PetscCall(PetscCalloc3(B, &ds->r.answer, B, &ds->r.meta, B, &ds->r.pidx)); /* the store's own: a rollout's are its caller's */
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -94,7 +89,7 @@ PetscErrorCode dynamic_finish(DynamicStore *ds, Rollout *r, int B)
   r->B = r->gen.n = B;
   r->gen.new_tokens = ds->new_tokens;
   r->kept_groups = ds->kept, r->filled_groups = ds->filled, r->dyn_rounds = ds->rounds;
-  PetscCall(PetscFree3(ds->answer, ds->meta, ds->pidx));
+  PetscCall(PetscFree3(ds->r.answer, ds->r.meta, ds->r.pidx));
   PetscCall(rollout_destroy(&ds->r));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -530,9 +530,8 @@ static void ppo_cost_deck_fill(const PPOOptions *o, const GPTConfig cfg[4], int 
   d->critic_free = o->algo != ALGO_PPO ? PETSC_TRUE : PETSC_FALSE;
   d->seed        = (long long)seed;
   for (int k = 0; k < 4; k++) d->cfg[k] = cfg[k];
-  d->reward_free = o->has_reward_model ? PETSC_FALSE : PETSC_TRUE;
-  if (d->critic_free) d->cfg[1] = d->reward_free ? cfg[0] : cfg[3];
-  if (d->reward_free) d->cfg[3] = d->critic_free ? cfg[0] : cfg[1]; /* unused: a value-head shape for messages */
+  d->reward_free = o->has_reward_model ? PETSC_FALSE : PETSC_TRUE; /* cfg[3] is then the actor's (ppo_configs), unused */
+  if (d->critic_free) d->cfg[1] = cfg[3];
 }
 
 /* Everything that can be checked before a model is read: options, prompts,

@@ -337,7 +337,7 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, PromptSource *ps
     nodes[n++] = (ExecNode){"critic_sync", {"critic_weights"}, {"critic_inf_weights"}, (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync, NULL, &c, PETSC_FALSE};
   }
   if (o->plan.fuse != FUSE_NONE) {
-    PetscBool here = (PetscBool)(dmodel_member(gen) || dmodel_member(&m->reference) || (rm && dmodel_member(&m->reward)) || (crit && dmodel_member(cinf)));
+    PetscBool here = (PetscBool)(dmodel_member(gen) || dmodel_member(&m->reference) || dmodel_member(&m->reward) || (crit && dmodel_member(cinf)));
     PetscCall(rollout_genfuse_setup(&m->genfuse));
     k_gen = k_ref = n;
     k_rew      = rm ? n : -1;

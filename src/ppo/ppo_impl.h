@@ -170,9 +170,7 @@ void rollout_final_scores(Rollout *r, const PPOOptions *o);
  * moves the store to rows 0..B-1 of r (r->B becomes B, with the counts) and
  * frees it. Every rank does the same on its copy of the rollout. */
 typedef struct {
-  Rollout      r;                     /* the kept groups, in order */
-  const char **answer, **meta;        /* the store's per-row pointers */
-  int64_t     *pidx;
+  Rollout      r;                     /* the kept groups, in order (with answer, meta, pidx arrays of its own) */
   int          k, groups, nid;        /* group size, groups kept, allowed-set ids used */
   int          kept, filled, rounds;  /* candidate groups whose rewards differ, groups that filled, rounds */
   long long    new_tokens;            /* tokens generated over the rounds */
