@@ -44,6 +44,7 @@ typedef struct {
   double    time_s;    /* wall-clock budget (0: none) */
   double    t_start;   /* initial temperature as a fraction of the start plan's time */
   double    t_end;     /* final temperature, same unit */
+  int       chains;    /* independent chains per group (chains.c): without the fusion states, and with them */
 } SearchOptions;
 
 typedef struct {
@@ -53,10 +54,14 @@ typedef struct {
   double       seconds;
   PetscBool    timed_out;   /* the time budget ended the search before the cap */
   int          start;       /* the start plan the search began from */
+  int          chains;      /* chains run, both groups */
+  int          chain;       /* the chain (in its group) whose plan won */
+  PetscBool    fused_group; /* it was a chain that searched the fusion states */
+  int          threads;     /* the threads the chains ran on */
 } SearchResult;
 
-/* Defaults: seed 1, 20000 iterations, no time budget, temperature from 5%
- * to 0.01% of the start plan's time. */
+/* Defaults: seed 1, 20000 iterations, no time budget, temperature from 30%
+ * to 0.01% of the start plan's time, 2 chains per group. */
 void search_options_default(SearchOptions *o);
 
 /* The plan's cost as the search sees it: the estimated seconds per
@@ -71,8 +76,19 @@ PetscErrorCode search_evaluate(SearchSpace sp, SearchObjective f, void *ctx, con
 /* Cache hits and misses (estimates made) so far. */
 void search_cache_stats(SearchSpace sp, long *hits, long *misses);
 
-/* Simulated annealing from the best of nstart start plans (presets). The
- * best plan seen is returned; its source reads "search from <start>". */
+/* Simulated annealing from the nstart start plans (presets) that pass the
+ * checks, in o->chains independent chains over the space without its fusion
+ * states and, when the space has them, o->chains more over the whole space
+ * (chain c of a group starts from the c-th best start plan, modulo their
+ * number). Each group's best plan is polished, and the better of the two
+ * returned (the unfused one on a tie); its source reads "search from
+ * <start>". The unfused group is the whole search of the space built
+ * without the fusion states, so with an iteration cap the search with them
+ * never returns a worse plan. The chains run concurrently on the OpenMP
+ * threads; with an iteration cap the plan does not depend on how many.
+ * A time budget is shared: each chain gets its share of 75% of it (the
+ * chains running in waves of as many as there are threads), the polishes
+ * the rest. */
 PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, int nstart, const SearchOptions *o, SearchResult *res);
 
 /* Every plan of the space (the meshes and strategies of the calls in use,

@@ -13,6 +13,7 @@
 #include "test_report.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -60,7 +61,8 @@ static PetscErrorCode toy_objective(void *ctx, const Plan *p, CostEstimate *est)
   MFCId       ic[2], tc[2];
 
   PetscFunctionBegin;
-  t->calls++;
+#pragma omp atomic
+  t->calls++; /* the chains run on several threads */
   est->feasible = PETSC_TRUE;
   for (int c = 0; c < MFC_COUNT; c++) {
     const PlanCall *k = &p->call[c];
@@ -143,6 +145,51 @@ static PetscErrorCode check_space(const char *what, SearchSpace sp, Toy *toy, in
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The space of spec with and without the fusion states, searched with the
+ * same short iteration caps and seeds: the search with them is never
+ * worse; and a seed gives the same plan on 1 thread as on 2 (with 3
+ * chains per group, so the threads finish chains out of order). */
+static PetscErrorCode check_never_worse(SearchSpaceSpec spec, Toy *toy)
+{
+  SearchSpace   with, without;
+  SearchOptions o;
+  SearchResult  a, b, one;
+  Plan          start[3];
+  int           worse = 0, fused = 0, same = 1, nthr = omp_get_max_threads();
+  char          detail[256];
+
+  PetscFunctionBegin;
+  PetscCall(presets(spec.world, start));
+  PetscCall(search_space_create(&spec, &with));
+  spec.fusion = PETSC_FALSE;
+  PetscCall(search_space_create(&spec, &without));
+  search_options_default(&o);
+  for (int k = 0; k < 12; k++) {
+    o.seed     = 100 + (uint64_t)k;
+    o.max_iter = 5L << (k % 4); /* 5 .. 40: short searches, where density matters most */
+    o.chains   = 1 + k % 3;
+    PetscCall(search_anneal(with, toy_objective, toy, start, 3, &o, &a));
+    PetscCall(search_anneal(without, toy_objective, toy, start, 3, &o, &b));
+    if (search_cost(&a.est) > search_cost(&b.est)) worse++;
+    if (a.fused_group) fused++;
+    if (k % 3 == 2) { /* 3 chains: again on one thread */
+      omp_set_num_threads(1);
+      PetscCall(search_anneal(with, toy_objective, toy, start, 3, &o, &one));
+      omp_set_num_threads(nthr);
+      if (!same_plan(&a.plan, &one.plan) || a.est.iter_s != one.est.iter_s || a.iters != one.iters || a.accepted != one.accepted) same = 0;
+    }
+  }
+  snprintf(detail, sizeof detail, "%d of 12 searches with the fusion states worse than without", worse);
+  test_report((PetscBool)(worse == 0), "with 5 to 40 iterations and 1 to 3 chains, the search with the fusion states is never worse than without", "%s", detail);
+  snprintf(detail, sizeof detail, "%d of 12 plans came from the chains with the fusion states", fused);
+  test_report((PetscBool)(fused > 0), "some of those plans come from the chains that search the fusion states (the toy rewards -fuse_train)", "%s", detail);
+  snprintf(detail, sizeof detail, "on %d threads and on 1", nthr);
+  test_report((PetscBool)same, "3 chains per group give the same plan, estimate and counts on 1 thread as on all", "%s: differ", detail);
+  PetscCall(search_space_destroy(&with));
+  PetscCall(search_space_destroy(&without));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode run(void)
 {
   GPTConfig       cfg = {.n_layer = 4, .n_head = 4, .n_embd = 64, .vocab_size = 64, .n_positions = 64, .head = GPT_HEAD_LM};
@@ -166,6 +213,7 @@ static PetscErrorCode run(void)
   PetscCall(search_space_create(&spec, &sp));
   PetscCall(check_space("2 ranks, 4 calls, fusion", sp, &toy, 2, 1e6));
   PetscCall(search_space_destroy(&sp));
+  PetscCall(check_never_worse(spec, &toy));
 
   /* 4 ranks, generation and training only, micro-batches and settings, and
    * a memory limit that makes the unsharded layouts infeasible */

@@ -8,12 +8,15 @@
 # as given (inf.: none fits), the co-located preset tuned call by call (the
 # co-located baseline), the best tuned preset (the heuristic plans), the
 # searched plans, and the searches' wall time. Usage: tools/bench_search.sh [OUTDIR]
-#   PLAN_TIME (default 60) is each search's annealing budget in seconds;
+#   PLAN_TIME (default 60) is each search's budget in seconds (0: none);
+#   PLAN_ITERS (default 0: none) caps each annealing chain's iterations,
+#   which makes the plans reproducible and the comparison of the searches
+#   with and without the fusion states one at equal iterations;
 #   BIN, MPIEXEC as for the suite. Only settings matching $ONLY run (a grep
 #   pattern on the setting's name, e.g. ONLY=7b).
 set -eu
 cd "$(dirname "$0")/.."
-BIN=${BIN:-bin} PLAN_TIME=${PLAN_TIME:-60} ONLY=${ONLY:-.}
+BIN=${BIN:-bin} PLAN_TIME=${PLAN_TIME:-60} PLAN_ITERS=${PLAN_ITERS:-0} ONLY=${ONLY:-.}
 out=${1:-$(mktemp -d "${TMPDIR:-/tmp}/bench_search.XXXXXX")}
 mkdir -p "$out"
 hw=input/hardware/h100_sxm.deck
@@ -39,7 +42,7 @@ for s in "${settings[@]}"; do
   for fz in 0 1; do
     "$BIN/rlfuse" -mode plan -plan_ranks "$gpus" -cost_hardware $hw -cost_actor_shape "$actor" -cost_critic_shape "$critic" \
       -cost_batch 512 -cost_prompt_len "$prompt" -cost_max_new "$maxnew" -cost_lengths "$lengths" -cost_minibatches 4 -cost_iterations 2 -cost_slots 0 \
-      -plan_time "$PLAN_TIME" -plan_search_fusion $fz -seed 1 ${more:-} -plan_output "$out/$name.fuse$fz.h5" >"$out/$name.fuse$fz.log" 2>&1 ||
+      -plan_time "$PLAN_TIME" -plan_iterations "$PLAN_ITERS" -plan_search_fusion $fz -seed 1 ${more:-} -plan_output "$out/$name.fuse$fz.h5" >"$out/$name.fuse$fz.log" 2>&1 ||
       { echo "$name: -mode plan failed, see $out/$name.fuse$fz.log" >&2; exit 1; }
   done
   l0=$out/$name.fuse0.log l1=$out/$name.fuse1.log

@@ -9,8 +9,12 @@
 # A deck naming checkpoints plans their models, not the -policy_ defaults;
 # without -cost_hardware or -cost_profile the search profiles this machine
 # once into the profile cache (-cost_profile_cache) and reuses it after.
+# At paper scale (the analytic H100, LLaMA-2 7B pairs on 16 GPUs and LLaMA
+# 33B pairs on 256) the search with the fusion states is never worse than
+# the one without at the same iteration cap, and its plan does not depend
+# on the thread count.
 . regression/lib.sh
-plan 17
+plan 21
 d="$RLFUSE_TMP/plan_search"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 Q="-policy_n_layer 2 -policy_n_head 4 -policy_n_embd 128 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"
@@ -40,6 +44,30 @@ sys.exit(0 if same else 1)
 PY
 }
 check "the same seed gives the same plan" same_plan $d/p.h5 $d/p2.h5
+
+# paper scale: with and without the fusion states, one iteration cap
+H100="-mode plan -cost_hardware input/hardware/h100_sxm.deck -cost_batch 512 -cost_minibatches 4 -cost_iterations 2 -cost_slots 0 -plan_iterations 1500 -plan_max_mbs 32"
+R7="$H100 -plan_ranks 16 -cost_actor_shape llama2-7b -cost_critic_shape llama2-7b -cost_prompt_len 128 -cost_max_new 256 -cost_lengths fixed:256"
+R33="$H100 -plan_ranks 256 -cost_actor_shape llama-33b -cost_critic_shape llama-33b -cost_prompt_len 512 -cost_max_new 2048 -cost_lengths lognormal:256:2048"
+searched() { awk '/^  searched / { print $2 }' "$1"; }
+never_worse() { # NAME WHAT ARGS...: searched with the fusion states <= without
+  local name=$1 what=$2 f0 f1; shift 2
+  if rlfuse "$@" -plan_search_fusion 0 >$d/$name.f0.log 2>&1 && rlfuse "$@" -plan_search_fusion 1 >$d/$name.f1.log 2>&1; then
+    f0=$(searched $d/$name.f0.log) f1=$(searched $d/$name.f1.log)
+    if awk -v a="$f1" -v b="$f0" 'BEGIN { exit !(a != "" && b != "" && a + 0 <= b + 0) }'; then ok "$what ($f1 s against $f0 s)"
+    else not_ok "$what: $f1 s against $f0 s"; fi
+  else not_ok "$what: -mode plan failed: $(tail -2 $d/$name.f*.log)"; fi
+}
+for seed in 1 2; do
+  never_worse r7s$seed "16 GPUs, LLaMA-2 7B pair, seed $seed: the search with the fusion states is no worse than without" $R7 -seed $seed
+done
+never_worse r33 "256 GPUs, LLaMA 33B pair, long tail: the search with the fusion states is no worse than without" $R33 -seed 1
+threads_same() {
+  "$MPIEXEC" $MPIEXEC_FLAGS -n 1 env OMP_NUM_THREADS=1 "$BIN/rlfuse" $R7 -seed 3 -plan_output $d/t1.h5 >$d/t1.log 2>&1 &&
+    "$MPIEXEC" $MPIEXEC_FLAGS -n 1 env OMP_NUM_THREADS=2 "$BIN/rlfuse" $R7 -seed 3 -plan_output $d/t2.h5 >$d/t2.log 2>&1 &&
+    grep -q '^search: 4 chains on 1 thread,' $d/t1.log && grep -q '^search: 4 chains on 2 threads,' $d/t2.log && same_plan $d/t1.h5 $d/t2.h5
+}
+check "the search's 4 chains give the same plan on 1 thread as on 2" threads_same
 
 # fixtures: a few SFT and RM steps, enough for PPO to run
 rlfuse -mode sft $Q -sft_steps 5 -sft_batch 16 -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT fixture"

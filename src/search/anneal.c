@@ -1,23 +1,21 @@
-/* search: simulated annealing over plans. The state is a whole plan; a move
- * changes one thing (a call's mesh with a fresh strategy for it, a call's
- * strategy on its mesh, or one setting). A worse plan is accepted with
- * probability exp(-(new - old) / T), in floating point seconds, with T
- * cooling geometrically from t_start to t_end times the start plan's time
- * over the iteration cap. (ReaLHF's public search divided integers here, so
- * any plan less than 100 s worse was always accepted: a random walk.) Plans
- * that plan_check refuses, and infeasible plans once a feasible one is held,
- * are rejected. The best plan seen is kept and finally tuned call by call
- * (search_tune). */
+/* search: one chain of simulated annealing over plans (chains.c runs
+ * several and keeps the best). The state is a whole plan; a move changes
+ * one thing (a call's mesh with a fresh strategy for it, a call's strategy
+ * on its mesh, or one setting). A worse plan is accepted with probability
+ * exp(-(new - old) / T), in floating point seconds, with T cooling
+ * geometrically from t_start to t_end times the start plan's time over the
+ * iteration cap. (ReaLHF's public search divided integers here, so any plan
+ * less than 100 s worse was always accepted: a random walk.) Plans that
+ * plan_check refuses, and infeasible plans once a feasible one is held, are
+ * rejected. The best plan seen is kept; search_polish then flips settings
+ * around it with search_tune. */
 #include "search_impl.h"
 #include "sys.h"
 
 #include <math.h>
 #include <string.h>
 
-#define SEARCH_STREAM 0x5EA2C4u /* the annealing's draws: (seed, SEARCH_STREAM, iteration, ...) */
-/* Of a time budget, the annealing takes this share; the polish may use the
- * rest (it stops between tunings once the budget is spent). */
-#define SEARCH_ANNEAL_SHARE 0.75
+#define SEARCH_STREAM 0x5EA2C4u /* the annealing's draws: (seed, SEARCH_STREAM, iteration, 2 * chain key (+1: acceptance)) */
 
 void search_options_default(SearchOptions *o)
 {
@@ -26,6 +24,7 @@ void search_options_default(SearchOptions *o)
   o->time_s   = 0;
   o->t_start  = 0.3;
   o->t_end    = 1e-4;
+  o->chains   = 2;
 }
 
 double search_cost(const CostEstimate *est)
@@ -100,15 +99,16 @@ static void search_flip_layout(SearchSpace sp, Plan *plan, SearchSetting k)
   if (k == SEARCH_SET_FUSE) search_stream_layout(sp, plan);
 }
 
-/* Draws move `it` into cand (a copy of the current plan); false: the move
- * is void (a mesh the call has no strategy for). */
-static PetscBool search_move(SearchSpace sp, uint64_t seed, long it, Plan *cand)
+/* Draws move `it` of the chain keyed `key` into cand (a copy of the
+ * current plan); false: the move is void (a mesh the call has no strategy
+ * for). */
+static PetscBool search_move(SearchSpace sp, uint64_t seed, uint32_t key, long it, Plan *cand)
 {
   uint32_t r[4];
   int      kind;
   MFCId    c;
 
-  for (int l = 0; l < 4; l++) r[l] = rng_u32(seed, SEARCH_STREAM, (uint32_t)it, 0, (uint32_t)l);
+  for (int l = 0; l < 4; l++) r[l] = rng_u32(seed, SEARCH_STREAM, (uint32_t)it, 2 * key, (uint32_t)l);
   kind = (int)(r[0] % 10);
   if (kind >= 8 && sp->nset) {
     search_flip_layout(sp, cand, sp->set[r[2] % (uint32_t)sp->nset]);
@@ -132,28 +132,6 @@ static PetscBool search_move(SearchSpace sp, uint64_t seed, long it, Plan *cand)
   return PETSC_TRUE;
 }
 
-/* The start: the best of the start plans that pass plan_check. */
-static PetscErrorCode search_pick_start(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, int nstart, Plan *cur, CostEstimate *est, int *which)
-{
-  double best = INFINITY;
-
-  PetscFunctionBegin;
-  *which = -1;
-  for (int i = 0; i < nstart; i++) {
-    CostEstimate e;
-    PetscBool    ok;
-
-    *cur = start[i];
-    search_derive(sp, cur);
-    PetscCall(search_evaluate(sp, f, ctx, cur, &ok, &e));
-    if (ok && search_cost(&e) < best) best = search_cost(&e), *which = i, *est = e;
-  }
-  PetscCheck(*which >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP, "plan search: none of the %d start plans (%s ...) passes the plan checks for this job", nstart, nstart ? start[0].source : "none");
-  *cur = start[*which];
-  search_derive(sp, cur);
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 /* The end of the search: one or two settings flipped together, each
  * followed by search_tune, for as long as that improves the plan. Settings
  * interact through memory (ZeRO-1 may be what lets offloading stop) and
@@ -161,7 +139,7 @@ static PetscErrorCode search_pick_start(SearchSpace sp, SearchObjective f, void 
  * at a low temperature is often refused where the pair with retuned
  * strategies is better. Pairs are tried on small jobs only (up to 8 ranks):
  * each costs a tuning, hundreds of estimates on a large job. */
-static PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan, CostEstimate *est)
+PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan, CostEstimate *est)
 {
   Plan        *cand;
   CostEstimate e;
@@ -185,19 +163,17 @@ static PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, int nstart, const SearchOptions *o, SearchResult *res)
+PetscErrorCode search_chain(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, const CostEstimate *start_est, const SearchOptions *o, uint32_t key, double budget_s, SearchResult *res)
 {
   Plan        *cur, *cand;
-  CostEstimate cur_est, est;
+  CostEstimate cur_est = *start_est, est;
   double       t0 = sys_wtime(), cur_cost, best_cost, scale, T, progress;
 
   PetscFunctionBegin;
-  PetscCheck(o->max_iter > 0 || o->time_s > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "plan search: give -plan_iterations or -plan_time (neither would never stop)");
-  PetscCheck(o->max_iter >= 0 && o->t_start > 0 && o->t_end > 0 && o->t_end <= o->t_start, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "plan search: -plan_iterations %ld must be >= 0 and the temperatures 0 < end %g <= start %g", o->max_iter, o->t_end, o->t_start);
   PetscCall(PetscMemzero(res, sizeof *res));
   PetscCall(PetscMalloc1(1, &cur));
   PetscCall(PetscMalloc1(1, &cand));
-  PetscCall(search_pick_start(sp, f, ctx, start, nstart, cur, &cur_est, &res->start));
+  *cur     = *start;
   cur_cost = best_cost = search_cost(&cur_est);
   res->plan = *cur;
   res->est  = cur_est;
@@ -207,17 +183,17 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
     PetscBool ok;
     double    cost, d;
 
-    if (o->time_s > 0 && !(it % 16) && sys_wtime() - t0 > SEARCH_ANNEAL_SHARE * o->time_s) {
+    if (budget_s > 0 && !(it % 16) && sys_wtime() - t0 > budget_s) {
       res->timed_out = PETSC_TRUE;
       break;
     }
     res->iters++;
     /* the schedule's progress: over the iteration cap (reproducible), or
      * without a cap over the time budget (depends on the machine's speed) */
-    progress = o->max_iter > 0 ? (double)it / (double)o->max_iter : (sys_wtime() - t0) / (SEARCH_ANNEAL_SHARE * o->time_s);
+    progress = o->max_iter > 0 ? (double)it / (double)o->max_iter : (sys_wtime() - t0) / budget_s;
     T = scale * o->t_start * pow(o->t_end / o->t_start, PetscMin(progress, 1.0));
     *cand = *cur;
-    if (!search_move(sp, o->seed, it, cand)) continue;
+    if (!search_move(sp, o->seed, key, it, cand)) continue;
     PetscCall(search_evaluate(sp, f, ctx, cand, &ok, &est));
     if (!ok) {
       res->refused_check++;
@@ -229,7 +205,7 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
     }
     cost = search_cost(&est);
     d    = cost - cur_cost;
-    if (d > 0 && (double)rng_uniform(o->seed, SEARCH_STREAM, (uint32_t)it, 1, 0) >= exp(-d / T)) continue;
+    if (d > 0 && (double)rng_uniform(o->seed, SEARCH_STREAM, (uint32_t)it, 2 * key + 1, 0) >= exp(-d / T)) continue;
     res->accepted++;
     *cur = *cand, cur_est = est, cur_cost = cost;
     if (cost < best_cost) {
@@ -239,9 +215,6 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
       res->est  = est;
     }
   }
-  /* pairs of flips only where the space is small: each costs a tuning */
-  PetscCall(search_polish(sp, f, ctx, sp->spec.world <= 8 ? PETSC_TRUE : PETSC_FALSE, o->time_s > 0 ? t0 + o->time_s : INFINITY, &res->plan, &res->est));
-  PetscCall(PetscSNPrintf(res->plan.source, sizeof res->plan.source, "search from %s", start[res->start].source));
   res->seconds = sys_wtime() - t0;
   PetscCall(PetscFree(cur));
   PetscCall(PetscFree(cand));

@@ -4,7 +4,8 @@
  * milliseconds, so every checked plan is remembered by its signature: each
  * call's rank list (hashed), grid and micro-batches, and the settings.
  * Direct-mapped: a new plan overwrites an old one of the same slot. The
- * cache belongs to one objective; another objective empties it. */
+ * cache belongs to one objective; another objective empties it. Each
+ * annealing chain works on a copy (search_cache_clone): threads share none. */
 #include "search_impl.h"
 
 #include <string.h>
@@ -69,13 +70,32 @@ PetscErrorCode search_cache_destroy(SearchCache *c)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode search_cache_clone(SearchSpace from, SearchCache *to)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscNew(to));
+  PetscCall(PetscMalloc1(SEARCH_CACHE_SLOTS, &(*to)->slot));
+  if (from->cache) {
+    PetscCall(PetscArraycpy((*to)->slot, from->cache->slot, SEARCH_CACHE_SLOTS));
+    (*to)->f = from->cache->f, (*to)->ctx = from->cache->ctx;
+  } else PetscCall(PetscArrayzero((*to)->slot, SEARCH_CACHE_SLOTS));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+void search_cache_count(SearchSpace sp, SearchCache from)
+{
+  if (!sp->cache || !from) return;
+  sp->cache->hits += from->hits;
+  sp->cache->misses += from->misses;
+}
+
 PetscErrorCode search_evaluate(SearchSpace sp, SearchObjective f, void *ctx, const Plan *plan, PetscBool *ok, CostEstimate *est)
 {
   SearchCache    c;
   SearchSig      sig;
   SearchSlot    *s;
   uint64_t       h;
-  PetscErrorCode ierr;
+  PetscErrorCode ierr, push, pop = 0;
 
   PetscFunctionBegin;
   if (!sp->cache) {
@@ -96,9 +116,19 @@ PetscErrorCode search_evaluate(SearchSpace sp, SearchObjective f, void *ctx, con
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   c->misses++;
-  PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
-  ierr = plan_check(plan, &sp->needs);
-  PetscCall(PetscPopErrorHandler());
+  /* PETSc's error handlers are a process-wide stack, and a refusal goes
+   * through them: one chain's thread at a time */
+  ierr = 0;
+#pragma omp critical(rlfuse_petsc_error_handler)
+  {
+    push = PetscPushErrorHandler(PetscReturnErrorHandler, NULL);
+    if (!push) {
+      ierr = plan_check(plan, &sp->needs);
+      pop  = PetscPopErrorHandler();
+    }
+  }
+  PetscCall(push);
+  PetscCall(pop);
   *ok = ierr ? PETSC_FALSE : PETSC_TRUE;
   PetscCall(PetscMemzero(est, sizeof *est));
   if (*ok) PetscCall(f(ctx, plan, est));

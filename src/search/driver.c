@@ -29,12 +29,16 @@ static PetscErrorCode search_cost_objective(void *vctx, const Plan *plan, CostEs
 {
   SearchCostCtx *ctx = (SearchCostCtx *)vctx;
 
-  double         t0  = sys_wtime();
+  double         t0 = sys_wtime();
 
   PetscFunctionBegin;
   PetscCall(cost_estimate(ctx->prims, ctx->work, plan, est));
+  t0 = sys_wtime() - t0;
+  /* the annealing's chains call this on several threads */
+#pragma omp atomic
   ctx->n++;
-  ctx->seconds += sys_wtime() - t0;
+#pragma omp atomic
+  ctx->seconds += t0;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -62,7 +66,7 @@ void search_needs_from_work(const CostWork *w, GPTConfig cfg[4], PlanNeeds *need
 
 PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *spec, uint64_t seed)
 {
-  PetscInt  iters = 0, mbs = 8;
+  PetscInt  iters = 0, mbs = 8, chains = 2;
   PetscReal time_s = 60, temp = 0.3;
   PetscBool fusion = PETSC_TRUE, settings = PETSC_TRUE;
 
@@ -70,20 +74,23 @@ PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *s
   search_options_default(o);
   PetscOptionsBegin(PETSC_COMM_WORLD, "plan_", "Plan search (-mode plan, -placement auto)", NULL);
   RfOptReal("-time", "Wall-clock budget of the plan search, seconds: the presets' tuning, the annealing (it also stops at -plan_iterations) and the final polish", time_s, &time_s);
-  RfOptInt("-iterations", "Annealing iterations; the temperature cools over them and a seed gives one plan (0: no cap, the temperature cools over -plan_time, and the plan depends on the machine's speed)", iters, &iters);
+  RfOptInt("-iterations", "Annealing iterations of each chain; the temperature cools over them and a seed gives one plan, whatever the thread count (0: no cap, the temperature cools over -plan_time, and the plan depends on the machine's speed)", iters, &iters);
+  RfOptInt("-chains", "Independent annealing chains without the fusion states, and as many with them (-plan_search_fusion); they run on the OpenMP threads", chains, &chains);
   RfOptReal("-temperature", "Initial annealing temperature as a fraction of the start plan's time per iteration (it cools to 1e-4 of that)", temp, &temp);
   RfOptInt("-max_mbs", "Largest micro-batch count the search tries per call (powers of two)", mbs, &mbs);
-  RfOptBool("-search_fusion", "Also search the fusion settings (-fuse_gen_inf none or stream, -fuse_train)", fusion, &fusion);
+  RfOptBool("-search_fusion", "Also search the fusion settings (-fuse_gen_inf none, stream or migrate; -fuse_train) in chains of their own, beside the chains without them: the plan is never worse than without", fusion, &fusion);
   RfOptBool("-search_settings", "Also search -plan_offload and -plan_zero1", settings, &settings);
   PetscOptionsEnd();
   PetscCheck(time_s >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_time %g must be >= 0 (0: no budget)", (double)time_s);
   PetscCheck(iters >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_iterations %d must be >= 0", (int)iters);
   PetscCheck(temp > 1e-4, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_temperature %g must be above the final 1e-4", (double)temp);
+  PetscCheck(chains >= 1 && chains <= 1024, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_chains %d must be in 1..1024", (int)chains);
   PetscCheck(mbs >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_max_mbs %d must be at least 1", (int)mbs);
   o->seed          = seed;
   o->max_iter      = iters;
   o->time_s        = time_s;
   o->t_start       = temp;
+  o->chains        = (int)chains;
   spec->max_mbs    = (int)mbs;
   spec->fusion     = fusion;
   spec->settings   = settings;
@@ -235,7 +242,7 @@ static PetscErrorCode search_plan_rank0(MPI_Comm self, SearchSpace sp, SearchCos
     long hits, misses;
 
     search_cache_stats(sp, &hits, &misses);
-    PetscCall(PetscPrintf(self, "search: %ld iterations, %.1f s in all%s (%ld accepted, %ld improvements, %ld refused by the plan checks, %ld infeasible), from %s\n", res.iters, sum->seconds, res.timed_out ? ", stopped by -plan_time" : "", res.accepted, res.improved, res.refused_check, res.refused_infeasible, start[res.start].source));
+    PetscCall(PetscPrintf(self, "search: %d chains on %d thread%s, %ld iterations, %.1f s in all%s (%ld accepted, %ld improvements, %ld refused by the plan checks, %ld infeasible); the plan from chain %d %s the fusion states, from %s\n", res.chains, res.threads, res.threads > 1 ? "s" : "", res.iters, sum->seconds, res.timed_out ? ", stopped by -plan_time" : "", res.accepted, res.improved, res.refused_check, res.refused_infeasible, res.chain, res.fused_group ? "with" : "without", start[res.start].source));
     PetscCall(PetscPrintf(self, "  %ld estimates of %.2f ms each, %ld answered from the cache\n", ctx->n, ctx->n ? 1e3 * ctx->seconds / (double)ctx->n : 0.0, hits));
   }
   PetscCall(PetscFree(start));

@@ -34,6 +34,11 @@ struct SearchSpace_ {
 };
 
 PetscErrorCode search_cache_destroy(SearchCache *c);
+/* A copy of the cache of `from` (none: an empty one) for a space that
+ * shares the rest of from (a chain's view): the threads never share one. */
+PetscErrorCode search_cache_clone(SearchSpace from, SearchCache *to);
+/* Adds the hits and misses of `from` to the counts of sp's cache. */
+void search_cache_count(SearchSpace sp, SearchCache from);
 
 /* Puts call c on mesh m with strategy s. */
 void search_put(Plan *plan, MFCId c, const SearchMesh *m, const SearchStrat *s);
@@ -49,5 +54,15 @@ static inline int search_states(SearchSetting k) { return k == SEARCH_SET_FUSE ?
 void search_derive(SearchSpace sp, Plan *plan);
 /* The call is placed by another (critic_train under -fuse_train). */
 PetscBool search_derived(const Plan *plan, MFCId c);
+
+/* One annealing chain (anneal.c) from `start` (derived, estimated as
+ * start_est), its draws keyed by (o->seed, key, iteration); budget_s > 0
+ * stops it after that many seconds (and, without an iteration cap, is what
+ * the temperature cools over). res gets the best plan seen, unpolished. */
+PetscErrorCode search_chain(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, const CostEstimate *start_est, const SearchOptions *o, uint32_t key, double budget_s, SearchResult *res);
+/* The end of a search: settings flipped (one, or with pairs two together),
+ * each followed by search_tune, while that improves *plan; stops between
+ * tunings after `deadline` (sys_wtime). */
+PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan, CostEstimate *est);
 
 #endif
