@@ -71,6 +71,14 @@ typedef struct {
 /* hold: run nothing before every sample has arrived (the same micro-batches,
  * without the overlap). */
 PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int tokens, PetscBool hold, GenBatch *arr, int *rows, GenFuseBatchFn run, void *ctx, GenFuseRecvStats *st);
+/* A streamed inference replica of several ranks (tp, pp): its head (root
+ * of comm, the replica's ranks) receives the samples and hands each
+ * micro-batch to the others, so that every rank of the replica runs the
+ * same micro-batches in the same order. On the root, arrivals idx[0..*n)
+ * of arr and their rows go out (*n = 0: the stream has ended). Elsewhere
+ * they are appended to arr from arrival *got on, rows filled, idx set to their arrival indices, *n to
+ * their count (0: the end); collective over comm. */
+PetscErrorCode genfuse_replica_bcast(MPI_Comm comm, int root, GenBatch *arr, int *rows, int *idx, int *n, int *got, GenFuseRecvStats *st);
 
 
 /* ==== migration of the long tail (src/genfuse/migrate.c) ============== */

@@ -47,9 +47,9 @@ same_run_dirs() { "$PYTHON" tools/run_diff.py "$1" "$2"; }
 # The fusion scenarios' fixture in DIR: a one-layer policy after 20 SFT steps
 # and a reward model after 4 RM steps (DIR/sft, DIR/rm), and in P the PPO
 # options both scenarios run (2 iterations, 16 rollouts, rollouts dumped).
-fusion_fixture() {
+fusion_fixture() { # DIR [N_LAYER (default 1)]
   local d=$1
-  local q="-policy_n_layer 1 -policy_n_head 2 -policy_n_embd 32 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"
+  local q="-policy_n_layer ${2:-1} -policy_n_head 2 -policy_n_embd 32 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"
   rlfuse -mode sft $q -sft_steps 20 -sft_batch 16 -policy_lr 2e-3 -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT fixture"
   rlfuse -mode rm -task_demo_noise 0.25 -seed 5 -rm_sft_checkpoint $d/sft/final.h5 -rm_pairs 32 -rm_eval_pairs 8 -rm_steps 4 -rm_batch 8 \
     -reward_lr 1e-3 -gen_max_new_tokens 16 -output_dir $d/rm >$d/rm.log 2>&1 || not_ok "RM fixture"

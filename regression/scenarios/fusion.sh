@@ -1,9 +1,11 @@
 # Fusion of generation and inference, and the timeline that shows it: a
 # small PPO deck on 2 ranks (oversubscribed on small machines, one thread
 # each) writes /timeline to run.h5 (every rank, every iteration, each call's
-# start <= end) and tools/plot_timeline.py draws it.
+# start <= end) and tools/plot_timeline.py draws it. Streaming into
+# inference replicas of one rank, and of several (tp 2, pp 2, two tp-2
+# replicas per call), ends as the unfused run on one rank.
 . regression/lib.sh
-plan 18
+plan 22
 d="$RLFUSE_TMP/fusion"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 fusion_fixture $d
@@ -53,6 +55,18 @@ stream "stream with allowed sets (top-k 8), 4 ranks" 4 one_k st4k $S4 -gen_top_k
 stream "stream, GRPO (no critic) on 2 ranks" 2 one_g st_grpo $S2 -algo grpo -grpo_group 4
 stream "stream with -placement disaggregate (inference on the idle training half), 2 ranks" 2 one st_dis -placement disaggregate
 stream "stream held until generation ends (-fuse_hold), 2 ranks" 2 one held $S2 -fuse_hold
+# replicas of several ranks: the head receives, cuts the micro-batches and
+# hands each to the replica's other ranks
+stream "stream into tp-2 inference replicas (ref and critic on ranks 2-3, tp 2; reward on 1), 4 ranks" 4 one st_tp \
+  -actor_gen_ranks 0 -ref_inf_ranks 2-3 -ref_inf_tp 2 -critic_inf_ranks 2-3 -critic_inf_tp 2 -rew_inf_ranks 1
+stream "stream into two tp-2 replicas of every inference call (ranks 1-4), 5 ranks" 5 one st_tp2 -actor_gen_ranks 0 -actor_train_ranks 0-3 -critic_train_ranks 0-3 \
+  -ref_inf_ranks 1-4 -ref_inf_tp 2 -critic_inf_ranks 1-4 -critic_inf_tp 2 -rew_inf_ranks 1-4 -rew_inf_tp 2
+P1=$P
+mkdir -p $d/l2 && fusion_fixture $d/l2 2 # pipelines need two layers
+mpirun 1 $P -output_dir $d/one_l2 >$d/one_l2.log 2>&1 || not_ok "PPO on 1 rank, two layers"
+stream "stream into pp-2 inference replicas (ref and critic on ranks 1-2, pp 2; reward on 3), 4 ranks, two layers" 4 one_l2 st_pp \
+  -actor_gen_ranks 0 -ref_inf_ranks 1-2 -ref_inf_pp 2 -critic_inf_ranks 1-2 -critic_inf_pp 2 -rew_inf_ranks 3
+P=$P1
 check "-fuse_hold: no inference micro-batch starts before generation ends" "$PYTHON" -c "
 import h5py, numpy as np
 t = h5py.File('$d/held/run.h5', 'r')['timeline']; calls = str(t.attrs['calls']).split()
@@ -88,7 +102,8 @@ bad() {
 bad "-fuse_migrate_at 1.5" "-fuse_migrate_at 1.5 is out of range (expected a fraction in \[0,1\] or auto" -fuse_migrate_at 1.5 -fuse_gen_inf migrate
 bad "-fuse_migrate_at x" "-fuse_migrate_at x: expected" -fuse_migrate_at x
 bad "stream on a colocated plan, naming what works" "ref_inf shares rank 0 with actor_gen, .*use -placement disaggregate" -fuse_gen_inf stream
-N=4 bad "stream with tp-sharded inference" "-ref_inf_tp 2 .* must be 1" -fuse_gen_inf stream -actor_gen_ranks 0 -ref_inf_ranks 2-3 -ref_inf_tp 2 -rew_inf_ranks 1 -critic_inf_ranks 1
+N=4 bad "stream: a rank of a tp-2 replica shared with another layout" "ref_inf and critic_inf share rank 2 but not their layout" -fuse_gen_inf stream -actor_gen_ranks 0 -ref_inf_ranks 2-3 -ref_inf_tp 2 -rew_inf_ranks 1 -critic_inf_ranks 2-3
+N=4 bad "migrate with tp-sharded inference" "-ref_inf_tp 2 and -ref_inf_pp 1 must be 1" -fuse_gen_inf migrate -actor_gen_ranks 0-1 -ref_inf_ranks 2-3 -ref_inf_tp 2 -rew_inf_ranks 1 -critic_inf_ranks 1
 bad "migration onto more replicas than exist" "-fuse_migrate_replicas 3 exceeds the 2 replicas" -fuse_gen_inf migrate -fuse_migrate_replicas 3
 bad "-fuse_tokens 0" "-fuse_tokens 0 is out of range (expected a whole number in \[1, 1073741824\])" -fuse_tokens 0
 mpirun 2 $P $SPLIT -fuse_gen_inf stream -fuse_tokens 64 -fuse_migrate_at auto -output_dir $d/plan -dry_run >$d/plan.log 2>&1 || not_ok "dry run with -fuse_gen_inf stream"

@@ -231,3 +231,45 @@ PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int tokens, PetscBoo
   PetscCall(PetscFree(idx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
+
+PetscErrorCode genfuse_replica_bcast(MPI_Comm comm, int root, GenBatch *arr, int *rows, int *idx, int *n, int *got, GenFuseRecvStats *st)
+{
+  int me, head[2] = {*n, 0}, *w = NULL, at = 0;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_rank(comm, &me));
+  if (me == root) { /* [words, sample] per arrival */
+    int **one, *len;
+
+    PetscCall(PetscMalloc2(*n + 1, &one, *n + 1, &len));
+    for (int i = 0; i < *n; i++) {
+      PetscCall(pack_sample(arr, idx[i], rows[idx[i]], &one[i], &len[i]));
+      head[1] += len[i] + 1;
+    }
+    PetscCall(PetscMalloc1(head[1] + 1, &w));
+    for (int i = 0; i < *n; i++) {
+      w[at++] = len[i];
+      memcpy(w + at, one[i], (size_t)len[i] * sizeof(int));
+      at += len[i];
+      PetscCall(PetscFree(one[i]));
+    }
+    PetscCall(PetscFree2(one, len));
+  }
+  PetscCallMPI(MPI_Bcast(head, 2, MPI_INT, root, comm));
+  if (me != root) {
+    *n = head[0];
+    PetscCall(PetscMalloc1(head[1] + 1, &w));
+  }
+  if (head[0]) PetscCallMPI(MPI_Bcast(w, head[1], MPI_INT, root, comm));
+  if (me != root) {
+    if (!*got && arr->mask_off) arr->mask_off[0] = 0;
+    for (int i = 0; i < *n; i++) {
+      PetscCall(unpack_sample(w + at + 1, w[at], arr, *got, &rows[*got]));
+      at += w[at] + 1;
+      idx[i] = (*got)++;
+    }
+    if (st) st->messages += head[0] ? 1 : 0, st->bytes += 4LL * head[1];
+  }
+  PetscCall(PetscFree(w));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

@@ -11,9 +11,20 @@
 const char *const FuseModeNames[] = {"none", "stream", "migrate", "FuseMode", "FUSE_", NULL};
 
 /* Streaming needs inference ranks that are free while generation runs
- * (migration frees generation ranks, so with migrate they may share them),
- * and (in this version) inference replicas of one rank each, so every rank
- * batches the samples it receives on its own. */
+ * (migration frees generation ranks, so with migrate they may share them).
+ * Streamed inference replicas may span ranks (tp, pp): the replica's head
+ * receives the samples and hands each micro-batch to the replica's other
+ * ranks, so two calls that share a rank of such a replica must have the
+ * same layout (one replica, one micro-batch stream). Migration's freed
+ * ranks join inference replicas of one rank each (in this version). */
+static PetscBool fuse_same_layout(const PlanCall *a, const PlanCall *b)
+{
+  if (a->nranks != b->nranks || a->dp != b->dp || a->tp != b->tp || a->pp != b->pp) return PETSC_FALSE;
+  for (int i = 0; i < a->nranks; i++)
+    if (a->ranks[i] != b->ranks[i]) return PETSC_FALSE;
+  return PETSC_TRUE;
+}
+
 static PetscErrorCode fuse_check_stream(const Plan *plan, const PlanNeeds *needs)
 {
   const MFCId inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
@@ -28,7 +39,14 @@ static PetscErrorCode fuse_check_stream(const Plan *plan, const PlanNeeds *needs
     if (!needs->cfg[inf[k]]) continue;
     r = plan_shared_rank(&plan->call[MFC_ACTOR_GEN], c);
     PetscCheck(r < 0 || plan->fuse == FUSE_MIGRATE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s: %s shares rank %d with actor_gen, so it cannot run while generation does (use -placement disaggregate, which streams into the training half, or give -%s_ranks and -actor_gen_ranks disjoint ranks, or use -fuse_gen_inf migrate)", mode, n, r, n);
-    PetscCheck(c->tp == 1 && c->pp == 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s runs %s on one-rank replicas: -%s_tp %d and -%s_pp %d must be 1", mode, n, n, c->tp, n, c->pp);
+    PetscCheck(plan->fuse == FUSE_STREAM || (c->tp == 1 && c->pp == 1), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s runs %s on one-rank replicas (the freed generation ranks join them): -%s_tp %d and -%s_pp %d must be 1 (-fuse_gen_inf stream takes larger replicas)", mode, n, n, c->tp, n, c->pp);
+    for (int j = 0; j < k; j++) {
+      const PlanCall *o = &plan->call[inf[j]];
+
+      if (!needs->cfg[inf[j]] || (c->tp * c->pp == 1 && o->tp * o->pp == 1)) continue;
+      r = plan_shared_rank(o, c);
+      PetscCheck(r < 0 || fuse_same_layout(o, c), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf stream: %s and %s share rank %d but not their layout; streamed replicas of several ranks need the same -%s_ranks, _tp and _pp as any call they share a rank with", mfc_names[inf[j]], n, r, n);
+    }
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }

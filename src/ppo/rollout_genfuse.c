@@ -5,10 +5,12 @@
  * on. With migrate, the unfinished samples move at R_t onto the fewest
  * replicas that hold them; the ranks of the others stop generating and run
  * the inference calls they serve, on their own rows and on the finished
- * rows of the ranks still decoding (co-located plans fuse that way). The
- * plan check guarantees one-rank inference replicas, so every inference
- * rank batches on its own, and for stream inference ranks apart from
- * generation. A sample's outputs depend neither on its micro-batch nor on
+ * rows of the ranks still decoding (co-located plans fuse that way).
+ * Streamed replicas may span ranks (tp, pp): the samples go to the
+ * replica's head (its last stage's first tp rank), which cuts the
+ * micro-batches and hands each to the replica's other ranks
+ * (genfuse_replica_bcast); the plan check gives the calls that share such
+ * a replica one layout, and migrate one-rank replicas. A sample's outputs depend neither on its micro-batch nor on
  * the rank that decoded or scored it, so the rollout equals the unfused one
  * (within float summation order). */
 #include "ppo_impl.h"
@@ -165,22 +167,24 @@ typedef struct {
   PackBuf          *pb;
   DModel           *dm[3];
   int               ncalls, me, *sub;
-  GenFuseTimes        *tm;
+  int               head[3]; /* the head of this rank's replica of each call it serves (-1: none) */
+  MPI_Comm          rep;     /* a replica of several ranks: its ranks (else MPI_COMM_NULL) */
+  int               rep_root;
+  GenFuseTimes     *tm;
 } FuseInf;
 
 static const char *const fuse_call_names[3] = {"ref_inference", "reward_inference", "critic_inference"};
 
-/* A micro-batch of arrivals through each call this rank serves, outputs
- * copied to the rollout's rows. */
-static PetscErrorCode fuse_batch(void *ctx, const GenBatch *g, const int *rows, const int *idx, int n)
+/* A micro-batch of arrivals through each call this rank serves; the
+ * replica's head copies the outputs to the rollout's rows (its last stage
+ * has them, and one rank per replica owns them for the sharing). */
+static PetscErrorCode fuse_batch_run(FuseInf *f, const int *rows, const int *idx, int n)
 {
-  FuseInf *f = (FuseInf *)ctx;
   RolloutGenFuse *gs = &f->m->genfuse;
   Rollout *a = &f->arr, *r = f->r;
   size_t   T = (size_t)r->T;
 
   PetscFunctionBegin;
-  (void)g;
   for (int i = 0; i < n; i++) a->start[idx[i]] = a->gen.prompt_len[idx[i]], a->len[idx[i]] = a->gen.response_len[idx[i]], f->tm->tokens += a->start[idx[i]] + a->len[idx[i]];
   for (int k = 0; k < f->ncalls; k++) {
     int    ns = 0;
@@ -188,10 +192,10 @@ static PetscErrorCode fuse_batch(void *ctx, const GenBatch *g, const int *rows, 
 
     if (!f->dm[k] || !dmodel_member(f->dm[k])) continue;
     for (int i = 0; i < n; i++)
-      if (gs->rows.need[((size_t)k * gs->rows.world + f->me) * r->B + rows[idx[i]]]) f->sub[ns++] = idx[i];
+      if (gs->rows.need[((size_t)k * gs->rows.world + f->head[k]) * r->B + rows[idx[i]]]) f->sub[ns++] = idx[i];
     if (!ns) continue;
     PetscCall(rollout_infer_rows(f->dm[k]->gpt, (RolloutInfer)k, a, f->o, f->pb, f->sub, ns));
-    for (int i = 0; i < ns; i++) {
+    for (int i = 0; i < ns && f->head[k] == f->me; i++) {
       int j = f->sub[i], b = rows[j];
       gs->rows.done[(size_t)k * r->B + b] = 1;
       if (k == ROLLOUT_REF) PetscCall(PetscArraycpy(r->ref + b * T, a->ref + j * T, T));
@@ -202,6 +206,61 @@ static PetscErrorCode fuse_batch(void *ctx, const GenBatch *g, const int *rows, 
     PetscCall(timeline_mark(fuse_call_names[k], t0, sys_wtime()));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The head: a micro-batch goes to the replica's other ranks first. */
+static PetscErrorCode fuse_batch(void *ctx, const GenBatch *g, const int *rows, const int *idx, int n)
+{
+  FuseInf *f = (FuseInf *)ctx;
+
+  PetscFunctionBegin;
+  (void)g;
+  if (f->rep != MPI_COMM_NULL) PetscCall(genfuse_replica_bcast(f->rep, f->rep_root, &f->arr.gen, (int *)rows, (int *)idx, &n, NULL, NULL));
+  PetscCall(fuse_batch_run(f, rows, idx, n));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* This rank's replica of each inference call it serves: its head, and for
+ * a replica of several ranks their communicator (the replica as a mesh of
+ * its own: created once, collective over its ranks). The plan check gives
+ * every call on such a rank the same layout. */
+static PetscErrorCode fuse_replica(PPOModels *m, FuseInf *f)
+{
+  DModel *dm[3];
+  int     nc = fuse_calls(m, dm);
+
+  PetscFunctionBegin;
+  f->rep = MPI_COMM_NULL;
+  for (int k = 0; k < 3; k++) {
+    const Mesh *mesh = k < nc && dm[k] && dmodel_member(dm[k]) ? dm[k]->mesh : NULL;
+    int         ranks[PLAN_MAX_RANKS], n = 0;
+
+    f->head[k] = mesh ? exec_head(mesh, mesh->d) : -1;
+    if (!mesh || mesh->tp * mesh->pp == 1 || f->rep != MPI_COMM_NULL) continue;
+    for (int p = 0; p < mesh->pp; p++)
+      for (int t = 0; t < mesh->tp; t++) ranks[n++] = mesh_rank(mesh, p, mesh->d, t);
+    {
+      const Mesh *rep;
+
+      PetscCall(mesh_get(ranks, n, mesh->pp, 1, mesh->tp, &rep));
+      f->rep      = rep->all.mpi;
+      f->rep_root = (mesh->pp - 1) * mesh->tp; /* exec_head's place in the list */
+    }
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Whether this rank takes part in the streamed inference: it receives
+ * samples, or it is in an inference replica of several ranks. */
+static PetscBool fuse_serves(PPOModels *m, const GenFuseRoute *route, int me)
+{
+  DModel *dm[3];
+  int     nc = fuse_calls(m, dm);
+
+  if (genfuse_route_count(route, me)) return PETSC_TRUE;
+  for (int k = 0; k < nc; k++)
+    if (dm[k] && dmodel_member(dm[k]) && dm[k]->mesh->tp * dm[k]->mesh->pp > 1) return PETSC_TRUE;
+  return PETSC_FALSE;
 }
 
 static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, const GenFuseRoute *route, GenFuseTimes *tm)
@@ -220,7 +279,30 @@ static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, 
     if (f.dm[k] && dmodel_member(f.dm[k])) PetscCall(dmodel_acquire(f.dm[k]));
   PetscCall(rollout_create(r->B, r->T, r->gen.mask_off ? PETSC_TRUE : PETSC_FALSE, &f.arr));
   PetscCall(PetscMalloc2(r->B, &rows, r->B, &f.sub));
-  PetscCall(genfuse_receive(gs->comm, genfuse_route_count(route, me), (int)o->plan.fuse_tokens, o->plan.fuse_hold, &f.arr.gen, rows, fuse_batch, &f, &st));
+  PetscCall(fuse_replica(m, &f));
+  if (f.rep == MPI_COMM_NULL || f.head[0] == me || f.head[1] == me || f.head[2] == me) {
+    PetscCall(genfuse_receive(gs->comm, genfuse_route_count(route, me), (int)o->plan.fuse_tokens, o->plan.fuse_hold, &f.arr.gen, rows, fuse_batch, &f, &st));
+    if (f.rep != MPI_COMM_NULL) { /* the end, to the replica's other ranks */
+      int n = 0;
+      PetscCall(genfuse_replica_bcast(f.rep, f.rep_root, &f.arr.gen, rows, f.sub, &n, NULL, NULL));
+    }
+  } else { /* another rank of a replica: the head's micro-batches */
+    int n, got = 0, *idx;
+
+    PetscCall(PetscMemzero(&st, sizeof st));
+    PetscCall(PetscMalloc1(r->B, &idx));
+    do {
+      double t0 = sys_wtime();
+
+      n = 0;
+      PetscCall(genfuse_replica_bcast(f.rep, f.rep_root, &f.arr.gen, rows, idx, &n, &got, &st));
+      st.wait += sys_wtime() - t0;
+      if (!n) break;
+      st.batches++;
+      PetscCall(fuse_batch_run(&f, rows, idx, n));
+    } while (n);
+    PetscCall(PetscFree(idx));
+  }
   tm->recv_wait = st.wait, tm->batches = st.batches;
   PetscCall(PetscFree2(rows, f.sub));
   PetscCall(rollout_destroy(&f.arr));
@@ -365,7 +447,7 @@ PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const Gen
       if (tm->mig_dest) PetscCall(timeline_mark("generation", tm->mig_t1, t1));
     } else PetscCall(timeline_mark("generation", t0, t1));
   }
-  if (genfuse_route_count(&route, me)) { /* inference: on ranks apart from generation, or after it */
+  if (fuse_serves(m, &route, me)) { /* inference: on ranks apart from generation, or after it */
     PetscCall(PetscLogEventBegin(sys_log.inference, 0, 0, 0, 0));
     PetscCall(fuse_infer(m, o, r, pb, &route, tm));
     PetscCall(PetscLogEventEnd(sys_log.inference, 0, 0, 0, 0));
