@@ -124,5 +124,10 @@ PetscBool plan_overlap(const Plan *plan, MFCId a, MFCId b);
 PetscErrorCode plan_mesh(const Plan *plan, MFCId c, const Mesh **mesh);
 /* True when this world rank is in the call's mesh. */
 PetscBool plan_has_rank(const Plan *plan, MFCId c, int rank);
+/* Streaming's rule for inference replicas of several ranks: two inference
+ * calls in use that share a rank, one of them with tp x pp > 1, must have
+ * the same layout. The first shared rank that breaks it (*a, *b the calls),
+ * or -1. */
+int plan_stream_conflict(const Plan *plan, const PlanNeeds *needs, MFCId *a, MFCId *b);
 
 #endif

@@ -328,6 +328,25 @@ static PetscErrorCode check_fusion(void)
   plan.fuse_tokens = 11;
   PetscCall(cost_estimate(&p, &w, &plan, &f));
   test_report_close("streamed: micro-batches cut by the token budget (7+4, 11+4 s)", f.genfuse_s, 15, 1e-12);
+  { /* the reference and reward as one tp-2 replica on ranks 1-2: each
+     * arrival's 1 + 1 s halved: 4-5, 7-8, 9-10, 10-11 */
+    Plan q = plan;
+
+    q.world = 3, q.fuse_tokens = 1;
+    for (int c = MFC_REF_INF; c <= MFC_REW_INF; c++) {
+      set_call(&q, (MFCId)c, 1, 3);
+      q.call[c].dp = 1, q.call[c].tp = 2;
+    }
+    PetscCall(cost_estimate(&p, &w, &q, &f));
+    test_report_close("streamed into a tp-2 replica: each arrival's calls at half the time (11 s)", f.genfuse_s, 11, 1e-12);
+    /* as a pp-2 replica of two-layer models: a micro-batch passes the two
+     * stages in turn, 1 + 1 s a call: 4-8, 8-12, 12-16, 16-20 */
+    w.ref.n_layer = w.reward.n_layer = 2;
+    for (int c = MFC_REF_INF; c <= MFC_REW_INF; c++) q.call[c].tp = 1, q.call[c].pp = 2;
+    PetscCall(cost_estimate(&p, &w, &q, &f));
+    test_report_close("streamed into a pp-2 replica: each micro-batch through both stages in turn (20 s)", f.genfuse_s, 20, 1e-12);
+    w.ref.n_layer = w.reward.n_layer = 1;
+  }
   /* without a reward model (rule rewards): rank 1 runs the reference alone,
    * 4 s after generation; streamed, 1 s per arrival: 4-5, 7-8, 9-10, 10-11 */
   w.reward_free = PETSC_TRUE;

@@ -178,7 +178,8 @@ double cost_stream_rank(const CostPrims *p, const CostWork *w, const Plan *plan,
   qsort(arr, (size_t)n, sizeof *arr, arr_cmp);
   /* micro-batches cut when the arrived, unprocessed samples hold
    * fuse_tokens tokens, the rest at the end; each served call runs on
-   * its rows of the micro-batch, padded to their longest */
+   * its rows of the micro-batch, padded to their longest. Every rank of a
+   * replica of several ranks has its replica's rows, and the same times. */
   for (int i = 0; i < n; i++) {
     tokens += (int)cost_seq_len(w, arr[i].row);
     if (tokens < plan->fuse_tokens && i < n - 1) continue;
@@ -187,7 +188,10 @@ double cost_stream_rank(const CostPrims *p, const CostWork *w, const Plan *plan,
       int rows = 0, top = 0;
       for (int j = first; j <= i; j++)
         if (need[k][arr[j].row]) rows++, top = PetscMax(top, (int)cost_seq_len(w, arr[j].row));
-      if (rows) t += cost_stage_time(p, cost_call_shape(w, inf[k]), COST_FWD, &L[k], rows, top);
+      if (rows) { /* one micro-batch through the replica's stages in turn (the head hands it out; the next waits for it) */
+        double st = cost_stage_time(p, cost_call_shape(w, inf[k]), COST_FWD, &L[k], rows, top);
+        t += cost_pipeline(&st, 1, L[k].pp);
+      }
     }
     first  = i + 1;
     tokens = 0;

@@ -25,29 +25,44 @@ static PetscBool fuse_same_layout(const PlanCall *a, const PlanCall *b)
   return PETSC_TRUE;
 }
 
+static const MFCId fuse_inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
+
+int plan_stream_conflict(const Plan *plan, const PlanNeeds *needs, MFCId *a, MFCId *b)
+{
+  for (int k = 0; k < 3; k++)
+    for (int j = 0; j < k; j++) {
+      const PlanCall *c = &plan->call[fuse_inf[k]], *o = &plan->call[fuse_inf[j]];
+      int             r;
+
+      if (!needs->cfg[fuse_inf[k]] || !needs->cfg[fuse_inf[j]] || (c->tp * c->pp == 1 && o->tp * o->pp == 1)) continue;
+      r = plan_shared_rank(o, c);
+      if (r >= 0 && !fuse_same_layout(o, c)) {
+        if (a) *a = fuse_inf[j];
+        if (b) *b = fuse_inf[k];
+        return r;
+      }
+    }
+  return -1;
+}
+
 static PetscErrorCode fuse_check_stream(const Plan *plan, const PlanNeeds *needs)
 {
-  const MFCId inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
-  const char *mode   = FuseModeNames[plan->fuse];
+  const char *mode = FuseModeNames[plan->fuse];
+  MFCId       a, b;
+  int         r;
 
   PetscFunctionBegin;
   for (int k = 0; k < 3; k++) {
-    const PlanCall *c = &plan->call[inf[k]];
-    const char     *n = mfc_names[inf[k]];
-    int             r;
+    const PlanCall *c = &plan->call[fuse_inf[k]];
+    const char     *n = mfc_names[fuse_inf[k]];
 
-    if (!needs->cfg[inf[k]]) continue;
+    if (!needs->cfg[fuse_inf[k]]) continue;
     r = plan_shared_rank(&plan->call[MFC_ACTOR_GEN], c);
     PetscCheck(r < 0 || plan->fuse == FUSE_MIGRATE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s: %s shares rank %d with actor_gen, so it cannot run while generation does (use -placement disaggregate, which streams into the training half, or give -%s_ranks and -actor_gen_ranks disjoint ranks, or use -fuse_gen_inf migrate)", mode, n, r, n);
     PetscCheck(plan->fuse == FUSE_STREAM || (c->tp == 1 && c->pp == 1), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s runs %s on one-rank replicas (the freed generation ranks join them): -%s_tp %d and -%s_pp %d must be 1 (-fuse_gen_inf stream takes larger replicas)", mode, n, n, c->tp, n, c->pp);
-    for (int j = 0; j < k; j++) {
-      const PlanCall *o = &plan->call[inf[j]];
-
-      if (!needs->cfg[inf[j]] || (c->tp * c->pp == 1 && o->tp * o->pp == 1)) continue;
-      r = plan_shared_rank(o, c);
-      PetscCheck(r < 0 || fuse_same_layout(o, c), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf stream: %s and %s share rank %d but not their layout; streamed replicas of several ranks need the same -%s_ranks, _tp and _pp as any call they share a rank with", mfc_names[inf[j]], n, r, n);
-    }
   }
+  r = plan_stream_conflict(plan, needs, &a, &b);
+  PetscCheck(r < 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s: %s and %s share rank %d but not their layout; an inference replica of several ranks streams as one, so calls on its ranks need the same -%s_ranks, -%s_tp and -%s_pp as it", mode, mfc_names[a], mfc_names[b], r, mfc_names[b], mfc_names[b], mfc_names[b]);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
