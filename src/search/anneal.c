@@ -135,8 +135,10 @@ static PetscBool search_move(SearchSpace sp, uint64_t seed, uint32_t key, long i
   return PETSC_TRUE;
 }
 
-/* The end of the search: one or two settings flipped together, each
- * followed by search_tune, for as long as that improves the plan. Settings
+/* The end of the search: one setting moved to each of its other states
+ * (-fuse_gen_inf from none to stream and to migrate), or two settings
+ * flipped together, each followed by search_tune, for as long as that
+ * improves the plan. Settings
  * interact through memory (ZeRO-1 may be what lets offloading stop) and
  * through the layouts they need (-fuse_train a pipeline), so a single flip
  * at a low temperature is often refused where the pair with retuned
@@ -154,13 +156,14 @@ PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, Petsc
   while (better && sys_wtime() < deadline) {
     better = PETSC_FALSE;
     for (int i = 0; i < sp->nset && !better; i++)
-      for (int j = i; j < (pairs ? sp->nset : i + 1) && !better && sys_wtime() < deadline; j++) {
-        *cand = *plan;
-        search_flip_layout(sp, cand, sp->set[i]);
-        if (j != i) search_flip_layout(sp, cand, sp->set[j]);
-        PetscCall(search_tune(sp, f, ctx, cand, &e));
-        if (search_cost(&e) < search_cost(est)) *plan = *cand, *est = e, better = PETSC_TRUE;
-      }
+      for (int st = 1; st < search_states(sp->set[i]) && !better; st++) /* every other state of the setting */
+        for (int j = i; j < (pairs && st == 1 ? sp->nset : i + 1) && !better && sys_wtime() < deadline; j++) {
+          *cand = *plan;
+          for (int k = 0; k < st; k++) search_flip_layout(sp, cand, sp->set[i]);
+          if (j != i) search_flip_layout(sp, cand, sp->set[j]);
+          PetscCall(search_tune(sp, f, ctx, cand, &e));
+          if (search_cost(&e) < search_cost(est)) *plan = *cand, *est = e, better = PETSC_TRUE;
+        }
   }
   PetscCall(PetscFree(cand));
   PetscFunctionReturn(PETSC_SUCCESS);
