@@ -124,6 +124,8 @@ PetscBool plan_overlap(const Plan *plan, MFCId a, MFCId b);
 PetscErrorCode plan_mesh(const Plan *plan, MFCId c, const Mesh **mesh);
 /* True when this world rank is in the call's mesh. */
 PetscBool plan_has_rank(const Plan *plan, MFCId c, int rank);
+/* "none", "stream, micro-batches of 512 tokens", "migrate at R_t 0.2 ..." */
+const char *plan_fuse_str(const Plan *plan, char *buf, size_t len);
 /* Streaming's rule for inference replicas of several ranks: two inference
  * calls in use that share a rank, one of them with tp x pp > 1, must have
  * the same layout. The first shared rank that breaks it (*a, *b the calls),

@@ -58,6 +58,9 @@ typedef struct {
   int          chain;       /* the chain (in its group) whose plan won */
   PetscBool    fused_group; /* it was a chain that searched the fusion states */
   int          threads;     /* the threads the chains ran on */
+  PetscBool    has_fused;   /* a feasible plan with fusion was seen */
+  Plan         fused;       /* the best such plan seen (tuned), whether or not it won */
+  CostEstimate fused_est;
 } SearchResult;
 
 /* Defaults: seed 1, 20000 iterations, no time budget, temperature from 30%

@@ -7,7 +7,8 @@
 # settings. Prints a Markdown table: seconds per iteration of the best preset
 # as given (inf.: none fits), the co-located preset tuned call by call (the
 # co-located baseline), the best tuned preset (the heuristic plans), the
-# searched plans, and the searches' wall time. Usage: tools/bench_search.sh [OUTDIR]
+# searched plans, the best plan with fusion the search saw (tuned; "none":
+# no fused plan fits), and the searches' wall time. Usage: tools/bench_search.sh [OUTDIR]
 #   PLAN_TIME (default 60) is each search's budget in seconds (0: none);
 #   PLAN_ITERS (default 0: none) caps each annealing chain's iterations,
 #   which makes the plans reproducible and the comparison of the searches
@@ -34,8 +35,8 @@ settings=(
 # the row's seconds per iteration, or "inf." when infeasible
 row() { awk -v k="$2" '$0 ~ "^  "k" " { x = $0; sub("^  "k" +", "", x); split(x, f, " "); print (f[1] == "infeasible:" || f[1] == "refused") ? "inf." : f[1]; exit }' "$1"; }
 best() { printf '%s\n' "$@" | grep -v inf. | sort -g | head -1; }
-echo "| setting | GPUs | presets as given (best) | co-located, tuned | best tuned preset | searched, no fusion | searched, fusion | searched vs co-located | vs tuned preset | fusion gain | search s (no fusion / fusion) |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| setting | GPUs | presets as given (best) | co-located, tuned | best tuned preset | searched, no fusion | searched, fusion | best fused plan seen | searched vs co-located | vs tuned preset | fusion gain | search s (no fusion / fusion) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for s in "${settings[@]}"; do
   IFS='|' read -r name gpus actor critic prompt maxnew lengths more <<<"$s"
   echo "$name" | grep -q -- "$ONLY" || continue
@@ -49,10 +50,10 @@ for s in "${settings[@]}"; do
   co=$(row $l0 'colocate, tuned')
   bp=$(best "$(row $l0 colocate)" "$(row $l0 interleave)" "$(row $l0 disaggregate)")
   bt=$(best "$(row $l0 'colocate, tuned')" "$(row $l0 'interleave, tuned')" "$(row $l0 'disaggregate, tuned')")
-  s0=$(row $l0 searched) s1=$(row $l1 searched)
+  s0=$(row $l0 searched) s1=$(row $l1 searched) bf=$(row $l1 'best fused seen, tuned')
   t0=$(sed -n 's/^search: .*, \([0-9.]*\) s in all.*/\1/p' $l0) t1=$(sed -n 's/^search: .*, \([0-9.]*\) s in all.*/\1/p' $l1)
   ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "inf." || b == "inf.") print "-"; else printf "%.2fx", a / b }'; }
   sbest=$(best "$s0" "$s1")
-  echo "| $name | $gpus | ${bp:-inf.} | ${co:-inf.} | ${bt:-inf.} | $s0 | $s1 | $(ratio "$co" "$sbest") | $(ratio "$bt" "$sbest") | $(ratio "$s0" "$s1") | $t0 / $t1 |"
+  echo "| $name | $gpus | ${bp:-inf.} | ${co:-inf.} | ${bt:-inf.} | $s0 | $s1 | ${bf:-none} | $(ratio "$co" "$sbest") | $(ratio "$bt" "$sbest") | $(ratio "$s0" "$s1") | $t0 / $t1 |"
 done
 echo "(logs and plan files in $out)"

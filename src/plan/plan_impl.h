@@ -47,7 +47,5 @@ PetscErrorCode plan_attr_int(hid_t obj, const char *where, const char *name, int
 /* The fusion mode against the plan's meshes (PPO only: generation and the
  * inference calls in use). */
 PetscErrorCode plan_check_fusion(const Plan *plan, const PlanNeeds *needs);
-/* "none", "stream, micro-batches of 512 tokens", "migrate at R_t 0.2 ..." */
-const char *plan_fuse_str(const Plan *plan, char *buf, size_t len);
 
 #endif

@@ -211,6 +211,11 @@ PetscErrorCode search_chain(SearchSpace sp, SearchObjective f, void *ctx, const 
     }
     cost = search_cost(&est);
     d    = cost - cur_cost;
+    if (est.feasible && (cand->fuse != FUSE_NONE || cand->fuse_train) && (!res->has_fused || cost < search_cost(&res->fused_est))) {
+      res->has_fused = PETSC_TRUE; /* the best fused plan seen, accepted or not */
+      res->fused     = *cand;
+      res->fused_est = est;
+    }
     if (d > 0 && (double)rng_uniform(o->seed, SEARCH_STREAM, (uint32_t)it, 2 * key + 1, 0) >= exp(-d / T)) continue;
     res->accepted++;
     *cur = *cand, cur_est = est, cur_cost = cost;

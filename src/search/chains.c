@@ -130,6 +130,14 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
     res->refused_check += run[i].res.refused_check, res->refused_infeasible += run[i].res.refused_infeasible;
     res->timed_out = (PetscBool)(res->timed_out || run[i].res.timed_out);
   }
+  /* the best fused plan any chain saw, tuned (reported beside the winner) */
+  for (int i = 0; i < n; i++)
+    if (run[i].res.has_fused && (!res->has_fused || search_cost(&run[i].res.fused_est) < search_cost(&res->fused_est))) {
+      res->has_fused = PETSC_TRUE;
+      res->fused     = run[i].res.fused;
+      res->fused_est = run[i].res.fused_est;
+    }
+  if (res->has_fused) PetscCall(search_tune(sp, f, ctx, &res->fused, &res->fused_est));
   /* pairs of flips only where the space is small: each costs a tuning */
 #pragma omp parallel for schedule(static, 1) num_threads(PetscMin(nthr, ngroup))
   for (int g = 0; g < ngroup; g++) {

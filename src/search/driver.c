@@ -234,6 +234,12 @@ static PetscErrorCode search_plan_rank0(MPI_Comm self, SearchSpace sp, SearchCos
     PetscCall(search_anneal(sp, search_cost_objective, ctx, start, nstart, &left, &res));
   }
   if (print) PetscCall(search_row(self, "searched", needs, PETSC_TRUE, &res.est));
+  if (print && res.has_fused) {
+    char fz[256];
+
+    PetscCall(search_row(self, "best fused seen, tuned", needs, PETSC_TRUE, &res.fused_est));
+    PetscCall(PetscPrintf(self, "  (that plan: -fuse_gen_inf %s, -fuse_train %s)\n", plan_fuse_str(&res.fused, fz, sizeof fz), res.fused.fuse_train ? "on" : "off"));
+  }
   *best = res.plan;
   search_keep_estimate(best, &res.est);
   sum->searched = res.est.feasible ? res.est.iter_s : INFINITY;
