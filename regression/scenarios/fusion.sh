@@ -5,7 +5,7 @@
 # inference replicas of one rank, and of several (tp 2, pp 2, two tp-2
 # replicas per call), ends as the unfused run on one rank.
 . regression/lib.sh
-plan 22
+plan 21
 d="$RLFUSE_TMP/fusion"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 fusion_fixture $d
@@ -103,7 +103,6 @@ bad "-fuse_migrate_at 1.5" "-fuse_migrate_at 1.5 is out of range (expected a fra
 bad "-fuse_migrate_at x" "-fuse_migrate_at x: expected" -fuse_migrate_at x
 bad "stream on a colocated plan, naming what works" "ref_inf shares rank 0 with actor_gen, .*use -placement disaggregate" -fuse_gen_inf stream
 N=4 bad "stream: a rank of a tp-2 replica shared with another layout" "ref_inf and critic_inf share rank 2 but not their layout" -fuse_gen_inf stream -actor_gen_ranks 0 -ref_inf_ranks 2-3 -ref_inf_tp 2 -rew_inf_ranks 1 -critic_inf_ranks 2-3
-N=4 bad "migrate with tp-sharded inference" "-ref_inf_tp 2 and -ref_inf_pp 1 must be 1" -fuse_gen_inf migrate -actor_gen_ranks 0-1 -ref_inf_ranks 2-3 -ref_inf_tp 2 -rew_inf_ranks 1 -critic_inf_ranks 1
 bad "migration onto more replicas than exist" "-fuse_migrate_replicas 3 exceeds the 2 replicas" -fuse_gen_inf migrate -fuse_migrate_replicas 3
 bad "-fuse_tokens 0" "-fuse_tokens 0 is out of range (expected a whole number in \[1, 1073741824\])" -fuse_tokens 0
 mpirun 2 $P $SPLIT -fuse_gen_inf stream -fuse_tokens 64 -fuse_migrate_at auto -output_dir $d/plan -dry_run >$d/plan.log 2>&1 || not_ok "dry run with -fuse_gen_inf stream"

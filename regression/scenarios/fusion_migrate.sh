@@ -4,11 +4,12 @@
 # must be those of the unfused run on one rank (tokens exact, floats within
 # 1e-4, as in layouts.sh) on 1, 2 and 4 ranks (4 oversubscribed), for R_t 0,
 # 0.2, 1 (at once, onto one replica), a forced migration onto one replica,
-# allowed sets (top-k), R_t auto, and across a restart; runs that are meant
+# allowed sets (top-k), R_t auto, tp-sharded and pipelined generation
+# replicas, and across a restart; runs that are meant
 # to migrate must have moved samples, and a freed rank must start inference
 # while the tail still decodes. Bad fusion options: one line, no work.
 . regression/lib.sh
-plan 15
+plan 17
 d="$RLFUSE_TMP/fusion_migrate"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 fusion_fixture $d
@@ -38,6 +39,15 @@ migrate "migrate with allowed sets (top-k 8), 4 ranks, R_t 0.3" 4 one_k m4k 1 -f
 migrate "migrate, 4 ranks, generation on 0-1 and inference on 2-3, R_t 0.3" 4 one m4s 1 -fuse_migrate_at 0.3 -actor_gen_ranks 0-1 -ref_inf_ranks 2 -rew_inf_ranks 3 -critic_inf_ranks 2-3
 migrate "migrate, R_t auto, 2 ranks" 2 one m2a 0 -fuse_migrate_at auto -ppo_iterations 2
 migrate "migrate, 4 ranks, tp-sharded generation (tp 2, 2 replicas), R_t 0.5 onto one replica: cache shards move shard to shard" 4 one m4tp 1 -fuse_migrate_at 0.5 -fuse_migrate_replicas 1 -actor_gen_tp 2 -actor_gen_dp 2
+# pipelined generation replicas (a two-layer model): each stage's cache
+# shard moves to the same stage of the destination
+P1=$P
+mkdir -p $d/l2 && fusion_fixture $d/l2 2
+mpirun 1 $P -output_dir $d/one_l2 >$d/one_l2.log 2>&1 || not_ok "PPO on 1 rank, two layers"
+mpirun 1 $P -gen_top_k 8 -output_dir $d/one_l2k >$d/one_l2k.log 2>&1 || not_ok "PPO on 1 rank, two layers, top-k"
+migrate "migrate, 4 ranks, pipelined generation (pp 2, 2 replicas), R_t 0.5 onto one replica: cache shards move stage to stage" 4 one_l2 m4pp 1 -fuse_migrate_at 0.5 -fuse_migrate_replicas 1 -actor_gen_pp 2 -actor_gen_dp 2
+migrate "migrate, 4 ranks, pipelined generation with allowed sets (top-k 8), R_t 0.3" 4 one_l2k m4ppk 1 -fuse_migrate_at 0.3 -fuse_migrate_replicas 1 -actor_gen_pp 2 -actor_gen_dp 2 -gen_top_k 8
+P=$P1
 
 check "migrate: caches moved (bytes), /plan stores the mode, one destination replica" "$PYTHON" -c "
 import h5py, numpy as np

@@ -73,9 +73,9 @@ PetscErrorCode plan_check_fusion(const Plan *plan, const PlanNeeds *needs)
   PetscCheck(plan->migrate_at == -1 || (plan->migrate_at >= 0 && plan->migrate_at <= 1), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-fuse_migrate_at %g is outside [0,1]", plan->migrate_at);
   if (plan->fuse == FUSE_MIGRATE) {
     PetscCheck(plan->migrate_to <= plan->call[MFC_ACTOR_GEN].dp, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_migrate_replicas %d exceeds the %d replicas of actor_gen (-actor_gen_dp)", plan->migrate_to, plan->call[MFC_ACTOR_GEN].dp);
-    /* the protocol moves cache shards between ranks of equal coordinates;
-     * tp-sharded replicas are tested (fusion_migrate.sh), pipelined ones not */
-    PetscCheck(plan->call[MFC_ACTOR_GEN].pp == 1, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-fuse_gen_inf migrate needs unpipelined generation replicas in this version: -actor_gen_pp %d must be 1", plan->call[MFC_ACTOR_GEN].pp);
+    /* the protocol moves cache shards between ranks of equal (stage, tp)
+     * coordinates: tp-sharded and pipelined replicas are tested
+     * (fusion_migrate.sh) */
   }
   PetscCall(fuse_check_stream(plan, needs));
   PetscFunctionReturn(PETSC_SUCCESS);

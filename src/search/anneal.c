@@ -66,19 +66,20 @@ static void search_fuse_train_layout(SearchSpace sp, Plan *plan)
 /* -fuse_gen_inf stream or migrate switched on. Stream keeps the inference
  * layouts when they can stream as placed (replicas of any size; calls that
  * share a rank of a replica of several ranks have one layout). Otherwise,
- * and always with migrate, the inference calls become one-rank replicas
- * (tp 1, pp 1) on their meshes, and with migrate generation too (the long
- * tail moves between one-rank replicas); without this, the flip would only
- * pass the checks where all already were. Migrate's R_t is auto: the cost
- * model simulates the candidates as the run does and takes the best. */
+ * and always with migrate (the freed generation ranks join one-rank
+ * replicas), the inference calls become one-rank replicas (tp 1, pp 1) on
+ * their meshes; without this, the flip would only pass the checks where
+ * all already were. Generation keeps its layout: the long tail moves
+ * between replicas of any tp and pp. Migrate's R_t is auto: the cost model
+ * simulates the candidates as the run does and takes the best. */
 static void search_stream_layout(SearchSpace sp, Plan *plan)
 {
-  const MFCId inf[4] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF, MFC_ACTOR_GEN};
+  const MFCId inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
 
   if (plan->fuse == FUSE_NONE) return;
   if (plan->fuse == FUSE_STREAM && plan_stream_conflict(plan, &sp->needs, NULL, NULL) < 0) return;
   if (plan->fuse == FUSE_MIGRATE) plan->migrate_at = -1;
-  for (int k = 0; k < (plan->fuse == FUSE_MIGRATE ? 4 : 3); k++) {
+  for (int k = 0; k < 3; k++) {
     PlanCall  *c = &plan->call[inf[k]];
     SearchMesh m = {c->ranks[0], c->nranks};
 
