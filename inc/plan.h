@@ -131,5 +131,9 @@ const char *plan_fuse_str(const Plan *plan, char *buf, size_t len);
  * the same layout. The first shared rank that breaks it (*a, *b the calls),
  * or -1. */
 int plan_stream_conflict(const Plan *plan, const PlanNeeds *needs, MFCId *a, MFCId *b);
+/* Migration's rule for them: each lies wholly inside actor_gen's ranks or
+ * wholly outside. The first that does not: the rank outside (*call, its
+ * replica and its first rank inside), or -1. */
+int plan_migrate_split(const Plan *plan, const PlanNeeds *needs, MFCId *call, int *replica, int *in_rank);
 
 #endif

@@ -440,6 +440,17 @@ static PetscErrorCode check_migrate(void)
     test_report_close("migrate: its time is one point-to-point message of them", z.migrate_s, (4 * words + 6 * 32) * 1e-9, 1e-12);
     w.actor = tiny(PETSC_FALSE), p.bytes_per_param = 4, p2p_ns = 0;
   }
+  /* the same with the reference and reward as one tp-2 replica on both
+   * ranks (head rank 0): no freed head to deal rows to; the replica starts
+   * when its last rank stops generating (rank 0 at 9) and runs the four
+   * rows at 1 s each (reference + reward, halved by tp): 9-13 */
+  {
+    Plan q = plan;
+
+    for (int c = MFC_REF_INF; c <= MFC_REW_INF; c++) q.call[c].dp = 1, q.call[c].tp = 2;
+    PetscCall(cost_estimate(&p, &w, &q, &z));
+    test_report_close("migrate R_t 0.5 into one tp-2 replica: it starts when its last rank stops generating, 13 s (by hand)", z.genfuse_s, 13, 1e-12);
+  }
   /* R_t 0: no count, no migration: replica 0 ends rows 0 and 1 at 4 and
    * 7, replica 1 rows 2 and 3 at 6 and 7; each rank then runs its 2 rows
    * (4 s) from 7 */

@@ -5,11 +5,11 @@
 # 1e-4, as in layouts.sh) on 1, 2 and 4 ranks (4 oversubscribed), for R_t 0,
 # 0.2, 1 (at once, onto one replica), a forced migration onto one replica,
 # allowed sets (top-k), R_t auto, tp-sharded and pipelined generation
-# replicas, and across a restart; runs that are meant
+# replicas, tp-2 inference replicas, and across a restart; runs that are meant
 # to migrate must have moved samples, and a freed rank must start inference
 # while the tail still decodes. Bad fusion options: one line, no work.
 . regression/lib.sh
-plan 17
+plan 19
 d="$RLFUSE_TMP/fusion_migrate"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 fusion_fixture $d
@@ -39,6 +39,10 @@ migrate "migrate with allowed sets (top-k 8), 4 ranks, R_t 0.3" 4 one_k m4k 1 -f
 migrate "migrate, 4 ranks, generation on 0-1 and inference on 2-3, R_t 0.3" 4 one m4s 1 -fuse_migrate_at 0.3 -actor_gen_ranks 0-1 -ref_inf_ranks 2 -rew_inf_ranks 3 -critic_inf_ranks 2-3
 migrate "migrate, R_t auto, 2 ranks" 2 one m2a 0 -fuse_migrate_at auto -ppo_iterations 2
 migrate "migrate, 4 ranks, tp-sharded generation (tp 2, 2 replicas), R_t 0.5 onto one replica: cache shards move shard to shard" 4 one m4tp 1 -fuse_migrate_at 0.5 -fuse_migrate_replicas 1 -actor_gen_tp 2 -actor_gen_dp 2
+# inference replicas of several ranks: the freed ranks run tp-2 replicas
+# (co-located), or the samples stream to a tp-2 replica apart
+migrate "migrate, 4 ranks co-located, tp-2 inference replicas run by the freed ranks, R_t 0.5 onto one replica" 4 one m4itp 1 -fuse_migrate_at 0.5 -fuse_migrate_replicas 1 -ref_inf_tp 2 -critic_inf_tp 2 -rew_inf_tp 2
+migrate "migrate, 4 ranks, generation on 0-1 and a tp-2 inference replica on 2-3, R_t 0.3" 4 one m4stp 1 -fuse_migrate_at 0.3 -actor_gen_ranks 0-1 -ref_inf_ranks 2-3 -ref_inf_tp 2 -rew_inf_ranks 2-3 -rew_inf_tp 2 -critic_inf_ranks 2-3 -critic_inf_tp 2
 # pipelined generation replicas (a two-layer model): each stage's cache
 # shard moves to the same stage of the destination
 P1=$P
@@ -91,5 +95,5 @@ bad() {
   else not_ok "$what: expected one line matching '$pat' and no run.h5, got: $(grep error $out.log | head -2)"; fi
 }
 bad "-fuse_migrate_at -0.1" "-fuse_migrate_at -0.1 is out of range (expected a fraction in \[0,1\]" -fuse_gen_inf migrate -fuse_migrate_at -0.1
-N=4 bad "migrate with tp-sharded inference" "-ref_inf_tp 2 and -ref_inf_pp 1 must be 1" -fuse_gen_inf migrate -ref_inf_tp 2
+N=4 bad "migrate with a tp-2 inference replica half inside generation" "replica 0 of ref_inf has rank 1 in actor_gen and rank 2 outside it" -fuse_gen_inf migrate -actor_gen_ranks 0-1 -ref_inf_ranks 1-2 -ref_inf_tp 2 -rew_inf_ranks 3 -critic_inf_ranks 3
 finish

@@ -139,6 +139,23 @@ static PetscErrorCode migrate(MigSim *s, double *t_mig, CostEstimate *est)
 
 /* The fused stage at R_t rt: each rank's end (end[rank]) and the last
  * sample's finish (*gen_t). */
+/* Over each replica of several ranks of call c (when in use): with
+ * to_head, its head gets the largest x of its ranks; else every rank gets
+ * at least its head's x. */
+static void replica_spread(const PlanCall *c, PetscBool used, double *x, PetscBool to_head)
+{
+  if (!used || c->tp * c->pp == 1) return;
+  for (int d = 0; d < c->dp; d++) {
+    int h = c->ranks[((c->pp - 1) * c->dp + d) * c->tp];
+    for (int p = 0; p < c->pp; p++)
+      for (int t = 0; t < c->tp; t++) {
+        int q = c->ranks[(p * c->dp + d) * c->tp + t];
+        if (to_head) x[h] = PetscMax(x[h], x[q]);
+        else x[q] = PetscMax(x[q], x[h]);
+      }
+  }
+}
+
 static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, CostEstimate *est)
 {
   static const MFCId inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
@@ -147,7 +164,7 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
   const CostShape   *am = &w->actor;
   int                B = s->B, dp = s->dp, world = plan->world, *q_rep;
   PetscBool          lockstep = rt > 0 && dp > 1, migrated = PETSC_FALSE;
-  double             t = 0, t_mig = 0, *arrive;
+  double             t = 0, t_mig = 0, *arrive, *t0q;
   unsigned char     *need, *member, *keep, *freed;
   CostLayout         Li[3];
   CostArrival       *arr;
@@ -197,14 +214,14 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
   /* the inference rows: by default each replica's own; after the migration
    * the finished rows of decoding ranks go to the freed ranks */
   PetscCall(PetscCalloc4(3 * (size_t)world * B, &need, 3 * world, &member, B, &keep, dp, &freed));
-  PetscCall(PetscMalloc3(world, &q_rep, B, &arrive, B, &arr));
+  PetscCall(PetscMalloc4(world, &q_rep, B, &arrive, B, &arr, world, &t0q));
   for (int q = 0; q < world; q++) q_rep[q] = cost_replica_of(&plan->call[MFC_ACTOR_GEN], q);
   for (int k = 0; k < 3; k++) {
     const PlanCall *c = &plan->call[inf[k]];
     cost_layout(s->p, c, &Li[k]);
     if (!cost_call_used(w, inf[k])) continue;
-    for (int i = 0; i < c->nranks; i++) {
-      int q = c->ranks[i], d = cost_replica_of(c, q);
+    for (int d = 0; d < c->dp; d++) { /* a replica's rows go to its head, as in the run */
+      int q = c->ranks[((c->pp - 1) * c->dp + d) * c->tp];
       member[k * world + q] = 1;
       for (int b = B * d / c->dp; b < B * (d + 1) / c->dp; b++) need[((size_t)k * world + q) * B + b] = 1;
     }
@@ -214,9 +231,13 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
     for (int i = 0; i < s->n; i++) keep[s->idx[i]] = 1;
     genfuse_reroute(3, world, B, q_rep, freed, member, keep, need);
   }
+  /* a replica of several ranks starts when all its ranks have stopped
+   * generating (its head hands each micro-batch to the others) */
+  for (int q = 0; q < world; q++) t0q[q] = q_rep[q] >= 0 ? s->stop[q_rep[q]] : 0;
+  for (int k = 0; k < 3; k++) replica_spread(&plan->call[inf[k]], cost_call_used(w, inf[k]), t0q, PETSC_TRUE);
   for (int q = 0; q < world; q++) {
     const unsigned char *nk[3] = {need + (size_t)q * B, need + ((size_t)world + q) * B, need + (2 * (size_t)world + q) * B};
-    double               t0    = q_rep[q] >= 0 ? s->stop[q_rep[q]] : 0;
+    double               t0    = t0q[q];
     for (int b = 0; b < B; b++) {
       /* rows for a generation rank wait in their sender until the
        * migration, or without one until the sender stops generating */
@@ -224,10 +245,12 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
       if (q_rep[q] >= 0) arrive[b] = PetscMax(arrive[b], migrated ? t + t_mig : s->stop[origin(B, dp, b)]);
     }
     end[q] = cost_stream_rank(s->p, w, plan, Li, nk, arrive, t0, arr);
-    if (end[q] < 0 && q_rep[q] >= 0) end[q] = t0;
+    if (end[q] < 0 && q_rep[q] >= 0) end[q] = s->stop[q_rep[q]];
   }
+  /* the other ranks of a replica are busy until its head is done */
+  for (int k = 0; k < 3; k++) replica_spread(&plan->call[inf[k]], cost_call_used(w, inf[k]), end, PETSC_FALSE);
   PetscCall(PetscFree4(need, member, keep, freed));
-  PetscCall(PetscFree3(q_rep, arrive, arr));
+  PetscCall(PetscFree4(q_rep, arrive, arr, t0q));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -12,11 +12,10 @@ const char *const FuseModeNames[] = {"none", "stream", "migrate", "FuseMode", "F
 
 /* Streaming needs inference ranks that are free while generation runs
  * (migration frees generation ranks, so with migrate they may share them).
- * Streamed inference replicas may span ranks (tp, pp): the replica's head
- * receives the samples and hands each micro-batch to the replica's other
- * ranks, so two calls that share a rank of such a replica must have the
- * same layout (one replica, one micro-batch stream). Migration's freed
- * ranks join inference replicas of one rank each (in this version). */
+ * Inference replicas may span ranks (tp, pp): the replica's head receives
+ * the samples and hands each micro-batch to the replica's other ranks, so
+ * two calls that share a rank of such a replica must have the same layout
+ * (one replica, one micro-batch stream). */
 static PetscBool fuse_same_layout(const PlanCall *a, const PlanCall *b)
 {
   if (a->nranks != b->nranks || a->dp != b->dp || a->tp != b->tp || a->pp != b->pp) return PETSC_FALSE;
@@ -45,11 +44,39 @@ int plan_stream_conflict(const Plan *plan, const PlanNeeds *needs, MFCId *a, MFC
   return -1;
 }
 
+/* Migrate: a replica of several ranks starts its inference when all of
+ * them have stopped generating, so none may be outside generation while
+ * another is inside (its rows would be rerouted on some of its ranks and
+ * not on the others). */
+int plan_migrate_split(const Plan *plan, const PlanNeeds *needs, MFCId *call, int *replica, int *in_rank)
+{
+  for (int k = 0; k < 3; k++) {
+    const PlanCall *c = &plan->call[fuse_inf[k]];
+
+    for (int d = 0; needs->cfg[fuse_inf[k]] && d < c->dp && c->tp * c->pp > 1; d++) {
+      int in = -1, out = -1;
+
+      for (int i = 0; i < c->pp * c->tp; i++) {
+        int q = c->ranks[((i / c->tp) * c->dp + d) * c->tp + i % c->tp];
+        if (plan_has_rank(plan, MFC_ACTOR_GEN, q)) in = in < 0 ? q : in;
+        else out = out < 0 ? q : out;
+      }
+      if (in >= 0 && out >= 0) {
+        if (call) *call = fuse_inf[k];
+        if (replica) *replica = d;
+        if (in_rank) *in_rank = in;
+        return out;
+      }
+    }
+  }
+  return -1;
+}
+
 static PetscErrorCode fuse_check_stream(const Plan *plan, const PlanNeeds *needs)
 {
   const char *mode = FuseModeNames[plan->fuse];
   MFCId       a, b;
-  int         r;
+  int         r, d, in;
 
   PetscFunctionBegin;
   for (int k = 0; k < 3; k++) {
@@ -59,8 +86,9 @@ static PetscErrorCode fuse_check_stream(const Plan *plan, const PlanNeeds *needs
     if (!needs->cfg[fuse_inf[k]]) continue;
     r = plan_shared_rank(&plan->call[MFC_ACTOR_GEN], c);
     PetscCheck(r < 0 || plan->fuse == FUSE_MIGRATE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s: %s shares rank %d with actor_gen, so it cannot run while generation does (use -placement disaggregate, which streams into the training half, or give -%s_ranks and -actor_gen_ranks disjoint ranks, or use -fuse_gen_inf migrate)", mode, n, r, n);
-    PetscCheck(plan->fuse == FUSE_STREAM || (c->tp == 1 && c->pp == 1), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s runs %s on one-rank replicas (the freed generation ranks join them): -%s_tp %d and -%s_pp %d must be 1 (-fuse_gen_inf stream takes larger replicas)", mode, n, n, c->tp, n, c->pp);
   }
+  r = plan_migrate_split(plan, needs, &a, &d, &in);
+  PetscCheck(plan->fuse != FUSE_MIGRATE || r < 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf migrate: replica %d of %s has rank %d in actor_gen and rank %d outside it; an inference replica of several ranks must lie wholly inside the generation ranks or wholly outside", d, mfc_names[a], in, r);
   r = plan_stream_conflict(plan, needs, &a, &b);
   PetscCheck(r < 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s: %s and %s share rank %d but not their layout; an inference replica of several ranks streams as one, so calls on its ranks need the same -%s_ranks, -%s_tp and -%s_pp as it", mode, mfc_names[a], mfc_names[b], r, mfc_names[b], mfc_names[b], mfc_names[b]);
   PetscFunctionReturn(PETSC_SUCCESS);

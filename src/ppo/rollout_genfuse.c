@@ -6,16 +6,17 @@
  * replicas that hold them; the ranks of the others stop generating and run
  * the inference calls they serve, on their own rows and on the finished
  * rows of the ranks still decoding (co-located plans fuse that way).
- * Streamed replicas may span ranks (tp, pp): the samples go to the
+ * Inference replicas may span ranks (tp, pp): the samples go to the
  * replica's head (its last stage's first tp rank), which cuts the
  * micro-batches and hands each to the replica's other ranks
- * (genfuse_replica_bcast); the plan check gives the calls that share such
- * a replica one layout, and migrate one-rank replicas. A sample's outputs depend neither on its micro-batch nor on
- * the rank that decoded or scored it, so the rollout equals the unfused one
- * (within float summation order). */
+ * (genfuse_replica_bcast). The plan check gives the calls that share such
+ * a replica one layout, and with migrate puts each such replica wholly
+ * inside or wholly outside generation: every generation rank reroutes the
+ * rows at the migration alike, and a replica's ranks agree on its rows. A
+ * sample's outputs depend neither on its micro-batch nor on the rank that
+ * decoded or scored it, so the rollout equals the unfused one (within
+ * float summation order). */
 #include "ppo_impl.h"
-
-
 
 /* The inference calls of this rollout, with their models (NULL: a call
  * this run does not make, the reward model's without one). */

@@ -63,22 +63,22 @@ static void search_fuse_train_layout(SearchSpace sp, Plan *plan)
   }
 }
 
-/* -fuse_gen_inf stream or migrate switched on. Stream keeps the inference
- * layouts when they can stream as placed (replicas of any size; calls that
- * share a rank of a replica of several ranks have one layout). Otherwise,
- * and always with migrate (the freed generation ranks join one-rank
- * replicas), the inference calls become one-rank replicas (tp 1, pp 1) on
- * their meshes; without this, the flip would only pass the checks where
- * all already were. Generation keeps its layout: the long tail moves
- * between replicas of any tp and pp. Migrate's R_t is auto: the cost model
+/* -fuse_gen_inf stream or migrate switched on. The inference layouts stay
+ * when they can fuse as placed (replicas of any size; calls that share a
+ * rank of a replica of several ranks have one layout; with migrate, such
+ * a replica wholly inside or wholly outside generation). Otherwise the
+ * inference calls become one-rank replicas (tp 1, pp 1) on their meshes;
+ * without this, the flip would only pass the checks where all already
+ * were. Generation keeps its layout: the long tail moves between replicas
+ * of any tp and pp. Migrate's R_t is auto: the cost model
  * simulates the candidates as the run does and takes the best. */
 static void search_stream_layout(SearchSpace sp, Plan *plan)
 {
   const MFCId inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
 
   if (plan->fuse == FUSE_NONE) return;
-  if (plan->fuse == FUSE_STREAM && plan_stream_conflict(plan, &sp->needs, NULL, NULL) < 0) return;
   if (plan->fuse == FUSE_MIGRATE) plan->migrate_at = -1;
+  if (plan_stream_conflict(plan, &sp->needs, NULL, NULL) < 0 && (plan->fuse == FUSE_STREAM || plan_migrate_split(plan, &sp->needs, NULL, NULL, NULL) < 0)) return;
   for (int k = 0; k < 3; k++) {
     PlanCall  *c = &plan->call[inf[k]];
     SearchMesh m = {c->ranks[0], c->nranks};
