@@ -136,12 +136,16 @@ PetscErrorCode genfuse_migrate_step(void *ctx, GenEngine *e, GenBatch *b, PetscB
  * inference ranks, rank q a member of generation replica q_rep[q] (-1:
  * none; it starts at once) and needing row b when need[q*B+b]; each row
  * costs tok_s seconds per token on each rank that needs it, in finish
- * order, from when that rank stops generating. */
+ * order, from when that rank stops generating; with head_of (may be NULL:
+ * every rank its own), a rank q with head_of[q] = h belongs to the
+ * inference replica headed by h, which starts when all its ranks have
+ * stopped generating. */
 typedef struct {
   int                  B, dp, slots, nq;
   const int           *len, *rlen, *q_rep;
   const unsigned char *need;
   double               step_s, tok_s;
+  const int           *head_of;
 } GenFuseSim;
 /* Predicted seconds of the generation+inference stage when the tail
  * migrates at rt (0: never). */

@@ -450,6 +450,11 @@ static PetscErrorCode check_migrate(void)
     for (int c = MFC_REF_INF; c <= MFC_REW_INF; c++) q.call[c].dp = 1, q.call[c].tp = 2;
     PetscCall(cost_estimate(&p, &w, &q, &z));
     test_report_close("migrate R_t 0.5 into one tp-2 replica: it starts when its last rank stops generating, 13 s (by hand)", z.genfuse_s, 13, 1e-12);
+    /* headed by the freed rank 1 (ranks 1, 0): it still waits for rank 0
+     * until 9, 13 s (starting at its own 6 would end at 10) */
+    for (int c = MFC_REF_INF; c <= MFC_REW_INF; c++) q.call[c].ranks[0] = 1, q.call[c].ranks[1] = 0;
+    PetscCall(cost_estimate(&p, &w, &q, &z));
+    test_report_close("migrate R_t 0.5 into a tp-2 replica headed by the freed rank: it waits for the other, 13 s (by hand)", z.genfuse_s, 13, 1e-12);
   }
   /* R_t 0: no count, no migration: replica 0 ends rows 0 and 1 at 4 and
    * 7, replica 1 rows 2 and 3 at 6 and 7; each rank then runs its 2 rows

@@ -367,13 +367,27 @@ static void test_rt_sim(void)
   double        s0, s25, pick, pred;
   char          detail[128];
   for (int b = 0; b < 8; b++) rlen[b] = (b == 3 || b == 7) ? 40 : 1, len[b] = rlen[b] + 2, need[(b / 4) * 8 + b] = 1;
-  sim = (GenFuseSim){8, 2, 4, 2, len, rlen, q_rep, need, 1.0, 0.1};
+  sim = (GenFuseSim){8, 2, 4, 2, len, rlen, q_rep, need, 1.0, 0.1, NULL};
   s0  = genfuse_sim_stage(&sim, 0);
   s25 = genfuse_sim_stage(&sim, 0.25);
   pick = genfuse_sim_pick(&sim, &pred);
   snprintf(detail, sizeof detail, "R_t 0: %g, 0.25: %g, pick %g (%g)", s0, s25, pick, pred);
   test_report(fabs(s0 - 45.1) < 1e-9, "R_t simulation: unfused stage 45.1 s by hand", "%s", detail);
   test_report(fabs(s25 - 44.2) < 1e-9 && pick > 0 && pred <= s25 + 1e-9, "R_t simulation: migrating the two long samples onto one replica, 44.2 s by hand, and picked", "%s", detail);
+  { /* one inference replica over both ranks, headed by rank 1 (all rows
+     * there): freed at 1 s, it still waits for rank 0, which decodes the
+     * tail to 40, then scores the 8 rows: 40 + 6*0.3 + 2*4.2 = 50.2 (as
+     * two ranks of their own, rank 1 would start at 1: 48.4) */
+    int head_of[2] = {1, 1};
+
+    for (int b = 0; b < 8; b++) need[b] = 0, need[8 + b] = 1;
+    sim.head_of = head_of;
+    s25 = genfuse_sim_stage(&sim, 0.25);
+    sim.head_of = NULL;
+    s0 = genfuse_sim_stage(&sim, 0.25);
+    snprintf(detail, sizeof detail, "%g s as one replica, %g s as two ranks", s25, s0);
+    test_report(fabs(s25 - 50.2) < 1e-9 && fabs(s0 - 48.4) < 1e-9, "R_t simulation: an inference replica of two ranks starts when both have stopped generating, 50.2 s by hand", "%s", detail);
+  }
 }
 
 int main(int argc, char **argv)

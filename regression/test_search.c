@@ -184,7 +184,8 @@ static PetscErrorCode check_never_worse(SearchSpaceSpec spec, Toy *toy)
   snprintf(detail, sizeof detail, "%d of 12 plans came from the chains with the fusion states", fused);
   test_report((PetscBool)(fused > 0), "some of those plans come from the chains that search the fusion states (the toy rewards -fuse_train)", "%s", detail);
   snprintf(detail, sizeof detail, "on %d threads and on 1", nthr);
-  test_report((PetscBool)same, "3 chains per group give the same plan, estimate and counts on 1 thread as on all", "%s: differ", detail);
+  if (a.threads < 2) test_skip("3 chains per group give the same plan on 1 thread as on several", "the chains ran on one thread (OMP_NUM_THREADS=1, or a PETSc with debugging)");
+  else test_report((PetscBool)same, "3 chains per group give the same plan, estimate and counts on 1 thread as on several", "%s: differ", detail);
   PetscCall(search_space_destroy(&with));
   PetscCall(search_space_destroy(&without));
   PetscFunctionReturn(PETSC_SUCCESS);

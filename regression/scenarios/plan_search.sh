@@ -12,7 +12,7 @@
 # At paper scale (the analytic H100, LLaMA-2 7B pairs on 16 GPUs and LLaMA
 # 33B pairs on 256) the search with the fusion states is never worse than
 # the one without at the same iteration cap, and its plan does not depend
-# on the thread count.
+# on the thread count (iteration caps, no time budget: -plan_time 0).
 . regression/lib.sh
 plan 21
 d="$RLFUSE_TMP/plan_search"; mkdir -p $d
@@ -46,7 +46,7 @@ PY
 check "the same seed gives the same plan" same_plan $d/p.h5 $d/p2.h5
 
 # paper scale: with and without the fusion states, one iteration cap
-H100="-mode plan -cost_hardware input/hardware/h100_sxm.deck -cost_batch 512 -cost_minibatches 4 -cost_iterations 2 -cost_slots 0 -plan_iterations 1500 -plan_max_mbs 32"
+H100="-mode plan -cost_hardware input/hardware/h100_sxm.deck -cost_batch 512 -cost_minibatches 4 -cost_iterations 2 -cost_slots 0 -plan_iterations 1500 -plan_time 0 -plan_max_mbs 32"
 R7="$H100 -plan_ranks 16 -cost_actor_shape llama2-7b -cost_critic_shape llama2-7b -cost_prompt_len 128 -cost_max_new 256 -cost_lengths fixed:256"
 R33="$H100 -plan_ranks 256 -cost_actor_shape llama-33b -cost_critic_shape llama-33b -cost_prompt_len 512 -cost_max_new 2048 -cost_lengths lognormal:256:2048"
 searched() { awk '/^  searched / { print $2 }' "$1"; }

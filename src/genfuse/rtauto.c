@@ -130,6 +130,8 @@ double genfuse_sim_stage(const GenFuseSim *s, double rt)
   stage = end;
   for (int q = 0; q < s->nq; q++) {
     double at = s->q_rep[q] >= 0 ? st.stop[s->q_rep[q]] : 0;
+    for (int r = 0; s->head_of && r < s->nq; r++) /* the replica waits for its last rank */
+      if (s->head_of[r] == q && s->q_rep[r] >= 0) at = PetscMax(at, st.stop[s->q_rep[r]]);
     for (int j = 0; j < B; j++) {
       int b = st.order[j];
       if (!need[(size_t)q * B + b]) continue;

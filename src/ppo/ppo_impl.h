@@ -47,6 +47,7 @@ typedef struct {
     int            B, world;
     unsigned char *need, *member, *done; /* [3][world][B], [3][world], [3][B] */
     int           *q_rep;                /* [world]: generation replica, or -1 */
+    int           *head_of;              /* [world]: the head of its inference replica (itself if none) */
   } rows;
 } RolloutGenFuse;
 

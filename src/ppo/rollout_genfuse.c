@@ -43,7 +43,7 @@ PetscErrorCode rollout_genfuse_teardown(RolloutGenFuse *gs)
   if (gs->has_comm) PetscCallMPI(MPI_Comm_free(&gs->comm));
   gs->has_comm = PETSC_FALSE;
   PetscCall(PetscFree2(gs->hist.len, gs->hist.rlen));
-  PetscCall(PetscFree4(gs->rows.need, gs->rows.member, gs->rows.done, gs->rows.q_rep));
+  PetscCall(PetscFree5(gs->rows.need, gs->rows.member, gs->rows.done, gs->rows.q_rep, gs->rows.head_of));
   gs->hist.have = PETSC_FALSE, gs->rows.B = gs->rows.world = 0;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -58,20 +58,22 @@ static PetscErrorCode rows_setup(PPOModels *m, int B)
   PetscFunctionBegin;
   PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
   if (gs->rows.B != B || gs->rows.world != world) {
-    PetscCall(PetscFree4(gs->rows.need, gs->rows.member, gs->rows.done, gs->rows.q_rep));
-    PetscCall(PetscMalloc4(3 * (size_t)world * B, &gs->rows.need, 3 * world, &gs->rows.member, 3 * (size_t)B, &gs->rows.done, world, &gs->rows.q_rep));
+    PetscCall(PetscFree5(gs->rows.need, gs->rows.member, gs->rows.done, gs->rows.q_rep, gs->rows.head_of));
+    PetscCall(PetscMalloc5(3 * (size_t)world * B, &gs->rows.need, 3 * world, &gs->rows.member, 3 * (size_t)B, &gs->rows.done, world, &gs->rows.q_rep, world, &gs->rows.head_of));
     gs->rows.B = B, gs->rows.world = world;
   }
   PetscCall(PetscArrayzero(gs->rows.need, 3 * (size_t)world * B));
   PetscCall(PetscArrayzero(gs->rows.member, 3 * world));
   PetscCall(PetscArrayzero(gs->rows.done, 3 * (size_t)B));
-  for (int q = 0; q < world; q++) gs->rows.q_rep[q] = -1;
+  for (int q = 0; q < world; q++) gs->rows.q_rep[q] = -1, gs->rows.head_of[q] = q;
   for (int i = 0; i < gm->nranks; i++) gs->rows.q_rep[gm->ranks[i]] = (i / gm->tp) % gm->dp; /* mesh index (p*dp + d)*tp + t */
   for (int k = 0; k < nc; k++) {
     const Mesh *mesh = dm[k] ? dm[k]->mesh : NULL;
     for (int d = 0; mesh && d < mesh->dp; d++) {
       int b0, b1, q = exec_head(mesh, d);
       exec_rows(B, mesh->dp, d, &b0, &b1);
+      for (int p = 0; p < mesh->pp; p++) /* a replica of several ranks: one head */
+        for (int t = 0; t < mesh->tp; t++) gs->rows.head_of[mesh_rank(mesh, p, d, t)] = q;
       gs->rows.member[k * world + q] = 1;
       for (int b = b0; b < b1; b++) gs->rows.need[((size_t)k * world + q) * B + b] = 1;
     }
@@ -324,7 +326,7 @@ static double pick_rt(PPOModels *m, const PPOOptions *o, const GenFuseRoute *rou
   *pred = -1; /* auto without a measured iteration */
   if (!gs->hist.have || gs->hist.B != route->B) return GENFUSE_RT_FIRST;
   /* migrate keeps every world rank in the route, in rank order */
-  sim = (GenFuseSim){route->B, ppo_gen_model(m)->mesh->dp, (int)o->gen.slots, route->ndest, gs->hist.len, gs->hist.rlen, gs->rows.q_rep, route->need, gs->hist.step_s, gs->hist.tok_s};
+  sim = (GenFuseSim){route->B, ppo_gen_model(m)->mesh->dp, (int)o->gen.slots, route->ndest, gs->hist.len, gs->hist.rlen, gs->rows.q_rep, route->need, gs->hist.step_s, gs->hist.tok_s, gs->rows.head_of};
   return genfuse_sim_pick(&sim, pred);
 }
 

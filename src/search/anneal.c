@@ -145,7 +145,17 @@ static PetscBool search_move(SearchSpace sp, uint64_t seed, uint32_t key, long i
  * at a low temperature is often refused where the pair with retuned
  * strategies is better. Pairs are tried on small jobs only (up to 8 ranks):
  * each costs a tuning, hundreds of estimates on a large job. */
-PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan, CostEstimate *est)
+/* A feasible fused plan better than the best one seen is kept in seen. */
+static void search_seen_fused(SearchResult *seen, const Plan *plan, const CostEstimate *est)
+{
+  if (!seen || !est->feasible || (plan->fuse == FUSE_NONE && !plan->fuse_train)) return;
+  if (seen->has_fused && search_cost(est) >= search_cost(&seen->fused_est)) return;
+  seen->has_fused = PETSC_TRUE;
+  seen->fused     = *plan;
+  seen->fused_est = *est;
+}
+
+PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan, CostEstimate *est, SearchResult *seen)
 {
   Plan        *cand;
   CostEstimate e;
@@ -163,6 +173,7 @@ PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, Petsc
           for (int k = 0; k < st; k++) search_flip_layout(sp, cand, sp->set[i]);
           if (j != i) search_flip_layout(sp, cand, sp->set[j]);
           PetscCall(search_tune(sp, f, ctx, cand, &e));
+          search_seen_fused(seen, cand, &e);
           if (search_cost(&e) < search_cost(est)) *plan = *cand, *est = e, better = PETSC_TRUE;
         }
   }
@@ -212,11 +223,7 @@ PetscErrorCode search_chain(SearchSpace sp, SearchObjective f, void *ctx, const 
     }
     cost = search_cost(&est);
     d    = cost - cur_cost;
-    if (est.feasible && (cand->fuse != FUSE_NONE || cand->fuse_train) && (!res->has_fused || cost < search_cost(&res->fused_est))) {
-      res->has_fused = PETSC_TRUE; /* the best fused plan seen, accepted or not */
-      res->fused     = *cand;
-      res->fused_est = est;
-    }
+    search_seen_fused(res, cand, &est); /* accepted or not */
     if (d > 0 && (double)rng_uniform(o->seed, SEARCH_STREAM, (uint32_t)it, 2 * key + 1, 0) >= exp(-d / T)) continue;
     res->accepted++;
     *cur = *cand, cur_est = est, cur_cost = cost;

@@ -130,22 +130,34 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
     res->refused_check += run[i].res.refused_check, res->refused_infeasible += run[i].res.refused_infeasible;
     res->timed_out = (PetscBool)(res->timed_out || run[i].res.timed_out);
   }
-  /* the best fused plan any chain saw, tuned (reported beside the winner) */
+  for (int i = 0; i < n; i++) /* only the two polished chains keep their caches */
+    if (i != best[0] && (ngroup < 2 || i != best[1])) {
+      search_cache_count(sp, run[i].view.cache);
+      PetscCall(search_cache_destroy(&run[i].view.cache));
+    }
+  /* pairs of flips only where the space is small: each costs a tuning */
+#pragma omp parallel for schedule(static, 1) num_threads(PetscMin(nthr, ngroup))
+  for (int g = 0; g < ngroup; g++) {
+    SearchChainRun *r = &run[best[g]];
+
+    r->ierr = search_polish(&r->view, f, ctx, sp->spec.world <= 8 ? PETSC_TRUE : PETSC_FALSE, o->time_s > 0 ? t0 + o->time_s : INFINITY, &r->res.plan, &r->res.est, &r->res);
+  }
+  for (int g = 0; g < ngroup; g++) PetscCall(run[best[g]].ierr);
+  /* the best fused plan any chain or polish saw, tuned within the budget
+   * (reported beside the winner; the polish's are tuned already) */
   for (int i = 0; i < n; i++)
     if (run[i].res.has_fused && (!res->has_fused || search_cost(&run[i].res.fused_est) < search_cost(&res->fused_est))) {
       res->has_fused = PETSC_TRUE;
       res->fused     = run[i].res.fused;
       res->fused_est = run[i].res.fused_est;
     }
-  if (res->has_fused) PetscCall(search_tune(sp, f, ctx, &res->fused, &res->fused_est));
-  /* pairs of flips only where the space is small: each costs a tuning */
-#pragma omp parallel for schedule(static, 1) num_threads(PetscMin(nthr, ngroup))
-  for (int g = 0; g < ngroup; g++) {
-    SearchChainRun *r = &run[best[g]];
+  if (res->has_fused && (o->time_s <= 0 || sys_wtime() < t0 + o->time_s)) {
+    CostEstimate tuned;
+    Plan         t = res->fused;
 
-    r->ierr = search_polish(&r->view, f, ctx, sp->spec.world <= 8 ? PETSC_TRUE : PETSC_FALSE, o->time_s > 0 ? t0 + o->time_s : INFINITY, &r->res.plan, &r->res.est);
+    PetscCall(search_tune(sp, f, ctx, &t, &tuned));
+    if (tuned.feasible && search_cost(&tuned) < search_cost(&res->fused_est)) res->fused = t, res->fused_est = tuned;
   }
-  for (int g = 0; g < ngroup; g++) PetscCall(run[best[g]].ierr);
   win = ngroup > 1 && search_cost(&run[best[1]].res.est) < search_cost(&run[best[0]].res.est) ? best[1] : best[0];
   res->plan        = run[win].res.plan;
   res->est         = run[win].res.est;
@@ -155,9 +167,9 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
   res->fused_group = (PetscBool)(win % ngroup == 1);
   res->threads     = nthr;
   PetscCall(PetscSNPrintf(res->plan.source, sizeof res->plan.source, "search from %s", start[res->start].source));
-  for (int i = 0; i < n; i++) {
-    search_cache_count(sp, run[i].view.cache);
-    PetscCall(search_cache_destroy(&run[i].view.cache));
+  for (int g = 0; g < ngroup; g++) {
+    search_cache_count(sp, run[best[g]].view.cache);
+    PetscCall(search_cache_destroy(&run[best[g]].view.cache));
   }
   res->seconds = sys_wtime() - t0;
   PetscCall(PetscFree4(splan, sest, order, run));

@@ -74,7 +74,7 @@ PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *s
   search_options_default(o);
   PetscOptionsBegin(PETSC_COMM_WORLD, "plan_", "Plan search (-mode plan, -placement auto)", NULL);
   RfOptReal("-time", "Wall-clock budget of the plan search, seconds: the presets' tuning, the annealing (it also stops at -plan_iterations) and the final polish", time_s, &time_s);
-  RfOptInt("-iterations", "Annealing iterations of each chain; the temperature cools over them and a seed gives one plan, whatever the thread count (0: no cap, the temperature cools over -plan_time, and the plan depends on the machine's speed)", iters, &iters);
+  RfOptInt("-iterations", "Annealing iterations of each chain; the temperature cools over them, and unless -plan_time stops a chain first (-plan_time 0: no budget) a seed gives one plan, whatever the thread count (0: no cap, the temperature cools over -plan_time, and the plan depends on the machine's speed)", iters, &iters);
   RfOptInt("-chains", "Independent annealing chains without the fusion states, and as many with them (-plan_search_fusion); they run on the OpenMP threads", chains, &chains);
   RfOptReal("-temperature", "Initial annealing temperature as a fraction of the start plan's time per iteration (it cools to 1e-4 of that)", temp, &temp);
   RfOptInt("-max_mbs", "Largest micro-batch count the search tries per call (powers of two)", mbs, &mbs);

@@ -60,9 +60,10 @@ PetscBool search_derived(const Plan *plan, MFCId c);
  * stops it after that many seconds (and, without an iteration cap, is what
  * the temperature cools over). res gets the best plan seen, unpolished. */
 PetscErrorCode search_chain(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, const CostEstimate *start_est, const SearchOptions *o, uint32_t key, double budget_s, SearchResult *res);
-/* The end of a search: settings flipped (one, or with pairs two together),
- * each followed by search_tune, while that improves *plan; stops between
- * tunings after `deadline` (sys_wtime). */
-PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan, CostEstimate *est);
+/* The end of a search: settings moved (one to each of its states, or with
+ * pairs two flipped together), each followed by search_tune, while that
+ * improves *plan; stops between tunings after `deadline` (sys_wtime).
+ * seen (may be NULL) keeps the best feasible fused plan tried. */
+PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan, CostEstimate *est, SearchResult *seen);
 
 #endif
