@@ -58,8 +58,8 @@ typedef struct {
   int          chain;       /* the chain (in its group) whose plan won */
   PetscBool    fused_group; /* it was a chain that searched the fusion states */
   int          threads;     /* the threads the chains ran on */
-  PetscBool    has_fused;   /* a feasible plan with fusion was seen */
-  Plan         fused;       /* the best such plan seen (tuned), whether or not it won */
+  PetscBool    has_fused;   /* a plan with fusion was seen (that passes the checks) */
+  Plan         fused;       /* the best such plan seen (tuned), whether or not it won; infeasible when none fits */
   CostEstimate fused_est;
 } SearchResult;
 

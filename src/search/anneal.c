@@ -145,10 +145,11 @@ static PetscBool search_move(SearchSpace sp, uint64_t seed, uint32_t key, long i
  * at a low temperature is often refused where the pair with retuned
  * strategies is better. Pairs are tried on small jobs only (up to 8 ranks):
  * each costs a tuning, hundreds of estimates on a large job. */
-/* A feasible fused plan better than the best one seen is kept in seen. */
+/* The best fused plan seen is kept in seen: a feasible one before any
+ * infeasible one (whose estimate says why it does not fit). */
 static void search_seen_fused(SearchResult *seen, const Plan *plan, const CostEstimate *est)
 {
-  if (!seen || !est->feasible || (plan->fuse == FUSE_NONE && !plan->fuse_train)) return;
+  if (!seen || (plan->fuse == FUSE_NONE && !plan->fuse_train) || !isfinite(search_cost(est))) return; /* (infinite: no strategy passes the checks) */
   if (seen->has_fused && search_cost(est) >= search_cost(&seen->fused_est)) return;
   seen->has_fused = PETSC_TRUE;
   seen->fused     = *plan;
@@ -217,13 +218,13 @@ PetscErrorCode search_chain(SearchSpace sp, SearchObjective f, void *ctx, const 
       res->refused_check++;
       continue;
     }
+    search_seen_fused(res, cand, &est); /* accepted or not */
     if (!est.feasible && cur_est.feasible) {
       res->refused_infeasible++;
       continue;
     }
     cost = search_cost(&est);
     d    = cost - cur_cost;
-    search_seen_fused(res, cand, &est); /* accepted or not */
     if (d > 0 && (double)rng_uniform(o->seed, SEARCH_STREAM, (uint32_t)it, 2 * key + 1, 0) >= exp(-d / T)) continue;
     res->accepted++;
     *cur = *cand, cur_est = est, cur_cost = cost;

@@ -156,7 +156,7 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
     Plan         t = res->fused;
 
     PetscCall(search_tune(sp, f, ctx, &t, &tuned));
-    if (tuned.feasible && search_cost(&tuned) < search_cost(&res->fused_est)) res->fused = t, res->fused_est = tuned;
+    if (search_cost(&tuned) < search_cost(&res->fused_est)) res->fused = t, res->fused_est = tuned;
   }
   win = ngroup > 1 && search_cost(&run[best[1]].res.est) < search_cost(&run[best[0]].res.est) ? best[1] : best[0];
   res->plan        = run[win].res.plan;

@@ -237,7 +237,7 @@ static PetscErrorCode search_plan_rank0(MPI_Comm self, SearchSpace sp, SearchCos
   if (print && res.has_fused) {
     char fz[256];
 
-    PetscCall(search_row(self, "best fused seen, tuned", needs, PETSC_TRUE, &res.fused_est));
+    PetscCall(search_row(self, res.fused_est.feasible ? "best fused seen, tuned" : "no fused plan fits; closest", needs, PETSC_TRUE, &res.fused_est));
     PetscCall(PetscPrintf(self, "  (that plan: -fuse_gen_inf %s, -fuse_train %s)\n", plan_fuse_str(&res.fused, fz, sizeof fz), res.fused.fuse_train ? "on" : "off"));
   }
   *best = res.plan;

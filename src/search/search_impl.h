@@ -40,7 +40,9 @@ PetscErrorCode search_cache_clone(SearchSpace from, SearchCache *to);
 /* Adds the hits and misses of `from` to the counts of sp's cache. */
 void search_cache_count(SearchSpace sp, SearchCache from);
 
-/* Puts call c on mesh m with strategy s. */
+/* Puts call c on mesh m with strategy s; in a fused plan, inference calls
+ * that share a rank with c's replicas, where either has replicas of
+ * several ranks, take c's mesh and grid too (one layout: plan check). */
 void search_put(Plan *plan, MFCId c, const SearchMesh *m, const SearchStrat *s);
 /* Flips setting k (fuse_gen_inf: none <-> stream). */
 /* Steps setting k to its next state; search_states(k) steps return to the

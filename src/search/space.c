@@ -143,6 +143,16 @@ double search_space_size(SearchSpace sp)
 }
 
 /* ---- plan edits ------------------------------------------------------------ */
+static PetscBool search_inference(MFCId c) { return c == MFC_REF_INF || c == MFC_REW_INF || c == MFC_CRITIC_INF ? PETSC_TRUE : PETSC_FALSE; }
+
+static PetscBool search_share_rank(const PlanCall *a, const PlanCall *b)
+{
+  for (int i = 0; i < a->nranks; i++)
+    for (int j = 0; j < b->nranks; j++)
+      if (a->ranks[i] == b->ranks[j]) return PETSC_TRUE;
+  return PETSC_FALSE;
+}
+
 void search_put(Plan *plan, MFCId c, const SearchMesh *m, const SearchStrat *s)
 {
   PlanCall *call = &plan->call[c];
@@ -153,6 +163,18 @@ void search_put(Plan *plan, MFCId c, const SearchMesh *m, const SearchStrat *s)
   call->tp  = s->tp;
   call->pp  = s->pp;
   call->mbs = s->mbs;
+  /* fused, an inference replica of several ranks streams as one, so the
+   * inference calls sharing its ranks must share its layout (the plan
+   * check's rule): they follow this one, keeping their micro-batches */
+  if (plan->fuse == FUSE_NONE || !search_inference(c)) return;
+  for (int k = MFC_REF_INF; k <= MFC_CRITIC_INF; k++) {
+    PlanCall *o = &plan->call[k];
+
+    if (k == (int)c || !search_inference((MFCId)k) || !o->nranks || !search_share_rank(o, call) || (o->tp * o->pp == 1 && call->tp * call->pp == 1)) continue;
+    o->nranks = call->nranks;
+    for (int i = 0; i < call->nranks; i++) o->ranks[i] = call->ranks[i];
+    o->dp = call->dp, o->tp = call->tp, o->pp = call->pp;
+  }
 }
 
 void search_flip(Plan *plan, SearchSetting k)
