@@ -39,7 +39,9 @@ chmod +x "$d/deps.sh"
 uninstall() { rm -f "$d/mpi/"* "$d/pc/"* "$d/petsc"; }
 # stdin is an empty pipe that stays open, as a terminal would: nothing may wait on it
 mkfifo "$d/stdin"; exec 3<>"$d/stdin"
-fresh_make() { timeout 300 env PATH="$d/mpi:$d/sys" PKG_CONFIG_LIBDIR="$d/pc" PKG_CONFIG_PATH= make --no-print-directory DEPS="$d/deps.sh" BIN="$BIN" "$@" <&3; }
+# binaries of its own: they are linked against the stub's PETSc prefix
+# (gone after the suite), which must not reach the suite's $BIN
+fresh_make() { timeout 300 env PATH="$d/mpi:$d/sys" PKG_CONFIG_LIBDIR="$d/pc" PKG_CONFIG_PATH= make --no-print-directory DEPS="$d/deps.sh" BIN="$d/bin" "$@" <&3; }
 
 check "the outer make sees no mpiexec, mpicc or HDF5" bash -c "! env PATH='$d/mpi:$d/sys' bash -c 'command -v mpiexec || command -v mpicc' && ! PKG_CONFIG_LIBDIR='$d/pc' pkg-config --exists hdf5-mpich"
 
