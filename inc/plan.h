@@ -117,6 +117,8 @@ PetscErrorCode plan_write_file(MPI_Comm comm, const char *path, const Plan *plan
 /* Reads /plan from an HDF5 file into plan (calls missing there keep their
  * values). Errors name the file. Collective. */
 PetscErrorCode plan_read_file(MPI_Comm comm, const char *path, Plan *plan);
+/* The first rank of a that b also uses, or -1. */
+int plan_shared_rank(const PlanCall *a, const PlanCall *b);
 /* Two calls' meshes share a rank. */
 PetscBool plan_overlap(const Plan *plan, MFCId a, MFCId b);
 /* The call's mesh (mesh_get over its ranks and grid). Collective over the

@@ -142,11 +142,13 @@ static PetscErrorCode migrate(MigSim *s, double *t_mig, CostEstimate *est)
 /* Over each replica of several ranks of call c (when in use): with
  * to_head, its head gets the largest x of its ranks; else every rank gets
  * at least its head's x. */
+static int replica_head(const PlanCall *c, int d) { return c->ranks[((c->pp - 1) * c->dp + d) * c->tp]; } /* exec_head's rank */
+
 static void replica_spread(const PlanCall *c, PetscBool used, double *x, PetscBool to_head)
 {
   if (!used || c->tp * c->pp == 1) return;
   for (int d = 0; d < c->dp; d++) {
-    int h = c->ranks[((c->pp - 1) * c->dp + d) * c->tp];
+    int h = replica_head(c, d);
     for (int p = 0; p < c->pp; p++)
       for (int t = 0; t < c->tp; t++) {
         int q = c->ranks[(p * c->dp + d) * c->tp + t];
@@ -221,7 +223,7 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
     cost_layout(s->p, c, &Li[k]);
     if (!cost_call_used(w, inf[k])) continue;
     for (int d = 0; d < c->dp; d++) { /* a replica's rows go to its head, as in the run */
-      int q = c->ranks[((c->pp - 1) * c->dp + d) * c->tp];
+      int q = replica_head(c, d);
       member[k * world + q] = 1;
       for (int b = B * d / c->dp; b < B * (d + 1) / c->dp; b++) need[((size_t)k * world + q) * B + b] = 1;
     }

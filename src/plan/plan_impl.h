@@ -18,8 +18,6 @@ static inline PetscBool plan_in_use(const PlanNeeds *needs, int c) { return (!ne
 PetscErrorCode plan_ranks_parse(const char *opt, const char *value, PlanCall *call);
 /* The call's ranks in the same syntax, ranges compacted: "0-3", "0,2". */
 const char *plan_ranks_str(const PlanCall *call, char *buf, size_t len);
-/* The first rank of a that b also uses, or -1. */
-int plan_shared_rank(const PlanCall *a, const PlanCall *b);
 /* Appends the pair (a, b) unless it is there already, in either order. */
 PetscErrorCode plan_concurrent_add(Plan *plan, MFCId a, MFCId b);
 /* -fuse_train (fuse_train.c): the flag is read with the settings, before the

@@ -145,14 +145,6 @@ double search_space_size(SearchSpace sp)
 /* ---- plan edits ------------------------------------------------------------ */
 static PetscBool search_inference(MFCId c) { return c == MFC_REF_INF || c == MFC_REW_INF || c == MFC_CRITIC_INF ? PETSC_TRUE : PETSC_FALSE; }
 
-static PetscBool search_share_rank(const PlanCall *a, const PlanCall *b)
-{
-  for (int i = 0; i < a->nranks; i++)
-    for (int j = 0; j < b->nranks; j++)
-      if (a->ranks[i] == b->ranks[j]) return PETSC_TRUE;
-  return PETSC_FALSE;
-}
-
 void search_put(Plan *plan, MFCId c, const SearchMesh *m, const SearchStrat *s)
 {
   PlanCall *call = &plan->call[c];
@@ -170,7 +162,7 @@ void search_put(Plan *plan, MFCId c, const SearchMesh *m, const SearchStrat *s)
   for (int k = MFC_REF_INF; k <= MFC_CRITIC_INF; k++) {
     PlanCall *o = &plan->call[k];
 
-    if (k == (int)c || !search_inference((MFCId)k) || !o->nranks || !search_share_rank(o, call) || (o->tp * o->pp == 1 && call->tp * call->pp == 1)) continue;
+    if (k == (int)c || !search_inference((MFCId)k) || !o->nranks || plan_shared_rank(o, call) < 0 || (o->tp * o->pp == 1 && call->tp * call->pp == 1)) continue;
     o->nranks = call->nranks;
     for (int i = 0; i < call->nranks; i++) o->ranks[i] = call->ranks[i];
     o->dp = call->dp, o->tp = call->tp, o->pp = call->pp;
