@@ -90,6 +90,7 @@ PetscErrorCode comm_isend_copy(const Comm *c, const void *buf, size_t bytes, int
 PetscErrorCode comm_free(Comm *c);
 
 /* ---- meshes ---------------------------------------------------------------- */
+#define MESH_MAX_BLOCKS 4
 /* A mesh: nranks world ranks laid out as pp x dp x tp, tp fastest: mesh
  * index i = (p*dp + d)*tp + t. A rank outside the mesh has me = -1 and null
  * communicators. */
@@ -102,6 +103,10 @@ typedef struct {
   Comm dp_comm;         /* same (p, t): data-parallel replicas, ranked by d */
   Comm pp_comm;         /* same (d, t): the pipeline, ranked by p */
   Comm embed_comm;      /* first and last stage of my pipeline (tied embedding), size 2 when pp > 1 */
+  /* Blocks of r consecutive ranks of my tp group (mesh_tp_block), made on
+   * first use: the ranks sharing a replicated key/value head. */
+  int  nblocks, block_r[MESH_MAX_BLOCKS];
+  Comm block_comm[MESH_MAX_BLOCKS];
 } Mesh;
 
 /* The mesh over world ranks ranks[0..n) with that grid. Meshes are created
@@ -111,6 +116,10 @@ typedef struct {
 PetscErrorCode mesh_get(const int *ranks, int n, int pp, int dp, int tp, const Mesh **mesh);
 /* World rank of mesh coordinates. */
 static inline int mesh_rank(const Mesh *m, int p, int d, int t) { return m->ranks[(p * m->dp + d) * m->tp + t]; }
+/* The communicator of my block of r consecutive tp ranks (t / r the same),
+ * r dividing tp. Made on the first call for that r and kept with the cached
+ * mesh; that call is collective over the block's ranks. */
+PetscErrorCode mesh_tp_block(const Mesh *m, int r, const Comm **c);
 /* Frees every cached mesh (at finalize). */
 PetscErrorCode mesh_cache_destroy(void);
 /* Once at start, collective on MPI_COMM_WORLD: learns which ranks share a

@@ -51,10 +51,16 @@ static inline PetscBool gpt_untied_head(const GPTConfig *c) { return gpt_is_llam
 /* Whether two configurations describe the same model (every field that
  * shapes or computes it). */
 PetscBool gpt_config_equal(const GPTConfig *a, const GPTConfig *b);
-/* tp can cut this model: it divides n_head, n_kv_head, n_ffn and vocab_size. */
+/* Tensor-parallel ranks that hold one key/value head's copy: 1 when tp
+ * divides n_kv_head; tp / n_kv_head when n_kv_head divides tp (Megatron's
+ * replication: each block of that many consecutive tp ranks shares a head). */
+static inline int gpt_kv_rep(const GPTConfig *c, int tp) { return tp > gpt_n_kv_head(c) ? tp / gpt_n_kv_head(c) : 1; }
+/* tp can cut this model: it divides n_head, n_ffn and vocab_size, and
+ * divides n_kv_head or is a multiple of it. */
 static inline PetscBool gpt_tp_divides(const GPTConfig *c, int tp)
 {
-  return tp >= 1 && c->n_head % tp == 0 && gpt_n_kv_head(c) % tp == 0 && gpt_n_ffn(c) % tp == 0 && c->vocab_size % tp == 0 ? PETSC_TRUE : PETSC_FALSE;
+  int kv = gpt_n_kv_head(c);
+  return tp >= 1 && c->n_head % tp == 0 && (kv % tp == 0 || tp % kv == 0) && gpt_n_ffn(c) % tp == 0 && c->vocab_size % tp == 0 ? PETSC_TRUE : PETSC_FALSE;
 }
 /* Tensors of the transformer trunk (what a critic or reward model takes from
  * a policy checkpoint): everything but the LM and scalar heads. */
@@ -77,7 +83,16 @@ typedef struct {
   int       split;     /* the dimension tensor parallelism cuts (-1: replicated), also in the whole model's table */
   int       groups;    /* the split dimension is `groups` equal blocks (3: q|k|v), each cut into tp pieces */
   PetscBool norm;      /* counted by this rank in the global gradient norm (replicated tensors by tp rank 0 only; the last stage's tied wte copy never) */
+  int       kv_heads;  /* k and v projections (weights, biases): the model's n_kv_head, which caps their pieces (0: any other tensor) */
 } GPTTensor;
+
+/* A tensor's pieces under tensor-parallel size tp: tp/rep of them, rank t
+ * holding piece t/rep, where rep (gpt_tensor_rep) is the number of
+ * consecutive tp ranks sharing a copy: above n_kv_head, k and v are
+ * replicated (their gradients are summed over the block, gpt_grads_sync). */
+static inline int gpt_tensor_rep(const GPTTensor *f, int tp) { return f->kv_heads > 0 && tp > f->kv_heads ? tp / f->kv_heads : 1; }
+static inline int gpt_tensor_pieces(const GPTTensor *f, int tp) { return tp / gpt_tensor_rep(f, tp); }
+static inline int gpt_tensor_piece_of(const GPTTensor *f, int tp, int t) { return t / gpt_tensor_rep(f, tp); }
 
 /* A model shard: the piece of a model one rank holds under tensor and
  * pipeline parallelism (Megatron style).
@@ -141,7 +156,7 @@ typedef struct {
   const Mesh    *mesh;           /* the mesh the shard lives on, or NULL (one rank) */
   GPTDistConfig  dist;
   int            Cl, NHl, Vl, v0; /* local attention width C/tp, heads, vocabulary rows and first row */
-  int            NKVl, Ckvl, Fl;  /* local key/value heads and width, MLP width */
+  int            NKVl, Ckvl, Fl;  /* local key/value heads and width (one replicated head when tp > n_kv_head), MLP width */
   float         *inv_freq;        /* device [hd/2], the rotary frequencies (LLaMA) */
   int            ntensors;
   GPTTensor     *tensors;

@@ -552,8 +552,10 @@ static PetscErrorCode check_realloc(void)
     test_skip("reallocation bytes equal the planner's", "needs 4 ranks");
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  for (int head = 0; head < 2; head++) {
-    cfg.head = head ? GPT_HEAD_SCALAR : GPT_HEAD_LM;
+  /* GPT-2 with either head; LLaMA with one key/value head (replicated at every tp > 1) and with two */
+  for (int model = 0; model < 4; model++) {
+    cfg.head = model == 1 ? GPT_HEAD_SCALAR : GPT_HEAD_LM;
+    if (model >= 2) cfg.arch = GPT_ARCH_LLAMA, cfg.n_kv_head = model - 1, cfg.n_ffn = 32, cfg.tie_embeddings = PETSC_FALSE, cfg.rope_theta = 1e4, cfg.norm_eps = 1e-5;
     cost_shape_from_gpt(&cfg, &m);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
       PlanCall           a = {0}, b = {0};
@@ -569,7 +571,8 @@ static PetscErrorCode check_realloc(void)
       PetscCall(mesh_get(b.ranks, b.nranks, b.pp, b.dp, b.tp, &mb));
       PetscCall(realloc_plan_get(&cfg, ma, mb, "test", &rp));
       PetscCall(cost_realloc_bytes(&m, 4, &a, &b, &total, &max_recv));
-      snprintf(name, sizeof name, "reallocation bytes equal the planner's (%s head, %dx%dx%d -> %dx%dx%d)", head ? "scalar" : "lm", a.pp, a.dp, a.tp, b.pp, b.dp, b.tp);
+      snprintf(name, sizeof name, "reallocation bytes equal the planner's (%s, %dx%dx%d -> %dx%dx%d)", model == 1 ? "scalar head" : model == 0 ? "lm head" : model == 2 ? "llama, 1 kv head" : "llama, 2 kv heads", a.pp, a.dp, a.tp, b.pp,
+               b.dp, b.tp);
       test_report_close(name, total, realloc_plan_bytes(rp), 0);
     }
   }

@@ -33,6 +33,16 @@ static GPTConfig small_config(GPTHead head)
   return c;
 }
 
+/* A LLaMA-family model with one key/value head (and q/k/v biases): every
+ * tp > 1 layout replicates its k and v pieces. */
+static GPTConfig mqa_config(void)
+{
+  GPTConfig c = {.n_layer = 4, .n_head = 4, .n_embd = 32, .vocab_size = 24, .n_positions = 16, .head = GPT_HEAD_LM};
+  c.arch = GPT_ARCH_LLAMA, c.n_kv_head = 1, c.n_ffn = 48, c.qkv_bias = PETSC_TRUE, c.tie_embeddings = PETSC_TRUE, c.rope_theta = 1e4, c.norm_eps = 1e-5;
+  return c;
+}
+static const char *model_name(const GPTConfig *c) { return gpt_is_llama(c) ? "llama, 1 kv head" : c->head == GPT_HEAD_LM ? "lm head" : "scalar head"; }
+
 /* The full model with value k at flat index k: distinct and exact in float
  * (the model has about 52k parameters, far below 2^24). */
 static PetscErrorCode full_model(const GPTConfig *cfg, float **full, size_t *n)
@@ -181,7 +191,7 @@ static PetscErrorCode check_pair(const GPTConfig *cfg, const float *full, const 
 
   PetscFunctionBegin;
   if (!layout_fits(la) || !layout_fits(lb)) PetscFunctionReturn(PETSC_SUCCESS);
-  snprintf(tag, sizeof tag, "%s head, %s -> %s", cfg->head == GPT_HEAD_LM ? "lm" : "scalar", la->name, lb->name);
+  snprintf(tag, sizeof tag, "%s, %s -> %s", model_name(cfg), la->name, lb->name);
   PetscCall(layout_mesh(la, &a));
   PetscCall(layout_mesh(lb, &b));
   PetscCall(realloc_plan_get(cfg, a, b, tag, &plan));
@@ -224,7 +234,7 @@ static PetscErrorCode check_shards_cover(const GPTConfig *cfg, const float *full
   const int grids[][2] = {{1, 2}, {1, 4}, {2, 1}, {2, 2}, {4, 1}};
   float    *back;
   int       ok = 1;
-  char      detail[200] = "";
+  char      detail[200] = "", what[160];
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(n, &back));
@@ -247,7 +257,8 @@ static PetscErrorCode check_shards_cover(const GPTConfig *cfg, const float *full
       snprintf(detail + len, sizeof detail - len, " (pp %d tp %d)", pp, tp);
     }
   }
-  test_report(ok, cfg->head == GPT_HEAD_LM ? "lm head: the shards of every pp x tp grid rebuild the full model (the reference is sound)" : "scalar head: the shards of every pp x tp grid rebuild the full model (the reference is sound)", "%s", detail);
+  snprintf(what, sizeof what, "%s: the shards of every pp x tp grid rebuild the full model (the reference is sound)", model_name(cfg));
+  test_report(ok, what, "%s", detail);
   PetscCall(PetscFree(back));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -406,6 +417,10 @@ int main(int argc, char **argv)
   PetscCall(comm_setup());
   PetscCall(run_model(&lm));
   PetscCall(run_model(&sc));
+  {
+    GPTConfig mqa = mqa_config();
+    PetscCall(run_model(&mqa));
+  }
   PetscCall(check_cache());
   PetscCall(check_plan_error(&lm, 2, 3, "tensor-parallel sizes 2 and 3 must divide each other", "plan error: tp 2 and tp 3 do not divide each other"));
   PetscCall(check_plan_error(&lm, 16, 1, "transformer.wte.weight", "plan error: 16 pieces cannot cut a vocabulary of 24 rows"));

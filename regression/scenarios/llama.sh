@@ -1,18 +1,20 @@
 # The LLaMA family through the whole pipeline on micro models (4 query heads
 # over 2 key/value heads, SwiGLU, RMSNorm, rotary positions): SFT on 1 rank
-# and on tp 2 x dp 2 and pp 2 (same weights and moments within the
-# train_layouts.sh tolerances), a checkpoint that carries the architecture
-# (no -policy_* option needed after it), a restart from a tp 2 checkpoint on
-# 1 rank, the reward model and a critic on a LLaMA trunk, PPO with the
-# actor's reallocation (train tp 2, generation dp 2) and with both fusions
-# (streaming; migration of the long tail) as on 1 rank, an untied
-# Qwen2-style policy with q/k/v biases, -mode generate (the same tokens on
-# 1 rank, dp 4 and pp 2 x tp 2; greedy equal to the highest log-probability;
-# its output scored by -mode score), and the refusals: tp not dividing the
-# kv heads, options the architecture does not use, a deck whose architecture
-# differs from the checkpoint's.
+# and on tp 2 x dp 2, pp 2 and tp 4 (each kv head replicated on 2 ranks),
+# with the same weights and moments within the train_layouts.sh tolerances,
+# a checkpoint that carries the architecture (no -policy_* option needed
+# after it), restarts from a tp 2 checkpoint on 1 rank and from a tp 4 one on
+# tp 2, the reward model and a critic on a LLaMA trunk, PPO with the actor's
+# reallocation (train tp 2, generation dp 2; train tp 4, generation tp 2 x
+# dp 2) and with both fusions (streaming; migration of the long tail) as on
+# 1 rank, an untied multi-query Qwen2-style policy with q/k/v biases on tp 2
+# (its one kv head replicated), -mode generate (the same tokens on 1 rank,
+# dp 4, pp 2 x tp 2 and tp 4; greedy equal to the highest log-probability;
+# its output scored by -mode score), and the refusals: tp neither dividing
+# the kv heads nor a multiple of them, options the architecture does not
+# use, a deck whose architecture differs from the checkpoint's.
 . regression/lib.sh
-plan 21
+plan 24
 d="$RLFUSE_TMP/llama"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 Q="-policy_arch llama -policy_n_layer 2 -policy_n_head 4 -policy_n_kv_head 2 -policy_n_ffn 96 -policy_n_embd 64 -policy_vocab_size 20
@@ -31,6 +33,9 @@ run_layout "SFT on 4 ranks, tp 2 x dp 2" "$S" sft1 4 sft_tp -sft_train_tp 2
 run_layout "SFT on 2 ranks, pp 2 (1F1B over 4 micro-batches)" "$S" sft1 2 sft_pp -sft_train_pp 2 -sft_train_mbs 4
 # restart the tp 2 run's step-6 checkpoint on 1 rank: the same end as 1 rank
 run_layout "SFT restarted on 1 rank from the tp 2 x dp 2 run's step-6 checkpoint" "$S" sft1 1 sft_restart -restart $d/sft_tp/ckpt_000006.h5
+# tp 4 over 2 kv heads: ranks {0,1} and {2,3} each hold one kv head and add its gradient
+run_layout "SFT on 4 ranks, tp 4 (each kv head replicated on 2 ranks)" "$S" sft1 4 sft_tp4 -sft_train_tp 4
+run_layout "SFT restarted on tp 2 from the tp 4 run's step-6 checkpoint (replicated kv heads written once)" "$S" sft1 2 sft_restart_tp4 -restart $d/sft_tp4/ckpt_000006.h5 -sft_train_tp 2
 
 # SFT from the checkpoint with no model option: the architecture is the file's (and used.deck names it)
 mpirun 1 -mode sft -init_checkpoint $d/sft1/final.h5 -sft_steps 2 -sft_batch 8 -task_len_max 8 -output_dir $d/init >$d/init.log 2>&1 &&
@@ -51,6 +56,8 @@ mpirun 1 $P -output_dir $d/ppo1 >$d/ppo1.log 2>&1 || { not_ok "PPO on LLaMA mode
 check "PPO from LLaMA checkpoints needs no model option (four iterations)" test "$(grep -c '^iter ' $d/ppo1.log)" -eq 4
 run_layout "PPO on 2 ranks: actor trains with tp 2, generates with dp 2 (reallocated every iteration)" "$P" ppo1 2 ppo_tp -actor_train_tp 2 -actor_train_dp 1 -actor_gen_dp 2
 run_layout "PPO on 2 ranks: actor trains with pp 2, generates with tp 2" "$P" ppo1 2 ppo_pp -actor_train_pp 2 -actor_train_dp 1 -actor_gen_tp 2 -actor_gen_dp 1
+run_layout "PPO on 4 ranks: actor and critic train with tp 4 (kv heads replicated), actor generates with tp 2 x dp 2" "$P" ppo1 4 ppo_tp4 \
+  -actor_train_tp 4 -actor_train_dp 1 -critic_train_tp 4 -critic_train_dp 1 -actor_gen_tp 2 -actor_gen_dp 2
 
 # both fusions of generation with inference on LLaMA models (the KV caches hold n_kv_head heads)
 run_layout "PPO with finished samples streamed into inference (-fuse_gen_inf stream), 2 ranks" "$P" ppo1 2 ppo_stream -fuse_gen_inf stream -fuse_tokens 40 \
@@ -59,9 +66,9 @@ run_layout "PPO with the long tail migrated at R_t 1 onto one replica, 2 ranks" 
 check "the migration moved samples with their caches" "$PYTHON" -c "
 import h5py; m = h5py.File('$d/ppo_migrate/run.h5', 'r')['metrics']; assert m['migrate_samples'][()].sum() > 0"
 
-U="-mode sft ${Q/-policy_n_kv_head 2/-policy_n_kv_head 2 -policy_qkv_bias -policy_tie_embeddings false} -sft_steps 6 -sft_batch 16 -policy_lr 2e-3 -sft_eval_every 3"
-mpirun 1 $U -output_dir $d/untied1 >$d/untied1.log 2>&1 || { not_ok "untied LLaMA with q/k/v biases"; tail -3 $d/untied1.log; }
-run_layout "untied LLaMA with q/k/v biases, tp 2" "$U" untied1 2 untied_tp -sft_train_tp 2
+U="-mode sft ${Q/-policy_n_kv_head 2/-policy_n_kv_head 1 -policy_qkv_bias -policy_tie_embeddings false} -sft_steps 6 -sft_batch 16 -policy_lr 2e-3 -sft_eval_every 3"
+mpirun 1 $U -output_dir $d/untied1 >$d/untied1.log 2>&1 || { not_ok "untied multi-query LLaMA with q/k/v biases"; tail -3 $d/untied1.log; }
+run_layout "untied multi-query LLaMA with q/k/v biases, tp 2 (the kv head and its biases replicated)" "$U" untied1 2 untied_tp -sft_train_tp 2
 
 rlfuse() { "$MPIEXEC" $MPIEXEC_FLAGS -n 4 "$BIN/rlfuse" "$@"; }
 # -mode generate: 10 prompts of 3..9 task tokens
@@ -74,8 +81,9 @@ with h5py.File('$d/prompts.h5', 'w') as f: f['tokens'] = tok; f['lengths'] = L"
 G="-mode generate -generate_checkpoint $d/sft1/final.h5 -generate_input $d/prompts.h5 -gen_max_new_tokens 12 -gen_stop 5 -seed 3"
 mpirun 1 $G -generate_output $d/gen1.h5 >$d/gen1.log 2>&1 || { not_ok "generate on 1 rank"; tail -3 $d/gen1.log; }
 mpirun 4 $G -generate_output $d/gen4.h5 >$d/gen4.log 2>&1 && mpirun 4 $G -generate_output $d/genpt.h5 -actor_gen_pp 2 -actor_gen_tp 2 >$d/genpt.log 2>&1 &&
-  h5diff -d 1e-5 $d/gen1.h5 $d/gen4.h5 >/dev/null && h5diff -d 1e-5 $d/gen1.h5 $d/genpt.h5 >/dev/null &&
-  ok "generate: the same responses and log-probabilities on 1 rank, dp 4 and pp 2 x tp 2" || not_ok "generate differs across layouts"
+  mpirun 4 $G -generate_output $d/gentp4.h5 -actor_gen_tp 4 >$d/gentp4.log 2>&1 &&
+  h5diff -d 1e-5 $d/gen1.h5 $d/gen4.h5 >/dev/null && h5diff -d 1e-5 $d/gen1.h5 $d/genpt.h5 >/dev/null && h5diff -d 1e-5 $d/gen1.h5 $d/gentp4.h5 >/dev/null &&
+  ok "generate: the same responses and log-probabilities on 1 rank, dp 4, pp 2 x tp 2 and tp 4 (kv caches of replicated heads)" || not_ok "generate differs across layouts"
 check "generate: every response ends at -gen_stop 5, -gen_eos 3 or after 12 tokens" "$PYTHON" -c "
 import h5py, numpy as np; f = h5py.File('$d/gen1.h5', 'r')
 tok, P, R, L, S, lp = (f[k][()] for k in ('tokens', 'prompt_lengths', 'response_lengths', 'lengths', 'stopped', 'logprobs'))
@@ -96,7 +104,8 @@ for b in range(len(P)):  # score's row t is log p(token t+1): the generation's l
 expect_error "generate refuses a reward model" "head must be lm to generate" -mode generate -generate_checkpoint $d/rm/final.h5 -generate_role reward \
   -generate_input $d/prompts.h5 -generate_output $d/bad.h5
 expect_error "generate refuses a malformed -gen_stop" "gen_stop '5,x'" $G -generate_output $d/bad.h5 -gen_stop 5,x
-expect_error "tp that does not divide the kv heads is refused (4 ranks)" "sft_train_tp 4 does not divide the model's n_kv_head 2" $S -output_dir $d/bad1 -sft_train_tp 4
+expect_error "tp neither dividing the kv heads nor a multiple of them is refused" "sft_train_tp 2 neither divides the model's n_kv_head 3" \
+  ${S/-policy_n_head 4 -policy_n_kv_head 2/-policy_n_head 6 -policy_n_kv_head 3} -policy_n_embd 60 -output_dir $d/bad1 -sft_train_tp 2
 rlfuse() { "$MPIEXEC" $MPIEXEC_FLAGS -n 1 "$BIN/rlfuse" "$@"; }
 expect_error "a LLaMA option on a GPT-2 model is refused" "policy_n_kv_head" -mode sft -policy_n_kv_head 2 -sft_steps 1 -output_dir $d/bad2
 expect_error "a deck whose architecture differs from the checkpoint's is refused" "arch llama in the file, gpt2 in the deck" -mode sft -sft_steps 14 \

@@ -104,6 +104,26 @@ PetscErrorCode mesh_get(const int *ranks, int n, int pp, int dp, int tp, const M
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode mesh_tp_block(const Mesh *m, int r, const Comm **c)
+{
+  Mesh *w = (Mesh *)m; /* the cache owns every mesh; a block is added to it once */
+  int   b, ranks[64];
+
+  PetscFunctionBegin;
+  PetscCheck(m->me >= 0 && r >= 1 && r <= 64 && m->tp % r == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "mesh_tp_block: blocks of %d do not cut tp %d", r, m->tp);
+  for (b = 0; b < m->nblocks; b++)
+    if (m->block_r[b] == r) break;
+  if (b == m->nblocks) {
+    PetscCheck(b < MESH_MAX_BLOCKS, PETSC_COMM_SELF, PETSC_ERR_SUP, "mesh_tp_block: more than %d block sizes on one mesh", MESH_MAX_BLOCKS);
+    for (int k = 0; k < r; k++) ranks[k] = mesh_rank(m, m->p, m->d, m->t / r * r + k);
+    PetscCall(group_comm(ranks, r, 6, &w->block_comm[b]));
+    w->block_r[b] = r;
+    w->nblocks++;
+  }
+  *c = &m->block_comm[b];
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode mesh_cache_destroy(void)
 {
   PetscFunctionBegin;
@@ -115,6 +135,7 @@ PetscErrorCode mesh_cache_destroy(void)
     PetscCall(comm_free(&n->m.dp_comm));
     PetscCall(comm_free(&n->m.pp_comm));
     PetscCall(comm_free(&n->m.embed_comm));
+    for (int b = 0; b < n->m.nblocks; b++) PetscCall(comm_free(&n->m.block_comm[b]));
     PetscCall(PetscFree(n->m.ranks));
     PetscCall(PetscFree(n));
   }

@@ -28,6 +28,9 @@ void cost_layout(const CostPrims *p, const PlanCall *c, CostLayout *L);
  * optimizer; the head of a tied GPT-2 LM counts its own copy (a pipelined
  * model holds it on the last stage). */
 double cost_part_params(const CostShape *m, CostPart part);
+/* Ranks among which the keys and values (weights and cache) are cut: tp,
+ * or n_kv_head when tp exceeds it (each rank then holds one head's copy). */
+static inline double cost_kv_ranks(const CostShape *m, int tp) { return (double)PetscMin(tp, m->n_kv_head); }
 /* Parameters one rank of a (tp, pp) layout holds on its stage s. */
 double cost_stage_params(const CostShape *m, int tp, int pp, int s);
 

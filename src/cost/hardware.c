@@ -28,8 +28,8 @@ static double hw_bytes(const HwCtx *hw, const CostShape *m, CostPart part, CostP
      * outputs (about 8h replicated, 12h + 4f split over tp) per token; the
      * KV cache read by a decode step, written by a prefill */
     x = cost_part_params(m, COST_PART_BLOCK) * b / tp + tokens * (8 * h + (12 * h + 4.0 * m->n_ffn) / tp) * b;
-    if (ph == COST_DECODE) x += rows * len * kv * b / tp;
-    if (ph == COST_PREFILL) x += tokens * kv * b / tp;
+    if (ph == COST_DECODE) x += rows * len * kv * b / cost_kv_ranks(m, tp);
+    if (ph == COST_PREFILL) x += tokens * kv * b / cost_kv_ranks(m, tp);
     break;
   default: /* weights and the logits, fp32, written and read */
     x = cost_part_params(m, COST_PART_HEAD) * b / tp + tokens * (m->value_head ? 1 : m->vocab_size) / (double)tp * 8;

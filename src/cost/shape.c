@@ -108,7 +108,8 @@ double cost_stage_params(const CostShape *m, int tp, int pp, int s)
   if (s == 0) n += cost_part_params(m, COST_PART_EMBED);
   if (s == pp - 1 && (pp > 1 || m->gated || m->value_head)) n += cost_part_params(m, COST_PART_HEAD);
   else if (s == pp - 1) n += cost_part_params(m, COST_PART_HEAD) - (double)m->vocab_size * m->n_embd; /* one rank: the head is wte itself */
-  return n / tp;
+  /* k and v weights replicated beyond the kv heads: each rank holds a head's */
+  return n / tp + cost_stage_layers(m, pp, s) * 2 * m->n_embd * kv_width(m) * (1 / cost_kv_ranks(m, tp) - 1.0 / tp);
 }
 
 double cost_flops(const CostShape *m, CostPart part, CostPhase ph, double rows, double len)

@@ -12,7 +12,17 @@ typedef struct {
   double    *numel;
   PetscBool *split;
   int       *layer; /* -1: embedding, n_layer: final norm and head (LLaMA table only) */
+  int       *kv;    /* k and v: n_kv_head, which caps their pieces (0: other tensors) */
 } SyncTable;
+
+/* Atoms [*lo, *hi) of q that tp rank t of tp needs of a split tensor: its
+ * piece of tp/rep (k and v replicated beyond kv heads, as the model cuts them). */
+static void atoms_of_rank(int kv, int q, int tp, int t, int *lo, int *hi)
+{
+  int rep = kv > 0 && tp > kv ? tp / kv : 1, np = tp / rep;
+  *lo = t / rep * (q / np);
+  *hi = *lo + q / np;
+}
 
 static PetscErrorCode table_gpt(const CostShape *m, SyncTable *tab, GPTConfig *cfg)
 {
@@ -26,8 +36,8 @@ static PetscErrorCode table_gpt(const CostShape *m, SyncTable *tab, GPTConfig *c
   PetscCall(gpt_tensor_table_shard(cfg, NULL, &full, &n, &np));
   PetscCall(gpt_tensor_table_shard(cfg, &sh, &two, &n2, &np)); /* the split dimensions, as the planner reads them */
   tab->n = n;
-  PetscCall(PetscMalloc3(n, &tab->numel, n, &tab->split, n, &tab->layer));
-  for (int i = 0; i < n; i++) tab->numel[i] = (double)full[i].numel, tab->split[i] = two[i].split >= 0 ? PETSC_TRUE : PETSC_FALSE, tab->layer[i] = 0;
+  PetscCall(PetscMalloc4(n, &tab->numel, n, &tab->split, n, &tab->layer, n, &tab->kv));
+  for (int i = 0; i < n; i++) tab->numel[i] = (double)full[i].numel, tab->split[i] = two[i].split >= 0 ? PETSC_TRUE : PETSC_FALSE, tab->layer[i] = 0, tab->kv[i] = full[i].kv_heads;
   PetscCall(PetscFree(full));
   PetscCall(PetscFree(two));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -39,13 +49,15 @@ static PetscErrorCode table_llama(const CostShape *m, SyncTable *tab)
   int    k = 0;
 
   PetscFunctionBegin;
-  tab->n = 6 * m->n_layer + 3;
-  PetscCall(PetscMalloc3(tab->n, &tab->numel, tab->n, &tab->split, tab->n, &tab->layer));
-#define T(x, s, l) (tab->numel[k] = (x), tab->split[k] = (s), tab->layer[k++] = (l))
+  tab->n = 7 * m->n_layer + 3;
+  PetscCall(PetscMalloc4(tab->n, &tab->numel, tab->n, &tab->split, tab->n, &tab->layer, tab->n, &tab->kv));
+#define T(x, s, l) (tab->numel[k] = (x), tab->split[k] = (s), tab->kv[k] = 0, tab->layer[k++] = (l))
   T(h * m->vocab_size, PETSC_TRUE, -1);
   for (int l = 0; l < m->n_layer; l++) {
     T(h, PETSC_FALSE, l);                  /* input RMSNorm */
-    T(h * (h + 2 * kv), PETSC_TRUE, l);    /* q, k, v: columns by heads */
+    T(h * h, PETSC_TRUE, l);               /* q: columns by heads */
+    T(2 * h * kv, PETSC_TRUE, l);          /* k and v: by heads, replicated beyond them */
+    tab->kv[k - 1] = m->n_kv_head;
     T(h * h, PETSC_TRUE, l);               /* o: rows */
     T(h, PETSC_FALSE, l);                  /* post-attention RMSNorm */
     T(2 * h * f, PETSC_TRUE, l);           /* gate and up: columns */
@@ -116,9 +128,13 @@ PetscErrorCode cost_realloc_bytes(const CostShape *m, double bytes_per_param, co
       if (!hb[sb * tab.n + i]) continue;
       if (!tab.split[i] || q == 1) recv += local ? 0 : tab.numel[i];
       else {
-        /* atoms [tb q/tp_b, (tb+1) q/tp_b) needed; [ta q/tp_a, ...) held here */
-        int lo = tb * (q / b->tp), hi = lo + q / b->tp, have = 0;
-        if (local) have = PetscMax(0, PetscMin(hi, (ta + 1) * (q / a->tp)) - PetscMax(lo, ta * (q / a->tp)));
+        /* atoms [lo, hi) needed; [alo, ahi) held here */
+        int lo, hi, alo, ahi, have = 0;
+        atoms_of_rank(tab.kv[i], q, b->tp, tb, &lo, &hi);
+        if (local) {
+          atoms_of_rank(tab.kv[i], q, a->tp, ta, &alo, &ahi);
+          have = PetscMax(0, PetscMin(hi, ahi) - PetscMax(lo, alo));
+        }
         recv += (hi - lo - have) * (tab.numel[i] / q);
       }
     }
@@ -128,6 +144,6 @@ PetscErrorCode cost_realloc_bytes(const CostShape *m, double bytes_per_param, co
   }
   PetscCall(PetscFree(ha));
   PetscCall(PetscFree(hb));
-  PetscCall(PetscFree3(tab.numel, tab.split, tab.layer));
+  PetscCall(PetscFree4(tab.numel, tab.split, tab.layer, tab.kv));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -1,7 +1,8 @@
 /* io: a checkpoint read or written by shard. A rank's shard of a tensor is
  * a set of rows or columns of the full (logical) dataset: tensor
  * parallelism cuts the split dimension into `groups` blocks (q|k|v) and
- * gives rank t piece t of each. Its local buffer lists those elements in
+ * gives rank t piece t of each (k and v beyond n_kv_head pieces: piece
+ * t/rep, written by the first rank of each block of rep). Its local buffer lists those elements in
  * the dataset's row-major order, so any contiguous range of the local
  * buffer is a union of at most three rectangles, each a few hyperslab
  * blocks of the file, and HDF5 transfers them in that same order. That is
@@ -28,7 +29,7 @@ static herr_t ckpt_select_rect(hid_t space, const CkptPlace *pl, int i, size_t r
 
   if (s >= 0) {
     block   = (size_t)f->gshape[s] / (size_t)f->groups;
-    piece   = block / (size_t)pl->tp;
+    piece   = block / (size_t)gpt_tensor_pieces(f, pl->tp);
     ngroups = f->groups;
   }
   for (int g = 0; g < ngroups; g++) {
@@ -39,7 +40,7 @@ static herr_t ckpt_select_rect(hid_t space, const CkptPlace *pl, int i, size_t r
       lo = PetscMax(x0, g * piece);
       hi = PetscMin(x1, (g + 1) * piece);
       if (lo >= hi) continue;
-      start[s] = g * block + (size_t)pl->t * piece + (lo - g * piece);
+      start[s] = g * block + (size_t)gpt_tensor_piece_of(f, pl->tp, pl->t) * piece + (lo - g * piece);
       count[s] = hi - lo;
     }
     if (H5Sselect_hyperslab(space, *first ? H5S_SELECT_SET : H5S_SELECT_OR, start, NULL, count, NULL) < 0) return -1;
@@ -76,6 +77,7 @@ static void ckpt_segment(const CkptPlace *pl, int i, size_t *lo, size_t *hi)
   *lo = *hi = 0;
   if (!m || m->numel == 0) return;
   if (pl->write && m->split < 0 && pl->t != 0) return;                           /* tp rank 0 writes replicated tensors */
+  if (pl->write && pl->t % gpt_tensor_rep(m, pl->tp) != 0) return;              /* a block's first rank its replicated k/v piece */
   if (pl->write && pl->p != 0 && i == GPT_T_WTE) return; /* the tied LM head's copy (the embedding is tensor 0) */
   a = PetscMax(m->offset, pl->own0);
   b = PetscMin(m->offset + m->numel, pl->own1);
@@ -201,8 +203,8 @@ static void ckpt_file_index(const CkptPlace *pl, int i, size_t k, size_t *row, s
   int              s = pl->tp > 1 ? f->split : -1;
 
   if (s >= 0) {
-    size_t block = (size_t)f->gshape[s] / (size_t)f->groups, piece = block / (size_t)pl->tp, g = x[s] / piece;
-    x[s]         = g * block + (size_t)pl->t * piece + x[s] % piece;
+    size_t block = (size_t)f->gshape[s] / (size_t)f->groups, piece = block / (size_t)gpt_tensor_pieces(f, pl->tp), g = x[s] / piece;
+    x[s]         = g * block + (size_t)gpt_tensor_piece_of(f, pl->tp, pl->t) * piece + x[s] % piece;
   }
   *row = m->ndim == 2 ? x[0] : k, *col = m->ndim == 2 ? x[1] : 0;
 }

@@ -121,8 +121,10 @@ PetscErrorCode gpt_logprobs_tp(GPT *gpt, float *logprob, float *entropy)
 
 /* ---- before an optimizer step ---------------------------------------------- */
 
-/* Data-parallel replicas add their gradients (bucket by bucket), and the two
- * copies of the tied wte add theirs, so both stay identical. */
+/* Data-parallel replicas add their gradients (bucket by bucket), the two
+ * copies of the tied wte add theirs, and the tp ranks sharing a replicated
+ * k/v head add theirs (each holds the part its own query heads gave), so
+ * every copy stays identical. */
 PetscErrorCode gpt_grads_sync(GPT *gpt)
 {
   const Mesh *m = gpt->mesh;
@@ -136,6 +138,12 @@ PetscErrorCode gpt_grads_sync(GPT *gpt)
   if (m->pp > 1 && gpt->cfg.head == GPT_HEAD_LM && !gpt_untied_head(&gpt->cfg) && m->embed_comm.mpi != MPI_COMM_NULL) {
     const GPTTensor *t = &gpt->tensors[GPT_T_WTE];
     PetscCall(comm_allreduce_sum(&m->embed_comm, gpt->grads + t->offset, t->numel));
+  }
+  if (gpt_kv_rep(&gpt->cfg, m->tp) > 1) {
+    const Comm *block;
+    PetscCall(mesh_tp_block(m, gpt_kv_rep(&gpt->cfg, m->tp), &block));
+    for (int i = 0; i < gpt->ntensors; i++)
+      if (gpt->tensors[i].kv_heads && gpt->tensors[i].numel) PetscCall(comm_allreduce_sum(block, gpt->grads + gpt->tensors[i].offset, gpt->tensors[i].numel));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -69,7 +69,8 @@ struct GPTActs {
 };
 
 /* Widths of a shard's buffers: C the residual stream, Ca the attention
- * (query) width (C/tp), Ckv the key/value width (n_kv_head/tp heads), F the
+ * (query) width (C/tp), Ckv the key/value width (n_kv_head/tp heads, or
+ * one replicated head when tp exceeds n_kv_head), F the
  * MLP width (GPT-2 4C/tp, LLaMA n_ffn/tp), V the vocabulary rows (V/tp), NH
  * and NKV the local heads, L the local layers starting at global layer l0. */
 typedef struct {
@@ -80,8 +81,9 @@ static inline GPTDims gpt_dims(const GPTConfig *cfg, const GPTShard *sh)
 {
   int     tp = sh ? sh->tp : 1;
   size_t  hd = (size_t)(cfg->n_embd / cfg->n_head);
-  GPTDims d  = {(size_t)cfg->n_embd, (size_t)(cfg->n_embd / tp), hd * (size_t)(gpt_n_kv_head(cfg) / tp), (size_t)gpt_n_ffn(cfg) / (size_t)tp,
-                (size_t)(cfg->vocab_size / tp), (size_t)(cfg->n_head / tp), (size_t)(gpt_n_kv_head(cfg) / tp),
+  size_t  nkv = (size_t)gpt_n_kv_head(cfg) * (size_t)gpt_kv_rep(cfg, tp) / (size_t)tp; /* one head when replicated */
+  GPTDims d  = {(size_t)cfg->n_embd, (size_t)(cfg->n_embd / tp), hd * nkv, (size_t)gpt_n_ffn(cfg) / (size_t)tp,
+                (size_t)(cfg->vocab_size / tp), (size_t)(cfg->n_head / tp), nkv,
                 (size_t)(sh ? sh->l1 - sh->l0 : cfg->n_layer), (size_t)(sh ? sh->l0 : 0), cfg->head == GPT_HEAD_LM ? PETSC_TRUE : PETSC_FALSE, gpt_is_llama(cfg)};
   return d;
 }

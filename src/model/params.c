@@ -278,7 +278,7 @@ PetscErrorCode gpt_create_on_mesh(const GPTConfig *cfg, const Backend *be, const
   g->NHl  = cfg->n_head / g->sh.tp;
   g->Vl   = cfg->vocab_size / g->sh.tp;
   g->v0   = g->Vl * g->sh.t;
-  g->NKVl = gpt_n_kv_head(cfg) / g->sh.tp;
+  g->NKVl = gpt_n_kv_head(cfg) * gpt_kv_rep(cfg, g->sh.tp) / g->sh.tp;
   g->Ckvl = g->NKVl * (cfg->n_embd / cfg->n_head);
   g->Fl   = gpt_n_ffn(cfg) / g->sh.tp;
   if (gpt_is_llama(cfg)) {
@@ -289,6 +289,12 @@ PetscErrorCode gpt_create_on_mesh(const GPTConfig *cfg, const Backend *be, const
     PetscCall(be->alloc((size_t)half * sizeof(float), (void **)&g->inv_freq));
     PetscCall(be->from_host(g->inv_freq, f, (size_t)half * sizeof(float)));
     PetscCall(PetscFree(f));
+  }
+  /* the blocks sharing a replicated k/v head sum its gradient: their
+   * communicator is made here, where the mesh's ranks all are */
+  if (mesh && gpt_kv_rep(cfg, mesh->tp) > 1) {
+    const Comm *block;
+    PetscCall(mesh_tp_block(mesh, gpt_kv_rep(cfg, mesh->tp), &block));
   }
   g->dist = (GPTDistConfig){PETSC_FALSE, (size_t)16 << 20};
   PetscCall(gpt_tensor_table_shard(cfg, &g->sh, &g->tensors, &g->ntensors, &g->nparams));

@@ -68,7 +68,7 @@ PetscErrorCode gpt_shard_check(const GPTConfig *cfg, int tp, int pp, const char 
   PetscFunctionBegin;
   PetscCheck(tp >= 1 && cfg->n_head % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's n_head %d", what, tp, cfg->n_head);
   PetscCheck(cfg->vocab_size % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's vocab_size %d", what, tp, cfg->vocab_size);
-  PetscCheck(gpt_n_kv_head(cfg) % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's n_kv_head %d (replicating key/value heads is not built)", what, tp, gpt_n_kv_head(cfg));
+  PetscCheck(gpt_n_kv_head(cfg) % tp == 0 || tp % gpt_n_kv_head(cfg) == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d neither divides the model's n_kv_head %d nor is a multiple of it", what, tp, gpt_n_kv_head(cfg));
   PetscCheck(gpt_n_ffn(cfg) % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's n_ffn %d", what, tp, gpt_n_ffn(cfg));
   PetscCheck(pp >= 1 && pp <= cfg->n_layer && pp <= 64, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%spp %d must lie in [1, n_layer %d] (and at most 64)", what, pp, cfg->n_layer);
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -84,11 +84,12 @@ typedef struct {
 } Table;
 
 /* Adds a tensor of full shape d0 x d1 (d1 0: 1-D) split along `split`
- * (-1: replicated) in `groups` blocks; held says whether this shard has it. */
-static void table_add(Table *tb, const char *name, int d0, int d1, int split, int groups, PetscBool held, PetscBool norm)
+ * (-1: replicated) in `groups` blocks; held says whether this shard has it;
+ * kv_heads caps the pieces of k and v (0: other tensors). */
+static void table_add_kv(Table *tb, const char *name, int d0, int d1, int split, int groups, PetscBool held, PetscBool norm, int kv_heads)
 {
   GPTTensor *e  = &tb->t[tb->n++];
-  int        tp = tb->sh ? tb->sh->tp : 1, t = tb->sh ? tb->sh->t : 0;
+  int        tp = tb->sh ? tb->sh->tp : 1, t = tb->sh ? tb->sh->t : 0, rep;
 
   memset(e, 0, sizeof *e);
   memcpy(e->name, name, PetscMin(strlen(name), sizeof e->name - 1));
@@ -97,14 +98,22 @@ static void table_add(Table *tb, const char *name, int d0, int d1, int split, in
   e->gshape[1] = d1 > 0 ? d1 : 0;
   e->split     = split;
   e->groups    = groups;
+  e->kv_heads  = kv_heads;
   e->shape[0]  = d0;
   e->shape[1]  = e->gshape[1];
-  if (split >= 0) e->shape[split] /= tp;
-  e->decay  = e->ndim == 2 ? PETSC_TRUE : PETSC_FALSE;
-  e->numel  = held ? (size_t)e->shape[0] * (size_t)(e->ndim == 2 ? e->shape[1] : 1) : 0;
-  e->norm   = held && norm && (e->split >= 0 || t == 0) ? PETSC_TRUE : PETSC_FALSE;
+  rep          = gpt_tensor_rep(e, tp);
+  if (split >= 0) e->shape[split] /= tp / rep;
+  e->decay = e->ndim == 2 ? PETSC_TRUE : PETSC_FALSE;
+  e->numel = held ? (size_t)e->shape[0] * (size_t)(e->ndim == 2 ? e->shape[1] : 1) : 0;
+  /* one copy of each piece counts: tp rank 0 for a replicated tensor, the
+   * first rank of each block for a replicated k or v piece */
+  e->norm   = held && norm && (e->split >= 0 ? t % rep == 0 : t == 0) ? PETSC_TRUE : PETSC_FALSE;
   e->offset = tb->off;
   tb->off += e->numel;
+}
+static void table_add(Table *tb, const char *name, int d0, int d1, int split, int groups, PetscBool held, PetscBool norm)
+{
+  table_add_kv(tb, name, d0, d1, split, groups, held, norm, 0);
 }
 
 static void table_add_layer(Table *tb, int l, int C, PetscBool held)
@@ -125,7 +134,8 @@ static void table_add_layer(Table *tb, int l, int C, PetscBool held)
 
 /* The LLaMA family's layer in the order of the LL_T_ indices: [out, in]
  * matrices; q, k, v, gate and up split by rows (column-parallel), o and
- * down by columns (row-parallel); the norms replicated. */
+ * down by columns (row-parallel); the norms replicated; k and v (and their
+ * biases) in at most n_kv_head pieces. */
 static void table_add_llama_layer(Table *tb, const GPTConfig *cfg, int l, PetscBool held)
 {
   int         C = cfg->n_embd, kv = C / cfg->n_head * cfg->n_kv_head, F = cfg->n_ffn;
@@ -136,8 +146,9 @@ static void table_add_llama_layer(Table *tb, const GPTConfig *cfg, int l, PetscB
   char        name[64];
 
   for (int k = 0; k < gpt_per_layer(cfg); k++) {
+    PetscBool is_kv = k == LL_T_K || k == LL_T_V || k == LL_T_KB || k == LL_T_VB;
     snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix[k]);
-    table_add(tb, name, spec[k][0], spec[k][1], spec[k][2], 1, held, PETSC_TRUE);
+    table_add_kv(tb, name, spec[k][0], spec[k][1], spec[k][2], 1, held, PETSC_TRUE, is_kv ? cfg->n_kv_head : 0);
   }
 }
 
@@ -204,11 +215,11 @@ static void shard_tensor_copy(const GPTTensor *f, const GPTTensor *s, int tp, in
     return;
   }
   D     = f->gshape[s->split];
-  Dl    = D / tp;
+  Dl    = D / gpt_tensor_pieces(s, tp);
   piece = Dl / f->groups;
   for (int g = 0; g < f->groups; g++) {
     int lo, hi;
-    gpt_tensor_piece(f, tp, t, g, &lo, &hi);
+    gpt_tensor_piece(f, gpt_tensor_pieces(s, tp), gpt_tensor_piece_of(s, tp, t), g, &lo, &hi);
     if (to_full) gpt_copy_span(f, s->split, shard + s->offset, Dl, g * piece, full + f->offset, D, lo, hi - lo);
     else gpt_copy_span(f, s->split, full + f->offset, D, lo, shard + s->offset, Dl, g * piece, hi - lo);
   }

@@ -52,10 +52,12 @@ static int       atoms_of(const ReallocPlan *pl, const GPTTensor *f) { return at
 static size_t    atom_numel(const ReallocPlan *pl, const GPTTensor *f) { return f->numel / (size_t)atoms_of(pl, f); }
 
 /* Whether tp rank t of a layout with tensor-parallel size tp holds atom a:
- * it holds q/tp consecutive atoms (q is a multiple of tp). */
+ * its piece of the tensor's n = gpt_tensor_pieces pieces is q/n consecutive
+ * atoms (q is a multiple of tp, hence of n; replicated k/v pieces are held
+ * by every rank of their block). */
 static PetscBool holds_atom(const ReallocPlan *pl, const GPTTensor *f, int tp, int t, int a)
 {
-  return !atom_split(pl, f) || a / (pl->q / tp) == t ? PETSC_TRUE : PETSC_FALSE;
+  return !atom_split(pl, f) || a / (pl->q / gpt_tensor_pieces(f, tp)) == gpt_tensor_piece_of(f, tp, t) ? PETSC_TRUE : PETSC_FALSE;
 }
 
 /* One rank's view of a layout during execution: its shard table and tp coordinates. */
@@ -67,8 +69,8 @@ typedef struct {
 /* Index along the split dimension, inside a shard of side sd, where group g of atom a starts. */
 static size_t atom_local_lo(const ReallocPlan *pl, const ReallocSide *sd, const GPTTensor *f, int a, int g)
 {
-  int D = f->gshape[f->split], block = D / f->groups, n = block / pl->q;
-  return (size_t)g * (size_t)(D / sd->tp / f->groups) + (size_t)(a - sd->t * (pl->q / sd->tp)) * (size_t)n;
+  int D = f->gshape[f->split], block = D / f->groups, n = block / pl->q, np = gpt_tensor_pieces(f, sd->tp);
+  return (size_t)g * (size_t)(D / np / f->groups) + (size_t)(a - gpt_tensor_piece_of(f, sd->tp, sd->t) * (pl->q / np)) * (size_t)n;
 }
 
 /* Copies floats [e0, e1) of atom a of tensor f between a shard buffer and a
@@ -84,7 +86,7 @@ static void atom_copy_range(const ReallocPlan *pl, const ReallocSide *sd, const 
   if (!atom_split(pl, f)) run = f->numel;
   else {
     n   = (size_t)(f->gshape[f->split] / f->groups / pl->q);
-    Dl  = (size_t)(f->gshape[f->split] / sd->tp);
+    Dl  = (size_t)(f->gshape[f->split] / gpt_tensor_pieces(f, sd->tp));
     run = f->split == 0 ? n * cols : n;
   }
   for (size_t e = e0; e < e1;) {
@@ -397,7 +399,8 @@ static void copy_local(const ReallocPlan *pl, const ReallocMove *mv, const Reall
   }
   for (int g = 0; g < f->groups; g++) {
     int D = f->gshape[f->split];
-    gpt_copy_span(f, f->split, s, D / in->tp, (int)atom_local_lo(pl, in, f, mv->atom, g), d, D / out->tp, (int)atom_local_lo(pl, out, f, mv->atom, g), D / f->groups / pl->q);
+    gpt_copy_span(f, f->split, s, D / gpt_tensor_pieces(f, in->tp), (int)atom_local_lo(pl, in, f, mv->atom, g), d, D / gpt_tensor_pieces(f, out->tp), (int)atom_local_lo(pl, out, f, mv->atom, g),
+                  D / f->groups / pl->q);
   }
 }
 
