@@ -241,3 +241,112 @@ extern "C" int rfcuda_rmsnorm_backward(float *dinp, float *dw, const float *dout
   RFCUDA_LAUNCHED();
   return 0;
 }
+
+/* ---- Qwen3's per-head q/k RMSNorm ---------------------------------------------- */
+
+/* One warp per (row, head) of the NH + NKV normed heads, the CPU's order:
+ * sum of squares, s = 1/sqrt(ss/hd + eps), (x*s)*w (rounded to bf16 in bf16
+ * mode, as RMSNorm's output). */
+__global__ void __launch_bounds__(32 * LN_WARPS)
+  qk_norm_forward_kernel(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int nh, int hd, size_t W, float eps, int bf16)
+{
+  size_t u = (size_t)blockIdx.x * LN_WARPS + threadIdx.x / 32;
+  int    lane = threadIdx.x % 32;
+
+  if (u >= (size_t)N * nh) return; /* warp-uniform */
+  size_t       n = u / nh;
+  int          h = (int)(u % nh);
+  float       *x = qkv + n * W + (size_t)h * hd;
+  const float *w = h < NH ? wq : wk;
+  float        ss = 0.0f, s;
+
+  for (int c = lane; c < hd; c += 32) ss += x[c] * x[c];
+  s = 1.0f / sqrtf(ln_warp_sum(ss) / hd + eps);
+  if (in) {
+    for (int c = lane; c < hd; c += 32) in[u * hd + c] = x[c];
+    if (lane == 0) rstd[u] = s;
+  }
+  __syncwarp();
+  for (int c = lane; c < hd; c += 32) {
+    float y = __fmul_rn(__fmul_rn(x[c], s), w[c]);
+    x[c]    = bf16 ? rfcuda_round_bf16(y) : y;
+  }
+}
+
+/* d out -> d in in place, one warp per (row, head): r (w*g - x r^2 mean(w*g*x)).
+ * Runs after the partials kernel, which reads the incoming d out. */
+__global__ void __launch_bounds__(32 * LN_WARPS)
+  qk_norm_backward_dinp_kernel(float *dqkv, const float *in, const float *rstd, const float *wq, const float *wk, int N, int NH, int nh, int hd, size_t W)
+{
+  size_t u = (size_t)blockIdx.x * LN_WARPS + threadIdx.x / 32;
+  int    lane = threadIdx.x % 32;
+
+  if (u >= (size_t)N * nh) return;
+  size_t       n = u / nh;
+  int          h = (int)(u % nh);
+  float       *g = dqkv + n * W + (size_t)h * hd;
+  const float *x = in + u * hd, *w = h < NH ? wq : wk;
+  float        r = rstd[u], dot = 0.0f, k;
+
+  for (int c = lane; c < hd; c += 32) dot += w[c] * g[c] * x[c];
+  k = r * r * ln_warp_sum(dot) / hd;
+  for (int c = lane; c < hd; c += 32) g[c] = r * (w[c] * g[c] - x[c] * k);
+}
+
+/* Thread (blk, column c of q then k): the block's rows in row order and
+ * each row's heads in head order, as cpu_qk_norm_backward adds them. */
+__global__ void __launch_bounds__(LN_COL_THREADS)
+  qk_norm_partials_kernel(float *part, const float *dqkv, const float *in, const float *rstd, int N, int NH, int nh, int hd, size_t W, int nblk)
+{
+  int blk = blockIdx.x, c2 = blockIdx.y * LN_COL_THREADS + threadIdx.x;
+  int n0 = blk * LN_ROW_BLOCK, n1 = n0 + LN_ROW_BLOCK < N ? n0 + LN_ROW_BLOCK : N;
+
+  if (c2 >= 2 * hd) return;
+  int   k = c2 / hd, c = c2 % hd, h0 = k ? NH : 0, h1 = k ? nh : NH;
+  float sw = 0.0f;
+  for (int n = n0; n < n1; n++)
+    for (int h = h0; h < h1; h++) {
+      size_t u = (size_t)n * nh + h;
+      sw       = __fadd_rn(sw, __fmul_rn(__fmul_rn(dqkv[(size_t)n * W + (size_t)h * hd + c], in[u * hd + c]), rstd[u]));
+    }
+  part[((size_t)k * nblk + blk) * hd + c] = sw;
+}
+
+extern "C" int rfcuda_qk_norm_forward(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd, float eps)
+{
+  size_t units = (size_t)N * (NH + NKV);
+
+  RFCUDA_REQUIRE(N >= 0 && NH > 0 && NKV > 0 && hd > 0, "qk_norm_forward: bad sizes N %d n_head %d n_kv_head %d head_dim %d", N, NH, NKV, hd);
+  if (!units) return 0;
+  qk_norm_forward_kernel<<<(unsigned)((units + LN_WARPS - 1) / LN_WARPS), 32 * LN_WARPS, 0, rfcuda_stream()>>>(qkv, in, rstd, wq, wk, N, NH, NH + NKV, hd,
+                                                                                                             (size_t)(NH + 2 * NKV) * hd, eps,
+                                                                                                             rfcuda_get_precision() == 1);
+  RFCUDA_LAUNCHED();
+  return 0;
+}
+
+extern "C" int rfcuda_qk_norm_backward(float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd)
+{
+  int    nblk = (N + LN_ROW_BLOCK - 1) / LN_ROW_BLOCK, ntile = (2 * hd + LN_COL_THREADS - 1) / LN_COL_THREADS;
+  size_t units = (size_t)N * (NH + NKV), W = (size_t)(NH + 2 * NKV) * hd;
+  float *part; /* [2][nblk][hd] */
+
+  RFCUDA_REQUIRE(N >= 0 && NH > 0 && NKV > 0 && hd > 0, "qk_norm_backward: bad sizes N %d n_head %d n_kv_head %d head_dim %d", N, NH, NKV, hd);
+  if (!units) return 0;
+  if (dwq || dwk) {
+    if (rfcuda_scratch((size_t)2 * nblk * hd * sizeof(float), (void **)&part)) return 1;
+    qk_norm_partials_kernel<<<dim3(nblk, ntile), LN_COL_THREADS, 0, rfcuda_stream()>>>(part, dqkv, in, rstd, N, NH, NH + NKV, hd, W, nblk);
+    RFCUDA_LAUNCHED();
+    if (dwq) {
+      ln_partials_reduce_kernel<<<(hd + LN_COL_THREADS - 1) / LN_COL_THREADS, LN_COL_THREADS, 0, rfcuda_stream()>>>(dwq, part, nblk, hd);
+      RFCUDA_LAUNCHED();
+    }
+    if (dwk) {
+      ln_partials_reduce_kernel<<<(hd + LN_COL_THREADS - 1) / LN_COL_THREADS, LN_COL_THREADS, 0, rfcuda_stream()>>>(dwk, part + (size_t)nblk * hd, nblk, hd);
+      RFCUDA_LAUNCHED();
+    }
+  }
+  qk_norm_backward_dinp_kernel<<<(unsigned)((units + LN_WARPS - 1) / LN_WARPS), 32 * LN_WARPS, 0, rfcuda_stream()>>>(dqkv, in, rstd, wq, wk, N, NH, NH + NKV, hd, W);
+  RFCUDA_LAUNCHED();
+  return 0;
+}

@@ -16,7 +16,7 @@ typedef enum { GPT_HEAD_LM = 0, GPT_HEAD_SCALAR = 1 } GPTHead;
 extern const char *const GPTHeadNames[]; /* "lm", "scalar", then PETSc's enum trailer */
 
 /* The architecture: GPT-2, or the LLaMA family (Llama 2/3, Mistral without
- * a sliding window, Qwen2/2.5, SmolLM2): RMSNorm, rotary position
+ * a sliding window, Qwen2/2.5, Qwen3, SmolLM2): RMSNorm, rotary position
  * embeddings, grouped-query attention, a SwiGLU MLP, no position table. */
 typedef enum { GPT_ARCH_GPT2 = 0, GPT_ARCH_LLAMA = 1 } GPTArch;
 extern const char *const GPTArchNames[]; /* "gpt2", "llama", then PETSc's enum trailer */
@@ -37,12 +37,18 @@ typedef struct {
   PetscBool      qkv_bias;       /* q/k/v projections have biases (Qwen2) */
   PetscBool      tie_embeddings; /* LM head tied to the token embedding */
   double         rope_theta, norm_eps;
+  int            head_dim;       /* width of an attention head (0: n_embd / n_head; Qwen3 sets its own) */
+  PetscBool      qk_norm;        /* RMSNorm over each query and key head before the rotation (Qwen3) */
   GPTRopeScaling rope_scaling;
   double         rope_factor, rope_low_freq_factor, rope_high_freq_factor;
   int            rope_original_max_positions;
 } GPTConfig;
 
 static inline PetscBool gpt_is_llama(const GPTConfig *c) { return c->arch == GPT_ARCH_LLAMA ? PETSC_TRUE : PETSC_FALSE; }
+/* Width of one attention head, and of all query heads together (n_embd
+ * unless a LLaMA-family model sets head_dim). */
+static inline int gpt_head_dim(const GPTConfig *c) { return c->head_dim > 0 ? c->head_dim : c->n_embd / c->n_head; }
+static inline int gpt_q_width(const GPTConfig *c) { return c->n_head * gpt_head_dim(c); }
 /* Key/value heads and MLP width of any architecture (GPT-2: n_head, 4 n_embd). */
 static inline int gpt_n_kv_head(const GPTConfig *c) { return gpt_is_llama(c) ? c->n_kv_head : c->n_head; }
 static inline int gpt_n_ffn(const GPTConfig *c) { return gpt_is_llama(c) ? c->n_ffn : 4 * c->n_embd; }
@@ -176,7 +182,7 @@ typedef struct {
 
 /* Reads -<prefix>arch, n_layer, n_head, n_embd, vocab_size, n_positions,
  * head, and for arch llama n_kv_head, n_ffn, qkv_bias, tie_embeddings,
- * rope_theta, norm_eps and the rope scaling options. */
+ * rope_theta, norm_eps, head_dim, qk_norm and the rope scaling options. */
 PetscErrorCode gpt_config_set_from_options(const char *prefix, GPTConfig *cfg);
 /* Whether any of the architecture options -<prefix>arch, n_layer, ... was
  * given (deck or command line). */

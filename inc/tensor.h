@@ -57,6 +57,15 @@ struct Backend {
    * inverse 1 turns by minus the angle: the transform of the gradient. */
   PetscErrorCode (*rope)(float *qkv, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd, int inverse);
 
+  /* Qwen3's per-head RMSNorm, in place on the NH query and NKV key heads
+   * of qkv rows [N, (NH + 2*NKV)*hd] (v is left alone): each head x becomes
+   * x * r * w, r = 1/sqrt(mean x^2 + eps), w = wq for q heads and wk for k
+   * heads [hd]. With in not NULL the heads' inputs go to in [N, (NH+NKV)*hd]
+   * and r to rstd [N, NH+NKV], for the backward. */
+  PetscErrorCode (*qk_norm_forward)(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd, float eps);
+  /* In place on the q and k heads of dqkv: d out becomes d in; dwq += ..., dwk += ... */
+  PetscErrorCode (*qk_norm_backward)(float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd);
+
   /* SwiGLU: out[n,j] = silu(gu[n,j]) * gu[n,F+j], gu [N,2F] (gate | up). */
   PetscErrorCode (*swiglu_forward)(float *out, const float *gu, int N, int F);
   /* dgu += d out / d gu . dout */

@@ -466,6 +466,56 @@ static PetscErrorCode check_rmsnorm(Ctx *c, int N, int C)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Qwen3's per-head q/k RMSNorm in place on qkv rows (whole rows compared:
+ * the v heads must be untouched), with and without saving (no bit may
+ * change); the backward from the cpu's saved inputs, twice. */
+static PetscErrorCode check_qk_norm(Ctx *c, int N, int NH, int NKV, int hd)
+{
+  const float eps = 1e-6f;
+  Arena       a = {.gpu = c->gpu};
+  Verdict     v = {"", 1};
+  size_t      n = (size_t)N * (NH + 2 * NKV) * hd, ns = (size_t)N * (NH + NKV);
+  float      *qkv = h_rand(&a, &c->r, n, -2, 2), *wq = h_rand(&a, &c->r, hd, 0.5, 1.5), *wk = h_rand(&a, &c->r, hd, 0.5, 1.5), *in = h_nan(&a, ns * hd), *rstd = h_nan(&a, ns);
+  float      *g = h_rand(&a, &c->r, n, -1, 1), *dg = h_dup(&a, g, n), *dwq0 = h_rand(&a, &c->r, hd, -1, 1), *dwk0 = h_rand(&a, &c->r, hd, -1, 1);
+  float      *dwq = h_dup(&a, dwq0, hd), *dwk = h_dup(&a, dwk0, hd);
+  float      *d_qkv, *d_qkv2, *d_wq, *d_wk, *d_in, *d_rstd, *d_cin, *d_crstd, *d_g[2], *d_dwq[2], *d_dwk[2];
+  double      rt = rtol_of(c, FP32_ALWAYS);
+
+  PetscFunctionBegin;
+  PetscCall(d_put(&a, qkv, n * sizeof(float), (void **)&d_qkv));
+  PetscCall(d_put(&a, qkv, n * sizeof(float), (void **)&d_qkv2));
+  PetscCall(d_put(&a, wq, hd * sizeof(float), (void **)&d_wq));
+  PetscCall(d_put(&a, wk, hd * sizeof(float), (void **)&d_wk));
+  PetscCall(d_nan(&a, ns * hd, &d_in));
+  PetscCall(d_nan(&a, ns, &d_rstd));
+  PetscCall(c->cpu->qk_norm_forward(qkv, in, rstd, wq, wk, N, NH, NKV, hd, eps));
+  PetscCall(c->gpu->qk_norm_forward(d_qkv, d_in, d_rstd, d_wq, d_wk, N, NH, NKV, hd, eps));
+  PetscCall(c->gpu->qk_norm_forward(d_qkv2, NULL, NULL, d_wq, d_wk, N, NH, NKV, hd, eps));
+  PetscCall(compare_dev(&a, &v, "qkv", d_qkv, qkv, NULL, n, rtol_of(c, BF16_ROUNDED)));
+  PetscCall(compare_dev(&a, &v, "in", d_in, in, NULL, ns * hd, rt));
+  PetscCall(compare_dev(&a, &v, "rstd", d_rstd, rstd, NULL, ns, rt));
+  PetscCall(same_bits(&a, &v, "qkv without saving", d_qkv, d_qkv2, n));
+  verdict_report(c, &v, "qk_norm_forward N=%d NH=%d NKV=%d hd=%d", N, NH, NKV, hd);
+
+  PetscCall(d_put(&a, in, ns * hd * sizeof(float), (void **)&d_cin));
+  PetscCall(d_put(&a, rstd, ns * sizeof(float), (void **)&d_crstd));
+  for (int k = 0; k < 2; k++) {
+    PetscCall(d_put(&a, g, n * sizeof(float), (void **)&d_g[k]));
+    PetscCall(d_put(&a, dwq0, hd * sizeof(float), (void **)&d_dwq[k]));
+    PetscCall(d_put(&a, dwk0, hd * sizeof(float), (void **)&d_dwk[k]));
+    PetscCall(c->gpu->qk_norm_backward(d_g[k], d_dwq[k], d_dwk[k], d_cin, d_crstd, d_wq, d_wk, N, NH, NKV, hd));
+  }
+  PetscCall(c->cpu->qk_norm_backward(dg, dwq, dwk, in, rstd, wq, wk, N, NH, NKV, hd));
+  PetscCall(compare_dev(&a, &v, "dqkv", d_g[0], dg, NULL, n, rt));
+  PetscCall(compare_dev(&a, &v, "dwq", d_dwq[0], dwq, dwq0, hd, rt));
+  PetscCall(compare_dev(&a, &v, "dwk", d_dwk[0], dwk, dwk0, hd, rt));
+  PetscCall(same_bits(&a, &v, "dqkv", d_g[0], d_g[1], n));
+  PetscCall(same_bits(&a, &v, "dwq", d_dwq[0], d_dwq[1], hd));
+  verdict_report(c, &v, "qk_norm_backward N=%d NH=%d NKV=%d hd=%d (run twice)", N, NH, NKV, hd);
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Rotary embeddings in place on qkv rows [N, (NH+2NKV)*hd], positions up to
  * 32767 (large angles) and theta 500000 (Llama 3): the forward, then the
  * inverse applied to each side's result. The whole rows are compared, so a
@@ -1097,6 +1147,8 @@ static PetscErrorCode check_all(Ctx *c)
   PetscCall(check_rope(c, 5, 9, 3, 64));
   PetscCall(check_rope(c, 1, 32, 8, 64)); /* one decode row */
   PetscCall(check_rope(c, 300, 8, 2, 128));
+  PetscCall(check_qk_norm(c, 70, 4, 2, 12));
+  PetscCall(check_qk_norm(c, 300, 16, 8, 128)); /* Qwen3-0.6B's heads */
   PetscCall(check_swiglu(c, 37, 200));
   PetscCall(check_swiglu(c, 333, 1001));
   PetscCall(check_swiglu(c, 1, 8192)); /* one decode row */

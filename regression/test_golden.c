@@ -104,9 +104,10 @@ static const Mode mode_bf16 = {"cuda bf16", PETSC_TRUE, PETSC_TRUE, 5e-2, 5e-2, 
 /* GPT-2 (tools/golden.py) and the LLaMA family (tools/llama_golden.py:
  * transformers' Llama tied with grouped-query attention, untied
  * multi-query, Mistral, Qwen2 with q/k/v biases, a scalar head on a Llama
- * trunk, Llama 3.1's rope scaling; no AdamW group, the optimizer does not
+ * trunk, Llama 3.1's rope scaling, Qwen3 (head_dim of its own, q/k norms; the
+ * independent reference's tensors); no AdamW group, the optimizer does not
  * depend on the architecture). */
-static const char *const golden_files[] = {"gpt_lm.h5", "gpt_scalar.h5", "llama_tied.h5", "llama_untied.h5", "mistral.h5", "qwen2.h5", "llama_scalar.h5", "llama3_rope.h5"};
+static const char *const golden_files[] = {"gpt_lm.h5", "gpt_scalar.h5", "llama_tied.h5", "llama_untied.h5", "mistral.h5", "qwen2.h5", "llama_scalar.h5", "llama3_rope.h5", "qwen3.h5"};
 
 /* ---- comparison -------------------------------------------------------- */
 

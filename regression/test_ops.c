@@ -637,6 +637,81 @@ static PetscErrorCode check_rmsnorm(const Backend *be, Rng *r, float eps)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Qwen3's per-head q/k RMSNorm against ref_rmsnorm(_backward) applied to
+ * each head as a row of its own (q heads with wq, k heads with wk): the
+ * heads normed in place, v untouched, the saved inputs and 1/rms, the same
+ * output without saving; the backward's d in in place of d out (v
+ * untouched) and dwq, dwk accumulated. N is not a multiple of the 64-row
+ * block of the weight gradients. */
+static PetscErrorCode check_qk_norm(const Backend *be, Rng *r, int hd)
+{
+  const int N = 70, NH = 4, NKV = 2, nh = NH + NKV, W = (NH + 2 * NKV) * hd;
+  float     eps = 1e-6f, *qkv = frand(r, (size_t)N * W, -2, 2), *again = fdup(qkv, (size_t)N * W);
+  float    *wq = frand(r, hd, 0.5, 1.5), *wk = frand(r, hd, 0.5, 1.5), *in = fvec((size_t)N * nh * hd), *rstd = fvec((size_t)N * nh);
+  float    *g = frand(r, (size_t)N * W, -1, 1), *dwq0 = frand(r, hd, -1, 1), *dwk0 = frand(r, hd, -1, 1);
+  float    *dwq = fdup(dwq0, hd), *dwk = fdup(dwk0, hd), *got = fvec((size_t)N * nh * hd), *gotd = fvec((size_t)N * nh * hd), *vpart = fvec((size_t)N * NKV * hd);
+  float    *vorig = fvec((size_t)N * NKV * hd);
+  double   *x = dvec((size_t)N * nh * hd), *gr = dvec((size_t)N * nh * hd), *rout = dvec((size_t)N * nh * hd), *rrstd = dvec((size_t)N * nh);
+  double   *rdx = dvec((size_t)N * nh * hd), *rdwq = dvec(hd), *rdwk = dvec(hd), *wqd = todouble(wq, hd), *wkd = todouble(wk, hd), *vref = dvec((size_t)N * NKV * hd);
+  char      detail[2048] = "", name[128];
+  int       ok;
+
+  PetscFunctionBegin;
+  for (int n = 0; n < N; n++) /* the heads as rows; the v heads kept aside */
+    for (int h = 0; h < nh + NKV; h++)
+      for (int c = 0; c < hd; c++) {
+        size_t at = (size_t)n * W + (size_t)h * hd + c;
+        if (h < nh) x[((size_t)n * nh + h) * hd + c] = qkv[at], gr[((size_t)n * nh + h) * hd + c] = g[at];
+        else vorig[((size_t)n * NKV + h - nh) * hd + c] = qkv[at], vref[((size_t)n * NKV + h - nh) * hd + c] = g[at];
+      }
+  for (size_t u = 0; u < (size_t)N * nh; u++) {
+    const double *w = u % nh < (size_t)NH ? wqd : wkd;
+    ref_rmsnorm(rout + u * hd, rrstd + u, x + u * hd, w, 1, hd, (double)eps);
+    ref_rmsnorm_backward(rdx + u * hd, u % nh < (size_t)NH ? rdwq : rdwk, gr + u * hd, x + u * hd, w, 1, hd, (double)eps);
+  }
+  poison(in, (size_t)N * nh * hd), poison(rstd, (size_t)N * nh);
+  PetscCall(be->qk_norm_forward(qkv, in, rstd, wq, wk, N, NH, NKV, hd, eps));
+  PetscCall(be->qk_norm_forward(again, NULL, NULL, wq, wk, N, NH, NKV, hd, eps));
+  for (int n = 0; n < N; n++)
+    for (int h = 0; h < nh + NKV; h++)
+      for (int c = 0; c < hd; c++) {
+        size_t at = (size_t)n * W + (size_t)h * hd + c;
+        if (h < nh) got[((size_t)n * nh + h) * hd + c] = qkv[at];
+        else vpart[((size_t)n * NKV + h - nh) * hd + c] = qkv[at];
+      }
+  ok = cmp(detail, sizeof detail, "out", got, NULL, rout, (size_t)N * nh * hd, 1e-5, 1e-5);
+  ok = cmp(detail, sizeof detail, "rstd", rstd, NULL, rrstd, (size_t)N * nh, 1e-6, 1e-5) && ok;
+  ok = cmp(detail, sizeof detail, "in", in, NULL, x, (size_t)N * nh * hd, 1e-30, 0) && ok;
+  {
+    double *vo = todouble(vorig, (size_t)N * NKV * hd);
+    ok = cmp(detail, sizeof detail, "v", vpart, NULL, vo, (size_t)N * NKV * hd, 1e-30, 0) && ok;
+    free(vo);
+  }
+  ok = ok && !memcmp(again, qkv, (size_t)N * W * sizeof(float));
+  snprintf(name, sizeof name, "qk_norm_forward (4 q and 2 k heads of %d, v untouched, the same without saving)", hd);
+  test_measure(ok, name, "%s%s", detail, ok ? "" : " (or the output without saving differs)");
+
+  PetscCall(be->qk_norm_backward(g, dwq, dwk, in, rstd, wq, wk, N, NH, NKV, hd));
+  for (int n = 0; n < N; n++)
+    for (int h = 0; h < nh + NKV; h++)
+      for (int c = 0; c < hd; c++) {
+        size_t at = (size_t)n * W + (size_t)h * hd + c;
+        if (h < nh) gotd[((size_t)n * nh + h) * hd + c] = g[at];
+        else vpart[((size_t)n * NKV + h - nh) * hd + c] = g[at];
+      }
+  detail[0] = 0;
+  ok = cmp(detail, sizeof detail, "dinp", gotd, NULL, rdx, (size_t)N * nh * hd, 1e-5, 1e-5);
+  ok = cmp(detail, sizeof detail, "v", vpart, NULL, vref, (size_t)N * NKV * hd, 1e-30, 0) && ok;
+  ok = cmp(detail, sizeof detail, "dwq", dwq, dwq0, rdwq, hd, 1e-4, 1e-5) && ok;
+  ok = cmp(detail, sizeof detail, "dwk", dwk, dwk0, rdwk, hd, 1e-4, 1e-5) && ok;
+  snprintf(name, sizeof name, "qk_norm_backward (head %d; d in in place, v untouched, dwq and dwk accumulate)", hd);
+  test_measure(ok, name, "%s", detail);
+  free(qkv), free(again), free(wq), free(wk), free(in), free(rstd), free(g), free(dwq0), free(dwk0), free(dwq), free(dwk);
+  free(got), free(gotd), free(vpart), free(vorig), free(x), free(gr), free(rout), free(rrstd), free(rdx), free(rdwq), free(rdwk);
+  free(wqd), free(wkd), free(vref);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* The decode path: 1 to 4 rows (cpu_matmul.c's GEMV) in both layouts, C
  * not a multiple of the 16 lanes, against the reference, and the same bits
  * with 1, 2 and 3 threads. */
@@ -1419,6 +1494,8 @@ int main(int argc, char **argv)
   /* the LLaMA family's ops and grouped-query attention */
   PetscCall(check_rmsnorm(be, &r, 1e-5f));
   PetscCall(check_rmsnorm(be, &r, 1e-6f));
+  PetscCall(check_qk_norm(be, &r, 12));
+  PetscCall(check_qk_norm(be, &r, 128));
   PetscCall(check_rope(be, &r));
   PetscCall(check_swiglu(be, &r));
   PetscCall(check_attention(be, &r, 4, 2));

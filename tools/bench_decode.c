@@ -93,7 +93,7 @@ static void decode_bytes(const GPT *gpt, int conc, int P, int max_new, double *w
   const GPTConfig *c = &gpt->cfg;
 
   *weights = 4.0 * ((double)gpt->nparams - (gpt_is_llama(c) ? 0.0 : (double)c->n_positions * c->n_embd));
-  *kv      = 4.0 * 2.0 * c->n_layer * ((double)c->n_embd / c->n_head * gpt_n_kv_head(c)) * (double)conc * (P + max_new / 2.0);
+  *kv      = 4.0 * 2.0 * c->n_layer * ((double)gpt_head_dim(c) * gpt_n_kv_head(c)) * (double)conc * (P + max_new / 2.0);
 }
 
 /* This machine's memory bandwidth for the CPU roofline: the best of five

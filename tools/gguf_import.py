@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gguf_import: a llama.cpp GGUF file of the LLaMA architecture (Llama 2/3,
-Mistral, SmolLM2, ... as convert_hf_to_gguf.py writes them) into an rlfuse
-checkpoint holding one LM role, with its tokenizer.
+Mistral, SmolLM2, ... as convert_hf_to_gguf.py writes them) or of Qwen3's
+into an rlfuse checkpoint holding one LM role, with its tokenizer.
 
 Usage: /usr/bin/python3 tools/gguf_import.py GGUF OUT.h5 [ROLE]
        /usr/bin/python3 tools/gguf_import.py --smollm2     print the path of the
@@ -16,7 +16,10 @@ attn_k are put back in Hugging Face order: convert_hf_to_gguf.py permutes
 them for llama.cpp's rotary embedding (adjacent pairs), viewing the [n_head
 * hd, C] weight as [n_head, 2, hd/2, C] and swapping the middle axes; here
 the inverse, [n_head, hd/2, 2, C] -> [n_head, 2, hd/2, C] (n_kv_head heads
-for attn_k). The architecture's attributes come from the llama.* metadata,
+for attn_k). Qwen3's (general.architecture qwen3: llama.cpp rotates it
+rotate-half, as Hugging Face) are not permuted; its attn_q_norm and
+attn_k_norm are the per-head norms and attention.key_length its head_dim.
+The architecture's attributes come from the llama.* (qwen3.*) metadata,
 the vocabulary size from the token list. The group /tokenizer comes from
 the tokenizer.ggml.* metadata:
   token_bytes   uint8 [total]  every token's raw bytes, concatenated (GPT-2
@@ -35,7 +38,7 @@ tools/tokenizer.py encodes and decodes with it.
 
 What rlfuse cannot compute exactly is refused with one line
 "gguf_import: error: ..." and exit status 1: another architecture
-(general.architecture other than llama), a mixture of experts, rope scaling
+(general.architecture other than llama or qwen3), a mixture of experts, rope scaling
 (a rope.scaling.type other than none, or Llama 3.1's rope_freqs tensor),
 partial rotary dimensions, a quantization type not listed above, a tensor
 that is not part of the model. OUT.h5 is written to a temporary and renamed,
@@ -60,7 +63,9 @@ FALLBACK = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0")
 # llama.cpp's per-block names -> Hugging Face's (model.layers.N.<name>.weight)
 BLOCK = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
          "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
-         "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+         "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+         "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
+ARCHS = ("llama", "qwen3")
 TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
        "output.weight": "lm_head.weight"}
 # GGUF token types (llama.cpp's llama_token_type)
@@ -215,11 +220,11 @@ class Meta:
 
 
 def read_config(meta, path, n_vocab):
-    """The rlfuse attributes (arch llama) of the llama.* metadata, or HFError naming the key."""
+    """The rlfuse attributes (arch llama) of the llama.* (qwen3.*) metadata, or HFError naming the key."""
     arch = meta.get("general.architecture")
-    if arch != "llama":
-        raise HFError(f"{path}: general.architecture '{arch}' is not llama (gguf_import reads the LLaMA architecture only)")
-    a = "llama."
+    if arch not in ARCHS:
+        raise HFError(f"{path}: general.architecture '{arch}' is not llama or qwen3 (gguf_import reads those architectures only)")
+    a = arch + "."
     for k in ("expert_count", "expert_used_count"):
         if meta.get(a + k, 0) not in (0, None):
             raise HFError(f"{path}: metadata {a}{k} = {meta.get(a + k)}: a mixture of experts, which rlfuse does not run")
@@ -227,16 +232,20 @@ def read_config(meta, path, n_vocab):
     kv = meta.int(a + "attention.head_count_kv", H)
     F = meta.int(a + "feed_forward_length")
     P = meta.int(a + "context_length")
-    if C % H:
-        raise HFError(f"{path}: {a}embedding_length {C} is not divisible by {a}attention.head_count {H}")
     if H % kv:
         raise HFError(f"{path}: {a}attention.head_count_kv {kv} does not divide {a}attention.head_count {H}")
-    hd = C // H
+    if arch == "qwen3":  # its own head width
+        hd = meta.int(a + "attention.key_length", C // H)
+    elif C % H:
+        raise HFError(f"{path}: {a}embedding_length {C} is not divisible by {a}attention.head_count {H}")
+    else:
+        hd = C // H
     if hd % 2:
         raise HFError(f"{path}: head size {hd} is odd; rotary embeddings rotate pairs")
     for k in ("attention.key_length", "attention.value_length"):
         if meta.has(a + k) and meta.int(a + k) != hd:
-            raise HFError(f"{path}: metadata {a}{k} = {meta.get(a + k)}, rlfuse needs embedding_length / head_count = {hd}")
+            raise HFError(f"{path}: metadata {a}{k} = {meta.get(a + k)}, rlfuse needs " +
+                          (f"key_length = {hd}" if arch == "qwen3" else f"embedding_length / head_count = {hd}"))
     if meta.has(a + "rope.dimension_count") and meta.int(a + "rope.dimension_count") != hd:
         raise HFError(f"{path}: metadata {a}rope.dimension_count = {meta.get(a + 'rope.dimension_count')}: partial rotary "
                       f"dimensions; rlfuse rotates the whole head ({hd})")
@@ -251,17 +260,18 @@ def read_config(meta, path, n_vocab):
     return {"arch": "llama", "n_layer": L, "n_head": H, "n_embd": C, "vocab_size": n_vocab, "n_positions": P,
             "n_kv_head": kv, "n_ffn": F, "qkv_bias": 0, "tie_embeddings": 1,
             "rope_theta": meta.num(a + "rope.freq_base", 10000.0), "norm_eps": meta.num(a + "attention.layer_norm_rms_epsilon"),
+            "head_dim": hd, "qk_norm": int(arch == "qwen3"),
             "rope_scaling": "none", "rope_factor": 0.0, "rope_low_freq_factor": 0.0, "rope_high_freq_factor": 0.0,
             "rope_original_max_positions": 0}
 
 
-def hf_name(name, n_layer, path):
+def hf_name(name, n_layer, path, qk_norm=False):
     if name in TOP:
         return TOP[name]
     parts = name.split(".")
-    if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in BLOCK and parts[3] == "weight":
+    if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in BLOCK and parts[3] == "weight" and (qk_norm or parts[2] not in ("attn_q_norm", "attn_k_norm")):
         if int(parts[1]) >= n_layer:
-            raise HFError(f"{path}: tensor {name} is beyond llama.block_count {n_layer}")
+            raise HFError(f"{path}: tensor {name} is beyond block_count {n_layer}")
         return f"model.layers.{int(parts[1])}.{BLOCK[parts[2]]}.weight"
     if name == "rope_freqs.weight":
         raise HFError(f"{path}: tensor rope_freqs.weight: Llama 3.1-style rope scaling as per-frequency factors, which "
@@ -285,7 +295,7 @@ def read_tensors(reader, cfg, path, use_gguf=True):
     import hf_llama
     t = {}
     for rt in reader.tensors:
-        k = hf_name(rt.name, cfg["n_layer"], path)
+        k = hf_name(rt.name, cfg["n_layer"], path, bool(cfg["qk_norm"]))
         if k in t:
             raise HFError(f"{path}: tensor {rt.name} appears twice")
         t[k] = (rt, None)
@@ -309,9 +319,9 @@ def read_tensors(reader, cfg, path, use_gguf=True):
             raise HFError(f"{path}: {e}")
         if not np.isfinite(x).all():
             raise HFError(f"{path}: tensor {rt.name} holds non-finite values")
-        if k.endswith("q_proj.weight"):
+        if k.endswith("q_proj.weight") and not cfg["qk_norm"]:  # llama.cpp's llama rope pairs (qwen3's are Hugging Face's)
             x = unpermute(x, H)
-        elif k.endswith("k_proj.weight"):
+        elif k.endswith("k_proj.weight") and not cfg["qk_norm"]:
             x = unpermute(x, kv)
         out[k] = x
     return out

@@ -5,10 +5,11 @@ from_pretrained. GPT-2 (no arch attribute, or arch "gpt2"): GPT2LMHeadModel
 for an LM head (policy, actor, reference), GPT2ForSequenceClassification with
 one label for a scalar head (reward, critic). arch "llama":
 LlamaForCausalLM / LlamaForSequenceClassification, or Qwen2's when the model
-has q/k/v biases (Llama's attention_bias would bias o_proj too);
+has q/k/v biases (Llama's attention_bias would bias o_proj too), or Qwen3's
+when it has per-head q/k norms (qk_norm, with its own head_dim);
 --model-type mistral writes Mistral's classes (no sliding window) instead.
 
-Usage: /usr/bin/python3 tools/hf_export.py CKPT.h5 ROLE OUT_DIR [--eos ID] [--model-type llama|mistral|qwen2]
+Usage: /usr/bin/python3 tools/hf_export.py CKPT.h5 ROLE OUT_DIR [--eos ID] [--model-type llama|mistral|qwen2|qwen3]
 
 --eos ID writes eos_token_id (GPT-2: bos_token_id too; the built-in task's
 EOS is 3) so that transformers' generate stops where rlfuse's generation
@@ -60,6 +61,9 @@ def read_role(path, role):
             if k not in g.attrs:
                 raise hf.HFError(f"{path}: /{role} has no attribute {k} (arch {arch})")
             cfg[k] = conv(g.attrs[k])
+        if arch == "llama":  # Qwen3's two, absent from files written before them
+            cfg["head_dim"] = int(g.attrs.get("head_dim", cfg["n_embd"] // cfg["n_head"]))
+            cfg["qk_norm"] = int(g.attrs.get("qk_norm", 0))
         if arch == "llama" and cfg["rope_scaling"] not in ("none", "llama3"):
             raise hf.HFError(f"{path}: /{role} has rope_scaling '{cfg['rope_scaling']}', not none or llama3")
         keys = hf.param_keys(cfg["n_layer"], head) if arch == "gpt2" else llama.param_keys(cfg, head)
@@ -85,7 +89,7 @@ def main():
     if "--model-type" in args:
         i = args.index("--model-type")
         if i + 1 >= len(args):
-            hf.fail(TOOL, "--model-type: expected llama, mistral or qwen2")
+            hf.fail(TOOL, "--model-type: expected llama, mistral, qwen2 or qwen3")
         model_type = args[i + 1]
         del args[i:i + 2]
     if "--eos" in args:
@@ -96,7 +100,7 @@ def main():
             hf.fail(TOOL, f"--eos {' '.join(args[i + 1:i + 2])}: expected a token id")
         del args[i:i + 2]
     if len(args) != 3:
-        hf.fail(TOOL, "usage: hf_export.py CKPT.h5 ROLE OUT_DIR [--eos ID] [--model-type llama|mistral|qwen2]")
+        hf.fail(TOOL, "usage: hf_export.py CKPT.h5 ROLE OUT_DIR [--eos ID] [--model-type llama|mistral|qwen2|qwen3]")
     ckpt, role, out = args
     try:
         head = hf.head_of_role(role)

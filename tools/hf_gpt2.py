@@ -111,7 +111,7 @@ def write_safetensors(path, tensors):
 def check_config(c, head, where):
     """The rlfuse model configuration of a Hugging Face GPT-2 config.json, or HFError naming what rlfuse cannot represent."""
     if c.get("model_type") != "gpt2":
-        raise HFError(f"{where}: model_type '{c.get('model_type')}' is not gpt2 (tools/hf_llama.py takes llama, mistral and qwen2)")
+        raise HFError(f"{where}: model_type '{c.get('model_type')}' is not gpt2 (tools/hf_llama.py takes llama, mistral, qwen2 and qwen3)")
     arch = c.get("architectures") or [ARCH[head]]
     if arch != [ARCH[head]]:
         raise HFError(f"{where}: architectures {arch}; a {head} role needs {ARCH[head]}"

@@ -1,14 +1,16 @@
 """hf_llama: the LLaMA family's part of tools/hf_import.py and tools/hf_export.py
 (hf_gpt2.py holds GPT-2's and the safetensors format): which Hugging Face
-configurations of LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM
-(and their *ForSequenceClassification with one label, for the scalar roles)
+configurations of LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and
+Qwen3ForCausalLM (and their *ForSequenceClassification with one label, for
+the scalar roles)
 rlfuse computes exactly, their checkpoint attributes and tensors (arch
 "llama" in docs/formats.md), and the config.json written back.
 
 What rlfuse computes: RMSNorm, rotary positions (rotate-half, optional
 "llama3" frequency scaling), grouped-query causal attention without a sliding
-window, q/k/v biases (Qwen2) and nothing else biased, a SwiGLU MLP (silu), an
-LM head tied to the token embedding or its own lm_head. Everything else is
+window, q/k/v biases (Qwen2) and nothing else biased, Qwen3's per-head q/k
+RMSNorm and its own head_dim, a SwiGLU MLP (silu), an LM head tied to the
+token embedding or its own lm_head. Everything else is
 refused with a one-line HFError naming the config.json key.
 """
 import json
@@ -16,7 +18,7 @@ import math
 
 from hf_gpt2 import HFError
 
-FAMILIES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
+FAMILIES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3"}
 CLASS_SUFFIX = {"lm": "ForCausalLM", "scalar": "ForSequenceClassification"}
 # transformers 4.40's class defaults for the keys a hand-written config.json may leave out
 # (save_pretrained writes them all): num_key_value_heads None means num_attention_heads
@@ -24,6 +26,8 @@ DEFAULTS = {
     "llama": dict(num_key_value_heads=None, max_position_embeddings=2048, sliding_window=None),
     "mistral": dict(num_key_value_heads=8, max_position_embeddings=4096 * 32, sliding_window=4096),
     "qwen2": dict(num_key_value_heads=32, max_position_embeddings=32768, sliding_window=4096),
+    # Qwen3Config's (transformers >= 4.51): head_dim 128 unless given
+    "qwen3": dict(num_key_value_heads=8, max_position_embeddings=32768, sliding_window=4096, head_dim=128),
 }
 ROPE_KEYS = ("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_positions")
 LLAMA3_KEYS = (("factor", "rope_factor"), ("low_freq_factor", "rope_low_freq_factor"),
@@ -109,14 +113,19 @@ def check_config(c, head, where):
     F = _pos_int(c, "intermediate_size", where)
     V = _pos_int(c, "vocab_size", where)
     P = _pos_int(c, "max_position_embeddings", where, d["max_position_embeddings"])
-    if C % H:
-        raise HFError(f"{where}: hidden_size {C} is not divisible by num_attention_heads {H}")
     if H % kv:
         raise HFError(f"{where}: num_key_value_heads {kv} does not divide num_attention_heads {H}")
-    if c.get("head_dim") is not None and c["head_dim"] != C // H:
-        raise HFError(f"{where}: head_dim = {json.dumps(c['head_dim'])}, rlfuse needs hidden_size / num_attention_heads = {C // H}")
-    if (C // H) % 2:
-        raise HFError(f"{where}: head size hidden_size / num_attention_heads = {C // H} is odd; rotary embeddings rotate pairs")
+    if mt == "qwen3":  # its own head width (the query width n_head x head_dim need not be hidden_size)
+        hd = _pos_int(c, "head_dim", where, d["head_dim"])
+    else:
+        if C % H:
+            raise HFError(f"{where}: hidden_size {C} is not divisible by num_attention_heads {H}")
+        hd = C // H
+        if c.get("head_dim") is not None and c["head_dim"] != hd:
+            raise HFError(f"{where}: head_dim = {json.dumps(c['head_dim'])}, rlfuse needs hidden_size / num_attention_heads = {hd} "
+                          "for this family (a head width of its own is Qwen3's, model_type qwen3)")
+    if hd % 2:
+        raise HFError(f"{where}: head size {hd} is odd; rotary embeddings rotate pairs")
     act = c.get("hidden_act", "silu")
     if act not in SILU:
         raise HFError(f'{where}: hidden_act = {json.dumps(act)}, rlfuse needs "silu" (the SwiGLU MLP)')
@@ -125,6 +134,9 @@ def check_config(c, head, where):
     if mt != "qwen2" and c.get("attention_bias", False) is not False:
         raise HFError(f"{where}: attention_bias = {json.dumps(c['attention_bias'])}, rlfuse needs false "
                       "(it would bias o_proj too; q/k/v biases alone are Qwen2's, model_type qwen2)")
+    if mt == "qwen3" and c.get("layer_types") is not None and any(t != "full_attention" for t in c["layer_types"]):
+        raise HFError(f"{where}: layer_types holds {sorted(set(c['layer_types']) - {'full_attention'})}: rlfuse's attention "
+                      "is full attention in every layer")
     prf = c.get("partial_rotary_factor")
     if prf is not None and prf != 1:
         raise HFError(f"{where}: partial_rotary_factor = {json.dumps(prf)}, rlfuse rotates the whole head (1.0)")
@@ -132,7 +144,7 @@ def check_config(c, head, where):
     if mt == "mistral" and sw is not None and sw < P:
         raise HFError(f"{where}: sliding_window = {json.dumps(sw)} is below max_position_embeddings {P}: rlfuse's attention "
                       "has no sliding window (null or at least max_position_embeddings needed)")
-    if mt == "qwen2" and c.get("use_sliding_window", False) is not False and sw is not None and sw < P:
+    if mt in ("qwen2", "qwen3") and c.get("use_sliding_window", False) is not False and sw is not None and sw < P:
         raise HFError(f"{where}: use_sliding_window = {json.dumps(c['use_sliding_window'])} with sliding_window {sw} below "
                       f"max_position_embeddings {P}: rlfuse's attention has no sliding window (false needed)")
     theta = _pos_num(c.get("rope_theta", 10000.0), "rope_theta", where)
@@ -147,7 +159,7 @@ def check_config(c, head, where):
             raise HFError(f"{where}: {nl} labels; a reward or critic model has one (num_labels 1)")
     return {"arch": "llama", "n_layer": L, "n_head": H, "n_embd": C, "vocab_size": V, "n_positions": P,
             "n_kv_head": kv, "n_ffn": F, "qkv_bias": int(mt == "qwen2"), "tie_embeddings": int(tie),
-            "rope_theta": theta, "norm_eps": eps, "rope_scaling": scaling, **rope}
+            "rope_theta": theta, "norm_eps": eps, "head_dim": hd, "qk_norm": int(mt == "qwen3"), "rope_scaling": scaling, **rope}
 
 
 def param_keys(cfg, head):
@@ -157,6 +169,8 @@ def param_keys(cfg, head):
            "mlp.down_proj.weight"]
     if cfg["qkv_bias"]:
         per += ["self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"]
+    if cfg.get("qk_norm"):
+        per += ["self_attn.q_norm.weight", "self_attn.k_norm.weight"]
     keys = ["model.embed_tokens.weight"]
     for l in range(cfg["n_layer"]):
         keys += [f"model.layers.{l}.{k}" for k in per]
@@ -168,23 +182,37 @@ def param_keys(cfg, head):
     return keys
 
 
+def head_dim(cfg):
+    """The width of one attention head (files written before the head_dim attribute: n_embd / n_head)."""
+    return int(cfg.get("head_dim") or cfg["n_embd"] // cfg["n_head"])
+
+
 def param_shape(key, cfg):
-    C, V, F = cfg["n_embd"], cfg["vocab_size"], cfg["n_ffn"]
-    kv = C // cfg["n_head"] * cfg["n_kv_head"]
+    C, V, F, hd = cfg["n_embd"], cfg["vocab_size"], cfg["n_ffn"], head_dim(cfg)
+    Q, kv = hd * cfg["n_head"], hd * cfg["n_kv_head"]
     tail = key.split(".", 3)[-1] if key.startswith("model.layers.") else key
     return {"model.embed_tokens.weight": (V, C), "lm_head.weight": (V, C), "score.weight": (1, C),
-            "self_attn.q_proj.weight": (C, C), "self_attn.k_proj.weight": (kv, C), "self_attn.v_proj.weight": (kv, C),
-            "self_attn.o_proj.weight": (C, C), "self_attn.q_proj.bias": (C,), "self_attn.k_proj.bias": (kv,),
-            "self_attn.v_proj.bias": (kv,), "mlp.gate_proj.weight": (F, C), "mlp.up_proj.weight": (F, C),
-            "mlp.down_proj.weight": (C, F)}.get(tail, (C,))
+            "self_attn.q_proj.weight": (Q, C), "self_attn.k_proj.weight": (kv, C), "self_attn.v_proj.weight": (kv, C),
+            "self_attn.o_proj.weight": (C, Q), "self_attn.q_proj.bias": (Q,), "self_attn.k_proj.bias": (kv,),
+            "self_attn.v_proj.bias": (kv,), "self_attn.q_norm.weight": (hd,), "self_attn.k_norm.weight": (hd,),
+            "mlp.gate_proj.weight": (F, C), "mlp.up_proj.weight": (F, C), "mlp.down_proj.weight": (C, F)}.get(tail, (C,))
 
 
 def model_type_for(cfg, want=None, where="--model-type"):
-    """The Hugging Face family to export as: qwen2 for q/k/v biases, llama otherwise (mistral on request)."""
+    """The Hugging Face family to export as: qwen3 for q/k norms, qwen2 for q/k/v biases, llama otherwise
+    (mistral on request)."""
+    qk = bool(cfg.get("qk_norm"))
+    if qk and cfg["qkv_bias"]:
+        raise HFError(f"{where}: q/k norms with q/k/v biases is no Hugging Face family (Qwen3 has no biases, Qwen2 no norms)")
     if want is None:
-        return "qwen2" if cfg["qkv_bias"] else "llama"
+        return "qwen3" if qk else "qwen2" if cfg["qkv_bias"] else "llama"
     if want not in FAMILIES:
         raise HFError(f"{where} {want}: expected one of {', '.join(FAMILIES)}")
+    if (want == "qwen3") != qk:
+        raise HFError(f"{where} {want}: " + ("Qwen3 has q/k norms and this model has none" if want == "qwen3"
+                                             else f"{FAMILIES[want]} has no q/k norms and this model has them (use qwen3)"))
+    if want != "qwen3" and head_dim(cfg) * cfg["n_head"] != cfg["n_embd"]:
+        raise HFError(f"{where} {want}: head_dim {head_dim(cfg)} x {cfg['n_head']} heads is not hidden_size {cfg['n_embd']} (only qwen3 allows that)")
     if (want == "qwen2") != bool(cfg["qkv_bias"]):
         raise HFError(f"{where} {want}: " + ("Qwen2 has q/k/v biases and this model has none" if want == "qwen2"
                                              else f"{FAMILIES[want]} has no q/k/v biases and this model has them (use qwen2)"))
@@ -209,6 +237,8 @@ def make_config(cfg, head, model_type, eos=None):
         c["sliding_window"] = None
     else:
         c.update(use_sliding_window=False, sliding_window=None, max_window_layers=cfg["n_layer"])
+    if model_type == "qwen3":
+        c.update(head_dim=head_dim(cfg), attention_bias=False)
     if head == "scalar":
         c.update(num_labels=1, id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
     if eos is not None:

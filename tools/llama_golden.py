@@ -3,7 +3,7 @@ Llama, Mistral, Qwen2) that the C model is checked against, computed by
 Hugging Face transformers itself (4.40.2, float32, eager attention).
 
 Usage: PYTHONPATH=~/.cache/rlfuse/python /usr/bin/python3 tools/llama_golden.py OUTDIR
-       (normally via `make golden`, tools/golden.sh)
+       (normally via `make golden`, tools/golden.sh; LLAMA_GOLDEN_ONLY="qwen3.h5 ..." makes only those files)
 
 Writes, in the format of tools/golden.py's files but without the AdamW part:
 
@@ -18,6 +18,12 @@ Writes, in the format of tools/golden.py's files but without the AdamW part:
                             divided). transformers 4.40 predates llama3 scaling, so each layer's
                             rotary_emb.inv_freq is set to what transformers >= 4.43 computes
                             (_compute_llama3_parameters, float32); the rest is transformers' own.
+  qwen3.h5         /policy  Qwen3ForCausalLM's computation: 4 heads of head_dim 12 (query width 48,
+                            not n_embd 32) over 2, per-head q/k RMSNorm, untied, rope_theta 1e6.
+                            transformers 4.40 predates Qwen3 (4.51), so its golden tensors are the
+                            independent reference below in float32 (model_class says so), its
+                            configuration is a Qwen3 config.json read by tools/hf_llama.py, and
+                            its weights are drawn by the same rules in parameter order.
 
 All: n_layer 2, n_embd 32, n_ffn 48, vocab 61, max_position_embeddings 32,
 B 3, T 16. Each file is a valid rlfuse checkpoint group /<role> (arch llama,
@@ -79,7 +85,12 @@ CASES = (
     ("llama3_rope.h5", "llama", "policy", "lm", 106,
      dict(num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True, rope_theta=10000.0, rms_norm_eps=1e-5,
           llama3=True)),
+    ("qwen3.h5", "qwen3", "policy", "lm", 107,
+     dict(num_attention_heads=4, num_key_value_heads=2, head_dim=12, tie_word_embeddings=False, rope_theta=1000000.0,
+          rms_norm_eps=1e-6, use_sliding_window=False, sliding_window=None, attention_bias=False)),
 )
+# families transformers 4.40 does not have: their golden tensors are the independent reference's
+REFERENCE_ONLY = ("qwen3",)
 INDEPENDENT_TOL = 1e-4  # the float32 reference against transformers, relative to each tensor's scale
 
 
@@ -117,7 +128,7 @@ def reference(p, cfg, head, tok, rope_scaling):
     """Logits [B,T,V] or values [B,T] of the parameter dict p (any dtype, all of it), computed in p's dtype."""
     dt = p["model.embed_tokens.weight"].dtype
     C, H, KV, eps = cfg["n_embd"], cfg["n_head"], cfg["n_kv_head"], cfg["norm_eps"]
-    hd = C // H
+    hd = llama.head_dim(cfg)
     Bn, Tn = tok.shape
 
     def rms(x, w):
@@ -140,11 +151,13 @@ def reference(p, cfg, head, tok, rope_scaling):
         q = lin(h, pre + "self_attn.q_proj", cfg["qkv_bias"]).view(Bn, Tn, H, hd).transpose(1, 2)
         k = lin(h, pre + "self_attn.k_proj", cfg["qkv_bias"]).view(Bn, Tn, KV, hd).transpose(1, 2)
         v = lin(h, pre + "self_attn.v_proj", cfg["qkv_bias"]).view(Bn, Tn, KV, hd).transpose(1, 2)
+        if cfg.get("qk_norm"):  # Qwen3: each head normed over its hd values, before the rotation
+            q, k = rms(q, p[pre + "self_attn.q_norm.weight"]), rms(k, p[pre + "self_attn.k_norm.weight"])
         q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
         k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)  # query head j uses kv head j // (H/KV)
         att = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
         att = torch.softmax(att.masked_fill(~causal, float("-inf")), dim=-1)
-        x = x + lin((att @ v).transpose(1, 2).reshape(Bn, Tn, C), pre + "self_attn.o_proj")
+        x = x + lin((att @ v).transpose(1, 2).reshape(Bn, Tn, H * hd), pre + "self_attn.o_proj")
         h = rms(x, p[pre + "post_attention_layernorm.weight"])
         g = lin(h, pre + "mlp.gate_proj")
         x = x + lin(g * torch.sigmoid(g) * lin(h, pre + "mlp.up_proj"), pre + "mlp.down_proj")
@@ -204,6 +217,28 @@ def build(family, head, seed, settings):
     return model, cfg, rope_scaling
 
 
+def init_params(cfg, head, seed):
+    """Random weights by build()'s rules, drawn in parameter order: for a family transformers 4.40 lacks."""
+    gen, params = torch.Generator().manual_seed(seed), {}
+    for k in llama.param_keys(cfg, head):
+        shape = llama.param_shape(k, cfg)
+        if k in ("model.embed_tokens.weight", "lm_head.weight", "score.weight"):
+            params[k] = torch.randn(shape, generator=gen) * 0.2
+        elif len(shape) == 2:
+            params[k] = torch.randn(shape, generator=gen) * 0.15
+        elif k.endswith("norm.weight"):
+            params[k] = 0.5 + torch.rand(shape, generator=gen)
+        else:
+            params[k] = torch.randn(shape, generator=gen) * 0.1
+    return params
+
+
+def reference_config(family, head, settings):
+    """The checkpoint attributes of a config.json of the family, as tools/hf_import.py reads it."""
+    c = dict(SIZES, model_type=family, architectures=[llama.arch_name(family, head)], hidden_act="silu", **settings)
+    return llama.check_config(c, head, "golden config")
+
+
 def hf_forward(model, head, tok):
     if head == "lm":
         return model(tok).logits
@@ -235,23 +270,32 @@ def attr_value(v):
 def make_case(outdir, fname, family, role, head, seed, settings):
     import transformers
 
-    model, cfg, rope_scaling = build(family, head, seed, settings)
+    if family in REFERENCE_ONLY:
+        model, cfg, rope_scaling = None, reference_config(family, head, settings), None
+        params = init_params(cfg, head, seed)
+        cls = f"{llama.arch_name(family, head)} (independent reference: transformers {transformers.__version__} predates it)"
+    else:
+        model, cfg, rope_scaling = build(family, head, seed, settings)
+        params = {k: p.detach().clone() for k, p in model.named_parameters()}
+        cls = model_class(model, head)
     gen = torch.Generator().manual_seed(seed + 1000)
     V = cfg["vocab_size"]
     tok = torch.randint(0, V, (B, T), generator=gen)
     tgt = torch.cat([tok[:, 1:], torch.randint(0, V, (B, 1), generator=gen)], dim=1)
     y = torch.randn(B, T, generator=gen)
-    params = {k: p.detach().clone() for k, p in model.named_parameters()}
 
-    # the golden tensors: transformers in float32
-    model.zero_grad(set_to_none=True)
-    out = hf_forward(model, head, tok)
-    loss = loss_of(out, head, tgt, y)
-    loss.backward()
-    r32 = (out.detach(), loss.detach(), {k: p.grad.detach().clone() for k, p in model.named_parameters()})
-    assert all(torch.isfinite(g).all() for g in r32[2].values())
+    # the golden tensors: transformers in float32 (or the independent reference where it has no such model)
     r64 = run_reference(params, cfg, head, tok, tgt, y, rope_scaling, torch.float64)
     ind = run_reference(params, cfg, head, tok, tgt, y, rope_scaling, torch.float32)
+    if model is None:
+        r32 = ind
+    else:
+        model.zero_grad(set_to_none=True)
+        out = hf_forward(model, head, tok)
+        loss = loss_of(out, head, tgt, y)
+        loss.backward()
+        r32 = (out.detach(), loss.detach(), {k: p.grad.detach().clone() for k, p in model.named_parameters()})
+    assert all(torch.isfinite(g).all() for g in r32[2].values())
     rel, rel_ind = compare(r32, r64), compare(ind, r32)
     assert max(rel_ind.values()) < INDEPENDENT_TOL, f"{fname}: the independent reference differs from transformers: {rel_ind}"
     assert max(rel.values()) < INDEPENDENT_TOL, f"{fname}: float32 transformers differs from the float64 reference: {rel}"
@@ -273,7 +317,7 @@ def make_case(outdir, fname, family, role, head, seed, settings):
             gd.attrs["torch_version"] = str(torch.__version__)
             gd.attrs["transformers_version"] = str(transformers.__version__)
             gd.attrs["made_by"] = made_by()
-            gd.attrs["model_class"] = model_class(model, head)
+            gd.attrs["model_class"] = cls
             gd.attrs["head"] = head
             gd.attrs["role"] = role
             gd.attrs["B"], gd.attrs["T"], gd.attrs["seed"] = np.int32(B), np.int32(T), np.int32(seed)
@@ -300,7 +344,7 @@ def make_case(outdir, fname, family, role, head, seed, settings):
         raise
     os.replace(tmp, path)
     worst = max(r32[2], key=lambda k: maxrel(r32[2][k], r64[2][k]))
-    print(f"{path}: {os.path.getsize(path)} bytes, {model_class(model, head)}, loss {r32[1].item():.6f}")
+    print(f"{path}: {os.path.getsize(path)} bytes, {cls}, loss {r32[1].item():.6f}")
     print("  fp64 vs fp32, max|x32-x64|/max|x64|: " + ", ".join(f"{k} {v:.2e}" for k, v in rel.items()) + f" (worst grad {worst})")
     print("  independent fp32 vs transformers fp32: " + ", ".join(f"{k} {v:.2e}" for k, v in rel_ind.items()))
 
@@ -320,8 +364,10 @@ def main():
     os.makedirs(outdir, exist_ok=True)
     torch.set_num_threads(1)  # deterministic reductions
     print(f"torch {torch.__version__}, transformers {transformers.__version__}; B={B} T={T} {SIZES}")
+    only = os.environ.get("LLAMA_GOLDEN_ONLY", "").split()  # file names to make (default: all)
     for case in CASES:
-        make_case(outdir, *case)
+        if not only or case[0] in only:
+            make_case(outdir, *case)
 
 
 if __name__ == "__main__":

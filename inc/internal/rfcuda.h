@@ -60,6 +60,9 @@ int rfcuda_layernorm_backward(float *dinp, float *dw, float *db, const float *do
                               int N, int C);
 int rfcuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
 int rfcuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C);
+/* Qwen3's per-head q/k RMSNorm (Backend.qk_norm_forward / qk_norm_backward) */
+int rfcuda_qk_norm_forward(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd, float eps);
+int rfcuda_qk_norm_backward(float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd);
 /* cuda_rope.cu (inv_freq and pos are device arrays) */
 int rfcuda_rope(float *qkv, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd, int inverse);
 /* cuda_matmul.cu (cuBLAS / cuBLASLt) */

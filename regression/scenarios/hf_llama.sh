@@ -1,4 +1,4 @@
-# Hugging Face Llama, Mistral and Qwen2 in and out (tools/hf_import.py,
+# Hugging Face Llama, Mistral, Qwen2 and Qwen3 in and out (tools/hf_import.py,
 # tools/hf_export.py, tools/hf_llama.py), against transformers itself
 # (installed by make deps into the cache folder, put on PYTHONPATH here, as in
 # hf.sh: missing is a failure, not a skip). No rlfuse run: random
@@ -8,16 +8,19 @@
 # from_pretrained state and the same logits; a sharded save, F16 and BF16
 # files and a llama3 rope_scaling import exactly; the golden checkpoints of
 # tools/llama_golden.py exported and loaded by from_pretrained give back the
-# golden outputs; what rlfuse cannot compute is refused in one line naming
-# the config.json key.
+# golden outputs; the Qwen3 golden (transformers 4.40 has no Qwen3) exports
+# as a Qwen3 config.json and imports back bit for bit; what rlfuse cannot
+# compute is refused in one line naming the config.json key.
 . regression/lib.sh
-plan 30
+plan 34
 d="$RLFUSE_TMP/hf_llama"; mkdir -p $d
 HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
 hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 "$PYTHON" "$@"; }
 # make deps installs transformers; a missing one is a failure, not a skip
 if ! hfpy -c 'import torch, transformers' 2>$d/import.err; then
-  not_ok "transformers is not importable from $HF_PY (run make deps): $(tail -1 $d/import.err)"; finish
+  not_ok "transformers is not importable from $HF_PY (run make deps): $(tail -1 $d/import.err)"; "$PYTHON" tools/hf_export.py $d/qwen3.h5 policy $d/badexp --model-type llama >$d/bad.out 2>&1; rc=$?
+check "hf_export as Llama of a model with q/k norms: one line, exit 1 ($(cat $d/bad.out))" bash -c "[ $rc -eq 1 ] && [ \"\$(wc -l <$d/bad.out)\" -eq 1 ] && grep -q '^hf_export: error: --model-type llama' $d/bad.out && [ ! -e $d/badexp ]"
+finish
 fi
 
 # 1. random transformers models (weights perturbed by N(0, 0.3^2): RMSNorm weights away from 1, biases from 0)
@@ -153,6 +156,28 @@ for g in ("llama_tied", "llama_untied", "mistral", "qwen2", "llama_scalar"):
         print(f"not ok - golden {g}.h5 through hf_export and from_pretrained: {type(e).__name__}: {e}")
 PY
 
+# 4b. Qwen3, which transformers 4.40 predates: the golden exported as a Qwen3 directory and imported back
+"$PYTHON" tools/hf_export.py regression/golden/qwen3.h5 policy $d/qwen3 >$d/exp_q3.log 2>&1 || not_ok "hf_export golden qwen3: $(tail -1 $d/exp_q3.log)"
+"$PYTHON" tools/hf_import.py $d/qwen3 $d/qwen3.h5 policy >$d/imp_q3.log 2>&1 || not_ok "hf_import qwen3: $(tail -1 $d/imp_q3.log)"
+hfpy - $d <<'PY'
+import sys, json, h5py, numpy as np
+from safetensors.numpy import load_file
+d, why = sys.argv[1], []
+c = json.load(open(f"{d}/qwen3/config.json")); t = load_file(f"{d}/qwen3/model.safetensors")
+want = dict(model_type="qwen3", architectures=["Qwen3ForCausalLM"], head_dim=12, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+            attention_bias=False, tie_word_embeddings=False, rope_theta=1e6)
+why += [f"config {k} = {c.get(k)!r}" for k, v in want.items() if c.get(k) != v]
+with h5py.File("regression/golden/qwen3.h5") as f, h5py.File(f"{d}/qwen3.h5") as g:
+    a, b = f["policy"]["params"], g["policy"]["params"]
+    why += [f"{k} differs" for k in a if k not in b or not np.array_equal(a[k][()].view(np.uint32), b[k][()].view(np.uint32))]
+    why += [f"{k} not exported as it is" for k in a if k not in t or not np.array_equal(a[k][()].view(np.uint32), t[k].view(np.uint32))]
+    at = dict(g["policy"].attrs)
+    why += [f"attribute {k} = {at.get(k)!r}" for k, v in dict(head_dim=12, qk_norm=1, qkv_bias=0, n_embd=32).items() if at.get(k) != v]
+ok = not why and t["model.layers.1.self_attn.q_proj.weight"].shape == (48, 32) and t["model.layers.0.self_attn.q_norm.weight"].shape == (12,)
+print(("ok - " if ok else "not ok - ") + "golden qwen3.h5 -> Qwen3ForCausalLM directory (head_dim 12: q_proj [48, 32], q_norm/k_norm [12]) -> rlfuse: "
+      "the same tensors bit for bit, attributes head_dim 12 and qk_norm 1" + ("" if ok else ": " + "; ".join(why[:3])))
+PY
+
 # 5. what rlfuse cannot compute: one line naming the key, exit 1, no output file
 bad() {  # what, role, source dir, edit (python on config c and tensors t), expected message part
   local what=$1 role=$2 src=$3 edit=$4 want=$5 o=$d/bad.h5
@@ -179,6 +204,8 @@ bad "attention_bias on Llama" policy llama "c['attention_bias'] = True; t['$L.o_
 bad "a head_dim other than hidden_size / num_attention_heads" policy llama 'c["head_dim"] = 16' "head_dim = 16"
 bad "Qwen2 with use_sliding_window" policy qwen2 'c["use_sliding_window"] = True; c["sliding_window"] = 16' "use_sliding_window = true"
 bad "MLP biases" policy llama 'c["mlp_bias"] = True' "mlp_bias = true"
+bad "Qwen3 with sliding-window layers" policy qwen3 'c["layer_types"] = ["sliding_attention", "full_attention"]' "layer_types holds"
+bad "attention_bias on Qwen3" policy qwen3 'c["attention_bias"] = True' "attention_bias = true"
 bad "another model_type" policy mistral 'c["model_type"] = "mixtral"; c["architectures"] = ["MixtralForCausalLM"]' "model_type 'mixtral'"
 bad "a tensor rlfuse has no place for" policy llama_mqa "t['$L.o_proj.bias'] = t['$L.q_proj.weight'][:, 0].copy()" "$L.o_proj.bias is not part of"
 bad "an lm_head differing from the tied embedding" policy llama 't["lm_head.weight"] = t["model.embed_tokens.weight"] + 1' "lm_head.weight differs"
@@ -189,4 +216,6 @@ rm -rf $d/mw; cp -r $d/mistral $d/mw
 check "a Mistral sliding window as long as max_position_embeddings (32) changes nothing and is accepted ($(cat $d/mw.log))" test -s $d/mw.h5
 "$PYTHON" tools/hf_export.py $d/llama.h5 policy $d/badexp --model-type qwen2 >$d/bad.out 2>&1; rc=$?
 check "hf_export as Qwen2 of a model without q/k/v biases: one line, exit 1 ($(cat $d/bad.out))" bash -c "[ $rc -eq 1 ] && [ \"\$(wc -l <$d/bad.out)\" -eq 1 ] && grep -q '^hf_export: error: --model-type qwen2' $d/bad.out && [ ! -e $d/badexp ]"
+"$PYTHON" tools/hf_export.py $d/qwen3.h5 policy $d/badexp --model-type llama >$d/bad.out 2>&1; rc=$?
+check "hf_export as Llama of a model with q/k norms: one line, exit 1 ($(cat $d/bad.out))" bash -c "[ $rc -eq 1 ] && [ \"\$(wc -l <$d/bad.out)\" -eq 1 ] && grep -q '^hf_export: error: --model-type llama' $d/bad.out && [ ! -e $d/badexp ]"
 finish

@@ -8,13 +8,14 @@
 # reallocation (train tp 2, generation dp 2; train tp 4, generation tp 2 x
 # dp 2) and with both fusions (streaming; migration of the long tail) as on
 # 1 rank, an untied multi-query Qwen2-style policy with q/k/v biases on tp 2
-# (its one kv head replicated), -mode generate (the same tokens on 1 rank,
+# (its one kv head replicated), a Qwen3-style policy (head_dim 24 over
+# n_embd 64, per-head q/k norms) on tp 2 and pp 2, -mode generate (the same tokens on 1 rank,
 # dp 4, pp 2 x tp 2 and tp 4; greedy equal to the highest log-probability;
 # its output scored by -mode score), and the refusals: tp neither dividing
 # the kv heads nor a multiple of them, options the architecture does not
 # use, a deck whose architecture differs from the checkpoint's.
 . regression/lib.sh
-plan 24
+plan 26
 d="$RLFUSE_TMP/llama"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 Q="-policy_arch llama -policy_n_layer 2 -policy_n_head 4 -policy_n_kv_head 2 -policy_n_ffn 96 -policy_n_embd 64 -policy_vocab_size 20
@@ -69,6 +70,11 @@ import h5py; m = h5py.File('$d/ppo_migrate/run.h5', 'r')['metrics']; assert m['m
 U="-mode sft ${Q/-policy_n_kv_head 2/-policy_n_kv_head 1 -policy_qkv_bias -policy_tie_embeddings false} -sft_steps 6 -sft_batch 16 -policy_lr 2e-3 -sft_eval_every 3"
 mpirun 1 $U -output_dir $d/untied1 >$d/untied1.log 2>&1 || { not_ok "untied multi-query LLaMA with q/k/v biases"; tail -3 $d/untied1.log; }
 run_layout "untied multi-query LLaMA with q/k/v biases, tp 2 (the kv head and its biases replicated)" "$U" untied1 2 untied_tp -sft_train_tp 2
+
+Q3="-mode sft ${Q/-policy_n_kv_head 2/-policy_n_kv_head 2 -policy_head_dim 24 -policy_qk_norm} -sft_steps 6 -sft_batch 16 -policy_lr 2e-3 -sft_eval_every 3"
+mpirun 1 $Q3 -output_dir $d/qwen3_1 >$d/qwen3_1.log 2>&1 || { not_ok "Qwen3-style policy"; tail -3 $d/qwen3_1.log; }
+run_layout "Qwen3-style policy (head_dim 24, q/k norms), tp 2" "$Q3" qwen3_1 2 qwen3_tp -sft_train_tp 2
+run_layout "Qwen3-style policy (head_dim 24, q/k norms), pp 2" "$Q3" qwen3_1 2 qwen3_pp -sft_train_pp 2 -sft_train_mbs 2
 
 rlfuse() { "$MPIEXEC" $MPIEXEC_FLAGS -n 4 "$BIN/rlfuse" "$@"; }
 # -mode generate: 10 prompts of 3..9 task tokens

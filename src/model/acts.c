@@ -34,6 +34,8 @@ static size_t layer_layout(float *base, size_t N, const GPTDims *d, size_t natt,
   la->ln1_mean = take_f(base, &off, N);
   la->ln1_rstd = take_f(base, &off, N);
   la->qkv      = take_f(base, &off, N * gpt_dims_qkv(d));
+  la->qk_in    = take_f(base, &off, d->qk_norm ? N * (d->Ca + d->Ckv) : 0);
+  la->qk_rstd  = take_f(base, &off, d->qk_norm ? N * (d->NH + d->NKV) : 0);
   la->atty     = take_f(base, &off, N * d->Ca);
   la->att      = take_f(base, &off, natt);
   la->res2     = take_f(base, &off, N * C);

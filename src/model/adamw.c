@@ -72,17 +72,17 @@ PetscErrorCode gpt_adamw_step(GPT *gpt, const AdamWConfig *opt, PetscReal *lr_us
  *   forward  = 2 * P_mm + 4 * L * T * C
  * where P_mm is the number of weights that take part in a matmul per token:
  * GPT-2 L * 12 C^2 (c_attn 3C^2, attn.c_proj C^2, c_fc 4C^2, mlp.c_proj
- * 4C^2), LLaMA L * (2 C^2 + 2 C Ckv + 3 C F) (q and o, k and v, gate, up
- * and down), plus the head (V*C for the LM head, C for the scalar head);
- * 4 L T C is Q.K^T plus att.V over the full (not causally halved) T x T
- * window. Embeddings, norms, biases, activations and softmax are ignored.
+ * 4C^2), LLaMA L * (2 C Q + 2 C Ckv + 3 C F) (q and o, k and v, gate, up
+ * and down; Q = n_head * head_dim, C unless Qwen3 sets head_dim), plus the
+ * head (V*C for the LM head, C for the scalar head); 4 L T Q is Q.K^T plus
+ * att.V over the full (not causally halved) T x T window. Embeddings, norms, biases, activations and softmax are ignored.
  * training = 3 * forward (the backward costs twice the forward). */
 double gpt_flops_per_token(const GPTConfig *cfg, int T, PetscBool training)
 {
-  double L = cfg->n_layer, C = cfg->n_embd, V = cfg->vocab_size, kv = C * gpt_n_kv_head(cfg) / cfg->n_head, F = gpt_n_ffn(cfg);
-  double layer   = gpt_is_llama(cfg) ? 2.0 * C * C + 2.0 * C * kv + 3.0 * C * F : 12.0 * C * C;
+  double L = cfg->n_layer, C = cfg->n_embd, V = cfg->vocab_size, Q = gpt_q_width(cfg), kv = (double)gpt_head_dim(cfg) * gpt_n_kv_head(cfg), F = gpt_n_ffn(cfg);
+  double layer   = gpt_is_llama(cfg) ? 2.0 * C * Q + 2.0 * C * kv + 3.0 * C * F : 12.0 * C * C;
   double p_mm    = L * layer + (cfg->head == GPT_HEAD_LM ? V * C : C);
-  double forward = 2.0 * p_mm + 4.0 * L * (double)T * C;
+  double forward = 2.0 * p_mm + 4.0 * L * (double)T * Q;
 
   return training ? 3.0 * forward : forward;
 }

@@ -54,7 +54,7 @@ static PetscErrorCode mlp_backward(GPT *gpt, const GPTLayerActs *la, const GPTLa
 
 /* Attention half: residual2 = x + attn(norm_1(x)); dres is d residual2 on entry
  * and d x on exit. LLaMA's rotary embedding is a rotation: its gradient is
- * the inverse rotation of d q|k. */
+ * the inverse rotation of d q|k; Qwen3's per-head norms come before it. */
 static PetscErrorCode attn_backward(GPT *gpt, const GPTLayerActs *la, const GPTLayerParams *p, const GPTLayerParams *g, const float *x)
 {
   const Backend *be = gpt->be;
@@ -71,7 +71,8 @@ static PetscErrorCode attn_backward(GPT *gpt, const GPTLayerActs *la, const GPTL
   PetscCall(be->attention_backward(a->dB, a->dA, la->qkv, la->att, a->B, a->T, Ca, gpt->NHl, gpt->NKVl));
   PetscCall(scratch(be, a->dA, NC)); /* d ln1 */
   if (llama) {
-    PetscCall(be->rope(a->dB, a->pos, gpt->inv_freq, N, gpt->NHl, gpt->NKVl, C / gpt->cfg.n_head, 1));
+    PetscCall(be->rope(a->dB, a->pos, gpt->inv_freq, N, gpt->NHl, gpt->NKVl, gpt_head_dim(&gpt->cfg), 1));
+    if (gpt->cfg.qk_norm) PetscCall(be->qk_norm_backward(a->dB, g->q_norm_w, g->k_norm_w, la->qk_in, la->qk_rstd, p->q_norm_w, p->k_norm_w, N, gpt->NHl, gpt->NKVl, gpt_head_dim(&gpt->cfg)));
     PetscCall(be->matmul_backward(a->dA, g->qkv_w, g->qkv_b, a->dB, la->ln1, p->qkv_w, N, C, W, PETSC_TRUE));
   } else PetscCall(be->matmul_backward(a->dA, g->attn_w, g->attn_b, a->dB, la->ln1, p->attn_w, N, C, W, PETSC_FALSE));
   PetscCall(gpt_tp_sum(gpt, a->dA, NC));

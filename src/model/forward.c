@@ -62,10 +62,10 @@ PetscErrorCode gpt_mlp_forward(const GPT *gpt, const GPTLayerParams *p, const fl
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_qkv_forward(const GPT *gpt, const GPTLayerParams *p, float *qkv, const float *ln, const int *pos, int N)
+PetscErrorCode gpt_qkv_forward(const GPT *gpt, const GPTLayerParams *p, float *qkv, float *qk_in, float *qk_rstd, const float *ln, const int *pos, int N)
 {
   const Backend *be = gpt->be;
-  int            C = gpt->cfg.n_embd, W = gpt->Cl + 2 * gpt->Ckvl;
+  int            C = gpt->cfg.n_embd, W = gpt->Cl + 2 * gpt->Ckvl, hd = gpt_head_dim(&gpt->cfg);
 
   PetscFunctionBegin;
   if (!gpt_is_llama(&gpt->cfg)) {
@@ -73,7 +73,8 @@ PetscErrorCode gpt_qkv_forward(const GPT *gpt, const GPTLayerParams *p, float *q
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(be->matmul_forward(qkv, ln, p->qkv_w, p->qkv_b, N, C, W, PETSC_TRUE));
-  PetscCall(be->rope(qkv, pos, gpt->inv_freq, N, gpt->NHl, gpt->NKVl, C / gpt->cfg.n_head, 0));
+  if (gpt->cfg.qk_norm) PetscCall(be->qk_norm_forward(qkv, qk_in, qk_rstd, p->q_norm_w, p->k_norm_w, N, gpt->NHl, gpt->NKVl, hd, (float)gpt->cfg.norm_eps));
+  PetscCall(be->rope(qkv, pos, gpt->inv_freq, N, gpt->NHl, gpt->NKVl, hd, 0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -102,7 +103,7 @@ static PetscErrorCode block_forward(GPT *gpt, int l, const float *x)
   gpt_acts_layer(gpt, l, &la);
   gpt_layer_params(gpt, gpt->params, l, &p);
   PetscCall(gpt_norm_forward(gpt, la.ln1, la.ln1_mean, la.ln1_rstd, x, p.ln1_w, p.ln1_b, N));
-  PetscCall(gpt_qkv_forward(gpt, &p, la.qkv, la.ln1, a->pos, N));
+  PetscCall(gpt_qkv_forward(gpt, &p, la.qkv, la.qk_in, la.qk_rstd, la.ln1, a->pos, N));
   PetscCall(be->attention_forward(la.atty, la.att, la.qkv, a->B, a->T, gpt->Cl, gpt->NHl, gpt->NKVl));
   PetscCall(gpt_attn_proj_forward(gpt, &p, a->proj, la.atty, N));
   PetscCall(be->residual_forward(la.res2, x, a->proj, (size_t)N * C));

@@ -103,7 +103,7 @@ static PetscErrorCode cached_block(GPT *gpt, GPTKVCache *kv, int l, int r0, int 
   PetscFunctionBegin;
   gpt_layer_params(gpt, gpt->params, l, &p);
   PetscCall(gpt_norm_forward(gpt, a->c_ln, a->c_mean, a->c_rstd, x, p.ln1_w, p.ln1_b, n));
-  PetscCall(gpt_qkv_forward(gpt, &p, a->c_qkv, a->c_ln, a->c_pos + r0, n));
+  PetscCall(gpt_qkv_forward(gpt, &p, a->c_qkv, NULL, NULL, a->c_ln, a->c_pos + r0, n));
   PetscCall(be->attention_cached(a->c_atty, kv->k + (l - gpt->sh.l0) * per_layer, kv->v + (l - gpt->sh.l0) * per_layer, a->c_qkv, a->c_slot + r0, a->c_pos + r0, n,
                                  kv->Tmax, gpt->Cl, gpt->NHl, gpt->NKVl));
   PetscCall(gpt_attn_proj_forward(gpt, &p, a->c_proj, a->c_atty, n));

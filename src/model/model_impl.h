@@ -11,6 +11,7 @@
 typedef struct {
   float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
   float *qkv;                       /* [N,Ca+2Ckv] (LLaMA: after the rotary embedding) */
+  float *qk_in, *qk_rstd;           /* q|k before the per-head norm [N,Ca+Ckv], its 1/rms [N,NH+NKV] (qk_norm only) */
   float *atty;                      /* [N,C] attention output before c_proj */
   float *att;                       /* [B,NH,T,T] softmax probabilities */
   float *res2;                      /* [N,C] residual after attention */
@@ -75,16 +76,17 @@ struct GPTActs {
  * and NKV the local heads, L the local layers starting at global layer l0. */
 typedef struct {
   size_t C, Ca, Ckv, F, V, NH, NKV, L, l0;
-  PetscBool lm, llama;
+  PetscBool lm, llama, qk_norm;
 } GPTDims;
 static inline GPTDims gpt_dims(const GPTConfig *cfg, const GPTShard *sh)
 {
   int     tp = sh ? sh->tp : 1;
-  size_t  hd = (size_t)(cfg->n_embd / cfg->n_head);
+  size_t  hd = (size_t)gpt_head_dim(cfg);
   size_t  nkv = (size_t)gpt_n_kv_head(cfg) * (size_t)gpt_kv_rep(cfg, tp) / (size_t)tp; /* one head when replicated */
-  GPTDims d  = {(size_t)cfg->n_embd, (size_t)(cfg->n_embd / tp), hd * nkv, (size_t)gpt_n_ffn(cfg) / (size_t)tp,
+  GPTDims d  = {(size_t)cfg->n_embd, (size_t)(gpt_q_width(cfg) / tp), hd * nkv, (size_t)gpt_n_ffn(cfg) / (size_t)tp,
                 (size_t)(cfg->vocab_size / tp), (size_t)(cfg->n_head / tp), nkv,
-                (size_t)(sh ? sh->l1 - sh->l0 : cfg->n_layer), (size_t)(sh ? sh->l0 : 0), cfg->head == GPT_HEAD_LM ? PETSC_TRUE : PETSC_FALSE, gpt_is_llama(cfg)};
+                (size_t)(sh ? sh->l1 - sh->l0 : cfg->n_layer), (size_t)(sh ? sh->l0 : 0), cfg->head == GPT_HEAD_LM ? PETSC_TRUE : PETSC_FALSE, gpt_is_llama(cfg),
+                gpt_is_llama(cfg) && cfg->qk_norm ? PETSC_TRUE : PETSC_FALSE};
   return d;
 }
 /* Width of a row of q|k|v, of the MLP's first product (LLaMA: gate|up), and
@@ -94,6 +96,7 @@ static inline size_t gpt_dims_fc(const GPTDims *d) { return d->llama ? 2 * d->F 
 static inline size_t gpt_dims_scratch(const GPTDims *d)
 {
   size_t w = 4 * d->C;
+  w = PetscMax(w, d->Ca);
   w = PetscMax(w, gpt_dims_fc(d));
   w = PetscMax(w, gpt_dims_qkv(d));
   return w;
@@ -126,12 +129,16 @@ enum {
   LL_T_LN1, LL_T_Q, LL_T_K, LL_T_V, LL_T_O, LL_T_LN2, LL_T_GATE, LL_T_UP, LL_T_DOWN,
   LL_T_PER_LAYER, /* without biases */
   LL_T_QB = LL_T_PER_LAYER, LL_T_KB, LL_T_VB,
+  LL_T_QN, LL_T_KN, /* q and k norms (Qwen3): after the biases, or in their places without them */
   LL_T_PER_LAYER_MAX
 };
+/* The slot of an optional per-layer tensor in a layer's run of them: the
+ * norms move up by three without biases. */
+static inline int ll_slot(const GPTConfig *c, int which) { return which >= LL_T_QN && !c->qkv_bias ? which - 3 : which; }
 #define GPT_T_WPE 1 /* GPT-2 only */
-static inline int gpt_per_layer(const GPTConfig *c) { return gpt_is_llama(c) ? (c->qkv_bias ? LL_T_PER_LAYER_MAX : LL_T_PER_LAYER) : GPT_T_PER_LAYER; }
+static inline int gpt_per_layer(const GPTConfig *c) { return gpt_is_llama(c) ? LL_T_PER_LAYER + (c->qkv_bias ? 3 : 0) + (c->qk_norm ? 2 : 0) : GPT_T_PER_LAYER; }
 static inline int gpt_layer_base(const GPTConfig *c) { return gpt_is_llama(c) ? 1 : 2; }
-static inline int gpt_tidx_layer(const GPTConfig *c, int l, int which) { return gpt_layer_base(c) + l * gpt_per_layer(c) + which; }
+static inline int gpt_tidx_layer(const GPTConfig *c, int l, int which) { return gpt_layer_base(c) + l * gpt_per_layer(c) + (gpt_is_llama(c) ? ll_slot(c, which) : which); }
 static inline int gpt_tidx_lnf_w(const GPTConfig *c) { return gpt_layer_base(c) + c->n_layer * gpt_per_layer(c); }
 /* GPT-2's ln_f bias (-1 for LLaMA: RMSNorm has none) */
 static inline int gpt_tidx_lnf_b(const GPTConfig *c) { return gpt_is_llama(c) ? -1 : gpt_tidx_lnf_w(c) + 1; }
@@ -145,6 +152,7 @@ typedef struct {
   float *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
   float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
   float *qkv_w, *qkv_b, *o_w, *gate_up_w, *down_w; /* LLaMA: [q|k|v] and [gate|up] start at q and gate */
+  float *q_norm_w, *k_norm_w;                      /* Qwen3's per-head norms [hd] (NULL without) */
 } GPTLayerParams;
 
 static inline void gpt_layer_params(const GPT *gpt, float *flat, int l, GPTLayerParams *p)
@@ -156,6 +164,8 @@ static inline void gpt_layer_params(const GPT *gpt, float *flat, int l, GPTLayer
     p->ln1_w     = gpt_view(gpt, flat, gpt_tidx_layer(c, l, LL_T_LN1));
     p->qkv_w     = gpt_view(gpt, flat, gpt_tidx_layer(c, l, LL_T_Q));
     p->qkv_b     = c->qkv_bias ? gpt_view(gpt, flat, gpt_tidx_layer(c, l, LL_T_QB)) : NULL;
+    p->q_norm_w  = c->qk_norm ? gpt_view(gpt, flat, gpt_tidx_layer(c, l, LL_T_QN)) : NULL;
+    p->k_norm_w  = c->qk_norm ? gpt_view(gpt, flat, gpt_tidx_layer(c, l, LL_T_KN)) : NULL;
     p->o_w       = gpt_view(gpt, flat, gpt_tidx_layer(c, l, LL_T_O));
     p->ln2_w     = gpt_view(gpt, flat, gpt_tidx_layer(c, l, LL_T_LN2));
     p->gate_up_w = gpt_view(gpt, flat, gpt_tidx_layer(c, l, LL_T_GATE));
@@ -191,8 +201,10 @@ static inline const float *gpt_row_bias(const GPT *gpt, const float *b) { return
 /* forward.c */
 PetscErrorCode gpt_mlp_forward(const GPT *gpt, const GPTLayerParams *p, const float *x, float *ln, float *mean, float *rstd, float *fch, float *fch_gelu,
                                float *proj, int N);
-/* q|k|v of the normed input ln [N,C] (LLaMA: rotated at positions pos). */
-PetscErrorCode gpt_qkv_forward(const GPT *gpt, const GPTLayerParams *p, float *qkv, const float *ln, const int *pos, int N);
+/* q|k|v of the normed input ln [N,C] (LLaMA: rotated at positions pos;
+ * with qk_norm each q and k head normed first, its input and 1/rms kept in
+ * qk_in, qk_rstd when they are not NULL). */
+PetscErrorCode gpt_qkv_forward(const GPT *gpt, const GPTLayerParams *p, float *qkv, float *qk_in, float *qk_rstd, const float *ln, const int *pos, int N);
 /* The attention output projection, summed over the tp group: proj [N,C]. */
 PetscErrorCode gpt_attn_proj_forward(const GPT *gpt, const GPTLayerParams *p, float *proj, const float *atty, int N);
 PetscErrorCode gpt_head_forward(const GPT *gpt, float *out, const float *x, int N);

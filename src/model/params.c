@@ -31,6 +31,8 @@ static PetscErrorCode llama_options(const char *prefix, GPTConfig *cfg)
   RfOptIntAsInt("-n_kv_head", "Key/value heads of grouped-query attention (dividing n_head; 0: n_head)", 0, &cfg->n_kv_head);
   RfOptIntAsInt("-n_ffn", "Width of the SwiGLU MLP, intermediate_size (0: 4 x n_embd)", 0, &cfg->n_ffn);
   RfOptBool("-qkv_bias", "The q, k and v projections have biases (Qwen2)", PETSC_FALSE, &cfg->qkv_bias);
+  RfOptIntAsInt("-head_dim", "Width of an attention head (0: n_embd / n_head; Qwen3's differs)", 0, &cfg->head_dim);
+  RfOptBool("-qk_norm", "RMSNorm over each query and key head before the rotation (Qwen3)", PETSC_FALSE, &cfg->qk_norm);
   RfOptBool("-tie_embeddings", "The LM head is the token embedding (false: its own lm_head weight)", PETSC_TRUE, &cfg->tie_embeddings);
   RfOptReal("-rope_theta", "Base of the rotary embedding's frequencies", theta, &theta);
   RfOptReal("-norm_eps", "Epsilon of RMSNorm", eps, &eps);
@@ -42,6 +44,7 @@ static PetscErrorCode llama_options(const char *prefix, GPTConfig *cfg)
   PetscOptionsEnd();
   if (cfg->n_kv_head == 0) cfg->n_kv_head = cfg->n_head;
   if (cfg->n_ffn == 0) cfg->n_ffn = 4 * cfg->n_embd;
+  if (cfg->head_dim == 0 && cfg->n_head > 0) cfg->head_dim = cfg->n_embd / cfg->n_head;
   cfg->rope_theta            = theta;
   cfg->norm_eps              = eps;
   cfg->rope_scaling          = (GPTRopeScaling)scaling;
@@ -80,7 +83,8 @@ PetscErrorCode gpt_config_set_from_options(const char *prefix, GPTConfig *cfg)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static const char *const arch_options[] = {"arch", "n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "head", "n_kv_head", "n_ffn", "qkv_bias", "tie_embeddings", "rope_theta", "norm_eps", "rope_scaling", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_positions"};
+static const char *const arch_options[] = {"arch", "n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "head", "n_kv_head", "n_ffn", "qkv_bias", "tie_embeddings", "rope_theta", "norm_eps", "rope_scaling", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_positions", "head_dim", "qk_norm"};
+#define GPT_ARCH_NOPTIONS ((int)(sizeof arch_options / sizeof arch_options[0]))
 
 /* From the options recorded so far (gpt_config_set_from_options ran), so
  * that asking does not mark an option read: an option this architecture
@@ -106,7 +110,7 @@ PetscErrorCode gpt_config_options_given(const char *prefix, PetscBool *any)
  * used.deck repeats the run with them). */
 PetscErrorCode gpt_config_record(const char *prefix, const GPTConfig *cfg)
 {
-  char v[18][32];
+  char v[GPT_ARCH_NOPTIONS][32];
 
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(v[0], 32, "%s", GPTArchNames[cfg->arch]));
@@ -127,7 +131,9 @@ PetscErrorCode gpt_config_record(const char *prefix, const GPTConfig *cfg)
   PetscCall(PetscSNPrintf(v[15], 32, "%.17g", cfg->rope_low_freq_factor));
   PetscCall(PetscSNPrintf(v[16], 32, "%.17g", cfg->rope_high_freq_factor));
   PetscCall(PetscSNPrintf(v[17], 32, "%d", cfg->rope_original_max_positions));
-  for (int i = 0; i < (gpt_is_llama(cfg) ? 18 : 7); i++) PetscCall(sys_param_record(prefix, arch_options[i], v[i], PETSC_TRUE));
+  PetscCall(PetscSNPrintf(v[18], 32, "%d", gpt_head_dim(cfg)));
+  PetscCall(PetscSNPrintf(v[19], 32, "%s", cfg->qk_norm ? "true" : "false"));
+  for (int i = 0; i < (gpt_is_llama(cfg) ? GPT_ARCH_NOPTIONS : 7); i++) PetscCall(sys_param_record(prefix, arch_options[i], v[i], PETSC_TRUE));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -138,6 +144,7 @@ PetscBool gpt_config_equal(const GPTConfig *a, const GPTConfig *b)
 
   if (!same || !gpt_is_llama(a)) return same;
   return a->n_kv_head == b->n_kv_head && a->n_ffn == b->n_ffn && a->qkv_bias == b->qkv_bias && a->tie_embeddings == b->tie_embeddings &&
+                 gpt_head_dim(a) == gpt_head_dim(b) && a->qk_norm == b->qk_norm &&
                  a->rope_theta == b->rope_theta && a->norm_eps == b->norm_eps && a->rope_scaling == b->rope_scaling &&
                  (a->rope_scaling == GPT_ROPE_NONE || (a->rope_factor == b->rope_factor && a->rope_low_freq_factor == b->rope_low_freq_factor &&
                                                        a->rope_high_freq_factor == b->rope_high_freq_factor &&
@@ -157,7 +164,7 @@ PetscBool gpt_tensor_is_trunk(const char *name)
  * blends linearly in 1/wavelength between. */
 void gpt_rope_inv_freq(const GPTConfig *cfg, float *inv_freq)
 {
-  int hd = cfg->n_embd / cfg->n_head;
+  int hd = gpt_head_dim(cfg);
 
   for (int i = 0; i < hd / 2; i++) {
     float  f = 1.0f / powf((float)cfg->rope_theta, (float)(2 * i) / (float)hd);
@@ -192,13 +199,15 @@ static PetscErrorCode gpt_config_check_named(MPI_Comm comm, const GPTConfig *cfg
    * must fit, or counts and shapes silently wrap */
   PetscCheck(cfg->n_embd <= INT32_MAX / 4, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_embd %d is too large (4 x n_embd must fit a 32-bit int: at most %d)", dash, p, cfg->n_embd, INT32_MAX / 4);
   PetscCheck(cfg->n_layer <= (INT32_MAX - 8) / LL_T_PER_LAYER_MAX, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_layer %d is too large (at most %d)", dash, p, cfg->n_layer, (INT32_MAX - 8) / LL_T_PER_LAYER_MAX);
-  PetscCheck(cfg->n_embd % cfg->n_head == 0, comm, PETSC_ERR_ARG_WRONG, "%s%sn_embd %d is not divisible by %s%sn_head %d", dash, p, cfg->n_embd, dash, p, cfg->n_head);
+  PetscCheck(cfg->n_embd % cfg->n_head == 0 || (gpt_is_llama(cfg) && cfg->head_dim > 0), comm, PETSC_ERR_ARG_WRONG, "%s%sn_embd %d is not divisible by %s%sn_head %d (and no %s%shead_dim is set)", dash, p, cfg->n_embd, dash, p, cfg->n_head, dash, p);
   PetscCheck(cfg->head == GPT_HEAD_LM || cfg->head == GPT_HEAD_SCALAR, comm, PETSC_ERR_ARG_WRONG, "%s%shead must be lm or scalar", dash, p);
   PetscCheck(cfg->arch == GPT_ARCH_GPT2 || cfg->arch == GPT_ARCH_LLAMA, comm, PETSC_ERR_ARG_WRONG, "%s%sarch must be gpt2 or llama", dash, p);
   if (!gpt_is_llama(cfg)) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCheck(cfg->n_kv_head > 0 && cfg->n_head % cfg->n_kv_head == 0, comm, PETSC_ERR_ARG_WRONG, "%s%sn_kv_head %d does not divide %s%sn_head %d", dash, p, cfg->n_kv_head, dash, p, cfg->n_head);
   PetscCheck(cfg->n_ffn > 0 && cfg->n_ffn <= INT32_MAX / 2, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_ffn %d must lie in [1, %d]", dash, p, cfg->n_ffn, INT32_MAX / 2);
-  PetscCheck((cfg->n_embd / cfg->n_head) % 2 == 0, comm, PETSC_ERR_ARG_WRONG, "%s%sn_embd / n_head = %d: rotary embeddings need an even head size", dash, p, cfg->n_embd / cfg->n_head);
+  PetscCheck(cfg->head_dim >= 0 && cfg->head_dim <= 4096, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%shead_dim %d must lie in [0, 4096] (0: n_embd / n_head)", dash, p, cfg->head_dim);
+  PetscCheck(gpt_head_dim(cfg) % 2 == 0 && gpt_head_dim(cfg) > 0, comm, PETSC_ERR_ARG_WRONG, "%s%shead_dim %d: rotary embeddings need an even head size", dash, p, gpt_head_dim(cfg));
+  PetscCheck((double)cfg->n_head * gpt_head_dim(cfg) <= INT32_MAX / 4, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_head x head_dim is too large", dash, p);
   PetscCheck(cfg->rope_theta > 1 && isfinite(cfg->rope_theta), comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%srope_theta %g must be finite and above 1", dash, p, cfg->rope_theta);
   PetscCheck(cfg->norm_eps > 0 && cfg->norm_eps < 1, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%snorm_eps %g must lie in (0, 1)", dash, p, cfg->norm_eps);
   PetscCheck(cfg->rope_scaling == GPT_ROPE_NONE || cfg->rope_scaling == GPT_ROPE_LLAMA3, comm, PETSC_ERR_ARG_WRONG, "%s%srope_scaling must be none or llama3", dash, p);
@@ -274,15 +283,15 @@ PetscErrorCode gpt_create_on_mesh(const GPTConfig *cfg, const Backend *be, const
   g->be   = be;
   g->mesh = mesh;
   gpt_shard_of_mesh(cfg, mesh, &g->sh);
-  g->Cl   = cfg->n_embd / g->sh.tp;
+  g->Cl   = gpt_q_width(cfg) / g->sh.tp;
   g->NHl  = cfg->n_head / g->sh.tp;
   g->Vl   = cfg->vocab_size / g->sh.tp;
   g->v0   = g->Vl * g->sh.t;
   g->NKVl = gpt_n_kv_head(cfg) * gpt_kv_rep(cfg, g->sh.tp) / g->sh.tp;
-  g->Ckvl = g->NKVl * (cfg->n_embd / cfg->n_head);
+  g->Ckvl = g->NKVl * gpt_head_dim(cfg);
   g->Fl   = gpt_n_ffn(cfg) / g->sh.tp;
   if (gpt_is_llama(cfg)) {
-    int    half = cfg->n_embd / cfg->n_head / 2;
+    int    half = gpt_head_dim(cfg) / 2;
     float *f;
     PetscCall(PetscMalloc1(half, &f));
     gpt_rope_inv_freq(cfg, f);

@@ -10,9 +10,9 @@
 
 static double layer_params(const GPTConfig *c)
 {
-  double C = c->n_embd, kv = (double)C * gpt_n_kv_head(c) / c->n_head, F = gpt_n_ffn(c);
+  double C = c->n_embd, Q = gpt_q_width(c), kv = (double)gpt_head_dim(c) * gpt_n_kv_head(c), F = gpt_n_ffn(c);
 
-  if (gpt_is_llama(c)) return 2 * C * C + 2 * C * kv + 3 * C * F + 2 * C + (c->qkv_bias ? C + 2 * kv : 0);
+  if (gpt_is_llama(c)) return 2 * C * Q + 2 * C * kv + 3 * C * F + 2 * C + (c->qkv_bias ? Q + 2 * kv : 0) + (c->qk_norm ? 2.0 * gpt_head_dim(c) : 0);
   return 12.0 * C * C + 13.0 * C;
 }
 static double first_extra(const GPTConfig *c) { return (double)(c->vocab_size + (gpt_is_llama(c) ? 0 : c->n_positions)) * c->n_embd; }
@@ -135,18 +135,22 @@ static void table_add_layer(Table *tb, int l, int C, PetscBool held)
 /* The LLaMA family's layer in the order of the LL_T_ indices: [out, in]
  * matrices; q, k, v, gate and up split by rows (column-parallel), o and
  * down by columns (row-parallel); the norms replicated; k and v (and their
- * biases) in at most n_kv_head pieces. */
+ * biases) in at most n_kv_head pieces. Q is the query width n_head x
+ * head_dim, C the residual stream's. */
 static void table_add_llama_layer(Table *tb, const GPTConfig *cfg, int l, PetscBool held)
 {
-  int         C = cfg->n_embd, kv = C / cfg->n_head * cfg->n_kv_head, F = cfg->n_ffn;
+  int         C = cfg->n_embd, Q = gpt_q_width(cfg), hd = gpt_head_dim(cfg), kv = hd * cfg->n_kv_head, F = cfg->n_ffn;
   const char *suffix[LL_T_PER_LAYER_MAX] = {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
                                             "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
-                                            "mlp.down_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"};
-  const int   spec[LL_T_PER_LAYER_MAX][3] = {{C, 0, -1}, {C, C, 0}, {kv, C, 0}, {kv, C, 0}, {C, C, 1}, {C, 0, -1}, {F, C, 0}, {F, C, 0}, {C, F, 1}, {C, 0, 0}, {kv, 0, 0}, {kv, 0, 0}};
+                                            "mlp.down_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+                                            "self_attn.q_norm.weight", "self_attn.k_norm.weight"};
+  const int   spec[LL_T_PER_LAYER_MAX][3] = {{C, 0, -1}, {Q, C, 0}, {kv, C, 0}, {kv, C, 0}, {C, Q, 1}, {C, 0, -1}, {F, C, 0},
+                                             {F, C, 0},  {C, F, 1}, {Q, 0, 0},  {kv, 0, 0}, {kv, 0, 0}, {hd, 0, -1}, {hd, 0, -1}};
   char        name[64];
 
-  for (int k = 0; k < gpt_per_layer(cfg); k++) {
+  for (int k = 0; k < LL_T_PER_LAYER_MAX; k++) {
     PetscBool is_kv = k == LL_T_K || k == LL_T_V || k == LL_T_KB || k == LL_T_VB;
+    if ((k >= LL_T_QB && k <= LL_T_VB && !cfg->qkv_bias) || (k >= LL_T_QN && !cfg->qk_norm)) continue;
     snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix[k]);
     table_add_kv(tb, name, spec[k][0], spec[k][1], spec[k][2], 1, held, PETSC_TRUE, is_kv ? cfg->n_kv_head : 0);
   }

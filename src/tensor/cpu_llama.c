@@ -4,6 +4,7 @@
  * SwiGLU gate. */
 #include "cpu_ops.h"
 #include <math.h>
+#include <string.h>
 
 PetscErrorCode cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps)
 {
@@ -84,6 +85,74 @@ PetscErrorCode cpu_rope(float *qkv, const int *pos, const float *inv_freq, int N
       }
     }
   }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Qwen3's per-head RMSNorm: head h of row n (q heads, then k heads,
+ * contiguous at the start of the row) is normed alone, with RMSNorm's float
+ * order (sum of squares, then (x*s)*w). */
+PetscErrorCode cpu_qk_norm_forward(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd, float eps)
+{
+  int    nh = NH + NKV;
+  size_t W  = (size_t)(NH + 2 * NKV) * hd;
+
+  PetscFunctionBegin;
+#pragma omp parallel for schedule(static) if ((size_t)N * W > CPU_OMP_MIN)
+  for (int n = 0; n < N; n++)
+    for (int h = 0; h < nh; h++) {
+      float *restrict       x = qkv + (size_t)n * W + (size_t)h * hd;
+      const float *restrict w = h < NH ? wq : wk;
+      float                 ss = 0.0f, s;
+
+#pragma omp simd reduction(+ : ss)
+      for (int c = 0; c < hd; c++) ss += x[c] * x[c];
+      s = 1.0f / sqrtf(ss / hd + eps);
+      if (in) {
+        memcpy(in + ((size_t)n * nh + h) * hd, x, (size_t)hd * sizeof(float));
+        rstd[(size_t)n * nh + h] = s;
+      }
+      for (int c = 0; c < hd; c++) x[c] = (x[c] * s) * w[c];
+    }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* RMSNorm's backward per head, in place on dqkv's q and k heads; the weight
+ * gradients from row-block partials ([nblk][hd] for q, then for k) added in
+ * block order (cpu_partials_reduce), whatever the thread count. */
+PetscErrorCode cpu_qk_norm_backward(float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd)
+{
+  int    nh = NH + NKV, nblk = (N + CPU_ROW_BLOCK - 1) / CPU_ROW_BLOCK;
+  size_t W  = (size_t)(NH + 2 * NKV) * hd;
+  float *part; /* [2][nblk][hd] */
+
+  PetscFunctionBegin;
+  if (N <= 0) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(PetscMalloc1((size_t)2 * nblk * hd, &part));
+#pragma omp parallel for schedule(static) if ((size_t)N * W > CPU_OMP_MIN)
+  for (int blk = 0; blk < nblk; blk++) {
+    int n0 = blk * CPU_ROW_BLOCK, n1 = n0 + CPU_ROW_BLOCK < N ? n0 + CPU_ROW_BLOCK : N;
+
+    for (int c = 0; c < hd; c++) part[(size_t)blk * hd + c] = part[((size_t)nblk + blk) * hd + c] = 0.0f;
+    for (int n = n0; n < n1; n++)
+      for (int h = 0; h < nh; h++) {
+        float *restrict       g  = dqkv + (size_t)n * W + (size_t)h * hd;
+        const float *restrict x  = in + ((size_t)n * nh + h) * hd, *restrict w = h < NH ? wq : wk;
+        float *restrict       pw = part + ((size_t)(h < NH ? 0 : nblk) + blk) * hd;
+        float                 r = rstd[(size_t)n * nh + h], dot = 0.0f, k;
+
+#pragma omp simd reduction(+ : dot)
+        for (int c = 0; c < hd; c++) dot += w[c] * g[c] * x[c];
+        k = r * r * dot / hd;
+        for (int c = 0; c < hd; c++) {
+          float gc = g[c];
+          pw[c] += gc * x[c] * r;
+          g[c] = r * (w[c] * gc - x[c] * k);
+        }
+      }
+  }
+  if (dwq) cpu_partials_reduce(dwq, part, nblk, hd);
+  if (dwk) cpu_partials_reduce(dwk, part + (size_t)nblk * hd, nblk, hd);
+  PetscCall(PetscFree(part));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -108,6 +108,8 @@ PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, co
 PetscErrorCode cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
 PetscErrorCode cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C);
 PetscErrorCode cpu_rope(float *qkv, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd, int inverse);
+PetscErrorCode cpu_qk_norm_forward(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd, float eps);
+PetscErrorCode cpu_qk_norm_backward(float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd);
 PetscErrorCode cpu_swiglu_forward(float *out, const float *gu, int N, int F);
 PetscErrorCode cpu_swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int F);
 

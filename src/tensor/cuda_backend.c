@@ -38,6 +38,10 @@ CUDA_OP(rmsnorm_forward, (float *out, float *rstd, const float *inp, const float
 CUDA_OP(rmsnorm_backward, (float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C),
         (dinp, dw, dout, inp, w, rstd, N, C))
 CUDA_OP(rope, (float *qkv, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd, int inverse), (qkv, pos, inv_freq, N, NH, NKV, hd, inverse))
+CUDA_OP(qk_norm_forward, (float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd, float eps),
+        (qkv, in, rstd, wq, wk, N, NH, NKV, hd, eps))
+CUDA_OP(qk_norm_backward, (float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd),
+        (dqkv, dwq, dwk, in, rstd, wq, wk, N, NH, NKV, hd))
 CUDA_OP(swiglu_forward, (float *out, const float *gu, int N, int F), (out, gu, N, F))
 CUDA_OP(swiglu_backward, (float *dgu, const float *gu, const float *dout, int N, int F), (dgu, gu, dout, N, F))
 CUDA_OP(matmul_forward, (float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed),
@@ -87,6 +91,8 @@ static const Backend cuda_backend = {
   .rmsnorm_forward        = cuda_rmsnorm_forward,
   .rmsnorm_backward       = cuda_rmsnorm_backward,
   .rope                   = cuda_rope,
+  .qk_norm_forward        = cuda_qk_norm_forward,
+  .qk_norm_backward       = cuda_qk_norm_backward,
   .swiglu_forward         = cuda_swiglu_forward,
   .swiglu_backward        = cuda_swiglu_backward,
   .layernorm_forward      = cuda_layernorm_forward,
