@@ -29,7 +29,12 @@ typedef struct {
   int       n_layer, n_embd, n_head, n_kv_head, n_ffn, vocab_size, n_positions;
   PetscBool gated;      /* LLaMA-shaped */
   PetscBool value_head; /* scalar head (critic, reward) instead of the vocabulary head */
+  int       head_dim;   /* width of an attention head (0: n_embd / n_head; Qwen3 sets its own) */
 } CostShape;
+/* The head width, and the query and key/value widths (n_head and n_kv_head heads). */
+static inline int    cost_head_dim(const CostShape *m) { return m->head_dim > 0 ? m->head_dim : m->n_embd / m->n_head; }
+static inline double cost_q_width(const CostShape *m) { return (double)m->n_head * cost_head_dim(m); }
+static inline double cost_kv_width(const CostShape *m) { return (double)m->n_kv_head * cost_head_dim(m); }
 
 typedef enum { COST_PART_EMBED = 0, COST_PART_BLOCK, COST_PART_HEAD, COST_NPART } CostPart;
 /* fwd: a training or inference forward over rows x len tokens with

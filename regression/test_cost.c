@@ -55,7 +55,7 @@ static void mock_prims(CostPrims *p)
  * 256+32, mlp c_proj 256+8, two LayerNorms 32; ln_f 16; the head is wte). */
 static CostShape tiny(PetscBool value_head)
 {
-  return (CostShape){1, 8, 2, 2, 32, 16, 8, PETSC_FALSE, value_head};
+  return (CostShape){1, 8, 2, 2, 32, 16, 8, PETSC_FALSE, value_head, 0};
 }
 
 static void tiny_work(CostWork *w, int *len, int n)
@@ -98,10 +98,17 @@ static PetscErrorCode check_formulas(void)
    * weights 3*128^2 + 128^2 + 2*128*512 = 196608, 2 FLOPs each per token
    * (16 tokens), plus q.k and p.v: 4*128 per pair, 2 rows * 36 pairs */
   {
-    CostShape b = {1, 128, 4, 4, 512, 64, 64, PETSC_FALSE, PETSC_FALSE};
+    CostShape b = {1, 128, 4, 4, 512, 64, 64, PETSC_FALSE, PETSC_FALSE, 0};
     test_report_close("FLOPs of a GPT-2 block forward (by hand)", cost_flops(&b, COST_PART_BLOCK, COST_FWD, 2, 8), 2.0 * 196608 * 16 + 4.0 * 128 * 2 * 36, 1e-12);
     test_report_close("backward FLOPs are twice the forward", cost_flops(&b, COST_PART_BLOCK, COST_BWD, 2, 8), 2 * cost_flops(&b, COST_PART_BLOCK, COST_FWD, 2, 8), 1e-12);
     test_report_close("FLOPs of one decode step (context 10, by hand)", cost_flops(&b, COST_PART_BLOCK, COST_DECODE, 3, 10), 2.0 * 196608 * 3 + 4.0 * 128 * 3 * 10, 1e-12);
+  }
+  /* a Qwen3-shaped block: width 16, 4 heads of 6 (query width 24) over 2 kv
+   * heads (kv width 12), SwiGLU 32: q, k, v 16*(24+24), o 24*16, MLP
+   * 3*16*32, 2688 weights; q.k and p.v over the query width, 4*24 per pair */
+  {
+    CostShape q3 = {1, 16, 4, 2, 32, 64, 64, PETSC_TRUE, PETSC_FALSE, 6};
+    test_report_close("FLOPs of a block with its own head_dim (Qwen3, by hand)", cost_flops(&q3, COST_PART_BLOCK, COST_FWD, 2, 8), 2.0 * 2688 * 16 + 4.0 * 24 * 2 * 36, 1e-12);
   }
   PetscCall(cost_shape_named("-cost_actor_shape", "llama2-7b", PETSC_FALSE, &s7));
   test_report_close("LLaMA-2 7B parameters (6,738,415,616 published)", cost_shape_params(&s7), 6738415616.0, 1e-12);
@@ -552,10 +559,13 @@ static PetscErrorCode check_realloc(void)
     test_skip("reallocation bytes equal the planner's", "needs 4 ranks");
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  /* GPT-2 with either head; LLaMA with one key/value head (replicated at every tp > 1) and with two */
-  for (int model = 0; model < 4; model++) {
+  /* GPT-2 with either head; LLaMA with one key/value head (replicated at
+   * every tp > 1), with two, and with two of a head_dim of their own (6:
+   * query width 24 over n_embd 16) */
+  for (int model = 0; model < 5; model++) {
     cfg.head = model == 1 ? GPT_HEAD_SCALAR : GPT_HEAD_LM;
-    if (model >= 2) cfg.arch = GPT_ARCH_LLAMA, cfg.n_kv_head = model - 1, cfg.n_ffn = 32, cfg.tie_embeddings = PETSC_FALSE, cfg.rope_theta = 1e4, cfg.norm_eps = 1e-5;
+    if (model >= 2) cfg.arch = GPT_ARCH_LLAMA, cfg.n_kv_head = model == 2 ? 1 : 2, cfg.n_ffn = 32, cfg.tie_embeddings = PETSC_FALSE, cfg.rope_theta = 1e4, cfg.norm_eps = 1e-5;
+    cfg.head_dim = model == 4 ? 6 : 0;
     cost_shape_from_gpt(&cfg, &m);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
       PlanCall           a = {0}, b = {0};
@@ -571,7 +581,7 @@ static PetscErrorCode check_realloc(void)
       PetscCall(mesh_get(b.ranks, b.nranks, b.pp, b.dp, b.tp, &mb));
       PetscCall(realloc_plan_get(&cfg, ma, mb, "test", &rp));
       PetscCall(cost_realloc_bytes(&m, 4, &a, &b, &total, &max_recv));
-      snprintf(name, sizeof name, "reallocation bytes equal the planner's (%s, %dx%dx%d -> %dx%dx%d)", model == 1 ? "scalar head" : model == 0 ? "lm head" : model == 2 ? "llama, 1 kv head" : "llama, 2 kv heads", a.pp, a.dp, a.tp, b.pp,
+      snprintf(name, sizeof name, "reallocation bytes equal the planner's (%s, %dx%dx%d -> %dx%dx%d)", model == 1 ? "scalar head" : model == 0 ? "lm head" : model == 2 ? "llama, 1 kv head" : model == 3 ? "llama, 2 kv heads" : "llama, head_dim 6", a.pp, a.dp, a.tp, b.pp,
                b.dp, b.tp);
       test_report_close(name, total, realloc_plan_bytes(rp), 0);
     }

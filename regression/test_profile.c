@@ -43,7 +43,7 @@ static PetscErrorCode hand_profile(Profile *pf)
   pf->nmodel = 1;
   m          = &pf->model[0];
   PetscCall(profile_model_alloc(m, 2, 2, 2));
-  m->shape = (CostShape){2, 8, 2, 2, 32, 16, 64, PETSC_FALSE, PETSC_FALSE};
+  m->shape = (CostShape){2, 8, 2, 2, 32, 16, 64, PETSC_FALSE, PETSC_FALSE, 0};
   m->tp[0] = 1, m->tp[1] = 2;
   for (int k = 0; k < 2; k++) m->rows[k] = rows[k], m->len[k] = len[k];
   for (int t = 0; t < 2; t++)
@@ -88,7 +88,7 @@ static PetscErrorCode test_roundtrip(const Profile *pf, const char *path)
 static PetscErrorCode test_interpolation(const char *path)
 {
   CostPrims      p;
-  CostShape      s = {2, 8, 2, 2, 32, 16, 64, PETSC_FALSE, PETSC_FALSE}, wide = s, critic = s;
+  CostShape      s = {2, 8, 2, 2, 32, 16, 64, PETSC_FALSE, PETSC_FALSE, 0}, wide = s, critic = s;
   PetscErrorCode ierr;
 
   PetscFunctionBegin;

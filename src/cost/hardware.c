@@ -19,7 +19,7 @@ typedef struct {
 static double hw_bytes(const HwCtx *hw, const CostShape *m, CostPart part, CostPhase ph, int tp, double rows, double len)
 {
   double b = hw->bytes_per_param, h = m->n_embd, tokens = ph == COST_DECODE ? rows : rows * len;
-  double kv = 2.0 * m->n_embd * m->n_kv_head / m->n_head, x = 0;
+  double kv = 2.0 * cost_kv_width(m), x = 0;
 
   switch (part) {
   case COST_PART_EMBED: x = 2 * tokens * h * b; break; /* gathered rows in, the residual stream out */

@@ -92,7 +92,7 @@ static double call_transient(const CostPrims *p, const CostWork *w, const Plan *
   if (id == MFC_ACTOR_GEN) {
     /* the KV cache of the replica's slots (all its rows without a slot
      * limit) at full length */
-    double rows = (double)w->batch / c->dp, kv = 2.0 * h * m->n_kv_head / m->n_head / cost_kv_ranks(m, c->tp);
+    double rows = (double)w->batch / c->dp, kv = 2.0 * cost_kv_width(m) / cost_kv_ranks(m, c->tp);
     if (w->gen_slots > 0) rows = PetscMin(rows, w->gen_slots);
     x = rows * len * kv * L * bp + rows * logits * 4;
   } else if (id == MFC_ACTOR_TRAIN || id == MFC_CRITIC_TRAIN) {

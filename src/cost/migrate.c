@@ -68,8 +68,8 @@ static PetscErrorCode migrate(MigSim *s, double *t_mig, CostEstimate *est)
   int              dp = s->dp, nr = c->tp * c->pp, moved = 0;
   /* one position of the cache on the rank holding the largest stage's
    * shard (keys and values), and on all ranks of a replica together */
-  double kv_rank = 2.0 * cost_stage_layers(m, c->pp, 0) * m->n_embd * m->n_kv_head / m->n_head / cost_kv_ranks(m, c->tp) * s->p->bytes_per_param;
-  double kv_all  = 2.0 * m->n_layer * m->n_embd * m->n_kv_head / m->n_head * s->p->bytes_per_param;
+  double kv_rank = 2.0 * cost_stage_layers(m, c->pp, 0) * cost_kv_width(m) / cost_kv_ranks(m, c->tp) * s->p->bytes_per_param;
+  double kv_all  = 2.0 * m->n_layer * cost_kv_width(m) * s->p->bytes_per_param;
   double *pair, *send, *recv, total = 0, T = 0;
   GenFuseMigIn in;
 

@@ -19,7 +19,7 @@ PetscErrorCode cost_prims_destroy(CostPrims *p)
 void cost_shape_from_gpt(const GPTConfig *cfg, CostShape *m)
 {
   *m = (CostShape){cfg->n_layer, cfg->n_embd, cfg->n_head, gpt_n_kv_head(cfg), gpt_n_ffn(cfg), cfg->vocab_size, cfg->n_positions, gpt_is_llama(cfg),
-                   cfg->head == GPT_HEAD_SCALAR ? PETSC_TRUE : PETSC_FALSE};
+                   cfg->head == GPT_HEAD_SCALAR ? PETSC_TRUE : PETSC_FALSE, gpt_head_dim(cfg)};
 }
 
 void cost_shape_to_gpt(const CostShape *m, GPTConfig *cfg)
@@ -35,6 +35,7 @@ void cost_shape_to_gpt(const CostShape *m, GPTConfig *cfg)
   cfg->arch       = GPT_ARCH_LLAMA; /* LLaMA-shaped: untied, as the cost model counts it */
   cfg->n_kv_head  = m->n_kv_head;
   cfg->n_ffn      = m->n_ffn;
+  cfg->head_dim   = cost_head_dim(m);
   cfg->rope_theta = 10000;
   cfg->norm_eps   = 1e-5;
 }
@@ -58,20 +59,20 @@ PetscErrorCode cost_shape_named(const char *opt, const char *name, PetscBool val
   PetscFunctionBegin;
   for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
     if (!strcmp(named[i].name, name)) {
-      *m = (CostShape){named[i].n_layer, named[i].n_embd, named[i].n_head, named[i].n_kv_head, named[i].n_ffn, named[i].vocab, named[i].n_positions, PETSC_TRUE, value_head};
+      *m = (CostShape){named[i].n_layer, named[i].n_embd, named[i].n_head, named[i].n_kv_head, named[i].n_ffn, named[i].vocab, named[i].n_positions, PETSC_TRUE, value_head, 0};
       PetscFunctionReturn(PETSC_SUCCESS);
     }
   SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s '%s': unknown shape (llama2-7b, llama2-13b, codellama-34b, llama2-70b, llama-13b, llama-33b, llama-65b)", opt, name);
 }
 
 /* Width of the keys and values together (grouped-query attention). */
-static double kv_width(const CostShape *m) { return (double)m->n_embd * m->n_kv_head / m->n_head; }
+static double kv_width(const CostShape *m) { return cost_kv_width(m); }
 
-/* Weights of a block's matrix multiplications. */
+/* Weights of a block's matrix multiplications: q, k, v and o, the MLP. */
 static double block_matmul(const CostShape *m)
 {
-  double h = m->n_embd, f = m->n_ffn;
-  return h * (h + 2 * kv_width(m)) + h * h + (m->gated ? 3 : 2) * h * f;
+  double h = m->n_embd, f = m->n_ffn, q = cost_q_width(m);
+  return h * (q + 2 * kv_width(m)) + q * h + (m->gated ? 3 : 2) * h * f;
 }
 
 double cost_part_params(const CostShape *m, CostPart part)
@@ -119,9 +120,9 @@ double cost_flops(const CostShape *m, CostPart part, CostPhase ph, double rows, 
   case COST_PART_EMBED: f = 0; break; /* a gather */
   case COST_PART_BLOCK:
     /* 2 FLOPs per weight per token, and q.k and p.v over the causal context:
-     * 2*2*h per (query, key) pair; len(len+1)/2 pairs in a forward over len
-     * tokens, len pairs for one decoded token */
-    f = 2 * block_matmul(m) * tokens + 4 * h * rows * (ph == COST_DECODE ? len : len * (len + 1) / 2);
+     * 2*2*q per (query, key) pair (q the query width); len(len+1)/2 pairs
+     * in a forward over len tokens, len pairs for one decoded token */
+    f = 2 * block_matmul(m) * tokens + 4 * cost_q_width(m) * rows * (ph == COST_DECODE ? len : len * (len + 1) / 2);
     break;
   default: f = 2 * h * (m->value_head ? 1 : m->vocab_size) * tokens; break;
   }

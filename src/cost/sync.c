@@ -45,7 +45,7 @@ static PetscErrorCode table_gpt(const CostShape *m, SyncTable *tab, GPTConfig *c
 
 static PetscErrorCode table_llama(const CostShape *m, SyncTable *tab)
 {
-  double h = m->n_embd, f = m->n_ffn, kv = h * m->n_kv_head / m->n_head;
+  double h = m->n_embd, f = m->n_ffn, kv = cost_kv_width(m), q = cost_q_width(m);
   int    k = 0;
 
   PetscFunctionBegin;
@@ -55,10 +55,10 @@ static PetscErrorCode table_llama(const CostShape *m, SyncTable *tab)
   T(h * m->vocab_size, PETSC_TRUE, -1);
   for (int l = 0; l < m->n_layer; l++) {
     T(h, PETSC_FALSE, l);                  /* input RMSNorm */
-    T(h * h, PETSC_TRUE, l);               /* q: columns by heads */
+    T(q * h, PETSC_TRUE, l);               /* q: columns by heads */
     T(2 * h * kv, PETSC_TRUE, l);          /* k and v: by heads, replicated beyond them */
     tab->kv[k - 1] = m->n_kv_head;
-    T(h * h, PETSC_TRUE, l);               /* o: rows */
+    T(h * q, PETSC_TRUE, l);               /* o: rows */
     T(h, PETSC_FALSE, l);                  /* post-attention RMSNorm */
     T(2 * h * f, PETSC_TRUE, l);           /* gate and up: columns */
     T(f * h, PETSC_TRUE, l);               /* down: rows */

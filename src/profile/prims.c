@@ -71,7 +71,7 @@ static double interp2(const ProfileModel *m, int itp, int part, int ph, double r
 static PetscBool shape_same(const CostShape *a, const CostShape *b)
 {
   return a->n_embd == b->n_embd && a->n_head == b->n_head && a->n_kv_head == b->n_kv_head && a->n_ffn == b->n_ffn && a->vocab_size == b->vocab_size &&
-                 a->n_positions == b->n_positions && a->gated == b->gated && a->value_head == b->value_head
+                 a->n_positions == b->n_positions && a->gated == b->gated && a->value_head == b->value_head && cost_head_dim(a) == cost_head_dim(b)
            ? PETSC_TRUE
            : PETSC_FALSE;
 }
@@ -79,10 +79,10 @@ static PetscBool shape_same(const CostShape *a, const CostShape *b)
 /* FLOPs per token of a part, for the fallback on a shape the profile lacks */
 static double part_flops(const CostShape *s, CostPart part)
 {
-  double C = s->n_embd, F = s->n_ffn, kv = s->n_head > 0 ? (double)s->n_kv_head / s->n_head : 1;
+  double C = s->n_embd, F = s->n_ffn, Q = s->n_head > 0 ? cost_q_width(s) : C, kv = s->n_head > 0 ? cost_kv_width(s) : C;
   switch (part) {
   case COST_PART_EMBED: return C;
-  case COST_PART_BLOCK: return 2 * (C * C * (2 + 2 * kv) + (s->gated ? 3 : 2) * C * F);
+  case COST_PART_BLOCK: return 2 * (C * (2 * Q + 2 * kv) + (s->gated ? 3 : 2) * C * F);
   default: return 2 * C * (s->value_head ? 1 : s->vocab_size);
   }
 }
@@ -194,22 +194,22 @@ PetscErrorCode cost_prims_profile(const char *path, CostPrims *p)
 PetscErrorCode cost_prims_profile_check(const CostPrims *p, const CostShape *m, const char *role)
 {
   const PrimsCtx *c;
-  const char     *names[8] = {"n_embd", "n_head", "n_kv_head", "n_ffn", "vocab_size", "n_positions", "gated", "value_head"};
-  int             want[8]  = {m->n_embd, m->n_head, m->n_kv_head, m->n_ffn, m->vocab_size, m->n_positions, m->gated, m->value_head}, best = -1, bestk = 0;
+  const char     *names[9] = {"n_embd", "n_head", "n_kv_head", "n_ffn", "vocab_size", "n_positions", "gated", "value_head", "head_dim"};
+  int             want[9]  = {m->n_embd, m->n_head, m->n_kv_head, m->n_ffn, m->vocab_size, m->n_positions, m->gated, m->value_head, cost_head_dim(m)}, best = -1, bestk = 0;
 
   PetscFunctionBegin;
   PetscCheck(p->compute == profile_compute, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "cost_prims_profile_check: primitives from %s are not from a profile", p->source);
   c = (const PrimsCtx *)p->ctx;
   for (int i = 0; i < c->pf.nmodel; i++) {
     const CostShape *s      = &c->pf.model[i].shape;
-    int              have[8] = {s->n_embd, s->n_head, s->n_kv_head, s->n_ffn, s->vocab_size, s->n_positions, s->gated, s->value_head}, k = 0;
-    while (k < 8 && have[k] == want[k]) k++;
-    if (k == 8) PetscFunctionReturn(PETSC_SUCCESS);
+    int              have[9] = {s->n_embd, s->n_head, s->n_kv_head, s->n_ffn, s->vocab_size, s->n_positions, s->gated, s->value_head, cost_head_dim(s)}, k = 0;
+    while (k < 9 && have[k] == want[k]) k++;
+    if (k == 9) PetscFunctionReturn(PETSC_SUCCESS);
     if (k > bestk || best < 0) best = i, bestk = k;
   }
   {
     const CostShape *s       = &c->pf.model[best].shape;
-    int              have[8] = {s->n_embd, s->n_head, s->n_kv_head, s->n_ffn, s->vocab_size, s->n_positions, s->gated, s->value_head};
+    int              have[9] = {s->n_embd, s->n_head, s->n_kv_head, s->n_ffn, s->vocab_size, s->n_positions, s->gated, s->value_head, cost_head_dim(s)};
     SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "profile %s does not hold the %s's shape: %s is %d there, %d here (profile this deck's models with -mode profile)", c->path, role, names[bestk],
             have[bestk], want[bestk]);
   }

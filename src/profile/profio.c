@@ -7,7 +7,8 @@
  *                    rlfuse_version, git_revision
  *   /model_<i>       attributes of the shape (n_layer, n_embd, n_head,
  *                    n_kv_head, n_ffn, vocab_size, n_positions, gated,
- *                    value_head); datasets tp int [ntp], rows, len double,
+ *                    value_head, head_dim: 0 or absent n_embd / n_head);
+ *                    datasets tp int [ntp], rows, len double,
  *                    seconds double [ntp][3 parts][4 phases][nrows][nlen]
  *   /optimizer       nparams, seconds double [nopt]
  *   /collectives     bytes double [nbytes], nranks int [nmesh],
@@ -104,6 +105,7 @@ static PetscErrorCode profile_fill(hid_t file, void *vctx)
     PetscCall(group_create(file, name, &g));
     shape_to_ints(&m->shape, sv);
     for (int k = 0; k < NSHAPE_INT; k++) PetscCall(h5u_attr_write_int(g, shape_int_names[k], H5T_STD_I32LE, sv[k]));
+    PetscCall(h5u_attr_write_int(g, "head_dim", H5T_STD_I32LE, m->shape.head_dim)); /* 0: n_embd / n_head */
     d1 = (hsize_t)m->ntp;
     PetscCall(h5u_dataset_write(g, "tp", H5T_STD_I32LE, H5T_NATIVE_INT, 1, &d1, m->tp));
     d1 = (hsize_t)m->nrows;
@@ -204,6 +206,12 @@ static PetscErrorCode read_model(ReadCtx *c, hid_t file, int i)
   H5Call(g, "%s: cannot open group /%s", c->where, name);
   for (int k = 0; k < NSHAPE_INT; k++) PetscCall(h5u_attr_read_int(g, c->where, shape_int_names[k], 0, INT32_MAX, &sv[k]));
   shape_from_ints(sv, &m->shape);
+  m->shape.head_dim = 0; /* profiles written before it: n_embd / n_head */
+  if (H5Aexists(g, "head_dim") > 0) {
+    int64_t hd;
+    PetscCall(h5u_attr_read_int(g, c->where, "head_dim", 0, INT32_MAX, &hd));
+    m->shape.head_dim = (int)hd;
+  }
   {
     int   *tp = NULL;
     double *r = NULL, *l = NULL;
