@@ -712,21 +712,24 @@ static PetscErrorCode check_qk_norm(const Backend *be, Rng *r, int hd)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The decode path: 1 to 4 rows (cpu_matmul.c's GEMV) in both layouts, C
- * not a multiple of the 16 lanes, against the reference, and the same bits
- * with 1, 2 and 3 threads. */
+/* The decode path: 1 to 4 rows (cpu_matmul.c's GEMV) in both layouts and
+ * up to 32 rows in the transposed one (its register tiles), C not a
+ * multiple of the 16 lanes, against the reference; the same bits with 1, 2
+ * and 3 threads; and in the transposed layout every row's bits the same
+ * whatever the number of rows beside it (a sequence's logits must not
+ * depend on how many others share its decode step). */
 static PetscErrorCode check_matmul_rows(const Backend *be, Rng *r)
 {
-  const int C = 100, OC = 77, nt[3] = {1, 2, 3}, nmax = omp_get_max_threads();
-  float    *x = frand(r, (size_t)4 * C, -1, 1), *w = frand(r, (size_t)C * OC, -1, 1), *bias = frand(r, OC, -1, 1), *out[3];
-  double   *xd = todouble(x, (size_t)4 * C), *wd = todouble(w, (size_t)C * OC), *bd = todouble(bias, OC), *ref = dvec((size_t)4 * OC);
+  const int C = 100, OC = 77, NMAX = 32, nt[3] = {1, 2, 3}, nmax = omp_get_max_threads();
+  float    *x = frand(r, (size_t)NMAX * C, -1, 1), *w = frand(r, (size_t)C * OC, -1, 1), *bias = frand(r, OC, -1, 1), *out[3], *alone = fvec(OC);
+  double   *xd = todouble(x, (size_t)NMAX * C), *wd = todouble(w, (size_t)C * OC), *bd = todouble(bias, OC), *ref = dvec((size_t)NMAX * OC);
   char      detail[1024] = "";
-  int       ok = 1, same = 1;
+  int       ok = 1, same = 1, rowwise = 1;
 
   PetscFunctionBegin;
-  for (int k = 0; k < 3; k++) out[k] = fvec((size_t)4 * OC);
+  for (int k = 0; k < 3; k++) out[k] = fvec((size_t)NMAX * OC);
   for (int tr = 0; tr < 2; tr++)
-    for (int N = 1; N <= 4; N++) {
+    for (int N = 1; N <= (tr ? NMAX : 4); N += N < 8 ? 1 : 7) {
       char what[32];
       for (int k = 0; k < 3; k++) {
         omp_set_num_threads(nt[k]);
@@ -737,12 +740,17 @@ static PetscErrorCode check_matmul_rows(const Backend *be, Rng *r)
       snprintf(what, sizeof what, "%s N=%d", tr ? "transposed" : "plain", N);
       ok   = cmp(detail, sizeof detail, what, out[0], NULL, ref, (size_t)N * OC, 1e-5, 1e-5) && ok;
       same = bitwise_equal(out[0], out[1], (size_t)N * OC * sizeof(float)) && bitwise_equal(out[0], out[2], (size_t)N * OC * sizeof(float)) && same;
+      for (int n = 0; tr && n < N; n++) {
+        PetscCall(be->matmul_forward(alone, x + (size_t)n * C, w, N % 2 ? bias : NULL, 1, C, OC, PETSC_TRUE));
+        rowwise = bitwise_equal(alone, out[0] + (size_t)n * OC, (size_t)OC * sizeof(float)) && rowwise;
+      }
     }
   omp_set_num_threads(nmax);
-  test_measure(ok, "matmul_forward on 1-4 rows, both layouts, with and without bias (the decode path)", "%s", detail);
-  test_report(same, "bitwise with 1, 2, 3 threads: matmul_forward on 1-4 rows", "results differ");
+  test_measure(ok, "matmul_forward on 1-4 rows in both layouts and up to 32 transposed, with and without bias (the decode path)", "%s", detail);
+  test_report(same, "bitwise with 1, 2, 3 threads: matmul_forward on the decode path", "results differ");
+  test_report(rowwise, "bitwise: a transposed decode row alone and among 1-32 rows", "a row's bits depend on the rows beside it");
   for (int k = 0; k < 3; k++) free(out[k]);
-  free(x), free(w), free(bias), free(xd), free(wd), free(bd), free(ref);
+  free(x), free(w), free(bias), free(alone), free(xd), free(wd), free(bd), free(ref);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -20,6 +20,7 @@
  * output (beta = 1). dbias is our own blocked column sum. */
 #include "cpu_ops.h"
 #include <cblas.h>
+#include <math.h>
 #include <omp.h>
 
 
@@ -61,33 +62,129 @@ static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, in
 
 /* A few rows (a decode step): sgemm packs the whole weight into panels on
  * every call, and at one row that copy, not the arithmetic, is the step
- * (perf at SmolLM2's shape: 43% of decode time in OpenBLAS's packing). Here
- * every weight element is read once. Each output element is one dot
- * product over C in GEMV_LANES fixed partial sums added in a fixed tree (or,
- * for the [C,OC] layout, a sum over c in order), computed by one thread:
- * the bits do not depend on the thread count. */
-#define GEMV_ROWS  4  /* at most this many rows take the GEMV path */
+ * (perf at SmolLM2's shape: 43% of decode time in OpenBLAS's packing; at 16
+ * rows still 70% of sgemm's time). Here every weight element is read once
+ * from memory.
+ *
+ * The [OC,C] layout (nn.Linear's: the LLaMA family) takes up to SMALL_ROWS
+ * rows: each output element is one dot product over C in GEMV_LANES fixed
+ * partial sums, fused multiply-adds in c order, added in a fixed tree
+ * (gemv_dot). Every row count computes an element in that same order, so a
+ * sequence's logits do not depend on how many others share its decode step
+ * (nor on the thread count: one thread computes an element). With AVX-512
+ * the partial sums are one register, and a tile of SMALL_TILE input rows by
+ * SMALL_TILE weight rows keeps its 16 partial-sum registers in registers
+ * over the whole of C (a weight row is read from memory once, from L1 for
+ * the other input rows); without it the same sums are formed with fmaf.
+ * The [C,OC] layout (GPT-2's Conv1D) takes up to GEMV_ROWS rows, a sum over
+ * c in order per output. */
+#define GEMV_ROWS  4  /* [C,OC]: at most this many rows take the GEMV path */
+#define SMALL_ROWS 32 /* [OC,C]: at most this many rows skip sgemm */
+#define SMALL_TILE 4
 #define GEMV_LANES 16
 
+#if defined(__AVX512F__)
+  #include <immintrin.h>
+
+/* The fixed tree of gemv_dot over a register's 16 partial sums: lane j +
+ * lane j+8, then +4, +2, +1. */
+static inline float lanes_sum(__m512 v)
+{
+  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q        = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q        = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
+  return _mm_cvtss_f32(q);
+}
+
+static inline float gemv_dot(const float *restrict a, const float *restrict b, int C)
+{
+  __m512 acc = _mm512_setzero_ps();
+  int    c0;
+
+  for (c0 = 0; c0 + GEMV_LANES <= C; c0 += GEMV_LANES) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + c0), _mm512_loadu_ps(b + c0), acc);
+  if (c0 < C) {
+    __mmask16 m = (__mmask16)((1u << (C - c0)) - 1);
+    acc         = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, a + c0), _mm512_maskz_loadu_ps(m, b + c0), acc, m);
+  }
+  return lanes_sum(acc);
+}
+
+/* out[n, o] for rows n0..n0+NR and weight rows o0..o0+no (no at most
+ * SMALL_TILE), gemv_dot's sums with the tile's partial sums in registers.
+ * NR is a constant at each call (small_tile), so the loops unroll and the
+ * NR x SMALL_TILE sums stay in registers. */
+static inline __attribute__((always_inline)) void small_tile_n(float *out, const float *inp, const float *w, const float *bias, int n0, const int NR, int o0, int no, int C, int OC)
+{
+  __m512       acc[SMALL_TILE][SMALL_TILE];
+  const float *x[SMALL_TILE], *wr[SMALL_TILE];
+  int          c0;
+
+  for (int j = 0; j < SMALL_TILE; j++) wr[j] = w + (size_t)(o0 + (j < no ? j : 0)) * C; /* past the end: the first again, unused */
+  for (int i = 0; i < NR; i++) {
+    x[i] = inp + (size_t)(n0 + i) * C;
+    for (int j = 0; j < SMALL_TILE; j++) acc[i][j] = _mm512_setzero_ps();
+  }
+  for (c0 = 0; c0 + GEMV_LANES <= C; c0 += GEMV_LANES) {
+    __m512 wv[SMALL_TILE];
+    for (int j = 0; j < SMALL_TILE; j++) wv[j] = _mm512_loadu_ps(wr[j] + c0);
+    for (int i = 0; i < NR; i++) {
+      __m512 xv = _mm512_loadu_ps(x[i] + c0);
+      for (int j = 0; j < SMALL_TILE; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+    }
+  }
+  if (c0 < C) {
+    __mmask16 m = (__mmask16)((1u << (C - c0)) - 1);
+    __m512    wv[SMALL_TILE];
+    for (int j = 0; j < SMALL_TILE; j++) wv[j] = _mm512_maskz_loadu_ps(m, wr[j] + c0);
+    for (int i = 0; i < NR; i++) {
+      __m512 xv = _mm512_maskz_loadu_ps(m, x[i] + c0);
+      for (int j = 0; j < SMALL_TILE; j++) acc[i][j] = _mm512_mask3_fmadd_ps(xv, wv[j], acc[i][j], m);
+    }
+  }
+  for (int i = 0; i < NR; i++)
+    for (int j = 0; j < no; j++) out[(size_t)(n0 + i) * OC + o0 + j] = (bias ? bias[o0 + j] : 0.0f) + lanes_sum(acc[i][j]);
+}
+
+static inline void small_tile(float *out, const float *inp, const float *w, const float *bias, int n0, int nr, int o0, int no, int C, int OC)
+{
+  switch (nr) {
+  case 1: small_tile_n(out, inp, w, bias, n0, 1, o0, no, C, OC); break;
+  case 2: small_tile_n(out, inp, w, bias, n0, 2, o0, no, C, OC); break;
+  case 3: small_tile_n(out, inp, w, bias, n0, 3, o0, no, C, OC); break;
+  default: small_tile_n(out, inp, w, bias, n0, 4, o0, no, C, OC); break;
+  }
+}
+#else
 static inline float gemv_dot(const float *restrict a, const float *restrict b, int C)
 {
   float part[GEMV_LANES] = {0};
   int   c0;
 
   for (c0 = 0; c0 + GEMV_LANES <= C; c0 += GEMV_LANES)
-    for (int j = 0; j < GEMV_LANES; j++) part[j] += a[c0 + j] * b[c0 + j];
-  for (int j = 0; c0 + j < C; j++) part[j] += a[c0 + j] * b[c0 + j];
+    for (int j = 0; j < GEMV_LANES; j++) part[j] = fmaf(a[c0 + j], b[c0 + j], part[j]);
+  for (int j = 0; c0 + j < C; j++) part[j] = fmaf(a[c0 + j], b[c0 + j], part[j]);
   for (int w = GEMV_LANES / 2; w > 0; w /= 2)
     for (int j = 0; j < w; j++) part[j] += part[j + w];
   return part[0];
 }
 
+static inline void small_tile(float *out, const float *inp, const float *w, const float *bias, int n0, int nr, int o0, int no, int C, int OC)
+{
+  for (int j = 0; j < no; j++)
+    for (int i = 0; i < nr; i++) out[(size_t)(n0 + i) * OC + o0 + j] = (bias ? bias[o0 + j] : 0.0f) + gemv_dot(inp + (size_t)(n0 + i) * C, w + (size_t)(o0 + j) * C, C);
+}
+#endif
+
 static void gemv_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
 {
-  if (transposed) { /* w [OC,C]: a dot product per output, the weight row read once for all rows */
+  if (transposed) { /* w [OC,C]: tiles of weight rows, each read once for all input rows */
+    int ntile = (OC + SMALL_TILE - 1) / SMALL_TILE;
 #pragma omp parallel for schedule(static) if ((size_t)OC * C > CPU_OMP_MIN)
-    for (int o = 0; o < OC; o++)
-      for (int n = 0; n < N; n++) out[(size_t)n * OC + o] = (bias ? bias[o] : 0.0f) + gemv_dot(inp + (size_t)n * C, w + (size_t)o * C, C);
+    for (int t = 0; t < ntile; t++) {
+      int o0 = t * SMALL_TILE, no = OC - o0 < SMALL_TILE ? OC - o0 : SMALL_TILE;
+      for (int n0 = 0; n0 < N; n0 += SMALL_TILE) small_tile(out, inp, w, bias, n0, N - n0 < SMALL_TILE ? N - n0 : SMALL_TILE, o0, no, C, OC);
+    }
     return;
   }
   /* w [C,OC]: out[n,:] += inp[n,c] * w[c,:] for c in order, each thread its columns */
@@ -113,7 +210,7 @@ PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, 
 
   PetscFunctionBegin;
   if (N <= 0 || OC <= 0) PetscFunctionReturn(PETSC_SUCCESS);
-  if (N <= GEMV_ROWS) {
+  if (N <= (transposed ? SMALL_ROWS : GEMV_ROWS)) {
     gemv_forward(out, inp, w, bias, N, C, OC, transposed);
     PetscFunctionReturn(PETSC_SUCCESS);
   }
