@@ -13,7 +13,8 @@
  * split is not fixed), so the bits do not depend on the thread count.
  *
  * KV-cache path. One query row at a time, with its keys transposed in a
- * per-thread scratch so the vector lanes run over key positions and each
+ * per-thread scratch (once per key/value head, for all the query heads that
+ * share it) so the vector lanes run over key positions and each
  * lane sums its dot product serially in d: no horizontal reductions, and the
  * same bits whatever the vector width or alignment. Its sgemm-free
  * arithmetic agrees with the training forward to rounding, not bit for bit. */
@@ -211,17 +212,19 @@ PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, co
     memcpy(vcache + at, qkv + r * C3 + C + Ckv, (size_t)Ckv * sizeof(float));
   }
   PetscCall(PetscCalloc1(per * cpu_max_threads(), &scratch));
+  /* one (row, kv head) per step: its keys transposed once for the grp
+   * query heads that read them */
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int r = 0; r < N; r++)
-    for (int h = 0; h < NH; h++) {
+    for (int kh = 0; kh < NKV; kh++) {
       float       *KT = scratch + per * cpu_thread_num(), *prow = KT + (size_t)hs * ld;
-      size_t       s0 = (size_t)slot[r] * Tmax * Ckv + (size_t)(h / grp) * hs;
+      size_t       s0 = (size_t)slot[r] * Tmax * Ckv + (size_t)kh * hs;
       const float *kb = kcache + s0;
       int          L  = pos[r] + 1;
 
       for (int j = 0; j < L; j++)
         for (int d = 0; d < hs; d++) KT[(size_t)d * ld + j] = kb[(size_t)j * Ckv + d];
-      att_row(out + (size_t)r * C + (size_t)h * hs, prow, qkv + r * C3 + (size_t)h * hs, KT, ld, L, vcache + s0, Ckv, hs, scale);
+      for (int h = kh * grp; h < (kh + 1) * grp; h++) att_row(out + (size_t)r * C + (size_t)h * hs, prow, qkv + r * C3 + (size_t)h * hs, KT, ld, L, vcache + s0, Ckv, hs, scale);
     }
   PetscCall(PetscFree(scratch));
   PetscFunctionReturn(PETSC_SUCCESS);
