@@ -39,6 +39,7 @@ plans=(
   "disaggregate|-placement disaggregate"
   "split|-placement disaggregate -actor_gen_ranks 0 -ref_inf_ranks 1 -rew_inf_ranks 1 -critic_inf_ranks 1"
   "split+stream|-placement disaggregate -actor_gen_ranks 0 -ref_inf_ranks 1 -rew_inf_ranks 1 -critic_inf_ranks 1 -fuse_gen_inf stream"
+  "colocate+migrate|-placement colocate -fuse_gen_inf migrate -fuse_migrate_at 0.5 -fuse_migrate_replicas 1"
   "train-pp2+fuse_train|-placement colocate -fuse_train 1 -actor_train_pp 2 -actor_train_mbs 4 -critic_train_mbs 2"
   "colocate-tp2|-placement colocate -actor_gen_dp 1 -actor_gen_tp 2 -ref_inf_dp 1 -ref_inf_tp 2 -rew_inf_dp 1 -rew_inf_tp 2 -critic_inf_dp 1 -critic_inf_tp 2 -actor_train_dp 1 -actor_train_tp 2 -critic_train_dp 1 -critic_train_tp 2"
   "colocate-train-pp2|-placement colocate -actor_train_dp 1 -actor_train_pp 2 -actor_train_mbs 2 -critic_train_dp 1 -critic_train_pp 2 -critic_train_mbs 2"
