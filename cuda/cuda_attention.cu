@@ -245,7 +245,8 @@ static int att_unpermute(float *dst, const float *src, int B, int T, int nh, int
   return 0;
 }
 
-/* Query heads NH over NKV kv heads (NKV divides NH), head size C/NH. */
+/* Query heads NH over NKV kv heads (NKV divides NH), head size C/NH (C the
+ * query width, which Qwen3's head_dim makes other than the residual's). */
 static int att_check_heads(const char *op, int C, int NH, int NKV)
 {
   RFCUDA_REQUIRE(NH > 0 && C > 0 && C % NH == 0, "%s: query width %d is not a multiple of n_head %d", op, C, NH);

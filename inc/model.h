@@ -30,7 +30,7 @@ typedef struct {
   GPTHead head;
   /* The LLaMA family's own settings (zero for GPT-2, whose values the
    * gpt_n_kv_head/gpt_n_ffn helpers supply). n_embd is the residual width
-   * and n_head * (n_embd / n_head) the query width. */
+   * and n_head * head_dim (gpt_q_width) the query width. */
   GPTArch        arch;
   int            n_kv_head;      /* key/value heads, dividing n_head (n_head: multi-head, 1: multi-query) */
   int            n_ffn;          /* SwiGLU width (intermediate_size) */
@@ -71,7 +71,7 @@ static inline PetscBool gpt_tp_divides(const GPTConfig *c, int tp)
 /* Tensors of the transformer trunk (what a critic or reward model takes from
  * a policy checkpoint): everything but the LM and scalar heads. */
 PetscBool gpt_tensor_is_trunk(const char *name);
-/* The inverse frequencies of the rotary embedding [n_embd/n_head/2] (host),
+/* The inverse frequencies of the rotary embedding [head_dim/2] (host),
  * with the configured scaling, as Hugging Face computes them. */
 void gpt_rope_inv_freq(const GPTConfig *cfg, float *inv_freq);
 
@@ -161,7 +161,7 @@ typedef struct {
   GPTShard       sh;             /* whole model when mesh is NULL */
   const Mesh    *mesh;           /* the mesh the shard lives on, or NULL (one rank) */
   GPTDistConfig  dist;
-  int            Cl, NHl, Vl, v0; /* local attention width C/tp, heads, vocabulary rows and first row */
+  int            Cl, NHl, Vl, v0; /* local query width n_head*head_dim/tp, heads, vocabulary rows and first row */
   int            NKVl, Ckvl, Fl;  /* local key/value heads and width (one replicated head when tp > n_kv_head), MLP width */
   float         *inv_freq;        /* device [hd/2], the rotary frequencies (LLaMA) */
   int            ntensors;

@@ -623,6 +623,25 @@ static PetscErrorCode test_config_check(void)
   cfg.n_embd = 128;
   ierr       = gpt_config_check(&cfg, "policy_");
   test_measure(ierr == 0 ? PETSC_TRUE : PETSC_FALSE, "config check accepts the defaults with n_embd 128", "%s", ierr ? "rejected" : "");
+  /* a LLaMA-family model: the same refusal without -head_dim, none with it (Qwen3's own head width) */
+  for (int given = 0; given < 2; given++) {
+    PetscCall(PetscOptionsSetValue(NULL, "-policy_arch", "llama"));
+    PetscCall(PetscOptionsSetValue(NULL, "-policy_n_embd", "130"));
+    PetscCall(PetscOptionsSetValue(NULL, "-policy_n_head", "4"));
+    if (given) PetscCall(PetscOptionsSetValue(NULL, "-policy_head_dim", "32"));
+    PetscCall(gpt_config_set_from_options("policy_", &cfg));
+    PetscCall(PetscOptionsClearValue(NULL, "-policy_arch"));
+    PetscCall(PetscOptionsClearValue(NULL, "-policy_n_embd"));
+    PetscCall(PetscOptionsClearValue(NULL, "-policy_n_head"));
+    if (given) PetscCall(PetscOptionsClearValue(NULL, "-policy_head_dim"));
+    msg[0] = 0;
+    PetscCall(PetscPushErrorHandler(capture_error, msg));
+    ierr = gpt_config_check(&cfg, "policy_");
+    PetscCall(PetscPopErrorHandler());
+    PetscCall(PetscSNPrintf(detail, sizeof detail, "error %d, message \"%s\", head_dim %d", (int)ierr, msg, cfg.head_dim));
+    if (given) test_measure(ierr == 0 && gpt_q_width(&cfg) == 128 ? PETSC_TRUE : PETSC_FALSE, "config check accepts LLaMA n_embd 130 over 4 heads with -head_dim 32 (query width 128)", "%s", detail);
+    else test_measure(ierr != 0 && strstr(msg, want) ? PETSC_TRUE : PETSC_FALSE, "config check rejects LLaMA n_embd 130 over 4 heads without -head_dim", "%s", detail);
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

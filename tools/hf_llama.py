@@ -205,7 +205,8 @@ def model_type_for(cfg, want=None, where="--model-type"):
     if qk and cfg["qkv_bias"]:
         raise HFError(f"{where}: q/k norms with q/k/v biases is no Hugging Face family (Qwen3 has no biases, Qwen2 no norms)")
     if want is None:
-        return "qwen3" if qk else "qwen2" if cfg["qkv_bias"] else "llama"
+        want = "qwen3" if qk else "qwen2" if cfg["qkv_bias"] else "llama"
+        where = f"{where} (default {want})"
     if want not in FAMILIES:
         raise HFError(f"{where} {want}: expected one of {', '.join(FAMILIES)}")
     if (want == "qwen3") != qk:

@@ -274,7 +274,7 @@ static PetscErrorCode ckpt_read_llama_config(hid_t g, const char *where, GPTConf
   PetscCall(h5u_attr_read_double(g, where, "rope_high_freq_factor", &cfg->rope_high_freq_factor));
   PetscCall(ckpt_read_attr_int(g, where, "rope_original_max_positions", &cfg->rope_original_max_positions));
   /* Qwen3's two, absent from files written before them: n_embd / n_head and no norms */
-  cfg->head_dim = cfg->n_head > 0 ? cfg->n_embd / cfg->n_head : 0;
+  cfg->head_dim = cfg->n_head > 0 && cfg->n_embd % cfg->n_head == 0 ? cfg->n_embd / cfg->n_head : 0;
   if (H5Aexists(g, "head_dim") > 0) PetscCall(ckpt_read_attr_int(g, where, "head_dim", &cfg->head_dim));
   if (H5Aexists(g, "qk_norm") > 0) PetscCall(ckpt_read_attr_int(g, where, "qk_norm", &b));
   else b = 0;

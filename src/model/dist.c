@@ -122,9 +122,10 @@ PetscErrorCode gpt_logprobs_tp(GPT *gpt, float *logprob, float *entropy)
 /* ---- before an optimizer step ---------------------------------------------- */
 
 /* Data-parallel replicas add their gradients (bucket by bucket), the two
- * copies of the tied wte add theirs, and the tp ranks sharing a replicated
- * k/v head add theirs (each holds the part its own query heads gave), so
- * every copy stays identical. */
+ * copies of the tied wte add theirs, the tp ranks sharing a replicated k/v
+ * head add theirs (each holds the part its own query heads gave), and the
+ * tp ranks add their parts of Qwen3's q and k norm weights (replicated,
+ * each rank's gradient from its own heads), so every copy stays identical. */
 PetscErrorCode gpt_grads_sync(GPT *gpt)
 {
   const Mesh *m = gpt->mesh;
@@ -139,6 +140,12 @@ PetscErrorCode gpt_grads_sync(GPT *gpt)
     const GPTTensor *t = &gpt->tensors[GPT_T_WTE];
     PetscCall(comm_allreduce_sum(&m->embed_comm, gpt->grads + t->offset, t->numel));
   }
+  if (gpt->cfg.qk_norm && m->tp > 1)
+    for (int l = gpt->sh.l0; l < gpt->sh.l1; l++) {
+      const GPTTensor *qn = &gpt->tensors[gpt_tidx_layer(&gpt->cfg, l, LL_T_QN)], *kn = &gpt->tensors[gpt_tidx_layer(&gpt->cfg, l, LL_T_KN)];
+      PetscCall(comm_allreduce_sum(&m->tp_comm, gpt->grads + qn->offset, qn->numel)); /* q_norm then k_norm: neighbours, but kept apart */
+      PetscCall(comm_allreduce_sum(&m->tp_comm, gpt->grads + kn->offset, kn->numel));
+    }
   if (gpt_kv_rep(&gpt->cfg, m->tp) > 1) {
     const Comm *block;
     PetscCall(mesh_tp_block(m, gpt_kv_rep(&gpt->cfg, m->tp), &block));

@@ -70,7 +70,7 @@ struct GPTActs {
 };
 
 /* Widths of a shard's buffers: C the residual stream, Ca the attention
- * (query) width (C/tp), Ckv the key/value width (n_kv_head/tp heads, or
+ * (query) width (n_head * head_dim / tp), Ckv the key/value width (n_kv_head/tp heads, or
  * one replicated head when tp exceeds n_kv_head), F the
  * MLP width (GPT-2 4C/tp, LLaMA n_ffn/tp), V the vocabulary rows (V/tp), NH
  * and NKV the local heads, L the local layers starting at global layer l0. */

@@ -44,7 +44,9 @@ static PetscErrorCode llama_options(const char *prefix, GPTConfig *cfg)
   PetscOptionsEnd();
   if (cfg->n_kv_head == 0) cfg->n_kv_head = cfg->n_head;
   if (cfg->n_ffn == 0) cfg->n_ffn = 4 * cfg->n_embd;
-  if (cfg->head_dim == 0 && cfg->n_head > 0) cfg->head_dim = cfg->n_embd / cfg->n_head;
+  /* the default head width, where n_embd splits evenly (else the check
+   * below says n_embd does not divide, and no head_dim is set) */
+  if (cfg->head_dim == 0 && cfg->n_head > 0 && cfg->n_embd % cfg->n_head == 0) cfg->head_dim = cfg->n_embd / cfg->n_head;
   cfg->rope_theta            = theta;
   cfg->norm_eps              = eps;
   cfg->rope_scaling          = (GPTRopeScaling)scaling;
@@ -362,11 +364,15 @@ static float init_std(const GPTConfig *cfg, const GPTTensor *t)
   return 0.02f;
 }
 
-/* A norm's gain: GPT-2's ln_1, ln_2, ln_f weights; LLaMA's *layernorm and norm weights. */
+/* A norm's gain: GPT-2's ln_1, ln_2, ln_f weights; LLaMA's *layernorm and
+ * norm weights, Qwen3's q_norm and k_norm. */
 static PetscBool is_norm_gain(const GPTTensor *t)
 {
   if (t->ndim != 1 || !name_ends_with(t->name, ".weight")) return PETSC_FALSE;
-  return strstr(t->name, ".ln_") || name_ends_with(t->name, "layernorm.weight") || name_ends_with(t->name, "model.norm.weight") ? PETSC_TRUE : PETSC_FALSE;
+  return strstr(t->name, ".ln_") || name_ends_with(t->name, "layernorm.weight") || name_ends_with(t->name, "model.norm.weight") ||
+             name_ends_with(t->name, "_norm.weight")
+           ? PETSC_TRUE
+           : PETSC_FALSE;
 }
 
 /* Element e of tensor i is rng_normal(seed, i, e_hi, e_lo, 0): a pure function

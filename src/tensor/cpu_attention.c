@@ -100,7 +100,8 @@ static inline void att_softmax_row(float *restrict s, int t)
   for (int j = 0; j <= t; j++) s[j] *= inv;
 }
 
-/* Query heads NH over NKV key/value heads: NKV divides NH, hd = C/NH. */
+/* Query heads NH over NKV key/value heads: NKV divides NH, hd = C/NH (C
+ * the query width, which Qwen3's head_dim makes other than the residual's). */
 static PetscErrorCode att_check_heads(int C, int NH, int NKV)
 {
   PetscFunctionBegin;
@@ -192,6 +193,22 @@ PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const floa
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Query heads [h0, h1) of row r, which all read kv head kh: its keys (of
+ * cache slot sl, positions 0..p) transposed into the thread's scratch
+ * once, then att_row for each. */
+static inline void att_cached_heads(float *out, float *scratch, const float *kcache, const float *vcache, const float *qkv, int sl, int p, int r, int kh, int h0, int h1, int Tmax,
+                                    int C, int hs, int Ckv, int ld, float scale)
+{
+  float       *KT = scratch, *prow = KT + (size_t)hs * ld;
+  size_t       s0 = (size_t)sl * Tmax * Ckv + (size_t)kh * hs, C3 = (size_t)C + 2 * (size_t)Ckv;
+  const float *kb = kcache + s0;
+  int          L  = p + 1;
+
+  for (int j = 0; j < L; j++)
+    for (int d = 0; d < hs; d++) KT[(size_t)d * ld + j] = kb[(size_t)j * Ckv + d];
+  for (int h = h0; h < h1; h++) att_row(out + (size_t)r * C + (size_t)h * hs, prow, qkv + r * C3 + (size_t)h * hs, KT, ld, L, vcache + s0, Ckv, hs, scale);
+}
+
 PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH, int NKV)
 {
   int    hs = NH > 0 ? C / NH : 0, ld = att_ld(Tmax), Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0, grp = NKV > 0 ? NH / NKV : 1;
@@ -213,19 +230,18 @@ PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, co
   }
   PetscCall(PetscCalloc1(per * cpu_max_threads(), &scratch));
   /* one (row, kv head) per step: its keys transposed once for the grp
-   * query heads that read them */
+   * query heads that read them; with fewer such steps than two per thread
+   * (one sequence over few kv heads), one (row, query head) per step, each
+   * transposing its own copy (the same bits: att_row is the same) */
+  if ((size_t)N * NKV < (size_t)2 * cpu_max_threads() && grp > 1) {
 #pragma omp parallel for collapse(2) schedule(dynamic)
-  for (int r = 0; r < N; r++)
-    for (int kh = 0; kh < NKV; kh++) {
-      float       *KT = scratch + per * cpu_thread_num(), *prow = KT + (size_t)hs * ld;
-      size_t       s0 = (size_t)slot[r] * Tmax * Ckv + (size_t)kh * hs;
-      const float *kb = kcache + s0;
-      int          L  = pos[r] + 1;
-
-      for (int j = 0; j < L; j++)
-        for (int d = 0; d < hs; d++) KT[(size_t)d * ld + j] = kb[(size_t)j * Ckv + d];
-      for (int h = kh * grp; h < (kh + 1) * grp; h++) att_row(out + (size_t)r * C + (size_t)h * hs, prow, qkv + r * C3 + (size_t)h * hs, KT, ld, L, vcache + s0, Ckv, hs, scale);
-    }
+    for (int r = 0; r < N; r++)
+      for (int h = 0; h < NH; h++) att_cached_heads(out, scratch + per * cpu_thread_num(), kcache, vcache, qkv, slot[r], pos[r], r, h / grp, h, h + 1, Tmax, C, hs, Ckv, ld, scale);
+  } else {
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int r = 0; r < N; r++)
+      for (int kh = 0; kh < NKV; kh++) att_cached_heads(out, scratch + per * cpu_thread_num(), kcache, vcache, qkv, slot[r], pos[r], r, kh, kh * grp, (kh + 1) * grp, Tmax, C, hs, Ckv, ld, scale);
+  }
   PetscCall(PetscFree(scratch));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

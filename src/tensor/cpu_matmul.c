@@ -69,9 +69,10 @@ static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, in
  * The [OC,C] layout (nn.Linear's: the LLaMA family) takes up to SMALL_ROWS
  * rows: each output element is one dot product over C in GEMV_LANES fixed
  * partial sums, fused multiply-adds in c order, added in a fixed tree
- * (gemv_dot). Every row count computes an element in that same order, so a
- * sequence's logits do not depend on how many others share its decode step
- * (nor on the thread count: one thread computes an element). With AVX-512
+ * (gemv_dot). Every row count up to SMALL_ROWS computes an element in that
+ * same order, so a sequence's logits do not depend on how many others (up
+ * to 31) share its decode step (nor on the thread count: one thread
+ * computes an element); beyond SMALL_ROWS, sgemm. With AVX-512
  * the partial sums are one register, and a tile of SMALL_TILE input rows by
  * SMALL_TILE weight rows keeps its 16 partial-sum registers in registers
  * over the whole of C (a weight row is read from memory once, from L1 for
@@ -90,7 +91,7 @@ static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, in
  * lane j+8, then +4, +2, +1. */
 static inline float lanes_sum(__m512 v)
 {
-  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))); /* AVX512F only */
   __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
   q        = _mm_add_ps(q, _mm_movehl_ps(q, q));
   q        = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
