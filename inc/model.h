@@ -61,6 +61,8 @@ PetscBool gpt_config_equal(const GPTConfig *a, const GPTConfig *b);
  * divides n_kv_head; tp / n_kv_head when n_kv_head divides tp (Megatron's
  * replication: each block of that many consecutive tp ranks shares a head). */
 static inline int gpt_kv_rep(const GPTConfig *c, int tp) { return tp > gpt_n_kv_head(c) ? tp / gpt_n_kv_head(c) : 1; }
+/* Key/value heads one tp rank holds: n_kv_head / tp, or one replicated head. */
+static inline int gpt_kv_heads_local(const GPTConfig *c, int tp) { return gpt_n_kv_head(c) * gpt_kv_rep(c, tp) / tp; }
 /* tp can cut this model: it divides n_head, n_ffn and vocab_size, and
  * divides n_kv_head or is a multiple of it. */
 static inline PetscBool gpt_tp_divides(const GPTConfig *c, int tp)

@@ -637,6 +637,17 @@ static PetscErrorCode check_rmsnorm(const Backend *be, Rng *r, float eps)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Rows of nh normed heads then NKV v heads (each hd wide) into the normed
+ * heads [N*nh, hd] and the v heads [N*NKV, hd]. */
+static void qk_split(const float *rows, int N, int nh, int NKV, int hd, float *heads, float *v)
+{
+  size_t W = (size_t)(nh + NKV) * hd;
+  for (int n = 0; n < N; n++) {
+    memcpy(heads + (size_t)n * nh * hd, rows + (size_t)n * W, (size_t)nh * hd * sizeof(float));
+    memcpy(v + (size_t)n * NKV * hd, rows + (size_t)n * W + (size_t)nh * hd, (size_t)NKV * hd * sizeof(float));
+  }
+}
+
 /* Qwen3's per-head q/k RMSNorm against ref_rmsnorm(_backward) applied to
  * each head as a row of its own (q heads with wq, k heads with wk): the
  * heads normed in place, v untouched, the saved inputs and 1/rms, the same
@@ -672,13 +683,7 @@ static PetscErrorCode check_qk_norm(const Backend *be, Rng *r, int hd)
   poison(in, (size_t)N * nh * hd), poison(rstd, (size_t)N * nh);
   PetscCall(be->qk_norm_forward(qkv, in, rstd, wq, wk, N, NH, NKV, hd, eps));
   PetscCall(be->qk_norm_forward(again, NULL, NULL, wq, wk, N, NH, NKV, hd, eps));
-  for (int n = 0; n < N; n++)
-    for (int h = 0; h < nh + NKV; h++)
-      for (int c = 0; c < hd; c++) {
-        size_t at = (size_t)n * W + (size_t)h * hd + c;
-        if (h < nh) got[((size_t)n * nh + h) * hd + c] = qkv[at];
-        else vpart[((size_t)n * NKV + h - nh) * hd + c] = qkv[at];
-      }
+  qk_split(qkv, N, nh, NKV, hd, got, vpart);
   ok = cmp(detail, sizeof detail, "out", got, NULL, rout, (size_t)N * nh * hd, 1e-5, 1e-5);
   ok = cmp(detail, sizeof detail, "rstd", rstd, NULL, rrstd, (size_t)N * nh, 1e-6, 1e-5) && ok;
   ok = cmp(detail, sizeof detail, "in", in, NULL, x, (size_t)N * nh * hd, 1e-30, 0) && ok;
@@ -692,13 +697,7 @@ static PetscErrorCode check_qk_norm(const Backend *be, Rng *r, int hd)
   test_measure(ok, name, "%s%s", detail, ok ? "" : " (or the output without saving differs)");
 
   PetscCall(be->qk_norm_backward(g, dwq, dwk, in, rstd, wq, wk, N, NH, NKV, hd));
-  for (int n = 0; n < N; n++)
-    for (int h = 0; h < nh + NKV; h++)
-      for (int c = 0; c < hd; c++) {
-        size_t at = (size_t)n * W + (size_t)h * hd + c;
-        if (h < nh) gotd[((size_t)n * nh + h) * hd + c] = g[at];
-        else vpart[((size_t)n * NKV + h - nh) * hd + c] = g[at];
-      }
+  qk_split(g, N, nh, NKV, hd, gotd, vpart);
   detail[0] = 0;
   ok = cmp(detail, sizeof detail, "dinp", gotd, NULL, rdx, (size_t)N * nh * hd, 1e-5, 1e-5);
   ok = cmp(detail, sizeof detail, "v", vpart, NULL, vref, (size_t)N * NKV * hd, 1e-30, 0) && ok;

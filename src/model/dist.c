@@ -149,8 +149,12 @@ PetscErrorCode gpt_grads_sync(GPT *gpt)
   if (gpt_kv_rep(&gpt->cfg, m->tp) > 1) {
     const Comm *block;
     PetscCall(mesh_tp_block(m, gpt_kv_rep(&gpt->cfg, m->tp), &block));
-    for (int i = 0; i < gpt->ntensors; i++)
-      if (gpt->tensors[i].kv_heads && gpt->tensors[i].numel) PetscCall(comm_allreduce_sum(block, gpt->grads + gpt->tensors[i].offset, gpt->tensors[i].numel));
+    for (int i = 0; i < gpt->ntensors;) { /* k|v (and their biases) are neighbours: one call per run of them */
+      size_t off = gpt->tensors[i].offset, n = 0;
+      while (i < gpt->ntensors && gpt->tensors[i].kv_heads && gpt->tensors[i].numel && gpt->tensors[i].offset == off + n) n += gpt->tensors[i++].numel;
+      if (n) PetscCall(comm_allreduce_sum(block, gpt->grads + off, n));
+      else i++;
+    }
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }

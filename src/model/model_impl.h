@@ -82,7 +82,7 @@ static inline GPTDims gpt_dims(const GPTConfig *cfg, const GPTShard *sh)
 {
   int     tp = sh ? sh->tp : 1;
   size_t  hd = (size_t)gpt_head_dim(cfg);
-  size_t  nkv = (size_t)gpt_n_kv_head(cfg) * (size_t)gpt_kv_rep(cfg, tp) / (size_t)tp; /* one head when replicated */
+  size_t  nkv = (size_t)gpt_kv_heads_local(cfg, tp);
   GPTDims d  = {(size_t)cfg->n_embd, (size_t)(gpt_q_width(cfg) / tp), hd * nkv, (size_t)gpt_n_ffn(cfg) / (size_t)tp,
                 (size_t)(cfg->vocab_size / tp), (size_t)(cfg->n_head / tp), nkv,
                 (size_t)(sh ? sh->l1 - sh->l0 : cfg->n_layer), (size_t)(sh ? sh->l0 : 0), cfg->head == GPT_HEAD_LM ? PETSC_TRUE : PETSC_FALSE, gpt_is_llama(cfg),

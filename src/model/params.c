@@ -289,7 +289,7 @@ PetscErrorCode gpt_create_on_mesh(const GPTConfig *cfg, const Backend *be, const
   g->NHl  = cfg->n_head / g->sh.tp;
   g->Vl   = cfg->vocab_size / g->sh.tp;
   g->v0   = g->Vl * g->sh.t;
-  g->NKVl = gpt_n_kv_head(cfg) * gpt_kv_rep(cfg, g->sh.tp) / g->sh.tp;
+  g->NKVl = gpt_kv_heads_local(cfg, g->sh.tp);
   g->Ckvl = g->NKVl * gpt_head_dim(cfg);
   g->Fl   = gpt_n_ffn(cfg) / g->sh.tp;
   if (gpt_is_llama(cfg)) {
