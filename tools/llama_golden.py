@@ -190,16 +190,7 @@ def build(family, head, seed, settings):
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for k, p in model.named_parameters():
-            if k in ("model.embed_tokens.weight", "lm_head.weight", "score.weight"):
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
-            elif p.dim() == 2:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.15)
-            elif k.endswith("norm.weight"):
-                p.copy_(0.5 + torch.rand(p.shape, generator=gen))
-            elif k.endswith("_proj.bias"):
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
-            else:
-                raise AssertionError(f"unexpected parameter {k}")
+            p.copy_(draw_param(k, tuple(p.shape), gen))
     # the checkpoint attributes, read from the model's config.json as tools/hf_import.py reads them
     cfg = llama.check_config(json.loads(config.to_json_string()), head, "golden config")
     rope_scaling = None
@@ -217,20 +208,23 @@ def build(family, head, seed, settings):
     return model, cfg, rope_scaling
 
 
+def draw_param(k, shape, gen):
+    """One parameter's random values (the rules of the module docstring), from gen."""
+    if k in ("model.embed_tokens.weight", "lm_head.weight", "score.weight"):
+        return torch.randn(shape, generator=gen) * 0.2
+    if len(shape) == 2:
+        return torch.randn(shape, generator=gen) * 0.15
+    if k.endswith("norm.weight"):
+        return 0.5 + torch.rand(shape, generator=gen)
+    if k.endswith("_proj.bias"):
+        return torch.randn(shape, generator=gen) * 0.1
+    raise AssertionError(f"unexpected parameter {k}")
+
+
 def init_params(cfg, head, seed):
     """Random weights by build()'s rules, drawn in parameter order: for a family transformers 4.40 lacks."""
-    gen, params = torch.Generator().manual_seed(seed), {}
-    for k in llama.param_keys(cfg, head):
-        shape = llama.param_shape(k, cfg)
-        if k in ("model.embed_tokens.weight", "lm_head.weight", "score.weight"):
-            params[k] = torch.randn(shape, generator=gen) * 0.2
-        elif len(shape) == 2:
-            params[k] = torch.randn(shape, generator=gen) * 0.15
-        elif k.endswith("norm.weight"):
-            params[k] = 0.5 + torch.rand(shape, generator=gen)
-        else:
-            params[k] = torch.randn(shape, generator=gen) * 0.1
-    return params
+    gen = torch.Generator().manual_seed(seed)
+    return {k: draw_param(k, llama.param_shape(k, cfg), gen) for k in llama.param_keys(cfg, head)}
 
 
 def reference_config(family, head, settings):
