@@ -4,10 +4,13 @@
  * Streaming: while a generation replica decodes, its head sends each
  * finished sample (tokens, log-probabilities, allowed sets) to the inference
  * ranks that need it, with non-blocking MPI from the engine's finished-sample
- * callback. An inference rank appends the samples in arrival order to a
- * batch of its own and hands micro-batches of them, cut by a token budget,
- * to the caller as soon as the budget fills, and the rest when every sample
- * it expects has arrived. This module moves samples; what runs on them is
+ * callback: by a fixed route (each inference replica its block of rows), or
+ * dealt, sample by sample, to the replica of each call with the least work
+ * so far (src/genfuse/deal.c). An inference rank appends the samples in
+ * arrival order to a batch of its own and hands micro-batches of them, cut
+ * by a token budget, to the caller as soon as the budget fills, and the rest
+ * when every sample it expects has arrived (by the route) or every sender
+ * has said it is done (dealt). This module moves samples; what runs on them is
  * the caller's (src/ppo/rollout_genfuse.c).
  *
  * Migration: the long tail of unfinished samples moves, with its KV cache,
@@ -31,10 +34,29 @@ PetscErrorCode genfuse_route_destroy(GenFuseRoute *route);
 /* Rows this world rank needs (0 if it is no destination). */
 int genfuse_route_count(const GenFuseRoute *route, int rank);
 
+/* ==== dealing samples to replicas (src/genfuse/deal.c) ================== */
+/* The estimated work of one sample of n tokens (prompt and response) for
+ * a model of width `width`, in units of one token's matrix products. */
+double genfuse_deal_cost(int n, int width);
+/* The replica of nrep with the least load (ties: the first from
+ * sender % nrep on), whose load then grows by cost; -1 if nrep is 0. */
+int genfuse_deal(int nrep, double *load, int sender, double cost);
+/* A sender's deal: call k has nrep[k] replicas with heads head[k][j]
+ * (world ranks), models of width width[k], and load[k][j] the work this
+ * sender dealt to replica j so far (zero at the start). */
+typedef struct {
+  int        ncall, sender;
+  int        nrep[3], width[3];
+  const int *head[3];
+  double    *load[3];
+} GenFuseDeal;
+
 /* The sending side, on a generation replica's head. */
 typedef struct {
   MPI_Comm     comm;
-  const GenFuseRoute *route;
+  const GenFuseRoute *route; /* with a deal: its destinations get the end messages */
+  GenFuseDeal *deal;         /* NULL: by the route */
+  PetscBool    closed;
   int          b0;           /* global row of the replica's request 0 */
   const unsigned char *defer; /* [ndest] or NULL: samples for these destinations wait for genfuse_sender_release */
   PetscBool    released;
@@ -54,11 +76,17 @@ PetscErrorCode genfuse_send_finished(void *ctx, const GenBatch *b, int index);
  * by the route as it is now (it may have changed since), and every later
  * sample at once. */
 PetscErrorCode genfuse_sender_release(GenFuseSender *s);
-/* Waits for every send and frees the buffers. */
+/* With a deal: tells every destination of the route that this sender is
+ * done (after its last sample; the same tag, so it comes after them). */
+PetscErrorCode genfuse_sender_close(GenFuseSender *s);
+/* Closes, waits for every send and frees the buffers. */
 PetscErrorCode genfuse_sender_end(GenFuseSender *s);
 
 /* The receiving side. arr (gen_batch_create(B, T, masked)) gets the
- * arrivals in order: arrival k is row k, rows[k] its global row. run is
+ * arrivals in order: arrival k is row k, rows[k] its global row, calls[k]
+ * (calls may be NULL) the calls it was dealt to here (bit k: call k; 0 by
+ * the route). The stream ends after `expected` samples, or with senders > 0
+ * when that many senders have closed. run is
  * called with arrival indices whenever the unprocessed arrivals hold at
  * least `tokens` tokens (prompt and response), and at the end with the rest
  * (at most arr->n indices per call). */
@@ -70,15 +98,16 @@ typedef struct {
 } GenFuseRecvStats;
 /* hold: run nothing before every sample has arrived (the same micro-batches,
  * without the overlap). */
-PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int tokens, PetscBool hold, GenBatch *arr, int *rows, GenFuseBatchFn run, void *ctx, GenFuseRecvStats *st);
+PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int senders, int tokens, PetscBool hold, GenBatch *arr, int *rows, int *calls, GenFuseBatchFn run, void *ctx, GenFuseRecvStats *st);
 /* A streamed inference replica of several ranks (tp, pp): its head (root
  * of comm, the replica's ranks) receives the samples and hands each
  * micro-batch to the others, so that every rank of the replica runs the
  * same micro-batches in the same order. On the root, arrivals idx[0..*n)
- * of arr and their rows go out (*n = 0: the stream has ended). Elsewhere
- * they are appended to arr from arrival *got on, rows filled, idx set to their arrival indices, *n to
+ * of arr and their rows (and calls, when not NULL) go out (*n = 0: the
+ * stream has ended). Elsewhere they are appended to arr from arrival *got
+ * on, rows (and calls) filled, idx set to their arrival indices, *n to
  * their count (0: the end); collective over comm. */
-PetscErrorCode genfuse_replica_bcast(MPI_Comm comm, int root, GenBatch *arr, int *rows, int *idx, int *n, int *got, GenFuseRecvStats *st);
+PetscErrorCode genfuse_replica_bcast(MPI_Comm comm, int root, GenBatch *arr, int *rows, int *calls, int *idx, int *n, int *got, GenFuseRecvStats *st);
 
 
 /* ==== migration of the long tail (src/genfuse/migrate.c) ============== */

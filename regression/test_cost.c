@@ -36,7 +36,8 @@ static double mock_compute(void *ctx, const CostShape *m, CostPart part, CostPha
 }
 static double mock_opt(void *ctx, double n) { return 0; }
 static double p2p_ns = 1; /* the mock's point-to-point cost per byte, in ns */
-static double mock_coll(void *ctx, CostColl op, int n, PetscBool inter, double bytes) { return op == COST_P2P ? bytes * p2p_ns * 1e-9 : 0; }
+static double bcast_ns = 0; /* the same for a broadcast (only the streamed replicas' heads broadcast) */
+static double mock_coll(void *ctx, CostColl op, int n, PetscBool inter, double bytes) { return op == COST_P2P ? bytes * p2p_ns * 1e-9 : op == COST_BCAST ? bytes * bcast_ns * 1e-9 : 0; }
 
 static void mock_prims(CostPrims *p)
 {
@@ -346,6 +347,13 @@ static PetscErrorCode check_fusion(void)
     }
     PetscCall(cost_estimate(&p, &w, &q, &f));
     test_report_close("streamed into a tp-2 replica: each arrival's calls at half the time (11 s)", f.genfuse_s, 11, 1e-12);
+    /* the head broadcasts each arrival (7 + 2 x 5..8 tokens words: 68, 76,
+     * 84, 92 bytes) at 1 ms a byte: 4.068-5.068, 7.076-8.076,
+     * 9.084-10.084, 10.176-11.176 */
+    bcast_ns = 1e6;
+    PetscCall(cost_estimate(&p, &w, &q, &f));
+    bcast_ns = 0;
+    test_report_close("streamed into a tp-2 replica: the head's broadcast of each micro-batch costed (11.176 s)", f.genfuse_s, 11.176, 1e-12);
     /* as a pp-2 replica of two-layer models: a micro-batch passes the two
      * stages in turn, 1 + 1 s a call: 4-8, 8-12, 12-16, 16-20 */
     w.ref.n_layer = w.reward.n_layer = 2;
@@ -353,6 +361,29 @@ static PetscErrorCode check_fusion(void)
     PetscCall(cost_estimate(&p, &w, &q, &f));
     test_report_close("streamed into a pp-2 replica: each micro-batch through both stages in turn (20 s)", f.genfuse_s, 20, 1e-12);
     w.ref.n_layer = w.reward.n_layer = 1;
+  }
+  { /* dealt to two replicas (src/genfuse/deal.c): the reference on ranks 1
+     * and 2; a block costs rows x tokens, a decode step 1 s. 8 rows of
+     * 4 prompt tokens: rows 0-5 respond 1 token, rows 6-7 8. Generation on
+     * rank 0: the prefill (8 x 4 = 32 s) finishes rows 0-5, 7 steps more
+     * rows 6-7 at 39. Each arrival its own micro-batch, 5 or 12 s.
+     * By blocks, rank 2 gets rows 4-7: 32-37, 37-42, then rows 6 and 7,
+     * 42-54-66. Dealt, rows 0-5 alternate (3 each, 32-47) and rows 6 and
+     * 7 split: both ranks end at 47 + 12 = 59. */
+    Plan q;
+    int  l8[8] = {1, 1, 1, 1, 1, 1, 8, 8};
+
+    tiny_work(&w, l8, 8);
+    w.reward_free = PETSC_TRUE;
+    base_plan(&q, 3);
+    set_call(&q, MFC_ACTOR_GEN, 0, 1);
+    set_call(&q, MFC_REF_INF, 1, 3);
+    q.fuse = FUSE_STREAM, q.fuse_tokens = 1;
+    per_token = flat_decode = PETSC_TRUE;
+    PetscCall(cost_estimate(&p, &w, &q, &f));
+    per_token = flat_decode = PETSC_FALSE;
+    test_report_close("streamed into two replicas: samples dealt by their work, not by blocks of rows (59 s, 66 by blocks)", f.genfuse_s, 59, 1e-12);
+    tiny_work(&w, len, 4);
   }
   /* without a reward model (rule rewards): rank 1 runs the reference alone,
    * 4 s after generation; streamed, 1 s per arrival: 4-5, 7-8, 9-10, 10-11 */

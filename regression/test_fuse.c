@@ -390,12 +390,28 @@ static void test_rt_sim(void)
   }
 }
 
+static void test_deal(void)
+{
+  /* 3 replicas, sender 1 (ties go to the first from replica 1 on), samples
+   * costing 5, 3, 4, 2, 6: 1 (all empty), 2 (0 < 5), 0, then 2 (3 against
+   * 4 and 5), then 0 (4 against 5 and 5) */
+  double load[3] = {0, 0, 0};
+  int    got[5], want[5] = {1, 2, 0, 2, 0}, ok = 1;
+  double cost[5] = {5, 3, 4, 2, 6};
+  for (int i = 0; i < 5; i++) got[i] = genfuse_deal(3, load, 1, cost[i]), ok &= got[i] == want[i];
+  ok &= load[0] == 10 && load[1] == 5 && load[2] == 5;
+  test_report(ok, "deal: each sample to the replica with the least work so far, ties from the sender's own turn", "%d %d %d %d %d", got[0], got[1], got[2], got[3], got[4]);
+  /* 12 tokens of a width-1 model: 12 (1 + 12/12); none to deal among none */
+  test_report(genfuse_deal_cost(12, 1) == 24 && genfuse_deal(0, load, 0, 1) == -1, "deal: a sample's work n (1 + n / 12w) by hand; no replicas, no deal", "%g", genfuse_deal_cost(12, 1));
+}
+
 int main(int argc, char **argv)
 {
   if (PetscInitialize(&argc, &argv, NULL, "Tests of the fused actor-critic schedules (src/actorcritic).\n")) return 1;
   test_lower_bound();
   if (test_replay() || test_sequential() || test_exhaustive() || test_search() || test_validate() || test_migrate_plan()) test_report(PETSC_FALSE, "the schedule tests ran to their end", "stopped by an error");
   test_reroute();
+  test_deal();
   test_rt_sim();
   PetscFinalize();
   return test_tally();

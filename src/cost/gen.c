@@ -3,8 +3,11 @@
  * finished sample leaves the batch, so the batch shrinks; a pipeline with
  * fewer micro-batches in flight than stages waits for its bubbles), and
  * streaming of finished samples into the inference ranks
- * (-fuse_gen_inf stream). */
+ * (-fuse_gen_inf stream), dealt to the replicas as the executor deals
+ * them. */
 #include "cost_impl.h"
+#include "exec.h"
+#include "genfuse.h"
 
 /* Decode steps between two points where the batch changes are costed at
  * the middle of their context, at most this many at a time. */
@@ -166,6 +169,27 @@ int cost_replica_of(const PlanCall *c, int r)
   return -1;
 }
 
+/* The head of an inference replica of several ranks hands each
+ * micro-batch (arrivals first..last) to the others: one broadcast of the
+ * packed samples over the replica, 4 bytes per token and log-probability
+ * and 7 words of header each (the allowed sets of a restricted
+ * distribution are not counted). Internode: the replica's tp group when it
+ * is not pipelined, else the whole mesh's. */
+static double stream_bcast(const CostPrims *p, const CostWork *w, const CostLayout *L, const unsigned char *const need[3], const CostArrival *arr, int first, int last)
+{
+  for (int k = 0; k < 3; k++) { /* a call this rank serves on such a replica (its calls share the layout) */
+    double bytes = 0;
+    int    serves = 0;
+    if (L[k].tp * L[k].pp == 1) continue;
+    for (int j = first; j <= last; j++) serves |= need[k][arr[j].row];
+    if (!serves) continue;
+    for (int j = first; j <= last; j++)
+      if (need[0][arr[j].row] || need[1][arr[j].row] || need[2][arr[j].row]) bytes += 4 * (7 + 2 * cost_seq_len(w, arr[j].row));
+    return p->coll(p->ctx, COST_BCAST, L[k].tp * L[k].pp, L[k].pp > 1 ? L[k].mesh_inter : L[k].tp_inter, bytes);
+  }
+  return 0;
+}
+
 double cost_stream_rank(const CostPrims *p, const CostWork *w, const Plan *plan, const CostLayout *L, const unsigned char *const need[3], const double *arrive, double t0, CostArrival *arr)
 {
   static const MFCId inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
@@ -184,6 +208,7 @@ double cost_stream_rank(const CostPrims *p, const CostWork *w, const Plan *plan,
     tokens += (int)cost_seq_len(w, arr[i].row);
     if (tokens < plan->fuse_tokens && i < n - 1) continue;
     t = PetscMax(t, arr[i].t);
+    t += stream_bcast(p, w, L, need, arr, first, i);
     for (int k = 0; k < 3; k++) {
       int rows = 0, top = 0;
       for (int j = first; j <= i; j++)
@@ -199,26 +224,57 @@ double cost_stream_rank(const CostPrims *p, const CostWork *w, const Plan *plan,
   return t;
 }
 
+/* The executor's deal (src/genfuse/deal.c): each generation replica deals
+ * its rows, in finish order (ties: row order), to the replica of each
+ * inference call with the least work it dealt so far. dealt[k*B + b]: call
+ * k's replica of row b (-1: the call is not made). */
+static PetscErrorCode stream_deal(const CostWork *w, const Plan *plan, const double *fin, CostArrival *arr, int *dealt)
+{
+  static const MFCId inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
+  const PlanCall    *g      = &plan->call[MFC_ACTOR_GEN];
+  int                B      = w->batch;
+  double            *load;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(3 * PLAN_MAX_RANKS, &load));
+  for (int i = 0; i < 3 * B; i++) dealt[i] = -1;
+  for (int s = 0; s < g->dp; s++) {
+    int b0, b1, n = 0;
+
+    exec_rows(B, g->dp, s, &b0, &b1);
+    for (int b = b0; b < b1; b++) arr[n++] = (CostArrival){fin[b], b};
+    qsort(arr, (size_t)n, sizeof *arr, arr_cmp);
+    PetscCall(PetscArrayzero(load, 3 * PLAN_MAX_RANKS));
+    for (int k = 0; k < 3; k++) {
+      const PlanCall *c = &plan->call[inf[k]];
+      if (!cost_call_used(w, inf[k])) continue;
+      for (int i = 0; i < n; i++) dealt[k * B + arr[i].row] = genfuse_deal(c->dp, load + k * PLAN_MAX_RANKS, s, genfuse_deal_cost((int)cost_seq_len(w, arr[i].row), cost_call_shape(w, inf[k])->n_embd));
+    }
+  }
+  PetscCall(PetscFree(load));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode cost_stream(const CostPrims *p, const CostWork *w, const Plan *plan, const double *fin, double *end, int world)
 {
   static const MFCId inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
-  int                B      = w->batch;
+  int                B      = w->batch, *dealt;
   CostArrival       *arr;
   CostLayout         L[3];
   unsigned char     *need; /* need[k*B + row]: inference call k wants the row on this rank */
 
   PetscFunctionBegin;
-  PetscCall(PetscMalloc2(B, &arr, 3 * B, &need));
+  PetscCall(PetscMalloc3(B, &arr, 3 * B, &need, 3 * B, &dealt));
   for (int k = 0; k < 3; k++) cost_layout(p, &plan->call[inf[k]], &L[k]);
+  PetscCall(stream_deal(w, plan, fin, arr, dealt));
   for (int r = 0; r < world; r++) {
     const unsigned char *nk[3] = {need, need + B, need + 2 * B};
     for (int k = 0; k < 3; k++) {
-      const PlanCall *c = &plan->call[inf[k]];
-      int             d = cost_call_used(w, inf[k]) ? cost_replica_of(c, r) : -1;
-      for (int b = 0; b < B; b++) need[k * B + b] = d >= 0 && b >= B * d / c->dp && b < B * (d + 1) / c->dp;
+      int d = cost_call_used(w, inf[k]) ? cost_replica_of(&plan->call[inf[k]], r) : -1;
+      for (int b = 0; b < B; b++) need[k * B + b] = d >= 0 && dealt[k * B + b] == d;
     }
     end[r] = cost_stream_rank(p, w, plan, L, nk, fin, 0, arr);
   }
-  PetscCall(PetscFree2(arr, need));
+  PetscCall(PetscFree3(arr, need, dealt));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

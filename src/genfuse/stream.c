@@ -11,7 +11,8 @@
 #include <string.h>
 
 #define GENFUSE_STREAM_TAG 7301
-enum { H_ROW, H_PROMPT, H_LEN, H_EOS, H_NIDS, H_WORDS };
+enum { H_ROW, H_PROMPT, H_LEN, H_EOS, H_NIDS, H_CALLS, H_WORDS };
+#define END_WORDS 1 /* a sender's last message to a destination, when dealing */
 
 PetscErrorCode genfuse_route_create(int B, int ndest, GenFuseRoute *route)
 {
@@ -49,18 +50,25 @@ PetscErrorCode genfuse_sender_begin(MPI_Comm comm, const GenFuseRoute *route, in
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Header, tokens, log-probabilities, per-position counts and ids of the
- * first P+L positions of row i (the rest of a row is zero). */
-static PetscErrorCode pack_sample(const GenBatch *b, int i, int row, int **out, int *words)
+/* Words of row i's message. */
+static int sample_words(const GenBatch *b, int i)
+{
+  size_t base = (size_t)i * b->Tmax;
+  int    n    = b->prompt_len[i] + b->response_len[i];
+  return H_WORDS + 2 * n + (b->mask_off ? n + b->mask_off[base + n] - b->mask_off[base + 1] : 0);
+}
+
+/* Writes row i's message into w (sample_words long): the header, tokens,
+ * log-probabilities, per-position counts and ids of the first P+L
+ * positions (the rest of a row is zero); calls: the calls it is for at its
+ * destination (bit k: call k; 0: by its route). */
+static void write_sample(const GenBatch *b, int i, int row, int calls, int *w)
 {
   size_t T = (size_t)b->Tmax, base = (size_t)i * T;
-  int    P = b->prompt_len[i], L = b->response_len[i], n = P + L, nids = 0, *w;
+  int    P = b->prompt_len[i], L = b->response_len[i], n = P + L, nids = 0;
 
-  PetscFunctionBegin;
   if (b->mask_off) nids = b->mask_off[base + n] - b->mask_off[base + 1];
-  *words = H_WORDS + 2 * n + (b->mask_off ? n + nids : 0);
-  PetscCall(PetscMalloc1(*words, &w));
-  w[H_ROW] = row, w[H_PROMPT] = P, w[H_LEN] = L, w[H_EOS] = b->eos[i], w[H_NIDS] = nids;
+  w[H_ROW] = row, w[H_PROMPT] = P, w[H_LEN] = L, w[H_EOS] = b->eos[i], w[H_NIDS] = nids, w[H_CALLS] = calls;
   memcpy(w + H_WORDS, b->tokens + base, (size_t)n * sizeof(int));
   memcpy(w + H_WORDS + n, b->logprobs + base, (size_t)n * sizeof(float));
   if (b->mask_off) {
@@ -69,7 +77,15 @@ static PetscErrorCode pack_sample(const GenBatch *b, int i, int row, int **out, 
     for (int t = 1; t < n; t++) cnt[t] = b->mask_off[base + t + 1] - b->mask_off[base + t];
     memcpy(cnt + n, b->mask_ids + b->mask_off[base + 1], (size_t)nids * sizeof(int));
   }
-  *out = w;
+}
+
+/* Row i's message in a buffer of its own. */
+static PetscErrorCode pack_sample(const GenBatch *b, int i, int row, int calls, int **out, int *words)
+{
+  PetscFunctionBegin;
+  *words = sample_words(b, i);
+  PetscCall(PetscMalloc1(*words, out));
+  write_sample(b, i, row, calls, *out);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -84,6 +100,43 @@ static PetscErrorCode sender_grow(GenFuseSender *s)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+static PetscErrorCode post(GenFuseSender *s, int *w, int words, int dest)
+{
+  PetscFunctionBegin;
+  PetscCall(sender_grow(s));
+  PetscCallMPI(MPI_Isend(w, words, MPI_INT, dest, GENFUSE_STREAM_TAG, s->comm, &s->req[s->n++]));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Dealing: the sample goes to one replica of each call, once to each head
+ * dealt, with the calls it is for there. */
+static PetscErrorCode deal_sample(GenFuseSender *s, const GenBatch *b, int index)
+{
+  GenFuseDeal *d = s->deal;
+  int          row = s->b0 + index, q[3], n = b->prompt_len[index] + b->response_len[index], flag;
+
+  PetscFunctionBegin;
+  for (int k = 0; k < d->ncall; k++) {
+    int j = d->nrep[k] ? genfuse_deal(d->nrep[k], d->load[k], d->sender, genfuse_deal_cost(n, d->width[k])) : -1;
+    q[k]  = j >= 0 ? d->head[k][j] : -1;
+  }
+  for (int k = 0; k < d->ncall; k++) {
+    int calls = 0, words, *w, seen = 0;
+
+    for (int j = 0; j < k; j++) seen |= q[j] == q[k];
+    if (q[k] < 0 || seen) continue;
+    for (int j = k; j < d->ncall; j++) calls |= (q[j] == q[k]) << j;
+    PetscCall(pack_sample(b, index, row, calls, &w, &words));
+    PetscCall(sender_grow(s));
+    s->buf[s->nbuf++] = w; /* kept until its send is complete */
+    PetscCall(post(s, w, words, q[k]));
+    s->messages++;
+    s->bytes += 4LL * words;
+  }
+  PetscCallMPI(MPI_Testall(s->n, s->req, &flag, s->st)); /* progress */
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Sends sample index to the destinations that need it: the deferred ones
  * (defer) or the others. */
 static PetscErrorCode send_sample(GenFuseSender *s, const GenBatch *b, int index, PetscBool deferred)
@@ -92,15 +145,18 @@ static PetscErrorCode send_sample(GenFuseSender *s, const GenBatch *b, int index
   int              row = s->b0 + index, words, *w = NULL, flag, any = 0;
 
   PetscFunctionBegin;
+  if (s->deal) {
+    PetscCall(deal_sample(s, b, index));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
   for (int k = 0; k < r->ndest; k++) any |= r->need[(size_t)k * r->B + row] && (s->defer && s->defer[k] && !s->released) == deferred;
   if (!any) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(pack_sample(b, index, row, &w, &words));
+  PetscCall(pack_sample(b, index, row, 0, &w, &words));
   PetscCall(sender_grow(s));
   s->buf[s->nbuf++] = w; /* kept until every send of it is complete */
   for (int k = 0; k < r->ndest; k++) {
     if (!r->need[(size_t)k * r->B + row] || (s->defer && s->defer[k] && !s->released) != deferred) continue;
-    PetscCall(sender_grow(s));
-    PetscCallMPI(MPI_Isend(w, words, MPI_INT, r->dest[k], GENFUSE_STREAM_TAG, s->comm, &s->req[s->n++]));
+    PetscCall(post(s, w, words, r->dest[k]));
     s->messages++;
     s->bytes += 4LL * words;
   }
@@ -138,12 +194,24 @@ PetscErrorCode genfuse_sender_release(GenFuseSender *s)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode genfuse_sender_close(GenFuseSender *s)
+{
+  static const int end = -1;
+
+  PetscFunctionBegin;
+  if (!s->deal || s->closed) PetscFunctionReturn(PETSC_SUCCESS);
+  for (int k = 0; k < s->route->ndest; k++) PetscCall(post(s, (int *)&end, END_WORDS, s->route->dest[k]));
+  s->closed = PETSC_TRUE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode genfuse_sender_end(GenFuseSender *s)
 {
   double t0 = sys_wtime();
 
   PetscFunctionBegin;
   PetscCall(genfuse_sender_release(s));
+  PetscCall(genfuse_sender_close(s));
   PetscCallMPI(MPI_Waitall(s->n, s->req, s->st));
   for (int k = 0; k < s->nbuf; k++) PetscCall(PetscFree(s->buf[k]));
   PetscCall(PetscFree(s->req));
@@ -155,7 +223,7 @@ PetscErrorCode genfuse_sender_end(GenFuseSender *s)
 }
 
 /* Appends one message as arrival k of arr (allowed sets after arrival k-1's). */
-static PetscErrorCode unpack_sample(const int *w, int words, GenBatch *arr, int k, int *row)
+static PetscErrorCode unpack_sample(const int *w, int words, GenBatch *arr, int k, int *row, int *calls)
 {
   size_t T = (size_t)arr->Tmax, base = (size_t)k * T;
   int    P = w[H_PROMPT], L = w[H_LEN], n = P + L, nids = w[H_NIDS];
@@ -163,6 +231,7 @@ static PetscErrorCode unpack_sample(const int *w, int words, GenBatch *arr, int 
   PetscFunctionBegin;
   PetscCheck(k < arr->n && n <= arr->Tmax && words == H_WORDS + 2 * n + (arr->mask_off ? n + nids : 0), PETSC_COMM_SELF, PETSC_ERR_PLIB, "fuse: malformed sample message (%d words, row %d)", words, w[H_ROW]);
   *row                 = w[H_ROW];
+  if (calls) calls[k] = w[H_CALLS];
   arr->prompt_len[k]   = P;
   arr->response_len[k] = L;
   arr->eos[k]          = w[H_EOS];
@@ -186,16 +255,17 @@ static PetscErrorCode unpack_sample(const int *w, int words, GenBatch *arr, int 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int tokens, PetscBool hold, GenBatch *arr, int *rows, GenFuseBatchFn run, void *ctx, GenFuseRecvStats *st)
+PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int senders, int tokens, PetscBool hold, GenBatch *arr, int *rows, int *calls, GenFuseBatchFn run, void *ctx, GenFuseRecvStats *st)
 {
-  int got = 0, first = 0, pending = 0, *w = NULL, cap = 0, *idx;
+  int       got = 0, first = 0, pending = 0, ends = 0, *w = NULL, cap = 0, *idx;
+  PetscBool more = (PetscBool)(senders > 0 || expected > 0); /* samples may still come */
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(st, sizeof *st));
   PetscCall(PetscMalloc1(arr->n + 1, &idx));
   if (arr->mask_off) arr->mask_off[0] = 0;
-  while (first < expected) {
-    if (got < expected) {
+  while (more || first < got) {
+    if (more) {
       MPI_Status status;
       int        words;
       double     t0 = sys_wtime();
@@ -209,20 +279,26 @@ PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int tokens, PetscBoo
         PetscCall(PetscMalloc1(cap, &w));
       }
       PetscCallMPI(MPI_Recv(w, words, MPI_INT, status.MPI_SOURCE, GENFUSE_STREAM_TAG, comm, MPI_STATUS_IGNORE));
-      PetscCall(unpack_sample(w, words, arr, got, &rows[got]));
-      pending += arr->prompt_len[got] + arr->response_len[got];
-      got++;
-      st->messages++;
-      st->bytes += 4LL * words;
+      if (senders > 0 && words == END_WORDS) more = (PetscBool)(++ends < senders); /* a sender's samples all came before its end */
+      else {
+        PetscCheck(got < arr->n, PETSC_COMM_SELF, PETSC_ERR_PLIB, "fuse: more samples arrived than the batch holds (%d)", arr->n);
+        PetscCall(unpack_sample(w, words, arr, got, &rows[got], calls));
+        pending += arr->prompt_len[got] + arr->response_len[got];
+        got++;
+        st->messages++;
+        st->bytes += 4LL * words;
+        if (senders <= 0) more = (PetscBool)(got < expected);
+      }
     }
-    if ((pending >= tokens && !hold) || got == expected) { /* a full micro-batch, or the rest */
+    if ((pending >= tokens && !hold) || !more) { /* a full micro-batch, or the rest */
       int n = 0, tok = 0;
-      while (first < got && (n == 0 || tok + arr->prompt_len[first] + arr->response_len[first] <= tokens || got == expected)) {
+      while (first < got && (n == 0 || tok + arr->prompt_len[first] + arr->response_len[first] <= tokens || !more)) {
         if (n && tok >= tokens) break;
         tok += arr->prompt_len[first] + arr->response_len[first];
         idx[n++] = first++;
       }
       pending -= tok;
+      if (!n) continue;
       st->batches++;
       PetscCall(run(ctx, arr, rows, idx, n));
     }
@@ -232,28 +308,20 @@ PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int tokens, PetscBoo
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode genfuse_replica_bcast(MPI_Comm comm, int root, GenBatch *arr, int *rows, int *idx, int *n, int *got, GenFuseRecvStats *st)
+PetscErrorCode genfuse_replica_bcast(MPI_Comm comm, int root, GenBatch *arr, int *rows, int *calls, int *idx, int *n, int *got, GenFuseRecvStats *st)
 {
   int me, head[2] = {*n, 0}, *w = NULL, at = 0;
 
   PetscFunctionBegin;
   PetscCallMPI(MPI_Comm_rank(comm, &me));
-  if (me == root) { /* [words, sample] per arrival */
-    int **one, *len;
-
-    PetscCall(PetscMalloc2(*n + 1, &one, *n + 1, &len));
-    for (int i = 0; i < *n; i++) {
-      PetscCall(pack_sample(arr, idx[i], rows[idx[i]], &one[i], &len[i]));
-      head[1] += len[i] + 1;
-    }
+  if (me == root) { /* [words, sample] per arrival, written in place */
+    for (int i = 0; i < *n; i++) head[1] += sample_words(arr, idx[i]) + 1;
     PetscCall(PetscMalloc1(head[1] + 1, &w));
     for (int i = 0; i < *n; i++) {
-      w[at++] = len[i];
-      memcpy(w + at, one[i], (size_t)len[i] * sizeof(int));
-      at += len[i];
-      PetscCall(PetscFree(one[i]));
+      w[at] = sample_words(arr, idx[i]);
+      write_sample(arr, idx[i], rows[idx[i]], calls ? calls[idx[i]] : 0, w + at + 1);
+      at += w[at] + 1;
     }
-    PetscCall(PetscFree2(one, len));
   }
   PetscCallMPI(MPI_Bcast(head, 2, MPI_INT, root, comm));
   if (me != root) {
@@ -264,7 +332,7 @@ PetscErrorCode genfuse_replica_bcast(MPI_Comm comm, int root, GenBatch *arr, int
   if (me != root) {
     if (!*got && arr->mask_off) arr->mask_off[0] = 0;
     for (int i = 0; i < *n; i++) {
-      PetscCall(unpack_sample(w + at + 1, w[at], arr, *got, &rows[*got]));
+      PetscCall(unpack_sample(w + at + 1, w[at], arr, *got, &rows[*got], calls));
       at += w[at] + 1;
       idx[i] = (*got)++;
     }

@@ -227,14 +227,9 @@ static PetscErrorCode share_fused(void *ctx)
   IterCtx *c = (IterCtx *)ctx;
   PetscFunctionBegin;
   PetscCall(share_generation(ctx));
-  if (c->o->plan.fuse == FUSE_MIGRATE) { /* rows ran where the migration put them */
-    PetscCall(rollout_share_inf_owned(&c->m->genfuse, c->r));
-    if (c->m->has_critic && c->m->critic_drop) PetscCall(dmodel_release(&c->m->critic_inf, PETSC_FALSE));
-    PetscFunctionReturn(PETSC_SUCCESS);
-  }
-  PetscCall(share_ref(ctx));
-  if (c->o->has_reward_model) PetscCall(share_reward(ctx));
-  if (c->m->has_critic) PetscCall(share_critic_inf(ctx));
+  /* rows ran where they were dealt (stream) or where the migration put them */
+  PetscCall(rollout_share_inf_owned(&c->m->genfuse, c->r));
+  if (c->m->has_critic && c->m->critic_drop) PetscCall(dmodel_release(&c->m->critic_inf, PETSC_FALSE));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

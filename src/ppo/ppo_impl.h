@@ -38,12 +38,14 @@ typedef struct {
     int       B, *len, *rlen;
     double    step_s, tok_s;
   } hist;
-  /* Which rank runs which inference call on which row: by default every
-   * replica head of a call's mesh its replica's rows; after a migration
-   * (genfuse_reroute) the rows of ranks that go on decoding go to the freed
-   * ranks. done: what this rank computed in this iteration (the shares of
-   * migrate take each (call, row) from the rank that computed it). */
+  /* Which rank runs which inference call on which row: with migrate every
+   * replica head of a call's mesh its replica's rows, and after a
+   * migration (genfuse_reroute) the rows of ranks that go on decoding go to
+   * the freed ranks; with stream (dealt) the rows each head was dealt, set
+   * as they arrive. done: what this rank computed in this iteration (the
+   * shares take each (call, row) from the rank that computed it). */
   struct {
+    PetscBool      dealt;
     int            B, world;
     unsigned char *need, *member, *done; /* [3][world][B], [3][world], [3][B] */
     int           *q_rep;                /* [world]: generation replica, or -1 */

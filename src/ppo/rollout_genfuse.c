@@ -6,6 +6,10 @@
  * replicas that hold them; the ranks of the others stop generating and run
  * the inference calls they serve, on their own rows and on the finished
  * rows of the ranks still decoding (co-located plans fuse that way).
+ * With stream, each generation head deals its samples to the replica of
+ * each call with the least estimated work so far (genfuse_deal), and tells
+ * every inference head when it is done; with migrate the rows stay with
+ * their replicas (the reroute at the migration needs that).
  * Inference replicas may span ranks (tp, pp): the samples go to the
  * replica's head (its last stage's first tp rank), which cuts the
  * micro-batches and hands each to the replica's other ranks
@@ -48,7 +52,7 @@ PetscErrorCode rollout_genfuse_teardown(RolloutGenFuse *gs)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode rows_setup(PPOModels *m, int B)
+static PetscErrorCode rows_setup(PPOModels *m, int B, PetscBool dealt)
 {
   RolloutGenFuse *gs = &m->genfuse;
   DModel     *dm[3];
@@ -65,6 +69,7 @@ static PetscErrorCode rows_setup(PPOModels *m, int B)
   PetscCall(PetscArrayzero(gs->rows.need, 3 * (size_t)world * B));
   PetscCall(PetscArrayzero(gs->rows.member, 3 * world));
   PetscCall(PetscArrayzero(gs->rows.done, 3 * (size_t)B));
+  gs->rows.dealt = dealt;
   for (int q = 0; q < world; q++) gs->rows.q_rep[q] = -1, gs->rows.head_of[q] = q;
   for (int i = 0; i < gm->nranks; i++) gs->rows.q_rep[gm->ranks[i]] = (i / gm->tp) % gm->dp; /* mesh index (p*dp + d)*tp + t */
   for (int k = 0; k < nc; k++) {
@@ -75,19 +80,22 @@ static PetscErrorCode rows_setup(PPOModels *m, int B)
       for (int p = 0; p < mesh->pp; p++) /* a replica of several ranks: one head */
         for (int t = 0; t < mesh->tp; t++) gs->rows.head_of[mesh_rank(mesh, p, d, t)] = q;
       gs->rows.member[k * world + q] = 1;
-      for (int b = b0; b < b1; b++) gs->rows.need[((size_t)k * world + q) * B + b] = 1;
+      for (int b = b0; b < b1 && !dealt; b++) gs->rows.need[((size_t)k * world + q) * B + b] = 1;
     }
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The route: a rank needs a row if it runs any call on it. */
+/* The route: a rank needs a row if it runs any call on it; dealt, every
+ * replica head may get any row. */
 static void route_fill(const RolloutGenFuse *gs, GenFuseRoute *route)
 {
   int B = gs->rows.B, world = gs->rows.world;
   for (int q = 0; q < world; q++) {
+    int head = gs->rows.member[q] | gs->rows.member[world + q] | gs->rows.member[2 * world + q];
+
     route->dest[q] = q;
-    for (int b = 0; b < B; b++) route->need[(size_t)q * B + b] = gs->rows.need[(size_t)q * B + b] | gs->rows.need[((size_t)world + q) * B + b] | gs->rows.need[(2 * (size_t)world + q) * B + b];
+    for (int b = 0; b < B; b++) route->need[(size_t)q * B + b] = gs->rows.dealt ? head : gs->rows.need[(size_t)q * B + b] | gs->rows.need[((size_t)world + q) * B + b] | gs->rows.need[(2 * (size_t)world + q) * B + b];
   }
   route->ndest = world;
 }
@@ -100,7 +108,7 @@ static PetscErrorCode fuse_route(PPOModels *m, int B, PetscBool keep, GenFuseRou
   int n = 0, world;
 
   PetscFunctionBegin;
-  PetscCall(rows_setup(m, B));
+  PetscCall(rows_setup(m, B, (PetscBool)!keep));
   PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
   PetscCall(genfuse_route_create(B, world, route));
   route_fill(&m->genfuse, route);
@@ -169,7 +177,7 @@ typedef struct {
   Rollout          *r, arr; /* arr: the arrivals, in arrival order */
   PackBuf          *pb;
   DModel           *dm[3];
-  int               ncalls, me, *sub;
+  int               ncalls, me, *sub, *calls; /* calls[j]: what arrival j was dealt to here */
   int               head[3]; /* the head of this rank's replica of each call it serves (-1: none) */
   MPI_Comm          rep;     /* a replica of several ranks: its ranks (else MPI_COMM_NULL) */
   int               rep_root;
@@ -189,6 +197,9 @@ static PetscErrorCode fuse_batch_run(FuseInf *f, const int *rows, const int *idx
 
   PetscFunctionBegin;
   for (int i = 0; i < n; i++) a->start[idx[i]] = a->gen.prompt_len[idx[i]], a->len[idx[i]] = a->gen.response_len[idx[i]], f->tm->tokens += a->start[idx[i]] + a->len[idx[i]];
+  for (int i = 0; i < n && gs->rows.dealt; i++) /* the rows as they were dealt */
+    for (int k = 0; k < f->ncalls; k++)
+      if (f->head[k] >= 0 && f->calls[idx[i]] >> k & 1) gs->rows.need[((size_t)k * gs->rows.world + f->head[k]) * r->B + rows[idx[i]]] = 1;
   for (int k = 0; k < f->ncalls; k++) {
     int    ns = 0;
     double t0 = sys_wtime();
@@ -218,7 +229,7 @@ static PetscErrorCode fuse_batch(void *ctx, const GenBatch *g, const int *rows, 
 
   PetscFunctionBegin;
   (void)g;
-  if (f->rep != MPI_COMM_NULL) PetscCall(genfuse_replica_bcast(f->rep, f->rep_root, &f->arr.gen, (int *)rows, (int *)idx, &n, NULL, NULL));
+  if (f->rep != MPI_COMM_NULL) PetscCall(genfuse_replica_bcast(f->rep, f->rep_root, &f->arr.gen, (int *)rows, f->calls, (int *)idx, &n, NULL, NULL));
   PetscCall(fuse_batch_run(f, rows, idx, n));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -281,13 +292,15 @@ static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, 
   for (int k = 0; k < f.ncalls; k++)
     if (f.dm[k] && dmodel_member(f.dm[k])) PetscCall(dmodel_acquire(f.dm[k]));
   PetscCall(rollout_create(r->B, r->T, r->gen.mask_off ? PETSC_TRUE : PETSC_FALSE, &f.arr));
-  PetscCall(PetscMalloc2(r->B, &rows, r->B, &f.sub));
+  PetscCall(PetscMalloc3(r->B, &rows, r->B, &f.sub, r->B, &f.calls));
   PetscCall(fuse_replica(m, &f));
   if (f.rep == MPI_COMM_NULL || f.head[0] == me || f.head[1] == me || f.head[2] == me) {
-    PetscCall(genfuse_receive(gs->comm, genfuse_route_count(route, me), (int)o->plan.fuse_tokens, o->plan.fuse_hold, &f.arr.gen, rows, fuse_batch, &f, &st));
+    int senders = gs->rows.dealt ? ppo_gen_model(m)->mesh->dp : 0; /* dealt: until every generation head is done */
+
+    PetscCall(genfuse_receive(gs->comm, senders ? 0 : genfuse_route_count(route, me), senders, (int)o->plan.fuse_tokens, o->plan.fuse_hold, &f.arr.gen, rows, f.calls, fuse_batch, &f, &st));
     if (f.rep != MPI_COMM_NULL) { /* the end, to the replica's other ranks */
       int n = 0;
-      PetscCall(genfuse_replica_bcast(f.rep, f.rep_root, &f.arr.gen, rows, f.sub, &n, NULL, NULL));
+      PetscCall(genfuse_replica_bcast(f.rep, f.rep_root, &f.arr.gen, rows, f.calls, f.sub, &n, NULL, NULL));
     }
   } else { /* another rank of a replica: the head's micro-batches */
     int n, got = 0, *idx;
@@ -298,7 +311,7 @@ static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, 
       double t0 = sys_wtime();
 
       n = 0;
-      PetscCall(genfuse_replica_bcast(f.rep, f.rep_root, &f.arr.gen, rows, idx, &n, &got, &st));
+      PetscCall(genfuse_replica_bcast(f.rep, f.rep_root, &f.arr.gen, rows, f.calls, idx, &n, &got, &st));
       st.wait += sys_wtime() - t0;
       if (!n) break;
       st.batches++;
@@ -307,7 +320,7 @@ static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, 
     PetscCall(PetscFree(idx));
   }
   tm->recv_wait = st.wait, tm->batches = st.batches;
-  PetscCall(PetscFree2(rows, f.sub));
+  PetscCall(PetscFree3(rows, f.sub, f.calls));
   PetscCall(rollout_destroy(&f.arr));
   if (m->offload_ref) PetscCall(dmodel_release(&m->reference, PETSC_TRUE));
   if (m->offload_rew) PetscCall(dmodel_release(&m->reward, PETSC_TRUE));
@@ -399,6 +412,43 @@ static PetscErrorCode generate_migrate(PPOModels *m, const PPOOptions *o, const 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* A generation head's deal (stream): every replica of each inference call,
+ * nothing dealt yet. head[0] and load[0] hold the storage. */
+static PetscErrorCode deal_create(PPOModels *m, GenFuseDeal *d)
+{
+  DModel *dm[3];
+  int     nc = fuse_calls(m, dm), total = 0, at = 0, *head;
+  double *load;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(d, sizeof *d));
+  for (int k = 0; k < nc; k++) total += dm[k] && dm[k]->mesh ? dm[k]->mesh->dp : 0;
+  PetscCall(PetscMalloc1(total + 1, &head));
+  PetscCall(PetscCalloc1(total + 1, &load));
+  d->ncall  = nc;
+  d->sender = ppo_gen_model(m)->mesh->d;
+  for (int k = 0; k < nc; k++) {
+    const Mesh *mesh = dm[k] ? dm[k]->mesh : NULL;
+
+    d->head[k] = head + at, d->load[k] = load + at;
+    if (!mesh) continue;
+    d->nrep[k] = mesh->dp, d->width[k] = dm[k]->cfg.n_embd;
+    for (int j = 0; j < mesh->dp; j++) head[at + j] = exec_head(mesh, j);
+    at += mesh->dp;
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode deal_destroy(GenFuseDeal *d)
+{
+  int *head = (int *)d->head[0];
+
+  PetscFunctionBegin;
+  PetscCall(PetscFree(head));
+  PetscCall(PetscFree(d->load[0]));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* This rank's mean decode-step time (for R_t auto). */
 static double mean_step(const GenBatch *b)
 {
@@ -416,6 +466,8 @@ PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const Gen
   PetscBool  migrate = (PetscBool)(o->plan.fuse == FUSE_MIGRATE);
   int        me;
   unsigned char *defer = NULL;
+  GenFuseDeal deal;
+  PetscBool  dealing = PETSC_FALSE;
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(tm, sizeof *tm));
@@ -429,6 +481,10 @@ PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const Gen
 
     exec_rows(r->B, gen->mesh->dp, gen->mesh->d, &b0, &b1);
     PetscCall(genfuse_sender_begin(gs->comm, &route, migrate ? 0 : b0, &s));
+    if (gs->rows.dealt && head) {
+      PetscCall(deal_create(m, &deal));
+      s.deal = &deal, dealing = PETSC_TRUE;
+    }
     /* migrate: a generation rank that also runs inference only starts it
      * when it stops generating, and which rows it then runs depends on
      * the migration: its samples wait in the sender until then */
@@ -443,6 +499,7 @@ PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const Gen
     PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));
     t1      = sys_wtime();
     tm->gen = t1 - t0;
+    PetscCall(genfuse_sender_close(&s)); /* dealt: the inference heads learn the stream has ended */
     tm->step_s = mean_step(part->own ? &part->b : &r->gen);
     if (tm->mig_t1 > 0) { /* generation, the migration, and (on a destination) the tail */
       PetscCall(timeline_mark("generation", t0, tm->mig_t0));
@@ -461,6 +518,7 @@ PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const Gen
     if (s.n) PetscCall(timeline_mark("stream_drain", t0, sys_wtime()));
     tm->messages = (double)s.messages, tm->bytes = (double)s.bytes, tm->send = s.seconds;
   }
+  if (dealing) PetscCall(deal_destroy(&deal));
   PetscCall(PetscFree(defer));
   PetscCall(genfuse_route_destroy(&route));
   PetscFunctionReturn(PETSC_SUCCESS);
