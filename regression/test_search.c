@@ -23,6 +23,7 @@ typedef struct {
   double params[MFC_COUNT]; /* memory of the call's model on one rank, GB */
   double mem_cap;           /* GB per rank */
   long   calls;
+  long   fail_at;           /* > 0: the objective fails on this call */
 } Toy;
 
 static PetscBool toy_train(MFCId c) { return c == MFC_ACTOR_TRAIN || c == MFC_CRITIC_TRAIN ? PETSC_TRUE : PETSC_FALSE; }
@@ -60,9 +61,12 @@ static PetscErrorCode toy_objective(void *ctx, const Plan *p, CostEstimate *est)
   int         ninf = 0, ntrain = 0;
   MFCId       ic[2], tc[2];
 
+  long        call;
+
   PetscFunctionBegin;
-#pragma omp atomic
-  t->calls++; /* the chains run on several threads */
+#pragma omp atomic capture
+  call = ++t->calls; /* the chains run on several threads */
+  PetscCheck(!t->fail_at || call != t->fail_at, PETSC_COMM_SELF, PETSC_ERR_LIB, "toy objective: failed on call %ld", call);
   est->feasible = PETSC_TRUE;
   for (int c = 0; c < MFC_COUNT; c++) {
     const PlanCall *k = &p->call[c];
@@ -99,6 +103,12 @@ static PetscErrorCode toy_objective(void *ctx, const Plan *p, CostEstimate *est)
 }
 
 /* ---- helpers -------------------------------------------------------------------- */
+static PetscErrorCode capture_error(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n, PetscErrorType p, const char *mess, void *ctx)
+{
+  if (p == PETSC_ERROR_INITIAL && mess) snprintf((char *)ctx, 512, "%s", mess);
+  return n;
+}
+
 static PetscBool same_plan(const Plan *a, const Plan *b)
 {
   if (a->offload != b->offload || a->zero1 != b->zero1 || a->fuse != b->fuse || a->fuse_train != b->fuse_train) return PETSC_FALSE;
@@ -263,6 +273,23 @@ static PetscErrorCode run(void)
     PetscCall(search_anneal(sp, toy_objective, &toy, &start, 1, &o, &res));
     snprintf(detail, sizeof detail, "timed out %d after %ld iterations", (int)res.timed_out, res.iters);
     test_report((PetscBool)(res.timed_out && res.iters < 1000), "a time budget stops the search", "%s", detail);
+    { /* an objective that fails inside a chain (on a thread of its own when
+       * there are 2): the search returns the error with the objective's
+       * message, raised again on the calling thread, and frees what it
+       * holds (the sanitizer build checks that) */
+      PetscErrorCode ierr;
+      char           msg[512] = "";
+
+      search_options_default(&o);
+      o.chains     = 2;
+      toy.calls    = 0;
+      toy.fail_at  = 40;
+      PetscCall(PetscPushErrorHandler(capture_error, msg));
+      ierr = search_anneal(sp, toy_objective, &toy, &start, 1, &o, &res);
+      PetscCall(PetscPopErrorHandler());
+      toy.fail_at = 0;
+      test_report((PetscBool)(ierr == PETSC_ERR_LIB && strstr(msg, "toy objective: failed on call 40")), "an error in a chain's thread comes back with its message", "error %d, message \"%s\"", (int)ierr, msg);
+    }
   }
   PetscCall(search_space_destroy(&sp));
   PetscFunctionReturn(PETSC_SUCCESS);

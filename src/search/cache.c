@@ -8,6 +8,7 @@
  * annealing chain works on a copy (search_cache_clone): threads share none. */
 #include "search_impl.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define SEARCH_CACHE_SLOTS 16384
@@ -82,6 +83,37 @@ PetscErrorCode search_cache_clone(SearchSpace from, SearchCache *to)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+static _Thread_local int search_quiet; /* this thread is in plan_check */
+static int                 search_catching;
+static char                search_caught[1024];
+
+static PetscErrorCode search_catch(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n, PetscErrorType p, const char *mess, void *ctx)
+{
+  (void)comm, (void)line, (void)fun, (void)file, (void)ctx;
+  if (search_quiet || p != PETSC_ERROR_INITIAL) return n;
+#pragma omp critical(rlfuse_search_caught)
+  if (!search_caught[0]) snprintf(search_caught, sizeof search_caught, "%s", mess && mess[0] ? mess : "(no message)");
+  return n;
+}
+
+PetscErrorCode search_catch_begin(void)
+{
+  PetscFunctionBegin;
+  search_caught[0] = 0;
+  PetscCall(PetscPushErrorHandler(search_catch, NULL));
+  search_catching = 1;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode search_catch_end(const char **message)
+{
+  PetscFunctionBegin;
+  search_catching = 0;
+  PetscCall(PetscPopErrorHandler());
+  *message = search_caught;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 void search_cache_count(SearchSpace sp, SearchCache from)
 {
   if (!sp->cache || !from) return;
@@ -95,7 +127,7 @@ PetscErrorCode search_evaluate(SearchSpace sp, SearchObjective f, void *ctx, con
   SearchSig      sig;
   SearchSlot    *s;
   uint64_t       h;
-  PetscErrorCode ierr, push, pop = 0;
+  PetscErrorCode ierr;
 
   PetscFunctionBegin;
   if (!sp->cache) {
@@ -116,19 +148,18 @@ PetscErrorCode search_evaluate(SearchSpace sp, SearchObjective f, void *ctx, con
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   c->misses++;
-  /* PETSc's error handlers are a process-wide stack, and a refusal goes
-   * through them: one chain's thread at a time */
-  ierr = 0;
-#pragma omp critical(rlfuse_petsc_error_handler)
-  {
-    push = PetscPushErrorHandler(PetscReturnErrorHandler, NULL);
-    if (!push) {
-      ierr = plan_check(plan, &sp->needs);
-      pop  = PetscPopErrorHandler();
-    }
+  /* a refusal goes through PETSc's error handlers, a process-wide stack:
+   * on the chains' threads search_catch keeps it silent by this thread's
+   * flag; elsewhere (one thread) a silent handler is pushed around it */
+  if (search_catching) {
+    search_quiet = 1;
+    ierr         = plan_check(plan, &sp->needs);
+    search_quiet = 0;
+  } else {
+    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+    ierr = plan_check(plan, &sp->needs);
+    PetscCall(PetscPopErrorHandler());
   }
-  PetscCall(push);
-  PetscCall(pop);
   *ok = ierr ? PETSC_FALSE : PETSC_TRUE;
   PetscCall(PetscMemzero(est, sizeof *est));
   if (*ok) PetscCall(f(ctx, plan, est));

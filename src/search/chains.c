@@ -91,6 +91,24 @@ static PetscErrorCode search_chain_run(SearchSpace sp, SearchObjective f, void *
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* After an error on a chain's thread: every chain's cache and the arrays
+ * freed, then the error raised again on this thread with its message. */
+static PetscErrorCode search_chains_fail(SearchChainRun *run, int n, Plan *splan, CostEstimate *sest, int *order, PetscErrorCode ierr, const char *message)
+{
+  PetscFunctionBegin;
+  for (int i = 0; i < n; i++) PetscCall(search_cache_destroy(&run[i].view.cache));
+  PetscCall(PetscFree4(splan, sest, order, run));
+  SETERRQ(PETSC_COMM_SELF, ierr, "%s", message[0] ? message : "plan search: a chain failed (no message)");
+}
+
+/* The first error of the chains (0: none). */
+static PetscErrorCode search_chains_error(const SearchChainRun *run, const int *which, int n)
+{
+  for (int i = 0; i < n; i++)
+    if (run[which ? which[i] : i].ierr) return run[which ? which[i] : i].ierr;
+  return 0;
+}
+
 PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, int nstart, const SearchOptions *o, SearchResult *res)
 {
   SearchChainRun *run;
@@ -98,14 +116,20 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
   CostEstimate   *sest;
   int            *order, nok, ngroup, n, nthr, best[2] = {-1, -1}, win;
   double          t0 = sys_wtime(), budget = 0;
+  PetscErrorCode  ierr;
+  const char     *message;
 
   PetscFunctionBegin;
   PetscCheck(o->max_iter > 0 || o->time_s > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "plan search: give -plan_iterations or -plan_time (neither would never stop)");
   PetscCheck(o->max_iter >= 0 && o->t_start > 0 && o->t_end > 0 && o->t_end <= o->t_start, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "plan search: -plan_iterations %ld must be >= 0 and the temperatures 0 < end %g <= start %g", o->max_iter, o->t_end, o->t_start);
   PetscCheck(o->chains >= 1 && o->chains <= SEARCH_GROUP_KEYS, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "plan search: -plan_chains %d must be in 1..%d", o->chains, SEARCH_GROUP_KEYS);
   PetscCall(PetscMemzero(res, sizeof *res));
-  PetscCall(PetscMalloc4(nstart, &splan, nstart, &sest, nstart, &order, 2 * o->chains, &run));
-  PetscCall(search_order_starts(sp, f, ctx, start, nstart, splan, sest, order, &nok));
+  PetscCall(PetscCalloc4(nstart, &splan, nstart, &sest, nstart, &order, 2 * o->chains, &run));
+  ierr = search_order_starts(sp, f, ctx, start, nstart, splan, sest, order, &nok);
+  if (ierr) {
+    PetscCall(PetscFree4(splan, sest, order, run));
+    PetscCall(ierr);
+  }
   ngroup = search_space_has_fusion(sp) ? 2 : 1;
   n      = ngroup * o->chains;
   nthr   = search_threads(n);
@@ -113,6 +137,7 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
   if (o->time_s > 0) budget = SEARCH_ANNEAL_SHARE * o->time_s / (double)((n + nthr - 1) / nthr);
   /* chain i: group i % ngroup (the groups alternate, so that under a time
    * budget both progress), chain i / ngroup in it */
+  PetscCall(search_catch_begin());
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthr)
   for (int i = 0; i < n; i++) {
     int g = i % ngroup, c = i / ngroup, s = order[c % nok];
@@ -121,7 +146,8 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
     run[i].ierr      = search_chain_run(sp, f, ctx, &splan[s], &sest[s], o, (uint32_t)(g * SEARCH_GROUP_KEYS + c), budget, &run[i]);
     run[i].res.start = s;
   }
-  for (int i = 0; i < n; i++) PetscCall(run[i].ierr);
+  PetscCall(search_catch_end(&message));
+  if ((ierr = search_chains_error(run, NULL, n))) PetscCall(search_chains_fail(run, n, splan, sest, order, ierr, message));
   for (int i = 0; i < n; i++) { /* each group's best chain, the first on ties */
     int g = i % ngroup;
 
@@ -136,13 +162,15 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
       PetscCall(search_cache_destroy(&run[i].view.cache));
     }
   /* pairs of flips only where the space is small: each costs a tuning */
+  PetscCall(search_catch_begin());
 #pragma omp parallel for schedule(static, 1) num_threads(PetscMin(nthr, ngroup))
   for (int g = 0; g < ngroup; g++) {
     SearchChainRun *r = &run[best[g]];
 
     r->ierr = search_polish(&r->view, f, ctx, sp->spec.world <= 8 ? PETSC_TRUE : PETSC_FALSE, o->time_s > 0 ? t0 + o->time_s : INFINITY, &r->res.plan, &r->res.est, &r->res);
   }
-  for (int g = 0; g < ngroup; g++) PetscCall(run[best[g]].ierr);
+  PetscCall(search_catch_end(&message));
+  if ((ierr = search_chains_error(run, best, ngroup))) PetscCall(search_chains_fail(run, n, splan, sest, order, ierr, message));
   /* the best fused plan any chain or polish saw, tuned within the budget
    * (reported beside the winner; the polish's are tuned already) */
   for (int i = 0; i < n; i++)

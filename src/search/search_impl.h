@@ -39,6 +39,16 @@ PetscErrorCode search_cache_destroy(SearchCache *c);
 PetscErrorCode search_cache_clone(SearchSpace from, SearchCache *to);
 /* Adds the hits and misses of `from` to the counts of sp's cache. */
 void search_cache_count(SearchSpace sp, SearchCache from);
+/* Errors raised on the chains' threads (cache.c). PETSc's error handlers
+ * are one process-wide stack, so a thread can neither push a silent handler
+ * for plan_check's refusals without silencing the other threads, nor print
+ * its own error through the job's handler safely. Between begin and end
+ * (on the main thread, around a parallel region) one handler serves every
+ * thread: plan_check's refusals stay silent (a flag of the thread's own),
+ * and the first other error's message is kept; end gives it back ("" if
+ * none) for the main thread to raise again. */
+PetscErrorCode search_catch_begin(void);
+PetscErrorCode search_catch_end(const char **message);
 
 /* Puts call c on mesh m with strategy s; in a fused plan, inference calls
  * that share a rank with c's replicas, where either has replicas of
