@@ -164,7 +164,7 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
   const CostWork    *w = s->w;
   const Plan        *plan = s->plan;
   const CostShape   *am = &w->actor;
-  int                B = s->B, dp = s->dp, world = plan->world, *q_rep;
+  int                B = s->B, dp = s->dp, world = plan->world, *q_rep, *orig;
   PetscBool          lockstep = rt > 0 && dp > 1, migrated = PETSC_FALSE;
   double             t = 0, t_mig = 0, *arrive, *t0q;
   unsigned char     *need, *member, *keep, *freed;
@@ -216,7 +216,8 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
   /* the inference rows: by default each replica's own; after the migration
    * the finished rows of decoding ranks go to the freed ranks */
   PetscCall(PetscCalloc4(3 * (size_t)world * B, &need, 3 * world, &member, B, &keep, dp, &freed));
-  PetscCall(PetscMalloc4(world, &q_rep, B, &arrive, B, &arr, world, &t0q));
+  PetscCall(PetscMalloc5(world, &q_rep, B, &arrive, B, &arr, world, &t0q, B, &orig));
+  for (int b = 0; b < B; b++) orig[b] = origin(B, dp, b);
   for (int q = 0; q < world; q++) q_rep[q] = cost_replica_of(&plan->call[MFC_ACTOR_GEN], q);
   for (int k = 0; k < 3; k++) {
     const PlanCall *c = &plan->call[inf[k]];
@@ -240,11 +241,15 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
   for (int q = 0; q < world; q++) {
     const unsigned char *nk[3] = {need + (size_t)q * B, need + ((size_t)world + q) * B, need + (2 * (size_t)world + q) * B};
     double               t0    = t0q[q];
+    if (!member[q] && !member[world + q] && !member[2 * world + q]) { /* no replica's head: no rows (genfuse_reroute deals to members only) */
+      end[q] = q_rep[q] >= 0 ? s->stop[q_rep[q]] : -1;
+      continue;
+    }
     for (int b = 0; b < B; b++) {
       /* rows for a generation rank wait in their sender until the
        * migration, or without one until the sender stops generating */
       arrive[b] = s->fin[b];
-      if (q_rep[q] >= 0) arrive[b] = PetscMax(arrive[b], migrated ? t + t_mig : s->stop[origin(B, dp, b)]);
+      if (q_rep[q] >= 0) arrive[b] = PetscMax(arrive[b], migrated ? t + t_mig : s->stop[orig[b]]);
     }
     end[q] = cost_stream_rank(s->p, w, plan, Li, nk, arrive, t0, arr);
     if (end[q] < 0 && q_rep[q] >= 0) end[q] = s->stop[q_rep[q]];
@@ -252,7 +257,7 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
   /* the other ranks of a replica are busy until its head is done */
   for (int k = 0; k < 3; k++) replica_spread(&plan->call[inf[k]], cost_call_used(w, inf[k]), end, PETSC_FALSE);
   PetscCall(PetscFree4(need, member, keep, freed));
-  PetscCall(PetscFree4(q_rep, arrive, arr, t0q));
+  PetscCall(PetscFree5(q_rep, arrive, arr, t0q, orig));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -78,22 +78,24 @@ PetscErrorCode genfuse_migrate_plan(const GenFuseMigIn *in, int *m_out, unsigned
 
 void genfuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned char *freed, const unsigned char *member, const unsigned char *keep, unsigned char *need)
 {
+  int stay[PLAN_MAX_RANKS], to[PLAN_MAX_RANKS], ns = 0; /* ranks of decoding replicas; freed members, in rank order */
+
+  for (int q = 0; q < nq && q < PLAN_MAX_RANKS; q++)
+    if (q_rep[q] >= 0 && !freed[q_rep[q]]) stay[ns++] = q;
   for (int k = 0; k < ncall; k++) {
     int nf = 0, next = 0;
-    for (int q = 0; q < nq; q++) nf += q_rep[q] >= 0 && freed[q_rep[q]] && member[k * nq + q];
+    for (int q = 0; q < nq && q < PLAN_MAX_RANKS; q++)
+      if (q_rep[q] >= 0 && freed[q_rep[q]] && member[k * nq + q]) to[nf++] = q;
     if (!nf) continue;
-    for (int b = 0; b < B; b++)
-      for (int q = 0; q < nq; q++) {
-        unsigned char *n = need + ((size_t)k * nq + q) * B + b;
-        if (!*n || q_rep[q] < 0 || freed[q_rep[q]] || (keep && keep[b])) continue;
+    for (int b = 0; b < B; b++) {
+      if (keep && keep[b]) continue;
+      for (int i = 0; i < ns; i++) {
+        unsigned char *n = need + ((size_t)k * nq + stay[i]) * B + b;
+        if (!*n) continue;
         *n = 0; /* to the next freed member, in rank order */
-        for (int f = 0, seen = 0; f < nq; f++)
-          if (q_rep[f] >= 0 && freed[q_rep[f]] && member[k * nq + f] && seen++ == next % nf) {
-            need[((size_t)k * nq + f) * B + b] = 1;
-            break;
-          }
-        next++;
+        need[((size_t)k * nq + to[next++ % nf]) * B + b] = 1;
       }
+    }
   }
 }
 
