@@ -104,6 +104,9 @@ PetscErrorCode search_enumerate(SearchSpace sp, SearchObjective f, void *ctx, co
  * "tuned preset" the search is compared with. When no variant passes
  * plan_check, est is infeasible with infinite memory. */
 PetscErrorCode search_tune(SearchSpace sp, SearchObjective f, void *ctx, Plan *plan, CostEstimate *est);
+/* The same, stopping between two estimates once sys_wtime() passes
+ * deadline (INFINITY: never) with the best plan found so far. */
+PetscErrorCode search_tune_until(SearchSpace sp, SearchObjective f, void *ctx, double deadline, Plan *plan, CostEstimate *est);
 
 /* ---- the search as a job (src/search/driver.c) ---------------------------- */
 typedef struct {

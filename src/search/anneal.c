@@ -164,7 +164,7 @@ PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, Petsc
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(1, &cand));
-  PetscCall(search_tune(sp, f, ctx, plan, est));
+  PetscCall(search_tune_until(sp, f, ctx, deadline, plan, est));
   while (better && sys_wtime() < deadline) {
     better = PETSC_FALSE;
     for (int i = 0; i < sp->nset && !better; i++)
@@ -173,7 +173,7 @@ PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, Petsc
           *cand = *plan;
           for (int k = 0; k < st; k++) search_flip_layout(sp, cand, sp->set[i]);
           if (j != i) search_flip_layout(sp, cand, sp->set[j]);
-          PetscCall(search_tune(sp, f, ctx, cand, &e));
+          PetscCall(search_tune_until(sp, f, ctx, deadline, cand, &e));
           search_seen_fused(seen, cand, &e);
           if (search_cost(&e) < search_cost(est)) *plan = *cand, *est = e, better = PETSC_TRUE;
         }

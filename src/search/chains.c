@@ -183,7 +183,7 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
     CostEstimate tuned;
     Plan         t = res->fused;
 
-    PetscCall(search_tune(sp, f, ctx, &t, &tuned));
+    PetscCall(search_tune_until(sp, f, ctx, o->time_s > 0 ? t0 + o->time_s : INFINITY, &t, &tuned));
     if (search_cost(&tuned) < search_cost(&res->fused_est)) res->fused = t, res->fused_est = tuned;
   }
   win = ngroup > 1 && search_cost(&run[best[1]].res.est) < search_cost(&run[best[0]].res.est) ? best[1] : best[0];

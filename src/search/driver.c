@@ -220,7 +220,7 @@ static PetscErrorCode search_plan_rank0(MPI_Comm self, SearchSpace sp, SearchCos
     PetscCall(search_evaluate(sp, search_cost_objective, ctx, &start[nstart], &ok, &e));
     if (ok && e.feasible) sum->best_preset = PetscMin(sum->best_preset, e.iter_s);
     if (print) PetscCall(search_row(self, PlacementNames[k], needs, ok, &e));
-    PetscCall(search_tune(sp, search_cost_objective, ctx, &start[nstart], &e));
+    PetscCall(search_tune_until(sp, search_cost_objective, ctx, o->time_s > 0 ? t0 + o->time_s : INFINITY, &start[nstart], &e));
     PetscCall(PetscSNPrintf(start[nstart].source, sizeof start[nstart].source, "preset %s, tuned", PlacementNames[k]));
     if (e.feasible) sum->best_tuned = PetscMin(sum->best_tuned, e.iter_s);
     snprintf(label, sizeof label, "%s, tuned", PlacementNames[k]);

@@ -110,6 +110,13 @@ static void search_valid_strategies(SearchSpace sp, Plan *plan)
 
 PetscErrorCode search_tune(SearchSpace sp, SearchObjective f, void *ctx, Plan *plan, CostEstimate *est)
 {
+  PetscFunctionBegin;
+  PetscCall(search_tune_until(sp, f, ctx, INFINITY, plan, est));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode search_tune_until(SearchSpace sp, SearchObjective f, void *ctx, double deadline, Plan *plan, CostEstimate *est)
+{
   Plan        *cand;
   CostEstimate e;
   PetscBool    ok;
@@ -128,7 +135,7 @@ PetscErrorCode search_tune(SearchSpace sp, SearchObjective f, void *ctx, Plan *p
 
       /* a preset's mesh that is not a contiguous range keeps its strategy */
       if (search_derived(plan, c) || plan->call[c].ranks[m.n - 1] != m.lo + m.n - 1) continue;
-      for (int s = 0; s < sp->nstrat[c][m.n]; s++) {
+      for (int s = 0; s < sp->nstrat[c][m.n] && !(isfinite(deadline) && sys_wtime() > deadline); s++) {
         *cand = *plan;
         search_put(cand, c, &m, &sp->strat[c][m.n][s]);
         search_derive(sp, cand);
