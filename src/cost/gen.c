@@ -225,7 +225,8 @@ double cost_stream_rank(const CostPrims *p, const CostWork *w, const Plan *plan,
 }
 
 /* The executor's deal (src/genfuse/deal.c): each generation replica deals
- * its rows, in finish order (ties: row order), to the replica of each
+ * its rows, in finish order (ties: row order; the run's are in the engine's
+ * slot order), to the replica of each
  * inference call with the least work it dealt so far. dealt[k*B + b]: call
  * k's replica of row b (-1: the call is not made). */
 static PetscErrorCode stream_deal(const CostWork *w, const Plan *plan, const double *fin, CostArrival *arr, int *dealt)

@@ -78,7 +78,7 @@ PetscErrorCode genfuse_migrate_plan(const GenFuseMigIn *in, int *m_out, unsigned
 
 void genfuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned char *freed, const unsigned char *member, const unsigned char *keep, unsigned char *need)
 {
-  int stay[PLAN_MAX_RANKS], to[PLAN_MAX_RANKS], ns = 0; /* ranks of decoding replicas; freed members, in rank order */
+  int stay[PLAN_MAX_RANKS], to[PLAN_MAX_RANKS], ns = 0; /* ranks of decoding replicas; freed members, in rank order (a world has at most PLAN_MAX_RANKS: plan.c) */
 
   for (int q = 0; q < nq && q < PLAN_MAX_RANKS; q++)
     if (q_rep[q] >= 0 && !freed[q_rep[q]]) stay[ns++] = q;

@@ -116,6 +116,7 @@ static PetscErrorCode deal_sample(GenFuseSender *s, const GenBatch *b, int index
   int          row = s->b0 + index, q[3], n = b->prompt_len[index] + b->response_len[index], flag;
 
   PetscFunctionBegin;
+  PetscCheck(!s->defer, PETSC_COMM_SELF, PETSC_ERR_PLIB, "fuse: a deal cannot defer destinations (its end messages would come before the held samples)");
   for (int k = 0; k < d->ncall; k++) {
     int j = d->nrep[k] ? genfuse_deal(d->nrep[k], d->load[k], d->sender, genfuse_deal_cost(n, d->width[k])) : -1;
     q[k]  = j >= 0 ? d->head[k][j] : -1;

@@ -514,8 +514,9 @@ PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const Gen
   }
   if (dmodel_member(gen)) {
     double t0 = sys_wtime();
+    int    sent = s.n;
     PetscCall(genfuse_sender_end(&s));
-    if (s.n) PetscCall(timeline_mark("stream_drain", t0, sys_wtime()));
+    if (sent) PetscCall(timeline_mark("stream_drain", t0, sys_wtime()));
     tm->messages = (double)s.messages, tm->bytes = (double)s.bytes, tm->send = s.seconds;
   }
   if (dealing) PetscCall(deal_destroy(&deal));

@@ -156,14 +156,12 @@ static void search_seen_fused(SearchResult *seen, const Plan *plan, const CostEs
   seen->fused_est = *est;
 }
 
-PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan, CostEstimate *est, SearchResult *seen)
+static PetscErrorCode search_polish_in(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan, CostEstimate *est, SearchResult *seen, Plan *cand)
 {
-  Plan        *cand;
   CostEstimate e;
   PetscBool    better = PETSC_TRUE;
 
   PetscFunctionBegin;
-  PetscCall(PetscMalloc1(1, &cand));
   PetscCall(search_tune_until(sp, f, ctx, deadline, plan, est));
   while (better && sys_wtime() < deadline) {
     better = PETSC_FALSE;
@@ -178,20 +176,30 @@ PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, Petsc
           if (search_cost(&e) < search_cost(est)) *plan = *cand, *est = e, better = PETSC_TRUE;
         }
   }
-  PetscCall(PetscFree(cand));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode search_chain(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, const CostEstimate *start_est, const SearchOptions *o, uint32_t key, double budget_s, SearchResult *res)
+PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan, CostEstimate *est, SearchResult *seen)
 {
-  Plan        *cur, *cand;
+  Plan          *cand;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(1, &cand));
+  ierr = search_polish_in(sp, f, ctx, pairs, deadline, plan, est, seen, cand);
+  PetscCall(PetscFree(cand));
+  PetscCall(ierr);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The chain's loop, in the caller's two plans (freed on every path). */
+static PetscErrorCode search_chain_in(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, const CostEstimate *start_est, const SearchOptions *o, uint32_t key, double budget_s, SearchResult *res, Plan *cur, Plan *cand)
+{
   CostEstimate cur_est = *start_est, est;
   double       t0 = sys_wtime(), cur_cost, best_cost, scale, T, progress;
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(res, sizeof *res));
-  PetscCall(PetscMalloc1(1, &cur));
-  PetscCall(PetscMalloc1(1, &cand));
   *cur     = *start;
   cur_cost = best_cost = search_cost(&cur_est);
   res->plan = *cur;
@@ -236,7 +244,18 @@ PetscErrorCode search_chain(SearchSpace sp, SearchObjective f, void *ctx, const 
     }
   }
   res->seconds = sys_wtime() - t0;
-  PetscCall(PetscFree(cur));
-  PetscCall(PetscFree(cand));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode search_chain(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, const CostEstimate *start_est, const SearchOptions *o, uint32_t key, double budget_s, SearchResult *res)
+{
+  Plan          *buf;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(2, &buf)); /* (plans are large for a thread's stack) */
+  ierr = search_chain_in(sp, f, ctx, start, start_est, o, key, budget_s, res, &buf[0], &buf[1]);
+  PetscCall(PetscFree(buf));
+  PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -150,11 +150,16 @@ PetscErrorCode search_evaluate(SearchSpace sp, SearchObjective f, void *ctx, con
   c->misses++;
   /* a refusal goes through PETSc's error handlers, a process-wide stack:
    * on the chains' threads search_catch keeps it silent by this thread's
-   * flag; elsewhere (one thread) a silent handler is pushed around it */
+   * flag (one thread at a time: PetscError copies each message into one
+   * process-wide buffer); elsewhere (one thread) a silent handler is pushed
+   * around it */
   if (search_catching) {
-    search_quiet = 1;
-    ierr         = plan_check(plan, &sp->needs);
-    search_quiet = 0;
+#pragma omp critical(rlfuse_search_plan_check)
+    {
+      search_quiet = 1;
+      ierr         = plan_check(plan, &sp->needs);
+      search_quiet = 0;
+    }
   } else {
     PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
     ierr = plan_check(plan, &sp->needs);

@@ -16,7 +16,8 @@
 
 #define SEARCH_GROUP_KEYS 1024 /* chain keys: group * SEARCH_GROUP_KEYS + chain */
 /* Of a time budget, the chains take this share; the polishes may use the
- * rest (they stop between tunings once the budget is spent). */
+ * rest (their tunings stop between two estimates once the budget is
+ * spent: search_tune_until). */
 #define SEARCH_ANNEAL_SHARE 0.75
 
 typedef struct {
@@ -92,7 +93,9 @@ static PetscErrorCode search_chain_run(SearchSpace sp, SearchObjective f, void *
 }
 
 /* After an error on a chain's thread: every chain's cache and the arrays
- * freed, then the error raised again on this thread with its message. */
+ * freed, then the error raised again on this thread with the code of the
+ * first failed chain (in chain order) and the message of the first error
+ * raised (in time; the two differ only when several chains fail). */
 static PetscErrorCode search_chains_fail(SearchChainRun *run, int n, Plan *splan, CostEstimate *sest, int *order, PetscErrorCode ierr, const char *message)
 {
   PetscFunctionBegin;

@@ -115,27 +115,30 @@ PetscErrorCode search_tune(SearchSpace sp, SearchObjective f, void *ctx, Plan *p
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode search_tune_until(SearchSpace sp, SearchObjective f, void *ctx, double deadline, Plan *plan, CostEstimate *est)
+/* The tuning's sweeps, in the caller's candidate plan. */
+static PetscErrorCode search_tune_in(SearchSpace sp, SearchObjective f, void *ctx, double deadline, Plan *plan, CostEstimate *est, Plan *cand)
 {
-  Plan        *cand;
   CostEstimate e;
-  PetscBool    ok;
+  PetscBool    ok, cut = PETSC_FALSE;
   double       best;
 
   PetscFunctionBegin;
-  PetscCall(PetscMalloc1(1, &cand));
   search_valid_strategies(sp, plan);
   search_derive(sp, plan);
   PetscCall(search_evaluate(sp, f, ctx, plan, &ok, est));
   best = ok ? search_cost(est) : INFINITY;
-  for (int sweep = 0; sweep < 2; sweep++)
-    for (int i = 0; i < sp->ncall; i++) {
+  for (int sweep = 0; sweep < 2 && !cut; sweep++)
+    for (int i = 0; i < sp->ncall && !cut; i++) {
       MFCId      c = sp->call[i];
       SearchMesh m = {plan->call[c].ranks[0], plan->call[c].nranks};
 
       /* a preset's mesh that is not a contiguous range keeps its strategy */
       if (search_derived(plan, c) || plan->call[c].ranks[m.n - 1] != m.lo + m.n - 1) continue;
-      for (int s = 0; s < sp->nstrat[c][m.n] && !(isfinite(deadline) && sys_wtime() > deadline); s++) {
+      for (int s = 0; s < sp->nstrat[c][m.n]; s++) {
+        if (isfinite(deadline) && sys_wtime() > deadline) {
+          cut = PETSC_TRUE;
+          break;
+        }
         *cand = *plan;
         search_put(cand, c, &m, &sp->strat[c][m.n][s]);
         search_derive(sp, cand);
@@ -146,8 +149,20 @@ PetscErrorCode search_tune_until(SearchSpace sp, SearchObjective f, void *ctx, d
   if (!isfinite(best)) { /* no plan passed the checks: infinitely bad */
     est->feasible = PETSC_FALSE;
     est->mem_max  = INFINITY;
-    PetscCall(PetscSNPrintf(est->why, sizeof est->why, "refused by the plan checks, whatever the strategies"));
+    PetscCall(PetscSNPrintf(est->why, sizeof est->why, cut ? "refused by the plan checks with the strategies tried within -plan_time" : "refused by the plan checks, whatever the strategies"));
   }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode search_tune_until(SearchSpace sp, SearchObjective f, void *ctx, double deadline, Plan *plan, CostEstimate *est)
+{
+  Plan          *cand;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(1, &cand));
+  ierr = search_tune_in(sp, f, ctx, deadline, plan, est, cand);
   PetscCall(PetscFree(cand));
+  PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
