@@ -271,19 +271,13 @@ static void check_answer_cap(ArithTask t)
 }
 
 /* ---- options and checks ----------------------------------------------------- */
-static PetscErrorCode capture_error(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n, PetscErrorType p, const char *mess, void *ctx)
-{
-  if (p == PETSC_ERROR_INITIAL && mess) snprintf((char *)ctx, 512, "%s", mess);
-  return n;
-}
-
 static PetscErrorCode expect_check(ArithTask t, int vocab, int npos, const char *want, const char *name)
 {
   PetscErrorCode ierr;
-  char           msg[512] = "";
+  char           msg[TEST_MESSAGE_MAX] = "";
 
   PetscFunctionBegin;
-  PetscCall(PetscPushErrorHandler(capture_error, msg));
+  PetscCall(PetscPushErrorHandler(test_capture_error, msg));
   ierr = arith_check(&t, vocab, npos, "actor_");
   PetscCall(PetscPopErrorHandler());
   if (want) test_measure(ierr != 0 && strstr(msg, want), name, "error %d, message \"%s\"", (int)ierr, msg);

@@ -595,12 +595,6 @@ static PetscErrorCode test_engine(const Backend *be)
 }
 
 /* ---- configuration and argument errors ---------------------------------- */
-static PetscErrorCode capture_error(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n, PetscErrorType p, const char *mess, void *ctx)
-{
-  if (p == PETSC_ERROR_INITIAL && mess) strncpy((char *)ctx, mess, 511);
-  return n;
-}
-
 static PetscErrorCode expect_error(PetscErrorCode ierr, const char *msg, const char *want1, const char *want2, const char *name)
 {
   PetscFunctionBegin;
@@ -611,7 +605,7 @@ static PetscErrorCode expect_error(PetscErrorCode ierr, const char *msg, const c
 #define TRY(call)                                                   \
   do {                                                              \
     msg[0] = '\0';                                                  \
-    PetscCall(PetscPushErrorHandler(capture_error, msg));           \
+    PetscCall(PetscPushErrorHandler(test_capture_error, msg));           \
     ierr = (call);                                                  \
     PetscCall(PetscPopErrorHandler());                              \
   } while (0)
@@ -621,7 +615,7 @@ static PetscErrorCode test_config(const Backend *be)
   GPTConfig      model = {.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 10, .n_positions = 40, .head = GPT_HEAD_LM};
   GenConfig      cfg, c;
   PetscErrorCode ierr;
-  char           msg[512];
+  char           msg[TEST_MESSAGE_MAX];
   size_t         kv;
 
   PetscFunctionBegin;

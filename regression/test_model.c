@@ -594,19 +594,13 @@ static PetscErrorCode test_lr_schedule(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode capture_error(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n, PetscErrorType p, const char *mess, void *ctx)
-{
-  if (p == PETSC_ERROR_INITIAL && mess) strncpy((char *)ctx, mess, 255);
-  return n;
-}
-
 /* -policy_n_embd 130 with -policy_n_head 4 read from the options database
  * must fail in gpt_config_check with a message naming both options. */
 static PetscErrorCode test_config_check(void)
 {
   GPTConfig      cfg;
   PetscErrorCode ierr;
-  char           msg[256] = "", detail[320];
+  char           msg[TEST_MESSAGE_MAX] = "", detail[320];
   const char    *want     = "-policy_n_embd 130 is not divisible by -policy_n_head 4";
 
   PetscFunctionBegin;
@@ -615,7 +609,7 @@ static PetscErrorCode test_config_check(void)
   PetscCall(gpt_config_set_from_options("policy_", &cfg));
   PetscCall(PetscOptionsClearValue(NULL, "-policy_n_embd"));
   PetscCall(PetscOptionsClearValue(NULL, "-policy_n_head"));
-  PetscCall(PetscPushErrorHandler(capture_error, msg));
+  PetscCall(PetscPushErrorHandler(test_capture_error, msg));
   ierr = gpt_config_check(&cfg, "policy_");
   PetscCall(PetscPopErrorHandler());
   PetscCall(PetscSNPrintf(detail, sizeof detail, "error %d, message \"%s\"", (int)ierr, msg));
@@ -635,7 +629,7 @@ static PetscErrorCode test_config_check(void)
     PetscCall(PetscOptionsClearValue(NULL, "-policy_n_head"));
     if (given) PetscCall(PetscOptionsClearValue(NULL, "-policy_head_dim"));
     msg[0] = 0;
-    PetscCall(PetscPushErrorHandler(capture_error, msg));
+    PetscCall(PetscPushErrorHandler(test_capture_error, msg));
     ierr = gpt_config_check(&cfg, "policy_");
     PetscCall(PetscPopErrorHandler());
     PetscCall(PetscSNPrintf(detail, sizeof detail, "error %d, message \"%s\", head_dim %d", (int)ierr, msg, cfg.head_dim));
@@ -654,7 +648,7 @@ static PetscErrorCode test_dist_errors(const Backend *be)
   Batch          b;
   int            N, V = cfg.vocab_size, *off, *ids, *boff, *bids, *btgt, nbad = 0;
   float         *lp;
-  char           msg[256], want[7][96], detail[512] = "";
+  char           msg[TEST_MESSAGE_MAX], want[7][96], detail[512] = "";
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
@@ -680,7 +674,7 @@ static PetscErrorCode test_dist_errors(const Backend *be)
     default: btgt[1] = (ids[off[1]] + 1) % V; PetscCall(PetscSNPrintf(want[c], sizeof want[c], "row 1 has target %d outside its allowed set", btgt[1]));
     }
     msg[0] = 0;
-    PetscCall(PetscPushErrorHandler(capture_error, msg));
+    PetscCall(PetscPushErrorHandler(test_capture_error, msg));
     ierr = gpt_logprobs_dist(gpt, btgt, &d, lp, NULL);
     PetscCall(PetscPopErrorHandler());
     if (!ierr || !strstr(msg, want[c])) {
@@ -689,7 +683,7 @@ static PetscErrorCode test_dist_errors(const Backend *be)
       PetscCall(PetscSNPrintf(detail + l, sizeof detail - l, "case %d: error %d \"%s\"; ", c, (int)ierr, msg));
     }
   }
-  PetscCall(PetscPushErrorHandler(capture_error, msg));
+  PetscCall(PetscPushErrorHandler(test_capture_error, msg));
   ierr = gpt_backward_logprob(gpt, b.target, lp);
   PetscCall(PetscPopErrorHandler());
   if (!ierr) {

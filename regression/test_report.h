@@ -22,8 +22,9 @@
 
 #include "sys.h"
 
-#define TEST_DETAIL_MAX 1024
-#define TEST_TMPDIRS    4
+#define TEST_DETAIL_MAX  1024
+#define TEST_TMPDIRS     4
+#define TEST_MESSAGE_MAX 512
 
 static struct {
   int      pass, fail, skip;
@@ -32,6 +33,16 @@ static struct {
   int      ntmp;
   char     tmp[TEST_TMPDIRS][PETSC_MAX_PATH_LEN];
 } test_state = {.comm = MPI_COMM_NULL};
+
+/* A PETSc error handler (PetscPushErrorHandler(test_capture_error, buf))
+ * that keeps an error's first message in buf, a char[TEST_MESSAGE_MAX], for
+ * the checks of what an error says. */
+static inline PetscErrorCode test_capture_error(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n, PetscErrorType p, const char *mess, void *ctx)
+{
+  (void)comm, (void)line, (void)fun, (void)file;
+  if (p == PETSC_ERROR_INITIAL && mess) snprintf((char *)ctx, TEST_MESSAGE_MAX, "%s", mess);
+  return n;
+}
 
 /* Results from now on agreed over comm and printed by its rank 0. */
 static inline void test_collective(MPI_Comm comm)

@@ -103,12 +103,6 @@ static PetscErrorCode toy_objective(void *ctx, const Plan *p, CostEstimate *est)
 }
 
 /* ---- helpers -------------------------------------------------------------------- */
-static PetscErrorCode capture_error(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n, PetscErrorType p, const char *mess, void *ctx)
-{
-  if (p == PETSC_ERROR_INITIAL && mess) snprintf((char *)ctx, 512, "%s", mess);
-  return n;
-}
-
 static PetscBool same_plan(const Plan *a, const Plan *b)
 {
   if (a->offload != b->offload || a->zero1 != b->zero1 || a->fuse != b->fuse || a->fuse_train != b->fuse_train) return PETSC_FALSE;
@@ -256,6 +250,13 @@ static PetscErrorCode run(void)
     PetscCall(search_anneal(sp, toy_objective, &toy, &start, 1, &o, &res));
     snprintf(detail, sizeof detail, "best plan feasible %d, %ld infeasible candidates refused", (int)res.est.feasible, res.refused_infeasible);
     test_report((PetscBool)(res.est.feasible && res.refused_infeasible > 0), "4 ranks: from an infeasible start the search returns a feasible plan and refuses infeasible ones after", "%s", detail);
+    { /* a tuning whose deadline has passed tries no strategy: the preset
+       * stays over the limit (the budget's end of the presets' tuning, the
+       * polish and the fused plan's tuning) */
+      Plan late = start;
+      PetscCall(search_tune_until(sp, toy_objective, &toy, 0, &late, &est));
+      test_report((PetscBool)(!est.feasible && late.call[MFC_ACTOR_TRAIN].dp == start.call[MFC_ACTOR_TRAIN].dp), "4 ranks: a tuning past its deadline stops before its first strategy", "it tuned: feasible %d", (int)est.feasible);
+    }
     PetscCall(search_tune(sp, toy_objective, &toy, &start, &est));
     test_report(est.feasible, "4 ranks: tuning the colocated preset's strategies makes it fit", "still infeasible");
     { /* an infeasible plan's cost: above every feasible one, and lower when
@@ -278,13 +279,13 @@ static PetscErrorCode run(void)
        * message, raised again on the calling thread, and frees what it
        * holds (the sanitizer build checks that) */
       PetscErrorCode ierr;
-      char           msg[512] = "";
+      char           msg[TEST_MESSAGE_MAX] = "";
 
       search_options_default(&o);
       o.chains     = 2;
       toy.calls    = 0;
       toy.fail_at  = 40;
-      PetscCall(PetscPushErrorHandler(capture_error, msg));
+      PetscCall(PetscPushErrorHandler(test_capture_error, msg));
       ierr = search_anneal(sp, toy_objective, &toy, &start, 1, &o, &res);
       PetscCall(PetscPopErrorHandler());
       toy.fail_at = 0;

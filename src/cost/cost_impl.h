@@ -75,6 +75,12 @@ typedef struct {
   int    row;
 } CostArrival;
 double cost_stream_rank(const CostPrims *p, const CostWork *w, const Plan *plan, const CostLayout *L, const unsigned char *const need[3], const double *arrive, double t0, CostArrival *arr);
+/* World rank of call c's replica d's head (exec_head's: last stage, tp
+ * rank 0). Over each replica of several ranks of c (when used): with
+ * to_head, its head gets the largest x of its ranks; else every rank gets
+ * at least its head's x. */
+int  cost_replica_head(const PlanCall *c, int d);
+void cost_replica_spread(const PlanCall *c, PetscBool used, double *x, PetscBool to_head);
 /* -fuse_gen_inf migrate (migrate.c): generation with the long tail moved
  * at R_t as the executor moves it, and each rank's end of the fused stage
  * (end[rank]: its inference's end, or its generation's; -1 off the stage);

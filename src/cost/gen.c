@@ -162,6 +162,22 @@ static int arr_cmp(const void *a, const void *b)
   return x->row - y->row;
 }
 
+int cost_replica_head(const PlanCall *c, int d) { return c->ranks[((c->pp - 1) * c->dp + d) * c->tp]; }
+
+void cost_replica_spread(const PlanCall *c, PetscBool used, double *x, PetscBool to_head)
+{
+  if (!used || c->tp * c->pp == 1) return;
+  for (int d = 0; d < c->dp; d++) {
+    int h = cost_replica_head(c, d);
+    for (int p = 0; p < c->pp; p++)
+      for (int t = 0; t < c->tp; t++) {
+        int q = c->ranks[(p * c->dp + d) * c->tp + t];
+        if (to_head) x[h] = PetscMax(x[h], x[q]);
+        else x[q] = PetscMax(x[q], x[h]);
+      }
+  }
+}
+
 int cost_replica_of(const PlanCall *c, int r)
 {
   for (int i = 0; i < c->nranks; i++)
@@ -268,14 +284,24 @@ PetscErrorCode cost_stream(const CostPrims *p, const CostWork *w, const Plan *pl
   PetscCall(PetscMalloc3(B, &arr, 3 * B, &need, 3 * B, &dealt));
   for (int k = 0; k < 3; k++) cost_layout(p, &plan->call[inf[k]], &L[k]);
   PetscCall(stream_deal(w, plan, fin, arr, dealt));
+  /* each replica once, on its head (its other ranks have its rows and
+   * times: the calls on a replica of several ranks share its layout) */
   for (int r = 0; r < world; r++) {
     const unsigned char *nk[3] = {need, need + B, need + 2 * B};
+    int                  d[3], any = 0, head = 1;
     for (int k = 0; k < 3; k++) {
-      int d = cost_call_used(w, inf[k]) ? cost_replica_of(&plan->call[inf[k]], r) : -1;
-      for (int b = 0; b < B; b++) need[k * B + b] = d >= 0 && dealt[k * B + b] == d;
+      const PlanCall *c = &plan->call[inf[k]];
+      d[k] = cost_call_used(w, inf[k]) ? cost_replica_of(c, r) : -1;
+      any |= d[k] >= 0;
+      if (d[k] >= 0 && cost_replica_head(c, d[k]) != r) head = 0;
     }
+    end[r] = -1;
+    if (!any || !head) continue;
+    for (int k = 0; k < 3; k++)
+      for (int b = 0; b < B; b++) need[k * B + b] = d[k] >= 0 && dealt[k * B + b] == d[k];
     end[r] = cost_stream_rank(p, w, plan, L, nk, fin, 0, arr);
   }
+  for (int k = 0; k < 3; k++) cost_replica_spread(&plan->call[inf[k]], cost_call_used(w, inf[k]), end, PETSC_FALSE);
   PetscCall(PetscFree3(arr, need, dealt));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

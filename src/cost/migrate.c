@@ -139,25 +139,6 @@ static PetscErrorCode migrate(MigSim *s, double *t_mig, CostEstimate *est)
 
 /* The fused stage at R_t rt: each rank's end (end[rank]) and the last
  * sample's finish (*gen_t). */
-/* Over each replica of several ranks of call c (when in use): with
- * to_head, its head gets the largest x of its ranks; else every rank gets
- * at least its head's x. */
-static int replica_head(const PlanCall *c, int d) { return c->ranks[((c->pp - 1) * c->dp + d) * c->tp]; } /* exec_head's rank */
-
-static void replica_spread(const PlanCall *c, PetscBool used, double *x, PetscBool to_head)
-{
-  if (!used || c->tp * c->pp == 1) return;
-  for (int d = 0; d < c->dp; d++) {
-    int h = replica_head(c, d);
-    for (int p = 0; p < c->pp; p++)
-      for (int t = 0; t < c->tp; t++) {
-        int q = c->ranks[(p * c->dp + d) * c->tp + t];
-        if (to_head) x[h] = PetscMax(x[h], x[q]);
-        else x[q] = PetscMax(x[q], x[h]);
-      }
-  }
-}
-
 static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, CostEstimate *est)
 {
   static const MFCId inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
@@ -224,7 +205,7 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
     cost_layout(s->p, c, &Li[k]);
     if (!cost_call_used(w, inf[k])) continue;
     for (int d = 0; d < c->dp; d++) { /* a replica's rows go to its head, as in the run */
-      int q = replica_head(c, d);
+      int q = cost_replica_head(c, d);
       member[k * world + q] = 1;
       for (int b = B * d / c->dp; b < B * (d + 1) / c->dp; b++) need[((size_t)k * world + q) * B + b] = 1;
     }
@@ -237,7 +218,7 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
   /* a replica of several ranks starts when all its ranks have stopped
    * generating (its head hands each micro-batch to the others) */
   for (int q = 0; q < world; q++) t0q[q] = q_rep[q] >= 0 ? s->stop[q_rep[q]] : 0;
-  for (int k = 0; k < 3; k++) replica_spread(&plan->call[inf[k]], cost_call_used(w, inf[k]), t0q, PETSC_TRUE);
+  for (int k = 0; k < 3; k++) cost_replica_spread(&plan->call[inf[k]], cost_call_used(w, inf[k]), t0q, PETSC_TRUE);
   for (int q = 0; q < world; q++) {
     const unsigned char *nk[3] = {need + (size_t)q * B, need + ((size_t)world + q) * B, need + (2 * (size_t)world + q) * B};
     double               t0    = t0q[q];
@@ -255,7 +236,7 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
     if (end[q] < 0 && q_rep[q] >= 0) end[q] = s->stop[q_rep[q]];
   }
   /* the other ranks of a replica are busy until its head is done */
-  for (int k = 0; k < 3; k++) replica_spread(&plan->call[inf[k]], cost_call_used(w, inf[k]), end, PETSC_FALSE);
+  for (int k = 0; k < 3; k++) cost_replica_spread(&plan->call[inf[k]], cost_call_used(w, inf[k]), end, PETSC_FALSE);
   PetscCall(PetscFree4(need, member, keep, freed));
   PetscCall(PetscFree5(q_rep, arrive, arr, t0q, orig));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -100,19 +100,20 @@ static void route_fill(const RolloutGenFuse *gs, GenFuseRoute *route)
   route->ndest = world;
 }
 
-/* Every rank of an inference mesh needs its replica's rows of the batch;
- * for stream the ranks that need nothing are dropped, migrate keeps every
- * rank (a freed rank may need rows later). */
-static PetscErrorCode fuse_route(PPOModels *m, int B, PetscBool keep, GenFuseRoute *route)
+/* The route of this iteration. With migrate every rank of an inference
+ * mesh needs its replica's rows, and every world rank stays a destination
+ * (a freed rank may need rows later); with stream the rows are dealt, and
+ * only the inference replicas' heads are destinations. */
+static PetscErrorCode fuse_route(PPOModels *m, int B, PetscBool migrate, GenFuseRoute *route)
 {
   int n = 0, world;
 
   PetscFunctionBegin;
-  PetscCall(rows_setup(m, B, (PetscBool)!keep));
+  PetscCall(rows_setup(m, B, (PetscBool)!migrate));
   PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
   PetscCall(genfuse_route_create(B, world, route));
   route_fill(&m->genfuse, route);
-  if (keep) PetscFunctionReturn(PETSC_SUCCESS);
+  if (migrate) PetscFunctionReturn(PETSC_SUCCESS);
   for (int q = 0; q < world; q++) /* drop ranks that need nothing */
     if (genfuse_route_count(route, q)) {
       route->dest[n] = q;
