@@ -135,9 +135,9 @@ PetscErrorCode cost_prims_hardware(const char *deck, CostPrims *p);
  * LLaMA shape ("llama2-7b", "llama2-13b", "codellama-34b", "llama2-70b",
  * "llama-13b", "llama-33b", "llama-65b"); value_head makes it a critic or
  * reward model. An unknown name is an error naming `opt` and the value. */
-void           cost_shape_from_gpt(const GPTConfig *cfg, CostShape *m);
+void           cost_shape_from_gpt(const ModelConfig *cfg, CostShape *m);
 /* The model a shape describes (gated: the LLaMA family, untied). */
-void           cost_shape_to_gpt(const CostShape *m, GPTConfig *cfg);
+void           cost_shape_to_gpt(const CostShape *m, ModelConfig *cfg);
 PetscErrorCode cost_shape_named(const char *opt, const char *name, PetscBool value_head, CostShape *m);
 /* Parameters of the whole model (a tied head counted once). */
 double cost_shape_params(const CostShape *m);
@@ -158,7 +158,7 @@ typedef struct {
   PetscBool critic_free;    /* a critic-free -algo (grpo, rloo, reinforce_pp) */
   PetscBool reward_free;    /* no reward model (-reward_fn or -reward_command only) */
   long long seed;           /* -seed: keys the drawn lengths */
-  GPTConfig cfg[4];         /* actor, critic, reference, reward (critic unused when critic_free, reward when reward_free) */
+  ModelConfig cfg[4];         /* actor, critic, reference, reward (critic unused when critic_free, reward when reward_free) */
   char      shapes_from[2 * PETSC_MAX_PATH_LEN + 64]; /* where cfg came from, for messages */
 } CostDeck;
 

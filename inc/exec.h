@@ -26,12 +26,12 @@
 /* ---- a model on a mesh ------------------------------------------------------- */
 typedef struct {
   char           name[32]; /* e.g. "actor", "actor_gen": in messages */
-  GPTConfig      cfg;
+  ModelConfig    cfg;
   const Backend *be;
   const Mesh    *mesh;     /* on every rank; mesh->me < 0 off the mesh; NULL: never placed (no such model) */
   PetscBool      optim;    /* carries AdamW state (training placements) */
-  GPTDistConfig  dist;     /* ZeRO-1 and bucket size of the training calls */
-  GPT           *gpt;      /* this rank's shard; NULL off the mesh or while released */
+  ModelDistConfig  dist;     /* ZeRO-1 and bucket size of the training calls */
+  Model         *lm;      /* this rank's shard; NULL off the mesh or while released */
   float         *host;     /* offloaded parameters of this rank's shard, or NULL */
 } DModel;
 
@@ -39,10 +39,10 @@ static inline PetscBool dmodel_member(const DModel *dm) { return dm->mesh && dm-
 /* Places cfg on the mesh of `call` in the plan (collective over that mesh;
  * every rank must place its models in the same order) and allocates the
  * members' shards (zeroed AdamW state when optim). */
-PetscErrorCode dmodel_create(const char *name, const GPTConfig *cfg, const Backend *be, const Plan *plan, MFCId call, PetscBool optim, DModel *dm);
+PetscErrorCode dmodel_create(const char *name, const ModelConfig *cfg, const Backend *be, const Plan *plan, MFCId call, PetscBool optim, DModel *dm);
 PetscErrorCode dmodel_destroy(DModel *dm);
 /* Reads /<role> of a checkpoint (with the AdamW state when with_optim);
- * trunk_only keeps the head as initialised from seed (gpt_init_random, so
+ * trunk_only keeps the head as initialised from seed (model_init_random, so
  * the same on every layout). Collective on MPI_COMM_WORLD. */
 PetscErrorCode dmodel_load(DModel *dm, const char *path, const char *role, PetscBool with_optim, PetscBool trunk_only, uint64_t seed);
 /* What ckpt_write_placed needs to write dm as /<role> (each member its
@@ -51,7 +51,7 @@ PetscErrorCode dmodel_ckpt_model(const DModel *dm, const char *role, PetscBool w
 /* The whole model on rank 0: full (rank 0 only; a one-rank model of the
  * same configuration, with AdamW state allocated when dm carries it) gets
  * the parameters, moments and step. Collective on MPI_COMM_WORLD. */
-PetscErrorCode dmodel_gather(DModel *dm, GPT *full, size_t bucket_bytes);
+PetscErrorCode dmodel_gather(DModel *dm, Model *full, size_t bucket_bytes);
 /* dst's parameters from src's (two placements of one model) by
  * reallocation; dst is acquired first. Collective over the union of the two
  * meshes; the other ranks return at once. stats may be NULL. */

@@ -7,7 +7,7 @@
  * the batch it ran in. Each sampled token's log-probability under the
  * distribution it was drawn from is recorded, with that distribution's
  * allowed set when top-k, top-p or min_new_tokens restrict it (training
- * must use the same set, see GPTTokenDist in model.h). */
+ * must use the same set, see ModelTokenDist in model.h). */
 #ifndef RLFUSE_GEN_H
 #define RLFUSE_GEN_H
 
@@ -35,14 +35,14 @@ PetscErrorCode gen_config_set_from_options(GenConfig *cfg);
  * "actor_") and the longest prompt: every error names the option, e.g.
  * "-gen_max_new_tokens 40 plus the longest prompt (27 tokens) exceeds
  * -actor_n_positions 64", or the KV cache bound. Collective on PETSC_COMM_WORLD. */
-PetscErrorCode gen_config_check(const GenConfig *cfg, const GPTConfig *model, const char *prefix, int max_prompt_len);
+PetscErrorCode gen_config_check(const GenConfig *cfg, const ModelConfig *model, const char *prefix, int max_prompt_len);
 /* True when top-k, top-p or min_new_tokens restrict the allowed set, i.e.
  * when GenBatch holds masks. */
 PetscBool gen_masked(const GenConfig *cfg);
 /* Whether token ends a response: -gen_eos or one of -gen_stop. */
 PetscBool gen_is_stop(const GenConfig *cfg, int token);
 /* Bytes of KV cache for the configured slots and a sequence bound Tmax. */
-size_t gen_kv_bytes(const GenConfig *cfg, const GPTConfig *model, int Tmax);
+size_t gen_kv_bytes(const GenConfig *cfg, const ModelConfig *model, int Tmax);
 
 /* ---- one draw ------------------------------------------------------------ */
 /* Picks the next token from one row of logits [V]. n_new tokens have been
@@ -98,14 +98,14 @@ typedef struct GenEngine GenEngine;
 /* Allocates the KV cache for cfg->slots sequences of Tmax = max_prompt_len +
  * max_new_tokens positions (already checked by gen_config_check). The model
  * must have the LM head; the engine does not own it. */
-PetscErrorCode gen_engine_create(GPT *gpt, const GenConfig *cfg, int max_prompt_len, GenEngine **eng);
+PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt_len, GenEngine **eng);
 PetscErrorCode gen_engine_destroy(GenEngine **eng);
 /* Called as each sample finishes (EOS or max_new_tokens), with its index in
  * the request array, before gen_generate returns: the hand-over point for
  * inference that overlaps generation. May be NULL. */
 typedef PetscErrorCode (*GenFinishFn)(void *ctx, const GenBatch *b, int index);
 /* Generates responses for n requests with continuous batching. Requests
- * enter slots in order; each engine step runs one gpt_forward_cached over the
+ * enter slots in order; each engine step runs one model_forward_cached over the
  * prompts of newly admitted samples and the last token of every running
  * sample. out must come from gen_batch_create(n, Tmax, gen_masked(cfg), ...)
  * with Tmax >= max_prompt_len + max_new_tokens. */

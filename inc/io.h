@@ -12,18 +12,18 @@
 /* ---- checkpoints ------------------------------------------------------- */
 typedef struct {
   const char *role;       /* "policy", "actor", "critic", "reference", "reward" */
-  GPT        *gpt;
+  Model      *lm;
   PetscBool   with_optim; /* write/read /<role>/optim/{m,v}/<key> and the step count */
   PetscBool   trunk_only; /* read: only the transformer.* tensors; the file's head may differ
                              (a scalar-head model initialised from an LM checkpoint) */
 } CkptModel;
 
-/* Where a model placed on a mesh lives, for the ranks whose gpt says
+/* Where a model placed on a mesh lives, for the ranks whose lm says
  * nothing (ckpt_write_placed, ckpt_read_model_placed). */
 typedef struct {
-  const GPTConfig *cfg;  /* the configuration, for ranks with gpt NULL (off the mesh) */
+  const ModelConfig *cfg;  /* the configuration, for ranks with lm NULL (off the mesh) */
   const Mesh      *mesh; /* with host: the mesh of an offloaded shard */
-  const float     *host; /* an offloaded shard's parameters in host memory, instead of gpt */
+  const float     *host; /* an offloaded shard's parameters in host memory, instead of lm */
 } CkptWhere;
 
 typedef struct {
@@ -35,19 +35,19 @@ typedef struct {
 
 /* Collective on comm; every rank opens the file (MPI-IO when comm has more
  * than one rank) and writes only its part:
- *  - gpt on a mesh (gpt->mesh): this rank's shard; of the tp ranks only t = 0
+ *  - lm on a mesh (lm->mesh): this rank's shard; of the tp ranks only t = 0
  *    writes replicated tensors, of the stages only the first writes wte, and
  *    the dp replicas split the shard's flat buffer (comm_own_range), so no
  *    element is written twice (with ZeRO-1 that range is the rank's moments);
  *  - where->host + where->mesh: the same from an offloaded shard (no optimizer state);
- *  - gpt without a mesh: a whole model, written by the lowest such rank;
- *  - gpt NULL: nothing (where->cfg must then be set on some rank).
+ *  - lm without a mesh: a whole model, written by the lowest such rank;
+ *  - lm NULL: nothing (where->cfg must then be set on some rank).
  * Memory: the rank's shard plus one bounded staging buffer. */
 PetscErrorCode ckpt_write(MPI_Comm comm, const char *path, const CkptModel *models, int n, const CkptState *st);
 /* The same with where[k] (may be NULL) for models[k]. */
 PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st);
 /* Reads the attributes of /<role>. Errors name the file and the role. */
-PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *role, GPTConfig *cfg);
+PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *role, ModelConfig *cfg);
 /* From now on, checkpoints this process writes carry a copy of path's
  * /tokenizer (docs/formats.md), when it has one: the text of the tokens
  * travels with the model through SFT, reward modelling and PPO. NULL or

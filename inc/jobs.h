@@ -16,7 +16,7 @@
 typedef struct {
   PetscInt    steps, batch, seq_len, checkpoint_every, eval_every, eval_batches;
   char        data[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN], init[PETSC_MAX_PATH_LEN];
-  GPTConfig   cfg;
+  ModelConfig cfg;
   AdamWConfig opt;
   BuiltinTask    task;
   Plan        plan; /* the sft_train call's mesh and micro-batches */
@@ -43,7 +43,7 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o);
 /* The RM stage's checks for an SFT model of architecture cfg (the -policy_
  * options in -mode pipeline, where its checkpoint does not exist yet); with
  * print, the plan and the dry-run summary are printed. */
-PetscErrorCode rm_check_stage(const RunCtx *run, RMOptions *o, const GPTConfig *cfg, PetscBool print);
+PetscErrorCode rm_check_stage(const RunCtx *run, RMOptions *o, const ModelConfig *cfg, PetscBool print);
 
 /* SFT, then RM from the SFT checkpoint, then PPO from both (-mode
  * pipeline): every stage's options are read before any stage runs. */

@@ -74,7 +74,7 @@ typedef struct {
  * call splits over its dp replicas and micro-batches (generation and
  * inference: the rollout batch; training: one mini-batch). */
 typedef struct {
-  const GPTConfig *cfg[MFC_COUNT];
+  const ModelConfig *cfg[MFC_COUNT];
   int              batch[MFC_COUNT];
 } PlanNeeds;
 

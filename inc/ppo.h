@@ -62,7 +62,7 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
 /* The PPO stage's checks before any work; with policy (-mode pipeline) the
  * models' architecture is the SFT one, as the earlier stages will write it.
  * With print, the plan and the dry-run summary are printed. */
-PetscErrorCode ppo_check_stage(const RunCtx *run, PPOOptions *o, const GPTConfig *policy, PetscBool print);
+PetscErrorCode ppo_check_stage(const RunCtx *run, PPOOptions *o, const ModelConfig *policy, PetscBool print);
 /* The deck's PPO job as the cost model needs it (-mode plan, -mode
  * profile): its settings as PPO reads them and its four models as the run
  * would have them, from the checkpoints the deck names (-actor_checkpoint,

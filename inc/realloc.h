@@ -1,10 +1,10 @@
 /* realloc: parameter reallocation between two layouts of one model (ReaLHF,
  * docs/background.md section 3). A layout is a mesh (ranks, pp x dp x tp); each rank
- * of it holds the GPTShard of its coordinates (model.h) in a flat buffer
- * ordered by gpt_tensor_table_shard.
+ * of it holds the ModelShard of its coordinates (model.h) in a flat buffer
+ * ordered by model_tensor_table_shard.
  *
  * The transfer plan: layers go to stages by parameter count in both layouts
- * (gpt_stage_layers); for every tensor, every destination rank needs the
+ * (model_stage_layers); for every tensor, every destination rank needs the
  * pieces of its tp slice. Tensor-parallel sizes must divide each other: a
  * coarser source slice is cut (split) or several finer source slices are
  * joined (gather). Every dp replica of the source (and for a replicated
@@ -35,7 +35,7 @@ typedef struct {
 
 /* The cached plan from src to dst for a model of shape cfg. Errors (tp sizes
  * that do not divide each other) name `what` (e.g. "actor: actor_train -> actor_gen"). */
-PetscErrorCode realloc_plan_get(const GPTConfig *cfg, const Mesh *src, const Mesh *dst, const char *what, const ReallocPlan **plan);
+PetscErrorCode realloc_plan_get(const ModelConfig *cfg, const Mesh *src, const Mesh *dst, const char *what, const ReallocPlan **plan);
 /* Total bytes the plan moves between different ranks (same on every rank). */
 double realloc_plan_bytes(const ReallocPlan *plan);
 /* Moves the weights: src_flat is this rank's shard in the source layout

@@ -5,7 +5,7 @@
  * plays such a list on a model shard through caller-supplied
  * forward/backward callbacks, giving every micro-batch in flight its own
  * activation slot. The stage-to-stage traffic is the model's own
- * (gpt_forward receives from stage p-1 and sends to p+1, the backward the
+ * (model_forward receives from stage p-1 and sends to p+1, the backward the
  * other way), tagged by model and micro-batch, so a schedule is correct when
  * the stages' lists together respect those dependencies (no stage waits
  * forever); the order of micro-batches may differ from stage to stage. */
@@ -35,13 +35,13 @@ PetscErrorCode sched_gpipe(int pp, int p, int m, SchedTask *tasks, int *nslots);
  * src/actorcritic replays whole schedules.) */
 PetscErrorCode sched_check(const SchedTask *tasks, int ntasks, int m, int *inflight);
 
-/* A task's work on micro-batch mb. forward must call gpt_forward for mb and,
- * on the last stage, take the head's output (gpt_logprobs_dist or
- * gpt_values_get), compute the loss and keep d loss / d output for mb;
- * backward calls gpt_backward_logprob or gpt_backward_values for mb (on a
+/* A task's work on micro-batch mb. forward must call model_forward for mb and,
+ * on the last stage, take the head's output (model_logprobs_dist or
+ * model_values_get), compute the loss and keep d loss / d output for mb;
+ * backward calls model_backward_logprob or model_backward_values for mb (on a
  * stage before the last their target/gradient arguments are unused and may
  * be NULL). Both run with mb's activation slot selected. */
-typedef PetscErrorCode (*SchedFn)(void *ctx, GPT *gpt, int mb);
+typedef PetscErrorCode (*SchedFn)(void *ctx, Model *lm, int mb);
 
 /* Runs the tasks in order on this rank's shard: makes sure the model has
  * nslots activation slots; a forward takes a free slot, its backward finds
@@ -49,19 +49,19 @@ typedef PetscErrorCode (*SchedFn)(void *ctx, GPT *gpt, int mb);
  * a forward finds no free slot or its micro-batch already in flight, or a
  * backward's micro-batch is not in flight. Before each task the shard's
  * message ids are set to (its model id, the task's micro-batch)
- * (gpt_msg_ids), so every stage's messages pair with the right micro-batch
+ * (model_msg_ids), so every stage's messages pair with the right micro-batch
  * of the right model. Gradients accumulate as the callbacks leave them;
  * slot 0 and micro-batch 0 are selected at the end (also after an error).
  * Every rank of the shard's pipeline runs its own stage's list. */
-PetscErrorCode sched_run(GPT *gpt, const SchedTask *tasks, int ntasks, int nslots, SchedFn forward, SchedFn backward, void *ctx);
+PetscErrorCode sched_run(Model *lm, const SchedTask *tasks, int ntasks, int nslots, SchedFn forward, SchedFn backward, void *ctx);
 
 /* Several models' tasks on this rank, interleaved in one list (a fused
  * schedule, src/actorcritic): each model keeps its own shard, slots, callbacks and
- * message model id (gpt->msg_model, so the models' messages never pair
+ * message model id (lm->msg_model, so the models' messages never pair
  * across models); task.model indexes models. sched_run is this with one
- * model. A model whose gpt is NULL has no tasks on this rank. */
+ * model. A model whose lm is NULL has no tasks on this rank. */
 typedef struct {
-  GPT    *gpt;
+  Model  *lm;
   int     nslots;
   SchedFn forward, backward;
   void   *ctx;

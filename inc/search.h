@@ -119,7 +119,7 @@ typedef struct {
 /* The plan's calls for a workload (PPO, or GRPO without the critic calls):
  * models from the work's shapes into cfg, batches from its batch and
  * mini-batches. */
-void search_needs_from_work(const CostWork *w, GPTConfig cfg[4], PlanNeeds *needs);
+void search_needs_from_work(const CostWork *w, ModelConfig cfg[4], PlanNeeds *needs);
 /* -plan_time, -plan_iterations, -plan_max_mbs, -plan_search_fusion,
  * -plan_search_settings; the seed is -seed. */
 PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *spec, uint64_t seed);

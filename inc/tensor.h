@@ -119,7 +119,7 @@ struct Backend {
    * lse is saved for backward (may be NULL). Rows with target < 0 get
    * logprob 0 and entropy 0. A target outside its row's set is an error
    * (the cuda backend checks masked rows in the kernel and gives NaN for an
-   * unmasked target >= V without a host sync; gpt_logprobs checks targets on
+   * unmasked target >= V without a host sync; model_logprobs checks targets on
    * the host before they reach any backend). */
   PetscErrorCode (*logprob_forward)(float *logprob, float *lse, float *entropy, const float *logits, const int *target, float inv_temp, const int *mask_off,
                                     const int *mask_ids, int N, int V);

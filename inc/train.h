@@ -26,7 +26,7 @@
 typedef enum { TRAIN_SCHED_1F1B = 0, TRAIN_SCHED_GPIPE = 1 } TrainSched;
 
 typedef struct {
-  DModel    *dm;     /* the trained model on its call's mesh; dm->gpt is NULL off the mesh */
+  DModel    *dm;     /* the trained model on its call's mesh; dm->lm is NULL off the mesh */
   DModel     own;    /* dm's storage when trainer_create made the model */
   int        mbs;    /* micro-batches per replica from the plan (0: see trainer_split) */
   size_t     bucket; /* bytes per reallocation message when gathering */
@@ -62,13 +62,13 @@ PetscErrorCode trainer_options(TrainSched *sched);
 /* The plan's needs when the only call is `call` (training cfg on batches of
  * `batch` sequences): checked before any work, and printed when print is
  * true. */
-PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const GPTConfig *cfg, int batch, PetscBool print, PlanNeeds *needs);
+PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const ModelConfig *cfg, int batch, PetscBool print, PlanNeeds *needs);
 /* Parameters of the whole model of cfg. */
-PetscErrorCode trainer_count(const GPTConfig *cfg, size_t *nparams);
+PetscErrorCode trainer_count(const ModelConfig *cfg, size_t *nparams);
 /* A trainer that owns its model (SFT, RM): every rank of the world calls
  * its passes and steps; ranks off the mesh contribute nothing and receive
  * the sums, so every rank prints and records the same numbers. */
-PetscErrorCode trainer_create(const char *name, const GPTConfig *cfg, const Backend *be, const Plan *plan, MFCId call, TrainSched sched, Trainer *tr);
+PetscErrorCode trainer_create(const char *name, const ModelConfig *cfg, const Backend *be, const Plan *plan, MFCId call, TrainSched sched, Trainer *tr);
 /* A trainer on a model placed elsewhere (PPO's actor and critic): only the
  * members of dm's mesh call its passes and steps, and the sums run over
  * that mesh. */

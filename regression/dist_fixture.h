@@ -33,7 +33,7 @@ typedef struct {
 
 /* Random tokens; targets on most rows; a top-k-like mask of 1..V/2 ids on
  * every third row (always containing the target). */
-static PetscErrorCode batch_create(const GPTConfig *c, int B, int T, uint32_t seed, Batch *b)
+static PetscErrorCode batch_create(const ModelConfig *c, int B, int T, uint32_t seed, Batch *b)
 {
   int V = c->vocab_size, nid = 0;
 
@@ -63,15 +63,15 @@ static PetscErrorCode batch_destroy(Batch *b)
 
 /* The shard's buffer (params or grads) in the full layout, gathered to every
  * rank by summing each (p, t)'s pieces from dp replica 0 over the world. */
-static PetscErrorCode gather_full(const GPT *full, const GPT *g, const Mesh *m, const float *flat, float *out)
+static PetscErrorCode gather_full(const Model *full, const Model *g, const Mesh *m, const float *flat, float *out)
 {
   PetscFunctionBegin;
   PetscCall(PetscArrayzero(out, full->nparams));
   if (m->me >= 0 && m->d == 0) {
-    GPTShard sh = g->sh;
+    ModelShard sh = g->sh;
     float   *tmp;
     PetscCall(PetscCalloc1(full->nparams, &tmp));
-    PetscCall(gpt_shard_insert(&g->cfg, &sh, flat, tmp));
+    PetscCall(model_shard_insert(&g->cfg, &sh, flat, tmp));
     /* replicated tensors are held by every tp rank and wte by two stages: count once */
     for (int i = 0; i < full->ntensors; i++) {
       PetscBool keep = g->tensors[i].numel && (g->tensors[i].split >= 0 || g->sh.t == 0) && !(i == 0 && g->sh.p > 0 && g->sh.pp > 1);

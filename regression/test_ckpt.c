@@ -38,23 +38,23 @@ typedef struct {
 } Layout;
 
 /* The whole model /role of path on this rank (every rank reads all). */
-static PetscErrorCode read_whole(const GPTConfig *cfg, const char *path, const char *role, PetscBool optim, float **p, float **m, float **v, int *step)
+static PetscErrorCode read_whole(const ModelConfig *cfg, const char *path, const char *role, PetscBool optim, float **p, float **m, float **v, int *step)
 {
-  GPT *g;
+  Model *g;
 
   PetscFunctionBegin;
-  PetscCall(gpt_create(cfg, backend_cpu(), &g));
-  if (optim) PetscCall(gpt_optim_init(g));
+  PetscCall(model_create(cfg, backend_cpu(), &g));
+  if (optim) PetscCall(model_optim_init(g));
   PetscCall(ckpt_read_model(MPI_COMM_WORLD, path, &(CkptModel){role, g, optim, PETSC_FALSE}));
   PetscCall(PetscMalloc3(g->nparams, p, g->nparams, m, g->nparams, v));
-  PetscCall(gpt_params_get(g, *p));
-  if (optim) PetscCall(gpt_optim_get(g, *m, *v));
+  PetscCall(model_params_get(g, *p));
+  if (optim) PetscCall(model_optim_get(g, *m, *v));
   *step = g->step;
-  PetscCall(gpt_destroy(&g));
+  PetscCall(model_destroy(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode same_as(const GPTConfig *cfg, const char *path, const char *role, PetscBool optim, const float *p0, const float *m0, const float *v0, int step0, size_t n, PetscBool *ok)
+static PetscErrorCode same_as(const ModelConfig *cfg, const char *path, const char *role, PetscBool optim, const float *p0, const float *m0, const float *v0, int step0, size_t n, PetscBool *ok)
 {
   float *p, *m, *v;
   int    step;
@@ -69,23 +69,23 @@ static PetscErrorCode same_as(const GPTConfig *cfg, const char *path, const char
 
 /* The original: random parameters, moments from the index, step 7, written
  * whole by rank 0 (the only rank with a model). */
-static PetscErrorCode write_original(const GPTConfig *cfg, const char *path)
+static PetscErrorCode write_original(const ModelConfig *cfg, const char *path)
 {
-  GPT  *g = NULL;
+  Model  *g = NULL;
   float *m, *v;
 
   PetscFunctionBegin;
   if (world_rank == 0) {
-    PetscCall(gpt_create(cfg, backend_cpu(), &g));
-    PetscCall(gpt_init_random(g, 99));
-    PetscCall(gpt_optim_init(g));
+    PetscCall(model_create(cfg, backend_cpu(), &g));
+    PetscCall(model_init_random(g, 99));
+    PetscCall(model_optim_init(g));
     PetscCall(PetscMalloc2(g->nparams, &m, g->nparams, &v));
     for (size_t i = 0; i < g->nparams; i++) m[i] = 1e-3f * (float)((int)(i * 37 % 101) - 50), v[i] = 1e-4f * (float)(i * 13 % 97 + 1);
-    PetscCall(gpt_optim_set(g, m, v, 7));
+    PetscCall(model_optim_set(g, m, v, 7));
     PetscCall(PetscFree2(m, v));
   }
   PetscCall(ckpt_write_placed(MPI_COMM_WORLD, path, &(CkptModel){"actor", g, PETSC_TRUE, PETSC_FALSE}, &(CkptWhere){cfg, NULL, NULL}, 1, NULL));
-  PetscCall(gpt_destroy(&g));
+  PetscCall(model_destroy(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -99,17 +99,17 @@ static PetscErrorCode shard_same(const DModel *dm, const float *p0, const float 
   PetscFunctionBegin;
   *ok = PETSC_TRUE;
   if (!dmodel_member(dm)) PetscFunctionReturn(PETSC_SUCCESS);
-  n = dm->gpt->nparams;
+  n = dm->lm->nparams;
   PetscCall(PetscMalloc4(n, &want, n, &have, n, &mh, n, &vh));
-  PetscCall(gpt_params_get(dm->gpt, have));
-  PetscCall(gpt_shard_extract(&dm->cfg, &dm->gpt->sh, p0, want));
+  PetscCall(model_params_get(dm->lm, have));
+  PetscCall(model_shard_extract(&dm->cfg, &dm->lm->sh, p0, want));
   if (memcmp(have, want, n * sizeof(float))) *ok = PETSC_FALSE;
   if (dm->optim) {
-    PetscCall(gpt_optim_get(dm->gpt, mh, vh)); /* collective over the replicas */
-    PetscCall(gpt_shard_extract(&dm->cfg, &dm->gpt->sh, m0, want));
+    PetscCall(model_optim_get(dm->lm, mh, vh)); /* collective over the replicas */
+    PetscCall(model_shard_extract(&dm->cfg, &dm->lm->sh, m0, want));
     if (memcmp(mh, want, n * sizeof(float))) *ok = PETSC_FALSE;
-    PetscCall(gpt_shard_extract(&dm->cfg, &dm->gpt->sh, v0, want));
-    if (memcmp(vh, want, n * sizeof(float)) || dm->gpt->step != 7) *ok = PETSC_FALSE;
+    PetscCall(model_shard_extract(&dm->cfg, &dm->lm->sh, v0, want));
+    if (memcmp(vh, want, n * sizeof(float)) || dm->lm->step != 7) *ok = PETSC_FALSE;
   }
   PetscCall(PetscFree4(want, have, mh, vh));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -118,7 +118,7 @@ static PetscErrorCode shard_same(const DModel *dm, const float *p0, const float 
 /* Loads src onto layout L (checking the loaded shards against the
  * original), writes it (with an offloaded copy as /reference when frozen)
  * to dst. */
-static PetscErrorCode hop(const GPTConfig *cfg, const Layout *L, const char *src, const char *dst, PetscBool frozen, const float *p0, const float *m0, const float *v0)
+static PetscErrorCode hop(const ModelConfig *cfg, const Layout *L, const char *src, const char *dst, PetscBool frozen, const float *p0, const float *m0, const float *v0)
 {
   PetscBool ok;
   char      det[200];
@@ -182,9 +182,9 @@ static long file_bytes(const char *path, unsigned long *sum)
 }
 
 /* Rank 3 alone holds a model that claims AdamW state it does not have. */
-static PetscErrorCode test_failure(const GPTConfig *cfg, const char *dir, const char *path)
+static PetscErrorCode test_failure(const ModelConfig *cfg, const char *dir, const char *path)
 {
-  GPT           *g = NULL;
+  Model         *g = NULL;
   PetscErrorCode ierr;
   char          *msg = NULL;
   long           before, after;
@@ -193,7 +193,7 @@ static PetscErrorCode test_failure(const GPTConfig *cfg, const char *dir, const 
 
   PetscFunctionBegin;
   before = file_bytes(path, &s0);
-  if (world_rank == 3) PetscCall(gpt_create(cfg, backend_cpu(), &g));
+  if (world_rank == 3) PetscCall(model_create(cfg, backend_cpu(), &g));
   PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
   ierr = ckpt_write_placed(MPI_COMM_WORLD, path, &(CkptModel){"actor", g, PETSC_TRUE, PETSC_FALSE}, &(CkptWhere){cfg, NULL, NULL}, 1, NULL);
   PetscCall(PetscPopErrorHandler());
@@ -201,13 +201,13 @@ static PetscErrorCode test_failure(const GPTConfig *cfg, const char *dir, const 
   after = file_bytes(path, &s1);
   PetscCall(PetscSNPrintf(det, sizeof det, "%s; %ld -> %ld bytes, %d temporaries", msg ? msg : "no error", before, after, count_tmp(dir)));
   test_measure(ierr && msg && strstr(msg, "no optimizer state") && strstr(msg, path) && before > 0 && before == after && s0 == s1 && count_tmp(dir) == 0 ? PETSC_TRUE : PETSC_FALSE, "a write failing on rank 3 only fails on every rank with its message, keeps the previous file byte for byte, leaves no temporary", "%s", world_rank == 0 ? det : "");
-  PetscCall(gpt_destroy(&g));
+  PetscCall(model_destroy(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 int main(int argc, char **argv)
 {
-  GPTConfig    cfg = {.n_layer = 2, .n_head = 4, .n_embd = 32, .vocab_size = 24, .n_positions = 16, .head = GPT_HEAD_LM};
+  ModelConfig  cfg = {.n_layer = 2, .n_head = 4, .n_embd = 32, .vocab_size = 24, .n_positions = 16, .head = MODEL_HEAD_LM};
   const Layout hops[] = {
     {"ranks 0-3 pp2 x tp2, collective I/O",                        4, {0, 1, 2, 3}, 2, 1, 2, PETSC_FALSE, (size_t)1 << 22, 1},
     {"ranks 0-3 tp2 x dp2, ZeRO-1",                4, {0, 1, 2, 3}, 1, 2, 2, PETSC_TRUE,  (size_t)1 << 22, -1},
@@ -218,7 +218,7 @@ int main(int argc, char **argv)
   float      *p0, *m0, *v0;
   int         step0;
   size_t      n;
-  GPTTensor  *t;
+  ModelTensor  *t;
   int         nt;
 
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
@@ -229,7 +229,7 @@ int main(int argc, char **argv)
   PetscCheck(world_size == 4, PETSC_COMM_WORLD, PETSC_ERR_ARG_SIZ, "test_ckpt needs 4 ranks (mpiexec -n 4), not %d", world_size);
   PetscCall(test_tmpdir(dir, sizeof dir, "test_ckpt"));
   for (int k = 0; k < 5; k++) PetscCall(PetscSNPrintf(path[k], sizeof path[k], "%s/%d.h5", dir, k));
-  PetscCall(gpt_tensor_table(&cfg, &t, &nt, &n));
+  PetscCall(model_tensor_table(&cfg, &t, &nt, &n));
   PetscCall(PetscFree(t));
   PetscCall(write_original(&cfg, path[0]));
   PetscCall(read_whole(&cfg, path[0], "actor", PETSC_TRUE, &p0, &m0, &v0, &step0));

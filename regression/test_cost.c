@@ -89,8 +89,8 @@ static PetscErrorCode check_formulas(void)
 {
   CostShape s7, g = tiny(PETSC_FALSE), cs = tiny(PETSC_TRUE);
   CostPrims hw;
-  GPTConfig cfg = {.n_layer = 1, .n_head = 2, .n_embd = 8, .vocab_size = 16, .n_positions = 8, .head = GPT_HEAD_LM};
-  GPTTensor *tab;
+  ModelConfig cfg = {.n_layer = 1, .n_head = 2, .n_embd = 8, .vocab_size = 16, .n_positions = 8, .head = MODEL_HEAD_LM};
+  ModelTensor *tab;
   int        nt;
   size_t     np;
 
@@ -114,11 +114,11 @@ static PetscErrorCode check_formulas(void)
   PetscCall(cost_shape_named("-cost_actor_shape", "llama2-7b", PETSC_FALSE, &s7));
   test_report_close("LLaMA-2 7B parameters (6,738,415,616 published)", cost_shape_params(&s7), 6738415616.0, 1e-12);
   test_report_close("tiny GPT-2 parameters (1080 by hand)", cost_shape_params(&g), 1080, 1e-12);
-  PetscCall(gpt_tensor_table_shard(&cfg, NULL, &tab, &nt, &np));
+  PetscCall(model_tensor_table_shard(&cfg, NULL, &tab, &nt, &np));
   PetscCall(PetscFree(tab));
   test_report_close("GPT-2 parameters equal the model's own table", cost_shape_params(&g), (double)np, 1e-12);
-  cfg.head = GPT_HEAD_SCALAR;
-  PetscCall(gpt_tensor_table_shard(&cfg, NULL, &tab, &nt, &np));
+  cfg.head = MODEL_HEAD_SCALAR;
+  PetscCall(model_tensor_table_shard(&cfg, NULL, &tab, &nt, &np));
   PetscCall(PetscFree(tab));
   test_report_close("GPT-2 scalar-head parameters equal the model's own table", cost_shape_params(&cs), (double)np, 1e-12);
   {
@@ -582,7 +582,7 @@ static PetscErrorCode check_realloc(void)
   } cases[] = {
     {0, 4, 1, 4, 1, 0, 4, 1, 2, 2}, {0, 4, 2, 1, 2, 0, 4, 1, 1, 4}, {0, 2, 1, 2, 1, 2, 2, 1, 1, 2}, {0, 4, 4, 1, 1, 0, 4, 1, 4, 1}, {0, 2, 2, 1, 1, 1, 3, 1, 3, 1},
   };
-  GPTConfig cfg = {.n_layer = 4, .n_head = 4, .n_embd = 16, .vocab_size = 24, .n_positions = 16, .head = GPT_HEAD_LM};
+  ModelConfig cfg = {.n_layer = 4, .n_head = 4, .n_embd = 16, .vocab_size = 24, .n_positions = 16, .head = MODEL_HEAD_LM};
   CostShape m;
 
   PetscFunctionBegin;
@@ -594,8 +594,8 @@ static PetscErrorCode check_realloc(void)
    * every tp > 1), with two, and with two of a head_dim of their own (6:
    * query width 24 over n_embd 16) */
   for (int model = 0; model < 5; model++) {
-    cfg.head = model == 1 ? GPT_HEAD_SCALAR : GPT_HEAD_LM;
-    if (model >= 2) cfg.arch = GPT_ARCH_LLAMA, cfg.n_kv_head = model == 2 ? 1 : 2, cfg.n_ffn = 32, cfg.tie_embeddings = PETSC_FALSE, cfg.rope_theta = 1e4, cfg.norm_eps = 1e-5;
+    cfg.head = model == 1 ? MODEL_HEAD_SCALAR : MODEL_HEAD_LM;
+    if (model >= 2) cfg.arch = MODEL_ARCH_LLAMA, cfg.n_kv_head = model == 2 ? 1 : 2, cfg.n_ffn = 32, cfg.tie_embeddings = PETSC_FALSE, cfg.rope_theta = 1e4, cfg.norm_eps = 1e-5;
     cfg.head_dim = model == 4 ? 6 : 0;
     cost_shape_from_gpt(&cfg, &m);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {

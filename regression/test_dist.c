@@ -16,22 +16,22 @@ static const char help[] = "Distributed model regression tests.\n";
 
 /* Forward + head output + backward of rows [b0, b0+nb) of the batch; the
  * LM head's log-probabilities and entropies (or values) go to out[2*N]. */
-static PetscErrorCode run_rows(GPT *g, const Batch *b, int b0, int nb, float *out)
+static PetscErrorCode run_rows(Model *g, const Batch *b, int b0, int nb, float *out)
 {
   int          T = b->T, n0 = b0 * T, n = nb * T, *off;
-  GPTTokenDist d;
+  ModelTokenDist d;
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(n + 1, &off));
   for (int i = 0; i <= n; i++) off[i] = b->mask_off[n0 + i] - b->mask_off[n0];
-  d = (GPTTokenDist){1.0f / 0.8f, off, b->mask_ids + b->mask_off[n0]};
-  PetscCall(gpt_forward(g, b->tok + n0, nb, T));
-  if (gpt_last_stage(g)) {
-    if (g->cfg.head == GPT_HEAD_LM) PetscCall(gpt_logprobs_dist(g, b->target + n0, &d, out + n0, out + b->N + n0));
-    else PetscCall(gpt_values_get(g, out + n0));
+  d = (ModelTokenDist){1.0f / 0.8f, off, b->mask_ids + b->mask_off[n0]};
+  PetscCall(model_forward(g, b->tok + n0, nb, T));
+  if (model_last_stage(g)) {
+    if (g->cfg.head == MODEL_HEAD_LM) PetscCall(model_logprobs_dist(g, b->target + n0, &d, out + n0, out + b->N + n0));
+    else PetscCall(model_values_get(g, out + n0));
   }
-  if (g->cfg.head == GPT_HEAD_LM) PetscCall(gpt_backward_logprob(g, b->target + n0, b->dlp + n0));
-  else PetscCall(gpt_backward_values(g, b->dlp + n0));
+  if (g->cfg.head == MODEL_HEAD_LM) PetscCall(model_backward_logprob(g, b->target + n0, b->dlp + n0));
+  else PetscCall(model_backward_values(g, b->dlp + n0));
   PetscCall(PetscFree(off));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -43,16 +43,16 @@ typedef struct {
 
 /* One layout: outputs and gradients (dp replicas take equal parts of the
  * batch), one AdamW step, cached decoding. */
-static PetscErrorCode test_layout(const GPTConfig *cfg, const Layout *L, PetscBool zero1)
+static PetscErrorCode test_layout(const ModelConfig *cfg, const Layout *L, PetscBool zero1)
 {
   int          n = L->pp * L->dp * L->tp, ranks[64], B = 4, T = 6;
   const Mesh  *m;
-  GPT         *full, *g = NULL;
+  Model       *full, *g = NULL;
   Batch        b;
   float       *ref, *got, *pfull, *gfull, *pg;
   AdamWConfig  opt = {1e-2, 1, 0.9, 0.95, 1e-8, 0.1, 1.0, 0, 0};
   char         name[160], det[160];
-  const char  *head = cfg->head == GPT_HEAD_LM ? (gpt_is_llama(cfg) ? (cfg->tie_embeddings ? "llama tied lm" : "llama untied biased lm") : "lm") : (gpt_is_llama(cfg) ? "llama scalar" : "scalar");
+  const char  *head = cfg->head == MODEL_HEAD_LM ? (model_is_llama(cfg) ? (cfg->tie_embeddings ? "llama tied lm" : "llama untied biased lm") : "lm") : (model_is_llama(cfg) ? "llama scalar" : "scalar");
 
   PetscFunctionBegin;
   if (n > world_size) {
@@ -65,36 +65,36 @@ static PetscErrorCode test_layout(const GPTConfig *cfg, const Layout *L, PetscBo
   for (int i = 0; i < n; i++) ranks[i] = i;
   PetscCall(mesh_get(ranks, n, L->pp, L->dp, L->tp, &m));
   PetscCall(batch_create(cfg, B, T, 5, &b));
-  PetscCall(gpt_create(cfg, backend_cpu(), &full));
-  PetscCall(gpt_init_random(full, 77));
+  PetscCall(model_create(cfg, backend_cpu(), &full));
+  PetscCall(model_init_random(full, 77));
   PetscCall(PetscCalloc5(2 * b.N, &ref, 2 * b.N, &got, full->nparams, &pfull, full->nparams, &gfull, full->nparams, &pg));
   /* reference: the whole batch on one rank */
-  PetscCall(gpt_zero_grad(full));
+  PetscCall(model_zero_grad(full));
   PetscCall(run_rows(full, &b, 0, B, ref));
   if (m->me >= 0) {
     int nb = B / L->dp;
-    PetscCall(gpt_create_on_mesh(cfg, backend_cpu(), m, &g));
-    PetscCall(gpt_set_zero1(g, zero1));
-    PetscCall(gpt_params_get(full, pfull));
+    PetscCall(model_create_on_mesh(cfg, backend_cpu(), m, &g));
+    PetscCall(model_set_zero1(g, zero1));
+    PetscCall(model_params_get(full, pfull));
     {
       float *mine;
       PetscCall(PetscMalloc1(g->nparams + 1, &mine));
-      PetscCall(gpt_shard_extract(cfg, &g->sh, pfull, mine));
-      PetscCall(gpt_params_set(g, mine));
+      PetscCall(model_shard_extract(cfg, &g->sh, pfull, mine));
+      PetscCall(model_params_set(g, mine));
       PetscCall(PetscFree(mine));
     }
-    PetscCall(gpt_zero_grad(g));
+    PetscCall(model_zero_grad(g));
     PetscCall(run_rows(g, &b, m->d * nb, nb, got));
   }
   /* outputs live on the last stage's ranks of each replica: sum them over the world once */
   if (!(m->me >= 0 && m->p == m->pp - 1 && m->t == 0)) PetscCall(PetscArrayzero(got, 2 * b.N));
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, got, 2 * b.N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-  PetscCall(PetscSNPrintf(name, sizeof name, "%s, %s head: %s match one rank", L->name, head, cfg->head == GPT_HEAD_LM ? "log-probabilities and entropies" : "values"));
-  PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", rel_err(got, ref, cfg->head == GPT_HEAD_LM ? 2 * b.N : b.N)));
-  test_measure(rel_err(got, ref, cfg->head == GPT_HEAD_LM ? 2 * b.N : b.N) < 1e-5 ? PETSC_TRUE : PETSC_FALSE, name, "%s", det);
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s, %s head: %s match one rank", L->name, head, cfg->head == MODEL_HEAD_LM ? "log-probabilities and entropies" : "values"));
+  PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", rel_err(got, ref, cfg->head == MODEL_HEAD_LM ? 2 * b.N : b.N)));
+  test_measure(rel_err(got, ref, cfg->head == MODEL_HEAD_LM ? 2 * b.N : b.N) < 1e-5 ? PETSC_TRUE : PETSC_FALSE, name, "%s", det);
 
   /* gradients: after the step's sync the replicas hold the whole batch's; compare via one AdamW step's gradient sync */
-  if (g) PetscCall(gpt_grads_sync(g));
+  if (g) PetscCall(model_grads_sync(g));
   PetscCall(gather_full(full, g ? g : full, m, g ? g->grads : full->grads, gfull));
   PetscCall(PetscSNPrintf(name, sizeof name, "%s, %s head: gradients (after the dp and tied-embedding sums) match one rank", L->name, head));
   PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", rel_err(gfull, full->grads, full->nparams)));
@@ -103,8 +103,8 @@ static PetscErrorCode test_layout(const GPTConfig *cfg, const Layout *L, PetscBo
   /* one AdamW step from the already summed gradients */
   {
     PetscReal lr, gn_full, gn = 0;
-    PetscCall(gpt_adamw_step(full, &opt, &lr, &gn_full));
-    if (g) PetscCall(gpt_adamw_step(g, &opt, &lr, &gn));
+    PetscCall(model_adamw_step(full, &opt, &lr, &gn_full));
+    if (g) PetscCall(model_adamw_step(g, &opt, &lr, &gn));
     PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &gn, 1, MPIU_REAL, MPI_MAX, MPI_COMM_WORLD));
     PetscCall(gather_full(full, g ? g : full, m, g ? g->params : full->params, pg));
     PetscCall(PetscSNPrintf(name, sizeof name, "%s%s, %s head: AdamW step (gradient norm %.4f vs %.4f) gives the one-rank parameters", L->name, zero1 ? " ZeRO-1" : "", head, (double)gn, (double)gn_full));
@@ -113,36 +113,36 @@ static PetscErrorCode test_layout(const GPTConfig *cfg, const Layout *L, PetscBo
   }
 
   /* cached decoding: a prefill of 3 slots' prompts, then one step */
-  if (cfg->head == GPT_HEAD_LM) {
+  if (cfg->head == MODEL_HEAD_LM) {
     int         NR = 9, tok[9], slot[9], pos[9], V = cfg->vocab_size;
     float      *lf, *lg;
-    GPTKVCache *kf, *kg = NULL;
+    ModelKVCache *kf, *kg = NULL;
     PetscCall(PetscCalloc2((size_t)NR * V, &lf, (size_t)NR * V, &lg));
     for (int r = 0; r < NR; r++) tok[r] = b.tok[r], slot[r] = r / 3, pos[r] = r % 3;
-    PetscCall(gpt_kv_create(full, 3, 8, &kf));
-    PetscCall(gpt_forward_cached(full, kf, tok, slot, pos, NR, lf));
+    PetscCall(model_kv_create(full, 3, 8, &kf));
+    PetscCall(model_forward_cached(full, kf, tok, slot, pos, NR, lf));
     if (g) {
-      PetscCall(gpt_kv_create(g, 3, 8, &kg));
-      PetscCall(gpt_forward_cached(g, kg, tok, slot, pos, NR, lg));
+      PetscCall(model_kv_create(g, 3, 8, &kg));
+      PetscCall(model_forward_cached(g, kg, tok, slot, pos, NR, lg));
     } else PetscCall(PetscArraycpy(lg, lf, (size_t)NR * V));
     PetscCall(PetscSNPrintf(name, sizeof name, "%s: cached decoding logits (every rank of the mesh) match one rank", L->name));
     PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", rel_err(lg, lf, (size_t)NR * V)));
     test_measure(rel_err(lg, lf, (size_t)NR * V) < 1e-5 ? PETSC_TRUE : PETSC_FALSE, name, "%s", det);
-    PetscCall(gpt_kv_destroy(full, &kf));
-    if (g) PetscCall(gpt_kv_destroy(g, &kg));
+    PetscCall(model_kv_destroy(full, &kf));
+    if (g) PetscCall(model_kv_destroy(g, &kg));
     PetscCall(PetscFree2(lf, lg));
   }
   PetscCall(PetscFree5(ref, got, pfull, gfull, pg));
-  PetscCall(gpt_destroy(&full));
-  PetscCall(gpt_destroy(&g));
+  PetscCall(model_destroy(&full));
+  PetscCall(model_destroy(&g));
   PetscCall(batch_destroy(&b));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 int main(int argc, char **argv)
 {
-  GPTConfig lm = {.n_layer = 4, .n_head = 4, .n_embd = 16, .vocab_size = 24, .n_positions = 12, .head = GPT_HEAD_LM};
-  GPTConfig sc = lm;
+  ModelConfig lm = {.n_layer = 4, .n_head = 4, .n_embd = 16, .vocab_size = 24, .n_positions = 12, .head = MODEL_HEAD_LM};
+  ModelConfig sc = lm;
   Layout    layouts[] = {
     {"dp 2",              1, 2, 1},
     {"tp 2",              1, 1, 2},
@@ -159,7 +159,7 @@ int main(int argc, char **argv)
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   test_collective(MPI_COMM_WORLD);
-  sc.head = GPT_HEAD_SCALAR;
+  sc.head = MODEL_HEAD_SCALAR;
   for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
     PetscCall(test_layout(&lm, &layouts[k], PETSC_FALSE));
     PetscCall(test_layout(&sc, &layouts[k], PETSC_FALSE));
@@ -168,12 +168,12 @@ int main(int argc, char **argv)
   PetscCall(test_layout(&lm, &layouts[5], PETSC_TRUE));
   { /* the LLaMA family: tied with 4 query heads over 2 kv heads (tp 2 splits
      * the kv heads), and untied with q/k/v biases */
-    GPTConfig ll = lm, lu;
-    ll.arch = GPT_ARCH_LLAMA, ll.n_kv_head = 2, ll.n_ffn = 24, ll.tie_embeddings = PETSC_TRUE, ll.rope_theta = 10000, ll.norm_eps = 1e-5;
+    ModelConfig ll = lm, lu;
+    ll.arch = MODEL_ARCH_LLAMA, ll.n_kv_head = 2, ll.n_ffn = 24, ll.tie_embeddings = PETSC_TRUE, ll.rope_theta = 10000, ll.norm_eps = 1e-5;
     lu = ll, lu.tie_embeddings = PETSC_FALSE, lu.qkv_bias = PETSC_TRUE;
     for (size_t k = 0; k < 6; k++) {
-      GPTConfig ls = ll;
-      ls.head = GPT_HEAD_SCALAR;
+      ModelConfig ls = ll;
+      ls.head = MODEL_HEAD_SCALAR;
       PetscCall(test_layout(&ll, &layouts[k], PETSC_FALSE));
       PetscCall(test_layout(&ls, &layouts[k], PETSC_FALSE));
       PetscCall(test_layout(&lu, &layouts[k], PETSC_FALSE));

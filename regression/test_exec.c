@@ -243,7 +243,7 @@ static void set_call(PlanCall *c, const MeshSpec *s)
 
 /* Rank 0: poisons `out` (params, moments, step), gathers dm into it and
  * compares bit for bit with ref. ok on the other ranks. */
-static PetscErrorCode gather_same(DModel *dm, GPT *out, const GPT *ref, PetscBool *ok)
+static PetscErrorCode gather_same(DModel *dm, Model *out, const Model *ref, PetscBool *ok)
 {
   float *a = NULL, *b = NULL, *c = NULL, *d = NULL;
   size_t n = ref ? ref->nparams : 0;
@@ -253,17 +253,17 @@ static PetscErrorCode gather_same(DModel *dm, GPT *out, const GPT *ref, PetscBoo
   if (world_rank == 0) {
     PetscCall(PetscMalloc4(n, &a, n, &b, n, &c, n, &d));
     for (size_t i = 0; i < n; i++) a[i] = -1;
-    PetscCall(gpt_params_set(out, a));
-    if (dm->optim) PetscCall(gpt_optim_set(out, a, a, -1));
+    PetscCall(model_params_set(out, a));
+    if (dm->optim) PetscCall(model_optim_set(out, a, a, -1));
   }
   PetscCall(dmodel_gather(dm, out, 4096));
   if (world_rank == 0) {
-    PetscCall(gpt_params_get(out, a));
-    PetscCall(gpt_params_get(ref, b));
+    PetscCall(model_params_get(out, a));
+    PetscCall(model_params_get(ref, b));
     *ok = memcmp(a, b, n * sizeof(float)) ? PETSC_FALSE : PETSC_TRUE;
     if (dm->optim) {
-      PetscCall(gpt_optim_get(out, a, c));
-      PetscCall(gpt_optim_get(ref, b, d));
+      PetscCall(model_optim_get(out, a, c));
+      PetscCall(model_optim_get(ref, b, d));
       if (memcmp(a, b, n * sizeof(float)) || memcmp(c, d, n * sizeof(float)) || out->step != ref->step) *ok = PETSC_FALSE;
     }
     PetscCall(PetscFree4(a, b, c, d));
@@ -271,12 +271,12 @@ static PetscErrorCode gather_same(DModel *dm, GPT *out, const GPT *ref, PetscBoo
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode test_dmodel(const GPTConfig *cfg, const GPT *full, const char *path, PetscBool zero1)
+static PetscErrorCode test_dmodel(const ModelConfig *cfg, const Model *full, const char *path, PetscBool zero1)
 {
   const Backend *be;
   Plan           plan;
   DModel         train, gen;
-  GPT           *out = NULL;
+  Model         *out = NULL;
   PetscBool      ok;
   PetscErrorCode ierr;
   const char    *msg;
@@ -291,15 +291,15 @@ static PetscErrorCode test_dmodel(const GPTConfig *cfg, const GPT *full, const c
   plan.world = world_size, plan.bucket_mb = 1, plan.zero1 = zero1;
   set_call(&plan.call[MFC_ACTOR_TRAIN], &train_on);
   if (world_rank == 0) {
-    PetscCall(gpt_create(cfg, be, &out));
-    PetscCall(gpt_optim_init(out));
+    PetscCall(model_create(cfg, be, &out));
+    PetscCall(model_optim_init(out));
   }
   PetscCall(dmodel_create("actor", cfg, be, &plan, MFC_ACTOR_TRAIN, PETSC_TRUE, &train));
   PetscCall(dmodel_load(&train, path, "actor", PETSC_TRUE, PETSC_FALSE, 0));
   PetscCall(gather_same(&train, out, full, &ok));
   test_report(ok, fmt("dmodel_load on %s%s, dmodel_gather to rank 0: parameters, moments and step bit-identical to the checkpointed model", train_on.name, z), NULL);
   CAPTURE(ierr, msg, dmodel_release(&train, PETSC_TRUE));
-  test_measure(ierr == PETSC_ERR_ARG_WRONG && train.gpt && strstr(msg, "actor") ? PETSC_TRUE : PETSC_FALSE, fmt("dmodel_release of a model with AdamW state%s is an error and keeps its shard", z), "%s", msg);
+  test_measure(ierr == PETSC_ERR_ARG_WRONG && train.lm && strstr(msg, "actor") ? PETSC_TRUE : PETSC_FALSE, fmt("dmodel_release of a model with AdamW state%s is an error and keeps its shard", z), "%s", msg);
 
   for (int k = 0; k < 2; k++) {
     const ReallocPlan *rp;
@@ -319,32 +319,32 @@ static PetscErrorCode test_dmodel(const GPTConfig *cfg, const GPT *full, const c
 
     PetscCall(dmodel_release(&gen, PETSC_TRUE));
     PetscCall(gather_same(&gen, out, full, &ok));
-    test_report(ok && !gen.gpt && (dmodel_member(&gen) ? gen.host != NULL : gen.host == NULL) ? PETSC_TRUE : PETSC_FALSE, fmt("dmodel_release(keep)%s on %s: no shard, host copy held, gather from it bit-identical", z, gen_on[k].name), NULL);
+    test_report(ok && !gen.lm && (dmodel_member(&gen) ? gen.host != NULL : gen.host == NULL) ? PETSC_TRUE : PETSC_FALSE, fmt("dmodel_release(keep)%s on %s: no shard, host copy held, gather from it bit-identical", z, gen_on[k].name), NULL);
 
     PetscCall(dmodel_acquire(&gen));
     PetscCall(gather_same(&gen, out, full, &ok));
-    test_report(ok && !gen.host && (dmodel_member(&gen) ? gen.gpt != NULL : gen.gpt == NULL) ? PETSC_TRUE : PETSC_FALSE, fmt("dmodel_acquire%s on %s: shard restored, host copy freed, gather bit-identical", z, gen_on[k].name), NULL);
+    test_report(ok && !gen.host && (dmodel_member(&gen) ? gen.lm != NULL : gen.lm == NULL) ? PETSC_TRUE : PETSC_FALSE, fmt("dmodel_acquire%s on %s: shard restored, host copy freed, gather bit-identical", z, gen_on[k].name), NULL);
     PetscCall(dmodel_destroy(&gen));
   }
   PetscCall(dmodel_destroy(&train));
-  PetscCall(gpt_destroy(&out));
+  PetscCall(model_destroy(&out));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* The checkpoint (rank 0): random parameters, moments from the index, step 7. */
-static PetscErrorCode write_checkpoint(const GPTConfig *cfg, const char *path, GPT **full)
+static PetscErrorCode write_checkpoint(const ModelConfig *cfg, const char *path, Model **full)
 {
   float *m, *v;
 
   PetscFunctionBegin;
   *full = NULL;
   if (world_rank == 0) {
-    PetscCall(gpt_create(cfg, backend_cpu(), full));
-    PetscCall(gpt_init_random(*full, 4242));
-    PetscCall(gpt_optim_init(*full));
+    PetscCall(model_create(cfg, backend_cpu(), full));
+    PetscCall(model_init_random(*full, 4242));
+    PetscCall(model_optim_init(*full));
     PetscCall(PetscMalloc2((*full)->nparams, &m, (*full)->nparams, &v));
     for (size_t i = 0; i < (*full)->nparams; i++) m[i] = 1e-3f * (float)((int)(i * 37 % 101) - 50), v[i] = 1e-4f * (float)(i * 13 % 97 + 1);
-    PetscCall(gpt_optim_set(*full, m, v, 7));
+    PetscCall(model_optim_set(*full, m, v, 7));
     PetscCall(PetscFree2(m, v));
   }
   PetscCall(ckpt_write(MPI_COMM_WORLD, path, &(CkptModel){"actor", *full, PETSC_TRUE, PETSC_FALSE}, 1, NULL));
@@ -353,7 +353,7 @@ static PetscErrorCode write_checkpoint(const GPTConfig *cfg, const char *path, G
 
 int main(int argc, char **argv)
 {
-  GPTConfig      cfg = {.n_layer = 2, .n_head = 4, .n_embd = 32, .vocab_size = 24, .n_positions = 16, .head = GPT_HEAD_LM};
+  ModelConfig    cfg = {.n_layer = 2, .n_head = 4, .n_embd = 32, .vocab_size = 24, .n_positions = 16, .head = MODEL_HEAD_LM};
   const MeshSpec meshes[] = {
     {"ranks 0-3 pp1 dp2 tp2", 4, {0, 1, 2, 3}, 1, 2, 2},
     {"ranks 0-3 pp2 dp2 tp1", 4, {0, 1, 2, 3}, 2, 2, 1},
@@ -361,7 +361,7 @@ int main(int argc, char **argv)
     {"ranks 2,3 dp2", 2, {2, 3}, 1, 2, 1},
   };
   char        dir[PETSC_MAX_PATH_LEN], path[PETSC_MAX_PATH_LEN + 16];
-  GPT        *full;
+  Model      *full;
 
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
   PetscCall(comm_setup());
@@ -379,7 +379,7 @@ int main(int argc, char **argv)
   PetscCall(write_checkpoint(&cfg, path, &full));
   PetscCall(test_dmodel(&cfg, full, path, PETSC_FALSE));
   PetscCall(test_dmodel(&cfg, full, path, PETSC_TRUE));
-  PetscCall(gpt_destroy(&full));
+  PetscCall(model_destroy(&full));
 
   PetscCall(realloc_cache_destroy());
   PetscCall(comm_teardown());

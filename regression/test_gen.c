@@ -4,7 +4,7 @@
  * empirically; continuous batching gives the same tokens, log-probabilities
  * and allowed sets whatever the slot count or request order, and a reused
  * engine and batch the same as fresh ones; the recorded log-probabilities
- * are what training computes with gpt_logprobs_dist; stop conditions and
+ * are what training computes with model_logprobs_dist; stop conditions and
  * the on_finish hand-over; configuration and argument errors. Prints one
  * "ok"/"not ok" line per check and exits non-zero on any failure. */
 #include <math.h>
@@ -277,43 +277,43 @@ static PetscErrorCode test_sampler_large(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* ---- the engine on a small random GPT ----------------------------------- */
+/* ---- the engine on a small random Model ----------------------------------- */
 #define NREQ 13
 #define MAXP 12
 
 typedef struct {
-  GPT       *gpt;
+  Model     *lm;
   int        n, maxp, prompts[NREQ][MAXP];
   GenRequest req[NREQ];
 } Fixture;
 
 /* Weights drawn O(0.3) around GPT-2's centres make the next-token
  * distributions far from uniform (as in test_model). */
-static PetscErrorCode perturbed_params(GPT *gpt, uint64_t seed)
+static PetscErrorCode perturbed_params(Model *lm, uint64_t seed)
 {
   float *p;
 
   PetscFunctionBegin;
-  PetscCall(PetscMalloc1(gpt->nparams, &p));
-  for (int i = 0; i < gpt->ntensors; i++) {
-    const GPTTensor *t      = &gpt->tensors[i];
+  PetscCall(PetscMalloc1(lm->nparams, &p));
+  for (int i = 0; i < lm->ntensors; i++) {
+    const ModelTensor *t      = &lm->tensors[i];
     PetscBool        ln_w   = t->ndim == 1 && strstr(t->name, "ln_") && strstr(t->name, ".weight") ? PETSC_TRUE : PETSC_FALSE;
     float            centre = ln_w ? 1.0f : 0.0f, std = t->ndim == 2 ? 0.3f : 0.1f;
     for (size_t e = 0; e < t->numel; e++) p[t->offset + e] = centre + std * rng_normal(seed, (uint32_t)i, 0, (uint32_t)e, 7);
   }
-  PetscCall(gpt_params_set(gpt, p));
+  PetscCall(model_params_set(lm, p));
   PetscCall(PetscFree(p));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 static PetscErrorCode fixture_create(const Backend *be, Fixture *f)
 {
-  GPTConfig cfg = {.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 10, .n_positions = 40, .head = GPT_HEAD_LM};
+  ModelConfig cfg = {.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 10, .n_positions = 40, .head = MODEL_HEAD_LM};
   const int len[NREQ] = {5, 1, 12, 3, 7, 2, 9, 4, 11, 6, 1, 8, 10};
 
   PetscFunctionBegin;
-  PetscCall(gpt_create(&cfg, be, &f->gpt));
-  PetscCall(perturbed_params(f->gpt, 5));
+  PetscCall(model_create(&cfg, be, &f->lm));
+  PetscCall(perturbed_params(f->lm, 5));
   f->n    = NREQ;
   f->maxp = MAXP;
   for (int i = 0; i < NREQ; i++) {
@@ -358,7 +358,7 @@ static PetscErrorCode run_gen(Fixture *f, const GenConfig *cfg, const int *perm,
   for (int i = 0; i < f->n; i++) req[i] = f->req[perm ? perm[i] : i];
   if (log) PetscCall(PetscMemzero(log, sizeof *log));
   PetscCall(gen_batch_create(f->n, f->maxp + (int)cfg->max_new_tokens, gen_masked(cfg), b));
-  PetscCall(gen_engine_create(f->gpt, cfg, f->maxp, &eng));
+  PetscCall(gen_engine_create(f->lm, cfg, f->maxp, &eng));
   PetscCall(gen_generate(eng, 1234, 7, f->n, req, b, log ? on_finish_log : NULL, log));
   PetscCall(gen_engine_destroy(&eng));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -460,7 +460,7 @@ static PetscErrorCode test_reuse(Fixture *f, const GenConfig *cfg, const char *w
 
   PetscFunctionBegin;
   PetscCall(run_gen(f, cfg, NULL, &ref, NULL));
-  PetscCall(gen_engine_create(f->gpt, cfg, f->maxp, &eng));
+  PetscCall(gen_engine_create(f->lm, cfg, f->maxp, &eng));
   PetscCall(gen_batch_create(f->n, Tmax, gen_masked(cfg), &a));
   PetscCall(gen_batch_create(f->n, Tmax, gen_masked(cfg), &b));
   PetscCall(gen_generate(eng, 1234, 8, f->n, f->req, &a, NULL, NULL));
@@ -522,7 +522,7 @@ static PetscErrorCode test_stops(Fixture *f, const GenConfig *cfg, const char *w
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The recorded logprobs against gpt_logprobs_dist over the full sequences:
+/* The recorded logprobs against model_logprobs_dist over the full sequences:
  * forward row (i, r) predicts the token at position r+1. */
 static PetscErrorCode test_logprob_consistency(Fixture *f, const GenConfig *cfg, const char *what)
 {
@@ -530,7 +530,7 @@ static PetscErrorCode test_logprob_consistency(Fixture *f, const GenConfig *cfg,
   int          T, N, *target, *off = NULL, *ids = NULL, ntgt = 0;
   float       *lp;
   double       err = 0;
-  GPTTokenDist dist;
+  ModelTokenDist dist;
   char         name[160];
 
   PetscFunctionBegin;
@@ -559,12 +559,12 @@ static PetscErrorCode test_logprob_consistency(Fixture *f, const GenConfig *cfg,
     dist.mask_off = off;
     dist.mask_ids = ids;
   }
-  PetscCall(gpt_forward(f->gpt, b.tokens, b.n, T));
-  PetscCall(gpt_logprobs_dist(f->gpt, target, &dist, lp, NULL));
+  PetscCall(model_forward(f->lm, b.tokens, b.n, T));
+  PetscCall(model_logprobs_dist(f->lm, target, &dist, lp, NULL));
   for (int i = 0; i < b.n; i++)
     for (int r = 0; r < T; r++)
       if (target[i * T + r] >= 0) err = PetscMax(err, fabs(lp[i * T + r] - b.logprobs[i * T + r + 1]));
-  PetscCall(PetscSNPrintf(name, sizeof name, "%s: recorded logprobs equal gpt_logprobs_dist on the full sequences", what));
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s: recorded logprobs equal model_logprobs_dist on the full sequences", what));
   test_measure(err <= 1e-4 && ntgt == b.new_tokens, name, "max |diff| %.3g over %d response tokens", err, ntgt);
   if (off) PetscCall(PetscFree2(off, ids));
   PetscCall(PetscFree2(target, lp));
@@ -590,7 +590,7 @@ static PetscErrorCode test_engine(const Backend *be)
   PetscCall(test_stops(&f, &full, "min_new = max_new 10"));
   PetscCall(test_logprob_consistency(&f, &plain, "temperature 0.8, no mask"));
   PetscCall(test_logprob_consistency(&f, &masked, "top-k 6, top-p 0.9, min_new 3, T 1.3"));
-  PetscCall(gpt_destroy(&f.gpt));
+  PetscCall(model_destroy(&f.lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -612,7 +612,7 @@ static PetscErrorCode expect_error(PetscErrorCode ierr, const char *msg, const c
 
 static PetscErrorCode test_config(const Backend *be)
 {
-  GPTConfig      model = {.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 10, .n_positions = 40, .head = GPT_HEAD_LM};
+  ModelConfig    model = {.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 10, .n_positions = 40, .head = MODEL_HEAD_LM};
   GenConfig      cfg, c;
   PetscErrorCode ierr;
   char           msg[TEST_MESSAGE_MAX];
@@ -673,20 +673,20 @@ static PetscErrorCode test_config(const Backend *be)
   test_measure(ierr == 0, "config: prompt 24 + max_new 16 = n_positions 40 is accepted", "%s", msg);
 
   {
-    GPT       *gpt;
+    Model     *lm;
     GenEngine *eng = NULL;
     GenBatch   b;
     int        prompt[2] = {1, 2};
     GenRequest req       = {.id = 0, .prompt = prompt, .prompt_len = 3};
 
-    model.head = GPT_HEAD_SCALAR;
-    PetscCall(gpt_create(&model, be, &gpt));
-    TRY(gen_engine_create(gpt, &cfg, 4, &eng));
+    model.head = MODEL_HEAD_SCALAR;
+    PetscCall(model_create(&model, be, &lm));
+    TRY(gen_engine_create(lm, &cfg, 4, &eng));
     PetscCall(expect_error(ierr, msg, "LM head", NULL, "engine: a scalar-head model is rejected"));
-    PetscCall(gpt_destroy(&gpt));
-    model.head = GPT_HEAD_LM;
-    PetscCall(gpt_create(&model, be, &gpt));
-    PetscCall(gen_engine_create(gpt, &cfg, 2, &eng));
+    PetscCall(model_destroy(&lm));
+    model.head = MODEL_HEAD_LM;
+    PetscCall(model_create(&model, be, &lm));
+    PetscCall(gen_engine_create(lm, &cfg, 2, &eng));
     PetscCall(gen_batch_create(1, 2 + (int)cfg.max_new_tokens, PETSC_FALSE, &b));
     TRY(gen_generate(eng, 1, 0, 1, &req, &b, NULL, NULL));
     PetscCall(expect_error(ierr, msg, "prompt of 3 tokens", NULL, "engine: a prompt longer than max_prompt_len is rejected"));
@@ -695,7 +695,7 @@ static PetscErrorCode test_config(const Backend *be)
     PetscCall(expect_error(ierr, msg, "prompt of 0 tokens", NULL, "engine: an empty prompt is rejected"));
     PetscCall(gen_batch_destroy(&b));
     PetscCall(gen_engine_destroy(&eng));
-    PetscCall(gpt_destroy(&gpt));
+    PetscCall(model_destroy(&lm));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -247,7 +247,7 @@ static PetscErrorCode golden_attr_string(hid_t file, const char *path, const cha
 typedef struct {
   const char *path;
   hid_t       file;
-  GPT        *gpt;
+  Model      *lm;
   int         B, T, N;
   int        *tok, *tgt;
   float      *y;          /* value targets (scalar head) */
@@ -263,31 +263,31 @@ typedef struct {
 /* Forward + loss + backward into the model's grads; fills c->out. */
 static PetscErrorCode forward_backward(Case *c, double *loss)
 {
-  GPT      *g = c->gpt;
+  Model    *g = c->lm;
   const int N = c->N;
   double    sum = 0;
 
   PetscFunctionBegin;
-  PetscCall(gpt_forward(g, c->tok, c->B, c->T));
-  if (g->cfg.head == GPT_HEAD_LM) {
+  PetscCall(model_forward(g, c->tok, c->B, c->T));
+  if (g->cfg.head == MODEL_HEAD_LM) {
     float *lp;
     PetscCall(PetscMalloc1(N, &lp));
-    PetscCall(gpt_logprobs(g, c->tgt, lp));
+    PetscCall(model_logprobs(g, c->tgt, lp));
     for (int n = 0; n < N; n++) sum -= lp[n];
-    PetscCall(g->be->to_host(c->out, gpt_logits(g), sizeof(float) * (size_t)N * g->cfg.vocab_size));
+    PetscCall(g->be->to_host(c->out, model_logits(g), sizeof(float) * (size_t)N * g->cfg.vocab_size));
     for (int n = 0; n < N; n++) c->dhead[n] = -1.0f / N;
     PetscCall(PetscFree(lp));
-    PetscCall(gpt_zero_grad(g));
-    PetscCall(gpt_backward_logprob(g, c->tgt, c->dhead));
+    PetscCall(model_zero_grad(g));
+    PetscCall(model_backward_logprob(g, c->tgt, c->dhead));
   } else {
-    PetscCall(gpt_values_get(g, c->out));
+    PetscCall(model_values_get(g, c->out));
     for (int n = 0; n < N; n++) {
       double d = (double)c->out[n] - c->y[n];
       sum += d * d;
       c->dhead[n] = (float)(2.0 * d / N);
     }
-    PetscCall(gpt_zero_grad(g));
-    PetscCall(gpt_backward_values(g, c->dhead));
+    PetscCall(model_zero_grad(g));
+    PetscCall(model_backward_values(g, c->dhead));
   }
   *loss = sum / N;
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -296,12 +296,12 @@ static PetscErrorCode forward_backward(Case *c, double *loss)
 /* Reads <group>/<key> for every tensor into ref (a flat nparams buffer). */
 static PetscErrorCode read_tensors(Case *c, const char *group, float *ref)
 {
-  GPT *g = c->gpt;
+  Model *g = c->lm;
   char dname[256];
 
   PetscFunctionBegin;
   for (int i = 0; i < g->ntensors; i++) {
-    const GPTTensor *ti      = &g->tensors[i];
+    const ModelTensor *ti      = &g->tensors[i];
     hsize_t          dims[2] = {(hsize_t)ti->shape[0], (hsize_t)ti->shape[1]};
     PetscCall(PetscSNPrintf(dname, sizeof dname, "%s/%s", group, ti->name));
     PetscCall(golden_read(c->file, c->path, dname, H5T_NATIVE_FLOAT, ti->ndim, dims, ref + ti->offset));
@@ -317,7 +317,7 @@ static PetscErrorCode read_tensors(Case *c, const char *group, float *ref)
 static PetscErrorCode check_tensors(Case *c, const float *flat, const char *group, const char *what, const float *extra, const float *base, double tol,
                                     const char *hint)
 {
-  GPT   *g = c->gpt;
+  Model *g = c->lm;
   float *ref, *x = NULL;
   char   cname[256];
 
@@ -330,7 +330,7 @@ static PetscErrorCode check_tensors(Case *c, const float *flat, const char *grou
     flat = x;
   }
   for (int i = 0; i < g->ntensors; i++) {
-    const GPTTensor *ti = &g->tensors[i];
+    const ModelTensor *ti = &g->tensors[i];
     PetscCall(PetscSNPrintf(cname, sizeof cname, "%s %s %s", c->tag, what, ti->name));
     check_ex(cname, flat + ti->offset, ref + ti->offset, extra ? extra + ti->offset : NULL, ti->numel, base ? tol : c->mode->rtol, base ? tol : c->mode->atol_frac,
              hint);
@@ -347,14 +347,14 @@ static PetscErrorCode check_tensors(Case *c, const float *flat, const char *grou
  * weight decay moves them, identically on both sides. */
 static PetscErrorCode adamw_extra_tol(Case *c, double sum_lr, float *extra)
 {
-  GPT   *g = c->gpt;
+  Model *g = c->lm;
   double unresolved;
 
   PetscFunctionBegin;
   PetscCall(golden_attr(c->file, c->path, "golden/adamw", "unresolved", H5T_NATIVE_DOUBLE, &unresolved));
   if (c->mode->unresolved > 0) unresolved = c->mode->unresolved;
   for (int i = 0; i < g->ntensors; i++) {
-    const GPTTensor *ti = &g->tensors[i];
+    const ModelTensor *ti = &g->tensors[i];
     const float     *gr = c->gref + ti->offset;
     double           mx = 0;
     for (size_t e = 0; e < ti->numel; e++) mx = fmax(mx, fabs((double)gr[e]));
@@ -410,12 +410,12 @@ static PetscErrorCode test_adamw(Case *c)
   PetscCall(golden_read(c->file, c->path, "golden/adamw/losses", H5T_NATIVE_FLOAT, 1, dims, losses));
   PetscCall(golden_read(c->file, c->path, "golden/adamw/lrs", H5T_NATIVE_FLOAT, 1, dims, lrs));
   PetscCall(golden_read(c->file, c->path, "golden/adamw/grad_norms", H5T_NATIVE_FLOAT, 1, dims, norms));
-  PetscCall(gpt_optim_init(c->gpt));
+  PetscCall(model_optim_init(c->lm));
   for (int s = 0; s < nsteps; s++) {
     double    loss;
     PetscReal lr, gnorm;
     PetscCall(forward_backward(c, &loss));
-    PetscCall(gpt_adamw_step(c->gpt, &opt, &lr, &gnorm));
+    PetscCall(model_adamw_step(c->lm, &opt, &lr, &gnorm));
     sum_lr += lrs[s];
     PetscCall(PetscSNPrintf(name, sizeof name, "%s adamw step %d loss", c->tag, s));
     check_scalar(name, loss, losses[s], c->mode->rtol, s ? "the first steps pass: look at the AdamW update, clipping or the schedule" : NULL);
@@ -424,12 +424,12 @@ static PetscErrorCode test_adamw(Case *c)
     PetscCall(PetscSNPrintf(name, sizeof name, "%s adamw step %d grad norm (clip %g)", c->tag, s, (double)opt.grad_clip));
     check_scalar(name, gnorm, norms[s], c->mode->rtol, "the global gradient norm is computed before clipping, over all tensors");
   }
-  PetscCall(PetscMalloc3(c->gpt->nparams, &extra, c->gpt->nparams, &m, c->gpt->nparams, &v));
-  PetscCall(gpt_optim_get(c->gpt, m, v));
+  PetscCall(PetscMalloc3(c->lm->nparams, &extra, c->lm->nparams, &m, c->lm->nparams, &v));
+  PetscCall(model_optim_get(c->lm, m, v));
   PetscCall(check_tensors(c, m, "golden/adamw/m", "adamw m", NULL, NULL, 0.0, "the first moment differs: m = beta1*m + (1-beta1)*g*clip_scale"));
   PetscCall(check_tensors(c, v, "golden/adamw/v", "adamw v", NULL, NULL, 0.0, "the second moment differs: v = beta2*v + (1-beta2)*(g*clip_scale)^2"));
   PetscCall(adamw_extra_tol(c, sum_lr, extra));
-  PetscCall(gpt_params_get(c->gpt, c->host));
+  PetscCall(model_params_get(c->lm, c->host));
   PetscCall(check_tensors(c, c->host, "golden/adamw/params", c->mode->update ? "adamw params (update)" : "adamw params", extra, c->mode->update ? c->p0 : NULL,
                           c->mode->update_tol,
                           "losses, lrs and norms pass but params differ: check weight decay (2-D tensors only), bias correction, eps placement, clip scale"));
@@ -443,12 +443,12 @@ static PetscErrorCode test_file(const char *dir, const char *fname, const Mode *
   Case        c;
   char        path[PETSC_MAX_PATH_LEN], str[256], role[64];
   int         version;
-  GPTConfig   cfg;
+  ModelConfig cfg;
   CkptModel   cm = {NULL, NULL, PETSC_FALSE, PETSC_FALSE};
   hsize_t     dims[3];
   double      loss;
   float       ref_loss;
-  PetscBool   lm;
+  PetscBool   lm_head;
   const char *fwd_hint = "the forward differs: compare tools/gpt_torch.py op by op (layernorm eps, gelu tanh form, attention scale, tied head)";
 
   PetscFunctionBegin;
@@ -478,22 +478,22 @@ static PetscErrorCode test_file(const char *dir, const char *fname, const Mode *
   H5Call(H5Fclose(c.file), "golden file %s: close failed", path);
   c.file = -1;
   PetscCall(ckpt_read_config(PETSC_COMM_WORLD, path, role, &cfg));
-  PetscCall(gpt_create(&cfg, be, &c.gpt));
+  PetscCall(model_create(&cfg, be, &c.lm));
   cm.role       = role;
-  cm.gpt        = c.gpt;
+  cm.lm         = c.lm;
   cm.with_optim = PETSC_FALSE;
   PetscCall(ckpt_read_model(PETSC_COMM_WORLD, path, &cm));
   c.file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   H5Call(c.file, "golden file %s: cannot reopen", path);
-  lm = cfg.head == GPT_HEAD_LM ? PETSC_TRUE : PETSC_FALSE;
-  if (gpt_is_llama(&cfg)) { /* the file's name says which member of the family */
+  lm_head = cfg.head == MODEL_HEAD_LM ? PETSC_TRUE : PETSC_FALSE;
+  if (model_is_llama(&cfg)) { /* the file's name says which member of the family */
     char base[64];
     PetscCall(PetscStrncpy(base, fname, sizeof base));
     if (strchr(base, '.')) *strchr(base, '.') = 0;
     PetscCall(PetscSNPrintf(c.tag, sizeof c.tag, "%s%s%s", mode->cuda ? mode->name : "", mode->cuda ? " " : "", base));
-  } else PetscCall(PetscSNPrintf(c.tag, sizeof c.tag, "%s%s%s", mode->cuda ? mode->name : "", mode->cuda ? " " : "", lm ? "lm" : "scalar"));
-  PetscCall(PetscMalloc1(c.gpt->nparams, &c.p0));
-  PetscCall(gpt_params_get(c.gpt, c.p0));
+  } else PetscCall(PetscSNPrintf(c.tag, sizeof c.tag, "%s%s%s", mode->cuda ? mode->name : "", mode->cuda ? " " : "", lm_head ? "lm" : "scalar"));
+  PetscCall(PetscMalloc1(c.lm->nparams, &c.p0));
+  PetscCall(model_params_get(c.lm, c.p0));
 
   /* The batch. */
   {
@@ -508,31 +508,31 @@ static PetscErrorCode test_file(const char *dir, const char *fname, const Mode *
     c.B = (int)td[0], c.T = (int)td[1], c.N = c.B * c.T;
   }
   dims[0] = (hsize_t)c.B, dims[1] = (hsize_t)c.T, dims[2] = (hsize_t)cfg.vocab_size;
-  PetscCall(PetscMalloc5(c.N, &c.tok, c.N, &c.tgt, c.N, &c.y, c.N, &c.dhead, c.gpt->nparams, &c.host));
-  PetscCall(PetscMalloc1((size_t)c.N * (lm ? cfg.vocab_size : 1), &c.out));
+  PetscCall(PetscMalloc5(c.N, &c.tok, c.N, &c.tgt, c.N, &c.y, c.N, &c.dhead, c.lm->nparams, &c.host));
+  PetscCall(PetscMalloc1((size_t)c.N * (lm_head ? cfg.vocab_size : 1), &c.out));
   PetscCall(golden_read(c.file, path, "golden/tokens", H5T_NATIVE_INT, 2, dims, c.tok));
   PetscCall(golden_read(c.file, path, "golden/targets", H5T_NATIVE_INT, 2, dims, c.tgt));
-  if (!lm) PetscCall(golden_read(c.file, path, "golden/value_targets", H5T_NATIVE_FLOAT, 2, dims, c.y));
+  if (!lm_head) PetscCall(golden_read(c.file, path, "golden/value_targets", H5T_NATIVE_FLOAT, 2, dims, c.y));
 
   /* Forward, loss, gradients. */
   PetscCall(forward_backward(&c, &loss));
   {
     float *ref;
-    size_t n = (size_t)c.N * (lm ? cfg.vocab_size : 1);
+    size_t n = (size_t)c.N * (lm_head ? cfg.vocab_size : 1);
     PetscCall(PetscMalloc1(n, &ref));
-    PetscCall(golden_read(c.file, path, lm ? "golden/logits" : "golden/values", H5T_NATIVE_FLOAT, lm ? 3 : 2, dims, ref));
-    PetscCall(PetscSNPrintf(str, sizeof str, "%s %s", c.tag, lm ? "logits" : "values"));
+    PetscCall(golden_read(c.file, path, lm_head ? "golden/logits" : "golden/values", H5T_NATIVE_FLOAT, lm_head ? 3 : 2, dims, ref));
+    PetscCall(PetscSNPrintf(str, sizeof str, "%s %s", c.tag, lm_head ? "logits" : "values"));
     check(str, c.out, ref, n, mode->rtol, mode->atol_frac, fwd_hint);
     PetscCall(PetscFree(ref));
   }
   PetscCall(golden_read(c.file, path, "golden/loss", H5T_NATIVE_FLOAT, 0, NULL, &ref_loss));
   PetscCall(PetscSNPrintf(str, sizeof str, "%s loss", c.tag));
-  check_scalar(str, loss, ref_loss, mode->rtol, lm ? "logits pass but the loss does not: look at logprob_forward (log-sum-exp)" : NULL);
-  PetscCall(c.gpt->be->to_host(c.host, c.gpt->grads, sizeof(float) * c.gpt->nparams));
+  check_scalar(str, loss, ref_loss, mode->rtol, lm_head ? "logits pass but the loss does not: look at logprob_forward (log-sum-exp)" : NULL);
+  PetscCall(c.lm->be->to_host(c.host, c.lm->grads, sizeof(float) * c.lm->nparams));
   PetscCall(check_tensors(&c, c.host, "golden/grads", "grad", NULL, NULL, 0.0,
                           "the forward passes but this gradient does not: look at the backward op that produces it (the tied wte gets embedding + head terms)"));
 
-  PetscCall(PetscMalloc1(c.gpt->nparams, &c.gref));
+  PetscCall(PetscMalloc1(c.lm->nparams, &c.gref));
   PetscCall(read_tensors(&c, "golden/grads", c.gref));
 
   /* A few AdamW steps from the same weights on the same batch (the GPT-2 files). */
@@ -543,7 +543,7 @@ static PetscErrorCode test_file(const char *dir, const char *fname, const Mode *
   PetscCall(PetscFree(c.out));
   PetscCall(PetscFree(c.gref));
   PetscCall(PetscFree(c.p0));
-  PetscCall(gpt_destroy(&c.gpt));
+  PetscCall(model_destroy(&c.lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -61,35 +61,35 @@ static int copy_prefix(const char *src, const char *dst, long n)
 }
 
 /* ---- models ---------------------------------------------------------------- */
-static GPTConfig small_config(GPTHead head)
+static ModelConfig small_config(ModelHead head)
 {
-  GPTConfig cfg = {.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = 32, .n_positions = 8, .head = head};
+  ModelConfig cfg = {.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = 32, .n_positions = 8, .head = head};
 
   return cfg;
 }
 
 /* Random parameters, and moments with values in every bit position. */
-static PetscErrorCode make_model(const GPTConfig *cfg, uint64_t seed, PetscBool optim, GPT **gpt)
+static PetscErrorCode make_model(const ModelConfig *cfg, uint64_t seed, PetscBool optim, Model **lm)
 {
   float *p, *m, *v;
 
   PetscFunctionBegin;
-  PetscCall(gpt_create(cfg, backend_cpu(), gpt));
-  PetscCall(gpt_init_random(*gpt, seed));
-  PetscCall(PetscMalloc3((*gpt)->nparams, &p, (*gpt)->nparams, &m, (*gpt)->nparams, &v));
-  PetscCall(gpt_params_get(*gpt, p));
-  for (size_t i = 0; i < (*gpt)->nparams; i++) {
+  PetscCall(model_create(cfg, backend_cpu(), lm));
+  PetscCall(model_init_random(*lm, seed));
+  PetscCall(PetscMalloc3((*lm)->nparams, &p, (*lm)->nparams, &m, (*lm)->nparams, &v));
+  PetscCall(model_params_get(*lm, p));
+  for (size_t i = 0; i < (*lm)->nparams; i++) {
     p[i] += 1e-3f * (float)sin(0.7 * (double)i + (double)seed); /* biases are 0 after init */
     m[i] = (float)sin(0.37 * (double)i + (double)seed) / 3.0f;
     v[i] = (float)(1e-8 + fabs(cos(0.11 * (double)i + (double)seed))) / 7.0f;
   }
-  PetscCall(gpt_params_set(*gpt, p));
-  if (optim) PetscCall(gpt_optim_set(*gpt, m, v, 7 + (int)seed));
+  PetscCall(model_params_set(*lm, p));
+  if (optim) PetscCall(model_optim_set(*lm, m, v, 7 + (int)seed));
   PetscCall(PetscFree3(p, m, v));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode models_equal(const GPT *a, const GPT *b, PetscBool optim, PetscBool *eq)
+static PetscErrorCode models_equal(const Model *a, const Model *b, PetscBool optim, PetscBool *eq)
 {
   size_t n = a->nparams;
   float *x, *y, *xm, *xv, *ym, *yv;
@@ -98,12 +98,12 @@ static PetscErrorCode models_equal(const GPT *a, const GPT *b, PetscBool optim, 
   *eq = (PetscBool)(b->nparams == n);
   if (!*eq) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(PetscMalloc6(n, &x, n, &y, n, &xm, n, &xv, n, &ym, n, &yv));
-  PetscCall(gpt_params_get(a, x));
-  PetscCall(gpt_params_get(b, y));
+  PetscCall(model_params_get(a, x));
+  PetscCall(model_params_get(b, y));
   *eq = (PetscBool)!memcmp(x, y, n * sizeof(float));
   if (optim) {
-    PetscCall(gpt_optim_get(a, xm, xv));
-    PetscCall(gpt_optim_get(b, ym, yv));
+    PetscCall(model_optim_get(a, xm, xv));
+    PetscCall(model_optim_get(b, ym, yv));
     *eq = (PetscBool)(*eq && !memcmp(xm, ym, n * sizeof(float)) && !memcmp(xv, yv, n * sizeof(float)) && a->step == b->step);
   }
   PetscCall(PetscFree6(x, y, xm, xv, ym, yv));
@@ -113,13 +113,13 @@ static PetscErrorCode models_equal(const GPT *a, const GPT *b, PetscBool optim, 
 /* ---- checkpoints ----------------------------------------------------------- */
 static PetscErrorCode test_ckpt_roundtrip(const char *path)
 {
-  GPTConfig lm = small_config(GPT_HEAD_LM), sc = small_config(GPT_HEAD_SCALAR), cfg;
-  GPT      *pol, *cri, *rew, *pol2, *cri2, *rew2;
+  ModelConfig lm_cfg = small_config(MODEL_HEAD_LM), sc = small_config(MODEL_HEAD_SCALAR), cfg;
+  Model    *pol, *cri, *rew, *pol2, *cri2, *rew2;
   CkptState st = {5, 123, 42, 0.25}, st2;
   PetscBool eq_pol, eq_cri, eq_rew;
 
   PetscFunctionBegin;
-  PetscCall(make_model(&lm, 1, PETSC_TRUE, &pol));
+  PetscCall(make_model(&lm_cfg, 1, PETSC_TRUE, &pol));
   PetscCall(make_model(&sc, 2, PETSC_TRUE, &cri));
   PetscCall(make_model(&sc, 3, PETSC_FALSE, &rew));
   {
@@ -127,8 +127,8 @@ static PetscErrorCode test_ckpt_roundtrip(const char *path)
     PetscCall(ckpt_write(PETSC_COMM_WORLD, path, models, 3, &st));
   }
   PetscCall(ckpt_read_config(PETSC_COMM_WORLD, path, "critic", &cfg));
-  test_report(gpt_config_equal(&cfg, &sc), "ckpt_read_config returns the written configuration", "n_embd %d head %d", cfg.n_embd, (int)cfg.head);
-  PetscCall(make_model(&lm, 11, PETSC_FALSE, &pol2));
+  test_report(model_config_equal(&cfg, &sc), "ckpt_read_config returns the written configuration", "n_embd %d head %d", cfg.n_embd, (int)cfg.head);
+  PetscCall(make_model(&lm_cfg, 11, PETSC_FALSE, &pol2));
   PetscCall(make_model(&sc, 12, PETSC_FALSE, &cri2));
   PetscCall(make_model(&sc, 13, PETSC_FALSE, &rew2));
   {
@@ -144,19 +144,19 @@ static PetscErrorCode test_ckpt_roundtrip(const char *path)
   test_report((PetscBool)(eq_cri && eq_rew), "checkpoint round trip bit-exact: scalar heads (with and without optim)", "critic %d reward %d", eq_cri, eq_rew);
   PetscCall(ckpt_read_state(PETSC_COMM_WORLD, path, &st2));
   test_report((PetscBool)(st2.iteration == 5 && st2.data_pos == 123 && st2.seed == 42 && st2.kl_coef == 0.25), "checkpoint state round trip", "got %d %d %d %g", (int)st2.iteration, (int)st2.data_pos, (int)st2.seed, st2.kl_coef);
-  PetscCall(gpt_destroy(&pol));
-  PetscCall(gpt_destroy(&cri));
-  PetscCall(gpt_destroy(&rew));
-  PetscCall(gpt_destroy(&pol2));
-  PetscCall(gpt_destroy(&cri2));
-  PetscCall(gpt_destroy(&rew2));
+  PetscCall(model_destroy(&pol));
+  PetscCall(model_destroy(&cri));
+  PetscCall(model_destroy(&rew));
+  PetscCall(model_destroy(&pol2));
+  PetscCall(model_destroy(&cri2));
+  PetscCall(model_destroy(&rew2));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 static PetscErrorCode test_ckpt_bad_files(const char *good)
 {
   char           path[PETSC_MAX_PATH_LEN];
-  GPTConfig      cfg;
+  ModelConfig    cfg;
   PetscErrorCode ierr;
   FILE          *f;
 
@@ -214,15 +214,15 @@ static PetscErrorCode doctor_checkpoint(const char *good, const char *name, hid_
 
 static PetscErrorCode test_ckpt_bad_contents(const char *good)
 {
-  GPTConfig      lm = small_config(GPT_HEAD_LM), big = lm;
-  GPT           *gpt, *gbig;
+  ModelConfig    lm_cfg = small_config(MODEL_HEAD_LM), big = lm_cfg;
+  Model         *lm, *gbig;
   CkptModel      cm;
   char           path[PETSC_MAX_PATH_LEN];
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
-  PetscCall(make_model(&lm, 4, PETSC_FALSE, &gpt));
-  cm = (CkptModel){"policy", gpt, PETSC_FALSE, PETSC_FALSE};
+  PetscCall(make_model(&lm_cfg, 4, PETSC_FALSE, &lm));
+  cm = (CkptModel){"policy", lm, PETSC_FALSE, PETSC_FALSE};
 
   PetscCall(doctor_checkpoint(good, "shape.h5", H5T_IEEE_F32LE, 2, 32, 8, path));
   TEST_TRY(ierr, ckpt_read_model(PETSC_COMM_WORLD, path, &cm));
@@ -241,8 +241,8 @@ static PetscErrorCode test_ckpt_bad_contents(const char *good)
   cm = (CkptModel){"policy", gbig, PETSC_FALSE, PETSC_FALSE};
   TEST_TRY(ierr, ckpt_read_model(PETSC_COMM_WORLD, good, &cm));
   test_expect_error(ierr, "config mismatch: one clear error naming the option", "/policy: n_embd 16 in the file, 32 in the deck (-policy_n_embd)");
-  PetscCall(gpt_destroy(&gpt));
-  PetscCall(gpt_destroy(&gbig));
+  PetscCall(model_destroy(&lm));
+  PetscCall(model_destroy(&gbig));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -251,25 +251,25 @@ static PetscErrorCode test_ckpt_bad_contents(const char *good)
  * directory fails cleanly; a rewrite replaces the file. */
 static PetscErrorCode test_ckpt_atomic(void)
 {
-  GPTConfig      lm = small_config(GPT_HEAD_LM);
-  GPT           *gpt;
+  ModelConfig    lm_cfg = small_config(MODEL_HEAD_LM);
+  Model         *lm;
   CkptState      st = {77, 0, 1, 0}, st2;
   char           path[PETSC_MAX_PATH_LEN], before[PETSC_MAX_PATH_LEN];
   PetscErrorCode ierr;
   long           size_before;
 
   PetscFunctionBegin;
-  PetscCall(make_model(&lm, 6, PETSC_FALSE, &gpt));
+  PetscCall(make_model(&lm_cfg, 6, PETSC_FALSE, &lm));
   path_in(path, "atomic.h5");
   path_in(before, "atomic.before.h5");
   {
-    CkptModel cm = {"policy", gpt, PETSC_FALSE, PETSC_FALSE};
+    CkptModel cm = {"policy", lm, PETSC_FALSE, PETSC_FALSE};
     PetscCall(ckpt_write(PETSC_COMM_WORLD, path, &cm, 1, &st));
   }
   if (!rank) copy_prefix(path, before, file_size(path));
   size_before = file_size(path);
   {
-    CkptModel cm = {"policy", gpt, PETSC_TRUE, PETSC_FALSE}; /* no gpt_optim_init: fails inside the write */
+    CkptModel cm = {"policy", lm, PETSC_TRUE, PETSC_FALSE}; /* no model_optim_init: fails inside the write */
     TEST_TRY(ierr, ckpt_write(PETSC_COMM_WORLD, path, &cm, 1, &st));
   }
   {
@@ -279,7 +279,7 @@ static PetscErrorCode test_ckpt_atomic(void)
   }
   {
     char      bad[PETSC_MAX_PATH_LEN];
-    CkptModel cm = {"policy", gpt, PETSC_FALSE, PETSC_FALSE};
+    CkptModel cm = {"policy", lm, PETSC_FALSE, PETSC_FALSE};
 
     path_in(bad, "no/such/dir/x.h5");
     TEST_TRY(ierr, ckpt_write(PETSC_COMM_WORLD, bad, &cm, 1, &st));
@@ -289,7 +289,7 @@ static PetscErrorCode test_ckpt_atomic(void)
   }
   PetscCall(ckpt_read_state(PETSC_COMM_WORLD, path, &st2));
   test_report((PetscBool)(st2.iteration == 78 && count_tmp_files() == 0), "ckpt_write over an existing file replaces it, no temporary left", "iteration %d, %d temporaries", (int)st2.iteration, count_tmp_files());
-  PetscCall(gpt_destroy(&gpt));
+  PetscCall(model_destroy(&lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -299,15 +299,15 @@ static PetscErrorCode test_ckpt_atomic(void)
  * of a live writer (its lock held) or of another host (a shared file system). */
 static PetscErrorCode test_stale_tmp(void)
 {
-  GPTConfig lm = small_config(GPT_HEAD_LM);
-  GPT      *gpt;
+  ModelConfig lm_cfg = small_config(MODEL_HEAD_LM);
+  Model    *lm;
   CkptState st = {1, 0, 1, 0};
   char      path[PETSC_MAX_PATH_LEN], mine[PETSC_MAX_PATH_LEN], stale[PETSC_MAX_PATH_LEN + 32], live[PETSC_MAX_PATH_LEN + 32], other[PETSC_MAX_PATH_LEN + 32], reused[PETSC_MAX_PATH_LEN + 32];
   pid_t     dead;
   int       ok_stale = 1, ok_live = 1, ok_other = 1, ok_reused = 1, lock = -1;
 
   PetscFunctionBegin;
-  PetscCall(make_model(&lm, 6, PETSC_FALSE, &gpt));
+  PetscCall(make_model(&lm_cfg, 6, PETSC_FALSE, &lm));
   path_in(path, "stale.h5");
   if (!rank) {
     char *dot;
@@ -329,7 +329,7 @@ static PetscErrorCode test_stale_tmp(void)
     fclose(fopen(reused, "w"));
   }
   {
-    CkptModel cm = {"policy", gpt, PETSC_FALSE, PETSC_FALSE};
+    CkptModel cm = {"policy", lm, PETSC_FALSE, PETSC_FALSE};
     PetscCall(ckpt_write(PETSC_COMM_WORLD, path, &cm, 1, &st));
   }
   if (!rank) {
@@ -345,7 +345,7 @@ static PetscErrorCode test_stale_tmp(void)
   /* collective, agreed over the ranks (only rank 0 looked) */
   test_report((PetscBool)(ok_stale && ok_live && ok_other), "a write removes stale temporaries on this host only, and keeps a live writer's (its lock held)", "dead pid removed %d, locked kept %d, other host kept %d", ok_stale, ok_live, ok_other);
   test_report((PetscBool)ok_reused, "a write removes a temporary whose PID is alive but holds no lock (a reused PID)", "kept");
-  PetscCall(gpt_destroy(&gpt));
+  PetscCall(model_destroy(&lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

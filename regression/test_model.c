@@ -1,6 +1,6 @@
 /* test_model: the GPT-2 model on the cpu backend. Finite-difference gradient
- * checks of both heads (the LM head also through gpt_logprobs_dist with a
- * temperature and a mask), gpt_logprobs_dist against a host computation and
+ * checks of both heads (the LM head also through model_logprobs_dist with a
+ * temperature and a mask), model_logprobs_dist against a host computation and
  * its argument checks, KV-cache decoding against the full forward, AdamW and
  * the learning-rate schedule against hand-computed values, configuration
  * errors, the tensor table, and deterministic initialisation. Prints one
@@ -14,9 +14,9 @@
 
 static const char help[] = "Model regression tests (GPT-2 and the LLaMA family).\n";
 
-static GPTConfig micro_config(GPTHead head)
+static ModelConfig micro_config(ModelHead head)
 {
-  GPTConfig c = {.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = 23, .n_positions = 12, .head = head};
+  ModelConfig c = {.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = 23, .n_positions = 12, .head = head};
   return c;
 }
 
@@ -24,11 +24,11 @@ static GPTConfig micro_config(GPTHead head)
  * over 2), theta 10000; variant 1 untied, multi-query, q/k/v biases, llama3
  * frequency scaling, another theta and eps; variant 2 Qwen3: per-head q/k
  * norms and a head_dim of 6 (query width 24, not n_embd 16). */
-static GPTConfig micro_llama(GPTHead head, int variant)
+static ModelConfig micro_llama(ModelHead head, int variant)
 {
-  GPTConfig c = micro_config(head);
+  ModelConfig c = micro_config(head);
 
-  c.arch           = GPT_ARCH_LLAMA;
+  c.arch           = MODEL_ARCH_LLAMA;
   c.n_head         = 4;
   c.n_kv_head      = variant ? 1 : 2;
   c.n_ffn          = 24;
@@ -37,14 +37,14 @@ static GPTConfig micro_llama(GPTHead head, int variant)
   c.rope_theta     = variant ? 500000 : 10000;
   c.norm_eps       = variant ? 1e-6 : 1e-5;
   if (variant) {
-    c.rope_scaling                = GPT_ROPE_LLAMA3;
+    c.rope_scaling                = MODEL_ROPE_LLAMA3;
     c.rope_factor                 = 8;
     c.rope_low_freq_factor        = 1;
     c.rope_high_freq_factor       = 4;
     c.rope_original_max_positions = 16;
   }
   if (variant == 2) {
-    c.rope_scaling = GPT_ROPE_NONE;
+    c.rope_scaling = MODEL_ROPE_NONE;
     c.qkv_bias     = PETSC_FALSE;
     c.n_kv_head    = 2;
     c.head_dim     = 6;
@@ -53,9 +53,9 @@ static GPTConfig micro_llama(GPTHead head, int variant)
   return c;
 }
 
-static const char *config_name(const GPTConfig *c)
+static const char *config_name(const ModelConfig *c)
 {
-  if (!gpt_is_llama(c)) return "GPT-2";
+  if (!model_is_llama(c)) return "GPT-2";
   if (c->qk_norm) return "Qwen3 q/k norms head_dim 6";
   return c->tie_embeddings ? "LLaMA tied GQA" : "LLaMA untied MQA biases llama3-rope";
 }
@@ -63,20 +63,20 @@ static const char *config_name(const GPTConfig *c)
 /* The GPT-2 init gives tiny gradients in most tensors, and unit LN gains and
  * zero biases hide bugs that swap or drop them; this draws every parameter
  * O(0.3) around its GPT-2 centre so every gradient is of order 1e-2..1. */
-static PetscErrorCode perturbed_params(GPT *gpt, uint64_t seed)
+static PetscErrorCode perturbed_params(Model *lm, uint64_t seed)
 {
   float *p;
 
   PetscFunctionBegin;
-  PetscCall(PetscMalloc1(gpt->nparams, &p));
-  for (int i = 0; i < gpt->ntensors; i++) {
-    const GPTTensor *t      = &gpt->tensors[i];
+  PetscCall(PetscMalloc1(lm->nparams, &p));
+  for (int i = 0; i < lm->ntensors; i++) {
+    const ModelTensor *t      = &lm->tensors[i];
     PetscBool        ln_w   = t->ndim == 1 && (strstr(t->name, "ln_") || strstr(t->name, "norm")) && strstr(t->name, ".weight") ? PETSC_TRUE : PETSC_FALSE;
     float            centre = ln_w ? 1.0f : 0.0f, std = t->ndim == 2 ? 0.3f : 0.1f;
 
     for (size_t e = 0; e < t->numel; e++) p[t->offset + e] = centre + std * rng_normal(seed, (uint32_t)i, 0, (uint32_t)e, 7);
   }
-  PetscCall(gpt_params_set(gpt, p));
+  PetscCall(model_params_set(lm, p));
   PetscCall(PetscFree(p));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -85,10 +85,10 @@ typedef struct {
   int                 B, T;
   int                *tok, *target;
   float              *w;    /* per-row loss weights */
-  const GPTTokenDist *dist; /* LM head: the distribution of the logprobs (NULL: gpt_logprobs) */
+  const ModelTokenDist *dist; /* LM head: the distribution of the logprobs (NULL: model_logprobs) */
 } Batch;
 
-static PetscErrorCode batch_create(const GPTConfig *cfg, int B, int T, uint64_t seed, Batch *b)
+static PetscErrorCode batch_create(const ModelConfig *cfg, int B, int T, uint64_t seed, Batch *b)
 {
   int N = B * T;
 
@@ -136,7 +136,7 @@ static PetscErrorCode mask_create(const Batch *b, int V, int maxset, int **off, 
 
 /* LM head: loss = -mean of logprob over rows with a target. Scalar head:
  * loss = mean of w[n]*values[n]. With dloss != NULL also d loss / d output. */
-static PetscErrorCode model_loss(GPT *gpt, const Batch *b, double *loss, float *dloss)
+static PetscErrorCode model_loss(Model *lm, const Batch *b, double *loss, float *dloss)
 {
   int    N = b->B * b->T, nvalid = 0;
   float *out;
@@ -144,16 +144,16 @@ static PetscErrorCode model_loss(GPT *gpt, const Batch *b, double *loss, float *
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(N, &out));
-  PetscCall(gpt_forward(gpt, b->tok, b->B, b->T));
-  if (gpt->cfg.head == GPT_HEAD_LM) {
-    if (b->dist) PetscCall(gpt_logprobs_dist(gpt, b->target, b->dist, out, NULL));
-    else PetscCall(gpt_logprobs(gpt, b->target, out));
+  PetscCall(model_forward(lm, b->tok, b->B, b->T));
+  if (lm->cfg.head == MODEL_HEAD_LM) {
+    if (b->dist) PetscCall(model_logprobs_dist(lm, b->target, b->dist, out, NULL));
+    else PetscCall(model_logprobs(lm, b->target, out));
     for (int n = 0; n < N; n++) nvalid += b->target[n] >= 0;
     for (int n = 0; n < N; n++) s -= b->target[n] >= 0 ? out[n] : 0;
     *loss = s / nvalid;
     for (int n = 0; n < N && dloss; n++) dloss[n] = b->target[n] >= 0 ? -1.0f / nvalid : 0.0f;
   } else {
-    PetscCall(gpt_values_get(gpt, out));
+    PetscCall(model_values_get(lm, out));
     for (int n = 0; n < N; n++) s += (double)b->w[n] * out[n];
     *loss = s / N;
     for (int n = 0; n < N && dloss; n++) dloss[n] = b->w[n] / N;
@@ -162,51 +162,51 @@ static PetscErrorCode model_loss(GPT *gpt, const Batch *b, double *loss, float *
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode analytic_grads(GPT *gpt, const Batch *b, float *g)
+static PetscErrorCode analytic_grads(Model *lm, const Batch *b, float *g)
 {
   double loss;
   float *dloss;
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(b->B * b->T, &dloss));
-  PetscCall(gpt_zero_grad(gpt));
-  PetscCall(model_loss(gpt, b, &loss, dloss));
-  if (gpt->cfg.head == GPT_HEAD_LM) PetscCall(gpt_backward_logprob(gpt, b->target, dloss));
-  else PetscCall(gpt_backward_values(gpt, dloss));
-  PetscCall(gpt->be->to_host(g, gpt->grads, gpt->nparams * sizeof(float)));
+  PetscCall(model_zero_grad(lm));
+  PetscCall(model_loss(lm, b, &loss, dloss));
+  if (lm->cfg.head == MODEL_HEAD_LM) PetscCall(model_backward_logprob(lm, b->target, dloss));
+  else PetscCall(model_backward_values(lm, dloss));
+  PetscCall(lm->be->to_host(g, lm->grads, lm->nparams * sizeof(float)));
   PetscCall(PetscFree(dloss));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Central difference for parameter j, in float parameters and double loss. */
-static PetscErrorCode central_diff(GPT *gpt, const Batch *b, float *p, size_t j, float eps, double *g)
+static PetscErrorCode central_diff(Model *lm, const Batch *b, float *p, size_t j, float eps, double *g)
 {
   float  p0 = p[j], hp, hm;
-  double lp, lm;
+  double lp, lminus;
 
   PetscFunctionBegin;
   p[j] = hp = p0 + eps;
-  PetscCall(gpt_params_set(gpt, p));
-  PetscCall(model_loss(gpt, b, &lp, NULL));
+  PetscCall(model_params_set(lm, p));
+  PetscCall(model_loss(lm, b, &lp, NULL));
   p[j] = hm = p0 - eps;
-  PetscCall(gpt_params_set(gpt, p));
-  PetscCall(model_loss(gpt, b, &lm, NULL));
+  PetscCall(model_params_set(lm, p));
+  PetscCall(model_loss(lm, b, &lminus, NULL));
   p[j] = p0;
-  PetscCall(gpt_params_set(gpt, p));
-  *g = (lp - lm) / ((double)hp - (double)hm);
+  PetscCall(model_params_set(lm, p));
+  *g = (lp - lminus) / ((double)hp - (double)hm);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Richardson's extrapolation of two central differences, (4 D(eps/2) -
  * D(eps)) / 3: the O(eps^2) truncation error cancels, which the strongly
  * curved per-head norms of small heads (Qwen3) need. */
-static PetscErrorCode numeric_grad(GPT *gpt, const Batch *b, float *p, size_t j, float eps, double *g)
+static PetscErrorCode numeric_grad(Model *lm, const Batch *b, float *p, size_t j, float eps, double *g)
 {
   double d1, d2;
 
   PetscFunctionBegin;
-  PetscCall(central_diff(gpt, b, p, j, eps, &d1));
-  PetscCall(central_diff(gpt, b, p, j, eps / 2, &d2));
+  PetscCall(central_diff(lm, b, p, j, eps, &d1));
+  PetscCall(central_diff(lm, b, p, j, eps / 2, &d2));
   *g = (4 * d2 - d1) / 3;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -217,20 +217,20 @@ static PetscErrorCode numeric_grad(GPT *gpt, const Batch *b, float *p, size_t j,
  * absolute after dividing by 2 eps); with gradients of order 1e-2..1 a mismatch of
  * |num - ana| <= 1e-4 + 1e-2 |num| passes a correct backward with margin and
  * fails a missing or misplaced term by orders of magnitude. */
-static PetscErrorCode test_gradcheck(const Backend *be, GPTConfig cfg, PetscBool masked)
+static PetscErrorCode test_gradcheck(const Backend *be, ModelConfig cfg, PetscBool masked)
 {
-  GPTHead      head = cfg.head;
-  GPT         *gpt;
+  ModelHead    head = cfg.head;
+  Model       *lm;
   Batch        b;
   float       *p, *g;
   double       worst = 0, ratio;
   int          nchecked = 0, nbad = 0, *off = NULL, *ids = NULL;
   char         name[96], detail[320] = "", worst_name[160] = "";
-  GPTTokenDist dist = {1.0f / 0.7f, NULL, NULL};
+  ModelTokenDist dist = {1.0f / 0.7f, NULL, NULL};
 
   PetscFunctionBegin;
-  PetscCall(gpt_create(&cfg, be, &gpt));
-  PetscCall(perturbed_params(gpt, 11));
+  PetscCall(model_create(&cfg, be, &lm));
+  PetscCall(perturbed_params(lm, 11));
   PetscCall(batch_create(&cfg, 2, 7, 5, &b));
   if (masked) { /* temperature 0.7 and a top-k style mask: the sampling distribution of RL */
     PetscCall(mask_create(&b, cfg.vocab_size, 9, &off, &ids));
@@ -238,16 +238,16 @@ static PetscErrorCode test_gradcheck(const Backend *be, GPTConfig cfg, PetscBool
     dist.mask_ids = ids;
     b.dist        = &dist;
   }
-  PetscCall(PetscMalloc2(gpt->nparams, &p, gpt->nparams, &g));
-  PetscCall(gpt_params_get(gpt, p));
-  PetscCall(analytic_grads(gpt, &b, g));
-  for (int i = 0; i < gpt->ntensors; i++) {
-    const GPTTensor *t = &gpt->tensors[i];
+  PetscCall(PetscMalloc2(lm->nparams, &p, lm->nparams, &g));
+  PetscCall(model_params_get(lm, p));
+  PetscCall(analytic_grads(lm, &b, g));
+  for (int i = 0; i < lm->ntensors; i++) {
+    const ModelTensor *t = &lm->tensors[i];
     for (int k = 0; k < 6; k++) {
       size_t e = k == 0 ? 0 : k == 1 ? t->numel - 1 : rng_u32(99, (uint32_t)i, 0, (uint32_t)k, 0) % t->numel, j = t->offset + e;
       double num = 0;
 
-      PetscCall(numeric_grad(gpt, &b, p, j, 1e-2f, &num));
+      PetscCall(numeric_grad(lm, &b, p, j, 1e-2f, &num));
       ratio = fabs(num - g[j]) / (1e-4 + 1e-2 * fabs(num));
       nchecked++;
       if (ratio > 1) nbad++;
@@ -257,21 +257,21 @@ static PetscErrorCode test_gradcheck(const Backend *be, GPTConfig cfg, PetscBool
       }
     }
   }
-  PetscCall(PetscSNPrintf(name, sizeof name, "gradient check, %s, %s head%s", config_name(&cfg), GPTHeadNames[head], masked ? ", gpt_logprobs_dist with inv_temp 1/0.7 and a mask" : ""));
+  PetscCall(PetscSNPrintf(name, sizeof name, "gradient check, %s, %s head%s", config_name(&cfg), ModelHeadNames[head], masked ? ", model_logprobs_dist with inv_temp 1/0.7 and a mask" : ""));
   PetscCall(PetscSNPrintf(detail, sizeof detail, "%d of %d sampled parameters outside 1e-4 + 1e-2|num|; worst at %.3g of tolerance: %s", nbad, nchecked, worst,
                           worst_name));
   test_measure(nbad == 0 ? PETSC_TRUE : PETSC_FALSE, name, "%s", detail);
   PetscCall(PetscFree2(p, g));
   if (masked) PetscCall(PetscFree2(off, ids));
   PetscCall(batch_destroy(&b));
-  PetscCall(gpt_destroy(&gpt));
+  PetscCall(model_destroy(&lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* model.h's definition worked on host in double from gpt_logits(): lse over
+/* model.h's definition worked on host in double from model_logits(): lse over
  * the row's set of inv_temp*logits, logprob = inv_temp*x_t - lse, entropy =
  * -sum q log q (0 without a target). */
-static void hand_logprobs(const float *logits, const int *target, const GPTTokenDist *d, int N, int V, double *lp, double *ent)
+static void hand_logprobs(const float *logits, const int *target, const ModelTokenDist *d, int N, int V, double *lp, double *ent)
 {
   double it = d ? d->inv_temp : 1.0;
 
@@ -301,93 +301,93 @@ static double worst_err(const float *got, const double *want, int n)
   return w;
 }
 
-/* gpt_logprobs_dist: dist NULL and {1, no mask} are gpt_logprobs bitwise; a
+/* model_logprobs_dist: dist NULL and {1, no mask} are model_logprobs bitwise; a
  * small and then a larger mask (the device id buffer grows) at inv_temp
  * 1/0.7 match the host hand computation, entropies included; and a plain
- * gpt_logprobs after a masked one makes the backward plain again. */
+ * model_logprobs after a masked one makes the backward plain again. */
 static PetscErrorCode test_logprobs_dist(const Backend *be)
 {
-  GPTConfig    cfg = micro_config(GPT_HEAD_LM);
-  GPT         *gpt;
+  ModelConfig  cfg = micro_config(MODEL_HEAD_LM);
+  Model       *lm;
   Batch        b;
   int          N, V = cfg.vocab_size, *off[2], *ids[2];
   float       *lp0, *lp1, *lp2, *ent, *logits, *g0, *g1, *dloss;
   double      *hlp, *hent, werr = 0;
-  GPTTokenDist one = {1.0f, NULL, NULL}, masked[2];
+  ModelTokenDist one = {1.0f, NULL, NULL}, masked[2];
   PetscBool    same;
   char         detail[160];
 
   PetscFunctionBegin;
-  PetscCall(gpt_create(&cfg, be, &gpt));
-  PetscCall(perturbed_params(gpt, 13));
+  PetscCall(model_create(&cfg, be, &lm));
+  PetscCall(perturbed_params(lm, 13));
   PetscCall(batch_create(&cfg, 2, 7, 9, &b));
   N = b.B * b.T;
   PetscCall(PetscMalloc5(N, &lp0, N, &lp1, N, &lp2, N, &ent, (size_t)N * V, &logits));
-  PetscCall(PetscMalloc5(N, &hlp, N, &hent, gpt->nparams, &g0, gpt->nparams, &g1, N, &dloss));
-  PetscCall(gpt_forward(gpt, b.tok, b.B, b.T));
-  PetscCall(be->to_host(logits, gpt_logits(gpt), (size_t)N * V * sizeof(float)));
-  PetscCall(gpt_logprobs(gpt, b.target, lp0));
-  PetscCall(gpt_logprobs_dist(gpt, b.target, NULL, lp1, ent));
-  PetscCall(gpt_logprobs_dist(gpt, b.target, &one, lp2, NULL));
+  PetscCall(PetscMalloc5(N, &hlp, N, &hent, lm->nparams, &g0, lm->nparams, &g1, N, &dloss));
+  PetscCall(model_forward(lm, b.tok, b.B, b.T));
+  PetscCall(be->to_host(logits, model_logits(lm), (size_t)N * V * sizeof(float)));
+  PetscCall(model_logprobs(lm, b.target, lp0));
+  PetscCall(model_logprobs_dist(lm, b.target, NULL, lp1, ent));
+  PetscCall(model_logprobs_dist(lm, b.target, &one, lp2, NULL));
   same = !memcmp(lp0, lp1, N * sizeof(float)) && !memcmp(lp0, lp2, N * sizeof(float)) ? PETSC_TRUE : PETSC_FALSE;
   hand_logprobs(logits, b.target, NULL, N, V, hlp, hent);
   werr = PetscMax(worst_err(lp1, hlp, N), worst_err(ent, hent, N));
   PetscCall(PetscSNPrintf(detail, sizeof detail, "%s; against the host computation at %.3g of tolerance", same ? "bitwise" : "NOT bitwise", werr));
-  test_measure(same && werr <= 1 ? PETSC_TRUE : PETSC_FALSE, "gpt_logprobs_dist with dist NULL or inv_temp 1 equals gpt_logprobs", "%s", detail);
+  test_measure(same && werr <= 1 ? PETSC_TRUE : PETSC_FALSE, "model_logprobs_dist with dist NULL or inv_temp 1 equals model_logprobs", "%s", detail);
 
   werr = 0;
   for (int k = 0; k < 2; k++) {
     PetscCall(mask_create(&b, V, k ? 12 : 3, &off[k], &ids[k]));
-    masked[k] = (GPTTokenDist){1.0f / 0.7f, off[k], ids[k]};
-    PetscCall(gpt_logprobs_dist(gpt, b.target, &masked[k], lp1, ent));
+    masked[k] = (ModelTokenDist){1.0f / 0.7f, off[k], ids[k]};
+    PetscCall(model_logprobs_dist(lm, b.target, &masked[k], lp1, ent));
     hand_logprobs(logits, b.target, &masked[k], N, V, hlp, hent);
     werr = PetscMax(werr, PetscMax(worst_err(lp1, hlp, N), worst_err(ent, hent, N)));
   }
   PetscCall(PetscSNPrintf(detail, sizeof detail, "logprob and entropy at %.3g of 1e-5 + 1e-5|ref| (rows 1, 5, 9 allow one token)", werr));
-  test_measure(werr <= 1 ? PETSC_TRUE : PETSC_FALSE, "gpt_logprobs_dist with inv_temp 1/0.7 and masks of 1..3 then 1..12 tokens = host computation from gpt_logits", "%s", detail);
+  test_measure(werr <= 1 ? PETSC_TRUE : PETSC_FALSE, "model_logprobs_dist with inv_temp 1/0.7 and masks of 1..3 then 1..12 tokens = host computation from model_logits", "%s", detail);
 
   /* the backward follows the last call's distribution, not an earlier one */
   for (int n = 0; n < N; n++) dloss[n] = b.target[n] >= 0 ? 0.1f * (float)(n % 5) - 0.2f : 0.0f;
-  PetscCall(gpt_zero_grad(gpt));
-  PetscCall(gpt_logprobs(gpt, b.target, lp0));
-  PetscCall(gpt_backward_logprob(gpt, b.target, dloss));
-  PetscCall(be->to_host(g0, gpt->grads, gpt->nparams * sizeof(float)));
-  PetscCall(gpt_forward(gpt, b.tok, b.B, b.T));
-  PetscCall(gpt_zero_grad(gpt));
-  PetscCall(gpt_logprobs_dist(gpt, b.target, &masked[1], lp1, NULL));
-  PetscCall(gpt_logprobs(gpt, b.target, lp1));
-  PetscCall(gpt_backward_logprob(gpt, b.target, dloss));
-  PetscCall(be->to_host(g1, gpt->grads, gpt->nparams * sizeof(float)));
-  same = !memcmp(g0, g1, gpt->nparams * sizeof(float)) ? PETSC_TRUE : PETSC_FALSE;
-  test_measure(same, "gpt_backward_logprob uses the last call's distribution (plain after masked)", "%s", same ? "bitwise" : "gradients differ");
+  PetscCall(model_zero_grad(lm));
+  PetscCall(model_logprobs(lm, b.target, lp0));
+  PetscCall(model_backward_logprob(lm, b.target, dloss));
+  PetscCall(be->to_host(g0, lm->grads, lm->nparams * sizeof(float)));
+  PetscCall(model_forward(lm, b.tok, b.B, b.T));
+  PetscCall(model_zero_grad(lm));
+  PetscCall(model_logprobs_dist(lm, b.target, &masked[1], lp1, NULL));
+  PetscCall(model_logprobs(lm, b.target, lp1));
+  PetscCall(model_backward_logprob(lm, b.target, dloss));
+  PetscCall(be->to_host(g1, lm->grads, lm->nparams * sizeof(float)));
+  same = !memcmp(g0, g1, lm->nparams * sizeof(float)) ? PETSC_TRUE : PETSC_FALSE;
+  test_measure(same, "model_backward_logprob uses the last call's distribution (plain after masked)", "%s", same ? "bitwise" : "gradients differ");
   for (int k = 0; k < 2; k++) PetscCall(PetscFree2(off[k], ids[k]));
   PetscCall(PetscFree5(lp0, lp1, lp2, ent, logits));
   PetscCall(PetscFree5(hlp, hent, g0, g1, dloss));
   PetscCall(batch_destroy(&b));
-  PetscCall(gpt_destroy(&gpt));
+  PetscCall(model_destroy(&lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Gradients accumulate across backward calls: two backwards give twice one. */
 static PetscErrorCode test_grad_accumulates(const Backend *be)
 {
-  GPTConfig cfg = micro_config(GPT_HEAD_LM);
-  GPT      *gpt;
+  ModelConfig cfg = micro_config(MODEL_HEAD_LM);
+  Model    *lm;
   Batch     b;
   float    *g1, *g2, *dloss;
   double    loss, err = 0, scale = 0;
   char      detail[128];
 
   PetscFunctionBegin;
-  PetscCall(gpt_create(&cfg, be, &gpt));
-  PetscCall(perturbed_params(gpt, 12));
+  PetscCall(model_create(&cfg, be, &lm));
+  PetscCall(perturbed_params(lm, 12));
   PetscCall(batch_create(&cfg, 2, 7, 6, &b));
-  PetscCall(PetscMalloc3(gpt->nparams, &g1, gpt->nparams, &g2, 14, &dloss));
-  PetscCall(analytic_grads(gpt, &b, g1));
-  PetscCall(model_loss(gpt, &b, &loss, dloss));
-  PetscCall(gpt_backward_logprob(gpt, b.target, dloss));
-  PetscCall(be->to_host(g2, gpt->grads, gpt->nparams * sizeof(float)));
-  for (size_t j = 0; j < gpt->nparams; j++) {
+  PetscCall(PetscMalloc3(lm->nparams, &g1, lm->nparams, &g2, 14, &dloss));
+  PetscCall(analytic_grads(lm, &b, g1));
+  PetscCall(model_loss(lm, &b, &loss, dloss));
+  PetscCall(model_backward_logprob(lm, b.target, dloss));
+  PetscCall(be->to_host(g2, lm->grads, lm->nparams * sizeof(float)));
+  for (size_t j = 0; j < lm->nparams; j++) {
     err   = PetscMax(err, fabs(g2[j] - 2 * g1[j]));
     scale = PetscMax(scale, fabs(g1[j]));
   }
@@ -395,41 +395,41 @@ static PetscErrorCode test_grad_accumulates(const Backend *be)
   test_measure(err <= 1e-5 * scale ? PETSC_TRUE : PETSC_FALSE, "gradients accumulate over backward calls", "%s", detail);
   PetscCall(PetscFree3(g1, g2, dloss));
   PetscCall(batch_destroy(&b));
-  PetscCall(gpt_destroy(&gpt));
+  PetscCall(model_destroy(&lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Three sequences: prefill a different prompt length per slot, then decode
  * one token per call with the slots in a shuffled order each step. Every
  * output row must equal the full forward's row for that (sequence, position). */
-static PetscErrorCode test_kv_cache(const Backend *be, GPTConfig cfg)
+static PetscErrorCode test_kv_cache(const Backend *be, ModelConfig cfg)
 {
-  GPTHead     head = cfg.head;
-  GPT        *gpt;
-  GPTKVCache *kv;
+  ModelHead   head = cfg.head;
+  Model      *lm;
+  ModelKVCache *kv;
   const int   B = 3, T = 9, prompt[3] = {3, 1, 5}, order[3][3] = {{2, 0, 1}, {1, 2, 0}, {0, 1, 2}};
-  int         tok[27], slot[3], pos[3], rtok[3], nout = head == GPT_HEAD_LM ? cfg.vocab_size : 1;
+  int         tok[27], slot[3], pos[3], rtok[3], nout = head == MODEL_HEAD_LM ? cfg.vocab_size : 1;
   float      *ref, *out;
   double      maxref = 0, maxerr = 0;
   char        name[128], detail[128];
 
   PetscFunctionBegin;
-  PetscCall(gpt_create(&cfg, be, &gpt));
-  PetscCall(perturbed_params(gpt, 21));
+  PetscCall(model_create(&cfg, be, &lm));
+  PetscCall(perturbed_params(lm, 21));
   for (int n = 0; n < B * T; n++) tok[n] = (int)(rng_u32(8, 0, 0, (uint32_t)n, 0) % (uint32_t)cfg.vocab_size);
   PetscCall(PetscMalloc2(B * T * nout, &ref, T * nout, &out));
-  PetscCall(gpt_forward(gpt, tok, B, T));
-  PetscCall(be->to_host(ref, head == GPT_HEAD_LM ? gpt_logits(gpt) : gpt_values(gpt), (size_t)B * T * nout * sizeof(float)));
+  PetscCall(model_forward(lm, tok, B, T));
+  PetscCall(be->to_host(ref, head == MODEL_HEAD_LM ? model_logits(lm) : model_values(lm), (size_t)B * T * nout * sizeof(float)));
   for (int i = 0; i < B * T * nout; i++) maxref = PetscMax(maxref, fabs(ref[i]));
 
-  PetscCall(gpt_kv_create(gpt, B, 10, &kv));
+  PetscCall(model_kv_create(lm, B, 10, &kv));
   for (int s = 0; s < B; s++) {
     int spos[9], sslot[9];
     for (int t = 0; t < prompt[s]; t++) {
       spos[t]  = t;
       sslot[t] = s;
     }
-    PetscCall(gpt_forward_cached(gpt, kv, tok + s * T, sslot, spos, prompt[s], out));
+    PetscCall(model_forward_cached(lm, kv, tok + s * T, sslot, spos, prompt[s], out));
     for (int t = 0; t < prompt[s] * nout; t++) maxerr = PetscMax(maxerr, fabs(out[t] - ref[s * T * nout + t]));
   }
   for (int step = 0;; step++) {
@@ -443,16 +443,16 @@ static PetscErrorCode test_kv_cache(const Backend *be, GPTConfig cfg)
       n++;
     }
     if (!n) break;
-    PetscCall(gpt_forward_cached(gpt, kv, rtok, slot, pos, n, out));
+    PetscCall(model_forward_cached(lm, kv, rtok, slot, pos, n, out));
     for (int r = 0; r < n; r++)
       for (int v = 0; v < nout; v++) maxerr = PetscMax(maxerr, fabs(out[r * nout + v] - ref[(slot[r] * T + pos[r]) * nout + v]));
   }
-  PetscCall(PetscSNPrintf(name, sizeof name, "KV-cache decode equals full forward, %s, %s head", config_name(&cfg), GPTHeadNames[head]));
+  PetscCall(PetscSNPrintf(name, sizeof name, "KV-cache decode equals full forward, %s, %s head", config_name(&cfg), ModelHeadNames[head]));
   PetscCall(PetscSNPrintf(detail, sizeof detail, "max |cached - full| = %.3g, max |full| = %.3g (tolerance 1e-5 relative)", maxerr, maxref));
   test_measure(maxerr <= 1e-5 * maxref ? PETSC_TRUE : PETSC_FALSE, name, "%s", detail);
-  PetscCall(gpt_kv_destroy(gpt, &kv));
+  PetscCall(model_kv_destroy(lm, &kv));
   PetscCall(PetscFree2(ref, out));
-  PetscCall(gpt_destroy(&gpt));
+  PetscCall(model_destroy(&lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -460,27 +460,27 @@ static PetscErrorCode test_kv_cache(const Backend *be, GPTConfig cfg)
  * first T' positions of a sequence do not depend on the rest. */
 static PetscErrorCode test_shape_change(const Backend *be)
 {
-  GPTConfig cfg = micro_config(GPT_HEAD_LM);
-  GPT      *gpt;
+  ModelConfig cfg = micro_config(MODEL_HEAD_LM);
+  Model    *lm;
   int       tok[24], V = cfg.vocab_size;
   float    *big, *small;
   double    err = 0;
   char      detail[128];
 
   PetscFunctionBegin;
-  PetscCall(gpt_create(&cfg, be, &gpt));
-  PetscCall(perturbed_params(gpt, 31));
+  PetscCall(model_create(&cfg, be, &lm));
+  PetscCall(perturbed_params(lm, 31));
   for (int n = 0; n < 24; n++) tok[n] = (n * 7 + 3) % V;
   PetscCall(PetscMalloc2(24 * V, &big, 4 * V, &small));
-  PetscCall(gpt_forward(gpt, tok, 2, 12));
-  PetscCall(be->to_host(big, gpt_logits(gpt), 24 * V * sizeof(float)));
-  PetscCall(gpt_forward(gpt, tok + 12, 1, 4));
-  PetscCall(be->to_host(small, gpt_logits(gpt), 4 * V * sizeof(float)));
+  PetscCall(model_forward(lm, tok, 2, 12));
+  PetscCall(be->to_host(big, model_logits(lm), 24 * V * sizeof(float)));
+  PetscCall(model_forward(lm, tok + 12, 1, 4));
+  PetscCall(be->to_host(small, model_logits(lm), 4 * V * sizeof(float)));
   for (int i = 0; i < 4 * V; i++) err = PetscMax(err, fabs(small[i] - big[12 * V + i]));
   PetscCall(PetscSNPrintf(detail, sizeof detail, "max |prefix logits - full logits| = %.3g", err));
   test_measure(err <= 1e-5 ? PETSC_TRUE : PETSC_FALSE, "forward after a shape change (causal prefix)", "%s", detail);
   PetscCall(PetscFree2(big, small));
-  PetscCall(gpt_destroy(&gpt));
+  PetscCall(model_destroy(&lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -515,14 +515,14 @@ static PetscErrorCode test_adamw_op(const Backend *be)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Two gpt_adamw_step calls on a tiny model against the same update computed
+/* Two model_adamw_step calls on a tiny model against the same update computed
  * here in double: clipping scale, lr from the schedule, decay only on 2-D
  * tensors, bias correction at t = 1 and 2. */
 static PetscErrorCode test_adamw_step(const Backend *be)
 {
-  GPTConfig   cfg = {.n_layer = 1, .n_head = 1, .n_embd = 2, .vocab_size = 3, .n_positions = 2, .head = GPT_HEAD_LM};
+  ModelConfig cfg = {.n_layer = 1, .n_head = 1, .n_embd = 2, .vocab_size = 3, .n_positions = 2, .head = MODEL_HEAD_LM};
   AdamWConfig opt = {.lr = 0.01, .min_lr_ratio = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0, .warmup = 2, .decay_steps = 4};
-  GPT        *gpt;
+  Model      *lm;
   float      *p, *g, *got;
   double     *ep, *em, *ev, err = 0, norm_err = 0;
   PetscReal   lr, norm;
@@ -530,8 +530,8 @@ static PetscErrorCode test_adamw_step(const Backend *be)
   char        detail[160];
 
   PetscFunctionBegin;
-  PetscCall(gpt_create(&cfg, be, &gpt));
-  n = gpt->nparams;
+  PetscCall(model_create(&cfg, be, &lm));
+  n = lm->nparams;
   PetscCall(PetscMalloc3(n, &p, n, &g, n, &got));
   PetscCall(PetscMalloc3(n, &ep, n, &em, n, &ev));
   for (size_t j = 0; j < n; j++) {
@@ -539,8 +539,8 @@ static PetscErrorCode test_adamw_step(const Backend *be)
     ep[j] = p[j];
     em[j] = ev[j] = 0;
   }
-  PetscCall(gpt_params_set(gpt, p));
-  PetscCall(gpt_optim_init(gpt));
+  PetscCall(model_params_set(lm, p));
+  PetscCall(model_optim_init(lm));
   for (int step = 0; step < 2; step++) {
     double ss = 0, enorm, gs, elr, b1 = opt.beta1, b2 = opt.beta2;
     /* large gradients in step 0 (clipped), small in step 1 (not clipped) */
@@ -549,8 +549,8 @@ static PetscErrorCode test_adamw_step(const Backend *be)
     enorm = sqrt(ss);
     gs    = enorm > opt.grad_clip ? opt.grad_clip / (enorm + 1e-6) : 1;
     elr   = step == 0 ? opt.lr * 0.5 : opt.lr; /* warm-up over 2 steps */
-    for (int i = 0; i < gpt->ntensors; i++) {
-      const GPTTensor *t  = &gpt->tensors[i];
+    for (int i = 0; i < lm->ntensors; i++) {
+      const ModelTensor *t  = &lm->tensors[i];
       double           wd = t->ndim == 2 ? opt.weight_decay : 0;
       for (size_t j = t->offset; j < t->offset + t->numel; j++) {
         double gg = g[j] * gs;
@@ -560,17 +560,17 @@ static PetscErrorCode test_adamw_step(const Backend *be)
         ep[j] -= elr / (1 - pow(b1, step + 1)) * em[j] / (sqrt(ev[j]) / sqrt(1 - pow(b2, step + 1)) + opt.eps);
       }
     }
-    PetscCall(be->from_host(gpt->grads, g, n * sizeof(float)));
-    PetscCall(gpt_adamw_step(gpt, &opt, &lr, &norm));
+    PetscCall(be->from_host(lm->grads, g, n * sizeof(float)));
+    PetscCall(model_adamw_step(lm, &opt, &lr, &norm));
     norm_err = PetscMax(norm_err, fabs(norm - enorm) / enorm + fabs(lr - elr) / elr);
   }
-  PetscCall(gpt_params_get(gpt, got));
+  PetscCall(model_params_get(lm, got));
   for (size_t j = 0; j < n; j++) err = PetscMax(err, fabs(got[j] - ep[j]));
-  PetscCall(PetscSNPrintf(detail, sizeof detail, "max |p - expected| = %.3g over %zu params, norm/lr rel err %.3g, step %d", err, n, norm_err, gpt->step));
-  test_measure(err < 1e-6 && norm_err < 1e-6 && gpt->step == 2 ? PETSC_TRUE : PETSC_FALSE, "gpt_adamw_step, two steps with clipping", "%s", detail);
+  PetscCall(PetscSNPrintf(detail, sizeof detail, "max |p - expected| = %.3g over %zu params, norm/lr rel err %.3g, step %d", err, n, norm_err, lm->step));
+  test_measure(err < 1e-6 && norm_err < 1e-6 && lm->step == 2 ? PETSC_TRUE : PETSC_FALSE, "model_adamw_step, two steps with clipping", "%s", detail);
   PetscCall(PetscFree3(p, g, got));
   PetscCall(PetscFree3(ep, em, ev));
-  PetscCall(gpt_destroy(&gpt));
+  PetscCall(model_destroy(&lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -595,10 +595,10 @@ static PetscErrorCode test_lr_schedule(void)
 }
 
 /* -policy_n_embd 130 with -policy_n_head 4 read from the options database
- * must fail in gpt_config_check with a message naming both options. */
+ * must fail in model_config_check with a message naming both options. */
 static PetscErrorCode test_config_check(void)
 {
-  GPTConfig      cfg;
+  ModelConfig    cfg;
   PetscErrorCode ierr;
   char           msg[TEST_MESSAGE_MAX] = "", detail[320];
   const char    *want     = "-policy_n_embd 130 is not divisible by -policy_n_head 4";
@@ -606,16 +606,16 @@ static PetscErrorCode test_config_check(void)
   PetscFunctionBegin;
   PetscCall(PetscOptionsSetValue(NULL, "-policy_n_embd", "130"));
   PetscCall(PetscOptionsSetValue(NULL, "-policy_n_head", "4"));
-  PetscCall(gpt_config_set_from_options("policy_", &cfg));
+  PetscCall(model_config_set_from_options("policy_", &cfg));
   PetscCall(PetscOptionsClearValue(NULL, "-policy_n_embd"));
   PetscCall(PetscOptionsClearValue(NULL, "-policy_n_head"));
   PetscCall(PetscPushErrorHandler(test_capture_error, msg));
-  ierr = gpt_config_check(&cfg, "policy_");
+  ierr = model_config_check(&cfg, "policy_");
   PetscCall(PetscPopErrorHandler());
   PetscCall(PetscSNPrintf(detail, sizeof detail, "error %d, message \"%s\"", (int)ierr, msg));
   test_measure(ierr != 0 && strstr(msg, want) ? PETSC_TRUE : PETSC_FALSE, "config check rejects n_embd not divisible by n_head", "%s", detail);
   cfg.n_embd = 128;
-  ierr       = gpt_config_check(&cfg, "policy_");
+  ierr       = model_config_check(&cfg, "policy_");
   test_measure(ierr == 0 ? PETSC_TRUE : PETSC_FALSE, "config check accepts the defaults with n_embd 128", "%s", ierr ? "rejected" : "");
   /* a LLaMA-family model: the same refusal without -head_dim, none with it (Qwen3's own head width) */
   for (int given = 0; given < 2; given++) {
@@ -623,28 +623,28 @@ static PetscErrorCode test_config_check(void)
     PetscCall(PetscOptionsSetValue(NULL, "-policy_n_embd", "130"));
     PetscCall(PetscOptionsSetValue(NULL, "-policy_n_head", "4"));
     if (given) PetscCall(PetscOptionsSetValue(NULL, "-policy_head_dim", "32"));
-    PetscCall(gpt_config_set_from_options("policy_", &cfg));
+    PetscCall(model_config_set_from_options("policy_", &cfg));
     PetscCall(PetscOptionsClearValue(NULL, "-policy_arch"));
     PetscCall(PetscOptionsClearValue(NULL, "-policy_n_embd"));
     PetscCall(PetscOptionsClearValue(NULL, "-policy_n_head"));
     if (given) PetscCall(PetscOptionsClearValue(NULL, "-policy_head_dim"));
     msg[0] = 0;
     PetscCall(PetscPushErrorHandler(test_capture_error, msg));
-    ierr = gpt_config_check(&cfg, "policy_");
+    ierr = model_config_check(&cfg, "policy_");
     PetscCall(PetscPopErrorHandler());
     PetscCall(PetscSNPrintf(detail, sizeof detail, "error %d, message \"%s\", head_dim %d", (int)ierr, msg, cfg.head_dim));
-    if (given) test_measure(ierr == 0 && gpt_q_width(&cfg) == 128 ? PETSC_TRUE : PETSC_FALSE, "config check accepts LLaMA n_embd 130 over 4 heads with -head_dim 32 (query width 128)", "%s", detail);
+    if (given) test_measure(ierr == 0 && model_q_width(&cfg) == 128 ? PETSC_TRUE : PETSC_FALSE, "config check accepts LLaMA n_embd 130 over 4 heads with -head_dim 32 (query width 128)", "%s", detail);
     else test_measure(ierr != 0 && strstr(msg, want) ? PETSC_TRUE : PETSC_FALSE, "config check rejects LLaMA n_embd 130 over 4 heads without -head_dim", "%s", detail);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* gpt_logprobs_dist rejects a bad distribution on host with a message that
+/* model_logprobs_dist rejects a bad distribution on host with a message that
  * names the problem, and a failed call leaves nothing for the backward. */
 static PetscErrorCode test_dist_errors(const Backend *be)
 {
-  GPTConfig      cfg = micro_config(GPT_HEAD_LM);
-  GPT           *gpt;
+  ModelConfig    cfg = micro_config(MODEL_HEAD_LM);
+  Model         *lm;
   Batch          b;
   int            N, V = cfg.vocab_size, *off, *ids, *boff, *bids, *btgt, nbad = 0;
   float         *lp;
@@ -652,14 +652,14 @@ static PetscErrorCode test_dist_errors(const Backend *be)
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
-  PetscCall(gpt_create(&cfg, be, &gpt));
+  PetscCall(model_create(&cfg, be, &lm));
   PetscCall(batch_create(&cfg, 2, 7, 9, &b));
   N = b.B * b.T;
   PetscCall(mask_create(&b, V, 6, &off, &ids)); /* row 1 allows one token, row 2 at least two */
   PetscCall(PetscMalloc4(N + 1, &boff, off[N], &bids, N, &btgt, N, &lp));
-  PetscCall(gpt_forward(gpt, b.tok, b.B, b.T));
+  PetscCall(model_forward(lm, b.tok, b.B, b.T));
   for (int c = 0; c < 7; c++) {
-    GPTTokenDist d = {1.0f / 0.7f, boff, bids};
+    ModelTokenDist d = {1.0f / 0.7f, boff, bids};
 
     PetscCall(PetscArraycpy(boff, off, N + 1));
     PetscCall(PetscArraycpy(bids, ids, off[N]));
@@ -675,7 +675,7 @@ static PetscErrorCode test_dist_errors(const Backend *be)
     }
     msg[0] = 0;
     PetscCall(PetscPushErrorHandler(test_capture_error, msg));
-    ierr = gpt_logprobs_dist(gpt, btgt, &d, lp, NULL);
+    ierr = model_logprobs_dist(lm, btgt, &d, lp, NULL);
     PetscCall(PetscPopErrorHandler());
     if (!ierr || !strstr(msg, want[c])) {
       size_t l = strlen(detail);
@@ -684,32 +684,32 @@ static PetscErrorCode test_dist_errors(const Backend *be)
     }
   }
   PetscCall(PetscPushErrorHandler(test_capture_error, msg));
-  ierr = gpt_backward_logprob(gpt, b.target, lp);
+  ierr = model_backward_logprob(lm, b.target, lp);
   PetscCall(PetscPopErrorHandler());
   if (!ierr) {
     nbad++;
-    PetscCall(PetscStrlcat(detail, "gpt_backward_logprob ran after a failed gpt_logprobs_dist; ", sizeof detail));
+    PetscCall(PetscStrlcat(detail, "model_backward_logprob ran after a failed model_logprobs_dist; ", sizeof detail));
   }
-  test_measure(nbad ? PETSC_FALSE : PETSC_TRUE, "gpt_logprobs_dist rejects bad inv_temp, mask_off, ids and a target outside its set", "%s", detail);
+  test_measure(nbad ? PETSC_FALSE : PETSC_TRUE, "model_logprobs_dist rejects bad inv_temp, mask_off, ids and a target outside its set", "%s", detail);
   PetscCall(PetscFree4(boff, bids, btgt, lp));
   PetscCall(PetscFree2(off, ids));
   PetscCall(batch_destroy(&b));
-  PetscCall(gpt_destroy(&gpt));
+  PetscCall(model_destroy(&lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* GPT-2 small (124M) has 124,439,808 parameters in 148 tensors. */
 static PetscErrorCode test_tensor_table(void)
 {
-  GPTConfig  cfg = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .n_positions = 1024, .head = GPT_HEAD_LM};
-  GPTTensor *t;
+  ModelConfig  cfg = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .n_positions = 1024, .head = MODEL_HEAD_LM};
+  ModelTensor *t;
   int        nt;
   size_t     np, off = 0;
   PetscBool  ok = PETSC_TRUE;
   char       detail[160];
 
   PetscFunctionBegin;
-  PetscCall(gpt_tensor_table(&cfg, &t, &nt, &np));
+  PetscCall(model_tensor_table(&cfg, &t, &nt, &np));
   for (int i = 0; i < nt; i++) {
     ok  = ok && t[i].offset == off && (t[i].ndim == 2) == t[i].decay ? PETSC_TRUE : PETSC_FALSE;
     off = t[i].offset + t[i].numel;
@@ -729,8 +729,8 @@ static PetscErrorCode test_tensor_table(void)
  * forward = 2 P_mm + 4*12*1024*768 = 284812800; training = 3x. */
 static PetscErrorCode test_flops(void)
 {
-  GPTConfig cfg = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .n_positions = 1024, .head = GPT_HEAD_LM};
-  double    f = gpt_flops_per_token(&cfg, 1024, PETSC_FALSE), t = gpt_flops_per_token(&cfg, 1024, PETSC_TRUE);
+  ModelConfig cfg = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .n_positions = 1024, .head = MODEL_HEAD_LM};
+  double    f = model_flops_per_token(&cfg, 1024, PETSC_FALSE), t = model_flops_per_token(&cfg, 1024, PETSC_TRUE);
   char      detail[128];
 
   PetscFunctionBegin;
@@ -739,9 +739,9 @@ static PetscErrorCode test_flops(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static double tensor_std(const GPT *gpt, const float *p, const char *name)
+static double tensor_std(const Model *lm, const float *p, const char *name)
 {
-  const GPTTensor *t = &gpt->tensors[gpt_find_tensor(gpt, name)];
+  const ModelTensor *t = &lm->tensors[model_find_tensor(lm, name)];
   double           s = 0;
 
   for (size_t e = 0; e < t->numel; e++) s += (double)p[t->offset + e] * p[t->offset + e];
@@ -750,38 +750,38 @@ static double tensor_std(const GPT *gpt, const float *p, const char *name)
 
 static PetscErrorCode test_init(const Backend *be)
 {
-  GPTConfig cfg = {.n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256, .n_positions = 32, .head = GPT_HEAD_SCALAR};
-  GPT      *gpt;
+  ModelConfig cfg = {.n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256, .n_positions = 32, .head = MODEL_HEAD_SCALAR};
+  Model    *lm;
   float    *a, *b, *c;
   double    s_wte, s_proj, s_score;
   PetscBool same, differ, stats;
   char      detail[200];
 
   PetscFunctionBegin;
-  PetscCall(gpt_create(&cfg, be, &gpt));
-  PetscCall(PetscMalloc3(gpt->nparams, &a, gpt->nparams, &b, gpt->nparams, &c));
-  PetscCall(gpt_init_random(gpt, 1234));
-  PetscCall(gpt_params_get(gpt, a));
-  PetscCall(gpt_init_random(gpt, 1234));
-  PetscCall(gpt_params_get(gpt, b));
-  PetscCall(gpt_init_random(gpt, 1235));
-  PetscCall(gpt_params_get(gpt, c));
-  same   = memcmp(a, b, gpt->nparams * sizeof(float)) ? PETSC_FALSE : PETSC_TRUE;
-  differ = memcmp(a, c, gpt->nparams * sizeof(float)) ? PETSC_TRUE : PETSC_FALSE;
+  PetscCall(model_create(&cfg, be, &lm));
+  PetscCall(PetscMalloc3(lm->nparams, &a, lm->nparams, &b, lm->nparams, &c));
+  PetscCall(model_init_random(lm, 1234));
+  PetscCall(model_params_get(lm, a));
+  PetscCall(model_init_random(lm, 1234));
+  PetscCall(model_params_get(lm, b));
+  PetscCall(model_init_random(lm, 1235));
+  PetscCall(model_params_get(lm, c));
+  same   = memcmp(a, b, lm->nparams * sizeof(float)) ? PETSC_FALSE : PETSC_TRUE;
+  differ = memcmp(a, c, lm->nparams * sizeof(float)) ? PETSC_TRUE : PETSC_FALSE;
   test_report(same, "init: same seed gives bitwise the same parameters", NULL);
   test_report(differ, "init: another seed gives other parameters", NULL);
-  s_wte   = tensor_std(gpt, a, "transformer.wte.weight");
-  s_proj  = tensor_std(gpt, a, "transformer.h.1.mlp.c_proj.weight");
-  s_score = tensor_std(gpt, a, "score.weight");
+  s_wte   = tensor_std(lm, a, "transformer.wte.weight");
+  s_proj  = tensor_std(lm, a, "transformer.h.1.mlp.c_proj.weight");
+  s_score = tensor_std(lm, a, "score.weight");
   stats   = fabs(s_wte / 0.02 - 1) < 0.05 && fabs(s_proj / (0.02 / 2.0) - 1) < 0.05 && fabs(s_score / 0.02 - 1) < 0.3 &&
-          tensor_std(gpt, a, "transformer.h.0.ln_1.weight") == 1.0 && tensor_std(gpt, a, "transformer.h.0.attn.c_attn.bias") == 0.0 &&
-          tensor_std(gpt, a, "transformer.ln_f.bias") == 0.0
+          tensor_std(lm, a, "transformer.h.0.ln_1.weight") == 1.0 && tensor_std(lm, a, "transformer.h.0.attn.c_attn.bias") == 0.0 &&
+          tensor_std(lm, a, "transformer.ln_f.bias") == 0.0
               ? PETSC_TRUE
               : PETSC_FALSE;
   PetscCall(PetscSNPrintf(detail, sizeof detail, "rms wte %.4f (0.02), mlp.c_proj %.4f (0.01), score %.4f (0.02); LN gains 1, biases 0", s_wte, s_proj, s_score));
   test_measure(stats, "init: GPT-2 scales", "%s", detail);
   PetscCall(PetscFree3(a, b, c));
-  PetscCall(gpt_destroy(&gpt));
+  PetscCall(model_destroy(&lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -791,20 +791,20 @@ int main(int argc, char **argv)
 
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
   PetscCall(backend_get("cpu", &be));
-  PetscCall(test_gradcheck(be, micro_config(GPT_HEAD_LM), PETSC_FALSE));
-  PetscCall(test_gradcheck(be, micro_config(GPT_HEAD_LM), PETSC_TRUE));
-  PetscCall(test_gradcheck(be, micro_config(GPT_HEAD_SCALAR), PETSC_FALSE));
+  PetscCall(test_gradcheck(be, micro_config(MODEL_HEAD_LM), PETSC_FALSE));
+  PetscCall(test_gradcheck(be, micro_config(MODEL_HEAD_LM), PETSC_TRUE));
+  PetscCall(test_gradcheck(be, micro_config(MODEL_HEAD_SCALAR), PETSC_FALSE));
   for (int v = 0; v < 3; v++) {
-    PetscCall(test_gradcheck(be, micro_llama(GPT_HEAD_LM, v), PETSC_FALSE));
-    PetscCall(test_gradcheck(be, micro_llama(GPT_HEAD_SCALAR, v), PETSC_FALSE));
-    PetscCall(test_kv_cache(be, micro_llama(GPT_HEAD_LM, v)));
-    PetscCall(test_kv_cache(be, micro_llama(GPT_HEAD_SCALAR, v)));
+    PetscCall(test_gradcheck(be, micro_llama(MODEL_HEAD_LM, v), PETSC_FALSE));
+    PetscCall(test_gradcheck(be, micro_llama(MODEL_HEAD_SCALAR, v), PETSC_FALSE));
+    PetscCall(test_kv_cache(be, micro_llama(MODEL_HEAD_LM, v)));
+    PetscCall(test_kv_cache(be, micro_llama(MODEL_HEAD_SCALAR, v)));
   }
   PetscCall(test_logprobs_dist(be));
   PetscCall(test_dist_errors(be));
   PetscCall(test_grad_accumulates(be));
-  PetscCall(test_kv_cache(be, micro_config(GPT_HEAD_LM)));
-  PetscCall(test_kv_cache(be, micro_config(GPT_HEAD_SCALAR)));
+  PetscCall(test_kv_cache(be, micro_config(MODEL_HEAD_LM)));
+  PetscCall(test_kv_cache(be, micro_config(MODEL_HEAD_SCALAR)));
   PetscCall(test_shape_change(be));
   PetscCall(test_adamw_op(be));
   PetscCall(test_adamw_step(be));

@@ -70,7 +70,7 @@ static const char *call_str(const PlanCall *call, char *buf, size_t len)
 
 /* A small model every preset can shard: n_head 6 and vocab 60 are divisible
  * by tp 1, 2 and 3 (not 4); 2 layers allow pp <= 2. */
-static const GPTConfig cfg = {.n_layer = 2, .n_head = 6, .n_embd = 48, .vocab_size = 60, .n_positions = 32, .head = GPT_HEAD_LM};
+static const ModelConfig cfg = {.n_layer = 2, .n_head = 6, .n_embd = 48, .vocab_size = 60, .n_positions = 32, .head = MODEL_HEAD_LM};
 
 /* PPO uses the six calls; rollout batch 32, mini-batch 16. */
 static void needs_ppo(PlanNeeds *needs)
@@ -213,7 +213,7 @@ static PetscErrorCode test_bad_options(void)
 /* ---- plan_check ------------------------------------------------------------------ */
 static PetscErrorCode test_check(void)
 {
-  static const GPTConfig odd_vocab = {.n_layer = 2, .n_head = 6, .n_embd = 48, .vocab_size = 50, .n_positions = 32, .head = GPT_HEAD_LM};
+  static const ModelConfig odd_vocab = {.n_layer = 2, .n_head = 6, .n_embd = 48, .vocab_size = 50, .n_positions = 32, .head = MODEL_HEAD_LM};
   static const struct {
     const char *opts, *want;
   } bad[] = {

@@ -1,9 +1,9 @@
 /* test_realloc: parameter reallocation (src/realloc) between layouts of a
- * small GPT (both heads). Run as `mpiexec -n 4 bin/test_realloc`; with fewer
+ * small Model (both heads). Run as `mpiexec -n 4 bin/test_realloc`; with fewer
  * ranks only the layouts that fit are tried. Every parameter of the full
  * model has a distinct value, so a misplaced element cannot go unnoticed.
  * For each pair of layouts: every destination shard, first poisoned with
- * NaN, must equal gpt_shard_extract of the full model bit for bit, directly
+ * NaN, must equal model_shard_extract of the full model bit for bit, directly
  * and with 1000-byte buckets (250 floats: they cut rows, column spans and
  * atoms at odd places); a round trip back to the source layout must
  * restore the source shards exactly; bytes sent and received over all ranks
@@ -27,58 +27,58 @@ static int rank, size;
  * sharing 2 cores (each round is a synchronisation). */
 #define BUCKET 1000
 
-static GPTConfig small_config(GPTHead head)
+static ModelConfig small_config(ModelHead head)
 {
-  GPTConfig c = {.n_layer = 4, .n_head = 4, .n_embd = 32, .vocab_size = 24, .n_positions = 16, .head = head};
+  ModelConfig c = {.n_layer = 4, .n_head = 4, .n_embd = 32, .vocab_size = 24, .n_positions = 16, .head = head};
   return c;
 }
 
 /* A LLaMA-family model with one key/value head (and q/k/v biases): every
  * tp > 1 layout replicates its k and v pieces. */
-static GPTConfig mqa_config(void)
+static ModelConfig mqa_config(void)
 {
-  GPTConfig c = {.n_layer = 4, .n_head = 4, .n_embd = 32, .vocab_size = 24, .n_positions = 16, .head = GPT_HEAD_LM};
-  c.arch = GPT_ARCH_LLAMA, c.n_kv_head = 1, c.n_ffn = 48, c.qkv_bias = PETSC_TRUE, c.tie_embeddings = PETSC_TRUE, c.rope_theta = 1e4, c.norm_eps = 1e-5;
+  ModelConfig c = {.n_layer = 4, .n_head = 4, .n_embd = 32, .vocab_size = 24, .n_positions = 16, .head = MODEL_HEAD_LM};
+  c.arch = MODEL_ARCH_LLAMA, c.n_kv_head = 1, c.n_ffn = 48, c.qkv_bias = PETSC_TRUE, c.tie_embeddings = PETSC_TRUE, c.rope_theta = 1e4, c.norm_eps = 1e-5;
   return c;
 }
-static const char *model_name(const GPTConfig *c) { return gpt_is_llama(c) ? "llama, 1 kv head" : c->head == GPT_HEAD_LM ? "lm head" : "scalar head"; }
+static const char *model_name(const ModelConfig *c) { return model_is_llama(c) ? "llama, 1 kv head" : c->head == MODEL_HEAD_LM ? "lm head" : "scalar head"; }
 
 /* The full model with value k at flat index k: distinct and exact in float
  * (the model has about 52k parameters, far below 2^24). */
-static PetscErrorCode full_model(const GPTConfig *cfg, float **full, size_t *n)
+static PetscErrorCode full_model(const ModelConfig *cfg, float **full, size_t *n)
 {
-  GPTTensor *tab;
+  ModelTensor *tab;
   int        nt;
 
   PetscFunctionBegin;
-  PetscCall(gpt_tensor_table_shard(cfg, NULL, &tab, &nt, n));
+  PetscCall(model_tensor_table_shard(cfg, NULL, &tab, &nt, n));
   PetscCall(PetscFree(tab));
   PetscCall(PetscMalloc1(*n, full));
   for (size_t k = 0; k < *n; k++) (*full)[k] = (float)k;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static size_t shard_size(const GPTConfig *cfg, const GPTShard *sh)
+static size_t shard_size(const ModelConfig *cfg, const ModelShard *sh)
 {
-  GPTTensor *tab;
+  ModelTensor *tab;
   int        nt;
   size_t     n = 0;
 
-  if (gpt_tensor_table_shard(cfg, sh, &tab, &nt, &n)) return 0;
+  if (model_tensor_table_shard(cfg, sh, &tab, &nt, &n)) return 0;
   PetscFree(tab);
   return n;
 }
 
 /* A NaN-filled buffer for this rank's shard on mesh m (NULL, size 0 when not a member). */
-static PetscErrorCode poisoned_shard(const GPTConfig *cfg, const Mesh *m, float **buf, size_t *n)
+static PetscErrorCode poisoned_shard(const ModelConfig *cfg, const Mesh *m, float **buf, size_t *n)
 {
-  GPTShard sh;
+  ModelShard sh;
 
   PetscFunctionBegin;
   *buf = NULL;
   *n   = 0;
   if (m->me < 0) PetscFunctionReturn(PETSC_SUCCESS);
-  gpt_shard_of_mesh(cfg, m, &sh);
+  model_shard_of_mesh(cfg, m, &sh);
   *n = shard_size(cfg, &sh);
   PetscCall(PetscMalloc1(*n + 1, buf));
   for (size_t k = 0; k < *n; k++) (*buf)[k] = NAN;
@@ -86,15 +86,15 @@ static PetscErrorCode poisoned_shard(const GPTConfig *cfg, const Mesh *m, float 
 }
 
 /* This rank's shard on mesh m cut from the full model (the reference). */
-static PetscErrorCode true_shard(const GPTConfig *cfg, const Mesh *m, const float *full, float **buf, size_t *n)
+static PetscErrorCode true_shard(const ModelConfig *cfg, const Mesh *m, const float *full, float **buf, size_t *n)
 {
-  GPTShard sh;
+  ModelShard sh;
 
   PetscFunctionBegin;
   PetscCall(poisoned_shard(cfg, m, buf, n));
   if (m->me < 0) PetscFunctionReturn(PETSC_SUCCESS);
-  gpt_shard_of_mesh(cfg, m, &sh);
-  PetscCall(gpt_shard_extract(cfg, &sh, full, *buf));
+  model_shard_of_mesh(cfg, m, &sh);
+  PetscCall(model_shard_extract(cfg, &sh, full, *buf));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -142,7 +142,7 @@ static PetscErrorCode layout_mesh(const Layout *l, const Mesh **m)
 
 /* Realloc from a's shards (cut from full) into NaN-poisoned b shards with the
  * given bucket size; *out gets this rank's b shard, ok whether it matches. */
-static PetscErrorCode realloc_once(const GPTConfig *cfg, const Mesh *a, const Mesh *b, const float *full, size_t bucket, float **out, ReallocStats *st, int *ok, char *detail, size_t len)
+static PetscErrorCode realloc_once(const ModelConfig *cfg, const Mesh *a, const Mesh *b, const float *full, size_t bucket, float **out, ReallocStats *st, int *ok, char *detail, size_t len)
 {
   const ReallocPlan *plan;
   float             *in, *want;
@@ -178,7 +178,7 @@ static PetscErrorCode check_bytes(const char *tag, const ReallocPlan *plan, cons
 }
 
 /* Direct, bucketed and round-trip reallocation from layout la to lb. */
-static PetscErrorCode check_pair(const GPTConfig *cfg, const float *full, const Layout *la, const Layout *lb)
+static PetscErrorCode check_pair(const ModelConfig *cfg, const float *full, const Layout *la, const Layout *lb)
 {
   const Mesh        *a, *b;
   const ReallocPlan *plan, *back;
@@ -229,7 +229,7 @@ static PetscErrorCode check_pair(const GPTConfig *cfg, const float *full, const 
 
 /* The reference itself: inserting every shard of a pp x tp grid rebuilds the
  * full model exactly (otherwise the comparisons above prove nothing). */
-static PetscErrorCode check_shards_cover(const GPTConfig *cfg, const float *full, size_t n)
+static PetscErrorCode check_shards_cover(const ModelConfig *cfg, const float *full, size_t n)
 {
   const int grids[][2] = {{1, 2}, {1, 4}, {2, 1}, {2, 2}, {4, 1}};
   float    *back;
@@ -243,12 +243,12 @@ static PetscErrorCode check_shards_cover(const GPTConfig *cfg, const float *full
     for (size_t k = 0; k < n; k++) back[k] = NAN;
     for (int p = 0; p < pp; p++)
       for (int t = 0; t < tp; t++) {
-        GPTShard sh = {tp, t, pp, p, 0, 0};
+        ModelShard sh = {tp, t, pp, p, 0, 0};
         float   *piece;
-        gpt_stage_layers(cfg, pp, p, &sh.l0, &sh.l1);
+        model_stage_layers(cfg, pp, p, &sh.l0, &sh.l1);
         PetscCall(PetscMalloc1(shard_size(cfg, &sh) + 1, &piece));
-        PetscCall(gpt_shard_extract(cfg, &sh, full, piece));
-        PetscCall(gpt_shard_insert(cfg, &sh, piece, back));
+        PetscCall(model_shard_extract(cfg, &sh, full, piece));
+        PetscCall(model_shard_insert(cfg, &sh, piece, back));
         PetscCall(PetscFree(piece));
       }
     ok = same_bits(back, full, n, detail, sizeof detail);
@@ -266,7 +266,7 @@ static PetscErrorCode check_shards_cover(const GPTConfig *cfg, const float *full
 /* Same arguments, same plan; another model shape, another plan. */
 static PetscErrorCode check_cache(void)
 {
-  GPTConfig          lm = small_config(GPT_HEAD_LM), sc = small_config(GPT_HEAD_SCALAR);
+  ModelConfig        lm = small_config(MODEL_HEAD_LM), sc = small_config(MODEL_HEAD_SCALAR);
   const Mesh        *a, *b;
   const ReallocPlan *p1, *p2, *p3;
 
@@ -282,7 +282,7 @@ static PetscErrorCode check_cache(void)
 
 /* Plans for hand-built meshes (the plan is a pure function of the grids, so
  * they need not exist in this world) that must fail with the message. */
-static PetscErrorCode check_plan_error(const GPTConfig *cfg, int tp_src, int tp_dst, const char *want, const char *what)
+static PetscErrorCode check_plan_error(const ModelConfig *cfg, int tp_src, int tp_dst, const char *want, const char *what)
 {
   int                ranks[16];
   Mesh               a, b;
@@ -312,7 +312,7 @@ static PetscErrorCode check_plan_error(const GPTConfig *cfg, int tp_src, int tp_
 /* A receiver that holds its slice in the source copies it locally. tp1dp4
  * -> tp2dp2 on the same ranks: everything is local. tp2 {0,1} -> {0}: rank 0
  * keeps its own half and receives only rank 1's half. */
-static PetscErrorCode check_local(const GPTConfig *cfg, const float *full)
+static PetscErrorCode check_local(const ModelConfig *cfg, const float *full)
 {
   const Mesh        *a, *b;
   const ReallocPlan *plan;
@@ -323,12 +323,12 @@ static PetscErrorCode check_local(const GPTConfig *cfg, const float *full)
 
   PetscFunctionBegin;
   if (size >= 4) {
-    GPTShard sh;
+    ModelShard sh;
     PetscCall(layout_mesh(&L_tp1dp4, &a));
     PetscCall(layout_mesh(&L_tp2dp2, &b));
     PetscCall(realloc_plan_get(cfg, a, b, "local", &plan));
     PetscCall(realloc_once(cfg, a, b, full, 0, &out, &st, &ok, detail, sizeof detail));
-    gpt_shard_of_mesh(cfg, b, &sh);
+    model_shard_of_mesh(cfg, b, &sh);
     if (ok) {
       ok = realloc_plan_bytes(plan) == 0 && st.messages == 0 && st.bytes_local == (double)shard_size(cfg, &sh) * sizeof(float);
       snprintf(detail, sizeof detail, "plan %.0f bytes, %d messages, %.0f bytes local", realloc_plan_bytes(plan), st.messages, st.bytes_local);
@@ -337,7 +337,7 @@ static PetscErrorCode check_local(const GPTConfig *cfg, const float *full)
     PetscCall(PetscFree(out));
   }
   if (size >= 2) {
-    GPTShard own = {2, 0, 1, 0, 0, cfg->n_layer}, whole = {1, 0, 1, 0, 0, cfg->n_layer};
+    ModelShard own = {2, 0, 1, 0, 0, cfg->n_layer}, whole = {1, 0, 1, 0, 0, cfg->n_layer};
     double   local = (double)shard_size(cfg, &own) * sizeof(float), total = (double)shard_size(cfg, &whole) * sizeof(float);
     PetscCall(layout_mesh(&L_tp2_01, &a));
     PetscCall(layout_mesh(&L_one0, &b));
@@ -356,12 +356,12 @@ static PetscErrorCode check_local(const GPTConfig *cfg, const float *full)
 /* dp2 on {0,1} -> dp2 on {2,3}: both replicas hold everything, so the
  * choice by load spreads the sending over both; greedy assignment keeps
  * them within one (largest) item of each other. */
-static PetscErrorCode check_balance(const GPTConfig *cfg, const float *full)
+static PetscErrorCode check_balance(const ModelConfig *cfg, const float *full)
 {
   const Mesh  *a, *b;
   ReallocStats st;
   float       *out;
-  GPTTensor   *tab;
+  ModelTensor *tab;
   int          ok, nt;
   size_t       np;
   double       sent[4] = {0, 0, 0, 0}, largest = 0;
@@ -369,7 +369,7 @@ static PetscErrorCode check_balance(const GPTConfig *cfg, const float *full)
 
   PetscFunctionBegin;
   if (size < 4) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(gpt_tensor_table_shard(cfg, NULL, &tab, &nt, &np));
+  PetscCall(model_tensor_table_shard(cfg, NULL, &tab, &nt, &np));
   for (int i = 0; i < nt; i++) largest = PetscMax(largest, (double)tab[i].numel * sizeof(float));
   PetscCall(PetscFree(tab));
   PetscCall(layout_mesh(&L_dp2_01, &a));
@@ -386,7 +386,7 @@ static PetscErrorCode check_balance(const GPTConfig *cfg, const float *full)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode run_model(const GPTConfig *cfg)
+static PetscErrorCode run_model(const ModelConfig *cfg)
 {
   const Layout *pairs[][2] = {
     {&L_one0, &L_one0},        {&L_tp2_01, &L_one0},     {&L_one0, &L_tp2_01},      {&L_dp2_01, &L_tp2_01},  {&L_pp2_01, &L_tp2_01},       {&L_one1, &L_pp2_10},
@@ -408,7 +408,7 @@ static PetscErrorCode run_model(const GPTConfig *cfg)
 
 int main(int argc, char **argv)
 {
-  GPTConfig lm = small_config(GPT_HEAD_LM), sc = small_config(GPT_HEAD_SCALAR);
+  ModelConfig lm = small_config(MODEL_HEAD_LM), sc = small_config(MODEL_HEAD_SCALAR);
 
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
   PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
@@ -418,7 +418,7 @@ int main(int argc, char **argv)
   PetscCall(run_model(&lm));
   PetscCall(run_model(&sc));
   {
-    GPTConfig mqa = mqa_config();
+    ModelConfig mqa = mqa_config();
     PetscCall(run_model(&mqa));
   }
   PetscCall(check_cache());

@@ -89,16 +89,16 @@ static PetscErrorCode test_tables(const char *what, SchedBuild build, int pp, in
 
 /* ---- the executor's slot guard ------------------------------------------------ */
 
-static PetscErrorCode count_task(void *ctx, GPT *gpt, int mb)
+static PetscErrorCode count_task(void *ctx, Model *lm, int mb)
 {
   PetscFunctionBegin;
   (*(int *)ctx)++;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode test_guard(const GPTConfig *cfg)
+static PetscErrorCode test_guard(const ModelConfig *cfg)
 {
-  GPT           *g;
+  Model         *g;
   SchedTask      bad[4] = {{SCHED_F, 0}, {SCHED_F, 1}, {SCHED_B, 0}, {SCHED_B, 1}}, good[8];
   int            calls = 0, nslots;
   PetscErrorCode ierr;
@@ -106,7 +106,7 @@ static PetscErrorCode test_guard(const GPTConfig *cfg)
   char           det[160];
 
   PetscFunctionBegin;
-  PetscCall(gpt_create(cfg, backend_cpu(), &g));
+  PetscCall(model_create(cfg, backend_cpu(), &g));
   PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
   ierr = sched_run(g, bad, 4, 1, count_task, count_task, &calls);
   PetscCall(PetscPopErrorHandler());
@@ -137,7 +137,7 @@ static PetscErrorCode test_guard(const GPTConfig *cfg)
     PetscCall(PetscPopErrorHandler());
     test_report(ok, "sched_run refuses a backward of a micro-batch not in flight, and a second forward of one in flight", NULL);
   }
-  PetscCall(gpt_destroy(&g));
+  PetscCall(model_destroy(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -177,38 +177,38 @@ typedef struct {
   float       *out;
 } StepCtx;
 
-static PetscErrorCode step_forward(void *ctx_, GPT *g, int mb)
+static PetscErrorCode step_forward(void *ctx_, Model *g, int mb)
 {
   StepCtx     *ctx = ctx_;
   const Batch *b   = ctx->b;
   int          T = b->T, n0 = (ctx->row0 + mb * ctx->nb) * T, n = ctx->nb * T, *off;
-  GPTTokenDist d;
+  ModelTokenDist d;
 
   PetscFunctionBegin;
-  PetscCall(gpt_forward(g, b->tok + n0, ctx->nb, T));
-  if (!gpt_last_stage(g)) PetscFunctionReturn(PETSC_SUCCESS);
-  if (g->cfg.head == GPT_HEAD_SCALAR) {
-    PetscCall(gpt_values_get(g, ctx->out + n0));
+  PetscCall(model_forward(g, b->tok + n0, ctx->nb, T));
+  if (!model_last_stage(g)) PetscFunctionReturn(PETSC_SUCCESS);
+  if (g->cfg.head == MODEL_HEAD_SCALAR) {
+    PetscCall(model_values_get(g, ctx->out + n0));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(PetscMalloc1(n + 1, &off));
   for (int i = 0; i <= n; i++) off[i] = b->mask_off[n0 + i] - b->mask_off[n0];
-  d = (GPTTokenDist){1.0f / 0.8f, off, b->mask_ids + b->mask_off[n0]};
-  PetscCall(gpt_logprobs_dist(g, b->target + n0, &d, ctx->out + n0, ctx->out + b->N + n0)); /* the model keeps the distribution in mb's slot */
+  d = (ModelTokenDist){1.0f / 0.8f, off, b->mask_ids + b->mask_off[n0]};
+  PetscCall(model_logprobs_dist(g, b->target + n0, &d, ctx->out + n0, ctx->out + b->N + n0)); /* the model keeps the distribution in mb's slot */
   PetscCall(PetscFree(off));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode step_backward(void *ctx_, GPT *g, int mb)
+static PetscErrorCode step_backward(void *ctx_, Model *g, int mb)
 {
   StepCtx     *ctx  = ctx_;
   const Batch *b    = ctx->b;
   int          n0   = (ctx->row0 + mb * ctx->nb) * b->T;
-  PetscBool    last = gpt_last_stage(g);
+  PetscBool    last = model_last_stage(g);
 
   PetscFunctionBegin;
-  if (g->cfg.head == GPT_HEAD_LM) PetscCall(gpt_backward_logprob(g, last ? b->target + n0 : NULL, last ? b->dlp + n0 : NULL));
-  else PetscCall(gpt_backward_values(g, last ? b->dlp + n0 : NULL));
+  if (g->cfg.head == MODEL_HEAD_LM) PetscCall(model_backward_logprob(g, last ? b->target + n0 : NULL, last ? b->dlp + n0 : NULL));
+  else PetscCall(model_backward_values(g, last ? b->dlp + n0 : NULL));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -221,18 +221,18 @@ typedef struct {
 
 /* One layout: m micro-batches per dp replica through sched_run, against the
  * one-rank model running all of them in turn; then one AdamW step. */
-static PetscErrorCode test_step(const GPTConfig *cfg, const Layout *L)
+static PetscErrorCode test_step(const ModelConfig *cfg, const Layout *L)
 {
   int          n = L->pp * L->dp * L->tp, ranks[64], m = L->m, nb = 1, B, T = 6, nslots = 1;
   const Mesh  *mesh;
-  GPT         *full, *g = NULL;
+  Model       *full, *g = NULL;
   Batch        b;
   StepCtx      rc, gc;
   SchedTask   *tasks;
   float       *ref, *got, *pfull, *gfull, *pg;
   AdamWConfig  opt = {1e-2, 1, 0.9, 0.95, 1e-8, 0.1, 1.0, 0, 0};
   char         name[200], det[160];
-  const char  *head = cfg->head == GPT_HEAD_LM ? "lm" : "scalar";
+  const char  *head = cfg->head == MODEL_HEAD_LM ? "lm" : "scalar";
   double       e;
 
   PetscFunctionBegin;
@@ -247,26 +247,26 @@ static PetscErrorCode test_step(const GPTConfig *cfg, const Layout *L)
   for (int i = 0; i < n; i++) ranks[i] = i;
   PetscCall(mesh_get(ranks, n, L->pp, L->dp, L->tp, &mesh));
   PetscCall(batch_create(cfg, B, T, 6, &b));
-  PetscCall(gpt_create(cfg, backend_cpu(), &full));
-  PetscCall(gpt_init_random(full, 78));
+  PetscCall(model_create(cfg, backend_cpu(), &full));
+  PetscCall(model_init_random(full, 78));
   PetscCall(PetscCalloc5(2 * b.N, &ref, 2 * b.N, &got, full->nparams, &pfull, full->nparams, &gfull, full->nparams, &pg));
   PetscCall(PetscMalloc1(2 * m, &tasks));
   /* reference: every micro-batch forward then backward, one after another, on one rank */
   rc = (StepCtx){&b, 0, nb, ref};
-  PetscCall(gpt_zero_grad(full));
+  PetscCall(model_zero_grad(full));
   for (int k = 0; k < m * L->dp; k++) {
     PetscCall(step_forward(&rc, full, k));
     PetscCall(step_backward(&rc, full, k));
   }
   if (mesh->me >= 0) {
     float *mine;
-    PetscCall(gpt_create_on_mesh(cfg, backend_cpu(), mesh, &g));
-    PetscCall(gpt_params_get(full, pfull));
+    PetscCall(model_create_on_mesh(cfg, backend_cpu(), mesh, &g));
+    PetscCall(model_params_get(full, pfull));
     PetscCall(PetscMalloc1(g->nparams + 1, &mine));
-    PetscCall(gpt_shard_extract(cfg, &g->sh, pfull, mine));
-    PetscCall(gpt_params_set(g, mine));
+    PetscCall(model_shard_extract(cfg, &g->sh, pfull, mine));
+    PetscCall(model_params_set(g, mine));
     PetscCall(PetscFree(mine));
-    PetscCall(gpt_zero_grad(g));
+    PetscCall(model_zero_grad(g));
     PetscCall(L->build(mesh->pp, mesh->p, m, tasks, &nslots));
     gc = (StepCtx){&b, mesh->d * m * nb, nb, got};
     PetscCall(sched_run(g, tasks, 2 * m, nslots, step_forward, step_backward, &gc));
@@ -274,14 +274,14 @@ static PetscErrorCode test_step(const GPTConfig *cfg, const Layout *L)
   /* outputs live on the last stage's ranks of each replica: sum them over the world once */
   if (!(mesh->me >= 0 && mesh->p == mesh->pp - 1 && mesh->t == 0)) PetscCall(PetscArrayzero(got, 2 * b.N));
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, got, 2 * b.N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-  e = rel_err(got, ref, cfg->head == GPT_HEAD_LM ? 2 * b.N : b.N);
+  e = rel_err(got, ref, cfg->head == MODEL_HEAD_LM ? 2 * b.N : b.N);
   PetscCall(PetscSNPrintf(name, sizeof name, "%s, %s head, %d micro-batches (%d slots on stage 0): %s match one rank", L->name, head, m, nslots,
-                          cfg->head == GPT_HEAD_LM ? "masked, tempered log-probabilities and entropies" : "values"));
+                          cfg->head == MODEL_HEAD_LM ? "masked, tempered log-probabilities and entropies" : "values"));
   PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", e));
   PetscCallMPI(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD)); /* nslots as rank 0 (stage 0) sees it */
   test_measure(e < 1e-5 ? PETSC_TRUE : PETSC_FALSE, name, "%s", det);
 
-  if (g) PetscCall(gpt_grads_sync(g));
+  if (g) PetscCall(model_grads_sync(g));
   PetscCall(gather_full(full, g ? g : full, mesh, g ? g->grads : full->grads, gfull));
   e = rel_err(gfull, full->grads, full->nparams);
   PetscCall(PetscSNPrintf(name, sizeof name, "%s, %s head: gradients accumulated over the micro-batches match one rank", L->name, head));
@@ -290,8 +290,8 @@ static PetscErrorCode test_step(const GPTConfig *cfg, const Layout *L)
 
   {
     PetscReal lr, gn_full, gn = 0;
-    PetscCall(gpt_adamw_step(full, &opt, &lr, &gn_full));
-    if (g) PetscCall(gpt_adamw_step(g, &opt, &lr, &gn));
+    PetscCall(model_adamw_step(full, &opt, &lr, &gn_full));
+    if (g) PetscCall(model_adamw_step(g, &opt, &lr, &gn));
     PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &gn, 1, MPIU_REAL, MPI_MAX, MPI_COMM_WORLD));
     PetscCall(gather_full(full, g ? g : full, mesh, g ? g->params : full->params, pg));
     e = rel_err(pg, full->params, full->nparams);
@@ -302,8 +302,8 @@ static PetscErrorCode test_step(const GPTConfig *cfg, const Layout *L)
   }
   PetscCall(PetscFree(tasks));
   PetscCall(PetscFree5(ref, got, pfull, gfull, pg));
-  PetscCall(gpt_destroy(&full));
-  PetscCall(gpt_destroy(&g));
+  PetscCall(model_destroy(&full));
+  PetscCall(model_destroy(&g));
   PetscCall(batch_destroy(&b));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -316,7 +316,7 @@ typedef struct {
 } ShardCopy;
 
 /* This rank's shard state (parameters, its AdamW moments, step count). */
-static PetscErrorCode shard_copy(const GPT *g, ShardCopy *c)
+static PetscErrorCode shard_copy(const Model *g, ShardCopy *c)
 {
   size_t nm = g->own1 - g->own0;
 
@@ -330,7 +330,7 @@ static PetscErrorCode shard_copy(const GPT *g, ShardCopy *c)
 }
 
 /* Whether the shard still holds c, bit for bit, on every rank. */
-static PetscErrorCode shard_same(const GPT *g, const ShardCopy *c, PetscBool *same)
+static PetscErrorCode shard_same(const Model *g, const ShardCopy *c, PetscBool *same)
 {
   int ok = 1;
 
@@ -353,18 +353,18 @@ static const char *fmt_name(char *buf, size_t len, const char *f, ...)
   return buf;
 }
 
-static void fill_grads(GPT *g, float bad)
+static void fill_grads(Model *g, float bad)
 {
   for (size_t i = 0; i < g->nparams; i++) g->grads[i] = 1e-3f * (float)(i % 13) - 5e-3f;
   if (g->mesh->me == 0) g->grads[g->nparams / 2] = bad; /* one element on one rank */
   g->grads_synced = PETSC_FALSE;
 }
 
-static PetscErrorCode test_refused_step(const GPTConfig *cfg)
+static PetscErrorCode test_refused_step(const ModelConfig *cfg)
 {
   Plan           plan;
   Trainer        tr;
-  GPT           *g;
+  Model         *g;
   ShardCopy      c = {NULL, NULL, NULL, 0};
   AdamWConfig    opt = {1e-2, 1, 0.9, 0.95, 1e-8, 0.1, 1.0, 0, 0};
   PetscReal      lr = 0, gn = 0;
@@ -389,10 +389,10 @@ static PetscErrorCode test_refused_step(const GPTConfig *cfg)
   plan.call[MFC_SFT_TRAIN] = (PlanCall){.nranks = world_size, .pp = pp, .dp = world_size / pp, .tp = 1};
   for (int i = 0; i < world_size; i++) plan.call[MFC_SFT_TRAIN].ranks[i] = i;
   PetscCall(trainer_create("policy", cfg, backend_cpu(), &plan, MFC_SFT_TRAIN, TRAIN_SCHED_1F1B, &tr));
-  g = tr.dm->gpt;
+  g = tr.dm->lm;
   if (g) {
-    PetscCall(gpt_init_random(g, 5));
-    PetscCall(gpt_optim_init(g));
+    PetscCall(model_init_random(g, 5));
+    PetscCall(model_optim_init(g));
     fill_grads(g, 0.0f);
   }
   /* the positive control: a finite step changes the shard (so the comparisons below can fail) */
@@ -423,10 +423,10 @@ static PetscErrorCode test_refused_step(const GPTConfig *cfg)
  * different orders: stage 0 runs A's forward then B's, stage 1 B's then A's.
  * Only the model id in the stage messages' tags sends each its own
  * activations and gradients; both must match their one-rank runs. */
-static PetscErrorCode test_two_models(const GPTConfig *cfg)
+static PetscErrorCode test_two_models(const ModelConfig *cfg)
 {
   const Mesh *mesh;
-  GPT        *full[2], *g[2] = {NULL, NULL};
+  Model      *full[2], *g[2] = {NULL, NULL};
   Batch       b;
   float      *ref[2], *got[2], *pfull, *gfull;
   int         ranks[2] = {0, 1};
@@ -443,11 +443,11 @@ static PetscErrorCode test_two_models(const GPTConfig *cfg)
   PetscCall(batch_create(cfg, 2, 6, 6, &b));
   for (int x = 0; x < 2; x++) {
     StepCtx rc;
-    PetscCall(gpt_create(cfg, backend_cpu(), &full[x]));
-    PetscCall(gpt_init_random(full[x], 90 + x));
+    PetscCall(model_create(cfg, backend_cpu(), &full[x]));
+    PetscCall(model_init_random(full[x], 90 + x));
     PetscCall(PetscCalloc2(2 * b.N, &ref[x], 2 * b.N, &got[x]));
     rc = (StepCtx){&b, x, 1, ref[x]}; /* model x trains on row x */
-    PetscCall(gpt_zero_grad(full[x]));
+    PetscCall(model_zero_grad(full[x]));
     PetscCall(step_forward(&rc, full[x], 0));
     PetscCall(step_backward(&rc, full[x], 0));
   }
@@ -458,14 +458,14 @@ static PetscErrorCode test_two_models(const GPTConfig *cfg)
     StepCtx          gc[2];
     for (int x = 0; x < 2; x++) {
       float *mine;
-      PetscCall(gpt_create_on_mesh(cfg, backend_cpu(), mesh, &g[x]));
-      PetscCall(gpt_params_get(full[x], pfull));
+      PetscCall(model_create_on_mesh(cfg, backend_cpu(), mesh, &g[x]));
+      PetscCall(model_params_get(full[x], pfull));
       PetscCall(PetscMalloc1(g[x]->nparams + 1, &mine));
-      PetscCall(gpt_shard_extract(cfg, &g[x]->sh, pfull, mine));
-      PetscCall(gpt_params_set(g[x], mine));
+      PetscCall(model_shard_extract(cfg, &g[x]->sh, pfull, mine));
+      PetscCall(model_params_set(g[x], mine));
       PetscCall(PetscFree(mine));
-      PetscCall(gpt_zero_grad(g[x]));
-      PetscCall(gpt_msg_ids(g[x], x, 0));
+      PetscCall(model_zero_grad(g[x]));
+      PetscCall(model_msg_ids(g[x], x, 0));
       gc[x] = (StepCtx){&b, x, 1, got[x]};
     }
     for (int i = 0; i < 4; i++) {
@@ -479,7 +479,7 @@ static PetscErrorCode test_two_models(const GPTConfig *cfg)
     PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, got[x], 2 * b.N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     e = rel_err(got[x] + x * b.T, ref[x] + x * b.T, b.T); /* model x's row */
     worst = PetscMax(worst, e);
-    if (g[x]) PetscCall(gpt_grads_sync(g[x]));
+    if (g[x]) PetscCall(model_grads_sync(g[x]));
     PetscCall(gather_full(full[x], g[x] ? g[x] : full[x], mesh, g[x] ? g[x]->grads : full[x]->grads, gfull));
     worst = PetscMax(worst, rel_err(gfull, full[x]->grads, full[x]->nparams));
   }
@@ -488,8 +488,8 @@ static PetscErrorCode test_two_models(const GPTConfig *cfg)
   test_measure(ok, "two models on the same 2 ranks, stages running them in different orders: outputs and gradients match each model's one-rank run (model id in the tags)", "%s", det);
   for (int x = 0; x < 2; x++) {
     PetscCall(PetscFree2(ref[x], got[x]));
-    PetscCall(gpt_destroy(&full[x]));
-    PetscCall(gpt_destroy(&g[x]));
+    PetscCall(model_destroy(&full[x]));
+    PetscCall(model_destroy(&g[x]));
   }
   PetscCall(PetscFree2(pfull, gfull));
   PetscCall(batch_destroy(&b));
@@ -498,8 +498,8 @@ static PetscErrorCode test_two_models(const GPTConfig *cfg)
 
 int main(int argc, char **argv)
 {
-  GPTConfig lm = {.n_layer = 4, .n_head = 4, .n_embd = 16, .vocab_size = 24, .n_positions = 12, .head = GPT_HEAD_LM};
-  GPTConfig sc = lm;
+  ModelConfig lm_cfg = {.n_layer = 4, .n_head = 4, .n_embd = 16, .vocab_size = 24, .n_positions = 12, .head = MODEL_HEAD_LM};
+  ModelConfig sc = lm_cfg;
   Layout    layouts[] = {
     {"one rank, GPipe (all micro-batches in flight)", 1, 1, 1, sched_gpipe, 4},
     {"pp 2, 1F1B",                                    2, 1, 1, sched_1f1b,  4},
@@ -520,14 +520,14 @@ int main(int argc, char **argv)
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   test_collective(MPI_COMM_WORLD);
-  sc.head = GPT_HEAD_SCALAR;
+  sc.head = MODEL_HEAD_SCALAR;
   for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++) PetscCall(test_tables("1F1B", sched_1f1b, tables[k][0], tables[k][1], PETSC_TRUE));
   PetscCall(test_tables("GPipe", sched_gpipe, 4, 3, PETSC_FALSE));
-  PetscCall(test_guard(&lm));
-  PetscCall(test_refused_step(&lm));
-  PetscCall(test_two_models(&lm));
+  PetscCall(test_guard(&lm_cfg));
+  PetscCall(test_refused_step(&lm_cfg));
+  PetscCall(test_two_models(&lm_cfg));
   for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
-    PetscCall(test_step(&lm, &layouts[k]));
+    PetscCall(test_step(&lm_cfg, &layouts[k]));
     PetscCall(test_step(&sc, &layouts[k]));
   }
   PetscCall(comm_teardown());

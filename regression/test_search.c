@@ -197,7 +197,7 @@ static PetscErrorCode check_never_worse(SearchSpaceSpec spec, Toy *toy)
 
 static PetscErrorCode run(void)
 {
-  GPTConfig       cfg = {.n_layer = 4, .n_head = 4, .n_embd = 64, .vocab_size = 64, .n_positions = 64, .head = GPT_HEAD_LM};
+  ModelConfig     cfg = {.n_layer = 4, .n_head = 4, .n_embd = 64, .vocab_size = 64, .n_positions = 64, .head = MODEL_HEAD_LM};
   PlanNeeds       needs;
   SearchSpaceSpec spec;
   SearchSpace     sp;

@@ -72,7 +72,7 @@ static PetscErrorCode opt_int(const char *name, int *value)
 
 int main(int argc, char **argv)
 {
-  GPTConfig      cfg = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .n_positions = 1024, .head = GPT_HEAD_LM};
+  ModelConfig    cfg = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .n_positions = 1024, .head = MODEL_HEAD_LM};
   PetscInt       tp = 1, pp = 1;
   int            size;
   Plan           plan;
@@ -112,18 +112,18 @@ int main(int argc, char **argv)
   PetscCall(dmodel_create("actor", &cfg, be, &plan, MFC_ACTOR_TRAIN, PETSC_TRUE, &dm));
   { /* non-zero values in the shard and its moments, so every page is real */
     float *h;
-    size_t n = dm.gpt->nparams;
+    size_t n = dm.lm->nparams;
     PetscCall(PetscMalloc1(n, &h));
     for (size_t i = 0; i < n; i++) h[i] = 1e-3f * (float)(i % 1000);
-    PetscCall(gpt_params_set(dm.gpt, h));
-    PetscCall(gpt_optim_set(dm.gpt, h, h, 1));
+    PetscCall(model_params_set(dm.lm, h));
+    PetscCall(model_optim_set(dm.lm, h, h, 1));
     PetscCall(PetscFree(h));
   }
   if (run.rank == 0) {
     size_t n;
-    GPTTensor *t;
+    ModelTensor *t;
     int nt;
-    PetscCall(gpt_tensor_table(&cfg, &t, &nt, &n));
+    PetscCall(model_tensor_table(&cfg, &t, &nt, &n));
     PetscCall(PetscFree(t));
     printf("bench_ckpt: %zu parameters (%.0f MiB with AdamW moments), %d ranks: pp %d x dp %d x tp %d, file %s\n", n, 3.0 * n * 4 / 1048576, size, (int)pp, size / (int)(tp * pp), (int)tp, path);
   }

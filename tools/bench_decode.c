@@ -14,7 +14,7 @@
  * (size, concurrency): decode_tok_per_s = tokens of the steps after the
  * prefill over their wall time; tok_per_s = all response tokens over the
  * whole gen_generate call, prefill included; step_ms = a decode step;
- * fwd_ms = gpt_forward_cached alone on the same rows, so step_ms - fwd_ms
+ * fwd_ms = model_forward_cached alone on the same rows, so step_ms - fwd_ms
  * is the engine's own cost; prefill_ms = the first step. Medians over the
  * iterations (step_ms: over the steps, then the iterations).
  *
@@ -35,7 +35,7 @@
 
 typedef struct {
   const char *name;
-  GPTConfig   cfg;
+  ModelConfig cfg;
   PetscBool   in_all; /* run by -size all */
 } BenchSize;
 
@@ -44,7 +44,7 @@ typedef struct {
  * shape with n_positions raised to 128 so that prompt + 64 new tokens fit
  * (the position table's size does not change the work per token);
  * "smollm2" is SmolLM2-135M's LLaMA shape (tools/bench_sizes.h, not in -size all). */
-#define BENCH_GPT2(L, H, C, V, P) {.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .n_positions = P, .head = GPT_HEAD_LM}
+#define BENCH_GPT2(L, H, C, V, P) {.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .n_positions = P, .head = MODEL_HEAD_LM}
 static const BenchSize sizes[] = {
   {"qs", BENCH_GPT2(2, 4, 128, 20, 128), PETSC_TRUE},
   {"1M", BENCH_GPT2(4, 4, 128, 512, 128), PETSC_TRUE},
@@ -88,12 +88,12 @@ static double median(double *x, int n)
  * the decode steps: step s = 1 .. max_new-1 of a sample with a P-token
  * prompt attends to P + s positions, P + max_new/2 on average. Activations
  * and logits are left out (under 3% at 124M x 64). */
-static void decode_bytes(const GPT *gpt, int conc, int P, int max_new, double *weights, double *kv)
+static void decode_bytes(const Model *lm, int conc, int P, int max_new, double *weights, double *kv)
 {
-  const GPTConfig *c = &gpt->cfg;
+  const ModelConfig *c = &lm->cfg;
 
-  *weights = 4.0 * ((double)gpt->nparams - (gpt_is_llama(c) ? 0.0 : (double)c->n_positions * c->n_embd));
-  *kv      = 4.0 * 2.0 * c->n_layer * ((double)gpt_head_dim(c) * gpt_n_kv_head(c)) * (double)conc * (P + max_new / 2.0);
+  *weights = 4.0 * ((double)lm->nparams - (model_is_llama(c) ? 0.0 : (double)c->n_positions * c->n_embd));
+  *kv      = 4.0 * 2.0 * c->n_layer * ((double)model_head_dim(c) * model_n_kv_head(c)) * (double)conc * (P + max_new / 2.0);
 }
 
 /* This machine's memory bandwidth for the CPU roofline: the best of five
@@ -124,7 +124,7 @@ static double triad_gbs(void)
 /* Fields after the cpu line's (whose format docs and tools parse, so it
  * stays as it was): device and precision off the cpu, full_length=0 when
  * samples may stop early, the roofline when -hbm_gbs is given. */
-static PetscErrorCode report_tail(const BenchRun *r, const GPT *gpt, int conc, int P, int max_new, double decode_tps, double fwd_ms, char *buf, size_t len)
+static PetscErrorCode report_tail(const BenchRun *r, const Model *lm, int conc, int P, int max_new, double decode_tps, double fwd_ms, char *buf, size_t len)
 {
   char   part[192];
   double w, kv, roof;
@@ -134,7 +134,7 @@ static PetscErrorCode report_tail(const BenchRun *r, const GPT *gpt, int conc, i
   if (r->device != 0) PetscCall(PetscSNPrintf(buf, len, " device=%s precision=%s", device_names[r->device], precision_names[r->precision]));
   if (!r->full_length) PetscCall(PetscStrlcat(buf, " full_length=0", len));
   if (r->hbm_gbs > 0) {
-    decode_bytes(gpt, conc, P, max_new, &w, &kv);
+    decode_bytes(lm, conc, P, max_new, &w, &kv);
     roof = conc * r->hbm_gbs * 1e9 / (w + kv);
     PetscCall(PetscSNPrintf(part, sizeof part, " weight_mb=%.1f kv_mb=%.1f hbm_gbs=%.0f roofline_tok_per_s=%.0f roofline_frac=%.3f fwd_roofline_frac=%.3f", w * 1e-6, kv * 1e-6,
                             (double)r->hbm_gbs, roof, decode_tps / roof, fwd_ms > 0 ? conc / (fwd_ms * 1e-3) / roof : 0.0));
@@ -143,39 +143,39 @@ static PetscErrorCode report_tail(const BenchRun *r, const GPT *gpt, int conc, i
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The model alone: median ms of one gpt_forward_cached over conc rows (one
+/* The model alone: median ms of one model_forward_cached over conc rows (one
  * per slot) at the decode positions, so the engine's own cost (sampling,
  * bookkeeping) is the difference to the engine's step time. */
-static PetscErrorCode forward_only_ms(GPT *gpt, int conc, int P, int max_new, double *ms)
+static PetscErrorCode forward_only_ms(Model *lm, int conc, int P, int max_new, double *ms)
 {
-  GPTKVCache *kv;
+  ModelKVCache *kv;
   int        *tok, *slot, *pos, N = conc * P;
   float      *out;
   double     *t;
 
   PetscFunctionBegin;
-  PetscCall(gpt_kv_create(gpt, conc, P + max_new, &kv));
-  PetscCall(PetscMalloc4(N, &tok, N, &slot, N, &pos, (size_t)N * gpt->cfg.vocab_size, &out));
+  PetscCall(model_kv_create(lm, conc, P + max_new, &kv));
+  PetscCall(PetscMalloc4(N, &tok, N, &slot, N, &pos, (size_t)N * lm->cfg.vocab_size, &out));
   PetscCall(PetscMalloc1(max_new, &t));
   for (int r = 0; r < N; r++) {
-    tok[r]  = (int)(rng_u32(8, (uint32_t)r, 0, 0, 0) % (uint32_t)gpt->cfg.vocab_size);
+    tok[r]  = (int)(rng_u32(8, (uint32_t)r, 0, 0, 0) % (uint32_t)lm->cfg.vocab_size);
     slot[r] = r / P;
     pos[r]  = r % P;
   }
-  PetscCall(gpt_forward_cached(gpt, kv, tok, slot, pos, N, out));
+  PetscCall(model_forward_cached(lm, kv, tok, slot, pos, N, out));
   for (int s = 0; s < max_new - 1; s++) {
     double t0 = sys_wtime();
     for (int r = 0; r < conc; r++) {
       slot[r] = r;
       pos[r]  = P + s;
     }
-    PetscCall(gpt_forward_cached(gpt, kv, tok, slot, pos, conc, out));
+    PetscCall(model_forward_cached(lm, kv, tok, slot, pos, conc, out));
     t[s] = sys_wtime() - t0;
   }
   *ms = max_new > 1 ? median(t, max_new - 1) * 1e3 : 0;
   PetscCall(PetscFree(t));
   PetscCall(PetscFree4(tok, slot, pos, out));
-  PetscCall(gpt_kv_destroy(gpt, &kv));
+  PetscCall(model_kv_destroy(lm, &kv));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -201,7 +201,7 @@ static PetscErrorCode bench_once(GenEngine *eng, int iter, int n, const GenReque
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode bench_conc(const BenchRun *r, GPT *gpt, const BenchSize *s, int conc, int P, int max_new, int warmup, int iters)
+static PetscErrorCode bench_conc(const BenchRun *r, Model *lm, const BenchSize *s, int conc, int P, int max_new, int warmup, int iters)
 {
   GenConfig     cfg = {.temperature = 1.0, .top_k = 0, .top_p = 1.0, .greedy = PETSC_FALSE, .eos = 3};
   GenEngine    *eng;
@@ -223,7 +223,7 @@ static PetscErrorCode bench_conc(const BenchRun *r, GPT *gpt, const BenchSize *s
     for (int t0 = 0; t0 < P; t0++) prompts[i * P + t0] = (int)(rng_u32(7, (uint32_t)i, (uint32_t)t0, 0, 0) % (uint32_t)s->cfg.vocab_size);
     req[i] = (GenRequest){.id = i, .prompt = prompts + (size_t)i * P, .prompt_len = P};
   }
-  PetscCall(gen_engine_create(gpt, &cfg, P, &eng));
+  PetscCall(gen_engine_create(lm, &cfg, P, &eng));
   PetscCall(gen_batch_create(conc, P + max_new, gen_masked(&cfg), &b));
   PetscCall(PetscMalloc4(iters, &dec, iters, &tot, iters, &step, iters, &pre));
   for (int it = -warmup; it < iters; it++) {
@@ -234,11 +234,11 @@ static PetscErrorCode bench_conc(const BenchRun *r, GPT *gpt, const BenchSize *s
     step[it] = t.step_ms;
     pre[it]  = t.prefill_ms;
   }
-  PetscCall(forward_only_ms(gpt, conc, P, max_new, &fwd_ms));
-  PetscCall(report_tail(r, gpt, conc, P, max_new, median(dec, iters), fwd_ms, tail, sizeof tail));
+  PetscCall(forward_only_ms(lm, conc, P, max_new, &fwd_ms));
+  PetscCall(report_tail(r, lm, conc, P, max_new, median(dec, iters), fwd_ms, tail, sizeof tail));
   PetscCall(PetscPrintf(PETSC_COMM_WORLD,
                         "rlfuse-decode size=%s params=%zu conc=%d prompt=%d new=%d threads=%d decode_tok_per_s=%.0f tok_per_s=%.0f step_ms=%.3f fwd_ms=%.3f prefill_ms=%.3f%s\n",
-                        s->name, gpt->nparams, conc, P, max_new, omp_get_max_threads(), median(dec, iters), median(tot, iters), median(step, iters), fwd_ms,
+                        s->name, lm->nparams, conc, P, max_new, omp_get_max_threads(), median(dec, iters), median(tot, iters), median(step, iters), fwd_ms,
                         median(pre, iters), tail));
   PetscCall(PetscFree4(dec, tot, step, pre));
   PetscCall(gen_batch_destroy(&b));
@@ -250,15 +250,15 @@ static PetscErrorCode bench_conc(const BenchRun *r, GPT *gpt, const BenchSize *s
 static PetscErrorCode bench_size(const BenchRun *r, const BenchSize *s, PetscInt conc, PetscInt P, PetscInt max_new, PetscInt warmup, PetscInt iters)
 {
   const int all[3] = {1, 8, 64};
-  GPT      *gpt;
+  Model    *lm;
 
   PetscFunctionBegin;
-  PetscCall(gpt_create(&s->cfg, r->be, &gpt));
-  PetscCall(gpt_init_random(gpt, 1));
-  if (conc > 0) PetscCall(bench_conc(r, gpt, s, (int)conc, (int)P, (int)max_new, (int)warmup, (int)iters));
+  PetscCall(model_create(&s->cfg, r->be, &lm));
+  PetscCall(model_init_random(lm, 1));
+  if (conc > 0) PetscCall(bench_conc(r, lm, s, (int)conc, (int)P, (int)max_new, (int)warmup, (int)iters));
   else
-    for (int k = 0; k < 3; k++) PetscCall(bench_conc(r, gpt, s, all[k], (int)P, (int)max_new, (int)warmup, (int)iters));
-  PetscCall(gpt_destroy(&gpt));
+    for (int k = 0; k < 3; k++) PetscCall(bench_conc(r, lm, s, all[k], (int)P, (int)max_new, (int)warmup, (int)iters));
+  PetscCall(model_destroy(&lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -1,4 +1,4 @@
-/* Throughput benchmark of the GPT model (`make bench`, tools/bench_gpu.sh):
+/* Throughput benchmark of the Model model (`make bench`, tools/bench_gpu.sh):
  * forward and training (forward + backward + AdamW) tokens/s and GFLOP/s
  * for named model sizes, on the cpu backend or on a GPU (-device cuda).
  * tools/bench_torch.py measures PyTorch on the same shapes with the same
@@ -7,7 +7,7 @@
  *   bin/bench_model -size 1M|10M|124M|all [-B 8] [-T 128] [-iters 10] [-warmup 3]
  *                   [-device cpu|cuda] [-precision fp32|bf16] [-peak_tflops X]
  *
- * FLOPs per token are gpt_flops_per_token (src/model/adamw.c, the PaLM
+ * FLOPs per token are model_flops_per_token (src/model/adamw.c, the PaLM
  * convention): forward 2*P_mm + 4*n_layer*T*C, training 3x forward. MFU is
  * the achieved FLOP/s over -peak_tflops, the device's datasheet peak for the
  * precision (docs/benchmarks.md, "GPU: how to measure"); without it no MFU is
@@ -22,7 +22,7 @@ char *openblas_get_corename(void); /* OpenBLAS; not in every cblas.h */
 
 typedef struct {
   const char *name;
-  GPTConfig   cfg;
+  ModelConfig cfg;
   PetscBool   in_all; /* run by -size all */
 } BenchSize;
 
@@ -30,7 +30,7 @@ typedef struct {
  * it takes seconds, so -size all (what `make bench` means by the CPU sizes)
  * leaves it out, as it does "smollm2", SmolLM2-135M's LLaMA shape
  * (tools/bench_sizes.h). */
-#define BENCH_GPT2(L, H, C, V, P) {.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .n_positions = P, .head = GPT_HEAD_LM}
+#define BENCH_GPT2(L, H, C, V, P) {.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .n_positions = P, .head = MODEL_HEAD_LM}
 static const BenchSize sizes[] = {
   {"1M", BENCH_GPT2(4, 4, 128, 512, 128), PETSC_TRUE},
   {"10M", BENCH_GPT2(6, 6, 384, 512, 256), PETSC_TRUE},
@@ -54,7 +54,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Median seconds of one forward (train = FALSE) or training step. */
-static PetscErrorCode bench_time(GPT *gpt, const int *tok, const int *tgt, float *lp, float *dlp, int B, int T, PetscBool train, int warmup, int iters, double *median)
+static PetscErrorCode bench_time(Model *lm, const int *tok, const int *tgt, float *lp, float *dlp, int B, int T, PetscBool train, int warmup, int iters, double *median)
 {
   AdamWConfig opt = {1e-4, 1.0, 0.9, 0.95, 1e-8, 0.1, 1.0, 0, 0};
   double     *t;
@@ -64,14 +64,14 @@ static PetscErrorCode bench_time(GPT *gpt, const int *tok, const int *tgt, float
   PetscCall(PetscMalloc1(iters, &t));
   for (int i = -warmup; i < iters; i++) {
     double t0 = sys_wtime();
-    PetscCall(gpt_forward(gpt, tok, B, T));
-    PetscCall(gpt_logprobs(gpt, tgt, lp));
+    PetscCall(model_forward(lm, tok, B, T));
+    PetscCall(model_logprobs(lm, tgt, lp));
     if (train) {
-      PetscCall(gpt_zero_grad(gpt));
-      PetscCall(gpt_backward_logprob(gpt, tgt, dlp));
-      PetscCall(gpt_adamw_step(gpt, &opt, &lr, &gn));
+      PetscCall(model_zero_grad(lm));
+      PetscCall(model_backward_logprob(lm, tgt, dlp));
+      PetscCall(model_adamw_step(lm, &opt, &lr, &gn));
     }
-    PetscCall(gpt->be->sync());
+    PetscCall(lm->be->sync());
     if (i >= 0) t[i] = sys_wtime() - t0;
   }
   qsort(t, (size_t)iters, sizeof *t, cmp_double);
@@ -98,7 +98,7 @@ static PetscErrorCode report_tail(const BenchRun *r, double flops_per_s, char *b
 
 static PetscErrorCode bench_size(const BenchRun *r, const BenchSize *s, PetscInt B, PetscInt T, PetscInt warmup, PetscInt iters)
 {
-  GPT   *gpt;
+  Model *lm;
   int   *tok, *tgt;
   float *lp, *dlp;
   int    N = (int)(B * T);
@@ -106,9 +106,9 @@ static PetscErrorCode bench_size(const BenchRun *r, const BenchSize *s, PetscInt
 
   PetscFunctionBegin;
   PetscCheck(T <= s->cfg.n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-T %" PetscInt_FMT " exceeds n_positions %d of size %s", T, s->cfg.n_positions, s->name);
-  PetscCall(gpt_create(&s->cfg, r->be, &gpt));
-  PetscCall(gpt_init_random(gpt, 1));
-  PetscCall(gpt_optim_init(gpt));
+  PetscCall(model_create(&s->cfg, r->be, &lm));
+  PetscCall(model_init_random(lm, 1));
+  PetscCall(model_optim_init(lm));
   PetscCall(PetscMalloc4(N, &tok, N, &tgt, N, &lp, N, &dlp));
   for (int n = 0; n < N; n++) {
     tok[n] = (int)(rng_u32(5, 0, (uint32_t)n, 0, 0) % (uint32_t)s->cfg.vocab_size);
@@ -116,14 +116,14 @@ static PetscErrorCode bench_size(const BenchRun *r, const BenchSize *s, PetscInt
     dlp[n] = -1.0f / (float)N;
   }
   for (int train = 0; train < 2; train++) {
-    double sec = 0, flops = gpt_flops_per_token(&s->cfg, (int)T, (PetscBool)train) * N;
-    PetscCall(bench_time(gpt, tok, tgt, lp, dlp, (int)B, (int)T, (PetscBool)train, (int)warmup, (int)iters, &sec));
+    double sec = 0, flops = model_flops_per_token(&s->cfg, (int)T, (PetscBool)train) * N;
+    PetscCall(bench_time(lm, tok, tgt, lp, dlp, (int)B, (int)T, (PetscBool)train, (int)warmup, (int)iters, &sec));
     PetscCall(report_tail(r, flops / sec, tail, sizeof tail));
-    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "rlfuse size=%s params=%zu mode=%s B=%" PetscInt_FMT " T=%" PetscInt_FMT " threads=%d tok_per_s=%.0f gflops=%.2f ms=%.2f%s\n", s->name, gpt->nparams,
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "rlfuse size=%s params=%zu mode=%s B=%" PetscInt_FMT " T=%" PetscInt_FMT " threads=%d tok_per_s=%.0f gflops=%.2f ms=%.2f%s\n", s->name, lm->nparams,
                           train ? "train" : "fwd", B, T, omp_get_max_threads(), N / sec, flops / sec * 1e-9, sec * 1e3, tail));
   }
   PetscCall(PetscFree4(tok, tgt, lp, dlp));
-  PetscCall(gpt_destroy(&gpt));
+  PetscCall(model_destroy(&lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -30,22 +30,22 @@ static PetscErrorCode mesh_of(int n, int pp, int dp, int tp, int first, const Me
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode shard_size(const GPTConfig *cfg, const Mesh *m, size_t *n)
+static PetscErrorCode shard_size(const ModelConfig *cfg, const Mesh *m, size_t *n)
 {
-  GPTShard   sh;
-  GPTTensor *t;
+  ModelShard sh;
+  ModelTensor *t;
   int        nt;
 
   PetscFunctionBegin;
   *n = 0;
   if (m->me < 0) PetscFunctionReturn(PETSC_SUCCESS);
-  gpt_shard_of_mesh(cfg, m, &sh);
-  PetscCall(gpt_tensor_table_shard(cfg, &sh, &t, &nt, n));
+  model_shard_of_mesh(cfg, m, &sh);
+  PetscCall(model_tensor_table_shard(cfg, &sh, &t, &nt, n));
   PetscCall(PetscFree(t));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode bench_pair(const char *model, const GPTConfig *cfg, const Pair *p, int iters, int world)
+static PetscErrorCode bench_pair(const char *model, const ModelConfig *cfg, const Pair *p, int iters, int world)
 {
   const Mesh        *src, *dst;
   const ReallocPlan *plan;
@@ -79,8 +79,8 @@ static PetscErrorCode bench_pair(const char *model, const GPTConfig *cfg, const 
 int main(int argc, char **argv)
 {
   /* the quickstart policy and a 4-layer, 512-wide model with a 16k vocabulary (~21M parameters, 84 MB) */
-  GPTConfig small = {.n_layer = 2, .n_head = 4, .n_embd = 128, .vocab_size = 20, .n_positions = 32, .head = GPT_HEAD_LM};
-  GPTConfig large = {.n_layer = 4, .n_head = 8, .n_embd = 512, .vocab_size = 16384, .n_positions = 1024, .head = GPT_HEAD_LM};
+  ModelConfig small = {.n_layer = 2, .n_head = 4, .n_embd = 128, .vocab_size = 20, .n_positions = 32, .head = MODEL_HEAD_LM};
+  ModelConfig large = {.n_layer = 4, .n_head = 8, .n_embd = 512, .vocab_size = 16384, .n_positions = 1024, .head = MODEL_HEAD_LM};
   Pair      pairs[] = {
     {"dp2 -> tp2 (same ranks)",           2, 1, 2, 1, 0, 2, 1, 1, 2, 0},
     {"tp2 -> dp2 (same ranks)",           2, 1, 1, 2, 0, 2, 1, 2, 1, 0},

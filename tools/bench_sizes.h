@@ -8,7 +8,7 @@
 #include "model.h"
 
 #define BENCH_SMOLLM2 \
-  {.n_layer = 30, .n_head = 9, .n_embd = 576, .vocab_size = 49152, .n_positions = 2048, .head = GPT_HEAD_LM, .arch = GPT_ARCH_LLAMA, .n_kv_head = 3, .n_ffn = 1536, \
+  {.n_layer = 30, .n_head = 9, .n_embd = 576, .vocab_size = 49152, .n_positions = 2048, .head = MODEL_HEAD_LM, .arch = MODEL_ARCH_LLAMA, .n_kv_head = 3, .n_ffn = 1536, \
    .tie_embeddings = PETSC_TRUE, .rope_theta = 100000, .norm_eps = 1e-5}
 
 #endif

@@ -34,7 +34,7 @@ through torch.nn.functional.scaled_dot_product_attention (flash attention on
 a GPU), and --compile one with torch.compile of the reference model.
 mfu = gflops / (peak_tflops * 1000), printed when --peak_tflops is given.
 
-FLOP count: exactly gpt_flops_per_token in src/model/adamw.c, which
+FLOP count: exactly model_flops_per_token in src/model/adamw.c, which
 tools/bench_model.c reports with (the PaLM appendix-B convention):
 
     forward  flops/token = 2*P_mm + 4*n_layer*T*C
@@ -197,7 +197,7 @@ def main():
     impls = ["eager"] + (["sdpa"] if args.sdpa else []) + (["compile"] if args.compile else [])
 
     where = f"device=cuda ({torch.cuda.get_device_name()}, CUDA {torch.version.cuda}) precision={args.dtype}; " if args.device == "cuda" else ""
-    print(f"# torch {torch.__version__}; {where}flops/token = gpt_flops_per_token (fwd 2*P_mm + 4*L*T*C, train 3x)")
+    print(f"# torch {torch.__version__}; {where}flops/token = model_flops_per_token (fwd 2*P_mm + 4*L*T*C, train 3x)")
     for name in names:
         cfg = GPTConfig(head="lm", **{**SIZES[name], **over})
         T = args.T or cfg.n_positions

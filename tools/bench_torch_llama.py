@@ -15,7 +15,7 @@ forward, cross-entropy, backward, global-norm clipping and an AdamW step
 (weight decay on 2-D tensors), as bench_model's step. float32, eager
 attention (the T x T scores in memory, like rlfuse's CPU path), the model
 randomly initialised (N(0, 0.02)). The FLOP count is rlfuse's
-gpt_flops_per_token for the LLaMA family (src/model/adamw.c):
+model_flops_per_token for the LLaMA family (src/model/adamw.c):
 forward = 2 * (L * (2C^2 + 2C*Ckv + 3C*F) + V*C) + 4*L*T*C, training 3x.
 """
 import argparse

@@ -16,11 +16,11 @@ extern size_t ckpt_chunk;
 extern int ckpt_collective;
 
 typedef struct {
-  GPTConfig      cfg;         /* the same on every rank */
+  ModelConfig    cfg;         /* the same on every rank */
   const char    *role;        /* the model's group in the file, for messages */
-  GPTTensor     *full;        /* the whole model's table (the file's datasets) */
+  ModelTensor   *full;        /* the whole model's table (the file's datasets) */
   int            nfull;
-  GPTTensor     *mine;        /* this rank's shard table (same order), NULL: holds nothing */
+  ModelTensor   *mine;        /* this rank's shard table (same order), NULL: holds nothing */
   PetscBool      own_table;   /* mine was allocated here */
   int            tp, t, p;    /* shard coordinates */
   size_t         n;           /* floats in the shard */

@@ -75,7 +75,7 @@ if [ -n "${RLFUSE_SANITIZE:-}" ]; then skip "out of memory: the sanitizer build 
 else
   eval "$(declare -f rlfuse | sed '1s/^rlfuse/rlfuse_unlimited/')"
   rlfuse() { ( ulimit -v 1500000; rlfuse_unlimited "$@" ); }
-  expect "out of memory"                "out of memory in gpt_create.*bytes (1.1 GiB) could not be allocated" -options_file $deck -policy_n_embd 1024 -policy_n_head 16 -policy_n_layer 24 -sft_steps 1
+  expect "out of memory"                "out of memory in model_create.*bytes (1.1 GiB) could not be allocated" -options_file $deck -policy_n_embd 1024 -policy_n_head 16 -policy_n_layer 24 -sft_steps 1
   eval "$(declare -f rlfuse_unlimited | sed '1s/^rlfuse_unlimited/rlfuse/')"
 fi
 

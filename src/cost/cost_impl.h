@@ -12,7 +12,7 @@ const CostShape *cost_call_shape(const CostWork *w, MFCId c);
 PetscBool cost_call_used(const CostWork *w, MFCId c);
 
 /* Layers of pipeline stage s of pp: for GPT-2 the model's own split
- * (gpt_stage_layers: stages even by parameters, embeddings counted), for
+ * (model_stage_layers: stages even by parameters, embeddings counted), for
  * LLaMA shapes n_layer/pp with the first n_layer%pp stages one more. */
 int cost_stage_layers(const CostShape *m, int pp, int s);
 

@@ -16,13 +16,13 @@ PetscErrorCode cost_prims_destroy(CostPrims *p)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-void cost_shape_from_gpt(const GPTConfig *cfg, CostShape *m)
+void cost_shape_from_gpt(const ModelConfig *cfg, CostShape *m)
 {
-  *m = (CostShape){cfg->n_layer, cfg->n_embd, cfg->n_head, gpt_n_kv_head(cfg), gpt_n_ffn(cfg), cfg->vocab_size, cfg->n_positions, gpt_is_llama(cfg),
-                   cfg->head == GPT_HEAD_SCALAR ? PETSC_TRUE : PETSC_FALSE, gpt_head_dim(cfg)};
+  *m = (CostShape){cfg->n_layer, cfg->n_embd, cfg->n_head, model_n_kv_head(cfg), model_n_ffn(cfg), cfg->vocab_size, cfg->n_positions, model_is_llama(cfg),
+                   cfg->head == MODEL_HEAD_SCALAR ? PETSC_TRUE : PETSC_FALSE, model_head_dim(cfg)};
 }
 
-void cost_shape_to_gpt(const CostShape *m, GPTConfig *cfg)
+void cost_shape_to_gpt(const CostShape *m, ModelConfig *cfg)
 {
   memset(cfg, 0, sizeof *cfg);
   cfg->n_layer     = m->n_layer;
@@ -30,9 +30,9 @@ void cost_shape_to_gpt(const CostShape *m, GPTConfig *cfg)
   cfg->n_embd      = m->n_embd;
   cfg->vocab_size  = m->vocab_size;
   cfg->n_positions = m->n_positions;
-  cfg->head        = m->value_head ? GPT_HEAD_SCALAR : GPT_HEAD_LM;
+  cfg->head        = m->value_head ? MODEL_HEAD_SCALAR : MODEL_HEAD_LM;
   if (!m->gated) return;
-  cfg->arch       = GPT_ARCH_LLAMA; /* LLaMA-shaped: untied, as the cost model counts it */
+  cfg->arch       = MODEL_ARCH_LLAMA; /* LLaMA-shaped: untied, as the cost model counts it */
   cfg->n_kv_head  = m->n_kv_head;
   cfg->n_ffn      = m->n_ffn;
   cfg->head_dim   = cost_head_dim(m);
@@ -94,10 +94,10 @@ double cost_shape_params(const CostShape *m)
 int cost_stage_layers(const CostShape *m, int pp, int s)
 {
   if (!m->gated) {
-    GPTConfig cfg;
+    ModelConfig cfg;
     int       l0, l1;
     cost_shape_to_gpt(m, &cfg);
-    gpt_stage_layers(&cfg, pp, s, &l0, &l1);
+    model_stage_layers(&cfg, pp, s, &l0, &l1);
     return l1 - l0;
   }
   return m->n_layer / pp + (s < m->n_layer % pp ? 1 : 0);

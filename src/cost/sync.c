@@ -24,17 +24,17 @@ static void atoms_of_rank(int kv, int q, int tp, int t, int *lo, int *hi)
   *hi = *lo + q / np;
 }
 
-static PetscErrorCode table_gpt(const CostShape *m, SyncTable *tab, GPTConfig *cfg)
+static PetscErrorCode table_gpt(const CostShape *m, SyncTable *tab, ModelConfig *cfg)
 {
-  GPTShard   sh = {2, 0, 1, 0, 0, m->n_layer};
-  GPTTensor *full, *two;
+  ModelShard sh = {2, 0, 1, 0, 0, m->n_layer};
+  ModelTensor *full, *two;
   int        n, n2;
   size_t     np;
 
   PetscFunctionBegin;
   cost_shape_to_gpt(m, cfg);
-  PetscCall(gpt_tensor_table_shard(cfg, NULL, &full, &n, &np));
-  PetscCall(gpt_tensor_table_shard(cfg, &sh, &two, &n2, &np)); /* the split dimensions, as the planner reads them */
+  PetscCall(model_tensor_table_shard(cfg, NULL, &full, &n, &np));
+  PetscCall(model_tensor_table_shard(cfg, &sh, &two, &n2, &np)); /* the split dimensions, as the planner reads them */
   tab->n = n;
   PetscCall(PetscMalloc4(n, &tab->numel, n, &tab->split, n, &tab->layer, n, &tab->kv));
   for (int i = 0; i < n; i++) tab->numel[i] = (double)full[i].numel, tab->split[i] = two[i].split >= 0 ? PETSC_TRUE : PETSC_FALSE, tab->layer[i] = 0, tab->kv[i] = full[i].kv_heads;
@@ -71,18 +71,18 @@ static PetscErrorCode table_llama(const CostShape *m, SyncTable *tab)
 }
 
 /* held[s*n + i]: stage s of a pp-stage layout holds tensor i. */
-static PetscErrorCode holdings(const CostShape *m, const GPTConfig *cfg, const SyncTable *tab, int pp, PetscBool **held)
+static PetscErrorCode holdings(const CostShape *m, const ModelConfig *cfg, const SyncTable *tab, int pp, PetscBool **held)
 {
   PetscFunctionBegin;
   PetscCall(PetscCalloc1((size_t)pp * tab->n, held));
   for (int s = 0, l0 = 0; s < pp; s++) {
     if (!m->gated) {
-      GPTShard   sh = {1, 0, pp, s, 0, 0};
-      GPTTensor *t;
+      ModelShard sh = {1, 0, pp, s, 0, 0};
+      ModelTensor *t;
       int        nt;
       size_t     np;
-      gpt_stage_layers(cfg, pp, s, &sh.l0, &sh.l1);
-      PetscCall(gpt_tensor_table_shard(cfg, &sh, &t, &nt, &np));
+      model_stage_layers(cfg, pp, s, &sh.l0, &sh.l1);
+      PetscCall(model_tensor_table_shard(cfg, &sh, &t, &nt, &np));
       for (int i = 0; i < nt; i++) (*held)[s * tab->n + i] = t[i].numel > 0 ? PETSC_TRUE : PETSC_FALSE;
       PetscCall(PetscFree(t));
     } else {
@@ -108,7 +108,7 @@ static int index_of(const PlanCall *c, int r)
 PetscErrorCode cost_realloc_bytes(const CostShape *m, double bytes_per_param, const PlanCall *a, const PlanCall *b, double *total, double *max_recv)
 {
   SyncTable  tab;
-  GPTConfig  cfg;
+  ModelConfig  cfg;
   PetscBool *ha, *hb;
   int        q = PetscMax(a->tp, b->tp);
 

@@ -195,16 +195,16 @@ PetscErrorCode cost_work_lengths(const char *opt, const char *spec, int n, int m
 }
 
 /* A model's shape: the named one (option opt), else the deck's model. */
-static PetscErrorCode role_shape(const char *opt, const char *name, const GPTConfig *cfg, PetscBool value_head, CostShape *m)
+static PetscErrorCode role_shape(const char *opt, const char *name, const ModelConfig *cfg, PetscBool value_head, CostShape *m)
 {
-  GPTConfig c = *cfg;
+  ModelConfig c = *cfg;
 
   PetscFunctionBegin;
   if (name[0]) {
     PetscCall(cost_shape_named(opt, name, value_head, m));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  c.head = value_head ? GPT_HEAD_SCALAR : GPT_HEAD_LM;
+  c.head = value_head ? MODEL_HEAD_SCALAR : MODEL_HEAD_LM;
   cost_shape_from_gpt(&c, m);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

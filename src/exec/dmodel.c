@@ -9,17 +9,17 @@
 static PetscErrorCode dmodel_alloc(DModel *dm)
 {
   PetscFunctionBegin;
-  if (!dmodel_member(dm) || dm->gpt) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(gpt_create_on_mesh(&dm->cfg, dm->be, dm->mesh, &dm->gpt));
-  dm->gpt->dist.bucket_bytes = dm->dist.bucket_bytes;
+  if (!dmodel_member(dm) || dm->lm) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(model_create_on_mesh(&dm->cfg, dm->be, dm->mesh, &dm->lm));
+  dm->lm->dist.bucket_bytes = dm->dist.bucket_bytes;
   if (dm->optim) {
-    PetscCall(gpt_set_zero1(dm->gpt, dm->dist.zero1));
-    PetscCall(gpt_optim_init(dm->gpt));
+    PetscCall(model_set_zero1(dm->lm, dm->dist.zero1));
+    PetscCall(model_optim_init(dm->lm));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode dmodel_create(const char *name, const GPTConfig *cfg, const Backend *be, const Plan *plan, MFCId call, PetscBool optim, DModel *dm)
+PetscErrorCode dmodel_create(const char *name, const ModelConfig *cfg, const Backend *be, const Plan *plan, MFCId call, PetscBool optim, DModel *dm)
 {
   PetscFunctionBegin;
   PetscCall(PetscMemzero(dm, sizeof *dm));
@@ -27,7 +27,7 @@ PetscErrorCode dmodel_create(const char *name, const GPTConfig *cfg, const Backe
   dm->cfg   = *cfg;
   dm->be    = be;
   dm->optim = optim;
-  dm->dist  = (GPTDistConfig){plan->zero1, (size_t)(plan->bucket_mb * 1048576.0)};
+  dm->dist  = (ModelDistConfig){plan->zero1, (size_t)(plan->bucket_mb * 1048576.0)};
   PetscCall(plan_mesh(plan, call, &dm->mesh));
   PetscCall(dmodel_alloc(dm));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -36,7 +36,7 @@ PetscErrorCode dmodel_create(const char *name, const GPTConfig *cfg, const Backe
 PetscErrorCode dmodel_destroy(DModel *dm)
 {
   PetscFunctionBegin;
-  PetscCall(gpt_destroy(&dm->gpt));
+  PetscCall(model_destroy(&dm->lm));
   PetscCall(PetscFree(dm->host));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -44,23 +44,23 @@ PetscErrorCode dmodel_destroy(DModel *dm)
 PetscErrorCode dmodel_release(DModel *dm, PetscBool keep)
 {
   PetscFunctionBegin;
-  if (!dm->gpt) PetscFunctionReturn(PETSC_SUCCESS);
+  if (!dm->lm) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCheck(!dm->optim, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "dmodel_release: %s carries optimizer state and cannot be released", dm->name);
   if (keep) {
-    PetscCall(PetscMalloc1(dm->gpt->nparams + 1, &dm->host));
-    PetscCall(gpt_params_get(dm->gpt, dm->host));
+    PetscCall(PetscMalloc1(dm->lm->nparams + 1, &dm->host));
+    PetscCall(model_params_get(dm->lm, dm->host));
   }
-  PetscCall(gpt_destroy(&dm->gpt));
+  PetscCall(model_destroy(&dm->lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode dmodel_acquire(DModel *dm)
 {
   PetscFunctionBegin;
-  if (!dmodel_member(dm) || dm->gpt) PetscFunctionReturn(PETSC_SUCCESS);
+  if (!dmodel_member(dm) || dm->lm) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(dmodel_alloc(dm));
   if (dm->host) {
-    PetscCall(gpt_params_set(dm->gpt, dm->host));
+    PetscCall(model_params_set(dm->lm, dm->host));
     PetscCall(PetscFree(dm->host));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -69,7 +69,7 @@ PetscErrorCode dmodel_acquire(DModel *dm)
 PetscErrorCode dmodel_ckpt_model(const DModel *dm, const char *role, PetscBool with_optim, CkptModel *cm, CkptWhere *where)
 {
   PetscFunctionBegin;
-  *cm    = (CkptModel){role, dm->gpt, with_optim, PETSC_FALSE};
+  *cm    = (CkptModel){role, dm->lm, with_optim, PETSC_FALSE};
   *where = (CkptWhere){&dm->cfg, dm->mesh, dm->host};
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -82,7 +82,7 @@ PetscErrorCode dmodel_load(DModel *dm, const char *path, const char *role, Petsc
   PetscFunctionBegin;
   PetscCheck(!with_optim || dm->optim, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "dmodel_load: %s has no optimizer state to read into", dm->name);
   PetscCall(dmodel_acquire(dm));
-  if (trunk_only && dm->gpt) PetscCall(gpt_init_random(dm->gpt, seed)); /* the fresh head, the same on every layout */
+  if (trunk_only && dm->lm) PetscCall(model_init_random(dm->lm, seed)); /* the fresh head, the same on every layout */
   PetscCall(dmodel_ckpt_model(dm, role, with_optim, &cm, &w));
   cm.trunk_only = trunk_only;
   PetscCall(ckpt_read_model_placed(MPI_COMM_WORLD, path, &cm, &w));
@@ -96,18 +96,18 @@ static PetscErrorCode dmodel_params_host(const DModel *dm, float **host, PetscBo
   *owned = PETSC_FALSE;
   *host  = NULL;
   if (!dmodel_member(dm)) PetscFunctionReturn(PETSC_SUCCESS);
-  if (!dm->gpt) {
+  if (!dm->lm) {
     PetscCheck(dm->host, PETSC_COMM_SELF, PETSC_ERR_ORDER, "%s: the model was dropped; its parameters are gone", dm->name);
     *host = dm->host;
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  PetscCall(PetscMalloc1(dm->gpt->nparams + 1, host));
-  PetscCall(gpt_params_get(dm->gpt, *host));
+  PetscCall(PetscMalloc1(dm->lm->nparams + 1, host));
+  PetscCall(model_params_get(dm->lm, *host));
   *owned = PETSC_TRUE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode dmodel_gather(DModel *dm, GPT *full, size_t bucket_bytes)
+PetscErrorCode dmodel_gather(DModel *dm, Model *full, size_t bucket_bytes)
 {
   const Mesh        *root;
   const ReallocPlan *plan;
@@ -127,18 +127,18 @@ PetscErrorCode dmodel_gather(DModel *dm, GPT *full, size_t bucket_bytes)
     PetscCall(PetscMalloc1(full->nparams, &dst[0]));
   }
   PetscCall(realloc_execute(plan, src, dst[0], bucket_bytes, NULL));
-  if (me == 0) PetscCall(gpt_params_set(full, dst[0]));
+  if (me == 0) PetscCall(model_params_set(full, dst[0]));
   if (dm->optim) {
-    int step = dm->gpt ? dm->gpt->step : 0;
+    int step = dm->lm ? dm->lm->step : 0;
     if (dmodel_member(dm)) {
-      PetscCall(PetscMalloc2(dm->gpt->nparams + 1, &m, dm->gpt->nparams + 1, &v)); /* a model with optimizer state is never released */
-      PetscCall(gpt_optim_get(dm->gpt, m, v));
+      PetscCall(PetscMalloc2(dm->lm->nparams + 1, &m, dm->lm->nparams + 1, &v)); /* a model with optimizer state is never released */
+      PetscCall(model_optim_get(dm->lm, m, v));
     }
     if (me == 0) PetscCall(PetscMalloc2(full->nparams, &dst[1], full->nparams, &dst[2]));
     PetscCall(realloc_execute(plan, m, dst[1], bucket_bytes, NULL));
     PetscCall(realloc_execute(plan, v, dst[2], bucket_bytes, NULL));
     PetscCallMPI(MPI_Bcast(&step, 1, MPI_INT, dm->mesh->ranks[0], MPI_COMM_WORLD));
-    if (me == 0) PetscCall(gpt_optim_set(full, dst[1], dst[2], step));
+    if (me == 0) PetscCall(model_optim_set(full, dst[1], dst[2], step));
     if (dmodel_member(dm)) PetscCall(PetscFree2(m, v));
     if (me == 0) PetscCall(PetscFree2(dst[1], dst[2]));
   }
@@ -161,11 +161,11 @@ PetscErrorCode dmodel_copy(DModel *src, DModel *dst, size_t bucket_bytes, Reallo
   PetscCall(dmodel_params_host(src, &s, &owned));
   if (dmodel_member(dst)) {
     PetscCall(dmodel_acquire(dst));
-    PetscCall(PetscMalloc1(dst->gpt->nparams + 1, &d));
+    PetscCall(PetscMalloc1(dst->lm->nparams + 1, &d));
   }
   PetscCall(realloc_execute(plan, s, d, bucket_bytes, stats));
   if (dmodel_member(dst)) {
-    PetscCall(gpt_params_set(dst->gpt, d));
+    PetscCall(model_params_set(dst->lm, d));
     PetscCall(PetscFree(d));
   }
   if (owned) PetscCall(PetscFree(s));

@@ -71,7 +71,7 @@ static PetscErrorCode check_sampling(const GenConfig *cfg)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gen_config_check(const GenConfig *cfg, const GPTConfig *model, const char *prefix, int max_prompt_len)
+PetscErrorCode gen_config_check(const GenConfig *cfg, const ModelConfig *model, const char *prefix, int max_prompt_len)
 {
   const char *p    = prefix ? prefix : "";
   int         Tmax = max_prompt_len + (int)cfg->max_new_tokens;
@@ -80,7 +80,7 @@ PetscErrorCode gen_config_check(const GenConfig *cfg, const GPTConfig *model, co
 
   PetscFunctionBegin;
   PetscCall(check_sampling(cfg));
-  PetscCheck(model->head == GPT_HEAD_LM, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-%shead must be lm to generate", p);
+  PetscCheck(model->head == MODEL_HEAD_LM, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-%shead must be lm to generate", p);
   PetscCheck(cfg->top_k >= 0 && cfg->top_k <= model->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_top_k %" PetscInt_FMT " must be in [0, -%svocab_size %d]",
              cfg->top_k, p, model->vocab_size);
   PetscCheck(cfg->eos >= 0 && cfg->eos < model->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_eos %" PetscInt_FMT " is not a token of -%svocab_size %d",
@@ -108,7 +108,7 @@ PetscBool gen_masked(const GenConfig *cfg)
   return cfg->top_k > 0 || cfg->top_p < 1 || cfg->min_new_tokens > 0 ? PETSC_TRUE : PETSC_FALSE;
 }
 
-size_t gen_kv_bytes(const GenConfig *cfg, const GPTConfig *model, int Tmax)
+size_t gen_kv_bytes(const GenConfig *cfg, const ModelConfig *model, int Tmax)
 {
-  return 2 * (size_t)model->n_layer * (size_t)cfg->slots * (size_t)Tmax * ((size_t)gpt_head_dim(model) * (size_t)gpt_n_kv_head(model)) * sizeof(float);
+  return 2 * (size_t)model->n_layer * (size_t)cfg->slots * (size_t)Tmax * ((size_t)model_head_dim(model) * (size_t)model_n_kv_head(model)) * sizeof(float);
 }

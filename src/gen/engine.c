@@ -1,6 +1,6 @@
 /* gen/engine.c: continuous batching over a fixed set of KV-cache slots.
  * Each engine step admits waiting prompts into free slots, runs one
- * gpt_forward_cached over the new prompts and the last token of every
+ * model_forward_cached over the new prompts and the last token of every
  * running sample, and draws one token per sample. A sample that stops frees
  * its slot for the next step, so short responses do not hold long ones
  * back. Draws are keyed by (seed, iteration, sample id, position): results do
@@ -9,26 +9,26 @@
 #include "sys.h"
 #include <omp.h>
 
-PetscErrorCode gen_engine_create(GPT *gpt, const GenConfig *cfg, int max_prompt_len, GenEngine **eng)
+PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt_len, GenEngine **eng)
 {
   GenEngine *e;
-  int        S = (int)cfg->slots, V = gpt->cfg.vocab_size, R;
+  int        S = (int)cfg->slots, V = lm->cfg.vocab_size, R;
 
   PetscFunctionBegin;
-  PetscCheck(gpt->cfg.head == GPT_HEAD_LM, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "gen_engine_create: the model has the %s head; generation needs the LM head",
-             GPTHeadNames[gpt->cfg.head]);
+  PetscCheck(lm->cfg.head == MODEL_HEAD_LM, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "gen_engine_create: the model has the %s head; generation needs the LM head",
+             ModelHeadNames[lm->cfg.head]);
   PetscCheck(S >= 1 && max_prompt_len >= 1 && cfg->max_new_tokens >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
              "gen_engine_create: slots %d, max_prompt_len %d and max_new_tokens %" PetscInt_FMT " must be positive (run gen_config_check first)", S, max_prompt_len,
              cfg->max_new_tokens);
   PetscCall(PetscNew(&e));
-  e->gpt            = gpt;
+  e->lm             = lm;
   e->cfg            = *cfg;
   e->max_prompt_len = max_prompt_len;
   e->Tmax           = max_prompt_len + (int)cfg->max_new_tokens;
   e->V              = V;
   e->nslot          = S;
   R                 = S * max_prompt_len;
-  PetscCall(gpt_kv_create(gpt, S, e->Tmax, &e->kv));
+  PetscCall(model_kv_create(lm, S, e->Tmax, &e->kv));
   PetscCall(PetscMalloc3(R, &e->row_tok, R, &e->row_slot, R, &e->row_pos));
   PetscCall(PetscMalloc4(S, &e->slot_req, S, &e->slot_fresh, S, &e->slot_row, S, &e->finished));
   e->nwork = omp_get_max_threads();
@@ -44,7 +44,7 @@ PetscErrorCode gen_engine_destroy(GenEngine **eng)
 
   PetscFunctionBegin;
   if (!e) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(gpt_kv_destroy(e->gpt, &e->kv));
+  PetscCall(model_kv_destroy(e->lm, &e->kv));
   PetscCall(PetscFree3(e->row_tok, e->row_slot, e->row_pos));
   PetscCall(PetscFree4(e->slot_req, e->slot_fresh, e->slot_row, e->finished));
   PetscCall(PetscFree2(e->work, e->allowed));
@@ -301,7 +301,7 @@ static PetscErrorCode engine_step(GenEngine *e, uint64_t seed, uint32_t iteratio
     PetscCall(PetscMalloc1(need, &e->logits));
     e->logits_cap = need;
   }
-  PetscCall(gpt_forward_cached(e->gpt, e->kv, e->row_tok, e->row_slot, e->row_pos, N, e->logits));
+  PetscCall(model_forward_cached(e->lm, e->kv, e->row_tok, e->row_slot, e->row_pos, N, e->logits));
   for (int s = 0; s < e->nslot; s++)
     if (e->slot_req[s] >= 0) e->running[nrun++] = s;
   /* the draws on the threads, one slot at a time each (a row of GPT-2's

@@ -6,10 +6,10 @@
 #include "gen.h"
 
 struct GenEngine {
-  GPT        *gpt;
+  Model      *lm;
   GenConfig   cfg;
   int         max_prompt_len, Tmax, V, nslot;
-  GPTKVCache *kv;
+  ModelKVCache *kv;
   /* rows of one forward: at most every slot's whole prompt */
   int        *row_tok, *row_slot, *row_pos;
   /* per slot: the request it holds (-1: free), whether its prompt still has

@@ -4,7 +4,7 @@
  *   request, response tokens so far L, running (0/1), allowed-set ids n,
  *   tokens [L], log-probabilities [L] (float bits), allowed-set counts [L],
  *   ids [n], and when running the cache shard of positions 0..P+L-2
- *   (gpt_kv_get's layout, float bits).
+ *   (model_kv_get's layout, float bits).
  * A running sample always has L >= 1 here: the engine steps right after it
  * admits, and the hook that moves samples runs between steps. */
 #include "gen_impl.h"
@@ -44,7 +44,7 @@ size_t gen_engine_state_words(const GenEngine *e, const GenBatch *b, int idx)
 {
   int    L = b->response_len[idx], s = slot_of(e, idx);
   size_t w = W_HEAD + 3 * (size_t)L + state_nids(e, b, idx);
-  if (s >= 0) w += gpt_kv_floats(e->kv, b->prompt_len[idx] + L - 1);
+  if (s >= 0) w += model_kv_floats(e->kv, b->prompt_len[idx] + L - 1);
   return w;
 }
 
@@ -65,7 +65,7 @@ PetscErrorCode gen_engine_take(GenEngine *e, const GenBatch *b, int idx, int *w)
     at += (size_t)cnt[t];
   }
   if (s >= 0) {
-    PetscCall(gpt_kv_get(e->gpt, e->kv, s, P + L - 1, (float *)(ids + nids)));
+    PetscCall(model_kv_get(e->lm, e->kv, s, P + L - 1, (float *)(ids + nids)));
     e->slot_req[s] = -1;
   } else { /* out of the queue, the order of the rest kept */
     int j = e->qhead, k;
@@ -97,10 +97,10 @@ PetscErrorCode gen_engine_give(GenEngine *e, GenBatch *b, const int *w, size_t *
   if (w[W_RUN]) {
     for (s = 0; s < e->nslot && e->slot_req[s] >= 0; s++);
     PetscCheck(s < e->nslot && L >= 1, PETSC_COMM_SELF, PETSC_ERR_PLIB, "gen_engine_give: no free slot for running request %d (%d slots)", idx, e->nslot);
-    PetscCall(gpt_kv_put(e->gpt, e->kv, s, P + L - 1, (const float *)(ids + nids)));
+    PetscCall(model_kv_put(e->lm, e->kv, s, P + L - 1, (const float *)(ids + nids)));
     e->slot_req[s]   = idx;
     e->slot_fresh[s] = 0;
-    *words += gpt_kv_floats(e->kv, P + L - 1);
+    *words += model_kv_floats(e->kv, P + L - 1);
   } else {
     PetscCheck(e->qn < e->qcap, PETSC_COMM_SELF, PETSC_ERR_PLIB, "gen_engine_give: the queue is full");
     e->queue[e->qn++] = idx;

@@ -29,7 +29,7 @@ typedef struct {
   float           *buf; /* the bounded staging buffer, ckpt_chunk floats */
 } CkptWriteCtx;
 
-static PetscErrorCode ckpt_write_config(hid_t g, const GPTConfig *cfg)
+static PetscErrorCode ckpt_write_config(hid_t g, const ModelConfig *cfg)
 {
   PetscFunctionBegin;
   PetscCall(h5u_attr_write_int(g, "n_layer", H5T_STD_I32LE, cfg->n_layer));
@@ -37,28 +37,28 @@ static PetscErrorCode ckpt_write_config(hid_t g, const GPTConfig *cfg)
   PetscCall(h5u_attr_write_int(g, "n_embd", H5T_STD_I32LE, cfg->n_embd));
   PetscCall(h5u_attr_write_int(g, "vocab_size", H5T_STD_I32LE, cfg->vocab_size));
   PetscCall(h5u_attr_write_int(g, "n_positions", H5T_STD_I32LE, cfg->n_positions));
-  PetscCall(h5u_attr_write_string(g, "head", GPTHeadNames[cfg->head]));
-  if (!gpt_is_llama(cfg)) PetscFunctionReturn(PETSC_SUCCESS); /* GPT-2 files carry no arch attribute (older files read the same) */
-  PetscCall(h5u_attr_write_string(g, "arch", GPTArchNames[cfg->arch]));
+  PetscCall(h5u_attr_write_string(g, "head", ModelHeadNames[cfg->head]));
+  if (!model_is_llama(cfg)) PetscFunctionReturn(PETSC_SUCCESS); /* GPT-2 files carry no arch attribute (older files read the same) */
+  PetscCall(h5u_attr_write_string(g, "arch", ModelArchNames[cfg->arch]));
   PetscCall(h5u_attr_write_int(g, "n_kv_head", H5T_STD_I32LE, cfg->n_kv_head));
   PetscCall(h5u_attr_write_int(g, "n_ffn", H5T_STD_I32LE, cfg->n_ffn));
   PetscCall(h5u_attr_write_int(g, "qkv_bias", H5T_STD_I32LE, cfg->qkv_bias ? 1 : 0));
   PetscCall(h5u_attr_write_int(g, "tie_embeddings", H5T_STD_I32LE, cfg->tie_embeddings ? 1 : 0));
   PetscCall(h5u_attr_write_double(g, "rope_theta", cfg->rope_theta));
   PetscCall(h5u_attr_write_double(g, "norm_eps", cfg->norm_eps));
-  PetscCall(h5u_attr_write_string(g, "rope_scaling", GPTRopeScalingNames[cfg->rope_scaling]));
+  PetscCall(h5u_attr_write_string(g, "rope_scaling", ModelRopeScalingNames[cfg->rope_scaling]));
   PetscCall(h5u_attr_write_double(g, "rope_factor", cfg->rope_factor));
   PetscCall(h5u_attr_write_double(g, "rope_low_freq_factor", cfg->rope_low_freq_factor));
   PetscCall(h5u_attr_write_double(g, "rope_high_freq_factor", cfg->rope_high_freq_factor));
   PetscCall(h5u_attr_write_int(g, "rope_original_max_positions", H5T_STD_I32LE, cfg->rope_original_max_positions));
-  PetscCall(h5u_attr_write_int(g, "head_dim", H5T_STD_I32LE, gpt_head_dim(cfg)));
+  PetscCall(h5u_attr_write_int(g, "head_dim", H5T_STD_I32LE, model_head_dim(cfg)));
   PetscCall(h5u_attr_write_int(g, "qk_norm", H5T_STD_I32LE, cfg->qk_norm ? 1 : 0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Contiguous (no chunks, no filters: what parallel writes allow), float32,
  * the full shape; never filled, since every element is written. Collective. */
-static PetscErrorCode ckpt_dataset_create(hid_t g, const GPTTensor *t, hid_t *dset)
+static PetscErrorCode ckpt_dataset_create(hid_t g, const ModelTensor *t, hid_t *dset)
 {
   hsize_t dims[2] = {(hsize_t)t->gshape[0], (hsize_t)t->gshape[1]};
   hid_t   space, dcpl;
@@ -254,7 +254,7 @@ static PetscErrorCode ckpt_read_attr_enum(hid_t g, const char *where, const char
 }
 
 /* The LLaMA family's attributes (docs/formats.md). */
-static PetscErrorCode ckpt_read_llama_config(hid_t g, const char *where, GPTConfig *cfg)
+static PetscErrorCode ckpt_read_llama_config(hid_t g, const char *where, ModelConfig *cfg)
 {
   int b = 0, scaling = 0;
 
@@ -267,8 +267,8 @@ static PetscErrorCode ckpt_read_llama_config(hid_t g, const char *where, GPTConf
   cfg->tie_embeddings = b ? PETSC_TRUE : PETSC_FALSE;
   PetscCall(h5u_attr_read_double(g, where, "rope_theta", &cfg->rope_theta));
   PetscCall(h5u_attr_read_double(g, where, "norm_eps", &cfg->norm_eps));
-  PetscCall(ckpt_read_attr_enum(g, where, "rope_scaling", GPTRopeScalingNames, 2, &scaling));
-  cfg->rope_scaling = (GPTRopeScaling)scaling;
+  PetscCall(ckpt_read_attr_enum(g, where, "rope_scaling", ModelRopeScalingNames, 2, &scaling));
+  cfg->rope_scaling = (ModelRopeScaling)scaling;
   PetscCall(h5u_attr_read_double(g, where, "rope_factor", &cfg->rope_factor));
   PetscCall(h5u_attr_read_double(g, where, "rope_low_freq_factor", &cfg->rope_low_freq_factor));
   PetscCall(h5u_attr_read_double(g, where, "rope_high_freq_factor", &cfg->rope_high_freq_factor));
@@ -282,10 +282,10 @@ static PetscErrorCode ckpt_read_llama_config(hid_t g, const char *where, GPTConf
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode ckpt_read_group_config(hid_t g, const char *path, const char *role, GPTConfig *cfg)
+static PetscErrorCode ckpt_read_group_config(hid_t g, const char *path, const char *role, ModelConfig *cfg)
 {
   char where[PETSC_MAX_PATH_LEN + 64], head[32];
-  int  arch = GPT_ARCH_GPT2;
+  int  arch = MODEL_ARCH_GPT2;
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(cfg, sizeof *cfg));
@@ -296,14 +296,14 @@ static PetscErrorCode ckpt_read_group_config(hid_t g, const char *path, const ch
   PetscCall(ckpt_read_attr_int(g, where, "vocab_size", &cfg->vocab_size));
   PetscCall(ckpt_read_attr_int(g, where, "n_positions", &cfg->n_positions));
   PetscCall(h5u_attr_read_string(g, where, "head", head, sizeof head));
-  if (!strcmp(head, GPTHeadNames[GPT_HEAD_LM])) cfg->head = GPT_HEAD_LM;
-  else if (!strcmp(head, GPTHeadNames[GPT_HEAD_SCALAR])) cfg->head = GPT_HEAD_SCALAR;
+  if (!strcmp(head, ModelHeadNames[MODEL_HEAD_LM])) cfg->head = MODEL_HEAD_LM;
+  else if (!strcmp(head, ModelHeadNames[MODEL_HEAD_SCALAR])) cfg->head = MODEL_HEAD_SCALAR;
   else SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: head '%s' is neither lm nor scalar", where, head);
-  if (H5Aexists(g, "arch") > 0) PetscCall(ckpt_read_attr_enum(g, where, "arch", GPTArchNames, 2, &arch));
-  cfg->arch = (GPTArch)arch;
-  if (gpt_is_llama(cfg)) PetscCall(ckpt_read_llama_config(g, where, cfg));
+  if (H5Aexists(g, "arch") > 0) PetscCall(ckpt_read_attr_enum(g, where, "arch", ModelArchNames, 2, &arch));
+  cfg->arch = (ModelArch)arch;
+  if (model_is_llama(cfg)) PetscCall(ckpt_read_llama_config(g, where, cfg));
   { /* the same checks as the deck's options: n_head 0 would divide by zero later */
-    PetscErrorCode ierr = gpt_config_check_file(cfg);
+    PetscErrorCode ierr = model_config_check_file(cfg);
     char          *msg  = NULL;
 
     if (ierr) {
@@ -316,7 +316,7 @@ static PetscErrorCode ckpt_read_group_config(hid_t g, const char *path, const ch
 
 typedef struct {
   const char *path, *role;
-  GPTConfig  *cfg;
+  ModelConfig  *cfg;
 } CkptConfigCtx;
 
 static PetscErrorCode ckpt_read_config_file(hid_t file, void *vctx)
@@ -341,7 +341,7 @@ static PetscErrorCode ckpt_read_config_task(void *vctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *role, GPTConfig *cfg)
+PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *role, ModelConfig *cfg)
 {
   CkptConfigCtx ctx = {path, role, cfg};
 
@@ -353,7 +353,7 @@ PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *rol
 
 /* The deck decides the architecture; a checkpoint that disagrees is an error
  * naming the option to change. */
-static PetscErrorCode ckpt_config_compare(const char *path, const char *role, const GPTConfig *file, const GPTConfig *deck)
+static PetscErrorCode ckpt_config_compare(const char *path, const char *role, const ModelConfig *file, const ModelConfig *deck)
 {
   const struct {
     const char *name;
@@ -369,20 +369,20 @@ static PetscErrorCode ckpt_config_compare(const char *path, const char *role, co
   PetscFunctionBegin;
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     PetscCheck(f[i].file == f[i].deck, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: %s %d in the file, %d in the deck (-%s_%s)", path, role, f[i].name, f[i].file, f[i].deck, role, f[i].name);
-  PetscCheck(file->head == deck->head, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: head %s in the file, %s in the deck (-%s_head)", path, role, GPTHeadNames[file->head], GPTHeadNames[deck->head], role);
-  PetscCheck(file->arch == deck->arch, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: arch %s in the file, %s in the deck (-%s_arch)", path, role, GPTArchNames[file->arch], GPTArchNames[deck->arch], role);
-  if (gpt_is_llama(file)) {
+  PetscCheck(file->head == deck->head, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: head %s in the file, %s in the deck (-%s_head)", path, role, ModelHeadNames[file->head], ModelHeadNames[deck->head], role);
+  PetscCheck(file->arch == deck->arch, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: arch %s in the file, %s in the deck (-%s_arch)", path, role, ModelArchNames[file->arch], ModelArchNames[deck->arch], role);
+  if (model_is_llama(file)) {
     const struct {
       const char *name;
       int         file, deck;
     } l[] = {
       {"n_kv_head", file->n_kv_head, deck->n_kv_head}, {"n_ffn", file->n_ffn, deck->n_ffn}, {"qkv_bias", file->qkv_bias, deck->qkv_bias},
       {"tie_embeddings", file->tie_embeddings, deck->tie_embeddings}, {"rope_scaling", file->rope_scaling, deck->rope_scaling},
-      {"head_dim", gpt_head_dim(file), gpt_head_dim(deck)}, {"qk_norm", file->qk_norm, deck->qk_norm},
+      {"head_dim", model_head_dim(file), model_head_dim(deck)}, {"qk_norm", file->qk_norm, deck->qk_norm},
     };
     for (size_t i = 0; i < sizeof l / sizeof l[0]; i++)
       PetscCheck(l[i].file == l[i].deck, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: %s %d in the file, %d in the deck (-%s_%s)", path, role, l[i].name, l[i].file, l[i].deck, role, l[i].name);
-    PetscCheck(gpt_config_equal(file, deck), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: rope_theta %g, norm_eps %g or the rope scaling factors in the file differ from the deck's (-%s_rope_theta %g, -%s_norm_eps %g)", path, role,
+    PetscCheck(model_config_equal(file, deck), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: rope_theta %g, norm_eps %g or the rope scaling factors in the file differ from the deck's (-%s_rope_theta %g, -%s_norm_eps %g)", path, role,
                file->rope_theta, file->norm_eps, role, deck->rope_theta, role, deck->norm_eps);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -398,7 +398,7 @@ typedef struct {
   float           *buf;
 } CkptModelCtx;
 
-static PetscBool ckpt_skip(const CkptModel *cm, const GPTTensor *t) { return cm->trunk_only && !gpt_tensor_is_trunk(t->name) ? PETSC_TRUE : PETSC_FALSE; }
+static PetscBool ckpt_skip(const CkptModel *cm, const ModelTensor *t) { return cm->trunk_only && !model_tensor_is_trunk(t->name) ? PETSC_TRUE : PETSC_FALSE; }
 
 typedef struct {
   CkptModelCtx *ctx;
@@ -410,7 +410,7 @@ static herr_t ckpt_extra_one(hid_t g, const char *name, const H5L_info_t *info, 
   CkptExtraCtx *x = (CkptExtraCtx *)vctx;
 
   (void)g, (void)info;
-  if (x->ctx->model->trunk_only && !gpt_tensor_is_trunk(name)) return 0; /* the other head's tensors */
+  if (x->ctx->model->trunk_only && !model_tensor_is_trunk(name)) return 0; /* the other head's tensors */
   for (int i = 0; i < x->ctx->pl.nfull; i++)
     if (!strcmp(name, x->ctx->pl.full[i].name)) return 0;
   snprintf(x->extra, sizeof x->extra, "%s", name);
@@ -427,7 +427,7 @@ static PetscErrorCode ckpt_check_no_extra(hid_t g, const char *parent, const cha
 
   PetscFunctionBegin;
   H5Call(e, "checkpoint %s: cannot list %s/%s (corrupt file?)", ctx->path, parent, name);
-  PetscCheck(!x.extra[0], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s: %s/%s/%s is not a tensor of the architecture its attributes give (n_layer %d, n_embd %d, head %s): attributes and tensors disagree", ctx->path, parent, name, x.extra, ctx->pl.cfg.n_layer, ctx->pl.cfg.n_embd, GPTHeadNames[ctx->pl.cfg.head]);
+  PetscCheck(!x.extra[0], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s: %s/%s/%s is not a tensor of the architecture its attributes give (n_layer %d, n_embd %d, head %s): attributes and tensors disagree", ctx->path, parent, name, x.extra, ctx->pl.cfg.n_layer, ctx->pl.cfg.n_embd, ModelHeadNames[ctx->pl.cfg.head]);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -442,7 +442,7 @@ static PetscErrorCode ckpt_check_tensors(hid_t loc, const char *parent, const ch
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s", ctx->path));
   PetscCall(ckpt_open_group(loc, ctx->path, parent, name, "", &g));
   for (int i = 0; i < ctx->pl.nfull; i++) {
-    const GPTTensor *t       = &ctx->pl.full[i];
+    const ModelTensor *t       = &ctx->pl.full[i];
     hsize_t          dims[2] = {(hsize_t)t->gshape[0], (hsize_t)t->gshape[1]};
     hid_t            d;
 
@@ -478,7 +478,7 @@ static PetscErrorCode ckpt_check_model_file(hid_t file, void *vctx)
 {
   CkptModelCtx *ctx = (CkptModelCtx *)vctx;
   const char   *r   = ctx->model->role;
-  GPTConfig     cfg, deck = ctx->pl.cfg;
+  ModelConfig   cfg, deck = ctx->pl.cfg;
   char          parent[80];
   hid_t         g;
 
@@ -572,7 +572,7 @@ static PetscErrorCode ckpt_read_model_place(MPI_Comm comm, CkptModelCtx *ctx)
   PetscCallMPI(MPI_Bcast(&ctx->step, 1, MPI_INT64_T, 0, comm));
   PetscCall(h5u_read_comm(comm, "checkpoint", ctx->path, ckpt_read_model_fill, ctx));
   PetscCall(ckpt_place_share(&ctx->pl, ctx->model->with_optim));
-  if (ctx->model->with_optim && ctx->model->gpt) ctx->model->gpt->step = (int)ctx->step;
+  if (ctx->model->with_optim && ctx->model->lm) ctx->model->lm->step = (int)ctx->step;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

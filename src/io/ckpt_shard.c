@@ -22,14 +22,14 @@ int    ckpt_collective = -1;
  * selection of space (1-D tensors: columns [0, 1)). */
 static herr_t ckpt_select_rect(hid_t space, const CkptPlace *pl, int i, size_t r0, size_t r1, size_t c0, size_t c1, PetscBool *first)
 {
-  const GPTTensor *f = &pl->full[i];
+  const ModelTensor *f = &pl->full[i];
   int              s = pl->tp > 1 ? f->split : -1;
   size_t           x0 = s == 1 ? c0 : r0, x1 = s == 1 ? c1 : r1, block = 0, piece = 1;
   int              ngroups = 1;
 
   if (s >= 0) {
     block   = (size_t)f->gshape[s] / (size_t)f->groups;
-    piece   = block / (size_t)gpt_tensor_pieces(f, pl->tp);
+    piece   = block / (size_t)model_tensor_pieces(f, pl->tp);
     ngroups = f->groups;
   }
   for (int g = 0; g < ngroups; g++) {
@@ -40,7 +40,7 @@ static herr_t ckpt_select_rect(hid_t space, const CkptPlace *pl, int i, size_t r
       lo = PetscMax(x0, g * piece);
       hi = PetscMin(x1, (g + 1) * piece);
       if (lo >= hi) continue;
-      start[s] = g * block + (size_t)gpt_tensor_piece_of(f, pl->tp, pl->t) * piece + (lo - g * piece);
+      start[s] = g * block + (size_t)model_tensor_piece_of(f, pl->tp, pl->t) * piece + (lo - g * piece);
       count[s] = hi - lo;
     }
     if (H5Sselect_hyperslab(space, *first ? H5S_SELECT_SET : H5S_SELECT_OR, start, NULL, count, NULL) < 0) return -1;
@@ -53,7 +53,7 @@ static herr_t ckpt_select_rect(hid_t space, const CkptPlace *pl, int i, size_t r
  * partial last row. */
 static herr_t ckpt_select(hid_t space, const CkptPlace *pl, int i, size_t a, size_t b)
 {
-  const GPTTensor *m     = &pl->mine[i];
+  const ModelTensor *m     = &pl->mine[i];
   size_t           C     = m->ndim == 2 ? (size_t)m->shape[1] : 1;
   size_t           ra    = a / C, ca = a % C, rb = b / C, cb = b % C;
   PetscBool        first = PETSC_TRUE;
@@ -71,14 +71,14 @@ static herr_t ckpt_select(hid_t space, const CkptPlace *pl, int i, size_t a, siz
 /* This rank's local elements [lo, hi) of tensor i. */
 static void ckpt_segment(const CkptPlace *pl, int i, size_t *lo, size_t *hi)
 {
-  const GPTTensor *m = pl->mine ? &pl->mine[i] : NULL;
+  const ModelTensor *m = pl->mine ? &pl->mine[i] : NULL;
   size_t           a, b;
 
   *lo = *hi = 0;
   if (!m || m->numel == 0) return;
   if (pl->write && m->split < 0 && pl->t != 0) return;                           /* tp rank 0 writes replicated tensors */
-  if (pl->write && pl->t % gpt_tensor_rep(m, pl->tp) != 0) return;              /* a block's first rank its replicated k/v piece */
-  if (pl->write && pl->p != 0 && i == GPT_T_WTE) return; /* the tied LM head's copy (the embedding is tensor 0) */
+  if (pl->write && pl->t % model_tensor_rep(m, pl->tp) != 0) return;              /* a block's first rank its replicated k/v piece */
+  if (pl->write && pl->p != 0 && i == MODEL_T_WTE) return; /* the tied LM head's copy (the embedding is tensor 0) */
   a = PetscMax(m->offset, pl->own0);
   b = PetscMin(m->offset + m->numel, pl->own1);
   if (a < b) *lo = a - m->offset, *hi = b - m->offset;
@@ -88,9 +88,9 @@ static void ckpt_segment(const CkptPlace *pl, int i, size_t *lo, size_t *hi)
 
 static PetscErrorCode ckpt_place_holder(MPI_Comm comm, const CkptModel *cm, const CkptWhere *w, CkptPlace *pl, PetscBool *holds)
 {
-  GPT        *g = cm->gpt;
+  Model      *g = cm->lm;
   PetscMPIInt rank, size, whole, lowest;
-  GPTShard    sh;
+  ModelShard  sh;
   size_t      n;
   int         dp = 1, d = 0, nt;
 
@@ -112,8 +112,8 @@ static PetscErrorCode ckpt_place_holder(MPI_Comm comm, const CkptModel *cm, cons
     if (dp > 1) pl->dp_comm = &g->mesh->dp_comm;
     *holds = PETSC_TRUE;
   } else if (!g && w->mesh && w->mesh->me >= 0 && w->host && pl->write) {
-    gpt_shard_of_mesh(&pl->cfg, w->mesh, &sh);
-    PetscCall(gpt_tensor_table_shard(&pl->cfg, &sh, &pl->mine, &nt, &n));
+    model_shard_of_mesh(&pl->cfg, w->mesh, &sh);
+    PetscCall(model_tensor_table_shard(&pl->cfg, &sh, &pl->mine, &nt, &n));
     pl->own_table = PETSC_TRUE;
     pl->tp = sh.tp, pl->t = sh.t, pl->p = sh.p;
     pl->params = (float *)w->host;
@@ -138,18 +138,18 @@ PetscErrorCode ckpt_place_setup(MPI_Comm comm, const CkptModel *cm, const CkptWh
   pl->role  = cm->role;
   PetscCallMPI(MPI_Comm_rank(comm, &rank));
   PetscCallMPI(MPI_Comm_size(comm, &size));
-  have = cm->gpt || w->cfg ? rank : size;
+  have = cm->lm || w->cfg ? rank : size;
   PetscCallMPI(MPI_Allreduce(&have, &root, 1, MPI_INT, MPI_MIN, comm));
   PetscCheck(root < size, comm, PETSC_ERR_ARG_NULL, "checkpoint: no rank has /%s's configuration", cm->role);
-  if (rank == root) pl->cfg = cm->gpt ? cm->gpt->cfg : *w->cfg;
+  if (rank == root) pl->cfg = cm->lm ? cm->lm->cfg : *w->cfg;
   PetscCallMPI(MPI_Bcast(&pl->cfg, (int)sizeof pl->cfg, MPI_BYTE, root, comm));
-  PetscCall(gpt_tensor_table(&pl->cfg, &pl->full, &pl->nfull, &n));
+  PetscCall(model_tensor_table(&pl->cfg, &pl->full, &pl->nfull, &n));
   PetscCall(ckpt_place_holder(comm, cm, w, pl, &holds));
   if (write && cm->with_optim) { /* the step every rank writes as the attribute */
-    have = holds && cm->gpt ? rank : size;
+    have = holds && cm->lm ? rank : size;
     PetscCallMPI(MPI_Allreduce(&have, &step_root, 1, MPI_INT, MPI_MIN, comm));
     if (step_root < size) {
-      if (rank == step_root) pl->step = cm->gpt->step;
+      if (rank == step_root) pl->step = cm->lm->step;
       PetscCallMPI(MPI_Bcast(&pl->step, 1, MPI_INT64_T, step_root, comm));
     }
   }
@@ -162,11 +162,11 @@ PetscErrorCode ckpt_place_setup(MPI_Comm comm, const CkptModel *cm, const CkptWh
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, pl->rounds, pl->nfull, MPI_INT, MPI_MAX, comm));
   /* local checks last, after every collective call of the setup */
   PetscCheck(holds || !w->mesh || w->mesh->me < 0, PETSC_COMM_SELF, PETSC_ERR_ORDER, "/%s was dropped on this rank; its parameters are gone", cm->role);
-  PetscCheck(!holds || !cm->with_optim || cm->gpt, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "/%s is offloaded and has no optimizer state", cm->role);
-  if (holds && cm->with_optim && write) PetscCheck(pl->m && pl->v, PETSC_COMM_SELF, PETSC_ERR_ORDER, "/%s has no optimizer state to write (gpt_optim_init)", cm->role);
+  PetscCheck(!holds || !cm->with_optim || cm->lm, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "/%s is offloaded and has no optimizer state", cm->role);
+  if (holds && cm->with_optim && write) PetscCheck(pl->m && pl->v, PETSC_COMM_SELF, PETSC_ERR_ORDER, "/%s has no optimizer state to write (model_optim_init)", cm->role);
   if (holds && cm->with_optim && !write && (!pl->m || !pl->v)) {
-    PetscCall(gpt_optim_init(cm->gpt));
-    pl->m = cm->gpt->m, pl->v = cm->gpt->v;
+    PetscCall(model_optim_init(cm->lm));
+    pl->m = cm->lm->m, pl->v = cm->lm->v;
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -198,13 +198,13 @@ static PetscErrorCode ckpt_copy(const CkptPlace *pl, PetscBool to_host, float *h
  * (the inverse of ckpt_select_rect's mapping); 1-D tensors: column 0. */
 static void ckpt_file_index(const CkptPlace *pl, int i, size_t k, size_t *row, size_t *col)
 {
-  const GPTTensor *f = &pl->full[i], *m = &pl->mine[i];
+  const ModelTensor *f = &pl->full[i], *m = &pl->mine[i];
   size_t           C = m->ndim == 2 ? (size_t)m->shape[1] : 1, x[2] = {k / C, k % C};
   int              s = pl->tp > 1 ? f->split : -1;
 
   if (s >= 0) {
-    size_t block = (size_t)f->gshape[s] / (size_t)f->groups, piece = block / (size_t)gpt_tensor_pieces(f, pl->tp), g = x[s] / piece;
-    x[s]         = g * block + (size_t)gpt_tensor_piece_of(f, pl->tp, pl->t) * piece + x[s] % piece;
+    size_t block = (size_t)f->gshape[s] / (size_t)f->groups, piece = block / (size_t)model_tensor_pieces(f, pl->tp), g = x[s] / piece;
+    x[s]         = g * block + (size_t)model_tensor_piece_of(f, pl->tp, pl->t) * piece + x[s] % piece;
   }
   *row = m->ndim == 2 ? x[0] : k, *col = m->ndim == 2 ? x[1] : 0;
 }
@@ -214,7 +214,7 @@ static void ckpt_file_index(const CkptPlace *pl, int i, size_t k, size_t *row, s
 static PetscErrorCode ckpt_check_finite(const CkptPlace *pl, int i, int which, const float *buf, size_t a, size_t b)
 {
   static const char *const what[] = {"params", "optim/m", "optim/v"};
-  const GPTTensor         *f      = &pl->full[i];
+  const ModelTensor       *f      = &pl->full[i];
   size_t                   row, col;
 
   PetscFunctionBegin;
@@ -230,7 +230,7 @@ static PetscErrorCode ckpt_check_finite(const CkptPlace *pl, int i, int which, c
 /* One collective transfer of local elements [a, b) (possibly none). */
 static PetscErrorCode ckpt_xfer_one(const CkptPlace *pl, int i, int which, float *base, hid_t dset, hid_t dxpl, size_t a, size_t b, float *buf)
 {
-  const GPTTensor *f  = &pl->full[i];
+  const ModelTensor *f  = &pl->full[i];
   hsize_t          nm = b > a ? b - a : 1;
   hid_t            fs, ms;
   herr_t           e;

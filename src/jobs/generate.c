@@ -58,7 +58,7 @@ static PetscErrorCode generate_rows(const RunCtx *run, DModel *dm, const Generat
 
     exec_rows(B, m->dp, m->d, &b0, &b1);
     PetscCall(gen_batch_create(b1 - b0, T, gen_masked(&o->gen), &mine));
-    PetscCall(gen_engine_create(dm->gpt, &o->gen, max_prompt, &eng));
+    PetscCall(gen_engine_create(dm->lm, &o->gen, max_prompt, &eng));
     PetscCall(PetscLogEventBegin(sys_log.generate, 0, 0, 0, 0));
     PetscCall(gen_generate(eng, (uint64_t)run->seed, 0, b1 - b0, req + b0, &mine, NULL, NULL));
     PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));
@@ -91,7 +91,7 @@ static PetscErrorCode generate_rows(const RunCtx *run, DModel *dm, const Generat
 
 /* The output: a token dataset of the whole sequences plus the generation's
  * datasets, written atomically by rank 0. */
-static PetscErrorCode generate_write(const RunCtx *run, const GenerateOptions *o, const GPTConfig *cfg, const GenBatch *g)
+static PetscErrorCode generate_write(const RunCtx *run, const GenerateOptions *o, const ModelConfig *cfg, const GenBatch *g)
 {
   TokenData d = {.N = g->n, .T = g->Tmax, .vocab_size = cfg->vocab_size, .tokens = g->tokens, .lengths = NULL, .prompt_lengths = g->prompt_len};
   IODataset x[3];
@@ -118,7 +118,7 @@ static PetscErrorCode generate_write(const RunCtx *run, const GenerateOptions *o
 PetscErrorCode generate_run(const RunCtx *run, const Backend *be)
 {
   GenerateOptions o;
-  GPTConfig       cfg;
+  ModelConfig     cfg;
   TokenData       p;
   Plan            plan;
   PlanNeeds       needs;

@@ -1,4 +1,4 @@
-/* Reward modelling (-mode rm): a scalar-head GPT, initialised from the SFT
+/* Reward modelling (-mode rm): a scalar-head Model, initialised from the SFT
  * checkpoint's trunk, trained on preference pairs with the Bradley-Terry loss
  * -log sigmoid(r_chosen - r_rejected), where r is the value at a sequence's
  * last token, on the rm_train call's mesh. Reports pairwise accuracy on
@@ -64,7 +64,7 @@ static const char *sft_arch(const char *ckpt, const char *field, int value, char
   return buf;
 }
 
-static PetscErrorCode rm_check(const RMOptions *o, PetscBool builtin, const GPTConfig *cfg, const char *ckpt)
+static PetscErrorCode rm_check(const RMOptions *o, PetscBool builtin, const ModelConfig *cfg, const char *ckpt)
 {
   char a[PETSC_MAX_PATH_LEN + 64];
 
@@ -90,7 +90,7 @@ static PetscErrorCode rm_check(const RMOptions *o, PetscBool builtin, const GPTC
 }
 
 /* A user's pair file: the last eval_pairs pairs are held out. */
-static PetscErrorCode rm_split_file(const RMOptions *o, const GPTConfig *cfg, PrefPairs *all, PrefPairs *train, PrefPairs *eval)
+static PetscErrorCode rm_split_file(const RMOptions *o, const ModelConfig *cfg, PrefPairs *all, PrefPairs *train, PrefPairs *eval)
 {
   int n = all->d.N / 2, ne = (int)o->eval_pairs, T = all->d.T;
 
@@ -110,16 +110,16 @@ static PetscErrorCode rm_split_file(const RMOptions *o, const GPTConfig *cfg, Pr
 }
 
 /* Built-in pairs: two samples per prompt from the SFT policy. */
-static PetscErrorCode rm_make_pairs(const RunCtx *run, const Backend *be, const RMOptions *o, const GPTConfig *cfg, PrefPairs *train, PrefPairs *eval)
+static PetscErrorCode rm_make_pairs(const RunCtx *run, const Backend *be, const RMOptions *o, const ModelConfig *cfg, PrefPairs *train, PrefPairs *eval)
 {
-  GPT       *policy;
+  Model     *policy;
   GenEngine *eng;
   CkptModel  m = {"policy", NULL, PETSC_FALSE, PETSC_FALSE};
   double     t0 = sys_wtime();
 
   PetscFunctionBegin;
-  PetscCall(gpt_create(cfg, be, &policy));
-  m.gpt = policy;
+  PetscCall(model_create(cfg, be, &policy));
+  m.lm = policy;
   PetscCall(ckpt_read_model(run->comm, o->sft, &m));
   PetscCall(gen_engine_create(policy, &o->gen, (int)o->task.len_max + 2, &eng));
   PetscCall(PetscLogEventBegin(sys_log.generate, 0, 0, 0, 0));
@@ -127,7 +127,7 @@ static PetscErrorCode rm_make_pairs(const RunCtx *run, const Backend *be, const 
   PetscCall(prefs_generate(eng, &o->gen, &o->task, TASK_SPLIT_EVAL, (int)o->eval_pairs, (uint64_t)run->seed, o->bt_beta, eval));
   PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));
   PetscCall(gen_engine_destroy(&eng));
-  PetscCall(gpt_destroy(&policy));
+  PetscCall(model_destroy(&policy));
   PetscCall(PetscPrintf(run->comm, "rm: sampled %" PetscInt_FMT " training and %" PetscInt_FMT " held-out pairs from the SFT policy in %.1f s\n", o->pairs, o->eval_pairs, sys_wtime() - t0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -163,7 +163,7 @@ static float *rm_dvalues(const RMPass *q, int k)
  * 2i+1 (rejected) of length T = the longest sequence among them (padding
  * after a sequence's last token changes nothing before it). The last stage
  * takes the rewards, the loss and d loss / d value. */
-static PetscErrorCode rm_forward(void *ctx, GPT *gpt, int k)
+static PetscErrorCode rm_forward(void *ctx, Model *lm, int k)
 {
   RMPass          *q = (RMPass *)ctx;
   RMBatch         *b = q->b;
@@ -183,10 +183,10 @@ static PetscErrorCode rm_forward(void *ctx, GPT *gpt, int k)
     b->last[i] = i * T + len - 1;
   }
   PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
-  PetscCall(gpt_forward(gpt, b->tok, 2 * nb, T));
-  if (gpt_last_stage(gpt)) {
+  PetscCall(model_forward(lm, b->tok, 2 * nb, T));
+  if (model_last_stage(lm)) {
     float *dv = rm_dvalues(q, k);
-    PetscCall(gpt_values_get(gpt, b->values));
+    PetscCall(model_values_get(lm, b->values));
     for (int i = 0; i < nb; i++) {
       b->rc[i] = b->values[b->last[2 * i]];
       b->rr[i] = b->values[b->last[2 * i + 1]];
@@ -205,15 +205,15 @@ static PetscErrorCode rm_forward(void *ctx, GPT *gpt, int k)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode rm_backward(void *ctx, GPT *gpt, int k)
+static PetscErrorCode rm_backward(void *ctx, Model *lm, int k)
 {
   RMPass   *q    = (RMPass *)ctx;
-  PetscBool last = gpt_last_stage(gpt);
+  PetscBool last = model_last_stage(lm);
   double    t0   = sys_wtime();
 
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(sys_log.backward, 0, 0, 0, 0));
-  PetscCall(gpt_backward_values(gpt, last ? rm_dvalues(q, k) : NULL));
+  PetscCall(model_backward_values(lm, last ? rm_dvalues(q, k) : NULL));
   PetscCall(PetscLogEventEnd(sys_log.backward, 0, 0, 0, 0));
   q->time[1] += sys_wtime() - t0;
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -355,7 +355,7 @@ static PetscErrorCode rm_load(const RunCtx *run, const RMOptions *o, Trainer *tr
 /* The checks that need only the deck, a pair file and the SFT model's
  * architecture cfg (named as sft_arch says): options, the plan (printed
  * when print is true), the pair file split into all/train/eval. */
-static PetscErrorCode rm_prepare(const RunCtx *run, RMOptions *o, const GPTConfig *cfg, const char *ckpt, PetscBool print, GPTConfig *rcfg, PlanNeeds *needs, PrefPairs *all, PrefPairs *train, PrefPairs *eval)
+static PetscErrorCode rm_prepare(const RunCtx *run, RMOptions *o, const ModelConfig *cfg, const char *ckpt, PetscBool print, ModelConfig *rcfg, PlanNeeds *needs, PrefPairs *all, PrefPairs *train, PrefPairs *eval)
 {
   PetscBool builtin;
 
@@ -363,7 +363,7 @@ static PetscErrorCode rm_prepare(const RunCtx *run, RMOptions *o, const GPTConfi
   PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
   PetscCall(rm_check(o, builtin, cfg, ckpt));
   *rcfg      = *cfg; /* the SFT trunk with a scalar head */
-  rcfg->head = GPT_HEAD_SCALAR;
+  rcfg->head = MODEL_HEAD_SCALAR;
   PetscCall(trainer_plan_check(run, &o->plan, MFC_RM_TRAIN, rcfg, (int)o->batch, print, needs));
   if (!builtin) {
     PetscCall(prefs_read(run->comm, o->data, all));
@@ -372,18 +372,18 @@ static PetscErrorCode rm_prepare(const RunCtx *run, RMOptions *o, const GPTConfi
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode rm_dry_run(const RunCtx *run, const RMOptions *o, const GPTConfig *cfg)
+static PetscErrorCode rm_dry_run(const RunCtx *run, const RMOptions *o, const ModelConfig *cfg)
 {
   char a[32];
 
   PetscFunctionBegin;
-  PetscCall(PetscPrintf(run->comm, "dry run: reward model activations for %" PetscInt_FMT " pairs of up to %d tokens: %s\n", o->batch, cfg->n_positions, sys_bytes_str((double)gpt_activation_bytes(cfg, 2 * (int)o->batch, cfg->n_positions), a, sizeof a)));
+  PetscCall(PetscPrintf(run->comm, "dry run: reward model activations for %" PetscInt_FMT " pairs of up to %d tokens: %s\n", o->batch, cfg->n_positions, sys_bytes_str((double)model_activation_bytes(cfg, 2 * (int)o->batch, cfg->n_positions), a, sizeof a)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rm_check_stage(const RunCtx *run, RMOptions *o, const GPTConfig *cfg, PetscBool print)
+PetscErrorCode rm_check_stage(const RunCtx *run, RMOptions *o, const ModelConfig *cfg, PetscBool print)
 {
-  GPTConfig rcfg;
+  ModelConfig rcfg;
   PlanNeeds needs;
   PrefPairs all = {{0}, NULL}, train = {{0}, NULL}, eval = {{0}, NULL};
 
@@ -396,7 +396,7 @@ PetscErrorCode rm_check_stage(const RunCtx *run, RMOptions *o, const GPTConfig *
 
 PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
 {
-  GPTConfig cfg, rcfg;
+  ModelConfig cfg, rcfg;
   PrefPairs all = {{0}, NULL}, train = {{0}, NULL}, eval = {{0}, NULL};
   PetscBool builtin;
   Trainer   tr;

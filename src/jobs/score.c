@@ -33,29 +33,29 @@ static PetscErrorCode score_check(const ScoreOptions *o)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode score_check_data(const ScoreOptions *o, const GPTConfig *cfg, const TokenData *d)
+static PetscErrorCode score_check_data(const ScoreOptions *o, const ModelConfig *cfg, const TokenData *d)
 {
   PetscFunctionBegin;
   PetscCheck(d->T <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-score_input %s has sequences of %d tokens, longer than the model's n_positions %d", o->input, d->T, cfg->n_positions);
   PetscCheck(d->vocab_size <= cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-score_input %s has vocabulary %d, larger than the model's %d", o->input, d->vocab_size, cfg->vocab_size);
-  PetscCheck(cfg->head == GPT_HEAD_SCALAR || d->T >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-score_input %s: log-probabilities need sequences of at least 2 tokens", o->input);
+  PetscCheck(cfg->head == MODEL_HEAD_SCALAR || d->T >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-score_input %s: log-probabilities need sequences of at least 2 tokens", o->input);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Scores rows [r0, r0+nb) into out (row stride `cols`). */
-static PetscErrorCode score_rows(GPT *gpt, const TokenData *d, int r0, int nb, int *target, float *buf, float *out, int cols)
+static PetscErrorCode score_rows(Model *lm, const TokenData *d, int r0, int nb, int *target, float *buf, float *out, int cols)
 {
   int T = d->T;
 
   PetscFunctionBegin;
-  PetscCall(gpt_forward(gpt, d->tokens + (size_t)r0 * T, nb, T));
-  if (gpt->cfg.head == GPT_HEAD_LM) {
+  PetscCall(model_forward(lm, d->tokens + (size_t)r0 * T, nb, T));
+  if (lm->cfg.head == MODEL_HEAD_LM) {
     for (int r = 0; r < nb; r++)
       for (int t = 0; t < T; t++) target[r * T + t] = t + 1 < d->lengths[r0 + r] ? d->tokens[(size_t)(r0 + r) * T + t + 1] : -1;
-    PetscCall(gpt_logprobs(gpt, target, buf));
-  } else PetscCall(gpt_values_get(gpt, buf));
+    PetscCall(model_logprobs(lm, target, buf));
+  } else PetscCall(model_values_get(lm, buf));
   for (int r = 0; r < nb; r++) {
-    int keep = gpt->cfg.head == GPT_HEAD_LM ? d->lengths[r0 + r] - 1 : d->lengths[r0 + r];
+    int keep = lm->cfg.head == MODEL_HEAD_LM ? d->lengths[r0 + r] - 1 : d->lengths[r0 + r];
     for (int t = 0; t < cols; t++) out[(size_t)(r0 + r) * cols + t] = t < keep ? buf[r * T + t] : 0.0f;
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -64,8 +64,8 @@ static PetscErrorCode score_rows(GPT *gpt, const TokenData *d, int r0, int nb, i
 PetscErrorCode score_run(const RunCtx *run, const Backend *be)
 {
   ScoreOptions o;
-  GPTConfig    cfg;
-  GPT         *gpt;
+  ModelConfig  cfg;
+  Model       *lm;
   TokenData    d;
   CkptModel    m;
   PetscBool    help;
@@ -90,21 +90,21 @@ PetscErrorCode score_run(const RunCtx *run, const Backend *be)
   PetscCall(score_check_data(&o, &cfg, &d));
   if (run->dry_run) {
     char a[32];
-    PetscCall(PetscPrintf(run->comm, "dry run: scoring %d x %d tokens needs %s of activations\n", d.N, d.T, sys_bytes_str((double)gpt_activation_bytes(&cfg, (int)PetscMin(o.batch, d.N), d.T), a, sizeof a)));
+    PetscCall(PetscPrintf(run->comm, "dry run: scoring %d x %d tokens needs %s of activations\n", d.N, d.T, sys_bytes_str((double)model_activation_bytes(&cfg, (int)PetscMin(o.batch, d.N), d.T), a, sizeof a)));
     PetscCall(data_free(&d));
     PetscCall(PetscLogStagePop());
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  PetscCall(gpt_create(&cfg, be, &gpt));
-  m = (CkptModel){o.role, gpt, PETSC_FALSE, PETSC_FALSE};
+  PetscCall(model_create(&cfg, be, &lm));
+  m = (CkptModel){o.role, lm, PETSC_FALSE, PETSC_FALSE};
   PetscCall(ckpt_read_model(run->comm, o.checkpoint, &m));
-  cols = cfg.head == GPT_HEAD_LM ? d.T - 1 : d.T;
+  cols = cfg.head == MODEL_HEAD_LM ? d.T - 1 : d.T;
   PetscCall(PetscMalloc3((size_t)o.batch * d.T, &target, (size_t)o.batch * d.T, &buf, (size_t)d.N * cols, &out));
-  for (int r0 = 0; r0 < d.N; r0 += (int)o.batch) PetscCall(score_rows(gpt, &d, r0, PetscMin((int)o.batch, d.N - r0), target, buf, out, cols));
-  PetscCall(io_write_matrix(run->comm, o.output, cfg.head == GPT_HEAD_LM ? "logprobs" : "values", out, d.N, cols));
-  PetscCall(PetscPrintf(run->comm, "score: %d sequences of %d tokens -> %s (%s)\n", d.N, d.T, o.output, cfg.head == GPT_HEAD_LM ? "/logprobs" : "/values"));
+  for (int r0 = 0; r0 < d.N; r0 += (int)o.batch) PetscCall(score_rows(lm, &d, r0, PetscMin((int)o.batch, d.N - r0), target, buf, out, cols));
+  PetscCall(io_write_matrix(run->comm, o.output, cfg.head == MODEL_HEAD_LM ? "logprobs" : "values", out, d.N, cols));
+  PetscCall(PetscPrintf(run->comm, "score: %d sequences of %d tokens -> %s (%s)\n", d.N, d.T, o.output, cfg.head == MODEL_HEAD_LM ? "/logprobs" : "/values"));
   PetscCall(PetscFree3(target, buf, out));
-  PetscCall(gpt_destroy(&gpt));
+  PetscCall(model_destroy(&lm));
   PetscCall(data_free(&d));
   PetscCall(PetscLogStagePop());
   PetscFunctionReturn(PETSC_SUCCESS);

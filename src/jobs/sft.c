@@ -39,15 +39,15 @@ PetscErrorCode sft_options(const TrainJobOptions *job, SFTOptions *o)
   PetscOptionsEnd();
   PetscCall(PetscStrncpy(o->restart, job->restart, sizeof o->restart));
   PetscCall(train_stage_checkpoint_every(job, "sft", "step", &o->checkpoint_every));
-  PetscCall(gpt_config_set_from_options("policy_", &o->cfg));
+  PetscCall(model_config_set_from_options("policy_", &o->cfg));
   { /* starting from a checkpoint with no architecture option given: the file's */
     const char *from = o->restart[0] ? o->restart : o->init;
     PetscBool   given, help;
-    PetscCall(gpt_config_options_given("policy_", &given));
+    PetscCall(model_config_options_given("policy_", &given));
     PetscCall(PetscOptionsHasHelp(NULL, &help));
     if (from[0] && !given && !help && strcmp(from, "latest")) {
       PetscCall(ckpt_read_config(PETSC_COMM_WORLD, from, "policy", &o->cfg));
-      PetscCall(gpt_config_record("policy_", &o->cfg));
+      PetscCall(model_config_record("policy_", &o->cfg));
     }
   }
   PetscCall(adamw_set_from_options("policy_", &o->opt));
@@ -62,8 +62,8 @@ static PetscErrorCode sft_check(SFTOptions *o, const DemoSource *src)
   int maxlen = demo_source_max_len(src);
 
   PetscFunctionBegin;
-  PetscCall(gpt_config_check(&o->cfg, "policy_"));
-  PetscCheck(o->cfg.head == GPT_HEAD_LM, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-policy_head must be lm for -mode sft");
+  PetscCall(model_config_check(&o->cfg, "policy_"));
+  PetscCheck(o->cfg.head == MODEL_HEAD_LM, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-policy_head must be lm for -mode sft");
   PetscCheck(o->steps >= 0 && o->batch > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sft_steps must be >= 0 and -sft_batch > 0");
   PetscCheck(o->checkpoint_every >= 0 && o->eval_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sft_checkpoint_every (or -checkpoint_every) and -sft_eval_every must be >= 0");
   if (src->builtin) PetscCall(task_check(&o->task, o->cfg.vocab_size, o->cfg.n_positions, "policy_"));
@@ -137,7 +137,7 @@ static PetscErrorCode sft_fill_eval(const BuiltinTask *task, uint64_t pos, SFTBa
 
 /* Forward of micro-batch k; the last stage adds its log-probabilities and
  * sets d loss / d logprob of the batch mean over trained positions. */
-static PetscErrorCode sft_forward(void *ctx, GPT *gpt, int k)
+static PetscErrorCode sft_forward(void *ctx, Model *lm, int k)
 {
   SFTPass  *p = (SFTPass *)ctx;
   SFTBatch *b = p->b;
@@ -149,9 +149,9 @@ static PetscErrorCode sft_forward(void *ctx, GPT *gpt, int k)
   trainer_micro(&p->split, k, &r0, &nb);
   off = (size_t)r0 * b->T;
   PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
-  PetscCall(gpt_forward(gpt, b->tok + off, nb, b->T));
-  if (gpt_last_stage(gpt)) {
-    PetscCall(gpt_logprobs(gpt, b->target + off, b->logprob + off));
+  PetscCall(model_forward(lm, b->tok + off, nb, b->T));
+  if (model_last_stage(lm)) {
+    PetscCall(model_logprobs(lm, b->target + off, b->logprob + off));
     for (size_t n = off; n < off + (size_t)nb * b->T; n++) {
       p->sum += b->logprob[n];
       b->dlogprob[n] = b->target[n] >= 0 ? -1.0f / (float)b->ntrain : 0.0f;
@@ -162,10 +162,10 @@ static PetscErrorCode sft_forward(void *ctx, GPT *gpt, int k)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode sft_backward(void *ctx, GPT *gpt, int k)
+static PetscErrorCode sft_backward(void *ctx, Model *lm, int k)
 {
   SFTPass  *p    = (SFTPass *)ctx;
-  PetscBool last = gpt_last_stage(gpt);
+  PetscBool last = model_last_stage(lm);
   double    t0   = sys_wtime();
   int       r0, nb;
   size_t    off;
@@ -174,7 +174,7 @@ static PetscErrorCode sft_backward(void *ctx, GPT *gpt, int k)
   trainer_micro(&p->split, k, &r0, &nb);
   off = (size_t)r0 * p->b->T;
   PetscCall(PetscLogEventBegin(sys_log.backward, 0, 0, 0, 0));
-  PetscCall(gpt_backward_logprob(gpt, last ? p->b->target + off : NULL, last ? p->b->dlogprob + off : NULL));
+  PetscCall(model_backward_logprob(lm, last ? p->b->target + off : NULL, last ? p->b->dlogprob + off : NULL));
   PetscCall(PetscLogEventEnd(sys_log.backward, 0, 0, 0, 0));
   p->time[1] += sys_wtime() - t0;
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -225,7 +225,7 @@ static PetscErrorCode sft_load(const RunCtx *run, const SFTOptions *o, Trainer *
     PetscCall(trainer_restart(tr, run, o->restart, o->steps, "-sft_steps", st));
   } else if (o->init[0]) {
     PetscCall(dmodel_load(tr->dm, o->init, "policy", PETSC_FALSE, PETSC_FALSE, 0));
-  } else if (tr->dm->gpt) PetscCall(gpt_init_random(tr->dm->gpt, (uint64_t)run->seed));
+  } else if (tr->dm->lm) PetscCall(model_init_random(tr->dm->lm, (uint64_t)run->seed));
   PetscCall(PetscLogEventEnd(sys_log.ckpt_read, 0, 0, 0, 0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -234,7 +234,7 @@ static PetscErrorCode sft_dry_run(const RunCtx *run, const SFTOptions *o, size_t
 {
   char   a[32], b[32], c[32];
   double weights = 4.0 * (double)nparams * sizeof(float); /* params, grads, m, v */
-  double acts    = (double)gpt_activation_bytes(&o->cfg, (int)o->batch, (int)o->seq_len);
+  double acts    = (double)model_activation_bytes(&o->cfg, (int)o->batch, (int)o->seq_len);
 
   PetscFunctionBegin;
   PetscCall(PetscPrintf(run->comm, "dry run: policy %zu parameters; weights+grads+AdamW %s, activations (B=%" PetscInt_FMT ", T=%" PetscInt_FMT ") %s, total %s on one rank (the plan divides them)\n", nparams, sys_bytes_str(weights, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(acts, b, sizeof b), sys_bytes_str(weights + acts, c, sizeof c)));
@@ -253,7 +253,7 @@ static PetscErrorCode sft_check_memory(const RunCtx *run, const SFTOptions *o)
 
   PetscFunctionBegin;
   PetscCall(trainer_count(&o->cfg, &nparams));
-  need = batch + (4.0 * (double)nparams * sizeof(float) + (double)gpt_activation_bytes(&o->cfg, (int)o->batch, (int)o->seq_len)) / run->size;
+  need = batch + (4.0 * (double)nparams * sizeof(float) + (double)model_activation_bytes(&o->cfg, (int)o->batch, (int)o->seq_len)) / run->size;
   PetscCheck(need <= avail && (double)o->batch * (double)o->seq_len <= INT_MAX, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-sft_batch %" PetscInt_FMT " needs at least %s per rank (%" PetscInt_FMT " x %" PetscInt_FMT " tokens; see -dry_run), more than the %s this node has available", o->batch, sys_bytes_str(need, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(avail, b, sizeof b));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -24,16 +24,16 @@ static int *take_i(int *slab, size_t *off, size_t n)
   return p;
 }
 
-static size_t layer_layout(float *base, size_t N, const GPTDims *d, size_t natt, GPTLayerActs *la)
+static size_t layer_layout(float *base, size_t N, const ModelDims *d, size_t natt, ModelLayerActs *la)
 {
-  GPTLayerActs dummy;
+  ModelLayerActs dummy;
   size_t       off = 0, C = d->C;
 
   if (!la) la = &dummy;
   la->ln1      = take_f(base, &off, N * C);
   la->ln1_mean = take_f(base, &off, N);
   la->ln1_rstd = take_f(base, &off, N);
-  la->qkv      = take_f(base, &off, N * gpt_dims_qkv(d));
+  la->qkv      = take_f(base, &off, N * model_dims_qkv(d));
   la->qk_in    = take_f(base, &off, d->qk_norm ? N * (d->Ca + d->Ckv) : 0);
   la->qk_rstd  = take_f(base, &off, d->qk_norm ? N * (d->NH + d->NKV) : 0);
   la->atty     = take_f(base, &off, N * d->Ca);
@@ -42,7 +42,7 @@ static size_t layer_layout(float *base, size_t N, const GPTDims *d, size_t natt,
   la->ln2      = take_f(base, &off, N * C);
   la->ln2_mean = take_f(base, &off, N);
   la->ln2_rstd = take_f(base, &off, N);
-  la->fch      = take_f(base, &off, N * gpt_dims_fc(d));
+  la->fch      = take_f(base, &off, N * model_dims_fc(d));
   la->fch_gelu = take_f(base, &off, N * d->F);
   la->res3     = take_f(base, &off, N * C);
   return off;
@@ -50,12 +50,12 @@ static size_t layer_layout(float *base, size_t N, const GPTDims *d, size_t natt,
 
 /* Carves (or, with a == NULL, only counts) the training buffers for (B,T)
  * of a shard (sh NULL: the whole model). */
-static void train_layout(const GPTConfig *cfg, const GPTShard *sh, int B, int T, float *sf, int *si, GPTActs *a, size_t *nf, size_t *ni)
+static void train_layout(const ModelConfig *cfg, const ModelShard *sh, int B, int T, float *sf, int *si, ModelActs *a, size_t *nf, size_t *ni)
 {
-  GPTActs dummy;
-  GPTDims d = gpt_dims(cfg, sh);
+  ModelActs dummy;
+  ModelDims d = model_dims(cfg, sh);
   size_t  N = (size_t)B * T, C = d.C, V = d.V, L = d.L;
-  size_t  natt = (size_t)B * d.NH * T * T, head = cfg->head == GPT_HEAD_LM ? N * V : N;
+  size_t  natt = (size_t)B * d.NH * T * T, head = cfg->head == MODEL_HEAD_LM ? N * V : N;
   size_t  of = 0, oi = 0;
 
   if (!a) {
@@ -66,7 +66,7 @@ static void train_layout(const GPTConfig *cfg, const GPTShard *sh, int B, int T,
   a->tok          = take_i(si, &oi, N);
   a->pos          = take_i(si, &oi, N);
   a->target       = take_i(si, &oi, N);
-  a->mask_off     = cfg->head == GPT_HEAD_LM ? take_i(si, &oi, N + 1) : NULL;
+  a->mask_off     = cfg->head == MODEL_HEAD_LM ? take_i(si, &oi, N + 1) : NULL;
   a->encoded      = take_f(sf, &of, N * C);
   a->layer_stride = layer_layout(NULL, N, &d, natt, NULL);
   a->layer_base   = take_f(sf, &of, L * a->layer_stride);
@@ -76,21 +76,21 @@ static void train_layout(const GPTConfig *cfg, const GPTShard *sh, int B, int T,
   a->head_out     = take_f(sf, &of, head);
   a->lse          = take_f(sf, &of, N);
   a->logprob      = take_f(sf, &of, N);
-  a->entropy      = cfg->head == GPT_HEAD_LM ? take_f(sf, &of, N) : NULL;
+  a->entropy      = cfg->head == MODEL_HEAD_LM ? take_f(sf, &of, N) : NULL;
   a->proj         = take_f(sf, &of, N * C);
   a->dres         = take_f(sf, &of, N * C);
-  a->dA           = take_f(sf, &of, N * gpt_dims_scratch(&d));
-  a->dB           = take_f(sf, &of, N * gpt_dims_scratch(&d));
+  a->dA           = take_f(sf, &of, N * model_dims_scratch(&d));
+  a->dB           = take_f(sf, &of, N * model_dims_scratch(&d));
   a->dhead        = take_f(sf, &of, N);
-  a->dlogits      = cfg->head == GPT_HEAD_LM ? take_f(sf, &of, N * V) : NULL;
+  a->dlogits      = cfg->head == MODEL_HEAD_LM ? take_f(sf, &of, N * V) : NULL;
   *nf             = of;
   *ni             = oi;
 }
 
-static void cached_layout(const GPTConfig *cfg, const GPTShard *sh, int N_, float *sf, int *si, GPTActs *a, size_t *nf, size_t *ni)
+static void cached_layout(const ModelConfig *cfg, const ModelShard *sh, int N_, float *sf, int *si, ModelActs *a, size_t *nf, size_t *ni)
 {
-  GPTActs dummy;
-  GPTDims d = gpt_dims(cfg, sh);
+  ModelActs dummy;
+  ModelDims d = model_dims(cfg, sh);
   size_t  N = (size_t)N_, C = d.C, V = d.V;
   size_t  of = 0, oi = 0;
 
@@ -106,12 +106,12 @@ static void cached_layout(const GPTConfig *cfg, const GPTShard *sh, int N_, floa
   a->c_ln       = take_f(sf, &of, N * C);
   a->c_mean     = take_f(sf, &of, N);
   a->c_rstd     = take_f(sf, &of, N);
-  a->c_qkv      = take_f(sf, &of, N * gpt_dims_qkv(&d));
+  a->c_qkv      = take_f(sf, &of, N * model_dims_qkv(&d));
   a->c_atty     = take_f(sf, &of, N * d.Ca);
   a->c_proj     = take_f(sf, &of, N * C);
-  a->c_fch      = take_f(sf, &of, N * gpt_dims_fc(&d));
+  a->c_fch      = take_f(sf, &of, N * model_dims_fc(&d));
   a->c_fch_gelu = take_f(sf, &of, N * d.F);
-  a->c_out      = take_f(sf, &of, cfg->head == GPT_HEAD_LM ? N * V : N);
+  a->c_out      = take_f(sf, &of, cfg->head == MODEL_HEAD_LM ? N * V : N);
   *nf           = of;
   *ni           = oi;
 }
@@ -131,12 +131,12 @@ static PetscErrorCode slab_grow(const Backend *be, void **p, size_t bytes)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static double acts_grown; /* gpt_acts_grown_bytes */
+static double acts_grown; /* model_acts_grown_bytes */
 
-double gpt_acts_grown_bytes(void) { return acts_grown; }
+double model_acts_grown_bytes(void) { return acts_grown; }
 
 /* Grows a slab to at least (nf, ni) elements; contents are not kept. */
-static PetscErrorCode slab_reserve(const Backend *be, GPTSlab *s, size_t nf, size_t ni)
+static PetscErrorCode slab_reserve(const Backend *be, ModelSlab *s, size_t nf, size_t ni)
 {
   PetscFunctionBegin;
   if (nf > s->cap_f) {
@@ -152,7 +152,7 @@ static PetscErrorCode slab_reserve(const Backend *be, GPTSlab *s, size_t nf, siz
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode slab_free(const Backend *be, GPTSlab *s)
+static PetscErrorCode slab_free(const Backend *be, ModelSlab *s)
 {
   PetscFunctionBegin;
   if (s->slab_f) PetscCall(be->free(s->slab_f));
@@ -163,7 +163,7 @@ static PetscErrorCode slab_free(const Backend *be, GPTSlab *s)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_acts_create(GPTActs **acts)
+PetscErrorCode model_acts_create(ModelActs **acts)
 {
   PetscFunctionBegin;
   PetscCall(PetscNew(acts));
@@ -171,7 +171,7 @@ PetscErrorCode gpt_acts_create(GPTActs **acts)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_acts_destroy(const Backend *be, GPTActs **acts)
+PetscErrorCode model_acts_destroy(const Backend *be, ModelActs **acts)
 {
   PetscFunctionBegin;
   if (!*acts) PetscFunctionReturn(PETSC_SUCCESS);
@@ -184,19 +184,19 @@ PetscErrorCode gpt_acts_destroy(const Backend *be, GPTActs **acts)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-void gpt_acts_train_size(const GPTConfig *cfg, const GPTShard *sh, int B, int T, size_t *nf, size_t *ni) { train_layout(cfg, sh, B, T, NULL, NULL, NULL, nf, ni); }
+void model_acts_train_size(const ModelConfig *cfg, const ModelShard *sh, int B, int T, size_t *nf, size_t *ni) { train_layout(cfg, sh, B, T, NULL, NULL, NULL, nf, ni); }
 
-PetscErrorCode gpt_acts_train_resize(GPT *gpt, int B, int T)
+PetscErrorCode model_acts_train_resize(Model *lm, int B, int T)
 {
-  GPTActs *a = gpt->acts;
+  ModelActs *a = lm->acts;
   size_t   nf, ni;
 
   PetscFunctionBegin;
   PetscCall(comm_wait(&a->send_fwd)); /* the buffers are about to be overwritten */
   PetscCall(comm_wait(&a->send_bwd));
-  train_layout(&gpt->cfg, &gpt->sh, B, T, NULL, NULL, NULL, &nf, &ni);
-  PetscCall(slab_reserve(gpt->be, &a->train, nf, ni));
-  train_layout(&gpt->cfg, &gpt->sh, B, T, a->train.slab_f, a->train.slab_i, a, &nf, &ni);
+  train_layout(&lm->cfg, &lm->sh, B, T, NULL, NULL, NULL, &nf, &ni);
+  PetscCall(slab_reserve(lm->be, &a->train, nf, ni));
+  train_layout(&lm->cfg, &lm->sh, B, T, a->train.slab_f, a->train.slab_i, a, &nf, &ni);
   a->B        = B;
   a->T        = T;
   a->N        = B * T;
@@ -204,72 +204,72 @@ PetscErrorCode gpt_acts_train_resize(GPT *gpt, int B, int T)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_acts_cached_resize(GPT *gpt, int N)
+PetscErrorCode model_acts_cached_resize(Model *lm, int N)
 {
-  GPTActs *a = gpt->acts;
+  ModelActs *a = lm->acts;
   size_t   nf, ni;
 
   PetscFunctionBegin;
-  cached_layout(&gpt->cfg, &gpt->sh, N, NULL, NULL, NULL, &nf, &ni);
-  PetscCall(slab_reserve(gpt->be, &a->cached, nf, ni));
-  cached_layout(&gpt->cfg, &gpt->sh, N, a->cached.slab_f, a->cached.slab_i, a, &nf, &ni);
+  cached_layout(&lm->cfg, &lm->sh, N, NULL, NULL, NULL, &nf, &ni);
+  PetscCall(slab_reserve(lm->be, &a->cached, nf, ni));
+  cached_layout(&lm->cfg, &lm->sh, N, a->cached.slab_f, a->cached.slab_i, a, &nf, &ni);
   a->cached_N = N;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* l is the global layer index (one of the shard's). */
-void gpt_acts_layer(const GPT *gpt, int l, GPTLayerActs *la)
+void model_acts_layer(const Model *lm, int l, ModelLayerActs *la)
 {
-  const GPTActs *a    = gpt->acts;
-  GPTDims        d    = gpt_dims(&gpt->cfg, &gpt->sh);
+  const ModelActs *a    = lm->acts;
+  ModelDims      d    = model_dims(&lm->cfg, &lm->sh);
   size_t         N    = (size_t)a->N;
   size_t         natt = (size_t)a->B * d.NH * a->T * a->T;
 
-  layer_layout(a->layer_base + (size_t)(l - gpt->sh.l0) * a->layer_stride, N, &d, natt, la);
+  layer_layout(a->layer_base + (size_t)(l - lm->sh.l0) * a->layer_stride, N, &d, natt, la);
 }
 
 /* Activation slots for micro-batches in flight on a pipeline stage; slot 0
- * is the one gpt_create made. */
-PetscErrorCode gpt_acts_slots(GPT *gpt, int nslots)
+ * is the one model_create made. */
+PetscErrorCode model_acts_slots(Model *lm, int nslots)
 {
   PetscFunctionBegin;
-  PetscCheck(nslots >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_acts_slots: %d slots", nslots);
-  if (nslots <= gpt->nslots) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(PetscRealloc(nslots * sizeof(GPTActs *), &gpt->slots));
-  for (int k = gpt->nslots; k < nslots; k++) PetscCall(gpt_acts_create(&gpt->slots[k]));
-  gpt->nslots = nslots;
+  PetscCheck(nslots >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_acts_slots: %d slots", nslots);
+  if (nslots <= lm->nslots) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(PetscRealloc(nslots * sizeof(ModelActs *), &lm->slots));
+  for (int k = lm->nslots; k < nslots; k++) PetscCall(model_acts_create(&lm->slots[k]));
+  lm->nslots = nslots;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_acts_select(GPT *gpt, int k)
+PetscErrorCode model_acts_select(Model *lm, int k)
 {
   PetscFunctionBegin;
-  PetscCheck(k >= 0 && k < gpt->nslots, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_acts_select: slot %d of %d", k, gpt->nslots);
-  gpt->acts = gpt->slots[k];
+  PetscCheck(k >= 0 && k < lm->nslots, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_acts_select: slot %d of %d", k, lm->nslots);
+  lm->acts = lm->slots[k];
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Grows the device buffer of the allowed-token ids to at least n ints; contents are not kept. */
-PetscErrorCode gpt_acts_mask_reserve(GPT *gpt, size_t n)
+PetscErrorCode model_acts_mask_reserve(Model *lm, size_t n)
 {
-  GPTActs *a = gpt->acts;
+  ModelActs *a = lm->acts;
 
   PetscFunctionBegin;
   if (n <= a->mask_cap) PetscFunctionReturn(PETSC_SUCCESS);
-  if (a->mask_ids) PetscCall(gpt->be->free(a->mask_ids));
+  if (a->mask_ids) PetscCall(lm->be->free(a->mask_ids));
   a->mask_ids = NULL;
   a->mask_cap = 0;
-  PetscCall(gpt->be->alloc(n * sizeof(int), (void **)&a->mask_ids));
+  PetscCall(lm->be->alloc(n * sizeof(int), (void **)&a->mask_ids));
   a->mask_cap = n;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Bytes of the training activations, gradient scratch included (the
  * cached-forward buffers are small and allocated only when decoding). */
-size_t gpt_activation_bytes(const GPTConfig *cfg, int B, int T)
+size_t model_activation_bytes(const ModelConfig *cfg, int B, int T)
 {
   size_t nf, ni;
 
-  gpt_acts_train_size(cfg, NULL, B, T, &nf, &ni);
+  model_acts_train_size(cfg, NULL, B, T, &nf, &ni);
   return nf * sizeof(float) + ni * sizeof(int);
 }

@@ -16,53 +16,53 @@ PetscReal adamw_lr(const AdamWConfig *opt, int step)
   return opt->lr * (r + (1 - r) * 0.5 * (1 + PetscCosReal(PETSC_PI * progress)));
 }
 
-PetscErrorCode gpt_grad_norm(GPT *gpt, PetscReal *grad_norm)
+PetscErrorCode model_grad_norm(Model *lm, PetscReal *grad_norm)
 {
   double ss;
 
   PetscFunctionBegin;
-  PetscCall(gpt_grads_sync(gpt));
-  PetscCall(gpt_grad_sumsq(gpt, &ss));
+  PetscCall(model_grads_sync(lm));
+  PetscCall(model_grad_sumsq(lm, &ss));
   *grad_norm = PetscSqrtReal((PetscReal)ss);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_adamw_update(GPT *gpt, const AdamWConfig *opt, PetscReal norm, PetscReal *lr_used)
+PetscErrorCode model_adamw_update(Model *lm, const AdamWConfig *opt, PetscReal norm, PetscReal *lr_used)
 {
-  const Backend *be = gpt->be;
+  const Backend *be = lm->be;
   PetscReal      lr, gs = 1;
 
   PetscFunctionBegin;
-  PetscCall(gpt_grads_sync(gpt)); /* a no-op after gpt_grad_norm */
-  if (!gpt->m || !gpt->v) PetscCall(gpt_optim_init(gpt));
+  PetscCall(model_grads_sync(lm)); /* a no-op after model_grad_norm */
+  if (!lm->m || !lm->v) PetscCall(model_optim_init(lm));
   /* A non-finite norm is not turned into a zero scale here; callers that
    * must not apply such a step check the norm first (trainer_step). */
   if (opt->grad_clip > 0 && norm > opt->grad_clip) gs = opt->grad_clip / (norm + 1e-6);
-  lr = adamw_lr(opt, gpt->step);
+  lr = adamw_lr(opt, lm->step);
   /* this rank's range of the flat buffer (all of it unless ZeRO-1), tensor by tensor */
-  for (int i = 0; i < gpt->ntensors; i++) {
-    const GPTTensor *t  = &gpt->tensors[i];
+  for (int i = 0; i < lm->ntensors; i++) {
+    const ModelTensor *t  = &lm->tensors[i];
     PetscReal        wd = t->decay ? opt->weight_decay : 0;
-    size_t           lo = PetscMax(t->offset, gpt->own0), hi = PetscMin(t->offset + t->numel, gpt->own1);
+    size_t           lo = PetscMax(t->offset, lm->own0), hi = PetscMin(t->offset + t->numel, lm->own1);
 
     if (hi <= lo) continue;
-    PetscCall(be->adamw(gpt->params + lo, gpt->grads + lo, gpt->m + (lo - gpt->own0), gpt->v + (lo - gpt->own0), hi - lo, (float)lr, (float)opt->beta1,
-                        (float)opt->beta2, (float)opt->eps, (float)wd, gpt->step + 1, (float)gs));
+    PetscCall(be->adamw(lm->params + lo, lm->grads + lo, lm->m + (lo - lm->own0), lm->v + (lo - lm->own0), hi - lo, (float)lr, (float)opt->beta1,
+                        (float)opt->beta2, (float)opt->eps, (float)wd, lm->step + 1, (float)gs));
   }
-  PetscCall(gpt_params_share(gpt));
-  gpt->grads_synced = PETSC_FALSE;
-  gpt->step += 1;
+  PetscCall(model_params_share(lm));
+  lm->grads_synced = PETSC_FALSE;
+  lm->step += 1;
   if (lr_used) *lr_used = lr;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_adamw_step(GPT *gpt, const AdamWConfig *opt, PetscReal *lr_used, PetscReal *grad_norm)
+PetscErrorCode model_adamw_step(Model *lm, const AdamWConfig *opt, PetscReal *lr_used, PetscReal *grad_norm)
 {
   PetscReal norm = 0;
 
   PetscFunctionBegin;
-  PetscCall(gpt_grad_norm(gpt, &norm));
-  PetscCall(gpt_adamw_update(gpt, opt, norm, lr_used));
+  PetscCall(model_grad_norm(lm, &norm));
+  PetscCall(model_adamw_update(lm, opt, norm, lr_used));
   if (grad_norm) *grad_norm = norm;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -77,11 +77,11 @@ PetscErrorCode gpt_adamw_step(GPT *gpt, const AdamWConfig *opt, PetscReal *lr_us
  * head (V*C for the LM head, C for the scalar head); 4 L T Q is Q.K^T plus
  * att.V over the full (not causally halved) T x T window. Embeddings, norms, biases, activations and softmax are ignored.
  * training = 3 * forward (the backward costs twice the forward). */
-double gpt_flops_per_token(const GPTConfig *cfg, int T, PetscBool training)
+double model_flops_per_token(const ModelConfig *cfg, int T, PetscBool training)
 {
-  double L = cfg->n_layer, C = cfg->n_embd, V = cfg->vocab_size, Q = gpt_q_width(cfg), kv = (double)gpt_head_dim(cfg) * gpt_n_kv_head(cfg), F = gpt_n_ffn(cfg);
-  double layer   = gpt_is_llama(cfg) ? 2.0 * C * Q + 2.0 * C * kv + 3.0 * C * F : 12.0 * C * C;
-  double p_mm    = L * layer + (cfg->head == GPT_HEAD_LM ? V * C : C);
+  double L = cfg->n_layer, C = cfg->n_embd, V = cfg->vocab_size, Q = model_q_width(cfg), kv = (double)model_head_dim(cfg) * model_n_kv_head(cfg), F = model_n_ffn(cfg);
+  double layer   = model_is_llama(cfg) ? 2.0 * C * Q + 2.0 * C * kv + 3.0 * C * F : 12.0 * C * C;
+  double p_mm    = L * layer + (cfg->head == MODEL_HEAD_LM ? V * C : C);
   double forward = 2.0 * p_mm + 4.0 * L * (double)T * Q;
 
   return training ? 3.0 * forward : forward;

@@ -4,120 +4,120 @@
  * batch continuously and hand a slot's cache elsewhere. */
 #include "model_impl.h"
 
-PetscErrorCode gpt_kv_create(const GPT *gpt, int nslot, int Tmax, GPTKVCache **kv)
+PetscErrorCode model_kv_create(const Model *lm, int nslot, int Tmax, ModelKVCache **kv)
 {
-  GPTKVCache *c;
+  ModelKVCache *c;
   size_t      n;
 
   PetscFunctionBegin;
-  PetscCheck(nslot > 0 && Tmax > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_kv_create: nslot %d and Tmax %d must be positive", nslot, Tmax);
-  PetscCheck(Tmax <= gpt->cfg.n_positions, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_kv_create: Tmax %d exceeds the model's n_positions %d", Tmax,
-             gpt->cfg.n_positions);
+  PetscCheck(nslot > 0 && Tmax > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_kv_create: nslot %d and Tmax %d must be positive", nslot, Tmax);
+  PetscCheck(Tmax <= lm->cfg.n_positions, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_kv_create: Tmax %d exceeds the model's n_positions %d", Tmax,
+             lm->cfg.n_positions);
   PetscCall(PetscNew(&c));
   c->nslot   = nslot;
   c->Tmax    = Tmax;
-  c->n_layer = gpt->sh.l1 - gpt->sh.l0; /* this stage's layers, this rank's heads */
-  c->n_embd  = gpt->Ckvl; /* this rank's key/value heads */
+  c->n_layer = lm->sh.l1 - lm->sh.l0; /* this stage's layers, this rank's heads */
+  c->n_embd  = lm->Ckvl; /* this rank's key/value heads */
   n          = (size_t)c->n_layer * nslot * Tmax * c->n_embd;
-  PetscCall(gpt->be->alloc(n * sizeof(float), (void **)&c->k));
-  PetscCall(gpt->be->alloc(n * sizeof(float), (void **)&c->v));
+  PetscCall(lm->be->alloc(n * sizeof(float), (void **)&c->k));
+  PetscCall(lm->be->alloc(n * sizeof(float), (void **)&c->v));
   *kv = c;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_kv_destroy(const GPT *gpt, GPTKVCache **kv)
+PetscErrorCode model_kv_destroy(const Model *lm, ModelKVCache **kv)
 {
   PetscFunctionBegin;
   if (!*kv) PetscFunctionReturn(PETSC_SUCCESS);
-  if ((*kv)->k) PetscCall(gpt->be->free((*kv)->k));
-  if ((*kv)->v) PetscCall(gpt->be->free((*kv)->v));
+  if ((*kv)->k) PetscCall(lm->be->free((*kv)->k));
+  if ((*kv)->v) PetscCall(lm->be->free((*kv)->v));
   PetscCall(PetscFree(*kv));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-size_t gpt_kv_floats(const GPTKVCache *kv, int npos)
+size_t model_kv_floats(const ModelKVCache *kv, int npos)
 {
   return 2 * (size_t)kv->n_layer * (size_t)npos * (size_t)kv->n_embd;
 }
 
 /* Slot s's positions are contiguous in each layer: [l][s][0..Tmax)[C]. */
-static PetscErrorCode kv_copy(const GPT *gpt, const GPTKVCache *kv, int slot, int npos, float *host, PetscBool to_host)
+static PetscErrorCode kv_copy(const Model *lm, const ModelKVCache *kv, int slot, int npos, float *host, PetscBool to_host)
 {
   size_t per_layer = (size_t)kv->nslot * kv->Tmax * kv->n_embd, run = (size_t)npos * kv->n_embd, at = (size_t)slot * kv->Tmax * kv->n_embd;
 
   PetscFunctionBegin;
-  PetscCheck(slot >= 0 && slot < kv->nslot && npos >= 0 && npos <= kv->Tmax, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_kv: slot %d, %d positions outside the cache's %d slots of %d", slot, npos, kv->nslot, kv->Tmax);
+  PetscCheck(slot >= 0 && slot < kv->nslot && npos >= 0 && npos <= kv->Tmax, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_kv: slot %d, %d positions outside the cache's %d slots of %d", slot, npos, kv->nslot, kv->Tmax);
   if (!npos) PetscFunctionReturn(PETSC_SUCCESS);
   for (int kind = 0; kind < 2; kind++)
     for (int l = 0; l < kv->n_layer; l++) {
       float *dev = (kind ? kv->v : kv->k) + l * per_layer + at, *h = host + ((size_t)kind * kv->n_layer + l) * run;
-      if (to_host) PetscCall(gpt->be->to_host(h, dev, run * sizeof(float)));
-      else PetscCall(gpt->be->from_host(dev, h, run * sizeof(float)));
+      if (to_host) PetscCall(lm->be->to_host(h, dev, run * sizeof(float)));
+      else PetscCall(lm->be->from_host(dev, h, run * sizeof(float)));
     }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_kv_get(const GPT *gpt, const GPTKVCache *kv, int slot, int npos, float *buf)
+PetscErrorCode model_kv_get(const Model *lm, const ModelKVCache *kv, int slot, int npos, float *buf)
 {
   PetscFunctionBegin;
-  PetscCall(kv_copy(gpt, kv, slot, npos, buf, PETSC_TRUE));
+  PetscCall(kv_copy(lm, kv, slot, npos, buf, PETSC_TRUE));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_kv_put(const GPT *gpt, GPTKVCache *kv, int slot, int npos, const float *buf)
+PetscErrorCode model_kv_put(const Model *lm, ModelKVCache *kv, int slot, int npos, const float *buf)
 {
   PetscFunctionBegin;
-  PetscCall(kv_copy(gpt, kv, slot, npos, (float *)buf, PETSC_FALSE));
+  PetscCall(kv_copy(lm, kv, slot, npos, (float *)buf, PETSC_FALSE));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Host-side guards: the ops index wte, wpe and the cache with these values. */
-static PetscErrorCode check_rows(const GPT *gpt, const GPTKVCache *kv, const int *tok, const int *slot, const int *pos, int N)
+static PetscErrorCode check_rows(const Model *lm, const ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N)
 {
-  int V = gpt->cfg.vocab_size;
+  int V = lm->cfg.vocab_size;
 
   PetscFunctionBegin;
-  PetscCheck(kv->n_layer == gpt->sh.l1 - gpt->sh.l0 && kv->n_embd == gpt->Ckvl, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
-             "gpt_forward_cached: the KV cache was made for another model shape");
+  PetscCheck(kv->n_layer == lm->sh.l1 - lm->sh.l0 && kv->n_embd == lm->Ckvl, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
+             "model_forward_cached: the KV cache was made for another model shape");
   for (int r = 0; r < N; r++) {
-    PetscCheck(tok[r] >= 0 && tok[r] < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_forward_cached: token %d at row %d is outside [0,%d)", tok[r], r, V);
-    PetscCheck(slot[r] >= 0 && slot[r] < kv->nslot, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_forward_cached: slot %d at row %d is outside [0,%d)", slot[r], r,
+    PetscCheck(tok[r] >= 0 && tok[r] < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_forward_cached: token %d at row %d is outside [0,%d)", tok[r], r, V);
+    PetscCheck(slot[r] >= 0 && slot[r] < kv->nslot, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_forward_cached: slot %d at row %d is outside [0,%d)", slot[r], r,
                kv->nslot);
-    PetscCheck(pos[r] >= 0 && pos[r] < gpt->cfg.n_positions && pos[r] < kv->Tmax, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-               "gpt_forward_cached: position %d at row %d is outside [0,%d) (n_positions %d, cache Tmax %d)", pos[r], r, PetscMin(gpt->cfg.n_positions, kv->Tmax),
-               gpt->cfg.n_positions, kv->Tmax);
+    PetscCheck(pos[r] >= 0 && pos[r] < lm->cfg.n_positions && pos[r] < kv->Tmax, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "model_forward_cached: position %d at row %d is outside [0,%d) (n_positions %d, cache Tmax %d)", pos[r], r, PetscMin(lm->cfg.n_positions, kv->Tmax),
+               lm->cfg.n_positions, kv->Tmax);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Rows [r0, r0+n) of the call through layer l (global index) of this shard. */
-static PetscErrorCode cached_block(GPT *gpt, GPTKVCache *kv, int l, int r0, int n)
+static PetscErrorCode cached_block(Model *lm, ModelKVCache *kv, int l, int r0, int n)
 {
-  const Backend *be = gpt->be;
-  GPTActs       *a  = gpt->acts;
-  int            C = gpt->cfg.n_embd;
+  const Backend *be = lm->be;
+  ModelActs     *a  = lm->acts;
+  int            C = lm->cfg.n_embd;
   size_t         NC = (size_t)n * C, per_layer = (size_t)kv->nslot * kv->Tmax * kv->n_embd;
   float         *x = a->c_x + (size_t)r0 * C;
-  GPTLayerParams p;
+  ModelLayerParams p;
 
   PetscFunctionBegin;
-  gpt_layer_params(gpt, gpt->params, l, &p);
-  PetscCall(gpt_norm_forward(gpt, a->c_ln, a->c_mean, a->c_rstd, x, p.ln1_w, p.ln1_b, n));
-  PetscCall(gpt_qkv_forward(gpt, &p, a->c_qkv, NULL, NULL, a->c_ln, a->c_pos + r0, n));
-  PetscCall(be->attention_cached(a->c_atty, kv->k + (l - gpt->sh.l0) * per_layer, kv->v + (l - gpt->sh.l0) * per_layer, a->c_qkv, a->c_slot + r0, a->c_pos + r0, n,
-                                 kv->Tmax, gpt->Cl, gpt->NHl, gpt->NKVl));
-  PetscCall(gpt_attn_proj_forward(gpt, &p, a->c_proj, a->c_atty, n));
+  model_layer_params(lm, lm->params, l, &p);
+  PetscCall(model_norm_forward(lm, a->c_ln, a->c_mean, a->c_rstd, x, p.ln1_w, p.ln1_b, n));
+  PetscCall(model_qkv_forward(lm, &p, a->c_qkv, NULL, NULL, a->c_ln, a->c_pos + r0, n));
+  PetscCall(be->attention_cached(a->c_atty, kv->k + (l - lm->sh.l0) * per_layer, kv->v + (l - lm->sh.l0) * per_layer, a->c_qkv, a->c_slot + r0, a->c_pos + r0, n,
+                                 kv->Tmax, lm->Cl, lm->NHl, lm->NKVl));
+  PetscCall(model_attn_proj_forward(lm, &p, a->c_proj, a->c_atty, n));
   PetscCall(be->axpy(x, 1.0f, a->c_proj, NC));
-  PetscCall(gpt_mlp_forward(gpt, &p, x, a->c_ln, a->c_mean, a->c_rstd, a->c_fch, a->c_fch_gelu, a->c_proj, n));
+  PetscCall(model_mlp_forward(lm, &p, x, a->c_ln, a->c_mean, a->c_rstd, a->c_fch, a->c_fch_gelu, a->c_proj, n));
   PetscCall(be->axpy(x, 1.0f, a->c_proj, NC));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Rows can travel through the pipeline in chunks (micro-batches) when no
  * chunk needs keys a later chunk writes: each slot's rows ascend by position. */
-static int cached_chunks(const GPT *gpt, const int *slot, const int *pos, int N)
+static int cached_chunks(const Model *lm, const int *slot, const int *pos, int N)
 {
-  int nchunk = PetscMin(gpt->sh.pp, N);
+  int nchunk = PetscMin(lm->sh.pp, N);
 
   for (int r = 1; r < N && nchunk > 1; r++)
     for (int q = 0; q < r; q++)
@@ -127,61 +127,61 @@ static int cached_chunks(const GPT *gpt, const int *slot, const int *pos, int N)
 
 /* The head's output of rows [r0, r0+n) on the last stage, to host rows of
  * out: the vocabulary shards are gathered over the tp group. */
-static PetscErrorCode cached_head(GPT *gpt, int r0, int n, float *out)
+static PetscErrorCode cached_head(Model *lm, int r0, int n, float *out)
 {
-  const GPTConfig *cfg = &gpt->cfg;
-  GPTActs         *a   = gpt->acts;
-  int              C = cfg->n_embd, Vl = gpt->Vl, tp = gpt->sh.tp, V = cfg->vocab_size;
+  const ModelConfig *cfg = &lm->cfg;
+  ModelActs       *a   = lm->acts;
+  int              C = cfg->n_embd, Vl = lm->Vl, tp = lm->sh.tp, V = cfg->vocab_size;
   float           *x = a->c_x + (size_t)r0 * C, *loc, *all;
 
   PetscFunctionBegin;
-  PetscCall(gpt_final_norm(gpt, a->c_ln, a->c_mean, a->c_rstd, x, n));
-  PetscCall(gpt_head_forward(gpt, a->c_out, a->c_ln, n));
-  if (cfg->head == GPT_HEAD_SCALAR || tp == 1) {
-    PetscCall(gpt->be->to_host(out + (size_t)r0 * (cfg->head == GPT_HEAD_LM ? V : 1), a->c_out, (size_t)n * (cfg->head == GPT_HEAD_LM ? V : 1) * sizeof(float)));
+  PetscCall(model_final_norm(lm, a->c_ln, a->c_mean, a->c_rstd, x, n));
+  PetscCall(model_head_forward(lm, a->c_out, a->c_ln, n));
+  if (cfg->head == MODEL_HEAD_SCALAR || tp == 1) {
+    PetscCall(lm->be->to_host(out + (size_t)r0 * (cfg->head == MODEL_HEAD_LM ? V : 1), a->c_out, (size_t)n * (cfg->head == MODEL_HEAD_LM ? V : 1) * sizeof(float)));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(PetscMalloc2((size_t)n * Vl, &loc, (size_t)n * V, &all));
-  PetscCall(gpt->be->to_host(loc, a->c_out, (size_t)n * Vl * sizeof(float)));
-  PetscCall(comm_allgather_host(&gpt->mesh->tp_comm, loc, all, (size_t)n * Vl * sizeof(float)));
+  PetscCall(lm->be->to_host(loc, a->c_out, (size_t)n * Vl * sizeof(float)));
+  PetscCall(comm_allgather_host(&lm->mesh->tp_comm, loc, all, (size_t)n * Vl * sizeof(float)));
   for (int t = 0; t < tp; t++) /* [tp][n][Vl] -> [n][V] */
     for (int r = 0; r < n; r++) PetscCall(PetscArraycpy(out + (size_t)(r0 + r) * V + (size_t)t * Vl, all + ((size_t)t * n + r) * Vl, Vl));
   PetscCall(PetscFree2(loc, all));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_forward_cached(GPT *gpt, GPTKVCache *kv, const int *tok, const int *slot, const int *pos, int N, float *out)
+PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, float *out)
 {
-  const GPTConfig *cfg = &gpt->cfg;
-  const Backend   *be  = gpt->be;
-  GPTActs         *a   = gpt->acts;
+  const ModelConfig *cfg = &lm->cfg;
+  const Backend   *be  = lm->be;
+  ModelActs       *a   = lm->acts;
   int              C   = cfg->n_embd, nchunk;
-  size_t           nout = cfg->head == GPT_HEAD_LM ? (size_t)N * cfg->vocab_size : (size_t)N;
+  size_t           nout = cfg->head == MODEL_HEAD_LM ? (size_t)N * cfg->vocab_size : (size_t)N;
   MPI_Request     *req;
 
   PetscFunctionBegin;
-  PetscCheck(N > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gpt_forward_cached: N %d must be positive", N);
-  PetscCall(check_rows(gpt, kv, tok, slot, pos, N));
-  PetscCall(gpt_acts_cached_resize(gpt, N));
+  PetscCheck(N > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_forward_cached: N %d must be positive", N);
+  PetscCall(check_rows(lm, kv, tok, slot, pos, N));
+  PetscCall(model_acts_cached_resize(lm, N));
   PetscCall(be->from_host(a->c_tok, tok, (size_t)N * sizeof(int)));
   PetscCall(be->from_host(a->c_slot, slot, (size_t)N * sizeof(int)));
   PetscCall(be->from_host(a->c_pos, pos, (size_t)N * sizeof(int)));
-  nchunk = cached_chunks(gpt, slot, pos, N);
+  nchunk = cached_chunks(lm, slot, pos, N);
   PetscCall(PetscMalloc1(nchunk, &req));
   /* chunk k flows stage to stage while stage p works on chunk k+1; every
    * chunk has its own rows of c_x, so a send's buffer is never reused */
   for (int k = 0; k < nchunk; k++) {
     int r0 = (int)((long)N * k / nchunk), n = (int)((long)N * (k + 1) / nchunk) - r0;
     req[k] = MPI_REQUEST_NULL;
-    if (gpt_first_stage(gpt)) PetscCall(gpt_embed(gpt, a->c_x + (size_t)r0 * C, a->c_tok + r0, a->c_pos + r0, n));
-    else PetscCall(gpt_pp_recv(gpt, a->c_x + (size_t)r0 * C, (size_t)n * C, GPT_TAG_CACHED, gpt->sh.p - 1));
-    for (int l = gpt->sh.l0; l < gpt->sh.l1; l++) PetscCall(cached_block(gpt, kv, l, r0, n));
-    if (!gpt_last_stage(gpt)) PetscCall(gpt_pp_send(gpt, a->c_x + (size_t)r0 * C, (size_t)n * C, GPT_TAG_CACHED, gpt->sh.p + 1, &req[k]));
-    else PetscCall(cached_head(gpt, r0, n, out));
+    if (model_first_stage(lm)) PetscCall(model_embed(lm, a->c_x + (size_t)r0 * C, a->c_tok + r0, a->c_pos + r0, n));
+    else PetscCall(model_pp_recv(lm, a->c_x + (size_t)r0 * C, (size_t)n * C, MODEL_TAG_CACHED, lm->sh.p - 1));
+    for (int l = lm->sh.l0; l < lm->sh.l1; l++) PetscCall(cached_block(lm, kv, l, r0, n));
+    if (!model_last_stage(lm)) PetscCall(model_pp_send(lm, a->c_x + (size_t)r0 * C, (size_t)n * C, MODEL_TAG_CACHED, lm->sh.p + 1, &req[k]));
+    else PetscCall(cached_head(lm, r0, n, out));
   }
   for (int k = 0; k < nchunk; k++) PetscCall(comm_wait(&req[k]));
   PetscCall(PetscFree(req));
   /* every stage of the pipeline samples the same tokens from the same logits */
-  if (gpt->sh.pp > 1) PetscCall(comm_bcast_host(&gpt->mesh->pp_comm, out, nout * sizeof(float), gpt->sh.pp - 1)); /* out is host memory */
+  if (lm->sh.pp > 1) PetscCall(comm_bcast_host(&lm->mesh->pp_comm, out, nout * sizeof(float), lm->sh.pp - 1)); /* out is host memory */
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -7,9 +7,9 @@
 
 #include "model_impl.h"
 
-const char *const GPTHeadNames[]        = {"lm", "scalar", "GPTHead", "GPT_HEAD_", NULL};
-const char *const GPTArchNames[]        = {"gpt2", "llama", "GPTArch", "GPT_ARCH_", NULL};
-const char *const GPTRopeScalingNames[] = {"none", "llama3", "GPTRopeScaling", "GPT_ROPE_", NULL};
+const char *const ModelHeadNames[]        = {"lm", "scalar", "ModelHead", "MODEL_HEAD_", NULL};
+const char *const ModelArchNames[]        = {"gpt2", "llama", "ModelArch", "MODEL_ARCH_", NULL};
+const char *const ModelRopeScalingNames[] = {"none", "llama3", "ModelRopeScaling", "MODEL_ROPE_", NULL};
 
 /* RfOptInt yields a PetscInt; the config stores int. */
 #define RfOptIntAsInt(name, help, def, dst) \
@@ -21,9 +21,9 @@ const char *const GPTRopeScalingNames[] = {"none", "llama3", "GPTRopeScaling", "
 
 /* The LLaMA family's settings, read only for -<prefix>arch llama (a GPT-2
  * deck that sets one is told the option is unused). Defaults are Llama 2's. */
-static PetscErrorCode llama_options(const char *prefix, GPTConfig *cfg)
+static PetscErrorCode llama_options(const char *prefix, ModelConfig *cfg)
 {
-  PetscInt  scaling = GPT_ROPE_NONE;
+  PetscInt  scaling = MODEL_ROPE_NONE;
   PetscReal theta = 10000, eps = 1e-5, factor = 8, lo = 1, hi = 4;
 
   PetscFunctionBegin;
@@ -36,7 +36,7 @@ static PetscErrorCode llama_options(const char *prefix, GPTConfig *cfg)
   RfOptBool("-tie_embeddings", "The LM head is the token embedding (false: its own lm_head weight)", PETSC_TRUE, &cfg->tie_embeddings);
   RfOptReal("-rope_theta", "Base of the rotary embedding's frequencies", theta, &theta);
   RfOptReal("-norm_eps", "Epsilon of RMSNorm", eps, &eps);
-  RfOptEnum("-rope_scaling", "Rotary frequency scaling: none or llama3 (Llama 3.1+)", GPTRopeScalingNames, 2, &scaling);
+  RfOptEnum("-rope_scaling", "Rotary frequency scaling: none or llama3 (Llama 3.1+)", ModelRopeScalingNames, 2, &scaling);
   RfOptReal("-rope_factor", "llama3 scaling: factor", factor, &factor);
   RfOptReal("-rope_low_freq_factor", "llama3 scaling: low_freq_factor", lo, &lo);
   RfOptReal("-rope_high_freq_factor", "llama3 scaling: high_freq_factor", hi, &hi);
@@ -49,36 +49,36 @@ static PetscErrorCode llama_options(const char *prefix, GPTConfig *cfg)
   if (cfg->head_dim == 0 && cfg->n_head > 0 && cfg->n_embd % cfg->n_head == 0) cfg->head_dim = cfg->n_embd / cfg->n_head;
   cfg->rope_theta            = theta;
   cfg->norm_eps              = eps;
-  cfg->rope_scaling          = (GPTRopeScaling)scaling;
+  cfg->rope_scaling          = (ModelRopeScaling)scaling;
   cfg->rope_factor           = factor;
   cfg->rope_low_freq_factor  = lo;
   cfg->rope_high_freq_factor = hi;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_config_set_from_options(const char *prefix, GPTConfig *cfg)
+PetscErrorCode model_config_set_from_options(const char *prefix, ModelConfig *cfg)
 {
-  PetscInt head = GPT_HEAD_LM, arch = GPT_ARCH_GPT2;
+  PetscInt head = MODEL_HEAD_LM, arch = MODEL_ARCH_GPT2;
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(cfg, sizeof *cfg));
   PetscOptionsBegin(PETSC_COMM_WORLD, prefix, "Model options", NULL);
-  RfOptEnum("-arch", "Architecture: gpt2 or llama (the LLaMA family: Llama, Mistral, Qwen2, SmolLM2)", GPTArchNames, 2, &arch);
+  RfOptEnum("-arch", "Architecture: gpt2 or llama (the LLaMA family: Llama, Mistral, Qwen2, SmolLM2)", ModelArchNames, 2, &arch);
   RfOptIntAsInt("-n_layer", "Number of transformer blocks", 2, &cfg->n_layer);
   RfOptIntAsInt("-n_head", "Number of attention heads (must divide n_embd)", 4, &cfg->n_head);
   RfOptIntAsInt("-n_embd", "Width of the residual stream (embedding size C)", 128, &cfg->n_embd);
   RfOptIntAsInt("-vocab_size", "Vocabulary size V (rows of the token embedding)", 64, &cfg->vocab_size);
   RfOptIntAsInt("-n_positions", "Maximum sequence length (GPT-2: rows of wpe)", 64, &cfg->n_positions);
-  RfOptEnum("-head", "Output head: lm (logits) or scalar (one value per token, for critic/reward)", GPTHeadNames, 2, &head);
+  RfOptEnum("-head", "Output head: lm (logits) or scalar (one value per token, for critic/reward)", ModelHeadNames, 2, &head);
   PetscOptionsEnd();
-  cfg->head = (GPTHead)head;
-  cfg->arch = (GPTArch)arch;
-  if (cfg->arch == GPT_ARCH_LLAMA) PetscCall(llama_options(prefix, cfg));
+  cfg->head = (ModelHead)head;
+  cfg->arch = (ModelArch)arch;
+  if (cfg->arch == MODEL_ARCH_LLAMA) PetscCall(llama_options(prefix, cfg));
   else {
     PetscBool help;
     PetscCall(PetscOptionsHasHelp(NULL, &help));
     if (help) { /* -help lists them for GPT-2 decks too; nothing runs after -help */
-      GPTConfig unused = *cfg;
+      ModelConfig unused = *cfg;
       PetscCall(llama_options(prefix, &unused));
     }
   }
@@ -86,12 +86,12 @@ PetscErrorCode gpt_config_set_from_options(const char *prefix, GPTConfig *cfg)
 }
 
 static const char *const arch_options[] = {"arch", "n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "head", "n_kv_head", "n_ffn", "qkv_bias", "tie_embeddings", "rope_theta", "norm_eps", "rope_scaling", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_positions", "head_dim", "qk_norm"};
-#define GPT_ARCH_NOPTIONS ((int)(sizeof arch_options / sizeof arch_options[0]))
+#define MODEL_ARCH_NOPTIONS ((int)(sizeof arch_options / sizeof arch_options[0]))
 
-/* From the options recorded so far (gpt_config_set_from_options ran), so
+/* From the options recorded so far (model_config_set_from_options ran), so
  * that asking does not mark an option read: an option this architecture
  * does not read stays an unused-option error. */
-PetscErrorCode gpt_config_options_given(const char *prefix, PetscBool *any)
+PetscErrorCode model_config_options_given(const char *prefix, PetscBool *any)
 {
   const SysParam *par;
   int             n;
@@ -110,52 +110,52 @@ PetscErrorCode gpt_config_options_given(const char *prefix, PetscBool *any)
 
 /* The run record's values of the options: those of cfg, as if given (so a
  * used.deck repeats the run with them). */
-PetscErrorCode gpt_config_record(const char *prefix, const GPTConfig *cfg)
+PetscErrorCode model_config_record(const char *prefix, const ModelConfig *cfg)
 {
-  char v[GPT_ARCH_NOPTIONS][32];
+  char v[MODEL_ARCH_NOPTIONS][32];
 
   PetscFunctionBegin;
-  PetscCall(PetscSNPrintf(v[0], 32, "%s", GPTArchNames[cfg->arch]));
+  PetscCall(PetscSNPrintf(v[0], 32, "%s", ModelArchNames[cfg->arch]));
   PetscCall(PetscSNPrintf(v[1], 32, "%d", cfg->n_layer));
   PetscCall(PetscSNPrintf(v[2], 32, "%d", cfg->n_head));
   PetscCall(PetscSNPrintf(v[3], 32, "%d", cfg->n_embd));
   PetscCall(PetscSNPrintf(v[4], 32, "%d", cfg->vocab_size));
   PetscCall(PetscSNPrintf(v[5], 32, "%d", cfg->n_positions));
-  PetscCall(PetscSNPrintf(v[6], 32, "%s", GPTHeadNames[cfg->head]));
+  PetscCall(PetscSNPrintf(v[6], 32, "%s", ModelHeadNames[cfg->head]));
   PetscCall(PetscSNPrintf(v[7], 32, "%d", cfg->n_kv_head));
   PetscCall(PetscSNPrintf(v[8], 32, "%d", cfg->n_ffn));
   PetscCall(PetscSNPrintf(v[9], 32, "%s", cfg->qkv_bias ? "true" : "false"));
   PetscCall(PetscSNPrintf(v[10], 32, "%s", cfg->tie_embeddings ? "true" : "false"));
   PetscCall(PetscSNPrintf(v[11], 32, "%.17g", cfg->rope_theta));
   PetscCall(PetscSNPrintf(v[12], 32, "%.17g", cfg->norm_eps));
-  PetscCall(PetscSNPrintf(v[13], 32, "%s", GPTRopeScalingNames[cfg->rope_scaling]));
+  PetscCall(PetscSNPrintf(v[13], 32, "%s", ModelRopeScalingNames[cfg->rope_scaling]));
   PetscCall(PetscSNPrintf(v[14], 32, "%.17g", cfg->rope_factor));
   PetscCall(PetscSNPrintf(v[15], 32, "%.17g", cfg->rope_low_freq_factor));
   PetscCall(PetscSNPrintf(v[16], 32, "%.17g", cfg->rope_high_freq_factor));
   PetscCall(PetscSNPrintf(v[17], 32, "%d", cfg->rope_original_max_positions));
-  PetscCall(PetscSNPrintf(v[18], 32, "%d", gpt_head_dim(cfg)));
+  PetscCall(PetscSNPrintf(v[18], 32, "%d", model_head_dim(cfg)));
   PetscCall(PetscSNPrintf(v[19], 32, "%s", cfg->qk_norm ? "true" : "false"));
-  for (int i = 0; i < (gpt_is_llama(cfg) ? GPT_ARCH_NOPTIONS : 7); i++) PetscCall(sys_param_record(prefix, arch_options[i], v[i], PETSC_TRUE));
+  for (int i = 0; i < (model_is_llama(cfg) ? MODEL_ARCH_NOPTIONS : 7); i++) PetscCall(sys_param_record(prefix, arch_options[i], v[i], PETSC_TRUE));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscBool gpt_config_equal(const GPTConfig *a, const GPTConfig *b)
+PetscBool model_config_equal(const ModelConfig *a, const ModelConfig *b)
 {
   PetscBool same = a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd && a->vocab_size == b->vocab_size &&
                    a->n_positions == b->n_positions && a->head == b->head && a->arch == b->arch ? PETSC_TRUE : PETSC_FALSE;
 
-  if (!same || !gpt_is_llama(a)) return same;
+  if (!same || !model_is_llama(a)) return same;
   return a->n_kv_head == b->n_kv_head && a->n_ffn == b->n_ffn && a->qkv_bias == b->qkv_bias && a->tie_embeddings == b->tie_embeddings &&
-                 gpt_head_dim(a) == gpt_head_dim(b) && a->qk_norm == b->qk_norm &&
+                 model_head_dim(a) == model_head_dim(b) && a->qk_norm == b->qk_norm &&
                  a->rope_theta == b->rope_theta && a->norm_eps == b->norm_eps && a->rope_scaling == b->rope_scaling &&
-                 (a->rope_scaling == GPT_ROPE_NONE || (a->rope_factor == b->rope_factor && a->rope_low_freq_factor == b->rope_low_freq_factor &&
+                 (a->rope_scaling == MODEL_ROPE_NONE || (a->rope_factor == b->rope_factor && a->rope_low_freq_factor == b->rope_low_freq_factor &&
                                                        a->rope_high_freq_factor == b->rope_high_freq_factor &&
                                                        a->rope_original_max_positions == b->rope_original_max_positions))
            ? PETSC_TRUE
            : PETSC_FALSE;
 }
 
-PetscBool gpt_tensor_is_trunk(const char *name)
+PetscBool model_tensor_is_trunk(const char *name)
 {
   return !strncmp(name, "transformer.", 12) || !strncmp(name, "model.", 6) ? PETSC_TRUE : PETSC_FALSE;
 }
@@ -164,15 +164,15 @@ PetscBool gpt_tensor_is_trunk(const char *name)
  * divides the low frequencies (wavelength above original/low_freq_factor)
  * by factor, keeps the high ones (below original/high_freq_factor) and
  * blends linearly in 1/wavelength between. */
-void gpt_rope_inv_freq(const GPTConfig *cfg, float *inv_freq)
+void model_rope_inv_freq(const ModelConfig *cfg, float *inv_freq)
 {
-  int hd = gpt_head_dim(cfg);
+  int hd = model_head_dim(cfg);
 
   for (int i = 0; i < hd / 2; i++) {
     float  f = 1.0f / powf((float)cfg->rope_theta, (float)(2 * i) / (float)hd);
     double wl, lo_wl, hi_wl, smooth;
 
-    if (cfg->rope_scaling == GPT_ROPE_LLAMA3) {
+    if (cfg->rope_scaling == MODEL_ROPE_LLAMA3) {
       wl    = 2 * M_PI / f;
       lo_wl = cfg->rope_original_max_positions / cfg->rope_low_freq_factor;
       hi_wl = cfg->rope_original_max_positions / cfg->rope_high_freq_factor;
@@ -189,7 +189,7 @@ void gpt_rope_inv_freq(const GPTConfig *cfg, float *inv_freq)
 /* The checks on a configuration, wherever it comes from; names are printed
  * as <dash><p><name>: "-policy_n_head" for an option, "n_head" for a file's
  * attribute. */
-static PetscErrorCode gpt_config_check_named(MPI_Comm comm, const GPTConfig *cfg, const char *dash, const char *p)
+static PetscErrorCode model_config_check_named(MPI_Comm comm, const ModelConfig *cfg, const char *dash, const char *p)
 {
   PetscFunctionBegin;
   PetscCheck(cfg->n_layer > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_layer %d must be positive", dash, p, cfg->n_layer);
@@ -201,19 +201,19 @@ static PetscErrorCode gpt_config_check_named(MPI_Comm comm, const GPTConfig *cfg
    * must fit, or counts and shapes silently wrap */
   PetscCheck(cfg->n_embd <= INT32_MAX / 4, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_embd %d is too large (4 x n_embd must fit a 32-bit int: at most %d)", dash, p, cfg->n_embd, INT32_MAX / 4);
   PetscCheck(cfg->n_layer <= (INT32_MAX - 8) / LL_T_PER_LAYER_MAX, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_layer %d is too large (at most %d)", dash, p, cfg->n_layer, (INT32_MAX - 8) / LL_T_PER_LAYER_MAX);
-  PetscCheck(cfg->n_embd % cfg->n_head == 0 || (gpt_is_llama(cfg) && cfg->head_dim > 0), comm, PETSC_ERR_ARG_WRONG, "%s%sn_embd %d is not divisible by %s%sn_head %d (and no %s%shead_dim is set)", dash, p, cfg->n_embd, dash, p, cfg->n_head, dash, p);
-  PetscCheck(cfg->head == GPT_HEAD_LM || cfg->head == GPT_HEAD_SCALAR, comm, PETSC_ERR_ARG_WRONG, "%s%shead must be lm or scalar", dash, p);
-  PetscCheck(cfg->arch == GPT_ARCH_GPT2 || cfg->arch == GPT_ARCH_LLAMA, comm, PETSC_ERR_ARG_WRONG, "%s%sarch must be gpt2 or llama", dash, p);
-  if (!gpt_is_llama(cfg)) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCheck(cfg->n_embd % cfg->n_head == 0 || (model_is_llama(cfg) && cfg->head_dim > 0), comm, PETSC_ERR_ARG_WRONG, "%s%sn_embd %d is not divisible by %s%sn_head %d (and no %s%shead_dim is set)", dash, p, cfg->n_embd, dash, p, cfg->n_head, dash, p);
+  PetscCheck(cfg->head == MODEL_HEAD_LM || cfg->head == MODEL_HEAD_SCALAR, comm, PETSC_ERR_ARG_WRONG, "%s%shead must be lm or scalar", dash, p);
+  PetscCheck(cfg->arch == MODEL_ARCH_GPT2 || cfg->arch == MODEL_ARCH_LLAMA, comm, PETSC_ERR_ARG_WRONG, "%s%sarch must be gpt2 or llama", dash, p);
+  if (!model_is_llama(cfg)) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCheck(cfg->n_kv_head > 0 && cfg->n_head % cfg->n_kv_head == 0, comm, PETSC_ERR_ARG_WRONG, "%s%sn_kv_head %d does not divide %s%sn_head %d", dash, p, cfg->n_kv_head, dash, p, cfg->n_head);
   PetscCheck(cfg->n_ffn > 0 && cfg->n_ffn <= INT32_MAX / 2, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_ffn %d must lie in [1, %d]", dash, p, cfg->n_ffn, INT32_MAX / 2);
   PetscCheck(cfg->head_dim >= 0 && cfg->head_dim <= 4096, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%shead_dim %d must lie in [0, 4096] (0: n_embd / n_head)", dash, p, cfg->head_dim);
-  PetscCheck(gpt_head_dim(cfg) % 2 == 0 && gpt_head_dim(cfg) > 0, comm, PETSC_ERR_ARG_WRONG, "%s%shead_dim %d: rotary embeddings need an even head size", dash, p, gpt_head_dim(cfg));
-  PetscCheck((double)cfg->n_head * gpt_head_dim(cfg) <= INT32_MAX / 4, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_head x head_dim is too large", dash, p);
+  PetscCheck(model_head_dim(cfg) % 2 == 0 && model_head_dim(cfg) > 0, comm, PETSC_ERR_ARG_WRONG, "%s%shead_dim %d: rotary embeddings need an even head size", dash, p, model_head_dim(cfg));
+  PetscCheck((double)cfg->n_head * model_head_dim(cfg) <= INT32_MAX / 4, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_head x head_dim is too large", dash, p);
   PetscCheck(cfg->rope_theta > 1 && isfinite(cfg->rope_theta), comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%srope_theta %g must be finite and above 1", dash, p, cfg->rope_theta);
   PetscCheck(cfg->norm_eps > 0 && cfg->norm_eps < 1, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%snorm_eps %g must lie in (0, 1)", dash, p, cfg->norm_eps);
-  PetscCheck(cfg->rope_scaling == GPT_ROPE_NONE || cfg->rope_scaling == GPT_ROPE_LLAMA3, comm, PETSC_ERR_ARG_WRONG, "%s%srope_scaling must be none or llama3", dash, p);
-  if (cfg->rope_scaling == GPT_ROPE_LLAMA3) {
+  PetscCheck(cfg->rope_scaling == MODEL_ROPE_NONE || cfg->rope_scaling == MODEL_ROPE_LLAMA3, comm, PETSC_ERR_ARG_WRONG, "%s%srope_scaling must be none or llama3", dash, p);
+  if (cfg->rope_scaling == MODEL_ROPE_LLAMA3) {
     PetscCheck(cfg->rope_factor >= 1, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%srope_factor %g must be at least 1", dash, p, cfg->rope_factor);
     PetscCheck(cfg->rope_low_freq_factor > 0 && cfg->rope_high_freq_factor > cfg->rope_low_freq_factor, comm, PETSC_ERR_ARG_OUTOFRANGE,
                "%s%srope_high_freq_factor %g must exceed %s%srope_low_freq_factor %g > 0", dash, p, cfg->rope_high_freq_factor, dash, p, cfg->rope_low_freq_factor);
@@ -222,17 +222,17 @@ static PetscErrorCode gpt_config_check_named(MPI_Comm comm, const GPTConfig *cfg
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_config_check(const GPTConfig *cfg, const char *prefix)
+PetscErrorCode model_config_check(const ModelConfig *cfg, const char *prefix)
 {
   PetscFunctionBegin;
-  PetscCall(gpt_config_check_named(PETSC_COMM_WORLD, cfg, "-", prefix ? prefix : ""));
+  PetscCall(model_config_check_named(PETSC_COMM_WORLD, cfg, "-", prefix ? prefix : ""));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_config_check_file(const GPTConfig *cfg)
+PetscErrorCode model_config_check_file(const ModelConfig *cfg)
 {
   PetscFunctionBegin;
-  PetscCall(gpt_config_check_named(PETSC_COMM_SELF, cfg, "", ""));
+  PetscCall(model_config_check_named(PETSC_COMM_SELF, cfg, "", ""));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -260,72 +260,72 @@ PetscErrorCode adamw_set_from_options(const char *prefix, AdamWConfig *opt)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_tensor_table(const GPTConfig *cfg, GPTTensor **tensors, int *ntensors, size_t *nparams)
+PetscErrorCode model_tensor_table(const ModelConfig *cfg, ModelTensor **tensors, int *ntensors, size_t *nparams)
 {
   PetscFunctionBegin;
-  PetscCall(gpt_tensor_table_shard(cfg, NULL, tensors, ntensors, nparams));
+  PetscCall(model_tensor_table_shard(cfg, NULL, tensors, ntensors, nparams));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_create(const GPTConfig *cfg, const Backend *be, GPT **gpt)
+PetscErrorCode model_create(const ModelConfig *cfg, const Backend *be, Model **lm)
 {
   PetscFunctionBegin;
-  PetscCall(gpt_create_on_mesh(cfg, be, NULL, gpt));
+  PetscCall(model_create_on_mesh(cfg, be, NULL, lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_create_on_mesh(const GPTConfig *cfg, const Backend *be, const Mesh *mesh, GPT **gpt)
+PetscErrorCode model_create_on_mesh(const ModelConfig *cfg, const Backend *be, const Mesh *mesh, Model **lm)
 {
-  GPT *g;
+  Model *g;
 
   PetscFunctionBegin;
-  PetscCheck(!mesh || mesh->me >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "gpt_create_on_mesh: this rank is not in the mesh");
+  PetscCheck(!mesh || mesh->me >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "model_create_on_mesh: this rank is not in the mesh");
   PetscCall(PetscNew(&g));
   g->cfg  = *cfg;
   g->be   = be;
   g->mesh = mesh;
-  gpt_shard_of_mesh(cfg, mesh, &g->sh);
-  g->Cl   = gpt_q_width(cfg) / g->sh.tp;
+  model_shard_of_mesh(cfg, mesh, &g->sh);
+  g->Cl   = model_q_width(cfg) / g->sh.tp;
   g->NHl  = cfg->n_head / g->sh.tp;
   g->Vl   = cfg->vocab_size / g->sh.tp;
   g->v0   = g->Vl * g->sh.t;
-  g->NKVl = gpt_kv_heads_local(cfg, g->sh.tp);
-  g->Ckvl = g->NKVl * gpt_head_dim(cfg);
-  g->Fl   = gpt_n_ffn(cfg) / g->sh.tp;
-  if (gpt_is_llama(cfg)) {
-    int    half = gpt_head_dim(cfg) / 2;
+  g->NKVl = model_kv_heads_local(cfg, g->sh.tp);
+  g->Ckvl = g->NKVl * model_head_dim(cfg);
+  g->Fl   = model_n_ffn(cfg) / g->sh.tp;
+  if (model_is_llama(cfg)) {
+    int    half = model_head_dim(cfg) / 2;
     float *f;
     PetscCall(PetscMalloc1(half, &f));
-    gpt_rope_inv_freq(cfg, f);
+    model_rope_inv_freq(cfg, f);
     PetscCall(be->alloc((size_t)half * sizeof(float), (void **)&g->inv_freq));
     PetscCall(be->from_host(g->inv_freq, f, (size_t)half * sizeof(float)));
     PetscCall(PetscFree(f));
   }
   /* the blocks sharing a replicated k/v head sum its gradient: their
    * communicator is made here, where the mesh's ranks all are */
-  if (mesh && gpt_kv_rep(cfg, mesh->tp) > 1) {
+  if (mesh && model_kv_rep(cfg, mesh->tp) > 1) {
     const Comm *block;
-    PetscCall(mesh_tp_block(mesh, gpt_kv_rep(cfg, mesh->tp), &block));
+    PetscCall(mesh_tp_block(mesh, model_kv_rep(cfg, mesh->tp), &block));
   }
-  g->dist = (GPTDistConfig){PETSC_FALSE, (size_t)16 << 20};
-  PetscCall(gpt_tensor_table_shard(cfg, &g->sh, &g->tensors, &g->ntensors, &g->nparams));
+  g->dist = (ModelDistConfig){PETSC_FALSE, (size_t)16 << 20};
+  PetscCall(model_tensor_table_shard(cfg, &g->sh, &g->tensors, &g->ntensors, &g->nparams));
   PetscCall(be->alloc(g->nparams * sizeof(float), (void **)&g->params));
   PetscCall(be->alloc(g->nparams * sizeof(float), (void **)&g->grads));
-  PetscCall(gpt_acts_slots(g, 1));
+  PetscCall(model_acts_slots(g, 1));
   g->acts = g->slots[0];
   g->own0 = 0;
   g->own1 = g->nparams;
-  *gpt = g;
+  *lm = g;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_destroy(GPT **gpt)
+PetscErrorCode model_destroy(Model **lm)
 {
-  GPT *g = *gpt;
+  Model *g = *lm;
 
   PetscFunctionBegin;
   if (!g) PetscFunctionReturn(PETSC_SUCCESS);
-  for (int k = 0; k < g->nslots; k++) PetscCall(gpt_acts_destroy(g->be, &g->slots[k]));
+  for (int k = 0; k < g->nslots; k++) PetscCall(model_acts_destroy(g->be, &g->slots[k]));
   PetscCall(PetscFree(g->slots));
   PetscCall(PetscFree(g->stats_host));
   if (g->params) PetscCall(g->be->free(g->params));
@@ -334,14 +334,14 @@ PetscErrorCode gpt_destroy(GPT **gpt)
   if (g->v) PetscCall(g->be->free(g->v));
   if (g->inv_freq) PetscCall(g->be->free(g->inv_freq));
   PetscCall(PetscFree(g->tensors));
-  PetscCall(PetscFree(*gpt));
+  PetscCall(PetscFree(*lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-int gpt_find_tensor(const GPT *gpt, const char *name)
+int model_find_tensor(const Model *lm, const char *name)
 {
-  for (int i = 0; i < gpt->ntensors; i++)
-    if (!strcmp(gpt->tensors[i].name, name)) return i;
+  for (int i = 0; i < lm->ntensors; i++)
+    if (!strcmp(lm->tensors[i].name, name)) return i;
   return -1;
 }
 
@@ -356,7 +356,7 @@ static PetscBool name_ends_with(const char *s, const char *suffix)
 /* The std of a weight tensor, 0 for biases; norm gains are handled apart.
  * GPT-2 scales its residual projections by 1/sqrt(2 n_layer); the LLaMA
  * family (Hugging Face's init) uses 0.02 for every matrix. */
-static float init_std(const GPTConfig *cfg, const GPTTensor *t)
+static float init_std(const ModelConfig *cfg, const ModelTensor *t)
 {
   if (t->ndim == 1) return 0.0f;
   if (name_ends_with(t->name, "attn.c_proj.weight") || name_ends_with(t->name, "mlp.c_proj.weight"))
@@ -366,7 +366,7 @@ static float init_std(const GPTConfig *cfg, const GPTTensor *t)
 
 /* A norm's gain: GPT-2's ln_1, ln_2, ln_f weights; LLaMA's *layernorm and
  * norm weights, Qwen3's q_norm and k_norm. */
-static PetscBool is_norm_gain(const GPTTensor *t)
+static PetscBool is_norm_gain(const ModelTensor *t)
 {
   if (t->ndim != 1 || !name_ends_with(t->name, ".weight")) return PETSC_FALSE;
   return strstr(t->name, ".ln_") || name_ends_with(t->name, "layernorm.weight") || name_ends_with(t->name, "model.norm.weight") ||
@@ -378,7 +378,7 @@ static PetscBool is_norm_gain(const GPTTensor *t)
 /* Element e of tensor i is rng_normal(seed, i, e_hi, e_lo, 0): a pure function
  * of (seed, tensor index, element index), so any slicing of the buffer (tp,
  * pp) and any thread count give the same values. */
-static void init_tensor(const GPTConfig *cfg, const GPTTensor *t, int i, uint64_t seed, float *host)
+static void init_tensor(const ModelConfig *cfg, const ModelTensor *t, int i, uint64_t seed, float *host)
 {
   float     std   = init_std(cfg, t);
   PetscBool is_ln = is_norm_gain(t);
@@ -394,19 +394,19 @@ static void init_tensor(const GPTConfig *cfg, const GPTTensor *t, int i, uint64_
 
 /* A shard draws the whole model and keeps its pieces, so its values are
  * those of the single-rank model. */
-PetscErrorCode gpt_init_random(GPT *gpt, uint64_t seed)
+PetscErrorCode model_init_random(Model *lm, uint64_t seed)
 {
-  GPTTensor *full;
+  ModelTensor *full;
   int        nfull;
   size_t     nparams;
   float     *host, *mine;
 
   PetscFunctionBegin;
-  PetscCall(gpt_tensor_table(&gpt->cfg, &full, &nfull, &nparams));
-  PetscCall(PetscMalloc2(nparams, &host, gpt->nparams, &mine));
-  for (int i = 0; i < nfull; i++) init_tensor(&gpt->cfg, &full[i], i, seed, host + full[i].offset);
-  PetscCall(gpt_shard_extract(&gpt->cfg, &gpt->sh, host, mine));
-  PetscCall(gpt_params_set(gpt, mine));
+  PetscCall(model_tensor_table(&lm->cfg, &full, &nfull, &nparams));
+  PetscCall(PetscMalloc2(nparams, &host, lm->nparams, &mine));
+  for (int i = 0; i < nfull; i++) init_tensor(&lm->cfg, &full[i], i, seed, host + full[i].offset);
+  PetscCall(model_shard_extract(&lm->cfg, &lm->sh, host, mine));
+  PetscCall(model_params_set(lm, mine));
   PetscCall(PetscFree2(host, mine));
   PetscCall(PetscFree(full));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -414,60 +414,60 @@ PetscErrorCode gpt_init_random(GPT *gpt, uint64_t seed)
 
 /* ---- host copies -------------------------------------------------------- */
 
-PetscErrorCode gpt_params_get(const GPT *gpt, float *host)
+PetscErrorCode model_params_get(const Model *lm, float *host)
 {
   PetscFunctionBegin;
-  PetscCall(gpt->be->to_host(host, gpt->params, gpt->nparams * sizeof(float)));
+  PetscCall(lm->be->to_host(host, lm->params, lm->nparams * sizeof(float)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_params_set(GPT *gpt, const float *host)
+PetscErrorCode model_params_set(Model *lm, const float *host)
 {
   PetscFunctionBegin;
-  PetscCall(gpt->be->from_host(gpt->params, host, gpt->nparams * sizeof(float)));
+  PetscCall(lm->be->from_host(lm->params, host, lm->nparams * sizeof(float)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_optim_init(GPT *gpt)
+PetscErrorCode model_optim_init(Model *lm)
 {
-  size_t bytes = (gpt->own1 - gpt->own0) * sizeof(float);
+  size_t bytes = (lm->own1 - lm->own0) * sizeof(float);
 
   PetscFunctionBegin;
-  if (!gpt->m) PetscCall(gpt->be->alloc(bytes, (void **)&gpt->m));
-  if (!gpt->v) PetscCall(gpt->be->alloc(bytes, (void **)&gpt->v));
-  PetscCall(gpt->be->zero(gpt->m, bytes));
-  PetscCall(gpt->be->zero(gpt->v, bytes));
-  gpt->step = 0;
+  if (!lm->m) PetscCall(lm->be->alloc(bytes, (void **)&lm->m));
+  if (!lm->v) PetscCall(lm->be->alloc(bytes, (void **)&lm->v));
+  PetscCall(lm->be->zero(lm->m, bytes));
+  PetscCall(lm->be->zero(lm->v, bytes));
+  lm->step = 0;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* The whole shard's moments; with ZeRO-1 gathered from the dp replicas
  * (collective over them). */
-PetscErrorCode gpt_optim_get(const GPT *gpt, float *m_host, float *v_host)
+PetscErrorCode model_optim_get(const Model *lm, float *m_host, float *v_host)
 {
-  size_t n = gpt->own1 - gpt->own0;
+  size_t n = lm->own1 - lm->own0;
   float *tmp;
 
   PetscFunctionBegin;
-  PetscCheck(gpt->m && gpt->v, PETSC_COMM_SELF, PETSC_ERR_ORDER, "gpt_optim_get: call gpt_optim_init first");
+  PetscCheck(lm->m && lm->v, PETSC_COMM_SELF, PETSC_ERR_ORDER, "model_optim_get: call model_optim_init first");
   PetscCall(PetscMalloc1(n + 1, &tmp));
-  PetscCall(gpt->be->to_host(tmp, gpt->m, n * sizeof(float)));
-  PetscCall(gpt_optim_gather(gpt, tmp, m_host));
-  PetscCall(gpt->be->to_host(tmp, gpt->v, n * sizeof(float)));
-  PetscCall(gpt_optim_gather(gpt, tmp, v_host));
+  PetscCall(lm->be->to_host(tmp, lm->m, n * sizeof(float)));
+  PetscCall(model_optim_gather(lm, tmp, m_host));
+  PetscCall(lm->be->to_host(tmp, lm->v, n * sizeof(float)));
+  PetscCall(model_optim_gather(lm, tmp, v_host));
   PetscCall(PetscFree(tmp));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* m_host, v_host: the whole shard's moments; ZeRO-1 keeps its range. */
-PetscErrorCode gpt_optim_set(GPT *gpt, const float *m_host, const float *v_host, int step)
+PetscErrorCode model_optim_set(Model *lm, const float *m_host, const float *v_host, int step)
 {
-  size_t bytes = (gpt->own1 - gpt->own0) * sizeof(float);
+  size_t bytes = (lm->own1 - lm->own0) * sizeof(float);
 
   PetscFunctionBegin;
-  if (!gpt->m || !gpt->v) PetscCall(gpt_optim_init(gpt));
-  PetscCall(gpt->be->from_host(gpt->m, m_host + gpt->own0, bytes));
-  PetscCall(gpt->be->from_host(gpt->v, v_host + gpt->own0, bytes));
-  gpt->step = step;
+  if (!lm->m || !lm->v) PetscCall(model_optim_init(lm));
+  PetscCall(lm->be->from_host(lm->m, m_host + lm->own0, bytes));
+  PetscCall(lm->be->from_host(lm->v, v_host + lm->own0, bytes));
+  lm->step = step;
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -8,25 +8,25 @@
 
 /* ---- stages ----------------------------------------------------------------- */
 
-static double layer_params(const GPTConfig *c)
+static double layer_params(const ModelConfig *c)
 {
-  double C = c->n_embd, Q = gpt_q_width(c), kv = (double)gpt_head_dim(c) * gpt_n_kv_head(c), F = gpt_n_ffn(c);
+  double C = c->n_embd, Q = model_q_width(c), kv = (double)model_head_dim(c) * model_n_kv_head(c), F = model_n_ffn(c);
 
-  if (gpt_is_llama(c)) return 2 * C * Q + 2 * C * kv + 3 * C * F + 2 * C + (c->qkv_bias ? Q + 2 * kv : 0) + (c->qk_norm ? 2.0 * gpt_head_dim(c) : 0);
+  if (model_is_llama(c)) return 2 * C * Q + 2 * C * kv + 3 * C * F + 2 * C + (c->qkv_bias ? Q + 2 * kv : 0) + (c->qk_norm ? 2.0 * model_head_dim(c) : 0);
   return 12.0 * C * C + 13.0 * C;
 }
-static double first_extra(const GPTConfig *c) { return (double)(c->vocab_size + (gpt_is_llama(c) ? 0 : c->n_positions)) * c->n_embd; }
-static double last_extra(const GPTConfig *c) { return (gpt_is_llama(c) ? 1.0 : 2.0) * c->n_embd + (c->head == GPT_HEAD_LM ? (double)c->vocab_size * c->n_embd : c->n_embd); }
+static double first_extra(const ModelConfig *c) { return (double)(c->vocab_size + (model_is_llama(c) ? 0 : c->n_positions)) * c->n_embd; }
+static double last_extra(const ModelConfig *c) { return (model_is_llama(c) ? 1.0 : 2.0) * c->n_embd + (c->head == MODEL_HEAD_LM ? (double)c->vocab_size * c->n_embd : c->n_embd); }
 
 /* Weight of a stage holding layers [a, b) of L. */
-static double stage_weight(const GPTConfig *c, int pp, int p, int a, int b)
+static double stage_weight(const ModelConfig *c, int pp, int p, int a, int b)
 {
   return (b - a) * layer_params(c) + (p == 0 ? first_extra(c) : 0) + (p == pp - 1 ? last_extra(c) : 0);
 }
 
 /* Linear partition minimising the heaviest stage (dynamic programme over
  * stage count and layers; L and pp are small). Ties keep the earlier cut. */
-void gpt_stage_layers(const GPTConfig *cfg, int pp, int p, int *l0, int *l1)
+void model_stage_layers(const ModelConfig *cfg, int pp, int p, int *l0, int *l1)
 {
   int     L = cfg->n_layer, cut[64 + 1];
   double  best[64 + 1][256 + 1];
@@ -54,22 +54,22 @@ void gpt_stage_layers(const GPTConfig *cfg, int pp, int p, int *l0, int *l1)
   *l1 = cut[p + 1];
 }
 
-void gpt_shard_of_mesh(const GPTConfig *cfg, const Mesh *mesh, GPTShard *sh)
+void model_shard_of_mesh(const ModelConfig *cfg, const Mesh *mesh, ModelShard *sh)
 {
   sh->tp = mesh ? mesh->tp : 1;
   sh->t  = mesh ? mesh->t : 0;
   sh->pp = mesh ? mesh->pp : 1;
   sh->p  = mesh ? mesh->p : 0;
-  gpt_stage_layers(cfg, sh->pp, sh->p, &sh->l0, &sh->l1);
+  model_stage_layers(cfg, sh->pp, sh->p, &sh->l0, &sh->l1);
 }
 
-PetscErrorCode gpt_shard_check(const GPTConfig *cfg, int tp, int pp, const char *what)
+PetscErrorCode model_shard_check(const ModelConfig *cfg, int tp, int pp, const char *what)
 {
   PetscFunctionBegin;
   PetscCheck(tp >= 1 && cfg->n_head % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's n_head %d", what, tp, cfg->n_head);
   PetscCheck(cfg->vocab_size % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's vocab_size %d", what, tp, cfg->vocab_size);
-  PetscCheck(gpt_n_kv_head(cfg) % tp == 0 || tp % gpt_n_kv_head(cfg) == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d neither divides the model's n_kv_head %d nor is a multiple of it", what, tp, gpt_n_kv_head(cfg));
-  PetscCheck(gpt_n_ffn(cfg) % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's n_ffn %d", what, tp, gpt_n_ffn(cfg));
+  PetscCheck(model_n_kv_head(cfg) % tp == 0 || tp % model_n_kv_head(cfg) == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d neither divides the model's n_kv_head %d nor is a multiple of it", what, tp, model_n_kv_head(cfg));
+  PetscCheck(model_n_ffn(cfg) % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's n_ffn %d", what, tp, model_n_ffn(cfg));
   PetscCheck(pp >= 1 && pp <= cfg->n_layer && pp <= 64, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%spp %d must lie in [1, n_layer %d] (and at most 64)", what, pp, cfg->n_layer);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -77,10 +77,10 @@ PetscErrorCode gpt_shard_check(const GPTConfig *cfg, int tp, int pp, const char 
 /* ---- the tensor table ------------------------------------------------------- */
 
 typedef struct {
-  GPTTensor      *t;
+  ModelTensor    *t;
   int             n;
   size_t          off;
-  const GPTShard *sh;
+  const ModelShard *sh;
 } Table;
 
 /* Adds a tensor of full shape d0 x d1 (d1 0: 1-D) split along `split`
@@ -88,7 +88,7 @@ typedef struct {
  * kv_heads caps the pieces of k and v (0: other tensors). */
 static void table_add_kv(Table *tb, const char *name, int d0, int d1, int split, int groups, PetscBool held, PetscBool norm, int kv_heads)
 {
-  GPTTensor *e  = &tb->t[tb->n++];
+  ModelTensor *e  = &tb->t[tb->n++];
   int        tp = tb->sh ? tb->sh->tp : 1, t = tb->sh ? tb->sh->t : 0, rep;
 
   memset(e, 0, sizeof *e);
@@ -101,7 +101,7 @@ static void table_add_kv(Table *tb, const char *name, int d0, int d1, int split,
   e->kv_heads  = kv_heads;
   e->shape[0]  = d0;
   e->shape[1]  = e->gshape[1];
-  rep          = gpt_tensor_rep(e, tp);
+  rep          = model_tensor_rep(e, tp);
   if (split >= 0) e->shape[split] /= tp / rep;
   e->decay = e->ndim == 2 ? PETSC_TRUE : PETSC_FALSE;
   e->numel = held ? (size_t)e->shape[0] * (size_t)(e->ndim == 2 ? e->shape[1] : 1) : 0;
@@ -118,15 +118,15 @@ static void table_add(Table *tb, const char *name, int d0, int d1, int split, in
 
 static void table_add_layer(Table *tb, int l, int C, PetscBool held)
 {
-  static const char *const suffix[GPT_T_PER_LAYER] = {"ln_1.weight",      "ln_1.bias",      "attn.c_attn.weight", "attn.c_attn.bias",
+  static const char *const suffix[MODEL_T_PER_LAYER] = {"ln_1.weight",      "ln_1.bias",      "attn.c_attn.weight", "attn.c_attn.bias",
                                                       "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
                                                       "mlp.c_fc.weight",  "mlp.c_fc.bias",  "mlp.c_proj.weight",  "mlp.c_proj.bias"};
   /* shapes in the Conv1D [in,out] layout (0 as second dim: 1-D), split dimension and groups */
-  const int spec[GPT_T_PER_LAYER][4] = {{C, 0, -1, 1},     {C, 0, -1, 1}, {C, 3 * C, 1, 3}, {3 * C, 0, 0, 3}, {C, C, 0, 1},     {C, 0, -1, 1},
+  const int spec[MODEL_T_PER_LAYER][4] = {{C, 0, -1, 1},     {C, 0, -1, 1}, {C, 3 * C, 1, 3}, {3 * C, 0, 0, 3}, {C, C, 0, 1},     {C, 0, -1, 1},
                                         {C, 0, -1, 1},     {C, 0, -1, 1}, {C, 4 * C, 1, 1}, {4 * C, 0, 0, 1}, {4 * C, C, 0, 1}, {C, 0, -1, 1}};
   char name[64];
 
-  for (int k = 0; k < GPT_T_PER_LAYER; k++) {
+  for (int k = 0; k < MODEL_T_PER_LAYER; k++) {
     snprintf(name, sizeof name, "transformer.h.%d.%s", l, suffix[k]);
     table_add(tb, name, spec[k][0], spec[k][1], spec[k][2], spec[k][3], held, PETSC_TRUE);
   }
@@ -137,9 +137,9 @@ static void table_add_layer(Table *tb, int l, int C, PetscBool held)
  * down by columns (row-parallel); the norms replicated; k and v (and their
  * biases) in at most n_kv_head pieces. Q is the query width n_head x
  * head_dim, C the residual stream's. */
-static void table_add_llama_layer(Table *tb, const GPTConfig *cfg, int l, PetscBool held)
+static void table_add_llama_layer(Table *tb, const ModelConfig *cfg, int l, PetscBool held)
 {
-  int         C = cfg->n_embd, Q = gpt_q_width(cfg), hd = gpt_head_dim(cfg), kv = hd * cfg->n_kv_head, F = cfg->n_ffn;
+  int         C = cfg->n_embd, Q = model_q_width(cfg), hd = model_head_dim(cfg), kv = hd * cfg->n_kv_head, F = cfg->n_ffn;
   const char *suffix[LL_T_PER_LAYER_MAX] = {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
                                             "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
                                             "mlp.down_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
@@ -156,11 +156,11 @@ static void table_add_llama_layer(Table *tb, const GPTConfig *cfg, int l, PetscB
   }
 }
 
-PetscErrorCode gpt_tensor_table_shard(const GPTConfig *cfg, const GPTShard *sh, GPTTensor **tensors, int *ntensors, size_t *nparams)
+PetscErrorCode model_tensor_table_shard(const ModelConfig *cfg, const ModelShard *sh, ModelTensor **tensors, int *ntensors, size_t *nparams)
 {
   int       C = cfg->n_embd, pp = sh ? sh->pp : 1;
-  PetscBool first = !sh || sh->p == 0, last = !sh || sh->p == pp - 1, llama = gpt_is_llama(cfg);
-  PetscBool tied = cfg->head == GPT_HEAD_LM && !gpt_untied_head(cfg) ? PETSC_TRUE : PETSC_FALSE;
+  PetscBool first = !sh || sh->p == 0, last = !sh || sh->p == pp - 1, llama = model_is_llama(cfg);
+  PetscBool tied = cfg->head == MODEL_HEAD_LM && !model_untied_head(cfg) ? PETSC_TRUE : PETSC_FALSE;
   Table     tb = {NULL, 0, 0, sh};
 
   PetscFunctionBegin;
@@ -179,8 +179,8 @@ PetscErrorCode gpt_tensor_table_shard(const GPTConfig *cfg, const GPTShard *sh, 
     table_add(&tb, "transformer.ln_f.weight", C, 0, -1, 1, last, PETSC_TRUE);
     table_add(&tb, "transformer.ln_f.bias", C, 0, -1, 1, last, PETSC_TRUE);
   }
-  if (gpt_untied_head(cfg)) table_add(&tb, "lm_head.weight", cfg->vocab_size, C, 0, 1, last, PETSC_TRUE);
-  if (cfg->head == GPT_HEAD_SCALAR) table_add(&tb, "score.weight", 1, C, -1, 1, last, PETSC_TRUE);
+  if (model_untied_head(cfg)) table_add(&tb, "lm_head.weight", cfg->vocab_size, C, 0, 1, last, PETSC_TRUE);
+  if (cfg->head == MODEL_HEAD_SCALAR) table_add(&tb, "score.weight", 1, C, -1, 1, last, PETSC_TRUE);
   *tensors  = tb.t;
   *ntensors = tb.n;
   *nparams  = tb.off;
@@ -189,7 +189,7 @@ PetscErrorCode gpt_tensor_table_shard(const GPTConfig *cfg, const GPTShard *sh, 
 
 /* ---- pieces ----------------------------------------------------------------- */
 
-void gpt_tensor_piece(const GPTTensor *full, int q, int a, int g, int *lo, int *hi)
+void model_tensor_piece(const ModelTensor *full, int q, int a, int g, int *lo, int *hi)
 {
   int block = full->gshape[full->split < 0 ? 0 : full->split] / full->groups, piece = block / q;
 
@@ -197,7 +197,7 @@ void gpt_tensor_piece(const GPTTensor *full, int q, int a, int g, int *lo, int *
   *hi = *lo + piece;
 }
 
-void gpt_copy_span(const GPTTensor *full, int split, const float *src, int src_D, int src_lo, float *dst, int dst_D, int dst_lo, int n)
+void model_copy_span(const ModelTensor *full, int split, const float *src, int src_D, int src_lo, float *dst, int dst_D, int dst_lo, int n)
 {
   if (split == 0) { /* whole rows of the full row length */
     size_t cols = full->ndim == 2 ? (size_t)full->gshape[1] : 1;
@@ -208,7 +208,7 @@ void gpt_copy_span(const GPTTensor *full, int split, const float *src, int src_D
 }
 
 /* Shard <-> full for one tensor; to_full says the direction. */
-static void shard_tensor_copy(const GPTTensor *f, const GPTTensor *s, int tp, int t, float *full, float *shard, PetscBool to_full)
+static void shard_tensor_copy(const ModelTensor *f, const ModelTensor *s, int tp, int t, float *full, float *shard, PetscBool to_full)
 {
   int D, Dl, piece;
 
@@ -219,39 +219,39 @@ static void shard_tensor_copy(const GPTTensor *f, const GPTTensor *s, int tp, in
     return;
   }
   D     = f->gshape[s->split];
-  Dl    = D / gpt_tensor_pieces(s, tp);
+  Dl    = D / model_tensor_pieces(s, tp);
   piece = Dl / f->groups;
   for (int g = 0; g < f->groups; g++) {
     int lo, hi;
-    gpt_tensor_piece(f, gpt_tensor_pieces(s, tp), gpt_tensor_piece_of(s, tp, t), g, &lo, &hi);
-    if (to_full) gpt_copy_span(f, s->split, shard + s->offset, Dl, g * piece, full + f->offset, D, lo, hi - lo);
-    else gpt_copy_span(f, s->split, full + f->offset, D, lo, shard + s->offset, Dl, g * piece, hi - lo);
+    model_tensor_piece(f, model_tensor_pieces(s, tp), model_tensor_piece_of(s, tp, t), g, &lo, &hi);
+    if (to_full) model_copy_span(f, s->split, shard + s->offset, Dl, g * piece, full + f->offset, D, lo, hi - lo);
+    else model_copy_span(f, s->split, full + f->offset, D, lo, shard + s->offset, Dl, g * piece, hi - lo);
   }
 }
 
-static PetscErrorCode shard_copy(const GPTConfig *cfg, const GPTShard *sh, float *full, float *shard, PetscBool to_full)
+static PetscErrorCode shard_copy(const ModelConfig *cfg, const ModelShard *sh, float *full, float *shard, PetscBool to_full)
 {
-  GPTTensor *ft, *st;
+  ModelTensor *ft, *st;
   int        nf, ns;
   size_t     np;
 
   PetscFunctionBegin;
-  PetscCall(gpt_tensor_table_shard(cfg, NULL, &ft, &nf, &np));
-  PetscCall(gpt_tensor_table_shard(cfg, sh, &st, &ns, &np));
+  PetscCall(model_tensor_table_shard(cfg, NULL, &ft, &nf, &np));
+  PetscCall(model_tensor_table_shard(cfg, sh, &st, &ns, &np));
   for (int i = 0; i < nf; i++) shard_tensor_copy(&ft[i], &st[i], sh ? sh->tp : 1, sh ? sh->t : 0, full, shard, to_full);
   PetscCall(PetscFree(ft));
   PetscCall(PetscFree(st));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_shard_extract(const GPTConfig *cfg, const GPTShard *sh, const float *full, float *shard)
+PetscErrorCode model_shard_extract(const ModelConfig *cfg, const ModelShard *sh, const float *full, float *shard)
 {
   PetscFunctionBegin;
   PetscCall(shard_copy(cfg, sh, (float *)full, shard, PETSC_FALSE));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gpt_shard_insert(const GPTConfig *cfg, const GPTShard *sh, const float *shard, float *full)
+PetscErrorCode model_shard_insert(const ModelConfig *cfg, const ModelShard *sh, const float *shard, float *full)
 {
   PetscFunctionBegin;
   PetscCall(shard_copy(cfg, sh, full, (float *)shard, PETSC_TRUE));

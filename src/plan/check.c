@@ -57,13 +57,13 @@ static PetscErrorCode plan_check_grid(const PlanCall *call, const char *name)
 
 /* Megatron sharding cuts attention by heads and the embedding by vocabulary
  * rows; every pipeline stage needs at least one layer. */
-static PetscErrorCode plan_check_model(const PlanCall *call, const char *name, const GPTConfig *cfg)
+static PetscErrorCode plan_check_model(const PlanCall *call, const char *name, const ModelConfig *cfg)
 {
   PetscFunctionBegin;
   PetscCheck(cfg->n_head % call->tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%s_tp %d does not divide the model's n_head %d", name, call->tp, cfg->n_head);
   PetscCheck(cfg->vocab_size % call->tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%s_tp %d does not divide the model's vocab_size %d", name, call->tp, cfg->vocab_size);
-  PetscCheck(gpt_n_kv_head(cfg) % call->tp == 0 || call->tp % gpt_n_kv_head(cfg) == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%s_tp %d neither divides the model's n_kv_head %d nor is a multiple of it", name, call->tp, gpt_n_kv_head(cfg));
-  PetscCheck(gpt_n_ffn(cfg) % call->tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%s_tp %d does not divide the model's n_ffn %d", name, call->tp, gpt_n_ffn(cfg));
+  PetscCheck(model_n_kv_head(cfg) % call->tp == 0 || call->tp % model_n_kv_head(cfg) == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%s_tp %d neither divides the model's n_kv_head %d nor is a multiple of it", name, call->tp, model_n_kv_head(cfg));
+  PetscCheck(model_n_ffn(cfg) % call->tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%s_tp %d does not divide the model's n_ffn %d", name, call->tp, model_n_ffn(cfg));
   PetscCheck(call->pp <= cfg->n_layer, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%s_pp %d exceeds the model's n_layer %d (every stage needs a layer)", name, call->pp, cfg->n_layer);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

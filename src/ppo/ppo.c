@@ -169,9 +169,9 @@ static const char *const model_names[4] = {"actor", "critic", "reference", "rewa
  * before anything is allocated; with policy (-mode pipeline, before the SFT
  * and RM checkpoints exist) every model has the SFT architecture, as those
  * stages will write it, with its own head. */
-static PetscErrorCode ppo_configs(const RunCtx *run, const PPOOptions *o, const ModelSource src[4], const GPTConfig *policy, int max_prompt, GPTConfig cfg[4])
+static PetscErrorCode ppo_configs(const RunCtx *run, const PPOOptions *o, const ModelSource src[4], const ModelConfig *policy, int max_prompt, ModelConfig cfg[4])
 {
-  const GPTHead head[4] = {GPT_HEAD_LM, GPT_HEAD_SCALAR, GPT_HEAD_LM, GPT_HEAD_SCALAR};
+  const ModelHead head[4] = {MODEL_HEAD_LM, MODEL_HEAD_SCALAR, MODEL_HEAD_LM, MODEL_HEAD_SCALAR};
   int           T       = max_prompt + (int)o->gen.max_new_tokens;
 
   PetscFunctionBegin;
@@ -185,7 +185,7 @@ static PetscErrorCode ppo_configs(const RunCtx *run, const PPOOptions *o, const 
     if (policy) cfg[k] = *policy;
     else PetscCall(ckpt_read_config(run->comm, src[k].file, src[k].role, &cfg[k]));
     if (src[k].trunk_only || policy) cfg[k].head = head[k];
-    PetscCheck(cfg[k].head == head[k], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s has the %s head; the %s needs the %s head", src[k].file, src[k].role, GPTHeadNames[cfg[k].head], model_names[k], GPTHeadNames[head[k]]);
+    PetscCheck(cfg[k].head == head[k], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s has the %s head; the %s needs the %s head", src[k].file, src[k].role, ModelHeadNames[cfg[k].head], model_names[k], ModelHeadNames[head[k]]);
     PetscCheck(cfg[k].vocab_size == cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "vocabulary mismatch: the %s (%s) has %d tokens, the actor (%s) %d", model_names[k], src[k].file, cfg[k].vocab_size, src[0].file, cfg[0].vocab_size);
     PetscCheck(T <= cfg[k].n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "the %s (%s) has n_positions %d, fewer than the longest prompt (%d tokens) plus -gen_max_new_tokens %" PetscInt_FMT, model_names[k], from, cfg[k].n_positions, max_prompt, o->gen.max_new_tokens);
   }
@@ -194,7 +194,7 @@ static PetscErrorCode ppo_configs(const RunCtx *run, const PPOOptions *o, const 
 }
 
 /* The plan's needs: the model of each call and the sequences it splits. */
-static void ppo_needs(const PPOOptions *o, const GPTConfig cfg[4], PlanNeeds *needs)
+static void ppo_needs(const PPOOptions *o, const ModelConfig cfg[4], PlanNeeds *needs)
 {
   int mini = (int)(o->rollout_batch / o->minibatches), B = (int)o->rollout_batch;
 
@@ -220,7 +220,7 @@ static PetscBool ppo_offloads(const PPOOptions *o, const PlanNeeds *needs, MFCId
 
 /* Places the models on their meshes (every rank in the same order) and
  * reads them; each member keeps its shard. */
-static PetscErrorCode ppo_load(const RunCtx *run, const Backend *be, const PPOOptions *o, const PlanNeeds *needs, const ModelSource src[4], const GPTConfig cfg[4], PPOModels *m, CkptState *st)
+static PetscErrorCode ppo_load(const RunCtx *run, const Backend *be, const PPOOptions *o, const PlanNeeds *needs, const ModelSource src[4], const ModelConfig cfg[4], PPOModels *m, CkptState *st)
 {
   const Plan *plan    = &o->plan;
   PetscBool   restart = (PetscBool)(o->restart[0] != 0);
@@ -434,14 +434,14 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   PetscCall(packbuf_create((int)o->rollout_batch, r.T, &pb));
   PetscCall(sys_output_path(run, "rollouts.h5", path, sizeof path));
   {
-    GPTTensor *t;
+    ModelTensor *t;
     int        nt;
-    PetscCall(gpt_tensor_table(&m->actor.cfg, &t, &nt, &nparams));
+    PetscCall(model_tensor_table(&m->actor.cfg, &t, &nt, &nparams));
     PetscCall(PetscFree(t));
   }
   PetscCall(PetscPrintf(run->comm, "%s: actor %zu parameters, %" PetscInt_FMT " iterations of %" PetscInt_FMT " responses, from iteration %" PetscInt_FMT "\n", algo_names[o->algo], nparams, o->iterations, o->rollout_batch, st->iteration));
   while (st->iteration < o->iterations) {
-    double        t0 = sys_wtime(), g0 = gpt_acts_grown_bytes(), grown, kl, iter_s, coef;
+    double        t0 = sys_wtime(), g0 = model_acts_grown_bytes(), grown, kl, iter_s, coef;
     PPOEval       ev = {NAN, NAN, NAN, NAN};
     StageTimes    tm;
     PPOTrainStats ts;
@@ -454,7 +454,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     kl = rollout_kl(&r);
     if (o->dump_rollouts) PetscCall(rollout_dump(run->comm, path, &r, it, o, st->kl_coef));
     iter_s = sys_wtime() - t0;
-    grown  = gpt_acts_grown_bytes() - g0;
+    grown  = model_acts_grown_bytes() - g0;
     coef   = st->kl_coef; /* the coefficient this iteration's rewards used */
     if (o->kl_target > 0) st->kl_coef = rl_kl_adapt(st->kl_coef, kl, o->kl_target, o->kl_horizon, (double)r.B);
     st->iteration++;
@@ -517,7 +517,7 @@ static PetscErrorCode ppo_eval_only(const RunCtx *run, const PPOOptions *o, cons
 
 /* The cost model's description of the job: the settings as parsed here
  * and the models as read (critic-free: the critic slot gets the reward's). */
-static void ppo_cost_deck_fill(const PPOOptions *o, const GPTConfig cfg[4], int max_prompt, PetscInt seed, CostDeck *d)
+static void ppo_cost_deck_fill(const PPOOptions *o, const ModelConfig cfg[4], int max_prompt, PetscInt seed, CostDeck *d)
 {
   PetscMemzero(d, sizeof *d);
   d->batch       = (int)o->rollout_batch;
@@ -537,7 +537,7 @@ static void ppo_cost_deck_fill(const PPOOptions *o, const GPTConfig cfg[4], int 
 /* Everything that can be checked before a model is read: options, prompts,
  * the models' configurations (ppo_configs), the task and the plan (printed
  * when print is true). ps is set up for the run. */
-static PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const GPTConfig *policy, PetscBool print, ModelSource src[4], PromptSource *ps, GPTConfig cfg[4], PlanNeeds *needs)
+static PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const ModelConfig *policy, PetscBool print, ModelSource src[4], PromptSource *ps, ModelConfig cfg[4], PlanNeeds *needs)
 {
   PetscFunctionBegin;
   PetscCall(ppo_check_options(o));
@@ -579,7 +579,7 @@ static PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const GPTCon
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode ppo_dry_run(const RunCtx *run, const PPOOptions *o, const GPTConfig cfg[4], const PromptSource *ps)
+static PetscErrorCode ppo_dry_run(const RunCtx *run, const PPOOptions *o, const ModelConfig cfg[4], const PromptSource *ps)
 {
   char a[32];
 
@@ -588,10 +588,10 @@ static PetscErrorCode ppo_dry_run(const RunCtx *run, const PPOOptions *o, const 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_check_stage(const RunCtx *run, PPOOptions *o, const GPTConfig *policy, PetscBool print)
+PetscErrorCode ppo_check_stage(const RunCtx *run, PPOOptions *o, const ModelConfig *policy, PetscBool print)
 {
   ModelSource  src[4];
-  GPTConfig    cfg[4];
+  ModelConfig  cfg[4];
   PromptSource ps;
   PlanNeeds    needs;
 
@@ -605,7 +605,7 @@ PetscErrorCode ppo_check_stage(const RunCtx *run, PPOOptions *o, const GPTConfig
 PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *sft_gold, double *ppo_gold, double *ppo_kl)
 {
   ModelSource  src[4];
-  GPTConfig    cfg[4];
+  ModelConfig  cfg[4];
   PromptSource ps;
   PPOModels    m;
   CkptState    st  = {0, 0, run->seed, o->kl_coef};
@@ -664,14 +664,14 @@ PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *d)
   PPOOptions   o;
   ModelSource  src[4];
   PromptSource ps;
-  GPTConfig    policy, cfg[4];
+  ModelConfig  policy, cfg[4];
   PetscBool    files;
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(&o, sizeof o));
   PetscCall(train_job_checkpoint_options(&job)); /* not the plan: the search makes one for other ranks */
   PetscCall(ppo_job_options(&job, &o));
-  PetscCall(gpt_config_set_from_options("policy_", &policy)); /* a deck without checkpoints: SFT's model */
+  PetscCall(model_config_set_from_options("policy_", &policy)); /* a deck without checkpoints: SFT's model */
   if (!help) PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o.restart, sizeof o.restart)); /* latest, with none there: a fresh start */
   if (!help) PetscCall(reward_spec_parse("-reward_fn", o.reward_fn, &o.reward_spec));
   files = !help && (o.restart[0] || o.actor_ckpt[0] || o.reward_ckpt[0]) ? PETSC_TRUE : PETSC_FALSE;
@@ -682,8 +682,8 @@ PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *d)
     else o.has_reward_model = o.reward_ckpt[0] ? PETSC_TRUE : PETSC_FALSE;
     PetscCheck(o.has_reward_model || o.reward_spec.n || o.reward_command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "the deck has no reward: -reward_checkpoint, -reward_fn or -reward_command");
   } else {
-    policy.head = GPT_HEAD_LM;
-    PetscCall(gpt_config_check(&policy, "policy_"));
+    policy.head = MODEL_HEAD_LM;
+    PetscCall(model_config_check(&policy, "policy_"));
   }
   ppo_sources(&o, src);
   PetscCall(prompts_setup(run, &o, &ps));

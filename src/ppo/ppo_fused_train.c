@@ -62,7 +62,7 @@ typedef struct {
   double  best;
 } TimedFn;
 
-static PetscErrorCode timed_forward(void *ctx, GPT *g, int mb)
+static PetscErrorCode timed_forward(void *ctx, Model *g, int mb)
 {
   TimedFn *t  = (TimedFn *)ctx;
   double   t0 = sys_wtime();
@@ -73,7 +73,7 @@ static PetscErrorCode timed_forward(void *ctx, GPT *g, int mb)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode timed_backward(void *ctx, GPT *g, int mb)
+static PetscErrorCode timed_backward(void *ctx, Model *g, int mb)
 {
   TimedFn *t = (TimedFn *)ctx;
 
@@ -132,7 +132,7 @@ static PetscErrorCode fused_schedule_measured(PPOFusedTrain *fz, const Mesh *mes
 
 PetscErrorCode ppo_fused_train_pass(PPOFusedTrain *fz, Trainer *tr[2], const MicroSplit *s[2], const TrainWork *w[2])
 {
-  GPT       *g[2] = {tr[0]->dm->gpt, tr[1]->dm->gpt};
+  Model     *g[2] = {tr[0]->dm->lm, tr[1]->dm->lm};
   ACSched  seq, *use = fz->ready ? &fz->sched : &seq;
   TimedFn    tf[2];
   SchedModel md[2];
@@ -144,8 +144,8 @@ PetscErrorCode ppo_fused_train_pass(PPOFusedTrain *fz, Trainer *tr[2], const Mic
   PetscCheck(g[0] && g[1], PETSC_COMM_SELF, PETSC_ERR_PLIB, "fused training: a rank holds only one of the actor and critic shards");
   PetscCheck(s[0]->count == fz->in.m[0] && s[1]->count == fz->in.m[1], PETSC_COMM_SELF, PETSC_ERR_PLIB, "fused training: %d and %d micro-batches, the schedule has %d and %d", s[0]->count, s[1]->count, fz->in.m[0], fz->in.m[1]);
   for (int x = 0; x < 2; x++) {
-    PetscCall(gpt_zero_grad(g[x]));
-    PetscCall(gpt_msg_ids(g[x], x, 0)); /* AC_ACTOR, AC_CRITIC: their messages never pair across models */
+    PetscCall(model_zero_grad(g[x]));
+    PetscCall(model_msg_ids(g[x], x, 0)); /* AC_ACTOR, AC_CRITIC: their messages never pair across models */
     tf[x] = (TimedFn){w[x]->forward, w[x]->backward, w[x]->ctx, INFINITY};
   }
   if (!fz->ready) {

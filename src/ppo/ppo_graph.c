@@ -128,7 +128,7 @@ static PetscErrorCode share_generation(void *ctx)
 
 /* An inference call on one model: the replica's rows, the frozen model
  * brought back from host memory for the call when offloaded. */
-typedef PetscErrorCode (*InferFn)(GPT *, Rollout *, const PPOOptions *, PackBuf *, int, int, int);
+typedef PetscErrorCode (*InferFn)(Model *, Rollout *, const PPOOptions *, PackBuf *, int, int, int);
 
 static PetscErrorCode infer(IterCtx *c, DModel *dm, MFCId call, PetscBool offload, InferFn fn)
 {
@@ -138,7 +138,7 @@ static PetscErrorCode infer(IterCtx *c, DModel *dm, MFCId call, PetscBool offloa
   exec_rows(c->r->B, dm->mesh->dp, dm->mesh->d, &b0, &b1);
   PetscCall(dmodel_acquire(dm));
   PetscCall(PetscLogEventBegin(sys_log.inference, 0, 0, 0, 0));
-  PetscCall(fn(dm->gpt, c->r, c->o, c->pb, b0, b1, call_micro(c, call, b1 - b0)));
+  PetscCall(fn(dm->lm, c->r, c->o, c->pb, b0, b1, call_micro(c, call, b1 - b0)));
   PetscCall(PetscLogEventEnd(sys_log.inference, 0, 0, 0, 0));
   if (offload) PetscCall(dmodel_release(dm, PETSC_TRUE));
   PetscFunctionReturn(PETSC_SUCCESS);

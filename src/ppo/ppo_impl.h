@@ -126,25 +126,25 @@ PetscErrorCode packbuf_destroy(PackBuf *pb);
  * pb->ent get, at forward row (i, s), the log-probability and entropy of the
  * token at position s+1 under the generation's distribution (0 outside
  * responses). Returns the forward row length in *Tf. */
-PetscErrorCode rollout_forward_logprobs(GPT *m, const Rollout *r, const int *idx, int nb, float inv_temp, PackBuf *pb, int *Tf);
+PetscErrorCode rollout_forward_logprobs(Model *m, const Rollout *r, const int *idx, int nb, float inv_temp, PackBuf *pb, int *Tf);
 /* Forward through a scalar-head model; pb->val gets the values by forward
  * row (the value of the state before position s+1 is at row s). With
  * full_length the rows cover whole sequences (for the score at the last
  * token), else up to the last response token's predecessor. */
-PetscErrorCode rollout_forward_values(GPT *m, const Rollout *r, const int *idx, int nb, PetscBool full_length, PackBuf *pb, int *Tf);
+PetscErrorCode rollout_forward_values(Model *m, const Rollout *r, const int *idx, int nb, PetscBool full_length, PackBuf *pb, int *Tf);
 
 /* The inference calls over rows [b0, b1) (a replica's share), in
  * micro-batches of nmicro sequences through the model's pipeline stages:
  * reference log-probabilities, reward-model scores (and the final scores),
  * critic values. Only the last stage writes the outputs. */
-PetscErrorCode rollout_ref_inference(GPT *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
-PetscErrorCode rollout_reward_inference(GPT *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
-PetscErrorCode rollout_critic_inference(GPT *critic, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
+PetscErrorCode rollout_ref_inference(Model *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
+PetscErrorCode rollout_reward_inference(Model *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
+PetscErrorCode rollout_critic_inference(Model *critic, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
 /* One inference call over the sequences idx[0..nb) of r in one forward
  * (nb <= pb->nmax): reference log-probabilities, reward-model scores (and
  * final scores) or critic values, as the calls above compute them. */
 typedef enum { ROLLOUT_REF = 0, ROLLOUT_SCORE = 1, ROLLOUT_VALUES = 2 } RolloutInfer;
-PetscErrorCode rollout_infer_rows(GPT *m, RolloutInfer kind, Rollout *r, const PPOOptions *o, PackBuf *pb, const int *idx, int nb);
+PetscErrorCode rollout_infer_rows(Model *m, RolloutInfer kind, Rollout *r, const PPOOptions *o, PackBuf *pb, const int *idx, int nb);
 /* The rewards besides the reward model (src/ppo/rewards.c). Setup: the
  * token table from the first of tables[] holding /tokenizer (else the
  * built-in arithmetic task's characters), the command started on world

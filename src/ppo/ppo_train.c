@@ -61,19 +61,19 @@ static size_t micro_rows(const MiniBatch *mb, int k, const int **idx, int *nb)
 
 /* Forward of micro-batch k (log-probabilities for the LM head, values for
  * the scalar head); true on the last stage, which then computes the loss. */
-static PetscErrorCode micro_forward(MiniBatch *mb, GPT *g, int k, const int **idx, int *nb, int *Tf, PetscBool *last, size_t *own)
+static PetscErrorCode micro_forward(MiniBatch *mb, Model *g, int k, const int **idx, int *nb, int *Tf, PetscBool *last, size_t *own)
 {
   PetscFunctionBegin;
   *own = micro_rows(mb, k, idx, nb);
   PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
-  if (g->cfg.head == GPT_HEAD_LM) PetscCall(rollout_forward_logprobs(g, mb->r, *idx, *nb, (float)(1.0 / mb->o->gen.temperature), mb->pb, Tf));
+  if (g->cfg.head == MODEL_HEAD_LM) PetscCall(rollout_forward_logprobs(g, mb->r, *idx, *nb, (float)(1.0 / mb->o->gen.temperature), mb->pb, Tf));
   else PetscCall(rollout_forward_values(g, mb->r, *idx, *nb, PETSC_FALSE, mb->pb, Tf));
   PetscCall(PetscLogEventEnd(sys_log.forward, 0, 0, 0, 0));
-  *last = gpt_last_stage(g);
+  *last = model_last_stage(g);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode actor_forward(void *ctx, GPT *actor, int k)
+static PetscErrorCode actor_forward(void *ctx, Model *actor, int k)
 {
   MiniBatch     *mb = (MiniBatch *)ctx;
   const Rollout *r  = mb->r;
@@ -107,7 +107,7 @@ static PetscErrorCode actor_forward(void *ctx, GPT *actor, int k)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode critic_forward(void *ctx, GPT *critic, int k)
+static PetscErrorCode critic_forward(void *ctx, Model *critic, int k)
 {
   MiniBatch     *mb = (MiniBatch *)ctx;
   const Rollout *r  = mb->r;
@@ -137,18 +137,18 @@ static PetscErrorCode critic_forward(void *ctx, GPT *critic, int k)
 
 /* On the last stage the loss gradient and targets are micro-batch k's own
  * (see MiniBatch), so any schedule works. */
-static PetscErrorCode model_backward(void *ctx, GPT *gpt, int k)
+static PetscErrorCode model_backward(void *ctx, Model *lm, int k)
 {
   MiniBatch *mb   = (MiniBatch *)ctx;
-  PetscBool  last = gpt_last_stage(gpt);
+  PetscBool  last = model_last_stage(lm);
   const int *idx;
   int        nb;
   size_t     own = micro_rows(mb, k, &idx, &nb);
 
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(sys_log.backward, 0, 0, 0, 0));
-  if (gpt->cfg.head == GPT_HEAD_LM) PetscCall(gpt_backward_logprob(gpt, last ? mb->target + own : NULL, last ? mb->grad + own : NULL));
-  else PetscCall(gpt_backward_values(gpt, last ? mb->grad + own : NULL));
+  if (lm->cfg.head == MODEL_HEAD_LM) PetscCall(model_backward_logprob(lm, last ? mb->target + own : NULL, last ? mb->grad + own : NULL));
+  else PetscCall(model_backward_values(lm, last ? mb->grad + own : NULL));
   PetscCall(PetscLogEventEnd(sys_log.backward, 0, 0, 0, 0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -173,7 +173,7 @@ static PetscErrorCode train_models(PPOFusedTrain *fz, Trainer *tr[2], const PPOO
   PetscCall(PetscMalloc1(r->B, &perm));
   for (int x = 0; x < nm; x++) {
     mb[x] = (MiniBatch){o, r, pb, NULL, {0, 0, 1, 0}, 0, 0, kl_coef, {0, 0, 0, 0}, NULL, NULL};
-    w[x]  = (TrainWork){tr[x]->dm->cfg.head == GPT_HEAD_LM ? actor_forward : critic_forward, model_backward, &mb[x], mb[x].acc, 4};
+    w[x]  = (TrainWork){tr[x]->dm->cfg.head == MODEL_HEAD_LM ? actor_forward : critic_forward, model_backward, &mb[x], mb[x].acc, 4};
     trainer_split(tr[x], nmb, PetscMax(1, nmb / (int)o->microbatches), &mb[x].split);
     PetscCall(PetscMalloc2((size_t)nmb * r->T, &mb[x].target, (size_t)nmb * r->T, &mb[x].grad));
   }

@@ -105,26 +105,26 @@ static int rows_needed(const Rollout *r, const int *idx, int nb, PetscBool full_
   return Tf;
 }
 
-PetscErrorCode rollout_forward_logprobs(GPT *m, const Rollout *r, const int *idx, int nb, float inv_temp, PackBuf *pb, int *Tf)
+PetscErrorCode rollout_forward_logprobs(Model *m, const Rollout *r, const int *idx, int nb, float inv_temp, PackBuf *pb, int *Tf)
 {
-  GPTTokenDist dist;
+  ModelTokenDist dist;
 
   PetscFunctionBegin;
   *Tf = rows_needed(r, idx, nb, PETSC_FALSE);
   PetscCall(pack_rows(r, idx, nb, *Tf, pb));
-  dist = (GPTTokenDist){inv_temp, r->gen.mask_off ? pb->mask_off : NULL, pb->mask_ids};
-  PetscCall(gpt_forward(m, pb->tok, nb, *Tf));
-  if (gpt_last_stage(m)) PetscCall(gpt_logprobs_dist(m, pb->target, &dist, pb->lp, pb->ent));
+  dist = (ModelTokenDist){inv_temp, r->gen.mask_off ? pb->mask_off : NULL, pb->mask_ids};
+  PetscCall(model_forward(m, pb->tok, nb, *Tf));
+  if (model_last_stage(m)) PetscCall(model_logprobs_dist(m, pb->target, &dist, pb->lp, pb->ent));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_forward_values(GPT *m, const Rollout *r, const int *idx, int nb, PetscBool full_length, PackBuf *pb, int *Tf)
+PetscErrorCode rollout_forward_values(Model *m, const Rollout *r, const int *idx, int nb, PetscBool full_length, PackBuf *pb, int *Tf)
 {
   PetscFunctionBegin;
   *Tf = rows_needed(r, idx, nb, full_length);
   PetscCall(pack_rows(r, idx, nb, *Tf, pb));
-  PetscCall(gpt_forward(m, pb->tok, nb, *Tf));
-  if (gpt_last_stage(m)) PetscCall(gpt_values_get(m, pb->val));
+  PetscCall(model_forward(m, pb->tok, nb, *Tf));
+  if (model_last_stage(m)) PetscCall(model_values_get(m, pb->val));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -145,7 +145,7 @@ static void micro_indices(int b0, int nb, int *idx)
  * last stage hands each micro-batch's outputs to take(). */
 typedef PetscErrorCode (*TakeFn)(Rollout *r, const PPOOptions *o, const PackBuf *pb, const int *idx, int nb, int Tf);
 
-static PetscErrorCode rows_inference(GPT *m, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro, PetscBool logprobs, PetscBool full_length, TakeFn take)
+static PetscErrorCode rows_inference(Model *m, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro, PetscBool logprobs, PetscBool full_length, TakeFn take)
 {
   int *idx, Tf;
 
@@ -156,7 +156,7 @@ static PetscErrorCode rows_inference(GPT *m, Rollout *r, const PPOOptions *o, Pa
     micro_indices(a, nb, idx);
     if (logprobs) PetscCall(rollout_forward_logprobs(m, r, idx, nb, (float)(1.0 / o->gen.temperature), pb, &Tf));
     else PetscCall(rollout_forward_values(m, r, idx, nb, full_length, pb, &Tf));
-    if (gpt_last_stage(m)) PetscCall(take(r, o, pb, idx, nb, Tf));
+    if (model_last_stage(m)) PetscCall(take(r, o, pb, idx, nb, Tf));
   }
   PetscCall(PetscFree(idx));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -186,7 +186,7 @@ static PetscErrorCode take_values(Rollout *r, const PPOOptions *o, const PackBuf
   return PETSC_SUCCESS;
 }
 
-PetscErrorCode rollout_ref_inference(GPT *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
+PetscErrorCode rollout_ref_inference(Model *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
 {
   PetscFunctionBegin;
   PetscCall(PetscArrayzero(r->ref + (size_t)b0 * r->T, (size_t)(b1 - b0) * r->T));
@@ -194,14 +194,14 @@ PetscErrorCode rollout_ref_inference(GPT *ref, Rollout *r, const PPOOptions *o, 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_reward_inference(GPT *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
+PetscErrorCode rollout_reward_inference(Model *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
 {
   PetscFunctionBegin;
   PetscCall(rows_inference(reward, r, o, pb, b0, b1, nmicro, PETSC_FALSE, PETSC_TRUE, take_score));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_critic_inference(GPT *critic, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
+PetscErrorCode rollout_critic_inference(Model *critic, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
 {
   PetscFunctionBegin;
   PetscCall(PetscArrayzero(r->values + (size_t)b0 * r->T, (size_t)(b1 - b0) * r->T));
@@ -209,7 +209,7 @@ PetscErrorCode rollout_critic_inference(GPT *critic, Rollout *r, const PPOOption
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_infer_rows(GPT *m, RolloutInfer kind, Rollout *r, const PPOOptions *o, PackBuf *pb, const int *idx, int nb)
+PetscErrorCode rollout_infer_rows(Model *m, RolloutInfer kind, Rollout *r, const PPOOptions *o, PackBuf *pb, const int *idx, int nb)
 {
   static const TakeFn take[3] = {take_ref, take_score, take_values};
   int                 Tf;
@@ -222,7 +222,7 @@ PetscErrorCode rollout_infer_rows(GPT *m, RolloutInfer kind, Rollout *r, const P
   }
   if (kind == ROLLOUT_REF) PetscCall(rollout_forward_logprobs(m, r, idx, nb, (float)(1.0 / o->gen.temperature), pb, &Tf));
   else PetscCall(rollout_forward_values(m, r, idx, nb, kind == ROLLOUT_SCORE ? PETSC_TRUE : PETSC_FALSE, pb, &Tf));
-  if (gpt_last_stage(m)) PetscCall(take[kind](r, o, pb, idx, nb, Tf));
+  if (model_last_stage(m)) PetscCall(take[kind](r, o, pb, idx, nb, Tf));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

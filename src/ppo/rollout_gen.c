@@ -32,7 +32,7 @@ PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, in
   exec_rows(r->B, m->dp, m->d, &part->b0, &part->b1);
   part->own = (PetscBool)(part->b0 > 0 || part->b1 < r->B);
   if (part->own) PetscCall(gen_batch_create(part->b1 - part->b0, r->T, gen_masked(gen), &part->b));
-  PetscCall(gen_engine_create(policy->gpt, gen, max_prompt, &eng));
+  PetscCall(gen_engine_create(policy->lm, gen, max_prompt, &eng));
   PetscCall(gen_generate(eng, seed, iteration, part->b1 - part->b0, req + part->b0, part->own ? &part->b : &r->gen, fn, ctx));
   PetscCall(gen_engine_destroy(&eng));
   PetscFunctionReturn(PETSC_SUCCESS);

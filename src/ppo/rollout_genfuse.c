@@ -209,7 +209,7 @@ static PetscErrorCode fuse_batch_run(FuseInf *f, const int *rows, const int *idx
     for (int i = 0; i < n; i++)
       if (gs->rows.need[((size_t)k * gs->rows.world + f->head[k]) * r->B + rows[idx[i]]]) f->sub[ns++] = idx[i];
     if (!ns) continue;
-    PetscCall(rollout_infer_rows(f->dm[k]->gpt, (RolloutInfer)k, a, f->o, f->pb, f->sub, ns));
+    PetscCall(rollout_infer_rows(f->dm[k]->lm, (RolloutInfer)k, a, f->o, f->pb, f->sub, ns));
     for (int i = 0; i < ns && f->head[k] == f->me; i++) {
       int j = f->sub[i], b = rows[j];
       gs->rows.done[(size_t)k * r->B + b] = 1;
@@ -403,7 +403,7 @@ static PetscErrorCode generate_migrate(PPOModels *m, const PPOOptions *o, const 
   mg.after = after_migration, mg.after_ctx = &after;
   run = (GenRun){own, part->b1 - part->b0, exec_is_head(gm) ? mig_finished : NULL, &fin, NULL, NULL};
   if (tm->rt > 0 && gm->dp > 1) run.on_step = genfuse_migrate_step, run.step_ctx = &mg;
-  PetscCall(gen_engine_create(gen->gpt, &o->gen, max_prompt, &eng));
+  PetscCall(gen_engine_create(gen->lm, &o->gen, max_prompt, &eng));
   PetscCall(gen_generate_run(eng, seed, iteration, r->B, req, &part->b, &run));
   PetscCall(gen_engine_destroy(&eng));
   if (!mg.t_end && run.finish_ctx) PetscCall(genfuse_sender_release(s)); /* no migration: the rows stay where they were */

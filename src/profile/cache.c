@@ -29,7 +29,7 @@ static unsigned long long key_hash(const char *s)
 
 static PetscErrorCode cache_key(const RunCtx *run, const CostDeck *deck, char *key, size_t len)
 {
-  GPTConfig t[4];
+  ModelConfig t[4];
   int       n = prof_deck_trunks(deck, t), k;
   char      host[256] = "unknown";
 

@@ -45,8 +45,8 @@ PetscErrorCode prof_time(const ProfTimer *tm, ProfWork work, void *ctx, double *
 /* One case: a model (or NULL on a rank without work in this tp) at one
  * (rows, len), with host inputs for every phase. */
 typedef struct {
-  GPT        *g;
-  GPTKVCache *kv;
+  Model      *g;
+  ModelKVCache *kv;
   const Mesh *mesh;
   int         rows, len;
   int        *tok, *target, *slot, *pos, *dslot, *dpos;
@@ -62,9 +62,9 @@ static PetscErrorCode w_fwd(void *v)
 
   PetscFunctionBegin;
   if (!c->g) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(gpt_forward(c->g, c->tok, c->rows, c->len));
-  if (c->g->cfg.head == GPT_HEAD_LM) PetscCall(gpt_logprobs(c->g, c->target, c->out));
-  else PetscCall(gpt_values_get(c->g, c->out));
+  PetscCall(model_forward(c->g, c->tok, c->rows, c->len));
+  if (c->g->cfg.head == MODEL_HEAD_LM) PetscCall(model_logprobs(c->g, c->target, c->out));
+  else PetscCall(model_values_get(c->g, c->out));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -74,8 +74,8 @@ static PetscErrorCode w_bwd(void *v)
 
   PetscFunctionBegin;
   if (!c->g) PetscFunctionReturn(PETSC_SUCCESS);
-  if (c->g->cfg.head == GPT_HEAD_LM) PetscCall(gpt_backward_logprob(c->g, c->target, c->grad));
-  else PetscCall(gpt_backward_values(c->g, c->grad));
+  if (c->g->cfg.head == MODEL_HEAD_LM) PetscCall(model_backward_logprob(c->g, c->target, c->grad));
+  else PetscCall(model_backward_values(c->g, c->grad));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -84,7 +84,7 @@ static PetscErrorCode w_prefill(void *v)
   Case *c = (Case *)v;
 
   PetscFunctionBegin;
-  if (c->g) PetscCall(gpt_forward_cached(c->g, c->kv, c->tok, c->slot, c->pos, c->rows * c->len, c->out));
+  if (c->g) PetscCall(model_forward_cached(c->g, c->kv, c->tok, c->slot, c->pos, c->rows * c->len, c->out));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -93,7 +93,7 @@ static PetscErrorCode w_decode(void *v)
   Case *c = (Case *)v;
 
   PetscFunctionBegin;
-  if (c->g) PetscCall(gpt_forward_cached(c->g, c->kv, c->tok, c->dslot, c->dpos, c->rows, c->out));
+  if (c->g) PetscCall(model_forward_cached(c->g, c->kv, c->tok, c->dslot, c->dpos, c->rows, c->out));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -101,7 +101,7 @@ static PetscErrorCode w_decode(void *v)
  * vocabulary rows, then the sum over the tp group (as the model does) */
 static PetscErrorCode embed_fwd(Case *c, int N)
 {
-  const GPT *g = c->g;
+  const Model *g = c->g;
 
   PetscFunctionBegin;
   if (!g) PetscFunctionReturn(PETSC_SUCCESS);
@@ -114,7 +114,7 @@ static PetscErrorCode w_embed_decode(void *v) { return embed_fwd((Case *)v, ((Ca
 static PetscErrorCode w_embed_bwd(void *v)
 {
   Case      *c = (Case *)v;
-  const GPT *g = c->g;
+  const Model *g = c->g;
 
   PetscFunctionBegin;
   if (g) PetscCall(g->be->encoder_backward(c->wte, c->wpe, c->demb, c->dtok, c->dposd, c->rows * c->len, g->cfg.n_embd, g->v0, g->Vl));
@@ -122,7 +122,7 @@ static PetscErrorCode w_embed_bwd(void *v)
 }
 
 /* Host and device inputs for the largest case; every case uses a prefix. */
-static PetscErrorCode case_alloc(Case *c, const GPT *g, int maxrows, int maxlen)
+static PetscErrorCode case_alloc(Case *c, const Model *g, int maxrows, int maxlen)
 {
   size_t N = (size_t)maxrows * maxlen, C = g->cfg.n_embd, V = g->cfg.vocab_size;
 
@@ -137,7 +137,7 @@ static PetscErrorCode case_alloc(Case *c, const GPT *g, int maxrows, int maxlen)
   PetscCall(g->be->alloc(N * sizeof(int), (void **)&c->dtok));
   PetscCall(g->be->alloc(N * sizeof(int), (void **)&c->dposd));
   PetscCall(g->be->from_host(c->dtok, c->tok, N * sizeof(int)));
-  PetscCall(gpt_kv_create(g, maxrows, maxlen, &c->kv));
+  PetscCall(model_kv_create(g, maxrows, maxlen, &c->kv));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -148,7 +148,7 @@ static PetscErrorCode case_free(Case *c)
   PetscFunctionBegin;
   if (!c->g) PetscFunctionReturn(PETSC_SUCCESS);
   be = c->g->be;
-  PetscCall(gpt_kv_destroy(c->g, &c->kv));
+  PetscCall(model_kv_destroy(c->g, &c->kv));
   PetscCall(be->free(c->wte));
   PetscCall(be->free(c->wpe));
   PetscCall(be->free(c->emb));
@@ -157,7 +157,7 @@ static PetscErrorCode case_free(Case *c)
   PetscCall(be->free(c->dposd));
   PetscCall(PetscFree6(c->tok, c->target, c->slot, c->pos, c->dslot, c->dpos));
   PetscCall(PetscFree2(c->grad, c->out));
-  PetscCall(gpt_destroy(&c->g));
+  PetscCall(model_destroy(&c->g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -178,7 +178,7 @@ static PetscErrorCode case_shape(Case *c, int rows, int len)
 
 /* The tp group of this rank: consecutive ranks; NULL model when the world
  * does not divide into groups of tp and this rank is left over. */
-static PetscErrorCode case_create(const GPTConfig *cfg, const Backend *be, int tp, int maxrows, int maxlen, Case *c)
+static PetscErrorCode case_create(const ModelConfig *cfg, const Backend *be, int tp, int maxrows, int maxlen, Case *c)
 {
   int size, rank;
 
@@ -187,14 +187,14 @@ static PetscErrorCode case_create(const GPTConfig *cfg, const Backend *be, int t
   PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &size));
   PetscCallMPI(MPI_Comm_rank(PETSC_COMM_WORLD, &rank));
   if (rank >= size / tp * tp) PetscFunctionReturn(PETSC_SUCCESS);
-  if (tp == 1) PetscCall(gpt_create(cfg, be, &c->g));
+  if (tp == 1) PetscCall(model_create(cfg, be, &c->g));
   else {
     int ranks[64], g0 = rank / tp * tp;
     for (int k = 0; k < tp; k++) ranks[k] = g0 + k;
     PetscCall(mesh_get(ranks, tp, 1, 1, tp, &c->mesh));
-    PetscCall(gpt_create_on_mesh(cfg, be, c->mesh, &c->g));
+    PetscCall(model_create_on_mesh(cfg, be, c->mesh, &c->g));
   }
-  PetscCall(gpt_init_random(c->g, 1));
+  PetscCall(model_init_random(c->g, 1));
   PetscCall(case_alloc(c, c->g, maxrows, maxlen));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -219,7 +219,7 @@ static PetscErrorCode time_grid(const ProfTimer *tm, Case *c, const ProfGrid *gr
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static void shape_of(const GPTConfig *cfg, PetscBool value_head, CostShape *s)
+static void shape_of(const ModelConfig *cfg, PetscBool value_head, CostShape *s)
 {
   cost_shape_from_gpt(cfg, s);
   s->value_head = value_head;
@@ -259,7 +259,7 @@ static PetscErrorCode head_fit(ProfileModel *m, int itp, int ph)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode prof_models(const ProfTimer *tm, const GPTConfig *cfg, const ProfGrid *gr, Profile *pf)
+PetscErrorCode prof_models(const ProfTimer *tm, const ModelConfig *cfg, const ProfGrid *gr, Profile *pf)
 {
   size_t  stride = (size_t)gr->nrows * gr->nlen, n = COST_NPHASE * stride;
   double *t1, *tk, *e, *tc;
@@ -278,10 +278,10 @@ PetscErrorCode prof_models(const ProfTimer *tm, const GPTConfig *cfg, const Prof
   }
   PetscCall(PetscMalloc4(n, &t1, n, &tk, n, &e, n, &tc));
   for (int itp = 0; itp < gr->ntp; itp++) {
-    GPTConfig one = *cfg, deep = *cfg, crit = *cfg;
+    ModelConfig one = *cfg, deep = *cfg, crit = *cfg;
     Case      c;
 
-    one.n_layer = crit.n_layer = 1, deep.n_layer = 1 + K, one.head = deep.head = GPT_HEAD_LM, crit.head = GPT_HEAD_SCALAR;
+    one.n_layer = crit.n_layer = 1, deep.n_layer = 1 + K, one.head = deep.head = MODEL_HEAD_LM, crit.head = MODEL_HEAD_SCALAR;
     PetscCall(case_create(&one, tm->be, gr->tp[itp], maxrows, maxlen, &c));
     PetscCall(time_grid(tm, &c, gr, t1, e));
     PetscCall(case_free(&c));

@@ -56,12 +56,12 @@ static PetscErrorCode machine(const RunCtx *run, const Backend *be, double mem, 
 /* The deck's distinct trunks (all but n_layer and the head, which the
  * tables do not depend on): the actor's first, then the critic's, the
  * reference's and the reward model's when they differ from those before. */
-int prof_deck_trunks(const CostDeck *d, GPTConfig t[4])
+int prof_deck_trunks(const CostDeck *d, ModelConfig t[4])
 {
   int n = 0;
 
   for (int k = 0; k < 4; k++) {
-    const GPTConfig *c   = &d->cfg[k];
+    const ModelConfig *c   = &d->cfg[k];
     PetscBool        dup = PETSC_FALSE;
     if ((k == 1 && d->critic_free) || (k == 3 && d->reward_free)) continue;
     for (int i = 0; i < n; i++)
@@ -73,7 +73,7 @@ int prof_deck_trunks(const CostDeck *d, GPTConfig t[4])
 
 /* The grid of one trunk: the tp sizes are the powers of two up to the
  * job's ranks that shard its heads and vocabulary. */
-static PetscErrorCode trunk_grid(const ProfSpec *sp, const GPTConfig *cfg, int size, ProfGrid *gr)
+static PetscErrorCode trunk_grid(const ProfSpec *sp, const ModelConfig *cfg, int size, ProfGrid *gr)
 {
   PetscFunctionBegin;
   PetscCall(PetscMemzero(gr, sizeof *gr));
@@ -82,7 +82,7 @@ static PetscErrorCode trunk_grid(const ProfSpec *sp, const GPTConfig *cfg, int s
   PetscCall(pow4_axis(4, (double)PetscMin(sp->len_max, cfg->n_positions), &gr->nlen, &gr->len));
   PetscCall(PetscMalloc1(16, &gr->tp));
   for (int tp = 1; tp <= size && tp <= 64; tp *= 2)
-    if (gpt_tp_divides(cfg, tp)) gr->tp[gr->ntp++] = tp;
+    if (model_tp_divides(cfg, tp)) gr->tp[gr->ntp++] = tp;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -117,7 +117,7 @@ static PetscErrorCode tables_setup(const ProfSpec *sp, int size, Profile *pf)
 PetscErrorCode profile_measure(const RunCtx *run, const ProfSpec *sp, const CostDeck *deck, Profile *pf)
 {
   ProfTimer tm = {run->be, sp->warmup, sp->repeats};
-  GPTConfig trunk[4];
+  ModelConfig trunk[4];
   int       ntrunk = prof_deck_trunks(deck, trunk);
   double    t0 = MPI_Wtime(), t1, t2;
 

@@ -30,7 +30,7 @@ typedef struct {
 
 /* Appends two model tables for cfg's trunk: the LM head's (actor,
  * reference) and the scalar head's (critic, reward). */
-PetscErrorCode prof_models(const ProfTimer *tm, const GPTConfig *cfg, const ProfGrid *grid, Profile *pf);
+PetscErrorCode prof_models(const ProfTimer *tm, const ModelConfig *cfg, const ProfGrid *grid, Profile *pf);
 /* Fills the optimizer table (nparams already set) and the collective table
  * (bytes and mesh sizes already set) (collect.c). */
 PetscErrorCode prof_optimizer(const ProfTimer *tm, Profile *pf);
@@ -38,7 +38,7 @@ PetscErrorCode prof_collectives(const ProfTimer *tm, Profile *pf);
 
 /* The deck's distinct trunks (all but n_layer and the head, which the
  * tables do not depend on), the actor's first; returns their count. */
-int prof_deck_trunks(const CostDeck *deck, GPTConfig trunk[4]);
+int prof_deck_trunks(const CostDeck *deck, ModelConfig trunk[4]);
 
 /* -profile_file: the estimate of the deck's plan on `world` ranks from a
  * profile, printed (estimate.c). */

@@ -30,11 +30,11 @@ typedef struct {
 } ReallocPair;
 
 struct ReallocPlan {
-  GPTConfig           cfg;
+  ModelConfig         cfg;
   const Mesh         *src, *dst;
   int                 q;        /* atoms per split tensor */
   int                 ntensors;
-  GPTTensor          *full;     /* whole-model table, with each tensor's split dimension */
+  ModelTensor        *full;     /* whole-model table, with each tensor's split dimension */
   int                 nmoves, npairs;
   ReallocMove        *moves;    /* sorted by (from, to, tensor, atom) */
   ReallocPair        *pairs;    /* runs of moves with one (from, to), same order */
@@ -47,30 +47,30 @@ static ReallocPlan *cache = NULL;
 
 /* ---- atoms ------------------------------------------------------------------ */
 
-static PetscBool atom_split(const ReallocPlan *pl, const GPTTensor *f) { return pl->q > 1 && f->split >= 0 ? PETSC_TRUE : PETSC_FALSE; }
-static int       atoms_of(const ReallocPlan *pl, const GPTTensor *f) { return atom_split(pl, f) ? pl->q : 1; }
-static size_t    atom_numel(const ReallocPlan *pl, const GPTTensor *f) { return f->numel / (size_t)atoms_of(pl, f); }
+static PetscBool atom_split(const ReallocPlan *pl, const ModelTensor *f) { return pl->q > 1 && f->split >= 0 ? PETSC_TRUE : PETSC_FALSE; }
+static int       atoms_of(const ReallocPlan *pl, const ModelTensor *f) { return atom_split(pl, f) ? pl->q : 1; }
+static size_t    atom_numel(const ReallocPlan *pl, const ModelTensor *f) { return f->numel / (size_t)atoms_of(pl, f); }
 
 /* Whether tp rank t of a layout with tensor-parallel size tp holds atom a:
- * its piece of the tensor's n = gpt_tensor_pieces pieces is q/n consecutive
+ * its piece of the tensor's n = model_tensor_pieces pieces is q/n consecutive
  * atoms (q is a multiple of tp, hence of n; replicated k/v pieces are held
  * by every rank of their block). */
-static PetscBool holds_atom(const ReallocPlan *pl, const GPTTensor *f, int tp, int t, int a)
+static PetscBool holds_atom(const ReallocPlan *pl, const ModelTensor *f, int tp, int t, int a)
 {
-  return !atom_split(pl, f) || a / (pl->q / gpt_tensor_pieces(f, tp)) == gpt_tensor_piece_of(f, tp, t) ? PETSC_TRUE : PETSC_FALSE;
+  return !atom_split(pl, f) || a / (pl->q / model_tensor_pieces(f, tp)) == model_tensor_piece_of(f, tp, t) ? PETSC_TRUE : PETSC_FALSE;
 }
 
 /* One rank's view of a layout during execution: its shard table and tp coordinates. */
 typedef struct {
-  GPTTensor *tab; /* NULL when the rank is not in the layout */
+  ModelTensor *tab; /* NULL when the rank is not in the layout */
   int        tp, t;
 } ReallocSide;
 
 /* Index along the split dimension, inside a shard of side sd, where group g of atom a starts. */
-static size_t atom_local_lo(const ReallocPlan *pl, const ReallocSide *sd, const GPTTensor *f, int a, int g)
+static size_t atom_local_lo(const ReallocPlan *pl, const ReallocSide *sd, const ModelTensor *f, int a, int g)
 {
-  int D = f->gshape[f->split], block = D / f->groups, n = block / pl->q, np = gpt_tensor_pieces(f, sd->tp);
-  return (size_t)g * (size_t)(D / np / f->groups) + (size_t)(a - gpt_tensor_piece_of(f, sd->tp, sd->t) * (pl->q / np)) * (size_t)n;
+  int D = f->gshape[f->split], block = D / f->groups, n = block / pl->q, np = model_tensor_pieces(f, sd->tp);
+  return (size_t)g * (size_t)(D / np / f->groups) + (size_t)(a - model_tensor_piece_of(f, sd->tp, sd->t) * (pl->q / np)) * (size_t)n;
 }
 
 /* Copies floats [e0, e1) of atom a of tensor f between a shard buffer and a
@@ -78,15 +78,15 @@ static size_t atom_local_lo(const ReallocPlan *pl, const ReallocSide *sd, const 
  * is its contiguous runs back to back: the whole tensor (unsplit), the rows
  * of each group (split 0), or each row's column range, group by group
  * (split 1). Buckets may cut an atom anywhere, hence the element range. */
-static void atom_copy_range(const ReallocPlan *pl, const ReallocSide *sd, const GPTTensor *f, int a, size_t e0, size_t e1, float *shard, float *buf, PetscBool to_stream)
+static void atom_copy_range(const ReallocPlan *pl, const ReallocSide *sd, const ModelTensor *f, int a, size_t e0, size_t e1, float *shard, float *buf, PetscBool to_stream)
 {
-  const GPTTensor *s    = &sd->tab[f - pl->full];
+  const ModelTensor *s    = &sd->tab[f - pl->full];
   size_t           cols = f->ndim == 2 ? (size_t)f->gshape[1] : 1, rows = (size_t)f->gshape[0], run, n = 0, Dl = 0;
 
   if (!atom_split(pl, f)) run = f->numel;
   else {
     n   = (size_t)(f->gshape[f->split] / f->groups / pl->q);
-    Dl  = (size_t)(f->gshape[f->split] / gpt_tensor_pieces(f, sd->tp));
+    Dl  = (size_t)(f->gshape[f->split] / model_tensor_pieces(f, sd->tp));
     run = f->split == 0 ? n * cols : n;
   }
   for (size_t e = e0; e < e1;) {
@@ -104,17 +104,17 @@ static void atom_copy_range(const ReallocPlan *pl, const ReallocSide *sd, const 
 /* ---- the plan --------------------------------------------------------------- */
 
 /* Which tensors each pipeline stage of a layout holds: held[p*ntensors + i]. */
-static PetscErrorCode stage_holdings(const GPTConfig *cfg, const Mesh *m, int ntensors, PetscBool **held)
+static PetscErrorCode stage_holdings(const ModelConfig *cfg, const Mesh *m, int ntensors, PetscBool **held)
 {
   PetscFunctionBegin;
   PetscCall(PetscMalloc1((size_t)m->pp * ntensors, held));
   for (int p = 0; p < m->pp; p++) {
-    GPTShard   sh = {m->tp, 0, m->pp, p, 0, 0};
-    GPTTensor *tab;
+    ModelShard sh = {m->tp, 0, m->pp, p, 0, 0};
+    ModelTensor *tab;
     int        nt;
     size_t     np;
-    gpt_stage_layers(cfg, m->pp, p, &sh.l0, &sh.l1);
-    PetscCall(gpt_tensor_table_shard(cfg, &sh, &tab, &nt, &np));
+    model_stage_layers(cfg, m->pp, p, &sh.l0, &sh.l1);
+    PetscCall(model_tensor_table_shard(cfg, &sh, &tab, &nt, &np));
     for (int i = 0; i < ntensors; i++) (*held)[p * ntensors + i] = tab[i].numel > 0 ? PETSC_TRUE : PETSC_FALSE;
     PetscCall(PetscFree(tab));
   }
@@ -133,14 +133,14 @@ static PetscBool index_holds(const ReallocPlan *pl, const Mesh *m, const PetscBo
  * table chooses to record. */
 static PetscErrorCode plan_tensors(ReallocPlan *pl)
 {
-  GPTShard   sh = {2, 0, 1, 0, 0, pl->cfg.n_layer};
-  GPTTensor *split;
+  ModelShard sh = {2, 0, 1, 0, 0, pl->cfg.n_layer};
+  ModelTensor *split;
   int        ns;
   size_t     np;
 
   PetscFunctionBegin;
-  PetscCall(gpt_tensor_table_shard(&pl->cfg, NULL, &pl->full, &pl->ntensors, &np));
-  PetscCall(gpt_tensor_table_shard(&pl->cfg, &sh, &split, &ns, &np));
+  PetscCall(model_tensor_table_shard(&pl->cfg, NULL, &pl->full, &pl->ntensors, &np));
+  PetscCall(model_tensor_table_shard(&pl->cfg, &sh, &split, &ns, &np));
   for (int i = 0; i < pl->ntensors; i++) pl->full[i].split = split[i].split;
   PetscCall(PetscFree(split));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -149,16 +149,16 @@ static PetscErrorCode plan_tensors(ReallocPlan *pl)
 /* The layouts must be compatible: tp sizes dividing each other, and q atoms
  * cutting every group block of every split tensor evenly (checked before
  * anything is built, so a caught error leaves nothing behind). */
-static PetscErrorCode plan_check(const GPTConfig *cfg, int tp_src, int tp_dst, const char *what)
+static PetscErrorCode plan_check(const ModelConfig *cfg, int tp_src, int tp_dst, const char *what)
 {
-  GPTShard   sh = {2, 0, 1, 0, 0, cfg->n_layer};
-  GPTTensor *tab;
+  ModelShard sh = {2, 0, 1, 0, 0, cfg->n_layer};
+  ModelTensor *tab;
   int        nt, q = PetscMax(tp_src, tp_dst), bad = -1;
   size_t     np;
 
   PetscFunctionBegin;
   PetscCheck(tp_src % tp_dst == 0 || tp_dst % tp_src == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP, "%s: tensor-parallel sizes %d and %d must divide each other", what, tp_src, tp_dst);
-  PetscCall(gpt_tensor_table_shard(cfg, &sh, &tab, &nt, &np));
+  PetscCall(model_tensor_table_shard(cfg, &sh, &tab, &nt, &np));
   for (int i = 0; i < nt && bad < 0; i++)
     if (tab[i].split >= 0 && (tab[i].gshape[tab[i].split] / tab[i].groups) % q != 0) bad = i;
   if (bad >= 0) {
@@ -316,9 +316,9 @@ static PetscErrorCode plan_build(ReallocPlan *pl)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscBool same_cfg(const GPTConfig *a, const GPTConfig *b)
+static PetscBool same_cfg(const ModelConfig *a, const ModelConfig *b)
 {
-  return gpt_config_equal(a, b);
+  return model_config_equal(a, b);
 }
 
 static PetscErrorCode plan_free(ReallocPlan *pl)
@@ -331,7 +331,7 @@ static PetscErrorCode plan_free(ReallocPlan *pl)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode realloc_plan_get(const GPTConfig *cfg, const Mesh *src, const Mesh *dst, const char *what, const ReallocPlan **plan)
+PetscErrorCode realloc_plan_get(const ModelConfig *cfg, const Mesh *src, const Mesh *dst, const char *what, const ReallocPlan **plan)
 {
   ReallocPlan *pl;
 
@@ -371,7 +371,7 @@ PetscErrorCode realloc_cache_destroy(void)
 
 static PetscErrorCode side_init(const ReallocPlan *pl, const Mesh *m, ReallocSide *sd)
 {
-  GPTShard sh;
+  ModelShard sh;
   int      nt;
   size_t   np;
 
@@ -380,8 +380,8 @@ static PetscErrorCode side_init(const ReallocPlan *pl, const Mesh *m, ReallocSid
   sd->tp  = m->tp;
   sd->t   = m->t;
   if (m->me < 0) PetscFunctionReturn(PETSC_SUCCESS);
-  gpt_shard_of_mesh(&pl->cfg, m, &sh);
-  PetscCall(gpt_tensor_table_shard(&pl->cfg, &sh, &sd->tab, &nt, &np));
+  model_shard_of_mesh(&pl->cfg, m, &sh);
+  PetscCall(model_tensor_table_shard(&pl->cfg, &sh, &sd->tab, &nt, &np));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -389,7 +389,7 @@ static PetscErrorCode side_init(const ReallocPlan *pl, const Mesh *m, ReallocSid
  * the destination shard, one span per group. */
 static void copy_local(const ReallocPlan *pl, const ReallocMove *mv, const ReallocSide *in, const float *src_flat, const ReallocSide *out, float *dst_flat)
 {
-  const GPTTensor *f = &pl->full[mv->tensor];
+  const ModelTensor *f = &pl->full[mv->tensor];
   const float     *s = src_flat + in->tab[mv->tensor].offset;
   float           *d = dst_flat + out->tab[mv->tensor].offset;
 
@@ -399,7 +399,7 @@ static void copy_local(const ReallocPlan *pl, const ReallocMove *mv, const Reall
   }
   for (int g = 0; g < f->groups; g++) {
     int D = f->gshape[f->split];
-    gpt_copy_span(f, f->split, s, D / gpt_tensor_pieces(f, in->tp), (int)atom_local_lo(pl, in, f, mv->atom, g), d, D / gpt_tensor_pieces(f, out->tp), (int)atom_local_lo(pl, out, f, mv->atom, g),
+    model_copy_span(f, f->split, s, D / model_tensor_pieces(f, in->tp), (int)atom_local_lo(pl, in, f, mv->atom, g), d, D / model_tensor_pieces(f, out->tp), (int)atom_local_lo(pl, out, f, mv->atom, g),
                   D / f->groups / pl->q);
   }
 }

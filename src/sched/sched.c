@@ -86,14 +86,14 @@ PetscErrorCode sched_run_models(const SchedModel *models, int nmodels, const Sch
   }
   PetscCall(PetscCalloc1(nmodels, &holder));
   for (int x = 0; x < nmodels; x++) {
-    if (!models[x].gpt) continue; /* a model with no tasks on this rank */
-    PetscCall(gpt_acts_slots(models[x].gpt, models[x].nslots));
+    if (!models[x].lm) continue; /* a model with no tasks on this rank */
+    PetscCall(model_acts_slots(models[x].lm, models[x].nslots));
     PetscCall(PetscMalloc1(models[x].nslots, &holder[x]));
     for (int k = 0; k < models[x].nslots; k++) holder[x][k] = -1;
   }
   for (int i = 0; i < ntasks && !ierr; i++) {
     int               mb = tasks[i].mb, kind = tasks[i].kind, x = tasks[i].model, k = -1, mine = -1;
-    const SchedModel *md = x >= 0 && x < nmodels && models[x].gpt ? &models[x] : NULL;
+    const SchedModel *md = x >= 0 && x < nmodels && models[x].lm ? &models[x] : NULL;
 
     /* the slot map: a forward takes the first free slot, a backward finds
      * its micro-batch's; micro-batches may come in any order */
@@ -109,25 +109,25 @@ PetscErrorCode sched_run_models(const SchedModel *models, int nmodels, const Sch
       ierr = SCHED_FAIL(PETSC_ERR_ORDER, "sched_run: task %d, forward of micro-batch %d, finds all %d activation slots held by micro-batches awaiting their backward (too few slots for this schedule)", i, mb, md->nslots);
     else if (kind == SCHED_B && mine < 0) ierr = SCHED_FAIL(PETSC_ERR_ORDER, "sched_run: task %d, backward of micro-batch %d, which is not in flight (no forward before it)", i, mb);
     if (kind == SCHED_B) k = mine;
-    if (!ierr) ierr = gpt_acts_select(md->gpt, k);
-    if (!ierr) ierr = gpt_msg_ids(md->gpt, md->gpt->msg_model, mb); /* the stage messages carry mb */
-    if (!ierr) ierr = kind == SCHED_F ? md->forward(md->ctx, md->gpt, mb) : md->backward(md->ctx, md->gpt, mb);
+    if (!ierr) ierr = model_acts_select(md->lm, k);
+    if (!ierr) ierr = model_msg_ids(md->lm, md->lm->msg_model, mb); /* the stage messages carry mb */
+    if (!ierr) ierr = kind == SCHED_F ? md->forward(md->ctx, md->lm, mb) : md->backward(md->ctx, md->lm, mb);
     if (!ierr) holder[x][k] = kind == SCHED_F ? mb : -1;
   }
   for (int x = 0; x < nmodels; x++) {
-    if (!models[x].gpt) continue;
+    if (!models[x].lm) continue;
     PetscCall(PetscFree(holder[x]));
-    PetscCall(gpt_acts_select(models[x].gpt, 0)); /* also after a failed task: callers may recover */
-    PetscCall(gpt_msg_ids(models[x].gpt, models[x].gpt->msg_model, 0));
+    PetscCall(model_acts_select(models[x].lm, 0)); /* also after a failed task: callers may recover */
+    PetscCall(model_msg_ids(models[x].lm, models[x].lm->msg_model, 0));
   }
   PetscCall(PetscFree(holder));
   PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode sched_run(GPT *gpt, const SchedTask *tasks, int ntasks, int nslots, SchedFn forward, SchedFn backward, void *ctx)
+PetscErrorCode sched_run(Model *lm, const SchedTask *tasks, int ntasks, int nslots, SchedFn forward, SchedFn backward, void *ctx)
 {
-  SchedModel     md = {gpt, nslots, forward, backward, ctx};
+  SchedModel     md = {lm, nslots, forward, backward, ctx};
   SchedMTask    *mt;
   PetscErrorCode ierr;
 

@@ -42,12 +42,12 @@ static PetscErrorCode search_cost_objective(void *vctx, const Plan *plan, CostEs
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static void search_gpt_from_shape(const CostShape *m, GPTConfig *cfg)
+static void search_gpt_from_shape(const CostShape *m, ModelConfig *cfg)
 {
   cost_shape_to_gpt(m, cfg);
 }
 
-void search_needs_from_work(const CostWork *w, GPTConfig cfg[4], PlanNeeds *needs)
+void search_needs_from_work(const CostWork *w, ModelConfig cfg[4], PlanNeeds *needs)
 {
   int mini = w->batch / (w->minibatches > 0 ? w->minibatches : 1);
 
@@ -324,7 +324,7 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, PetscBool 
   char             out[PETSC_MAX_PATH_LEN] = "", tlpath[PETSC_MAX_PATH_LEN] = "";
   CostPrims        prims;
   CostWork         work;
-  GPTConfig        cfg[4];
+  ModelConfig      cfg[4];
   PlanNeeds        needs;
   SearchOptions    o;
   SearchSpaceSpec  spec;

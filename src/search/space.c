@@ -39,14 +39,14 @@ static PetscErrorCode search_meshes(SearchSpace sp)
 /* The strategies of call c on n ranks (none: the call cannot use such a mesh). */
 static PetscErrorCode search_strategies(SearchSpace sp, MFCId c, int n)
 {
-  const GPTConfig *cfg = sp->needs.cfg[c];
+  const ModelConfig *cfg = sp->needs.cfg[c];
   int              batch = sp->needs.batch[c], k = 0;
 
   PetscFunctionBegin;
   for (int pass = 0; pass < 2; pass++) {
     k = 0;
     for (int tp = 1; tp <= n && tp <= sp->spec.ranks_per_node; tp++) {
-      if (n % tp || !gpt_tp_divides(cfg, tp)) continue;
+      if (n % tp || !model_tp_divides(cfg, tp)) continue;
       for (int pp = 1; pp <= n / tp && pp <= cfg->n_layer; pp++) {
         int dp = n / tp / pp;
 

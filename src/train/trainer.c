@@ -17,7 +17,7 @@ PetscErrorCode trainer_options(TrainSched *sched)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const GPTConfig *cfg, int batch, PetscBool print, PlanNeeds *needs)
+PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const ModelConfig *cfg, int batch, PetscBool print, PlanNeeds *needs)
 {
   PetscFunctionBegin;
   PetscCall(PetscMemzero(needs, sizeof *needs));
@@ -28,13 +28,13 @@ PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId cal
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode trainer_count(const GPTConfig *cfg, size_t *nparams)
+PetscErrorCode trainer_count(const ModelConfig *cfg, size_t *nparams)
 {
-  GPTTensor *t;
+  ModelTensor *t;
   int        n;
 
   PetscFunctionBegin;
-  PetscCall(gpt_tensor_table(cfg, &t, &n, nparams));
+  PetscCall(model_tensor_table(cfg, &t, &n, nparams));
   PetscCall(PetscFree(t));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -49,7 +49,7 @@ void trainer_attach(DModel *dm, const Plan *plan, MFCId call, TrainSched sched, 
   tr->red    = dm->mesh->all;
 }
 
-PetscErrorCode trainer_create(const char *name, const GPTConfig *cfg, const Backend *be, const Plan *plan, MFCId call, TrainSched sched, Trainer *tr)
+PetscErrorCode trainer_create(const char *name, const ModelConfig *cfg, const Backend *be, const Plan *plan, MFCId call, TrainSched sched, Trainer *tr)
 {
   DModel own;
 
@@ -89,7 +89,7 @@ void trainer_split(const Trainer *tr, int B, int size, MicroSplit *s)
 
 PetscErrorCode trainer_schedule(const Trainer *tr, const MicroSplit *s, SchedTask **tasks, int *nslots)
 {
-  const GPT *g = tr->dm->gpt;
+  const Model *g = tr->dm->lm;
 
   PetscFunctionBegin;
   PetscCheck(g && s->count > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "trainer_schedule: no micro-batches on this rank");
@@ -101,10 +101,10 @@ PetscErrorCode trainer_schedule(const Trainer *tr, const MicroSplit *s, SchedTas
 
 PetscErrorCode trainer_pass(Trainer *tr, const MicroSplit *s, const TrainWork *w)
 {
-  GPT *g = tr->dm->gpt;
+  Model *g = tr->dm->lm;
 
   PetscFunctionBegin;
-  if (g && w->backward) PetscCall(gpt_zero_grad(g));
+  if (g && w->backward) PetscCall(model_zero_grad(g));
   if (g && s->count > 0) {
     if (!w->backward) { /* evaluation: forwards in order; the stages pass activations on as they go */
       for (int k = 0; k < s->count; k++) PetscCall(w->forward(w->ctx, g, k));
@@ -133,7 +133,7 @@ PetscErrorCode trainer_sum_heads(const Trainer *tr, double *v, int n)
 
 PetscErrorCode trainer_step(Trainer *tr, const AdamWConfig *opt, const char *what, const char *at, double loss, PetscReal *lr, PetscReal *gnorm)
 {
-  GPT   *g   = tr->dm->gpt;
+  Model *g   = tr->dm->lm;
   Comm   red = tr->red;
   double v[2] = {0, 0};
 
@@ -142,7 +142,7 @@ PetscErrorCode trainer_step(Trainer *tr, const AdamWConfig *opt, const char *wha
   if (g) {
     PetscReal norm;
     PetscCall(PetscLogEventBegin(sys_log.optimizer, 0, 0, 0, 0));
-    PetscCall(gpt_grad_norm(g, &norm)); /* the same on every rank of the mesh */
+    PetscCall(model_grad_norm(g, &norm)); /* the same on every rank of the mesh */
     PetscCall(PetscLogEventEnd(sys_log.optimizer, 0, 0, 0, 0));
     if (tr->dm->mesh->me == 0) {
       v[0] = norm;
@@ -156,7 +156,7 @@ PetscErrorCode trainer_step(Trainer *tr, const AdamWConfig *opt, const char *wha
   PetscCheck(isfinite(*gnorm), PETSC_COMM_WORLD, PETSC_ERR_FP, "%s gradient norm is %g at %s; stopping before the optimizer step, the last checkpoint is intact", what, (double)*gnorm, at);
   if (g) {
     PetscCall(PetscLogEventBegin(sys_log.optimizer, 0, 0, 0, 0));
-    PetscCall(gpt_adamw_update(g, opt, *gnorm, NULL));
+    PetscCall(model_adamw_update(g, opt, *gnorm, NULL));
     PetscCall(PetscLogEventEnd(sys_log.optimizer, 0, 0, 0, 0));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
