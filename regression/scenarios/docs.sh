@@ -2,9 +2,17 @@
 # itself (no SYSTEM.md, no issue numbers), relative links resolve, the
 # README's quickstart has the deck's PPO iteration count, and its example
 # commands name files the pipeline writes, with a role those files hold.
+# The lists in the documents stay true to the code: every repository path
+# they name exists, every -option they name is one rlfuse (or a test or
+# tool) reads, every snake_case name in backticks occurs in the code, every
+# -mode and -algo is documented and every documented one exists, and every
+# architecture and imported family is in docs/models.md's table.
 . regression/lib.sh
-plan 4
-"$PYTHON" - <<'PY'
+plan 9
+help="$RLFUSE_TMP/docs_help.txt"
+rlfuse -help >"$help" 2>&1 || not_ok "rlfuse -help exits 0"
+"$PYTHON" - "$help" <<'PY'
+import ast, glob, sys
 import os, re, subprocess
 fails = 0
 def chk(name, cond, why=""):
@@ -53,5 +61,83 @@ for line in readme.splitlines():
         if role not in roles.get(m.group(1), set()):
             bad.append(f"-score_role {role} on {m.group(1)}/final.h5")
 chk("the README names only files the quickstart pipeline writes, with roles they hold", not bad, " ".join(bad))
+
+docs = ["README.md"] + sorted(f for f in text if f.startswith("docs/") and f.endswith(".md"))
+def alts(p):  # src/{a,b}.c -> src/a.c, src/b.c
+    m = re.search(r"\{([^{}]*)\}", p)
+    return [q for a in m.group(1).split(",") for q in alts(p[:m.start()] + a + p[m.end():])] if m else [p]
+def built(q):  # bin/NAME: a program the GNUmakefile builds from these sources
+    name = q.split("/")[1]
+    return name == "rlfuse" or any(glob.glob(f"{d}/{name}.c") for d in ("regression", "tools"))
+# $CUDA_HOME/bin/nvcc, not a file of the repository
+FOREIGN_PATHS = {"bin/nvcc"}
+bad = []
+for f in docs:
+    for p in re.findall(r"(?<![\w/.$-])((?:src|inc|cuda|tools|regression|input|docs|bin|\.ci)/[\w./*{},+-]*[\w*}/])", text[f]):
+        if p in FOREIGN_PATHS or (re.search(r"[A-Z]{2,}", p) and not os.path.exists(p)):
+            continue  # regression/scenarios/NAME.sh: a placeholder
+        for q in alts(p):
+            found = built(q) if q.startswith("bin/") else glob.glob(q) or any(g.startswith(q.rstrip("/") + "/") for g in files)
+            if not found:
+                bad.append(f"{f}: {q}")
+chk("every repository path the documents name exists", not bad, " ".join(bad[:8]))
+
+helptext = open(sys.argv[1], errors="replace").read()
+opt = r"(?<![\w/.<>-])-([a-z][a-z0-9_]*[a-z0-9_])(?![\w-])"
+known = set(re.findall(opt, helptext))
+for f in files:  # the flags of the test programs and tools, and the hardware deck's -hw_* (its own database)
+    if f in text and f.startswith(("regression/", "tools/", "src/")) and f.endswith(".c"):
+        known |= {n for n in re.findall(r"[\"' ]-([a-z][a-z0-9_]*)\b", text[f]) if not f.startswith("src/") or n.startswith("hw_")}
+# flags of other programs, placeholders and formulas the documents quote
+FOREIGN_OPTS = {"march", "fno", "fsanitize", "lopenblas", "gencode", "npp", "ntg", "npl",
+                "name", "new", "old", "log", "dirty", "kl_coef", "only"}
+bad = []
+for f in docs:
+    for n in re.findall(opt, text[f]):
+        ok = n in known or n in FOREIGN_OPTS or any(k.endswith("_" + n) for k in known) or (n.endswith("_") and any(k.startswith(n) for k in known))
+        if not ok:
+            bad.append(f"{f}: -{n}")
+chk("every -option the documents name is read by rlfuse, a test program or a tool", not bad, " ".join(sorted(set(bad))[:8]))
+
+words = set()
+for f in files:
+    if f in text and (f.startswith(("src/", "inc/", "cuda/", "regression/", "tools/", "input/", ".ci/")) or f == "GNUmakefile"):
+        words |= set(re.findall(r"\w+", text[f]))
+words |= {os.path.basename(f) for f in glob.glob("regression/cases/*")}
+FOREIGN_NAMES = {"max_num_gen_batches"}  # verl's DAPO setting, named for comparison
+bad = []
+for f in docs:
+    if f in ("docs/benchmarks.md", "docs/background.md"):
+        continue  # other programs' kernels, counters and settings
+    for a, b in re.findall(r"`([a-z][a-z0-9]*_[a-z0-9_]*[a-z0-9])(?:\(\))?`|\b([a-z][a-z0-9]*_[a-z0-9_]*[a-z0-9])\(", text[f]):
+        if (a or b) not in words and (a or b) not in FOREIGN_NAMES:
+            bad.append(f"{f}: {a or b}")
+chk("every snake_case name in backticks (or called) in the documents occurs in the code", not bad, " ".join(sorted(set(bad))[:8]))
+
+def choices(o):
+    m = re.search(r"^  " + o + r" <now (\S+) .*\(choose one of\) (.*?) \(None\)$", helptext, re.M)
+    return (m.group(1), m.group(2).split()) if m else (None, [])
+hand = "\n".join(text[f] for f in docs if f != "docs/options.md")  # options.md is -help itself
+bad = []
+for o in ("-mode", "-algo"):
+    default, cs = choices(o)
+    if not cs:
+        bad.append(f"no choices of {o} in rlfuse -help")
+    bad += [f"{o} {c} undocumented" for c in cs if c != default and not re.search(o + r"`?\s+`?" + re.escape(c) + r"\b", hand)]
+    bad += [f"{o} {c} documented, not in the code" for c in set(re.findall(o + r"\s+`?([a-z_]+)", hand)) if cs and c not in cs]
+chk("every -mode and -algo is documented, and every documented one exists", not bad, " ".join(bad[:8]))
+
+table = [l for l in text["docs/models.md"].splitlines() if re.match(r"\| `\w+`", l)]
+rows = {re.match(r"\| `(\w+)`", l).group(1): l for l in table}
+default, archs = choices("-policy_arch")
+src = text["tools/hf_llama.py"]
+families = ast.literal_eval(re.search(r"^FAMILIES = (\{.*?\})", src, re.M | re.S).group(1)).values()
+ggufs = ast.literal_eval(re.search(r"^ARCHS = (\(.*?\))", text["tools/gguf_import.py"], re.M).group(1))
+bad = [] if archs else ["no choices of -policy_arch in rlfuse -help"]
+bad += [f"-policy_arch {a} not in the table" for a in archs if a not in rows]
+bad += [f"table row {r} is no -policy_arch" for r in rows if archs and r not in archs]
+bad += [f"{n} (tools/hf_llama.py) not in the table's models" for n in families if not any(re.search(r"\b" + n + r"\b", l) for l in table)]
+bad += [f"GGUF {g} (tools/gguf_import.py) not in docs/models.md" for g in ggufs if not re.search(r"\b" + g + r"\b", text["docs/models.md"])]
+chk("every architecture (-policy_arch) and imported family is in docs/models.md's table", not bad, "; ".join(bad[:8]))
 raise SystemExit(fails > 0)
 PY

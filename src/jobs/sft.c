@@ -34,7 +34,9 @@ PetscErrorCode sft_options(const TrainJobOptions *job, SFTOptions *o)
   RfOptInt("-eval_every", "Held-out loss every N steps (0: never; built-in task only)", 0, &o->eval_every);
   RfOptInt("-eval_batches", "Batches in the held-out loss", 2, &o->eval_batches);
   PetscOptionsEnd();
-  PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Checkpoints", NULL);
+  /* a title of its own: -help prints a (prefix, title) section only once, and
+   * "Checkpoints" (-checkpoint_every, -restart) came first, hiding this one */
+  PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Supervised fine-tuning: initial weights", NULL);
   RfOptString("-init_checkpoint", "Initialise the weights (only) from this checkpoint", o->init, sizeof o->init);
   PetscOptionsEnd();
   PetscCall(PetscStrncpy(o->restart, job->restart, sizeof o->restart));
