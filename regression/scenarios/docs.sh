@@ -104,6 +104,10 @@ for f in files:
     if f in text and (f.startswith(("src/", "inc/", "cuda/", "regression/", "tools/", "input/", ".ci/")) or f == "GNUmakefile"):
         words |= set(re.findall(r"\w+", text[f]))
 words |= {os.path.basename(f) for f in glob.glob("regression/cases/*")}
+# module prefixes: src/'s directories, inc/'s headers, and the CUDA, CPU, checkpoint, HDF5 and test helpers'
+prefixes = "|".join(sorted({f.split("/")[1] for f in files if f.startswith("src/") and f.count("/") == 2} |
+                           {os.path.basename(f)[:-2] for f in files if f.startswith("inc/") and f.endswith(".h")} |
+                           {"rfcuda", "cpu", "cuda", "ckpt", "h5u", "test", "mesh", "trainer"}))
 FOREIGN_NAMES = {"max_num_gen_batches"}  # verl's DAPO setting, named for comparison
 bad = []
 for f in docs:
@@ -112,7 +116,10 @@ for f in docs:
     for a, b in re.findall(r"`([a-z][a-z0-9]*_[a-z0-9_]*[a-z0-9])(?:\(\))?`|\b([a-z][a-z0-9]*_[a-z0-9_]*[a-z0-9])\(", text[f]):
         if (a or b) not in words and (a or b) not in FOREIGN_NAMES:
             bad.append(f"{f}: {a or b}")
-chk("every snake_case name in backticks (or called) in the documents occurs in the code", not bad, " ".join(sorted(set(bad))[:8]))
+    for n in re.findall(r"(?<![\w./-])((?:%s)_[a-z0-9_]*[a-z0-9])\b(?![./-])" % prefixes, text[f]):
+        if n not in words:
+            bad.append(f"{f}: {n}")
+chk("every snake_case name in backticks (or called, or with a module's prefix) in the documents occurs in the code", not bad, " ".join(sorted(set(bad))[:8]))
 
 def choices(o):
     m = re.search(r"^  " + o + r" <now (\S+) .*\(choose one of\) (.*?) \(None\)$", helptext, re.M)
