@@ -12,7 +12,7 @@ plan 9
 help="$RLFUSE_TMP/docs_help.txt"
 rlfuse -help >"$help" 2>&1 || not_ok "rlfuse -help exits 0"
 "$PYTHON" - "$help" <<'PY'
-import ast, glob, sys
+import ast, collections, glob, sys
 import os, re, subprocess
 fails = 0
 def chk(name, cond, why=""):
@@ -104,10 +104,9 @@ for f in files:
     if f in text and (f.startswith(("src/", "inc/", "cuda/", "regression/", "tools/", "input/", ".ci/")) or f == "GNUmakefile"):
         words |= set(re.findall(r"\w+", text[f]))
 words |= {os.path.basename(f) for f in glob.glob("regression/cases/*")}
-# module prefixes: src/'s directories, inc/'s headers, and the CUDA, CPU, checkpoint, HDF5 and test helpers'
-prefixes = "|".join(sorted({f.split("/")[1] for f in files if f.startswith("src/") and f.count("/") == 2} |
-                           {os.path.basename(f)[:-2] for f in files if f.startswith("inc/") and f.endswith(".h")} |
-                           {"rfcuda", "cpu", "cuda", "ckpt", "h5u", "test", "mesh", "trainer"}))
+# module prefixes: the first word of the functions the headers declare (3 or more), and the test programs'
+heads = collections.Counter(re.findall(r"\b([a-z][a-z0-9]*)_\w+ *\(", "".join(text[f] for f in files if f.startswith("inc/") and f in text)))
+prefixes = "|".join(sorted({p for p, n in heads.items() if n >= 3} | {"cpu", "cuda", "test"}))
 FOREIGN_NAMES = {"max_num_gen_batches"}  # verl's DAPO setting, named for comparison
 bad = []
 for f in docs:
