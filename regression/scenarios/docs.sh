@@ -5,10 +5,11 @@
 # The lists in the documents stay true to the code: every repository path
 # they name exists, every -option they name is one rlfuse (or a test or
 # tool) reads, every snake_case name in backticks occurs in the code, every
-# -mode and -algo is documented and every documented one exists, and every
-# architecture and imported family is in docs/models.md's table.
+# -mode and -algo is documented and every documented one exists, every
+# architecture and imported family is in docs/models.md's table, and
+# docs/testing.md has a row for each test program, scenario and deck case.
 . regression/lib.sh
-plan 9
+plan 10
 help="$RLFUSE_TMP/docs_help.txt"
 rlfuse -help >"$help" 2>&1 || not_ok "rlfuse -help exits 0"
 "$PYTHON" - "$help" <<'PY'
@@ -145,5 +146,15 @@ bad += [f"table row {r} is no -policy_arch" for r in rows if archs and r not in 
 bad += [f"{n} (tools/hf_llama.py) not in the table's models" for n in families if not any(re.search(r"\b" + n + r"\b", l.split("|")[2]) for l in table)]
 bad += [f"GGUF {g} (tools/gguf_import.py) not in docs/models.md" for g in ggufs if not re.search(r"\b" + g + r"\b", text["docs/models.md"])]
 chk("every architecture (-policy_arch) and imported family is in docs/models.md's table", not bad, "; ".join(bad[:8]))
+
+tt = text["docs/testing.md"]
+progs = {os.path.basename(f)[:-2] for f in files if re.fullmatch(r"regression/test_\w+\.c", f)}
+scens = {os.path.basename(f) for f in files if re.fullmatch(r"regression/scenarios/\w+\.sh", f)}
+cases = {f.split("/")[2] for f in files if f.startswith("regression/cases/") and f.count("/") >= 3}
+bad = [f"bin/{p}" for p in sorted(progs) if not re.search(r"^\| `bin/" + p + r"[` ]", tt, re.M)]
+bad += [f"scenarios/{c}" for c in sorted(scens) if f"| `scenarios/{c}` |" not in tt]
+bad += [f"case {c}" for c in sorted(cases) if f"| `{c}` |" not in tt]
+bad += [f"{n} (no such item)" for n in re.findall(r"^\| `(?:bin/(test_\w+)|scenarios/(\w+\.sh))", tt, re.M) for n in n if n and n not in progs | scens]
+chk("docs/testing.md has a row for every test program, scenario and deck regression, and none for another", not bad, " ".join(bad[:8]))
 raise SystemExit(fails > 0)
 PY
