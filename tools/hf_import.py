@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""hf_import: a Hugging Face GPT-2, Llama, Mistral or Qwen2 directory
+"""hf_import: a Hugging Face GPT-2, Llama, Mistral, Qwen2 or Qwen3 directory
 (config.json + model.safetensors, or the shards of a
 model.safetensors.index.json, as save_pretrained writes them) into an rlfuse
 checkpoint holding one role.
@@ -7,8 +7,8 @@ checkpoint holding one role.
 Usage: /usr/bin/python3 tools/hf_import.py HF_DIR OUT.h5 ROLE
 
 ROLE policy, actor or reference takes a GPT2LMHeadModel (head tied to the
-token embedding), LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM
-(tied or untied head); reward or critic a *ForSequenceClassification of the
+token embedding), LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or
+Qwen3ForCausalLM (tied or untied head); reward or critic a *ForSequenceClassification of the
 same families with one label. config.json's model_type picks the family
 (tools/hf_gpt2.py, tools/hf_llama.py). Tensors are copied bit for bit (F16
 and BF16 widened to float32, exactly). What rlfuse cannot compute exactly

@@ -63,7 +63,7 @@ PetscErrorCode model_config_set_from_options(const char *prefix, ModelConfig *cf
   PetscFunctionBegin;
   PetscCall(PetscMemzero(cfg, sizeof *cfg));
   PetscOptionsBegin(PETSC_COMM_WORLD, prefix, "Model options", NULL);
-  RfOptEnum("-arch", "Architecture: gpt2 or llama (the LLaMA family: Llama, Mistral, Qwen2, SmolLM2)", ModelArchNames, 2, &arch);
+  RfOptEnum("-arch", "Architecture: gpt2 or llama (the LLaMA family: Llama, Mistral, Qwen2, Qwen3, SmolLM2)", ModelArchNames, 2, &arch);
   RfOptIntAsInt("-n_layer", "Number of transformer blocks", 2, &cfg->n_layer);
   RfOptIntAsInt("-n_head", "Number of attention heads (must divide n_embd)", 4, &cfg->n_head);
   RfOptIntAsInt("-n_embd", "Width of the residual stream (embedding size C)", 128, &cfg->n_embd);
