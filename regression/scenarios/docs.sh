@@ -94,8 +94,9 @@ FOREIGN_OPTS = {"march", "fno", "fsanitize", "lopenblas", "gencode", "npp", "ntg
                 "name", "new", "old", "log", "dirty", "kl_coef", "only"}
 bad = []
 for f in docs:
+    given = re.findall(r"\(`-(\w+_)` prefix\)", text[f])  # "Options (`-plan_` prefix): `-ranks`, ..."
     for n in re.findall(opt, text[f]):
-        ok = n in known or n in FOREIGN_OPTS or any(k.endswith("_" + n) for k in known) or (n.endswith("_") and any(k.startswith(n) for k in known))
+        ok = n in known or n in FOREIGN_OPTS or any(p + n in known for p in given) or (n.endswith("_") and any(k.startswith(n) for k in known))
         if not ok:
             bad.append(f"{f}: -{n}")
 chk("every -option the documents name is read by rlfuse, a test program or a tool", not bad, " ".join(sorted(set(bad))[:8]))
