@@ -6,10 +6,11 @@
 # they name exists, every -option they name is one rlfuse (or a test or
 # tool) reads, every snake_case name in backticks occurs in the code, every
 # -mode and -algo is documented and every documented one exists, every
-# architecture and imported family is in docs/models.md's table, and
-# docs/testing.md has a row for each test program, scenario and deck case.
+# architecture and imported family is in docs/models.md's table, every HDF5
+# attribute the code writes is in docs/formats.md, and docs/testing.md has a
+# row for each test program, scenario and deck case.
 . regression/lib.sh
-plan 10
+plan 11
 help="$RLFUSE_TMP/docs_help.txt"
 rlfuse -help >"$help" 2>&1 || not_ok "rlfuse -help exits 0"
 "$PYTHON" - "$help" <<'PY'
@@ -147,6 +148,12 @@ bad += [f"table row {r} is no -policy_arch" for r in rows if archs and r not in 
 bad += [f"{n} (tools/hf_llama.py) not in the table's models" for n in families if not any(re.search(r"\b" + n + r"\b", l.split("|")[2]) for l in table)]
 bad += [f"GGUF {g} (tools/gguf_import.py) not in docs/models.md" for g in ggufs if not re.search(r"\b" + g + r"\b", text["docs/models.md"])]
 chk("every architecture (-policy_arch) and imported family is in docs/models.md's table", not bad, "; ".join(bad[:8]))
+
+# every HDF5 attribute the code writes by name is in docs/formats.md
+attrs = {a for f in files if f.startswith("src/") and f.endswith(".c") and f in text
+         for a in re.findall(r"attr_write_\w+\([^,()]*, *\"(\w+)\"", text[f])}
+bad = sorted(a for a in attrs if not re.search(r"\b" + a + r"\b", text["docs/formats.md"]))
+chk(f"every HDF5 attribute the code writes by name ({len(attrs)}) is in docs/formats.md", attrs and not bad, " ".join(bad[:8]))
 
 tt = text["docs/testing.md"]
 progs = {os.path.basename(f)[:-2] for f in files if re.fullmatch(r"regression/test_\w+\.c", f)}
