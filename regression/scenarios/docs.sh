@@ -140,14 +140,19 @@ table = [l for l in text["docs/models.md"].splitlines() if re.match(r"\| `\w+`",
 rows = {re.match(r"\| `(\w+)`", l).group(1): l for l in table}
 default, archs = choices("-policy_arch")
 src = text["tools/hf_llama.py"]
-families = ast.literal_eval(re.search(r"^FAMILIES = (\{.*?\})", src, re.M | re.S).group(1)).values()
+model_types = ast.literal_eval(re.search(r"^FAMILIES = (\{.*?\})", src, re.M | re.S).group(1))
+families = model_types.values()
 ggufs = ast.literal_eval(re.search(r"^ARCHS = (\(.*?\))", text["tools/gguf_import.py"], re.M).group(1))
 bad = [] if archs else ["no choices of -policy_arch in rlfuse -help"]
 bad += [f"-policy_arch {a} not in the table" for a in archs if a not in rows]
 bad += [f"table row {r} is no -policy_arch" for r in rows if archs and r not in archs]
 bad += [f"{n} (tools/hf_llama.py) not in the table's models" for n in families if not any(re.search(r"\b" + n + r"\b", l.split("|")[2]) for l in table)]
 bad += [f"GGUF {g} (tools/gguf_import.py) not in docs/models.md" for g in ggufs if not re.search(r"\b" + g + r"\b", text["docs/models.md"])]
-chk("every architecture (-policy_arch) and imported family is in docs/models.md's table", not bad, "; ".join(bad[:8]))
+hf = text["docs/huggingface.md"]
+bad += [f"model_type {t} not in docs/huggingface.md" for t in model_types if f"`{t}`" not in hf]
+bad += [f"{n}ForCausalLM not in docs/huggingface.md" for n in families if f"`{n}ForCausalLM`" not in hf]
+bad += [f"--model-type {t} (tools/hf_export.py) not in docs/huggingface.md" for t in model_types if not re.search(r"--model-type [\w|]*\b" + t + r"\b", hf)]
+chk("every architecture (-policy_arch) and imported family is in docs/models.md's table and docs/huggingface.md", not bad, "; ".join(bad[:8]))
 
 # every HDF5 attribute the code writes by name is in docs/formats.md
 attrs = {a for f in files if f.startswith("src/") and f.endswith(".c") and f in text
