@@ -7,10 +7,11 @@
 # tool) reads, every snake_case name in backticks occurs in the code, every
 # -mode and -algo is documented and every documented one exists, every
 # architecture and imported family is in docs/models.md's table, every HDF5
-# attribute the code writes is in docs/formats.md, and docs/testing.md has a
-# row for each test program, scenario and deck case.
+# attribute the code writes is in docs/formats.md, docs/design.md's Layout
+# has every directory of src/, and docs/testing.md has a row for each test
+# program, scenario and deck case.
 . regression/lib.sh
-plan 11
+plan 12
 help="$RLFUSE_TMP/docs_help.txt"
 rlfuse -help >"$help" 2>&1 || not_ok "rlfuse -help exits 0"
 "$PYTHON" - "$help" <<'PY'
@@ -159,6 +160,12 @@ attrs = {a for f in files if f.startswith("src/") and f.endswith(".c") and f in 
          for a in re.findall(r"attr_write_\w+\([^,()]*, *\"(\w+)\"", text[f])}
 bad = sorted(a for a in attrs if not re.search(r"\b" + a + r"\b", text["docs/formats.md"]))
 chk(f"every HDF5 attribute the code writes by name ({len(attrs)}) is in docs/formats.md", attrs and not bad, " ".join(bad[:8]))
+
+layout = re.search(r"## Layout\n+```\n(.*?)```", text["docs/design.md"], re.S)
+dirs = sorted({f.split("/")[0] + "/" for f in files if "/" in f and f.split("/")[0] in ("inc", "cuda", "input", "regression", "tools")} |
+              {"/".join(f.split("/")[:2]) + "/" for f in files if f.startswith("src/") and f.count("/") == 2})
+bad = [d for d in dirs if not layout or not re.search(r"^" + re.escape(d) + r"\s", layout.group(1), re.M)] if layout else ["no Layout block in docs/design.md"]
+chk("docs/design.md's Layout has a line for every directory of src/ and the top-level folders", not bad, " ".join(bad[:8]))
 
 tt = text["docs/testing.md"]
 progs = {os.path.basename(f)[:-2] for f in files if re.fullmatch(r"regression/test_\w+\.c", f)}
