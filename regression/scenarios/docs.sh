@@ -3,15 +3,15 @@
 # README's quickstart has the deck's PPO iteration count, and its example
 # commands name files the pipeline writes, with a role those files hold.
 # The lists in the documents stay true to the code: every repository path
-# they name exists, every -option they name is one rlfuse (or a test or
-# tool) reads, every snake_case name in backticks occurs in the code, every
-# -mode and -algo is documented and every documented one exists, every
-# architecture and imported family is in docs/models.md's table, every HDF5
-# attribute the code writes is in docs/formats.md, docs/design.md's Layout
-# has every directory of src/, and docs/testing.md has a row for each test
-# program, scenario and deck case.
+# they name exists, the README links every docs/*.md, every -option they
+# name is one rlfuse (or a test or tool) reads, every snake_case name in
+# backticks occurs in the code, every -mode and -algo is documented and
+# every documented one exists, every architecture and imported family is in
+# docs/models.md's table, every HDF5 attribute the code writes is in
+# docs/formats.md, docs/design.md's Layout has every directory of src/, and
+# docs/testing.md has a row for each test program, scenario and deck case.
 . regression/lib.sh
-plan 12
+plan 13
 help="$RLFUSE_TMP/docs_help.txt"
 rlfuse -help >"$help" 2>&1 || not_ok "rlfuse -help exits 0"
 "$PYTHON" - "$help" <<'PY'
@@ -84,6 +84,8 @@ for f in docs:
             if not found:
                 bad.append(f"{f}: {q}")
 chk("every repository path the documents name exists", not bad, " ".join(bad[:8]))
+bad = [f for f in docs[1:] if f"]({f})" not in readme]
+chk("the README's documentation list links every docs/*.md", not bad, " ".join(bad))
 
 helptext = open(sys.argv[1], errors="replace").read()
 opt = r"(?<![\w/.<>-])-([a-z][a-z0-9_]*[a-z0-9_])(?![\w-])"
