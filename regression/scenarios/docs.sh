@@ -1,7 +1,8 @@
 # The documents say what the code does: the repository cites nothing outside
 # itself (no SYSTEM.md, no issue numbers), relative links resolve, the
-# README's quickstart has the deck's PPO iteration count, and its example
-# commands name files the pipeline writes, with a role those files hold.
+# README's quickstart has the deck's PPO iteration count and model size
+# (-dry_run), and its example commands name files the pipeline writes, with
+# a role those files hold.
 # The lists in the documents stay true to the code: every repository path
 # they name exists, the README links every docs/*.md, every -option they
 # name is one rlfuse (or a test or tool) reads, every snake_case name in
@@ -11,10 +12,12 @@
 # docs/formats.md, docs/design.md's Layout has every directory of src/, and
 # docs/testing.md has a row for each test program, scenario and deck case.
 . regression/lib.sh
-plan 13
+plan 14
 help="$RLFUSE_TMP/docs_help.txt"
 rlfuse -help >"$help" 2>&1 || not_ok "rlfuse -help exits 0"
-"$PYTHON" - "$help" <<'PY'
+dry="$RLFUSE_TMP/docs_dry.txt"
+rlfuse -options_file input/quickstart.deck -dry_run -output_dir "$RLFUSE_TMP/docs_dry" >"$dry" 2>&1 || not_ok "the quickstart deck's -dry_run exits 0"
+"$PYTHON" - "$help" "$dry" <<'PY'
 import ast, collections, glob, sys
 import os, re, subprocess
 fails = 0
@@ -49,6 +52,10 @@ readme, deck = text["README.md"], text["input/quickstart.deck"]
 iters = re.search(r"^-ppo_iterations\s+(\d+)", deck, re.M).group(1)
 said = re.findall(r"(\d+)\s+PPO\s+iterations", readme)
 chk(f"the README's quickstart runs the deck's {iters} PPO iterations (README says {said})", said and all(n == iters for n in said))
+m = re.search(r"policy (\d+) parameters", open(sys.argv[2], errors="replace").read())
+size = f"{int(m.group(1)) / 1e6:.2f}M" if m else "(no -dry_run line)"
+said = re.findall(r"(\d+\.\d+M)-parameter", readme)
+chk(f"the README's quickstart model has the deck's {size} parameters (-dry_run; README says {said})", said and all(n == size for n in said))
 
 # what -mode pipeline writes under -output_dir, and the roles of each stage's checkpoints (docs/formats.md)
 roles = {"sft": {"policy"}, "rm": {"reward"}, "ppo": {"actor", "critic", "reference", "reward"}}
