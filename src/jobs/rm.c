@@ -429,3 +429,44 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
   PetscCall(PetscLogStagePop());
   PetscFunctionReturn(PETSC_SUCCESS);
 }
+
+PetscErrorCode rm_cost_stage(const RunCtx *run, PetscBool help, const ModelConfig *policy, CostTrainStage *st)
+{
+  TrainJobOptions job;
+  RMOptions      *o;
+  ModelConfig     cfg;
+  PetscBool       builtin;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&job, sizeof job));
+  PetscCall(train_job_checkpoint_options(&job)); /* not the plan: the search makes it */
+  PetscCall(PetscCalloc1(1, &o));
+  PetscCall(rm_options(&job, o));
+  if (!help) {
+    PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
+    if (policy) cfg = *policy;
+    else {
+      PetscCheck(o->sft[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode rm needs -rm_sft_checkpoint FILE (the SFT model whose trunk starts the reward model)");
+      PetscCall(ckpt_read_config(run->comm, o->sft, "policy", &cfg));
+    }
+    PetscCall(rm_check(o, builtin, &cfg, policy ? NULL : o->sft));
+    st->used  = PETSC_TRUE;
+    st->cfg   = cfg;
+    st->cfg.head = MODEL_HEAD_SCALAR; /* the SFT trunk with a scalar head */
+    st->batch = (int)o->batch;
+    st->rows  = 2; /* a pair's chosen and rejected responses */
+    /* built-in pairs: the longest prompt and the generated response; a
+     * pair file: its row length */
+    st->len   = builtin ? (int)(o->task.len_max + 2 + o->gen.max_new_tokens) : cfg.n_positions;
+    if (!builtin) {
+      PrefPairs all = {{0}, NULL};
+
+      PetscCall(prefs_read(run->comm, o->data, &all));
+      st->len = all.d.T;
+      PetscCall(prefs_free(&all));
+    }
+    st->steps = (int)o->steps;
+  }
+  PetscCall(PetscFree(o));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

@@ -371,3 +371,29 @@ PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
   PetscCall(demo_source_destroy(&src));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
+
+PetscErrorCode sft_cost_stage(const RunCtx *run, PetscBool help, CostTrainStage *st)
+{
+  TrainJobOptions job;
+  SFTOptions     *o;
+  DemoSource      src;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&job, sizeof job));
+  PetscCall(train_job_checkpoint_options(&job)); /* not the plan: the search makes it */
+  PetscCall(PetscCalloc1(1, &o));
+  PetscCall(sft_options(&job, o));
+  if (!help) {
+    PetscCall(demo_source_setup(run->comm, o->data, &o->task, (uint64_t)run->seed, &src));
+    PetscCall(sft_check(o, &src));
+    PetscCall(demo_source_destroy(&src));
+    st->used  = PETSC_TRUE;
+    st->cfg   = o->cfg;
+    st->batch = (int)o->batch;
+    st->rows  = 1;
+    st->len   = (int)o->seq_len;
+    st->steps = (int)o->steps;
+  }
+  PetscCall(PetscFree(o));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

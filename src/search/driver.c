@@ -317,9 +317,57 @@ static PetscErrorCode search_write_timeline(const RunCtx *run, const char *path,
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, PetscBool help)
+/* A deck of -mode sft or rm has no PPO job: the primitives are for its
+ * stage's model (a profile must hold it), in every role. */
+static void search_deck_of_stages(const CostJob *job, CostDeck *deck)
+{
+  const CostTrainStage *st = job->stage[0].used ? &job->stage[0] : &job->stage[1];
+
+  for (int k = 0; k < 4; k++) {
+    deck->cfg[k]      = st->cfg;
+    deck->cfg[k].head = k == 1 || k == 3 ? MODEL_HEAD_SCALAR : MODEL_HEAD_LM;
+  }
+  PetscSNPrintf(deck->shapes_from, sizeof deck->shapes_from, "the -mode %s deck's model", job->mode);
+}
+
+/* The stages' placements for the plan's ZeRO-1 (without PPO's calls: the
+ * faster state over all the stages' steps when settings are searched, else
+ * off), one line each, and their calls added to needs. */
+static PetscErrorCode search_stages_finish(const RunCtx *run, const CostJob *job, const SearchStages *st, const SearchSpaceSpec *spec, PlanNeeds *needs, Plan *best)
+{
+  char mem[32];
+
+  PetscFunctionBegin;
+  if (!job->ppo) {
+    double t[2] = {0, 0};
+
+    for (int z = 0; z < 2; z++)
+      for (int k = 0; k < 2; k++)
+        if (job->stage[k].used) t[z] += st->est[k][z].feasible ? job->stage[k].steps * st->est[k][z].iter_s : INFINITY;
+    best->zero1 = spec->settings && t[1] < t[0] ? PETSC_TRUE : PETSC_FALSE;
+  }
+  search_stages_apply(job, st, best);
+  for (int k = 0; k < 2; k++) {
+    MFCId               id = k ? MFC_RM_TRAIN : MFC_SFT_TRAIN;
+    const CostEstimate *e  = &st->est[k][best->zero1 ? 1 : 0];
+
+    if (!job->stage[k].used) continue;
+    needs->cfg[id]   = &job->stage[k].cfg;
+    needs->batch[id] = job->stage[k].batch;
+    if (e->feasible) PetscCall(PetscPrintf(run->comm, "%s placed alone: estimated %.4g s per step, %.4g s for its %d steps, %s peak memory per rank\n", mfc_names[id], e->iter_s, e->iter_s * job->stage[k].steps, job->stage[k].steps, sys_bytes_str(e->mem_max, mem, sizeof mem)));
+    else PetscCall(PetscPrintf(run->comm, "%s placed alone: no layout fits; the closest: %s\n", mfc_names[id], e->why));
+    if (!job->ppo && e->feasible) { /* the plan's estimate is then its stage's step */
+      best->est_iter_s = PetscMax(best->est_iter_s, e->iter_s);
+      best->est_mem    = PetscMax(best->est_mem, e->mem_max);
+    }
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn job_of, PetscBool help)
 {
   CostDeck         deck;
+  CostJob          job;
   PetscInt         ranks = 0;
   char             out[PETSC_MAX_PATH_LEN] = "", tlpath[PETSC_MAX_PATH_LEN] = "";
   CostPrims        prims;
@@ -329,7 +377,9 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, PetscBool 
   SearchOptions    o;
   SearchSpaceSpec  spec;
   SearchSummary    sum;
+  SearchStages     stages;
   Plan            *best;
+  double           t0;
 
   PetscFunctionBegin;
   PetscOptionsBegin(PETSC_COMM_WORLD, "plan_", "Plan search (-mode plan)", NULL);
@@ -346,19 +396,35 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, PetscBool 
     PetscCall(deck_of(run, PETSC_TRUE, &deck));
     PetscCall(cost_work_from_options(&deck, &work));
     PetscCall(cost_work_free(&work));
+    PetscCall(job_of(run, PETSC_TRUE, &job));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCheck(ranks >= 1 && ranks <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-mode plan needs -plan_ranks N with 1 <= N <= %d (got %d)", PLAN_MAX_RANKS, (int)ranks);
   if (out[0]) PetscCall(h5u_output_check("plan file", out));
+  PetscCall(job_of(run, PETSC_FALSE, &job));
   PetscCall(deck_of(run, PETSC_FALSE, &deck));
+  if (!job.ppo) search_deck_of_stages(&job, &deck);
   PetscCall(cost_work_from_options(&deck, &work));
+  PetscCheck(!tlpath[0] || job.ppo, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-plan_timeline %s: the timeline is of PPO's iterations, and a -mode %s deck has none", tlpath, job.mode);
   PetscCall(search_prims(run, &deck, &work, (int)ranks, &prims));
   search_needs_from_work(&work, cfg, &needs);
   spec.world = (int)ranks;
+  spec.ranks_per_node = prims.ranks_per_node > 0 ? prims.ranks_per_node : spec.world;
   PetscCall(PetscMalloc1(1, &best));
-  PetscCall(search_plan(run->comm, &prims, &work, &needs, &spec, &o, PETSC_TRUE, best, &sum));
+  /* the stages first, an enumeration of milliseconds: PPO's search gets the rest of -plan_time */
+  t0 = sys_wtime();
+  PetscCall(search_stages_place(run->comm, &prims, &job, &spec, o.time_s > 0 ? t0 + o.time_s : INFINITY, &stages));
+  if (o.time_s > 0 && (job.stage[0].used || job.stage[1].used)) o.time_s = PetscMax(o.time_s - (sys_wtime() - t0), 1e-3);
+  if (job.ppo) PetscCall(search_plan(run->comm, &prims, &work, &needs, &spec, &o, PETSC_TRUE, best, &sum));
+  else { /* the stage's call alone: none of PPO's */
+    PetscCall(PetscMemzero(&needs, sizeof needs));
+    PetscCall(plan_preset((int)ranks, PLACEMENT_COLOCATE, 0, best));
+    best->nconc = 0;
+    PetscCall(PetscSNPrintf(best->source, sizeof best->source, "search of the -mode %s deck's training call", job.mode));
+  }
+  PetscCall(search_stages_finish(run, &job, &stages, &spec, &needs, best));
   PetscCall(plan_print(run->comm, best, &needs));
-  PetscCall(search_report(run, best, &sum));
+  if (job.ppo) PetscCall(search_report(run, best, &sum));
   if (out[0]) {
     PetscCall(plan_write_file(run->comm, out, best, &needs));
     PetscCall(PetscPrintf(run->comm, "plan written to %s (run it with -plan_file %s on %d ranks)\n", out, out, (int)ranks));
