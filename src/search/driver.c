@@ -319,10 +319,16 @@ static PetscErrorCode search_write_timeline(const RunCtx *run, const char *path,
 
 /* A deck of -mode sft or rm has no PPO job: the primitives are for its
  * stage's model (a profile must hold it), in every role. */
-static void search_deck_of_stages(const CostJob *job, CostDeck *deck)
+static void search_deck_of_stages(const RunCtx *run, const CostJob *job, CostDeck *deck)
 {
   const CostTrainStage *st = job->stage[0].used ? &job->stage[0] : &job->stage[1];
 
+  PetscMemzero(deck, sizeof *deck);
+  deck->batch       = st->batch * st->rows;
+  deck->max_new     = 1;
+  deck->prompt_len  = PetscMax(1, st->len - 1);
+  deck->minibatches = deck->micro = deck->epochs = 1;
+  deck->seed        = (long long)run->seed;
   for (int k = 0; k < 4; k++) {
     deck->cfg[k]      = st->cfg;
     deck->cfg[k].head = k == 1 || k == 3 ? MODEL_HEAD_SCALAR : MODEL_HEAD_LM;
@@ -402,8 +408,8 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn 
   PetscCheck(ranks >= 1 && ranks <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-mode plan needs -plan_ranks N with 1 <= N <= %d (got %d)", PLAN_MAX_RANKS, (int)ranks);
   if (out[0]) PetscCall(h5u_output_check("plan file", out));
   PetscCall(job_of(run, PETSC_FALSE, &job));
-  PetscCall(deck_of(run, PETSC_FALSE, &deck));
-  if (!job.ppo) search_deck_of_stages(&job, &deck);
+  if (job.ppo) PetscCall(deck_of(run, PETSC_FALSE, &deck));
+  else search_deck_of_stages(run, &job, &deck);
   PetscCall(cost_work_from_options(&deck, &work));
   PetscCheck(!tlpath[0] || job.ppo, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-plan_timeline %s: the timeline is of PPO's iterations, and a -mode %s deck has none", tlpath, job.mode);
   PetscCall(search_prims(run, &deck, &work, (int)ranks, &prims));
