@@ -1,4 +1,4 @@
-# -mode plan for a deck of -mode pipeline, sft or rm (issue 35): the plan
+# -mode plan for a deck of -mode pipeline, sft or rm: the plan
 # is for the job the deck names (the -mode that -mode plan overrides), so it
 # holds every call that job runs: the pipeline's sft_train and rm_train,
 # each placed alone, beside PPO's searched calls, or an SFT or RM deck's one

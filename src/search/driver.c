@@ -336,6 +336,22 @@ static void search_deck_of_stages(const RunCtx *run, const CostJob *job, CostDec
   PetscSNPrintf(deck->shapes_from, sizeof deck->shapes_from, "the -mode %s deck's model", job->mode);
 }
 
+/* A pipeline's SFT trains the actor's model and its RM the reward model
+ * PPO reads: with -cost_actor_shape or -cost_critic_shape, the workload's
+ * shapes, not the deck's -policy_ model. */
+static void search_stages_shapes(const CostWork *w, CostJob *job)
+{
+  const CostShape *want[2] = {&w->actor, &w->reward};
+
+  for (int k = 0; k < 2; k++) {
+    CostShape m;
+
+    if (!job->stage[k].used || (k && w->reward_free)) continue;
+    cost_shape_from_gpt(&job->stage[k].cfg, &m);
+    if (memcmp(&m, want[k], sizeof m)) cost_shape_to_gpt(want[k], &job->stage[k].cfg);
+  }
+}
+
 /* The stages' placements for the plan's ZeRO-1 (without PPO's calls: the
  * faster state over all the stages' steps when settings are searched, else
  * off), one line each, and their calls added to needs. */
@@ -411,6 +427,7 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn 
   if (job.ppo) PetscCall(deck_of(run, PETSC_FALSE, &deck));
   else search_deck_of_stages(run, &job, &deck);
   PetscCall(cost_work_from_options(&deck, &work));
+  if (job.ppo) search_stages_shapes(&work, &job);
   PetscCheck(!tlpath[0] || job.ppo, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-plan_timeline %s: the timeline is of PPO's iterations, and a -mode %s deck has none", tlpath, job.mode);
   PetscCall(search_prims(run, &deck, &work, (int)ranks, &prims));
   search_needs_from_work(&work, cfg, &needs);
