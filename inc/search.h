@@ -162,5 +162,10 @@ PetscErrorCode search_auto_options(void);
  * -cost_profile it profiles this machine on the run's ranks (run->be), or
  * reuses the cache's profile. */
 PetscErrorCode search_auto(const RunCtx *run, const CostDeck *deck, const PlanNeeds *needs, Plan *plan);
+/* -placement auto for a stage with one training call (sft_train, rm_train:
+ * -mode sft, rm, and those stages of -mode pipeline): the call placed as
+ * -mode plan places it, for this run's ranks and plan->zero1, into *plan
+ * (its placement then reads colocate, its source "search of <call>"). */
+PetscErrorCode search_auto_stage(const RunCtx *run, const CostTrainStage *st, MFCId id, Plan *plan);
 
 #endif

@@ -4,10 +4,11 @@
 # each placed alone, beside PPO's searched calls, or an SFT or RM deck's one
 # call. The quickstart deck's plan then runs the whole pipeline on 2 ranks
 # with -plan_file (before, its SFT stage refused the file: "lacks
-# /plan/sft_train"), and each stage records the file's layout of its call.
+# /plan/sft_train"), and each stage records the file's layout of its call;
+# -placement auto in an SFT run places its call as -mode plan does.
 # Sizes are the quickstart's shrunk by options so that it runs in seconds.
 . regression/lib.sh
-plan 8
+plan 9
 d="$RLFUSE_TMP/plan_stages"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 H="-mode plan -plan_ranks 2 -cost_hardware input/hardware/h100_sxm.deck -plan_iterations 200"
@@ -52,5 +53,11 @@ rlfuse -options_file $d/rm.deck $H -plan_output $d/pr.h5 >$d/pr.log 2>&1 || not_
 if has_calls $d/pr.h5 rm_train && mpirun 2 -options_file $d/rm.deck -plan_file $d/pr.h5 -output_dir $d/rm >$d/rm.log 2>&1; then
   check "an RM deck's plan holds rm_train alone and runs on 2 ranks" same_call $d/pr.h5 $d/rm/run.h5 rm_train
 else not_ok "an RM deck's plan holds rm_train alone and runs on 2 ranks: $(tail -3 $d/rm.log)"; fi
+# -placement auto places an SFT run's call as -mode plan does (ZeRO-1 as given: off)
+rlfuse -options_file $d/sft.deck $H -plan_search_settings 0 -plan_output $d/ps0.h5 >/dev/null 2>&1
+if mpirun 2 -options_file $d/sft.deck -placement auto -cost_hardware input/hardware/h100_sxm.deck -output_dir $d/sftauto >$d/sftauto.log 2>&1; then
+  auto_placed() { grep -q '^-placement auto: placing sft_train' $d/sftauto.log && grep -q '^plan: search of sft_train' $d/sftauto.log && same_call $d/ps0.h5 $d/sftauto/run.h5 sft_train; }
+  check "-placement auto in an SFT run places sft_train as -mode plan does" auto_placed
+else not_ok "-placement auto in an SFT run: $(tail -3 $d/sftauto.log)"; fi
 expect_error "-plan_timeline for an SFT deck, which has no PPO iteration" "-plan_timeline .*-mode sft deck has none" -options_file $d/sft.deck $H -plan_timeline $d/tl.h5
 finish

@@ -5,6 +5,7 @@
  * held-out pairs. */
 #include "train.h"
 #include "jobs.h"
+#include "search.h"
 #include <math.h>
 
 #define RM_MAX_BATCH 4096
@@ -50,6 +51,7 @@ PetscErrorCode rm_options(const TrainJobOptions *job, RMOptions *o)
   PetscCall(task_set_from_options(&o->task));
   PetscCall(gen_config_set_from_options(&o->gen));
   o->plan = job->plan; /* read once for every stage (-fuse_* included) */
+  if (o->plan.placement == PLACEMENT_AUTO) PetscCall(search_auto_options());
   PetscCall(trainer_options(&o->sched));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -364,6 +366,11 @@ static PetscErrorCode rm_prepare(const RunCtx *run, RMOptions *o, const ModelCon
   PetscCall(rm_check(o, builtin, cfg, ckpt));
   *rcfg      = *cfg; /* the SFT trunk with a scalar head */
   rcfg->head = MODEL_HEAD_SCALAR;
+  if (o->plan.placement == PLACEMENT_AUTO) { /* the searched layout replaces the colocated one; a pair file's rows at most n_positions (it is read below) */
+    CostTrainStage st = {PETSC_TRUE, *rcfg, (int)o->batch, 2, builtin ? (int)(o->task.len_max + 2 + o->gen.max_new_tokens) : cfg->n_positions, (int)o->steps};
+
+    PetscCall(search_auto_stage(run, &st, MFC_RM_TRAIN, &o->plan));
+  }
   PetscCall(trainer_plan_check(run, &o->plan, MFC_RM_TRAIN, rcfg, (int)o->batch, print, needs));
   if (!builtin) {
     PetscCall(prefs_read(run->comm, o->data, all));

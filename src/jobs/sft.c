@@ -3,6 +3,7 @@
  * step, writes checkpoints and resumes from them bit-exactly. */
 #include "train.h"
 #include "jobs.h"
+#include "search.h"
 #include <limits.h>
 #include <math.h>
 
@@ -53,6 +54,7 @@ PetscErrorCode sft_options(const TrainJobOptions *job, SFTOptions *o)
   PetscCall(adamw_set_from_options("policy_", &o->opt));
   PetscCall(task_set_from_options(&o->task));
   o->plan = job->plan; /* read once for every stage (-fuse_* included) */
+  if (o->plan.placement == PLACEMENT_AUTO) PetscCall(search_auto_options());
   PetscCall(trainer_options(&o->sched));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -327,6 +329,11 @@ static PetscErrorCode sft_prepare(const RunCtx *run, SFTOptions *o, PetscBool pr
   PetscFunctionBegin;
   PetscCall(demo_source_setup(run->comm, o->data, &o->task, (uint64_t)run->seed, src));
   PetscCall(sft_check(o, src));
+  if (o->plan.placement == PLACEMENT_AUTO) { /* the searched layout replaces the colocated one */
+    CostTrainStage st = {PETSC_TRUE, o->cfg, (int)o->batch, 1, (int)o->seq_len, (int)o->steps};
+
+    PetscCall(search_auto_stage(run, &st, MFC_SFT_TRAIN, &o->plan));
+  }
   PetscCall(trainer_plan_check(run, &o->plan, MFC_SFT_TRAIN, &o->cfg, (int)o->batch, print, needs));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

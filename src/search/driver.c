@@ -483,3 +483,38 @@ PetscErrorCode search_auto(const RunCtx *run, const CostDeck *deck, const PlanNe
   PetscCall(cost_prims_destroy(&prims));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
+
+/* -placement auto in -mode sft or rm, or their stages of a pipeline: the
+ * stage's call placed as -mode plan places it (search_stages_place), for
+ * this run's ranks and its ZeRO-1 setting, with the primitives chosen as
+ * search_auto's. */
+PetscErrorCode search_auto_stage(const RunCtx *run, const CostTrainStage *st, MFCId id, Plan *plan)
+{
+  CostJob         job;
+  CostDeck        deck;
+  CostPrims       prims;
+  CostWork        work;
+  SearchOptions   o;
+  SearchSpaceSpec spec;
+  SearchStages    stages;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&job, sizeof job));
+  PetscCall(PetscMemzero(&spec, sizeof spec));
+  PetscCall(PetscStrncpy(job.mode, id == MFC_RM_TRAIN ? "rm" : "sft", sizeof job.mode));
+  job.stage[id == MFC_RM_TRAIN ? 1 : 0] = *st;
+  PetscCall(search_settings_from_options(&o, &spec, (uint64_t)run->seed));
+  search_deck_of_stages(run, &job, &deck);
+  PetscCall(cost_work_from_options(&deck, &work));
+  PetscCall(search_prims(run, &deck, &work, plan->world, &prims));
+  spec.world          = plan->world;
+  spec.ranks_per_node = prims.ranks_per_node > 0 ? prims.ranks_per_node : spec.world;
+  PetscCall(PetscPrintf(run->comm, "-placement auto: placing %s (at most %g s)\n", mfc_names[id], o.time_s));
+  PetscCall(search_stages_place(run->comm, &prims, &job, &spec, o.time_s > 0 ? sys_wtime() + o.time_s : INFINITY, &stages));
+  search_stages_apply(&job, &stages, plan);
+  plan->placement = PLACEMENT_COLOCATE; /* placed: a second check of the stage keeps it */
+  PetscCall(PetscSNPrintf(plan->source, sizeof plan->source, "search of %s", mfc_names[id]));
+  PetscCall(cost_work_free(&work));
+  PetscCall(cost_prims_destroy(&prims));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
