@@ -317,75 +317,6 @@ static PetscErrorCode search_write_timeline(const RunCtx *run, const char *path,
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* A deck of -mode sft or rm has no PPO job: the primitives are for its
- * stage's model (a profile must hold it), in every role. */
-static void search_deck_of_stages(const RunCtx *run, const CostJob *job, CostDeck *deck)
-{
-  const CostTrainStage *st = job->stage[0].used ? &job->stage[0] : &job->stage[1];
-
-  PetscMemzero(deck, sizeof *deck);
-  deck->batch       = st->batch * st->rows;
-  deck->max_new     = 1;
-  deck->prompt_len  = PetscMax(1, st->len - 1);
-  deck->minibatches = deck->micro = deck->epochs = 1;
-  deck->seed        = (long long)run->seed;
-  for (int k = 0; k < 4; k++) {
-    deck->cfg[k]      = st->cfg;
-    deck->cfg[k].head = k == 1 || k == 3 ? MODEL_HEAD_SCALAR : MODEL_HEAD_LM;
-  }
-  PetscSNPrintf(deck->shapes_from, sizeof deck->shapes_from, "the -mode %s deck's model", job->mode);
-}
-
-/* A pipeline's SFT trains the actor's model and its RM the reward model
- * PPO reads: with -cost_actor_shape or -cost_critic_shape, the workload's
- * shapes, not the deck's -policy_ model. */
-static void search_stages_shapes(const CostWork *w, CostJob *job)
-{
-  const CostShape *want[2] = {&w->actor, &w->reward};
-
-  for (int k = 0; k < 2; k++) {
-    CostShape m;
-
-    if (!job->stage[k].used || (k && w->reward_free)) continue;
-    cost_shape_from_gpt(&job->stage[k].cfg, &m);
-    if (memcmp(&m, want[k], sizeof m)) cost_shape_to_gpt(want[k], &job->stage[k].cfg);
-  }
-}
-
-/* The stages' placements for the plan's ZeRO-1 (without PPO's calls: the
- * faster state over all the stages' steps when settings are searched, else
- * off), one line each, and their calls added to needs. */
-static PetscErrorCode search_stages_finish(const RunCtx *run, const CostJob *job, const SearchStages *st, const SearchSpaceSpec *spec, PlanNeeds *needs, Plan *best)
-{
-  char mem[32];
-
-  PetscFunctionBegin;
-  if (!job->ppo) {
-    double t[2] = {0, 0};
-
-    for (int z = 0; z < 2; z++)
-      for (int k = 0; k < 2; k++)
-        if (job->stage[k].used) t[z] += st->est[k][z].feasible ? job->stage[k].steps * st->est[k][z].iter_s : INFINITY;
-    best->zero1 = spec->settings && t[1] < t[0] ? PETSC_TRUE : PETSC_FALSE;
-  }
-  search_stages_apply(job, st, best);
-  for (int k = 0; k < 2; k++) {
-    MFCId               id = k ? MFC_RM_TRAIN : MFC_SFT_TRAIN;
-    const CostEstimate *e  = &st->est[k][best->zero1 ? 1 : 0];
-
-    if (!job->stage[k].used) continue;
-    needs->cfg[id]   = &job->stage[k].cfg;
-    needs->batch[id] = job->stage[k].batch;
-    if (e->feasible) PetscCall(PetscPrintf(run->comm, "%s placed alone: estimated %.4g s per step, %.4g s for its %d steps, %s peak memory per rank\n", mfc_names[id], e->iter_s, e->iter_s * job->stage[k].steps, job->stage[k].steps, sys_bytes_str(e->mem_max, mem, sizeof mem)));
-    else PetscCall(PetscPrintf(run->comm, "%s placed alone: no layout fits; the closest: %s\n", mfc_names[id], e->why));
-    if (!job->ppo && e->feasible) { /* the plan's estimate is then its stage's step */
-      best->est_iter_s = PetscMax(best->est_iter_s, e->iter_s);
-      best->est_mem    = PetscMax(best->est_mem, e->mem_max);
-    }
-  }
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn job_of, PetscBool help)
 {
   CostDeck         deck;
@@ -425,7 +356,7 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn 
   if (out[0]) PetscCall(h5u_output_check("plan file", out));
   PetscCall(job_of(run, PETSC_FALSE, &job));
   if (job.ppo) PetscCall(deck_of(run, PETSC_FALSE, &deck));
-  else search_deck_of_stages(run, &job, &deck);
+  else search_stages_deck(run, &job, &deck);
   PetscCall(cost_work_from_options(&deck, &work));
   if (job.ppo) search_stages_shapes(&work, &job);
   PetscCheck(!tlpath[0] || job.ppo, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-plan_timeline %s: the timeline is of PPO's iterations, and a -mode %s deck has none", tlpath, job.mode);
@@ -504,7 +435,7 @@ PetscErrorCode search_auto_stage(const RunCtx *run, const CostTrainStage *st, MF
   PetscCall(PetscStrncpy(job.mode, id == MFC_RM_TRAIN ? "rm" : "sft", sizeof job.mode));
   job.stage[id == MFC_RM_TRAIN ? 1 : 0] = *st;
   PetscCall(search_settings_from_options(&o, &spec, (uint64_t)run->seed));
-  search_deck_of_stages(run, &job, &deck);
+  search_stages_deck(run, &job, &deck);
   PetscCall(cost_work_from_options(&deck, &work));
   PetscCall(search_prims(run, &deck, &work, plan->world, &prims));
   spec.world          = plan->world;

@@ -6,11 +6,14 @@
  * for a call alone (the machine's nodes are alike), so each size is tried
  * once, from rank 0. The settings are the plan's, shared with PPO's calls:
  * the placement is made for ZeRO-1 off and on, and the plan's state picks
- * one (search_stages_apply). */
+ * one (search_stages_apply). Also the helpers -mode plan and -placement
+ * auto share for them: a stage-only deck's workload, a pipeline's stages
+ * on -cost_*_shape's models, and the lines printed for each. */
 #include "search_impl.h"
 #include "internal/h5util.h"
 
 #include <math.h>
+#include <string.h>
 
 typedef struct {
   const CostPrims      *prims;
@@ -99,11 +102,9 @@ static PetscErrorCode search_stages_rank0(void *vctx)
     one.settings = one.fusion = PETSC_FALSE;
     if (p->ranks_per_node > 0) one.ranks_per_node = p->ranks_per_node;
     PetscCall(search_space_create(&one, &sp));
-    for (int z = 0; z < 2; z++) {
-      PetscCall(search_stage_one(sp, &ctx, (PetscBool)z, deadline, &out->call[k][z], &out->est[k][z], &out->found[k][z]));
-      PetscCheck(out->found[k][z], PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP, "plan search: no layout of %s on %d ranks passes the plan checks (its batch of %d %s must divide over the replicas' micro-batches)", mfc_names[id], spec->world, st->batch, k ? "pairs" : "sequences");
-    }
+    for (int z = 0; z < 2; z++) PetscCall(search_stage_one(sp, &ctx, (PetscBool)z, deadline, &out->call[k][z], &out->est[k][z], &out->found[k][z]));
     PetscCall(search_space_destroy(&sp));
+    PetscCheck(out->found[k][0] && out->found[k][1], PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP, "plan search: no layout of %s on %d ranks passes the plan checks (its batch of %d %s must divide over the replicas' micro-batches)", mfc_names[id], spec->world, st->batch, k ? "pairs" : "sequences");
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -130,4 +131,73 @@ void search_stages_apply(const CostJob *job, const SearchStages *s, Plan *plan)
     plan->call[id]       = s->call[k][z];
     plan->est_call_s[id] = s->est[k][z].feasible ? s->est[k][z].iter_s : 0;
   }
+}
+
+/* A deck of -mode sft or rm has no PPO job: the primitives are for its
+ * stage's model (a profile must hold it), in every role. */
+void search_stages_deck(const RunCtx *run, const CostJob *job, CostDeck *deck)
+{
+  const CostTrainStage *st = job->stage[0].used ? &job->stage[0] : &job->stage[1];
+
+  PetscMemzero(deck, sizeof *deck);
+  deck->batch       = st->batch * st->rows;
+  deck->max_new     = 1;
+  deck->prompt_len  = PetscMax(1, st->len - 1);
+  deck->minibatches = deck->micro = deck->epochs = 1;
+  deck->seed        = (long long)run->seed;
+  for (int k = 0; k < 4; k++) {
+    deck->cfg[k]      = st->cfg;
+    deck->cfg[k].head = k == 1 || k == 3 ? MODEL_HEAD_SCALAR : MODEL_HEAD_LM;
+  }
+  PetscSNPrintf(deck->shapes_from, sizeof deck->shapes_from, "the -mode %s deck's model", job->mode);
+}
+
+/* A pipeline's SFT trains the actor's model and its RM the reward model
+ * PPO reads: with -cost_actor_shape or -cost_critic_shape, the workload's
+ * shapes, not the deck's -policy_ model. */
+void search_stages_shapes(const CostWork *w, CostJob *job)
+{
+  const CostShape *want[2] = {&w->actor, &w->reward};
+
+  for (int k = 0; k < 2; k++) {
+    CostShape m;
+
+    if (!job->stage[k].used || (k && w->reward_free)) continue;
+    cost_shape_from_gpt(&job->stage[k].cfg, &m);
+    if (memcmp(&m, want[k], sizeof m)) cost_shape_to_gpt(want[k], &job->stage[k].cfg);
+  }
+}
+
+/* The stages' placements for the plan's ZeRO-1 (without PPO's calls: the
+ * faster state over all the stages' steps when settings are searched, else
+ * off), one line each, and their calls added to needs. */
+PetscErrorCode search_stages_finish(const RunCtx *run, const CostJob *job, const SearchStages *st, const SearchSpaceSpec *spec, PlanNeeds *needs, Plan *best)
+{
+  char mem[32];
+
+  PetscFunctionBegin;
+  if (!job->ppo) {
+    double t[2] = {0, 0};
+
+    for (int z = 0; z < 2; z++)
+      for (int k = 0; k < 2; k++)
+        if (job->stage[k].used) t[z] += st->est[k][z].feasible ? job->stage[k].steps * st->est[k][z].iter_s : INFINITY;
+    best->zero1 = spec->settings && t[1] < t[0] ? PETSC_TRUE : PETSC_FALSE;
+  }
+  search_stages_apply(job, st, best);
+  for (int k = 0; k < 2; k++) {
+    MFCId               id = k ? MFC_RM_TRAIN : MFC_SFT_TRAIN;
+    const CostEstimate *e  = &st->est[k][best->zero1 ? 1 : 0];
+
+    if (!job->stage[k].used) continue;
+    needs->cfg[id]   = &job->stage[k].cfg;
+    needs->batch[id] = job->stage[k].batch;
+    if (e->feasible) PetscCall(PetscPrintf(run->comm, "%s placed alone: estimated %.4g s per step, %.4g s for its %d steps, %s peak memory per rank\n", mfc_names[id], e->iter_s, e->iter_s * job->stage[k].steps, job->stage[k].steps, sys_bytes_str(e->mem_max, mem, sizeof mem)));
+    else PetscCall(PetscPrintf(run->comm, "%s placed alone: no layout fits; the closest: %s\n", mfc_names[id], e->why));
+    if (!job->ppo && e->feasible) { /* the plan's estimate is then its stage's step */
+      best->est_iter_s = PetscMax(best->est_iter_s, e->iter_s);
+      best->est_mem    = PetscMax(best->est_mem, e->mem_max);
+    }
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
 }
