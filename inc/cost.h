@@ -167,6 +167,39 @@ typedef struct {
  * -plan_ranks is named before the deck's job is read. */
 typedef PetscErrorCode (*CostDeckFn)(const RunCtx *run, PetscBool help, CostDeck *deck);
 
+/* The training call of an SFT or reward-modelling stage (sft_train,
+ * rm_train). Those stages run alone, one after another and never beside
+ * PPO's calls, so each is placed on its own: the layout with the fastest
+ * step that fits. */
+typedef struct {
+  PetscBool   used;   /* the deck's job runs this stage */
+  ModelConfig cfg;    /* the model it trains (rm_train: the scalar-head reward model) */
+  int         batch;  /* what dp x micro-batches divide: sequences (SFT) or pairs (RM) */
+  int         rows;   /* sequences per unit of batch: 1, or 2 (a pair's chosen and rejected) */
+  int         len;    /* tokens per sequence, padded */
+  int         steps;  /* optimizer steps of the stage */
+} CostTrainStage;
+
+/* The job a deck runs, for -mode plan: PPO's calls (a PPO or pipeline deck,
+ * or a deck that names no mode) and the training stages before them. */
+typedef struct {
+  char           mode[32];  /* the deck's -mode ("" when none: PPO) */
+  PetscBool      ppo;       /* PPO's calls (then CostDeckFn gives their workload) */
+  CostTrainStage stage[2];  /* [0] sft_train, [1] rm_train */
+} CostJob;
+
+/* Where -mode plan learns the deck's job (plan_cost_job, src/jobs): the
+ * -mode the deck gives, which -mode plan overrides, and the stages' options
+ * as those modes read and check them; help: only register the options. */
+typedef PetscErrorCode (*CostJobFn)(const RunCtx *run, PetscBool help, CostJob *job);
+
+/* One optimizer step of a training stage under layout c (in est->iter_s
+ * and call_s[id]) and the peak memory of its ranks: the training cost and
+ * memory model of actor_train applied to the stage's model, batch and
+ * sequence length (one mini-batch, one epoch). zero1 as the plan has it.
+ * A layout that does not fit gives feasible false, with why. */
+PetscErrorCode cost_train_stage(const CostPrims *p, const CostTrainStage *st, MFCId id, const PlanCall *c, int world, PetscBool zero1, CostEstimate *est);
+
 /* The workload from the deck and the options (docs/costmodel.md): -cost_batch,
  * -cost_prompt_len, -cost_prompt_lengths SPEC, -cost_max_new, -cost_minibatches, -cost_epochs,
  * -cost_iterations, -cost_critic_free, -cost_reward_free, the shapes (-cost_actor_shape NAME,

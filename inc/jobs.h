@@ -27,6 +27,9 @@ PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o);
 /* Every check of the stage that needs no other stage's output, without
  * output: -mode pipeline runs the three before any work. */
 PetscErrorCode sft_check_stage(const RunCtx *run, SFTOptions *o);
+/* -mode plan: the sft_train call's model, batch and sequence length as
+ * -mode sft reads and checks them (help: only register the options). */
+PetscErrorCode sft_cost_stage(const RunCtx *run, PetscBool help, CostTrainStage *st);
 
 typedef struct {
   PetscInt    steps, batch, pairs, eval_pairs, eval_every, checkpoint_every;
@@ -44,6 +47,10 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o);
  * options in -mode pipeline, where its checkpoint does not exist yet); with
  * print, the plan and the dry-run summary are printed. */
 PetscErrorCode rm_check_stage(const RunCtx *run, RMOptions *o, const ModelConfig *cfg, PetscBool print);
+/* -mode plan: the rm_train call's model (the SFT model policy with a scalar
+ * head; NULL: -rm_sft_checkpoint's), pairs per step and row length as
+ * -mode rm reads and checks them (help: only register the options). */
+PetscErrorCode rm_cost_stage(const RunCtx *run, PetscBool help, const ModelConfig *policy, CostTrainStage *st);
 
 /* SFT, then RM from the SFT checkpoint, then PPO from both (-mode
  * pipeline): every stage's options are read before any stage runs. */
@@ -54,6 +61,10 @@ typedef struct {
 } PipelineOptions;
 PetscErrorCode pipeline_options(const TrainJobOptions *job, PipelineOptions *p);
 PetscErrorCode pipeline_execute(const RunCtx *run, const Backend *be, PipelineOptions *p);
+/* -mode plan: the job of the deck (the -mode it overrides, sys_decks_mode_under):
+ * PPO's calls for ppo, eval, pipeline or none, and the training stages of
+ * pipeline (sft_train, rm_train), sft or rm (CostJobFn). */
+PetscErrorCode plan_cost_job(const RunCtx *run, PetscBool help, CostJob *job);
 
 /* Modes that read their own options when they run (and stop there under -help). */
 PetscErrorCode score_run(const RunCtx *run, const Backend *be);

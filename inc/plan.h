@@ -33,7 +33,8 @@ typedef enum { FUSE_NONE = 0, FUSE_STREAM = 1, FUSE_MIGRATE = 2 } FuseMode;
 extern const char *const FuseModeNames[]; /* PETSc enum list: none, stream, migrate */
 
 /* auto: -mode ppo searches the plan at start (src/search) from the colocated
- * meshes; modes with one training call run those meshes as they are. */
+ * meshes; SFT and RM (alone or as pipeline stages) place their one training
+ * call as -mode plan does (search_auto_stage). */
 typedef enum { PLACEMENT_COLOCATE = 0, PLACEMENT_INTERLEAVE = 1, PLACEMENT_DISAGGREGATE = 2, PLACEMENT_AUTO = 3 } Placement;
 extern const char *const PlacementNames[]; /* PETSc enum list: colocate, interleave, disaggregate, auto */
 

@@ -128,12 +128,31 @@ PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *s
  * on rank 0 of comm; every rank gets the best plan (its estimate in est_*)
  * and the summary. */
 PetscErrorCode search_plan(MPI_Comm comm, const CostPrims *p, const CostWork *w, const PlanNeeds *needs, const SearchSpaceSpec *spec, const SearchOptions *o, PetscBool print, Plan *best, SearchSummary *sum);
+/* The training calls of the stages before PPO (sft_train, rm_train;
+ * src/search/stages.c), each placed alone: the fastest step that fits
+ * over every strategy on every mesh size, for ZeRO-1 off and on (the
+ * plan's setting, shared with PPO's calls, picks one). */
+typedef struct {
+  PlanCall     call[2][2];  /* [sft_train, rm_train][zero1 off, on] */
+  CostEstimate est[2][2];   /* one optimizer step; infeasible when no layout fits (the closest kept) */
+  PetscBool    found[2][2];
+} SearchStages;
+/* For the stages job uses, on spec->world ranks; runs on rank 0 of comm
+ * (stops between two mesh sizes past deadline, sys_wtime) and broadcasts.
+ * A stage none of whose layouts passes plan_check is an error. */
+PetscErrorCode search_stages_place(MPI_Comm comm, const CostPrims *p, const CostJob *job, const SearchSpaceSpec *spec, double deadline, SearchStages *out);
+/* Puts the placement for plan->zero1 into plan (calls and est_call_s). */
+void search_stages_apply(const CostJob *job, const SearchStages *s, Plan *plan);
+
 /* -mode plan: -plan_ranks N, -plan_output FILE, -plan_timeline FILE, the
  * primitives (-cost_hardware DECK, -cost_profile FILE, or by default this
  * machine's profile from the cache, -cost_profile_cache DIR) and the
- * workload: the deck's job (deck_of: ppo_cost_deck) and the -cost_ options; help:
+ * workload: the deck's job (job_of: plan_cost_job, the -mode it overrides;
+ * deck_of: ppo_cost_deck, PPO's part) and the -cost_ options; a pipeline,
+ * sft or rm deck's training calls (sft_train, rm_train) are placed too
+ * (search_stages_place) and written with the plan; help:
  * only register the options. */
-PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, PetscBool help);
+PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn job_of, PetscBool help);
 /* -placement auto: reads the options search_auto will use, so that they
  * count as used when the mode's options are checked (before any model is
  * read). */
@@ -143,5 +162,10 @@ PetscErrorCode search_auto_options(void);
  * -cost_profile it profiles this machine on the run's ranks (run->be), or
  * reuses the cache's profile. */
 PetscErrorCode search_auto(const RunCtx *run, const CostDeck *deck, const PlanNeeds *needs, Plan *plan);
+/* -placement auto for a stage with one training call (sft_train, rm_train:
+ * -mode sft, rm, and those stages of -mode pipeline): the call placed as
+ * -mode plan places it, for this run's ranks and plan->zero1, into *plan
+ * (its placement then reads colocate, its source "search of <call>"). */
+PetscErrorCode search_auto_stage(const RunCtx *run, const CostTrainStage *st, MFCId id, Plan *plan);
 
 #endif

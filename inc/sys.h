@@ -43,6 +43,10 @@ void sys_error_exit_hook(int (*fn)(void));
  * decks, twice on one line) gets one line there: the value used, the last,
  * and where each came from. */
 int sys_decks_check(int argc, char **argv, char *msg, size_t len, FILE *notes);
+/* After PetscInitialize: the last -mode the command line and its decks
+ * give other than skip ("" when none), in PETSc's order. -mode plan
+ * learns so the job of the deck it plans (`-options_file DECK -mode plan`). */
+PetscErrorCode sys_decks_mode_under(const char *skip, char *mode, size_t len);
 
 /* ---- options ----------------------------------------------------------- */
 /* Every option a module reads is recorded (full name, effective value, and

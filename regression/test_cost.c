@@ -574,6 +574,48 @@ static PetscErrorCode check_memory(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* A training stage alone (sft_train, rm_train: cost_train_stage) on the
+ * mock primitives: one layer whose forward costs its rows in seconds (the
+ * backward twice), nothing else, so one step of m micro-batches of r rows
+ * is m x 3r s (no pipeline, no collectives) worked by hand; a pair is two
+ * rows; a 70B model on one H100 does not fit, and the reason names the
+ * stage's call. */
+static PetscErrorCode check_train_stage(void)
+{
+  CostPrims      p, hw;
+  CostTrainStage st;
+  CostEstimate   e;
+  PlanCall       c;
+  ModelConfig    cfg = {.n_layer = 1, .n_head = 2, .n_embd = 8, .vocab_size = 16, .n_positions = 8, .head = MODEL_HEAD_LM};
+  CostShape      s70;
+
+  PetscFunctionBegin;
+  mock_prims(&p);
+  flat_decode = per_token = PETSC_FALSE;
+  memset(&st, 0, sizeof st);
+  st.used = PETSC_TRUE, st.cfg = cfg, st.batch = 4, st.rows = 1, st.len = 8, st.steps = 10;
+  memset(&c, 0, sizeof c);
+  c.nranks = 1, c.ranks[0] = 0, c.dp = c.tp = c.pp = 1, c.mbs = 2;
+  PetscCall(cost_train_stage(&p, &st, MFC_SFT_TRAIN, &c, 1, PETSC_FALSE, &e));
+  test_report_close("an SFT step of 4 sequences in 2 micro-batches on one rank: 2 x 3 x 2 s (by hand)", e.iter_s, 12, 1e-12);
+  test_report_close("the stage's call carries the step's time", e.call_s[MFC_SFT_TRAIN], 12, 1e-12);
+  st.rows = 2;
+  PetscCall(cost_train_stage(&p, &st, MFC_RM_TRAIN, &c, 1, PETSC_FALSE, &e));
+  test_report_close("an RM step of 4 pairs (8 sequences) in 2 micro-batches: 2 x 3 x 4 s (by hand)", e.iter_s, 24, 1e-12);
+  st.rows = 1;
+  c.nranks = 2, c.ranks[1] = 1, c.dp = 2;
+  PetscCall(cost_train_stage(&p, &st, MFC_SFT_TRAIN, &c, 2, PETSC_FALSE, &e));
+  test_report_close("two replicas halve the rows of each micro-batch: 2 x 3 x 1 s", e.iter_s, 6, 1e-12);
+  PetscCall(cost_prims_hardware("input/hardware/h100_sxm.deck", &hw));
+  PetscCall(cost_shape_named("x", "llama2-70b", PETSC_FALSE, &s70));
+  cost_shape_to_gpt(&s70, &st.cfg);
+  c.nranks = 1, c.dp = 1;
+  PetscCall(cost_train_stage(&hw, &st, MFC_SFT_TRAIN, &c, 1, PETSC_FALSE, &e));
+  test_report(!e.feasible && !strncmp(e.why, "sft_train on rank 0 needs", 25) ? PETSC_TRUE : PETSC_FALSE, "a 70B SFT step on one H100 does not fit, and the reason names sft_train", "%s", e.why);
+  PetscCall(cost_prims_destroy(&hw));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* The reallocation bytes against the planner itself, for GPT-2 layouts of 4 ranks. */
 static PetscErrorCode check_realloc(void)
 {
@@ -811,6 +853,7 @@ int main(int argc, char **argv)
   PetscCall(check_fusion());
   PetscCall(check_migrate());
   PetscCall(check_memory());
+  PetscCall(check_train_stage());
   PetscCall(check_realloc());
   PetscCall(check_timeline());
   PetscCall(check_work());

@@ -6,6 +6,7 @@
 #include "cost_impl.h"
 #include "actorcritic.h"
 #include <math.h>
+#include <string.h>
 
 const CostShape *cost_call_shape(const CostWork *w, MFCId c)
 {
@@ -227,4 +228,38 @@ double cost_fused_training(const CostPrims *p, const CostWork *w, const Plan *pl
   in.mem_cap = 0;
   step = ac_lower_bound(&in) + update_time(p, &w->actor, a, &La, plan->zero1) + update_time(p, &w->critic, c, &Lc, plan->zero1);
   return (double)PetscMax(1, w->epochs) * PetscMax(1, w->minibatches) * step;
+}
+
+/* A stage's training call is actor_train of a workload of one mini-batch
+ * of fixed-length sequences (no response-length distribution: every row is
+ * padded to len), on a plan that holds only that call, so the memory model
+ * counts its training state and activations and nothing else. */
+PetscErrorCode cost_train_stage(const CostPrims *p, const CostTrainStage *st, MFCId id, const PlanCall *c, int world, PetscBool zero1, CostEstimate *est)
+{
+  CostWork w;
+  Plan    *plan;
+  char     why[sizeof est->why];
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&w, sizeof w));
+  PetscCall(PetscMemzero(est, sizeof *est));
+  cost_shape_from_gpt(&st->cfg, &w.actor);
+  w.critic_free = w.reward_free = PETSC_TRUE;
+  w.batch       = st->batch * st->rows;
+  w.prompt_len  = st->len; /* cost_expected_max: len for every row */
+  w.minibatches = w.micro = w.epochs = w.iterations = 1;
+  PetscCall(PetscCalloc1(1, &plan));
+  plan->world                 = world;
+  plan->zero1                 = zero1;
+  plan->call[MFC_ACTOR_TRAIN] = *c;
+  PetscCall(cost_memory(p, &w, plan, est, NULL));
+  est->iter_s = est->call_s[id] = cost_training(p, &w, plan, MFC_ACTOR_TRAIN, zero1);
+  est->mem_call[id] = est->mem_call[MFC_ACTOR_TRAIN];
+  est->mem_call[MFC_ACTOR_TRAIN] = 0;
+  if (!est->feasible) { /* the memory model names the call it costed */
+    PetscCall(PetscStrncpy(why, est->why, sizeof why));
+    if (!strncmp(why, "actor_train", 11)) PetscCall(PetscSNPrintf(est->why, sizeof est->why, "%s%s", mfc_names[id], why + 11));
+  }
+  PetscCall(PetscFree(plan));
+  PetscFunctionReturn(PETSC_SUCCESS);
 }

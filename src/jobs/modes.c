@@ -31,7 +31,7 @@ static PetscErrorCode plan_exec(RunCtx *run, const Backend *be, void *o)
 
   PetscFunctionBegin;
   PetscCall(PetscOptionsHasHelp(NULL, &help));
-  PetscCall(search_mode_run(run, ppo_cost_deck, help));
+  PetscCall(search_mode_run(run, ppo_cost_deck, plan_cost_job, help));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 static PetscErrorCode schedule_exec(RunCtx *run, const Backend *be, void *o) { return ac_schedule_run(run); }

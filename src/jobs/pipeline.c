@@ -71,3 +71,26 @@ PetscErrorCode pipeline_execute(const RunCtx *run, const Backend *be, PipelineOp
   PetscCall(PetscPrintf(run->comm, "  wall time   SFT %.1f s | RM %.1f s | %s %.1f s | total %.1f s\n", t1 - t0, t2 - t1, alg, sys_wtime() - t2, sys_wtime() - t0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
+
+PetscErrorCode plan_cost_job(const RunCtx *run, PetscBool help, CostJob *job)
+{
+  PetscBool pipe, sft, rm;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(job, sizeof *job));
+  if (help) { /* every stage's options, as -help lists them */
+    PetscCall(sft_cost_stage(run, help, &job->stage[0]));
+    PetscCall(rm_cost_stage(run, help, NULL, &job->stage[1]));
+    job->ppo = PETSC_TRUE;
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  PetscCall(sys_decks_mode_under("plan", job->mode, sizeof job->mode));
+  PetscCall(PetscStrcmp(job->mode, "pipeline", &pipe));
+  PetscCall(PetscStrcmp(job->mode, "sft", &sft));
+  PetscCall(PetscStrcmp(job->mode, "rm", &rm));
+  job->ppo = !sft && !rm ? PETSC_TRUE : PETSC_FALSE;
+  if (pipe || sft) PetscCall(sft_cost_stage(run, help, &job->stage[0]));
+  if (pipe) PetscCall(rm_cost_stage(run, help, &job->stage[0].cfg, &job->stage[1])); /* the model SFT will write */
+  if (rm) PetscCall(rm_cost_stage(run, help, NULL, &job->stage[1]));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

@@ -5,6 +5,7 @@
  * held-out pairs. */
 #include "train.h"
 #include "jobs.h"
+#include "search.h"
 #include <math.h>
 
 #define RM_MAX_BATCH 4096
@@ -50,6 +51,7 @@ PetscErrorCode rm_options(const TrainJobOptions *job, RMOptions *o)
   PetscCall(task_set_from_options(&o->task));
   PetscCall(gen_config_set_from_options(&o->gen));
   o->plan = job->plan; /* read once for every stage (-fuse_* included) */
+  if (o->plan.placement == PLACEMENT_AUTO) PetscCall(search_auto_options());
   PetscCall(trainer_options(&o->sched));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -364,6 +366,11 @@ static PetscErrorCode rm_prepare(const RunCtx *run, RMOptions *o, const ModelCon
   PetscCall(rm_check(o, builtin, cfg, ckpt));
   *rcfg      = *cfg; /* the SFT trunk with a scalar head */
   rcfg->head = MODEL_HEAD_SCALAR;
+  if (o->plan.placement == PLACEMENT_AUTO) { /* the searched layout replaces the colocated one; a pair file's rows at most n_positions (it is read below) */
+    CostTrainStage st = {PETSC_TRUE, *rcfg, (int)o->batch, 2, builtin ? (int)(o->task.len_max + 2 + o->gen.max_new_tokens) : cfg->n_positions, (int)o->steps};
+
+    PetscCall(search_auto_stage(run, &st, MFC_RM_TRAIN, &o->plan));
+  }
   PetscCall(trainer_plan_check(run, &o->plan, MFC_RM_TRAIN, rcfg, (int)o->batch, print, needs));
   if (!builtin) {
     PetscCall(prefs_read(run->comm, o->data, all));
@@ -427,5 +434,46 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
     PetscCall(prefs_free(&eval));
   } else PetscCall(prefs_free(&all));
   PetscCall(PetscLogStagePop());
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rm_cost_stage(const RunCtx *run, PetscBool help, const ModelConfig *policy, CostTrainStage *st)
+{
+  TrainJobOptions job;
+  RMOptions      *o;
+  ModelConfig     cfg;
+  PetscBool       builtin;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&job, sizeof job));
+  PetscCall(train_job_checkpoint_options(&job)); /* not the plan: the search makes it */
+  PetscCall(PetscCalloc1(1, &o));
+  PetscCall(rm_options(&job, o));
+  if (!help) {
+    PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
+    if (policy) cfg = *policy;
+    else {
+      PetscCheck(o->sft[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode rm needs -rm_sft_checkpoint FILE (the SFT model whose trunk starts the reward model)");
+      PetscCall(ckpt_read_config(run->comm, o->sft, "policy", &cfg));
+    }
+    PetscCall(rm_check(o, builtin, &cfg, policy ? NULL : o->sft));
+    st->used  = PETSC_TRUE;
+    st->cfg   = cfg;
+    st->cfg.head = MODEL_HEAD_SCALAR; /* the SFT trunk with a scalar head */
+    st->batch = (int)o->batch;
+    st->rows  = 2; /* a pair's chosen and rejected responses */
+    /* built-in pairs: the longest prompt and the generated response; a
+     * pair file: its row length */
+    st->len   = builtin ? (int)(o->task.len_max + 2 + o->gen.max_new_tokens) : cfg.n_positions;
+    if (!builtin) {
+      PrefPairs all = {{0}, NULL};
+
+      PetscCall(prefs_read(run->comm, o->data, &all));
+      st->len = all.d.T;
+      PetscCall(prefs_free(&all));
+    }
+    st->steps = (int)o->steps;
+  }
+  PetscCall(PetscFree(o));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

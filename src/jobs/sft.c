@@ -3,6 +3,7 @@
  * step, writes checkpoints and resumes from them bit-exactly. */
 #include "train.h"
 #include "jobs.h"
+#include "search.h"
 #include <limits.h>
 #include <math.h>
 
@@ -55,6 +56,7 @@ PetscErrorCode sft_options(const TrainJobOptions *job, SFTOptions *o)
   PetscCall(adamw_set_from_options("policy_", &o->opt));
   PetscCall(task_set_from_options(&o->task));
   o->plan = job->plan; /* read once for every stage (-fuse_* included) */
+  if (o->plan.placement == PLACEMENT_AUTO) PetscCall(search_auto_options());
   PetscCall(trainer_options(&o->sched));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -329,6 +331,11 @@ static PetscErrorCode sft_prepare(const RunCtx *run, SFTOptions *o, PetscBool pr
   PetscFunctionBegin;
   PetscCall(demo_source_setup(run->comm, o->data, &o->task, (uint64_t)run->seed, src));
   PetscCall(sft_check(o, src));
+  if (o->plan.placement == PLACEMENT_AUTO) { /* the searched layout replaces the colocated one */
+    CostTrainStage st = {PETSC_TRUE, o->cfg, (int)o->batch, 1, (int)o->seq_len, (int)o->steps};
+
+    PetscCall(search_auto_stage(run, &st, MFC_SFT_TRAIN, &o->plan));
+  }
   PetscCall(trainer_plan_check(run, &o->plan, MFC_SFT_TRAIN, &o->cfg, (int)o->batch, print, needs));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -371,5 +378,31 @@ PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
     PetscCall(PetscLogStagePop());
   }
   PetscCall(demo_source_destroy(&src));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sft_cost_stage(const RunCtx *run, PetscBool help, CostTrainStage *st)
+{
+  TrainJobOptions job;
+  SFTOptions     *o;
+  DemoSource      src;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&job, sizeof job));
+  PetscCall(train_job_checkpoint_options(&job)); /* not the plan: the search makes it */
+  PetscCall(PetscCalloc1(1, &o));
+  PetscCall(sft_options(&job, o));
+  if (!help) {
+    PetscCall(demo_source_setup(run->comm, o->data, &o->task, (uint64_t)run->seed, &src));
+    PetscCall(sft_check(o, &src));
+    PetscCall(demo_source_destroy(&src));
+    st->used  = PETSC_TRUE;
+    st->cfg   = o->cfg;
+    st->batch = (int)o->batch;
+    st->rows  = 1;
+    st->len   = (int)o->seq_len;
+    st->steps = (int)o->steps;
+  }
+  PetscCall(PetscFree(o));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -317,9 +317,10 @@ static PetscErrorCode search_write_timeline(const RunCtx *run, const char *path,
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, PetscBool help)
+PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn job_of, PetscBool help)
 {
   CostDeck         deck;
+  CostJob          job;
   PetscInt         ranks = 0;
   char             out[PETSC_MAX_PATH_LEN] = "", tlpath[PETSC_MAX_PATH_LEN] = "";
   CostPrims        prims;
@@ -329,7 +330,9 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, PetscBool 
   SearchOptions    o;
   SearchSpaceSpec  spec;
   SearchSummary    sum;
+  SearchStages     stages;
   Plan            *best;
+  double           t0;
 
   PetscFunctionBegin;
   PetscOptionsBegin(PETSC_COMM_WORLD, "plan_", "Plan search (-mode plan)", NULL);
@@ -346,19 +349,36 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, PetscBool 
     PetscCall(deck_of(run, PETSC_TRUE, &deck));
     PetscCall(cost_work_from_options(&deck, &work));
     PetscCall(cost_work_free(&work));
+    PetscCall(job_of(run, PETSC_TRUE, &job));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCheck(ranks >= 1 && ranks <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-mode plan needs -plan_ranks N with 1 <= N <= %d (got %d)", PLAN_MAX_RANKS, (int)ranks);
   if (out[0]) PetscCall(h5u_output_check("plan file", out));
-  PetscCall(deck_of(run, PETSC_FALSE, &deck));
+  PetscCall(job_of(run, PETSC_FALSE, &job));
+  if (job.ppo) PetscCall(deck_of(run, PETSC_FALSE, &deck));
+  else search_stages_deck(run, &job, &deck);
   PetscCall(cost_work_from_options(&deck, &work));
+  if (job.ppo) search_stages_shapes(&work, &job);
+  PetscCheck(!tlpath[0] || job.ppo, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-plan_timeline %s: the timeline is of PPO's iterations, and a -mode %s deck has none", tlpath, job.mode);
   PetscCall(search_prims(run, &deck, &work, (int)ranks, &prims));
   search_needs_from_work(&work, cfg, &needs);
   spec.world = (int)ranks;
+  spec.ranks_per_node = prims.ranks_per_node > 0 ? prims.ranks_per_node : spec.world;
   PetscCall(PetscMalloc1(1, &best));
-  PetscCall(search_plan(run->comm, &prims, &work, &needs, &spec, &o, PETSC_TRUE, best, &sum));
+  /* the stages first, an enumeration of milliseconds: PPO's search gets the rest of -plan_time */
+  t0 = sys_wtime();
+  PetscCall(search_stages_place(run->comm, &prims, &job, &spec, o.time_s > 0 ? t0 + o.time_s : INFINITY, &stages));
+  if (o.time_s > 0 && (job.stage[0].used || job.stage[1].used)) o.time_s = PetscMax(o.time_s - (sys_wtime() - t0), 1e-3);
+  if (job.ppo) PetscCall(search_plan(run->comm, &prims, &work, &needs, &spec, &o, PETSC_TRUE, best, &sum));
+  else { /* the stage's call alone: none of PPO's */
+    PetscCall(PetscMemzero(&needs, sizeof needs));
+    PetscCall(plan_preset((int)ranks, PLACEMENT_COLOCATE, 0, best));
+    best->nconc = 0;
+    PetscCall(PetscSNPrintf(best->source, sizeof best->source, "search of the -mode %s deck's training call", job.mode));
+  }
+  PetscCall(search_stages_finish(run, &job, &stages, &spec, &needs, best));
   PetscCall(plan_print(run->comm, best, &needs));
-  PetscCall(search_report(run, best, &sum));
+  if (job.ppo) PetscCall(search_report(run, best, &sum));
   if (out[0]) {
     PetscCall(plan_write_file(run->comm, out, best, &needs));
     PetscCall(PetscPrintf(run->comm, "plan written to %s (run it with -plan_file %s on %d ranks)\n", out, out, (int)ranks));
@@ -390,6 +410,41 @@ PetscErrorCode search_auto(const RunCtx *run, const CostDeck *deck, const PlanNe
   spec.world = plan->world;
   PetscCall(PetscPrintf(run->comm, "-placement auto: searching the plan (at most %g s)\n", o.time_s));
   PetscCall(search_plan(run->comm, &prims, &work, needs, &spec, &o, PETSC_TRUE, plan, &sum));
+  PetscCall(cost_work_free(&work));
+  PetscCall(cost_prims_destroy(&prims));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* -placement auto in -mode sft or rm, or their stages of a pipeline: the
+ * stage's call placed as -mode plan places it (search_stages_place), for
+ * this run's ranks and its ZeRO-1 setting, with the primitives chosen as
+ * search_auto's. */
+PetscErrorCode search_auto_stage(const RunCtx *run, const CostTrainStage *st, MFCId id, Plan *plan)
+{
+  CostJob         job;
+  CostDeck        deck;
+  CostPrims       prims;
+  CostWork        work;
+  SearchOptions   o;
+  SearchSpaceSpec spec;
+  SearchStages    stages;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&job, sizeof job));
+  PetscCall(PetscMemzero(&spec, sizeof spec));
+  PetscCall(PetscStrncpy(job.mode, id == MFC_RM_TRAIN ? "rm" : "sft", sizeof job.mode));
+  job.stage[id == MFC_RM_TRAIN ? 1 : 0] = *st;
+  PetscCall(search_settings_from_options(&o, &spec, (uint64_t)run->seed));
+  search_stages_deck(run, &job, &deck);
+  PetscCall(cost_work_from_options(&deck, &work));
+  PetscCall(search_prims(run, &deck, &work, plan->world, &prims));
+  spec.world          = plan->world;
+  spec.ranks_per_node = prims.ranks_per_node > 0 ? prims.ranks_per_node : spec.world;
+  PetscCall(PetscPrintf(run->comm, "-placement auto: placing %s (at most %g s)\n", mfc_names[id], o.time_s));
+  PetscCall(search_stages_place(run->comm, &prims, &job, &spec, o.time_s > 0 ? sys_wtime() + o.time_s : INFINITY, &stages));
+  search_stages_apply(&job, &stages, plan);
+  plan->placement = PLACEMENT_COLOCATE; /* placed: a second check of the stage keeps it */
+  PetscCall(PetscSNPrintf(plan->source, sizeof plan->source, "search of %s", mfc_names[id]));
   PetscCall(cost_work_free(&work));
   PetscCall(cost_prims_destroy(&prims));
   PetscFunctionReturn(PETSC_SUCCESS);

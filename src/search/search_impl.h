@@ -78,4 +78,16 @@ PetscErrorCode search_chain(SearchSpace sp, SearchObjective f, void *ctx, const 
  * seen (may be NULL) keeps the best feasible fused plan tried. */
 PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan, CostEstimate *est, SearchResult *seen);
 
+/* -mode plan's and -placement auto's helpers for the stages before PPO
+ * (stages.c). The workload of a deck without PPO (-mode sft, rm): its
+ * stage's model in every role, for the primitives. */
+void           search_stages_deck(const RunCtx *run, const CostJob *job, CostDeck *deck);
+/* A pipeline's stages on the workload's shapes (-cost_actor_shape,
+ * -cost_critic_shape): SFT trains the actor's, RM the reward model's. */
+void           search_stages_shapes(const CostWork *w, CostJob *job);
+/* The placements for the plan's ZeRO-1 (a deck without PPO: the faster
+ * state over the stages' steps when settings are searched, else off) into
+ * best, one line each, and their calls into needs. */
+PetscErrorCode search_stages_finish(const RunCtx *run, const CostJob *job, const SearchStages *st, const SearchSpaceSpec *spec, PlanNeeds *needs, Plan *best);
+
 #endif

@@ -315,3 +315,29 @@ int sys_decks_check(int argc, char **argv, char *msg, size_t len, FILE *notes)
   free(dc);
   return bad;
 }
+
+/* -mode plan plans the job its deck names, whose -mode it overrides: the
+ * same walk in PETSc's order, after PetscInitialize (the decks passed
+ * sys_decks_check before it). */
+PetscErrorCode sys_decks_mode_under(const char *skip, char *mode, size_t len)
+{
+  DeckCheck *dc;
+  char       msg[1024] = "";
+  int        argc, bad;
+  char     **argv;
+
+  PetscFunctionBegin;
+  mode[0] = '\0';
+  PetscCall(PetscGetArgs(&argc, &argv));
+  PetscCall(PetscCalloc1(1, &dc));
+  dc->msg = msg;
+  dc->len = sizeof msg;
+  bad     = deck_args(dc, argc, argv);
+  for (int i = 0; !bad && i < dc->nset; i++)
+    if (!strcmp(dc->set[i].name, "-mode") && strcmp(dc->set[i].value, skip)) snprintf(mode, len, "%s", dc->set[i].value);
+  for (int i = 0; i < dc->nset; i++) free(dc->set[i].name), free(dc->set[i].value), free(dc->set[i].where);
+  free(dc->set);
+  PetscCall(PetscFree(dc));
+  PetscCheck(!bad, PETSC_COMM_SELF, PETSC_ERR_FILE_READ, "%s", msg);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
