@@ -211,7 +211,7 @@ typedef struct {
 } Model;
 
 /* Reads -<prefix>arch, n_layer, n_head, n_embd, vocab_size, n_positions,
- * head, and for arch llama n_kv_head, n_ffn, qkv_bias, tie_embeddings,
+ * head, and for a row with settings (llama) n_kv_head, n_ffn, qkv_bias, tie_embeddings,
  * rope_theta, norm_eps, head_dim, qk_norm and the rope scaling options. */
 PetscErrorCode model_config_set_from_options(const char *prefix, ModelConfig *cfg);
 /* Whether any of the architecture options -<prefix>arch, n_layer, ... was

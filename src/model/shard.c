@@ -119,7 +119,7 @@ static void table_add(Table *tb, const char *name, int d0, int d1, int split, in
   table_add_kv(tb, name, d0, d1, split, groups, held, norm, 0);
 }
 
-static void table_add_layer(Table *tb, int l, int C, PetscBool held)
+static void table_add_conv1d_layer(Table *tb, int l, int C, PetscBool held)
 {
   static const char *const suffix[MODEL_T_PER_LAYER] = {"ln_1.weight",      "ln_1.bias",      "attn.c_attn.weight", "attn.c_attn.bias",
                                                       "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
@@ -135,12 +135,12 @@ static void table_add_layer(Table *tb, int l, int C, PetscBool held)
   }
 }
 
-/* The LLaMA family's layer in the order of the LL_T_ indices: [out, in]
+/* The Linear layout's layer (the LLaMA family's) in the order of the LL_T_ indices: [out, in]
  * matrices; q, k, v, gate and up split by rows (column-parallel), o and
  * down by columns (row-parallel); the norms replicated; k and v (and their
  * biases) in at most n_kv_head pieces. Q is the query width n_head x
  * head_dim, C the residual stream's. */
-static void table_add_llama_layer(Table *tb, const ModelConfig *cfg, int l, PetscBool held)
+static void table_add_linear_layer(Table *tb, const ModelConfig *cfg, int l, PetscBool held)
 {
   int         C = cfg->n_embd, Q = model_q_width(cfg), hd = model_head_dim(cfg), kv = hd * cfg->n_kv_head, F = cfg->n_ffn;
   const char *suffix[LL_T_PER_LAYER_MAX] = {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
@@ -159,14 +159,19 @@ static void table_add_llama_layer(Table *tb, const ModelConfig *cfg, int l, Pets
   }
 }
 
-/* The names outside the layers, per layout (ModelLayout order); a name a
- * layout's families do not use is NULL. */
+/* Per layout (ModelLayout order): the names outside the layers (NULL: one
+ * the layout's families do not use), and the norm, MLP and linear-layer
+ * biases its layers are built with (table_add_conv1d_layer,
+ * table_add_linear_layer), which a row of that layout must have. */
 typedef struct {
   const char *wte, *wpe, *lnf_w, *lnf_b;
+  ModelNorm   norm;
+  ModelMlp    mlp;
+  PetscBool   linear_bias;
 } TableNames;
 static const TableNames table_names[] = {
-  [MODEL_LAYOUT_CONV1D] = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight", "transformer.ln_f.bias"},
-  [MODEL_LAYOUT_LINEAR] = {"model.embed_tokens.weight", NULL, "model.norm.weight", NULL},
+  [MODEL_LAYOUT_CONV1D] = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight", "transformer.ln_f.bias", MODEL_NORM_LAYER, MODEL_MLP_GELU, PETSC_TRUE},
+  [MODEL_LAYOUT_LINEAR] = {"model.embed_tokens.weight", NULL, "model.norm.weight", NULL, MODEL_NORM_RMS, MODEL_MLP_SWIGLU, PETSC_FALSE},
 };
 
 PetscErrorCode model_tensor_table_shard(const ModelConfig *cfg, const ModelShard *sh, ModelTensor **tensors, int *ntensors, size_t *nparams)
@@ -179,8 +184,9 @@ PetscErrorCode model_tensor_table_shard(const ModelConfig *cfg, const ModelShard
   Table             tb = {NULL, 0, 0, sh};
 
   PetscFunctionBegin;
-  /* a row whose properties its layout cannot name (src/model/arch.c) */
-  PetscCheck((arch->pos != MODEL_POS_LEARNED || nm->wpe) && (arch->norm != MODEL_NORM_LAYER || nm->lnf_b), PETSC_COMM_SELF, PETSC_ERR_SUP, "arch %s: its tensor layout has no position table or LayerNorm bias", arch->name);
+  /* a row (src/model/arch.c) whose fields its layout does not build */
+  PetscCheck((arch->pos != MODEL_POS_LEARNED || nm->wpe) && arch->norm == nm->norm && arch->mlp == nm->mlp && arch->linear_bias == nm->linear_bias, PETSC_COMM_SELF, PETSC_ERR_SUP,
+             "arch %s: its tensor layout has no position table, or other norms, MLP or biases", arch->name);
   PetscCall(PetscMalloc1(4 + cfg->n_layer * LL_T_PER_LAYER_MAX + 1, &tb.t));
   /* the token embedding on the first stage; a tied LM head's copy on the
    * last, whose gradient the first stage's copy already counts in the norm */
@@ -188,8 +194,8 @@ PetscErrorCode model_tensor_table_shard(const ModelConfig *cfg, const ModelShard
   if (arch->pos == MODEL_POS_LEARNED) table_add(&tb, nm->wpe, cfg->n_positions, C, -1, 1, first, PETSC_TRUE);
   for (int l = 0; l < cfg->n_layer; l++) {
     PetscBool held = !sh || (l >= sh->l0 && l < sh->l1);
-    if (arch->layout == MODEL_LAYOUT_LINEAR) table_add_llama_layer(&tb, cfg, l, held);
-    else table_add_layer(&tb, l, C, held);
+    if (arch->layout == MODEL_LAYOUT_LINEAR) table_add_linear_layer(&tb, cfg, l, held);
+    else table_add_conv1d_layer(&tb, l, C, held);
   }
   table_add(&tb, nm->lnf_w, C, 0, -1, 1, last, PETSC_TRUE);
   if (arch->norm == MODEL_NORM_LAYER) table_add(&tb, nm->lnf_b, C, 0, -1, 1, last, PETSC_TRUE);
