@@ -17,9 +17,33 @@ extern const char *const ModelHeadNames[]; /* "lm", "scalar", then PETSc's enum 
 
 /* The architecture: GPT-2, or the LLaMA family (Llama 2/3, Mistral without
  * a sliding window, Qwen2/2.5, Qwen3, SmolLM2): RMSNorm, rotary position
- * embeddings, grouped-query attention, a SwiGLU MLP, no position table. */
-typedef enum { MODEL_ARCH_GPT2 = 0, MODEL_ARCH_LLAMA = 1 } ModelArch;
-extern const char *const ModelArchNames[]; /* "gpt2", "llama", then PETSc's enum trailer */
+ * embeddings, grouped-query attention, a SwiGLU MLP, no position table.
+ * Each is a row of the architecture table (model_archs, src/model/arch.c)
+ * saying what differs; the code asks the row, so a family that differs only
+ * in these properties is one more row (docs/models.md). */
+typedef enum { MODEL_ARCH_GPT2 = 0, MODEL_ARCH_LLAMA = 1, MODEL_ARCH_COUNT } ModelArch;
+extern const char *const ModelArchNames[]; /* the rows' names ("gpt2", "llama"), then PETSc's enum trailer */
+typedef enum { MODEL_NORM_LAYER = 0, MODEL_NORM_RMS = 1 } ModelNorm;           /* LayerNorm (gain and bias, eps 1e-5), RMSNorm (gain, -norm_eps) */
+typedef enum { MODEL_POS_LEARNED = 0, MODEL_POS_ROTARY = 1 } ModelPositions;   /* a learned table of n_positions rows, or rotary embeddings (-rope_*) */
+typedef enum { MODEL_MLP_GELU = 0, MODEL_MLP_SWIGLU = 1 } ModelMlp;            /* GELU over 4 n_embd, or SwiGLU over -n_ffn (gate|up, then down) */
+/* Tensor names and shapes: GPT-2's Conv1D ones (transformer.h.N.*, weights
+ * [in,out], q|k|v one c_attn of three equal blocks), or nn.Linear ones
+ * (model.layers.N.*, weights [out,in], q, k and v apart, so k and v may have
+ * fewer heads). */
+typedef enum { MODEL_LAYOUT_CONV1D = 0, MODEL_LAYOUT_LINEAR = 1 } ModelLayout;
+typedef enum { MODEL_TIE_ALWAYS = 0, MODEL_TIE_OPTION = 1 } ModelTie;          /* the LM head is the token embedding, or is under -tie_embeddings */
+typedef struct {
+  const char    *name;        /* -<role>_arch's value and a checkpoint's arch attribute (ModelArchNames[row]) */
+  ModelNorm      norm;
+  ModelPositions pos;
+  ModelMlp       mlp;
+  ModelLayout    layout;
+  PetscBool      linear_bias; /* every linear layer has a bias (else none, but q, k and v's under -qkv_bias) */
+  PetscBool      qk_norm;     /* -qk_norm may add RMSNorms over each query and key head */
+  ModelTie       tie;
+  PetscBool      settings;    /* reads the shape settings (-n_kv_head, -n_ffn, -head_dim, -qkv_bias, -qk_norm, -tie_embeddings, -rope_*, -norm_eps), which its checkpoints carry */
+} ModelArchRow;
+extern const ModelArchRow model_archs[MODEL_ARCH_COUNT];
 /* Rotary frequency scaling: none, or Llama 3.1's "llama3" (long and short
  * wavelengths treated apart, a smooth blend between). */
 typedef enum { MODEL_ROPE_NONE = 0, MODEL_ROPE_LLAMA3 = 1 } ModelRopeScaling;
@@ -44,16 +68,20 @@ typedef struct {
   int            rope_original_max_positions;
 } ModelConfig;
 
-static inline PetscBool model_is_llama(const ModelConfig *c) { return c->arch == MODEL_ARCH_LLAMA ? PETSC_TRUE : PETSC_FALSE; }
+/* The row of a configuration's architecture. */
+static inline const ModelArchRow *model_arch(const ModelConfig *c) { return &model_archs[c->arch]; }
+/* Linear weights stored [out,in] (nn.Linear): matmuls take them transposed. */
+static inline PetscBool model_weights_out_in(const ModelConfig *c) { return model_arch(c)->layout == MODEL_LAYOUT_LINEAR ? PETSC_TRUE : PETSC_FALSE; }
 /* Width of one attention head, and of all query heads together (n_embd
  * unless a LLaMA-family model sets head_dim). */
 static inline int model_head_dim(const ModelConfig *c) { return c->head_dim > 0 ? c->head_dim : c->n_embd / c->n_head; }
 static inline int model_q_width(const ModelConfig *c) { return c->n_head * model_head_dim(c); }
-/* Key/value heads and MLP width of any architecture (GPT-2: n_head, 4 n_embd). */
-static inline int model_n_kv_head(const ModelConfig *c) { return model_is_llama(c) ? c->n_kv_head : c->n_head; }
-static inline int model_n_ffn(const ModelConfig *c) { return model_is_llama(c) ? c->n_ffn : 4 * c->n_embd; }
-/* The LM head has its own weight (untied LLaMA) rather than the embedding's. */
-static inline PetscBool model_untied_head(const ModelConfig *c) { return model_is_llama(c) && !c->tie_embeddings && c->head == MODEL_HEAD_LM ? PETSC_TRUE : PETSC_FALSE; }
+/* Key/value heads and MLP width of any architecture: a fused c_attn's three
+ * equal blocks give n_head; a GELU MLP is 4 n_embd wide. */
+static inline int model_n_kv_head(const ModelConfig *c) { return model_arch(c)->layout == MODEL_LAYOUT_LINEAR ? c->n_kv_head : c->n_head; }
+static inline int model_n_ffn(const ModelConfig *c) { return model_arch(c)->mlp == MODEL_MLP_SWIGLU ? c->n_ffn : 4 * c->n_embd; }
+/* The LM head has its own weight (-tie_embeddings false) rather than the embedding's. */
+static inline PetscBool model_untied_head(const ModelConfig *c) { return model_arch(c)->tie == MODEL_TIE_OPTION && !c->tie_embeddings && c->head == MODEL_HEAD_LM ? PETSC_TRUE : PETSC_FALSE; }
 /* Whether two configurations describe the same model (every field that
  * shapes or computes it). */
 PetscBool model_config_equal(const ModelConfig *a, const ModelConfig *b);
@@ -183,7 +211,7 @@ typedef struct {
 } Model;
 
 /* Reads -<prefix>arch, n_layer, n_head, n_embd, vocab_size, n_positions,
- * head, and for arch llama n_kv_head, n_ffn, qkv_bias, tie_embeddings,
+ * head, and for a row with settings (llama) n_kv_head, n_ffn, qkv_bias, tie_embeddings,
  * rope_theta, norm_eps, head_dim, qk_norm and the rope scaling options. */
 PetscErrorCode model_config_set_from_options(const char *prefix, ModelConfig *cfg);
 /* Whether any of the architecture options -<prefix>arch, n_layer, ... was

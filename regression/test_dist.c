@@ -52,7 +52,7 @@ static PetscErrorCode test_layout(const ModelConfig *cfg, const Layout *L, Petsc
   float       *ref, *got, *pfull, *gfull, *pg;
   AdamWConfig  opt = {1e-2, 1, 0.9, 0.95, 1e-8, 0.1, 1.0, 0, 0};
   char         name[160], det[160];
-  const char  *head = cfg->head == MODEL_HEAD_LM ? (model_is_llama(cfg) ? (cfg->tie_embeddings ? "llama tied lm" : "llama untied biased lm") : "lm") : (model_is_llama(cfg) ? "llama scalar" : "scalar");
+  const char  *head = cfg->head == MODEL_HEAD_LM ? (cfg->arch == MODEL_ARCH_LLAMA ? (cfg->tie_embeddings ? "llama tied lm" : "llama untied biased lm") : "lm") : (cfg->arch == MODEL_ARCH_LLAMA ? "llama scalar" : "scalar");
 
   PetscFunctionBegin;
   if (n > world_size) {

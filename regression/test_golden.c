@@ -486,7 +486,7 @@ static PetscErrorCode test_file(const char *dir, const char *fname, const Mode *
   c.file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   H5Call(c.file, "golden file %s: cannot reopen", path);
   lm_head = cfg.head == MODEL_HEAD_LM ? PETSC_TRUE : PETSC_FALSE;
-  if (model_is_llama(&cfg)) { /* the file's name says which member of the family */
+  if (cfg.arch == MODEL_ARCH_LLAMA) { /* the file's name says which member of the family */
     char base[64];
     PetscCall(PetscStrncpy(base, fname, sizeof base));
     if (strchr(base, '.')) *strchr(base, '.') = 0;

@@ -55,7 +55,7 @@ static ModelConfig micro_llama(ModelHead head, int variant)
 
 static const char *config_name(const ModelConfig *c)
 {
-  if (!model_is_llama(c)) return "GPT-2";
+  if (c->arch == MODEL_ARCH_GPT2) return "GPT-2";
   if (c->qk_norm) return "Qwen3 q/k norms head_dim 6";
   return c->tie_embeddings ? "LLaMA tied GQA" : "LLaMA untied MQA biases llama3-rope";
 }
@@ -725,6 +725,53 @@ static PetscErrorCode test_tensor_table(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The architecture table: each row's name is what -<role>_arch takes, and
+ * the tensor table a row's model gets follows the row's fields (a position
+ * table, the final norm's bias, the attention and MLP matrices, the biases
+ * of linear layers), so a new row is checked the same way. Each layer has
+ * the two norms' gains (and LayerNorm biases), q|k|v and the output
+ * projection (Conv1D: one c_attn; Linear: q, k, v apart), and the MLP's two
+ * or three matrices. */
+static PetscErrorCode test_arch_table(void)
+{
+  PetscFunctionBegin;
+  for (int r = 0; r < MODEL_ARCH_COUNT; r++) {
+    const ModelArchRow *row = &model_archs[r];
+    ModelConfig         cfg;
+    ModelTensor        *t;
+    int                 nt, n2 = 0, n1 = 0, npos = 0;
+    size_t              np;
+    PetscErrorCode      ierr;
+    char                detail[256];
+
+    PetscCall(PetscOptionsSetValue(NULL, "-policy_arch", row->name));
+    PetscCall(PetscOptionsSetValue(NULL, "-policy_n_positions", "12"));
+    PetscCall(model_config_set_from_options("policy_", &cfg));
+    PetscCall(PetscOptionsClearValue(NULL, "-policy_arch"));
+    PetscCall(PetscOptionsClearValue(NULL, "-policy_n_positions"));
+    ierr = model_config_check(&cfg, "policy_");
+    PetscCall(model_tensor_table(&cfg, &t, &nt, &np));
+    for (int i = 0; i < nt; i++) {
+      if (t[i].ndim == 2) n2++;
+      else n1++;
+      if (t[i].ndim == 2 && t[i].gshape[0] == cfg.n_positions) npos++;
+    }
+    {
+      int       L = cfg.n_layer, attn = row->layout == MODEL_LAYOUT_LINEAR ? 4 : 2, mlp = row->mlp == MODEL_MLP_SWIGLU ? 3 : 2;
+      int       norm = row->norm == MODEL_NORM_LAYER ? 2 : 1, bias = row->linear_bias ? attn + mlp : 0;
+      PetscBool ok   = !strcmp(row->name, ModelArchNames[r]) && (int)cfg.arch == r && ierr == 0 && npos == (row->pos == MODEL_POS_LEARNED ? 1 : 0) &&
+                     n2 == 1 + npos + L * (attn + mlp) && n1 == L * (2 * norm + bias) + norm
+                       ? PETSC_TRUE
+                       : PETSC_FALSE;
+      PetscCall(PetscSNPrintf(detail, sizeof detail, "row %d '%s' (ModelArchNames '%s'), arch %d, check %d, %d tensors (%d 2-D, %d 1-D, %d position tables)", r, row->name, ModelArchNames[r], (int)cfg.arch, (int)ierr, nt,
+                              n2, n1, npos));
+      test_measure(ok, "architecture table: -policy_arch takes the row's name, its tensors follow its fields", "%s", detail);
+    }
+    PetscCall(PetscFree(t));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* GPT-2 small at T = 1024: P_mm = 12*12*768^2 + 50257*768 = 123532032;
  * forward = 2 P_mm + 4*12*1024*768 = 284812800; training = 3x. */
 static PetscErrorCode test_flops(void)
@@ -811,6 +858,7 @@ int main(int argc, char **argv)
   PetscCall(test_lr_schedule());
   PetscCall(test_config_check());
   PetscCall(test_tensor_table());
+  PetscCall(test_arch_table());
   PetscCall(test_flops());
   PetscCall(test_init(be));
   PetscCall(PetscFinalize());

@@ -41,7 +41,7 @@ static ModelConfig mqa_config(void)
   c.arch = MODEL_ARCH_LLAMA, c.n_kv_head = 1, c.n_ffn = 48, c.qkv_bias = PETSC_TRUE, c.tie_embeddings = PETSC_TRUE, c.rope_theta = 1e4, c.norm_eps = 1e-5;
   return c;
 }
-static const char *model_name(const ModelConfig *c) { return model_is_llama(c) ? "llama, 1 kv head" : c->head == MODEL_HEAD_LM ? "lm head" : "scalar head"; }
+static const char *model_name(const ModelConfig *c) { return c->arch == MODEL_ARCH_LLAMA ? "llama, 1 kv head" : c->head == MODEL_HEAD_LM ? "lm head" : "scalar head"; }
 
 /* The full model with value k at flat index k: distinct and exact in float
  * (the model has about 52k parameters, far below 2^24). */

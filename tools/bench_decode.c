@@ -92,7 +92,7 @@ static void decode_bytes(const Model *lm, int conc, int P, int max_new, double *
 {
   const ModelConfig *c = &lm->cfg;
 
-  *weights = 4.0 * ((double)lm->nparams - (model_is_llama(c) ? 0.0 : (double)c->n_positions * c->n_embd));
+  *weights = 4.0 * ((double)lm->nparams - (model_arch(c)->pos == MODEL_POS_LEARNED ? (double)c->n_positions * c->n_embd : 0.0));
   *kv      = 4.0 * 2.0 * c->n_layer * ((double)model_head_dim(c) * model_n_kv_head(c)) * (double)conc * (P + max_new / 2.0);
 }
 

@@ -18,7 +18,8 @@ PetscErrorCode cost_prims_destroy(CostPrims *p)
 
 void cost_shape_from_gpt(const ModelConfig *cfg, CostShape *m)
 {
-  *m = (CostShape){cfg->n_layer, cfg->n_embd, cfg->n_head, model_n_kv_head(cfg), model_n_ffn(cfg), cfg->vocab_size, cfg->n_positions, model_is_llama(cfg),
+  *m = (CostShape){cfg->n_layer, cfg->n_embd, cfg->n_head, model_n_kv_head(cfg), model_n_ffn(cfg), cfg->vocab_size, cfg->n_positions,
+                   model_arch(cfg)->mlp == MODEL_MLP_SWIGLU, /* the cost model's LLaMA shape: gated MLP (with RMSNorm, rotary positions, no wpe) */
                    cfg->head == MODEL_HEAD_SCALAR ? PETSC_TRUE : PETSC_FALSE, model_head_dim(cfg)};
 }
 

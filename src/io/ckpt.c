@@ -38,8 +38,9 @@ static PetscErrorCode ckpt_write_config(hid_t g, const ModelConfig *cfg)
   PetscCall(h5u_attr_write_int(g, "vocab_size", H5T_STD_I32LE, cfg->vocab_size));
   PetscCall(h5u_attr_write_int(g, "n_positions", H5T_STD_I32LE, cfg->n_positions));
   PetscCall(h5u_attr_write_string(g, "head", ModelHeadNames[cfg->head]));
-  if (!model_is_llama(cfg)) PetscFunctionReturn(PETSC_SUCCESS); /* GPT-2 files carry no arch attribute (older files read the same) */
-  PetscCall(h5u_attr_write_string(g, "arch", ModelArchNames[cfg->arch]));
+  /* row 0's (GPT-2's) files carry no arch attribute (older files read the same) */
+  if (cfg->arch != MODEL_ARCH_GPT2) PetscCall(h5u_attr_write_string(g, "arch", model_arch(cfg)->name));
+  if (!model_arch(cfg)->settings) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(h5u_attr_write_int(g, "n_kv_head", H5T_STD_I32LE, cfg->n_kv_head));
   PetscCall(h5u_attr_write_int(g, "n_ffn", H5T_STD_I32LE, cfg->n_ffn));
   PetscCall(h5u_attr_write_int(g, "qkv_bias", H5T_STD_I32LE, cfg->qkv_bias ? 1 : 0));
@@ -299,9 +300,9 @@ static PetscErrorCode ckpt_read_group_config(hid_t g, const char *path, const ch
   if (!strcmp(head, ModelHeadNames[MODEL_HEAD_LM])) cfg->head = MODEL_HEAD_LM;
   else if (!strcmp(head, ModelHeadNames[MODEL_HEAD_SCALAR])) cfg->head = MODEL_HEAD_SCALAR;
   else SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: head '%s' is neither lm nor scalar", where, head);
-  if (H5Aexists(g, "arch") > 0) PetscCall(ckpt_read_attr_enum(g, where, "arch", ModelArchNames, 2, &arch));
+  if (H5Aexists(g, "arch") > 0) PetscCall(ckpt_read_attr_enum(g, where, "arch", ModelArchNames, MODEL_ARCH_COUNT, &arch));
   cfg->arch = (ModelArch)arch;
-  if (model_is_llama(cfg)) PetscCall(ckpt_read_llama_config(g, where, cfg));
+  if (model_arch(cfg)->settings) PetscCall(ckpt_read_llama_config(g, where, cfg));
   { /* the same checks as the deck's options: n_head 0 would divide by zero later */
     PetscErrorCode ierr = model_config_check_file(cfg);
     char          *msg  = NULL;
@@ -371,7 +372,7 @@ static PetscErrorCode ckpt_config_compare(const char *path, const char *role, co
     PetscCheck(f[i].file == f[i].deck, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: %s %d in the file, %d in the deck (-%s_%s)", path, role, f[i].name, f[i].file, f[i].deck, role, f[i].name);
   PetscCheck(file->head == deck->head, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: head %s in the file, %s in the deck (-%s_head)", path, role, ModelHeadNames[file->head], ModelHeadNames[deck->head], role);
   PetscCheck(file->arch == deck->arch, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: arch %s in the file, %s in the deck (-%s_arch)", path, role, ModelArchNames[file->arch], ModelArchNames[deck->arch], role);
-  if (model_is_llama(file)) {
+  if (model_arch(file)->settings) {
     const struct {
       const char *name;
       int         file, deck;

@@ -80,7 +80,7 @@ PetscErrorCode model_adamw_step(Model *lm, const AdamWConfig *opt, PetscReal *lr
 double model_flops_per_token(const ModelConfig *cfg, int T, PetscBool training)
 {
   double L = cfg->n_layer, C = cfg->n_embd, V = cfg->vocab_size, Q = model_q_width(cfg), kv = (double)model_head_dim(cfg) * model_n_kv_head(cfg), F = model_n_ffn(cfg);
-  double layer   = model_is_llama(cfg) ? 2.0 * C * Q + 2.0 * C * kv + 3.0 * C * F : 12.0 * C * C;
+  double layer   = 2.0 * C * Q + 2.0 * C * kv + (model_arch(cfg)->mlp == MODEL_MLP_SWIGLU ? 3.0 : 2.0) * C * F; /* GPT-2: 12 C^2 exactly */
   double p_mm    = L * layer + (cfg->head == MODEL_HEAD_LM ? V * C : C);
   double forward = 2.0 * p_mm + 4.0 * L * (double)T * Q;
 

@@ -16,7 +16,7 @@ static PetscErrorCode scratch(const Backend *be, float *buf, size_t n)
 PetscErrorCode model_norm_backward(const Model *lm, float *dx, float *dw, float *db, const float *dout, const float *x, const float *w, const float *mean, const float *rstd, int N)
 {
   PetscFunctionBegin;
-  if (model_is_llama(&lm->cfg)) PetscCall(lm->be->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, lm->cfg.n_embd));
+  if (model_arch(&lm->cfg)->norm == MODEL_NORM_RMS) PetscCall(lm->be->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, lm->cfg.n_embd));
   else PetscCall(lm->be->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, lm->cfg.n_embd));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -29,24 +29,19 @@ static PetscErrorCode mlp_backward(Model *lm, const ModelLayerActs *la, const Mo
   ModelActs     *a  = lm->acts;
   int            N = a->N, C = lm->cfg.n_embd, F = lm->Fl;
   size_t         NC = (size_t)N * C, NF = (size_t)N * F;
+  PetscBool      gated = model_arch(&lm->cfg)->mlp == MODEL_MLP_SWIGLU, ow = model_weights_out_in(&lm->cfg);
+  int            W = gated ? 2 * F : F; /* c_fc's output: gate|up, or the GELU's input */
 
   PetscFunctionBegin;
   /* row-parallel c_proj (down): its input gradient is local; column-parallel
    * c_fc (gate|up): its input gradient is a partial sum over the tp group */
   PetscCall(scratch(be, a->dA, NF)); /* d fch_gelu */
-  if (model_is_llama(&lm->cfg)) {
-    PetscCall(be->matmul_backward(a->dA, g->down_w, NULL, a->dres, la->fch_gelu, p->down_w, N, F, C, PETSC_TRUE));
-    PetscCall(scratch(be, a->dB, 2 * NF)); /* d gate|up */
-    PetscCall(be->swiglu_backward(a->dB, la->fch, a->dA, N, F));
-    PetscCall(scratch(be, a->dA, NC)); /* d ln2 */
-    PetscCall(be->matmul_backward(a->dA, g->gate_up_w, NULL, a->dB, la->ln2, p->gate_up_w, N, C, 2 * F, PETSC_TRUE));
-  } else {
-    PetscCall(be->matmul_backward(a->dA, g->fcproj_w, g->fcproj_b, a->dres, la->fch_gelu, p->fcproj_w, N, F, C, PETSC_FALSE));
-    PetscCall(scratch(be, a->dB, NF)); /* d fch */
-    PetscCall(be->gelu_backward(a->dB, la->fch, a->dA, NF));
-    PetscCall(scratch(be, a->dA, NC)); /* d ln2 */
-    PetscCall(be->matmul_backward(a->dA, g->fc_w, g->fc_b, a->dB, la->ln2, p->fc_w, N, C, F, PETSC_FALSE));
-  }
+  PetscCall(be->matmul_backward(a->dA, g->down_w, g->down_b, a->dres, la->fch_gelu, p->down_w, N, F, C, ow));
+  PetscCall(scratch(be, a->dB, (size_t)N * W)); /* d fch */
+  if (gated) PetscCall(be->swiglu_backward(a->dB, la->fch, a->dA, N, F));
+  else PetscCall(be->gelu_backward(a->dB, la->fch, a->dA, NF));
+  PetscCall(scratch(be, a->dA, NC)); /* d ln2 */
+  PetscCall(be->matmul_backward(a->dA, g->fc_w, g->fc_b, a->dB, la->ln2, p->fc_w, N, C, W, ow));
   PetscCall(model_tp_sum(lm, a->dA, NC));
   PetscCall(model_norm_backward(lm, a->dres, g->ln2_w, g->ln2_b, a->dA, la->res2, p->ln2_w, la->ln2_mean, la->ln2_rstd, N));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -61,20 +56,17 @@ static PetscErrorCode attn_backward(Model *lm, const ModelLayerActs *la, const M
   ModelActs     *a  = lm->acts;
   int            N = a->N, C = lm->cfg.n_embd, Ca = lm->Cl, W = lm->Cl + 2 * lm->Ckvl;
   size_t         NC = (size_t)N * C, NA = (size_t)N * Ca;
-  PetscBool      llama = model_is_llama(&lm->cfg);
+  PetscBool      ow = model_weights_out_in(&lm->cfg);
 
   PetscFunctionBegin;
   PetscCall(scratch(be, a->dA, NA)); /* d atty */
-  if (llama) PetscCall(be->matmul_backward(a->dA, g->o_w, NULL, a->dres, la->atty, p->o_w, N, Ca, C, PETSC_TRUE));
-  else PetscCall(be->matmul_backward(a->dA, g->proj_w, g->proj_b, a->dres, la->atty, p->proj_w, N, Ca, C, PETSC_FALSE));
+  PetscCall(be->matmul_backward(a->dA, g->o_w, g->o_b, a->dres, la->atty, p->o_w, N, Ca, C, ow));
   PetscCall(scratch(be, a->dB, (size_t)N * W)); /* d qkv */
   PetscCall(be->attention_backward(a->dB, a->dA, la->qkv, la->att, a->B, a->T, Ca, lm->NHl, lm->NKVl));
   PetscCall(scratch(be, a->dA, NC)); /* d ln1 */
-  if (llama) {
-    PetscCall(be->rope(a->dB, a->pos, lm->inv_freq, N, lm->NHl, lm->NKVl, model_head_dim(&lm->cfg), 1));
-    if (lm->cfg.qk_norm) PetscCall(be->qk_norm_backward(a->dB, g->q_norm_w, g->k_norm_w, la->qk_in, la->qk_rstd, p->q_norm_w, p->k_norm_w, N, lm->NHl, lm->NKVl, model_head_dim(&lm->cfg)));
-    PetscCall(be->matmul_backward(a->dA, g->qkv_w, g->qkv_b, a->dB, la->ln1, p->qkv_w, N, C, W, PETSC_TRUE));
-  } else PetscCall(be->matmul_backward(a->dA, g->attn_w, g->attn_b, a->dB, la->ln1, p->attn_w, N, C, W, PETSC_FALSE));
+  if (model_arch(&lm->cfg)->pos == MODEL_POS_ROTARY) PetscCall(be->rope(a->dB, a->pos, lm->inv_freq, N, lm->NHl, lm->NKVl, model_head_dim(&lm->cfg), 1));
+  if (p->q_norm_w) PetscCall(be->qk_norm_backward(a->dB, g->q_norm_w, g->k_norm_w, la->qk_in, la->qk_rstd, p->q_norm_w, p->k_norm_w, N, lm->NHl, lm->NKVl, model_head_dim(&lm->cfg)));
+  PetscCall(be->matmul_backward(a->dA, g->qkv_w, g->qkv_b, a->dB, la->ln1, p->qkv_w, N, C, W, ow));
   PetscCall(model_tp_sum(lm, a->dA, NC));
   PetscCall(model_norm_backward(lm, a->dres, g->ln1_w, g->ln1_b, a->dA, x, p->ln1_w, la->ln1_mean, la->ln1_rstd, N));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -114,7 +106,7 @@ static PetscErrorCode trunk_backward(Model *lm)
   for (int l = l1 - 1; l >= lm->sh.l0; l--) PetscCall(block_backward(lm, l));
   if (!model_first_stage(lm)) PetscCall(model_pp_send(lm, a->dres, (size_t)N * C, MODEL_TAG_BWD, lm->sh.p - 1, &a->send_bwd));
   else
-    PetscCall(be->encoder_backward(model_view(lm, lm->grads, MODEL_T_WTE), model_is_llama(cfg) ? NULL : model_view(lm, lm->grads, MODEL_T_WPE), a->dres, a->tok, a->pos, N, C,
+    PetscCall(be->encoder_backward(model_view(lm, lm->grads, MODEL_T_WTE), model_arch(cfg)->pos == MODEL_POS_ROTARY ? NULL : model_view(lm, lm->grads, MODEL_T_WPE), a->dres, a->tok, a->pos, N, C,
                                    lm->v0, lm->Vl));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -31,7 +31,7 @@ static PetscErrorCode upload_positions(Model *lm, int B, int T)
 PetscErrorCode model_norm_forward(const Model *lm, float *out, float *mean, float *rstd, const float *x, const float *w, const float *b, int N)
 {
   PetscFunctionBegin;
-  if (model_is_llama(&lm->cfg)) PetscCall(lm->be->rmsnorm_forward(out, rstd, x, w, N, lm->cfg.n_embd, (float)lm->cfg.norm_eps));
+  if (model_arch(&lm->cfg)->norm == MODEL_NORM_RMS) PetscCall(lm->be->rmsnorm_forward(out, rstd, x, w, N, lm->cfg.n_embd, (float)lm->cfg.norm_eps));
   else PetscCall(lm->be->layernorm_forward(out, mean, rstd, x, w, b, N, lm->cfg.n_embd));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -46,18 +46,14 @@ PetscErrorCode model_mlp_forward(const Model *lm, const ModelLayerParams *p, con
 {
   const Backend *be = lm->be;
   int            C = lm->cfg.n_embd, F = lm->Fl;
+  PetscBool      gated = model_arch(&lm->cfg)->mlp == MODEL_MLP_SWIGLU, ow = model_weights_out_in(&lm->cfg);
 
   PetscFunctionBegin;
   PetscCall(model_norm_forward(lm, ln, mean, rstd, x, p->ln2_w, p->ln2_b, N));
-  if (model_is_llama(&lm->cfg)) {
-    PetscCall(be->matmul_forward(fch, ln, p->gate_up_w, NULL, N, C, 2 * F, PETSC_TRUE));
-    PetscCall(be->swiglu_forward(fch_gelu, fch, N, F));
-    PetscCall(be->matmul_forward(proj, fch_gelu, p->down_w, NULL, N, F, C, PETSC_TRUE));
-  } else {
-    PetscCall(be->matmul_forward(fch, ln, p->fc_w, p->fc_b, N, C, F, PETSC_FALSE));
-    PetscCall(be->gelu_forward(fch_gelu, fch, (size_t)N * F));
-    PetscCall(be->matmul_forward(proj, fch_gelu, p->fcproj_w, model_row_bias(lm, p->fcproj_b), N, F, C, PETSC_FALSE));
-  }
+  PetscCall(be->matmul_forward(fch, ln, p->fc_w, p->fc_b, N, C, gated ? 2 * F : F, ow));
+  if (gated) PetscCall(be->swiglu_forward(fch_gelu, fch, N, F));
+  else PetscCall(be->gelu_forward(fch_gelu, fch, (size_t)N * F));
+  PetscCall(be->matmul_forward(proj, fch_gelu, p->down_w, model_row_bias(lm, p->down_b), N, F, C, ow));
   PetscCall(model_tp_sum(lm, proj, (size_t)N * C));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -68,13 +64,9 @@ PetscErrorCode model_qkv_forward(const Model *lm, const ModelLayerParams *p, flo
   int            C = lm->cfg.n_embd, W = lm->Cl + 2 * lm->Ckvl, hd = model_head_dim(&lm->cfg);
 
   PetscFunctionBegin;
-  if (!model_is_llama(&lm->cfg)) {
-    PetscCall(be->matmul_forward(qkv, ln, p->attn_w, p->attn_b, N, C, W, PETSC_FALSE));
-    PetscFunctionReturn(PETSC_SUCCESS);
-  }
-  PetscCall(be->matmul_forward(qkv, ln, p->qkv_w, p->qkv_b, N, C, W, PETSC_TRUE));
-  if (lm->cfg.qk_norm) PetscCall(be->qk_norm_forward(qkv, qk_in, qk_rstd, p->q_norm_w, p->k_norm_w, N, lm->NHl, lm->NKVl, hd, (float)lm->cfg.norm_eps));
-  PetscCall(be->rope(qkv, pos, lm->inv_freq, N, lm->NHl, lm->NKVl, hd, 0));
+  PetscCall(be->matmul_forward(qkv, ln, p->qkv_w, p->qkv_b, N, C, W, model_weights_out_in(&lm->cfg)));
+  if (p->q_norm_w) PetscCall(be->qk_norm_forward(qkv, qk_in, qk_rstd, p->q_norm_w, p->k_norm_w, N, lm->NHl, lm->NKVl, hd, (float)lm->cfg.norm_eps));
+  if (model_arch(&lm->cfg)->pos == MODEL_POS_ROTARY) PetscCall(be->rope(qkv, pos, lm->inv_freq, N, lm->NHl, lm->NKVl, hd, 0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -83,8 +75,7 @@ PetscErrorCode model_attn_proj_forward(const Model *lm, const ModelLayerParams *
   int C = lm->cfg.n_embd, Ca = lm->Cl;
 
   PetscFunctionBegin;
-  if (model_is_llama(&lm->cfg)) PetscCall(lm->be->matmul_forward(proj, atty, p->o_w, NULL, N, Ca, C, PETSC_TRUE));
-  else PetscCall(lm->be->matmul_forward(proj, atty, p->proj_w, model_row_bias(lm, p->proj_b), N, Ca, C, PETSC_FALSE));
+  PetscCall(lm->be->matmul_forward(proj, atty, p->o_w, model_row_bias(lm, p->o_b), N, Ca, C, model_weights_out_in(&lm->cfg)));
   PetscCall(model_tp_sum(lm, proj, (size_t)N * C));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -155,7 +146,7 @@ PetscErrorCode model_final_norm(const Model *lm, float *out, float *mean, float 
  * vocabulary shard (tp rank 0 also GPT-2's positions), summed over the group. */
 PetscErrorCode model_embed(const Model *lm, float *out, const int *tok, const int *pos, int N)
 {
-  const float *wpe = model_is_llama(&lm->cfg) ? NULL : model_row_bias(lm, model_view(lm, lm->params, MODEL_T_WPE));
+  const float *wpe = model_arch(&lm->cfg)->pos == MODEL_POS_ROTARY ? NULL : model_row_bias(lm, model_view(lm, lm->params, MODEL_T_WPE));
 
   PetscFunctionBegin;
   PetscCall(lm->be->encoder_forward(out, tok, pos, model_view(lm, lm->params, MODEL_T_WTE), wpe, N, lm->cfg.n_embd, lm->v0, lm->Vl));

@@ -76,7 +76,7 @@ struct ModelActs {
  * and NKV the local heads, L the local layers starting at global layer l0. */
 typedef struct {
   size_t C, Ca, Ckv, F, V, NH, NKV, L, l0;
-  PetscBool lm, llama, qk_norm;
+  PetscBool lm, gated, qk_norm; /* LM head; SwiGLU (gate|up); per-head q/k norms */
 } ModelDims;
 static inline ModelDims model_dims(const ModelConfig *cfg, const ModelShard *sh)
 {
@@ -85,14 +85,14 @@ static inline ModelDims model_dims(const ModelConfig *cfg, const ModelShard *sh)
   size_t  nkv = (size_t)model_kv_heads_local(cfg, tp);
   ModelDims d  = {(size_t)cfg->n_embd, (size_t)(model_q_width(cfg) / tp), hd * nkv, (size_t)model_n_ffn(cfg) / (size_t)tp,
                 (size_t)(cfg->vocab_size / tp), (size_t)(cfg->n_head / tp), nkv,
-                (size_t)(sh ? sh->l1 - sh->l0 : cfg->n_layer), (size_t)(sh ? sh->l0 : 0), cfg->head == MODEL_HEAD_LM ? PETSC_TRUE : PETSC_FALSE, model_is_llama(cfg),
-                model_is_llama(cfg) && cfg->qk_norm ? PETSC_TRUE : PETSC_FALSE};
+                (size_t)(sh ? sh->l1 - sh->l0 : cfg->n_layer), (size_t)(sh ? sh->l0 : 0), cfg->head == MODEL_HEAD_LM ? PETSC_TRUE : PETSC_FALSE,
+                model_arch(cfg)->mlp == MODEL_MLP_SWIGLU ? PETSC_TRUE : PETSC_FALSE, model_arch(cfg)->qk_norm && cfg->qk_norm ? PETSC_TRUE : PETSC_FALSE};
   return d;
 }
 /* Width of a row of q|k|v, of the MLP's first product (LLaMA: gate|up), and
  * of the largest gradient scratch row. */
 static inline size_t model_dims_qkv(const ModelDims *d) { return d->Ca + 2 * d->Ckv; }
-static inline size_t model_dims_fc(const ModelDims *d) { return d->llama ? 2 * d->F : d->F; }
+static inline size_t model_dims_fc(const ModelDims *d) { return d->gated ? 2 * d->F : d->F; }
 static inline size_t model_dims_scratch(const ModelDims *d)
 {
   size_t w = 4 * d->C;
@@ -115,13 +115,14 @@ void           model_acts_train_size(const ModelConfig *cfg, const ModelShard *s
 /* params.c: a view of tensor `i` in a flat buffer (params, grads, m, v). */
 static inline float *model_view(const Model *lm, float *flat, int i) { return flat + lm->tensors[i].offset; }
 
-/* Indices of the per-layer tensors inside the table, in HF order (GPT-2). */
+/* Indices of the per-layer tensors inside the table, in HF order (the Conv1D
+ * layout, GPT-2). */
 enum {
   MODEL_T_LN1_W, MODEL_T_LN1_B, MODEL_T_ATTN_W, MODEL_T_ATTN_B, MODEL_T_PROJ_W, MODEL_T_PROJ_B,
   MODEL_T_LN2_W, MODEL_T_LN2_B, MODEL_T_FC_W, MODEL_T_FC_B, MODEL_T_FCPROJ_W, MODEL_T_FCPROJ_B,
   MODEL_T_PER_LAYER
 };
-/* The LLaMA family's: q, k and v (and their biases), gate and up are
+/* The Linear layout's (the LLaMA family): q, k and v (and their biases), gate and up are
  * neighbours in the flat buffer, in this order, so one matmul with the
  * first one's pointer computes q|k|v (gate|up) from the concatenated
  * [out, in] weights, on any shard (each holds its rows of all three). */
@@ -135,24 +136,26 @@ enum {
 /* The slot of an optional per-layer tensor in a layer's run of them: the
  * norms move up by three without biases. */
 static inline int ll_slot(const ModelConfig *c, int which) { return which >= LL_T_QN && !c->qkv_bias ? which - 3 : which; }
-#define MODEL_T_WPE 1 /* GPT-2 only */
-static inline int model_per_layer(const ModelConfig *c) { return model_is_llama(c) ? LL_T_PER_LAYER + (c->qkv_bias ? 3 : 0) + (c->qk_norm ? 2 : 0) : MODEL_T_PER_LAYER; }
-static inline int model_layer_base(const ModelConfig *c) { return model_is_llama(c) ? 1 : 2; }
-static inline int model_tidx_layer(const ModelConfig *c, int l, int which) { return model_layer_base(c) + l * model_per_layer(c) + (model_is_llama(c) ? ll_slot(c, which) : which); }
+#define MODEL_T_WPE 1 /* the learned position table, after the token embedding */
+static inline PetscBool model_linear_layout(const ModelConfig *c) { return model_arch(c)->layout == MODEL_LAYOUT_LINEAR ? PETSC_TRUE : PETSC_FALSE; }
+static inline int model_per_layer(const ModelConfig *c) { return model_linear_layout(c) ? LL_T_PER_LAYER + (c->qkv_bias ? 3 : 0) + (c->qk_norm ? 2 : 0) : MODEL_T_PER_LAYER; }
+static inline int model_layer_base(const ModelConfig *c) { return model_arch(c)->pos == MODEL_POS_LEARNED ? MODEL_T_WPE + 1 : MODEL_T_WPE; }
+static inline int model_tidx_layer(const ModelConfig *c, int l, int which) { return model_layer_base(c) + l * model_per_layer(c) + (model_linear_layout(c) ? ll_slot(c, which) : which); }
 static inline int model_tidx_lnf_w(const ModelConfig *c) { return model_layer_base(c) + c->n_layer * model_per_layer(c); }
-/* GPT-2's ln_f bias (-1 for LLaMA: RMSNorm has none) */
-static inline int model_tidx_lnf_b(const ModelConfig *c) { return model_is_llama(c) ? -1 : model_tidx_lnf_w(c) + 1; }
+/* the final LayerNorm's bias (-1: RMSNorm has none) */
+static inline int model_tidx_lnf_b(const ModelConfig *c) { return model_arch(c)->norm == MODEL_NORM_LAYER ? model_tidx_lnf_w(c) + 1 : -1; }
 /* the tensor after the final norm: the scalar head's score, or an untied LM head */
-static inline int model_tidx_score(const ModelConfig *c) { return model_tidx_lnf_w(c) + (model_is_llama(c) ? 1 : 2); }
+static inline int model_tidx_score(const ModelConfig *c) { return model_tidx_lnf_w(c) + (model_arch(c)->norm == MODEL_NORM_LAYER ? 2 : 1); }
 static inline int model_tidx_lm_head(const ModelConfig *c) { return model_untied_head(c) ? model_tidx_score(c) : MODEL_T_WTE; }
 
-/* Parameter (or gradient) pointers of one layer. GPT-2 fills the first
- * twelve; LLaMA ln1_w, ln2_w and the rest (qkv_b NULL without biases). */
+/* Parameter (or gradient) pointers of one layer, the same for every layout:
+ * a pointer is NULL where the row has no such tensor (biases, norm biases,
+ * q/k norms), so the block's code passes them on without asking. */
 typedef struct {
-  float *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
-  float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
-  float *qkv_w, *qkv_b, *o_w, *gate_up_w, *down_w; /* LLaMA: [q|k|v] and [gate|up] start at q and gate */
-  float *q_norm_w, *k_norm_w;                      /* Qwen3's per-head norms [hd] (NULL without) */
+  float *ln1_w, *ln1_b, *ln2_w, *ln2_b; /* the two norms (biases: LayerNorm only) */
+  float *qkv_w, *qkv_b, *o_w, *o_b;     /* attention: q|k|v (fused c_attn, or q with k, v after it) and the output projection */
+  float *fc_w, *fc_b, *down_w, *down_b; /* MLP: c_fc (SwiGLU: gate|up from gate) and c_proj (down) */
+  float *q_norm_w, *k_norm_w;           /* Qwen3's per-head norms [hd] */
 } ModelLayerParams;
 
 static inline void model_layer_params(const Model *lm, float *flat, int l, ModelLayerParams *p)
@@ -160,20 +163,20 @@ static inline void model_layer_params(const Model *lm, float *flat, int l, Model
   const ModelConfig *c = &lm->cfg;
 
   memset(p, 0, sizeof *p);
-  if (model_is_llama(c)) {
-    p->ln1_w     = model_view(lm, flat, model_tidx_layer(c, l, LL_T_LN1));
-    p->qkv_w     = model_view(lm, flat, model_tidx_layer(c, l, LL_T_Q));
-    p->qkv_b     = c->qkv_bias ? model_view(lm, flat, model_tidx_layer(c, l, LL_T_QB)) : NULL;
-    p->q_norm_w  = c->qk_norm ? model_view(lm, flat, model_tidx_layer(c, l, LL_T_QN)) : NULL;
-    p->k_norm_w  = c->qk_norm ? model_view(lm, flat, model_tidx_layer(c, l, LL_T_KN)) : NULL;
-    p->o_w       = model_view(lm, flat, model_tidx_layer(c, l, LL_T_O));
-    p->ln2_w     = model_view(lm, flat, model_tidx_layer(c, l, LL_T_LN2));
-    p->gate_up_w = model_view(lm, flat, model_tidx_layer(c, l, LL_T_GATE));
-    p->down_w    = model_view(lm, flat, model_tidx_layer(c, l, LL_T_DOWN));
+  if (model_linear_layout(c)) {
+    p->ln1_w    = model_view(lm, flat, model_tidx_layer(c, l, LL_T_LN1));
+    p->qkv_w    = model_view(lm, flat, model_tidx_layer(c, l, LL_T_Q));
+    p->qkv_b    = c->qkv_bias ? model_view(lm, flat, model_tidx_layer(c, l, LL_T_QB)) : NULL;
+    p->q_norm_w = c->qk_norm ? model_view(lm, flat, model_tidx_layer(c, l, LL_T_QN)) : NULL;
+    p->k_norm_w = c->qk_norm ? model_view(lm, flat, model_tidx_layer(c, l, LL_T_KN)) : NULL;
+    p->o_w      = model_view(lm, flat, model_tidx_layer(c, l, LL_T_O));
+    p->ln2_w    = model_view(lm, flat, model_tidx_layer(c, l, LL_T_LN2));
+    p->fc_w     = model_view(lm, flat, model_tidx_layer(c, l, LL_T_GATE));
+    p->down_w   = model_view(lm, flat, model_tidx_layer(c, l, LL_T_DOWN));
     return;
   }
-  float **f[MODEL_T_PER_LAYER] = {&p->ln1_w, &p->ln1_b, &p->attn_w, &p->attn_b, &p->proj_w, &p->proj_b,
-                                &p->ln2_w, &p->ln2_b, &p->fc_w,   &p->fc_b,   &p->fcproj_w, &p->fcproj_b};
+  float **f[MODEL_T_PER_LAYER] = {&p->ln1_w, &p->ln1_b, &p->qkv_w, &p->qkv_b, &p->o_w,  &p->o_b,
+                                  &p->ln2_w, &p->ln2_b, &p->fc_w,  &p->fc_b,  &p->down_w, &p->down_b};
   for (int k = 0; k < MODEL_T_PER_LAYER; k++) *f[k] = model_view(lm, flat, model_tidx_layer(c, l, k));
 }
 

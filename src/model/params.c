@@ -8,7 +8,6 @@
 #include "model_impl.h"
 
 const char *const ModelHeadNames[]        = {"lm", "scalar", "ModelHead", "MODEL_HEAD_", NULL};
-const char *const ModelArchNames[]        = {"gpt2", "llama", "ModelArch", "MODEL_ARCH_", NULL};
 const char *const ModelRopeScalingNames[] = {"none", "llama3", "ModelRopeScaling", "MODEL_ROPE_", NULL};
 
 /* RfOptInt yields a PetscInt; the config stores int. */
@@ -19,9 +18,10 @@ const char *const ModelRopeScalingNames[] = {"none", "llama3", "ModelRopeScaling
     *(dst) = (int)t_;                       \
   } while (0)
 
-/* The LLaMA family's settings, read only for -<prefix>arch llama (a GPT-2
- * deck that sets one is told the option is unused). Defaults are Llama 2's. */
-static PetscErrorCode llama_options(const char *prefix, ModelConfig *cfg)
+/* The shape settings (the LLaMA family's), read only for a row with
+ * settings (a GPT-2 deck that sets one is told the option is unused).
+ * Defaults are Llama 2's. */
+static PetscErrorCode settings_options(const char *prefix, ModelConfig *cfg)
 {
   PetscInt  scaling = MODEL_ROPE_NONE;
   PetscReal theta = 10000, eps = 1e-5, factor = 8, lo = 1, hi = 4;
@@ -63,7 +63,7 @@ PetscErrorCode model_config_set_from_options(const char *prefix, ModelConfig *cf
   PetscFunctionBegin;
   PetscCall(PetscMemzero(cfg, sizeof *cfg));
   PetscOptionsBegin(PETSC_COMM_WORLD, prefix, "Model options", NULL);
-  RfOptEnum("-arch", "Architecture: gpt2 or llama (the LLaMA family: Llama, Mistral, Qwen2, Qwen3, SmolLM2)", ModelArchNames, 2, &arch);
+  RfOptEnum("-arch", "Architecture: gpt2 or llama (the LLaMA family: Llama, Mistral, Qwen2, Qwen3, SmolLM2)", ModelArchNames, MODEL_ARCH_COUNT, &arch);
   RfOptIntAsInt("-n_layer", "Number of transformer blocks", 2, &cfg->n_layer);
   RfOptIntAsInt("-n_head", "Number of attention heads (must divide n_embd)", 4, &cfg->n_head);
   RfOptIntAsInt("-n_embd", "Width of the residual stream (embedding size C)", 128, &cfg->n_embd);
@@ -73,13 +73,13 @@ PetscErrorCode model_config_set_from_options(const char *prefix, ModelConfig *cf
   PetscOptionsEnd();
   cfg->head = (ModelHead)head;
   cfg->arch = (ModelArch)arch;
-  if (cfg->arch == MODEL_ARCH_LLAMA) PetscCall(llama_options(prefix, cfg));
+  if (model_arch(cfg)->settings) PetscCall(settings_options(prefix, cfg));
   else {
     PetscBool help;
     PetscCall(PetscOptionsHasHelp(NULL, &help));
-    if (help) { /* -help lists them for GPT-2 decks too; nothing runs after -help */
+    if (help) { /* -help lists them for the other rows' decks too; nothing runs after -help */
       ModelConfig unused = *cfg;
-      PetscCall(llama_options(prefix, &unused));
+      PetscCall(settings_options(prefix, &unused));
     }
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -135,7 +135,7 @@ PetscErrorCode model_config_record(const char *prefix, const ModelConfig *cfg)
   PetscCall(PetscSNPrintf(v[17], 32, "%d", cfg->rope_original_max_positions));
   PetscCall(PetscSNPrintf(v[18], 32, "%d", model_head_dim(cfg)));
   PetscCall(PetscSNPrintf(v[19], 32, "%s", cfg->qk_norm ? "true" : "false"));
-  for (int i = 0; i < (model_is_llama(cfg) ? MODEL_ARCH_NOPTIONS : 7); i++) PetscCall(sys_param_record(prefix, arch_options[i], v[i], PETSC_TRUE));
+  for (int i = 0; i < (model_arch(cfg)->settings ? MODEL_ARCH_NOPTIONS : 7); i++) PetscCall(sys_param_record(prefix, arch_options[i], v[i], PETSC_TRUE));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -144,7 +144,7 @@ PetscBool model_config_equal(const ModelConfig *a, const ModelConfig *b)
   PetscBool same = a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd && a->vocab_size == b->vocab_size &&
                    a->n_positions == b->n_positions && a->head == b->head && a->arch == b->arch ? PETSC_TRUE : PETSC_FALSE;
 
-  if (!same || !model_is_llama(a)) return same;
+  if (!same || !model_arch(a)->settings) return same;
   return a->n_kv_head == b->n_kv_head && a->n_ffn == b->n_ffn && a->qkv_bias == b->qkv_bias && a->tie_embeddings == b->tie_embeddings &&
                  model_head_dim(a) == model_head_dim(b) && a->qk_norm == b->qk_norm &&
                  a->rope_theta == b->rope_theta && a->norm_eps == b->norm_eps && a->rope_scaling == b->rope_scaling &&
@@ -192,6 +192,7 @@ void model_rope_inv_freq(const ModelConfig *cfg, float *inv_freq)
 static PetscErrorCode model_config_check_named(MPI_Comm comm, const ModelConfig *cfg, const char *dash, const char *p)
 {
   PetscFunctionBegin;
+  PetscCheck(cfg->arch >= 0 && cfg->arch < MODEL_ARCH_COUNT, comm, PETSC_ERR_ARG_WRONG, "%s%sarch %d is not a row of the architecture table", dash, p, (int)cfg->arch);
   PetscCheck(cfg->n_layer > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_layer %d must be positive", dash, p, cfg->n_layer);
   PetscCheck(cfg->n_head > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_head %d must be positive", dash, p, cfg->n_head);
   PetscCheck(cfg->n_embd > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_embd %d must be positive", dash, p, cfg->n_embd);
@@ -201,10 +202,11 @@ static PetscErrorCode model_config_check_named(MPI_Comm comm, const ModelConfig 
    * must fit, or counts and shapes silently wrap */
   PetscCheck(cfg->n_embd <= INT32_MAX / 4, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_embd %d is too large (4 x n_embd must fit a 32-bit int: at most %d)", dash, p, cfg->n_embd, INT32_MAX / 4);
   PetscCheck(cfg->n_layer <= (INT32_MAX - 8) / LL_T_PER_LAYER_MAX, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_layer %d is too large (at most %d)", dash, p, cfg->n_layer, (INT32_MAX - 8) / LL_T_PER_LAYER_MAX);
-  PetscCheck(cfg->n_embd % cfg->n_head == 0 || (model_is_llama(cfg) && cfg->head_dim > 0), comm, PETSC_ERR_ARG_WRONG, "%s%sn_embd %d is not divisible by %s%sn_head %d (and no %s%shead_dim is set)", dash, p, cfg->n_embd, dash, p, cfg->n_head, dash, p);
+  PetscCheck(cfg->n_embd % cfg->n_head == 0 || (model_arch(cfg)->settings && cfg->head_dim > 0), comm, PETSC_ERR_ARG_WRONG, "%s%sn_embd %d is not divisible by %s%sn_head %d (and no %s%shead_dim is set)", dash, p, cfg->n_embd, dash, p, cfg->n_head, dash, p);
   PetscCheck(cfg->head == MODEL_HEAD_LM || cfg->head == MODEL_HEAD_SCALAR, comm, PETSC_ERR_ARG_WRONG, "%s%shead must be lm or scalar", dash, p);
-  PetscCheck(cfg->arch == MODEL_ARCH_GPT2 || cfg->arch == MODEL_ARCH_LLAMA, comm, PETSC_ERR_ARG_WRONG, "%s%sarch must be gpt2 or llama", dash, p);
-  if (!model_is_llama(cfg)) PetscFunctionReturn(PETSC_SUCCESS);
+  if (!model_arch(cfg)->settings) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCheck(!cfg->qk_norm || model_arch(cfg)->qk_norm, comm, PETSC_ERR_ARG_WRONG, "%s%sqk_norm: arch %s has no q/k norms", dash, p, model_arch(cfg)->name);
+  PetscCheck(!cfg->qkv_bias || !model_arch(cfg)->linear_bias, comm, PETSC_ERR_ARG_WRONG, "%s%sqkv_bias: arch %s has biases on every linear layer already", dash, p, model_arch(cfg)->name);
   PetscCheck(cfg->n_kv_head > 0 && cfg->n_head % cfg->n_kv_head == 0, comm, PETSC_ERR_ARG_WRONG, "%s%sn_kv_head %d does not divide %s%sn_head %d", dash, p, cfg->n_kv_head, dash, p, cfg->n_head);
   PetscCheck(cfg->n_ffn > 0 && cfg->n_ffn <= INT32_MAX / 2, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_ffn %d must lie in [1, %d]", dash, p, cfg->n_ffn, INT32_MAX / 2);
   PetscCheck(cfg->head_dim >= 0 && cfg->head_dim <= 4096, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%shead_dim %d must lie in [0, 4096] (0: n_embd / n_head)", dash, p, cfg->head_dim);
@@ -292,7 +294,7 @@ PetscErrorCode model_create_on_mesh(const ModelConfig *cfg, const Backend *be, c
   g->NKVl = model_kv_heads_local(cfg, g->sh.tp);
   g->Ckvl = g->NKVl * model_head_dim(cfg);
   g->Fl   = model_n_ffn(cfg) / g->sh.tp;
-  if (model_is_llama(cfg)) {
+  if (model_arch(cfg)->pos == MODEL_POS_ROTARY) {
     int    half = model_head_dim(cfg) / 2;
     float *f;
     PetscCall(PetscMalloc1(half, &f));

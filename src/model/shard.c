@@ -10,13 +10,16 @@
 
 static double layer_params(const ModelConfig *c)
 {
+  const ModelArchRow *a = model_arch(c);
   double C = c->n_embd, Q = model_q_width(c), kv = (double)model_head_dim(c) * model_n_kv_head(c), F = model_n_ffn(c);
+  double norms = (a->norm == MODEL_NORM_LAYER ? 4 : 2) * C;
+  double bias  = a->linear_bias ? Q + 2 * kv + C + F + C : c->qkv_bias ? Q + 2 * kv : 0;
 
-  if (model_is_llama(c)) return 2 * C * Q + 2 * C * kv + 3 * C * F + 2 * C + (c->qkv_bias ? Q + 2 * kv : 0) + (c->qk_norm ? 2.0 * model_head_dim(c) : 0);
-  return 12.0 * C * C + 13.0 * C;
+  /* sums of integers below 2^53: exact in any order */
+  return 2 * C * Q + 2 * C * kv + (a->mlp == MODEL_MLP_SWIGLU ? 3 : 2) * C * F + norms + bias + (c->qk_norm ? 2.0 * model_head_dim(c) : 0);
 }
-static double first_extra(const ModelConfig *c) { return (double)(c->vocab_size + (model_is_llama(c) ? 0 : c->n_positions)) * c->n_embd; }
-static double last_extra(const ModelConfig *c) { return (model_is_llama(c) ? 1.0 : 2.0) * c->n_embd + (c->head == MODEL_HEAD_LM ? (double)c->vocab_size * c->n_embd : c->n_embd); }
+static double first_extra(const ModelConfig *c) { return (double)(c->vocab_size + (model_arch(c)->pos == MODEL_POS_LEARNED ? c->n_positions : 0)) * c->n_embd; }
+static double last_extra(const ModelConfig *c) { return (model_arch(c)->norm == MODEL_NORM_LAYER ? 2.0 : 1.0) * c->n_embd + (c->head == MODEL_HEAD_LM ? (double)c->vocab_size * c->n_embd : c->n_embd); }
 
 /* Weight of a stage holding layers [a, b) of L. */
 static double stage_weight(const ModelConfig *c, int pp, int p, int a, int b)
@@ -116,7 +119,7 @@ static void table_add(Table *tb, const char *name, int d0, int d1, int split, in
   table_add_kv(tb, name, d0, d1, split, groups, held, norm, 0);
 }
 
-static void table_add_layer(Table *tb, int l, int C, PetscBool held)
+static void table_add_conv1d_layer(Table *tb, int l, int C, PetscBool held)
 {
   static const char *const suffix[MODEL_T_PER_LAYER] = {"ln_1.weight",      "ln_1.bias",      "attn.c_attn.weight", "attn.c_attn.bias",
                                                       "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
@@ -132,12 +135,12 @@ static void table_add_layer(Table *tb, int l, int C, PetscBool held)
   }
 }
 
-/* The LLaMA family's layer in the order of the LL_T_ indices: [out, in]
+/* The Linear layout's layer (the LLaMA family's) in the order of the LL_T_ indices: [out, in]
  * matrices; q, k, v, gate and up split by rows (column-parallel), o and
  * down by columns (row-parallel); the norms replicated; k and v (and their
  * biases) in at most n_kv_head pieces. Q is the query width n_head x
  * head_dim, C the residual stream's. */
-static void table_add_llama_layer(Table *tb, const ModelConfig *cfg, int l, PetscBool held)
+static void table_add_linear_layer(Table *tb, const ModelConfig *cfg, int l, PetscBool held)
 {
   int         C = cfg->n_embd, Q = model_q_width(cfg), hd = model_head_dim(cfg), kv = hd * cfg->n_kv_head, F = cfg->n_ffn;
   const char *suffix[LL_T_PER_LAYER_MAX] = {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
@@ -156,29 +159,46 @@ static void table_add_llama_layer(Table *tb, const ModelConfig *cfg, int l, Pets
   }
 }
 
+/* Per layout (ModelLayout order): the names outside the layers (NULL: one
+ * the layout's families do not use), and the norm, MLP and linear-layer
+ * biases its layers are built with (table_add_conv1d_layer,
+ * table_add_linear_layer), which a row of that layout must have. */
+typedef struct {
+  const char *wte, *wpe, *lnf_w, *lnf_b;
+  ModelNorm   norm;
+  ModelMlp    mlp;
+  PetscBool   linear_bias;
+} TableNames;
+static const TableNames table_names[] = {
+  [MODEL_LAYOUT_CONV1D] = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight", "transformer.ln_f.bias", MODEL_NORM_LAYER, MODEL_MLP_GELU, PETSC_TRUE},
+  [MODEL_LAYOUT_LINEAR] = {"model.embed_tokens.weight", NULL, "model.norm.weight", NULL, MODEL_NORM_RMS, MODEL_MLP_SWIGLU, PETSC_FALSE},
+};
+
 PetscErrorCode model_tensor_table_shard(const ModelConfig *cfg, const ModelShard *sh, ModelTensor **tensors, int *ntensors, size_t *nparams)
 {
-  int       C = cfg->n_embd, pp = sh ? sh->pp : 1;
-  PetscBool first = !sh || sh->p == 0, last = !sh || sh->p == pp - 1, llama = model_is_llama(cfg);
-  PetscBool tied = cfg->head == MODEL_HEAD_LM && !model_untied_head(cfg) ? PETSC_TRUE : PETSC_FALSE;
-  Table     tb = {NULL, 0, 0, sh};
+  const ModelArchRow *arch = model_arch(cfg);
+  const TableNames  *nm = &table_names[arch->layout];
+  int               C = cfg->n_embd, pp = sh ? sh->pp : 1;
+  PetscBool         first = !sh || sh->p == 0, last = !sh || sh->p == pp - 1;
+  PetscBool         tied = cfg->head == MODEL_HEAD_LM && !model_untied_head(cfg) ? PETSC_TRUE : PETSC_FALSE;
+  Table             tb = {NULL, 0, 0, sh};
 
   PetscFunctionBegin;
+  /* a row (src/model/arch.c) whose fields its layout does not build */
+  PetscCheck((arch->pos != MODEL_POS_LEARNED || nm->wpe) && arch->norm == nm->norm && arch->mlp == nm->mlp && arch->linear_bias == nm->linear_bias, PETSC_COMM_SELF, PETSC_ERR_SUP,
+             "arch %s: its tensor layout has no position table, or other norms, MLP or biases", arch->name);
   PetscCall(PetscMalloc1(4 + cfg->n_layer * LL_T_PER_LAYER_MAX + 1, &tb.t));
   /* the token embedding on the first stage; a tied LM head's copy on the
    * last, whose gradient the first stage's copy already counts in the norm */
-  table_add(&tb, llama ? "model.embed_tokens.weight" : "transformer.wte.weight", cfg->vocab_size, C, 0, 1, first || (last && tied), first);
-  if (!llama) table_add(&tb, "transformer.wpe.weight", cfg->n_positions, C, -1, 1, first, PETSC_TRUE);
+  table_add(&tb, nm->wte, cfg->vocab_size, C, 0, 1, first || (last && tied), first);
+  if (arch->pos == MODEL_POS_LEARNED) table_add(&tb, nm->wpe, cfg->n_positions, C, -1, 1, first, PETSC_TRUE);
   for (int l = 0; l < cfg->n_layer; l++) {
     PetscBool held = !sh || (l >= sh->l0 && l < sh->l1);
-    if (llama) table_add_llama_layer(&tb, cfg, l, held);
-    else table_add_layer(&tb, l, C, held);
+    if (arch->layout == MODEL_LAYOUT_LINEAR) table_add_linear_layer(&tb, cfg, l, held);
+    else table_add_conv1d_layer(&tb, l, C, held);
   }
-  if (llama) table_add(&tb, "model.norm.weight", C, 0, -1, 1, last, PETSC_TRUE);
-  else {
-    table_add(&tb, "transformer.ln_f.weight", C, 0, -1, 1, last, PETSC_TRUE);
-    table_add(&tb, "transformer.ln_f.bias", C, 0, -1, 1, last, PETSC_TRUE);
-  }
+  table_add(&tb, nm->lnf_w, C, 0, -1, 1, last, PETSC_TRUE);
+  if (arch->norm == MODEL_NORM_LAYER) table_add(&tb, nm->lnf_b, C, 0, -1, 1, last, PETSC_TRUE);
   if (model_untied_head(cfg)) table_add(&tb, "lm_head.weight", cfg->vocab_size, C, 0, 1, last, PETSC_TRUE);
   if (cfg->head == MODEL_HEAD_SCALAR) table_add(&tb, "score.weight", 1, C, -1, 1, last, PETSC_TRUE);
   *tensors  = tb.t;
