@@ -76,16 +76,14 @@ PetscErrorCode data_run(const RunCtx *run);
 /* A mode's options are read into a struct of `size` bytes (zeroed first),
  * with the lifecycle options read once before (train_job_options); -help
  * reads every mode's. A mode without options (size 0) reads its own when it
- * executes, and stops after reading them under -help. check: what needs no
- * output, after the unused-option check (NULL: execute checks). device: the
- * mode needs the backend; outdir: it writes an output directory (and
- * used.deck). */
+ * executes, and stops after reading them under -help. A mode checks its
+ * options in execute, before it writes anything. device: the mode needs the
+ * backend; outdir: it writes an output directory (and used.deck). */
 typedef struct {
   const char *name;
   PetscBool   device, outdir;
   size_t      size;
   PetscErrorCode (*options)(const TrainJobOptions *job, void *o);
-  PetscErrorCode (*check)(const RunCtx *run, void *o);
   PetscErrorCode (*execute)(RunCtx *run, const Backend *be, void *o);
 } JobMode;
 extern const JobMode job_modes[];

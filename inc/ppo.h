@@ -13,12 +13,12 @@
 #include "cost.h"
 #include "reward.h"
 
-typedef enum { ALGO_PPO = 0, ALGO_GRPO = 1, ALGO_RLOO = 2, ALGO_REINFORCE_PP = 3 } PPOAlgo; /* only PPO has a critic */
-typedef enum { KL_IN_AUTO = 0, KL_IN_REWARD = 1, KL_IN_LOSS = 2 } PPOKLIn;             /* auto: loss for GRPO, reward otherwise */
+typedef enum { KL_IN_AUTO = 0, KL_IN_REWARD = 1, KL_IN_LOSS = 2 } PPOKLIn; /* auto: the algorithm's own (src/ppo/algos.c) */
 typedef enum { CRITIC_FROM_REWARD = 0, CRITIC_FROM_ACTOR = 1 } CriticInit;
 
 typedef struct {
-  PetscInt    algo, critic_init;
+  PetscInt    algo;                          /* -algo: the row of the algorithms' table (src/ppo/algos.c) */
+  PetscInt    critic_init;
   PetscInt    iterations, rollout_batch, minibatches, microbatches, epochs, group;
   PetscInt    eval_every, eval_prompts, checkpoint_every;
   PetscReal   kl_coef, kl_target, kl_horizon, gamma, lambda, clip, value_clip, reward_clip, truncation_penalty;
@@ -51,12 +51,12 @@ typedef struct {
   char        fuse_schedule[PETSC_MAX_PATH_LEN]; /* -fuse_train_schedule: the fused schedule file ("" : searched) */
 } PPOOptions;
 
-/* Whether the KL to the reference is a loss term (else a reward penalty). */
-static inline PetscBool ppo_kl_as_loss(const PPOOptions *o) { return o->kl_in == KL_IN_LOSS || (o->kl_in == KL_IN_AUTO && o->algo == ALGO_GRPO) ? PETSC_TRUE : PETSC_FALSE; }
+/* The algorithm's name as the pipeline's lines write it ("PPO", "GRPO", ...). */
+const char *ppo_algo_title(const PPOOptions *o);
 
 /* Reads PPO's options; job: the lifecycle options read once (inc/train.h). */
 PetscErrorCode ppo_options(const TrainJobOptions *job, PPOOptions *o);
-/* Runs PPO or GRPO; the held-out gold scores and KL of the summary are
+/* Runs the -algo's training; the held-out gold scores and KL of the summary are
  * returned when the pointers are not NULL (the pipeline prints them). */
 PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *sft_gold, double *ppo_gold, double *ppo_kl);
 /* The PPO stage's checks before any work; with policy (-mode pipeline) the

@@ -44,7 +44,7 @@ static PetscErrorCode rlfuse_help(RunCtx *run)
 }
 
 /* One mode's lifecycle: its options (the lifecycle's read once), no unused
- * option, its checks, the output directory, the backend, the run. */
+ * option, the output directory, the backend, the run (which checks first). */
 static PetscErrorCode rlfuse_mode(RunCtx *run, const JobMode *m, const char *device, PetscBool bf16)
 {
   TrainJobOptions job;
@@ -57,7 +57,6 @@ static PetscErrorCode rlfuse_mode(RunCtx *run, const JobMode *m, const char *dev
     PetscCall(PetscCalloc(m->size, &o));
     PetscCall(m->options(&job, o));
     PetscCall(sys_options_check_unused());
-    if (m->check) PetscCall(m->check(run, o));
   }
   if (!run->dry_run && m->outdir) PetscCall(sys_used_deck_at(run));
   if (m->device) {

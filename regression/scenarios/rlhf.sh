@@ -6,7 +6,7 @@
 # numpy), the KL moved between reward and loss, the NaN stop, and bad input (the
 # pipeline's later stages checked before SFT starts).
 . regression/lib.sh
-plan 43
+plan 45
 d="$RLFUSE_TMP/rlhf"; mkdir -p $d
 ppo_deck=regression/decks/rlhf_tiny.deck
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture"
@@ -194,6 +194,10 @@ expect "prompt + max_new_tokens > n_positions" "-gen_max_new_tokens 30"    $P -g
 expect "rollout batch not divisible"          "-rollout_batch 10 is not divisible into -ppo_minibatches 4" $P -rollout_batch 10 -ppo_minibatches 4
 expect "micro-batches not dividing"           "-ppo_microbatches 3"        $P -ppo_microbatches 3
 expect "GRPO group not dividing"              "-grpo_group 3"              $P -algo grpo -grpo_group 3
+expect "an -algo not in the algorithms' table, naming its rows" "Unknown option reinforce for -algo. Available options: ppo grpo rloo reinforce_pp" $P -algo reinforce
+# Adding an algorithm is one estimator and one row of src/ppo/algos.c: no
+# other file names one (an ALGO_ constant) or compares -algo with one.
+check "the algorithms are one table: no file but src/ppo/algos.c names an algorithm" bash -c '! grep -rnE "ALGO_[A-Z]|algo *[!=]= *[A-Za-z0-9_]" src inc'
 expect "a lower clip of 1 or more"            "-ppo_clip_low 1.* must be in (0,1)" $P -ppo_clip_low 1
 expect "an overlong buffer past max_new_tokens" "-ppo_overlong_buffer 13 must be in \\[0, -gen_max_new_tokens 12\\]" $P -ppo_overlong_buffer 13
 expect "missing reward checkpoint"            "$d/nope.h5"                 -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/nope.h5

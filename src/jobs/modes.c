@@ -39,18 +39,18 @@ static PetscErrorCode schedule_exec(RunCtx *run, const Backend *be, void *o) { r
  * models as the run would read them (ppo_cost_deck) */
 static PetscErrorCode profile_exec(RunCtx *run, const Backend *be, void *o) { return profile_run(run, ppo_cost_deck); }
 
-/* name, device, outdir, size, options, check, execute */
+/* name, device, outdir, size, options, execute */
 const JobMode job_modes[] = {
-  {"sft", PETSC_TRUE, PETSC_TRUE, sizeof(SFTOptions), sft_opts, NULL, sft_exec},
-  {"score", PETSC_TRUE, PETSC_FALSE, 0, NULL, NULL, score_exec}, /* score and data write named files, not an output directory */
-  {"data", PETSC_TRUE, PETSC_FALSE, 0, NULL, NULL, data_exec},
-  {"generate", PETSC_TRUE, PETSC_FALSE, 0, NULL, NULL, generate_exec}, /* writes a named file */
-  {"rm", PETSC_TRUE, PETSC_TRUE, sizeof(RMOptions), rm_opts, NULL, rm_exec},
-  {"ppo", PETSC_TRUE, PETSC_TRUE, sizeof(PPOOptions), ppo_opts, NULL, ppo_exec},
-  {"eval", PETSC_TRUE, PETSC_TRUE, sizeof(PPOOptions), eval_opts, NULL, ppo_exec}, /* the held-out evaluation of -actor_checkpoint (src/ppo) */
-  {"pipeline", PETSC_TRUE, PETSC_TRUE, sizeof(PipelineOptions), pipe_opts, NULL, pipe_exec},
-  {"plan", PETSC_TRUE, PETSC_FALSE, 0, NULL, NULL, plan_exec}, /* a search over estimates; the device only to profile this machine when given no primitives */
-  {"schedule", PETSC_FALSE, PETSC_FALSE, 0, NULL, NULL, schedule_exec}, /* no model, no device */
-  {"profile", PETSC_TRUE, PETSC_FALSE, 0, NULL, NULL, profile_exec},
+  {"sft", PETSC_TRUE, PETSC_TRUE, sizeof(SFTOptions), sft_opts, sft_exec},
+  {"score", PETSC_TRUE, PETSC_FALSE, 0, NULL, score_exec}, /* score and data write named files, not an output directory */
+  {"data", PETSC_TRUE, PETSC_FALSE, 0, NULL, data_exec},
+  {"generate", PETSC_TRUE, PETSC_FALSE, 0, NULL, generate_exec}, /* writes a named file */
+  {"rm", PETSC_TRUE, PETSC_TRUE, sizeof(RMOptions), rm_opts, rm_exec},
+  {"ppo", PETSC_TRUE, PETSC_TRUE, sizeof(PPOOptions), ppo_opts, ppo_exec},
+  {"eval", PETSC_TRUE, PETSC_TRUE, sizeof(PPOOptions), eval_opts, ppo_exec}, /* the held-out evaluation of -actor_checkpoint (src/ppo) */
+  {"pipeline", PETSC_TRUE, PETSC_TRUE, sizeof(PipelineOptions), pipe_opts, pipe_exec},
+  {"plan", PETSC_TRUE, PETSC_FALSE, 0, NULL, plan_exec}, /* a search over estimates; the device only to profile this machine when given no primitives */
+  {"schedule", PETSC_FALSE, PETSC_FALSE, 0, NULL, schedule_exec}, /* no model, no device */
+  {"profile", PETSC_TRUE, PETSC_FALSE, 0, NULL, profile_exec},
 };
 const int job_nmodes = (int)(sizeof job_modes / sizeof job_modes[0]);

@@ -62,7 +62,7 @@ PetscErrorCode pipeline_execute(const RunCtx *run, const Backend *be, PipelineOp
   PetscCall(PetscPrintf(run->comm, "pipeline: stage 2/3, reward modelling -> %s\n", c_rm.output_dir));
   PetscCall(rm_execute(&c_rm, be, &rm));
   t2 = sys_wtime();
-  alg = ppo.algo == ALGO_PPO ? "PPO" : ppo.algo == ALGO_GRPO ? "GRPO" : ppo.algo == ALGO_RLOO ? "RLOO" : "REINFORCE++";
+  alg = ppo_algo_title(&ppo);
   PetscCall(PetscPrintf(run->comm, "pipeline: stage 3/3, %s -> %s\n", alg, c_ppo.output_dir));
   PetscCall(ppo_execute(&c_ppo, be, &ppo, &gold0, &gold1, &kl));
   PetscCall(PetscPrintf(run->comm, "pipeline summary (held-out prompts, -ppo_eval_prompts %" PetscInt_FMT "):\n", ppo.eval_prompts));

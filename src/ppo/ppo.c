@@ -1,4 +1,5 @@
-/* PPO and GRPO (-mode ppo): the actor generates, the reference, reward model
+/* PPO and its critic-free variants (-mode ppo; the algorithms are the rows
+ * of src/ppo/algos.c): the actor generates, the reference, reward model
  * and critic score the rollout, the advantages follow from the rewards, and
  * the actor and critic train on it (docs/background.md, sections 1-2).
  * Checkpoints hold all four models, both optimizers, the iteration, the data
@@ -9,22 +10,29 @@
 #include "search.h"
 #include <math.h>
 
-static const char *const algo_names[]   = {"ppo", "grpo", "rloo", "reinforce_pp", "PPOAlgo", "ALGO_", NULL};
 static const char *const kl_in_names[]  = {"auto", "reward", "loss", "PPOKLIn", "KL_IN_", NULL};
 static const char *const agg_names[]    = {"token_mean", "seq_mean", "seq_sum_norm", "RLLossAgg", "RL_AGG_", NULL};
 static const char *const kl_est_names[] = {"k1", "k2", "k3", "RLKLEstimator", "RL_KL_", NULL};
 static const char *const critic_names[] = {"reward", "actor", "CriticInit", "CRITIC_FROM_", NULL};
 
+/* The rows that put the KL in the loss under -ppo_kl_in auto; that draw groups. */
+static PetscBool algo_kl_in_loss(const PPOAlgoSpec *a) { return a->kl_in_loss; }
+static PetscBool algo_groups(const PPOAlgoSpec *a) { return a->groups; }
+
 /* Every PPO option but the plan's and the trainer's: what describes the
  * job to the cost model (ppo_cost_deck) whatever ranks it is planned for. */
 static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
 {
+  const char *algo_names[16];
+  char        algo_help[512], kl_auto[128], kl_help[320];
+
   PetscFunctionBegin;
+  PetscCall(ppo_algo_choices(algo_names, (int)(sizeof algo_names / sizeof algo_names[0]), algo_help, sizeof algo_help));
   PetscCall(PetscStrncpy(o->prompts, "builtin", sizeof o->prompts));
   o->actor_ckpt[0] = o->reference_ckpt[0] = o->reward_ckpt[0] = o->restart[0] = '\0';
   o->eval_file[0] = o->reward_fn[0] = o->reward_command[0] = '\0';
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "PPO / GRPO", NULL);
-  RfOptEnum("-algo", "ppo (actor + critic, GAE), grpo (critic-free, group-normalised scores), rloo (critic-free, leave-one-out baseline) or reinforce_pp (REINFORCE++ with a group-mean baseline: critic-free, returns whitened over the batch)", algo_names, 4, &o->algo);
+  RfOptEnum("-algo", algo_help, algo_names, ppo_nalgos, &o->algo);
   RfOptInt("-rollout_batch", "Responses generated per iteration", 64, &o->rollout_batch);
   RfOptString("-actor_checkpoint", "SFT checkpoint (role policy) that starts the actor", o->actor_ckpt, sizeof o->actor_ckpt);
   RfOptString("-reference_checkpoint", "Checkpoint (role policy) of the frozen reference (default: -actor_checkpoint)", o->reference_ckpt, sizeof o->reference_ckpt);
@@ -49,11 +57,13 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptReal("-clip", "epsilon: policy ratio clip", 0.2, &o->clip);
   RfOptReal("-clip_low", "The ratio's lower clip, 1 - clip_low (default -ppo_clip)", o->clip, &o->clip_low);
   RfOptReal("-clip_high", "The ratio's upper clip, 1 + clip_high (default -ppo_clip; DAPO's clip-higher: 0.28 with clip_low 0.2)", o->clip, &o->clip_high);
-  o->loss_agg     = RL_AGG_TOKEN_MEAN;
+  o->loss_agg     = ppo_algo(o)->loss_agg;
   o->kl_estimator = RL_KL_K3;
   RfOptEnum("-loss_agg", "How the policy loss weighs tokens in a mini-batch: token_mean (every token alike), seq_mean (each sequence's token mean, averaged), seq_sum_norm (each sequence's token sum over -gen_max_new_tokens: Dr. GRPO)", agg_names, 3, &o->loss_agg);
   o->kl_in = KL_IN_AUTO;
-  RfOptEnum("-kl_in", "Where the KL to the reference enters: reward (a per-token penalty in the rewards, k1), loss (a loss term with -ppo_kl_estimator), auto (loss for GRPO, reward otherwise)", kl_in_names, 3, &o->kl_in);
+  PetscCall(ppo_algo_join(algo_kl_in_loss, PETSC_TRUE, kl_auto, sizeof kl_auto));
+  PetscCall(PetscSNPrintf(kl_help, sizeof kl_help, "Where the KL to the reference enters: reward (a per-token penalty in the rewards, k1), loss (a loss term with -ppo_kl_estimator), auto (loss for %s, reward otherwise)", kl_auto));
+  RfOptEnum("-kl_in", kl_help, kl_in_names, 3, &o->kl_in);
   RfOptEnum("-kl_estimator", "Estimator of KL(policy||reference) in the KL loss (-ppo_kl_in loss): k1 (log ratio), k2 (half its square), k3 (exp(-r) + r - 1)", kl_est_names, 3, &o->kl_estimator);
   RfOptInt("-dynamic_sampling", "DAPO's dynamic sampling: each round generates this many times -rollout_batch, and the groups whose rewards are not all equal are kept until the batch is full (0: off; critic-free -algo, rewards from -reward_fn or -reward_command)", 0, &o->dynamic_sampling);
   RfOptInt("-dynamic_rounds", "Most generation rounds of -ppo_dynamic_sampling per iteration, each on new prompts; when the last leaves the batch short, its first groups of equal rewards fill it", 1, &o->dynamic_rounds);
@@ -119,7 +129,7 @@ static PetscErrorCode ppo_check_options(PPOOptions *o)
   PetscCheck(o->overlong_buffer >= 0 && o->overlong_buffer <= o->gen.max_new_tokens, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_overlong_buffer %" PetscInt_FMT " must be in [0, -gen_max_new_tokens %" PetscInt_FMT "]", o->overlong_buffer, o->gen.max_new_tokens);
   PetscCheck(o->overlong_penalty >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_overlong_penalty %g must be >= 0", (double)o->overlong_penalty);
   PetscCheck(o->eval_every >= 0 && o->eval_prompts >= 0 && o->checkpoint_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_every, -ppo_eval_prompts and -ppo_checkpoint_every (or -checkpoint_every) must be >= 0");
-  if (o->algo != ALGO_PPO) PetscCheck(o->group >= 2 && o->rollout_batch % o->group == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rollout_batch %" PetscInt_FMT " is not divisible into groups of -grpo_group %" PetscInt_FMT " (at least 2)", o->rollout_batch, o->group);
+  if (ppo_algo(o)->groups) PetscCheck(o->group >= 2 && o->rollout_batch % o->group == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rollout_batch %" PetscInt_FMT " is not divisible into groups of -grpo_group %" PetscInt_FMT " (at least 2)", o->rollout_batch, o->group);
   PetscCheck(!o->fuse_schedule[0] || o->plan.fuse_train, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train_schedule %s needs -fuse_train 1", o->fuse_schedule);
   PetscCheck(o->restart[0] || o->actor_ckpt[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode ppo needs -actor_checkpoint (SFT), or -restart");
   PetscCheck(o->restart[0] || o->reward_ckpt[0] || o->reward_spec.n || o->reward_command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode ppo needs a reward: -reward_checkpoint (a reward model), -reward_fn (rule rewards) or -reward_command (a reward program)");
@@ -129,7 +139,11 @@ static PetscErrorCode ppo_check_options(PPOOptions *o)
   PetscCheck(o->dynamic_rounds >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_dynamic_rounds %" PetscInt_FMT " must be at least 1", o->dynamic_rounds);
   PetscCheck(o->dynamic_rounds == 1 || o->dynamic_sampling, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_rounds %" PetscInt_FMT " is the most rounds of -ppo_dynamic_sampling, which is off", o->dynamic_rounds);
   PetscCheck(o->dynamic_sampling == 0 || o->dynamic_sampling >= 2 || (o->dynamic_sampling == 1 && o->dynamic_rounds >= 2), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_dynamic_sampling %" PetscInt_FMT " must be 0 (off), at least 2 (candidates per group kept), or 1 with -ppo_dynamic_rounds >= 2", o->dynamic_sampling);
-  PetscCheck(o->dynamic_sampling == 0 || o->algo != ALGO_PPO, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_sampling filters groups of -grpo_group responses: it needs a critic-free -algo (grpo, rloo, reinforce_pp)");
+  if (o->dynamic_sampling && !ppo_algo(o)->groups) {
+    char grouped[128];
+    PetscCall(ppo_algo_join(algo_groups, PETSC_FALSE, grouped, sizeof grouped));
+    SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_sampling filters groups of -grpo_group responses: -algo %s draws none (an -algo that does: %s)", ppo_algo(o)->name, grouped);
+  }
   PetscCheck(o->eval_samples >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_samples %" PetscInt_FMT " must be >= 1", o->eval_samples);
   PetscCheck(o->eval_samples == 1 || !(o->gen.greedy || o->eval_greedy), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_eval_samples %" PetscInt_FMT " with %s: greedy responses to one prompt are all the same", o->eval_samples, o->gen.greedy ? "-gen_greedy" : "-ppo_eval_greedy");
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -144,7 +158,7 @@ typedef struct {
 /* Whether a critic is loaded and trained: PPO's, and not in -mode eval. */
 static PetscBool ppo_trains_critic(const PPOOptions *o)
 {
-  return o->algo == ALGO_PPO && !o->eval_only ? PETSC_TRUE : PETSC_FALSE;
+  return ppo_algo(o)->has_critic && !o->eval_only ? PETSC_TRUE : PETSC_FALSE;
 }
 
 static void ppo_sources(const PPOOptions *o, ModelSource src[4])
@@ -429,7 +443,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   size_t     nparams;
 
   PetscFunctionBegin;
-  PetscCall(train_record_open(run, algo_names[o->algo], &o->plan, needs, &rec));
+  PetscCall(train_record_open(run, ppo_algo(o)->name, &o->plan, needs, &rec));
   PetscCall(rollout_create((int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling)), ps->max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
   PetscCall(packbuf_create((int)o->rollout_batch, r.T, &pb));
   PetscCall(sys_output_path(run, "rollouts.h5", path, sizeof path));
@@ -439,7 +453,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     PetscCall(model_tensor_table(&m->actor.cfg, &t, &nt, &nparams));
     PetscCall(PetscFree(t));
   }
-  PetscCall(PetscPrintf(run->comm, "%s: actor %zu parameters, %" PetscInt_FMT " iterations of %" PetscInt_FMT " responses, from iteration %" PetscInt_FMT "\n", algo_names[o->algo], nparams, o->iterations, o->rollout_batch, st->iteration));
+  PetscCall(PetscPrintf(run->comm, "%s: actor %zu parameters, %" PetscInt_FMT " iterations of %" PetscInt_FMT " responses, from iteration %" PetscInt_FMT "\n", ppo_algo(o)->name, nparams, o->iterations, o->rollout_batch, st->iteration));
   while (st->iteration < o->iterations) {
     double        t0 = sys_wtime(), g0 = model_acts_grown_bytes(), grown, kl, iter_s, coef;
     PPOEval       ev = {NAN, NAN, NAN, NAN};
@@ -527,7 +541,7 @@ static void ppo_cost_deck_fill(const PPOOptions *o, const ModelConfig cfg[4], in
   d->epochs      = (int)o->epochs;
   d->gen_slots   = (int)o->gen.slots;
   d->prompt_len  = max_prompt;
-  d->critic_free = o->algo != ALGO_PPO ? PETSC_TRUE : PETSC_FALSE;
+  d->critic_free = ppo_algo(o)->has_critic ? PETSC_FALSE : PETSC_TRUE;
   d->seed        = (long long)seed;
   for (int k = 0; k < 4; k++) d->cfg[k] = cfg[k];
   d->reward_free = o->has_reward_model ? PETSC_FALSE : PETSC_TRUE; /* cfg[3] is then the actor's (ppo_configs), unused */
@@ -584,7 +598,7 @@ static PetscErrorCode ppo_dry_run(const RunCtx *run, const PPOOptions *o, const 
   char a[32];
 
   PetscFunctionBegin;
-  PetscCall(PetscPrintf(run->comm, "dry run: %s with 4 models of %d layers x %d; KV cache %s\n", algo_names[o->algo], cfg[0].n_layer, cfg[0].n_embd, sys_bytes_str((double)gen_kv_bytes(&o->gen, &cfg[0], ps->max_prompt + (int)o->gen.max_new_tokens), a, sizeof a)));
+  PetscCall(PetscPrintf(run->comm, "dry run: %s with 4 models of %d layers x %d; KV cache %s\n", ppo_algo(o)->name, cfg[0].n_layer, cfg[0].n_embd, sys_bytes_str((double)gen_kv_bytes(&o->gen, &cfg[0], ps->max_prompt + (int)o->gen.max_new_tokens), a, sizeof a)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -646,8 +660,8 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(ppo_loop(run, o, &needs, &m, &ps, &st, &sum));
-  PetscCall(PetscPrintf(run->comm, "%s: held-out gold score %.3f (SFT policy) -> %.3f (after %" PetscInt_FMT " iterations), KL to the reference %.3f nats per response, on %d held-out prompts\n", algo_names[o->algo], sum.sft.gold, sum.ppo.gold, st.iteration, sum.ppo.kl, ps.eval.n));
-  if (!isnan(sum.ppo.reward)) PetscCall(PetscPrintf(run->comm, "%s: held-out reward %+.3f -> %+.3f%s", algo_names[o->algo], sum.sft.reward, sum.ppo.reward, o->eval_samples > 1 && !isnan(sum.ppo.pass_k) ? "" : "\n"));
+  PetscCall(PetscPrintf(run->comm, "%s: held-out gold score %.3f (SFT policy) -> %.3f (after %" PetscInt_FMT " iterations), KL to the reference %.3f nats per response, on %d held-out prompts\n", ppo_algo(o)->name, sum.sft.gold, sum.ppo.gold, st.iteration, sum.ppo.kl, ps.eval.n));
+  if (!isnan(sum.ppo.reward)) PetscCall(PetscPrintf(run->comm, "%s: held-out reward %+.3f -> %+.3f%s", ppo_algo(o)->name, sum.sft.reward, sum.ppo.reward, o->eval_samples > 1 && !isnan(sum.ppo.pass_k) ? "" : "\n"));
   if (!isnan(sum.ppo.reward) && o->eval_samples > 1 && !isnan(sum.ppo.pass_k)) PetscCall(PetscPrintf(run->comm, ", pass@%" PetscInt_FMT " %.3f -> %.3f\n", o->eval_samples, sum.sft.pass_k, sum.ppo.pass_k));
   if (sft_gold) *sft_gold = sum.sft.gold;
   if (ppo_gold) *ppo_gold = sum.ppo.gold;

@@ -28,7 +28,7 @@ PetscErrorCode ppo_fused_train_setup(const RunCtx *run, const PPOOptions *o, PPO
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(fz, sizeof *fz));
-  fz->on = (PetscBool)(plan->fuse_train && o->algo == ALGO_PPO);
+  fz->on = (PetscBool)(plan->fuse_train && ppo_algo(o)->has_critic);
   if (!fz->on) PetscFunctionReturn(PETSC_SUCCESS);
   fz->seed      = (uint64_t)run->seed;
   fz->root      = plan->call[MFC_ACTOR_TRAIN].ranks[0];

@@ -17,7 +17,7 @@
  * records (the critic's is then 0).
  * The syncs exist only when the plan places actor_gen or critic_inf apart
  * from the training layout (otherwise those calls read actor_weights or
- * critic_weights directly); GRPO has no critic nodes. The advantages run on
+ * critic_weights directly); an algorithm without a critic has no critic nodes. The advantages run on
  * every rank (cheap, and every rank holds the rollout). */
 #include "ppo_impl.h"
 
@@ -34,7 +34,7 @@ typedef struct {
   GenPart           part;
   double            more_gen_s;       /* dynamic sampling: this rank's generation seconds after the first round */
   ReallocStats      ra, rc;
-  GenFuseTimes         fuse;
+  GenFuseTimes      genfuse_times;    /* -fuse_gen_inf: the fused node's parts on this rank (PPOModels.fuse is fused training) */
 } IterCtx;
 
 static PetscErrorCode iter_ctx(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro, IterCtx *c)
@@ -218,7 +218,7 @@ static PetscErrorCode run_fused(void *ctx)
 {
   IterCtx *c = (IterCtx *)ctx;
   PetscFunctionBegin;
-  PetscCall(rollout_genfuse_call(c->m, c->o, c->req, c->max_prompt, (uint64_t)c->st->seed, (uint32_t)c->st->iteration, c->r, c->pb, &c->part, &c->fuse));
+  PetscCall(rollout_genfuse_call(c->m, c->o, c->req, c->max_prompt, (uint64_t)c->st->seed, (uint32_t)c->st->iteration, c->r, c->pb, &c->part, &c->genfuse_times));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -382,7 +382,7 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, PromptSource *ps
   tm->rules   = sec[k_rules];
   tm->critic  = k_crit >= 0 ? sec[k_crit] : 0;
   if (o->plan.fuse != FUSE_NONE) { /* the fused node's parts, longest over ranks */
-    const GenFuseTimes *f = &c.fuse;
+    const GenFuseTimes *f = &c.genfuse_times;
     double v[10] = {f->gen, f->inf[0], f->inf[1], f->inf[2], f->step_s, f->tokens > 0 ? (f->inf[0] + f->inf[1] + f->inf[2]) / f->tokens : 0, f->rt, f->rt_pred, f->mig_s, f->mig_m};
     double w[6] = {f->messages, f->bytes, f->moved, f->mig_bytes, f->send, f->recv_wait};
     PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, v, 10, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));

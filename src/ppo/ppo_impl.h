@@ -75,7 +75,7 @@ typedef struct {
 typedef struct {
   const Plan *plan;
   DModel      actor, actor_gen, critic, critic_inf, reference, reward;
-  PetscBool   has_critic;             /* PPO (the critic-free algorithms have none) */
+  PetscBool   has_critic;             /* the algorithm's row has one (src/ppo/algos.c) */
   PetscBool   has_reward;             /* a reward model (rule rewards or a command may stand in) */
   PetscBool   gen_copy, critic_copy;  /* actor_gen / critic_inf are copies */
   PetscBool   gen_drop, critic_drop;  /* the copy is dropped after its call */
@@ -107,6 +107,36 @@ typedef struct {
   int          kept_groups, filled_groups; /* -ppo_dynamic_sampling: candidate groups whose rewards differ; groups of equal rewards used to fill */
   int          dyn_rounds;                 /* -ppo_dynamic_sampling: generation rounds of the iteration */
 } Rollout;
+
+/* ---- the algorithms as a table (src/ppo/algos.c) --------------------------- */
+/* An algorithm's advantage estimator: from the final scores (r->final), the
+ * log-probabilities, the reference's and (with a critic) the values, it
+ * writes the per-token rewards, the advantages and the returns (0 where it
+ * has none). kl_reward: the KL's coefficient in the rewards (0 when the KL
+ * is a loss term). */
+typedef PetscErrorCode (*PPOAdvantageFn)(Rollout *r, const PPOOptions *o, double kl_reward);
+/* One row per algorithm: what every other file of src/ppo asks instead of
+ * comparing -algo with a name. */
+typedef struct {
+  const char    *name;       /* as -algo takes it; the mode in run.h5 and the progress lines */
+  const char    *title;      /* as the pipeline's lines write it */
+  const char    *help;       /* its part of -algo's help */
+  PetscBool      has_critic; /* a critic is built, trained and checkpointed (its values enter the advantages) */
+  PetscBool      groups;     /* -grpo_group responses per prompt: -rollout_batch divides into groups of at least 2, -ppo_dynamic_sampling selects among them */
+  PetscBool      kl_in_loss; /* -ppo_kl_in auto puts the KL in the loss (else a per-token penalty in the rewards) */
+  RLLossAgg      loss_agg;   /* -ppo_loss_agg's default */
+  PPOAdvantageFn advantages;
+} PPOAlgoSpec;
+extern const PPOAlgoSpec ppo_algos[];
+extern const int         ppo_nalgos;
+static inline const PPOAlgoSpec *ppo_algo(const PPOOptions *o) { return &ppo_algos[o->algo]; }
+/* Whether the KL to the reference is a loss term (else a reward penalty). */
+static inline PetscBool ppo_kl_as_loss(const PPOOptions *o) { return o->kl_in == KL_IN_LOSS || (o->kl_in == KL_IN_AUTO && ppo_algo(o)->kl_in_loss) ? PETSC_TRUE : PETSC_FALSE; }
+/* -algo's choices (the rows' names, then NULL: cap at least ppo_nalgos + 1)
+ * and its help, "name (help), ... or name (help)". */
+PetscErrorCode ppo_algo_choices(const char *names[], int cap, char *help, size_t len);
+/* The names (titles) of the rows that pick() takes, joined by ", ", for messages. */
+PetscErrorCode ppo_algo_join(PetscBool (*pick)(const PPOAlgoSpec *), PetscBool titles, char *buf, size_t len);
 
 /* Scratch for packing up to nmax sequences into forward rows. */
 typedef struct {
@@ -181,7 +211,8 @@ typedef struct {
 PetscErrorCode dynamic_begin(const Rollout *r, int B, DynamicStore *ds);
 PetscErrorCode dynamic_take(DynamicStore *ds, Rollout *cand, int G, int k, PetscBool last);
 PetscErrorCode dynamic_finish(DynamicStore *ds, Rollout *r, int B);
-/* Rewards (KL + score), then GAE + whitening (PPO) or group advantages (GRPO). */
+/* The final scores, then the algorithm's advantages (its row's estimator) with
+ * the KL in the rewards unless it is a loss term. */
 PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coef);
 /* Appends group /iter_<k> to <output_dir>/rollouts.h5 (created at iteration 0 or on first use). */
 PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, int iteration, const PPOOptions *o, double kl_coef);
@@ -240,7 +271,7 @@ PetscErrorCode rollout_genfuse_observe(RolloutGenFuse *gs, const Rollout *r, dou
 PetscErrorCode rollout_share_inf_owned(RolloutGenFuse *gs, Rollout *r);
 PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, GenFuseTimes *tm);
 
-/* ---- prompts and the held-out evaluation (src/ppo/prompts.c) ---------------- */
+/* ---- prompts and the held-out set (src/ppo/prompts.c) ------------------------ */
 /* The held-out set: n prompts asked k times each (request i*k+j), from
  * -ppo_eval_file or the built-in task's held-out split. */
 typedef struct {
@@ -274,11 +305,13 @@ PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, PromptSourc
 PetscErrorCode prompts_destroy(PromptSource *ps);
 /* The requests of an iteration's generation round (0 without dynamic
  * sampling, whose rounds draw further prompts): prompts data_pos,
- * data_pos+1, ... (critic-free algorithms: each repeated -grpo_group times);
+ * data_pos+1, ... (an algorithm with groups: each repeated -grpo_group times);
  * sample ids are round * rows + row, unique within the iteration; the
  * built-in task's answers of each round have their own slots, so rows kept
  * from an earlier round keep theirs. *used: prompts consumed. */
 PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_pos, int round, int *used);
+
+/* ---- the held-out evaluation (src/ppo/eval.c) --------------------------------- */
 /* Mean over sequences of the summed per-token log-ratio to the reference. */
 double rollout_kl(const Rollout *r);
 /* An evaluation's results (NaN where they do not apply): gold (the mean

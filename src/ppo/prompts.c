@@ -1,16 +1,13 @@
-/* PPO's prompts and its held-out evaluation: the training prompts of each
- * iteration (the built-in task's or a prompt file's, with their reference
- * answers), the held-out set (the built-in task's held-out split or
- * -ppo_eval_file), and the evaluation of a policy on it: accuracy (pass@1
- * over every response), pass@k, the mean reward and the KL to the
- * reference. */
+/* PPO's prompts: the training prompts of each iteration (the built-in
+ * task's or a prompt file's, with their reference answers) and the held-out
+ * set (the built-in task's held-out split or -ppo_eval_file), which
+ * src/ppo/eval.c evaluates a policy on. */
 #include "ppo_impl.h"
 #include <limits.h>
 #include <math.h>
 #include <string.h>
 
 #define PPO_ANSWER_LEN     32         /* a built-in task's answer text, NUL included */
-#define PPO_EVAL_ITERATION 0x45564100u /* "EVA": the same draws for every policy evaluated */
 
 /* A rollout batch (with -ppo_dynamic_sampling F, F times it) too large for memory would fail deep in an allocation
  * naming neither the option nor the size. Every rank holds the whole
@@ -127,7 +124,7 @@ PetscErrorCode prompts_destroy(PromptSource *ps)
 
 PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_pos, int round, int *used)
 {
-  int B = (int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling)), k = o->algo != ALGO_PPO ? (int)o->group : 1;
+  int B = (int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling)), k = ppo_algo(o)->groups ? (int)o->group : 1;
 
   PetscFunctionBegin;
   for (int p = 0; p < B / k; p++) {
@@ -154,69 +151,5 @@ PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_
     }
   }
   *used = B / k;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-double rollout_kl(const Rollout *r)
-{
-  double kl = 0;
-  for (int b = 0; b < r->B; b++)
-    for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) kl += (double)r->gen.logprobs[(size_t)b * r->T + t] - (double)r->ref[(size_t)b * r->T + t];
-  return kl / r->B;
-}
-
-/* pass@k over prompts of k responses each: the share of prompts with at
- * least one right answer (gold 1); NaN without answers. */
-static double pass_at_k(const Rollout *r, int n, int k)
-{
-  int hit = 0;
-  for (int i = 0; i < n; i++) {
-    int any = 0;
-    for (int j = 0; j < k; j++) any |= r->gold[i * k + j] > 0.5f;
-    hit += any;
-  }
-  return n ? (double)hit / n : NAN;
-}
-
-PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, const PPOEvalSet *e, uint64_t seed, int max_prompt, PPOEval *ev)
-{
-  int       N = e->n * e->k;
-  GenPart   part = {{0}, 0, 0, PETSC_FALSE, NULL};
-  Rollout   r;
-  PackBuf   pb;
-  PetscBool offloaded = (PetscBool)(policy->host != NULL);
-  double    s = 0;
-  PPOGold   gold = e->gold == PPO_GOLD_ANSWER && !m->rew.have_tt ? PPO_GOLD_NONE : e->gold; /* answers need the text */
-
-  PetscFunctionBegin;
-  ev->gold = ev->kl = ev->pass_k = ev->reward = NAN;
-  if (N == 0) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(rollout_create(N, max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
-  r.answer = e->answer, r.meta = e->meta, r.pidx = e->pidx;
-  PetscCall(packbuf_create(N, r.T, &pb));
-  PetscCall(dmodel_acquire(policy));
-  {
-    GenConfig gen = o->gen; /* -ppo_eval_greedy: the most probable token, whatever training samples with */
-    if (o->eval_greedy) gen.greedy = PETSC_TRUE;
-    PetscCall(rollout_generate_part(policy, &gen, max_prompt, seed, PPO_EVAL_ITERATION, e->req, &r, &part));
-  }
-  if (offloaded) PetscCall(dmodel_release(policy, PETSC_TRUE));
-  PetscCall(rollout_share_gen(policy->mesh, &part, &r));
-  PetscCall(ppo_ref_call(m, o, &r, &pb, PetscMin(N, 64)));
-  PetscCall(ppo_reward_call(m, o, &r, &pb, PetscMin(N, 64)));
-  PetscCall(rollout_rule_rewards(&m->rew, o, &r, gold));
-  PetscCall(rollout_command_rewards(&m->rew, o, &r, -1));
-  rollout_final_scores(&r, o);
-  for (int b = 0; b < N; b++) s += r.final[b];
-  ev->reward = s / N;
-  if (gold != PPO_GOLD_NONE) {
-    double g = 0;
-    for (int b = 0; b < N; b++) g += r.gold[b];
-    ev->gold = g / N;
-  }
-  if (gold == PPO_GOLD_ANSWER) ev->pass_k = pass_at_k(&r, e->n, e->k);
-  ev->kl = rollout_kl(&r);
-  PetscCall(packbuf_destroy(&pb));
-  PetscCall(rollout_destroy(&r));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -226,61 +226,13 @@ PetscErrorCode rollout_infer_rows(Model *m, RolloutInfer kind, Rollout *r, const
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* GRPO (Dr. GRPO without -grpo_scale_std): one advantage per sequence, on
- * each of its response tokens, from its score, or with the KL in the
- * rewards from the sum of its rewards (score and KL penalty). */
-static PetscErrorCode rollout_group_advantages(Rollout *r, const PPOOptions *o, PetscBool kl_in_reward)
-{
-  float *seq, *sum;
-
-  PetscFunctionBegin;
-  PetscCall(PetscMalloc2(r->B, &seq, r->B, &sum));
-  for (int b = 0; b < r->B; b++) {
-    double s = 0;
-    for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) s += r->rewards[(size_t)b * r->T + t];
-    sum[b] = kl_in_reward ? (float)s : r->final[b];
-  }
-  rl_grpo_advantages(r->B, (int)o->group, sum, 1e-6, o->scale_std, seq);
-  PetscCall(PetscArrayzero(r->adv, (size_t)r->B * r->T));
-  PetscCall(PetscArrayzero(r->ret, (size_t)r->B * r->T));
-  for (int b = 0; b < r->B; b++)
-    for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) r->adv[(size_t)b * r->T + t] = seq[b];
-  PetscCall(PetscFree2(seq, sum));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coef)
 {
   const double kr = ppo_kl_as_loss(o) ? 0.0 : kl_coef; /* the KL's coefficient in the rewards */
 
   PetscFunctionBegin;
   rollout_final_scores(r, o);
-  switch ((PPOAlgo)o->algo) {
-  case ALGO_RLOO: /* a sample's baseline is the mean return of the other k-1 */
-    rl_kl_rewards(r->B, r->T, r->start, r->len, r->gen.logprobs, r->ref, r->final, kr, r->rewards);
-    rl_rloo_advantages(r->B, r->T, r->start, r->len, r->rewards, (int)o->group, r->adv);
-    PetscCall(PetscArrayzero(r->ret, (size_t)r->B * r->T));
-    break;
-  case ALGO_GRPO:
-    rl_kl_rewards(r->B, r->T, r->start, r->len, r->gen.logprobs, r->ref, r->final, kr, r->rewards);
-    PetscCall(rollout_group_advantages(r, o, kr > 0 ? PETSC_TRUE : PETSC_FALSE));
-    break;
-  case ALGO_REINFORCE_PP: { /* the score less its group's mean, the KL per token, returns whitened over the batch */
-    float *base;
-
-    PetscCall(PetscMalloc1(r->B, &base));
-    rl_grpo_advantages(r->B, (int)o->group, r->final, 0.0, 0, base); /* without the std: score less its group's mean */
-    rl_kl_rewards(r->B, r->T, r->start, r->len, r->gen.logprobs, r->ref, base, kr, r->rewards);
-    PetscCall(PetscFree(base));
-    rl_returns(r->B, r->T, r->start, r->len, r->rewards, o->gamma, r->ret);
-    PetscCall(PetscArraycpy(r->adv, r->ret, (size_t)r->B * r->T));
-    rl_whiten(r->B, r->T, r->start, r->len, r->adv, NULL, NULL);
-  } break;
-  default:
-    rl_kl_rewards(r->B, r->T, r->start, r->len, r->gen.logprobs, r->ref, r->final, kr, r->rewards);
-    rl_gae(r->B, r->T, r->start, r->len, r->rewards, r->values, o->gamma, o->lambda, r->adv, r->ret);
-    if (o->whiten) rl_whiten(r->B, r->T, r->start, r->len, r->adv, NULL, NULL);
-  }
+  PetscCall(ppo_algo(o)->advantages(r, o, kr));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

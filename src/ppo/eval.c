@@ -1,0 +1,72 @@
+/* PPO's held-out evaluation: a policy's responses to the held-out set
+ * (src/ppo/prompts.c), scored for accuracy (pass@1 over every response),
+ * pass@k, the mean reward and the KL to the reference; and the KL of a
+ * rollout, which the training iterations record too. */
+#include "ppo_impl.h"
+#include <math.h>
+
+#define PPO_EVAL_ITERATION 0x45564100u /* "EVA": the same draws for every policy evaluated */
+
+double rollout_kl(const Rollout *r)
+{
+  double kl = 0;
+  for (int b = 0; b < r->B; b++)
+    for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) kl += (double)r->gen.logprobs[(size_t)b * r->T + t] - (double)r->ref[(size_t)b * r->T + t];
+  return kl / r->B;
+}
+
+/* pass@k over prompts of k responses each: the share of prompts with at
+ * least one right answer (gold 1); NaN without answers. */
+static double pass_at_k(const Rollout *r, int n, int k)
+{
+  int hit = 0;
+  for (int i = 0; i < n; i++) {
+    int any = 0;
+    for (int j = 0; j < k; j++) any |= r->gold[i * k + j] > 0.5f;
+    hit += any;
+  }
+  return n ? (double)hit / n : NAN;
+}
+
+PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, const PPOEvalSet *e, uint64_t seed, int max_prompt, PPOEval *ev)
+{
+  int       N = e->n * e->k;
+  GenPart   part = {{0}, 0, 0, PETSC_FALSE, NULL};
+  Rollout   r;
+  PackBuf   pb;
+  PetscBool offloaded = (PetscBool)(policy->host != NULL);
+  double    s = 0;
+  PPOGold   gold = e->gold == PPO_GOLD_ANSWER && !m->rew.have_tt ? PPO_GOLD_NONE : e->gold; /* answers need the text */
+
+  PetscFunctionBegin;
+  ev->gold = ev->kl = ev->pass_k = ev->reward = NAN;
+  if (N == 0) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(rollout_create(N, max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
+  r.answer = e->answer, r.meta = e->meta, r.pidx = e->pidx;
+  PetscCall(packbuf_create(N, r.T, &pb));
+  PetscCall(dmodel_acquire(policy));
+  {
+    GenConfig gen = o->gen; /* -ppo_eval_greedy: the most probable token, whatever training samples with */
+    if (o->eval_greedy) gen.greedy = PETSC_TRUE;
+    PetscCall(rollout_generate_part(policy, &gen, max_prompt, seed, PPO_EVAL_ITERATION, e->req, &r, &part));
+  }
+  if (offloaded) PetscCall(dmodel_release(policy, PETSC_TRUE));
+  PetscCall(rollout_share_gen(policy->mesh, &part, &r));
+  PetscCall(ppo_ref_call(m, o, &r, &pb, PetscMin(N, 64)));
+  PetscCall(ppo_reward_call(m, o, &r, &pb, PetscMin(N, 64)));
+  PetscCall(rollout_rule_rewards(&m->rew, o, &r, gold));
+  PetscCall(rollout_command_rewards(&m->rew, o, &r, -1));
+  rollout_final_scores(&r, o);
+  for (int b = 0; b < N; b++) s += r.final[b];
+  ev->reward = s / N;
+  if (gold != PPO_GOLD_NONE) {
+    double g = 0;
+    for (int b = 0; b < N; b++) g += r.gold[b];
+    ev->gold = g / N;
+  }
+  if (gold == PPO_GOLD_ANSWER) ev->pass_k = pass_at_k(&r, e->n, e->k);
+  ev->kl = rollout_kl(&r);
+  PetscCall(packbuf_destroy(&pb));
+  PetscCall(rollout_destroy(&r));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
