@@ -5,6 +5,7 @@
  * The deck is a PETSc options file; the command line overrides it. -mode
  * selects the job; -help lists every option of every module. */
 #include "jobs.h"
+#include "io.h"
 #include "realloc.h"
 #include <errno.h>
 #include <stdio.h>
@@ -44,7 +45,8 @@ static PetscErrorCode rlfuse_help(RunCtx *run)
 }
 
 /* One mode's lifecycle: its options (the lifecycle's read once), no unused
- * option, its checks, the output directory, the backend, the run. */
+ * option, its checks, the file options' roles, the output directory, the
+ * backend, the run. */
 static PetscErrorCode rlfuse_mode(RunCtx *run, const JobMode *m, const char *device, PetscBool bf16)
 {
   TrainJobOptions job;
@@ -59,6 +61,7 @@ static PetscErrorCode rlfuse_mode(RunCtx *run, const JobMode *m, const char *dev
     PetscCall(sys_options_check_unused());
     if (m->check) PetscCall(m->check(run, o));
   }
+  PetscCall(io_files_check(run->comm)); /* the modes without options here read theirs in execute: checked before it all the same */
   if (!run->dry_run && m->outdir) PetscCall(sys_used_deck_at(run));
   if (m->device) {
     PetscCall(backend_setup(device, bf16, &be));

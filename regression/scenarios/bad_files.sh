@@ -6,7 +6,7 @@
 # exactly one "rlfuse: error:" line naming the culprit, a non-zero exit, and
 # leave an earlier run's files byte-identical.
 . regression/lib.sh
-plan 35
+plan 38
 d="$RLFUSE_TMP/badfiles"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -options_file $deck -output_dir $d/good -sft_steps 2 >$d/good.log 2>&1 || not_ok "reference run"
 rlfuse -mode data -data_output $d/data.h5 -data_count 4 -task_len_min 4 -task_len_max 4 >/dev/null 2>&1 || not_ok "make data"
@@ -63,6 +63,13 @@ keep=$d/ppo expect_error "PPO restart: /reference attributes n_layer 1, tensors 
 long=$d/$(printf 'x%.0s' $(seq 4100))
 keep= expect_error "output_dir longer than a path" "-output_dir: value of 4[0-9]* characters is longer than the 4095 allowed" -options_file $deck -output_dir $long
 expect "score output = score input"     "-score_output $d/data.h5 is also an input" -mode score -score_checkpoint $ck -score_input $d/data.h5 -score_output $d/data.h5
+# every file option in one table (src/io/files.c), compared by what the paths
+# resolve to: an output that is an input or another output is refused before
+# any work (before, each overwrote the other and the run said it succeeded)
+ln -sfn $d/good $d/lnk
+expect "plan output = cost profile, through a link" "-plan_output $d/lnk/final.h5 is also an input of this run (-cost_profile $ck)" -mode plan -plan_ranks 2 -cost_profile $ck -plan_output $d/lnk/final.h5
+expect "plan timeline = plan output"   "-plan_output $d/good/p.h5 is also the output of -plan_timeline ($d/good/./p.h5)" -mode plan -plan_ranks 2 -cost_hardware input/hardware/h100_sxm.deck -plan_output $d/good/p.h5 -plan_timeline $d/good/./p.h5
+expect "data text = data output"       "-data_output $d/good/t.h5 is also the output of -data_text" -mode data -task arith -data_count 2 -data_output $d/good/t.h5 -data_text $d/good/t.h5
 mkdir -p $d/adir; mkfifo $d/fifo
 expect "data output a directory"        "-data_output $d/adir.*not a regular file" -mode data -data_output $d/adir -data_count 2
 expect "data output a pipe"             "-data_output $d/fifo.*not a regular file" -mode data -data_output $d/fifo -data_count 2

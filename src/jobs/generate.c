@@ -135,10 +135,6 @@ PetscErrorCode generate_run(const RunCtx *run, const Backend *be)
   if (help) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(sys_options_check_unused());
   PetscCall(generate_check(&o));
-  {
-    const char *inputs[] = {o.checkpoint, o.input};
-    PetscCall(io_output_check(run->comm, "-generate_output", o.output, inputs, 2));
-  }
   PetscCall(ckpt_read_config(run->comm, o.checkpoint, o.role, &cfg));
   PetscCall(data_read_vocab(run->comm, o.input, cfg.vocab_size, "the checkpoint's vocab_size", &p));
   PetscCheck(p.N > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-generate_input %s holds no prompts", o.input);
