@@ -45,7 +45,7 @@ expect "config mismatch"            "n_embd"                       -options_file
 expect "score input too long"       "long.h5.*n_positions"         -mode score -score_checkpoint $ck -score_input $d/long.h5 -score_output $d/good/s.h5
 expect "task does not fit context"  "-task_len_max.*n_positions"   -options_file $deck -task_len_max 20
 expect "sequence shorter than data"  "-sft_seq_len 10"              -options_file $deck -sft_seq_len 10
-# issue 35: each named by its option or file (before: accepted, a bare
+# each named by its option or file (before: accepted, a bare
 # allocation failure, the wrong option, PETSc's message without the option)
 rlfuse -mode data -data_output $d/short.h5 -data_count 4 >/dev/null 2>&1 || not_ok "make short data"
 "$PYTHON" - $d/short.h5 $d/bigvocab.h5 $d/noresp.h5 <<'PY' || not_ok "prepare the bad prompt files"
