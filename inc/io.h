@@ -162,10 +162,11 @@ PetscErrorCode io_write_matrix(MPI_Comm comm, const char *path, const char *name
 
 /* Library versions for provenance. */
 PetscErrorCode io_hdf5_version(char *buf, size_t len);
-/* Before any work, for an output file named by option opt: refuses (one
- * collective error naming the option) a path that exists and is not a
- * regular file, sits in a missing or read-only directory, or is the same
- * file as one of inputs[0..n) (NULL or empty entries are skipped). */
-PetscErrorCode io_output_check(MPI_Comm comm, const char *opt, const char *path, const char *const *inputs, int n);
+/* Before any work: every file-valued option the run was given, from one
+ * table with each option's role (src/io/files.c). Refuses (one collective
+ * error naming both options and the path) an output that resolves to an
+ * input or to another output, and an output that exists and is not a regular
+ * file or sits in a missing or read-only directory. */
+PetscErrorCode io_files_check(MPI_Comm comm);
 
 #endif

@@ -93,6 +93,7 @@ PetscErrorCode sys_param_record(const char *prefix, const char *name, const char
   do {                                                                                         \
     PetscBool set_ = PETSC_FALSE;                                                              \
     PetscBool v_   = (def);                                                                    \
+    RfOptCall(sys_option_check_bool(PetscOptionsObject->prefix, name));                        \
     RfOptCall(PetscOptionsBool(name, help, NULL, v_, &v_, &set_));                             \
     *(val) = v_;                                                                               \
     RfOptCall(sys_param_record(PetscOptionsObject->prefix, name, v_ ? "true" : "false", set_)); \
@@ -137,6 +138,10 @@ PetscErrorCode sys_option_check_length(const char *prefix, const char *name, siz
 /* Fails if the option is given with an empty value (PETSc would take the
  * default: `-mode ''` ran SFT); the message lists the n choices. */
 PetscErrorCode sys_option_check_nonempty(const char *prefix, const char *name, const char *const *list, PetscInt n);
+
+/* Fails, naming the option, if its value is not one PETSc reads as a
+ * boolean (PETSc's "Unknown logical value" names no option). */
+PetscErrorCode sys_option_check_bool(const char *prefix, const char *name);
 
 /* The recorded options, in the order they were read. */
 PetscErrorCode sys_params_get(const SysParam **params, int *n);

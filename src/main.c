@@ -5,6 +5,7 @@
  * The deck is a PETSc options file; the command line overrides it. -mode
  * selects the job; -help lists every option of every module. */
 #include "jobs.h"
+#include "io.h"
 #include "realloc.h"
 #include <errno.h>
 #include <stdio.h>
@@ -44,7 +45,8 @@ static PetscErrorCode rlfuse_help(RunCtx *run)
 }
 
 /* One mode's lifecycle: its options (the lifecycle's read once), no unused
- * option, the output directory, the backend, the run (which checks first). */
+ * option, the file options' roles, the output directory, the backend, the
+ * run (which checks first). */
 static PetscErrorCode rlfuse_mode(RunCtx *run, const JobMode *m, const char *device, PetscBool bf16)
 {
   TrainJobOptions job;
@@ -58,6 +60,7 @@ static PetscErrorCode rlfuse_mode(RunCtx *run, const JobMode *m, const char *dev
     PetscCall(m->options(&job, o));
     PetscCall(sys_options_check_unused());
   }
+  PetscCall(io_files_check(run->comm)); /* the modes without options here read theirs in execute: checked before it all the same */
   if (!run->dry_run && m->outdir) PetscCall(sys_used_deck_at(run));
   if (m->device) {
     PetscCall(backend_setup(device, bf16, &be));

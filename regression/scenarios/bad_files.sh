@@ -6,7 +6,7 @@
 # exactly one "rlfuse: error:" line naming the culprit, a non-zero exit, and
 # leave an earlier run's files byte-identical.
 . regression/lib.sh
-plan 35
+plan 40
 d="$RLFUSE_TMP/badfiles"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -options_file $deck -output_dir $d/good -sft_steps 2 >$d/good.log 2>&1 || not_ok "reference run"
 rlfuse -mode data -data_output $d/data.h5 -data_count 4 -task_len_min 4 -task_len_max 4 >/dev/null 2>&1 || not_ok "make data"
@@ -32,6 +32,7 @@ mk kl_inf          "f['state'].attrs['kl_coef'] = np.inf"
 SRC=$d/data.h5 mk vocab_array "f.attrs['vocab_size'] = np.array([20, 20])"
 mk n_layer_cut     "f['policy'].attrs['n_layer'] = np.int32(1)"
 mk nan_weight      "d = f['/policy/params/transformer.h.1.mlp.c_fc.weight']; a = d[...]; a[3, 5] = np.nan; d[...] = a"
+mk neg_v           "d = f['/policy/optim/v/transformer.h.1.mlp.c_fc.weight']; a = d[...]; a[2, 7] = -1e-3; d[...] = a"
 
 expect() { local what=$1 pat=$2; shift 2; expect_error "$what" "$pat" "$@" -output_dir $d/good; }
 expect "array attribute n_layer"        "n_layer has shape \[4\], expected a single value" -options_file $deck -init_checkpoint $d/n_layer_array.h5
@@ -45,6 +46,7 @@ expect "checkpoint data_pos negative"   "data_pos = -5 is out of range"     -opt
 expect "checkpoint kl_coef inf"         "kl_coef = inf is not a finite number" -options_file $deck -restart $d/kl_inf.h5
 expect "attributes n_layer 1, tensors of 2 layers" "n_layer_cut.h5: /policy/params/transformer.h.1.* is not a tensor of the architecture its attributes give (n_layer 1" -options_file $deck -restart $d/n_layer_cut.h5 -policy_n_layer 1
 expect "a NaN weight in a checkpoint"   "nan_weight.h5: /policy/params/transformer.h.1.mlp.c_fc.weight holds NaN at \[3, 5\]" -options_file $deck -init_checkpoint $d/nan_weight.h5
+expect "a negative AdamW second moment" "neg_v.h5: /policy/optim/v/transformer.h.1.mlp.c_fc.weight holds -0.001 at \[2, 7\].*second moments must be >= 0" -options_file $deck -restart $d/neg_v.h5
 expect "data file vocab_size array"     "vocab_size has shape \[2\]"        -mode score -score_checkpoint $ck -score_input $d/vocab_array.h5 -score_output $d/s.h5
 expect "integer option past 32 bits"    "-sft_steps: 4294967297 is out of range" -options_file $deck -sft_steps 4294967297
 expect "seed past 32 bits"              "-seed: 4294967297 is out of range" -options_file $deck -seed 4294967297
@@ -60,9 +62,17 @@ rlfuse -mode rm -seed 7 -rm_sft_checkpoint $ck -rm_pairs 16 -rm_eval_pairs 8 -rm
 rlfuse $ppo -actor_checkpoint $ck -reward_checkpoint $d/rm/final.h5 -ppo_iterations 1 -output_dir $d/ppo >$d/ppo.log 2>&1 || not_ok "PPO fixture"
 SRC=$d/ppo/final.h5 mk ref_cut "f['reference'].attrs['n_layer'] = np.int32(1)"
 keep=$d/ppo expect_error "PPO restart: /reference attributes n_layer 1, tensors of 2 layers" "ref_cut.h5: /reference/params/transformer.h.1.* is not a tensor of the architecture its attributes give (n_layer 1" $ppo -ppo_iterations 2 -restart $d/ref_cut.h5 -output_dir $d/ppo
+expect "generate from a reward model"   "-generate_checkpoint $d/rm/final.h5: -generate_role reward has a scalar head" -mode generate -generate_checkpoint $d/rm/final.h5 -generate_role reward -generate_input $d/data.h5 -generate_output $d/good/g.h5
 long=$d/$(printf 'x%.0s' $(seq 4100))
 keep= expect_error "output_dir longer than a path" "-output_dir: value of 4[0-9]* characters is longer than the 4095 allowed" -options_file $deck -output_dir $long
 expect "score output = score input"     "-score_output $d/data.h5 is also an input" -mode score -score_checkpoint $ck -score_input $d/data.h5 -score_output $d/data.h5
+# every file option in one table (src/io/files.c), compared by what the paths
+# resolve to: an output that is an input or another output is refused before
+# any work (before, each overwrote the other and the run said it succeeded)
+ln -sfn $d/good $d/lnk
+expect "plan output = cost profile, through a link" "-plan_output $d/lnk/final.h5 is also an input of this run (-cost_profile $ck)" -mode plan -plan_ranks 2 -cost_profile $ck -plan_output $d/lnk/final.h5
+expect "plan timeline = plan output"   "-plan_output $d/good/p.h5 is also the output of -plan_timeline ($d/good/./p.h5)" -mode plan -plan_ranks 2 -cost_hardware input/hardware/h100_sxm.deck -plan_output $d/good/p.h5 -plan_timeline $d/good/./p.h5
+expect "data text = data output"       "-data_output $d/good/t.h5 is also the output of -data_text" -mode data -task arith -data_count 2 -data_output $d/good/t.h5 -data_text $d/good/t.h5
 mkdir -p $d/adir; mkfifo $d/fifo
 expect "data output a directory"        "-data_output $d/adir.*not a regular file" -mode data -data_output $d/adir -data_count 2
 expect "data output a pipe"             "-data_output $d/fifo.*not a regular file" -mode data -data_output $d/fifo -data_count 2

@@ -2,7 +2,7 @@
 # naming the culprit, exit non-zero, and leave the files of an earlier run in
 # the same output directory untouched (no new files either).
 . regression/lib.sh
-plan 22
+plan 28
 d="$RLFUSE_TMP/bad"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -options_file $deck -output_dir $d/good >$d/good.log 2>&1 || not_ok "reference run"
 ck=$d/good/final.h5
@@ -45,4 +45,20 @@ expect "config mismatch"            "n_embd"                       -options_file
 expect "score input too long"       "long.h5.*n_positions"         -mode score -score_checkpoint $ck -score_input $d/long.h5 -score_output $d/good/s.h5
 expect "task does not fit context"  "-task_len_max.*n_positions"   -options_file $deck -task_len_max 20
 expect "sequence shorter than data"  "-sft_seq_len 10"              -options_file $deck -sft_seq_len 10
+# each named by its option or file (before: accepted, a bare
+# allocation failure, the wrong option, PETSc's message without the option)
+rlfuse -mode data -data_output $d/short.h5 -data_count 4 >/dev/null 2>&1 || not_ok "make short data"
+"$PYTHON" - $d/short.h5 $d/bigvocab.h5 $d/noresp.h5 <<'PY' || not_ok "prepare the bad prompt files"
+import sys, shutil, h5py, numpy as np
+shutil.copy(sys.argv[1], sys.argv[2]); shutil.copy(sys.argv[1], sys.argv[3])
+with h5py.File(sys.argv[2], "r+") as f: f.attrs["vocab_size"] = np.int32(1000)
+with h5py.File(sys.argv[3], "r+") as f: f["prompt_lengths"][...] = f["lengths"][()]
+PY
+G="-mode ppo -algo grpo -actor_checkpoint $ck -reward_fn length -rollout_batch 8 -grpo_group 4 -ppo_minibatches 2 -gen_max_new_tokens 8"
+expect "generate: prompts of a larger vocabulary" "-generate_input $d/bigvocab.h5 has vocabulary 1000, larger than the model's 20" -mode generate -generate_checkpoint $ck -generate_input $d/bigvocab.h5 -generate_output $d/good/g.h5 -gen_max_new_tokens 4
+expect "a boolean option given a non-boolean" "option -dry_run: 'yes-please' is not a boolean" -options_file $deck -dry_run yes-please
+expect "  ... a prefixed one"           "option -grpo_scale_std: 'maybe' is not a boolean" $G -grpo_scale_std maybe
+expect "dynamic sampling past int positions" "-rollout_batch 8 x -ppo_dynamic_sampling 2147483647 x .* positions" $G -ppo_dynamic_sampling 2147483647
+expect "dynamic rounds past memory"     "-ppo_dynamic_rounds 2147483647 keeps .* of reference answers" $G -ppo_dynamic_sampling 2 -ppo_dynamic_rounds 2147483647
+expect "SFT rows without response tokens" "-sft_data $d/noresp.h5: none of its 4 rows has response tokens" -options_file $deck -sft_data $d/noresp.h5
 finish

@@ -6,7 +6,7 @@
 # numpy), the KL moved between reward and loss, the NaN stop, and bad input (the
 # pipeline's later stages checked before SFT starts).
 . regression/lib.sh
-plan 45
+plan 47
 d="$RLFUSE_TMP/rlhf"; mkdir -p $d
 ppo_deck=regression/decks/rlhf_tiny.deck
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture"
@@ -118,6 +118,14 @@ check "GPipe vs 1F1B on 2 ranks, pp 2 (2 micro-batches): actor and critic bit-id
 # GRPO: no critic
 ppo -output_dir $d/grpo -algo grpo -grpo_group 4 >$d/grpo.log 2>&1 || { not_ok "GRPO run"; tail -3 $d/grpo.log; }
 check "GRPO trains without a critic" bash -c "grep -q '^iter    4/4' $d/grpo.log && ! h5ls $d/grpo/final.h5/critic >/dev/null 2>&1"
+# a progress line shows only what the run computes (gold with a judge, the critic's loss with a
+# critic) and the summary no held-out score without held-out prompts (before: gold 0.000, critic
+# 0.0000 and "held-out gold score nan ... on 0 held-out prompts")
+rlfuse -mode data -data_output $d/prompts.h5 -data_count 16 -task_len_max 8 >/dev/null 2>&1 || not_ok "prompt file fixture"
+ppo -output_dir $d/nojudge -algo grpo -grpo_group 4 -ppo_iterations 1 -ppo_prompts $d/prompts.h5 >$d/nojudge.log 2>&1 || { not_ok "GRPO on a prompt file"; tail -3 $d/nojudge.log; }
+check "progress lines: PPO on the sort task shows gold and the critic's loss, GRPO on a prompt file neither" bash -c \
+  "grep '^iter ' $d/full.log | grep -q '| gold .* | critic ' && grep -q '^iter ' $d/nojudge.log && ! grep '^iter ' $d/nojudge.log | grep -q 'gold\|critic'"
+check "without held-out prompts the summary says no evaluation ran (no nan)" bash -c "grep -q '^grpo: no held-out evaluation ran' $d/nojudge.log && ! grep -qi nan $d/nojudge.log"
 # Dr. GRPO (no std scaling, each sequence's token sum over max_new_tokens) with DAPO's clip-higher
 # and overlong shaping and a k1 KL loss: it runs, it changes the weights, and 2 ranks (dp 2, whose
 # replicas see parts of each mini-batch) end as 1: the weights come from the whole mini-batch's counts

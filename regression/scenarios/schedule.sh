@@ -80,6 +80,6 @@ expect "negative forward time"  "-sched_f1 -2: the forward time must be positive
 expect "memory cap too small"   "-sched_mem_cap 1 is below"     $inst -sched_mem0 2 -sched_mem_cap 1 -sched_output $d/keep.h5
 expect "no output"              "-sched_output"                 $inst
 mkdir -p $d/adir
-expect "output not a regular file" "adir exists and is not a regular file" $inst -sched_output $d/adir
+expect "output not a regular file" "-sched_output $d/adir: exists and is not a regular file" $inst -sched_output $d/adir
 [ -d $d/adir ] && ok "the directory given as output is still a directory" || not_ok "the directory given as output was replaced"
 finish

@@ -210,7 +210,9 @@ static void ckpt_file_index(const CkptPlace *pl, int i, size_t k, size_t *row, s
 }
 
 /* A NaN or Inf read from a file would surface as a non-finite loss at step
- * 0 naming neither file nor tensor: name them and the element here. */
+ * 0 naming neither file nor tensor: name them and the element here. So
+ * would a negative AdamW second moment, a few steps later (its square root
+ * is NaN once the decayed moment stays below zero). */
 static PetscErrorCode ckpt_check_finite(const CkptPlace *pl, int i, int which, const float *buf, size_t a, size_t b)
 {
   static const char *const what[] = {"params", "optim/m", "optim/v"};
@@ -219,8 +221,12 @@ static PetscErrorCode ckpt_check_finite(const CkptPlace *pl, int i, int which, c
 
   PetscFunctionBegin;
   for (size_t j = 0; j < b - a; j++) {
-    if (isfinite(buf[j])) continue;
+    if (isfinite(buf[j]) && (which != 2 || buf[j] >= 0)) continue;
     ckpt_file_index(pl, i, a + j, &row, &col);
+    if (isfinite(buf[j])) { /* a negative second moment */
+      if (f->ndim == 2) SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "/%s/%s/%s holds %g at [%zu, %zu] (flat index %zu): AdamW's second moments must be >= 0", pl->role, what[which], f->name, (double)buf[j], row, col, row * (size_t)f->gshape[1] + col);
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "/%s/%s/%s holds %g at [%zu]: AdamW's second moments must be >= 0", pl->role, what[which], f->name, (double)buf[j], row);
+    }
     if (f->ndim == 2) SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FP, "/%s/%s/%s holds %s at [%zu, %zu] (flat index %zu): a checkpoint's values must be finite", pl->role, what[which], f->name, isnan(buf[j]) ? "NaN" : "Inf", row, col, row * (size_t)f->gshape[1] + col);
     SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FP, "/%s/%s/%s holds %s at [%zu]: a checkpoint's values must be finite", pl->role, what[which], f->name, isnan(buf[j]) ? "NaN" : "Inf", row);
   }

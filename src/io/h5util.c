@@ -287,38 +287,6 @@ PetscErrorCode h5u_output_check(const char *kind, const char *path)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-typedef struct {
-  const char        *opt, *path;
-  const char *const *inputs;
-  int                n;
-} H5uOutputCtx;
-
-static PetscErrorCode h5u_output_task(void *vctx)
-{
-  H5uOutputCtx *ctx = (H5uOutputCtx *)vctx;
-  struct stat   out, in;
-  char          kind[80];
-
-  PetscFunctionBegin;
-  PetscCall(PetscSNPrintf(kind, sizeof kind, "%s", ctx->opt));
-  PetscCall(h5u_output_check(kind, ctx->path));
-  if (stat(ctx->path, &out) != 0) PetscFunctionReturn(PETSC_SUCCESS); /* new file: cannot be an input */
-  for (int i = 0; i < ctx->n; i++) {
-    if (!ctx->inputs[i] || !ctx->inputs[i][0] || stat(ctx->inputs[i], &in) != 0) continue;
-    PetscCheck(!(in.st_dev == out.st_dev && in.st_ino == out.st_ino), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s %s is also an input of this run (%s); choose another output file", ctx->opt, ctx->path, ctx->inputs[i]);
-  }
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode io_output_check(MPI_Comm comm, const char *opt, const char *path, const char *const *inputs, int n)
-{
-  H5uOutputCtx ctx = {opt, path, inputs, n};
-
-  PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, h5u_output_task, &ctx));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 /* Re-raises error ierr with "<kind> <path>: " in front of its message unless
  * the message already names the file, so low-level helpers need not know it. */
 static PetscErrorCode h5u_error_context(PetscErrorCode ierr, const char *kind, const char *path)

@@ -77,8 +77,6 @@ PetscErrorCode data_run(const RunCtx *run)
   PetscCheck(count > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-data_count %" PetscInt_FMT " must be positive", count);
   PetscCall(task_check(&task, task_vocab_size(&task), task_max_demo(&task), ""));
   PetscCheck(!text[0] || task_question(&task, TASK_SPLIT_TRAIN, 0, NULL, 0) >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-data_text %s: the %s task's prompts are not text (-task arith)", text, task_name(&task));
-  PetscCall(io_output_check(run->comm, "-data_output", output, NULL, 0));
-  if (text[0]) PetscCall(io_output_check(run->comm, "-data_text", text, NULL, 0));
   if (run->dry_run) PetscFunctionReturn(PETSC_SUCCESS);
   d.N          = (int)count;
   d.T          = task_max_demo(&task);

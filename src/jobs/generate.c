@@ -135,12 +135,10 @@ PetscErrorCode generate_run(const RunCtx *run, const Backend *be)
   if (help) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(sys_options_check_unused());
   PetscCall(generate_check(&o));
-  {
-    const char *inputs[] = {o.checkpoint, o.input};
-    PetscCall(io_output_check(run->comm, "-generate_output", o.output, inputs, 2));
-  }
   PetscCall(ckpt_read_config(run->comm, o.checkpoint, o.role, &cfg));
+  PetscCheck(cfg.head == MODEL_HEAD_LM, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-generate_checkpoint %s: -generate_role %s has a scalar head (a reward model or critic); generating needs an LM head (role policy, actor or reference)", o.checkpoint, o.role);
   PetscCall(data_read_vocab(run->comm, o.input, cfg.vocab_size, "the checkpoint's vocab_size", &p));
+  PetscCheck(p.vocab_size <= cfg.vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-generate_input %s has vocabulary %d, larger than the model's %d (-generate_checkpoint %s)", o.input, p.vocab_size, cfg.vocab_size, o.checkpoint);
   PetscCheck(p.N > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-generate_input %s holds no prompts", o.input);
   for (int b = 0; b < p.N; b++) max_prompt = PetscMax(max_prompt, p.lengths[b]);
   {

@@ -79,10 +79,6 @@ PetscErrorCode score_run(const RunCtx *run, const Backend *be)
   if (help) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(sys_options_check_unused());
   PetscCall(score_check(&o));
-  {
-    const char *inputs[] = {o.checkpoint, o.input};
-    PetscCall(io_output_check(run->comm, "-score_output", o.output, inputs, 2));
-  }
   PetscCall(PetscLogStagePush(sys_log.score));
   PetscCall(ckpt_read_config(run->comm, o.checkpoint, o.role, &cfg));
   /* vocab_size is optional in the input: the checkpoint knows the vocabulary (checked against it when present) */

@@ -61,6 +61,19 @@ PetscErrorCode sft_options(const TrainJobOptions *job, SFTOptions *o)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* A row trains the tokens after its prompt (sft_fill_row); a file without
+ * one such token anywhere would stop at its first batch with a message that
+ * could not name the file. */
+static PetscErrorCode sft_check_responses(const DemoSource *src)
+{
+  const TokenData *d = &src->file;
+
+  PetscFunctionBegin;
+  for (int b = 0; b < d->N; b++)
+    if (d->lengths[b] > PetscMax(d->prompt_lengths ? d->prompt_lengths[b] : 0, 1)) PetscFunctionReturn(PETSC_SUCCESS);
+  SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-sft_data %s: none of its %d rows has response tokens (each row's /prompt_lengths covers its /lengths): nothing to train on", src->path, d->N);
+}
+
 static PetscErrorCode sft_check(SFTOptions *o, const DemoSource *src)
 {
   int maxlen = demo_source_max_len(src);
@@ -74,6 +87,7 @@ static PetscErrorCode sft_check(SFTOptions *o, const DemoSource *src)
   else {
     PetscCheck(src->file.vocab_size <= o->cfg.vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "data file %s has vocabulary %d, larger than -policy_vocab_size %d", src->path, src->file.vocab_size, o->cfg.vocab_size);
     PetscCheck(maxlen <= o->cfg.n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "data file %s has samples of %d tokens, more than -policy_n_positions %d", src->path, maxlen, o->cfg.n_positions);
+    PetscCall(sft_check_responses(src));
   }
   if (o->seq_len == 0) o->seq_len = PetscMin(maxlen, o->cfg.n_positions);
   PetscCheck(o->seq_len >= 2 && o->seq_len <= o->cfg.n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sft_seq_len %" PetscInt_FMT " must be in [2, -policy_n_positions %d]", o->seq_len, o->cfg.n_positions);
@@ -123,6 +137,7 @@ static PetscErrorCode sft_fill_train(DemoSource *src, uint64_t pos, SFTBatch *b)
     PetscCall(demo_source_get(src, pos + (uint64_t)r, b->T + 1, b->row, &len, &pl));
     b->ntrain += sft_fill_row(b, r, len, pl);
   }
+  PetscCheck(b->ntrain > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-sft_data %s: the batch of samples %llu to %llu has no response tokens to train on (too many rows whose /prompt_lengths covers its /lengths; a larger -sft_batch mixes in more rows)", src->path, (unsigned long long)pos, (unsigned long long)(pos + (uint64_t)b->B - 1));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -430,7 +430,12 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
     PetscCall(record_metric(rec, "critic_sync_bytes", tm->sync_critic_bytes));
   }
   if (m->plan->fuse != FUSE_NONE) PetscCall(ppo_record_fusion(rec, tm));
-  PetscCall(PetscPrintf(run->comm, "iter %4d/%d | gold %.3f | reward %+.3f%s | kl %.3f | actor %+.4f | critic %.4f | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s\n", it, n_it, vals[0], mean_f(r->final, r->B), parts, kl, vals[4], vals[5], vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic));
+  { /* only what the run computes: gold with a judge, the critic's loss with a critic */
+    char gold[32] = "", critic[32] = "";
+    if (m->rew.gold != PPO_GOLD_NONE) PetscCall(PetscSNPrintf(gold, sizeof gold, " | gold %.3f", vals[0]));
+    if (m->has_critic) PetscCall(PetscSNPrintf(critic, sizeof critic, " | critic %.4f", vals[5]));
+    PetscCall(PetscPrintf(run->comm, "iter %4d/%d%s | reward %+.3f%s | kl %.3f | actor %+.4f%s | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s\n", it, n_it, gold, mean_f(r->final, r->B), parts, kl, vals[4], critic, vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic));
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -660,7 +665,9 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(ppo_loop(run, o, &needs, &m, &ps, &st, &sum));
-  PetscCall(PetscPrintf(run->comm, "%s: held-out gold score %.3f (SFT policy) -> %.3f (after %" PetscInt_FMT " iterations), KL to the reference %.3f nats per response, on %d held-out prompts\n", ppo_algo(o)->name, sum.sft.gold, sum.ppo.gold, st.iteration, sum.ppo.kl, ps.eval.n));
+  if (ps.eval.n == 0) PetscCall(PetscPrintf(run->comm, "%s: no held-out evaluation ran (no held-out prompts: -ppo_eval_file, or the built-in task's)\n", ppo_algo(o)->name));
+  else if (isnan(sum.sft.gold) && isnan(sum.ppo.gold)) PetscCall(PetscPrintf(run->comm, "%s: held-out KL to the reference %.3f nats per response after %" PetscInt_FMT " iterations, on %d held-out prompts (no gold score: no answers or judge)\n", ppo_algo(o)->name, sum.ppo.kl, st.iteration, ps.eval.n));
+  else PetscCall(PetscPrintf(run->comm, "%s: held-out gold score %.3f (SFT policy) -> %.3f (after %" PetscInt_FMT " iterations), KL to the reference %.3f nats per response, on %d held-out prompts\n", ppo_algo(o)->name, sum.sft.gold, sum.ppo.gold, st.iteration, sum.ppo.kl, ps.eval.n));
   if (!isnan(sum.ppo.reward)) PetscCall(PetscPrintf(run->comm, "%s: held-out reward %+.3f -> %+.3f%s", ppo_algo(o)->name, sum.sft.reward, sum.ppo.reward, o->eval_samples > 1 && !isnan(sum.ppo.pass_k) ? "" : "\n"));
   if (!isnan(sum.ppo.reward) && o->eval_samples > 1 && !isnan(sum.ppo.pass_k)) PetscCall(PetscPrintf(run->comm, ", pass@%" PetscInt_FMT " %.3f -> %.3f\n", o->eval_samples, sum.sft.pass_k, sum.ppo.pass_k));
   if (sft_gold) *sft_gold = sum.sft.gold;

@@ -14,15 +14,20 @@
  * rollout: tokens and at least seven float arrays over [B, T] (log-probs,
  * reference, values, rewards, advantages, returns, masks), so 32 bytes per
  * position is a lower bound that never refuses a run that fits; its
- * positions must also fit the int the arrays are indexed with. */
+ * positions must also fit the int the arrays are indexed with. The
+ * candidates' reference answers are kept for each of -ppo_dynamic_rounds. */
 static PetscErrorCode ppo_check_memory(const RunCtx *run, const PPOOptions *o, int max_prompt)
 {
-  double T = (double)max_prompt + (double)o->gen.max_new_tokens, pos = (double)o->rollout_batch * PetscMax(1, o->dynamic_sampling) * T, need = 32.0 * pos, avail = sys_memory_available();
-  char   a[32], b[32];
+  double T = (double)max_prompt + (double)o->gen.max_new_tokens, rows = (double)o->rollout_batch * PetscMax(1, o->dynamic_sampling), pos = rows * T, need = 32.0 * pos, avail = sys_memory_available();
+  double answers = (double)PetscMax(1, o->dynamic_rounds) * rows * PPO_ANSWER_LEN;
+  char   a[32], b[32], batch[96];
 
   PetscFunctionBegin;
-  PetscCheck(pos <= INT_MAX, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-rollout_batch %" PetscInt_FMT " x %.0f positions (the longest prompt plus -gen_max_new_tokens) is %.0f positions, more than the %d a rollout can index", o->rollout_batch, T, pos, INT_MAX);
-  PetscCheck(need <= avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-rollout_batch %" PetscInt_FMT " needs at least %s per rank for its rollout (%" PetscInt_FMT " x %.0f positions), more than the %s this node has available", o->rollout_batch, sys_bytes_str(need, a, sizeof a), o->rollout_batch, T, sys_bytes_str(avail, b, sizeof b));
+  if (o->dynamic_sampling) PetscCall(PetscSNPrintf(batch, sizeof batch, "-rollout_batch %" PetscInt_FMT " x -ppo_dynamic_sampling %" PetscInt_FMT, o->rollout_batch, o->dynamic_sampling));
+  else PetscCall(PetscSNPrintf(batch, sizeof batch, "-rollout_batch %" PetscInt_FMT, o->rollout_batch));
+  PetscCheck(pos <= INT_MAX, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "%s x %.0f positions (the longest prompt plus -gen_max_new_tokens) is %.0f positions, more than the %d a rollout can index", batch, T, pos, INT_MAX);
+  PetscCheck(need <= avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "%s needs at least %s per rank for its rollout (%.0f x %.0f positions), more than the %s this node has available", batch, sys_bytes_str(need, a, sizeof a), rows, T, sys_bytes_str(avail, b, sizeof b));
+  PetscCheck(need + answers <= avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_dynamic_rounds %" PetscInt_FMT " keeps %s of reference answers per rank (%" PetscInt_FMT " rounds x %.0f prompts x %d bytes), more than the %s this node has available beside the rollout", o->dynamic_rounds, sys_bytes_str(answers, a, sizeof a), o->dynamic_rounds, rows, PPO_ANSWER_LEN, sys_bytes_str(avail - need, b, sizeof b));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -79,7 +84,7 @@ static PetscErrorCode evalset_setup(const RunCtx *run, const PPOOptions *o, PPOE
 
 PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, PromptSource *ps)
 {
-  int B = (int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling)); /* the candidates' prompts */
+  int B; /* the candidates' prompts: set once ppo_check_memory has seen that they fit */
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(ps, sizeof *ps));
@@ -103,6 +108,7 @@ PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, PromptSourc
   PetscCheck(!reward_spec_needs_answer(&o->reward_spec) || !o->eval_file[0] || ps->eval.n == 0 || ps->eval.answers, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-reward_fn %s compares responses with reference answers, but -ppo_eval_file %s has none (answer_bytes and answer_offsets, docs/formats.md)", o->reward_fn, o->eval_file);
   ps->max_prompt = ps->eval_alone ? ps->eval.room : PetscMax(ps->max_prompt, ps->eval.room);
   PetscCall(ppo_check_memory(run, o, ps->max_prompt));
+  B = (int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling));
   PetscCall(PetscMalloc2((size_t)B * ps->room, &ps->buf, B, &ps->req));
   PetscCall(PetscMalloc4(B, &ps->answer, B, &ps->meta, B, &ps->pidx, (size_t)PetscMax(1, o->dynamic_rounds) * B * PPO_ANSWER_LEN, &ps->abuf));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -140,6 +141,20 @@ PetscErrorCode sys_option_check_nonempty(const char *prefix, const char *name, c
     PetscCall(PetscStrlcat(choices, list[i], sizeof choices));
   }
   SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "option -%s%s: the value is empty (choose one of %s)", prefix ? prefix : "", sys_option_bare(name), choices);
+}
+
+PetscErrorCode sys_option_check_bool(const char *prefix, const char *name)
+{
+  static const char *const words[] = {"", "true", "false", "yes", "no", "on", "off", "1", "0"}; /* PetscOptionsStringToBool's, any case; empty is true */
+  const char *value = NULL;
+  PetscBool   set;
+
+  PetscFunctionBegin;
+  PetscCall(PetscOptionsFindPair(NULL, prefix, name, &value, &set));
+  if (!set || !value) PetscFunctionReturn(PETSC_SUCCESS);
+  for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+    if (!strcasecmp(value, words[i])) PetscFunctionReturn(PETSC_SUCCESS);
+  SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "option -%s%s: '%s' is not a boolean (true, false, yes, no, on, off, 1 or 0)", prefix ? prefix : "", sys_option_bare(name), value);
 }
 
 PetscErrorCode sys_option_given(const char *prefix, const char *name, PetscBool *given)
