@@ -12,7 +12,7 @@
 #include "profile.h"
 #include "search_impl.h"
 #include "sys.h"
-#include "internal/h5util.h"
+#include "io.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -252,7 +252,7 @@ PetscErrorCode search_plan(MPI_Comm comm, const CostPrims *p, const CostWork *w,
   PetscFunctionBegin;
   t.spec.needs          = needs;
   t.spec.ranks_per_node = p->ranks_per_node > 0 ? p->ranks_per_node : spec->world;
-  PetscCall(h5u_rank0(comm, search_task, &t));
+  PetscCall(io_on_root(comm, search_task, &t));
   PetscCallMPI(MPI_Bcast(best, (int)sizeof *best, MPI_BYTE, 0, comm));
   PetscCallMPI(MPI_Bcast(sum, (int)sizeof *sum, MPI_BYTE, 0, comm));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -311,7 +311,7 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, PetscBool 
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCheck(mo.ranks >= 1 && mo.ranks <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-mode plan needs -plan_ranks N with 1 <= N <= %d (got %d)", PLAN_MAX_RANKS, (int)mo.ranks);
-  if (mo.output[0]) PetscCall(h5u_output_check("plan file", mo.output));
+  if (mo.output[0]) PetscCall(io_output_ok("plan file", mo.output));
   PetscCall(deck_of(run, PETSC_FALSE, &deck));
   PetscCall(cost_work_from_options(&deck, &work));
   PetscCall(search_prims(run, &deck, &work, (int)mo.ranks, &prims));
