@@ -4,7 +4,6 @@
 #define RLFUSE_PLAN_IMPL_H
 
 #include "plan.h"
-#include <hdf5.h>
 
 /* Room for a rank list as shown in messages and tables; longer lists end in "...". */
 #define PLAN_RANKS_STR 256
