@@ -2,7 +2,7 @@
 # naming the culprit, exit non-zero, and leave the files of an earlier run in
 # the same output directory untouched (no new files either).
 . regression/lib.sh
-plan 22
+plan 25
 d="$RLFUSE_TMP/bad"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -options_file $deck -output_dir $d/good >$d/good.log 2>&1 || not_ok "reference run"
 ck=$d/good/final.h5
@@ -45,4 +45,8 @@ expect "config mismatch"            "n_embd"                       -options_file
 expect "score input too long"       "long.h5.*n_positions"         -mode score -score_checkpoint $ck -score_input $d/long.h5 -score_output $d/good/s.h5
 expect "task does not fit context"  "-task_len_max.*n_positions"   -options_file $deck -task_len_max 20
 expect "sequence shorter than data"  "-sft_seq_len 10"              -options_file $deck -sft_seq_len 10
+# options read by their owner module (src/plan, src/reward) and checked there
+expect "-plan_chains out of range"  "-plan_chains 0 must be in 1..1024" -options_file $deck -mode plan -plan_ranks 2 -plan_chains 0
+expect "-reward_command_timeout 0"  "-reward_command_timeout 0.* must be positive" -options_file $deck -mode pipeline -gen_max_new_tokens 16 -reward_command_timeout 0
+expect "-reward_length_start past the responses" "-reward_length_start 17 must be in \\[0, -gen_max_new_tokens 16\\]" -options_file $deck -mode pipeline -gen_max_new_tokens 16 -reward_length_start 17
 finish
