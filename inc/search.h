@@ -120,17 +120,20 @@ typedef struct {
  * models from the work's shapes into cfg, batches from its batch and
  * mini-batches. */
 void search_needs_from_work(const CostWork *w, ModelConfig cfg[4], PlanNeeds *needs);
-/* -plan_time, -plan_iterations, -plan_max_mbs, -plan_search_fusion,
- * -plan_search_settings; the seed is -seed. */
+/* The search's settings from the -plan_ options as src/plan reads them
+ * (plan_search_options: -plan_time, -plan_iterations, -plan_chains,
+ * -plan_temperature, -plan_max_mbs, -plan_search_fusion,
+ * -plan_search_settings); the seed is -seed. */
 PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *spec, uint64_t seed);
 /* The presets (as given and tuned) and the annealing from the tuned ones,
  * for spec->world ranks; with print, the table of their estimates. Runs
  * on rank 0 of comm; every rank gets the best plan (its estimate in est_*)
  * and the summary. */
 PetscErrorCode search_plan(MPI_Comm comm, const CostPrims *p, const CostWork *w, const PlanNeeds *needs, const SearchSpaceSpec *spec, const SearchOptions *o, PetscBool print, Plan *best, SearchSummary *sum);
-/* -mode plan: -plan_ranks N, -plan_output FILE, -plan_timeline FILE, the
- * primitives (-cost_hardware DECK, -cost_profile FILE, or by default this
- * machine's profile from the cache, -cost_profile_cache DIR) and the
+/* -mode plan: -plan_ranks N, -plan_output FILE, -plan_timeline FILE
+ * (plan_mode_options), the primitives (cost_prims_paths_from_options:
+ * -cost_hardware DECK, -cost_profile FILE, or by default this machine's
+ * profile from the cache, -cost_profile_cache DIR) and the
  * workload: the deck's job (deck_of: ppo_cost_deck) and the -cost_ options; help:
  * only register the options. */
 PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, PetscBool help);
