@@ -212,10 +212,10 @@ PetscErrorCode io_close(IoId *id);
 PetscBool io_exists(IoId loc, const char *name);
 PetscBool io_is_group(IoId loc, const char *name);
 PetscBool io_attr_exists(IoId obj, const char *name);
-/* Opens or creates group `name`: a negative IoId on failure (the caller's
- * message names the file). */
-IoId io_group_open(IoId loc, const char *name);
-IoId io_group_create(IoId loc, const char *name);
+/* Opens or creates group `name` under loc (close it with io_close); where
+ * names the file in messages ("plan file x.h5"). */
+PetscErrorCode io_group_open(IoId loc, const char *where, const char *name, IoId *g);
+PetscErrorCode io_group_create(IoId loc, const char *where, const char *name, IoId *g);
 
 /* Attributes, as h5util's writers and readers (docs/design.md: one checked
  * reader per type; `where` names the object in messages). */

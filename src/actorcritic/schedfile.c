@@ -50,8 +50,7 @@ static PetscErrorCode ac_write_fill(IoId file, void *vctx)
       rows[3 * j + 2] = t.mb;
     }
     PetscCall(PetscSNPrintf(name, sizeof name, "node_%d", r));
-    g = io_group_create(file, name);
-    PetscCheck(g >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "cannot create group /%s", name);
+    PetscCall(io_group_create(file, "schedule file", name, &g));
     PetscCall(io_dataset_write(g, "tasks", IO_I32LE, IO_INT, 2, dims, rows));
     PetscCall(io_close(&g));
   }

@@ -29,8 +29,7 @@ static PetscErrorCode tl_fill(IoId file, void *ctx)
     if (k) PetscCall(PetscStrlcat(list, " ", sizeof list));
     PetscCall(PetscStrlcat(list, tl->names[k], sizeof list));
   }
-  g = io_group_create(file, "timeline");
-  PetscCheck(g >= 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "cost timeline: creating /timeline failed");
+  PetscCall(io_group_create(file, "simulated timeline", "timeline", &g));
   PetscCall(io_attr_write_string(g, "calls", list));
   PetscCall(io_attr_write_string(g, "source", x->source ? x->source : "simulated"));
   PetscCall(tl_column(g, "rank", IO_I32LE, IO_INT, tl->n, tl->rank));

@@ -122,14 +122,20 @@ PetscBool io_attr_exists(IoId obj, const char *name)
   return H5Aexists(obj, name) > 0 ? PETSC_TRUE : PETSC_FALSE;
 }
 
-IoId io_group_open(IoId loc, const char *name)
+PetscErrorCode io_group_open(IoId loc, const char *where, const char *name, IoId *g)
 {
-  return H5Gopen2(loc, name, H5P_DEFAULT);
+  PetscFunctionBegin;
+  *g = H5Gopen2(loc, name, H5P_DEFAULT);
+  H5Call(*g, "%s: cannot open group %s (corrupt file?)", where, name);
+  PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-IoId io_group_create(IoId loc, const char *name)
+PetscErrorCode io_group_create(IoId loc, const char *where, const char *name, IoId *g)
 {
-  return H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  PetscFunctionBegin;
+  *g = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Call(*g, "%s: cannot create group %s", where, name);
+  PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode io_attr_write_int(IoId obj, const char *name, IoType type, int64_t value)

@@ -107,10 +107,10 @@ typedef struct {
 
 static PetscErrorCode plan_put_file(void *ctx, const char *group, const IODataset *d, int n, const char *const *names, const double *values, int nattr)
 {
-  IoId file = *(IoId *)ctx, g = io_group_create(file, group);
+  IoId g;
 
   PetscFunctionBegin;
-  PetscCheck(g >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "plan file: cannot create group /%s", group);
+  PetscCall(io_group_create(*(IoId *)ctx, "plan file", group, &g));
   PetscCall(io_group_fill(g, d, n, names, values, nattr));
   PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -207,8 +207,7 @@ static PetscErrorCode plan_read_call(IoId g, const char *path, MFCId c, PlanCall
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(full, sizeof full, "/plan/%s/ranks", mfc_names[c]));
   PetscCall(PetscSNPrintf(where, sizeof where, "plan file %s /plan/%s", path, mfc_names[c]));
-  cg = io_group_open(g, mfc_names[c]);
-  PetscCheck(cg >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: cannot open the group (corrupt file?)", where);
+  PetscCall(io_group_open(g, where, mfc_names[c], &cg));
   PetscCall(io_dataset_open(cg, where, full, "ranks", IO_CLASS_INT, 0, 1, dims, &dset));
   PetscCheck(dims[0] >= 1 && dims[0] <= PLAN_MAX_RANKS, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has %llu ranks, expected 1 to %d", where, full, (unsigned long long)dims[0], PLAN_MAX_RANKS);
   PetscCall(io_dataset_read(dset, where, full, IO_INT, call->ranks));
@@ -233,8 +232,7 @@ static PetscErrorCode plan_read_groups(IoId file, void *vctx)
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(where, sizeof where, "plan file %s /plan", ctx->path));
   PetscCheck(io_exists(file, "plan"), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "plan file %s has no group /plan (written by a run that records its plan)", ctx->path);
-  g = io_group_open(file, "plan");
-  PetscCheck(g >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: cannot open the group (corrupt file?)", where);
+  PetscCall(io_group_open(file, where, "plan", &g));
   PetscCall(plan_read_settings(g, where, ctx->plan));
   PetscCall(plan_read_concurrent(g, where, ctx->plan));
   for (int c = 0; c < MFC_COUNT; c++)

@@ -72,8 +72,7 @@ static PetscErrorCode write_doubles(IoId loc, const char *name, int ndim, const 
 static PetscErrorCode group_create(IoId file, const char *name, IoId *g)
 {
   PetscFunctionBegin;
-  *g = io_group_create(file, name);
-  PetscCheck(*g >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "cannot create group /%s", name);
+  PetscCall(io_group_create(file, "profile", name, g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -202,8 +201,7 @@ static PetscErrorCode read_model(ReadCtx *c, IoId file, int i)
 
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(name, sizeof name, "model_%d", i));
-  g = io_group_open(file, name);
-  PetscCheck(g >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: cannot open group /%s", c->where, name);
+  PetscCall(io_group_open(file, c->where, name, &g));
   for (int k = 0; k < NSHAPE_INT; k++) PetscCall(io_attr_read_int(g, c->where, shape_int_names[k], 0, INT32_MAX, &sv[k]));
   shape_from_ints(sv, &m->shape);
   m->shape.head_dim = 0; /* profiles written before it: n_embd / n_head */
@@ -260,13 +258,11 @@ static PetscErrorCode read_tables(ReadCtx *c, IoId file)
 
   PetscFunctionBegin;
   PetscCheck(io_exists(file, "optimizer") && io_exists(file, "collectives"), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no /optimizer or no /collectives group", c->where);
-  g = io_group_open(file, "optimizer");
-  PetscCheck(g >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: cannot open /optimizer", c->where);
+  PetscCall(io_group_open(file, c->where, "optimizer", &g));
   PetscCall(read_array(c, g, "optimizer", "nparams", IO_CLASS_FLOAT, 1, &d1, IO_DOUBLE, (void **)&n, sizeof(double)));
   pf->nopt = (int)d1;
   PetscCall(io_close(&g));
-  g = io_group_open(file, "collectives");
-  PetscCheck(g >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: cannot open /collectives", c->where);
+  PetscCall(io_group_open(file, c->where, "collectives", &g));
   d1 = 0;
   PetscCall(read_array(c, g, "collectives", "bytes", IO_CLASS_FLOAT, 1, &d1, IO_DOUBLE, (void **)&b, sizeof(double)));
   pf->nbytes = (int)d1;
@@ -282,8 +278,7 @@ static PetscErrorCode read_tables(ReadCtx *c, IoId file)
   d3[0] = COST_NCOLL, d3[1] = (IoSize)pf->nmesh, d3[2] = (IoSize)pf->nbytes;
   PetscCall(read_array(c, g, "collectives", "seconds", IO_CLASS_FLOAT, 3, d3, IO_DOUBLE, (void **)&pf->coll_sec, sizeof(double)));
   PetscCall(io_close(&g));
-  g = io_group_open(file, "optimizer");
-  PetscCheck(g >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: cannot open /optimizer", c->where);
+  PetscCall(io_group_open(file, c->where, "optimizer", &g));
   d1 = (IoSize)pf->nopt;
   PetscCall(read_array(c, g, "optimizer", "seconds", IO_CLASS_FLOAT, 1, &d1, IO_DOUBLE, (void **)&pf->opt_sec, sizeof(double)));
   PetscCall(io_close(&g));

@@ -41,8 +41,7 @@ static PetscErrorCode table_read_group(IoId file, TableCtx *ctx)
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s", ctx->path));
   PetscCall(PetscSNPrintf(gwhere, sizeof gwhere, "checkpoint %s /tokenizer", ctx->path));
   PetscCheck(io_is_group(file, "tokenizer"), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer is not a group", where);
-  ctx->g = io_group_open(file, "tokenizer");
-  PetscCheck(ctx->g >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: cannot open group /tokenizer (corrupt file?)", where);
+  PetscCall(io_group_open(file, where, "/tokenizer", &ctx->g));
   PetscCall(io_dataset_open(ctx->g, where, "/tokenizer/token_offsets", "token_offsets", IO_CLASS_INT, 0, 1, no, &ctx->doff));
   PetscCheck(no[0] >= 2 && no[0] <= (IoSize)INT_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer/token_offsets has %llu entries, expected V+1 for a vocabulary of V >= 1 tokens", where, (unsigned long long)no[0]);
   tt->V = (int)(no[0] - 1);
