@@ -1,5 +1,5 @@
-/* reward: the -reward_ options. src/reward owns the prefix (issue: they
- * were read in src/ppo); PPO receives the values and their checks' result. */
+/* reward: the -reward_ options. src/reward owns the prefix, so each option
+ * has one default and one check; PPO receives the values. */
 #include "reward.h"
 
 PetscErrorCode reward_options_from_options(RewardOptions *r)
