@@ -218,6 +218,13 @@ PetscErrorCode cost_work_from_options(const CostDeck *deck, CostWork *work);
  * false. */
 PetscErrorCode cost_work_lengths(const char *opt, const char *spec, int n, int max, unsigned long long seed, int *len, int *plen, PetscBool *paired);
 PetscErrorCode cost_work_free(CostWork *work);
+/* The plan search's primitives: -cost_hardware DECK, -cost_profile FILE
+ * (at most one of them) and -cost_profile_cache DIR, "" when not given.
+ * src/cost owns every -cost_ option; the search receives these paths. */
+typedef struct {
+  char hw[PETSC_MAX_PATH_LEN], prof[PETSC_MAX_PATH_LEN], cache[PETSC_MAX_PATH_LEN];
+} CostPrimsPaths;
+PetscErrorCode cost_prims_paths_from_options(CostPrimsPaths *pp);
 
 /* The per-rank timeline of a simulated run: the same rows as a run's
  * /timeline (docs/formats.md), one per call per rank, steps = iterations. */

@@ -169,4 +169,84 @@ PetscErrorCode io_hdf5_version(char *buf, size_t len);
  * file or sits in a missing or read-only directory. */
 PetscErrorCode io_files_check(MPI_Comm comm);
 
+/* ---- HDF5 for the other modules (src/io/h5api.c) ------------------------ */
+/* Only src/io includes HDF5 (inc/internal/h5util.h): a module that keeps a
+ * file of its own (plans, profiles, schedules, timelines, token tables)
+ * reads and writes it through these calls, which carry h5util's checks and
+ * one-line messages. An IoId is an open file, group or dataset (HDF5's
+ * hid_t); IO_NONE is none. */
+typedef int64_t            IoId;
+typedef unsigned long long IoSize; /* an extent */
+#define IO_NONE ((IoId)-1)
+/* Element types: in memory (native) and in the file (little-endian). */
+typedef enum { IO_INT, IO_INT64, IO_LLONG, IO_UCHAR, IO_DOUBLE, IO_I32LE, IO_I64LE, IO_F64LE } IoType;
+/* A dataset's or attribute's class, as h5u_dataset_open checks it. */
+typedef enum { IO_CLASS_OTHER = -1, IO_CLASS_INT = 0, IO_CLASS_FLOAT = 1 } IoClass;
+typedef PetscErrorCode (*IoFileFn)(IoId file, void *ctx);
+typedef PetscErrorCode (*IoTask)(void *ctx);
+
+/* Runs task(ctx) on rank 0 of comm; on failure every rank raises rank 0's
+ * message (one collective error). */
+PetscErrorCode io_on_root(MPI_Comm comm, IoTask task, void *ctx);
+/* Rank 0 of comm opens path read-only (kind names it in messages: "plan
+ * file", "schedule file"), runs read(file, ctx) and closes it; one
+ * collective error as io_on_root. What read fills is rank 0's: broadcast it. */
+PetscErrorCode io_read_on_root(MPI_Comm comm, const char *kind, const char *path, IoFileFn read, void *ctx);
+/* The same on the calling rank alone; io_open_read only opens (io_close closes). */
+PetscErrorCode io_read_file(const char *kind, const char *path, IoFileFn read, void *ctx);
+PetscErrorCode io_open_read(const char *kind, const char *path, IoId *file);
+/* Creates path atomically (a temporary, fsynced and renamed): fill writes
+ * the contents. Calling rank only. */
+PetscErrorCode io_write_atomic(const char *kind, const char *path, IoFileFn fill, void *ctx);
+/* Refuses an output path that is a directory, link, device or pipe, or sits
+ * in a missing or read-only directory. Calling rank only. */
+PetscErrorCode io_output_ok(const char *kind, const char *path);
+/* Attributes rlfuse_version and git_revision on obj. */
+PetscErrorCode io_write_version(IoId obj);
+/* MPI_Bcast of arrays of any length. */
+PetscErrorCode io_bcast(void *buf, size_t count, MPI_Datatype type, MPI_Comm comm);
+/* Closes a file, group or dataset; no-op on IO_NONE; *id becomes IO_NONE. */
+PetscErrorCode io_close(IoId *id);
+
+/* Whether loc has a link `name` (a path relative to loc), and whether it
+ * is a group; whether obj has attribute `name`. */
+PetscBool io_exists(IoId loc, const char *name);
+PetscBool io_is_group(IoId loc, const char *name);
+PetscBool io_attr_exists(IoId obj, const char *name);
+/* Opens or creates group `name` under loc (close it with io_close); where
+ * names the file in messages ("plan file x.h5"). */
+PetscErrorCode io_group_open(IoId loc, const char *where, const char *name, IoId *g);
+PetscErrorCode io_group_create(IoId loc, const char *where, const char *name, IoId *g);
+
+/* Attributes, as h5util's writers and readers (docs/design.md: one checked
+ * reader per type; `where` names the object in messages). */
+PetscErrorCode io_attr_write_int(IoId obj, const char *name, IoType type, int64_t value);
+PetscErrorCode io_attr_write_double(IoId obj, const char *name, double value);
+PetscErrorCode io_attr_write_doubles(IoId obj, const char *name, int n, const double *v);
+PetscErrorCode io_attr_write_string(IoId obj, const char *name, const char *value);
+PetscErrorCode io_attr_read_int(IoId obj, const char *where, const char *name, int64_t lo, int64_t hi, int64_t *value);
+PetscErrorCode io_attr_read_double(IoId obj, const char *where, const char *name, double *value);
+PetscErrorCode io_attr_read_string(IoId obj, const char *where, const char *name, char *buf, size_t len);
+/* The class of attribute `name` of obj (IO_CLASS_OTHER: neither integer nor float). */
+PetscErrorCode io_attr_class(IoId obj, const char *where, const char *name, IoClass *cls);
+
+/* Datasets, as h5u_dataset_open/read/write: open checks the class, element
+ * size (0: any) and shape (a dims entry of 0 accepts and returns any extent). */
+PetscErrorCode io_dataset_open(IoId loc, const char *where, const char *full, const char *name, IoClass cls, size_t size, int ndim, IoSize *dims, IoId *dset);
+PetscErrorCode io_dataset_read(IoId dset, const char *where, const char *full, IoType mem, void *buf);
+PetscErrorCode io_dataset_write(IoId loc, const char *name, IoType file_type, IoType mem_type, int ndim, const IoSize *dims, const void *buf);
+
+/* Datasets (IODataset) and double attributes into an open group (group.c). */
+PetscErrorCode io_group_fill(IoId g, const IODataset *d, int n, const char *const *attr_names, const double *attr_values, int nattr);
+
+/* Unchecked reads for scans that handle failure themselves (a rollouts
+ * file's iterations): the element count of dataset `path` under loc, or a
+ * negative number; the whole dataset into buf as mem, 0 or negative. */
+long long io_dataset_npoints(IoId loc, const char *path);
+int       io_dataset_read_all(IoId loc, const char *path, IoType mem, void *buf);
+/* fn(loc, name, ctx) for each link of loc in name order until it returns
+ * non-zero; returns that value, or negative when the iteration failed. */
+typedef int (*IoIterFn)(IoId loc, const char *name, void *ctx);
+int io_iterate(IoId loc, IoIterFn fn, void *ctx);
+
 #endif

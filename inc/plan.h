@@ -139,4 +139,24 @@ int plan_stream_conflict(const Plan *plan, const PlanNeeds *needs, MFCId *a, MFC
  * replica and its first rank inside), or -1. */
 int plan_migrate_split(const Plan *plan, const PlanNeeds *needs, MFCId *call, int *replica, int *in_rank);
 
+/* ---- the -plan_ options of the plan search (src/plan/searchopts.c) ------- */
+/* src/plan owns every -plan_ option; the search (src/search) receives these
+ * values. Read and checked once (the messages name the options). */
+typedef struct {
+  double    time_s;      /* -plan_time: wall-clock budget, seconds (0: none) */
+  int       iterations;  /* -plan_iterations: per chain (0: no cap) */
+  int       chains;      /* -plan_chains */
+  double    temperature; /* -plan_temperature */
+  int       max_mbs;     /* -plan_max_mbs */
+  PetscBool fusion;      /* -plan_search_fusion */
+  PetscBool settings;    /* -plan_search_settings */
+} PlanSearchOptions;
+PetscErrorCode plan_search_options(PlanSearchOptions *o);
+/* -mode plan's -plan_ranks (0: not given), -plan_output and -plan_timeline ("" when not given). */
+typedef struct {
+  PetscInt ranks;
+  char     output[PETSC_MAX_PATH_LEN], timeline[PETSC_MAX_PATH_LEN];
+} PlanModeOptions;
+PetscErrorCode plan_mode_options(PlanModeOptions *o);
+
 #endif

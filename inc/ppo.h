@@ -36,7 +36,9 @@ typedef struct {
   PetscInt    eval_samples;                  /* -ppo_eval_samples: responses per held-out prompt (pass@k) */
   PetscBool   eval_greedy;                   /* -ppo_eval_greedy: held-out responses greedy (training's are sampled) */
   /* rewards (-reward_*): the reward model's score times its weight, plus
-   * rule functions of the response text, plus a user's command */
+   * rule functions of the response text, plus a user's command. src/reward
+   * reads and checks them (reward); the fields below are its values. */
+  RewardOptions reward;
   char        reward_fn[256], reward_command[PETSC_MAX_PATH_LEN];
   RewardSpec  reward_spec;                   /* -reward_fn parsed */
   PetscReal   reward_model_weight, reward_command_weight, reward_command_timeout;

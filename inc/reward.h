@@ -73,6 +73,23 @@ PetscBool reward_spec_needs_answer(const RewardSpec *spec);
  * weighted sum (returned). length_start: the length function's start. */
 double reward_spec_eval(const RewardSpec *spec, const char *response, size_t n, int eos, int len, const char *reference, int length_start, int max_len, double *part);
 
+/* ---- the -reward_ options (src/reward/options.c) -------------------------- */
+/* src/reward owns every -reward_ option of the rewards (the reward model's
+ * architecture and optimizer options are the role's, src/model's); PPO
+ * receives these values. */
+typedef struct {
+  char       checkpoint[PETSC_MAX_PATH_LEN]; /* -reward_checkpoint: the reward model ("" none) */
+  char       fn[256];                        /* -reward_fn */
+  char       command[PETSC_MAX_PATH_LEN];    /* -reward_command */
+  PetscInt   length_start;                   /* -reward_length_start; -1 until reward_options_check */
+  PetscReal  model_weight, command_weight, command_timeout;
+  RewardSpec spec;                           /* fn parsed by reward_options_check */
+} RewardOptions;
+PetscErrorCode reward_options_from_options(RewardOptions *r);
+/* Parses -reward_fn, sets the length reward's default start (half of
+ * max_new_tokens, -gen_max_new_tokens) and checks the values. */
+PetscErrorCode reward_options_check(RewardOptions *r, PetscInt max_new_tokens);
+
 /* ---- the reward command (src/reward/command.c) --------------------------- */
 /* A helper process started once with /bin/sh -c CMD. Each batch is one
  * line of JSON on its standard input:

@@ -120,8 +120,10 @@ typedef struct {
  * models from the work's shapes into cfg, batches from its batch and
  * mini-batches. */
 void search_needs_from_work(const CostWork *w, ModelConfig cfg[4], PlanNeeds *needs);
-/* -plan_time, -plan_iterations, -plan_max_mbs, -plan_search_fusion,
- * -plan_search_settings; the seed is -seed. */
+/* The search's settings from the -plan_ options as src/plan reads them
+ * (plan_search_options: -plan_time, -plan_iterations, -plan_chains,
+ * -plan_temperature, -plan_max_mbs, -plan_search_fusion,
+ * -plan_search_settings); the seed is -seed. */
 PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *spec, uint64_t seed);
 /* The presets (as given and tuned) and the annealing from the tuned ones,
  * for spec->world ranks; with print, the table of their estimates. Runs
@@ -144,9 +146,10 @@ PetscErrorCode search_stages_place(MPI_Comm comm, const CostPrims *p, const Cost
 /* Puts the placement for plan->zero1 into plan (calls and est_call_s). */
 void search_stages_apply(const CostJob *job, const SearchStages *s, Plan *plan);
 
-/* -mode plan: -plan_ranks N, -plan_output FILE, -plan_timeline FILE, the
- * primitives (-cost_hardware DECK, -cost_profile FILE, or by default this
- * machine's profile from the cache, -cost_profile_cache DIR) and the
+/* -mode plan: -plan_ranks N, -plan_output FILE, -plan_timeline FILE
+ * (plan_mode_options), the primitives (cost_prims_paths_from_options:
+ * -cost_hardware DECK, -cost_profile FILE, or by default this machine's
+ * profile from the cache, -cost_profile_cache DIR) and the
  * workload: the deck's job (job_of: plan_cost_job, the -mode it overrides;
  * deck_of: ppo_cost_deck, PPO's part) and the -cost_ options; a pipeline,
  * sft or rm deck's training calls (sft_train, rm_train) are placed too

@@ -155,7 +155,6 @@ PetscErrorCode h5u_write_version(hid_t obj);
 /* The /code group of a run record (provenance.c). */
 PetscErrorCode io_provenance_write(hid_t group, const RunCtx *run, const char *mode);
 
-/* Datasets and double attributes into an open group (group.c). */
-PetscErrorCode io_group_fill(hid_t g, const IODataset *d, int n, const char *const *attr_names, const double *attr_values, int nattr);
+/* io_group_fill (group.c): in io.h. */
 
 #endif

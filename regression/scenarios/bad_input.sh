@@ -2,7 +2,7 @@
 # naming the culprit, exit non-zero, and leave the files of an earlier run in
 # the same output directory untouched (no new files either).
 . regression/lib.sh
-plan 28
+plan 31
 d="$RLFUSE_TMP/bad"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -options_file $deck -output_dir $d/good >$d/good.log 2>&1 || not_ok "reference run"
 ck=$d/good/final.h5
@@ -61,4 +61,8 @@ expect "  ... a prefixed one"           "option -grpo_scale_std: 'maybe' is not 
 expect "dynamic sampling past int positions" "-rollout_batch 8 x -ppo_dynamic_sampling 2147483647 x .* positions" $G -ppo_dynamic_sampling 2147483647
 expect "dynamic rounds past memory"     "-ppo_dynamic_rounds 2147483647 keeps .* of reference answers" $G -ppo_dynamic_sampling 2 -ppo_dynamic_rounds 2147483647
 expect "SFT rows without response tokens" "-sft_data $d/noresp.h5: none of its 4 rows has response tokens" -options_file $deck -sft_data $d/noresp.h5
+# options read by their owner module (src/plan, src/reward) and checked there
+expect "-plan_chains out of range"  "-plan_chains 0 must be in 1..1024" -options_file $deck -mode plan -plan_ranks 2 -plan_chains 0
+expect "-reward_command_timeout 0"  "-reward_command_timeout 0.* must be positive" -options_file $deck -mode pipeline -gen_max_new_tokens 16 -reward_command_timeout 0
+expect "-reward_length_start past the responses" "-reward_length_start 17 must be in \\[0, -gen_max_new_tokens 16\\]" -options_file $deck -mode pipeline -gen_max_new_tokens 16 -reward_length_start 17
 finish

@@ -10,7 +10,7 @@
  * The reader checks the file against the instance it is given and
  * validates the schedule (every task once, no deadlock, memory cap). */
 #include "ac_impl.h"
-#include "internal/h5util.h"
+#include "io.h"
 #include <sys/stat.h>
 
 typedef struct {
@@ -21,26 +21,7 @@ typedef struct {
   double               *peak;
 } ACWriteCtx;
 
-static PetscErrorCode attr_write_doubles(hid_t obj, const char *name, int n, const double *v)
-{
-  hsize_t dim = (hsize_t)n;
-  hid_t   space, attr;
-
-  PetscFunctionBegin;
-  space = H5Screate_simple(1, &dim, NULL);
-  H5Call(space, "cannot create the dataspace of attribute %s", name);
-  attr = H5Acreate2(obj, name, H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT);
-  H5Sclose(space);
-  H5Call(attr, "cannot create attribute %s", name);
-  if (H5Awrite(attr, H5T_NATIVE_DOUBLE, v) < 0) {
-    H5Aclose(attr);
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "cannot write attribute %s", name);
-  }
-  H5Call(H5Aclose(attr), "cannot close attribute %s", name);
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-static PetscErrorCode ac_write_fill(hid_t file, void *vctx)
+static PetscErrorCode ac_write_fill(IoId file, void *vctx)
 {
   ACWriteCtx   *ctx = (ACWriteCtx *)vctx;
   const ACSched *s  = ctx->s;
@@ -52,15 +33,15 @@ static PetscErrorCode ac_write_fill(hid_t file, void *vctx)
   int             *rows;
 
   PetscFunctionBegin;
-  PetscCall(h5u_write_version(file));
-  for (int k = 0; k < 4; k++) PetscCall(h5u_attr_write_int(file, ints[k], H5T_STD_I32LE, iv[k]));
-  for (int k = 0; k < 10; k++) PetscCall(h5u_attr_write_double(file, dbl[k], dv[k]));
-  PetscCall(attr_write_doubles(file, "peak_memory", s->nranks, ctx->peak));
+  PetscCall(io_write_version(file));
+  for (int k = 0; k < 4; k++) PetscCall(io_attr_write_int(file, ints[k], IO_I32LE, iv[k]));
+  for (int k = 0; k < 10; k++) PetscCall(io_attr_write_double(file, dbl[k], dv[k]));
+  PetscCall(io_attr_write_doubles(file, "peak_memory", s->nranks, ctx->peak));
   PetscCall(PetscMalloc1(3 * s->n, &rows));
   for (int r = 0; r < s->nranks; r++) {
     char    name[32];
-    hsize_t dims[2] = {(hsize_t)s->n, 3};
-    hid_t   g;
+    IoSize  dims[2] = {(IoSize)s->n, 3};
+    IoId    g;
 
     for (int j = 0; j < s->n; j++) {
       ACTask t      = s->order[r * s->n + j];
@@ -69,10 +50,9 @@ static PetscErrorCode ac_write_fill(hid_t file, void *vctx)
       rows[3 * j + 2] = t.mb;
     }
     PetscCall(PetscSNPrintf(name, sizeof name, "node_%d", r));
-    g = H5Gcreate2(file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    H5Call(g, "cannot create group /%s", name);
-    PetscCall(h5u_dataset_write(g, "tasks", H5T_STD_I32LE, H5T_NATIVE_INT, 2, dims, rows));
-    PetscCall(h5u_close(&g));
+    PetscCall(io_group_create(file, "schedule file", name, &g));
+    PetscCall(io_dataset_write(g, "tasks", IO_I32LE, IO_INT, 2, dims, rows));
+    PetscCall(io_close(&g));
   }
   PetscCall(PetscFree(rows));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -92,7 +72,7 @@ PetscErrorCode ac_sched_write(const char *path, const ACSched *s, const ACOptimi
   PetscCall(PetscMalloc1(s->nranks, &ctx.peak));
   sc.rank_peak = ctx.peak;
   PetscCall(ac_replay(s, &sc, NULL));
-  PetscCall(h5u_write_atomic("schedule file", path, ac_write_fill, &ctx));
+  PetscCall(io_write_atomic("schedule file", path, ac_write_fill, &ctx));
   PetscCall(PetscFree(ctx.peak));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -103,7 +83,7 @@ typedef struct {
   ACSched      *s;
 } ACReadCtx;
 
-static PetscErrorCode ac_read_groups(hid_t file, void *vctx)
+static PetscErrorCode ac_read_groups(IoId file, void *vctx)
 {
   ACReadCtx    *ctx = (ACReadCtx *)vctx;
   const ACInst *in  = ctx->in;
@@ -117,33 +97,33 @@ static PetscErrorCode ac_read_groups(hid_t file, void *vctx)
   PetscCall(PetscSNPrintf(where, sizeof where, "schedule file %s", ctx->path));
   for (int k = 0; k < 4; k++) {
     int64_t v;
-    PetscCall(h5u_attr_read_int(file, where, names[k], INT32_MIN, INT32_MAX, &v));
+    PetscCall(io_attr_read_int(file, where, names[k], INT32_MIN, INT32_MAX, &v));
     PetscCheck(v == want[k], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s is %lld, this run needs %d", where, names[k], (long long)v, want[k]);
   }
   PetscCall(PetscMalloc1(3 * s->n, &rows));
   for (int r = 0; r < s->nranks; r++) {
     char           name[32], full[48];
-    hsize_t        dims[2] = {0, 3};
-    hid_t          dset;
+    IoSize         dims[2] = {0, 3};
+    IoId           dset;
     PetscErrorCode ierr;
 
     PetscCall(PetscSNPrintf(name, sizeof name, "node_%d/tasks", r));
     PetscCall(PetscSNPrintf(full, sizeof full, "/node_%d/tasks", r));
-    if (H5Lexists(file, name, H5P_DEFAULT) <= 0) { /* name is "node_<r>/tasks": the group first */
+    if (!io_exists(file, name)) { /* name is "node_<r>/tasks": the group first */
       char grp[32];
       PetscCall(PetscSNPrintf(grp, sizeof grp, "node_%d", r));
-      ierr = H5Lexists(file, grp, H5P_DEFAULT) > 0 ? PETSC_ERR_FILE_UNEXPECTED : PETSC_ERR_FILE_READ;
+      ierr = io_exists(file, grp) ? PETSC_ERR_FILE_UNEXPECTED : PETSC_ERR_FILE_READ;
       PetscCall(PetscFree(rows));
       SETERRQ(PETSC_COMM_SELF, ierr, "%s has no %s (one /node_<i>/tasks per rank, i < pp0 %d)", where, ierr == PETSC_ERR_FILE_READ ? grp : full, in->pp[0]);
     }
-    ierr = h5u_dataset_open(file, where, full, name, H5T_INTEGER, 0, 2, dims, &dset);
-    if (!ierr && dims[0] != (hsize_t)s->n) {
-      h5u_close(&dset);
+    ierr = io_dataset_open(file, where, full, name, IO_CLASS_INT, 0, 2, dims, &dset);
+    if (!ierr && dims[0] != (IoSize)s->n) {
+      io_close(&dset);
       PetscCall(PetscFree(rows));
       SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has %llu rows, expected %d (2 m0 + 2 m1)", where, full, (unsigned long long)dims[0], s->n);
     }
-    if (!ierr) ierr = h5u_dataset_read(dset, where, full, H5T_NATIVE_INT, rows);
-    if (!ierr) ierr = h5u_close(&dset);
+    if (!ierr) ierr = io_dataset_read(dset, where, full, IO_INT, rows);
+    if (!ierr) ierr = io_close(&dset);
     if (ierr) {
       (void)PetscFree(rows);
       PetscCall(ierr);
@@ -152,15 +132,6 @@ static PetscErrorCode ac_read_groups(hid_t file, void *vctx)
   }
   PetscCall(PetscFree(rows));
   PetscCall(ac_sched_validate(s, where));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-static PetscErrorCode ac_read_task(void *vctx)
-{
-  ACReadCtx *ctx = (ACReadCtx *)vctx;
-
-  PetscFunctionBegin;
-  PetscCall(h5u_read_file("schedule file", ctx->path, ac_read_groups, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -173,11 +144,11 @@ PetscErrorCode ac_sched_read(const char *path, const ACInst *in, ACSched *s)
 
   PetscFunctionBegin;
   PetscCall(ac_sched_alloc(in, s));
-  ierr = h5u_rank0(PETSC_COMM_WORLD, ac_read_task, &ctx);
+  ierr = io_read_on_root(PETSC_COMM_WORLD, "schedule file", path, ac_read_groups, &ctx);
   if (ierr) {
     (void)ac_sched_free(s);
     PetscCall(ierr);
   }
-  PetscCall(h5u_bcast(s->order, (size_t)3 * s->nranks * s->n, MPI_INT, PETSC_COMM_WORLD));
+  PetscCall(io_bcast(s->order, (size_t)3 * s->nranks * s->n, MPI_INT, PETSC_COMM_WORLD));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -4,7 +4,6 @@
  * drawn from a named distribution, a histogram file or a previous run's
  * rollouts.h5 (docs/costmodel.md). */
 #include "cost_impl.h"
-#include "internal/h5util.h"
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -81,50 +80,29 @@ typedef struct {
   char        bad[160]; /* the first negative length: a corrupt file, never clamped */
 } RollRead;
 
-static int roll_read(hid_t g, const char *path, int *dst)
-{
-  hid_t d = H5Dopen2(g, path, H5P_DEFAULT);
-  int   ok;
-  if (d < 0) return -1;
-  ok = H5Dread(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0 ? -1 : 0;
-  H5Dclose(d);
-  return ok;
-}
-
-static herr_t roll_iter(hid_t g, const char *name, const H5L_info_t *info, void *ctx)
+static int roll_iter(IoId g, const char *name, void *ctx)
 {
   RollRead *r = ctx;
-  hid_t     d, sp;
-  hssize_t  n, np = -1;
+  long long n, np = -1;
   char      path[128], ppath[128];
 
-  (void)info;
   if (strncmp(name, "iter_", 5) || (r->only && strcmp(name, r->only))) return 0;
   PetscSNPrintf(path, sizeof path, "%s/response_lengths", name);
   PetscSNPrintf(ppath, sizeof ppath, "%s/prompt_lengths", name);
-  if ((d = H5Dopen2(g, path, H5P_DEFAULT)) < 0) return -1;
-  sp = H5Dget_space(d);
-  n  = H5Sget_simple_extent_npoints(sp);
-  H5Sclose(sp);
-  H5Dclose(d);
+  n = io_dataset_npoints(g, path);
   if (n < 0 || r->n + n > 1 << 24) return -1;
-  if (H5Lexists(g, ppath, H5P_DEFAULT) > 0 && (d = H5Dopen2(g, ppath, H5P_DEFAULT)) >= 0) {
-    sp = H5Dget_space(d);
-    np = H5Sget_simple_extent_npoints(sp);
-    H5Sclose(sp);
-    H5Dclose(d);
-  }
+  if (io_exists(g, ppath)) np = io_dataset_npoints(g, ppath);
   if (r->n + n > r->cap) {
     r->cap = (int)(2 * (r->n + n));
     if (PetscRealloc((size_t)r->cap * sizeof(int), &r->pool) || PetscRealloc((size_t)r->cap * sizeof(int), &r->ppool)) return -1;
   }
-  if (roll_read(g, path, r->pool + r->n)) return -1;
-  for (hssize_t i = 0; i < n; i++)
+  if (io_dataset_read_all(g, path, IO_INT, r->pool + r->n)) return -1;
+  for (long long i = 0; i < n; i++)
     if (r->pool[r->n + i] < 0) {
       PetscSNPrintf(r->bad, sizeof r->bad, "/%s[%lld] is %d", path, (long long)i, r->pool[r->n + i]);
       return -1;
     }
-  if (np != n || roll_read(g, ppath, r->ppool + r->n)) r->nprompt++;
+  if (np != n || io_dataset_read_all(g, ppath, IO_INT, r->ppool + r->n)) r->nprompt++;
   r->n += (int)n;
   return 0;
 }
@@ -133,16 +111,16 @@ static herr_t roll_iter(hid_t g, const char *name, const H5L_info_t *info, void 
  * was, row by row (rows beyond its batch start over from its first). */
 static PetscErrorCode lengths_rollouts(const char *opt, const char *spec, char *path, int n, unsigned long long seed, int *len, int *plen, PetscBool *paired)
 {
-  hid_t    file;
+  IoId     file;
   RollRead r    = {NULL, NULL, 0, 0, 0, NULL, ""};
   char    *iter = strrchr(path, ':');
-  herr_t   e;
+  int      e;
 
   PetscFunctionBegin;
   if (iter && !strncmp(iter, ":iter_", 6) && iter[6] && strspn(iter + 6, "0123456789") == strlen(iter + 6)) *iter = 0, r.only = iter + 1;
-  PetscCall(h5u_open_read("rollouts file", path, &file));
-  e = H5Literate(file, H5_INDEX_NAME, H5_ITER_INC, NULL, roll_iter, &r);
-  H5Fclose(file);
+  PetscCall(io_open_read("rollouts file", path, &file));
+  e = io_iterate(file, roll_iter, &r);
+  PetscCall(io_close(&file));
   if (e < 0 || r.n == 0) {
     PetscCall(PetscFree(r.pool));
     PetscCall(PetscFree(r.ppool));
@@ -299,5 +277,18 @@ PetscErrorCode cost_work_free(CostWork *w)
   PetscCall(PetscFree(w->plen));
   PetscCall(PetscFree(w->seq_sorted));
   w->nlen = 0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode cost_prims_paths_from_options(CostPrimsPaths *pp)
+{
+  PetscFunctionBegin;
+  pp->hw[0] = pp->prof[0] = pp->cache[0] = '\0';
+  PetscOptionsBegin(PETSC_COMM_WORLD, "cost_", "Plan search primitives", NULL);
+  RfOptString("-hardware", "Hardware description deck for the analytic primitives (e.g. input/hardware/h100_sxm.deck)", pp->hw, sizeof pp->hw);
+  RfOptString("-profile", "Profile from -mode profile for the measured primitives (default, without -cost_hardware: this machine's, from the profile cache)", pp->prof, sizeof pp->prof);
+  RfOptString("-profile_cache", "Directory of the profiles the plan search measures on this machine when given no primitives (default $XDG_CACHE_HOME/rlfuse/profiles, else ~/.cache/rlfuse/profiles)", pp->cache, sizeof pp->cache);
+  PetscOptionsEnd();
+  PetscCheck(!pp->hw[0] || !pp->prof[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "the plan search takes one of -cost_hardware %s (analytic) and -cost_profile %s (measured), not both", pp->hw, pp->prof);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

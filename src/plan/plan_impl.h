@@ -4,7 +4,6 @@
 #define RLFUSE_PLAN_IMPL_H
 
 #include "plan.h"
-#include <hdf5.h>
 
 /* Room for a rank list as shown in messages and tables; longer lists end in "...". */
 #define PLAN_RANKS_STR 256
@@ -36,12 +35,12 @@ PetscErrorCode plan_fuse_train_check(const Plan *plan, const PlanNeeds *needs);
 void           plan_settings_default(Plan *plan);
 PetscErrorCode plan_settings_from_options(Plan *plan, PetscBool *any);
 int            plan_settings_attrs(const Plan *plan, const char **names, double *values);
-PetscErrorCode plan_settings_read(hid_t g, const char *where, Plan *plan);
+PetscErrorCode plan_settings_read(IoId g, const char *where, Plan *plan);
 void           plan_settings_copy(Plan *dst, const Plan *src);
 #define PLAN_MAX_SETTINGS 16
 /* An attribute that must be a whole number in [lo, hi] (a double as
  * written, or an integer in a hand-made file); errors name where. */
-PetscErrorCode plan_attr_int(hid_t obj, const char *where, const char *name, int lo, int hi, int *v);
+PetscErrorCode plan_attr_int(IoId obj, const char *where, const char *name, int lo, int hi, int *v);
 /* The fusion mode against the plan's meshes (PPO only: generation and the
  * inference calls in use). */
 PetscErrorCode plan_check_fusion(const Plan *plan, const PlanNeeds *needs);

@@ -15,7 +15,6 @@
  *                       est_s (estimated seconds of the call per iteration,
  *                       with the estimate) */
 #include "plan_impl.h"
-#include "internal/h5util.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -108,21 +107,21 @@ typedef struct {
 
 static PetscErrorCode plan_put_file(void *ctx, const char *group, const IODataset *d, int n, const char *const *names, const double *values, int nattr)
 {
-  hid_t file = *(hid_t *)ctx, g = H5Gcreate2(file, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  IoId g;
 
   PetscFunctionBegin;
-  H5Call(g, "plan file: cannot create group /%s", group);
+  PetscCall(io_group_create(*(IoId *)ctx, "plan file", group, &g));
   PetscCall(io_group_fill(g, d, n, names, values, nattr));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode plan_write_fill(hid_t file, void *vctx)
+static PetscErrorCode plan_write_fill(IoId file, void *vctx)
 {
   PlanWriteCtx *ctx = (PlanWriteCtx *)vctx;
 
   PetscFunctionBegin;
-  PetscCall(h5u_write_version(file));
+  PetscCall(io_write_version(file));
   PetscCall(plan_put(plan_put_file, &file, ctx->plan, ctx->needs));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -137,7 +136,7 @@ static PetscErrorCode plan_write_task(void *vctx)
   PlanWriteTask *t = (PlanWriteTask *)vctx;
 
   PetscFunctionBegin;
-  PetscCall(h5u_write_atomic("plan file", t->path, plan_write_fill, t->w));
+  PetscCall(io_write_atomic("plan file", t->path, plan_write_fill, t->w));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -147,7 +146,7 @@ PetscErrorCode plan_write_file(MPI_Comm comm, const char *path, const Plan *plan
   PlanWriteTask t = {path, &w};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, plan_write_task, &t));
+  PetscCall(io_on_root(comm, plan_write_task, &t));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -157,7 +156,7 @@ typedef struct {
   Plan       *plan;
 } PlanReadCtx;
 
-static PetscErrorCode plan_read_settings(hid_t g, const char *where, Plan *plan)
+static PetscErrorCode plan_read_settings(IoId g, const char *where, Plan *plan)
 {
   int p;
 
@@ -169,28 +168,28 @@ static PetscErrorCode plan_read_settings(hid_t g, const char *where, Plan *plan)
   PetscCall(plan_settings_read(g, where, plan));
   /* the search's estimate: only in files that have one */
   plan->est_iter_s = plan->est_realloc_s = plan->est_mem = 0;
-  if (H5Aexists(g, "est_iter_s") > 0) {
-    PetscCall(h5u_attr_read_double(g, where, "est_iter_s", &plan->est_iter_s));
-    PetscCall(h5u_attr_read_double(g, where, "est_realloc_s", &plan->est_realloc_s));
-    PetscCall(h5u_attr_read_double(g, where, "est_mem", &plan->est_mem));
+  if (io_attr_exists(g, "est_iter_s")) {
+    PetscCall(io_attr_read_double(g, where, "est_iter_s", &plan->est_iter_s));
+    PetscCall(io_attr_read_double(g, where, "est_realloc_s", &plan->est_realloc_s));
+    PetscCall(io_attr_read_double(g, where, "est_mem", &plan->est_mem));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode plan_read_concurrent(hid_t g, const char *where, Plan *plan)
+static PetscErrorCode plan_read_concurrent(IoId g, const char *where, Plan *plan)
 {
-  hsize_t dims[2] = {0, 2};
-  hid_t   dset;
+  IoSize  dims[2] = {0, 2};
+  IoId    dset;
   int     conc[8][2];
 
   PetscFunctionBegin;
   plan->nconc = 0;
-  if (H5Lexists(g, "concurrent", H5P_DEFAULT) <= 0) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(h5u_dataset_open(g, where, "/plan/concurrent", "concurrent", H5T_INTEGER, 0, 2, dims, &dset));
+  if (!io_exists(g, "concurrent")) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(io_dataset_open(g, where, "/plan/concurrent", "concurrent", IO_CLASS_INT, 0, 2, dims, &dset));
   PetscCheck(dims[0] <= 8, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /plan/concurrent has %llu pairs, at most 8 allowed", where, (unsigned long long)dims[0]);
-  PetscCall(h5u_dataset_read(dset, where, "/plan/concurrent", H5T_NATIVE_INT, conc));
-  PetscCall(h5u_close(&dset));
-  for (hsize_t k = 0; k < dims[0]; k++) {
+  PetscCall(io_dataset_read(dset, where, "/plan/concurrent", IO_INT, conc));
+  PetscCall(io_close(&dset));
+  for (IoSize k = 0; k < dims[0]; k++) {
     PetscCheck(conc[k][0] >= 0 && conc[k][0] < MFC_COUNT && conc[k][1] >= 0 && conc[k][1] < MFC_COUNT, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /plan/concurrent pair %llu names calls %d, %d (calls are 0..%d)", where, (unsigned long long)k, conc[k][0], conc[k][1], MFC_COUNT - 1);
     plan->conc[k][0] = conc[k][0];
     plan->conc[k][1] = conc[k][1];
@@ -199,57 +198,46 @@ static PetscErrorCode plan_read_concurrent(hid_t g, const char *where, Plan *pla
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode plan_read_call(hid_t g, const char *path, MFCId c, PlanCall *call, double *est)
+static PetscErrorCode plan_read_call(IoId g, const char *path, MFCId c, PlanCall *call, double *est)
 {
   char    where[PETSC_MAX_PATH_LEN + 64], full[64];
-  hsize_t dims[1] = {0};
-  hid_t   cg, dset;
+  IoSize  dims[1] = {0};
+  IoId    cg, dset;
 
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(full, sizeof full, "/plan/%s/ranks", mfc_names[c]));
   PetscCall(PetscSNPrintf(where, sizeof where, "plan file %s /plan/%s", path, mfc_names[c]));
-  cg = H5Gopen2(g, mfc_names[c], H5P_DEFAULT);
-  H5Call(cg, "%s: cannot open the group (corrupt file?)", where);
-  PetscCall(h5u_dataset_open(cg, where, full, "ranks", H5T_INTEGER, 0, 1, dims, &dset));
+  PetscCall(io_group_open(g, where, mfc_names[c], &cg));
+  PetscCall(io_dataset_open(cg, where, full, "ranks", IO_CLASS_INT, 0, 1, dims, &dset));
   PetscCheck(dims[0] >= 1 && dims[0] <= PLAN_MAX_RANKS, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has %llu ranks, expected 1 to %d", where, full, (unsigned long long)dims[0], PLAN_MAX_RANKS);
-  PetscCall(h5u_dataset_read(dset, where, full, H5T_NATIVE_INT, call->ranks));
-  PetscCall(h5u_close(&dset));
+  PetscCall(io_dataset_read(dset, where, full, IO_INT, call->ranks));
+  PetscCall(io_close(&dset));
   call->nranks = (int)dims[0];
   PetscCall(plan_attr_int(cg, where, "dp", 1, PLAN_MAX_RANKS, &call->dp));
   PetscCall(plan_attr_int(cg, where, "tp", 1, PLAN_MAX_RANKS, &call->tp));
   PetscCall(plan_attr_int(cg, where, "pp", 1, PLAN_MAX_RANKS, &call->pp));
   PetscCall(plan_attr_int(cg, where, "mbs", 0, 1 << 30, &call->mbs));
   *est = 0;
-  if (H5Aexists(cg, "est_s") > 0) PetscCall(h5u_attr_read_double(cg, where, "est_s", est));
-  PetscCall(h5u_close(&cg));
+  if (io_attr_exists(cg, "est_s")) PetscCall(io_attr_read_double(cg, where, "est_s", est));
+  PetscCall(io_close(&cg));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode plan_read_groups(hid_t file, void *vctx)
+static PetscErrorCode plan_read_groups(IoId file, void *vctx)
 {
   PlanReadCtx *ctx = (PlanReadCtx *)vctx;
   char         where[PETSC_MAX_PATH_LEN + 32];
-  hid_t        g;
+  IoId         g;
 
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(where, sizeof where, "plan file %s /plan", ctx->path));
-  PetscCheck(H5Lexists(file, "plan", H5P_DEFAULT) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "plan file %s has no group /plan (written by a run that records its plan)", ctx->path);
-  g = H5Gopen2(file, "plan", H5P_DEFAULT);
-  H5Call(g, "%s: cannot open the group (corrupt file?)", where);
+  PetscCheck(io_exists(file, "plan"), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "plan file %s has no group /plan (written by a run that records its plan)", ctx->path);
+  PetscCall(io_group_open(file, where, "plan", &g));
   PetscCall(plan_read_settings(g, where, ctx->plan));
   PetscCall(plan_read_concurrent(g, where, ctx->plan));
   for (int c = 0; c < MFC_COUNT; c++)
-    if (H5Lexists(g, mfc_names[c], H5P_DEFAULT) > 0) PetscCall(plan_read_call(g, ctx->path, (MFCId)c, &ctx->plan->call[c], &ctx->plan->est_call_s[c]));
-  PetscCall(h5u_close(&g));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-static PetscErrorCode plan_read_task(void *vctx)
-{
-  PlanReadCtx *ctx = (PlanReadCtx *)vctx;
-
-  PetscFunctionBegin;
-  PetscCall(h5u_read_file("plan file", ctx->path, plan_read_groups, ctx));
+    if (io_exists(g, mfc_names[c])) PetscCall(plan_read_call(g, ctx->path, (MFCId)c, &ctx->plan->call[c], &ctx->plan->est_call_s[c]));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -262,7 +250,7 @@ PetscErrorCode plan_read_file(MPI_Comm comm, const char *path, Plan *plan)
 
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(copy.source, sizeof copy.source, "file %s", path));
-  PetscCall(h5u_rank0(comm, plan_read_task, &ctx));
+  PetscCall(io_read_on_root(comm, "plan file", path, plan_read_groups, &ctx));
   PetscCallMPI(MPI_Bcast(&copy, (int)sizeof copy, MPI_BYTE, 0, comm));
   *plan = copy;
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -6,7 +6,6 @@
  * the range checks of both the option and the file. Adding a setting is
  * adding a row (and its field in Plan). */
 #include "plan_impl.h"
-#include "internal/h5util.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -192,40 +191,34 @@ int plan_settings_attrs(const Plan *plan, const char **names, double *values)
 }
 
 /* Written as doubles; a hand-made file (h5py) may hold integers. */
-static PetscErrorCode plan_attr_number(hid_t obj, const char *where, const char *name, double *x)
+static PetscErrorCode plan_attr_number(IoId obj, const char *where, const char *name, double *x)
 {
-  hid_t       attr, type;
-  H5T_class_t cls;
+  IoClass cls;
 
   PetscFunctionBegin;
-  attr = H5Aopen(obj, name, H5P_DEFAULT);
-  H5Call(attr, "%s: cannot open attribute %s (corrupt file?)", where, name);
-  type = H5Aget_type(attr);
-  cls  = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
-  PetscCall(h5u_close(&type));
-  PetscCall(h5u_close(&attr));
-  if (cls == H5T_INTEGER) {
+  PetscCall(io_attr_class(obj, where, name, &cls));
+  if (cls == IO_CLASS_INT) {
     int64_t i;
 
-    PetscCall(h5u_attr_read_int(obj, where, name, INT64_MIN, INT64_MAX, &i));
+    PetscCall(io_attr_read_int(obj, where, name, INT64_MIN, INT64_MAX, &i));
     *x = (double)i;
-  } else PetscCall(h5u_attr_read_double(obj, where, name, x));
+  } else PetscCall(io_attr_read_double(obj, where, name, x));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode plan_attr_int(hid_t obj, const char *where, const char *name, int lo, int hi, int *v)
+PetscErrorCode plan_attr_int(IoId obj, const char *where, const char *name, int lo, int hi, int *v)
 {
   double x;
 
   PetscFunctionBegin;
-  PetscCheck(H5Aexists(obj, name) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no attribute %s", where, name);
+  PetscCheck(io_attr_exists(obj, name), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no attribute %s", where, name);
   PetscCall(plan_attr_number(obj, where, name, &x));
   PetscCheck(x == (int)x && x >= lo && x <= hi, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s is %g, expected a whole number in [%d, %d]", where, name, x, lo, hi);
   *v = (int)x;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode plan_settings_read(hid_t g, const char *where, Plan *plan)
+PetscErrorCode plan_settings_read(IoId g, const char *where, Plan *plan)
 {
   PetscFunctionBegin;
   for (int i = 0; i < PLAN_NSETTINGS; i++) {
@@ -233,7 +226,7 @@ PetscErrorCode plan_settings_read(hid_t g, const char *where, Plan *plan)
     char               range[96];
     double             x = s->def;
 
-    if (H5Aexists(g, s->attr) > 0) PetscCall(plan_attr_number(g, where, s->attr, &x));
+    if (io_attr_exists(g, s->attr)) PetscCall(plan_attr_number(g, where, s->attr, &x));
     else PetscCheck(s->since_fusion, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no attribute %s", where, s->attr);
     PetscCheck(plan_setting_valid(s, x), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s is %g, expected %s", where, s->attr, x, plan_setting_range(s, range, sizeof range));
     plan_setting_set(plan, s, x);

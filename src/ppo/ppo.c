@@ -18,6 +18,22 @@ static const char *const critic_names[] = {"reward", "actor", "CriticInit", "CRI
 /* The rows that put the KL in the loss under -ppo_kl_in auto; that draw groups. */
 static PetscBool algo_kl_in_loss(const PPOAlgoSpec *a) { return a->kl_in_loss; }
 static PetscBool algo_groups(const PPOAlgoSpec *a) { return a->groups; }
+/* The fields PPO uses, from the values src/reward read. (A pipeline then
+ * names its own -reward_checkpoint in reward_ckpt.) */
+static PetscErrorCode ppo_reward_values(PPOOptions *o)
+{
+  const RewardOptions *r = &o->reward;
+
+  PetscFunctionBegin;
+  PetscCall(PetscStrncpy(o->reward_ckpt, r->checkpoint, sizeof o->reward_ckpt));
+  PetscCall(PetscStrncpy(o->reward_fn, r->fn, sizeof o->reward_fn));
+  PetscCall(PetscStrncpy(o->reward_command, r->command, sizeof o->reward_command));
+  o->reward_length_start    = r->length_start;
+  o->reward_model_weight    = r->model_weight;
+  o->reward_command_weight  = r->command_weight;
+  o->reward_command_timeout = r->command_timeout;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
 
 /* Every PPO option but the plan's and the trainer's: what describes the
  * job to the cost model (ppo_cost_deck) whatever ranks it is planned for. */
@@ -36,7 +52,6 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptInt("-rollout_batch", "Responses generated per iteration", 64, &o->rollout_batch);
   RfOptString("-actor_checkpoint", "SFT checkpoint (role policy) that starts the actor", o->actor_ckpt, sizeof o->actor_ckpt);
   RfOptString("-reference_checkpoint", "Checkpoint (role policy) of the frozen reference (default: -actor_checkpoint)", o->reference_ckpt, sizeof o->reference_ckpt);
-  RfOptString("-reward_checkpoint", "Reward-model checkpoint (role reward); optional with -reward_fn or -reward_command", o->reward_ckpt, sizeof o->reward_ckpt);
   RfOptEnum("-critic_init", "Critic starts from the reward model (whole) or the actor's trunk with a fresh scalar head", critic_names, 2, &o->critic_init);
   RfOptString("-fuse_train_schedule", "-fuse_train 1: run this fused schedule file (-mode schedule writes one; checked against the training stage's stages and micro-batches) instead of searching one from measured forward times", o->fuse_schedule, sizeof o->fuse_schedule);
   RfOptBool("-dump_rollouts", "Write every iteration's rollout to <output_dir>/rollouts.h5", PETSC_FALSE, &o->dump_rollouts);
@@ -79,14 +94,8 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptInt("-eval_samples", "Responses per held-out prompt: accuracy is over all of them, pass@k for k this count", 1, &o->eval_samples);
   RfOptBool("-eval_greedy", "Held-out responses greedy (the most probable token) while training samples (-gen_greedy: both greedy)", PETSC_FALSE, &o->eval_greedy);
   PetscOptionsEnd();
-  PetscOptionsBegin(PETSC_COMM_WORLD, "reward_", "Rewards", NULL);
-  RfOptString("-fn", "Rule rewards on the response text, summed with weights: NAME[:WEIGHT],... of numeric (the last number or \\boxed{} answer equals the reference), exact (the response is the reference), format (an answer is stated and the response ended), length (0 up to -reward_length_start tokens, then down to -1 at -gen_max_new_tokens)", o->reward_fn, sizeof o->reward_fn);
-  RfOptInt("-length_start", "The length reward's last unpenalised response length, in tokens (default: half of -gen_max_new_tokens)", -1, &o->reward_length_start);
-  RfOptReal("-model_weight", "The reward model's weight in the reward (with -reward_checkpoint)", 1.0, &o->reward_model_weight);
-  RfOptString("-command", "A reward program, started once through /bin/sh: it reads one JSON line per batch of samples and writes one number per sample (docs/rewards.md)", o->reward_command, sizeof o->reward_command);
-  RfOptReal("-command_weight", "The reward command's weight in the reward", 1.0, &o->reward_command_weight);
-  RfOptReal("-command_timeout", "Seconds the reward command may take for one batch", 600.0, &o->reward_command_timeout);
-  PetscOptionsEnd();
+  PetscCall(reward_options_from_options(&o->reward)); /* src/reward owns the -reward_ options */
+  PetscCall(ppo_reward_values(o));
   PetscOptionsBegin(PETSC_COMM_WORLD, "grpo_", "GRPO", NULL);
   RfOptInt("-group", "Samples per prompt (-algo grpo, the k of rloo, the baseline's group of reinforce_pp); must divide -rollout_batch", 4, &o->group);
   RfOptBool("-scale_std", "Divide a GRPO advantage by its group's standard deviation (false: Dr. GRPO, only the mean subtracted)", PETSC_TRUE, &o->scale_std);
@@ -113,8 +122,9 @@ static PetscErrorCode ppo_check_options(PPOOptions *o)
   PetscInt mb;
 
   PetscFunctionBegin;
-  PetscCall(reward_spec_parse("-reward_fn", o->reward_fn, &o->reward_spec));
-  if (o->reward_length_start < 0) o->reward_length_start = o->gen.max_new_tokens / 2;
+  PetscCall(reward_options_check(&o->reward, o->gen.max_new_tokens)); /* -reward_fn parsed, the length reward's start */
+  o->reward_spec         = o->reward.spec;
+  o->reward_length_start = o->reward.length_start;
   PetscCheck(o->iterations >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_iterations %" PetscInt_FMT " must be >= 0", o->iterations);
   PetscCheck(o->rollout_batch > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rollout_batch %" PetscInt_FMT " must be positive", o->rollout_batch);
   PetscCheck(o->minibatches > 0 && o->rollout_batch % o->minibatches == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rollout_batch %" PetscInt_FMT " is not divisible into -ppo_minibatches %" PetscInt_FMT, o->rollout_batch, o->minibatches);
@@ -133,9 +143,6 @@ static PetscErrorCode ppo_check_options(PPOOptions *o)
   PetscCheck(!o->fuse_schedule[0] || o->plan.fuse_train, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train_schedule %s needs -fuse_train 1", o->fuse_schedule);
   PetscCheck(o->restart[0] || o->actor_ckpt[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode ppo needs -actor_checkpoint (SFT), or -restart");
   PetscCheck(o->restart[0] || o->reward_ckpt[0] || o->reward_spec.n || o->reward_command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode ppo needs a reward: -reward_checkpoint (a reward model), -reward_fn (rule rewards) or -reward_command (a reward program)");
-  PetscCheck(o->reward_model_weight >= 0 && o->reward_command_weight >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reward_model_weight and -reward_command_weight must be >= 0");
-  PetscCheck(o->reward_command_timeout > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reward_command_timeout %g must be positive", (double)o->reward_command_timeout);
-  PetscCheck(o->reward_length_start >= 0 && o->reward_length_start <= o->gen.max_new_tokens, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reward_length_start %" PetscInt_FMT " must be in [0, -gen_max_new_tokens %" PetscInt_FMT "]", o->reward_length_start, o->gen.max_new_tokens);
   PetscCheck(o->dynamic_rounds >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_dynamic_rounds %" PetscInt_FMT " must be at least 1", o->dynamic_rounds);
   PetscCheck(o->dynamic_rounds == 1 || o->dynamic_sampling, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_rounds %" PetscInt_FMT " is the most rounds of -ppo_dynamic_sampling, which is off", o->dynamic_rounds);
   PetscCheck(o->dynamic_sampling == 0 || o->dynamic_sampling >= 2 || (o->dynamic_sampling == 1 && o->dynamic_rounds >= 2), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_dynamic_sampling %" PetscInt_FMT " must be 0 (off), at least 2 (candidates per group kept), or 1 with -ppo_dynamic_rounds >= 2", o->dynamic_sampling);

@@ -7,7 +7,7 @@
  * hash of the key and the key is stored in it (cache_key), so a reused file
  * is checked against the whole key, not only its hash. */
 #include "profile_impl.h"
-#include "internal/h5util.h"
+#include "io.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,7 +99,7 @@ static PetscErrorCode cache_fill(const RunCtx *run, const CostDeck *deck, char *
   Profile pf;
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(PETSC_COMM_WORLD, cache_mkdir, dir));
+  PetscCall(io_on_root(PETSC_COMM_WORLD, cache_mkdir, dir));
   PetscCall(profile_measure(run, &cache_spec, deck, &pf));
   PetscCall(PetscStrncpy(pf.key, key, sizeof pf.key));
   PetscCall(profile_write_rank0(path, &pf));
@@ -123,7 +123,7 @@ PetscErrorCode profile_cached(const RunCtx *run, const CostDeck *deck, const cha
   PetscCallMPI(MPI_Bcast(key, (int)sizeof key, MPI_CHAR, 0, PETSC_COMM_WORLD));
   PetscCallMPI(MPI_Bcast(dir, (int)sizeof dir, MPI_CHAR, 0, PETSC_COMM_WORLD));
   PetscCall(sys_path_printf(path, len, "%s/%016llx.h5", dir, key_hash(key)));
-  PetscCall(h5u_rank0(PETSC_COMM_WORLD, cache_lookup, &l));
+  PetscCall(io_on_root(PETSC_COMM_WORLD, cache_lookup, &l));
   PetscCallMPI(MPI_Bcast(&l.state, 1, MPI_INT, 0, PETSC_COMM_WORLD));
   if (l.state == 1) PetscCall(PetscSNPrintf(how, howlen, "reused from the cache (key: %s)", key));
   else {

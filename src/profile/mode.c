@@ -6,7 +6,7 @@
  * rank 0 writes the profile file. So the deck of the run to be planned
  * profiles as it is. */
 #include "profile_impl.h"
-#include "internal/h5util.h"
+#include "io.h"
 #include "plan.h"
 #include <stdint.h>
 #include <string.h>
@@ -161,7 +161,7 @@ PetscErrorCode profile_write_rank0(const char *path, const Profile *pf)
   WriteCtx w = {path, pf};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(PETSC_COMM_WORLD, write_task, &w));
+  PetscCall(io_on_root(PETSC_COMM_WORLD, write_task, &w));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -220,7 +220,7 @@ PetscErrorCode profile_run(RunCtx *run, CostDeckFn deck_of)
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "profile: dry run, options are valid\n"));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  PetscCall(h5u_output_check("profile", output));
+  PetscCall(io_output_ok("profile", output));
   PetscCall(profile_measure(run, &sp, &deck, &pf));
   PetscCall(profile_write_rank0(output, &pf));
   PetscCall(PetscPrintf(PETSC_COMM_WORLD, "profile: wrote %s\n", output));

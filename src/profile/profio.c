@@ -16,7 +16,7 @@
  * The reader checks every axis (positive, increasing) and every time
  * (finite, >= 0), so the interpolation never meets a table it cannot use. */
 #include "profile.h"
-#include "internal/h5util.h"
+#include "io.h"
 #include <math.h>
 #include <string.h>
 
@@ -62,75 +62,74 @@ PetscErrorCode profile_free(Profile *pf)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode write_doubles(hid_t loc, const char *name, int ndim, const hsize_t *dims, const double *v)
+static PetscErrorCode write_doubles(IoId loc, const char *name, int ndim, const IoSize *dims, const double *v)
 {
   PetscFunctionBegin;
-  PetscCall(h5u_dataset_write(loc, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, ndim, dims, v));
+  PetscCall(io_dataset_write(loc, name, IO_F64LE, IO_DOUBLE, ndim, dims, v));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode group_create(hid_t file, const char *name, hid_t *g)
+static PetscErrorCode group_create(IoId file, const char *name, IoId *g)
 {
   PetscFunctionBegin;
-  *g = H5Gcreate2(file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  H5Call(*g, "cannot create group /%s", name);
+  PetscCall(io_group_create(file, "profile", name, g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode profile_fill(hid_t file, void *vctx)
+static PetscErrorCode profile_fill(IoId file, void *vctx)
 {
   const Profile *pf = (const Profile *)vctx;
   const char    *ints[4] = {"cores", "threads", "nranks", "ranks_per_node"};
   int            iv[4]   = {pf->cores, pf->threads, pf->nranks, pf->ranks_per_node};
-  hid_t          g;
+  IoId           g;
 
   PetscFunctionBegin;
-  PetscCall(h5u_write_version(file));
-  PetscCall(h5u_attr_write_string(file, "format", "rlfuse profile"));
-  PetscCall(h5u_attr_write_string(file, "host", pf->host));
-  PetscCall(h5u_attr_write_string(file, "backend", pf->backend));
-  for (int k = 0; k < 4; k++) PetscCall(h5u_attr_write_int(file, ints[k], H5T_STD_I32LE, iv[k]));
-  PetscCall(h5u_attr_write_double(file, "seconds", pf->seconds));
-  PetscCall(h5u_attr_write_double(file, "mem_per_rank", pf->mem_per_rank));
-  PetscCall(h5u_attr_write_double(file, "bytes_per_param", pf->bytes_per_param));
-  PetscCall(h5u_attr_write_int(file, "collectives_modeled", H5T_STD_I32LE, pf->coll_modeled));
-  if (pf->key[0]) PetscCall(h5u_attr_write_string(file, "cache_key", pf->key));
+  PetscCall(io_write_version(file));
+  PetscCall(io_attr_write_string(file, "format", "rlfuse profile"));
+  PetscCall(io_attr_write_string(file, "host", pf->host));
+  PetscCall(io_attr_write_string(file, "backend", pf->backend));
+  for (int k = 0; k < 4; k++) PetscCall(io_attr_write_int(file, ints[k], IO_I32LE, iv[k]));
+  PetscCall(io_attr_write_double(file, "seconds", pf->seconds));
+  PetscCall(io_attr_write_double(file, "mem_per_rank", pf->mem_per_rank));
+  PetscCall(io_attr_write_double(file, "bytes_per_param", pf->bytes_per_param));
+  PetscCall(io_attr_write_int(file, "collectives_modeled", IO_I32LE, pf->coll_modeled));
+  if (pf->key[0]) PetscCall(io_attr_write_string(file, "cache_key", pf->key));
   for (int i = 0; i < pf->nmodel; i++) {
     const ProfileModel *m = &pf->model[i];
     char                name[32];
     int64_t             sv[NSHAPE_INT];
-    hsize_t             d5[5] = {(hsize_t)m->ntp, COST_NPART, COST_NPHASE, (hsize_t)m->nrows, (hsize_t)m->nlen}, d1;
+    IoSize              d5[5] = {(IoSize)m->ntp, COST_NPART, COST_NPHASE, (IoSize)m->nrows, (IoSize)m->nlen}, d1;
 
     PetscCall(PetscSNPrintf(name, sizeof name, "model_%d", i));
     PetscCall(group_create(file, name, &g));
     shape_to_ints(&m->shape, sv);
-    for (int k = 0; k < NSHAPE_INT; k++) PetscCall(h5u_attr_write_int(g, shape_int_names[k], H5T_STD_I32LE, sv[k]));
-    PetscCall(h5u_attr_write_int(g, "head_dim", H5T_STD_I32LE, m->shape.head_dim)); /* 0: n_embd / n_head */
-    d1 = (hsize_t)m->ntp;
-    PetscCall(h5u_dataset_write(g, "tp", H5T_STD_I32LE, H5T_NATIVE_INT, 1, &d1, m->tp));
-    d1 = (hsize_t)m->nrows;
+    for (int k = 0; k < NSHAPE_INT; k++) PetscCall(io_attr_write_int(g, shape_int_names[k], IO_I32LE, sv[k]));
+    PetscCall(io_attr_write_int(g, "head_dim", IO_I32LE, m->shape.head_dim)); /* 0: n_embd / n_head */
+    d1 = (IoSize)m->ntp;
+    PetscCall(io_dataset_write(g, "tp", IO_I32LE, IO_INT, 1, &d1, m->tp));
+    d1 = (IoSize)m->nrows;
     PetscCall(write_doubles(g, "rows", 1, &d1, m->rows));
-    d1 = (hsize_t)m->nlen;
+    d1 = (IoSize)m->nlen;
     PetscCall(write_doubles(g, "len", 1, &d1, m->len));
     PetscCall(write_doubles(g, "seconds", 5, d5, m->sec));
-    PetscCall(h5u_close(&g));
+    PetscCall(io_close(&g));
   }
   {
-    hsize_t d1 = (hsize_t)pf->nopt;
+    IoSize d1 = (IoSize)pf->nopt;
     PetscCall(group_create(file, "optimizer", &g));
     PetscCall(write_doubles(g, "nparams", 1, &d1, pf->opt_n));
     PetscCall(write_doubles(g, "seconds", 1, &d1, pf->opt_sec));
-    PetscCall(h5u_close(&g));
+    PetscCall(io_close(&g));
   }
   {
-    hsize_t d3[3] = {COST_NCOLL, (hsize_t)pf->nmesh, (hsize_t)pf->nbytes}, d1;
+    IoSize d3[3] = {COST_NCOLL, (IoSize)pf->nmesh, (IoSize)pf->nbytes}, d1;
     PetscCall(group_create(file, "collectives", &g));
-    d1 = (hsize_t)pf->nbytes;
+    d1 = (IoSize)pf->nbytes;
     PetscCall(write_doubles(g, "bytes", 1, &d1, pf->bytes));
-    d1 = (hsize_t)pf->nmesh;
-    PetscCall(h5u_dataset_write(g, "nranks", H5T_STD_I32LE, H5T_NATIVE_INT, 1, &d1, pf->mesh));
+    d1 = (IoSize)pf->nmesh;
+    PetscCall(io_dataset_write(g, "nranks", IO_I32LE, IO_INT, 1, &d1, pf->mesh));
     PetscCall(write_doubles(g, "seconds", 3, d3, pf->coll_sec));
-    PetscCall(h5u_close(&g));
+    PetscCall(io_close(&g));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -138,8 +137,8 @@ static PetscErrorCode profile_fill(hid_t file, void *vctx)
 PetscErrorCode profile_write(const char *path, const Profile *pf)
 {
   PetscFunctionBegin;
-  PetscCall(h5u_output_check("profile", path));
-  PetscCall(h5u_write_atomic("profile", path, profile_fill, (void *)pf));
+  PetscCall(io_output_ok("profile", path));
+  PetscCall(io_write_atomic("profile", path, profile_fill, (void *)pf));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -151,25 +150,25 @@ typedef struct {
 
 /* Dataset `name` of loc, of ndim dimensions; dims in: 0 accepts any extent
  * (returned), else it must match. */
-static PetscErrorCode read_array(ReadCtx *c, hid_t loc, const char *grp, const char *name, H5T_class_t cls, int ndim, hsize_t *dims, hid_t mem, void **buf, size_t elsize)
+static PetscErrorCode read_array(ReadCtx *c, IoId loc, const char *grp, const char *name, IoClass cls, int ndim, IoSize *dims, IoType mem, void **buf, size_t elsize)
 {
   char           full[96];
-  hid_t          d;
+  IoId           d;
   size_t         n = 1;
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(full, sizeof full, "/%s/%s", grp, name));
-  PetscCheck(H5Lexists(loc, name, H5P_DEFAULT) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no dataset %s", c->where, full);
-  PetscCall(h5u_dataset_open(loc, c->where, full, name, cls, 0, ndim, dims, &d));
+  PetscCheck(io_exists(loc, name), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no dataset %s", c->where, full);
+  PetscCall(io_dataset_open(loc, c->where, full, name, cls, 0, ndim, dims, &d));
   for (int k = 0; k < ndim; k++) n *= (size_t)dims[k];
   if (n == 0) {
-    h5u_close(&d);
+    io_close(&d);
     SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s is empty", c->where, full);
   }
   if (*buf == NULL) PetscCall(PetscMalloc(n * elsize, buf));
-  ierr = h5u_dataset_read(d, c->where, full, mem, *buf);
-  h5u_close(&d);
+  ierr = io_dataset_read(d, c->where, full, mem, *buf);
+  io_close(&d);
   PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -191,38 +190,37 @@ static PetscErrorCode check_times(ReadCtx *c, const char *full, size_t n, const 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode read_model(ReadCtx *c, hid_t file, int i)
+static PetscErrorCode read_model(ReadCtx *c, IoId file, int i)
 {
   ProfileModel *m = &c->pf->model[i];
   char          name[32];
-  hid_t         g;
+  IoId          g;
   int64_t       sv[NSHAPE_INT];
-  hsize_t       d1, d5[5];
+  IoSize        d1, d5[5];
   double       *axis;
 
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(name, sizeof name, "model_%d", i));
-  g = H5Gopen2(file, name, H5P_DEFAULT);
-  H5Call(g, "%s: cannot open group /%s", c->where, name);
-  for (int k = 0; k < NSHAPE_INT; k++) PetscCall(h5u_attr_read_int(g, c->where, shape_int_names[k], 0, INT32_MAX, &sv[k]));
+  PetscCall(io_group_open(file, c->where, name, &g));
+  for (int k = 0; k < NSHAPE_INT; k++) PetscCall(io_attr_read_int(g, c->where, shape_int_names[k], 0, INT32_MAX, &sv[k]));
   shape_from_ints(sv, &m->shape);
   m->shape.head_dim = 0; /* profiles written before it: n_embd / n_head */
-  if (H5Aexists(g, "head_dim") > 0) {
+  if (io_attr_exists(g, "head_dim")) {
     int64_t hd;
-    PetscCall(h5u_attr_read_int(g, c->where, "head_dim", 0, INT32_MAX, &hd));
+    PetscCall(io_attr_read_int(g, c->where, "head_dim", 0, INT32_MAX, &hd));
     m->shape.head_dim = (int)hd;
   }
   {
     int   *tp = NULL;
     double *r = NULL, *l = NULL;
     d1 = 0;
-    PetscCall(read_array(c, g, name, "tp", H5T_INTEGER, 1, &d1, H5T_NATIVE_INT, (void **)&tp, sizeof(int)));
+    PetscCall(read_array(c, g, name, "tp", IO_CLASS_INT, 1, &d1, IO_INT, (void **)&tp, sizeof(int)));
     m->ntp = (int)d1;
     d1 = 0;
-    PetscCall(read_array(c, g, name, "rows", H5T_FLOAT, 1, &d1, H5T_NATIVE_DOUBLE, (void **)&r, sizeof(double)));
+    PetscCall(read_array(c, g, name, "rows", IO_CLASS_FLOAT, 1, &d1, IO_DOUBLE, (void **)&r, sizeof(double)));
     m->nrows = (int)d1;
     d1 = 0;
-    PetscCall(read_array(c, g, name, "len", H5T_FLOAT, 1, &d1, H5T_NATIVE_DOUBLE, (void **)&l, sizeof(double)));
+    PetscCall(read_array(c, g, name, "len", IO_CLASS_FLOAT, 1, &d1, IO_DOUBLE, (void **)&l, sizeof(double)));
     m->nlen = (int)d1;
     PetscCall(profile_model_alloc(m, m->ntp, m->nrows, m->nlen));
     PetscCall(PetscArraycpy(m->tp, tp, m->ntp));
@@ -241,37 +239,35 @@ static PetscErrorCode read_model(ReadCtx *c, hid_t file, int i)
   PetscCall(check_axis(c, name, m->nrows, m->rows));
   PetscCall(PetscSNPrintf(name, sizeof name, "/model_%d/len", i));
   PetscCall(check_axis(c, name, m->nlen, m->len));
-  d5[0] = (hsize_t)m->ntp, d5[1] = COST_NPART, d5[2] = COST_NPHASE, d5[3] = (hsize_t)m->nrows, d5[4] = (hsize_t)m->nlen;
+  d5[0] = (IoSize)m->ntp, d5[1] = COST_NPART, d5[2] = COST_NPHASE, d5[3] = (IoSize)m->nrows, d5[4] = (IoSize)m->nlen;
   PetscCall(PetscSNPrintf(name, sizeof name, "model_%d", i));
-  PetscCall(read_array(c, g, name, "seconds", H5T_FLOAT, 5, d5, H5T_NATIVE_DOUBLE, (void **)&m->sec, sizeof(double)));
+  PetscCall(read_array(c, g, name, "seconds", IO_CLASS_FLOAT, 5, d5, IO_DOUBLE, (void **)&m->sec, sizeof(double)));
   PetscCall(PetscSNPrintf(name, sizeof name, "/model_%d/seconds", i));
   PetscCall(check_times(c, name, (size_t)m->ntp * COST_NPART * COST_NPHASE * m->nrows * m->nlen, m->sec));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode read_tables(ReadCtx *c, hid_t file)
+static PetscErrorCode read_tables(ReadCtx *c, IoId file)
 {
   Profile *pf = c->pf;
-  hid_t    g;
-  hsize_t  d1 = 0, d3[3];
+  IoId     g;
+  IoSize   d1 = 0, d3[3];
   double  *n = NULL, *b = NULL;
   int     *mesh = NULL;
 
   PetscFunctionBegin;
-  PetscCheck(H5Lexists(file, "optimizer", H5P_DEFAULT) > 0 && H5Lexists(file, "collectives", H5P_DEFAULT) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no /optimizer or no /collectives group", c->where);
-  g = H5Gopen2(file, "optimizer", H5P_DEFAULT);
-  H5Call(g, "%s: cannot open /optimizer", c->where);
-  PetscCall(read_array(c, g, "optimizer", "nparams", H5T_FLOAT, 1, &d1, H5T_NATIVE_DOUBLE, (void **)&n, sizeof(double)));
+  PetscCheck(io_exists(file, "optimizer") && io_exists(file, "collectives"), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no /optimizer or no /collectives group", c->where);
+  PetscCall(io_group_open(file, c->where, "optimizer", &g));
+  PetscCall(read_array(c, g, "optimizer", "nparams", IO_CLASS_FLOAT, 1, &d1, IO_DOUBLE, (void **)&n, sizeof(double)));
   pf->nopt = (int)d1;
-  PetscCall(h5u_close(&g));
-  g = H5Gopen2(file, "collectives", H5P_DEFAULT);
-  H5Call(g, "%s: cannot open /collectives", c->where);
+  PetscCall(io_close(&g));
+  PetscCall(io_group_open(file, c->where, "collectives", &g));
   d1 = 0;
-  PetscCall(read_array(c, g, "collectives", "bytes", H5T_FLOAT, 1, &d1, H5T_NATIVE_DOUBLE, (void **)&b, sizeof(double)));
+  PetscCall(read_array(c, g, "collectives", "bytes", IO_CLASS_FLOAT, 1, &d1, IO_DOUBLE, (void **)&b, sizeof(double)));
   pf->nbytes = (int)d1;
   d1 = 0;
-  PetscCall(read_array(c, g, "collectives", "nranks", H5T_INTEGER, 1, &d1, H5T_NATIVE_INT, (void **)&mesh, sizeof(int)));
+  PetscCall(read_array(c, g, "collectives", "nranks", IO_CLASS_INT, 1, &d1, IO_INT, (void **)&mesh, sizeof(int)));
   PetscCall(profile_tables_alloc(pf, pf->nopt, (int)d1, pf->nbytes));
   PetscCall(PetscArraycpy(pf->opt_n, n, pf->nopt));
   PetscCall(PetscArraycpy(pf->bytes, b, pf->nbytes));
@@ -279,14 +275,13 @@ static PetscErrorCode read_tables(ReadCtx *c, hid_t file)
   PetscCall(PetscFree(n));
   PetscCall(PetscFree(b));
   PetscCall(PetscFree(mesh));
-  d3[0] = COST_NCOLL, d3[1] = (hsize_t)pf->nmesh, d3[2] = (hsize_t)pf->nbytes;
-  PetscCall(read_array(c, g, "collectives", "seconds", H5T_FLOAT, 3, d3, H5T_NATIVE_DOUBLE, (void **)&pf->coll_sec, sizeof(double)));
-  PetscCall(h5u_close(&g));
-  g = H5Gopen2(file, "optimizer", H5P_DEFAULT);
-  H5Call(g, "%s: cannot open /optimizer", c->where);
-  d1 = (hsize_t)pf->nopt;
-  PetscCall(read_array(c, g, "optimizer", "seconds", H5T_FLOAT, 1, &d1, H5T_NATIVE_DOUBLE, (void **)&pf->opt_sec, sizeof(double)));
-  PetscCall(h5u_close(&g));
+  d3[0] = COST_NCOLL, d3[1] = (IoSize)pf->nmesh, d3[2] = (IoSize)pf->nbytes;
+  PetscCall(read_array(c, g, "collectives", "seconds", IO_CLASS_FLOAT, 3, d3, IO_DOUBLE, (void **)&pf->coll_sec, sizeof(double)));
+  PetscCall(io_close(&g));
+  PetscCall(io_group_open(file, c->where, "optimizer", &g));
+  d1 = (IoSize)pf->nopt;
+  PetscCall(read_array(c, g, "optimizer", "seconds", IO_CLASS_FLOAT, 1, &d1, IO_DOUBLE, (void **)&pf->opt_sec, sizeof(double)));
+  PetscCall(io_close(&g));
   PetscCall(check_axis(c, "/optimizer/nparams", pf->nopt, pf->opt_n));
   PetscCall(check_times(c, "/optimizer/seconds", (size_t)pf->nopt, pf->opt_sec));
   PetscCall(check_axis(c, "/collectives/bytes", pf->nbytes, pf->bytes));
@@ -296,7 +291,7 @@ static PetscErrorCode read_tables(ReadCtx *c, hid_t file)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode profile_read_fill(hid_t file, void *vctx)
+static PetscErrorCode profile_read_fill(IoId file, void *vctx)
 {
   ReadCtx *c  = (ReadCtx *)vctx;
   Profile *pf = c->pf;
@@ -306,27 +301,27 @@ static PetscErrorCode profile_read_fill(hid_t file, void *vctx)
   int        *iv[4]   = {&pf->cores, &pf->threads, &pf->nranks, &pf->ranks_per_node};
 
   PetscFunctionBegin;
-  PetscCall(h5u_attr_read_string(file, c->where, "format", fmt, sizeof fmt));
+  PetscCall(io_attr_read_string(file, c->where, "format", fmt, sizeof fmt));
   PetscCheck(!strcmp(fmt, "rlfuse profile"), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: format is '%s', not 'rlfuse profile'", c->where, fmt);
-  PetscCall(h5u_attr_read_string(file, c->where, "host", pf->host, sizeof pf->host));
-  PetscCall(h5u_attr_read_string(file, c->where, "backend", pf->backend, sizeof pf->backend));
+  PetscCall(io_attr_read_string(file, c->where, "host", pf->host, sizeof pf->host));
+  PetscCall(io_attr_read_string(file, c->where, "backend", pf->backend, sizeof pf->backend));
   for (int k = 0; k < 4; k++) {
-    PetscCall(h5u_attr_read_int(file, c->where, ints[k], 1, INT32_MAX, &v));
+    PetscCall(io_attr_read_int(file, c->where, ints[k], 1, INT32_MAX, &v));
     *iv[k] = (int)v;
   }
-  PetscCall(h5u_attr_read_double(file, c->where, "seconds", &pf->seconds));
-  PetscCall(h5u_attr_read_double(file, c->where, "mem_per_rank", &pf->mem_per_rank));
-  PetscCall(h5u_attr_read_double(file, c->where, "bytes_per_param", &pf->bytes_per_param));
-  if (H5Aexists(file, "collectives_modeled") > 0) { /* absent in profiles written before it */
-    PetscCall(h5u_attr_read_int(file, c->where, "collectives_modeled", 0, 1, &v));
+  PetscCall(io_attr_read_double(file, c->where, "seconds", &pf->seconds));
+  PetscCall(io_attr_read_double(file, c->where, "mem_per_rank", &pf->mem_per_rank));
+  PetscCall(io_attr_read_double(file, c->where, "bytes_per_param", &pf->bytes_per_param));
+  if (io_attr_exists(file, "collectives_modeled")) { /* absent in profiles written before it */
+    PetscCall(io_attr_read_int(file, c->where, "collectives_modeled", 0, 1, &v));
     pf->coll_modeled = (int)v;
   }
-  if (H5Aexists(file, "cache_key") > 0) PetscCall(h5u_attr_read_string(file, c->where, "cache_key", pf->key, sizeof pf->key));
+  if (io_attr_exists(file, "cache_key")) PetscCall(io_attr_read_string(file, c->where, "cache_key", pf->key, sizeof pf->key));
   PetscCheck(pf->mem_per_rank > 0 && pf->bytes_per_param > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: mem_per_rank %g and bytes_per_param %g must be positive", c->where, pf->mem_per_rank, pf->bytes_per_param);
   while (pf->nmodel < PROFILE_MAX_MODELS) {
     char name[32];
     PetscCall(PetscSNPrintf(name, sizeof name, "model_%d", pf->nmodel));
-    if (H5Lexists(file, name, H5P_DEFAULT) <= 0) break;
+    if (!io_exists(file, name)) break;
     pf->nmodel++; /* counted first, so profile_free frees a half-read table */
     PetscCall(read_model(c, file, pf->nmodel - 1));
   }
@@ -343,7 +338,7 @@ PetscErrorCode profile_read(const char *path, Profile *pf)
   PetscFunctionBegin;
   PetscCall(PetscMemzero(pf, sizeof *pf));
   PetscCall(PetscSNPrintf(c.where, sizeof c.where, "profile %s", path));
-  ierr = h5u_read_file("profile", path, profile_read_fill, &c);
+  ierr = io_read_file("profile", path, profile_read_fill, &c);
   if (ierr) (void)profile_free(pf);
   PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -3,7 +3,7 @@
  * Read from a checkpoint's /tokenizer (docs/formats.md) on rank 0, checked
  * there, then broadcast; or built from a built-in task's vocabulary. */
 #include "reward.h"
-#include "internal/h5util.h"
+#include "io.h"
 
 #include <limits.h>
 #include <string.h>
@@ -12,7 +12,7 @@ typedef struct {
   const char *path;
   TokenTable *tt;
   PetscBool   found;
-  hid_t       g, dbytes, doff, dtype; /* closed by table_read_file whatever happened */
+  IoId        g, dbytes, doff, dtype; /* closed by table_read_file whatever happened */
 } TableCtx;
 
 /* V+1 offsets from 0, never falling, ending at the byte count. */
@@ -28,69 +28,58 @@ static PetscErrorCode table_check_offsets(const char *where, const int64_t *off,
 }
 
 /* The group's datasets and attribute into ctx->tt (handles left in ctx). */
-static PetscErrorCode table_read_group(hid_t file, TableCtx *ctx)
+static PetscErrorCode table_read_group(IoId file, TableCtx *ctx)
 {
   TokenTable *tt = ctx->tt;
   char        where[PETSC_MAX_PATH_LEN + 16], gwhere[PETSC_MAX_PATH_LEN + 32];
-  hsize_t     no[1] = {0}, nb[1] = {0}, nt[1] = {0};
-  H5O_info_t  info;
+  IoSize      no[1] = {0}, nb[1] = {0}, nt[1] = {0};
   int64_t     eos;
 
   PetscFunctionBegin;
-  ctx->found = (PetscBool)(H5Lexists(file, "tokenizer", H5P_DEFAULT) > 0);
+  ctx->found = io_exists(file, "tokenizer");
   if (!ctx->found) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s", ctx->path));
   PetscCall(PetscSNPrintf(gwhere, sizeof gwhere, "checkpoint %s /tokenizer", ctx->path));
-  PetscCheck(H5Oget_info_by_name(file, "tokenizer", &info, H5P_DEFAULT) >= 0 && info.type == H5O_TYPE_GROUP, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer is not a group", where);
-  ctx->g = H5Gopen2(file, "tokenizer", H5P_DEFAULT);
-  H5Call(ctx->g, "%s: cannot open group /tokenizer (corrupt file?)", where);
-  PetscCall(h5u_dataset_open(ctx->g, where, "/tokenizer/token_offsets", "token_offsets", H5T_INTEGER, 0, 1, no, &ctx->doff));
-  PetscCheck(no[0] >= 2 && no[0] <= (hsize_t)INT_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer/token_offsets has %llu entries, expected V+1 for a vocabulary of V >= 1 tokens", where, (unsigned long long)no[0]);
+  PetscCheck(io_is_group(file, "tokenizer"), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer is not a group", where);
+  PetscCall(io_group_open(file, where, "/tokenizer", &ctx->g));
+  PetscCall(io_dataset_open(ctx->g, where, "/tokenizer/token_offsets", "token_offsets", IO_CLASS_INT, 0, 1, no, &ctx->doff));
+  PetscCheck(no[0] >= 2 && no[0] <= (IoSize)INT_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer/token_offsets has %llu entries, expected V+1 for a vocabulary of V >= 1 tokens", where, (unsigned long long)no[0]);
   tt->V = (int)(no[0] - 1);
   /* token_type [V] is optional here, but when present it says what V is */
-  if (H5Lexists(ctx->g, "token_type", H5P_DEFAULT) > 0) {
-    PetscCall(h5u_dataset_open(ctx->g, where, "/tokenizer/token_type", "token_type", H5T_INTEGER, 0, 1, nt, &ctx->dtype));
-    PetscCheck(nt[0] == (hsize_t)tt->V, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer/token_offsets has %llu entries, expected %llu (the tokens of /tokenizer/token_type plus one)", where, (unsigned long long)no[0], (unsigned long long)nt[0] + 1);
+  if (io_exists(ctx->g, "token_type")) {
+    PetscCall(io_dataset_open(ctx->g, where, "/tokenizer/token_type", "token_type", IO_CLASS_INT, 0, 1, nt, &ctx->dtype));
+    PetscCheck(nt[0] == (IoSize)tt->V, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer/token_offsets has %llu entries, expected %llu (the tokens of /tokenizer/token_type plus one)", where, (unsigned long long)no[0], (unsigned long long)nt[0] + 1);
   }
-  PetscCall(h5u_dataset_open(ctx->g, where, "/tokenizer/token_bytes", "token_bytes", H5T_INTEGER, 1, 1, nb, &ctx->dbytes));
-  PetscCheck(nb[0] < (hsize_t)INT64_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer/token_bytes is too large", where);
-  PetscCall(h5u_attr_read_int(ctx->g, gwhere, "eos_id", -1, tt->V - 1, &eos));
+  PetscCall(io_dataset_open(ctx->g, where, "/tokenizer/token_bytes", "token_bytes", IO_CLASS_INT, 1, 1, nb, &ctx->dbytes));
+  PetscCheck(nb[0] < (IoSize)INT64_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer/token_bytes is too large", where);
+  PetscCall(io_attr_read_int(ctx->g, gwhere, "eos_id", -1, tt->V - 1, &eos));
   tt->eos_id = (int)eos;
   PetscCall(PetscMalloc1((size_t)tt->V + 1, &tt->off));
   PetscCall(PetscMalloc1((size_t)nb[0] + 1, &tt->bytes));
-  PetscCall(h5u_dataset_read(ctx->doff, where, "/tokenizer/token_offsets", H5T_NATIVE_INT64, tt->off));
-  if (nb[0]) PetscCall(h5u_dataset_read(ctx->dbytes, where, "/tokenizer/token_bytes", H5T_NATIVE_UCHAR, tt->bytes));
+  PetscCall(io_dataset_read(ctx->doff, where, "/tokenizer/token_offsets", IO_INT64, tt->off));
+  if (nb[0]) PetscCall(io_dataset_read(ctx->dbytes, where, "/tokenizer/token_bytes", IO_UCHAR, tt->bytes));
   PetscCall(table_check_offsets(where, tt->off, tt->V, (int64_t)nb[0]));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode table_read_file(hid_t file, void *vctx)
+static PetscErrorCode table_read_file(IoId file, void *vctx)
 {
   TableCtx      *ctx = (TableCtx *)vctx;
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
   ierr = table_read_group(file, ctx);
-  PetscCall(h5u_close(&ctx->dtype));
-  PetscCall(h5u_close(&ctx->dbytes));
-  PetscCall(h5u_close(&ctx->doff));
-  PetscCall(h5u_close(&ctx->g));
+  PetscCall(io_close(&ctx->dtype));
+  PetscCall(io_close(&ctx->dbytes));
+  PetscCall(io_close(&ctx->doff));
+  PetscCall(io_close(&ctx->g));
   PetscCall(ierr);
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-static PetscErrorCode table_read_task(void *vctx)
-{
-  TableCtx *ctx = (TableCtx *)vctx;
-
-  PetscFunctionBegin;
-  PetscCall(h5u_read_file("checkpoint", ctx->path, table_read_file, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode token_table_read(MPI_Comm comm, const char *path, TokenTable *tt, PetscBool *found)
 {
-  TableCtx       ctx = {path, tt, PETSC_FALSE, H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
+  TableCtx       ctx = {path, tt, PETSC_FALSE, IO_NONE, IO_NONE, IO_NONE, IO_NONE};
   PetscMPIInt    rank;
   PetscErrorCode ierr;
   int64_t        hdr[4];
@@ -98,7 +87,7 @@ PetscErrorCode token_table_read(MPI_Comm comm, const char *path, TokenTable *tt,
   PetscFunctionBegin;
   PetscCall(PetscMemzero(tt, sizeof *tt));
   *found = PETSC_FALSE;
-  ierr   = h5u_rank0(comm, table_read_task, &ctx);
+  ierr   = io_read_on_root(comm, "checkpoint", path, table_read_file, &ctx);
   if (ierr) PetscCall(token_table_destroy(tt));
   PetscCall(ierr);
   hdr[0] = ctx.found;
@@ -117,8 +106,8 @@ PetscErrorCode token_table_read(MPI_Comm comm, const char *path, TokenTable *tt,
     PetscCall(PetscMalloc1((size_t)tt->V + 1, &tt->off));
     PetscCall(PetscMalloc1((size_t)hdr[3] + 1, &tt->bytes));
   }
-  PetscCall(h5u_bcast(tt->off, (size_t)tt->V + 1, MPI_INT64_T, comm));
-  PetscCall(h5u_bcast(tt->bytes, (size_t)hdr[3], MPI_UNSIGNED_CHAR, comm));
+  PetscCall(io_bcast(tt->off, (size_t)tt->V + 1, MPI_INT64_T, comm));
+  PetscCall(io_bcast(tt->bytes, (size_t)hdr[3], MPI_UNSIGNED_CHAR, comm));
   *found = PETSC_TRUE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }

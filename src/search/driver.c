@@ -12,7 +12,7 @@
 #include "profile.h"
 #include "search_impl.h"
 #include "sys.h"
-#include "internal/h5util.h"
+#include "io.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -66,52 +66,19 @@ void search_needs_from_work(const CostWork *w, ModelConfig cfg[4], PlanNeeds *ne
 
 PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *spec, uint64_t seed)
 {
-  PetscInt  iters = 0, mbs = 8, chains = 2;
-  PetscReal time_s = 60, temp = 0.3;
-  PetscBool fusion = PETSC_TRUE, settings = PETSC_TRUE;
+  PlanSearchOptions po;
 
   PetscFunctionBegin;
   search_options_default(o);
-  PetscOptionsBegin(PETSC_COMM_WORLD, "plan_", "Plan search (-mode plan, -placement auto)", NULL);
-  RfOptReal("-time", "Wall-clock budget of the plan search, seconds: the presets' tuning, the annealing (it also stops at -plan_iterations) and the final polish", time_s, &time_s);
-  RfOptInt("-iterations", "Annealing iterations of each chain; the temperature cools over them, and unless -plan_time stops a chain first (-plan_time 0: no budget) a seed gives one plan, whatever the thread count (0: no cap, the temperature cools over -plan_time, and the plan depends on the machine's speed)", iters, &iters);
-  RfOptInt("-chains", "Independent annealing chains without the fusion states, and as many with them (-plan_search_fusion); they run on the OpenMP threads", chains, &chains);
-  RfOptReal("-temperature", "Initial annealing temperature as a fraction of the start plan's time per iteration (it cools to 1e-4 of that)", temp, &temp);
-  RfOptInt("-max_mbs", "Largest micro-batch count the search tries per call (powers of two)", mbs, &mbs);
-  RfOptBool("-search_fusion", "Also search the fusion settings (-fuse_gen_inf none, stream or migrate; -fuse_train) in chains of their own, beside the chains without them: the plan is never worse than without", fusion, &fusion);
-  RfOptBool("-search_settings", "Also search -plan_offload and -plan_zero1", settings, &settings);
-  PetscOptionsEnd();
-  PetscCheck(time_s >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_time %g must be >= 0 (0: no budget)", (double)time_s);
-  PetscCheck(iters >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_iterations %d must be >= 0", (int)iters);
-  PetscCheck(temp > 1e-4, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_temperature %g must be above the final 1e-4", (double)temp);
-  PetscCheck(chains >= 1 && chains <= 1024, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_chains %d must be in 1..1024", (int)chains);
-  PetscCheck(mbs >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_max_mbs %d must be at least 1", (int)mbs);
+  PetscCall(plan_search_options(&po)); /* src/plan owns the -plan_ options */
   o->seed          = seed;
-  o->max_iter      = iters;
-  o->time_s        = time_s;
-  o->t_start       = temp;
-  o->chains        = (int)chains;
-  spec->max_mbs    = (int)mbs;
-  spec->fusion     = fusion;
-  spec->settings   = settings;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-/* -cost_hardware, -cost_profile (at most one) and -cost_profile_cache. */
-typedef struct {
-  char hw[PETSC_MAX_PATH_LEN], prof[PETSC_MAX_PATH_LEN], cache[PETSC_MAX_PATH_LEN];
-} SearchPrimsPaths;
-
-static PetscErrorCode search_prims_paths(SearchPrimsPaths *pp)
-{
-  PetscFunctionBegin;
-  pp->hw[0] = pp->prof[0] = pp->cache[0] = '\0';
-  PetscOptionsBegin(PETSC_COMM_WORLD, "cost_", "Plan search primitives", NULL);
-  RfOptString("-hardware", "Hardware description deck for the analytic primitives (e.g. input/hardware/h100_sxm.deck)", pp->hw, sizeof pp->hw);
-  RfOptString("-profile", "Profile from -mode profile for the measured primitives (default, without -cost_hardware: this machine's, from the profile cache)", pp->prof, sizeof pp->prof);
-  RfOptString("-profile_cache", "Directory of the profiles the plan search measures on this machine when given no primitives (default $XDG_CACHE_HOME/rlfuse/profiles, else ~/.cache/rlfuse/profiles)", pp->cache, sizeof pp->cache);
-  PetscOptionsEnd();
-  PetscCheck(!pp->hw[0] || !pp->prof[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "the plan search takes one of -cost_hardware %s (analytic) and -cost_profile %s (measured), not both", pp->hw, pp->prof);
+  o->max_iter      = po.iterations;
+  o->time_s        = po.time_s;
+  o->t_start       = po.temperature;
+  o->chains        = po.chains;
+  spec->max_mbs    = po.max_mbs;
+  spec->fusion     = po.fusion;
+  spec->settings   = po.settings;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -122,12 +89,12 @@ static PetscErrorCode search_prims_paths(SearchPrimsPaths *pp)
  * says which; world is the plan's ranks. */
 static PetscErrorCode search_prims(const RunCtx *run, const CostDeck *deck, const CostWork *w, int world, CostPrims *p)
 {
-  SearchPrimsPaths pp;
-  char             path[PETSC_MAX_PATH_LEN], how[1400] = "given by -cost_profile";
-  const Profile   *pf;
+  CostPrimsPaths pp;
+  char           path[PETSC_MAX_PATH_LEN], how[1400] = "given by -cost_profile";
+  const Profile *pf;
 
   PetscFunctionBegin;
-  PetscCall(search_prims_paths(&pp));
+  PetscCall(cost_prims_paths_from_options(&pp));
   if (pp.hw[0]) {
     PetscCall(cost_prims_hardware(pp.hw, p));
     PetscCall(PetscPrintf(run->comm, "plan primitives: hardware %s (analytic), for %s\n", pp.hw, deck->shapes_from));
@@ -146,13 +113,13 @@ static PetscErrorCode search_prims(const RunCtx *run, const CostDeck *deck, cons
 
 PetscErrorCode search_auto_options(void)
 {
-  SearchOptions    o;
-  SearchSpaceSpec  spec;
-  SearchPrimsPaths pp;
+  SearchOptions   o;
+  SearchSpaceSpec spec;
+  CostPrimsPaths  pp;
 
   PetscFunctionBegin;
   PetscCall(search_settings_from_options(&o, &spec, 0));
-  PetscCall(search_prims_paths(&pp));
+  PetscCall(cost_prims_paths_from_options(&pp));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -285,7 +252,7 @@ PetscErrorCode search_plan(MPI_Comm comm, const CostPrims *p, const CostWork *w,
   PetscFunctionBegin;
   t.spec.needs          = needs;
   t.spec.ranks_per_node = p->ranks_per_node > 0 ? p->ranks_per_node : spec->world;
-  PetscCall(h5u_rank0(comm, search_task, &t));
+  PetscCall(io_on_root(comm, search_task, &t));
   PetscCallMPI(MPI_Bcast(best, (int)sizeof *best, MPI_BYTE, 0, comm));
   PetscCallMPI(MPI_Bcast(sum, (int)sizeof *sum, MPI_BYTE, 0, comm));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -321,8 +288,7 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn 
 {
   CostDeck         deck;
   CostJob          job;
-  PetscInt         ranks = 0;
-  char             out[PETSC_MAX_PATH_LEN] = "", tlpath[PETSC_MAX_PATH_LEN] = "";
+  PlanModeOptions  mo;
   CostPrims        prims;
   CostWork         work;
   ModelConfig      cfg[4];
@@ -335,34 +301,30 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn 
   double           t0;
 
   PetscFunctionBegin;
-  PetscOptionsBegin(PETSC_COMM_WORLD, "plan_", "Plan search (-mode plan)", NULL);
-  RfOptInt("-ranks", "-mode plan: ranks (devices) to plan for (required)", ranks, &ranks);
-  RfOptString("-output", "-mode plan: write the best plan here (HDF5 /plan, run it with -plan_file)", out, sizeof out);
-  RfOptString("-timeline", "-mode plan: write the best plan's simulated /timeline here (tools/plot_timeline.py draws it)", tlpath, sizeof tlpath);
-  PetscOptionsEnd();
+  PetscCall(plan_mode_options(&mo));
   PetscCall(PetscMemzero(&spec, sizeof spec));
   PetscCall(search_settings_from_options(&o, &spec, (uint64_t)run->seed));
   if (help) { /* the primitives' and the workload's options too */
-    SearchPrimsPaths pp;
+    CostPrimsPaths pp;
 
-    PetscCall(search_prims_paths(&pp));
+    PetscCall(cost_prims_paths_from_options(&pp));
     PetscCall(deck_of(run, PETSC_TRUE, &deck));
     PetscCall(cost_work_from_options(&deck, &work));
     PetscCall(cost_work_free(&work));
     PetscCall(job_of(run, PETSC_TRUE, &job));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  PetscCheck(ranks >= 1 && ranks <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-mode plan needs -plan_ranks N with 1 <= N <= %d (got %d)", PLAN_MAX_RANKS, (int)ranks);
-  if (out[0]) PetscCall(h5u_output_check("plan file", out));
+  PetscCheck(mo.ranks >= 1 && mo.ranks <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-mode plan needs -plan_ranks N with 1 <= N <= %d (got %d)", PLAN_MAX_RANKS, (int)mo.ranks);
+  if (mo.output[0]) PetscCall(io_output_ok("plan file", mo.output));
   PetscCall(job_of(run, PETSC_FALSE, &job));
   if (job.ppo) PetscCall(deck_of(run, PETSC_FALSE, &deck));
   else search_stages_deck(run, &job, &deck);
   PetscCall(cost_work_from_options(&deck, &work));
   if (job.ppo) search_stages_shapes(&work, &job);
-  PetscCheck(!tlpath[0] || job.ppo, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-plan_timeline %s: the timeline is of PPO's iterations, and a -mode %s deck has none", tlpath, job.mode);
-  PetscCall(search_prims(run, &deck, &work, (int)ranks, &prims));
+  PetscCheck(!mo.timeline[0] || job.ppo, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-plan_timeline %s: the timeline is of PPO's iterations, and a -mode %s deck has none", mo.timeline, job.mode);
+  PetscCall(search_prims(run, &deck, &work, (int)mo.ranks, &prims));
   search_needs_from_work(&work, cfg, &needs);
-  spec.world = (int)ranks;
+  spec.world = (int)mo.ranks;
   spec.ranks_per_node = prims.ranks_per_node > 0 ? prims.ranks_per_node : spec.world;
   PetscCall(PetscMalloc1(1, &best));
   /* the stages first, an enumeration of milliseconds: PPO's search gets the rest of -plan_time */
@@ -372,18 +334,18 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn 
   if (job.ppo) PetscCall(search_plan(run->comm, &prims, &work, &needs, &spec, &o, PETSC_TRUE, best, &sum));
   else { /* the stage's call alone: none of PPO's */
     PetscCall(PetscMemzero(&needs, sizeof needs));
-    PetscCall(plan_preset((int)ranks, PLACEMENT_COLOCATE, 0, best));
+    PetscCall(plan_preset((int)mo.ranks, PLACEMENT_COLOCATE, 0, best));
     best->nconc = 0;
     PetscCall(PetscSNPrintf(best->source, sizeof best->source, "search of the -mode %s deck's training call", job.mode));
   }
   PetscCall(search_stages_finish(run, &job, &stages, &spec, &needs, best));
   PetscCall(plan_print(run->comm, best, &needs));
   if (job.ppo) PetscCall(search_report(run, best, &sum));
-  if (out[0]) {
-    PetscCall(plan_write_file(run->comm, out, best, &needs));
-    PetscCall(PetscPrintf(run->comm, "plan written to %s (run it with -plan_file %s on %d ranks)\n", out, out, (int)ranks));
+  if (mo.output[0]) {
+    PetscCall(plan_write_file(run->comm, mo.output, best, &needs));
+    PetscCall(PetscPrintf(run->comm, "plan written to %s (run it with -plan_file %s on %d ranks)\n", mo.output, mo.output, (int)mo.ranks));
   }
-  if (tlpath[0]) PetscCall(search_write_timeline(run, tlpath, &prims, &work, best));
+  if (mo.timeline[0]) PetscCall(search_write_timeline(run, mo.timeline, &prims, &work, best));
   PetscCall(PetscFree(best));
   PetscCall(cost_work_free(&work));
   PetscCall(cost_prims_destroy(&prims));

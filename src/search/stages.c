@@ -10,7 +10,6 @@
  * auto share for them: a stage-only deck's workload, a pipeline's stages
  * on -cost_*_shape's models, and the lines printed for each. */
 #include "search_impl.h"
-#include "internal/h5util.h"
 
 #include <math.h>
 #include <string.h>
@@ -116,7 +115,7 @@ PetscErrorCode search_stages_place(MPI_Comm comm, const CostPrims *p, const Cost
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(out, sizeof *out));
-  PetscCall(h5u_rank0(comm, search_stages_rank0, &t));
+  PetscCall(io_on_root(comm, search_stages_rank0, &t));
   PetscCallMPI(MPI_Bcast(out, (int)sizeof *out, MPI_BYTE, 0, comm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -1,0 +1,65 @@
+# The module boundaries docs/design.md states: HDF5 is src/io's (no other
+# module includes inc/internal/h5util.h or names an HDF5 call, type or
+# constant), and each option prefix has one owner that reads it (-plan_ in
+# src/plan, -cost_ in src/cost, -reward_ in src/reward; the others receive
+# the values). Reads only the sources; ROOT (default .) is the tree checked.
+. regression/lib.sh
+plan 3
+"$PYTHON" - "${ROOT:-.}" <<'PY'
+import os, re, sys
+root = sys.argv[1]
+fails = 0
+def chk(name, bad):
+    global fails
+    fails += bool(bad)
+    print(("not ok - " if bad else "ok - ") + name + (f": {len(bad)} places: " + " ".join(bad[:8]) if bad else ""))
+
+srcs = []
+for d, _, fs in os.walk(os.path.join(root, "src")):
+    srcs += [os.path.join(d, f) for f in fs if f.endswith((".c", ".h"))]
+def rel(p): return os.path.relpath(p, root)
+def text(p):
+    with open(p, encoding="utf-8") as fh:
+        return fh.read()
+def code(t):  # comments and string literals blanked, lines kept
+    t = re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group(0)), t, flags=re.S)
+    t = re.sub(r"//[^\n]*", "", t)
+    return re.sub(r'"(\\.|[^"\\\n])*"', '""', t)
+outside = [p for p in sorted(srcs) if not rel(p).startswith("src/io/")]
+
+bad = [f"{rel(p)}:{i + 1}" for p in outside for i, l in enumerate(text(p).splitlines()) if re.search(r'#\s*include\s*[<"](internal/h5util\.h|hdf5\.h)', l)]
+chk("no file outside src/io includes internal/h5util.h or hdf5.h", bad)
+
+hdf = re.compile(r"\b(H5[A-Z]\w*|h5u_\w+|hid_t|hsize_t|hssize_t|herr_t)\b")
+bad = [f"{rel(p)}:{i + 1}:{m.group(1)}" for p in outside for i, l in enumerate(code(text(p)).splitlines()) for m in [hdf.search(l)] if m]
+chk("no file outside src/io names an HDF5 function, type or constant (H5*, h5u_*, hid_t, hsize_t)", bad)
+
+# every option read with a literal name, its block's prefix in front
+owner = {"plan_": "src/plan/", "cost_": "src/cost/", "reward_": "src/reward/"}
+call = re.compile(r'\b(PetscOptionsBegin|PetscOptionsEnd|RfOpt(?!Call)\w*|PetscOptions(?:HasName|Get\w+)|sys_option_given)\s*\(([^;]*)')
+bad = []
+for p in srcs:
+    prefix = None
+    for i, l in enumerate(text(p).splitlines()):
+        for m in call.finditer(l):
+            fn, args = m.group(1), m.group(2)
+            lits = re.findall(r'"((?:\\.|[^"\\])*)"', args)
+            if fn == "PetscOptionsBegin":
+                a = [x.strip() for x in args.split(",")]
+                prefix = lits[0] if len(a) > 1 and a[1].startswith('"') else ("" if len(a) > 1 and a[1] == "NULL" else None)
+                continue
+            if fn == "PetscOptionsEnd":
+                prefix = None
+                continue
+            if fn.startswith("RfOpt"):
+                name = (prefix or "") + lits[0].lstrip("-") if lits and prefix is not None else None
+            elif fn == "sys_option_given":
+                name = lits[0] + (lits[1].lstrip("-") if len(lits) > 1 else "") if lits else None
+            else:
+                name = lits[0].lstrip("-") if lits and lits[0].startswith("-") else None
+            for pre, home in owner.items():
+                if name and name.startswith(pre) and not rel(p).startswith(home):
+                    bad.append(f"{rel(p)}:{i + 1}:-{name}")
+chk("each option prefix is read by its owner only (-plan_ src/plan, -cost_ src/cost, -reward_ src/reward)", sorted(bad))
+raise SystemExit(fails > 0)
+PY
