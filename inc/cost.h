@@ -76,7 +76,7 @@ PetscErrorCode cost_prims_destroy(CostPrims *p);
 /* What one PPO/GRPO iteration does, independent of the plan. */
 typedef struct {
   CostShape actor, critic, ref, reward;
-  PetscBool critic_free;    /* GRPO, RLOO, REINFORCE++: no critic calls */
+  PetscBool critic_free;    /* an -algo without a critic: no critic calls */
   PetscBool reward_free;    /* rewards from rules or a command only: no reward model call */
   int       batch;          /* rollout sequences per iteration */
   int       prompt_len;     /* the longest prompt (memory); every prompt's length when plen is NULL */
@@ -155,7 +155,7 @@ double cost_flops(const CostShape *m, CostPart part, CostPhase ph, double rows, 
 typedef struct {
   int       batch, max_new, minibatches, micro, epochs, gen_slots;
   int       prompt_len;     /* the longest prompt: the task's, or a prompts file's */
-  PetscBool critic_free;    /* a critic-free -algo (grpo, rloo, reinforce_pp) */
+  PetscBool critic_free;    /* an -algo without a critic */
   PetscBool reward_free;    /* no reward model (-reward_fn or -reward_command only) */
   long long seed;           /* -seed: keys the drawn lengths */
   ModelConfig cfg[4];         /* actor, critic, reference, reward (critic unused when critic_free, reward when reward_free) */

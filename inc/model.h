@@ -1,6 +1,8 @@
-/* model: the GPT-2 transformer. Configuration per role from options, one flat
+/* model: the decoder-only transformer of every family (GPT-2, the LLaMA
+ * family; the differences are rows of the architecture table, src/model/arch.c).
+ * Configuration per role from options, one flat
  * parameter buffer with named views in Hugging Face state-dict order, forward,
- * backward, the LM head (tied to wte) and the scalar head (critic/reward),
+ * backward, the LM head (tied or its own) and the scalar head (critic/reward),
  * an incremental forward with a KV cache, and AdamW with global-norm clipping
  * and a warm-up + cosine learning-rate schedule.
  *

@@ -30,19 +30,15 @@ typedef struct {
   PetscInt    overlong_buffer;               /* DAPO's overlong shaping: the last tokens before max_new_tokens that pay */
   PetscReal   overlong_penalty;              /* its penalty at max_new_tokens */
   PetscBool   whiten, dump_rollouts, scale_std; /* scale_std: GRPO divides by the group's std (false: Dr. GRPO) */
-  char        actor_ckpt[PETSC_MAX_PATH_LEN], reference_ckpt[PETSC_MAX_PATH_LEN], reward_ckpt[PETSC_MAX_PATH_LEN];
+  char        actor_ckpt[PETSC_MAX_PATH_LEN], reference_ckpt[PETSC_MAX_PATH_LEN];
   char        prompts[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN];
   char        eval_file[PETSC_MAX_PATH_LEN]; /* -ppo_eval_file: held-out prompts with answers ("": the built-in task's) */
   PetscInt    eval_samples;                  /* -ppo_eval_samples: responses per held-out prompt (pass@k) */
   PetscBool   eval_greedy;                   /* -ppo_eval_greedy: held-out responses greedy (training's are sampled) */
   /* rewards (-reward_*): the reward model's score times its weight, plus
    * rule functions of the response text, plus a user's command. src/reward
-   * reads and checks them (reward); the fields below are its values. */
+   * reads and checks them (reward_options_check). */
   RewardOptions reward;
-  char        reward_fn[256], reward_command[PETSC_MAX_PATH_LEN];
-  RewardSpec  reward_spec;                   /* -reward_fn parsed */
-  PetscReal   reward_model_weight, reward_command_weight, reward_command_timeout;
-  PetscInt    reward_length_start;           /* the length function's first penalised token */
   PetscBool   has_reward_model;              /* a reward model takes part (-reward_checkpoint, or the restart file's) */
   PetscBool   eval_only;                     /* -mode eval: the held-out evaluation of -actor_checkpoint, no training */
   AdamWConfig actor_opt, critic_opt;

@@ -50,7 +50,7 @@ bad() {
   if mpirun $n $P -output_dir $d/bad -dry_run "$@" >$d/bad.log 2>&1; then not_ok "$what: accepted"; return; fi
   if grep -q -- "$want" $d/bad.log; then ok "$what: refused ($(grep -o 'rlfuse: error: .*' $d/bad.log | head -1 | cut -c1-110))"; else not_ok "$what: no '$want' in the error"; grep error $d/bad.log | head -2 | sed 's/^/# /'; fi
 }
-bad "GRPO (no critic)"                  "GRPO, RLOO and REINFORCE++ train no critic"              2 -fuse_train 1 -actor_train_pp 2 -algo grpo
+bad "GRPO (no critic)"                  "the run trains no critic"              2 -fuse_train 1 -actor_train_pp 2 -algo grpo
 bad "actor_train without pipeline"      "-actor_train_pp 1 must be at least 2" 2 -fuse_train 1
 bad "actor_train with tp 2"             "-actor_train_tp is 2"               4 -fuse_train 1 -actor_train_pp 2 -actor_train_tp 2 -actor_train_dp 1
 bad "critic pp not dividing actor pp"   "-critic_train_pp 3 must divide -actor_train_pp 4" 4 -fuse_train 1 -actor_train_pp 4 -critic_train_pp 3

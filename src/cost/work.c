@@ -232,7 +232,7 @@ PetscErrorCode cost_work_from_options(const CostDeck *d, CostWork *w)
   RfOptIntAsIntCost("-epochs", "PPO epochs per rollout (default -ppo_epochs)", w->epochs, &w->epochs);
   RfOptIntAsIntCost("-slots", "Samples a generation replica decodes together (default -gen_slots; 0: all of its rows)", w->gen_slots, &w->gen_slots);
   RfOptIntAsIntCost("-iterations", "Iterations the simulator runs (the first places the weights)", w->iterations, &w->iterations);
-  RfOptBool("-critic_free", "No critic calls (default: a critic-free -algo: grpo, rloo, reinforce_pp)", w->critic_free, &w->critic_free);
+  RfOptBool("-critic_free", "No critic calls (default: an -algo without a critic, src/ppo/algos.c)", w->critic_free, &w->critic_free);
   RfOptBool("-reward_free", "No reward model call (default: a deck whose rewards come from -reward_fn or -reward_command only)", w->reward_free, &w->reward_free);
   RfOptString("-lengths", "Response lengths: lognormal:MEDIAN:P99, uniform:LO:HI, fixed:N, hist:FILE (lines 'length count') or rollouts:FILE.h5[:iter_K] (default fixed at -cost_max_new)", lengths, sizeof lengths);
   RfOptString("-actor_shape", "Actor and reference shape by name (llama2-7b, llama2-13b, codellama-34b, llama2-70b, llama-13b, llama-33b, llama-65b); default the deck's models (its checkpoints, else the -policy_ options)", actor, sizeof actor);

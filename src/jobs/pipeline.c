@@ -37,13 +37,13 @@ PetscErrorCode pipeline_execute(const RunCtx *run, const Backend *be, PipelineOp
   PetscFunctionBegin;
   PetscCall(PetscStrcmp(sft.restart, "latest", &latest)); /* each stage then resumes from the newest checkpoint in its own directory */
   PetscCheck(!sft.restart[0] || latest, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-restart %s is for one stage: rerun that stage with -mode sft, rm or ppo and its -restart (or -restart latest)", sft.restart);
-  PetscCheck(!rm.sft[0] && !ppo.actor_ckpt[0] && !ppo.reward_ckpt[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-mode pipeline makes its own checkpoints: drop -rm_sft_checkpoint, -actor_checkpoint and -reward_checkpoint");
+  PetscCheck(!rm.sft[0] && !ppo.actor_ckpt[0] && !ppo.reward.checkpoint[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-mode pipeline makes its own checkpoints: drop -rm_sft_checkpoint, -actor_checkpoint and -reward_checkpoint");
   PetscCall(stage_ctx(run, "sft", &c_sft));
   PetscCall(stage_ctx(run, "rm", &c_rm));
   PetscCall(stage_ctx(run, "ppo", &c_ppo));
   PetscCall(sys_path_printf(rm.sft, sizeof rm.sft, "%s/final.h5", c_sft.output_dir));
   PetscCall(PetscStrncpy(ppo.actor_ckpt, rm.sft, sizeof ppo.actor_ckpt));
-  PetscCall(sys_path_printf(ppo.reward_ckpt, sizeof ppo.reward_ckpt, "%s/final.h5", c_rm.output_dir));
+  PetscCall(sys_path_printf(ppo.reward.checkpoint, sizeof ppo.reward.checkpoint, "%s/final.h5", c_rm.output_dir));
   /* Every stage is checked before any work: the later stages read the SFT
    * model's architecture from the -policy_ options, which SFT writes into
    * its checkpoint; only what needs the stages' outputs waits. */

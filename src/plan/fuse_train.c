@@ -53,7 +53,7 @@ PetscErrorCode plan_fuse_train_check(const Plan *plan, const PlanNeeds *needs)
   PetscFunctionBegin;
   /* a mode without actor_train (the SFT and RM stages of -mode pipeline) ignores it */
   if (!plan->fuse_train || !needs || !needs->cfg[MFC_ACTOR_TRAIN]) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCheck(needs->cfg[MFC_CRITIC_TRAIN], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1 fuses actor_train with critic_train: GRPO, RLOO and REINFORCE++ train no critic (use -algo ppo)");
+  PetscCheck(needs->cfg[MFC_CRITIC_TRAIN], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1 fuses actor_train with critic_train: the run trains no critic (its -algo has none; src/ppo/algos.c says which have one)");
   PetscCheck(a->pp >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1 needs a pipelined actor_train: -actor_train_pp %d must be at least 2", a->pp);
   PetscCheck(a->tp == 1 && a->dp == 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1 needs actor_train to be a pure pipeline: -actor_train_tp is %d and -actor_train_dp %d (both must be 1; not yet supported otherwise)", a->tp, a->dp);
   PetscCheck(c->pp >= 1 && a->pp % c->pp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1: -critic_train_pp %d must divide -actor_train_pp %d (the critic is replicated -actor_train_pp/-critic_train_pp times)", c->pp, a->pp);

@@ -18,22 +18,6 @@ static const char *const critic_names[] = {"reward", "actor", "CriticInit", "CRI
 /* The rows that put the KL in the loss under -ppo_kl_in auto; that draw groups. */
 static PetscBool algo_kl_in_loss(const PPOAlgoSpec *a) { return a->kl_in_loss; }
 static PetscBool algo_groups(const PPOAlgoSpec *a) { return a->groups; }
-/* The fields PPO uses, from the values src/reward read. (A pipeline then
- * names its own -reward_checkpoint in reward_ckpt.) */
-static PetscErrorCode ppo_reward_values(PPOOptions *o)
-{
-  const RewardOptions *r = &o->reward;
-
-  PetscFunctionBegin;
-  PetscCall(PetscStrncpy(o->reward_ckpt, r->checkpoint, sizeof o->reward_ckpt));
-  PetscCall(PetscStrncpy(o->reward_fn, r->fn, sizeof o->reward_fn));
-  PetscCall(PetscStrncpy(o->reward_command, r->command, sizeof o->reward_command));
-  o->reward_length_start    = r->length_start;
-  o->reward_model_weight    = r->model_weight;
-  o->reward_command_weight  = r->command_weight;
-  o->reward_command_timeout = r->command_timeout;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
 
 /* Every PPO option but the plan's and the trainer's: what describes the
  * job to the cost model (ppo_cost_deck) whatever ranks it is planned for. */
@@ -45,8 +29,8 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   PetscFunctionBegin;
   PetscCall(ppo_algo_choices(algo_names, (int)(sizeof algo_names / sizeof algo_names[0]), algo_help, sizeof algo_help));
   PetscCall(PetscStrncpy(o->prompts, "builtin", sizeof o->prompts));
-  o->actor_ckpt[0] = o->reference_ckpt[0] = o->reward_ckpt[0] = o->restart[0] = '\0';
-  o->eval_file[0] = o->reward_fn[0] = o->reward_command[0] = '\0';
+  o->actor_ckpt[0] = o->reference_ckpt[0] = o->reward.checkpoint[0] = o->restart[0] = '\0';
+  o->eval_file[0] = o->reward.fn[0] = o->reward.command[0] = '\0';
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "PPO / GRPO", NULL);
   RfOptEnum("-algo", algo_help, algo_names, ppo_nalgos, &o->algo);
   RfOptInt("-rollout_batch", "Responses generated per iteration", 64, &o->rollout_batch);
@@ -95,7 +79,6 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptBool("-eval_greedy", "Held-out responses greedy (the most probable token) while training samples (-gen_greedy: both greedy)", PETSC_FALSE, &o->eval_greedy);
   PetscOptionsEnd();
   PetscCall(reward_options_from_options(&o->reward)); /* src/reward owns the -reward_ options */
-  PetscCall(ppo_reward_values(o));
   PetscOptionsBegin(PETSC_COMM_WORLD, "grpo_", "GRPO", NULL);
   RfOptInt("-group", "Samples per prompt (-algo grpo, the k of rloo, the baseline's group of reinforce_pp); must divide -rollout_batch", 4, &o->group);
   RfOptBool("-scale_std", "Divide a GRPO advantage by its group's standard deviation (false: Dr. GRPO, only the mean subtracted)", PETSC_TRUE, &o->scale_std);
@@ -123,8 +106,6 @@ static PetscErrorCode ppo_check_options(PPOOptions *o)
 
   PetscFunctionBegin;
   PetscCall(reward_options_check(&o->reward, o->gen.max_new_tokens)); /* -reward_fn parsed, the length reward's start */
-  o->reward_spec         = o->reward.spec;
-  o->reward_length_start = o->reward.length_start;
   PetscCheck(o->iterations >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_iterations %" PetscInt_FMT " must be >= 0", o->iterations);
   PetscCheck(o->rollout_batch > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rollout_batch %" PetscInt_FMT " must be positive", o->rollout_batch);
   PetscCheck(o->minibatches > 0 && o->rollout_batch % o->minibatches == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rollout_batch %" PetscInt_FMT " is not divisible into -ppo_minibatches %" PetscInt_FMT, o->rollout_batch, o->minibatches);
@@ -142,7 +123,7 @@ static PetscErrorCode ppo_check_options(PPOOptions *o)
   if (ppo_algo(o)->groups) PetscCheck(o->group >= 2 && o->rollout_batch % o->group == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rollout_batch %" PetscInt_FMT " is not divisible into groups of -grpo_group %" PetscInt_FMT " (at least 2)", o->rollout_batch, o->group);
   PetscCheck(!o->fuse_schedule[0] || o->plan.fuse_train, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train_schedule %s needs -fuse_train 1", o->fuse_schedule);
   PetscCheck(o->restart[0] || o->actor_ckpt[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode ppo needs -actor_checkpoint (SFT), or -restart");
-  PetscCheck(o->restart[0] || o->reward_ckpt[0] || o->reward_spec.n || o->reward_command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode ppo needs a reward: -reward_checkpoint (a reward model), -reward_fn (rule rewards) or -reward_command (a reward program)");
+  PetscCheck(o->restart[0] || o->reward.checkpoint[0] || o->reward.spec.n || o->reward.command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode ppo needs a reward: -reward_checkpoint (a reward model), -reward_fn (rule rewards) or -reward_command (a reward program)");
   PetscCheck(o->dynamic_rounds >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_dynamic_rounds %" PetscInt_FMT " must be at least 1", o->dynamic_rounds);
   PetscCheck(o->dynamic_rounds == 1 || o->dynamic_sampling, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_rounds %" PetscInt_FMT " is the most rounds of -ppo_dynamic_sampling, which is off", o->dynamic_rounds);
   PetscCheck(o->dynamic_sampling == 0 || o->dynamic_sampling >= 2 || (o->dynamic_sampling == 1 && o->dynamic_rounds >= 2), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_dynamic_sampling %" PetscInt_FMT " must be 0 (off), at least 2 (candidates per group kept), or 1 with -ppo_dynamic_rounds >= 2", o->dynamic_sampling);
@@ -179,9 +160,9 @@ static void ppo_sources(const PPOOptions *o, ModelSource src[4])
     return;
   }
   src[0] = (ModelSource){o->actor_ckpt, "policy", PETSC_FALSE};
-  src[1] = o->critic_init == CRITIC_FROM_REWARD ? (ModelSource){o->reward_ckpt, "reward", PETSC_FALSE} : (ModelSource){o->actor_ckpt, "policy", PETSC_TRUE};
+  src[1] = o->critic_init == CRITIC_FROM_REWARD ? (ModelSource){o->reward.checkpoint, "reward", PETSC_FALSE} : (ModelSource){o->actor_ckpt, "policy", PETSC_TRUE};
   src[2] = (ModelSource){ref, "policy", PETSC_FALSE};
-  src[3] = (ModelSource){o->reward_ckpt, "reward", PETSC_FALSE};
+  src[3] = (ModelSource){o->reward.checkpoint, "reward", PETSC_FALSE};
 }
 
 static const char *const model_names[4] = {"actor", "critic", "reference", "reward"};
@@ -576,8 +557,8 @@ static PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const ModelC
   }
   /* with policy (-mode pipeline's checks before any stage ran) the restart file may not exist yet: the pipeline has its reward model */
   if (o->restart[0] && !policy) PetscCall(ckpt_has_role(run->comm, o->restart, "reward", &o->has_reward_model));
-  else o->has_reward_model = (PetscBool)(o->reward_ckpt[0] != 0);
-  PetscCheck(o->has_reward_model || o->reward_spec.n || o->reward_command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-restart %s holds no reward model: give the run's reward, -reward_fn or -reward_command", o->restart);
+  else o->has_reward_model = (PetscBool)(o->reward.checkpoint[0] != 0);
+  PetscCheck(o->has_reward_model || o->reward.spec.n || o->reward.command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-restart %s holds no reward model: give the run's reward, -reward_fn or -reward_command", o->restart);
   PetscCheck(!o->dynamic_sampling || !o->has_reward_model, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_sampling selects groups by their rewards right after generation, before the reward model's call: use rewards from -reward_fn or -reward_command only");
   PetscCheck(!o->dynamic_sampling || o->plan.fuse == FUSE_NONE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_sampling with -fuse_gen_inf %s: fused samples go to inference before the selection; use -fuse_gen_inf none", FuseModeNames[o->plan.fuse]);
   if (!o->has_reward_model) {
@@ -701,14 +682,14 @@ PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *d)
   PetscCall(ppo_job_options(&job, &o));
   PetscCall(model_config_set_from_options("policy_", &policy)); /* a deck without checkpoints: SFT's model */
   if (!help) PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o.restart, sizeof o.restart)); /* latest, with none there: a fresh start */
-  if (!help) PetscCall(reward_spec_parse("-reward_fn", o.reward_fn, &o.reward_spec));
-  files = !help && (o.restart[0] || o.actor_ckpt[0] || o.reward_ckpt[0]) ? PETSC_TRUE : PETSC_FALSE;
+  if (!help) PetscCall(reward_spec_parse("-reward_fn", o.reward.fn, &o.reward.spec));
+  files = !help && (o.restart[0] || o.actor_ckpt[0] || o.reward.checkpoint[0]) ? PETSC_TRUE : PETSC_FALSE;
   o.has_reward_model = PETSC_TRUE; /* a deck without checkpoints: the pipeline's, with its reward model */
   if (files) { /* the checkpoints' models; without a reward model the rewards come from -reward_fn or -reward_command */
     PetscCheck(o.restart[0] || o.actor_ckpt[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "the deck names -reward_checkpoint but not -actor_checkpoint: the models' shapes come from the checkpoints (or from -restart)");
     if (o.restart[0]) PetscCall(ckpt_has_role(run->comm, o.restart, "reward", &o.has_reward_model));
-    else o.has_reward_model = o.reward_ckpt[0] ? PETSC_TRUE : PETSC_FALSE;
-    PetscCheck(o.has_reward_model || o.reward_spec.n || o.reward_command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "the deck has no reward: -reward_checkpoint, -reward_fn or -reward_command");
+    else o.has_reward_model = o.reward.checkpoint[0] ? PETSC_TRUE : PETSC_FALSE;
+    PetscCheck(o.has_reward_model || o.reward.spec.n || o.reward.command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "the deck has no reward: -reward_checkpoint, -reward_fn or -reward_command");
   } else {
     policy.head = MODEL_HEAD_LM;
     PetscCall(model_config_check(&policy, "policy_"));

@@ -102,10 +102,10 @@ PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, PromptSourc
   }
   /* -mode eval of a held-out file generates from its prompts alone: the training prompts need no answers and set no length */
   ps->eval_alone = o->eval_only && o->eval_file[0] ? PETSC_TRUE : PETSC_FALSE;
-  PetscCheck(!reward_spec_needs_answer(&o->reward_spec) || ps->answers || ps->eval_alone, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-reward_fn %s compares responses with reference answers, but -ppo_prompts %s has none (a prompt file needs answer_bytes and answer_offsets, docs/formats.md; the built-in task: -task arith)", o->reward_fn, o->prompts);
+  PetscCheck(!reward_spec_needs_answer(&o->reward.spec) || ps->answers || ps->eval_alone, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-reward_fn %s compares responses with reference answers, but -ppo_prompts %s has none (a prompt file needs answer_bytes and answer_offsets, docs/formats.md; the built-in task: -task arith)", o->reward.fn, o->prompts);
   /* held-out prompts: a file's when given; the built-in task's when training on it */
   if (o->eval_file[0] || ps->src.builtin) PetscCall(evalset_setup(run, o, &ps->eval));
-  PetscCheck(!reward_spec_needs_answer(&o->reward_spec) || !o->eval_file[0] || ps->eval.n == 0 || ps->eval.answers, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-reward_fn %s compares responses with reference answers, but -ppo_eval_file %s has none (answer_bytes and answer_offsets, docs/formats.md)", o->reward_fn, o->eval_file);
+  PetscCheck(!reward_spec_needs_answer(&o->reward.spec) || !o->eval_file[0] || ps->eval.n == 0 || ps->eval.answers, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-reward_fn %s compares responses with reference answers, but -ppo_eval_file %s has none (answer_bytes and answer_offsets, docs/formats.md)", o->reward.fn, o->eval_file);
   ps->max_prompt = ps->eval_alone ? ps->eval.room : PetscMax(ps->max_prompt, ps->eval.room);
   PetscCall(ppo_check_memory(run, o, ps->max_prompt));
   B = (int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling));

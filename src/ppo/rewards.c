@@ -18,7 +18,7 @@
 
 PetscErrorCode ppo_rewards_setup(const RunCtx *run, const PPOOptions *o, const char *const *tables, int ntables, PetscBool builtin, PetscBool answers, PPORewards *rw)
 {
-  PetscBool found = PETSC_FALSE, need = (PetscBool)(o->reward_spec.n > 0 || o->reward_command[0] || answers);
+  PetscBool found = PETSC_FALSE, need = (PetscBool)(o->reward.spec.n > 0 || o->reward.command[0] || answers);
   PetscMPIInt rank;
 
   PetscFunctionBegin;
@@ -32,15 +32,15 @@ PetscErrorCode ppo_rewards_setup(const RunCtx *run, const PPOOptions *o, const c
     PetscCall(token_table_from_strings(arith_vocab_size(), arith_vocab(), TASK_EOS, &rw->tt));
     found = PETSC_TRUE;
   }
-  if (!found && !o->reward_spec.n && !o->reward_command[0]) { /* only the judge wanted the text: no accuracy then */
+  if (!found && !o->reward.spec.n && !o->reward.command[0]) { /* only the judge wanted the text: no accuracy then */
     if (rw->gold == PPO_GOLD_ANSWER) rw->gold = PPO_GOLD_NONE;
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCheck(found, run->comm, PETSC_ERR_ARG_INCOMP, "%s reads responses as text, but %s has no /tokenizer (docs/formats.md; tools/gguf_import.py writes one) and the task is not the built-in arithmetic one (-task arith)",
-             o->reward_spec.n ? "-reward_fn" : "-reward_command", ntables && tables[0] && tables[0][0] ? tables[0] : "the actor's checkpoint");
+             o->reward.spec.n ? "-reward_fn" : "-reward_command", ntables && tables[0] && tables[0][0] ? tables[0] : "the actor's checkpoint");
   rw->have_tt = PETSC_TRUE;
   PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  if (o->reward_command[0] && rank == 0 && !run->dry_run) PetscCall(reward_command_start(o->reward_command, o->reward_command_timeout, &rw->cmd));
+  if (o->reward.command[0] && rank == 0 && !run->dry_run) PetscCall(reward_command_start(o->reward.command, o->reward.command_timeout, &rw->cmd));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -102,7 +102,7 @@ static PetscErrorCode rewards_command(PPORewards *rw, const PPOOptions *o, Rollo
   PetscCallMPI(MPI_Bcast(v, r->B, MPI_DOUBLE, 0, MPI_COMM_WORLD));
   for (int b = 0; b < r->B; b++) {
     r->parts[(size_t)b * PPO_REWARD_PARTS + REWARD_NFN] = (float)v[b];
-    r->rule[b] += (float)(o->reward_command_weight * v[b]);
+    r->rule[b] += (float)(o->reward.command_weight * v[b]);
   }
   PetscCall(PetscFree(v));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -121,9 +121,9 @@ PetscErrorCode rollout_rule_rewards(PPORewards *rw, const PPOOptions *o, Rollout
     const char *txt = rw->have_tt ? response_text(rw, r, b, &n) : "";
 
     r->rule[b] = 0;
-    if (o->reward_spec.n) {
-      r->rule[b] = (float)reward_spec_eval(&o->reward_spec, txt, n, r->gen.eos[b], r->len[b], ans, (int)o->reward_length_start, (int)o->gen.max_new_tokens, part);
-      for (int k = 0; k < o->reward_spec.n; k++) r->parts[(size_t)b * PPO_REWARD_PARTS + o->reward_spec.fn[k]] = (float)part[k];
+    if (o->reward.spec.n) {
+      r->rule[b] = (float)reward_spec_eval(&o->reward.spec, txt, n, r->gen.eos[b], r->len[b], ans, (int)o->reward.length_start, (int)o->gen.max_new_tokens, part);
+      for (int k = 0; k < o->reward.spec.n; k++) r->parts[(size_t)b * PPO_REWARD_PARTS + o->reward.spec.fn[k]] = (float)part[k];
     }
     switch (gold) {
     case PPO_GOLD_SORT: r->gold[b] = (float)task_judge(row, r->start[b], row + r->start[b], r->len[b]); break;
@@ -137,7 +137,7 @@ PetscErrorCode rollout_rule_rewards(PPORewards *rw, const PPOOptions *o, Rollout
 PetscErrorCode rollout_command_rewards(PPORewards *rw, const PPOOptions *o, Rollout *r, int iteration)
 {
   PetscFunctionBegin;
-  if (o->reward_command[0]) PetscCall(rewards_command(rw, o, r, iteration));
+  if (o->reward.command[0]) PetscCall(rewards_command(rw, o, r, iteration));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -145,7 +145,7 @@ void rollout_final_scores(Rollout *r, const PPOOptions *o)
 {
   for (int b = 0; b < r->B; b++) {
     double f = r->rule[b] + rl_overlong_penalty(r->len[b], (int)o->gen.max_new_tokens, (int)o->overlong_buffer, o->overlong_penalty);
-    if (o->has_reward_model) f += o->reward_model_weight * rl_final_score(r->score[b], r->gen.eos[b], o->reward_clip, o->truncation_penalty);
+    if (o->has_reward_model) f += o->reward.model_weight * rl_final_score(r->score[b], r->gen.eos[b], o->reward_clip, o->truncation_penalty);
     r->final[b] = (float)f;
   }
 }
