@@ -82,8 +82,9 @@ build_petsc() {
   say "PETSc installed at $PETSC_PREFIX"
 }
 
-# Python packages for the Hugging Face tests (docs/huggingface.md): Debian's
-# torch, and transformers with what it imports from PyPI into $CACHE/python
+# Python packages for the Hugging Face tests (docs/huggingface.md) and
+# tools/tokenizer.py, which encodes with tokenizers: Debian's torch, and
+# transformers with what it imports (tokenizers among them) from PyPI into $CACHE/python
 # (pinned: transformers 4.40 is the last to run on Debian's torch 1.13;
 # --no-deps so pip leaves torch and numpy to Debian). Tests put that folder on
 # PYTHONPATH. "hf_python check" only answers whether it is all there.
