@@ -95,16 +95,23 @@ PetscErrorCode reward_options_check(RewardOptions *r, PetscInt max_new_tokens);
  * line of JSON on its standard input:
  *   {"iteration": K, "samples": [{"index": I, "prompt": "...",
  *     "response": "...", "answer": "...", "metadata": "..."}, ...]}
- * and it answers with one line per sample, each a number (JSON's syntax;
- * nan and inf are refused), in order. Its standard error passes through. */
+ * written and read with jansson; it answers with one line per sample, each
+ * a number (JSON's syntax; nan and inf are refused, and so is a magnitude
+ * beyond REWARD_COMMAND_MAX_ABS), in order. Its standard error passes
+ * through. */
 typedef struct RewardCommand RewardCommand;
+/* An answer beyond this magnitude is refused as absurd (docs/rewards.md):
+ * rewards are O(1) by design, and 1.7e308 would only surface later as a NaN
+ * loss. */
+#define REWARD_COMMAND_MAX_ABS 1e6
 typedef struct {
   int64_t     index;     /* the prompt's row in its file, or the built-in task's sample */
   const char *prompt, *response, *answer, *metadata; /* UTF-8 text; answer/metadata may be "" */
 } RewardSample;
 /* Starts the process (on the calling rank only). A command that cannot be
- * started, or exits before its first batch, is reported by the first
- * reward_command_score. */
+ * started, whose first word names a missing program (then not started, so
+ * the shell prints nothing), or that exits before its first batch, is
+ * reported by the first reward_command_score. */
 PetscErrorCode reward_command_start(const char *cmd, double timeout_s, RewardCommand **rc);
 /* Sends the batch and reads n numbers into out. Returns 0, or non-zero with
  * a one-line message in err naming the command and, where one is to blame,

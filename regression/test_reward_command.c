@@ -13,6 +13,7 @@
 #include "reward.h"
 #include "test_report.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/wait.h>
@@ -181,22 +182,29 @@ static void test_number_forms(void)
   RewardCommand *rc;
   RewardSample   s[6];
   double         v[6];
-  const double   want[6] = {1.5, -0.0, 2e-3, -125, 0, 12345678.25};
+  const double   want[6] = {1.5, -0.0, 2e-3, -125, 0, 123456.7825};
   char           err[512] = "";
   int            bad, ok;
 
   make_samples(s, 6, 0);
-  if (reward_command_start("while IFS= read -r l; do printf ' 1.5 \\n-0\\n\\t2e-3\\r\\n-1.25E+2\\n0.0\\n1.234567825e+7'; echo; done", 10, &rc)) return;
+  if (reward_command_start("while IFS= read -r l; do printf ' 1.5 \\n-0\\n\\t2e-3\\r\\n-1.25E+2\\n0.0\\n1.234567825e+5'; echo; done", 10, &rc)) return;
   bad = reward_command_score(rc, 0, 6, s, v, err, sizeof err);
   ok  = !bad;
   for (int i = 0; i < 6 && ok; i++) ok = v[i] == want[i];
   test_report(ok, "answers in JSON's number forms with blanks, tabs and CR around them", "%s", bad ? err : "wrong values");
   (void)reward_command_stop(&rc);
+  /* the bound on a reward's magnitude is allowed itself; a huge integer is a real */
+  if (reward_command_start("while IFS= read -r l; do echo 1e6; echo -1000000; echo 1e-300; done", 10, &rc)) return;
+  bad = reward_command_score(rc, 0, 3, s, v, err, sizeof err);
+  test_report(!bad && v[0] == 1e6 && v[1] == -1e6 && v[2] == 1e-300, "answers at the bound (1e6, -1000000) and a tiny one are taken", "%s", bad ? err : "wrong values");
+  (void)reward_command_stop(&rc);
 }
 
-/* The JSON line byte for byte: quotes, backslashes, control characters as
- * \u00XX, DEL and valid UTF-8 as they are, each maximal invalid UTF-8
- * sequence as one U+FFFD (what Python's decode(errors="replace") gives). */
+/* The JSON line byte for byte, as jansson writes it: quotes, backslashes,
+ * control characters as \n, \t (JSON's short escapes) or \u00XX, DEL,
+ * valid UTF-8 and characters beyond the BMP (an emoji, 4 bytes) as they
+ * are, each maximal invalid UTF-8 sequence as one U+FFFD (what Python's
+ * decode(errors="replace") gives). */
 static void test_json_line(void)
 {
   RewardCommand *rc;
@@ -205,7 +213,7 @@ static void test_json_line(void)
   char           err[512] = "", path[2 * PETSC_MAX_PATH_LEN], got[2048];
   const char    *resp = "q\"b\\s/\n\t\x01\x1f\x7f \xc3\xa9 \xff \xe2\x82 \xed\xa0\x80 \xf0\x9f\x98\x80 \xc0\xaf \xf4\x90\x80\x80 end";
   const char    *want = "{\"iteration\": 3, \"samples\": [{\"index\": 17, \"prompt\": \"say \\\"hi\\\"\", \"response\": "
-                        "\"q\\\"b\\\\s/\\u000a\\u0009\\u0001\\u001f\x7f \xc3\xa9 \xef\xbf\xbd \xef\xbf\xbd "
+                        "\"q\\\"b\\\\s/\\n\\t\\u0001\\u001F\x7f \xc3\xa9 \xef\xbf\xbd \xef\xbf\xbd "
                         "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd \xf0\x9f\x98\x80 \xef\xbf\xbd\xef\xbf\xbd "
                         "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd end\", \"answer\": \"42\", \"metadata\": \"{\\\"k\\\": [1, \\\"x\\\"]}\"}, "
                         "{\"index\": 9000000000, \"prompt\": \"\", \"response\": \"\", \"answer\": \"\", \"metadata\": \"\"}]}\n";
@@ -223,7 +231,7 @@ static void test_json_line(void)
   snprintf(path, sizeof path, "%s/echo.out", dir);
   if ((f = fopen(path, "rb"))) n = fread(got, 1, sizeof got - 1, f), fclose(f);
   got[n] = '\0';
-  test_report(!bad && n == strlen(want) && !memcmp(got, want, n), "the JSON line byte for byte: escapes, control bytes as \\u00XX, invalid UTF-8 as U+FFFD, 64-bit index", "%s | got %zu bytes: %s", err, n, got);
+  test_report(!bad && n == strlen(want) && !memcmp(got, want, n), "the JSON line byte for byte: escapes, control bytes as \\n, \\t, \\u00XX, an emoji as it is, invalid UTF-8 as U+FFFD, 64-bit index", "%s | got %zu bytes: %s", err, n, got);
   if (access(py, X_OK)) {
     test_skip("the JSON line read back by Python's json equals the response decoded with errors=\"replace\"", "no Python ($PYTHON or /usr/bin/python3)");
     return;
@@ -261,12 +269,44 @@ static void test_no_deadlock(void)
   free(v);
 }
 
+/* expect_failure with standard error sent to a file, which must stay
+ * empty: the message is the only line (the shell printed nothing). */
+static void expect_failure_alone(const char *name, const char *cmd, const char *const *want)
+{
+  char path[PETSC_MAX_PATH_LEN + 16], what[320];
+  int  fd, saved = dup(2);
+  long size = -1;
+  FILE *f;
+
+  snprintf(path, sizeof path, "%s/stderr.txt", dir);
+  fflush(stderr);
+  if (saved < 0 || (fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0) {
+    test_report(PETSC_FALSE, name, "cannot send standard error to %s", path);
+    return;
+  }
+  dup2(fd, 2), close(fd);
+  expect_failure(name, cmd, 10, 2, want);
+  fflush(stderr);
+  dup2(saved, 2), close(saved);
+  if ((f = fopen(path, "rb"))) fseek(f, 0, SEEK_END), size = ftell(f), fclose(f);
+  snprintf(what, sizeof what, "%s: nothing else on standard error (no line of the shell's)", name);
+  test_report(size == 0, what, "%ld bytes in %s", size, path);
+}
+
 static void test_failures(void)
 {
   char   cmd[300], secs[32];
   double t;
 
-  expect_failure("not found: exit status 127 and the first sample", "rlfuse_no_such_command_q7", 10, 2,
+  /* a missing program is found before the shell would print its own line */
+  expect_failure_alone("not found in PATH: named, not started", "rlfuse_no_such_command_q7 --flag x", (const char *const[]){"program \"rlfuse_no_such_command_q7\" not found in PATH", NULL});
+  expect_failure_alone("not found after exec", "exec rlfuse_no_such_command_q7", (const char *const[]){"program \"rlfuse_no_such_command_q7\" not found in PATH", NULL});
+  expect_failure_alone("a missing script path", "./rlfuse_no_such_script_q7.py arg", (const char *const[]){"program \"./rlfuse_no_such_script_q7.py\" not found: No such file or directory", NULL});
+  write_script("noexec.sh", "echo 1\n");
+  snprintf(cmd, sizeof cmd, "%.200s/noexec.sh", dir);
+  expect_failure_alone("a script that is not executable", cmd, (const char *const[]){"/noexec.sh\" is not an executable file", NULL});
+  /* past a first word that is there, the shell's own 127 */
+  expect_failure("not found later in the command: exit status 127 and the first sample", "true; rlfuse_no_such_command_q7", 10, 2,
                  (const char *const[]){"exited with status 127 (command not found?)", "0 of 2 answers", "sample 0, index 10", NULL});
   expect_failure("exits at once: its exit status", "exit 3", 10, 2, (const char *const[]){"exited with status 3 after 0 of 2 answers", NULL});
   write_script("dies.sh", "IFS= read -r l; echo 1; kill -KILL $$\n");
@@ -287,6 +327,11 @@ static void test_failures(void)
       expect_failure(name, cmd, 10, 1, (const char *const[]){"line 1 (sample 0, index 10)", quoted, NULL});
     }
   }
+  /* finite but absurd: refused at once, not a NaN loss later */
+  expect_failure("1.7e308: beyond the bound on a reward", "IFS= read -r l; echo 0.5; echo 1.7e308; exec cat > /dev/null", 10, 2,
+                 (const char *const[]){"line 2 (sample 1, index 11) is 1.7e308, beyond the bound 1e+06 on a reward's magnitude", NULL});
+  expect_failure("-2000000: beyond the bound on a reward", "IFS= read -r l; echo -2000000; exec cat > /dev/null", 10, 1,
+                 (const char *const[]){"line 1 (sample 0, index 10) is -2000000, beyond the bound 1e+06", NULL});
   expect_failure("a number beyond a double (1e999)", "IFS= read -r l; echo 1e999; exec cat > /dev/null", 10, 1,
                  (const char *const[]){"line 1 (sample 0, index 10) is out of the range of a double: \"1e999\"", NULL});
   snprintf(cmd, sizeof cmd, "IFS= read -r l; printf '%%s\\n' '%0200d'; exec cat > /dev/null", 7);

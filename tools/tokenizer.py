@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """tokenizer: text <-> token ids with the /tokenizer group of an rlfuse
 checkpoint (tools/gguf_import.py writes it; its docstring lists the group), and
-chat messages -> text by the model's chat template. Needs numpy and h5py
-only; jinja2 (make deps installs it into ~/.cache/rlfuse/python) is used
-for chat templates when present.
+chat messages -> text by the model's chat template. Needs numpy, h5py and,
+to encode, Hugging Face's tokenizers; jinja2 is used for chat templates
+when present (make deps installs both into ~/.cache/rlfuse/python).
 
 Usage: /usr/bin/python3 tools/tokenizer.py CKPT encode TEXT         ids, one line
        /usr/bin/python3 tools/tokenizer.py CKPT decode ID...        text
@@ -15,6 +15,8 @@ Usage: /usr/bin/python3 tools/tokenizer.py CKPT encode TEXT         ids, one lin
        /usr/bin/python3 tools/tokenizer.py CKPT responses GEN.h5 OUT.jsonl
                         the text of a -mode generate output (-generate_output)
 The subcommand may also come first (tokenizer.py prompts CKPT IN.jsonl OUT.h5).
+Every subcommand takes --tokenizer-json FILE anywhere: encode with the
+model's own tokenizer.json (below).
 
 prompts: each non-blank line of IN.jsonl is one JSON object, either
   {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
@@ -62,21 +64,31 @@ cut by the token limit) decode as U+FFFD. OUT.jsonl is UTF-8, written to a
 temporary and renamed. Refused: a file without the generation datasets,
 inconsistent lengths, token ids outside the vocabulary.
 
-Encoding is GPT-2 byte-level BPE (model "gpt2"): the text is split at the
-special tokens (control and user-defined token types, as transformers and
-llama.cpp's parse_special do; Tokenizer.encode(special=False) treats them as
-plain text), each remaining piece is pre-tokenized, every pre-token's UTF-8
-bytes become GPT-2's unicode stand-ins and the merges are applied by rank
-(lowest first), the vocabulary giving the ids. Pre-tokenizers (the GGUF's
-tokenizer.ggml.pre):
-  gpt2, default      GPT-2's pattern  's|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+
+Encoding is GPT-2 byte-level BPE (model "gpt2"), done by Hugging Face's
+tokenizers package (the reference implementation of these tokenizers; make
+deps installs it into ~/.cache/rlfuse/python, searched when it is not on
+the path): a tokenizers.Tokenizer is built from the checkpoint's vocabulary
+and merges, a BPE model over the tokens' byte-level forms with the
+pre-tokenizer the GGUF's tokenizer.ggml.pre names, and the control and
+user-defined tokens as added special tokens (the text is split at them
+first, leftmost and longest, as transformers and llama.cpp's parse_special
+do; Tokenizer.encode(special=False) treats them as plain text).
+Pre-tokenizers:
+  gpt2, default      ByteLevel (GPT-2's pattern)
   smollm, starcoder, refact, codeshell
-                     every digit (\\p{N}) a piece of its own first, then GPT-2's
-                     pattern (SmolLM2's tokenizer.json: Digits(individual_digits)
-                     then ByteLevel; llama.cpp's LLAMA_VOCAB_PRE_TYPE_SMOLLM)
-The pattern is matched by hand (unicodedata categories L* and N*, \\s as
-Unicode White_Space), so no regex module is needed. SentencePiece vocabularies
-(model "llama") decode but do not encode here.
+                     Digits(individual_digits) then ByteLevel, as SmolLM2's
+                     tokenizer.json (llama.cpp's LLAMA_VOCAB_PRE_TYPE_SMOLLM)
+With --tokenizer-json FILE (e.g. tokenizer.py CKPT --tokenizer-json
+tokenizer.json encode TEXT) the model's own tokenizer.json encodes
+instead; the checkpoint still decodes, renders the chat template and
+gives BOS, and every encoding's ids must spell its text with the
+checkpoint's tokens (else an error).
+The ids the hand-written BPE that this replaced gave on the SmolLM2
+prompts are kept in regression/golden/smollm2_tokenizer_ids.json and
+compared by regression/scenarios/smollm2_import.sh. SentencePiece
+vocabularies (model "llama") decode but do not encode here.
+Decoding (token bytes joined) is done here, as rlfuse's C detokenizer does
+for rewards (src/reward/table.c).
 
 Chat: the template is rendered with jinja2 as transformers does
 (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks; messages,
@@ -91,7 +103,6 @@ other template without jinja2 is an error. Errors are one line
 import json
 import os
 import sys
-import unicodedata
 
 import numpy as np
 
@@ -103,10 +114,6 @@ SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Huggin
 SMOLLM2_TEMPLATE = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
                     + SMOLLM2_SYSTEM + "<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
                     "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
-# Unicode White_Space (what \s matches in the regex module and in Rust's regex, which tokenizers uses)
-WHITE_SPACE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
-                        "\u2028\u2029\u202f\u205f\u3000")
-CONTRACTIONS = ("'s", "'t", "'re", "'ve", "'m", "'ll", "'d")
 
 
 class TokenizerError(Exception):
@@ -137,59 +144,14 @@ def bytes_to_unicode():
     return dict(zip(bs, map(chr, cs)))
 
 
-def _cls(c):
-    """'L' letter, 'N' number, 'S' White_Space, 'O' other."""
-    if c in WHITE_SPACE:
-        return "S"
-    k = unicodedata.category(c)[0]
-    return k if k in "LN" else "O"
-
-
-def split_gpt2(text):
-    """GPT-2's pre-tokenizer pattern, matched by hand, leftmost alternative first (as the regex engines do)."""
-    out, i, n = [], 0, len(text)
-    cls = [_cls(c) for c in text]
-    while i < n:
-        c = text[i]
-        if c == "'":
-            m = next((s for s in CONTRACTIONS if text.startswith(s, i)), None)
-            if m:
-                out.append(m)
-                i += len(m)
-                continue
-        j = i + 1 if c == " " and i + 1 < n and cls[i + 1] != "S" else i  # ' ?' before a letter, number or other
-        k = cls[j]
-        if k != "S":  # ' ?\p{L}+', ' ?\p{N}+' or ' ?[^\s\p{L}\p{N}]+': a run of one class
-            e = j + 1
-            while e < n and cls[e] == k:
-                e += 1
-            out.append(text[i:e])
-            i = e
-            continue
-        e = i  # '\s+(?!\S)' then '\s+': a whitespace run, less its last character when a non-space follows
-        while e < n and cls[e] == "S":
-            e += 1
-        if e < n and e - i > 1:
-            e -= 1
-        out.append(text[i:e])
-        i = e
-    return out
-
-
-def split_digits(text):
-    """tokenizers' Digits(individual_digits=True): every \\p{N} character a piece of its own."""
-    out, cur = [], []
-    for c in text:
-        if unicodedata.category(c)[0] == "N":
-            if cur:
-                out.append("".join(cur))
-                cur = []
-            out.append(c)
-        else:
-            cur.append(c)
-    if cur:
-        out.append("".join(cur))
-    return out
+def import_tokenizers():
+    """The tokenizers package, from the path or the cache folder make deps fills, or a TokenizerError."""
+    try:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from gguf_import import import_from_cache
+        return import_from_cache("tokenizers")
+    except ImportError as e:
+        raise TokenizerError(f"the tokenizers package is not installed (make deps installs it into ~/.cache/rlfuse/python): {e}")
 
 
 class Tokenizer:
@@ -199,24 +161,25 @@ class Tokenizer:
         self.model, self.pre = model, pre
         self.bos_id, self.eos_id, self.chat_template, self.add_bos = int(bos_id), int(eos_id), chat_template, int(add_bos)
         self.b2u = bytes_to_unicode()
-        self.ranks = {}
+        self.merges, seen = [], set()  # (a, b) by rank, a repeated merge kept at its first rank
         for r, m in enumerate(merges):
             a, sep, b = m.partition(" ")
             if not sep or not a or not b:
                 raise TokenizerError(f"merge {r} {m!r} is not two symbols separated by a space")
-            self.ranks.setdefault((a, b), r)
+            if (a, b) not in seen:
+                seen.add((a, b))
+                self.merges.append((a, b))
+        # the BPE's vocabulary: normal tokens by their byte-level form; special ones (split off before the BPE) by their text
         self.vocab = {}
         special = [i for i, t in enumerate(self.types) if t in (CONTROL, USER_DEFINED)]
-        for i, t in enumerate(self.types):  # the byte-level form of every token; normal ones win a clash
+        for i, t in enumerate(self.types):
             if t not in (CONTROL, USER_DEFINED):
                 self.vocab.setdefault(self._u(self.tokens[i]), i)
         for i in special:
-            self.vocab.setdefault(self._u(self.tokens[i]), i)
-        self.special = {self.tokens[i].decode("utf-8", errors="replace"): i for i in special if self.tokens[i]}
-        self._special_by_first = {}  # first character -> the special texts starting with it, longest first
-        for s in sorted(self.special, key=len, reverse=True):
-            self._special_by_first.setdefault(s[0], []).append(s)
-        self.cache = {}
+            self.vocab.setdefault(self.token_text(i), i)
+        self.special = [i for i in special if self.tokens[i]]
+        self.tokenizer_json = None
+        self._hf = {}  # special (True/False) -> tokenizers.Tokenizer
 
     @classmethod
     def from_checkpoint(cls, path):
@@ -234,73 +197,47 @@ class Tokenizer:
     def _u(self, b):
         return "".join(self.b2u[x] for x in b)
 
-    def pretokenize(self, text):
-        if self.pre in GPT2_PRE:
-            return split_gpt2(text)
-        if self.pre in DIGIT_PRE:
-            return [p for piece in split_digits(text) for p in split_gpt2(piece)]
-        raise TokenizerError(f"pre-tokenizer '{self.pre}' is not implemented (tools/tokenizer.py has {', '.join(GPT2_PRE + DIGIT_PRE)})")
-
-    def bpe(self, word):
-        """The ids of one pre-token (its byte-level unicode form)."""
-        if word in self.cache:
-            return self.cache[word]
-        sym = list(word)
-        while len(sym) > 1:
-            best, bi = None, -1
-            for i in range(len(sym) - 1):
-                r = self.ranks.get((sym[i], sym[i + 1]))
-                if r is not None and (best is None or r < best):
-                    best, bi = r, i
-            if best is None:
-                break
-            a, b = sym[bi], sym[bi + 1]
-            out, i = [], 0
-            while i < len(sym):  # merge every occurrence of the pair, left to right
-                if i < len(sym) - 1 and sym[i] == a and sym[i + 1] == b:
-                    out.append(a + b)
-                    i += 2
-                else:
-                    out.append(sym[i])
-                    i += 1
-            sym = out
-        try:
-            ids = [self.vocab[s] for s in sym]
-        except KeyError as e:
-            raise TokenizerError(f"symbol {e.args[0]!r} is not in the vocabulary")
-        self.cache[word] = ids
-        return ids
-
-    def _split_special(self, text):
-        """[(piece, id or None)]: the special tokens' texts found leftmost, longest first."""
-        out, i, start = [], 0, 0
-        while i < len(text):
-            m = next((s for s in self._special_by_first.get(text[i], ()) if text.startswith(s, i)), None)
-            if m is None:
-                i += 1
-                continue
-            if start < i:
-                out.append((text[start:i], None))
-            out.append((m, self.special[m]))
-            i += len(m)
-            start = i
-        if start < len(text):
-            out.append((text[start:], None))
-        return out
+    def hf_tokenizer(self, special=True):
+        """The tokenizers.Tokenizer that encodes: built from the vocabulary and merges, or read from --tokenizer-json;
+        special: the special tokens' texts are those tokens."""
+        if special in self._hf:
+            return self._hf[special]
+        tk = import_tokenizers()
+        if self.tokenizer_json:
+            try:
+                t = tk.Tokenizer.from_file(self.tokenizer_json)
+            except Exception as e:  # tokenizers raises plain Exceptions
+                raise TokenizerError(f"{self.tokenizer_json}: not a tokenizer.json that tokenizers reads ({str(e).splitlines()[0]})")
+        else:
+            if self.pre in GPT2_PRE:
+                pre = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+            elif self.pre in DIGIT_PRE:
+                pre = tk.pre_tokenizers.Sequence([tk.pre_tokenizers.Digits(individual_digits=True),
+                                                  tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+            else:
+                raise TokenizerError(f"pre-tokenizer '{self.pre}' is not implemented (tools/tokenizer.py has {', '.join(GPT2_PRE + DIGIT_PRE)})")
+            try:
+                t = tk.Tokenizer(tk.models.BPE(self.vocab, self.merges))
+            except Exception as e:
+                raise TokenizerError(f"the vocabulary and merges do not make a BPE model ({str(e).splitlines()[0]})")
+            t.pre_tokenizer = pre
+            t.add_special_tokens([tk.AddedToken(self.token_text(i), special=True, normalized=False) for i in self.special])
+        t.encode_special_tokens = not special  # tokenizers >= 0.15: special texts as plain text
+        self._hf[special] = t
+        return t
 
     def encode(self, text, special=True, add_bos=False):
         """Token ids of TEXT. special: the special tokens' texts are those tokens (transformers' default);
         add_bos: the BOS token first where the tokenizer's add_bos says so."""
-        if self.model != "gpt2":
+        if self.model != "gpt2" and not self.tokenizer_json:
             raise TokenizerError(f"tokenizer model '{self.model}': tools/tokenizer.py encodes GPT-2 byte-level BPE (gpt2) only")
-        ids = [self.bos_id] if add_bos and self.add_bos and self.bos_id >= 0 else []
-        for piece, sid in (self._split_special(text) if special and self.special else [(text, None)]):
-            if sid is not None:
-                ids.append(sid)
-                continue
-            for w in self.pretokenize(piece):
-                ids += self.bpe(self._u(w.encode("utf-8")))
-        return ids
+        ids = self.hf_tokenizer(special).encode(text, add_special_tokens=False).ids
+        # BPE drops a character its vocabulary cannot spell: every id must be a token and the tokens must spell the text
+        if any(not 0 <= i < len(self.tokens) for i in ids) or b"".join(self.tokens[i] for i in ids) != text.encode("utf-8", "surrogatepass"):
+            bad = next((i for i in ids if not 0 <= i < len(self.tokens)), None)
+            raise TokenizerError(f"{text[:40]!r}: " + (f"token {bad} is outside the checkpoint's vocabulary [0, {len(self.tokens)})" if bad is not None
+                                                        else "the ids do not spell the text with the checkpoint's tokens (a character the vocabulary lacks?)"))
+        return ([self.bos_id] if add_bos and self.add_bos and self.bos_id >= 0 else []) + ids
 
     def decode(self, ids, skip_special=False):
         b = b"".join(self.tokens[i] for i in ids if not (skip_special and self.types[i] == CONTROL))
@@ -615,7 +552,15 @@ def fail(msg):
 
 def main():
     cmds = ("encode", "decode", "chat", "prompts", "responses")
-    a = sys.argv[1:]
+    a, tokenizer_json = sys.argv[1:], None
+    if "--tokenizer-json" in a:
+        i = a.index("--tokenizer-json")
+        if i + 1 >= len(a):
+            fail("--tokenizer-json needs a file")
+        tokenizer_json = a[i + 1]
+        del a[i:i + 2]
+        if not os.path.isfile(tokenizer_json):
+            fail(f"--tokenizer-json {tokenizer_json}: no such file")
     if len(a) >= 2 and a[0] in ("prompts", "responses") and a[1] not in cmds and not os.path.isfile(a[0]):
         a[0], a[1] = a[1], a[0]  # tokenizer.py prompts CKPT ...
     if len(a) < 2 or a[1] not in cmds:
@@ -623,6 +568,7 @@ def main():
              "CKPT prompts IN.jsonl OUT.h5 [--no-chat] [--role ROLE] [--suffix TEXT] | CKPT responses GEN.h5 OUT.jsonl")
     try:
         tk = Tokenizer.from_checkpoint(a[0])
+        tk.tokenizer_json = tokenizer_json
         if a[1] == "encode":
             if len(a) != 3:
                 fail("encode takes one TEXT argument")

@@ -9,10 +9,11 @@
 # checkpoint holding only /tokenizer and the policy's vocab_size and
 # n_positions, so nothing needs the SmolLM2 model. The built-in arithmetic
 # task's questions as text (-mode data -data_text) go through it with
-# --suffix. The reasoning-gym checks skip, saying so, when make deps has not
+# --suffix. tokenizer.py --tokenizer-json encodes as the checkpoint's own
+# BPE. The reasoning-gym checks skip, saying so, when make deps has not
 # installed it. About 20 s.
 . regression/lib.sh
-N=13; plan $N
+N=15; plan $N
 d="$RLFUSE_TMP/prompt_answers"; mkdir -p $d
 tk() { "$PYTHON" tools/tokenizer.py "$@"; }
 C=$d/tok.h5
@@ -245,4 +246,16 @@ good = (n == 5 and [ab[ao[i]:ao[i + 1]].decode() for i in range(n)] == [x["answe
 print(("ok - " if good else "not ok - ") + "rg_prompts.py --suffix ... -> tokenizer.py prompts: 5 rows whose /answer_* and /metadata_* "
       "are the JSONL's answers and metadata")
 PY
+
+# tools/tokenizer.py --tokenizer-json: a model's own tokenizer.json (here the one tokenizers builds from the
+# checkpoint, saved) encodes as the checkpoint does; a file tokenizers cannot read is refused in one line
+"$PYTHON" -c 'import sys; sys.path.insert(0, "tools"); from tokenizer import Tokenizer; Tokenizer.from_checkpoint(sys.argv[1]).hf_tokenizer().save(sys.argv[2])' \
+  $C $d/tokenizer.json 2>$d/tj.err || not_ok "save a tokenizer.json: $(tail -1 $d/tj.err)"
+text="the heat <|im_end|> 123 he"
+a=$(tk $C encode "$text" 2>&1); b=$(tk $C --tokenizer-json $d/tokenizer.json encode "$text" 2>&1)
+check "tokenizer.py --tokenizer-json FILE encode: the ids of the checkpoint's own BPE ($b)" test -n "$a" -a "$a" = "$b"
+echo '{"not": "a tokenizer"}' >$d/bad_tokenizer.json
+out=$(tk $C --tokenizer-json $d/bad_tokenizer.json encode "$text" 2>&1); rc=$?
+check "tokenizer.py --tokenizer-json with a file tokenizers cannot read: exit 1, one line naming it ($out)" \
+  bash -c "[ $rc -eq 1 ] && [ \$(echo \"\$1\" | wc -l) -eq 1 ] && echo \"\$1\" | grep -q '^tokenizer: error: .*bad_tokenizer.json: not a tokenizer.json'" _ "$out"
 finish

@@ -4,11 +4,12 @@
 # run as the rule it reimplements, a prompt file with reference answers,
 # -mode eval, GRPO with a rule reward on 2 ranks as on 1, the learning
 # regression, and the refusals (bad -reward_fn, answers missing or
-# mismatched, a reward command that fails, with the earlier checkpoint kept),
+# mismatched, a reward command that fails, prints nan or 1.7e308, or is not
+# there, with the earlier checkpoint kept),
 # and DAPO's dynamic sampling (its selection recomputed, in one round and in
 # several, on 2 ranks as on 1).
 . regression/lib.sh
-plan 34
+plan 37
 d="$RLFUSE_TMP/rlvr"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file input/arith_sft.deck -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT on the arithmetic task: $(tail -1 $d/sft.log)"
@@ -254,6 +255,9 @@ expect_error "dynamic sampling for PPO, naming the algorithms with groups from t
 expect_error "dynamic sampling's rounds without it" "-ppo_dynamic_rounds 3 is the most rounds of -ppo_dynamic_sampling, which is off" -mode ppo $A -reward_fn numeric -ppo_dynamic_rounds 3 -output_dir $d/x13
 expect_error "dynamic sampling of 1x the batch in one round" "-ppo_dynamic_sampling 1 must be 0 (off), at least 2 (candidates per group kept), or 1 with -ppo_dynamic_rounds >= 2" -mode ppo $A -reward_fn numeric -ppo_dynamic_sampling 1 -output_dir $d/x12
 expect_error "a reward command that prints text" "line 1 (sample 0, index .*) is not a number: \"abc\"" -mode ppo $A -gen_max_new_tokens 6 -reward_command "while read l; do echo abc; done" -output_dir $d/x8
+expect_error "a reward command that prints nan" "reward command \"while read l; do echo nan; done\": line 1 (sample 0, index .*) is not a number: \"nan\"" -mode ppo $A -gen_max_new_tokens 6 -reward_command "while read l; do echo nan; done" -output_dir $d/x14
+expect_error "a reward command that prints 1.7e308 (beyond the bound 1e6)" "reward command \"while read l; do echo 1.7e308; done\": line 1 (sample 0, index .*) is 1.7e308, beyond the bound 1e+06 on a reward's magnitude" -mode ppo $A -gen_max_new_tokens 6 -reward_command "while read l; do echo 1.7e308; done" -output_dir $d/x15
+expect_error "a missing reward program: one line, the shell's own not printed" "reward command \"rlfuse_no_such_reward_q7 --x\": program \"rlfuse_no_such_reward_q7\" not found in PATH" -mode ppo $A -gen_max_new_tokens 6 -reward_command "rlfuse_no_such_reward_q7 --x" -output_dir $d/x16
 
 # ---- the learning regression ----
 # input/arith_grpo.deck (100 iterations, 16 prompts x 8) from the SFT deck's

