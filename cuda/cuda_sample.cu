@@ -9,10 +9,14 @@
  * the CPU does: the heap that ranks the top-k and top-p candidates, the sum
  * of the weights in id order, the inverse-CDF draw in id order and the
  * log-probability. Doing those sums in the CPU's order is what makes the
- * same row give the same token; it costs one thread's pass over the
- * vocabulary per row (rows run in parallel), which a later version may
- * replace once a GPU measures it. Scratch: the caller's work, V doubles
- * and V ints per row. */
+ * same row give the same token; it costs one thread's serial passes over
+ * the vocabulary per row (rows run in parallel). Measured on an H100
+ * (test_cuda, 8 rows of V = 151,936, 2026-11-28): 25 ms a call without
+ * top-k/top-p, 83 ms with top-k (the serial heap build), 247 ms with top-p
+ * alone (heap pops over the nucleus): correct, not yet fast. The next step
+ * is a block-parallel selection of the candidates (a radix select on the
+ * weights' bits, ties by id) that leaves only the kept tokens to the
+ * serial part. Scratch: the caller's work, V doubles and V ints per row. */
 #include "cuda_common.cuh"
 #include "internal/philox.h"
 #include "internal/sample_core.h"

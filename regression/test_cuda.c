@@ -1124,6 +1124,7 @@ static PetscErrorCode check_sample(Ctx *c, const SampleCase *sc, int V, int N)
   int *allowed = h_ints(&a, NV), *gout = h_ints(&a, 6 * (size_t)N), *gallowed = h_ints(&a, NV);
   int *d_row, *d_sid, *d_pos, *d_ban, *d_out, *d_allowed, bad_tok = 0, bad_set = 0, ulp1 = 0, bad_lp = 0, twice = 0;
   void *cwork = h_alloc(&a, c->cpu->sample_work(N, V)), *d_work;
+  double t0, dt;
 
   PetscFunctionBegin;
   for (size_t i = 0; i < NV; i++) {
@@ -1148,9 +1149,13 @@ static PetscErrorCode check_sample(Ctx *c, const SampleCase *sc, int V, int N)
   PetscCall(d_nan(&a, 2 * (size_t)N, &d_lp));
   PetscCall(d_alloc(&a, NV * sizeof(int), (void **)&d_allowed));
   PetscCall(d_alloc(&a, c->gpu->sample_work(N, V), &d_work));
+  PetscCall(c->gpu->sync());
+  t0 = sys_wtime();
   for (int r = 0; r < 2; r++)
     PetscCall(c->gpu->sample(d_out + 3 * N * r, d_lp + N * r, d_out + 3 * N * r + N, d_out + 3 * N * r + 2 * N, r ? NULL : d_allowed, d_work, d_lg, d_row, d_sid,
                              d_pos, d_ban, &cfg, N, V));
+  PetscCall(c->gpu->sync());
+  dt = (sys_wtime() - t0) / 2;
   PetscCall(c->gpu->to_host(gout, d_out, 6 * (size_t)N * sizeof(int)));
   PetscCall(c->gpu->to_host(glp, d_lp, 2 * (size_t)N * sizeof(float)));
   PetscCall(c->gpu->to_host(gallowed, d_allowed, NV * sizeof(int)));
@@ -1163,8 +1168,8 @@ static PetscErrorCode check_sample(Ctx *c, const SampleCase *sc, int V, int N)
     else bad_lp++;
   }
   v.ok = !bad_tok && !bad_set && !bad_lp && !twice;
-  vappend(&v, "%d rows: %d tokens and %d allowed sets differ; log-probs %d bitwise, %d 1 ulp apart, %d further; two runs %s", N, bad_tok, bad_set, N - ulp1 - bad_lp, ulp1,
-          bad_lp, twice ? "DIFFER" : "bitwise");
+  vappend(&v, "%d rows: %d tokens and %d allowed sets differ; log-probs %d bitwise, %d 1 ulp apart, %d further; two runs %s; %.2f ms a call", N, bad_tok, bad_set, N - ulp1 - bad_lp,
+          ulp1, bad_lp, twice ? "DIFFER" : "bitwise", dt * 1e3);
   verdict_report(c, &v, "sample V=%d, temperature %g, top-k %d, top-p %g%s", V, sc->temperature, sc->top_k, sc->top_p, sc->greedy ? ", greedy" : "");
   PetscCall(arena_free(&a));
   PetscFunctionReturn(PETSC_SUCCESS);
