@@ -45,7 +45,9 @@ PetscBool gen_is_stop(const GenConfig *cfg, int token);
 size_t gen_kv_bytes(const GenConfig *cfg, const ModelConfig *model, int Tmax);
 
 /* ---- one draw ------------------------------------------------------------ */
-/* Picks the next token from one row of logits [V]. n_new tokens have been
+/* The host sampler, the reference of Backend.sample (the engine draws
+ * through that op, whose cpu version gives exactly these bits: test_gen).
+ * Picks the next token from one row of logits [V]. n_new tokens have been
  * generated so far (EOS is not allowed while n_new < min_new_tokens). The
  * uniform draw is rng_uniform(key, iteration, sample, position, 0) with
  * key = seed ^ GEN_RNG_DOMAIN. Returns the token; *logprob gets its

@@ -17,8 +17,20 @@
 
 #include <petscsys.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct Backend Backend;
+
+/* The settings of Backend.sample (gen's GenConfig as plain values). */
+typedef struct {
+  double    temperature; /* > 0: the distribution is softmax(logits / temperature) */
+  double    top_p;       /* 1: no top-p */
+  long long top_k;       /* 0: no top-k */
+  int       greedy;      /* take the most probable allowed token instead of drawing */
+  int       eos;         /* the id a row with ban_eos set may not draw (-1: none) */
+  uint64_t  key;         /* the Philox key of the draws (gen: seed ^ GEN_RNG_DOMAIN) */
+  uint32_t  iteration;
+} BackendSampleCfg;
 
 struct Backend {
   const char *name; /* "cpu" or "cuda" */
@@ -139,6 +151,30 @@ struct Backend {
   /* logprob_backward on a shard: dlogits[n,j] for id v0+j, with the global lse [N] (required) */
   PetscErrorCode (*logprob_backward_shard)(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
                                            const int *mask_off, const int *mask_ids, int N, int Vl, int v0);
+
+  /* Draws one token for each of N rows (gen's sampler, docs/design.md
+   * "Generation"): row n reads logits[row[n], 0..V) (row NULL: row n), is
+   * tempered, loses cfg->eos when ban_eos[n] (ban_eos NULL: never), is cut
+   * by top-k then top-p (rank order: larger weight first, lower id first
+   * among equals), and draws with the uniform
+   * rng_uniform(cfg->key, cfg->iteration, sample_id[n], position[n], 0)
+   * through an inverse CDF in token-id order (or takes the most probable
+   * with cfg->greedy). Per row: token[n] (-1 when a logit that could be
+   * drawn is NaN or +inf, or none is finite), logprob[n] (its
+   * log-probability under the cut, tempered distribution, in double,
+   * rounded to float), nallowed[n] (the set's size; 0 when nothing
+   * restricts it) and boundary[n], the compact form of the set: the
+   * last-ranked token kept (-1: top-k and top-p cut nothing); the set is
+   * the tokens not banned that rank no later than boundary[n] on this
+   * row's logits (inc/internal/sample_core.h, sample_kept). With allowed not
+   * NULL, allowed[n*V ..] gets the set's ids in ascending order (nallowed[n]
+   * of them). work: sample_work(N, V) bytes of this backend's memory.
+   * Every array is this backend's memory. The cpu op gives exactly
+   * gen_sample_row's bits; the cuda op runs the same operations in the same
+   * order and differs only where the libraries' exp and log do. */
+  PetscErrorCode (*sample)(int *token, float *logprob, int *nallowed, int *boundary, int *allowed, void *work, const float *logits, const int *row,
+                           const int *sample_id, const int *position, const int *ban_eos, const BackendSampleCfg *cfg, int N, int V);
+  size_t (*sample_work)(int N, int V);
 
   /* *out = sum of x[i]^2 over n elements (host scalar result) */
   PetscErrorCode (*sumsq)(double *out, const float *x, size_t n);

@@ -1098,6 +1098,104 @@ static PetscErrorCode check_precision_switch(Ctx *c)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Backend.sample: the cuda kernel against the cpu op (which test_gen holds
+ * to gen_sample_row bit for bit) on the same rows. Both run the same
+ * operations in the same order (inc/internal/sample_core.h, no FMA), so
+ * the tokens, set sizes, boundaries and allowed ids must be equal. The
+ * log-probabilities may differ only through the last bits of CUDA's and
+ * glibc's double exp and log (each within 1 ulp): the double results then
+ * differ by ~1e-15 relative (the id-order sums add no difference, being the
+ * same additions), far below float's half ulp (3e-8), so after rounding to
+ * float they are equal or one float ulp apart. Tolerance: 1 ulp; the count
+ * of bitwise-equal rows is printed. Run twice: the same bits. */
+typedef struct {
+  double temperature, top_p;
+  int    top_k, greedy;
+} SampleCase;
+
+static PetscErrorCode check_sample(Ctx *c, const SampleCase *sc, int V, int N)
+{
+  Arena            a   = {.gpu = c->gpu};
+  Verdict          v   = {"", 1};
+  BackendSampleCfg cfg = {sc->temperature, sc->top_p, sc->top_k, sc->greedy, 7, 0x5eed0123456789ull, 4};
+  size_t           NV  = (size_t)N * V;
+  float           *lg  = h_alloc(&a, NV * sizeof(float)), *lp = h_alloc(&a, N * sizeof(float)), *glp = h_alloc(&a, 2 * N * sizeof(float)), *d_lg, *d_lp;
+  int *row = h_ints(&a, N), *sid = h_ints(&a, N), *pos = h_ints(&a, N), *ban = h_ints(&a, N), *tok = h_ints(&a, N), *na = h_ints(&a, N), *bd = h_ints(&a, N);
+  int *allowed = h_ints(&a, NV), *gout = h_ints(&a, 6 * (size_t)N), *gallowed = h_ints(&a, NV);
+  int *d_row, *d_sid, *d_pos, *d_ban, *d_out, *d_allowed, bad_tok = 0, bad_set = 0, ulp1 = 0, bad_lp = 0, twice = 0;
+  void *cwork = h_alloc(&a, c->cpu->sample_work(N, V)), *d_work;
+  double t0, dt;
+
+  PetscFunctionBegin;
+  for (size_t i = 0; i < NV; i++) {
+    float x = (float)rng_unif(&c->r, -6, 6);
+    lg[i]   = V < 100 ? 0.5f * roundf(2.0f * x) : x; /* ties in the ranking */
+  }
+  for (int n = 0; n < N; n++) {
+    row[n] = N - 1 - n;
+    sid[n] = 11 * n + 1;
+    pos[n] = 3 + n;
+    ban[n] = n % 3 == 0;
+  }
+  for (int j = 0; j < V; j++) lg[(size_t)(N - 2) * V + j] = -INFINITY; /* sample 1 draws nothing */
+  lg[(size_t)(N - 3) * V + V / 3] = NAN;                                /* nor sample 2 */
+  PetscCall(c->cpu->sample(tok, lp, na, bd, allowed, cwork, lg, row, sid, pos, ban, &cfg, N, V));
+  PetscCall(d_put(&a, lg, NV * sizeof(float), (void **)&d_lg));
+  PetscCall(d_put(&a, row, N * sizeof(int), (void **)&d_row));
+  PetscCall(d_put(&a, sid, N * sizeof(int), (void **)&d_sid));
+  PetscCall(d_put(&a, pos, N * sizeof(int), (void **)&d_pos));
+  PetscCall(d_put(&a, ban, N * sizeof(int), (void **)&d_ban));
+  PetscCall(d_alloc(&a, 6 * (size_t)N * sizeof(int), (void **)&d_out)); /* token, nallowed, boundary; twice */
+  PetscCall(d_nan(&a, 2 * (size_t)N, &d_lp));
+  PetscCall(d_alloc(&a, NV * sizeof(int), (void **)&d_allowed));
+  PetscCall(d_alloc(&a, c->gpu->sample_work(N, V), &d_work));
+  PetscCall(c->gpu->sync());
+  t0 = sys_wtime();
+  for (int r = 0; r < 2; r++)
+    PetscCall(c->gpu->sample(d_out + 3 * N * r, d_lp + N * r, d_out + 3 * N * r + N, d_out + 3 * N * r + 2 * N, r ? NULL : d_allowed, d_work, d_lg, d_row, d_sid,
+                             d_pos, d_ban, &cfg, N, V));
+  PetscCall(c->gpu->sync());
+  dt = (sys_wtime() - t0) / 2;
+  PetscCall(c->gpu->to_host(gout, d_out, 6 * (size_t)N * sizeof(int)));
+  PetscCall(c->gpu->to_host(glp, d_lp, 2 * (size_t)N * sizeof(float)));
+  PetscCall(c->gpu->to_host(gallowed, d_allowed, NV * sizeof(int)));
+  twice = memcmp(gout, gout + 3 * N, 3 * (size_t)N * sizeof(int)) || memcmp(glp, glp + N, N * sizeof(float));
+  for (int n = 0; n < N; n++) {
+    bad_tok += gout[n] != tok[n];
+    bad_set += gout[N + n] != na[n] || gout[2 * N + n] != bd[n] || (na[n] && memcmp(gallowed + (size_t)n * V, allowed + (size_t)n * V, (size_t)na[n] * sizeof(int)));
+    if (tok[n] < 0 || !memcmp(&glp[n], &lp[n], sizeof(float))) continue;
+    if (fabsf(glp[n] - lp[n]) <= fabsf(nextafterf(lp[n], -INFINITY) - lp[n])) ulp1++;
+    else bad_lp++;
+  }
+  v.ok = !bad_tok && !bad_set && !bad_lp && !twice;
+  vappend(&v, "%d rows: %d tokens and %d allowed sets differ; log-probs %d bitwise, %d 1 ulp apart, %d further; two runs %s; %.2f ms a call", N, bad_tok, bad_set, N - ulp1 - bad_lp,
+          ulp1, bad_lp, twice ? "DIFFER" : "bitwise", dt * 1e3);
+  verdict_report(c, &v, "sample V=%d, temperature %g, top-k %d, top-p %g%s", V, sc->temperature, sc->top_k, sc->top_p, sc->greedy ? ", greedy" : "");
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode check_samples(Ctx *c)
+{
+  const SampleCase cases[] = {
+    {1.0, 1.0, 0,   0},
+    {0.7, 1.0, 0,   0},
+    {0.7, 1.0, 50,  0},
+    {1.0, 0.9, 0,   0},
+    {0.7, 0.8, 200, 0},
+    {1.0, 1.0, 3,   1}, /* greedy */
+  };
+
+  PetscFunctionBegin;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    SampleCase small = cases[i];
+    if (small.top_k > 20) small.top_k = 20;
+    PetscCall(check_sample(c, &small, 37, 48));
+    PetscCall(check_sample(c, &cases[i], 151936, 8));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Every check, in the current precision. */
 static PetscErrorCode check_all(Ctx *c)
 {
@@ -1167,6 +1265,7 @@ static PetscErrorCode check_all(Ctx *c)
   PetscCall(check_sumsq(c, ((size_t)1 << 20) + 7));
   PetscCall(check_adamw(c));
   PetscCall(check_logprob_errors(c));
+  PetscCall(check_samples(c));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -14,6 +14,7 @@
 #include <omp.h>
 
 #include "gen.h"
+#include "internal/sample_core.h"
 #include "sys.h"
 #include "test_report.h"
 
@@ -274,6 +275,123 @@ static PetscErrorCode test_sampler_large(void)
     test_measure(na > 0 && kept >= 0.9 - 1e-12 && kept_minus_min < 0.9, "top-p 0.9 over V = 50257 keeps the smallest prefix reaching 0.9", "%d allowed, mass %.6f (%.6f without the least), %.2f ms", na, kept, kept_minus_min, dt * 1e3);
   }
   PetscCall(PetscFree3(lg, allowed, work));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- Backend.sample against the host sampler ----------------------------- */
+/* The cpu op (what the engine calls) must give gen_sample_row's bits: the
+ * token, the log-probability, the allowed set; its compact form (the
+ * boundary token) must rebuild that set from the row alone; and the rows
+ * are independent of the thread count and of where they sit in the logits
+ * (row indirection). Rows of V = 37 (logits on a grid of 0.5, so ties in
+ * the ranking) and of Qwen's 151,936 tokens, several settings, every third
+ * row with EOS banned, one row with a NaN and one all -inf. */
+typedef struct {
+  const char *what;
+  double      temperature, top_p;
+  int         top_k, greedy;
+} OpCase;
+
+static PetscErrorCode sample_op_case(const Backend *cpu, const OpCase *oc, int V, int N, uint32_t salt)
+{
+  const uint64_t   seed = 1234;
+  const int        eos  = 7;
+  GenConfig        cfg  = base_config();
+  BackendSampleCfg sc   = {oc->temperature, oc->top_p, oc->top_k, oc->greedy, eos, seed ^ GEN_RNG_DOMAIN, 5};
+  float           *lg, *lp, *lp1, ref_lp;
+  int             *tok, *tok1, *na, *na1, *bd, *bd1, *allowed, *allowed1, *ref_allowed, *row, *sid, *pos, *ban, ref_na;
+  double          *ref_work, *w;
+  void            *work;
+  int              nt = omp_get_max_threads(), bad_tok = 0, bad_lp = 0, bad_set = 0, bad_bd = 0, bad_thr = 0, restricted = 0, nan_rows = 0;
+  char             name[200];
+
+  PetscFunctionBegin;
+  cfg.temperature    = oc->temperature;
+  cfg.top_p          = oc->top_p;
+  cfg.top_k          = oc->top_k;
+  cfg.greedy         = (PetscBool)oc->greedy;
+  cfg.eos            = eos;
+  cfg.min_new_tokens = 1;
+  PetscCall(PetscMalloc5((size_t)N * V, &lg, N, &lp, N, &lp1, N, &tok, N, &tok1));
+  PetscCall(PetscMalloc5(N, &na, N, &na1, N, &bd, N, &bd1, (size_t)N * V, &allowed));
+  PetscCall(PetscMalloc5((size_t)N * V, &allowed1, V, &ref_allowed, N, &row, N, &sid, N, &pos));
+  PetscCall(PetscMalloc3(N, &ban, 2 * (size_t)V, &ref_work, V, &w));
+  PetscCall(PetscMalloc(cpu->sample_work(N, V), &work));
+  for (int n = 0; n < N; n++) {
+    for (int v = 0; v < V; v++) {
+      float x = 3.0f * rng_normal(77, salt, (uint32_t)n, (uint32_t)v, 0);
+      lg[(size_t)n * V + v] = V < 100 ? 0.5f * roundf(2.0f * x) : x;
+    }
+    row[n] = N - 1 - n; /* sample n reads row N-1-n */
+    sid[n] = 100 + 3 * n;
+    pos[n] = 10 + n;
+    ban[n] = n % 3 == 0;
+  }
+  for (int v = 0; v < V; v++) lg[(size_t)(N - 1 - 1) * V + v] = -INFINITY; /* sample 1 */
+  lg[(size_t)(N - 1 - 2) * V + V / 2] = NAN;                             /* sample 2 */
+  PetscCall(cpu->sample(tok, lp, na, bd, allowed, work, lg, row, sid, pos, ban, &sc, N, V));
+  omp_set_num_threads(1);
+  PetscCall(cpu->sample(tok1, lp1, na1, bd1, allowed1, work, lg, row, sid, pos, ban, &sc, N, V));
+  omp_set_num_threads(nt);
+  for (int n = 0; n < N; n++) {
+    const float *x   = lg + (size_t)row[n] * V;
+    int          ref = gen_sample_row(&cfg, x, V, ban[n] ? 0 : 1, seed, 5, (uint32_t)sid[n], (uint32_t)pos[n], &ref_lp, ref_allowed, &ref_na, ref_work);
+
+    bad_thr += tok1[n] != tok[n] || memcmp(&lp1[n], &lp[n], sizeof(float)) || na1[n] != na[n] || bd1[n] != bd[n] ||
+               (na[n] && memcmp(allowed1 + (size_t)n * V, allowed + (size_t)n * V, (size_t)na[n] * sizeof(int)));
+    bad_tok += tok[n] != ref;
+    nan_rows += ref < 0;
+    if (ref < 0) continue;
+    bad_lp += memcmp(&lp[n], &ref_lp, sizeof(float)) != 0;
+    bad_set += na[n] != ref_na || (ref_na && memcmp(allowed + (size_t)n * V, ref_allowed, (size_t)ref_na * sizeof(int)));
+    restricted += ref_na > 0;
+    {
+      /* rebuild the set from the boundary and the row's weights */
+      int    b = sample_ban(eos, ban[n], V), m = 0, mism = 0;
+      double inv_t = 1.0 / oc->temperature, zmax = -INFINITY;
+      for (int v = 0; v < V; v++)
+        if (v != b) zmax = PetscMax(zmax, sample_z(x[v], inv_t));
+      for (int v = 0; v < V; v++) w[v] = sample_weight(x[v], inv_t, zmax, v, b);
+      for (int v = 0; v < V; v++)
+        if (w[v] >= 0 && sample_kept(w, v, bd[n])) {
+          if (ref_na && (m >= ref_na || ref_allowed[m] != v)) mism = 1;
+          m++;
+        }
+      bad_bd += mism || (ref_na ? m != ref_na : m != V);
+    }
+  }
+  snprintf(name, sizeof name, "Backend.sample (cpu) = gen_sample_row bit for bit: V %d, %s", V, oc->what);
+  test_measure(!bad_tok && !bad_lp && !bad_set && !bad_bd && !bad_thr && nan_rows == 2, name,
+               "%d rows (%d restricted, %d NaN/-inf): %d tokens, %d log-probs, %d allowed sets, %d boundary rebuilds differ; 1 vs %d threads: %d rows differ", N, restricted,
+               nan_rows, bad_tok, bad_lp, bad_set, bad_bd, nt, bad_thr);
+  PetscCall(PetscFree(work));
+  PetscCall(PetscFree3(ban, ref_work, w));
+  PetscCall(PetscFree5(allowed1, ref_allowed, row, sid, pos));
+  PetscCall(PetscFree5(na, na1, bd, bd1, allowed));
+  PetscCall(PetscFree5(lg, lp, lp1, tok, tok1));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode test_sample_op(void)
+{
+  const Backend *cpu   = backend_cpu();
+  const OpCase   cases[] = {
+    {"temperature 1",                       1.0, 1.0, 0,  0},
+    {"temperature 0.7",                     0.7, 1.0, 0,  0},
+    {"temperature 0.7, top-k 5",            0.7, 1.0, 5,  0},
+    {"temperature 1, top-p 0.9",            1.0, 0.9, 0,  0},
+    {"temperature 0.7, top-k 20, top-p 0.8", 0.7, 0.8, 20, 0},
+    {"greedy, top-k 3",                     1.0, 1.0, 3,  1},
+  };
+  const int ncase = (int)(sizeof cases / sizeof cases[0]);
+
+  PetscFunctionBegin;
+  for (int i = 0; i < ncase; i++) PetscCall(sample_op_case(cpu, &cases[i], 37, 48, (uint32_t)i));
+  for (int i = 0; i < ncase; i++) {
+    OpCase big = cases[i];
+    if (big.top_k) big.top_k *= 10; /* top-k 50 and 200 over the large vocabulary */
+    PetscCall(sample_op_case(cpu, &big, 151936, 4, 100 + (uint32_t)i));
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -711,6 +829,7 @@ int main(int argc, char **argv)
   test_sampler_draws();
   test_sampler_nonfinite();
   PetscCall(test_sampler_large());
+  PetscCall(test_sample_op());
   PetscCall(test_engine(be));
   PetscCall(test_config(be));
   PetscCall(PetscFinalize());

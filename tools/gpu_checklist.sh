@@ -2,7 +2,7 @@
 # The GPU checklist (docs/benchmarks.md, "GPU checklist") in one command, on a
 # machine with an NVIDIA GPU:
 #   suite     the suite's CUDA items with RLFUSE_REQUIRE_CUDA=1, so that none
-#             may skip: test_cuda (every op against the cpu backend, fp32 and
+#             may skip: test_cuda (every op, the sampler included, against the cpu backend, fp32 and
 #             bf16), test_golden on cuda (the model against PyTorch's tensors,
 #             fp32 and bf16), test_nccl on 2 ranks, scenarios/cuda.sh (SFT,
 #             RM and PPO on cuda against cpu, and on 2 ranks sharing the GPU)

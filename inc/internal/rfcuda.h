@@ -91,6 +91,12 @@ int rfcuda_logprob_stats(double *stats, const float *logits, const int *target, 
                          int v0);
 int rfcuda_logprob_backward_shard(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
                                   const int *mask_off, const int *mask_ids, int N, int Vl, int v0);
+/* cuda_sample.cu (Backend.sample; the settings of BackendSampleCfg as plain
+ * values; work: rfcuda_sample_work(N, V) bytes of device memory) */
+int    rfcuda_sample(int *token, float *logprob, int *nallowed, int *boundary, int *allowed, void *work, const float *logits, const int *row, const int *sample_id,
+                     const int *position, const int *ban_eos, double temperature, double top_p, long long top_k, int greedy, int eos, unsigned long long key,
+                     unsigned iteration, int N, int V);
+size_t rfcuda_sample_work(int N, int V);
 
 /* ---- NCCL (cuda_nccl.cu; built when nccl.h is found) --------------------- */
 /* Opaque communicator bootstrapped from an MPI communicator: rank 0 makes

@@ -7,7 +7,6 @@
  * not depend on the slot count, the admission order or batch composition. */
 #include "gen_impl.h"
 #include "sys.h"
-#include <omp.h>
 
 PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt_len, GenEngine **eng)
 {
@@ -31,9 +30,12 @@ PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt
   PetscCall(model_kv_create(lm, S, e->Tmax, &e->kv));
   PetscCall(PetscMalloc3(R, &e->row_tok, R, &e->row_slot, R, &e->row_pos));
   PetscCall(PetscMalloc4(S, &e->slot_req, S, &e->slot_fresh, S, &e->slot_row, S, &e->finished));
-  e->nwork = omp_get_max_threads();
-  PetscCall(PetscMalloc2(2 * (size_t)V * e->nwork, &e->work, (size_t)S * V, &e->allowed));
-  PetscCall(PetscMalloc4(S, &e->draw_tok, S, &e->draw_na, S, &e->running, S, &e->draw_lp));
+  e->sampler = backend_cpu();
+  e->work_bytes = e->sampler->sample_work(S, V);
+  PetscCall(PetscMalloc(e->work_bytes, &e->work));
+  PetscCall(PetscMalloc1((size_t)S * V, &e->allowed));
+  PetscCall(PetscMalloc5(S, &e->draw_tok, S, &e->draw_na, S, &e->running, S, &e->draw_lp, S, &e->draw_bd));
+  PetscCall(PetscMalloc4(S, &e->draw_row, S, &e->draw_id, S, &e->draw_pos, S, &e->draw_ban));
   *eng = e;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -47,8 +49,10 @@ PetscErrorCode gen_engine_destroy(GenEngine **eng)
   PetscCall(model_kv_destroy(e->lm, &e->kv));
   PetscCall(PetscFree3(e->row_tok, e->row_slot, e->row_pos));
   PetscCall(PetscFree4(e->slot_req, e->slot_fresh, e->slot_row, e->finished));
-  PetscCall(PetscFree2(e->work, e->allowed));
-  PetscCall(PetscFree4(e->draw_tok, e->draw_na, e->running, e->draw_lp));
+  PetscCall(PetscFree(e->work));
+  PetscCall(PetscFree(e->allowed));
+  PetscCall(PetscFree5(e->draw_tok, e->draw_na, e->running, e->draw_lp, e->draw_bd));
+  PetscCall(PetscFree4(e->draw_row, e->draw_id, e->draw_pos, e->draw_ban));
   PetscCall(PetscFree(e->logits));
   PetscCall(PetscFree(e->pool));
   PetscCall(PetscFree2(e->mstart, e->mcount));
@@ -257,28 +261,30 @@ static int build_rows(GenEngine *e, const GenRequest *req, const GenBatch *b, in
   return N;
 }
 
-/* Slot s's next token from its row of logits, into draw_tok/lp/na[s] and
- * its allowed set; a pure function of the row and the draw's key, so the
- * slots are drawn in parallel (work: this thread's 2V doubles). */
-static void draw_slot(GenEngine *e, uint64_t seed, uint32_t iteration, const GenRequest *req, const GenBatch *b, int s, double *work)
+/* Running slot j's draw: its logits row, sample id (the key), position and
+ * whether EOS is still banned. A draw is a pure function of the row and the
+ * key, so Backend.sample draws all the slots at once, in any order. */
+static void draw_setup(GenEngine *e, const GenRequest *req, const GenBatch *b, int j)
 {
-  int i = e->slot_req[s], n_new = b->response_len[i], t = b->prompt_len[i] + n_new;
+  int s = e->running[j], i = e->slot_req[s], n_new = b->response_len[i];
 
-  e->draw_tok[s] = gen_sample_row(&e->cfg, e->logits + (size_t)e->slot_row[s] * e->V, e->V, n_new, seed, iteration, (uint32_t)req[i].id, (uint32_t)t, &e->draw_lp[s],
-                                  e->allowed + (size_t)s * e->V, &e->draw_na[s], work);
+  e->draw_row[j] = e->slot_row[s];
+  e->draw_id[j]  = req[i].id;
+  e->draw_pos[j] = b->prompt_len[i] + n_new;
+  e->draw_ban[j] = n_new < e->cfg.min_new_tokens;
 }
 
-/* Records slot s's drawn token and stops the sample at EOS or max_new_tokens. */
-static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest *req, GenBatch *b, int s, int *nfinished)
+/* Records running slot j's drawn token and stops the sample at EOS or max_new_tokens. */
+static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest *req, GenBatch *b, int j, int *nfinished)
 {
-  int    i = e->slot_req[s], t = b->prompt_len[i] + b->response_len[i], tok = e->draw_tok[s];
+  int    s = e->running[j], i = e->slot_req[s], t = b->prompt_len[i] + b->response_len[i], tok = e->draw_tok[j];
   size_t k = (size_t)i * b->Tmax + t;
 
   PetscFunctionBegin;
   PetscCheck(tok >= 0, PETSC_COMM_SELF, PETSC_ERR_FP, "generation: logits are nan or inf at iteration %u (sample %d, position %d); stopping, the last checkpoint is intact", iteration + 1, req[i].id, t);
   b->tokens[k]   = tok;
-  b->logprobs[k] = e->draw_lp[s];
-  if (b->mask_off) PetscCall(gen_mask_record(e, k, e->allowed + (size_t)s * e->V, e->draw_na[s]));
+  b->logprobs[k] = e->draw_lp[j];
+  if (b->mask_off) PetscCall(gen_mask_record(e, k, e->allowed + (size_t)j * e->V, e->draw_na[j]));
   b->response_len[i]++;
   b->new_tokens++;
   if (gen_is_stop(&e->cfg, tok)) b->eos[i] = 1;
@@ -292,8 +298,9 @@ static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest
 
 static PetscErrorCode engine_step(GenEngine *e, uint64_t seed, uint32_t iteration, const GenRequest *req, GenBatch *b, int *active, int *nfinished)
 {
-  int    N    = build_rows(e, req, b, active), nrun = 0;
-  size_t need = (size_t)N * e->V;
+  int              N    = build_rows(e, req, b, active), nrun = 0;
+  size_t           need = (size_t)N * e->V;
+  BackendSampleCfg scfg = {e->cfg.temperature, e->cfg.top_p, e->cfg.top_k, e->cfg.greedy, (int)e->cfg.eos, seed ^ GEN_RNG_DOMAIN, iteration};
 
   PetscFunctionBegin;
   if (need > e->logits_cap) {
@@ -304,14 +311,18 @@ static PetscErrorCode engine_step(GenEngine *e, uint64_t seed, uint32_t iteratio
   PetscCall(model_forward_cached(e->lm, e->kv, e->row_tok, e->row_slot, e->row_pos, N, e->logits));
   for (int s = 0; s < e->nslot; s++)
     if (e->slot_req[s] >= 0) e->running[nrun++] = s;
-  /* the draws on the threads, one slot at a time each (a row of GPT-2's
-   * vocabulary takes ~0.5 ms); then their results in slot order. One slot
-   * is drawn alone: waking the threads for one row cost more than it saved
-   * (docs/benchmarks.md, GPU decode). */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(e->nwork) if (nrun > 1)
-  for (int j = 0; j < nrun; j++) draw_slot(e, seed, iteration, req, b, e->running[j], e->work + (size_t)2 * e->V * omp_get_thread_num());
+  for (int j = 0; j < nrun; j++) draw_setup(e, req, b, j);
+  /* the cpu op's work is per OpenMP thread: more threads than at creation
+   * (omp_set_num_threads) need more */
+  if (e->sampler->sample_work(nrun, e->V) > e->work_bytes) {
+    PetscCall(PetscFree(e->work));
+    e->work_bytes = e->sampler->sample_work(nrun, e->V);
+    PetscCall(PetscMalloc(e->work_bytes, &e->work));
+  }
+  PetscCall(e->sampler->sample(e->draw_tok, e->draw_lp, e->draw_na, e->draw_bd, e->allowed, e->work, e->logits, e->draw_row, e->draw_id, e->draw_pos, e->draw_ban,
+                               &scfg, nrun, e->V));
   *nfinished = 0;
-  for (int j = 0; j < nrun; j++) PetscCall(advance(e, iteration, req, b, e->running[j], nfinished));
+  for (int j = 0; j < nrun; j++) PetscCall(advance(e, iteration, req, b, j, nfinished));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

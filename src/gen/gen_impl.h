@@ -20,12 +20,15 @@ struct GenEngine {
   int        *queue, qhead, qn, qcap;
   float      *logits;
   size_t      logits_cap;
-  /* the step's draws, made in parallel over the slots: 2V doubles of work
-   * per thread; per slot its allowed set (room for V), token, log-prob
-   * and set size; the running slots of the step */
-  double     *work;
-  int         nwork;
-  int        *allowed, *draw_tok, *draw_na, *running;
+  /* the step's draws, one Backend.sample call over the running slots (the
+   * logits are on the host, so the cpu backend's op): its work; per running
+   * slot j (slot running[j]) the logits row, sample id, position and EOS
+   * ban it draws with, and its allowed set (room for V), token, log-prob,
+   * set size and boundary */
+  const Backend *sampler;
+  void       *work;
+  size_t      work_bytes;
+  int        *allowed, *draw_tok, *draw_na, *running, *draw_row, *draw_id, *draw_pos, *draw_ban, *draw_bd;
   float      *draw_lp;
   /* allowed sets in the order they were drawn, each position's start and
    * count in the pool, and how many ids the batch holds so far */

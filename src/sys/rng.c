@@ -1,55 +1,18 @@
 /* Counter-based random numbers: Philox4x32-10 (Salmon, Moraes, Dror, Shaw,
  * "Parallel random numbers: as easy as 1, 2, 3", SC'11). A draw is a pure
  * function of its key and counter, so the same (seed, iteration, sample,
- * position) gives the same number on any rank, slot, thread or batch order. */
+ * position) gives the same number on any rank, slot, thread or batch order.
+ * The generator itself is in internal/philox.h, which the CUDA sampler
+ * compiles too. */
 #include "sys.h"
+#include "internal/philox.h"
 #include <math.h>
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
+void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) { philox_block(ctr, key, out); }
 
-static inline void philox_round(uint32_t c[4], const uint32_t k[2])
-{
-  uint64_t p0 = (uint64_t)PHILOX_M0 * c[0];
-  uint64_t p1 = (uint64_t)PHILOX_M1 * c[2];
-  uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-  uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-  uint32_t n0 = hi1 ^ c[1] ^ k[0], n2 = hi0 ^ c[3] ^ k[1];
-  c[0] = n0;
-  c[1] = lo1;
-  c[2] = n2;
-  c[3] = lo0;
-}
+uint32_t rng_u32(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lane) { return philox_u32(seed, a, b, c, lane); }
 
-void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
-{
-  uint32_t c[4] = {ctr[0], ctr[1], ctr[2], ctr[3]};
-  uint32_t k[2] = {key[0], key[1]};
-  for (int r = 0; r < 10; r++) {
-    if (r > 0) {
-      k[0] += PHILOX_W0;
-      k[1] += PHILOX_W1;
-    }
-    philox_round(c, k);
-  }
-  for (int i = 0; i < 4; i++) out[i] = c[i];
-}
-
-uint32_t rng_u32(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lane)
-{
-  const uint32_t ctr[4] = {a, b, c, lane >> 2};
-  const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-  uint32_t       out[4];
-  philox4x32_10(ctr, key, out);
-  return out[lane & 3u];
-}
-
-float rng_uniform(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lane)
-{
-  return (float)(rng_u32(seed, a, b, c, lane) >> 8) * (1.0f / 16777216.0f);
-}
+float rng_uniform(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lane) { return philox_uniform(seed, a, b, c, lane); }
 
 float rng_normal(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lane)
 {

@@ -36,6 +36,8 @@ static const Backend cpu_backend = {
   .logprob_backward    = cpu_logprob_backward,
   .logprob_stats       = cpu_logprob_stats,
   .logprob_backward_shard = cpu_logprob_backward_shard,
+  .sample              = cpu_sample,
+  .sample_work         = cpu_sample_work,
   .sumsq               = cpu_sumsq,
   .adamw               = cpu_adamw,
 };

@@ -127,6 +127,10 @@ PetscErrorCode cpu_logprob_stats(double *stats, const float *logits, const int *
 PetscErrorCode cpu_logprob_backward_shard(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
                                           const int *mask_off, const int *mask_ids, int N, int Vl, int v0);
 
+PetscErrorCode cpu_sample(int *token, float *logprob, int *nallowed, int *boundary, int *allowed, void *work, const float *logits, const int *row, const int *sample_id,
+                          const int *position, const int *ban_eos, const BackendSampleCfg *cfg, int N, int V);
+size_t         cpu_sample_work(int N, int V);
+
 PetscErrorCode cpu_sumsq(double *out, const float *x, size_t n);
 PetscErrorCode cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int t, float gs);
 

@@ -73,6 +73,11 @@ CUDA_OP(logprob_backward_shard,
         (float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp, const int *mask_off, const int *mask_ids,
          int N, int Vl, int v0),
         (dlogits, logits, lse, target, dlogprob, inv_temp, mask_off, mask_ids, N, Vl, v0))
+CUDA_OP(sample,
+        (int *token, float *logprob, int *nallowed, int *boundary, int *allowed, void *work, const float *logits, const int *row, const int *sample_id,
+         const int *position, const int *ban_eos, const BackendSampleCfg *cfg, int N, int V),
+        (token, logprob, nallowed, boundary, allowed, work, logits, row, sample_id, position, ban_eos, cfg->temperature, cfg->top_p, cfg->top_k, cfg->greedy,
+         cfg->eos, (unsigned long long)cfg->key, cfg->iteration, N, V))
 CUDA_OP(sumsq, (double *out, const float *x, size_t n), (out, x, n))
 CUDA_OP(adamw, (float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int t, float gs),
         (p, g, m, v, n, lr, b1, b2, eps, wd, t, gs))
@@ -111,6 +116,8 @@ static const Backend cuda_backend = {
   .logprob_backward       = cuda_logprob_backward,
   .logprob_stats          = cuda_logprob_stats,
   .logprob_backward_shard = cuda_logprob_backward_shard,
+  .sample                 = cuda_sample,
+  .sample_work            = rfcuda_sample_work,
   .sumsq                  = cuda_sumsq,
   .adamw                  = cuda_adamw,
 };
