@@ -6,7 +6,7 @@
 # exactly one "rlfuse: error:" line naming the culprit, a non-zero exit, and
 # leave an earlier run's files byte-identical.
 . regression/lib.sh
-plan 40
+plan 41
 d="$RLFUSE_TMP/badfiles"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -options_file $deck -output_dir $d/good -sft_steps 2 >$d/good.log 2>&1 || not_ok "reference run"
 rlfuse -mode data -data_output $d/data.h5 -data_count 4 -task_len_min 4 -task_len_max 4 >/dev/null 2>&1 || not_ok "make data"
@@ -107,4 +107,11 @@ expect "deck: extra values on a line"   "extra.deck line 1: extra value '-sft_st
 expect "deck: '#' inside a value"      "hash.deck line 2: '#' inside a value" -options_file $d/hash.deck
 expect "deck: includes itself"          "self.deck includes itself"             -options_file $d/self.deck
 expect "deck: two decks include each other" "a.deck includes itself through .*b.deck" -options_file $d/a.deck
+# The table of file options (src/io/files.c) is complete: every option of
+# -help whose name says it holds a file is a row, so its role is checked with
+# the others (-ppo_eval_prompts is a count, -train_schedule a schedule's name).
+named=$(rlfuse -help 2>&1 | sed -nE 's/^ +(-[a-z0-9_]+) <now.*/\1/p' | sort -u | grep -E '(_checkpoint|_file|_output|_input|_data|_prompts|_timeline|_profile|_hardware|_schedule|_text|_lengths|^-restart)$' | grep -vxE -e '-ppo_eval_prompts' -e '-train_schedule')
+rows=$(grep -oE '^ *\{"-[a-z0-9_]+", IO_FILE_' src/io/files.c | grep -oE -- '-[a-z0-9_]+' | sort -u)
+missing=$(comm -23 <(echo "$named") <(echo "$rows") | tr '\n' ' ')
+check "every file option of -help is in src/io/files.c's table (missing: ${missing:-none})" test -z "$missing" -a -n "$named"
 finish
