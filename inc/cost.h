@@ -135,9 +135,9 @@ PetscErrorCode cost_prims_hardware(const char *deck, CostPrims *p);
  * LLaMA shape ("llama2-7b", "llama2-13b", "codellama-34b", "llama2-70b",
  * "llama-13b", "llama-33b", "llama-65b"); value_head makes it a critic or
  * reward model. An unknown name is an error naming `opt` and the value. */
-void           cost_shape_from_gpt(const ModelConfig *cfg, CostShape *m);
+void           cost_shape_from_model(const ModelConfig *cfg, CostShape *m);
 /* The model a shape describes (gated: the LLaMA family, untied). */
-void           cost_shape_to_gpt(const CostShape *m, ModelConfig *cfg);
+void           cost_shape_to_model(const CostShape *m, ModelConfig *cfg);
 PetscErrorCode cost_shape_named(const char *opt, const char *name, PetscBool value_head, CostShape *m);
 /* Parameters of the whole model (a tied head counted once). */
 double cost_shape_params(const CostShape *m);

@@ -44,6 +44,7 @@ typedef struct {
   PetscBool      qk_norm;     /* -qk_norm may add RMSNorms over each query and key head */
   ModelTie       tie;
   PetscBool      settings;    /* reads the shape settings (-n_kv_head, -n_ffn, -head_dim, -qkv_bias, -qk_norm, -tie_embeddings, -rope_*, -norm_eps), which its checkpoints carry */
+  const char    *members;     /* the models it covers, for -arch's help */
 } ModelArchRow;
 extern const ModelArchRow model_archs[MODEL_ARCH_COUNT];
 /* Rotary frequency scaling: none, or Llama 3.1's "llama3" (long and short

@@ -140,9 +140,9 @@ typedef struct {
   PetscBool    found[2][2];
 } SearchStages;
 /* For the stages job uses, on spec->world ranks; runs on rank 0 of comm
- * (stops between two mesh sizes past deadline, sys_wtime) and broadcasts.
+ * and broadcasts (every layout tried: milliseconds, never cut by a budget).
  * A stage none of whose layouts passes plan_check is an error. */
-PetscErrorCode search_stages_place(MPI_Comm comm, const CostPrims *p, const CostJob *job, const SearchSpaceSpec *spec, double deadline, SearchStages *out);
+PetscErrorCode search_stages_place(MPI_Comm comm, const CostPrims *p, const CostJob *job, const SearchSpaceSpec *spec, SearchStages *out);
 /* Puts the placement for plan->zero1 into plan (calls and est_call_s). */
 void search_stages_apply(const CostJob *job, const SearchStages *s, Plan *plan);
 

@@ -608,7 +608,7 @@ static PetscErrorCode check_train_stage(void)
   test_report_close("two replicas halve the rows of each micro-batch: 2 x 3 x 1 s", e.iter_s, 6, 1e-12);
   PetscCall(cost_prims_hardware("input/hardware/h100_sxm.deck", &hw));
   PetscCall(cost_shape_named("x", "llama2-70b", PETSC_FALSE, &s70));
-  cost_shape_to_gpt(&s70, &st.cfg);
+  cost_shape_to_model(&s70, &st.cfg);
   c.nranks = 1, c.dp = 1;
   PetscCall(cost_train_stage(&hw, &st, MFC_SFT_TRAIN, &c, 1, PETSC_FALSE, &e));
   test_report(!e.feasible && !strncmp(e.why, "sft_train on rank 0 needs", 25) ? PETSC_TRUE : PETSC_FALSE, "a 70B SFT step on one H100 does not fit, and the reason names sft_train", "%s", e.why);
@@ -639,7 +639,7 @@ static PetscErrorCode check_realloc(void)
     cfg.head = model == 1 ? MODEL_HEAD_SCALAR : MODEL_HEAD_LM;
     if (model >= 2) cfg.arch = MODEL_ARCH_LLAMA, cfg.n_kv_head = model == 2 ? 1 : 2, cfg.n_ffn = 32, cfg.tie_embeddings = PETSC_FALSE, cfg.rope_theta = 1e4, cfg.norm_eps = 1e-5;
     cfg.head_dim = model == 4 ? 6 : 0;
-    cost_shape_from_gpt(&cfg, &m);
+    cost_shape_from_model(&cfg, &m);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
       PlanCall           a = {0}, b = {0};
       const Mesh        *ma, *mb;

@@ -243,7 +243,7 @@ PetscErrorCode cost_train_stage(const CostPrims *p, const CostTrainStage *st, MF
   PetscFunctionBegin;
   PetscCall(PetscMemzero(&w, sizeof w));
   PetscCall(PetscMemzero(est, sizeof *est));
-  cost_shape_from_gpt(&st->cfg, &w.actor);
+  cost_shape_from_model(&st->cfg, &w.actor);
   w.critic_free = w.reward_free = PETSC_TRUE;
   w.batch       = st->batch * st->rows;
   w.prompt_len  = st->len; /* cost_expected_max: len for every row */

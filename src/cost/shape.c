@@ -16,14 +16,14 @@ PetscErrorCode cost_prims_destroy(CostPrims *p)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-void cost_shape_from_gpt(const ModelConfig *cfg, CostShape *m)
+void cost_shape_from_model(const ModelConfig *cfg, CostShape *m)
 {
   *m = (CostShape){cfg->n_layer, cfg->n_embd, cfg->n_head, model_n_kv_head(cfg), model_n_ffn(cfg), cfg->vocab_size, cfg->n_positions,
                    model_arch(cfg)->mlp == MODEL_MLP_SWIGLU, /* the cost model's LLaMA shape: gated MLP (with RMSNorm, rotary positions, no wpe) */
                    cfg->head == MODEL_HEAD_SCALAR ? PETSC_TRUE : PETSC_FALSE, model_head_dim(cfg)};
 }
 
-void cost_shape_to_gpt(const CostShape *m, ModelConfig *cfg)
+void cost_shape_to_model(const CostShape *m, ModelConfig *cfg)
 {
   memset(cfg, 0, sizeof *cfg);
   cfg->n_layer     = m->n_layer;
@@ -97,7 +97,7 @@ int cost_stage_layers(const CostShape *m, int pp, int s)
   if (!m->gated) {
     ModelConfig cfg;
     int       l0, l1;
-    cost_shape_to_gpt(m, &cfg);
+    cost_shape_to_model(m, &cfg);
     model_stage_layers(&cfg, pp, s, &l0, &l1);
     return l1 - l0;
   }

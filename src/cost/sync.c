@@ -24,7 +24,7 @@ static void atoms_of_rank(int kv, int q, int tp, int t, int *lo, int *hi)
   *hi = *lo + q / np;
 }
 
-static PetscErrorCode table_gpt(const CostShape *m, SyncTable *tab, ModelConfig *cfg)
+static PetscErrorCode table_model(const CostShape *m, SyncTable *tab, ModelConfig *cfg)
 {
   ModelShard sh = {2, 0, 1, 0, 0, m->n_layer};
   ModelTensor *full, *two;
@@ -32,7 +32,7 @@ static PetscErrorCode table_gpt(const CostShape *m, SyncTable *tab, ModelConfig 
   size_t     np;
 
   PetscFunctionBegin;
-  cost_shape_to_gpt(m, cfg);
+  cost_shape_to_model(m, cfg);
   PetscCall(model_tensor_table_shard(cfg, NULL, &full, &n, &np));
   PetscCall(model_tensor_table_shard(cfg, &sh, &two, &n2, &np)); /* the split dimensions, as the planner reads them */
   tab->n = n;
@@ -115,7 +115,7 @@ PetscErrorCode cost_realloc_bytes(const CostShape *m, double bytes_per_param, co
   PetscFunctionBegin;
   PetscCheck(a->tp % b->tp == 0 || b->tp % a->tp == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP, "reallocation: tensor-parallel sizes %d and %d must divide each other", a->tp, b->tp);
   if (m->gated) PetscCall(table_llama(m, &tab));
-  else PetscCall(table_gpt(m, &tab, &cfg));
+  else PetscCall(table_model(m, &tab, &cfg));
   PetscCall(holdings(m, &cfg, &tab, a->pp, &ha));
   PetscCall(holdings(m, &cfg, &tab, b->pp, &hb));
   *total = *max_recv = 0;

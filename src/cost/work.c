@@ -183,7 +183,7 @@ static PetscErrorCode role_shape(const char *opt, const char *name, const ModelC
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   c.head = value_head ? MODEL_HEAD_SCALAR : MODEL_HEAD_LM;
-  cost_shape_from_gpt(&c, m);
+  cost_shape_from_model(&c, m);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

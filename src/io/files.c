@@ -84,7 +84,7 @@ static PetscErrorCode io_file_of(const IoFileOption *o, const char *value, char 
 
     PetscCall(PetscStrncpy(file, value + 9, len));
     iter = strrchr(file, ':');
-    if (iter && !strncmp(iter, ":iter_", 6)) *iter = '\0';
+    if (iter && !strncmp(iter, ":iter_", 6) && iter[6] && strspn(iter + 6, "0123456789") == strlen(iter + 6)) *iter = '\0'; /* as src/cost/work.c reads it */
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -366,16 +366,14 @@ static PetscErrorCode rm_prepare(const RunCtx *run, RMOptions *o, const ModelCon
   PetscCall(rm_check(o, builtin, cfg, ckpt));
   *rcfg      = *cfg; /* the SFT trunk with a scalar head */
   rcfg->head = MODEL_HEAD_SCALAR;
-  if (o->plan.placement == PLACEMENT_AUTO) { /* the searched layout replaces the colocated one; a pair file's rows at most n_positions (it is read below) */
-    CostTrainStage st = {PETSC_TRUE, *rcfg, (int)o->batch, 2, builtin ? (int)(o->task.len_max + 2 + o->gen.max_new_tokens) : cfg->n_positions, (int)o->steps};
+  if (!builtin) PetscCall(prefs_read(run->comm, o->data, all));
+  if (o->plan.placement == PLACEMENT_AUTO) { /* the searched layout replaces the colocated one, for the rows' length as -mode plan takes it (rm_cost_stage) */
+    CostTrainStage st = {PETSC_TRUE, *rcfg, (int)o->batch, 2, builtin ? (int)(o->task.len_max + 2 + o->gen.max_new_tokens) : all->d.T, (int)o->steps};
 
     PetscCall(search_auto_stage(run, &st, MFC_RM_TRAIN, &o->plan));
   }
   PetscCall(trainer_plan_check(run, &o->plan, MFC_RM_TRAIN, rcfg, (int)o->batch, print, needs));
-  if (!builtin) {
-    PetscCall(prefs_read(run->comm, o->data, all));
-    PetscCall(rm_split_file(o, cfg, all, train, eval));
-  }
+  if (!builtin) PetscCall(rm_split_file(o, cfg, all, train, eval));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -59,11 +59,16 @@ static PetscErrorCode settings_options(const char *prefix, ModelConfig *cfg)
 PetscErrorCode model_config_set_from_options(const char *prefix, ModelConfig *cfg)
 {
   PetscInt head = MODEL_HEAD_LM, arch = MODEL_ARCH_GPT2;
+  char     arch_help[512] = "Architecture: ";
 
   PetscFunctionBegin;
+  for (int k = 0; k < MODEL_ARCH_COUNT; k++) { /* the rows of the architecture table */
+    size_t at = strlen(arch_help);
+    PetscCall(PetscSNPrintf(arch_help + at, sizeof arch_help - at, "%s%s (%s)", k == 0 ? "" : k == MODEL_ARCH_COUNT - 1 ? " or " : ", ", model_archs[k].name, model_archs[k].members));
+  }
   PetscCall(PetscMemzero(cfg, sizeof *cfg));
   PetscOptionsBegin(PETSC_COMM_WORLD, prefix, "Model options", NULL);
-  RfOptEnum("-arch", "Architecture: gpt2 or llama (the LLaMA family: Llama, Mistral, Qwen2, Qwen3, SmolLM2)", ModelArchNames, MODEL_ARCH_COUNT, &arch);
+  RfOptEnum("-arch", arch_help, ModelArchNames, MODEL_ARCH_COUNT, &arch);
   RfOptIntAsInt("-n_layer", "Number of transformer blocks", 2, &cfg->n_layer);
   RfOptIntAsInt("-n_head", "Number of attention heads (must divide n_embd)", 4, &cfg->n_head);
   RfOptIntAsInt("-n_embd", "Width of the residual stream (embedding size C)", 128, &cfg->n_embd);

@@ -29,8 +29,7 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   PetscFunctionBegin;
   PetscCall(ppo_algo_choices(algo_names, (int)(sizeof algo_names / sizeof algo_names[0]), algo_help, sizeof algo_help));
   PetscCall(PetscStrncpy(o->prompts, "builtin", sizeof o->prompts));
-  o->actor_ckpt[0] = o->reference_ckpt[0] = o->reward.checkpoint[0] = o->restart[0] = '\0';
-  o->eval_file[0] = o->reward.fn[0] = o->reward.command[0] = '\0';
+  o->actor_ckpt[0] = o->reference_ckpt[0] = o->restart[0] = o->eval_file[0] = '\0'; /* o->reward: reward_options_from_options */
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "PPO / GRPO", NULL);
   RfOptEnum("-algo", algo_help, algo_names, ppo_nalgos, &o->algo);
   RfOptInt("-rollout_batch", "Responses generated per iteration", 64, &o->rollout_batch);

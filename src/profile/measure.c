@@ -221,7 +221,7 @@ static PetscErrorCode time_grid(const ProfTimer *tm, Case *c, const ProfGrid *gr
 
 static void shape_of(const ModelConfig *cfg, PetscBool value_head, CostShape *s)
 {
-  cost_shape_from_gpt(cfg, s);
+  cost_shape_from_model(cfg, s);
   s->value_head = value_head;
 }
 

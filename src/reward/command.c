@@ -214,7 +214,7 @@ static void close_fd(int *fd)
 static void find_program(const char *cmd, char *why, size_t cap)
 {
   const char *p = cmd, *plain = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./+,:@%^-";
-  char        word[256], *argv[] = {"sh", "-c", "command -v -- \"$1\" >/dev/null 2>&1", "sh", word, NULL};
+  char        word[256], *argv[] = {"sh", "-c", "command -v -- \"$1\" >/dev/null 2>&1 || exit 127", "sh", word, NULL};
   size_t      n;
   struct stat st;
   pid_t       pid;

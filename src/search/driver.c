@@ -42,19 +42,19 @@ static PetscErrorCode search_cost_objective(void *vctx, const Plan *plan, CostEs
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static void search_gpt_from_shape(const CostShape *m, ModelConfig *cfg)
+static void search_model_from_shape(const CostShape *m, ModelConfig *cfg)
 {
-  cost_shape_to_gpt(m, cfg);
+  cost_shape_to_model(m, cfg);
 }
 
 void search_needs_from_work(const CostWork *w, ModelConfig cfg[4], PlanNeeds *needs)
 {
   int mini = w->batch / (w->minibatches > 0 ? w->minibatches : 1);
 
-  search_gpt_from_shape(&w->actor, &cfg[0]);
-  search_gpt_from_shape(&w->critic, &cfg[1]);
-  search_gpt_from_shape(&w->ref, &cfg[2]);
-  search_gpt_from_shape(&w->reward, &cfg[3]);
+  search_model_from_shape(&w->actor, &cfg[0]);
+  search_model_from_shape(&w->critic, &cfg[1]);
+  search_model_from_shape(&w->ref, &cfg[2]);
+  search_model_from_shape(&w->reward, &cfg[3]);
   PetscMemzero(needs, sizeof *needs);
   needs->cfg[MFC_ACTOR_GEN] = needs->cfg[MFC_ACTOR_TRAIN] = &cfg[0];
   needs->cfg[MFC_REF_INF]   = &cfg[2];
@@ -329,7 +329,7 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn 
   PetscCall(PetscMalloc1(1, &best));
   /* the stages first, an enumeration of milliseconds: PPO's search gets the rest of -plan_time */
   t0 = sys_wtime();
-  PetscCall(search_stages_place(run->comm, &prims, &job, &spec, o.time_s > 0 ? t0 + o.time_s : INFINITY, &stages));
+  PetscCall(search_stages_place(run->comm, &prims, &job, &spec, &stages));
   if (o.time_s > 0 && (job.stage[0].used || job.stage[1].used)) o.time_s = PetscMax(o.time_s - (sys_wtime() - t0), 1e-3);
   if (job.ppo) PetscCall(search_plan(run->comm, &prims, &work, &needs, &spec, &o, PETSC_TRUE, best, &sum));
   else { /* the stage's call alone: none of PPO's */
@@ -402,8 +402,8 @@ PetscErrorCode search_auto_stage(const RunCtx *run, const CostTrainStage *st, MF
   PetscCall(search_prims(run, &deck, &work, plan->world, &prims));
   spec.world          = plan->world;
   spec.ranks_per_node = prims.ranks_per_node > 0 ? prims.ranks_per_node : spec.world;
-  PetscCall(PetscPrintf(run->comm, "-placement auto: placing %s (at most %g s)\n", mfc_names[id], o.time_s));
-  PetscCall(search_stages_place(run->comm, &prims, &job, &spec, o.time_s > 0 ? sys_wtime() + o.time_s : INFINITY, &stages));
+  PetscCall(PetscPrintf(run->comm, "-placement auto: placing %s\n", mfc_names[id]));
+  PetscCall(search_stages_place(run->comm, &prims, &job, &spec, &stages));
   search_stages_apply(&job, &stages, plan);
   plan->placement = PLACEMENT_COLOCATE; /* placed: a second check of the stage keeps it */
   PetscCall(PetscSNPrintf(plan->source, sizeof plan->source, "search of %s", mfc_names[id]));

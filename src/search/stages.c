@@ -29,29 +29,20 @@ static PetscErrorCode search_stage_objective(void *vctx, const Plan *plan, CostE
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* One stage for one ZeRO-1 state: the best call into *best (feasible if any
- * layout fits, else the one closest to fitting); stops between two mesh
- * sizes after deadline once a layout passed the checks. */
-static PetscErrorCode search_stage_one(SearchSpace sp, SearchStageCtx *ctx, PetscBool zero1, double deadline, PlanCall *best, CostEstimate *best_est, PetscBool *found)
+/* The layouts of one stage's call on plan, every strategy on every mesh
+ * size: the best into *best (feasible if any layout fits, else the one
+ * closest to fitting). */
+static PetscErrorCode search_stage_layouts(SearchSpace sp, SearchStageCtx *ctx, Plan *plan, PlanCall *best, CostEstimate *best_est, PetscBool *found)
 {
-  Plan        *plan;
   CostEstimate e;
   PetscBool    ok;
   MFCId        id = ctx->id;
 
   PetscFunctionBegin;
-  *found = PETSC_FALSE;
-  PetscCall(PetscMalloc1(1, &plan));
-  PetscCall(plan_preset(sp->spec.world, PLACEMENT_COLOCATE, 0, plan)); /* the settings' defaults, which plan_check accepts */
-  for (int c = 0; c < MFC_COUNT; c++)
-    if (c != (int)id) plan->call[c].nranks = 0;
-  plan->nconc = 0;
-  plan->zero1 = zero1;
   for (int m = 0; m < sp->nmesh; m++) {
     int n = sp->mesh[m].n;
 
     if (sp->mesh[m].lo) continue;
-    if (*found && isfinite(deadline) && sys_wtime() > deadline) break;
     for (int s = 0; s < sp->nstrat[id][n]; s++) {
       search_put(plan, id, &sp->mesh[m], &sp->strat[id][n][s]);
       PetscCall(search_evaluate(sp, search_stage_objective, ctx, plan, &ok, &e));
@@ -63,7 +54,30 @@ static PetscErrorCode search_stage_one(SearchSpace sp, SearchStageCtx *ctx, Pets
       }
     }
   }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* One stage for one ZeRO-1 state. Not bounded by -plan_time: the
+ * enumeration takes milliseconds, and a deadline would make the placement
+ * depend on the machine's speed. */
+static PetscErrorCode search_stage_one(SearchSpace sp, SearchStageCtx *ctx, PetscBool zero1, PlanCall *best, CostEstimate *best_est, PetscBool *found)
+{
+  Plan          *plan;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  *found = PETSC_FALSE;
+  PetscCall(PetscMalloc1(1, &plan));
+  ierr = plan_preset(sp->spec.world, PLACEMENT_COLOCATE, 0, plan); /* the settings' defaults, which plan_check accepts */
+  if (!ierr) {
+    for (int c = 0; c < MFC_COUNT; c++)
+      if (c != (int)ctx->id) plan->call[c].nranks = 0;
+    plan->nconc = 0;
+    plan->zero1 = zero1;
+    ierr        = search_stage_layouts(sp, ctx, plan, best, best_est, found);
+  }
   PetscCall(PetscFree(plan));
+  PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -71,7 +85,6 @@ typedef struct {
   const CostPrims       *p;
   const CostJob         *job;
   const SearchSpaceSpec *spec;
-  double                 deadline;
   SearchStages          *out;
 } SearchStagesTask;
 
@@ -82,7 +95,6 @@ static PetscErrorCode search_stages_rank0(void *vctx)
   const CostJob         *job  = t->job;
   const SearchSpaceSpec *spec = t->spec;
   SearchStages          *out  = t->out;
-  double                 deadline = t->deadline;
 
   PetscFunctionBegin;
   for (int k = 0; k < 2; k++) {
@@ -101,17 +113,17 @@ static PetscErrorCode search_stages_rank0(void *vctx)
     one.settings = one.fusion = PETSC_FALSE;
     if (p->ranks_per_node > 0) one.ranks_per_node = p->ranks_per_node;
     PetscCall(search_space_create(&one, &sp));
-    for (int z = 0; z < 2; z++) PetscCall(search_stage_one(sp, &ctx, (PetscBool)z, deadline, &out->call[k][z], &out->est[k][z], &out->found[k][z]));
+    for (int z = 0; z < 2; z++) PetscCall(search_stage_one(sp, &ctx, (PetscBool)z, &out->call[k][z], &out->est[k][z], &out->found[k][z]));
     PetscCall(search_space_destroy(&sp));
     PetscCheck(out->found[k][0] && out->found[k][1], PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP, "plan search: no layout of %s on %d ranks passes the plan checks (its batch of %d %s must divide over the replicas' micro-batches)", mfc_names[id], spec->world, st->batch, k ? "pairs" : "sequences");
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* On rank 0 (a deadline could stop ranks at different meshes), then broadcast. */
-PetscErrorCode search_stages_place(MPI_Comm comm, const CostPrims *p, const CostJob *job, const SearchSpaceSpec *spec, double deadline, SearchStages *out)
+/* On rank 0, then broadcast (one result on every rank). */
+PetscErrorCode search_stages_place(MPI_Comm comm, const CostPrims *p, const CostJob *job, const SearchSpaceSpec *spec, SearchStages *out)
 {
-  SearchStagesTask t = {p, job, spec, deadline, out};
+  SearchStagesTask t = {p, job, spec, out};
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(out, sizeof *out));
@@ -162,8 +174,8 @@ void search_stages_shapes(const CostWork *w, CostJob *job)
     CostShape m;
 
     if (!job->stage[k].used || (k && w->reward_free)) continue;
-    cost_shape_from_gpt(&job->stage[k].cfg, &m);
-    if (memcmp(&m, want[k], sizeof m)) cost_shape_to_gpt(want[k], &job->stage[k].cfg);
+    cost_shape_from_model(&job->stage[k].cfg, &m);
+    if (memcmp(&m, want[k], sizeof m)) cost_shape_to_model(want[k], &job->stage[k].cfg);
   }
 }
 
