@@ -107,7 +107,7 @@ P, L, lp = g['prompt_lengths'][()], g['lengths'][()], g['logprobs'][()]
 for b in range(len(P)):  # score's row t is log p(token t+1): the generation's log-probabilities again
     assert np.allclose(s[b, P[b] - 1:L[b] - 1], lp[b, P[b]:L[b]], atol=2e-5), b" &&
   ok "generate's output is a token file: -mode score gives back the greedy responses' log-probabilities" || not_ok "generate output scored"
-expect_error "generate refuses a reward model" "head must be lm to generate" -mode generate -generate_checkpoint $d/rm/final.h5 -generate_role reward \
+expect_error "generate refuses a reward model" "-generate_role reward has a scalar head (a reward model or critic); generating needs an LM head" -mode generate -generate_checkpoint $d/rm/final.h5 -generate_role reward \
   -generate_input $d/prompts.h5 -generate_output $d/bad.h5
 expect_error "generate refuses a malformed -gen_stop" "gen_stop '5,x'" $G -generate_output $d/bad.h5 -gen_stop 5,x
 expect_error "tp neither dividing the kv heads nor a multiple of them is refused" "sft_train_tp 2 neither divides the model's n_kv_head 3" \
