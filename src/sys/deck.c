@@ -297,6 +297,13 @@ static void deck_report_overrides(const DeckCheck *dc, FILE *out)
   fflush(out);
 }
 
+/* The settings the walk recorded (what deck_args allocated). */
+static void deck_settings_free(DeckCheck *dc)
+{
+  for (int i = 0; i < dc->nset; i++) free(dc->set[i].name), free(dc->set[i].value), free(dc->set[i].where);
+  free(dc->set);
+}
+
 int sys_decks_check(int argc, char **argv, char *msg, size_t len, FILE *notes)
 {
   DeckCheck *dc = calloc(1, sizeof *dc);
@@ -310,8 +317,7 @@ int sys_decks_check(int argc, char **argv, char *msg, size_t len, FILE *notes)
   dc->len = len;
   bad     = deck_args(dc, argc, argv);
   if (!bad && notes) deck_report_overrides(dc, notes);
-  for (int i = 0; i < dc->nset; i++) free(dc->set[i].name), free(dc->set[i].value), free(dc->set[i].where);
-  free(dc->set);
+  deck_settings_free(dc);
   free(dc);
   return bad;
 }
@@ -335,8 +341,7 @@ PetscErrorCode sys_decks_mode_under(const char *skip, char *mode, size_t len)
   bad     = deck_args(dc, argc, argv);
   for (int i = 0; !bad && i < dc->nset; i++)
     if (!strcmp(dc->set[i].name, "-mode") && strcmp(dc->set[i].value, skip)) snprintf(mode, len, "%s", dc->set[i].value);
-  for (int i = 0; i < dc->nset; i++) free(dc->set[i].name), free(dc->set[i].value), free(dc->set[i].where);
-  free(dc->set);
+  deck_settings_free(dc);
   PetscCall(PetscFree(dc));
   PetscCheck(!bad, PETSC_COMM_SELF, PETSC_ERR_FILE_READ, "%s", msg);
   PetscFunctionReturn(PETSC_SUCCESS);
