@@ -54,6 +54,19 @@ int rfcuda_scratch(size_t bytes, void **ptr);
  * start aligned for any element type and for vector loads. */
 static inline size_t rfcuda_align(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
+/* cuda_wcache.cu / cuda_graph.cu: an op wrote p .. p+bytes (stale bf16
+ * weight copies there); a weight buffer is freed; the bf16 copy of weight w
+ * (rows x cols, rows of ld in the copy) or NULL in *out when w is not in a
+ * weight buffer; whether the compute stream is capturing a graph; a moved
+ * buffer (graphs must be captured again). */
+void               rfcuda_weights_touched(const void *p, size_t bytes);
+int                rfcuda_weights_release(const void *p);
+int                rfcuda_weights_bf16(const float *w, size_t rows, int cols, int ld, const __nv_bfloat16 **out);
+int                rfcuda_capturing(void);
+void               rfcuda_epoch_bump(void);
+/* cuda_matmul.cu: rows x cols fp32 to bf16 rows of ld >= cols, zeros past cols */
+int rfcuda_to_bf16_rows(__nv_bfloat16 *dst, const float *src, size_t rows, int cols, int ld);
+
 /* Launch geometry for n elements with a grid-stride loop. */
 static inline unsigned rfcuda_blocks(size_t n, unsigned threads)
 {

@@ -119,7 +119,7 @@ static int mm_to_bf16_launch(__nv_bfloat16 *dst, const float *src, size_t n)
 }
 
 /* rows x cols fp32 to bf16 rows of ld >= cols (ld == cols: a plain copy) */
-static int mm_to_bf16_rows(__nv_bfloat16 *dst, const float *src, size_t rows, int cols, int ld)
+int rfcuda_to_bf16_rows(__nv_bfloat16 *dst, const float *src, size_t rows, int cols, int ld)
 {
   if (ld == cols) return mm_to_bf16_launch(dst, src, rows * (size_t)cols);
   if (!rows) return 0;
@@ -130,6 +130,14 @@ static int mm_to_bf16_rows(__nv_bfloat16 *dst, const float *src, size_t rows, in
 
 /* the bf16 rows' width for OC columns: a multiple of 8 (see Alignment) */
 static inline int mm_ld_bf16(int OC) { return (OC + 7) / 8 * 8; }
+
+/* The kept bf16 copy of weight w in the layout the GEMMs read (a
+ * transposed [OC,C] as is; a [C,OC] in rows of mm_ld_bf16(OC)), or NULL
+ * when w is not in a weight buffer (cuda_wcache.cu). */
+static int mm_weight_bf16(const float *w, int C, int OC, int transposed, const __nv_bfloat16 **w16)
+{
+  return transposed ? rfcuda_weights_bf16(w, (size_t)OC, C, C, w16) : rfcuda_weights_bf16(w, (size_t)C, OC, mm_ld_bf16(OC), w16);
+}
 
 static int mm_epilogue(float *out, const float *src, int ld, const float *bias, size_t rows, int OC)
 {
@@ -176,18 +184,27 @@ int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const fl
   if (!nout) return 0;
   if (bf && C > 0) {
     /* scratch: [bf16 W | bf16 inp | padded output rows, when OC needs them] */
-    const int      ldo = mm_ld_bf16(OC);
-    size_t         chunk = ldo == OC ? 0 : (MM_PAD_CHUNK / ((size_t)ldo * sizeof(float)) > 0 ? MM_PAD_CHUNK / ((size_t)ldo * sizeof(float)) : 1);
-    size_t         wb = rfcuda_align((size_t)C * (transposed ? OC : ldo) * sizeof(__nv_bfloat16)), ib = rfcuda_align((size_t)N * C * sizeof(__nv_bfloat16));
-    void          *s;
-    __nv_bfloat16 *w16, *i16;
-    float         *pad;
+    const int            ldo = mm_ld_bf16(OC);
+    size_t               chunk = ldo == OC ? 0 : (MM_PAD_CHUNK / ((size_t)ldo * sizeof(float)) > 0 ? MM_PAD_CHUNK / ((size_t)ldo * sizeof(float)) : 1);
+    size_t               wb, ib = rfcuda_align((size_t)N * C * sizeof(__nv_bfloat16));
+    void                *s;
+    const __nv_bfloat16 *w16;
+    __nv_bfloat16       *i16;
+    float               *pad;
 
     if (chunk > (size_t)N) chunk = (size_t)N;
+    /* the weight's kept bf16 copy (cuda_wcache.cu), or one made here */
+    if (mm_weight_bf16(w, C, OC, transposed, &w16)) return 1;
+    wb = w16 ? 0 : rfcuda_align((size_t)C * (transposed ? OC : ldo) * sizeof(__nv_bfloat16));
     if (rfcuda_scratch(wb + ib + rfcuda_align(chunk * ldo * sizeof(float)), &s)) return 1;
-    w16 = (__nv_bfloat16 *)s, i16 = (__nv_bfloat16 *)((char *)s + wb), pad = (float *)((char *)s + wb + ib);
+    i16 = (__nv_bfloat16 *)((char *)s + wb), pad = (float *)((char *)s + wb + ib);
     if (!transposed) lda = ldo;
-    if ((transposed ? mm_to_bf16_launch(w16, w, (size_t)C * OC) : mm_to_bf16_rows(w16, w, (size_t)C, OC, ldo)) || mm_to_bf16_launch(i16, inp, (size_t)N * C)) return 1;
+    if (!w16) {
+      __nv_bfloat16 *tmp = (__nv_bfloat16 *)s;
+      if (transposed ? mm_to_bf16_launch(tmp, w, (size_t)C * OC) : rfcuda_to_bf16_rows(tmp, w, (size_t)C, OC, ldo)) return 1;
+      w16 = tmp;
+    }
+    if (mm_to_bf16_launch(i16, inp, (size_t)N * C)) return 1;
     if (chunk) { /* out^T rows of ldo in scratch, chunk by chunk; the epilogue adds the bias */
       for (size_t r0 = 0; r0 < (size_t)N; r0 += chunk) {
         int n = (int)((size_t)N - r0 < chunk ? (size_t)N - r0 : chunk);
@@ -220,13 +237,15 @@ int rfcuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *do
   size_t      pb, ob, wb, ib;
   void       *s;
   const void *Wop = w, *Dop = dout, *Iop = inp;
+  const __nv_bfloat16 *wkept = NULL;
 
   RFCUDA_REQUIRE(N >= 0 && C >= 0 && OC >= 0, "matmul_backward: negative size (N %d, C %d, OC %d)", N, C, OC);
   if (N == 0 || OC == 0 || (!gemm && !dbias)) return 0;
   /* one scratch region: [dbias partials | bf16 dout | bf16 W | bf16 inp] */
   pb = dbias ? rfcuda_align((size_t)nblk * OC * sizeof(float)) : 0;
   ob = bf && gemm ? rfcuda_align((size_t)N * ldd * sizeof(__nv_bfloat16)) : 0;
-  wb = bf && gemm && dinp ? rfcuda_align((size_t)(transposed ? OC : C) * ldw * sizeof(__nv_bfloat16)) : 0;
+  if (bf && gemm && dinp && mm_weight_bf16(w, C, OC, transposed, &wkept)) return 1;
+  wb = bf && gemm && dinp && !wkept ? rfcuda_align((size_t)(transposed ? OC : C) * ldw * sizeof(__nv_bfloat16)) : 0;
   ib = bf && gemm && dw ? rfcuda_align((size_t)N * C * sizeof(__nv_bfloat16)) : 0;
   if (rfcuda_scratch(pb + ob + wb + ib, &s)) return 1;
   if (dbias && mm_dbias(dbias, (float *)s, dout, N, OC)) return 1;
@@ -234,10 +253,10 @@ int rfcuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *do
   if (bf) {
     __nv_bfloat16 *o16 = (__nv_bfloat16 *)((char *)s + pb), *w16 = (__nv_bfloat16 *)((char *)s + pb + ob), *i16 = (__nv_bfloat16 *)((char *)s + pb + ob + wb);
 
-    if (mm_to_bf16_rows(o16, dout, (size_t)N, OC, ldd)) return 1;
-    if (dinp && (transposed ? mm_to_bf16_launch(w16, w, (size_t)C * OC) : mm_to_bf16_rows(w16, w, (size_t)C, OC, ldw))) return 1;
+    if (rfcuda_to_bf16_rows(o16, dout, (size_t)N, OC, ldd)) return 1;
+    if (dinp && !wkept && (transposed ? mm_to_bf16_launch(w16, w, (size_t)C * OC) : rfcuda_to_bf16_rows(w16, w, (size_t)C, OC, ldw))) return 1;
     if (dw && mm_to_bf16_launch(i16, inp, (size_t)N * C)) return 1;
-    Dop = o16, Wop = w16, Iop = i16;
+    Dop = o16, Wop = wkept ? (const void *)wkept : (const void *)w16, Iop = i16;
   }
   if (dinp) {
     /* dinp^T[C,N] += W'[C,OC] . dout^T[OC,N]; W' is W (stored [C,OC]: op T, ld OC)

@@ -32,7 +32,9 @@ int rfcuda_alloc(size_t bytes, void **ptr)
  * queued op is not released under it. */
 int rfcuda_free(void *ptr)
 {
-  if (ptr) RFCUDA_CHECK(cudaFree(ptr));
+  if (!ptr) return 0;
+  if (rfcuda_weights_release(ptr)) return 1;
+  RFCUDA_CHECK(cudaFree(ptr));
   return 0;
 }
 
@@ -47,6 +49,7 @@ int rfcuda_to_host(void *dst_host, const void *src, size_t bytes)
 int rfcuda_from_host(void *dst, const void *src_host, size_t bytes)
 {
   if (!bytes) return 0;
+  rfcuda_weights_touched(dst, bytes);
   RFCUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, rfcuda_stream()));
   RFCUDA_CHECK(cudaStreamSynchronize(rfcuda_stream()));
   return 0;
@@ -60,6 +63,7 @@ int rfcuda_copy(void *dst, const void *src, size_t bytes)
   const char *d = (const char *)dst, *s = (const char *)src;
 
   if (!bytes || dst == src) return 0;
+  rfcuda_weights_touched(dst, bytes);
   if (d < s + bytes && s < d + bytes) {
     void *tmp;
     if (rfcuda_scratch(bytes, &tmp)) return 1;
@@ -74,6 +78,7 @@ int rfcuda_copy(void *dst, const void *src, size_t bytes)
 int rfcuda_zero(void *ptr, size_t bytes)
 {
   if (!bytes) return 0;
+  rfcuda_weights_touched(ptr, bytes);
   RFCUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, rfcuda_stream()));
   return 0;
 }

@@ -83,6 +83,7 @@ extern "C" int rfcuda_nccl_allreduce_sum(void *comm, float *buf, size_t n)
 
   if (n == 0) return 0;
   if (nccl_ready("rfcuda_nccl_allreduce_sum")) return 1;
+  rfcuda_weights_touched(buf, n * sizeof(float));
   RFNCCL_CHECK(ncclCommCount(c, &nranks));
   if (nranks == 1) return 0;
   RFCUDA_REQUIRE(n <= SIZE_MAX / sizeof(float) / (size_t)nranks, "rfcuda_nccl_allreduce_sum: %zu floats on %d ranks overflow the scratch size", n, nranks);
@@ -103,6 +104,7 @@ extern "C" int rfcuda_nccl_bcast(void *comm, void *buf, size_t bytes, int root)
 {
   if (bytes == 0) return 0;
   if (nccl_ready("rfcuda_nccl_bcast")) return 1;
+  rfcuda_weights_touched(buf, bytes);
   if (rfcuda_comm_wait_compute()) return 1;
   RFNCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, (ncclComm_t)comm, (cudaStream_t)rfcuda_comm_stream()));
   return rfcuda_compute_wait_comm();
@@ -125,6 +127,7 @@ extern "C" int rfcuda_nccl_recv(void *comm, void *buf, size_t bytes, int peer)
 {
   if (bytes == 0) return 0;
   if (nccl_ready("rfcuda_nccl_recv")) return 1;
+  rfcuda_weights_touched(buf, bytes);
   if (rfcuda_comm_wait_compute()) return 1;
   RFNCCL_CHECK(ncclRecv(buf, bytes, ncclUint8, peer, (ncclComm_t)comm, (cudaStream_t)rfcuda_comm_stream()));
   return rfcuda_compute_wait_comm();

@@ -232,6 +232,7 @@ int rfcuda_residual_forward(float *out, const float *a, const float *b, size_t n
 int rfcuda_axpy(float *y, float alpha, const float *x, size_t n)
 {
   if (!n) return 0;
+  rfcuda_weights_touched(y, n * sizeof(float));
   pw_axpy<<<rfcuda_blocks(n, PW_THREADS), PW_THREADS, 0, rfcuda_stream()>>>(y, alpha, x, n);
   RFCUDA_LAUNCHED();
   return 0;
@@ -240,6 +241,7 @@ int rfcuda_axpy(float *y, float alpha, const float *x, size_t n)
 int rfcuda_scale(float *x, float alpha, size_t n)
 {
   if (!n) return 0;
+  rfcuda_weights_touched(x, n * sizeof(float));
   pw_scale<<<rfcuda_blocks(n, PW_THREADS), PW_THREADS, 0, rfcuda_stream()>>>(x, alpha, n);
   RFCUDA_LAUNCHED();
   return 0;
@@ -279,6 +281,7 @@ int rfcuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float l
 
   RFCUDA_REQUIRE(t >= 1, "adamw: step %d must be >= 1", t);
   if (!n) return 0;
+  rfcuda_weights_touched(p, n * sizeof(float));
   pw_adamw<<<rfcuda_blocks(n, PW_THREADS), PW_THREADS, 0, rfcuda_stream()>>>(p, g, m, v, n, decay, w1, b2, w2, step, bc2s, eps, gs);
   RFCUDA_LAUNCHED();
   return 0;

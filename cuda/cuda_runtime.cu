@@ -124,6 +124,7 @@ int rfcuda_finalize(void)
 int rfcuda_set_precision(int bf16)
 {
   RFCUDA_REQUIRE(bf16 == 0 || bf16 == 1, "rfcuda_set_precision(%d): 0 (fp32) or 1 (bf16)", bf16);
+  if (rt.bf16 != bf16) rfcuda_epoch_bump(); /* graphs recorded the other precision's ops */
   rt.bf16 = bf16;
   return 0;
 }
@@ -166,6 +167,8 @@ int rfcuda_scratch(size_t bytes, void **ptr)
 
     want = want < grow ? grow : want;
     want = want < RFCUDA_SCRATCH_MIN ? RFCUDA_SCRATCH_MIN : want;
+    RFCUDA_REQUIRE(!rfcuda_capturing(), "rfcuda_scratch: %zu bytes of scratch needed while capturing a graph (%zu held); run the same call once before capturing", bytes, rt.scratch_bytes);
+    rfcuda_epoch_bump();
     RFCUDA_CHECK(cudaStreamSynchronize(rt.compute));
     RFCUDA_CHECK(cudaStreamSynchronize(rt.comm));
     RFCUDA_CHECK(cudaFree(rt.scratch));

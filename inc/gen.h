@@ -25,11 +25,12 @@ typedef struct {
   PetscInt  eos;         /* the end-of-sequence token id */
   int       nstop;       /* further token ids that end a response (a chat model's end-of-turn), -gen_stop */
   int       stop[GEN_MAX_STOP];
+  PetscBool eager;       /* run each decode step's ops one by one: no recorded graphs (-gen_eager) */
 } GenConfig;
 
 /* Reads -gen_temperature, -gen_top_k, -gen_top_p, -gen_greedy,
  * -gen_max_new_tokens, -gen_min_new_tokens, -gen_slots, -gen_kv_mb, -gen_eos,
- * -gen_stop. */
+ * -gen_stop, -gen_eager. */
 PetscErrorCode gen_config_set_from_options(GenConfig *cfg);
 /* Checks the settings against a model (prefix names its options, e.g.
  * "actor_") and the longest prompt: every error names the option, e.g.

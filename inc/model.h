@@ -336,6 +336,7 @@ PetscErrorCode model_adamw_update(Model *lm, const AdamWConfig *opt, PetscReal n
 typedef struct {
   int    nslot, Tmax, n_layer, n_embd;
   float *k, *v; /* device, [n_layer][nslot][Tmax][n_embd] */
+  struct ModelGraphs *graphs; /* model_forward_cached_resident's recorded forwards */
 } ModelKVCache;
 PetscErrorCode model_kv_create(const Model *lm, int nslot, int Tmax, ModelKVCache **kv);
 PetscErrorCode model_kv_destroy(const Model *lm, ModelKVCache **kv);
@@ -352,6 +353,20 @@ PetscErrorCode model_kv_put(const Model *lm, ModelKVCache *kv, int slot, int npo
  * decode step passes one token for each of many slots. out (host) gets the
  * logits [N,V] (LM head) or values [N] (scalar head). */
 PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, float *out);
+/* The same forward with everything in the backend's memory, for a model on
+ * one rank (model_cached_resident_ok: no tensor or pipeline parallelism,
+ * the LM head): tok, slot and pos are N rows in lm->be's memory (gen's
+ * decode arena), and *logits [N,V] stays there, valid until the next
+ * forward of this model. With graph set, on a backend with graphs
+ * (Backend.graph_begin), the forward of each distinct (N, tok, slot, pos)
+ * is run once, recorded on its second call and replayed after that, so a
+ * decode step is one launch; the record is made again whenever memory it
+ * points to has moved. Rows are not checked here (the ops index the tables
+ * and the cache with them): check them on the host first with
+ * model_cached_check_rows. */
+PetscBool      model_cached_resident_ok(const Model *lm);
+PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, PetscBool graph, const float **logits);
+PetscErrorCode model_cached_check_rows(const Model *lm, const ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N);
 
 /* Sizes for -dry_run and benchmarks. */
 size_t model_activation_bytes(const ModelConfig *cfg, int B, int T);

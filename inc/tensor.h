@@ -184,6 +184,26 @@ struct Backend {
    *   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
    * gs is the gradient scale from global-norm clipping. */
   PetscErrorCode (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int t, float gs);
+
+  /* Optional (NULL: nothing to do). ptr .. ptr+bytes (from alloc) holds
+   * weights: a backend may keep converted copies of them between calls
+   * (cuda under -precision bf16: the bf16 operands of the matmuls), which
+   * it refreshes itself after any op of this table writes there. */
+  PetscErrorCode (*weights_hint)(void *ptr, size_t bytes);
+
+  /* Optional graphs (NULL on the cpu): the ops queued between graph_begin
+   * and graph_end are recorded, not run, into *graph; graph_launch runs the
+   * record again with the same pointers and sizes (and the weights' current
+   * values, see weights_hint). epoch() changes whenever memory that a
+   * recorded op may point to has moved (the backend's scratch grew, a
+   * weight copy was freed): a graph recorded before is then stale. An op
+   * that would need to grow scratch while recording fails, so a caller
+   * runs the same ops once before recording them. */
+  PetscErrorCode (*graph_begin)(void);
+  PetscErrorCode (*graph_end)(void **graph);
+  PetscErrorCode (*graph_launch)(void *graph);
+  PetscErrorCode (*graph_destroy)(void *graph);
+  unsigned long long (*epoch)(void);
 };
 
 /* The backend with this name ("cpu", or "cuda" when built with CUDA). */

@@ -61,6 +61,7 @@ typedef struct {
   PetscInt       device, precision; /* indices into device_names, precision_names */
   PetscReal      hbm_gbs;           /* device memory bandwidth, GB/s (0: no roofline) */
   PetscBool      full_length;       /* every sample runs max_new tokens (no EOS) */
+  PetscBool      eager;             /* -gen_eager's engine: no recorded graphs */
 } BenchRun;
 
 typedef struct {
@@ -80,19 +81,19 @@ static double median(double *x, int n)
 }
 
 /* Bytes a decode step reads from device memory, for the roofline: every
- * weight once, at the 4 bytes the model stores it in (also under -precision
- * bf16, whose per-call conversion to bf16 moves more than this, so its
- * fraction is of the same fp32 roofline), except wpe, of which a step reads
+ * weight once, at the 4 bytes the model stores it in, or at 2 under
+ * -precision bf16 (the matmuls read the kept bf16 copies; the norms' and
+ * biases' few fp32 values are counted at 2 too), except wpe, of which a step reads
  * one row per sample (the LLaMA family has none); plus the keys and values
  * each sample attends to (fp32 cache, n_kv_head heads wide), averaged over
  * the decode steps: step s = 1 .. max_new-1 of a sample with a P-token
  * prompt attends to P + s positions, P + max_new/2 on average. Activations
  * and logits are left out (under 3% at 124M x 64). */
-static void decode_bytes(const Model *lm, int conc, int P, int max_new, double *weights, double *kv)
+static void decode_bytes(const Model *lm, PetscBool bf16, int conc, int P, int max_new, double *weights, double *kv)
 {
   const ModelConfig *c = &lm->cfg;
 
-  *weights = 4.0 * ((double)lm->nparams - (model_arch(c)->pos == MODEL_POS_LEARNED ? (double)c->n_positions * c->n_embd : 0.0));
+  *weights = (bf16 ? 2.0 : 4.0) * ((double)lm->nparams - (model_arch(c)->pos == MODEL_POS_LEARNED ? (double)c->n_positions * c->n_embd : 0.0));
   *kv      = 4.0 * 2.0 * c->n_layer * ((double)model_head_dim(c) * model_n_kv_head(c)) * (double)conc * (P + max_new / 2.0);
 }
 
@@ -133,8 +134,9 @@ static PetscErrorCode report_tail(const BenchRun *r, const Model *lm, int conc, 
   buf[0] = 0;
   if (r->device != 0) PetscCall(PetscSNPrintf(buf, len, " device=%s precision=%s", device_names[r->device], precision_names[r->precision]));
   if (!r->full_length) PetscCall(PetscStrlcat(buf, " full_length=0", len));
+  if (r->eager) PetscCall(PetscStrlcat(buf, " eager=1", len));
   if (r->hbm_gbs > 0) {
-    decode_bytes(lm, conc, P, max_new, &w, &kv);
+    decode_bytes(lm, (PetscBool)(r->precision == 1), conc, P, max_new, &w, &kv);
     roof = conc * r->hbm_gbs * 1e9 / (w + kv);
     PetscCall(PetscSNPrintf(part, sizeof part, " weight_mb=%.1f kv_mb=%.1f hbm_gbs=%.0f roofline_tok_per_s=%.0f roofline_frac=%.3f fwd_roofline_frac=%.3f", w * 1e-6, kv * 1e-6,
                             (double)r->hbm_gbs, roof, decode_tps / roof, fwd_ms > 0 ? conc / (fwd_ms * 1e-3) / roof : 0.0));
@@ -217,6 +219,7 @@ static PetscErrorCode bench_conc(const BenchRun *r, Model *lm, const BenchSize *
   cfg.min_new_tokens = r->full_length ? max_new : 0;
   cfg.slots          = conc;
   cfg.kv_mb          = 1e6;
+  cfg.eager          = r->eager;
   PetscCall(gen_config_check(&cfg, &s->cfg, "", P));
   PetscCall(PetscMalloc2(conc, &req, (size_t)conc * P, &prompts));
   for (int i = 0; i < conc; i++) {
@@ -282,7 +285,7 @@ static PetscErrorCode bench_main(void)
 {
   char      size[16] = "all";
   PetscInt  conc = 0, P = 8, max_new = 64, iters = 3, warmup = 1;
-  BenchRun  r    = {NULL, 0, 0, 0, PETSC_TRUE};
+  BenchRun  r    = {NULL, 0, 0, 0, PETSC_TRUE, PETSC_FALSE};
   int       nrun = 0;
   PetscBool help, measure = PETSC_FALSE;
 
@@ -295,7 +298,8 @@ static PetscErrorCode bench_main(void)
   RfOptInt("-iters", "Timed generations (the median is reported)", 3, &iters);
   RfOptInt("-warmup", "Untimed generations first", 1, &warmup);
   RfOptEnum("-device", "Backend to measure: cpu or cuda", device_names, 2, &r.device);
-  RfOptEnum("-precision", "Matmul and activation arithmetic on -device cuda: fp32, or bf16 (weights stay fp32, converted per call)", precision_names, 2, &r.precision);
+  RfOptEnum("-precision", "Matmul and activation arithmetic on -device cuda: fp32, or bf16 (fp32 master weights; the matmuls read bf16 copies kept between calls)", precision_names, 2, &r.precision);
+  RfOptBool("-eager", "Run each decode step's operations one by one (the engine's -gen_eager): no recorded CUDA graphs, for comparison", PETSC_FALSE, &r.eager);
   RfOptReal("-hbm_gbs", "Device memory bandwidth in GB/s, for the roofline fields (0: none; tools/bench_gpu.sh passes the datasheet's)", 0, &r.hbm_gbs);
   RfOptBool("-measure_bw", "On the cpu: measure this machine's memory bandwidth (STREAM triad on the OpenMP threads) and use it as -hbm_gbs", PETSC_FALSE, &measure);
   RfOptBool("-full_length", "Every sample runs -max_new tokens (EOS banned, so each token's allowed set is recorded); false: plain sampling, samples may stop at EOS",

@@ -50,6 +50,21 @@ int rfcuda_copy(void *dst, const void *src, size_t bytes);
 int rfcuda_zero(void *ptr, size_t bytes);
 int rfcuda_sync(void);
 
+/* ---- bf16 weight copies (cuda_wcache.cu) and graphs (cuda_graph.cu) ---- */
+/* p .. p+bytes holds weights (a model's parameters): bf16 matmuls keep a
+ * bf16 copy of each weight in it, refreshed after a write (see the file). */
+int    rfcuda_weights_region(const void *p, size_t bytes);
+int    rfcuda_weights_refresh(void);      /* every stale copy, now */
+size_t rfcuda_weights_bf16_bytes(void);   /* device memory the copies hold */
+/* Changes when memory a captured graph may point to moves. */
+unsigned long long rfcuda_epoch(void);
+/* Capture the ops queued on the compute stream until rfcuda_graph_end into
+ * an executable graph; launch it (after rfcuda_weights_refresh); destroy. */
+int rfcuda_graph_begin(void);
+int rfcuda_graph_end(void **exec);
+int rfcuda_graph_launch(void *exec);
+int rfcuda_graph_destroy(void *exec);
+
 /* ---- ops (one file per family) ------------------------------------------ */
 /* cuda_encoder.cu */
 int rfcuda_encoder_forward(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C, int v0, int Vl);

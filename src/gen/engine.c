@@ -27,7 +27,9 @@ PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt
   e->V              = V;
   e->nslot          = S;
   R                 = S * max_prompt_len;
-  PetscCall(model_kv_create(lm, S, e->Tmax, &e->kv));
+  e->resident = model_cached_resident_ok(lm);
+  e->graphs   = (PetscBool)(e->resident && lm->be->graph_begin);
+  PetscCall(model_kv_create(lm, S + (e->graphs ? 1 : 0), e->Tmax, &e->kv));
   PetscCall(PetscMalloc3(R, &e->row_tok, R, &e->row_slot, R, &e->row_pos));
   PetscCall(PetscMalloc4(S, &e->slot_req, S, &e->slot_fresh, S, &e->slot_row, S, &e->finished));
   e->sampler = backend_cpu();
@@ -36,6 +38,12 @@ PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt
   PetscCall(PetscMalloc1((size_t)S * V, &e->allowed));
   PetscCall(PetscMalloc5(S, &e->draw_tok, S, &e->draw_na, S, &e->running, S, &e->draw_lp, S, &e->draw_bd));
   PetscCall(PetscMalloc4(S, &e->draw_row, S, &e->draw_id, S, &e->draw_pos, S, &e->draw_ban));
+  if (e->resident) {
+    size_t nin = 3 * (size_t)R + 4 * (size_t)S;
+    PetscCall(lm->be->alloc(nin * sizeof(int), (void **)&e->d_in));
+    PetscCall(lm->be->alloc(4 * (size_t)S * sizeof(int), (void **)&e->d_out));
+    PetscCall(PetscMalloc2(nin, &e->h_in, 4 * (size_t)S, &e->h_out));
+  }
   *eng = e;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -47,6 +55,13 @@ PetscErrorCode gen_engine_destroy(GenEngine **eng)
   PetscFunctionBegin;
   if (!e) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(model_kv_destroy(e->lm, &e->kv));
+  if (e->resident) {
+    PetscCall(e->lm->be->free(e->d_in));
+    PetscCall(e->lm->be->free(e->d_out));
+    PetscCall(e->lm->be->free(e->d_allowed));
+    PetscCall(e->lm->be->free(e->d_work));
+    PetscCall(PetscFree2(e->h_in, e->h_out));
+  }
   PetscCall(PetscFree3(e->row_tok, e->row_slot, e->row_pos));
   PetscCall(PetscFree4(e->slot_req, e->slot_fresh, e->slot_row, e->finished));
   PetscCall(PetscFree(e->work));
@@ -238,18 +253,21 @@ int gen_engine_waiting(const GenEngine *e) { return e->qn - e->qhead; }
 int gen_engine_slots(const GenEngine *e) { return e->nslot; }
 
 /* The forward's rows: a new sample's whole prompt, or a running sample's
- * last token; token t of a sequence sits at KV position t. */
-static int build_rows(GenEngine *e, const GenRequest *req, const GenBatch *b, int *active)
+ * last token; token t of a sequence sits at KV position t. *prefill: some
+ * row is a prompt's. */
+static int build_rows(GenEngine *e, const GenRequest *req, const GenBatch *b, int *active, PetscBool *prefill)
 {
   int N = 0;
 
-  *active = 0;
+  *active  = 0;
+  *prefill = PETSC_FALSE;
   for (int s = 0; s < e->nslot; s++) {
     int i = e->slot_req[s], P, len;
     if (i < 0) continue;
     (*active)++;
     P   = req[i].prompt_len;
     len = P + b->response_len[i];
+    if (e->slot_fresh[s]) *prefill = PETSC_TRUE;
     for (int t = e->slot_fresh[s] ? 0 : len - 1; t < len; t++, N++) {
       e->row_tok[N]  = b->tokens[(size_t)i * b->Tmax + t];
       e->row_slot[N] = s;
@@ -296,11 +314,20 @@ static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode engine_step(GenEngine *e, uint64_t seed, uint32_t iteration, const GenRequest *req, GenBatch *b, int *active, int *nfinished)
+/* The bucket a decode step of N rows is padded to: a power of two below
+ * the slot count, or the slot count (a handful of recorded forwards). */
+static int pad_rows(int N, int S)
 {
-  int              N    = build_rows(e, req, b, active), nrun = 0;
-  size_t           need = (size_t)N * e->V;
-  BackendSampleCfg scfg = {e->cfg.temperature, e->cfg.top_p, e->cfg.top_k, e->cfg.greedy, (int)e->cfg.eos, seed ^ GEN_RNG_DOMAIN, iteration};
+  int b = 1;
+  while (b < N) b *= 2;
+  return b < S ? b : S;
+}
+
+/* One step on the host's logits (a model split over ranks): the forward
+ * gathers them to every rank, the cpu op draws. */
+static PetscErrorCode step_host(GenEngine *e, int N, int nrun, const BackendSampleCfg *scfg)
+{
+  size_t need = (size_t)N * e->V;
 
   PetscFunctionBegin;
   if (need > e->logits_cap) {
@@ -309,9 +336,6 @@ static PetscErrorCode engine_step(GenEngine *e, uint64_t seed, uint32_t iteratio
     e->logits_cap = need;
   }
   PetscCall(model_forward_cached(e->lm, e->kv, e->row_tok, e->row_slot, e->row_pos, N, e->logits));
-  for (int s = 0; s < e->nslot; s++)
-    if (e->slot_req[s] >= 0) e->running[nrun++] = s;
-  for (int j = 0; j < nrun; j++) draw_setup(e, req, b, j);
   /* the cpu op's work is per OpenMP thread: more threads than at creation
    * (omp_set_num_threads) need more */
   if (e->sampler->sample_work(nrun, e->V) > e->work_bytes) {
@@ -320,7 +344,67 @@ static PetscErrorCode engine_step(GenEngine *e, uint64_t seed, uint32_t iteratio
     PetscCall(PetscMalloc(e->work_bytes, &e->work));
   }
   PetscCall(e->sampler->sample(e->draw_tok, e->draw_lp, e->draw_na, e->draw_bd, e->allowed, e->work, e->logits, e->draw_row, e->draw_id, e->draw_pos, e->draw_ban,
-                               &scfg, nrun, e->V));
+                               scfg, nrun, e->V));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* One step in the model backend's memory: the rows and the draws' inputs go
+ * up in one copy, the forward (recorded per bucket with graphs) leaves the
+ * logits there, the backend's op draws, and the tokens, log-probabilities,
+ * set sizes and boundaries come back in one copy (the ids of restricted
+ * sets after them). */
+static PetscErrorCode step_resident(GenEngine *e, int N, PetscBool prefill, int nrun, const BackendSampleCfg *scfg, PetscBool masked)
+{
+  const Backend *be = e->lm->be;
+  const float   *logits;
+  int            Nb = N, *in = e->h_in, *d = e->d_in, *o = e->d_out;
+  size_t         work;
+
+  PetscFunctionBegin;
+  if (e->graphs && !prefill) Nb = pad_rows(N, e->nslot);
+  for (int r = N; r < Nb; r++) e->row_tok[r] = 0, e->row_slot[r] = e->nslot, e->row_pos[r] = (r - N) % e->Tmax;
+  PetscCall(model_cached_check_rows(e->lm, e->kv, e->row_tok, e->row_slot, e->row_pos, Nb));
+  PetscCall(PetscArraycpy(in, e->row_tok, Nb));
+  PetscCall(PetscArraycpy(in + Nb, e->row_slot, Nb));
+  PetscCall(PetscArraycpy(in + 2 * Nb, e->row_pos, Nb));
+  PetscCall(PetscArraycpy(in + 3 * Nb, e->draw_row, nrun));
+  PetscCall(PetscArraycpy(in + 3 * Nb + nrun, e->draw_id, nrun));
+  PetscCall(PetscArraycpy(in + 3 * Nb + 2 * nrun, e->draw_pos, nrun));
+  PetscCall(PetscArraycpy(in + 3 * Nb + 3 * nrun, e->draw_ban, nrun));
+  PetscCall(be->from_host(d, in, (3 * (size_t)Nb + 4 * (size_t)nrun) * sizeof(int)));
+  PetscCall(model_forward_cached_resident(e->lm, e->kv, d, d + Nb, d + 2 * Nb, Nb, (PetscBool)(e->graphs && !e->cfg.eager), &logits));
+  work = be->sample_work(nrun, e->V);
+  if (work > e->d_work_bytes) { /* the cpu op's work grows with the OpenMP threads */
+    PetscCall(be->free(e->d_work));
+    PetscCall(be->alloc(work, &e->d_work));
+    e->d_work_bytes = work;
+  }
+  if (masked && !e->d_allowed) PetscCall(be->alloc((size_t)e->nslot * e->V * sizeof(int), (void **)&e->d_allowed));
+  d += 3 * Nb;
+  PetscCall(be->sample(o, (float *)(o + 3 * nrun), o + nrun, o + 2 * nrun, masked ? e->d_allowed : NULL, e->d_work, logits, d, d + nrun, d + 2 * nrun, d + 3 * nrun, scfg,
+                       nrun, e->V));
+  PetscCall(be->to_host(e->h_out, o, 4 * (size_t)nrun * sizeof(int)));
+  PetscCall(PetscArraycpy(e->draw_tok, e->h_out, nrun));
+  PetscCall(PetscArraycpy(e->draw_na, e->h_out + nrun, nrun));
+  PetscCall(PetscArraycpy(e->draw_bd, e->h_out + 2 * nrun, nrun));
+  PetscCall(PetscMemcpy(e->draw_lp, e->h_out + 3 * nrun, (size_t)nrun * sizeof(float)));
+  for (int j = 0; j < nrun && masked; j++)
+    if (e->draw_na[j] > 0) PetscCall(be->to_host(e->allowed + (size_t)j * e->V, e->d_allowed + (size_t)j * e->V, (size_t)e->draw_na[j] * sizeof(int)));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode engine_step(GenEngine *e, uint64_t seed, uint32_t iteration, const GenRequest *req, GenBatch *b, int *active, int *nfinished)
+{
+  PetscBool        prefill;
+  int              N    = build_rows(e, req, b, active, &prefill), nrun = 0;
+  BackendSampleCfg scfg = {e->cfg.temperature, e->cfg.top_p, e->cfg.top_k, e->cfg.greedy, (int)e->cfg.eos, seed ^ GEN_RNG_DOMAIN, iteration};
+
+  PetscFunctionBegin;
+  for (int s = 0; s < e->nslot; s++)
+    if (e->slot_req[s] >= 0) e->running[nrun++] = s;
+  for (int j = 0; j < nrun; j++) draw_setup(e, req, b, j);
+  if (e->resident) PetscCall(step_resident(e, N, prefill, nrun, &scfg, (PetscBool)(b->mask_off != NULL)));
+  else PetscCall(step_host(e, N, nrun, &scfg));
   *nfinished = 0;
   for (int j = 0; j < nrun; j++) PetscCall(advance(e, iteration, req, b, j, nfinished));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -30,6 +30,18 @@ struct GenEngine {
   size_t      work_bytes;
   int        *allowed, *draw_tok, *draw_na, *running, *draw_row, *draw_id, *draw_pos, *draw_ban, *draw_bd;
   float      *draw_lp;
+  /* resident steps (model_cached_resident_ok: one rank): the rows, the
+   * draws' inputs and their results live in the model backend's memory, so
+   * the logits never leave it and a step moves one upload (d_in, packed from
+   * h_in) and one download (d_out to h_out), plus the allowed ids of
+   * restricted draws. With graphs (a backend that records them), decode
+   * rows are padded to a bucket of rows (pad_rows) so that each bucket's
+   * forward is recorded once; the padding rows use the extra cache slot
+   * nslot. */
+  PetscBool   resident, graphs;
+  int        *d_in, *h_in, *d_out, *h_out, *d_allowed;
+  void       *d_work;
+  size_t      d_work_bytes;
   /* allowed sets in the order they were drawn, each position's start and
    * count in the pool, and how many ids the batch holds so far */
   int        *pool, *mcount;

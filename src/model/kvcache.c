@@ -29,6 +29,7 @@ PetscErrorCode model_kv_destroy(const Model *lm, ModelKVCache **kv)
 {
   PetscFunctionBegin;
   if (!*kv) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(model_graphs_destroy(lm, *kv));
   if ((*kv)->k) PetscCall(lm->be->free((*kv)->k));
   if ((*kv)->v) PetscCall(lm->be->free((*kv)->v));
   PetscCall(PetscFree(*kv));
@@ -72,7 +73,7 @@ PetscErrorCode model_kv_put(const Model *lm, ModelKVCache *kv, int slot, int npo
 }
 
 /* Host-side guards: the ops index wte, wpe and the cache with these values. */
-static PetscErrorCode check_rows(const Model *lm, const ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N)
+PetscErrorCode model_cached_check_rows(const Model *lm, const ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N)
 {
   int V = lm->cfg.vocab_size;
 
@@ -90,8 +91,9 @@ static PetscErrorCode check_rows(const Model *lm, const ModelKVCache *kv, const 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Rows [r0, r0+n) of the call through layer l (global index) of this shard. */
-static PetscErrorCode cached_block(Model *lm, ModelKVCache *kv, int l, int r0, int n)
+/* Rows [r0, r0+n) of the call through layer l (global index) of this
+ * shard; slot and pos are those rows' (this backend's memory). */
+PetscErrorCode model_cached_block(Model *lm, ModelKVCache *kv, int l, int r0, int n, const int *slot, const int *pos)
 {
   const Backend *be = lm->be;
   ModelActs     *a  = lm->acts;
@@ -103,9 +105,9 @@ static PetscErrorCode cached_block(Model *lm, ModelKVCache *kv, int l, int r0, i
   PetscFunctionBegin;
   model_layer_params(lm, lm->params, l, &p);
   PetscCall(model_norm_forward(lm, a->c_ln, a->c_mean, a->c_rstd, x, p.ln1_w, p.ln1_b, n));
-  PetscCall(model_qkv_forward(lm, &p, a->c_qkv, NULL, NULL, a->c_ln, a->c_pos + r0, n));
-  PetscCall(be->attention_cached(a->c_atty, kv->k + (l - lm->sh.l0) * per_layer, kv->v + (l - lm->sh.l0) * per_layer, a->c_qkv, a->c_slot + r0, a->c_pos + r0, n,
-                                 kv->Tmax, lm->Cl, lm->NHl, lm->NKVl));
+  PetscCall(model_qkv_forward(lm, &p, a->c_qkv, NULL, NULL, a->c_ln, pos, n));
+  PetscCall(be->attention_cached(a->c_atty, kv->k + (l - lm->sh.l0) * per_layer, kv->v + (l - lm->sh.l0) * per_layer, a->c_qkv, slot, pos, n, kv->Tmax, lm->Cl,
+                                 lm->NHl, lm->NKVl));
   PetscCall(model_attn_proj_forward(lm, &p, a->c_proj, a->c_atty, n));
   PetscCall(be->axpy(x, 1.0f, a->c_proj, NC));
   PetscCall(model_mlp_forward(lm, &p, x, a->c_ln, a->c_mean, a->c_rstd, a->c_fch, a->c_fch_gelu, a->c_proj, n));
@@ -161,7 +163,7 @@ PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok,
 
   PetscFunctionBegin;
   PetscCheck(N > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_forward_cached: N %d must be positive", N);
-  PetscCall(check_rows(lm, kv, tok, slot, pos, N));
+  PetscCall(model_cached_check_rows(lm, kv, tok, slot, pos, N));
   PetscCall(model_acts_cached_resize(lm, N));
   PetscCall(be->from_host(a->c_tok, tok, (size_t)N * sizeof(int)));
   PetscCall(be->from_host(a->c_slot, slot, (size_t)N * sizeof(int)));
@@ -175,7 +177,7 @@ PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok,
     req[k] = MPI_REQUEST_NULL;
     if (model_first_stage(lm)) PetscCall(model_embed(lm, a->c_x + (size_t)r0 * C, a->c_tok + r0, a->c_pos + r0, n));
     else PetscCall(model_pp_recv(lm, a->c_x + (size_t)r0 * C, (size_t)n * C, MODEL_TAG_CACHED, lm->sh.p - 1));
-    for (int l = lm->sh.l0; l < lm->sh.l1; l++) PetscCall(cached_block(lm, kv, l, r0, n));
+    for (int l = lm->sh.l0; l < lm->sh.l1; l++) PetscCall(model_cached_block(lm, kv, l, r0, n, a->c_slot + r0, a->c_pos + r0));
     if (!model_last_stage(lm)) PetscCall(model_pp_send(lm, a->c_x + (size_t)r0 * C, (size_t)n * C, MODEL_TAG_CACHED, lm->sh.p + 1, &req[k]));
     else PetscCall(cached_head(lm, r0, n, out));
   }

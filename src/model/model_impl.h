@@ -210,6 +210,10 @@ PetscErrorCode model_mlp_forward(const Model *lm, const ModelLayerParams *p, con
 PetscErrorCode model_qkv_forward(const Model *lm, const ModelLayerParams *p, float *qkv, float *qk_in, float *qk_rstd, const float *ln, const int *pos, int N);
 /* The attention output projection, summed over the tp group: proj [N,C]. */
 PetscErrorCode model_attn_proj_forward(const Model *lm, const ModelLayerParams *p, float *proj, const float *atty, int N);
+/* kvcache.c / decode.c: one layer of the cached forward on rows [r0,
+ * r0+n) (slot and pos: those rows'); the recorded forwards of a cache. */
+PetscErrorCode model_cached_block(Model *lm, ModelKVCache *kv, int l, int r0, int n, const int *slot, const int *pos);
+PetscErrorCode model_graphs_destroy(const Model *lm, ModelKVCache *kv);
 PetscErrorCode model_head_forward(const Model *lm, float *out, const float *x, int N);
 PetscErrorCode model_final_norm(const Model *lm, float *out, float *mean, float *rstd, const float *x, int N);
 PetscErrorCode model_embed(const Model *lm, float *out, const int *tok, const int *pos, int N);

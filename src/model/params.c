@@ -317,6 +317,7 @@ PetscErrorCode model_create_on_mesh(const ModelConfig *cfg, const Backend *be, c
   g->dist = (ModelDistConfig){PETSC_FALSE, (size_t)16 << 20};
   PetscCall(model_tensor_table_shard(cfg, &g->sh, &g->tensors, &g->ntensors, &g->nparams));
   PetscCall(be->alloc(g->nparams * sizeof(float), (void **)&g->params));
+  if (be->weights_hint) PetscCall(be->weights_hint(g->params, g->nparams * sizeof(float)));
   PetscCall(be->alloc(g->nparams * sizeof(float), (void **)&g->grads));
   PetscCall(model_acts_slots(g, 1));
   g->acts = g->slots[0];

@@ -79,6 +79,17 @@ CUDA_OP(sample,
         (token, logprob, nallowed, boundary, allowed, work, logits, row, sample_id, position, ban_eos, cfg->temperature, cfg->top_p, cfg->top_k, cfg->greedy,
          cfg->eos, (unsigned long long)cfg->key, cfg->iteration, N, V))
 CUDA_OP(sumsq, (double *out, const float *x, size_t n), (out, x, n))
+CUDA_OP(graph_begin, (void), ())
+CUDA_OP(graph_end, (void **graph), (graph))
+CUDA_OP(graph_launch, (void *graph), (graph))
+CUDA_OP(graph_destroy, (void *graph), (graph))
+
+static PetscErrorCode cuda_weights_hint(void *ptr, size_t bytes)
+{
+  PetscFunctionBegin;
+  RFCUDA_CALL(rfcuda_weights_region(ptr, bytes));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
 CUDA_OP(adamw, (float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int t, float gs),
         (p, g, m, v, n, lr, b1, b2, eps, wd, t, gs))
 
@@ -120,6 +131,12 @@ static const Backend cuda_backend = {
   .sample_work            = rfcuda_sample_work,
   .sumsq                  = cuda_sumsq,
   .adamw                  = cuda_adamw,
+  .weights_hint           = cuda_weights_hint,
+  .graph_begin            = cuda_graph_begin,
+  .graph_end              = cuda_graph_end,
+  .graph_launch           = cuda_graph_launch,
+  .graph_destroy          = cuda_graph_destroy,
+  .epoch                  = rfcuda_epoch,
 };
 
 /* The device this rank drives: its rank among the ranks on its node, modulo
