@@ -67,6 +67,13 @@ void               rfcuda_epoch_bump(void);
 /* cuda_matmul.cu: rows x cols fp32 to bf16 rows of ld >= cols, zeros past cols */
 int rfcuda_to_bf16_rows(__nv_bfloat16 *dst, const float *src, size_t rows, int cols, int ld);
 
+/* cuda_skinny.cu: the linear layer for at most rfcuda_skinny_rows() rows in
+ * one kernel (w bf16 in rows of ld, or fp32; part: rfcuda_skinny_part_bytes
+ * of device memory, or NULL when that is 0) */
+int    rfcuda_skinny_rows(void);
+size_t rfcuda_skinny_part_bytes(int N, int C, int OC, int transposed);
+int    rfcuda_matmul_skinny(float *out, float *part, const float *inp, const void *w, int bf16, const float *bias, int N, int C, int OC, int ld, int transposed);
+
 /* Launch geometry for n elements with a grid-stride loop. */
 static inline unsigned rfcuda_blocks(size_t n, unsigned threads)
 {

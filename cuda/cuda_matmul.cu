@@ -172,6 +172,26 @@ static int mm_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int
   return 0;
 }
 
+/* A decode step's few rows: one kernel (cuda_skinny.cu) on the weight's
+ * kept bf16 copy, or on one made in scratch with the partials' room. */
+static int mm_forward_few(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed, int bf)
+{
+  const int            ldo = transposed ? C : bf ? mm_ld_bf16(OC) : OC;
+  size_t               pb  = rfcuda_skinny_part_bytes(N, C, OC, transposed), wb;
+  const __nv_bfloat16 *w16 = NULL;
+  void                *s   = NULL;
+
+  if (bf && mm_weight_bf16(w, C, OC, transposed, &w16)) return 1;
+  wb = bf && !w16 ? rfcuda_align((size_t)C * (transposed ? OC : ldo) * sizeof(__nv_bfloat16)) : 0;
+  if (wb + pb && rfcuda_scratch(wb + pb, &s)) return 1;
+  if (wb) {
+    __nv_bfloat16 *tmp = (__nv_bfloat16 *)s;
+    if (transposed ? mm_to_bf16_launch(tmp, w, (size_t)C * OC) : rfcuda_to_bf16_rows(tmp, w, (size_t)C, OC, ldo)) return 1;
+    w16 = tmp;
+  }
+  return rfcuda_matmul_skinny(out, pb ? (float *)((char *)s + wb) : NULL, inp, bf ? (const void *)w16 : (const void *)w, bf, bias, N, C, OC, ldo, transposed);
+}
+
 int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed)
 {
   const int    bf   = rfcuda_get_precision();
@@ -182,6 +202,7 @@ int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const fl
 
   RFCUDA_REQUIRE(N >= 0 && C >= 0 && OC >= 0, "matmul_forward: negative size (N %d, C %d, OC %d)", N, C, OC);
   if (!nout) return 0;
+  if (N <= rfcuda_skinny_rows() && C > 0) return mm_forward_few(out, inp, w, bias, N, C, OC, transposed, bf);
   if (bf && C > 0) {
     /* scratch: [bf16 W | bf16 inp | padded output rows, when OC needs them] */
     const int            ldo = mm_ld_bf16(OC);

@@ -1208,6 +1208,12 @@ static PetscErrorCode check_all(Ctx *c)
     {3,   768, 50257, 1}, /* GPT-2's tied LM head, its whole vocabulary */
     {37,  72,  201,  0}, {37, 72, 201, 1}, /* a width not a multiple of 8: bf16 pads its rows */
     {1400, 64, 50257, 1}, /* bf16's padded output in two chunks of rows */
+    /* up to 8 rows: the one-kernel path of cuda_skinny.cu */
+    {8,   768, 2304, 0}, {8, 72, 1000, 1},
+    {5,   8960, 1536, 0}, /* Qwen2.5-1.5B's down projection: k split over blocks */
+    {1,   896, 151936, 1}, /* Qwen2.5's tied LM head, one row */
+    {7,   33,  13,   0}, {7, 33, 13, 1}, /* odd sizes: fewer columns than a block, C odd */
+    {2,   1536, 8960 * 2, 0}, /* a SwiGLU gate|up projection */
   };
   const int att[][5] = {
     {2, 64,   64,   4,  4}, /* head size 16 */

@@ -14,7 +14,7 @@
  * (size, concurrency): decode_tok_per_s = tokens of the steps after the
  * prefill over their wall time; tok_per_s = all response tokens over the
  * whole gen_generate call, prefill included; step_ms = a decode step;
- * fwd_ms = model_forward_cached alone on the same rows, so step_ms - fwd_ms
+ * fwd_ms = the forward alone on the same rows, as the engine runs it, so step_ms - fwd_ms
  * is the engine's own cost; prefill_ms = the first step. Medians over the
  * iterations (step_ms: over the steps, then the iterations).
  *
@@ -145,35 +145,48 @@ static PetscErrorCode report_tail(const BenchRun *r, const Model *lm, int conc, 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The model alone: median ms of one model_forward_cached over conc rows (one
- * per slot) at the decode positions, so the engine's own cost (sampling,
- * bookkeeping) is the difference to the engine's step time. */
-static PetscErrorCode forward_only_ms(Model *lm, int conc, int P, int max_new, double *ms)
+/* The model alone: median ms of one forward over conc rows (one per slot)
+ * at the decode positions, as the engine runs it (model_forward_cached_resident
+ * on one rank, recorded as a graph unless -eager: the rows go up, the logits
+ * stay), so the engine's own cost (sampling, bookkeeping, the copies) is
+ * the difference to the engine's step time. */
+static PetscErrorCode forward_only_ms(const BenchRun *r, Model *lm, int conc, int P, int max_new, double *ms)
 {
-  ModelKVCache *kv;
-  int        *tok, *slot, *pos, N = conc * P;
-  float      *out;
-  double     *t;
+  const Backend *be = lm->be;
+  ModelKVCache  *kv;
+  int           *tok, *slot, *pos, *d = NULL, N = conc * P;
+  float         *out;
+  const float   *logits;
+  double        *t;
+  PetscBool      resident = model_cached_resident_ok(lm);
 
   PetscFunctionBegin;
   PetscCall(model_kv_create(lm, conc, P + max_new, &kv));
   PetscCall(PetscMalloc4(N, &tok, N, &slot, N, &pos, (size_t)N * lm->cfg.vocab_size, &out));
   PetscCall(PetscMalloc1(max_new, &t));
-  for (int r = 0; r < N; r++) {
-    tok[r]  = (int)(rng_u32(8, (uint32_t)r, 0, 0, 0) % (uint32_t)lm->cfg.vocab_size);
-    slot[r] = r / P;
-    pos[r]  = r % P;
+  if (resident) PetscCall(be->alloc(3 * (size_t)conc * sizeof(int), (void **)&d));
+  for (int q = 0; q < N; q++) {
+    tok[q]  = (int)(rng_u32(8, (uint32_t)q, 0, 0, 0) % (uint32_t)lm->cfg.vocab_size);
+    slot[q] = q / P;
+    pos[q]  = q % P;
   }
   PetscCall(model_forward_cached(lm, kv, tok, slot, pos, N, out));
   for (int s = 0; s < max_new - 1; s++) {
     double t0 = sys_wtime();
-    for (int r = 0; r < conc; r++) {
-      slot[r] = r;
-      pos[r]  = P + s;
+    for (int q = 0; q < conc; q++) {
+      slot[q] = q;
+      pos[q]  = P + s;
     }
-    PetscCall(model_forward_cached(lm, kv, tok, slot, pos, conc, out));
+    if (resident) {
+      PetscCall(be->from_host(d, tok, (size_t)conc * sizeof(int)));
+      PetscCall(be->from_host(d + conc, slot, (size_t)conc * sizeof(int)));
+      PetscCall(be->from_host(d + 2 * conc, pos, (size_t)conc * sizeof(int)));
+      PetscCall(model_forward_cached_resident(lm, kv, d, d + conc, d + 2 * conc, conc, (PetscBool)!r->eager, &logits));
+      PetscCall(be->sync());
+    } else PetscCall(model_forward_cached(lm, kv, tok, slot, pos, conc, out));
     t[s] = sys_wtime() - t0;
   }
+  if (d) PetscCall(be->free(d));
   *ms = max_new > 1 ? median(t, max_new - 1) * 1e3 : 0;
   PetscCall(PetscFree(t));
   PetscCall(PetscFree4(tok, slot, pos, out));
@@ -237,7 +250,7 @@ static PetscErrorCode bench_conc(const BenchRun *r, Model *lm, const BenchSize *
     step[it] = t.step_ms;
     pre[it]  = t.prefill_ms;
   }
-  PetscCall(forward_only_ms(lm, conc, P, max_new, &fwd_ms));
+  PetscCall(forward_only_ms(r, lm, conc, P, max_new, &fwd_ms));
   PetscCall(report_tail(r, lm, conc, P, max_new, median(dec, iters), fwd_ms, tail, sizeof tail));
   PetscCall(PetscPrintf(PETSC_COMM_WORLD,
                         "rlfuse-decode size=%s params=%zu conc=%d prompt=%d new=%d threads=%d decode_tok_per_s=%.0f tok_per_s=%.0f step_ms=%.3f fwd_ms=%.3f prefill_ms=%.3f%s\n",
