@@ -86,13 +86,30 @@ __global__ void sample_max_kernel(double *pmax, int *pbad, const float *logits, 
   int               lo = p * SAMPLE_PART_IDS, hi = min(V, lo + SAMPLE_PART_IDS);
   double            zmax = -INFINITY;
 
-#pragma unroll 4
-  for (int v = lo + tid; v < hi; v += blockDim.x) {
-    double z = sample_z(x[v], a.inv_t);
-    if (v == ban) continue;
-    bad |= sample_z_bad(z);
-    if (z > zmax) zmax = z;
+  /* float4 loads where the part is 16-byte aligned (V a multiple of 4) */
+#define SAMPLE_MAX_ONE(val, v) \
+  do { \
+    double z_ = sample_z((val), a.inv_t); \
+    if ((v) != ban) { \
+      bad |= sample_z_bad(z_); \
+      if (z_ > zmax) zmax = z_; \
+    } \
+  } while (0)
+  if (((uintptr_t)(x + lo) & 15) == 0) {
+    const float4 *x4 = (const float4 *)(x + lo);
+    int           n4 = (hi - lo) / 4;
+    for (int i = tid; i < n4; i += blockDim.x) {
+      float4 q = x4[i];
+      int    v = lo + 4 * i;
+      SAMPLE_MAX_ONE(q.x, v);
+      SAMPLE_MAX_ONE(q.y, v + 1);
+      SAMPLE_MAX_ONE(q.z, v + 2);
+      SAMPLE_MAX_ONE(q.w, v + 3);
+    }
+    lo += 4 * n4;
   }
+  for (int v = lo + tid; v < hi; v += blockDim.x) SAMPLE_MAX_ONE(x[v], v);
+#undef SAMPLE_MAX_ONE
   smax[tid] = zmax;
   sbad[tid] = bad;
   __syncthreads();
@@ -109,17 +126,31 @@ __global__ void sample_max_kernel(double *pmax, int *pbad, const float *logits, 
   }
 }
 
-/* The row's zmax from its parts; *bad: a bad logit or nothing finite. */
+/* The row's zmax from its parts (warp 0 reads them), for the whole block;
+ * *bad: a bad logit or nothing finite. */
 __device__ static double sample_row_zmax(const double *pmax, const int *pbad, int n, int parts, int *bad)
 {
-  double zmax = -INFINITY;
-  int    b    = 0;
-  for (int p = 0; p < parts; p++) {
-    zmax = fmax(zmax, pmax[(size_t)n * parts + p]);
-    b |= pbad[(size_t)n * parts + p];
+  __shared__ double s_z;
+  __shared__ int    s_bad;
+  if (threadIdx.x < 32) {
+    double z = -INFINITY;
+    int    b = 0;
+    for (int p = threadIdx.x; p < parts; p += 32) {
+      z = fmax(z, pmax[(size_t)n * parts + p]);
+      b |= pbad[(size_t)n * parts + p];
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      z = fmax(z, __shfl_xor_sync(0xffffffffu, z, o));
+      b |= __shfl_xor_sync(0xffffffffu, b, o);
+    }
+    if (threadIdx.x == 0) {
+      s_z   = z;
+      s_bad = b || z == -INFINITY;
+    }
   }
-  *bad = b || zmax == -INFINITY;
-  return zmax;
+  __syncthreads();
+  *bad = s_bad;
+  return s_z;
 }
 
 __global__ void __launch_bounds__(SAMPLE_CHUNK_THREADS) sample_chunks_kernel(SampleWork sw, const float *logits, const int *row, const int *ban_eos, SampleArgs a)
@@ -307,12 +338,23 @@ __device__ static int sample_cut(double *w, int *h, int V, int n, long long top_
         s_b    = cid[kept - 1];
         s_kept = kept;
       } else {
-        for (int j = 0; j < cnt && s_b < 0; j++) {
-          cum += cw[j];
-          if (cum >= SAMPLE_MUL(top_p, mass0)) {
-            s_b    = cid[j];
-            s_kept = j + 1;
-          }
+        double lim = SAMPLE_MUL(top_p, mass0);
+        int    hit = -1;
+        /* in rank order, 8 loads ahead of the additions */
+        for (int j0 = 0; j0 < cnt && hit < 0; j0 += 8) {
+          double t[8];
+#pragma unroll
+          for (int i = 0; i < 8; i++) t[i] = j0 + i < cnt ? cw[j0 + i] : 0;
+#pragma unroll
+          for (int i = 0; i < 8; i++)
+            if (hit < 0 && j0 + i < cnt) {
+              cum += t[i];
+              if (cum >= lim) hit = j0 + i;
+            }
+        }
+        if (hit >= 0) {
+          s_b    = cid[hit];
+          s_kept = hit + 1;
         }
         if (s_b < 0 && cnt == n) {
           s_b    = cid[n - 1];
