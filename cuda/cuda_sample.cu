@@ -591,6 +591,7 @@ int rfcuda_sample(int *token, float *logprob, int *nallowed, int *boundary, int 
   int        smem_max, dev;
 
   RFCUDA_REQUIRE(temperature > 0 && N >= 0 && V >= 1, "rfcuda_sample: temperature %g, N %d and V %d must be positive", temperature, N, V);
+  RFCUDA_REQUIRE(N <= 65535, "rfcuda_sample: N %d rows is more than a grid's 65535 (call in pieces)", N);
   if (N == 0) return 0;
   a.inv_t     = 1.0 / temperature;
   a.top_p     = top_p;
