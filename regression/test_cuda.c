@@ -64,7 +64,8 @@
 #include <string.h>
 
 static const char help[] = "Unit tests of the cuda backend ops against the cpu backend (skips without a CUDA device).\n"
-                           "  -probe: only print the device count, or the reason to skip, and exit\n";
+                           "  -probe: only print the device count, or the reason to skip, and exit\n"
+                           "  -sample_only: only the sampler's checks (Backend.sample), in fp32\n";
 
 #define RTOL_FP32 1e-5
 #define RTOL_BF16 1e-2
@@ -1111,6 +1112,8 @@ static PetscErrorCode check_precision_switch(Ctx *c)
 typedef struct {
   double temperature, top_p;
   int    top_k, greedy;
+  double scale; /* logits uniform in (-6 scale, 6 scale): 4 makes top-p's nucleus a few thousand tokens */
+  int    ties;  /* logits on a grid of 0.5 at any V (always at V < 100) */
 } SampleCase;
 
 static PetscErrorCode check_sample(Ctx *c, const SampleCase *sc, int V, int N)
@@ -1128,8 +1131,8 @@ static PetscErrorCode check_sample(Ctx *c, const SampleCase *sc, int V, int N)
 
   PetscFunctionBegin;
   for (size_t i = 0; i < NV; i++) {
-    float x = (float)rng_unif(&c->r, -6, 6);
-    lg[i]   = V < 100 ? 0.5f * roundf(2.0f * x) : x; /* ties in the ranking */
+    float x = (float)rng_unif(&c->r, -6 * sc->scale, 6 * sc->scale);
+    lg[i]   = V < 100 || sc->ties ? 0.5f * roundf(2.0f * x) : x; /* ties in the ranking */
   }
   for (int n = 0; n < N; n++) {
     row[n] = N - 1 - n;
@@ -1170,20 +1173,32 @@ static PetscErrorCode check_sample(Ctx *c, const SampleCase *sc, int V, int N)
   v.ok = !bad_tok && !bad_set && !bad_lp && !twice;
   vappend(&v, "%d rows: %d tokens and %d allowed sets differ; log-probs %d bitwise, %d 1 ulp apart, %d further; two runs %s; %.2f ms a call", N, bad_tok, bad_set, N - ulp1 - bad_lp,
           ulp1, bad_lp, twice ? "DIFFER" : "bitwise", dt * 1e3);
-  verdict_report(c, &v, "sample V=%d, temperature %g, top-k %d, top-p %g%s", V, sc->temperature, sc->top_k, sc->top_p, sc->greedy ? ", greedy" : "");
+  verdict_report(c, &v, "sample V=%d, %d rows, temperature %g, top-k %d, top-p %g%s, logits x%g%s", V, N, sc->temperature, sc->top_k, sc->top_p,
+                 sc->greedy ? ", greedy" : "", sc->scale, sc->ties ? " on a grid (ties)" : "");
   PetscCall(arena_free(&a));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 static PetscErrorCode check_samples(Ctx *c)
 {
+  /* at V = 151,936 the kernel's paths: plain; top-k and top-p through the
+   * sorted candidates (ties among them too); the serial fallback when they
+   * do not fit (top-p 0.9 on the unscaled rows keeps ~29,000 tokens; top-k
+   * 10,000); greedy with and without a cut */
   const SampleCase cases[] = {
-    {1.0, 1.0, 0,   0},
-    {0.7, 1.0, 0,   0},
-    {0.7, 1.0, 50,  0},
-    {1.0, 0.9, 0,   0},
-    {0.7, 0.8, 200, 0},
-    {1.0, 1.0, 3,   1}, /* greedy */
+    {1.0, 1.0,  0,     0, 1, 0},
+    {0.7, 1.0,  0,     0, 1, 0},
+    {0.7, 1.0,  50,    0, 1, 0},
+    {1.0, 0.9,  0,     0, 1, 0},
+    {0.7, 0.8,  200,   0, 1, 0},
+    {1.0, 1.0,  3,     1, 1, 0}, /* greedy */
+    {1.0, 0.9,  0,     0, 4, 0},
+    {1.0, 0.95, 50,    0, 4, 0},
+    {1.0, 1.0,  50,    0, 1, 1},
+    {1.0, 0.9,  0,     0, 4, 1},
+    {1.0, 1.0,  0,     1, 1, 1}, /* greedy among equal logits */
+    {0.7, 1.0,  5000,  0, 1, 0},
+    {1.0, 1.0,  10000, 0, 1, 0},
   };
 
   PetscFunctionBegin;
@@ -1191,7 +1206,7 @@ static PetscErrorCode check_samples(Ctx *c)
     SampleCase small = cases[i];
     if (small.top_k > 20) small.top_k = 20;
     PetscCall(check_sample(c, &small, 37, 48));
-    PetscCall(check_sample(c, &cases[i], 151936, 8));
+    PetscCall(check_sample(c, &cases[i], 151936, 64));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -1275,12 +1290,16 @@ static PetscErrorCode check_all(Ctx *c)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode run(Ctx *c)
+static PetscErrorCode run(Ctx *c, PetscBool sample_only)
 {
   PetscFunctionBegin;
   PetscCall(backend_get("cuda", &c->gpu));
   c->cpu = backend_cpu();
   PetscCall(set_precision(c, PETSC_FALSE));
+  if (sample_only) {
+    PetscCall(check_samples(c));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
   PetscCall(check_memory(c));
   PetscCall(check_all(c));
   PetscCall(check_precision_switch(c)); /* leaves bf16 on */
@@ -1292,7 +1311,7 @@ static PetscErrorCode run(Ctx *c)
 int main(int argc, char **argv)
 {
   Ctx            c = {.r = {20240611}, .prec = "fp32"};
-  PetscBool      have = PETSC_FALSE, probe = PETSC_FALSE;
+  PetscBool      have = PETSC_FALSE, probe = PETSC_FALSE, sample_only = PETSC_FALSE;
   const char    *req = getenv("RLFUSE_REQUIRE_CUDA");
   char           why[512];
   PetscErrorCode ierr;
@@ -1301,6 +1320,7 @@ int main(int argc, char **argv)
   if (ierr) return 1;
   ierr = sys_error_handler_install();
   if (!ierr) ierr = PetscOptionsGetBool(NULL, NULL, "-probe", &probe, NULL);
+  if (!ierr) ierr = PetscOptionsGetBool(NULL, NULL, "-sample_only", &sample_only, NULL);
   if (!ierr) ierr = backend_cuda_available(why, sizeof why, &have);
   if (ierr) sys_error_exit(ierr);
   if (!have) {
@@ -1317,7 +1337,7 @@ int main(int argc, char **argv)
     printf("# cuda: %s\n", why);
   } else {
     printf("# %s\n", why);
-    ierr = run(&c);
+    ierr = run(&c, sample_only);
     if (ierr) {
       char what[32];
       snprintf(what, sizeof what, "cuda %s", c.prec);

@@ -278,6 +278,57 @@ static PetscErrorCode test_sampler_large(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The canonical summation order (sample_core.h): the weights' total is the
+ * sums of chunks of 256 ids (each in id order) added in chunk order, and the
+ * inverse CDF walks the same chunk prefixes. Recomputed here with loops of
+ * the test's own on a row of 151,936 tokens, where the plain id-order sum
+ * differs in its last bits (checked, or the row could not tell the two
+ * orders apart); gen_sample_row's tokens and log-probabilities must be the
+ * chunked definition's. */
+static PetscErrorCode test_sampler_chunked(void)
+{
+  const int V = 151936, C = 256, ndraw = 200;
+  GenConfig cfg = base_config();
+  float    *lg, lp;
+  int      *allowed, na, bad_tok = 0, bad_lp = 0;
+  double   *w, *work, zmax = -INFINITY, seq = 0, chunked = 0;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc4(V, &lg, V, &allowed, V, &w, V, &work));
+  for (int v = 0; v < V; v++) lg[v] = 3.0f * rng_normal(98, 0, 0, (uint32_t)v, 0);
+  for (int v = 0; v < V; v++) zmax = PetscMax(zmax, (double)lg[v]);
+  for (int v = 0; v < V; v++) w[v] = exp((double)lg[v] - zmax);
+  for (int v = 0; v < V; v++) seq += w[v];
+  for (int c0 = 0; c0 < V; c0 += C) {
+    double s = 0;
+    for (int v = c0; v < c0 + C && v < V; v++) s += w[v];
+    chunked += s;
+  }
+  for (int i = 0; i < ndraw; i++) {
+    double x = (double)rng_uniform(1 ^ GEN_RNG_DOMAIN, 0, (uint32_t)i, 7, 0) * chunked, cum = 0;
+    int    ref = -1, tok;
+    for (int c0 = 0; c0 < V && ref < 0; c0 += C) {
+      double s = 0, next;
+      for (int v = c0; v < c0 + C && v < V; v++) s += w[v];
+      next = cum + s;
+      if (x < next)
+        for (int v = c0; v < c0 + C && v < V && ref < 0; v++) {
+          cum += w[v];
+          if (x < cum) ref = v;
+        }
+      cum = next;
+    }
+    tok = gen_sample_row(&cfg, lg, V, 0, 1, 0, (uint32_t)i, 7, &lp, allowed, &na, work);
+    bad_tok += tok != ref;
+    bad_lp += tok >= 0 && lp != (float)(((double)lg[tok] - zmax) - log(chunked));
+  }
+  test_measure(seq != chunked && sample_total(w, V) == chunked && !bad_tok && !bad_lp, "the sums of weights in chunks of 256 ids (V = 151936): the total and the draw",
+               "total chunked %.17g, in id order %.17g, sample_total %s; %d draws: %d tokens and %d log-probabilities differ from the chunked definition", chunked, seq,
+               sample_total(w, V) == chunked ? "equal" : "DIFFERS", ndraw, bad_tok, bad_lp);
+  PetscCall(PetscFree4(lg, allowed, w, work));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* ---- Backend.sample against the host sampler ----------------------------- */
 /* The cpu op (what the engine calls) must give gen_sample_row's bits: the
  * token, the log-probability, the allowed set; its compact form (the
@@ -829,6 +880,7 @@ int main(int argc, char **argv)
   test_sampler_draws();
   test_sampler_nonfinite();
   PetscCall(test_sampler_large());
+  PetscCall(test_sampler_chunked());
   PetscCall(test_sample_op());
   PetscCall(test_engine(be));
   PetscCall(test_config(be));

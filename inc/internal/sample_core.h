@@ -1,16 +1,19 @@
 /* sample_core: the sampler's arithmetic in one header that both C
- * (src/tensor/cpu_sample.c) and CUDA (cuda/cuda_sample.cu) compile, so the
- * two backends of Backend.sample run the same operations in the same order:
- * temperature, the EOS ban, top-k, top-p over what top-k left, then one
- * keyed uniform through an inverse CDF in token-id order (docs/design.md,
- * "Generation"). It is the arithmetic of gen_sample_row (src/gen/sample.c,
- * the host sampler the op must equal bit for bit, test_gen), split into
- * phases so a kernel can run the element-wise ones with a whole block:
+ * (src/tensor/cpu_sample.c, src/gen/sample.c) and CUDA (cuda/cuda_sample.cu)
+ * compile, so the two backends of Backend.sample and gen_sample_row run the
+ * same operations in the same order: temperature, the EOS ban, top-k, top-p
+ * over what top-k left, then one keyed uniform through an inverse CDF in
+ * token-id order (docs/design.md, "Generation"). Phases:
  *   1. sample_z per token, reduced to zmax (a max: exact in any order) and
  *      to "a drawable logit is NaN or +inf";
  *   2. sample_weight per token;
- *   3. sample_finish, serial: the ranking (a heap), the sums in id order
- *      and the draw.
+ *   3. the cut (sample_restrict: rank order, defined by the weights alone),
+ *      the chunked sums and the draw.
+ * Sums of weights are defined over fixed chunks of SAMPLE_CHUNK token ids
+ * (the chunking depends on V alone): each chunk summed in id order, the
+ * chunk sums added in chunk order (sample_total, sample_draw). A GPU sums
+ * the chunks in parallel and then adds a few hundred chunk sums, with the
+ * bits of the serial definition.
  * Products and differences go through SAMPLE_MUL and SAMPLE_SUB so that
  * nvcc cannot contract them into an FMA (the CPU build never does): the
  * only difference left between the backends is the last bits of the
@@ -49,6 +52,46 @@ SAMPLE_HD double sample_weight(float logit, double inv_t, double zmax, int v, in
   return v == ban ? -1.0 : exp(SAMPLE_SUB(sample_z(logit, inv_t), zmax));
 }
 
+/* The canonical summation order: chunks of SAMPLE_CHUNK ids. */
+#define SAMPLE_CHUNK 256
+
+SAMPLE_HD int sample_nchunks(int V) { return (V + SAMPLE_CHUNK - 1) / SAMPLE_CHUNK; }
+
+SAMPLE_HD int sample_chunk_len(int c, int V) { return V - c * SAMPLE_CHUNK < SAMPLE_CHUNK ? V - c * SAMPLE_CHUNK : SAMPLE_CHUNK; }
+
+/* One chunk's sum in id order, removed tokens (w < 0) skipped. */
+SAMPLE_HD double sample_chunk_sum(const double *wc, int len)
+{
+  double s = 0;
+  for (int i = 0; i < len; i++)
+    if (wc[i] >= 0) s += wc[i];
+  return s;
+}
+
+/* The weights' total: the chunk sums added in chunk order. */
+SAMPLE_HD double sample_total(const double *w, int V)
+{
+  double t = 0;
+  for (int c = 0, nc = sample_nchunks(V); c < nc; c++) t += sample_chunk_sum(w + (size_t)c * SAMPLE_CHUNK, sample_chunk_len(c, V));
+  return t;
+}
+
+/* Inside the chunk the draw x fell in: the first token whose running sum,
+ * started from the chunk's prefix cum, passes x; if rounding leaves x past
+ * them all, the chunk's last token with mass (one has: the chunk's sum
+ * passed x). Returns the index in the chunk. */
+SAMPLE_HD int sample_chunk_pick(const double *wc, int len, double cum, double x)
+{
+  for (int i = 0; i < len; i++)
+    if (wc[i] >= 0) {
+      cum += wc[i];
+      if (x < cum) return i;
+    }
+  for (int i = len - 1; i > 0; i--)
+    if (wc[i] > 0) return i;
+  return 0;
+}
+
 /* Rank order: more probable first, the lower id first among equals. A
  * strict total order, so popping a heap gives exactly the sequence a full
  * sort would, and the top-k and top-p sets are defined without ambiguity. */
@@ -80,7 +123,11 @@ SAMPLE_HD int sample_heap_pop(const double *w, int *h, int n)
 
 /* Top-k, then top-p over the k kept, on weights w (w < 0: not allowed; n
  * tokens allowed). A heap costs O(V + kept*log V) instead of sorting the
- * whole vocabulary. Removed tokens get w = -1; h needs room for V. Returns
+ * whole vocabulary. Top-p's mass is the k kept summed in rank order when
+ * top-k cuts, else sample_total (chunked, what a GPU sums in parallel); the
+ * running sum that meets top_p*mass is in rank order. Removed tokens get
+ * w = -1; h needs room for V (the cuda kernel finds the same set with a
+ * radix select and a sort of the candidates). Returns
  * the boundary: the last-ranked token kept, or -1 when nothing was cut.
  * The kept set is then exactly the allowed tokens that rank no later than
  * the boundary (sample_kept), a fact of the row's weights alone. */
@@ -98,8 +145,7 @@ SAMPLE_HD int sample_restrict(long long top_k, double top_p, double *w, int V, i
   if (top_p < 1) {
     if (k < n)
       for (int j = 0; j < k; j++) mass += w[h[n - 1 - j]];
-    else
-      for (int v = 0; v < V; v++) mass += w[v] >= 0 ? w[v] : 0;
+    else mass = sample_total(w, V);
     /* the smallest prefix whose mass reaches top_p; the token that crosses
      * the threshold is kept, and the first-ranked always is */
     for (kept = 0; kept < k;) {
@@ -117,19 +163,25 @@ SAMPLE_HD int sample_restrict(long long top_k, double top_p, double *w, int V, i
  * weights) is in the set that boundary b leaves (b < 0: every token). */
 SAMPLE_HD int sample_kept(const double *w, int v, int b) { return b < 0 || v == b || sample_ranks_before(w, v, b); }
 
-/* Inverse CDF over the allowed tokens in id order, sums in double. */
-SAMPLE_HD int sample_draw(const double *w, const int *allowed, int m, double total, double u)
+/* Inverse CDF in id order over the chunks: x = u*total; the first chunk
+ * whose running prefix (the chunk sums added in order) passes x, then
+ * sample_chunk_pick from that chunk's prefix. If rounding leaves x past
+ * every prefix: the last token with mass. total: sample_total(w, V). */
+SAMPLE_HD int sample_draw(const double *w, int V, double total, double u)
 {
   double x = SAMPLE_MUL(u, total), cum = 0;
+  int    nc = sample_nchunks(V), last = 0;
 
-  for (int j = 0; j < m; j++) {
-    cum += w[allowed[j]];
-    if (x < cum) return allowed[j];
+  for (int c = 0; c < nc; c++) {
+    const double *wc  = w + (size_t)c * SAMPLE_CHUNK;
+    int           len = sample_chunk_len(c, V);
+    double        s = sample_chunk_sum(wc, len), next = cum + s;
+
+    if (x < next) return c * SAMPLE_CHUNK + sample_chunk_pick(wc, len, cum, x);
+    if (s > 0) last = c;
+    cum = next;
   }
-  /* u*total can only pass the sum by rounding: the last token that has mass */
-  for (int j = m - 1; j > 0; j--)
-    if (w[allowed[j]] > 0) return allowed[j];
-  return allowed[0];
+  return last * SAMPLE_CHUNK + sample_chunk_pick(w + (size_t)last * SAMPLE_CHUNK, sample_chunk_len(last, V), 0, INFINITY);
 }
 
 SAMPLE_HD int sample_argmax(const double *w, const int *allowed, int m)
@@ -153,14 +205,19 @@ SAMPLE_HD int sample_finish(const float *logits, int V, int ban, double inv_t, d
   int    m = 0, tok;
 
   *boundary = sample_restrict(top_k, top_p, w, V, V - (ban >= 0), h);
-  for (int v = 0; v < V; v++)
-    if (w[v] >= 0) {
-      allowed[m++] = v;
-      total += w[v];
-    }
+  /* the allowed list and sample_total in one pass (the same additions) */
+  for (int c = 0, nc = sample_nchunks(V); c < nc; c++) {
+    double s = 0;
+    for (int v = c * SAMPLE_CHUNK, end = v + sample_chunk_len(c, V); v < end; v++)
+      if (w[v] >= 0) {
+        allowed[m++] = v;
+        s += w[v];
+      }
+    total += s;
+  }
   *nallowed = m < V ? m : 0;
   if (greedy) tok = sample_argmax(w, allowed, m);
-  else tok = sample_draw(w, allowed, m, total, (double)u);
+  else tok = sample_draw(w, V, total, (double)u);
   *logprob = (float)SAMPLE_SUB(SAMPLE_SUB(sample_z(logits[tok], inv_t), zmax), log(total));
   return tok;
 }

@@ -5,8 +5,12 @@
  * by (seed, iteration, sample, position) and the allowed set is scanned in
  * id order, so the token does not depend on the slot, the batch or the
  * order in which tokens were ranked. The allowed set is returned because
- * training must score the token under the same distribution. */
+ * training must score the token under the same distribution. The sums
+ * (the total, top-p's mass without top-k, the inverse CDF) follow
+ * sample_core.h's chunked order, the one definition a GPU can run in
+ * parallel; the ranking here is this file's own heap. */
 #include "gen.h"
+#include "internal/sample_core.h"
 #include "sys.h"
 #include <math.h>
 
@@ -60,8 +64,7 @@ static void restrict_ranked(const GenConfig *cfg, double *w, int V, int n, int *
   if (cfg->top_p < 1) {
     if (k < n)
       for (int j = 0; j < k; j++) mass += w[h[n - 1 - j]];
-    else
-      for (int v = 0; v < V; v++) mass += w[v] >= 0 ? w[v] : 0;
+    else mass = sample_total(w, V);
     /* the smallest prefix whose mass reaches top_p; the token that crosses
      * the threshold is kept, and the first-ranked always is */
     for (kept = 0; kept < k;) {
@@ -72,21 +75,6 @@ static void restrict_ranked(const GenConfig *cfg, double *w, int V, int n, int *
     }
   }
   for (int j = 0; j < n - kept; j++) w[h[j]] = -1;
-}
-
-/* Inverse CDF over the allowed tokens in id order, sums in double. */
-static int draw(const double *w, const int *allowed, int m, double total, double u)
-{
-  double x = u * total, cum = 0;
-
-  for (int j = 0; j < m; j++) {
-    cum += w[allowed[j]];
-    if (x < cum) return allowed[j];
-  }
-  /* u*total can only pass the sum by rounding: the last token that has mass */
-  for (int j = m - 1; j > 0; j--)
-    if (w[allowed[j]] > 0) return allowed[j];
-  return allowed[0];
 }
 
 static int argmax(const double *w, const int *allowed, int m)
@@ -119,13 +107,11 @@ int gen_sample_row(const GenConfig *cfg, const float *logits, int V, int n_new, 
   for (int v = 0; v < V; v++) w[v] = v == ban ? -1.0 : exp((double)logits[v] * inv_t - zmax);
   restrict_ranked(cfg, w, V, V - (ban >= 0), allowed);
   for (int v = 0; v < V; v++)
-    if (w[v] >= 0) {
-      allowed[m++] = v;
-      total += w[v];
-    }
+    if (w[v] >= 0) allowed[m++] = v;
+  total     = sample_total(w, V);
   *nallowed = m < V ? m : 0;
   if (cfg->greedy) tok = argmax(w, allowed, m);
-  else tok = draw(w, allowed, m, total, (double)rng_uniform(seed ^ GEN_RNG_DOMAIN, iteration, sample, position, 0));
+  else tok = sample_draw(w, V, total, (double)rng_uniform(seed ^ GEN_RNG_DOMAIN, iteration, sample, position, 0));
   *logprob = (float)(((double)logits[tok] * inv_t - zmax) - log(total));
   return tok;
 }
