@@ -9,7 +9,7 @@
 #   sanitize  compute-sanitizer memcheck over test_cuda and test_golden, and
 #             racecheck over test_golden fp32 (where the runtime allows it)
 #   bench     tools/bench_gpu.sh (its parts: BENCH_PARTS, default all)
-#   targets   tools/gpu_targets.sh: issue 36's targets (decode at SmolLM2's and
+#   targets   tools/gpu_targets.sh: the GPU targets (decode at SmolLM2's and
 #             Qwen2.5-0.5B's and 1.5B's shapes, a GRPO step at the first two),
 #             each beside its baseline (transformers' generate, TRL's
 #             GRPOTrainer), one `summary target=...` line each; not in the

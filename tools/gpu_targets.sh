@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 36's GPU targets, each beside its baseline in the same call
-# (docs/benchmarks.md, "GPU checklist"; tools/gpu_checklist.sh's part
-# `targets`), on one NVIDIA GPU:
+# The GPU targets of decode and of a GRPO step, each beside its baseline in
+# the same call (docs/benchmarks.md, "GPU checklist"; tools/gpu_checklist.sh's
+# part `targets`), on one NVIDIA GPU:
 #   decode  bin/bench_decode at the shapes smollm2, qwen05, qwen15
 #           (tools/bench_sizes.h), batch 1 (and 64 at qwen05), fp32 and bf16;
 #           then transformers' generate, static cache compiled by
