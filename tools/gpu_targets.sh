@@ -21,7 +21,7 @@
 # tokenizer/tokenizer.json, prompts_SHAPE.h5; default $BUNDLE/targets),
 # OUT_DIR (targets.log and the runs; default a new /tmp/gpu_targets.*),
 # TARGET_PARTS (decode gap grpo), TARGET_SHAPES (smollm2 qwen05 qwen15; grpo
-# runs the first two of them), TARGET_BUDGET (seconds for the whole part,
+# runs smollm2 and qwen05 of them), TARGET_BUDGET (seconds for the whole part,
 # 300: a step that would start with less than 30 s left is skipped, its
 # targets NA; every step's timeout is cut to what is left), HBM_GBS
 # (default the datasheet's for the GPU's name, as bench_gpu.sh). Exits 1
@@ -148,7 +148,7 @@ grpo() {
   local s=$1 w=$OUT_DIR/grpo_$1 it gen len
   rm -rf "$w"
   [ -f "$DATA/prompts_$s.h5" ] || { say "# rlfuse-grpo $s: $DATA/prompts_$s.h5 not found (TARGET_DATA: a bundle's targets/, tools/gpu_bundle.sh)"; fail=1; return; }
-  step "rlfuse_init_$s" 180 "$BIN/rlfuse" -options_file "input/bench/init_$s.deck" -output_dir "$w/init" || return
+  step "rlfuse_init_$s" 240 "$BIN/rlfuse" -options_file "input/bench/init_$s.deck" -output_dir "$w/init" || return
   step "rlfuse_grpo_$s" 300 "$BIN/rlfuse" -options_file input/bench/grpo.deck -actor_checkpoint "$w/init/final.h5" \
     -ppo_prompts "$DATA/prompts_$s.h5" -output_dir "$w/run"
   if [ -f "$w/run/run.h5" ]; then

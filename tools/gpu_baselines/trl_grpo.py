@@ -68,7 +68,8 @@ class Times(TrainerCallback):
         torch.cuda.synchronize(); self.t = time.perf_counter()
 
     def on_log(self, args, state, control, logs=None, **kw):
-        self.logs = logs or {}
+        if logs and any(k.startswith("completions/") for k in logs):  # not the closing train_runtime record
+            self.logs = logs
 
     def on_step_end(self, args, state, control, **kw):
         torch.cuda.synchronize(); self.steps.append(time.perf_counter() - self.t)
