@@ -7,7 +7,7 @@
  * advances exactly `concurrency` samples by one token; the first step is
  * the prefill of every prompt and is reported on its own.
  *
- *   bin/bench_decode -size 1M|10M|qs|124M|smollm2|all [-concurrency 0|N] [-prompt 8] [-max_new 64] [-iters 3] [-warmup 1]
+ *   bin/bench_decode -size 1M|10M|qs|124M|smollm2|qwen05|qwen15|all [-concurrency 0|N] [-prompt 8] [-max_new 64] [-iters 3] [-warmup 1]
  *                    [-device cpu|cuda] [-precision fp32|bf16] [-hbm_gbs X] [-measure_bw] [-full_length true|false]
  *
  * -concurrency 0 runs 1, 8 and 64. Prints one machine-readable line per
@@ -43,7 +43,8 @@ typedef struct {
  * all, the CPU sizes) as in bench_model; "qs" is input/quickstart.deck's
  * shape with n_positions raised to 128 so that prompt + 64 new tokens fit
  * (the position table's size does not change the work per token);
- * "smollm2" is SmolLM2-135M's LLaMA shape (tools/bench_sizes.h, not in -size all). */
+ * "smollm2", "qwen05" and "qwen15" are SmolLM2-135M's, Qwen2.5-0.5B's and
+ * Qwen2.5-1.5B's LLaMA shapes (tools/bench_sizes.h; not in -size all). */
 #define BENCH_GPT2(L, H, C, V, P) {.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .n_positions = P, .head = MODEL_HEAD_LM}
 static const BenchSize sizes[] = {
   {"qs", BENCH_GPT2(2, 4, 128, 20, 128), PETSC_TRUE},
@@ -51,6 +52,8 @@ static const BenchSize sizes[] = {
   {"10M", BENCH_GPT2(6, 6, 384, 512, 256), PETSC_TRUE},
   {"124M", BENCH_GPT2(12, 12, 768, 50257, 1024), PETSC_FALSE},
   {"smollm2", BENCH_SMOLLM2, PETSC_FALSE},
+  {"qwen05", BENCH_QWEN05, PETSC_FALSE},
+  {"qwen15", BENCH_QWEN15, PETSC_FALSE},
 };
 
 static const char *const device_names[]    = {"cpu", "cuda", "Device", "DEVICE_", NULL};
@@ -304,7 +307,7 @@ static PetscErrorCode bench_main(void)
 
   PetscFunctionBegin;
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Decode benchmark", NULL);
-  RfOptString("-size", "Model size: qs, 1M, 10M, 124M (GPT-2 small), smollm2 (SmolLM2-135M's LLaMA shape) or all (= qs, 1M and 10M)", size, sizeof size);
+  RfOptString("-size", "Model size: qs, 1M, 10M, 124M (GPT-2 small), smollm2, qwen05, qwen15 (SmolLM2-135M's, Qwen2.5-0.5B's, 1.5B's LLaMA shapes) or all (= qs, 1M and 10M)", size, sizeof size);
   RfOptInt("-concurrency", "Concurrent samples (= slots = requests); 0 runs 1, 8 and 64", 0, &conc);
   RfOptInt("-prompt", "Prompt tokens per sample", 8, &P);
   RfOptInt("-max_new", "Response tokens per sample (with -full_length, every sample generates all of them)", 64, &max_new);
@@ -335,7 +338,7 @@ static PetscErrorCode bench_main(void)
     if ((any && sizes[i].in_all) || match) PetscCall(bench_size(&r, &sizes[i], conc, P, max_new, warmup, iters));
     nrun += (any && sizes[i].in_all) || match;
   }
-  PetscCheck(nrun > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_UNKNOWN_TYPE, "-size %s: unknown size (choose qs, 1M, 10M, 124M, smollm2 or all)", size);
+  PetscCheck(nrun > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_UNKNOWN_TYPE, "-size %s: unknown size (choose qs, 1M, 10M, 124M, smollm2, qwen05, qwen15 or all)", size);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -7,10 +7,18 @@
 #   bash tools/gpu_bundle.sh DIR
 # writes DIR/bundle.tar.xz: every program in BIN (rlfuse, the test and
 # benchmark programs; BIN defaults to bin), MPICH's mpiexec.hydra and
-# hydra_pmi_proxy, h5diff, and the shared libraries all of them load,
+# hydra_pmi_proxy, h5diff, h5dump (the targets part reads run.h5 with it),
+# and the shared libraries all of them load,
 # except glibc's, libstdc++, the driver's, the CUDA runtime, cuBLAS and NCCL
 # (large, and every CUDA image has them; the CUDA version must match, which
-# the unpacking side checks). About 30 MB.
+# the unpacking side checks). About 30 MB. Beside it DIR/targets/, what the
+# checklist's targets part (tools/gpu_targets.sh) needs and the GPU machine
+# cannot fetch: TRL 1.16.0's wheels and its pure-Python dependencies
+# (wheels/, from a cache here, $RLFUSE_CACHE/gpu_wheels, downloaded into it
+# once with pip), SmolLM2's tokenizer.json (tokenizer/, made by
+# tools/gpu_baselines/make_tokenizer.py from the GGUF that `make deps`
+# installs) and the GRPO benchmark's prompt files (prompts_SHAPE.h5). The
+# whole of DIR must stay under 60 MB (checked).
 #
 # There, sourced by tools/bench_gpu.sh and tools/gpu_checklist.sh when
 # BUNDLE=DIR is set:
@@ -57,11 +65,12 @@ if [ -e "$dir" ] && [ ! -f "$dir/bundle.tar.xz" ]; then echo "gpu_bundle: error:
 mpiexec=$(readlink -f "$(command -v mpiexec.hydra || command -v mpiexec.mpich)") || { echo "gpu_bundle: error: MPICH's mpiexec not found" >&2; exit 2; }
 proxy=$(command -v hydra_pmi_proxy) || { echo "gpu_bundle: error: hydra_pmi_proxy not found" >&2; exit 2; }
 h5diff=$(command -v h5diff) || { echo "gpu_bundle: error: h5diff not found (hdf5-tools)" >&2; exit 2; }
+h5dump=$(command -v h5dump) || { echo "gpu_bundle: error: h5dump not found (hdf5-tools)" >&2; exit 2; }
 stage=$(mktemp -d /tmp/rlfuse_bundle_make.XXXXXX) || exit 2
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 for prog in "$BIN"/*; do [ -x "$prog" ] && [ -f "$prog" ] && cp "$prog" "$stage/bin/"; done
-cp "$mpiexec" "$stage/bin/mpiexec.hydra" && cp "$proxy" "$h5diff" "$stage/bin/" || exit 2
+cp "$mpiexec" "$stage/bin/mpiexec.hydra" && cp "$proxy" "$h5diff" "$h5dump" "$stage/bin/" || exit 2
 strip -s "$stage"/bin/* 2>/dev/null # symbols: a third of the size; the tests' messages do not need them
 (cd "$stage/bin" && ldd ./*) | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u | while read -r lib; do
   case ${lib##*/} in
@@ -72,3 +81,26 @@ done
 rm -rf "$dir" && mkdir -p "$dir" || exit 2
 tar -C "$stage" -cJf "$dir/bundle.tar.xz" bin lib || exit 2
 echo "# gpu_bundle: $dir/bundle.tar.xz: $(du -h "$dir/bundle.tar.xz" | cut -f1) ($(ls "$stage/bin" | wc -l) programs, $(ls "$stage/lib" | wc -l) libraries)"
+
+# the targets part's data; the multiprocess wheel is per Python version (3.10 to 3.13 carried)
+cache=${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}
+wheels=$cache/gpu_wheels
+pins="trl==1.16.0 datasets==5.2.0 dill==0.4.1"
+if [ "$(ls "$wheels"/trl-1.16.0-*.whl "$wheels"/datasets-5.2.0-*.whl "$wheels"/dill-0.4.1-*.whl "$wheels"/multiprocess-0.70.19-py31[0-3]-*.whl 2>/dev/null | wc -l)" != 7 ]; then
+  mkdir -p "$wheels"
+  # shellcheck disable=SC2086
+  /usr/bin/python3 -m pip download -q --disable-pip-version-check --no-deps -d "$wheels" $pins || { echo "gpu_bundle: error: pip download $pins into $wheels failed" >&2; exit 2; }
+  for v in 3.10 3.11 3.12 3.13; do
+    /usr/bin/python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: --python-version $v -d "$wheels" multiprocess==0.70.19 ||
+      { echo "gpu_bundle: error: pip download multiprocess==0.70.19 (Python $v) into $wheels failed" >&2; exit 2; }
+  done
+fi
+mkdir -p "$dir/targets/wheels" && cp "$wheels"/*.whl "$dir/targets/wheels/" || exit 2
+gguf=$(/usr/bin/python3 tools/gguf_import.py --smollm2) || { echo "gpu_bundle: error: SmolLM2's GGUF not found (make deps installs it)" >&2; exit 2; }
+PYTHONPATH=$cache/python /usr/bin/python3 tools/gpu_baselines/make_tokenizer.py "$gguf" "$dir/targets/tokenizer" >/dev/null ||
+  { echo "gpu_bundle: error: tools/gpu_baselines/make_tokenizer.py $gguf failed (needs gguf and tokenizers: make deps)" >&2; exit 2; }
+/usr/bin/python3 tools/gpu_baselines/bench_prompts.py "$dir/targets/prompts_smollm2.h5" 49152 >/dev/null &&
+  /usr/bin/python3 tools/gpu_baselines/bench_prompts.py "$dir/targets/prompts_qwen05.h5" 151936 >/dev/null || exit 2
+mb=$(du -sm "$dir" | cut -f1)
+[ "$mb" -lt 60 ] || { echo "gpu_bundle: error: $dir holds $mb MB, over the 60 MB a device call carries" >&2; exit 2; }
+echo "# gpu_bundle: $dir/targets: $(du -sh "$dir/targets" | cut -f1) (TRL's wheels, tokenizer.json, prompts); $dir in all: $mb MB"

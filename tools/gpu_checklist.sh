@@ -9,13 +9,18 @@
 #   sanitize  compute-sanitizer memcheck over test_cuda and test_golden, and
 #             racecheck over test_golden fp32 (where the runtime allows it)
 #   bench     tools/bench_gpu.sh (its parts: BENCH_PARTS, default all)
+#   targets   tools/gpu_targets.sh: the GPU targets (decode at SmolLM2's and
+#             Qwen2.5-0.5B's and 1.5B's shapes, a GRPO step at the first two),
+#             each beside its baseline (transformers' generate, TRL's
+#             GRPOTrainer), one `summary target=...` line each; not in the
+#             default set (about TARGET_BUDGET seconds, 300)
 #
-#   bash tools/gpu_checklist.sh [suite] [sanitize] [bench]     (none named: all)
+#   bash tools/gpu_checklist.sh [suite] [sanitize] [bench] [targets]   (none named: the first three)
 #
 # With BUNDLE=DIR (made here by tools/gpu_bundle.sh DIR) the programs and
 # libraries come from the bundle; else from BIN (bin) of a build. Each part
 # logs to OUT_DIR (suite.log, sanitize.log, bench_gpu.log; default a new
-# /tmp/gpu_checklist.*); SANITIZE_TIMEOUT (seconds for each sanitizer run,
+# /tmp/gpu_checklist.*; targets.log); SANITIZE_TIMEOUT (seconds for each sanitizer run,
 # 240) and STEP_TIMEOUT (bench_gpu.sh's, 300) bound the slow parts. Exits 1
 # if any part failed. Without a GPU it prints one line and exits 0.
 set -u
@@ -26,7 +31,7 @@ if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
 fi
 parts=${*:-suite sanitize bench}
 for p in $parts; do
-  case $p in suite | sanitize | bench) ;; *) echo "gpu_checklist: error: unknown part '$p' (choose suite, sanitize, bench)" >&2; exit 2 ;; esac
+  case $p in suite | sanitize | bench | targets) ;; *) echo "gpu_checklist: error: unknown part '$p' (choose suite, sanitize, bench, targets)" >&2; exit 2 ;; esac
 done
 has() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 PYTHON=${PYTHON:-$(for py in python3 /usr/bin/python3; do "$py" -c 'import h5py, numpy' 2>/dev/null && { command -v "$py"; break; }; done)}
@@ -77,6 +82,11 @@ fi
 if has bench; then
   # shellcheck disable=SC2086
   OUT_DIR=$OUT_DIR BUNDLE= bash tools/bench_gpu.sh ${BENCH_PARTS:-} || fail=1
+fi
+
+if has targets; then
+  tdata=${TARGET_DATA:-${BUNDLE:+$BUNDLE/targets}} # the bundle's data; its programs are on the PATH already
+  OUT_DIR=$OUT_DIR BUNDLE='' TARGET_DATA=$tdata bash tools/gpu_targets.sh || fail=1
 fi
 echo "# gpu_checklist: $([ $fail = 0 ] && echo 'every part passed' || echo 'some part FAILED') (logs in $OUT_DIR)"
 exit $fail

@@ -1,0 +1,95 @@
+# tools/gpu_targets.sh (the GPU checklist's part `targets`) without a GPU:
+# its decks at a tiny shape on the cpu (input/bench/init_*.deck and
+# grpo.deck, through a wrapper that adds only the shape, the device and the
+# response length), every other program a stub printing the lines the real
+# one prints, and nvidia-smi a stub naming an H200; then the summary lines
+# against numbers worked out by hand, the fallback to the dynamic cache, a
+# spent budget, and the one line without a GPU.
+. regression/lib.sh
+plan 13
+d="$RLFUSE_TMP/gpu_targets"; rm -rf $d; mkdir -p $d/stub $d/bin $d/data
+root=$(pwd)
+
+cat >$d/stub/nvidia-smi <<'EOF'
+#!/bin/sh
+case "$*" in *-L*) echo "GPU 0: NVIDIA H200 (UUID: GPU-0)" ;; *) echo "NVIDIA H200" ;; esac
+EOF
+# bench_decode: qwen15 weighs 6000 MB (bf16 roofline at 4800 GB/s: 1600 tok/s), qwen05 2000 MB
+# (conc 64: kv 1000 MB, roofline 64 * 4800e3 / 1500 = 204800); the bf16 runs faster than fp32
+cat >$d/bin/bench_decode <<'EOF'
+#!/bin/bash
+a=" $* "; case $a in *" -logprob_gap "*) echo "rlfuse: error: unknown options -logprob_gap (misspelled, or not used by this -mode; see -help)" >&2; exit 1 ;; esac
+size=$(echo "$a" | sed 's/.* -size \([^ ]*\).*/\1/'); prec=$(echo "$a" | sed 's/.* -precision \([^ ]*\).*/\1/'); conc=$(echo "$a" | sed 's/.* -concurrency \([^ ]*\).*/\1/')
+case $size in smollm2) w=540 ;; qwen05) w=2000 ;; *) w=6000 ;; esac
+[ "$conc" = 0 ] && concs="1 8 64" || concs=$conc
+for c in $concs; do
+  kv=0.5; [ $c = 64 ] && kv=1000; t=$([ $prec = bf16 ] && echo 900 || echo 700); [ $c = 64 ] && t=$([ $prec = bf16 ] && echo 70000 || echo 50000)
+  echo "rlfuse-decode size=$size params=1 conc=$c prompt=8 new=64 threads=16 decode_tok_per_s=$t tok_per_s=1 step_ms=1 fwd_ms=1 prefill_ms=1 device=cuda precision=$prec weight_mb=$w kv_mb=$kv hbm_gbs=4800 roofline_tok_per_s=1 roofline_frac=0.1 fwd_roofline_frac=0.1"
+done
+EOF
+# rlfuse: the real program on the cpu at a tiny shape and 4 new tokens (the decks' other settings as written)
+cat >$d/bin/rlfuse <<EOF
+#!/bin/bash
+case " \$* " in
+  *init_*) exec "$root/$BIN/rlfuse" "\$@" -policy_n_layer 1 -policy_n_embd 32 -policy_n_head 2 -policy_n_kv_head 1 -policy_n_ffn 32 -policy_vocab_size 64 ;;
+  *) exec "$root/$BIN/rlfuse" "\$@" -device cpu -precision fp32 -gen_max_new_tokens 4 -gen_min_new_tokens 4 ;;
+esac
+EOF
+# python: torch sees a GPU, pip installs, the baselines print their lines (qwen15's static cache fails)
+cat >$d/stub/python <<'EOF'
+#!/bin/bash
+case "$1" in
+  -c | -m) exit 0 ;;
+  *torch_baseline.py)
+    echo "hf-generate shape=$3 conc=1 weights=bf16 cache=dynamic decode_tok_per_s=300 s=0.2 warmup_s=1"
+    if [ "$3" = qwen15 ]; then echo "hf-generate shape=$3 conc=1 weights=bf16 cache=static error=\"RuntimeError: no\""; exit 1; fi
+    echo "hf-generate shape=$3 conc=1 weights=bf16 cache=static-compiled decode_tok_per_s=450 s=0.1 warmup_s=60 compiled_graphs=3" ;;
+  *trl_grpo.py) [ -f "$2/tokenizer.json" ] || exit 3; echo "trl-grpo last-log mean_length=512.0 min_length=512.0"; echo "trl-grpo summary shape=$4 new=$5 prompt=64 completions_per_step=64 steps=2 step_s=30.000 first_step_s=60 train_wall_s=90" ;;
+  *) exit 4 ;;
+esac
+EOF
+chmod +x $d/stub/* $d/bin/*
+mkdir -p $d/data/wheels $d/data/tokenizer && touch $d/data/tokenizer/tokenizer.json
+for s in smollm2 qwen05; do "$PYTHON" tools/gpu_baselines/bench_prompts.py $d/data/prompts_$s.h5 64 >/dev/null; done
+
+run() { PATH=$d/stub:$PATH PYTHON=$d/stub/python BIN=$d/bin TARGET_DATA=$d/data OMP_NUM_THREADS=1 bash tools/gpu_targets.sh; }
+OUT_DIR=$d/out run >$d/run.log 2>&1; rc=$?
+# 17 steps: decode 6, gap 2 (exit 1: the option unknown, not counted), GRPO 2 x (init, run, TRL), generate 3
+steps_as_expected() {
+  [ $rc = 1 ] && [ "$(grep -c '^# step .*exit 0$' $d/run.log)" = 14 ] && [ "$(grep -c '^# step \(gap_fp32\|gap_bf16\|hf_qwen15\): .* exit 1$' $d/run.log)" = 3 ]
+}
+check "a failing step (qwen15's static cache) makes the exit status 1; every other step ran and passed" steps_as_expected
+sum() { grep "^summary target=$1 $2" $d/run.log; }
+check "the GRPO deck ran: iteration 2's step and generation times from run.h5, every response 4 tokens" \
+  grep -Eq '^rlfuse-grpo shape=qwen05 iterations=2 step_s=[0-9.e-]+ gen_s=[0-9.e-]+ response_len_mean=4 ' $d/run.log
+check "batch 1 at qwen15: the faster precision (bf16, 900 tok/s) against the bf16 roofline (1600): 0.562, PASS" \
+  sum decode_roofline_b1 "shape=qwen15 conc=1 precision=bf16 measured=900 baseline=1600 ratio=0.562 goal=>=0.50 PASS"
+check "batch 64 at qwen05: 70000 against 204800 tok/s: 0.342, PASS" \
+  sum decode_roofline_b64 "shape=qwen05 conc=64 precision=bf16 measured=70000 baseline=204800 ratio=0.342 goal=>=0.30 PASS"
+check "against generate with the compiled static cache: 900 / 450 = 2.000, PASS" \
+  sum decode_vs_hf "shape=smollm2 conc=1 precision=bf16 baseline_cache=static-compiled measured=900 baseline=450 ratio=2.000 goal=>=1.5 PASS"
+check "a static cache that fails falls back to the dynamic one and says so" \
+  sum decode_vs_hf "shape=qwen15 conc=1 precision=bf16 baseline_cache=dynamic(static:failed) measured=900 baseline=300 ratio=3.000 goal=>=1.5 PASS"
+py "the GRPO lines: TRL's step over rlfuse's, generation's share of rlfuse's step" $d/run.log <<'PY'
+import re, sys
+log = open(sys.argv[1]).read()
+for s in ("smollm2", "qwen05"):
+    g = dict(re.findall(r"(\w+)=(\S+)", re.search(rf"^rlfuse-grpo shape={s} .*", log, re.M).group(0)))
+    v = re.search(rf"^summary target=grpo_vs_trl shape={s} unit=s_per_step len=4 baseline_len=512.0 measured=(\S+) baseline=30.000 ratio=(\S+) goal=>=10 (PASS|FAIL)$", log, re.M)
+    h = re.search(rf"^summary target=grpo_gen_share shape={s} unit=s measured=(\S+) baseline=(\S+) ratio=(\S+) goal=<0.60 (PASS|FAIL)$", log, re.M)
+    ok = v and h and v.group(1) == g["step_s"] and abs(float(v.group(2)) - 30 / float(g["step_s"])) < 1e-3 * float(v.group(2)) \
+        and (v.group(3) == "PASS") == (float(v.group(2)) >= 10) and h.group(1) == g["gen_s"] \
+        and abs(float(h.group(3)) - float(g["gen_s"]) / float(g["step_s"])) < 2e-3 and (h.group(4) == "PASS") == (float(h.group(3)) < 0.6)
+    print(f"{'ok' if ok else 'not ok'} - grpo_vs_trl and grpo_gen_share at {s} from the run's own times")
+PY
+check "the log-probability gap: 'not built' while bench_decode lacks -logprob_gap, and no failure" \
+  [ "$(grep -c '^summary target=logprob_gap precision=\(fp32\|bf16\) not built$' $d/run.log)" = 2 ]
+check "the summary names the GPU" grep -q '^summary gpu name="NVIDIA H200" hbm_gbs=4800$' $d/run.log
+# the summary alone, from the log of the run (as after a run elsewhere)
+check "summary LOG prints the same lines" cmp <(grep '^summary ' $d/run.log) <(bash tools/gpu_targets.sh summary $d/out/targets.log)
+OUT_DIR=$d/out0 TARGET_BUDGET=0 run >$d/run0.log 2>&1; rc=$?
+all_skipped() { [ $rc = 1 ] && grep -q '^# step decode_smollm2_bf16: skipped' $d/run0.log && ! grep '^summary target=' $d/run0.log | grep -qv ' NA$\|status=skipped$'; }
+check "a spent budget skips the steps, exits 1 and leaves the targets NA" all_skipped
+check "without a GPU: one line, exit 0" [ "$(PATH=/usr/bin:/bin bash tools/gpu_checklist.sh targets 2>&1; echo "rc=$?")" = "# gpu_checklist: no NVIDIA GPU here (nvidia-smi lists none); nothing run
+rc=0" ]
+finish
