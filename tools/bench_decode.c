@@ -85,8 +85,9 @@ static double median(double *x, int n)
 
 /* Bytes a decode step reads from device memory, for the roofline: every
  * weight once, at the 4 bytes the model stores it in, or at 2 under
- * -precision bf16 (the matmuls read the kept bf16 copies; the norms' and
- * biases' few fp32 values are counted at 2 too), except wpe, of which a step reads
+ * -precision bf16 (the bf16 roofline: the matmuls read the kept bf16
+ * copies; the norms' and biases' few fp32 values, and the cached keys and
+ * values, which rlfuse keeps in fp32, are counted at 2 too), except wpe, of which a step reads
  * one row per sample (the LLaMA family has none); plus the keys and values
  * each sample attends to (fp32 cache, n_kv_head heads wide), averaged over
  * the decode steps: step s = 1 .. max_new-1 of a sample with a P-token
@@ -97,7 +98,7 @@ static void decode_bytes(const Model *lm, PetscBool bf16, int conc, int P, int m
   const ModelConfig *c = &lm->cfg;
 
   *weights = (bf16 ? 2.0 : 4.0) * ((double)lm->nparams - (model_arch(c)->pos == MODEL_POS_LEARNED ? (double)c->n_positions * c->n_embd : 0.0));
-  *kv      = 4.0 * 2.0 * c->n_layer * ((double)model_head_dim(c) * model_n_kv_head(c)) * (double)conc * (P + max_new / 2.0);
+  *kv      = (bf16 ? 2.0 : 4.0) * 2.0 * c->n_layer * ((double)model_head_dim(c) * model_n_kv_head(c)) * (double)conc * (P + max_new / 2.0);
 }
 
 /* This machine's memory bandwidth for the CPU roofline: the best of five
