@@ -33,6 +33,7 @@
 #define SK_WARPS     (SK_THREADS / 32)
 #define SK_COLS      64   /* columns per block, [C, ld] layout */
 #define SK_KTILE     512  /* inputs staged in shared memory per pass */
+#define SK_UNROLL    8    /* weight loads in flight per warp */
 
 template <int BF>
 __device__ __forceinline__ float sk_load(const void *w, size_t i)
@@ -68,20 +69,34 @@ __global__ void __launch_bounds__(SK_THREADS) sk_cols_kernel(float *out, float *
       xs[n][k] = n < nr && k < kn ? sk_in(inp[(size_t)(n0 + n) * C + kt + k], BF) : 0.0f;
     }
     __syncthreads();
-    for (int k = warp; k < kn; k += SK_WARPS) {
-      size_t at = (size_t)(kt + k) * ld + col;
-      float  w0 = 0.0f, w1 = 0.0f;
-      if (BF && col + 1 < ld) { /* rows of ld (a multiple of 8, zeros past OC): an aligned pair */
-        float2 f = __bfloat1622float2(*(const __nv_bfloat162 *)((const __nv_bfloat16 *)w + at));
-        w0 = f.x, w1 = f.y;
-      } else {
-        if (col < OC) w0 = sk_load<BF>(w, at);
-        if (col + 1 < OC) w1 = sk_load<BF>(w, at + 1);
+    /* SK_UNROLL of the warp's k at a time: their loads first, so that each
+     * warp has that many in flight (one at a time left the loop waiting on
+     * memory latency), then the products in the same k order as one by one */
+    for (int k = warp; k < kn; k += SK_WARPS * SK_UNROLL) {
+      float w0[SK_UNROLL], w1[SK_UNROLL];
+#pragma unroll
+      for (int u = 0; u < SK_UNROLL; u++) {
+        int    kk = k + u * SK_WARPS;
+        size_t at = (size_t)(kt + kk) * ld + col;
+        w0[u] = w1[u] = 0.0f;
+        if (kk >= kn) continue;
+        if (BF && col + 1 < ld) { /* rows of ld (a multiple of 8, zeros past OC): an aligned pair */
+          float2 f = __bfloat1622float2(*(const __nv_bfloat162 *)((const __nv_bfloat16 *)w + at));
+          w0[u] = f.x, w1[u] = f.y;
+        } else {
+          if (col < OC) w0[u] = sk_load<BF>(w, at);
+          if (col + 1 < OC) w1[u] = sk_load<BF>(w, at + 1);
+        }
       }
 #pragma unroll
-      for (int n = 0; n < SK_ROWS; n++) {
-        acc[n][0] = fmaf(xs[n][k], w0, acc[n][0]);
-        acc[n][1] = fmaf(xs[n][k], w1, acc[n][1]);
+      for (int u = 0; u < SK_UNROLL; u++) {
+        int kk = k + u * SK_WARPS;
+        if (kk >= kn) break;
+#pragma unroll
+        for (int n = 0; n < SK_ROWS; n++) {
+          acc[n][0] = fmaf(xs[n][kk], w0[u], acc[n][0]);
+          acc[n][1] = fmaf(xs[n][kk], w1[u], acc[n][1]);
+        }
       }
     }
   }
@@ -124,15 +139,26 @@ __global__ void __launch_bounds__(SK_THREADS) sk_rows_kernel(float *out, const f
     size_t row = (size_t)o * C;
 #pragma unroll
     for (int n = 0; n < SK_ROWS; n++) acc[n] = 0.0f;
-    for (int k = 2 * lane; k < C; k += 64) {
-      float w0 = sk_load<BF>(w, row + k), w1 = k + 1 < C ? sk_load<BF>(w, row + k + 1) : 0.0f;
+    for (int k0 = 2 * lane; k0 < C; k0 += 64 * SK_UNROLL) { /* loads first, as in sk_cols_kernel */
+      float w0[SK_UNROLL], w1[SK_UNROLL];
 #pragma unroll
-      for (int n = 0; n < SK_ROWS; n++)
-        if (n < nr) {
-          const float *x = inp + (size_t)(n0 + n) * C + k;
-          acc[n] = fmaf(sk_in(__ldg(x), BF), w0, acc[n]);
-          if (k + 1 < C) acc[n] = fmaf(sk_in(__ldg(x + 1), BF), w1, acc[n]);
-        }
+      for (int u = 0; u < SK_UNROLL; u++) {
+        int k = k0 + 64 * u;
+        w0[u] = k < C ? sk_load<BF>(w, row + k) : 0.0f;
+        w1[u] = k + 1 < C ? sk_load<BF>(w, row + k + 1) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < SK_UNROLL; u++) {
+        int k = k0 + 64 * u;
+        if (k >= C) break;
+#pragma unroll
+        for (int n = 0; n < SK_ROWS; n++)
+          if (n < nr) {
+            const float *x = inp + (size_t)(n0 + n) * C + k;
+            acc[n] = fmaf(sk_in(__ldg(x), BF), w0[u], acc[n]);
+            if (k + 1 < C) acc[n] = fmaf(sk_in(__ldg(x + 1), BF), w1[u], acc[n]);
+          }
+      }
     }
 #pragma unroll
     for (int n = 0; n < SK_ROWS; n++)
