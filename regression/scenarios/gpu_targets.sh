@@ -14,8 +14,8 @@ cat >$d/stub/nvidia-smi <<'EOF'
 #!/bin/sh
 case "$*" in *-L*) echo "GPU 0: NVIDIA H200 (UUID: GPU-0)" ;; *) echo "NVIDIA H200" ;; esac
 EOF
-# bench_decode: qwen15 weighs 6000 MB (bf16 roofline at 4800 GB/s: 1600 tok/s), qwen05 2000 MB
-# (conc 64: kv 1000 MB, roofline 64 * 4800e3 / 1500 = 204800); the bf16 runs faster than fp32
+# bench_decode: qwen15 weighs 6000 MB in fp32, 3000 in bf16 (bf16 roofline at 4800 GB/s: 1600 tok/s),
+# qwen05 2000 MB (conc 64: kv 1000 MB, bf16 roofline 64 * 4800e3 / 1500 = 204800); the bf16 runs faster than fp32
 cat >$d/bin/bench_decode <<'EOF'
 #!/bin/bash
 a=" $* "; case $a in *" -logprob_gap "*) echo "rlfuse: error: unknown options -logprob_gap (misspelled, or not used by this -mode; see -help)" >&2; exit 1 ;; esac
@@ -24,7 +24,10 @@ case $size in smollm2) w=540 ;; qwen05) w=2000 ;; *) w=6000 ;; esac
 [ "$conc" = 0 ] && concs="1 8 64" || concs=$conc
 for c in $concs; do
   kv=0.5; [ $c = 64 ] && kv=1000; t=$([ $prec = bf16 ] && echo 900 || echo 700); [ $c = 64 ] && t=$([ $prec = bf16 ] && echo 70000 || echo 50000)
-  echo "rlfuse-decode size=$size params=1 conc=$c prompt=8 new=64 threads=16 decode_tok_per_s=$t tok_per_s=1 step_ms=1 fwd_ms=1 prefill_ms=1 device=cuda precision=$prec weight_mb=$w kv_mb=$kv hbm_gbs=4800 roofline_tok_per_s=1 roofline_frac=0.1 fwd_roofline_frac=0.1"
+  # bench_decode counts 2 bytes a weight and a cached value under bf16, 4 under fp32
+  b=$([ $prec = bf16 ] && echo 2 || echo 1); wm=$(awk -v w=$w -v b=$b 'BEGIN { print w / b }'); km=$(awk -v k=$kv -v b=$b 'BEGIN { print k / b }')
+  roof=$(awk -v c=$c -v w=$wm -v k=$km 'BEGIN { printf "%.0f", c * 4800e3 / (w + k) }')
+  echo "rlfuse-decode size=$size params=1 conc=$c prompt=8 new=64 threads=16 decode_tok_per_s=$t tok_per_s=1 step_ms=1 fwd_ms=1 prefill_ms=1 device=cuda precision=$prec weight_mb=$wm kv_mb=$km hbm_gbs=4800 roofline_tok_per_s=$roof roofline_frac=0.1 fwd_roofline_frac=0.1"
 done
 EOF
 # rlfuse: the real program on the cpu at a tiny shape and 4 new tokens (the decks' other settings as written)
