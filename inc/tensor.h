@@ -223,6 +223,16 @@ PetscErrorCode backend_cuda(const Backend **be);
  * fp32 master weights, gradients and optimizer state are not rounded.
  * Applies to the ops called after it; CUDA only (bf16 fails without CUDA). */
 PetscErrorCode backend_cuda_set_precision(PetscBool bf16);
+/* Batch invariance of the cpu backend's forward matmuls: on, every call
+ * computes each output row with an order that depends on the row's values
+ * and the shapes C and OC only, never on the call's row count, the row's
+ * index or the thread count, so generation's tokens and log-probabilities
+ * do not depend on -gen_slots or on which prompts share a prefill (the
+ * other cached-forward ops are row-wise already). Off (the default),
+ * calls of more than 32 rows (4 for GPT-2's [C,OC] weights) go through
+ * sgemm, which is faster there but whose bits depend on the row count.
+ * Applies to the ops called after it, training's forward included. */
+PetscErrorCode backend_cpu_set_batch_invariant(PetscBool on);
 /* Whether this process can use a CUDA device (never an error); why gets the
  * device count or the reason (no device, the runtime's answer, or a build
  * without CUDA). Tests use it to skip. */

@@ -5,7 +5,9 @@
  * and allowed sets whatever the slot count or request order, and a reused
  * engine and batch the same as fresh ones; the recorded log-probabilities
  * are what training computes with model_logprobs_dist; stop conditions and
- * the on_finish hand-over; configuration and argument errors. Prints one
+ * the on_finish hand-over; batch invariance (a prompt alone and among 63
+ * others, prefill included, on 1 and 2 threads: the same bits, with the cpu
+ * backend's batch-invariant matmuls); configuration and argument errors. Prints one
  * "ok"/"not ok" line per check and exits non-zero on any failure. */
 #include <math.h>
 #include <stdarg.h>
@@ -763,6 +765,88 @@ static PetscErrorCode test_engine(const Backend *be)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* ---- batch invariance, prefill included --------------------------------- */
+#define BI_N      64 /* requests: the target and 63 others */
+#define BI_MAXP   24
+#define BI_TARGET 37 /* with 16 slots it enters late, at a slot freed by another */
+
+/* One generation of requests [first, first+n) of the 64 with the given slots
+ * and threads; the target's row goes to tok/lp (its prompt and response). */
+static PetscErrorCode bi_run(Model *lm, const GenConfig *cfg, const GenRequest *req, int first, int n, int slots, int threads, int *tok, float *lp, int *len)
+{
+  GenEngine *eng;
+  GenBatch   b;
+  GenConfig  c = *cfg;
+  int        nt = omp_get_max_threads(), i = BI_TARGET - first, T = BI_MAXP + (int)cfg->max_new_tokens;
+
+  PetscFunctionBegin;
+  c.slots = slots;
+  omp_set_num_threads(threads);
+  PetscCall(gen_batch_create(n, T, gen_masked(&c), &b));
+  PetscCall(gen_engine_create(lm, &c, BI_MAXP, &eng));
+  PetscCall(gen_generate(eng, 1234, 7, n, req + first, &b, NULL, NULL));
+  omp_set_num_threads(nt);
+  PetscCall(PetscArraycpy(tok, b.tokens + (size_t)i * T, T));
+  for (int t = 0; t < T; t++) lp[t] = b.logprobs[(size_t)i * T + t];
+  *len = b.response_len[i];
+  PetscCall(gen_engine_destroy(&eng));
+  PetscCall(gen_batch_destroy(&b));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* A prompt generated alone (one slot) and among 63 others of lengths 1..24
+ * (64 slots: one prefill of every prompt, 1,000 rows and more; 16 slots:
+ * continuous batching admits it later, at another slot, beside decode
+ * rows), on 1 and 2 threads, with the cpu backend's batch-invariant
+ * matmuls: the same tokens and log-probabilities, bit for bit. Without
+ * them a prefill of more than 32 rows (4 for GPT-2) goes through sgemm and
+ * the log-probabilities move in their last bits. */
+static PetscErrorCode test_batch_invariance(const Backend *be, const ModelConfig *mc, const char *what)
+{
+  const int  slots[3] = {1, BI_N, 16}, threads[2] = {1, 2};
+  Model     *lm;
+  GenConfig  cfg = base_config();
+  GenRequest req[BI_N];
+  int        prompts[BI_N][BI_MAXP], T, len[6], *tok;
+  float     *lp;
+  char       name[200];
+
+  PetscFunctionBegin;
+  cfg.temperature    = 0.9;
+  cfg.max_new_tokens = 12;
+  T                  = BI_MAXP + (int)cfg.max_new_tokens;
+  PetscCall(model_create(mc, be, &lm));
+  PetscCall(perturbed_params(lm, 9));
+  for (int i = 0; i < BI_N; i++) {
+    int L = 1 + (int)(rng_u32(13, (uint32_t)i, 1, 0, 0) % BI_MAXP);
+    for (int t = 0; t < L; t++) prompts[i][t] = 4 + (int)(rng_u32(13, (uint32_t)i, 0, (uint32_t)t, 0) % (uint32_t)(mc->vocab_size - 4));
+    req[i] = (GenRequest){.id = 1000 + 3 * i, .prompt = prompts[i], .prompt_len = L};
+  }
+  PetscCall(PetscMalloc2(6 * T, &tok, 6 * T, &lp));
+  PetscCall(backend_cpu_set_batch_invariant(PETSC_TRUE));
+  for (int k = 0; k < 6; k++) {
+    int s = k % 3, th = threads[k / 3];
+    PetscCall(bi_run(lm, &cfg, req, s ? 0 : BI_TARGET, s ? BI_N : 1, slots[s], th, tok + k * T, lp + k * T, &len[k]));
+  }
+  PetscCall(backend_cpu_set_batch_invariant(PETSC_FALSE));
+  for (int k = 1; k < 6; k++) {
+    double err = 0;
+    int    ntok = memcmp(tok, tok + k * T, (size_t)T * sizeof(int)) != 0, nlp = 0;
+    for (int t = 0; t < T; t++) {
+      nlp += memcmp(&lp[t], &lp[k * T + t], sizeof(float)) != 0;
+      err = PetscMax(err, fabs((double)lp[t] - lp[k * T + t]));
+    }
+    if (k % 3) PetscCall(PetscSNPrintf(name, sizeof name, "%s: prompt %d (%d tokens) among %d with %d slots on %d thread(s) equals it alone on 1 thread, bit for bit", what, BI_TARGET,
+                                       req[BI_TARGET].prompt_len, BI_N, slots[k % 3], threads[k / 3]));
+    else PetscCall(PetscSNPrintf(name, sizeof name, "%s: prompt %d alone on %d threads equals it alone on 1 thread, bit for bit", what, BI_TARGET, threads[k / 3]));
+    test_measure(!ntok && !nlp && len[k] == len[0] && len[0] > 1, name, "tokens %s, %d of %d log-probabilities differ (max %.3g), %d new tokens", ntok ? "differ" : "equal", nlp, T, err,
+                 len[k]);
+  }
+  PetscCall(PetscFree2(tok, lp));
+  PetscCall(model_destroy(&lm));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* ---- configuration and argument errors ---------------------------------- */
 static PetscErrorCode expect_error(PetscErrorCode ierr, const char *msg, const char *want1, const char *want2, const char *name)
 {
@@ -883,6 +967,13 @@ int main(int argc, char **argv)
   PetscCall(test_sampler_chunked());
   PetscCall(test_sample_op());
   PetscCall(test_engine(be));
+  {
+    ModelConfig gpt2 = {.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 24, .n_positions = 40, .head = MODEL_HEAD_LM};
+    ModelConfig llama = {.n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 64, .n_ffn = 96, .vocab_size = 24, .n_positions = 40, .head = MODEL_HEAD_LM,
+                         .arch = MODEL_ARCH_LLAMA, .tie_embeddings = PETSC_TRUE, .rope_theta = 10000, .norm_eps = 1e-5};
+    PetscCall(test_batch_invariance(be, &gpt2, "batch invariance, GPT-2"));
+    PetscCall(test_batch_invariance(be, &llama, "batch invariance, LLaMA"));
+  }
   PetscCall(test_config(be));
   PetscCall(PetscFinalize());
   return test_tally();

@@ -753,6 +753,43 @@ static PetscErrorCode check_matmul_rows(const Backend *be, Rng *r)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Batch-invariant mode (backend_cpu_set_batch_invariant): in both layouts,
+ * every row of calls of 1 to 333 rows (past the decode path's 4 and 32,
+ * where sgemm would take them) has the bits of the same row alone, with 1,
+ * 2 and 3 threads, and agrees with the reference. */
+static PetscErrorCode check_matmul_batch_invariant(const Backend *be, Rng *r)
+{
+  const int C = 100, OC = 77, NMAX = 333, Ns[5] = {1, 5, 33, 100, NMAX}, nt[3] = {1, 2, 3}, nmax = omp_get_max_threads();
+  float    *x = frand(r, (size_t)NMAX * C, -1, 1), *w = frand(r, (size_t)C * OC, -1, 1), *bias = frand(r, OC, -1, 1), *out = fvec((size_t)NMAX * OC), *alone = fvec((size_t)NMAX * OC);
+  double   *xd = todouble(x, (size_t)NMAX * C), *wd = todouble(w, (size_t)C * OC), *bd = todouble(bias, OC), *ref = dvec((size_t)NMAX * OC);
+  char      detail[1024] = "";
+  int       ok = 1, rowwise = 1;
+
+  PetscFunctionBegin;
+  PetscCall(backend_cpu_set_batch_invariant(PETSC_TRUE));
+  for (int tr = 0; tr < 2; tr++) {
+    for (int n = 0; n < NMAX; n++) PetscCall(be->matmul_forward(alone + (size_t)n * OC, x + (size_t)n * C, w, bias, 1, C, OC, tr ? PETSC_TRUE : PETSC_FALSE));
+    for (int k = 0; k < 5; k++)
+      for (int t = 0; t < 3; t++) {
+        char what[48];
+        omp_set_num_threads(nt[t]);
+        poison(out, (size_t)Ns[k] * OC);
+        PetscCall(be->matmul_forward(out, x, w, bias, Ns[k], C, OC, tr ? PETSC_TRUE : PETSC_FALSE));
+        rowwise = bitwise_equal(out, alone, (size_t)Ns[k] * OC * sizeof(float)) && rowwise;
+        if (t) continue;
+        ref_matmul(ref, xd, wd, bd, Ns[k], C, OC, tr);
+        snprintf(what, sizeof what, "%s N=%d", tr ? "transposed" : "plain", Ns[k]);
+        ok = cmp(detail, sizeof detail, what, out, NULL, ref, (size_t)Ns[k] * OC, 1e-5, 1e-5) && ok;
+      }
+  }
+  omp_set_num_threads(nmax);
+  PetscCall(backend_cpu_set_batch_invariant(PETSC_FALSE));
+  test_measure(ok, "matmul_forward, batch-invariant mode, 1-333 rows in both layouts", "%s", detail);
+  test_report(rowwise, "bitwise: batch-invariant matmul_forward, a row alone and among 5, 33, 100, 333 rows in both layouts, with 1, 2, 3 threads", "a row's bits depend on the rows beside it");
+  free(x), free(w), free(bias), free(out), free(alone), free(xd), free(wd), free(bd), free(ref);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode check_matmul(const Backend *be, Rng *r, int tr)
 {
   const int N = 333, C = 96, OC = 160;
@@ -1512,6 +1549,7 @@ int main(int argc, char **argv)
   PetscCall(check_llama_errors(be));
   PetscCall(check_threads_llama(be, &r));
   PetscCall(check_matmul_rows(be, &r));
+  PetscCall(check_matmul_batch_invariant(be, &r));
   PetscCall(check_blas_threads(be, &r));
   if (test_state.fail) printf("HINT: compare the failing op with its reference in regression/test_ops.c\n");
   PetscCall(PetscFinalize());

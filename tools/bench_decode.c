@@ -9,6 +9,7 @@
  *
  *   bin/bench_decode -size 1M|10M|qs|124M|smollm2|qwen05|qwen15|all [-concurrency 0|N] [-prompt 8] [-max_new 64] [-iters 3] [-warmup 1]
  *                    [-device cpu|cuda] [-precision fp32|bf16] [-hbm_gbs X] [-measure_bw] [-full_length true|false]
+ *                    [-logprob_gap true] [-batch_invariant true]
  *
  * -concurrency 0 runs 1, 8 and 64. Prints one machine-readable line per
  * (size, concurrency): decode_tok_per_s = tokens of the steps after the
@@ -26,10 +27,15 @@
  * same for fwd_ms, the model without the engine's host-side sampling.
  * -full_length false lets samples stop at EOS and records no allowed sets
  * (min_new_tokens 0: nothing restricts the sampling), which at GPT-2's
- * vocabulary saves copying 50,256 ids per token on the host. */
+ * vocabulary saves copying 50,256 ids per token on the host.
+ * -logprob_gap adds logprob_gap_max and logprob_gap_mean: how far the
+ * log-probabilities recorded at generation are from the training forward's
+ * for the same tokens (logprob_gap). -batch_invariant runs the cpu backend's
+ * batch-invariant matmuls (backend_cpu_set_batch_invariant). */
 #include "gen.h"
 #include "sys.h"
 #include "bench_sizes.h"
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 
@@ -65,6 +71,8 @@ typedef struct {
   PetscReal      hbm_gbs;           /* device memory bandwidth, GB/s (0: no roofline) */
   PetscBool      full_length;       /* every sample runs max_new tokens (no EOS) */
   PetscBool      eager;             /* -gen_eager's engine: no recorded graphs */
+  PetscBool      logprob_gap;       /* recompute the last generation's log-probabilities by the training forward */
+  PetscBool      batch_invariant;   /* the cpu backend's batch-invariant matmuls */
 } BenchRun;
 
 typedef struct {
@@ -198,6 +206,54 @@ static PetscErrorCode forward_only_ms(const BenchRun *r, Model *lm, int conc, in
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* -logprob_gap: the generation-time log-probabilities of b's response
+ * tokens against the training path's for the same tokens (model_forward over
+ * the whole sequences, then model_logprobs_dist under the sampling
+ * distribution, as the PPO rollout's old log-probabilities are computed:
+ * src/ppo/rollout.c); forward row t predicts the token at t+1. Appends the
+ * largest and the mean absolute difference over the response tokens. */
+static PetscErrorCode logprob_gap(Model *lm, const GenBatch *b, const GenConfig *cfg, char *buf, size_t len)
+{
+  int           T = b->Tmax, N = b->n * T, *target, *off = NULL, *ids = NULL, ntgt = 0;
+  float        *lp;
+  double        gmax = 0, gsum = 0;
+  ModelTokenDist dist = {(float)(1.0 / cfg->temperature), NULL, NULL};
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc2(N, &target, N, &lp));
+  for (int i = 0; i < b->n; i++)
+    for (int r = 0; r < T; r++) {
+      int t = r + 1;
+      target[i * T + r] = t >= b->prompt_len[i] && t < b->prompt_len[i] + b->response_len[i] ? b->tokens[i * T + t] : -1;
+    }
+  if (b->mask_off) { /* the allowed set of position t+1 moves to row t */
+    int run = 0;
+    PetscCall(PetscMalloc2(N + 1, &off, b->mask_off[N] + 1, &ids));
+    for (int i = 0; i < b->n; i++)
+      for (int r = 0; r < T; r++) {
+        size_t k = (size_t)i * T + r + 1;
+        off[i * T + r] = run;
+        for (int j = r + 1 < T ? b->mask_off[k] : 0; r + 1 < T && j < b->mask_off[k + 1]; j++) ids[run++] = b->mask_ids[j];
+      }
+    off[N]        = run;
+    dist.mask_off = off;
+    dist.mask_ids = ids;
+  }
+  PetscCall(model_forward(lm, b->tokens, b->n, T));
+  PetscCall(model_logprobs_dist(lm, target, &dist, lp, NULL));
+  for (int n = 0; n < N; n++)
+    if (target[n] >= 0) {
+      double d = fabs((double)lp[n] - b->logprobs[n + 1]);
+      gmax = PetscMax(gmax, d);
+      gsum += d;
+      ntgt++;
+    }
+  PetscCall(PetscSNPrintf(buf, len, " logprob_gap_max=%.3g logprob_gap_mean=%.3g logprob_gap_tokens=%d", gmax, ntgt ? gsum / ntgt : 0.0, ntgt));
+  if (off) PetscCall(PetscFree2(off, ids));
+  PetscCall(PetscFree2(target, lp));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* One gen_generate call; the timeline splits the prefill from decoding. */
 static PetscErrorCode bench_once(GenEngine *eng, int iter, int n, const GenRequest *req, GenBatch *b, DecodeTiming *t)
 {
@@ -229,7 +285,7 @@ static PetscErrorCode bench_conc(const BenchRun *r, Model *lm, const BenchSize *
   int          *prompts;
   double       *dec, *tot, *step, *pre, fwd_ms = 0;
   DecodeTiming  t = {0};
-  char          tail[384];
+  char          tail[384], gap[128] = "";
 
   PetscFunctionBegin;
   cfg.max_new_tokens = max_new;
@@ -254,12 +310,13 @@ static PetscErrorCode bench_conc(const BenchRun *r, Model *lm, const BenchSize *
     step[it] = t.step_ms;
     pre[it]  = t.prefill_ms;
   }
+  if (r->logprob_gap) PetscCall(logprob_gap(lm, &b, &cfg, gap, sizeof gap));
   PetscCall(forward_only_ms(r, lm, conc, P, max_new, &fwd_ms));
   PetscCall(report_tail(r, lm, conc, P, max_new, median(dec, iters), fwd_ms, tail, sizeof tail));
   PetscCall(PetscPrintf(PETSC_COMM_WORLD,
-                        "rlfuse-decode size=%s params=%zu conc=%d prompt=%d new=%d threads=%d decode_tok_per_s=%.0f tok_per_s=%.0f step_ms=%.3f fwd_ms=%.3f prefill_ms=%.3f%s\n",
+                        "rlfuse-decode size=%s params=%zu conc=%d prompt=%d new=%d threads=%d decode_tok_per_s=%.0f tok_per_s=%.0f step_ms=%.3f fwd_ms=%.3f prefill_ms=%.3f%s%s\n",
                         s->name, lm->nparams, conc, P, max_new, omp_get_max_threads(), median(dec, iters), median(tot, iters), median(step, iters), fwd_ms,
-                        median(pre, iters), tail));
+                        median(pre, iters), tail, gap));
   PetscCall(PetscFree4(dec, tot, step, pre));
   PetscCall(gen_batch_destroy(&b));
   PetscCall(gen_engine_destroy(&eng));
@@ -302,7 +359,7 @@ static PetscErrorCode bench_main(void)
 {
   char      size[16] = "all";
   PetscInt  conc = 0, P = 8, max_new = 64, iters = 3, warmup = 1;
-  BenchRun  r    = {NULL, 0, 0, 0, PETSC_TRUE, PETSC_FALSE};
+  BenchRun  r    = {NULL, 0, 0, 0, PETSC_TRUE, PETSC_FALSE, PETSC_FALSE, PETSC_FALSE};
   int       nrun = 0;
   PetscBool help, measure = PETSC_FALSE;
 
@@ -321,13 +378,18 @@ static PetscErrorCode bench_main(void)
   RfOptBool("-measure_bw", "On the cpu: measure this machine's memory bandwidth (STREAM triad on the OpenMP threads) and use it as -hbm_gbs", PETSC_FALSE, &measure);
   RfOptBool("-full_length", "Every sample runs -max_new tokens (EOS banned, so each token's allowed set is recorded); false: plain sampling, samples may stop at EOS",
             PETSC_TRUE, &r.full_length);
+  RfOptBool("-logprob_gap", "After the timed generations, recompute the last one's log-probabilities with the training forward and print their largest and mean absolute difference (logprob_gap_max, logprob_gap_mean)",
+            PETSC_FALSE, &r.logprob_gap);
+  RfOptBool("-batch_invariant", "On the cpu: the batch-invariant matmuls (every row count takes the row-wise kernels; backend_cpu_set_batch_invariant)", PETSC_FALSE, &r.batch_invariant);
   PetscOptionsEnd();
   PetscCall(PetscOptionsHasHelp(NULL, &help));
   if (help) PetscFunctionReturn(PETSC_SUCCESS); /* -help lists the options; measure nothing */
   PetscCall(sys_options_check_unused());
   PetscCheck(conc >= 0 && P > 0 && max_new > 0 && iters > 0 && warmup >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
              "-concurrency must be >= 0, -prompt, -max_new and -iters positive, -warmup >= 0");
+  PetscCheck(!r.batch_invariant || r.device == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-batch_invariant true: the cpu backend's mode, not -device cuda's");
   PetscCall(bench_backend(&r));
+  PetscCall(backend_cpu_set_batch_invariant(r.batch_invariant));
   if (measure && r.device == 0) {
     r.hbm_gbs = triad_gbs();
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "# bench_decode memory bandwidth %.1f GB/s (STREAM triad, %d threads): the roofline below\n", (double)r.hbm_gbs, omp_get_max_threads()));

@@ -72,11 +72,15 @@ static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, in
  * (gemv_dot). Every row count up to SMALL_ROWS computes an element in that
  * same order, so a sequence's logits do not depend on how many others (up
  * to 31) share its decode step (nor on the thread count: one thread
- * computes an element); beyond SMALL_ROWS, sgemm. With AVX-512
+ * computes an element); beyond SMALL_ROWS, sgemm (unless batch-invariant,
+ * below: then these kernels at every row count). With AVX-512
  * the partial sums are one register, and a tile of SMALL_TILE input rows by
  * SMALL_TILE weight rows keeps its 16 partial-sum registers in registers
  * over the whole of C (a weight row is read from memory once, from L1 for
- * the other input rows); without it the same sums are formed with fmaf.
+ * the other input rows); with AVX2 they are two registers and a tile is
+ * AVX2_ROWS x AVX2_OUTS (measured on the 2-core AMD EPYC, one thread:
+ * 1.7x faster at 1 row and 2.5x at 16 than the plain C, SmolLM2's
+ * 576 -> 1536 layer); without either the same sums are formed with fmaf.
  * The [C,OC] layout (GPT-2's Conv1D) takes up to GEMV_ROWS rows, a sum over
  * c in order per output. */
 #define GEMV_ROWS  4  /* [C,OC]: at most this many rows take the GEMV path */
@@ -156,7 +160,83 @@ static inline void small_tile(float *out, const float *inp, const float *w, cons
   default: small_tile_n(out, inp, w, bias, n0, 4, o0, no, C, OC); break;
   }
 }
+  #define BIG_STEP SMALL_TILE
+#elif defined(__AVX2__) && defined(__FMA__)
+  #include <immintrin.h>
+
+/* AVX2: gemv_dot's 16 partial sums are two registers (lanes 0-7, 8-15), so
+ * a tile of AVX2_ROWS input rows by AVX2_OUTS weight rows keeps its 12
+ * registers of sums in registers over the whole of C. A lane past C is left
+ * as it was (blend), as the scalar loop leaves it. Same bits as the scalar
+ * definition below (fused multiply-adds in c order per lane, the same tree). */
+  #define AVX2_ROWS 3
+  #define AVX2_OUTS 2
+  #define BIG_STEP  12 /* input rows per small_tile call past SMALL_ROWS: four AVX2_ROWS pieces under one pair of weight rows */
+
+static inline float lanes_sum2(__m256 lo, __m256 hi)
+{
+  __m256 h = _mm256_add_ps(lo, hi); /* lane j + lane j+8 */
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q        = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q        = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
+  return _mm_cvtss_f32(q);
+}
+
+static inline __attribute__((always_inline)) void avx2_tile_n(float *out, const float *inp, const float *w, const float *bias, int n0, const int NR, int o0, const int NO, int C, int OC)
+{
+  __m256       lo[AVX2_ROWS][AVX2_OUTS], hi[AVX2_ROWS][AVX2_OUTS];
+  const float *x[AVX2_ROWS], *wr[AVX2_OUTS];
+  int          c0;
+
+  for (int j = 0; j < NO; j++) wr[j] = w + (size_t)(o0 + j) * C;
+  for (int i = 0; i < NR; i++) {
+    x[i] = inp + (size_t)(n0 + i) * C;
+    for (int j = 0; j < NO; j++) lo[i][j] = hi[i][j] = _mm256_setzero_ps();
+  }
+  for (c0 = 0; c0 + 16 <= C; c0 += 16) {
+    __m256 wl[AVX2_OUTS], wh[AVX2_OUTS];
+    for (int j = 0; j < NO; j++) wl[j] = _mm256_loadu_ps(wr[j] + c0), wh[j] = _mm256_loadu_ps(wr[j] + c0 + 8);
+    for (int i = 0; i < NR; i++) {
+      __m256 xl = _mm256_loadu_ps(x[i] + c0), xh = _mm256_loadu_ps(x[i] + c0 + 8);
+      for (int j = 0; j < NO; j++) lo[i][j] = _mm256_fmadd_ps(xl, wl[j], lo[i][j]), hi[i][j] = _mm256_fmadd_ps(xh, wh[j], hi[i][j]);
+    }
+  }
+  if (c0 < C) {
+    int    r  = C - c0;
+    __m256i ml = _mm256_setr_epi32(0 < r ? -1 : 0, 1 < r ? -1 : 0, 2 < r ? -1 : 0, 3 < r ? -1 : 0, 4 < r ? -1 : 0, 5 < r ? -1 : 0, 6 < r ? -1 : 0, 7 < r ? -1 : 0);
+    __m256i mh = _mm256_setr_epi32(8 < r ? -1 : 0, 9 < r ? -1 : 0, 10 < r ? -1 : 0, 11 < r ? -1 : 0, 12 < r ? -1 : 0, 13 < r ? -1 : 0, 14 < r ? -1 : 0, 15 < r ? -1 : 0);
+    __m256 wl[AVX2_OUTS], wh[AVX2_OUTS];
+    for (int j = 0; j < NO; j++) wl[j] = _mm256_maskload_ps(wr[j] + c0, ml), wh[j] = _mm256_maskload_ps(wr[j] + c0 + 8, mh);
+    for (int i = 0; i < NR; i++) {
+      __m256 xl = _mm256_maskload_ps(x[i] + c0, ml), xh = _mm256_maskload_ps(x[i] + c0 + 8, mh);
+      for (int j = 0; j < NO; j++) {
+        lo[i][j] = _mm256_blendv_ps(lo[i][j], _mm256_fmadd_ps(xl, wl[j], lo[i][j]), _mm256_castsi256_ps(ml));
+        hi[i][j] = _mm256_blendv_ps(hi[i][j], _mm256_fmadd_ps(xh, wh[j], hi[i][j]), _mm256_castsi256_ps(mh));
+      }
+    }
+  }
+  for (int i = 0; i < NR; i++)
+    for (int j = 0; j < NO; j++) out[(size_t)(n0 + i) * OC + o0 + j] = (bias ? bias[o0 + j] : 0.0f) + lanes_sum2(lo[i][j], hi[i][j]);
+}
+
+/* gemv_forward's SMALL_TILE x SMALL_TILE tile as AVX2_ROWS x AVX2_OUTS pieces. */
+static inline void small_tile(float *out, const float *inp, const float *w, const float *bias, int n0, int nr, int o0, int no, int C, int OC)
+{
+  for (int j0 = 0; j0 < no; j0 += AVX2_OUTS)
+    for (int i0 = 0; i0 < nr; i0 += AVX2_ROWS) {
+      int a = nr - i0 < AVX2_ROWS ? nr - i0 : AVX2_ROWS, b = no - j0 < AVX2_OUTS ? no - j0 : AVX2_OUTS;
+      switch (a * 4 + b) {
+      case 5: avx2_tile_n(out, inp, w, bias, n0 + i0, 1, o0 + j0, 1, C, OC); break;
+      case 6: avx2_tile_n(out, inp, w, bias, n0 + i0, 1, o0 + j0, 2, C, OC); break;
+      case 9: avx2_tile_n(out, inp, w, bias, n0 + i0, 2, o0 + j0, 1, C, OC); break;
+      case 10: avx2_tile_n(out, inp, w, bias, n0 + i0, 2, o0 + j0, 2, C, OC); break;
+      case 13: avx2_tile_n(out, inp, w, bias, n0 + i0, 3, o0 + j0, 1, C, OC); break;
+      default: avx2_tile_n(out, inp, w, bias, n0 + i0, 3, o0 + j0, 2, C, OC); break;
+      }
+    }
+}
 #else
+  #define BIG_STEP SMALL_TILE
 static inline float gemv_dot(const float *restrict a, const float *restrict b, int C)
 {
   float part[GEMV_LANES] = {0};
@@ -180,11 +260,19 @@ static inline void small_tile(float *out, const float *inp, const float *w, cons
 static void gemv_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
 {
   if (transposed) { /* w [OC,C]: tiles of weight rows, each read once for all input rows */
-    int ntile = (OC + SMALL_TILE - 1) / SMALL_TILE;
-#pragma omp parallel for schedule(static) if ((size_t)OC * C > CPU_OMP_MIN)
-    for (int t = 0; t < ntile; t++) {
-      int o0 = t * SMALL_TILE, no = OC - o0 < SMALL_TILE ? OC - o0 : SMALL_TILE;
-      for (int n0 = 0; n0 < N; n0 += SMALL_TILE) small_tile(out, inp, w, bias, n0, N - n0 < SMALL_TILE ? N - n0 : SMALL_TILE, o0, no, C, OC);
+    int ntile = (OC + SMALL_TILE - 1) / SMALL_TILE, nstep = N > SMALL_ROWS ? BIG_STEP : SMALL_TILE;
+    /* more rows (batch-invariant mode): blocks of input rows that stay in L2
+     * (256 KiB) while every weight tile passes over them; a tile's element
+     * is the same sum whatever block or step holds its row */
+    int nblk = N > SMALL_ROWS ? PetscMax(nstep, (65536 / PetscMax(C, 1)) / nstep * nstep) : N;
+#pragma omp parallel if ((size_t)OC * C > CPU_OMP_MIN)
+    for (int b0 = 0; b0 < N; b0 += nblk) {
+      int b1 = b0 + nblk < N ? b0 + nblk : N;
+#pragma omp for schedule(static)
+      for (int t = 0; t < ntile; t++) {
+        int o0 = t * SMALL_TILE, no = OC - o0 < SMALL_TILE ? OC - o0 : SMALL_TILE;
+        for (int n0 = b0; n0 < b1; n0 += nstep) small_tile(out, inp, w, bias, n0, b1 - n0 < nstep ? b1 - n0 : nstep, o0, no, C, OC);
+      }
     }
     return;
   }
@@ -205,13 +293,35 @@ static void gemv_forward(float *out, const float *inp, const float *w, const flo
   }
 }
 
+/* Batch-invariant mode (backend_cpu_set_batch_invariant). sgemm's bits for
+ * a row depend on the call's row count and on the row's place in its
+ * register tiles and thread slabs (measured, OpenBLAS 0.3.21 Haswell
+ * kernels: a row differs between M = 1, 33, 48, 100 and between first and
+ * last row of one call), so the dispatch above, which switches to sgemm
+ * past SMALL_ROWS (GEMV_ROWS for [C,OC]) rows, gives a prompt's prefill rows
+ * other bits among other prompts than alone. In this mode every row count
+ * takes the row-wise kernels, whose order for an element is fixed by C
+ * alone. They are the decode path's, so rows up to SMALL_ROWS ([OC,C]) or
+ * GEMV_ROWS ([C,OC]) keep their bits; larger calls (prefill, training's
+ * forward) get other bits than sgemm's and run slower (docs/benchmarks.md).
+ * One flag for the process, set before the work starts, like the CUDA
+ * backend's precision. */
+static PetscBool matmul_batch_invariant = PETSC_FALSE;
+
+PetscErrorCode backend_cpu_set_batch_invariant(PetscBool on)
+{
+  PetscFunctionBegin;
+  matmul_batch_invariant = on;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
 {
   float beta = 0.0f;
 
   PetscFunctionBegin;
   if (N <= 0 || OC <= 0) PetscFunctionReturn(PETSC_SUCCESS);
-  if (N <= (transposed ? SMALL_ROWS : GEMV_ROWS)) {
+  if (matmul_batch_invariant || N <= (transposed ? SMALL_ROWS : GEMV_ROWS)) {
     gemv_forward(out, inp, w, bias, N, C, OC, transposed);
     PetscFunctionReturn(PETSC_SUCCESS);
   }
