@@ -99,8 +99,11 @@ PetscErrorCode gen_batch_destroy(GenBatch *b);
 /* ---- the engine ---------------------------------------------------------- */
 typedef struct GenEngine GenEngine;
 /* Allocates the KV cache for cfg->slots sequences of Tmax = max_prompt_len +
- * max_new_tokens positions (already checked by gen_config_check). The model
- * must have the LM head; the engine does not own it. */
+ * max_new_tokens positions (already checked by gen_config_check; on a
+ * backend with graphs one slot more, which the padding rows of recorded
+ * decode steps write) and, on one rank, the step's arrays in the model
+ * backend's memory. The model must have the LM head; the engine does not
+ * own it. */
 PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt_len, GenEngine **eng);
 PetscErrorCode gen_engine_destroy(GenEngine **eng);
 /* Called as each sample finishes (EOS or max_new_tokens), with its index in

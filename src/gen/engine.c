@@ -3,8 +3,12 @@
  * model_forward_cached over the new prompts and the last token of every
  * running sample, and draws one token per sample. A sample that stops frees
  * its slot for the next step, so short responses do not hold long ones
- * back. Draws are keyed by (seed, iteration, sample id, position): results do
- * not depend on the slot count, the admission order or batch composition. */
+ * back. Draws are keyed by (seed, iteration, sample id, position), so a
+ * sample's tokens follow from its logits alone, whatever slot, order or
+ * company it ran in (docs/design.md says where the logits themselves are
+ * batch invariant). On one rank a step stays in the model backend's memory
+ * (step_resident; on cuda the decode forward replays a recorded graph);
+ * a model split over ranks draws on the host (step_host). */
 #include "gen_impl.h"
 #include "sys.h"
 
@@ -33,8 +37,10 @@ PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt
   PetscCall(PetscMalloc3(R, &e->row_tok, R, &e->row_slot, R, &e->row_pos));
   PetscCall(PetscMalloc4(S, &e->slot_req, S, &e->slot_fresh, S, &e->slot_row, S, &e->finished));
   e->sampler = backend_cpu();
-  e->work_bytes = e->sampler->sample_work(S, V);
-  PetscCall(PetscMalloc(e->work_bytes, &e->work));
+  if (!e->resident) {
+    e->work_bytes = e->sampler->sample_work(S, V);
+    PetscCall(PetscMalloc(e->work_bytes, &e->work));
+  }
   PetscCall(PetscMalloc1((size_t)S * V, &e->allowed));
   PetscCall(PetscMalloc5(S, &e->draw_tok, S, &e->draw_na, S, &e->running, S, &e->draw_lp, S, &e->draw_bd));
   PetscCall(PetscMalloc4(S, &e->draw_row, S, &e->draw_id, S, &e->draw_pos, S, &e->draw_ban));

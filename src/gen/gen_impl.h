@@ -20,11 +20,12 @@ struct GenEngine {
   int        *queue, qhead, qn, qcap;
   float      *logits;
   size_t      logits_cap;
-  /* the step's draws, one Backend.sample call over the running slots (the
-   * logits are on the host, so the cpu backend's op): its work; per running
-   * slot j (slot running[j]) the logits row, sample id, position and EOS
-   * ban it draws with, and its allowed set (room for V), token, log-prob,
-   * set size and boundary */
+  /* the step's draws, one Backend.sample call over the running slots (on
+   * the host's logits the cpu backend's op, whose work is here; resident
+   * steps use the model backend's op and d_work): per running slot j (slot
+   * running[j]) the logits row, sample id, position and EOS ban it draws
+   * with, and its allowed set (room for V), token, log-prob, set size and
+   * boundary */
   const Backend *sampler;
   void       *work;
   size_t      work_bytes;
