@@ -2,7 +2,7 @@
 # The GPU checklist (docs/benchmarks.md, "GPU checklist") in one command, on a
 # machine with an NVIDIA GPU:
 #   suite     the suite's CUDA items with RLFUSE_REQUIRE_CUDA=1, so that none
-#             may skip: test_cuda (every op, the sampler included, against the cpu backend, fp32 and
+#             may skip: test_cuda_gen (the engine's resident steps and graphs), test_cuda (every op, the sampler included, against the cpu backend, fp32 and
 #             bf16), test_golden on cuda (the model against PyTorch's tensors,
 #             fp32 and bf16), test_nccl on 2 ranks, scenarios/cuda.sh (SFT,
 #             RM and PPO on cuda against cpu, and on 2 ranks sharing the GPU)
@@ -48,7 +48,7 @@ fail=0
 echo "# gpu_checklist $(date -u +%Y-%m-%dT%H:%M:%SZ): $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -n 1); BIN=$BIN; PYTHON=$PYTHON; logs in $OUT_DIR"
 
 if has suite; then
-  RLFUSE_REQUIRE_CUDA=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} regression/run_tests.sh test_cuda 'test_golden*' 'test_nccl*' cuda 2>&1 | tee "$OUT_DIR/suite.log"
+  RLFUSE_REQUIRE_CUDA=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} regression/run_tests.sh test_cuda test_cuda_gen 'test_golden*' 'test_nccl*' cuda 2>&1 | tee "$OUT_DIR/suite.log"
   [ "${PIPESTATUS[0]}" = 0 ] || fail=1
 fi
 
@@ -76,6 +76,7 @@ if has sanitize; then
     sanitize memcheck "$BIN/test_golden" regression/golden cuda bf16
     sanitize racecheck "$BIN/test_golden" regression/golden cuda fp32
     sanitize memcheck "$BIN/test_cuda"
+    sanitize memcheck "$BIN/test_cuda_gen"
   fi
 fi
 
