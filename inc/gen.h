@@ -26,11 +26,12 @@ typedef struct {
   int       nstop;       /* further token ids that end a response (a chat model's end-of-turn), -gen_stop */
   int       stop[GEN_MAX_STOP];
   PetscBool eager;       /* run each decode step's ops one by one: no recorded graphs (-gen_eager) */
+  PetscBool share_prompts; /* samples admitted together with the same prompt prefill it once (-gen_share_prompts) */
 } GenConfig;
 
 /* Reads -gen_temperature, -gen_top_k, -gen_top_p, -gen_greedy,
  * -gen_max_new_tokens, -gen_min_new_tokens, -gen_slots, -gen_kv_mb, -gen_eos,
- * -gen_stop, -gen_eager. */
+ * -gen_stop, -gen_eager, -gen_share_prompts. */
 PetscErrorCode gen_config_set_from_options(GenConfig *cfg);
 /* Checks the settings against a model (prefix names its options, e.g.
  * "actor_") and the longest prompt: every error names the option, e.g.
@@ -89,6 +90,7 @@ typedef struct {
   int        nsteps, steps_cap;
   double    *step_seconds;
   int       *step_active;
+  long long  prompt_rows;   /* prompt tokens the forward ran (a shared prompt counts once) */
   double     seconds;       /* wall time of gen_generate */
   long long  new_tokens;    /* response tokens generated */
 } GenBatch;

@@ -347,6 +347,9 @@ PetscErrorCode model_kv_destroy(const Model *lm, ModelKVCache **kv);
 size_t         model_kv_floats(const ModelKVCache *kv, int npos);
 PetscErrorCode model_kv_get(const Model *lm, const ModelKVCache *kv, int slot, int npos, float *buf);
 PetscErrorCode model_kv_put(const Model *lm, ModelKVCache *kv, int slot, int npos, const float *buf);
+/* Slot to's keys and values of positions [0, npos) become slot from's (the
+ * prompt a group of samples shares), in the backend's memory. */
+PetscErrorCode model_kv_copy_slot(const Model *lm, ModelKVCache *kv, int from, int to, int npos);
 /* Forward of N new tokens: row r is token tok[r] of slot slot[r] at position
  * pos[r]; their keys and values enter the cache, each row attends to its
  * slot's positions 0..pos[r]. A prefill passes a whole prompt of one slot; a

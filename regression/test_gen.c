@@ -847,6 +847,62 @@ static PetscErrorCode test_batch_invariance(const Backend *be, const ModelConfig
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* ---- prompts shared by a group ------------------------------------------ */
+/* 4 prompts, each requested by a group of 6 samples (GRPO's layout), on 8
+ * slots: with -gen_share_prompts a group admitted together prefills its
+ * prompt once and its other samples copy the keys and values. With the cpu
+ * backend's batch-invariant matmuls the prompt's rows give the same bits in
+ * any company, so sharing must change nothing: the same tokens,
+ * log-probabilities and allowed sets as without sharing and as one sample
+ * at a time; and the forward ran fewer prompt rows. */
+static PetscErrorCode test_shared_prompts(const Backend *be, const ModelConfig *mc, const char *what)
+{
+  enum { G = 6, NP = 4, N = G * NP };
+  Model     *lm;
+  GenConfig  cfg = base_config(), c;
+  GenRequest req[N];
+  GenBatch   b[3];
+  int        prompts[NP][BI_MAXP], len[NP] = {5, 17, 1, 9}, slots[3] = {8, 8, 1};
+  PetscBool  share[3] = {PETSC_TRUE, PETSC_FALSE, PETSC_TRUE};
+  long long  rows_all = 0;
+  double     lperr = 0;
+  char       why[256];
+
+  PetscFunctionBegin;
+  cfg.temperature    = 1.1;
+  cfg.max_new_tokens = 10;
+  cfg.min_new_tokens = 2; /* restricted sets too */
+  PetscCall(model_create(mc, be, &lm));
+  PetscCall(perturbed_params(lm, 21));
+  for (int p = 0; p < NP; p++)
+    for (int t = 0; t < len[p]; t++) prompts[p][t] = 4 + (int)(rng_u32(23, (uint32_t)p, 0, (uint32_t)t, 0) % (uint32_t)(mc->vocab_size - 4));
+  for (int i = 0; i < N; i++) {
+    req[i] = (GenRequest){.id = 500 + i, .prompt = prompts[i / G], .prompt_len = len[i / G]};
+    rows_all += len[i / G];
+  }
+  PetscCall(backend_cpu_set_batch_invariant(PETSC_TRUE));
+  for (int k = 0; k < 3; k++) {
+    GenEngine *eng;
+    c               = cfg;
+    c.slots         = slots[k];
+    c.share_prompts = share[k];
+    PetscCall(gen_batch_create(N, BI_MAXP + (int)c.max_new_tokens, gen_masked(&c), &b[k]));
+    PetscCall(gen_engine_create(lm, &c, BI_MAXP, &eng));
+    PetscCall(gen_generate(eng, 77, 2, N, req, &b[k], NULL, NULL));
+    PetscCall(gen_engine_destroy(&eng));
+  }
+  PetscCall(backend_cpu_set_batch_invariant(PETSC_FALSE));
+  test_measure(same_results(&b[0], &b[1], NULL, &lperr, why, sizeof why) && lperr == 0, "shared prompts",
+               "%s: 4 groups of 6 on 8 slots, prompts shared or not, the same bits (%s, log-probability difference %.3g)", what, why, lperr);
+  test_measure(same_results(&b[0], &b[2], NULL, &lperr, why, sizeof why) && lperr == 0, "shared prompts",
+               "%s: shared on 8 slots against one sample at a time, the same bits (%s, log-probability difference %.3g)", what, why, lperr);
+  test_measure(b[1].prompt_rows == rows_all && b[2].prompt_rows == rows_all && b[0].prompt_rows < rows_all, "shared prompts",
+               "%s: prompt rows run: %lld shared, %lld not, %lld one at a time (all prompts: %lld)", what, b[0].prompt_rows, b[1].prompt_rows, b[2].prompt_rows, rows_all);
+  for (int k = 0; k < 3; k++) PetscCall(gen_batch_destroy(&b[k]));
+  PetscCall(model_destroy(&lm));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* ---- configuration and argument errors ---------------------------------- */
 static PetscErrorCode expect_error(PetscErrorCode ierr, const char *msg, const char *want1, const char *want2, const char *name)
 {
@@ -973,6 +1029,8 @@ int main(int argc, char **argv)
                          .arch = MODEL_ARCH_LLAMA, .tie_embeddings = PETSC_TRUE, .rope_theta = 10000, .norm_eps = 1e-5};
     PetscCall(test_batch_invariance(be, &gpt2, "batch invariance, GPT-2"));
     PetscCall(test_batch_invariance(be, &llama, "batch invariance, LLaMA"));
+    PetscCall(test_shared_prompts(be, &gpt2, "GPT-2"));
+    PetscCall(test_shared_prompts(be, &llama, "LLaMA"));
   }
   PetscCall(test_config(be));
   PetscCall(PetscFinalize());

@@ -11,6 +11,7 @@
  * a model split over ranks draws on the host (step_host). */
 #include "gen_impl.h"
 #include "sys.h"
+#include <string.h>
 
 PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt_len, GenEngine **eng)
 {
@@ -35,7 +36,7 @@ PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt
   e->graphs   = (PetscBool)(e->resident && lm->be->graph_begin);
   PetscCall(model_kv_create(lm, S + (e->graphs ? 1 : 0), e->Tmax, &e->kv));
   PetscCall(PetscMalloc3(R, &e->row_tok, R, &e->row_slot, R, &e->row_pos));
-  PetscCall(PetscMalloc4(S, &e->slot_req, S, &e->slot_fresh, S, &e->slot_row, S, &e->finished));
+  PetscCall(PetscMalloc5(S, &e->slot_req, S, &e->slot_fresh, S, &e->slot_row, S, &e->finished, S, &e->slot_lead));
   e->sampler = backend_cpu();
   if (!e->resident) {
     e->work_bytes = e->sampler->sample_work(S, V);
@@ -69,7 +70,7 @@ PetscErrorCode gen_engine_destroy(GenEngine **eng)
     PetscCall(PetscFree2(e->h_in, e->h_out));
   }
   PetscCall(PetscFree3(e->row_tok, e->row_slot, e->row_pos));
-  PetscCall(PetscFree4(e->slot_req, e->slot_fresh, e->slot_row, e->finished));
+  PetscCall(PetscFree5(e->slot_req, e->slot_fresh, e->slot_row, e->finished, e->slot_lead));
   PetscCall(PetscFree(e->work));
   PetscCall(PetscFree(e->allowed));
   PetscCall(PetscFree5(e->draw_tok, e->draw_na, e->running, e->draw_lp, e->draw_bd));
@@ -231,6 +232,7 @@ static PetscErrorCode batch_reset(GenEngine *e, int n, const GenRequest *req, Ge
   e->pool_n     = 0;
   e->mask_used  = 0;
   b->nsteps     = 0;
+  b->prompt_rows = 0;
   b->seconds    = 0;
   b->new_tokens = 0;
   for (int s = 0; s < e->nslot; s++) e->slot_req[s] = -1;
@@ -258,15 +260,34 @@ int gen_engine_waiting(const GenEngine *e) { return e->qn - e->qhead; }
 
 int gen_engine_slots(const GenEngine *e) { return e->nslot; }
 
-/* The forward's rows: a new sample's whole prompt, or a running sample's
- * last token; token t of a sequence sits at KV position t. *prefill: some
- * row is a prompt's. */
-static int build_rows(GenEngine *e, const GenRequest *req, const GenBatch *b, int *active, PetscBool *prefill)
+/* Which fresh slot's prompt rows each fresh slot shares: the first fresh
+ * slot (in slot order) with the same prompt, or none. A GRPO group admitted
+ * together prefills its prompt once. */
+static void share_prompts(GenEngine *e, const GenRequest *req)
+{
+  for (int s = 0; s < e->nslot; s++) {
+    const GenRequest *r;
+    e->slot_lead[s] = -1;
+    if (e->slot_req[s] < 0 || !e->slot_fresh[s] || !e->cfg.share_prompts) continue;
+    r = &req[e->slot_req[s]];
+    for (int q = 0; q < s && e->slot_lead[s] < 0; q++) {
+      const GenRequest *o = e->slot_req[q] >= 0 ? &req[e->slot_req[q]] : NULL;
+      if (o && e->slot_fresh[q] && e->slot_lead[q] < 0 && o->prompt_len == r->prompt_len && !memcmp(o->prompt, r->prompt, (size_t)r->prompt_len * sizeof(int)))
+        e->slot_lead[s] = q;
+    }
+  }
+}
+
+/* The forward's rows: a new sample's whole prompt (unless it shares
+ * another's), or a running sample's last token; token t of a sequence sits
+ * at KV position t. *prefill: some row is a prompt's. */
+static int build_rows(GenEngine *e, const GenRequest *req, GenBatch *b, int *active, PetscBool *prefill)
 {
   int N = 0;
 
   *active  = 0;
   *prefill = PETSC_FALSE;
+  share_prompts(e, req);
   for (int s = 0; s < e->nslot; s++) {
     int i = e->slot_req[s], P, len;
     if (i < 0) continue;
@@ -274,6 +295,11 @@ static int build_rows(GenEngine *e, const GenRequest *req, const GenBatch *b, in
     P   = req[i].prompt_len;
     len = P + b->response_len[i];
     if (e->slot_fresh[s]) *prefill = PETSC_TRUE;
+    if (e->slot_lead[s] >= 0) { /* the leader's rows give its logits; its keys and values are copied after the forward */
+      e->slot_row[s] = e->slot_row[e->slot_lead[s]];
+      continue;
+    }
+    if (e->slot_fresh[s]) b->prompt_rows += P;
     for (int t = e->slot_fresh[s] ? 0 : len - 1; t < len; t++, N++) {
       e->row_tok[N]  = b->tokens[(size_t)i * b->Tmax + t];
       e->row_slot[N] = s;
@@ -283,6 +309,20 @@ static int build_rows(GenEngine *e, const GenRequest *req, const GenBatch *b, in
     e->slot_row[s]   = N - 1;
   }
   return N;
+}
+
+/* The followers of this step's shared prompts get their leaders' keys and
+ * values of the prompt's positions (the forward has written them). */
+static PetscErrorCode share_copy(GenEngine *e, const GenRequest *req)
+{
+  PetscFunctionBegin;
+  for (int s = 0; s < e->nslot; s++)
+    if (e->slot_lead[s] >= 0) {
+      PetscCall(model_kv_copy_slot(e->lm, e->kv, e->slot_lead[s], s, req[e->slot_req[s]].prompt_len));
+      e->slot_fresh[s] = 0;
+      e->slot_lead[s]  = -1;
+    }
+  PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Running slot j's draw: its logits row, sample id (the key), position and
@@ -411,6 +451,7 @@ static PetscErrorCode engine_step(GenEngine *e, uint64_t seed, uint32_t iteratio
   for (int j = 0; j < nrun; j++) draw_setup(e, req, b, j);
   if (e->resident) PetscCall(step_resident(e, N, prefill, nrun, &scfg, (PetscBool)(b->mask_off != NULL)));
   else PetscCall(step_host(e, N, nrun, &scfg));
+  PetscCall(share_copy(e, req));
   *nfinished = 0;
   for (int j = 0; j < nrun; j++) PetscCall(advance(e, iteration, req, b, j, nfinished));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -15,6 +15,9 @@ struct GenEngine {
   /* per slot: the request it holds (-1: free), whether its prompt still has
    * to be prefilled, the forward row whose logits give its next token */
   int        *slot_req, *slot_fresh, *slot_row;
+  /* per slot admitted in this step: the slot whose prompt rows it shares
+   * (-gen_share_prompts; -1: its own) */
+  int        *slot_lead;
   int        *finished; /* request indices that stopped in this step */
   /* requests waiting for a slot, in admission order: queue[qhead..qn) */
   int        *queue, qhead, qn, qcap;

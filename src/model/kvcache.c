@@ -72,6 +72,22 @@ PetscErrorCode model_kv_put(const Model *lm, ModelKVCache *kv, int slot, int npo
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode model_kv_copy_slot(const Model *lm, ModelKVCache *kv, int from, int to, int npos)
+{
+  size_t per_layer = (size_t)kv->nslot * kv->Tmax * kv->n_embd, run = (size_t)npos * kv->n_embd;
+
+  PetscFunctionBegin;
+  PetscCheck(from >= 0 && from < kv->nslot && to >= 0 && to < kv->nslot && npos >= 0 && npos <= kv->Tmax, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "model_kv_copy_slot: slots %d and %d, %d positions outside the cache's %d slots of %d", from, to, npos, kv->nslot, kv->Tmax);
+  if (!npos || from == to) PetscFunctionReturn(PETSC_SUCCESS);
+  for (int l = 0; l < kv->n_layer; l++) {
+    size_t a = l * per_layer + (size_t)from * kv->Tmax * kv->n_embd, b = l * per_layer + (size_t)to * kv->Tmax * kv->n_embd;
+    PetscCall(lm->be->copy(kv->k + b, kv->k + a, run * sizeof(float)));
+    PetscCall(lm->be->copy(kv->v + b, kv->v + a, run * sizeof(float)));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Host-side guards: the ops index wte, wpe and the cache with these values. */
 PetscErrorCode model_cached_check_rows(const Model *lm, const ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N)
 {
