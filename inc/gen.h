@@ -27,11 +27,12 @@ typedef struct {
   int       stop[GEN_MAX_STOP];
   PetscBool eager;       /* run each decode step's ops one by one: no recorded graphs (-gen_eager) */
   PetscBool share_prompts; /* samples admitted together with the same prompt prefill it once (-gen_share_prompts) */
+  PetscBool batch_invariant; /* the forward's matmuls in an order fixed per row, prefill included (-gen_batch_invariant) */
 } GenConfig;
 
 /* Reads -gen_temperature, -gen_top_k, -gen_top_p, -gen_greedy,
  * -gen_max_new_tokens, -gen_min_new_tokens, -gen_slots, -gen_kv_mb, -gen_eos,
- * -gen_stop, -gen_eager, -gen_share_prompts. */
+ * -gen_stop, -gen_eager, -gen_share_prompts, -gen_batch_invariant. */
 PetscErrorCode gen_config_set_from_options(GenConfig *cfg);
 /* Checks the settings against a model (prefix names its options, e.g.
  * "actor_") and the longest prompt: every error names the option, e.g.

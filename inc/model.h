@@ -211,6 +211,8 @@ typedef struct {
   size_t         own0, own1;     /* ZeRO-1: the flat range whose AdamW moments this rank keeps (m, v hold own1-own0) */
   PetscBool      grads_synced;   /* model_grads_sync ran since the last zero_grad or step */
   int            msg_model, msg_mb; /* what the stage messages' tags carry (model_msg_ids) */
+  PetscBool      cached_rows;    /* the cached forward's matmuls through Backend.matmul_forward_rows (model_cached_batch_invariant) */
+  PetscBool      in_cached;      /* a cached forward is running */
 } Model;
 
 /* Reads -<prefix>arch, n_layer, n_head, n_embd, vocab_size, n_positions,
@@ -368,6 +370,12 @@ PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok,
  * and the cache with them): check them on the host first with
  * model_cached_check_rows. */
 PetscBool      model_cached_resident_ok(const Model *lm);
+/* The cached forwards' matmuls (generation's) in an order fixed per row
+ * (Backend.matmul_forward_rows), so that a sequence's logits do not depend
+ * on the rows sharing its call: gen's -gen_batch_invariant. Training's
+ * forward is not affected. An error naming the option on a backend without
+ * such matmuls. */
+PetscErrorCode model_cached_batch_invariant(Model *lm, PetscBool on);
 PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, PetscBool graph, const float **logits);
 PetscErrorCode model_cached_check_rows(const Model *lm, const ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N);
 

@@ -90,6 +90,12 @@ struct Backend {
 
   /* out[N,OC] = inp[N,C] . W + bias. W is [C,OC], or [OC,C] if transposed. bias may be NULL. */
   PetscErrorCode (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed);
+  /* Optional (NULL: the backend has none): matmul_forward with every output
+   * row summed in an order fixed by C alone, whatever N, the row's place in
+   * the call and the thread count, for generation's -gen_batch_invariant
+   * (the cpu backend's row-wise kernels; larger calls run slower than
+   * matmul_forward's). */
+  PetscErrorCode (*matmul_forward_rows)(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed);
   /* dinp += dout . W^T (dinp may be NULL); dw += inp^T . dout (in w's layout); dbias += colsum(dout) (may be NULL) */
   PetscErrorCode (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, PetscBool transposed);
 

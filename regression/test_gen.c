@@ -801,7 +801,7 @@ static PetscErrorCode bi_run(Model *lm, const GenConfig *cfg, const GenRequest *
  * matmuls: the same tokens and log-probabilities, bit for bit. Without
  * them a prefill of more than 32 rows (4 for GPT-2) goes through sgemm and
  * the log-probabilities move in their last bits. */
-static PetscErrorCode test_batch_invariance(const Backend *be, const ModelConfig *mc, const char *what)
+static PetscErrorCode test_batch_invariance(const Backend *be, const ModelConfig *mc, PetscBool by_option, const char *what)
 {
   const int  slots[3] = {1, BI_N, 16}, threads[2] = {1, 2};
   Model     *lm;
@@ -823,12 +823,30 @@ static PetscErrorCode test_batch_invariance(const Backend *be, const ModelConfig
     req[i] = (GenRequest){.id = 1000 + 3 * i, .prompt = prompts[i], .prompt_len = L};
   }
   PetscCall(PetscMalloc2(6 * T, &tok, 6 * T, &lp));
-  PetscCall(backend_cpu_set_batch_invariant(PETSC_TRUE));
+  /* the process-wide mode of the cpu backend, or the engine's option (the
+   * cached forward's matmuls alone, training's left as they are) */
+  cfg.batch_invariant = by_option;
+  PetscCall(backend_cpu_set_batch_invariant((PetscBool)!by_option));
   for (int k = 0; k < 6; k++) {
     int s = k % 3, th = threads[k / 3];
     PetscCall(bi_run(lm, &cfg, req, s ? 0 : BI_TARGET, s ? BI_N : 1, slots[s], th, tok + k * T, lp + k * T, &len[k]));
   }
   PetscCall(backend_cpu_set_batch_invariant(PETSC_FALSE));
+  if (by_option) { /* the option leaves training's forward as it was: its logits the same bits with it on and off */
+    int    B = 8, Tt = 40, *tk;
+    float *l0, *l1;
+    size_t n = (size_t)B * Tt * mc->vocab_size;
+    PetscCall(PetscMalloc3((size_t)B * Tt, &tk, n, &l0, n, &l1));
+    for (int q = 0; q < B * Tt; q++) tk[q] = (int)(rng_u32(29, (uint32_t)q, 0, 0, 0) % (uint32_t)mc->vocab_size);
+    PetscCall(model_cached_batch_invariant(lm, PETSC_TRUE));
+    PetscCall(model_forward(lm, tk, B, Tt));
+    PetscCall(be->to_host(l0, model_logits(lm), n * sizeof(float)));
+    PetscCall(model_cached_batch_invariant(lm, PETSC_FALSE));
+    PetscCall(model_forward(lm, tk, B, Tt));
+    PetscCall(be->to_host(l1, model_logits(lm), n * sizeof(float)));
+    test_measure(!memcmp(l0, l1, n * sizeof(float)), "training forward", "%s: %d x %d tokens' logits the same bits with the option on and off (sgemm either way)", what, B, Tt);
+    PetscCall(PetscFree3(tk, l0, l1));
+  }
   for (int k = 1; k < 6; k++) {
     double err = 0;
     int    ntok = memcmp(tok, tok + k * T, (size_t)T * sizeof(int)) != 0, nlp = 0;
@@ -1027,8 +1045,10 @@ int main(int argc, char **argv)
     ModelConfig gpt2 = {.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 24, .n_positions = 40, .head = MODEL_HEAD_LM};
     ModelConfig llama = {.n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 64, .n_ffn = 96, .vocab_size = 24, .n_positions = 40, .head = MODEL_HEAD_LM,
                          .arch = MODEL_ARCH_LLAMA, .tie_embeddings = PETSC_TRUE, .rope_theta = 10000, .norm_eps = 1e-5};
-    PetscCall(test_batch_invariance(be, &gpt2, "batch invariance, GPT-2"));
-    PetscCall(test_batch_invariance(be, &llama, "batch invariance, LLaMA"));
+    PetscCall(test_batch_invariance(be, &gpt2, PETSC_FALSE, "batch invariance, GPT-2"));
+    PetscCall(test_batch_invariance(be, &llama, PETSC_FALSE, "batch invariance, LLaMA"));
+    PetscCall(test_batch_invariance(be, &gpt2, PETSC_TRUE, "-gen_batch_invariant, GPT-2"));
+    PetscCall(test_batch_invariance(be, &llama, PETSC_TRUE, "-gen_batch_invariant, LLaMA"));
     PetscCall(test_shared_prompts(be, &gpt2, "GPT-2"));
     PetscCall(test_shared_prompts(be, &llama, "LLaMA"));
   }

@@ -52,6 +52,7 @@ PetscErrorCode gen_config_set_from_options(GenConfig *cfg)
   RfOptInt("-eos", "End-of-sequence token id (the built-in task uses 3)", 3, &cfg->eos);
   RfOptBool("-eager", "Run each decode step's operations one by one instead of replaying the step's recorded CUDA graph (for comparison; the results are the same bits)", PETSC_FALSE, &cfg->eager);
   RfOptBool("-share_prompts", "Samples admitted in the same step with the same prompt (a GRPO group) prefill it once and copy its keys and values", PETSC_TRUE, &cfg->share_prompts);
+  RfOptBool("-batch_invariant", "A sequence's tokens and log-probabilities do not depend on the sequences sharing its steps, prefill included: the forward's matmuls in an order fixed per row (cpu; slower prefills of many rows; changes the default's last bits)", PETSC_FALSE, &cfg->batch_invariant);
   RfOptString("-stop", "Further token ids that end a response, comma-separated (e.g. a chat model's end of turn; -gen_min_new_tokens bans only -gen_eos)", stop, sizeof stop);
   PetscOptionsEnd();
   PetscCall(parse_stop(stop, cfg));

@@ -32,6 +32,7 @@ PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt
   e->V              = V;
   e->nslot          = S;
   R                 = S * max_prompt_len;
+  PetscCall(model_cached_batch_invariant(lm, cfg->batch_invariant));
   e->resident = model_cached_resident_ok(lm);
   e->graphs   = (PetscBool)(e->resident && lm->be->graph_begin);
   PetscCall(model_kv_create(lm, S + (e->graphs ? 1 : 0), e->Tmax, &e->kv));

@@ -47,10 +47,21 @@ static PetscErrorCode resident_body(Model *lm, ModelKVCache *kv, const int *tok,
   ModelActs *a = lm->acts;
 
   PetscFunctionBegin;
+  lm->in_cached = PETSC_TRUE; /* model_matmul: generation's matmuls */
   PetscCall(model_embed(lm, a->c_x, tok, pos, N));
   for (int l = lm->sh.l0; l < lm->sh.l1; l++) PetscCall(model_cached_block(lm, kv, l, 0, N, slot, pos));
   PetscCall(model_final_norm(lm, a->c_ln, a->c_mean, a->c_rstd, a->c_x, N));
   PetscCall(model_head_forward(lm, a->c_out, a->c_ln, N));
+  lm->in_cached = PETSC_FALSE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode model_cached_batch_invariant(Model *lm, PetscBool on)
+{
+  PetscFunctionBegin;
+  PetscCheck(!on || lm->be->matmul_forward_rows, PETSC_COMM_SELF, PETSC_ERR_SUP,
+             "-gen_batch_invariant: the %s backend has no batch-invariant matmul for every row count (use -device cpu, or leave the option false)", lm->be->name);
+  lm->cached_rows = on;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

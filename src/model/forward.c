@@ -50,10 +50,10 @@ PetscErrorCode model_mlp_forward(const Model *lm, const ModelLayerParams *p, con
 
   PetscFunctionBegin;
   PetscCall(model_norm_forward(lm, ln, mean, rstd, x, p->ln2_w, p->ln2_b, N));
-  PetscCall(be->matmul_forward(fch, ln, p->fc_w, p->fc_b, N, C, gated ? 2 * F : F, ow));
+  PetscCall(model_matmul(lm, fch, ln, p->fc_w, p->fc_b, N, C, gated ? 2 * F : F, ow));
   if (gated) PetscCall(be->swiglu_forward(fch_gelu, fch, N, F));
   else PetscCall(be->gelu_forward(fch_gelu, fch, (size_t)N * F));
-  PetscCall(be->matmul_forward(proj, fch_gelu, p->down_w, model_row_bias(lm, p->down_b), N, F, C, ow));
+  PetscCall(model_matmul(lm, proj, fch_gelu, p->down_w, model_row_bias(lm, p->down_b), N, F, C, ow));
   PetscCall(model_tp_sum(lm, proj, (size_t)N * C));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -64,7 +64,7 @@ PetscErrorCode model_qkv_forward(const Model *lm, const ModelLayerParams *p, flo
   int            C = lm->cfg.n_embd, W = lm->Cl + 2 * lm->Ckvl, hd = model_head_dim(&lm->cfg);
 
   PetscFunctionBegin;
-  PetscCall(be->matmul_forward(qkv, ln, p->qkv_w, p->qkv_b, N, C, W, model_weights_out_in(&lm->cfg)));
+  PetscCall(model_matmul(lm, qkv, ln, p->qkv_w, p->qkv_b, N, C, W, model_weights_out_in(&lm->cfg)));
   if (p->q_norm_w) PetscCall(be->qk_norm_forward(qkv, qk_in, qk_rstd, p->q_norm_w, p->k_norm_w, N, lm->NHl, lm->NKVl, hd, (float)lm->cfg.norm_eps));
   if (model_arch(&lm->cfg)->pos == MODEL_POS_ROTARY) PetscCall(be->rope(qkv, pos, lm->inv_freq, N, lm->NHl, lm->NKVl, hd, 0));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -75,7 +75,7 @@ PetscErrorCode model_attn_proj_forward(const Model *lm, const ModelLayerParams *
   int C = lm->cfg.n_embd, Ca = lm->Cl;
 
   PetscFunctionBegin;
-  PetscCall(lm->be->matmul_forward(proj, atty, p->o_w, model_row_bias(lm, p->o_b), N, Ca, C, model_weights_out_in(&lm->cfg)));
+  PetscCall(model_matmul(lm, proj, atty, p->o_w, model_row_bias(lm, p->o_b), N, Ca, C, model_weights_out_in(&lm->cfg)));
   PetscCall(model_tp_sum(lm, proj, (size_t)N * C));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -124,9 +124,9 @@ PetscErrorCode model_head_forward(const Model *lm, float *out, const float *x, i
 
   PetscFunctionBegin;
   if (cfg->head == MODEL_HEAD_LM) {
-    PetscCall(lm->be->matmul_forward(out, x, model_view(lm, lm->params, model_tidx_lm_head(cfg)), NULL, N, cfg->n_embd, lm->Vl, PETSC_TRUE));
+    PetscCall(model_matmul(lm, out, x, model_view(lm, lm->params, model_tidx_lm_head(cfg)), NULL, N, cfg->n_embd, lm->Vl, PETSC_TRUE));
   } else {
-    PetscCall(lm->be->matmul_forward(out, x, model_view(lm, lm->params, model_tidx_score(cfg)), NULL, N, cfg->n_embd, 1, PETSC_TRUE));
+    PetscCall(model_matmul(lm, out, x, model_view(lm, lm->params, model_tidx_score(cfg)), NULL, N, cfg->n_embd, 1, PETSC_TRUE));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -186,6 +186,7 @@ PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok,
   PetscCall(be->from_host(a->c_pos, pos, (size_t)N * sizeof(int)));
   nchunk = cached_chunks(lm, slot, pos, N);
   PetscCall(PetscMalloc1(nchunk, &req));
+  lm->in_cached = PETSC_TRUE; /* model_matmul: generation's matmuls */
   /* chunk k flows stage to stage while stage p works on chunk k+1; every
    * chunk has its own rows of c_x, so a send's buffer is never reused */
   for (int k = 0; k < nchunk; k++) {
@@ -198,6 +199,7 @@ PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok,
     else PetscCall(cached_head(lm, r0, n, out));
   }
   for (int k = 0; k < nchunk; k++) PetscCall(comm_wait(&req[k]));
+  lm->in_cached = PETSC_FALSE;
   PetscCall(PetscFree(req));
   /* every stage of the pipeline samples the same tokens from the same logits */
   if (lm->sh.pp > 1) PetscCall(comm_bcast_host(&lm->mesh->pp_comm, out, nout * sizeof(float), lm->sh.pp - 1)); /* out is host memory */

@@ -210,6 +210,14 @@ PetscErrorCode model_mlp_forward(const Model *lm, const ModelLayerParams *p, con
 PetscErrorCode model_qkv_forward(const Model *lm, const ModelLayerParams *p, float *qkv, float *qk_in, float *qk_rstd, const float *ln, const int *pos, int N);
 /* The attention output projection, summed over the tp group: proj [N,C]. */
 PetscErrorCode model_attn_proj_forward(const Model *lm, const ModelLayerParams *p, float *proj, const float *atty, int N);
+/* A forward matmul of the model: in a cached forward of a model set to
+ * model_cached_batch_invariant, the backend's row-order one. */
+static inline PetscErrorCode model_matmul(const Model *lm, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
+{
+  if (lm->in_cached && lm->cached_rows) return lm->be->matmul_forward_rows(out, inp, w, bias, N, C, OC, transposed);
+  return lm->be->matmul_forward(out, inp, w, bias, N, C, OC, transposed);
+}
+
 /* kvcache.c / decode.c: one layer of the cached forward on rows [r0,
  * r0+n) (slot and pos: those rows'); the recorded forwards of a cache. */
 PetscErrorCode model_cached_block(Model *lm, ModelKVCache *kv, int l, int r0, int n, const int *slot, const int *pos);

@@ -23,6 +23,7 @@ static const Backend cpu_backend = {
   .swiglu_forward      = cpu_swiglu_forward,
   .swiglu_backward     = cpu_swiglu_backward,
   .matmul_forward      = cpu_matmul_forward,
+  .matmul_forward_rows = cpu_matmul_forward_rows,
   .matmul_backward     = cpu_matmul_backward,
   .attention_forward   = cpu_attention_forward,
   .attention_backward  = cpu_attention_backward,

@@ -315,6 +315,15 @@ PetscErrorCode backend_cpu_set_batch_invariant(PetscBool on)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Backend.matmul_forward_rows: the row-wise kernels at every row count (what
+ * the batch-invariant mode does for every call, for one call). */
+PetscErrorCode cpu_matmul_forward_rows(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
+{
+  PetscFunctionBegin;
+  if (N > 0 && OC > 0) gemv_forward(out, inp, w, bias, N, C, OC, transposed);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
 {
   float beta = 0.0f;
