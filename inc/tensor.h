@@ -35,7 +35,7 @@ typedef struct {
 /* The one-entry allowed set "every id but e" of the logprob ops (see
  * logprob_forward), and back: is a row's range that set, and which e. */
 static inline int tensor_set_but(int e) { return -e - 1; }
-static inline int tensor_set_excluded(const int *ids, int n) { return n == 1 && ids[0] < 0 ? -ids[0] - 1 : -1; }
+static inline int tensor_set_excluded(const int *ids, int n) { return n == 1 && ids[0] < 0 ? -(ids[0] + 1) : -1; }
 
 struct Backend {
   const char *name; /* "cpu" or "cuda" */
