@@ -29,10 +29,15 @@
 #define LP_ERR_TARGET_V   4 /* a target >= V */
 #define LP_ERR_TARGET_SET 8 /* a target outside its row's set */
 
-/* A row's allowed set: ids[0..n-1], or every column when ids is NULL. */
+/* A row's allowed set: ids[0..n-1], or with ids NULL every column but the
+ * global id skip (INT_MAX: none skipped). Set members are numbered in
+ * ascending id order and thread i takes the members k = i (mod LP_THREADS)
+ * in k0 .. k0+n-1; with skip, member k is id k + (k >= skip), the position
+ * it has in the explicit list of the same ids, so the compact set "every id
+ * but e" (tensor.h) sums the same numbers in the same threads and order. */
 struct LpSet {
   const int *ids;
-  int        n;
+  int        n, skip, k0, v0;
 };
 
 /* err[0] |= bit; err[1] = the smallest row with an error (err may be NULL) */
@@ -43,17 +48,31 @@ __device__ __forceinline__ void lp_flag(int *err, int bit, int row)
   atomicMin(err + 1, row);
 }
 
-/* Row n's set (tensor.h): a non-empty range of mask_ids, else everything. A
- * bad range (negative or decreasing) is flagged and read as everything, so
- * nothing outside mask_ids is touched. */
-__device__ LpSet lp_row_set(const int *mask_off, const int *mask_ids, int n, int ncol, int *err)
+/* Row n's set (tensor.h) on columns v0 .. v0+ncol-1: a non-empty range of
+ * mask_ids, else everything. A bad range (negative or decreasing) is flagged
+ * and read as everything, so nothing outside mask_ids is touched. A range
+ * of one negative id -(e+1) is every id but e; an e >= ncol is flagged (err
+ * is given only where v0 is 0 and ncol the vocabulary) and read as
+ * everything. */
+__device__ LpSet lp_row_set(const int *mask_off, const int *mask_ids, int n, int ncol, int v0, int *err)
 {
-  LpSet s = {NULL, ncol};
+  LpSet s = {NULL, ncol, INT_MAX, 0, 0};
 
   if (mask_off) {
     int a = mask_off[n], b = mask_off[n + 1];
     if (a < 0 || b < a) {
       if (threadIdx.x == 0) lp_flag(err, LP_ERR_MASK_OFF, n);
+    } else if (b == a + 1 && mask_ids[a] < 0) {
+      long long e = -(long long)mask_ids[a] - 1, lo = v0, hi = (long long)v0 + ncol;
+      if (err && e >= ncol) {
+        if (threadIdx.x == 0) lp_flag(err, LP_ERR_MASK_ID, n);
+        return s;
+      }
+      /* members below id X: X - (X > e); those of the shard are k0 .. k0+n-1 */
+      s.skip = (int)e;
+      s.v0   = v0;
+      s.k0   = (int)(lo - (lo > e));
+      s.n    = (int)(hi - (hi > e)) - s.k0;
     } else if (b > a) {
       s.ids = mask_ids + a;
       s.n   = b - a;
@@ -62,12 +81,16 @@ __device__ LpSet lp_row_set(const int *mask_off, const int *mask_ids, int n, int
   return s;
 }
 
+/* This thread's first member and the end of the members. */
+__device__ __forceinline__ int lp_first(LpSet s) { return s.k0 + (int)((threadIdx.x + LP_THREADS - (unsigned)s.k0 % LP_THREADS) % LP_THREADS); }
+__device__ __forceinline__ int lp_end(LpSet s) { return s.k0 + s.n; }
+
 /* Local column of set member k (global id minus v0), or -1 when the id is
  * outside [v0, v0+ncol): skipped (a shard's foreign id), and flagged when
  * err is given (a full-vocabulary op, where it is an error). */
 __device__ __forceinline__ int lp_column(LpSet s, int k, int ncol, int v0, int *err, int row)
 {
-  if (!s.ids) return k;
+  if (!s.ids) return k + (k >= s.skip) - s.v0;
   long long j = (long long)s.ids[k] - v0;
   if (j >= 0 && j < ncol) return (int)j;
   lp_flag(err, LP_ERR_MASK_ID, row);
@@ -110,7 +133,7 @@ __device__ bool lp_target_in_set(LpSet s, int t)
 {
   int found = 0;
 
-  if (!s.ids) return true;
+  if (!s.ids) return t != s.skip;
   for (int k = threadIdx.x; k < s.n; k += LP_THREADS) found |= s.ids[k] == t;
   return __syncthreads_or(found) != 0;
 }
@@ -130,14 +153,14 @@ __device__ LpStats lp_row_stats(const float *x, LpSet s, int V, float inv_temp, 
   float   m = -INFINITY;
   double  sum = 0.0, wsum = 0.0;
 
-  for (int k = threadIdx.x; k < s.n; k += LP_THREADS) {
+  for (int k = lp_first(s); k < lp_end(s); k += LP_THREADS) {
     int j = lp_column(s, k, V, 0, err, row);
     if (j < 0) continue;
     float y = __fmul_rn(x[j], inv_temp);
     m       = y > m ? y : m;
   }
   st.m = (float)lp_block_max(m, red); /* a float's max is exact in double */
-  for (int k = threadIdx.x; k < s.n; k += LP_THREADS) {
+  for (int k = lp_first(s); k < lp_end(s); k += LP_THREADS) {
     int j = lp_column(s, k, V, 0, NULL, row);
     if (j < 0) continue;
     float y = __fmul_rn(x[j], inv_temp), e = expf(y - st.m);
@@ -156,7 +179,7 @@ __global__ void __launch_bounds__(LP_THREADS) lp_forward_kernel(float *logprob, 
   __shared__ double red[LP_WARPS];
   const int         n = blockIdx.x, t = target[n];
   const float      *x = logits + (size_t)n * V;
-  const LpSet       s = lp_row_set(mask_off, mask_ids, n, V, err);
+  const LpSet       s = lp_row_set(mask_off, mask_ids, n, V, 0, err);
 
   if (t >= V && threadIdx.x == 0) lp_flag(err, LP_ERR_TARGET_V, n);
   if (t >= 0 && t < V && !lp_target_in_set(s, t) && threadIdx.x == 0) lp_flag(err, LP_ERR_TARGET_SET, n);
@@ -185,7 +208,7 @@ __global__ void __launch_bounds__(LP_THREADS) lp_backward_kernel(float *dlogits,
   const int         n = blockIdx.x, t = target[n], tl = t - v0;
   const float      *x  = logits + (size_t)n * Vl;
   float            *dx = dlogits + (size_t)n * Vl;
-  const LpSet       s  = lp_row_set(mask_off, mask_ids, n, Vl, shard ? NULL : err);
+  const LpSet       s  = lp_row_set(mask_off, mask_ids, n, Vl, v0, shard ? NULL : err);
   int              *cerr = shard ? NULL : err; /* where a foreign id is an error */
 
   if (t < 0) { /* t, s, shard and lse are block-uniform: the branches below are too */
@@ -210,15 +233,16 @@ __global__ void __launch_bounds__(LP_THREADS) lp_backward_kernel(float *dlogits,
   if (s.ids) {
     for (int j = threadIdx.x; j < Vl; j += LP_THREADS) dx[j] = 0.0f;
     __syncthreads();
-    for (int k = threadIdx.x; k < s.n; k += LP_THREADS) {
+    for (int k = lp_first(s); k < lp_end(s); k += LP_THREADS) {
       int j = lp_column(s, k, Vl, v0, cerr, n);
       if (j >= 0) dx[j] = __fmul_rn(-g, expf(__fmul_rn(x[j], inv_temp) - l));
     }
     __syncthreads();
     if (threadIdx.x == 0 && tl >= 0 && tl < Vl) dx[tl] += g;
-  } else {
+  } else { /* every column, or every column but skip's (0 there, then g added at the target: the masked path's bits) */
+    long long js = (long long)s.skip - v0;
     for (int j = threadIdx.x; j < Vl; j += LP_THREADS) {
-      float d = __fmul_rn(-g, expf(__fmul_rn(x[j], inv_temp) - l));
+      float d = j == js ? 0.0f : __fmul_rn(-g, expf(__fmul_rn(x[j], inv_temp) - l));
       dx[j]   = j == tl ? __fadd_rn(d, g) : d;
     }
   }
@@ -233,10 +257,10 @@ __global__ void __launch_bounds__(LP_THREADS)
   __shared__ double red[LP_WARPS];
   const int         n = blockIdx.x;
   const float      *x = logits + (size_t)n * Vl;
-  const LpSet       s = lp_row_set(mask_off, mask_ids, n, Vl, NULL);
+  const LpSet       s = lp_row_set(mask_off, mask_ids, n, Vl, v0, NULL);
   double            m = -INFINITY, sum = 0.0, wsum = 0.0;
 
-  for (int k = threadIdx.x; k < s.n; k += LP_THREADS) {
+  for (int k = lp_first(s); k < lp_end(s); k += LP_THREADS) {
     int j = lp_column(s, k, Vl, v0, NULL, n);
     if (j < 0) continue;
     double y = (double)__fmul_rn(x[j], inv_temp);
@@ -244,7 +268,7 @@ __global__ void __launch_bounds__(LP_THREADS)
   }
   m = lp_block_max(m, red);
   if (m > -INFINITY) { /* block-uniform */
-    for (int k = threadIdx.x; k < s.n; k += LP_THREADS) {
+    for (int k = lp_first(s); k < lp_end(s); k += LP_THREADS) {
       int j = lp_column(s, k, Vl, v0, NULL, n);
       if (j < 0) continue;
       double y = (double)__fmul_rn(x[j], inv_temp) - m, e = exp(y);

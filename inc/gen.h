@@ -81,8 +81,11 @@ typedef struct {
   int       *eos;           /* [n] 1 if the response ended with EOS (included in response_len) */
   float     *logprobs;      /* [n, Tmax] log-probability of the token at position t, response positions only */
   /* Allowed sets (when gen_masked): position (i,t) allows
-   * mask_ids[mask_off[i*Tmax+t] .. mask_off[i*Tmax+t+1]-1]; empty for prompt
-   * positions and past the end. NULL when not masked. */
+   * mask_ids[mask_off[i*Tmax+t] .. mask_off[i*Tmax+t+1]-1], ascending; empty
+   * (every id) for prompt positions, past the end and where nothing cut. A
+   * set that is every id but the banned EOS (min_new_tokens, nothing else
+   * cut) is the one entry tensor_set_but(eos) = -(eos+1) (tensor.h), not
+   * V-1 ids. NULL when not masked. */
   int       *mask_off;      /* [n*Tmax + 1] */
   int       *mask_ids;
   size_t     mask_cap;      /* capacity of mask_ids */

@@ -292,7 +292,8 @@ PetscErrorCode model_logprobs(Model *lm, const int *target, float *logprob);
  * restricted to an allowed set per row (top-k, top-p, min_new_tokens). Row n
  * of the last forward allows mask_ids[mask_off[n] .. mask_off[n+1]-1] (host
  * arrays, mask_off has N+1 entries); an empty range, or mask_off NULL, allows
- * the whole vocabulary. Training and inference use the generation's
+ * the whole vocabulary, and a range of one negative id -(e+1) every id but e
+ * (tensor.h's compact set, gen's record of a banned EOS). Training and inference use the generation's
  * distribution so that ratios and KL compare like with like. */
 typedef struct {
   float      inv_temp;

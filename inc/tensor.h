@@ -32,6 +32,11 @@ typedef struct {
   uint32_t  iteration;
 } BackendSampleCfg;
 
+/* The one-entry allowed set "every id but e" of the logprob ops (see
+ * logprob_forward), and back: is a row's range that set, and which e. */
+static inline int tensor_set_but(int e) { return -e - 1; }
+static inline int tensor_set_excluded(const int *ids, int n) { return n == 1 && ids[0] < 0 ? -(ids[0] + 1) : -1; }
+
 struct Backend {
   const char *name; /* "cpu" or "cuda" */
 
@@ -131,7 +136,12 @@ struct Backend {
    * q = softmax(logits[n,:] * inv_temp) restricted to row n's allowed set.
    * The allowed set of row n is mask_ids[mask_off[n] .. mask_off[n+1]-1]; a
    * row with an empty range, or every row when mask_off is NULL, allows the
-   * whole vocabulary (inv_temp 1 and no mask is the plain log-softmax).
+   * whole vocabulary (inv_temp 1 and no mask is the plain log-softmax). A
+   * range of exactly one negative id, -(e+1) (tensor_set_but(e)), is the
+   * compact form of "every id but e" (EOS banned and nothing else cut: one
+   * int instead of V-1); it gives exactly the bits of the explicit list of
+   * those V-1 ascending ids, in every op below. A negative id anywhere else,
+   * or an e outside [0,V), is an error.
    *   logprob[n] = inv_temp*logits[n,target[n]] - lse[n], lse[n] = logsumexp over the set of inv_temp*logits
    *   entropy[n] = -sum_{v in set} q_v log q_v            (entropy may be NULL)
    * lse is saved for backward (may be NULL). Rows with target < 0 get

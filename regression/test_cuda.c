@@ -951,6 +951,118 @@ static PetscErrorCode check_logprob_shard(Ctx *c, const char *what, float it, Pe
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The same rows masked two ways (tensor.h): "every id but e[n]" as the
+ * one-entry compact set and as the explicit ascending list of those V-1
+ * ids; every fourth row keeps a small explicit set in both. e[n] walks the
+ * row's edges and a thread stride's (LP_THREADS 256). Targets avoid e[n];
+ * every fifth row has none. */
+static void make_but_masks(Arena *a, Rng *r, int N, int V, int *tgt, int **coff, int **cids, int **xoff, int **xids)
+{
+  const int edges[8] = {0, V - 1, 255, 256, 257, V / 2, V - 2, 1};
+  int       nc = 0, nx = 0;
+
+  *coff = h_ints(a, (size_t)N + 1), *xoff = h_ints(a, (size_t)N + 1);
+  *cids = h_ints(a, (size_t)N * V), *xids = h_ints(a, (size_t)N * V);
+  (*coff)[0] = (*xoff)[0] = 0;
+  for (int n = 0; n < N; n++) {
+    int e = n < 8 ? edges[n] : rng_int(r, V);
+    if (n % 4 == 3) {
+      for (int k = 0; k < 5; k++) (*cids)[nc++] = (*xids)[nx++] = (7 * n + 13 * k) % V;
+      tgt[n] = (*xids)[nx - 1 - rng_int(r, 5)];
+    } else {
+      (*cids)[nc++] = tensor_set_but(e);
+      for (int v = 0; v < V; v++)
+        if (v != e) (*xids)[nx++] = v;
+      do tgt[n] = rng_int(r, V);
+      while (tgt[n] == e);
+    }
+    if (n % 5 == 4) tgt[n] = -1;
+    (*coff)[n + 1] = nc, (*xoff)[n + 1] = nx;
+  }
+}
+
+/* Compact "every id but e" rows against the explicit V-1 ids on the device:
+ * the same bits (forward, backward with and without lse, stats and
+ * backward_shard on shards that start off a thread stride), and the cpu's
+ * values within the usual tolerance; a target equal to e is an error. */
+static PetscErrorCode check_logprob_but(Ctx *c, int N, int V)
+{
+  const int v0s[3] = {0, 300, V - 3}, Vls[3] = {300, V - 303, 3};
+  const float it = 1.0f / 0.7f;
+  Arena     a = {.gpu = c->gpu};
+  Verdict   v = {"", 1};
+  size_t    NV = (size_t)N * V;
+  int      *tgt = h_ints(&a, N), *coff, *cids, *xoff, *xids, *d_tgt, *d_off[2], *d_ids[2];
+  float    *x = h_rand(&a, &c->r, NV, -6, 6), *dlp = h_rand(&a, &c->r, N, -1, 1), *lp = h_nan(&a, N), *lse = h_nan(&a, N), *ent = h_nan(&a, N);
+  float    *dx = h_nan(&a, NV), *d_x, *d_dlp, *d_lp[2], *d_lse[2], *d_ent[2], *d_dx[2];
+  double    rt = rtol_of(c, FP32_ALWAYS);
+
+  PetscFunctionBegin;
+  make_but_masks(&a, &c->r, N, V, tgt, &coff, &cids, &xoff, &xids);
+  PetscCall(d_put(&a, x, NV * sizeof(float), (void **)&d_x));
+  PetscCall(d_put(&a, dlp, N * sizeof(float), (void **)&d_dlp));
+  PetscCall(d_put(&a, tgt, N * sizeof(int), (void **)&d_tgt));
+  for (int w = 0; w < 2; w++) { /* 0: compact, 1: explicit */
+    PetscCall(d_put(&a, w ? xoff : coff, (N + 1) * sizeof(int), (void **)&d_off[w]));
+    PetscCall(d_put(&a, w ? xids : cids, (size_t)(w ? xoff : coff)[N] * sizeof(int), (void **)&d_ids[w]));
+    PetscCall(d_nan(&a, N, &d_lp[w]));
+    PetscCall(d_nan(&a, N, &d_lse[w]));
+    PetscCall(d_nan(&a, N, &d_ent[w]));
+    PetscCall(c->gpu->logprob_forward(d_lp[w], d_lse[w], d_ent[w], d_x, d_tgt, it, d_off[w], d_ids[w], N, V));
+  }
+  PetscCall(c->cpu->logprob_forward(lp, lse, ent, x, tgt, it, coff, cids, N, V));
+  PetscCall(same_bits(&a, &v, "compact vs explicit logprob", d_lp[0], d_lp[1], N));
+  PetscCall(same_bits(&a, &v, "compact vs explicit lse", d_lse[0], d_lse[1], N));
+  PetscCall(same_bits(&a, &v, "compact vs explicit entropy", d_ent[0], d_ent[1], N));
+  PetscCall(compare_dev(&a, &v, "logprob", d_lp[0], lp, NULL, N, rt));
+  PetscCall(compare_dev(&a, &v, "entropy", d_ent[0], ent, NULL, N, rt));
+  for (int pass = 0; pass < 2; pass++) { /* the lse, then none (recomputed) */
+    for (int w = 0; w < 2; w++) {
+      PetscCall(d_nan(&a, NV, &d_dx[w]));
+      PetscCall(c->gpu->logprob_backward(d_dx[w], d_x, pass ? NULL : d_lse[w], d_tgt, d_dlp, it, d_off[w], d_ids[w], N, V));
+    }
+    PetscCall(same_bits(&a, &v, pass ? "compact vs explicit dlogits (lse NULL)" : "compact vs explicit dlogits", d_dx[0], d_dx[1], NV));
+  }
+  PetscCall(c->cpu->logprob_backward(dx, x, lse, tgt, dlp, it, coff, cids, N, V));
+  PetscCall(compare_dev(&a, &v, "dlogits", d_dx[0], dx, NULL, NV, rt));
+  for (int sh = 0; sh < 3; sh++) {
+    int     v0 = v0s[sh], Vl = Vls[sh];
+    float  *xs = h_alloc(&a, (size_t)N * Vl * sizeof(float)), *d_xs, *d_ds[2];
+    double *st[2], *d_st[2];
+    for (int n = 0; n < N; n++) memcpy(xs + (size_t)n * Vl, x + (size_t)n * V + v0, Vl * sizeof(float));
+    PetscCall(d_put(&a, xs, (size_t)N * Vl * sizeof(float), (void **)&d_xs));
+    for (int w = 0; w < 2; w++) {
+      st[w] = h_alloc(&a, 4 * (size_t)N * sizeof(double));
+      PetscCall(d_alloc(&a, 4 * (size_t)N * sizeof(double), (void **)&d_st[w]));
+      PetscCall(c->gpu->logprob_stats(d_st[w], d_xs, d_tgt, it, d_off[w], d_ids[w], N, Vl, v0));
+      PetscCall(c->gpu->to_host(st[w], d_st[w], 4 * (size_t)N * sizeof(double)));
+      PetscCall(d_nan(&a, (size_t)N * Vl, &d_ds[w]));
+      PetscCall(c->gpu->logprob_backward_shard(d_ds[w], d_xs, d_lse[w], d_tgt, d_dlp, it, d_off[w], d_ids[w], N, Vl, v0));
+    }
+    if (memcmp(st[0], st[1], 4 * (size_t)N * sizeof(double))) v.ok = 0, vappend(&v, "; FAIL stats of columns %d.. differ, compact vs explicit", v0);
+    else vappend(&v, "; stats of columns %d.. bitwise", v0);
+    PetscCall(same_bits(&a, &v, "compact vs explicit backward_shard", d_ds[0], d_ds[1], (size_t)N * Vl));
+  }
+  { /* a target equal to e: an error naming the row */
+    const int   off1[2] = {0, 1}, but3[1] = {tensor_set_but(3)}, t3[1] = {3};
+    const char *msg = NULL;
+    int        *d_o1, *d_b3, *d_t3;
+    PetscErrorCode ierr;
+    PetscCall(d_put(&a, off1, sizeof off1, (void **)&d_o1));
+    PetscCall(d_put(&a, but3, sizeof but3, (void **)&d_b3));
+    PetscCall(d_put(&a, t3, sizeof t3, (void **)&d_t3));
+    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+    ierr = c->gpu->logprob_forward(d_lp[0], d_lse[0], NULL, d_x, d_t3, it, d_o1, d_b3, 1, V);
+    PetscCall(PetscPopErrorHandler());
+    if (ierr) PetscCall(PetscErrorMessage(ierr, NULL, (char **)&msg));
+    if (ierr && msg && strstr(msg, "outside its allowed set") && strstr(msg, "row 0")) vappend(&v, "; target e refused: \"%s\"", msg);
+    else v.ok = 0, vappend(&v, "; FAIL target e: %s \"%s\"", ierr ? "message lacks \"outside its allowed set\" or \"row 0\"" : "no error", msg ? msg : "");
+  }
+  verdict_report(c, &v, "logprob ops N=%d V=%d, compact \"every id but e\" rows against the explicit V-1 ids (inv_temp 1/0.7; shards at 0, 300, V-3)", N, V);
+  PetscCall(arena_free(&a));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode check_sumsq(Ctx *c, size_t n)
 {
   Arena   a = {.gpu = c->gpu};
@@ -1282,6 +1394,8 @@ static PetscErrorCode check_all(Ctx *c)
   PetscCall(check_logprob_dist(c, "GPT-2's vocabulary with inv_temp 1/0.7 and a mask", 6, 50257, 1.0f / 0.7f, PETSC_TRUE));
   PetscCall(check_logprob_shard(c, "inv_temp 1", 1.0f, PETSC_FALSE));
   PetscCall(check_logprob_shard(c, "inv_temp 1/0.7 and a mask", 1.0f / 0.7f, PETSC_TRUE));
+  PetscCall(check_logprob_but(c, 41, 1003));
+  PetscCall(check_logprob_but(c, 6, 50257));
   PetscCall(check_sumsq(c, 100003));
   PetscCall(check_sumsq(c, ((size_t)1 << 20) + 7));
   PetscCall(check_adamw(c));

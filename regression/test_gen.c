@@ -743,6 +743,67 @@ static PetscErrorCode test_logprob_consistency(Fixture *f, const GenConfig *cfg,
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The sets of a full-length run (EOS banned at every response position,
+ * nothing else cutting) are recorded as one entry each, tensor_set_but(eos),
+ * not V-1 ids; the model's log-probabilities under them equal those under
+ * the explicit lists of the same V-1 ids bit for bit, and the recorded ones. */
+static PetscErrorCode test_full_length_sets(Fixture *f, const GenConfig *cfg, const char *what)
+{
+  GenBatch       b;
+  int            T, N, V = f->lm->cfg.vocab_size, *target, *off[2], *ids[2], nbut = 0, nother = 0;
+  float         *lp[2];
+  double         err = 0;
+  ModelTokenDist dist;
+  char           name[160];
+
+  PetscFunctionBegin;
+  PetscCall(run_gen(f, cfg, NULL, &b, NULL));
+  T = b.Tmax, N = b.n * T;
+  for (int i = 0; i < b.n; i++)
+    for (int t = b.prompt_len[i]; t < b.prompt_len[i] + b.response_len[i]; t++) {
+      size_t k = (size_t)i * T + t;
+      if (b.mask_off[k + 1] - b.mask_off[k] == 1 && b.mask_ids[b.mask_off[k]] == tensor_set_but((int)cfg->eos)) nbut++;
+      else nother++;
+    }
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s: one entry, every id but EOS, per response token", what));
+  test_measure(nbut == b.new_tokens && !nother && b.mask_off[N] == nbut, name, "%d of %lld response tokens recorded as tensor_set_but(%d), %d otherwise, %d ids in all", nbut,
+               b.new_tokens, (int)cfg->eos, nother, b.mask_off[N]);
+
+  /* forward row (i, r) predicts position r+1: its set, compact (w 0) or expanded (w 1) */
+  PetscCall(PetscMalloc3(N, &target, N, &lp[0], N, &lp[1]));
+  for (int w = 0; w < 2; w++) PetscCall(PetscMalloc2(N + 1, &off[w], (size_t)N * V + 1, &ids[w]));
+  for (int w = 0; w < 2; w++) {
+    int run = 0;
+    for (int i = 0; i < b.n; i++)
+      for (int r = 0; r < T; r++) {
+        int t = r + 1;
+        target[i * T + r] = t >= b.prompt_len[i] && t < b.prompt_len[i] + b.response_len[i] ? b.tokens[i * T + t] : -1;
+        off[w][i * T + r] = run;
+        if (target[i * T + r] < 0) continue;
+        for (int j = b.mask_off[(size_t)i * T + t]; j < b.mask_off[(size_t)i * T + t + 1]; j++) {
+          int e = tensor_set_excluded(b.mask_ids + j, 1);
+          if (w == 0 || e < 0) ids[w][run++] = b.mask_ids[j];
+          else
+            for (int v = 0; v < V; v++)
+              if (v != e) ids[w][run++] = v;
+        }
+      }
+    off[w][N] = run;
+    dist      = (ModelTokenDist){(float)(1.0 / cfg->temperature), off[w], ids[w]};
+    PetscCall(model_forward(f->lm, b.tokens, b.n, T));
+    PetscCall(model_logprobs_dist(f->lm, target, &dist, lp[w], NULL));
+  }
+  for (int n = 0; n < N; n++)
+    if (target[n] >= 0) err = PetscMax(err, fabs(lp[0][n] - b.logprobs[n + 1]));
+  PetscCall(PetscSNPrintf(name, sizeof name, "%s: log-probabilities under the compact sets equal the explicit V-1 ids' bits and the recorded ones", what));
+  test_measure(!memcmp(lp[0], lp[1], (size_t)N * sizeof(float)) && err <= 1e-4, name, "compact vs explicit %s; max |recorded - model| %.3g (%d vs %d ids)",
+               memcmp(lp[0], lp[1], (size_t)N * sizeof(float)) ? "DIFFER" : "bitwise", err, off[0][N], off[1][N]);
+  for (int w = 0; w < 2; w++) PetscCall(PetscFree2(off[w], ids[w]));
+  PetscCall(PetscFree3(target, lp[0], lp[1]));
+  PetscCall(gen_batch_destroy(&b));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode test_engine(const Backend *be)
 {
   Fixture   f;
@@ -761,6 +822,8 @@ static PetscErrorCode test_engine(const Backend *be)
   PetscCall(test_stops(&f, &full, "min_new = max_new 10"));
   PetscCall(test_logprob_consistency(&f, &plain, "temperature 0.8, no mask"));
   PetscCall(test_logprob_consistency(&f, &masked, "top-k 6, top-p 0.9, min_new 3, T 1.3"));
+  full.temperature = 0.8;
+  PetscCall(test_full_length_sets(&f, &full, "min_new = max_new 10, T 0.8"));
   PetscCall(model_destroy(&f.lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

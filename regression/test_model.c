@@ -648,7 +648,7 @@ static PetscErrorCode test_dist_errors(const Backend *be)
   Batch          b;
   int            N, V = cfg.vocab_size, *off, *ids, *boff, *bids, *btgt, nbad = 0;
   float         *lp;
-  char           msg[TEST_MESSAGE_MAX], want[7][96], detail[512] = "";
+  char           msg[TEST_MESSAGE_MAX], want[9][96], detail[1024] = "";
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
@@ -658,7 +658,7 @@ static PetscErrorCode test_dist_errors(const Backend *be)
   PetscCall(mask_create(&b, V, 6, &off, &ids)); /* row 1 allows one token, row 2 at least two */
   PetscCall(PetscMalloc4(N + 1, &boff, off[N], &bids, N, &btgt, N, &lp));
   PetscCall(model_forward(lm, b.tok, b.B, b.T));
-  for (int c = 0; c < 7; c++) {
+  for (int c = 0; c < 9; c++) {
     ModelTokenDist d = {1.0f / 0.7f, boff, bids};
 
     PetscCall(PetscArraycpy(boff, off, N + 1));
@@ -671,7 +671,9 @@ static PetscErrorCode test_dist_errors(const Backend *be)
     case 3: boff[3] = boff[2] - 1; PetscCall(PetscStrcpy(want[c], "mask_off decreases at row 2")); break;
     case 4: bids[off[2]] = V; PetscCall(PetscSNPrintf(want[c], sizeof want[c], "row 2 allows token %d outside the vocabulary", V)); break;
     case 5: bids[off[2] + 1] = bids[off[2]]; PetscCall(PetscSNPrintf(want[c], sizeof want[c], "row 2 allows token %d twice", bids[off[2]])); break;
-    default: btgt[1] = (ids[off[1]] + 1) % V; PetscCall(PetscSNPrintf(want[c], sizeof want[c], "row 1 has target %d outside its allowed set", btgt[1]));
+    case 6: btgt[1] = (ids[off[1]] + 1) % V; PetscCall(PetscSNPrintf(want[c], sizeof want[c], "row 1 has target %d outside its allowed set", btgt[1])); break;
+    case 7: bids[off[1]] = tensor_set_but(btgt[1]); PetscCall(PetscSNPrintf(want[c], sizeof want[c], "row 1 has target %d outside its allowed set", btgt[1])); break;
+    default: bids[off[1]] = tensor_set_but(V); PetscCall(PetscSNPrintf(want[c], sizeof want[c], "row 1 allows every token but %d, outside the vocabulary", V));
     }
     msg[0] = 0;
     PetscCall(PetscPushErrorHandler(test_capture_error, msg));
@@ -690,7 +692,7 @@ static PetscErrorCode test_dist_errors(const Backend *be)
     nbad++;
     PetscCall(PetscStrlcat(detail, "model_backward_logprob ran after a failed model_logprobs_dist; ", sizeof detail));
   }
-  test_measure(nbad ? PETSC_FALSE : PETSC_TRUE, "model_logprobs_dist rejects bad inv_temp, mask_off, ids and a target outside its set", "%s", detail);
+  test_measure(nbad ? PETSC_FALSE : PETSC_TRUE, "model_logprobs_dist rejects bad inv_temp, mask_off, ids (a compact set's e too) and a target outside its set (e of a compact set too)", "%s", detail);
   PetscCall(PetscFree4(boff, bids, btgt, lp));
   PetscCall(PetscFree2(off, ids));
   PetscCall(batch_destroy(&b));

@@ -1268,6 +1268,119 @@ static PetscErrorCode check_logprob_errors(const Backend *be, Rng *r)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The same rows masked two ways: "every id but e[n]" as the one-entry
+ * compact set (tensor.h) and as the explicit ascending list of those V-1
+ * ids; every fourth row has a small explicit set in both. e[n] walks the
+ * row's edges and the 16-lane blocks' edges. Targets avoid e[n]; every
+ * fifth row has none. */
+static void make_but_masks(Rng *r, int N, int V, int *e, int *tgt, int **coff, int **cids, int **xoff, int **xids)
+{
+  const int edges[8] = {0, V - 1, 15, 16, 17, V / 2, V - 2, 1};
+  int       nc = 0, nx = 0;
+
+  *coff = malloc((N + 1) * sizeof(int)), *xoff = malloc((N + 1) * sizeof(int));
+  *cids = malloc((size_t)N * V * sizeof(int)), *xids = malloc((size_t)N * V * sizeof(int));
+  (*coff)[0] = (*xoff)[0] = 0;
+  for (int n = 0; n < N; n++) {
+    e[n] = n < 8 ? edges[n] : rng_int(r, V);
+    if (n % 4 == 3) { /* the same small explicit set in both */
+      for (int k = 0; k < 5; k++) (*cids)[nc++] = (*xids)[nx++] = (7 * n + 13 * k) % V;
+      tgt[n] = (*xids)[nx - 1 - rng_int(r, 5)];
+    } else {
+      (*cids)[nc++] = tensor_set_but(e[n]);
+      for (int v = 0; v < V; v++)
+        if (v != e[n]) (*xids)[nx++] = v;
+      do tgt[n] = rng_int(r, V);
+      while (tgt[n] == e[n]);
+    }
+    if (n % 5 == 4) tgt[n] = -1;
+    (*coff)[n + 1] = nc, (*xoff)[n + 1] = nx;
+  }
+}
+
+/* One distribution two ways (tensor.h): a compact "every id but e" row
+ * must give exactly the explicit list's bits, forward, backward and on
+ * shards, at inv_temp 1/0.7, in the full-vocabulary ops and the shards'.
+ * Row 1's largest logits are -0 and then +0: the compact row's max may take
+ * either sign (a vector reduction), which must not show. */
+static PetscErrorCode check_logprob_but(const Backend *be, Rng *r)
+{
+  const int N = 41, V = 1003, v0s[3] = {0, 300, 1000}, Vls[3] = {300, 700, 3};
+  const float it = 1.0f / 0.7f;
+  size_t    NV = (size_t)N * V;
+  int      *e = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int)), *coff, *cids, *xoff, *xids, ok = 1;
+  float    *x = frand(r, NV, -6, 6), *dlp = frand(r, N, -1, 1), *out[2][4], *dx[2];
+  double   *st[2];
+  char      detail[1024] = "";
+
+  PetscFunctionBegin;
+  make_but_masks(r, N, V, e, tgt, &coff, &cids, &xoff, &xids);
+  for (int v = 0; v < V; v++) x[V + v] = -(float)(1 + v % 7);
+  x[V + 100] = -0.0f, x[V + 200] = 0.0f;
+  for (int w = 0; w < 2; w++) {
+    const int *off = w ? xoff : coff, *ids = w ? xids : cids;
+    for (int k = 0; k < 4; k++) out[w][k] = fvec(N), poison(out[w][k], N);
+    dx[w] = fvec(NV), st[w] = dvec(4 * (size_t)N);
+    PetscCall(be->logprob_forward(out[w][0], out[w][1], out[w][2], x, tgt, it, off, ids, N, V));
+    PetscCall(be->logprob_forward(out[w][3], NULL, NULL, x, tgt, it, off, ids, N, V));
+    if (!bitwise_equal(out[w][0], out[w][3], N * sizeof(float))) ok = 0, strcat(detail, "logprob changes when lse and entropy are NULL; ");
+  }
+  for (int k = 0; k < 3; k++)
+    if (!bitwise_equal(out[0][k], out[1][k], N * sizeof(float))) ok = 0, strcat(detail, k == 0 ? "logprob differs; " : k == 1 ? "lse differs; " : "entropy differs; ");
+  for (int pass = 0; pass < 2; pass++) { /* with the saved lse, then without */
+    for (int w = 0; w < 2; w++) {
+      poison(dx[w], NV);
+      PetscCall(be->logprob_backward(dx[w], x, pass ? NULL : out[w][1], tgt, dlp, it, w ? xoff : coff, w ? xids : cids, N, V));
+    }
+    if (!bitwise_equal(dx[0], dx[1], NV * sizeof(float))) ok = 0, strcat(detail, pass ? "dlogits (lse NULL) differ; " : "dlogits differ; ");
+  }
+  for (int sh = 0; sh < 3; sh++) { /* the shard's columns, copied out of x */
+    int    v0 = v0s[sh], Vl = Vls[sh];
+    float *xs = fvec((size_t)N * Vl), *ds[2];
+    for (int n = 0; n < N; n++) memcpy(xs + (size_t)n * Vl, x + (size_t)n * V + v0, Vl * sizeof(float));
+    for (int w = 0; w < 2; w++) {
+      ds[w] = fvec((size_t)N * Vl), poison(ds[w], (size_t)N * Vl);
+      PetscCall(be->logprob_stats(st[w], xs, tgt, it, w ? xoff : coff, w ? xids : cids, N, Vl, v0));
+      PetscCall(be->logprob_backward_shard(ds[w], xs, out[w][1], tgt, dlp, it, w ? xoff : coff, w ? xids : cids, N, Vl, v0));
+    }
+    if (!bitwise_equal(st[0], st[1], 4 * (size_t)N * sizeof(double))) ok = 0, strcat(detail, "logprob_stats differ; ");
+    if (!bitwise_equal(ds[0], ds[1], (size_t)N * Vl * sizeof(float))) ok = 0, strcat(detail, "logprob_backward_shard differs; ");
+    free(xs), free(ds[0]), free(ds[1]);
+  }
+  test_measure(ok, "logprob ops: a compact \"every id but e\" row gives the explicit V-1 ids' bits (forward, backward, stats, backward_shard, inv_temp 1/0.7)", "%s",
+               detail);
+
+  { /* a target equal to e is outside the set; an e outside the vocabulary is a bad mask */
+    const int   off1[2] = {0, 1}, but3[1] = {tensor_set_but(3)}, but_v[1] = {tensor_set_but(V)}, t3[1] = {3}, t4[1] = {4};
+    const char *want[3] = {"row 0 has target 3 outside its allowed set", "row 0 has target 3 outside its allowed set", "row 0 allows every token but 1003"};
+    const char *msg;
+    PetscErrorCode ierr;
+
+    detail[0] = 0, ok = 1;
+    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+    for (int c = 0; c < 3; c++) {
+      ierr = c == 0 ? be->logprob_forward(out[0][0], out[0][1], NULL, x, t3, it, off1, but3, 1, V)
+           : c == 1 ? be->logprob_backward(dx[0], x, out[0][1], t3, dlp, it, off1, but3, 1, V)
+                    : be->logprob_forward(out[0][0], out[0][1], NULL, x, t4, it, off1, but_v, 1, V);
+      msg  = NULL;
+      if (ierr) PetscCall(PetscErrorMessage(ierr, NULL, (char **)&msg));
+      if (!ierr || !msg || !strstr(msg, want[c])) {
+        size_t l = strlen(detail);
+        ok       = 0;
+        snprintf(detail + l, sizeof detail - l, "case %d: error %d, message \"%s\" lacks \"%s\"; ", c, (int)ierr, msg ? msg : "", want[c]);
+      }
+    }
+    PetscCall(PetscPopErrorHandler());
+    test_measure(ok, "logprob_forward/backward reject a target equal to a compact set's e, and an e outside the vocabulary", "%s", detail);
+  }
+  for (int w = 0; w < 2; w++) {
+    for (int k = 0; k < 4; k++) free(out[w][k]);
+    free(dx[w]), free(st[w]);
+  }
+  free(e), free(tgt), free(coff), free(cids), free(xoff), free(xids), free(x), free(dlp);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode check_logprob(const Backend *be, Rng *r)
 {
   const int N = 97, V = 1000;
@@ -1280,6 +1393,7 @@ static PetscErrorCode check_logprob(const Backend *be, Rng *r)
   make_mask(r, N, V, tgt, &off, &ids);
   PetscCall(check_logprob_dist(be, r, "inv_temp 1/0.7 and a mask of 0, 1, 2-20, 100-700 tokens per row", 1.0f / 0.7f, off, ids, tgt, N, V));
   PetscCall(check_logprob_errors(be, r));
+  PetscCall(check_logprob_but(be, r));
   free(tgt), free(off), free(ids);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

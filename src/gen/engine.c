@@ -339,6 +339,25 @@ static void draw_setup(GenEngine *e, const GenRequest *req, const GenBatch *b, i
   e->draw_ban[j] = n_new < e->cfg.min_new_tokens;
 }
 
+/* Whether draw j's set is every id but the banned EOS (its ban on, nothing
+ * cut by top-k or top-p, V-1 ids: Backend.sample's nallowed and boundary),
+ * recorded as the one entry tensor_set_but(eos) rather than V-1 ids. */
+static PetscBool draw_all_but_eos(const GenEngine *e, int j)
+{
+  return e->draw_ban[j] && e->V > 1 && e->cfg.eos >= 0 && e->cfg.eos < e->V && e->draw_bd[j] == -1 && e->draw_na[j] == e->V - 1 ? PETSC_TRUE : PETSC_FALSE;
+}
+
+/* Records draw j's allowed set for position k. */
+static PetscErrorCode draw_record_set(GenEngine *e, size_t k, int j)
+{
+  int but = tensor_set_but((int)e->cfg.eos);
+
+  PetscFunctionBegin;
+  if (draw_all_but_eos(e, j)) PetscCall(gen_mask_record(e, k, &but, 1));
+  else PetscCall(gen_mask_record(e, k, e->allowed + (size_t)j * e->V, e->draw_na[j]));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Records running slot j's drawn token and stops the sample at EOS or max_new_tokens. */
 static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest *req, GenBatch *b, int j, int *nfinished)
 {
@@ -349,7 +368,7 @@ static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest
   PetscCheck(tok >= 0, PETSC_COMM_SELF, PETSC_ERR_FP, "generation: logits are nan or inf at iteration %u (sample %d, position %d); stopping, the last checkpoint is intact", iteration + 1, req[i].id, t);
   b->tokens[k]   = tok;
   b->logprobs[k] = e->draw_lp[j];
-  if (b->mask_off) PetscCall(gen_mask_record(e, k, e->allowed + (size_t)j * e->V, e->draw_na[j]));
+  if (b->mask_off) PetscCall(draw_record_set(e, k, j));
   b->response_len[i]++;
   b->new_tokens++;
   if (gen_is_stop(&e->cfg, tok)) b->eos[i] = 1;
@@ -399,7 +418,9 @@ static PetscErrorCode step_host(GenEngine *e, int N, int nrun, const BackendSamp
  * up in one copy, the forward (recorded per bucket with graphs) leaves the
  * logits there, the backend's op draws, and the tokens, log-probabilities,
  * set sizes and boundaries come back in one copy (the ids of restricted
- * sets after them). */
+ * sets after them, except a set that is every id but the banned EOS: its
+ * size and boundary say so, and its V-1 ids would be most of the step's
+ * time). */
 static PetscErrorCode step_resident(GenEngine *e, int N, PetscBool prefill, int nrun, const BackendSampleCfg *scfg, PetscBool masked)
 {
   const Backend *be = e->lm->be;
@@ -436,7 +457,7 @@ static PetscErrorCode step_resident(GenEngine *e, int N, PetscBool prefill, int 
   PetscCall(PetscArraycpy(e->draw_bd, e->h_out + 2 * nrun, nrun));
   PetscCall(PetscMemcpy(e->draw_lp, e->h_out + 3 * nrun, (size_t)nrun * sizeof(float)));
   for (int j = 0; j < nrun && masked; j++)
-    if (e->draw_na[j] > 0) PetscCall(be->to_host(e->allowed + (size_t)j * e->V, e->d_allowed + (size_t)j * e->V, (size_t)e->draw_na[j] * sizeof(int)));
+    if (e->draw_na[j] > 0 && !draw_all_but_eos(e, j)) PetscCall(be->to_host(e->allowed + (size_t)j * e->V, e->d_allowed + (size_t)j * e->V, (size_t)e->draw_na[j] * sizeof(int)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -210,7 +210,9 @@ PetscErrorCode model_targets_upload(Model *lm, const int *target)
 
 /* Row by row: ids in the vocabulary, no id twice in a row (it would count a
  * token twice in the normaliser), the target among them. seen[v] holds 1 +
- * the last row that allowed v, so one zeroed array serves every row. */
+ * the last row that allowed v, so one zeroed array serves every row. A
+ * range of one negative id is every id but one (tensor.h): its e must be in
+ * the vocabulary and the target another id. */
 static PetscErrorCode mask_rows_check(const int *off, const int *ids, const int *target, int N, int V, int *seen)
 {
   PetscFunctionBegin;
@@ -218,6 +220,12 @@ static PetscErrorCode mask_rows_check(const int *off, const int *ids, const int 
     PetscBool has_target = off[n + 1] == off[n] ? PETSC_TRUE : PETSC_FALSE; /* an empty range allows everything */
 
     PetscCheck(off[n + 1] >= off[n], PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "model_logprobs_dist: mask_off decreases at row %d (%d > %d)", n, off[n], off[n + 1]);
+    if (off[n + 1] == off[n] + 1 && ids[off[n]] < 0) {
+      long long e = -(long long)ids[off[n]] - 1;
+      PetscCheck(e < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_logprobs_dist: row %d allows every token but %lld, outside the vocabulary [0,%d)", n, e, V);
+      PetscCheck(target[n] != e, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_logprobs_dist: row %d has target %d outside its allowed set", n, target[n]);
+      continue;
+    }
     for (int k = off[n]; k < off[n + 1]; k++) {
       PetscCheck(ids[k] >= 0 && ids[k] < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_logprobs_dist: row %d allows token %d outside the vocabulary [0,%d)", n,
                  ids[k], V);

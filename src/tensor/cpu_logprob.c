@@ -4,24 +4,31 @@
  * and its sums run in a fixed lane order, so nothing depends on the thread
  * count. */
 #include "cpu_ops.h"
+#include <limits.h>
 #include <math.h>
 
 #define LSE_LANES 16
 
-/* A row's allowed set: ids[0..n-1], or the whole vocabulary when ids is NULL
- * (no mask at all, or an empty range: see tensor.h). */
+/* A row's allowed set: ids[0..n-1], or, when ids is NULL, the whole
+ * vocabulary but skip (INT_MAX: nothing skipped; no mask at all or an empty
+ * range: see tensor.h). Member k of a set with skip is id k + (k >= skip):
+ * the ascending order of the explicit list, so every sum below adds the
+ * same numbers in the same order either way. */
 typedef struct {
   const int *ids;
-  int        n;
+  int        n, skip;
 } RowSet;
 
 static inline RowSet row_set(const int *mask_off, const int *mask_ids, int row, int V)
 {
-  RowSet s = {NULL, V};
+  RowSet s = {NULL, V, INT_MAX};
 
   if (mask_off && mask_off[row + 1] > mask_off[row]) {
-    s.ids = mask_ids + mask_off[row];
-    s.n   = mask_off[row + 1] - mask_off[row];
+    const int *ids = mask_ids + mask_off[row];
+    int        n = mask_off[row + 1] - mask_off[row], e = tensor_set_excluded(ids, n);
+
+    if (e >= 0) s.n = V - 1, s.skip = e;
+    else s.ids = ids, s.n = n;
   }
   return s;
 }
@@ -31,8 +38,22 @@ static inline void load_tempered(float *restrict y, const float *restrict x, Row
 {
   if (s.ids)
     for (int j = 0; j < nb; j++) y[j] = x[s.ids[k0 + j]] * inv_temp;
-  else
-    for (int j = 0; j < nb; j++) y[j] = x[k0 + j] * inv_temp;
+  else if (k0 + nb <= s.skip || k0 >= s.skip) {
+    const float *xb = x + k0 + (k0 >= s.skip);
+    for (int j = 0; j < nb; j++) y[j] = xb[j] * inv_temp;
+  } else
+    for (int j = 0; j < nb; j++) y[j] = x[k0 + j + (k0 + j >= s.skip)] * inv_temp;
+}
+
+/* The largest of x[a..b) * inv_temp, or m if larger. The vector reduction
+ * finds the value the scalar loop finds, but of +0 and -0 it may keep the
+ * other: no result depends on that sign (m - y and m + log(sum) with sum >= 1
+ * round alike), so a compact set still gives the explicit list's bits. */
+static inline float range_max(const float *restrict x, int a, int b, float inv_temp, float m)
+{
+#pragma omp simd reduction(max : m)
+  for (int k = a; k < b; k++) m = x[k] * inv_temp > m ? x[k] * inv_temp : m;
+  return m;
 }
 
 static inline float row_max(const float *restrict x, RowSet s, float inv_temp)
@@ -41,6 +62,9 @@ static inline float row_max(const float *restrict x, RowSet s, float inv_temp)
 
   if (s.ids) {
     for (int k = 0; k < s.n; k++) m = x[s.ids[k]] * inv_temp > m ? x[s.ids[k]] * inv_temp : m;
+  } else if (s.skip < INT_MAX) { /* every id but skip: two runs */
+    m = range_max(x, 0, s.skip, inv_temp, m);
+    m = range_max(x, s.skip + 1, s.n + 1, inv_temp, m);
   } else {
 #pragma omp simd reduction(max : m)
     for (int k = 0; k < s.n; k++) m = x[k] * inv_temp > m ? x[k] * inv_temp : m;
@@ -89,9 +113,15 @@ static PetscErrorCode check_mask(const int *mask_off, const int *mask_ids, int N
   PetscFunctionBegin;
   PetscCheck(mask_off[0] >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob: mask_off[0] = %d is negative", mask_off[0]);
   for (int n = 0; n < N; n++) {
-    PetscCheck(mask_off[n + 1] >= mask_off[n], PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob: mask_off decreases at row %d (%d > %d)", n, mask_off[n],
-               mask_off[n + 1]);
-    for (int k = mask_off[n]; k < mask_off[n + 1]; k++)
+    int a = mask_off[n], len = mask_off[n + 1] - a;
+
+    PetscCheck(len >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob: mask_off decreases at row %d (%d > %d)", n, mask_off[n], mask_off[n + 1]);
+    if (len == 1 && mask_ids[a] < 0) { /* every id but e */
+      PetscCheck(-(long long)mask_ids[a] - 1 < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob: row %d allows every token but %lld, outside the vocabulary [0,%d)",
+                 n, -(long long)mask_ids[a] - 1, V);
+      continue;
+    }
+    for (int k = a; k < a + len; k++)
       PetscCheck(mask_ids[k] >= 0 && mask_ids[k] < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob: row %d allows token %d outside the vocabulary [0,%d)", n,
                  mask_ids[k], V);
   }
@@ -100,7 +130,7 @@ static PetscErrorCode check_mask(const int *mask_off, const int *mask_ids, int N
 
 static PetscBool in_set(RowSet s, int v)
 {
-  if (!s.ids) return PETSC_TRUE;
+  if (!s.ids) return v != s.skip ? PETSC_TRUE : PETSC_FALSE;
   for (int k = 0; k < s.n; k++)
     if (s.ids[k] == v) return PETSC_TRUE;
   return PETSC_FALSE;
@@ -165,6 +195,7 @@ PetscErrorCode cpu_logprob_backward(float *dlogits, const float *logits, const f
       for (int k = 0; k < s.n; k++) dx[s.ids[k]] = -g * cpu_expf(x[s.ids[k]] * inv_temp - l);
     } else {
       for (int j = 0; j < V; j++) dx[j] = -g * cpu_expf(x[j] * inv_temp - l);
+      if (s.skip < V) dx[s.skip] = 0.0f;
     }
     dx[target[n]] += g;
   }
@@ -173,7 +204,8 @@ PetscErrorCode cpu_logprob_backward(float *dlogits, const float *logits, const f
 
 /* ---- vocabulary-parallel shards --------------------------------------------- */
 
-/* Calls f(j) for every local column j (id v0+j) of row n's allowed set. */
+/* Calls f(j) for every local column j (id v0+j) of row n's allowed set, in
+ * ascending id order. */
 #define SHARD_FOREACH(s, v0, Vl, j, ...)                                          \
   do {                                                                             \
     if ((s).ids) {                                                                 \
@@ -182,7 +214,10 @@ PetscErrorCode cpu_logprob_backward(float *dlogits, const float *logits, const f
         if (j >= 0 && j < (Vl)) __VA_ARGS__;                                              \
       }                                                                            \
     } else {                                                                       \
-      for (int j = 0; j < (Vl); j++) __VA_ARGS__;                                         \
+      long long js_ = (long long)(s).skip - (v0); /* the column skipped, if here */ \
+      int       je_ = js_ >= 0 && js_ < (Vl) ? (int)js_ : (Vl);                     \
+      for (int j = 0; j < je_; j++) __VA_ARGS__;                                   \
+      for (int j = je_ + 1; j < (Vl); j++) __VA_ARGS__;                            \
     }                                                                              \
   } while (0)
 
