@@ -24,10 +24,10 @@
  * values its samples attend to (decode_bytes), so it cannot run faster than
  * bytes / bandwidth, and roofline_tok_per_s = concurrency * bandwidth /
  * bytes. roofline_frac is decode_tok_per_s over that; fwd_roofline_frac the
- * same for fwd_ms, the model without the engine's host-side sampling.
+ * same for fwd_ms, the forward alone as the engine runs it.
  * -full_length false lets samples stop at EOS and records no allowed sets
- * (min_new_tokens 0: nothing restricts the sampling), which at GPT-2's
- * vocabulary saves copying 50,256 ids per token on the host.
+ * (min_new_tokens 0: nothing restricts the sampling; with it, each token's
+ * set, every id but EOS, is one entry).
  * -logprob_gap adds logprob_gap_max and logprob_gap_mean: how far the
  * log-probabilities recorded at generation are from the training forward's
  * for the same tokens (logprob_gap). -batch_invariant runs the cpu backend's
