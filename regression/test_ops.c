@@ -1232,12 +1232,27 @@ static PetscErrorCode check_logprob_dist(const Backend *be, Rng *r, const char *
 }
 
 /* Calls that must fail: each returns an error whose message contains want. */
+/* Case c of an error check: ierr must be an error whose message holds want;
+ * otherwise ok becomes 0 and detail gets the case, the error and its message. */
+static PetscErrorCode expect_error_case(PetscErrorCode ierr, int c, const char *want, int *ok, char *detail, size_t len)
+{
+  const char *msg = NULL;
+
+  PetscFunctionBegin;
+  if (ierr) PetscCall(PetscErrorMessage(ierr, NULL, (char **)&msg));
+  if (!ierr || !msg || !strstr(msg, want)) {
+    size_t l = strlen(detail);
+    *ok      = 0;
+    snprintf(detail + l, len - l, "case %d: error %d, message \"%s\" lacks \"%s\"; ", c, (int)ierr, msg ? msg : "", want);
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode check_logprob_errors(const Backend *be, Rng *r)
 {
   const int      N = 4, V = 50, off[5] = {0, 3, 3, 4, 6}, ids[6] = {7, 2, 40, 11, 5, 9}, bad_off[5] = {0, 3, 2, 4, 6}, bad_ids[6] = {7, 2, 50, 11, 5, 9};
   const int      tgt[4] = {2, 33, 11, -1}, outside[4] = {2, 33, 12, 9} /* row 2 allows only 11 */;
   float         *x = frand(r, (size_t)N * V, -3, 3), *lp = fvec(N), *lse = fvec(N), *dlp = frand(r, N, -1, 1), *dx = fvec((size_t)N * V);
-  const char    *msg;
   char           detail[1024] = "";
   int            ok = 1;
   PetscErrorCode ierr;
@@ -1254,13 +1269,7 @@ static PetscErrorCode check_logprob_errors(const Backend *be, Rng *r)
          : c == 3 ? be->logprob_backward(dx, x, lse, tgt, dlp, INFINITY, off, ids, N, V)
          : c == 4 ? be->logprob_forward(lp, lse, NULL, x, tgt, 1.0f, bad_off, ids, N, V)
                   : be->logprob_forward(lp, lse, NULL, x, tgt, 1.0f, off, bad_ids, N, V);
-    msg  = NULL;
-    if (ierr) PetscCall(PetscErrorMessage(ierr, NULL, (char **)&msg));
-    if (!ierr || !msg || !strstr(msg, want[c])) {
-      size_t l = strlen(detail);
-      ok       = 0;
-      snprintf(detail + l, sizeof detail - l, "case %d: error %d, message \"%s\" lacks \"%s\"; ", c, (int)ierr, msg ? msg : "", want[c]);
-    }
+    PetscCall(expect_error_case(ierr, c, want[c], &ok, detail, sizeof detail));
   }
   PetscCall(PetscPopErrorHandler());
   test_measure(ok, "logprob_forward/backward reject a target outside its set, a bad inv_temp, a bad mask", "%s", detail);
@@ -1353,7 +1362,6 @@ static PetscErrorCode check_logprob_but(const Backend *be, Rng *r)
   { /* a target equal to e is outside the set; an e outside the vocabulary is a bad mask */
     const int   off1[2] = {0, 1}, but3[1] = {tensor_set_but(3)}, but_v[1] = {tensor_set_but(V)}, t3[1] = {3}, t4[1] = {4};
     const char *want[3] = {"row 0 has target 3 outside its allowed set", "row 0 has target 3 outside its allowed set", "row 0 allows every token but 1003"};
-    const char *msg;
     PetscErrorCode ierr;
 
     detail[0] = 0, ok = 1;
@@ -1362,13 +1370,7 @@ static PetscErrorCode check_logprob_but(const Backend *be, Rng *r)
       ierr = c == 0 ? be->logprob_forward(out[0][0], out[0][1], NULL, x, t3, it, off1, but3, 1, V)
            : c == 1 ? be->logprob_backward(dx[0], x, out[0][1], t3, dlp, it, off1, but3, 1, V)
                     : be->logprob_forward(out[0][0], out[0][1], NULL, x, t4, it, off1, but_v, 1, V);
-      msg  = NULL;
-      if (ierr) PetscCall(PetscErrorMessage(ierr, NULL, (char **)&msg));
-      if (!ierr || !msg || !strstr(msg, want[c])) {
-        size_t l = strlen(detail);
-        ok       = 0;
-        snprintf(detail + l, sizeof detail - l, "case %d: error %d, message \"%s\" lacks \"%s\"; ", c, (int)ierr, msg ? msg : "", want[c]);
-      }
+      PetscCall(expect_error_case(ierr, c, want[c], &ok, detail, sizeof detail));
     }
     PetscCall(PetscPopErrorHandler());
     test_measure(ok, "logprob_forward/backward reject a target equal to a compact set's e, and an e outside the vocabulary", "%s", detail);
@@ -1508,7 +1510,6 @@ static PetscErrorCode check_llama_errors(const Backend *be)
   float         *qkv = fvec((size_t)B * T * 3 * C), *out = fvec((size_t)B * T * 3 * C), *att = fvec((size_t)B * NH * T * T), *kc = fvec((size_t)T * 3 * C), *vc = fvec((size_t)T * 3 * C);
   int            slot[4] = {0, 0, 0, 0}, pos[4] = {0, 1, 2, 3};
   float          inv_freq[8] = {0};
-  const char    *msg;
   char           detail[1024] = "";
   int            ok = 1;
   PetscErrorCode ierr;
@@ -1525,13 +1526,7 @@ static PetscErrorCode check_llama_errors(const Backend *be)
          : c == 3 ? be->attention_forward(out, att, qkv, B, T, C, NH, 0)
          : c == 4 ? be->attention_forward(out, att, qkv, B, T, C, 5, 5)
                   : be->rope(qkv, pos, inv_freq, T, 2, 1, 5, 0);
-    msg  = NULL;
-    if (ierr) PetscCall(PetscErrorMessage(ierr, NULL, (char **)&msg));
-    if (!ierr || !msg || !strstr(msg, want[c])) {
-      size_t l = strlen(detail);
-      ok       = 0;
-      snprintf(detail + l, sizeof detail - l, "case %d: error %d, message \"%s\" lacks \"%s\"; ", c, (int)ierr, msg ? msg : "", want[c]);
-    }
+    PetscCall(expect_error_case(ierr, c, want[c], &ok, detail, sizeof detail));
   }
   PetscCall(PetscPopErrorHandler());
   test_measure(ok, "attention ops reject n_kv_head not dividing n_head; rope rejects an odd head size", "%s", detail);
