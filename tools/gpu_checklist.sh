@@ -14,15 +14,20 @@
 #             each beside its baseline (transformers' generate, TRL's
 #             GRPOTrainer), one `summary target=...` line each; not in the
 #             default set (about TARGET_BUDGET seconds, 300)
+#   profile   nsys over bench_decode's decode steps (PROFILE_SIZES, default
+#             smollm2 qwen05; bf16, 1 and 64 sequences): the kernels' summed
+#             GPU time and count, and the API calls, per run (profile.log);
+#             where nsys is missing, says so; not in the default set
 #
-#   bash tools/gpu_checklist.sh [suite] [sanitize] [bench] [targets]   (none named: the first three)
+#   bash tools/gpu_checklist.sh [suite] [sanitize] [bench] [targets] [profile]   (none named: the first three)
 #
 # With BUNDLE=DIR (made here by tools/gpu_bundle.sh DIR) the programs and
 # libraries come from the bundle; else from BIN (bin) of a build. Each part
 # logs to OUT_DIR (suite.log, sanitize.log, bench_gpu.log; default a new
 # /tmp/gpu_checklist.*; targets.log); SANITIZE_TIMEOUT (seconds for each sanitizer run,
 # 240) and STEP_TIMEOUT (bench_gpu.sh's, 300) bound the slow parts. Exits 1
-# if any part failed. Without a GPU it prints one line and exits 0.
+# if any part failed. SUITE_ITEMS narrows the suite part (run_tests.sh's
+# names; default every CUDA item above). Without a GPU it prints one line and exits 0.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
@@ -31,7 +36,7 @@ if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
 fi
 parts=${*:-suite sanitize bench}
 for p in $parts; do
-  case $p in suite | sanitize | bench | targets) ;; *) echo "gpu_checklist: error: unknown part '$p' (choose suite, sanitize, bench, targets)" >&2; exit 2 ;; esac
+  case $p in suite | sanitize | bench | targets | profile) ;; *) echo "gpu_checklist: error: unknown part '$p' (choose suite, sanitize, bench, targets, profile)" >&2; exit 2 ;; esac
 done
 has() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 PYTHON=${PYTHON:-$(for py in python3 /usr/bin/python3; do "$py" -c 'import h5py, numpy' 2>/dev/null && { command -v "$py"; break; }; done)}
@@ -48,7 +53,8 @@ fail=0
 echo "# gpu_checklist $(date -u +%Y-%m-%dT%H:%M:%SZ): $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -n 1); BIN=$BIN; PYTHON=$PYTHON; logs in $OUT_DIR"
 
 if has suite; then
-  RLFUSE_REQUIRE_CUDA=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} regression/run_tests.sh test_cuda test_cuda_gen 'test_golden*' 'test_nccl*' cuda 2>&1 | tee "$OUT_DIR/suite.log"
+  # shellcheck disable=SC2086
+  RLFUSE_REQUIRE_CUDA=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} regression/run_tests.sh ${SUITE_ITEMS:-test_cuda test_cuda_gen 'test_golden*' 'test_nccl*' cuda} 2>&1 | tee "$OUT_DIR/suite.log"
   [ "${PIPESTATUS[0]}" = 0 ] || fail=1
 fi
 
@@ -88,6 +94,29 @@ fi
 if has targets; then
   tdata=${TARGET_DATA:-${BUNDLE:+$BUNDLE/targets}} # the bundle's data; its programs are on the PATH already
   OUT_DIR=$OUT_DIR BUNDLE='' TARGET_DATA=$tdata bash tools/gpu_targets.sh || fail=1
+fi
+if has profile; then
+  : >"$OUT_DIR/profile.log"
+  nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -n 1)
+  if [ -z "$nsys" ]; then
+    echo "not ok - nsys not found (PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-systems): profile not run" | tee -a "$OUT_DIR/profile.log"
+    fail=1
+  else
+    for s in ${PROFILE_SIZES:-smollm2 qwen05}; do
+      for c in 1 64; do
+        rep=$OUT_DIR/prof_${s}_$c
+        # graphs traced node by node, so that each kernel of a replayed step is counted
+        timeout 120 "$nsys" profile --trace=cuda --cuda-graph-trace=node --force-overwrite=true -o "$rep" \
+          "$BIN/bench_decode" -device cuda -precision bf16 -size "$s" -concurrency $c -prompt 8 -max_new 64 -iters 1 -warmup 0 >>"$OUT_DIR/profile.log" 2>&1 || {
+          echo "not ok - nsys profile $s conc=$c failed (see profile.log)" | tee -a "$OUT_DIR/profile.log"; fail=1; continue; }
+        { echo "## profile size=$s conc=$c bf16, max_new 64 (prefill, capture and 63 decode steps)"
+          "$nsys" stats --report cuda_gpu_kern_sum --format csv "$rep.nsys-rep" 2>&1 | head -n 30
+          "$nsys" stats --report cuda_api_sum --format csv "$rep.nsys-rep" 2>&1 | head -n 15
+          "$nsys" stats --report cuda_gpu_mem_time_sum --format csv "$rep.nsys-rep" 2>&1 | head -n 8; } | tee -a "$OUT_DIR/profile.log"
+        rm -f "$rep.sqlite"
+      done
+    done
+  fi
 fi
 echo "# gpu_checklist: $([ $fail = 0 ] && echo 'every part passed' || echo 'some part FAILED') (logs in $OUT_DIR)"
 exit $fail
