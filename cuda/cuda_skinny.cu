@@ -33,7 +33,8 @@
 #define SK_WARPS     (SK_THREADS / 32)
 #define SK_COLS      64   /* columns per block, [C, ld] layout */
 #define SK_KTILE     512  /* inputs staged in shared memory per pass */
-#define SK_UNROLL    8    /* weight loads in flight per warp */
+#define SK_UNROLL    8    /* weight loads in flight per warp, [C, ld] layout */
+#define SK_RUNROLL   4    /* chunks of 8 weights in flight per thread, [OC, C] layout */
 
 template <int BF>
 __device__ __forceinline__ float sk_load(const void *w, size_t i)
@@ -127,51 +128,129 @@ __global__ void sk_chunks_kernel(float *out, const float *part, const float *bia
   }
 }
 
-/* [OC, C] layout: warp per output column; rows n0 .. n0+nr-1 */
-template <int BF>
-__global__ void __launch_bounds__(SK_THREADS) sk_rows_kernel(float *out, const float *inp, const void *w, const float *bias, int N, int C, int OC, int round_out)
+/* [OC, C] layout. A weight row (one output) is split in chunks of 8 k;
+ * the row's 32 * wpr threads take every (32 wpr)th chunk, a chunk's 8 k in
+ * order into one fp32 sum per input row, so each thread reads 16 bytes (bf16)
+ * or 32 (fp32) of weights at a time and keeps SK_RUNROLL chunks in flight.
+ * The threads' sums meet by a butterfly in each warp, then the row's warps
+ * add in warp order. wpr is a function of C alone (sk_row_warps), so the
+ * order of every output's sum is fixed by C: the same whether its input row
+ * runs alone or among 7 others, and whichever loads (vector or scalar, by
+ * alignment) bring the values. NR, the input rows, is a template argument:
+ * no work or registers for rows a call does not have. */
+__device__ __forceinline__ void sk_chunk_w(float v[8], const void *w, size_t at, int kn, int BF, int vec)
 {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n0 = blockIdx.z * SK_ROWS, nr = N - n0 < SK_ROWS ? N - n0 : SK_ROWS;
+  if (vec && BF) {
+    uint4 u = __ldcs((const uint4 *)((const __nv_bfloat16 *)w + at));
+    unsigned q[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) v[2 * j] = __uint_as_float(q[j] << 16), v[2 * j + 1] = __uint_as_float(q[j] & 0xffff0000u);
+  } else if (vec) {
+    float4 a = __ldcs((const float4 *)((const float *)w + at)), b = __ldcs((const float4 *)((const float *)w + at + 4));
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = j < kn ? (BF ? __bfloat162float(((const __nv_bfloat16 *)w)[at + j]) : ((const float *)w)[at + j]) : 0.0f;
+  }
+}
 
-  for (int o = blockIdx.x * SK_WARPS + warp; o < OC; o += gridDim.x * SK_WARPS) {
-    float  acc[SK_ROWS];
-    size_t row = (size_t)o * C;
+__device__ __forceinline__ void sk_chunk_x(float v[8], const float *x, int kn, int BF, int vec)
+{
+  if (vec) {
+    float4 a = __ldg((const float4 *)x), b = __ldg((const float4 *)x + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
 #pragma unroll
-    for (int n = 0; n < SK_ROWS; n++) acc[n] = 0.0f;
-    for (int k0 = 2 * lane; k0 < C; k0 += 64 * SK_UNROLL) { /* loads first, as in sk_cols_kernel */
-      float w0[SK_UNROLL], w1[SK_UNROLL];
+    for (int j = 0; j < 8; j++) v[j] = j < kn ? __ldg(x + j) : 0.0f;
+  }
 #pragma unroll
-      for (int u = 0; u < SK_UNROLL; u++) {
-        int k = k0 + 64 * u;
-        w0[u] = k < C ? sk_load<BF>(w, row + k) : 0.0f;
-        w1[u] = k + 1 < C ? sk_load<BF>(w, row + k + 1) : 0.0f;
-      }
+  for (int j = 0; j < 8; j++) v[j] = sk_in(v[j], BF);
+}
+
+template <int BF, int NR>
+__global__ void __launch_bounds__(SK_THREADS) sk_rows_kernel(float *out, const float *inp, const void *w, const float *bias, int C, int OC, int wpr, int vec, int round_out)
+{
+  __shared__ float red[SK_WARPS][NR];
+  const int        lane = threadIdx.x & 31, warp = threadIdx.x >> 5, rpb = SK_WARPS / wpr;
+  const int        part = warp % wpr, slot = warp / wpr, tpr = 32 * wpr, t = 32 * part + lane, nch = (C + 7) / 8;
+
+  for (int o0 = blockIdx.x * rpb; o0 < OC; o0 += gridDim.x * rpb) { /* block-uniform: the barriers below */
+    const int o = o0 + slot;
+    float     acc[NR];
 #pragma unroll
-      for (int u = 0; u < SK_UNROLL; u++) {
-        int k = k0 + 64 * u;
-        if (k >= C) break;
+    for (int n = 0; n < NR; n++) acc[n] = 0.0f;
+    if (o < OC)
+      for (int c0 = t; c0 < nch; c0 += tpr * SK_RUNROLL) {
+        float wv[SK_RUNROLL][8];
 #pragma unroll
-        for (int n = 0; n < SK_ROWS; n++)
-          if (n < nr) {
-            const float *x = inp + (size_t)(n0 + n) * C + k;
-            acc[n] = fmaf(sk_in(__ldg(x), BF), w0[u], acc[n]);
-            if (k + 1 < C) acc[n] = fmaf(sk_in(__ldg(x + 1), BF), w1[u], acc[n]);
+        for (int u = 0; u < SK_RUNROLL; u++) { /* the loads first: SK_RUNROLL chunks in flight */
+          int c = c0 + u * tpr;
+          if (c < nch) sk_chunk_w(wv[u], w, (size_t)o * C + 8 * (size_t)c, C - 8 * c, BF, vec);
+        }
+#pragma unroll
+        for (int u = 0; u < SK_RUNROLL; u++) {
+          int c = c0 + u * tpr, kn = C - 8 * c;
+          if (c >= nch) break;
+#pragma unroll
+          for (int n = 0; n < NR; n++) {
+            float xv[8];
+            sk_chunk_x(xv, inp + (size_t)n * C + 8 * (size_t)c, kn, BF, vec);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+              if (j < kn) acc[n] = fmaf(xv[j], wv[u][j], acc[n]);
           }
+        }
       }
-    }
 #pragma unroll
-    for (int n = 0; n < SK_ROWS; n++)
+    for (int n = 0; n < NR; n++)
 #pragma unroll
       for (int m = 16; m >= 1; m >>= 1) acc[n] = __fadd_rn(acc[n], __shfl_xor_sync(0xffffffffu, acc[n], m));
-    if (lane < nr) {
+    if (wpr > 1) {
+      if (lane == 0)
+#pragma unroll
+        for (int n = 0; n < NR; n++) red[warp][n] = acc[n];
+      __syncthreads();
+      if (part == 0 && lane < NR && o < OC) {
+        float s = 0.0f;
+        for (int q = 0; q < wpr; q++) s = __fadd_rn(s, red[warp + q][lane]);
+        if (bias) s = __fadd_rn(s, bias[o]);
+        out[(size_t)lane * OC + o] = round_out ? rfcuda_round_bf16(s) : s;
+      }
+      __syncthreads();
+    } else if (lane < NR && o < OC) {
       float s = 0.0f;
 #pragma unroll
-      for (int n = 0; n < SK_ROWS; n++)
+      for (int n = 0; n < NR; n++)
         if (n == lane) s = acc[n];
       if (bias) s = __fadd_rn(s, bias[o]);
-      out[(size_t)(n0 + lane) * OC + o] = round_out ? rfcuda_round_bf16(s) : s;
+      out[(size_t)lane * OC + o] = round_out ? rfcuda_round_bf16(s) : s;
     }
+  }
+}
+
+/* warps per weight row of the [OC, C] layout, from C alone: about 4 chunks
+ * of 8 k per thread up to 8 warps (C 8192 and longer) */
+static int sk_row_warps(int C)
+{
+  int nch = (C + 7) / 8, wpr = 1;
+
+  while (wpr < SK_WARPS && nch > 32 * wpr * SK_RUNROLL) wpr *= 2;
+  return wpr;
+}
+
+template <int BF>
+static void sk_rows_launch(float *out, const float *inp, const void *w, const float *bias, int N, int C, int OC)
+{
+  int      wpr = sk_row_warps(C), rpb = SK_WARPS / wpr;
+  int      vec = C % 8 == 0 && ((uintptr_t)w & 15) == 0 && ((uintptr_t)inp & 15) == 0;
+  unsigned blocks = (unsigned)((OC + rpb - 1) / rpb);
+  cudaStream_t st = rfcuda_stream();
+
+  switch (N) {
+#define SK_CASE(R) \
+  case R: sk_rows_kernel<BF, R><<<blocks, SK_THREADS, 0, st>>>(out, inp, w, bias, C, OC, wpr, vec, BF); break;
+    SK_CASE(1) SK_CASE(2) SK_CASE(3) SK_CASE(4) SK_CASE(5) SK_CASE(6) SK_CASE(7) SK_CASE(8)
+#undef SK_CASE
   }
 }
 
@@ -215,10 +294,8 @@ int rfcuda_matmul_skinny(float *out, float *part, const float *inp, const void *
 
   RFCUDA_REQUIRE(N >= 1 && N <= SK_MAX_ROWS && C >= 1 && OC >= 1, "matmul_skinny: N %d (1 to %d), C %d and OC %d", N, SK_MAX_ROWS, C, OC);
   if (transposed) {
-    unsigned blocks = (unsigned)((OC + SK_WARPS - 1) / SK_WARPS), cap = (unsigned)sk_sm_count() * 16;
-    grid            = dim3(blocks < cap ? blocks : cap, 1, (unsigned)((N + SK_ROWS - 1) / SK_ROWS));
-    if (bf16) sk_rows_kernel<1><<<grid, SK_THREADS, 0, rfcuda_stream()>>>(out, inp, w, bias, N, C, OC, bf16);
-    else sk_rows_kernel<0><<<grid, SK_THREADS, 0, rfcuda_stream()>>>(out, inp, w, bias, N, C, OC, bf16);
+    if (bf16) sk_rows_launch<1>(out, inp, w, bias, N, C, OC);
+    else sk_rows_launch<0>(out, inp, w, bias, N, C, OC);
     RFCUDA_LAUNCHED();
     return 0;
   }

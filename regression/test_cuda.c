@@ -599,6 +599,12 @@ static PetscErrorCode check_matmul(Ctx *c, int N, int C, int OC, PetscBool tr)
   PetscCall(c->gpu->matmul_forward(d_out2, d_x, d_w, NULL, N, C, OC, tr));
   PetscCall(compare_dev(&a, &v, "out", d_out, out, NULL, no, rt));
   PetscCall(compare_dev(&a, &v, "out(no bias)", d_out2, out2, NULL, no, rt));
+  if (N > 1 && N <= 8) { /* the few-row kernels: each row alone gives its bits among the others */
+    float *d_row;
+    PetscCall(d_nan(&a, no, &d_row));
+    for (int n = 0; n < N; n++) PetscCall(c->gpu->matmul_forward(d_row + (size_t)n * OC, d_x + (size_t)n * C, d_w, d_bias, 1, C, OC, tr));
+    PetscCall(same_bits(&a, &v, "each row alone", d_out, d_row, no));
+  }
   verdict_report(c, &v, "matmul_forward%s N=%d C=%d OC=%d (with and without bias)", lay, N, C, OC);
 
   PetscCall(d_put(&a, g, no * sizeof(float), (void **)&d_g));
@@ -1341,6 +1347,10 @@ static PetscErrorCode check_all(Ctx *c)
     {1,   896, 151936, 1}, /* Qwen2.5's tied LM head, one row */
     {7,   33,  13,   0}, {7, 33, 13, 1}, /* odd sizes: fewer columns than a block, C odd */
     {2,   1536, 8960 * 2, 0}, /* a SwiGLU gate|up projection */
+    {3,   4864, 896,  1}, /* Qwen2.5-0.5B's down projection, transposed: 8 warps a weight row */
+    {6,   1000, 37,   1}, /* C a multiple of 8, fewer outputs than a block has warps */
+    {4,   1004, 300,  1}, /* C a multiple of 4, not 8: the scalar loads */
+    {8,   1536, 1152, 1}, /* a fused qkv projection, 8 rows */
   };
   const int att[][5] = {
     {2, 64,   64,   4,  4}, /* head size 16 */
@@ -1374,6 +1384,7 @@ static PetscErrorCode check_all(Ctx *c)
   PetscCall(check_rmsnorm(c, 333, 160));
   PetscCall(check_rmsnorm(c, 64, 2048));
   PetscCall(check_rmsnorm(c, 1, 768)); /* one row */
+  PetscCall(check_rmsnorm(c, 3, 4000)); /* a row longer than the per-row kernel keeps in registers */
   PetscCall(check_rope(c, 37, 4, 2, 16));
   PetscCall(check_rope(c, 5, 9, 3, 64));
   PetscCall(check_rope(c, 1, 32, 8, 64)); /* one decode row */

@@ -14,10 +14,12 @@
 #             each beside its baseline (transformers' generate, TRL's
 #             GRPOTrainer), one `summary target=...` line each; not in the
 #             default set (about TARGET_BUDGET seconds, 300)
-#   profile   nsys over bench_decode's decode steps (PROFILE_SIZES, default
-#             smollm2 qwen05; bf16, 1 and 64 sequences): the kernels' summed
-#             GPU time and count, and the API calls, per run (profile.log);
-#             where nsys is missing, says so; not in the default set
+#   profile   bench_decode's steps (PROFILE_SIZES, default smollm2 qwen05;
+#             bf16; PROFILE_CONC sequences, default 1 and 64) under nsys (the
+#             kernels' summed time and count, the API calls) or, without it,
+#             ncu (PROFILE_LAUNCHES kernels after PROFILE_SKIP, each one's
+#             time, with the caches flushed before each unless PROFILE_CACHE
+#             is none); profile.log; not in the default set
 #
 #   bash tools/gpu_checklist.sh [suite] [sanitize] [bench] [targets] [profile]   (none named: the first three)
 #
@@ -98,25 +100,25 @@ fi
 if has profile; then
   : >"$OUT_DIR/profile.log"
   nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -n 1)
-  if [ -z "$nsys" ]; then
-    echo "not ok - nsys not found (PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-systems): profile not run" | tee -a "$OUT_DIR/profile.log"
-    fail=1
-  else
-    for s in ${PROFILE_SIZES:-smollm2 qwen05}; do
-      for c in 1 64; do
-        rep=$OUT_DIR/prof_${s}_$c
-        # graphs traced node by node, so that each kernel of a replayed step is counted
-        timeout 120 "$nsys" profile --trace=cuda --cuda-graph-trace=node --force-overwrite=true -o "$rep" \
-          "$BIN/bench_decode" -device cuda -precision bf16 -size "$s" -concurrency $c -prompt 8 -max_new 64 -iters 1 -warmup 0 >>"$OUT_DIR/profile.log" 2>&1 || {
-          echo "not ok - nsys profile $s conc=$c failed (see profile.log)" | tee -a "$OUT_DIR/profile.log"; fail=1; continue; }
-        { echo "## profile size=$s conc=$c bf16, max_new 64 (prefill, capture and 63 decode steps)"
-          "$nsys" stats --report cuda_gpu_kern_sum --format csv "$rep.nsys-rep" 2>&1 | head -n 30
-          "$nsys" stats --report cuda_api_sum --format csv "$rep.nsys-rep" 2>&1 | head -n 15
-          "$nsys" stats --report cuda_gpu_mem_time_sum --format csv "$rep.nsys-rep" 2>&1 | head -n 8; } | tee -a "$OUT_DIR/profile.log"
-        rm -f "$rep.sqlite"
-      done
+  ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+  for s in ${PROFILE_SIZES:-smollm2 qwen05}; do
+    for c in ${PROFILE_CONC:-1 64}; do
+      rep=$OUT_DIR/prof_${s}_$c
+      run=("$BIN/bench_decode" -device cuda -precision bf16 -size "$s" -concurrency "$c" -prompt 8 -max_new "${PROFILE_STEPS:-16}" -iters 1 -warmup 0)
+      echo "## profile size=$s conc=$c bf16 (${PROFILE_STEPS:-16} new tokens: prefill, capture, replays)" | tee -a "$OUT_DIR/profile.log"
+      if [ -n "$nsys" ]; then # graphs traced node by node, so that each kernel of a replayed step is counted
+        timeout 120 "$nsys" profile --trace=cuda --cuda-graph-trace=node --force-overwrite=true -o "$rep" "${run[@]}" >>"$OUT_DIR/profile.log" 2>&1 &&
+          for r in cuda_gpu_kern_sum cuda_api_sum; do "$nsys" stats --report $r --format csv "$rep.nsys-rep" 2>&1 | head -n 30; done | tee -a "$OUT_DIR/profile.log"
+      elif [ -n "$ncu" ]; then # each kernel of PROFILE_LAUNCHES after the first PROFILE_SKIP, its time at the board's own clocks
+        timeout 180 "$ncu" --graph-profiling node --clock-control none --cache-control "${PROFILE_CACHE:-all}" --metrics gpu__time_duration.sum \
+          --launch-skip "${PROFILE_SKIP:-2000}" --launch-count "${PROFILE_LAUNCHES:-600}" --print-summary per-kernel --csv "${run[@]}" 2>&1 |
+          grep -v '^==PROF==' | tee -a "$OUT_DIR/profile.log" | tail -n 40
+      else
+        echo "not ok - neither nsys nor ncu found: profile not run" | tee -a "$OUT_DIR/profile.log"; fail=1; break 2
+      fi
+      rm -f "$rep".*
     done
-  fi
+  done
 fi
 echo "# gpu_checklist: $([ $fail = 0 ] && echo 'every part passed' || echo 'some part FAILED') (logs in $OUT_DIR)"
 exit $fail

@@ -21,7 +21,9 @@
 # tokenizer/tokenizer.json, prompts_SHAPE.h5; default $BUNDLE/targets),
 # OUT_DIR (targets.log and the runs; default a new /tmp/gpu_targets.*),
 # TARGET_PARTS (decode gap grpo), TARGET_SHAPES (smollm2 qwen05 qwen15; grpo
-# runs smollm2 and qwen05 of them), TARGET_BUDGET (seconds for the whole part,
+# runs smollm2 and qwen05 of them), BASELINE_SHAPES (the shapes whose
+# baselines run, default TARGET_SHAPES: a baseline measured in an earlier
+# call of the same GPU can be left out when time is short), TARGET_BUDGET (seconds for the whole part,
 # 300: a step that would start with less than 30 s left is skipped, its
 # targets NA; every step's timeout is cut to what is left), HBM_GBS
 # (default the datasheet's for the GPU's name, as bench_gpu.sh). Exits 1
@@ -86,8 +88,10 @@ if [ -z "$gpu" ]; then
 fi
 parts=${TARGET_PARTS:-decode gap grpo}
 shapes=${TARGET_SHAPES:-smollm2 qwen05 qwen15}
+bshapes=${BASELINE_SHAPES:-$shapes}
 for p in $parts; do case $p in decode | gap | grpo) ;; *) echo "gpu_targets: error: TARGET_PARTS: unknown part '$p' (choose decode, gap, grpo)" >&2; exit 2 ;; esac; done
 for s in $shapes; do case $s in smollm2 | qwen05 | qwen15) ;; *) echo "gpu_targets: error: TARGET_SHAPES: unknown shape '$s' (choose smollm2, qwen05, qwen15)" >&2; exit 2 ;; esac; done
+for s in $bshapes; do case $s in smollm2 | qwen05 | qwen15) ;; *) echo "gpu_targets: error: BASELINE_SHAPES: unknown shape '$s' (choose smollm2, qwen05, qwen15)" >&2; exit 2 ;; esac; done
 if [ -n "${BUNDLE:-}" ] && [ -z "${GPU_BUNDLE_TMP:-}" ]; then
   . tools/gpu_bundle.sh
   gpu_bundle_use "$BUNDLE" || exit 2
@@ -214,16 +218,17 @@ if has "$parts" grpo; then
 fi
 if has "$parts" grpo && has "$shapes" smollm2; then
   grpo smollm2
-  [ $trl_ok = 0 ] || trl smollm2
+  [ $trl_ok = 0 ] || ! has "$bshapes" smollm2 || trl smollm2
 fi
 if has "$parts" decode && [ -n "$TORCH_PY" ]; then
   for s in $shapes; do
+    has "$bshapes" "$s" || continue
     step "hf_$s" 180 "$TORCH_PY" tools/gpu_baselines/torch_baseline.py decode "$s" dynamic,static 1
   done
 fi
 if has "$parts" grpo && has "$shapes" qwen05; then
   grpo qwen05
-  [ $trl_ok = 0 ] || trl qwen05
+  [ $trl_ok = 0 ] || ! has "$bshapes" qwen05 || trl qwen05
 fi
 say "# gpu_targets: $(($(date +%s) - start)) s in all"
 summarize "$LOG" | tee -a "$LOG"
