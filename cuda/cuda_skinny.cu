@@ -34,7 +34,8 @@
 #define SK_COLS      64   /* columns per block, [C, ld] layout */
 #define SK_KTILE     512  /* inputs staged in shared memory per pass */
 #define SK_UNROLL    8    /* weight loads in flight per warp, [C, ld] layout */
-#define SK_RUNROLL   4    /* chunks of 8 weights in flight per thread, [OC, C] layout */
+#define SK_RUNROLL   4    /* chunks of 8 weights in flight per thread and weight row, [OC, C] layout */
+#define SK_RPW       2    /* weight rows a group of warps loads together, [OC, C] layout */
 
 template <int BF>
 __device__ __forceinline__ float sk_load(const void *w, size_t i)
@@ -131,27 +132,63 @@ __global__ void sk_chunks_kernel(float *out, const float *part, const float *bia
 /* [OC, C] layout. A weight row (one output) is split in chunks of 8 k;
  * the row's 32 * wpr threads take every (32 wpr)th chunk, a chunk's 8 k in
  * order into one fp32 sum per input row, so each thread reads 16 bytes (bf16)
- * or 32 (fp32) of weights at a time and keeps SK_RUNROLL chunks in flight.
- * The threads' sums meet by a butterfly in each warp, then the row's warps
- * add in warp order. wpr is a function of C alone (sk_row_warps), so the
- * order of every output's sum is fixed by C: the same whether its input row
- * runs alone or among 7 others, and whichever loads (vector or scalar, by
- * alignment) bring the values. NR, the input rows, is a template argument:
- * no work or registers for rows a call does not have. */
-__device__ __forceinline__ void sk_chunk_w(float v[8], const void *w, size_t at, int kn, int BF, int vec)
+ * or 32 (fp32) of weights at a time. The threads' sums meet by a butterfly
+ * in each warp, then the row's warps add in warp order. wpr is a function of
+ * C alone (sk_row_warps), so the order of every output's sum is fixed by C:
+ * the same whether its input row runs alone or among 7 others, whichever
+ * loads (vector or scalar, by alignment) bring the values and whichever
+ * warp takes the row. NR, the input rows, is a template argument: no work or
+ * registers for rows a call does not have.
+ *
+ * The grid is as many blocks as fit on the device at once (or fewer, for
+ * few weight rows); each group of wpr warps takes its rows SK_RPW at a time,
+ * SK_RUNROLL chunks of each in flight, so that a short row (896 k: 3.5
+ * chunks a lane) still keeps several loads per thread waiting on memory. */
+template <int BF> struct SkRaw; /* a chunk's 8 weights as loaded */
+template <> struct SkRaw<1> {
+  uint4 a;
+};
+template <> struct SkRaw<0> {
+  float4 a, b;
+};
+
+__device__ __forceinline__ void sk_raw_load(SkRaw<1> &r, const void *w, size_t at, int kn, int vec)
 {
-  if (vec && BF) {
-    uint4 u = __ldcs((const uint4 *)((const __nv_bfloat16 *)w + at));
-    unsigned q[4] = {u.x, u.y, u.z, u.w};
+  const __nv_bfloat16 *p = (const __nv_bfloat16 *)w + at;
+  if (vec) r.a = __ldcs((const uint4 *)p);
+  else {
+    unsigned q[4] = {0, 0, 0, 0};
 #pragma unroll
-    for (int j = 0; j < 4; j++) v[2 * j] = __uint_as_float(q[j] << 16), v[2 * j + 1] = __uint_as_float(q[j] & 0xffff0000u);
-  } else if (vec) {
-    float4 a = __ldcs((const float4 *)((const float *)w + at)), b = __ldcs((const float4 *)((const float *)w + at + 4));
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-  } else {
-#pragma unroll
-    for (int j = 0; j < 8; j++) v[j] = j < kn ? (BF ? __bfloat162float(((const __nv_bfloat16 *)w)[at + j]) : ((const float *)w)[at + j]) : 0.0f;
+    for (int j = 0; j < 8; j++)
+      if (j < kn) q[j / 2] |= (unsigned)__bfloat16_as_ushort(p[j]) << (16 * (j % 2)); /* element 2i in the low half, as a 32-bit load has it */
+    r.a = make_uint4(q[0], q[1], q[2], q[3]);
   }
+}
+
+__device__ __forceinline__ void sk_raw_load(SkRaw<0> &r, const void *w, size_t at, int kn, int vec)
+{
+  const float *p = (const float *)w + at;
+  if (vec) r.a = __ldcs((const float4 *)p), r.b = __ldcs((const float4 *)p + 1);
+  else {
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = j < kn ? p[j] : 0.0f;
+    r.a = make_float4(v[0], v[1], v[2], v[3]), r.b = make_float4(v[4], v[5], v[6], v[7]);
+  }
+}
+
+/* weight j (a constant once unrolled) of a chunk, as a float */
+__device__ __forceinline__ float sk_raw_at(const SkRaw<1> &r, int j)
+{
+  unsigned q = j < 2 ? r.a.x : j < 4 ? r.a.y : j < 6 ? r.a.z : r.a.w;
+  return __uint_as_float(j % 2 ? q & 0xffff0000u : q << 16);
+}
+
+__device__ __forceinline__ float sk_raw_at(const SkRaw<0> &r, int j)
+{
+  const float4 &h = j < 4 ? r.a : r.b;
+  int           i = j % 4;
+  return i == 0 ? h.x : i == 1 ? h.y : i == 2 ? h.z : h.w;
 }
 
 __device__ __forceinline__ void sk_chunk_x(float v[8], const float *x, int kn, int BF, int vec)
@@ -170,87 +207,79 @@ __device__ __forceinline__ void sk_chunk_x(float v[8], const float *x, int kn, i
 template <int BF, int NR>
 __global__ void __launch_bounds__(SK_THREADS) sk_rows_kernel(float *out, const float *inp, const void *w, const float *bias, int C, int OC, int wpr, int vec, int round_out)
 {
-  __shared__ float red[SK_WARPS][NR];
+  __shared__ float red[SK_RPW][SK_WARPS][NR];
   const int        lane = threadIdx.x & 31, warp = threadIdx.x >> 5, rpb = SK_WARPS / wpr;
   const int        part = warp % wpr, slot = warp / wpr, tpr = 32 * wpr, t = 32 * part + lane, nch = (C + 7) / 8;
+  const int        step = gridDim.x * rpb; /* between a group's rows */
 
-  for (int o0 = blockIdx.x * rpb; o0 < OC; o0 += gridDim.x * rpb) { /* block-uniform: the barriers below */
-    const int o = o0 + slot;
-    float     acc[NR];
+  for (int base = blockIdx.x * rpb; base < OC; base += SK_RPW * step) { /* block-uniform: the barriers below */
+    int   o[SK_RPW];
+    float acc[SK_RPW][NR];
 #pragma unroll
-    for (int n = 0; n < NR; n++) acc[n] = 0.0f;
-    if (o < OC)
-      for (int c0 = t; c0 < nch; c0 += tpr * SK_RUNROLL) {
-        float wv[SK_RUNROLL][8];
+    for (int r = 0; r < SK_RPW; r++) {
+      o[r] = base + slot + r * step;
 #pragma unroll
-        for (int u = 0; u < SK_RUNROLL; u++) { /* the loads first: SK_RUNROLL chunks in flight */
-          int c = c0 + u * tpr;
-          if (c < nch) sk_chunk_w(wv[u], w, (size_t)o * C + 8 * (size_t)c, C - 8 * c, BF, vec);
-        }
+      for (int n = 0; n < NR; n++) acc[r][n] = 0.0f;
+    }
+    for (int c0 = t; c0 < nch; c0 += tpr * SK_RUNROLL) {
+      SkRaw<BF> raw[SK_RPW][SK_RUNROLL];
+#pragma unroll
+      for (int r = 0; r < SK_RPW; r++) /* the loads first: SK_RPW * SK_RUNROLL chunks in flight */
 #pragma unroll
         for (int u = 0; u < SK_RUNROLL; u++) {
-          int c = c0 + u * tpr, kn = C - 8 * c;
-          if (c >= nch) break;
+          int c = c0 + u * tpr;
+          if (c < nch && o[r] < OC) sk_raw_load(raw[r][u], w, (size_t)o[r] * C + 8 * (size_t)c, C - 8 * c, vec);
+        }
 #pragma unroll
-          for (int n = 0; n < NR; n++) {
-            float xv[8];
-            sk_chunk_x(xv, inp + (size_t)n * C + 8 * (size_t)c, kn, BF, vec);
+      for (int u = 0; u < SK_RUNROLL; u++) {
+        int c = c0 + u * tpr, kn = C - 8 * c;
+        if (c >= nch) break;
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-              if (j < kn) acc[n] = fmaf(xv[j], wv[u][j], acc[n]);
-          }
+        for (int n = 0; n < NR; n++) {
+          float xv[8];
+          sk_chunk_x(xv, inp + (size_t)n * C + 8 * (size_t)c, kn, BF, vec);
+#pragma unroll
+          for (int r = 0; r < SK_RPW; r++)
+            if (o[r] < OC)
+#pragma unroll
+              for (int j = 0; j < 8; j++)
+                if (j < kn) acc[r][n] = fmaf(xv[j], sk_raw_at(raw[r][u], j), acc[r][n]);
         }
       }
+    }
 #pragma unroll
-    for (int n = 0; n < NR; n++)
+    for (int r = 0; r < SK_RPW; r++)
 #pragma unroll
-      for (int m = 16; m >= 1; m >>= 1) acc[n] = __fadd_rn(acc[n], __shfl_xor_sync(0xffffffffu, acc[n], m));
+      for (int n = 0; n < NR; n++)
+#pragma unroll
+        for (int m = 16; m >= 1; m >>= 1) acc[r][n] = __fadd_rn(acc[r][n], __shfl_xor_sync(0xffffffffu, acc[r][n], m));
     if (wpr > 1) {
       if (lane == 0)
 #pragma unroll
-        for (int n = 0; n < NR; n++) red[warp][n] = acc[n];
-      __syncthreads();
-      if (part == 0 && lane < NR && o < OC) {
-        float s = 0.0f;
-        for (int q = 0; q < wpr; q++) s = __fadd_rn(s, red[warp + q][lane]);
-        if (bias) s = __fadd_rn(s, bias[o]);
-        out[(size_t)lane * OC + o] = round_out ? rfcuda_round_bf16(s) : s;
-      }
-      __syncthreads();
-    } else if (lane < NR && o < OC) {
-      float s = 0.0f;
+        for (int r = 0; r < SK_RPW; r++)
 #pragma unroll
-      for (int n = 0; n < NR; n++)
-        if (n == lane) s = acc[n];
-      if (bias) s = __fadd_rn(s, bias[o]);
-      out[(size_t)lane * OC + o] = round_out ? rfcuda_round_bf16(s) : s;
-    }
-  }
-}
-
-/* warps per weight row of the [OC, C] layout, from C alone: about 4 chunks
- * of 8 k per thread up to 8 warps (C 8192 and longer) */
-static int sk_row_warps(int C)
-{
-  int nch = (C + 7) / 8, wpr = 1;
-
-  while (wpr < SK_WARPS && nch > 32 * wpr * SK_RUNROLL) wpr *= 2;
-  return wpr;
-}
-
-template <int BF>
-static void sk_rows_launch(float *out, const float *inp, const void *w, const float *bias, int N, int C, int OC)
-{
-  int      wpr = sk_row_warps(C), rpb = SK_WARPS / wpr;
-  int      vec = C % 8 == 0 && ((uintptr_t)w & 15) == 0 && ((uintptr_t)inp & 15) == 0;
-  unsigned blocks = (unsigned)((OC + rpb - 1) / rpb);
-  cudaStream_t st = rfcuda_stream();
-
-  switch (N) {
-#define SK_CASE(R) \
-  case R: sk_rows_kernel<BF, R><<<blocks, SK_THREADS, 0, st>>>(out, inp, w, bias, C, OC, wpr, vec, BF); break;
-    SK_CASE(1) SK_CASE(2) SK_CASE(3) SK_CASE(4) SK_CASE(5) SK_CASE(6) SK_CASE(7) SK_CASE(8)
-#undef SK_CASE
+          for (int n = 0; n < NR; n++) red[r][warp][n] = acc[r][n];
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < SK_RPW; r++)
+        if (part == 0 && lane < NR && o[r] < OC) {
+          float s = 0.0f;
+          for (int q = 0; q < wpr; q++) s = __fadd_rn(s, red[r][warp + q][lane]);
+          if (bias) s = __fadd_rn(s, bias[o[r]]);
+          out[(size_t)lane * OC + o[r]] = round_out ? rfcuda_round_bf16(s) : s;
+        }
+      __syncthreads();
+    } else
+#pragma unroll
+      for (int r = 0; r < SK_RPW; r++)
+        if (lane < NR && o[r] < OC) {
+          float s = 0.0f;
+#pragma unroll
+          for (int n = 0; n < NR; n++)
+            if (n == lane) s = acc[r][n];
+          if (bias) s = __fadd_rn(s, bias[o[r]]);
+          out[(size_t)lane * OC + o[r]] = round_out ? rfcuda_round_bf16(s) : s;
+        }
   }
 }
 
@@ -263,6 +292,47 @@ static int sk_sm_count(void)
     (void)cudaGetLastError();
   }
   return sms;
+}
+
+/* warps per weight row of the [OC, C] layout, from C alone: about 4 chunks
+ * of 8 k per thread up to 8 warps (C 8192 and longer) */
+static int sk_row_warps(int C)
+{
+  int nch = (C + 7) / 8, wpr = 1;
+
+  while (wpr < SK_WARPS && nch > 32 * wpr * SK_RUNROLL) wpr *= 2;
+  return wpr;
+}
+
+/* blocks for sk_rows_kernel<bf, nr>: those resident on the device at once
+ * (asked once per instance), at most need */
+static unsigned sk_rows_grid(const void *kernel, int bf, int nr, unsigned need)
+{
+  static int fit[2][SK_MAX_ROWS + 1];
+  int       *f = &fit[bf][nr];
+
+  if (!*f) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(f, kernel, SK_THREADS, 0) != cudaSuccess || *f < 1) *f = 1;
+    (void)cudaGetLastError();
+    *f *= sk_sm_count();
+  }
+  return need < (unsigned)*f ? need : (unsigned)*f;
+}
+
+template <int BF>
+static void sk_rows_launch(float *out, const float *inp, const void *w, const float *bias, int N, int C, int OC)
+{
+  int          wpr = sk_row_warps(C), rpb = SK_WARPS / wpr;
+  int          vec = C % 8 == 0 && ((uintptr_t)w & 15) == 0 && ((uintptr_t)inp & 15) == 0;
+  unsigned     need = (unsigned)((OC + rpb - 1) / rpb);
+  cudaStream_t st   = rfcuda_stream();
+
+  switch (N) {
+#define SK_CASE(R) \
+  case R: sk_rows_kernel<BF, R><<<sk_rows_grid((const void *)sk_rows_kernel<BF, R>, BF, R, need), SK_THREADS, 0, st>>>(out, inp, w, bias, C, OC, wpr, vec, BF); break;
+    SK_CASE(1) SK_CASE(2) SK_CASE(3) SK_CASE(4) SK_CASE(5) SK_CASE(6) SK_CASE(7) SK_CASE(8)
+#undef SK_CASE
+  }
 }
 
 int rfcuda_skinny_rows(void) { return SK_MAX_ROWS; }
