@@ -84,7 +84,7 @@ step() {
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" | head -n 1; } # field NAME < line
 field_na() { local v; v=$(field "$1"); echo "${v:-NA}"; }
 
-say "# bench_gpu $(date -u +%Y-%m-%dT%H:%M:%SZ) rlfuse $(git rev-parse --short=12 HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)"
+say "# bench_gpu $(date -u +%Y-%m-%dT%H:%M:%SZ) rlfuse ${RLFUSE_REVISION:-$(git rev-parse --short=12 HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)}"
 say "# $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>/dev/null | head -n 1)"
 say "# host: $cores cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); OMP_NUM_THREADS=$OMP_NUM_THREADS; logs in $OUT_DIR"
 say "gpu name=\"$gpu\" assumed=\"$board\" peak_bf16_tflops=$bf16 peak_fp32_tflops=$fp32 hbm_gbs=$hbm source=$source"

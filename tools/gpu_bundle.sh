@@ -24,7 +24,8 @@
 # BUNDLE=DIR is set:
 #   . tools/gpu_bundle.sh && gpu_bundle_use DIR
 # unpacks it into a temporary directory (removed by gpu_bundle_cleanup),
-# points BIN, MPIEXEC and PATH at its programs, which find its libraries and
+# points BIN, MPIEXEC and PATH at its programs (RLFUSE_REVISION: the
+# revision they were built from, which the logs print), which find its libraries and
 # the image's CUDA libraries (the toolkit's lib64 and the nvidia-* Python
 # packages' lib folders), and fails with the names of any library a program
 # cannot load.
@@ -48,7 +49,8 @@ gpu_bundle_use() {
     printf '#!/bin/sh\nexport LD_LIBRARY_PATH=%s\nexec %s "$@"\n' "$libpath" "$prog" >"$GPU_BUNDLE_TMP/bin/${prog##*/}"
     chmod +x "$GPU_BUNDLE_TMP/bin/${prog##*/}"
   done
-  export BIN=$GPU_BUNDLE_TMP/bin MPIEXEC=$GPU_BUNDLE_TMP/bin/mpiexec.hydra PATH=$GPU_BUNDLE_TMP/bin:$PATH
+  RLFUSE_REVISION=$(cat "$GPU_BUNDLE_TMP/REVISION" 2>/dev/null || echo unknown)
+  export BIN=$GPU_BUNDLE_TMP/bin MPIEXEC=$GPU_BUNDLE_TMP/bin/mpiexec.hydra PATH=$GPU_BUNDLE_TMP/bin:$PATH RLFUSE_REVISION
   return 0
 }
 gpu_bundle_cleanup() { [ -z "${GPU_BUNDLE_TMP:-}" ] || rm -rf "$GPU_BUNDLE_TMP"; }
@@ -79,7 +81,9 @@ strip -s "$stage"/bin/* 2>/dev/null # symbols: a third of the size; the tests' m
   esac
 done
 rm -rf "$dir" && mkdir -p "$dir" || exit 2
-tar -C "$stage" -cJf "$dir/bundle.tar.xz" bin lib || exit 2
+# the revision the programs were built from (the machine that runs them may hold an older checkout)
+echo "$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- src cuda inc tools 2>/dev/null || echo -dirty)" >"$stage/REVISION"
+tar -C "$stage" -cJf "$dir/bundle.tar.xz" bin lib REVISION || exit 2
 echo "# gpu_bundle: $dir/bundle.tar.xz: $(du -h "$dir/bundle.tar.xz" | cut -f1) ($(ls "$stage/bin" | wc -l) programs, $(ls "$stage/lib" | wc -l) libraries)"
 
 # the targets part's data; the multiprocess wheel is per Python version (3.10 to 3.13 carried)

@@ -52,7 +52,7 @@ export BIN=${BIN:-bin}
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/gpu_checklist.XXXXXX)}
 mkdir -p "$OUT_DIR"
 fail=0
-echo "# gpu_checklist $(date -u +%Y-%m-%dT%H:%M:%SZ): $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -n 1); BIN=$BIN; PYTHON=$PYTHON; logs in $OUT_DIR"
+echo "# gpu_checklist $(date -u +%Y-%m-%dT%H:%M:%SZ) rlfuse ${RLFUSE_REVISION:-$(git rev-parse --short=12 HEAD 2>/dev/null)}: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -n 1); BIN=$BIN; PYTHON=$PYTHON; logs in $OUT_DIR"
 
 if has suite; then
   # shellcheck disable=SC2086

@@ -121,7 +121,7 @@ TORCH_PY=
 for py in ${PYTHON:-} python3 /usr/bin/python3; do
   if "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then TORCH_PY=$py; break; fi
 done
-say "# gpu_targets $(date -u +%Y-%m-%dT%H:%M:%SZ) rlfuse $(git rev-parse --short=12 HEAD 2>/dev/null); parts: $parts; shapes: $shapes; budget ${budget} s; logs in $OUT_DIR"
+say "# gpu_targets $(date -u +%Y-%m-%dT%H:%M:%SZ) rlfuse ${RLFUSE_REVISION:-$(git rev-parse --short=12 HEAD 2>/dev/null)}; parts: $parts; shapes: $shapes; budget ${budget} s; logs in $OUT_DIR"
 say "gpu name=\"$gpu\" hbm_gbs=$hbm"
 [ "$hbm" != 0 ] || say "# unknown board: no roofline unless HBM_GBS is set"
 [ -n "$TORCH_PY" ] || say "# no Python whose torch sees the GPU (tried ${PYTHON:-} python3 /usr/bin/python3): no baselines"
