@@ -70,9 +70,11 @@ int rfcuda_to_bf16_rows(__nv_bfloat16 *dst, const float *src, size_t rows, int c
 /* cuda_skinny.cu: the linear layer for at most rfcuda_skinny_rows() rows in
  * one kernel (w bf16 in rows of ld, or fp32; part: rfcuda_skinny_part_bytes
  * of device memory, or NULL when that is 0) */
-int    rfcuda_skinny_rows(void);
 size_t rfcuda_skinny_part_bytes(int N, int C, int OC, int transposed);
-int    rfcuda_matmul_skinny(float *out, float *part, const float *inp, const void *w, int bf16, const float *bias, int N, int C, int OC, int ld, int transposed);
+/* gated: inp holds N rows of 2C (gate | up) and the input is their SwiGLU
+ * (swiglu_forward's bits); add: out += the result (axpy(out, 1, .)'s bits) */
+int    rfcuda_matmul_skinny(float *out, float *part, const float *inp, const void *w, int bf16, const float *bias, int N, int C, int OC, int ld, int transposed, int gated,
+                            int add);
 
 /* Launch geometry for n elements with a grid-stride loop. */
 static inline unsigned rfcuda_blocks(size_t n, unsigned threads)
@@ -84,5 +86,37 @@ static inline unsigned rfcuda_blocks(size_t n, unsigned threads)
 /* bf16 mode: round a float to the nearest bf16 and back (what storing an
  * activation in bf16 does to its value). */
 __device__ __forceinline__ float rfcuda_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+/* cpu_expf: Cephes expf, Cody-Waite reduction and a degree 5 polynomial */
+__device__ __forceinline__ float rfcuda_expf(float x)
+{
+  const float big = 12582912.0f; /* 1.5*2^23: adding it rounds to an integer */
+  float       n, r, p;
+
+  x = x < -87.3f ? -87.3f : x;
+  x = x > 88.3f ? 88.3f : x;
+  n = __fsub_rn(__fadd_rn(__fmul_rn(x, 1.44269504088896341f), big), big);
+  r = __fsub_rn(x, __fmul_rn(n, 0.693359375f));
+  r = __fadd_rn(r, __fmul_rn(n, 2.12194440e-4f));
+  p = 1.9875691500e-4f;
+  p = __fadd_rn(__fmul_rn(p, r), 1.3981999507e-3f);
+  p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
+  p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
+  p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
+  p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
+  p = __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(p, r), r), r), 1.0f);
+  return __fmul_rn(p, __int_as_float(((int)n + 127) << 23));
+}
+
+/* cpu_llama.c's sigmoid: 1/(1 + exp(-x)) with cpu_expf */
+__device__ __forceinline__ float rfcuda_sigmoid(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, rfcuda_expf(-x))); }
+
+/* SwiGLU of gate g and up u, (g*sigmoid(g))*u in the cpu's order of the
+ * products, rounded to bf16 in bf16 mode (swiglu_forward's value) */
+__device__ __forceinline__ float rfcuda_swiglu(float g, float u, int bf16)
+{
+  float y = __fmul_rn(__fmul_rn(g, rfcuda_sigmoid(g)), u);
+  return bf16 ? rfcuda_round_bf16(y) : y;
+}
 
 #endif

@@ -27,32 +27,11 @@
 
 #define PW_LOOP(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
-/* cpu_expf: Cephes expf, Cody-Waite reduction and a degree 5 polynomial */
-__device__ __forceinline__ float pw_expf(float x)
-{
-  const float big = 12582912.0f; /* 1.5*2^23: adding it rounds to an integer */
-  float       n, r, p;
-
-  x = x < -87.3f ? -87.3f : x;
-  x = x > 88.3f ? 88.3f : x;
-  n = __fsub_rn(__fadd_rn(__fmul_rn(x, 1.44269504088896341f), big), big);
-  r = __fsub_rn(x, __fmul_rn(n, 0.693359375f));
-  r = __fadd_rn(r, __fmul_rn(n, 2.12194440e-4f));
-  p = 1.9875691500e-4f;
-  p = __fadd_rn(__fmul_rn(p, r), 1.3981999507e-3f);
-  p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
-  p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
-  p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
-  p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
-  p = __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(p, r), r), r), 1.0f);
-  return __fmul_rn(p, __int_as_float(((int)n + 127) << 23));
-}
-
 /* tanh(K (x + A x^3)) as the cpu backend forms it: 1 - 2/(exp(2u) + 1) */
 __device__ __forceinline__ float pw_gelu_tanh(float x)
 {
   float u = __fmul_rn(GELU_K, __fadd_rn(x, __fmul_rn(__fmul_rn(__fmul_rn(GELU_A, x), x), x)));
-  return __fsub_rn(1.0f, __fdiv_rn(2.0f, __fadd_rn(pw_expf(__fmul_rn(2.0f, u)), 1.0f)));
+  return __fsub_rn(1.0f, __fdiv_rn(2.0f, __fadd_rn(rfcuda_expf(__fmul_rn(2.0f, u)), 1.0f)));
 }
 
 /* out may alias inp (element-wise) */
@@ -80,9 +59,6 @@ __global__ void pw_gelu_backward(float *dinp, const float *inp, const float *dou
   }
 }
 
-/* cpu_llama.c's sigmoid: 1/(1 + exp(-x)) with cpu_expf */
-__device__ __forceinline__ float pw_sigmoid(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, pw_expf(-x))); }
-
 /* Thread per (n, j) of out [N,F]: out = (g*sigmoid(g))*u with g = gu[n,j],
  * u = gu[n,F+j], the cpu's order of the products. */
 __global__ void pw_swiglu_forward(float *out, const float *gu, int N, int F, int bf16)
@@ -90,9 +66,7 @@ __global__ void pw_swiglu_forward(float *out, const float *gu, int N, int F, int
   PW_LOOP(i, (size_t)N * F)
   {
     size_t n = i / F, j = i % F;
-    float  g = gu[2 * n * F + j], u = gu[2 * n * F + F + j];
-    float  y = __fmul_rn(__fmul_rn(g, pw_sigmoid(g)), u);
-    out[i]   = bf16 ? rfcuda_round_bf16(y) : y;
+    out[i]   = rfcuda_swiglu(gu[2 * n * F + j], gu[2 * n * F + F + j], bf16);
   }
 }
 
@@ -103,7 +77,7 @@ __global__ void pw_swiglu_backward(float *dgu, const float *gu, const float *dou
   PW_LOOP(i, (size_t)N * F)
   {
     size_t n = i / F, j = i % F, ig = 2 * n * F + j, iu = ig + F;
-    float  g = gu[ig], u = gu[iu], d = dout[i], s = pw_sigmoid(g);
+    float  g = gu[ig], u = gu[iu], d = dout[i], s = rfcuda_sigmoid(g);
     float  slope = __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, s)));
     dgu[ig]      = __fadd_rn(dgu[ig], __fmul_rn(__fmul_rn(__fmul_rn(d, u), s), slope));
     dgu[iu]      = __fadd_rn(dgu[iu], __fmul_rn(__fmul_rn(d, g), s));

@@ -27,7 +27,7 @@
  *   butterfly, the same on every lane. */
 #include "cuda_common.cuh"
 
-#define SK_MAX_ROWS  8  /* one group of rows: more would read the weights again per group */
+#define SK_MAX_ROWS  RFCUDA_FEW_ROWS /* one group of rows: more would read the weights again per group */
 #define SK_ROWS      8  /* rows per block (grid.z takes the groups of 8) */
 #define SK_THREADS   256
 #define SK_WARPS     (SK_THREADS / 32)
@@ -46,12 +46,30 @@ __device__ __forceinline__ float sk_load(const void *w, size_t i)
 
 __device__ __forceinline__ float sk_in(float x, int bf) { return bf ? rfcuda_round_bf16(x) : x; }
 
+/* input k of row n: inp[n, k], or with gated the SwiGLU of inp's row of 2C
+ * (gate k, up C + k) as swiglu_forward forms it */
+__device__ __forceinline__ float sk_input(const float *inp, int n, int k, int C, int gated, int bf)
+{
+  if (!gated) return inp[(size_t)n * C + k];
+  const float *row = inp + 2 * (size_t)n * C;
+  return rfcuda_swiglu(row[k], row[C + k], bf);
+}
+
+/* an output: the bias added, rounded in bf16 mode, then stored or (add)
+ * added to what is there, with the bits of axpy(out, 1, .) */
+__device__ __forceinline__ void sk_store(float *o, float s, const float *bias, int round_out, int add)
+{
+  if (bias) s = __fadd_rn(s, *bias);
+  if (round_out) s = rfcuda_round_bf16(s);
+  *o = add ? __fadd_rn(*o, __fmul_rn(1.0f, s)) : s;
+}
+
 /* [C, ld] layout: partial sums of k in [k0, k1) for rows n0 .. n0+nr-1 and
  * columns c0 .. c0+63; with part NULL they are the whole sum and get the
  * bias and rounding, else they go to part[chunk][n][OC]. */
 template <int BF>
 __global__ void __launch_bounds__(SK_THREADS) sk_cols_kernel(float *out, float *part, const float *inp, const void *w, const float *bias, int N, int C, int OC, int ld,
-                                                             int kchunk, int round_out)
+                                                             int kchunk, int round_out, int gated, int add)
 {
   __shared__ float xs[SK_ROWS][SK_KTILE];
   __shared__ float red[SK_WARPS][SK_ROWS][SK_COLS];
@@ -68,7 +86,7 @@ __global__ void __launch_bounds__(SK_THREADS) sk_cols_kernel(float *out, float *
     __syncthreads();
     for (int i = threadIdx.x; i < SK_ROWS * SK_KTILE; i += SK_THREADS) {
       int n = i / SK_KTILE, k = i % SK_KTILE;
-      xs[n][k] = n < nr && k < kn ? sk_in(inp[(size_t)(n0 + n) * C + kt + k], BF) : 0.0f;
+      xs[n][k] = n < nr && k < kn ? sk_in(sk_input(inp, n0 + n, kt + k, C, gated, BF), BF) : 0.0f;
     }
     __syncthreads();
     /* SK_UNROLL of the warp's k at a time: their loads first, so that each
@@ -111,21 +129,17 @@ __global__ void __launch_bounds__(SK_THREADS) sk_cols_kernel(float *out, float *
     if (n >= nr || o >= OC) continue;
     for (int q = 0; q < SK_WARPS; q++) s = __fadd_rn(s, red[q][n][j]);
     if (part) part[((size_t)blockIdx.y * N + n0 + n) * OC + o] = s;
-    else {
-      if (bias) s = __fadd_rn(s, bias[o]);
-      out[(size_t)(n0 + n) * OC + o] = round_out ? rfcuda_round_bf16(s) : s;
-    }
+    else sk_store(out + (size_t)(n0 + n) * OC + o, s, bias ? bias + o : NULL, round_out, add);
   }
 }
 
 /* out[n, o] = the chunks' partials added in chunk order, then the bias */
-__global__ void sk_chunks_kernel(float *out, const float *part, const float *bias, int N, int OC, int nchunk, int round_out)
+__global__ void sk_chunks_kernel(float *out, const float *part, const float *bias, int N, int OC, int nchunk, int round_out, int add)
 {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)N * OC; i += (size_t)gridDim.x * blockDim.x) {
     float s = 0.0f;
     for (int q = 0; q < nchunk; q++) s = __fadd_rn(s, part[(size_t)q * N * OC + i]);
-    if (bias) s = __fadd_rn(s, bias[i % (size_t)OC]);
-    out[i] = round_out ? rfcuda_round_bf16(s) : s;
+    sk_store(out + i, s, bias ? bias + i % (size_t)OC : NULL, round_out, add);
   }
 }
 
@@ -191,8 +205,22 @@ __device__ __forceinline__ float sk_raw_at(const SkRaw<0> &r, int j)
   return i == 0 ? h.x : i == 1 ? h.y : i == 2 ? h.z : h.w;
 }
 
-__device__ __forceinline__ void sk_chunk_x(float v[8], const float *x, int kn, int BF, int vec)
+__device__ __forceinline__ void sk_chunk_x(float v[8], const float *x, int kn, int BF, int vec, int gated, int C)
 {
+  if (gated) { /* x: the row of 2C at this chunk's gate; its up is C further */
+    float g[8], u[8];
+    if (vec) {
+      float4 a = __ldg((const float4 *)x), b = __ldg((const float4 *)x + 1), c = __ldg((const float4 *)(x + C)), d = __ldg((const float4 *)(x + C) + 1);
+      g[0] = a.x, g[1] = a.y, g[2] = a.z, g[3] = a.w, g[4] = b.x, g[5] = b.y, g[6] = b.z, g[7] = b.w;
+      u[0] = c.x, u[1] = c.y, u[2] = c.z, u[3] = c.w, u[4] = d.x, u[5] = d.y, u[6] = d.z, u[7] = d.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; j++) g[j] = j < kn ? __ldg(x + j) : 0.0f, u[j] = j < kn ? __ldg(x + C + j) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = sk_in(rfcuda_swiglu(g[j], u[j], BF), BF);
+    return;
+  }
   if (vec) {
     float4 a = __ldg((const float4 *)x), b = __ldg((const float4 *)x + 1);
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
@@ -205,7 +233,8 @@ __device__ __forceinline__ void sk_chunk_x(float v[8], const float *x, int kn, i
 }
 
 template <int BF, int NR>
-__global__ void __launch_bounds__(SK_THREADS) sk_rows_kernel(float *out, const float *inp, const void *w, const float *bias, int C, int OC, int wpr, int vec, int round_out)
+__global__ void __launch_bounds__(SK_THREADS) sk_rows_kernel(float *out, const float *inp, const void *w, const float *bias, int C, int OC, int wpr, int vec, int round_out,
+                                                             int gated, int add)
 {
   __shared__ float red[SK_RPW][SK_WARPS][NR];
   const int        lane = threadIdx.x & 31, warp = threadIdx.x >> 5, rpb = SK_WARPS / wpr;
@@ -237,7 +266,7 @@ __global__ void __launch_bounds__(SK_THREADS) sk_rows_kernel(float *out, const f
 #pragma unroll
         for (int n = 0; n < NR; n++) {
           float xv[8];
-          sk_chunk_x(xv, inp + (size_t)n * C + 8 * (size_t)c, kn, BF, vec);
+          sk_chunk_x(xv, inp + (size_t)n * (gated ? 2 * C : C) + 8 * (size_t)c, kn, BF, vec, gated, C);
 #pragma unroll
           for (int r = 0; r < SK_RPW; r++)
             if (o[r] < OC)
@@ -265,8 +294,7 @@ __global__ void __launch_bounds__(SK_THREADS) sk_rows_kernel(float *out, const f
         if (part == 0 && lane < NR && o[r] < OC) {
           float s = 0.0f;
           for (int q = 0; q < wpr; q++) s = __fadd_rn(s, red[r][warp + q][lane]);
-          if (bias) s = __fadd_rn(s, bias[o[r]]);
-          out[(size_t)lane * OC + o[r]] = round_out ? rfcuda_round_bf16(s) : s;
+          sk_store(out + (size_t)lane * OC + o[r], s, bias ? bias + o[r] : NULL, round_out, add);
         }
       __syncthreads();
     } else
@@ -277,8 +305,7 @@ __global__ void __launch_bounds__(SK_THREADS) sk_rows_kernel(float *out, const f
 #pragma unroll
           for (int n = 0; n < NR; n++)
             if (n == lane) s = acc[r][n];
-          if (bias) s = __fadd_rn(s, bias[o[r]]);
-          out[(size_t)lane * OC + o[r]] = round_out ? rfcuda_round_bf16(s) : s;
+          sk_store(out + (size_t)lane * OC + o[r], s, bias ? bias + o[r] : NULL, round_out, add);
         }
   }
 }
@@ -320,7 +347,7 @@ static unsigned sk_rows_grid(const void *kernel, int bf, int nr, unsigned need)
 }
 
 template <int BF>
-static void sk_rows_launch(float *out, const float *inp, const void *w, const float *bias, int N, int C, int OC)
+static void sk_rows_launch(float *out, const float *inp, const void *w, const float *bias, int N, int C, int OC, int gated, int add)
 {
   int          wpr = sk_row_warps(C), rpb = SK_WARPS / wpr;
   int          vec = C % 8 == 0 && ((uintptr_t)w & 15) == 0 && ((uintptr_t)inp & 15) == 0;
@@ -329,13 +356,11 @@ static void sk_rows_launch(float *out, const float *inp, const void *w, const fl
 
   switch (N) {
 #define SK_CASE(R) \
-  case R: sk_rows_kernel<BF, R><<<sk_rows_grid((const void *)sk_rows_kernel<BF, R>, BF, R, need), SK_THREADS, 0, st>>>(out, inp, w, bias, C, OC, wpr, vec, BF); break;
+  case R: sk_rows_kernel<BF, R><<<sk_rows_grid((const void *)sk_rows_kernel<BF, R>, BF, R, need), SK_THREADS, 0, st>>>(out, inp, w, bias, C, OC, wpr, vec, BF, gated, add); break;
     SK_CASE(1) SK_CASE(2) SK_CASE(3) SK_CASE(4) SK_CASE(5) SK_CASE(6) SK_CASE(7) SK_CASE(8)
 #undef SK_CASE
   }
 }
-
-int rfcuda_skinny_rows(void) { return SK_MAX_ROWS; }
 
 /* the k chunks of the [C, ld] layout: about two blocks per SM, each of at
  * least 256 k (a function of C, OC and the device: never of N) */
@@ -358,14 +383,15 @@ size_t rfcuda_skinny_part_bytes(int N, int C, int OC, int transposed)
   return nchunk > 1 ? (size_t)nchunk * N * OC * sizeof(float) : 0;
 }
 
-int rfcuda_matmul_skinny(float *out, float *part, const float *inp, const void *w, int bf16, const float *bias, int N, int C, int OC, int ld, int transposed)
+int rfcuda_matmul_skinny(float *out, float *part, const float *inp, const void *w, int bf16, const float *bias, int N, int C, int OC, int ld, int transposed, int gated,
+                         int add)
 {
   dim3 grid;
 
   RFCUDA_REQUIRE(N >= 1 && N <= SK_MAX_ROWS && C >= 1 && OC >= 1, "matmul_skinny: N %d (1 to %d), C %d and OC %d", N, SK_MAX_ROWS, C, OC);
   if (transposed) {
-    if (bf16) sk_rows_launch<1>(out, inp, w, bias, N, C, OC);
-    else sk_rows_launch<0>(out, inp, w, bias, N, C, OC);
+    if (bf16) sk_rows_launch<1>(out, inp, w, bias, N, C, OC, gated, add);
+    else sk_rows_launch<0>(out, inp, w, bias, N, C, OC, gated, add);
     RFCUDA_LAUNCHED();
     return 0;
   }
@@ -376,11 +402,11 @@ int rfcuda_matmul_skinny(float *out, float *part, const float *inp, const void *
     RFCUDA_REQUIRE(nchunk == 1 || part, "matmul_skinny: %d k chunks need the partials' buffer", nchunk);
     if (nchunk == 1) part = NULL;
     grid = dim3((unsigned)((OC + SK_COLS - 1) / SK_COLS), (unsigned)nchunk, (unsigned)((N + SK_ROWS - 1) / SK_ROWS));
-    if (bf16) sk_cols_kernel<1><<<grid, SK_THREADS, 0, rfcuda_stream()>>>(out, part, inp, w, bias, N, C, OC, ld, kchunk, bf16);
-    else sk_cols_kernel<0><<<grid, SK_THREADS, 0, rfcuda_stream()>>>(out, part, inp, w, bias, N, C, OC, ld, kchunk, bf16);
+    if (bf16) sk_cols_kernel<1><<<grid, SK_THREADS, 0, rfcuda_stream()>>>(out, part, inp, w, bias, N, C, OC, ld, kchunk, bf16, gated, add);
+    else sk_cols_kernel<0><<<grid, SK_THREADS, 0, rfcuda_stream()>>>(out, part, inp, w, bias, N, C, OC, ld, kchunk, bf16, gated, add);
     RFCUDA_LAUNCHED();
     if (nchunk > 1) {
-      sk_chunks_kernel<<<rfcuda_blocks((size_t)N * OC, 256), 256, 0, rfcuda_stream()>>>(out, part, bias, N, OC, nchunk, bf16);
+      sk_chunks_kernel<<<rfcuda_blocks((size_t)N * OC, 256), 256, 0, rfcuda_stream()>>>(out, part, bias, N, OC, nchunk, bf16, add);
       RFCUDA_LAUNCHED();
     }
   }

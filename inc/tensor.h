@@ -101,6 +101,14 @@ struct Backend {
    * (the cpu backend's row-wise kernels; larger calls run slower than
    * matmul_forward's). */
   PetscErrorCode (*matmul_forward_rows)(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed);
+  /* Optional (NULL: the backend has none): a decode step's matmul of 1 to
+   * fused_rows rows with its neighbours folded in, with the bits of the ops
+   * it replaces. gated: inp holds N rows of 2C (gate | up) and the input is
+   * swiglu_forward(inp, N, C)'s; add: out += the product, as axpy(out, 1,
+   * product) would add it (out's old values are read), else out = it. */
+  PetscErrorCode (*matmul_fused)(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed, PetscBool gated,
+                                 PetscBool add);
+  int fused_rows;
   /* dinp += dout . W^T (dinp may be NULL); dw += inp^T . dout (in w's layout); dbias += colsum(dout) (may be NULL) */
   PetscErrorCode (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, PetscBool transposed);
 

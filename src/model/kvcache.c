@@ -107,6 +107,12 @@ PetscErrorCode model_cached_check_rows(const Model *lm, const ModelKVCache *kv, 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Whether a cached block of n rows takes the backend's fused matmuls: a
+ * backend that has them, few enough rows, no tensor parallelism (the
+ * projections' partial sums would need their all-reduce before the add)
+ * and not -gen_batch_invariant's row-wise matmuls. */
+static PetscBool cached_fused(const Model *lm, int n) { return (PetscBool)(lm->be->matmul_fused && n <= lm->be->fused_rows && lm->sh.tp == 1 && !lm->cached_rows); }
+
 /* Rows [r0, r0+n) of the call through layer l (global index) of this
  * shard; slot and pos are those rows' (this backend's memory). */
 PetscErrorCode model_cached_block(Model *lm, ModelKVCache *kv, int l, int r0, int n, const int *slot, const int *pos)
@@ -124,6 +130,19 @@ PetscErrorCode model_cached_block(Model *lm, ModelKVCache *kv, int l, int r0, in
   PetscCall(model_qkv_forward(lm, &p, a->c_qkv, NULL, NULL, a->c_ln, pos, n));
   PetscCall(be->attention_cached(a->c_atty, kv->k + (l - lm->sh.l0) * per_layer, kv->v + (l - lm->sh.l0) * per_layer, a->c_qkv, slot, pos, n, kv->Tmax, lm->Cl,
                                  lm->NHl, lm->NKVl));
+  if (cached_fused(lm, n)) {
+    /* the same ops with the residual adds (and SwiGLU) folded into the
+     * projections: the same bits, three kernels fewer a layer */
+    PetscBool ow = model_weights_out_in(&lm->cfg), gated = model_arch(&lm->cfg)->mlp == MODEL_MLP_SWIGLU;
+    int       F  = lm->Fl;
+
+    PetscCall(be->matmul_fused(x, a->c_atty, p.o_w, p.o_b, n, lm->Cl, C, ow, PETSC_FALSE, PETSC_TRUE));
+    PetscCall(model_norm_forward(lm, a->c_ln, a->c_mean, a->c_rstd, x, p.ln2_w, p.ln2_b, n));
+    PetscCall(be->matmul_forward(a->c_fch, a->c_ln, p.fc_w, p.fc_b, n, C, gated ? 2 * F : F, ow));
+    if (!gated) PetscCall(be->gelu_forward(a->c_fch_gelu, a->c_fch, (size_t)n * F));
+    PetscCall(be->matmul_fused(x, gated ? a->c_fch : a->c_fch_gelu, p.down_w, p.down_b, n, F, C, ow, gated, PETSC_TRUE));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
   PetscCall(model_attn_proj_forward(lm, &p, a->c_proj, a->c_atty, n));
   PetscCall(be->axpy(x, 1.0f, a->c_proj, NC));
   PetscCall(model_mlp_forward(lm, &p, x, a->c_ln, a->c_mean, a->c_rstd, a->c_fch, a->c_fch_gelu, a->c_proj, n));
