@@ -72,9 +72,11 @@ int rfcuda_to_bf16_rows(__nv_bfloat16 *dst, const float *src, size_t rows, int c
  * of device memory, or NULL when that is 0) */
 size_t rfcuda_skinny_part_bytes(int N, int C, int OC, int transposed);
 /* gated: inp holds N rows of 2C (gate | up) and the input is their SwiGLU
- * (swiglu_forward's bits); add: out += the result (axpy(out, 1, .)'s bits) */
+ * (swiglu_forward's bits); norm_w: the input is inp's RMSNorm with these
+ * weights and eps (rmsnorm_forward's bits for up to 256 rows); add: out +=
+ * the result (axpy(out, 1, .)'s bits) */
 int    rfcuda_matmul_skinny(float *out, float *part, const float *inp, const void *w, int bf16, const float *bias, int N, int C, int OC, int ld, int transposed, int gated,
-                            int add);
+                            int add, const float *norm_w, float eps);
 
 /* Launch geometry for n elements with a grid-stride loop. */
 static inline unsigned rfcuda_blocks(size_t n, unsigned threads)
@@ -110,6 +112,37 @@ __device__ __forceinline__ float rfcuda_expf(float x)
 
 /* cpu_llama.c's sigmoid: 1/(1 + exp(-x)) with cpu_expf */
 __device__ __forceinline__ float rfcuda_sigmoid(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, rfcuda_expf(-x))); }
+
+/* Threads of the block-per-row kernels that norm a row (rms_row_kernel,
+ * and the few-row matmuls when they norm their input). */
+#define RFCUDA_ROW_THREADS 256
+
+/* RMSNorm's 1/sqrt(mean x^2 + eps) of a row of C, by a block of
+ * RFCUDA_ROW_THREADS threads, every one of which calls it (sh: room for
+ * RFCUDA_ROW_THREADS/32 floats of shared memory). The order is fixed by C:
+ * thread t squares x[t], x[t + 256], ... into one sum, a warp's 32 sums meet
+ * by a butterfly and the warps' in warp order. */
+__device__ __forceinline__ float rfcuda_rms_scale(const float *x, int C, float eps, float *sh)
+{
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+  float     ss = 0.0f;
+
+  for (int c = t; c < C; c += RFCUDA_ROW_THREADS) ss = fmaf(x[c], x[c], ss);
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  __syncthreads(); /* sh may still be read from the call before */
+  if (lane == 0) sh[warp] = ss;
+  __syncthreads();
+  ss = 0.0f;
+  for (int q = 0; q < RFCUDA_ROW_THREADS / 32; q++) ss = __fadd_rn(ss, sh[q]);
+  return 1.0f / sqrtf(ss / C + eps);
+}
+
+/* RMSNorm's output (x*s)*w in the cpu's order, rounded in bf16 mode */
+__device__ __forceinline__ float rfcuda_rms_apply(float x, float s, float w, int bf16)
+{
+  float y = __fmul_rn(__fmul_rn(x, s), w);
+  return bf16 ? rfcuda_round_bf16(y) : y;
+}
 
 /* SwiGLU of gate g and up u, (g*sigmoid(g))*u in the cpu's order of the
  * products, rounded to bf16 in bf16 mode (swiglu_forward's value) */

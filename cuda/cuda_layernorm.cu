@@ -19,8 +19,6 @@
 #define LN_WARPS       8   /* rows per block in the per-row kernels */
 #define LN_ROW_BLOCK   64  /* rows per dw/db partial: CPU_ROW_BLOCK */
 #define LN_COL_THREADS 128 /* columns per block in the column kernels */
-#define LN_ROW_THREADS 256 /* threads per row in rms_row_kernel */
-#define LN_ROW_KEEP    8   /* values a thread keeps there: rows up to 2048 in registers */
 #define LN_FEW_ROWS    256 /* calls of at most this many rows (decode steps) take rms_row_kernel */
 
 /* Sum over the warp. Each butterfly step adds the same two values on both
@@ -184,52 +182,20 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
 }
 
 /* A block per row, for the few rows of a decode step: one warp per row
- * left 28 dependent loads per lane on a 896-wide row and took ~14 us a row;
- * here each thread loads its at most LN_ROW_KEEP values at once (a longer
- * row loops), the squares meet by a butterfly in each warp and then in warp
- * order, the same for every thread. The order depends on C alone: a row's
- * bits do not depend on how many rows its call has, up to LN_FEW_ROWS (more
- * take rms_forward_kernel, whose order differs). */
-__global__ void __launch_bounds__(LN_ROW_THREADS) rms_row_kernel(float *out, float *rstd, const float *inp, const float *w, int C, float eps, int bf16)
+ * left 28 dependent loads per lane on a 896-wide row and took ~14 us a row.
+ * The scale is rfcuda_rms_scale's (an order fixed by C alone, which the
+ * few-row matmuls share when they norm their input): a row's bits do not
+ * depend on how many rows its call has, up to LN_FEW_ROWS (more take
+ * rms_forward_kernel, whose order differs). */
+__global__ void __launch_bounds__(RFCUDA_ROW_THREADS) rms_row_kernel(float *out, float *rstd, const float *inp, const float *w, int C, float eps, int bf16)
 {
-  __shared__ float sh[LN_ROW_THREADS / 32];
-  const int        t = threadIdx.x, lane = t % 32, warp = t / 32;
+  __shared__ float sh[RFCUDA_ROW_THREADS / 32];
   const float     *x = inp + (size_t)blockIdx.x * C;
   float           *o = out + (size_t)blockIdx.x * C;
-  float            xv[LN_ROW_KEEP], ss = 0.0f, s;
-  const int        keep = C <= LN_ROW_THREADS * LN_ROW_KEEP;
+  const float      s = rfcuda_rms_scale(x, C, eps, sh);
 
-  if (keep) {
-#pragma unroll
-    for (int i = 0; i < LN_ROW_KEEP; i++) {
-      int c = t + i * LN_ROW_THREADS;
-      xv[i] = c < C ? x[c] : 0.0f;
-    }
-#pragma unroll
-    for (int i = 0; i < LN_ROW_KEEP; i++) ss = fmaf(xv[i], xv[i], ss);
-  } else
-    for (int c = t; c < C; c += LN_ROW_THREADS) ss = fmaf(x[c], x[c], ss);
-  ss = ln_warp_sum(ss);
-  if (lane == 0) sh[warp] = ss;
-  __syncthreads();
-  ss = 0.0f;
-  for (int q = 0; q < LN_ROW_THREADS / 32; q++) ss = __fadd_rn(ss, sh[q]);
-  s = 1.0f / sqrtf(ss / C + eps);
-  if (keep) {
-#pragma unroll
-    for (int i = 0; i < LN_ROW_KEEP; i++) {
-      int c = t + i * LN_ROW_THREADS;
-      if (c < C) {
-        float y = __fmul_rn(__fmul_rn(xv[i], s), w[c]);
-        o[c]    = bf16 ? rfcuda_round_bf16(y) : y;
-      }
-    }
-  } else
-    for (int c = t; c < C; c += LN_ROW_THREADS) {
-      float y = __fmul_rn(__fmul_rn(x[c], s), w[c]);
-      o[c]    = bf16 ? rfcuda_round_bf16(y) : y;
-    }
-  if (t == 0 && rstd) rstd[blockIdx.x] = s;
+  for (int c = threadIdx.x; c < C; c += RFCUDA_ROW_THREADS) o[c] = rfcuda_rms_apply(x[c], s, w[c], bf16);
+  if (threadIdx.x == 0 && rstd) rstd[blockIdx.x] = s;
 }
 
 /* dinp += r (w*g - x r^2 mean(w*g*x)), r = rstd; one warp per row. */
@@ -267,7 +233,7 @@ extern "C" int rfcuda_rmsnorm_forward(float *out, float *rstd, const float *inp,
 {
   RFCUDA_REQUIRE(N >= 0 && C > 0, "rmsnorm_forward: bad sizes N %d C %d", N, C);
   if (N == 0) return 0;
-  if (N <= LN_FEW_ROWS) rms_row_kernel<<<N, LN_ROW_THREADS, 0, rfcuda_stream()>>>(out, rstd, inp, w, C, eps, rfcuda_get_precision() == 1);
+  if (N <= LN_FEW_ROWS) rms_row_kernel<<<N, RFCUDA_ROW_THREADS, 0, rfcuda_stream()>>>(out, rstd, inp, w, C, eps, rfcuda_get_precision() == 1);
   else rms_forward_kernel<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, rfcuda_stream()>>>(out, rstd, inp, w, N, C, eps, rfcuda_get_precision() == 1);
   RFCUDA_LAUNCHED();
   return 0;

@@ -174,7 +174,8 @@ static int mm_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int
 
 /* A decode step's few rows: one kernel (cuda_skinny.cu) on the weight's
  * kept bf16 copy, or on one made in scratch with the partials' room. */
-static int mm_forward_few(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed, int bf, int gated, int add)
+static int mm_forward_few(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed, int bf, int gated, int add, const float *nw,
+                          float eps)
 {
   const int            ldo = transposed ? C : bf ? mm_ld_bf16(OC) : OC;
   size_t               pb  = rfcuda_skinny_part_bytes(N, C, OC, transposed), wb;
@@ -189,13 +190,14 @@ static int mm_forward_few(float *out, const float *inp, const float *w, const fl
     if (transposed ? mm_to_bf16_launch(tmp, w, (size_t)C * OC) : rfcuda_to_bf16_rows(tmp, w, (size_t)C, OC, ldo)) return 1;
     w16 = tmp;
   }
-  return rfcuda_matmul_skinny(out, pb ? (float *)((char *)s + wb) : NULL, inp, bf ? (const void *)w16 : (const void *)w, bf, bias, N, C, OC, ldo, transposed, gated, add);
+  return rfcuda_matmul_skinny(out, pb ? (float *)((char *)s + wb) : NULL, inp, bf ? (const void *)w16 : (const void *)w, bf, bias, N, C, OC, ldo, transposed, gated, add, nw, eps);
 }
 
-int rfcuda_matmul_fused(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed, int gated, int add)
+int rfcuda_matmul_fused(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed, int gated, int add, const float *norm_w,
+                        float norm_eps)
 {
   RFCUDA_REQUIRE(N >= 1 && N <= RFCUDA_FEW_ROWS && C > 0 && OC > 0, "matmul_fused: N %d (1 to %d), C %d and OC %d", N, RFCUDA_FEW_ROWS, C, OC);
-  return mm_forward_few(out, inp, w, bias, N, C, OC, transposed, rfcuda_get_precision(), gated, add);
+  return mm_forward_few(out, inp, w, bias, N, C, OC, transposed, rfcuda_get_precision(), gated, add, norm_w, norm_eps);
 }
 
 int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed)
@@ -208,7 +210,7 @@ int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const fl
 
   RFCUDA_REQUIRE(N >= 0 && C >= 0 && OC >= 0, "matmul_forward: negative size (N %d, C %d, OC %d)", N, C, OC);
   if (!nout) return 0;
-  if (N <= RFCUDA_FEW_ROWS && C > 0) return mm_forward_few(out, inp, w, bias, N, C, OC, transposed, bf, 0, 0);
+  if (N <= RFCUDA_FEW_ROWS && C > 0) return mm_forward_few(out, inp, w, bias, N, C, OC, transposed, bf, 0, 0, NULL, 0.0f);
   if (bf && C > 0) {
     /* scratch: [bf16 W | bf16 inp | padded output rows, when OC needs them] */
     const int            ldo = mm_ld_bf16(OC);

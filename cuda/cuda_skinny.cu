@@ -37,6 +37,10 @@
 #define SK_RUNROLL   4    /* chunks of 8 weights in flight per thread and weight row, [OC, C] layout */
 #define SK_RPW       2    /* weight rows a group of warps loads together, [OC, C] layout */
 
+enum { SK_PLAIN, SK_GATED, SK_NORMED }; /* the [OC, C] kernel's input: inp's rows, their SwiGLU, their RMSNorm */
+
+static_assert(SK_THREADS == RFCUDA_ROW_THREADS, "the kernels norm their input rows with rfcuda_rms_scale, which needs a block of RFCUDA_ROW_THREADS");
+
 template <int BF>
 __device__ __forceinline__ float sk_load(const void *w, size_t i)
 {
@@ -69,10 +73,11 @@ __device__ __forceinline__ void sk_store(float *o, float s, const float *bias, i
  * bias and rounding, else they go to part[chunk][n][OC]. */
 template <int BF>
 __global__ void __launch_bounds__(SK_THREADS) sk_cols_kernel(float *out, float *part, const float *inp, const void *w, const float *bias, int N, int C, int OC, int ld,
-                                                             int kchunk, int round_out, int gated, int add)
+                                                             int kchunk, int round_out, int gated, int add, const float *nw, float eps)
 {
   __shared__ float xs[SK_ROWS][SK_KTILE];
   __shared__ float red[SK_WARPS][SK_ROWS][SK_COLS];
+  __shared__ float rs[SK_ROWS], nsh[SK_WARPS];
   const int        lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int        c0 = blockIdx.x * SK_COLS, col = c0 + 2 * lane;
   const int        n0 = blockIdx.z * SK_ROWS, nr = N - n0 < SK_ROWS ? N - n0 : SK_ROWS;
@@ -81,12 +86,22 @@ __global__ void __launch_bounds__(SK_THREADS) sk_cols_kernel(float *out, float *
 
 #pragma unroll
   for (int n = 0; n < SK_ROWS; n++) acc[n][0] = acc[n][1] = 0.0f;
+  if (nw) /* the rows' RMSNorm scales, as rms_row_kernel forms them */
+    for (int n = 0; n < nr; n++) {
+      float sc = rfcuda_rms_scale(inp + (size_t)(n0 + n) * C, C, eps, nsh);
+      if (threadIdx.x == 0) rs[n] = sc;
+    }
   for (int kt = k0; kt < k1; kt += SK_KTILE) {
     int kn = k1 - kt < SK_KTILE ? k1 - kt : SK_KTILE;
     __syncthreads();
     for (int i = threadIdx.x; i < SK_ROWS * SK_KTILE; i += SK_THREADS) {
       int n = i / SK_KTILE, k = i % SK_KTILE;
-      xs[n][k] = n < nr && k < kn ? sk_in(sk_input(inp, n0 + n, kt + k, C, gated, BF), BF) : 0.0f;
+      float v  = 0.0f;
+      if (n < nr && k < kn) {
+        v = sk_input(inp, n0 + n, kt + k, C, gated, BF);
+        if (nw) v = rfcuda_rms_apply(v, rs[n], nw[kt + k], BF);
+      }
+      xs[n][k] = sk_in(v, BF);
     }
     __syncthreads();
     /* SK_UNROLL of the warp's k at a time: their loads first, so that each
@@ -151,8 +166,9 @@ __global__ void sk_chunks_kernel(float *out, const float *part, const float *bia
  * C alone (sk_row_warps), so the order of every output's sum is fixed by C:
  * the same whether its input row runs alone or among 7 others, whichever
  * loads (vector or scalar, by alignment) bring the values and whichever
- * warp takes the row. NR, the input rows, is a template argument: no work or
- * registers for rows a call does not have.
+ * warp takes the row. NR, the input rows rounded up to 1, 2, 4 or 8, and
+ * MODE, what the input is (SK_PLAIN, SK_GATED, SK_NORMED), are template
+ * arguments: registers only for what a call has.
  *
  * The grid is as many blocks as fit on the device at once (or fewer, for
  * few weight rows); each group of wpr warps takes its rows SK_RPW at a time,
@@ -205,9 +221,10 @@ __device__ __forceinline__ float sk_raw_at(const SkRaw<0> &r, int j)
   return i == 0 ? h.x : i == 1 ? h.y : i == 2 ? h.z : h.w;
 }
 
-__device__ __forceinline__ void sk_chunk_x(float v[8], const float *x, int kn, int BF, int vec, int gated, int C)
+template <int MODE>
+__device__ __forceinline__ void sk_chunk_x(float v[8], const float *x, int kn, int BF, int vec, int C, const float *nw, float sc)
 {
-  if (gated) { /* x: the row of 2C at this chunk's gate; its up is C further */
+  if (MODE == SK_GATED) { /* x: the row of 2C at this chunk's gate; its up is C further */
     float g[8], u[8];
     if (vec) {
       float4 a = __ldg((const float4 *)x), b = __ldg((const float4 *)x + 1), c = __ldg((const float4 *)(x + C)), d = __ldg((const float4 *)(x + C) + 1);
@@ -228,18 +245,25 @@ __device__ __forceinline__ void sk_chunk_x(float v[8], const float *x, int kn, i
 #pragma unroll
     for (int j = 0; j < 8; j++) v[j] = j < kn ? __ldg(x + j) : 0.0f;
   }
+  if (MODE == SK_NORMED) /* nw: this chunk's norm weights */
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = j < kn ? rfcuda_rms_apply(v[j], sc, __ldg(nw + j), BF) : 0.0f;
 #pragma unroll
   for (int j = 0; j < 8; j++) v[j] = sk_in(v[j], BF);
 }
 
-template <int BF, int NR>
-__global__ void __launch_bounds__(SK_THREADS) sk_rows_kernel(float *out, const float *inp, const void *w, const float *bias, int C, int OC, int wpr, int vec, int round_out,
-                                                             int gated, int add)
+template <int BF, int NR, int MODE>
+__global__ void __launch_bounds__(SK_THREADS, BF && NR == 1 ? 3 : 2) sk_rows_kernel(float *out, const float *inp, const void *w, const float *bias, int nr, int C, int OC, int wpr,
+                                                                             int vec, int round_out, int add, const float *nw, float eps)
 {
-  __shared__ float red[SK_RPW][SK_WARPS][NR];
+  __shared__ float red[SK_RPW][SK_WARPS][NR], nsh[SK_WARPS];
   const int        lane = threadIdx.x & 31, warp = threadIdx.x >> 5, rpb = SK_WARPS / wpr;
   const int        part = warp % wpr, slot = warp / wpr, tpr = 32 * wpr, t = 32 * part + lane, nch = (C + 7) / 8;
   const int        step = gridDim.x * rpb; /* between a group's rows */
+  float            rs[NR];
+
+#pragma unroll
+  for (int n = 0; n < NR; n++) rs[n] = MODE == SK_NORMED && n < nr ? rfcuda_rms_scale(inp + (size_t)n * C, C, eps, nsh) : 1.0f; /* the rows' RMSNorm scales */
 
   for (int base = blockIdx.x * rpb; base < OC; base += SK_RPW * step) { /* block-uniform: the barriers below */
     int   o[SK_RPW];
@@ -266,7 +290,8 @@ __global__ void __launch_bounds__(SK_THREADS) sk_rows_kernel(float *out, const f
 #pragma unroll
         for (int n = 0; n < NR; n++) {
           float xv[8];
-          sk_chunk_x(xv, inp + (size_t)n * (gated ? 2 * C : C) + 8 * (size_t)c, kn, BF, vec, gated, C);
+          if (n >= nr) break;
+          sk_chunk_x<MODE>(xv, inp + (size_t)n * (MODE == SK_GATED ? 2 * C : C) + 8 * (size_t)c, kn, BF, vec, C, MODE == SK_NORMED ? nw + 8 * (size_t)c : NULL, rs[n]);
 #pragma unroll
           for (int r = 0; r < SK_RPW; r++)
             if (o[r] < OC)
@@ -291,7 +316,7 @@ __global__ void __launch_bounds__(SK_THREADS) sk_rows_kernel(float *out, const f
       __syncthreads();
 #pragma unroll
       for (int r = 0; r < SK_RPW; r++)
-        if (part == 0 && lane < NR && o[r] < OC) {
+        if (part == 0 && lane < nr && o[r] < OC) {
           float s = 0.0f;
           for (int q = 0; q < wpr; q++) s = __fadd_rn(s, red[r][warp + q][lane]);
           sk_store(out + (size_t)lane * OC + o[r], s, bias ? bias + o[r] : NULL, round_out, add);
@@ -300,7 +325,7 @@ __global__ void __launch_bounds__(SK_THREADS) sk_rows_kernel(float *out, const f
     } else
 #pragma unroll
       for (int r = 0; r < SK_RPW; r++)
-        if (lane < NR && o[r] < OC) {
+        if (lane < nr && o[r] < OC) {
           float s = 0.0f;
 #pragma unroll
           for (int n = 0; n < NR; n++)
@@ -331,12 +356,12 @@ static int sk_row_warps(int C)
   return wpr;
 }
 
-/* blocks for sk_rows_kernel<bf, nr>: those resident on the device at once
+/* blocks for sk_rows_kernel<bf, nr, mode>: those resident on the device at once
  * (asked once per instance), at most need */
-static unsigned sk_rows_grid(const void *kernel, int bf, int nr, unsigned need)
+static unsigned sk_rows_grid(const void *kernel, int bf, int nr, int mode, unsigned need)
 {
-  static int fit[2][SK_MAX_ROWS + 1];
-  int       *f = &fit[bf][nr];
+  static int fit[2][SK_MAX_ROWS + 1][3];
+  int       *f = &fit[bf][nr][mode];
 
   if (!*f) {
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(f, kernel, SK_THREADS, 0) != cudaSuccess || *f < 1) *f = 1;
@@ -346,20 +371,33 @@ static unsigned sk_rows_grid(const void *kernel, int bf, int nr, unsigned need)
   return need < (unsigned)*f ? need : (unsigned)*f;
 }
 
-template <int BF>
-static void sk_rows_launch(float *out, const float *inp, const void *w, const float *bias, int N, int C, int OC, int gated, int add)
+template <int BF, int NR, int MODE>
+static void sk_rows_go(float *out, const float *inp, const void *w, const float *bias, int N, int C, int OC, int add, const float *nw, float eps)
 {
-  int          wpr = sk_row_warps(C), rpb = SK_WARPS / wpr;
-  int          vec = C % 8 == 0 && ((uintptr_t)w & 15) == 0 && ((uintptr_t)inp & 15) == 0;
-  unsigned     need = (unsigned)((OC + rpb - 1) / rpb);
-  cudaStream_t st   = rfcuda_stream();
+  int      wpr = sk_row_warps(C), rpb = SK_WARPS / wpr;
+  int      vec = C % 8 == 0 && ((uintptr_t)w & 15) == 0 && ((uintptr_t)inp & 15) == 0;
+  unsigned need = (unsigned)((OC + rpb - 1) / rpb);
 
-  switch (N) {
-#define SK_CASE(R) \
-  case R: sk_rows_kernel<BF, R><<<sk_rows_grid((const void *)sk_rows_kernel<BF, R>, BF, R, need), SK_THREADS, 0, st>>>(out, inp, w, bias, C, OC, wpr, vec, BF, gated, add); break;
-    SK_CASE(1) SK_CASE(2) SK_CASE(3) SK_CASE(4) SK_CASE(5) SK_CASE(6) SK_CASE(7) SK_CASE(8)
-#undef SK_CASE
-  }
+  sk_rows_kernel<BF, NR, MODE><<<sk_rows_grid((const void *)sk_rows_kernel<BF, NR, MODE>, BF, NR, MODE, need), SK_THREADS, 0, rfcuda_stream()>>>(
+    out, inp, w, bias, N, C, OC, wpr, vec, BF, add, nw, eps);
+}
+
+/* NR: the call's rows rounded up to 1, 2, 4 or 8 (registers for so many) */
+template <int BF, int MODE>
+static void sk_rows_launch(float *out, const float *inp, const void *w, const float *bias, int N, int C, int OC, int add, const float *nw, float eps)
+{
+  if (N == 1) sk_rows_go<BF, 1, MODE>(out, inp, w, bias, N, C, OC, add, nw, eps);
+  else if (N == 2) sk_rows_go<BF, 2, MODE>(out, inp, w, bias, N, C, OC, add, nw, eps);
+  else if (N <= 4) sk_rows_go<BF, 4, MODE>(out, inp, w, bias, N, C, OC, add, nw, eps);
+  else sk_rows_go<BF, 8, MODE>(out, inp, w, bias, N, C, OC, add, nw, eps);
+}
+
+template <int BF>
+static void sk_rows_mode(float *out, const float *inp, const void *w, const float *bias, int N, int C, int OC, int gated, int add, const float *nw, float eps)
+{
+  if (gated) sk_rows_launch<BF, SK_GATED>(out, inp, w, bias, N, C, OC, add, nw, eps);
+  else if (nw) sk_rows_launch<BF, SK_NORMED>(out, inp, w, bias, N, C, OC, add, nw, eps);
+  else sk_rows_launch<BF, SK_PLAIN>(out, inp, w, bias, N, C, OC, add, nw, eps);
 }
 
 /* the k chunks of the [C, ld] layout: about two blocks per SM, each of at
@@ -384,14 +422,15 @@ size_t rfcuda_skinny_part_bytes(int N, int C, int OC, int transposed)
 }
 
 int rfcuda_matmul_skinny(float *out, float *part, const float *inp, const void *w, int bf16, const float *bias, int N, int C, int OC, int ld, int transposed, int gated,
-                         int add)
+                         int add, const float *nw, float eps)
 {
   dim3 grid;
 
   RFCUDA_REQUIRE(N >= 1 && N <= SK_MAX_ROWS && C >= 1 && OC >= 1, "matmul_skinny: N %d (1 to %d), C %d and OC %d", N, SK_MAX_ROWS, C, OC);
+  RFCUDA_REQUIRE(!(gated && nw), "matmul_skinny: an input both gated and normed");
   if (transposed) {
-    if (bf16) sk_rows_launch<1>(out, inp, w, bias, N, C, OC, gated, add);
-    else sk_rows_launch<0>(out, inp, w, bias, N, C, OC, gated, add);
+    if (bf16) sk_rows_mode<1>(out, inp, w, bias, N, C, OC, gated, add, nw, eps);
+    else sk_rows_mode<0>(out, inp, w, bias, N, C, OC, gated, add, nw, eps);
     RFCUDA_LAUNCHED();
     return 0;
   }
@@ -402,8 +441,8 @@ int rfcuda_matmul_skinny(float *out, float *part, const float *inp, const void *
     RFCUDA_REQUIRE(nchunk == 1 || part, "matmul_skinny: %d k chunks need the partials' buffer", nchunk);
     if (nchunk == 1) part = NULL;
     grid = dim3((unsigned)((OC + SK_COLS - 1) / SK_COLS), (unsigned)nchunk, (unsigned)((N + SK_ROWS - 1) / SK_ROWS));
-    if (bf16) sk_cols_kernel<1><<<grid, SK_THREADS, 0, rfcuda_stream()>>>(out, part, inp, w, bias, N, C, OC, ld, kchunk, bf16, gated, add);
-    else sk_cols_kernel<0><<<grid, SK_THREADS, 0, rfcuda_stream()>>>(out, part, inp, w, bias, N, C, OC, ld, kchunk, bf16, gated, add);
+    if (bf16) sk_cols_kernel<1><<<grid, SK_THREADS, 0, rfcuda_stream()>>>(out, part, inp, w, bias, N, C, OC, ld, kchunk, bf16, gated, add, nw, eps);
+    else sk_cols_kernel<0><<<grid, SK_THREADS, 0, rfcuda_stream()>>>(out, part, inp, w, bias, N, C, OC, ld, kchunk, bf16, gated, add, nw, eps);
     RFCUDA_LAUNCHED();
     if (nchunk > 1) {
       sk_chunks_kernel<<<rfcuda_blocks((size_t)N * OC, 256), 256, 0, rfcuda_stream()>>>(out, part, bias, N, OC, nchunk, bf16, add);

@@ -37,6 +37,20 @@ typedef struct {
 static inline int tensor_set_but(int e) { return -e - 1; }
 static inline int tensor_set_excluded(const int *ids, int n) { return n == 1 && ids[0] < 0 ? -(ids[0] + 1) : -1; }
 
+/* What Backend.matmul_fused folds into a matmul (at most one of gated and
+ * norm_w):
+ *   gated   inp holds N rows of 2C (gate | up); the input is
+ *           swiglu_forward(inp, N, C)'s
+ *   norm_w  the input is rmsnorm_forward(inp, N, C, norm_eps)'s with these
+ *           weights (NULL: none)
+ *   add     out += the product, as axpy(out, 1, product) adds it (out's old
+ *           values are read); else out = the product */
+typedef struct {
+  PetscBool    gated, add;
+  const float *norm_w;
+  float        norm_eps;
+} MatmulFusion;
+
 struct Backend {
   const char *name; /* "cpu" or "cuda" */
 
@@ -102,12 +116,9 @@ struct Backend {
    * matmul_forward's). */
   PetscErrorCode (*matmul_forward_rows)(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed);
   /* Optional (NULL: the backend has none): a decode step's matmul of 1 to
-   * fused_rows rows with its neighbours folded in, with the bits of the ops
-   * it replaces. gated: inp holds N rows of 2C (gate | up) and the input is
-   * swiglu_forward(inp, N, C)'s; add: out += the product, as axpy(out, 1,
-   * product) would add it (out's old values are read), else out = it. */
-  PetscErrorCode (*matmul_fused)(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed, PetscBool gated,
-                                 PetscBool add);
+   * fused_rows rows with its neighbours folded in (MatmulFusion), with the
+   * bits of the ops it replaces. */
+  PetscErrorCode (*matmul_fused)(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed, const MatmulFusion *f);
   int fused_rows;
   /* dinp += dout . W^T (dinp may be NULL); dw += inp^T . dout (in w's layout); dbias += colsum(dout) (may be NULL) */
   PetscErrorCode (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, PetscBool transposed);

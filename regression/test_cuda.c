@@ -632,30 +632,35 @@ static PetscErrorCode check_matmul(Ctx *c, int N, int C, int OC, PetscBool tr)
 }
 
 /* Backend.matmul_fused against the ops it replaces, run one by one on the
- * same device: swiglu_forward (gated), matmul_forward, axpy(out, 1, .)
- * (add): the same bits. */
-static PetscErrorCode check_matmul_fused(Ctx *c, int N, int C, int OC, PetscBool tr, PetscBool gated, PetscBool add)
+ * same device: swiglu_forward (gated) or rmsnorm_forward (norm),
+ * matmul_forward, axpy(out, 1, .) (add): the same bits. */
+static PetscErrorCode check_matmul_fused(Ctx *c, int N, int C, int OC, PetscBool tr, PetscBool gated, PetscBool norm, PetscBool add)
 {
-  Arena   a = {.gpu = c->gpu};
-  Verdict v = {"", 1};
-  size_t  ni = (size_t)N * C * (gated ? 2 : 1), nw = (size_t)C * OC, no = (size_t)N * OC;
-  float  *x = h_rand(&a, &c->r, ni, gated ? -4 : -1, gated ? 4 : 1), *w = h_rand(&a, &c->r, nw, -1, 1), *bias = h_rand(&a, &c->r, OC, -1, 1);
-  float  *o0 = h_rand(&a, &c->r, no, -1, 1), *d_x, *d_w, *d_bias, *d_in, *d_prod, *d_ref, *d_out;
+  Arena        a = {.gpu = c->gpu};
+  Verdict      v = {"", 1};
+  size_t       ni = (size_t)N * C * (gated ? 2 : 1), nw = (size_t)C * OC, no = (size_t)N * OC;
+  float       *x = h_rand(&a, &c->r, ni, gated ? -4 : -1, gated ? 4 : 1), *w = h_rand(&a, &c->r, nw, -1, 1), *bias = h_rand(&a, &c->r, OC, -1, 1);
+  float       *o0 = h_rand(&a, &c->r, no, -1, 1), *g = h_rand(&a, &c->r, C, 0.5, 1.5), *d_x, *d_w, *d_bias, *d_g, *d_in, *d_prod, *d_ref, *d_out;
+  MatmulFusion f = {.gated = gated, .add = add, .norm_eps = 1e-6f};
 
   PetscFunctionBegin;
   PetscCall(d_put(&a, x, ni * sizeof(float), (void **)&d_x));
   PetscCall(d_put(&a, w, nw * sizeof(float), (void **)&d_w));
   PetscCall(d_put(&a, bias, OC * sizeof(float), (void **)&d_bias));
+  PetscCall(d_put(&a, g, C * sizeof(float), (void **)&d_g));
   PetscCall(d_put(&a, o0, no * sizeof(float), (void **)&d_ref));
   PetscCall(d_put(&a, o0, no * sizeof(float), (void **)&d_out));
   PetscCall(d_nan(&a, (size_t)N * C, &d_in));
   PetscCall(d_nan(&a, no, &d_prod));
+  if (norm) f.norm_w = d_g;
   if (gated) PetscCall(c->gpu->swiglu_forward(d_in, d_x, N, C));
-  PetscCall(c->gpu->matmul_forward(add ? d_prod : d_ref, gated ? d_in : d_x, d_w, d_bias, N, C, OC, tr));
+  if (norm) PetscCall(c->gpu->rmsnorm_forward(d_in, NULL, d_x, d_g, N, C, f.norm_eps));
+  PetscCall(c->gpu->matmul_forward(add ? d_prod : d_ref, gated || norm ? d_in : d_x, d_w, d_bias, N, C, OC, tr));
   if (add) PetscCall(c->gpu->axpy(d_ref, 1.0f, d_prod, no));
-  PetscCall(c->gpu->matmul_fused(d_out, d_x, d_w, d_bias, N, C, OC, tr, gated, add));
+  PetscCall(c->gpu->matmul_fused(d_out, d_x, d_w, d_bias, N, C, OC, tr, &f));
   PetscCall(same_bits(&a, &v, "out", d_ref, d_out, no));
-  verdict_report(c, &v, "matmul_fused%s%s%s N=%d C=%d OC=%d (against the ops one by one)", tr ? " transposed" : "", gated ? " gated" : "", add ? " add" : "", N, C, OC);
+  verdict_report(c, &v, "matmul_fused%s%s%s%s N=%d C=%d OC=%d (against the ops one by one)", tr ? " transposed" : "", gated ? " gated" : "", norm ? " normed" : "",
+                 add ? " add" : "", N, C, OC);
   PetscCall(arena_free(&a));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -1381,13 +1386,17 @@ static PetscErrorCode check_all(Ctx *c)
     {4,   1004, 300,  1}, /* C a multiple of 4, not 8: the scalar loads */
     {8,   1536, 1152, 1}, /* a fused qkv projection, 8 rows */
   };
-  const int fused[][6] = { /* N, C, OC, transposed, gated, add */
-    {1, 896, 896, 1, 0, 1},  /* Qwen2.5-0.5B's o projection into the residual */
-    {1, 4864, 896, 1, 1, 1}, /* its down projection of the SwiGLU, into the residual */
-    {5, 4864, 896, 1, 1, 1}, {8, 1000, 37, 1, 1, 0}, {3, 33, 13, 1, 1, 1}, /* odd C: the scalar loads */
-    {2, 768, 768, 0, 0, 1},  /* GPT-2's layout */
-    {7, 3072, 768, 0, 0, 1}, /* its down projection: k split over blocks */
-    {4, 200, 72, 0, 1, 1},   {6, 1004, 300, 1, 0, 0},
+  const int fused[][7] = { /* N, C, OC, transposed, gated, normed, add */
+    {1, 896,  896,  1, 0, 0, 1}, /* Qwen2.5-0.5B's o projection into the residual */
+    {1, 4864, 896,  1, 1, 0, 1}, /* its down projection of the SwiGLU, into the residual */
+    {1, 896,  1152, 1, 0, 1, 0}, /* its qkv projection of the normed residual */
+    {3, 896,  9728, 1, 0, 1, 0}, /* its gate|up projection, 3 rows */
+    {2, 896,  5003, 1, 0, 1, 0}, /* a head of an odd vocabulary */
+    {5, 4864, 896,  1, 1, 0, 1}, {8, 1000, 37, 1, 1, 0, 0}, {3, 33, 13, 1, 1, 0, 1}, {3, 33, 13, 1, 0, 1, 1}, /* odd C: the scalar loads */
+    {2, 3000, 64,   1, 0, 1, 0}, /* a row longer than 2048 normed */
+    {2, 768,  768,  0, 0, 0, 1}, /* GPT-2's layout */
+    {7, 3072, 768,  0, 0, 0, 1}, /* its down projection: k split over blocks */
+    {4, 200,  72,   0, 1, 0, 1}, {4, 200, 72, 0, 0, 1, 0}, {5, 3000, 300, 0, 0, 1, 1}, {6, 1004, 300, 1, 0, 0, 0},
   };
   const int att[][5] = {
     {2, 64,   64,   4,  4}, /* head size 16 */
@@ -1433,7 +1442,7 @@ static PetscErrorCode check_all(Ctx *c)
   PetscCall(check_swiglu(c, 1, 8192)); /* one decode row */
   for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) PetscCall(check_matmul(c, mm[i][0], mm[i][1], mm[i][2], mm[i][3] ? PETSC_TRUE : PETSC_FALSE));
   for (size_t i = 0; i < sizeof fused / sizeof fused[0]; i++)
-    PetscCall(check_matmul_fused(c, fused[i][0], fused[i][1], fused[i][2], (PetscBool)fused[i][3], (PetscBool)fused[i][4], (PetscBool)fused[i][5]));
+    PetscCall(check_matmul_fused(c, fused[i][0], fused[i][1], fused[i][2], (PetscBool)fused[i][3], (PetscBool)fused[i][4], (PetscBool)fused[i][5], (PetscBool)fused[i][6]));
   for (size_t i = 0; i < sizeof att / sizeof att[0]; i++) PetscCall(check_attention(c, att[i][0], att[i][1], att[i][2], att[i][3], att[i][4]));
   for (size_t i = 0; i < sizeof cached / sizeof cached[0]; i++) PetscCall(check_attention_cached(c, cached[i][0], cached[i][1], cached[i][2]));
   PetscCall(check_pointwise(c));

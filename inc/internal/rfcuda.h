@@ -84,7 +84,8 @@ int rfcuda_rope(float *qkv, const int *pos, const float *inv_freq, int N, int NH
 int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed);
 /* Backend.matmul_fused: at most RFCUDA_FEW_ROWS rows (one kernel, cuda_skinny.cu) */
 #define RFCUDA_FEW_ROWS 8
-int rfcuda_matmul_fused(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed, int gated, int add);
+int rfcuda_matmul_fused(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed, int gated, int add, const float *norm_w,
+                        float norm_eps);
 int rfcuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, int transposed);
 /* cuda_attention.cu */
 int rfcuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);

@@ -50,8 +50,13 @@ static PetscErrorCode resident_body(Model *lm, ModelKVCache *kv, const int *tok,
   lm->in_cached = PETSC_TRUE; /* model_matmul: generation's matmuls */
   PetscCall(model_embed(lm, a->c_x, tok, pos, N));
   for (int l = lm->sh.l0; l < lm->sh.l1; l++) PetscCall(model_cached_block(lm, kv, l, 0, N, slot, pos));
-  PetscCall(model_final_norm(lm, a->c_ln, a->c_mean, a->c_rstd, a->c_x, N));
-  PetscCall(model_head_forward(lm, a->c_out, a->c_ln, N));
+  if (model_cached_fused(lm, N) && model_arch(&lm->cfg)->norm == MODEL_NORM_RMS) { /* the final RMSNorm folded into the head */
+    MatmulFusion f = {.norm_w = model_view(lm, lm->params, model_tidx_lnf_w(&lm->cfg)), .norm_eps = (float)lm->cfg.norm_eps};
+    PetscCall(lm->be->matmul_fused(a->c_out, a->c_x, model_view(lm, lm->params, model_tidx_lm_head(&lm->cfg)), NULL, N, lm->cfg.n_embd, lm->Vl, PETSC_TRUE, &f));
+  } else {
+    PetscCall(model_final_norm(lm, a->c_ln, a->c_mean, a->c_rstd, a->c_x, N));
+    PetscCall(model_head_forward(lm, a->c_out, a->c_ln, N));
+  }
   lm->in_cached = PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -60,11 +60,20 @@ PetscErrorCode model_mlp_forward(const Model *lm, const ModelLayerParams *p, con
 
 PetscErrorCode model_qkv_forward(const Model *lm, const ModelLayerParams *p, float *qkv, float *qk_in, float *qk_rstd, const float *ln, const int *pos, int N)
 {
-  const Backend *be = lm->be;
-  int            C = lm->cfg.n_embd, W = lm->Cl + 2 * lm->Ckvl, hd = model_head_dim(&lm->cfg);
+  int C = lm->cfg.n_embd, W = lm->Cl + 2 * lm->Ckvl;
 
   PetscFunctionBegin;
   PetscCall(model_matmul(lm, qkv, ln, p->qkv_w, p->qkv_b, N, C, W, model_weights_out_in(&lm->cfg)));
+  PetscCall(model_qkv_heads(lm, p, qkv, qk_in, qk_rstd, pos, N));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode model_qkv_heads(const Model *lm, const ModelLayerParams *p, float *qkv, float *qk_in, float *qk_rstd, const int *pos, int N)
+{
+  const Backend *be = lm->be;
+  int            hd = model_head_dim(&lm->cfg);
+
+  PetscFunctionBegin;
   if (p->q_norm_w) PetscCall(be->qk_norm_forward(qkv, qk_in, qk_rstd, p->q_norm_w, p->k_norm_w, N, lm->NHl, lm->NKVl, hd, (float)lm->cfg.norm_eps));
   if (model_arch(&lm->cfg)->pos == MODEL_POS_ROTARY) PetscCall(be->rope(qkv, pos, lm->inv_freq, N, lm->NHl, lm->NKVl, hd, 0));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -208,6 +208,8 @@ PetscErrorCode model_mlp_forward(const Model *lm, const ModelLayerParams *p, con
  * with qk_norm each q and k head normed first, its input and 1/rms kept in
  * qk_in, qk_rstd when they are not NULL). */
 PetscErrorCode model_qkv_forward(const Model *lm, const ModelLayerParams *p, float *qkv, float *qk_in, float *qk_rstd, const float *ln, const int *pos, int N);
+/* model_qkv_forward after its matmul: the per-head norms and the rotation of qkv */
+PetscErrorCode model_qkv_heads(const Model *lm, const ModelLayerParams *p, float *qkv, float *qk_in, float *qk_rstd, const int *pos, int N);
 /* The attention output projection, summed over the tp group: proj [N,C]. */
 PetscErrorCode model_attn_proj_forward(const Model *lm, const ModelLayerParams *p, float *proj, const float *atty, int N);
 /* A forward matmul of the model: in a cached forward of a model set to
@@ -221,6 +223,11 @@ static inline PetscErrorCode model_matmul(const Model *lm, float *out, const flo
 /* kvcache.c / decode.c: one layer of the cached forward on rows [r0,
  * r0+n) (slot and pos: those rows'); the recorded forwards of a cache. */
 PetscErrorCode model_cached_block(Model *lm, ModelKVCache *kv, int l, int r0, int n, const int *slot, const int *pos);
+/* Whether a cached forward of n rows takes the backend's fused matmuls
+ * (Backend.matmul_fused): a backend that has them, few enough rows, one
+ * tensor rank (a projection's partial sums need their all-reduce before the
+ * residual add) and not -gen_batch_invariant's row-wise matmuls. */
+PetscBool model_cached_fused(const Model *lm, int n);
 PetscErrorCode model_graphs_destroy(const Model *lm, ModelKVCache *kv);
 PetscErrorCode model_head_forward(const Model *lm, float *out, const float *x, int N);
 PetscErrorCode model_final_norm(const Model *lm, float *out, float *mean, float *rstd, const float *x, int N);

@@ -46,8 +46,8 @@ CUDA_OP(swiglu_forward, (float *out, const float *gu, int N, int F), (out, gu, N
 CUDA_OP(swiglu_backward, (float *dgu, const float *gu, const float *dout, int N, int F), (dgu, gu, dout, N, F))
 CUDA_OP(matmul_forward, (float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed),
         (out, inp, w, bias, N, C, OC, transposed ? 1 : 0))
-CUDA_OP(matmul_fused, (float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed, PetscBool gated, PetscBool add),
-        (out, inp, w, bias, N, C, OC, transposed ? 1 : 0, gated ? 1 : 0, add ? 1 : 0))
+CUDA_OP(matmul_fused, (float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed, const MatmulFusion *f),
+        (out, inp, w, bias, N, C, OC, transposed ? 1 : 0, f->gated ? 1 : 0, f->add ? 1 : 0, f->norm_w, f->norm_eps))
 CUDA_OP(matmul_backward, (float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, PetscBool transposed),
         (dinp, dw, dbias, dout, inp, w, N, C, OC, transposed ? 1 : 0))
 CUDA_OP(attention_forward, (float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV), (out, att, qkv, B, T, C, NH, NKV))
