@@ -1,95 +1,123 @@
 #!/usr/bin/env python3
-"""plot_run: post-processing of a run record (run.h5): one subplot per metric
-(/metrics/<name> against /metrics/step) and one with the per-step stage times
-(/timing/<stage>_max, the slowest rank, against /timing/step).
+"""plot_run: every metric a run computed, one panel each, from its run record
+(run.h5; tools/report.py overlays runs and picks the main curves instead).
 
 Usage: /usr/bin/python3 tools/plot_run.py RUN.h5 OUT.png
 
-Steps where a metric was not recorded (NaN) are left out of its line. Needs
-numpy, h5py and matplotlib (Agg backend, no display).
+Drawn: each /metrics/<name> against the step that has a finite value and
+is not the same at every step (a GRPO run's critic columns, a constant KL
+coefficient: left out, and named on stdout); the held-out metrics
+(eval_*) together in one panel, starting at step 0 with /summary's value
+before training and ending with its final one, against the iteration and,
+on the top axis, the samples trained on (iterations x -rollout_batch);
+the per-step stage times (/timing/<stage>_max, the slowest rank); and the
+histogram of the last iteration's response lengths (/responses). Steps
+where a metric was not recorded (NaN) are left out of its line. A file that
+is not a run record is one line "plot_run: error: ..." and exit status 1.
+Needs numpy, h5py and matplotlib (Agg backend, no display).
 """
 import math
 import os
 import sys
 
-import h5py
 import numpy as np
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report  # noqa: E402  (its loader and the held-out curves' ends)
 
 
-def columns(f, group, suffix=""):
-    """(step array, {name: values}) of a record group; names end with suffix."""
-    if group not in f or "step" not in f[group]:
-        return None, {}
-    g = f[group]
-    step = np.asarray(g["step"][()], dtype=np.float64)
-    out = {}
-    for name, d in g.items():
-        if name == "step" or not isinstance(d, h5py.Dataset) or not name.endswith(suffix):
-            continue
-        v = np.asarray(d[()], dtype=np.float64).reshape(-1)
-        n = min(len(v), len(step))
-        out[name[: len(name) - len(suffix)] if suffix else name] = v[:n]
-    return step, out
+def kept(v):
+    """Whether a metric says something: finite somewhere and not one value throughout."""
+    ok = np.isfinite(v)
+    return ok.any() and np.ptp(v[ok]) > 0
 
 
-def label_of(f, path):
-    rev = f.attrs.get("git_revision", "")
-    rev = rev.decode() if isinstance(rev, bytes) else str(rev)
-    return os.path.basename(path) + (f" (git {rev})" if rev else "")
+def samples_per_iteration(path):
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        p = f["parameters"].attrs if "parameters" in f else {}
+        try:
+            return int(report.text(p["rollout_batch"])) if "rollout_batch" in p else 0
+        except ValueError:
+            return 0
 
 
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: plot_run.py RUN.h5 OUT.png")
     path, out = sys.argv[1], sys.argv[2]
-    with h5py.File(path, "r") as f:
-        mstep, metrics = columns(f, "metrics")
-        tstep, stages = columns(f, "timing", "_max")
-        title = label_of(f, path)
-    npanel = len(metrics) + (1 if stages else 0)
+    report.PROG = "plot_run"
+    run = report.load(path)
+    held = sorted(k for k in run["metrics"] if k.startswith("eval_") and np.isfinite(report.curve(run, k)[1]).any())
+    plain = sorted(k for k in run["metrics"] if not k.startswith("eval_") and kept(run["metrics"][k]))
+    left = sorted(k for k in run["metrics"] if k not in held and k not in plain)
+    stages = {s: v for s, v in run["stages"].items() if (np.isfinite(v) & (v > 0)).any()}
+    lengths = run["lengths"]
+    npanel = len(plain) + bool(held) + bool(stages) + (lengths is not None and len(lengths) > 0)
     if npanel == 0:
-        sys.exit(f"plot_run: {path} has no /metrics/<name> or /timing/<stage>_max columns")
+        print(f"plot_run: error: {path} has no metric with values, no stage times and no response lengths", file=sys.stderr)
+        sys.exit(1)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     ncol = min(3, npanel)
     nrow = math.ceil(npanel / ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(4.5 * ncol, 3.2 * nrow), squeeze=False)
-    axes = axes.ravel()
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.8 * ncol, 3.4 * nrow), squeeze=False, layout="constrained")
+    axes = list(axes.ravel())
     k = 0
-    for name in sorted(metrics):
-        v = metrics[name]
-        s = mstep[: len(v)]
-        ok = np.isfinite(v)
-        ax = axes[k]
-        ax.plot(s[ok], v[ok], marker="." if ok.sum() < 50 else None, lw=1)
-        ax.set_title(name, fontsize=10)
-        ax.set_xlabel("step")
+    if held:
+        ax = axes[k]; k += 1
+        for name in held:
+            s, v = report.curve(run, name)
+            ax.plot(s, v, marker="o", ms=3, lw=1.2, label=name)
+        ax.set_title("held-out (step 0: before training)", fontsize=9)
+        ax.set_xlabel("iteration", fontsize=8)
+        ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
-        k += 1
+        per = samples_per_iteration(path)
+        if per > 0:
+            top = ax.secondary_xaxis("top", functions=(lambda x, p=per: x * p, lambda x, p=per: x / p))
+            top.set_xlabel("samples trained on", fontsize=8)
+    for name in plain:
+        v = run["metrics"][name]
+        s = run["step"][: len(v)]
+        ok = np.isfinite(v)
+        ax = axes[k]; k += 1
+        ax.plot(s[ok], v[ok], marker="." if ok.sum() < 50 else None, lw=1)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.grid(alpha=0.3)
     if stages:
-        ax = axes[k]
+        ax = axes[k]; k += 1
         for name in sorted(stages):
             v = stages[name]
             ok = np.isfinite(v) & (v > 0)  # 0: stage not run that step
-            ax.plot(tstep[: len(v)][ok], v[ok], lw=1, label=name)
-        ax.set_title("stage time, max over ranks", fontsize=10)
-        ax.set_xlabel("step")
-        ax.set_ylabel("seconds")
-        if any((np.isfinite(v) & (v > 0)).any() for v in stages.values()):
-            ax.set_yscale("log")
+            ax.plot(run["tstep"][: len(v)][ok], v[ok], lw=1, label=name)
+        ax.set_title("stage time, max over ranks", fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.set_ylabel("seconds", fontsize=8)
+        ax.set_yscale("log")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        k += 1
+        ax.legend(fontsize=6, ncol=2)
+    if lengths is not None and len(lengths) > 0:
+        ax = axes[k]; k += 1
+        hi = max(int(lengths.max()), run["max_new"] or 0)
+        ax.hist(lengths, bins=np.arange(0, hi + 2) - 0.5 if hi <= 64 else 32)
+        ax.set_title(f"response lengths, iteration {run['lengths_iter']} ({len(lengths)} responses)", fontsize=9)
+        ax.set_xlabel("tokens", fontsize=8)
+        ax.grid(alpha=0.3)
     for ax in axes[k:]:
         ax.set_visible(False)
-    fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
+    fig.suptitle(report.labels([run])[0] + (f" (git {run['code'].get('git_revision')})" if run["code"].get("git_revision") else ""), fontsize=10)
     fig.savefig(out, dpi=110)
-    print(f"plot_run: wrote {out} ({len(metrics)} metrics, {len(stages)} stages)")
+    print(f"plot_run: wrote {out} ({len(plain)} metrics, {len(held)} held-out, {len(stages)} stages"
+          f"{', the response lengths' if lengths is not None and len(lengths) else ''})")
+    if left:
+        print("plot_run: left out (no value, or the same at every step): " + ", ".join(left))
 
 
 if __name__ == "__main__":

@@ -46,8 +46,11 @@ ENDS = {"eval_gold": ("sft_gold", "final_gold"), "eval_reward": ("sft_reward", "
 TOTALS = {"iteration"}
 
 
+PROG = "report"  # the name errors give (tools/plot_run.py loads with this module)
+
+
 def fail(msg):
-    print(f"report: error: {msg}", file=sys.stderr)
+    print(f"{PROG}: error: {msg}", file=sys.stderr)
     sys.exit(1)
 
 

@@ -2,8 +2,10 @@
 # run): the picture and the summary are written, the summary's numbers are
 # the records', the response-length histogram's data is the last iteration's;
 # a file that is not a run record fails with one line and writes nothing.
+# tools/plot_run.py on the same records: it leaves out exactly the metrics
+# with no value or one value throughout, and fails the same way.
 . regression/lib.sh
-plan 5
+plan 7
 d="$RLFUSE_TMP/report"; mkdir -p $d
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 12 -task_len_max 8 >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -1 $d/sft.log)"
 rlfuse -mode rm -rm_sft_checkpoint $d/sft/final.h5 -output_dir $d/rm -rm_pairs 48 -rm_eval_pairs 16 -rm_steps 4 -rm_batch 8 \
@@ -41,4 +43,24 @@ for bad in $d/sft/final.h5 regression/decks/tiny.deck $d/missing.h5; do
     ok "report on $(basename $bad): one line naming it, exit 1, nothing written ($(cat $d/bad.out))"
   else not_ok "report on $(basename $bad): rc $rc, $(wc -l <$d/bad.out) lines: $(head -3 $d/bad.out)"; fi
 done
+
+"$PYTHON" tools/plot_run.py $d/ppo/run.h5 $d/plot.png >$d/plot.out 2>&1 || not_ok "plot_run on the PPO run: $(tail -1 $d/plot.out)"
+"$PYTHON" - $d <<'PY' && ok "plot_run: a PNG; left out exactly the metrics with no value or the same value at every step ($(tail -1 $d/plot.out))" || not_ok "plot_run's panels: $(cat $d/plot.out)"
+import sys, h5py, numpy as np, re
+d = sys.argv[1]
+out = open(f"{d}/plot.out").read()
+assert open(f"{d}/plot.png", "rb").read(8)[1:4] == b"PNG", "no PNG"
+with h5py.File(f"{d}/ppo/run.h5") as f:
+    m = {k: f["metrics"][k][()].astype(float) for k in f["metrics"] if k != "step"}
+flat = sorted(k for k, v in m.items() if not k.startswith("eval_") and (not np.isfinite(v).any() or np.ptp(v[np.isfinite(v)]) == 0))
+said = re.search(r"left out \(no value, or the same at every step\): (.*)", out)
+got = sorted(said.group(1).split(", ")) if said else []
+assert got == flat, (got, flat)
+n = int(re.search(r"\((\d+) metrics", out).group(1))
+assert n == sum(1 for k in m if not k.startswith("eval_")) - len(flat), (n, flat)
+PY
+"$PYTHON" tools/plot_run.py $d/sft/final.h5 $d/badplot.png >$d/badplot.out 2>&1; rc=$?
+if [ $rc -eq 1 ] && [ "$(wc -l <$d/badplot.out)" -eq 1 ] && grep -q "^plot_run: error: $d/sft/final.h5: " $d/badplot.out && [ ! -e $d/badplot.png ]; then
+  ok "plot_run on a checkpoint: one line naming it, exit 1, nothing written"
+else not_ok "plot_run on a checkpoint: rc $rc: $(head -3 $d/badplot.out)"; fi
 finish
