@@ -13,7 +13,7 @@
 # BPE. The reasoning-gym checks skip, saying so, when make deps has not
 # installed it. About 20 s.
 . regression/lib.sh
-N=15; plan $N
+N=17; plan $N
 d="$RLFUSE_TMP/prompt_answers"; mkdir -p $d
 tk() { "$PYTHON" tools/tokenizer.py "$@"; }
 C=$d/tok.h5
@@ -159,6 +159,12 @@ good = (len(lines) == len(rows) == 50 and [(x["prompt"], x["answer"]) for x in l
 print(("ok - " if good else "not ok - ") + f"-mode data -data_text: 50 JSON lines whose prompt and answer are the HDF5 rows' question and "
       f"demonstration as text, metadata split/index/options, e.g. {lines[0]['prompt']!r} -> {lines[0]['answer']!r}")
 PY
+# -data_text alone: the same lines, and no HDF5 file of the task's token ids
+rlfuse -mode data -task arith -arith_words -arith_ops +-* -data_split eval -data_count 50 -data_text $d/words_only.jsonl -output_dir $d/only \
+  >$d/words_only.log 2>&1 || not_ok "-mode data with -data_text alone: $(tail -1 $d/words_only.log)"
+cmp -s $d/words.jsonl $d/words_only.jsonl && [ -z "$(ls $d/only 2>/dev/null | grep '\.h5$' | grep -v run.h5)" ] && grep -q "only the questions and answers of 50 eval samples" $d/words_only.log &&
+  ok "-data_text without -data_output: the same 50 lines, no token file" || not_ok "-data_text alone: $(cat $d/words_only.log)"
+expect_error "-mode data with neither output" "-mode data needs -data_output FILE .* or -data_text FILE" -mode data -task arith -data_count 2 -output_dir $d/neither
 out=$("$MPIEXEC" $MPIEXEC_FLAGS -n 1 "$BIN/rlfuse" -mode data -data_output $d/sort.h5 -data_text $d/sort.jsonl 2>&1); rc=$?
 [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "^rlfuse: error: -data_text $d/sort.jsonl: the sort task's prompts are not text" &&
   [ ! -e $d/sort.h5 ] && [ ! -e $d/sort.jsonl ] && ok "-data_text with the sort task: one line, exit $rc, nothing written" ||

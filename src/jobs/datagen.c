@@ -64,7 +64,7 @@ PetscErrorCode data_run(const RunCtx *run)
 
   PetscFunctionBegin;
   PetscOptionsBegin(PETSC_COMM_WORLD, "data_", "Dataset generation (-mode data)", NULL);
-  RfOptString("-output", "HDF5 file to write", output, sizeof output);
+  RfOptString("-output", "HDF5 file of the samples in the task's own token ids (for -mode sft -sft_data); optional with -data_text", output, sizeof output);
   RfOptInt("-count", "Number of samples", 1000, &count);
   RfOptString("-text", "Also write the questions and answers as JSONL text (-task arith), for tools/tokenizer.py CKPT prompts", text, sizeof text);
   RfOptEnum("-split", "Which prompts: train or the held-out eval set", splits, 2, &split);
@@ -73,7 +73,7 @@ PetscErrorCode data_run(const RunCtx *run)
   PetscCall(PetscOptionsHasHelp(NULL, &help));
   if (help) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(sys_options_check_unused());
-  PetscCheck(output[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode data needs -data_output FILE");
+  PetscCheck(output[0] || text[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode data needs -data_output FILE (the task's token ids) or -data_text FILE (the questions and answers as text), or both");
   PetscCheck(count > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-data_count %" PetscInt_FMT " must be positive", count);
   PetscCall(task_check(&task, task_vocab_size(&task), task_max_demo(&task), ""));
   PetscCheck(!text[0] || task_question(&task, TASK_SPLIT_TRAIN, 0, NULL, 0) >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-data_text %s: the %s task's prompts are not text (-task arith)", text, task_name(&task));
@@ -83,11 +83,13 @@ PetscErrorCode data_run(const RunCtx *run)
   d.vocab_size = task_vocab_size(&task);
   PetscCall(PetscCalloc3((size_t)d.N * d.T, &d.tokens, d.N, &d.lengths, d.N, &d.prompt_lengths));
   for (int i = 0; i < d.N; i++) d.lengths[i] = task_demo(&task, (TaskSplit)split, (uint64_t)i, d.tokens + (size_t)i * d.T, &d.prompt_lengths[i]);
-  PetscCall(data_write(run->comm, output, &d, task_name(&task)));
-  PetscCall(PetscPrintf(run->comm, "data: %d %s samples of the %s task -> %s\n", d.N, splits[split], task_name(&task), output));
+  if (output[0]) {
+    PetscCall(data_write(run->comm, output, &d, task_name(&task)));
+    PetscCall(PetscPrintf(run->comm, "data: %d %s samples of the %s task -> %s\n", d.N, splits[split], task_name(&task), output));
+  }
   if (text[0]) {
     PetscCall(data_write_text(run->comm, text, &task, (TaskSplit)split, d.N, splits[split]));
-    PetscCall(PetscPrintf(run->comm, "data: their questions and answers as text -> %s\n", text));
+    PetscCall(PetscPrintf(run->comm, "data: %s the questions and answers of %d %s samples as text -> %s\n", output[0] ? "also" : "only", d.N, splits[split], text));
   }
   PetscCall(PetscFree3(d.tokens, d.lengths, d.prompt_lengths));
   PetscFunctionReturn(PETSC_SUCCESS);
