@@ -30,6 +30,7 @@ typedef struct {
   PetscInt    overlong_buffer;               /* DAPO's overlong shaping: the last tokens before max_new_tokens that pay */
   PetscReal   overlong_penalty;              /* its penalty at max_new_tokens */
   PetscBool   whiten, dump_rollouts, scale_std; /* scale_std: GRPO divides by the group's std (false: Dr. GRPO) */
+  PetscBool   write_policy;                     /* policy.h5: the trained actor's weights alone, beside final.h5 */
   char        actor_ckpt[PETSC_MAX_PATH_LEN], reference_ckpt[PETSC_MAX_PATH_LEN];
   char        prompts[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN];
   char        eval_file[PETSC_MAX_PATH_LEN]; /* -ppo_eval_file: held-out prompts with answers ("": the built-in task's) */

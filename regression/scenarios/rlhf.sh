@@ -6,7 +6,7 @@
 # numpy), the KL moved between reward and loss, the NaN stop, and bad input (the
 # pipeline's later stages checked before SFT starts).
 . regression/lib.sh
-plan 47
+plan 49
 d="$RLFUSE_TMP/rlhf"; mkdir -p $d
 ppo_deck=regression/decks/rlhf_tiny.deck
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture"
@@ -118,6 +118,18 @@ check "GPipe vs 1F1B on 2 ranks, pp 2 (2 micro-batches): actor and critic bit-id
 # GRPO: no critic
 ppo -output_dir $d/grpo -algo grpo -grpo_group 4 >$d/grpo.log 2>&1 || { not_ok "GRPO run"; tail -3 $d/grpo.log; }
 check "GRPO trains without a critic" bash -c "grep -q '^iter    4/4' $d/grpo.log && ! h5ls $d/grpo/final.h5/critic >/dev/null 2>&1"
+# policy.h5: the trained actor's weights alone, the role an SFT policy has; -mode eval on it
+check "policy.h5 holds the actor's weights alone (no moments, no other model), equal to final.h5's" bash -c \
+  "h5diff -q $d/grpo/final.h5 $d/grpo/policy.h5 /actor/params /policy/params && [ \"\$(h5ls $d/grpo/policy.h5 | awk '{print \$1}' | grep -v '^state\$' | tr '\n' ' ')\" = 'policy ' ] && ! h5ls $d/grpo/policy.h5/policy/optim >/dev/null 2>&1"
+rlfuse -options_file $ppo_deck -reward_checkpoint $d/rm/final.h5 -algo grpo -grpo_group 4 -mode eval -actor_checkpoint $d/grpo/policy.h5 -output_dir $d/grpo_eval \
+  >$d/grpo_eval.log 2>&1 || not_ok "-mode eval on policy.h5: $(tail -1 $d/grpo_eval.log)"
+"$PYTHON" - $d <<'PY' && ok "-mode eval on policy.h5: the run's final held-out gold and reward" || not_ok "-mode eval on policy.h5 against the run's summary: $(tail -1 $d/grpo_eval.log)"
+import sys, h5py
+d = sys.argv[1]
+with h5py.File(f"{d}/grpo/run.h5") as a, h5py.File(f"{d}/grpo_eval/run.h5") as b:
+    s, e = a["summary"].attrs, b["summary"].attrs
+    assert abs(s["final_gold"] - e["eval_gold"]) < 1e-6 and abs(s["final_reward"] - e["eval_reward"]) < 1e-6, (dict(s), dict(e))
+PY
 # a progress line shows only what the run computes (gold with a judge, the critic's loss with a
 # critic) and the summary no held-out score without held-out prompts (before: gold 0.000, critic
 # 0.0000 and "held-out gold score nan ... on 0 held-out prompts")

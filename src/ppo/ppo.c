@@ -38,6 +38,8 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptEnum("-critic_init", "Critic starts from the reward model (whole) or the actor's trunk with a fresh scalar head", critic_names, 2, &o->critic_init);
   RfOptString("-fuse_train_schedule", "-fuse_train 1: run this fused schedule file (-mode schedule writes one; checked against the training stage's stages and micro-batches) instead of searching one from measured forward times", o->fuse_schedule, sizeof o->fuse_schedule);
   RfOptBool("-dump_rollouts", "Write every iteration's rollout to <output_dir>/rollouts.h5", PETSC_FALSE, &o->dump_rollouts);
+  RfOptBool("-write_policy", "At the end also write <output_dir>/policy.h5: the trained actor's weights alone under the role policy (for -actor_checkpoint, -mode eval and generate, tools/hf_export.py; final.h5 is the restartable checkpoint)",
+            PETSC_TRUE, &o->write_policy);
   PetscOptionsEnd();
   PetscCall(PetscStrncpy(o->restart, job->restart, sizeof o->restart));
   PetscCall(train_stage_checkpoint_every(job, "ppo", "iteration", &o->checkpoint_every));
@@ -279,6 +281,19 @@ static PetscErrorCode ppo_models_destroy(PPOModels *m)
 
 /* Each member writes its shard of the full tensors (inc/train.h);
  * the file does not depend on the layout. */
+/* policy.h5: the trained actor's weights alone, under the role an SFT
+ * checkpoint's policy has, so that every reader of a policy takes it (a
+ * quarter of final.h5, which adds the moments and the reference). */
+static PetscErrorCode ppo_write_policy(const RunCtx *run, PPOModels *m, const CkptState *st)
+{
+  DModel   *dm[1] = {&m->actor};
+  CkptModel cm[1] = {{"policy", NULL, PETSC_FALSE, PETSC_FALSE}};
+
+  PetscFunctionBegin;
+  PetscCall(train_checkpoint_models(run, dm, cm, 1, "policy.h5", st, m->bucket, NULL));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode ppo_checkpoint(const RunCtx *run, PPOModels *m, const char *name, const CkptState *st, RunRecord *rec)
 {
   DModel   *dm[4] = {&m->actor, &m->reference};
@@ -480,6 +495,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     PetscCall(record_step(rec, st->iteration));
   }
   PetscCall(ppo_checkpoint(run, m, "final.h5", st, NULL));
+  if (o->write_policy) PetscCall(ppo_write_policy(run, m, st));
   PetscCall(ppo_evaluate(&m->reference, m, o, &ps->eval, (uint64_t)st->seed, ps->max_prompt, &sum->sft));
   PetscCall(ppo_evaluate(&m->actor, m, o, &ps->eval, (uint64_t)st->seed, ps->max_prompt, &sum->ppo));
   PetscCall(record_summary(rec, "iterations", (double)st->iteration));
