@@ -232,5 +232,11 @@ PetscErrorCode sys_used_deck_write(void);
 double sys_memory_available(void);
 /* Human-readable byte count, e.g. "12.3 MiB". */
 const char *sys_bytes_str(double bytes, char *buf, size_t len);
+/* Human-readable duration, e.g. "42.1 s", "12m05s", "3h07m". */
+const char *sys_duration_str(double seconds, char *buf, size_t len);
+/* A progress line's clock, "elapsed 12m05s | ETA 3m10s": the wall time since
+ * t0 (sys_wtime) over the done steps of this run, and the left ones at the
+ * mean step time so far (a restart counts only its own steps). */
+const char *sys_progress_str(double t0, long done, long left, char *buf, size_t len);
 
 #endif
