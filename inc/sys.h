@@ -71,6 +71,7 @@ PetscErrorCode sys_param_record(const char *prefix, const char *name, const char
     PetscInt  v_   = (def);                                                                    \
     char      s_[64];                                                                          \
     RfOptCall(sys_option_check_number(PetscOptionsObject->prefix, name, SYS_OPT_INT, sizeof *(val))); \
+    RfOptCall(sys_option_help_number(PetscOptionsObject, name, help, SYS_OPT_INT, (double)v_));  \
     RfOptCall(PetscOptionsInt(name, help, NULL, v_, &v_, &set_));                              \
     *(val) = v_;                                                                               \
     RfOptCall(PetscSNPrintf(s_, sizeof s_, "%" PetscInt_FMT, v_));                             \
@@ -83,6 +84,7 @@ PetscErrorCode sys_param_record(const char *prefix, const char *name, const char
     PetscReal v_   = (def);                                                                    \
     char      s_[64];                                                                          \
     RfOptCall(sys_option_check_number(PetscOptionsObject->prefix, name, SYS_OPT_REAL, 0));     \
+    RfOptCall(sys_option_help_number(PetscOptionsObject, name, help, SYS_OPT_REAL, (double)v_)); \
     RfOptCall(PetscOptionsReal(name, help, NULL, v_, &v_, &set_));                             \
     *(val) = v_;                                                                               \
     RfOptCall(PetscSNPrintf(s_, sizeof s_, "%.17g", (double)v_));                              \
@@ -94,6 +96,7 @@ PetscErrorCode sys_param_record(const char *prefix, const char *name, const char
     PetscBool set_ = PETSC_FALSE;                                                              \
     PetscBool v_   = (def);                                                                    \
     RfOptCall(sys_option_check_bool(PetscOptionsObject->prefix, name));                        \
+    RfOptCall(sys_option_help(PetscOptionsObject, name, help, v_ ? "true" : "false", NULL, 0)); \
     RfOptCall(PetscOptionsBool(name, help, NULL, v_, &v_, &set_));                             \
     *(val) = v_;                                                                               \
     RfOptCall(sys_param_record(PetscOptionsObject->prefix, name, v_ ? "true" : "false", set_)); \
@@ -104,6 +107,7 @@ PetscErrorCode sys_param_record(const char *prefix, const char *name, const char
   do {                                                                                 \
     PetscBool set_ = PETSC_FALSE;                                                      \
     RfOptCall(sys_option_check_length(PetscOptionsObject->prefix, name, len));         \
+    RfOptCall(sys_option_help(PetscOptionsObject, name, help, buf, NULL, 0));          \
     RfOptCall(PetscOptionsString(name, help, NULL, buf, buf, len, &set_));             \
     RfOptCall(sys_param_record(PetscOptionsObject->prefix, name, buf, set_));          \
   } while (0)
@@ -115,10 +119,22 @@ PetscErrorCode sys_param_record(const char *prefix, const char *name, const char
     PetscBool set_ = PETSC_FALSE;                                                              \
     PetscInt  i_   = *(idx);                                                                   \
     RfOptCall(sys_option_check_nonempty(PetscOptionsObject->prefix, name, list, n));           \
+    RfOptCall(sys_option_help(PetscOptionsObject, name, help, list[i_], list, n));             \
     RfOptCall(PetscOptionsEList(name, help, NULL, list, n, list[i_], &i_, &set_));             \
     *(idx) = i_;                                                                               \
     RfOptCall(sys_param_record(PetscOptionsObject->prefix, name, list[i_], set_));             \
   } while (0)
+
+/* -help: rlfuse prints its options itself (grouped by prefix, each with
+ * its default), then PETSc's generic ones, which PETSc would print first.
+ * sys_help_capture runs before PetscInitialize and keeps what PETSc prints
+ * there; sys_help_begin, once -help is known, starts recording each option's
+ * help (the RfOpt macros call sys_option_help) and drops PETSc's own lines
+ * for them; sys_help_print prints it all on rank 0. */
+void           sys_help_capture(int argc, char **argv);
+PetscErrorCode sys_help_begin(void);
+PetscErrorCode sys_help_print(MPI_Comm comm);
+PetscErrorCode sys_option_help(PetscOptionItems *items, const char *name, const char *help, const char *def, const char *const *list, PetscInt n);
 
 typedef struct {
   char      name[128];  /* full option name without the dash, prefix included */
@@ -132,6 +148,8 @@ typedef struct {
  * would wrap 4294967297 to 1), a real must be finite. */
 typedef enum { SYS_OPT_INT, SYS_OPT_REAL } SysOptKind;
 PetscErrorCode sys_option_check_number(const char *prefix, const char *name, SysOptKind kind, size_t bytes);
+/* sys_option_help with a number's default. */
+PetscErrorCode sys_option_help_number(PetscOptionItems *items, const char *name, const char *help, SysOptKind kind, double def);
 /* Fails if the option's value does not fit a buffer of len bytes (PETSc
  * would cut it silently: a cut path names another file). */
 PetscErrorCode sys_option_check_length(const char *prefix, const char *name, size_t len);
@@ -214,5 +232,11 @@ PetscErrorCode sys_used_deck_write(void);
 double sys_memory_available(void);
 /* Human-readable byte count, e.g. "12.3 MiB". */
 const char *sys_bytes_str(double bytes, char *buf, size_t len);
+/* Human-readable duration, e.g. "42.1 s", "12m05s", "3h07m". */
+const char *sys_duration_str(double seconds, char *buf, size_t len);
+/* A progress line's clock, "elapsed 12m05s | ETA 3m10s": the wall time since
+ * t0 (sys_wtime) over the done steps of this run, and the left ones at the
+ * mean step time so far (a restart counts only its own steps). */
+const char *sys_progress_str(double t0, long done, long left, char *buf, size_t len);
 
 #endif

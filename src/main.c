@@ -41,6 +41,7 @@ static PetscErrorCode rlfuse_help(RunCtx *run)
     PetscCall(m->options(&job, o));
     PetscCall(PetscFree(o));
   }
+  PetscCall(sys_help_print(run->comm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -85,6 +86,8 @@ static PetscErrorCode rlfuse_main(void)
   names[job_nmodes] = "RunMode", names[job_nmodes + 1] = "MODE_", names[job_nmodes + 2] = NULL;
   PetscCall(sys_log_register());
   PetscCall(comm_setup());
+  PetscCall(PetscOptionsHasHelp(NULL, &help));
+  if (help) PetscCall(sys_help_begin());
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "rlfuse job", NULL);
   RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data, generate (responses to a prompt file), eval (accuracy, pass@k and reward of -actor_checkpoint on held-out prompts), plan (execution-plan search: -plan_ranks, -plan_output), schedule (fused actor-critic schedule optimizer), profile (measure this machine's costs for the cost model)", names, job_nmodes, &mode);
   RfOptEnum("-device", "Device for tensor work", device_names, 2, &device);
@@ -92,7 +95,6 @@ static PetscErrorCode rlfuse_main(void)
             &precision);
   PetscOptionsEnd();
   PetscCall(sys_run_setup(PETSC_COMM_WORLD, &run));
-  PetscCall(PetscOptionsHasHelp(NULL, &help));
   if (help) PetscCall(rlfuse_help(&run));
   else PetscCall(rlfuse_mode(&run, &job_modes[mode], device_names[device], precision == 1 ? PETSC_TRUE : PETSC_FALSE));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -115,6 +117,7 @@ int main(int argc, char **argv)
       return 1;
     }
   }
+  sys_help_capture(argc, argv);
   ierr = PetscInitialize(&argc, &argv, NULL, usage);
   if (ierr) return 1;
   ierr = sys_error_handler_install();

@@ -110,7 +110,7 @@ expect "deck: two decks include each other" "a.deck includes itself through .*b.
 # The table of file options (src/io/files.c) is complete: every option of
 # -help whose name says it holds a file is a row, so its role is checked with
 # the others (-ppo_eval_prompts is a count, -train_schedule a schedule's name).
-named=$(rlfuse -help 2>&1 | sed -nE 's/^ +(-[a-z0-9_]+) <now.*/\1/p' | sort -u | grep -E '(_checkpoint|_file|_output|_input|_data|_prompts|_timeline|_profile|_hardware|_schedule|_text|_lengths|^-restart)$' | grep -vxE -e '-ppo_eval_prompts' -e '-train_schedule')
+named=$(rlfuse -help 2>&1 | sed -nE '/^  -[a-z0-9_]+ <(true|false)>/d; s/^  (-[a-z0-9_]+) <.*/\1/p' | sort -u | grep -E '(_checkpoint|_file|_output|_input|_data|_prompts|_timeline|_profile|_hardware|_schedule|_text|_lengths|^-restart)$' | grep -vxE -e '-ppo_eval_prompts' -e '-train_schedule')
 rows=$(grep -oE '^ *\{"-[a-z0-9_]+", IO_FILE_' src/io/files.c | grep -oE -- '-[a-z0-9_]+' | sort -u)
 missing=$(comm -23 <(echo "$named") <(echo "$rows") | tr '\n' ' ')
 check "every file option of -help is in src/io/files.c's table (missing: ${missing:-none})" test -z "$missing" -a -n "$named"

@@ -2,7 +2,7 @@
 # naming the culprit, exit non-zero, and leave the files of an earlier run in
 # the same output directory untouched (no new files either).
 . regression/lib.sh
-plan 31
+plan 35
 d="$RLFUSE_TMP/bad"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -options_file $deck -output_dir $d/good >$d/good.log 2>&1 || not_ok "reference run"
 ck=$d/good/final.h5
@@ -25,6 +25,11 @@ keep=$d/good
 expect() { local what=$1 pat=$2; shift 2; expect_error "$what" "$pat" "$@" -output_dir $d/good; }
 expect "missing deck"               "input/nope.deck"              -options_file input/nope.deck
 expect "unknown option"             "-sft_stepz"                   -options_file $deck -sft_stepz 10
+expect "unknown option one letter off: did you mean" "-sft_stepz (did you mean -sft_steps?)" -options_file $deck -sft_stepz 10
+expect "unknown option with a swapped pair: did you mean" "-policy_n_layre (did you mean -policy_n_layer?)" -options_file $deck -policy_n_layre 2
+rlfuse -help -ppo_iterations 5 >$d/help.txt 2>&1 || not_ok "-help exits 0"
+check "-help: rlfuse's options come first (-mode, with its default), PETSc's after them" bash -c "[ \"\$(grep -m1 '^ *-[a-z]' $d/help.txt)\" = \"\$(grep -m1 '^  -mode <sft>: Job to run' $d/help.txt)\" ] && [ \$(grep -n -m1 'Options for all PETSc programs' $d/help.txt | cut -d: -f1) -gt \$(grep -n -m1 -- '-ppo_iterations <' $d/help.txt | cut -d: -f1) ]"
+check "-help gives each option's default, and the value given where it differs" bash -c "grep -q -- '^  -ppo_iterations <100> (now 5): ' $d/help.txt && grep -q -- '^  -gen_temperature <1>: ' $d/help.txt"
 expect "non-numeric value"          "-sft_steps.*'ten'"            -options_file $deck -sft_steps ten
 expect "non-numeric real"           "-policy_lr.*'fast'"           -options_file $deck -policy_lr fast
 expect "n_embd not divisible"       "-policy_n_embd 33.*-policy_n_head" -options_file $deck -policy_n_embd 33

@@ -134,7 +134,7 @@ for f in docs:
 chk("every snake_case name in backticks (or called, or with a module's prefix) in the documents occurs in the code", not bad, " ".join(sorted(set(bad))[:8]))
 
 def choices(o):
-    m = re.search(r"^  " + o + r" <now (\S+) .*\(choose one of\) (.*?) \(None\)$", helptext, re.M)
+    m = re.search(r"^  " + o + r" <(\S+)>.*\(one of: (.*?)\)$", helptext, re.M)
     return (m.group(1), m.group(2).split()) if m else (None, [])
 hand = "\n".join(text[f] for f in docs if f != "docs/options.md")  # options.md is -help itself
 bad = []

@@ -9,7 +9,7 @@
 # and DAPO's dynamic sampling (its selection recomputed, in one round and in
 # several, on 2 ranks as on 1).
 . regression/lib.sh
-plan 37
+plan 38
 d="$RLFUSE_TMP/rlvr"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file input/arith_sft.deck -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT on the arithmetic task: $(tail -1 $d/sft.log)"
@@ -34,6 +34,9 @@ PY
 mpirun 1 $G -output_dir $d/one >$d/one.log 2>&1 || not_ok "GRPO with rule rewards: $(tail -1 $d/one.log)"
 check "grpo without a reward model: progress lines, held-out accuracy and pass@2 before and after, no reward model in the checkpoint" bash -c \
   "[ \$(grep -c '^iter ' $d/one.log) -eq 4 ] && grep -q '^grpo: held-out reward .* pass@2' $d/one.log && h5ls $d/one/final.h5/actor >/dev/null && ! h5ls $d/one/final.h5/reward >/dev/null 2>&1"
+check "progress: each iteration line has the elapsed time and an ETA and no critic column; each held-out evaluation (after iteration 2, then the reference and the trained actor) has a line at its start and one with its time" bash -c \
+  "[ \$(grep -c '^iter .* | elapsed [0-9.hms ]* | ETA [0-9.hms ]*\$' $d/one.log) -eq 4 ] && ! grep '^iter ' $d/one.log | grep -q critic &&
+   [ \"\$(grep '^held-out evaluation of' $d/one.log | sed 's/ in [0-9.hms ]*\$//')\" = \"\$(printf '%s\\n' 'held-out evaluation of the actor after iteration 2: 32 prompts x 2 responses ...' 'held-out evaluation of the actor after iteration 2 done' 'held-out evaluation of the reference (the SFT policy): 32 prompts x 2 responses ...' 'held-out evaluation of the reference (the SFT policy) done' 'held-out evaluation of the trained actor: 32 prompts x 2 responses ...' 'held-out evaluation of the trained actor done')\" ]"
 py "rule rewards in rollouts.h5 and run.h5" $d/one <<'PY'
 import sys, h5py, numpy as np
 d = sys.argv[1]

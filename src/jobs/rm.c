@@ -295,15 +295,17 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
   RMBatch    b;
   int       *perm;
   int64_t    perm_epoch = -1;
-  double     acc = NAN, gacc = NAN, eloss = NAN;
-  char       name[64];
+  double     acc = NAN, gacc = NAN, eloss = NAN, t_loop;
+  char       name[64], clock[64];
   size_t     nparams;
+  PetscInt   it0;
 
   PetscFunctionBegin;
   PetscCall(trainer_count(&tr->dm->cfg, &nparams));
   PetscCall(train_record_open(run, "rm", &o->plan, needs, &rec));
   PetscCall(rm_batch_create((int)o->batch, train->d.T > eval->d.T ? train->d.T : eval->d.T, &b));
   PetscCall(PetscMalloc1(train->d.N / 2, &perm));
+  t_loop = sys_wtime(), it0 = st->iteration;
   PetscCall(PetscPrintf(run->comm, "rm: %zu parameters, %d training pairs, %d held-out pairs, %" PetscInt_FMT " steps of %" PetscInt_FMT " pairs, from step %" PetscInt_FMT "\n", nparams, train->d.N / 2, eval->d.N / 2, o->steps, o->batch, st->iteration));
   while (st->iteration < o->steps) {
     double    t0 = sys_wtime(), loss, bacc, ms;
@@ -321,7 +323,7 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
     PetscCall(record_metric(rec, "eval_gold_accuracy", gacc));
     PetscCall(record_metric(rec, "lr", lr));
     PetscCall(record_metric(rec, "grad_norm", gnorm));
-    PetscCall(PetscPrintf(run->comm, "step %5" PetscInt_FMT "/%" PetscInt_FMT " | loss %.4f | acc %.3f | lr %.3e | grad %.3f | %7.1f ms\n", st->iteration, o->steps, loss, bacc, lr, (double)gnorm, ms));
+    PetscCall(PetscPrintf(run->comm, "step %5" PetscInt_FMT "/%" PetscInt_FMT " | loss %.4f | acc %.3f | lr %.3e | grad %.3f | %7.1f ms | %s\n", st->iteration, o->steps, loss, bacc, lr, (double)gnorm, ms, sys_progress_str(t_loop, (long)(st->iteration - it0), (long)(o->steps - st->iteration), clock, sizeof clock)));
     if (!isnan(acc)) PetscCall(PetscPrintf(run->comm, "      held-out loss %.4f, pairwise accuracy %.3f (against the judge: %.3f)\n", eloss, acc, gacc));
     if (train_checkpoint_due(o->checkpoint_every, st->iteration)) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));

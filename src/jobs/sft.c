@@ -304,13 +304,16 @@ static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, const Pl
 {
   RunRecord *rec;
   SFTBatch   b;
-  char       name[64];
+  char       name[64], clock[64];
   size_t     nparams;
+  double     t_loop;
+  PetscInt   it0;
 
   PetscFunctionBegin;
   PetscCall(trainer_count(&o->cfg, &nparams));
   PetscCall(train_record_open(run, "sft", &o->plan, needs, &rec));
   PetscCall(sft_batch_create((int)o->batch, (int)o->seq_len, &b));
+  t_loop = sys_wtime(), it0 = st->iteration;
   PetscCall(PetscPrintf(run->comm, "sft: %zu parameters, %" PetscInt_FMT " steps of %" PetscInt_FMT " x %" PetscInt_FMT " tokens, from step %" PetscInt_FMT "\n", nparams, o->steps, o->batch, o->seq_len, st->iteration));
   while (st->iteration < o->steps) {
     double    t0 = sys_wtime(), loss, eval = NAN, ms;
@@ -323,7 +326,7 @@ static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, const Pl
     PetscCall(record_metric(rec, "lr", lr));
     PetscCall(record_metric(rec, "grad_norm", gnorm));
     PetscCall(record_metric(rec, "tokens_per_s", b.B * b.T / (ms * 1e-3)));
-    PetscCall(PetscPrintf(run->comm, "step %5" PetscInt_FMT "/%" PetscInt_FMT " | loss %.4f | lr %.3e | grad %.3f | %8.0f tok/s | %7.1f ms\n", st->iteration, o->steps, loss, lr, (double)gnorm, b.B * b.T / (ms * 1e-3), ms));
+    PetscCall(PetscPrintf(run->comm, "step %5" PetscInt_FMT "/%" PetscInt_FMT " | loss %.4f | lr %.3e | grad %.3f | %8.0f tok/s | %7.1f ms | %s\n", st->iteration, o->steps, loss, lr, (double)gnorm, b.B * b.T / (ms * 1e-3), ms, sys_progress_str(t_loop, (long)(st->iteration - it0), (long)(o->steps - st->iteration), clock, sizeof clock)));
     if (!isnan(eval)) PetscCall(PetscPrintf(run->comm, "      held-out loss %.4f\n", eval));
     if (train_checkpoint_due(o->checkpoint_every, st->iteration)) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));

@@ -387,7 +387,7 @@ static PetscErrorCode ppo_record_rewards(RunRecord *rec, const PPOOptions *o, co
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPOOptions *o, const PPOModels *m, const Rollout *r, const PPOTrainStats *s, const StageTimes *tm, double kl, double kl_coef, const PPOEval *ev, double iter_s, int it, int n_it)
+static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPOOptions *o, const PPOModels *m, const Rollout *r, const PPOTrainStats *s, const StageTimes *tm, double kl, double kl_coef, const PPOEval *ev, double iter_s, int it, int n_it, const char *clock)
 {
   double n = s->steps ? (double)s->steps : 1.0, len = 0, lmax = 0, eos = 0, toks = 0;
   char   parts[128];
@@ -436,8 +436,24 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
     char gold[32] = "", critic[32] = "";
     if (m->rew.gold != PPO_GOLD_NONE) PetscCall(PetscSNPrintf(gold, sizeof gold, " | gold %.3f", vals[0]));
     if (m->has_critic) PetscCall(PetscSNPrintf(critic, sizeof critic, " | critic %.4f", vals[5]));
-    PetscCall(PetscPrintf(run->comm, "iter %4d/%d%s | reward %+.3f%s | kl %.3f | actor %+.4f%s | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s\n", it, n_it, gold, mean_f(r->final, r->B), parts, kl, vals[4], critic, vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic));
+    PetscCall(PetscPrintf(run->comm, "iter %4d/%d%s | reward %+.3f%s | kl %.3f | actor %+.4f%s | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s | %s\n", it, n_it, gold, mean_f(r->final, r->B), parts, kl, vals[4], critic, vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic, clock));
   }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* A held-out evaluation between a line saying it started and one with its
+ * time: an evaluation of many prompts can take minutes with nothing else
+ * printed. what names the policy evaluated. */
+static PetscErrorCode ppo_evaluate_said(const RunCtx *run, const char *what, DModel *policy, PPOModels *m, const PPOOptions *o, PromptSource *ps, const CkptState *st, PPOEval *ev)
+{
+  double t0  = sys_wtime();
+  int    say = ps->eval.n > 0 && ps->eval.k > 0;
+  char   d[32];
+
+  PetscFunctionBegin;
+  if (say) PetscCall(PetscPrintf(run->comm, "held-out evaluation of %s: %d prompts x %d responses ...\n", what, ps->eval.n, ps->eval.k));
+  PetscCall(ppo_evaluate(policy, m, o, &ps->eval, (uint64_t)st->seed, ps->max_prompt, ev));
+  if (say) PetscCall(PetscPrintf(run->comm, "held-out evaluation of %s done in %s\n", what, sys_duration_str(sys_wtime() - t0, d, sizeof d)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -446,8 +462,10 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   RunRecord *rec;
   Rollout    r;
   PackBuf    pb;
-  char       name[64], path[PETSC_MAX_PATH_LEN];
+  char       name[64], path[PETSC_MAX_PATH_LEN], what[64], clock[64];
   size_t     nparams;
+  double     t_loop = sys_wtime();
+  PetscInt   it0    = st->iteration;
 
   PetscFunctionBegin;
   PetscCall(train_record_open(run, ppo_algo(o)->name, &o->plan, needs, &rec));
@@ -480,8 +498,11 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     if (o->kl_target > 0) st->kl_coef = rl_kl_adapt(st->kl_coef, kl, o->kl_target, o->kl_horizon, (double)r.B);
     st->iteration++;
     /* the evaluation of the trained actor runs before the iteration's record, which holds its result */
-    if (o->eval_every && st->iteration % o->eval_every == 0 && st->iteration < o->iterations) PetscCall(ppo_evaluate(&m->actor, m, o, &ps->eval, (uint64_t)st->seed, ps->max_prompt, &ev));
-    PetscCall(ppo_record_iteration(rec, run, o, m, &r, &ts, &tm, kl, coef, &ev, iter_s, it + 1, (int)o->iterations));
+    if (o->eval_every && st->iteration % o->eval_every == 0 && st->iteration < o->iterations) {
+      PetscCall(PetscSNPrintf(what, sizeof what, "the actor after iteration %" PetscInt_FMT, st->iteration));
+      PetscCall(ppo_evaluate_said(run, what, &m->actor, m, o, ps, st, &ev));
+    }
+    PetscCall(ppo_record_iteration(rec, run, o, m, &r, &ts, &tm, kl, coef, &ev, iter_s, it + 1, (int)o->iterations, sys_progress_str(t_loop, (long)(st->iteration - it0), (long)(o->iterations - st->iteration), clock, sizeof clock)));
     /* the rank whose activation buffers grew most (first touches: the time
      * a steady state does not pay; layout-dependent like the timings) */
     PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &grown, 1, MPI_DOUBLE, MPI_MAX, run->comm));
@@ -496,8 +517,8 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   }
   PetscCall(ppo_checkpoint(run, m, "final.h5", st, NULL));
   if (o->write_policy) PetscCall(ppo_write_policy(run, m, st));
-  PetscCall(ppo_evaluate(&m->reference, m, o, &ps->eval, (uint64_t)st->seed, ps->max_prompt, &sum->sft));
-  PetscCall(ppo_evaluate(&m->actor, m, o, &ps->eval, (uint64_t)st->seed, ps->max_prompt, &sum->ppo));
+  PetscCall(ppo_evaluate_said(run, "the reference (the SFT policy)", &m->reference, m, o, ps, st, &sum->sft));
+  PetscCall(ppo_evaluate_said(run, "the trained actor", &m->actor, m, o, ps, st, &sum->ppo));
   PetscCall(record_summary(rec, "iterations", (double)st->iteration));
   PetscCall(record_summary(rec, "sft_gold", sum->sft.gold));
   PetscCall(record_summary(rec, "final_gold", sum->ppo.gold));
@@ -524,7 +545,7 @@ static PetscErrorCode ppo_eval_only(const RunCtx *run, const PPOOptions *o, cons
 
   PetscFunctionBegin;
   PetscCall(train_record_open(run, "eval", &o->plan, needs, &rec));
-  PetscCall(ppo_evaluate(&m->actor, m, o, &ps->eval, (uint64_t)st->seed, ps->max_prompt, &ev));
+  PetscCall(ppo_evaluate_said(run, "the actor", &m->actor, m, o, ps, st, &ev));
   PetscCall(PetscPrintf(run->comm, "eval: %d held-out prompts x %d responses\n", ps->eval.n, ps->eval.k));
   PetscCall(ppo_print_eval(run, "eval:", &ev, o));
   PetscCall(record_summary(rec, "eval_prompts", (double)ps->eval.n));

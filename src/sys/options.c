@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,40 @@ static PetscBool sys_option_is_petsc(const char *name)
   return PETSC_FALSE;
 }
 
+/* Optimal string alignment distance: insertions, deletions, substitutions
+ * and swaps of neighbours, each 1 (-ppo_itreations is 1 from -ppo_iterations). */
+static int sys_edit_distance(const char *a, const char *b)
+{
+  int la = (int)strlen(a), lb = (int)strlen(b), d[128][128];
+
+  if (la > 127 || lb > 127) return INT_MAX;
+  for (int i = 0; i <= la; i++) d[i][0] = i;
+  for (int j = 0; j <= lb; j++) d[0][j] = j;
+  for (int i = 1; i <= la; i++)
+    for (int j = 1; j <= lb; j++) {
+      int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      c     = PetscMin(c, PetscMin(d[i - 1][j], d[i][j - 1]) + 1);
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) c = PetscMin(c, d[i - 2][j - 2] + 1);
+      d[i][j] = c;
+    }
+  return d[la][lb];
+}
+
+/* The recorded option nearest to name (the options this run's modules read:
+ * other modes' options are not known here), or NULL when none is within
+ * 1 + len/8 edits (at most 3), so unrelated names get no suggestion. */
+static const char *sys_option_nearest(const char *name)
+{
+  int         best = INT_MAX, most = PetscMin(3, 1 + (int)strlen(name) / 8);
+  const char *near = NULL;
+
+  for (int i = 0; i < sys_nparams; i++) {
+    int d = sys_edit_distance(name, sys_params[i].name);
+    if (d < best) best = d, near = sys_params[i].name;
+  }
+  return best <= most ? near : NULL;
+}
+
 PetscErrorCode sys_options_check_unused(void)
 {
   PetscInt n;
@@ -80,11 +115,16 @@ PetscErrorCode sys_options_check_unused(void)
   PetscFunctionBegin;
   PetscCall(PetscOptionsLeftGet(NULL, &n, &names, &values));
   for (PetscInt i = 0; i < n; i++) {
-    const char *nm = names[i][0] == '-' ? names[i] + 1 : names[i];
+    const char *nm = names[i][0] == '-' ? names[i] + 1 : names[i], *near;
     if (sys_option_is_petsc(nm)) continue;
     if (bad++) PetscCall(PetscStrlcat(list, ", ", sizeof list));
     PetscCall(PetscStrlcat(list, "-", sizeof list));
     PetscCall(PetscStrlcat(list, nm, sizeof list));
+    if ((near = sys_option_nearest(nm))) {
+      PetscCall(PetscStrlcat(list, " (did you mean -", sizeof list));
+      PetscCall(PetscStrlcat(list, near, sizeof list));
+      PetscCall(PetscStrlcat(list, "?)", sizeof list));
+    }
   }
   PetscCall(PetscOptionsLeftRestore(NULL, &n, &names, &values));
   PetscCheck(!bad, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "unknown option%s %s (misspelled, or not used by this -mode; see -help)", bad > 1 ? "s" : "", list);
@@ -171,6 +211,183 @@ PetscErrorCode sys_option_given(const char *prefix, const char *name, PetscBool 
     PetscCall(PetscRealloc(sizeof *sys_presence * (size_t)sys_cappresence, &sys_presence));
   }
   PetscCall(PetscStrncpy(sys_presence[sys_npresence++], full, sizeof *sys_presence));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- -help ----------------------------------------------------------------- */
+static const char *used_deck_value(const char *v, char *buf, size_t len);
+
+typedef struct {
+  char *name, *title, *def, *help, *choices; /* name: full, without the dash */
+} SysOptHelp;
+
+static SysOptHelp *sys_helps     = NULL;
+static int         sys_nhelps    = 0, sys_caphelps = 0;
+static PetscBool   sys_help_on   = PETSC_FALSE;
+static char       *sys_help_text = NULL; /* what PETSc printed in PetscInitialize: its generic options */
+static size_t      sys_help_len = 0, sys_help_cap = 0;
+static int         sys_help_keep = 0;
+
+/* PetscHelpPrintf while -help is on: keeps PETSc's text until sys_help_begin
+ * (plain C: it runs inside PetscInitialize), then drops PETSc's own lines
+ * for rlfuse's options, which sys_help_print prints its way. */
+static PetscErrorCode sys_help_printf(MPI_Comm comm, const char fmt[], ...)
+{
+  va_list ap;
+  int     rank = 0, n;
+
+  (void)comm;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (!sys_help_keep || rank != 0) return PETSC_SUCCESS;
+  va_start(ap, fmt);
+  n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n <= 0) return PETSC_SUCCESS;
+  if (sys_help_len + (size_t)n + 1 > sys_help_cap) {
+    size_t cap = 2 * (sys_help_len + (size_t)n + 1) + 4096;
+    char  *t   = realloc(sys_help_text, cap);
+    if (!t) return PETSC_SUCCESS; /* help text only: PETSc's part is then shorter */
+    sys_help_text = t, sys_help_cap = cap;
+  }
+  va_start(ap, fmt);
+  vsnprintf(sys_help_text + sys_help_len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  sys_help_len += (size_t)n;
+  return PETSC_SUCCESS;
+}
+
+void sys_help_capture(int argc, char **argv)
+{
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "-help") && !(i + 1 < argc && !strcmp(argv[i + 1], "intro"))) { /* -help intro: PETSc prints and exits */
+      PetscHelpPrintf = sys_help_printf;
+      sys_help_keep   = 1;
+    }
+}
+
+PetscErrorCode sys_help_begin(void)
+{
+  PetscFunctionBegin;
+  PetscHelpPrintf = sys_help_printf; /* also when -help came from a deck: PETSc's part is then printed already */
+  sys_help_keep   = 0;
+  sys_help_on     = PETSC_TRUE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sys_option_help(PetscOptionItems *items, const char *name, const char *help, const char *def, const char *const *list, PetscInt n)
+{
+  char        full[128], choices[1024] = "";
+  SysOptHelp *h;
+
+  PetscFunctionBegin;
+  if (!sys_help_on) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(PetscSNPrintf(full, sizeof full, "%s%s", items->prefix ? items->prefix : "", sys_option_bare(name)));
+  for (int i = 0; i < sys_nhelps; i++)
+    if (!strcmp(sys_helps[i].name, full)) PetscFunctionReturn(PETSC_SUCCESS); /* read by several modes: once */
+  for (PetscInt i = 0; i < n; i++) {
+    if (i) PetscCall(PetscStrlcat(choices, " ", sizeof choices));
+    PetscCall(PetscStrlcat(choices, list[i], sizeof choices));
+  }
+  if (sys_nhelps == sys_caphelps) {
+    sys_caphelps = sys_caphelps ? 2 * sys_caphelps : 256;
+    PetscCall(PetscRealloc(sizeof(SysOptHelp) * (size_t)sys_caphelps, &sys_helps));
+  }
+  h = &sys_helps[sys_nhelps++];
+  PetscCall(PetscStrallocpy(full, &h->name));
+  PetscCall(PetscStrallocpy(items->title ? items->title : "", &h->title));
+  PetscCall(PetscStrallocpy(def, &h->def));
+  PetscCall(PetscStrallocpy(help, &h->help));
+  PetscCall(PetscStrallocpy(choices, &h->choices));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sys_option_help_number(PetscOptionItems *items, const char *name, const char *help, SysOptKind kind, double def)
+{
+  char d[64];
+
+  PetscFunctionBegin;
+  if (!sys_help_on) PetscFunctionReturn(PETSC_SUCCESS);
+  snprintf(d, sizeof d, kind == SYS_OPT_INT ? "%.0f" : "%g", def); /* not PetscSNPrintf, whose %g writes 1 as "1." */
+  PetscCall(sys_option_help(items, name, help, d, NULL, 0));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* An option's group: the word before its first '_' when another option
+ * shares it (-ppo_, -gen_, -actor_ ...); "" (general) otherwise. */
+static void sys_help_group(int k, char *group, size_t len)
+{
+  const char *u = strchr(sys_helps[k].name, '_');
+  size_t      n = u ? (size_t)(u - sys_helps[k].name) : 0;
+
+  group[0] = '\0';
+  if (!n || n + 1 >= len) return;
+  for (int i = 0; i < sys_nhelps; i++)
+    if (i != k && !strncmp(sys_helps[i].name, sys_helps[k].name, n + 1)) {
+      memcpy(group, sys_helps[k].name, n + 1), group[n + 1] = '\0';
+      return;
+    }
+}
+
+/* The value given for option k, where it differs from the default ("" if not given or the same). */
+static const char *sys_help_now(int k, char *buf, size_t len)
+{
+  const char *def = sys_helps[k].def;
+
+  for (int i = 0; i < sys_nparams; i++) {
+    char       *e1, *e2;
+    double      a, b;
+    const char *v = sys_params[i].value;
+
+    if (strcmp(sys_params[i].name, sys_helps[k].name) || !sys_params[i].set) continue;
+    a = strtod(v, &e1), b = strtod(def, &e2);
+    if (v[0] && def[0] && !*e1 && !*e2 ? a == b : !strcmp(v, def)) return "";
+    return used_deck_value(v, buf, len);
+  }
+  return "";
+}
+
+static PetscErrorCode sys_help_print_group(MPI_Comm comm, const char *group, char (*groups)[64])
+{
+  char titles[512] = "";
+
+  PetscFunctionBegin;
+  for (int k = 0; k < sys_nhelps; k++) { /* the group's titles, each once */
+    if (strcmp(groups[k], group) || !sys_helps[k].title[0] || strstr(titles, sys_helps[k].title)) continue;
+    if (titles[0]) PetscCall(PetscStrlcat(titles, "; ", sizeof titles));
+    PetscCall(PetscStrlcat(titles, sys_helps[k].title, sizeof titles));
+  }
+  if (group[0]) PetscCall(PetscPrintf(comm, "\n-%s options (%s):\n", group, titles));
+  else PetscCall(PetscPrintf(comm, "\nGeneral options (%s):\n", titles));
+  for (int k = 0; k < sys_nhelps; k++) {
+    const SysOptHelp *h = &sys_helps[k];
+    char              buf[64];
+    const char       *now;
+
+    if (strcmp(groups[k], group)) continue;
+    now = sys_help_now(k, buf, sizeof buf);
+    PetscCall(PetscPrintf(comm, "  -%s <%s>%s%s%s: %s%s%s%s\n", h->name, h->def, now[0] ? " (now " : "", now, now[0] ? ")" : "", h->help, h->choices[0] ? " (one of: " : "", h->choices, h->choices[0] ? ")" : ""));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sys_help_print(MPI_Comm comm)
+{
+  char (*groups)[64];
+
+  PetscFunctionBegin;
+  PetscHelpPrintf = PetscHelpPrintfDefault;
+  PetscCall(PetscCalloc1(sys_nhelps + 1, &groups));
+  for (int k = 0; k < sys_nhelps; k++) sys_help_group(k, groups[k], sizeof groups[k]);
+  PetscCall(PetscPrintf(comm, "rlfuse options, grouped by prefix: -name <default> (now the value given, where it differs): meaning\n"));
+  PetscCall(sys_help_print_group(comm, "", groups));
+  for (int k = 0; k < sys_nhelps; k++) {
+    int first = groups[k][0] != '\0';
+    for (int i = 0; i < k && first; i++) first = strcmp(groups[i], groups[k]) != 0;
+    if (first) PetscCall(sys_help_print_group(comm, groups[k], groups));
+  }
+  PetscCall(PetscFree(groups));
+  PetscCall(PetscPrintf(comm, "\nPETSc's own options (every PETSc program reads them: -log_view, -malloc_debug, -options_left ...):\n"));
+  if (sys_help_text) PetscCall(PetscPrintf(comm, "%s", sys_help_text));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

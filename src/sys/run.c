@@ -85,6 +85,25 @@ const char *sys_bytes_str(double bytes, char *buf, size_t len)
   return buf;
 }
 
+const char *sys_duration_str(double seconds, char *buf, size_t len)
+{
+  long s = (long)(seconds + 0.5);
+
+  if (seconds < 60) snprintf(buf, len, "%.1f s", seconds);
+  else if (s < 3600) snprintf(buf, len, "%ldm%02lds", s / 60, s % 60);
+  else snprintf(buf, len, "%ldh%02ldm", s / 3600, (s % 3600) / 60);
+  return buf;
+}
+
+const char *sys_progress_str(double t0, long done, long left, char *buf, size_t len)
+{
+  char   e[32], r[32];
+  double el = sys_wtime() - t0;
+
+  snprintf(buf, len, "elapsed %s | ETA %s", sys_duration_str(el, e, sizeof e), done > 0 ? sys_duration_str(el / (double)done * (double)left, r, sizeof r) : "?");
+  return buf;
+}
+
 double sys_memory_available(void)
 {
   FILE  *f = fopen("/proc/meminfo", "r");
