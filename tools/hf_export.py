@@ -27,6 +27,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_gpt2 as hf  # noqa: E402
 import hf_llama as llama  # noqa: E402
+import hf_tokenizer  # noqa: E402
 
 TOOL = "hf_export"
 
@@ -105,6 +106,10 @@ def main():
     try:
         head = hf.head_of_role(role)
         head, cfg, params = read_role(ckpt, role)
+        tok = hf_tokenizer.read_group(ckpt) if head == "lm" else None
+        files = hf_tokenizer.export_files(*tok, cfg["n_positions"], f"{ckpt} /tokenizer") if tok else {}
+        if eos is None and tok and int(tok[1].get("eos_id", -1)) >= 0:
+            eos = int(tok[1]["eos_id"])
         if eos is not None and not 0 <= eos < cfg["vocab_size"]:
             raise hf.HFError(f"--eos {eos} is outside the vocabulary [0, {cfg['vocab_size']})")
         if cfg["arch"] == "gpt2":
@@ -116,15 +121,18 @@ def main():
             config, arch = llama.make_config(cfg, head, mt, eos), llama.arch_name(mt, head)
         os.makedirs(out, exist_ok=True)
         hf.write_safetensors(os.path.join(out, "model.safetensors"), params)
-        tmp = os.path.join(out, f"config.json.tmp.{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump(config, f, indent=2)
-        os.replace(tmp, os.path.join(out, "config.json"))
+        files["config.json"] = config
+        for name, obj in files.items():
+            tmp = os.path.join(out, f"{name}.tmp.{os.getpid()}")
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(obj, f, indent=2, ensure_ascii=False)
+            os.replace(tmp, os.path.join(out, name))
     except hf.HFError as e:
         hf.fail(TOOL, str(e))
     except OSError as e:
         hf.fail(TOOL, f"{out}: {e.strerror}")
-    print(f"{TOOL}: {ckpt} /{role} -> {out} ({arch}, {cfg['n_layer']} layers x {cfg['n_embd']}, vocabulary {cfg['vocab_size']})")
+    t = f"; tokenizer, EOS {eos}" if tok else ""
+    print(f"{TOOL}: {ckpt} /{role} -> {out} ({arch}, {cfg['n_layer']} layers x {cfg['n_embd']}, vocabulary {cfg['vocab_size']}{t})")
 
 
 if __name__ == "__main__":
