@@ -12,7 +12,7 @@
 # as a Qwen3 config.json and imports back bit for bit; what rlfuse cannot
 # compute is refused in one line naming the config.json key.
 . regression/lib.sh
-plan 44
+plan 45
 d="$RLFUSE_TMP/hf_llama"; mkdir -p $d
 HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
 hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 "$PYTHON" "$@"; }
@@ -228,7 +228,7 @@ check "hf_export as Llama of a model with q/k norms: one line, exit 1 ($(cat $d/
 # 6. the tokenizer: Llama and Qwen2 directories with a tokenizer.json made by tokenizers (a byte-level BPE trained on a few
 # sentences, <|im_start|>/<|im_end|> special tokens, a ChatML template, EOS <|im_end|> 2, generation_config's eos [2, 0])
 # -> hf_import's /tokenizer -> -mode generate stops at the tokenizer's EOS -> hf_export -> AutoTokenizer, pipeline and generate agree
-tokenizer_items=9
+tokenizer_items=10
 if ! hfpy -c 'import tokenizers, transformers, jinja2' 2>$d/tok_import.err; then
   for i in $(seq $tokenizer_items); do skip "tokenizer items: tokenizers/transformers/jinja2 missing ($(tail -1 $d/tok_import.err))"; done
 else
@@ -272,6 +272,12 @@ rlfuse -mode generate -generate_checkpoint $d/qwen2_tok.h5 -generate_input $d/qw
   -gen_eos 5 -output_dir $d/gen_deck >$d/gen_deck.log 2>&1 || not_ok "generate -gen_eos 5: $(tail -1 $d/gen_deck.log)"
 check "a deck's -gen_eos wins over the tokenizer's, and the line says so ($(grep '^generation stops' $d/gen_deck.log))" \
   grep -q "^generation stops at EOS 5 and stop tokens none (from the deck's -gen_eos/-gen_stop)" $d/gen_deck.log
+printf '%s\n' '{"prompt": "what is 12 plus 7?", "answer": "19"}' '{"prompt": "two plus three", "answer": "5"}' >$d/tok_answers.jsonl
+"$PYTHON" tools/tokenizer.py $d/llama_tok.h5 prompts $d/tok_answers.jsonl $d/tok_answers.h5 >$d/ta.log 2>&1 || not_ok "tokenizer.py prompts with answers: $(tail -1 $d/ta.log)"
+rlfuse -mode ppo -algo grpo -actor_checkpoint $d/llama_tok.h5 -ppo_prompts $d/tok_answers.h5 -reward_fn numeric -grpo_group 2 -rollout_batch 4 \
+  -ppo_minibatches 1 -ppo_iterations 1 -gen_max_new_tokens 8 -output_dir $d/grpo_tok >$d/grpo_tok.log 2>&1 || not_ok "GRPO from the imported Llama: $(tail -1 $d/grpo_tok.log)"
+check "GRPO (1 iteration, numeric reward) from the imported Llama takes EOS 2 and stop token 0 from its tokenizer, and used.deck gives them ($(grep '^generation stops' $d/grpo_tok.log))" \
+  bash -c "grep -q \"^generation stops at EOS 2 and stop tokens 0 (from checkpoint $d/llama_tok.h5's /tokenizer)\" $d/grpo_tok.log && grep -qx -- '-gen_eos 2' $d/grpo_tok/used.deck && grep -qx -- '-gen_stop 0' $d/grpo_tok/used.deck"
 check "a directory without tokenizer.json imports its weights with one warning line ($(grep -c warning $d/imp_llama.log) in imp_llama.log)" \
   bash -c "[ \"\$(grep -c '^hf_import: warning: .*tokenizer.json missing: weights only' $d/imp_llama.log)\" = 1 ] && ! h5ls $d/llama.h5/tokenizer >/dev/null 2>&1"
 hfpy - $d <<'PY'

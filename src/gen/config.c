@@ -97,6 +97,11 @@ PetscErrorCode gen_config_stops_from(MPI_Comm comm, GenConfig *cfg, const char *
     cfg->nstop = nstop;
     for (int i = 0; i < nstop; i++) cfg->stop[i] = stop[i];
     PetscCall(PetscSNPrintf(from, sizeof from, "checkpoint %s's /tokenizer", ckpt));
+    /* the run record and used.deck hold the ids used, so that used.deck repeats the run */
+    PetscCall(PetscSNPrintf(list, sizeof list, "%" PetscInt_FMT, cfg->eos));
+    PetscCall(sys_param_record("gen_", "-eos", list, PETSC_FALSE));
+    PetscCall(stops_str(cfg, list, sizeof list));
+    PetscCall(sys_param_record("gen_", "-stop", nstop ? list : "", PETSC_FALSE));
   } else PetscCall(PetscSNPrintf(from, sizeof from, "%s", cfg->stops_from_deck ? deck : ckpt && ckpt[0] ? "-gen_eos's default: the checkpoint has no /tokenizer EOS" : "-gen_eos's default"));
   PetscCall(stops_str(cfg, list, sizeof list));
   PetscCall(PetscPrintf(comm, "generation stops at EOS %" PetscInt_FMT " and stop tokens %s (from %s)\n", cfg->eos, list, from));
