@@ -13,8 +13,11 @@ Usage: /usr/bin/python3 tools/hf_export.py CKPT.h5 ROLE OUT_DIR [--eos ID] [--mo
 
 --eos ID writes eos_token_id (GPT-2: bos_token_id too; the built-in task's
 EOS is 3) so that transformers' generate stops where rlfuse's generation
-does. Tensors are copied bit for bit, so Hugging Face -> hf_import ->
-hf_export gives back the same tensors; optimizer state is left out. Errors
+does; without it, the /tokenizer group's eos_id where the checkpoint has one.
+With /tokenizer (an LM role), tokenizer.json, tokenizer_config.json and
+generation_config.json are written too (tools/hf_tokenizer.py), so that
+AutoTokenizer and pipeline("text-generation") load the directory. Tensors are copied bit for bit, so Hugging Face -> hf_import ->
+hf_export gives back the same tensors (and the same /tokenizer); optimizer state is left out. Errors
 are one line "hf_export: error: ..." with exit status 1; each file is written
 to a temporary and renamed. Needs numpy and h5py only.
 """

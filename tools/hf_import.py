@@ -17,8 +17,12 @@ normalisation epsilon, a sliding window, rope scaling other than llama3, a
 mixture of experts, extra tensors, ...) is refused with one line
 "hf_import: error: ..." naming the config.json key or tensor, and exit
 status 1; OUT.h5 is written to a temporary and renamed, so nothing is left on
-failure. Needs numpy and h5py only. docs/huggingface.md says how to go on
-from the file.
+failure. For an LM role, a byte-level BPE tokenizer.json (with
+tokenizer_config.json and generation_config.json: chat template, special
+tokens, stop tokens) becomes the /tokenizer group (tools/hf_tokenizer.py;
+docs/formats.md); without one the weights import alone, with one line
+"hf_import: warning: ...". Needs numpy and h5py, and the tokenizers package
+for a tokenizer.json. docs/huggingface.md says how to go on from the file.
 """
 import json
 import os
