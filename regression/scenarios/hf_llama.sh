@@ -12,7 +12,7 @@
 # as a Qwen3 config.json and imports back bit for bit; what rlfuse cannot
 # compute is refused in one line naming the config.json key.
 . regression/lib.sh
-plan 45
+plan 47
 d="$RLFUSE_TMP/hf_llama"; mkdir -p $d
 HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
 hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 "$PYTHON" "$@"; }
@@ -228,7 +228,7 @@ check "hf_export as Llama of a model with q/k norms: one line, exit 1 ($(cat $d/
 # 6. the tokenizer: Llama and Qwen2 directories with a tokenizer.json made by tokenizers (a byte-level BPE trained on a few
 # sentences, <|im_start|>/<|im_end|> special tokens, a ChatML template, EOS <|im_end|> 2, generation_config's eos [2, 0])
 # -> hf_import's /tokenizer -> -mode generate stops at the tokenizer's EOS -> hf_export -> AutoTokenizer, pipeline and generate agree
-tokenizer_items=10
+tokenizer_items=12
 if ! hfpy -c 'import tokenizers, transformers, jinja2' 2>$d/tok_import.err; then
   for i in $(seq $tokenizer_items); do skip "tokenizer items: tokenizers/transformers/jinja2 missing ($(tail -1 $d/tok_import.err))"; done
 else
@@ -278,6 +278,9 @@ rlfuse -mode ppo -algo grpo -actor_checkpoint $d/llama_tok.h5 -ppo_prompts $d/to
   -ppo_minibatches 1 -ppo_iterations 1 -gen_max_new_tokens 8 -output_dir $d/grpo_tok >$d/grpo_tok.log 2>&1 || not_ok "GRPO from the imported Llama: $(tail -1 $d/grpo_tok.log)"
 check "GRPO (1 iteration, numeric reward) from the imported Llama takes EOS 2 and stop token 0 from its tokenizer, and used.deck gives them ($(grep '^generation stops' $d/grpo_tok.log))" \
   bash -c "grep -q \"^generation stops at EOS 2 and stop tokens 0 (from checkpoint $d/llama_tok.h5's /tokenizer)\" $d/grpo_tok.log && grep -qx -- '-gen_eos 2' $d/grpo_tok/used.deck && grep -qx -- '-gen_stop 0' $d/grpo_tok/used.deck"
+bad "an eos_token that is no token of tokenizer.json" policy llama_tok \
+  'tc = json.load(open(f"{p}/tokenizer_config.json")); tc["eos_token"] = "<|nope|>"; json.dump(tc, open(f"{p}/tokenizer_config.json", "w"))' "eos_token '<|nope|>' is not a token of"
+bad "a tokenizer.json tokenizers cannot read" policy llama_tok 'open(f"{p}/tokenizer.json", "w").write("{\"model\": 1}")' "tokenizer.json: not a tokenizer.json that tokenizers reads"
 check "a directory without tokenizer.json imports its weights with one warning line ($(grep -c warning $d/imp_llama.log) in imp_llama.log)" \
   bash -c "[ \"\$(grep -c '^hf_import: warning: .*tokenizer.json missing: weights only' $d/imp_llama.log)\" = 1 ] && ! h5ls $d/llama.h5/tokenizer >/dev/null 2>&1"
 hfpy - $d <<'PY'
