@@ -142,7 +142,9 @@ def import_tokenizer(d, V_model, config, import_module):
             stops.append(v)
     add_bos = tc.get("add_bos_token")
     if not isinstance(add_bos, bool):  # a post-processor that puts BOS first (Llama 3's TemplateProcessing)
-        single = (j.get("post_processor") or {}).get("single") or []
+        post = j.get("post_processor") or {}
+        procs = post.get("processors", []) if post.get("type") == "Sequence" else [post]  # Llama 3: ByteLevel, then TemplateProcessing
+        single = next((q.get("single") for q in procs if q.get("type") == "TemplateProcessing"), None) or []
         add_bos = bos >= 0 and bool(single) and (single[0].get("SpecialToken") or {}).get("id") == toks[bos].decode("utf-8", "replace")
     off = np.zeros(V_model + 1, np.int64)
     off[1:] = np.cumsum([len(b) for b in toks])
