@@ -28,12 +28,18 @@ typedef struct {
   PetscBool eager;       /* run each decode step's ops one by one: no recorded graphs (-gen_eager) */
   PetscBool share_prompts; /* samples admitted together with the same prompt prefill it once (-gen_share_prompts) */
   PetscBool batch_invariant; /* the forward's matmuls in an order fixed per row, prefill included (-gen_batch_invariant) */
+  PetscBool stops_from_deck; /* the deck gave -gen_eos or -gen_stop: a checkpoint's tokenizer does not replace them */
 } GenConfig;
 
 /* Reads -gen_temperature, -gen_top_k, -gen_top_p, -gen_greedy,
  * -gen_max_new_tokens, -gen_min_new_tokens, -gen_slots, -gen_kv_mb, -gen_eos,
  * -gen_stop, -gen_eager, -gen_share_prompts, -gen_batch_invariant. */
 PetscErrorCode gen_config_set_from_options(GenConfig *cfg);
+/* EOS and the stop tokens of a run from checkpoint ckpt: when the deck gives
+ * neither -gen_eos nor -gen_stop, those of ckpt's /tokenizer where it has
+ * one (io's ckpt_read_stops), else -gen_eos's default; prints one line
+ * saying which ids and where from. ckpt NULL or "": none. Collective on comm. */
+PetscErrorCode gen_config_stops_from(MPI_Comm comm, GenConfig *cfg, const char *ckpt);
 /* Checks the settings against a model (prefix names its options, e.g.
  * "actor_") and the longest prompt: every error names the option, e.g.
  * "-gen_max_new_tokens 40 plus the longest prompt (27 tokens) exceeds

@@ -53,6 +53,11 @@ PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *rol
  * travels with the model through SFT, reward modelling and PPO. NULL or
  * "": none. *found (may be NULL): whether it has. Collective on comm. */
 PetscErrorCode ckpt_tokenizer_from(MPI_Comm comm, const char *path, PetscBool *found);
+/* The ids that end a response by path's /tokenizer: *eos its @eos_id (-1:
+ * none), stop[0..*nstop) its /tokenizer/stop_ids less EOS (at most max, else
+ * an error). *found false (the rest untouched but *eos -1) without the group.
+ * Collective on comm. */
+PetscErrorCode ckpt_read_stops(MPI_Comm comm, const char *path, int max, int *eos, int *stop, int *nstop, PetscBool *found);
 /* Whether the file (which must be a readable HDF5 file) holds group /<role>. */
 PetscErrorCode ckpt_has_role(MPI_Comm comm, const char *path, const char *role, PetscBool *has);
 /* Loads parameters (and moments and step if with_optim) into an existing model

@@ -13,8 +13,11 @@ Usage: /usr/bin/python3 tools/hf_export.py CKPT.h5 ROLE OUT_DIR [--eos ID] [--mo
 
 --eos ID writes eos_token_id (GPT-2: bos_token_id too; the built-in task's
 EOS is 3) so that transformers' generate stops where rlfuse's generation
-does. Tensors are copied bit for bit, so Hugging Face -> hf_import ->
-hf_export gives back the same tensors; optimizer state is left out. Errors
+does; without it, the /tokenizer group's eos_id where the checkpoint has one.
+With /tokenizer (an LM role), tokenizer.json, tokenizer_config.json and
+generation_config.json are written too (tools/hf_tokenizer.py), so that
+AutoTokenizer and pipeline("text-generation") load the directory. Tensors are copied bit for bit, so Hugging Face -> hf_import ->
+hf_export gives back the same tensors (and the same /tokenizer); optimizer state is left out. Errors
 are one line "hf_export: error: ..." with exit status 1; each file is written
 to a temporary and renamed. Needs numpy and h5py only.
 """
@@ -27,6 +30,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_gpt2 as hf  # noqa: E402
 import hf_llama as llama  # noqa: E402
+import hf_tokenizer  # noqa: E402
 
 TOOL = "hf_export"
 
@@ -105,6 +109,10 @@ def main():
     try:
         head = hf.head_of_role(role)
         head, cfg, params = read_role(ckpt, role)
+        tok = hf_tokenizer.read_group(ckpt) if head == "lm" else None
+        files = hf_tokenizer.export_files(*tok, cfg["n_positions"], f"{ckpt} /tokenizer") if tok else {}
+        if eos is None and tok and int(tok[1].get("eos_id", -1)) >= 0:
+            eos = int(tok[1]["eos_id"])
         if eos is not None and not 0 <= eos < cfg["vocab_size"]:
             raise hf.HFError(f"--eos {eos} is outside the vocabulary [0, {cfg['vocab_size']})")
         if cfg["arch"] == "gpt2":
@@ -116,15 +124,18 @@ def main():
             config, arch = llama.make_config(cfg, head, mt, eos), llama.arch_name(mt, head)
         os.makedirs(out, exist_ok=True)
         hf.write_safetensors(os.path.join(out, "model.safetensors"), params)
-        tmp = os.path.join(out, f"config.json.tmp.{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump(config, f, indent=2)
-        os.replace(tmp, os.path.join(out, "config.json"))
+        files["config.json"] = config
+        for name, obj in files.items():
+            tmp = os.path.join(out, f"{name}.tmp.{os.getpid()}")
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(obj, f, indent=2, ensure_ascii=False)
+            os.replace(tmp, os.path.join(out, name))
     except hf.HFError as e:
         hf.fail(TOOL, str(e))
     except OSError as e:
         hf.fail(TOOL, f"{out}: {e.strerror}")
-    print(f"{TOOL}: {ckpt} /{role} -> {out} ({arch}, {cfg['n_layer']} layers x {cfg['n_embd']}, vocabulary {cfg['vocab_size']})")
+    t = f"; tokenizer, EOS {eos}" if tok else ""
+    print(f"{TOOL}: {ckpt} /{role} -> {out} ({arch}, {cfg['n_layer']} layers x {cfg['n_embd']}, vocabulary {cfg['vocab_size']}{t})")
 
 
 if __name__ == "__main__":

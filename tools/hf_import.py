@@ -17,8 +17,12 @@ normalisation epsilon, a sliding window, rope scaling other than llama3, a
 mixture of experts, extra tensors, ...) is refused with one line
 "hf_import: error: ..." naming the config.json key or tensor, and exit
 status 1; OUT.h5 is written to a temporary and renamed, so nothing is left on
-failure. Needs numpy and h5py only. docs/huggingface.md says how to go on
-from the file.
+failure. For an LM role, a byte-level BPE tokenizer.json (with
+tokenizer_config.json and generation_config.json: chat template, special
+tokens, stop tokens) becomes the /tokenizer group (tools/hf_tokenizer.py;
+docs/formats.md); without one the weights import alone, with one line
+"hf_import: warning: ...". Needs numpy and h5py, and the tokenizers package
+for a tokenizer.json. docs/huggingface.md says how to go on from the file.
 """
 import json
 import os
@@ -29,6 +33,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_gpt2 as hf  # noqa: E402
 import hf_llama as llama  # noqa: E402
+import hf_tokenizer  # noqa: E402
 
 TOOL = "hf_import"
 BUFFERS = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers older transformers saved: not parameters
@@ -177,6 +182,11 @@ def write_ckpt(path, role, head, cfg, params, source, tool=TOOL, extra=None):
         raise
 
 
+def import_from_cache(name):
+    from gguf_import import import_from_cache as imp  # the cache folder make deps fills (tokenizers)
+    return imp(name)
+
+
 def main():
     if len(sys.argv) != 4:
         hf.fail(TOOL, "usage: hf_import.py HF_DIR OUT.h5 ROLE")
@@ -184,11 +194,17 @@ def main():
     try:
         head = hf.head_of_role(role)
         cfg, params, kind = load_hf(d, head)
-        write_ckpt(out, role, head, cfg, params, d)
+        tok, why = hf_tokenizer.import_tokenizer(d, cfg["vocab_size"], read_config(d)[0], import_from_cache) if head == "lm" else (None, None)
+        if why:
+            print(f"{TOOL}: warning: {why}", file=sys.stderr)
+        write_ckpt(out, role, head, cfg, params, d, extra=(lambda f: hf_tokenizer.write_group(f, *tok)) if tok else None)
     except hf.HFError as e:
         hf.fail(TOOL, str(e))
+    except OSError as e:
+        hf.fail(TOOL, f"{e.filename or out}: {e.strerror}")
     n = sum(x.size for x in params.values())
-    print(f"{TOOL}: {d} -> {out} /{role} ({kind}, {cfg['n_layer']} layers x {cfg['n_embd']}, vocabulary {cfg['vocab_size']}, {n} parameters)")
+    t = f"; tokenizer {tok[1]['pre']}, EOS {tok[1]['eos_id']}, stop tokens {','.join(map(str, tok[0]['stop_ids'])) or 'none'}" if tok else ""
+    print(f"{TOOL}: {d} -> {out} /{role} ({kind}, {cfg['n_layer']} layers x {cfg['n_embd']}, vocabulary {cfg['vocab_size']}, {n} parameters{t})")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@
 # as a Qwen3 config.json and imports back bit for bit; what rlfuse cannot
 # compute is refused in one line naming the config.json key.
 . regression/lib.sh
-plan 35
+plan 47
 d="$RLFUSE_TMP/hf_llama"; mkdir -p $d
 HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
 hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 "$PYTHON" "$@"; }
@@ -225,4 +225,134 @@ PY
 check "hf_export of a head_dim other than hidden_size / heads without q/k norms: one line, exit 1 ($(cat $d/bad.out))" bash -c "[ $rc -eq 1 ] && [ \"\$(wc -l <$d/bad.out)\" -eq 1 ] && grep -q 'head_dim 12 x 4 heads is not hidden_size 32' $d/bad.out && [ ! -e $d/badexp ]"
 "$PYTHON" tools/hf_export.py $d/qwen3.h5 policy $d/badexp --model-type llama >$d/bad.out 2>&1; rc=$?
 check "hf_export as Llama of a model with q/k norms: one line, exit 1 ($(cat $d/bad.out))" bash -c "[ $rc -eq 1 ] && [ \"\$(wc -l <$d/bad.out)\" -eq 1 ] && grep -q '^hf_export: error: --model-type llama' $d/bad.out && [ ! -e $d/badexp ]"
+# 6. the tokenizer: Llama and Qwen2 directories with a tokenizer.json made by tokenizers (a byte-level BPE trained on a few
+# sentences, <|im_start|>/<|im_end|> special tokens, a ChatML template, EOS <|im_end|> 2, generation_config's eos [2, 0])
+# -> hf_import's /tokenizer -> -mode generate stops at the tokenizer's EOS -> hf_export -> AutoTokenizer, pipeline and generate agree
+tokenizer_items=12
+if ! hfpy -c 'import tokenizers, transformers, jinja2' 2>$d/tok_import.err; then
+  for i in $(seq $tokenizer_items); do skip "tokenizer items: tokenizers/transformers/jinja2 missing ($(tail -1 $d/tok_import.err))"; done
+else
+hfpy - $d <<'PY' 2>$d/tok_make.err || not_ok "make the tokenizer directories: $(tail -1 $d/tok_make.err)"
+import sys, torch
+from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, PreTrainedTokenizerFast, GenerationConfig
+d = sys.argv[1]; torch.manual_seed(11)
+tk = Tokenizer(models.BPE())
+tk.pre_tokenizer, tk.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+text = ["the cat sat on the mat", "two plus three is five", "what is 12 plus 7? it is 19", "hello world, the answer is 42"] * 4
+tk.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+tmpl = ("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n'}}{% endfor %}"
+        "{% if add_generation_prompt %}{{'<|im_start|>assistant\n'}}{% endif %}")
+kw = dict(vocab_size=tk.get_vocab_size() + 4, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+          num_key_value_heads=2, max_position_embeddings=64, bos_token_id=0, eos_token_id=2)
+for name, m in (("llama_tok", LlamaForCausalLM(LlamaConfig(tie_word_embeddings=False, **kw))),
+                ("qwen2_tok", Qwen2ForCausalLM(Qwen2Config(tie_word_embeddings=True, **kw)))):
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+        m.lm_head.weight[2] *= 2  # <|im_end|> likelier: some greedy responses stop at it (one of the three for either model)
+    m.save_pretrained(f"{d}/{name}")
+    PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|endoftext|>", eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                            chat_template=tmpl).save_pretrained(f"{d}/{name}")
+    GenerationConfig(bos_token_id=0, eos_token_id=[2, 0], pad_token_id=0).save_pretrained(f"{d}/{name}")
+PY
+printf '%s\n' '{"prompt": "what is 12 plus 7?"}' '{"messages": [{"role": "user", "content": "the cat sat"}]}' '{"prompt": "hello world"}' >$d/tok_prompts.jsonl
+for k in llama_tok qwen2_tok; do
+  "$PYTHON" tools/hf_import.py $d/$k $d/$k.h5 policy >$d/imp_$k.log 2>&1 || not_ok "hf_import $k: $(tail -1 $d/imp_$k.log)"
+  "$PYTHON" tools/tokenizer.py $d/$k.h5 prompts $d/tok_prompts.jsonl $d/${k}_p.h5 >$d/tp_$k.log 2>&1 || not_ok "tokenizer.py prompts $k: $(tail -1 $d/tp_$k.log)"
+  rlfuse -mode generate -generate_checkpoint $d/$k.h5 -generate_input $d/${k}_p.h5 -generate_output $d/${k}_g.h5 -gen_greedy -gen_max_new_tokens 10 \
+    -output_dir $d/gen_$k >$d/gen_$k.log 2>&1 || not_ok "generate $k: $(tail -1 $d/gen_$k.log)"
+  "$PYTHON" tools/hf_export.py $d/$k.h5 policy $d/x_$k >$d/xp_$k.log 2>&1 || not_ok "hf_export $k: $(tail -1 $d/xp_$k.log)"
+  "$PYTHON" tools/hf_import.py $d/x_$k $d/x_$k.h5 policy >$d/ximp_$k.log 2>&1 || not_ok "hf_import of the export of $k: $(tail -1 $d/ximp_$k.log)"
+done
+check "generate from the imported Qwen2 takes EOS and the stop tokens from its tokenizer and says so ($(grep '^generation stops' $d/gen_qwen2_tok.log))" \
+  grep -q "^generation stops at EOS 2 and stop tokens 0 (from checkpoint $d/qwen2_tok.h5's /tokenizer)" $d/gen_qwen2_tok.log
+rlfuse -mode generate -generate_checkpoint $d/qwen2_tok.h5 -generate_input $d/qwen2_tok_p.h5 -generate_output $d/deck_g.h5 -gen_greedy -gen_max_new_tokens 4 \
+  -gen_eos 5 -output_dir $d/gen_deck >$d/gen_deck.log 2>&1 || not_ok "generate -gen_eos 5: $(tail -1 $d/gen_deck.log)"
+check "a deck's -gen_eos wins over the tokenizer's, and the line says so ($(grep '^generation stops' $d/gen_deck.log))" \
+  grep -q "^generation stops at EOS 5 and stop tokens none (from the deck's -gen_eos/-gen_stop)" $d/gen_deck.log
+printf '%s\n' '{"prompt": "what is 12 plus 7?", "answer": "19"}' '{"prompt": "two plus three", "answer": "5"}' >$d/tok_answers.jsonl
+"$PYTHON" tools/tokenizer.py $d/llama_tok.h5 prompts $d/tok_answers.jsonl $d/tok_answers.h5 >$d/ta.log 2>&1 || not_ok "tokenizer.py prompts with answers: $(tail -1 $d/ta.log)"
+rlfuse -mode ppo -algo grpo -actor_checkpoint $d/llama_tok.h5 -ppo_prompts $d/tok_answers.h5 -reward_fn numeric -grpo_group 2 -rollout_batch 4 \
+  -ppo_minibatches 1 -ppo_iterations 1 -gen_max_new_tokens 8 -output_dir $d/grpo_tok >$d/grpo_tok.log 2>&1 || not_ok "GRPO from the imported Llama: $(tail -1 $d/grpo_tok.log)"
+check "GRPO (1 iteration, numeric reward) from the imported Llama takes EOS 2 and stop token 0 from its tokenizer, and used.deck gives them ($(grep '^generation stops' $d/grpo_tok.log))" \
+  bash -c "grep -q \"^generation stops at EOS 2 and stop tokens 0 (from checkpoint $d/llama_tok.h5's /tokenizer)\" $d/grpo_tok.log && grep -qx -- '-gen_eos 2' $d/grpo_tok/used.deck && grep -qx -- '-gen_stop 0' $d/grpo_tok/used.deck"
+bad "an eos_token that is no token of tokenizer.json" policy llama_tok \
+  'tc = json.load(open(f"{p}/tokenizer_config.json")); tc["eos_token"] = "<|nope|>"; json.dump(tc, open(f"{p}/tokenizer_config.json", "w"))' "eos_token '<|nope|>' is not a token of"
+bad "a tokenizer.json tokenizers cannot read" policy llama_tok 'open(f"{p}/tokenizer.json", "w").write("{\"model\": 1}")' "tokenizer.json: not a tokenizer.json that tokenizers reads"
+check "a directory without tokenizer.json imports its weights with one warning line ($(grep -c warning $d/imp_llama.log) in imp_llama.log)" \
+  bash -c "[ \"\$(grep -c '^hf_import: warning: .*tokenizer.json missing: weights only' $d/imp_llama.log)\" = 1 ] && ! h5ls $d/llama.h5/tokenizer >/dev/null 2>&1"
+hfpy - $d <<'PY'
+import sys, json, h5py, numpy as np, torch
+from transformers import AutoTokenizer, AutoModelForCausalLM, pipeline, logging
+from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+logging.set_verbosity_error()
+d = sys.argv[1]
+TEXTS = ["what is 12 plus 7? it is 19", "the cat sat on the mat", "<|im_start|>user\nhello world<|im_end|>\n", "zebra quux!"]
+MSGS = [{"role": "user", "content": "two plus three"}]
+
+def group(p):
+    with h5py.File(p) as f:
+        g = f["tokenizer"]
+        return {k: g[k][()] for k in g}, {k: g.attrs[k] for k in g.attrs}
+
+def same_group(a, b):
+    (da, aa), (db, ab) = a, b
+    return sorted(da) == sorted(db) and all(np.array_equal(da[k], db[k]) for k in da) and sorted(aa) == sorted(ab) and all(np.array_equal(aa[k], ab[k]) for k in aa)
+
+for k in ("llama_tok", "qwen2_tok"):
+    why = []
+    try:
+        orig = AutoTokenizer.from_pretrained(f"{d}/{k}")
+        ds, at = group(f"{d}/{k}.h5")
+        tb, off, ty = ds["token_bytes"].tobytes(), ds["token_offsets"], ds["token_type"]
+        u2b = {c: b for b, c in bytes_to_unicode().items()}
+        for i in range(len(orig)):
+            t = orig.convert_ids_to_tokens(i)
+            want = t.encode() if i in orig.added_tokens_decoder else bytes(u2b[c] for c in t)
+            if tb[off[i]:off[i + 1]] != want:
+                why.append(f"token {i} is {tb[off[i]:off[i + 1]]!r}, tokenizer.json's {want!r}"); break
+        got = dict(eos_id=int(at["eos_id"]), bos_id=int(at["bos_id"]), pad_id=int(at["pad_id"]), eot_id=int(at["eot_id"]), stop_ids=ds["stop_ids"].tolist(),
+                   special=[i for i in range(len(ty)) if ty[i] == 3], template=at["chat_template"] == orig.chat_template, pre=at["pre"], V=len(off) - 1)
+        want = dict(eos_id=2, bos_id=0, pad_id=0, eot_id=2, stop_ids=[2, 0], special=[0, 1, 2], template=True, pre="gpt2", V=len(orig) + 4)
+        why += [f"{n} {got[n]!r}, expected {v!r}" for n, v in want.items() if got[n] != v]
+        print(("ok - " if not why else "not ok - ") + f"hf_import {k}: /tokenizer holds tokenizer.json's {len(orig)} tokens' bytes (4 padding rows empty), "
+              "EOS/BOS/pad, the end-of-turn <|im_end|>, stop_ids [2, 0] and the chat template" + ("" if not why else ": " + "; ".join(why[:3])))
+        why = []
+        x = AutoTokenizer.from_pretrained(f"{d}/x_{k}")
+        for t in TEXTS:
+            if x(t)["input_ids"] != orig(t)["input_ids"]:
+                why.append(f"{t!r} -> {x(t)['input_ids']}, the original {orig(t)['input_ids']}")
+        if x.apply_chat_template(MSGS, add_generation_prompt=True) != orig.apply_chat_template(MSGS, add_generation_prompt=True):
+            why.append("apply_chat_template differs")
+        gc = json.load(open(f"{d}/x_{k}/generation_config.json"))
+        if (x.eos_token, x.bos_token, x.pad_token, gc.get("eos_token_id")) != ("<|im_end|>", "<|endoftext|>", "<|endoftext|>", [2, 0]):
+            why.append(f"special tokens {x.eos_token!r} {x.bos_token!r} {x.pad_token!r}, generation_config eos {gc.get('eos_token_id')}")
+        if not same_group(group(f"{d}/{k}.h5"), group(f"{d}/x_{k}.h5")):
+            why.append("hf_import of the export gives other /tokenizer tables")
+        print(("ok - " if not why else "not ok - ") + f"hf_export {k}: AutoTokenizer encodes {len(TEXTS)} texts and the chat template to the original's ids, "
+              "EOS <|im_end|> with generation_config eos [2, 0]; re-imported, the same /tokenizer" + ("" if not why else ": " + "; ".join(why[:3])))
+        why = []
+        m = AutoModelForCausalLM.from_pretrained(f"{d}/x_{k}").eval()
+        with h5py.File(f"{d}/{k}_g.h5") as f:
+            toks, pl, rl = f["tokens"][()], f["prompt_lengths"][()], f["response_lengths"][()]
+        for b in range(len(pl)):
+            with torch.no_grad():
+                out = m.generate(torch.from_numpy(toks[b:b + 1, :pl[b]].astype(np.int64)), do_sample=False, max_new_tokens=10)[0, pl[b]:].tolist()
+            if out != toks[b, pl[b]:pl[b] + rl[b]].tolist():
+                why.append(f"prompt {b}: generate {out}, rlfuse {toks[b, pl[b]:pl[b] + rl[b]].tolist()}")
+        stopped = int(sum(toks[b, pl[b] + rl[b] - 1] in (0, 2) for b in range(len(pl))))
+        if not stopped:
+            why.append("no response stopped at <|im_end|> 2 or <|endoftext|> 0")
+        text = pipeline("text-generation", model=f"{d}/x_{k}")("the cat sat", max_new_tokens=4, do_sample=False)[0]["generated_text"]
+        if not text.startswith("the cat sat"):
+            why.append(f"pipeline gave {text!r}")
+        print(("ok - " if not why else "not ok - ") + f"{k} exported: generate(do_sample=False) continues the {len(pl)} prompts as rlfuse's -gen_greedy "
+              f"(stopping at the same stop tokens: {stopped} stopped); "
+              "pipeline('text-generation') runs" + ("" if not why else ": " + "; ".join(why[:3])))
+    except Exception as e:  # noqa: BLE001
+        print(f"not ok - tokenizer round trip {k}: {type(e).__name__}: {e}")
+PY
+fi
 finish

@@ -4,6 +4,7 @@
  * a message naming the option to change. */
 #include "gen.h"
 #include "sys.h"
+#include "io.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -37,7 +38,8 @@ PetscBool gen_is_stop(const GenConfig *cfg, int token)
 
 PetscErrorCode gen_config_set_from_options(GenConfig *cfg)
 {
-  char stop[256] = "";
+  char      stop[256] = "";
+  PetscBool eos_set, stop_set;
 
   PetscFunctionBegin;
   PetscOptionsBegin(PETSC_COMM_WORLD, "gen_", "Generation (sampling and the decoding engine)", NULL);
@@ -49,13 +51,60 @@ PetscErrorCode gen_config_set_from_options(GenConfig *cfg)
   RfOptInt("-min_new_tokens", "EOS is not allowed before this many response tokens", 0, &cfg->min_new_tokens);
   RfOptInt("-slots", "Samples decoded concurrently (continuous batching: a finished sample's slot takes the next prompt)", 16, &cfg->slots);
   RfOptReal("-kv_mb", "Bound on the KV cache in MiB (2 * n_layer * slots * (longest prompt + max_new_tokens) * key width floats; the key width is n_embd, or n_kv_head heads for the LLaMA family)", 1024.0, &cfg->kv_mb);
-  RfOptInt("-eos", "End-of-sequence token id (the built-in task uses 3)", 3, &cfg->eos);
+  RfOptInt("-eos", "End-of-sequence token id (default: the checkpoint's tokenizer's when it has one and the deck sets neither -gen_eos nor -gen_stop, else 3, the built-in task's)", 3, &cfg->eos);
   RfOptBool("-eager", "Run each decode step's operations one by one instead of replaying the step's recorded CUDA graph (for comparison; the results are the same bits)", PETSC_FALSE, &cfg->eager);
   RfOptBool("-share_prompts", "Samples admitted in the same step with the same prompt (a GRPO group) prefill it once and copy its keys and values", PETSC_TRUE, &cfg->share_prompts);
   RfOptBool("-batch_invariant", "A sequence's tokens and log-probabilities do not depend on the sequences sharing its steps, prefill included: the forward's matmuls in an order fixed per row (cpu; slower prefills of many rows; changes the default's last bits)", PETSC_FALSE, &cfg->batch_invariant);
   RfOptString("-stop", "Further token ids that end a response, comma-separated (e.g. a chat model's end of turn; -gen_min_new_tokens bans only -gen_eos)", stop, sizeof stop);
   PetscOptionsEnd();
   PetscCall(parse_stop(stop, cfg));
+  PetscCall(PetscOptionsHasName(NULL, "gen_", "-eos", &eos_set));
+  PetscCall(PetscOptionsHasName(NULL, "gen_", "-stop", &stop_set));
+  cfg->stops_from_deck = (PetscBool)(eos_set || stop_set);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* "a,b,c" of ids, or "none". */
+static PetscErrorCode stops_str(const GenConfig *cfg, char *buf, size_t len)
+{
+  size_t n = 0;
+
+  PetscFunctionBegin;
+  PetscCall(PetscStrncpy(buf, cfg->nstop ? "" : "none", len));
+  for (int i = 0; i < cfg->nstop; i++) {
+    PetscCall(PetscStrlen(buf, &n));
+    PetscCall(PetscSNPrintf(buf + n, len - n, "%s%d", i ? "," : "", cfg->stop[i]));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode gen_config_stops_from(MPI_Comm comm, GenConfig *cfg, const char *ckpt)
+{
+  PetscBool   found = PETSC_FALSE;
+  int         eos = -1, stop[GEN_MAX_STOP], nstop = 0;
+  char        list[GEN_MAX_STOP * 12 + 8], from[PETSC_MAX_PATH_LEN + 64];
+  const char *deck = "the deck's -gen_eos/-gen_stop";
+
+  PetscFunctionBegin;
+  if (!cfg->stops_from_deck && ckpt && ckpt[0]) PetscCall(ckpt_read_stops(comm, ckpt, GEN_MAX_STOP, &eos, stop, &nstop, &found));
+  if (found && eos < 0 && nstop > 0) { /* no EOS but stop tokens: the first is EOS (-gen_min_new_tokens bans it) */
+    eos = stop[0];
+    for (int i = 1; i < nstop; i++) stop[i - 1] = stop[i];
+    nstop--;
+  }
+  if (found && eos >= 0) {
+    cfg->eos   = eos;
+    cfg->nstop = nstop;
+    for (int i = 0; i < nstop; i++) cfg->stop[i] = stop[i];
+    PetscCall(PetscSNPrintf(from, sizeof from, "checkpoint %s's /tokenizer", ckpt));
+    /* the run record and used.deck hold the ids used, so that used.deck repeats the run */
+    PetscCall(PetscSNPrintf(list, sizeof list, "%" PetscInt_FMT, cfg->eos));
+    PetscCall(sys_param_record("gen_", "-eos", list, PETSC_FALSE));
+    PetscCall(stops_str(cfg, list, sizeof list));
+    PetscCall(sys_param_record("gen_", "-stop", nstop ? list : "", PETSC_FALSE));
+  } else PetscCall(PetscSNPrintf(from, sizeof from, "%s", cfg->stops_from_deck ? deck : ckpt && ckpt[0] ? "-gen_eos's default: the checkpoint has no /tokenizer EOS" : "-gen_eos's default"));
+  PetscCall(stops_str(cfg, list, sizeof list));
+  PetscCall(PetscPrintf(comm, "generation stops at EOS %" PetscInt_FMT " and stop tokens %s (from %s)\n", cfg->eos, list, from));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -135,6 +135,7 @@ PetscErrorCode generate_run(const RunCtx *run, const Backend *be)
   if (help) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(sys_options_check_unused());
   PetscCall(generate_check(&o));
+  PetscCall(gen_config_stops_from(run->comm, &o.gen, o.checkpoint));
   PetscCall(ckpt_read_config(run->comm, o.checkpoint, o.role, &cfg));
   PetscCheck(cfg.head == MODEL_HEAD_LM, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-generate_checkpoint %s: -generate_role %s has a scalar head (a reward model or critic); generating needs an LM head (role policy, actor or reference)", o.checkpoint, o.role);
   PetscCall(data_read_vocab(run->comm, o.input, cfg.vocab_size, "the checkpoint's vocab_size", &p));

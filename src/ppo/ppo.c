@@ -601,6 +601,7 @@ static PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const ModelC
     PetscCheck(!ppo_trains_critic(o) || o->critic_init == CRITIC_FROM_ACTOR || o->restart[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-critic_init reward starts the critic from the reward model, and there is none (no -reward_checkpoint): use -critic_init actor");
   }
   PetscCall(prompts_setup(run, o, ps));
+  if (!policy) PetscCall(gen_config_stops_from(run->comm, &o->gen, src[0].file)); /* the actor's tokenizer's EOS unless the deck gives one */
   PetscCheck(!o->eval_only || ps->eval.n > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-mode eval needs held-out prompts: -ppo_eval_file FILE, or the built-in task's (-ppo_prompts builtin) with -ppo_eval_prompts > 0");
   PetscCall(ppo_configs(run, o, src, policy, ps->max_prompt, cfg));
   if (ps->eval_alone) { /* the training prompts are not used */
