@@ -322,9 +322,10 @@ typedef struct {
 } PPOEval;
 /* Evaluates `policy` on the held-out set: generation on the policy's
  * placement (the same draws for every policy), reference and reward
- * inference on theirs, the rule and command rewards. Collective on
- * MPI_COMM_WORLD. */
-PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, const PPOEvalSet *e, uint64_t seed, int max_prompt, PPOEval *ev);
+ * inference on theirs, the rule and command rewards. With path, the
+ * prompts, responses, rewards and answers are saved as group `group` of that
+ * file (evals.h5, docs/formats.md). Collective on MPI_COMM_WORLD. */
+PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, const PPOEvalSet *e, uint64_t seed, int max_prompt, const char *path, const char *group, PPOEval *ev);
 
 /* Training over the rollout: epochs x minibatches optimizer steps for the
  * actor (and the critic for PPO). Sums of the metrics go into stats. */
