@@ -91,6 +91,7 @@ PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, c
   if (gold == PPO_GOLD_ANSWER) ev->pass_k = pass_at_k(&r, e->n, e->k);
   ev->kl = rollout_kl(&r);
   if (path) PetscCall(ppo_eval_save(path, group, &r, e, ev));
+  if (o->eval_show > 0) PetscCall(ppo_show_samples(&m->rew, &r, (int)PetscMin(o->eval_show, N), group));
   PetscCall(packbuf_destroy(&pb));
   PetscCall(rollout_destroy(&r));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -76,6 +76,7 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptString("-eval_file", "Held-out prompts with reference answers (a prompt file, docs/formats.md) for the evaluations instead of the built-in task's", o->eval_file, sizeof o->eval_file);
   RfOptInt("-eval_samples", "Responses per held-out prompt: accuracy is over all of them, pass@k for k this count", 1, &o->eval_samples);
   RfOptBool("-eval_greedy", "Held-out responses greedy (the most probable token) while training samples (-gen_greedy: both greedy)", PETSC_FALSE, &o->eval_greedy);
+  RfOptInt("-eval_show", "Held-out samples printed at each evaluation (prompt, response, reward, answer; text through the token table, else token ids)", 0, &o->eval_show);
   PetscOptionsEnd();
   PetscCall(reward_options_from_options(&o->reward)); /* src/reward owns the -reward_ options */
   PetscOptionsBegin(PETSC_COMM_WORLD, "grpo_", "GRPO", NULL);
@@ -131,6 +132,7 @@ static PetscErrorCode ppo_check_options(PPOOptions *o)
     PetscCall(ppo_algo_join(algo_groups, PETSC_FALSE, grouped, sizeof grouped));
     SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_sampling filters groups of -grpo_group responses: -algo %s draws none (an -algo that does: %s)", ppo_algo(o)->name, grouped);
   }
+  PetscCheck(o->eval_show >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_show %" PetscInt_FMT " must be >= 0", o->eval_show);
   PetscCheck(o->eval_samples >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_samples %" PetscInt_FMT " must be >= 1", o->eval_samples);
   PetscCheck(o->eval_samples == 1 || !(o->gen.greedy || o->eval_greedy), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_eval_samples %" PetscInt_FMT " with %s: greedy responses to one prompt are all the same", o->eval_samples, o->gen.greedy ? "-gen_greedy" : "-ppo_eval_greedy");
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -182,6 +182,10 @@ PetscErrorCode rollout_infer_rows(Model *m, RolloutInfer kind, Rollout *r, const
  * have reference answers (gold is then whether the answer is right).
  * Collective on MPI_COMM_WORLD. */
 PetscErrorCode ppo_rewards_setup(const RunCtx *run, const PPOOptions *o, const char *const *tables, int ntables, PetscBool builtin, PetscBool answers, PPORewards *rw);
+/* Prints rows [0, n) of r on world rank 0 (-ppo_eval_show): prompt and
+ * response as text through the token table, or as token ids without one,
+ * the final reward and the reference answer; what names the evaluation. */
+PetscErrorCode ppo_show_samples(PPORewards *rw, const Rollout *r, int n, const char *what);
 PetscErrorCode ppo_rewards_destroy(PPORewards *rw);
 /* Rule rewards and the judge of every row into r->rule, r->parts and
  * r->gold, the judge being gold's (the training prompts' rw->gold, or the
