@@ -157,6 +157,12 @@ PetscErrorCode data_free(TokenData *d);
  * attributes into path, creating the file if needed; flushed and closed on
  * return. Rank 0 writes; collective. */
 PetscErrorCode io_group_append(MPI_Comm comm, const char *path, const char *group, const IODataset *d, int n, const char *const *attr_names, const double *attr_values, int nattr);
+/* Writes group `group` (replacing one of that name) into path through a
+ * temporary and a rename, copying the file's other groups: datasets, double
+ * attributes and, when texts is not NULL, ntexts row texts as
+ * <text_name>_bytes and <text_name>_offsets (a prompt file's layout; a NULL
+ * row is empty). Rank 0 writes; collective. */
+PetscErrorCode io_group_replace(MPI_Comm comm, const char *path, const char *group, const IODataset *d, int n, const char *text_name, const char *const *texts, int ntexts, const char *const *attr_names, const double *attr_values, int nattr);
 /* The same into an open run record: group `group` (a path such as
  * "plan/actor_gen": missing parents are created; a group of that name is
  * replaced, children included), then a flush. Rank 0 writes; collective. */

@@ -36,6 +36,7 @@ typedef struct {
   char        eval_file[PETSC_MAX_PATH_LEN]; /* -ppo_eval_file: held-out prompts with answers ("": the built-in task's) */
   PetscInt    eval_samples;                  /* -ppo_eval_samples: responses per held-out prompt (pass@k) */
   PetscBool   eval_greedy;                   /* -ppo_eval_greedy: held-out responses greedy (training's are sampled) */
+  PetscInt    eval_show;                     /* -ppo_eval_show: held-out samples printed at each evaluation */
   /* rewards (-reward_*): the reward model's score times its weight, plus
    * rule functions of the response text, plus a user's command. src/reward
    * reads and checks them (reward_options_check). */

@@ -14,6 +14,8 @@ Usage: /usr/bin/python3 tools/tokenizer.py CKPT encode TEXT         ids, one lin
                         a prompt file for rlfuse -mode generate (-generate_input)
        /usr/bin/python3 tools/tokenizer.py CKPT responses GEN.h5 OUT.jsonl
                         the text of a -mode generate output (-generate_output)
+       /usr/bin/python3 tools/tokenizer.py samples RUN_FILE.h5 [CKPT]
+                        a run's rollouts.h5 or evals.h5 as JSON lines on stdout
 The subcommand may also come first (tokenizer.py prompts CKPT IN.jsonl OUT.h5).
 Every subcommand takes --tokenizer-json FILE anywhere: encode with the
 model's own tokenizer.json (below).
@@ -63,6 +65,21 @@ distribution it was sampled from). Bytes that are not UTF-8 (a character
 cut by the token limit) decode as U+FFFD. OUT.jsonl is UTF-8, written to a
 temporary and renamed. Refused: a file without the generation datasets,
 inconsistent lengths, token ids outside the vocabulary.
+
+samples: one JSON line per sample of every group of a run's rollouts.h5
+(-dump_rollouts) or evals.h5 (the held-out evaluations; docs/formats.md),
+groups in file order (iter_2 before iter_10), rows in order:
+  {"group": G, "row": I, "prompt": TEXT, "response": TEXT, "eos": BOOL,
+   "response_tokens": N, "reward": X, "gold": X, "answer": TEXT}
+reward is /final_scores (the final reward, KL penalty aside), gold the
+judge's score or whether the answer is right (null where NaN), answer
+only where the group holds /answer_*; response less its final stop token
+when eos. Decoded with CKPT's /tokenizer when given; else with the first
+of the run's final.h5 (beside RUN_FILE.h5) and its actor checkpoint (run.h5
+/parameters@actor_checkpoint) that holds one; else, for the built-in
+arithmetic task (run.h5 /parameters@task), with its characters
+(src/task/arith.c); else each text is the token ids separated by blanks.
+Refused: a file whose groups lack the datasets, lengths past the width.
 
 Encoding is GPT-2 byte-level BPE (model "gpt2"), done by Hugging Face's
 tokenizers package (the reference implementation of these tokenizers; make
@@ -490,7 +507,8 @@ def read_generation(tk, path):
     with open_h5(path) as f:
         miss = [k for k in GEN_DATASETS if k not in f]
         if miss:
-            raise TokenizerError(f"{path}: no /{miss[0]} (not a -mode generate output file)")
+            hint = " (a run's rollouts.h5 or evals.h5: tokenizer.py samples FILE)" if any(k.startswith("iter_") or k in ("eval", "reference") for k in f) else ""
+            raise TokenizerError(f"{path}: no /{miss[0]} (not a -mode generate output file){hint}")
         g = {k: f[k][()] for k in GEN_DATASETS}
         B = len(g["lengths"])
         for name in ("answer", "metadata"):
@@ -545,6 +563,83 @@ def write_responses(tk, gen, out):
     return recs
 
 
+SAMPLE_DATASETS = ("tokens", "prompt_lengths", "response_lengths")
+# the built-in arithmetic task's tokens (src/task/arith.c): PAD BOS SEP EOS without text, then characters
+ARITH_CHARS = "0123456789+-*=?., abcdefghijklmnopqrstuvwxyz"
+
+
+class IdsText:
+    """Token ids as text, for runs without a tokenizer or a task with characters (the sort task)."""
+    def decode(self, ids):
+        return " ".join(map(str, ids))
+
+
+def run_decoder(path, ckpt=None):
+    """(decoder, what) for a run file: CKPT's /tokenizer, the run's checkpoints', the arithmetic task's or the ids."""
+    import h5py
+    if ckpt:
+        return Tokenizer.from_checkpoint(ckpt), ckpt
+    d = os.path.dirname(os.path.abspath(path))
+    cands, task = [os.path.join(d, "final.h5")], None
+    if os.path.isfile(os.path.join(d, "run.h5")):
+        try:
+            with h5py.File(os.path.join(d, "run.h5"), "r") as f:
+                p = f["parameters"].attrs if "parameters" in f else {}
+                val = {k: (p[k].decode() if isinstance(p[k], bytes) else str(p[k])) for k in ("actor_checkpoint", "task") if k in p}
+            task = val.get("task")
+            if val.get("actor_checkpoint"):
+                cands.append(val["actor_checkpoint"])
+        except OSError:
+            pass
+    for c in cands:
+        try:
+            with h5py.File(c, "r") as f:
+                has = "tokenizer" in f
+        except OSError:
+            continue
+        if has:
+            return Tokenizer.from_checkpoint(c), c
+    if task == "arith":
+        return Tokenizer([b"", b"", b"", b""] + [c.encode() for c in ARITH_CHARS], [CONTROL] * 4 + [1] * len(ARITH_CHARS), []), "the arithmetic task's characters"
+    return IdsText(), "token ids"
+
+
+def sample_records(dec, path):
+    """One dict per sample of every group of a rollouts.h5 or evals.h5 (see samples in the docstring)."""
+    def num(x):
+        return None if np.isnan(x) else float(x)
+
+    recs = []
+    with open_h5(path) as f:
+        groups = sorted((k for k in f if isinstance(f[k], type(f["/"]))), key=lambda k: (not k.startswith("iter_"), int(k[5:]) if k[5:].isdigit() else 0, k))
+        if not groups:
+            raise TokenizerError(f"{path}: no groups (not a run's rollouts.h5 or evals.h5)")
+        for gname in groups:
+            g = f[gname]
+            miss = [k for k in SAMPLE_DATASETS if k not in g]
+            if miss:
+                raise TokenizerError(f"{path}: /{gname} has no /{miss[0]} (not a run's rollouts.h5 or evals.h5)")
+            tok, P, R = g["tokens"][()], g["prompt_lengths"][()].reshape(-1), g["response_lengths"][()].reshape(-1)
+            B, T = tok.shape
+            if len(P) != B or len(R) != B or np.any(P < 0) or np.any(R < 0) or np.any(P + R > T):
+                raise TokenizerError(f"{path}: /{gname}: prompt_lengths + response_lengths do not fit its {B} rows of {T} tokens")
+            col = {k: g[k][()].reshape(-1) for k in ("eos", "final_scores", "gold") if k in g}
+            ans = read_texts(g, "answer", B)
+            for b in range(B):
+                resp = tok[b, P[b]:P[b] + R[b]].tolist()
+                eos = bool(col["eos"][b]) if "eos" in col else False
+                r = {"group": gname, "row": b, "prompt": dec.decode(tok[b, :P[b]].tolist()),
+                     "response": dec.decode(resp[:-1] if eos and resp else resp), "eos": eos, "response_tokens": int(R[b])}
+                if "final_scores" in col:
+                    r["reward"] = num(col["final_scores"][b])
+                if "gold" in col:
+                    r["gold"] = num(col["gold"][b])
+                if ans is not None:
+                    r["answer"] = ans[b]
+                recs.append(r)
+    return recs
+
+
 def fail(msg):
     print(f"{TOOL}: error: {msg}", file=sys.stderr)
     sys.exit(1)
@@ -561,6 +656,16 @@ def main():
         del a[i:i + 2]
         if not os.path.isfile(tokenizer_json):
             fail(f"--tokenizer-json {tokenizer_json}: no such file")
+    if a and a[0] == "samples":
+        if len(a) not in (2, 3):
+            fail("usage: tokenizer.py samples RUN_FILE.h5 [CKPT]")
+        try:
+            dec, _ = run_decoder(a[1], a[2] if len(a) == 3 else None)
+            for r in sample_records(dec, a[1]):
+                sys.stdout.write(json.dumps(r, ensure_ascii=False) + "\n")
+        except TokenizerError as e:
+            fail(str(e))
+        return
     if len(a) >= 2 and a[0] in ("prompts", "responses") and a[1] not in cmds and not os.path.isfile(a[0]):
         a[0], a[1] = a[1], a[0]  # tokenizer.py prompts CKPT ...
     if len(a) < 2 or a[1] not in cmds:

@@ -17,7 +17,8 @@ P="-mode ppo -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5
    -ppo_eval_every 0 -ppo_microbatches 2 -gen_max_new_tokens 16 -gen_slots 16 -ppo_eval_prompts 16 -actor_lr 1e-4 -critic_lr 3e-4 -seed 5 -dump_rollouts"
 
 # the same run's rollouts and metrics (regression/lib.sh); the deck does not ask
-# for a held-out evaluation (-ppo_eval_every 0), so eval_gold is unmeasured
+# for held-out evaluations during the run (-ppo_eval_every 0), so the eval_*
+# metrics hold only the last iteration's (the summary's) evaluation
 same_run() { same_run_dirs $d/$1 $d/$2; }
 same_weights() { "$PYTHON" tools/ckpt_diff.py $d/$1/final.h5 $d/$2/final.h5 >$d/diff_$2.txt 2>&1; }
 layout() {

@@ -9,7 +9,7 @@
 # and DAPO's dynamic sampling (its selection recomputed, in one round and in
 # several, on 2 ranks as on 1).
 . regression/lib.sh
-plan 38
+plan 42
 d="$RLFUSE_TMP/rlvr"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file input/arith_sft.deck -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT on the arithmetic task: $(tail -1 $d/sft.log)"
@@ -19,7 +19,7 @@ G="-options_file input/arith_grpo.deck -actor_checkpoint $d/sft/final.h5 -reward
    -ppo_iterations 4 -ppo_eval_prompts 32 -ppo_eval_samples 2 -ppo_eval_every 2 -ppo_checkpoint_every 2 -dump_rollouts"
 
 # ---- -mode eval ----
-rlfuse -mode eval $A -reward_fn numeric -ppo_eval_prompts 128 -ppo_eval_samples 4 -gen_max_new_tokens 6 -output_dir $d/eval >$d/eval.log 2>&1 || not_ok "-mode eval: $(tail -1 $d/eval.log)"
+rlfuse -mode eval $A -reward_fn numeric -ppo_eval_prompts 128 -ppo_eval_samples 4 -gen_max_new_tokens 6 -ppo_eval_show 2 -output_dir $d/eval >$d/eval.log 2>&1 || not_ok "-mode eval: $(tail -1 $d/eval.log)"
 py "-mode eval" $d/eval <<'PY'
 import sys, re, h5py
 d = sys.argv[1]
@@ -34,9 +34,9 @@ PY
 mpirun 1 $G -output_dir $d/one >$d/one.log 2>&1 || not_ok "GRPO with rule rewards: $(tail -1 $d/one.log)"
 check "grpo without a reward model: progress lines, held-out accuracy and pass@2 before and after, no reward model in the checkpoint" bash -c \
   "[ \$(grep -c '^iter ' $d/one.log) -eq 4 ] && grep -q '^grpo: held-out reward .* pass@2' $d/one.log && h5ls $d/one/final.h5/actor >/dev/null && ! h5ls $d/one/final.h5/reward >/dev/null 2>&1"
-check "progress: each iteration line has the elapsed time and an ETA and no critic column; each held-out evaluation (after iteration 2, then the reference and the trained actor) has a line at its start and one with its time" bash -c \
+check "progress: each iteration line has the elapsed time and an ETA and no critic column; each held-out evaluation (the actor after iterations 2 and 4, then the reference) has a line at its start and one with its time" bash -c \
   "[ \$(grep -c '^iter .* | elapsed [0-9.hms ]* | ETA [0-9.hms ]*\$' $d/one.log) -eq 4 ] && ! grep '^iter ' $d/one.log | grep -q critic &&
-   [ \"\$(grep '^held-out evaluation of' $d/one.log | sed 's/ in [0-9.hms ]*\$//')\" = \"\$(printf '%s\\n' 'held-out evaluation of the actor after iteration 2: 32 prompts x 2 responses ...' 'held-out evaluation of the actor after iteration 2 done' 'held-out evaluation of the reference (the SFT policy): 32 prompts x 2 responses ...' 'held-out evaluation of the reference (the SFT policy) done' 'held-out evaluation of the trained actor: 32 prompts x 2 responses ...' 'held-out evaluation of the trained actor done')\" ]"
+   [ \"\$(grep '^held-out evaluation of' $d/one.log | sed 's/ in [0-9.hms ]*\$//')\" = \"\$(printf '%s\\n' 'held-out evaluation of the actor after iteration 2: 32 prompts x 2 responses ...' 'held-out evaluation of the actor after iteration 2 done' 'held-out evaluation of the actor after iteration 4: 32 prompts x 2 responses ...' 'held-out evaluation of the actor after iteration 4 done' 'held-out evaluation of the reference (the SFT policy): 32 prompts x 2 responses ...' 'held-out evaluation of the reference (the SFT policy) done')\" ]"
 py "rule rewards in rollouts.h5 and run.h5" $d/one <<'PY'
 import sys, h5py, numpy as np
 d = sys.argv[1]
@@ -75,6 +75,59 @@ with h5py.File(d + "/rollouts.h5", "r") as f, h5py.File(d + "/run.h5", "r") as r
 if plain < 0.8 * total: bad.append(("too few plain responses", plain, total))
 print(("ok" if not bad else "not ok") + f" - the numeric and format rewards and gold of {plain} of {total} responses recomputed from their text, final = rule rewards; run.h5 reward and reward_numeric are their means; eval_gold after iteration 2" + ("" if not bad else f": {bad[:3]}"))
 PY
+
+# ---- the evaluations' records: run.h5 rows, evals.h5, tokenizer.py samples, -ppo_eval_show ----
+py "the evaluations in run.h5 and evals.h5" $d/one $d/eval <<'PY'
+import sys, h5py, numpy as np
+one, ev = sys.argv[1:3]
+V = ["", "", "", ""] + list("0123456789+-*=?., ") + [chr(c) for c in range(97, 123)]
+bad = []
+with h5py.File(one + "/run.h5", "r") as f:
+    m, s = f["metrics"], dict(f["summary"].attrs)
+    rows = {k: m["eval_" + k][()] for k in ("gold", "pass_k", "reward", "kl")}
+for k, v in rows.items():   # iterations 2 and 4 evaluated (4: the last, the summary's), 1 and 3 not
+    if len(v) != 4 or not (np.isnan(v[0]) and np.isnan(v[2]) and np.isfinite(v[1]) and np.isfinite(v[3])):
+        bad.append(("eval_" + k, v))
+for k, sk in (("gold", "final_gold"), ("pass_k", "final_pass_k"), ("reward", "final_reward"), ("kl", "final_kl")):
+    if rows[k][3] != s[sk]: bad.append(("row 4 is not the summary's", k, rows[k][3], s[sk]))
+with h5py.File(one + "/evals.h5", "r") as f:
+    if sorted(f) != ["iter_2", "iter_4", "reference"]: bad.append(("groups", list(f)))
+    for name, row in (("iter_2", 1), ("iter_4", 3), ("reference", None)):
+        g = f[name]
+        tok, P, R, gold, fin = g["tokens"][()], g["prompt_lengths"][()], g["response_lengths"][()], g["gold"][()], g["final_scores"][()]
+        off, ab = g["answer_offsets"][()], g["answer_bytes"][()].tobytes()
+        if tok.shape[0] != 64 or P.shape != (64,) or R.shape != (64,) or off.shape != (65,) or g.attrs["prompts"] != 32 or g.attrs["samples"] != 2:
+            bad.append((name, "sizes", tok.shape, P.shape, off.shape)); continue
+        for b in range(64):   # each row's answer is its question's
+            q = "".join(V[i] for i in tok[b, 1:P[b] - 1])
+            if int(ab[off[b]:off[b + 1]]) != eval(q[:-1]): bad.append((name, b, q, ab[off[b]:off[b + 1]]))
+        if abs(gold.mean() - g.attrs["gold"]) > 1e-6 or abs(fin.mean() - g.attrs["reward"]) > 1e-6: bad.append((name, "means"))
+        if row is not None and (abs(g.attrs["gold"] - rows["gold"][row]) > 1e-12 or abs(g.attrs["reward"] - rows["reward"][row]) > 1e-12): bad.append((name, "not run.h5's row"))
+with h5py.File(ev + "/evals.h5", "r") as f:
+    if list(f) != ["eval"] or f["eval/tokens"].shape[0] != 512: bad.append(("-mode eval", list(f)))
+print(("ok" if not bad else "not ok") + " - run.h5 eval_gold, eval_pass_k, eval_reward, eval_kl at iterations 2 and 4 (the last: the summary's), NaN at 1 and 3; evals.h5 /iter_2, /iter_4, /reference of 64 samples with their answers and run.h5's metrics, -mode eval's /eval of 512" + ("" if not bad else f": {bad[:3]}"))
+PY
+"$PYTHON" tools/tokenizer.py samples $d/one/evals.h5 >$d/samples.jsonl 2>$d/samples.err || not_ok "tokenizer.py samples evals.h5: $(cat $d/samples.err)"
+"$PYTHON" tools/tokenizer.py samples $d/one/rollouts.h5 >$d/rsamples.jsonl 2>$d/rsamples.err || not_ok "tokenizer.py samples rollouts.h5: $(cat $d/rsamples.err)"
+py "tokenizer.py samples" $d/one $d/samples.jsonl $d/rsamples.jsonl <<'PY'
+import sys, json, h5py, numpy as np
+one, ej, rj = sys.argv[1:4]
+bad = []
+ev = [json.loads(l) for l in open(ej, encoding="utf-8")]
+ro = [json.loads(l) for l in open(rj, encoding="utf-8")]
+if len(ev) != 3 * 64 or [r["group"] for r in ev[::64]] != ["iter_2", "iter_4", "reference"]: bad.append(("evals lines", len(ev)))
+if len(ro) != 4 * 32 or "answer" in ro[0]: bad.append(("rollouts lines", len(ro)))
+with h5py.File(one + "/evals.h5", "r") as f:
+    g = f["iter_4"]
+    for r in ev[64:128]:   # the arithmetic task's characters: "a+b=" between BOS and SEP, the answer and reward as stored
+        b = r["row"]
+        if not (r["prompt"].endswith("=") and int(r["answer"]) == eval(r["prompt"][:-1]) and r["reward"] == float(g["final_scores"][b]) and r["response_tokens"] == g["response_lengths"][b]):
+            bad.append(r)
+print(("ok" if not bad else "not ok") + f" - tokenizer.py samples: evals.h5 as {len(ev)} JSON lines (3 groups of 64, decoded prompts, answers and rewards as stored), rollouts.h5 as {len(ro)}" + ("" if not bad else f": {bad[:2]}"))
+PY
+check "-ppo_eval_show 2: two held-out samples of -mode eval printed with their decoded prompt, response, reward and answer" bash -c \
+  "[ \$(grep -c '^      held-out eval sample [01]: prompt \"[0-9]*[-+][0-9]*=\" | response \".*\" | reward [-+][0-9.]* | gold [01].000 | answer \"-\\?[0-9]*\"$' $d/eval.log) -eq 2 ]"
+expect_error "a negative -ppo_eval_show" "-ppo_eval_show -1 must be >= 0" -mode eval $A -reward_fn numeric -ppo_eval_show -1 -output_dir $d/x0
 
 # -mode eval of the PPO checkpoint's actor, on 2 ranks as on 1
 E="-mode eval $A -reward_fn numeric -ppo_eval_prompts 64 -ppo_eval_samples 2 -gen_max_new_tokens 6"

@@ -28,7 +28,31 @@ static double pass_at_k(const Rollout *r, int n, int k)
   return n ? (double)hit / n : NAN;
 }
 
-PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, const PPOEvalSet *e, uint64_t seed, int max_prompt, PPOEval *ev)
+/* The evaluation's samples as group `group` of path: the layout of
+ * rollouts.h5's groups (tokens, lengths, per-sample rewards) with the
+ * reference answers as a prompt file holds them, and the metrics. */
+static PetscErrorCode ppo_eval_save(const char *path, const char *group, const Rollout *r, const PPOEvalSet *e, const PPOEval *ev)
+{
+  int               B = r->B, T = r->T;
+  const IODataset   d[] = {
+    {"tokens",           2, {B, T}, r->gen.tokens, PETSC_TRUE },
+    {"prompt_lengths",   1, {B, 1}, r->start,      PETSC_TRUE },
+    {"response_lengths", 1, {B, 1}, r->len,        PETSC_TRUE },
+    {"eos",              1, {B, 1}, r->gen.eos,    PETSC_TRUE },
+    {"scores",           1, {B, 1}, r->score,      PETSC_FALSE},
+    {"gold",             1, {B, 1}, r->gold,       PETSC_FALSE},
+    {"rule_rewards",     1, {B, 1}, r->rule,       PETSC_FALSE},
+    {"final_scores",     1, {B, 1}, r->final,      PETSC_FALSE},
+  };
+  const char *const an[] = {"prompts", "samples", "gold", "pass_k", "reward", "kl"};
+  const double      av[] = {(double)e->n, (double)e->k, ev->gold, ev->pass_k, ev->reward, ev->kl};
+
+  PetscFunctionBegin;
+  PetscCall(io_group_replace(MPI_COMM_WORLD, path, group, d, (int)(sizeof d / sizeof d[0]), "answer", e->answers ? r->answer : NULL, B, an, av, (int)(sizeof av / sizeof av[0])));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, const PPOEvalSet *e, uint64_t seed, int max_prompt, const char *path, const char *group, PPOEval *ev)
 {
   int       N = e->n * e->k;
   GenPart   part = {{0}, 0, 0, PETSC_FALSE, NULL};
@@ -66,6 +90,8 @@ PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, c
   }
   if (gold == PPO_GOLD_ANSWER) ev->pass_k = pass_at_k(&r, e->n, e->k);
   ev->kl = rollout_kl(&r);
+  if (path) PetscCall(ppo_eval_save(path, group, &r, e, ev));
+  if (o->eval_show > 0) PetscCall(ppo_show_samples(&m->rew, &r, (int)PetscMin(o->eval_show, N), group));
   PetscCall(packbuf_destroy(&pb));
   PetscCall(rollout_destroy(&r));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -78,6 +78,7 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptString("-eval_file", "Held-out prompts with reference answers (a prompt file, docs/formats.md) for the evaluations instead of the built-in task's", o->eval_file, sizeof o->eval_file);
   RfOptInt("-eval_samples", "Responses per held-out prompt: accuracy is over all of them, pass@k for k this count", 1, &o->eval_samples);
   RfOptBool("-eval_greedy", "Held-out responses greedy (the most probable token) while training samples (-gen_greedy: both greedy)", PETSC_FALSE, &o->eval_greedy);
+  RfOptInt("-eval_show", "Held-out samples printed at each evaluation (prompt, response, reward, answer; text through the token table, else token ids)", 0, &o->eval_show);
   PetscOptionsEnd();
   PetscCall(reward_options_from_options(&o->reward)); /* src/reward owns the -reward_ options */
   PetscOptionsBegin(PETSC_COMM_WORLD, "grpo_", "GRPO", NULL);
@@ -133,6 +134,7 @@ static PetscErrorCode ppo_check_options(PPOOptions *o)
     PetscCall(ppo_algo_join(algo_groups, PETSC_FALSE, grouped, sizeof grouped));
     SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_sampling filters groups of -grpo_group responses: -algo %s draws none (an -algo that does: %s)", ppo_algo(o)->name, grouped);
   }
+  PetscCheck(o->eval_show >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_show %" PetscInt_FMT " must be >= 0", o->eval_show);
   PetscCheck(o->eval_samples >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_samples %" PetscInt_FMT " must be >= 1", o->eval_samples);
   PetscCheck(o->eval_samples == 1 || !(o->gen.greedy || o->eval_greedy), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_eval_samples %" PetscInt_FMT " with %s: greedy responses to one prompt are all the same", o->eval_samples, o->gen.greedy ? "-gen_greedy" : "-ppo_eval_greedy");
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -356,9 +358,8 @@ static PetscErrorCode ppo_record_fusion(RunRecord *rec, const StageTimes *tm)
 }
 
 /* The reward and its parts (the means over the batch of the unweighted
- * rule functions and the command, for those in use), and the held-out
- * evaluation's accuracy, pass@k and reward. */
-static PetscErrorCode ppo_record_rewards(RunRecord *rec, const PPOOptions *o, const Rollout *r, const PPOEval *ev, char *line, size_t len)
+ * rule functions and the command, for those in use). */
+static PetscErrorCode ppo_record_rewards(RunRecord *rec, const PPOOptions *o, const Rollout *r, char *line, size_t len)
 {
   static const char *const part_names[PPO_REWARD_PARTS] = {"reward_numeric", "reward_exact", "reward_format", "reward_length", "reward_command"};
   size_t                   at = 0;
@@ -380,10 +381,19 @@ static PetscErrorCode ppo_record_rewards(RunRecord *rec, const PPOOptions *o, co
     PetscCall(record_metric(rec, "dynamic_filled_groups", r->filled_groups));
     PetscCall(record_metric(rec, "dynamic_rounds", r->dyn_rounds));
   }
-  if (o->eval_every > 0 && o->eval_every < o->iterations) { /* with evaluations during the run (NaN between them) */
-    if (o->eval_samples > 1) PetscCall(record_metric(rec, "eval_pass_k", ev->pass_k));
-    PetscCall(record_metric(rec, "eval_reward", ev->reward));
-  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The held-out evaluation's pass@k, reward and KL (its gold is eval_gold,
+ * recorded with the iteration's metrics): NaN but at the iterations it ran
+ * (every -ppo_eval_every and the last), and only with held-out prompts. */
+static PetscErrorCode ppo_record_eval(RunRecord *rec, const PPOOptions *o, const PPOEvalSet *e, const PPOEval *ev)
+{
+  PetscFunctionBegin;
+  if (e->n == 0) PetscFunctionReturn(PETSC_SUCCESS);
+  if (o->eval_samples > 1) PetscCall(record_metric(rec, "eval_pass_k", ev->pass_k));
+  PetscCall(record_metric(rec, "eval_reward", ev->reward));
+  PetscCall(record_metric(rec, "eval_kl", ev->kl));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -417,7 +427,7 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
   PetscCall(record_time(rec, "critic_inference", tm->critic));
   PetscCall(record_time(rec, "rewards", tm->rules));
   PetscCall(record_time(rec, "advantages", tm->adv));
-  PetscCall(ppo_record_rewards(rec, o, r, ev, parts, sizeof parts));
+  PetscCall(ppo_record_rewards(rec, o, r, parts, sizeof parts));
   if (m->fuse.on) PetscCall(record_time(rec, "fused_train", s->t_actor)); /* both models in one node */
   else {
     PetscCall(record_time(rec, "actor_train", s->t_actor));
@@ -444,7 +454,8 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
 /* A held-out evaluation between a line saying it started and one with its
  * time: an evaluation of many prompts can take minutes with nothing else
  * printed. what names the policy evaluated. */
-static PetscErrorCode ppo_evaluate_said(const RunCtx *run, const char *what, DModel *policy, PPOModels *m, const PPOOptions *o, PromptSource *ps, const CkptState *st, PPOEval *ev)
+static PetscErrorCode ppo_evaluate_said(const RunCtx *run, const char *what, DModel *policy, PPOModels *m, const PPOOptions *o, PromptSource *ps, const CkptState *st,
+                                        const char *path, const char *group, PPOEval *ev)
 {
   double t0  = sys_wtime();
   int    say = ps->eval.n > 0 && ps->eval.k > 0;
@@ -452,7 +463,7 @@ static PetscErrorCode ppo_evaluate_said(const RunCtx *run, const char *what, DMo
 
   PetscFunctionBegin;
   if (say) PetscCall(PetscPrintf(run->comm, "held-out evaluation of %s: %d prompts x %d responses ...\n", what, ps->eval.n, ps->eval.k));
-  PetscCall(ppo_evaluate(policy, m, o, &ps->eval, (uint64_t)st->seed, ps->max_prompt, ev));
+  PetscCall(ppo_evaluate(policy, m, o, &ps->eval, (uint64_t)st->seed, ps->max_prompt, path, group, ev));
   if (say) PetscCall(PetscPrintf(run->comm, "held-out evaluation of %s done in %s\n", what, sys_duration_str(sys_wtime() - t0, d, sizeof d)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -462,16 +473,18 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   RunRecord *rec;
   Rollout    r;
   PackBuf    pb;
-  char       name[64], path[PETSC_MAX_PATH_LEN], what[64], clock[64];
+  char       name[64], path[PETSC_MAX_PATH_LEN], evals[PETSC_MAX_PATH_LEN], what[64], clock[64];
   size_t     nparams;
   double     t_loop = sys_wtime();
   PetscInt   it0    = st->iteration;
+  PetscBool  final_evaluated = PETSC_FALSE; /* the last iteration's evaluation is the summary's */
 
   PetscFunctionBegin;
   PetscCall(train_record_open(run, ppo_algo(o)->name, &o->plan, needs, &rec));
   PetscCall(rollout_create((int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling)), ps->max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
   PetscCall(packbuf_create((int)o->rollout_batch, r.T, &pb));
   PetscCall(sys_output_path(run, "rollouts.h5", path, sizeof path));
+  PetscCall(sys_output_path(run, "evals.h5", evals, sizeof evals));
   {
     ModelTensor *t;
     int        nt;
@@ -497,18 +510,24 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     coef   = st->kl_coef; /* the coefficient this iteration's rewards used */
     if (o->kl_target > 0) st->kl_coef = rl_kl_adapt(st->kl_coef, kl, o->kl_target, o->kl_horizon, (double)r.B);
     st->iteration++;
-    /* the evaluation of the trained actor runs before the iteration's record, which holds its result */
-    if (o->eval_every && st->iteration % o->eval_every == 0 && st->iteration < o->iterations) {
+    /* the evaluations of the trained actor (every -ppo_eval_every iterations
+     * and after the last, the summary's) run before the iteration's record,
+     * which holds their result */
+    if ((o->eval_every && st->iteration % o->eval_every == 0) || st->iteration == o->iterations) {
+      PetscCall(PetscSNPrintf(name, sizeof name, "iter_%" PetscInt_FMT, st->iteration));
       PetscCall(PetscSNPrintf(what, sizeof what, "the actor after iteration %" PetscInt_FMT, st->iteration));
-      PetscCall(ppo_evaluate_said(run, what, &m->actor, m, o, ps, st, &ev));
+      PetscCall(ppo_evaluate_said(run, what, &m->actor, m, o, ps, st, evals, name, &ev));
+      if (st->iteration == o->iterations) sum->ppo = ev, final_evaluated = PETSC_TRUE;
     }
-    PetscCall(ppo_record_iteration(rec, run, o, m, &r, &ts, &tm, kl, coef, &ev, iter_s, it + 1, (int)o->iterations, sys_progress_str(t_loop, (long)(st->iteration - it0), (long)(o->iterations - st->iteration), clock, sizeof clock)));
+    PetscCall(ppo_record_iteration(rec, run, o, m, &r, &ts, &tm, kl, coef, &ev, iter_s, it + 1, (int)o->iterations,
+                                   sys_progress_str(t_loop, (long)(st->iteration - it0), (long)(o->iterations - st->iteration), clock, sizeof clock)));
+    PetscCall(ppo_record_eval(rec, o, &ps->eval, &ev));
     /* the rank whose activation buffers grew most (first touches: the time
      * a steady state does not pay; layout-dependent like the timings) */
     PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &grown, 1, MPI_DOUBLE, MPI_MAX, run->comm));
     PetscCall(record_metric(rec, "acts_grown_bytes", grown));
     if (m->fuse.on && !m->fuse.reported) PetscCall(ppo_fused_train_report(run, rec, &m->fuse));
-    if (!isnan(ev.gold) || !isnan(ev.reward)) PetscCall(ppo_print_eval(run, "      held-out", &ev, o));
+    if ((!isnan(ev.gold) || !isnan(ev.reward)) && !final_evaluated) PetscCall(ppo_print_eval(run, "      held-out", &ev, o)); /* the last: in the summary */
     if (train_checkpoint_due(o->checkpoint_every, st->iteration)) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
       PetscCall(ppo_checkpoint(run, m, name, st, rec));
@@ -517,8 +536,11 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   }
   PetscCall(ppo_checkpoint(run, m, "final.h5", st, NULL));
   if (o->write_policy) PetscCall(ppo_write_policy(run, m, st));
-  PetscCall(ppo_evaluate_said(run, "the reference (the SFT policy)", &m->reference, m, o, ps, st, &sum->sft));
-  PetscCall(ppo_evaluate_said(run, "the trained actor", &m->actor, m, o, ps, st, &sum->ppo));
+  PetscCall(ppo_evaluate_said(run, "the reference (the SFT policy)", &m->reference, m, o, ps, st, evals, "reference", &sum->sft));
+  if (!final_evaluated) { /* a run restarted at its end */
+    PetscCall(PetscSNPrintf(name, sizeof name, "iter_%" PetscInt_FMT, st->iteration));
+    PetscCall(ppo_evaluate_said(run, "the trained actor", &m->actor, m, o, ps, st, evals, name, &sum->ppo));
+  }
   PetscCall(record_summary(rec, "iterations", (double)st->iteration));
   PetscCall(record_summary(rec, "sft_gold", sum->sft.gold));
   PetscCall(record_summary(rec, "final_gold", sum->ppo.gold));
@@ -537,15 +559,17 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
 
 /* -mode eval: the held-out evaluation of the actor, recorded in run.h5's
  * /summary (eval_gold, eval_pass_k, eval_reward, eval_kl, eval_prompts,
- * eval_samples). */
+ * eval_samples), its samples in evals.h5's /eval. */
 static PetscErrorCode ppo_eval_only(const RunCtx *run, const PPOOptions *o, const PlanNeeds *needs, PPOModels *m, PromptSource *ps, const CkptState *st)
 {
   RunRecord *rec;
   PPOEval    ev;
+  char       path[PETSC_MAX_PATH_LEN];
 
   PetscFunctionBegin;
   PetscCall(train_record_open(run, "eval", &o->plan, needs, &rec));
-  PetscCall(ppo_evaluate_said(run, "the actor", &m->actor, m, o, ps, st, &ev));
+  PetscCall(sys_output_path(run, "evals.h5", path, sizeof path));
+  PetscCall(ppo_evaluate_said(run, "the actor", &m->actor, m, o, ps, st, path, "eval", &ev));
   PetscCall(PetscPrintf(run->comm, "eval: %d held-out prompts x %d responses\n", ps->eval.n, ps->eval.k));
   PetscCall(ppo_print_eval(run, "eval:", &ev, o));
   PetscCall(record_summary(rec, "eval_prompts", (double)ps->eval.n));

@@ -182,6 +182,10 @@ PetscErrorCode rollout_infer_rows(Model *m, RolloutInfer kind, Rollout *r, const
  * have reference answers (gold is then whether the answer is right).
  * Collective on MPI_COMM_WORLD. */
 PetscErrorCode ppo_rewards_setup(const RunCtx *run, const PPOOptions *o, const char *const *tables, int ntables, PetscBool builtin, PetscBool answers, PPORewards *rw);
+/* Prints rows [0, n) of r on world rank 0 (-ppo_eval_show): prompt and
+ * response as text through the token table, or as token ids without one,
+ * the final reward and the reference answer; what names the evaluation. */
+PetscErrorCode ppo_show_samples(PPORewards *rw, const Rollout *r, int n, const char *what);
 PetscErrorCode ppo_rewards_destroy(PPORewards *rw);
 /* Rule rewards and the judge of every row into r->rule, r->parts and
  * r->gold, the judge being gold's (the training prompts' rw->gold, or the
@@ -322,9 +326,10 @@ typedef struct {
 } PPOEval;
 /* Evaluates `policy` on the held-out set: generation on the policy's
  * placement (the same draws for every policy), reference and reward
- * inference on theirs, the rule and command rewards. Collective on
- * MPI_COMM_WORLD. */
-PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, const PPOEvalSet *e, uint64_t seed, int max_prompt, PPOEval *ev);
+ * inference on theirs, the rule and command rewards. With path, the
+ * prompts, responses, rewards and answers are saved as group `group` of that
+ * file (evals.h5, docs/formats.md). Collective on MPI_COMM_WORLD. */
+PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, const PPOEvalSet *e, uint64_t seed, int max_prompt, const char *path, const char *group, PPOEval *ev);
 
 /* Training over the rollout: epochs x minibatches optimizer steps for the
  * actor (and the critic for PPO). Sums of the metrics go into stats. */

@@ -149,3 +149,73 @@ void rollout_final_scores(Rollout *r, const PPOOptions *o)
     r->final[b] = (float)f;
   }
 }
+
+/* s as a C-like quoted string: quotes, backslashes and control bytes
+ * escaped, so a sample is one line of the log. */
+static PetscErrorCode show_quoted(const char *s, size_t n, char **out)
+{
+  char  *q;
+  size_t k = 0;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(4 * n + 3, &q));
+  q[k++] = '"';
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == '"' || c == '\\') q[k++] = '\\', q[k++] = (char)c;
+    else if (c == '\n') q[k++] = '\\', q[k++] = 'n';
+    else if (c < 0x20 || c == 0x7f) k += (size_t)snprintf(q + k, 5, "\\x%02x", c);
+    else q[k++] = (char)c;
+  }
+  q[k++] = '"';
+  q[k]   = '\0';
+  *out   = q;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Tokens as text through the table (all of them: a chat prompt holds
+ * end-of-turn tokens), or as their ids without one. */
+static PetscErrorCode show_tokens(PPORewards *rw, const int *tok, int n, char **out)
+{
+  PetscFunctionBegin;
+  if (rw->have_tt) {
+    TokenTable all = rw->tt;
+    all.eos_id     = -1;
+    size_t len     = token_table_decode(&all, tok, n, &rw->ptext, &rw->pcap);
+    PetscCall(show_quoted(rw->ptext, len, out));
+  } else {
+    char  *q;
+    size_t k = 0;
+    PetscCall(PetscMalloc1(12 * (size_t)n + 3, &q));
+    q[k++] = '[';
+    for (int i = 0; i < n; i++) k += (size_t)snprintf(q + k, 13, i ? " %d" : "%d", tok[i]);
+    q[k++] = ']';
+    q[k]   = '\0';
+    *out   = q;
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_show_samples(PPORewards *rw, const Rollout *r, int n, const char *what)
+{
+  PetscMPIInt rank;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  if (rank) PetscFunctionReturn(PETSC_SUCCESS);
+  for (int b = 0; b < n; b++) {
+    const int *row = r->gen.tokens + (size_t)b * r->T;
+    int        len = r->len[b] - (r->gen.eos[b] && r->len[b] > 0 ? 1 : 0); /* without the final stop token */
+    char      *p, *s, *a = NULL, gold[32] = "";
+
+    PetscCall(show_tokens(rw, row, r->start[b], &p));
+    PetscCall(show_tokens(rw, row + r->start[b], len, &s));
+    if (r->answer && r->answer[b]) PetscCall(show_quoted(r->answer[b], strlen(r->answer[b]), &a));
+    if (!isnan(r->gold[b])) PetscCall(PetscSNPrintf(gold, sizeof gold, " | gold %.3f", (double)r->gold[b]));
+    PetscCall(PetscPrintf(PETSC_COMM_SELF, "      held-out %s sample %d: prompt %s | response %s%s | reward %+.3f%s%s%s\n", what, b, p, s, r->gen.eos[b] ? "" : " (no stop token)", (double)r->final[b], gold, a ? " | answer " : "", a ? a : ""));
+    PetscCall(PetscFree(p));
+    PetscCall(PetscFree(s));
+    PetscCall(PetscFree(a));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
