@@ -157,6 +157,11 @@ PetscErrorCode data_free(TokenData *d);
  * attributes into path, creating the file if needed; flushed and closed on
  * return. Rank 0 writes; collective. */
 PetscErrorCode io_group_append(MPI_Comm comm, const char *path, const char *group, const IODataset *d, int n, const char *const *attr_names, const double *attr_values, int nattr);
+/* A previous run's <dir>/<stem>.h5 kept as <stem>.<k>.h5 (the first k
+ * free), as run.h5 is when a run starts: rank 0 renames; collective
+ * (io_keep_previous_local: this rank alone). */
+PetscErrorCode io_keep_previous(MPI_Comm comm, const char *dir, const char *stem);
+PetscErrorCode io_keep_previous_local(const char *dir, const char *stem);
 /* Writes group `group` (replacing one of that name) into path through a
  * temporary and a rename, copying the file's other groups: datasets, double
  * attributes and, when texts is not NULL, ntexts row texts as

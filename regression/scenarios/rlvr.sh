@@ -9,7 +9,7 @@
 # and DAPO's dynamic sampling (its selection recomputed, in one round and in
 # several, on 2 ranks as on 1).
 . regression/lib.sh
-plan 42
+plan 43
 d="$RLFUSE_TMP/rlvr"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file input/arith_sft.deck -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT on the arithmetic task: $(tail -1 $d/sft.log)"
@@ -135,6 +135,11 @@ mpirun 1 $E -actor_checkpoint $d/one/final.h5 -output_dir $d/eval1 >$d/eval1.log
 mpirun 2 $E -actor_checkpoint $d/one/final.h5 -output_dir $d/eval2 >$d/eval2.log 2>&1
 check "-mode eval of a PPO checkpoint (its actor) prints the same accuracy, pass@2 and reward on 2 ranks as on 1" bash -c \
   "l1=\$(grep '^eval: gold' $d/eval1.log) && [ -n \"\$l1\" ] && [ \"\$l1\" = \"\$(grep '^eval: gold' $d/eval2.log)\" ]"
+# the same output directory again, with the GRPO run's own evaluations copied in: a new run's
+# evals.h5 holds only its own groups, the previous file kept as evals.1.h5 (as run.h5 is)
+cp $d/one/evals.h5 $d/eval1/evals.h5 && mpirun 1 $E -actor_checkpoint $d/one/final.h5 -output_dir $d/eval1 >$d/eval1b.log 2>&1
+check "a run into an output directory with an earlier evals.h5: the new file holds only its own /eval, the earlier one is evals.1.h5" bash -c \
+  "[ \"\$(h5ls $d/eval1/evals.h5 | awk '{print \$1}' | tr '\n' ' ')\" = 'eval ' ] && h5ls $d/eval1/evals.1.h5/iter_2 >/dev/null && h5ls $d/eval1/run.1.h5 >/dev/null"
 
 # ---- the same run on 2 ranks (dp 2) ----
 if mpirun 2 $G -output_dir $d/two >$d/two.log 2>&1; then same_as_one_rank "GRPO with a rule reward on 2 ranks (dp 2)" one two

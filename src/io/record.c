@@ -309,19 +309,43 @@ PetscErrorCode record_summary(RunRecord *rec, const char *name, double value)
 }
 
 /* ---- open and close ------------------------------------------------------ */
-/* A previous run.h5 is evidence of a previous run: keep it as run.<k>.h5. */
-static PetscErrorCode rec_keep_previous(const char *dir, const char *path)
+/* A previous <stem>.h5 in dir is evidence of a previous run: keep it as
+ * <stem>.<k>.h5, the first k free (this rank; rank 0's work). */
+PetscErrorCode io_keep_previous_local(const char *dir, const char *stem)
 {
-  char old[PETSC_MAX_PATH_LEN];
+  char path[PETSC_MAX_PATH_LEN], old[PETSC_MAX_PATH_LEN];
 
   PetscFunctionBegin;
+  PetscCall(sys_path_printf(path, sizeof path, "%s/%s.h5", dir, stem));
   if (access(path, F_OK)) PetscFunctionReturn(PETSC_SUCCESS);
   for (int k = 1;; k++) {
-    PetscCheck(k < 100000, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "run record %s: run.1.h5 to run.99999.h5 all exist; clean up the output directory", path);
-    PetscCall(sys_path_printf(old, sizeof old, "%s/run.%d.h5", dir, k));
+    PetscCheck(k < 100000, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s: %s.1.h5 to %s.99999.h5 all exist; clean up the output directory", path, stem, stem);
+    PetscCall(sys_path_printf(old, sizeof old, "%s/%s.%d.h5", dir, stem, k));
     if (access(old, F_OK)) break;
   }
-  PetscCheck(rename(path, old) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "run record %s: cannot rename the previous one to %s", path, old);
+  PetscCheck(rename(path, old) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s: cannot rename the previous one to %s", path, old);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+typedef struct {
+  const char *dir, *stem;
+} KeepCtx;
+
+static PetscErrorCode keep_task(void *vctx)
+{
+  KeepCtx *k = (KeepCtx *)vctx;
+
+  PetscFunctionBegin;
+  PetscCall(io_keep_previous_local(k->dir, k->stem));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode io_keep_previous(MPI_Comm comm, const char *dir, const char *stem)
+{
+  KeepCtx k = {dir, stem};
+
+  PetscFunctionBegin;
+  PetscCall(h5u_rank0(comm, keep_task, &k));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -403,7 +427,7 @@ static PetscErrorCode rec_open_task(void *vctx)
   PetscCall(sys_mkdir_p(ctx->run->output_dir));
   PetscCall(h5u_output_check("run record", rec->path));
   PetscCall(h5u_remove_stale_tmp(ctx->run->output_dir, NULL)); /* checkpoints of a killed run */
-  PetscCall(rec_keep_previous(ctx->run->output_dir, rec->path));
+  PetscCall(io_keep_previous_local(ctx->run->output_dir, "run"));
   /* Unlocked, so that h5py or h5dump can look at a running job's record. */
   fapl = h5u_fapl(PETSC_FALSE);
   H5Call(fapl, "HDF5: cannot create file access properties");

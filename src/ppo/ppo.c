@@ -485,6 +485,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   PetscCall(packbuf_create((int)o->rollout_batch, r.T, &pb));
   PetscCall(sys_output_path(run, "rollouts.h5", path, sizeof path));
   PetscCall(sys_output_path(run, "evals.h5", evals, sizeof evals));
+  PetscCall(io_keep_previous(run->comm, run->output_dir, "evals")); /* a new run's evaluations, as its run.h5 */
   {
     ModelTensor *t;
     int        nt;
@@ -569,6 +570,7 @@ static PetscErrorCode ppo_eval_only(const RunCtx *run, const PPOOptions *o, cons
   PetscFunctionBegin;
   PetscCall(train_record_open(run, "eval", &o->plan, needs, &rec));
   PetscCall(sys_output_path(run, "evals.h5", path, sizeof path));
+  PetscCall(io_keep_previous(run->comm, run->output_dir, "evals"));
   PetscCall(ppo_evaluate_said(run, "the actor", &m->actor, m, o, ps, st, path, "eval", &ev));
   PetscCall(PetscPrintf(run->comm, "eval: %d held-out prompts x %d responses\n", ps->eval.n, ps->eval.k));
   PetscCall(ppo_print_eval(run, "eval:", &ev, o));
