@@ -32,17 +32,6 @@ def kept(v):
     return ok.any() and np.ptp(v[ok]) > 0
 
 
-def samples_per_iteration(path):
-    import h5py
-
-    with h5py.File(path, "r") as f:
-        p = f["parameters"].attrs if "parameters" in f else {}
-        try:
-            return int(report.text(p["rollout_batch"])) if "rollout_batch" in p else 0
-        except ValueError:
-            return 0
-
-
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: plot_run.py RUN.h5 OUT.png")
@@ -78,7 +67,7 @@ def main():
         ax.set_xlabel("iteration", fontsize=8)
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
-        per = samples_per_iteration(path)
+        per = run["rollout_batch"]
         if per > 0:
             top = ax.secondary_xaxis("top", functions=(lambda x, p=per: x * p, lambda x, p=per: x / p))
             top.set_xlabel("samples trained on", fontsize=8)

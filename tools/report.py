@@ -82,6 +82,7 @@ def load(path):
         run["lengths_iter"] = int(f["responses"].attrs.get("iteration", 0)) if "responses" in f else 0
         params = f["parameters"].attrs if "parameters" in f else {}
         run["max_new"] = int(text(params["gen_max_new_tokens"])) if "gen_max_new_tokens" in params else None
+        run["rollout_batch"] = int(text(params["rollout_batch"])) if "rollout_batch" in params and text(params["rollout_batch"]).isdigit() else 0
     return run
 
 
