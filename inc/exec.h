@@ -91,6 +91,9 @@ typedef struct {
   ExecFn      share;                /* on every rank after the node's level (may be NULL) */
   void       *ctx;
   PetscBool   marks;                /* run notes its own timeline entries (finer than the node) */
+  PetscBool   late;                 /* its share waits until every level ran, so that the ranks off its
+                                     * mesh go on to later levels meanwhile (asynchronous RL's generation
+                                     * of a later batch beside training); no node may take its outputs */
 } ExecNode;
 
 /* Level of every node: 0 for nodes fed by the given keys only, else one

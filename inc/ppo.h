@@ -15,6 +15,8 @@
 
 typedef enum { KL_IN_AUTO = 0, KL_IN_REWARD = 1, KL_IN_LOSS = 2 } PPOKLIn; /* auto: the algorithm's own (src/ppo/algos.c) */
 typedef enum { CRITIC_FROM_REWARD = 0, CRITIC_FROM_ACTOR = 1 } CriticInit;
+/* -async_correction: how stale samples are weighed (docs/async.md). */
+typedef enum { ASYNC_DECOUPLED = 0, ASYNC_TIS = 1, ASYNC_NONE = 2 } PPOAsyncCorrection;
 
 typedef struct {
   PetscInt    algo;                          /* -algo: the row of the algorithms' table (src/ppo/algos.c) */
@@ -37,6 +39,9 @@ typedef struct {
   PetscInt    eval_samples;                  /* -ppo_eval_samples: responses per held-out prompt (pass@k) */
   PetscBool   eval_greedy;                   /* -ppo_eval_greedy: held-out responses greedy (training's are sampled) */
   PetscInt    eval_show;                     /* -ppo_eval_show: held-out samples printed at each evaluation */
+  PetscInt    async_staleness;               /* -async_staleness K: iteration i trains on samples generated with the weights of iteration i-K (0: synchronous) */
+  PetscInt    async_correction;              /* PPOAsyncCorrection */
+  PetscReal   async_is_cap;                  /* -async_is_cap: the behaviour importance weight's cap (0: none) */
   /* rewards (-reward_*): the reward model's score times its weight, plus
    * rule functions of the response text, plus a user's command. src/reward
    * reads and checks them (reward_options_check). */

@@ -39,6 +39,27 @@ void rl_whiten(int B, int T, const int *start, const int *len, float *x, double 
  * dlogp[i] = d loss / d logp_i. *clipfrac (may be NULL) gets the sum of w_i over
  * tokens where the clipped term is the larger one strictly (no gradient). */
 double rl_policy_loss(size_t n, const float *logp, const float *old, const float *adv, const float *w, double eps_low, double eps_high, float *dlogp, double *clipfrac);
+/* The same with a behaviour importance weight per token (NULL: 1): each
+ * token's term and gradient are multiplied by isw_i (the decoupled PPO
+ * objective of asynchronous runs: old is then the proximal policy's
+ * log-probabilities, isw the weights of rl_behaviour_weights); the clip
+ * fraction still sums w_i alone. */
+double rl_policy_loss_is(size_t n, const float *logp, const float *old, const float *adv, const float *w, const float *isw, double eps_low, double eps_high, float *dlogp, double *clipfrac);
+/* Off-policy correction of samples drawn by older weights (the behaviour
+ * policy, log-probabilities behav) for the policy being trained (its
+ * log-probabilities before the update: prox). Per token with w_i != 0 the
+ * importance weight rho_i = exp(prox_i - behav_i), and with cap > 0:
+ *   RL_IS_MASK      rho_i > cap -> 0 (the token leaves the loss; AReaL's
+ *                   decoupled PPO with its behaviour-weight cap)
+ *   RL_IS_TRUNCATE  min(rho_i, cap) (truncated importance sampling)
+ * isw[i] gets the weight (0 where w_i == 0). The statistics are over the
+ * tokens with w_i != 0: count, sum and largest rho (before the cap), and
+ * how many the cap changed. */
+typedef enum { RL_IS_MASK = 0, RL_IS_TRUNCATE = 1 } RLISMode;
+typedef struct {
+  double n, sum, max, capped;
+} RLISStats;
+void rl_behaviour_weights(size_t n, const float *prox, const float *behav, const float *w, double cap, RLISMode mode, float *isw, RLISStats *st);
 /* Clipped value loss: loss = sum_i w_i * 0.5*max((v-R)^2, (v_old + clip(v - v_old, -eps_v, eps_v) - R)^2);
  * dv[i] = d loss / d v_i; *clipfrac as above. eps_v <= 0: no clipping. */
 double rl_value_loss(size_t n, const float *v, const float *v_old, const float *ret, const float *w, double eps_v, float *dv, double *clipfrac);

@@ -174,6 +174,44 @@ static void test_policy_loss(void)
   check_value("policy loss, clip-higher: clipfrac .5 (token 4 only)", cf, 0.5, 1e-12);
 }
 
+/* The off-policy correction of asynchronous runs (rl_behaviour_weights,
+ * rl_policy_loss_is), by hand. */
+static void test_behaviour_weights(void)
+{
+  /* prox - behav = 0, .5, -.2, 2 on four response tokens, a fifth outside
+   * (w = 0, behav NaN: not read). rho = 1, e^.5 = 1.6487212707001282,
+   * e^-.2 = 0.8187307530779818, e^2 = 7.38905609893065; cap 5 catches the
+   * last: masked to 0 (decoupled PPO) or truncated to 5 (TIS). Statistics
+   * before the cap: n 4, sum 10.85650812270876, max 7.389, one capped. */
+  float     prox[5] = {0, 0.5f, -0.2f, 2.0f, 0}, behav[5] = {0, 0, 0, 0, NAN}, w[5] = {1, 1, 1, 0.5f, 0}, isw[5];
+  RLISStats st = {0, 0, 0, 0};
+  const double mask[5] = {1, 1.6487212707001282, 0.8187307530779818, 0, 0}, trunc[5] = {1, 1.6487212707001282, 0.8187307530779818, 5, 0};
+
+  rl_behaviour_weights(5, prox, behav, w, 5.0, RL_IS_MASK, isw, &st);
+  check_array("behaviour weights, mask: exp(prox - behav), 0 above the cap and outside the response", 5, isw, mask, 1e-7);
+  check_value("behaviour weights: tokens counted (w != 0)", st.n, 4, 0);
+  check_value("behaviour weights: sum of rho before the cap", st.sum, 10.85650812270876, 1e-6);
+  check_value("behaviour weights: largest rho before the cap (e^2)", st.max, 7.38905609893065, 1e-6);
+  check_value("behaviour weights: one token over the cap", st.capped, 1, 0);
+  rl_behaviour_weights(5, prox, behav, w, 5.0, RL_IS_TRUNCATE, isw, &st);
+  check_array("behaviour weights, truncate: min(rho, cap)", 5, isw, trunc, 1e-7);
+  check_value("behaviour weights: statistics add up over calls (two tokens capped)", st.capped, 2, 0);
+
+  /* rl_policy_loss_is on test_policy_loss's eight tokens (eps .2) with
+   * isw = 2, 3, .5, 1, 1, 0, 1, 1: each term and gradient times its weight,
+   * loss = 2*(.5*-1.1051709) + 3*(.25*-1.2) + .5*(-.6065307) + 1.6487213 + .5*.8
+   *      = -0.259714977231836; the clip fraction still sums w (.75). */
+  float  logp[8] = {0.1f, 0.5f, -0.5f, 0.5f, -0.5f, 0.1f, 0.5f, NAN};
+  float  old[8] = {0}, A[8] = {1, 1, 1, -1, -1, -2, 0, 1}, wt[8] = {0.5f, 0.25f, 1, 1, 0.5f, 0.25f, 1, 0}, iw[8] = {2, 3, 0.5f, 1, 1, 0, 1, 1}, g[8], g1[8];
+  double cf = -1, cf1 = -1;
+  const double want[8] = {2 * -0.5 * 1.1051709180756477, 0, 0.5 * -0.6065306597126334, 1.6487212707001282, 0, 0, 0, 0};
+
+  check_value("policy loss with behaviour weights (hand value)", rl_policy_loss_is(8, logp, old, A, wt, iw, 0.2, 0.2, g, &cf), -0.259714977231836, 1e-6);
+  check_array("policy loss with behaviour weights: gradient times the weight", 8, g, want, 1e-6);
+  check_value("policy loss with behaviour weights: clipfrac sums w alone", cf, 0.75, 1e-12);
+  check_value("policy loss with NULL weights is rl_policy_loss bit for bit", rl_policy_loss_is(8, logp, old, A, wt, NULL, 0.2, 0.2, g1, &cf1) - rl_policy_loss(8, logp, old, A, wt, 0.2, 0.2, g, &cf), 0, 0);
+}
+
 static void test_value_loss(void)
 {
   /* eps_v = 0.2.
@@ -475,6 +513,7 @@ int main(int argc, char **argv)
   test_gae();
   test_whiten();
   test_policy_loss();
+  test_behaviour_weights();
   test_value_loss();
   test_kl_loss();
   test_weights_overlong();

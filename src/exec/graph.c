@@ -1,7 +1,9 @@
 /* exec: the dataflow graph (inc/exec.h). Levels come from the data keys; in
  * each level a rank runs the nodes on its meshes in the order given, then
  * every rank takes part in every node's share. Nodes of one level on
- * disjoint meshes therefore run at the same time. */
+ * disjoint meshes therefore run at the same time; a late node's share comes
+ * after the last level, so it also runs beside the later levels' nodes on
+ * other meshes. */
 #include "exec.h"
 #include "io.h"
 #include <limits.h>
@@ -82,6 +84,10 @@ PetscErrorCode exec_graph_run(const ExecNode *nodes, int n, const char *const *g
   PetscFunctionBegin;
   PetscCall(PetscMalloc2(n + 1, &level, n + 1, &t));
   PetscCall(exec_graph_levels(nodes, n, given, level, &nlevels));
+  for (int i = 0; i < n; i++) /* a late node's outputs exist only after the last level */
+    for (int j = 0; nodes[i].late && j < EXEC_MAX_KEYS && nodes[i].out[j]; j++)
+      for (int k = 0; k < n; k++)
+        for (int q = 0; q < EXEC_MAX_KEYS && nodes[k].in[q]; q++) PetscCheck(strcmp(nodes[k].in[q], nodes[i].out[j]), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "dataflow graph: %s needs '%s' of %s, whose share is late", nodes[k].name, nodes[i].out[j], nodes[i].name);
   for (int lv = 0; lv < nlevels; lv++) {
     for (int i = 0; i < n; i++) {
       double t0 = sys_wtime();
@@ -92,8 +98,10 @@ PetscErrorCode exec_graph_run(const ExecNode *nodes, int n, const char *const *g
       if (!nodes[i].marks) PetscCall(timeline_mark(nodes[i].name, t0, t0 + t[i]));
     }
     for (int i = 0; i < n; i++)
-      if (level[i] == lv && nodes[i].share) PetscCall(nodes[i].share(nodes[i].ctx));
+      if (level[i] == lv && nodes[i].share && !nodes[i].late) PetscCall(nodes[i].share(nodes[i].ctx));
   }
+  for (int i = 0; i < n; i++)
+    if (nodes[i].share && nodes[i].late) PetscCall(nodes[i].share(nodes[i].ctx));
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, t, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   if (seconds) PetscCall(PetscArraycpy(seconds, t, n));
   PetscCall(PetscFree2(level, t));

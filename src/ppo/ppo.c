@@ -14,6 +14,7 @@ static const char *const kl_in_names[]  = {"auto", "reward", "loss", "PPOKLIn", 
 static const char *const agg_names[]    = {"token_mean", "seq_mean", "seq_sum_norm", "RLLossAgg", "RL_AGG_", NULL};
 static const char *const kl_est_names[] = {"k1", "k2", "k3", "RLKLEstimator", "RL_KL_", NULL};
 static const char *const critic_names[] = {"reward", "actor", "CriticInit", "CRITIC_FROM_", NULL};
+static const char *const async_corr_names[] = {"decoupled", "tis", "none", "PPOAsyncCorrection", "ASYNC_", NULL};
 
 /* The rows that put the KL in the loss under -ppo_kl_in auto; that draw groups. */
 static PetscBool algo_kl_in_loss(const PPOAlgoSpec *a) { return a->kl_in_loss; }
@@ -80,6 +81,11 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptBool("-eval_greedy", "Held-out responses greedy (the most probable token) while training samples (-gen_greedy: both greedy)", PETSC_FALSE, &o->eval_greedy);
   RfOptInt("-eval_show", "Held-out samples printed at each evaluation (prompt, response, reward, answer; text through the token table, else token ids)", 0, &o->eval_show);
   PetscOptionsEnd();
+  PetscOptionsBegin(PETSC_COMM_WORLD, "async_", "Asynchronous RL", NULL);
+  RfOptInt("-staleness", "K: iteration i trains on samples generated with the weights of iteration i-K, so that generating the next batches overlaps training when the plan puts generation on ranks of its own (0: synchronous; docs/async.md)", 0, &o->async_staleness);
+  RfOptEnum("-correction", "How samples from older weights are weighed: decoupled (PPO's ratio against the current weights times the behaviour importance weight, tokens over -async_is_cap left out), tis (that weight truncated at the cap) or none (PPO's ratio against the generating weights)", async_corr_names, 3, &o->async_correction);
+  RfOptReal("-is_cap", "The behaviour importance weight's cap (-async_correction decoupled: tokens above it leave the loss; tis: truncated to it; 0: no cap)", 5.0, &o->async_is_cap);
+  PetscOptionsEnd();
   PetscCall(reward_options_from_options(&o->reward)); /* src/reward owns the -reward_ options */
   PetscOptionsBegin(PETSC_COMM_WORLD, "grpo_", "GRPO", NULL);
   RfOptInt("-group", "Samples per prompt (-algo grpo, the k of rloo, the baseline's group of reinforce_pp); must divide -rollout_batch", 4, &o->group);
@@ -134,6 +140,10 @@ static PetscErrorCode ppo_check_options(PPOOptions *o)
     PetscCall(ppo_algo_join(algo_groups, PETSC_FALSE, grouped, sizeof grouped));
     SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_sampling filters groups of -grpo_group responses: -algo %s draws none (an -algo that does: %s)", ppo_algo(o)->name, grouped);
   }
+  PetscCheck(o->async_staleness >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_staleness %" PetscInt_FMT " must be >= 0 (0: synchronous)", o->async_staleness);
+  PetscCheck(o->async_is_cap == 0 || o->async_is_cap >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_is_cap %g must be 0 (no cap) or at least 1", (double)o->async_is_cap);
+  PetscCheck(!o->async_staleness || !o->dynamic_sampling, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-async_staleness %" PetscInt_FMT " with -ppo_dynamic_sampling: the selection's later rounds would generate inside the training iteration; use one of them", o->async_staleness);
+  PetscCheck(!o->async_staleness || o->plan.fuse == FUSE_NONE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-async_staleness %" PetscInt_FMT " with -fuse_gen_inf %s: the fused rollouts stream one batch into inference; use -fuse_gen_inf none", o->async_staleness, FuseModeNames[o->plan.fuse]);
   PetscCheck(o->eval_show >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_show %" PetscInt_FMT " must be >= 0", o->eval_show);
   PetscCheck(o->eval_samples >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_samples %" PetscInt_FMT " must be >= 1", o->eval_samples);
   PetscCheck(o->eval_samples == 1 || !(o->gen.greedy || o->eval_greedy), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_eval_samples %" PetscInt_FMT " with %s: greedy responses to one prompt are all the same", o->eval_samples, o->gen.greedy ? "-gen_greedy" : "-ppo_eval_greedy");
@@ -397,7 +407,7 @@ static PetscErrorCode ppo_record_eval(RunRecord *rec, const PPOOptions *o, const
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPOOptions *o, const PPOModels *m, const Rollout *r, const PPOTrainStats *s, const StageTimes *tm, double kl, double kl_coef, const PPOEval *ev, double iter_s, int it, int n_it, const char *clock)
+static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPOOptions *o, const PPOModels *m, const Rollout *r, const PPOTrainStats *s, const StageTimes *tm, double kl, double kl_coef, const PPOEval *ev, double iter_s, int it, int n_it, const char *more, const char *clock)
 {
   double n = s->steps ? (double)s->steps : 1.0, len = 0, lmax = 0, eos = 0, toks = 0;
   char   parts[128];
@@ -446,7 +456,7 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
     char gold[32] = "", critic[32] = "";
     if (m->rew.gold != PPO_GOLD_NONE) PetscCall(PetscSNPrintf(gold, sizeof gold, " | gold %.3f", vals[0]));
     if (m->has_critic) PetscCall(PetscSNPrintf(critic, sizeof critic, " | critic %.4f", vals[5]));
-    PetscCall(PetscPrintf(run->comm, "iter %4d/%d%s | reward %+.3f%s | kl %.3f | actor %+.4f%s | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s | %s\n", it, n_it, gold, mean_f(r->final, r->B), parts, kl, vals[4], critic, vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic, clock));
+    PetscCall(PetscPrintf(run->comm, "iter %4d/%d%s | reward %+.3f%s | kl %.3f | actor %+.4f%s | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s%s | %s\n", it, n_it, gold, mean_f(r->final, r->B), parts, kl, vals[4], critic, vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic, more, clock));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -468,11 +478,39 @@ static PetscErrorCode ppo_evaluate_said(const RunCtx *run, const char *what, DMo
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* -async_staleness K: the batches the first K iterations train on,
+ * generated before the loop with the weights it starts from (those a
+ * restart read from its checkpoint are there already). */
+static PetscErrorCode ppo_async_fill(const RunCtx *run, const PPOOptions *o, PPOModels *m, PromptSource *ps, AsyncQueue *q, PackBuf *pb, CkptState *st)
+{
+  double t0 = sys_wtime();
+  int    made = 0;
+  char   d[32];
+
+  PetscFunctionBegin;
+  for (int64_t b = st->iteration; b < st->iteration + q->K && b < o->iterations; b++) {
+    StageTimes    tm;
+    PPOTrainStats ts;
+    int           used;
+
+    if (q->ready[b % q->n] && async_slot(q, b)->batch == b) continue;
+    PetscCall(prompts_next(ps, o, st->data_pos, 0, &used));
+    PetscCall(async_keep_prompts(q, ps, b, st->data_pos));
+    PetscCall(ppo_iteration_async(m, o, ps, q, NULL, async_slot(q, b), pb, st, &ts, &tm));
+    st->data_pos += used;
+    made++;
+  }
+  if (made) PetscCall(PetscPrintf(run->comm, "%s: asynchronous, staleness %d: the first %d batches generated in %s\n", ppo_algo(o)->name, q->K, made, sys_duration_str(sys_wtime() - t0, d, sizeof d)));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const PlanNeeds *needs, PPOModels *m, PromptSource *ps, CkptState *st, PPOSummary *sum)
 {
   RunRecord *rec;
-  Rollout    r;
+  Rollout    r, *rp = &r; /* rp: the iteration's rollout (with -async_staleness, a slot of q) */
+  AsyncQueue q;
   PackBuf    pb;
+  const int  K = (int)o->async_staleness, T = ps->max_prompt + (int)o->gen.max_new_tokens;
   char       name[64], path[PETSC_MAX_PATH_LEN], evals[PETSC_MAX_PATH_LEN], what[64], clock[64];
   size_t     nparams;
   double     t_loop = sys_wtime();
@@ -481,8 +519,9 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
 
   PetscFunctionBegin;
   PetscCall(train_record_open(run, ppo_algo(o)->name, &o->plan, needs, &rec));
-  PetscCall(rollout_create((int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling)), ps->max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
-  PetscCall(packbuf_create((int)o->rollout_batch, r.T, &pb));
+  if (K == 0) PetscCall(rollout_create((int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling)), T, gen_masked(&o->gen), &r));
+  else PetscCall(async_create(o, (int)o->rollout_batch, T, gen_masked(&o->gen), &q));
+  PetscCall(packbuf_create((int)o->rollout_batch, T, &pb));
   PetscCall(sys_output_path(run, "rollouts.h5", path, sizeof path));
   PetscCall(sys_output_path(run, "evals.h5", evals, sizeof evals));
   PetscCall(io_keep_previous(run->comm, run->output_dir, "evals")); /* a new run's evaluations, as its run.h5 */
@@ -493,6 +532,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     PetscCall(PetscFree(t));
   }
   PetscCall(PetscPrintf(run->comm, "%s: actor %zu parameters, %" PetscInt_FMT " iterations of %" PetscInt_FMT " responses, from iteration %" PetscInt_FMT "\n", ppo_algo(o)->name, nparams, o->iterations, o->rollout_batch, st->iteration));
+  if (K) PetscCall(ppo_async_fill(run, o, m, ps, &q, &pb, st));
   while (st->iteration < o->iterations) {
     double        t0 = sys_wtime(), g0 = model_acts_grown_bytes(), grown, kl, iter_s, coef;
     PPOEval       ev = {NAN, NAN, NAN, NAN};
@@ -500,16 +540,31 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     PPOTrainStats ts;
     int           it = (int)st->iteration, used = 0;
 
-    PetscCall(prompts_next(ps, o, st->data_pos, 0, &used));
-    r.answer = ps->answer, r.meta = ps->meta, r.pidx = ps->pidx, r.dyn_rounds = 1;
-    PetscCall(ppo_iteration(m, o, ps, &r, &pb, st, &ts, &tm));
-    st->data_pos += (int64_t)used * r.dyn_rounds; /* dynamic sampling's rounds drew further prompts */
-    kl = rollout_kl(&r);
-    if (o->dump_rollouts) PetscCall(rollout_dump(run->comm, path, &r, it, o, st->kl_coef));
+    char          more[64] = "";
+
+    if (K == 0) {
+      PetscCall(prompts_next(ps, o, st->data_pos, 0, &used));
+      r.answer = ps->answer, r.meta = ps->meta, r.pidx = ps->pidx, r.dyn_rounds = 1;
+      PetscCall(ppo_iteration(m, o, ps, &r, &pb, st, &ts, &tm));
+      st->data_pos += (int64_t)used * r.dyn_rounds; /* dynamic sampling's rounds drew further prompts */
+    } else { /* train on batch it (generated earlier), generate batch it + K meanwhile */
+      Rollout *next = NULL;
+      rp = async_slot(&q, it);
+      PetscCheck(q.ready[it % q.n] && rp->batch == it, PETSC_COMM_SELF, PETSC_ERR_PLIB, "asynchronous queue: batch %d is not there", it);
+      if (it + K < o->iterations) {
+        PetscCall(prompts_next(ps, o, st->data_pos, 0, &used));
+        PetscCall(async_keep_prompts(&q, ps, it + K, st->data_pos));
+        next = async_slot(&q, it + K);
+      }
+      PetscCall(ppo_iteration_async(m, o, ps, &q, rp, next, &pb, st, &ts, &tm));
+      st->data_pos += used;
+    }
+    kl = rollout_kl(rp);
+    if (o->dump_rollouts) PetscCall(rollout_dump(run->comm, path, rp, it, o, st->kl_coef));
     iter_s = sys_wtime() - t0;
     grown  = model_acts_grown_bytes() - g0;
     coef   = st->kl_coef; /* the coefficient this iteration's rewards used */
-    if (o->kl_target > 0) st->kl_coef = rl_kl_adapt(st->kl_coef, kl, o->kl_target, o->kl_horizon, (double)r.B);
+    if (o->kl_target > 0) st->kl_coef = rl_kl_adapt(st->kl_coef, kl, o->kl_target, o->kl_horizon, (double)rp->B);
     st->iteration++;
     /* the evaluations of the trained actor (every -ppo_eval_every iterations
      * and after the last, the summary's) run before the iteration's record,
@@ -520,7 +575,8 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
       PetscCall(ppo_evaluate_said(run, what, &m->actor, m, o, ps, st, evals, name, &ev));
       if (st->iteration == o->iterations) sum->ppo = ev, final_evaluated = PETSC_TRUE;
     }
-    PetscCall(ppo_record_iteration(rec, run, o, m, &r, &ts, &tm, kl, coef, &ev, iter_s, it + 1, (int)o->iterations,
+    if (K) PetscCall(async_record(rec, &q, rp, it, tm.gen, ts.t_actor + ts.t_critic, iter_s, more, sizeof more));
+    PetscCall(ppo_record_iteration(rec, run, o, m, rp, &ts, &tm, kl, coef, &ev, iter_s, it + 1, (int)o->iterations, more,
                                    sys_progress_str(t_loop, (long)(st->iteration - it0), (long)(o->iterations - st->iteration), clock, sizeof clock)));
     PetscCall(ppo_record_eval(rec, o, &ps->eval, &ev));
     /* the rank whose activation buffers grew most (first touches: the time
@@ -553,7 +609,8 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     PetscCall(record_summary(rec, "final_pass_k", sum->ppo.pass_k));
   }
   PetscCall(packbuf_destroy(&pb));
-  PetscCall(rollout_destroy(&r));
+  if (K == 0) PetscCall(rollout_destroy(&r));
+  else PetscCall(async_destroy(&q));
   PetscCall(record_close(&rec));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -646,6 +703,12 @@ static PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const ModelC
   }
   PetscCall(plan_check(&o->plan, needs));
   if (print) PetscCall(plan_print(run->comm, &o->plan, needs));
+  if (print && o->async_staleness > 0 && !o->eval_only) {
+    const PlanCall *g = &o->plan.call[MFC_ACTOR_GEN], *t = &o->plan.call[MFC_ACTOR_TRAIN];
+    if (plan_overlap(&o->plan, MFC_ACTOR_GEN, MFC_ACTOR_TRAIN))
+      PetscCall(PetscPrintf(run->comm, "asynchronous: iteration i trains on samples generated with the weights of iteration i-%" PetscInt_FMT "; generation and training share ranks in this plan, so this changes the algorithm, not the time (generation on ranks of its own overlaps: -placement disaggregate)\n", o->async_staleness));
+    else PetscCall(PetscPrintf(run->comm, "asynchronous: iteration i trains on samples generated with the weights of iteration i-%" PetscInt_FMT "; generating the next batches (ranks %d-%d) overlaps training (ranks %d-%d)\n", o->async_staleness, g->ranks[0], g->ranks[g->nranks - 1], t->ranks[0], t->ranks[t->nranks - 1]));
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -35,6 +35,8 @@ typedef struct {
   double            more_gen_s;       /* dynamic sampling: this rank's generation seconds after the first round */
   ReallocStats      ra, rc;
   GenFuseTimes      genfuse_times;    /* -fuse_gen_inf: the fused node's parts on this rank (PPOModels.fuse is fused training) */
+  uint32_t          draw;             /* the batch's index, which keys its draws and the reward command's iteration */
+  AsyncQueue       *q;                /* -async_staleness: the queue (the behaviour weights' statistics) */
 } IterCtx;
 
 static PetscErrorCode iter_ctx(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro, IterCtx *c)
@@ -74,7 +76,7 @@ static PetscErrorCode run_generation(void *ctx)
   IterCtx *c = (IterCtx *)ctx;
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(sys_log.generate, 0, 0, 0, 0));
-  PetscCall(rollout_generate_part(ppo_gen_model(c->m), &c->o->gen, c->max_prompt, (uint64_t)c->st->seed, (uint32_t)c->st->iteration, c->req, c->r, &c->part));
+  PetscCall(rollout_generate_part(ppo_gen_model(c->m), &c->o->gen, c->max_prompt, (uint64_t)c->st->seed, c->draw, c->req, c->r, &c->part));
   PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -209,7 +211,7 @@ static PetscErrorCode share_rewards(void *ctx)
   IterCtx *c = (IterCtx *)ctx;
   PetscFunctionBegin;
   if (c->o->dynamic_sampling) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(rollout_command_rewards(&c->m->rew, c->o, c->r, (int)c->st->iteration));
+  PetscCall(rollout_command_rewards(&c->m->rew, c->o, c->r, (int)c->draw));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -320,16 +322,16 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, PromptSource *ps
   PetscFunctionBegin;
   PetscCall(iter_ctx(m, o, r, pb, (int)(o->rollout_batch / o->minibatches / o->microbatches), &c));
   r->B = r->gen.n = r->Bcap; /* -ppo_dynamic_sampling: every candidate row generates; the selection brings it back to -rollout_batch */
-  c.req = ps->req, c.ps = ps, c.max_prompt = ps->max_prompt, c.st = st, c.ts = ts;
+  c.req = ps->req, c.ps = ps, c.max_prompt = ps->max_prompt, c.st = st, c.ts = ts, c.draw = (uint32_t)st->iteration;
   PetscCall(PetscMemzero(ts, sizeof *ts));
   PetscCall(PetscMemzero(tm, sizeof *tm));
   if (m->gen_copy) {
     k_sync_a   = n;
-    nodes[n++] = (ExecNode){"actor_sync", {"actor_weights"}, {"gen_weights"}, (PetscBool)(dmodel_member(&m->actor) || dmodel_member(&m->actor_gen)), run_actor_sync, NULL, &c, PETSC_FALSE};
+    nodes[n++] = (ExecNode){"actor_sync", {"actor_weights"}, {"gen_weights"}, (PetscBool)(dmodel_member(&m->actor) || dmodel_member(&m->actor_gen)), run_actor_sync, NULL, &c, PETSC_FALSE, PETSC_FALSE};
   }
   if (crit && m->critic_copy) {
     k_sync_c   = n;
-    nodes[n++] = (ExecNode){"critic_sync", {"critic_weights"}, {"critic_inf_weights"}, (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync, NULL, &c, PETSC_FALSE};
+    nodes[n++] = (ExecNode){"critic_sync", {"critic_weights"}, {"critic_inf_weights"}, (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync, NULL, &c, PETSC_FALSE, PETSC_FALSE};
   }
   if (o->plan.fuse != FUSE_NONE) {
     PetscBool here = (PetscBool)(dmodel_member(gen) || dmodel_member(&m->reference) || dmodel_member(&m->reward) || (crit && dmodel_member(cinf)));
@@ -337,25 +339,25 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, PromptSource *ps
     k_gen = k_ref = n;
     k_rew      = rm ? n : -1;
     k_crit     = crit ? n : -1;
-    nodes[n++] = (ExecNode){"generation+inference", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights", crit ? (m->critic_copy ? "critic_inf_weights" : "critic_weights") : NULL}, {"responses", "ref_logprobs", "scores", crit ? "values" : NULL}, here, run_fused, share_fused, &c, PETSC_TRUE};
+    nodes[n++] = (ExecNode){"generation+inference", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights", crit ? (m->critic_copy ? "critic_inf_weights" : "critic_weights") : NULL}, {"responses", "ref_logprobs", "scores", crit ? "values" : NULL}, here, run_fused, share_fused, &c, PETSC_TRUE, PETSC_FALSE};
   } else {
     k_gen      = n;
-    nodes[n++] = (ExecNode){"generation", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights"}, {"responses"}, dmodel_member(gen), run_generation, share_generation, &c, PETSC_FALSE};
+    nodes[n++] = (ExecNode){"generation", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights"}, {"responses"}, dmodel_member(gen), run_generation, share_generation, &c, PETSC_FALSE, PETSC_FALSE};
     k_ref      = n;
-    nodes[n++] = (ExecNode){"ref_inference", {"responses"}, {"ref_logprobs"}, dmodel_member(&m->reference), run_ref, share_ref, &c, PETSC_FALSE};
+    nodes[n++] = (ExecNode){"ref_inference", {"responses"}, {"ref_logprobs"}, dmodel_member(&m->reference), run_ref, share_ref, &c, PETSC_FALSE, PETSC_FALSE};
     if (rm) {
       k_rew      = n;
-      nodes[n++] = (ExecNode){"reward_inference", {"responses"}, {"scores"}, dmodel_member(&m->reward), run_reward, share_reward, &c, PETSC_FALSE};
+      nodes[n++] = (ExecNode){"reward_inference", {"responses"}, {"scores"}, dmodel_member(&m->reward), run_reward, share_reward, &c, PETSC_FALSE, PETSC_FALSE};
     }
     if (crit) {
       k_crit     = n;
-      nodes[n++] = (ExecNode){"critic_inference", {"responses", m->critic_copy ? "critic_inf_weights" : "critic_weights"}, {"values"}, dmodel_member(cinf), run_critic_inf, share_critic_inf, &c, PETSC_FALSE};
+      nodes[n++] = (ExecNode){"critic_inference", {"responses", m->critic_copy ? "critic_inf_weights" : "critic_weights"}, {"values"}, dmodel_member(cinf), run_critic_inf, share_critic_inf, &c, PETSC_FALSE, PETSC_FALSE};
     }
   }
   k_rules    = n;
-  nodes[n++] = (ExecNode){"rewards", {"responses"}, {"rule_scores"}, PETSC_TRUE, run_rewards, share_rewards, &c, PETSC_FALSE};
+  nodes[n++] = (ExecNode){"rewards", {"responses"}, {"rule_scores"}, PETSC_TRUE, run_rewards, share_rewards, &c, PETSC_FALSE, PETSC_FALSE};
   k_adv      = n;
-  nodes[n]   = (ExecNode){"advantages", {"ref_logprobs", "rule_scores"}, {"advantages"}, PETSC_TRUE, run_advantages, NULL, &c, PETSC_FALSE};
+  nodes[n]   = (ExecNode){"advantages", {"ref_logprobs", "rule_scores"}, {"advantages"}, PETSC_TRUE, run_advantages, NULL, &c, PETSC_FALSE, PETSC_FALSE};
   {
     int ni = 2;
     if (rm) nodes[n].in[ni++] = "scores";
@@ -364,11 +366,11 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, PromptSource *ps
   n++;
   k_at = n;
   if (crit && m->fuse.on) /* the critic's mesh is the actor's ranks */
-    nodes[n++] = (ExecNode){"fused_train", {"responses", "ref_logprobs", "advantages", "values"}, {"new_actor_weights", "new_critic_weights"}, dmodel_member(&m->actor), run_fused_train, share_fused_train, &c, PETSC_FALSE};
-  else nodes[n++] = (ExecNode){"actor_train", {"responses", "ref_logprobs", "advantages"}, {"new_actor_weights"}, dmodel_member(&m->actor), run_actor_train, share_actor_train, &c, PETSC_FALSE};
+    nodes[n++] = (ExecNode){"fused_train", {"responses", "ref_logprobs", "advantages", "values"}, {"new_actor_weights", "new_critic_weights"}, dmodel_member(&m->actor), run_fused_train, share_fused_train, &c, PETSC_FALSE, PETSC_FALSE};
+  else nodes[n++] = (ExecNode){"actor_train", {"responses", "ref_logprobs", "advantages"}, {"new_actor_weights"}, dmodel_member(&m->actor), run_actor_train, share_actor_train, &c, PETSC_FALSE, PETSC_FALSE};
   if (crit && !m->fuse.on) {
     k_ct       = n;
-    nodes[n++] = (ExecNode){"critic_train", {"values", "advantages"}, {"new_critic_weights"}, dmodel_member(&m->critic), run_critic_train, share_critic_train, &c, PETSC_FALSE};
+    nodes[n++] = (ExecNode){"critic_train", {"values", "advantages"}, {"new_critic_weights"}, dmodel_member(&m->critic), run_critic_train, share_critic_train, &c, PETSC_FALSE, PETSC_FALSE};
   }
   PetscCall(exec_graph_run(nodes, n, given, sec));
   ts->steps   = (int)(o->epochs * o->minibatches);
@@ -435,5 +437,140 @@ PetscErrorCode ppo_reward_call(PPOModels *m, const PPOOptions *o, Rollout *r, Pa
   PetscCall(iter_ctx(m, o, r, pb, nmicro, &c));
   if (dmodel_member(&m->reward)) PetscCall(run_reward(&c));
   PetscCall(share_reward(&c));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- asynchronous iterations (-async_staleness, src/ppo/async.c) ---------------- */
+static PetscErrorCode run_prox(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(infer(c, &c->m->actor, MFC_ACTOR_TRAIN, PETSC_FALSE, rollout_prox_inference));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode share_prox(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(exec_share_rows(c->m->actor.mesh, c->r->B, (size_t)c->r->T, MPI_FLOAT, c->r->prox));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The generation of a later batch: every row drawn by the weights the
+ * iteration started with (version: iterations trained so far). */
+static PetscErrorCode share_generation_async(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(share_generation(ctx));
+  for (int b = 0; b < c->r->B; b++) c->r->version[b] = (int)c->st->iteration;
+  c->q->ready[c->r->batch % c->q->n] = PETSC_TRUE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The advantages, after the behaviour weights of the correction. */
+static PetscErrorCode run_advantages_async(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(async_weights(c->q, c->o, c->r));
+  PetscCall(run_advantages(ctx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The graph of one asynchronous iteration (see ppo_iteration for the
+ * synchronous one): the nodes of batch cur (inference, the proximal
+ * log-probabilities on the actor's training mesh when the correction needs
+ * them, rewards, advantages, training) and, with next, the generation of
+ * batch next->batch, whose share is late: on a generation mesh apart from
+ * the training mesh it runs while the actor trains.
+ *
+ *   actor_sync     actor_weights                  -> gen_weights
+ *   generation     prompts, gen_weights           -> next_responses (late)
+ *   prox_inference responses, actor_weights       -> prox_logprobs
+ *   ... the synchronous graph's nodes on cur, the advantages also after prox_logprobs */
+PetscErrorCode ppo_iteration_async(PPOModels *m, const PPOOptions *o, PromptSource *ps, AsyncQueue *q, Rollout *cur, Rollout *next, PackBuf *pb, const CkptState *st, PPOTrainStats *ts, StageTimes *tm)
+{
+  IterCtx     c, g;
+  ExecNode    nodes[12];
+  double      sec[12];
+  int         n = 0, k_sync_a = -1, k_gen = -1, k_ref = -1, k_rew = -1, k_rules = -1, k_crit = -1, k_adv = -1, k_at = -1, k_ct = -1, k_prox = -1;
+  const char *given[] = {"prompts", "actor_weights", "critic_weights", "responses", NULL};
+  PetscBool   crit = m->has_critic, rm = o->has_reward_model, prox = (PetscBool)(cur && o->async_correction != ASYNC_NONE);
+  DModel     *gen = ppo_gen_model(m), *cinf = ppo_critic_inf_model(m);
+  int         nmicro = (int)(o->rollout_batch / o->minibatches / o->microbatches);
+
+  PetscFunctionBegin;
+  PetscCall(iter_ctx(m, o, cur, pb, nmicro, &c));
+  PetscCall(iter_ctx(m, o, next, pb, nmicro, &g));
+  c.ps = g.ps = ps, c.max_prompt = g.max_prompt = ps->max_prompt, c.st = g.st = st, c.ts = g.ts = ts, c.q = g.q = q;
+  g.req = ps->req;
+  if (cur) c.draw = (uint32_t)cur->batch;
+  if (next) g.draw = (uint32_t)next->batch, next->B = next->gen.n = next->Bcap;
+  PetscCall(PetscMemzero(ts, sizeof *ts));
+  PetscCall(PetscMemzero(tm, sizeof *tm));
+  if (next) {
+    if (m->gen_copy) {
+      k_sync_a   = n;
+      nodes[n++] = (ExecNode){"actor_sync", {"actor_weights"}, {"gen_weights"}, (PetscBool)(dmodel_member(&m->actor) || dmodel_member(&m->actor_gen)), run_actor_sync, NULL, &g, PETSC_FALSE, PETSC_FALSE};
+    }
+    k_gen      = n;
+    nodes[n++] = (ExecNode){"generation", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights"}, {"next_responses"}, dmodel_member(gen), run_generation, share_generation_async, &g, PETSC_FALSE, PETSC_TRUE};
+  }
+  if (cur) {
+    if (crit && m->critic_copy) nodes[n++] = (ExecNode){"critic_sync", {"critic_weights"}, {"critic_inf_weights"}, (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync, NULL, &c, PETSC_FALSE, PETSC_FALSE};
+    k_ref      = n;
+    nodes[n++] = (ExecNode){"ref_inference", {"responses"}, {"ref_logprobs"}, dmodel_member(&m->reference), run_ref, share_ref, &c, PETSC_FALSE, PETSC_FALSE};
+    if (rm) {
+      k_rew      = n;
+      nodes[n++] = (ExecNode){"reward_inference", {"responses"}, {"scores"}, dmodel_member(&m->reward), run_reward, share_reward, &c, PETSC_FALSE, PETSC_FALSE};
+    }
+    if (crit) {
+      k_crit     = n;
+      nodes[n++] = (ExecNode){"critic_inference", {"responses", m->critic_copy ? "critic_inf_weights" : "critic_weights"}, {"values"}, dmodel_member(cinf), run_critic_inf, share_critic_inf, &c, PETSC_FALSE, PETSC_FALSE};
+    }
+    if (prox) {
+      k_prox     = n;
+      nodes[n++] = (ExecNode){"prox_inference", {"responses", "actor_weights"}, {"prox_logprobs"}, dmodel_member(&m->actor), run_prox, share_prox, &c, PETSC_FALSE, PETSC_FALSE};
+    }
+    k_rules    = n;
+    nodes[n++] = (ExecNode){"rewards", {"responses"}, {"rule_scores"}, PETSC_TRUE, run_rewards, share_rewards, &c, PETSC_FALSE, PETSC_FALSE};
+    k_adv      = n;
+    nodes[n]   = (ExecNode){"advantages", {"ref_logprobs", "rule_scores"}, {"advantages"}, PETSC_TRUE, prox ? run_advantages_async : run_advantages, NULL, &c, PETSC_FALSE, PETSC_FALSE};
+    {
+      int ni = 2;
+      if (rm) nodes[n].in[ni++] = "scores";
+      if (crit) nodes[n].in[ni++] = "values";
+      if (prox) nodes[n].in[ni++] = "prox_logprobs";
+    }
+    n++;
+    k_at = n;
+    if (crit && m->fuse.on)
+      nodes[n++] = (ExecNode){"fused_train", {"responses", "ref_logprobs", "advantages", "values"}, {"new_actor_weights", "new_critic_weights"}, dmodel_member(&m->actor), run_fused_train, share_fused_train, &c, PETSC_FALSE, PETSC_FALSE};
+    else nodes[n++] = (ExecNode){"actor_train", {"responses", "ref_logprobs", "advantages"}, {"new_actor_weights"}, dmodel_member(&m->actor), run_actor_train, share_actor_train, &c, PETSC_FALSE, PETSC_FALSE};
+    if (crit && !m->fuse.on) {
+      k_ct       = n;
+      nodes[n++] = (ExecNode){"critic_train", {"values", "advantages"}, {"new_critic_weights"}, dmodel_member(&m->critic), run_critic_train, share_critic_train, &c, PETSC_FALSE, PETSC_FALSE};
+    }
+  }
+  PetscCall(exec_graph_run(nodes, n, given, sec));
+  ts->steps        = cur ? (int)(o->epochs * o->minibatches) : 0;
+  tm->gen          = k_gen >= 0 ? sec[k_gen] : 0;
+  tm->ref          = k_ref >= 0 ? sec[k_ref] + (k_prox >= 0 ? sec[k_prox] : 0) : 0; /* the proximal log-probabilities are an inference call of the actor */
+  tm->rew          = k_rew >= 0 ? sec[k_rew] : 0;
+  tm->rules        = k_rules >= 0 ? sec[k_rules] : 0;
+  tm->critic       = k_crit >= 0 ? sec[k_crit] : 0;
+  tm->adv          = k_adv >= 0 ? sec[k_adv] : 0;
+  tm->actor        = k_at >= 0 ? sec[k_at] : 0;
+  tm->critic_train = k_ct >= 0 ? sec[k_ct] : 0;
+  if (k_sync_a >= 0) {
+    const ReallocPlan *p;
+    tm->sync_actor = sec[k_sync_a];
+    PetscCall(realloc_plan_get(&m->actor.cfg, m->actor.mesh, m->actor_gen.mesh, "actor -> actor_gen", &p));
+    tm->sync_actor_bytes = realloc_plan_bytes(p);
+  }
+  ts->t_actor  = tm->actor;
+  ts->t_critic = tm->critic_train;
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -106,6 +106,15 @@ typedef struct {
   int          Bcap;                    /* rows allocated (-ppo_dynamic_sampling: candidates generated; B after the selection) */
   int          kept_groups, filled_groups; /* -ppo_dynamic_sampling: candidate groups whose rewards differ; groups of equal rewards used to fill */
   int          dyn_rounds;                 /* -ppo_dynamic_sampling: generation rounds of the iteration */
+  /* -async_staleness > 0 (src/ppo/async.c; NULL otherwise): the batch's
+   * index (the iteration that trains on it, which keys its draws), the
+   * weights version (iterations trained) that generated each row, the
+   * proximal policy's log-probabilities (the actor's before this
+   * iteration's update) and the behaviour importance weights */
+  int64_t      batch;
+  int         *version;                    /* [B] */
+  float       *prox, *isw;                 /* [B,T] */
+  PetscBool    off_policy;                 /* prox and isw hold this iteration's values */
 } Rollout;
 
 /* ---- the algorithms as a table (src/ppo/algos.c) --------------------------- */
@@ -170,6 +179,9 @@ PetscErrorCode rollout_forward_values(Model *m, const Rollout *r, const int *idx
 PetscErrorCode rollout_ref_inference(Model *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
 PetscErrorCode rollout_reward_inference(Model *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
 PetscErrorCode rollout_critic_inference(Model *critic, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
+/* Asynchronous runs: the actor's log-probabilities of the rows before
+ * this iteration's update (the proximal policy) into r->prox. */
+PetscErrorCode rollout_prox_inference(Model *actor, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
 /* One inference call over the sequences idx[0..nb) of r in one forward
  * (nb <= pb->nmax): reference log-probabilities, reward-model scores (and
  * final scores) or critic values, as the calls above compute them. */
@@ -274,6 +286,8 @@ PetscErrorCode rollout_genfuse_observe(RolloutGenFuse *gs, const Rollout *r, dou
  * on MPI_COMM_WORLD. */
 PetscErrorCode rollout_share_inf_owned(RolloutGenFuse *gs, Rollout *r);
 PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, GenFuseTimes *tm);
+
+#define PPO_ANSWER_LEN 32 /* a built-in task's answer text, NUL included */
 
 /* ---- prompts and the held-out set (src/ppo/prompts.c) ------------------------ */
 /* The held-out set: n prompts asked k times each (request i*k+j), from
@@ -381,5 +395,40 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, PromptSource *ps
 PetscErrorCode ppo_ref_call(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro);
 /* The same for the reward model's scores (nothing without one). */
 PetscErrorCode ppo_reward_call(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro);
+
+/* ---- asynchronous RL (src/ppo/async.c, docs/async.md) -------------------------- */
+/* -async_staleness K > 0: batch b (the samples iteration b trains on) is
+ * generated with the weights of iteration max(b - K, first), during
+ * iteration b - K, beside that iteration's training when the generation
+ * mesh is apart. The queue's K + 1 slots hold batch b in slot b mod (K+1),
+ * each with its own copy of its prompts' answers, metadata and indices. */
+typedef struct {
+  int          K, n;           /* staleness, slots (K + 1) */
+  Rollout     *slot;           /* [n] */
+  PetscBool   *ready;          /* [n]: the slot holds a generated batch */
+  int64_t     *data_pos;       /* [n]: where the slot's prompts start (prompts_next) */
+  const char **answer, **meta; /* [n * Bcap] */
+  int64_t     *pidx;           /* [n * Bcap] */
+  char        *abuf;           /* [n * Bcap * PPO_ANSWER_LEN]: the built-in task's answers */
+  RLISStats    is;             /* this iteration's behaviour weights */
+} AsyncQueue;
+PetscErrorCode async_create(const PPOOptions *o, int B, int T, PetscBool masked, AsyncQueue *q);
+PetscErrorCode async_destroy(AsyncQueue *q);
+static inline Rollout *async_slot(AsyncQueue *q, int64_t batch) { return &q->slot[batch % q->n]; }
+/* After prompts_next for batch b at data position pos: the rows' answers,
+ * metadata and indices copied into b's slot (rows[] point there). */
+PetscErrorCode async_keep_prompts(AsyncQueue *q, const PromptSource *ps, int64_t batch, int64_t pos);
+/* The behaviour weights of the slot's batch from its prox and behaviour
+ * log-probabilities (-async_correction), statistics into q->is. */
+PetscErrorCode async_weights(AsyncQueue *q, const PPOOptions *o, Rollout *r);
+/* The iteration's staleness metrics in run.h5 (docs/async.md) and the
+ * progress line's part. */
+PetscErrorCode async_record(RunRecord *rec, const AsyncQueue *q, const Rollout *r, int64_t iteration, double gen_s, double train_s, double iter_s, char *line, size_t len);
+/* One asynchronous iteration (src/ppo/ppo_graph.c): with cur, the
+ * inference calls, the proximal log-probabilities, the advantages and
+ * training on batch cur->batch; with next, the generation of batch
+ * next->batch with the weights as they are at the start (on the generation
+ * mesh, beside the training when apart). Either may be NULL. */
+PetscErrorCode ppo_iteration_async(PPOModels *m, const PPOOptions *o, PromptSource *ps, AsyncQueue *q, Rollout *cur, Rollout *next, PackBuf *pb, const CkptState *st, PPOTrainStats *ts, StageTimes *tm);
 
 #endif

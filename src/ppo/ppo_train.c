@@ -99,7 +99,9 @@ static PetscErrorCode actor_forward(void *ctx, Model *actor, int k)
     align_row(r, pb, idx[i], pb->ent, i, Tf, wt);
     for (size_t t = 0; t < T; t++) mb->acc[2] += (double)pb->w[t] * pb->al[t];
     align_row(r, pb, idx[i], pb->lp, i, Tf, wa);
-    mb->acc[0] += rl_policy_loss(T, pb->al, r->gen.logprobs + off, r->adv + off, pb->w, mb->o->clip_low, mb->o->clip_high, pb->dal, &cf);
+    if (r->off_policy) /* asynchronous runs' decoupled objective: the ratio to the proximal policy, times the behaviour weight */
+      mb->acc[0] += rl_policy_loss_is(T, pb->al, r->prox + off, r->adv + off, pb->w, r->isw + off, mb->o->clip_low, mb->o->clip_high, pb->dal, &cf);
+    else mb->acc[0] += rl_policy_loss(T, pb->al, r->gen.logprobs + off, r->adv + off, pb->w, mb->o->clip_low, mb->o->clip_high, pb->dal, &cf);
     mb->acc[1] += wa > 0 ? cf / wa * wt : 0; /* the clipped tokens' share of the mini-batch's tokens */
     if (ppo_kl_as_loss(mb->o)) mb->acc[3] += rl_kl_loss(T, pb->al, r->ref + off, pb->w, mb->kl_coef, (RLKLEstimator)mb->o->kl_estimator, pb->dal);
     unalign_row(r, pb, idx[i], i, Tf, grad);

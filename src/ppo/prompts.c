@@ -7,7 +7,6 @@
 #include <math.h>
 #include <string.h>
 
-#define PPO_ANSWER_LEN     32         /* a built-in task's answer text, NUL included */
 
 /* A rollout batch (with -ppo_dynamic_sampling F, F times it) too large for memory would fail deep in an allocation
  * naming neither the option nor the size. Every rank holds the whole

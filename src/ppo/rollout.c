@@ -25,6 +25,10 @@ PetscErrorCode rollout_create(int B, int T, PetscBool masked, Rollout *r)
   r->pidx   = NULL;
   r->Bcap   = B;
   r->kept_groups = r->filled_groups = 0;
+  r->batch      = -1;
+  r->version    = NULL;
+  r->prox       = r->isw = NULL;
+  r->off_policy = PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -191,6 +195,21 @@ PetscErrorCode rollout_ref_inference(Model *ref, Rollout *r, const PPOOptions *o
   PetscFunctionBegin;
   PetscCall(PetscArrayzero(r->ref + (size_t)b0 * r->T, (size_t)(b1 - b0) * r->T));
   PetscCall(rows_inference(ref, r, o, pb, b0, b1, nmicro, PETSC_TRUE, PETSC_FALSE, take_ref));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode take_prox(Rollout *r, const PPOOptions *o, const PackBuf *pb, const int *idx, int nb, int Tf)
+{
+  (void)o;
+  for (int i = 0; i < nb; i++) scatter_response(r, idx[i], pb->lp, i, Tf, r->prox);
+  return PETSC_SUCCESS;
+}
+
+PetscErrorCode rollout_prox_inference(Model *actor, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscArrayzero(r->prox + (size_t)b0 * r->T, (size_t)(b1 - b0) * r->T));
+  PetscCall(rows_inference(actor, r, o, pb, b0, b1, nmicro, PETSC_TRUE, PETSC_FALSE, take_prox));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -97,7 +97,7 @@ void rl_whiten(int B, int T, const int *start, const int *len, float *x, double 
   if (std) *std = sd;
 }
 
-double rl_policy_loss(size_t n, const float *logp, const float *old, const float *adv, const float *w, double eps_low, double eps_high, float *dlogp, double *clipfrac)
+double rl_policy_loss_is(size_t n, const float *logp, const float *old, const float *adv, const float *w, const float *isw, double eps_low, double eps_high, float *dlogp, double *clipfrac)
 {
   double loss = 0, cf = 0;
 
@@ -105,18 +105,40 @@ double rl_policy_loss(size_t n, const float *logp, const float *old, const float
     double wi = w[i];
     dlogp[i] = 0;
     if (wi == 0) continue;
-    double rho = exp((double)logp[i] - (double)old[i]), A = adv[i];
+    double rho = exp((double)logp[i] - (double)old[i]), A = adv[i], wl = isw ? wi * isw[i] : wi;
     double unclipped = -A * rho, clipped = -A * clampd(rho, 1 - eps_low, 1 + eps_high);
     if (unclipped >= clipped) { /* ties take the unclipped branch's gradient */
-      loss += wi * unclipped;
-      dlogp[i] = (float)(wi * unclipped); /* d(-A*rho)/dlogp = -A*rho */
+      loss += wl * unclipped;
+      dlogp[i] = (float)(wl * unclipped); /* d(-A*rho)/dlogp = -A*rho */
     } else {
-      loss += wi * clipped; /* constant in logp */
+      loss += wl * clipped; /* constant in logp */
       cf += wi;
     }
   }
   if (clipfrac) *clipfrac = cf;
   return loss;
+}
+
+double rl_policy_loss(size_t n, const float *logp, const float *old, const float *adv, const float *w, double eps_low, double eps_high, float *dlogp, double *clipfrac)
+{
+  return rl_policy_loss_is(n, logp, old, adv, w, NULL, eps_low, eps_high, dlogp, clipfrac);
+}
+
+void rl_behaviour_weights(size_t n, const float *prox, const float *behav, const float *w, double cap, RLISMode mode, float *isw, RLISStats *st)
+{
+  for (size_t i = 0; i < n; i++) {
+    isw[i] = 0;
+    if (w[i] == 0) continue;
+    double rho = exp((double)prox[i] - (double)behav[i]), out = rho;
+    if (cap > 0 && rho > cap) {
+      out = mode == RL_IS_MASK ? 0.0 : cap;
+      st->capped += 1;
+    }
+    isw[i] = (float)out;
+    st->n += 1;
+    st->sum += rho;
+    if (rho > st->max) st->max = rho;
+  }
 }
 
 double rl_value_loss(size_t n, const float *v, const float *v_old, const float *ret, const float *w, double eps_v, float *dv, double *clipfrac)
