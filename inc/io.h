@@ -46,6 +46,13 @@ typedef struct {
 PetscErrorCode ckpt_write(MPI_Comm comm, const char *path, const CkptModel *models, int n, const CkptState *st);
 /* The same with where[k] (may be NULL) for models[k]. */
 PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st);
+/* From now on, checkpoints this process writes also get what fn(file, ctx)
+ * writes, on rank 0 before the file is renamed into place (asynchronous
+ * RL's queue of generated batches); NULL: nothing. Defined with the
+ * HDF5 calls for the other modules below (IoFileFn). */
+typedef int64_t IoId;
+typedef PetscErrorCode (*IoFileFn)(IoId file, void *ctx);
+PetscErrorCode ckpt_carry(IoFileFn fn, void *ctx);
 /* Reads the attributes of /<role>. Errors name the file and the role. */
 PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *role, ModelConfig *cfg);
 /* From now on, checkpoints this process writes carry a copy of path's
@@ -191,14 +198,12 @@ PetscErrorCode io_files_check(MPI_Comm comm);
  * reads and writes it through these calls, which carry h5util's checks and
  * one-line messages. An IoId is an open file, group or dataset (HDF5's
  * hid_t); IO_NONE is none. */
-typedef int64_t            IoId;
 typedef unsigned long long IoSize; /* an extent */
 #define IO_NONE ((IoId)-1)
 /* Element types: in memory (native) and in the file (little-endian). */
-typedef enum { IO_INT, IO_INT64, IO_LLONG, IO_UCHAR, IO_DOUBLE, IO_I32LE, IO_I64LE, IO_F64LE } IoType;
+typedef enum { IO_INT, IO_INT64, IO_LLONG, IO_UCHAR, IO_DOUBLE, IO_I32LE, IO_I64LE, IO_F64LE, IO_FLOAT } IoType;
 /* A dataset's or attribute's class, as h5u_dataset_open checks it. */
 typedef enum { IO_CLASS_OTHER = -1, IO_CLASS_INT = 0, IO_CLASS_FLOAT = 1 } IoClass;
-typedef PetscErrorCode (*IoFileFn)(IoId file, void *ctx);
 typedef PetscErrorCode (*IoTask)(void *ctx);
 
 /* Runs task(ctx) on rank 0 of comm; on failure every rank raises rank 0's

@@ -200,6 +200,27 @@ PetscErrorCode ckpt_tokenizer_from(MPI_Comm comm, const char *path, PetscBool *f
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* What ckpt_carry registered: written by rank 0 into each checkpoint before it is renamed. */
+static IoFileFn ckpt_carry_fn;
+static void    *ckpt_carry_ctx;
+
+PetscErrorCode ckpt_carry(IoFileFn fn, void *ctx)
+{
+  PetscFunctionBegin;
+  ckpt_carry_fn  = fn;
+  ckpt_carry_ctx = ctx;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Rank 0's additions to the closed file: the tokenizer's copy, what ckpt_carry registered. */
+static PetscErrorCode ckpt_post(hid_t file, void *vctx)
+{
+  PetscFunctionBegin;
+  if (ckpt_tokenizer_src[0]) PetscCall(ckpt_copy_tokenizer(file, vctx));
+  if (ckpt_carry_fn) PetscCall(ckpt_carry_fn((IoId)file, ckpt_carry_ctx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st)
 {
   CkptWriteCtx ctx = {path, models, where, n, {0, 0, 0, 0}, H5I_INVALID_HID, NULL};
@@ -208,7 +229,7 @@ PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptMode
   if (st) ctx.st = *st;
   /* attributes are written collectively: every rank must give rank 0's values */
   PetscCallMPI(MPI_Bcast(&ctx.st, (int)sizeof ctx.st, MPI_BYTE, 0, comm));
-  PetscCall(h5u_write_atomic_comm_post(comm, "checkpoint", path, ckpt_fill, &ctx, ckpt_tokenizer_src[0] ? ckpt_copy_tokenizer : NULL, NULL));
+  PetscCall(h5u_write_atomic_comm_post(comm, "checkpoint", path, ckpt_fill, &ctx, ckpt_tokenizer_src[0] || ckpt_carry_fn ? ckpt_post : NULL, NULL));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

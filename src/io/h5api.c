@@ -21,6 +21,7 @@ static hid_t io_h5type(IoType t)
   case IO_I32LE: return H5T_STD_I32LE;
   case IO_I64LE: return H5T_STD_I64LE;
   case IO_F64LE: return H5T_IEEE_F64LE;
+  case IO_FLOAT: return H5T_NATIVE_FLOAT;
   }
   return H5I_INVALID_HID;
 }

@@ -113,3 +113,184 @@ PetscErrorCode async_record(RunRecord *rec, const AsyncQueue *q, const Rollout *
   else PetscCall(PetscSNPrintf(line, len, " | stale %.1f", lag));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
+
+/* ---- the queue in checkpoints ------------------------------------------------ */
+/* Group /async of a checkpoint (docs/formats.md): attribute staleness, and
+ * a group batch_<b> for each generated batch not yet trained on, with its
+ * rows as generation left them (tokens, logprobs, prompt_lengths,
+ * response_lengths, eos, versions, and the allowed sets mask_off/mask_ids
+ * when generation masks) and attributes batch and data_pos. */
+typedef struct {
+  AsyncQueue *q;
+  int64_t     from; /* the first batch not yet trained on */
+} AsyncSave;
+static AsyncSave async_save;
+
+static PetscErrorCode async_write(IoId file, void *ctx)
+{
+  AsyncSave *a = (AsyncSave *)ctx;
+  AsyncQueue *q = a->q;
+  IoId        g = IO_NONE;
+
+  PetscFunctionBegin;
+  PetscCall(io_group_create(file, "checkpoint", "async", &g));
+  PetscCall(io_attr_write_double(g, "staleness", (double)q->K));
+  for (int s = 0; s < q->n; s++) {
+    Rollout       *r = &q->slot[s];
+    const GenBatch *gb = &r->gen;
+    int            B = r->B, T = r->T, nd = 6;
+    char           name[32];
+    IoId           h = IO_NONE;
+    IODataset      d[8] = {
+      {"tokens",           2, {B, T}, gb->tokens,       PETSC_TRUE },
+      {"logprobs",         2, {B, T}, gb->logprobs,     PETSC_FALSE},
+      {"prompt_lengths",   1, {B, 1}, gb->prompt_len,   PETSC_TRUE },
+      {"response_lengths", 1, {B, 1}, gb->response_len, PETSC_TRUE },
+      {"eos",              1, {B, 1}, gb->eos,          PETSC_TRUE },
+      {"versions",         1, {B, 1}, r->version,       PETSC_TRUE },
+    };
+    const char *an[] = {"batch", "data_pos"};
+    double      av[] = {(double)r->batch, (double)q->data_pos[s]};
+
+    if (!q->ready[s] || r->batch < a->from) continue;
+    if (gb->mask_off) {
+      d[nd++] = (IODataset){"mask_off", 1, {B * T + 1, 1}, gb->mask_off, PETSC_TRUE};
+      d[nd++] = (IODataset){"mask_ids", 1, {PetscMax(1, gb->mask_off[(size_t)B * T]), 1}, gb->mask_ids, PETSC_TRUE};
+    }
+    PetscCall(PetscSNPrintf(name, sizeof name, "batch_%" PetscInt64_FMT, r->batch));
+    PetscCall(io_group_create(g, "checkpoint", name, &h));
+    PetscCall(io_group_fill(h, d, nd, an, av, 2));
+    PetscCall(io_close(&h));
+  }
+  PetscCall(io_close(&g));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode async_checkpoint_carry(AsyncQueue *q, int64_t from)
+{
+  PetscFunctionBegin;
+  async_save = (AsyncSave){q, from};
+  PetscCall(ckpt_carry(q ? async_write : NULL, q ? &async_save : NULL));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* What a restart reads: the staleness the file was written with and, for
+ * each batch it holds among [from, from + K), where its prompts start. */
+typedef struct {
+  AsyncQueue *q;
+  int64_t     from;
+  double      staleness;
+  double      have[64], pos[64]; /* per batch from + j */
+  int         phase;             /* 0: headers; 1: the rows of the batches found */
+} AsyncLoad;
+
+static PetscErrorCode async_read_rows(IoId h, const char *path, const char *name, IoType mem, void *buf, long long n)
+{
+  PetscFunctionBegin;
+  PetscCheck(io_dataset_npoints(h, name) == n && io_dataset_read_all(h, name, mem, buf) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s: /async batch dataset %s is missing or has not %lld elements", path, name, n);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static const char *async_load_path;
+
+static PetscErrorCode async_read(IoId file, void *ctx)
+{
+  AsyncLoad *a = (AsyncLoad *)ctx;
+  IoId       g = IO_NONE;
+
+  PetscFunctionBegin;
+  if (!io_is_group(file, "async")) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(io_group_open(file, "checkpoint", "async", &g));
+  if (a->phase == 0) PetscCall(io_attr_read_double(g, "checkpoint /async", "staleness", &a->staleness));
+  for (int j = 0; j < a->q->K && j < 64; j++) {
+    char     name[32];
+    IoId     h = IO_NONE;
+    int64_t  b = a->from + j;
+    Rollout *r = async_slot(a->q, b);
+    long long BT = (long long)r->B * r->T;
+
+    PetscCall(PetscSNPrintf(name, sizeof name, "batch_%" PetscInt64_FMT, b));
+    if (!io_is_group(g, name)) continue;
+    PetscCall(io_group_open(g, "checkpoint /async", name, &h));
+    if (a->phase == 0) {
+      a->have[j] = 1;
+      PetscCall(io_attr_read_double(h, "checkpoint /async batch", "data_pos", &a->pos[j]));
+    } else {
+      GenBatch *gb = &r->gen;
+      PetscCall(async_read_rows(h, async_load_path, "tokens", IO_INT, gb->tokens, BT));
+      PetscCall(async_read_rows(h, async_load_path, "logprobs", IO_FLOAT, gb->logprobs, BT));
+      PetscCall(async_read_rows(h, async_load_path, "prompt_lengths", IO_INT, gb->prompt_len, r->B));
+      PetscCall(async_read_rows(h, async_load_path, "response_lengths", IO_INT, gb->response_len, r->B));
+      PetscCall(async_read_rows(h, async_load_path, "eos", IO_INT, gb->eos, r->B));
+      PetscCall(async_read_rows(h, async_load_path, "versions", IO_INT, r->version, r->B));
+      if (gb->mask_off) {
+        long long nid;
+        PetscCall(async_read_rows(h, async_load_path, "mask_off", IO_INT, gb->mask_off, BT + 1));
+        nid = PetscMax(1, gb->mask_off[BT]);
+        if ((size_t)nid > gb->mask_cap) {
+          PetscCall(PetscFree(gb->mask_ids));
+          PetscCall(PetscMalloc1(nid, &gb->mask_ids));
+          gb->mask_cap = (size_t)nid;
+        }
+        PetscCall(async_read_rows(h, async_load_path, "mask_ids", IO_INT, gb->mask_ids, nid));
+      }
+    }
+    PetscCall(io_close(&h));
+  }
+  PetscCall(io_close(&g));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *o, PromptSource *ps, AsyncQueue *q, int64_t from, int *found)
+{
+  AsyncQueue none = {0};
+  AsyncLoad  a    = {q ? q : &none, from, 0, {0}, {0}, 0};
+
+  PetscFunctionBegin;
+  *found          = 0;
+  async_load_path = path;
+  PetscCall(io_read_on_root(comm, "checkpoint", path, async_read, &a));
+  PetscCallMPI(MPI_Bcast(&a.staleness, 1, MPI_DOUBLE, 0, comm));
+  PetscCheck((PetscInt)a.staleness == o->async_staleness, comm, PETSC_ERR_ARG_INCOMP, "-restart %s was written with -async_staleness %.0f and holds its queue of generated batches: restart it with -async_staleness %.0f (not %" PetscInt_FMT ")", path,
+             a.staleness, a.staleness, o->async_staleness);
+  if (!q) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCallMPI(MPI_Bcast(a.have, 64, MPI_DOUBLE, 0, comm));
+  PetscCallMPI(MPI_Bcast(a.pos, 64, MPI_DOUBLE, 0, comm));
+  for (int j = 0; j < q->K && j < 64; j++) /* the prompts' answers and indices, as when the batch was generated */
+    if (a.have[j]) {
+      int used;
+      PetscCall(prompts_next(ps, o, (int64_t)a.pos[j], 0, &used));
+      PetscCall(async_keep_prompts(q, ps, from + j, (int64_t)a.pos[j]));
+    }
+  a.phase = 1;
+  PetscCall(io_read_on_root(comm, "checkpoint", path, async_read, &a));
+  for (int j = 0; j < q->K && j < 64; j++) {
+    Rollout  *r  = async_slot(q, from + j);
+    GenBatch *gb = &r->gen;
+    size_t    BT = (size_t)r->B * r->T;
+
+    if (!a.have[j]) continue;
+    PetscCall(io_bcast(gb->tokens, BT, MPI_INT, comm));
+    PetscCall(io_bcast(gb->logprobs, BT, MPI_FLOAT, comm));
+    PetscCall(io_bcast(gb->prompt_len, (size_t)r->B, MPI_INT, comm));
+    PetscCall(io_bcast(gb->response_len, (size_t)r->B, MPI_INT, comm));
+    PetscCall(io_bcast(gb->eos, (size_t)r->B, MPI_INT, comm));
+    PetscCall(io_bcast(r->version, (size_t)r->B, MPI_INT, comm));
+    if (gb->mask_off) {
+      size_t nid;
+      PetscCall(io_bcast(gb->mask_off, BT + 1, MPI_INT, comm));
+      nid = (size_t)PetscMax(1, gb->mask_off[BT]);
+      if (nid > gb->mask_cap) {
+        PetscCall(PetscFree(gb->mask_ids));
+        PetscCall(PetscMalloc1(nid, &gb->mask_ids));
+        gb->mask_cap = nid;
+      }
+      PetscCall(io_bcast(gb->mask_ids, nid, MPI_INT, comm));
+    }
+    r->B = gb->n = r->Bcap;
+    PetscCall(rollout_finish_gen(r));
+    q->ready[(from + j) % q->n] = PETSC_TRUE;
+    (*found)++;
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

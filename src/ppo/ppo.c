@@ -488,6 +488,11 @@ static PetscErrorCode ppo_async_fill(const RunCtx *run, const PPOOptions *o, PPO
   char   d[32];
 
   PetscFunctionBegin;
+  if (o->restart[0]) { /* the batches the checkpoint's run had generated */
+    int found;
+    PetscCall(async_restore(run->comm, o->restart, o, ps, q, st->iteration, &found));
+    if (found) PetscCall(PetscPrintf(run->comm, "%s: asynchronous, staleness %d: %d generated batches from %s\n", ppo_algo(o)->name, q->K, found, o->restart));
+  }
   for (int64_t b = st->iteration; b < st->iteration + q->K && b < o->iterations; b++) {
     StageTimes    tm;
     PPOTrainStats ts;
@@ -516,6 +521,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   double     t_loop = sys_wtime();
   PetscInt   it0    = st->iteration;
   PetscBool  final_evaluated = PETSC_FALSE; /* the last iteration's evaluation is the summary's */
+  int        used0;
 
   PetscFunctionBegin;
   PetscCall(train_record_open(run, ppo_algo(o)->name, &o->plan, needs, &rec));
@@ -533,6 +539,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   }
   PetscCall(PetscPrintf(run->comm, "%s: actor %zu parameters, %" PetscInt_FMT " iterations of %" PetscInt_FMT " responses, from iteration %" PetscInt_FMT "\n", ppo_algo(o)->name, nparams, o->iterations, o->rollout_batch, st->iteration));
   if (K) PetscCall(ppo_async_fill(run, o, m, ps, &q, &pb, st));
+  else if (o->restart[0]) PetscCall(async_restore(run->comm, o->restart, o, ps, NULL, st->iteration, &used0)); /* refuses a queue it would drop */
   while (st->iteration < o->iterations) {
     double        t0 = sys_wtime(), g0 = model_acts_grown_bytes(), grown, kl, iter_s, coef;
     PPOEval       ev = {NAN, NAN, NAN, NAN};
@@ -587,11 +594,15 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
     if ((!isnan(ev.gold) || !isnan(ev.reward)) && !final_evaluated) PetscCall(ppo_print_eval(run, "      held-out", &ev, o)); /* the last: in the summary */
     if (train_checkpoint_due(o->checkpoint_every, st->iteration)) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
+      if (K) PetscCall(async_checkpoint_carry(&q, st->iteration)); /* the generated batches not yet trained on */
       PetscCall(ppo_checkpoint(run, m, name, st, rec));
+      if (K) PetscCall(async_checkpoint_carry(NULL, 0));
     }
     PetscCall(record_step(rec, st->iteration));
   }
+  if (K) PetscCall(async_checkpoint_carry(&q, st->iteration)); /* none left at the end; the staleness, for a restart with more iterations */
   PetscCall(ppo_checkpoint(run, m, "final.h5", st, NULL));
+  if (K) PetscCall(async_checkpoint_carry(NULL, 0));
   if (o->write_policy) PetscCall(ppo_write_policy(run, m, st));
   PetscCall(ppo_evaluate_said(run, "the reference (the SFT policy)", &m->reference, m, o, ps, st, evals, "reference", &sum->sft));
   if (!final_evaluated) { /* a run restarted at its end */

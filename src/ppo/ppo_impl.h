@@ -424,6 +424,14 @@ PetscErrorCode async_weights(AsyncQueue *q, const PPOOptions *o, Rollout *r);
 /* The iteration's staleness metrics in run.h5 (docs/async.md) and the
  * progress line's part. */
 PetscErrorCode async_record(RunRecord *rec, const AsyncQueue *q, const Rollout *r, int64_t iteration, double gen_s, double train_s, double iter_s, char *line, size_t len);
+/* Checkpoints written from now on carry the queue's generated batches from
+ * batch `from` on (q NULL: no more). */
+PetscErrorCode async_checkpoint_carry(AsyncQueue *q, int64_t from);
+/* On -restart: refuses a file written with another -async_staleness (one
+ * without /async counts as 0); with q, the batches [from, from + K) the file
+ * holds go into their slots, ready, with their prompts' answers (*found:
+ * how many). Collective on comm. */
+PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *o, PromptSource *ps, AsyncQueue *q, int64_t from, int *found);
 /* One asynchronous iteration (src/ppo/ppo_graph.c): with cur, the
  * inference calls, the proximal log-probabilities, the advantages and
  * training on batch cur->batch; with next, the generation of batch

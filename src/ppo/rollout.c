@@ -259,7 +259,7 @@ PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, i
 {
   char            group[32];
   int             B = r->B, T = r->T;
-  IODataset d[] = {
+  IODataset d[19] = {
     {"tokens",           2, {B, T}, r->gen.tokens,       PETSC_TRUE },
     {"prompt_lengths",   1, {B, 1}, r->start,            PETSC_TRUE },
     {"response_lengths", 1, {B, 1}, r->len,              PETSC_TRUE },
@@ -280,13 +280,21 @@ PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, i
   const char *an[] = {"gamma", "lambda", "kl_coef"};
   double      av[] = {o->gamma, o->lambda, kl_coef};
   float      *steps;
+  int         nd = 16;
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(r->gen.nsteps + 1, &steps)); /* step times are stored as float32 like the rest */
   for (int k = 0; k < r->gen.nsteps; k++) steps[k] = (float)r->gen.step_seconds[k];
   d[14].data = steps;
+  if (r->version) { /* -async_staleness: which weights drew each row, and the correction's inputs */
+    d[nd++] = (IODataset){"versions", 1, {B, 1}, r->version, PETSC_TRUE};
+    if (r->off_policy) {
+      d[nd++] = (IODataset){"prox_logprobs", 2, {B, T}, r->prox, PETSC_FALSE};
+      d[nd++] = (IODataset){"behaviour_weights", 2, {B, T}, r->isw, PETSC_FALSE};
+    }
+  }
   PetscCall(PetscSNPrintf(group, sizeof group, "iter_%d", iteration));
-  PetscCall(io_group_append(comm, path, group, d, (int)(sizeof d / sizeof d[0]), an, av, 3));
+  PetscCall(io_group_append(comm, path, group, d, nd, an, av, 3));
   PetscCall(PetscFree(steps));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
