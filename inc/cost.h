@@ -90,6 +90,8 @@ typedef struct {
   int       gen_slots;      /* samples one generation replica decodes together (continuous batching); 0: all of its rows */
   int      *plen;           /* NULL, or each sequence's prompt length, paired with len[] (nlen of them) */
   double   *seq_sorted;     /* NULL, or the nlen sequence lengths (prompt + response) in increasing order (cost_work_from_options fills it) */
+  int       staleness;      /* -async_staleness K: the generation of a later batch beside the training (0: one after the other) */
+  PetscBool prox;           /* K > 0 with a correction: the actor's forward over the batch on its training mesh (the proximal policy) */
 } CostWork;
 
 /* The estimate of one plan. */
@@ -158,6 +160,8 @@ typedef struct {
   PetscBool critic_free;    /* an -algo without a critic */
   PetscBool reward_free;    /* no reward model (-reward_fn or -reward_command only) */
   long long seed;           /* -seed: keys the drawn lengths */
+  int       staleness;      /* -async_staleness */
+  PetscBool prox;           /* -async_correction is not none */
   ModelConfig cfg[4];         /* actor, critic, reference, reward (critic unused when critic_free, reward when reward_free) */
   char      shapes_from[2 * PETSC_MAX_PATH_LEN + 64]; /* where cfg came from, for messages */
 } CostDeck;

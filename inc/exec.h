@@ -91,8 +91,8 @@ typedef struct {
   ExecFn      share;                /* on every rank after the node's level (may be NULL) */
   void       *ctx;
   PetscBool   marks;                /* run notes its own timeline entries (finer than the node) */
-  PetscBool   late;                 /* its share waits until every level ran, so that the ranks off its
-                                     * mesh go on to later levels meanwhile (asynchronous RL's generation
+  PetscBool   late;                 /* it runs in the last level and shares after it, beside the nodes
+                                     * that end the graph on other meshes (asynchronous RL's generation
                                      * of a later batch beside training); no node may take its outputs */
 } ExecNode;
 

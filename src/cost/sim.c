@@ -12,8 +12,8 @@
 #include <math.h>
 #include <string.h>
 
-enum { N_ASYNC, N_CSYNC, N_GEN, N_REF, N_REW, N_CINF, N_ATRAIN, N_CTRAIN, N_NODES };
-static const char *const node_names[N_NODES] = {"actor_sync", "critic_sync", "generation", "ref_inference", "reward_inference", "critic_inference", "actor_train", "critic_train"};
+enum { N_ASYNC, N_CSYNC, N_GEN, N_REF, N_REW, N_CINF, N_PROX, N_ATRAIN, N_CTRAIN, N_NODES };
+static const char *const node_names[N_NODES] = {"actor_sync", "critic_sync", "generation", "ref_inference", "reward_inference", "critic_inference", "prox_inference", "actor_train", "critic_train"};
 
 typedef struct {
   PetscBool      used;
@@ -22,6 +22,7 @@ typedef struct {
   double        *busy;    /* [world] or NULL: per-rank time inside the node (streaming) */
   int            dep[6], ndep;
   int            level;   /* the executor's level: 0 without inputs made in the iteration, else 1 + its inputs' */
+  PetscBool      late;    /* its share waits until the iteration's end: later levels do not wait for it (asynchronous generation) */
   const char    *name;
 } SimNode;
 
@@ -121,7 +122,7 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
     if (!cost_call_used(w, c)) continue;
     if (!stream) {
       mark(&nd[k], &plan->call[c]);
-      dep(&nd[k], N_GEN);
+      if (!w->staleness) dep(&nd[k], N_GEN); /* asynchronous: on a batch generated earlier */
       nd[k].dur = cost_inference(p, w, &plan->call[c], cost_call_shape(w, c));
       est->call_s[c] = nd[k].dur;
     }
@@ -137,9 +138,17 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
       }
     }
   }
+  if (w->staleness) { /* the generation of a later batch, shared at the end; the proximal policy's forward on the training mesh */
+    nd[N_GEN].late = PETSC_TRUE;
+    if (w->prox) {
+      nd[N_PROX].used = PETSC_TRUE;
+      mark(&nd[N_PROX], &plan->call[MFC_ACTOR_TRAIN]);
+      nd[N_PROX].dur = cost_inference(p, w, &plan->call[MFC_ACTOR_TRAIN], &w->actor);
+    }
+  }
   mark(&nd[N_ATRAIN], &plan->call[MFC_ACTOR_TRAIN]);
-  for (int k = N_GEN; k <= N_CINF; k++)
-    if (nd[k].used) dep(&nd[N_ATRAIN], k);
+  for (int k = N_GEN; k <= N_PROX; k++)
+    if (nd[k].used && !nd[k].late) dep(&nd[N_ATRAIN], k);
   if (crit && plan->fuse_train) {
     mark(&nd[N_ATRAIN], &plan->call[MFC_CRITIC_TRAIN]);
     nd[N_ATRAIN].dur  = cost_fused_training(p, w, plan);
@@ -151,8 +160,8 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
     est->call_s[MFC_ACTOR_TRAIN] = nd[N_ATRAIN].dur;
     if (crit) {
       mark(&nd[N_CTRAIN], &plan->call[MFC_CRITIC_TRAIN]);
-      for (int k = N_GEN; k <= N_CINF; k++)
-        if (nd[k].used) dep(&nd[N_CTRAIN], k);
+      for (int k = N_GEN; k <= N_PROX; k++)
+        if (nd[k].used && !nd[k].late) dep(&nd[N_CTRAIN], k);
       nd[N_CTRAIN].dur              = cost_training(p, w, plan, MFC_CRITIC_TRAIN, plan->zero1);
       est->call_s[MFC_CRITIC_TRAIN] = nd[N_CTRAIN].dur;
     }
@@ -192,6 +201,7 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *
   SimNode nd[N_NODES];
   int     world = plan->world, iters = PetscMax(1, w->iterations);
   double *free_at, end_cur[N_NODES], first_end = 0, last_end = 0, iter_start = 0;
+  int     maxlevel = 0;
 
   PetscFunctionBegin;
   /* the model divides by these: a plan must have passed plan_check */
@@ -208,19 +218,29 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *
   PetscCall(PetscCalloc1(world, &free_at));
   PetscCall(cost_memory(p, w, plan, est, NULL));
   PetscCall(build(p, w, plan, nd, est));
+  if (w->staleness && plan->fuse != FUSE_NONE && est->feasible) { /* as the run refuses it (src/ppo) */
+    est->feasible = PETSC_FALSE;
+    PetscCall(PetscSNPrintf(est->why, sizeof est->why, "-fuse_gen_inf %s streams one batch into inference: not with -async_staleness %d", FuseModeNames[plan->fuse], w->staleness));
+  }
   /* nodes are listed after their inputs */
   for (int k = 0; k < N_NODES; k++) {
     nd[k].level = 0;
     for (int d = 0; d < nd[k].ndep; d++) nd[k].level = PetscMax(nd[k].level, nd[nd[k].dep[d]].level + 1);
   }
+  for (int k = 0; k < N_NODES; k++) maxlevel = PetscMax(maxlevel, nd[k].used ? nd[k].level : 0);
+  for (int k = 0; k < N_NODES; k++) /* as the executor runs a late node: in the last level, before the others (src/exec/graph.c) */
+    if (nd[k].late) nd[k].level = maxlevel;
   for (int it = 0; it < iters; it++) {
     double iter_end = iter_start;
+    for (int k = 0; k < N_NODES; k++) end_cur[k] = 0;
+    /* level by level, as the executor runs them (asynchronous: the
+     * inference on the earlier batch before the later batch's generation) */
+    for (int lv = 0; lv <= maxlevel; lv++)
     for (int k = 0; k < N_NODES; k++) {
       double start = iter_start;
-      end_cur[k]   = 0;
-      if (!nd[k].used) continue;
+      if (!nd[k].used || nd[k].level != lv) continue;
       for (int j = 0; j < k; j++)
-        if (nd[j].used && nd[j].level < nd[k].level) start = PetscMax(start, end_cur[j]);
+        if (nd[j].used && !nd[j].late && nd[j].level < nd[k].level) start = PetscMax(start, end_cur[j]);
       for (int r = 0; r < world; r++)
         if (nd[k].on[r]) start = PetscMax(start, free_at[r]);
       end_cur[k] = start + nd[k].dur;

@@ -1,9 +1,10 @@
 /* exec: the dataflow graph (inc/exec.h). Levels come from the data keys; in
  * each level a rank runs the nodes on its meshes in the order given, then
  * every rank takes part in every node's share. Nodes of one level on
- * disjoint meshes therefore run at the same time; a late node's share comes
- * after the last level, so it also runs beside the later levels' nodes on
- * other meshes. */
+ * disjoint meshes therefore run at the same time. A late node runs in the
+ * last level (before that level's other nodes on a rank it shares with
+ * them, when listed first) and shares after it: it runs beside the nodes
+ * that end the graph on other meshes. */
 #include "exec.h"
 #include "io.h"
 #include <limits.h>
@@ -84,6 +85,8 @@ PetscErrorCode exec_graph_run(const ExecNode *nodes, int n, const char *const *g
   PetscFunctionBegin;
   PetscCall(PetscMalloc2(n + 1, &level, n + 1, &t));
   PetscCall(exec_graph_levels(nodes, n, given, level, &nlevels));
+  for (int i = 0; i < n; i++) /* a late node runs in the last level, beside the nodes that end the graph */
+    if (nodes[i].late) level[i] = nlevels - 1;
   for (int i = 0; i < n; i++) /* a late node's outputs exist only after the last level */
     for (int j = 0; nodes[i].late && j < EXEC_MAX_KEYS && nodes[i].out[j]; j++)
       for (int k = 0; k < n; k++)

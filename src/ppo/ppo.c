@@ -666,6 +666,8 @@ static void ppo_cost_deck_fill(const PPOOptions *o, const ModelConfig cfg[4], in
   d->prompt_len  = max_prompt;
   d->critic_free = ppo_algo(o)->has_critic ? PETSC_FALSE : PETSC_TRUE;
   d->seed        = (long long)seed;
+  d->staleness   = (int)o->async_staleness;
+  d->prox        = o->async_staleness > 0 && o->async_correction != ASYNC_NONE ? PETSC_TRUE : PETSC_FALSE;
   for (int k = 0; k < 4; k++) d->cfg[k] = cfg[k];
   d->reward_free = o->has_reward_model ? PETSC_FALSE : PETSC_TRUE; /* cfg[3] is then the actor's (ppo_configs), unused */
   if (d->critic_free) d->cfg[1] = cfg[3];
