@@ -203,6 +203,20 @@ static PetscErrorCode check_simulator(void)
   PetscCall(cost_estimate(&p, &w, &plan, &e));
   test_report_close("a reallocation between: 4320 bytes at 1 ns each", e.realloc_s, 4320e-9, 1e-9);
   test_report_close("a reallocation between: sync + 4+4+4+12 s per iteration", e.iter_s, 24 + 4320e-9, 1e-12);
+  /* asynchronous (staleness 1): the inference of the earlier batch on rank
+   * 1 (4 + 4 s) beside the proximal forward on rank 0 (4 s), then the next
+   * batch's generation on rank 1 (4 s) beside the training on rank 0 (12 s) */
+  w.staleness = 1, w.prox = PETSC_TRUE;
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  test_report_close("asynchronous, apart: sync + 8 s of inference + 12 s of training, the generation beside them", e.iter_s, 20 + 4320e-9, 1e-12);
+  base_plan(&plan, 1);
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  test_report_close("asynchronous on one rank: nothing overlaps, the proximal forward adds 4 s (28 s)", e.iter_s, 28, 1e-12);
+  plan.fuse = FUSE_STREAM;
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  test_report(!e.feasible && strstr(e.why, "-async_staleness 1") ? PETSC_TRUE : PETSC_FALSE, "asynchronous with streamed fusion: infeasible, as the run refuses it", e.why);
+  plan.fuse = FUSE_NONE;
+  w.staleness = 0, w.prox = PETSC_FALSE;
 
   /* generation under continuous batching: lengths 1..4, all at once: the
    * prefill of 4 rows, then 3, 2 and 1 rows decoding (10 s) */

@@ -174,6 +174,67 @@ static PetscErrorCode test_graph_run(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* A late node (asynchronous RL's generation): it runs in the last level and
+ * shares after it, so the other ranks' later levels go on meanwhile. */
+static double late_val[4], late_t[4];  /* outputs of a, b, slow, c; c's start */
+static int    late_order[8], nlate;    /* this rank's runs and shares: 1 a, 2 b, 3 slow run, 4 slow share, 5 c */
+
+static PetscErrorCode late_run(void *ctx)
+{
+  int k = *(const int *)ctx;
+
+  PetscFunctionBegin;
+  late_order[nlate++] = k == 2 ? 3 : k == 3 ? 5 : k + 1;
+  if (k == 2)
+    for (double t0 = sys_wtime(); sys_wtime() - t0 < 0.3;);
+  if (k == 3) late_t[3] = sys_wtime() - t_begin;
+  late_val[k] = k + 1;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode late_share(void *ctx)
+{
+  int k = *(const int *)ctx;
+
+  PetscFunctionBegin;
+  if (k == 2) late_order[nlate++] = 4;
+  PetscCallMPI(MPI_Bcast(&late_val[k], 1, MPI_DOUBLE, k == 2 ? 3 : 0, MPI_COMM_WORLD));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode test_graph_late(void)
+{
+  static const int  idx[4] = {0, 1, 2, 3};
+  const char *const given[] = {"x", NULL};
+  ExecNode          g[4]    = {NODE("a", KEYS("x"), KEYS("a")), NODE("slow", KEYS("x"), KEYS("s")), NODE("b", KEYS("a"), KEYS("b")), NODE("c", KEYS("b"), KEYS("c"))};
+  const int         k_of[4] = {0, 2, 1, 3};
+  int               want0[] = {1, 2, 5, 4}, want3[] = {3, 4}, ok_order;
+  PetscErrorCode    ierr;
+  const char       *msg;
+  char              det[128];
+
+  PetscFunctionBegin;
+  for (int i = 0; i < 4; i++) {
+    g[i].here  = (k_of[i] == 2 ? world_rank == 3 : world_rank == 0) ? PETSC_TRUE : PETSC_FALSE;
+    g[i].run   = late_run;
+    g[i].share = k_of[i] == 3 ? NULL : late_share;
+    g[i].ctx   = (void *)&idx[k_of[i]];
+    g[i].late  = k_of[i] == 2 ? PETSC_TRUE : PETSC_FALSE;
+  }
+  PetscCallMPI(MPI_Barrier(MPI_COMM_WORLD));
+  t_begin = sys_wtime();
+  PetscCall(exec_graph_run(g, 4, given, NULL));
+  ok_order = world_rank == 0 ? nlate == 4 && !memcmp(late_order, want0, sizeof want0) : world_rank == 3 ? nlate == 2 && !memcmp(late_order, want3, sizeof want3) : nlate == 1 && late_order[0] == 4;
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &ok_order, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD));
+  PetscCallMPI(MPI_Bcast(&late_t[3], 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  PetscCall(PetscSNPrintf(det, sizeof det, "c started %.3f s after the start; slow works 0.3 s", late_t[3]));
+  test_measure(ok_order && late_t[3] < 0.2 && late_val[2] == 3 ? PETSC_TRUE : PETSC_FALSE, "exec_graph_run: a late node runs in the last level and shares after it; the other ranks run the later levels meanwhile (c before slow ends), its output reaches every rank", "%s", det);
+  g[3] = (ExecNode)NODE("d", KEYS("s"), KEYS("d"));
+  CAPTURE(ierr, msg, exec_graph_run(g, 4, given, NULL));
+  test_measure(ierr == PETSC_ERR_ARG_WRONG && strstr(msg, "d needs 's' of slow") ? PETSC_TRUE : PETSC_FALSE, "exec_graph_run: a node that takes a late node's output is an error naming both", "%s", msg);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* ---- rows ------------------------------------------------------------------------------ */
 static void test_rows(void)
 {
@@ -371,6 +432,7 @@ int main(int argc, char **argv)
   PetscCheck(world_size >= 4, PETSC_COMM_WORLD, PETSC_ERR_ARG_SIZ, "test_exec needs 4 ranks (mpiexec -n 4), not %d", world_size);
   PetscCall(test_levels());
   PetscCall(test_graph_run());
+  PetscCall(test_graph_late());
   test_rows();
   for (size_t k = 0; k < sizeof meshes / sizeof meshes[0]; k++) PetscCall(test_share(&meshes[k]));
 
