@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -160,7 +161,9 @@ static PetscErrorCode prov_checksum_file(void *vctx)
   PetscFunctionBegin;
   f = fopen(c->path, "rb");
   PetscCheck(f, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "cannot read %s: %s", c->path, strerror(errno));
-  PetscCall(PetscMalloc1(cap, &buf));
+  buf = malloc(cap); /* not PetscMalloc: f would stay open if it failed */
+  if (!buf) fclose(f);
+  PetscCheck(buf, PETSC_COMM_SELF, PETSC_ERR_MEM, "cannot allocate %zu bytes to read %s", cap, c->path);
   c->size = 0;
   while ((n = fread(buf, 1, cap, f)) > 0) { /* every read but the last fills the buffer, a multiple of 8 */
     for (size_t i = 0; i < n; i += 8) {
@@ -176,7 +179,7 @@ static PetscErrorCode prov_checksum_file(void *vctx)
   }
   n = (size_t)ferror(f);
   fclose(f);
-  PetscCall(PetscFree(buf));
+  free(buf);
   PetscCheck(!n, PETSC_COMM_SELF, PETSC_ERR_FILE_READ, "reading %s failed", c->path);
   h = prov_mix(h, (uint64_t)c->size);
   PetscCall(PetscSNPrintf(c->sum, sizeof c->sum, "fnv1a64w:%016llx", (unsigned long long)h));

@@ -277,10 +277,10 @@ static PetscErrorCode ppo_load(const RunCtx *run, const Backend *be, const PPOOp
     PetscCall(dmodel_create("reward", &cfg[3], be, plan, MFC_REW_INF, PETSC_FALSE, &m->reward));
     PetscCall(dmodel_load(&m->reward, src[3].file, src[3].role, PETSC_FALSE, PETSC_FALSE, 0));
   }
+  m->ref_source  = o->reference_sourced ? &o->reference_source : NULL;
   m->offload_ref = ppo_offloads(o, needs, MFC_REF_INF);
   m->offload_rew = o->has_reward_model && ppo_offloads(o, needs, MFC_REW_INF);
   if (m->offload_ref) PetscCall(dmodel_release(&m->reference, PETSC_TRUE));
-  m->ref_source = o->reference_sourced ? &o->reference_source : NULL;
   if (m->offload_rew) PetscCall(dmodel_release(&m->reward, PETSC_TRUE));
   if (restart) {
     PetscCall(ckpt_read_state(run->comm, o->restart, st));
@@ -306,7 +306,7 @@ static PetscErrorCode ppo_models_destroy(PPOModels *m)
  * the file does not depend on the layout. */
 /* policy.h5: the trained actor's weights alone, under the role an SFT
  * checkpoint's policy has, so that every reader of a policy takes it (a
- * third of final.h5's actor, which adds the moments). */
+ * third of final.h5's actor, which adds its moments). */
 static PetscErrorCode ppo_write_policy(const RunCtx *run, PPOModels *m, const CkptState *st)
 {
   DModel   *dm[1] = {&m->actor};
