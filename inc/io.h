@@ -33,6 +33,19 @@ typedef struct {
   double   kl_coef;   /* PPO's KL coefficient, which the adaptive controller changes (0 if unused) */
 } CkptState;
 
+/* A frozen model read from an input file and left out of the checkpoints,
+ * which record where it came from instead (the group /<as>_source,
+ * docs/formats.md): a restart reads it from that file after checking that
+ * its contents are still those the run read. */
+typedef struct {
+  char    as[16];                      /* the role it would have in the checkpoint ("reference") */
+  char    path[PETSC_MAX_PATH_LEN];    /* the file as the run was given it */
+  char    abspath[PETSC_MAX_PATH_LEN]; /* the same, absolute: what a restart reads */
+  char    role[16];                    /* the role read from the file */
+  char    checksum[32];                /* io_file_checksum's of the contents */
+  int64_t size;                        /* the file's bytes */
+} CkptSource;
+
 /* Collective on comm; every rank opens the file (MPI-IO when comm has more
  * than one rank) and writes only its part:
  *  - lm on a mesh (lm->mesh): this rank's shard; of the tp ranks only t = 0
@@ -46,6 +59,16 @@ typedef struct {
 PetscErrorCode ckpt_write(MPI_Comm comm, const char *path, const CkptModel *models, int n, const CkptState *st);
 /* The same with where[k] (may be NULL) for models[k]. */
 PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st);
+/* The same, plus /<src->as>_source recording src (NULL: none). */
+PetscErrorCode ckpt_write_sourced(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st, const CkptSource *src);
+/* src for the input file path (role read from it, recorded as role `as`):
+ * its absolute path, size and checksum. Collective on comm; rank 0 reads. */
+PetscErrorCode ckpt_source_make(MPI_Comm comm, const char *path, const char *role, const char *as, CkptSource *src);
+/* Checkpoint path's /<as>_source into src; *found false (src untouched)
+ * when it has none (it holds the model's weights itself). The recorded file
+ * must exist with the recorded checksum, else one error naming it and the
+ * checkpoint. Collective on comm. */
+PetscErrorCode ckpt_read_source(MPI_Comm comm, const char *path, const char *as, CkptSource *src, PetscBool *found);
 /* From now on, checkpoints this process writes also get what fn(file, ctx)
  * writes, on rank 0 before the file is renamed into place (asynchronous
  * RL's queue of generated batches); NULL: nothing. Defined with the
@@ -185,6 +208,12 @@ PetscErrorCode io_write_matrix(MPI_Comm comm, const char *path, const char *name
 
 /* Library versions for provenance. */
 PetscErrorCode io_hdf5_version(char *buf, size_t len);
+/* The checksum of a file's whole contents as text ("fnv1a64:" and 16 hex
+ * digits) and its size in bytes. Collective on comm: rank 0 reads the file,
+ * every rank gets the result; errors name the file. */
+PetscErrorCode io_file_checksum(MPI_Comm comm, const char *path, char *sum, size_t len, int64_t *size);
+/* The same on this rank alone. */
+PetscErrorCode io_file_checksum_local(const char *path, char *sum, size_t len, int64_t *size);
 /* Before any work: every file-valued option the run was given, from one
  * table with each option's role (src/io/files.c). Refuses (one collective
  * error naming both options and the path) an output that resolves to an

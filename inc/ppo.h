@@ -48,6 +48,9 @@ typedef struct {
   RewardOptions reward;
   PetscBool   has_reward_model;              /* a reward model takes part (-reward_checkpoint, or the restart file's) */
   PetscBool   eval_only;                     /* -mode eval: the held-out evaluation of -actor_checkpoint, no training */
+  PetscBool   reference_made_here;           /* -mode pipeline: the reference's file is this job's SFT output, so checkpoints carry its weights */
+  PetscBool   reference_sourced;             /* checkpoints record reference_source instead of the reference's weights */
+  CkptSource  reference_source;              /* the input file the reference was read from (ppo_reference_source) */
   AdamWConfig actor_opt, critic_opt;
   GenConfig   gen;
   BuiltinTask    task;

@@ -117,6 +117,9 @@ PetscErrorCode trainer_checkpoint(Trainer *tr, const RunCtx *run, const char *na
  * its other fields are ignored, and so is bucket (kept for callers).
  * Collective on the world; rec (may be NULL) gets the time. */
 PetscErrorCode train_checkpoint_models(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, size_t bucket, RunRecord *rec);
+/* The same, plus src (may be NULL): a frozen model recorded by its input
+ * file instead of written (ckpt_write_sourced). */
+PetscErrorCode train_checkpoint_sourced(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, const CkptSource *src, RunRecord *rec);
 
 /* ---- the job lifecycle of SFT, RM and PPO (src/train/job.c) ------------ */
 /* What the training jobs read once (in -mode pipeline once for all three

@@ -44,7 +44,9 @@ fi
 (cd "$work" && "$MPIEXEC" $MPIEXEC_FLAGS -n "$ranks" env OMP_NUM_THREADS=$threads "$root/$BIN/rlfuse" -options_file "$case_dir/deck" -output_dir "$out") >"$out.log" 2>&1 ||
   fail "rlfuse failed" "$out.log"
 # Merge every run record and final checkpoint into one file to compare: the
-# top directory's at the root, a pipeline stage's under /<stage>.
+# top directory's at the root, a pipeline stage's under /<stage>; a reference
+# that a checkpoint records by its input file (/reference_source) is that
+# file's weights.
 "$PYTHON" - "$out" "$out/merged.h5" <<'PY' || fail "cannot merge the outputs of $out"
 import os, sys, h5py
 out, merged = sys.argv[1:3]
@@ -59,6 +61,15 @@ with h5py.File(merged, "w") as m:
                 for k in f:
                     if k not in dst:
                         f.copy(k, dst)
+                if "reference_source" in f and "reference" not in dst:
+                    # a PPO checkpoint names the reference's unchanged input file instead of
+                    # copying it: that file's weights are compared as /reference
+                    s = f["reference_source"].attrs
+                    with h5py.File(s["abspath"], "r") as r:
+                        src, g = r[s["role"]], dst.create_group("reference")
+                        for a, v in src.attrs.items():
+                            g.attrs[a] = v
+                        r.copy(src["params"], g, "params")
                 for a, v in f.attrs.items():
                     dst.attrs[a] = v
     assert len(m), "no run.h5 or final.h5 in " + out

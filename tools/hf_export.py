@@ -47,6 +47,9 @@ def read_role(path, role):
     with f:
         if role not in f or "params" not in f[role]:
             have = [k for k in f if k in hf.LM_ROLES + hf.SCALAR_ROLES]
+            if role + "_source" in f:  # a PPO checkpoint records the unchanged input file of its reference instead of copying it
+                src = f[role + "_source"].attrs
+                raise hf.HFError(f"{path}: /{role} is not copied into this checkpoint: it is /{text(src['role'])} of {text(src['abspath'])} (export that)")
             raise hf.HFError(f"{path}: no /{role} model (the file holds: {', '.join(have) or 'none'})")
         g = f[role]
         head = text(g.attrs["head"])

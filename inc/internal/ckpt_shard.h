@@ -6,6 +6,9 @@
 
 #include "internal/h5util.h"
 
+/* Writes /<src->as>_source (src/io/ckpt_source.c); collective on the file's ranks. */
+PetscErrorCode ckpt_source_write(hid_t file, const CkptSource *src);
+
 /* Floats staged in host memory per transfer: the bounded buffer (default
  * 2^22, 16 MiB). A variable so that tests can make it tiny and cross
  * every row, group and rank boundary. */

@@ -56,11 +56,13 @@ expect "n_embd whose 4x overflows int"  "-policy_n_embd 2147483646 is too large"
 expect "plan size past size_t"         "-plan_bucket_mb 1e+300 is out of range (expected a positive number up to 1.09951e+12)" -options_file $deck -plan_bucket_mb 1e300
 expect "infinite plan size"             "-plan_bucket_mb: 'inf' is not a finite number" -options_file $deck -plan_bucket_mb inf
 # the PPO restart of the issue: /reference says 1 layer, its tensors hold 2
-# (before, the reference was cut to 1 layer and written so to final.h5)
+# (before, the reference was cut to 1 layer and written so to final.h5); the
+# checkpoint records the reference's file instead of a copy, so the copy is
+# made here from the actor, as a checkpoint written before that holds it
 ppo="-mode ppo -seed 7 -rollout_batch 8 -ppo_minibatches 2 -gen_max_new_tokens 8 -ppo_eval_prompts 8"
 rlfuse -mode rm -seed 7 -rm_sft_checkpoint $ck -rm_pairs 16 -rm_eval_pairs 8 -rm_steps 1 -rm_batch 8 -gen_max_new_tokens 8 -output_dir $d/rm >$d/rm.log 2>&1 || not_ok "RM fixture"
 rlfuse $ppo -actor_checkpoint $ck -reward_checkpoint $d/rm/final.h5 -ppo_iterations 1 -output_dir $d/ppo >$d/ppo.log 2>&1 || not_ok "PPO fixture"
-SRC=$d/ppo/final.h5 mk ref_cut "f['reference'].attrs['n_layer'] = np.int32(1)"
+SRC=$d/ppo/final.h5 mk ref_cut "f.copy('actor', 'reference'); del f['reference/optim'], f['reference_source']; f['reference'].attrs['n_layer'] = np.int32(1)"
 keep=$d/ppo expect_error "PPO restart: /reference attributes n_layer 1, tensors of 2 layers" "ref_cut.h5: /reference/params/transformer.h.1.* is not a tensor of the architecture its attributes give (n_layer 1" $ppo -ppo_iterations 2 -restart $d/ref_cut.h5 -output_dir $d/ppo
 expect "generate from a reward model"   "-generate_checkpoint $d/rm/final.h5: -generate_role reward has a scalar head" -mode generate -generate_checkpoint $d/rm/final.h5 -generate_role reward -generate_input $d/data.h5 -generate_output $d/good/g.h5
 long=$d/$(printf 'x%.0s' $(seq 4100))

@@ -4,9 +4,10 @@
 # transformers' log-probabilities, values and sequence scores; a PPO actor
 # exported and loaded by from_pretrained continues prompts greedily exactly as
 # rlfuse's greedy generation; import/export round trips are bit-exact; what
-# rlfuse cannot represent is refused in one line.
+# rlfuse cannot represent is refused in one line, and a PPO checkpoint's
+# reference, which it records by its input file, is named by that file.
 . regression/lib.sh
-plan 17
+plan 18
 d="$RLFUSE_TMP/hf"; mkdir -p $d
 HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
 hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 "$PYTHON" "$@"; }
@@ -92,6 +93,8 @@ rlfuse -options_file regression/decks/rlhf_tiny.deck -actor_checkpoint $d/sft/fi
 rlfuse -options_file regression/decks/rlhf_tiny.deck -restart $d/ppo/final.h5 -ppo_iterations 4 -gen_greedy -dump_rollouts \
   -output_dir $d/greedy >$d/greedy.log 2>&1 || not_ok "greedy rollout: $(tail -1 $d/greedy.log)"
 "$PYTHON" tools/hf_export.py $d/ppo/final.h5 actor $d/hf_actor --eos 3 >$d/exp.log 2>&1 || not_ok "hf_export actor: $(tail -1 $d/exp.log)"
+check "hf_export of the reference of a PPO checkpoint that records its input file names that file, in one line" bash -c \
+  "! \"$PYTHON\" tools/hf_export.py $d/ppo/final.h5 reference $d/hf_ref >$d/exp_ref.log 2>&1 && [ \$(grep -c . $d/exp_ref.log) -eq 1 ] && grep -q 'it is /policy of .*/sft/final.h5' $d/exp_ref.log"
 hfpy - $d <<'PY'
 import sys, torch, h5py, numpy as np
 from transformers import GPT2LMHeadModel

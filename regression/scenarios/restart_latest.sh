@@ -2,9 +2,10 @@
 # output directory has no checkpoint; otherwise the checkpoint with the most
 # steps, skipping a truncated one and a temporary left by a killed write,
 # ending bit-identical to an uninterrupted run. SFT and PPO, and a first
-# pipeline run (the Slurm template's) whose stages all start fresh.
+# pipeline run (the Slurm template's) whose stages all start fresh, its PPO
+# checkpoint holding the reference's weights (made by the run, not an input).
 . regression/lib.sh
-plan 6
+plan 7
 d="$RLFUSE_TMP/restart_latest"; mkdir -p $d; deck=regression/decks/tiny.deck
 rlfuse -options_file $deck -output_dir $d/full -checkpoint_every 2 >$d/full.log 2>&1 || not_ok "uninterrupted SFT run"
 rlfuse -options_file $deck -output_dir $d/fresh -restart latest >$d/fresh.log 2>&1 || not_ok "fresh start: $(tail -1 $d/fresh.log)"
@@ -31,4 +32,6 @@ check "PPO -restart latest resumes from iteration 2 and ends bit-identical (all 
 rlfuse -options_file regression/decks/slurm.deck -sft_steps 20 -policy_decay_steps 20 -ppo_iterations 1 -restart latest -output_dir $d/pipe >$d/pipe.log 2>&1 || not_ok "pipeline: $(tail -1 $d/pipe.log)"
 check "a pipeline's first run with -restart latest starts SFT, RM and PPO fresh" bash -c \
   "[ \$(grep -c 'restart latest: no complete checkpoint in .*, starting fresh' $d/pipe.log) -eq 3 ] && [ -f $d/pipe/ppo/final.h5 ]"
+check "the pipeline's PPO checkpoint holds /reference (the SFT stage's output may be replaced by a rerun), no /reference_source" bash -c \
+  "h5ls $d/pipe/ppo/final.h5/reference/params >/dev/null && ! h5ls $d/pipe/ppo/final.h5/reference_source >/dev/null 2>&1"
 finish

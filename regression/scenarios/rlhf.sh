@@ -1,12 +1,13 @@
 # Reward modelling, PPO and GRPO on micro models: the rollout record's layout
 # and arithmetic (checked independently in numpy), the held-out evaluation in
-# run.h5, bit-exact restart, micro-batch invariance, the same weights under
+# run.h5, bit-exact restart (the reference read again from its recorded input
+# file, refused once that file changed or is gone), micro-batch invariance, the same weights under
 # the GPipe and 1F1B training schedules, Dr. GRPO with DAPO's clip-higher and
 # overlong shaping on 1 and 2 ranks, REINFORCE++ (its advantages recomputed in
 # numpy), the KL moved between reward and loss, the NaN stop, and bad input (the
 # pipeline's later stages checked before SFT starts).
 . regression/lib.sh
-plan 49
+plan 53
 d="$RLFUSE_TMP/rlhf"; mkdir -p $d
 ppo_deck=regression/decks/rlhf_tiny.deck
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture"
@@ -19,7 +20,20 @@ ppo() { rlfuse -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward
 ppo -output_dir $d/full -checkpoint_every 2 -dump_rollouts -ppo_eval_every 2 >$d/full.log 2>&1 || { not_ok "PPO run"; tail -3 $d/full.log; }
 check "one progress line per iteration" test "$(grep -c '^iter ' $d/full.log)" -eq 4
 check "a summary with the SFT and PPO gold scores and the KL" grep -q "held-out gold score .* (SFT policy) -> .*KL to the reference" $d/full.log
-check "the checkpoint holds all four models and the KL coefficient" bash -c "for g in actor critic reference reward; do h5ls $d/full/final.h5/\$g >/dev/null || exit 1; done; h5dump -a /state/kl_coef $d/full/final.h5 >/dev/null"
+check "the checkpoint holds actor, critic, reward and the KL coefficient, and instead of the reference's weights /reference_source" bash -c "for g in actor critic reward reference_source; do h5ls $d/full/final.h5/\$g >/dev/null || exit 1; done; ! h5ls $d/full/final.h5/reference >/dev/null 2>&1 && h5dump -a /state/kl_coef $d/full/final.h5 >/dev/null"
+"$PYTHON" - $d/full/final.h5 $d/sft/final.h5 <<'PY' && ok "/reference_source: the SFT file's path as given and absolute, role policy, its size, and its checksum recomputed in numpy" || not_ok "/reference_source attributes"
+import os, sys, h5py, numpy as np
+ckpt, sft = sys.argv[1:3]
+a = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in h5py.File(ckpt, "r")["reference_source"].attrs.items()}
+data = open(sft, "rb").read()
+w = np.frombuffer(data + b"\0" * (-len(data) % 8), "<u8").tolist() + [len(data)]
+h, M = 0xcbf29ce484222325, (1 << 64) - 1   # 64-bit FNV-1a over words, each step then h ^= h >> 32, the size last
+for x in w:
+    h = ((h ^ x) * 0x100000001b3) & M
+    h ^= h >> 32
+want = {"path": sft, "abspath": os.path.realpath(sft), "role": "policy", "size": len(data), "checksum": f"fnv1a64w:{h:016x}"}
+assert a == want, (a, want)
+PY
 "$PYTHON" - $d/full <<'PY' && ok "rollouts.h5: layout, zeros past lengths, rewards, GAE and whitening recomputed in numpy" || not_ok "rollouts.h5 layout and arithmetic"
 import sys, h5py, numpy as np
 run = sys.argv[1]
@@ -89,6 +103,20 @@ for k in a:
     if k != "gen_step_seconds":
         assert np.array_equal(a[k][()], b[k][()]), k
 PY
+# the reference from a copy of the SFT checkpoint: the restart reads the copy
+# again, and refuses it once one of its floats changed, or once it is gone
+cp $d/sft/final.h5 $d/ref_copy.h5
+ppo -output_dir $d/refsrc -reference_checkpoint $d/ref_copy.h5 -ppo_iterations 1 >$d/refsrc.log 2>&1 || not_ok "PPO with the reference from a copy"
+ppo -output_dir $d/refsrc2 -restart $d/refsrc/final.h5 -ppo_iterations 2 >$d/refsrc2.log 2>&1 && h5diff -q $d/refsrc/final.h5 $d/refsrc2/final.h5 /reference_source /reference_source &&
+  ok "restart with the copy unchanged: it runs, and its checkpoint records the same file" || not_ok "restart from a checkpoint with /reference_source"
+"$PYTHON" -c "import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], 'r+') as f:
+    x = f['policy/params/transformer.h.0.attn.c_attn.bias']; v = x[()]; v[0] = np.nextafter(v[0], np.float32(1)); x[...] = v" $d/ref_copy.h5
+keep=$d/refsrc expect_error "restart: the reference's file changed since the checkpoint" "checkpoint $d/refsrc/final.h5 holds no reference: it was read from .*/ref_copy.h5, which changed since the checkpoint was written" \
+  -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 -restart $d/refsrc/final.h5 -ppo_iterations 2 -output_dir $d/refsrc
+rm $d/ref_copy.h5
+keep=$d/refsrc expect_error "restart: the reference's file is missing" "checkpoint $d/refsrc/final.h5 holds no reference: it was read from .*/ref_copy.h5, which is missing" \
+  -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 -restart $d/refsrc/final.h5 -ppo_iterations 2 -output_dir $d/refsrc
 ppo -output_dir $d/seed8 -seed 8 >$d/seed8.log 2>&1 || not_ok "PPO seed 8"
 check "another seed gives other weights (the comparison can fail)" bash -c "! h5diff -q $d/full/final.h5 $d/seed8/final.h5 /actor /actor"
 # micro-batches only change the summation order

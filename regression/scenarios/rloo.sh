@@ -15,8 +15,8 @@ R="-options_file regression/decks/rlhf_tiny.deck -actor_checkpoint $d/sft/final.
 
 mpirun 1 $R -output_dir $d/one >$d/one.log 2>&1 || not_ok "RLOO on 1 rank: $(tail -1 $d/one.log)"
 check "rloo: progress lines and summary" bash -c "[ \$(grep -c '^iter ' $d/one.log) -eq 3 ] && grep -q '^rloo: held-out gold score' $d/one.log"
-check "the checkpoint holds actor, reference and reward, and no critic; run.h5 says mode rloo" bash -c \
-  "for g in actor reference reward; do h5ls $d/one/final.h5/\$g >/dev/null || exit 1; done; ! h5ls $d/one/final.h5/critic >/dev/null 2>&1 && h5dump -a /code/mode $d/one/run.h5 | grep -q '\"rloo\"'"
+check "the checkpoint holds actor, reward and the reference's source (/reference_source), and no critic; run.h5 says mode rloo" bash -c \
+  "for g in actor reference_source reward; do h5ls $d/one/final.h5/\$g >/dev/null || exit 1; done; ! h5ls $d/one/final.h5/critic >/dev/null 2>&1 && h5dump -a /code/mode $d/one/run.h5 | grep -q '\"rloo\"'"
 "$PYTHON" - $d/one <<'PY' && ok "rollouts.h5: rewards (KL penalty + score), leave-one-out advantages over groups of 4, zero values and returns, recomputed in numpy" || not_ok "rollouts.h5 RLOO arithmetic"
 import sys, h5py, numpy as np
 with h5py.File(sys.argv[1] + "/rollouts.h5", "r") as f:

@@ -25,6 +25,7 @@ typedef struct {
   const CkptWhere *where;
   int              n;
   CkptState        st;
+  CkptSource       src; /* src.as "": none */
   hid_t            dxpl;
   float           *buf; /* the bounded staging buffer, ckpt_chunk floats */
 } CkptWriteCtx;
@@ -162,6 +163,7 @@ static PetscErrorCode ckpt_fill(hid_t file, MPI_Comm comm, void *vctx, char *msg
   PetscCall(PetscMalloc1(ckpt_chunk, &ctx->buf));
   for (int i = 0; i < ctx->n && !ierr; i++) ierr = ckpt_write_model(file, comm, ctx, i, msg);
   if (!ierr) ierr = ckpt_write_state(file, &ctx->st);
+  if (!ierr && ctx->src.as[0]) ierr = ckpt_source_write(file, &ctx->src);
   PetscCall(PetscFree(ctx->buf));
   H5Pclose(ctx->dxpl);
   PetscCall(ierr);
@@ -221,15 +223,26 @@ static PetscErrorCode ckpt_post(hid_t file, void *vctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st)
+PetscErrorCode ckpt_write_sourced(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st, const CkptSource *src)
 {
-  CkptWriteCtx ctx = {path, models, where, n, {0, 0, 0, 0}, H5I_INVALID_HID, NULL};
+  CkptWriteCtx ctx;
 
   PetscFunctionBegin;
+  PetscCall(PetscMemzero(&ctx, sizeof ctx));
+  ctx.path = path, ctx.models = models, ctx.where = where, ctx.n = n, ctx.dxpl = H5I_INVALID_HID;
   if (st) ctx.st = *st;
+  if (src) ctx.src = *src;
   /* attributes are written collectively: every rank must give rank 0's values */
   PetscCallMPI(MPI_Bcast(&ctx.st, (int)sizeof ctx.st, MPI_BYTE, 0, comm));
+  PetscCallMPI(MPI_Bcast(&ctx.src, (int)sizeof ctx.src, MPI_BYTE, 0, comm));
   PetscCall(h5u_write_atomic_comm_post(comm, "checkpoint", path, ckpt_fill, &ctx, ckpt_tokenizer_src[0] || ckpt_carry_fn ? ckpt_post : NULL, NULL));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st)
+{
+  PetscFunctionBegin;
+  PetscCall(ckpt_write_sourced(comm, path, models, where, n, st, NULL));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -244,6 +257,12 @@ PetscErrorCode ckpt_write(MPI_Comm comm, const char *path, const CkptModel *mode
 static PetscErrorCode ckpt_open_group(hid_t loc, const char *path, const char *parent, const char *name, const char *why, hid_t *g)
 {
   PetscFunctionBegin;
+  if (H5Lexists(loc, name, H5P_DEFAULT) <= 0 && !parent[0]) { /* a model left out for its unchanged input file (ckpt_source.c) */
+    char src[64];
+
+    PetscCall(PetscSNPrintf(src, sizeof src, "%s_source", name));
+    PetscCheck(H5Lexists(loc, src, H5P_DEFAULT) <= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s has no /%s group: it was not copied, /%s names the file it was read from (read that file)", path, name, src);
+  }
   PetscCheck(H5Lexists(loc, name, H5P_DEFAULT) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s has no %s/%s group%s", path, parent, name, why);
   *g = H5Gopen2(loc, name, H5P_DEFAULT);
   H5Call(*g, "checkpoint %s: %s/%s is not a group (corrupt file?)", path, parent, name);

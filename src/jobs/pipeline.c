@@ -43,6 +43,7 @@ PetscErrorCode pipeline_execute(const RunCtx *run, const Backend *be, PipelineOp
   PetscCall(stage_ctx(run, "ppo", &c_ppo));
   PetscCall(sys_path_printf(rm.sft, sizeof rm.sft, "%s/final.h5", c_sft.output_dir));
   PetscCall(PetscStrncpy(ppo.actor_ckpt, rm.sft, sizeof ppo.actor_ckpt));
+  ppo.reference_made_here = PETSC_TRUE; /* the SFT stage's output, not an input: PPO's checkpoints keep the reference */
   PetscCall(sys_path_printf(ppo.reward.checkpoint, sizeof ppo.reward.checkpoint, "%s/final.h5", c_rm.output_dir));
   /* Every stage is checked before any work: the later stages read the SFT
    * model's architecture from the -policy_ options, which SFT writes into

@@ -2,9 +2,10 @@
  * of src/ppo/algos.c): the actor generates, the reference, reward model
  * and critic score the rollout, the advantages follow from the rewards, and
  * the actor and critic train on it (docs/background.md, sections 1-2).
- * Checkpoints hold all four models, both optimizers, the iteration, the data
- * position, the RNG key and the KL coefficient, so a restart continues
- * bit-identically. */
+ * Checkpoints hold the actor, critic and reward model (the reference too, or
+ * only its input file's name and checksum when it is that file unchanged),
+ * both optimizers, the iteration, the data position, the RNG key and the KL
+ * coefficient, so a restart continues bit-identically. */
 #include "ppo_impl.h"
 #include <limits.h>
 #include "search.h"
@@ -168,7 +169,7 @@ static void ppo_sources(const PPOOptions *o, ModelSource src[4])
   if (o->restart[0]) {
     src[0] = (ModelSource){o->restart, "actor", PETSC_FALSE};
     src[1] = (ModelSource){o->restart, "critic", PETSC_FALSE};
-    src[2] = (ModelSource){o->restart, "reference", PETSC_FALSE};
+    src[2] = o->reference_sourced ? (ModelSource){o->reference_source.abspath, o->reference_source.role, PETSC_FALSE} : (ModelSource){o->restart, "reference", PETSC_FALSE};
     src[3] = (ModelSource){o->restart, "reward", PETSC_FALSE};
     return;
   }
@@ -179,6 +180,25 @@ static void ppo_sources(const PPOOptions *o, ModelSource src[4])
 }
 
 static const char *const model_names[4] = {"actor", "critic", "reference", "reward"};
+
+/* The frozen reference is the weights of an input file: checkpoints record
+ * that file (/reference_source: its paths, role and checksum) instead of a
+ * copy, and a restart reads it again after checking it is unchanged. Not
+ * when -mode pipeline made the file (its SFT stage's output, which a rerun
+ * may replace) or a restart's checkpoint carries the weights itself (then
+ * its checkpoints do too). record: a fresh run's file is hashed (not for a
+ * dry run or -mode eval, which write no checkpoint). */
+static PetscErrorCode ppo_reference_source(const RunCtx *run, PPOOptions *o, PetscBool record)
+{
+  PetscFunctionBegin;
+  o->reference_sourced = PETSC_FALSE;
+  if (o->restart[0]) PetscCall(ckpt_read_source(run->comm, o->restart, "reference", &o->reference_source, &o->reference_sourced));
+  else if (record && !o->reference_made_here && !o->eval_only) {
+    PetscCall(ckpt_source_make(run->comm, o->reference_ckpt[0] ? o->reference_ckpt : o->actor_ckpt, "policy", "reference", &o->reference_source));
+    o->reference_sourced = PETSC_TRUE;
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
 
 /* Configurations from the files, checked against each other and the task
  * before anything is allocated; with policy (-mode pipeline, before the SFT
@@ -267,6 +287,7 @@ static PetscErrorCode ppo_load(const RunCtx *run, const Backend *be, const PPOOp
     PetscCall(dmodel_create("reward", &cfg[3], be, plan, MFC_REW_INF, PETSC_FALSE, &m->reward));
     PetscCall(dmodel_load(&m->reward, src[3].file, src[3].role, PETSC_FALSE, PETSC_FALSE, 0));
   }
+  m->ref_source  = o->reference_sourced ? &o->reference_source : NULL;
   m->offload_ref = ppo_offloads(o, needs, MFC_REF_INF);
   m->offload_rew = o->has_reward_model && ppo_offloads(o, needs, MFC_REW_INF);
   if (m->offload_ref) PetscCall(dmodel_release(&m->reference, PETSC_TRUE));
@@ -295,7 +316,7 @@ static PetscErrorCode ppo_models_destroy(PPOModels *m)
  * the file does not depend on the layout. */
 /* policy.h5: the trained actor's weights alone, under the role an SFT
  * checkpoint's policy has, so that every reader of a policy takes it (a
- * quarter of final.h5, which adds the moments and the reference). */
+ * third of final.h5's actor, which adds its moments). */
 static PetscErrorCode ppo_write_policy(const RunCtx *run, PPOModels *m, const CkptState *st)
 {
   DModel   *dm[1] = {&m->actor};
@@ -308,17 +329,15 @@ static PetscErrorCode ppo_write_policy(const RunCtx *run, PPOModels *m, const Ck
 
 static PetscErrorCode ppo_checkpoint(const RunCtx *run, PPOModels *m, const char *name, const CkptState *st, RunRecord *rec)
 {
-  DModel   *dm[4] = {&m->actor, &m->reference};
-  CkptModel cm[4] = {
-    {"actor",     NULL, PETSC_TRUE,  PETSC_FALSE},
-    {"reference", NULL, PETSC_FALSE, PETSC_FALSE},
-  };
-  int n = 2;
+  DModel   *dm[4] = {&m->actor};
+  CkptModel cm[4] = {{"actor", NULL, PETSC_TRUE, PETSC_FALSE}};
+  int       n     = 1;
 
   PetscFunctionBegin;
+  if (!m->ref_source) dm[n] = &m->reference, cm[n++] = (CkptModel){"reference", NULL, PETSC_FALSE, PETSC_FALSE};
   if (m->has_reward) dm[n] = &m->reward, cm[n++] = (CkptModel){"reward", NULL, PETSC_FALSE, PETSC_FALSE};
   if (m->has_critic) dm[n] = &m->critic, cm[n++] = (CkptModel){"critic", NULL, PETSC_TRUE, PETSC_FALSE};
-  PetscCall(train_checkpoint_models(run, dm, cm, n, name, st, m->bucket, rec));
+  PetscCall(train_checkpoint_sourced(run, dm, cm, n, name, st, m->ref_source, rec));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -680,6 +699,7 @@ static PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const ModelC
 {
   PetscFunctionBegin;
   PetscCall(ppo_check_options(o));
+  if (!policy) PetscCall(ppo_reference_source(run, o, (PetscBool)!run->dry_run)); /* a restart's reference file checked before anything is written */
   ppo_sources(o, src);
   if (o->eval_only && !o->restart[0]) { /* -mode eval: an SFT checkpoint's policy, or a PPO checkpoint's actor */
     PetscBool policy_role;
@@ -833,6 +853,7 @@ PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *d)
     policy.head = MODEL_HEAD_LM;
     PetscCall(model_config_check(&policy, "policy_"));
   }
+  if (!help && o.restart[0]) PetscCall(ppo_reference_source(run, &o, PETSC_FALSE)); /* the reference's shape from its recorded file */
   ppo_sources(&o, src);
   PetscCall(prompts_setup(run, &o, &ps));
   PetscCall(ppo_configs(run, &o, src, files ? NULL : &policy, ps.max_prompt, cfg));

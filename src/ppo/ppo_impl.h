@@ -80,6 +80,7 @@ typedef struct {
   PetscBool   gen_copy, critic_copy;  /* actor_gen / critic_inf are copies */
   PetscBool   gen_drop, critic_drop;  /* the copy is dropped after its call */
   PetscBool   offload_ref, offload_rew; /* frozen models kept in host memory between calls */
+  const CkptSource *ref_source;       /* the reference's input file, recorded in checkpoints instead of its weights (NULL: they are written) */
   size_t      bucket;                 /* reallocation and gradient bucket, bytes */
   PPOFusedTrain     fuse;                   /* the fused training stage (fuse.on: -fuse_train 1) */
   RolloutGenFuse    genfuse;                /* the fused rollouts' state (-fuse_gen_inf) */

@@ -183,6 +183,13 @@ PetscErrorCode trainer_checkpoint(Trainer *tr, const RunCtx *run, const char *na
 
 PetscErrorCode train_checkpoint_models(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, size_t bucket, RunRecord *rec)
 {
+  PetscFunctionBegin;
+  PetscCall(train_checkpoint_sourced(run, dm, cm, n, name, st, NULL, rec));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode train_checkpoint_sourced(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, const CkptSource *src, RunRecord *rec)
+{
   char      path[PETSC_MAX_PATH_LEN];
   CkptModel out[8];
   CkptWhere where[8];
@@ -194,7 +201,7 @@ PetscErrorCode train_checkpoint_models(const RunCtx *run, DModel *const *dm, con
   PetscCall(PetscLogEventBegin(sys_log.ckpt_write, 0, 0, 0, 0));
   /* each member writes its shard: nothing is gathered */
   for (int k = 0; k < n; k++) PetscCall(dmodel_ckpt_model(dm[k], cm[k].role, cm[k].with_optim, &out[k], &where[k]));
-  PetscCall(ckpt_write_placed(run->comm, path, out, where, n, st));
+  PetscCall(ckpt_write_sourced(run->comm, path, out, where, n, st, src));
   PetscCall(PetscLogEventEnd(sys_log.ckpt_write, 0, 0, 0, 0));
   if (rec) PetscCall(record_time(rec, "checkpoint", sys_wtime() - t0));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -1,0 +1,132 @@
+/* io: a frozen model that a checkpoint does not carry. PPO's reference is
+ * the unchanged weights of an input file; a checkpoint records that file
+ * (path as given and absolute, the role read, size and checksum) in
+ * /<as>_source instead of a copy of the weights, and a restart reads the
+ * file again once its checksum shows it is still the one the run read. */
+#include "internal/ckpt_shard.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct {
+  const char *ckpt; /* reading: the checkpoint */
+  CkptSource *src;
+  PetscBool   found;
+} CkptSourceCtx;
+
+static PetscErrorCode ckpt_source_group(const char *as, char *name, size_t len)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscSNPrintf(name, len, "%s_source", as));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ckpt_source_write(hid_t file, const CkptSource *src)
+{
+  char  name[32];
+  hid_t g;
+
+  PetscFunctionBegin;
+  PetscCall(ckpt_source_group(src->as, name, sizeof name));
+  g = H5Gcreate2(file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Call(g, "HDF5: cannot create group /%s", name);
+  PetscCall(h5u_attr_write_string(g, "path", src->path));
+  PetscCall(h5u_attr_write_string(g, "abspath", src->abspath));
+  PetscCall(h5u_attr_write_string(g, "role", src->role));
+  PetscCall(h5u_attr_write_string(g, "checksum", src->checksum));
+  PetscCall(h5u_attr_write_int(g, "size", H5T_STD_I64LE, src->size));
+  PetscCall(h5u_close(&g));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Rank 0: the absolute path, size and checksum of src->path. */
+static PetscErrorCode ckpt_source_fill(void *vctx)
+{
+  CkptSource *src = ((CkptSourceCtx *)vctx)->src;
+  char        abs[PATH_MAX];
+
+  PetscFunctionBegin;
+  PetscCheck(realpath(src->path, abs), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "cannot resolve %s: %s", src->path, strerror(errno));
+  PetscCall(PetscStrncpy(src->abspath, abs, sizeof src->abspath));
+  PetscCall(io_file_checksum_local(src->abspath, src->checksum, sizeof src->checksum, &src->size));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ckpt_source_make(MPI_Comm comm, const char *path, const char *role, const char *as, CkptSource *src)
+{
+  CkptSourceCtx ctx = {NULL, src, PETSC_TRUE};
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(src, sizeof *src));
+  PetscCall(PetscStrncpy(src->as, as, sizeof src->as));
+  PetscCall(PetscStrncpy(src->path, path, sizeof src->path));
+  PetscCall(PetscStrncpy(src->role, role, sizeof src->role));
+  PetscCall(h5u_rank0(comm, ckpt_source_fill, &ctx));
+  PetscCallMPI(MPI_Bcast(src, (int)sizeof *src, MPI_BYTE, 0, comm));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode ckpt_source_read_group(hid_t file, void *vctx)
+{
+  CkptSourceCtx *ctx = (CkptSourceCtx *)vctx;
+  CkptSource    *src = ctx->src;
+  char           name[32], where[PETSC_MAX_PATH_LEN + 64];
+  int64_t        size;
+  hid_t          g;
+
+  PetscFunctionBegin;
+  PetscCall(ckpt_source_group(src->as, name, sizeof name));
+  ctx->found = (PetscBool)(H5Lexists(file, name, H5P_DEFAULT) > 0);
+  if (!ctx->found) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s /%s", ctx->ckpt, name));
+  g = H5Gopen2(file, name, H5P_DEFAULT);
+  H5Call(g, "%s is not a group (corrupt file?)", where);
+  PetscCall(h5u_attr_read_string(g, where, "path", src->path, sizeof src->path));
+  PetscCall(h5u_attr_read_string(g, where, "abspath", src->abspath, sizeof src->abspath));
+  PetscCall(h5u_attr_read_string(g, where, "role", src->role, sizeof src->role));
+  PetscCall(h5u_attr_read_string(g, where, "checksum", src->checksum, sizeof src->checksum));
+  PetscCall(h5u_attr_read_int(g, where, "size", 0, INT64_MAX, &size));
+  src->size = size;
+  PetscCall(h5u_close(&g));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Rank 0: reads the group and checks the file it names. The absolute path
+ * first; when it is gone, the path as given (a tree moved as a whole), which
+ * then becomes the recorded absolute path. */
+static PetscErrorCode ckpt_source_verify(void *vctx)
+{
+  CkptSourceCtx *ctx = (CkptSourceCtx *)vctx;
+  CkptSource    *src = ctx->src;
+  struct stat    st;
+  char           sum[sizeof src->checksum], abs[PATH_MAX];
+  int64_t        size;
+
+  PetscFunctionBegin;
+  PetscCall(h5u_read_file("checkpoint", ctx->ckpt, ckpt_source_read_group, ctx));
+  if (!ctx->found) PetscFunctionReturn(PETSC_SUCCESS);
+  if (stat(src->abspath, &st) && !stat(src->path, &st) && realpath(src->path, abs)) PetscCall(PetscStrncpy(src->abspath, abs, sizeof src->abspath));
+  PetscCheck(!stat(src->abspath, &st), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "checkpoint %s holds no %s: it was read from %s, which is missing (restore that file, unchanged)", ctx->ckpt, src->as, src->abspath);
+  PetscCall(io_file_checksum_local(src->abspath, sum, sizeof sum, &size));
+  PetscCheck(size == src->size && !strcmp(sum, src->checksum), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s holds no %s: it was read from %s, which changed since the checkpoint was written (%" PRId64 " bytes, %s; recorded %" PRId64 " bytes, %s)", ctx->ckpt, src->as, src->abspath, size, sum, src->size, src->checksum);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ckpt_read_source(MPI_Comm comm, const char *path, const char *as, CkptSource *src, PetscBool *found)
+{
+  CkptSource    s;
+  CkptSourceCtx ctx = {path, &s, PETSC_FALSE};
+
+  PetscFunctionBegin;
+  PetscCall(PetscMemzero(&s, sizeof s));
+  PetscCall(PetscStrncpy(s.as, as, sizeof s.as));
+  PetscCall(h5u_rank0(comm, ckpt_source_verify, &ctx));
+  PetscCallMPI(MPI_Bcast(&s, (int)sizeof s, MPI_BYTE, 0, comm));
+  PetscCallMPI(MPI_Bcast(&ctx.found, 1, MPI_INT, 0, comm));
+  *found = ctx.found;
+  if (ctx.found) *src = s;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
