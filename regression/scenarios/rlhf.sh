@@ -18,7 +18,7 @@ ppo() { rlfuse -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward
 
 ppo -output_dir $d/full -checkpoint_every 2 -dump_rollouts -ppo_eval_every 2 >$d/full.log 2>&1 || { not_ok "PPO run"; tail -3 $d/full.log; }
 check "one progress line per iteration" test "$(grep -c '^iter ' $d/full.log)" -eq 4
-check "a summary with the SFT and PPO gold scores and the KL" grep -q "held-out gold score .* (SFT policy) -> .*KL to the reference" $d/full.log
+check "a summary with the SFT and PPO gold scores and the KL" grep -q "held-out gold score .* (initial policy) -> .*KL to the reference" $d/full.log
 check "the checkpoint holds all four models and the KL coefficient" bash -c "for g in actor critic reference reward; do h5ls $d/full/final.h5/\$g >/dev/null || exit 1; done; h5dump -a /state/kl_coef $d/full/final.h5 >/dev/null"
 "$PYTHON" - $d/full <<'PY' && ok "rollouts.h5: layout, zeros past lengths, rewards, GAE and whitening recomputed in numpy" || not_ok "rollouts.h5 layout and arithmetic"
 import sys, h5py, numpy as np
