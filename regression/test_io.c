@@ -4,7 +4,8 @@
  * write never leaves a temporary file or damages the previous one, the run
  * record has the documented layout (back-filled columns, provenance,
  * parameters) and is readable by another process while the run is going, an
- * old run.h5 is kept, and token datasets round-trip and are validated.
+ * old run.h5 is kept, token datasets round-trip and are validated, and
+ * evals.h5 grows by appending.
  * Reports through test_report.h; exits non-zero on any failure. */
 #include "io.h"
 #include "internal/h5util.h"
@@ -594,6 +595,60 @@ static PetscErrorCode test_matrix(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* evals.h5 (io_group_replace): the first group creates the file, later
+ * ones are added in place (the same file, not a rewritten copy: its inode
+ * stays), a group of the same name is replaced, and every group keeps its
+ * values and texts. */
+static PetscErrorCode test_evals(void)
+{
+  float             x[2] = {1, 2}, y[2] = {0};
+  const IODataset   d[]  = {{"scores", 1, {2, 1}, x, PETSC_FALSE}};
+  const char *const an[] = {"reward"}, *texts[] = {"7", "-3"};
+  double            av[] = {0.5};
+  char              path[PETSC_MAX_PATH_LEN];
+  struct stat       st0, st1;
+  int               ok = 1, ngroups = 0;
+
+  PetscFunctionBegin;
+  path_in(path, "evals.h5");
+  PetscCall(io_group_replace(PETSC_COMM_WORLD, path, "iter_1", d, 1, "answer", texts, 2, an, av, 1));
+  if (stat(path, &st0)) ok = 0;
+  x[0] = 3, av[0] = 0.75;
+  for (int k = 0; k < 2; k++) { /* the second time: a restart's evaluation again */
+    PetscCall(io_group_replace(PETSC_COMM_WORLD, path, "iter_2", d, 1, "answer", texts, 2, an, av, 1));
+    if (stat(path, &st1) || st0.st_ino != st1.st_ino) ok = 0; /* after each write: a freed inode may come back */
+  }
+  if (rank == 0) {
+    hid_t   file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), dset, attr;
+    double  r = 0;
+    hsize_t n = 0;
+    H5G_info_t gi;
+    if (file < 0) ok = 0;
+    else {
+      if (H5Gget_info(file, &gi) >= 0) ngroups = (int)gi.nlinks;
+      dset = H5Dopen2(file, "iter_1/scores", H5P_DEFAULT);
+      if (dset < 0 || H5Dread(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, y) < 0 || y[0] != 1 || y[1] != 2) ok = 0;
+      if (dset >= 0) H5Dclose(dset);
+      attr = H5Aopen_by_name(file, "iter_2", "reward", H5P_DEFAULT, H5P_DEFAULT);
+      if (attr < 0 || H5Aread(attr, H5T_NATIVE_DOUBLE, &r) < 0 || r != 0.75) ok = 0;
+      if (attr >= 0) H5Aclose(attr);
+      dset = H5Dopen2(file, "iter_2/answer_bytes", H5P_DEFAULT);
+      if (dset >= 0) {
+        hid_t sp = H5Dget_space(dset);
+        H5Sget_simple_extent_dims(sp, &n, NULL);
+        H5Sclose(sp);
+        H5Dclose(dset);
+      }
+      if (n != 3) ok = 0;
+      H5Fclose(file);
+    }
+  }
+  PetscCallMPI(MPI_Bcast(&ok, 1, MPI_INT, 0, PETSC_COMM_WORLD));
+  PetscCallMPI(MPI_Bcast(&ngroups, 1, MPI_INT, 0, PETSC_COMM_WORLD));
+  test_report((PetscBool)(ok && ngroups == 2 && count_tmp_files() == 0), "evals.h5: later evaluations appended in place (same inode), a repeated group replaced, earlier groups and texts kept, no temporary left", "ok %d, %d groups", ok, ngroups);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 int main(int argc, char **argv)
 {
   char good[PETSC_MAX_PATH_LEN];
@@ -618,6 +673,7 @@ int main(int argc, char **argv)
   PetscCall(test_record());
   PetscCall(test_data());
   PetscCall(test_matrix());
+  PetscCall(test_evals());
   PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD));
   PetscCall(PetscFinalize());
   return test_tally();

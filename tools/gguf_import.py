@@ -34,6 +34,13 @@ the tokenizer.ggml.* metadata:
   @chat_template               string, may be empty
   @add_bos                     int32 0/1 (tokenizer.ggml.add_bos_token; absent: 1 for
                                SentencePiece, 0 for BPE, as llama.cpp)
+  @pad_id @eot_id              int32, -1 if none: tokenizer.ggml.padding_token_id; the
+                               end of turn: tokenizer.ggml.eot_token_id, else the first
+                               control token of the chat template among <|im_end|>,
+                               <|eot_id|>, ... (as tools/hf_tokenizer.py finds it)
+  stop_ids      int32 [n]      where generation stops, as tools/hf_import.py writes
+                               them: eos_id, then eot_id (each once; SmolLM2: [2],
+                               <|im_end|> being both)
 tools/tokenizer.py encodes and decodes with it.
 
 What rlfuse cannot compute exactly is refused with one line
@@ -54,6 +61,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_gpt2 import HFError, LM_ROLES, SCALAR_ROLES  # noqa: E402
 from tokenizer import bytes_to_unicode  # noqa: E402  (GPT-2's byte -> unicode stand-in table)
+from hf_tokenizer import EOT_NAMES  # noqa: E402  (the end-of-turn tokens of the chat templates in use)
 
 TOOL = "gguf_import"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -367,10 +375,21 @@ def read_tokenizer(meta, path):
         return int(v)
 
     add_bos = meta.get("tokenizer.ggml.add_bos_token", model == "llama")  # llama.cpp's defaults: SentencePiece adds one
-    ds = {"token_bytes": np.frombuffer(b"".join(out), np.uint8), "token_offsets": off, "token_type": types, "merges": list(merges)}
+    template = meta.get("tokenizer.chat_template", "")
+    eos = tok_id("tokenizer.ggml.eos_token_id")
+    eot = tok_id("tokenizer.ggml.eot_token_id")
+    if eot < 0:  # no such key: the template's end-of-turn control token, as hf_import finds it
+        by_text = {b: i for i, b in enumerate(out) if types[i] == CONTROL}
+        eot = next((by_text[n.encode()] for n in EOT_NAMES if n.encode() in by_text and n in template), -1)
+    stops = []
+    for v in (eos, eot):
+        if v >= 0 and v not in stops:
+            stops.append(v)
+    ds = {"token_bytes": np.frombuffer(b"".join(out), np.uint8), "token_offsets": off, "token_type": types, "merges": list(merges),
+          "stop_ids": np.asarray(stops, np.int32)}
     attrs = {"model": model, "pre": meta.get("tokenizer.ggml.pre", "default"), "bos_id": np.int32(tok_id("tokenizer.ggml.bos_token_id")),
-             "eos_id": np.int32(tok_id("tokenizer.ggml.eos_token_id")), "chat_template": meta.get("tokenizer.chat_template", ""),
-             "add_bos": np.int32(bool(add_bos))}
+             "eos_id": np.int32(eos), "chat_template": template, "add_bos": np.int32(bool(add_bos)),
+             "pad_id": np.int32(tok_id("tokenizer.ggml.padding_token_id")), "eot_id": np.int32(eot)}
     return ds, attrs, V
 
 
@@ -401,7 +420,7 @@ def write_ckpt(path, role, cfg, params, tok, tattrs, source):
 
     def tokenizer_group(f):
         t = f.create_group("tokenizer")
-        for k in ("token_bytes", "token_offsets", "token_type"):
+        for k in ("token_bytes", "token_offsets", "token_type", "stop_ids"):
             t.create_dataset(k, data=tok[k])
         t.create_dataset("merges", data=np.array(tok["merges"], dtype=object), dtype=h5py.string_dtype("utf-8"))
         for k, v in tattrs.items():

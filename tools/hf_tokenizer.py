@@ -7,7 +7,9 @@ Byte-level BPE only (GPT-2, Llama 3, Qwen2, SmolLM2, ... as the tokenizers
 package writes them): the same tables tools/gguf_import.py writes, plus what
 generation needs (pad_id, the end-of-turn token eot_id, stop_ids) and the
 tokenizer.json's pre_tokenizer and normalizer as written, so that the folder
-hf_export writes encodes as the original did. Importing needs the tokenizers
+hf_export writes encodes as the original did; and the whole tokenizer.json
+(hf_tokenizer_json, as tokenizers serialises it), which tools/tokenizer.py
+encodes with and hf_export writes back. Importing needs the tokenizers
 package (make deps installs it into ~/.cache/rlfuse/python); exporting needs
 nothing beyond numpy.
 """
@@ -90,7 +92,8 @@ def import_tokenizer(d, V_model, config, import_module):
     except ImportError as e:
         raise HFError(f"{path}: reading it needs the tokenizers package ({e}; make deps installs it into ~/.cache/rlfuse/python)")
     try:
-        j = json.loads(tk.Tokenizer.from_file(path).to_str())
+        text = tk.Tokenizer.from_file(path).to_str()  # tokenizers' own serialisation, kept whole in /tokenizer/hf_tokenizer_json
+        j = json.loads(text)
     except Exception as e:  # noqa: BLE001 (tokenizers raises plain Exceptions)
         raise HFError(f"{path}: not a tokenizer.json that tokenizers reads ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
     m = j.get("model") or {}
@@ -149,7 +152,7 @@ def import_tokenizer(d, V_model, config, import_module):
     off = np.zeros(V_model + 1, np.int64)
     off[1:] = np.cumsum([len(b) for b in toks])
     ds = {"token_bytes": np.frombuffer(b"".join(toks), np.uint8), "token_offsets": off, "token_type": types, "merges": merges,
-          "stop_ids": np.asarray(stops, np.int32)}
+          "stop_ids": np.asarray(stops, np.int32), "hf_tokenizer_json": text}
     attrs = {"model": "gpt2", "pre": pre_name(j.get("pre_tokenizer")) or "gpt2", "bos_id": np.int32(bos), "eos_id": np.int32(eos),
              "pad_id": np.int32(pad), "eot_id": np.int32(eot), "chat_template": template, "add_bos": np.int32(bool(add_bos)),
              "hf_pre_tokenizer": json.dumps(j.get("pre_tokenizer")), "hf_normalizer": json.dumps(j.get("normalizer"))}
@@ -163,6 +166,8 @@ def write_group(f, ds, attrs):
     for k in ("token_bytes", "token_offsets", "token_type", "stop_ids"):
         if k in ds:
             t.create_dataset(k, data=ds[k])
+    if "hf_tokenizer_json" in ds:  # the original tokenizer.json: tools/tokenizer.py encodes with it, hf_export writes it back
+        t.create_dataset("hf_tokenizer_json", data=ds["hf_tokenizer_json"], dtype=h5py.string_dtype("utf-8"))
     t.create_dataset("merges", data=np.array(ds["merges"], dtype=object), dtype=h5py.string_dtype("utf-8"))
     for k, v in attrs.items():
         t.attrs[k] = v
@@ -175,7 +180,10 @@ def read_group(path):
         if "tokenizer" not in f:
             return None
         g = f["tokenizer"]
-        ds = {k: g[k][()] for k in g if k != "merges"}
+        ds = {k: g[k][()] for k in g if k not in ("merges", "hf_tokenizer_json")}
+        if "hf_tokenizer_json" in g:
+            v = g["hf_tokenizer_json"][()]
+            ds["hf_tokenizer_json"] = v.decode() if isinstance(v, bytes) else v
         ds["merges"] = [m.decode() if isinstance(m, bytes) else m for m in g["merges"][()]] if "merges" in g else []
         attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in g.attrs.items()}
     return ds, attrs
@@ -212,7 +220,7 @@ def export_files(ds, attrs, n_positions, where):
                 "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
                          {"SpecialToken": {"id": bos, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
                 "special_tokens": {bos: {"id": bos, "ids": [int(attrs["bos_id"])], "tokens": [bos]}}}
-    tokenizer = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+    tokenizer = json.loads(ds["hf_tokenizer_json"]) if "hf_tokenizer_json" in ds else {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
                  "normalizer": json.loads(attrs.get("hf_normalizer", "null")), "pre_tokenizer": pre, "post_processor": post,
                  "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
                  "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None, "end_of_word_suffix": None,

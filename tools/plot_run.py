@@ -62,7 +62,7 @@ def main():
         ax = axes[k]; k += 1
         for name in held:
             s, v = report.curve(run, name)
-            ax.plot(s, v, marker="o", ms=3, lw=1.2, label=name)
+            ax.plot(s, v, marker="o", ms=3, lw=1.2, label=report.named(run, name))
         ax.set_title("held-out (step 0: before training)", fontsize=9)
         ax.set_xlabel("iteration", fontsize=8)
         ax.legend(fontsize=7)
@@ -77,7 +77,7 @@ def main():
         ok = np.isfinite(v)
         ax = axes[k]; k += 1
         ax.plot(s[ok], v[ok], marker="." if ok.sum() < 50 else None, lw=1)
-        ax.set_title(name, fontsize=9)
+        ax.set_title(report.named(run, name), fontsize=9)  # "gold (accuracy)": what gold is in this run
         ax.set_xlabel("step", fontsize=8)
         ax.grid(alpha=0.3)
     if stages:

@@ -11,7 +11,9 @@ final_* one), per-stage times per step (the
 slowest rank), the mean time of each stage per run, and the histogram of the
 response lengths of the last recorded PPO/GRPO/RLOO iteration (/responses).
 The text summary goes to stdout and to report.txt beside the picture (the
-same name with .txt). A file that is not a run record is one line
+same name with .txt); it lists the held-out evaluations of evals.h5 beside
+each record (iteration, accuracy or gold score, mean reward, mean response
+length). A file that is not a run record is one line
 "report: error: ..." and exit status 1, with nothing written. Needs numpy,
 h5py and matplotlib (Agg backend, no display).
 """
@@ -26,7 +28,7 @@ import numpy as np
 CURVES = [
     ("loss", ["loss", "actor_loss"]),
     ("held-out loss", ["eval_loss"]),
-    ("gold (judge score, or accuracy)", ["gold"]),
+    ("gold (judge score, or accuracy)", ["gold"]),  # the title says which when every run agrees (title())
     ("held-out gold (or accuracy)", ["eval_gold"]),
     ("held-out pass@k", ["eval_pass_k"]),
     ("reward (mean)", ["reward"]),
@@ -83,7 +85,37 @@ def load(path):
         params = f["parameters"].attrs if "parameters" in f else {}
         run["max_new"] = int(text(params["gen_max_new_tokens"])) if "gen_max_new_tokens" in params else None
         run["rollout_batch"] = int(text(params["rollout_batch"])) if "rollout_batch" in params and text(params["rollout_batch"]).isdigit() else 0
+        # what gold is (the datasets keep their names): the judge's score on the
+        # built-in sort task's prompts, else the accuracy against reference answers
+        p = {k: text(params[k]) for k in ("task", "ppo_prompts", "ppo_eval_file") if k in params}
+        sort = p.get("task") == "sort" and p.get("ppo_prompts", "builtin") == "builtin"
+        run["gold_name"] = "gold score" if sort else "accuracy"
+        run["eval_gold_name"] = "gold score" if sort and not p.get("ppo_eval_file") else "accuracy"
+    run["evals"] = load_evals(os.path.join(os.path.dirname(path), "evals.h5"))
     return run
+
+
+def load_evals(path):
+    """The held-out evaluations in evals.h5 beside the record (src/io/evals.c), in the
+    order they ran: (name, iteration, gold, reward, mean response length, samples);
+    iteration 0 is the reference (the policy before training), None -mode eval's."""
+    import h5py
+
+    if not os.path.isfile(path):
+        return []
+    out = []
+    try:
+        with h5py.File(path, "r") as f:
+            for name, g in f.items():
+                if not isinstance(g, h5py.Group):
+                    continue
+                it = int(name[5:]) if name.startswith("iter_") and name[5:].isdigit() else 0 if name == "reference" else None
+                L = g["response_lengths"][()] if "response_lengths" in g else np.zeros(0)
+                out.append((name, it, float(g.attrs.get("gold", np.nan)), float(g.attrs.get("reward", np.nan)),
+                            float(L.mean()) if len(L) else np.nan, len(L)))
+    except OSError as e:
+        fail(f"{path}: not an HDF5 file ({str(e).splitlines()[0]})")
+    return sorted(out, key=lambda e: (e[1] is None, e[1] if e[1] is not None else 0))
 
 
 def labels(runs):
@@ -94,6 +126,17 @@ def labels(runs):
     common = os.path.commonpath([os.path.dirname(p) for p in paths])
     out = [os.path.relpath(p, common) for p in paths]
     return [o if o.count(os.sep) else os.path.join(os.path.basename(common), o) for o in out]
+
+
+# The metrics and /summary values that hold gold, by which name says what they are.
+GOLD_KEYS = {"gold": "gold_name", "eval_gold": "eval_gold_name", "sft_gold": "eval_gold_name", "final_gold": "eval_gold_name"}
+# A critic's columns: all zero in a critic-free run (GRPO, RLOO, REINFORCE++), which a critic never gives.
+CRITIC_KEYS = {"critic_loss", "value_clip_frac", "critic_grad_norm"}
+
+
+def named(run, key):
+    """The metric's name, with what gold is for the keys that hold it: "eval_gold (accuracy)"."""
+    return f"{key} ({run[GOLD_KEYS[key]]})" if key in GOLD_KEYS else key
 
 
 def summary_text(runs, names):
@@ -108,8 +151,10 @@ def summary_text(runs, names):
                 continue
             v = run["metrics"][key]
             ok = np.isfinite(v)
+            if key in CRITIC_KEYS and not (v[ok] != 0).any():
+                continue  # the algorithm has no critic
             if ok.any():
-                lines.append(f"  {key:<20s} first {v[ok][0]:10.4g}  last {v[ok][-1]:10.4g}  min {v[ok].min():10.4g}  max {v[ok].max():10.4g}")
+                lines.append(f"  {named(run, key):<20s} first {v[ok][0]:10.4g}  last {v[ok][-1]:10.4g}  min {v[ok].min():10.4g}  max {v[ok].max():10.4g}")
         st = {s: v for s, v in run["stages"].items() if s not in TOTALS and np.isfinite(v).any()}
         total = sum(np.nansum(v) for v in st.values())
         if n and total > 0:
@@ -118,8 +163,12 @@ def summary_text(runs, names):
         if run["lengths"] is not None:
             L = run["lengths"]
             lines.append(f"  response lengths (iteration {run['lengths_iter']}): mean {L.mean():.2f}, median {np.median(L):.0f}, max {L.max()}, {len(L)} responses")
+        for name, it, gold, reward, length, n in run["evals"]:
+            at = "-mode eval" if it is None else "before training" if name == "reference" else f"iteration {it}"
+            score = f"{run['eval_gold_name']} {gold:.4f}, " if np.isfinite(gold) else ""
+            lines.append(f"  evals.h5 /{name} ({at}): {score}reward {reward:+.4f}, response length {length:.2f} (mean, EOS included), {n} responses")
         for k, v in sorted(run["summary"].items()):
-            lines.append(f"  summary {k} = {v:.6g}")
+            lines.append(f"  summary {named(run, k)} = {v:.6g}")
     return "\n".join(lines) + "\n"
 
 
@@ -135,6 +184,16 @@ def curve(run, key):
     if np.isfinite(b) and len(run["step"]):
         s, v = np.concatenate([s, [run["step"][-1]]]), np.concatenate([v, [b]])
     return s, v
+
+
+def title_of(runs, title, keys):
+    """A gold panel's title: "accuracy" or "gold score" when every run's gold is that."""
+    if keys[0] not in GOLD_KEYS:
+        return title
+    kinds = {r[GOLD_KEYS[keys[0]]] for r in runs}
+    if len(kinds) > 1:
+        return title
+    return ("held-out " if keys[0] == "eval_gold" else "") + kinds.pop()
 
 
 def draw(runs, names, out):
@@ -164,7 +223,7 @@ def draw(runs, names, out):
             if not (v != 0).any():  # all zero: the run has no such model (GRPO/RLOO's critic)
                 continue
             ax.plot(s, v, lw=1.2, color=colors[i % len(colors)], marker="." if len(v) < 40 else None, label=names[i])
-        ax.set_title(title, fontsize=10); ax.set_xlabel("step"); ax.grid(alpha=0.3)
+        ax.set_title(title_of(runs, title, keys), fontsize=10); ax.set_xlabel("step"); ax.grid(alpha=0.3)
     if stages:
         smap = {s: plt.get_cmap("tab20")(j % 20) for j, s in enumerate(stages)}
         for i, r in enumerate(runs):

@@ -95,9 +95,11 @@ Pre-tokenizers:
   smollm, starcoder, refact, codeshell
                      Digits(individual_digits) then ByteLevel, as SmolLM2's
                      tokenizer.json (llama.cpp's LLAMA_VOCAB_PRE_TYPE_SMOLLM)
-With --tokenizer-json FILE (e.g. tokenizer.py CKPT --tokenizer-json
-tokenizer.json encode TEXT) the model's own tokenizer.json encodes
-instead; the checkpoint still decodes, renders the chat template and
+A checkpoint that tools/hf_import.py made keeps the model's original
+tokenizer.json (/tokenizer/hf_tokenizer_json): that encodes, whatever its
+pre-tokenizer (Qwen2's, Llama 3's, ...). With --tokenizer-json FILE (e.g.
+tokenizer.py CKPT --tokenizer-json tokenizer.json encode TEXT) that file
+encodes instead; the checkpoint still decodes, renders the chat template and
 gives BOS, and every encoding's ids must spell its text with the
 checkpoint's tokens (else an error).
 The ids the hand-written BPE that this replaced gave on the SmolLM2
@@ -195,7 +197,8 @@ class Tokenizer:
         for i in special:
             self.vocab.setdefault(self.token_text(i), i)
         self.special = [i for i in special if self.tokens[i]]
-        self.tokenizer_json = None
+        self.tokenizer_json = None  # --tokenizer-json FILE
+        self.hf_json = None  # the checkpoint's /tokenizer/hf_tokenizer_json (hf_import keeps the original tokenizer.json there)
         self._hf = {}  # special (True/False) -> tokenizers.Tokenizer
 
     @classmethod
@@ -208,15 +211,19 @@ class Tokenizer:
             toks = [tb[off[i]:off[i + 1]] for i in range(len(off) - 1)]
             merges = [m.decode() if isinstance(m, bytes) else m for m in g["merges"][()]] if "merges" in g else []
             a = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in g.attrs.items()}
-            return cls(toks, g["token_type"][()], merges, a.get("model", "gpt2"), a.get("pre", "gpt2"), a.get("bos_id", -1),
-                       a.get("eos_id", -1), a.get("chat_template", ""), a.get("add_bos", 0))
+            tk = cls(toks, g["token_type"][()], merges, a.get("model", "gpt2"), a.get("pre", "gpt2"), a.get("bos_id", -1),
+                     a.get("eos_id", -1), a.get("chat_template", ""), a.get("add_bos", 0))
+            if "hf_tokenizer_json" in g:
+                v = g["hf_tokenizer_json"][()]
+                tk.hf_json = v.decode() if isinstance(v, bytes) else v
+            return tk
 
     def _u(self, b):
         return "".join(self.b2u[x] for x in b)
 
     def hf_tokenizer(self, special=True):
-        """The tokenizers.Tokenizer that encodes: built from the vocabulary and merges, or read from --tokenizer-json;
-        special: the special tokens' texts are those tokens."""
+        """The tokenizers.Tokenizer that encodes: read from --tokenizer-json, else the original tokenizer.json the
+        checkpoint keeps (hf_import), else built from the vocabulary and merges; special: the special tokens' texts are those tokens."""
         if special in self._hf:
             return self._hf[special]
         tk = import_tokenizers()
@@ -225,6 +232,11 @@ class Tokenizer:
                 t = tk.Tokenizer.from_file(self.tokenizer_json)
             except Exception as e:  # tokenizers raises plain Exceptions
                 raise TokenizerError(f"{self.tokenizer_json}: not a tokenizer.json that tokenizers reads ({str(e).splitlines()[0]})")
+        elif self.hf_json:
+            try:
+                t = tk.Tokenizer.from_str(self.hf_json)
+            except Exception as e:
+                raise TokenizerError(f"/tokenizer/hf_tokenizer_json: not a tokenizer.json that tokenizers reads ({str(e).splitlines()[0]})")
         else:
             if self.pre in GPT2_PRE:
                 pre = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -246,7 +258,7 @@ class Tokenizer:
     def encode(self, text, special=True, add_bos=False):
         """Token ids of TEXT. special: the special tokens' texts are those tokens (transformers' default);
         add_bos: the BOS token first where the tokenizer's add_bos says so."""
-        if self.model != "gpt2" and not self.tokenizer_json:
+        if self.model != "gpt2" and not self.tokenizer_json and not self.hf_json:
             raise TokenizerError(f"tokenizer model '{self.model}': tools/tokenizer.py encodes GPT-2 byte-level BPE (gpt2) only")
         ids = self.hf_tokenizer(special).encode(text, add_special_tokens=False).ids
         # BPE drops a character its vocabulary cannot spell: every id must be a token and the tokens must spell the text

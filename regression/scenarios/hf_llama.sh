@@ -12,7 +12,7 @@
 # as a Qwen3 config.json and imports back bit for bit; what rlfuse cannot
 # compute is refused in one line naming the config.json key.
 . regression/lib.sh
-plan 47
+plan 48
 d="$RLFUSE_TMP/hf_llama"; mkdir -p $d
 HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
 hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 "$PYTHON" "$@"; }
@@ -226,15 +226,18 @@ check "hf_export of a head_dim other than hidden_size / heads without q/k norms:
 "$PYTHON" tools/hf_export.py $d/qwen3.h5 policy $d/badexp --model-type llama >$d/bad.out 2>&1; rc=$?
 check "hf_export as Llama of a model with q/k norms: one line, exit 1 ($(cat $d/bad.out))" bash -c "[ $rc -eq 1 ] && [ \"\$(wc -l <$d/bad.out)\" -eq 1 ] && grep -q '^hf_export: error: --model-type llama' $d/bad.out && [ ! -e $d/badexp ]"
 # 6. the tokenizer: Llama and Qwen2 directories with a tokenizer.json made by tokenizers (a byte-level BPE trained on a few
-# sentences, <|im_start|>/<|im_end|> special tokens, a ChatML template, EOS <|im_end|> 2, generation_config's eos [2, 0])
+# sentences, <|im_start|>/<|im_end|> special tokens, a ChatML template, EOS <|im_end|> 2, generation_config's eos [2, 0];
+# the Qwen2 one with Qwen2's own pre-tokenizer, a regex split tools/tokenizer.py encodes only through the kept tokenizer.json)
 # -> hf_import's /tokenizer -> -mode generate stops at the tokenizer's EOS -> hf_export -> AutoTokenizer, pipeline and generate agree
-tokenizer_items=12
+tokenizer_items=13
 if ! hfpy -c 'import tokenizers, transformers, jinja2' 2>$d/tok_import.err; then
   for i in $(seq $tokenizer_items); do skip "tokenizer items: tokenizers/transformers/jinja2 missing ($(tail -1 $d/tok_import.err))"; done
 else
 hfpy - $d <<'PY' 2>$d/tok_make.err || not_ok "make the tokenizer directories: $(tail -1 $d/tok_make.err)"
 import sys, torch
-from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders
+sys.path.insert(0, "tools")
+from hf_tokenizer import QWEN2_REGEX
+from tokenizers import Tokenizer, Regex, models, trainers, pre_tokenizers, decoders
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, PreTrainedTokenizerFast, GenerationConfig
 d = sys.argv[1]; torch.manual_seed(11)
 tk = Tokenizer(models.BPE())
@@ -253,6 +256,10 @@ for name, m in (("llama_tok", LlamaForCausalLM(LlamaConfig(tie_word_embeddings=F
             p.add_(0.3 * torch.randn_like(p))
         m.lm_head.weight[2] *= 2  # <|im_end|> likelier: some greedy responses stop at it (one of the three for either model)
     m.save_pretrained(f"{d}/{name}")
+    if name == "qwen2_tok":  # Qwen2's pre-tokenizer (each digit apart, its own pattern), not GPT-2's
+        tk = Tokenizer.from_str(tk.to_str())
+        tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2_REGEX), behavior="isolated", invert=False),
+                                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|endoftext|>", eos_token="<|im_end|>", pad_token="<|endoftext|>",
                             chat_template=tmpl).save_pretrained(f"{d}/{name}")
     GenerationConfig(bos_token_id=0, eos_token_id=[2, 0], pad_token_id=0).save_pretrained(f"{d}/{name}")
@@ -268,6 +275,23 @@ for k in llama_tok qwen2_tok; do
 done
 check "generate from the imported Qwen2 takes EOS and the stop tokens from its tokenizer and says so ($(grep '^generation stops' $d/gen_qwen2_tok.log))" \
   grep -q "^generation stops at EOS 2 and stop tokens 0 (from checkpoint $d/qwen2_tok.h5's /tokenizer)" $d/gen_qwen2_tok.log
+hfpy - $d <<'PY'
+import sys, h5py, subprocess
+from tokenizers import Tokenizer
+d = sys.argv[1]
+orig = Tokenizer.from_file(f"{d}/qwen2_tok/tokenizer.json")
+texts = ["what is 12 plus 7? it is 19", "the cat's 300 mats\n\nsat", "<|im_start|>user\nhello world<|im_end|>\n"]
+with h5py.File(f"{d}/qwen2_tok.h5") as f:
+    pre, kept = f["tokenizer"].attrs["pre"], "hf_tokenizer_json" in f["tokenizer"]
+why = [] if pre == "qwen2" and kept else [f"pre {pre!r}, hf_tokenizer_json kept: {kept}"]
+for t in texts:
+    got = subprocess.run([sys.executable, "tools/tokenizer.py", f"{d}/qwen2_tok.h5", "encode", t], capture_output=True, text=True)
+    want = " ".join(map(str, orig.encode(t, add_special_tokens=False).ids))
+    if got.returncode or got.stdout.strip() != want:
+        why.append(f"{t!r}: {got.stdout.strip() or got.stderr.strip()}, tokenizers {want}")
+print(("ok - " if not why else "not ok - ") + "tools/tokenizer.py encode on the imported Qwen2 (pre-tokenizer qwen2, no --tokenizer-json): the ids of its "
+      f"original tokenizer.json, kept in /tokenizer/hf_tokenizer_json, for {len(texts)} texts" + ("" if not why else ": " + "; ".join(why[:2])))
+PY
 rlfuse -mode generate -generate_checkpoint $d/qwen2_tok.h5 -generate_input $d/qwen2_tok_p.h5 -generate_output $d/deck_g.h5 -gen_greedy -gen_max_new_tokens 4 \
   -gen_eos 5 -output_dir $d/gen_deck >$d/gen_deck.log 2>&1 || not_ok "generate -gen_eos 5: $(tail -1 $d/gen_deck.log)"
 check "a deck's -gen_eos wins over the tokenizer's, and the line says so ($(grep '^generation stops' $d/gen_deck.log))" \
@@ -315,7 +339,7 @@ for k in ("llama_tok", "qwen2_tok"):
                 why.append(f"token {i} is {tb[off[i]:off[i + 1]]!r}, tokenizer.json's {want!r}"); break
         got = dict(eos_id=int(at["eos_id"]), bos_id=int(at["bos_id"]), pad_id=int(at["pad_id"]), eot_id=int(at["eot_id"]), stop_ids=ds["stop_ids"].tolist(),
                    special=[i for i in range(len(ty)) if ty[i] == 3], template=at["chat_template"] == orig.chat_template, pre=at["pre"], V=len(off) - 1)
-        want = dict(eos_id=2, bos_id=0, pad_id=0, eot_id=2, stop_ids=[2, 0], special=[0, 1, 2], template=True, pre="gpt2", V=len(orig) + 4)
+        want = dict(eos_id=2, bos_id=0, pad_id=0, eot_id=2, stop_ids=[2, 0], special=[0, 1, 2], template=True, pre="qwen2" if k == "qwen2_tok" else "gpt2", V=len(orig) + 4)
         why += [f"{n} {got[n]!r}, expected {v!r}" for n, v in want.items() if got[n] != v]
         print(("ok - " if not why else "not ok - ") + f"hf_import {k}: /tokenizer holds tokenizer.json's {len(orig)} tokens' bytes (4 padding rows empty), "
               "EOS/BOS/pad, the end-of-turn <|im_end|>, stop_ids [2, 0] and the chat template" + ("" if not why else ": " + "; ".join(why[:3])))

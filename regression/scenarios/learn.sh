@@ -29,7 +29,7 @@ rlfuse -mode ppo -algo rloo -grpo_group 4 -actor_checkpoint $d/run/sft/final.h5 
   -gen_max_new_tokens 16 -gen_slots 64 -ppo_eval_every 0 -output_dir $d/rloo >$d/rloo.log 2>&1 || { not_ok "RLOO run"; tail -3 $d/rloo.log; }
 line=$(grep "^rloo: held-out gold score" $d/rloo.log)
 echo "# $line"
-read -r g0 g1 rkl < <(echo "$line" | sed -E 's/.*score ([-0-9.]+) \(SFT policy\) -> ([-0-9.]+) .*reference ([-0-9.]+) nats.*/\1 \2 \3/')
+read -r g0 g1 rkl < <(echo "$line" | sed -E 's/.*score ([-0-9.]+) \(initial policy\) -> ([-0-9.]+) .*reference ([-0-9.]+) nats.*/\1 \2 \3/')
 rgain=$(awk -v a="$g0" -v b="$g1" 'BEGIN { if (a == "" || b == "") print "missing"; else printf "%.4f", b - a }')
 within "RLOO raises the held-out gold score by at least $rloo_min (measured $rgain)" "$rgain" $rloo_min 1
 within "RLOO's KL to the reference stays within (0, $rloo_kl_max] nats per response (measured $rkl)" "$rkl" 1e-6 $rloo_kl_max

@@ -2,16 +2,21 @@
 # run): the picture and the summary are written, the summary's numbers are
 # the records', the response-length histogram's data is the last iteration's;
 # a file that is not a run record fails with one line and writes nothing.
+# A GRPO run with a rule reward on the arithmetic task: gold is the accuracy
+# (labelled so), no critic columns, and each evaluation of its evals.h5.
 # tools/plot_run.py on the same records: it leaves out exactly the metrics
 # with no value or one value throughout, and fails the same way.
 . regression/lib.sh
-plan 7
+plan 9
 d="$RLFUSE_TMP/report"; mkdir -p $d
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 12 -task_len_max 8 >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -1 $d/sft.log)"
 rlfuse -mode rm -rm_sft_checkpoint $d/sft/final.h5 -output_dir $d/rm -rm_pairs 48 -rm_eval_pairs 16 -rm_steps 4 -rm_batch 8 \
   -gen_max_new_tokens 12 -gen_slots 8 -task_len_max 8 -seed 7 >$d/rm.log 2>&1 || not_ok "RM fixture: $(tail -1 $d/rm.log)"
 rlfuse -options_file regression/decks/rlhf_tiny.deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 \
   -output_dir $d/ppo -ppo_iterations 3 >$d/ppo.log 2>&1 || not_ok "PPO fixture: $(tail -1 $d/ppo.log)"
+rlfuse -options_file input/arith_sft.deck -output_dir $d/asft -sft_steps 10 >$d/asft.log 2>&1 || not_ok "arithmetic SFT fixture: $(tail -1 $d/asft.log)"
+rlfuse -options_file input/arith_grpo.deck -actor_checkpoint $d/asft/final.h5 -output_dir $d/grpo -rollout_batch 16 -grpo_group 4 -ppo_iterations 2 \
+  -ppo_eval_prompts 16 -ppo_eval_samples 2 -ppo_eval_every 1 -ppo_checkpoint_every 0 >$d/grpo.log 2>&1 || not_ok "GRPO fixture: $(tail -1 $d/grpo.log)"
 report() { "$PYTHON" tools/report.py "$@"; }
 
 report $d/ppo/run.h5 $d/sft/run.h5 -o $d/both.png >$d/both.out 2>&1 || not_ok "report on two runs: $(tail -1 $d/both.out)"
@@ -28,12 +33,30 @@ with h5py.File(f"{d}/sft/run.h5") as f:
 assert len(L) == B and it == 3, (len(L), B, it)
 assert re.search(r"ppo/run.h5: mode ppo, 3 steps", txt), txt
 assert re.search(r"sft/run.h5: mode sft, 12 steps", txt), txt
-m = re.search(r"gold\s+first\s+(\S+)\s+last\s+(\S+)", txt)
+m = re.search(r"gold \(gold score\)\s+first\s+(\S+)\s+last\s+(\S+)", txt)  # the sort task's judge
 assert abs(float(m.group(1)) - gold[0]) <= 1e-3 * abs(gold[0]) + 1e-12 and abs(float(m.group(2)) - gold[-1]) <= 1e-3 * abs(gold[-1]) + 1e-12, (m.groups(), gold)
 m = re.search(r"\n  loss\s+first\s+(\S+)\s+last\s+(\S+)", txt.split("sft/run.h5")[1])
 assert abs(float(m.group(2)) - loss[-1]) <= 1e-3 * abs(loss[-1]), (m.groups(), loss)
 m = re.search(r"response lengths \(iteration 3\): mean (\S+), median \S+, max (\d+), (\d+) responses", txt)
 assert abs(float(m.group(1).rstrip(",")) - L.mean()) < 0.006 and int(m.group(2)) == L.max() and int(m.group(3)) == B, m.groups()
+PY
+
+report $d/grpo/run.h5 -o $d/grpo.png >$d/grpo.out 2>&1 || not_ok "report on the GRPO run: $(tail -1 $d/grpo.out)"
+"$PYTHON" - $d <<'PY' && ok "summary of a GRPO run with a rule reward: gold and eval_gold labelled accuracy, no critic columns" || not_ok "the GRPO run's summary: $(cat $d/grpo.txt)"
+import sys, re
+txt = open(sys.argv[1] + "/grpo.txt").read()
+assert re.search(r"\n  gold \(accuracy\)\s+first", txt) and re.search(r"\n  eval_gold \(accuracy\)\s+first", txt) and "summary final_gold (accuracy) = " in txt, txt
+assert not re.search(r"critic|value_clip|gold score", txt), txt
+PY
+"$PYTHON" - $d <<'PY' && ok "summary: each evaluation of evals.h5 (the reference, iterations 1 and 2) with its accuracy, mean reward and mean response length" || not_ok "evals.h5 in the summary: $(grep evals $d/grpo.txt)"
+import sys, re, h5py, numpy as np
+d = sys.argv[1]
+got = re.findall(r"evals.h5 /(\w+) \((.*?)\): accuracy (\S+), reward (\S+), response length (\S+) \(mean, EOS included\), (\d+) responses", open(d + "/grpo.txt").read())
+assert [(g[0], g[1]) for g in got] == [("reference", "before training"), ("iter_1", "iteration 1"), ("iter_2", "iteration 2")], got
+with h5py.File(d + "/grpo/evals.h5", "r") as f:
+    for name, _, acc, rew, length, n in got:
+        g = f[name]; L = g["response_lengths"][()]
+        assert abs(float(acc) - g.attrs["gold"]) < 6e-5 and abs(float(rew) - g.attrs["reward"]) < 6e-5 and abs(float(length) - L.mean()) < 6e-3 and int(n) == len(L) == 32, (name, acc, rew, length, n)
 PY
 
 # not a run record: a checkpoint (HDF5) and a text file; nothing written

@@ -7,7 +7,7 @@
 # numpy), the KL moved between reward and loss, the NaN stop, and bad input (the
 # pipeline's later stages checked before SFT starts).
 . regression/lib.sh
-plan 53
+plan 54
 d="$RLFUSE_TMP/rlhf"; mkdir -p $d
 ppo_deck=regression/decks/rlhf_tiny.deck
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture"
@@ -15,11 +15,30 @@ rlfuse -mode rm -rm_sft_checkpoint $d/sft/final.h5 -output_dir $d/rm -rm_pairs 9
   -gen_max_new_tokens 12 -gen_slots 8 -task_len_max 8 -task_demo_noise 0.2 -seed 7 >$d/rm.log 2>&1 || { not_ok "RM fixture"; tail -3 $d/rm.log; }
 check "rm reports held-out pairwise accuracy" grep -q "held-out pairwise accuracy" $d/rm.log
 check "rm checkpoint holds the reward model with a scalar head" bash -c "h5dump -a /reward/head $d/rm/final.h5 | grep -q scalar"
+# an SFT checkpoint with a /tokenizer (EOS 3, stop ids 3 and 19): -mode rm's built-in pairs stop where it says, unless the deck gives -gen_eos
+"$PYTHON" - $d <<'PY' || not_ok "an SFT checkpoint with /tokenizer"
+import sys, shutil, h5py, numpy as np
+d = sys.argv[1]
+shutil.copy(d + "/sft/final.h5", d + "/sft_tok.h5")
+with h5py.File(d + "/sft_tok.h5", "a") as f:
+    V = [bytes([97 + i]) for i in range(20)]
+    g = f.create_group("tokenizer")
+    g["token_bytes"] = np.frombuffer(b"".join(V), dtype=np.uint8)
+    g["token_offsets"] = np.concatenate([[0], np.cumsum([len(v) for v in V])]).astype(np.int64)
+    g.attrs["eos_id"] = np.int32(3)
+    g["stop_ids"] = np.array([3, 19], dtype=np.int32)
+PY
+RT="-mode rm -rm_sft_checkpoint $d/sft_tok.h5 -rm_pairs 32 -rm_eval_pairs 8 -rm_steps 1 -rm_batch 8 -gen_max_new_tokens 12 -gen_slots 8 -task_len_max 8 -task_demo_noise 0.2 -seed 7"
+rlfuse $RT -output_dir $d/rm_tok >$d/rm_tok.log 2>&1 || not_ok "rm from the checkpoint with /tokenizer: $(tail -1 $d/rm_tok.log)"
+rlfuse $RT -gen_eos 3 -output_dir $d/rm_eos >$d/rm_eos.log 2>&1 || not_ok "rm with -gen_eos: $(tail -1 $d/rm_eos.log)"
+check "-mode rm: the SFT checkpoint's /tokenizer gives EOS and stop tokens (recorded as gen_eos, gen_stop), a deck's -gen_eos is kept" bash -c \
+  "grep -q '^generation stops at EOS 3 and stop tokens 19 (from checkpoint $d/sft_tok.h5.s /tokenizer)' $d/rm_tok.log && h5dump -a /parameters/gen_stop $d/rm_tok/run.h5 | grep -q '\"19\"' &&
+   grep -q '^generation stops at EOS 3 and stop tokens none (from the deck' $d/rm_eos.log"
 ppo() { rlfuse -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 "$@"; }
 
 ppo -output_dir $d/full -checkpoint_every 2 -dump_rollouts -ppo_eval_every 2 >$d/full.log 2>&1 || { not_ok "PPO run"; tail -3 $d/full.log; }
 check "one progress line per iteration" test "$(grep -c '^iter ' $d/full.log)" -eq 4
-check "a summary with the SFT and PPO gold scores and the KL" grep -q "held-out gold score .* (SFT policy) -> .*KL to the reference" $d/full.log
+check "a summary with the SFT and PPO gold scores and the KL" grep -q "held-out gold score .* (initial policy) -> .*KL to the reference" $d/full.log
 check "the checkpoint holds actor, critic, reward and the KL coefficient, and instead of the reference's weights /reference_source" bash -c "for g in actor critic reward reference_source; do h5ls $d/full/final.h5/\$g >/dev/null || exit 1; done; ! h5ls $d/full/final.h5/reference >/dev/null 2>&1 && h5dump -a /state/kl_coef $d/full/final.h5 >/dev/null"
 "$PYTHON" - $d/full/final.h5 $d/sft/final.h5 <<'PY' && ok "/reference_source: the SFT file's path as given and absolute, role policy, its size, and its checksum recomputed in numpy" || not_ok "/reference_source attributes"
 import os, sys, h5py, numpy as np

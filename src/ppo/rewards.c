@@ -211,7 +211,7 @@ PetscErrorCode ppo_show_samples(PPORewards *rw, const Rollout *r, int n, const c
     PetscCall(show_tokens(rw, row, r->start[b], &p));
     PetscCall(show_tokens(rw, row + r->start[b], len, &s));
     if (r->answer && r->answer[b]) PetscCall(show_quoted(r->answer[b], strlen(r->answer[b]), &a));
-    if (!isnan(r->gold[b])) PetscCall(PetscSNPrintf(gold, sizeof gold, " | gold %.3f", (double)r->gold[b]));
+    if (!isnan(r->gold[b])) PetscCall(PetscSNPrintf(gold, sizeof gold, " | %s %.3f", a ? "correct" : "gold", (double)r->gold[b])); /* with an answer: whether it is right */
     PetscCall(PetscPrintf(PETSC_COMM_SELF, "      held-out %s sample %d: prompt %s | response %s%s | reward %+.3f%s%s%s\n", what, b, p, s, r->gen.eos[b] ? "" : " (no stop token)", (double)r->final[b], gold, a ? " | answer " : "", a ? a : ""));
     PetscCall(PetscFree(p));
     PetscCall(PetscFree(s));
