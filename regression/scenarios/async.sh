@@ -17,8 +17,8 @@ differ() { ! "$PYTHON" tools/ckpt_diff.py $1/final.h5 $2/final.h5 >/dev/null 2>&
 restarted_same() { grep -q '2 generated batches from' $d/r.log && bits $d/u $d/r; }
 
 mpirun 1 $R -async_staleness 1 -output_dir $d/k1 >$d/k1.log 2>&1 || not_ok "K=1 on 1 rank: $(tail -1 $d/k1.log)"
-check "K=1 on shared ranks: the plan line says it changes the algorithm, not the time; progress lines show the staleness" \
-  bash -c "grep -q 'changes the algorithm, not the time' $d/k1.log && [ \$(grep -c '^iter .*| stale ' $d/k1.log) -eq 4 ]"
+check "K=1 on shared ranks: the plan line says it changes the algorithm, not the time; progress lines show the iteration's wall time, the staleness and the ETA" \
+  bash -c "grep -q 'changes the algorithm, not the time' $d/k1.log && [ \$(grep -cE '^iter .*train [0-9.]+ of [0-9.]+ s \| stale .*ETA' $d/k1.log) -eq 4 ]"
 mpirun 1 $R -async_staleness 1 -output_dir $d/k1b >$d/k1b.log 2>&1
 check "K=1 repeats bit for bit (weights, moments; ckpt_diff max 0)" bits $d/k1 $d/k1b
 mpirun 1 $R -output_dir $d/k0 >$d/k0.log 2>&1

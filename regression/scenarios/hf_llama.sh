@@ -12,7 +12,7 @@
 # as a Qwen3 config.json and imports back bit for bit; what rlfuse cannot
 # compute is refused in one line naming the config.json key.
 . regression/lib.sh
-plan 48
+plan 50
 d="$RLFUSE_TMP/hf_llama"; mkdir -p $d
 HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
 hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 "$PYTHON" "$@"; }
@@ -238,7 +238,7 @@ import sys, torch
 sys.path.insert(0, "tools")
 from hf_tokenizer import QWEN2_REGEX
 from tokenizers import Tokenizer, Regex, models, trainers, pre_tokenizers, decoders
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, PreTrainedTokenizerFast, GenerationConfig
+from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, PreTrainedTokenizerFast, GenerationConfig
 d = sys.argv[1]; torch.manual_seed(11)
 tk = Tokenizer(models.BPE())
 tk.pre_tokenizer, tk.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
@@ -250,6 +250,7 @@ tmpl = ("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\n' + m['content
 kw = dict(vocab_size=tk.get_vocab_size() + 4, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
           num_key_value_heads=2, max_position_embeddings=64, bos_token_id=0, eos_token_id=2)
 for name, m in (("llama_tok", LlamaForCausalLM(LlamaConfig(tie_word_embeddings=False, **kw))),
+                ("mistral_tok", MistralForCausalLM(MistralConfig(tie_word_embeddings=False, sliding_window=None, **kw))),
                 ("qwen2_tok", Qwen2ForCausalLM(Qwen2Config(tie_word_embeddings=True, **kw)))):
     with torch.no_grad():
         for p in m.parameters():
@@ -265,7 +266,7 @@ for name, m in (("llama_tok", LlamaForCausalLM(LlamaConfig(tie_word_embeddings=F
     GenerationConfig(bos_token_id=0, eos_token_id=[2, 0], pad_token_id=0).save_pretrained(f"{d}/{name}")
 PY
 printf '%s\n' '{"prompt": "what is 12 plus 7?"}' '{"messages": [{"role": "user", "content": "the cat sat"}]}' '{"prompt": "hello world"}' >$d/tok_prompts.jsonl
-for k in llama_tok qwen2_tok; do
+for k in llama_tok mistral_tok qwen2_tok; do
   "$PYTHON" tools/hf_import.py $d/$k $d/$k.h5 policy >$d/imp_$k.log 2>&1 || not_ok "hf_import $k: $(tail -1 $d/imp_$k.log)"
   "$PYTHON" tools/tokenizer.py $d/$k.h5 prompts $d/tok_prompts.jsonl $d/${k}_p.h5 >$d/tp_$k.log 2>&1 || not_ok "tokenizer.py prompts $k: $(tail -1 $d/tp_$k.log)"
   rlfuse -mode generate -generate_checkpoint $d/$k.h5 -generate_input $d/${k}_p.h5 -generate_output $d/${k}_g.h5 -gen_greedy -gen_max_new_tokens 10 \
@@ -297,11 +298,13 @@ rlfuse -mode generate -generate_checkpoint $d/qwen2_tok.h5 -generate_input $d/qw
 check "a deck's -gen_eos wins over the tokenizer's, and the line says so ($(grep '^generation stops' $d/gen_deck.log))" \
   grep -q "^generation stops at EOS 5 and stop tokens none (from the deck's -gen_eos/-gen_stop)" $d/gen_deck.log
 printf '%s\n' '{"prompt": "what is 12 plus 7?", "answer": "19"}' '{"prompt": "two plus three", "answer": "5"}' >$d/tok_answers.jsonl
-"$PYTHON" tools/tokenizer.py $d/llama_tok.h5 prompts $d/tok_answers.jsonl $d/tok_answers.h5 >$d/ta.log 2>&1 || not_ok "tokenizer.py prompts with answers: $(tail -1 $d/ta.log)"
-rlfuse -mode ppo -algo grpo -actor_checkpoint $d/llama_tok.h5 -ppo_prompts $d/tok_answers.h5 -reward_fn numeric -grpo_group 2 -rollout_batch 4 \
-  -ppo_minibatches 1 -ppo_iterations 1 -gen_max_new_tokens 8 -output_dir $d/grpo_tok >$d/grpo_tok.log 2>&1 || not_ok "GRPO from the imported Llama: $(tail -1 $d/grpo_tok.log)"
-check "GRPO (1 iteration, numeric reward) from the imported Llama takes EOS 2 and stop token 0 from its tokenizer, and used.deck gives them ($(grep '^generation stops' $d/grpo_tok.log))" \
-  bash -c "grep -q \"^generation stops at EOS 2 and stop tokens 0 (from checkpoint $d/llama_tok.h5's /tokenizer)\" $d/grpo_tok.log && grep -qx -- '-gen_eos 2' $d/grpo_tok/used.deck && grep -qx -- '-gen_stop 0' $d/grpo_tok/used.deck"
+for k in llama_tok mistral_tok qwen2_tok; do  # each family's folder with its tokenizer, to GRPO with a rule reward
+  "$PYTHON" tools/tokenizer.py $d/$k.h5 prompts $d/tok_answers.jsonl $d/${k}_answers.h5 >$d/ta_$k.log 2>&1 || not_ok "tokenizer.py prompts with answers ($k): $(tail -1 $d/ta_$k.log)"
+  rlfuse -mode ppo -algo grpo -actor_checkpoint $d/$k.h5 -ppo_prompts $d/${k}_answers.h5 -reward_fn numeric -grpo_group 2 -rollout_batch 4 \
+    -ppo_minibatches 1 -ppo_iterations 1 -gen_max_new_tokens 8 -output_dir $d/grpo_$k >$d/grpo_$k.log 2>&1 || not_ok "GRPO from the imported $k: $(tail -1 $d/grpo_$k.log)"
+  check "GRPO (1 iteration, numeric reward) from the imported $k folder takes EOS 2 and stop token 0 from its tokenizer, and used.deck gives them ($(grep '^generation stops' $d/grpo_$k.log))" \
+    bash -c "grep -q \"^generation stops at EOS 2 and stop tokens 0 (from checkpoint $d/$k.h5's /tokenizer)\" $d/grpo_$k.log && grep -q '^iter    1/1' $d/grpo_$k.log && grep -qx -- '-gen_eos 2' $d/grpo_$k/used.deck && grep -qx -- '-gen_stop 0' $d/grpo_$k/used.deck"
+done
 bad "an eos_token that is no token of tokenizer.json" policy llama_tok \
   'tc = json.load(open(f"{p}/tokenizer_config.json")); tc["eos_token"] = "<|nope|>"; json.dump(tc, open(f"{p}/tokenizer_config.json", "w"))' "eos_token '<|nope|>' is not a token of"
 bad "a tokenizer.json tokenizers cannot read" policy llama_tok 'open(f"{p}/tokenizer.json", "w").write("{\"model\": 1}")' "tokenizer.json: not a tokenizer.json that tokenizers reads"

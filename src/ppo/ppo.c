@@ -476,7 +476,7 @@ static PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, co
     if (m->rew.gold == PPO_GOLD_SORT || (m->rew.gold == PPO_GOLD_ANSWER && !strstr(parts, "accuracy"))) PetscCall(PetscSNPrintf(gold, sizeof gold, " | %s %.3f", m->rew.gold == PPO_GOLD_ANSWER ? "accuracy" : "gold", vals[0]));
     if (parts[0]) PetscCall(PetscSNPrintf(rparts, sizeof rparts, " (%s)", parts));
     if (m->has_critic) PetscCall(PetscSNPrintf(critic, sizeof critic, " | critic %.4f", vals[5]));
-    PetscCall(PetscPrintf(run->comm, "iter %4d/%d%s | reward %+.3f%s | kl %.3f | actor %+.4f%s | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f s%s | %s\n", it, n_it, gold, mean_f(r->final, r->B), rparts, kl, vals[4], critic, vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic, more, clock));
+    PetscCall(PetscPrintf(run->comm, "iter %4d/%d%s | reward %+.3f%s | kl %.3f | actor %+.4f%s | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f of %.2f s%s | %s\n", it, n_it, gold, mean_f(r->final, r->B), rparts, kl, vals[4], critic, vals[7], vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic, iter_s, more, clock));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
