@@ -64,7 +64,7 @@ PetscErrorCode async_keep_prompts(AsyncQueue *q, const PromptSource *ps, int64_t
   }
   r->batch       = batch;
   r->dyn_rounds  = 1;
-  r->off_policy  = PETSC_FALSE;
+  r->off_policy  = r->frozen_done = PETSC_FALSE;
   q->data_pos[s] = pos;
   q->ready[s]    = PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -37,6 +37,8 @@ typedef struct {
   GenFuseTimes      genfuse_times;    /* -fuse_gen_inf: the fused node's parts on this rank (PPOModels.fuse is fused training) */
   uint32_t          draw;             /* the batch's index, which keys its draws and the reward command's iteration */
   AsyncQueue       *q;                /* -async_staleness: the queue (the behaviour weights' statistics) */
+  PetscBool         frozen;           /* asynchronous: the reference's and reward model's calls with the generation */
+  double            frozen_s[2];      /* their seconds on this rank */
 } IterCtx;
 
 static PetscErrorCode iter_ctx(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro, IterCtx *c)
@@ -457,16 +459,60 @@ static PetscErrorCode share_prox(void *ctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The generation of a later batch: every row drawn by the weights the
- * iteration started with (version: iterations trained so far). */
+/* The generation of a later batch and, where the reference and the reward
+ * model sit on the generation mesh with one rank a replica, their calls on
+ * each replica's own rows right after it (frozen models: the result does
+ * not depend on when they run, and the same rows in the same micro-batches
+ * give the same bits as at the batch's own iteration). */
+static PetscErrorCode run_generation_async(void *ctx)
+{
+  IterCtx *c  = (IterCtx *)ctx;
+  double   t0 = sys_wtime();
+
+  PetscFunctionBegin;
+  PetscCall(run_generation(ctx));
+  if (!c->frozen) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(timeline_mark("generation", t0, sys_wtime())); /* the node notes its parts (marks) */
+  rollout_part_local(&c->part, c->r);
+  t0 = sys_wtime();
+  PetscCall(run_ref(ctx));
+  c->frozen_s[0] = sys_wtime() - t0;
+  PetscCall(timeline_mark("ref_inference", t0, t0 + c->frozen_s[0]));
+  if (c->o->has_reward_model) {
+    t0 = sys_wtime();
+    PetscCall(run_reward(ctx));
+    c->frozen_s[1] = sys_wtime() - t0;
+    PetscCall(timeline_mark("reward_inference", t0, t0 + c->frozen_s[1]));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Every row drawn by the weights the iteration started with (version:
+ * iterations trained so far). */
 static PetscErrorCode share_generation_async(void *ctx)
 {
   IterCtx *c = (IterCtx *)ctx;
   PetscFunctionBegin;
   PetscCall(share_generation(ctx));
   for (int b = 0; b < c->r->B; b++) c->r->version[b] = (int)c->st->iteration;
+  if (c->frozen) {
+    PetscCall(share_ref(ctx));
+    if (c->o->has_reward_model) PetscCall(share_reward(ctx));
+    c->r->frozen_done = PETSC_TRUE;
+  }
   c->q->ready[c->r->batch % c->q->n] = PETSC_TRUE;
   PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Whether the frozen models' calls can run with the generation: their
+ * meshes are the generation's, each replica one rank (its rows are there
+ * once generated), without allowed sets (kept in the batch's packed form
+ * only after the share). */
+static PetscBool frozen_with_generation(const PPOModels *m, const PPOOptions *o)
+{
+  const Mesh *g = ppo_gen_model((PPOModels *)m)->mesh;
+  if (gen_masked(&o->gen) || g->tp != 1 || g->pp != 1 || m->reference.mesh != g) return PETSC_FALSE;
+  return !o->has_reward_model || m->reward.mesh == g ? PETSC_TRUE : PETSC_FALSE;
 }
 
 /* The advantages, after the behaviour weights of the correction. */
@@ -496,7 +542,7 @@ PetscErrorCode ppo_iteration_async(PPOModels *m, const PPOOptions *o, PromptSour
   ExecNode    nodes[12];
   double      sec[12];
   int         n = 0, k_sync_a = -1, k_gen = -1, k_ref = -1, k_rew = -1, k_rules = -1, k_crit = -1, k_adv = -1, k_at = -1, k_ct = -1, k_prox = -1;
-  const char *given[] = {"prompts", "actor_weights", "critic_weights", "responses", NULL};
+  const char *given[] = {"prompts", "actor_weights", "critic_weights", "responses", NULL, NULL, NULL};
   PetscBool   crit = m->has_critic, rm = o->has_reward_model, prox = (PetscBool)(cur && o->async_correction != ASYNC_NONE);
   DModel     *gen = ppo_gen_model(m), *cinf = ppo_critic_inf_model(m);
   int         nmicro = (int)(o->rollout_batch / o->minibatches / o->microbatches);
@@ -507,7 +553,8 @@ PetscErrorCode ppo_iteration_async(PPOModels *m, const PPOOptions *o, PromptSour
   c.ps = g.ps = ps, c.max_prompt = g.max_prompt = ps->max_prompt, c.st = g.st = st, c.ts = g.ts = ts, c.q = g.q = q;
   g.req = ps->req;
   if (cur) c.draw = (uint32_t)cur->batch;
-  if (next) g.draw = (uint32_t)next->batch, next->B = next->gen.n = next->Bcap;
+  if (next) g.draw = (uint32_t)next->batch, next->B = next->gen.n = next->Bcap, g.frozen = frozen_with_generation(m, o);
+  if (cur && cur->frozen_done) given[4] = "ref_logprobs", given[5] = rm ? "scores" : NULL; /* computed with its generation */
   PetscCall(PetscMemzero(ts, sizeof *ts));
   PetscCall(PetscMemzero(tm, sizeof *tm));
   if (next) {
@@ -516,13 +563,15 @@ PetscErrorCode ppo_iteration_async(PPOModels *m, const PPOOptions *o, PromptSour
       nodes[n++] = (ExecNode){"actor_sync", {"actor_weights"}, {"gen_weights"}, (PetscBool)(dmodel_member(&m->actor) || dmodel_member(&m->actor_gen)), run_actor_sync, NULL, &g, PETSC_FALSE, PETSC_FALSE};
     }
     k_gen      = n;
-    nodes[n++] = (ExecNode){"generation", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights"}, {"next_responses"}, dmodel_member(gen), run_generation, share_generation_async, &g, PETSC_FALSE, PETSC_TRUE};
+    nodes[n++] = (ExecNode){"generation", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights"}, {"next_responses"}, dmodel_member(gen), run_generation_async, share_generation_async, &g, g.frozen, PETSC_TRUE};
   }
   if (cur) {
     if (crit && m->critic_copy) nodes[n++] = (ExecNode){"critic_sync", {"critic_weights"}, {"critic_inf_weights"}, (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync, NULL, &c, PETSC_FALSE, PETSC_FALSE};
-    k_ref      = n;
-    nodes[n++] = (ExecNode){"ref_inference", {"responses"}, {"ref_logprobs"}, dmodel_member(&m->reference), run_ref, share_ref, &c, PETSC_FALSE, PETSC_FALSE};
-    if (rm) {
+    if (!cur->frozen_done) {
+      k_ref      = n;
+      nodes[n++] = (ExecNode){"ref_inference", {"responses"}, {"ref_logprobs"}, dmodel_member(&m->reference), run_ref, share_ref, &c, PETSC_FALSE, PETSC_FALSE};
+    }
+    if (rm && !cur->frozen_done) {
       k_rew      = n;
       nodes[n++] = (ExecNode){"reward_inference", {"responses"}, {"scores"}, dmodel_member(&m->reward), run_reward, share_reward, &c, PETSC_FALSE, PETSC_FALSE};
     }
@@ -556,9 +605,11 @@ PetscErrorCode ppo_iteration_async(PPOModels *m, const PPOOptions *o, PromptSour
   }
   PetscCall(exec_graph_run(nodes, n, given, sec));
   ts->steps        = cur ? (int)(o->epochs * o->minibatches) : 0;
-  tm->gen          = k_gen >= 0 ? sec[k_gen] : 0;
-  tm->ref          = k_ref >= 0 ? sec[k_ref] + (k_prox >= 0 ? sec[k_prox] : 0) : 0; /* the proximal log-probabilities are an inference call of the actor */
-  tm->rew          = k_rew >= 0 ? sec[k_rew] : 0;
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, g.frozen_s, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  /* the frozen models' calls with the generation count as inference (of the next batch) */
+  tm->gen          = k_gen >= 0 ? sec[k_gen] - g.frozen_s[0] - g.frozen_s[1] : 0;
+  tm->ref          = (k_ref >= 0 ? sec[k_ref] : 0) + g.frozen_s[0] + (k_prox >= 0 ? sec[k_prox] : 0); /* the proximal log-probabilities are an inference call of the actor */
+  tm->rew          = (k_rew >= 0 ? sec[k_rew] : 0) + g.frozen_s[1];
   tm->rules        = k_rules >= 0 ? sec[k_rules] : 0;
   tm->critic       = k_crit >= 0 ? sec[k_crit] : 0;
   tm->adv          = k_adv >= 0 ? sec[k_adv] : 0;

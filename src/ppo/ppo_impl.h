@@ -116,6 +116,7 @@ typedef struct {
   int         *version;                    /* [B] */
   float       *prox, *isw;                 /* [B,T] */
   PetscBool    off_policy;                 /* prox and isw hold this iteration's values */
+  PetscBool    frozen_done;                /* ref and score computed with the generation (ppo_iteration_async) */
 } Rollout;
 
 /* ---- the algorithms as a table (src/ppo/algos.c) --------------------------- */
@@ -251,6 +252,11 @@ PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, in
  * EOS, allowed sets; replica 0's step timeline), then the response starts,
  * lengths (the judge runs with the rule rewards, rollout_rule_rewards). Collective on MPI_COMM_WORLD. */
 PetscErrorCode rollout_share_gen(const Mesh *m, GenPart *part, Rollout *r);
+/* On a replica's head, before the share: its own rows of part in r (tokens,
+ * log-probabilities, lengths, EOS; not the allowed sets) with their
+ * response starts and lengths, so that an inference call on the same rows
+ * can run at once. */
+void rollout_part_local(const GenPart *part, Rollout *r);
 PetscErrorCode rollout_finish_gen(Rollout *r);
 /* The same after -fuse_gen_inf migrate: each row from the head that
  * finished it (part->owner). Collective on MPI_COMM_WORLD. */

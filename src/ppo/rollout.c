@@ -28,7 +28,7 @@ PetscErrorCode rollout_create(int B, int T, PetscBool masked, Rollout *r)
   r->batch      = -1;
   r->version    = NULL;
   r->prox       = r->isw = NULL;
-  r->off_policy = PETSC_FALSE;
+  r->off_policy = r->frozen_done = PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -52,8 +52,17 @@ static void part_copy_rows(const GenPart *part, GenBatch *g, int *count)
   }
   memcpy(g->tokens + at, p->tokens, (size_t)p->n * T * sizeof(int));
   memcpy(g->logprobs + at, p->logprobs, (size_t)p->n * T * sizeof(float));
-  if (p->mask_off)
+  if (p->mask_off && count)
     for (size_t k = 0; k < (size_t)p->n * T; k++) count[at + k] = p->mask_off[k + 1] - p->mask_off[k];
+}
+
+void rollout_part_local(const GenPart *part, Rollout *r)
+{
+  if (part->own) part_copy_rows(part, &r->gen, NULL);
+  for (int b = part->b0; b < part->b1; b++) {
+    r->start[b] = r->gen.prompt_len[b];
+    r->len[b]   = r->gen.response_len[b];
+  }
 }
 
 /* The allowed sets: per-position counts first, then the ids, packed by row. */
