@@ -203,12 +203,19 @@ static PetscErrorCode check_simulator(void)
   PetscCall(cost_estimate(&p, &w, &plan, &e));
   test_report_close("a reallocation between: 4320 bytes at 1 ns each", e.realloc_s, 4320e-9, 1e-9);
   test_report_close("a reallocation between: sync + 4+4+4+12 s per iteration", e.iter_s, 24 + 4320e-9, 1e-12);
-  /* asynchronous (staleness 1): the inference of the earlier batch on rank
-   * 1 (4 + 4 s) beside the proximal forward on rank 0 (4 s), then the next
-   * batch's generation on rank 1 (4 s) beside the training on rank 0 (12 s) */
+  /* asynchronous (staleness 1): the proximal forward on rank 0 (4 s), then
+   * the training (12 s) beside the next batch's generation on rank 1 with
+   * the reference's and reward model's calls on its rows (4 + 4 + 4 s),
+   * which share its mesh */
   w.staleness = 1, w.prox = PETSC_TRUE;
   PetscCall(cost_estimate(&p, &w, &plan, &e));
-  test_report_close("asynchronous, apart: sync + 8 s of inference + 12 s of training, the generation beside them", e.iter_s, 20 + 4320e-9, 1e-12);
+  test_report_close("asynchronous, apart: sync + 4 s (proximal forward) + 12 s of training, the generation and the frozen models' calls beside them", e.iter_s, 16 + 4320e-9, 1e-12);
+  /* the reference on rank 0 instead: its call waits for the batch's own
+   * iteration (4 s beside the reward call on rank 1, then the proximal 4 s)
+   * before the training */
+  set_call(&plan, MFC_REF_INF, 0, 1);
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  test_report_close("asynchronous, the reference apart from the generation: sync + 4 + 4 s of inference on rank 0 + 12 s of training", e.iter_s, 20 + 4320e-9, 1e-12);
   base_plan(&plan, 1);
   PetscCall(cost_estimate(&p, &w, &plan, &e));
   test_report_close("asynchronous on one rank: nothing overlaps, the proximal forward adds 4 s (28 s)", e.iter_s, 28, 1e-12);
