@@ -147,6 +147,7 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
       nd[N_PROX].used = PETSC_TRUE;
       mark(&nd[N_PROX], &plan->call[MFC_ACTOR_TRAIN]);
       nd[N_PROX].dur = cost_inference(p, w, &plan->call[MFC_ACTOR_TRAIN], &w->actor);
+      if (ccopy) dep(&nd[N_PROX], N_CSYNC); /* the run puts it in the critic inference's level */
     }
   }
   mark(&nd[N_ATRAIN], &plan->call[MFC_ACTOR_TRAIN]);

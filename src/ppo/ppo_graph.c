@@ -581,7 +581,8 @@ PetscErrorCode ppo_iteration_async(PPOModels *m, const PPOOptions *o, PromptSour
     }
     if (prox) {
       k_prox     = n;
-      nodes[n++] = (ExecNode){"prox_inference", {"responses", "actor_weights"}, {"prox_logprobs"}, dmodel_member(&m->actor), run_prox, share_prox, &c, PETSC_FALSE, PETSC_FALSE};
+      /* in the critic inference's level (after its weights' sync) so that the two run at once where apart */
+      nodes[n++] = (ExecNode){"prox_inference", {"responses", "actor_weights", crit && m->critic_copy ? "critic_inf_weights" : NULL}, {"prox_logprobs"}, dmodel_member(&m->actor), run_prox, share_prox, &c, PETSC_FALSE, PETSC_FALSE};
     }
     k_rules    = n;
     nodes[n++] = (ExecNode){"rewards", {"responses"}, {"rule_scores"}, PETSC_TRUE, run_rewards, share_rewards, &c, PETSC_FALSE, PETSC_FALSE};
