@@ -8,7 +8,11 @@
 # as given (inf.: none fits), the co-located preset tuned call by call (the
 # co-located baseline), the best tuned preset (the heuristic plans), the
 # searched plans, the best plan with fusion the search saw (tuned; "none":
-# no fused plan fits), and the searches' wall time. Usage: tools/bench_search.sh [OUTDIR]
+# no fused plan fits), the fusion gain over the searched unfused plan and
+# over RLHFuse's own baseline (every call on all GPUs, one after another:
+# the co-located preset tuned), the searched plan with asynchronous RL
+# (-cost_staleness 1, docs/async.md) and its gain over the better of the
+# synchronous searches, and the searches' wall time. Usage: tools/bench_search.sh [OUTDIR]
 #   PLAN_TIME (default 60) is each search's budget in seconds (0: none);
 #   PLAN_ITERS (default 0: none) caps each annealing chain's iterations,
 #   which makes the plans reproducible and the comparison of the searches
@@ -35,25 +39,27 @@ settings=(
 # the row's seconds per iteration, or "inf." when infeasible
 row() { awk -v k="$2" '$0 ~ "^  "k" " { x = $0; sub("^  "k" +", "", x); split(x, f, " "); print (f[1] == "infeasible:" || f[1] == "refused") ? "inf." : f[1]; exit }' "$1"; }
 best() { printf '%s\n' "$@" | grep -v inf. | sort -g | head -1; }
-echo "| setting | GPUs | presets as given (best) | co-located, tuned | best tuned preset | searched, no fusion | searched, fusion | best fused plan seen | searched vs co-located | vs tuned preset | fusion gain | search s (no fusion / fusion) |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| setting | GPUs | presets as given (best) | co-located, tuned | best tuned preset | searched, no fusion | searched, fusion | best fused plan seen | searched vs co-located | vs tuned preset | fusion gain | fusion vs co-located | searched, asynchronous (K=1) | async gain | search s (no fusion / fusion / async) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for s in "${settings[@]}"; do
   IFS='|' read -r name gpus actor critic prompt maxnew lengths more <<<"$s"
   echo "$name" | grep -q -- "$ONLY" || continue
-  for fz in 0 1; do
+  for fz in 0 1 async; do
+    if [ $fz = async ]; then opt="-plan_search_fusion 0 -cost_staleness 1"; else opt="-plan_search_fusion $fz"; fi
     "$BIN/rlfuse" -mode plan -plan_ranks "$gpus" -cost_hardware $hw -cost_actor_shape "$actor" -cost_critic_shape "$critic" \
       -cost_batch 512 -cost_prompt_len "$prompt" -cost_max_new "$maxnew" -cost_lengths "$lengths" -cost_minibatches 4 -cost_iterations 2 -cost_slots 0 \
-      -plan_time "$PLAN_TIME" -plan_iterations "$PLAN_ITERS" -plan_search_fusion $fz -seed 1 ${more:-} -plan_output "$out/$name.fuse$fz.h5" >"$out/$name.fuse$fz.log" 2>&1 ||
+      -plan_time "$PLAN_TIME" -plan_iterations "$PLAN_ITERS" $opt -seed 1 ${more:-} -plan_output "$out/$name.fuse$fz.h5" >"$out/$name.fuse$fz.log" 2>&1 ||
       { echo "$name: -mode plan failed, see $out/$name.fuse$fz.log" >&2; exit 1; }
   done
-  l0=$out/$name.fuse0.log l1=$out/$name.fuse1.log
+  l0=$out/$name.fuse0.log l1=$out/$name.fuse1.log la=$out/$name.fuseasync.log
   co=$(row $l0 'colocate, tuned')
   bp=$(best "$(row $l0 colocate)" "$(row $l0 interleave)" "$(row $l0 disaggregate)")
   bt=$(best "$(row $l0 'colocate, tuned')" "$(row $l0 'interleave, tuned')" "$(row $l0 'disaggregate, tuned')")
   s0=$(row $l0 searched) s1=$(row $l1 searched) bf=$(row $l1 'best fused seen, tuned')
   t0=$(sed -n 's/^search: .*, \([0-9.]*\) s in all.*/\1/p' $l0) t1=$(sed -n 's/^search: .*, \([0-9.]*\) s in all.*/\1/p' $l1)
+  sa=$(row $la searched) ta=$(sed -n 's/^search: .*, \([0-9.]*\) s in all.*/\1/p' $la | head -1)
   ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "inf." || b == "inf.") print "-"; else printf "%.2fx", a / b }'; }
   sbest=$(best "$s0" "$s1")
-  echo "| $name | $gpus | ${bp:-inf.} | ${co:-inf.} | ${bt:-inf.} | $s0 | $s1 | ${bf:-none} | $(ratio "$co" "$sbest") | $(ratio "$bt" "$sbest") | $(ratio "$s0" "$s1") | $t0 / $t1 |"
+  echo "| $name | $gpus | ${bp:-inf.} | ${co:-inf.} | ${bt:-inf.} | $s0 | $s1 | ${bf:-none} | $(ratio "$co" "$sbest") | $(ratio "$bt" "$sbest") | $(ratio "$s0" "$s1") | $(ratio "$co" "$s1") | ${sa:-inf.} | $(ratio "$sbest" "$sa") | $t0 / $t1 / $ta |"
 done
 echo "(logs and plan files in $out)"
