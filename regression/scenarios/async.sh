@@ -5,7 +5,7 @@
 # checkpoint holding generated batches bit-identical to the unbroken run,
 # and bad values refused with one line.
 . regression/lib.sh
-plan 13
+plan 14
 d="$RLFUSE_TMP/async"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -1 $d/sft.log)"
@@ -81,7 +81,9 @@ mpirun 1 $R -async_staleness 2 -ppo_iterations 5 -checkpoint_every 2 -output_dir
 check "the checkpoint after iteration 2 holds batches 2 and 3 (generated, not yet trained on)" bash -c "h5ls $d/u/ckpt_000002.h5/async | grep -q batch_2 && h5ls $d/u/ckpt_000002.h5/async | grep -q batch_3"
 mpirun 1 $R -async_staleness 2 -ppo_iterations 5 -restart $d/u/ckpt_000002.h5 -output_dir $d/r >$d/r.log 2>&1 || not_ok "K=2 restart: $(tail -1 $d/r.log)"
 check "K=2 restarted at iteration 2: the final weights are the unbroken run's bit for bit" restarted_same
-expect_error "a restart with another -async_staleness" "was written with -async_staleness 2" $R -ppo_iterations 5 -restart $d/u/ckpt_000002.h5 -async_staleness 1 -output_dir $d/bad1
+keep=$d/u expect_error "a restart with another -async_staleness, into the run's directory: nothing there changed" "was written with -async_staleness 2" $R -ppo_iterations 5 -restart $d/u/ckpt_000002.h5 -async_staleness 0 -output_dir $d/u
+mpirun 1 $R -ppo_iterations 6 -restart $d/k0/final.h5 -async_staleness 1 -output_dir $d/k0on >$d/k0on.log 2>&1 || not_ok "a synchronous checkpoint restarted with K=1: $(tail -1 $d/k0on.log)"
+check "a synchronous run's checkpoint goes on asynchronously: the first batch generated at the restart, 2 iterations" bash -c "grep -q 'the first 1 batches generated' $d/k0on.log && [ \$(grep -c '^iter ' $d/k0on.log) -eq 2 ]"
 expect_error "-async_staleness -1" "-async_staleness -1 must be >= 0" $R -async_staleness -1 -output_dir $d/bad2
 expect_error "-async_is_cap 0.5" "-async_is_cap 0.5 must be 0 (no cap) or at least 1" $R -async_staleness 1 -async_is_cap 0.5 -output_dir $d/bad3
 expect_error "-async_staleness with -fuse_gen_inf stream" "-async_staleness 1 with -fuse_gen_inf stream" $R -async_staleness 1 -fuse_gen_inf stream -output_dir $d/bad4

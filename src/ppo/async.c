@@ -251,7 +251,8 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
   async_load_path = path;
   PetscCall(io_read_on_root(comm, "checkpoint", path, async_read, &a));
   PetscCallMPI(MPI_Bcast(&a.staleness, 1, MPI_DOUBLE, 0, comm));
-  PetscCheck((PetscInt)a.staleness == o->async_staleness, comm, PETSC_ERR_ARG_INCOMP, "-restart %s was written with -async_staleness %.0f and holds its queue of generated batches: restart it with -async_staleness %.0f (not %" PetscInt_FMT ")", path,
+  /* a synchronous run's checkpoint may go on asynchronously (the first batches are generated at the restart) */
+  PetscCheck(a.staleness == 0 || (PetscInt)a.staleness == o->async_staleness, comm, PETSC_ERR_ARG_INCOMP, "-restart %s was written with -async_staleness %.0f and holds its queue of generated batches: restart it with -async_staleness %.0f (not %" PetscInt_FMT ")", path,
              a.staleness, a.staleness, o->async_staleness);
   if (!q) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCallMPI(MPI_Bcast(a.have, 64, MPI_DOUBLE, 0, comm));

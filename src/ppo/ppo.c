@@ -541,7 +541,6 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   double     t_loop = sys_wtime();
   PetscInt   it0    = st->iteration;
   PetscBool  final_evaluated = PETSC_FALSE; /* the last iteration's evaluation is the summary's */
-  int        used0;
 
   PetscFunctionBegin;
   PetscCall(train_record_open(run, ppo_algo(o)->name, &o->plan, needs, &rec));
@@ -559,7 +558,6 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
   }
   PetscCall(PetscPrintf(run->comm, "%s: actor %zu parameters, %" PetscInt_FMT " iterations of %" PetscInt_FMT " responses, from iteration %" PetscInt_FMT "\n", ppo_algo(o)->name, nparams, o->iterations, o->rollout_batch, st->iteration));
   if (K) PetscCall(ppo_async_fill(run, o, m, ps, &q, &pb, st));
-  else if (o->restart[0]) PetscCall(async_restore(run->comm, o->restart, o, ps, NULL, st->iteration, &used0)); /* refuses a queue it would drop */
   while (st->iteration < o->iterations) {
     double        t0 = sys_wtime(), g0 = model_acts_grown_bytes(), grown, kl, iter_s, coef;
     PPOEval       ev = {NAN, NAN, NAN, NAN};
@@ -718,6 +716,10 @@ static PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const ModelC
     PetscCheck(!ppo_trains_critic(o) || o->critic_init == CRITIC_FROM_ACTOR || o->restart[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-critic_init reward starts the critic from the reward model, and there is none (no -reward_checkpoint): use -critic_init actor");
   }
   PetscCall(prompts_setup(run, o, ps));
+  if (o->restart[0] && !policy && !o->eval_only) { /* before anything is written: a queue of generated batches the staleness would drop */
+    int found;
+    PetscCall(async_restore(run->comm, o->restart, o, ps, NULL, 0, &found));
+  }
   if (!policy) PetscCall(gen_config_stops_from(run->comm, &o->gen, src[0].file)); /* the actor's tokenizer's EOS unless the deck gives one */
   PetscCheck(!o->eval_only || ps->eval.n > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-mode eval needs held-out prompts: -ppo_eval_file FILE, or the built-in task's (-ppo_prompts builtin) with -ppo_eval_prompts > 0");
   PetscCall(ppo_configs(run, o, src, policy, ps->max_prompt, cfg));

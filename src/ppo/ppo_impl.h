@@ -434,10 +434,10 @@ PetscErrorCode async_record(RunRecord *rec, const AsyncQueue *q, const Rollout *
 /* Checkpoints written from now on carry the queue's generated batches from
  * batch `from` on (q NULL: no more). */
 PetscErrorCode async_checkpoint_carry(AsyncQueue *q, int64_t from);
-/* On -restart: refuses a file written with another -async_staleness (one
- * without /async counts as 0); with q, the batches [from, from + K) the file
- * holds go into their slots, ready, with their prompts' answers (*found:
- * how many). Collective on comm. */
+/* On -restart: refuses a file written with another -async_staleness > 0 (one
+ * without /async, a synchronous run's, may go on with any); with q, the
+ * batches [from, from + K) the file holds go into their slots, ready, with
+ * their prompts' answers (*found: how many). Collective on comm. */
 PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *o, PromptSource *ps, AsyncQueue *q, int64_t from, int *found);
 /* One asynchronous iteration (src/ppo/ppo_graph.c): with cur, the
  * inference calls, the proximal log-probabilities, the advantages and

@@ -17,12 +17,14 @@
  * candidates' reference answers are kept for each of -ppo_dynamic_rounds. */
 static PetscErrorCode ppo_check_memory(const RunCtx *run, const PPOOptions *o, int max_prompt)
 {
-  double T = (double)max_prompt + (double)o->gen.max_new_tokens, rows = (double)o->rollout_batch * PetscMax(1, o->dynamic_sampling), pos = rows * T, need = 32.0 * pos, avail = sys_memory_available();
+  /* -async_staleness K keeps K + 1 rollouts, each with two more float arrays (the proximal log-probabilities, the behaviour weights) */
+  double T = (double)max_prompt + (double)o->gen.max_new_tokens, rows = (double)o->rollout_batch * PetscMax(1, o->dynamic_sampling), pos = rows * T, need = (o->async_staleness ? 40.0 * (double)(o->async_staleness + 1) : 32.0) * pos, avail = sys_memory_available();
   double answers = (double)PetscMax(1, o->dynamic_rounds) * rows * PPO_ANSWER_LEN;
   char   a[32], b[32], batch[96];
 
   PetscFunctionBegin;
   if (o->dynamic_sampling) PetscCall(PetscSNPrintf(batch, sizeof batch, "-rollout_batch %" PetscInt_FMT " x -ppo_dynamic_sampling %" PetscInt_FMT, o->rollout_batch, o->dynamic_sampling));
+  else if (o->async_staleness) PetscCall(PetscSNPrintf(batch, sizeof batch, "-rollout_batch %" PetscInt_FMT " (x %" PetscInt_FMT " rollouts for -async_staleness %" PetscInt_FMT ")", o->rollout_batch, o->async_staleness + 1, o->async_staleness));
   else PetscCall(PetscSNPrintf(batch, sizeof batch, "-rollout_batch %" PetscInt_FMT, o->rollout_batch));
   PetscCheck(pos <= INT_MAX, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "%s x %.0f positions (the longest prompt plus -gen_max_new_tokens) is %.0f positions, more than the %d a rollout can index", batch, T, pos, INT_MAX);
   PetscCheck(need <= avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "%s needs at least %s per rank for its rollout (%.0f x %.0f positions), more than the %s this node has available", batch, sys_bytes_str(need, a, sizeof a), rows, T, sys_bytes_str(avail, b, sizeof b));
