@@ -46,6 +46,10 @@ hid_t h5u_fapl(PetscBool lock);
  * readable HDF5 file (truncated or corrupt?)". */
 PetscErrorCode h5u_open_read(const char *kind, const char *path, hid_t *file);
 PetscErrorCode h5u_close(hid_t *id); /* file, group, dataset, ...; no-op on a negative id */
+/* After group `group` was written into an open file (written: the write's
+ * result): flushed unless the write failed, then closed; a failed flush is
+ * the error, naming path and group. */
+PetscErrorCode h5u_flush_close(hid_t *file, const char *path, const char *group, PetscErrorCode written);
 /* H5Fclose for every file rlfuse opens: remembers a failed close (a full
  * disk), after which the error exit must not let HDF5 shut down. */
 herr_t h5u_fclose(hid_t file);

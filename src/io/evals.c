@@ -84,15 +84,7 @@ static PetscErrorCode evals_append(ReplaceCtx *ctx)
   H5Pclose(fapl);
   H5Call(file, "%s: cannot open the evaluations file to add /%s", ctx->path, ctx->group);
   ierr = evals_group_write(file, ctx);
-  if (!ierr && H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) {
-    char why[H5U_MSG_LEN];
-
-    h5u_write_reason(why);
-    (void)h5u_close(&file);
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s: flushing /%s failed: %s", ctx->path, ctx->group, why);
-  }
-  PetscCall(h5u_close(&file));
-  PetscCall(ierr);
+  PetscCall(h5u_flush_close(&file, ctx->path, ctx->group, ierr));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

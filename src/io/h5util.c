@@ -157,6 +157,21 @@ PetscErrorCode h5u_close(hid_t *id)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode h5u_flush_close(hid_t *file, const char *path, const char *group, PetscErrorCode written)
+{
+  PetscFunctionBegin;
+  if (!written && H5Fflush(*file, H5F_SCOPE_GLOBAL) < 0) {
+    char why[H5U_MSG_LEN];
+
+    h5u_write_reason(why);
+    (void)h5u_close(file);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s: flushing /%s failed: %s", path, group, why);
+  }
+  PetscCall(h5u_close(file));
+  PetscCall(written);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Why a file cannot be created in path's directory, in words. */
 static PetscErrorCode h5u_check_dir(const char *kind, const char *path)
 {

@@ -190,11 +190,19 @@ static PetscErrorCode take_values(Rollout *r, const PPOOptions *o, const PackBuf
   return PETSC_SUCCESS;
 }
 
+/* Log-probabilities of rows [b0, b1) into out (zero outside responses). */
+static PetscErrorCode logprob_rows(Model *m, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro, float *out, TakeFn take)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscArrayzero(out + (size_t)b0 * r->T, (size_t)(b1 - b0) * r->T));
+  PetscCall(rows_inference(m, r, o, pb, b0, b1, nmicro, PETSC_TRUE, PETSC_FALSE, take));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode rollout_ref_inference(Model *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
 {
   PetscFunctionBegin;
-  PetscCall(PetscArrayzero(r->ref + (size_t)b0 * r->T, (size_t)(b1 - b0) * r->T));
-  PetscCall(rows_inference(ref, r, o, pb, b0, b1, nmicro, PETSC_TRUE, PETSC_FALSE, take_ref));
+  PetscCall(logprob_rows(ref, r, o, pb, b0, b1, nmicro, r->ref, take_ref));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -208,8 +216,7 @@ static PetscErrorCode take_prox(Rollout *r, const PPOOptions *o, const PackBuf *
 PetscErrorCode rollout_prox_inference(Model *actor, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
 {
   PetscFunctionBegin;
-  PetscCall(PetscArrayzero(r->prox + (size_t)b0 * r->T, (size_t)(b1 - b0) * r->T));
-  PetscCall(rows_inference(actor, r, o, pb, b0, b1, nmicro, PETSC_TRUE, PETSC_FALSE, take_prox));
+  PetscCall(logprob_rows(actor, r, o, pb, b0, b1, nmicro, r->prox, take_prox));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
