@@ -541,7 +541,7 @@ PetscErrorCode ppo_iteration_async(PPOModels *m, const PPOOptions *o, PromptSour
   IterCtx     c, g;
   ExecNode    nodes[12];
   double      sec[12];
-  int         n = 0, k_sync_a = -1, k_gen = -1, k_ref = -1, k_rew = -1, k_rules = -1, k_crit = -1, k_adv = -1, k_at = -1, k_ct = -1, k_prox = -1;
+  int         n = 0, k_sync_a = -1, k_sync_c = -1, k_gen = -1, k_ref = -1, k_rew = -1, k_rules = -1, k_crit = -1, k_adv = -1, k_at = -1, k_ct = -1, k_prox = -1;
   const char *given[] = {"prompts", "actor_weights", "critic_weights", "responses", NULL, NULL, NULL};
   PetscBool   crit = m->has_critic, rm = o->has_reward_model, prox = (PetscBool)(cur && o->async_correction != ASYNC_NONE);
   DModel     *gen = ppo_gen_model(m), *cinf = ppo_critic_inf_model(m);
@@ -566,7 +566,7 @@ PetscErrorCode ppo_iteration_async(PPOModels *m, const PPOOptions *o, PromptSour
     nodes[n++] = (ExecNode){"generation", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights"}, {"next_responses"}, dmodel_member(gen), run_generation_async, share_generation_async, &g, g.frozen, PETSC_TRUE};
   }
   if (cur) {
-    if (crit && m->critic_copy) nodes[n++] = (ExecNode){"critic_sync", {"critic_weights"}, {"critic_inf_weights"}, (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync, NULL, &c, PETSC_FALSE, PETSC_FALSE};
+    if (crit && m->critic_copy) k_sync_c = n, nodes[n++] = (ExecNode){"critic_sync", {"critic_weights"}, {"critic_inf_weights"}, (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync, NULL, &c, PETSC_FALSE, PETSC_FALSE};
     if (!cur->frozen_done) {
       k_ref      = n;
       nodes[n++] = (ExecNode){"ref_inference", {"responses"}, {"ref_logprobs"}, dmodel_member(&m->reference), run_ref, share_ref, &c, PETSC_FALSE, PETSC_FALSE};
@@ -621,6 +621,12 @@ PetscErrorCode ppo_iteration_async(PPOModels *m, const PPOOptions *o, PromptSour
     tm->sync_actor = sec[k_sync_a];
     PetscCall(realloc_plan_get(&m->actor.cfg, m->actor.mesh, m->actor_gen.mesh, "actor -> actor_gen", &p));
     tm->sync_actor_bytes = realloc_plan_bytes(p);
+  }
+  if (k_sync_c >= 0) {
+    const ReallocPlan *p;
+    tm->sync_critic = sec[k_sync_c];
+    PetscCall(realloc_plan_get(&m->critic.cfg, m->critic.mesh, m->critic_inf.mesh, "critic -> critic_inf", &p));
+    tm->sync_critic_bytes = realloc_plan_bytes(p);
   }
   ts->t_actor  = tm->actor;
   ts->t_critic = tm->critic_train;
