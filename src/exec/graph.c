@@ -83,14 +83,14 @@ PetscErrorCode exec_graph_run(const ExecNode *nodes, int n, const char *const *g
   double *t;
 
   PetscFunctionBegin;
-  PetscCall(PetscMalloc2(n + 1, &level, n + 1, &t));
-  PetscCall(exec_graph_levels(nodes, n, given, level, &nlevels));
-  for (int i = 0; i < n; i++) /* a late node runs in the last level, beside the nodes that end the graph */
-    if (nodes[i].late) level[i] = nlevels - 1;
   for (int i = 0; i < n; i++) /* a late node's outputs exist only after the last level */
     for (int j = 0; nodes[i].late && j < EXEC_MAX_KEYS && nodes[i].out[j]; j++)
       for (int k = 0; k < n; k++)
         for (int q = 0; q < EXEC_MAX_KEYS && nodes[k].in[q]; q++) PetscCheck(strcmp(nodes[k].in[q], nodes[i].out[j]), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "dataflow graph: %s needs '%s' of %s, whose share is late", nodes[k].name, nodes[i].out[j], nodes[i].name);
+  PetscCall(PetscMalloc2(n + 1, &level, n + 1, &t));
+  PetscCall(exec_graph_levels(nodes, n, given, level, &nlevels));
+  for (int i = 0; i < n; i++) /* a late node runs in the last level, beside the nodes that end the graph */
+    if (nodes[i].late) level[i] = nlevels - 1;
   for (int lv = 0; lv < nlevels; lv++) {
     for (int i = 0; i < n; i++) {
       double t0 = sys_wtime();
