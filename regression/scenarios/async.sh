@@ -84,7 +84,7 @@ check "K=2 restarted at iteration 2: the final weights are the unbroken run's bi
 keep=$d/u expect_error "a restart with another -async_staleness, into the run's directory: nothing there changed" "was written with -async_staleness 2" $R -ppo_iterations 5 -restart $d/u/ckpt_000002.h5 -async_staleness 0 -output_dir $d/u
 mpirun 1 $R -ppo_iterations 6 -restart $d/k0/final.h5 -async_staleness 1 -output_dir $d/k0on >$d/k0on.log 2>&1 || not_ok "a synchronous checkpoint restarted with K=1: $(tail -1 $d/k0on.log)"
 check "a synchronous run's checkpoint goes on asynchronously: the first batch generated at the restart, 2 iterations" bash -c "grep -q 'the first 1 batches generated' $d/k0on.log && [ \$(grep -c '^iter ' $d/k0on.log) -eq 2 ]"
-expect_error "-async_staleness -1" "-async_staleness -1 must be >= 0" $R -async_staleness -1 -output_dir $d/bad2
+expect_error "-async_staleness -1" "-async_staleness -1 must be in \[0, 64\]" $R -async_staleness -1 -output_dir $d/bad2
 expect_error "-async_is_cap 0.5" "-async_is_cap 0.5 must be 0 (no cap) or at least 1" $R -async_staleness 1 -async_is_cap 0.5 -output_dir $d/bad3
 expect_error "-async_staleness with -fuse_gen_inf stream" "-async_staleness 1 with -fuse_gen_inf stream" $R -async_staleness 1 -fuse_gen_inf stream -output_dir $d/bad4
 finish

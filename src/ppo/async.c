@@ -180,7 +180,7 @@ typedef struct {
   AsyncQueue *q;
   int64_t     from;
   double      staleness;
-  double      have[64], pos[64]; /* per batch from + j */
+  double      have[PPO_ASYNC_MAX], pos[PPO_ASYNC_MAX]; /* per batch from + j */
   int         phase;             /* 0: headers; 1: the rows of the batches found */
 } AsyncLoad;
 
@@ -202,7 +202,7 @@ static PetscErrorCode async_read(IoId file, void *ctx)
   if (!io_is_group(file, "async")) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(io_group_open(file, "checkpoint", "async", &g));
   if (a->phase == 0) PetscCall(io_attr_read_double(g, "checkpoint /async", "staleness", &a->staleness));
-  for (int j = 0; j < a->q->K && j < 64; j++) {
+  for (int j = 0; j < a->q->K; j++) {
     char     name[32];
     IoId     h = IO_NONE;
     int64_t  b = a->from + j;
@@ -255,9 +255,9 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
   PetscCheck(a.staleness == 0 || (PetscInt)a.staleness == o->async_staleness, comm, PETSC_ERR_ARG_INCOMP, "-restart %s was written with -async_staleness %.0f and holds its queue of generated batches: restart it with -async_staleness %.0f (not %" PetscInt_FMT ")", path,
              a.staleness, a.staleness, o->async_staleness);
   if (!q) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCallMPI(MPI_Bcast(a.have, 64, MPI_DOUBLE, 0, comm));
-  PetscCallMPI(MPI_Bcast(a.pos, 64, MPI_DOUBLE, 0, comm));
-  for (int j = 0; j < q->K && j < 64; j++) /* the prompts' answers and indices, as when the batch was generated */
+  PetscCallMPI(MPI_Bcast(a.have, PPO_ASYNC_MAX, MPI_DOUBLE, 0, comm));
+  PetscCallMPI(MPI_Bcast(a.pos, PPO_ASYNC_MAX, MPI_DOUBLE, 0, comm));
+  for (int j = 0; j < q->K; j++) /* the prompts' answers and indices, as when the batch was generated */
     if (a.have[j]) {
       int used;
       PetscCall(prompts_next(ps, o, (int64_t)a.pos[j], 0, &used));
@@ -265,7 +265,7 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
     }
   a.phase = 1;
   PetscCall(io_read_on_root(comm, "checkpoint", path, async_read, &a));
-  for (int j = 0; j < q->K && j < 64; j++) {
+  for (int j = 0; j < q->K; j++) {
     Rollout  *r  = async_slot(q, from + j);
     GenBatch *gb = &r->gen;
     size_t    BT = (size_t)r->B * r->T;

@@ -141,7 +141,7 @@ static PetscErrorCode ppo_check_options(PPOOptions *o)
     PetscCall(ppo_algo_join(algo_groups, PETSC_FALSE, grouped, sizeof grouped));
     SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_sampling filters groups of -grpo_group responses: -algo %s draws none (an -algo that does: %s)", ppo_algo(o)->name, grouped);
   }
-  PetscCheck(o->async_staleness >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_staleness %" PetscInt_FMT " must be >= 0 (0: synchronous)", o->async_staleness);
+  PetscCheck(o->async_staleness >= 0 && o->async_staleness <= PPO_ASYNC_MAX, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_staleness %" PetscInt_FMT " must be in [0, %d] (0: synchronous)", o->async_staleness, PPO_ASYNC_MAX);
   PetscCheck(o->async_is_cap == 0 || o->async_is_cap >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_is_cap %g must be 0 (no cap) or at least 1", (double)o->async_is_cap);
   PetscCheck(!o->async_staleness || !o->dynamic_sampling, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-async_staleness %" PetscInt_FMT " with -ppo_dynamic_sampling: the selection's later rounds would generate inside the training iteration; use one of them", o->async_staleness);
   PetscCheck(!o->async_staleness || o->plan.fuse == FUSE_NONE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-async_staleness %" PetscInt_FMT " with -fuse_gen_inf %s: the fused rollouts stream one batch into inference; use -fuse_gen_inf none", o->async_staleness, FuseModeNames[o->plan.fuse]);

@@ -409,6 +409,7 @@ PetscErrorCode ppo_reward_call(PPOModels *m, const PPOOptions *o, Rollout *r, Pa
  * iteration b - K, beside that iteration's training when the generation
  * mesh is apart. The queue's K + 1 slots hold batch b in slot b mod (K+1),
  * each with its own copy of its prompts' answers, metadata and indices. */
+#define PPO_ASYNC_MAX 64 /* the largest -async_staleness */
 typedef struct {
   int          K, n;           /* staleness, slots (K + 1) */
   Rollout     *slot;           /* [n] */
