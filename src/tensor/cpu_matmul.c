@@ -86,6 +86,7 @@ static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, in
 #define GEMV_ROWS  4  /* [C,OC]: at most this many rows take the GEMV path */
 #define SMALL_ROWS 32 /* [OC,C]: at most this many rows skip sgemm */
 #define SMALL_TILE 4
+#define SPREAD_ROWS 1 /* [OC,C]: at most this many rows take tiles spread over the weight (gemv_forward) */
 #define GEMV_LANES 16
 
 #if defined(__AVX512F__)
@@ -119,13 +120,13 @@ static inline float gemv_dot(const float *restrict a, const float *restrict b, i
  * SMALL_TILE), gemv_dot's sums with the tile's partial sums in registers.
  * NR is a constant at each call (small_tile), so the loops unroll and the
  * NR x SMALL_TILE sums stay in registers. */
-static inline __attribute__((always_inline)) void small_tile_n(float *out, const float *inp, const float *w, const float *bias, int n0, const int NR, int o0, int no, int C, int OC)
+static inline __attribute__((always_inline)) void small_tile_n(float *out, const float *inp, const float *w, const float *bias, int n0, const int NR, int o0, int no, int os, int C, int OC)
 {
   __m512       acc[SMALL_TILE][SMALL_TILE];
   const float *x[SMALL_TILE], *wr[SMALL_TILE];
   int          c0;
 
-  for (int j = 0; j < SMALL_TILE; j++) wr[j] = w + (size_t)(o0 + (j < no ? j : 0)) * C; /* past the end: the first again, unused */
+  for (int j = 0; j < SMALL_TILE; j++) wr[j] = w + (size_t)(o0 + (j < no ? j : 0) * os) * C; /* past the end: the first again, unused */
   for (int i = 0; i < NR; i++) {
     x[i] = inp + (size_t)(n0 + i) * C;
     for (int j = 0; j < SMALL_TILE; j++) acc[i][j] = _mm512_setzero_ps();
@@ -148,16 +149,16 @@ static inline __attribute__((always_inline)) void small_tile_n(float *out, const
     }
   }
   for (int i = 0; i < NR; i++)
-    for (int j = 0; j < no; j++) out[(size_t)(n0 + i) * OC + o0 + j] = (bias ? bias[o0 + j] : 0.0f) + lanes_sum(acc[i][j]);
+    for (int j = 0; j < no; j++) out[(size_t)(n0 + i) * OC + o0 + j * os] = (bias ? bias[o0 + j * os] : 0.0f) + lanes_sum(acc[i][j]);
 }
 
-static inline void small_tile(float *out, const float *inp, const float *w, const float *bias, int n0, int nr, int o0, int no, int C, int OC)
+static inline void small_tile(float *out, const float *inp, const float *w, const float *bias, int n0, int nr, int o0, int no, int os, int C, int OC)
 {
   switch (nr) {
-  case 1: small_tile_n(out, inp, w, bias, n0, 1, o0, no, C, OC); break;
-  case 2: small_tile_n(out, inp, w, bias, n0, 2, o0, no, C, OC); break;
-  case 3: small_tile_n(out, inp, w, bias, n0, 3, o0, no, C, OC); break;
-  default: small_tile_n(out, inp, w, bias, n0, 4, o0, no, C, OC); break;
+  case 1: small_tile_n(out, inp, w, bias, n0, 1, o0, no, os, C, OC); break;
+  case 2: small_tile_n(out, inp, w, bias, n0, 2, o0, no, os, C, OC); break;
+  case 3: small_tile_n(out, inp, w, bias, n0, 3, o0, no, os, C, OC); break;
+  default: small_tile_n(out, inp, w, bias, n0, 4, o0, no, os, C, OC); break;
   }
 }
   #define BIG_STEP SMALL_TILE
@@ -182,19 +183,19 @@ static inline float lanes_sum2(__m256 lo, __m256 hi)
   return _mm_cvtss_f32(q);
 }
 
-static inline __attribute__((always_inline)) void avx2_tile_n(float *out, const float *inp, const float *w, const float *bias, int n0, const int NR, int o0, const int NO, int C, int OC)
+static inline __attribute__((always_inline)) void avx2_tile_n(float *out, const float *inp, const float *w, const float *bias, int n0, const int NR, int o0, const int NO, int os, int C, int OC)
 {
-  __m256       lo[AVX2_ROWS][AVX2_OUTS], hi[AVX2_ROWS][AVX2_OUTS];
-  const float *x[AVX2_ROWS], *wr[AVX2_OUTS];
+  __m256       lo[AVX2_ROWS][SMALL_TILE], hi[AVX2_ROWS][SMALL_TILE];
+  const float *x[AVX2_ROWS], *wr[SMALL_TILE];
   int          c0;
 
-  for (int j = 0; j < NO; j++) wr[j] = w + (size_t)(o0 + j) * C;
+  for (int j = 0; j < NO; j++) wr[j] = w + (size_t)(o0 + j * os) * C;
   for (int i = 0; i < NR; i++) {
     x[i] = inp + (size_t)(n0 + i) * C;
     for (int j = 0; j < NO; j++) lo[i][j] = hi[i][j] = _mm256_setzero_ps();
   }
   for (c0 = 0; c0 + 16 <= C; c0 += 16) {
-    __m256 wl[AVX2_OUTS], wh[AVX2_OUTS];
+    __m256 wl[SMALL_TILE], wh[SMALL_TILE];
     for (int j = 0; j < NO; j++) wl[j] = _mm256_loadu_ps(wr[j] + c0), wh[j] = _mm256_loadu_ps(wr[j] + c0 + 8);
     for (int i = 0; i < NR; i++) {
       __m256 xl = _mm256_loadu_ps(x[i] + c0), xh = _mm256_loadu_ps(x[i] + c0 + 8);
@@ -205,7 +206,7 @@ static inline __attribute__((always_inline)) void avx2_tile_n(float *out, const 
     int    r  = C - c0;
     __m256i ml = _mm256_setr_epi32(0 < r ? -1 : 0, 1 < r ? -1 : 0, 2 < r ? -1 : 0, 3 < r ? -1 : 0, 4 < r ? -1 : 0, 5 < r ? -1 : 0, 6 < r ? -1 : 0, 7 < r ? -1 : 0);
     __m256i mh = _mm256_setr_epi32(8 < r ? -1 : 0, 9 < r ? -1 : 0, 10 < r ? -1 : 0, 11 < r ? -1 : 0, 12 < r ? -1 : 0, 13 < r ? -1 : 0, 14 < r ? -1 : 0, 15 < r ? -1 : 0);
-    __m256 wl[AVX2_OUTS], wh[AVX2_OUTS];
+    __m256 wl[SMALL_TILE], wh[SMALL_TILE];
     for (int j = 0; j < NO; j++) wl[j] = _mm256_maskload_ps(wr[j] + c0, ml), wh[j] = _mm256_maskload_ps(wr[j] + c0 + 8, mh);
     for (int i = 0; i < NR; i++) {
       __m256 xl = _mm256_maskload_ps(x[i] + c0, ml), xh = _mm256_maskload_ps(x[i] + c0 + 8, mh);
@@ -216,22 +217,33 @@ static inline __attribute__((always_inline)) void avx2_tile_n(float *out, const 
     }
   }
   for (int i = 0; i < NR; i++)
-    for (int j = 0; j < NO; j++) out[(size_t)(n0 + i) * OC + o0 + j] = (bias ? bias[o0 + j] : 0.0f) + lanes_sum2(lo[i][j], hi[i][j]);
+    for (int j = 0; j < NO; j++) out[(size_t)(n0 + i) * OC + o0 + j * os] = (bias ? bias[o0 + j * os] : 0.0f) + lanes_sum2(lo[i][j], hi[i][j]);
 }
 
-/* gemv_forward's SMALL_TILE x SMALL_TILE tile as AVX2_ROWS x AVX2_OUTS pieces. */
-static inline void small_tile(float *out, const float *inp, const float *w, const float *bias, int n0, int nr, int o0, int no, int C, int OC)
+/* gemv_forward's SMALL_TILE x SMALL_TILE tile as AVX2_ROWS x AVX2_OUTS
+ * pieces; one input row takes all the tile's weight rows in one piece (up
+ * to SMALL_TILE streams from memory at once: see gemv_forward). */
+static inline void small_tile(float *out, const float *inp, const float *w, const float *bias, int n0, int nr, int o0, int no, int os, int C, int OC)
 {
+  if (nr == 1) {
+    switch (no) {
+    case 1: avx2_tile_n(out, inp, w, bias, n0, 1, o0, 1, os, C, OC); break;
+    case 2: avx2_tile_n(out, inp, w, bias, n0, 1, o0, 2, os, C, OC); break;
+    case 3: avx2_tile_n(out, inp, w, bias, n0, 1, o0, 3, os, C, OC); break;
+    default: avx2_tile_n(out, inp, w, bias, n0, 1, o0, 4, os, C, OC); break;
+    }
+    return;
+  }
   for (int j0 = 0; j0 < no; j0 += AVX2_OUTS)
     for (int i0 = 0; i0 < nr; i0 += AVX2_ROWS) {
-      int a = nr - i0 < AVX2_ROWS ? nr - i0 : AVX2_ROWS, b = no - j0 < AVX2_OUTS ? no - j0 : AVX2_OUTS;
+      int a = nr - i0 < AVX2_ROWS ? nr - i0 : AVX2_ROWS, b = no - j0 < AVX2_OUTS ? no - j0 : AVX2_OUTS, oj = o0 + j0 * os;
       switch (a * 4 + b) {
-      case 5: avx2_tile_n(out, inp, w, bias, n0 + i0, 1, o0 + j0, 1, C, OC); break;
-      case 6: avx2_tile_n(out, inp, w, bias, n0 + i0, 1, o0 + j0, 2, C, OC); break;
-      case 9: avx2_tile_n(out, inp, w, bias, n0 + i0, 2, o0 + j0, 1, C, OC); break;
-      case 10: avx2_tile_n(out, inp, w, bias, n0 + i0, 2, o0 + j0, 2, C, OC); break;
-      case 13: avx2_tile_n(out, inp, w, bias, n0 + i0, 3, o0 + j0, 1, C, OC); break;
-      default: avx2_tile_n(out, inp, w, bias, n0 + i0, 3, o0 + j0, 2, C, OC); break;
+      case 5: avx2_tile_n(out, inp, w, bias, n0 + i0, 1, oj, 1, os, C, OC); break;
+      case 6: avx2_tile_n(out, inp, w, bias, n0 + i0, 1, oj, 2, os, C, OC); break;
+      case 9: avx2_tile_n(out, inp, w, bias, n0 + i0, 2, oj, 1, os, C, OC); break;
+      case 10: avx2_tile_n(out, inp, w, bias, n0 + i0, 2, oj, 2, os, C, OC); break;
+      case 13: avx2_tile_n(out, inp, w, bias, n0 + i0, 3, oj, 1, os, C, OC); break;
+      default: avx2_tile_n(out, inp, w, bias, n0 + i0, 3, oj, 2, os, C, OC); break;
       }
     }
 }
@@ -250,17 +262,27 @@ static inline float gemv_dot(const float *restrict a, const float *restrict b, i
   return part[0];
 }
 
-static inline void small_tile(float *out, const float *inp, const float *w, const float *bias, int n0, int nr, int o0, int no, int C, int OC)
+static inline void small_tile(float *out, const float *inp, const float *w, const float *bias, int n0, int nr, int o0, int no, int os, int C, int OC)
 {
   for (int j = 0; j < no; j++)
-    for (int i = 0; i < nr; i++) out[(size_t)(n0 + i) * OC + o0 + j] = (bias ? bias[o0 + j] : 0.0f) + gemv_dot(inp + (size_t)(n0 + i) * C, w + (size_t)(o0 + j) * C, C);
+    for (int i = 0; i < nr; i++) out[(size_t)(n0 + i) * OC + o0 + j * os] = (bias ? bias[o0 + j * os] : 0.0f) + gemv_dot(inp + (size_t)(n0 + i) * C, w + (size_t)(o0 + j * os) * C, C);
 }
 #endif
 
 static void gemv_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
 {
   if (transposed) { /* w [OC,C]: tiles of weight rows, each read once for all input rows */
-    int ntile = (OC + SMALL_TILE - 1) / SMALL_TILE, nstep = N > SMALL_ROWS ? BIG_STEP : SMALL_TILE;
+    /* A tile's weight rows are o0, o0 + os, ... With one input row the step
+     * reads each weight once and waits on memory, and one core reads far
+     * faster from several distant places at once than from one place (the
+     * 2-core AMD EPYC, one thread: 15 GB/s from one stream, 21-23 from four;
+     * SmolLM2's decode at one sequence 23 -> 36-40 tok/s), so up to
+     * SPREAD_ROWS input rows a tile takes its SMALL_TILE rows from the
+     * weight's SMALL_TILE parts (os = ceil(OC/SMALL_TILE)). Which products
+     * form an element, and in which order, do not change: only the order in
+     * which elements are visited. */
+    int spread = N <= SPREAD_ROWS && OC >= SMALL_TILE * SMALL_TILE;
+    int os = spread ? (OC + SMALL_TILE - 1) / SMALL_TILE : 1, ntile = (OC + SMALL_TILE - 1) / SMALL_TILE, nstep = N > SMALL_ROWS ? BIG_STEP : SMALL_TILE;
     /* more rows (batch-invariant mode): blocks of input rows that stay in L2
      * (256 KiB) while every weight tile passes over them; a tile's element
      * is the same sum whatever block or step holds its row */
@@ -270,8 +292,8 @@ static void gemv_forward(float *out, const float *inp, const float *w, const flo
       int b1 = b0 + nblk < N ? b0 + nblk : N;
 #pragma omp for schedule(static)
       for (int t = 0; t < ntile; t++) {
-        int o0 = t * SMALL_TILE, no = OC - o0 < SMALL_TILE ? OC - o0 : SMALL_TILE;
-        for (int n0 = b0; n0 < b1; n0 += nstep) small_tile(out, inp, w, bias, n0, b1 - n0 < nstep ? b1 - n0 : nstep, o0, no, C, OC);
+        int o0 = spread ? t : t * SMALL_TILE, no = spread ? (OC - 1 - t) / os + 1 : (OC - o0 < SMALL_TILE ? OC - o0 : SMALL_TILE);
+        for (int n0 = b0; n0 < b1; n0 += nstep) small_tile(out, inp, w, bias, n0, b1 - n0 < nstep ? b1 - n0 : nstep, o0, no, os, C, OC);
       }
     }
     return;
