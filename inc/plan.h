@@ -105,6 +105,9 @@ void           plan_preset_stream_apart(Plan *plan);
 PetscErrorCode plan_check(const Plan *plan, const PlanNeeds *needs);
 /* Human-readable table of the calls in use (needs->cfg non-NULL). */
 PetscErrorCode plan_print(MPI_Comm comm, const Plan *plan, const PlanNeeds *needs);
+/* The call's ranks as -<call>_ranks takes them, ranges compacted: "0-3",
+ * "0,2" ("none" for a call without ranks; ",..." where buf ends). */
+const char *plan_ranks_str(const PlanCall *call, char *buf, size_t len);
 /* Writes /plan into an open run record (groups /plan/<call> with dataset
  * ranks and attributes dp, tp, pp, mbs, and est_s when the plan has an
  * estimate; attributes of /plan: placement, world, gen_replicas, offload,

@@ -5,7 +5,7 @@
 # checkpoint holding generated batches bit-identical to the unbroken run,
 # and bad values refused with one line.
 . regression/lib.sh
-plan 14
+plan 15
 d="$RLFUSE_TMP/async"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -1 $d/sft.log)"
@@ -84,6 +84,18 @@ check "K=2 restarted at iteration 2: the final weights are the unbroken run's bi
 keep=$d/u expect_error "a restart with another -async_staleness, into the run's directory: nothing there changed" "was written with -async_staleness 2" $R -ppo_iterations 5 -restart $d/u/ckpt_000002.h5 -async_staleness 0 -output_dir $d/u
 mpirun 1 $R -ppo_iterations 6 -restart $d/k0/final.h5 -async_staleness 1 -output_dir $d/k0on >$d/k0on.log 2>&1 || not_ok "a synchronous checkpoint restarted with K=1: $(tail -1 $d/k0on.log)"
 check "a synchronous run's checkpoint goes on asynchronously: the first batch generated at the restart, 2 iterations" bash -c "grep -q 'the first 1 batches generated' $d/k0on.log && [ \$(grep -c '^iter ' $d/k0on.log) -eq 2 ]"
+rlfuse $R -async_staleness 3 -mode plan -plan_ranks 8 -cost_hardware input/hardware/h100_sxm.deck -plan_iterations 100 >$d/plan.log 2>&1 || not_ok "-mode plan at staleness 3: $(tail -1 $d/plan.log)"
+"$PYTHON" - $d/plan.log <<'PY' && ok "-mode plan at staleness 3: the synchronous plan and stalenesses 1 and 2 searched too, each gain their quotient" || not_ok "-mode plan at staleness 3: the async report (see $d/plan.log)"
+import re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"asynchronous \(staleness 3\): ([0-9.e+-]+) s per iteration; the best synchronous plan searched \(same budget\): ([0-9.e+-]+) s per iteration, so ([0-9.]+)x", t)
+rows = re.findall(r"^  staleness (\d): ([0-9.e+-]+) s per iteration, ([0-9.]+)x from asynchrony \(generation on ranks [0-9,-]+, actor training on [0-9,-]+\)", t, re.M)
+assert m and [r[0] for r in rows] == ["1", "2"], (m, rows)
+a, s, g = map(float, m.groups())
+assert abs(s / a - g) < 0.006 and g > 1, (a, s, g)
+for k, x, gk in rows:
+    assert abs(s / float(x) - float(gk)) < 0.006, (k, x, gk)
+PY
 expect_error "-async_staleness -1" "-async_staleness -1 must be in \[0, 64\]" $R -async_staleness -1 -output_dir $d/bad2
 expect_error "-async_is_cap 0.5" "-async_is_cap 0.5 must be 0 (no cap) or at least 1" $R -async_staleness 1 -async_is_cap 0.5 -output_dir $d/bad3
 expect_error "-async_staleness with -fuse_gen_inf stream" "-async_staleness 1 with -fuse_gen_inf stream" $R -async_staleness 1 -fuse_gen_inf stream -output_dir $d/bad4

@@ -15,8 +15,6 @@ static inline PetscBool plan_in_use(const PlanNeeds *needs, int c) { return (!ne
 /* Parses the value of option `opt` ("0-3", "0,2,5", "0-1,4-5") into the
  * call's ranks; errors name the option and the value. */
 PetscErrorCode plan_ranks_parse(const char *opt, const char *value, PlanCall *call);
-/* The call's ranks in the same syntax, ranges compacted: "0-3", "0,2". */
-const char *plan_ranks_str(const PlanCall *call, char *buf, size_t len);
 /* Appends the pair (a, b) unless it is there already, in either order. */
 PetscErrorCode plan_concurrent_add(Plan *plan, MFCId a, MFCId b);
 /* -fuse_train (fuse_train.c): the flag is read with the settings, before the
