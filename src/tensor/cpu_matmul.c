@@ -86,7 +86,6 @@ static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, in
 #define GEMV_ROWS  4  /* [C,OC]: at most this many rows take the GEMV path */
 #define SMALL_ROWS 32 /* [OC,C]: at most this many rows skip sgemm */
 #define SMALL_TILE 4
-#define SPREAD_ROWS 1 /* [OC,C]: at most this many rows take tiles spread over the weight (gemv_forward) */
 #define GEMV_LANES 16
 
 #if defined(__AVX512F__)
@@ -272,16 +271,17 @@ static inline void small_tile(float *out, const float *inp, const float *w, cons
 static void gemv_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
 {
   if (transposed) { /* w [OC,C]: tiles of weight rows, each read once for all input rows */
-    /* A tile's weight rows are o0, o0 + os, ... With one input row the step
-     * reads each weight once and waits on memory, and one core reads far
-     * faster from several distant places at once than from one place (the
-     * 2-core AMD EPYC, one thread: 15 GB/s from one stream, 21-23 from four;
-     * SmolLM2's decode at one sequence 23 -> 36-40 tok/s), so up to
-     * SPREAD_ROWS input rows a tile takes its SMALL_TILE rows from the
-     * weight's SMALL_TILE parts (os = ceil(OC/SMALL_TILE)). Which products
-     * form an element, and in which order, do not change: only the order in
-     * which elements are visited. */
-    int spread = N <= SPREAD_ROWS && OC >= SMALL_TILE * SMALL_TILE;
+    /* A tile's weight rows are o0, o0 + os, ... A decode step reads each
+     * weight once and waits on memory (at one row wholly, at 16 still at the
+     * first touch of each weight line), and one core reads far faster from
+     * several distant places at once than from one place (the 2-core AMD
+     * EPYC, one thread: 15 GB/s from one stream, 21-23 from four), so up to
+     * SMALL_ROWS input rows a tile takes its SMALL_TILE rows from the
+     * weight's SMALL_TILE parts (os = ceil(OC/SMALL_TILE)): SmolLM2's decode
+     * on one thread 1.6x faster at one sequence, 1.15-1.5x at 4-16
+     * (docs/benchmarks.md). Which products form an element, and in which
+     * order, do not change: only the order in which elements are visited. */
+    int spread = N <= SMALL_ROWS && OC >= SMALL_TILE * SMALL_TILE;
     int os = spread ? (OC + SMALL_TILE - 1) / SMALL_TILE : 1, ntile = (OC + SMALL_TILE - 1) / SMALL_TILE, nstep = N > SMALL_ROWS ? BIG_STEP : SMALL_TILE;
     /* more rows (batch-invariant mode): blocks of input rows that stay in L2
      * (256 KiB) while every weight tile passes over them; a tile's element
