@@ -58,6 +58,11 @@ typedef struct {
   double mem_per_rank;                    /* bytes one rank (one device) may use */
   double bytes_per_param;                 /* 4 for fp32 weights, 2 for bf16 (master weights and moments stay fp32) */
   double host_bw;                         /* bytes/s between host and device memory of one rank (offload); 0: not known, offload costs nothing */
+  /* Weight syncs (reallocation) through host memory over MPI, as -device
+   * cuda moves them today (docs/design.md, "NCCL"), instead of device to
+   * device (NCCL): -cost_sync_path host. Set by the search from the option;
+   * off in primitives as made. */
+  PetscBool sync_host;
   /* One part of the model in one phase, on one rank of a tp group of size
    * tp (the rank's share of the work, without the tp collectives, which the
    * cost model adds), for rows sequences of len tokens. */
@@ -226,9 +231,13 @@ PetscErrorCode cost_work_free(CostWork *work);
  * (at most one of them) and -cost_profile_cache DIR, "" when not given.
  * src/cost owns every -cost_ option; the search receives these paths. */
 typedef struct {
-  char hw[PETSC_MAX_PATH_LEN], prof[PETSC_MAX_PATH_LEN], cache[PETSC_MAX_PATH_LEN];
+  char      hw[PETSC_MAX_PATH_LEN], prof[PETSC_MAX_PATH_LEN], cache[PETSC_MAX_PATH_LEN];
+  PetscBool sync_host; /* -cost_sync_path host (default device) */
 } CostPrimsPaths;
 PetscErrorCode cost_prims_paths_from_options(CostPrimsPaths *pp);
+/* One weight sync (reallocation) of model m from layout a to layout b, in
+ * seconds, by the path p->sync_host names (cost/sim.c). */
+PetscErrorCode cost_sync_time(const CostPrims *p, const CostShape *m, const Plan *plan, const PlanCall *a, const PlanCall *b, double *t);
 
 /* The per-rank timeline of a simulated run: the same rows as a run's
  * /timeline (docs/formats.md), one per call per rank, steps = iterations. */

@@ -203,6 +203,16 @@ static PetscErrorCode check_simulator(void)
   PetscCall(cost_estimate(&p, &w, &plan, &e));
   test_report_close("a reallocation between: 4320 bytes at 1 ns each", e.realloc_s, 4320e-9, 1e-9);
   test_report_close("a reallocation between: sync + 4+4+4+12 s per iteration", e.iter_s, 24 + 4320e-9, 1e-12);
+  /* through the host (-cost_sync_path host) at 2 GB/s: device to host and
+   * host to device 2.16 us each, and the MPI copy inside the node another
+   * 2.16 us; across nodes (a node per rank) the network's 4.32 us instead */
+  p.sync_host = PETSC_TRUE, p.host_bw = 2e9;
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  test_report_close("a reallocation through the host inside a node: 3 x 2.16 us", e.realloc_s, 3 * 2.16e-6, 1e-9);
+  p.ranks_per_node = 1;
+  PetscCall(cost_estimate(&p, &w, &plan, &e));
+  test_report_close("a reallocation through the host across nodes: 2 x 2.16 us + 4.32 us over the network", e.realloc_s, 2 * 2.16e-6 + 4.32e-6, 1e-9);
+  p.sync_host = PETSC_FALSE, p.host_bw = 0, p.ranks_per_node = 8;
   /* asynchronous (staleness 1): the proximal forward on rank 0 (4 s), then
    * the training (12 s) beside the next batch's generation on rank 1 with
    * the reference's and reward model's calls on its rows (4 + 4 + 4 s),

@@ -12,7 +12,10 @@
 # over RLHFuse's own baseline (every call on all GPUs, one after another:
 # the co-located preset tuned), the searched plan with asynchronous RL
 # (-cost_staleness 1, docs/async.md) and its gain over the better of the
-# synchronous searches, and the searches' wall time. Usage: tools/bench_search.sh [OUTDIR]
+# synchronous searches, the searched unfused plan's weight syncs per
+# iteration device to device (NCCL) and through host memory (MPI, what
+# -device cuda does today), and the searches' wall time.
+# Usage: tools/bench_search.sh [OUTDIR]
 #   PLAN_TIME (default 60) is each search's budget in seconds (0: none);
 #   PLAN_ITERS (default 0: none) caps each annealing chain's iterations,
 #   which makes the plans reproducible and the comparison of the searches
@@ -39,8 +42,8 @@ settings=(
 # the row's seconds per iteration, or "inf." when infeasible
 row() { awk -v k="$2" '$0 ~ "^  "k" " { x = $0; sub("^  "k" +", "", x); split(x, f, " "); print (f[1] == "infeasible:" || f[1] == "refused") ? "inf." : f[1]; exit }' "$1"; }
 best() { printf '%s\n' "$@" | grep -v inf. | sort -g | head -1; }
-echo "| setting | GPUs | presets as given (best) | co-located, tuned | best tuned preset | searched, no fusion | searched, fusion | best fused plan seen | searched vs co-located | vs tuned preset | fusion gain | fusion vs co-located | searched, asynchronous (K=1) | async gain | search s (no fusion / fusion / async) |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| setting | GPUs | presets as given (best) | co-located, tuned | best tuned preset | searched, no fusion | searched, fusion | best fused plan seen | searched vs co-located | vs tuned preset | fusion gain | fusion vs co-located | searched, asynchronous (K=1) | async gain | weight syncs s, NCCL / host | search s (no fusion / fusion / async) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for s in "${settings[@]}"; do
   IFS='|' read -r name gpus actor critic prompt maxnew lengths more <<<"$s"
   echo "$name" | grep -q -- "$ONLY" || continue
@@ -60,6 +63,7 @@ for s in "${settings[@]}"; do
   sa=$(row $la searched) ta=$(sed -n 's/^search: .*, \([0-9.]*\) s in all.*/\1/p' $la | head -1)
   ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "inf." || b == "inf.") print "-"; else printf "%.2fx", a / b }'; }
   sbest=$(best "$s0" "$s1")
-  echo "| $name | $gpus | ${bp:-inf.} | ${co:-inf.} | ${bt:-inf.} | $s0 | $s1 | ${bf:-none} | $(ratio "$co" "$sbest") | $(ratio "$bt" "$sbest") | $(ratio "$s0" "$s1") | $(ratio "$co" "$s1") | ${sa:-inf.} | $(ratio "$sbest" "$sa") | $t0 / $t1 / $ta |"
+  sync=$(sed -n 's/^weight syncs of this plan: \([0-9.e+-]*\) s per iteration device to device (NCCL), \([0-9.e+-]*\) s through host.*/\1 \/ \2/p' $l0)
+  echo "| $name | $gpus | ${bp:-inf.} | ${co:-inf.} | ${bt:-inf.} | $s0 | $s1 | ${bf:-none} | $(ratio "$co" "$sbest") | $(ratio "$bt" "$sbest") | $(ratio "$s0" "$s1") | $(ratio "$co" "$s1") | ${sa:-inf.} | $(ratio "$sbest" "$sa") | ${sync:-none} | $t0 / $t1 / $ta |"
 done
 echo "(logs and plan files in $out)"

@@ -40,18 +40,33 @@ static PetscBool same_layout(const PlanCall *a, const PlanCall *b)
 }
 
 /* A reallocation's time: the busiest receiver's bytes, or the senders'
- * share if larger, over the link it crosses, in -plan_bucket_mb messages. */
-static PetscErrorCode sync_time(const CostPrims *p, const CostShape *m, const Plan *plan, const PlanCall *a, const PlanCall *b, double *t)
+ * share if larger, over the link it crosses, in -plan_bucket_mb messages.
+ * Through the host (p->sync_host): each message is copied from the device to
+ * the host, sent over MPI and copied to the device, one after another (the
+ * transfer plan's host buffers are packed, sent and unpacked in turn), so
+ * the bytes cross the host link twice, and inside a node the MPI copy
+ * between host buffers is taken at the host link's bandwidth too (between
+ * nodes: the network's point-to-point time). */
+PetscErrorCode cost_sync_time(const CostPrims *p, const CostShape *m, const Plan *plan, const PlanCall *a, const PlanCall *b, double *t)
 {
-  double total, max_recv, bytes, bucket = PetscMax(1.0, plan->bucket_mb) * 1048576.0;
-  int    ranks[2 * PLAN_MAX_RANKS], n = 0;
+  double    total, max_recv, bytes, bucket = PetscMax(1.0, plan->bucket_mb) * 1048576.0, msgs;
+  int       ranks[2 * PLAN_MAX_RANKS], n = 0;
+  PetscBool inter;
 
   PetscFunctionBegin;
   PetscCall(cost_realloc_bytes(m, p->bytes_per_param, a, b, &total, &max_recv));
   for (int i = 0; i < a->nranks; i++) ranks[n++] = a->ranks[i];
   for (int i = 0; i < b->nranks; i++) ranks[n++] = b->ranks[i];
+  inter = cost_ranks_internode(p, ranks, n);
   bytes = PetscMax(max_recv, total / a->nranks);
-  *t    = bytes > 0 ? p->coll(p->ctx, COST_P2P, 2, cost_ranks_internode(p, ranks, n), bytes) + (ceil(bytes / bucket) - 1) * p->coll(p->ctx, COST_P2P, 2, cost_ranks_internode(p, ranks, n), 0) : 0;
+  msgs  = ceil(bytes / bucket);
+  *t    = 0;
+  if (bytes <= 0) PetscFunctionReturn(PETSC_SUCCESS);
+  if (!p->sync_host) *t = p->coll(p->ctx, COST_P2P, 2, inter, bytes) + (msgs - 1) * p->coll(p->ctx, COST_P2P, 2, inter, 0);
+  else {
+    double hop = p->host_bw > 0 ? bytes / p->host_bw : 0; /* one crossing of the host link */
+    *t = 2 * hop + (inter ? p->coll(p->ctx, COST_P2P, 2, PETSC_TRUE, bytes) + (msgs - 1) * p->coll(p->ctx, COST_P2P, 2, PETSC_TRUE, 0) : hop + (msgs - 1) * p->coll(p->ctx, COST_P2P, 2, PETSC_FALSE, 0));
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -74,13 +89,13 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
   if (acopy) {
     mark(&nd[N_ASYNC], &plan->call[MFC_ACTOR_TRAIN]);
     mark(&nd[N_ASYNC], &plan->call[MFC_ACTOR_GEN]);
-    PetscCall(sync_time(p, &w->actor, plan, &plan->call[MFC_ACTOR_TRAIN], &plan->call[MFC_ACTOR_GEN], &nd[N_ASYNC].dur));
+    PetscCall(cost_sync_time(p, &w->actor, plan, &plan->call[MFC_ACTOR_TRAIN], &plan->call[MFC_ACTOR_GEN], &nd[N_ASYNC].dur));
     dep(&nd[N_GEN], N_ASYNC);
   }
   if (ccopy) {
     mark(&nd[N_CSYNC], &plan->call[MFC_CRITIC_TRAIN]);
     mark(&nd[N_CSYNC], &plan->call[MFC_CRITIC_INF]);
-    PetscCall(sync_time(p, &w->critic, plan, &plan->call[MFC_CRITIC_TRAIN], &plan->call[MFC_CRITIC_INF], &nd[N_CSYNC].dur));
+    PetscCall(cost_sync_time(p, &w->critic, plan, &plan->call[MFC_CRITIC_TRAIN], &plan->call[MFC_CRITIC_INF], &nd[N_CSYNC].dur));
     dep(&nd[N_CINF], N_CSYNC);
   }
   est->sync_s[0] = nd[N_ASYNC].dur;

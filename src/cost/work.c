@@ -288,13 +288,18 @@ PetscErrorCode cost_work_free(CostWork *w)
 
 PetscErrorCode cost_prims_paths_from_options(CostPrimsPaths *pp)
 {
+  const char *paths[] = {"device", "host"};
+  PetscInt    path    = 0;
+
   PetscFunctionBegin;
   pp->hw[0] = pp->prof[0] = pp->cache[0] = '\0';
   PetscOptionsBegin(PETSC_COMM_WORLD, "cost_", "Plan search primitives", NULL);
   RfOptString("-hardware", "Hardware description deck for the analytic primitives (e.g. input/hardware/h100_sxm.deck)", pp->hw, sizeof pp->hw);
   RfOptString("-profile", "Profile from -mode profile for the measured primitives (default, without -cost_hardware: this machine's, from the profile cache)", pp->prof, sizeof pp->prof);
   RfOptString("-profile_cache", "Directory of the profiles the plan search measures on this machine when given no primitives (default $XDG_CACHE_HOME/rlfuse/profiles, else ~/.cache/rlfuse/profiles)", pp->cache, sizeof pp->cache);
+  RfOptEnum("-sync_path", "How weight syncs (reallocations) move: device (device to device, NCCL) or host (device to host, MPI, host to device: what -device cuda does today)", paths, 2, &path);
   PetscOptionsEnd();
+  pp->sync_host = path == 1;
   PetscCheck(!pp->hw[0] || !pp->prof[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "the plan search takes one of -cost_hardware %s (analytic) and -cost_profile %s (measured), not both", pp->hw, pp->prof);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

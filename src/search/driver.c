@@ -97,12 +97,14 @@ static PetscErrorCode search_prims(const RunCtx *run, const CostDeck *deck, cons
   PetscCall(cost_prims_paths_from_options(&pp));
   if (pp.hw[0]) {
     PetscCall(cost_prims_hardware(pp.hw, p));
-    PetscCall(PetscPrintf(run->comm, "plan primitives: hardware %s (analytic), for %s\n", pp.hw, deck->shapes_from));
+    p->sync_host = pp.sync_host;
+    PetscCall(PetscPrintf(run->comm, "plan primitives: hardware %s (analytic), for %s%s\n", pp.hw, deck->shapes_from, pp.sync_host ? "; weight syncs through host memory" : ""));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   if (pp.prof[0]) PetscCall(PetscStrncpy(path, pp.prof, sizeof path));
   else PetscCall(profile_cached(run, deck, pp.cache, path, sizeof path, how, sizeof how));
   PetscCall(cost_prims_profile_for(path, w, p));
+  p->sync_host = pp.sync_host;
   pf = cost_prims_profile_info(p);
   PetscCall(PetscPrintf(run->comm, "plan primitives: profile %s, %s; measured on %d rank%s of %s, backend %s, for %s", path, how, pf->nranks, pf->nranks > 1 ? "s" : "", pf->host, pf->backend, deck->shapes_from));
   if (pf->coll_modeled) PetscCall(PetscPrintf(run->comm, "; one rank: its collectives are modeled from messages to itself, not measured"));
@@ -271,6 +273,24 @@ static PetscErrorCode search_report(const RunCtx *run, const Plan *best, const S
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The chosen plan's weight syncs both ways, side by side: device to device
+ * (NCCL) and through host memory (MPI, what -device cuda does today),
+ * whichever -cost_sync_path the search used. */
+static PetscErrorCode search_sync_report(const RunCtx *run, const CostPrims *prims, const CostWork *work, const Plan *best)
+{
+  CostPrims    q = *prims;
+  CostEstimate dev, host;
+
+  PetscFunctionBegin;
+  q.sync_host = PETSC_FALSE;
+  PetscCall(cost_estimate(&q, work, best, &dev));
+  q.sync_host = PETSC_TRUE;
+  PetscCall(cost_estimate(&q, work, best, &host));
+  if (dev.feasible && host.feasible && (dev.realloc_s > 0 || host.realloc_s > 0))
+    PetscCall(PetscPrintf(run->comm, "weight syncs of this plan: %.4g s per iteration device to device (NCCL), %.4g s through host memory (MPI); iteration %.4g s and %.4g s%s\n", dev.realloc_s, host.realloc_s, dev.iter_s, host.iter_s, q.host_bw > 0 ? "" : " (these primitives know no host link: its crossings cost nothing)"));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* An asynchronous workload (-async_staleness or -cost_staleness K > 0): the
  * best synchronous plan searched with the same budget, and the expected
  * gain of the asynchronous one over it; then the best plans at the smaller
@@ -381,6 +401,7 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn 
   PetscCall(search_stages_finish(run, &job, &stages, &spec, &needs, best));
   PetscCall(plan_print(run->comm, best, &needs));
   if (job.ppo) PetscCall(search_report(run, best, &sum));
+  if (job.ppo) PetscCall(search_sync_report(run, &prims, &work, best));
   if (job.ppo) PetscCall(search_async_report(run, &prims, &work, &needs, &spec, &o, best));
   if (mo.output[0]) {
     PetscCall(plan_write_file(run->comm, mo.output, best, &needs));
