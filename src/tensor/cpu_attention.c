@@ -28,6 +28,16 @@
  * lane sums its dot product serially in d: no horizontal reductions, and the
  * same bits whatever the vector width or alignment. Its sgemm-free
  * arithmetic agrees with the training forward to rounding, not bit for bit. */
+/* GCC keeps a loop of cpu_expf scalar under its default -ftrapping-math
+ * (the clamps are ordered compares, which may trap on NaN, so it does not
+ * if-convert them); nothing here runs with FP traps enabled, and without
+ * them the same arithmetic runs in vector lanes with the same bits (no
+ * contraction under -std=c11; every float input checked). Scalar, the
+ * backward's exp was a fifth of its time. Before any include: the option
+ * must also hold where cpu_expf is defined, or GCC does not vectorize. */
+#if defined(__GNUC__) && !defined(__clang__)
+  #pragma GCC optimize("no-trapping-math")
+#endif
 #include "cpu_ops.h"
 #include <cblas.h>
 #include <math.h>
@@ -99,6 +109,22 @@ static inline void att_row(float *restrict o, float *restrict p, const float *re
   }
 }
 
+/* s[j] = exp(s[j] - m), j < n */
+static void att_exp_row(float *restrict s, int n, float m)
+{
+  for (int j = 0; j < n; j++) s[j] = cpu_expf(s[j] - m);
+}
+
+/* p[j] = exp(p[j] - l) and d[j] = p[j] (d[j] - D) scale, j < n: a row of
+ * the backward's P and dS from the scores and dP. */
+static void att_ds_row(float *restrict p, float *restrict d, int n, float l, float D, float scale)
+{
+  for (int j = 0; j < n; j++) {
+    p[j] = cpu_expf(p[j] - l);
+    d[j] = p[j] * (d[j] - D) * scale;
+  }
+}
+
 /* In place on a row of scores s[0..t] (already scaled): s = softmax(s);
  * returns the row's log-sum-exp m + log(sum_j exp(s_j - m)), m its max. */
 static inline float att_softmax_row(float *restrict s, int t)
@@ -106,7 +132,7 @@ static inline float att_softmax_row(float *restrict s, int t)
   float m = -INFINITY, sum, inv;
 
   for (int j = 0; j <= t; j++) m = s[j] > m ? s[j] : m;
-  for (int j = 0; j <= t; j++) s[j] = cpu_expf(s[j] - m);
+  att_exp_row(s, t + 1, m);
   sum = att_lane_sum(s, NULL, t + 1);
   inv = 1.0f / sum;
   for (int j = 0; j <= t; j++) s[j] *= inv;
@@ -259,6 +285,7 @@ PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const floa
   PetscFunctionBegin;
   PetscCall(att_check_heads(C, NH, NKV));
   if (B <= 0 || T <= 0) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCheck(out && lse, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "attention_backward: needs the forward's output and log-sum-exp (a forward called with att NULL saved none)");
   PetscCall(PetscMalloc1(2 * per * cpu_max_threads(), &scratch));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
@@ -278,10 +305,7 @@ PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const floa
             float *restrict p = P + (size_t)(t - t0) * T, *restrict d = dS + (size_t)(t - t0) * T;
             float           l = L[t], D = att_lane_sum(g + (size_t)t * C, o + (size_t)t * C, hs);
 
-            for (int j = 0; j <= t; j++) {
-              p[j] = cpu_expf(p[j] - l);
-              d[j] = p[j] * (d[j] - D) * scale;
-            }
+            att_ds_row(p, d, t + 1, l, D, scale);
             for (int j = t + 1; j < t1; j++) p[j] = d[j] = 0.0f;
           }
           cpu_sgemm_kblocked(CblasNoTrans, CblasNoTrans, n, hs, t1, 1.0f, dS, T, k, C3, 1.0f, dq + (size_t)t0 * C3, C3);
