@@ -20,21 +20,27 @@ static int cmp_double(const void *a, const void *b)
   return (x > y) - (x < y);
 }
 
-int main(int argc, char **argv)
+static PetscErrorCode bench_main(void)
 {
   const Backend *be = backend_cpu();
   PetscInt       B = 1, T = 1024, NH = 9, NKV = 3, hd = 64, iters = 5;
   float         *qkv, *out, *g, *dq, *saved;
   double        *tm[2][2];
   size_t         C, C3, nq, no, na;
+  PetscBool      help;
 
-  PetscCall(PetscInitialize(&argc, &argv, NULL, "Training attention: tiled against the T x T probabilities.\n"));
-  PetscCall(PetscOptionsGetInt(NULL, NULL, "-B", &B, NULL));
-  PetscCall(PetscOptionsGetInt(NULL, NULL, "-T", &T, NULL));
-  PetscCall(PetscOptionsGetInt(NULL, NULL, "-n_head", &NH, NULL));
-  PetscCall(PetscOptionsGetInt(NULL, NULL, "-n_kv_head", &NKV, NULL));
-  PetscCall(PetscOptionsGetInt(NULL, NULL, "-head_dim", &hd, NULL));
-  PetscCall(PetscOptionsGetInt(NULL, NULL, "-iters", &iters, NULL));
+  PetscFunctionBegin;
+  PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Attention benchmark", NULL);
+  RfOptInt("-B", "Sequences", 1, &B);
+  RfOptInt("-T", "Tokens per sequence", 1024, &T);
+  RfOptInt("-n_head", "Query heads", 9, &NH);
+  RfOptInt("-n_kv_head", "Key/value heads (dividing -n_head)", 3, &NKV);
+  RfOptInt("-head_dim", "Head size", 64, &hd);
+  RfOptInt("-iters", "Timed rounds (the median is reported), after one untimed", 5, &iters);
+  PetscOptionsEnd();
+  PetscCall(PetscOptionsHasHelp(NULL, &help));
+  if (help) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(sys_options_check_unused());
   PetscCheck(B > 0 && T > 0 && NH > 0 && NKV > 0 && NH % NKV == 0 && hd > 0 && iters > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-B, -T, -n_head, -head_dim and -iters must be positive and -n_kv_head divide -n_head");
   C = (size_t)NH * hd, C3 = C + 2 * (size_t)NKV * hd, nq = (size_t)B * T * C3, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
   PetscCall(PetscMalloc5(nq, &qkv, no, &out, no, &g, nq, &dq, na, &saved));
@@ -42,7 +48,7 @@ int main(int argc, char **argv)
   for (size_t i = 0; i < no; i++) g[i] = (float)(rng_u32(7, 1, (uint32_t)i, 0, 0) % 2001) / 1000.0f - 1.0f;
   for (int v = 0; v < 2; v++)
     for (int p = 0; p < 2; p++) PetscCall(PetscMalloc1(iters, &tm[v][p]));
-  for (int it = -1; it < iters; it++) /* one warm-up round: first touch of the probabilities */
+  for (int it = -1; it < iters; it++) /* one untimed round: first touch of the probabilities */
     for (int v = 0; v < 2; v++) {
       double t0, t1, t2;
       PetscCall(PetscMemzero(dq, nq * sizeof(float)));
@@ -64,6 +70,18 @@ int main(int argc, char **argv)
   for (int v = 0; v < 2; v++)
     for (int p = 0; p < 2; p++) PetscCall(PetscFree(tm[v][p]));
   PetscCall(PetscFree5(qkv, out, g, dq, saved));
-  PetscCall(PetscFinalize());
-  return 0;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+int main(int argc, char **argv)
+{
+  PetscErrorCode ierr;
+
+  sys_blas_core_select(argv);
+  ierr = PetscInitialize(&argc, &argv, NULL, "rlfuse attention benchmark\n");
+  if (ierr) return 1;
+  ierr = sys_error_handler_install();
+  if (!ierr) ierr = bench_main();
+  if (ierr) sys_error_exit(ierr);
+  return PetscFinalize() ? 1 : 0;
 }
