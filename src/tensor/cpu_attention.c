@@ -8,10 +8,11 @@
  * in cpu_matmul.c). Queries go in blocks of ATT_QBLOCK rows, and a block only
  * multiplies the keys it can see (0..t1), which skips most of the masked
  * upper triangle. A block's scores are a panel of ATT_QBLOCK x T floats in
- * the thread's scratch (linear in T: at T = 4096 one MiB a thread, two in
- * the backward), so its softmax is exact in one pass, with the former
- * attention's bits, and needs no online rescaling; the forward keeps only
- * the log-sum-exp of each row, and the backward recomputes the block's
+ * the thread's scratch (linear in T: at T = 4096 one MiB a thread; the
+ * backward's two panels stack the blocks of a kv head's G query heads, 2G
+ * MiB), so its softmax is exact in one pass, with the former attention's
+ * bits, and needs no online rescaling; the forward keeps only the
+ * log-sum-exp of each row, and the backward recomputes the block's
  * probabilities from it (one more sgemm per block), adding the block's dK
  * and dV into the keys it saw. Every sgemm's
  * shape depends on T and the block only, and sums longer than CPU_KBLOCK are
@@ -270,51 +271,64 @@ PetscErrorCode cpu_attention_forward(float *out, float *lse, const float *qkv, i
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Per (b, kv head), one thread, for each query head h of the kv head's
- * group in order, then each query block t0..t1 in order, in two panels of
- * the thread's scratch: P = exp(scale * Q K^T - lse) recomputed over keys
- * 0..t1, dP = dO V^T, dS = P*(dP - D)*scale with D_t = dO_t . O_t (=
- * sum_j P_tj dP_tj), zeros above the diagonal; then dQ += dS K,
- * dK[0..t1) += dS^T Q and dV[0..t1) += P^T dO, straight into dqkv. A
- * group's query heads add into their shared dK and dV in a fixed order, on
- * one thread; a key's sum runs over the query blocks in order. */
+/* Per (b, kv head), one thread, for each query block t0..t1 in order, the
+ * rows of the kv head's G query heads stacked (head by head, copies of
+ * their q and dO rows), in two panels of the thread's scratch:
+ * P = exp(scale * Q K^T - lse) recomputed over keys 0..t1, dP = dO V^T,
+ * dS = P*(dP - D)*scale with D_t = dO_t . O_t (= sum_j P_tj dP_tj), zeros
+ * above the diagonal; then each head's dQ += dS K, and dK[0..t1) += dS^T Q,
+ * dV[0..t1) += P^T dO over the stacked rows, straight into dqkv. Stacking
+ * makes each product one call over the group (its K and V packed once); a
+ * key's sum runs over the query blocks in order, on one thread. */
 PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B, int T, int C, int NH, int NKV)
 {
-  int    hs = NH > 0 ? C / NH : 0, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0, C3 = C + 2 * Ckv, grp = NKV > 0 ? NH / NKV : 1;
-  size_t per   = (size_t)(T < ATT_QBLOCK ? T : ATT_QBLOCK) * T;
+  int    hs = NH > 0 ? C / NH : 0, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0, C3 = C + 2 * Ckv, G = NKV > 0 ? NH / NKV : 1;
+  size_t rows = (size_t)G * (T < ATT_QBLOCK ? T : ATT_QBLOCK), per = 2 * rows * T + 2 * rows * hs;
   float  scale = 1.0f / sqrtf((float)hs), *scratch;
 
   PetscFunctionBegin;
   PetscCall(att_check_heads(C, NH, NKV));
   if (B <= 0 || T <= 0) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCheck(out && lse, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "attention_backward: needs the forward's output and log-sum-exp (a forward called with att NULL saved none)");
-  PetscCall(PetscMalloc1(2 * per * cpu_max_threads(), &scratch));
+  PetscCall(PetscMalloc1(per * cpu_max_threads(), &scratch));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
-    for (int kh = 0; kh < NKV; kh++)
-      for (int h = kh * grp; h < (kh + 1) * grp; h++) {
-        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = qkv + (size_t)b * T * C3 + C + (size_t)kh * hs, *v = k + Ckv;
-        const float *g = dout + (size_t)b * T * C + (size_t)h * hs, *o = out + (size_t)b * T * C + (size_t)h * hs, *L = lse + ((size_t)b * NH + h) * T;
-        float       *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs, *dk = dqkv + (size_t)b * T * C3 + C + (size_t)kh * hs, *dv = dk + Ckv;
-        float       *P = scratch + 2 * per * cpu_thread_num(), *dS = P + per;
+    for (int kh = 0; kh < NKV; kh++) {
+      const float *k = qkv + (size_t)b * T * C3 + C + (size_t)kh * hs, *v = k + Ckv;
+      float       *dk = dqkv + (size_t)b * T * C3 + C + (size_t)kh * hs, *dv = dk + Ckv;
+      float       *P = scratch + per * cpu_thread_num(), *dS = P + rows * T, *Qs = dS + rows * T, *Gs = Qs + rows * hs;
 
-        for (int qb = 0; qb < nqb; qb++) {
-          int t0 = qb * ATT_QBLOCK, t1 = t0 + ATT_QBLOCK < T ? t0 + ATT_QBLOCK : T, n = t1 - t0;
+      for (int qb = 0; qb < nqb; qb++) {
+        int t0 = qb * ATT_QBLOCK, t1 = t0 + ATT_QBLOCK < T ? t0 + ATT_QBLOCK : T, n = t1 - t0, m = G * n;
 
-          cpu_sgemm_kblocked(CblasNoTrans, CblasTrans, n, t1, hs, scale, q + (size_t)t0 * C3, C3, k, C3, 0.0f, P, T);
-          cpu_sgemm_kblocked(CblasNoTrans, CblasTrans, n, t1, hs, 1.0f, g + (size_t)t0 * C, C, v, C3, 0.0f, dS, T);
+        for (int hh = 0; hh < G; hh++) {
+          const float *q = qkv + (size_t)b * T * C3 + (size_t)(kh * G + hh) * hs, *g = dout + (size_t)b * T * C + (size_t)(kh * G + hh) * hs;
           for (int t = t0; t < t1; t++) {
-            float *restrict p = P + (size_t)(t - t0) * T, *restrict d = dS + (size_t)(t - t0) * T;
-            float           l = L[t], D = att_lane_sum(g + (size_t)t * C, o + (size_t)t * C, hs);
+            memcpy(Qs + ((size_t)hh * n + t - t0) * hs, q + (size_t)t * C3, (size_t)hs * sizeof(float));
+            memcpy(Gs + ((size_t)hh * n + t - t0) * hs, g + (size_t)t * C, (size_t)hs * sizeof(float));
+          }
+        }
+        cpu_sgemm_kblocked(CblasNoTrans, CblasTrans, m, t1, hs, scale, Qs, hs, k, C3, 0.0f, P, T);
+        cpu_sgemm_kblocked(CblasNoTrans, CblasTrans, m, t1, hs, 1.0f, Gs, hs, v, C3, 0.0f, dS, T);
+        for (int hh = 0; hh < G; hh++) {
+          int          h = kh * G + hh;
+          const float *L = lse + ((size_t)b * NH + h) * T, *o = out + (size_t)b * T * C + (size_t)h * hs;
+          float       *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs;
 
-            att_ds_row(p, d, t + 1, l, D, scale);
+          for (int t = t0; t < t1; t++) {
+            size_t r = (size_t)hh * n + t - t0;
+            float *restrict p = P + r * T, *restrict d = dS + r * T;
+            float           D = att_lane_sum(Gs + r * hs, o + (size_t)t * C, hs);
+
+            att_ds_row(p, d, t + 1, L[t], D, scale);
             for (int j = t + 1; j < t1; j++) p[j] = d[j] = 0.0f;
           }
-          cpu_sgemm_kblocked(CblasNoTrans, CblasNoTrans, n, hs, t1, 1.0f, dS, T, k, C3, 1.0f, dq + (size_t)t0 * C3, C3);
-          cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, t1, hs, n, 1.0f, dS, T, q + (size_t)t0 * C3, C3, 1.0f, dk, C3);
-          cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, t1, hs, n, 1.0f, P, T, g + (size_t)t0 * C, C, 1.0f, dv, C3);
+          cpu_sgemm_kblocked(CblasNoTrans, CblasNoTrans, n, hs, t1, 1.0f, dS + (size_t)hh * n * T, T, k, C3, 1.0f, dq + (size_t)t0 * C3, C3);
         }
+        cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, t1, hs, m, 1.0f, dS, T, Qs, hs, 1.0f, dk, C3);
+        cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, t1, hs, m, 1.0f, P, T, Gs, hs, 1.0f, dv, C3);
       }
+    }
   PetscCall(PetscFree(scratch));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
