@@ -381,7 +381,9 @@ PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const 
 PetscErrorCode model_cached_check_rows(const Model *lm, const ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N);
 
 /* Sizes for -dry_run and benchmarks. */
-size_t model_activation_bytes(const ModelConfig *cfg, int B, int T);
+/* be: the backend that will run them (NULL: one whose attention saves its
+ * T x T probabilities, the larger count). */
+size_t model_activation_bytes(const ModelConfig *cfg, const Backend *be, int B, int T);
 double model_flops_per_token(const ModelConfig *cfg, int T, PetscBool training);
 
 #endif

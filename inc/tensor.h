@@ -37,6 +37,10 @@ typedef struct {
 static inline int tensor_set_but(int e) { return -e - 1; }
 static inline int tensor_set_excluded(const int *ids, int n) { return n == 1 && ids[0] < 0 ? -(ids[0] + 1) : -1; }
 
+/* Floats of the array attention_forward saves for the backward (its att):
+ * B*NH*T with the log-sum-exp (lse 1), B*NH*T*T with the probabilities. */
+static inline size_t tensor_attention_saved(int lse, size_t B, size_t NH, size_t T) { return lse ? B * NH * T : B * NH * T * T; }
+
 /* What Backend.matmul_fused folds into a matmul (at most one of gated and
  * norm_w):
  *   gated   inp holds N rows of 2C (gate | up); the input is
@@ -128,11 +132,18 @@ struct Backend {
    * heads (NKV divides NH; query head h reads kv head h / (NH/NKV); NKV = NH
    * is plain multi-head attention). Head size hd = C/NH, C the query width.
    * qkv [B,T,C + 2*Ckv] (q | k | v, Ckv = NKV*hd, heads contiguous inside
-   * each), out [B,T,C], att [B,NH,T,T] holds the softmax probabilities for
-   * backward; scale 1/sqrt(hd). */
+   * each), out [B,T,C]; scale 1/sqrt(hd). att is what the backward needs
+   * (NULL: a forward that no backward follows), by attention_lse:
+   *   1  the log-sum-exp [B,NH,T] of each query row's scaled scores s_tj =
+   *      scale * q_t.k_j (natural log, over j <= t), so that the
+   *      probabilities are exp(s_tj - lse_t): no T x T array anywhere
+   *      (the cpu backend, tiled);
+   *   0  the softmax probabilities [B,NH,T,T], zeros above the diagonal
+   *      (the cuda backend until its tiled kernels exist). */
   PetscErrorCode (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
-  /* dqkv += ... */
-  PetscErrorCode (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV);
+  /* dqkv += ...; out and att are the forward's (attention_lse 0 does not read out) */
+  PetscErrorCode (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out, const float *att, int B, int T, int C, int NH, int NKV);
+  int attention_lse; /* the layout of att above; size it with tensor_attention_saved */
   /* Attention with a KV cache. Row r (of N) is the token of cache slot slot[r]
    * at position pos[r]. All rows' k and v are first written into
    * kcache/vcache [nslot, Tmax, Ckv] at (slot[r], pos[r]); then each row's
@@ -268,6 +279,12 @@ PetscErrorCode backend_cuda_set_precision(PetscBool bf16);
  * sgemm, which is faster there but whose bits depend on the row count.
  * Applies to the ops called after it, training's forward included. */
 PetscErrorCode backend_cpu_set_batch_invariant(PetscBool on);
+/* The cpu backend's former training attention, which saves the softmax
+ * probabilities [B,NH,T,T] (the contract of attention_lse 0, the cuda
+ * backend's): the reference that its tiled attention (test_ops) and the cuda
+ * kernels (test_cuda) are compared with. Arguments as the ops'. */
+PetscErrorCode backend_cpu_attention_probs_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
+PetscErrorCode backend_cpu_attention_probs_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *att, int B, int T, int C, int NH, int NKV);
 /* Whether this process can use a CUDA device (never an error); why gets the
  * device count or the reason (no device, the runtime's answer, or a build
  * without CUDA). Tests use it to skip. */

@@ -684,7 +684,7 @@ static PetscErrorCode check_attention(Ctx *c, int B, int T, int C, int NH, int N
     PetscCall(d_nan(&a, na, &d_att[k]));
     PetscCall(c->gpu->attention_forward(d_out[k], d_att[k], d_qkv, B, T, C, NH, NKV));
   }
-  PetscCall(c->cpu->attention_forward(out, att, qkv, B, T, C, NH, NKV));
+  PetscCall(backend_cpu_attention_probs_forward(out, att, qkv, B, T, C, NH, NKV)); /* cuda keeps the probabilities (attention_lse 0) */
   PetscCall(compare_dev(&a, &v, "out", d_out[0], out, NULL, no, rtol_of(c, BF16_ROUNDED)));
   PetscCall(compare_dev(&a, &v, "att", d_att[0], att, NULL, na, rt));
   PetscCall(same_bits(&a, &v, "out", d_out[0], d_out[1], no));
@@ -696,9 +696,9 @@ static PetscErrorCode check_attention(Ctx *c, int B, int T, int C, int NH, int N
   PetscCall(d_put(&a, att, na * sizeof(float), (void **)&d_catt));
   for (int k = 0; k < 2; k++) {
     PetscCall(d_put(&a, dq0, nq * sizeof(float), (void **)&d_dq[k]));
-    PetscCall(c->gpu->attention_backward(d_dq[k], d_g, d_qkv, d_catt, B, T, C, NH, NKV));
+    PetscCall(c->gpu->attention_backward(d_dq[k], d_g, d_qkv, d_out[0], d_catt, B, T, C, NH, NKV));
   }
-  PetscCall(c->cpu->attention_backward(dq, g, qkv, att, B, T, C, NH, NKV));
+  PetscCall(backend_cpu_attention_probs_backward(dq, g, qkv, out, att, B, T, C, NH, NKV));
   PetscCall(compare_dev(&a, &v, "dqkv", d_dq[0], dq, dq0, nq, rt));
   PetscCall(same_bits(&a, &v, "dqkv", d_dq[0], d_dq[1], nq));
   verdict_report(c, &v, "attention_backward B=%d T=%d C=%d NH=%d NKV=%d (accumulates; run twice)", B, T, C, NH, NKV);

@@ -788,6 +788,22 @@ static PetscErrorCode test_flops(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The training slab's saved attention array follows the backend: the cpu
+ * backend's log-sum-exp (attention_lse) takes B*NH*T floats a layer, the
+ * T x T probabilities (be NULL: the larger count) B*NH*T*T; each buffer is
+ * rounded up to 64 floats. GPT-2, 2 layers, 4 heads, B 2, T 4096. */
+static PetscErrorCode test_activation_bytes(const Backend *be)
+{
+  ModelConfig cfg = {.n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 20, .n_positions = 4096, .head = MODEL_HEAD_LM};
+  size_t      tt = model_activation_bytes(&cfg, NULL, 2, 4096), lse = model_activation_bytes(&cfg, be, 2, 4096);
+  double      want = 2.0 * (2.0 * 4 * 4096 * 4096 - 2.0 * 4 * 4096) * sizeof(float);
+
+  PetscFunctionBegin;
+  test_report(be->attention_lse && (double)(tt - lse) == want ? PETSC_TRUE : PETSC_FALSE, "activation bytes: the cpu backend's slab keeps B*NH*T floats a layer for attention, not B*NH*T*T",
+              "T x T %zu bytes, lse %zu, difference %.0f (want %.0f)", tt, lse, (double)(tt - lse), want);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static double tensor_std(const Model *lm, const float *p, const char *name)
 {
   const ModelTensor *t = &lm->tensors[model_find_tensor(lm, name)];
@@ -862,6 +878,7 @@ int main(int argc, char **argv)
   PetscCall(test_tensor_table());
   PetscCall(test_arch_table());
   PetscCall(test_flops());
+  PetscCall(test_activation_bytes(be));
   PetscCall(test_init(be));
   PetscCall(PetscFinalize());
   return test_tally();

@@ -13,7 +13,14 @@
  * 1e-5 and 1e-6, rotary embeddings forward, inverse and gradient, SwiGLU)
  * and grouped-query attention (4 query heads over 2 and 1 kv heads:
  * training forward/backward and the KV cache) follow the same pattern, after
- * GPT-2's checks so that those keep their inputs. Prints "ok - name" /
+ * GPT-2's checks so that those keep their inputs. The backend's training
+ * attention is tiled (it saves the log-sum-exp [B,NH,T], never a T x T
+ * array): it is checked against the former attention that saves the
+ * probabilities (kept as the reference, itself checked against double)
+ * and against double (out, lse, dqkv) at T = 1, odd T and T around the
+ * 64-row blocks, head sizes 16-64, GQA 7:1 and 4:2, with gradients by
+ * Richardson-extrapolated differences and 1-3 threads on the small cases
+ * (its own random draws, last). There is no bf16 on the cpu backend. Prints "ok - name" /
  * "not ok - name: detail" per check and the tally (test_report.h); exits
  * non-zero on any failure. -worst prints every comparison's worst element
  * as a "#" line (how close each is to its tolerance).
@@ -852,9 +859,12 @@ static double att_loss(void *ctx)
   return s;
 }
 
-/* T = 70: a partial 16-lane block and two 64-row query blocks. NKV = NH is
- * GPT-2's multi-head attention; NKV < NH grouped-query attention, whose
- * query heads share (and add into the gradients of) their kv head. */
+/* The reference that keeps the T x T probabilities (the former training
+ * attention, the contract of attention_lse 0; check_attention_tiled compares
+ * the backend's op with it). T = 70: a partial 16-lane block and two 64-row
+ * query blocks. NKV = NH is GPT-2's multi-head attention; NKV < NH
+ * grouped-query attention, whose query heads share (and add into the
+ * gradients of) their kv head. */
 static PetscErrorCode check_attention(const Backend *be, Rng *r, int NH, int NKV)
 {
   const int B = 2, T = 70, C = 64, hs = C / NH;
@@ -869,23 +879,166 @@ static PetscErrorCode check_attention(const Backend *be, Rng *r, int NH, int NKV
   PetscFunctionBegin;
   if (NKV != NH) snprintf(gqa, sizeof gqa, ", GQA %d query heads over %d kv head%s", NH, NKV, NKV > 1 ? "s" : "");
   poison(out, no), poison(att, na);
-  PetscCall(be->attention_forward(out, att, qkv, B, T, C, NH, NKV));
+  (void)be;
+  PetscCall(backend_cpu_attention_probs_forward(out, att, qkv, B, T, C, NH, NKV));
   ref_attention(rout, ratt, qd, B, T, C, NH, NKV);
   ok = cmp(detail, sizeof detail, "out", out, NULL, rout, no, 1e-5, 1e-5);
   ok = cmp(detail, sizeof detail, "att", att, NULL, ratt, na, 1e-6, 1e-5) && ok;
-  snprintf(name, sizeof name, "attention_forward (out, probabilities, zeros above the diagonal%s)", gqa);
+  snprintf(name, sizeof name, "attention_probs_forward, the reference (out, probabilities, zeros above the diagonal%s)", gqa);
   test_measure(ok, name, "%s", detail);
 
-  PetscCall(be->attention_backward(dq, g, qkv, att, B, T, C, NH, NKV));
+  PetscCall(backend_cpu_attention_probs_backward(dq, g, qkv, out, att, B, T, C, NH, NKV));
   ref_attention_backward(rdq, gd, qd, B, T, C, NH, NKV);
   detail[0] = 0;
   ok        = cmp(detail, sizeof detail, "dqkv", dq, dq0, rdq, nq, 1e-5, 1e-5);
   ok        = fd_check(detail, sizeof detail, "qkv", r, att_loss, &ctx, qd, nq, dq, dq0, 24) && ok;
   if (NKV != NH) /* the shared k and v columns, where the group's sums meet */
     ok = fd_check(detail, sizeof detail, "qkv(k,v)", r, att_loss, &ctx, qd + C, nq - C, dq + C, dq0 + C, 12) && ok;
-  snprintf(name, sizeof name, "attention_backward (accumulates; finite differences%s)", gqa);
+  snprintf(name, sizeof name, "attention_probs_backward, the reference (accumulates; finite differences%s)", gqa);
   test_measure(ok, name, "%s", detail);
   free(qkv), free(out), free(att), free(g), free(dq0), free(dq), free(qd), free(gd), free(rout), free(ratt), free(rdq), free(ctx.out);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- the tiled attention (attention_lse) ---------------------------------- */
+
+/* lse[b,h,t] = log sum_{j<=t} exp(scale q_t.k_j), in double. */
+static void ref_attention_lse(double *lse, const double *qkv, int B, int T, int C, int NH, int NKV)
+{
+  int    hs = C / NH, grp = NH / NKV;
+  size_t Ckv = (size_t)NKV * hs, C3 = C + 2 * Ckv;
+  double scale = 1.0 / sqrt((double)hs), *s = dvec(T);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        double m = -INFINITY, z = 0;
+        for (int j = 0; j <= t; j++) {
+          s[j] = 0;
+          for (int d = 0; d < hs; d++) s[j] += qkv[((size_t)b * T + t) * C3 + h * hs + d] * qkv[((size_t)b * T + j) * C3 + C + (size_t)(h / grp) * hs + d];
+          s[j] *= scale;
+          m = fmax(m, s[j]);
+        }
+        for (int j = 0; j <= t; j++) z += exp(s[j] - m);
+        lse[((size_t)b * NH + h) * T + t] = m + log(z);
+      }
+  free(s);
+}
+
+/* Compares grad (minus base) at k random coordinates with Richardson-
+ * extrapolated central differences of loss(): (4 D(h/2) - D(h)) / 3, whose
+ * truncation error is O(h^4) (h = 1e-2: ~1e-9 here), so the tolerance is
+ * the float gradient's own rounding, not the difference's. */
+static int fd_richardson(char *detail, size_t len, const char *what, Rng *r, LossFn loss, void *ctx, double *x, size_t n, const float *grad, const float *base, int k, double atol, double rtol)
+{
+  const double h  = 1e-2;
+  int          ok = 1;
+  for (int s = 0; s < k; s++) {
+    size_t i  = (size_t)rng_int(r, (int)n);
+    double x0 = x[i], d[2], g;
+    for (int e = 0; e < 2; e++) {
+      double he = e ? h / 2 : h, lp, lm;
+      x[i] = x0 + he, lp = loss(ctx);
+      x[i] = x0 - he, lm = loss(ctx);
+      d[e] = (lp - lm) / (2 * he);
+    }
+    x[i] = x0;
+    d[0] = (4 * d[1] - d[0]) / 3;
+    g    = (double)grad[i] - (base ? (double)base[i] : 0.0);
+    if (!(fabs(g - d[0]) <= atol + rtol * fabs(d[0]))) {
+      size_t l = strlen(detail);
+      snprintf(detail + l, len - l, "d%s[%zu] = %.9g, Richardson difference %.9g; ", what, i, g, d[0]);
+      ok = 0;
+    }
+  }
+  return ok;
+}
+
+typedef struct {
+  int    B, T, hs, NH, NKV;
+  double amp; /* inputs uniform in [-amp, amp]: 3 makes some rows' softmax nearly one-hot */
+} TiledCase;
+
+/* One case: the backend's tiled forward/backward (att = the log-sum-exp
+ * [B,NH,T], a guard after it must stay untouched) against the probabilities
+ * reference (the forward's out bit for bit: the same sgemm and softmax
+ * arithmetic; dqkv to 1e-5, the same tolerance as both against double) and
+ * against the double reference (out, lse, dqkv); with fd > 0 also the
+ * gradient at fd coordinates by Richardson differences, and the same bits
+ * with 1, 2 and 3 threads. */
+static PetscErrorCode check_attention_tiled_case(const Backend *be, Rng *r, const TiledCase *tc, int fd)
+{
+  const int B = tc->B, T = tc->T, NH = tc->NH, NKV = tc->NKV, C = tc->hs * NH, GUARD = 64, nt[3] = {1, 2, 3};
+  size_t    C3 = (size_t)C + 2 * (size_t)NKV * tc->hs, nq = (size_t)B * T * C3, no = (size_t)B * T * C, nl = (size_t)B * NH * T, na = (size_t)B * NH * T * T;
+  float    *qkv = frand(r, nq, -tc->amp, tc->amp), *g = frand(r, no, -1, 1), *out = fvec(no), *lse = fvec(nl + GUARD), *dq0 = frand(r, nq, -1, 1), *dq = fdup(dq0, nq);
+  float    *pout = fvec(no), *patt = fvec(na), *pdq = fdup(dq0, nq), *pd = fvec(nq);
+  double   *qd = todouble(qkv, nq), *gd = todouble(g, no), *rout = dvec(no), *rlse = dvec(nl), *rdq = dvec(nq), *pdd = dvec(nq);
+  AttCtx    ctx = {B, T, C, NH, NKV, qd, gd, dvec(no)};
+  char      detail[2048] = "", name[224];
+  int       ok, guard = 1, nmax = omp_get_max_threads();
+
+  PetscFunctionBegin;
+  poison(out, no), poison(lse, nl + GUARD);
+  PetscCall(be->attention_forward(out, lse, qkv, B, T, C, NH, NKV));
+  PetscCall(backend_cpu_attention_probs_forward(pout, patt, qkv, B, T, C, NH, NKV));
+  ref_attention(rout, NULL, qd, B, T, C, NH, NKV);
+  ref_attention_lse(rlse, qd, B, T, C, NH, NKV);
+  for (int i = 0; i < GUARD; i++) guard &= !(lse[nl + i] == lse[nl + i]); /* still NaN */
+  ok = bitwise_equal(out, pout, no * sizeof(float));
+  if (!ok) snprintf(detail, sizeof detail, "out is not the reference's bits; ");
+  if (!guard) snprintf(detail + strlen(detail), sizeof detail - strlen(detail), "wrote past lse [B,NH,T]; ");
+  ok = cmp(detail, sizeof detail, "out", out, NULL, rout, no, 1e-5, 1e-5) && guard && ok;
+  ok = cmp(detail, sizeof detail, "lse", lse, NULL, rlse, nl, 1e-5, 1e-5) && ok;
+  snprintf(name, sizeof name, "tiled attention_forward B=%d T=%d hs=%d heads %d over %d%s (out = the T x T reference's bits; lse against double)", B, T, tc->hs, NH, NKV, tc->amp > 2 ? ", sharp" : "");
+  test_measure(ok, name, "%s", detail);
+
+  PetscCall(be->attention_backward(dq, g, qkv, out, lse, B, T, C, NH, NKV));
+  PetscCall(backend_cpu_attention_probs_backward(pdq, g, qkv, pout, patt, B, T, C, NH, NKV));
+  ref_attention_backward(rdq, gd, qd, B, T, C, NH, NKV);
+  for (size_t i = 0; i < nq; i++) pdd[i] = (double)pdq[i] - (double)dq0[i];
+  detail[0] = 0;
+  ok        = cmp(detail, sizeof detail, "dqkv", dq, dq0, rdq, nq, 1e-5, 1e-5);
+  ok        = cmp(detail, sizeof detail, "dqkv-vs-T x T", dq, dq0, pdd, nq, 1e-5, 1e-5) && ok;
+  if (fd) ok = fd_richardson(detail, sizeof detail, "qkv", r, att_loss, &ctx, qd, nq, dq, dq0, fd, 2e-6, 1e-5) && ok;
+  snprintf(name, sizeof name, "tiled attention_backward B=%d T=%d hs=%d heads %d over %d%s (accumulates; against double and the T x T reference%s)", B, T, tc->hs, NH, NKV,
+           tc->amp > 2 ? ", sharp" : "", fd ? "; Richardson differences" : "");
+  test_measure(ok, name, "%s", detail);
+
+  if (fd) { /* thread counts: out, lse and dqkv the same bits */
+    int same = 1;
+    for (int k = 0; k < 3; k++) {
+      float *o = fvec(no), *l = fvec(nl), *d = fdup(dq0, nq);
+      omp_set_num_threads(nt[k]);
+      PetscCall(be->attention_forward(o, l, qkv, B, T, C, NH, NKV));
+      PetscCall(be->attention_backward(d, g, qkv, o, l, B, T, C, NH, NKV));
+      same &= bitwise_equal(o, out, no * sizeof(float)) && bitwise_equal(l, lse, nl * sizeof(float)) && bitwise_equal(d, dq, nq * sizeof(float));
+      free(o), free(l), free(d);
+    }
+    omp_set_num_threads(nmax);
+    snprintf(name, sizeof name, "bitwise with 1, 2, 3 threads: tiled attention B=%d T=%d hs=%d heads %d over %d", B, T, tc->hs, NH, NKV);
+    test_report(same, name, "results differ");
+  }
+  free(qkv), free(g), free(out), free(lse), free(dq0), free(dq), free(pout), free(patt), free(pdq), free(pd);
+  free(qd), free(gd), free(rout), free(rlse), free(rdq), free(pdd), free(ctx.out);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The training attention of the backend (attention_lse 1: no T x T array)
+ * over the shapes that reach its edges: T = 1, odd T, T on either side of
+ * the 64-row query block and two blocks and more; head sizes 16, 32, 64;
+ * multi-head, GQA 4:2 and 7:1; inputs that make the softmax sharp. The
+ * small cases also get Richardson differences and the thread counts. */
+static PetscErrorCode check_attention_tiled(const Backend *be, Rng *r)
+{
+  const TiledCase cases[] = {
+    {1, 1, 16, 4, 4, 1.5},  {2, 1, 32, 7, 1, 1.5},  {3, 7, 16, 4, 2, 1.5},   {1, 63, 64, 4, 4, 1.5}, {2, 64, 32, 7, 1, 1.5},
+    {1, 65, 16, 4, 2, 1.5}, {3, 130, 32, 4, 4, 1.5}, {2, 130, 64, 7, 1, 1.5}, {2, 130, 16, 4, 2, 3.0}, {1, 200, 64, 4, 2, 1.5},
+  };
+  const TiledCase fdc[] = {{2, 7, 16, 7, 1, 1.5}, {1, 70, 16, 4, 2, 1.5}, {2, 65, 32, 4, 4, 1.5}};
+
+  PetscFunctionBegin;
+  PetscCheck(be->attention_lse, PETSC_COMM_SELF, PETSC_ERR_PLIB, "the cpu backend's attention must save the log-sum-exp (attention_lse)");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) PetscCall(check_attention_tiled_case(be, r, &cases[i], 0));
+  for (size_t i = 0; i < sizeof fdc / sizeof fdc[0]; i++) PetscCall(check_attention_tiled_case(be, r, &fdc[i], 16));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -1451,9 +1604,9 @@ static PetscErrorCode check_threads(const Backend *be, Rng *r)
   float       *qkv = frand(r, (size_t)B * T * 3 * AC, -1.5, 1.5), *ag = frand(r, (size_t)B * T * AC, -1, 1);
   float       *logits = frand(r, (size_t)LN * LV, -6, 6), *dlp = frand(r, LN, -1, 1);
   int         *tok = malloc(N * sizeof(int)), *tgt = malloc(LN * sizeof(int)), *mtgt = malloc(LN * sizeof(int)), *off, *ids;
-  /* per thread count: ln dinp|dw|db, dbias, dwte|dwpe, att out|att|dqkv, lse,
+  /* per thread count: ln dinp|dw|db, dbias, dwte|dwpe, att out|lse|dqkv, lse,
    * tempered and masked logprob|lse|entropy|dlogits, sumsq */
-  size_t       nln = (size_t)N * C + 2 * C, natt = (size_t)B * T * AC + (size_t)B * NH * T * T + (size_t)B * T * 3 * AC, nlpm = 3 * (size_t)LN + (size_t)LN * LV;
+  size_t       nln = (size_t)N * C + 2 * C, natt = (size_t)B * T * AC + (size_t)B * NH * T + (size_t)B * T * 3 * AC, nlpm = 3 * (size_t)LN + (size_t)LN * LV;
   float       *ln[3], *dbias[3], *enc[3], *att[3], *lse[3], *lpm[3];
   double       sq[3];
   int          okln = 1, okmm = 1, okenc = 1, okatt = 1, oklp = 1, oklpm = 1, oksq = 1, nmax = omp_get_max_threads();
@@ -1472,7 +1625,7 @@ static PetscErrorCode check_threads(const Backend *be, Rng *r)
     PetscCall(be->matmul_backward(NULL, NULL, dbias[k], g, x, w, N, C, C, PETSC_FALSE));
     PetscCall(be->encoder_backward(enc[k], enc[k] + (size_t)V * C, g, tok, tok, N, C, 0, V));
     PetscCall(be->attention_forward(att[k], att[k] + (size_t)B * T * AC, qkv, B, T, AC, NH, NH));
-    PetscCall(be->attention_backward(att[k] + (size_t)B * T * AC + (size_t)B * NH * T * T, ag, qkv, att[k] + (size_t)B * T * AC, B, T, AC, NH, NH));
+    PetscCall(be->attention_backward(att[k] + (size_t)B * T * AC + (size_t)B * NH * T, ag, qkv, att[k], att[k] + (size_t)B * T * AC, B, T, AC, NH, NH));
     PetscCall(be->logprob_forward(lse[k] /* logprobs are a function of lse */, NULL, NULL, logits, tgt, 1.0f, NULL, NULL, LN, LV));
     lpm[k] = fvec(nlpm);
     PetscCall(be->logprob_forward(lpm[k], lpm[k] + LN, lpm[k] + 2 * LN, logits, mtgt, 1.0f / 0.7f, off, ids, LN, LV));
@@ -1521,7 +1674,7 @@ static PetscErrorCode check_llama_errors(const Backend *be)
     const char *want[6] = {"n_kv_head 3 does not divide n_head 4", "n_kv_head 3 does not divide n_head 4", "n_kv_head 3 does not divide n_head 4",
                            "n_kv_head 0 does not divide n_head 4", "not a multiple of n_head 5", "head size 5 is not even"};
     ierr = c == 0 ? be->attention_forward(out, att, qkv, B, T, C, NH, 3)
-         : c == 1 ? be->attention_backward(out, qkv, qkv, att, B, T, C, NH, 3)
+         : c == 1 ? be->attention_backward(out, qkv, qkv, qkv, att, B, T, C, NH, 3)
          : c == 2 ? be->attention_cached(out, kc, vc, qkv, slot, pos, T, T, C, NH, 3)
          : c == 3 ? be->attention_forward(out, att, qkv, B, T, C, NH, 0)
          : c == 4 ? be->attention_forward(out, att, qkv, B, T, C, 5, 5)
@@ -1546,14 +1699,14 @@ static PetscErrorCode check_threads_llama(const Backend *be, Rng *r)
   float    *x = frand(r, NC, -2, 2), *w = frand(r, C, 0.5, 1.5), *g = frand(r, NC, -1, 1), *gu = frand(r, 2 * NF, -8, 8), *go = frand(r, NF, -1, 1);
   float    *qkv = frand(r, N * W, -1.5, 1.5), *ag = frand(r, (size_t)B * T * AC, -1, 1), *aqkv = frand(r, (size_t)B * T * 3 * AC, -1.5, 1.5), inv_freq[16];
   int      *pos = malloc(N * sizeof(int)), okrms = 1, okswi = 1, okrope = 1, okatt = 1, nmax = omp_get_max_threads();
-  /* per thread count: rmsnorm out|rstd|dinp|dw; swiglu out|dgu; rope forward|inverse; per NKV att out|att|dqkv */
+  /* per thread count: rmsnorm out|rstd|dinp|dw; swiglu out|dgu; rope forward|inverse; per NKV att out|lse|dqkv */
   size_t    nrms = 2 * NC + N + C, nswi = NF + 2 * NF, nrope = 2 * N * W, natt[2];
   float    *rms[3], *swi[3], *rope[3], *att[2][3];
 
   PetscFunctionBegin;
   for (int i = 0; i < hd / 2; i++) inv_freq[i] = (float)(1.0 / pow(10000.0, 2.0 * i / hd));
   for (int n = 0; n < N; n++) pos[n] = rng_int(r, 4096);
-  for (int v = 0; v < 2; v++) natt[v] = (size_t)B * T * AC + (size_t)B * NH * T * T + (size_t)B * T * (AC + 2 * nkv[v] * (AC / NH));
+  for (int v = 0; v < 2; v++) natt[v] = (size_t)B * T * AC + (size_t)B * NH * T + (size_t)B * T * (AC + 2 * nkv[v] * (AC / NH));
   for (int k = 0; k < 3; k++) {
     omp_set_num_threads(nt[k]);
     rms[k] = fvec(nrms), swi[k] = fvec(nswi), rope[k] = fvec(nrope);
@@ -1566,10 +1719,10 @@ static PetscErrorCode check_threads_llama(const Backend *be, Rng *r)
     PetscCall(be->rope(rope[k], pos, inv_freq, N, NH, 2, hd, 0));
     PetscCall(be->rope(rope[k] + N * W, pos, inv_freq, N, NH, 2, hd, 1));
     for (int v = 0; v < 2; v++) { /* the first B*T*(AC + 2 Ckv) of aqkv as this NKV's qkv */
-      float *a = att[v][k] = fvec(natt[v]), *dq = a + (size_t)B * T * AC + (size_t)B * NH * T * T;
+      float *a = att[v][k] = fvec(natt[v]), *dq = a + (size_t)B * T * AC + (size_t)B * NH * T;
       memset(dq, 0, (size_t)B * T * (AC + 2 * nkv[v] * (AC / NH)) * sizeof(float));
       PetscCall(be->attention_forward(a, a + (size_t)B * T * AC, aqkv, B, T, AC, NH, nkv[v]));
-      PetscCall(be->attention_backward(dq, ag, aqkv, a + (size_t)B * T * AC, B, T, AC, NH, nkv[v]));
+      PetscCall(be->attention_backward(dq, ag, aqkv, a, a + (size_t)B * T * AC, B, T, AC, NH, nkv[v]));
     }
     if (k) {
       okrms &= bitwise_equal(rms[0], rms[k], nrms * sizeof(float));
@@ -1660,6 +1813,10 @@ int main(int argc, char **argv)
   PetscCall(check_matmul_rows(be, &r));
   PetscCall(check_matmul_batch_invariant(be, &r));
   PetscCall(check_blas_threads(be, &r));
+  { /* its own draws, so the checks above keep their inputs */
+    Rng rt = {20261128};
+    PetscCall(check_attention_tiled(be, &rt));
+  }
   if (test_state.fail) printf("HINT: compare the failing op with its reference in regression/test_ops.c\n");
   PetscCall(PetscFinalize());
   return test_tally();

@@ -71,10 +71,14 @@ static double train_state(const CostPrims *p, double n, int dp, PetscBool zero1)
 
 /* Training activations per layer and token of a micro-batch padded to T:
  * Megatron's count (Korthikanti et al. 2022) in 16-bit, h (10 + 24/tp) +
- * 5 heads T / tp bytes, scaled to the element size. */
-static double train_act(const CostShape *m, const PlanCall *c, double bp, double T)
+ * 5 heads T / tp bytes, scaled to the element size. The 5 heads T are the
+ * attention's T x T arrays (scores, probabilities, dropout mask); an
+ * attention that keeps only each row's log-sum-exp (attention_lse, the
+ * cpu backend's) holds 4 bytes per head instead. */
+static double train_act(const CostPrims *p, const CostShape *m, const PlanCall *c, double T)
 {
-  return (m->n_embd * (10 + 24.0 / c->tp) + 5.0 * m->n_head * T / c->tp) * bp / 2;
+  double bp = p->bytes_per_param, att = p->attention_lse ? 4.0 * m->n_head / c->tp : 5.0 * m->n_head * T / c->tp * bp / 2;
+  return m->n_embd * (10 + 24.0 / c->tp) * bp / 2 + att;
 }
 
 /* What the call adds on a rank of stage s while it runs (weights that are
@@ -103,7 +107,7 @@ static double call_transient(const CostPrims *p, const CostWork *w, const Plan *
     rows = (double)share / count;
     fly  = PetscMin(c->pp - s, count);
     /* 1F1B keeps fly micro-batches' activations on stage s: the long one and fly - 1 others */
-    x    = rows * L * (big * train_act(m, c, bp, big) + (fly - 1) * T * train_act(m, c, bp, T));
+    x    = rows * L * (big * train_act(p, m, c, big) + (fly - 1) * T * train_act(p, m, c, T));
     if (s == c->pp - 1) x += rows * big * logits * 8;
   } else {
     int size, count;

@@ -253,7 +253,7 @@ static PetscErrorCode sft_dry_run(const RunCtx *run, const SFTOptions *o, size_t
 {
   char   a[32], b[32], c[32];
   double weights = 4.0 * (double)nparams * sizeof(float); /* params, grads, m, v */
-  double acts    = (double)model_activation_bytes(&o->cfg, (int)o->batch, (int)o->seq_len);
+  double acts    = (double)model_activation_bytes(&o->cfg, run->be, (int)o->batch, (int)o->seq_len);
 
   PetscFunctionBegin;
   PetscCall(PetscPrintf(run->comm, "dry run: policy %zu parameters; weights+grads+AdamW %s, activations (B=%" PetscInt_FMT ", T=%" PetscInt_FMT ") %s, total %s on one rank (the plan divides them)\n", nparams, sys_bytes_str(weights, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(acts, b, sizeof b), sys_bytes_str(weights + acts, c, sizeof c)));
@@ -272,7 +272,7 @@ static PetscErrorCode sft_check_memory(const RunCtx *run, const SFTOptions *o)
 
   PetscFunctionBegin;
   PetscCall(trainer_count(&o->cfg, &nparams));
-  need = batch + (4.0 * (double)nparams * sizeof(float) + (double)model_activation_bytes(&o->cfg, (int)o->batch, (int)o->seq_len)) / run->size;
+  need = batch + (4.0 * (double)nparams * sizeof(float) + (double)model_activation_bytes(&o->cfg, run->be, (int)o->batch, (int)o->seq_len)) / run->size;
   PetscCheck(need <= avail && (double)o->batch * (double)o->seq_len <= INT_MAX, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-sft_batch %" PetscInt_FMT " needs at least %s per rank (%" PetscInt_FMT " x %" PetscInt_FMT " tokens; see -dry_run), more than the %s this node has available", o->batch, sys_bytes_str(need, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(avail, b, sizeof b));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

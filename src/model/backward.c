@@ -62,7 +62,7 @@ static PetscErrorCode attn_backward(Model *lm, const ModelLayerActs *la, const M
   PetscCall(scratch(be, a->dA, NA)); /* d atty */
   PetscCall(be->matmul_backward(a->dA, g->o_w, g->o_b, a->dres, la->atty, p->o_w, N, Ca, C, ow));
   PetscCall(scratch(be, a->dB, (size_t)N * W)); /* d qkv */
-  PetscCall(be->attention_backward(a->dB, a->dA, la->qkv, la->att, a->B, a->T, Ca, lm->NHl, lm->NKVl));
+  PetscCall(be->attention_backward(a->dB, a->dA, la->qkv, la->atty, la->att, a->B, a->T, Ca, lm->NHl, lm->NKVl));
   PetscCall(scratch(be, a->dA, NC)); /* d ln1 */
   if (model_arch(&lm->cfg)->pos == MODEL_POS_ROTARY) PetscCall(be->rope(a->dB, a->pos, lm->inv_freq, N, lm->NHl, lm->NKVl, model_head_dim(&lm->cfg), 1));
   if (p->q_norm_w) PetscCall(be->qk_norm_backward(a->dB, g->q_norm_w, g->k_norm_w, la->qk_in, la->qk_rstd, p->q_norm_w, p->k_norm_w, N, lm->NHl, lm->NKVl, model_head_dim(&lm->cfg)));

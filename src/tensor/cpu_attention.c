@@ -1,16 +1,28 @@
 /* cpu backend: causal self-attention, the training forward/backward and the
  * KV-cache path used by generation.
  *
- * Training forward and backward. Per-row dot products over a head dimension
- * of 32-64 reach only 15-25 GFLOP/s, so each (b,h) pair is done as a few
- * sgemm calls on the head's strided q, k, v (OpenBLAS, single-threaded, one
- * pair or query block per OpenMP thread, as in cpu_matmul.c). Queries go in
- * blocks of ATT_QBLOCK rows, and a block only multiplies the keys it can see
- * (0..t1), which skips most of the masked upper triangle; the dK and dV sums
- * likewise run over key blocks, each from its diagonal down. Every sgemm's
+ * Training forward and backward (attention_lse: no T x T array). Per-row
+ * dot products over a head dimension of 32-64 reach only 15-25 GFLOP/s, so
+ * each (b,h) pair is done as a few sgemm calls on the head's strided q, k, v
+ * (OpenBLAS, single-threaded, one pair or query block per OpenMP thread, as
+ * in cpu_matmul.c). Queries go in blocks of ATT_QBLOCK rows, and a block only
+ * multiplies the keys it can see (0..t1), which skips most of the masked
+ * upper triangle. A block's scores are a panel of ATT_QBLOCK x T floats in
+ * the thread's scratch (linear in T: at T = 4096 one MiB a thread; the
+ * backward's two panels stack the blocks of a kv head's G query heads, 2G
+ * MiB), so its softmax is exact in one pass, with the former attention's
+ * bits, and needs no online rescaling; the forward keeps only the
+ * log-sum-exp of each row, and the backward recomputes the block's
+ * probabilities from it (one more sgemm per block), adding the block's dK
+ * and dV into the keys it saw. Every sgemm's
  * shape depends on T and the block only, and sums longer than CPU_KBLOCK are
  * cut into fixed blocks added in order (see cpu_matmul.c: OpenBLAS's own K
  * split is not fixed), so the bits do not depend on the thread count.
+ *
+ * The former forward/backward, which keep the probabilities [B,NH,T,T]
+ * (the contract of attention_lse 0, still the cuda backend's), stay below as
+ * backend_cpu_attention_probs_forward/backward: the reference of the tiled
+ * pair (test_ops) and of the cuda kernels (test_cuda).
  *
  * KV-cache path. One query row at a time, with its keys transposed in a
  * per-thread scratch (once per key/value head, for all the query heads that
@@ -18,6 +30,17 @@
  * lane sums its dot product serially in d: no horizontal reductions, and the
  * same bits whatever the vector width or alignment. Its sgemm-free
  * arithmetic agrees with the training forward to rounding, not bit for bit. */
+/* GCC keeps a loop of cpu_expf scalar under its default -ftrapping-math
+ * (the clamps are ordered compares, which may trap on NaN, so it does not
+ * if-convert them); nothing here runs with FP traps enabled, and without
+ * them the same arithmetic runs in vector lanes with the same bits (no
+ * contraction under -std=c11; all 2^32 float inputs checked). Vectorized,
+ * the tiled backward runs about a fifth faster at T = 1024. Before any
+ * include: the option must also hold where cpu_expf is defined, or GCC
+ * does not vectorize. */
+#if defined(__GNUC__) && !defined(__clang__)
+  #pragma GCC optimize("no-trapping-math")
+#endif
 #include "cpu_ops.h"
 #include <cblas.h>
 #include <math.h>
@@ -89,15 +112,34 @@ static inline void att_row(float *restrict o, float *restrict p, const float *re
   }
 }
 
-/* In place on a row of scores s[0..t] (already scaled): s = softmax(s). */
-static inline void att_softmax_row(float *restrict s, int t)
+/* s[j] = exp(s[j] - m), j < n */
+static void att_exp_row(float *restrict s, int n, float m)
 {
-  float m = -INFINITY, inv;
+  for (int j = 0; j < n; j++) s[j] = cpu_expf(s[j] - m);
+}
+
+/* p[j] = exp(p[j] - l) and d[j] = p[j] (d[j] - D) scale, j < n: a row of
+ * the backward's P and dS from the scores and dP. */
+static void att_ds_row(float *restrict p, float *restrict d, int n, float l, float D, float scale)
+{
+  for (int j = 0; j < n; j++) {
+    p[j] = cpu_expf(p[j] - l);
+    d[j] = p[j] * (d[j] - D) * scale;
+  }
+}
+
+/* In place on a row of scores s[0..t] (already scaled): s = softmax(s);
+ * returns the row's log-sum-exp m + log(sum_j exp(s_j - m)), m its max. */
+static inline float att_softmax_row(float *restrict s, int t)
+{
+  float m = -INFINITY, sum, inv;
 
   for (int j = 0; j <= t; j++) m = s[j] > m ? s[j] : m;
-  for (int j = 0; j <= t; j++) s[j] = cpu_expf(s[j] - m);
-  inv = 1.0f / att_lane_sum(s, NULL, t + 1);
+  att_exp_row(s, t + 1, m);
+  sum = att_lane_sum(s, NULL, t + 1);
+  inv = 1.0f / sum;
   for (int j = 0; j <= t; j++) s[j] *= inv;
+  return m + logf(sum);
 }
 
 /* Query heads NH over NKV key/value heads: NKV divides NH, hd = C/NH (C
@@ -110,10 +152,10 @@ static PetscErrorCode att_check_heads(int C, int NH, int NKV)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Per (b, h, query block t0..t1): S = scale * Q K^T over keys 0..t1, written
- * straight into att (or a per-thread scratch when att is NULL), softmax row
- * by row, zeros above the diagonal, then O = P V. */
-PetscErrorCode cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV)
+/* The T x T reference. Per (b, h, query block t0..t1): S = scale * Q K^T
+ * over keys 0..t1, written straight into att (or a per-thread scratch when
+ * att is NULL), softmax row by row, zeros above the diagonal, then O = P V. */
+PetscErrorCode backend_cpu_attention_probs_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV)
 {
   int    hs = NH > 0 ? C / NH : 0, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0, C3 = C + 2 * Ckv, grp = NKV > 0 ? NH / NKV : 1;
   float  scale = 1.0f / sqrtf((float)hs), *scratch = NULL;
@@ -143,19 +185,20 @@ PetscErrorCode cpu_attention_forward(float *out, float *att, const float *qkv, i
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Per (b, kv head), one thread, for each query head h of the kv head's
- * group in order: dP = dO V^T and dS = P*(dP - rowsum(P*dP))*scale by query
+/* The T x T reference (out is not read). Per (b, kv head), one thread, for
+ * each query head h of the kv head's group in order: dP = dO V^T and dS = P*(dP - rowsum(P*dP))*scale by query
  * blocks (into a [T,T] scratch, zeros above the diagonal), with dQ += dS K;
  * then by key blocks j0..j1, over queries j0..T only: dK += dS^T Q,
  * dV += P^T dO. All three accumulate straight into dqkv; a group's query
  * heads add into their shared dK and dV in a fixed order, on one thread. */
-PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV)
+PetscErrorCode backend_cpu_attention_probs_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *att, int B, int T, int C, int NH, int NKV)
 {
   int    hs = NH > 0 ? C / NH : 0, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0, C3 = C + 2 * Ckv, grp = NKV > 0 ? NH / NKV : 1;
   size_t per   = (size_t)T * T;
   float  scale = 1.0f / sqrtf((float)hs), *scratch;
 
   PetscFunctionBegin;
+  (void)out;
   PetscCall(att_check_heads(C, NH, NKV));
   if (B <= 0 || T <= 0) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(PetscMalloc1(per * cpu_max_threads(), &scratch));
@@ -189,6 +232,103 @@ PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const floa
           cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f, P + (size_t)j0 * T + j0, T, g + (size_t)j0 * C, C, 1.0f, dv + (size_t)j0 * C3, C3);
         }
       }
+  PetscCall(PetscFree(scratch));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Per (b, h, query block t0..t1), one thread: S = scale * Q K^T over keys
+ * 0..t1 in the thread's panel, softmax row by row (the reference's
+ * arithmetic, so out has its bits), lse [B,NH,T] the rows' log-sum-exp
+ * (natural log, of the scaled scores: P_tj = exp(S_tj - lse_t)), then
+ * O = P V. lse may be NULL (a forward that no backward follows). */
+PetscErrorCode cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int NKV)
+{
+  int    hs = NH > 0 ? C / NH : 0, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0, C3 = C + 2 * Ckv, grp = NKV > 0 ? NH / NKV : 1;
+  float  scale = 1.0f / sqrtf((float)hs), *scratch;
+  size_t per   = (size_t)(T < ATT_QBLOCK ? T : ATT_QBLOCK) * T;
+
+  PetscFunctionBegin;
+  PetscCall(att_check_heads(C, NH, NKV));
+  if (B <= 0 || T <= 0) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(PetscMalloc1(per * cpu_max_threads(), &scratch));
+#pragma omp parallel for collapse(3) schedule(dynamic)
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int qb = 0; qb < nqb; qb++) {
+        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = qkv + (size_t)b * T * C3 + C + (size_t)(h / grp) * hs, *v = k + Ckv;
+        int          t0 = qb * ATT_QBLOCK, t1 = t0 + ATT_QBLOCK < T ? t0 + ATT_QBLOCK : T;
+        float       *S = scratch + per * cpu_thread_num(), *L = lse ? lse + ((size_t)b * NH + h) * T : NULL;
+
+        cpu_sgemm_kblocked(CblasNoTrans, CblasTrans, t1 - t0, t1, hs, scale, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, T);
+        for (int t = t0; t < t1; t++) {
+          float *p = S + (size_t)(t - t0) * T, l = att_softmax_row(p, t);
+          for (int j = t + 1; j < t1; j++) p[j] = 0.0f;
+          if (L) L[t] = l;
+        }
+        cpu_sgemm_kblocked(CblasNoTrans, CblasNoTrans, t1 - t0, hs, t1, 1.0f, S, T, v, C3, 0.0f, out + ((size_t)b * T + t0) * C + (size_t)h * hs, C);
+      }
+  PetscCall(PetscFree(scratch));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Per (b, kv head), one thread, for each query block t0..t1 in order, the
+ * rows of the kv head's G query heads stacked (head by head, copies of
+ * their q and dO rows), in two panels of the thread's scratch:
+ * P = exp(scale * Q K^T - lse) recomputed over keys 0..t1, dP = dO V^T,
+ * dS = P*(dP - D)*scale with D_t = dO_t . O_t (= sum_j P_tj dP_tj), zeros
+ * above the diagonal; then each head's dQ += dS K, and dK[0..t1) += dS^T Q,
+ * dV[0..t1) += P^T dO over the stacked rows, straight into dqkv. Stacking
+ * makes each product one call over the group (its K and V packed once); a
+ * key's sum runs over the query blocks in order, on one thread. */
+PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B, int T, int C, int NH, int NKV)
+{
+  int    hs = NH > 0 ? C / NH : 0, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0, C3 = C + 2 * Ckv, G = NKV > 0 ? NH / NKV : 1;
+  size_t rows = (size_t)G * (T < ATT_QBLOCK ? T : ATT_QBLOCK), per = 2 * rows * T + 2 * rows * hs;
+  float  scale = 1.0f / sqrtf((float)hs), *scratch;
+
+  PetscFunctionBegin;
+  PetscCall(att_check_heads(C, NH, NKV));
+  if (B <= 0 || T <= 0) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCheck(out && lse, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "attention_backward: needs the forward's output and log-sum-exp (a forward called with att NULL saved none)");
+  PetscCall(PetscMalloc1(per * cpu_max_threads(), &scratch));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int kh = 0; kh < NKV; kh++) {
+      const float *k = qkv + (size_t)b * T * C3 + C + (size_t)kh * hs, *v = k + Ckv;
+      float       *dk = dqkv + (size_t)b * T * C3 + C + (size_t)kh * hs, *dv = dk + Ckv;
+      float       *P = scratch + per * cpu_thread_num(), *dS = P + rows * T, *Qs = dS + rows * T, *Gs = Qs + rows * hs;
+
+      for (int qb = 0; qb < nqb; qb++) {
+        int t0 = qb * ATT_QBLOCK, t1 = t0 + ATT_QBLOCK < T ? t0 + ATT_QBLOCK : T, n = t1 - t0, m = G * n;
+
+        for (int hh = 0; hh < G; hh++) {
+          const float *q = qkv + (size_t)b * T * C3 + (size_t)(kh * G + hh) * hs, *g = dout + (size_t)b * T * C + (size_t)(kh * G + hh) * hs;
+          for (int t = t0; t < t1; t++) {
+            memcpy(Qs + ((size_t)hh * n + t - t0) * hs, q + (size_t)t * C3, (size_t)hs * sizeof(float));
+            memcpy(Gs + ((size_t)hh * n + t - t0) * hs, g + (size_t)t * C, (size_t)hs * sizeof(float));
+          }
+        }
+        cpu_sgemm_kblocked(CblasNoTrans, CblasTrans, m, t1, hs, scale, Qs, hs, k, C3, 0.0f, P, T);
+        cpu_sgemm_kblocked(CblasNoTrans, CblasTrans, m, t1, hs, 1.0f, Gs, hs, v, C3, 0.0f, dS, T);
+        for (int hh = 0; hh < G; hh++) {
+          int          h = kh * G + hh;
+          const float *L = lse + ((size_t)b * NH + h) * T, *o = out + (size_t)b * T * C + (size_t)h * hs;
+          float       *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs;
+
+          for (int t = t0; t < t1; t++) {
+            size_t r = (size_t)hh * n + t - t0;
+            float *restrict p = P + r * T, *restrict d = dS + r * T;
+            float           D = att_lane_sum(Gs + r * hs, o + (size_t)t * C, hs);
+
+            att_ds_row(p, d, t + 1, L[t], D, scale);
+            for (int j = t + 1; j < t1; j++) p[j] = d[j] = 0.0f;
+          }
+          cpu_sgemm_kblocked(CblasNoTrans, CblasNoTrans, n, hs, t1, 1.0f, dS + (size_t)hh * n * T, T, k, C3, 1.0f, dq + (size_t)t0 * C3, C3);
+        }
+        cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, t1, hs, m, 1.0f, dS, T, Qs, hs, 1.0f, dk, C3);
+        cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, t1, hs, m, 1.0f, P, T, Gs, hs, 1.0f, dv, C3);
+      }
+    }
   PetscCall(PetscFree(scratch));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -102,8 +102,8 @@ PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, 
 PetscErrorCode cpu_matmul_forward_rows(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed);
 PetscErrorCode cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, PetscBool transposed);
 
-PetscErrorCode cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
-PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV);
+PetscErrorCode cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int NKV);
+PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B, int T, int C, int NH, int NKV);
 PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH, int NKV);
 
 PetscErrorCode cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);

@@ -51,8 +51,14 @@ CUDA_OP(matmul_fused, (float *out, const float *inp, const float *w, const float
 CUDA_OP(matmul_backward, (float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, PetscBool transposed),
         (dinp, dw, dbias, dout, inp, w, N, C, OC, transposed ? 1 : 0))
 CUDA_OP(attention_forward, (float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV), (out, att, qkv, B, T, C, NH, NKV))
-CUDA_OP(attention_backward, (float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV),
-        (dqkv, dout, qkv, att, B, T, C, NH, NKV))
+/* The probabilities' backward (attention_lse 0) does not read out. */
+static PetscErrorCode cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *att, int B, int T, int C, int NH, int NKV)
+{
+  PetscFunctionBegin;
+  (void)out;
+  RFCUDA_CALL(rfcuda_attention_backward(dqkv, dout, qkv, att, B, T, C, NH, NKV));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
 CUDA_OP(attention_cached,
         (float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH, int NKV),
         (out, kcache, vcache, qkv, slot, pos, N, Tmax, C, NH, NKV))
@@ -121,6 +127,7 @@ static const Backend cuda_backend = {
   .matmul_backward        = cuda_matmul_backward,
   .attention_forward      = cuda_attention_forward,
   .attention_backward     = cuda_attention_backward,
+  .attention_lse          = 0, /* the probabilities [B,NH,T,T], until tiled kernels exist */
   .attention_cached       = cuda_attention_cached,
   .gelu_forward           = cuda_gelu_forward,
   .gelu_backward          = cuda_gelu_backward,
