@@ -236,9 +236,6 @@ typedef struct {
   PetscBool sync_host; /* -cost_sync_path host (default device) */
 } CostPrimsPaths;
 PetscErrorCode cost_prims_paths_from_options(CostPrimsPaths *pp);
-/* One weight sync (reallocation) of model m from layout a to layout b, in
- * seconds, by the path p->sync_host names (cost/sim.c). */
-PetscErrorCode cost_sync_time(const CostPrims *p, const CostShape *m, const Plan *plan, const PlanCall *a, const PlanCall *b, double *t);
 
 /* The per-rank timeline of a simulated run: the same rows as a run's
  * /timeline (docs/formats.md), one per call per rank, steps = iterations. */

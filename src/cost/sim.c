@@ -47,7 +47,7 @@ static PetscBool same_layout(const PlanCall *a, const PlanCall *b)
  * the bytes cross the host link twice, and inside a node the MPI copy
  * between host buffers is taken at the host link's bandwidth too (between
  * nodes: the network's point-to-point time). */
-PetscErrorCode cost_sync_time(const CostPrims *p, const CostShape *m, const Plan *plan, const PlanCall *a, const PlanCall *b, double *t)
+static PetscErrorCode sync_time(const CostPrims *p, const CostShape *m, const Plan *plan, const PlanCall *a, const PlanCall *b, double *t)
 {
   double    total, max_recv, bytes, bucket = PetscMax(1.0, plan->bucket_mb) * 1048576.0, msgs;
   int       ranks[2 * PLAN_MAX_RANKS], n = 0;
@@ -89,13 +89,13 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
   if (acopy) {
     mark(&nd[N_ASYNC], &plan->call[MFC_ACTOR_TRAIN]);
     mark(&nd[N_ASYNC], &plan->call[MFC_ACTOR_GEN]);
-    PetscCall(cost_sync_time(p, &w->actor, plan, &plan->call[MFC_ACTOR_TRAIN], &plan->call[MFC_ACTOR_GEN], &nd[N_ASYNC].dur));
+    PetscCall(sync_time(p, &w->actor, plan, &plan->call[MFC_ACTOR_TRAIN], &plan->call[MFC_ACTOR_GEN], &nd[N_ASYNC].dur));
     dep(&nd[N_GEN], N_ASYNC);
   }
   if (ccopy) {
     mark(&nd[N_CSYNC], &plan->call[MFC_CRITIC_TRAIN]);
     mark(&nd[N_CSYNC], &plan->call[MFC_CRITIC_INF]);
-    PetscCall(cost_sync_time(p, &w->critic, plan, &plan->call[MFC_CRITIC_TRAIN], &plan->call[MFC_CRITIC_INF], &nd[N_CSYNC].dur));
+    PetscCall(sync_time(p, &w->critic, plan, &plan->call[MFC_CRITIC_TRAIN], &plan->call[MFC_CRITIC_INF], &nd[N_CSYNC].dur));
     dep(&nd[N_CINF], N_CSYNC);
   }
   est->sync_s[0] = nd[N_ASYNC].dur;
