@@ -74,6 +74,13 @@ typedef struct {
   int        id;         /* sample id: the RNG key's sample component (unique within an iteration) */
   const int *prompt;
   int        prompt_len; /* >= 1 */
+  /* A sample that goes on (partial rollouts, docs/async.md): the last
+   * `resumed` tokens of prompt are its response so far, drawn earlier; they
+   * count toward max_new_tokens and min_new_tokens, and its draws continue
+   * at their positions. budget: at most this many new tokens in this call
+   * (0: until EOS or max_new_tokens); a sample stopped by it has eos 0 and
+   * fewer than max_new_tokens tokens. */
+  int        resumed, budget;
 } GenRequest;
 
 /* Results of gen_generate for n requests, in request order. Row i of the

@@ -42,6 +42,8 @@ typedef struct {
   PetscInt    async_staleness;               /* -async_staleness K: iteration i trains on samples generated with the weights of iteration i-K (0: synchronous) */
   PetscInt    async_correction;              /* PPOAsyncCorrection */
   PetscReal   async_is_cap;                  /* -async_is_cap: the behaviour importance weight's cap (0: none) */
+  PetscInt    async_partial;                 /* -async_partial S: new tokens a sample draws per iteration before it waits for newer weights (0: to the end) */
+  PetscInt    async_partial_extra;           /* -async_partial_extra: prompts in flight beyond a batch's (-1: a batch's) */
   /* rewards (-reward_*): the reward model's score times its weight, plus
    * rule functions of the response text, plus a user's command. src/reward
    * reads and checks them (reward_options_check). */

@@ -3,9 +3,11 @@
 # ranks of its own as on 1 rank, rollouts.h5's versions and behaviour weights
 # recomputed in numpy (decoupled PPO's mask over the cap), a restart from a
 # checkpoint holding generated batches bit-identical to the unbroken run,
-# and bad values refused with one line.
+# partial rollouts (-async_partial: token versions recorded, the same on 1
+# and 2 ranks, a restart with samples in flight bit-identical), and bad
+# values refused with one line.
 . regression/lib.sh
-plan 15
+plan 24
 d="$RLFUSE_TMP/async"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -1 $d/sft.log)"
@@ -96,6 +98,46 @@ assert abs(s / a - g) < 0.006 and g > 1, (a, s, g)
 for k, x, gk in rows:
     assert abs(s / float(x) - float(gk)) < 0.006, (k, x, gk)
 PY
+# partial rollouts: at most 4 new tokens per sample and iteration, the rest with newer weights
+mpirun 1 $R -async_staleness 1 -async_partial 4 -output_dir $d/p1 >$d/p1.log 2>&1 || not_ok "partial K=1 on 1 rank: $(tail -1 $d/p1.log)"
+mpirun 1 $R -async_staleness 1 -async_partial 4 -output_dir $d/p1b >$d/p1b.log 2>&1
+check "partial rollouts (K=1, -async_partial 4) repeat bit for bit" bits $d/p1 $d/p1b
+check "partial rollouts differ from whole samples (the comparison can fail)" differ $d/k1 $d/p1
+"$PYTHON" - $d/p1 5.0 <<'PY' && ok "partial rollouts' rollouts.h5: each token's version recorded (non-decreasing along a row, up to the generating iteration; rows spanning versions), a row's version its oldest token's, behaviour weights per token from each token's own log-probability; run.h5's resumed share" || not_ok "partial rollouts' rollouts.h5 or run.h5 (see $d/p1)"
+import sys, h5py, numpy as np
+d, cap = sys.argv[1], float(sys.argv[2])
+spanning = 0
+with h5py.File(d + "/rollouts.h5", "r") as f:
+    for i in range(4):
+        it = f[f"iter_{i}"]
+        tv, v = it["token_versions"][()], it["versions"][()]
+        lp, px, w = (it[k][()].astype(np.float64) for k in ("logprobs", "prox_logprobs", "behaviour_weights"))
+        P, L = it["prompt_lengths"][()], it["response_lengths"][()]
+        for b in range(len(P)):
+            s, e = P[b], P[b] + L[b]
+            t = tv[b, s:e]
+            assert L[b] >= 1 and (np.diff(t) >= 0).all() and t.max() <= max(0, i - 1) and t.min() == v[b], (i, b, t, v[b])
+            spanning += int(t.min() != t.max())
+            rho = np.exp(px[b, s:e] - lp[b, s:e])
+            assert np.abs(w[b, s:e] - np.where(rho > cap, 0.0, rho)).max() <= 1e-6 * (1 + rho.max()), (i, b)
+assert spanning > 0, "no row spans two versions: nothing went on across iterations"
+with h5py.File(d + "/run.h5", "r") as f:
+    m = f["metrics"]
+    assert m["async_resumed_frac"][()].max() > 0 and (m["async_pool_rows"][()] > 0).all()
+PY
+mpirun 2 $R -async_staleness 1 -async_partial 4 -placement disaggregate -output_dir $d/p1d2 >$d/p1d2.log 2>&1 || not_ok "partial K=1 on 2 ranks: $(tail -1 $d/p1d2.log)"
+check "partial rollouts on 2 ranks disaggregated: final weights as on 1 rank" "$PYTHON" tools/ckpt_diff.py $d/p1/final.h5 $d/p1d2/final.h5
+P="-async_staleness 2 -async_partial 3 -algo grpo -grpo_group 4 -ppo_iterations 5"
+mpirun 1 $R $P -checkpoint_every 2 -output_dir $d/pu >$d/pu.log 2>&1 || not_ok "partial GRPO K=2 unbroken: $(tail -1 $d/pu.log)"
+mpirun 1 $R $P -restart $d/pu/ckpt_000002.h5 -output_dir $d/pr >$d/pr.log 2>&1 || not_ok "partial GRPO K=2 restart: $(tail -1 $d/pr.log)"
+partial_restarted_same() { in_flight $d/pu/ckpt_000002.h5 && bits $d/pu $d/pr; }
+in_flight() { "$PYTHON" -c "import h5py,sys; p=h5py.File(sys.argv[1])['async/pool']; L,e=p['response_lengths'][()],p['ended'][()]; sys.exit(0 if ((L>0)&(e==0)).any() else 1)" $1; }
+check "partial GRPO K=2 restarted at iteration 2 with samples in flight (checkpoint /async/pool: some begun, not ended): the unbroken run's weights bit for bit" \
+  partial_restarted_same
+keep=$d/pu expect_error "a restart with another -async_partial, into the run's directory: nothing there changed" "restart it with the same -async_partial" $R -async_staleness 2 -async_partial 5 -algo grpo -grpo_group 4 -ppo_iterations 5 -restart $d/pu/ckpt_000002.h5 -output_dir $d/pu
+expect_error "-async_partial without -async_staleness" "-async_partial 4 needs -async_staleness >= 1" $R -async_partial 4 -output_dir $d/bad5
+expect_error "-async_partial with -gen_top_k" "-async_partial with -gen_top_k, -gen_top_p or -gen_min_new_tokens" $R -async_staleness 1 -async_partial 4 -gen_top_k 5 -output_dir $d/bad6
+expect_error "-async_partial at -gen_max_new_tokens" "-async_partial 12 must be below -gen_max_new_tokens 12" $R -async_staleness 1 -async_partial 12 -output_dir $d/bad7
 expect_error "-async_staleness -1" "-async_staleness -1 must be in \[0, 64\]" $R -async_staleness -1 -output_dir $d/bad2
 expect_error "-async_is_cap 0.5" "-async_is_cap 0.5 must be 0 (no cap) or at least 1" $R -async_staleness 1 -async_is_cap 0.5 -output_dir $d/bad3
 expect_error "-async_staleness with -fuse_gen_inf stream" "-async_staleness 1 with -fuse_gen_inf stream" $R -async_staleness 1 -fuse_gen_inf stream -output_dir $d/bad4

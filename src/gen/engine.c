@@ -31,7 +31,7 @@ PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt
   e->Tmax           = max_prompt_len + (int)cfg->max_new_tokens;
   e->V              = V;
   e->nslot          = S;
-  R                 = S * max_prompt_len;
+  R                 = S * e->Tmax; /* a prefill's rows: a resumed sample's prompt holds its response so far */
   PetscCall(model_cached_batch_invariant(lm, cfg->batch_invariant));
   e->resident = model_cached_resident_ok(lm);
   e->graphs   = (PetscBool)(e->resident && lm->be->graph_begin);
@@ -199,8 +199,11 @@ static PetscErrorCode check_requests(const GenEngine *e, int n, const GenRequest
   PetscCheck(b->mask_off || !gen_masked(&e->cfg), PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
              "gen_generate: top-k, top-p or min_new_tokens restrict the sampling, so the batch must be created with masks (gen_batch_create(..., gen_masked(cfg), ...))");
   for (int i = 0; i < n; i++) {
-    PetscCheck(req[i].prompt && req[i].prompt_len >= 1 && req[i].prompt_len <= e->max_prompt_len, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-               "gen_generate: request %d (id %d) has a prompt of %d tokens; it must have 1 to %d (the engine's max_prompt_len)", i, req[i].id, req[i].prompt_len,
+    PetscCheck(req[i].resumed >= 0 && req[i].resumed < e->cfg.max_new_tokens && req[i].resumed < req[i].prompt_len && req[i].budget >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "gen_generate: request %d (id %d) resumes after %d response tokens with a budget of %d; it must resume after 0 to %" PetscInt_FMT " tokens of its %d and have a budget >= 0", i, req[i].id,
+               req[i].resumed, req[i].budget, e->cfg.max_new_tokens - 1, req[i].prompt_len);
+    PetscCheck(req[i].prompt && req[i].prompt_len - req[i].resumed >= 1 && req[i].prompt_len - req[i].resumed <= e->max_prompt_len, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "gen_generate: request %d (id %d) has a prompt of %d tokens; it must have 1 to %d (the engine's max_prompt_len)", i, req[i].id, req[i].prompt_len - req[i].resumed,
                e->max_prompt_len);
     for (int t = 0; t < req[i].prompt_len; t++)
       PetscCheck(req[i].prompt[t] >= 0 && req[i].prompt[t] < e->V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
@@ -336,7 +339,7 @@ static void draw_setup(GenEngine *e, const GenRequest *req, const GenBatch *b, i
   e->draw_row[j] = e->slot_row[s];
   e->draw_id[j]  = req[i].id;
   e->draw_pos[j] = b->prompt_len[i] + n_new;
-  e->draw_ban[j] = n_new < e->cfg.min_new_tokens;
+  e->draw_ban[j] = req[i].resumed + n_new < e->cfg.min_new_tokens;
 }
 
 /* Whether draw j's set is every id but the banned EOS (its ban on, nothing
@@ -358,7 +361,8 @@ static PetscErrorCode draw_record_set(GenEngine *e, size_t k, int j)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Records running slot j's drawn token and stops the sample at EOS or max_new_tokens. */
+/* Records running slot j's drawn token and stops the sample at EOS,
+ * max_new_tokens (its resumed tokens included) or its budget. */
 static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest *req, GenBatch *b, int j, int *nfinished)
 {
   int    s = e->running[j], i = e->slot_req[s], t = b->prompt_len[i] + b->response_len[i], tok = e->draw_tok[j];
@@ -372,7 +376,7 @@ static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest
   b->response_len[i]++;
   b->new_tokens++;
   if (gen_is_stop(&e->cfg, tok)) b->eos[i] = 1;
-  if (b->eos[i] || b->response_len[i] == e->cfg.max_new_tokens) {
+  if (b->eos[i] || req[i].resumed + b->response_len[i] == e->cfg.max_new_tokens || b->response_len[i] == req[i].budget) {
     e->slot_req[s]              = -1;
     e->finished[(*nfinished)++] = i;
     if (b->mask_off) PetscCall(mask_publish(e, b, i));

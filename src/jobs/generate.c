@@ -51,7 +51,7 @@ static PetscErrorCode generate_rows(const RunCtx *run, DModel *dm, const Generat
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(B, &req));
-  for (int b = 0; b < B; b++) req[b] = (GenRequest){b, p->tokens + (size_t)b * p->T, p->lengths[b]};
+  for (int b = 0; b < B; b++) req[b] = (GenRequest){b, p->tokens + (size_t)b * p->T, p->lengths[b], 0, 0};
   PetscCall(PetscCalloc2((size_t)B * (T + 3), &ibuf, (size_t)B * T, &fbuf));
   if (dmodel_member(dm)) {
     GenEngine *eng;

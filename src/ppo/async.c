@@ -22,11 +22,14 @@ PetscErrorCode async_create(const PPOOptions *o, int B, int T, PetscBool masked,
     PetscCall(rollout_create(B, T, masked, r));
     PetscCall(PetscCalloc1(B, &r->version));
     PetscCall(PetscCalloc2((size_t)B * T, &r->prox, (size_t)B * T, &r->isw));
+    if (o->async_partial) PetscCall(PetscCalloc2((size_t)B * T, &r->tver, B, &r->ppos));
     r->answer = q->answer + (size_t)s * B;
     r->meta   = q->meta + (size_t)s * B;
     r->pidx   = q->pidx + (size_t)s * B;
     r->batch  = -1;
   }
+  q->partial = (PetscBool)(o->async_partial > 0);
+  if (q->partial) PetscCall(async_pool_create(o, T, &q->pool));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -36,8 +39,10 @@ PetscErrorCode async_destroy(AsyncQueue *q)
   for (int s = 0; s < q->n; s++) {
     PetscCall(PetscFree(q->slot[s].version));
     PetscCall(PetscFree2(q->slot[s].prox, q->slot[s].isw));
+    PetscCall(PetscFree2(q->slot[s].tver, q->slot[s].ppos));
     PetscCall(rollout_destroy(&q->slot[s]));
   }
+  PetscCall(async_pool_destroy(&q->pool));
   PetscCall(PetscFree3(q->slot, q->ready, q->data_pos));
   PetscCall(PetscFree4(q->answer, q->meta, q->pidx, q->abuf));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -93,14 +98,20 @@ PetscErrorCode async_record(RunRecord *rec, const AsyncQueue *q, const Rollout *
   double lag = 0, lag_max = 0, toks = 0, old = 0;
 
   PetscFunctionBegin;
-  for (int b = 0; b < r->B; b++) {
+  for (int b = 0; b < r->B; b++) { /* a row's version: that of its oldest token (partial rollouts: rows may span several) */
     double d = (double)(iteration - r->version[b]);
     lag += d;
     lag_max = PetscMax(lag_max, d);
     toks += r->len[b];
-    if (d > 0) old += r->len[b];
+    if (r->tver)
+      for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) old += r->tver[(size_t)b * r->T + t] < iteration;
+    else if (d > 0) old += r->len[b];
   }
   lag /= r->B;
+  if (q->partial) { /* the rows that went on across iterations; the pool's samples in flight */
+    PetscCall(record_metric(rec, "async_resumed_frac", (double)q->pool.resumed / r->B));
+    PetscCall(record_metric(rec, "async_pool_rows", (double)q->pool.n));
+  }
   PetscCall(record_metric(rec, "async_staleness_mean", lag));
   PetscCall(record_metric(rec, "async_staleness_max", lag_max));
   PetscCall(record_metric(rec, "async_stale_token_frac", toks > 0 ? old / toks : 0));
@@ -124,6 +135,48 @@ typedef struct {
   AsyncQueue *q;
   int64_t     from; /* the first batch not yet trained on */
 } AsyncSave;
+
+/* Prompt positions as the file's int32 (a run of 2^31 prompts is refused). */
+static PetscErrorCode int32_positions(const int64_t *pos, int n, int *out)
+{
+  PetscFunctionBegin;
+  for (int i = 0; i < n; i++) {
+    PetscCheck(pos[i] >= 0 && pos[i] <= PETSC_MAX_INT, PETSC_COMM_SELF, PETSC_ERR_SUP, "checkpoint: prompt position %" PetscInt64_FMT " does not fit the file's int32", pos[i]);
+    out[i] = (int)pos[i];
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Partial rollouts: group /async/pool, the samples in flight (whole
+ * groups, oldest first) with attributes partial, extra and rows. */
+static PetscErrorCode pool_write(IoId g, const AsyncPool *p)
+{
+  IoId        h = IO_NONE;
+  int         n = p->n, T = p->T, *pos;
+  const char *an[] = {"partial", "group", "capacity", "rows"};
+  double      av[] = {(double)p->S, (double)p->G, (double)p->cap, (double)n};
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(n + 1, &pos));
+  PetscCall(int32_positions(p->ppos, n, pos));
+  PetscCall(io_group_create(g, "checkpoint", "pool", &h));
+  if (n > 0) {
+    IODataset d[] = {
+      {"tokens",           2, {n, T}, p->tokens,     PETSC_TRUE },
+      {"logprobs",         2, {n, T}, p->logprobs,   PETSC_FALSE},
+      {"token_versions",   2, {n, T}, p->tver,       PETSC_TRUE },
+      {"prompt_lengths",   1, {n, 1}, p->prompt_len, PETSC_TRUE },
+      {"response_lengths", 1, {n, 1}, p->len,        PETSC_TRUE },
+      {"eos",              1, {n, 1}, p->eos,        PETSC_TRUE },
+      {"ended",            1, {n, 1}, p->done,       PETSC_TRUE },
+      {"prompt_positions", 1, {n, 1}, pos,           PETSC_TRUE },
+    };
+    PetscCall(io_group_fill(h, d, 8, an, av, 4));
+  } else PetscCall(io_group_fill(h, NULL, 0, an, av, 4));
+  PetscCall(io_close(&h));
+  PetscCall(PetscFree(pos));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
 static AsyncSave async_save;
 
 static PetscErrorCode async_write(IoId file, void *ctx)
@@ -135,13 +188,14 @@ static PetscErrorCode async_write(IoId file, void *ctx)
   PetscFunctionBegin;
   PetscCall(io_group_create(file, "checkpoint", "async", &g));
   PetscCall(io_attr_write_double(g, "staleness", (double)q->K));
+  if (q->partial) PetscCall(pool_write(g, &q->pool));
   for (int s = 0; s < q->n; s++) {
     Rollout       *r = &q->slot[s];
     const GenBatch *gb = &r->gen;
     int            B = r->B, T = r->T, nd = 6;
     char           name[32];
     IoId           h = IO_NONE;
-    IODataset      d[8] = {
+    IODataset      d[10] = {
       {"tokens",           2, {B, T}, gb->tokens,       PETSC_TRUE },
       {"logprobs",         2, {B, T}, gb->logprobs,     PETSC_FALSE},
       {"prompt_lengths",   1, {B, 1}, gb->prompt_len,   PETSC_TRUE },
@@ -151,8 +205,14 @@ static PetscErrorCode async_write(IoId file, void *ctx)
     };
     const char *an[] = {"batch", "data_pos"};
     double      av[] = {(double)r->batch, (double)q->data_pos[s]};
+    int         pos[q->partial ? B : 1];
 
     if (!q->ready[s] || r->batch < a->from) continue;
+    if (r->tver) { /* partial rollouts: each token's version, each row's prompt (rows come from several batches' prompts) */
+      PetscCall(int32_positions(r->ppos, B, pos));
+      d[nd++] = (IODataset){"token_versions", 2, {B, T}, r->tver, PETSC_TRUE};
+      d[nd++] = (IODataset){"prompt_positions", 1, {B, 1}, pos, PETSC_TRUE};
+    }
     if (gb->mask_off) {
       d[nd++] = (IODataset){"mask_off", 1, {B * T + 1, 1}, gb->mask_off, PETSC_TRUE};
       d[nd++] = (IODataset){"mask_ids", 1, {PetscMax(1, gb->mask_off[(size_t)B * T]), 1}, gb->mask_ids, PETSC_TRUE};
@@ -181,6 +241,8 @@ typedef struct {
   int64_t     from;
   double      staleness;
   double      have[PPO_ASYNC_MAX], pos[PPO_ASYNC_MAX]; /* per batch from + j */
+  double      pool[4];           /* partial rollouts: /async/pool's partial, group, capacity, rows (all 0 without) */
+  int        *ppos;              /* room for a batch's or the pool's prompt positions */
   int         phase;             /* 0: headers; 1: the rows of the batches found */
 } AsyncLoad;
 
@@ -193,6 +255,36 @@ static PetscErrorCode async_read_rows(IoId h, const char *path, const char *name
 
 static const char *async_load_path;
 
+/* /async/pool: its attributes (phase 0), its rows into the queue's pool
+ * when this run has one of the same shape (phase 1). */
+static PetscErrorCode pool_read(IoId g, AsyncLoad *a)
+{
+  const char *an[] = {"partial", "group", "capacity", "rows"};
+  AsyncPool  *p    = &a->q->pool;
+  IoId        h    = IO_NONE;
+  int         n;
+
+  PetscFunctionBegin;
+  PetscCall(io_group_open(g, "checkpoint /async", "pool", &h));
+  if (a->phase == 0)
+    for (int k = 0; k < 4; k++) PetscCall(io_attr_read_double(h, "checkpoint /async/pool", an[k], &a->pool[k]));
+  n = (int)a->pool[3];
+  if (a->phase == 1 && a->q->partial && n > 0) {
+    long long nT = (long long)n * p->T;
+    PetscCall(async_read_rows(h, async_load_path, "tokens", IO_INT, p->tokens, nT));
+    PetscCall(async_read_rows(h, async_load_path, "logprobs", IO_FLOAT, p->logprobs, nT));
+    PetscCall(async_read_rows(h, async_load_path, "token_versions", IO_INT, p->tver, nT));
+    PetscCall(async_read_rows(h, async_load_path, "prompt_lengths", IO_INT, p->prompt_len, n));
+    PetscCall(async_read_rows(h, async_load_path, "response_lengths", IO_INT, p->len, n));
+    PetscCall(async_read_rows(h, async_load_path, "eos", IO_INT, p->eos, n));
+    PetscCall(async_read_rows(h, async_load_path, "ended", IO_INT, p->done, n));
+    PetscCall(async_read_rows(h, async_load_path, "prompt_positions", IO_INT, a->ppos, n));
+    for (int i = 0; i < n; i++) p->ppos[i] = a->ppos[i];
+  }
+  PetscCall(io_close(&h));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode async_read(IoId file, void *ctx)
 {
   AsyncLoad *a = (AsyncLoad *)ctx;
@@ -202,6 +294,7 @@ static PetscErrorCode async_read(IoId file, void *ctx)
   if (!io_is_group(file, "async")) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(io_group_open(file, "checkpoint", "async", &g));
   if (a->phase == 0) PetscCall(io_attr_read_double(g, "checkpoint /async", "staleness", &a->staleness));
+  if (io_is_group(g, "pool")) PetscCall(pool_read(g, a));
   for (int j = 0; j < a->q->K; j++) {
     char     name[32];
     IoId     h = IO_NONE;
@@ -223,6 +316,11 @@ static PetscErrorCode async_read(IoId file, void *ctx)
       PetscCall(async_read_rows(h, async_load_path, "response_lengths", IO_INT, gb->response_len, r->B));
       PetscCall(async_read_rows(h, async_load_path, "eos", IO_INT, gb->eos, r->B));
       PetscCall(async_read_rows(h, async_load_path, "versions", IO_INT, r->version, r->B));
+      if (r->tver) {
+        PetscCall(async_read_rows(h, async_load_path, "token_versions", IO_INT, r->tver, BT));
+        PetscCall(async_read_rows(h, async_load_path, "prompt_positions", IO_INT, a->ppos, r->B));
+        for (int k = 0; k < r->B; k++) r->ppos[k] = a->ppos[k];
+      }
       if (gb->mask_off) {
         long long nid;
         PetscCall(async_read_rows(h, async_load_path, "mask_off", IO_INT, gb->mask_off, BT + 1));
@@ -244,27 +342,63 @@ static PetscErrorCode async_read(IoId file, void *ctx)
 PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *o, PromptSource *ps, AsyncQueue *q, int64_t from, int *found)
 {
   AsyncQueue none = {0};
-  AsyncLoad  a    = {q ? q : &none, from, 0, {0}, {0}, 0};
+  AsyncLoad  a    = {q ? q : &none, from, 0, {0}, {0}, {0}, NULL, 0};
+  int        room = q ? PetscMax(q->slot[0].Bcap, q->pool.cap) : 1;
 
   PetscFunctionBegin;
   *found          = 0;
   async_load_path = path;
+  PetscCall(PetscMalloc1(room + 1, &a.ppos));
   PetscCall(io_read_on_root(comm, "checkpoint", path, async_read, &a));
   PetscCallMPI(MPI_Bcast(&a.staleness, 1, MPI_DOUBLE, 0, comm));
+  PetscCallMPI(MPI_Bcast(a.pool, 4, MPI_DOUBLE, 0, comm));
   /* a synchronous run's checkpoint may go on asynchronously (the first batches are generated at the restart) */
   PetscCheck(a.staleness == 0 || (PetscInt)a.staleness == o->async_staleness, comm, PETSC_ERR_ARG_INCOMP, "-restart %s was written with -async_staleness %.0f and holds its queue of generated batches: restart it with -async_staleness %.0f (not %" PetscInt_FMT ")", path,
              a.staleness, a.staleness, o->async_staleness);
-  if (!q) PetscFunctionReturn(PETSC_SUCCESS);
+  /* partial rollouts in flight go on only into a pool of the same shape; batches without prompt positions only without one */
+  PetscCheck(a.staleness == 0 || (a.pool[0] > 0) == (o->async_partial > 0), comm, PETSC_ERR_ARG_INCOMP, "-restart %s was written %s -async_partial: restart it %s", path, a.pool[0] > 0 ? "with" : "without",
+             a.pool[0] > 0 ? "with the same -async_partial and -async_partial_extra" : "with -async_partial 0");
+  if (a.pool[0] > 0) {
+    int G = ppo_algo(o)->groups ? (int)o->group : 1, cap = (int)(o->rollout_batch + o->async_partial_extra * G);
+    PetscCheck((int)a.pool[0] == (int)o->async_partial && (int)a.pool[2] == cap && (int)a.pool[1] == G, comm, PETSC_ERR_ARG_INCOMP,
+               "-restart %s holds partial rollouts of -async_partial %.0f in a pool of %.0f rows (groups of %.0f): restart it with the same -async_partial, -async_partial_extra and -grpo_group (now %" PetscInt_FMT ", %d rows, groups of %d)", path, a.pool[0], a.pool[2],
+               a.pool[1], o->async_partial, cap, G);
+  }
+  if (!q) {
+    PetscCall(PetscFree(a.ppos));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
   PetscCallMPI(MPI_Bcast(a.have, PPO_ASYNC_MAX, MPI_DOUBLE, 0, comm));
   PetscCallMPI(MPI_Bcast(a.pos, PPO_ASYNC_MAX, MPI_DOUBLE, 0, comm));
   for (int j = 0; j < q->K; j++) /* the prompts' answers and indices, as when the batch was generated */
     if (a.have[j]) {
       int used;
+      if (q->partial) { /* each row's own prompt, once its position is read */
+        Rollout *r    = async_slot(q, from + j);
+        r->batch      = from + j;
+        r->dyn_rounds = 1;
+        r->off_policy = r->frozen_done = PETSC_FALSE;
+        continue;
+      }
       PetscCall(prompts_next(ps, o, (int64_t)a.pos[j], 0, &used));
       PetscCall(async_keep_prompts(q, ps, from + j, (int64_t)a.pos[j]));
     }
   a.phase = 1;
   PetscCall(io_read_on_root(comm, "checkpoint", path, async_read, &a));
+  if (q->partial && a.pool[0] > 0) {
+    AsyncPool *p  = &q->pool;
+    size_t     nT = (size_t)a.pool[3] * p->T;
+    p->n          = (int)a.pool[3];
+    PetscCall(io_bcast(p->tokens, nT, MPI_INT, comm));
+    PetscCall(io_bcast(p->logprobs, nT, MPI_FLOAT, comm));
+    PetscCall(io_bcast(p->tver, nT, MPI_INT, comm));
+    PetscCall(io_bcast(p->prompt_len, (size_t)p->n, MPI_INT, comm));
+    PetscCall(io_bcast(p->len, (size_t)p->n, MPI_INT, comm));
+    PetscCall(io_bcast(p->eos, (size_t)p->n, MPI_INT, comm));
+    PetscCall(io_bcast(p->done, (size_t)p->n, MPI_INT, comm));
+    PetscCall(io_bcast(p->ppos, (size_t)p->n, MPI_INT64_T, comm));
+    PetscCall(async_pool_prompts(q, ps, o, NULL));
+  }
   for (int j = 0; j < q->K; j++) {
     Rollout  *r  = async_slot(q, from + j);
     GenBatch *gb = &r->gen;
@@ -277,6 +411,11 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
     PetscCall(io_bcast(gb->response_len, (size_t)r->B, MPI_INT, comm));
     PetscCall(io_bcast(gb->eos, (size_t)r->B, MPI_INT, comm));
     PetscCall(io_bcast(r->version, (size_t)r->B, MPI_INT, comm));
+    if (q->partial) {
+      PetscCall(io_bcast(r->tver, BT, MPI_INT, comm));
+      PetscCall(io_bcast(r->ppos, (size_t)r->B, MPI_INT64_T, comm));
+      PetscCall(async_pool_prompts(q, ps, o, r));
+    }
     if (gb->mask_off) {
       size_t nid;
       PetscCall(io_bcast(gb->mask_off, BT + 1, MPI_INT, comm));
@@ -293,5 +432,6 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
     q->ready[(from + j) % q->n] = PETSC_TRUE;
     (*found)++;
   }
+  PetscCall(PetscFree(a.ppos));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

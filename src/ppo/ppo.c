@@ -86,6 +86,8 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptInt("-staleness", "K: iteration i trains on samples generated with the weights of iteration i-K, so that generating the next batches overlaps training when the plan puts generation on ranks of its own (0: synchronous; docs/async.md)", 0, &o->async_staleness);
   RfOptEnum("-correction", "How samples from older weights are weighed: decoupled (PPO's ratio against the current weights times the behaviour importance weight, tokens over -async_is_cap left out), tis (that weight truncated at the cap) or none (PPO's ratio against the generating weights)", async_corr_names, 3, &o->async_correction);
   RfOptReal("-is_cap", "The behaviour importance weight's cap (-async_correction decoupled: tokens above it leave the loss; tis: truncated to it; 0: no cap)", 5.0, &o->async_is_cap);
+  RfOptInt("-partial", "Partial rollouts: the new tokens a sample may draw per iteration; one still running then goes on in the next iteration with newer weights, each token keeping the version that drew it (0: every sample runs to its end; docs/async.md)", 0, &o->async_partial);
+  RfOptInt("-partial_extra", "Partial rollouts: prompts kept in flight beyond a batch's, so that a batch fills from the samples that end (-1: a batch's prompts)", -1, &o->async_partial_extra);
   PetscOptionsEnd();
   PetscCall(reward_options_from_options(&o->reward)); /* src/reward owns the -reward_ options */
   PetscOptionsBegin(PETSC_COMM_WORLD, "grpo_", "GRPO", NULL);
@@ -145,6 +147,15 @@ static PetscErrorCode ppo_check_options(PPOOptions *o)
   PetscCheck(o->async_is_cap == 0 || o->async_is_cap >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_is_cap %g must be 0 (no cap) or at least 1", (double)o->async_is_cap);
   PetscCheck(!o->async_staleness || !o->dynamic_sampling, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-async_staleness %" PetscInt_FMT " with -ppo_dynamic_sampling: the selection's later rounds would generate inside the training iteration; use one of them", o->async_staleness);
   PetscCheck(!o->async_staleness || o->plan.fuse == FUSE_NONE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-async_staleness %" PetscInt_FMT " with -fuse_gen_inf %s: the fused rollouts stream one batch into inference; use -fuse_gen_inf none", o->async_staleness, FuseModeNames[o->plan.fuse]);
+  if (o->async_partial) {
+    int k = ppo_algo(o)->groups ? (int)o->group : 1;
+    PetscCheck(o->async_partial > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_partial %" PetscInt_FMT " must be >= 0 (0: off)", o->async_partial);
+    PetscCheck(o->async_staleness >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-async_partial %" PetscInt_FMT " needs -async_staleness >= 1: a sample that goes on with newer weights is trained on by a later iteration", o->async_partial);
+    PetscCheck(o->async_partial < o->gen.max_new_tokens, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_partial %" PetscInt_FMT " must be below -gen_max_new_tokens %" PetscInt_FMT " (at or above it every sample ends in its first iteration)", o->async_partial, o->gen.max_new_tokens);
+    PetscCheck(!gen_masked(&o->gen), PETSC_COMM_WORLD, PETSC_ERR_SUP, "-async_partial with -gen_top_k, -gen_top_p or -gen_min_new_tokens: the allowed sets of a sample that goes on are not kept across iterations yet; use full-length samples (-async_partial 0)");
+    if (o->async_partial_extra < 0) o->async_partial_extra = o->rollout_batch / k;
+    PetscCheck(o->async_partial_extra >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_partial_extra %" PetscInt_FMT " must be >= 1 (prompts in flight beyond a batch's) or -1 (a batch's)", o->async_partial_extra);
+  } else PetscCheck(o->async_partial_extra == -1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-async_partial_extra %" PetscInt_FMT " sizes partial rollouts, which are off (-async_partial 0)", o->async_partial_extra);
   PetscCheck(o->eval_show >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_show %" PetscInt_FMT " must be >= 0", o->eval_show);
   PetscCheck(o->eval_samples >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_samples %" PetscInt_FMT " must be >= 1", o->eval_samples);
   PetscCheck(o->eval_samples == 1 || !(o->gen.greedy || o->eval_greedy), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_eval_samples %" PetscInt_FMT " with %s: greedy responses to one prompt are all the same", o->eval_samples, o->gen.greedy ? "-gen_greedy" : "-ppo_eval_greedy");
@@ -519,8 +530,12 @@ static PetscErrorCode ppo_async_fill(const RunCtx *run, const PPOOptions *o, PPO
     int           used;
 
     if (q->ready[b % q->n] && async_slot(q, b)->batch == b) continue;
-    PetscCall(prompts_next(ps, o, st->data_pos, 0, &used));
-    PetscCall(async_keep_prompts(q, ps, b, st->data_pos));
+    used = 0;
+    if (q->partial) PetscCall(async_pool_admit(q, ps, o, b, &st->data_pos));
+    else {
+      PetscCall(prompts_next(ps, o, st->data_pos, 0, &used));
+      PetscCall(async_keep_prompts(q, ps, b, st->data_pos));
+    }
     PetscCall(ppo_iteration_async(m, o, ps, q, NULL, async_slot(q, b), pb, st, &ts, &tm));
     st->data_pos += used;
     made++;
@@ -577,8 +592,11 @@ static PetscErrorCode ppo_loop(const RunCtx *run, const PPOOptions *o, const Pla
       rp = async_slot(&q, it);
       PetscCheck(q.ready[it % q.n] && rp->batch == it, PETSC_COMM_SELF, PETSC_ERR_PLIB, "asynchronous queue: batch %d is not there", it);
       if (it + K < o->iterations) {
-        PetscCall(prompts_next(ps, o, st->data_pos, 0, &used));
-        PetscCall(async_keep_prompts(&q, ps, it + K, st->data_pos));
+        if (q.partial) PetscCall(async_pool_admit(&q, ps, o, it + K, &st->data_pos)); /* advances data_pos by the prompts it starts */
+        else {
+          PetscCall(prompts_next(ps, o, st->data_pos, 0, &used));
+          PetscCall(async_keep_prompts(&q, ps, it + K, st->data_pos));
+        }
         next = async_slot(&q, it + K);
       }
       PetscCall(ppo_iteration_async(m, o, ps, &q, rp, next, &pb, st, &ts, &tm));

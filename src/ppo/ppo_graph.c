@@ -504,6 +504,28 @@ static PetscErrorCode share_generation_async(void *ctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Partial rollouts (-async_partial, src/ppo/async_pool.c): the pool's
+ * samples not yet ended, drawn with the weights the iteration started with
+ * (version: iterations trained so far); the batch is then taken from it. */
+static PetscErrorCode run_generation_pool(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(PetscLogEventBegin(sys_log.generate, 0, 0, 0, 0));
+  PetscCall(async_pool_generate(&c->q->pool, ppo_gen_model(c->m), c->o, c->max_prompt, (uint64_t)c->st->seed, c->draw, &c->part));
+  PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode share_generation_pool(void *ctx)
+{
+  IterCtx *c = (IterCtx *)ctx;
+  PetscFunctionBegin;
+  PetscCall(async_pool_share(c->q, ppo_gen_model(c->m)->mesh, c->o, &c->part, (int)c->st->iteration, c->r));
+  if (c->m->gen_drop) PetscCall(dmodel_release(&c->m->actor_gen, PETSC_FALSE));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Whether the frozen models' calls can run with the generation: their
  * meshes are the generation's, each replica one rank (its rows are there
  * once generated), without allowed sets (kept in the batch's packed form
@@ -553,7 +575,7 @@ PetscErrorCode ppo_iteration_async(PPOModels *m, const PPOOptions *o, PromptSour
   c.ps = g.ps = ps, c.max_prompt = g.max_prompt = ps->max_prompt, c.st = g.st = st, c.ts = g.ts = ts, c.q = g.q = q;
   g.req = ps->req;
   if (cur) c.draw = (uint32_t)cur->batch;
-  if (next) g.draw = (uint32_t)next->batch, next->B = next->gen.n = next->Bcap, g.frozen = frozen_with_generation(m, o);
+  if (next) g.draw = (uint32_t)next->batch, next->B = next->gen.n = next->Bcap, g.frozen = (PetscBool)(!q->partial && frozen_with_generation(m, o));
   if (cur && cur->frozen_done) given[4] = "ref_logprobs", given[5] = rm ? "scores" : NULL; /* computed with its generation */
   PetscCall(PetscMemzero(ts, sizeof *ts));
   PetscCall(PetscMemzero(tm, sizeof *tm));
@@ -563,7 +585,7 @@ PetscErrorCode ppo_iteration_async(PPOModels *m, const PPOOptions *o, PromptSour
       nodes[n++] = (ExecNode){"actor_sync", {"actor_weights"}, {"gen_weights"}, (PetscBool)(dmodel_member(&m->actor) || dmodel_member(&m->actor_gen)), run_actor_sync, NULL, &g, PETSC_FALSE, PETSC_FALSE};
     }
     k_gen      = n;
-    nodes[n++] = (ExecNode){"generation", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights"}, {"next_responses"}, dmodel_member(gen), run_generation_async, share_generation_async, &g, g.frozen, PETSC_TRUE};
+    nodes[n++] = (ExecNode){"generation", {"prompts", m->gen_copy ? "gen_weights" : "actor_weights"}, {"next_responses"}, dmodel_member(gen), q->partial ? run_generation_pool : run_generation_async, q->partial ? share_generation_pool : share_generation_async, &g, g.frozen, PETSC_TRUE};
   }
   if (cur) {
     if (crit && m->critic_copy) k_sync_c = n, nodes[n++] = (ExecNode){"critic_sync", {"critic_weights"}, {"critic_inf_weights"}, (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync, NULL, &c, PETSC_FALSE, PETSC_FALSE};

@@ -117,6 +117,11 @@ typedef struct {
   float       *prox, *isw;                 /* [B,T] */
   PetscBool    off_policy;                 /* prox and isw hold this iteration's values */
   PetscBool    frozen_done;                /* ref and score computed with the generation (ppo_iteration_async) */
+  /* -async_partial (NULL otherwise): the weights version of each response
+   * token (a sample may span several) and each row's prompt position in
+   * the stream (its answer on a restart) */
+  int         *tver;                       /* [B,T] */
+  int64_t     *ppos;                       /* [B] */
 } Rollout;
 
 /* ---- the algorithms as a table (src/ppo/algos.c) --------------------------- */
@@ -335,6 +340,11 @@ PetscErrorCode prompts_destroy(PromptSource *ps);
  * built-in task's answers of each round have their own slots, so rows kept
  * from an earlier round keep theirs. *used: prompts consumed. */
 PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_pos, int round, int *used);
+/* One prompt, the one at stream position pos (partial rollouts' pool,
+ * src/ppo/async_pool.c): its tokens into row (room ps->room) and *len; the
+ * built-in task's answer written to abuf (PPO_ANSWER_LEN bytes), *answer
+ * pointing there or into the prompt file; *meta, *pidx as prompts_next's. */
+PetscErrorCode prompts_at(PromptSource *ps, const PPOOptions *o, int64_t pos, int *row, int *len, char *abuf, const char **answer, const char **meta, int64_t *pidx);
 
 /* ---- the held-out evaluation (src/ppo/eval.c) --------------------------------- */
 /* Mean over sequences of the summed per-token log-ratio to the reference. */
@@ -410,6 +420,29 @@ PetscErrorCode ppo_reward_call(PPOModels *m, const PPOOptions *o, Rollout *r, Pa
  * mesh is apart. The queue's K + 1 slots hold batch b in slot b mod (K+1),
  * each with its own copy of its prompts' answers, metadata and indices. */
 #define PPO_ASYNC_MAX 64 /* the largest -async_staleness */
+/* -async_partial S (src/ppo/async_pool.c): the samples in flight, whole
+ * groups in the order their prompts came (oldest first). Each generation
+ * call draws at most S new tokens for every sample not yet ended, with the
+ * weights of its iteration; the batch it makes is the oldest groups whose
+ * samples have all ended, and if fewer than a batch's have, the oldest
+ * unfinished ones run to their end in the same call. Every rank holds the
+ * pool (the generation's results are shared), and what a sample draws is
+ * keyed by its number in the run (prompt position x group + member), so the
+ * batches do not depend on the layout or the timing. */
+typedef struct {
+  int          S, G, T, cap, n;          /* tokens per call, group size, positions, rows allocated, rows held */
+  int         *tokens, *tver;            /* [cap,T]: prompt and response so far; each response token's version */
+  float       *logprobs;                 /* [cap,T]: behaviour log-probabilities */
+  int         *prompt_len, *len, *eos, *done; /* [cap] */
+  int64_t     *ppos, *pidx;              /* [cap]: prompt position in the stream; index in its source */
+  const char **answer, **meta;           /* [cap]: answer (the built-in task's in abuf), metadata */
+  char        *abuf;                     /* [cap * PPO_ANSWER_LEN] */
+  /* one call: its requests (the rows not ended), their results */
+  GenRequest  *req;
+  int         *row, nreq;                /* [cap]: the pool row of each request */
+  Rollout      res;                      /* B = nreq */
+  int64_t      resumed, made;            /* rows of the last batch that went on from an earlier call; new tokens of the call */
+} AsyncPool;
 typedef struct {
   int          K, n;           /* staleness, slots (K + 1) */
   Rollout     *slot;           /* [n] */
@@ -419,6 +452,8 @@ typedef struct {
   int64_t     *pidx;           /* [n * Bcap] */
   char        *abuf;           /* [n * Bcap * PPO_ANSWER_LEN]: the built-in task's answers */
   RLISStats    is;             /* this iteration's behaviour weights */
+  PetscBool    partial;        /* -async_partial: batches come from the pool */
+  AsyncPool    pool;
 } AsyncQueue;
 PetscErrorCode async_create(const PPOOptions *o, int B, int T, PetscBool masked, AsyncQueue *q);
 PetscErrorCode async_destroy(AsyncQueue *q);
@@ -440,6 +475,24 @@ PetscErrorCode async_checkpoint_carry(AsyncQueue *q, int64_t from);
  * batches [from, from + K) the file holds go into their slots, ready, with
  * their prompts' answers (*found: how many). Collective on comm. */
 PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *o, PromptSource *ps, AsyncQueue *q, int64_t from, int *found);
+/* Partial rollouts (src/ppo/async_pool.c): the pool of rollout_batch +
+ * -async_partial_extra groups' rows (async_create makes it). */
+PetscErrorCode async_pool_create(const PPOOptions *o, int T, AsyncPool *p);
+PetscErrorCode async_pool_destroy(AsyncPool *p);
+/* Partial rollouts (src/ppo/async_pool.c). Before batch b's generation,
+ * on every rank: whole groups of new prompts from *data_pos (advanced) until
+ * the pool is full, and slot b marked as b's. */
+PetscErrorCode async_pool_admit(AsyncQueue *q, PromptSource *ps, const PPOOptions *o, int64_t batch, PetscInt *data_pos);
+/* On the members of the generating mesh: the call's draws (keyed by the
+ * batch index) for the rows not ended, then the oldest unfinished groups to
+ * their end if fewer than a batch's groups have ended. */
+PetscErrorCode async_pool_generate(AsyncPool *p, DModel *policy, const PPOOptions *o, int max_prompt, uint64_t seed, uint32_t key, GenPart *part);
+/* On every rank after it: the results shared and merged into the pool
+ * (version: the weights' iterations), and the batch taken out into its slot. */
+PetscErrorCode async_pool_share(AsyncQueue *q, const Mesh *m, const PPOOptions *o, GenPart *part, int version, Rollout *slot);
+/* After a restart read the rows' prompt positions: the answers, metadata
+ * and source indices of slot r's rows (r NULL: the pool's) drawn again. */
+PetscErrorCode async_pool_prompts(AsyncQueue *q, PromptSource *ps, const PPOOptions *o, Rollout *r);
 /* One asynchronous iteration (src/ppo/ppo_graph.c): with cur, the
  * inference calls, the proximal log-probabilities, the advantages and
  * training on batch cur->batch; with next, the generation of batch

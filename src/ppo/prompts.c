@@ -72,7 +72,7 @@ static PetscErrorCode evalset_setup(const RunCtx *run, const PPOOptions *o, PPOE
     }
     for (int j = 0; j < e->k; j++) {
       int q       = i * e->k + j;
-      e->req[q]    = (GenRequest){q, row, len};
+      e->req[q]    = (GenRequest){q, row, len, 0, 0};
       e->answer[q] = ans;
       e->meta[q]   = meta;
       e->pidx[q]   = i;
@@ -129,29 +129,47 @@ PetscErrorCode prompts_destroy(PromptSource *ps)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The prompt at stream position pos into row (room ps->room): its length,
+ * where its answer is (the built-in task's written to abuf), its metadata
+ * and its index in the source. */
+static PetscErrorCode prompt_get(PromptSource *ps, const PPOOptions *o, int64_t pos, int *row, int *len, char *abuf, const char **answer, const char **meta, int64_t *pidx)
+{
+  int pl, n;
+
+  PetscFunctionBegin;
+  PetscCall(demo_source_get(&ps->src, (uint64_t)pos, ps->room, row, &n, &pl));
+  *pidx   = demo_source_index(&ps->src, (uint64_t)pos); /* after the get: the epoch's order */
+  *len    = pl <= 0 ? n : pl; /* a prompts file without prompt_lengths: the whole row */
+  *answer = *meta = NULL;
+  if (ps->src.builtin) {
+    if (task_answer(&o->task, TASK_SPLIT_TRAIN, (uint64_t)pos, abuf, PPO_ANSWER_LEN) >= 0) *answer = abuf;
+  } else {
+    if (ps->src.file.answer.off) *answer = io_text(&ps->src.file.answer, (int)*pidx);
+    if (ps->src.file.metadata.off) *meta = io_text(&ps->src.file.metadata, (int)*pidx);
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode prompts_at(PromptSource *ps, const PPOOptions *o, int64_t pos, int *row, int *len, char *abuf, const char **answer, const char **meta, int64_t *pidx)
+{
+  PetscFunctionBegin;
+  PetscCall(prompt_get(ps, o, pos, row, len, abuf, answer, meta, pidx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_pos, int round, int *used)
 {
   int B = (int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling)), k = ppo_algo(o)->groups ? (int)o->group : 1;
 
   PetscFunctionBegin;
   for (int p = 0; p < B / k; p++) {
-    int        *row = ps->buf + (size_t)p * ps->room, len, pl;
-    uint64_t    pos = (uint64_t)(data_pos + p);
-    int64_t     idx;
+    int        *row = ps->buf + (size_t)p * ps->room, pl = 0;
+    int64_t     idx = 0;
     const char *ans = NULL, *meta = NULL;
 
-    PetscCall(demo_source_get(&ps->src, pos, ps->room, row, &len, &pl));
-    idx = demo_source_index(&ps->src, pos); /* after the get: the epoch's order */
-    if (pl <= 0) pl = len; /* a prompts file without prompt_lengths: the whole row */
-    if (ps->src.builtin) {
-      char *a = ps->abuf + ((size_t)round * B + (size_t)p) * PPO_ANSWER_LEN;
-      if (task_answer(&o->task, TASK_SPLIT_TRAIN, pos, a, PPO_ANSWER_LEN) >= 0) ans = a;
-    } else {
-      if (ps->src.file.answer.off) ans = io_text(&ps->src.file.answer, (int)idx);
-      if (ps->src.file.metadata.off) meta = io_text(&ps->src.file.metadata, (int)idx);
-    }
+    PetscCall(prompt_get(ps, o, data_pos + p, row, &pl, ps->abuf + ((size_t)round * B + (size_t)p) * PPO_ANSWER_LEN, &ans, &meta, &idx));
     for (int j = 0; j < k; j++) {
-      ps->req[p * k + j]    = (GenRequest){round * B + p * k + j, row, pl};
+      ps->req[p * k + j]    = (GenRequest){round * B + p * k + j, row, pl, 0, 0};
       ps->answer[p * k + j] = ans;
       ps->meta[p * k + j]   = meta;
       ps->pidx[p * k + j]   = idx;

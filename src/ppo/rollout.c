@@ -28,6 +28,8 @@ PetscErrorCode rollout_create(int B, int T, PetscBool masked, Rollout *r)
   r->batch      = -1;
   r->version    = NULL;
   r->prox       = r->isw = NULL;
+  r->tver       = NULL;
+  r->ppos       = NULL;
   r->off_policy = r->frozen_done = PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -266,7 +268,7 @@ PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, i
 {
   char            group[32];
   int             B = r->B, T = r->T;
-  IODataset d[19] = {
+  IODataset d[20] = {
     {"tokens",           2, {B, T}, r->gen.tokens,       PETSC_TRUE },
     {"prompt_lengths",   1, {B, 1}, r->start,            PETSC_TRUE },
     {"response_lengths", 1, {B, 1}, r->len,              PETSC_TRUE },
@@ -295,6 +297,7 @@ PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, i
   d[14].data = steps;
   if (r->version) { /* -async_staleness: which weights drew each row, and the correction's inputs */
     d[nd++] = (IODataset){"versions", 1, {B, 1}, r->version, PETSC_TRUE};
+    if (r->tver) d[nd++] = (IODataset){"token_versions", 2, {B, T}, r->tver, PETSC_TRUE}; /* -async_partial: a row may span versions */
     if (r->off_policy) {
       d[nd++] = (IODataset){"prox_logprobs", 2, {B, T}, r->prox, PETSC_FALSE};
       d[nd++] = (IODataset){"behaviour_weights", 2, {B, T}, r->isw, PETSC_FALSE};

@@ -62,7 +62,7 @@ PetscErrorCode prefs_generate(GenEngine *eng, const GenConfig *gen, const Builti
   while (kept < npairs) {
     for (int i = 0; i < round; i++) { /* prompt next+i, two samples with ids 2(next+i) and 2(next+i)+1 */
       int len = task_prompt(task, split, next + (uint64_t)i, prompts + (size_t)i * Tp);
-      for (int k = 0; k < 2; k++) req[2 * i + k] = (GenRequest){(int)(2 * (next + (uint64_t)i) + (uint64_t)k), prompts + (size_t)i * Tp, len};
+      for (int k = 0; k < 2; k++) req[2 * i + k] = (GenRequest){(int)(2 * (next + (uint64_t)i) + (uint64_t)k), prompts + (size_t)i * Tp, len, 0, 0};
     }
     PetscCall(gen_generate(eng, seed, PREF_ITERATION + (uint32_t)split, 2 * round, req, &b, NULL, NULL));
     for (int i = 0; i < round && kept < npairs; i++) {
