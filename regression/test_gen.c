@@ -651,6 +651,55 @@ static PetscErrorCode test_reuse(Fixture *f, const GenConfig *cfg, const char *w
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* A sample that goes on (GenRequest.resumed, .budget: partial rollouts):
+ * S new tokens at most, then the rest from its prompt and those tokens in a
+ * second call with the same key, gives the tokens of one uninterrupted call
+ * (log-probabilities within the prefill's rounding); the budget stops a
+ * sample without EOS, and min_new_tokens counts the resumed tokens. */
+static PetscErrorCode test_resume(Fixture *f, const GenConfig *cfg, int S, const char *what)
+{
+  GenEngine *eng;
+  GenBatch   ref, a, b;
+  GenRequest req[NREQ], more[NREQ];
+  int        Tmax = f->maxp + (int)cfg->max_new_tokens, at[NREQ], n2 = 0, bad = 0, stopped = 0;
+  double     err = 0;
+
+  PetscFunctionBegin;
+  PetscCall(run_gen(f, cfg, NULL, &ref, NULL));
+  PetscCall(gen_engine_create(f->lm, cfg, f->maxp, &eng));
+  PetscCall(gen_batch_create(f->n, Tmax, gen_masked(cfg), &a));
+  for (int i = 0; i < f->n; i++) req[i] = f->req[i], req[i].budget = S;
+  PetscCall(gen_generate(eng, 1234, 7, f->n, req, &a, NULL, NULL));
+  for (int i = 0; i < f->n; i++) {
+    bad += a.response_len[i] > S || (a.response_len[i] < S && !a.eos[i]);
+    if (a.eos[i] || a.response_len[i] == cfg->max_new_tokens) continue;
+    more[n2] = (GenRequest){f->req[i].id, a.tokens + (size_t)i * Tmax, a.prompt_len[i] + a.response_len[i], a.response_len[i], 0};
+    at[n2++] = i;
+  }
+  stopped = n2;
+  PetscCall(gen_batch_create(PetscMax(n2, 1), Tmax, gen_masked(cfg), &b));
+  b.n = n2;
+  PetscCall(gen_generate(eng, 1234, 7, n2, more, &b, NULL, NULL));
+  for (int j = 0; j < n2; j++) { /* the second call's tokens after the first's */
+    int    i = at[j], P = b.prompt_len[j], L = b.response_len[j];
+    size_t ra = (size_t)i * Tmax;
+    PetscCall(PetscArraycpy(a.tokens + ra + P, b.tokens + (size_t)j * Tmax + P, L));
+    for (int t = P; t < P + L; t++) a.logprobs[ra + t] = b.logprobs[(size_t)j * Tmax + t];
+    a.response_len[i] += L, a.eos[i] = b.eos[j];
+  }
+  for (int i = 0; i < f->n; i++) {
+    size_t r = (size_t)i * Tmax;
+    bad += a.response_len[i] != ref.response_len[i] || a.eos[i] != ref.eos[i] || memcmp(a.tokens + r, ref.tokens + r, (size_t)Tmax * sizeof(int));
+    for (int t = 0; t < Tmax; t++) err = PetscMax(err, fabs(a.logprobs[r + t] - ref.logprobs[r + t]));
+  }
+  test_measure(bad == 0 && err <= 1e-5 && stopped > 0, what, "%d of %d stopped by the budget %d and went on; %d rows differ from one call, max |dlogprob| %.3g", stopped, f->n, S, bad, err);
+  PetscCall(gen_batch_destroy(&a));
+  PetscCall(gen_batch_destroy(&b));
+  PetscCall(gen_batch_destroy(&ref));
+  PetscCall(gen_engine_destroy(&eng));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Stop conditions and bookkeeping of one run. */
 static PetscErrorCode test_stops(Fixture *f, const GenConfig *cfg, const char *what)
 {
@@ -817,6 +866,8 @@ static PetscErrorCode test_engine(const Backend *be)
   PetscCall(test_equivalence(&f, &plain, "temperature 0.8"));
   PetscCall(test_equivalence(&f, &masked, "top-k 6, top-p 0.9, min_new 3, T 1.3"));
   PetscCall(test_reuse(&f, &masked, "top-k/top-p/min_new"));
+  PetscCall(test_resume(&f, &plain, 3, "temperature 0.8: at most 3 tokens, then resumed, equals one call"));
+  PetscCall(test_resume(&f, &masked, 2, "top-k/top-p/min_new 3: at most 2 tokens, then resumed (EOS still banned), equals one call"));
   PetscCall(test_stops(&f, &plain, "temperature 0.8"));
   PetscCall(test_stops(&f, &masked, "top-k/top-p/min_new"));
   PetscCall(test_stops(&f, &full, "min_new = max_new 10"));

@@ -199,12 +199,12 @@ static PetscErrorCode check_requests(const GenEngine *e, int n, const GenRequest
   PetscCheck(b->mask_off || !gen_masked(&e->cfg), PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
              "gen_generate: top-k, top-p or min_new_tokens restrict the sampling, so the batch must be created with masks (gen_batch_create(..., gen_masked(cfg), ...))");
   for (int i = 0; i < n; i++) {
-    PetscCheck(req[i].resumed >= 0 && req[i].resumed < e->cfg.max_new_tokens && req[i].resumed < req[i].prompt_len && req[i].budget >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-               "gen_generate: request %d (id %d) resumes after %d response tokens with a budget of %d; it must resume after 0 to %" PetscInt_FMT " tokens of its %d and have a budget >= 0", i, req[i].id,
-               req[i].resumed, req[i].budget, e->cfg.max_new_tokens - 1, req[i].prompt_len);
     PetscCheck(req[i].prompt && req[i].prompt_len - req[i].resumed >= 1 && req[i].prompt_len - req[i].resumed <= e->max_prompt_len, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
                "gen_generate: request %d (id %d) has a prompt of %d tokens; it must have 1 to %d (the engine's max_prompt_len)", i, req[i].id, req[i].prompt_len - req[i].resumed,
                e->max_prompt_len);
+    PetscCheck(req[i].resumed >= 0 && req[i].resumed < e->cfg.max_new_tokens && req[i].budget >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "gen_generate: request %d (id %d) resumes after %d response tokens with a budget of %d; it must resume after 0 to %" PetscInt_FMT " and have a budget >= 0", i, req[i].id,
+               req[i].resumed, req[i].budget, e->cfg.max_new_tokens - 1);
     for (int t = 0; t < req[i].prompt_len; t++)
       PetscCheck(req[i].prompt[t] >= 0 && req[i].prompt[t] < e->V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
                  "gen_generate: request %d (id %d) has token %d at position %d, outside the vocabulary [0,%d)", i, req[i].id, req[i].prompt[t], t, e->V);
