@@ -98,6 +98,8 @@ typedef struct {
   double   *seq_sorted;     /* NULL, or the nlen sequence lengths (prompt + response) in increasing order (cost_work_from_options fills it) */
   int       staleness;      /* -async_staleness K: the generation of a later batch beside the training (0: one after the other) */
   PetscBool prox;           /* K > 0 with a correction: the actor's forward over the batch on its training mesh (the proximal policy) */
+  int       partial;        /* -async_partial S: a generation call draws at most S tokens per sample, the rest in later calls (0: whole samples) */
+  int       partial_extra;  /* its pool's samples beyond a batch */
 } CostWork;
 
 /* The estimate of one plan. */
@@ -168,6 +170,7 @@ typedef struct {
   long long seed;           /* -seed: keys the drawn lengths */
   int       staleness;      /* -async_staleness */
   PetscBool prox;           /* -async_correction is not none */
+  int       partial, partial_extra; /* -async_partial, and -async_partial_extra in samples */
   ModelConfig cfg[4];         /* actor, critic, reference, reward (critic unused when critic_free, reward when reward_free) */
   char      shapes_from[2 * PETSC_MAX_PATH_LEN + 64]; /* where cfg came from, for messages */
 } CostDeck;

@@ -235,6 +235,38 @@ static PetscErrorCode check_simulator(void)
   plan.fuse = FUSE_NONE;
   w.staleness = 0, w.prox = PETSC_FALSE;
 
+  /* partial rollouts (-async_partial 2, a pool of batch 2 + 2 samples,
+   * lengths 1, 5, 1, 5, ...; prefill and decode of k rows k s): call 0
+   * draws 1, 2, 1, 2 tokens (prefill 4 s, one step of 2 rows 2 s), the two
+   * of 1 token end and leave; call 1 finds too few ending (only the new 1)
+   * and runs the oldest to its end (4 + 3 + 1 s); from call 2 on each call
+   * holds a sample with 4 tokens drawn (1 left), one with 2 and two new:
+   * prefill 4 s, then the two that go on one step (2 s): 6 s a call */
+  {
+    int len[2] = {1, 5}, len5[2] = {5, 5};
+    tiny_work(&w, len, 2);
+    base_plan(&plan, 1);
+    w.staleness = 1, w.partial = 2, w.partial_extra = 2;
+    PetscCall(cost_estimate(&p, &w, &plan, &e));
+    test_report_close("partial rollouts: the steady call of the pool (4 s prefill + 2 s), the warm-up's forced call left out", e.call_s[MFC_ACTOR_GEN], 6, 1e-12);
+    /* lengths 5, 5: no sample ends within 2 tokens, so every call runs the
+     * two oldest to their end; in the steady state they have 2 tokens
+     * drawn: prefill of 4 (4 s), a step of 4 rows (4 s; the two new pause
+     * after their 2), a step of the two old (2 s) */
+    w.len = len5;
+    PetscCall(cost_estimate(&p, &w, &plan, &e));
+    test_report_close("partial rollouts: too few end, so the oldest run to their end each call (4 + 4 + 2 s)", e.call_s[MFC_ACTOR_GEN], 10, 1e-12);
+    /* memory-bound decoding (a step 1 s whatever its rows): the pool's
+     * call 4 + 1 s against the whole samples' 2 + 4 s */
+    w.len = len, flat_decode = PETSC_TRUE;
+    PetscCall(cost_estimate(&p, &w, &plan, &e));
+    test_report_close("partial rollouts, memory-bound decoding: 5 s a call", e.call_s[MFC_ACTOR_GEN], 5, 1e-12);
+    w.partial = 0;
+    PetscCall(cost_estimate(&p, &w, &plan, &e));
+    test_report_close("whole samples, memory-bound decoding: the longest's 4 steps after the prefill (6 s)", e.call_s[MFC_ACTOR_GEN], 6, 1e-12);
+    flat_decode = PETSC_FALSE, w.staleness = 0, w.partial_extra = 0;
+  }
+
   /* generation under continuous batching: lengths 1..4, all at once: the
    * prefill of 4 rows, then 3, 2 and 1 rows decoding (10 s) */
   {

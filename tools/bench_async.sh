@@ -9,9 +9,11 @@
 # training's busy fractions, and the cost model's estimate of the same
 # iterations (a profile of this machine measured here; each iteration
 # estimated from its own rollout, -cost_lengths rollouts:FILE:iter_K, as
-# tools/bench_plan.sh does). Prints
+# tools/bench_plan.sh does; the cost model does not simulate partial
+# rollouts yet, so K1p has no estimate). Prints
 #   async K<k> iter_s <measured> estimated <s> error <%> gen_busy <f> train_busy <f>
 #   async ratio K1/K0 <x> (estimated <x>)
+#   async ratio K1p/K0 <x>
 # The policy and reward model come from FIXTURE (a directory with
 # sft/final.h5 and rm/final.h5, e.g. tools/bench_fusion.sh's), made here
 # when absent (the deck's pipeline with one PPO iteration: about 4 minutes
@@ -21,7 +23,7 @@ set -u
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}; PYTHON=${PYTHON:-/usr/bin/python3}
 MPIEXEC=${MPIEXEC:-mpiexec}; MPIEXEC_FLAGS=${MPIEXEC_FLAGS--bind-to none}
-ROUNDS=${ROUNDS:-2}; ITERS=${ITERS:-6}
+ROUNDS=${ROUNDS:-2}; ITERS=${ITERS:-6}; PARTIAL=${PARTIAL:-32}
 d=$(mktemp -d "${TMPDIR:-/tmp}/rlfuse-bench-async.XXXXXX"); [ -n "${KEEP:-}" ] || trap 'rm -rf "$d"' EXIT
 fx=${1:-$d/fixture}
 run() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
@@ -30,13 +32,14 @@ if [ ! -f "$fx/sft/final.h5" ] || [ ! -f "$fx/rm/final.h5" ]; then
   run 1 -options_file input/longtail.deck -ppo_iterations 1 -output_dir "$fx" >"$d/fixture.log" 2>&1 || { tail -3 "$d/fixture.log"; exit 1; }
 fi
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(date -u '+%Y-%m-%d %H:%M') UTC, load:$(uptime | sed 's/.*load average://')"
-echo "# rlfuse $(git rev-parse --short HEAD 2>/dev/null), ROUNDS=$ROUNDS ITERS=$ITERS, 2 ranks ($MPIEXEC_FLAGS), -placement disaggregate"
+echo "# rlfuse $(git rev-parse --short HEAD 2>/dev/null), ROUNDS=$ROUNDS ITERS=$ITERS PARTIAL=$PARTIAL, 2 ranks ($MPIEXEC_FLAGS), -placement disaggregate"
 DECK=$(grep -E '^-(seed|task_|gen_|ppo_|rollout_|actor_lr|critic_lr)' input/longtail.deck | tr '\n' ' ')
 P="$DECK -mode ppo -actor_checkpoint $fx/sft/final.h5 -reward_checkpoint $fx/rm/final.h5 -ppo_iterations $ITERS -ppo_eval_prompts 0 -placement disaggregate"
 run 2 $P -mode profile -profile_output $d/prof.h5 >$d/profile.log 2>&1 || { echo "# profile failed: $(tail -1 $d/profile.log)"; exit 1; }
 for r in $(seq $ROUNDS); do
-  for k in 0 1; do
-    run 2 $P -async_staleness $k -dump_rollouts -output_dir $d/k$k.$r >$d/k$k.$r.log 2>&1 || { echo "# K=$k failed: $(tail -1 $d/k$k.$r.log)"; exit 1; }
+  for k in 0 1 1p; do
+    a="-async_staleness ${k%p}"; [ "$k" = 1p ] && a="$a -async_partial $PARTIAL"
+    run 2 $P $a -dump_rollouts -output_dir $d/k$k.$r >$d/k$k.$r.log 2>&1 || { echo "# K=$k failed: $(tail -1 $d/k$k.$r.log)"; exit 1; }
   done
 done
 for k in 0 1; do
@@ -50,17 +53,22 @@ done
 import sys, re, h5py, numpy as np
 d, rounds = sys.argv[1], int(sys.argv[2])
 meas, est = {}, {}
-for k in (0, 1):
+for k in (0, 1, "1p"):
     it, gb, tb = [], [], []
     for r in range(1, rounds + 1):
         with h5py.File(f"{d}/k{k}.{r}/run.h5", "r") as f:
             t, m = f["timing"], f["metrics"]
             it += list(t["iteration_max"][1:])
             if k: gb += list(m["async_gen_busy"][1:]); tb += list(m["async_train_busy"][1:])
-    e = [float(x) for x in re.findall(r"estimate: iteration (\S+) s", open(f"{d}/k{k}.est").read())]
-    meas[k], est[k] = float(np.mean(it)), float(np.mean(e))
+    meas[k] = float(np.mean(it))
     busy = f" gen_busy {np.mean(gb):.2f} train_busy {np.mean(tb):.2f}" if k else ""
+    if k == "1p":
+        print(f"async K1p iter_s {meas[k]:.3f} estimated - (not modelled){busy} (iterations 2-{len(it) // rounds + 1}, {rounds} runs)")
+        continue
+    e = [float(x) for x in re.findall(r"estimate: iteration (\S+) s", open(f"{d}/k{k}.est").read())]
+    est[k] = float(np.mean(e))
     print(f"async K{k} iter_s {meas[k]:.3f} estimated {est[k]:.3f} error {100 * (est[k] / meas[k] - 1):+.1f}%{busy} (iterations 2-{len(it) // rounds + 1}, {rounds} runs)")
 print(f"async ratio K1/K0 {meas[1] / meas[0]:.2f} (estimated {est[1] / est[0]:.2f})")
+print(f"async ratio K1p/K0 {meas['1p'] / meas[0]:.2f}")
 PY
 echo "# load while measuring: $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) on $(nproc) cores"

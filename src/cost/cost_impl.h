@@ -103,6 +103,10 @@ int    cost_replica_of(const PlanCall *c, int r);
 typedef struct {
   int  S, mb, na, qh, qn;
   int *row, *rem, *done, *queue;
+  /* partial rollouts' calls (NULL otherwise): row b draws draw[b] tokens
+   * after a prompt of plen[b] (its own and the tokens drawn before) */
+  const int    *draw;
+  const double *plen;
 } CostRep;
 PetscErrorCode cost_rep_init(CostRep *r, int S, int mb, int cap, int qcap);
 PetscErrorCode cost_rep_free(CostRep *r);

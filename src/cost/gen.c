@@ -51,6 +51,9 @@ PetscErrorCode cost_rep_free(CostRep *r)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+static double rep_response(const CostWork *w, const CostRep *r, int b) { return r->draw ? r->draw[b] : cost_response_len(w, b); }
+static double rep_prompt(const CostWork *w, const CostRep *r, int b) { return r->plen ? r->plen[b] : cost_prompt_len(w, b); }
+
 static void rep_drop(CostRep *r, int i)
 {
   r->na--;
@@ -67,8 +70,8 @@ double cost_rep_fill(const CostPrims *p, const CostWork *w, const CostLayout *c,
     double plen   = 0;
     while (r->na < r->S && r->qh < r->qn) {
       int b = r->queue[r->qh++];
-      r->row[r->na] = b, r->rem[r->na] = (int)cost_response_len(w, b) - 1, r->done[r->na++] = 0, refill++;
-      plen += cost_prompt_len(w, b);
+      r->row[r->na] = b, r->rem[r->na] = (int)rep_response(w, r, b) - 1, r->done[r->na++] = 0, refill++;
+      plen += rep_prompt(w, r, b);
     }
     if (!refill) break;
     /* the engine packs the new prompts' tokens into one forward: costed as
@@ -96,7 +99,7 @@ double cost_rep_decode(const CostPrims *p, const CostWork *w, const CostLayout *
   double ctx = 0;
   int    inflight;
   if (!r->na || seg <= 0) return 0;
-  for (int i = 0; i < r->na; i++) ctx += cost_prompt_len(w, r->row[i]) + r->done[i];
+  for (int i = 0; i < r->na; i++) ctx += rep_prompt(w, r, r->row[i]) + r->done[i];
   ctx      = 1 + ctx / r->na + 0.5 * (seg - 1);
   inflight = PetscMin(r->mb, r->na);
   return seg * PetscMax(inflight, c->pp) * cost_stage_time(p, m, COST_DECODE, c, (double)r->na / inflight, ctx);
@@ -140,12 +143,72 @@ static PetscErrorCode gen_replica(const CostPrims *p, const CostWork *w, const C
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Partial rollouts (-async_partial, src/ppo/async_pool.c): the pool of
+ * batch + partial_extra samples simulated call after call from empty, the
+ * samples' lengths taken in turn from the workload's; each call draws at
+ * most S tokens for every sample not ended (a sample that goes on prefills
+ * its prompt and the tokens drawn before), then, if fewer than a batch have
+ * ended, the oldest unfinished to their end; the batch is the oldest ended.
+ * Each replica decodes its contiguous share of the call's samples. The
+ * time: the mean call once the pool is in its steady state (the calls after
+ * the first ceil(max_new / S) + 1), which the batch's training, costed
+ * from the workload's lengths, matches. Groups are not modelled (each
+ * sample ends on its own). */
+static PetscErrorCode gen_partial(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostLayout *L, const CostShape *m, double *t)
+{
+  int     cap = w->batch + w->partial_extra, n = 0, next = 0, warm = (w->max_new + w->partial - 1) / w->partial + 1, calls = warm + 8;
+  int    *len, *done, *ended, *draw, *rows;
+  double *plen, sum = 0;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc4(cap, &len, cap, &done, cap, &ended, cap, &draw));
+  PetscCall(PetscMalloc2(cap, &plen, cap, &rows));
+  for (int call = 0; call < calls; call++) {
+    int    nreq = 0, have = 0, kept = 0, taken = 0;
+    double tc = 0;
+    for (; n < cap; n++, next++) len[n] = (int)cost_response_len(w, next), plen[n] = cost_prompt_len(w, next), done[n] = 0, ended[n] = 0;
+    for (int i = 0; i < n; i++) { /* this call's draws */
+      draw[i] = ended[i] ? 0 : PetscMin(w->partial, len[i] - done[i]);
+      have += ended[i] || done[i] + draw[i] == len[i];
+    }
+    for (int i = 0; i < n && have < w->batch; i++) /* the oldest unfinished to their end */
+      if (!ended[i] && done[i] + draw[i] < len[i]) draw[i] = len[i] - done[i], have++;
+    for (int i = 0; i < n; i++)
+      if (draw[i]) rows[nreq++] = i;
+    for (int d = 0; d < c->dp; d++) {
+      int     r0 = nreq * d / c->dp, r1 = nreq * (d + 1) / c->dp, dr[PetscMax(1, r1 - r0)];
+      double  pl[PetscMax(1, r1 - r0)];
+      CostRep r;
+      PetscCall(cost_rep_init(&r, w->gen_slots > 0 ? PetscMin(w->gen_slots, PetscMax(1, r1 - r0)) : PetscMax(1, r1 - r0), L->mbs, PetscMax(1, r1 - r0), PetscMax(1, r1 - r0)));
+      for (int k = r0; k < r1; k++) dr[k - r0] = draw[rows[k]], pl[k - r0] = plen[rows[k]] + done[rows[k]], r.queue[r.qn++] = k - r0;
+      r.draw = dr, r.plen = pl;
+      double  end = cost_rep_run(p, w, L, m, &r, 0, NULL); /* not inside PetscMax: it would run twice */
+      tc = PetscMax(tc, end);
+      PetscCall(cost_rep_free(&r));
+    }
+    for (int i = 0; i < n; i++) done[i] += draw[i], ended[i] = done[i] == len[i];
+    for (int i = 0; i < n; i++) /* the batch leaves */
+      if (ended[i] && taken < w->batch) taken++;
+      else len[kept] = len[i], plen[kept] = plen[i], done[kept] = done[i], ended[kept++] = ended[i];
+    n = kept;
+    if (call >= warm) sum += tc;
+  }
+  *t = sum / (calls - warm);
+  PetscCall(PetscFree4(len, done, ended, draw));
+  PetscCall(PetscFree2(plen, rows));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode cost_generation(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostShape *m, double *t, double *fin)
 {
   CostLayout L;
 
   PetscFunctionBegin;
   cost_layout(p, c, &L);
+  if (w->partial > 0 && w->staleness > 0) {
+    PetscCall(gen_partial(p, w, c, &L, m, t));
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
   *t = 0;
   for (int d = 0; d < c->dp; d++) {
     double end = 0;
