@@ -12,7 +12,9 @@
 # over RLHFuse's own baseline (every call on all GPUs, one after another:
 # the co-located preset tuned), the searched plan with asynchronous RL
 # (-cost_staleness 1, docs/async.md) and its gain over the better of the
-# synchronous searches, the searched unfused plan's weight syncs per
+# synchronous searches, the same with partial rollouts (-cost_partial
+# PARTIAL, default 256 tokens per sample and iteration) and its gain, the
+# searched unfused plan's weight syncs per
 # iteration device to device (NCCL) and through host memory (MPI, what
 # -device cuda does today), and the searches' wall time.
 # Usage: tools/bench_search.sh [OUTDIR]
@@ -24,7 +26,7 @@
 #   pattern on the setting's name, e.g. ONLY=7b).
 set -eu
 cd "$(dirname "$0")/.."
-BIN=${BIN:-bin} PLAN_TIME=${PLAN_TIME:-60} PLAN_ITERS=${PLAN_ITERS:-0} ONLY=${ONLY:-.}
+BIN=${BIN:-bin} PLAN_TIME=${PLAN_TIME:-60} PLAN_ITERS=${PLAN_ITERS:-0} ONLY=${ONLY:-.} PARTIAL=${PARTIAL:-256}
 out=${1:-$(mktemp -d "${TMPDIR:-/tmp}/bench_search.XXXXXX")}
 mkdir -p "$out"
 hw=input/hardware/h100_sxm.deck
@@ -42,13 +44,17 @@ settings=(
 # the row's seconds per iteration, or "inf." when infeasible
 row() { awk -v k="$2" '$0 ~ "^  "k" " { x = $0; sub("^  "k" +", "", x); split(x, f, " "); print (f[1] == "infeasible:" || f[1] == "refused") ? "inf." : f[1]; exit }' "$1"; }
 best() { printf '%s\n' "$@" | grep -v inf. | sort -g | head -1; }
-echo "| setting | GPUs | presets as given (best) | co-located, tuned | best tuned preset | searched, no fusion | searched, fusion | best fused plan seen | searched vs co-located | vs tuned preset | fusion gain | fusion vs co-located | searched, asynchronous (K=1) | async gain | weight syncs s, NCCL / host | search s (no fusion / fusion / async) |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| setting | GPUs | presets as given (best) | co-located, tuned | best tuned preset | searched, no fusion | searched, fusion | best fused plan seen | searched vs co-located | vs tuned preset | fusion gain | fusion vs co-located | searched, asynchronous (K=1) | async gain | searched, K=1 + partial rollouts | its gain | weight syncs s, NCCL / host | search s (no fusion / fusion / async / partial) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for s in "${settings[@]}"; do
   IFS='|' read -r name gpus actor critic prompt maxnew lengths more <<<"$s"
   echo "$name" | grep -q -- "$ONLY" || continue
-  for fz in 0 1 async; do
-    if [ $fz = async ]; then opt="-plan_search_fusion 0 -cost_staleness 1"; else opt="-plan_search_fusion $fz"; fi
+  for fz in 0 1 async partial; do
+    case $fz in
+      async) opt="-plan_search_fusion 0 -cost_staleness 1" ;;
+      partial) opt="-plan_search_fusion 0 -cost_staleness 1 -cost_partial $PARTIAL" ;;
+      *) opt="-plan_search_fusion $fz" ;;
+    esac
     "$BIN/rlfuse" -mode plan -plan_ranks "$gpus" -cost_hardware $hw -cost_actor_shape "$actor" -cost_critic_shape "$critic" \
       -cost_batch 512 -cost_prompt_len "$prompt" -cost_max_new "$maxnew" -cost_lengths "$lengths" -cost_minibatches 4 -cost_iterations 2 -cost_slots 0 \
       -plan_time "$PLAN_TIME" -plan_iterations "$PLAN_ITERS" $opt -seed 1 ${more:-} -plan_output "$out/$name.fuse$fz.h5" >"$out/$name.fuse$fz.log" 2>&1 ||
@@ -61,9 +67,11 @@ for s in "${settings[@]}"; do
   s0=$(row $l0 searched) s1=$(row $l1 searched) bf=$(row $l1 'best fused seen, tuned')
   t0=$(sed -n 's/^search: .*, \([0-9.]*\) s in all.*/\1/p' $l0) t1=$(sed -n 's/^search: .*, \([0-9.]*\) s in all.*/\1/p' $l1)
   sa=$(row $la searched) ta=$(sed -n 's/^search: .*, \([0-9.]*\) s in all.*/\1/p' $la | head -1)
+  lp=$out/$name.fusepartial.log
+  sp=$(row $lp searched) tp=$(sed -n 's/^search: .*, \([0-9.]*\) s in all.*/\1/p' $lp | head -1)
   ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "inf." || b == "inf.") print "-"; else printf "%.2fx", a / b }'; }
   sbest=$(best "$s0" "$s1")
   sync=$(sed -n 's/^weight syncs of this plan: \([0-9.e+-]*\) s per iteration device to device (NCCL), \([0-9.e+-]*\) s through host.*/\1 \/ \2/p' $l0)
-  echo "| $name | $gpus | ${bp:-inf.} | ${co:-inf.} | ${bt:-inf.} | $s0 | $s1 | ${bf:-none} | $(ratio "$co" "$sbest") | $(ratio "$bt" "$sbest") | $(ratio "$s0" "$s1") | $(ratio "$co" "$s1") | ${sa:-inf.} | $(ratio "$sbest" "$sa") | ${sync:-none} | $t0 / $t1 / $ta |"
+  echo "| $name | $gpus | ${bp:-inf.} | ${co:-inf.} | ${bt:-inf.} | $s0 | $s1 | ${bf:-none} | $(ratio "$co" "$sbest") | $(ratio "$bt" "$sbest") | $(ratio "$s0" "$s1") | $(ratio "$co" "$s1") | ${sa:-inf.} | $(ratio "$sbest" "$sa") | ${sp:-inf.} | $(ratio "$sbest" "$sp") | ${sync:-none} | $t0 / $t1 / $ta / $tp |"
 done
 echo "(logs and plan files in $out)"

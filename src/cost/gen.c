@@ -8,6 +8,7 @@
 #include "cost_impl.h"
 #include "exec.h"
 #include "genfuse.h"
+#include <string.h>
 
 /* Decode steps between two points where the batch changes are costed at
  * the middle of their context, at most this many at a time. */
@@ -154,13 +155,50 @@ static PetscErrorCode gen_replica(const CostPrims *p, const CostWork *w, const C
  * the first ceil(max_new / S) + 1), which the batch's training, costed
  * from the workload's lengths, matches. Groups are not modelled (each
  * sample ends on its own). */
+/* What a partial rollouts' generation time depends on: the search asks
+ * for the same layouts again and again, and each simulation runs a dozen
+ * calls of the whole pool, so the last answers are kept (per thread: the
+ * annealing chains run on threads of their own). The primitives are keyed
+ * by address: their costs must not change while they live. */
+typedef struct {
+  const CostPrims *p;
+  const CostShape *m;
+  CostLayout       L;
+  int              batch, extra, S, max_new, slots, prompt_len, nlen;
+  uint64_t         lens; /* a hash of the workload's lengths */
+} PartialKey;
+#define PARTIAL_MEMO 32
+static _Thread_local struct {
+  PartialKey key;
+  double     t;
+  PetscBool  used;
+} partial_memo[PARTIAL_MEMO];
+static _Thread_local int partial_next;
+
+static void partial_key(const CostPrims *p, const CostWork *w, const CostLayout *L, const CostShape *m, PartialKey *k)
+{
+  uint64_t h = 1469598103934665603ull;
+  memset(k, 0, sizeof *k); /* padding too: keys are compared with memcmp */
+  k->p = p, k->m = m, k->L = *L, k->batch = w->batch, k->extra = w->partial_extra, k->S = w->partial, k->max_new = w->max_new, k->slots = w->gen_slots, k->prompt_len = w->prompt_len, k->nlen = w->nlen;
+  for (int i = 0; i < w->nlen; i++) h = (h ^ (uint64_t)w->len[i] ^ ((uint64_t)(w->plen ? w->plen[i] : 0) << 32)) * 1099511628211ull;
+  k->lens = h;
+}
+
 static PetscErrorCode gen_partial(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostLayout *L, const CostShape *m, double *t)
 {
   int     cap = w->batch + w->partial_extra, n = 0, next = 0, warm = (w->max_new + w->partial - 1) / w->partial + 1, calls = warm + 8;
   int    *len, *done, *ended, *draw, *rows;
   double *plen, sum = 0;
 
+  PartialKey key;
+
   PetscFunctionBegin;
+  partial_key(p, w, L, m, &key);
+  for (int i = 0; i < PARTIAL_MEMO; i++)
+    if (partial_memo[i].used && !memcmp(&partial_memo[i].key, &key, sizeof key)) {
+      *t = partial_memo[i].t;
+      PetscFunctionReturn(PETSC_SUCCESS);
+    }
   PetscCall(PetscMalloc4(cap, &len, cap, &done, cap, &ended, cap, &draw));
   PetscCall(PetscMalloc2(cap, &plen, cap, &rows));
   for (int call = 0; call < calls; call++) {
@@ -194,6 +232,10 @@ static PetscErrorCode gen_partial(const CostPrims *p, const CostWork *w, const P
     if (call >= warm) sum += tc;
   }
   *t = sum / (calls - warm);
+  partial_memo[partial_next].key  = key;
+  partial_memo[partial_next].t    = *t;
+  partial_memo[partial_next].used = PETSC_TRUE;
+  partial_next                    = (partial_next + 1) % PARTIAL_MEMO;
   PetscCall(PetscFree4(len, done, ended, draw));
   PetscCall(PetscFree2(plen, rows));
   PetscFunctionReturn(PETSC_SUCCESS);
