@@ -9,11 +9,10 @@
 # training's busy fractions, and the cost model's estimate of the same
 # iterations (a profile of this machine measured here; each iteration
 # estimated from its own rollout, -cost_lengths rollouts:FILE:iter_K, as
-# tools/bench_plan.sh does; the cost model does not simulate partial
-# rollouts yet, so K1p has no estimate). Prints
+# tools/bench_plan.sh does). Prints
 #   async K<k> iter_s <measured> estimated <s> error <%> gen_busy <f> train_busy <f>
 #   async ratio K1/K0 <x> (estimated <x>)
-#   async ratio K1p/K0 <x>
+#   async ratio K1p/K0 <x> (estimated <x>)
 # The policy and reward model come from FIXTURE (a directory with
 # sft/final.h5 and rm/final.h5, e.g. tools/bench_fusion.sh's), made here
 # when absent (the deck's pipeline with one PPO iteration: about 4 minutes
@@ -42,11 +41,12 @@ for r in $(seq $ROUNDS); do
     run 2 $P $a -dump_rollouts -output_dir $d/k$k.$r >$d/k$k.$r.log 2>&1 || { echo "# K=$k failed: $(tail -1 $d/k$k.$r.log)"; exit 1; }
   done
 done
-for k in 0 1; do
+for k in 0 1 1p; do
   : >$d/k$k.est
+  a="-async_staleness ${k%p}"; [ "$k" = 1p ] && a="$a -async_partial $PARTIAL"
   for ((i = 1; i < ITERS; i++)); do
     echo "rollout iter_$i" >>$d/k$k.est
-    run 1 $P -async_staleness $k -mode profile -profile_file $d/prof.h5 -profile_ranks 2 -cost_lengths rollouts:$d/k$k.1/rollouts.h5:iter_$i >>$d/k$k.est 2>&1 || { echo "# estimate failed: $(tail -1 $d/k$k.est)"; exit 1; }
+    run 1 $P $a -mode profile -profile_file $d/prof.h5 -profile_ranks 2 -cost_lengths rollouts:$d/k$k.1/rollouts.h5:iter_$i >>$d/k$k.est 2>&1 || { echo "# estimate failed: $(tail -1 $d/k$k.est)"; exit 1; }
   done
 done
 "$PYTHON" - $d $ROUNDS <<'PY'
@@ -62,13 +62,10 @@ for k in (0, 1, "1p"):
             if k: gb += list(m["async_gen_busy"][1:]); tb += list(m["async_train_busy"][1:])
     meas[k] = float(np.mean(it))
     busy = f" gen_busy {np.mean(gb):.2f} train_busy {np.mean(tb):.2f}" if k else ""
-    if k == "1p":
-        print(f"async K1p iter_s {meas[k]:.3f} estimated - (not modelled){busy} (iterations 2-{len(it) // rounds + 1}, {rounds} runs)")
-        continue
     e = [float(x) for x in re.findall(r"estimate: iteration (\S+) s", open(f"{d}/k{k}.est").read())]
     est[k] = float(np.mean(e))
     print(f"async K{k} iter_s {meas[k]:.3f} estimated {est[k]:.3f} error {100 * (est[k] / meas[k] - 1):+.1f}%{busy} (iterations 2-{len(it) // rounds + 1}, {rounds} runs)")
 print(f"async ratio K1/K0 {meas[1] / meas[0]:.2f} (estimated {est[1] / est[0]:.2f})")
-print(f"async ratio K1p/K0 {meas['1p'] / meas[0]:.2f}")
+print(f"async ratio K1p/K0 {meas['1p'] / meas[0]:.2f} (estimated {est['1p'] / est[0]:.2f})")
 PY
 echo "# load while measuring: $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) on $(nproc) cores"

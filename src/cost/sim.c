@@ -156,8 +156,8 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
   if (w->staleness) { /* the generation of a later batch, shared at the end; the proximal policy's forward on the training mesh */
     const PlanCall *g = &plan->call[MFC_ACTOR_GEN];
     nd[N_GEN].late = PETSC_TRUE;
-    /* the frozen models' calls with the generation when on its mesh, one rank a replica, whole samples (src/ppo/ppo_graph.c) */
-    if (!w->partial && g->tp == 1 && g->pp == 1 && same_layout(&plan->call[MFC_REF_INF], g) && (w->reward_free || same_layout(&plan->call[MFC_REW_INF], g))) nd[N_REF].late = nd[N_REW].late = PETSC_TRUE;
+    /* the frozen models' calls with the generation when on its mesh, one rank a replica (src/ppo/ppo_graph.c) */
+    if (g->tp == 1 && g->pp == 1 && same_layout(&plan->call[MFC_REF_INF], g) && (w->reward_free || same_layout(&plan->call[MFC_REW_INF], g))) nd[N_REF].late = nd[N_REW].late = PETSC_TRUE;
     if (w->prox) {
       nd[N_PROX].used = PETSC_TRUE;
       mark(&nd[N_PROX], &plan->call[MFC_ACTOR_TRAIN]);

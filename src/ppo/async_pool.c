@@ -206,7 +206,9 @@ PetscErrorCode async_pool_generate(AsyncPool *p, DModel *policy, const PPOOption
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode async_pool_share(AsyncQueue *q, const Mesh *m, const PPOOptions *o, GenPart *part, int version, Rollout *slot)
+/* The call's results (p->res, every request's) merged into the pool, then
+ * the batch taken out into its slot. */
+static PetscErrorCode pool_merge_take(AsyncQueue *q, const PPOOptions *o, int version, Rollout *slot)
 {
   AsyncPool *p = &q->pool;
   GenBatch  *g = &p->res.gen, *sg = &slot->gen;
@@ -215,8 +217,6 @@ PetscErrorCode async_pool_share(AsyncQueue *q, const Mesh *m, const PPOOptions *
   char      *sabuf = q->abuf + (size_t)s * B * PPO_ANSWER_LEN;
 
   PetscFunctionBegin;
-  p->res.B = g->n = p->nreq;
-  if (p->nreq) PetscCall(rollout_share_gen(m, part, &p->res));
   p->made = 0;
   for (int k = 0; k < p->nreq; k++) { /* each request's new tokens after the row's draws so far */
     int i = p->row[k], P = g->prompt_len[k], L = g->response_len[k];
@@ -255,6 +255,54 @@ PetscErrorCode async_pool_share(AsyncQueue *q, const Mesh *m, const PPOOptions *
   sg->new_tokens = p->made;
   PetscCall(rollout_finish_gen(slot));
   q->ready[s] = PETSC_TRUE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode async_pool_take_early(AsyncQueue *q, const Mesh *m, const PPOOptions *o, GenPart *part, int version, Rollout *slot)
+{
+  AsyncPool *p = &q->pool;
+  GenBatch  *g = &p->res.gen;
+  int        T = p->T, *cnt, *dsp;
+
+  PetscFunctionBegin;
+  PetscCheck(m->tp == 1 && m->pp == 1, PETSC_COMM_SELF, PETSC_ERR_PLIB, "partial rollouts: the batch taken with the generation needs one rank a replica");
+  if (part->own) { /* my replica's rows into their place, then every replica's from its rank */
+    size_t at = (size_t)part->b0 * T;
+    PetscCall(PetscArraycpy(g->tokens + at, part->b.tokens, (size_t)part->b.n * T));
+    PetscCall(PetscArraycpy(g->logprobs + at, part->b.logprobs, (size_t)part->b.n * T));
+    PetscCall(PetscArraycpy(g->prompt_len + part->b0, part->b.prompt_len, part->b.n));
+    PetscCall(PetscArraycpy(g->response_len + part->b0, part->b.response_len, part->b.n));
+    PetscCall(PetscArraycpy(g->eos + part->b0, part->b.eos, part->b.n));
+  }
+  PetscCall(PetscMalloc2(m->dp, &cnt, m->dp, &dsp));
+  for (int d = 0; d < m->dp; d++) {
+    int b0, b1;
+    exec_rows(p->nreq, m->dp, d, &b0, &b1);
+    cnt[d] = b1 - b0, dsp[d] = b0;
+  }
+  if (m->dp > 1) {
+    PetscCallMPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_INT, g->prompt_len, cnt, dsp, MPI_INT, m->all.mpi));
+    PetscCallMPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_INT, g->response_len, cnt, dsp, MPI_INT, m->all.mpi));
+    PetscCallMPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_INT, g->eos, cnt, dsp, MPI_INT, m->all.mpi));
+    for (int d = 0; d < m->dp; d++) cnt[d] *= T, dsp[d] *= T;
+    PetscCallMPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_INT, g->tokens, cnt, dsp, MPI_INT, m->all.mpi));
+    PetscCallMPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, g->logprobs, cnt, dsp, MPI_FLOAT, m->all.mpi));
+  }
+  PetscCall(PetscFree2(cnt, dsp));
+  PetscCall(pool_merge_take(q, o, version, slot));
+  p->taken = PETSC_TRUE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode async_pool_share(AsyncQueue *q, const Mesh *m, const PPOOptions *o, GenPart *part, int version, Rollout *slot)
+{
+  AsyncPool *p = &q->pool;
+
+  PetscFunctionBegin;
+  p->res.B = p->res.gen.n = p->nreq;
+  if (p->nreq) PetscCall(rollout_share_gen(m, part, &p->res));
+  if (p->taken) p->taken = PETSC_FALSE; /* this rank took the batch with the generation */
+  else PetscCall(pool_merge_take(q, o, version, slot));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -459,6 +459,35 @@ static PetscErrorCode share_prox(void *ctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The reference's and the reward model's calls on the rows of a batch just
+ * generated, on the generation mesh (their time noted apart), and their
+ * results shared after the level. */
+static PetscErrorCode frozen_calls(IterCtx *c)
+{
+  double t0 = sys_wtime();
+
+  PetscFunctionBegin;
+  PetscCall(run_ref(c));
+  c->frozen_s[0] = sys_wtime() - t0;
+  PetscCall(timeline_mark("ref_inference", t0, t0 + c->frozen_s[0]));
+  if (c->o->has_reward_model) {
+    t0 = sys_wtime();
+    PetscCall(run_reward(c));
+    c->frozen_s[1] = sys_wtime() - t0;
+    PetscCall(timeline_mark("reward_inference", t0, t0 + c->frozen_s[1]));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode share_frozen(IterCtx *c)
+{
+  PetscFunctionBegin;
+  PetscCall(share_ref(c));
+  if (c->o->has_reward_model) PetscCall(share_reward(c));
+  c->r->frozen_done = PETSC_TRUE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* The generation of a later batch and, where the reference and the reward
  * model sit on the generation mesh with one rank a replica, their calls on
  * each replica's own rows right after it (frozen models: the result does
@@ -474,16 +503,7 @@ static PetscErrorCode run_generation_async(void *ctx)
   if (!c->frozen) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(timeline_mark("generation", t0, sys_wtime())); /* the node notes its parts (marks) */
   rollout_part_local(&c->part, c->r);
-  t0 = sys_wtime();
-  PetscCall(run_ref(ctx));
-  c->frozen_s[0] = sys_wtime() - t0;
-  PetscCall(timeline_mark("ref_inference", t0, t0 + c->frozen_s[0]));
-  if (c->o->has_reward_model) {
-    t0 = sys_wtime();
-    PetscCall(run_reward(ctx));
-    c->frozen_s[1] = sys_wtime() - t0;
-    PetscCall(timeline_mark("reward_inference", t0, t0 + c->frozen_s[1]));
-  }
+  PetscCall(frozen_calls(c));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -495,11 +515,7 @@ static PetscErrorCode share_generation_async(void *ctx)
   PetscFunctionBegin;
   PetscCall(share_generation(ctx));
   for (int b = 0; b < c->r->B; b++) c->r->version[b] = (int)c->st->iteration;
-  if (c->frozen) {
-    PetscCall(share_ref(ctx));
-    if (c->o->has_reward_model) PetscCall(share_reward(ctx));
-    c->r->frozen_done = PETSC_TRUE;
-  }
+  if (c->frozen) PetscCall(share_frozen(c));
   c->q->ready[c->r->batch % c->q->n] = PETSC_TRUE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -509,11 +525,18 @@ static PetscErrorCode share_generation_async(void *ctx)
  * (version: iterations trained so far); the batch is then taken from it. */
 static PetscErrorCode run_generation_pool(void *ctx)
 {
-  IterCtx *c = (IterCtx *)ctx;
+  IterCtx *c  = (IterCtx *)ctx;
+  double   t0 = sys_wtime();
+
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(sys_log.generate, 0, 0, 0, 0));
   PetscCall(async_pool_generate(&c->q->pool, ppo_gen_model(c->m), c->o, c->max_prompt, (uint64_t)c->st->seed, c->draw, &c->part));
   PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));
+  if (!c->frozen) PetscFunctionReturn(PETSC_SUCCESS);
+  /* the batch known here (every replica's samples gathered), the frozen models' calls on it */
+  PetscCall(async_pool_take_early(c->q, ppo_gen_model(c->m)->mesh, c->o, &c->part, (int)c->st->iteration, c->r));
+  PetscCall(timeline_mark("generation", t0, sys_wtime()));
+  PetscCall(frozen_calls(c));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -523,6 +546,7 @@ static PetscErrorCode share_generation_pool(void *ctx)
   PetscFunctionBegin;
   PetscCall(async_pool_share(c->q, ppo_gen_model(c->m)->mesh, c->o, &c->part, (int)c->st->iteration, c->r));
   if (c->m->gen_drop) PetscCall(dmodel_release(&c->m->actor_gen, PETSC_FALSE));
+  if (c->frozen) PetscCall(share_frozen(c));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -575,7 +599,7 @@ PetscErrorCode ppo_iteration_async(PPOModels *m, const PPOOptions *o, PromptSour
   c.ps = g.ps = ps, c.max_prompt = g.max_prompt = ps->max_prompt, c.st = g.st = st, c.ts = g.ts = ts, c.q = g.q = q;
   g.req = ps->req;
   if (cur) c.draw = (uint32_t)cur->batch;
-  if (next) g.draw = (uint32_t)next->batch, next->B = next->gen.n = next->Bcap, g.frozen = (PetscBool)(!q->partial && frozen_with_generation(m, o));
+  if (next) g.draw = (uint32_t)next->batch, next->B = next->gen.n = next->Bcap, g.frozen = frozen_with_generation(m, o);
   if (cur && cur->frozen_done) given[4] = "ref_logprobs", given[5] = rm ? "scores" : NULL; /* computed with its generation */
   PetscCall(PetscMemzero(ts, sizeof *ts));
   PetscCall(PetscMemzero(tm, sizeof *tm));

@@ -442,6 +442,7 @@ typedef struct {
   int         *row, nreq;                /* [cap]: the pool row of each request */
   Rollout      res;                      /* B = nreq */
   int64_t      resumed, made;            /* rows of the last batch that went on from an earlier call; new tokens of the call */
+  PetscBool    taken;                    /* this rank took the batch with the generation (async_pool_take_early) */
 } AsyncPool;
 typedef struct {
   int          K, n;           /* staleness, slots (K + 1) */
@@ -493,6 +494,12 @@ PetscErrorCode async_pool_share(AsyncQueue *q, const Mesh *m, const PPOOptions *
 /* After a restart read the rows' prompt positions: the answers, metadata
  * and source indices of slot r's rows (r NULL: the pool's) drawn again. */
 PetscErrorCode async_pool_prompts(AsyncQueue *q, PromptSource *ps, const PPOOptions *o, Rollout *r);
+/* On the members of a generating mesh of one rank a replica, right after
+ * async_pool_generate: every replica's results gathered, merged and the
+ * batch taken into its slot there (so that the frozen models' calls on it
+ * run with the generation); async_pool_share then only shares them with the
+ * other ranks. */
+PetscErrorCode async_pool_take_early(AsyncQueue *q, const Mesh *m, const PPOOptions *o, GenPart *part, int version, Rollout *slot);
 /* One asynchronous iteration (src/ppo/ppo_graph.c): with cur, the
  * inference calls, the proximal log-probabilities, the advantages and
  * training on batch cur->batch; with next, the generation of batch
