@@ -303,6 +303,18 @@ PetscErrorCode async_pool_share(AsyncQueue *q, const Mesh *m, const PPOOptions *
   if (p->nreq) PetscCall(rollout_share_gen(m, part, &p->res));
   if (p->taken) p->taken = PETSC_FALSE; /* this rank took the batch with the generation */
   else PetscCall(pool_merge_take(q, o, version, slot));
+  { /* the engine steps of the call that made the batch (replica 0's), for the rollout record */
+    GenBatch *g = &p->res.gen, *sg = &slot->gen;
+    int       n = p->nreq ? g->nsteps : 0;
+    if (n > sg->steps_cap) {
+      PetscCall(PetscFree2(sg->step_seconds, sg->step_active));
+      PetscCall(PetscMalloc2(n, &sg->step_seconds, n, &sg->step_active));
+      sg->steps_cap = n;
+    }
+    if (n) PetscCall(PetscArraycpy(sg->step_seconds, g->step_seconds, n));
+    if (n) PetscCall(PetscArraycpy(sg->step_active, g->step_active, n));
+    sg->nsteps = n;
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
