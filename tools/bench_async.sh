@@ -10,7 +10,7 @@
 # iterations (a profile of this machine measured here; each iteration
 # estimated from its own rollout, -cost_lengths rollouts:FILE:iter_K, as
 # tools/bench_plan.sh does). Prints
-#   async K<k> iter_s <measured> estimated <s> error <%> gen_busy <f> train_busy <f>
+#   async K<k> iter_s <measured> estimated <s> error <%> gen_busy <f> train_busy <f> trained_len <mean response tokens trained>
 #   async ratio K1/K0 <x> (estimated <x>)
 #   async ratio K1p/K0 <x> (estimated <x>)
 # The policy and reward model come from FIXTURE (a directory with
@@ -62,6 +62,8 @@ for k in (0, 1, "1p"):
             if k: gb += list(m["async_gen_busy"][1:]); tb += list(m["async_train_busy"][1:])
     meas[k] = float(np.mean(it))
     busy = f" gen_busy {np.mean(gb):.2f} train_busy {np.mean(tb):.2f}" if k else ""
+    with h5py.File(f"{d}/k{k}.1/rollouts.h5", "r") as f:  # what the iterations trained on (partial rollouts defer long samples at first)
+        busy += " trained_len {:.1f}".format(np.mean([f[g]["response_lengths"][()].mean() for g in f if g != "iter_0"]))
     e = [float(x) for x in re.findall(r"estimate: iteration (\S+) s", open(f"{d}/k{k}.est").read())]
     est[k] = float(np.mean(e))
     print(f"async K{k} iter_s {meas[k]:.3f} estimated {est[k]:.3f} error {100 * (est[k] / meas[k] - 1):+.1f}%{busy} (iterations 2-{len(it) // rounds + 1}, {rounds} runs)")
