@@ -238,7 +238,7 @@ PetscErrorCode cost_work_from_options(const CostDeck *d, CostWork *w)
   RfOptIntAsIntCost("-iterations", "Iterations the simulator runs (the first places the weights)", w->iterations, &w->iterations);
   RfOptIntAsIntCost("-staleness", "Asynchronous RL's staleness K: the generation of batch i+K beside the training on batch i (default -async_staleness; 0: one after the other)", w->staleness, &w->staleness);
   RfOptIntAsIntCost("-partial", "Partial rollouts: the tokens a generation call draws per sample at most, the rest in later calls with newer weights (default -async_partial; 0: whole samples; needs -cost_staleness >= 1)", w->partial, &w->partial);
-  RfOptIntAsIntCost("-partial_extra", "Partial rollouts: samples in flight beyond a batch (default -async_partial_extra times the group, else a quarter of -cost_batch)", w->partial_extra, &w->partial_extra);
+  RfOptIntAsIntCost("-partial_extra", "Partial rollouts: samples in flight beyond a batch (default -async_partial_extra times the group, else -cost_batch)", w->partial_extra, &w->partial_extra);
   RfOptBool("-critic_free", "No critic calls (default: an -algo without a critic, src/ppo/algos.c)", w->critic_free, &w->critic_free);
   RfOptBool("-reward_free", "No reward model call (default: a deck whose rewards come from -reward_fn or -reward_command only)", w->reward_free, &w->reward_free);
   RfOptString("-lengths", "Response lengths: lognormal:MEDIAN:P99, uniform:LO:HI, fixed:N, hist:FILE (lines 'length count') or rollouts:FILE.h5[:iter_K] (default fixed at -cost_max_new)", lengths, sizeof lengths);
@@ -254,7 +254,7 @@ PetscErrorCode cost_work_from_options(const CostDeck *d, CostWork *w)
   PetscCheck(w->gen_slots >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_slots %d must be 0 or positive", w->gen_slots);
   PetscCheck(w->staleness >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_staleness %d must be >= 0", w->staleness);
   PetscCheck(w->partial >= 0 && (!w->partial || w->staleness >= 1), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_partial %d must be >= 0, and > 0 only with -cost_staleness >= 1 (now %d)", w->partial, w->staleness);
-  if (w->partial && !w->partial_extra) w->partial_extra = PetscMax(1, (w->batch + 3) / 4);
+  if (w->partial && !w->partial_extra) w->partial_extra = w->batch;
   PetscCheck(w->partial_extra >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_partial_extra %d must be >= 0", w->partial_extra);
   if (!w->staleness) w->prox = PETSC_FALSE;
   else if (!d->staleness) w->prox = PETSC_TRUE; /* -cost_staleness alone: the default correction (decoupled) */

@@ -87,7 +87,7 @@ static PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptEnum("-correction", "How samples from older weights are weighed: decoupled (PPO's ratio against the current weights times the behaviour importance weight, tokens over -async_is_cap left out), tis (that weight truncated at the cap) or none (PPO's ratio against the generating weights)", async_corr_names, 3, &o->async_correction);
   RfOptReal("-is_cap", "The behaviour importance weight's cap (-async_correction decoupled: tokens above it leave the loss; tis: truncated to it; 0: no cap)", 5.0, &o->async_is_cap);
   RfOptInt("-partial", "Partial rollouts: the new tokens a sample may draw per iteration; one still running then goes on in the next iteration with newer weights, each token keeping the version that drew it (0: every sample runs to its end; docs/async.md)", 0, &o->async_partial);
-  RfOptInt("-partial_extra", "Partial rollouts: prompts kept in flight beyond a batch's, so that a batch fills from the samples that end; each one more delays samples that end early (-1: a quarter of a batch's prompts, at least 1)", -1, &o->async_partial_extra);
+  RfOptInt("-partial_extra", "Partial rollouts: prompts kept in flight beyond a batch's, so that a batch fills from the samples that end without running the oldest to their end; more cut the long tail better and keep samples that end early waiting longer (-1: a batch's prompts)", -1, &o->async_partial_extra);
   PetscOptionsEnd();
   PetscCall(reward_options_from_options(&o->reward)); /* src/reward owns the -reward_ options */
   PetscOptionsBegin(PETSC_COMM_WORLD, "grpo_", "GRPO", NULL);
@@ -111,11 +111,11 @@ PetscErrorCode ppo_options(const TrainJobOptions *job, PPOOptions *o)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* -async_partial_extra as given, or its default (-1): a quarter of a
- * batch's prompts (k samples each), at least one. */
+/* -async_partial_extra as given, or its default (-1): a batch's prompts
+ * (k samples each). */
 static PetscInt partial_extra(const PPOOptions *o, int k)
 {
-  return o->async_partial_extra >= 0 ? o->async_partial_extra : PetscMax(1, (o->rollout_batch / k + 3) / 4);
+  return o->async_partial_extra >= 0 ? o->async_partial_extra : o->rollout_batch / k;
 }
 
 static PetscErrorCode ppo_check_options(PPOOptions *o)
@@ -160,7 +160,7 @@ static PetscErrorCode ppo_check_options(PPOOptions *o)
     PetscCheck(o->async_staleness >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-async_partial %" PetscInt_FMT " needs -async_staleness >= 1: a sample that goes on with newer weights is trained on by a later iteration", o->async_partial);
     PetscCheck(o->async_partial < o->gen.max_new_tokens, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_partial %" PetscInt_FMT " must be below -gen_max_new_tokens %" PetscInt_FMT " (at or above it every sample ends in its first iteration)", o->async_partial, o->gen.max_new_tokens);
     PetscCheck(!gen_masked(&o->gen), PETSC_COMM_WORLD, PETSC_ERR_SUP, "-async_partial with -gen_top_k, -gen_top_p or -gen_min_new_tokens: the allowed sets of a sample that goes on are not kept across iterations yet; use full-length samples (-async_partial 0)");
-    PetscCheck(o->async_partial_extra >= 1 || o->async_partial_extra == -1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_partial_extra %" PetscInt_FMT " must be >= 1 (prompts in flight beyond a batch's) or -1 (a quarter of a batch's)", o->async_partial_extra);
+    PetscCheck(o->async_partial_extra >= 1 || o->async_partial_extra == -1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_partial_extra %" PetscInt_FMT " must be >= 1 (prompts in flight beyond a batch's) or -1 (a batch's)", o->async_partial_extra);
     o->async_partial_extra = partial_extra(o, k);
   } else PetscCheck(o->async_partial_extra == -1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-async_partial_extra %" PetscInt_FMT " sizes partial rollouts, which are off (-async_partial 0)", o->async_partial_extra);
   PetscCheck(o->eval_show >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_show %" PetscInt_FMT " must be >= 0", o->eval_show);
