@@ -359,7 +359,7 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
   PetscCheck(a.staleness == 0 || (a.pool[0] > 0) == (o->async_partial > 0), comm, PETSC_ERR_ARG_INCOMP, "-restart %s was written %s -async_partial: restart it %s", path, a.pool[0] > 0 ? "with" : "without",
              a.pool[0] > 0 ? "with the same -async_partial and -async_partial_extra" : "with -async_partial 0");
   if (a.pool[0] > 0) {
-    int G = ppo_algo(o)->groups ? (int)o->group : 1, cap = (int)(o->rollout_batch + o->async_partial_extra * G);
+    int G = ppo_algo(o)->groups ? (int)o->group : 1, cap = (int)(o->rollout_batch + ppo_partial_extra(o) * G);
     PetscCheck((int)a.pool[0] == (int)o->async_partial && (int)a.pool[2] == cap && (int)a.pool[1] == G, comm, PETSC_ERR_ARG_INCOMP,
                "-restart %s holds partial rollouts of -async_partial %.0f in a pool of %.0f rows (groups of %.0f): restart it with the same -async_partial, -async_partial_extra and -grpo_group (now %" PetscInt_FMT ", %d rows, groups of %d)", path, a.pool[0], a.pool[2],
                a.pool[1], o->async_partial, cap, G);

@@ -23,7 +23,7 @@ static void pool_requests(AsyncPool *p);
 
 PetscErrorCode async_pool_create(const PPOOptions *o, int T, AsyncPool *p)
 {
-  int cap = (int)(o->rollout_batch + o->async_partial_extra * pool_group(o));
+  int cap = (int)(o->rollout_batch + ppo_partial_extra(o) * pool_group(o));
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(p, sizeof *p));

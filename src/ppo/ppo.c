@@ -111,11 +111,9 @@ PetscErrorCode ppo_options(const TrainJobOptions *job, PPOOptions *o)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* -async_partial_extra as given, or its default (-1): a batch's prompts
- * (k samples each). */
-static PetscInt partial_extra(const PPOOptions *o, int k)
+PetscInt ppo_partial_extra(const PPOOptions *o)
 {
-  return o->async_partial_extra >= 0 ? o->async_partial_extra : o->rollout_batch / k;
+  return o->async_partial_extra >= 0 ? o->async_partial_extra : o->rollout_batch / (ppo_algo(o)->groups ? o->group : 1);
 }
 
 static PetscErrorCode ppo_check_options(PPOOptions *o)
@@ -155,13 +153,12 @@ static PetscErrorCode ppo_check_options(PPOOptions *o)
   PetscCheck(!o->async_staleness || !o->dynamic_sampling, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-async_staleness %" PetscInt_FMT " with -ppo_dynamic_sampling: the selection's later rounds would generate inside the training iteration; use one of them", o->async_staleness);
   PetscCheck(!o->async_staleness || o->plan.fuse == FUSE_NONE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-async_staleness %" PetscInt_FMT " with -fuse_gen_inf %s: the fused rollouts stream one batch into inference; use -fuse_gen_inf none", o->async_staleness, FuseModeNames[o->plan.fuse]);
   if (o->async_partial) {
-    int k = ppo_algo(o)->groups ? (int)o->group : 1;
     PetscCheck(o->async_partial > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_partial %" PetscInt_FMT " must be >= 0 (0: off)", o->async_partial);
     PetscCheck(o->async_staleness >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-async_partial %" PetscInt_FMT " needs -async_staleness >= 1: a sample that goes on with newer weights is trained on by a later iteration", o->async_partial);
     PetscCheck(o->async_partial < o->gen.max_new_tokens, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_partial %" PetscInt_FMT " must be below -gen_max_new_tokens %" PetscInt_FMT " (at or above it every sample ends in its first iteration)", o->async_partial, o->gen.max_new_tokens);
     PetscCheck(!gen_masked(&o->gen), PETSC_COMM_WORLD, PETSC_ERR_SUP, "-async_partial with -gen_top_k, -gen_top_p or -gen_min_new_tokens: the allowed sets of a sample that goes on are not kept across iterations yet; use full-length samples (-async_partial 0)");
     PetscCheck(o->async_partial_extra >= 1 || o->async_partial_extra == -1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_partial_extra %" PetscInt_FMT " must be >= 1 (prompts in flight beyond a batch's) or -1 (a batch's)", o->async_partial_extra);
-    o->async_partial_extra = partial_extra(o, k);
+    o->async_partial_extra = ppo_partial_extra(o);
   } else PetscCheck(o->async_partial_extra == -1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-async_partial_extra %" PetscInt_FMT " sizes partial rollouts, which are off (-async_partial 0)", o->async_partial_extra);
   PetscCheck(o->eval_show >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_show %" PetscInt_FMT " must be >= 0", o->eval_show);
   PetscCheck(o->eval_samples >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_samples %" PetscInt_FMT " must be >= 1", o->eval_samples);
@@ -712,7 +709,7 @@ static void ppo_cost_deck_fill(const PPOOptions *o, const ModelConfig cfg[4], in
   d->staleness   = (int)o->async_staleness;
   d->prox        = o->async_staleness > 0 && o->async_correction != ASYNC_NONE ? PETSC_TRUE : PETSC_FALSE;
   d->partial       = (int)o->async_partial;
-  d->partial_extra = o->async_partial ? (int)(partial_extra(o, ppo_algo(o)->groups ? (int)o->group : 1) * (ppo_algo(o)->groups ? o->group : 1)) : 0;
+  d->partial_extra = o->async_partial ? (int)(ppo_partial_extra(o) * (ppo_algo(o)->groups ? o->group : 1)) : 0;
   for (int k = 0; k < 4; k++) d->cfg[k] = cfg[k];
   d->reward_free = o->has_reward_model ? PETSC_FALSE : PETSC_TRUE; /* cfg[3] is then the actor's (ppo_configs), unused */
   if (d->critic_free) d->cfg[1] = cfg[3];

@@ -476,6 +476,8 @@ PetscErrorCode async_checkpoint_carry(AsyncQueue *q, int64_t from);
  * batches [from, from + K) the file holds go into their slots, ready, with
  * their prompts' answers (*found: how many). Collective on comm. */
 PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *o, PromptSource *ps, AsyncQueue *q, int64_t from, int *found);
+/* -async_partial_extra, or its default (-1: a batch's prompts). */
+PetscInt ppo_partial_extra(const PPOOptions *o);
 /* Partial rollouts (src/ppo/async_pool.c): the pool of rollout_batch +
  * -async_partial_extra groups' rows (async_create makes it). */
 PetscErrorCode async_pool_create(const PPOOptions *o, int T, AsyncPool *p);

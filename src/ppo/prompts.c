@@ -17,8 +17,10 @@
  * candidates' reference answers are kept for each of -ppo_dynamic_rounds. */
 static PetscErrorCode ppo_check_memory(const RunCtx *run, const PPOOptions *o, int max_prompt)
 {
-  /* -async_staleness K keeps K + 1 rollouts, each with two more float arrays (the proximal log-probabilities, the behaviour weights) */
+  /* -async_staleness K keeps K + 1 rollouts, each with two more float arrays (the proximal log-probabilities, the behaviour weights);
+   * -async_partial its pool (tokens, versions, log-probabilities) and a rollout for each call's results, over the batch and the extra prompts' rows */
   double T = (double)max_prompt + (double)o->gen.max_new_tokens, rows = (double)o->rollout_batch * PetscMax(1, o->dynamic_sampling), pos = rows * T, need = (o->async_staleness ? 40.0 * (double)(o->async_staleness + 1) : 32.0) * pos, avail = sys_memory_available();
+  if (o->async_partial) need += 44.0 * T * ((double)o->rollout_batch + (double)ppo_partial_extra(o) * (ppo_algo(o)->groups ? (double)o->group : 1.0));
   double answers = (double)PetscMax(1, o->dynamic_rounds) * rows * PPO_ANSWER_LEN;
   char   a[32], b[32], batch[96];
 
