@@ -100,6 +100,7 @@ typedef struct {
   PetscBool prox;           /* K > 0 with a correction: the actor's forward over the batch on its training mesh (the proximal policy) */
   int       partial;        /* -async_partial S: a generation call draws at most S tokens per sample, the rest in later calls (0: whole samples) */
   int       partial_extra;  /* its pool's samples beyond a batch */
+  int       group;          /* samples per prompt (GRPO's group): partial rollouts' pool ends and leaves by whole groups (1: each sample alone) */
 } CostWork;
 
 /* The estimate of one plan. */
@@ -171,6 +172,7 @@ typedef struct {
   int       staleness;      /* -async_staleness */
   PetscBool prox;           /* -async_correction is not none */
   int       partial, partial_extra; /* -async_partial, and -async_partial_extra in samples */
+  int       group;          /* samples per prompt: -grpo_group for an -algo with groups, else 1 */
   ModelConfig cfg[4];         /* actor, critic, reference, reward (critic unused when critic_free, reward when reward_free) */
   char      shapes_from[2 * PETSC_MAX_PATH_LEN + 64]; /* where cfg came from, for messages */
 } CostDeck;

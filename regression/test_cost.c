@@ -267,6 +267,24 @@ static PetscErrorCode check_simulator(void)
     w.partial = 0;
     PetscCall(cost_estimate(&pf, &w, &plan, &e));
     test_report_close("whole samples, memory-bound decoding: the longest's 4 steps after the prefill (6 s)", e.call_s[MFC_ACTOR_GEN], 6, 1e-12);
+    /* groups (GRPO): lengths 1, 6, 1, 6, ..., memory-bound decoding. One
+     * sample at a time: from call 2 on the pool holds samples with 4 and 2
+     * tokens drawn and two new; the 4 and the new 1 end, no sample is run
+     * to its end: prefill of 4 (4 s), one step (1 s). In groups of two (the
+     * 1 and the 6 of a prompt together) no group ends within 2 tokens, so
+     * every call runs the oldest to its end: the group with 2 drawn (4
+     * left) and a new one: prefill of 3 (3 s), a step (1 s; the new 6
+     * pauses), two more (2 s) */
+    {
+      int len6[2] = {1, 6};
+      w.len = len6, w.partial = 2, w.group = 1;
+      PetscCall(cost_estimate(&pf, &w, &plan, &e));
+      test_report_close("partial rollouts, one sample at a time: 4 + 1 s a call", e.call_s[MFC_ACTOR_GEN], 5, 1e-12);
+      w.group = 2;
+      PetscCall(cost_estimate(&pf, &w, &plan, &e));
+      test_report_close("partial rollouts in groups of two: a group ends and leaves whole (3 + 1 + 2 s a call)", e.call_s[MFC_ACTOR_GEN], 6, 1e-12);
+      w.group = 1, w.partial = 0, w.len = len;
+    }
     flat_decode = PETSC_FALSE, w.staleness = 0, w.partial_extra = 0;
   }
 

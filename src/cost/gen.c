@@ -153,8 +153,8 @@ static PetscErrorCode gen_replica(const CostPrims *p, const CostWork *w, const C
  * Each replica decodes its contiguous share of the call's samples. The
  * time: the mean call once the pool is in its steady state (the calls after
  * the first ceil(max_new / S) + 1), which the batch's training, costed
- * from the workload's lengths, matches. Groups are not modelled (each
- * sample ends on its own). */
+ * from the workload's lengths, matches. With groups (GRPO) a group ends, is
+ * run to its end and leaves whole. */
 /* What a partial rollouts' generation time depends on: the search asks
  * for the same layouts again and again, and each simulation runs a dozen
  * calls of the whole pool, so the last answers are kept (per thread: the
@@ -164,7 +164,7 @@ typedef struct {
   const CostPrims *p;
   const CostShape *m;
   CostLayout       L;
-  int              batch, extra, S, max_new, slots, prompt_len, nlen;
+  int              batch, extra, S, max_new, slots, prompt_len, nlen, group;
   uint64_t         lens; /* a hash of the workload's lengths */
 } PartialKey;
 #define PARTIAL_MEMO 32
@@ -179,14 +179,23 @@ static void partial_key(const CostPrims *p, const CostWork *w, const CostLayout 
 {
   uint64_t h = 1469598103934665603ull;
   memset(k, 0, sizeof *k); /* padding too: keys are compared with memcmp */
-  k->p = p, k->m = m, k->L = *L, k->batch = w->batch, k->extra = w->partial_extra, k->S = w->partial, k->max_new = w->max_new, k->slots = w->gen_slots, k->prompt_len = w->prompt_len, k->nlen = w->nlen;
+  k->p = p, k->m = m, k->L = *L, k->batch = w->batch, k->extra = w->partial_extra, k->S = w->partial, k->max_new = w->max_new, k->slots = w->gen_slots, k->prompt_len = w->prompt_len, k->nlen = w->nlen, k->group = w->group;
   for (int i = 0; i < w->nlen; i++) h = (h ^ (uint64_t)w->len[i] ^ ((uint64_t)(w->plen ? w->plen[i] : 0) << 32)) * 1099511628211ull;
   k->lens = h;
 }
 
+/* Whether every sample of the group at g ends with this call's draws
+ * (draw NULL: has ended). */
+static PetscBool group_ends(const int *len, const int *done, const int *draw, int g, int G)
+{
+  for (int i = g; i < g + G; i++)
+    if (done[i] + (draw ? draw[i] : 0) < len[i]) return PETSC_FALSE;
+  return PETSC_TRUE;
+}
+
 static PetscErrorCode gen_partial(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostLayout *L, const CostShape *m, double *t)
 {
-  int     cap = w->batch + w->partial_extra, n = 0, next = 0, warm = (w->max_new + w->partial - 1) / w->partial + 1, calls = warm + 8;
+  int     G = PetscMax(1, w->group), cap = w->batch + w->partial_extra, n = 0, next = 0, warm = (w->max_new + w->partial - 1) / w->partial + 1, calls = warm + 8;
   int    *len, *done, *ended, *draw, *rows;
   double *plen, sum = 0;
 
@@ -205,12 +214,13 @@ static PetscErrorCode gen_partial(const CostPrims *p, const CostWork *w, const P
     int    nreq = 0, have = 0, kept = 0, taken = 0;
     double tc = 0;
     for (; n < cap; n++, next++) len[n] = (int)cost_response_len(w, next), plen[n] = cost_prompt_len(w, next), done[n] = 0, ended[n] = 0;
-    for (int i = 0; i < n; i++) { /* this call's draws */
-      draw[i] = ended[i] ? 0 : PetscMin(w->partial, len[i] - done[i]);
-      have += ended[i] || done[i] + draw[i] == len[i];
-    }
-    for (int i = 0; i < n && have < w->batch; i++) /* the oldest unfinished to their end */
-      if (!ended[i] && done[i] + draw[i] < len[i]) draw[i] = len[i] - done[i], have++;
+    for (int i = 0; i < n; i++) draw[i] = ended[i] ? 0 : PetscMin(w->partial, len[i] - done[i]); /* this call's draws */
+    for (int g = 0; g < n; g += G) have += group_ends(len, done, draw, g, G);
+    for (int g = 0; g < n && have < w->batch / G; g += G) /* the oldest unfinished groups to their end */
+      if (!group_ends(len, done, draw, g, G)) {
+        for (int i = g; i < g + G; i++) draw[i] = len[i] - done[i];
+        have++;
+      }
     for (int i = 0; i < n; i++)
       if (draw[i]) rows[nreq++] = i;
     for (int d = 0; d < c->dp; d++) {
@@ -225,9 +235,12 @@ static PetscErrorCode gen_partial(const CostPrims *p, const CostWork *w, const P
       PetscCall(cost_rep_free(&r));
     }
     for (int i = 0; i < n; i++) done[i] += draw[i], ended[i] = done[i] == len[i];
-    for (int i = 0; i < n; i++) /* the batch leaves */
-      if (ended[i] && taken < w->batch) taken++;
-      else len[kept] = len[i], plen[kept] = plen[i], done[kept] = done[i], ended[kept++] = ended[i];
+    for (int g = 0; g < n; g += G) { /* the batch leaves: the oldest ended groups */
+      PetscBool all = group_ends(len, done, NULL, g, G);
+      if (all && taken < w->batch / G) taken++;
+      else
+        for (int i = g; i < g + G; i++) len[kept] = len[i], plen[kept] = plen[i], done[kept] = done[i], ended[kept++] = ended[i];
+    }
     n = kept;
     if (call >= warm) sum += tc;
   }

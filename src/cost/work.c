@@ -225,6 +225,7 @@ PetscErrorCode cost_work_from_options(const CostDeck *d, CostWork *w)
   w->prox        = d->prox;
   w->partial     = d->partial;
   w->partial_extra = d->partial_extra;
+  w->group       = PetscMax(1, d->group);
   PetscOptionsBegin(PETSC_COMM_WORLD, "cost_", "Cost model workload (docs/costmodel.md)", NULL);
   RfOptIntAsIntCost("-batch", "Rollout sequences per iteration (default -rollout_batch)", w->batch, &w->batch);
   RfOptIntAsIntCost("-prompt_len", "Prompt tokens per sequence, or the longest with -cost_prompt_lengths (default the deck's longest prompt: -task_len_max + 2, or the -ppo_prompts file's)", w->prompt_len, &w->prompt_len);
@@ -239,6 +240,7 @@ PetscErrorCode cost_work_from_options(const CostDeck *d, CostWork *w)
   RfOptIntAsIntCost("-staleness", "Asynchronous RL's staleness K: the generation of batch i+K beside the training on batch i (default -async_staleness; 0: one after the other)", w->staleness, &w->staleness);
   RfOptIntAsIntCost("-partial", "Partial rollouts: the tokens a generation call draws per sample at most, the rest in later calls with newer weights (default -async_partial; 0: whole samples; needs -cost_staleness >= 1)", w->partial, &w->partial);
   RfOptIntAsIntCost("-partial_extra", "Partial rollouts: samples in flight beyond a batch (default -async_partial_extra times the group, else -cost_batch)", w->partial_extra, &w->partial_extra);
+  RfOptIntAsIntCost("-group", "Samples per prompt: partial rollouts' pool ends and leaves by whole groups (default -grpo_group for an -algo with groups, else 1)", w->group, &w->group);
   RfOptBool("-critic_free", "No critic calls (default: an -algo without a critic, src/ppo/algos.c)", w->critic_free, &w->critic_free);
   RfOptBool("-reward_free", "No reward model call (default: a deck whose rewards come from -reward_fn or -reward_command only)", w->reward_free, &w->reward_free);
   RfOptString("-lengths", "Response lengths: lognormal:MEDIAN:P99, uniform:LO:HI, fixed:N, hist:FILE (lines 'length count') or rollouts:FILE.h5[:iter_K] (default fixed at -cost_max_new)", lengths, sizeof lengths);
@@ -255,6 +257,7 @@ PetscErrorCode cost_work_from_options(const CostDeck *d, CostWork *w)
   PetscCheck(w->staleness >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_staleness %d must be >= 0", w->staleness);
   PetscCheck(w->partial >= 0 && (!w->partial || w->staleness >= 1), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_partial %d must be >= 0, and > 0 only with -cost_staleness >= 1 (now %d)", w->partial, w->staleness);
   if (w->partial && !w->partial_extra) w->partial_extra = w->batch;
+  PetscCheck(w->group >= 1 && (!w->partial || (w->batch % w->group == 0 && w->partial_extra % w->group == 0)), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_group %d must be positive and, with -cost_partial, divide -cost_batch %d and -cost_partial_extra %d", w->group, w->batch, w->partial_extra);
   PetscCheck(w->partial_extra >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_partial_extra %d must be >= 0", w->partial_extra);
   if (!w->staleness) w->prox = PETSC_FALSE;
   else if (!d->staleness) w->prox = PETSC_TRUE; /* -cost_staleness alone: the default correction (decoupled) */

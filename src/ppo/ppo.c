@@ -710,6 +710,7 @@ static void ppo_cost_deck_fill(const PPOOptions *o, const ModelConfig cfg[4], in
   d->prox        = o->async_staleness > 0 && o->async_correction != ASYNC_NONE ? PETSC_TRUE : PETSC_FALSE;
   d->partial       = (int)o->async_partial;
   d->partial_extra = o->async_partial ? (int)(ppo_partial_extra(o) * (ppo_algo(o)->groups ? o->group : 1)) : 0;
+  d->group         = ppo_algo(o)->groups ? (int)o->group : 1;
   for (int k = 0; k < 4; k++) d->cfg[k] = cfg[k];
   d->reward_free = o->has_reward_model ? PETSC_FALSE : PETSC_TRUE; /* cfg[3] is then the actor's (ppo_configs), unused */
   if (d->critic_free) d->cfg[1] = cfg[3];
