@@ -305,16 +305,19 @@ static PetscErrorCode search_async_report(const RunCtx *run, const CostPrims *pr
   Plan         *plan;
   SearchSummary sum;
   double        sync;
+  char          what[80];
 
   PetscFunctionBegin;
   if (!work->staleness || !isfinite(best->est_iter_s) || best->est_iter_s <= 0) PetscFunctionReturn(PETSC_SUCCESS);
+  if (work->partial) PetscCall(PetscSNPrintf(what, sizeof what, "staleness %d, partial rollouts of %d tokens", work->staleness, work->partial));
+  else PetscCall(PetscSNPrintf(what, sizeof what, "staleness %d", work->staleness));
   other.staleness = 0;
   other.prox      = PETSC_FALSE;
   PetscCall(PetscMalloc1(1, &plan));
   PetscCall(search_plan(run->comm, prims, &other, needs, spec, o, PETSC_FALSE, plan, &sum));
   sync = sum.searched;
-  if (isfinite(sync)) PetscCall(PetscPrintf(run->comm, "asynchronous (staleness %d): %.4g s per iteration; the best synchronous plan searched (same budget): %.4g s per iteration, so %.2fx from asynchrony\n", work->staleness, best->est_iter_s, sync, sync / best->est_iter_s));
-  else PetscCall(PetscPrintf(run->comm, "asynchronous (staleness %d): %.4g s per iteration; no synchronous plan that fits was found\n", work->staleness, best->est_iter_s));
+  if (isfinite(sync)) PetscCall(PetscPrintf(run->comm, "asynchronous (%s): %.4g s per iteration; the best synchronous plan searched (same budget): %.4g s per iteration, so %.2fx from asynchrony\n", what, best->est_iter_s, sync, sync / best->est_iter_s));
+  else PetscCall(PetscPrintf(run->comm, "asynchronous (%s): %.4g s per iteration; no synchronous plan that fits was found\n", what, best->est_iter_s));
   for (int k = 1; k < work->staleness && k <= SEARCH_ASYNC_TABLE; k++) {
     other.staleness = k;
     other.prox      = work->prox;
