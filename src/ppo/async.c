@@ -95,7 +95,7 @@ PetscErrorCode async_weights(AsyncQueue *q, const PPOOptions *o, Rollout *r)
 
 PetscErrorCode async_record(RunRecord *rec, const AsyncQueue *q, const Rollout *r, int64_t iteration, double gen_s, double train_s, double iter_s, char *line, size_t len)
 {
-  double lag = 0, lag_max = 0, toks = 0, old = 0;
+  double lag = 0, lag_max = 0, toks = 0, old = 0, spans = 0;
 
   PetscFunctionBegin;
   for (int b = 0; b < r->B; b++) { /* a row's version: that of its oldest token (partial rollouts: rows may span several) */
@@ -103,13 +103,15 @@ PetscErrorCode async_record(RunRecord *rec, const AsyncQueue *q, const Rollout *
     lag += d;
     lag_max = PetscMax(lag_max, d);
     toks += r->len[b];
-    if (r->tver)
-      for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) old += r->tver[(size_t)b * r->T + t] < iteration;
-    else if (d > 0) old += r->len[b];
+    if (r->tver) {
+      const int *v = r->tver + (size_t)b * r->T;
+      for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) old += v[t] < iteration;
+      spans += r->len[b] > 0 && v[r->start[b]] != v[r->start[b] + r->len[b] - 1];
+    } else if (d > 0) old += r->len[b];
   }
   lag /= r->B;
-  if (q->partial) { /* the rows that went on across iterations; the pool's samples in flight */
-    PetscCall(record_metric(rec, "async_resumed_frac", (double)q->pool.resumed / r->B));
+  if (q->partial) { /* the batch's rows that went on across iterations; the pool's samples in flight */
+    PetscCall(record_metric(rec, "async_resumed_frac", spans / r->B));
     PetscCall(record_metric(rec, "async_pool_rows", (double)q->pool.n));
   }
   PetscCall(record_metric(rec, "async_staleness_mean", lag));
@@ -148,7 +150,8 @@ static PetscErrorCode int32_positions(const int64_t *pos, int n, int *out)
 }
 
 /* Partial rollouts: group /async/pool, the samples in flight (whole
- * groups, oldest first) with attributes partial, extra and rows. */
+ * groups, oldest first) with attributes partial (S), group, capacity and
+ * rows. */
 static PetscErrorCode pool_write(IoId g, const AsyncPool *p)
 {
   IoId        h = IO_NONE;

@@ -230,7 +230,6 @@ static PetscErrorCode pool_merge_take(AsyncQueue *q, const PPOOptions *o, int ve
     p->made += L;
   }
   /* the batch: the oldest groups whose samples have all ended */
-  p->resumed = 0;
   for (int g0 = 0; g0 < p->n; g0 += p->G) {
     PetscBool all = PETSC_TRUE;
     for (int i = g0; i < g0 + p->G; i++) all = (PetscBool)(all && p->done[i]);
@@ -244,7 +243,6 @@ static PetscErrorCode pool_merge_take(AsyncQueue *q, const PPOOptions *o, int ve
         sg->prompt_len[b] = P, sg->response_len[b] = p->len[i], sg->eos[b] = p->eos[i];
         slot->version[b] = vmin, slot->ppos[b] = p->ppos[i], slot->pidx[b] = p->pidx[i], slot->meta[b] = p->meta[i];
         slot->answer[b]  = keep_answer(p->answer[i], p->abuf, (size_t)p->cap * PPO_ANSWER_LEN, sabuf + (size_t)b * PPO_ANSWER_LEN);
-        p->resumed += p->tver[i * T + P] != p->tver[i * T + P + p->len[i] - 1]; /* drawn over more than one call */
       } else pool_copy(p, i, kept++);
     }
     if (all && taken < groups) taken++;

@@ -441,7 +441,7 @@ typedef struct {
   GenRequest  *req;
   int         *row, nreq;                /* [cap]: the pool row of each request */
   Rollout      res;                      /* B = nreq */
-  int64_t      resumed, made;            /* rows of the last batch that went on from an earlier call; new tokens of the call */
+  int64_t      made;                     /* new tokens of the last call */
   PetscBool    taken;                    /* this rank took the batch with the generation (async_pool_take_early) */
 } AsyncPool;
 typedef struct {
