@@ -131,10 +131,7 @@ PetscErrorCode prompts_destroy(PromptSource *ps)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The prompt at stream position pos into row (room ps->room): its length,
- * where its answer is (the built-in task's written to abuf), its metadata
- * and its index in the source. */
-static PetscErrorCode prompt_get(PromptSource *ps, const PPOOptions *o, int64_t pos, int *row, int *len, char *abuf, const char **answer, const char **meta, int64_t *pidx)
+PetscErrorCode prompts_at(PromptSource *ps, const PPOOptions *o, int64_t pos, int *row, int *len, char *abuf, const char **answer, const char **meta, int64_t *pidx)
 {
   int pl, n;
 
@@ -152,13 +149,6 @@ static PetscErrorCode prompt_get(PromptSource *ps, const PPOOptions *o, int64_t 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode prompts_at(PromptSource *ps, const PPOOptions *o, int64_t pos, int *row, int *len, char *abuf, const char **answer, const char **meta, int64_t *pidx)
-{
-  PetscFunctionBegin;
-  PetscCall(prompt_get(ps, o, pos, row, len, abuf, answer, meta, pidx));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_pos, int round, int *used)
 {
   int B = (int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling)), k = ppo_algo(o)->groups ? (int)o->group : 1;
@@ -169,7 +159,7 @@ PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_
     int64_t     idx = 0;
     const char *ans = NULL, *meta = NULL;
 
-    PetscCall(prompt_get(ps, o, data_pos + p, row, &pl, ps->abuf + ((size_t)round * B + (size_t)p) * PPO_ANSWER_LEN, &ans, &meta, &idx));
+    PetscCall(prompts_at(ps, o, data_pos + p, row, &pl, ps->abuf + ((size_t)round * B + (size_t)p) * PPO_ANSWER_LEN, &ans, &meta, &idx));
     for (int j = 0; j < k; j++) {
       ps->req[p * k + j]    = (GenRequest){round * B + p * k + j, row, pl, 0, 0};
       ps->answer[p * k + j] = ans;
