@@ -48,6 +48,14 @@ PetscErrorCode async_destroy(AsyncQueue *q)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+const char *async_keep_answer(const char *a, const char *buf, size_t nbuf, char *dst)
+{
+  if (!a || a < buf || a >= buf + nbuf) return a;
+  memmove(dst, a, PPO_ANSWER_LEN);
+  dst[PPO_ANSWER_LEN - 1] = 0;
+  return dst;
+}
+
 PetscErrorCode async_keep_prompts(AsyncQueue *q, const PromptSource *ps, int64_t batch, int64_t pos)
 {
   int      s = (int)(batch % q->n), B = q->slot[s].Bcap;
@@ -56,14 +64,7 @@ PetscErrorCode async_keep_prompts(AsyncQueue *q, const PromptSource *ps, int64_t
 
   PetscFunctionBegin;
   for (int b = 0; b < B; b++) {
-    const char *a = ps->answer[b];
-    /* the built-in task's answers live in the prompt source's buffer, which
-     * the next batch overwrites: a copy; a file's stay where they are */
-    if (a && a >= ps->abuf && a < ps->abuf + (size_t)B * PPO_ANSWER_LEN) {
-      PetscCall(PetscStrncpy(mine + (size_t)b * PPO_ANSWER_LEN, a, PPO_ANSWER_LEN));
-      a = mine + (size_t)b * PPO_ANSWER_LEN;
-    }
-    r->answer[b] = a;
+    r->answer[b] = async_keep_answer(ps->answer[b], ps->abuf, (size_t)B * PPO_ANSWER_LEN, mine + (size_t)b * PPO_ANSWER_LEN);
     r->meta[b]   = ps->meta[b];
     r->pidx[b]   = ps->pidx[b];
   }
@@ -362,7 +363,7 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
   PetscCheck(a.staleness == 0 || (a.pool[0] > 0) == (o->async_partial > 0), comm, PETSC_ERR_ARG_INCOMP, "-restart %s was written %s -async_partial: restart it %s", path, a.pool[0] > 0 ? "with" : "without",
              a.pool[0] > 0 ? "with the same -async_partial and -async_partial_extra" : "with -async_partial 0");
   if (a.pool[0] > 0) {
-    int G = ppo_algo(o)->groups ? (int)o->group : 1, cap = (int)(o->rollout_batch + ppo_partial_extra(o) * G);
+    int G = ppo_group_size(o), cap = ppo_partial_rows(o);
     PetscCheck((int)a.pool[0] == (int)o->async_partial && (int)a.pool[2] == cap && (int)a.pool[1] == G, comm, PETSC_ERR_ARG_INCOMP,
                "-restart %s holds partial rollouts of -async_partial %.0f in a pool of %.0f rows (groups of %.0f): restart it with the same -async_partial, -async_partial_extra and -grpo_group (now %" PetscInt_FMT ", %d rows, groups of %d)", path, a.pool[0], a.pool[2],
                a.pool[1], o->async_partial, cap, G);

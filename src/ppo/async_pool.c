@@ -18,21 +18,20 @@
 #include "ppo_impl.h"
 #include <string.h>
 
-static int  pool_group(const PPOOptions *o) { return ppo_algo(o)->groups ? (int)o->group : 1; }
 static void pool_requests(AsyncPool *p);
 
 PetscErrorCode async_pool_create(const PPOOptions *o, int T, AsyncPool *p)
 {
-  int cap = (int)(o->rollout_batch + ppo_partial_extra(o) * pool_group(o));
+  int cap = ppo_partial_rows(o);
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(p, sizeof *p));
-  p->S = (int)o->async_partial, p->G = pool_group(o), p->T = T, p->cap = cap;
+  p->S = (int)o->async_partial, p->G = ppo_group_size(o), p->T = T, p->cap = cap;
   PetscCall(PetscCalloc3((size_t)cap * T, &p->tokens, (size_t)cap * T, &p->tver, (size_t)cap * T, &p->logprobs));
   PetscCall(PetscCalloc4(cap, &p->prompt_len, cap, &p->len, cap, &p->eos, cap, &p->done));
   PetscCall(PetscCalloc5(cap, &p->ppos, cap, &p->pidx, cap, &p->answer, cap, &p->meta, (size_t)cap * PPO_ANSWER_LEN, &p->abuf));
   PetscCall(PetscCalloc2(cap, &p->req, cap, &p->row));
-  PetscCall(rollout_create(cap, T, PETSC_FALSE, &p->res));
+  PetscCall(gen_batch_create(cap, T, PETSC_FALSE, &p->res));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -44,19 +43,9 @@ PetscErrorCode async_pool_destroy(AsyncPool *p)
   PetscCall(PetscFree4(p->prompt_len, p->len, p->eos, p->done));
   PetscCall(PetscFree5(p->ppos, p->pidx, p->answer, p->meta, p->abuf));
   PetscCall(PetscFree2(p->req, p->row));
-  PetscCall(rollout_destroy(&p->res));
+  PetscCall(gen_batch_destroy(&p->res));
   PetscCall(PetscMemzero(p, sizeof *p));
   PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-/* An answer that lives in a buffer of its owner (the built-in task's) is
- * copied to dst; one in a prompt file stays where it is. */
-static const char *keep_answer(const char *a, const char *buf, size_t nbuf, char *dst)
-{
-  if (!a || a < buf || a >= buf + nbuf) return a;
-  memmove(dst, a, PPO_ANSWER_LEN);
-  dst[PPO_ANSWER_LEN - 1] = 0;
-  return dst;
 }
 
 /* Pool row `from` copied to row `to`. */
@@ -70,7 +59,7 @@ static void pool_copy(AsyncPool *p, int from, int to)
   memmove(p->logprobs + to * T, p->logprobs + from * T, T * sizeof(float));
   p->prompt_len[to] = p->prompt_len[from], p->len[to] = p->len[from], p->eos[to] = p->eos[from], p->done[to] = p->done[from];
   p->ppos[to] = p->ppos[from], p->pidx[to] = p->pidx[from], p->meta[to] = p->meta[from];
-  p->answer[to] = keep_answer(p->answer[from], p->abuf, (size_t)p->cap * PPO_ANSWER_LEN, p->abuf + (size_t)to * PPO_ANSWER_LEN);
+  p->answer[to] = async_keep_answer(p->answer[from], p->abuf, (size_t)p->cap * PPO_ANSWER_LEN, p->abuf + (size_t)to * PPO_ANSWER_LEN);
 }
 
 /* Sets pool row i to the prompt at stream position pos (nothing drawn yet). */
@@ -163,11 +152,11 @@ PetscErrorCode async_pool_generate(AsyncPool *p, DModel *policy, const PPOOption
 
   PetscFunctionBegin;
   if (!dmodel_member(policy)) PetscFunctionReturn(PETSC_SUCCESS);
-  p->res.B = p->res.gen.n = p->nreq;
+  p->res.n = p->nreq;
   exec_rows(p->nreq, m->dp, m->d, &part->b0, &part->b1);
   part->own = (PetscBool)(part->b0 > 0 || part->b1 < p->nreq);
   if (part->own) PetscCall(gen_batch_create(part->b1 - part->b0, T, PETSC_FALSE, &part->b));
-  out = part->own ? &part->b : &p->res.gen;
+  out = part->own ? &part->b : &p->res;
   if (part->b1 > part->b0) {
     PetscCall(gen_engine_create(policy->lm, &o->gen, max_prompt, &eng));
     PetscCall(gen_generate(eng, seed, key, part->b1 - part->b0, p->req + part->b0, out, NULL, NULL));
@@ -211,7 +200,7 @@ PetscErrorCode async_pool_generate(AsyncPool *p, DModel *policy, const PPOOption
 static PetscErrorCode pool_merge_take(AsyncQueue *q, const PPOOptions *o, int version, Rollout *slot)
 {
   AsyncPool *p = &q->pool;
-  GenBatch  *g = &p->res.gen, *sg = &slot->gen;
+  GenBatch  *g = &p->res, *sg = &slot->gen;
   size_t     T = (size_t)p->T;
   int        groups = (int)(o->rollout_batch / p->G), taken = 0, kept = 0, s = (int)(slot->batch % q->n), B = slot->Bcap;
   char      *sabuf = q->abuf + (size_t)s * B * PPO_ANSWER_LEN;
@@ -242,7 +231,7 @@ static PetscErrorCode pool_merge_take(AsyncQueue *q, const PPOOptions *o, int ve
         for (int t = P; t < P + p->len[i]; t++) vmin = PetscMin(vmin, p->tver[i * T + t]);
         sg->prompt_len[b] = P, sg->response_len[b] = p->len[i], sg->eos[b] = p->eos[i];
         slot->version[b] = vmin, slot->ppos[b] = p->ppos[i], slot->pidx[b] = p->pidx[i], slot->meta[b] = p->meta[i];
-        slot->answer[b]  = keep_answer(p->answer[i], p->abuf, (size_t)p->cap * PPO_ANSWER_LEN, sabuf + (size_t)b * PPO_ANSWER_LEN);
+        slot->answer[b]  = async_keep_answer(p->answer[i], p->abuf, (size_t)p->cap * PPO_ANSWER_LEN, sabuf + (size_t)b * PPO_ANSWER_LEN);
       } else pool_copy(p, i, kept++);
     }
     if (all && taken < groups) taken++;
@@ -259,7 +248,7 @@ static PetscErrorCode pool_merge_take(AsyncQueue *q, const PPOOptions *o, int ve
 PetscErrorCode async_pool_take_early(AsyncQueue *q, const Mesh *m, const PPOOptions *o, GenPart *part, int version, Rollout *slot)
 {
   AsyncPool *p = &q->pool;
-  GenBatch  *g = &p->res.gen;
+  GenBatch  *g = &p->res;
   int        T = p->T, *cnt, *dsp;
 
   PetscFunctionBegin;
@@ -297,12 +286,12 @@ PetscErrorCode async_pool_share(AsyncQueue *q, const Mesh *m, const PPOOptions *
   AsyncPool *p = &q->pool;
 
   PetscFunctionBegin;
-  p->res.B = p->res.gen.n = p->nreq;
-  if (p->nreq) PetscCall(rollout_share_gen(m, part, &p->res));
+  p->res.n = p->nreq;
+  if (p->nreq) PetscCall(rollout_share_genbatch(m, part, &p->res));
   if (p->taken) p->taken = PETSC_FALSE; /* this rank took the batch with the generation */
   else PetscCall(pool_merge_take(q, o, version, slot));
   { /* the engine steps of the call that made the batch (replica 0's), for the rollout record */
-    GenBatch *g = &p->res.gen, *sg = &slot->gen;
+    GenBatch *g = &p->res, *sg = &slot->gen;
     int       n = p->nreq ? g->nsteps : 0;
     if (n > sg->steps_cap) {
       PetscCall(PetscFree2(sg->step_seconds, sg->step_active));

@@ -113,8 +113,10 @@ PetscErrorCode ppo_options(const TrainJobOptions *job, PPOOptions *o)
 
 PetscInt ppo_partial_extra(const PPOOptions *o)
 {
-  return o->async_partial_extra >= 0 ? o->async_partial_extra : o->rollout_batch / (ppo_algo(o)->groups ? o->group : 1);
+  return o->async_partial_extra >= 0 ? o->async_partial_extra : o->rollout_batch / ppo_group_size(o);
 }
+
+int ppo_partial_rows(const PPOOptions *o) { return (int)(o->rollout_batch + ppo_partial_extra(o) * ppo_group_size(o)); }
 
 static PetscErrorCode ppo_check_options(PPOOptions *o)
 {
@@ -709,8 +711,8 @@ static void ppo_cost_deck_fill(const PPOOptions *o, const ModelConfig cfg[4], in
   d->staleness   = (int)o->async_staleness;
   d->prox        = o->async_staleness > 0 && o->async_correction != ASYNC_NONE ? PETSC_TRUE : PETSC_FALSE;
   d->partial       = (int)o->async_partial;
-  d->partial_extra = o->async_partial ? (int)(ppo_partial_extra(o) * (ppo_algo(o)->groups ? o->group : 1)) : 0;
-  d->group         = ppo_algo(o)->groups ? (int)o->group : 1;
+  d->partial_extra = o->async_partial ? ppo_partial_rows(o) - (int)o->rollout_batch : 0;
+  d->group         = ppo_group_size(o);
   for (int k = 0; k < 4; k++) d->cfg[k] = cfg[k];
   d->reward_free = o->has_reward_model ? PETSC_FALSE : PETSC_TRUE; /* cfg[3] is then the actor's (ppo_configs), unused */
   if (d->critic_free) d->cfg[1] = cfg[3];

@@ -146,6 +146,8 @@ typedef struct {
 extern const PPOAlgoSpec ppo_algos[];
 extern const int         ppo_nalgos;
 static inline const PPOAlgoSpec *ppo_algo(const PPOOptions *o) { return &ppo_algos[o->algo]; }
+/* Samples per prompt: -grpo_group for an algorithm with groups, else 1. */
+static inline int ppo_group_size(const PPOOptions *o) { return ppo_algo(o)->groups ? (int)o->group : 1; }
 /* Whether the KL to the reference is a loss term (else a reward penalty). */
 static inline PetscBool ppo_kl_as_loss(const PPOOptions *o) { return o->kl_in == KL_IN_LOSS || (o->kl_in == KL_IN_AUTO && ppo_algo(o)->kl_in_loss) ? PETSC_TRUE : PETSC_FALSE; }
 /* -algo's choices (the rows' names, then NULL: cap at least ppo_nalgos + 1)
@@ -257,6 +259,9 @@ PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, in
  * EOS, allowed sets; replica 0's step timeline), then the response starts,
  * lengths (the judge runs with the rule rewards, rollout_rule_rewards). Collective on MPI_COMM_WORLD. */
 PetscErrorCode rollout_share_gen(const Mesh *m, GenPart *part, Rollout *r);
+/* The same for a batch alone (its n rows; the rollout's start and len are
+ * not set). */
+PetscErrorCode rollout_share_genbatch(const Mesh *m, GenPart *part, GenBatch *g);
 /* On a replica's head, before the share: its own rows of part in r (tokens,
  * log-probabilities, lengths, EOS; not the allowed sets) with their
  * response starts and lengths, so that an inference call on the same rows
@@ -440,7 +445,7 @@ typedef struct {
   /* one call: its requests (the rows not ended), their results */
   GenRequest  *req;
   int         *row, nreq;                /* [cap]: the pool row of each request */
-  Rollout      res;                      /* B = nreq */
+  GenBatch     res;                      /* n = nreq */
   int64_t      made;                     /* new tokens of the last call */
   PetscBool    taken;                    /* this rank took the batch with the generation (async_pool_take_early) */
 } AsyncPool;
@@ -476,8 +481,14 @@ PetscErrorCode async_checkpoint_carry(AsyncQueue *q, int64_t from);
  * batches [from, from + K) the file holds go into their slots, ready, with
  * their prompts' answers (*found: how many). Collective on comm. */
 PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *o, PromptSource *ps, AsyncQueue *q, int64_t from, int *found);
-/* -async_partial_extra, or its default (-1: a batch's prompts). */
+/* -async_partial_extra, or its default (-1: a batch's prompts); the pool's
+ * rows: the batch's and the extra prompts' samples. */
 PetscInt ppo_partial_extra(const PPOOptions *o);
+int      ppo_partial_rows(const PPOOptions *o);
+/* The built-in task's answer a (in buf, nbuf bytes: its owner's, which the
+ * next prompts overwrite) copied to dst, which is returned; an answer
+ * elsewhere (a prompt file's) returned as it is. */
+const char *async_keep_answer(const char *a, const char *buf, size_t nbuf, char *dst);
 /* Partial rollouts (src/ppo/async_pool.c): the pool of rollout_batch +
  * -async_partial_extra groups' rows (async_create makes it). */
 PetscErrorCode async_pool_create(const PPOOptions *o, int T, AsyncPool *p);

@@ -18,9 +18,9 @@
 static PetscErrorCode ppo_check_memory(const RunCtx *run, const PPOOptions *o, int max_prompt)
 {
   /* -async_staleness K keeps K + 1 rollouts, each with two more float arrays (the proximal log-probabilities, the behaviour weights);
-   * -async_partial its pool (tokens, versions, log-probabilities) and a rollout for each call's results, over the batch and the extra prompts' rows */
+   * -async_partial its pool (tokens, versions, log-probabilities) and each call's results (tokens, log-probabilities) */
   double T = (double)max_prompt + (double)o->gen.max_new_tokens, rows = (double)o->rollout_batch * PetscMax(1, o->dynamic_sampling), pos = rows * T, need = (o->async_staleness ? 40.0 * (double)(o->async_staleness + 1) : 32.0) * pos, avail = sys_memory_available();
-  if (o->async_partial) need += 44.0 * T * ((double)o->rollout_batch + (double)ppo_partial_extra(o) * (ppo_algo(o)->groups ? (double)o->group : 1.0));
+  if (o->async_partial) need += 20.0 * T * (double)ppo_partial_rows(o);
   double answers = (double)PetscMax(1, o->dynamic_rounds) * rows * PPO_ANSWER_LEN;
   char   a[32], b[32], batch[96];
 
@@ -151,7 +151,7 @@ PetscErrorCode prompts_at(PromptSource *ps, const PPOOptions *o, int64_t pos, in
 
 PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_pos, int round, int *used)
 {
-  int B = (int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling)), k = ppo_algo(o)->groups ? (int)o->group : 1;
+  int B = (int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling)), k = ppo_group_size(o);
 
   PetscFunctionBegin;
   for (int p = 0; p < B / k; p++) {

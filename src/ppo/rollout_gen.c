@@ -115,28 +115,35 @@ static PetscErrorCode share_steps(const Mesh *m, GenBatch *g, const GenPart *par
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_share_gen(const Mesh *m, GenPart *part, Rollout *r)
+PetscErrorCode rollout_share_genbatch(const Mesh *m, GenPart *part, GenBatch *g)
 {
-  GenBatch *g    = &r->gen;
   PetscBool head = exec_is_head(m);
-  size_t    T    = (size_t)r->T;
-  int      *count = NULL;
+  size_t    T    = (size_t)g->Tmax;
+  int       B    = g->n, *count = NULL;
 
   PetscFunctionBegin;
-  if (g->mask_off) PetscCall(PetscCalloc1((size_t)r->B * T + 1, &count));
+  if (g->mask_off) PetscCall(PetscCalloc1((size_t)B * T + 1, &count));
   if (head && part->own) part_copy_rows(part, g, count);
-  PetscCall(exec_share_rows(m, r->B, T, MPI_INT, g->tokens));
-  PetscCall(exec_share_rows(m, r->B, T, MPI_FLOAT, g->logprobs));
-  PetscCall(exec_share_rows(m, r->B, 1, MPI_INT, g->prompt_len));
-  PetscCall(exec_share_rows(m, r->B, 1, MPI_INT, g->response_len));
-  PetscCall(exec_share_rows(m, r->B, 1, MPI_INT, g->eos));
+  PetscCall(exec_share_rows(m, B, T, MPI_INT, g->tokens));
+  PetscCall(exec_share_rows(m, B, T, MPI_FLOAT, g->logprobs));
+  PetscCall(exec_share_rows(m, B, 1, MPI_INT, g->prompt_len));
+  PetscCall(exec_share_rows(m, B, 1, MPI_INT, g->response_len));
+  PetscCall(exec_share_rows(m, B, 1, MPI_INT, g->eos));
   if (g->mask_off) PetscCall(share_masks(m, part, head, count, g));
   PetscCall(share_steps(m, g, part, head));
   g->new_tokens = 0;
-  for (int b = 0; b < r->B; b++) g->new_tokens += g->response_len[b];
+  for (int b = 0; b < B; b++) g->new_tokens += g->response_len[b];
   PetscCall(PetscFree(count));
   if (part->own) PetscCall(gen_batch_destroy(&part->b));
   part->own = PETSC_FALSE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode rollout_share_gen(const Mesh *m, GenPart *part, Rollout *r)
+{
+  PetscFunctionBegin;
+  PetscCheck(r->gen.n == r->B && r->gen.Tmax == r->T, PETSC_COMM_SELF, PETSC_ERR_PLIB, "rollout_share_gen: the batch holds %d rows of %d, the rollout %d of %d", r->gen.n, r->gen.Tmax, r->B, r->T);
+  PetscCall(rollout_share_genbatch(m, part, &r->gen));
   PetscCall(rollout_finish_gen(r));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
