@@ -282,9 +282,22 @@ PetscErrorCode model_optim_set(Model *lm, const float *m_host, const float *v_ho
 double model_acts_grown_bytes(void);
 
 /* Full forward of B sequences of length T (T <= n_positions); tok is host [B*T].
- * Afterwards model_logits/model_values point at the head's output (device). */
+ * Afterwards model_logits/model_values point at the head's output (device).
+ * The LM head's logits of more rows than model_logits_tile_rows are never
+ * held at once: model_logprobs(_dist) and model_backward_logprob run the
+ * head tile by tile (the backward computes each tile again), and
+ * model_logits is NULL after such a forward. */
 PetscErrorCode model_forward(Model *lm, const int *tok, int B, int T);
-const float   *model_logits(const Model *lm); /* [B*T, V], LM head */
+const float   *model_logits(const Model *lm); /* [B*T, V], LM head; NULL when tiled */
+/* -logits_tile_mb: the LM head's logits (and their gradient) of a forward
+ * are held for at most this many MiB of rows of the whole vocabulary at a
+ * time (0: all rows at once). The tile's rows follow from the vocabulary
+ * alone, so a deck's results do not depend on the layout through it; a
+ * batch of more rows is run in tiles, which changes the order of the head
+ * weight gradient's sum, and costs one more head matmul in the backward. */
+#define MODEL_LOGITS_TILE_MB 1024.0
+PetscErrorCode model_set_logits_tile_mb(double mb);
+int            model_logits_tile_rows(int vocab_size); /* rows of a tile at this vocabulary; INT_MAX: no tiles */
 const float   *model_values(const Model *lm); /* [B*T], scalar head */
 /* After model_forward (LM head): logprob[n] = log p(target[n] | ...) on host; target < 0 gives 0. */
 PetscErrorCode model_logprobs(Model *lm, const int *target, float *logprob);
@@ -356,19 +369,23 @@ PetscErrorCode model_kv_copy_slot(const Model *lm, ModelKVCache *kv, int from, i
 /* Forward of N new tokens: row r is token tok[r] of slot slot[r] at position
  * pos[r]; their keys and values enter the cache, each row attends to its
  * slot's positions 0..pos[r]. A prefill passes a whole prompt of one slot; a
- * decode step passes one token for each of many slots. out (host) gets the
- * logits [N,V] (LM head) or values [N] (scalar head). */
-PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, float *out);
+ * decode step passes one token for each of many slots. The head runs on the
+ * M rows head_rows (host, ascending; NULL: all N rows, M is ignored): a
+ * prefill needs the logits of each prompt's last row only, and the others'
+ * would cost a head matmul and N x V floats for nothing. out (host) gets the
+ * logits [M,V] (LM head) or values [M] (scalar head), row m of head_rows[m]. */
+PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, const int *head_rows, int M, float *out);
 /* The same forward with everything in the backend's memory, for a model on
  * one rank (model_cached_resident_ok: no tensor or pipeline parallelism,
  * the LM head): tok, slot and pos are N rows in lm->be's memory (gen's
- * decode arena), and *logits [N,V] stays there, valid until the next
- * forward of this model. With graph set, on a backend with graphs
- * (Backend.graph_begin), the forward of each distinct (N, tok, slot, pos)
- * is run once, recorded on its second call and replayed after that, so a
- * decode step is one launch; the record is made again whenever memory it
- * points to has moved. Rows are not checked here (the ops index the tables
- * and the cache with them): check them on the host first with
+ * decode arena), head_rows as above (host), and *logits [M,V] stays there,
+ * valid until the next forward of this model. With graph set, on a backend
+ * with graphs (Backend.graph_begin), the forward of each distinct (N, tok,
+ * slot, pos) without head_rows is run once, recorded on its second call and
+ * replayed after that, so a decode step is one launch; the record is made
+ * again whenever memory it points to has moved (a call with head_rows runs
+ * as it is). Rows are not checked here (the ops index the tables and the
+ * cache with them): check them on the host first with
  * model_cached_check_rows. */
 PetscBool      model_cached_resident_ok(const Model *lm);
 /* The cached forwards' matmuls (generation's) in an order fixed per row
@@ -377,7 +394,8 @@ PetscBool      model_cached_resident_ok(const Model *lm);
  * forward is not affected. An error naming the option on a backend without
  * such matmuls. */
 PetscErrorCode model_cached_batch_invariant(Model *lm, PetscBool on);
-PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, PetscBool graph, const float **logits);
+PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, const int *head_rows, int M, PetscBool graph,
+                                             const float **logits);
 PetscErrorCode model_cached_check_rows(const Model *lm, const ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N);
 
 /* Sizes for -dry_run and benchmarks. */

@@ -120,16 +120,31 @@ static PetscErrorCode test_layout(const ModelConfig *cfg, const Layout *L, Petsc
     PetscCall(PetscCalloc2((size_t)NR * V, &lf, (size_t)NR * V, &lg));
     for (int r = 0; r < NR; r++) tok[r] = b.tok[r], slot[r] = r / 3, pos[r] = r % 3;
     PetscCall(model_kv_create(full, 3, 8, &kf));
-    PetscCall(model_forward_cached(full, kf, tok, slot, pos, NR, lf));
+    PetscCall(model_forward_cached(full, kf, tok, slot, pos, NR, NULL, NR, lf));
     if (g) {
       PetscCall(model_kv_create(g, 3, 8, &kg));
-      PetscCall(model_forward_cached(g, kg, tok, slot, pos, NR, lg));
+      PetscCall(model_forward_cached(g, kg, tok, slot, pos, NR, NULL, NR, lg));
     } else PetscCall(PetscArraycpy(lg, lf, (size_t)NR * V));
     PetscCall(PetscSNPrintf(name, sizeof name, "%s: cached decoding logits (every rank of the mesh) match one rank", L->name));
     PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", rel_err(lg, lf, (size_t)NR * V)));
     test_measure(rel_err(lg, lf, (size_t)NR * V) < 1e-5 ? PETSC_TRUE : PETSC_FALSE, name, "%s", det);
     PetscCall(model_kv_destroy(full, &kf));
     if (g) PetscCall(model_kv_destroy(g, &kg));
+    /* the head on each prompt's last row only (rows 2, 5, 8): in a pipeline
+     * the chunks hold 0, 1 or several of them */
+    {
+      int   last[3] = {2, 5, 8};
+      float want[3 * 64];
+      PetscCheck(V <= 64, PETSC_COMM_SELF, PETSC_ERR_SUP, "test_dist: vocabulary %d above the test's 64", V);
+      for (int k = 0; k < 3; k++) PetscCall(PetscArraycpy(want + (size_t)k * V, lf + (size_t)last[k] * V, V));
+      PetscCall(PetscArrayzero(lg, (size_t)NR * V));
+      PetscCall(model_kv_create(g ? g : full, 3, 8, &kg));
+      PetscCall(model_forward_cached(g ? g : full, kg, tok, slot, pos, NR, last, 3, lg));
+      PetscCall(model_kv_destroy(g ? g : full, &kg));
+      PetscCall(PetscSNPrintf(name, sizeof name, "%s: cached prefill with the head on each prompt's last row gives those rows' logits (every rank)", L->name));
+      PetscCall(PetscSNPrintf(det, sizeof det, "max rel err %.2e", rel_err(lg, want, (size_t)3 * V)));
+      test_measure(rel_err(lg, want, (size_t)3 * V) < 1e-5 ? PETSC_TRUE : PETSC_FALSE, name, "%s", det);
+    }
     PetscCall(PetscFree2(lf, lg));
   }
   PetscCall(PetscFree5(ref, got, pfull, gfull, pg));
@@ -179,6 +194,18 @@ int main(int argc, char **argv)
       PetscCall(test_layout(&lu, &layouts[k], PETSC_FALSE));
     }
     PetscCall(test_layout(&ll, &layouts[3], PETSC_TRUE));
+    /* the LM head in tiles of 5 of the 24 rows (-logits_tile_mb), on the
+     * vocabulary-parallel layouts and against one rank run the same way */
+    for (int k = 0; k < 3; k++) {
+      Layout tl = layouts[k == 0 ? 1 : k == 1 ? 3 : 4];
+      char   tname[64];
+      PetscCall(PetscSNPrintf(tname, sizeof tname, "%s, head in tiles of 5 rows", tl.name));
+      tl.name = tname;
+      PetscCall(model_set_logits_tile_mb(4.0 * 5 * lm.vocab_size / 1048576.0));
+      PetscCall(test_layout(&lm, &tl, PETSC_FALSE));
+      PetscCall(test_layout(&ll, &tl, PETSC_FALSE));
+      PetscCall(model_set_logits_tile_mb(MODEL_LOGITS_TILE_MB));
+    }
   }
   PetscCall(comm_teardown());
   PetscCall(PetscFinalize());

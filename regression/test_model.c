@@ -369,6 +369,62 @@ static PetscErrorCode test_logprobs_dist(const Backend *be)
 }
 
 /* Gradients accumulate across backward calls: two backwards give twice one. */
+/* The head in tiles (-logits_tile_mb of 4 rows of logits, 21 rows): the
+ * log-probabilities and entropies under inv_temp 1/0.7 and a mask, and
+ * every gradient, as with all rows at once (to float rounding: the tiles'
+ * head matmuls and the head weight gradient's sum run in another order);
+ * model_logits is NULL then, and the activations are smaller by the rows
+ * of logits and of their gradient not held. */
+static PetscErrorCode test_logits_tiles(const Backend *be, ModelConfig cfg)
+{
+  Model         *lm;
+  Batch          b;
+  int            N, V = cfg.vocab_size, *off, *ids, R = 4;
+  float         *lp[2], *ent[2], *g[2], *dloss;
+  double         elp = 0, eg = 0, sg = 0, mb = 4.0 * R * V / 1048576.0, saved, want;
+  ModelTokenDist d;
+  PetscBool      null_logits = PETSC_FALSE;
+  char           name[160], detail[200];
+
+  PetscFunctionBegin;
+  PetscCall(model_create(&cfg, be, &lm));
+  PetscCall(perturbed_params(lm, 17));
+  PetscCall(batch_create(&cfg, 3, 7, 19, &b));
+  N = b.B * b.T;
+  PetscCall(mask_create(&b, V, 6, &off, &ids));
+  d = (ModelTokenDist){1.0f / 0.7f, off, ids};
+  PetscCall(PetscMalloc4(N, &lp[0], N, &lp[1], N, &ent[0], N, &ent[1]));
+  PetscCall(PetscMalloc3(lm->nparams, &g[0], lm->nparams, &g[1], N, &dloss));
+  for (int n = 0; n < N; n++) dloss[n] = b.target[n] >= 0 ? 0.1f * (float)(n % 7) - 0.3f : 0.0f;
+  for (int k = 0; k < 2; k++) {
+    PetscCall(model_set_logits_tile_mb(k ? mb : 0));
+    PetscCall(model_forward(lm, b.tok, b.B, b.T));
+    if (k) null_logits = model_logits(lm) == NULL ? PETSC_TRUE : PETSC_FALSE;
+    PetscCall(model_logprobs_dist(lm, b.target, &d, lp[k], ent[k]));
+    PetscCall(model_zero_grad(lm));
+    PetscCall(model_backward_logprob(lm, b.target, dloss));
+    PetscCall(be->to_host(g[k], lm->grads, lm->nparams * sizeof(float)));
+  }
+  for (int n = 0; n < N; n++) elp = PetscMax(elp, PetscMax(fabs(lp[1][n] - lp[0][n]), fabs(ent[1][n] - ent[0][n])));
+  for (size_t i = 0; i < lm->nparams; i++) eg = PetscMax(eg, fabs(g[1][i] - g[0][i])), sg = PetscMax(sg, fabs(g[0][i]));
+  PetscCall(model_set_logits_tile_mb(mb));
+  saved = (double)model_activation_bytes(&cfg, be, b.B, b.T);
+  PetscCall(model_set_logits_tile_mb(0));
+  saved = (double)model_activation_bytes(&cfg, be, b.B, b.T) - saved;
+  want  = 2.0 * (N - R) * V * sizeof(float);
+  PetscCall(PetscSNPrintf(name, sizeof name, "LM head in tiles of %d of %d rows = all rows at once, %s: log-probabilities, entropies, gradients", R, N, config_name(&cfg)));
+  PetscCall(PetscSNPrintf(detail, sizeof detail, "max |diff| logprob/entropy %.2e, gradient %.2e of %.3g; model_logits %s; activations %.0f bytes smaller (2 (N - R) V floats: %.0f, each buffer rounded up to 64 floats)", elp,
+                          eg, sg, null_logits ? "NULL" : "NOT NULL", saved, want));
+  test_measure(elp <= 2e-6 && eg <= 1e-5 * sg && null_logits && fabs(saved - want) <= 2 * 64 * sizeof(float) ? PETSC_TRUE : PETSC_FALSE, name, "%s", detail);
+  PetscCall(model_set_logits_tile_mb(MODEL_LOGITS_TILE_MB));
+  PetscCall(PetscFree4(lp[0], lp[1], ent[0], ent[1]));
+  PetscCall(PetscFree3(g[0], g[1], dloss));
+  PetscCall(PetscFree2(off, ids));
+  PetscCall(batch_destroy(&b));
+  PetscCall(model_destroy(&lm));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode test_grad_accumulates(const Backend *be)
 {
   ModelConfig cfg = micro_config(MODEL_HEAD_LM);
@@ -396,6 +452,48 @@ static PetscErrorCode test_grad_accumulates(const Backend *be)
   PetscCall(PetscFree3(g1, g2, dloss));
   PetscCall(batch_destroy(&b));
   PetscCall(model_destroy(&lm));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* One prefill of every prompt with the head on each prompt's last row: out
+ * holds those B rows (and nothing past them), each the full forward's row;
+ * head rows that do not ascend, or leave the call, are refused. */
+static PetscErrorCode head_rows_check(Model *lm, const int *tok, int B, int T, const int *prompt, const float *ref, int nout, double maxref)
+{
+  ModelKVCache  *kv;
+  int            N = 0, rtok[27], slot[27], pos[27], last[3], bad[2][2] = {{1, 1}, {0, 9}};
+  float         *out;
+  double         maxerr = 0;
+  PetscBool      guard = PETSC_TRUE, refused = PETSC_TRUE;
+  PetscErrorCode ierr;
+  char           name[160], detail[160], msg[TEST_MESSAGE_MAX];
+
+  PetscFunctionBegin;
+  PetscCheck(B <= 3 && B * T <= 27, PETSC_COMM_SELF, PETSC_ERR_SUP, "head_rows_check: at most 3 prompts of 27 rows");
+  for (int s = 0; s < B; s++) {
+    for (int t = 0; t < prompt[s]; t++, N++) rtok[N] = tok[s * T + t], slot[N] = s, pos[N] = t;
+    last[s] = N - 1;
+  }
+  PetscCall(PetscMalloc1((size_t)(B + 1) * nout, &out));
+  for (int i = 0; i < (B + 1) * nout; i++) out[i] = -7.0f;
+  PetscCall(model_kv_create(lm, B, T + 1, &kv));
+  PetscCall(model_forward_cached(lm, kv, rtok, slot, pos, N, last, B, out));
+  for (int s = 0; s < B; s++)
+    for (int v = 0; v < nout; v++) maxerr = PetscMax(maxerr, fabs(out[s * nout + v] - ref[(s * T + prompt[s] - 1) * nout + v]));
+  for (int v = 0; v < nout; v++) guard = guard && out[B * nout + v] == -7.0f ? PETSC_TRUE : PETSC_FALSE;
+  PetscCall(PetscSNPrintf(name, sizeof name, "prefill of %d prompts (%d rows) with the head on each one's last row, %s, %s head", B, N, config_name(&lm->cfg), ModelHeadNames[lm->cfg.head]));
+  PetscCall(PetscSNPrintf(detail, sizeof detail, "max |cached - full| = %.3g (tolerance 1e-5 of %.3g); the row after them %s", maxerr, maxref, guard ? "untouched" : "written"));
+  test_measure(maxerr <= 1e-5 * maxref && guard ? PETSC_TRUE : PETSC_FALSE, name, "%s", detail);
+  for (int k = 0; k < 2; k++) {
+    msg[0] = 0;
+    PetscCall(PetscPushErrorHandler(test_capture_error, msg));
+    ierr = model_forward_cached(lm, kv, rtok, slot, pos, N, bad[k], 2, out);
+    PetscCall(PetscPopErrorHandler());
+    refused = refused && ierr && strstr(msg, "head rows must ascend") ? PETSC_TRUE : PETSC_FALSE;
+  }
+  test_measure(refused, "model_forward_cached refuses head rows {1, 1} and {0, 9} of 9 rows", "last message \"%s\"", msg);
+  PetscCall(model_kv_destroy(lm, &kv));
+  PetscCall(PetscFree(out));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -429,7 +527,7 @@ static PetscErrorCode test_kv_cache(const Backend *be, ModelConfig cfg)
       spos[t]  = t;
       sslot[t] = s;
     }
-    PetscCall(model_forward_cached(lm, kv, tok + s * T, sslot, spos, prompt[s], out));
+    PetscCall(model_forward_cached(lm, kv, tok + s * T, sslot, spos, prompt[s], NULL, prompt[s], out));
     for (int t = 0; t < prompt[s] * nout; t++) maxerr = PetscMax(maxerr, fabs(out[t] - ref[s * T * nout + t]));
   }
   for (int step = 0;; step++) {
@@ -443,7 +541,7 @@ static PetscErrorCode test_kv_cache(const Backend *be, ModelConfig cfg)
       n++;
     }
     if (!n) break;
-    PetscCall(model_forward_cached(lm, kv, rtok, slot, pos, n, out));
+    PetscCall(model_forward_cached(lm, kv, rtok, slot, pos, n, NULL, n, out));
     for (int r = 0; r < n; r++)
       for (int v = 0; v < nout; v++) maxerr = PetscMax(maxerr, fabs(out[r * nout + v] - ref[(slot[r] * T + pos[r]) * nout + v]));
   }
@@ -451,6 +549,7 @@ static PetscErrorCode test_kv_cache(const Backend *be, ModelConfig cfg)
   PetscCall(PetscSNPrintf(detail, sizeof detail, "max |cached - full| = %.3g, max |full| = %.3g (tolerance 1e-5 relative)", maxerr, maxref));
   test_measure(maxerr <= 1e-5 * maxref ? PETSC_TRUE : PETSC_FALSE, name, "%s", detail);
   PetscCall(model_kv_destroy(lm, &kv));
+  PetscCall(head_rows_check(lm, tok, B, T, prompt, ref, nout, maxref));
   PetscCall(PetscFree2(ref, out));
   PetscCall(model_destroy(&lm));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -866,6 +965,8 @@ int main(int argc, char **argv)
     PetscCall(test_kv_cache(be, micro_llama(MODEL_HEAD_SCALAR, v)));
   }
   PetscCall(test_logprobs_dist(be));
+  PetscCall(test_logits_tiles(be, micro_config(MODEL_HEAD_LM)));
+  PetscCall(test_logits_tiles(be, micro_llama(MODEL_HEAD_LM, 0)));
   PetscCall(test_dist_errors(be));
   PetscCall(test_grad_accumulates(be));
   PetscCall(test_kv_cache(be, micro_config(MODEL_HEAD_LM)));

@@ -77,6 +77,7 @@ static PetscErrorCode rlfuse_main(void)
 {
   RunCtx      run;
   PetscInt    mode = 0, device = 0, precision = 0;
+  PetscReal   tile_mb = MODEL_LOGITS_TILE_MB;
   PetscBool   help;
   const char *names[32]; /* the table's names, then PETSc's enum suffix */
 
@@ -93,7 +94,11 @@ static PetscErrorCode rlfuse_main(void)
   RfOptEnum("-device", "Device for tensor work", device_names, 2, &device);
   RfOptEnum("-precision", "Arithmetic of matmuls and activations on -device cuda (bf16: bf16 operands, fp32 master weights and optimizer state)", precision_names, 2,
             &precision);
+  RfOptReal("-logits_tile_mb",
+            "MiB of LM-head logits (rows of the whole vocabulary) a training or scoring forward holds at once; a batch of more rows runs the head tile by tile, computing each tile again in the backward (0: all rows at once)",
+            MODEL_LOGITS_TILE_MB, &tile_mb);
   PetscOptionsEnd();
+  PetscCall(model_set_logits_tile_mb((double)tile_mb));
   PetscCall(sys_run_setup(PETSC_COMM_WORLD, &run));
   if (help) PetscCall(rlfuse_help(&run));
   else PetscCall(rlfuse_mode(&run, &job_modes[mode], device_names[device], precision == 1 ? PETSC_TRUE : PETSC_FALSE));

@@ -182,7 +182,7 @@ static PetscErrorCode forward_only_ms(const BenchRun *r, Model *lm, int conc, in
     slot[q] = q / P;
     pos[q]  = q % P;
   }
-  PetscCall(model_forward_cached(lm, kv, tok, slot, pos, N, out));
+  PetscCall(model_forward_cached(lm, kv, tok, slot, pos, N, NULL, N, out));
   for (int s = 0; s < max_new - 1; s++) {
     double t0 = sys_wtime();
     for (int q = 0; q < conc; q++) {
@@ -193,9 +193,9 @@ static PetscErrorCode forward_only_ms(const BenchRun *r, Model *lm, int conc, in
       PetscCall(be->from_host(d, tok, (size_t)conc * sizeof(int)));
       PetscCall(be->from_host(d + conc, slot, (size_t)conc * sizeof(int)));
       PetscCall(be->from_host(d + 2 * conc, pos, (size_t)conc * sizeof(int)));
-      PetscCall(model_forward_cached_resident(lm, kv, d, d + conc, d + 2 * conc, conc, (PetscBool)!r->eager, &logits));
+      PetscCall(model_forward_cached_resident(lm, kv, d, d + conc, d + 2 * conc, conc, NULL, conc, (PetscBool)!r->eager, &logits));
       PetscCall(be->sync());
-    } else PetscCall(model_forward_cached(lm, kv, tok, slot, pos, conc, out));
+    } else PetscCall(model_forward_cached(lm, kv, tok, slot, pos, conc, NULL, conc, out));
     t[s] = sys_wtime() - t0;
   }
   if (d) PetscCall(be->free(d));

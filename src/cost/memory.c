@@ -81,6 +81,9 @@ static double train_act(const CostPrims *p, const CostShape *m, const PlanCall *
   return m->n_embd * (10 + 24.0 / c->tp) * bp / 2 + att;
 }
 
+/* Rows of a forward's n whose LM-head logits are held at once. */
+static double head_rows(const CostShape *m, double n) { return m->value_head ? n : PetscMin(n, (double)model_logits_tile_rows(m->vocab_size)); }
+
 /* What the call adds on a rank of stage s while it runs (weights that are
  * not resident are added by the caller). T, big: a training call's padded
  * micro-batch lengths, typical and the one holding the mini-batch's
@@ -100,7 +103,8 @@ static double call_transient(const CostPrims *p, const CostWork *w, const Plan *
     if (w->gen_slots > 0) rows = PetscMin(rows, w->gen_slots);
     x = rows * len * kv * L * bp + rows * logits * 4;
   } else if (id == MFC_ACTOR_TRAIN || id == MFC_CRITIC_TRAIN) {
-    /* the logits and their gradient in fp32 on the last stage */
+    /* the logits and their gradient in fp32 on the last stage (rows of at
+     * most a tile of -logits_tile_mb) */
     int    share = w->batch / PetscMax(1, w->minibatches) / c->dp, size, count, fly;
     double rows;
     cost_micro(w, c->mbs, share, &size, &count);
@@ -108,11 +112,11 @@ static double call_transient(const CostPrims *p, const CostWork *w, const Plan *
     fly  = PetscMin(c->pp - s, count);
     /* 1F1B keeps fly micro-batches' activations on stage s: the long one and fly - 1 others */
     x    = rows * L * (big * train_act(p, m, c, big) + (fly - 1) * T * train_act(p, m, c, T));
-    if (s == c->pp - 1) x += rows * big * logits * 8;
+    if (s == c->pp - 1) x += head_rows(m, rows * big) * logits * 8;
   } else {
     int size, count;
     cost_micro(w, c->mbs, w->batch / c->dp, &size, &count);
-    x = size * len * (4 * h * bp + (s == c->pp - 1 ? logits * 4 : 0));
+    x = size * len * 4 * h * bp + (s == c->pp - 1 ? head_rows(m, size * len) * logits * 4 : 0);
   }
   return x;
 }

@@ -37,7 +37,7 @@ PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt
   e->graphs   = (PetscBool)(e->resident && lm->be->graph_begin);
   PetscCall(model_kv_create(lm, S + (e->graphs ? 1 : 0), e->Tmax, &e->kv));
   PetscCall(PetscMalloc3(R, &e->row_tok, R, &e->row_slot, R, &e->row_pos));
-  PetscCall(PetscMalloc5(S, &e->slot_req, S, &e->slot_fresh, S, &e->slot_row, S, &e->finished, S, &e->slot_lead));
+  PetscCall(PetscMalloc6(S, &e->slot_req, S, &e->slot_fresh, S, &e->slot_row, S, &e->finished, S, &e->slot_lead, S, &e->head_rows));
   e->sampler = backend_cpu();
   if (!e->resident) {
     e->work_bytes = e->sampler->sample_work(S, V);
@@ -71,7 +71,7 @@ PetscErrorCode gen_engine_destroy(GenEngine **eng)
     PetscCall(PetscFree2(e->h_in, e->h_out));
   }
   PetscCall(PetscFree3(e->row_tok, e->row_slot, e->row_pos));
-  PetscCall(PetscFree5(e->slot_req, e->slot_fresh, e->slot_row, e->finished, e->slot_lead));
+  PetscCall(PetscFree6(e->slot_req, e->slot_fresh, e->slot_row, e->finished, e->slot_lead, e->head_rows));
   PetscCall(PetscFree(e->work));
   PetscCall(PetscFree(e->allowed));
   PetscCall(PetscFree5(e->draw_tok, e->draw_na, e->running, e->draw_lp, e->draw_bd));
@@ -284,13 +284,15 @@ static void share_prompts(GenEngine *e, const GenRequest *req)
 
 /* The forward's rows: a new sample's whole prompt (unless it shares
  * another's), or a running sample's last token; token t of a sequence sits
- * at KV position t. *prefill: some row is a prompt's. */
+ * at KV position t. Each slot's last row is a head row. *prefill: some row
+ * is a prompt's. */
 static int build_rows(GenEngine *e, const GenRequest *req, GenBatch *b, int *active, PetscBool *prefill)
 {
   int N = 0;
 
-  *active  = 0;
-  *prefill = PETSC_FALSE;
+  *active   = 0;
+  *prefill  = PETSC_FALSE;
+  e->head_n = 0;
   share_prompts(e, req);
   for (int s = 0; s < e->nslot; s++) {
     int i = e->slot_req[s], P, len;
@@ -299,7 +301,7 @@ static int build_rows(GenEngine *e, const GenRequest *req, GenBatch *b, int *act
     P   = req[i].prompt_len;
     len = P + b->response_len[i];
     if (e->slot_fresh[s]) *prefill = PETSC_TRUE;
-    if (e->slot_lead[s] >= 0) { /* the leader's rows give its logits; its keys and values are copied after the forward */
+    if (e->slot_lead[s] >= 0) { /* the leader's head row gives its logits; its keys and values are copied after the forward */
       e->slot_row[s] = e->slot_row[e->slot_lead[s]];
       continue;
     }
@@ -309,8 +311,9 @@ static int build_rows(GenEngine *e, const GenRequest *req, GenBatch *b, int *act
       e->row_slot[N] = s;
       e->row_pos[N]  = t;
     }
-    e->slot_fresh[s] = 0;
-    e->slot_row[s]   = N - 1;
+    e->slot_fresh[s]        = 0;
+    e->head_rows[e->head_n] = N - 1;
+    e->slot_row[s]          = e->head_n++;
   }
   return N;
 }
@@ -393,11 +396,15 @@ static int pad_rows(int N, int S)
   return b < S ? b : S;
 }
 
+/* The head rows to pass to the forward: NULL where every row is one (a
+ * decode step), so such a step's forward is the same call every time. */
+static const int *head_rows(const GenEngine *e, int N) { return e->head_n < N ? e->head_rows : NULL; }
+
 /* One step on the host's logits (a model split over ranks): the forward
  * gathers them to every rank, the cpu op draws. */
 static PetscErrorCode step_host(GenEngine *e, int N, int nrun, const BackendSampleCfg *scfg)
 {
-  size_t need = (size_t)N * e->V;
+  size_t need = (size_t)e->head_n * e->V;
 
   PetscFunctionBegin;
   if (need > e->logits_cap) {
@@ -405,7 +412,7 @@ static PetscErrorCode step_host(GenEngine *e, int N, int nrun, const BackendSamp
     PetscCall(PetscMalloc1(need, &e->logits));
     e->logits_cap = need;
   }
-  PetscCall(model_forward_cached(e->lm, e->kv, e->row_tok, e->row_slot, e->row_pos, N, e->logits));
+  PetscCall(model_forward_cached(e->lm, e->kv, e->row_tok, e->row_slot, e->row_pos, N, head_rows(e, N), e->head_n, e->logits));
   /* the cpu op's work is per OpenMP thread: more threads than at creation
    * (omp_set_num_threads) need more */
   if (e->sampler->sample_work(nrun, e->V) > e->work_bytes) {
@@ -444,7 +451,7 @@ static PetscErrorCode step_resident(GenEngine *e, int N, PetscBool prefill, int 
   PetscCall(PetscArraycpy(in + 3 * Nb + 2 * nrun, e->draw_pos, nrun));
   PetscCall(PetscArraycpy(in + 3 * Nb + 3 * nrun, e->draw_ban, nrun));
   PetscCall(be->from_host(d, in, (3 * (size_t)Nb + 4 * (size_t)nrun) * sizeof(int)));
-  PetscCall(model_forward_cached_resident(e->lm, e->kv, d, d + Nb, d + 2 * Nb, Nb, (PetscBool)(e->graphs && !e->cfg.eager), &logits));
+  PetscCall(model_forward_cached_resident(e->lm, e->kv, d, d + Nb, d + 2 * Nb, Nb, head_rows(e, N), e->head_n, (PetscBool)(e->graphs && !e->cfg.eager), &logits));
   work = be->sample_work(nrun, e->V);
   if (work > e->d_work_bytes) { /* the cpu op's work grows with the OpenMP threads */
     PetscCall(be->free(e->d_work));

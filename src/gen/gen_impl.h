@@ -13,8 +13,11 @@ struct GenEngine {
   /* rows of one forward: at most every slot's whole prompt */
   int        *row_tok, *row_slot, *row_pos;
   /* per slot: the request it holds (-1: free), whether its prompt still has
-   * to be prefilled, the forward row whose logits give its next token */
+   * to be prefilled, the head row whose logits give its next token */
   int        *slot_req, *slot_fresh, *slot_row;
+  /* the forward rows the head runs on (each slot's last row; head_n of them,
+   * ascending): the logits of a prompt's other rows are never computed */
+  int        *head_rows, head_n;
   /* per slot admitted in this step: the slot whose prompt rows it shares
    * (-gen_share_prompts; -1: its own) */
   int        *slot_lead;

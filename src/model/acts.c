@@ -2,6 +2,9 @@
  * (everything the backward needs, plus a few gradient scratch buffers reused
  * by every layer, as in llm.c) and the cached-forward buffers each live in one
  * float and one int slab, grown only when a larger shape arrives. */
+#include <limits.h>
+#include <math.h>
+
 #include "model_impl.h"
 
 /* Each buffer starts on a 256-byte boundary so device kernels see aligned rows. */
@@ -56,7 +59,8 @@ static void train_layout(const ModelConfig *cfg, const ModelShard *sh, int att_l
   ModelActs dummy;
   ModelDims d = model_dims(cfg, sh);
   size_t  N = (size_t)B * T, C = d.C, V = d.V, L = d.L;
-  size_t  natt = tensor_attention_saved(att_lse, (size_t)B, (size_t)d.NH, (size_t)T), head = cfg->head == MODEL_HEAD_LM ? N * V : N;
+  size_t  tile = cfg->head == MODEL_HEAD_LM ? PetscMin(N, (size_t)model_logits_tile_rows(cfg->vocab_size)) : N;
+  size_t  natt = tensor_attention_saved(att_lse, (size_t)B, (size_t)d.NH, (size_t)T), head = cfg->head == MODEL_HEAD_LM ? tile * V : N;
   size_t  of = 0, oi = 0;
 
   if (!a) {
@@ -83,16 +87,19 @@ static void train_layout(const ModelConfig *cfg, const ModelShard *sh, int att_l
   a->dA           = take_f(sf, &of, N * model_dims_scratch(&d));
   a->dB           = take_f(sf, &of, N * model_dims_scratch(&d));
   a->dhead        = take_f(sf, &of, N);
-  a->dlogits      = cfg->head == MODEL_HEAD_LM ? take_f(sf, &of, N * V) : NULL;
+  a->dlogits      = cfg->head == MODEL_HEAD_LM ? take_f(sf, &of, tile * V) : NULL;
+  a->tile         = (int)tile;
   *nf             = of;
   *ni             = oi;
 }
 
-static void cached_layout(const ModelConfig *cfg, const ModelShard *sh, int N_, float *sf, int *si, ModelActs *a, size_t *nf, size_t *ni)
+/* N rows through the trunk, M of them through the head (c_sel holds those
+ * M rows of the residual stream when M < N). */
+static void cached_layout(const ModelConfig *cfg, const ModelShard *sh, int N_, int M_, float *sf, int *si, ModelActs *a, size_t *nf, size_t *ni)
 {
   ModelActs dummy;
   ModelDims d = model_dims(cfg, sh);
-  size_t  N = (size_t)N_, C = d.C, V = d.V;
+  size_t  N = (size_t)N_, M = (size_t)M_, C = d.C, V = d.V;
   size_t  of = 0, oi = 0;
 
   if (!a) {
@@ -112,7 +119,8 @@ static void cached_layout(const ModelConfig *cfg, const ModelShard *sh, int N_, 
   a->c_proj     = take_f(sf, &of, N * C);
   a->c_fch      = take_f(sf, &of, N * model_dims_fc(&d));
   a->c_fch_gelu = take_f(sf, &of, N * d.F);
-  a->c_out      = take_f(sf, &of, cfg->head == MODEL_HEAD_LM ? N * V : N);
+  a->c_sel      = take_f(sf, &of, M < N ? M * C : 0);
+  a->c_out      = take_f(sf, &of, cfg->head == MODEL_HEAD_LM ? M * V : M);
   *nf           = of;
   *ni           = oi;
 }
@@ -133,6 +141,25 @@ static PetscErrorCode slab_grow(const Backend *be, void **p, size_t bytes)
 }
 
 static double acts_grown; /* model_acts_grown_bytes */
+
+static double logits_tile_mb = MODEL_LOGITS_TILE_MB; /* -logits_tile_mb */
+
+PetscErrorCode model_set_logits_tile_mb(double mb)
+{
+  PetscFunctionBegin;
+  PetscCheck(mb >= 0 && mb <= 1048576, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-logits_tile_mb %g: give 0 (no tiles) or a size in MiB up to 1048576", mb);
+  logits_tile_mb = mb;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+int model_logits_tile_rows(int vocab_size)
+{
+  double rows;
+
+  if (logits_tile_mb <= 0) return INT_MAX;
+  rows = floor(logits_tile_mb * 1048576.0 / (4.0 * vocab_size));
+  return rows < 1 ? 1 : rows >= INT_MAX ? INT_MAX : (int)rows;
+}
 
 double model_acts_grown_bytes(void) { return acts_grown; }
 
@@ -205,16 +232,17 @@ PetscErrorCode model_acts_train_resize(Model *lm, int B, int T)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode model_acts_cached_resize(Model *lm, int N)
+PetscErrorCode model_acts_cached_resize(Model *lm, int N, int M)
 {
   ModelActs *a = lm->acts;
   size_t   nf, ni;
 
   PetscFunctionBegin;
-  cached_layout(&lm->cfg, &lm->sh, N, NULL, NULL, NULL, &nf, &ni);
+  cached_layout(&lm->cfg, &lm->sh, N, M, NULL, NULL, NULL, &nf, &ni);
   PetscCall(slab_reserve(lm->be, &a->cached, nf, ni));
-  cached_layout(&lm->cfg, &lm->sh, N, a->cached.slab_f, a->cached.slab_i, a, &nf, &ni);
+  cached_layout(&lm->cfg, &lm->sh, N, M, a->cached.slab_f, a->cached.slab_i, a, &nf, &ni);
   a->cached_N = N;
+  a->cached_M = M;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -146,14 +146,19 @@ PetscErrorCode model_backward_logprob(Model *lm, const int *target, const float 
   N = a->N;
   PetscCall(model_targets_upload(lm, target));
   PetscCall(be->from_host(a->dhead, dlogprob, (size_t)N * sizeof(float)));
-  /* the distribution of the last model_logprobs(_dist): the one the logprobs were taken under */
-  if (lm->sh.tp > 1)
-    PetscCall(be->logprob_backward_shard(a->dlogits, a->head_out, a->lse, a->target, a->dhead, a->inv_temp, a->have_mask ? a->mask_off : NULL, a->mask_ids, N, lm->Vl,
-                                         lm->v0));
-  else PetscCall(be->logprob_backward(a->dlogits, a->head_out, a->lse, a->target, a->dhead, a->inv_temp, a->have_mask ? a->mask_off : NULL, a->mask_ids, N, V));
   PetscCall(scratch(be, a->dA, (size_t)N * C)); /* d lnf_out: a partial sum over the vocabulary shards */
-  PetscCall(be->matmul_backward(a->dA, model_view(lm, lm->grads, model_tidx_lm_head(cfg)), NULL, a->dlogits, a->lnf, model_view(lm, lm->params, model_tidx_lm_head(cfg)), N,
-                                C, lm->Vl, PETSC_TRUE));
+  for (int r0 = 0; r0 < N; r0 += a->tile) { /* tiles: each one's logits computed again */
+    int          n = PetscMin(a->tile, N - r0);
+    const float *logits;
+    const int   *off = a->have_mask ? a->mask_off + r0 : NULL;
+    PetscCall(model_head_tile(lm, r0, n, &logits));
+    /* the distribution of the last model_logprobs(_dist): the one the logprobs were taken under */
+    if (lm->sh.tp > 1)
+      PetscCall(be->logprob_backward_shard(a->dlogits, logits, a->lse + r0, a->target + r0, a->dhead + r0, a->inv_temp, off, a->mask_ids, n, lm->Vl, lm->v0));
+    else PetscCall(be->logprob_backward(a->dlogits, logits, a->lse + r0, a->target + r0, a->dhead + r0, a->inv_temp, off, a->mask_ids, n, V));
+    PetscCall(be->matmul_backward(a->dA + (size_t)r0 * C, model_view(lm, lm->grads, model_tidx_lm_head(cfg)), NULL, a->dlogits, a->lnf + (size_t)r0 * C,
+                                  model_view(lm, lm->params, model_tidx_lm_head(cfg)), n, C, lm->Vl, PETSC_TRUE));
+  }
   PetscCall(model_tp_sum(lm, a->dA, (size_t)N * C));
   PetscCall(trunk_backward(lm));
   PetscFunctionReturn(PETSC_SUCCESS);

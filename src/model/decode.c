@@ -42,20 +42,26 @@ PetscErrorCode model_graphs_destroy(const Model *lm, ModelKVCache *kv)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode resident_body(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N)
+/* The head runs on the M rows head_rows (host; NULL: all N). */
+static PetscErrorCode resident_body(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, const int *head_rows, int M)
 {
   ModelActs *a = lm->acts;
+  float     *x = a->c_x;
 
   PetscFunctionBegin;
   lm->in_cached = PETSC_TRUE; /* model_matmul: generation's matmuls */
   PetscCall(model_embed(lm, a->c_x, tok, pos, N));
   for (int l = lm->sh.l0; l < lm->sh.l1; l++) PetscCall(model_cached_block(lm, kv, l, 0, N, slot, pos));
-  if (model_cached_fused(lm, N) && model_arch(&lm->cfg)->norm == MODEL_NORM_RMS) { /* the final RMSNorm folded into the head */
+  if (head_rows) {
+    PetscCall(model_gather_rows(lm, a->c_sel, a->c_x, head_rows, M));
+    x = a->c_sel;
+  }
+  if (model_cached_fused(lm, M) && model_arch(&lm->cfg)->norm == MODEL_NORM_RMS) { /* the final RMSNorm folded into the head */
     MatmulFusion f = {.norm_w = model_view(lm, lm->params, model_tidx_lnf_w(&lm->cfg)), .norm_eps = (float)lm->cfg.norm_eps};
-    PetscCall(lm->be->matmul_fused(a->c_out, a->c_x, model_view(lm, lm->params, model_tidx_lm_head(&lm->cfg)), NULL, N, lm->cfg.n_embd, lm->Vl, PETSC_TRUE, &f));
+    PetscCall(lm->be->matmul_fused(a->c_out, x, model_view(lm, lm->params, model_tidx_lm_head(&lm->cfg)), NULL, M, lm->cfg.n_embd, lm->Vl, PETSC_TRUE, &f));
   } else {
-    PetscCall(model_final_norm(lm, a->c_ln, a->c_mean, a->c_rstd, a->c_x, N));
-    PetscCall(model_head_forward(lm, a->c_out, a->c_ln, N));
+    PetscCall(model_final_norm(lm, a->c_ln, a->c_mean, a->c_rstd, x, M));
+    PetscCall(model_head_forward(lm, a->c_out, a->c_ln, M));
   }
   lm->in_cached = PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -102,7 +108,8 @@ static PetscErrorCode graph_slot(const Model *lm, ModelKVCache *kv, int N, Model
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, PetscBool graph, const float **logits)
+PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, const int *head_rows, int M, PetscBool graph,
+                                             const float **logits)
 {
   const Backend *be = lm->be;
   const void    *key[MODEL_GRAPH_KEYS];
@@ -114,11 +121,13 @@ PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const 
   PetscCheck(N > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_forward_cached_resident: N %d must be positive", N);
   PetscCheck(kv->n_layer == lm->sh.l1 - lm->sh.l0 && kv->n_embd == lm->Ckvl, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
              "model_forward_cached_resident: the KV cache was made for another model shape");
-  /* the cached activations' layout depends on N: this call's, in the slab as it is */
-  PetscCall(model_acts_cached_resize(lm, N));
+  PetscCall(model_cached_check_head_rows(head_rows, M, N));
+  if (!head_rows) M = N;
+  /* the cached activations' layout depends on N and M: this call's, in the slab as it is */
+  PetscCall(model_acts_cached_resize(lm, N, M));
   *logits = lm->acts->c_out;
-  if (!graph || !be->graph_begin) {
-    PetscCall(resident_body(lm, kv, tok, slot, pos, N));
+  if (!graph || !be->graph_begin || head_rows) { /* a record would hold the rows' copies: a call with head rows runs as it is */
+    PetscCall(resident_body(lm, kv, tok, slot, pos, N, head_rows, M));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   graph_key(lm, kv, tok, slot, pos, key);
@@ -128,14 +137,14 @@ PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const 
     if (g->exec) PetscCall(be->graph_destroy(g->exec));
     g->exec     = NULL;
     g->recorded = 0;
-    PetscCall(resident_body(lm, kv, tok, slot, pos, N));
+    PetscCall(resident_body(lm, kv, tok, slot, pos, N, NULL, N));
     memcpy(g->key, key, sizeof key);
     g->epoch = be->epoch();
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   if (!g->recorded) {
     PetscCall(be->graph_begin());
-    PetscCall(resident_body(lm, kv, tok, slot, pos, N));
+    PetscCall(resident_body(lm, kv, tok, slot, pos, N, NULL, N));
     PetscCall(be->graph_end(&g->exec));
     g->recorded = 1;
   }

@@ -101,7 +101,12 @@ PetscErrorCode model_logprobs_tp(Model *lm, float *logprob, float *entropy)
   }
   mine = lm->stats_host + (size_t)4 * N * tp;
   PetscCall(lm->be->alloc((size_t)4 * N * sizeof(double), (void **)&dev));
-  PetscCall(lm->be->logprob_stats(dev, a->head_out, a->target, a->inv_temp, a->have_mask ? a->mask_off : NULL, a->mask_ids, N, lm->Vl, lm->v0));
+  for (int r0 = 0; r0 < N; r0 += a->tile) {
+    int          n = PetscMin(a->tile, N - r0);
+    const float *logits;
+    PetscCall(model_head_tile(lm, r0, n, &logits));
+    PetscCall(lm->be->logprob_stats(dev + (size_t)4 * r0, logits, a->target + r0, a->inv_temp, a->have_mask ? a->mask_off + r0 : NULL, a->mask_ids, n, lm->Vl, lm->v0));
+  }
   PetscCall(lm->be->to_host(mine, dev, (size_t)4 * N * sizeof(double)));
   PetscCall(lm->be->free(dev));
   PetscCall(comm_allgather_host(&lm->mesh->tp_comm, mine, lm->stats_host, (size_t)4 * N * sizeof(double)));

@@ -186,11 +186,25 @@ PetscErrorCode model_forward(Model *lm, const int *tok, int B, int T)
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(model_final_norm(lm, a->lnf, a->lnf_mean, a->lnf_rstd, model_layer_input(lm, l1), N));
-  PetscCall(model_head_forward(lm, a->head_out, a->lnf, N));
+  if (cfg->head == MODEL_HEAD_SCALAR || a->tile == N) PetscCall(model_head_forward(lm, a->head_out, a->lnf, N)); /* else tile by tile, when asked */
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-const float *model_logits(const Model *lm) { return lm->cfg.head == MODEL_HEAD_LM ? lm->acts->head_out : NULL; }
+PetscErrorCode model_head_tile(Model *lm, int r0, int n, const float **logits)
+{
+  ModelActs *a = lm->acts;
+
+  PetscFunctionBegin;
+  PetscCheck(r0 >= 0 && n > 0 && n <= a->tile && r0 + n <= a->N, PETSC_COMM_SELF, PETSC_ERR_PLIB, "model_head_tile: rows [%d,%d) of %d in tiles of %d", r0, r0 + n, a->N, a->tile);
+  if (a->tile == a->N) *logits = a->head_out + (size_t)r0 * lm->Vl;
+  else {
+    PetscCall(model_head_forward(lm, a->head_out, a->lnf + (size_t)r0 * lm->cfg.n_embd, n));
+    *logits = a->head_out;
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+const float *model_logits(const Model *lm) { return lm->cfg.head == MODEL_HEAD_LM && lm->acts->tile == lm->acts->N ? lm->acts->head_out : NULL; }
 
 const float *model_values(const Model *lm) { return lm->cfg.head == MODEL_HEAD_SCALAR ? lm->acts->head_out : NULL; }
 
@@ -299,8 +313,13 @@ PetscErrorCode model_logprobs_dist(Model *lm, const int *target, const ModelToke
   PetscCall(dist_upload(lm, target, dist));
   if (lm->sh.tp > 1) PetscCall(model_logprobs_tp(lm, logprob, entropy));
   else {
-    PetscCall(lm->be->logprob_forward(a->logprob, a->lse, entropy ? a->entropy : NULL, a->head_out, a->target, a->inv_temp, a->have_mask ? a->mask_off : NULL,
-                                       a->mask_ids, a->N, lm->cfg.vocab_size));
+    for (int r0 = 0; r0 < a->N; r0 += a->tile) {
+      int          n = PetscMin(a->tile, a->N - r0);
+      const float *logits;
+      PetscCall(model_head_tile(lm, r0, n, &logits));
+      PetscCall(lm->be->logprob_forward(a->logprob + r0, a->lse + r0, entropy ? a->entropy + r0 : NULL, logits, a->target + r0, a->inv_temp,
+                                         a->have_mask ? a->mask_off + r0 : NULL, a->mask_ids, n, lm->cfg.vocab_size));
+    }
     PetscCall(lm->be->to_host(logprob, a->logprob, (size_t)a->N * sizeof(float)));
     if (entropy) PetscCall(lm->be->to_host(entropy, a->entropy, (size_t)a->N * sizeof(float)));
   }

@@ -178,9 +178,38 @@ static int cached_chunks(const Model *lm, const int *slot, const int *pos, int N
   return nchunk;
 }
 
-/* The head's output of rows [r0, r0+n) on the last stage, to host rows of
- * out: the vocabulary shards are gathered over the tp group. */
-static PetscErrorCode cached_head(Model *lm, int r0, int n, float *out)
+/* head_rows (host, M of N rows, ascending; NULL: every row) is a valid
+ * choice of the rows whose head output a caller reads. */
+PetscErrorCode model_cached_check_head_rows(const int *head_rows, int M, int N)
+{
+  PetscFunctionBegin;
+  if (!head_rows) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCheck(M > 0 && M <= N, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_forward_cached: %d head rows of %d rows", M, N);
+  for (int m = 0; m < M; m++)
+    PetscCheck(head_rows[m] >= (m ? head_rows[m - 1] + 1 : 0) && head_rows[m] < N, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "model_forward_cached: head row %d is %d: head rows must ascend within [0,%d)", m, head_rows[m], N);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* out [M,C] = rows rows[0..M) of x [.,C] (rows ascending, host), one copy
+ * per run of consecutive rows. */
+PetscErrorCode model_gather_rows(const Model *lm, float *out, const float *x, const int *rows, int M)
+{
+  size_t C = (size_t)lm->cfg.n_embd;
+
+  PetscFunctionBegin;
+  for (int m = 0, run; m < M; m += run) {
+    for (run = 1; m + run < M && rows[m + run] == rows[m] + run; run++) continue;
+    PetscCall(lm->be->copy(out + (size_t)m * C, x + (size_t)rows[m] * C, (size_t)run * C * sizeof(float)));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The head's output of rows [r0, r0+n) of the call on the last stage, or
+ * with head_rows of the rows head_rows[m0..m1) (those of the chunk), to
+ * host rows m0.. of out (m0 = r0 without head_rows): the vocabulary shards
+ * are gathered over the tp group. */
+static PetscErrorCode cached_head(Model *lm, const int *head_rows, int r0, int n, int m0, int m1, float *out)
 {
   const ModelConfig *cfg = &lm->cfg;
   ModelActs       *a   = lm->acts;
@@ -188,34 +217,43 @@ static PetscErrorCode cached_head(Model *lm, int r0, int n, float *out)
   float           *x = a->c_x + (size_t)r0 * C, *loc, *all;
 
   PetscFunctionBegin;
+  if (head_rows) {
+    PetscCall(model_gather_rows(lm, a->c_sel, a->c_x, head_rows + m0, m1 - m0));
+    x = a->c_sel;
+    n = m1 - m0;
+  }
+  if (!n) PetscFunctionReturn(PETSC_SUCCESS); /* every tp rank has the same rows: none joins the gather */
   PetscCall(model_final_norm(lm, a->c_ln, a->c_mean, a->c_rstd, x, n));
   PetscCall(model_head_forward(lm, a->c_out, a->c_ln, n));
   if (cfg->head == MODEL_HEAD_SCALAR || tp == 1) {
-    PetscCall(lm->be->to_host(out + (size_t)r0 * (cfg->head == MODEL_HEAD_LM ? V : 1), a->c_out, (size_t)n * (cfg->head == MODEL_HEAD_LM ? V : 1) * sizeof(float)));
+    PetscCall(lm->be->to_host(out + (size_t)m0 * (cfg->head == MODEL_HEAD_LM ? V : 1), a->c_out, (size_t)n * (cfg->head == MODEL_HEAD_LM ? V : 1) * sizeof(float)));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(PetscMalloc2((size_t)n * Vl, &loc, (size_t)n * V, &all));
   PetscCall(lm->be->to_host(loc, a->c_out, (size_t)n * Vl * sizeof(float)));
   PetscCall(comm_allgather_host(&lm->mesh->tp_comm, loc, all, (size_t)n * Vl * sizeof(float)));
   for (int t = 0; t < tp; t++) /* [tp][n][Vl] -> [n][V] */
-    for (int r = 0; r < n; r++) PetscCall(PetscArraycpy(out + (size_t)(r0 + r) * V + (size_t)t * Vl, all + ((size_t)t * n + r) * Vl, Vl));
+    for (int r = 0; r < n; r++) PetscCall(PetscArraycpy(out + (size_t)(m0 + r) * V + (size_t)t * Vl, all + ((size_t)t * n + r) * Vl, Vl));
   PetscCall(PetscFree2(loc, all));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, float *out)
+PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, const int *head_rows, int M, float *out)
 {
   const ModelConfig *cfg = &lm->cfg;
   const Backend   *be  = lm->be;
   ModelActs       *a   = lm->acts;
-  int              C   = cfg->n_embd, nchunk;
-  size_t           nout = cfg->head == MODEL_HEAD_LM ? (size_t)N * cfg->vocab_size : (size_t)N;
+  int              C   = cfg->n_embd, nchunk, m1 = 0;
+  size_t           nout;
   MPI_Request     *req;
 
   PetscFunctionBegin;
   PetscCheck(N > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_forward_cached: N %d must be positive", N);
   PetscCall(model_cached_check_rows(lm, kv, tok, slot, pos, N));
-  PetscCall(model_acts_cached_resize(lm, N));
+  PetscCall(model_cached_check_head_rows(head_rows, M, N));
+  if (!head_rows) M = N;
+  nout = cfg->head == MODEL_HEAD_LM ? (size_t)M * cfg->vocab_size : (size_t)M;
+  PetscCall(model_acts_cached_resize(lm, N, M));
   PetscCall(be->from_host(a->c_tok, tok, (size_t)N * sizeof(int)));
   PetscCall(be->from_host(a->c_slot, slot, (size_t)N * sizeof(int)));
   PetscCall(be->from_host(a->c_pos, pos, (size_t)N * sizeof(int)));
@@ -225,13 +263,16 @@ PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok,
   /* chunk k flows stage to stage while stage p works on chunk k+1; every
    * chunk has its own rows of c_x, so a send's buffer is never reused */
   for (int k = 0; k < nchunk; k++) {
-    int r0 = (int)((long)N * k / nchunk), n = (int)((long)N * (k + 1) / nchunk) - r0;
+    int r0 = (int)((long)N * k / nchunk), n = (int)((long)N * (k + 1) / nchunk) - r0, m0 = m1;
     req[k] = MPI_REQUEST_NULL;
+    if (head_rows)
+      while (m1 < M && head_rows[m1] < r0 + n) m1++;
+    else m0 = r0, m1 = r0 + n;
     if (model_first_stage(lm)) PetscCall(model_embed(lm, a->c_x + (size_t)r0 * C, a->c_tok + r0, a->c_pos + r0, n));
     else PetscCall(model_pp_recv(lm, a->c_x + (size_t)r0 * C, (size_t)n * C, MODEL_TAG_CACHED, lm->sh.p - 1));
     for (int l = lm->sh.l0; l < lm->sh.l1; l++) PetscCall(model_cached_block(lm, kv, l, r0, n, a->c_slot + r0, a->c_pos + r0));
     if (!model_last_stage(lm)) PetscCall(model_pp_send(lm, a->c_x + (size_t)r0 * C, (size_t)n * C, MODEL_TAG_CACHED, lm->sh.p + 1, &req[k]));
-    else PetscCall(cached_head(lm, r0, n, out));
+    else PetscCall(cached_head(lm, head_rows, r0, n, m0, m1, out));
   }
   for (int k = 0; k < nchunk; k++) PetscCall(comm_wait(&req[k]));
   lm->in_cached = PETSC_FALSE;

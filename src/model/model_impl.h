@@ -42,14 +42,15 @@ struct ModelActs {
   float  *layer_base;             /* start of the per-layer block (L copies) */
   size_t  layer_stride;           /* floats per layer */
   float  *lnf, *lnf_mean, *lnf_rstd;
-  float  *head_out;               /* logits [N,V] (LM) or values [N] (scalar) */
+  float  *head_out;               /* logits [tile,V] (LM) or values [N] (scalar) */
+  int     tile;                   /* LM head: rows of logits held at once, min(N, model_logits_tile_rows); tile < N: the head runs tile by tile */
   float  *lse, *logprob;          /* [N], LM head */
   float  *entropy;                /* [N], LM head: model_logprobs_dist's entropies */
   float  *proj;                   /* [N,C] c_proj output before the residual add */
   float  *dres;                   /* [N,C] gradient of the residual stream (accumulates) */
   float  *dA, *dB;                /* [N,4C] gradient scratch, reused inside each layer */
   float  *dhead;                  /* [N] d loss / d logprob or d value */
-  float  *dlogits;                /* [N,V], LM head */
+  float  *dlogits;                /* [tile,V], LM head */
   PetscBool have_lse;             /* model_logprobs ran after the last forward */
 
   /* The sampling distribution of the last model_logprobs(_dist), which the
@@ -64,9 +65,9 @@ struct ModelActs {
   /* Buffers of model_forward_cached, separate so decoding between a forward
    * and its backward cannot clobber what the backward needs. */
   ModelSlab cached;
-  int     cached_N;
+  int     cached_N, cached_M; /* rows of the call, and of them the rows the head runs on */
   int    *c_tok, *c_pos, *c_slot;
-  float  *c_x, *c_ln, *c_mean, *c_rstd, *c_qkv, *c_atty, *c_proj, *c_fch, *c_fch_gelu, *c_out;
+  float  *c_x, *c_ln, *c_mean, *c_rstd, *c_qkv, *c_atty, *c_proj, *c_fch, *c_fch_gelu, *c_sel, *c_out;
 };
 
 /* Widths of a shard's buffers: C the residual stream, Ca the attention
@@ -106,7 +107,7 @@ static inline size_t model_dims_scratch(const ModelDims *d)
 PetscErrorCode model_acts_create(ModelActs **acts);
 PetscErrorCode model_acts_destroy(const Backend *be, ModelActs **acts);
 PetscErrorCode model_acts_train_resize(Model *lm, int B, int T);
-PetscErrorCode model_acts_cached_resize(Model *lm, int N);
+PetscErrorCode model_acts_cached_resize(Model *lm, int N, int M);
 PetscErrorCode model_acts_mask_reserve(Model *lm, size_t n);
 void           model_acts_layer(const Model *lm, int l, ModelLayerActs *la);
 /* Floats and ints model_forward + backward need for (B,T); used for -dry_run. */
@@ -228,8 +229,17 @@ PetscErrorCode model_cached_block(Model *lm, ModelKVCache *kv, int l, int r0, in
  * tensor rank (a projection's partial sums need their all-reduce before the
  * residual add) and not -gen_batch_invariant's row-wise matmuls. */
 PetscBool model_cached_fused(const Model *lm, int n);
+/* The rows of a cached forward that the head runs on (see
+ * model_forward_cached), checked; gathered into a compact buffer. */
+PetscErrorCode model_cached_check_head_rows(const int *head_rows, int M, int N);
+PetscErrorCode model_gather_rows(const Model *lm, float *out, const float *x, const int *rows, int M);
 PetscErrorCode model_graphs_destroy(const Model *lm, ModelKVCache *kv);
 PetscErrorCode model_head_forward(const Model *lm, float *out, const float *x, int N);
+/* forward.c: the logits [n,Vl] of rows [r0, r0+n) of the last forward (the
+ * LM head; n at most acts->tile): a view of the head's output, or, when the
+ * head runs tile by tile, that tile computed now into it (valid until the
+ * next tile). */
+PetscErrorCode model_head_tile(Model *lm, int r0, int n, const float **logits);
 PetscErrorCode model_final_norm(const Model *lm, float *out, float *mean, float *rstd, const float *x, int N);
 PetscErrorCode model_embed(const Model *lm, float *out, const int *tok, const int *pos, int N);
 /* dist.c: vocabulary-parallel log-probabilities of the last forward (tp > 1):

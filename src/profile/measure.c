@@ -49,7 +49,7 @@ typedef struct {
   ModelKVCache *kv;
   const Mesh *mesh;
   int         rows, len;
-  int        *tok, *target, *slot, *pos, *dslot, *dpos;
+  int        *tok, *target, *slot, *pos, *dslot, *dpos, *last; /* last: each prefill sequence's last row, the head's rows */
   float      *grad, *out;
   /* the embedding alone, on device */
   float *wte, *wpe, *emb, *demb;
@@ -84,7 +84,7 @@ static PetscErrorCode w_prefill(void *v)
   Case *c = (Case *)v;
 
   PetscFunctionBegin;
-  if (c->g) PetscCall(model_forward_cached(c->g, c->kv, c->tok, c->slot, c->pos, c->rows * c->len, c->out));
+  if (c->g) PetscCall(model_forward_cached(c->g, c->kv, c->tok, c->slot, c->pos, c->rows * c->len, c->len > 1 ? c->last : NULL, c->rows, c->out));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -93,7 +93,7 @@ static PetscErrorCode w_decode(void *v)
   Case *c = (Case *)v;
 
   PetscFunctionBegin;
-  if (c->g) PetscCall(model_forward_cached(c->g, c->kv, c->tok, c->dslot, c->dpos, c->rows, c->out));
+  if (c->g) PetscCall(model_forward_cached(c->g, c->kv, c->tok, c->dslot, c->dpos, c->rows, NULL, c->rows, c->out));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -128,7 +128,7 @@ static PetscErrorCode case_alloc(Case *c, const Model *g, int maxrows, int maxle
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc6(N, &c->tok, N, &c->target, N, &c->slot, N, &c->pos, maxrows, &c->dslot, maxrows, &c->dpos));
-  PetscCall(PetscMalloc2(N, &c->grad, N * V, &c->out));
+  PetscCall(PetscMalloc3(N, &c->grad, N * V, &c->out, maxrows, &c->last));
   for (size_t i = 0; i < N; i++) c->tok[i] = c->target[i] = (int)((i * 7 + 3) % V), c->grad[i] = 1e-3f;
   PetscCall(g->be->alloc((size_t)g->Vl * C * sizeof(float), (void **)&c->wte));
   PetscCall(g->be->alloc((size_t)g->cfg.n_positions * C * sizeof(float), (void **)&c->wpe));
@@ -156,7 +156,7 @@ static PetscErrorCode case_free(Case *c)
   PetscCall(be->free(c->dtok));
   PetscCall(be->free(c->dposd));
   PetscCall(PetscFree6(c->tok, c->target, c->slot, c->pos, c->dslot, c->dpos));
-  PetscCall(PetscFree2(c->grad, c->out));
+  PetscCall(PetscFree3(c->grad, c->out, c->last));
   PetscCall(model_destroy(&c->g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -170,7 +170,7 @@ static PetscErrorCode case_shape(Case *c, int rows, int len)
   if (!c->g) PetscFunctionReturn(PETSC_SUCCESS);
   for (int r = 0; r < rows; r++) {
     for (int j = 0; j < len; j++) c->slot[r * len + j] = r, c->pos[r * len + j] = j;
-    c->dslot[r] = r, c->dpos[r] = len - 1;
+    c->dslot[r] = r, c->dpos[r] = len - 1, c->last[r] = r * len + len - 1;
   }
   PetscCall(c->g->be->from_host(c->dposd, c->pos, (size_t)rows * len * sizeof(int)));
   PetscFunctionReturn(PETSC_SUCCESS);
