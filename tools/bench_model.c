@@ -45,6 +45,8 @@ typedef struct {
   const Backend *be;
   PetscInt       device, precision; /* indices into device_names, precision_names */
   PetscReal      peak_tflops;       /* 0: no MFU */
+  PetscReal      tile_mb;           /* -logits_tile_mb */
+  PetscBool      tile_set;          /* given: the activation bytes are reported */
 } BenchRun;
 
 static int cmp_double(const void *a, const void *b)
@@ -89,6 +91,10 @@ static PetscErrorCode report_tail(const BenchRun *r, double flops_per_s, char *b
   PetscFunctionBegin;
   buf[0] = 0;
   if (r->device != 0) PetscCall(PetscSNPrintf(buf, len, " device=%s precision=%s", device_names[r->device], precision_names[r->precision]));
+  if (r->tile_set) { /* training's slab: what -logits_tile_mb changes */
+    snprintf(part, sizeof part, " logits_tile_mb=%g acts_mb=%.1f", (double)r->tile_mb, model_acts_grown_bytes() / 1048576.0); /* C's %g: 64, not PETSc's 64. */
+    PetscCall(PetscStrlcat(buf, part, len));
+  }
   if (r->peak_tflops > 0) {
     PetscCall(PetscSNPrintf(part, sizeof part, " mfu=%.4f", flops_per_s / (r->peak_tflops * 1e12)));
     PetscCall(PetscStrlcat(buf, part, len));
@@ -147,7 +153,7 @@ static PetscErrorCode bench_main(void)
 {
   char      size[16] = "all";
   PetscInt  B = 8, T = 128, iters = 10, warmup = 3;
-  BenchRun  r    = {NULL, 0, 0, 0};
+  BenchRun  r    = {NULL, 0, 0, 0, MODEL_LOGITS_TILE_MB, PETSC_FALSE};
   int       nrun = 0;
   PetscBool help;
 
@@ -161,7 +167,11 @@ static PetscErrorCode bench_main(void)
   RfOptEnum("-device", "Backend to measure: cpu or cuda", device_names, 2, &r.device);
   RfOptEnum("-precision", "Matmul and activation arithmetic on -device cuda: fp32, or bf16 (fp32 master weights and optimizer state)", precision_names, 2, &r.precision);
   RfOptReal("-peak_tflops", "Peak TFLOP/s of the device at -precision, for the MFU field (0: no MFU; tools/bench_gpu.sh passes the datasheet's)", 0, &r.peak_tflops);
+  RfOptReal("-logits_tile_mb", "rlfuse's -logits_tile_mb: MiB of LM-head logits held at once (0: all rows); given, each line reports it and the activation bytes so far (acts_mb)", MODEL_LOGITS_TILE_MB,
+            &r.tile_mb);
   PetscOptionsEnd();
+  PetscCall(PetscOptionsHasName(NULL, NULL, "-logits_tile_mb", &r.tile_set));
+  PetscCall(model_set_logits_tile_mb((double)r.tile_mb));
   PetscCall(PetscOptionsHasHelp(NULL, &help));
   if (help) PetscFunctionReturn(PETSC_SUCCESS); /* -help lists the options; measure nothing */
   PetscCall(sys_options_check_unused());

@@ -37,6 +37,7 @@ expect "unknown mode"               "-mode"                        -options_file
 expect "mode not yet available"     "-mode plan"                   -options_file $deck -mode plan
 expect "empty -mode (not the default)" "option -mode: the value is empty" -options_file $deck -mode ''
 expect "empty -precision"           "option -precision: the value is empty" -options_file $deck -precision ''
+expect "negative -logits_tile_mb"   "-logits_tile_mb -1. must be 0 (no tiles)" -options_file $deck -logits_tile_mb -1
 expect_error "empty -output_dir"    "option -output_dir: the value is empty" -options_file $deck -output_dir ''
 expect "a batch larger than memory"  "-sft_batch 100000000 needs at least .* per rank .* more than the .* available" -options_file $deck -sft_batch 100000000
 expect "a rollout batch larger than memory" "-rollout_batch 60000000 needs at least .* per rank for its rollout" -options_file $deck -mode pipeline -gen_max_new_tokens 16 -rollout_batch 60000000 -ppo_minibatches 4

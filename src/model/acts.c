@@ -147,7 +147,7 @@ static double logits_tile_mb = MODEL_LOGITS_TILE_MB; /* -logits_tile_mb */
 PetscErrorCode model_set_logits_tile_mb(double mb)
 {
   PetscFunctionBegin;
-  PetscCheck(mb >= 0 && mb <= 1048576, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-logits_tile_mb %g: give 0 (no tiles) or a size in MiB up to 1048576", mb);
+  PetscCheck(mb >= 0 && mb <= 1048576, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-logits_tile_mb %g must be 0 (no tiles) or a size in MiB up to 1048576", mb);
   logits_tile_mb = mb;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
