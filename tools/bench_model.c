@@ -28,14 +28,17 @@ typedef struct {
 
 /* "124M" is GPT-2 small, the GPU benchmarks' shape; a CPU training step of
  * it takes seconds, so -size all (what `make bench` means by the CPU sizes)
- * leaves it out, as it does "smollm2", SmolLM2-135M's LLaMA shape
- * (tools/bench_sizes.h). */
+ * leaves it out, as it does "smollm2", "qwen05" and "qwen15", the LLaMA
+ * shapes of tools/bench_sizes.h (their position bound is raised to -T:
+ * rotary positions have no table). */
 #define BENCH_GPT2(L, H, C, V, P) {.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .n_positions = P, .head = MODEL_HEAD_LM}
 static const BenchSize sizes[] = {
   {"1M", BENCH_GPT2(4, 4, 128, 512, 128), PETSC_TRUE},
   {"10M", BENCH_GPT2(6, 6, 384, 512, 256), PETSC_TRUE},
   {"124M", BENCH_GPT2(12, 12, 768, 50257, 1024), PETSC_FALSE},
   {"smollm2", BENCH_SMOLLM2, PETSC_FALSE},
+  {"qwen05", BENCH_QWEN05, PETSC_FALSE},
+  {"qwen15", BENCH_QWEN15, PETSC_FALSE},
 };
 
 static const char *const device_names[]    = {"cpu", "cuda", "Device", "DEVICE_", NULL};
@@ -110,9 +113,12 @@ static PetscErrorCode bench_size(const BenchRun *r, const BenchSize *s, PetscInt
   int    N = (int)(B * T);
   char   tail[128];
 
+  ModelConfig cfg = s->cfg;
+
   PetscFunctionBegin;
-  PetscCheck(T <= s->cfg.n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-T %" PetscInt_FMT " exceeds n_positions %d of size %s", T, s->cfg.n_positions, s->name);
-  PetscCall(model_create(&s->cfg, r->be, &lm));
+  if (cfg.arch == MODEL_ARCH_LLAMA && T > cfg.n_positions) cfg.n_positions = (int)T;
+  PetscCheck(T <= cfg.n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-T %" PetscInt_FMT " exceeds n_positions %d of size %s", T, cfg.n_positions, s->name);
+  PetscCall(model_create(&cfg, r->be, &lm));
   PetscCall(model_init_random(lm, 1));
   PetscCall(model_optim_init(lm));
   PetscCall(PetscMalloc4(N, &tok, N, &tgt, N, &lp, N, &dlp));
@@ -122,7 +128,7 @@ static PetscErrorCode bench_size(const BenchRun *r, const BenchSize *s, PetscInt
     dlp[n] = -1.0f / (float)N;
   }
   for (int train = 0; train < 2; train++) {
-    double sec = 0, flops = model_flops_per_token(&s->cfg, (int)T, (PetscBool)train) * N;
+    double sec = 0, flops = model_flops_per_token(&cfg, (int)T, (PetscBool)train) * N;
     PetscCall(bench_time(lm, tok, tgt, lp, dlp, (int)B, (int)T, (PetscBool)train, (int)warmup, (int)iters, &sec));
     PetscCall(report_tail(r, flops / sec, tail, sizeof tail));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "rlfuse size=%s params=%zu mode=%s B=%" PetscInt_FMT " T=%" PetscInt_FMT " threads=%d tok_per_s=%.0f gflops=%.2f ms=%.2f%s\n", s->name, lm->nparams,
@@ -159,7 +165,7 @@ static PetscErrorCode bench_main(void)
 
   PetscFunctionBegin;
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Model benchmark", NULL);
-  RfOptString("-size", "Model size: 1M, 10M, 124M (GPT-2 small), smollm2 (SmolLM2-135M's LLaMA shape) or all (= 1M and 10M)", size, sizeof size);
+  RfOptString("-size", "Model size: 1M, 10M, 124M (GPT-2 small), smollm2, qwen05, qwen15 (SmolLM2-135M's, Qwen2.5-0.5B's, 1.5B's LLaMA shapes) or all (= 1M and 10M)", size, sizeof size);
   RfOptInt("-B", "Sequences per step", 8, &B);
   RfOptInt("-T", "Tokens per sequence", 128, &T);
   RfOptInt("-iters", "Timed iterations (the median is reported)", 10, &iters);
@@ -185,7 +191,7 @@ static PetscErrorCode bench_main(void)
     if ((all && sizes[i].in_all) || match) PetscCall(bench_size(&r, &sizes[i], B, T, warmup, iters));
     nrun += (all && sizes[i].in_all) || match;
   }
-  PetscCheck(nrun > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_UNKNOWN_TYPE, "-size %s: unknown size (choose 1M, 10M, 124M, smollm2 or all)", size);
+  PetscCheck(nrun > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_UNKNOWN_TYPE, "-size %s: unknown size (choose 1M, 10M, 124M, smollm2, qwen05, qwen15 or all)", size);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -27,7 +27,8 @@ the backend's sync. --dtype bf16 is torch.autocast(bfloat16) around the
 forward and the loss: bf16 matmuls with fp32 master weights, gradients and
 AdamW state, like rlfuse's -precision bf16. fp32 is true fp32 (no TF32),
 like rlfuse's cuBLAS calls. AdamW runs with fused=False (where the installed
-torch has the argument) so the optimizer is eager too. impl=eager is the
+torch has the argument) so the optimizer is eager too; --fused_adamw gives
+the fused one (the GPU training targets' baseline, tools/gpu_targets.sh). impl=eager is the
 reference model as it is (Hugging Face GPT-2's eager attention: the T x T
 scores in memory, like rlfuse's); --sdpa adds a line with the attention
 through torch.nn.functional.scaled_dot_product_attention (flash attention on
@@ -114,7 +115,7 @@ def bench(name, cfg, B, T, threads, warmup, iters, args, impl="eager"):
     nparams = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() == 2]
     nodecay = [p for p in model.parameters() if p.dim() != 2]
-    extra = dict(fused=False) if "fused" in inspect.signature(torch.optim.AdamW).parameters else {}
+    extra = dict(fused=args.fused_adamw) if "fused" in inspect.signature(torch.optim.AdamW).parameters else {}
     opt = torch.optim.AdamW([dict(params=decay, weight_decay=0.1), dict(params=nodecay, weight_decay=0.0)],
                             lr=1e-4, betas=(0.9, 0.95), eps=1e-8, **extra)
     run = torch.compile(model) if impl == "compile" else model
@@ -168,6 +169,7 @@ def main():
                     help="fp32, or bf16 autocast with fp32 master weights (needs --device cuda, as rlfuse's bf16 does) (%(default)s)")
     ap.add_argument("--peak_tflops", type=float, default=0.0, help="device peak TFLOP/s at --dtype, for the mfu field (0: none)")
     ap.add_argument("--sdpa", action="store_true", help="also measure with scaled_dot_product_attention (impl=sdpa)")
+    ap.add_argument("--fused_adamw", action="store_true", help="AdamW with fused=True (the fused kernel on cuda); default eager, as bench_model's step")
     ap.add_argument("--compile", action="store_true", help="also measure torch.compile of the model (impl=compile)")
     args = ap.parse_args()
 

@@ -10,6 +10,13 @@
 #   grpo    one GRPO step of input/bench/grpo.deck at smollm2 and qwen05
 #           (random init: input/bench/init_SHAPE.deck), then TRL's
 #           GRPOTrainer in the same setting (tools/gpu_baselines/trl_grpo.py)
+#   train   bin/bench_model's bf16 training step at B 8 x T 2048 (GPT-2 124M
+#           at T 1024, its position bound) and at B 1 x T 8192 at qwen05,
+#           then PyTorch's with SDPA attention, bf16 autocast and fused AdamW
+#           on the same shapes (tools/gpu_baselines/torch_baseline.py train;
+#           tools/bench_torch.py --sdpa for 124M): the GPU training issue's
+#           targets; not in the default parts (TARGET_PARTS=train: a call
+#           of its own, its budget the same TARGET_BUDGET)
 # and at the end one line per target:
 #   summary target=NAME ... measured=X baseline=Y ratio=R goal=>=G|<G PASS|FAIL|NA
 #
@@ -55,6 +62,10 @@ summarize() {
     /^trl-grpo last-log / { tl = f($0, "mean_length") }
     /^trl-grpo summary / { k = f($0, "shape"); trl[k] = f($0, "step_s"); trll[k] = tl; tl = "" }
     /^logprob-gap / { sub(/^logprob-gap /, ""); gap[++ngap] = $0 }
+    /^rlfuse size=/ && f($0, "mode") == "train" && f($0, "device") == "cuda" && f($0, "precision") == "bf16" { k = f($0, "size") " " f($0, "B") " " f($0, "T"); tr[k] = f($0, "tok_per_s"); tm[k] = f($0, "mfu"); ntrain++ }
+    /^torch-train / { k = f($0, "shape") " " f($0, "B") " " f($0, "T"); tt[k] = f($0, "tok_per_s"); ntrain++ }
+    /^torch size=124M / && f($0, "mode") == "train" && f($0, "precision") == "bf16" && f($0, "impl") == "sdpa" { tt["124M " f($0, "B") " " f($0, "T")] = f($0, "tok_per_s"); ntrain++ }
+    /^train-step / { ntrain++ }
     END {
       print "summary gpu " (gpu == "" ? "name=NA" : gpu)
       k = "qwen15 1"; line("decode_roofline_b1", "shape=qwen15 conc=1 precision=bf16", best16[k], roof[k], ratio(best16[k], roof[k]), ">=0.50")
@@ -70,6 +81,15 @@ summarize() {
         s = sh[i]
         line("grpo_vs_trl", "shape=" s " unit=s_per_step len=" (gl[s] == "" ? "NA" : gl[s]) " baseline_len=" (trll[s] == "" ? "NA" : trll[s]), gs[s], trl[s], ratio(trl[s], gs[s]), ">=10")
         line("grpo_gen_share", "shape=" s " unit=s", gg[s], gs[s], ratio(gg[s], gs[s]), "<0.60")
+      }
+      if (ntrain) {
+        line("train_mfu", "shape=qwen15 B=8 T=2048 precision=bf16 unit=mfu", tm["qwen15 8 2048"], "1", tm["qwen15 8 2048"] == "" ? "NA" : tm["qwen15 8 2048"], ">=0.40")
+        split("124M smollm2 qwen05", sh, " ")
+        for (i = 1; i <= 3; i++) {
+          k = sh[i] (sh[i] == "124M" ? " 8 1024" : " 8 2048"); split(k, kk, " ")
+          line("train_vs_torch", "shape=" sh[i] " B=8 T=" kk[3] " precision=bf16 unit=tok_per_s baseline=sdpa+fused-adamw", tr[k], tt[k], ratio(tr[k], tt[k]), ">=1.3")
+        }
+        k = "qwen05 1 8192"; line("train_long", "shape=qwen05 B=1 T=8192 precision=bf16 unit=tok_per_s baseline=sdpa+fused-adamw", tr[k], tt[k], ratio(tr[k], tt[k]), ">=1.0")
       }
       if (!ngap) print "summary target=logprob_gap not-run"
       for (i = 1; i <= ngap; i++) print "summary target=logprob_gap " gap[i]
@@ -89,7 +109,7 @@ fi
 parts=${TARGET_PARTS:-decode gap grpo}
 shapes=${TARGET_SHAPES:-smollm2 qwen05 qwen15}
 bshapes=${BASELINE_SHAPES:-$shapes}
-for p in $parts; do case $p in decode | gap | grpo) ;; *) echo "gpu_targets: error: TARGET_PARTS: unknown part '$p' (choose decode, gap, grpo)" >&2; exit 2 ;; esac; done
+for p in $parts; do case $p in decode | gap | grpo | train) ;; *) echo "gpu_targets: error: TARGET_PARTS: unknown part '$p' (choose decode, gap, grpo, train)" >&2; exit 2 ;; esac; done
 for s in $shapes; do case $s in smollm2 | qwen05 | qwen15) ;; *) echo "gpu_targets: error: TARGET_SHAPES: unknown shape '$s' (choose smollm2, qwen05, qwen15)" >&2; exit 2 ;; esac; done
 for s in $bshapes; do case $s in smollm2 | qwen05 | qwen15) ;; *) echo "gpu_targets: error: BASELINE_SHAPES: unknown shape '$s' (choose smollm2, qwen05, qwen15)" >&2; exit 2 ;; esac; done
 if [ -n "${BUNDLE:-}" ] && [ -z "${GPU_BUNDLE_TMP:-}" ]; then
@@ -99,7 +119,7 @@ if [ -n "${BUNDLE:-}" ] && [ -z "${GPU_BUNDLE_TMP:-}" ]; then
 fi
 BIN=${BIN:-bin}
 DATA=${TARGET_DATA:-${BUNDLE:+$BUNDLE/targets}}
-for prog in bench_decode rlfuse; do
+for prog in bench_decode bench_model rlfuse; do
   [ -x "$BIN/$prog" ] || { echo "gpu_targets: error: $BIN/$prog not found; build first or pass BUNDLE" >&2; exit 2; }
 done
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/gpu_targets.XXXXXX)}
@@ -113,10 +133,11 @@ fail=0
 has() { case " $1 " in *" $2 "*) return 0 ;; esac; return 1; }
 say() { echo "$*" | tee -a "$LOG"; }
 
-case "$gpu" in # HBM GB/s, the datasheets' (as tools/bench_gpu.sh)
-  *H200*) hbm=4800 ;; *H100*NVL*) hbm=3900 ;; *H100*PCIe*) hbm=2000 ;; *H100*) hbm=3350 ;; *) hbm=0 ;;
+case "$gpu" in # HBM GB/s and dense bf16 TFLOP/s, the datasheets' (as tools/bench_gpu.sh)
+  *H200*) hbm=4800 bf16=989.4 ;; *H100*NVL*) hbm=3900 bf16=835.5 ;; *H100*PCIe*) hbm=2000 bf16=756.5 ;; *H100*) hbm=3350 bf16=989.4 ;; *) hbm=0 bf16=0 ;;
 esac
 hbm=${HBM_GBS:-$hbm}
+bf16=${PEAK_BF16_TFLOPS:-$bf16}
 TORCH_PY=
 for py in ${PYTHON:-} python3 /usr/bin/python3; do
   if "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then TORCH_PY=$py; break; fi
@@ -229,6 +250,20 @@ fi
 if has "$parts" grpo && has "$shapes" qwen05; then
   grpo qwen05
   [ $trl_ok = 0 ] || ! has "$bshapes" qwen05 || trl qwen05
+fi
+if has "$parts" train; then
+  # rlfuse and the baseline of each shape one after the other, the short ones first
+  for st in "124M 8 1024" "smollm2 8 2048" "qwen05 8 2048" "qwen05 1 8192" "qwen15 8 2048"; do
+    set -- $st
+    say "train-step shape=$1 B=$2 T=$3"
+    step "train_$1_$3" 150 "$BIN/bench_model" -device cuda -precision bf16 -size "$1" -B "$2" -T "$3" -iters 3 -warmup 1 -peak_tflops "$bf16"
+    [ -n "$TORCH_PY" ] || continue
+    if [ "$1" = 124M ]; then
+      step "torch_train_$1" 150 "$TORCH_PY" tools/bench_torch.py --sizes 124M --device cuda --dtype bf16 --sdpa --fused_adamw --threads 1 --B "$2" --T "$3" --warmup 2 --iters 5
+    else
+      step "torch_train_$1_$3" 150 "$TORCH_PY" tools/gpu_baselines/torch_baseline.py train "$1" "$2" "$3"
+    fi
+  done
 fi
 say "# gpu_targets: $(($(date +%s) - start)) s in all"
 summarize "$LOG" | tee -a "$LOG"

@@ -6,7 +6,7 @@
 # against numbers worked out by hand, the fallback to the dynamic cache, a
 # spent budget, and the one line without a GPU.
 . regression/lib.sh
-plan 13
+plan 14
 d="$RLFUSE_TMP/gpu_targets"; rm -rf $d; mkdir -p $d/stub $d/bin $d/data
 root=$(pwd)
 
@@ -38,12 +38,27 @@ case " \$* " in
   *) exec "$root/$BIN/rlfuse" "\$@" -device cpu -precision fp32 -gen_max_new_tokens 4 -gen_min_new_tokens 4 ;;
 esac
 EOF
+# bench_model: bf16 training steps (tok/s by shape; qwen15's MFU 0.41)
+cat >$d/bin/bench_model <<'EOF'
+#!/bin/bash
+a=" $* "; size=$(echo "$a" | sed 's/.* -size \([^ ]*\).*/\1/'); B=$(echo "$a" | sed 's/.* -B \([^ ]*\).*/\1/'); T=$(echo "$a" | sed 's/.* -T \([^ ]*\).*/\1/')
+case "$size $B $T" in "124M 8 1024") t=200000 ;; "smollm2 8 2048") t=150000 ;; "qwen05 8 2048") t=40000 ;; "qwen05 1 8192") t=30000 ;; *) t=15000 ;; esac
+echo "rlfuse size=$size params=1 mode=fwd B=$B T=$T threads=16 tok_per_s=1 gflops=1 ms=1 device=cuda precision=bf16 mfu=0.1"
+echo "rlfuse size=$size params=1 mode=train B=$B T=$T threads=16 tok_per_s=$t gflops=1 ms=1 device=cuda precision=bf16 mfu=0.41"
+EOF
 # python: torch sees a GPU, pip installs, the baselines print their lines (qwen15's static cache fails)
 cat >$d/stub/python <<'EOF'
 #!/bin/bash
 case "$1" in
   -c | -m) exit 0 ;;
+  *bench_torch.py)
+    echo "torch size=124M params=1 mode=train B=8 T=1024 threads=1 tok_per_s=90000 gflops=1 ms=1 device=cuda precision=bf16 impl=eager"
+    echo "torch size=124M params=1 mode=train B=8 T=1024 threads=1 tok_per_s=140000 gflops=1 ms=1 device=cuda precision=bf16 impl=sdpa" ;;
   *torch_baseline.py)
+    if [ "$2" = train ]; then
+      case "$3 $4 $5" in "smollm2 8 2048") t=100000 ;; "qwen05 8 2048") t=40000 ;; "qwen05 1 8192") t=20000 ;; *) t=10000 ;; esac
+      echo "torch-train shape=$3 B=$4 T=$5 precision=bf16-autocast impl=sdpa tok_per_s=$t ms=1"; exit 0
+    fi
     echo "hf-generate shape=$3 conc=1 weights=bf16 cache=dynamic decode_tok_per_s=300 s=0.2 warmup_s=1"
     if [ "$3" = qwen15 ]; then echo "hf-generate shape=$3 conc=1 weights=bf16 cache=static error=\"RuntimeError: no\""; exit 1; fi
     echo "hf-generate shape=$3 conc=1 weights=bf16 cache=static-compiled decode_tok_per_s=450 s=0.1 warmup_s=60 compiled_graphs=3" ;;
@@ -90,6 +105,18 @@ check "the log-probability gap: 'not built' while bench_decode lacks -logprob_ga
 check "the summary names the GPU" grep -q '^summary gpu name="NVIDIA H200" hbm_gbs=4800$' $d/run.log
 # the summary alone, from the log of the run (as after a run elsewhere)
 check "summary LOG prints the same lines" cmp <(grep '^summary ' $d/run.log) <(bash tools/gpu_targets.sh summary $d/out/targets.log)
+# the training targets (TARGET_PARTS=train): rlfuse's steps beside PyTorch's, worked out by hand
+OUT_DIR=$d/outt TARGET_PARTS=train run >$d/runt.log 2>&1; rc=$?
+tsum() { grep -q "^summary target=$1 $2\$" $d/runt.log; }
+train_sums() {
+  [ $rc = 0 ] && [ "$(grep -c '^# step \(train\|torch_train\)_.* exit 0$' $d/runt.log)" = 10 ] &&
+    tsum train_mfu "shape=qwen15 B=8 T=2048 precision=bf16 unit=mfu measured=0.41 baseline=1 ratio=0.41 goal=>=0.40 PASS" &&
+    tsum train_vs_torch "shape=124M B=8 T=1024 precision=bf16 unit=tok_per_s baseline=sdpa+fused-adamw measured=200000 baseline=140000 ratio=1.429 goal=>=1.3 PASS" &&
+    tsum train_vs_torch "shape=smollm2 B=8 T=2048 precision=bf16 unit=tok_per_s baseline=sdpa+fused-adamw measured=150000 baseline=100000 ratio=1.500 goal=>=1.3 PASS" &&
+    tsum train_vs_torch "shape=qwen05 B=8 T=2048 precision=bf16 unit=tok_per_s baseline=sdpa+fused-adamw measured=40000 baseline=40000 ratio=1.000 goal=>=1.3 FAIL" &&
+    tsum train_long "shape=qwen05 B=1 T=8192 precision=bf16 unit=tok_per_s baseline=sdpa+fused-adamw measured=30000 baseline=20000 ratio=1.500 goal=>=1.0 PASS"
+}
+check "TARGET_PARTS=train: MFU at qwen15 0.41 (PASS); against PyTorch 200000/140000 = 1.429 (PASS), 1.500 (PASS), 1.000 (FAIL); T 8192 1.500 (PASS)" train_sums
 OUT_DIR=$d/out0 TARGET_BUDGET=0 run >$d/run0.log 2>&1; rc=$?
 all_skipped() { [ $rc = 1 ] && grep -q '^# step decode_smollm2_bf16: skipped' $d/run0.log && ! grep '^summary target=' $d/run0.log | grep -qv ' NA$\|status=skipped$'; }
 check "a spent budget skips the steps, exits 1 and leaves the targets NA" all_skipped
