@@ -484,6 +484,20 @@ static PetscErrorCode head_rows_check(Model *lm, const int *tok, int B, int T, c
   PetscCall(PetscSNPrintf(name, sizeof name, "prefill of %d prompts (%d rows) with the head on each one's last row, %s, %s head", B, N, config_name(&lm->cfg), ModelHeadNames[lm->cfg.head]));
   PetscCall(PetscSNPrintf(detail, sizeof detail, "max |cached - full| = %.3g (tolerance 1e-5 of %.3g); the row after them %s", maxerr, maxref, guard ? "untouched" : "written"));
   test_measure(maxerr <= 1e-5 * maxref && guard ? PETSC_TRUE : PETSC_FALSE, name, "%s", detail);
+  { /* every row named: the same as none named (out holds N rows) */
+    int    all[27];
+    float *o1, *o2;
+    for (int r = 0; r < N; r++) all[r] = r;
+    PetscCall(PetscMalloc2((size_t)N * nout, &o1, (size_t)N * nout, &o2));
+    PetscCall(model_kv_destroy(lm, &kv));
+    PetscCall(model_kv_create(lm, B, T + 1, &kv));
+    PetscCall(model_forward_cached(lm, kv, rtok, slot, pos, N, all, N, o1));
+    PetscCall(model_kv_destroy(lm, &kv));
+    PetscCall(model_kv_create(lm, B, T + 1, &kv));
+    PetscCall(model_forward_cached(lm, kv, rtok, slot, pos, N, NULL, N, o2));
+    test_measure(!memcmp(o1, o2, (size_t)N * nout * sizeof(float)) ? PETSC_TRUE : PETSC_FALSE, "head rows naming every row of the call = none named, bit for bit", "%d rows", N);
+    PetscCall(PetscFree2(o1, o2));
+  }
   for (int k = 0; k < 2; k++) {
     msg[0] = 0;
     PetscCall(PetscPushErrorHandler(test_capture_error, msg));

@@ -122,7 +122,7 @@ PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const 
   PetscCheck(kv->n_layer == lm->sh.l1 - lm->sh.l0 && kv->n_embd == lm->Ckvl, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
              "model_forward_cached_resident: the KV cache was made for another model shape");
   PetscCall(model_cached_check_head_rows(head_rows, M, N));
-  if (!head_rows) M = N;
+  if (!head_rows || M == N) head_rows = NULL, M = N; /* M ascending rows of N: every row */
   /* the cached activations' layout depends on N and M: this call's, in the slab as it is */
   PetscCall(model_acts_cached_resize(lm, N, M));
   *logits = lm->acts->c_out;

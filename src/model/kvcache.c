@@ -251,7 +251,7 @@ PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok,
   PetscCheck(N > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_forward_cached: N %d must be positive", N);
   PetscCall(model_cached_check_rows(lm, kv, tok, slot, pos, N));
   PetscCall(model_cached_check_head_rows(head_rows, M, N));
-  if (!head_rows) M = N;
+  if (!head_rows || M == N) head_rows = NULL, M = N; /* M ascending rows of N: every row */
   nout = cfg->head == MODEL_HEAD_LM ? (size_t)M * cfg->vocab_size : (size_t)M;
   PetscCall(model_acts_cached_resize(lm, N, M));
   PetscCall(be->from_host(a->c_tok, tok, (size_t)N * sizeof(int)));
