@@ -396,8 +396,9 @@ static int pad_rows(int N, int S)
   return b < S ? b : S;
 }
 
-/* The head rows to pass to the forward: NULL where every row is one (a
- * decode step), so such a step's forward is the same call every time. */
+/* The head rows to pass to the forward: NULL where every row of the step
+ * is one (a decode step), so that such a step, padded to its bucket of
+ * rows, stays the same recorded call and its logits keep the padded rows. */
 static const int *head_rows(const GenEngine *e, int N) { return e->head_n < N ? e->head_rows : NULL; }
 
 /* One step on the host's logits (a model split over ranks): the forward

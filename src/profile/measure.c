@@ -84,7 +84,7 @@ static PetscErrorCode w_prefill(void *v)
   Case *c = (Case *)v;
 
   PetscFunctionBegin;
-  if (c->g) PetscCall(model_forward_cached(c->g, c->kv, c->tok, c->slot, c->pos, c->rows * c->len, c->len > 1 ? c->last : NULL, c->rows, c->out));
+  if (c->g) PetscCall(model_forward_cached(c->g, c->kv, c->tok, c->slot, c->pos, c->rows * c->len, c->last, c->rows, c->out));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
