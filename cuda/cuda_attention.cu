@@ -2,7 +2,11 @@
  * src/tensor/cpu_attention.c: the training forward/backward and the KV-cache
  * path used by generation.
  *
- * Training. q, k, v (and dout) are first permuted from the token-major qkv
+ * Training. The backend's pair is tiled, like the cpu's: it keeps each
+ * row's log-sum-exp and never a T x T array (attention_lse 1; described
+ * before it below). The former pair, which keeps the probabilities
+ * [B,NH,T,T], stays as rfcuda_attention_probs_forward/backward: a reference
+ * for test_cuda and a speed baseline. In that pair, q, k, v (and dout) are first permuted from the token-major qkv
  * [B,T,C+2Ckv] into head-major [B,NH,T,hs] (q, dout) and [B,NKV,T,hs] (k, v)
  * in scratch. Grouped-query attention (NKV kv heads, each shared by the
  * grp = NH/NKV query heads h = kh*grp .. kh*grp+grp-1, which are contiguous)
@@ -198,18 +202,23 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) att_softmax_backward_kernel(fl
   }
 }
 
-/* One strided-batched GEMM (column-major, beta 0, fp32 output): true fp32,
- * or bf16 operands (bf) accumulated in fp32. Strides and leading dimensions
- * count elements of the operands' type. */
-static int att_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const void *A, int lda, long long sA, const void *Bm, int ldb,
-                    long long sB, float *Cm, int ldc, long long sC, int batch, int bf)
+/* One strided-batched GEMM (column-major, C = alpha op(A) op(B) + beta C,
+ * fp32 output): true fp32, or bf16 operands (bf) accumulated in fp32.
+ * Strides and leading dimensions count elements of the operands' type. */
+static int att_gemm_beta(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const void *A, int lda, long long sA, const void *Bm, int ldb,
+                         long long sB, float beta, float *Cm, int ldc, long long sC, int batch, int bf)
 {
-  const float          beta = 0.0f;
-  const cudaDataType_t t    = bf ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType_t t = bf ? CUDA_R_16BF : CUDA_R_32F;
 
   RFCUBLAS_CHECK(cublasGemmStridedBatchedEx(rfcuda_cublas(), ta, tb, m, n, k, &alpha, A, t, lda, sA, Bm, t, ldb, sB, &beta, Cm, CUDA_R_32F, ldc, sC, batch,
                                             bf ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
   return 0;
+}
+
+static int att_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const void *A, int lda, long long sA, const void *Bm, int ldb,
+                    long long sB, float *Cm, int ldc, long long sC, int batch, int bf)
+{
+  return att_gemm_beta(ta, tb, m, n, k, alpha, A, lda, sA, Bm, ldb, sB, 0.0f, Cm, ldc, sC, batch, bf);
 }
 
 /* One matrix of nh heads (at column col0 of rows ld apart) into head-major
@@ -268,7 +277,7 @@ static int att_check_sizes(const char *op, int B, int T, int C, int NH, int NKV)
  * k, v (fp32, or bf16 with their bf16 probabilities p16), then y, then att
  * when the caller passes none. In fp32, y reuses q's place, which the first
  * product has finished with. */
-extern "C" int rfcuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV)
+extern "C" int rfcuda_attention_probs_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV)
 {
   if (att_check_sizes("attention_forward", B, T, C, NH, NKV)) return 1;
   if (B == 0 || T == 0) return 0;
@@ -314,7 +323,7 @@ extern "C" int rfcuda_attention_forward(float *out, float *att, const float *qkv
  * unpermute and nothing races. In bf16 precision q, k, v and dO are bf16
  * and the softmax backward also writes the chunk's dS and P in bf16 for the
  * three products that take them. */
-extern "C" int rfcuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV)
+extern "C" int rfcuda_attention_probs_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV)
 {
   if (att_check_sizes("attention_backward", B, T, C, NH, NKV)) return 1;
   if (B == 0 || T == 0) return 0;
@@ -357,6 +366,235 @@ extern "C" int rfcuda_attention_backward(float *dqkv, const float *dout, const f
     if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, gT, 1.0f, dO + oq * es, hs, sq, Pop, T, sa, dv + okv, hs, sk, nb, bf)) return 1;
   }
   if (att_unpermute(dqkv, dq, B, T, NH, hs, C + 2 * Ckv, 0, 1, 0)) return 1;
+  if (att_unpermute(dqkv, dk, B, T, NKV, hs, C + 2 * Ckv, C, 1, 0)) return 1;
+  return att_unpermute(dqkv, dv, B, T, NKV, hs, C + 2 * Ckv, C + Ckv, 1, 0);
+}
+
+/* ---- training forward and backward, tiled: no T x T array --------------------- */
+
+/* The tiled pair (the cuda backend's attention_forward/backward,
+ * attention_lse 1) is the cpu backend's algorithm on cuBLAS: queries go in
+ * blocks of qb positions, and a block's scores are a panel over the keys it
+ * can see (0..t1), so only the log-sum-exp of each row is kept and the
+ * backward recomputes the probabilities from it. q and dout are permuted
+ * into [B, NKV, T, grp*hs]: a unit (b, kv head)'s group of query heads is
+ * then one row-major [T*grp, hs] matrix whose row t*grp + g is query head
+ * kh*grp + g at position t, so a query block is grp*(t1-t0) consecutive rows
+ * and each product is one strided-batched GEMM over the units, with no copy
+ * of k or v per query head. The panels of a block ([grp*(t1-t0), t1] per
+ * unit, fp32, plus their bf16 copies in bf16 precision) are made for chunks
+ * of units whose panels fit att_panel_bytes, so scratch is linear in T.
+ * The backward runs the blocks last to first: the last block reaches every
+ * key, so its dK and dV products set them (beta 0) and the earlier blocks
+ * add theirs in a fixed order. Each query row's dQ comes from its own block.
+ * Every product's shape depends on T, the head shapes and the chunk only,
+ * and the kernels sum in a fixed order, so the op gives the same bits on
+ * every run on the same GPU. */
+#define ATT_QBLOCK_MIN   128 /* query positions per block, at least (T/16 rounded up to 64 above 2048) */
+#define ATT_PANEL_BYTES  ((size_t)256 << 20)
+
+static size_t att_panel_bytes = ATT_PANEL_BYTES;
+
+extern "C" size_t rfcuda_attention_set_panel_bytes(size_t bytes)
+{
+  size_t was = att_panel_bytes;
+
+  att_panel_bytes = bytes ? bytes : ATT_PANEL_BYTES;
+  return was;
+}
+
+/* Query positions per block: a function of T alone, so a sequence's
+ * products do not depend on the batch. */
+static int att_qblock(int T)
+{
+  int q = (T / 16 + 63) / 64 * 64;
+
+  q = q < ATT_QBLOCK_MIN ? ATT_QBLOCK_MIN : q;
+  return q < T ? q : T;
+}
+
+/* Units (b, kv head) per chunk: as many whose fp32 panel of the widest
+ * block (qb*grp rows of T) fits att_panel_bytes, at least 1. */
+static int att_units_per_chunk(int qb, int grp, int T, int nu)
+{
+  size_t per = (size_t)qb * grp * T * sizeof(float), cb = att_panel_bytes / per;
+
+  cb = cb < 1 ? 1 : cb;
+  cb = cb > (size_t)nu ? (size_t)nu : cb;
+  return cb > ATT_BATCH_MAX ? ATT_BATCH_MAX : (int)cb;
+}
+
+/* Where row i of a chunk's panels (units u0.., nr rows each) keeps its
+ * log-sum-exp in [B, NH, T], and its query position. */
+__device__ __forceinline__ size_t att_panel_lse_index(int i, int nr, int t0, int grp, int u0, int NKV, int NH, int T, int *t)
+{
+  int u = u0 + i / nr, r = i % nr, b = u / NKV, h = (u % NKV) * grp + r % grp;
+
+  *t = t0 + r / grp;
+  return ((size_t)b * NH + h) * T + *t;
+}
+
+/* Warp per panel row (L = t1 columns; query t): the scaled scores of
+ * columns 0..t become their softmax, columns t+1..L-1 zeros; p16 (bf16
+ * precision; else NULL) gets the probabilities rounded; lse (NULL: a forward
+ * that no backward follows) gets max + log(sum). */
+__global__ void __launch_bounds__(32 * ATT_WARPS) att_panel_softmax_kernel(float *S, __nv_bfloat16 *p16, float *lse, int rows, int nr, int L, int t0, int grp, int u0,
+                                                                          int NKV, int NH, int T)
+{
+  int i = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32, t;
+
+  if (i >= rows) return; /* warp-uniform */
+  size_t at = att_panel_lse_index(i, nr, t0, grp, u0, NKV, NH, T, &t);
+  float *p = S + (size_t)i * L, m = -INFINITY, sum = 0.0f, inv;
+
+  for (int j = lane; j <= t; j += 32) m = p[j] > m ? p[j] : m;
+  m = att_warp_max(m);
+  for (int j = lane; j <= t; j += 32) {
+    float e = expf(p[j] - m);
+    p[j]    = e;
+    sum += e;
+  }
+  sum = att_warp_sum(sum);
+  inv = 1.0f / sum;
+  for (int j = lane; j < L; j += 32) {
+    float y = j <= t ? p[j] * inv : 0.0f;
+    p[j]    = y;
+    if (p16) p16[(size_t)i * L + j] = __float2bfloat16_rn(y);
+  }
+  if (lse && lane == 0) lse[at] = m + logf(sum);
+}
+
+/* Warp per panel row, S the scaled scores and dP = dO V^T on entry:
+ * P = exp(S - lse) into S and dS = P * (dP - sum_j P dP) * scale into dP on
+ * columns 0..t, zeros above; ds16 and p16 (bf16 precision; else NULL) get
+ * them rounded. */
+__global__ void __launch_bounds__(32 * ATT_WARPS) att_panel_backward_kernel(float *S, float *dP, __nv_bfloat16 *p16, __nv_bfloat16 *ds16, const float *lse, int rows,
+                                                                           int nr, int L, int t0, int grp, int u0, int NKV, int NH, int T, float scale)
+{
+  int i = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32, t;
+
+  if (i >= rows) return;
+  size_t at = att_panel_lse_index(i, nr, t0, grp, u0, NKV, NH, T, &t);
+  float *s = S + (size_t)i * L, *d = dP + (size_t)i * L, l = lse[at], dot = 0.0f;
+
+  for (int j = lane; j <= t; j += 32) {
+    float p = expf(s[j] - l);
+    s[j]    = p;
+    dot += p * d[j];
+  }
+  dot = att_warp_sum(dot);
+  for (int j = lane; j < L; j += 32) {
+    float p = j <= t ? s[j] : 0.0f, y = j <= t ? p * (d[j] - dot) * scale : 0.0f;
+    s[j]    = p;
+    d[j]    = y;
+    if (ds16) {
+      ds16[(size_t)i * L + j] = __float2bfloat16_rn(y);
+      p16[(size_t)i * L + j]  = __float2bfloat16_rn(p);
+    }
+  }
+}
+
+/* Per query block and chunk of units: S = scale Q_blk K^T (column-major
+ * S^T = K^T' Q_blk, op T on k), the softmax with its log-sum-exp, then
+ * Y_blk = P V (Y^T = V^T P^T, N N). Scratch: q, k, v (fp32, or bf16), y,
+ * the panel and its bf16 copy. lse may be NULL. */
+extern "C" int rfcuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int NKV)
+{
+  if (att_check_sizes("attention_forward", B, T, C, NH, NKV)) return 1;
+  if (B == 0 || T == 0) return 0;
+
+  const int    bf = rfcuda_get_precision() == 1;
+  const size_t es = bf ? sizeof(__nv_bfloat16) : sizeof(float);
+  int          hs = C / NH, Ckv = NKV * hs, grp = NH / NKV, nu = B * NKV, qb = att_qblock(T), cb = att_units_per_chunk(qb, grp, T, nu);
+  size_t       btc = (size_t)B * T * C, btk = (size_t)B * T * Ckv, pan = (size_t)cb * qb * grp * T;
+  size_t       qkv_bytes = rfcuda_align((btc + 2 * btk) * es), y_bytes = rfcuda_align(btc * sizeof(float)), s_bytes = rfcuda_align(pan * sizeof(float));
+  long long    sq = (long long)T * grp * hs, sk = (long long)T * hs; /* per unit: q and y, k and v */
+  float        scale = 1.0f / sqrtf((float)hs), *y, *S;
+  char        *base, *q, *k, *v;
+  __nv_bfloat16 *p16 = NULL;
+
+  if (rfcuda_scratch(qkv_bytes + y_bytes + s_bytes + (bf ? rfcuda_align(pan * es) : 0), (void **)&base)) return 1;
+  q = base, k = q + btc * es, v = k + btk * es;
+  y = (float *)(base + qkv_bytes), S = (float *)(base + qkv_bytes + y_bytes);
+  if (bf) p16 = (__nv_bfloat16 *)(base + qkv_bytes + y_bytes + s_bytes);
+
+  if (att_permute(q, qkv, B, T, NKV, grp * hs, C + 2 * Ckv, 0, bf)) return 1; /* [B, NKV, T, grp*hs] */
+  if (att_permute(k, qkv, B, T, NKV, hs, C + 2 * Ckv, C, bf)) return 1;
+  if (att_permute(v, qkv, B, T, NKV, hs, C + 2 * Ckv, C + Ckv, bf)) return 1;
+  for (int t0 = 0; t0 < T; t0 += qb) {
+    int       L = t0 + qb < T ? t0 + qb : T, nr = (L - t0) * grp;
+    long long sp = (long long)nr * L;
+
+    for (int u0 = 0; u0 < nu; u0 += cb) {
+      int         nb = nu - u0 < cb ? nu - u0 : cb;
+      size_t      oq = (size_t)u0 * sq + (size_t)t0 * grp * hs, okv = (size_t)u0 * sk;
+      const void *P  = bf ? (const void *)p16 : (const void *)S;
+      unsigned    g  = (unsigned)((nb * nr + ATT_WARPS - 1) / ATT_WARPS);
+
+      if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, L, nr, hs, scale, k + okv * es, hs, sk, q + oq * es, hs, sq, S, L, sp, nb, bf)) return 1;
+      att_panel_softmax_kernel<<<g, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(S, p16, lse, nb * nr, nr, L, t0, grp, u0, NKV, NH, T);
+      RFCUDA_LAUNCHED();
+      if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, nr, L, 1.0f, v + okv * es, hs, sk, P, L, sp, y + oq, hs, sq, nb, bf)) return 1;
+    }
+  }
+  return att_unpermute(out, y, B, T, NKV, grp * hs, C, 0, 0, bf);
+}
+
+/* Blocks last to first, per chunk of units: S = scale Q_blk K^T and
+ * dP = dO_blk V^T, the kernel's P and dS, then dQ_blk = dS K, dK += dS^T Q_blk
+ * and dV += P^T dO_blk over the block's keys 0..t1 (beta 0 for the last
+ * block, which sets every key); then three kernels add dQ, dK and dV into
+ * dqkv, one thread per element. */
+extern "C" int rfcuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B, int T, int C, int NH, int NKV)
+{
+  if (att_check_sizes("attention_backward", B, T, C, NH, NKV)) return 1;
+  if (B == 0 || T == 0) return 0;
+
+  const int    bf = rfcuda_get_precision() == 1;
+  const size_t es = bf ? sizeof(__nv_bfloat16) : sizeof(float);
+  int          hs = C / NH, Ckv = NKV * hs, grp = NH / NKV, nu = B * NKV, qb = att_qblock(T), cb = att_units_per_chunk(qb, grp, T, nu), nqb = (T + qb - 1) / qb;
+  size_t       btc = (size_t)B * T * C, btk = (size_t)B * T * Ckv, pan = (size_t)cb * qb * grp * T;
+  size_t       in_bytes = rfcuda_align((2 * btc + 2 * btk) * es), out_bytes = rfcuda_align((btc + 2 * btk) * sizeof(float)), s_bytes = rfcuda_align(pan * sizeof(float));
+  size_t       h_bytes = bf ? rfcuda_align(pan * es) : 0;
+  long long    sq = (long long)T * grp * hs, sk = (long long)T * hs;
+  float        scale = 1.0f / sqrtf((float)hs), *dq, *dk, *dv, *S, *dP;
+  char        *base, *q, *k, *v, *dO;
+  __nv_bfloat16 *p16 = NULL, *ds16 = NULL;
+
+  if (rfcuda_scratch(in_bytes + out_bytes + 2 * s_bytes + 2 * h_bytes, (void **)&base)) return 1;
+  q = base, k = q + btc * es, v = k + btk * es, dO = v + btk * es;
+  dq = (float *)(base + in_bytes), dk = dq + btc, dv = dk + btk;
+  S = (float *)(base + in_bytes + out_bytes), dP = (float *)(base + in_bytes + out_bytes + s_bytes);
+  if (bf) {
+    p16  = (__nv_bfloat16 *)(base + in_bytes + out_bytes + 2 * s_bytes);
+    ds16 = (__nv_bfloat16 *)(base + in_bytes + out_bytes + 2 * s_bytes + h_bytes);
+  }
+
+  if (att_permute(q, qkv, B, T, NKV, grp * hs, C + 2 * Ckv, 0, bf)) return 1;
+  if (att_permute(k, qkv, B, T, NKV, hs, C + 2 * Ckv, C, bf)) return 1;
+  if (att_permute(v, qkv, B, T, NKV, hs, C + 2 * Ckv, C + Ckv, bf)) return 1;
+  if (att_permute(dO, dout, B, T, NKV, grp * hs, C, 0, bf)) return 1;
+  for (int ib = nqb - 1; ib >= 0; ib--) {
+    int       t0 = ib * qb, L = t0 + qb < T ? t0 + qb : T, nr = (L - t0) * grp;
+    long long sp   = (long long)nr * L;
+    float     beta = ib == nqb - 1 ? 0.0f : 1.0f;
+
+    for (int u0 = 0; u0 < nu; u0 += cb) {
+      int         nb = nu - u0 < cb ? nu - u0 : cb;
+      size_t      oq = (size_t)u0 * sq + (size_t)t0 * grp * hs, okv = (size_t)u0 * sk;
+      const void *dSop = bf ? (const void *)ds16 : (const void *)dP, *Pop = bf ? (const void *)p16 : (const void *)S;
+      unsigned    g    = (unsigned)((nb * nr + ATT_WARPS - 1) / ATT_WARPS);
+
+      if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, L, nr, hs, scale, k + okv * es, hs, sk, q + oq * es, hs, sq, S, L, sp, nb, bf)) return 1;
+      if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, L, nr, hs, 1.0f, v + okv * es, hs, sk, dO + oq * es, hs, sq, dP, L, sp, nb, bf)) return 1;
+      att_panel_backward_kernel<<<g, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(S, dP, p16, ds16, lse, nb * nr, nr, L, t0, grp, u0, NKV, NH, T, scale);
+      RFCUDA_LAUNCHED();
+      if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, nr, L, 1.0f, k + okv * es, hs, sk, dSop, L, sp, dq + oq, hs, sq, nb, bf)) return 1;
+      if (att_gemm_beta(CUBLAS_OP_N, CUBLAS_OP_T, hs, L, nr, 1.0f, q + oq * es, hs, sq, dSop, L, sp, beta, dk + okv, hs, sk, nb, bf)) return 1;
+      if (att_gemm_beta(CUBLAS_OP_N, CUBLAS_OP_T, hs, L, nr, 1.0f, dO + oq * es, hs, sq, Pop, L, sp, beta, dv + okv, hs, sk, nb, bf)) return 1;
+    }
+  }
+  if (att_unpermute(dqkv, dq, B, T, NKV, grp * hs, C + 2 * Ckv, 0, 1, 0)) return 1;
   if (att_unpermute(dqkv, dk, B, T, NKV, hs, C + 2 * Ckv, C, 1, 0)) return 1;
   return att_unpermute(dqkv, dv, B, T, NKV, hs, C + 2 * Ckv, C + Ckv, 1, 0);
 }

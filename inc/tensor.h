@@ -137,9 +137,9 @@ struct Backend {
    *   1  the log-sum-exp [B,NH,T] of each query row's scaled scores s_tj =
    *      scale * q_t.k_j (natural log, over j <= t), so that the
    *      probabilities are exp(s_tj - lse_t): no T x T array anywhere
-   *      (the cpu backend, tiled);
+   *      (both backends: tiled);
    *   0  the softmax probabilities [B,NH,T,T], zeros above the diagonal
-   *      (the cuda backend until its tiled kernels exist). */
+   *      (the former pairs, kept as references: backend_*_attention_probs_*). */
   PetscErrorCode (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
   /* dqkv += ...; out and att are the forward's (attention_lse 0 does not read out) */
   PetscErrorCode (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out, const float *att, int B, int T, int C, int NH, int NKV);
@@ -280,11 +280,20 @@ PetscErrorCode backend_cuda_set_precision(PetscBool bf16);
  * Applies to the ops called after it, training's forward included. */
 PetscErrorCode backend_cpu_set_batch_invariant(PetscBool on);
 /* The cpu backend's former training attention, which saves the softmax
- * probabilities [B,NH,T,T] (the contract of attention_lse 0, the cuda
- * backend's): the reference that its tiled attention (test_ops) and the cuda
- * kernels (test_cuda) are compared with. Arguments as the ops'. */
+ * probabilities [B,NH,T,T] (the contract of attention_lse 0): the reference
+ * that its tiled attention (test_ops) and the cuda backend's kernels
+ * (test_cuda) are compared with. Arguments as the ops'. */
 PetscErrorCode backend_cpu_attention_probs_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
 PetscErrorCode backend_cpu_attention_probs_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *att, int B, int T, int C, int NH, int NKV);
+/* The cuda backend's former pair, the same contract on device pointers
+ * (test_cuda checks it against the cpu's). */
+PetscErrorCode backend_cuda_attention_probs_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
+PetscErrorCode backend_cuda_attention_probs_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV);
+/* The cuda backend's tiled attention makes its score panels for as many
+ * (sequence, kv head) units at a time as fit bytes (0: the default,
+ * 256 MiB); was (may be NULL) gets the former value. Tests set it small so
+ * that a call runs several chunks. */
+PetscErrorCode backend_cuda_set_attention_panel_bytes(size_t bytes, size_t *was);
 /* Whether this process can use a CUDA device (never an error); why gets the
  * device count or the reason (no device, the runtime's answer, or a build
  * without CUDA). Tests use it to skip. */

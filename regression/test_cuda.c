@@ -666,42 +666,77 @@ static PetscErrorCode check_matmul_fused(Ctx *c, int N, int C, int OC, PetscBool
 }
 
 /* NKV < NH: grouped-query attention, qkv rows [C + 2*NKV*C/NH] and each kv
- * head's gradient summed over its group of query heads. */
+ * head's gradient summed over its group of query heads. The backend's tiled
+ * pair (attention_lse: the log-sum-exp [B,NH,T], no T x T array) against the
+ * cpu's tiled pair: run twice for the bits, once more with score panels of
+ * one (sequence, kv head) unit at a time (several chunks per query block),
+ * and the forward once without saving the log-sum-exp (the same bits). Then
+ * the former pair that keeps the probabilities against the cpu's former
+ * pair. Each backward gets the cpu forward's saved arrays. */
 static PetscErrorCode check_attention(Ctx *c, int B, int T, int C, int NH, int NKV)
 {
   Arena   a  = {.gpu = c->gpu};
   Verdict v  = {"", 1};
-  size_t  nq = (size_t)B * T * (C + 2 * (size_t)(C / NH) * NKV), no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
-  float  *qkv = h_rand(&a, &c->r, nq, -1.5, 1.5), *out = h_nan(&a, no), *att = h_nan(&a, na), *g = h_rand(&a, &c->r, no, -1, 1);
-  float  *dq0 = h_rand(&a, &c->r, nq, -1, 1), *dq = h_dup(&a, dq0, nq);
-  float  *d_qkv, *d_out[2], *d_att[2], *d_g, *d_catt, *d_dq[2];
+  size_t  nq = (size_t)B * T * (C + 2 * (size_t)(C / NH) * NKV), no = (size_t)B * T * C, na = (size_t)B * NH * T * T, nl = (size_t)B * NH * T, was;
+  float  *qkv = h_rand(&a, &c->r, nq, -1.5, 1.5), *out = h_nan(&a, no), *lse = h_nan(&a, nl), *att = h_nan(&a, na), *g = h_rand(&a, &c->r, no, -1, 1);
+  float  *dq0 = h_rand(&a, &c->r, nq, -1, 1), *dq = h_dup(&a, dq0, nq), *pout = h_nan(&a, no), *pdq = h_dup(&a, dq0, nq);
+  float  *d_qkv, *d_out[4], *d_lse[3], *d_g, *d_cout, *d_clse, *d_dq[3], *d_pout[2], *d_att[2], *d_catt, *d_pdq[2];
   double  rt = rtol_of(c, BF16_ROUNDED); /* bf16 products in bf16 mode */
 
   PetscFunctionBegin;
   PetscCall(d_put(&a, qkv, nq * sizeof(float), (void **)&d_qkv));
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 4; k++) {
     PetscCall(d_nan(&a, no, &d_out[k]));
-    PetscCall(d_nan(&a, na, &d_att[k]));
-    PetscCall(c->gpu->attention_forward(d_out[k], d_att[k], d_qkv, B, T, C, NH, NKV));
+    if (k < 3) PetscCall(d_nan(&a, nl, &d_lse[k]));
+    if (k == 2) PetscCall(backend_cuda_set_attention_panel_bytes(1, &was)); /* one unit per chunk */
+    PetscCall(c->gpu->attention_forward(d_out[k], k < 3 ? d_lse[k] : NULL, d_qkv, B, T, C, NH, NKV));
+    if (k == 2) PetscCall(backend_cuda_set_attention_panel_bytes(was, NULL));
   }
-  PetscCall(backend_cpu_attention_probs_forward(out, att, qkv, B, T, C, NH, NKV)); /* cuda keeps the probabilities (attention_lse 0) */
-  PetscCall(compare_dev(&a, &v, "out", d_out[0], out, NULL, no, rtol_of(c, BF16_ROUNDED)));
-  PetscCall(compare_dev(&a, &v, "att", d_att[0], att, NULL, na, rt));
+  PetscCall(c->cpu->attention_forward(out, lse, qkv, B, T, C, NH, NKV));
+  PetscCall(compare_dev(&a, &v, "out", d_out[0], out, NULL, no, rt));
+  PetscCall(compare_dev(&a, &v, "lse", d_lse[0], lse, NULL, nl, rt));
   PetscCall(same_bits(&a, &v, "out", d_out[0], d_out[1], no));
-  PetscCall(same_bits(&a, &v, "att", d_att[0], d_att[1], na));
-  verdict_report(c, &v, "attention_forward B=%d T=%d C=%d NH=%d NKV=%d (probabilities, zeros above the diagonal; run twice)", B, T, C, NH, NKV);
+  PetscCall(same_bits(&a, &v, "lse", d_lse[0], d_lse[1], nl));
+  PetscCall(compare_dev(&a, &v, "out (panels of one unit)", d_out[2], out, NULL, no, rt));
+  PetscCall(compare_dev(&a, &v, "lse (panels of one unit)", d_lse[2], lse, NULL, nl, rt));
+  PetscCall(same_bits(&a, &v, "out (no lse)", d_out[0], d_out[3], no));
+  verdict_report(c, &v, "attention_forward B=%d T=%d C=%d NH=%d NKV=%d (tiled, log-sum-exp; run twice, panels of one unit, no lse)", B, T, C, NH, NKV);
 
-  /* both backwards get the cpu's probabilities */
   PetscCall(d_put(&a, g, no * sizeof(float), (void **)&d_g));
-  PetscCall(d_put(&a, att, na * sizeof(float), (void **)&d_catt));
-  for (int k = 0; k < 2; k++) {
+  PetscCall(d_put(&a, out, no * sizeof(float), (void **)&d_cout));
+  PetscCall(d_put(&a, lse, nl * sizeof(float), (void **)&d_clse));
+  for (int k = 0; k < 3; k++) {
     PetscCall(d_put(&a, dq0, nq * sizeof(float), (void **)&d_dq[k]));
-    PetscCall(c->gpu->attention_backward(d_dq[k], d_g, d_qkv, d_out[0], d_catt, B, T, C, NH, NKV));
+    if (k == 2) PetscCall(backend_cuda_set_attention_panel_bytes(1, &was));
+    PetscCall(c->gpu->attention_backward(d_dq[k], d_g, d_qkv, d_cout, d_clse, B, T, C, NH, NKV));
+    if (k == 2) PetscCall(backend_cuda_set_attention_panel_bytes(was, NULL));
   }
-  PetscCall(backend_cpu_attention_probs_backward(dq, g, qkv, out, att, B, T, C, NH, NKV));
+  PetscCall(c->cpu->attention_backward(dq, g, qkv, out, lse, B, T, C, NH, NKV));
   PetscCall(compare_dev(&a, &v, "dqkv", d_dq[0], dq, dq0, nq, rt));
   PetscCall(same_bits(&a, &v, "dqkv", d_dq[0], d_dq[1], nq));
-  verdict_report(c, &v, "attention_backward B=%d T=%d C=%d NH=%d NKV=%d (accumulates; run twice)", B, T, C, NH, NKV);
+  PetscCall(compare_dev(&a, &v, "dqkv (panels of one unit)", d_dq[2], dq, dq0, nq, rt));
+  verdict_report(c, &v, "attention_backward B=%d T=%d C=%d NH=%d NKV=%d (tiled; accumulates; run twice, panels of one unit)", B, T, C, NH, NKV);
+
+  /* the former pair: probabilities, zeros above the diagonal */
+  for (int k = 0; k < 2; k++) {
+    PetscCall(d_nan(&a, no, &d_pout[k]));
+    PetscCall(d_nan(&a, na, &d_att[k]));
+    PetscCall(backend_cuda_attention_probs_forward(d_pout[k], d_att[k], d_qkv, B, T, C, NH, NKV));
+  }
+  PetscCall(backend_cpu_attention_probs_forward(pout, att, qkv, B, T, C, NH, NKV));
+  PetscCall(compare_dev(&a, &v, "out", d_pout[0], pout, NULL, no, rt));
+  PetscCall(compare_dev(&a, &v, "att", d_att[0], att, NULL, na, rt));
+  PetscCall(same_bits(&a, &v, "out", d_pout[0], d_pout[1], no));
+  PetscCall(same_bits(&a, &v, "att", d_att[0], d_att[1], na));
+  PetscCall(d_put(&a, att, na * sizeof(float), (void **)&d_catt));
+  for (int k = 0; k < 2; k++) {
+    PetscCall(d_put(&a, dq0, nq * sizeof(float), (void **)&d_pdq[k]));
+    PetscCall(backend_cuda_attention_probs_backward(d_pdq[k], d_g, d_qkv, d_catt, B, T, C, NH, NKV));
+  }
+  PetscCall(backend_cpu_attention_probs_backward(pdq, g, qkv, pout, att, B, T, C, NH, NKV));
+  PetscCall(compare_dev(&a, &v, "dqkv", d_pdq[0], pdq, dq0, nq, rt));
+  PetscCall(same_bits(&a, &v, "dqkv", d_pdq[0], d_pdq[1], nq));
+  verdict_report(c, &v, "attention_probs forward and backward B=%d T=%d C=%d NH=%d NKV=%d (the former pair; run twice)", B, T, C, NH, NKV);
   PetscCall(arena_free(&a));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -1410,6 +1445,9 @@ static PetscErrorCode check_all(Ctx *c)
     {3, 1,    576,  9,  3}, /* the same, one token */
     {2, 100,  1024, 8,  2}, /* head size 128 */
     {1, 256,  2048, 32, 8}, /* Llama 3.2 1B's heads */
+    {2, 300,  256,  4,  2}, /* three query blocks of the tiled pair, the last one short */
+    {1, 259,  448,  7,  1}, /* GQA 7:1 (Qwen2.5-0.5B's ratio), head size 64, odd T */
+    {1, 2600, 128,  2,  1}, /* blocks of 192 positions (T/16 rounded up to 64) */
   };
   const int cached[][3] = {
     {64,  4, 4}, /* head size 16 */

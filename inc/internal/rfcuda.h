@@ -88,8 +88,16 @@ int rfcuda_matmul_fused(float *out, const float *inp, const float *w, const floa
                         float norm_eps);
 int rfcuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, int transposed);
 /* cuda_attention.cu */
-int rfcuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
-int rfcuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV);
+/* The training pair, tiled: lse [B,NH,T] (the forward's may be NULL). */
+int rfcuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int NKV);
+int rfcuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B, int T, int C, int NH, int NKV);
+/* Rows of the tiled pair's score panels are made for as many (batch, kv
+ * head) units at a time as fit this many bytes (0: the default, 256 MiB);
+ * returns the former value. Tests set it small to run several chunks. */
+size_t rfcuda_attention_set_panel_bytes(size_t bytes);
+/* The former pair, which keeps the probabilities [B,NH,T,T]: test_cuda's reference. */
+int rfcuda_attention_probs_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
+int rfcuda_attention_probs_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV);
 int rfcuda_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH, int NKV);
 /* cuda_pointwise.cu */
 int rfcuda_gelu_forward(float *out, const float *inp, size_t n);

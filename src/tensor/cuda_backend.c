@@ -51,7 +51,7 @@ CUDA_OP(matmul_fused, (float *out, const float *inp, const float *w, const float
 CUDA_OP(matmul_backward, (float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, PetscBool transposed),
         (dinp, dw, dbias, dout, inp, w, N, C, OC, transposed ? 1 : 0))
 CUDA_OP(attention_forward, (float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV), (out, att, qkv, B, T, C, NH, NKV))
-/* The probabilities' backward (attention_lse 0) does not read out. */
+/* The tiled backward sums P dP over each row's panel: it does not read out. */
 static PetscErrorCode cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *att, int B, int T, int C, int NH, int NKV)
 {
   PetscFunctionBegin;
@@ -127,7 +127,7 @@ static const Backend cuda_backend = {
   .matmul_backward        = cuda_matmul_backward,
   .attention_forward      = cuda_attention_forward,
   .attention_backward     = cuda_attention_backward,
-  .attention_lse          = 0, /* the probabilities [B,NH,T,T], until tiled kernels exist */
+  .attention_lse          = 1, /* tiled: the log-sum-exp [B,NH,T], no T x T array */
   .attention_cached       = cuda_attention_cached,
   .gelu_forward           = cuda_gelu_forward,
   .gelu_backward          = cuda_gelu_backward,
@@ -197,6 +197,30 @@ PetscErrorCode backend_cuda_set_precision(PetscBool bf16)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode backend_cuda_attention_probs_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV)
+{
+  PetscFunctionBegin;
+  RFCUDA_CALL(rfcuda_attention_probs_forward(out, att, qkv, B, T, C, NH, NKV));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode backend_cuda_attention_probs_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV)
+{
+  PetscFunctionBegin;
+  RFCUDA_CALL(rfcuda_attention_probs_backward(dqkv, dout, qkv, att, B, T, C, NH, NKV));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode backend_cuda_set_attention_panel_bytes(size_t bytes, size_t *was)
+{
+  size_t w;
+
+  PetscFunctionBegin;
+  w = rfcuda_attention_set_panel_bytes(bytes);
+  if (was) *was = w;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode backend_cuda_available(char *why, size_t len, PetscBool *yes)
 {
   int n = 0;
@@ -226,6 +250,28 @@ PetscErrorCode backend_cuda_set_precision(PetscBool bf16)
   PetscFunctionBegin;
   PetscCheck(!bf16, PETSC_COMM_SELF, PETSC_ERR_SUP, "-precision bf16: this rlfuse was built without CUDA");
   PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode backend_cuda_attention_probs_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV)
+{
+  PetscFunctionBegin;
+  (void)out, (void)att, (void)qkv, (void)B, (void)T, (void)C, (void)NH, (void)NKV;
+  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_SUP, "attention_probs_forward: this rlfuse was built without CUDA");
+}
+
+PetscErrorCode backend_cuda_attention_probs_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV)
+{
+  PetscFunctionBegin;
+  (void)dqkv, (void)dout, (void)qkv, (void)att, (void)B, (void)T, (void)C, (void)NH, (void)NKV;
+  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_SUP, "attention_probs_backward: this rlfuse was built without CUDA");
+}
+
+PetscErrorCode backend_cuda_set_attention_panel_bytes(size_t bytes, size_t *was)
+{
+  PetscFunctionBegin;
+  (void)bytes;
+  if (was) *was = 0;
+  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_SUP, "attention panels: this rlfuse was built without CUDA");
 }
 
 PetscErrorCode backend_cuda_available(char *why, size_t len, PetscBool *yes)
