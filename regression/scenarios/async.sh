@@ -7,7 +7,7 @@
 # and 2 ranks, a restart with samples in flight bit-identical), and bad
 # values refused with one line.
 . regression/lib.sh
-plan 25
+plan 29
 d="$RLFUSE_TMP/async"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -1 $d/sft.log)"
@@ -138,7 +138,53 @@ check "partial GRPO K=2 restarted at iteration 2 with samples in flight (checkpo
   partial_restarted_same
 keep=$d/pu expect_error "a restart with another -async_partial, into the run's directory: nothing there changed" "restart it with the same -async_partial" $R -async_staleness 2 -async_partial 5 -algo grpo -grpo_group 4 -ppo_iterations 5 -restart $d/pu/ckpt_000002.h5 -output_dir $d/pu
 expect_error "-async_partial without -async_staleness" "-async_partial 4 needs -async_staleness >= 1" $R -async_partial 4 -output_dir $d/bad5
-expect_error "-async_partial with -gen_top_k" "-async_partial with -gen_top_k, -gen_top_p or -gen_min_new_tokens" $R -async_staleness 1 -async_partial 4 -gen_top_k 5 -output_dir $d/bad6
+# partial rollouts with allowed sets (top-k, top-p, min_new_tokens): a sample's sets go on with it across iterations
+PM="$P -gen_top_k 6 -gen_top_p 0.9 -gen_min_new_tokens 4"
+mpirun 1 $R $PM -checkpoint_every 2 -output_dir $d/mu >$d/mu.log 2>&1 || not_ok "masked partial GRPO K=2 unbroken: $(tail -1 $d/mu.log)"
+"$PYTHON" - $d/mu/ckpt_000002.h5 6 4 3 <<'PY' && ok "masked partial rollouts' checkpoint: every response position of the pool's rows (mask_counts, ids in row order) and of the generated batches (mask_off, mask_ids) has its allowed set, 1 to 6 ids holding the drawn token, EOS nowhere among the first 4 (those of earlier iterations included); prompt positions and past the end none; rows whose tokens span two weights versions among them" || not_ok "masked partial rollouts' allowed sets in $d/mu/ckpt_000002.h5"
+import sys, h5py, numpy as np
+path, k, mn, eos = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+spanning = 0
+def row_sets(tok, P, L, sets, ver):
+    global spanning
+    for t in range(len(tok)):
+        s = sets[t]
+        if P <= t < P + L:
+            assert 1 <= len(s) <= k and tok[t] in s, (t, tok[t], s)
+            assert t - P >= mn or eos not in s, (t, s)  # EOS banned before min_new_tokens
+        else:
+            assert len(s) == 0, (t, s)
+    if ver is not None and L > 0:
+        spanning += int(ver[P:P + L].min() != ver[P:P + L].max())
+with h5py.File(path, "r") as f:
+    pool = f["async/pool"]
+    n = int(pool.attrs["rows"])
+    assert n > 0 and "mask_counts" in pool
+    cnt, ids = pool["mask_counts"][()], pool["mask_ids"][()]
+    at = 0
+    for i in range(n):
+        sets = []
+        for t in range(cnt.shape[1]):
+            sets.append(list(ids[at:at + cnt[i, t]])); at += cnt[i, t]
+        row_sets(pool["tokens"][i], pool["prompt_lengths"][i], pool["response_lengths"][i], sets, pool["token_versions"][i])
+    assert at == cnt.sum() and (len(ids) == max(1, at))
+    batches = [g for g in f["async"] if g.startswith("batch_")]
+    assert batches
+    for g in batches:
+        b = f["async"][g]
+        off, mids, T = b["mask_off"][()], b["mask_ids"][()], b["tokens"].shape[1]
+        for r in range(b["tokens"].shape[0]):
+            sets = [list(mids[off[r * T + t]:off[r * T + t + 1]]) for t in range(T)]
+            row_sets(b["tokens"][r], b["prompt_lengths"][r], b["response_lengths"][r], sets, b["token_versions"][r])
+assert spanning > 0, "no row spans two versions: nothing went on across iterations"
+PY
+mpirun 1 $R $PM -restart $d/mu/ckpt_000002.h5 -output_dir $d/mr >$d/mr.log 2>&1 || not_ok "masked partial GRPO K=2 restart: $(tail -1 $d/mr.log)"
+masked_restarted_same() { in_flight $d/mu/ckpt_000002.h5 && bits $d/mu $d/mr; }
+check "masked partial GRPO K=2 restarted at iteration 2 with samples and their allowed sets in flight: the unbroken run's weights bit for bit" masked_restarted_same
+mpirun 4 $R $PM -placement disaggregate -output_dir $d/md4 >$d/md4.log 2>&1 || not_ok "masked partial GRPO K=2 on 4 ranks: $(tail -1 $d/md4.log)"
+check "masked partial GRPO K=2 on 4 ranks disaggregated (2 generation replicas gather their allowed sets): final weights as on 1 rank" "$PYTHON" tools/ckpt_diff.py $d/mu/final.h5 $d/md4/final.h5
+check "masked partial rollouts differ from unmasked ones (the comparison can fail)" differ $d/pu $d/mu
+expect_error "a masked pool restarted without its sampling options" "restart it with the sampling options it was written with" $R $P -restart $d/mu/ckpt_000002.h5 -output_dir $d/bad6
 expect_error "-async_partial at -gen_max_new_tokens" "-async_partial 12 must be below -gen_max_new_tokens 12" $R -async_staleness 1 -async_partial 12 -output_dir $d/bad7
 expect_error "-async_staleness -1" "-async_staleness -1 must be in \[0, 64\]" $R -async_staleness -1 -output_dir $d/bad2
 expect_error "-async_is_cap 0.5" "-async_is_cap 0.5 must be 0 (no cap) or at least 1" $R -async_staleness 1 -async_is_cap 0.5 -output_dir $d/bad3

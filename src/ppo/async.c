@@ -156,7 +156,8 @@ static PetscErrorCode int32_positions(const int64_t *pos, int n, int *out)
 static PetscErrorCode pool_write(IoId g, const AsyncPool *p)
 {
   IoId        h = IO_NONE;
-  int         n = p->n, T = p->T, *pos;
+  int         n = p->n, T = p->T, *pos, *ids = NULL;
+  size_t      nid = 0;
   const char *an[] = {"partial", "group", "capacity", "rows"};
   double      av[] = {(double)p->S, (double)p->G, (double)p->cap, (double)n};
 
@@ -174,10 +175,17 @@ static PetscErrorCode pool_write(IoId g, const AsyncPool *p)
       {"eos",              1, {n, 1}, p->eos,        PETSC_TRUE },
       {"ended",            1, {n, 1}, p->done,       PETSC_TRUE },
       {"prompt_positions", 1, {n, 1}, pos,           PETSC_TRUE },
+      {"mask_counts",      2, {n, T}, p->mcnt,       PETSC_TRUE },
+      {"mask_ids",         1, {1, 1}, NULL,          PETSC_TRUE },
     };
-    PetscCall(io_group_fill(h, d, 8, an, av, 4));
+    if (p->mcnt) { /* the allowed sets kept across iterations: counts per position, ids in row order */
+      PetscCall(async_pool_masks_pack(p, &ids, &nid));
+      d[9].dims[0] = (long long)PetscMax((size_t)1, nid), d[9].data = ids;
+    }
+    PetscCall(io_group_fill(h, d, p->mcnt ? 10 : 8, an, av, 4));
   } else PetscCall(io_group_fill(h, NULL, 0, an, av, 4));
   PetscCall(io_close(&h));
+  PetscCall(PetscFree(ids));
   PetscCall(PetscFree(pos));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -247,6 +255,8 @@ typedef struct {
   double      have[PPO_ASYNC_MAX], pos[PPO_ASYNC_MAX]; /* per batch from + j */
   double      pool[4];           /* partial rollouts: /async/pool's partial, group, capacity, rows (all 0 without) */
   int        *ppos;              /* room for a batch's or the pool's prompt positions */
+  int        *pool_ids;          /* the pool's allowed-set ids (masked pools), pool_nid of them */
+  long long   pool_nid;
   int         phase;             /* 0: headers; 1: the rows of the batches found */
 } AsyncLoad;
 
@@ -284,6 +294,14 @@ static PetscErrorCode pool_read(IoId g, AsyncLoad *a)
     PetscCall(async_read_rows(h, async_load_path, "ended", IO_INT, p->done, n));
     PetscCall(async_read_rows(h, async_load_path, "prompt_positions", IO_INT, a->ppos, n));
     for (int i = 0; i < n; i++) p->ppos[i] = a->ppos[i];
+    if (p->mcnt) { /* the counts and ids here, unpacked into the rows after the broadcast (async_restore) */
+      PetscCheck(io_dataset_npoints(h, "mask_counts") >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s: /async/pool holds no allowed sets (mask_counts), which -gen_top_k, -gen_top_p or -gen_min_new_tokens need: restart it with the sampling options it was written with", async_load_path);
+      PetscCall(async_read_rows(h, async_load_path, "mask_counts", IO_INT, p->mcnt, nT));
+      a->pool_nid = 0;
+      for (long long k = 0; k < nT; k++) a->pool_nid += p->mcnt[k];
+      PetscCall(PetscMalloc1(a->pool_nid + 1, &a->pool_ids));
+      PetscCall(async_read_rows(h, async_load_path, "mask_ids", IO_INT, a->pool_ids, PetscMax(1, a->pool_nid))); /* one id stored for none */
+    } else PetscCheck(io_dataset_npoints(h, "mask_counts") < 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s: /async/pool holds allowed sets (written with -gen_top_k, -gen_top_p or -gen_min_new_tokens): restart it with the sampling options it was written with", async_load_path);
   }
   PetscCall(io_close(&h));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -346,7 +364,7 @@ static PetscErrorCode async_read(IoId file, void *ctx)
 PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *o, PromptSource *ps, AsyncQueue *q, int64_t from, int *found)
 {
   AsyncQueue none = {0};
-  AsyncLoad  a    = {q ? q : &none, from, 0, {0}, {0}, {0}, NULL, 0};
+  AsyncLoad  a    = {q ? q : &none, from, 0, {0}, {0}, {0}, NULL, NULL, 0, 0};
   int        room = q ? PetscMax(q->slot[0].Bcap, q->pool.cap) : 1;
 
   PetscFunctionBegin;
@@ -401,6 +419,14 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
     PetscCall(io_bcast(p->eos, (size_t)p->n, MPI_INT, comm));
     PetscCall(io_bcast(p->done, (size_t)p->n, MPI_INT, comm));
     PetscCall(io_bcast(p->ppos, (size_t)p->n, MPI_INT64_T, comm));
+    if (p->mcnt && p->n > 0) {
+      long long nid = a.pool_nid;
+      PetscCall(io_bcast(p->mcnt, nT, MPI_INT, comm));
+      PetscCallMPI(MPI_Bcast(&nid, 1, MPI_LONG_LONG, 0, comm));
+      if (!a.pool_ids) PetscCall(PetscMalloc1(nid + 1, &a.pool_ids));
+      PetscCall(io_bcast(a.pool_ids, (size_t)nid, MPI_INT, comm));
+      PetscCall(async_pool_masks_unpack(p, a.pool_ids, (size_t)nid));
+    }
     PetscCall(async_pool_prompts(q, ps, o, NULL));
   }
   for (int j = 0; j < q->K; j++) {
@@ -437,5 +463,6 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
     (*found)++;
   }
   PetscCall(PetscFree(a.ppos));
+  PetscCall(PetscFree(a.pool_ids));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -31,7 +31,8 @@ PetscErrorCode async_pool_create(const PPOOptions *o, int T, AsyncPool *p)
   PetscCall(PetscCalloc4(cap, &p->prompt_len, cap, &p->len, cap, &p->eos, cap, &p->done));
   PetscCall(PetscCalloc5(cap, &p->ppos, cap, &p->pidx, cap, &p->answer, cap, &p->meta, (size_t)cap * PPO_ANSWER_LEN, &p->abuf));
   PetscCall(PetscCalloc2(cap, &p->req, cap, &p->row));
-  PetscCall(gen_batch_create(cap, T, PETSC_FALSE, &p->res));
+  if (gen_masked(&o->gen)) PetscCall(PetscCalloc4((size_t)cap * T, &p->mcnt, cap, &p->mids, cap, &p->mlen, cap, &p->mroom));
+  PetscCall(gen_batch_create(cap, T, gen_masked(&o->gen), &p->res));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -43,23 +44,60 @@ PetscErrorCode async_pool_destroy(AsyncPool *p)
   PetscCall(PetscFree4(p->prompt_len, p->len, p->eos, p->done));
   PetscCall(PetscFree5(p->ppos, p->pidx, p->answer, p->meta, p->abuf));
   PetscCall(PetscFree2(p->req, p->row));
+  if (p->mcnt)
+    for (int i = 0; i < p->cap; i++) PetscCall(PetscFree(p->mids[i]));
+  PetscCall(PetscFree4(p->mcnt, p->mids, p->mlen, p->mroom));
   PetscCall(gen_batch_destroy(&p->res));
   PetscCall(PetscMemzero(p, sizeof *p));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Room for n more ids in row i's allowed sets. */
+static PetscErrorCode pool_mask_room(AsyncPool *p, int i, size_t n)
+{
+  PetscFunctionBegin;
+  if (p->mlen[i] + n > p->mroom[i]) {
+    p->mroom[i] = 2 * (p->mlen[i] + n) + 64;
+    PetscCall(PetscRealloc(p->mroom[i] * sizeof(int), &p->mids[i]));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Row i's allowed sets at positions [t0, t1) appended from batch row k of
+ * g (positions after the row's own: its ids stay in position order). */
+static PetscErrorCode pool_mask_append(AsyncPool *p, int i, const GenBatch *g, int k, int t0, int t1)
+{
+  size_t T = (size_t)p->T, b = (size_t)k * g->Tmax, n = (size_t)(g->mask_off[b + t1] - g->mask_off[b + t0]);
+
+  PetscFunctionBegin;
+  PetscCall(pool_mask_room(p, i, n));
+  PetscCall(PetscArraycpy(p->mids[i] + p->mlen[i], g->mask_ids + g->mask_off[b + t0], n));
+  for (int t = t0; t < t1; t++) p->mcnt[i * T + t] = g->mask_off[b + t + 1] - g->mask_off[b + t];
+  p->mlen[i] += n;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Pool row `from` copied to row `to`. */
-static void pool_copy(AsyncPool *p, int from, int to)
+static PetscErrorCode pool_copy(AsyncPool *p, int from, int to)
 {
   size_t T = (size_t)p->T;
 
-  if (from == to) return;
+  PetscFunctionBegin;
+  if (from == to) PetscFunctionReturn(PETSC_SUCCESS);
+  if (p->mcnt) {
+    memmove(p->mcnt + to * T, p->mcnt + from * T, T * sizeof(int));
+    p->mlen[to] = 0;
+    PetscCall(pool_mask_room(p, to, p->mlen[from]));
+    PetscCall(PetscArraycpy(p->mids[to], p->mids[from], p->mlen[from]));
+    p->mlen[to] = p->mlen[from];
+  }
   memmove(p->tokens + to * T, p->tokens + from * T, T * sizeof(int));
   memmove(p->tver + to * T, p->tver + from * T, T * sizeof(int));
   memmove(p->logprobs + to * T, p->logprobs + from * T, T * sizeof(float));
   p->prompt_len[to] = p->prompt_len[from], p->len[to] = p->len[from], p->eos[to] = p->eos[from], p->done[to] = p->done[from];
   p->ppos[to] = p->ppos[from], p->pidx[to] = p->pidx[from], p->meta[to] = p->meta[from];
   p->answer[to] = async_keep_answer(p->answer[from], p->abuf, (size_t)p->cap * PPO_ANSWER_LEN, p->abuf + (size_t)to * PPO_ANSWER_LEN);
+  PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Sets pool row i to the prompt at stream position pos (nothing drawn yet). */
@@ -73,6 +111,10 @@ static PetscErrorCode pool_set_prompt(AsyncPool *p, PromptSource *ps, const PPOO
   PetscCall(PetscArrayzero(p->tokens + i * T, T));
   PetscCall(PetscArrayzero(p->tver + i * T, T));
   PetscCall(PetscArrayzero(p->logprobs + i * T, T));
+  if (p->mcnt) {
+    PetscCall(PetscArrayzero(p->mcnt + i * T, T));
+    p->mlen[i] = 0;
+  }
   PetscCall(prompts_at(ps, o, pos, p->tokens + i * T, &len, p->abuf + (size_t)i * PPO_ANSWER_LEN, &p->answer[i], &p->meta[i], &p->pidx[i]));
   p->prompt_len[i] = len, p->len[i] = p->eos[i] = p->done[i] = 0, p->ppos[i] = pos;
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -86,7 +128,7 @@ PetscErrorCode async_pool_admit(AsyncQueue *q, PromptSource *ps, const PPOOption
   PetscFunctionBegin;
   while (p->n + p->G <= p->cap) {
     PetscCall(pool_set_prompt(p, ps, o, p->n, *data_pos));
-    for (int j = 1; j < p->G; j++) pool_copy(p, p->n, p->n + j); /* the group's samples share the prompt */
+    for (int j = 1; j < p->G; j++) PetscCall(pool_copy(p, p->n, p->n + j)); /* the group's samples share the prompt */
     p->n += p->G;
     (*data_pos)++;
   }
@@ -141,6 +183,42 @@ static PetscErrorCode pool_force(const AsyncPool *p, int groups, const int *ende
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Step 2's allowed sets after step 1's: out's row at2[j] gets more's row j
+ * at its positions (after the row's own), and out's offsets are rebuilt in
+ * (row, position) order. */
+static PetscErrorCode splice_masks(GenBatch *out, const GenBatch *more, const int *at2, int n2)
+{
+  size_t T = (size_t)out->Tmax, n = (size_t)out->n * T, cur = 0, total = (size_t)out->mask_off[n] + (size_t)more->mask_off[(size_t)n2 * T];
+  int   *from, *off, *ids;
+
+  PetscFunctionBegin;
+  PetscCheck(total <= (size_t)PETSC_MAX_INT, PETSC_COMM_SELF, PETSC_ERR_SUP, "partial rollouts: more than %d allowed-set ids overflow GenBatch.mask_off", PETSC_MAX_INT);
+  PetscCall(PetscMalloc3(out->n + 1, &from, n + 1, &off, total + 1, &ids));
+  for (int k = 0; k < out->n; k++) from[k] = -1;
+  for (int j = 0; j < n2; j++) from[at2[j]] = j;
+  for (int k = 0; k < out->n; k++)
+    for (size_t t = 0; t < T; t++) {
+      size_t a = k * T + t, o0 = (size_t)out->mask_off[a], o1 = (size_t)out->mask_off[a + 1];
+      off[a] = (int)cur;
+      PetscCall(PetscArraycpy(ids + cur, out->mask_ids + o0, o1 - o0));
+      cur += o1 - o0;
+      if (from[k] >= 0) { /* more's positions are past the row's own, where out's sets are empty */
+        size_t m = (size_t)from[k] * T + t, m0 = (size_t)more->mask_off[m], m1 = (size_t)more->mask_off[m + 1];
+        PetscCall(PetscArraycpy(ids + cur, more->mask_ids + m0, m1 - m0));
+        cur += m1 - m0;
+      }
+    }
+  off[n] = (int)cur;
+  PetscCall(PetscArraycpy(out->mask_off, off, n + 1));
+  if (cur > out->mask_cap) {
+    out->mask_cap = cur;
+    PetscCall(PetscRealloc(out->mask_cap * sizeof(int), &out->mask_ids));
+  }
+  PetscCall(PetscArraycpy(out->mask_ids, ids, cur));
+  PetscCall(PetscFree3(from, off, ids));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode async_pool_generate(AsyncPool *p, DModel *policy, const PPOOptions *o, int max_prompt, uint64_t seed, uint32_t key, GenPart *part)
 {
   const Mesh *m = policy->mesh;
@@ -155,7 +233,7 @@ PetscErrorCode async_pool_generate(AsyncPool *p, DModel *policy, const PPOOption
   p->res.n = p->nreq;
   exec_rows(p->nreq, m->dp, m->d, &part->b0, &part->b1);
   part->own = (PetscBool)(part->b0 > 0 || part->b1 < p->nreq);
-  if (part->own) PetscCall(gen_batch_create(part->b1 - part->b0, T, PETSC_FALSE, &part->b));
+  if (part->own) PetscCall(gen_batch_create(part->b1 - part->b0, T, gen_masked(&o->gen), &part->b));
   out = part->own ? &part->b : &p->res;
   if (part->b1 > part->b0) {
     PetscCall(gen_engine_create(policy->lm, &o->gen, max_prompt, &eng));
@@ -176,8 +254,9 @@ PetscErrorCode async_pool_generate(AsyncPool *p, DModel *policy, const PPOOption
     at2[n2++] = k;
   }
   if (n2) {
-    PetscCall(gen_batch_create(n2, T, PETSC_FALSE, &more));
+    PetscCall(gen_batch_create(n2, T, gen_masked(&o->gen), &more));
     PetscCall(gen_generate(eng, seed, key, n2, req2, &more, NULL, NULL));
+    if (out->mask_off) PetscCall(splice_masks(out, &more, at2, n2));
     for (int j = 0; j < n2; j++) { /* appended to the row's draws of step 1 */
       int    k = at2[j], P = more.prompt_len[j], L = more.response_len[j];
       size_t src = (size_t)j * T + P, dst = (size_t)k * T + P;
@@ -195,6 +274,27 @@ PetscErrorCode async_pool_generate(AsyncPool *p, DModel *policy, const PPOOption
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Pool row i's allowed sets into batch row b of g, rows taken in order
+ * (*nid: the ids of rows 0..b-1). */
+static PetscErrorCode take_masks(const AsyncPool *p, int i, GenBatch *g, int b, size_t *nid)
+{
+  size_t T = (size_t)p->T, at = 0;
+
+  PetscFunctionBegin;
+  PetscCheck(*nid + p->mlen[i] <= (size_t)PETSC_MAX_INT, PETSC_COMM_SELF, PETSC_ERR_SUP, "partial rollouts: more than %d allowed-set ids overflow GenBatch.mask_off", PETSC_MAX_INT);
+  if (*nid + p->mlen[i] > g->mask_cap) {
+    g->mask_cap = 2 * (*nid + p->mlen[i]) + 1024;
+    PetscCall(PetscRealloc(g->mask_cap * sizeof(int), &g->mask_ids));
+  }
+  PetscCall(PetscArraycpy(g->mask_ids + *nid, p->mids[i], p->mlen[i]));
+  for (size_t t = 0; t < T; t++) {
+    g->mask_off[b * T + t] = (int)(*nid + at);
+    at += (size_t)p->mcnt[i * T + t];
+  }
+  *nid += p->mlen[i];
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* The call's results (p->res, every request's) merged into the pool, then
  * the batch taken out into its slot. */
 static PetscErrorCode pool_merge_take(AsyncQueue *q, const PPOOptions *o, int version, Rollout *slot)
@@ -204,8 +304,10 @@ static PetscErrorCode pool_merge_take(AsyncQueue *q, const PPOOptions *o, int ve
   size_t     T = (size_t)p->T;
   int        groups = (int)(o->rollout_batch / p->G), taken = 0, kept = 0, s = (int)(slot->batch % q->n), B = slot->Bcap;
   char      *sabuf = q->abuf + (size_t)s * B * PPO_ANSWER_LEN;
+  size_t     nid   = 0; /* allowed-set ids of the batch's rows so far */
 
   PetscFunctionBegin;
+  PetscCheck(!p->mcnt == !sg->mask_off, PETSC_COMM_SELF, PETSC_ERR_PLIB, "partial rollouts: the pool %s allowed sets and the batch %s", p->mcnt ? "keeps" : "keeps no", sg->mask_off ? "has room for them" : "none");
   p->made = 0;
   for (int k = 0; k < p->nreq; k++) { /* each request's new tokens after the row's draws so far */
     int i = p->row[k], P = g->prompt_len[k], L = g->response_len[k];
@@ -213,6 +315,7 @@ static PetscErrorCode pool_merge_take(AsyncQueue *q, const PPOOptions *o, int ve
     PetscCall(PetscArraycpy(p->tokens + i * T + P, g->tokens + k * T + P, L));
     PetscCall(PetscArraycpy(p->logprobs + i * T + P, g->logprobs + k * T + P, L));
     for (int t = P; t < P + L; t++) p->tver[i * T + t] = version;
+    if (p->mcnt) PetscCall(pool_mask_append(p, i, g, k, P, P + L));
     p->len[i] += L;
     p->eos[i]  = g->eos[k];
     p->done[i] = (PetscBool)(p->eos[i] || p->len[i] == o->gen.max_new_tokens);
@@ -230,18 +333,54 @@ static PetscErrorCode pool_merge_take(AsyncQueue *q, const PPOOptions *o, int ve
         PetscCall(PetscArraycpy(slot->tver + b * T, p->tver + i * T, T));
         for (int t = P; t < P + p->len[i]; t++) vmin = PetscMin(vmin, p->tver[i * T + t]);
         sg->prompt_len[b] = P, sg->response_len[b] = p->len[i], sg->eos[b] = p->eos[i];
+        if (p->mcnt) PetscCall(take_masks(p, i, sg, b, &nid));
         slot->version[b] = vmin, slot->ppos[b] = p->ppos[i], slot->pidx[b] = p->pidx[i], slot->meta[b] = p->meta[i];
         slot->answer[b]  = async_keep_answer(p->answer[i], p->abuf, (size_t)p->cap * PPO_ANSWER_LEN, sabuf + (size_t)b * PPO_ANSWER_LEN);
-      } else pool_copy(p, i, kept++);
+      } else PetscCall(pool_copy(p, i, kept++));
     }
     if (all && taken < groups) taken++;
   }
   PetscCheck(taken == groups, PETSC_COMM_SELF, PETSC_ERR_PLIB, "partial rollouts: %d groups ended of the %d of a batch", taken, groups);
+  if (p->mcnt) sg->mask_off[(size_t)taken * p->G * T] = (int)nid; /* the end of the batch's last row */
   p->n           = kept;
   slot->B        = sg->n = slot->Bcap;
   sg->new_tokens = p->made;
   PetscCall(rollout_finish_gen(slot));
   q->ready[s] = PETSC_TRUE;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The call's allowed sets from every replica (rows dsp[d] .. dsp[d] +
+ * cnt[d] of replica d, rank d of the generation mesh) into g: the counts
+ * per position, then the ids. A replica that generated straight into g
+ * (part->own false) reads its own rows there. */
+static PetscErrorCode gather_masks(const Mesh *m, const GenPart *part, const int *cnt, const int *dsp, GenBatch *g)
+{
+  const GenBatch *src = part->own ? &part->b : g;
+  size_t          T = (size_t)g->Tmax, r0 = part->own ? 0 : (size_t)part->b0, nloc = (size_t)(part->b1 - part->b0), n = (size_t)g->n * T;
+  size_t          i0 = (size_t)src->mask_off[r0 * T], nli = (size_t)src->mask_off[(r0 + nloc) * T] - i0;
+  int            *lc, *li, *ccnt, *cdsp, *icnt, *idsp;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc2(nloc * T + 1, &lc, nli + 1, &li));
+  for (size_t k = 0; k < nloc * T; k++) lc[k] = src->mask_off[r0 * T + k + 1] - src->mask_off[r0 * T + k];
+  PetscCall(PetscArraycpy(li, src->mask_ids + i0, nli));
+  PetscCall(PetscMalloc4(m->dp, &ccnt, m->dp, &cdsp, m->dp, &icnt, m->dp, &idsp));
+  for (int d = 0; d < m->dp; d++) ccnt[d] = cnt[d] * (int)T, cdsp[d] = dsp[d] * (int)T;
+  PetscCallMPI(MPI_Allgatherv(lc, (int)(nloc * T), MPI_INT, g->mask_off + 1, ccnt, cdsp, MPI_INT, m->all.mpi));
+  g->mask_off[0] = 0;
+  for (size_t k = 0; k < n; k++) g->mask_off[k + 1] += g->mask_off[k];
+  for (int d = 0; d < m->dp; d++) {
+    idsp[d] = g->mask_off[(size_t)dsp[d] * T];
+    icnt[d] = g->mask_off[(size_t)(dsp[d] + cnt[d]) * T] - idsp[d];
+  }
+  if ((size_t)g->mask_off[n] > g->mask_cap) {
+    g->mask_cap = (size_t)g->mask_off[n] + 1;
+    PetscCall(PetscRealloc(g->mask_cap * sizeof(int), &g->mask_ids));
+  }
+  PetscCallMPI(MPI_Allgatherv(li, (int)nli, MPI_INT, g->mask_ids, icnt, idsp, MPI_INT, m->all.mpi));
+  PetscCall(PetscFree4(ccnt, cdsp, icnt, idsp));
+  PetscCall(PetscFree2(lc, li));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -267,6 +406,7 @@ PetscErrorCode async_pool_take_early(AsyncQueue *q, const Mesh *m, const PPOOpti
     exec_rows(p->nreq, m->dp, d, &b0, &b1);
     cnt[d] = b1 - b0, dsp[d] = b0;
   }
+  if (g->mask_off) PetscCall(gather_masks(m, part, cnt, dsp, g)); /* before the rows' counts become elements' below */
   if (m->dp > 1) {
     PetscCallMPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_INT, g->prompt_len, cnt, dsp, MPI_INT, m->all.mpi));
     PetscCallMPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_INT, g->response_len, cnt, dsp, MPI_INT, m->all.mpi));
@@ -320,5 +460,43 @@ PetscErrorCode async_pool_prompts(AsyncQueue *q, PromptSource *ps, const PPOOpti
     PetscCall(prompts_at(ps, o, pos, row, &len, abuf + (size_t)i * PPO_ANSWER_LEN, a, meta, pidx));
   }
   PetscCall(PetscFree(row));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode async_pool_masks_pack(const AsyncPool *p, int **ids, size_t *total)
+{
+  size_t at = 0;
+
+  PetscFunctionBegin;
+  *total = 0;
+  for (int i = 0; i < p->n; i++) *total += p->mlen[i];
+  PetscCall(PetscMalloc1(*total + 1, ids));
+  (*ids)[*total] = 0; /* written as the one id of an empty list */
+  for (int i = 0; i < p->n; i++) {
+    PetscCall(PetscArraycpy(*ids + at, p->mids[i], p->mlen[i]));
+    at += p->mlen[i];
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode async_pool_masks_unpack(AsyncPool *p, const int *ids, size_t total)
+{
+  size_t T = (size_t)p->T, at = 0;
+
+  PetscFunctionBegin;
+  for (int i = 0; i < p->n; i++) {
+    size_t len = 0;
+    for (size_t t = 0; t < T; t++) {
+      PetscCheck(p->mcnt[i * T + t] >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "partial rollouts: allowed-set count %d at row %d position %zu is negative", p->mcnt[i * T + t], i, t);
+      len += (size_t)p->mcnt[i * T + t];
+    }
+    PetscCheck(at + len <= total, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "partial rollouts: the allowed-set counts need more than the %zu ids held", total);
+    p->mlen[i] = 0;
+    PetscCall(pool_mask_room(p, i, len));
+    PetscCall(PetscArraycpy(p->mids[i], ids + at, len));
+    p->mlen[i] = len;
+    at += len;
+  }
+  PetscCheck(at == total, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "partial rollouts: %zu allowed-set ids held, the counts name %zu", total, at);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -158,7 +158,6 @@ static PetscErrorCode ppo_check_options(PPOOptions *o)
     PetscCheck(o->async_partial > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_partial %" PetscInt_FMT " must be >= 0 (0: off)", o->async_partial);
     PetscCheck(o->async_staleness >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-async_partial %" PetscInt_FMT " needs -async_staleness >= 1: a sample that goes on with newer weights is trained on by a later iteration", o->async_partial);
     PetscCheck(o->async_partial < o->gen.max_new_tokens, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_partial %" PetscInt_FMT " must be below -gen_max_new_tokens %" PetscInt_FMT " (at or above it every sample ends in its first iteration)", o->async_partial, o->gen.max_new_tokens);
-    PetscCheck(!gen_masked(&o->gen), PETSC_COMM_WORLD, PETSC_ERR_SUP, "-async_partial with -gen_top_k, -gen_top_p or -gen_min_new_tokens: the allowed sets of a sample that goes on are not kept across iterations yet; use full-length samples (-async_partial 0)");
     PetscCheck(o->async_partial_extra >= 1 || o->async_partial_extra == -1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-async_partial_extra %" PetscInt_FMT " must be >= 1 (prompts in flight beyond a batch's) or -1 (a batch's)", o->async_partial_extra);
     o->async_partial_extra = ppo_partial_extra(o);
   } else PetscCheck(o->async_partial_extra == -1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-async_partial_extra %" PetscInt_FMT " sizes partial rollouts, which are off (-async_partial 0)", o->async_partial_extra);

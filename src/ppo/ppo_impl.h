@@ -442,6 +442,12 @@ typedef struct {
   int64_t     *ppos, *pidx;              /* [cap]: prompt position in the stream; index in its source */
   const char **answer, **meta;           /* [cap]: answer (the built-in task's in abuf), metadata */
   char        *abuf;                     /* [cap * PPO_ANSWER_LEN] */
+  /* allowed sets (gen_masked: top-k, top-p or min_new_tokens cut), kept
+   * with the row across iterations: per position its count (0: every id;
+   * NULL when not masked), per row its ids in position order */
+  int         *mcnt;                     /* [cap,T] */
+  int        **mids;                     /* [cap] */
+  size_t      *mlen, *mroom;             /* [cap]: ids held, room */
   /* one call: its requests (the rows not ended), their results */
   GenRequest  *req;
   int         *row, nreq;                /* [cap]: the pool row of each request */
@@ -512,6 +518,11 @@ PetscErrorCode async_pool_prompts(AsyncQueue *q, PromptSource *ps, const PPOOpti
  * batch taken into its slot there (so that the frozen models' calls on it
  * run with the generation); async_pool_share then only shares them with the
  * other ranks. */
+/* The allowed sets of the pool's n rows (masked pools only): the ids in
+ * row order (allocated, *total of them), and back into the rows from the
+ * counts (mcnt, set before) and those ids, checking that they agree. */
+PetscErrorCode async_pool_masks_pack(const AsyncPool *p, int **ids, size_t *total);
+PetscErrorCode async_pool_masks_unpack(AsyncPool *p, const int *ids, size_t total);
 PetscErrorCode async_pool_take_early(AsyncQueue *q, const Mesh *m, const PPOOptions *o, GenPart *part, int version, Rollout *slot);
 /* One asynchronous iteration (src/ppo/ppo_graph.c): with cur, the
  * inference calls, the proximal log-probabilities, the advantages and
