@@ -83,6 +83,16 @@ int rfcuda_zero(void *ptr, size_t bytes)
   return 0;
 }
 
+int rfcuda_mem_used(size_t *bytes)
+{
+  size_t free_b = 0, total = 0;
+
+  *bytes = 0;
+  RFCUDA_CHECK(cudaMemGetInfo(&free_b, &total));
+  *bytes = total - free_b;
+  return 0;
+}
+
 /* The compute stream, and the communication stream too: "every op has
  * finished" must include a collective that a caller is about to read. */
 int rfcuda_sync(void)

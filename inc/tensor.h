@@ -294,6 +294,9 @@ PetscErrorCode backend_cuda_attention_probs_backward(float *dqkv, const float *d
  * 256 MiB); was (may be NULL) gets the former value. Tests set it small so
  * that a call runs several chunks. */
 PetscErrorCode backend_cuda_set_attention_panel_bytes(size_t bytes, size_t *was);
+/* The device memory in use on this rank's GPU (every process's, the CUDA
+ * context included): benchmarks take the growth over a run. */
+PetscErrorCode backend_cuda_mem_used(size_t *bytes);
 /* Whether this process can use a CUDA device (never an error); why gets the
  * device count or the reason (no device, the runtime's answer, or a build
  * without CUDA). Tests use it to skip. */

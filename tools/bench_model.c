@@ -111,13 +111,15 @@ static PetscErrorCode bench_size(const BenchRun *r, const BenchSize *s, PetscInt
   int   *tok, *tgt;
   float *lp, *dlp;
   int    N = (int)(B * T);
-  char   tail[128];
+  char   tail[128], mem[96] = "";
+  size_t used0 = 0, used1 = 0;
 
   ModelConfig cfg = s->cfg;
 
   PetscFunctionBegin;
   if (cfg.arch == MODEL_ARCH_LLAMA && T > cfg.n_positions) cfg.n_positions = (int)T;
   PetscCheck(T <= cfg.n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-T %" PetscInt_FMT " exceeds n_positions %d of size %s", T, cfg.n_positions, s->name);
+  if (r->device == 1) PetscCall(backend_cuda_mem_used(&used0));
   PetscCall(model_create(&cfg, r->be, &lm));
   PetscCall(model_init_random(lm, 1));
   PetscCall(model_optim_init(lm));
@@ -131,8 +133,13 @@ static PetscErrorCode bench_size(const BenchRun *r, const BenchSize *s, PetscInt
     double sec = 0, flops = model_flops_per_token(&cfg, (int)T, (PetscBool)train) * N;
     PetscCall(bench_time(lm, tok, tgt, lp, dlp, (int)B, (int)T, (PetscBool)train, (int)warmup, (int)iters, &sec));
     PetscCall(report_tail(r, flops / sec, tail, sizeof tail));
-    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "rlfuse size=%s params=%zu mode=%s B=%" PetscInt_FMT " T=%" PetscInt_FMT " threads=%d tok_per_s=%.0f gflops=%.2f ms=%.2f%s\n", s->name, lm->nparams,
-                          train ? "train" : "fwd", B, T, omp_get_max_threads(), N / sec, flops / sec * 1e-9, sec * 1e3, tail));
+    if (r->device == 1 && train) { /* the device memory the model and its training took, beside SFT's memory check (src/jobs/sft.c) */
+      double est = 4.0 * (double)lm->nparams * sizeof(float) + (double)model_activation_bytes(&cfg, r->be, (int)B, (int)T);
+      PetscCall(backend_cuda_mem_used(&used1));
+      PetscCall(PetscSNPrintf(mem, sizeof mem, " dev_mb=%.0f est_mb=%.0f", (double)(used1 - used0) / 1048576.0, est / 1048576.0));
+    }
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "rlfuse size=%s params=%zu mode=%s B=%" PetscInt_FMT " T=%" PetscInt_FMT " threads=%d tok_per_s=%.0f gflops=%.2f ms=%.2f%s%s\n", s->name, lm->nparams,
+                          train ? "train" : "fwd", B, T, omp_get_max_threads(), N / sec, flops / sec * 1e-9, sec * 1e3, tail, train ? mem : ""));
   }
   PetscCall(PetscFree4(tok, tgt, lp, dlp));
   PetscCall(model_destroy(&lm));

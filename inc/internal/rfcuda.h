@@ -49,6 +49,8 @@ int rfcuda_from_host(void *dst, const void *src_host, size_t bytes);
 int rfcuda_copy(void *dst, const void *src, size_t bytes);
 int rfcuda_zero(void *ptr, size_t bytes);
 int rfcuda_sync(void);
+/* Device memory in use (total minus free, cudaMemGetInfo): every process's. */
+int rfcuda_mem_used(size_t *bytes);
 
 /* ---- bf16 weight copies (cuda_wcache.cu) and graphs (cuda_graph.cu) ---- */
 /* p .. p+bytes holds weights (a model's parameters): bf16 matmuls keep a

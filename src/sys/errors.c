@@ -118,8 +118,13 @@ void sys_error_exit(PetscErrorCode ierr)
     _exit(1);
   }
   PetscFinalize();
-  /* main called MPI_Init, so PetscFinalize leaves MPI up: finalize it too,
-   * or MPICH's transport state is left for the leak checker */
-  MPI_Finalize();
+  /* rlfuse's main called MPI_Init, so PetscFinalize leaves MPI up: finalize
+   * it too, or MPICH's transport state is left for the leak checker (the
+   * tools' mains let PetscInitialize start MPI, and PetscFinalize ends it) */
+  {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done) MPI_Finalize();
+  }
   exit(1);
 }

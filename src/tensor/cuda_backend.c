@@ -211,6 +211,13 @@ PetscErrorCode backend_cuda_attention_probs_backward(float *dqkv, const float *d
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode backend_cuda_mem_used(size_t *bytes)
+{
+  PetscFunctionBegin;
+  RFCUDA_CALL(rfcuda_mem_used(bytes));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode backend_cuda_set_attention_panel_bytes(size_t bytes, size_t *was)
 {
   size_t w;
@@ -264,6 +271,13 @@ PetscErrorCode backend_cuda_attention_probs_backward(float *dqkv, const float *d
   PetscFunctionBegin;
   (void)dqkv, (void)dout, (void)qkv, (void)att, (void)B, (void)T, (void)C, (void)NH, (void)NKV;
   SETERRQ(PETSC_COMM_SELF, PETSC_ERR_SUP, "attention_probs_backward: this rlfuse was built without CUDA");
+}
+
+PetscErrorCode backend_cuda_mem_used(size_t *bytes)
+{
+  PetscFunctionBegin;
+  *bytes = 0;
+  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_SUP, "device memory: this rlfuse was built without CUDA");
 }
 
 PetscErrorCode backend_cuda_set_attention_panel_bytes(size_t bytes, size_t *was)
