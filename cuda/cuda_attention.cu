@@ -149,6 +149,31 @@ __global__ void att_unpermute_kernel(float *dst, const float *src, int B, int T,
   }
 }
 
+/* One warp's row of L scaled scores: columns 0..t become their softmax
+ * (max subtracted), columns t+1..L-1 zeros; p16 (may be NULL) gets them
+ * rounded to bf16; lse (may be NULL) gets max + log(sum). A lane only
+ * rereads what it wrote. */
+__device__ void att_row_softmax(float *p, __nv_bfloat16 *p16, int t, int L, int lane, float *lse)
+{
+  float m = -INFINITY, sum = 0.0f, inv;
+
+  for (int j = lane; j <= t; j += 32) m = p[j] > m ? p[j] : m;
+  m = att_warp_max(m);
+  for (int j = lane; j <= t; j += 32) {
+    float e = expf(p[j] - m);
+    p[j]    = e;
+    sum += e;
+  }
+  sum = att_warp_sum(sum);
+  inv = 1.0f / sum;
+  for (int j = lane; j < L; j += 32) {
+    float y = j <= t ? p[j] * inv : 0.0f;
+    p[j]    = y;
+    if (p16) p16[j] = __float2bfloat16_rn(y);
+  }
+  if (lse && lane == 0) *lse = m + logf(sum);
+}
+
 /* Warp w of block b owns row i = b*ATT_WARPS + w of the rows [B*NH*T] of att
  * (query t = i % T of its (b,h) pair, whatever the grouping of heads); lane l owns columns l, l+32, ...
  * Columns 0..t hold the scaled scores and become their softmax (max
@@ -159,22 +184,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) att_softmax_kernel(float *att,
   int i = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
 
   if (i >= rows) return; /* warp-uniform */
-  int    t = i % T;
-  float *p = att + (size_t)i * T, m = -INFINITY, sum = 0.0f, inv;
-
-  for (int j = lane; j <= t; j += 32) m = p[j] > m ? p[j] : m;
-  m = att_warp_max(m);
-  for (int j = lane; j <= t; j += 32) {
-    float e = expf(p[j] - m);
-    p[j]    = e;
-    sum += e;
-  }
-  inv = 1.0f / att_warp_sum(sum);
-  for (int j = lane; j < T; j += 32) {
-    float y = j <= t ? p[j] * inv : 0.0f;
-    p[j]    = y;
-    if (p16) p16[(size_t)i * T + j] = __float2bfloat16_rn(y);
-  }
+  att_row_softmax(att + (size_t)i * T, p16 ? p16 + (size_t)i * T : NULL, i % T, T, lane, NULL);
 }
 
 /* Same mapping over rows of dS (dP = dO V^T on entry) and P:
@@ -445,23 +455,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) att_panel_softmax_kernel(float
 
   if (i >= rows) return; /* warp-uniform */
   size_t at = att_panel_lse_index(i, nr, t0, grp, u0, NKV, NH, T, &t);
-  float *p = S + (size_t)i * L, m = -INFINITY, sum = 0.0f, inv;
-
-  for (int j = lane; j <= t; j += 32) m = p[j] > m ? p[j] : m;
-  m = att_warp_max(m);
-  for (int j = lane; j <= t; j += 32) {
-    float e = expf(p[j] - m);
-    p[j]    = e;
-    sum += e;
-  }
-  sum = att_warp_sum(sum);
-  inv = 1.0f / sum;
-  for (int j = lane; j < L; j += 32) {
-    float y = j <= t ? p[j] * inv : 0.0f;
-    p[j]    = y;
-    if (p16) p16[(size_t)i * L + j] = __float2bfloat16_rn(y);
-  }
-  if (lse && lane == 0) lse[at] = m + logf(sum);
+  att_row_softmax(S + (size_t)i * L, p16 ? p16 + (size_t)i * L : NULL, t, L, lane, lse ? lse + at : NULL);
 }
 
 /* Warp per panel row, S the scaled scores and dP = dO V^T on entry:

@@ -1,5 +1,6 @@
-# The CUDA backend end to end: SFT, reward modelling and PPO on
-# -device cuda end as on -device cpu (every checkpoint tensor within 1e-3 of
+# The CUDA backend end to end: SFT, reward modelling, PPO and GRPO on
+# -device cuda end as on -device cpu (and SFT of a LLaMA model on sequences
+# of 303 tokens, the tiled attention's three query blocks) (every checkpoint tensor within 1e-3 of
 # its scale, tools/ckpt_diff.py; run.h5 metrics within 1e-3 relative;
 # rollout tokens identical), a cuda run repeated gives the same bits, and
 # bf16 runs finish with finite losses close to fp32's; PPO on 2 ranks sharing
@@ -17,7 +18,7 @@
 # device, each one line before any output; the rest is one skip line
 # (a failure with RLFUSE_REQUIRE_CUDA=1), and the tools that carry a build
 # to a GPU machine are checked as far as they run here. Plan: 6 checks
-# without a GPU, 9 with one.
+# without a GPU, 11 with one.
 . regression/lib.sh
 d="$RLFUSE_TMP/cuda"; mkdir -p $d
 
@@ -56,7 +57,7 @@ if ! printf '%s\n' "$probe" | grep -q '^# cuda: '; then
   else skip "cuda scenario: no CUDA device ($why)"; fi
   finish
 fi
-plan 9
+plan 11
 echo "$probe"
 
 M="-policy_n_layer 2 -policy_n_head 4 -policy_n_embd 128 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"
@@ -64,6 +65,9 @@ SFT="-mode sft $M -sft_steps 40 -sft_batch 32 -policy_lr 2e-3 -sft_eval_every 10
 RM="-mode rm -task_demo_noise 0.25 -seed 5 -rm_sft_checkpoint $d/sft_cpu/final.h5 -rm_pairs 64 -rm_eval_pairs 16 -rm_steps 10 -rm_batch 16 -reward_lr 1e-3 -gen_max_new_tokens 16"
 PPO="-mode ppo -actor_checkpoint $d/sft_cpu/final.h5 -reward_checkpoint $d/rm_cpu/final.h5 -ppo_iterations 3 -rollout_batch 32 -ppo_minibatches 2 -ppo_eval_every 0
      -ppo_microbatches 2 -gen_max_new_tokens 16 -gen_slots 16 -ppo_eval_prompts 16 -actor_lr 1e-4 -critic_lr 3e-4 -seed 5 -dump_rollouts"
+# SFT of a LLaMA-family model (4 query heads over 2 kv heads) on sequences of up to 303 tokens: three query blocks of the tiled attention
+LONG="-mode sft -policy_arch llama -policy_n_layer 2 -policy_n_head 4 -policy_n_kv_head 2 -policy_n_ffn 256 -policy_n_embd 128 -policy_vocab_size 20
+     -policy_n_positions 320 -policy_rope_theta 10000 -policy_norm_eps 1e-6 -task_len_max 150 -task_demo_noise 0.25 -seed 5 -sft_steps 10 -sft_batch 8 -policy_lr 2e-3"
 
 # run NAME ARGS...: one job into $d/NAME; a failure is reported with its last lines
 run() {
@@ -116,6 +120,12 @@ if run sft_cuda $SFT -device cuda -precision fp32; then
 fi
 if run rm_cuda $RM -device cuda; then compare "reward model (pairs generated on the device, 10 steps): cuda fp32 as cpu" rm_cpu rm_cuda; fi
 if run ppo_cuda $PPO -device cuda; then compare "PPO (3 iterations, 4 models, generation with the KV cache): cuda fp32 as cpu, rollouts included" ppo_cpu ppo_cuda; fi
+if run grpo_cpu $PPO -algo grpo -grpo_group 4 -device cpu && run grpo_cuda $PPO -algo grpo -grpo_group 4 -device cuda; then
+  compare "GRPO (3 iterations, groups of 4, no critic): cuda fp32 as cpu, rollouts included" grpo_cpu grpo_cuda
+fi
+if run long_cpu $LONG -device cpu && run long_cuda $LONG -device cuda; then
+  compare "SFT of a LLaMA model (GQA 4:2) on sequences of up to 303 tokens (the tiled attention's three query blocks): cuda fp32 as cpu" long_cpu long_cuda
+fi
 # 2 ranks on the one GPU (on a machine of several GPUs they get one each,
 # and NCCL: test_nccl checks that path)
 shared() {
