@@ -93,6 +93,15 @@ int rfcuda_mem_used(size_t *bytes)
   return 0;
 }
 
+int rfcuda_mem_free(size_t *bytes)
+{
+  size_t total = 0;
+
+  *bytes = 0;
+  RFCUDA_CHECK(cudaMemGetInfo(bytes, &total));
+  return 0;
+}
+
 /* The compute stream, and the communication stream too: "every op has
  * finished" must include a collective that a caller is about to read. */
 int rfcuda_sync(void)

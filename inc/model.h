@@ -402,6 +402,12 @@ PetscErrorCode model_cached_check_rows(const Model *lm, const ModelKVCache *kv, 
 /* be: the backend that will run them (NULL: one whose attention saves its
  * T x T probabilities, the larger count). */
 size_t model_activation_bytes(const ModelConfig *cfg, const Backend *be, int B, int T);
+/* What training the whole model on one rank takes on backend be: per
+ * parameter its weight, gradient and two AdamW moments (16 bytes) and any
+ * kept low-precision copy (backend_weight_copy_bytes), plus the
+ * activations of B x T tokens (model_activation_bytes). SFT's memory check
+ * and -dry_run, and bench_model's estimate, use it. */
+PetscErrorCode model_training_bytes(const ModelConfig *cfg, const Backend *be, int B, int T, double *weights, double *acts);
 double model_flops_per_token(const ModelConfig *cfg, int T, PetscBool training);
 
 #endif

@@ -297,6 +297,14 @@ PetscErrorCode backend_cuda_set_attention_panel_bytes(size_t bytes, size_t *was)
 /* The device memory in use on this rank's GPU (every process's, the CUDA
  * context included): benchmarks take the growth over a run. */
 PetscErrorCode backend_cuda_mem_used(size_t *bytes);
+/* The memory backend be's arrays come from that is free now: the host's
+ * available memory for the cpu backend (/proc/meminfo), the GPU's free
+ * memory for cuda. */
+PetscErrorCode backend_mem_free(const Backend *be, double *bytes);
+/* Bytes a parameter's kept low-precision copies take beside its fp32
+ * master weight on be: 2 under cuda's -precision bf16 (the bf16 copy the
+ * matmuls read, cuda_wcache.cu), else 0. */
+double backend_weight_copy_bytes(const Backend *be);
 /* Whether this process can use a CUDA device (never an error); why gets the
  * device count or the reason (no device, the runtime's answer, or a build
  * without CUDA). Tests use it to skip. */

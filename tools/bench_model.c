@@ -133,10 +133,11 @@ static PetscErrorCode bench_size(const BenchRun *r, const BenchSize *s, PetscInt
     double sec = 0, flops = model_flops_per_token(&cfg, (int)T, (PetscBool)train) * N;
     PetscCall(bench_time(lm, tok, tgt, lp, dlp, (int)B, (int)T, (PetscBool)train, (int)warmup, (int)iters, &sec));
     PetscCall(report_tail(r, flops / sec, tail, sizeof tail));
-    if (r->device == 1 && train) { /* the device memory the model and its training took, beside SFT's memory check (src/jobs/sft.c) */
-      double est = 4.0 * (double)lm->nparams * sizeof(float) + (double)model_activation_bytes(&cfg, r->be, (int)B, (int)T);
+    if (r->device == 1 && train) { /* the device memory the model and its training took, beside SFT's memory check's estimate (model_training_bytes) */
+      double w, a;
+      PetscCall(model_training_bytes(&cfg, r->be, (int)B, (int)T, &w, &a));
       PetscCall(backend_cuda_mem_used(&used1));
-      PetscCall(PetscSNPrintf(mem, sizeof mem, " dev_mb=%.0f est_mb=%.0f", (double)(used1 - used0) / 1048576.0, est / 1048576.0));
+      PetscCall(PetscSNPrintf(mem, sizeof mem, " dev_mb=%.0f est_mb=%.0f", (double)(used1 - used0) / 1048576.0, (w + a) / 1048576.0));
     }
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "rlfuse size=%s params=%zu mode=%s B=%" PetscInt_FMT " T=%" PetscInt_FMT " threads=%d tok_per_s=%.0f gflops=%.2f ms=%.2f%s%s\n", s->name, lm->nparams,
                           train ? "train" : "fwd", B, T, omp_get_max_threads(), N / sec, flops / sec * 1e-9, sec * 1e3, tail, train ? mem : ""));

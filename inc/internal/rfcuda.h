@@ -51,6 +51,8 @@ int rfcuda_zero(void *ptr, size_t bytes);
 int rfcuda_sync(void);
 /* Device memory in use (total minus free, cudaMemGetInfo): every process's. */
 int rfcuda_mem_used(size_t *bytes);
+/* Device memory free now (cudaMemGetInfo). */
+int rfcuda_mem_free(size_t *bytes);
 
 /* ---- bf16 weight copies (cuda_wcache.cu) and graphs (cuda_graph.cu) ---- */
 /* p .. p+bytes holds weights (a model's parameters): bf16 matmuls keep a

@@ -18,7 +18,7 @@
 # device, each one line before any output; the rest is one skip line
 # (a failure with RLFUSE_REQUIRE_CUDA=1), and the tools that carry a build
 # to a GPU machine are checked as far as they run here. Plan: 6 checks
-# without a GPU, 11 with one.
+# without a GPU, 12 with one.
 . regression/lib.sh
 d="$RLFUSE_TMP/cuda"; mkdir -p $d
 
@@ -58,8 +58,10 @@ if ! printf '%s\n' "$probe" | grep -q '^# cuda: '; then
   else skip "cuda scenario: no CUDA device ($why)"; fi
   finish
 fi
-plan 11
+plan 12
 echo "$probe"
+# 290 GiB of activations (tiny.deck's model, 2,000,000 x 27 tokens): more than any GPU holds, under 1 GB of host memory
+one_line_error "an SFT batch beyond the GPU's free memory is refused before anything is written" "-sft_batch 2000000 needs at least .* of device memory" -device cuda -sft_batch 2000000
 
 M="-policy_n_layer 2 -policy_n_head 4 -policy_n_embd 128 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"
 SFT="-mode sft $M -sft_steps 40 -sft_batch 32 -policy_lr 2e-3 -sft_eval_every 10"

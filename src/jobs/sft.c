@@ -252,28 +252,37 @@ static PetscErrorCode sft_load(const RunCtx *run, const SFTOptions *o, Trainer *
 static PetscErrorCode sft_dry_run(const RunCtx *run, const SFTOptions *o, size_t nparams)
 {
   char   a[32], b[32], c[32];
-  double weights = 4.0 * (double)nparams * sizeof(float); /* params, grads, m, v */
-  double acts    = (double)model_activation_bytes(&o->cfg, run->be, (int)o->batch, (int)o->seq_len);
+  double weights, acts; /* params, grads, m, v (and kept bf16 copies); activations */
 
   PetscFunctionBegin;
-  PetscCall(PetscPrintf(run->comm, "dry run: policy %zu parameters; weights+grads+AdamW %s, activations (B=%" PetscInt_FMT ", T=%" PetscInt_FMT ") %s, total %s on one rank (the plan divides them)\n", nparams, sys_bytes_str(weights, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(acts, b, sizeof b), sys_bytes_str(weights + acts, c, sizeof c)));
+  PetscCall(model_training_bytes(&o->cfg, run->be, (int)o->batch, (int)o->seq_len, &weights, &acts));
+  PetscCall(PetscPrintf(run->comm, "dry run: policy %zu parameters; weights+grads+AdamW%s %s, activations (B=%" PetscInt_FMT ", T=%" PetscInt_FMT ") %s, total %s on one rank (the plan divides them)\n", nparams, backend_weight_copy_bytes(run->be) > 0 ? "+bf16 copies" : "", sys_bytes_str(weights, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(acts, b, sizeof b), sys_bytes_str(weights + acts, c, sizeof c)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* A batch too large for memory would fail deep in an allocation naming
  * neither the option nor the size. Every rank holds the whole batch's
- * buffers; weights and activations at least their 1/world share (the
- * dry run's numbers), so this lower bound never refuses a run that fits. */
+ * buffers in host memory; weights and activations at least their 1/world
+ * share (the dry run's numbers) in the memory of the backend's arrays: the
+ * host's on the cpu, the GPU's on cuda (its free memory now; ranks that
+ * share a GPU each see the same), so this lower bound never refuses a run
+ * that fits. */
 static PetscErrorCode sft_check_memory(const RunCtx *run, const SFTOptions *o)
 {
-  size_t nparams;
-  double need, avail = sys_memory_available(), batch = 16.0 * (double)o->batch * (double)o->seq_len; /* tokens, targets, log-probabilities and their gradients */
-  char   a[32], b[32];
+  double    weights, acts, model, need, avail = sys_memory_available(), batch = 16.0 * (double)o->batch * (double)o->seq_len; /* tokens, targets, log-probabilities and their gradients */
+  double    dev_avail;
+  PetscBool host = (PetscBool)(run->be == backend_cpu());
+  char      a[32], b[32];
 
   PetscFunctionBegin;
-  PetscCall(trainer_count(&o->cfg, &nparams));
-  need = batch + (4.0 * (double)nparams * sizeof(float) + (double)model_activation_bytes(&o->cfg, run->be, (int)o->batch, (int)o->seq_len)) / run->size;
+  PetscCall(model_training_bytes(&o->cfg, run->be, (int)o->batch, (int)o->seq_len, &weights, &acts));
+  model = (weights + acts) / run->size;
+  need  = batch + (host ? model : 0.0);
   PetscCheck(need <= avail && (double)o->batch * (double)o->seq_len <= INT_MAX, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-sft_batch %" PetscInt_FMT " needs at least %s per rank (%" PetscInt_FMT " x %" PetscInt_FMT " tokens; see -dry_run), more than the %s this node has available", o->batch, sys_bytes_str(need, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(avail, b, sizeof b));
+  if (host) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(backend_mem_free(run->be, &dev_avail));
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &dev_avail, 1, MPI_DOUBLE, MPI_MIN, run->comm));
+  PetscCheck(model <= dev_avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-sft_batch %" PetscInt_FMT " needs at least %s of device memory per rank (%" PetscInt_FMT " x %" PetscInt_FMT " tokens; see -dry_run), more than the %s free on the fullest rank's GPU", o->batch, sys_bytes_str(model, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(dev_avail, b, sizeof b));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -303,3 +303,17 @@ size_t model_activation_bytes(const ModelConfig *cfg, const Backend *be, int B, 
   model_acts_train_size(cfg, NULL, be ? be->attention_lse : 0, B, T, &nf, &ni);
   return nf * sizeof(float) + ni * sizeof(int);
 }
+
+PetscErrorCode model_training_bytes(const ModelConfig *cfg, const Backend *be, int B, int T, double *weights, double *acts)
+{
+  ModelTensor *t;
+  int          n;
+  size_t       nparams;
+
+  PetscFunctionBegin;
+  PetscCall(model_tensor_table(cfg, &t, &n, &nparams));
+  PetscCall(PetscFree(t));
+  *weights = (4.0 * sizeof(float) + (be ? backend_weight_copy_bytes(be) : 0.0)) * (double)nparams;
+  *acts    = (double)model_activation_bytes(cfg, be, B, T);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}

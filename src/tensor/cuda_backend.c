@@ -218,6 +218,22 @@ PetscErrorCode backend_cuda_mem_used(size_t *bytes)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode backend_mem_free(const Backend *be, double *bytes)
+{
+  size_t fr = 0;
+
+  PetscFunctionBegin;
+  if (be != &cuda_backend) {
+    *bytes = sys_memory_available();
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  RFCUDA_CALL(rfcuda_mem_free(&fr));
+  *bytes = (double)fr;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+double backend_weight_copy_bytes(const Backend *be) { return be == &cuda_backend && rfcuda_get_precision() == 1 ? 2.0 : 0.0; }
+
 PetscErrorCode backend_cuda_set_attention_panel_bytes(size_t bytes, size_t *was)
 {
   size_t w;
@@ -278,6 +294,20 @@ PetscErrorCode backend_cuda_mem_used(size_t *bytes)
   PetscFunctionBegin;
   *bytes = 0;
   SETERRQ(PETSC_COMM_SELF, PETSC_ERR_SUP, "device memory: this rlfuse was built without CUDA");
+}
+
+PetscErrorCode backend_mem_free(const Backend *be, double *bytes)
+{
+  PetscFunctionBegin;
+  (void)be;
+  *bytes = sys_memory_available();
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+double backend_weight_copy_bytes(const Backend *be)
+{
+  (void)be;
+  return 0.0;
 }
 
 PetscErrorCode backend_cuda_set_attention_panel_bytes(size_t bytes, size_t *was)
