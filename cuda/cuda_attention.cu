@@ -245,12 +245,14 @@ static int att_permute(void *dst, const float *src, int B, int T, int nh, int hs
 }
 
 /* q, k and v of qkv [B*T, C + 2Ckv] into their head-major places (elements
- * of es bytes): q [B,NH,T,hs], then k and v [B,NKV,T,hs]. */
-static int att_permute_qkv(char *q, char *k, char *v, const float *qkv, int B, int T, int NH, int NKV, int hs, int bf)
+ * of es bytes): q [B,NH,T,hs], or with grouped [B,NKV,T,grp*hs] (a kv
+ * head's query heads side by side per position, the tiled pair's layout),
+ * then k and v [B,NKV,T,hs]. */
+static int att_permute_qkv(char *q, char *k, char *v, const float *qkv, int B, int T, int NH, int NKV, int hs, int bf, int grouped)
 {
   int C = NH * hs, Ckv = NKV * hs, ld = C + 2 * Ckv;
 
-  if (att_permute(q, qkv, B, T, NH, hs, ld, 0, bf)) return 1;
+  if (att_permute(q, qkv, B, T, grouped ? NKV : NH, grouped ? NH / NKV * hs : hs, ld, 0, bf)) return 1;
   if (att_permute(k, qkv, B, T, NKV, hs, ld, C, bf)) return 1;
   return att_permute(v, qkv, B, T, NKV, hs, ld, C + Ckv, bf);
 }
@@ -309,7 +311,7 @@ extern "C" int rfcuda_attention_probs_forward(float *out, float *att, const floa
   if (bf) p16 = (__nv_bfloat16 *)(base + qkv_bytes + y_bytes);
   if (!att) att = (float *)(base + qkv_bytes + y_bytes + p16_bytes);
 
-  if (att_permute_qkv(q, k, v, qkv, B, T, NH, NKV, hs, bf)) return 1;
+  if (att_permute_qkv(q, k, v, qkv, B, T, NH, NKV, hs, bf, 0)) return 1;
   for (int u0 = 0; u0 < nu; u0 += ATT_BATCH_MAX) {
     int nb = nu - u0 < ATT_BATCH_MAX ? nu - u0 : ATT_BATCH_MAX;
     if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, gT, hs, scale, k + u0 * sk * es, hs, sk, q + u0 * sq * es, hs, sq, att + u0 * sa, T, sa, nb, bf)) return 1;
@@ -360,7 +362,7 @@ extern "C" int rfcuda_attention_probs_backward(float *dqkv, const float *dout, c
     p16  = (__nv_bfloat16 *)(base + in_bytes + out_bytes + ds_bytes + rfcuda_align(cb * sa * es));
   }
 
-  if (att_permute_qkv(q, k, v, qkv, B, T, NH, NKV, hs, bf)) return 1;
+  if (att_permute_qkv(q, k, v, qkv, B, T, NH, NKV, hs, bf, 0)) return 1;
   if (att_permute(dO, dout, B, T, NH, hs, C, 0, bf)) return 1;
   for (int u0 = 0; u0 < nu; u0 += (int)cb) {
     int          nb = nu - u0 < (int)cb ? nu - u0 : (int)cb, rows = nb * gT;
@@ -512,9 +514,7 @@ extern "C" int rfcuda_attention_forward(float *out, float *lse, const float *qkv
   y = (float *)(base + qkv_bytes), S = (float *)(base + qkv_bytes + y_bytes);
   if (bf) p16 = (__nv_bfloat16 *)(base + qkv_bytes + y_bytes + s_bytes);
 
-  if (att_permute(q, qkv, B, T, NKV, grp * hs, C + 2 * Ckv, 0, bf)) return 1; /* [B, NKV, T, grp*hs] */
-  if (att_permute(k, qkv, B, T, NKV, hs, C + 2 * Ckv, C, bf)) return 1;
-  if (att_permute(v, qkv, B, T, NKV, hs, C + 2 * Ckv, C + Ckv, bf)) return 1;
+  if (att_permute_qkv(q, k, v, qkv, B, T, NH, NKV, hs, bf, 1)) return 1;
   for (int t0 = 0; t0 < T; t0 += qb) {
     int       L = t0 + qb < T ? t0 + qb : T, nr = (L - t0) * grp;
     long long sp = (long long)nr * L;
@@ -564,9 +564,7 @@ extern "C" int rfcuda_attention_backward(float *dqkv, const float *dout, const f
     ds16 = (__nv_bfloat16 *)(base + in_bytes + out_bytes + 2 * s_bytes + h_bytes);
   }
 
-  if (att_permute(q, qkv, B, T, NKV, grp * hs, C + 2 * Ckv, 0, bf)) return 1;
-  if (att_permute(k, qkv, B, T, NKV, hs, C + 2 * Ckv, C, bf)) return 1;
-  if (att_permute(v, qkv, B, T, NKV, hs, C + 2 * Ckv, C + Ckv, bf)) return 1;
+  if (att_permute_qkv(q, k, v, qkv, B, T, NH, NKV, hs, bf, 1)) return 1;
   if (att_permute(dO, dout, B, T, NKV, grp * hs, C, 0, bf)) return 1;
   for (int ib = nqb - 1; ib >= 0; ib--) {
     int       t0 = ib * qb, L = t0 + qb < T ? t0 + qb : T, nr = (L - t0) * grp;
