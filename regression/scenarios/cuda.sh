@@ -17,7 +17,7 @@
 # none run: -precision bf16 with -device cpu, and -device cuda without a
 # device, each one line before any output; the rest is one skip line
 # (a failure with RLFUSE_REQUIRE_CUDA=1), and the tools that carry a build
-# to a GPU machine are checked as far as they run here. Plan: 6 checks
+# to a GPU machine are checked as far as they run here. Plan: 7 checks
 # without a GPU, 12 with one.
 . regression/lib.sh
 d="$RLFUSE_TMP/cuda"; mkdir -p $d
@@ -39,8 +39,11 @@ probe=$("$BIN/test_cuda" -probe 2>&1)
 if ! printf '%s\n' "$probe" | grep -q '^# cuda: '; then
   why=$(printf '%s\n' "$probe" | sed -n 's/^# skip: //p' | head -1)
   [ -n "$why" ] || why="bin/test_cuda -probe answered: $(printf '%s' "$probe" | head -1)"
-  plan 6
+  plan 7
   one_line_error "-device cuda without a usable device is refused" "-device cuda" -device cuda
+  # a tool's main lets PETSc start MPI: its error exit must not finalize MPI twice (an MPICH complaint after the error line)
+  check "a benchmark asked for -device cuda without a device: one error line and a non-zero exit" \
+    bash -c 'out=$("$1" -device cuda 2>&1) && exit 1; [ "$(printf "%s\n" "$out" | grep -c .)" = 1 ] && printf "%s" "$out" | grep -q "^rlfuse: error: -device cuda"' _ "$BIN/bench_attention"
   # what carries a build to a GPU machine (docs/benchmarks.md, "GPU checklist"), as far as it runs here
   if ldd "$BIN/rlfuse" 2>/dev/null | grep -q libcudart; then
     # packed fast (XZ_OPT=-0: 55 MB where the default's is 35, 2026-11-28), so with a bound of its own
