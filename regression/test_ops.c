@@ -877,7 +877,8 @@ static PetscErrorCode check_attention(const Backend *be, Rng *r, int NH, int NKV
   int       ok;
 
   PetscFunctionBegin;
-  if (NKV != NH) snprintf(gqa, sizeof gqa, ", GQA %d query heads over %d kv head%s", NH, NKV, NKV > 1 ? "s" : "");
+  snprintf(gqa, sizeof gqa, ", head size %d", hs);
+  if (NKV != NH) snprintf(gqa + strlen(gqa), sizeof gqa - strlen(gqa), ", GQA %d query heads over %d kv head%s", NH, NKV, NKV > 1 ? "s" : "");
   poison(out, no), poison(att, na);
   (void)be;
   PetscCall(backend_cpu_attention_probs_forward(out, att, qkv, B, T, C, NH, NKV));
@@ -1049,9 +1050,9 @@ static PetscErrorCode check_attention_tiled(const Backend *be, Rng *r)
  * they agree to rounding (1e-6): the training forward runs through sgemm.
  * The cache holds NKV heads per position ([nslot, Tmax, NKV*hs]), sized
  * exactly, and starts NaN so an unwritten entry that is read fails. */
-static PetscErrorCode check_attention_cached(const Backend *be, Rng *r, int NH, int NKV)
+static PetscErrorCode check_attention_cached(const Backend *be, Rng *r, int C, int NH, int NKV)
 {
-  const int B = 3, T = 37, C = 48, Tmax = T + 5, nslot = 4, hs = C / NH;
+  const int B = 3, T = 37, Tmax = T + 5, nslot = 4, hs = C / NH;
   const int slot_of[3] = {2, 0, 3}, prompt[3] = {5, 1, 20};
   size_t    Ckv = (size_t)NKV * hs, C3 = (size_t)C + 2 * Ckv, cache = (size_t)nslot * Tmax * Ckv;
   float    *qkv = frand(r, (size_t)B * T * C3, -1.5, 1.5), *full = fvec((size_t)B * T * C), *got = fvec((size_t)B * T * C);
@@ -1062,7 +1063,8 @@ static PetscErrorCode check_attention_cached(const Backend *be, Rng *r, int NH, 
   int       ok, bitwise;
 
   PetscFunctionBegin;
-  if (NKV != NH) snprintf(gqa, sizeof gqa, ", GQA %d query heads over %d kv head%s", NH, NKV, NKV > 1 ? "s" : "");
+  snprintf(gqa, sizeof gqa, ", head size %d", hs);
+  if (NKV != NH) snprintf(gqa + strlen(gqa), sizeof gqa - strlen(gqa), ", GQA %d query heads over %d kv head%s", NH, NKV, NKV > 1 ? "s" : "");
   PetscCall(be->attention_forward(full, NULL, qkv, B, T, C, NH, NKV));
   for (size_t i = 0; i < (size_t)B * T * C; i++) ref[i] = full[i];
 
@@ -1792,7 +1794,7 @@ int main(int argc, char **argv)
   PetscCall(check_matmul(be, &r, 0));
   PetscCall(check_matmul(be, &r, 1));
   PetscCall(check_attention(be, &r, 4, 4));
-  PetscCall(check_attention_cached(be, &r, 3, 3));
+  PetscCall(check_attention_cached(be, &r, 48, 3, 3));
   PetscCall(check_pointwise(be, &r));
   PetscCall(check_logprob(be, &r));
   PetscCall(check_optim(be, &r));
@@ -1806,8 +1808,12 @@ int main(int argc, char **argv)
   PetscCall(check_swiglu(be, &r));
   PetscCall(check_attention(be, &r, 4, 2));
   PetscCall(check_attention(be, &r, 4, 1));
-  PetscCall(check_attention_cached(be, &r, 4, 2));
-  PetscCall(check_attention_cached(be, &r, 4, 1));
+  PetscCall(check_attention_cached(be, &r, 48, 4, 2));
+  PetscCall(check_attention_cached(be, &r, 48, 4, 1));
+  /* the cpu backend's AVX-512 paths: head sizes 64 and 128 (values summed
+   * in registers), keys in 16 x 16 blocks for every head size divisible by 16 */
+  PetscCall(check_attention_cached(be, &r, 192, 3, 1));
+  PetscCall(check_attention_cached(be, &r, 256, 2, 1));
   PetscCall(check_llama_errors(be));
   PetscCall(check_threads_llama(be, &r));
   PetscCall(check_matmul_rows(be, &r));
