@@ -30,10 +30,11 @@
  * lane sums its dot product serially in d: no horizontal reductions, and the
  * same bits whatever the vector width or alignment. With AVX-512 the keys
  * move in 16 x 16 blocks transposed in registers, and heads of 64 or 128
- * sum their values in registers: the same bits, in half the time (perf,
+ * sum their values in registers: the same bits in half the time (perf,
  * SmolLM2's shape, 16 sequences on one Zen 4 thread: 8.8% of the step's
- * samples before, 4.4% after; docs/benchmarks.md). Its sgemm-free arithmetic agrees with the training
- * forward to rounding, not bit for bit. */
+ * samples before, 4.4% after; docs/benchmarks.md). Its sgemm-free
+ * arithmetic agrees with the training forward to rounding, not bit for
+ * bit. */
 /* GCC keeps a loop of cpu_expf scalar under its default -ftrapping-math
  * (the clamps are ordered compares, which may trap on NaN, so it does not
  * if-convert them); nothing here runs with FP traps enabled, and without
@@ -407,9 +408,9 @@ static inline void att_cached_heads(float *out, float *scratch, const float *kca
   const float *kb = kcache + s0;
   int          L  = p + 1;
 
-  /* blocks of ATT_LANES keys: each key's row read once, and KT written a
-   * line at a time (key by key, its hs floats land ld apart: one cache line
-   * touched per float) */
+  /* by blocks of ATT_LANES keys, so that KT's rows are written in runs
+   * (copied key by key, a key's hs values land ld apart: a cache line
+   * touched per value) */
   for (int j0 = 0; j0 < L; j0 += ATT_LANES) {
     int w = L - j0 < ATT_LANES ? L - j0 : ATT_LANES;
 #if defined(__AVX512F__)
