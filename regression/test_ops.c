@@ -859,6 +859,13 @@ static double att_loss(void *ctx)
   return s;
 }
 
+/* ", head size hs[, GQA NH query heads over NKV kv heads]" for a check's name */
+static void heads_label(char *buf, size_t len, int hs, int NH, int NKV)
+{
+  snprintf(buf, len, ", head size %d", hs);
+  if (NKV != NH) snprintf(buf + strlen(buf), len - strlen(buf), ", GQA %d query heads over %d kv head%s", NH, NKV, NKV > 1 ? "s" : "");
+}
+
 /* The reference that keeps the T x T probabilities (the former training
  * attention, the contract of attention_lse 0; check_attention_tiled compares
  * the backend's op with it). T = 70: a partial 16-lane block and two 64-row
@@ -877,8 +884,7 @@ static PetscErrorCode check_attention(const Backend *be, Rng *r, int NH, int NKV
   int       ok;
 
   PetscFunctionBegin;
-  snprintf(gqa, sizeof gqa, ", head size %d", hs);
-  if (NKV != NH) snprintf(gqa + strlen(gqa), sizeof gqa - strlen(gqa), ", GQA %d query heads over %d kv head%s", NH, NKV, NKV > 1 ? "s" : "");
+  heads_label(gqa, sizeof gqa, hs, NH, NKV);
   poison(out, no), poison(att, na);
   (void)be;
   PetscCall(backend_cpu_attention_probs_forward(out, att, qkv, B, T, C, NH, NKV));
@@ -1063,8 +1069,7 @@ static PetscErrorCode check_attention_cached(const Backend *be, Rng *r, int C, i
   int       ok, bitwise;
 
   PetscFunctionBegin;
-  snprintf(gqa, sizeof gqa, ", head size %d", hs);
-  if (NKV != NH) snprintf(gqa + strlen(gqa), sizeof gqa - strlen(gqa), ", GQA %d query heads over %d kv head%s", NH, NKV, NKV > 1 ? "s" : "");
+  heads_label(gqa, sizeof gqa, hs, NH, NKV);
   PetscCall(be->attention_forward(full, NULL, qkv, B, T, C, NH, NKV));
   for (size_t i = 0; i < (size_t)B * T * C; i++) ref[i] = full[i];
 

@@ -397,6 +397,27 @@ PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const floa
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* KT[d * ld + j] = k[j * ldk + d] for keys j < L, by blocks of ATT_LANES
+ * keys so that KT's rows are written in runs (copied key by key, a key's
+ * hs values land ld apart: a cache line touched per value). With AVX-512
+ * and hs divisible by 16 the blocks are transposed in registers, and a
+ * block's columns past L become zeros: finite, and never stored by
+ * att_dots. */
+static inline void att_keys_transposed(float *restrict KT, int ld, const float *restrict k, size_t ldk, int L, int hs)
+{
+  for (int j0 = 0; j0 < L; j0 += ATT_LANES) {
+    int w = L - j0 < ATT_LANES ? L - j0 : ATT_LANES;
+#if defined(__AVX512F__)
+    if (hs % 16 == 0) {
+      for (int d0 = 0; d0 < hs; d0 += 16) att_transpose16(KT + (size_t)d0 * ld + j0, (size_t)ld, k + (size_t)j0 * ldk + d0, ldk, w);
+      continue;
+    }
+#endif
+    for (int d = 0; d < hs; d++)
+      for (int j = 0; j < w; j++) KT[(size_t)d * ld + j0 + j] = k[(size_t)(j0 + j) * ldk + d];
+  }
+}
+
 /* Query heads [h0, h1) of row r, which all read kv head kh: its keys (of
  * cache slot sl, positions 0..p) transposed into the thread's scratch
  * once, then att_row for each. */
@@ -408,22 +429,7 @@ static inline void att_cached_heads(float *out, float *scratch, const float *kca
   const float *kb = kcache + s0;
   int          L  = p + 1;
 
-  /* by blocks of ATT_LANES keys, so that KT's rows are written in runs
-   * (copied key by key, a key's hs values land ld apart: a cache line
-   * touched per value) */
-  for (int j0 = 0; j0 < L; j0 += ATT_LANES) {
-    int w = L - j0 < ATT_LANES ? L - j0 : ATT_LANES;
-#if defined(__AVX512F__)
-    if (hs % 16 == 0) { /* the block's columns past L are zeros: finite, and never stored by att_dots */
-      for (int d0 = 0; d0 < hs; d0 += 16) att_transpose16(KT + (size_t)d0 * ld + j0, (size_t)ld, kb + (size_t)j0 * Ckv + d0, (size_t)Ckv, w);
-      continue;
-    }
-#endif
-    for (int d = 0; d < hs; d++) {
-      float *restrict kt = KT + (size_t)d * ld + j0;
-      for (int j = 0; j < w; j++) kt[j] = kb[(size_t)(j0 + j) * Ckv + d];
-    }
-  }
+  att_keys_transposed(KT, ld, kb, (size_t)Ckv, L, hs);
   for (int h = h0; h < h1; h++) att_row(out + (size_t)r * C + (size_t)h * hs, prow, qkv + r * C3 + (size_t)h * hs, KT, ld, L, vcache + s0, Ckv, hs, scale);
 }
 
