@@ -4,10 +4,11 @@
 # recomputed in numpy (decoupled PPO's mask over the cap), a restart from a
 # checkpoint holding generated batches bit-identical to the unbroken run,
 # partial rollouts (-async_partial: token versions recorded, the same on 1
-# and 2 ranks, a restart with samples in flight bit-identical), and bad
+# and 2 ranks, a restart with samples in flight bit-identical, a run killed
+# at a random point resumed on the same and another layout), and bad
 # values refused with one line.
 . regression/lib.sh
-plan 29
+plan 31
 d="$RLFUSE_TMP/async"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -1 $d/sft.log)"
@@ -136,6 +137,43 @@ partial_restarted_same() { in_flight $d/pu/ckpt_000002.h5 && bits $d/pu $d/pr; }
 in_flight() { "$PYTHON" -c "import h5py,sys; p=h5py.File(sys.argv[1])['async/pool']; L,e=p['response_lengths'][()],p['ended'][()]; sys.exit(0 if ((L>0)&(e==0)).any() else 1)" $1; }
 check "partial GRPO K=2 restarted at iteration 2 with samples in flight (checkpoint /async/pool: some begun, not ended): the unbroken run's weights bit for bit" \
   partial_restarted_same
+# killed at a random point: a 2-rank disaggregated run with partial rollouts
+# (PPO with a critic, K=2, a checkpoint every iteration) loses its
+# generation rank to SIGKILL 0-20 ms after its checkpoint k appears (k
+# random in 2..9 of 16: anywhere in an iteration, or inside the next write);
+# resumed from its newest checkpoint (-restart latest) on the same 2 ranks
+# it ends bit-identical to the unbroken run, and on 1 rank as the 1-rank run
+PK="-async_staleness 2 -async_partial 3 -ppo_iterations 16 -checkpoint_every 1"
+mpirun 2 $R $PK -placement disaggregate -output_dir $d/ku2 >$d/ku2.log 2>&1 || not_ok "partial K=2 unbroken on 2 ranks: $(tail -1 $d/ku2.log)"
+mpirun 1 $R $PK -output_dir $d/ku1 >$d/ku1.log 2>&1 || not_ok "partial K=2 unbroken on 1 rank: $(tail -1 $d/ku1.log)"
+kill_async() { # DIR K: prints what the kill hit
+  mpirun 2 $R $PK -placement disaggregate -output_dir $1 >$1.log 2>&1 &
+  local pid=$!
+  "$PYTHON" - $1 $2 "$BIN/rlfuse" <<'PY'
+import os, random, signal, subprocess, sys, time
+d, k, exe = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+t0, f = time.time(), os.path.join(d, "ckpt_%06d.h5" % k)
+while not os.path.exists(f) and time.time() - t0 < 60: time.sleep(0.001)
+time.sleep(random.uniform(0, 0.02))
+ps = subprocess.run(["pgrep", "-f", "^%s .*-output_dir %s( |$)" % (exe, d)], capture_output=True, text=True).stdout.split()
+if ps: os.kill(int(ps[-1]), signal.SIGKILL)
+print("killed after checkpoint %d" % k if ps else "ended before the kill")
+PY
+  wait $pid 2>/dev/null
+}
+resumed_same() { # N DIR FROM: samples were in flight in FROM; the weights as the unbroken run's on N ranks
+  in_flight "$3" || return 1
+  if [ $1 = 2 ]; then bits $d/ku2 $2; else "$PYTHON" tools/ckpt_diff.py $d/ku1/final.h5 $2/final.h5 >$d/diff_kill1.txt; fi
+}
+for n in 2 1; do
+  k=$((2 + RANDOM % 8)) dir=$d/kill$n
+  hit=$(kill_async $dir $k)
+  if [ -e $dir/final.h5 ]; then not_ok "partial K=2 killed at random on 2 ranks: the run ended before the kill ($hit)"; continue; fi
+  mpirun $n $R $PK $([ $n = 2 ] && echo -placement disaggregate) -restart latest -output_dir $dir >$dir.resume.log 2>&1 || not_ok "resume on $n rank(s): $(tail -1 $dir.resume.log)"
+  from=$(sed -n 's/.*generated batches from \(.*\)$/\1/p' $dir.resume.log)
+  check "partial K=2 on 2 ranks $hit, resumed on $n rank(s) from $(basename "$from") with samples in flight: $([ $n = 2 ] && echo "the unbroken run's weights bit for bit" || echo "the 1-rank run's weights")" \
+    resumed_same $n $dir "$from"
+done
 keep=$d/pu expect_error "a restart with another -async_partial, into the run's directory: nothing there changed" "restart it with the same -async_partial" $R -async_staleness 2 -async_partial 5 -algo grpo -grpo_group 4 -ppo_iterations 5 -restart $d/pu/ckpt_000002.h5 -output_dir $d/pu
 expect_error "-async_partial without -async_staleness" "-async_partial 4 needs -async_staleness >= 1" $R -async_partial 4 -output_dir $d/bad5
 # partial rollouts with allowed sets (top-k, top-p, min_new_tokens): a sample's sets go on with it across iterations
