@@ -125,6 +125,8 @@ PetscErrorCode plan_read_file(MPI_Comm comm, const char *path, Plan *plan);
 int plan_shared_rank(const PlanCall *a, const PlanCall *b);
 /* Two calls' meshes share a rank. */
 PetscBool plan_overlap(const Plan *plan, MFCId a, MFCId b);
+/* Two calls on the same ranks in the same order and grid. */
+PetscBool plan_same_layout(const PlanCall *a, const PlanCall *b);
 /* The call's mesh (mesh_get over its ranks and grid). Collective over the
  * call's ranks. */
 PetscErrorCode plan_mesh(const Plan *plan, MFCId c, const Mesh **mesh);

@@ -31,14 +31,6 @@ static void mark(SimNode *nd, const PlanCall *c)
   for (int i = 0; i < c->nranks; i++) nd->on[c->ranks[i]] = 1;
 }
 
-static PetscBool same_layout(const PlanCall *a, const PlanCall *b)
-{
-  if (a->nranks != b->nranks || a->dp != b->dp || a->tp != b->tp || a->pp != b->pp) return PETSC_FALSE;
-  for (int i = 0; i < a->nranks; i++)
-    if (a->ranks[i] != b->ranks[i]) return PETSC_FALSE;
-  return PETSC_TRUE;
-}
-
 /* A reallocation's time: the busiest receiver's bytes, or the senders'
  * share if larger, over the link it crosses, in -plan_bucket_mb messages.
  * Through the host (p->sync_host): each message is copied from the device to
@@ -75,8 +67,8 @@ static void dep(SimNode *nd, int d) { nd->dep[nd->ndep++] = d; }
 /* The nodes of one iteration and their durations. */
 static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *plan, SimNode *nd, CostEstimate *est)
 {
-  PetscBool crit = !w->critic_free, acopy = !same_layout(&plan->call[MFC_ACTOR_GEN], &plan->call[MFC_ACTOR_TRAIN]);
-  PetscBool ccopy = crit && !same_layout(&plan->call[MFC_CRITIC_INF], &plan->call[MFC_CRITIC_TRAIN]);
+  PetscBool crit = !w->critic_free, acopy = !plan_same_layout(&plan->call[MFC_ACTOR_GEN], &plan->call[MFC_ACTOR_TRAIN]);
+  PetscBool ccopy = crit && !plan_same_layout(&plan->call[MFC_CRITIC_INF], &plan->call[MFC_CRITIC_TRAIN]);
   PetscBool stream = plan->fuse != FUSE_NONE;
 
   PetscFunctionBegin;
@@ -157,7 +149,7 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
     const PlanCall *g = &plan->call[MFC_ACTOR_GEN];
     nd[N_GEN].late = PETSC_TRUE;
     /* the frozen models' calls with the generation when on its mesh, one rank a replica (src/ppo/ppo_graph.c) */
-    if (g->tp == 1 && g->pp == 1 && same_layout(&plan->call[MFC_REF_INF], g) && (w->reward_free || same_layout(&plan->call[MFC_REW_INF], g))) nd[N_REF].late = nd[N_REW].late = PETSC_TRUE;
+    if (g->tp == 1 && g->pp == 1 && plan_same_layout(&plan->call[MFC_REF_INF], g) && (w->reward_free || plan_same_layout(&plan->call[MFC_REW_INF], g))) nd[N_REF].late = nd[N_REW].late = PETSC_TRUE;
     if (w->prox) {
       nd[N_PROX].used = PETSC_TRUE;
       mark(&nd[N_PROX], &plan->call[MFC_ACTOR_TRAIN]);

@@ -15,14 +15,7 @@ const char *const FuseModeNames[] = {"none", "stream", "migrate", "FuseMode", "F
  * Inference replicas may span ranks (tp, pp): the replica's head receives
  * the samples and hands each micro-batch to the replica's other ranks, so
  * two calls that share a rank of such a replica must have the same layout
- * (one replica, one micro-batch stream). */
-static PetscBool fuse_same_layout(const PlanCall *a, const PlanCall *b)
-{
-  if (a->nranks != b->nranks || a->dp != b->dp || a->tp != b->tp || a->pp != b->pp) return PETSC_FALSE;
-  for (int i = 0; i < a->nranks; i++)
-    if (a->ranks[i] != b->ranks[i]) return PETSC_FALSE;
-  return PETSC_TRUE;
-}
+ * (one replica, one micro-batch stream: plan_same_layout). */
 
 static const MFCId fuse_inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
 
@@ -35,7 +28,7 @@ int plan_stream_conflict(const Plan *plan, const PlanNeeds *needs, MFCId *a, MFC
 
       if (!needs->cfg[fuse_inf[k]] || !needs->cfg[fuse_inf[j]] || (c->tp * c->pp == 1 && o->tp * o->pp == 1)) continue;
       r = plan_shared_rank(o, c);
-      if (r >= 0 && !fuse_same_layout(o, c)) {
+      if (r >= 0 && !plan_same_layout(o, c)) {
         if (a) *a = fuse_inf[j];
         if (b) *b = fuse_inf[k];
         return r;

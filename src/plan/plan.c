@@ -91,6 +91,14 @@ PetscBool plan_overlap(const Plan *plan, MFCId a, MFCId b)
   return plan_shared_rank(&plan->call[a], &plan->call[b]) >= 0 ? PETSC_TRUE : PETSC_FALSE;
 }
 
+PetscBool plan_same_layout(const PlanCall *a, const PlanCall *b)
+{
+  if (a->nranks != b->nranks || a->dp != b->dp || a->tp != b->tp || a->pp != b->pp) return PETSC_FALSE;
+  for (int i = 0; i < a->nranks; i++)
+    if (a->ranks[i] != b->ranks[i]) return PETSC_FALSE;
+  return PETSC_TRUE;
+}
+
 PetscBool plan_has_rank(const Plan *plan, MFCId c, int rank)
 {
   for (int i = 0; i < plan->call[c].nranks; i++)
