@@ -13,6 +13,10 @@
 #   async K<k> iter_s <measured> estimated <s> error <%> gen_busy <f> train_busy <f> trained_len <mean response tokens trained>
 #   async ratio K1/K0 <x> (estimated <x>)
 #   async ratio K1p/K0 <x> (estimated <x>)
+#   async bound K1/K0 >= <x>: ...
+# The bound is the synchronous run's share of its iteration spent in the
+# two trainings (both on the training rank in this plan, so no order of the
+# calls makes an iteration of the same training shorter; docs/async.md).
 # The policy and reward model come from FIXTURE (a directory with
 # sft/final.h5 and rm/final.h5, e.g. tools/bench_fusion.sh's), made here
 # when absent (the deck's pipeline with one PPO iteration: about 4 minutes
@@ -52,15 +56,16 @@ done
 "$PYTHON" - $d $ROUNDS <<'PY'
 import sys, re, h5py, numpy as np
 d, rounds = sys.argv[1], int(sys.argv[2])
-meas, est = {}, {}
+meas, est, train = {}, {}, {}
 for k in (0, 1, "1p"):
-    it, gb, tb = [], [], []
+    it, gb, tb, tr = [], [], [], []
     for r in range(1, rounds + 1):
         with h5py.File(f"{d}/k{k}.{r}/run.h5", "r") as f:
             t, m = f["timing"], f["metrics"]
             it += list(t["iteration_max"][1:])
+            tr += list(t["actor_train_max"][1:] + t["critic_train_max"][1:])
             if k: gb += list(m["async_gen_busy"][1:]); tb += list(m["async_train_busy"][1:])
-    meas[k] = float(np.mean(it))
+    meas[k], train[k] = float(np.mean(it)), float(np.mean(tr))
     busy = f" gen_busy {np.mean(gb):.2f} train_busy {np.mean(tb):.2f}" if k else ""
     with h5py.File(f"{d}/k{k}.1/rollouts.h5", "r") as f:  # what the iterations trained on (partial rollouts defer long samples at first)
         busy += " trained_len {:.1f}".format(np.mean([f[g]["response_lengths"][()].mean() for g in f if g != "iter_0"]))
@@ -69,5 +74,7 @@ for k in (0, 1, "1p"):
     print(f"async K{k} iter_s {meas[k]:.3f} estimated {est[k]:.3f} error {100 * (est[k] / meas[k] - 1):+.1f}%{busy} (iterations 2-{len(it) // rounds + 1}, {rounds} runs)")
 print(f"async ratio K1/K0 {meas[1] / meas[0]:.2f} (estimated {est[1] / est[0]:.2f})")
 print(f"async ratio K1p/K0 {meas['1p'] / meas[0]:.2f} (estimated {est['1p'] / est[0]:.2f})")
+print(f"async bound K1/K0 >= {train[0] / meas[0]:.2f}: the synchronous iteration's two trainings ({train[0]:.3f} of {meas[0]:.3f} s), which no order shortens;"
+      f" the asynchronous runs' trainings took {train[1]:.3f} (K1) and {train['1p']:.3f} s (K1p), {train[1] / train[0]:.2f}x and {train['1p'] / train[0]:.2f}x the synchronous one's")
 PY
 echo "# load while measuring: $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) on $(nproc) cores"
