@@ -140,10 +140,10 @@ check "partial GRPO K=2 restarted at iteration 2 with samples in flight (checkpo
 # killed at a random point: a 2-rank disaggregated run with partial rollouts
 # (PPO with a critic, K=2, a checkpoint every iteration) loses its
 # generation rank to SIGKILL 0-20 ms after its checkpoint k appears (k
-# random in 2..9 of 16: anywhere in an iteration, or inside the next write);
+# random in 2..9 of 24: anywhere in an iteration, or inside the next write);
 # resumed from its newest checkpoint (-restart latest) on the same 2 ranks
 # it ends bit-identical to the unbroken run, and on 1 rank as the 1-rank run
-PK="-async_staleness 2 -async_partial 3 -ppo_iterations 16 -checkpoint_every 1"
+PK="-async_staleness 2 -async_partial 3 -ppo_iterations 24 -checkpoint_every 1"
 mpirun 2 $R $PK -placement disaggregate -output_dir $d/ku2 >$d/ku2.log 2>&1 || not_ok "partial K=2 unbroken on 2 ranks: $(tail -1 $d/ku2.log)"
 mpirun 1 $R $PK -output_dir $d/ku1 >$d/ku1.log 2>&1 || not_ok "partial K=2 unbroken on 1 rank: $(tail -1 $d/ku1.log)"
 kill_async() { # DIR K: prints what the kill hit
