@@ -400,9 +400,9 @@ PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const floa
 /* KT[d * ld + j] = k[j * ldk + d] for keys j < L, by blocks of ATT_LANES
  * keys so that KT's rows are written in runs (copied key by key, a key's
  * hs values land ld apart: a cache line touched per value). With AVX-512
- * and hs divisible by 16 the blocks are transposed in registers, and a
- * block's columns past L become zeros: finite, and never stored by
- * att_dots. */
+ * and hs divisible by 16 the blocks are transposed in registers. The last
+ * block's columns past L become zeros (finite, and never stored by
+ * att_dots), so the scratch needs no zeroing before. */
 static inline void att_keys_transposed(float *restrict KT, int ld, const float *restrict k, size_t ldk, int L, int hs)
 {
   for (int j0 = 0; j0 < L; j0 += ATT_LANES) {
@@ -413,8 +413,10 @@ static inline void att_keys_transposed(float *restrict KT, int ld, const float *
       continue;
     }
 #endif
-    for (int d = 0; d < hs; d++)
+    for (int d = 0; d < hs; d++) {
       for (int j = 0; j < w; j++) KT[(size_t)d * ld + j0 + j] = k[(size_t)(j0 + j) * ldk + d];
+      for (int j = w; j < ATT_LANES; j++) KT[(size_t)d * ld + j0 + j] = 0.0f;
+    }
   }
 }
 
@@ -452,7 +454,7 @@ PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, co
     memcpy(kcache + at, qkv + r * C3 + C, (size_t)Ckv * sizeof(float));
     memcpy(vcache + at, qkv + r * C3 + C + Ckv, (size_t)Ckv * sizeof(float));
   }
-  PetscCall(PetscCalloc1(per * cpu_max_threads(), &scratch));
+  PetscCall(PetscMalloc1(per * cpu_max_threads(), &scratch)); /* att_keys_transposed writes every column att_dots reads */
   /* one (row, kv head) per step: its keys transposed once for the grp
    * query heads that read them; with fewer such steps than two per thread
    * (one sequence over few kv heads), one (row, query head) per step, each
