@@ -15,6 +15,7 @@
  * checkpoint options all three share are read once (TrainJobOptions). */
 typedef struct {
   PetscInt    steps, batch, seq_len, checkpoint_every, eval_every, eval_batches;
+  PetscReal   checkpoint_minutes; /* -checkpoint_minutes (src/train/job.c) */
   char        data[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN], init[PETSC_MAX_PATH_LEN];
   ModelConfig cfg;
   AdamWConfig opt;
@@ -33,6 +34,7 @@ PetscErrorCode sft_cost_stage(const RunCtx *run, PetscBool help, CostTrainStage 
 
 typedef struct {
   PetscInt    steps, batch, pairs, eval_pairs, eval_every, checkpoint_every;
+  PetscReal   checkpoint_minutes; /* -checkpoint_minutes (src/train/job.c) */
   PetscReal   bt_beta;
   char        sft[PETSC_MAX_PATH_LEN], data[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN];
   AdamWConfig opt;

@@ -23,6 +23,7 @@ typedef struct {
   PetscInt    critic_init;
   PetscInt    iterations, rollout_batch, minibatches, microbatches, epochs, group;
   PetscInt    eval_every, eval_prompts, checkpoint_every;
+  PetscReal   checkpoint_minutes; /* -checkpoint_minutes (src/train/job.c) */
   PetscReal   kl_coef, kl_target, kl_horizon, gamma, lambda, clip, value_clip, reward_clip, truncation_penalty;
   PetscReal   clip_low, clip_high;           /* the policy ratio's clip range [1 - low, 1 + high] (default -ppo_clip both) */
   PetscInt    loss_agg, kl_estimator;        /* RLLossAgg, RLKLEstimator (inc/rl.h) */

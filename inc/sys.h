@@ -24,6 +24,12 @@
  *   rlfuse: error: <message> [rank r, file:line]
  * Collective errors (raised on PETSC_COMM_WORLD) are printed by rank 0 only. */
 PetscErrorCode sys_error_handler_install(void);
+/* SIGINT and SIGTERM only noted (src/sys/stop.c): sys_stop_signal gives the
+ * signal this process got (0: none), sys_stop_agreed the largest over comm
+ * (collective); a stage that sees one checkpoints and stops. */
+void           sys_stop_install(void);
+int            sys_stop_signal(void);
+PetscErrorCode sys_stop_agreed(MPI_Comm comm, int *sig);
 /* Ends the job after an error: collective errors finalize and exit(1),
  * single-rank errors abort the whole MPI job so no rank hangs. */
 void sys_error_exit(PetscErrorCode ierr);
@@ -238,5 +244,9 @@ const char *sys_duration_str(double seconds, char *buf, size_t len);
  * t0 (sys_wtime) over the done steps of this run, and the left ones at the
  * mean step time so far (a restart counts only its own steps). */
 const char *sys_progress_str(double t0, long done, long left, char *buf, size_t len);
+/* The same with work besides the steps: `apart` seconds of the elapsed
+ * time are not the steps' (held-out evaluations), and `more` seconds of it
+ * are still to come after the left steps. */
+const char *sys_progress_more_str(double t0, long done, long left, double apart, double more, char *buf, size_t len);
 
 #endif

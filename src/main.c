@@ -126,6 +126,7 @@ int main(int argc, char **argv)
   ierr = PetscInitialize(&argc, &argv, NULL, usage);
   if (ierr) return 1;
   ierr = sys_error_handler_install();
+  sys_stop_install(); /* after PETSc's handlers: SIGINT and SIGTERM checkpoint and stop */
   if (!ierr) ierr = rlfuse_main();
   if (!ierr) ierr = realloc_cache_destroy();
   if (!ierr) ierr = comm_teardown();

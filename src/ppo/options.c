@@ -38,7 +38,7 @@ PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
             PETSC_TRUE, &o->write_policy);
   PetscOptionsEnd();
   PetscCall(PetscStrncpy(o->restart, job->restart, sizeof o->restart));
-  PetscCall(train_stage_checkpoint_every(job, "ppo", "iteration", &o->checkpoint_every));
+  PetscCall(train_stage_checkpoint_every(job, "ppo", "iteration", &o->checkpoint_every, &o->checkpoint_minutes));
   PetscOptionsBegin(PETSC_COMM_WORLD, "ppo_", "PPO / GRPO", NULL);
   RfOptInt("-iterations", "Iterations (generate, score, train) in total (a restart continues up to this count)", 100, &o->iterations);
   RfOptString("-prompts", "Prompts: 'builtin' (the sort task) or an HDF5 token file (prompt_lengths, or whole rows)", o->prompts, sizeof o->prompts);
