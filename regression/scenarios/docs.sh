@@ -15,6 +15,25 @@
 # no commit hash appears in the README or docs/*.md, no heading there carries
 # a date (dated history goes to CHANGELOG.md), and every line of src/ and
 # cuda/ has at most 120 characters.
+#
+# The checks in detail: the documents against the code: no file cites a document outside the
+# repository or an issue-tracker number, relative links in the markdown files resolve, the
+# README's quickstart iteration count and model size (`-dry_run`'s parameter count) are the
+# deck's, and its example commands name files the pipeline writes with roles those files hold;
+# the README links every docs/*.md; in README.md and docs/*.md every repository path named
+# exists (`bin/NAME` a program built from regression/ or tools/), every `-option` is in
+# `rlfuse -help` or a test program's, tool's or the hardware deck's, every snake_case name in
+# backticks, called, or with a module's prefix occurs in the code (benchmarks.md and
+# background.md, which name other programs', are left out of this one), every `-mode` and
+# `-algo` choice but the default is shown as `-mode X` and every one shown exists, every
+# `-policy_arch` choice is a row of docs/models.md's table and each row one, every family
+# tools/hf_llama.py imports is in its models column and, with its `model_type`, its
+# `*ForCausalLM` class and hf_export's `--model-type`, in docs/huggingface.md, and every GGUF
+# architecture tools/gguf_import.py reads is in docs/models.md, every HDF5 attribute the code
+# writes by name is in docs/formats.md, docs/design.md's Layout has a line for every directory
+# of src/ (and inc/, cuda/, input/, regression/, tools/), and this table has a row for every
+# test program, scenario and deck case and none for another. Each fails when a document is
+# broken the matching way (tried)
 . regression/lib.sh
 plan 18
 help="$RLFUSE_TMP/docs_help.txt"
