@@ -6,7 +6,16 @@
  * parameters) and is readable by another process while the run is going, an
  * old run.h5 is kept, token datasets round-trip and are validated, and
  * evals.h5 grows by appending.
- * Reports through test_report.h; exits non-zero on any failure. */
+ * Reports through test_report.h; exits non-zero on any failure.
+ *
+ * The checks in detail: checkpoint round trip bit-exact (parameters, moments, step, state),
+ * one clear error for a missing, truncated, non-HDF5 or wrong-shape/dtype checkpoint and for a
+ * configuration mismatch, a failed write leaving the previous file intact, the run record
+ * (readable by another process before it is closed, back-filled columns, provenance,
+ * parameters), run.h5 rotation, datasets, evals.h5 grown by appending (later evaluations added
+ * to the same file, same inode after each; a repeated group replaced; earlier groups and
+ * answer texts kept; no temporary left)
+ */
 #include "io.h"
 #include "internal/h5util.h"
 #include "test_report.h"

@@ -5,6 +5,24 @@
 # regular files or that name an input, and malformed decks. Each must give
 # exactly one "rlfuse: error:" line naming the culprit, a non-zero exit, and
 # leave an earlier run's files byte-identical.
+#
+# The checks in detail: one case per class of malformed input: array-valued attributes in a
+# checkpoint (`n_layer`, `/state` `iteration`, `kl_coef`, a string array `head`) and a data
+# file (`vocab_size`), a checkpoint with `n_head` 0 or `n_embd` not divisible by `n_head`,
+# `/state` `iteration` 2^40 or a negative `data_pos`, a non-finite `kl_coef`; integer options
+# past 32 bits (`-sft_steps`, `-seed` 4294967297), `n_embd` whose 4x overflows int, non-finite
+# reals (`inf`, `nan`, `-plan_bucket_mb inf`), an `-output_dir` longer than a path;
+# `-score_output` equal to `-score_input`, `-plan_output` equal to `-cost_profile` through a
+# linked directory, `-plan_timeline` equal to `-plan_output`, `-data_text` equal to
+# `-data_output` (the file-option table, both options named), a negative AdamW second moment
+# in a restart file (file, tensor and element named), `-mode generate` on a reward model's
+# role (naming the file and `-generate_role`), an output that is a directory or a pipe (the
+# pipe stays a pipe); out of memory under `ulimit -v` (the message names the function and the
+# bytes; skipped under the sanitizers); eight malformed decks (a garbage line, a BOM, binary
+# bytes, a directory, a 200 kB line, extra values, a deck including itself, two including each
+# other). Each: one `rlfuse: error:` line naming the culprit, a non-zero exit, an earlier
+# run's files byte-identical; and that every option of `-help` whose name says it holds a file
+# is a row of src/io/files.c's table of file options
 . regression/lib.sh
 plan 41
 d="$RLFUSE_TMP/badfiles"; deck=regression/decks/tiny.deck; mkdir -p $d

@@ -1,6 +1,20 @@
 # Bad input: each case must stop with exactly one line "rlfuse: error: ..."
 # naming the culprit, exit non-zero, and leave the files of an earlier run in
 # the same output directory untouched (no new files either).
+#
+# The checks in detail: missing deck, unknown option (a one-letter typo and a swapped pair
+# each named with the nearest option this run reads: "did you mean -sft_steps?"), option of
+# another mode, non-numeric values, n_embd not divisible by n_head, unknown or unavailable
+# mode, missing/truncated/corrupt checkpoint, wrong tensor shape, configuration mismatch,
+# score input longer than n_positions, a task that does not fit the context, a prompt file for
+# `-mode generate` with a larger vocabulary than the model's, a boolean option (`-dry_run`,
+# `-grpo_scale_std`) given a non-boolean, `-ppo_dynamic_sampling` past int positions and
+# `-ppo_dynamic_rounds` past memory (each named), SFT data whose rows have no response tokens
+# (the file named), `-plan_chains 0`, `-reward_command_timeout 0` and a `-reward_length_start`
+# past `-gen_max_new_tokens` (checked by src/plan and src/reward, which own them): each gives
+# exactly one `rlfuse: error:` line naming the culprit, a non-zero exit, and leaves an earlier
+# run's files byte-identical with no new files; and `-help` prints rlfuse's options first,
+# each with its default and a given value where it differs, PETSc's generic ones after them
 . regression/lib.sh
 plan 36
 d="$RLFUSE_TMP/bad"; deck=regression/decks/tiny.deck; mkdir -p $d
