@@ -214,12 +214,28 @@ PetscErrorCode io_hdf5_version(char *buf, size_t len);
 PetscErrorCode io_file_checksum(MPI_Comm comm, const char *path, char *sum, size_t len, int64_t *size);
 /* The same on this rank alone. */
 PetscErrorCode io_file_checksum_local(const char *path, char *sum, size_t len, int64_t *size);
-/* Before any work: every file-valued option the run was given, from one
- * table with each option's role (src/io/files.c). Refuses (one collective
- * error naming both options and the path) an output that resolves to an
- * input or to another output, and an output that exists and is not a regular
- * file or sits in a missing or read-only directory. */
-PetscErrorCode io_files_check(MPI_Comm comm);
+
+/* ---- file-valued options (src/io/files.c) -------------------------------- */
+/* Each module declares the options it reads that name a file, in a table of
+ * its own beside its reading of them (cost_file_options, ...), ended by a row
+ * whose option is NULL: the option with its dash, whether the run reads or
+ * writes the file, a value that names no file ("builtin", "latest"), and for
+ * a value that carries a kind (-cost_lengths hist:FILE) file_of, which gives
+ * the file ("" for none). */
+typedef enum { IO_FILE_IN, IO_FILE_OUT } IoFileRole;
+typedef PetscErrorCode (*IoFileOfFn)(const char *value, char *file, size_t len);
+typedef struct {
+  const char *option;
+  IoFileRole  role;
+  const char *skip;
+  IoFileOfFn  file_of;
+} IoFileOption;
+/* Before any work: every option of tables[0..n) that the run was given.
+ * Refuses (one collective error naming both options and the path) an output
+ * that resolves to an input or to another output, and an output that exists
+ * and is not a regular file or sits in a missing or read-only directory.
+ * Paths are compared by what they resolve to. */
+PetscErrorCode io_files_check(MPI_Comm comm, const IoFileOption *const *tables, int n);
 
 /* ---- HDF5 for the other modules (src/io/h5api.c) ------------------------ */
 /* Only src/io includes HDF5 (inc/internal/h5util.h): a module that keeps a

@@ -133,6 +133,8 @@ typedef struct {
   Plan     plan;
 } TrainJobOptions;
 PetscErrorCode train_job_options(TrainJobOptions *j);
+/* The file options it reads (-restart), for io_files_check. */
+extern const IoFileOption train_file_options[];
 /* Only -checkpoint_every and -restart (j->plan untouched): for describing
  * the job to the cost model, which plans it for other ranks. */
 PetscErrorCode train_job_checkpoint_options(TrainJobOptions *j);

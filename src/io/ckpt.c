@@ -6,6 +6,7 @@
  * data is read, so a bad file gets the same messages on any layout. */
 #include "internal/ckpt_shard.h"
 
+#include <stddef.h>
 #include <string.h>
 
 static const char *const ckpt_roles[] = {"policy", "actor", "critic", "reference", "reward"};
@@ -30,31 +31,100 @@ typedef struct {
   float           *buf; /* the bounded staging buffer, ckpt_chunk floats */
 } CkptWriteCtx;
 
+/* ---- a model's attributes (docs/formats.md) --------------------------------- */
+/* Each attribute of /<role> is one row, which both the writer and the reader
+ * follow: its name, how it is stored (INT and BOOL int32, DOUBLE float64,
+ * ENUM the name as a string), its field of ModelConfig, and which files carry
+ * it. SETTINGS rows only an architecture with settings (model_arch()->settings)
+ * has; OMIT_ZERO rows are left out at 0 (GPT-2's files have no arch); OPTIONAL
+ * rows are absent from files written before them, and read as fallback()
+ * (or 0), which is also what is written for a field of 0. */
+typedef enum { CKPT_INT, CKPT_BOOL, CKPT_DOUBLE, CKPT_ENUM } CkptAttrKind;
+typedef enum { CKPT_NEEDED, CKPT_OPTIONAL, CKPT_OMIT_ZERO } CkptAttrAbsent;
+
+typedef struct {
+  const char        *name;
+  CkptAttrKind       kind;
+  size_t             offset;
+  PetscBool          settings;
+  CkptAttrAbsent     absent;
+  const char *const *names; /* ENUM: PETSc's list of names */
+  int (*fallback)(const ModelConfig *cfg);
+} CkptAttr;
+
+/* Qwen3's head_dim: n_embd / n_head in files written before it. */
+static int ckpt_head_dim_fallback(const ModelConfig *c)
+{
+  return c->n_head > 0 && c->n_embd % c->n_head == 0 ? c->n_embd / c->n_head : 0;
+}
+
+/* The attribute is named as its field. */
+#define CKPT_ROW(field, kind, settings, absent, names, fallback) \
+  {#field, kind, offsetof(ModelConfig, field), settings, absent, names, fallback}
+static const CkptAttr ckpt_attrs[] = {
+  CKPT_ROW(n_layer, CKPT_INT, PETSC_FALSE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(n_head, CKPT_INT, PETSC_FALSE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(n_embd, CKPT_INT, PETSC_FALSE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(vocab_size, CKPT_INT, PETSC_FALSE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(n_positions, CKPT_INT, PETSC_FALSE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(head, CKPT_ENUM, PETSC_FALSE, CKPT_NEEDED, ModelHeadNames, NULL),
+  CKPT_ROW(arch, CKPT_ENUM, PETSC_FALSE, CKPT_OMIT_ZERO, ModelArchNames, NULL),
+  CKPT_ROW(n_kv_head, CKPT_INT, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(n_ffn, CKPT_INT, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(qkv_bias, CKPT_BOOL, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(tie_embeddings, CKPT_BOOL, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(rope_theta, CKPT_DOUBLE, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(norm_eps, CKPT_DOUBLE, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(rope_scaling, CKPT_ENUM, PETSC_TRUE, CKPT_NEEDED, ModelRopeScalingNames, NULL),
+  CKPT_ROW(rope_factor, CKPT_DOUBLE, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(rope_low_freq_factor, CKPT_DOUBLE, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(rope_high_freq_factor, CKPT_DOUBLE, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(rope_original_max_positions, CKPT_INT, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(head_dim, CKPT_INT, PETSC_TRUE, CKPT_OPTIONAL, NULL, ckpt_head_dim_fallback),
+  CKPT_ROW(qk_norm, CKPT_BOOL, PETSC_TRUE, CKPT_OPTIONAL, NULL, NULL),
+};
+#undef CKPT_ROW
+#define CKPT_NATTRS ((int)(sizeof ckpt_attrs / sizeof ckpt_attrs[0]))
+
+/* Ints, enums and PetscBools are all int-sized fields. */
+static int ckpt_attr_get_int(const ModelConfig *cfg, const CkptAttr *a)
+{
+  const char *p = (const char *)cfg + a->offset;
+
+  return a->kind == CKPT_BOOL ? (*(const PetscBool *)p ? 1 : 0) : *(const int *)p;
+}
+
+static void ckpt_attr_set_int(ModelConfig *cfg, const CkptAttr *a, int v)
+{
+  char *p = (char *)cfg + a->offset;
+
+  if (a->kind == CKPT_BOOL) *(PetscBool *)p = v ? PETSC_TRUE : PETSC_FALSE;
+  else *(int *)p = v;
+}
+
+static PetscBool ckpt_attr_carried(const ModelConfig *cfg, const CkptAttr *a)
+{
+  return !a->settings || model_arch(cfg)->settings ? PETSC_TRUE : PETSC_FALSE;
+}
+
 static PetscErrorCode ckpt_write_config(hid_t g, const ModelConfig *cfg)
 {
   PetscFunctionBegin;
-  PetscCall(h5u_attr_write_int(g, "n_layer", H5T_STD_I32LE, cfg->n_layer));
-  PetscCall(h5u_attr_write_int(g, "n_head", H5T_STD_I32LE, cfg->n_head));
-  PetscCall(h5u_attr_write_int(g, "n_embd", H5T_STD_I32LE, cfg->n_embd));
-  PetscCall(h5u_attr_write_int(g, "vocab_size", H5T_STD_I32LE, cfg->vocab_size));
-  PetscCall(h5u_attr_write_int(g, "n_positions", H5T_STD_I32LE, cfg->n_positions));
-  PetscCall(h5u_attr_write_string(g, "head", ModelHeadNames[cfg->head]));
-  /* row 0's (GPT-2's) files carry no arch attribute (older files read the same) */
-  if (cfg->arch != MODEL_ARCH_GPT2) PetscCall(h5u_attr_write_string(g, "arch", model_arch(cfg)->name));
-  if (!model_arch(cfg)->settings) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(h5u_attr_write_int(g, "n_kv_head", H5T_STD_I32LE, cfg->n_kv_head));
-  PetscCall(h5u_attr_write_int(g, "n_ffn", H5T_STD_I32LE, cfg->n_ffn));
-  PetscCall(h5u_attr_write_int(g, "qkv_bias", H5T_STD_I32LE, cfg->qkv_bias ? 1 : 0));
-  PetscCall(h5u_attr_write_int(g, "tie_embeddings", H5T_STD_I32LE, cfg->tie_embeddings ? 1 : 0));
-  PetscCall(h5u_attr_write_double(g, "rope_theta", cfg->rope_theta));
-  PetscCall(h5u_attr_write_double(g, "norm_eps", cfg->norm_eps));
-  PetscCall(h5u_attr_write_string(g, "rope_scaling", ModelRopeScalingNames[cfg->rope_scaling]));
-  PetscCall(h5u_attr_write_double(g, "rope_factor", cfg->rope_factor));
-  PetscCall(h5u_attr_write_double(g, "rope_low_freq_factor", cfg->rope_low_freq_factor));
-  PetscCall(h5u_attr_write_double(g, "rope_high_freq_factor", cfg->rope_high_freq_factor));
-  PetscCall(h5u_attr_write_int(g, "rope_original_max_positions", H5T_STD_I32LE, cfg->rope_original_max_positions));
-  PetscCall(h5u_attr_write_int(g, "head_dim", H5T_STD_I32LE, model_head_dim(cfg)));
-  PetscCall(h5u_attr_write_int(g, "qk_norm", H5T_STD_I32LE, cfg->qk_norm ? 1 : 0));
+  for (int i = 0; i < CKPT_NATTRS; i++) {
+    const CkptAttr *a = &ckpt_attrs[i];
+    int             v;
+
+    if (!ckpt_attr_carried(cfg, a)) continue;
+    if (a->kind == CKPT_DOUBLE) {
+      PetscCall(h5u_attr_write_double(g, a->name, *(const double *)((const char *)cfg + a->offset)));
+      continue;
+    }
+    v = ckpt_attr_get_int(cfg, a);
+    if (!v && a->absent == CKPT_OMIT_ZERO) continue;
+    if (!v && a->fallback) v = a->fallback(cfg);
+    if (a->kind == CKPT_ENUM) PetscCall(h5u_attr_write_string(g, a->name, a->names[v]));
+    else PetscCall(h5u_attr_write_int(g, a->name, H5T_STD_I32LE, v));
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -279,70 +349,56 @@ static PetscErrorCode ckpt_read_attr_int(hid_t g, const char *where, const char 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* An enum attribute: its string must be one of names[0..n). */
-static PetscErrorCode ckpt_read_attr_enum(hid_t g, const char *where, const char *name, const char *const *names, int n, int *value)
+/* An enum attribute: its string must be one of names (PETSc's list: the
+ * names, then the type's name, its prefix and NULL). */
+static PetscErrorCode ckpt_read_attr_enum(hid_t g, const char *where, const char *name, const char *const *names,
+                                          int *value)
 {
-  char buf[32];
+  char buf[32], list[160] = "";
+  int  n = 0;
 
   PetscFunctionBegin;
   PetscCall(h5u_attr_read_string(g, where, name, buf, sizeof buf));
-  for (int i = 0; i < n; i++)
+  while (names[n + 2]) n++;
+  for (int i = 0; i < n; i++) {
     if (!strcmp(buf, names[i])) {
       *value = i;
       PetscFunctionReturn(PETSC_SUCCESS);
     }
-  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s '%s' is not one of %s%s%s", where, name, buf, names[0], n > 1 ? ", " : "", n > 1 ? names[1] : "");
+    PetscCall(PetscStrlcat(list, i ? ", " : "", sizeof list));
+    PetscCall(PetscStrlcat(list, names[i], sizeof list));
+  }
+  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s '%s' is not one of %s", where, name, buf, list);
 }
 
-/* The LLaMA family's attributes (docs/formats.md). */
-static PetscErrorCode ckpt_read_llama_config(hid_t g, const char *where, ModelConfig *cfg)
+static PetscErrorCode ckpt_read_attr(hid_t g, const char *where, const CkptAttr *a, ModelConfig *cfg)
 {
-  int b = 0, scaling = 0;
+  int v = 0;
 
   PetscFunctionBegin;
-  PetscCall(ckpt_read_attr_int(g, where, "n_kv_head", &cfg->n_kv_head));
-  PetscCall(ckpt_read_attr_int(g, where, "n_ffn", &cfg->n_ffn));
-  PetscCall(ckpt_read_attr_int(g, where, "qkv_bias", &b));
-  cfg->qkv_bias = b ? PETSC_TRUE : PETSC_FALSE;
-  PetscCall(ckpt_read_attr_int(g, where, "tie_embeddings", &b));
-  cfg->tie_embeddings = b ? PETSC_TRUE : PETSC_FALSE;
-  PetscCall(h5u_attr_read_double(g, where, "rope_theta", &cfg->rope_theta));
-  PetscCall(h5u_attr_read_double(g, where, "norm_eps", &cfg->norm_eps));
-  PetscCall(ckpt_read_attr_enum(g, where, "rope_scaling", ModelRopeScalingNames, 2, &scaling));
-  cfg->rope_scaling = (ModelRopeScaling)scaling;
-  PetscCall(h5u_attr_read_double(g, where, "rope_factor", &cfg->rope_factor));
-  PetscCall(h5u_attr_read_double(g, where, "rope_low_freq_factor", &cfg->rope_low_freq_factor));
-  PetscCall(h5u_attr_read_double(g, where, "rope_high_freq_factor", &cfg->rope_high_freq_factor));
-  PetscCall(ckpt_read_attr_int(g, where, "rope_original_max_positions", &cfg->rope_original_max_positions));
-  /* Qwen3's two, absent from files written before them: n_embd / n_head and no norms */
-  cfg->head_dim = cfg->n_head > 0 && cfg->n_embd % cfg->n_head == 0 ? cfg->n_embd / cfg->n_head : 0;
-  if (H5Aexists(g, "head_dim") > 0) PetscCall(ckpt_read_attr_int(g, where, "head_dim", &cfg->head_dim));
-  if (H5Aexists(g, "qk_norm") > 0) PetscCall(ckpt_read_attr_int(g, where, "qk_norm", &b));
-  else b = 0;
-  cfg->qk_norm = b ? PETSC_TRUE : PETSC_FALSE;
+  if (a->absent != CKPT_NEEDED && H5Aexists(g, a->name) <= 0) {
+    ckpt_attr_set_int(cfg, a, a->fallback ? a->fallback(cfg) : 0); /* no DOUBLE row is optional */
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  if (a->kind == CKPT_DOUBLE) {
+    PetscCall(h5u_attr_read_double(g, where, a->name, (double *)((char *)cfg + a->offset)));
+  } else {
+    if (a->kind == CKPT_ENUM) PetscCall(ckpt_read_attr_enum(g, where, a->name, a->names, &v));
+    else PetscCall(ckpt_read_attr_int(g, where, a->name, &v));
+    ckpt_attr_set_int(cfg, a, v);
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 static PetscErrorCode ckpt_read_group_config(hid_t g, const char *path, const char *role, ModelConfig *cfg)
 {
-  char where[PETSC_MAX_PATH_LEN + 64], head[32];
-  int  arch = MODEL_ARCH_GPT2;
+  char where[PETSC_MAX_PATH_LEN + 64];
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(cfg, sizeof *cfg));
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s /%s", path, role));
-  PetscCall(ckpt_read_attr_int(g, where, "n_layer", &cfg->n_layer));
-  PetscCall(ckpt_read_attr_int(g, where, "n_head", &cfg->n_head));
-  PetscCall(ckpt_read_attr_int(g, where, "n_embd", &cfg->n_embd));
-  PetscCall(ckpt_read_attr_int(g, where, "vocab_size", &cfg->vocab_size));
-  PetscCall(ckpt_read_attr_int(g, where, "n_positions", &cfg->n_positions));
-  PetscCall(h5u_attr_read_string(g, where, "head", head, sizeof head));
-  if (!strcmp(head, ModelHeadNames[MODEL_HEAD_LM])) cfg->head = MODEL_HEAD_LM;
-  else if (!strcmp(head, ModelHeadNames[MODEL_HEAD_SCALAR])) cfg->head = MODEL_HEAD_SCALAR;
-  else SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: head '%s' is neither lm nor scalar", where, head);
-  if (H5Aexists(g, "arch") > 0) PetscCall(ckpt_read_attr_enum(g, where, "arch", ModelArchNames, MODEL_ARCH_COUNT, &arch));
-  cfg->arch = (ModelArch)arch;
-  if (model_arch(cfg)->settings) PetscCall(ckpt_read_llama_config(g, where, cfg));
+  for (int i = 0; i < CKPT_NATTRS; i++) /* arch comes before the rows that depend on it */
+    if (ckpt_attr_carried(cfg, &ckpt_attrs[i])) PetscCall(ckpt_read_attr(g, where, &ckpt_attrs[i], cfg));
   { /* the same checks as the deck's options: n_head 0 would divide by zero later */
     PetscErrorCode ierr = model_config_check_file(cfg);
     char          *msg  = NULL;

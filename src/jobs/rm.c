@@ -30,6 +30,13 @@ typedef struct {
   double           time[2]; /* seconds in forwards and backwards on this rank */
 } RMPass;
 
+/* The files it reads, for io_files_check. */
+const IoFileOption rm_file_options[] = {
+  {"-rm_sft_checkpoint", IO_FILE_IN, NULL, NULL},
+  {"-rm_data", IO_FILE_IN, "builtin", NULL},
+  {NULL, IO_FILE_IN, NULL, NULL},
+};
+
 PetscErrorCode rm_options(const TrainJobOptions *job, RMOptions *o)
 {
   PetscFunctionBegin;

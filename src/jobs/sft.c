@@ -22,6 +22,13 @@ typedef struct {
   double     time[2]; /* seconds in forwards and backwards on this rank */
 } SFTPass;
 
+/* The files it reads, for io_files_check. */
+const IoFileOption sft_file_options[] = {
+  {"-init_checkpoint", IO_FILE_IN, NULL, NULL},
+  {"-sft_data", IO_FILE_IN, "builtin", NULL},
+  {NULL, IO_FILE_IN, NULL, NULL},
+};
+
 PetscErrorCode sft_options(const TrainJobOptions *job, SFTOptions *o)
 {
   PetscFunctionBegin;

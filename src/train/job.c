@@ -6,6 +6,12 @@
  * checkpoint is due, and the stage's run record with its plan. */
 #include "train.h"
 
+/* -restart latest names no file: the newest checkpoint is found later. */
+const IoFileOption train_file_options[] = {
+  {"-restart", IO_FILE_IN, "latest", NULL},
+  {NULL, IO_FILE_IN, NULL, NULL},
+};
+
 PetscErrorCode train_job_checkpoint_options(TrainJobOptions *j)
 {
   PetscFunctionBegin;
