@@ -237,37 +237,46 @@ typedef struct {
  * Paths are compared by what they resolve to. */
 PetscErrorCode io_files_check(MPI_Comm comm, const IoFileOption *const *tables, int n);
 
-/* ---- HDF5 for the other modules (src/io/h5api.c) ------------------------ */
-/* Only src/io includes HDF5 (inc/internal/h5util.h): a module that keeps a
- * file of its own (plans, profiles, schedules, timelines, token tables)
- * reads and writes it through these calls, which carry h5util's checks and
- * one-line messages. An IoId is an open file, group or dataset (HDF5's
- * hid_t); IO_NONE is none. */
+/* ---- HDF5 files (src/io/h5util.c, h5api.c) ------------------------------ */
+/* Only src/io includes HDF5 (inc/internal/h5util.h, its private helpers): every
+ * file, src/io's own formats and those a module keeps (plans, profiles,
+ * schedules, timelines, token tables), is read and written through these
+ * calls, with their checks and one-line messages. An IoId is an open file,
+ * group or dataset (HDF5's hid_t); IO_NONE is none. */
 typedef unsigned long long IoSize; /* an extent */
 #define IO_NONE ((IoId)-1)
 /* Element types: in memory (native) and in the file (little-endian). */
-typedef enum { IO_INT, IO_INT64, IO_LLONG, IO_UCHAR, IO_DOUBLE, IO_I32LE, IO_I64LE, IO_F64LE, IO_FLOAT } IoType;
-/* A dataset's or attribute's class, as h5u_dataset_open checks it. */
+typedef enum {
+  IO_INT, IO_INT64, IO_LLONG, IO_UCHAR, IO_DOUBLE, IO_FLOAT, /* native */
+  IO_I32LE, IO_I64LE, IO_F64LE, IO_F32LE, IO_U8LE              /* in the file */
+} IoType;
+/* A dataset's or attribute's class, as io_dataset_open checks it. */
 typedef enum { IO_CLASS_OTHER = -1, IO_CLASS_INT = 0, IO_CLASS_FLOAT = 1 } IoClass;
 typedef PetscErrorCode (*IoTask)(void *ctx);
 
-/* Runs task(ctx) on rank 0 of comm; on failure every rank raises rank 0's
- * message (one collective error). */
+/* Runs task(ctx) on rank 0 of comm with errors returned silently, then makes
+ * its outcome collective: on failure every rank raises rank 0's message. */
 PetscErrorCode io_on_root(MPI_Comm comm, IoTask task, void *ctx);
 /* Rank 0 of comm opens path read-only (kind names it in messages: "plan
  * file", "schedule file"), runs read(file, ctx) and closes it; one
  * collective error as io_on_root. What read fills is rank 0's: broadcast it. */
 PetscErrorCode io_read_on_root(MPI_Comm comm, const char *kind, const char *path, IoFileFn read, void *ctx);
-/* The same on the calling rank alone; io_open_read only opens (io_close closes). */
+/* The same on the calling rank alone (closed whatever happened); io_open_read
+ * only opens (io_close closes). Messages: "<kind> <path>: no such file", "...
+ * not a readable HDF5 file (truncated or corrupt?)". */
 PetscErrorCode io_read_file(const char *kind, const char *path, IoFileFn read, void *ctx);
 PetscErrorCode io_open_read(const char *kind, const char *path, IoId *file);
-/* Creates path atomically (a temporary, fsynced and renamed): fill writes
- * the contents. Calling rank only. */
+/* Creates path atomically: fill writes the contents into
+ * "<path>.tmp.<host>.<pid>", which is then flushed, closed, fsync'ed and
+ * renamed over path; on any failure the temporary is removed and path is
+ * untouched. Stale temporaries in path's directory are removed first.
+ * Calling rank only. */
 PetscErrorCode io_write_atomic(const char *kind, const char *path, IoFileFn fill, void *ctx);
-/* Refuses an output path that is a directory, link, device or pipe, or sits
- * in a missing or read-only directory. Calling rank only. */
+/* Every output goes through this before it is created or replaced: refuses
+ * a path that is a directory, link, device or pipe (which would be replaced),
+ * or sits in a missing or read-only directory. Calling rank only. */
 PetscErrorCode io_output_ok(const char *kind, const char *path);
-/* Attributes rlfuse_version and git_revision on obj. */
+/* Attributes rlfuse_version and git_revision on obj (every file rlfuse creates). */
 PetscErrorCode io_write_version(IoId obj);
 /* MPI_Bcast of arrays of any length. */
 PetscErrorCode io_bcast(void *buf, size_t count, MPI_Datatype type, MPI_Comm comm);
@@ -284,8 +293,12 @@ PetscBool io_attr_exists(IoId obj, const char *name);
 PetscErrorCode io_group_open(IoId loc, const char *where, const char *name, IoId *g);
 PetscErrorCode io_group_create(IoId loc, const char *where, const char *name, IoId *g);
 
-/* Attributes, as h5util's writers and readers (docs/design.md: one checked
- * reader per type; `where` names the object in messages). */
+/* Attributes. Writers replace an existing attribute of the same name; strings
+ * are variable-length UTF-8 (h5py reads them as str). One checked reader per
+ * type (docs/design.md): one value (not an array) of the right class;
+ * integers of any width (h5py writes int64) within [lo, hi], doubles finite,
+ * fixed or variable strings; `where` names the object in messages
+ * ("checkpoint x.h5 /policy"). */
 PetscErrorCode io_attr_write_int(IoId obj, const char *name, IoType type, int64_t value);
 PetscErrorCode io_attr_write_double(IoId obj, const char *name, double value);
 PetscErrorCode io_attr_write_doubles(IoId obj, const char *name, int n, const double *v);
@@ -296,8 +309,10 @@ PetscErrorCode io_attr_read_string(IoId obj, const char *where, const char *name
 /* The class of attribute `name` of obj (IO_CLASS_OTHER: neither integer nor float). */
 PetscErrorCode io_attr_class(IoId obj, const char *where, const char *name, IoClass *cls);
 
-/* Datasets, as h5u_dataset_open/read/write: open checks the class, element
- * size (0: any) and shape (a dims entry of 0 accepts and returns any extent). */
+/* Datasets: open checks the class, element size (0: any) and shape (a dims
+ * entry of 0 accepts and returns any extent); `where` prefixes messages
+ * ("checkpoint x.h5"), `full` is the absolute name shown. read reads the
+ * whole dataset as mem (HDF5 converts); write creates a contiguous one. */
 PetscErrorCode io_dataset_open(IoId loc, const char *where, const char *full, const char *name, IoClass cls, size_t size, int ndim, IoSize *dims, IoId *dset);
 PetscErrorCode io_dataset_read(IoId dset, const char *where, const char *full, IoType mem, void *buf);
 PetscErrorCode io_dataset_write(IoId loc, const char *name, IoType file_type, IoType mem_type, int ndim, const IoSize *dims, const void *buf);

@@ -116,14 +116,14 @@ static PetscErrorCode ckpt_write_config(hid_t g, const ModelConfig *cfg)
 
     if (!ckpt_attr_carried(cfg, a)) continue;
     if (a->kind == CKPT_DOUBLE) {
-      PetscCall(h5u_attr_write_double(g, a->name, *(const double *)((const char *)cfg + a->offset)));
+      PetscCall(io_attr_write_double(g, a->name, *(const double *)((const char *)cfg + a->offset)));
       continue;
     }
     v = ckpt_attr_get_int(cfg, a);
     if (!v && a->absent == CKPT_OMIT_ZERO) continue;
     if (!v && a->fallback) v = a->fallback(cfg);
-    if (a->kind == CKPT_ENUM) PetscCall(h5u_attr_write_string(g, a->name, a->names[v]));
-    else PetscCall(h5u_attr_write_int(g, a->name, H5T_STD_I32LE, v));
+    if (a->kind == CKPT_ENUM) PetscCall(io_attr_write_string(g, a->name, a->names[v]));
+    else PetscCall(io_attr_write_int(g, a->name, IO_I32LE, v));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -164,7 +164,7 @@ static PetscErrorCode ckpt_write_tensors(hid_t loc, const char *name, const Ckpt
     h5u_agree(comm, &e, msg);
     PetscCall(e);
   }
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -182,12 +182,12 @@ static PetscErrorCode ckpt_write_model_place(hid_t file, MPI_Comm comm, CkptWrit
   if (cm->with_optim) {
     o = H5Gcreate2(g, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     H5Call(o, "HDF5: cannot create group optim");
-    PetscCall(h5u_attr_write_int(o, "step", H5T_STD_I64LE, pl->step));
+    PetscCall(io_attr_write_int(o, "step", IO_I64LE, pl->step));
     PetscCall(ckpt_write_tensors(o, "m", pl, 1, comm, ctx, msg));
     PetscCall(ckpt_write_tensors(o, "v", pl, 2, comm, ctx, msg));
-    PetscCall(h5u_close(&o));
+    PetscCall(io_close(&o));
   }
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -212,12 +212,12 @@ static PetscErrorCode ckpt_write_state(hid_t file, const CkptState *st)
   PetscFunctionBegin;
   g = H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Call(g, "HDF5: cannot create group /state");
-  PetscCall(h5u_attr_write_int(g, "iteration", H5T_STD_I64LE, st->iteration));
-  PetscCall(h5u_attr_write_int(g, "data_pos", H5T_STD_I64LE, st->data_pos));
-  PetscCall(h5u_attr_write_int(g, "seed", H5T_STD_I64LE, st->seed));
-  PetscCall(h5u_attr_write_double(g, "kl_coef", st->kl_coef));
-  PetscCall(h5u_write_version(g));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_attr_write_int(g, "iteration", IO_I64LE, st->iteration));
+  PetscCall(io_attr_write_int(g, "data_pos", IO_I64LE, st->data_pos));
+  PetscCall(io_attr_write_int(g, "seed", IO_I64LE, st->seed));
+  PetscCall(io_attr_write_double(g, "kl_coef", st->kl_coef));
+  PetscCall(io_write_version(g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -251,12 +251,12 @@ static PetscErrorCode ckpt_copy_tokenizer(hid_t file, void *vctx)
 
   PetscFunctionBegin;
   (void)vctx;
-  PetscCall(h5u_open_read("checkpoint", ckpt_tokenizer_src, &src));
+  PetscCall(io_open_read("checkpoint", ckpt_tokenizer_src, &src));
   if (H5Ocopy(src, "tokenizer", file, "tokenizer", H5P_DEFAULT, H5P_DEFAULT) < 0) {
     h5u_fclose(src);
     SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "copying /tokenizer from %s failed", ckpt_tokenizer_src);
   }
-  PetscCall(h5u_close(&src));
+  PetscCall(io_close(&src));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -344,7 +344,7 @@ static PetscErrorCode ckpt_read_attr_int(hid_t g, const char *where, const char 
   int64_t v;
 
   PetscFunctionBegin;
-  PetscCall(h5u_attr_read_int(g, where, name, 0, INT32_MAX, &v));
+  PetscCall(io_attr_read_int(g, where, name, 0, INT32_MAX, &v));
   *value = (int)v;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -358,7 +358,7 @@ static PetscErrorCode ckpt_read_attr_enum(hid_t g, const char *where, const char
   int  n = 0;
 
   PetscFunctionBegin;
-  PetscCall(h5u_attr_read_string(g, where, name, buf, sizeof buf));
+  PetscCall(io_attr_read_string(g, where, name, buf, sizeof buf));
   while (names[n + 2]) n++;
   for (int i = 0; i < n; i++) {
     if (!strcmp(buf, names[i])) {
@@ -381,7 +381,7 @@ static PetscErrorCode ckpt_read_attr(hid_t g, const char *where, const CkptAttr 
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   if (a->kind == CKPT_DOUBLE) {
-    PetscCall(h5u_attr_read_double(g, where, a->name, (double *)((char *)cfg + a->offset)));
+    PetscCall(io_attr_read_double(g, where, a->name, (double *)((char *)cfg + a->offset)));
   } else {
     if (a->kind == CKPT_ENUM) PetscCall(ckpt_read_attr_enum(g, where, a->name, a->names, &v));
     else PetscCall(ckpt_read_attr_int(g, where, a->name, &v));
@@ -424,7 +424,7 @@ static PetscErrorCode ckpt_read_config_file(hid_t file, void *vctx)
   PetscFunctionBegin;
   PetscCall(ckpt_open_group(file, ctx->path, "", ctx->role, "", &g));
   PetscCall(ckpt_read_group_config(g, ctx->path, ctx->role, ctx->cfg));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -434,7 +434,7 @@ static PetscErrorCode ckpt_read_config_task(void *vctx)
 
   PetscFunctionBegin;
   PetscCall(ckpt_check_role(ctx->path, ctx->role));
-  PetscCall(h5u_read_file("checkpoint", ctx->path, ckpt_read_config_file, ctx));
+  PetscCall(io_read_file("checkpoint", ctx->path, ckpt_read_config_file, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -443,7 +443,7 @@ PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *rol
   CkptConfigCtx ctx = {path, role, cfg};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, ckpt_read_config_task, &ctx));
+  PetscCall(io_on_root(comm, ckpt_read_config_task, &ctx));
   PetscCallMPI(MPI_Bcast(cfg, (int)sizeof *cfg, MPI_BYTE, 0, comm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -545,11 +545,11 @@ static PetscErrorCode ckpt_check_tensors(hid_t loc, const char *parent, const ch
 
     if (ckpt_skip(ctx->model, t)) continue;
     PetscCall(PetscSNPrintf(full, sizeof full, "%s/%s/%s", parent, name, t->name));
-    PetscCall(h5u_dataset_open(g, where, full, t->name, H5T_FLOAT, sizeof(float), t->ndim, dims, &d));
-    PetscCall(h5u_close(&d));
+    PetscCall(io_dataset_open(g, where, full, t->name, IO_CLASS_FLOAT, sizeof(float), t->ndim, dims, &d));
+    PetscCall(io_close(&d));
   }
   PetscCall(ckpt_check_no_extra(g, parent, name, ctx));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -563,11 +563,11 @@ static PetscErrorCode ckpt_check_optim(hid_t role, CkptModelCtx *ctx)
   PetscCall(PetscSNPrintf(parent, sizeof parent, "/%s", r));
   PetscCall(ckpt_open_group(role, ctx->path, parent, "optim", " (saved without optimizer state)", &g));
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s /%s/optim", ctx->path, r));
-  PetscCall(h5u_attr_read_int(g, where, "step", 0, INT32_MAX, &ctx->step));
+  PetscCall(io_attr_read_int(g, where, "step", 0, INT32_MAX, &ctx->step));
   PetscCall(PetscSNPrintf(parent, sizeof parent, "/%s/optim", r));
   PetscCall(ckpt_check_tensors(g, parent, "m", ctx));
   PetscCall(ckpt_check_tensors(g, parent, "v", ctx));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -587,7 +587,7 @@ static PetscErrorCode ckpt_check_model_file(hid_t file, void *vctx)
   PetscCall(PetscSNPrintf(parent, sizeof parent, "/%s", r));
   PetscCall(ckpt_check_tensors(g, parent, "params", ctx));
   if (ctx->model->with_optim) PetscCall(ckpt_check_optim(g, ctx));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -597,7 +597,7 @@ static PetscErrorCode ckpt_check_model_task(void *vctx)
 
   PetscFunctionBegin;
   PetscCall(ckpt_check_role(ctx->path, ctx->model->role));
-  PetscCall(h5u_read_file("checkpoint", ctx->path, ckpt_check_model_file, ctx));
+  PetscCall(io_read_file("checkpoint", ctx->path, ckpt_check_model_file, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -621,7 +621,7 @@ static PetscErrorCode ckpt_read_tensors(hid_t loc, const char *name, int which, 
     h5u_agree(comm, &e, msg);
     PetscCall(e);
   }
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -638,9 +638,9 @@ static PetscErrorCode ckpt_read_model_data(hid_t file, MPI_Comm comm, CkptModelC
     H5Call(o, "cannot open group /%s/optim", ctx->model->role);
     PetscCall(ckpt_read_tensors(o, "m", 1, comm, ctx, msg));
     PetscCall(ckpt_read_tensors(o, "v", 2, comm, ctx, msg));
-    PetscCall(h5u_close(&o));
+    PetscCall(io_close(&o));
   }
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -665,7 +665,7 @@ static PetscErrorCode ckpt_read_model_fill(hid_t file, MPI_Comm comm, void *vctx
 static PetscErrorCode ckpt_read_model_place(MPI_Comm comm, CkptModelCtx *ctx)
 {
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, ckpt_check_model_task, ctx));
+  PetscCall(io_on_root(comm, ckpt_check_model_task, ctx));
   PetscCallMPI(MPI_Bcast(&ctx->step, 1, MPI_INT64_T, 0, comm));
   PetscCall(h5u_read_comm(comm, "checkpoint", ctx->path, ckpt_read_model_fill, ctx));
   PetscCall(ckpt_place_share(&ctx->pl, ctx->model->with_optim));
@@ -716,12 +716,12 @@ static PetscErrorCode ckpt_read_state_file(hid_t file, void *vctx)
   PetscFunctionBegin;
   PetscCall(ckpt_open_group(file, ctx->path, "", "state", "", &g));
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s /state", ctx->path));
-  PetscCall(h5u_attr_read_int(g, where, "iteration", 0, PETSC_MAX_INT, &ctx->v[0]));
-  PetscCall(h5u_attr_read_int(g, where, "data_pos", 0, PETSC_MAX_INT, &ctx->v[1]));
-  PetscCall(h5u_attr_read_int(g, where, "seed", 0, PETSC_MAX_INT, &ctx->v[2]));
+  PetscCall(io_attr_read_int(g, where, "iteration", 0, PETSC_MAX_INT, &ctx->v[0]));
+  PetscCall(io_attr_read_int(g, where, "data_pos", 0, PETSC_MAX_INT, &ctx->v[1]));
+  PetscCall(io_attr_read_int(g, where, "seed", 0, PETSC_MAX_INT, &ctx->v[2]));
   ctx->kl_coef = 0; /* files from before the attribute existed */
-  if (H5Aexists(g, "kl_coef") > 0) PetscCall(h5u_attr_read_double(g, where, "kl_coef", &ctx->kl_coef));
-  PetscCall(h5u_close(&g));
+  if (H5Aexists(g, "kl_coef") > 0) PetscCall(io_attr_read_double(g, where, "kl_coef", &ctx->kl_coef));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -730,7 +730,7 @@ static PetscErrorCode ckpt_read_state_task(void *vctx)
   CkptStateCtx *ctx = (CkptStateCtx *)vctx;
 
   PetscFunctionBegin;
-  PetscCall(h5u_read_file("checkpoint", ctx->path, ckpt_read_state_file, ctx));
+  PetscCall(io_read_file("checkpoint", ctx->path, ckpt_read_state_file, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -739,7 +739,7 @@ PetscErrorCode ckpt_read_state_local(const char *path, CkptState *st)
   CkptStateCtx ctx = {path, {0, 0, 0}, 0};
 
   PetscFunctionBegin;
-  PetscCall(h5u_read_file("checkpoint", path, ckpt_read_state_file, &ctx));
+  PetscCall(io_read_file("checkpoint", path, ckpt_read_state_file, &ctx));
   st->iteration = (PetscInt)ctx.v[0];
   st->data_pos  = (PetscInt)ctx.v[1];
   st->seed      = (PetscInt)ctx.v[2];
@@ -752,7 +752,7 @@ PetscErrorCode ckpt_read_state(MPI_Comm comm, const char *path, CkptState *st)
   CkptStateCtx ctx = {path, {0, 0, 0}, 0};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, ckpt_read_state_task, &ctx));
+  PetscCall(io_on_root(comm, ckpt_read_state_task, &ctx));
   PetscCallMPI(MPI_Bcast(ctx.v, 3, MPI_INT64_T, 0, comm));
   PetscCallMPI(MPI_Bcast(&ctx.kl_coef, 1, MPI_DOUBLE, 0, comm));
   st->iteration = (PetscInt)ctx.v[0];
@@ -782,7 +782,7 @@ static PetscErrorCode ckpt_has_role_task(void *vctx)
   CkptHasCtx *ctx = (CkptHasCtx *)vctx;
 
   PetscFunctionBegin;
-  PetscCall(h5u_read_file("checkpoint", ctx->path, ckpt_has_role_file, ctx));
+  PetscCall(io_read_file("checkpoint", ctx->path, ckpt_has_role_file, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -791,7 +791,7 @@ PetscErrorCode ckpt_has_role(MPI_Comm comm, const char *path, const char *role, 
   CkptHasCtx ctx = {path, role, 0};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, ckpt_has_role_task, &ctx));
+  PetscCall(io_on_root(comm, ckpt_has_role_task, &ctx));
   PetscCallMPI(MPI_Bcast(&ctx.has, 1, MPI_INT, 0, comm));
   *has = ctx.has ? PETSC_TRUE : PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -39,8 +39,8 @@ static PetscErrorCode replace_texts(hid_t g, ReplaceCtx *ctx)
   nb = (hsize_t)off[ctx->ntexts];
   PetscCall(PetscSNPrintf(bn, sizeof bn, "%s_bytes", ctx->text_name));
   PetscCall(PetscSNPrintf(on, sizeof on, "%s_offsets", ctx->text_name));
-  PetscCall(h5u_dataset_write(g, bn, H5T_STD_U8LE, H5T_NATIVE_UCHAR, 1, &nb, bytes));
-  PetscCall(h5u_dataset_write(g, on, H5T_STD_I64LE, H5T_NATIVE_INT64, 1, &no, off));
+  PetscCall(io_dataset_write(g, bn, IO_U8LE, IO_UCHAR, 1, &nb, bytes));
+  PetscCall(io_dataset_write(g, on, IO_I64LE, IO_INT64, 1, &no, off));
   PetscCall(PetscFree(bytes));
   PetscCall(PetscFree(off));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -56,7 +56,7 @@ static PetscErrorCode evals_group_write(hid_t file, ReplaceCtx *ctx)
   H5Call(g, "%s: cannot create group /%s", ctx->path, ctx->group);
   PetscCall(io_group_fill(g, ctx->d, ctx->n, ctx->attr_names, ctx->attr_values, ctx->nattr));
   if (ctx->texts) PetscCall(replace_texts(g, ctx));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -64,7 +64,7 @@ static PetscErrorCode evals_group_write(hid_t file, ReplaceCtx *ctx)
 static PetscErrorCode evals_fill_new(hid_t file, void *vctx)
 {
   PetscFunctionBegin;
-  PetscCall(h5u_write_version(file));
+  PetscCall(io_write_version(file));
   PetscCall(evals_group_write(file, (ReplaceCtx *)vctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -77,7 +77,7 @@ static PetscErrorCode evals_append(ReplaceCtx *ctx)
 
   PetscFunctionBegin;
   H5Call(fapl, "%s: cannot set up HDF5 file access", ctx->path);
-  ierr = h5u_output_check("evaluations file", ctx->path);
+  ierr = io_output_ok("evaluations file", ctx->path);
   if (ierr) H5Pclose(fapl);
   PetscCall(ierr);
   file = H5Fopen(ctx->path, H5F_ACC_RDWR, fapl);
@@ -94,7 +94,7 @@ static PetscErrorCode replace_task(void *vctx)
 
   PetscFunctionBegin;
   if (H5Fis_hdf5(ctx->path) > 0) PetscCall(evals_append(ctx));
-  else PetscCall(h5u_write_atomic("evaluations file", ctx->path, evals_fill_new, ctx));
+  else PetscCall(io_write_atomic("evaluations file", ctx->path, evals_fill_new, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -103,6 +103,6 @@ PetscErrorCode io_group_replace(MPI_Comm comm, const char *path, const char *gro
   ReplaceCtx ctx = {path, group, text_name, d, n, nattr, ntexts, texts, attr_names, attr_values};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, replace_task, &ctx));
+  PetscCall(io_on_root(comm, replace_task, &ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -105,7 +105,7 @@ static PetscErrorCode io_files_compare(const IoFileGiven *given, int n)
   PetscFunctionBegin;
   for (int i = 0; i < n; i++) {
     if (given[i].opt->role != IO_FILE_OUT) continue;
-    PetscCall(h5u_output_check(given[i].opt->option, given[i].value));
+    PetscCall(io_output_ok(given[i].opt->option, given[i].value));
     for (int j = 0; j < n; j++) {
       if (j == i || !io_file_same(&given[i], &given[j])) continue;
       PetscCheck(given[j].opt->role != IO_FILE_IN, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s %s is also an input of this run (%s %s); choose another output file", given[i].opt->option, given[i].value, given[j].opt->option, given[j].value);
@@ -143,6 +143,6 @@ PetscErrorCode io_files_check(MPI_Comm comm, const IoFileOption *const *tables, 
   IoFilesCtx ctx = {tables, n};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, io_files_task, &ctx));
+  PetscCall(io_on_root(comm, io_files_task, &ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -18,9 +18,10 @@ PetscErrorCode io_group_fill(hid_t g, const IODataset *d, int n, const char *con
   PetscFunctionBegin;
   for (int i = 0; i < n; i++) {
     hsize_t dims[2] = {(hsize_t)d[i].dims[0], (hsize_t)d[i].dims[1]};
-    PetscCall(h5u_dataset_write(g, d[i].name, d[i].is_int ? H5T_STD_I32LE : H5T_IEEE_F32LE, d[i].is_int ? H5T_NATIVE_INT : H5T_NATIVE_FLOAT, d[i].ndim, dims, d[i].data));
+    PetscCall(io_dataset_write(g, d[i].name, d[i].is_int ? IO_I32LE : IO_F32LE, d[i].is_int ? IO_INT : IO_FLOAT,
+                               d[i].ndim, dims, d[i].data));
   }
-  for (int i = 0; i < nattr; i++) PetscCall(h5u_attr_write_double(g, attr_names[i], attr_values[i]));
+  for (int i = 0; i < nattr; i++) PetscCall(io_attr_write_double(g, attr_names[i], attr_values[i]));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -33,7 +34,7 @@ static PetscErrorCode group_write(hid_t file, GroupCtx *ctx)
   g = H5Gcreate2(file, ctx->group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Call(g, "%s: cannot create group /%s", ctx->path, ctx->group);
   PetscCall(io_group_fill(g, ctx->d, ctx->n, ctx->attr_names, ctx->attr_values, ctx->nattr));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -45,7 +46,7 @@ static PetscErrorCode group_task(void *vctx)
 
   PetscFunctionBegin;
   if (fapl >= 0) {
-    PetscErrorCode ierr0 = h5u_output_check("output", ctx->path);
+    PetscErrorCode ierr0 = io_output_ok("output", ctx->path);
     if (ierr0) H5Pclose(fapl);
     PetscCall(ierr0);
   }
@@ -63,6 +64,6 @@ PetscErrorCode io_group_append(MPI_Comm comm, const char *path, const char *grou
   GroupCtx ctx = {path, group, d, n, nattr, attr_names, attr_values};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, group_task, &ctx));
+  PetscCall(io_on_root(comm, group_task, &ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

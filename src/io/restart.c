@@ -73,7 +73,7 @@ PetscErrorCode ckpt_resolve_restart(MPI_Comm comm, const char *dir, char *restar
   PetscFunctionBegin;
   PetscCall(PetscStrcmp(restart, "latest", &latest));
   if (!latest) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(h5u_rank0(comm, restart_scan, &s));
+  PetscCall(io_on_root(comm, restart_scan, &s));
   PetscCallMPI(MPI_Bcast(s.best, (int)sizeof s.best, MPI_CHAR, 0, comm));
   PetscCallMPI(MPI_Bcast(&s.best_it, 1, MPI_INT64_T, 0, comm));
   PetscCallMPI(MPI_Bcast(&s.nskipped, 1, MPI_INT, 0, comm));
