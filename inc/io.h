@@ -98,13 +98,9 @@ PetscErrorCode ckpt_has_role(MPI_Comm comm, const char *path, const char *role, 
 PetscErrorCode ckpt_read_model(MPI_Comm comm, const char *path, const CkptModel *model);
 PetscErrorCode ckpt_read_model_placed(MPI_Comm comm, const char *path, const CkptModel *model, const CkptWhere *where);
 PetscErrorCode ckpt_read_state(MPI_Comm comm, const char *path, CkptState *st);
-/* The same on this rank alone (no collective; for scans of many files). */
+/* The same on this rank alone (no collective; for scans of many files:
+ * HDF5 prints nothing for a file it cannot read). */
 PetscErrorCode ckpt_read_state_local(const char *path, CkptState *st);
-/* "-restart latest": when restart is "latest", replaces it with the newest
- * readable checkpoint (ckpt_<n>.h5 or final.h5, by /state@iteration) in dir,
- * or with "" (a fresh start) when there is none; any other value is kept.
- * Collective; says on stdout what it picked. */
-PetscErrorCode ckpt_resolve_restart(MPI_Comm comm, const char *dir, char *restart, size_t len);
 
 /* ---- run records ------------------------------------------------------- */
 typedef struct RunRecord RunRecord;
@@ -121,27 +117,6 @@ PetscErrorCode record_step(RunRecord *rec, PetscInt step);
 /* A scalar summary attribute on /summary. */
 PetscErrorCode record_summary(RunRecord *rec, const char *name, double value);
 PetscErrorCode record_close(RunRecord **rec);
-
-/* ---- the timeline (src/io/timeline.c) ------------------------------------ */
-/* Each rank notes the calls it runs; record_step appends them to /timeline
- * (one row per call: rank, step, call, start, end). */
-#define TIMELINE_MAX_NAMES 64
-#define TIMELINE_NAME_LEN  48
-typedef struct {
-  int     n, *rank, *call;     /* call: index into names */
-  double *start, *end;         /* seconds since the record was opened */
-  char    names[TIMELINE_MAX_NAMES][TIMELINE_NAME_LEN];
-  int     nnames;              /* grows; indices stay valid across steps */
-} TimelineRows;
-/* Sets the zero of time (after a barrier on comm) and clears the buffer;
- * record_open calls it. Collective. */
-PetscErrorCode timeline_start(MPI_Comm comm);
-/* This rank ran `call` (a name without spaces) from t0 to t1 (sys_wtime). */
-PetscErrorCode timeline_mark(const char *call, double t0, double t1);
-/* Rank 0 gets every rank's calls since the last gather; clears the buffers.
- * Collective. */
-PetscErrorCode timeline_gather(MPI_Comm comm, TimelineRows *rows);
-PetscErrorCode timeline_rows_free(TimelineRows *rows);
 
 /* One dataset of a group: int32 or float32, 1-D ([dims[0]]) or 2-D. */
 typedef struct {
@@ -192,12 +167,16 @@ PetscErrorCode io_group_append(MPI_Comm comm, const char *path, const char *grou
  * (io_keep_previous_local: this rank alone). */
 PetscErrorCode io_keep_previous(MPI_Comm comm, const char *dir, const char *stem);
 PetscErrorCode io_keep_previous_local(const char *dir, const char *stem);
-/* Writes group `group` (replacing one of that name) into path through a
- * temporary and a rename, copying the file's other groups: datasets, double
- * attributes and, when texts is not NULL, ntexts row texts as
- * <text_name>_bytes and <text_name>_offsets (a prompt file's layout; a NULL
- * row is empty). Rank 0 writes; collective. */
-PetscErrorCode io_group_replace(MPI_Comm comm, const char *path, const char *group, const IODataset *d, int n, const char *text_name, const char *const *texts, int ntexts, const char *const *attr_names, const double *attr_values, int nattr);
+/* Writes group `group` (replacing one of that name) into path, a file that
+ * a reader may look at while the run goes on: the first group creates it
+ * through a temporary and a rename, later ones are added in place, without
+ * HDF5's lock (src/io/group.c says why). Datasets, double attributes and,
+ * when texts is not NULL, ntexts row texts as <text_name>_bytes and
+ * <text_name>_offsets (a prompt file's layout; a NULL row is empty). kind
+ * names the file in messages ("evaluations file"). Rank 0 writes; collective. */
+PetscErrorCode io_group_replace(MPI_Comm comm, const char *kind, const char *path, const char *group, const IODataset *d,
+                                int n, const char *text_name, const char *const *texts, int ntexts,
+                                const char *const *attr_names, const double *attr_values, int nattr);
 /* The same into an open run record: group `group` (a path such as
  * "plan/actor_gen": missing parents are created; a group of that name is
  * replaced, children included), then a flush. Rank 0 writes; collective. */

@@ -736,10 +736,16 @@ static PetscErrorCode ckpt_read_state_task(void *vctx)
 
 PetscErrorCode ckpt_read_state_local(const char *path, CkptState *st)
 {
-  CkptStateCtx ctx = {path, {0, 0, 0}, 0};
+  CkptStateCtx   ctx = {path, {0, 0, 0}, 0};
+  PetscErrorCode ierr;
 
   PetscFunctionBegin;
-  PetscCall(io_read_file("checkpoint", path, ckpt_read_state_file, &ctx));
+  H5E_BEGIN_TRY /* a scan meets truncated files: HDF5 prints nothing, the error says it */
+  {
+    ierr = io_read_file("checkpoint", path, ckpt_read_state_file, &ctx);
+  }
+  H5E_END_TRY;
+  PetscCall(ierr);
   st->iteration = (PetscInt)ctx.v[0];
   st->data_pos  = (PetscInt)ctx.v[1];
   st->seed      = (PetscInt)ctx.v[2];

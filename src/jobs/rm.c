@@ -418,7 +418,7 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
   CkptState st = {0, 0, run->seed, 0};
 
   PetscFunctionBegin;
-  PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
+  PetscCall(train_restart_resolve(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCheck(o->sft[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode rm needs -rm_sft_checkpoint FILE (the SFT model whose trunk starts the reward model)");
   PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
   PetscCall(ckpt_read_config(run->comm, o->sft, "policy", &cfg));

@@ -394,7 +394,7 @@ PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
   CkptState  st = {0, 0, run->seed, 0};
 
   PetscFunctionBegin;
-  PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
+  PetscCall(train_restart_resolve(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCall(sft_prepare(run, o, PETSC_TRUE, &src, &needs));
   if (run->dry_run) {
     PetscCall(trainer_count(&o->cfg, &nparams));

@@ -809,7 +809,7 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   const char  *tables[2] = {o->restart, o->actor_ckpt}; /* where the tokens' text comes from */
 
   PetscFunctionBegin;
-  PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
+  PetscCall(train_restart_resolve(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCall(ppo_prepare(run, o, NULL, PETSC_TRUE, src, &ps, cfg, &needs));
   PetscCall(ppo_fused_train_setup(run, o, &fz)); /* a schedule file is checked before any work */
   PetscCall(ppo_rewards_setup(run, o, tables, 2, ps.src.builtin, (PetscBool)(ps.answers || ps.eval.answers), &rw));
@@ -867,7 +867,7 @@ PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *d)
   PetscCall(train_job_checkpoint_options(&job)); /* not the plan: the search makes one for other ranks */
   PetscCall(ppo_job_options(&job, &o));
   PetscCall(model_config_set_from_options("policy_", &policy)); /* a deck without checkpoints: SFT's model */
-  if (!help) PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o.restart, sizeof o.restart)); /* latest, with none there: a fresh start */
+  if (!help) PetscCall(train_restart_resolve(run->comm, run->output_dir, o.restart, sizeof o.restart)); /* latest, with none there: a fresh start */
   if (!help) PetscCall(reward_spec_parse("-reward_fn", o.reward.fn, &o.reward.spec));
   files = !help && (o.restart[0] || o.actor_ckpt[0] || o.reward.checkpoint[0]) ? PETSC_TRUE : PETSC_FALSE;
   o.has_reward_model = PETSC_TRUE; /* a deck without checkpoints: the pipeline's, with its reward model */
