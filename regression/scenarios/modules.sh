@@ -4,11 +4,12 @@
 # in src/plan, -cost_ in src/cost, -reward_ in src/reward; the others receive
 # the values), and each file option has one owner: the module that reads it
 # declares it (IoFileOption rows), and src/io names no option of another
-# module. Reads only the sources; ROOT (default .) is the tree checked.
+# module; src/io has one API (inc/io.h): its private header declares no twin
+# of an io.h call. Reads only the sources; ROOT (default .) is the tree checked.
 . regression/lib.sh
-plan 5
+plan 6
 "$PYTHON" - "${ROOT:-.}" <<'PY'
-import os, re, sys
+import glob, os, re, sys
 root = sys.argv[1]
 fails = 0
 def chk(name, bad):
@@ -81,5 +82,13 @@ bad = [f"{rel(p)}:{i + 1}:-{m.group(1)}" for p in srcs if rel(p).startswith("src
        for i, l in enumerate(re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text(p), flags=re.S).splitlines())
        for m in lit.finditer(l) if any(w != "src/io" for w in readers.get(m.group(1), ()))]
 chk("src/io names no option of another module (each module declares its own file options)", bad)
+
+# one API: no function of inc/internal/*.h is an io.h call again, or h5u_X beside io.h's io_X
+decl = re.compile(r"^[A-Za-z_][\w \t\*]*?\b([a-z]\w*)\s*\(", re.M)
+def declared(p): return set(decl.findall(code(text(p))))
+public = declared(os.path.join(root, "inc/io.h"))
+bad = [f"{rel(h)}:{f}" for h in sorted(glob.glob(os.path.join(root, "inc/internal/*.h"))) for f in sorted(declared(h))
+       if f in public or (f.startswith("h5u_") and "io_" + f[4:] in public)]
+chk("src/io has one API: inc/internal declares no twin of an inc/io.h call (h5u_X beside io_X)", bad)
 raise SystemExit(fails > 0)
 PY
