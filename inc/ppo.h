@@ -59,7 +59,6 @@ typedef struct {
   BuiltinTask    task;
   Plan        plan;
   TrainSched  sched; /* of the actor's and critic's training passes (-train_schedule) */
-  char        fuse_schedule[PETSC_MAX_PATH_LEN]; /* -fuse_train_schedule: the fused schedule file ("" : searched) */
 } PPOOptions;
 
 /* The algorithm's name as the pipeline's lines write it ("PPO", "GRPO", ...). */
@@ -67,6 +66,8 @@ const char *ppo_algo_title(const PPOOptions *o);
 
 /* Reads PPO's options; job: the lifecycle options read once (inc/train.h). */
 PetscErrorCode ppo_options(const TrainJobOptions *job, PPOOptions *o);
+/* The file options ppo reads (src/ppo/file_options.c), for io_files_check. */
+extern const IoFileOption ppo_file_options[];
 /* Runs the -algo's training; the held-out gold scores and KL of the summary are
  * returned when the pointers are not NULL (the pipeline prints them). */
 PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *sft_gold, double *ppo_gold, double *ppo_kl);

@@ -207,6 +207,28 @@ void sys_blas_core_select(char **argv);
 /* ---- timers and run context -------------------------------------------- */
 double sys_wtime(void);
 
+/* ---- the timeline (src/sys/timeline.c) ----------------------------------- */
+/* Each rank notes the calls it runs; the run record (record_step, src/io)
+ * appends them to /timeline (one row per call: rank, step, call, start, end). */
+#define TIMELINE_MAX_NAMES 64
+#define TIMELINE_NAME_LEN  48
+typedef struct {
+  int     n, *rank, *call;     /* call: index into names */
+  double *start, *end;         /* seconds since the record was opened */
+  char    names[TIMELINE_MAX_NAMES][TIMELINE_NAME_LEN];
+  int     nnames;              /* grows; indices stay valid across steps */
+} TimelineRows;
+/* Sets the zero of time (after a barrier on comm) and clears the buffer;
+ * record_open calls it. Collective. */
+PetscErrorCode timeline_start(MPI_Comm comm);
+/* This rank ran `call` (a name without spaces) from t0 to t1 (sys_wtime). */
+PetscErrorCode timeline_mark(const char *call, double t0, double t1);
+/* Rank 0 gets every rank's calls since the last gather; clears the buffers.
+ * Collective. */
+PetscErrorCode timeline_gather(MPI_Comm comm, TimelineRows *rows);
+PetscErrorCode timeline_rows_free(TimelineRows *rows);
+
+/* ---- the run context ------------------------------------------------------ */
 typedef struct {
   MPI_Comm  comm;
   int       rank, size;

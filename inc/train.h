@@ -136,6 +136,13 @@ typedef struct {
   Plan     plan;
 } TrainJobOptions;
 PetscErrorCode train_job_options(TrainJobOptions *j);
+/* "-restart latest" (src/train/restart.c): when restart is "latest", replaces
+ * it with the newest readable checkpoint (ckpt_<n>.h5 or final.h5, by
+ * /state@iteration) in dir, or with "" (a fresh start) when there is none;
+ * any other value is kept. Collective; says on stdout what it picked. */
+PetscErrorCode train_restart_resolve(MPI_Comm comm, const char *dir, char *restart, size_t len);
+/* The file options it reads (-restart), for io_files_check. */
+extern const IoFileOption train_file_options[];
 /* Only -checkpoint_every and -restart (j->plan untouched): for describing
  * the job to the cost model, which plans it for other ranks. */
 PetscErrorCode train_job_checkpoint_options(TrainJobOptions *j);

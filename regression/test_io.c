@@ -620,11 +620,11 @@ static PetscErrorCode test_evals(void)
 
   PetscFunctionBegin;
   path_in(path, "evals.h5");
-  PetscCall(io_group_replace(PETSC_COMM_WORLD, path, "iter_1", d, 1, "answer", texts, 2, an, av, 1));
+  PetscCall(io_group_replace(PETSC_COMM_WORLD, "evaluations file", path, "iter_1", d, 1, "answer", texts, 2, an, av, 1));
   if (stat(path, &st0)) ok = 0;
   x[0] = 3, av[0] = 0.75;
   for (int k = 0; k < 2; k++) { /* the second time: a restart's evaluation again */
-    PetscCall(io_group_replace(PETSC_COMM_WORLD, path, "iter_2", d, 1, "answer", texts, 2, an, av, 1));
+    PetscCall(io_group_replace(PETSC_COMM_WORLD, "evaluations file", path, "iter_2", d, 1, "answer", texts, 2, an, av, 1));
     if (stat(path, &st1) || st0.st_ino != st1.st_ino) ok = 0; /* after each write: a freed inode may come back */
   }
   if (rank == 0) {

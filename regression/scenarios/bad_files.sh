@@ -86,7 +86,7 @@ expect "generate from a reward model"   "-generate_checkpoint $d/rm/final.h5: -g
 long=$d/$(printf 'x%.0s' $(seq 4100))
 keep= expect_error "output_dir longer than a path" "-output_dir: value of 4[0-9]* characters is longer than the 4095 allowed" -options_file $deck -output_dir $long
 expect "score output = score input"     "-score_output $d/data.h5 is also an input" -mode score -score_checkpoint $ck -score_input $d/data.h5 -score_output $d/data.h5
-# every file option in one table (src/io/files.c), compared by what the paths
+# every file option in its module's table (IoFileOption), compared by what the paths
 # resolve to: an output that is an input or another output is refused before
 # any work (before, each overwrote the other and the run said it succeeded)
 ln -sfn $d/good $d/lnk
@@ -127,11 +127,11 @@ expect "deck: extra values on a line"   "extra.deck line 1: extra value '-sft_st
 expect "deck: '#' inside a value"      "hash.deck line 2: '#' inside a value" -options_file $d/hash.deck
 expect "deck: includes itself"          "self.deck includes itself"             -options_file $d/self.deck
 expect "deck: two decks include each other" "a.deck includes itself through .*b.deck" -options_file $d/a.deck
-# The table of file options (src/io/files.c) is complete: every option of
-# -help whose name says it holds a file is a row, so its role is checked with
+# The tables of file options (one per module, IoFileOption) are complete: every
+# option of -help whose name says it holds a file is a row, so its role is checked with
 # the others (-ppo_eval_prompts is a count, -train_schedule a schedule's name).
 named=$(rlfuse -help 2>&1 | sed -nE '/^  -[a-z0-9_]+ <(true|false)>/d; s/^  (-[a-z0-9_]+) <.*/\1/p' | sort -u | grep -E '(_checkpoint|_file|_output|_input|_data|_prompts|_timeline|_profile|_hardware|_schedule|_text|_lengths|^-restart)$' | grep -vxE -e '-ppo_eval_prompts' -e '-train_schedule')
-rows=$(grep -oE '^ *\{"-[a-z0-9_]+", IO_FILE_' src/io/files.c | grep -oE -- '-[a-z0-9_]+' | sort -u)
+rows=$(grep -rhoE '^ *\{"-[a-z0-9_]+", IO_FILE_' src | grep -oE -- '-[a-z0-9_]+' | sort -u)
 missing=$(comm -23 <(echo "$named") <(echo "$rows") | tr '\n' ' ')
-check "every file option of -help is in src/io/files.c's table (missing: ${missing:-none})" test -z "$missing" -a -n "$named"
+check "every file option of -help is a row of its module's file options (missing: ${missing:-none})" test -z "$missing" -a -n "$named"
 finish

@@ -30,6 +30,13 @@ typedef struct {
   double           time[2]; /* seconds in forwards and backwards on this rank */
 } RMPass;
 
+/* The files it reads, for io_files_check. */
+const IoFileOption rm_file_options[] = {
+  {"-rm_sft_checkpoint", IO_FILE_IN, NULL, NULL},
+  {"-rm_data", IO_FILE_IN, "builtin", NULL},
+  {NULL, IO_FILE_IN, NULL, NULL},
+};
+
 PetscErrorCode rm_options(const TrainJobOptions *job, RMOptions *o)
 {
   PetscFunctionBegin;
@@ -419,7 +426,7 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
   CkptState st = {0, 0, run->seed, 0};
 
   PetscFunctionBegin;
-  PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
+  PetscCall(train_restart_resolve(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCheck(o->sft[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode rm needs -rm_sft_checkpoint FILE (the SFT model whose trunk starts the reward model)");
   PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
   PetscCall(ckpt_read_config(run->comm, o->sft, "policy", &cfg));

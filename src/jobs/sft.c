@@ -22,6 +22,13 @@ typedef struct {
   double     time[2]; /* seconds in forwards and backwards on this rank */
 } SFTPass;
 
+/* The files it reads, for io_files_check. */
+const IoFileOption sft_file_options[] = {
+  {"-init_checkpoint", IO_FILE_IN, NULL, NULL},
+  {"-sft_data", IO_FILE_IN, "builtin", NULL},
+  {NULL, IO_FILE_IN, NULL, NULL},
+};
+
 PetscErrorCode sft_options(const TrainJobOptions *job, SFTOptions *o)
 {
   PetscFunctionBegin;
@@ -395,7 +402,7 @@ PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
   CkptState  st = {0, 0, run->seed, 0};
 
   PetscFunctionBegin;
-  PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
+  PetscCall(train_restart_resolve(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCall(sft_prepare(run, o, PETSC_TRUE, &src, &needs));
   if (run->dry_run) {
     PetscCall(trainer_count(&o->cfg, &nparams));

@@ -234,7 +234,7 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   const char   *tables[2] = {o->restart, o->actor_ckpt}; /* where the tokens' text comes from */
 
   PetscFunctionBegin;
-  PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
+  PetscCall(train_restart_resolve(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCall(ppo_prepare(run, o, NULL, PETSC_TRUE, &s));
   PetscCall(ppo_fused_train_setup(run, o, &fz)); /* a schedule file is checked before any work */
   PetscCall(ppo_rewards_setup(run, o, tables, 2, s.ps.src.builtin, (PetscBool)(s.ps.answers || s.ps.eval.answers), &rw));

@@ -8,6 +8,12 @@
 #include "train.h"
 #include <signal.h>
 
+/* -restart latest names no file: the newest checkpoint is found later. */
+const IoFileOption train_file_options[] = {
+  {"-restart", IO_FILE_IN, "latest", NULL},
+  {NULL, IO_FILE_IN, NULL, NULL},
+};
+
 PetscErrorCode train_job_checkpoint_options(TrainJobOptions *j)
 {
   PetscFunctionBegin;
