@@ -70,7 +70,7 @@ PetscErrorCode ppo_options(const TrainJobOptions *job, PPOOptions *o);
 extern const IoFileOption ppo_file_options[];
 /* Runs the -algo's training; the held-out gold scores and KL of the summary are
  * returned when the pointers are not NULL (the pipeline prints them). */
-PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *sft_gold, double *ppo_gold, double *ppo_kl);
+PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *initial_gold, double *ppo_gold, double *ppo_kl);
 /* The PPO stage's checks before any work; with policy (-mode pipeline) the
  * models' architecture is the SFT one, as the earlier stages will write it.
  * With print, the plan and the dry-run summary are printed. */

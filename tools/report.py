@@ -42,8 +42,8 @@ CURVES = [
 ]
 # Held-out curves whose first and last points are in /summary: the policy
 # before training (step 0) and after it (the last step).
-ENDS = {"eval_gold": ("sft_gold", "final_gold"), "eval_reward": ("sft_reward", "final_reward"),
-        "eval_pass_k": ("sft_pass_k", "final_pass_k")}
+ENDS = {"eval_gold": ("initial_gold", "final_gold"), "eval_reward": ("initial_reward", "final_reward"),
+        "eval_pass_k": ("initial_pass_k", "final_pass_k")}
 # Stage columns that are sums of others, left out of the stacked per-run bars.
 TOTALS = {"iteration"}
 
@@ -80,6 +80,9 @@ def load(path):
         run["tstep"] = f["timing/step"][()].astype(np.float64)
         run["stages"] = {k[:-4]: d[()].astype(np.float64) for k, d in f["timing"].items() if k.endswith("_max")}
         run["summary"] = {k: float(v) for k, v in f["summary"].attrs.items()} if "summary" in f else {}
+        for old in ("sft_gold", "sft_reward", "sft_pass_k"):  # records written before the rename to initial_*
+            if old in run["summary"]:
+                run["summary"].setdefault("initial" + old[3:], run["summary"].pop(old))
         run["lengths"] = f["responses/lengths"][()] if "responses/lengths" in f else None
         run["lengths_iter"] = int(f["responses"].attrs.get("iteration", 0)) if "responses" in f else 0
         params = f["parameters"].attrs if "parameters" in f else {}
@@ -129,7 +132,7 @@ def labels(runs):
 
 
 # The metrics and /summary values that hold gold, by which name says what they are.
-GOLD_KEYS = {"gold": "gold_name", "eval_gold": "eval_gold_name", "sft_gold": "eval_gold_name", "final_gold": "eval_gold_name"}
+GOLD_KEYS = {"gold": "gold_name", "eval_gold": "eval_gold_name", "initial_gold": "eval_gold_name", "final_gold": "eval_gold_name"}
 # A critic's columns: all zero in a critic-free run (GRPO, RLOO, REINFORCE++), which a critic never gives.
 CRITIC_KEYS = {"critic_loss", "value_clip_frac", "critic_grad_norm"}
 

@@ -146,8 +146,8 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
   PetscCall(PetscPrintf(run->comm, "%s: actor %zu parameters, %" PetscInt_FMT " iterations of %" PetscInt_FMT " responses, from iteration %" PetscInt_FMT "\n", ppo_algo(o)->name, nparams, o->iterations, o->rollout_batch, st->iteration));
   { /* the baseline first: the initial policy's score is the run's first number, and its time sizes the ETA's evaluations */
     double t0 = sys_wtime();
-    PetscCall(ppo_evaluate_said(run, "the reference (the initial policy)", &m->reference, m, o, e->ps, st, evals, "reference", &sum->sft));
-    if (!isnan(sum->sft.gold) || !isnan(sum->sft.reward)) PetscCall(ppo_print_eval(run, "      held-out, initial policy:", &sum->sft, o));
+    PetscCall(ppo_evaluate_said(run, "the reference (the initial policy)", &m->reference, m, o, e->ps, st, evals, "reference", &sum->initial));
+    if (!isnan(sum->initial.gold) || !isnan(sum->initial.reward)) PetscCall(ppo_print_eval(run, "      held-out, initial policy:", &sum->initial, o));
     t_eval = t_evals = sys_wtime() - t0;
   }
   if (bt.ops->start) PetscCall(bt.ops->start(&bt, e));
@@ -176,7 +176,7 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
       PetscCall(PetscSNPrintf(name, sizeof name, "iter_%" PetscInt_FMT, st->iteration));
       PetscCall(PetscSNPrintf(what, sizeof what, "the actor after iteration %" PetscInt_FMT, st->iteration));
       PetscCall(ppo_evaluate_said(run, what, &m->actor, m, o, e->ps, st, evals, name, &ev));
-      if (st->iteration == o->iterations) sum->ppo = ev, final_evaluated = PETSC_TRUE;
+      if (st->iteration == o->iterations) sum->trained = ev, final_evaluated = PETSC_TRUE;
       t_evals += sys_wtime() - te;
     }
     if (bt.ops->record) PetscCall(bt.ops->record(&bt, rec, r, it, &tm, &ts, iter_s, more, sizeof more));
@@ -211,7 +211,7 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
   if (o->write_policy) PetscCall(write_policy(run, m, st));
   if (!final_evaluated) { /* a run restarted at its end */
     PetscCall(PetscSNPrintf(name, sizeof name, "iter_%" PetscInt_FMT, st->iteration));
-    PetscCall(ppo_evaluate_said(run, "the trained actor", &m->actor, m, o, e->ps, st, evals, name, &sum->ppo));
+    PetscCall(ppo_evaluate_said(run, "the trained actor", &m->actor, m, o, e->ps, st, evals, name, &sum->trained));
   }
   PetscCall(ppo_record_summary(rec, o, sum, st->iteration));
   PetscCall(packbuf_destroy(&pb));
@@ -220,7 +220,7 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *sft_gold, double *ppo_gold, double *ppo_kl)
+PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *initial_gold, double *ppo_gold, double *ppo_kl)
 {
   PPOSetup      s;
   PPOModels     m;
@@ -260,10 +260,10 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   else {
     e = (PPOLoopEnv){run, o, &m, &s.ps, NULL, &st};
     PetscCall(ppo_loop(&e, &s.needs, &sum, &stop));
-    if (!stop) PetscCall(ppo_print_summary(run, o, &s.ps, &sum, st.iteration, (PetscBool)(sft_gold != NULL)));
-    if (sft_gold) *sft_gold = sum.sft.gold;
-    if (ppo_gold) *ppo_gold = sum.ppo.gold;
-    if (ppo_kl) *ppo_kl = sum.ppo.kl;
+    if (!stop) PetscCall(ppo_print_summary(run, o, &s.ps, &sum, st.iteration, (PetscBool)(initial_gold != NULL)));
+    if (initial_gold) *initial_gold = sum.initial.gold;
+    if (ppo_gold) *ppo_gold = sum.trained.gold;
+    if (ppo_kl) *ppo_kl = sum.trained.kl;
   }
   PetscCall(ppo_models_destroy(&m));
   PetscCall(prompts_destroy(&s.ps));

@@ -250,7 +250,7 @@ PetscErrorCode ppo_dry_run(const RunCtx *run, const PPOOptions *o, const PPOSetu
 
 /* ---- records (src/ppo/record.c) -------------------------------------------------- */
 typedef struct {
-  PPOEval sft, ppo; /* the held-out evaluation of the reference (the initial policy) and of the trained actor */
+  PPOEval initial, trained; /* the held-out evaluation of the reference (the initial policy) and of the trained actor */
 } PPOSummary;
 /* One evaluation's line. */
 PetscErrorCode ppo_print_eval(const RunCtx *run, const char *what, const PPOEval *ev, const PPOOptions *o);

@@ -144,14 +144,14 @@ PetscErrorCode ppo_record_summary(RunRecord *rec, const PPOOptions *o, const PPO
 {
   PetscFunctionBegin;
   PetscCall(record_summary(rec, "iterations", (double)iterations));
-  PetscCall(record_summary(rec, "sft_gold", sum->sft.gold));
-  PetscCall(record_summary(rec, "final_gold", sum->ppo.gold));
-  PetscCall(record_summary(rec, "final_kl", sum->ppo.kl));
-  PetscCall(record_summary(rec, "sft_reward", sum->sft.reward));
-  PetscCall(record_summary(rec, "final_reward", sum->ppo.reward));
+  PetscCall(record_summary(rec, "initial_gold", sum->initial.gold));
+  PetscCall(record_summary(rec, "final_gold", sum->trained.gold));
+  PetscCall(record_summary(rec, "final_kl", sum->trained.kl));
+  PetscCall(record_summary(rec, "initial_reward", sum->initial.reward));
+  PetscCall(record_summary(rec, "final_reward", sum->trained.reward));
   if (o->eval_samples > 1) {
-    PetscCall(record_summary(rec, "sft_pass_k", sum->sft.pass_k));
-    PetscCall(record_summary(rec, "final_pass_k", sum->ppo.pass_k));
+    PetscCall(record_summary(rec, "initial_pass_k", sum->initial.pass_k));
+    PetscCall(record_summary(rec, "final_pass_k", sum->trained.pass_k));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -165,12 +165,12 @@ PetscErrorCode ppo_print_summary(const RunCtx *run, const PPOOptions *o, const P
 
   PetscFunctionBegin;
   if (ps->eval.n == 0) PetscCall(PetscPrintf(run->comm, "%s: no held-out evaluation ran (no held-out prompts: -ppo_eval_file, or the built-in task's)\n", algo));
-  else if (isnan(sum->sft.gold) && isnan(sum->ppo.gold))
-    PetscCall(PetscPrintf(run->comm, "%s: held-out KL to the reference %.3f nats per response after %" PetscInt64_FMT " iterations, on %d held-out prompts (no accuracy or gold score: no answers or judge)\n", algo, sum->ppo.kl, iterations, ps->eval.n));
+  else if (isnan(sum->initial.gold) && isnan(sum->trained.gold))
+    PetscCall(PetscPrintf(run->comm, "%s: held-out KL to the reference %.3f nats per response after %" PetscInt64_FMT " iterations, on %d held-out prompts (no accuracy or gold score: no answers or judge)\n", algo, sum->trained.kl, iterations, ps->eval.n));
   else
-    PetscCall(PetscPrintf(run->comm, "%s: held-out %s %.3f (%s policy) -> %.3f (after %" PetscInt64_FMT " iterations), KL to the reference %.3f nats per response, on %d held-out prompts\n", algo, ps->eval.gold == PPO_GOLD_ANSWER ? "accuracy" : "gold score", sum->sft.gold,
-                          from_sft ? "SFT" : "initial", sum->ppo.gold, iterations, sum->ppo.kl, ps->eval.n));
-  if (!isnan(sum->ppo.reward)) PetscCall(PetscPrintf(run->comm, "%s: held-out reward %+.3f -> %+.3f%s", algo, sum->sft.reward, sum->ppo.reward, o->eval_samples > 1 && !isnan(sum->ppo.pass_k) ? "" : "\n"));
-  if (!isnan(sum->ppo.reward) && o->eval_samples > 1 && !isnan(sum->ppo.pass_k)) PetscCall(PetscPrintf(run->comm, ", pass@%" PetscInt_FMT " %.3f -> %.3f\n", o->eval_samples, sum->sft.pass_k, sum->ppo.pass_k));
+    PetscCall(PetscPrintf(run->comm, "%s: held-out %s %.3f (%s policy) -> %.3f (after %" PetscInt64_FMT " iterations), KL to the reference %.3f nats per response, on %d held-out prompts\n", algo, ps->eval.gold == PPO_GOLD_ANSWER ? "accuracy" : "gold score", sum->initial.gold,
+                          from_sft ? "SFT" : "initial", sum->trained.gold, iterations, sum->trained.kl, ps->eval.n));
+  if (!isnan(sum->trained.reward)) PetscCall(PetscPrintf(run->comm, "%s: held-out reward %+.3f -> %+.3f%s", algo, sum->initial.reward, sum->trained.reward, o->eval_samples > 1 && !isnan(sum->trained.pass_k) ? "" : "\n"));
+  if (!isnan(sum->trained.reward) && o->eval_samples > 1 && !isnan(sum->trained.pass_k)) PetscCall(PetscPrintf(run->comm, ", pass@%" PetscInt_FMT " %.3f -> %.3f\n", o->eval_samples, sum->initial.pass_k, sum->trained.pass_k));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
