@@ -3,7 +3,7 @@
  * LLaMA-shaped model (GQA 7:1, 7 query heads: not a power of two), in fp32
  * and bf16:
  *   - replayed graphs give exactly the bits of the same steps run op by op
- *     (-gen_eager), with plain sampling, top-k/top-p and min_new_tokens;
+ *     (GenConfig.eager), with plain sampling, top-k/top-p and min_new_tokens;
  *   - after the weights change in place (an AdamW step through the backend,
  *     and new values copied in, as a reallocation does), a replayed graph
  *     gives the new weights' results: those of a fresh engine, and not the

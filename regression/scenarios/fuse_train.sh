@@ -25,7 +25,7 @@ same_run() { same_run_dirs $d/$1 $d/$2; }
 fused() {
   local what=$1 n=$2 out=$3; shift 3
   if ! mpirun $n $P -output_dir $d/$out -fuse_train 1 "$@" >$d/$out.log 2>&1; then not_ok "$what: run failed"; tail -3 $d/$out.log | sed 's/^/# /'; return; fi
-  if "$PYTHON" tools/ckpt_diff.py $d/one/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 && same_run one $out >$d/run_$out.txt 2>&1; then
+  if "$PYTHON" regression/ref/ckpt_diff.py $d/one/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 && same_run one $out >$d/run_$out.txt 2>&1; then
     ok "$what: weights, moments, rollouts and metrics as unfused on 1 rank ($(grep -o 'max relative difference [^ ]*' $d/diff_$out.txt | sort -k4 -g | tail -1))"
   else not_ok "$what: differs from 1 rank"; cat $d/diff_$out.txt $d/run_$out.txt | grep -v PASS | tail -3 | sed 's/^/# /'; fi
 }

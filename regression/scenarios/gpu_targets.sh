@@ -1,4 +1,4 @@
-# tools/gpu_targets.sh (the GPU checklist's part `targets`) without a GPU:
+# tools/bench/gpu_targets.sh (the GPU checklist's part `targets`) without a GPU:
 # its decks at a tiny shape on the cpu (input/bench/init_*.deck and
 # grpo.deck, through a wrapper that adds only the shape, the device and the
 # response length), every other program a stub printing the lines the real
@@ -77,9 +77,9 @@ esac
 EOF
 chmod +x $d/stub/* $d/bin/*
 mkdir -p $d/data/wheels $d/data/tokenizer && touch $d/data/tokenizer/tokenizer.json
-for s in smollm2 qwen05; do "$PYTHON" tools/gpu_baselines/bench_prompts.py $d/data/prompts_$s.h5 64 >/dev/null; done
+for s in smollm2 qwen05; do "$PYTHON" tools/bench/gpu_baselines/bench_prompts.py $d/data/prompts_$s.h5 64 >/dev/null; done
 
-run() { PATH=$d/stub:$PATH PYTHON=$d/stub/python BIN=$d/bin TARGET_DATA=$d/data OMP_NUM_THREADS=1 bash tools/gpu_targets.sh; }
+run() { PATH=$d/stub:$PATH PYTHON=$d/stub/python BIN=$d/bin TARGET_DATA=$d/data OMP_NUM_THREADS=1 bash tools/bench/gpu_targets.sh; }
 OUT_DIR=$d/out run >$d/run.log 2>&1; rc=$?
 # 17 steps: decode 6, gap 2 (exit 1: the option unknown, not counted), GRPO 2 x (init, run, TRL), generate 3
 steps_as_expected() {
@@ -113,7 +113,7 @@ check "the log-probability gap: 'not built' while bench_decode lacks -logprob_ga
   [ "$(grep -c '^summary target=logprob_gap precision=\(fp32\|bf16\) not built$' $d/run.log)" = 2 ]
 check "the summary names the GPU" grep -q '^summary gpu name="NVIDIA H200" hbm_gbs=4800$' $d/run.log
 # the summary alone, from the log of the run (as after a run elsewhere)
-check "summary LOG prints the same lines" cmp <(grep '^summary ' $d/run.log) <(bash tools/gpu_targets.sh summary $d/out/targets.log)
+check "summary LOG prints the same lines" cmp <(grep '^summary ' $d/run.log) <(bash tools/bench/gpu_targets.sh summary $d/out/targets.log)
 # the training targets (TARGET_PARTS=train): rlfuse's steps beside PyTorch's, worked out by hand
 OUT_DIR=$d/outt TARGET_PARTS=train run >$d/runt.log 2>&1; rc=$?
 tsum() { grep -q "^summary target=$1 $2\$" $d/runt.log; }

@@ -2,10 +2,15 @@
 # module includes inc/internal/h5util.h or names an HDF5 call, type or
 # constant), and each option prefix has one owner that reads it (-plan_ in
 # src/plan, -cost_ in src/cost, -reward_ in src/reward; the others receive
-# the values). Reads only the sources; ROOT (default .) is the tree checked.
+# the values). Production code only: src/ and cuda/ hold no function that
+# only the tests call and no reference (the tests' references live in
+# regression/, the benchmarks in tools/bench/), and `make all` builds no
+# benchmark. Reads only the sources (and `make -n`); ROOT (default .) is the
+# tree checked.
 . regression/lib.sh
-plan 3
-"$PYTHON" - "${ROOT:-.}" <<'PY'
+plan 6
+fails=0
+"$PYTHON" - "${ROOT:-.}" <<'PY' || fails=$((fails + 1))
 import os, re, sys
 root = sys.argv[1]
 fails = 0
@@ -61,5 +66,62 @@ for p in srcs:
                 if name and name.startswith(pre) and not rel(p).startswith(home):
                     bad.append(f"{rel(p)}:{i + 1}:-{name}")
 chk("each option prefix is read by its owner only (-plan_ src/plan, -cost_ src/cost, -reward_ src/reward)", sorted(bad))
+
+# Production code only. A function defined in src/ or cuda/ that nothing
+# there calls but a test program does (a benchmark is a caller: it measures
+# the library) is a test's reference or switch kept in the library. The
+# library's entry points the tests call directly instead of through the run
+# (accessors, one-call wrappers of production code, the planner's
+# exhaustive search) are listed in ALLOWED with why; a new one must move to
+# regression/ or join the list with its reason.
+ALLOWED = {
+    "philox4x32_10": "the Philox block's known-answer test (test_sys); production draws through rng_*",
+    "cost_memory_ranks": "the per-rank memory peaks, of which cost_estimate keeps the largest",
+    "cost_shape_params": "a shape's parameter count, checked against published ones",
+    "model_find_tensor": "a tensor by name, for tests that read one tensor",
+    "model_logits": "accessor of the last forward's logits",
+    "model_values": "accessor of the last forward's values (the run copies them with model_values_get)",
+    "model_shard_insert": "the inverse of model_shard_extract",
+    "dmodel_gather": "a placed model gathered onto rank 0",
+    "reward_extract_answer": "the answer the rule rewards compare, tested alone",
+    "rl_rm_loss": "rl_rm_loss_part over a whole batch",
+    "sched_check": "the validity of a pipeline schedule's task list",
+    "search_enumerate": "the exhaustive search that the annealer is checked against (test_search)",
+    "search_tune": "search_tune_until without a deadline",
+}
+def files(d, exts):
+    out = []
+    for dd, _, fs in os.walk(os.path.join(root, d)):
+        out += [os.path.join(dd, f) for f in fs if f.endswith(exts)]
+    return sorted(out)
+lib = files("src", (".c", ".h")) + files("cuda", (".cu", ".cuh"))
+defn = re.compile(r'^(?:extern\s+""\s+)?(?!static\b|typedef\b|return\b|else\b)[A-Za-z_][\w\s*]*?\b([A-Za-z_]\w*)\s*\([^;{]*\)\s*(\{.*)?$')
+defs, libcode = {}, {p: code(text(p)) for p in lib}
+for p, t in libcode.items():
+    lines = t.splitlines()
+    for i, l in enumerate(lines):
+        m = defn.match(l)
+        if m and m.group(1) not in ("if", "for", "while", "switch") and (m.group(2) is not None or (i + 1 < len(lines) and lines[i + 1].strip().startswith("{"))):
+            defs.setdefault(m.group(1), f"{rel(p)}:{i + 1}")
+def count(paths):
+    c = {}
+    for p in paths:
+        for w in re.findall(r"\b[A-Za-z_]\w*\b", libcode.get(p) or code(text(p))):
+            c[w] = c.get(w, 0) + 1
+    return c
+in_lib, in_tests, in_bench = count(lib), count(files("regression", (".c", ".h", ".cu"))), count(files("tools", (".c", ".h", ".cu")))
+def test_only(n): return n in defs and n != "main" and in_lib.get(n, 0) <= 1 and in_tests.get(n, 0) > 0 and not in_bench.get(n, 0)
+bad = [f"{n}({defs[n]})" for n in sorted(defs) if test_only(n) and n not in ALLOWED]
+bad += [f"{n}(listed, but no longer test-only)" for n in sorted(ALLOWED) if not test_only(n)]
+chk("production code only: no function in src/ or cuda/ that only the tests call (ALLOWED lists the library's test-facing entry points)", bad)
+ref = re.compile(r"(^ref_|_ref$|_reference$|^reference_|attention_probs)")
+bad = [f"{n}({w})" for n, w in sorted(defs.items()) if ref.search(n)]
+bad += [rel(p) for p in lib if re.match(r"(ref|reference)_", os.path.basename(p))]
+chk("no reference in src/ or cuda/ (no function or file named ref_*, *_ref, *_reference, attention_probs*: they live in regression/)", bad)
 raise SystemExit(fails > 0)
 PY
+# `make all` builds bin/rlfuse and the tests, no benchmark (make bench does)
+allbins=$(make -C "${ROOT:-.}" -n -B all BUILD=/nonexistent/build BIN=/nonexistent/bin 2>/dev/null | grep -o -- '-o /nonexistent/bin/[A-Za-z0-9_]*' | sed 's|.*/||' | sort -u)
+check "make all builds no benchmark program ($(echo $allbins | wc -w) programs: $(echo $allbins | tr ' ' '\n' | grep -c '^test_') tests and $(echo $allbins | tr ' ' '\n' | grep -vc '^test_') other)" \
+  bash -c '[ -n "$1" ] && printf "%s\n" $1 | grep -qx rlfuse && ! printf "%s\n" $1 | grep -q "^bench"' _ "$allbins"
+finish

@@ -384,7 +384,7 @@ static PetscErrorCode rm_dry_run(const RunCtx *run, const RMOptions *o, const Mo
   char a[32];
 
   PetscFunctionBegin;
-  PetscCall(PetscPrintf(run->comm, "dry run: reward model activations for %" PetscInt_FMT " pairs of up to %d tokens: %s\n", o->batch, cfg->n_positions, sys_bytes_str((double)model_activation_bytes(cfg, run->be, 2 * (int)o->batch, cfg->n_positions), a, sizeof a)));
+  PetscCall(PetscPrintf(run->comm, "dry run: reward model activations for %" PetscInt_FMT " pairs of up to %d tokens: %s\n", o->batch, cfg->n_positions, sys_bytes_str((double)model_activation_bytes(cfg, 2 * (int)o->batch, cfg->n_positions), a, sizeof a)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

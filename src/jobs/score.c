@@ -86,7 +86,7 @@ PetscErrorCode score_run(const RunCtx *run, const Backend *be)
   PetscCall(score_check_data(&o, &cfg, &d));
   if (run->dry_run) {
     char a[32];
-    PetscCall(PetscPrintf(run->comm, "dry run: scoring %d x %d tokens needs %s of activations\n", d.N, d.T, sys_bytes_str((double)model_activation_bytes(&cfg, run->be, (int)PetscMin(o.batch, d.N), d.T), a, sizeof a)));
+    PetscCall(PetscPrintf(run->comm, "dry run: scoring %d x %d tokens needs %s of activations\n", d.N, d.T, sys_bytes_str((double)model_activation_bytes(&cfg, (int)PetscMin(o.batch, d.N), d.T), a, sizeof a)));
     PetscCall(data_free(&d));
     PetscCall(PetscLogStagePop());
     PetscFunctionReturn(PETSC_SUCCESS);
