@@ -229,9 +229,9 @@ static int att_check_sizes(const char *op, int B, int T, int C, int NH, int NKV)
 
 /* ---- training forward and backward, tiled: no T x T array --------------------- */
 
-/* The tiled pair (the cuda backend's attention_forward/backward) is the cpu backend's algorithm on cuBLAS: queries go in
- * blocks of qb positions, and a block's scores are a panel over the keys it
- * can see (0..t1), so only the log-sum-exp of each row is kept and the
+/* The tiled pair (the cuda backend's attention_forward/backward) is the cpu
+ * backend's algorithm on cuBLAS: queries go in blocks of qb positions, and
+ * a block's scores are a panel over the keys it can see (0..t1), so only the log-sum-exp of each row is kept and the
  * backward recomputes the probabilities from it. q and dout are permuted
  * into [B, NKV, T, grp*hs]: a unit (b, kv head)'s group of query heads is
  * then one row-major [T*grp, hs] matrix whose row t*grp + g is query head

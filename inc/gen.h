@@ -25,7 +25,7 @@ typedef struct {
   PetscInt  eos;         /* the end-of-sequence token id */
   int       nstop;       /* further token ids that end a response (a chat model's end-of-turn), -gen_stop */
   int       stop[GEN_MAX_STOP];
-  PetscBool eager;       /* run each decode step's ops one by one, no recorded graphs: test_cuda_gen's comparison, no option */
+  PetscBool eager;       /* each decode step's ops one by one, no recorded graphs (test_cuda_gen's comparison) */
   PetscBool share_prompts; /* samples admitted together with the same prompt prefill it once (-gen_share_prompts) */
   PetscBool batch_invariant; /* the forward's matmuls in an order fixed per row, prefill included (-gen_batch_invariant) */
   PetscBool stops_from_deck; /* the deck gave -gen_eos or -gen_stop: a checkpoint's tokenizer does not replace them */

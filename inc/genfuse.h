@@ -185,7 +185,8 @@ double genfuse_sim_stage(const GenFuseSim *s, double rt);
  * NULL) its seconds. The run passes genfuse_sim_stage on the previous
  * iteration's measurements (genfuse_sim_pick), the cost model its own
  * model of the stage (src/cost/migrate.c). */
-PetscErrorCode genfuse_rt_pick(PetscErrorCode (*stage)(void *ctx, double rt, double *seconds), void *ctx, double *rt, double *pred);
+typedef PetscErrorCode (*GenFuseStageFn)(void *ctx, double rt, double *seconds);
+PetscErrorCode genfuse_rt_pick(GenFuseStageFn stage, void *ctx, double *rt, double *pred);
 /* genfuse_rt_pick over genfuse_sim_stage: the R_t; *pred (may be NULL) its
  * predicted seconds. */
 double genfuse_sim_pick(const GenFuseSim *s, double *pred);

@@ -143,7 +143,7 @@ double genfuse_sim_stage(const GenFuseSim *s, double rt)
   return stage;
 }
 
-PetscErrorCode genfuse_rt_pick(PetscErrorCode (*stage)(void *ctx, double rt, double *seconds), void *ctx, double *rt, double *pred)
+PetscErrorCode genfuse_rt_pick(GenFuseStageFn stage, void *ctx, double *rt, double *pred)
 {
   double bt = INFINITY;
 

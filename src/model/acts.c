@@ -53,13 +53,15 @@ static size_t layer_layout(float *base, size_t N, const ModelDims *d, size_t nat
 
 /* Carves (or, with a == NULL, only counts) the training buffers for (B,T)
  * of a shard (sh NULL: the whole model). */
-static void train_layout(const ModelConfig *cfg, const ModelShard *sh, int B, int T, float *sf, int *si, ModelActs *a, size_t *nf, size_t *ni)
+static void train_layout(const ModelConfig *cfg, const ModelShard *sh, int B, int T, float *sf, int *si, ModelActs *a,
+                         size_t *nf, size_t *ni)
 {
   ModelActs dummy;
   ModelDims d = model_dims(cfg, sh);
   size_t  N = (size_t)B * T, C = d.C, V = d.V, L = d.L;
   size_t  tile = cfg->head == MODEL_HEAD_LM ? PetscMin(N, (size_t)model_logits_tile_rows(cfg->vocab_size)) : N;
-  size_t  natt = tensor_attention_saved((size_t)B, (size_t)d.NH, (size_t)T), head = cfg->head == MODEL_HEAD_LM ? tile * V : N;
+  size_t  natt = tensor_attention_saved((size_t)B, (size_t)d.NH, (size_t)T);
+  size_t  head = cfg->head == MODEL_HEAD_LM ? tile * V : N;
   size_t  of = 0, oi = 0;
 
   if (!a) {
@@ -211,7 +213,10 @@ PetscErrorCode model_acts_destroy(const Backend *be, ModelActs **acts)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-void model_acts_train_size(const ModelConfig *cfg, const ModelShard *sh, int B, int T, size_t *nf, size_t *ni) { train_layout(cfg, sh, B, T, NULL, NULL, NULL, nf, ni); }
+void model_acts_train_size(const ModelConfig *cfg, const ModelShard *sh, int B, int T, size_t *nf, size_t *ni)
+{
+  train_layout(cfg, sh, B, T, NULL, NULL, NULL, nf, ni);
+}
 
 PetscErrorCode model_acts_train_resize(Model *lm, int B, int T)
 {

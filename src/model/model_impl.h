@@ -111,7 +111,8 @@ PetscErrorCode model_acts_cached_resize(Model *lm, int N, int M);
 PetscErrorCode model_acts_mask_reserve(Model *lm, size_t n);
 void           model_acts_layer(const Model *lm, int l, ModelLayerActs *la);
 /* Floats and ints model_forward + backward need for (B,T); used for -dry_run. */
-void           model_acts_train_size(const ModelConfig *cfg, const ModelShard *sh, int B, int T, size_t *nf, size_t *ni);
+void           model_acts_train_size(const ModelConfig *cfg, const ModelShard *sh, int B, int T, size_t *nf,
+                                     size_t *ni);
 
 /* params.c: a view of tensor `i` in a flat buffer (params, grads, m, v). */
 static inline float *model_view(const Model *lm, float *flat, int i) { return flat + lm->tensors[i].offset; }

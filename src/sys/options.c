@@ -361,7 +361,9 @@ static PetscErrorCode sys_help_print_group(MPI_Comm comm, const char *group, cha
     if (titles[0]) PetscCall(PetscStrlcat(titles, "; ", sizeof titles));
     PetscCall(PetscStrlcat(titles, sys_helps[k].title, sizeof titles));
   }
-  if (!strcmp(group, "*")) PetscCall(PetscPrintf(comm, "\n%s (%s; not for runs):\n", SYS_HELP_DEVELOPER, "switches for the tests' comparisons, the results the same"));
+  if (!strcmp(group, "*"))
+    PetscCall(PetscPrintf(comm, "\n%s (switches for the tests' comparisons, the results the same; not for runs):\n",
+                          SYS_HELP_DEVELOPER));
   else if (group[0]) PetscCall(PetscPrintf(comm, "\n-%s options (%s):\n", group, titles));
   else PetscCall(PetscPrintf(comm, "\nGeneral options (%s):\n", titles));
   for (int k = 0; k < sys_nhelps; k++) {

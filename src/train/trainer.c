@@ -14,7 +14,8 @@ PetscErrorCode trainer_options(TrainSched *sched)
    * scenarios rlhf.sh and train_layouts.sh run end to end, so it stays a
    * command-line option, listed apart in -help. */
   PetscOptionsBegin(PETSC_COMM_WORLD, "train_", SYS_HELP_DEVELOPER, NULL);
-  RfOptEnum("-schedule", "Pipeline schedule of training passes: 1f1b (at most pp micro-batches in flight) or gpipe (all forwards, then all backwards)", sched_names, 2, &k);
+  RfOptEnum("-schedule", "Pipeline schedule of training passes: 1f1b (at most pp micro-batches in flight) or gpipe "
+            "(all forwards, then all backwards)", sched_names, 2, &k);
   PetscOptionsEnd();
   *sched = (TrainSched)k;
   PetscFunctionReturn(PETSC_SUCCESS);
