@@ -95,14 +95,14 @@ def files(d, exts):
         out += [os.path.join(dd, f) for f in fs if f.endswith(exts)]
     return sorted(out)
 lib = files("src", (".c", ".h")) + files("cuda", (".cu", ".cuh"))
-defn = re.compile(r'^(?:extern\s+""\s+)?(?!static\b|typedef\b|return\b|else\b)[A-Za-z_][\w\s*]*?\b([A-Za-z_]\w*)\s*\([^;{]*\)\s*(\{.*)?$')
-defs, libcode = {}, {p: code(text(p)) for p in lib}
+fn_def = re.compile(r'^(?:extern\s+""\s+)?(?!static\b|typedef\b|return\b|else\b)[A-Za-z_][\w\s*]*?\b([A-Za-z_]\w*)\s*\([^;{]*\)\s*(\{.*)?$')
+lib_defs, libcode = {}, {p: code(text(p)) for p in lib}
 for p, t in libcode.items():
     lines = t.splitlines()
     for i, l in enumerate(lines):
-        m = defn.match(l)
+        m = fn_def.match(l)
         if m and m.group(1) not in ("if", "for", "while", "switch") and (m.group(2) is not None or (i + 1 < len(lines) and lines[i + 1].strip().startswith("{"))):
-            defs.setdefault(m.group(1), f"{rel(p)}:{i + 1}")
+            lib_defs.setdefault(m.group(1), f"{rel(p)}:{i + 1}")
 def count(paths):
     c = {}
     for p in paths:
@@ -110,12 +110,12 @@ def count(paths):
             c[w] = c.get(w, 0) + 1
     return c
 in_lib, in_tests, in_bench = count(lib), count(files("regression", (".c", ".h", ".cu"))), count(files("tools", (".c", ".h", ".cu")))
-def test_only(n): return n in defs and n != "main" and in_lib.get(n, 0) <= 1 and in_tests.get(n, 0) > 0 and not in_bench.get(n, 0)
-bad = [f"{n}({defs[n]})" for n in sorted(defs) if test_only(n) and n not in ALLOWED]
+def test_only(n): return n in lib_defs and n != "main" and in_lib.get(n, 0) <= 1 and in_tests.get(n, 0) > 0 and not in_bench.get(n, 0)
+bad = [f"{n}({lib_defs[n]})" for n in sorted(lib_defs) if test_only(n) and n not in ALLOWED]
 bad += [f"{n}(listed, but no longer test-only)" for n in sorted(ALLOWED) if not test_only(n)]
 chk("production code only: no function in src/ or cuda/ that only the tests call (ALLOWED lists the library's test-facing entry points)", bad)
 ref = re.compile(r"(^ref_|_ref$|_reference$|^reference_|attention_probs)")
-bad = [f"{n}({w})" for n, w in sorted(defs.items()) if ref.search(n)]
+bad = [f"{n}({w})" for n, w in sorted(lib_defs.items()) if ref.search(n)]
 bad += [rel(p) for p in lib if re.match(r"(ref|reference)_", os.path.basename(p))]
 chk("no reference in src/ or cuda/ (no function or file named ref_*, *_ref, *_reference, attention_probs*: they live in regression/)", bad)
 raise SystemExit(fails > 0)
