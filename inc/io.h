@@ -59,8 +59,20 @@ typedef struct {
 PetscErrorCode ckpt_write(MPI_Comm comm, const char *path, const CkptModel *models, int n, const CkptState *st);
 /* The same with where[k] (may be NULL) for models[k]. */
 PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st);
-/* The same, plus /<src->as>_source recording src (NULL: none). */
-PetscErrorCode ckpt_write_sourced(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st, const CkptSource *src);
+/* What a checkpoint holds beyond the models: fn(file, ctx) writes it on
+ * rank 0 before the file is renamed into place (asynchronous RL's queue of
+ * generated batches); fn NULL: nothing. IoFileFn is defined with the HDF5
+ * calls for the other modules below. */
+typedef int64_t IoId;
+typedef PetscErrorCode (*IoFileFn)(IoId file, void *ctx);
+typedef struct {
+  IoFileFn fn;
+  void    *ctx;
+} CkptCarry;
+/* The same, plus /<src->as>_source recording src (NULL: none) and what
+ * carry writes (NULL: nothing). */
+PetscErrorCode ckpt_write_sourced(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st, const CkptSource *src,
+                                  const CkptCarry *carry);
 /* src for the input file path (role read from it, recorded as role `as`):
  * its absolute path, size and checksum. Collective on comm; rank 0 reads. */
 PetscErrorCode ckpt_source_make(MPI_Comm comm, const char *path, const char *role, const char *as, CkptSource *src);
@@ -69,13 +81,6 @@ PetscErrorCode ckpt_source_make(MPI_Comm comm, const char *path, const char *rol
  * must exist with the recorded checksum, else one error naming it and the
  * checkpoint. Collective on comm. */
 PetscErrorCode ckpt_read_source(MPI_Comm comm, const char *path, const char *as, CkptSource *src, PetscBool *found);
-/* From now on, checkpoints this process writes also get what fn(file, ctx)
- * writes, on rank 0 before the file is renamed into place (asynchronous
- * RL's queue of generated batches); NULL: nothing. Defined with the
- * HDF5 calls for the other modules below (IoFileFn). */
-typedef int64_t IoId;
-typedef PetscErrorCode (*IoFileFn)(IoId file, void *ctx);
-PetscErrorCode ckpt_carry(IoFileFn fn, void *ctx);
 /* Reads the attributes of /<role>. Errors name the file and the role. */
 PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *role, ModelConfig *cfg);
 /* From now on, checkpoints this process writes carry a copy of path's

@@ -118,8 +118,10 @@ PetscErrorCode trainer_checkpoint(Trainer *tr, const RunCtx *run, const char *na
  * Collective on the world; rec (may be NULL) gets the time. */
 PetscErrorCode train_checkpoint_models(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, size_t bucket, RunRecord *rec);
 /* The same, plus src (may be NULL): a frozen model recorded by its input
- * file instead of written (ckpt_write_sourced). */
-PetscErrorCode train_checkpoint_sourced(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, const CkptSource *src, RunRecord *rec);
+ * file instead of written, and carry (may be NULL): what the file holds
+ * beyond the models (ckpt_write_sourced). */
+PetscErrorCode train_checkpoint_sourced(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, const CkptSource *src,
+                                        const CkptCarry *carry, RunRecord *rec);
 
 /* ---- the job lifecycle of SFT, RM and PPO (src/train/job.c) ------------ */
 /* What the training jobs read once (in -mode pipeline once for all three

@@ -1,5 +1,5 @@
 /* test_exec: the dataflow executor (inc/exec.h). Run with mpiexec -n 4.
- *  - exec_graph_levels: the PPO graph of src/ppo/ppo_graph.c gets levels
+ *  - exec_graph_levels: the PPO graph of src/ppo/graph.c gets levels
  *    0,0,1,2,2,2,3,4,4; a missing input, a cycle, a key produced twice or
  *    produced and given are errors naming the culprit.
  *  - exec_graph_run: each node runs on exactly the ranks of its `here` set,

@@ -2,13 +2,16 @@
 # module includes inc/internal/h5util.h or names an HDF5 call, type or
 # constant), and each option prefix has one owner that reads it (-plan_ in
 # src/plan, -cost_ in src/cost, -reward_ in src/reward; the others receive
-# the values). Production code only: src/ and cuda/ hold no function that
+# the values). src/ppo is in layers: no two of its files call each other,
+# directly or through others (a call circle), and none holds mutable state
+# at file scope (asynchronous RL's queue reaches checkpoints as an argument).
+# Production code only: src/ and cuda/ hold no function that
 # only the tests call and no reference (the tests' references live in
 # regression/, the benchmarks in tools/bench/), and `make all` builds no
 # benchmark. Reads only the sources (and `make -n`); ROOT (default .) is the
 # tree checked.
 . regression/lib.sh
-plan 6
+plan 8
 fails=0
 "$PYTHON" - "${ROOT:-.}" <<'PY' || fails=$((fails + 1))
 import os, re, sys
@@ -66,6 +69,41 @@ for p in srcs:
                 if name and name.startswith(pre) and not rel(p).startswith(home):
                     bad.append(f"{rel(p)}:{i + 1}:-{name}")
 chk("each option prefix is read by its owner only (-plan_ src/plan, -cost_ src/cost, -reward_ src/reward)", sorted(bad))
+
+# src/ppo's files as a call graph: a file calls another when it names a
+# function the other defines (not static), outside comments and strings
+ppo = sorted(p for p in srcs if rel(p).startswith("src/ppo/") and p.endswith(".c"))
+defn = {}
+for p in ppo:
+    for m in re.finditer(r"^(?!static\b)[A-Za-z_][\w \*]*?\b(\w+)\s*\([^;{]*\)\s*\{", code(text(p)), re.M):
+        defn[m.group(1)] = p
+calls = {p: set() for p in ppo}
+for p in ppo:
+    body = code(text(p))
+    for f, q in defn.items():
+        if q != p and re.search(r"\b" + f + r"\s*\(", body):
+            calls[p].add(q)
+index, low, stack, on, sccs, n = {}, {}, [], set(), [], [0]
+def visit(v):  # Tarjan's strongly connected components
+    index[v] = low[v] = n[0]; n[0] += 1; stack.append(v); on.add(v)
+    for w in calls[v]:
+        if w not in index:
+            visit(w); low[v] = min(low[v], low[w])
+        elif w in on:
+            low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+        comp = []
+        while True:
+            w = stack.pop(); on.discard(w); comp.append(w)
+            if w == v: break
+        if len(comp) > 1: sccs.append(" <-> ".join(sorted(rel(c) for c in comp)))
+for v in ppo:
+    if v not in index: visit(v)
+chk(f"no call circle among src/ppo's {len(ppo)} files (each calls only files below it)", sccs)
+
+state = re.compile(r"^static\s+(?!const\b)(?!inline\b)[\w \*]+?\b\w+\s*(\[[^]]*\])?\s*(=[^;]*)?;", re.M)
+bad = [f"{rel(p)}:{code(text(p))[:m.start()].count(chr(10)) + 1}" for p in ppo + sorted(p for p in srcs if rel(p).startswith("src/ppo/") and p.endswith(".h")) for m in state.finditer(code(text(p)))]
+chk("no mutable state at file scope in src/ppo (a run's data goes by argument)", bad)
 
 # Production code only. A function defined in src/ or cuda/ that nothing
 # there calls but a test program does (a benchmark is a caller: it measures

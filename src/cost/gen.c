@@ -144,7 +144,7 @@ static PetscErrorCode gen_replica(const CostPrims *p, const CostWork *w, const C
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Partial rollouts (-async_partial, src/ppo/async_pool.c): the pool of
+/* Partial rollouts (-async_partial, src/ppo/async/pool.c): the pool of
  * batch + partial_extra samples simulated call after call from empty, the
  * samples' lengths taken in turn from the workload's; each call draws at
  * most S tokens for every sample not ended (a sample that goes on prefills

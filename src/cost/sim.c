@@ -1,5 +1,5 @@
 /* cost/sim.c: the simulator. Several iterations of the PPO (or GRPO) graph
- * as the executor runs it (src/ppo/ppo_graph.c, src/exec/graph.c): the
+ * as the executor runs it (src/ppo/graph.c, src/exec/graph.c): the
  * weight syncs, the generation, the inference calls, the training calls.
  * The executor runs the graph level by level (a level's nodes need only
  * earlier levels' outputs) and shares every node's outputs with every rank
@@ -148,7 +148,7 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
   if (w->staleness) { /* the generation of a later batch, shared at the end; the proximal policy's forward on the training mesh */
     const PlanCall *g = &plan->call[MFC_ACTOR_GEN];
     nd[N_GEN].late = PETSC_TRUE;
-    /* the frozen models' calls with the generation when on its mesh, one rank a replica (src/ppo/ppo_graph.c) */
+    /* the frozen models' calls with the generation when on its mesh, one rank a replica (src/ppo/graph.c) */
     if (g->tp == 1 && g->pp == 1 && plan_same_layout(&plan->call[MFC_REF_INF], g) && (w->reward_free || plan_same_layout(&plan->call[MFC_REW_INF], g))) nd[N_REF].late = nd[N_REW].late = PETSC_TRUE;
     if (w->prox) {
       nd[N_PROX].used = PETSC_TRUE;

@@ -25,7 +25,8 @@ typedef struct {
   const CkptWhere *where;
   int              n;
   CkptState        st;
-  CkptSource       src; /* src.as "": none */
+  CkptSource       src;   /* src.as "": none */
+  CkptCarry        carry; /* carry.fn NULL: none */
   hid_t            dxpl;
   float           *buf; /* the bounded staging buffer, ckpt_chunk floats */
 } CkptWriteCtx;
@@ -202,28 +203,19 @@ PetscErrorCode ckpt_tokenizer_from(MPI_Comm comm, const char *path, PetscBool *f
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* What ckpt_carry registered: written by rank 0 into each checkpoint before it is renamed. */
-static IoFileFn ckpt_carry_fn;
-static void    *ckpt_carry_ctx;
-
-PetscErrorCode ckpt_carry(IoFileFn fn, void *ctx)
-{
-  PetscFunctionBegin;
-  ckpt_carry_fn  = fn;
-  ckpt_carry_ctx = ctx;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-/* Rank 0's additions to the closed file: the tokenizer's copy, what ckpt_carry registered. */
+/* Rank 0's additions to the closed file: the tokenizer's copy, what the writer's carry holds. */
 static PetscErrorCode ckpt_post(hid_t file, void *vctx)
 {
+  const CkptWriteCtx *ctx = (const CkptWriteCtx *)vctx;
+
   PetscFunctionBegin;
   if (ckpt_tokenizer_src[0]) PetscCall(ckpt_copy_tokenizer(file, vctx));
-  if (ckpt_carry_fn) PetscCall(ckpt_carry_fn((IoId)file, ckpt_carry_ctx));
+  if (ctx->carry.fn) PetscCall(ctx->carry.fn((IoId)file, ctx->carry.ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ckpt_write_sourced(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st, const CkptSource *src)
+PetscErrorCode ckpt_write_sourced(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st, const CkptSource *src,
+                                  const CkptCarry *carry)
 {
   CkptWriteCtx ctx;
 
@@ -232,17 +224,18 @@ PetscErrorCode ckpt_write_sourced(MPI_Comm comm, const char *path, const CkptMod
   ctx.path = path, ctx.models = models, ctx.where = where, ctx.n = n, ctx.dxpl = H5I_INVALID_HID;
   if (st) ctx.st = *st;
   if (src) ctx.src = *src;
+  if (carry) ctx.carry = *carry;
   /* attributes are written collectively: every rank must give rank 0's values */
   PetscCallMPI(MPI_Bcast(&ctx.st, (int)sizeof ctx.st, MPI_BYTE, 0, comm));
   PetscCallMPI(MPI_Bcast(&ctx.src, (int)sizeof ctx.src, MPI_BYTE, 0, comm));
-  PetscCall(h5u_write_atomic_comm_post(comm, "checkpoint", path, ckpt_fill, &ctx, ckpt_tokenizer_src[0] || ckpt_carry_fn ? ckpt_post : NULL, NULL));
+  PetscCall(h5u_write_atomic_comm_post(comm, "checkpoint", path, ckpt_fill, &ctx, ckpt_tokenizer_src[0] || ctx.carry.fn ? ckpt_post : NULL, &ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st)
 {
   PetscFunctionBegin;
-  PetscCall(ckpt_write_sourced(comm, path, models, where, n, st, NULL));
+  PetscCall(ckpt_write_sourced(comm, path, models, where, n, st, NULL, NULL));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -4,7 +4,7 @@
  * the KL, the default of -ppo_loss_agg, and its advantage estimator. As verl
  * registers estimators by name, a new algorithm is one estimator and one
  * row; nothing else in the module names an algorithm. */
-#include "ppo_impl.h"
+#include "base.h"
 
 /* PPO: GAE over the critic's values, whitened over the batch (-ppo_whiten). */
 static PetscErrorCode adv_gae(Rollout *r, const PPOOptions *o, double kl_reward)

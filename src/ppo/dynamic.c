@@ -9,7 +9,7 @@
  * candidates' order, fill groups among them). Every rank makes the same
  * choices on its copy of the rollout, so the batch does not depend on the
  * layout. */
-#include "ppo_impl.h"
+#include "base.h"
 #include <string.h>
 
 /* Row src of rollout s into row dst of rollout d (another one); the
@@ -88,7 +88,7 @@ PetscErrorCode dynamic_finish(DynamicStore *ds, Rollout *r, int B)
   if (r->gen.mask_off) r->gen.mask_off[(size_t)B * r->T] = nid;
   r->B = r->gen.n = B;
   r->gen.new_tokens = ds->new_tokens;
-  r->kept_groups = ds->kept, r->filled_groups = ds->filled, r->dyn_rounds = ds->rounds;
+  r->dyn.kept = ds->kept, r->dyn.filled = ds->filled, r->dyn.rounds = ds->rounds;
   PetscCall(PetscFree3(ds->r.answer, ds->r.meta, ds->r.pidx));
   PetscCall(rollout_destroy(&ds->r));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -1,7 +1,7 @@
 /* PPO's held-out evaluation: a policy's responses to the held-out set
  * (src/ppo/prompts.c), scored for accuracy (pass@1 over every response),
  * pass@k, the mean reward and the KL to the reference; and the KL of a
- * rollout, which the training iterations record too. */
+ * rollout, which the training iterations record too; -mode eval. */
 #include "ppo_impl.h"
 #include <math.h>
 
@@ -94,5 +94,45 @@ PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, c
   if (o->eval_show > 0) PetscCall(ppo_show_samples(&m->rew, &r, (int)PetscMin(o->eval_show, N), group));
   PetscCall(packbuf_destroy(&pb));
   PetscCall(rollout_destroy(&r));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_evaluate_said(const RunCtx *run, const char *what, DModel *policy, PPOModels *m, const PPOOptions *o, PromptSource *ps, const CkptState *st,
+                                 const char *path, const char *group, PPOEval *ev)
+{
+  double t0  = sys_wtime();
+  int    say = ps->eval.n > 0 && ps->eval.k > 0;
+  char   d[32];
+
+  PetscFunctionBegin;
+  if (say) PetscCall(PetscPrintf(run->comm, "held-out evaluation of %s: %d prompts x %d responses ...\n", what, ps->eval.n, ps->eval.k));
+  PetscCall(ppo_evaluate(policy, m, o, &ps->eval, (uint64_t)st->seed, ps->max_prompt, path, group, ev));
+  if (say) PetscCall(PetscPrintf(run->comm, "held-out evaluation of %s done in %s\n", what, sys_duration_str(sys_wtime() - t0, d, sizeof d)));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* -mode eval: the held-out evaluation of the actor, recorded in run.h5's
+ * /summary (eval_gold, eval_pass_k, eval_reward, eval_kl, eval_prompts,
+ * eval_samples), its samples in evals.h5's /eval. */
+PetscErrorCode ppo_eval_only(const RunCtx *run, const PPOOptions *o, const PlanNeeds *needs, PPOModels *m, PromptSource *ps, const CkptState *st)
+{
+  RunRecord *rec;
+  PPOEval    ev;
+  char       path[PETSC_MAX_PATH_LEN];
+
+  PetscFunctionBegin;
+  PetscCall(train_record_open(run, "eval", &o->plan, needs, &rec));
+  PetscCall(sys_output_path(run, "evals.h5", path, sizeof path));
+  PetscCall(io_keep_previous(run->comm, run->output_dir, "evals"));
+  PetscCall(ppo_evaluate_said(run, "the actor", &m->actor, m, o, ps, st, path, "eval", &ev));
+  PetscCall(PetscPrintf(run->comm, "eval: %d held-out prompts x %d responses\n", ps->eval.n, ps->eval.k));
+  PetscCall(ppo_print_eval(run, "eval:", &ev, o));
+  PetscCall(record_summary(rec, "eval_prompts", (double)ps->eval.n));
+  PetscCall(record_summary(rec, "eval_samples", (double)ps->eval.k));
+  PetscCall(record_summary(rec, "eval_gold", ev.gold));
+  PetscCall(record_summary(rec, "eval_pass_k", ev.pass_k));
+  PetscCall(record_summary(rec, "eval_reward", ev.reward));
+  PetscCall(record_summary(rec, "eval_kl", ev.kl));
+  PetscCall(record_close(&rec));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -2,7 +2,7 @@
  * task's or a prompt file's, with their reference answers) and the held-out
  * set (the built-in task's held-out split or -ppo_eval_file), which
  * src/ppo/eval.c evaluates a policy on. */
-#include "ppo_impl.h"
+#include "base.h"
 #include <limits.h>
 #include <math.h>
 #include <string.h>

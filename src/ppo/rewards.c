@@ -13,7 +13,7 @@
  * same inputs give the same numbers everywhere, so the result does not
  * depend on the layout); the command runs on world rank 0, whose values and
  * outcome every rank then gets. */
-#include "ppo_impl.h"
+#include "base.h"
 #include <math.h>
 
 PetscErrorCode ppo_rewards_setup(const RunCtx *run, const PPOOptions *o, const char *const *tables, int ntables, PetscBool builtin, PetscBool answers, PPORewards *rw)

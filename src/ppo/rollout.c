@@ -6,7 +6,7 @@
  * they describe. A causal model's output at row s describes position s+1
  * (the log-probability of token s+1 given tokens 0..s; the value of the state
  * before token s+1), so forward row s maps to aligned index s+1. */
-#include "ppo_impl.h"
+#include "base.h"
 #include <math.h>
 #include <string.h>
 
@@ -24,13 +24,12 @@ PetscErrorCode rollout_create(int B, int T, PetscBool masked, Rollout *r)
   r->answer = r->meta = NULL;
   r->pidx   = NULL;
   r->Bcap   = B;
-  r->kept_groups = r->filled_groups = 0;
-  r->batch      = -1;
-  r->version    = NULL;
-  r->prox       = r->isw = NULL;
-  r->tver       = NULL;
-  r->ppos       = NULL;
-  r->off_policy = r->frozen_done = PETSC_FALSE;
+  r->dyn.kept = r->dyn.filled = 0;
+  r->async.batch   = -1;
+  r->async.version = r->async.tver = NULL;
+  r->async.ppos    = NULL;
+  r->off.prox = r->off.isw = NULL;
+  r->off.on = r->scored = PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -211,14 +210,14 @@ PetscErrorCode rollout_ref_inference(Model *ref, Rollout *r, const PPOOptions *o
 static PetscErrorCode take_prox(Rollout *r, const PPOOptions *o, const PackBuf *pb, const int *idx, int nb, int Tf)
 {
   (void)o;
-  for (int i = 0; i < nb; i++) scatter_response(r, idx[i], pb->lp, i, Tf, r->prox);
+  for (int i = 0; i < nb; i++) scatter_response(r, idx[i], pb->lp, i, Tf, r->off.prox);
   return PETSC_SUCCESS;
 }
 
 PetscErrorCode rollout_prox_inference(Model *actor, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
 {
   PetscFunctionBegin;
-  PetscCall(logprob_rows(actor, r, o, pb, b0, b1, nmicro, r->prox, take_prox));
+  PetscCall(logprob_rows(actor, r, o, pb, b0, b1, nmicro, r->off.prox, take_prox));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -295,12 +294,12 @@ PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, i
   PetscCall(PetscMalloc1(r->gen.nsteps + 1, &steps)); /* step times are stored as float32 like the rest */
   for (int k = 0; k < r->gen.nsteps; k++) steps[k] = (float)r->gen.step_seconds[k];
   d[14].data = steps;
-  if (r->version) { /* -async_staleness: which weights drew each row, and the correction's inputs */
-    d[nd++] = (IODataset){"versions", 1, {B, 1}, r->version, PETSC_TRUE};
-    if (r->tver) d[nd++] = (IODataset){"token_versions", 2, {B, T}, r->tver, PETSC_TRUE}; /* -async_partial: a row may span versions */
-    if (r->off_policy) {
-      d[nd++] = (IODataset){"prox_logprobs", 2, {B, T}, r->prox, PETSC_FALSE};
-      d[nd++] = (IODataset){"behaviour_weights", 2, {B, T}, r->isw, PETSC_FALSE};
+  if (r->async.version) { /* -async_staleness: which weights drew each row, and the correction's inputs */
+    d[nd++] = (IODataset){"versions", 1, {B, 1}, r->async.version, PETSC_TRUE};
+    if (r->async.tver) d[nd++] = (IODataset){"token_versions", 2, {B, T}, r->async.tver, PETSC_TRUE}; /* -async_partial: a row may span versions */
+    if (r->off.on) {
+      d[nd++] = (IODataset){"prox_logprobs", 2, {B, T}, r->off.prox, PETSC_FALSE};
+      d[nd++] = (IODataset){"behaviour_weights", 2, {B, T}, r->off.isw, PETSC_FALSE};
     }
   }
   PetscCall(PetscSNPrintf(group, sizeof group, "iter_%d", iteration));

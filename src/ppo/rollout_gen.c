@@ -2,7 +2,7 @@
  * placement decodes its rows of the rollout (sample ids stay the row
  * numbers, so every draw is the one a single rank makes), then the replica
  * heads hand their rows, allowed sets included, to every rank. */
-#include "ppo_impl.h"
+#include "base.h"
 #include <string.h>
 
 PetscErrorCode rollout_finish_gen(Rollout *r)

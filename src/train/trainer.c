@@ -188,11 +188,12 @@ PetscErrorCode trainer_checkpoint(Trainer *tr, const RunCtx *run, const char *na
 PetscErrorCode train_checkpoint_models(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, size_t bucket, RunRecord *rec)
 {
   PetscFunctionBegin;
-  PetscCall(train_checkpoint_sourced(run, dm, cm, n, name, st, NULL, rec));
+  PetscCall(train_checkpoint_sourced(run, dm, cm, n, name, st, NULL, NULL, rec));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode train_checkpoint_sourced(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, const CkptSource *src, RunRecord *rec)
+PetscErrorCode train_checkpoint_sourced(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, const CkptSource *src,
+                                        const CkptCarry *carry, RunRecord *rec)
 {
   char      path[PETSC_MAX_PATH_LEN];
   CkptModel out[8];
@@ -205,7 +206,7 @@ PetscErrorCode train_checkpoint_sourced(const RunCtx *run, DModel *const *dm, co
   PetscCall(PetscLogEventBegin(sys_log.ckpt_write, 0, 0, 0, 0));
   /* each member writes its shard: nothing is gathered */
   for (int k = 0; k < n; k++) PetscCall(dmodel_ckpt_model(dm[k], cm[k].role, cm[k].with_optim, &out[k], &where[k]));
-  PetscCall(ckpt_write_sourced(run->comm, path, out, where, n, st, src));
+  PetscCall(ckpt_write_sourced(run->comm, path, out, where, n, st, src, carry));
   PetscCall(PetscLogEventEnd(sys_log.ckpt_write, 0, 0, 0, 0));
   if (rec) PetscCall(record_time(rec, "checkpoint", sys_wtime() - t0));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -7,7 +7,7 @@
  * sequential order (the actor's 1F1B, then the critic's), which is itself a
  * valid fused schedule, so measuring costs no extra work. The order of the
  * tasks changes no result: each model's micro-batches keep their own state
- * (ppo_train.c) and its stage messages carry its model id and micro-batch. */
+ * (train.c) and its stage messages carry its model id and micro-batch. */
 #include "ppo_impl.h"
 #include <math.h>
 

@@ -10,6 +10,21 @@
 
 #define PPO_SHUFFLE_STREAM 0x50504F00u /* "PPO" */
 
+/* What a mini-batch's forwards sum on the last stage (the critic: its loss
+ * and value-clip fraction only); the trainer sums them over the mesh as one
+ * array. */
+typedef union {
+  struct {
+    double loss, clipfrac, entropy, kl_loss;
+  } s;
+  double v[4];
+} MiniSums;
+
+/* A model's sums over an iteration's optimizer steps. */
+typedef struct {
+  double loss, clipfrac, entropy, kl_loss, grad_norm;
+} ModelSums;
+
 typedef struct {
   const PPOOptions *o;
   Rollout          *r;
@@ -18,7 +33,7 @@ typedef struct {
   MicroSplit        split;   /* rows [split.b0, b1) of the mini-batch's permutation */
   int               ntok, nseq; /* response tokens and sequences of the whole mini-batch */
   double            kl_coef;
-  double            acc[4];  /* on the last stage: loss, clip fraction, entropy, KL loss */
+  MiniSums          sum;     /* on the last stage */
   /* Per micro-batch, kept from its forward to its backward (any schedule):
    * LM targets and d loss / d output in forward-row layout, micro-batch k's
    * at (its first row - split.b0) * r->T. */
@@ -97,13 +112,13 @@ static PetscErrorCode actor_forward(void *ctx, Model *actor, int k)
     float  wt = token_mean(mb), wa = (float)rl_token_weight((RLLossAgg)mb->o->loss_agg, mb->ntok, mb->nseq, len, (int)mb->o->gen.max_new_tokens);
 
     align_row(r, pb, idx[i], pb->ent, i, Tf, wt);
-    for (size_t t = 0; t < T; t++) mb->acc[2] += (double)pb->w[t] * pb->al[t];
+    for (size_t t = 0; t < T; t++) mb->sum.s.entropy += (double)pb->w[t] * pb->al[t];
     align_row(r, pb, idx[i], pb->lp, i, Tf, wa);
-    if (r->off_policy) /* asynchronous runs' decoupled objective: the ratio to the proximal policy, times the behaviour weight */
-      mb->acc[0] += rl_policy_loss_is(T, pb->al, r->prox + off, r->adv + off, pb->w, r->isw + off, mb->o->clip_low, mb->o->clip_high, pb->dal, &cf);
-    else mb->acc[0] += rl_policy_loss(T, pb->al, r->gen.logprobs + off, r->adv + off, pb->w, mb->o->clip_low, mb->o->clip_high, pb->dal, &cf);
-    mb->acc[1] += wa > 0 ? cf / wa * wt : 0; /* the clipped tokens' share of the mini-batch's tokens */
-    if (ppo_kl_as_loss(mb->o)) mb->acc[3] += rl_kl_loss(T, pb->al, r->ref + off, pb->w, mb->kl_coef, (RLKLEstimator)mb->o->kl_estimator, pb->dal);
+    if (r->off.on) /* asynchronous runs' decoupled objective: the ratio to the proximal policy, times the behaviour weight */
+      mb->sum.s.loss += rl_policy_loss_is(T, pb->al, r->off.prox + off, r->adv + off, pb->w, r->off.isw + off, mb->o->clip_low, mb->o->clip_high, pb->dal, &cf);
+    else mb->sum.s.loss += rl_policy_loss(T, pb->al, r->gen.logprobs + off, r->adv + off, pb->w, mb->o->clip_low, mb->o->clip_high, pb->dal, &cf);
+    mb->sum.s.clipfrac += wa > 0 ? cf / wa * wt : 0; /* the clipped tokens' share of the mini-batch's tokens */
+    if (ppo_kl_as_loss(mb->o)) mb->sum.s.kl_loss += rl_kl_loss(T, pb->al, r->ref + off, pb->w, mb->kl_coef, (RLKLEstimator)mb->o->kl_estimator, pb->dal);
     unalign_row(r, pb, idx[i], i, Tf, grad);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -130,8 +145,8 @@ static PetscErrorCode critic_forward(void *ctx, Model *critic, int k)
     size_t off = (size_t)idx[i] * T;
 
     align_row(r, pb, idx[i], pb->val, i, Tf, token_mean(mb));
-    mb->acc[0] += rl_value_loss(T, pb->al, r->values + off, r->ret + off, pb->w, mb->o->value_clip, pb->dal, &cf);
-    mb->acc[1] += cf;
+    mb->sum.s.loss += rl_value_loss(T, pb->al, r->values + off, r->ret + off, pb->w, mb->o->value_clip, pb->dal, &cf);
+    mb->sum.s.clipfrac += cf;
     unalign_row(r, pb, idx[i], i, Tf, grad);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -159,10 +174,9 @@ static PetscErrorCode model_backward(void *ctx, Model *lm, int k)
  * and the critic fused (fz non-NULL; tr[1], opt[1] the critic): every
  * mini-batch is one pass (trainer_pass, or ppo_fused_train_pass for both) and one
  * trainer_step per model, as SFT and RM. out[x] gets model x's sums over
- * steps of the loss, clip fraction, entropy, KL loss and gradient norm (the
- * same on every rank of the mesh). Only the members of the meshes call this.
+ * steps (the same on every rank of the mesh). Only the members of the meshes call this.
  * Both models see the same shuffle and mini-batches as when unfused. */
-static PetscErrorCode train_models(PPOFusedTrain *fz, Trainer *tr[2], const PPOOptions *o, const AdamWConfig *opt[2], const char *what[2], Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, double out[2][5])
+static PetscErrorCode train_models(PPOFusedTrain *fz, Trainer *tr[2], const PPOOptions *o, const AdamWConfig *opt[2], const char *what[2], Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, ModelSums out[2])
 {
   int       *perm, nmb = r->B / (int)o->minibatches, nm = fz ? 2 : 1;
   MiniBatch  mb[2];
@@ -174,8 +188,8 @@ static PetscErrorCode train_models(PPOFusedTrain *fz, Trainer *tr[2], const PPOO
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(r->B, &perm));
   for (int x = 0; x < nm; x++) {
-    mb[x] = (MiniBatch){o, r, pb, NULL, {0, 0, 1, 0}, 0, 0, kl_coef, {0, 0, 0, 0}, NULL, NULL};
-    w[x]  = (TrainWork){tr[x]->dm->cfg.head == MODEL_HEAD_LM ? actor_forward : critic_forward, model_backward, &mb[x], mb[x].acc, 4};
+    mb[x] = (MiniBatch){o, r, pb, NULL, {0, 0, 1, 0}, 0, 0, kl_coef, {{0, 0, 0, 0}}, NULL, NULL};
+    w[x]  = (TrainWork){tr[x]->dm->cfg.head == MODEL_HEAD_LM ? actor_forward : critic_forward, model_backward, &mb[x], mb[x].sum.v, 4};
     trainer_split(tr[x], nmb, PetscMax(1, nmb / (int)o->microbatches), &mb[x].split);
     PetscCall(PetscMalloc2((size_t)nmb * r->T, &mb[x].target, (size_t)nmb * r->T, &mb[x].grad));
   }
@@ -191,15 +205,16 @@ static PetscErrorCode train_models(PPOFusedTrain *fz, Trainer *tr[2], const PPOO
         mb[x].rows = all;
         mb[x].ntok = ntok;
         mb[x].nseq = nmb;
-        PetscCall(PetscArrayzero(mb[x].acc, 4));
+        PetscCall(PetscArrayzero(mb[x].sum.v, 4));
       }
       if (fz) PetscCall(ppo_fused_train_pass(fz, tr, sp, wp));
       else PetscCall(trainer_pass(tr[0], &mb[0].split, &w[0]));
       PetscCall(PetscSNPrintf(at, sizeof at, "iteration %d (epoch %d, mini-batch %d)", iteration + 1, e, k));
       for (int x = 0; x < nm; x++) {
-        PetscCall(trainer_step(tr[x], opt[x], what[x], at, mb[x].acc[0] + mb[x].acc[3], &lr, &gn));
-        for (int j = 0; j < 4; j++) out[x][j] += mb[x].acc[j];
-        out[x][4] += gn;
+        const MiniSums *q = &mb[x].sum;
+        PetscCall(trainer_step(tr[x], opt[x], what[x], at, q->s.loss + q->s.kl_loss, &lr, &gn));
+        out[x].loss += q->s.loss, out[x].clipfrac += q->s.clipfrac, out[x].entropy += q->s.entropy, out[x].kl_loss += q->s.kl_loss;
+        out[x].grad_norm += gn;
       }
     }
   }
@@ -208,58 +223,58 @@ static PetscErrorCode train_models(PPOFusedTrain *fz, Trainer *tr[2], const PPOO
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static void actor_stats(const double out[5], PPOTrainStats *s)
+static void actor_stats(const ModelSums *out, PPOTrainStats *s)
 {
-  s->actor_loss = out[0];
-  s->clipfrac   = out[1];
-  s->entropy    = out[2];
-  s->kl_loss    = out[3];
-  s->grad_actor = out[4];
+  s->actor_loss = out->loss;
+  s->clipfrac   = out->clipfrac;
+  s->entropy    = out->entropy;
+  s->kl_loss    = out->kl_loss;
+  s->grad_actor = out->grad_norm;
 }
 
-static void critic_stats(const double out[5], PPOTrainStats *s)
+static void critic_stats(const ModelSums *out, PPOTrainStats *s)
 {
-  s->critic_loss = out[0];
-  s->vclipfrac   = out[1];
-  s->grad_critic = out[4];
+  s->critic_loss = out->loss;
+  s->vclipfrac   = out->clipfrac;
+  s->grad_critic = out->grad_norm;
 }
 
 PetscErrorCode ppo_train_actor(Trainer *actor, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s)
 {
-  double             out[2][5] = {{0}};
+  ModelSums          out[2]  = {{0}};
   Trainer           *tr[2]     = {actor, NULL};
   const AdamWConfig *opt[2]    = {&o->actor_opt, NULL};
   const char        *what[2]   = {"PPO actor", NULL};
 
   PetscFunctionBegin;
   PetscCall(train_models(NULL, tr, o, opt, what, r, pb, seed, iteration, kl_coef, out));
-  actor_stats(out[0], s);
+  actor_stats(&out[0], s);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode ppo_train_critic(Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, PPOTrainStats *s)
 {
-  double             out[2][5] = {{0}};
+  ModelSums          out[2]  = {{0}};
   Trainer           *tr[2]     = {critic, NULL};
   const AdamWConfig *opt[2]    = {&o->critic_opt, NULL};
   const char        *what[2]   = {"PPO critic", NULL};
 
   PetscFunctionBegin;
   PetscCall(train_models(NULL, tr, o, opt, what, r, pb, seed, iteration, 0.0, out));
-  critic_stats(out[0], s);
+  critic_stats(&out[0], s);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode ppo_train_fused(PPOFusedTrain *fz, Trainer *actor, Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s)
 {
-  double             out[2][5] = {{0}};
+  ModelSums          out[2]  = {{0}};
   Trainer           *tr[2]     = {actor, critic};
   const AdamWConfig *opt[2]    = {&o->actor_opt, &o->critic_opt};
   const char        *what[2]   = {"PPO actor", "PPO critic"};
 
   PetscFunctionBegin;
   PetscCall(train_models(fz, tr, o, opt, what, r, pb, seed, iteration, kl_coef, out));
-  actor_stats(out[0], s);
-  critic_stats(out[1], s);
+  actor_stats(&out[0], s);
+  critic_stats(&out[1], s);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

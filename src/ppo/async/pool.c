@@ -1,7 +1,7 @@
 /* Partial rollouts (-async_partial S, docs/async.md): a sample still running
  * when its iteration's token budget ends goes on in the next iteration's
  * generation with the newer weights, so a batch no longer waits for its
- * longest response. The pool (AsyncPool, ppo_impl.h) holds the samples in
+ * longest response. The pool (AsyncPool, async.h) holds the samples in
  * flight, whole groups in prompt order; each call
  *
  *   1. draws at most S new tokens for every sample not yet ended (the
@@ -15,7 +15,7 @@
  * layout or on timing, and a sample's draws are keyed by its number in the
  * run (prompt position x group + member) and the call's batch index, so
  * runs repeat bit for bit and match across layouts within the tolerances. */
-#include "ppo_impl.h"
+#include "async.h"
 #include <string.h>
 
 static void pool_requests(AsyncPool *p);
@@ -133,9 +133,9 @@ PetscErrorCode async_pool_admit(AsyncQueue *q, PromptSource *ps, const PPOOption
     (*data_pos)++;
   }
   pool_requests(p);
-  r->batch      = batch;
-  r->dyn_rounds = 1;
-  r->off_policy = r->frozen_done = PETSC_FALSE;
+  r->async.batch      = batch;
+  r->dyn.rounds = 1;
+  r->off.on = r->scored = PETSC_FALSE;
   q->ready[batch % q->n] = PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -302,7 +302,7 @@ static PetscErrorCode pool_merge_take(AsyncQueue *q, const PPOOptions *o, int ve
   AsyncPool *p = &q->pool;
   GenBatch  *g = &p->res, *sg = &slot->gen;
   size_t     T = (size_t)p->T;
-  int        groups = (int)(o->rollout_batch / p->G), taken = 0, kept = 0, s = (int)(slot->batch % q->n), B = slot->Bcap;
+  int        groups = (int)(o->rollout_batch / p->G), taken = 0, kept = 0, s = (int)(slot->async.batch % q->n), B = slot->Bcap;
   char      *sabuf = q->abuf + (size_t)s * B * PPO_ANSWER_LEN;
   size_t     nid   = 0; /* allowed-set ids of the batch's rows so far */
 
@@ -330,11 +330,11 @@ static PetscErrorCode pool_merge_take(AsyncQueue *q, const PPOOptions *o, int ve
         int b = taken * p->G + (i - g0), P = p->prompt_len[i], vmin = version;
         PetscCall(PetscArraycpy(sg->tokens + b * T, p->tokens + i * T, T));
         PetscCall(PetscArraycpy(sg->logprobs + b * T, p->logprobs + i * T, T));
-        PetscCall(PetscArraycpy(slot->tver + b * T, p->tver + i * T, T));
+        PetscCall(PetscArraycpy(slot->async.tver + b * T, p->tver + i * T, T));
         for (int t = P; t < P + p->len[i]; t++) vmin = PetscMin(vmin, p->tver[i * T + t]);
         sg->prompt_len[b] = P, sg->response_len[b] = p->len[i], sg->eos[b] = p->eos[i];
         if (p->mcnt) PetscCall(take_masks(p, i, sg, b, &nid));
-        slot->version[b] = vmin, slot->ppos[b] = p->ppos[i], slot->pidx[b] = p->pidx[i], slot->meta[b] = p->meta[i];
+        slot->async.version[b] = vmin, slot->async.ppos[b] = p->ppos[i], slot->pidx[b] = p->pidx[i], slot->meta[b] = p->meta[i];
         slot->answer[b]  = async_keep_answer(p->answer[i], p->abuf, (size_t)p->cap * PPO_ANSWER_LEN, sabuf + (size_t)b * PPO_ANSWER_LEN);
       } else PetscCall(pool_copy(p, i, kept++));
     }
@@ -449,12 +449,12 @@ PetscErrorCode async_pool_prompts(AsyncQueue *q, PromptSource *ps, const PPOOpti
 {
   AsyncPool *p = &q->pool;
   int       *row, len, n = r ? r->Bcap : p->n;
-  char      *abuf = r ? q->abuf + (size_t)(r->batch % q->n) * r->Bcap * PPO_ANSWER_LEN : p->abuf;
+  char      *abuf = r ? q->abuf + (size_t)(r->async.batch % q->n) * r->Bcap * PPO_ANSWER_LEN : p->abuf;
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(ps->room + 1, &row));
   for (int i = 0; i < n; i++) {
-    int64_t      pos = r ? r->ppos[i] : p->ppos[i];
+    int64_t      pos = r ? r->async.ppos[i] : p->ppos[i];
     const char **a = r ? &r->answer[i] : &p->answer[i], **meta = r ? &r->meta[i] : &p->meta[i];
     int64_t     *pidx = r ? &r->pidx[i] : &p->pidx[i];
     PetscCall(prompts_at(ps, o, pos, row, &len, abuf + (size_t)i * PPO_ANSWER_LEN, a, meta, pidx));

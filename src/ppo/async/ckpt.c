@@ -1,132 +1,9 @@
-/* Asynchronous RL (-async_staleness K > 0, docs/async.md): the queue of
- * generated batches, the behaviour importance weights of the off-policy
- * correction and the staleness metrics. Which weights generate which batch
- * is fixed by the deck (batch b by the weights after iteration b - K), never
- * by timing, so a run repeats bit for bit; the iteration graph that
- * overlaps the generation of batch i + K with the training on batch i is
- * ppo_iteration_async (src/ppo/ppo_graph.c). */
-#include "ppo_impl.h"
-#include <math.h>
+/* Asynchronous RL's queue in checkpoints (group /async, docs/formats.md):
+ * the generated batches not yet trained on and the partial rollouts' pool,
+ * written into each checkpoint through the writer's carry and read back on
+ * -restart. */
+#include "async.h"
 #include <string.h>
-
-PetscErrorCode async_create(const PPOOptions *o, int B, int T, PetscBool masked, AsyncQueue *q)
-{
-  PetscFunctionBegin;
-  PetscCall(PetscMemzero(q, sizeof *q));
-  q->K = (int)o->async_staleness;
-  q->n = q->K + 1;
-  PetscCall(PetscCalloc3(q->n, &q->slot, q->n, &q->ready, q->n, &q->data_pos));
-  PetscCall(PetscCalloc4((size_t)q->n * B, &q->answer, (size_t)q->n * B, &q->meta, (size_t)q->n * B, &q->pidx, (size_t)q->n * B * PPO_ANSWER_LEN, &q->abuf));
-  for (int s = 0; s < q->n; s++) {
-    Rollout *r = &q->slot[s];
-    PetscCall(rollout_create(B, T, masked, r));
-    PetscCall(PetscCalloc1(B, &r->version));
-    PetscCall(PetscCalloc2((size_t)B * T, &r->prox, (size_t)B * T, &r->isw));
-    if (o->async_partial) PetscCall(PetscCalloc2((size_t)B * T, &r->tver, B, &r->ppos));
-    r->answer = q->answer + (size_t)s * B;
-    r->meta   = q->meta + (size_t)s * B;
-    r->pidx   = q->pidx + (size_t)s * B;
-    r->batch  = -1;
-  }
-  q->partial = (PetscBool)(o->async_partial > 0);
-  if (q->partial) PetscCall(async_pool_create(o, T, &q->pool));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode async_destroy(AsyncQueue *q)
-{
-  PetscFunctionBegin;
-  for (int s = 0; s < q->n; s++) {
-    PetscCall(PetscFree(q->slot[s].version));
-    PetscCall(PetscFree2(q->slot[s].prox, q->slot[s].isw));
-    PetscCall(PetscFree2(q->slot[s].tver, q->slot[s].ppos));
-    PetscCall(rollout_destroy(&q->slot[s]));
-  }
-  PetscCall(async_pool_destroy(&q->pool));
-  PetscCall(PetscFree3(q->slot, q->ready, q->data_pos));
-  PetscCall(PetscFree4(q->answer, q->meta, q->pidx, q->abuf));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-const char *async_keep_answer(const char *a, const char *buf, size_t nbuf, char *dst)
-{
-  if (!a || a < buf || a >= buf + nbuf) return a;
-  memmove(dst, a, PPO_ANSWER_LEN);
-  dst[PPO_ANSWER_LEN - 1] = 0;
-  return dst;
-}
-
-PetscErrorCode async_keep_prompts(AsyncQueue *q, const PromptSource *ps, int64_t batch, int64_t pos)
-{
-  int      s = (int)(batch % q->n), B = q->slot[s].Bcap;
-  Rollout *r = &q->slot[s];
-  char    *mine = q->abuf + (size_t)s * B * PPO_ANSWER_LEN;
-
-  PetscFunctionBegin;
-  for (int b = 0; b < B; b++) {
-    r->answer[b] = async_keep_answer(ps->answer[b], ps->abuf, (size_t)B * PPO_ANSWER_LEN, mine + (size_t)b * PPO_ANSWER_LEN);
-    r->meta[b]   = ps->meta[b];
-    r->pidx[b]   = ps->pidx[b];
-  }
-  r->batch       = batch;
-  r->dyn_rounds  = 1;
-  r->off_policy  = r->frozen_done = PETSC_FALSE;
-  q->data_pos[s] = pos;
-  q->ready[s]    = PETSC_FALSE;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode async_weights(AsyncQueue *q, const PPOOptions *o, Rollout *r)
-{
-  float *w;
-
-  PetscFunctionBegin;
-  q->is = (RLISStats){0, 0, 0, 0};
-  if (o->async_correction == ASYNC_NONE) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(PetscMalloc1(r->T, &w));
-  for (int b = 0; b < r->B; b++) {
-    size_t off = (size_t)b * r->T;
-    for (int t = 0; t < r->T; t++) w[t] = t >= r->start[b] && t < r->start[b] + r->len[b] ? 1.0f : 0.0f;
-    rl_behaviour_weights((size_t)r->T, r->prox + off, r->gen.logprobs + off, w, o->async_is_cap, o->async_correction == ASYNC_TIS ? RL_IS_TRUNCATE : RL_IS_MASK, r->isw + off, &q->is);
-  }
-  PetscCall(PetscFree(w));
-  r->off_policy = PETSC_TRUE;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode async_record(RunRecord *rec, const AsyncQueue *q, const Rollout *r, int64_t iteration, double gen_s, double train_s, double iter_s, char *line, size_t len)
-{
-  double lag = 0, lag_max = 0, toks = 0, old = 0, spans = 0;
-
-  PetscFunctionBegin;
-  for (int b = 0; b < r->B; b++) { /* a row's version: that of its oldest token (partial rollouts: rows may span several) */
-    double d = (double)(iteration - r->version[b]);
-    lag += d;
-    lag_max = PetscMax(lag_max, d);
-    toks += r->len[b];
-    if (r->tver) {
-      const int *v = r->tver + (size_t)b * r->T;
-      for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) old += v[t] < iteration;
-      spans += r->len[b] > 0 && v[r->start[b]] != v[r->start[b] + r->len[b] - 1];
-    } else if (d > 0) old += r->len[b];
-  }
-  lag /= r->B;
-  if (q->partial) { /* the batch's rows that went on across iterations; the pool's samples in flight */
-    PetscCall(record_metric(rec, "async_resumed_frac", spans / r->B));
-    PetscCall(record_metric(rec, "async_pool_rows", (double)q->pool.n));
-  }
-  PetscCall(record_metric(rec, "async_staleness_mean", lag));
-  PetscCall(record_metric(rec, "async_staleness_max", lag_max));
-  PetscCall(record_metric(rec, "async_stale_token_frac", toks > 0 ? old / toks : 0));
-  PetscCall(record_metric(rec, "async_is_mean", q->is.n > 0 ? q->is.sum / q->is.n : NAN));
-  PetscCall(record_metric(rec, "async_is_max", q->is.n > 0 ? q->is.max : NAN));
-  PetscCall(record_metric(rec, "async_is_capped_frac", q->is.n > 0 ? q->is.capped / q->is.n : NAN));
-  PetscCall(record_metric(rec, "async_gen_busy", iter_s > 0 ? gen_s / iter_s : 0));
-  PetscCall(record_metric(rec, "async_train_busy", iter_s > 0 ? train_s / iter_s : 0));
-  if (q->is.n > 0) PetscCall(PetscSNPrintf(line, len, " | stale %.1f w %.2f/%.1f", lag, q->is.sum / q->is.n, q->is.max));
-  else PetscCall(PetscSNPrintf(line, len, " | stale %.1f", lag));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
 
 /* ---- the queue in checkpoints ------------------------------------------------ */
 /* Group /async of a checkpoint (docs/formats.md): attribute staleness, and
@@ -134,10 +11,6 @@ PetscErrorCode async_record(RunRecord *rec, const AsyncQueue *q, const Rollout *
  * rows as generation left them (tokens, logprobs, prompt_lengths,
  * response_lengths, eos, versions, and the allowed sets mask_off/mask_ids
  * when generation masks) and attributes batch and data_pos. */
-typedef struct {
-  AsyncQueue *q;
-  int64_t     from; /* the first batch not yet trained on */
-} AsyncSave;
 
 /* Prompt positions as the file's int32 (a run of 2^31 prompts is refused). */
 static PetscErrorCode int32_positions(const int64_t *pos, int n, int *out)
@@ -189,8 +62,6 @@ static PetscErrorCode pool_write(IoId g, const AsyncPool *p)
   PetscCall(PetscFree(pos));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
-static AsyncSave async_save;
-
 static PetscErrorCode async_write(IoId file, void *ctx)
 {
   AsyncSave *a = (AsyncSave *)ctx;
@@ -213,23 +84,23 @@ static PetscErrorCode async_write(IoId file, void *ctx)
       {"prompt_lengths",   1, {B, 1}, gb->prompt_len,   PETSC_TRUE },
       {"response_lengths", 1, {B, 1}, gb->response_len, PETSC_TRUE },
       {"eos",              1, {B, 1}, gb->eos,          PETSC_TRUE },
-      {"versions",         1, {B, 1}, r->version,       PETSC_TRUE },
+      {"versions",         1, {B, 1}, r->async.version,       PETSC_TRUE },
     };
     const char *an[] = {"batch", "data_pos"};
-    double      av[] = {(double)r->batch, (double)q->data_pos[s]};
+    double      av[] = {(double)r->async.batch, (double)q->data_pos[s]};
     int         pos[q->partial ? B : 1];
 
-    if (!q->ready[s] || r->batch < a->from) continue;
-    if (r->tver) { /* partial rollouts: each token's version, each row's prompt (rows come from several batches' prompts) */
-      PetscCall(int32_positions(r->ppos, B, pos));
-      d[nd++] = (IODataset){"token_versions", 2, {B, T}, r->tver, PETSC_TRUE};
+    if (!q->ready[s] || r->async.batch < a->from) continue;
+    if (r->async.tver) { /* partial rollouts: each token's version, each row's prompt (rows come from several batches' prompts) */
+      PetscCall(int32_positions(r->async.ppos, B, pos));
+      d[nd++] = (IODataset){"token_versions", 2, {B, T}, r->async.tver, PETSC_TRUE};
       d[nd++] = (IODataset){"prompt_positions", 1, {B, 1}, pos, PETSC_TRUE};
     }
     if (gb->mask_off) {
       d[nd++] = (IODataset){"mask_off", 1, {B * T + 1, 1}, gb->mask_off, PETSC_TRUE};
       d[nd++] = (IODataset){"mask_ids", 1, {PetscMax(1, gb->mask_off[(size_t)B * T]), 1}, gb->mask_ids, PETSC_TRUE};
     }
-    PetscCall(PetscSNPrintf(name, sizeof name, "batch_%" PetscInt64_FMT, r->batch));
+    PetscCall(PetscSNPrintf(name, sizeof name, "batch_%" PetscInt64_FMT, r->async.batch));
     PetscCall(io_group_create(g, "checkpoint", name, &h));
     PetscCall(io_group_fill(h, d, nd, an, av, 2));
     PetscCall(io_close(&h));
@@ -238,12 +109,10 @@ static PetscErrorCode async_write(IoId file, void *ctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode async_checkpoint_carry(AsyncQueue *q, int64_t from)
+void async_checkpoint_carry(AsyncQueue *q, int64_t from, CkptCarry *c)
 {
-  PetscFunctionBegin;
-  async_save = (AsyncSave){q, from};
-  PetscCall(ckpt_carry(q ? async_write : NULL, q ? &async_save : NULL));
-  PetscFunctionReturn(PETSC_SUCCESS);
+  q->save = (AsyncSave){q, from};
+  *c      = (CkptCarry){async_write, &q->save};
 }
 
 /* What a restart reads: the staleness the file was written with and, for
@@ -258,6 +127,7 @@ typedef struct {
   int        *pool_ids;          /* the pool's allowed-set ids (masked pools), pool_nid of them */
   long long   pool_nid;
   int         phase;             /* 0: headers; 1: the rows of the batches found */
+  const char *path;              /* the checkpoint, for messages */
 } AsyncLoad;
 
 static PetscErrorCode async_read_rows(IoId h, const char *path, const char *name, IoType mem, void *buf, long long n)
@@ -266,8 +136,6 @@ static PetscErrorCode async_read_rows(IoId h, const char *path, const char *name
   PetscCheck(io_dataset_npoints(h, name) == n && io_dataset_read_all(h, name, mem, buf) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s: /async batch dataset %s is missing or has not %lld elements", path, name, n);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
-
-static const char *async_load_path;
 
 /* /async/pool: its attributes (phase 0), its rows into the queue's pool
  * when this run has one of the same shape (phase 1). */
@@ -285,23 +153,23 @@ static PetscErrorCode pool_read(IoId g, AsyncLoad *a)
   n = (int)a->pool[3];
   if (a->phase == 1 && a->q->partial && n > 0) {
     long long nT = (long long)n * p->T;
-    PetscCall(async_read_rows(h, async_load_path, "tokens", IO_INT, p->tokens, nT));
-    PetscCall(async_read_rows(h, async_load_path, "logprobs", IO_FLOAT, p->logprobs, nT));
-    PetscCall(async_read_rows(h, async_load_path, "token_versions", IO_INT, p->tver, nT));
-    PetscCall(async_read_rows(h, async_load_path, "prompt_lengths", IO_INT, p->prompt_len, n));
-    PetscCall(async_read_rows(h, async_load_path, "response_lengths", IO_INT, p->len, n));
-    PetscCall(async_read_rows(h, async_load_path, "eos", IO_INT, p->eos, n));
-    PetscCall(async_read_rows(h, async_load_path, "ended", IO_INT, p->done, n));
-    PetscCall(async_read_rows(h, async_load_path, "prompt_positions", IO_INT, a->ppos, n));
+    PetscCall(async_read_rows(h, a->path, "tokens", IO_INT, p->tokens, nT));
+    PetscCall(async_read_rows(h, a->path, "logprobs", IO_FLOAT, p->logprobs, nT));
+    PetscCall(async_read_rows(h, a->path, "token_versions", IO_INT, p->tver, nT));
+    PetscCall(async_read_rows(h, a->path, "prompt_lengths", IO_INT, p->prompt_len, n));
+    PetscCall(async_read_rows(h, a->path, "response_lengths", IO_INT, p->len, n));
+    PetscCall(async_read_rows(h, a->path, "eos", IO_INT, p->eos, n));
+    PetscCall(async_read_rows(h, a->path, "ended", IO_INT, p->done, n));
+    PetscCall(async_read_rows(h, a->path, "prompt_positions", IO_INT, a->ppos, n));
     for (int i = 0; i < n; i++) p->ppos[i] = a->ppos[i];
     if (p->mcnt) { /* the counts and ids here, unpacked into the rows after the broadcast (async_restore) */
-      PetscCheck(io_dataset_npoints(h, "mask_counts") >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s: /async/pool holds no allowed sets (mask_counts), which -gen_top_k, -gen_top_p or -gen_min_new_tokens need: restart it with the sampling options it was written with", async_load_path);
-      PetscCall(async_read_rows(h, async_load_path, "mask_counts", IO_INT, p->mcnt, nT));
+      PetscCheck(io_dataset_npoints(h, "mask_counts") >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s: /async/pool holds no allowed sets (mask_counts), which -gen_top_k, -gen_top_p or -gen_min_new_tokens need: restart it with the sampling options it was written with", a->path);
+      PetscCall(async_read_rows(h, a->path, "mask_counts", IO_INT, p->mcnt, nT));
       a->pool_nid = 0;
       for (long long k = 0; k < nT; k++) a->pool_nid += p->mcnt[k];
       PetscCall(PetscMalloc1(a->pool_nid + 1, &a->pool_ids));
-      PetscCall(async_read_rows(h, async_load_path, "mask_ids", IO_INT, a->pool_ids, PetscMax(1, a->pool_nid))); /* one id stored for none */
-    } else PetscCheck(io_dataset_npoints(h, "mask_counts") < 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s: /async/pool holds allowed sets (written with -gen_top_k, -gen_top_p or -gen_min_new_tokens): restart it with the sampling options it was written with", async_load_path);
+      PetscCall(async_read_rows(h, a->path, "mask_ids", IO_INT, a->pool_ids, PetscMax(1, a->pool_nid))); /* one id stored for none */
+    } else PetscCheck(io_dataset_npoints(h, "mask_counts") < 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s: /async/pool holds allowed sets (written with -gen_top_k, -gen_top_p or -gen_min_new_tokens): restart it with the sampling options it was written with", a->path);
   }
   PetscCall(io_close(&h));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -332,27 +200,27 @@ static PetscErrorCode async_read(IoId file, void *ctx)
       PetscCall(io_attr_read_double(h, "checkpoint /async batch", "data_pos", &a->pos[j]));
     } else {
       GenBatch *gb = &r->gen;
-      PetscCall(async_read_rows(h, async_load_path, "tokens", IO_INT, gb->tokens, BT));
-      PetscCall(async_read_rows(h, async_load_path, "logprobs", IO_FLOAT, gb->logprobs, BT));
-      PetscCall(async_read_rows(h, async_load_path, "prompt_lengths", IO_INT, gb->prompt_len, r->B));
-      PetscCall(async_read_rows(h, async_load_path, "response_lengths", IO_INT, gb->response_len, r->B));
-      PetscCall(async_read_rows(h, async_load_path, "eos", IO_INT, gb->eos, r->B));
-      PetscCall(async_read_rows(h, async_load_path, "versions", IO_INT, r->version, r->B));
-      if (r->tver) {
-        PetscCall(async_read_rows(h, async_load_path, "token_versions", IO_INT, r->tver, BT));
-        PetscCall(async_read_rows(h, async_load_path, "prompt_positions", IO_INT, a->ppos, r->B));
-        for (int k = 0; k < r->B; k++) r->ppos[k] = a->ppos[k];
+      PetscCall(async_read_rows(h, a->path, "tokens", IO_INT, gb->tokens, BT));
+      PetscCall(async_read_rows(h, a->path, "logprobs", IO_FLOAT, gb->logprobs, BT));
+      PetscCall(async_read_rows(h, a->path, "prompt_lengths", IO_INT, gb->prompt_len, r->B));
+      PetscCall(async_read_rows(h, a->path, "response_lengths", IO_INT, gb->response_len, r->B));
+      PetscCall(async_read_rows(h, a->path, "eos", IO_INT, gb->eos, r->B));
+      PetscCall(async_read_rows(h, a->path, "versions", IO_INT, r->async.version, r->B));
+      if (r->async.tver) {
+        PetscCall(async_read_rows(h, a->path, "token_versions", IO_INT, r->async.tver, BT));
+        PetscCall(async_read_rows(h, a->path, "prompt_positions", IO_INT, a->ppos, r->B));
+        for (int k = 0; k < r->B; k++) r->async.ppos[k] = a->ppos[k];
       }
       if (gb->mask_off) {
         long long nid;
-        PetscCall(async_read_rows(h, async_load_path, "mask_off", IO_INT, gb->mask_off, BT + 1));
+        PetscCall(async_read_rows(h, a->path, "mask_off", IO_INT, gb->mask_off, BT + 1));
         nid = PetscMax(1, gb->mask_off[BT]);
         if ((size_t)nid > gb->mask_cap) {
           PetscCall(PetscFree(gb->mask_ids));
           PetscCall(PetscMalloc1(nid, &gb->mask_ids));
           gb->mask_cap = (size_t)nid;
         }
-        PetscCall(async_read_rows(h, async_load_path, "mask_ids", IO_INT, gb->mask_ids, nid));
+        PetscCall(async_read_rows(h, a->path, "mask_ids", IO_INT, gb->mask_ids, nid));
       }
     }
     PetscCall(io_close(&h));
@@ -364,12 +232,11 @@ static PetscErrorCode async_read(IoId file, void *ctx)
 PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *o, PromptSource *ps, AsyncQueue *q, int64_t from, int *found)
 {
   AsyncQueue none = {0};
-  AsyncLoad  a    = {q ? q : &none, from, 0, {0}, {0}, {0}, NULL, NULL, 0, 0};
+  AsyncLoad  a    = {q ? q : &none, from, 0, {0}, {0}, {0}, NULL, NULL, 0, 0, path};
   int        room = q ? PetscMax(q->slot[0].Bcap, q->pool.cap) : 1;
 
   PetscFunctionBegin;
-  *found          = 0;
-  async_load_path = path;
+  *found = 0;
   PetscCall(PetscMalloc1(room + 1, &a.ppos));
   PetscCall(io_read_on_root(comm, "checkpoint", path, async_read, &a));
   PetscCallMPI(MPI_Bcast(&a.staleness, 1, MPI_DOUBLE, 0, comm));
@@ -397,9 +264,9 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
       int used;
       if (q->partial) { /* each row's own prompt, once its position is read */
         Rollout *r    = async_slot(q, from + j);
-        r->batch      = from + j;
-        r->dyn_rounds = 1;
-        r->off_policy = r->frozen_done = PETSC_FALSE;
+        r->async.batch      = from + j;
+        r->dyn.rounds = 1;
+        r->off.on = r->scored = PETSC_FALSE;
         continue;
       }
       PetscCall(prompts_next(ps, o, (int64_t)a.pos[j], 0, &used));
@@ -440,10 +307,10 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
     PetscCall(io_bcast(gb->prompt_len, (size_t)r->B, MPI_INT, comm));
     PetscCall(io_bcast(gb->response_len, (size_t)r->B, MPI_INT, comm));
     PetscCall(io_bcast(gb->eos, (size_t)r->B, MPI_INT, comm));
-    PetscCall(io_bcast(r->version, (size_t)r->B, MPI_INT, comm));
+    PetscCall(io_bcast(r->async.version, (size_t)r->B, MPI_INT, comm));
     if (q->partial) {
-      PetscCall(io_bcast(r->tver, BT, MPI_INT, comm));
-      PetscCall(io_bcast(r->ppos, (size_t)r->B, MPI_INT64_T, comm));
+      PetscCall(io_bcast(r->async.tver, BT, MPI_INT, comm));
+      PetscCall(io_bcast(r->async.ppos, (size_t)r->B, MPI_INT64_T, comm));
       PetscCall(async_pool_prompts(q, ps, o, r));
     }
     if (gb->mask_off) {
