@@ -12,6 +12,7 @@
 #define RLFUSE_ACTORCRITIC_H
 
 #include "sys.h"
+#include "io.h"
 enum { AC_ACTOR = 0, AC_CRITIC = 1 };
 enum { AC_F = 0, AC_B = 1 };
 
@@ -110,5 +111,7 @@ PetscErrorCode ac_sched_read(const char *path, const ACInst *in, ACSched *s);
 
 /* -mode schedule: options -sched_*, ac_optimize, print, write. */
 PetscErrorCode ac_schedule_run(RunCtx *run);
+/* Its file options (-sched_file, -sched_output), for io_files_check. */
+extern const IoFileOption ac_file_options[];
 
 #endif

@@ -225,6 +225,9 @@ PetscErrorCode cost_train_stage(const CostPrims *p, const CostTrainStage *st, MF
  * option overrides one. work->len and plen are drawn keyed by deck->seed.
  * cost_work_free frees them. */
 PetscErrorCode cost_work_from_options(const CostDeck *deck, CostWork *work);
+/* The files the -cost_ options read (-cost_hardware, -cost_profile, the
+ * files of -cost_lengths and -cost_prompt_lengths), for io_files_check. */
+extern const IoFileOption cost_file_options[];
 /* n lengths by spec (the syntax of -cost_lengths; opt names the option in
  * errors), each clipped to [1, max]. With plen not NULL and a rollouts:
  * file that records prompt lengths, each drawn response's own prompt length

@@ -103,13 +103,9 @@ PetscErrorCode ckpt_has_role(MPI_Comm comm, const char *path, const char *role, 
 PetscErrorCode ckpt_read_model(MPI_Comm comm, const char *path, const CkptModel *model);
 PetscErrorCode ckpt_read_model_placed(MPI_Comm comm, const char *path, const CkptModel *model, const CkptWhere *where);
 PetscErrorCode ckpt_read_state(MPI_Comm comm, const char *path, CkptState *st);
-/* The same on this rank alone (no collective; for scans of many files). */
+/* The same on this rank alone (no collective; for scans of many files:
+ * HDF5 prints nothing for a file it cannot read). */
 PetscErrorCode ckpt_read_state_local(const char *path, CkptState *st);
-/* "-restart latest": when restart is "latest", replaces it with the newest
- * readable checkpoint (ckpt_<n>.h5 or final.h5, by /state@iteration) in dir,
- * or with "" (a fresh start) when there is none; any other value is kept.
- * Collective; says on stdout what it picked. */
-PetscErrorCode ckpt_resolve_restart(MPI_Comm comm, const char *dir, char *restart, size_t len);
 
 /* ---- run records ------------------------------------------------------- */
 typedef struct RunRecord RunRecord;
@@ -126,27 +122,6 @@ PetscErrorCode record_step(RunRecord *rec, PetscInt step);
 /* A scalar summary attribute on /summary. */
 PetscErrorCode record_summary(RunRecord *rec, const char *name, double value);
 PetscErrorCode record_close(RunRecord **rec);
-
-/* ---- the timeline (src/io/timeline.c) ------------------------------------ */
-/* Each rank notes the calls it runs; record_step appends them to /timeline
- * (one row per call: rank, step, call, start, end). */
-#define TIMELINE_MAX_NAMES 64
-#define TIMELINE_NAME_LEN  48
-typedef struct {
-  int     n, *rank, *call;     /* call: index into names */
-  double *start, *end;         /* seconds since the record was opened */
-  char    names[TIMELINE_MAX_NAMES][TIMELINE_NAME_LEN];
-  int     nnames;              /* grows; indices stay valid across steps */
-} TimelineRows;
-/* Sets the zero of time (after a barrier on comm) and clears the buffer;
- * record_open calls it. Collective. */
-PetscErrorCode timeline_start(MPI_Comm comm);
-/* This rank ran `call` (a name without spaces) from t0 to t1 (sys_wtime). */
-PetscErrorCode timeline_mark(const char *call, double t0, double t1);
-/* Rank 0 gets every rank's calls since the last gather; clears the buffers.
- * Collective. */
-PetscErrorCode timeline_gather(MPI_Comm comm, TimelineRows *rows);
-PetscErrorCode timeline_rows_free(TimelineRows *rows);
 
 /* One dataset of a group: int32 or float32, 1-D ([dims[0]]) or 2-D. */
 typedef struct {
@@ -197,12 +172,16 @@ PetscErrorCode io_group_append(MPI_Comm comm, const char *path, const char *grou
  * (io_keep_previous_local: this rank alone). */
 PetscErrorCode io_keep_previous(MPI_Comm comm, const char *dir, const char *stem);
 PetscErrorCode io_keep_previous_local(const char *dir, const char *stem);
-/* Writes group `group` (replacing one of that name) into path through a
- * temporary and a rename, copying the file's other groups: datasets, double
- * attributes and, when texts is not NULL, ntexts row texts as
- * <text_name>_bytes and <text_name>_offsets (a prompt file's layout; a NULL
- * row is empty). Rank 0 writes; collective. */
-PetscErrorCode io_group_replace(MPI_Comm comm, const char *path, const char *group, const IODataset *d, int n, const char *text_name, const char *const *texts, int ntexts, const char *const *attr_names, const double *attr_values, int nattr);
+/* Writes group `group` (replacing one of that name) into path, a file that
+ * a reader may look at while the run goes on: the first group creates it
+ * through a temporary and a rename, later ones are added in place, without
+ * HDF5's lock (src/io/group.c says why). Datasets, double attributes and,
+ * when texts is not NULL, ntexts row texts as <text_name>_bytes and
+ * <text_name>_offsets (a prompt file's layout; a NULL row is empty). kind
+ * names the file in messages ("evaluations file"). Rank 0 writes; collective. */
+PetscErrorCode io_group_replace(MPI_Comm comm, const char *kind, const char *path, const char *group, const IODataset *d,
+                                int n, const char *text_name, const char *const *texts, int ntexts,
+                                const char *const *attr_names, const double *attr_values, int nattr);
 /* The same into an open run record: group `group` (a path such as
  * "plan/actor_gen": missing parents are created; a group of that name is
  * replaced, children included), then a flush. Rank 0 writes; collective. */
@@ -219,44 +198,69 @@ PetscErrorCode io_hdf5_version(char *buf, size_t len);
 PetscErrorCode io_file_checksum(MPI_Comm comm, const char *path, char *sum, size_t len, int64_t *size);
 /* The same on this rank alone. */
 PetscErrorCode io_file_checksum_local(const char *path, char *sum, size_t len, int64_t *size);
-/* Before any work: every file-valued option the run was given, from one
- * table with each option's role (src/io/files.c). Refuses (one collective
- * error naming both options and the path) an output that resolves to an
- * input or to another output, and an output that exists and is not a regular
- * file or sits in a missing or read-only directory. */
-PetscErrorCode io_files_check(MPI_Comm comm);
 
-/* ---- HDF5 for the other modules (src/io/h5api.c) ------------------------ */
-/* Only src/io includes HDF5 (inc/internal/h5util.h): a module that keeps a
- * file of its own (plans, profiles, schedules, timelines, token tables)
- * reads and writes it through these calls, which carry h5util's checks and
- * one-line messages. An IoId is an open file, group or dataset (HDF5's
- * hid_t); IO_NONE is none. */
+/* ---- file-valued options (src/io/files.c) -------------------------------- */
+/* Each module declares the options it reads that name a file, in a table of
+ * its own beside its reading of them (cost_file_options, ...), ended by a row
+ * whose option is NULL: the option with its dash, whether the run reads or
+ * writes the file, a value that names no file ("builtin", "latest"), and for
+ * a value that carries a kind (-cost_lengths hist:FILE) file_of, which gives
+ * the file ("" for none). */
+typedef enum { IO_FILE_IN, IO_FILE_OUT } IoFileRole;
+typedef PetscErrorCode (*IoFileOfFn)(const char *value, char *file, size_t len);
+typedef struct {
+  const char *option;
+  IoFileRole  role;
+  const char *skip;
+  IoFileOfFn  file_of;
+} IoFileOption;
+/* Before any work: every option of tables[0..n) that the run was given.
+ * Refuses (one collective error naming both options and the path) an output
+ * that resolves to an input or to another output, and an output that exists
+ * and is not a regular file or sits in a missing or read-only directory.
+ * Paths are compared by what they resolve to. */
+PetscErrorCode io_files_check(MPI_Comm comm, const IoFileOption *const *tables, int n);
+
+/* ---- HDF5 files (src/io/h5util.c, h5api.c) ------------------------------ */
+/* Only src/io includes HDF5 (inc/internal/h5util.h, its private helpers): every
+ * file, src/io's own formats and those a module keeps (plans, profiles,
+ * schedules, timelines, token tables), is read and written through these
+ * calls, with their checks and one-line messages. An IoId is an open file,
+ * group or dataset (HDF5's hid_t); IO_NONE is none. */
 typedef unsigned long long IoSize; /* an extent */
 #define IO_NONE ((IoId)-1)
 /* Element types: in memory (native) and in the file (little-endian). */
-typedef enum { IO_INT, IO_INT64, IO_LLONG, IO_UCHAR, IO_DOUBLE, IO_I32LE, IO_I64LE, IO_F64LE, IO_FLOAT } IoType;
-/* A dataset's or attribute's class, as h5u_dataset_open checks it. */
+typedef enum {
+  IO_INT, IO_INT64, IO_LLONG, IO_UCHAR, IO_DOUBLE, IO_FLOAT, /* native */
+  IO_I32LE, IO_I64LE, IO_F64LE, IO_F32LE, IO_U8LE              /* in the file */
+} IoType;
+/* A dataset's or attribute's class, as io_dataset_open checks it. */
 typedef enum { IO_CLASS_OTHER = -1, IO_CLASS_INT = 0, IO_CLASS_FLOAT = 1 } IoClass;
 typedef PetscErrorCode (*IoTask)(void *ctx);
 
-/* Runs task(ctx) on rank 0 of comm; on failure every rank raises rank 0's
- * message (one collective error). */
+/* Runs task(ctx) on rank 0 of comm with errors returned silently, then makes
+ * its outcome collective: on failure every rank raises rank 0's message. */
 PetscErrorCode io_on_root(MPI_Comm comm, IoTask task, void *ctx);
 /* Rank 0 of comm opens path read-only (kind names it in messages: "plan
  * file", "schedule file"), runs read(file, ctx) and closes it; one
  * collective error as io_on_root. What read fills is rank 0's: broadcast it. */
 PetscErrorCode io_read_on_root(MPI_Comm comm, const char *kind, const char *path, IoFileFn read, void *ctx);
-/* The same on the calling rank alone; io_open_read only opens (io_close closes). */
+/* The same on the calling rank alone (closed whatever happened); io_open_read
+ * only opens (io_close closes). Messages: "<kind> <path>: no such file", "...
+ * not a readable HDF5 file (truncated or corrupt?)". */
 PetscErrorCode io_read_file(const char *kind, const char *path, IoFileFn read, void *ctx);
 PetscErrorCode io_open_read(const char *kind, const char *path, IoId *file);
-/* Creates path atomically (a temporary, fsynced and renamed): fill writes
- * the contents. Calling rank only. */
+/* Creates path atomically: fill writes the contents into
+ * "<path>.tmp.<host>.<pid>", which is then flushed, closed, fsync'ed and
+ * renamed over path; on any failure the temporary is removed and path is
+ * untouched. Stale temporaries in path's directory are removed first.
+ * Calling rank only. */
 PetscErrorCode io_write_atomic(const char *kind, const char *path, IoFileFn fill, void *ctx);
-/* Refuses an output path that is a directory, link, device or pipe, or sits
- * in a missing or read-only directory. Calling rank only. */
+/* Every output goes through this before it is created or replaced: refuses
+ * a path that is a directory, link, device or pipe (which would be replaced),
+ * or sits in a missing or read-only directory. Calling rank only. */
 PetscErrorCode io_output_ok(const char *kind, const char *path);
-/* Attributes rlfuse_version and git_revision on obj. */
+/* Attributes rlfuse_version and git_revision on obj (every file rlfuse creates). */
 PetscErrorCode io_write_version(IoId obj);
 /* MPI_Bcast of arrays of any length. */
 PetscErrorCode io_bcast(void *buf, size_t count, MPI_Datatype type, MPI_Comm comm);
@@ -273,8 +277,12 @@ PetscBool io_attr_exists(IoId obj, const char *name);
 PetscErrorCode io_group_open(IoId loc, const char *where, const char *name, IoId *g);
 PetscErrorCode io_group_create(IoId loc, const char *where, const char *name, IoId *g);
 
-/* Attributes, as h5util's writers and readers (docs/design.md: one checked
- * reader per type; `where` names the object in messages). */
+/* Attributes. Writers replace an existing attribute of the same name; strings
+ * are variable-length UTF-8 (h5py reads them as str). One checked reader per
+ * type (docs/design.md): one value (not an array) of the right class;
+ * integers of any width (h5py writes int64) within [lo, hi], doubles finite,
+ * fixed or variable strings; `where` names the object in messages
+ * ("checkpoint x.h5 /policy"). */
 PetscErrorCode io_attr_write_int(IoId obj, const char *name, IoType type, int64_t value);
 PetscErrorCode io_attr_write_double(IoId obj, const char *name, double value);
 PetscErrorCode io_attr_write_doubles(IoId obj, const char *name, int n, const double *v);
@@ -285,8 +293,10 @@ PetscErrorCode io_attr_read_string(IoId obj, const char *where, const char *name
 /* The class of attribute `name` of obj (IO_CLASS_OTHER: neither integer nor float). */
 PetscErrorCode io_attr_class(IoId obj, const char *where, const char *name, IoClass *cls);
 
-/* Datasets, as h5u_dataset_open/read/write: open checks the class, element
- * size (0: any) and shape (a dims entry of 0 accepts and returns any extent). */
+/* Datasets: open checks the class, element size (0: any) and shape (a dims
+ * entry of 0 accepts and returns any extent); `where` prefixes messages
+ * ("checkpoint x.h5"), `full` is the absolute name shown. read reads the
+ * whole dataset as mem (HDF5 converts); write creates a contiguous one. */
 PetscErrorCode io_dataset_open(IoId loc, const char *where, const char *full, const char *name, IoClass cls, size_t size, int ndim, IoSize *dims, IoId *dset);
 PetscErrorCode io_dataset_read(IoId dset, const char *where, const char *full, IoType mem, void *buf);
 PetscErrorCode io_dataset_write(IoId loc, const char *name, IoType file_type, IoType mem_type, int ndim, const IoSize *dims, const void *buf);

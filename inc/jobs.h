@@ -15,6 +15,7 @@
  * checkpoint options all three share are read once (TrainJobOptions). */
 typedef struct {
   PetscInt    steps, batch, seq_len, checkpoint_every, eval_every, eval_batches;
+  PetscReal   checkpoint_minutes; /* -checkpoint_minutes (src/train/job.c) */
   char        data[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN], init[PETSC_MAX_PATH_LEN];
   ModelConfig cfg;
   AdamWConfig opt;
@@ -33,6 +34,7 @@ PetscErrorCode sft_cost_stage(const RunCtx *run, PetscBool help, CostTrainStage 
 
 typedef struct {
   PetscInt    steps, batch, pairs, eval_pairs, eval_every, checkpoint_every;
+  PetscReal   checkpoint_minutes; /* -checkpoint_minutes (src/train/job.c) */
   PetscReal   bt_beta;
   char        sft[PETSC_MAX_PATH_LEN], data[PETSC_MAX_PATH_LEN], restart[PETSC_MAX_PATH_LEN];
   AdamWConfig opt;
@@ -71,6 +73,9 @@ PetscErrorCode score_run(const RunCtx *run, const Backend *be);
 /* -mode generate: responses to a prompt file on the actor_gen call's plan. */
 PetscErrorCode generate_run(const RunCtx *run, const Backend *be);
 PetscErrorCode data_run(const RunCtx *run);
+/* The file options each job reads (IoFileOption), beside its reading of them. */
+extern const IoFileOption sft_file_options[], rm_file_options[], score_file_options[], generate_file_options[],
+  data_file_options[];
 
 /* ---- the modes as a table (src/jobs/modes.c), which main.c loops over ----- */
 /* A mode's options are read into a struct of `size` bytes (zeroed first),
@@ -88,5 +93,8 @@ typedef struct {
 } JobMode;
 extern const JobMode job_modes[];
 extern const int     job_nmodes;
+/* Every module's file options, which main.c has io_files_check check. */
+extern const IoFileOption *const job_file_options[];
+extern const int                 job_nfile_options;
 
 #endif

@@ -64,6 +64,9 @@ typedef struct {
   int       migrate_to;     /* -fuse_migrate_replicas: 0 = the fewest that hold the tail */
   int       fuse_tokens;    /* -fuse_tokens: token budget of a streamed inference micro-batch */
   PetscBool fuse_hold;      /* -fuse_hold: streamed samples wait until generation ends (benchmark aid) */
+  /* -fuse_train_schedule: the fused schedule file the training runs ("": searched at the first mini-batch);
+   * a file of the run's, not a setting of the plan's: plan files do not carry it */
+  char      fuse_schedule[PETSC_MAX_PATH_LEN];
   /* The plan search's estimate of this plan (src/search; 0: none), kept
    * with it in plan files and run records so measured times can be set
    * beside it; options that change a plan read from a file drop it. */
@@ -82,11 +85,15 @@ typedef struct {
 /* Builds the plan for `world` ranks from the options: -placement,
  * -gen_replicas, -plan_file, -plan_offload, -plan_zero1, -plan_bucket_mb,
  * -plan_concurrent a,b, the fusion options -fuse_gen_inf, -fuse_migrate_at,
- * -fuse_migrate_replicas, -fuse_tokens, and for every call -<call>_ranks (e.g. 0-3 or 0,2,4),
+ * -fuse_migrate_replicas, -fuse_tokens, -fuse_train, -fuse_train_schedule, and for every call
+ * -<call>_ranks (e.g. 0-3 or 0,2,4),
  * -<call>_dp, -<call>_tp, -<call>_pp, -<call>_mbs. Options that are given
  * override the preset or the file. Malformed values are errors naming the
  * option. */
 PetscErrorCode plan_from_options(int world, Plan *plan);
+/* The files the -plan_ and -fuse_ options name (-plan_file, -fuse_train_schedule,
+ * -plan_output, -plan_timeline), for io_files_check. */
+extern const IoFileOption plan_file_options[];
 /* The placement's meshes for `world` ranks (docs/background.md, section 4), with the
  * default settings (no offload, no ZeRO-1, 16 MiB buckets). gen_replicas 0:
  * one generation replica per rank of the generation half. */

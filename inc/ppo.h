@@ -23,6 +23,7 @@ typedef struct {
   PetscInt    critic_init;
   PetscInt    iterations, rollout_batch, minibatches, microbatches, epochs, group;
   PetscInt    eval_every, eval_prompts, checkpoint_every;
+  PetscReal   checkpoint_minutes; /* -checkpoint_minutes (src/train/job.c) */
   PetscReal   kl_coef, kl_target, kl_horizon, gamma, lambda, clip, value_clip, reward_clip, truncation_penalty;
   PetscReal   clip_low, clip_high;           /* the policy ratio's clip range [1 - low, 1 + high] (default -ppo_clip both) */
   PetscInt    loss_agg, kl_estimator;        /* RLLossAgg, RLKLEstimator (inc/rl.h) */
@@ -58,7 +59,6 @@ typedef struct {
   BuiltinTask    task;
   Plan        plan;
   TrainSched  sched; /* of the actor's and critic's training passes (-train_schedule) */
-  char        fuse_schedule[PETSC_MAX_PATH_LEN]; /* -fuse_train_schedule: the fused schedule file ("" : searched) */
 } PPOOptions;
 
 /* The algorithm's name as the pipeline's lines write it ("PPO", "GRPO", ...). */
@@ -66,6 +66,8 @@ const char *ppo_algo_title(const PPOOptions *o);
 
 /* Reads PPO's options; job: the lifecycle options read once (inc/train.h). */
 PetscErrorCode ppo_options(const TrainJobOptions *job, PPOOptions *o);
+/* The file options ppo reads (src/ppo/file_options.c), for io_files_check. */
+extern const IoFileOption ppo_file_options[];
 /* Runs the -algo's training; the held-out gold scores and KL of the summary are
  * returned when the pointers are not NULL (the pipeline prints them). */
 PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *sft_gold, double *ppo_gold, double *ppo_kl);

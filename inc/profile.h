@@ -79,6 +79,8 @@ PetscErrorCode profile_write_rank0(const char *path, const Profile *pf);
 /* -mode profile: -profile_output FILE, the grid and repeat options, for
  * the deck's models. */
 PetscErrorCode profile_run(RunCtx *run, CostDeckFn deck_of);
+/* Its file options (-profile_file, -profile_output), for io_files_check. */
+extern const IoFileOption profile_file_options[];
 
 /* This machine's profile for the deck's models, for a plan search given
  * no -cost_hardware or -cost_profile: from the cache directory (dir: the

@@ -8,6 +8,7 @@
 #define RLFUSE_REWARD_H
 
 #include "sys.h"
+#include "io.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -86,6 +87,8 @@ typedef struct {
   RewardSpec spec;                           /* fn parsed by reward_options_check */
 } RewardOptions;
 PetscErrorCode reward_options_from_options(RewardOptions *r);
+/* The file options it reads (-reward_checkpoint), for io_files_check. */
+extern const IoFileOption reward_file_options[];
 /* Parses -reward_fn, sets the length reward's default start (half of
  * max_new_tokens, -gen_max_new_tokens) and checks the values. */
 PetscErrorCode reward_options_check(RewardOptions *r, PetscInt max_new_tokens);

@@ -24,6 +24,12 @@
  *   rlfuse: error: <message> [rank r, file:line]
  * Collective errors (raised on PETSC_COMM_WORLD) are printed by rank 0 only. */
 PetscErrorCode sys_error_handler_install(void);
+/* SIGINT and SIGTERM only noted (src/sys/stop.c): sys_stop_signal gives the
+ * signal this process got (0: none), sys_stop_agreed the largest over comm
+ * (collective); a stage that sees one checkpoints and stops. */
+void           sys_stop_install(void);
+int            sys_stop_signal(void);
+PetscErrorCode sys_stop_agreed(MPI_Comm comm, int *sig);
 /* Ends the job after an error: collective errors finalize and exit(1),
  * single-rank errors abort the whole MPI job so no rank hangs. */
 void sys_error_exit(PetscErrorCode ierr);
@@ -204,6 +210,28 @@ void sys_blas_core_select(char **argv);
 /* ---- timers and run context -------------------------------------------- */
 double sys_wtime(void);
 
+/* ---- the timeline (src/sys/timeline.c) ----------------------------------- */
+/* Each rank notes the calls it runs; the run record (record_step, src/io)
+ * appends them to /timeline (one row per call: rank, step, call, start, end). */
+#define TIMELINE_MAX_NAMES 64
+#define TIMELINE_NAME_LEN  48
+typedef struct {
+  int     n, *rank, *call;     /* call: index into names */
+  double *start, *end;         /* seconds since the record was opened */
+  char    names[TIMELINE_MAX_NAMES][TIMELINE_NAME_LEN];
+  int     nnames;              /* grows; indices stay valid across steps */
+} TimelineRows;
+/* Sets the zero of time (after a barrier on comm) and clears the buffer;
+ * record_open calls it. Collective. */
+PetscErrorCode timeline_start(MPI_Comm comm);
+/* This rank ran `call` (a name without spaces) from t0 to t1 (sys_wtime). */
+PetscErrorCode timeline_mark(const char *call, double t0, double t1);
+/* Rank 0 gets every rank's calls since the last gather; clears the buffers.
+ * Collective. */
+PetscErrorCode timeline_gather(MPI_Comm comm, TimelineRows *rows);
+PetscErrorCode timeline_rows_free(TimelineRows *rows);
+
+/* ---- the run context ------------------------------------------------------ */
 typedef struct {
   MPI_Comm  comm;
   int       rank, size;
@@ -241,5 +269,9 @@ const char *sys_duration_str(double seconds, char *buf, size_t len);
  * t0 (sys_wtime) over the done steps of this run, and the left ones at the
  * mean step time so far (a restart counts only its own steps). */
 const char *sys_progress_str(double t0, long done, long left, char *buf, size_t len);
+/* The same with work besides the steps: `apart` seconds of the elapsed
+ * time are not the steps' (held-out evaluations), and `more` seconds of it
+ * are still to come after the left steps. */
+const char *sys_progress_more_str(double t0, long done, long left, double apart, double more, char *buf, size_t len);
 
 #endif

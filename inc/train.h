@@ -130,19 +130,36 @@ PetscErrorCode train_checkpoint_sourced(const RunCtx *run, DModel *const *dm, co
  * -placement, -<call>_*, the fusion options -fuse_*), which each stage
  * copies. */
 typedef struct {
-  PetscInt every;
-  char     restart[PETSC_MAX_PATH_LEN];
+  PetscInt  every;
+  PetscReal minutes; /* -checkpoint_minutes: a checkpoint after the step that ends that much wall time after the last */
+  char      restart[PETSC_MAX_PATH_LEN];
   Plan     plan;
 } TrainJobOptions;
 PetscErrorCode train_job_options(TrainJobOptions *j);
+/* "-restart latest" (src/train/restart.c): when restart is "latest", replaces
+ * it with the newest readable checkpoint (ckpt_<n>.h5 or final.h5, by
+ * /state@iteration) in dir, or with "" (a fresh start) when there is none;
+ * any other value is kept. Collective; says on stdout what it picked. */
+PetscErrorCode train_restart_resolve(MPI_Comm comm, const char *dir, char *restart, size_t len);
+/* The file options it reads (-restart), for io_files_check. */
+extern const IoFileOption train_file_options[];
 /* Only -checkpoint_every and -restart (j->plan untouched): for describing
  * the job to the cost model, which plans it for other ranks. */
 PetscErrorCode train_job_checkpoint_options(TrainJobOptions *j);
-/* The stage's own interval -<stage>_checkpoint_every (default j->every);
- * unit names what it counts ("step", "iteration"). */
-PetscErrorCode train_stage_checkpoint_every(const TrainJobOptions *j, const char *stage, const char *unit, PetscInt *every);
+/* The stage's own interval -<stage>_checkpoint_every (default j->every)
+ * and the wall-time one (j->minutes); unit names what it counts ("step",
+ * "iteration"). */
+PetscErrorCode train_stage_checkpoint_every(const TrainJobOptions *j, const char *stage, const char *unit, PetscInt *every, PetscReal *minutes);
 /* A checkpoint is due after step (or iteration) n of a stage with interval every. */
 PetscBool      train_checkpoint_due(PetscInt every, PetscInt n);
+/* After step or iteration n of a stage: whether a checkpoint is due (every
+ * n steps, `minutes` of wall time after *last, which it then resets, or a
+ * stop) and the stop signal any rank got (0: none). Collective on comm. A
+ * stage that gets a stop writes that checkpoint (its record's row after
+ * it), cleans up and returns train_stopped: one line naming the signal,
+ * the checkpoint and how to go on, and the run's status 128 + signal. */
+PetscErrorCode train_checkpoint_now(MPI_Comm comm, PetscInt every, PetscReal minutes, PetscInt n, double *last, PetscBool *due, int *stop);
+PetscErrorCode train_stopped(const RunCtx *run, int sig, const char *stage, const char *unit, PetscInt n, const char *ckpt);
 /* The stage's run record (record_open) with its plan (plan_record). */
 PetscErrorCode train_record_open(const RunCtx *run, const char *mode, const Plan *plan, const PlanNeeds *needs, RunRecord **rec);
 

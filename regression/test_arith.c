@@ -4,7 +4,15 @@
  * and its operation by the words "more", "left", "each"/"of"), so a wrong
  * answer, a question outside its split, a token outside the vocabulary or a
  * sample longer than its bound shows up. Options and the checks of
- * arith_check are exercised too. */
+ * arith_check are exercised too.
+ *
+ * The checks in detail: the built-in arithmetic task (src/task/arith.c) in six configurations
+ * (bare and word problems, `+-*`, operands to 1, 7, 20, 999 and 46340): every prompt's text
+ * parsed back independently and its answer recomputed, held-out prompts never among 2000
+ * training ones, lengths within the bounds (which are reached), determinism, seeds, operand
+ * ranges, signs (bare subtraction goes negative, word problems never), demonstration noise
+ * touching only digits, every option error naming its option
+ */
 #include "task.h"
 #include "test_report.h"
 #include <ctype.h>

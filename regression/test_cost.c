@@ -6,7 +6,40 @@
  * sync between), generation under continuous batching, memory-infeasible
  * plans rejected with the reason, seconds as the unit, the reallocation
  * byte count against the reallocation planner itself (4 ranks), and the
- * timeline file. Prints "ok - name" / "not ok - name: detail" per check. */
+ * timeline file. Prints "ok - name" / "not ok - name: detail" per check.
+ *
+ * The checks in detail: the cost model (src/cost, docs/costmodel.md): FLOPs of a GPT-2 block
+ * forward, backward and decode step by hand; LLaMA-2 7B's published parameter count
+ * (6,738,415,616) and GPT-2's against the model's own tensor table (both heads); the ring
+ * all-reduce inside a node and across nodes, AdamW's bytes, units (a 7B forward of 2048 tokens
+ * 0.03-0.1 s on the H100 deck, a decode step bound by the weights' bytes); on mock primitives
+ * with simple costs, hand-worked graphs: calls on one rank add, on disjoint ranks overlap, a
+ * weight sync between training and generation (its bytes and the iteration), generation's
+ * batch shrinking as samples finish and continuous batching with 2 slots, inference
+ * micro-batches padded to their longest, a 2-stage pipeline's fill and drain, per-sequence
+ * prompts on a per-token mock (inference padded to the longest prompt plus response, training
+ * to the longest sequence, generation's packed prefill and per-sample contexts, dp replicas
+ * waiting for the one holding the longest sequence: 20, 84, 32 and 36 s by hand), streaming of
+ * finished samples into inference (per sample and by token budget; into a tp-2 replica at half
+ * the time, 11 s, and a pp-2 replica of two-layer models through both stages in turn, 20 s;
+ * the head's broadcast of each micro-batch, 11.176 s; samples dealt to two replicas by their
+ * work, 59 s against 66 s by blocks of rows; without a reward model the reference alone,
+ * unfused and streamed), migration of the long tail worked by hand (R_t 0.5 and 0 on 2
+ * co-located replicas; into one tp-2 inference replica, which starts when its last rank stops
+ * generating, headed by either rank, 13 s; a long tail under memory-bound decoding at R_t 0,
+ * 0.5 and 1 in that order, and auto's pick; the bytes moved against the state and KV-cache
+ * formula with grouped-query attention and their point-to-point time), the fused training
+ * stage at its schedule's bound, offload's bytes both ways and its memory saving; LLaMA-2
+ * 7B+7B on one H100 infeasible with the call, rank and device memory named, ZeRO-1's saving
+ * per parameter, the training activations linear in the length (no T x T arrays); a training stage alone
+ * (`cost_train_stage`: SFT and RM steps and two replicas' halved micro-batches by hand, a 70B
+ * SFT step on one H100 infeasible naming `sft_train`); the reallocation bytes equal to the
+ * reallocation planner's on 5 layout pairs and both heads; the timeline's rows and file; the
+ * workload from options (the deck's PPO settings, named shapes, keyed log-normal, uniform,
+ * histogram and rollouts.h5 lengths, each drawn response keeping its own prompt's length,
+ * `-cost_prompt_len` and `-cost_prompt_lengths` overriding that, malformed specs and a missing
+ * file refused naming the option or file)
+ */
 #include "cost.h"
 #include "jobs.h"
 #include "realloc.h"

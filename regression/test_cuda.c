@@ -51,7 +51,48 @@
  *   NKV 3) and 2.2e-3. Everything else (mean, rstd, caches, dbias, rope,
  *   every other backward, logprob, sumsq, AdamW) is fp32 in either mode and
  *   keeps the fp32 tolerance in bf16 mode
- *   too, so a bf16 path leaking into them fails. */
+ *   too, so a bf16 path leaking into them fails.
+ *
+ * The checks in detail: every op of the cuda backend against the cpu op on the same seeded
+ * random inputs, in fp32 and then in bf16: encoder (whole vocabulary with wpe; a vocabulary
+ * shard with v0 > 0 and wpe NULL), layernorm (C = 72, 160, 1600; one row of 768), matmul both
+ * layouts with and without bias and with NULL dinp/dbias (37x72x200, 333x96x160, 64x768x2304,
+ * one decode row 1x768x2304, a 1000-row LM head, GPT-2's whole 50257-row tied LM head on 3
+ * rows and on 1400 (bf16's padded output in two chunks), width 201 in both layouts (bf16 pads
+ * rows not a multiple of 8), the 1-row scalar head; up to 8 rows, the few-row kernels, each
+ * row alone giving its bits among the others; C 4864, 1000 and 1004, the scalar loads),
+ * `matmul_fused` bit for bit against the ops it replaces (RMSNorm, SwiGLU, the residual add;
+ * both layouts, odd sizes, a normed row longer than 2048), the tiled attention
+ * forward/backward against the cpu's tiled pair (out, the log-sum-exp and dqkv; B 1-3, T 1-64,
+ * 259, 300, 2600 (blocks of 192 positions) and GPT-2's full window T 1024 with 12 heads, head
+ * sizes 16, 32, 64, 128; run twice for the bits, again with score panels of one (sequence, kv
+ * head) unit at a time, and the forward without the log-sum-exp giving the same output bits)
+ * and the former pair that keeps the probabilities against the cpu's former pair, cached
+ * attention over 37 calls (three prompts in one shuffled call, then decoding interleaved over
+ * slots 2, 0, 3 of 4, caches compared), GELU, residual, axpy, scale, logprob forward/backward
+ * (plain, inv_temp 1/0.7, CSR masks with logits outside the sets NaN, rows without a target, V
+ * = 50257, lse NULL), logprob_stats and logprob_backward_shard on columns 300-649, compact
+ * "every id but e" rows against the explicit V-1 ids on the device bit for bit and against the
+ * cpu (V = 1003 and 50257, shards at 0, 300 and V-3, a target equal to e an error), sumsq,
+ * three AdamW steps; the LLaMA family's ops: RMSNorm (C = 72, 160, 2048; one row), the rotary
+ * embedding (4 over 2 to 32 over 8 heads, head sizes 16-128, one decode row), Qwen3's per-head
+ * q/k norm (heads of 12 and 128), SwiGLU (one decode row of 8192 too), grouped-query and
+ * multi-query attention (4 query heads over 2 and over 1 kv heads, 7 over 1, 9 over 3, 32 over
+ * 8, head size 128) and cached attention over 2 and 1 kv heads; device outputs NaN before each
+ * call, accumulated outputs from random values; the reductions bitwise equal over two runs
+ * (and logprob unchanged by asking for the entropy); a target outside its set an error naming
+ * the row (forward and backward) and the device usable afterwards; the sampler
+ * (`Backend.sample`) on 48 rows of V = 37 (ties) and 64 of 151,936 (temperature 1 and 0.7,
+ * top-k, top-p, both, greedy; logits on a grid of 0.5 (ties among the candidates) and greedy
+ * among ties; top-p over a nucleus of thousands of tokens (the sorted candidates) and of
+ * ~29,000 and top-k 10,000 (the serial fallback); every third row with EOS banned, a NaN row
+ * and an all -inf row, rows read through an index), the wall time of a call printed: tokens,
+ * set sizes, boundaries and allowed ids equal to the cpu op's, log-probabilities equal or one
+ * float ulp apart (the count of bitwise-equal rows printed), two runs bitwise; bf16 changes a
+ * matmul and fp32 afterwards gives the fp32 bits again (`-sample_only`: the sampler's checks
+ * alone, in fp32). Each line gives max\|gpu − cpu\| and its fraction of the tolerance (below);
+ * skips without a GPU
+ */
 #include "sys.h"
 #include "tensor.h"
 #include "test_report.h"

@@ -12,7 +12,18 @@
  *    without ZeRO-1) and gathered to rank 0 is bit-identical (parameters,
  *    moments, step); copies to generation placements are bit-identical and
  *    move the plan's bytes; release with keep then gather or acquire keeps
- *    the bits; releasing a model with AdamW state is refused. */
+ *    the bits; releasing a model with AdamW state is refused.
+ *
+ * The checks in detail: the dataflow executor: the PPO graph's levels, a missing input, a
+ * cycle, a key produced twice or produced and given each an error naming the culprit; nodes
+ * run only on their ranks, level by level (two nodes on disjoint ranks both run and share
+ * before the next level, neither waiting for the other), shares on every rank, per-node
+ * seconds max-reduced; replica rows tile the batch, `exec_share_rows`/`exec_share_packed` give
+ * every rank every replica head's rows on four meshes; a checkpoint loaded onto tp2 x dp2
+ * (with and without ZeRO-1) and gathered to rank 0 bit-identical (parameters, moments, step),
+ * copies to two generation placements bit-identical and moving the plan's bytes, release (kept
+ * on host) and acquire keep the bits, release of a model with AdamW state refused
+ */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>

@@ -8,7 +8,32 @@
  * the on_finish hand-over; batch invariance (a prompt alone and among 63
  * others, prefill included, on 1 and 2 threads: the same bits, with the cpu
  * backend's batch-invariant matmuls); configuration and argument errors. Prints one
- * "ok"/"not ok" line per check and exits non-zero on any failure. */
+ * "ok"/"not ok" line per check and exits non-zero on any failure.
+ *
+ * The checks in detail: the sampler on hand-computed cases (top-k, top-p boundary,
+ * min_new_tokens, temperature, greedy, empirical frequencies), continuous batching with 4
+ * slots and with all slots giving exactly the tokens of one-at-a-time generation (masks too),
+ * recorded log-probabilities equal to the training forward's under the same distribution, stop
+ * conditions, a full-length run (min_new = max_new) recording one entry, every id but EOS, per
+ * response token, with log-probabilities under those entries bitwise those under the explicit
+ * V-1 ids, configuration errors; a sample stopped by its budget (`GenRequest.budget`, 3 and 2
+ * tokens) and resumed from its drawn tokens (`resumed`) draws the tokens of one uninterrupted
+ * call, log-probabilities within 2e-6 (the resumed prefill's rounding), EOS still banned by
+ * `min_new_tokens` after the resume; batch invariance with `-gen_batch_invariant` on, for a GPT-2- and a LLaMA-shaped model: one prompt generated alone and among 63 others of
+ * lengths 1-24 (64 slots, one prefill of every prompt; 16 slots, admitted later at another
+ * slot), on 1 and 2 threads, gives the same tokens and log-probabilities bit for bit (without
+ * it the prefill's sgemm moves them by up to 2e-6), and training's logits the same bits with
+ * it on and off; prompts
+ * shared by groups of samples (4 groups of 6 on 8 slots, `-gen_share_prompts`) give the bits
+ * of unshared generation and of one sample at a time in that mode, with fewer prompt rows run;
+ * the cpu backend's `sample` op (what the engine calls) against the reference sampler
+ * `ref_sample_row` (regression/ref_sample.c) bit for bit
+ * (token, log-probability, allowed set) on rows of V = 37 with ties and of 151,936, at
+ * temperature 1 and 0.7 with top-k, top-p, both and greedy, EOS banned in every third row, a
+ * NaN and an all -inf row; its boundary rebuilding each allowed set from the row; 1 and 2
+ * threads alike; the sums of weights in chunks of 256 ids (the total and 200 draws on a row of
+ * 151,936 recomputed by the test's own loops, where the id-order sum differs)
+ */
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>

@@ -6,7 +6,16 @@
  * parameters) and is readable by another process while the run is going, an
  * old run.h5 is kept, token datasets round-trip and are validated, and
  * evals.h5 grows by appending.
- * Reports through test_report.h; exits non-zero on any failure. */
+ * Reports through test_report.h; exits non-zero on any failure.
+ *
+ * The checks in detail: checkpoint round trip bit-exact (parameters, moments, step, state),
+ * one clear error for a missing, truncated, non-HDF5 or wrong-shape/dtype checkpoint and for a
+ * configuration mismatch, a failed write leaving the previous file intact, the run record
+ * (readable by another process before it is closed, back-filled columns, provenance,
+ * parameters), run.h5 rotation, datasets, evals.h5 grown by appending (later evaluations added
+ * to the same file, same inode after each; a repeated group replaced; earlier groups and
+ * answer texts kept; no temporary left)
+ */
 #include "io.h"
 #include "internal/h5util.h"
 #include "test_report.h"
@@ -611,11 +620,11 @@ static PetscErrorCode test_evals(void)
 
   PetscFunctionBegin;
   path_in(path, "evals.h5");
-  PetscCall(io_group_replace(PETSC_COMM_WORLD, path, "iter_1", d, 1, "answer", texts, 2, an, av, 1));
+  PetscCall(io_group_replace(PETSC_COMM_WORLD, "evaluations file", path, "iter_1", d, 1, "answer", texts, 2, an, av, 1));
   if (stat(path, &st0)) ok = 0;
   x[0] = 3, av[0] = 0.75;
   for (int k = 0; k < 2; k++) { /* the second time: a restart's evaluation again */
-    PetscCall(io_group_replace(PETSC_COMM_WORLD, path, "iter_2", d, 1, "answer", texts, 2, an, av, 1));
+    PetscCall(io_group_replace(PETSC_COMM_WORLD, "evaluations file", path, "iter_2", d, 1, "answer", texts, 2, an, av, 1));
     if (stat(path, &st1) || st0.st_ino != st1.st_ino) ok = 0; /* after each write: a freed inode may come back */
   }
   if (rank == 0) {

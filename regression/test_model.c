@@ -4,7 +4,26 @@
  * its argument checks, KV-cache decoding against the full forward, AdamW and
  * the learning-rate schedule against hand-computed values, configuration
  * errors, the tensor table, and deterministic initialisation. Prints one
- * "ok"/"not ok" line per check and exits non-zero on any failure. */
+ * "ok"/"not ok" line per check and exits non-zero on any failure.
+ *
+ * The checks in detail: finite-difference gradient check of the whole model
+ * (Richardson-extrapolated central differences; LM and scalar heads; GPT-2, and three
+ * LLaMA-family models: tied with 4 query heads over 2 kv heads, untied multi-query with q/k/v
+ * biases and Llama 3.1's rope scaling, and Qwen3-shaped with per-head q/k norms and a head_dim
+ * of its own), KV-cache decode equal to the full forward for all of them, a prefill of 3
+ * prompts in one call with the head on each prompt's last row only (`head_rows`) giving those
+ * rows' logits and values and writing nothing past them, every row named giving the bits of
+ * none named, head rows that repeat or leave the call refused; the LM head in tiles of 4 of 21
+ * rows (`-logits_tile_mb`, GPT-2 and LLaMA) equal to all rows at once: log-probabilities and
+ * entropies under inv_temp 1/0.7 and a mask within 2e-6 (measured: the same bits), every
+ * gradient within 1e-5 of its scale, `model_logits` NULL, the activations smaller by 2 (N - R)
+ * V floats; gradient accumulation, KV-cache decode over 3 interleaved slots equal to the full
+ * forward, AdamW and the learning-rate schedule against hand-computed values, the
+ * configuration check (also a LLaMA n_embd not divisible by n_head, refused without
+ * -policy_head_dim and accepted with it), the training slab's attention array by the backend
+ * (`model_activation_bytes`: B*NH*T floats a layer with the cpu backend's log-sum-exp,
+ * B*NH*T*T with the probabilities), deterministic init
+ */
 #include <math.h>
 #include <string.h>
 

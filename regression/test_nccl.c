@@ -16,7 +16,16 @@
  *    deliver every byte;
  *  - comm_isend then comm_recv on both sides of a pair (the order of a 1F1B
  *    stage boundary, which deadlocks with NCCL's blocking sends) completes
- *    with the partner's bytes. */
+ *    with the partner's bytes.
+ *
+ * The checks in detail: the collectives of src/comm on NCCL (`-device cuda`) against MPI on
+ * the same data: a mesh's communicators are NCCL (MPI on ranks that share a GPU, whose device
+ * buffers go through the host: the same checks on that path, named "shared GPU");
+ * `comm_allreduce_sum` gives the bits of the rank-order sum on the host and of the MPI path,
+ * for counts below, at and above the rank count; `comm_bcast`, `comm_allgather` and
+ * `comm_allgather_ranges` deliver every byte; `comm_isend` then `comm_recv` on both sides of a
+ * pair (a 1F1B stage boundary) completes; skips without NCCL or a GPU
+ */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

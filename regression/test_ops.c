@@ -31,7 +31,40 @@
  * 1e-5 relative with a matching atol for values near zero. Finite
  * differences (h = 1e-4 in double, truncation ~1e-8) are compared with the
  * float gradient at 1e-4 relative + 2e-5 absolute: they check the formula,
- * the full comparison checks the precision. */
+ * the full comparison checks the precision.
+ *
+ * The checks in detail: every CPU op against a slow double-precision reference on fresh random
+ * inputs, backward ops against finite differences, accumulate semantics, NaN-poisoned outputs
+ * (an unwritten element fails), bitwise equality with 1, 2 and 3 OpenMP threads, KV-cached
+ * attention against full attention; the LLaMA family's ops: RMSNorm (eps 1e-5 and 1e-6, rows
+ * whose mean square is near eps), the rotary embedding (forward against a double reference
+ * with the same float angle, the inverse, inverse(forward(x)) = x, the v heads and position 0
+ * untouched, its gradient by finite differences), SwiGLU, grouped-query attention (4 query
+ * heads over 2 and over 1 kv heads: forward, backward with the group's dK/dV sums, cached
+ * prefill and interleaved decode), and their argument checks; the tiled training attention
+ * (the log-sum-exp [B,NH,T] saved, no T x T array; a guard after it untouched) against
+ * the former attention that saves the probabilities (the tests' reference
+ * `ref_attention_probs_*`, regression/ref_attention.c, itself checked against double:
+ * the forward's output bit for bit, dqkv to 1e-5) and against double (out, lse, dqkv) at B 1-3, T 1, 7, 63, 64, 65, 70,
+ * 130, 200, head sizes 16, 32, 64, multi-head, GQA 4:2 and 7:1, and inputs that make the
+ * softmax nearly one-hot, with gradients by Richardson-extrapolated central differences ((4
+ * D(h/2) - D(h))/3, h 1e-2, to 2e-6 + 1e-5 relative) and bitwise equality on 1, 2, 3 threads
+ * on three small cases (there is no bf16 on the cpu backend); Qwen3's per-head q/k RMSNorm
+ * (heads of 12 and 128, against RMSNorm's double reference per head: in place, v untouched,
+ * the saved inputs, the backward's d in and accumulated weight gradients); `-worst` prints
+ * every comparison's worst element; the decode path's matmuls of 1 to 4 rows in both layouts
+ * and up to 32 in the transposed one (with and without bias) against the reference, bitwise on
+ * 1, 2 and 3 threads, and each transposed row's bits the same alone as among 1 to 29 rows;
+ * through `matmul_forward_rows` (`-gen_batch_invariant`'s matmuls), every row of calls of
+ * 1 to 333 rows in both layouts the same bits as alone, on 1, 2 and 3 threads, and against
+ * the reference; the logprob ops' compact set "every id but e" (one entry -(e+1)) against the explicit list of
+ * the same V-1 ids bit for bit (forward, backward with and without lse, stats and
+ * backward_shard on three shards, inv_temp 1/0.7, e at the row's and the 16-lane blocks'
+ * edges, rows whose largest logits are -0 and +0), a target equal to e and an e outside the
+ * vocabulary refused; memory: small and large (mapped) blocks zero-filled and 64-byte aligned,
+ * `grow` from nothing, larger (the new part zero, the whole usable) and smaller (the block
+ * stays)
+ */
 #include "ref.h"
 #include "sys.h"
 #include "tensor.h"

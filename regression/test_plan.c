@@ -4,7 +4,15 @@
  * them; every malformed option and every impossible plan fails with one
  * message naming the option; checks only look at the calls a mode uses; and
  * /plan round-trips through a run record, also as -plan_file.
- * Reports through test_report.h; exits non-zero on any failure. */
+ * Reports through test_report.h; exits non-zero on any failure.
+ *
+ * The checks in detail: the placement presets on 1, 2, 3, 4 and 8 ranks, per-call options
+ * overriding them, malformed rank lists, every plan error naming the call and option (ranks
+ * outside the job or repeated, grid not matching the mesh, tp not dividing n_head or the
+ * vocabulary, pp beyond n_layer, dp x micro-batches not dividing the batch, concurrent calls
+ * sharing a rank, reallocation tp sizes), `/plan` written to run.h5 and read back as a plan
+ * file
+ */
 #include "plan.h"
 #include "test_report.h"
 

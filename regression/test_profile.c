@@ -5,7 +5,17 @@
  * the grid (the clamped slopes), at a tp beyond the grid, and for the
  * optimizer and collective tables; a shape the profile lacks and bad files
  * (axis not increasing, a negative time, no file) are refused with one line.
- * Reports through test_report.h; exits non-zero on any failure. One rank. */
+ * Reports through test_report.h; exits non-zero on any failure. One rank.
+ *
+ * The checks in detail: profile files and the primitives interpolated from them, on a
+ * hand-made table of known power laws: bit-exact round trip of every attribute and table;
+ * interpolation inside the grid reproducing the power law, at a zero entry (linear), above and
+ * below the grid (the clamped slopes: rows proportional, decode at most linear in the
+ * context), at a tp beyond the grid, the optimizer and the collectives (bytes, and larger
+ * groups by the ring formulas), against values worked out by hand; a shape the profile lacks,
+ * an axis not increasing, a negative time and a missing file each refused with one line naming
+ * it
+ */
 #include "profile.h"
 #include "test_report.h"
 

@@ -11,7 +11,14 @@
  * nothing. Also: plan caching, the errors for incompatible tp sizes, local
  * copies when a receiver already holds a slice, and the balancing of the
  * sender choice between dp replicas. Only rank 0 prints; every check is
- * agreed over all ranks; the exit status is non-zero on any failure. */
+ * agreed over all ranks; the exit status is non-zero on any failure.
+ *
+ * The checks in detail: reallocation over 18 layout pairs (split, gather, pp changes, disjoint
+ * and permuted meshes, the gather to one rank) and both heads: bit-exact against slicing the
+ * full model, bucketed equal to unbucketed, round trip bit-exact, bytes sent = received = the
+ * plan's, local copies where a receiver holds the slice, load spread over replicas, plan
+ * cache, tp sizes that do not divide
+ */
 #include <math.h>
 #include <string.h>
 

@@ -6,7 +6,18 @@
  * and read from /tokenizer of HDF5 files this program writes (a good one,
  * one without /tokenizer, and malformed ones, each with its message).
  * Runs on any number of ranks (the table is read on rank 0 and broadcast).
- * Reports through test_report.h; exits non-zero on any failure. */
+ * Reports through test_report.h; exits non-zero on any failure.
+ *
+ * The checks in detail: the rule rewards (src/reward) on hand-made responses: the answer a
+ * response gives (45 cases: signs and minus operators, thousands separators and lists,
+ * decimals, `.5`, leading zeros, a sentence's final period, fractions, a 30-digit number,
+ * `\boxed{}` with separators, nested braces, `\frac`, empty, blank, unclosed and nested boxes,
+ * no answer), output buffers too small never overrun, `numeric` (26 cases, 300-digit answers),
+ * `exact`, `format`, `length` at and around both ends; `-reward_fn` parsing (good specs and
+ * ten bad ones, each one line naming the option and the part); token tables from strings and
+ * from HDF5 files written in the test (decoding stops at EOS, a file without `/tokenizer`,
+ * nine malformed groups each one error naming the file and item); on 1, 2 and 3 ranks
+ */
 #include "reward.h"
 #include "test_report.h"
 

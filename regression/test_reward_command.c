@@ -9,7 +9,21 @@
  * too few and too many lines. After each stop no child or zombie is left,
  * and a helper killed for its time limit takes its own children with it.
  * Last, tools/reward_example.py (skipped without Python).
- * Reports through test_report.h; exits non-zero on any failure. */
+ * Reports through test_report.h; exits non-zero on any failure.
+ *
+ * The checks in detail: the reward command (src/reward/command.c) with shell scripts written
+ * in the test: batches on one persistent process, numbers in every JSON form, answers at the
+ * bound of 1e6 taken, the JSON line byte for byte as jansson writes it (quotes, backslashes,
+ * control bytes as `\n`, `\t`, `\u00XX`, an emoji as it is, invalid UTF-8 as U+FFFD, a 64-bit
+ * index), a 1.5 MB batch to a helper that answers before reading it all (no deadlock); each
+ * failure's one-line message naming the command and the sample: a program not in PATH (also
+ * after `exec`), a missing or non-executable script path (each not started, and nothing on
+ * standard error besides the message), not found later in the command (the shell's 127),
+ * 1.7e308 and -2000000 beyond the bound, exits, killed by a signal, too few or too many lines,
+ * `abc`, `nan`, `inf`, `0x10` and nine more bad numbers, a hang past a 1 s limit (returns
+ * within 3 s, its children killed), output before the first batch; no process or zombie left
+ * after any of them; `tools/reward_example.py` over two batches
+ */
 #include "reward.h"
 #include "test_report.h"
 

@@ -2,7 +2,18 @@
  * by hand (the arithmetic is in the comments; transcendental constants such
  * as exp(0.5) are written out to 16 digits), plus finite-difference checks of
  * every gradient on random inputs. Entries that a function must not read are
- * NaN, so reading them shows up as a NaN or a wrong value. */
+ * NaN, so reading them shows up as a NaN or a wrong value.
+ *
+ * The checks in detail: KL rewards, final score, GAE, whitening, policy loss (symmetric, and
+ * DAPO's clip-higher 0.2/0.7 releasing a token the symmetric clip holds), value loss, the KL
+ * loss with each estimator (k1, k2, k3), the loss weights of each `-ppo_loss_agg` and DAPO's
+ * overlong penalty (at and around both ends of its ramp), GRPO advantages (with and without
+ * the std: Dr. GRPO), REINFORCE's reward-to-go and the group-mean baseline, RLOO advantages (a
+ * partial group, a lone sample, positions outside the response untouched by the sum and
+ * written 0), the Bradley-Terry loss and the adaptive KL controller against hand-computed
+ * values (arithmetic in the comments), gradients by finite differences (the policy loss with
+ * clip 0.2/0.28, the KL loss with every estimator)
+ */
 #include "rl.h"
 #include "sys.h"
 #include "test_report.h"

@@ -13,7 +13,23 @@
  * trainer_step must refuse a non-finite loss or gradient norm before
  * anything changes (weights, moments and step count bit-identical afterwards
  * on every rank), and apply a finite one. Run with mpiexec -n 4 (layouts
- * that need more ranks than the world print a skip line). */
+ * that need more ranks than the world print a skip line).
+ *
+ * The checks in detail: 1F1B and GPipe schedule tables (counts, order, in-flight bound, a
+ * replay of the cross-stage dependencies finishes), the executor refusing a slot reused too
+ * early, a second forward of a micro-batch in flight and a backward of one not in flight, and
+ * playing micro-batches out of order; one training step through 1F1B on pp 2, pp 4 (4 and 7
+ * micro-batches), pp2 x tp2, pp2 x dp2, and through orders that need the micro-batch in the
+ * stage messages' tags (pp 4 GPipe with every stage its own forward and backward order, pp 4
+ * 1F1B in reverse micro-batch order with slots reused out of order, pp2 x dp2 GPipe mixed), LM
+ * and scalar heads, equal to one rank running the same micro-batches in turn (the mixed orders
+ * fail with untagged messages); two models on the same two ranks and communicator whose stages
+ * run them in different orders, each equal to its one-rank run (fails without the model id in
+ * the tags); `trainer_step` on pp 2 x dp 2 applying a finite step (the shards change) and
+ * refusing a NaN or infinite gradient element on one rank and a NaN loss with the quantity
+ * named, the weights, AdamW moments and step count of every rank's shard bit-identical
+ * afterwards
+ */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -61,7 +61,8 @@ static PetscErrorCode rlfuse_mode(RunCtx *run, const JobMode *m, const char *dev
     PetscCall(m->options(&job, o));
     PetscCall(sys_options_check_unused());
   }
-  PetscCall(io_files_check(run->comm)); /* the modes without options here read theirs in execute: checked before it all the same */
+  /* the modes without options here read theirs in execute: checked before it all the same */
+  PetscCall(io_files_check(run->comm, job_file_options, job_nfile_options));
   if (!run->dry_run && m->outdir) PetscCall(sys_used_deck_at(run));
   if (m->device) {
     PetscCall(backend_setup(device, bf16, &be));
@@ -126,6 +127,7 @@ int main(int argc, char **argv)
   ierr = PetscInitialize(&argc, &argv, NULL, usage);
   if (ierr) return 1;
   ierr = sys_error_handler_install();
+  sys_stop_install(); /* after PETSc's handlers: SIGINT and SIGTERM checkpoint and stop */
   if (!ierr) ierr = rlfuse_main();
   if (!ierr) ierr = realloc_cache_destroy();
   if (!ierr) ierr = comm_teardown();

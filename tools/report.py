@@ -96,7 +96,7 @@ def load(path):
 
 
 def load_evals(path):
-    """The held-out evaluations in evals.h5 beside the record (src/io/evals.c), in the
+    """The held-out evaluations in evals.h5 beside the record (src/ppo/eval.c), in the
     order they ran: (name, iteration, gold, reward, mean response length, samples);
     iteration 0 is the reference (the policy before training), None -mode eval's."""
     import h5py

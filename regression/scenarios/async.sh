@@ -7,6 +7,37 @@
 # and 2 ranks, a restart with samples in flight bit-identical, a run killed
 # at a random point resumed on the same and another layout), and bad
 # values refused with one line.
+#
+# The checks in detail: asynchronous RL (`-async_staleness`, docs/async.md) on micro models: K
+# = 1 on one rank repeats bit for bit and differs from K = 0, the plan line says it changes
+# the algorithm and not the time; rollouts.h5's versions (iteration i's rows drawn by version
+# max(0, i-1)) and every token's behaviour weight recomputed in numpy (decoupled: masked over
+# the cap; tis with cap 1.05: truncated, some tokens over it); the staleness metrics in
+# run.h5; K = 1 on 2 ranks and GRPO with K = 2 on 4 ranks disaggregated end with 1 rank's
+# weights; a K = 2 run stopped after iteration 2 (its checkpoint holding batches 2 and 3) and
+# restarted ends bit for bit as the unbroken run; a synchronous run's final checkpoint
+# continued with K = 1 (its first batch generated at the restart); `-mode plan` at staleness 3
+# on 8 H100s prints the synchronous plan's time and the plans at stalenesses 1 and 2, each
+# gain the quotient of the times printed; a restart with another staleness (refused before
+# anything is written: the run's directory unchanged), a negative staleness, a cap below 1 and
+# streaming fusion refused with one line; partial rollouts (`-async_partial 4` of 12 tokens):
+# a run repeats bit for bit and differs from whole samples, rollouts.h5's token versions
+# (non-decreasing along a row, up to the generating iteration, some rows spanning two; a row's
+# version its oldest token's) and every token's behaviour weight from its own log-probability,
+# the same weights on 2 ranks disaggregated as on 1, a GRPO run with K = 2 stopped after
+# iteration 2 with samples half drawn in its checkpoint's pool restarts bit-identical (the
+# check fails when the pool is not read back); with allowed sets (top-k 6, top-p 0.9,
+# min_new_tokens 4): the checkpoint's pool and generated batches hold a set of 1 to 6 ids at
+# every response position, the drawn token in it, EOS in none of the first 4 (rows spanning
+# two versions among them), a restart with samples and sets in flight bit-identical, 4 ranks
+# disaggregated (two generation replicas gathering their sets) ending with 1 rank's weights,
+# and a restart without the sampling options refused; a 2-rank disaggregated run with partial
+# rollouts (PPO with a critic, K = 2, a checkpoint every iteration) killed with SIGKILL on its
+# generation rank 0-20 ms after a random checkpoint (2 to 9 of 24) appears, resumed with
+# `-restart latest` from the newest one (samples in flight in it), ends bit for bit as the
+# unbroken 2-rank run when resumed on 2 ranks, and with the 1-rank run's weights when resumed
+# on 1; partial rollouts without staleness, at the token limit, or a restart with another
+# budget refused with one line. About 30 s
 . regression/lib.sh
 plan 31
 d="$RLFUSE_TMP/async"; mkdir -p $d

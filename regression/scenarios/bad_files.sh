@@ -5,6 +5,24 @@
 # regular files or that name an input, and malformed decks. Each must give
 # exactly one "rlfuse: error:" line naming the culprit, a non-zero exit, and
 # leave an earlier run's files byte-identical.
+#
+# The checks in detail: one case per class of malformed input: array-valued attributes in a
+# checkpoint (`n_layer`, `/state` `iteration`, `kl_coef`, a string array `head`) and a data
+# file (`vocab_size`), a checkpoint with `n_head` 0 or `n_embd` not divisible by `n_head`,
+# `/state` `iteration` 2^40 or a negative `data_pos`, a non-finite `kl_coef`; integer options
+# past 32 bits (`-sft_steps`, `-seed` 4294967297), `n_embd` whose 4x overflows int, non-finite
+# reals (`inf`, `nan`, `-plan_bucket_mb inf`), an `-output_dir` longer than a path;
+# `-score_output` equal to `-score_input`, `-plan_output` equal to `-cost_profile` through a
+# linked directory, `-plan_timeline` equal to `-plan_output`, `-data_text` equal to
+# `-data_output` (the file-option table, both options named), a negative AdamW second moment
+# in a restart file (file, tensor and element named), `-mode generate` on a reward model's
+# role (naming the file and `-generate_role`), an output that is a directory or a pipe (the
+# pipe stays a pipe); out of memory under `ulimit -v` (the message names the function and the
+# bytes; skipped under the sanitizers); eight malformed decks (a garbage line, a BOM, binary
+# bytes, a directory, a 200 kB line, extra values, a deck including itself, two including each
+# other). Each: one `rlfuse: error:` line naming the culprit, a non-zero exit, an earlier
+# run's files byte-identical; and that every option of `-help` whose name says it holds a file
+# is a row of src/io/files.c's table of file options
 . regression/lib.sh
 plan 41
 d="$RLFUSE_TMP/badfiles"; deck=regression/decks/tiny.deck; mkdir -p $d
@@ -68,7 +86,7 @@ expect "generate from a reward model"   "-generate_checkpoint $d/rm/final.h5: -g
 long=$d/$(printf 'x%.0s' $(seq 4100))
 keep= expect_error "output_dir longer than a path" "-output_dir: value of 4[0-9]* characters is longer than the 4095 allowed" -options_file $deck -output_dir $long
 expect "score output = score input"     "-score_output $d/data.h5 is also an input" -mode score -score_checkpoint $ck -score_input $d/data.h5 -score_output $d/data.h5
-# every file option in one table (src/io/files.c), compared by what the paths
+# every file option in its module's table (IoFileOption), compared by what the paths
 # resolve to: an output that is an input or another output is refused before
 # any work (before, each overwrote the other and the run said it succeeded)
 ln -sfn $d/good $d/lnk
@@ -109,11 +127,11 @@ expect "deck: extra values on a line"   "extra.deck line 1: extra value '-sft_st
 expect "deck: '#' inside a value"      "hash.deck line 2: '#' inside a value" -options_file $d/hash.deck
 expect "deck: includes itself"          "self.deck includes itself"             -options_file $d/self.deck
 expect "deck: two decks include each other" "a.deck includes itself through .*b.deck" -options_file $d/a.deck
-# The table of file options (src/io/files.c) is complete: every option of
-# -help whose name says it holds a file is a row, so its role is checked with
+# The tables of file options (one per module, IoFileOption) are complete: every
+# option of -help whose name says it holds a file is a row, so its role is checked with
 # the others (-ppo_eval_prompts is a count, -train_schedule a schedule's name).
 named=$(rlfuse -help 2>&1 | sed -nE '/^  -[a-z0-9_]+ <(true|false)>/d; s/^  (-[a-z0-9_]+) <.*/\1/p' | sort -u | grep -E '(_checkpoint|_file|_output|_input|_data|_prompts|_timeline|_profile|_hardware|_schedule|_text|_lengths|^-restart)$' | grep -vxE -e '-ppo_eval_prompts' -e '-train_schedule')
-rows=$(grep -oE '^ *\{"-[a-z0-9_]+", IO_FILE_' src/io/files.c | grep -oE -- '-[a-z0-9_]+' | sort -u)
+rows=$(grep -rhoE '^ *\{"-[a-z0-9_]+", IO_FILE_' src | grep -oE -- '-[a-z0-9_]+' | sort -u)
 missing=$(comm -23 <(echo "$named") <(echo "$rows") | tr '\n' ' ')
-check "every file option of -help is in src/io/files.c's table (missing: ${missing:-none})" test -z "$missing" -a -n "$named"
+check "every file option of -help is a row of its module's file options (missing: ${missing:-none})" test -z "$missing" -a -n "$named"
 finish

@@ -1,8 +1,22 @@
 # Bad input: each case must stop with exactly one line "rlfuse: error: ..."
 # naming the culprit, exit non-zero, and leave the files of an earlier run in
 # the same output directory untouched (no new files either).
+#
+# The checks in detail: missing deck, unknown option (a one-letter typo and a swapped pair
+# each named with the nearest option this run reads: "did you mean -sft_steps?"), option of
+# another mode, non-numeric values, n_embd not divisible by n_head, unknown or unavailable
+# mode, missing/truncated/corrupt checkpoint, wrong tensor shape, configuration mismatch,
+# score input longer than n_positions, a task that does not fit the context, a prompt file for
+# `-mode generate` with a larger vocabulary than the model's, a boolean option (`-dry_run`,
+# `-grpo_scale_std`) given a non-boolean, `-ppo_dynamic_sampling` past int positions and
+# `-ppo_dynamic_rounds` past memory (each named), SFT data whose rows have no response tokens
+# (the file named), `-plan_chains 0`, `-reward_command_timeout 0` and a `-reward_length_start`
+# past `-gen_max_new_tokens` (checked by src/plan and src/reward, which own them): each gives
+# exactly one `rlfuse: error:` line naming the culprit, a non-zero exit, and leaves an earlier
+# run's files byte-identical with no new files; and `-help` prints rlfuse's options first,
+# each with its default and a given value where it differs, PETSc's generic ones after them
 . regression/lib.sh
-plan 36
+plan 39
 d="$RLFUSE_TMP/bad"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -options_file $deck -output_dir $d/good >$d/good.log 2>&1 || not_ok "reference run"
 ck=$d/good/final.h5
@@ -38,6 +52,9 @@ expect "mode not yet available"     "-mode plan"                   -options_file
 expect "empty -mode (not the default)" "option -mode: the value is empty" -options_file $deck -mode ''
 expect "empty -precision"           "option -precision: the value is empty" -options_file $deck -precision ''
 expect "negative -logits_tile_mb"   "-logits_tile_mb -1. must be 0 (no tiles)" -options_file $deck -logits_tile_mb -1
+expect_error "--help (two dashes): named, nothing run" "command line: --help: rlfuse's options take one dash (-help)" -options_file $deck --help -output_dir $d/good
+expect_error "an option with an en dash (as a web page writes it): named, not dropped" "command line: '–async_staleness' starts with a typographic dash" -options_file $deck –async_staleness 2 -output_dir $d/good
+expect_error "a stray word on the command line" "command line: 'extra' is no option and follows none" -options_file $deck -sft_steps 2 extra -output_dir $d/good
 expect_error "empty -output_dir"    "option -output_dir: the value is empty" -options_file $deck -output_dir ''
 expect "a batch larger than memory"  "-sft_batch 100000000 needs at least .* per rank .* more than the .* available" -options_file $deck -sft_batch 100000000
 expect "a rollout batch larger than memory" "-rollout_batch 60000000 needs at least .* per rank for its rollout" -options_file $deck -mode pipeline -gen_max_new_tokens 16 -rollout_batch 60000000 -ppo_minibatches 4

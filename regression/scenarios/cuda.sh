@@ -19,6 +19,24 @@
 # (a failure with RLFUSE_REQUIRE_CUDA=1), and the tools that carry a build
 # to a GPU machine are checked as far as they run here. Plan: 7 checks
 # without a GPU, 12 with one.
+#
+# The checks in detail: the CUDA backend end to end: SFT (40 steps, quickstart model size), a
+# reward model (pairs generated on the device) PPO (3 iterations, `-dump_rollouts`), GRPO (the
+# same with groups of 4, no critic) and SFT of a LLaMA model (4 query heads over 2 kv heads)
+# on 8 sequences of 303 tokens (the tiled attention's three query blocks) with `-device cuda
+# -precision fp32` against `-device cpu` from the same checkpoints: every checkpoint tensor
+# within 1e-3 of its scale (`regression/ref/ckpt_diff.py`), run.h5 metrics within 1e-3 relative
+# (`regression/same_metrics.py`), rollout tokens identical; a cuda SFT run twice bit-identical
+# (`h5diff`); PPO on 2 ranks sharing the one GPU (tp 2, and disaggregated) as on 1 rank, at
+# the same tolerance (skipped on a machine of several GPUs); bf16 SFT with finite, falling
+# losses whose last-10-step mean is within 10% of fp32's, bf16 PPO with finite metrics; an SFT
+# batch whose activations (290 GiB) exceed the GPU's free memory refused with one line naming
+# `-sft_batch` and the device memory, before anything is written. On any machine: `-device cpu
+# -precision bf16` and `-device cuda` without a device each one line naming the option, before
+# any output (and `bench_attention -device cuda` one error line, a non-zero exit); without a
+# GPU also `tools/gpu_bundle.sh` (a bundle made, test_nccl run on 2 ranks through its mpiexec
+# and wrappers, `rlfuse -help` through them) and `tools/gpu_checklist.sh` (one line, exit 0).
+# The rest skips without a GPU
 . regression/lib.sh
 d="$RLFUSE_TMP/cuda"; mkdir -p $d
 

@@ -11,6 +11,16 @@
 #                                        shrunk; the command itself unedited)
 # A block in another language (```text for a synopsis with placeholders,
 # ```python, a layout) is not a shell command and is not run.
+#
+# The checks in detail: every ```` ```sh ```` block of README.md and docs/*.md runs as
+# written, in order, in one scratch directory linking the repository (`regression/ref/doc_blocks.py`
+# extracts them): a block passes when every command exits 0. A block that needs a cluster, a
+# GPU or hours, or that would rewrite the repository, carries `<!-- run: skip REASON -->`
+# above it and counts as skipped with that reason; sizes are shrunk only by options appended
+# to the end of matching lines (`<!-- run: append TEXT => OPTIONS -->`), never by editing the
+# command. Synopses with placeholders are ```` ```text ````. It found the README's RM and PPO
+# commands failing as written (32 new tokens past the quickstart models' 32 positions), a
+# `toks.h5` that nothing made and `...` placeholders. About 2 minutes on 2 cores
 . regression/lib.sh
 root=$(pwd); d="$RLFUSE_TMP/doc_commands"; mkdir -p $d/run
 for f in GNUmakefile inc src cuda input regression tools docs README.md "$BIN" build; do

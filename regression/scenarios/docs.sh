@@ -11,8 +11,31 @@
 # docs/models.md's table, every HDF5 attribute the code writes is in
 # docs/formats.md, docs/design.md's Layout has every directory of src/, and
 # docs/testing.md has a row for each test program, scenario and deck case.
+# The documents stay short and current: the README has at most 150 lines,
+# no commit hash appears in the README or docs/*.md, no heading there carries
+# a date (dated history goes to CHANGELOG.md), and every line of src/ and
+# cuda/ has at most 120 characters.
+#
+# The checks in detail: the documents against the code: no file cites a document outside the
+# repository or an issue-tracker number, relative links in the markdown files resolve, the
+# README's quickstart iteration count and model size (`-dry_run`'s parameter count) are the
+# deck's, and its example commands name files the pipeline writes with roles those files hold;
+# the README links every docs/*.md; in README.md and docs/*.md every repository path named
+# exists (`bin/NAME` a program built from regression/ or tools/), every `-option` is in
+# `rlfuse -help` or a test program's, tool's or the hardware deck's, every snake_case name in
+# backticks, called, or with a module's prefix occurs in the code (benchmarks.md and
+# background.md, which name other programs', are left out of this one), every `-mode` and
+# `-algo` choice but the default is shown as `-mode X` and every one shown exists, every
+# `-policy_arch` choice is a row of docs/models.md's table and each row one, every family
+# tools/hf_llama.py imports is in its models column and, with its `model_type`, its
+# `*ForCausalLM` class and hf_export's `--model-type`, in docs/huggingface.md, and every GGUF
+# architecture tools/gguf_import.py reads is in docs/models.md, every HDF5 attribute the code
+# writes by name is in docs/formats.md, docs/design.md's Layout has a line for every directory
+# of src/ (and inc/, cuda/, input/, regression/, tools/), and this table has a row for every
+# test program, scenario and deck case and none for another. Each fails when a document is
+# broken the matching way (tried)
 . regression/lib.sh
-plan 14
+plan 18
 help="$RLFUSE_TMP/docs_help.txt"
 rlfuse -help >"$help" 2>&1 || not_ok "rlfuse -help exits 0"
 dry="$RLFUSE_TMP/docs_dry.txt"
@@ -185,5 +208,18 @@ bad += [f"scenarios/{c}" for c in sorted(scens) if f"| `scenarios/{c}` |" not in
 bad += [f"case {c}" for c in sorted(cases) if f"| `{c}` |" not in tt]
 bad += [f"{n} (no such item)" for n in re.findall(r"^\| `(?:bin/(test_\w+)|scenarios/(\w+\.sh))", tt, re.M) for n in n if n and n not in progs | scens]
 chk("docs/testing.md has a row for every test program, scenario and deck regression, and none for another", not bad, " ".join(bad[:8]))
+
+n = len(readme.splitlines())
+chk(f"the README has at most 150 lines ({n})", n <= 150)
+# a commit hash: a word of 7-12 hex digits with a digit and a letter (CHANGELOG.md may name them)
+sha = re.compile(r"(?<![\w./-])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,12}(?![\w-])")
+bad = [f"{f}:{i + 1}: {m}" for f in docs for i, line in enumerate(text[f].splitlines()) for m in sha.findall(line)]
+chk("no commit hash in the README or docs/*.md (history goes to CHANGELOG.md)", not bad, " ".join(bad[:8]))
+bad = [f"{f}:{i + 1}" for f in docs for i, line in enumerate(text[f].splitlines())
+       if re.match(r"#+\s.*\b\d{4}-\d{2}-\d{2}\b", line)]
+chk("no dated heading in the README or docs/*.md (dated entries go to CHANGELOG.md)", not bad, " ".join(bad[:8]))
+bad = [f"{f}:{i + 1}" for f in sorted(text) if f.startswith(("src/", "cuda/"))
+       for i, line in enumerate(text[f].splitlines()) if len(line) > 120]
+chk(f"every line of src/ and cuda/ has at most 120 characters ({len(bad)} longer)", not bad, " ".join(bad[:8]))
 raise SystemExit(fails > 0)
 PY

@@ -3,6 +3,13 @@
 # the SFT loss falls, -log_view reports the phases, and an earlier run record
 # is kept rather than overwritten; an option given twice with different
 # values is reported, one line naming the value used and where each came from.
+#
+# The checks in detail: `-help` covers every module, `-dry_run` writes nothing, progress
+# lines, `-log_view` events, run.h5 contents, the SFT loss falls, an earlier run.h5 is kept,
+# SFT from a dataset file, docs/options.md is current; an option given more than once with
+# different values (command line, an included deck, its includer) is one `rlfuse: note:` line
+# naming the value used and where each came from, options given twice alike stay silent, a
+# deck's `-mode` that beats the command line's is reported
 . regression/lib.sh
 plan 15
 d="$RLFUSE_TMP/driver"; deck=regression/decks/tiny.deck; mkdir -p $d

@@ -6,6 +6,21 @@
 # (within the layout tests' tolerances); impossible combinations stop with
 # one line naming the option. Multi-rank runs are oversubscribed on small
 # machines (correctness only), one thread per rank.
+#
+# The checks in detail: fused actor-critic training (`-fuse_train 1`) against the unfused
+# one-rank run of the same PPO deck (4 layers x 32, 2 iterations of 16 responses, 2
+# mini-batches, `-dump_rollouts`): 2 ranks with pp 2 each way (4 actor and 2 critic
+# micro-batches, schedule searched from the measured forward times), 4 ranks with pp 4 each
+# way running a schedule file from `-mode schedule` (`-fuse_train_schedule`), 4 ranks with
+# actor pp 4 and the critic pp 2 replicated twice; each with every checkpoint tensor
+# (`regression/ref/ckpt_diff.py`), the rollouts and the metrics within the layout tests' tolerances;
+# the plan line, `/plan` (`fuse_train`, the critic's reversed and replicated rank lists) and
+# the recorded prediction (lower bound <= predicted <= sequential); eight bad combinations
+# (GRPO, no pipeline, tp 2, critic pp not dividing, critic ranks given, a schedule file
+# without `-fuse_train`, of another instance, missing) each one line naming the option. The
+# multi-rank runs are oversubscribed: correctness only. 37 s in `make test` on the loaded
+# 2-core machine; breaking the fusion (the critic's gradients not zeroed before a fused pass)
+# fails it (actor and critic checkpoints differ, rollouts differ from iteration 2)
 . regression/lib.sh
 plan 15
 d="$RLFUSE_TMP/fuse_train"; mkdir -p $d

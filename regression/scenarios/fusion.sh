@@ -4,6 +4,23 @@
 # start <= end) and tools/plot_timeline.py draws it. Streaming into
 # inference replicas of one rank, and of several (tp 2, pp 2, two tp-2
 # replicas per call), ends as the unfused run on one rank.
+#
+# The checks in detail: the timeline and streaming (docs/fusion.md): `/timeline` in run.h5 on
+# 2 ranks (every rank and iteration, start <= end, a rank's calls not overlapping) and
+# `tools/plot_timeline.py` drawing it with idle fractions; `-fuse_gen_inf stream` on 2 ranks
+# (generation on 0, inference on 1), on 4 ranks (2 generation replicas, ref and reward on one
+# rank each, 2 critic replicas) with allowed sets (top-k 8), for GRPO (no critic) on 2 ranks,
+# with `-fuse_hold` (then no inference micro-batch starts before generation ends), and into
+# inference replicas of several ranks (tp 2 on 4 ranks, two tp-2 replicas of every inference
+# call on 5 ranks, pp 2 of a two-layer model on 4 ranks), each against an unfused run on 1
+# rank as in layouts.sh (tokens exact, floats, metrics and every checkpoint tensor within
+# 1e-4); inference micro-batches starting before generation ends; a restart on 2 ranks from a
+# 4-rank streamed checkpoint; six bad fusion settings (R_t outside [0,1] or not a number,
+# stream on a plan whose inference shares ranks with generation, a tp-2 replica's rank shared
+# with a call of another layout, more migration targets than replicas, a zero token budget)
+# each one line before any work. About 50 s on 2 cores (4-rank runs oversubscribed);
+# `-placement disaggregate -fuse_gen_inf stream` (inference moved to the idle training half)
+# against the unfused run
 . regression/lib.sh
 plan 21
 d="$RLFUSE_TMP/fusion"; mkdir -p $d

@@ -8,6 +8,21 @@
 # replicas, tp-2 inference replicas, and across a restart; runs that are meant
 # to migrate must have moved samples, and a freed rank must start inference
 # while the tail still decodes. Bad fusion options: one line, no work.
+#
+# The checks in detail: migration of the long tail (`-fuse_gen_inf migrate`, docs/fusion.md)
+# against an unfused run on 1 rank as in layouts.sh (tokens exact, floats, metrics and every
+# checkpoint tensor within 1e-4): 1 rank; 2 ranks co-located at R_t 0, 0.2 and 1 onto one
+# replica (everything at once); 4 ranks at R_t 0.5 and 0.3 forced onto one replica (running
+# samples move with their caches), with top-k 8 (allowed sets move), with generation on 0-1
+# and inference on 2-3, with tp 2 generation replicas (cache shards move shard to shard), and
+# with pp 2 replicas of a two-layer model, also with top-k (shards move stage to stage), with
+# tp-2 inference replicas run by the freed ranks (co-located), and with a tp-2 inference
+# replica apart from generation; R_t auto (0.2 first, then the simulation's choice, recorded
+# and printed); runs meant to migrate must have moved samples and bytes; the freed rank stops
+# generating at the migration and runs inference; a restart on 2 ranks from a 4-rank migrated
+# checkpoint; two bad settings (R_t -0.1, a tp-2 inference replica half inside generation)
+# each one line before any work. About 30 s on 2 cores (4-rank runs oversubscribed); skipping
+# the cache copy (`model_kv_put`) fails six items
 . regression/lib.sh
 plan 19
 d="$RLFUSE_TMP/fusion_migrate"; mkdir -p $d

@@ -5,6 +5,21 @@
 # one prints, and nvidia-smi a stub naming an H200; then the summary lines
 # against numbers worked out by hand, the fallback to the dynamic cache, a
 # spent budget, and the one line without a GPU.
+#
+# The checks in detail: `tools/bench/gpu_targets.sh` (the GPU checklist's part `targets`) without a
+# GPU: nvidia-smi, bench_decode and the Python baselines stubbed with the lines they print,
+# `input/bench/init_*.deck` and `grpo.deck` run for real on the cpu at a tiny shape (1 layer,
+# 32 wide, vocabulary 64, 4 new tokens; the decks' other settings as written) with prompt
+# files from `tools/bench/gpu_baselines/bench_prompts.py`; the summary lines against numbers worked
+# out by hand (the faster precision against the bf16 roofline at batch 1 and 64, the ratio to
+# generate's compiled static cache, the fallback to the dynamic cache when the static one
+# fails, TRL's step over rlfuse's and generation's share from run.h5's iteration 2, the
+# log-probability gap "not built"; with `TARGET_PARTS=train` bench_model and bench_attention
+# stubbed too: the MFU at qwen15 and the training ratios to PyTorch at 124M, smollm2, qwen05
+# and at T 8192, the device memory against the estimate (5% PASS, 20% FAIL) and the tiled
+# attention's time at the four shapes, PASS and FAIL), `summary LOG` repeating
+# them, a spent `TARGET_BUDGET` skipping every step (exit 1, targets NA), and the one line
+# (exit 0) of `gpu_checklist.sh targets` without a GPU. About 5 s
 . regression/lib.sh
 plan 14
 d="$RLFUSE_TMP/gpu_targets"; rm -rf $d; mkdir -p $d/stub $d/bin $d/data

@@ -11,6 +11,27 @@
 # golden outputs; the Qwen3 golden (transformers 4.40 has no Qwen3) exports
 # as a Qwen3 config.json and imports back bit for bit; what rlfuse cannot
 # compute is refused in one line naming the config.json key.
+#
+# The checks in detail: Hugging Face Llama, Mistral and Qwen2 directories (random tiny models
+# saved with `save_pretrained`, sharded and not) imported and exported bit-exact both ways;
+# each configuration rlfuse cannot compute (rope scaling other than llama3, a sliding window
+# shorter than the context, a mixture of experts, another activation, `attention_bias`,
+# `mlp_bias`, another head size, another model type) and each tensor error refused with one
+# line naming the key; the tokenizer: Llama and Qwen2 directories with a `tokenizer.json`
+# trained by `tokenizers` (byte-level BPE, `<|im_start|>`/`<|im_end|>`, a ChatML template, EOS
+# `<|im_end|>`, generation_config's eos [2, 0]) import with `/tokenizer` holding every token's
+# bytes, the special ids, `stop_ids`, the template and the original tokenizer.json (the Qwen2
+# one with Qwen2's own regex pre-tokenizer, which `tools/tokenizer.py encode` reproduces
+# through that kept file: the original's ids for 3 texts, without `--tokenizer-json`); `-mode
+# generate` and a 1-iteration GRPO with the numeric rule from each of a Llama, a Mistral and a
+# Qwen2 folder with such a tokenizer take EOS 2 and stop token 0 from it and print so
+# (used.deck gives them), a deck's `-gen_eos` wins; exported, `AutoTokenizer` encodes texts
+# and the chat template to the original's ids, `pipeline("text-generation")` runs,
+# `generate(do_sample=False)` continues the prompts exactly as `-gen_greedy` (a response
+# stopping at `<|im_end|>`), and importing the export gives the same `/tokenizer`; a directory
+# without `tokenizer.json` imports with one warning line; an `eos_token` that is no token and
+# an unreadable `tokenizer.json` are refused in one line (these items skip when tokenizers,
+# transformers or jinja2 are missing). About 40 s
 . regression/lib.sh
 plan 50
 d="$RLFUSE_TMP/hf_llama"; mkdir -p $d

@@ -14,6 +14,21 @@
 # its output scored by -mode score), and the refusals: tp neither dividing
 # the kv heads nor a multiple of them, options the architecture does not
 # use, a deck whose architecture differs from the checkpoint's.
+#
+# The checks in detail: the LLaMA family through the pipeline on micro models (4 query heads
+# over 2 kv heads): SFT on 1 rank, on tp 2 x dp 2 and pp 2 (weights and moments within 1e-3 as
+# in train_layouts.sh, metrics within 1e-4), a restart on 1 rank from the tp 2 x dp 2 run's
+# step-6 checkpoint; the checkpoint's LLaMA names, shapes and attributes; a reward model on
+# the LLaMA trunk; PPO from the checkpoints with no model option, on 2 ranks with the actor's
+# reallocation (train tp 2, generate dp 2; train pp 2, generate tp 2) and with both fusions
+# (finished samples streamed into inference; the long tail migrated at R_t 1, samples moved)
+# as on 1 rank; SFT from `-init_checkpoint` with no model option, its used.deck repeating it
+# bit for bit; an untied model with q/k/v biases on tp 2; `-mode generate` giving the same
+# responses and log-probabilities on 1 rank, dp 4 and pp 2 x tp 2, every response ending at a
+# stop token or the length limit, its output scored by `-mode score` back to the greedy
+# responses' log-probabilities; refusals (tp not dividing the kv heads, a LLaMA option on a
+# GPT-2 model, a deck whose arch differs from the checkpoint's, generate from a reward model,
+# a malformed `-gen_stop`) one line each. About 15 s
 . regression/lib.sh
 plan 26
 d="$RLFUSE_TMP/llama"; mkdir -p $d

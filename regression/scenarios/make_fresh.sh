@@ -5,6 +5,11 @@
 # pkg-config directory and a PETSc prefix that are empty, and the stub's
 # "install" links the real MPICH, .pc files and PETSc into them. The run must
 # then really happen, and a deck that fails must fail `make run`.
+#
+# The checks in detail: `make run` on a simulated fresh machine: the outer make finds no
+# MPICH, HDF5, OpenBLAS or PETSc (a PATH and pkg-config directory without them, a stub `DEPS`
+# that links the real ones in when asked to install): the deck still runs, no empty command is
+# run, and a failing deck makes `make run` fail with the deck's error
 . regression/lib.sh
 plan 8
 d="$RLFUSE_TMP/make_fresh"; mkdir -p "$d/sys" "$d/mpi" "$d/pc"

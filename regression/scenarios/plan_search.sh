@@ -13,6 +13,17 @@
 # 33B pairs on 256) the search with the fusion states is never worse than
 # the one without at the same iteration cap, and its plan does not depend
 # on the thread count (iteration caps, no time budget: -plan_time 0).
+#
+# The checks in detail: `-mode plan` on the quickstart model with the H100 description: the
+# table of presets, tuned presets and the searched plan; the plan file with its estimate
+# (h5py) and the simulated timeline; one seed gives the same plan file; the file runs with
+# `-plan_file` on 2 ranks and run.h5 records the same `/plan`, estimates included, beside
+# `/timing`; `-placement auto` searches at start and runs the plan; a plan file for 4 ranks
+# run on 2, and one whose tp does not divide the heads, each stop with one line; `-mode plan`
+# without `-plan_ranks` or without primitives, one line each; at paper scale (H100
+# description, LLaMA-2 7B pair on 16 GPUs with two seeds, LLaMA 33B pair on 256 with
+# long-tailed generation; 1500 iterations per chain) the search with the fusion states no
+# worse than without, and 4 chains giving the same plan file on 1 thread as on 2
 . regression/lib.sh
 plan 21
 d="$RLFUSE_TMP/plan_search"; mkdir -p $d

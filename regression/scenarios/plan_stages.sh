@@ -7,6 +7,13 @@
 # /plan/sft_train"), and each stage records the file's layout of its call;
 # -placement auto in an SFT run places its call as -mode plan does.
 # Sizes are the quickstart's shrunk by options so that it runs in seconds.
+#
+# The checks in detail: `-mode plan` on the job the deck names (the `-mode` it overrides),
+# shrunk by options: the quickstart deck's plan places `sft_train` and `rm_train` alone beside
+# PPO's searched calls, with their estimates, the file holds every call of the pipeline, and
+# the deck runs it with `-plan_file` on 2 ranks, each stage's run.h5 recording the file's
+# layout of its call; an SFT deck's plan holds `sft_train` alone (the same twice) and runs on
+# 2 ranks, an RM deck's `rm_train` alone and runs; `-plan_timeline` for an SFT deck, one line
 . regression/lib.sh
 plan 9
 d="$RLFUSE_TMP/plan_stages"; mkdir -p $d

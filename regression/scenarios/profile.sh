@@ -6,6 +6,12 @@
 # "rlfuse: error:" line and leave an existing profile as it was. A deck
 # naming checkpoints of a non-default shape profiles, plans and estimates
 # that shape, and a profile of another shape is refused for it.
+#
+# The checks in detail: `-mode profile` on 2 ranks for a 3-layer, 32-wide model on a small
+# grid (under 20 s, checked): the file's machine attributes, both models' shapes and heads,
+# the grid axes, every time finite and >= 0, the model parts growing with the tokens,
+# all-reduce and AdamW growing with the size (h5py); no output, one rank and `-profile_repeats
+# 0` each one `rlfuse: error:` line with an existing profile untouched
 . regression/lib.sh
 plan 18
 d="$RLFUSE_TMP/profile"; mkdir -p $d

@@ -12,6 +12,16 @@
 # --suffix. tokenizer.py --tokenizer-json encodes as the checkpoint's own
 # BPE. The reasoning-gym checks skip, saying so, when make deps has not
 # installed it. About 20 s.
+#
+# The checks in detail: prompt files with reference answers from `tools/tokenizer.py prompts`
+# (answers and metadata round trip; a line without an answer, and other bad values, refused
+# with one line naming the line and no file), `-mode data -data_text` (the arithmetic task's
+# questions as JSON lines equal to the HDF5 rows' text; refused for the sort task), `--suffix`
+# (the same tokens as the suffix written into each prompt, a messages line's last user
+# message), and `tools/rg_prompts.py` (reasoning-gym problems with answers, two seeds
+# disjoint, `--exclude`, difficulty options, through `tokenizer.py prompts`); `tokenizer.py
+# --tokenizer-json` encoding as the checkpoint's own BPE, and a file tokenizers cannot read
+# refused in one line; the reasoning-gym checks skip when it is not installed
 . regression/lib.sh
 N=17; plan $N
 d="$RLFUSE_TMP/prompt_answers"; mkdir -p $d

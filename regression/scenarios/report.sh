@@ -6,6 +6,15 @@
 # (labelled so), no critic columns, and each evaluation of its evals.h5.
 # tools/plot_run.py on the same records: it leaves out exactly the metrics
 # with no value or one value throughout, and fails the same way.
+#
+# The checks in detail: `tools/report.py` on the run records of a micro SFT and a micro PPO
+# run made in the test, overlaid: a PNG and the text summary written, the summary's step
+# counts, first/last values and response-length statistics equal to the records'; a micro GRPO
+# run with the numeric rule on the arithmetic task: its summary labels `gold` and `eval_gold`
+# "accuracy", has no critic columns, and lists each evaluation of its `evals.h5` (the
+# reference, iterations 1 and 2) with the accuracy, mean reward and mean response length
+# stored there; a checkpoint, a text file and a missing path each one line `report: error:
+# FILE: ...`, exit 1, nothing written. About 15 s
 . regression/lib.sh
 plan 9
 d="$RLFUSE_TMP/report"; mkdir -p $d

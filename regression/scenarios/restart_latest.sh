@@ -4,6 +4,14 @@
 # ending bit-identical to an uninterrupted run. SFT and PPO, and a first
 # pipeline run (the Slurm template's) whose stages all start fresh, its PPO
 # checkpoint holding the reference's weights (made by the run, not an input).
+#
+# The checks in detail: `-restart latest`: an empty `-output_dir` starts fresh (saying so) and
+# ends as an uninterrupted run; with checkpoints 2, 4, 6 where 6 is truncated and a stale
+# `.tmp.PID` lies beside them it picks 4 and ends bit-identical; after the end it picks
+# final.h5; PPO resumes from its iteration-2 checkpoint bit-identical; a pipeline's first run
+# (the Slurm template's deck) starts all three stages fresh, PPO's checks running before its
+# checkpoints exist, and its PPO checkpoint holds `/reference` itself (the SFT stage made it:
+# no `/reference_source`). About 10 s
 . regression/lib.sh
 plan 7
 d="$RLFUSE_TMP/restart_latest"; mkdir -p $d; deck=regression/decks/tiny.deck

@@ -6,6 +6,40 @@
 # overlong shaping on 1 and 2 ranks, REINFORCE++ (its advantages recomputed in
 # numpy), the KL moved between reward and loss, the NaN stop, and bad input (the
 # pipeline's later stages checked before SFT starts).
+#
+# The checks in detail: `-mode rm` and `-mode ppo` on micro models: progress lines and
+# summary, the actor, critic and reward model in the checkpoint with `/reference_source`
+# instead of the reference (its path, role, size and checksum recomputed in numpy),
+# `rollouts.h5` layout with the rewards, GAE, returns and whitening recomputed independently
+# in numpy, `/metrics/eval_gold` holding the printed held-out gold score after iteration 2
+# with `-ppo_eval_every 2` and the summary's `final_gold` after the last (NaN elsewhere),
+# restart from iteration 2 bit-identical (weights, optimizers, rollout), a restart whose
+# reference came from a copy of the SFT checkpoint reading the copy again and recording it,
+# then refused in one line naming the copy once one of its floats changed and once it is gone,
+# 1 vs 2 micro-batches within 1e-4, `-train_schedule gpipe` against 1F1B bit-identical (actor
+# and critic) on 1 rank and on 2 ranks with pp 2, GRPO without a critic, progress lines with
+# gold and the critic's loss only where the run computes them (PPO on the sort task: both;
+# GRPO on a prompt file: neither) and, without held-out prompts, a summary saying no
+# evaluation ran instead of nan, Dr. GRPO with clip-higher, overlong shaping and a k1 KL loss
+# changing the weights and ending on 2 ranks (dp 2) as on 1 within 1e-4, REINFORCE++ without a
+# critic and its rewards, returns and whitened advantages recomputed in numpy, `-ppo_kl_in
+# loss` for PPO (a KL-loss metric, rewards holding the score alone) and `-ppo_kl_in reward`
+# for GRPO (other weights), a diverging run stopping before the optimizer step with the
+# iteration and quantity named while the earlier checkpoint stays readable, and thirteen bad
+# inputs (prompt longer than the context, prompt + max_new_tokens over n_positions, batch not
+# divisible into mini- or micro-batches or groups, a lower clip of 1, an overlong buffer past
+# max_new_tokens, missing or wrong reward checkpoint, vocabulary mismatch, KV cache over its
+# bound, missing checkpoints, an `-algo` not in the algorithms' table (the error lists the
+# table's rows); in `-mode rm`, a generation longer than the SFT checkpoint's n_positions
+# named by the checkpoint's value) each one line before any output is made; `-mode rm` from an
+# SFT checkpoint with a `/tokenizer` (EOS 3, stop ids 3 and 19) sampling its built-in pairs
+# with that EOS and stop token 19 (printed, and recorded as `gen_stop` in run.h5), and a
+# deck's `-gen_eos` kept; and `-mode pipeline` checking every stage before SFT: a bad PPO
+# plan, a bad PPO option, a bad RM plan and an RM length error (naming `-policy_n_positions`)
+# each one line with no output directory made, and `-dry_run` of `input/quickstart.deck` on 2
+# ranks with `-actor_gen_ranks 0-7` one line naming that option; and that no file of `src/` or
+# `inc/` but `src/ppo/algos.c` names an algorithm (an `ALGO_` constant or a comparison of
+# `-algo`)
 . regression/lib.sh
 plan 54
 d="$RLFUSE_TMP/rlhf"; mkdir -p $d

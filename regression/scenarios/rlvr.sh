@@ -8,6 +8,44 @@
 # there, with the earlier checkpoint kept),
 # and DAPO's dynamic sampling (its selection recomputed, in one round and in
 # several, on 2 ranks as on 1).
+#
+# The checks in detail: RL with verifiable rewards on the arithmetic task
+# (`input/arith_sft.deck`, `input/arith_grpo.deck`): `-mode eval` (accuracy <= pass@4, the
+# reward equal to the accuracy for `-reward_fn numeric`, the same in run.h5; two samples
+# printed by `-ppo_eval_show 2` with their decoded text, reward and answer, and a negative
+# value refused); GRPO without a reward model with `numeric:1,format:0.1`: progress lines with
+# the elapsed time and an ETA and no critic column, the reward once with its parts (`reward R
+# (accuracy A, format F)`, no gold or numeric column) and the summary's `held-out accuracy A
+# (initial policy) -> B`, a line at the start and one with the time of each held-out
+# evaluation (the actor after iterations 2 and 4, the reference); every response's rewards,
+# gold and final score recomputed from its text in Python, run.h5's `reward` and
+# `reward_numeric` their means, `eval_gold` after iteration 2; the evaluations' records:
+# `eval_gold`, `eval_pass_k`, `eval_reward`, `eval_kl` at iterations 2 and 4 (the last equal
+# to the summary's `final_*`) and NaN at 1 and 3, `evals.h5`'s `/iter_2`, `/iter_4`,
+# `/reference` (64 samples each, every answer its question's, the metrics run.h5's) and `-mode
+# eval`'s `/eval`, and `tools/tokenizer.py samples` printing evals.h5 (192 JSON lines, prompts
+# decoded with the task's characters, answers and rewards as stored) and rollouts.h5 (128);
+# the same run on 2 ranks (dp 2) as on 1, streamed (`-fuse_gen_inf stream`, 3 ranks, one in
+# neither the generation nor the reference mesh) and migrated (2 ranks) as unfused on 1,
+# `-mode plan` of the deck (no reward call profiled, costed or placed) and `-placement auto`
+# on 2 ranks as on 1; `-mode eval` of a held-out file alone (the default training prompts have
+# no answers and are longer than the model's context) as with answered training prompts;
+# `-reward_command tools/reward_example.py` training exactly as `-reward_fn numeric`; a prompt
+# file with answers and a held-out one; responses read through a checkpoint's `/tokenizer`
+# training exactly as through the task's characters, and PPO's checkpoint carrying that
+# `/tokenizer`; DAPO's dynamic sampling (its selection recomputed from a run without it that
+# generates the same candidates: the first 8 groups whose rewards differ, filled with equal
+# ones, with their tokens and log-probabilities; with top-k 8 on 2 ranks as on 1; in 2 and 3
+# rounds of new prompts (`-ppo_dynamic_rounds`), recomputed from the same candidates' run, the
+# last round's fill and the data position included, and 3 rounds on 2 ranks as on 1); refusals
+# (an unknown rule, no reward, numeric without answers on the sort task and on a file, answer
+# offsets that do not match the rows, `-critic_init reward` without a reward model, a held-out
+# file without answers, dynamic sampling with a reward model or for PPO (naming the algorithms
+# that draw groups), a command printing text, `nan` or 1.7e308 (beyond the bound), a missing
+# reward program) one line each (the shell's own "not found" line not printed); a command that
+# dies in iteration 3: one line naming it and the sample, the iteration-2 checkpoint whole;
+# and the learning regression: the GRPO deck must raise held-out accuracy by at least 0.11
+# (see "The learning bounds"). About 40 s
 . regression/lib.sh
 plan 44
 d="$RLFUSE_TMP/rlvr"; mkdir -p $d

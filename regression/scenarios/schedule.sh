@@ -6,6 +6,15 @@
 # draws it; and bad options and bad files (a duplicated task, a deadlock, a
 # micro-batch out of range, the wrong instance, a missing group) each stop
 # with one "rlfuse: error:" line, leaving an existing output file untouched.
+#
+# The checks in detail: `-mode schedule` on (4,2,8,4,2,2): the printed makespan, bound (78,
+# worked out in the script), greedy start and sequential baseline (96); the file's attributes
+# and every task once per rank (h5py); `tools/plot_schedule.py` draws it, its own replay
+# agreeing with the file's makespan; `-sched_file` reads it back; one seed gives one schedule;
+# bad files (a duplicated task, a deadlock, a micro-batch out of range, a missing rank group,
+# another instance, a missing file) and bad options (pp1 not dividing pp0, m or f not
+# positive, a memory cap below one micro-batch, no output) each one `rlfuse: error:` line with
+# an existing file untouched
 . regression/lib.sh
 plan 19
 d="$RLFUSE_TMP/schedule"; mkdir -p $d

@@ -4,6 +4,12 @@
 # /lengths (no vocab_size attribute) scores the same; its tokens are checked
 # against the checkpoint's vocabulary, and an attribute larger than it is an
 # error.
+#
+# The checks in detail: `-mode score` log-probabilities and values of the golden checkpoints
+# against PyTorch's, zeros past each length; an input with only `/tokens` and `/lengths` (no
+# `vocab_size` attribute, as written with h5py) scores bit-identically, a token past the
+# checkpoint's vocabulary in it is one error naming the position, and a `vocab_size` attribute
+# larger than the checkpoint's is one error
 . regression/lib.sh
 plan 5
 d="$RLFUSE_TMP/score"; mkdir -p $d; g=regression/golden

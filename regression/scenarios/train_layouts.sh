@@ -7,6 +7,17 @@
 # fraction of lr, about 1.5e-4 here), and the same metrics. GPipe and 1F1B
 # give bit-identical reward models. A 4-rank SFT checkpoint restarts on 1
 # rank; bad plans stop with one line.
+#
+# The checks in detail: SFT and reward modelling on their plan calls: an SFT deck (quickstart
+# model size, 12 steps of 16, held-out loss every 6) on 2 ranks dp 2, 4 ranks tp 2 x dp 2, 2
+# ranks pp 2 (1F1B over 4 micro-batches), 4 ranks with ZeRO-1 and on ranks 1-2 of 3 (rank 0
+# off the mesh), and an RM deck on 4 ranks tp 2 x dp 2 and 2 ranks pp 2, each against 1 rank
+# (and GPipe bit-identical to 1F1B on 2 ranks pp 2 and on 1 rank with 4 micro-batches): AdamW
+# moments within 1e-4 and weights within 1e-3 of each tensor's scale (`regression/ref/ckpt_diff.py
+# --params-tol`; measured worst 1.5e-4, see below), every metric within 1e-4
+# (`regression/same_metrics.py`, as in layouts.sh); the plan in run.h5; a 4-rank SFT
+# checkpoint restarted on 1 rank ends as the 4-rank run (5.6e-7); bad plans (dp not dividing
+# the batch, tp not dividing n_head) one line each. About 80 s on 2 cores
 . regression/lib.sh
 plan 13
 d="$RLFUSE_TMP/train_layouts"; mkdir -p $d

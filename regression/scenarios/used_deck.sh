@@ -6,6 +6,13 @@
 # -placement would be an error, must repeat too. The pipeline run also checks
 # the checkpoint intervals: -<stage>_checkpoint_every for one stage,
 # -checkpoint_every for the stages without their own.
+#
+# The checks in detail: `used.deck` repeats a run: a micro pipeline given options in a deck
+# and on the command line (one with its default value, a bare flag) rerun from its used.deck
+# alone: every tensor of the three final.h5 and rollouts.h5 and every metric of the three
+# run.h5 bit-identical (timings aside), every option of run.h5 `/parameters` in used.deck with
+# the same value; a `-plan_file` run (where giving `-placement` is an error) repeats too;
+# another seed differs; a dry run and a failing deck write none
 . regression/lib.sh
 plan 28
 d="$RLFUSE_TMP/used_deck"; mkdir -p $d

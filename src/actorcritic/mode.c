@@ -14,6 +14,13 @@ static const char *num(char *buf, double v)
   return buf;
 }
 
+/* The files -mode schedule reads and writes, for io_files_check. */
+const IoFileOption ac_file_options[] = {
+  {"-sched_file", IO_FILE_IN, NULL, NULL},
+  {"-sched_output", IO_FILE_OUT, NULL, NULL},
+  {NULL, IO_FILE_IN, NULL, NULL},
+};
+
 static PetscErrorCode print_result(const ACInst *in, double makespan, double peak, double lb, double greedy, const ACScore *seq)
 {
   char a[32], b[32], c[32], d[32], e[32], f[32];

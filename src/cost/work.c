@@ -107,17 +107,26 @@ static int roll_iter(IoId g, const char *name, void *ctx)
   return 0;
 }
 
+/* The ":iter_K" that ends a rollouts path, or NULL. */
+static char *lengths_iter_suffix(char *path)
+{
+  char *iter = strrchr(path, ':');
+
+  if (!iter || strncmp(iter, ":iter_", 6) || !iter[6]) return NULL;
+  return strspn(iter + 6, "0123456789") == strlen(iter + 6) ? iter : NULL;
+}
+
 /* path is FILE.h5, or FILE.h5:iter_K for one iteration's rollout as it
  * was, row by row (rows beyond its batch start over from its first). */
 static PetscErrorCode lengths_rollouts(const char *opt, const char *spec, char *path, int n, unsigned long long seed, int *len, int *plen, PetscBool *paired)
 {
   IoId     file;
   RollRead r    = {NULL, NULL, 0, 0, 0, NULL, ""};
-  char    *iter = strrchr(path, ':');
+  char    *iter = lengths_iter_suffix(path);
   int      e;
 
   PetscFunctionBegin;
-  if (iter && !strncmp(iter, ":iter_", 6) && iter[6] && strspn(iter + 6, "0123456789") == strlen(iter + 6)) *iter = 0, r.only = iter + 1;
+  if (iter) *iter = 0, r.only = iter + 1;
   PetscCall(io_open_read("rollouts file", path, &file));
   e = io_iterate(file, roll_iter, &r);
   PetscCall(io_close(&file));
@@ -171,6 +180,30 @@ PetscErrorCode cost_work_lengths(const char *opt, const char *spec, int n, int m
     for (int i = 0; i < n; i++) plen[i] = PetscMax(1, plen[i]);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
+
+/* The file a -cost_lengths value reads: hist:FILE and rollouts:FILE[:iter_K]'s
+ * FILE, else none. */
+static PetscErrorCode cost_lengths_file(const char *spec, char *file, size_t len)
+{
+  char *iter;
+
+  PetscFunctionBegin;
+  file[0] = '\0';
+  if (!strncmp(spec, "hist:", 5)) PetscCall(PetscStrncpy(file, spec + 5, len));
+  else if (!strncmp(spec, "rollouts:", 9)) {
+    PetscCall(PetscStrncpy(file, spec + 9, len));
+    if ((iter = lengths_iter_suffix(file))) *iter = '\0';
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+const IoFileOption cost_file_options[] = {
+  {"-cost_hardware", IO_FILE_IN, NULL, NULL},
+  {"-cost_profile", IO_FILE_IN, NULL, NULL},
+  {"-cost_lengths", IO_FILE_IN, NULL, cost_lengths_file},
+  {"-cost_prompt_lengths", IO_FILE_IN, NULL, cost_lengths_file},
+  {NULL, IO_FILE_IN, NULL, NULL},
+};
 
 /* A model's shape: the named one (option opt), else the deck's model. */
 static PetscErrorCode role_shape(const char *opt, const char *name, const ModelConfig *cfg, PetscBool value_head, CostShape *m)

@@ -6,6 +6,7 @@
  * data is read, so a bad file gets the same messages on any layout. */
 #include "internal/ckpt_shard.h"
 
+#include <stddef.h>
 #include <string.h>
 
 static const char *const ckpt_roles[] = {"policy", "actor", "critic", "reference", "reward"};
@@ -31,31 +32,100 @@ typedef struct {
   float           *buf; /* the bounded staging buffer, ckpt_chunk floats */
 } CkptWriteCtx;
 
+/* ---- a model's attributes (docs/formats.md) --------------------------------- */
+/* Each attribute of /<role> is one row, which both the writer and the reader
+ * follow: its name, how it is stored (INT and BOOL int32, DOUBLE float64,
+ * ENUM the name as a string), its field of ModelConfig, and which files carry
+ * it. SETTINGS rows only an architecture with settings (model_arch()->settings)
+ * has; OMIT_ZERO rows are left out at 0 (GPT-2's files have no arch); OPTIONAL
+ * rows are absent from files written before them, and read as fallback()
+ * (or 0), which is also what is written for a field of 0. */
+typedef enum { CKPT_INT, CKPT_BOOL, CKPT_DOUBLE, CKPT_ENUM } CkptAttrKind;
+typedef enum { CKPT_NEEDED, CKPT_OPTIONAL, CKPT_OMIT_ZERO } CkptAttrAbsent;
+
+typedef struct {
+  const char        *name;
+  CkptAttrKind       kind;
+  size_t             offset;
+  PetscBool          settings;
+  CkptAttrAbsent     absent;
+  const char *const *names; /* ENUM: PETSc's list of names */
+  int (*fallback)(const ModelConfig *cfg);
+} CkptAttr;
+
+/* Qwen3's head_dim: n_embd / n_head in files written before it. */
+static int ckpt_head_dim_fallback(const ModelConfig *c)
+{
+  return c->n_head > 0 && c->n_embd % c->n_head == 0 ? c->n_embd / c->n_head : 0;
+}
+
+/* The attribute is named as its field. */
+#define CKPT_ROW(field, kind, settings, absent, names, fallback) \
+  {#field, kind, offsetof(ModelConfig, field), settings, absent, names, fallback}
+static const CkptAttr ckpt_attrs[] = {
+  CKPT_ROW(n_layer, CKPT_INT, PETSC_FALSE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(n_head, CKPT_INT, PETSC_FALSE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(n_embd, CKPT_INT, PETSC_FALSE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(vocab_size, CKPT_INT, PETSC_FALSE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(n_positions, CKPT_INT, PETSC_FALSE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(head, CKPT_ENUM, PETSC_FALSE, CKPT_NEEDED, ModelHeadNames, NULL),
+  CKPT_ROW(arch, CKPT_ENUM, PETSC_FALSE, CKPT_OMIT_ZERO, ModelArchNames, NULL),
+  CKPT_ROW(n_kv_head, CKPT_INT, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(n_ffn, CKPT_INT, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(qkv_bias, CKPT_BOOL, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(tie_embeddings, CKPT_BOOL, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(rope_theta, CKPT_DOUBLE, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(norm_eps, CKPT_DOUBLE, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(rope_scaling, CKPT_ENUM, PETSC_TRUE, CKPT_NEEDED, ModelRopeScalingNames, NULL),
+  CKPT_ROW(rope_factor, CKPT_DOUBLE, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(rope_low_freq_factor, CKPT_DOUBLE, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(rope_high_freq_factor, CKPT_DOUBLE, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(rope_original_max_positions, CKPT_INT, PETSC_TRUE, CKPT_NEEDED, NULL, NULL),
+  CKPT_ROW(head_dim, CKPT_INT, PETSC_TRUE, CKPT_OPTIONAL, NULL, ckpt_head_dim_fallback),
+  CKPT_ROW(qk_norm, CKPT_BOOL, PETSC_TRUE, CKPT_OPTIONAL, NULL, NULL),
+};
+#undef CKPT_ROW
+#define CKPT_NATTRS ((int)(sizeof ckpt_attrs / sizeof ckpt_attrs[0]))
+
+/* Ints, enums and PetscBools are all int-sized fields. */
+static int ckpt_attr_get_int(const ModelConfig *cfg, const CkptAttr *a)
+{
+  const char *p = (const char *)cfg + a->offset;
+
+  return a->kind == CKPT_BOOL ? (*(const PetscBool *)p ? 1 : 0) : *(const int *)p;
+}
+
+static void ckpt_attr_set_int(ModelConfig *cfg, const CkptAttr *a, int v)
+{
+  char *p = (char *)cfg + a->offset;
+
+  if (a->kind == CKPT_BOOL) *(PetscBool *)p = v ? PETSC_TRUE : PETSC_FALSE;
+  else *(int *)p = v;
+}
+
+static PetscBool ckpt_attr_carried(const ModelConfig *cfg, const CkptAttr *a)
+{
+  return !a->settings || model_arch(cfg)->settings ? PETSC_TRUE : PETSC_FALSE;
+}
+
 static PetscErrorCode ckpt_write_config(hid_t g, const ModelConfig *cfg)
 {
   PetscFunctionBegin;
-  PetscCall(h5u_attr_write_int(g, "n_layer", H5T_STD_I32LE, cfg->n_layer));
-  PetscCall(h5u_attr_write_int(g, "n_head", H5T_STD_I32LE, cfg->n_head));
-  PetscCall(h5u_attr_write_int(g, "n_embd", H5T_STD_I32LE, cfg->n_embd));
-  PetscCall(h5u_attr_write_int(g, "vocab_size", H5T_STD_I32LE, cfg->vocab_size));
-  PetscCall(h5u_attr_write_int(g, "n_positions", H5T_STD_I32LE, cfg->n_positions));
-  PetscCall(h5u_attr_write_string(g, "head", ModelHeadNames[cfg->head]));
-  /* row 0's (GPT-2's) files carry no arch attribute (older files read the same) */
-  if (cfg->arch != MODEL_ARCH_GPT2) PetscCall(h5u_attr_write_string(g, "arch", model_arch(cfg)->name));
-  if (!model_arch(cfg)->settings) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(h5u_attr_write_int(g, "n_kv_head", H5T_STD_I32LE, cfg->n_kv_head));
-  PetscCall(h5u_attr_write_int(g, "n_ffn", H5T_STD_I32LE, cfg->n_ffn));
-  PetscCall(h5u_attr_write_int(g, "qkv_bias", H5T_STD_I32LE, cfg->qkv_bias ? 1 : 0));
-  PetscCall(h5u_attr_write_int(g, "tie_embeddings", H5T_STD_I32LE, cfg->tie_embeddings ? 1 : 0));
-  PetscCall(h5u_attr_write_double(g, "rope_theta", cfg->rope_theta));
-  PetscCall(h5u_attr_write_double(g, "norm_eps", cfg->norm_eps));
-  PetscCall(h5u_attr_write_string(g, "rope_scaling", ModelRopeScalingNames[cfg->rope_scaling]));
-  PetscCall(h5u_attr_write_double(g, "rope_factor", cfg->rope_factor));
-  PetscCall(h5u_attr_write_double(g, "rope_low_freq_factor", cfg->rope_low_freq_factor));
-  PetscCall(h5u_attr_write_double(g, "rope_high_freq_factor", cfg->rope_high_freq_factor));
-  PetscCall(h5u_attr_write_int(g, "rope_original_max_positions", H5T_STD_I32LE, cfg->rope_original_max_positions));
-  PetscCall(h5u_attr_write_int(g, "head_dim", H5T_STD_I32LE, model_head_dim(cfg)));
-  PetscCall(h5u_attr_write_int(g, "qk_norm", H5T_STD_I32LE, cfg->qk_norm ? 1 : 0));
+  for (int i = 0; i < CKPT_NATTRS; i++) {
+    const CkptAttr *a = &ckpt_attrs[i];
+    int             v;
+
+    if (!ckpt_attr_carried(cfg, a)) continue;
+    if (a->kind == CKPT_DOUBLE) {
+      PetscCall(io_attr_write_double(g, a->name, *(const double *)((const char *)cfg + a->offset)));
+      continue;
+    }
+    v = ckpt_attr_get_int(cfg, a);
+    if (!v && a->absent == CKPT_OMIT_ZERO) continue;
+    if (!v && a->fallback) v = a->fallback(cfg);
+    if (a->kind == CKPT_ENUM) PetscCall(io_attr_write_string(g, a->name, a->names[v]));
+    else PetscCall(io_attr_write_int(g, a->name, IO_I32LE, v));
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -95,7 +165,7 @@ static PetscErrorCode ckpt_write_tensors(hid_t loc, const char *name, const Ckpt
     h5u_agree(comm, &e, msg);
     PetscCall(e);
   }
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -113,12 +183,12 @@ static PetscErrorCode ckpt_write_model_place(hid_t file, MPI_Comm comm, CkptWrit
   if (cm->with_optim) {
     o = H5Gcreate2(g, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     H5Call(o, "HDF5: cannot create group optim");
-    PetscCall(h5u_attr_write_int(o, "step", H5T_STD_I64LE, pl->step));
+    PetscCall(io_attr_write_int(o, "step", IO_I64LE, pl->step));
     PetscCall(ckpt_write_tensors(o, "m", pl, 1, comm, ctx, msg));
     PetscCall(ckpt_write_tensors(o, "v", pl, 2, comm, ctx, msg));
-    PetscCall(h5u_close(&o));
+    PetscCall(io_close(&o));
   }
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -143,12 +213,12 @@ static PetscErrorCode ckpt_write_state(hid_t file, const CkptState *st)
   PetscFunctionBegin;
   g = H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Call(g, "HDF5: cannot create group /state");
-  PetscCall(h5u_attr_write_int(g, "iteration", H5T_STD_I64LE, st->iteration));
-  PetscCall(h5u_attr_write_int(g, "data_pos", H5T_STD_I64LE, st->data_pos));
-  PetscCall(h5u_attr_write_int(g, "seed", H5T_STD_I64LE, st->seed));
-  PetscCall(h5u_attr_write_double(g, "kl_coef", st->kl_coef));
-  PetscCall(h5u_write_version(g));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_attr_write_int(g, "iteration", IO_I64LE, st->iteration));
+  PetscCall(io_attr_write_int(g, "data_pos", IO_I64LE, st->data_pos));
+  PetscCall(io_attr_write_int(g, "seed", IO_I64LE, st->seed));
+  PetscCall(io_attr_write_double(g, "kl_coef", st->kl_coef));
+  PetscCall(io_write_version(g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -182,12 +252,12 @@ static PetscErrorCode ckpt_copy_tokenizer(hid_t file, void *vctx)
 
   PetscFunctionBegin;
   (void)vctx;
-  PetscCall(h5u_open_read("checkpoint", ckpt_tokenizer_src, &src));
+  PetscCall(io_open_read("checkpoint", ckpt_tokenizer_src, &src));
   if (H5Ocopy(src, "tokenizer", file, "tokenizer", H5P_DEFAULT, H5P_DEFAULT) < 0) {
     h5u_fclose(src);
     SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "copying /tokenizer from %s failed", ckpt_tokenizer_src);
   }
-  PetscCall(h5u_close(&src));
+  PetscCall(io_close(&src));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -267,75 +337,61 @@ static PetscErrorCode ckpt_read_attr_int(hid_t g, const char *where, const char 
   int64_t v;
 
   PetscFunctionBegin;
-  PetscCall(h5u_attr_read_int(g, where, name, 0, INT32_MAX, &v));
+  PetscCall(io_attr_read_int(g, where, name, 0, INT32_MAX, &v));
   *value = (int)v;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* An enum attribute: its string must be one of names[0..n). */
-static PetscErrorCode ckpt_read_attr_enum(hid_t g, const char *where, const char *name, const char *const *names, int n, int *value)
+/* An enum attribute: its string must be one of names (PETSc's list: the
+ * names, then the type's name, its prefix and NULL). */
+static PetscErrorCode ckpt_read_attr_enum(hid_t g, const char *where, const char *name, const char *const *names,
+                                          int *value)
 {
-  char buf[32];
+  char buf[32], list[160] = "";
+  int  n = 0;
 
   PetscFunctionBegin;
-  PetscCall(h5u_attr_read_string(g, where, name, buf, sizeof buf));
-  for (int i = 0; i < n; i++)
+  PetscCall(io_attr_read_string(g, where, name, buf, sizeof buf));
+  while (names[n + 2]) n++;
+  for (int i = 0; i < n; i++) {
     if (!strcmp(buf, names[i])) {
       *value = i;
       PetscFunctionReturn(PETSC_SUCCESS);
     }
-  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s '%s' is not one of %s%s%s", where, name, buf, names[0], n > 1 ? ", " : "", n > 1 ? names[1] : "");
+    PetscCall(PetscStrlcat(list, i ? ", " : "", sizeof list));
+    PetscCall(PetscStrlcat(list, names[i], sizeof list));
+  }
+  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s '%s' is not one of %s", where, name, buf, list);
 }
 
-/* The LLaMA family's attributes (docs/formats.md). */
-static PetscErrorCode ckpt_read_llama_config(hid_t g, const char *where, ModelConfig *cfg)
+static PetscErrorCode ckpt_read_attr(hid_t g, const char *where, const CkptAttr *a, ModelConfig *cfg)
 {
-  int b = 0, scaling = 0;
+  int v = 0;
 
   PetscFunctionBegin;
-  PetscCall(ckpt_read_attr_int(g, where, "n_kv_head", &cfg->n_kv_head));
-  PetscCall(ckpt_read_attr_int(g, where, "n_ffn", &cfg->n_ffn));
-  PetscCall(ckpt_read_attr_int(g, where, "qkv_bias", &b));
-  cfg->qkv_bias = b ? PETSC_TRUE : PETSC_FALSE;
-  PetscCall(ckpt_read_attr_int(g, where, "tie_embeddings", &b));
-  cfg->tie_embeddings = b ? PETSC_TRUE : PETSC_FALSE;
-  PetscCall(h5u_attr_read_double(g, where, "rope_theta", &cfg->rope_theta));
-  PetscCall(h5u_attr_read_double(g, where, "norm_eps", &cfg->norm_eps));
-  PetscCall(ckpt_read_attr_enum(g, where, "rope_scaling", ModelRopeScalingNames, 2, &scaling));
-  cfg->rope_scaling = (ModelRopeScaling)scaling;
-  PetscCall(h5u_attr_read_double(g, where, "rope_factor", &cfg->rope_factor));
-  PetscCall(h5u_attr_read_double(g, where, "rope_low_freq_factor", &cfg->rope_low_freq_factor));
-  PetscCall(h5u_attr_read_double(g, where, "rope_high_freq_factor", &cfg->rope_high_freq_factor));
-  PetscCall(ckpt_read_attr_int(g, where, "rope_original_max_positions", &cfg->rope_original_max_positions));
-  /* Qwen3's two, absent from files written before them: n_embd / n_head and no norms */
-  cfg->head_dim = cfg->n_head > 0 && cfg->n_embd % cfg->n_head == 0 ? cfg->n_embd / cfg->n_head : 0;
-  if (H5Aexists(g, "head_dim") > 0) PetscCall(ckpt_read_attr_int(g, where, "head_dim", &cfg->head_dim));
-  if (H5Aexists(g, "qk_norm") > 0) PetscCall(ckpt_read_attr_int(g, where, "qk_norm", &b));
-  else b = 0;
-  cfg->qk_norm = b ? PETSC_TRUE : PETSC_FALSE;
+  if (a->absent != CKPT_NEEDED && H5Aexists(g, a->name) <= 0) {
+    ckpt_attr_set_int(cfg, a, a->fallback ? a->fallback(cfg) : 0); /* no DOUBLE row is optional */
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  if (a->kind == CKPT_DOUBLE) {
+    PetscCall(io_attr_read_double(g, where, a->name, (double *)((char *)cfg + a->offset)));
+  } else {
+    if (a->kind == CKPT_ENUM) PetscCall(ckpt_read_attr_enum(g, where, a->name, a->names, &v));
+    else PetscCall(ckpt_read_attr_int(g, where, a->name, &v));
+    ckpt_attr_set_int(cfg, a, v);
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 static PetscErrorCode ckpt_read_group_config(hid_t g, const char *path, const char *role, ModelConfig *cfg)
 {
-  char where[PETSC_MAX_PATH_LEN + 64], head[32];
-  int  arch = MODEL_ARCH_GPT2;
+  char where[PETSC_MAX_PATH_LEN + 64];
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(cfg, sizeof *cfg));
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s /%s", path, role));
-  PetscCall(ckpt_read_attr_int(g, where, "n_layer", &cfg->n_layer));
-  PetscCall(ckpt_read_attr_int(g, where, "n_head", &cfg->n_head));
-  PetscCall(ckpt_read_attr_int(g, where, "n_embd", &cfg->n_embd));
-  PetscCall(ckpt_read_attr_int(g, where, "vocab_size", &cfg->vocab_size));
-  PetscCall(ckpt_read_attr_int(g, where, "n_positions", &cfg->n_positions));
-  PetscCall(h5u_attr_read_string(g, where, "head", head, sizeof head));
-  if (!strcmp(head, ModelHeadNames[MODEL_HEAD_LM])) cfg->head = MODEL_HEAD_LM;
-  else if (!strcmp(head, ModelHeadNames[MODEL_HEAD_SCALAR])) cfg->head = MODEL_HEAD_SCALAR;
-  else SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: head '%s' is neither lm nor scalar", where, head);
-  if (H5Aexists(g, "arch") > 0) PetscCall(ckpt_read_attr_enum(g, where, "arch", ModelArchNames, MODEL_ARCH_COUNT, &arch));
-  cfg->arch = (ModelArch)arch;
-  if (model_arch(cfg)->settings) PetscCall(ckpt_read_llama_config(g, where, cfg));
+  for (int i = 0; i < CKPT_NATTRS; i++) /* arch comes before the rows that depend on it */
+    if (ckpt_attr_carried(cfg, &ckpt_attrs[i])) PetscCall(ckpt_read_attr(g, where, &ckpt_attrs[i], cfg));
   { /* the same checks as the deck's options: n_head 0 would divide by zero later */
     PetscErrorCode ierr = model_config_check_file(cfg);
     char          *msg  = NULL;
@@ -361,7 +417,7 @@ static PetscErrorCode ckpt_read_config_file(hid_t file, void *vctx)
   PetscFunctionBegin;
   PetscCall(ckpt_open_group(file, ctx->path, "", ctx->role, "", &g));
   PetscCall(ckpt_read_group_config(g, ctx->path, ctx->role, ctx->cfg));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -371,7 +427,7 @@ static PetscErrorCode ckpt_read_config_task(void *vctx)
 
   PetscFunctionBegin;
   PetscCall(ckpt_check_role(ctx->path, ctx->role));
-  PetscCall(h5u_read_file("checkpoint", ctx->path, ckpt_read_config_file, ctx));
+  PetscCall(io_read_file("checkpoint", ctx->path, ckpt_read_config_file, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -380,7 +436,7 @@ PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *rol
   CkptConfigCtx ctx = {path, role, cfg};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, ckpt_read_config_task, &ctx));
+  PetscCall(io_on_root(comm, ckpt_read_config_task, &ctx));
   PetscCallMPI(MPI_Bcast(cfg, (int)sizeof *cfg, MPI_BYTE, 0, comm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -482,11 +538,11 @@ static PetscErrorCode ckpt_check_tensors(hid_t loc, const char *parent, const ch
 
     if (ckpt_skip(ctx->model, t)) continue;
     PetscCall(PetscSNPrintf(full, sizeof full, "%s/%s/%s", parent, name, t->name));
-    PetscCall(h5u_dataset_open(g, where, full, t->name, H5T_FLOAT, sizeof(float), t->ndim, dims, &d));
-    PetscCall(h5u_close(&d));
+    PetscCall(io_dataset_open(g, where, full, t->name, IO_CLASS_FLOAT, sizeof(float), t->ndim, dims, &d));
+    PetscCall(io_close(&d));
   }
   PetscCall(ckpt_check_no_extra(g, parent, name, ctx));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -500,11 +556,11 @@ static PetscErrorCode ckpt_check_optim(hid_t role, CkptModelCtx *ctx)
   PetscCall(PetscSNPrintf(parent, sizeof parent, "/%s", r));
   PetscCall(ckpt_open_group(role, ctx->path, parent, "optim", " (saved without optimizer state)", &g));
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s /%s/optim", ctx->path, r));
-  PetscCall(h5u_attr_read_int(g, where, "step", 0, INT32_MAX, &ctx->step));
+  PetscCall(io_attr_read_int(g, where, "step", 0, INT32_MAX, &ctx->step));
   PetscCall(PetscSNPrintf(parent, sizeof parent, "/%s/optim", r));
   PetscCall(ckpt_check_tensors(g, parent, "m", ctx));
   PetscCall(ckpt_check_tensors(g, parent, "v", ctx));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -524,7 +580,7 @@ static PetscErrorCode ckpt_check_model_file(hid_t file, void *vctx)
   PetscCall(PetscSNPrintf(parent, sizeof parent, "/%s", r));
   PetscCall(ckpt_check_tensors(g, parent, "params", ctx));
   if (ctx->model->with_optim) PetscCall(ckpt_check_optim(g, ctx));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -534,7 +590,7 @@ static PetscErrorCode ckpt_check_model_task(void *vctx)
 
   PetscFunctionBegin;
   PetscCall(ckpt_check_role(ctx->path, ctx->model->role));
-  PetscCall(h5u_read_file("checkpoint", ctx->path, ckpt_check_model_file, ctx));
+  PetscCall(io_read_file("checkpoint", ctx->path, ckpt_check_model_file, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -558,7 +614,7 @@ static PetscErrorCode ckpt_read_tensors(hid_t loc, const char *name, int which, 
     h5u_agree(comm, &e, msg);
     PetscCall(e);
   }
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -575,9 +631,9 @@ static PetscErrorCode ckpt_read_model_data(hid_t file, MPI_Comm comm, CkptModelC
     H5Call(o, "cannot open group /%s/optim", ctx->model->role);
     PetscCall(ckpt_read_tensors(o, "m", 1, comm, ctx, msg));
     PetscCall(ckpt_read_tensors(o, "v", 2, comm, ctx, msg));
-    PetscCall(h5u_close(&o));
+    PetscCall(io_close(&o));
   }
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -602,7 +658,7 @@ static PetscErrorCode ckpt_read_model_fill(hid_t file, MPI_Comm comm, void *vctx
 static PetscErrorCode ckpt_read_model_place(MPI_Comm comm, CkptModelCtx *ctx)
 {
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, ckpt_check_model_task, ctx));
+  PetscCall(io_on_root(comm, ckpt_check_model_task, ctx));
   PetscCallMPI(MPI_Bcast(&ctx->step, 1, MPI_INT64_T, 0, comm));
   PetscCall(h5u_read_comm(comm, "checkpoint", ctx->path, ckpt_read_model_fill, ctx));
   PetscCall(ckpt_place_share(&ctx->pl, ctx->model->with_optim));
@@ -653,12 +709,12 @@ static PetscErrorCode ckpt_read_state_file(hid_t file, void *vctx)
   PetscFunctionBegin;
   PetscCall(ckpt_open_group(file, ctx->path, "", "state", "", &g));
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s /state", ctx->path));
-  PetscCall(h5u_attr_read_int(g, where, "iteration", 0, PETSC_MAX_INT, &ctx->v[0]));
-  PetscCall(h5u_attr_read_int(g, where, "data_pos", 0, PETSC_MAX_INT, &ctx->v[1]));
-  PetscCall(h5u_attr_read_int(g, where, "seed", 0, PETSC_MAX_INT, &ctx->v[2]));
+  PetscCall(io_attr_read_int(g, where, "iteration", 0, PETSC_MAX_INT, &ctx->v[0]));
+  PetscCall(io_attr_read_int(g, where, "data_pos", 0, PETSC_MAX_INT, &ctx->v[1]));
+  PetscCall(io_attr_read_int(g, where, "seed", 0, PETSC_MAX_INT, &ctx->v[2]));
   ctx->kl_coef = 0; /* files from before the attribute existed */
-  if (H5Aexists(g, "kl_coef") > 0) PetscCall(h5u_attr_read_double(g, where, "kl_coef", &ctx->kl_coef));
-  PetscCall(h5u_close(&g));
+  if (H5Aexists(g, "kl_coef") > 0) PetscCall(io_attr_read_double(g, where, "kl_coef", &ctx->kl_coef));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -667,16 +723,22 @@ static PetscErrorCode ckpt_read_state_task(void *vctx)
   CkptStateCtx *ctx = (CkptStateCtx *)vctx;
 
   PetscFunctionBegin;
-  PetscCall(h5u_read_file("checkpoint", ctx->path, ckpt_read_state_file, ctx));
+  PetscCall(io_read_file("checkpoint", ctx->path, ckpt_read_state_file, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode ckpt_read_state_local(const char *path, CkptState *st)
 {
-  CkptStateCtx ctx = {path, {0, 0, 0}, 0};
+  CkptStateCtx   ctx = {path, {0, 0, 0}, 0};
+  PetscErrorCode ierr;
 
   PetscFunctionBegin;
-  PetscCall(h5u_read_file("checkpoint", path, ckpt_read_state_file, &ctx));
+  H5E_BEGIN_TRY /* a scan meets truncated files: HDF5 prints nothing, the error says it */
+  {
+    ierr = io_read_file("checkpoint", path, ckpt_read_state_file, &ctx);
+  }
+  H5E_END_TRY;
+  PetscCall(ierr);
   st->iteration = (PetscInt)ctx.v[0];
   st->data_pos  = (PetscInt)ctx.v[1];
   st->seed      = (PetscInt)ctx.v[2];
@@ -689,7 +751,7 @@ PetscErrorCode ckpt_read_state(MPI_Comm comm, const char *path, CkptState *st)
   CkptStateCtx ctx = {path, {0, 0, 0}, 0};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, ckpt_read_state_task, &ctx));
+  PetscCall(io_on_root(comm, ckpt_read_state_task, &ctx));
   PetscCallMPI(MPI_Bcast(ctx.v, 3, MPI_INT64_T, 0, comm));
   PetscCallMPI(MPI_Bcast(&ctx.kl_coef, 1, MPI_DOUBLE, 0, comm));
   st->iteration = (PetscInt)ctx.v[0];
@@ -719,7 +781,7 @@ static PetscErrorCode ckpt_has_role_task(void *vctx)
   CkptHasCtx *ctx = (CkptHasCtx *)vctx;
 
   PetscFunctionBegin;
-  PetscCall(h5u_read_file("checkpoint", ctx->path, ckpt_has_role_file, ctx));
+  PetscCall(io_read_file("checkpoint", ctx->path, ckpt_has_role_file, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -728,7 +790,7 @@ PetscErrorCode ckpt_has_role(MPI_Comm comm, const char *path, const char *role, 
   CkptHasCtx ctx = {path, role, 0};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, ckpt_has_role_task, &ctx));
+  PetscCall(io_on_root(comm, ckpt_has_role_task, &ctx));
   PetscCallMPI(MPI_Bcast(&ctx.has, 1, MPI_INT, 0, comm));
   *has = ctx.has ? PETSC_TRUE : PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);

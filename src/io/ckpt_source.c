@@ -33,12 +33,12 @@ PetscErrorCode ckpt_source_write(hid_t file, const CkptSource *src)
   PetscCall(ckpt_source_group(src->as, name, sizeof name));
   g = H5Gcreate2(file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Call(g, "HDF5: cannot create group /%s", name);
-  PetscCall(h5u_attr_write_string(g, "path", src->path));
-  PetscCall(h5u_attr_write_string(g, "abspath", src->abspath));
-  PetscCall(h5u_attr_write_string(g, "role", src->role));
-  PetscCall(h5u_attr_write_string(g, "checksum", src->checksum));
-  PetscCall(h5u_attr_write_int(g, "size", H5T_STD_I64LE, src->size));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_attr_write_string(g, "path", src->path));
+  PetscCall(io_attr_write_string(g, "abspath", src->abspath));
+  PetscCall(io_attr_write_string(g, "role", src->role));
+  PetscCall(io_attr_write_string(g, "checksum", src->checksum));
+  PetscCall(io_attr_write_int(g, "size", IO_I64LE, src->size));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -64,7 +64,7 @@ PetscErrorCode ckpt_source_make(MPI_Comm comm, const char *path, const char *rol
   PetscCall(PetscStrncpy(src->as, as, sizeof src->as));
   PetscCall(PetscStrncpy(src->path, path, sizeof src->path));
   PetscCall(PetscStrncpy(src->role, role, sizeof src->role));
-  PetscCall(h5u_rank0(comm, ckpt_source_fill, &ctx));
+  PetscCall(io_on_root(comm, ckpt_source_fill, &ctx));
   PetscCallMPI(MPI_Bcast(src, (int)sizeof *src, MPI_BYTE, 0, comm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -84,13 +84,13 @@ static PetscErrorCode ckpt_source_read_group(hid_t file, void *vctx)
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s /%s", ctx->ckpt, name));
   g = H5Gopen2(file, name, H5P_DEFAULT);
   H5Call(g, "%s is not a group (corrupt file?)", where);
-  PetscCall(h5u_attr_read_string(g, where, "path", src->path, sizeof src->path));
-  PetscCall(h5u_attr_read_string(g, where, "abspath", src->abspath, sizeof src->abspath));
-  PetscCall(h5u_attr_read_string(g, where, "role", src->role, sizeof src->role));
-  PetscCall(h5u_attr_read_string(g, where, "checksum", src->checksum, sizeof src->checksum));
-  PetscCall(h5u_attr_read_int(g, where, "size", 0, INT64_MAX, &size));
+  PetscCall(io_attr_read_string(g, where, "path", src->path, sizeof src->path));
+  PetscCall(io_attr_read_string(g, where, "abspath", src->abspath, sizeof src->abspath));
+  PetscCall(io_attr_read_string(g, where, "role", src->role, sizeof src->role));
+  PetscCall(io_attr_read_string(g, where, "checksum", src->checksum, sizeof src->checksum));
+  PetscCall(io_attr_read_int(g, where, "size", 0, INT64_MAX, &size));
   src->size = size;
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -106,7 +106,7 @@ static PetscErrorCode ckpt_source_verify(void *vctx)
   int64_t        size;
 
   PetscFunctionBegin;
-  PetscCall(h5u_read_file("checkpoint", ctx->ckpt, ckpt_source_read_group, ctx));
+  PetscCall(io_read_file("checkpoint", ctx->ckpt, ckpt_source_read_group, ctx));
   if (!ctx->found) PetscFunctionReturn(PETSC_SUCCESS);
   if (stat(src->abspath, &st) && !stat(src->path, &st) && realpath(src->path, abs)) PetscCall(PetscStrncpy(src->abspath, abs, sizeof src->abspath));
   PetscCheck(!stat(src->abspath, &st), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "checkpoint %s holds no %s: it was read from %s, which is missing (restore that file, unchanged)", ctx->ckpt, src->as, src->abspath);
@@ -123,7 +123,7 @@ PetscErrorCode ckpt_read_source(MPI_Comm comm, const char *path, const char *as,
   PetscFunctionBegin;
   PetscCall(PetscMemzero(&s, sizeof s));
   PetscCall(PetscStrncpy(s.as, as, sizeof s.as));
-  PetscCall(h5u_rank0(comm, ckpt_source_verify, &ctx));
+  PetscCall(io_on_root(comm, ckpt_source_verify, &ctx));
   PetscCallMPI(MPI_Bcast(&s, (int)sizeof s, MPI_BYTE, 0, comm));
   PetscCallMPI(MPI_Bcast(&ctx.found, 1, MPI_INT, 0, comm));
   *found = ctx.found;

@@ -46,11 +46,11 @@ static PetscErrorCode data_read_vector(hid_t file, const char *where, const char
 
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(full, sizeof full, "/%s", name));
-  PetscCall(h5u_dataset_open(file, where, full, name, H5T_INTEGER, 0, 1, dims, &dset));
+  PetscCall(io_dataset_open(file, where, full, name, IO_CLASS_INT, 0, 1, dims, &dset));
   PetscCheck(dims[0] == (hsize_t)n, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has %llu entries, expected %d (the rows of /tokens)", where, full, (unsigned long long)dims[0], n);
   PetscCall(PetscMalloc1(n + 1, v));
-  if (n) PetscCall(h5u_dataset_read(dset, where, full, H5T_NATIVE_INT, *v));
-  PetscCall(h5u_close(&dset));
+  if (n) PetscCall(io_dataset_read(dset, where, full, IO_INT, *v));
+  PetscCall(io_close(&dset));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -66,17 +66,17 @@ static PetscErrorCode data_read_file(hid_t file, void *vctx)
 
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(where, sizeof where, "data file %s", ctx->path));
-  PetscCall(h5u_dataset_open(file, where, "/tokens", "tokens", H5T_INTEGER, 0, 2, dims, &dset));
+  PetscCall(io_dataset_open(file, where, "/tokens", "tokens", IO_CLASS_INT, 0, 2, dims, &dset));
   PetscCheck(dims[0] < INT32_MAX && dims[1] < INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokens is too large", where);
   d->N = (int)dims[0];
   d->T = (int)dims[1];
   PetscCall(PetscMalloc1((size_t)d->N * d->T + 1, &d->tokens));
-  if (d->N && d->T) PetscCall(h5u_dataset_read(dset, where, "/tokens", H5T_NATIVE_INT, d->tokens));
-  PetscCall(h5u_close(&dset));
+  if (d->N && d->T) PetscCall(io_dataset_read(dset, where, "/tokens", IO_INT, d->tokens));
+  PetscCall(io_close(&dset));
   if (ctx->vocab > 0 && H5Aexists(file, "vocab_size") <= 0) { /* optional for this caller */
     vocab = ctx->vocab;
     vname = ctx->vocab_name;
-  } else PetscCall(h5u_attr_read_int(file, where, "vocab_size", INT64_MIN, INT64_MAX, &vocab));
+  } else PetscCall(io_attr_read_int(file, where, "vocab_size", INT64_MIN, INT64_MAX, &vocab));
   PetscCheck(vocab > 0 && vocab < INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: vocab_size %lld must be positive", where, (long long)vocab);
   d->vocab_size = (int)vocab;
   PetscCall(data_read_vector(file, where, "lengths", d->N, &d->lengths));
@@ -92,7 +92,7 @@ static PetscErrorCode data_read_task(void *vctx)
   DataCtx *ctx = (DataCtx *)vctx;
 
   PetscFunctionBegin;
-  PetscCall(h5u_read_file("data file", ctx->path, data_read_file, ctx));
+  PetscCall(io_read_file("data file", ctx->path, data_read_file, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -112,9 +112,9 @@ static PetscErrorCode data_bcast(MPI_Comm comm, TokenData *d)
     PetscCall(PetscMalloc1(d->N + 1, &d->lengths));
     if (hdr[3]) PetscCall(PetscMalloc1(d->N + 1, &d->prompt_lengths));
   }
-  PetscCall(h5u_bcast(d->tokens, (size_t)d->N * d->T, MPI_INT, comm));
-  PetscCall(h5u_bcast(d->lengths, (size_t)d->N, MPI_INT, comm));
-  if (hdr[3]) PetscCall(h5u_bcast(d->prompt_lengths, (size_t)d->N, MPI_INT, comm));
+  PetscCall(io_bcast(d->tokens, (size_t)d->N * d->T, MPI_INT, comm));
+  PetscCall(io_bcast(d->lengths, (size_t)d->N, MPI_INT, comm));
+  if (hdr[3]) PetscCall(io_bcast(d->prompt_lengths, (size_t)d->N, MPI_INT, comm));
   PetscCall(io_texts_bcast(comm, d->N, &d->answer));
   PetscCall(io_texts_bcast(comm, d->N, &d->metadata));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -134,7 +134,7 @@ PetscErrorCode data_read_vocab(MPI_Comm comm, const char *path, int vocab, const
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(d, sizeof *d));
-  ierr = h5u_rank0(comm, data_read_task, &ctx);
+  ierr = io_on_root(comm, data_read_task, &ctx);
   if (ierr) PetscCall(data_free(d));
   PetscCall(ierr);
   PetscCall(data_bcast(comm, d));
@@ -168,17 +168,19 @@ static PetscErrorCode data_fill(hid_t file, void *vctx)
   hsize_t          dims[2] = {(hsize_t)d->N, (hsize_t)d->T};
 
   PetscFunctionBegin;
-  PetscCall(h5u_dataset_write(file, "tokens", H5T_STD_I32LE, H5T_NATIVE_INT, 2, dims, d->tokens));
-  PetscCall(h5u_dataset_write(file, "lengths", H5T_STD_I32LE, H5T_NATIVE_INT, 1, dims, d->lengths));
-  if (d->prompt_lengths) PetscCall(h5u_dataset_write(file, "prompt_lengths", H5T_STD_I32LE, H5T_NATIVE_INT, 1, dims, d->prompt_lengths));
+  PetscCall(io_dataset_write(file, "tokens", IO_I32LE, IO_INT, 2, dims, d->tokens));
+  PetscCall(io_dataset_write(file, "lengths", IO_I32LE, IO_INT, 1, dims, d->lengths));
+  if (d->prompt_lengths)
+    PetscCall(io_dataset_write(file, "prompt_lengths", IO_I32LE, IO_INT, 1, dims, d->prompt_lengths));
   for (int i = 0; i < ctx->nextra; i++) {
     const IODataset *x     = &ctx->extra[i];
     hsize_t          xd[2] = {(hsize_t)x->dims[0], (hsize_t)(x->ndim > 1 ? x->dims[1] : 0)};
-    PetscCall(h5u_dataset_write(file, x->name, x->is_int ? H5T_STD_I32LE : H5T_IEEE_F32LE, x->is_int ? H5T_NATIVE_INT : H5T_NATIVE_FLOAT, x->ndim, xd, x->data));
+    PetscCall(io_dataset_write(file, x->name, x->is_int ? IO_I32LE : IO_F32LE, x->is_int ? IO_INT : IO_FLOAT, x->ndim,
+                               xd, x->data));
   }
-  PetscCall(h5u_attr_write_int(file, "vocab_size", H5T_STD_I32LE, d->vocab_size));
-  PetscCall(h5u_attr_write_string(file, "task", ctx->task ? ctx->task : ""));
-  PetscCall(h5u_write_version(file));
+  PetscCall(io_attr_write_int(file, "vocab_size", IO_I32LE, d->vocab_size));
+  PetscCall(io_attr_write_string(file, "task", ctx->task ? ctx->task : ""));
+  PetscCall(io_write_version(file));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -188,7 +190,7 @@ static PetscErrorCode data_write_task(void *vctx)
 
   PetscFunctionBegin;
   PetscCall(data_validate(ctx->path, ctx->d, "vocab_size"));
-  PetscCall(h5u_write_atomic("data file", ctx->path, data_fill, ctx));
+  PetscCall(io_write_atomic("data file", ctx->path, data_fill, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -205,7 +207,7 @@ PetscErrorCode data_write_extra(MPI_Comm comm, const char *path, const TokenData
   DataWriteCtx ctx = {path, task, d, extra, nextra};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, data_write_task, &ctx));
+  PetscCall(io_on_root(comm, data_write_task, &ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -221,8 +223,8 @@ static PetscErrorCode matrix_fill(hid_t file, void *vctx)
   hsize_t    dims[2] = {(hsize_t)ctx->rows, (hsize_t)ctx->cols};
 
   PetscFunctionBegin;
-  PetscCall(h5u_dataset_write(file, ctx->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, dims, ctx->x));
-  PetscCall(h5u_write_version(file));
+  PetscCall(io_dataset_write(file, ctx->name, IO_F32LE, IO_FLOAT, 2, dims, ctx->x));
+  PetscCall(io_write_version(file));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -232,7 +234,7 @@ static PetscErrorCode matrix_write_task(void *vctx)
 
   PetscFunctionBegin;
   PetscCheck(ctx->rows >= 0 && ctx->cols >= 0 && ctx->name && ctx->name[0] && !strchr(ctx->name, '/'), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "output %s: bad matrix name or shape", ctx->path);
-  PetscCall(h5u_write_atomic("output", ctx->path, matrix_fill, ctx));
+  PetscCall(io_write_atomic("output", ctx->path, matrix_fill, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -242,6 +244,6 @@ PetscErrorCode io_write_matrix(MPI_Comm comm, const char *path, const char *name
   MatrixCtx ctx = {path, name, x, rows, cols};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, matrix_write_task, &ctx));
+  PetscCall(io_on_root(comm, matrix_write_task, &ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -1,8 +1,9 @@
-/* files.c: every file-valued option of rlfuse in one table with its role
- * (read or written), checked together before any work: an output that is an
- * input of the run or another output would destroy it (-plan_output equal to
- * -cost_profile overwrote the measured profile, and the run said it
- * succeeded). Paths are compared by what they resolve to, not as strings. */
+/* files.c: the run's file-valued options, checked together before any work:
+ * an output that is an input of the run or another output would destroy it
+ * (-plan_output equal to -cost_profile overwrote the measured profile, and
+ * the run said it succeeded). Each module declares its own file options
+ * (IoFileOption, inc/io.h); the driver hands their tables over. Paths are
+ * compared by what they resolve to, not as strings. */
 #include "io.h"
 #include "internal/h5util.h"
 
@@ -13,52 +14,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-
-typedef enum { IO_FILE_IN, IO_FILE_OUT } IoFileRole;
-
-/* skip: values that name no file ('builtin' data, -restart latest); prefixed:
- * the file follows one of the value's kinds (-cost_lengths hist:FILE,
- * rollouts:FILE[:iter_K]). */
-typedef struct {
-  const char *option;
-  IoFileRole  role;
-  const char *skip;
-  PetscBool   prefixed;
-} IoFileOption;
-
-static const IoFileOption io_file_options[] = {
-  {"-init_checkpoint", IO_FILE_IN, NULL, PETSC_FALSE},
-  {"-restart", IO_FILE_IN, "latest", PETSC_FALSE},
-  {"-sft_data", IO_FILE_IN, "builtin", PETSC_FALSE},
-  {"-rm_sft_checkpoint", IO_FILE_IN, NULL, PETSC_FALSE},
-  {"-rm_data", IO_FILE_IN, "builtin", PETSC_FALSE},
-  {"-actor_checkpoint", IO_FILE_IN, NULL, PETSC_FALSE},
-  {"-reference_checkpoint", IO_FILE_IN, NULL, PETSC_FALSE},
-  {"-reward_checkpoint", IO_FILE_IN, NULL, PETSC_FALSE},
-  {"-fuse_train_schedule", IO_FILE_IN, NULL, PETSC_FALSE},
-  {"-ppo_prompts", IO_FILE_IN, "builtin", PETSC_FALSE},
-  {"-ppo_eval_file", IO_FILE_IN, NULL, PETSC_FALSE},
-  {"-score_checkpoint", IO_FILE_IN, NULL, PETSC_FALSE},
-  {"-score_input", IO_FILE_IN, NULL, PETSC_FALSE},
-  {"-generate_checkpoint", IO_FILE_IN, NULL, PETSC_FALSE},
-  {"-generate_input", IO_FILE_IN, NULL, PETSC_FALSE},
-  {"-plan_file", IO_FILE_IN, NULL, PETSC_FALSE},
-  {"-cost_hardware", IO_FILE_IN, NULL, PETSC_FALSE},
-  {"-cost_profile", IO_FILE_IN, NULL, PETSC_FALSE},
-  {"-cost_lengths", IO_FILE_IN, NULL, PETSC_TRUE},
-  {"-cost_prompt_lengths", IO_FILE_IN, NULL, PETSC_TRUE},
-  {"-sched_file", IO_FILE_IN, NULL, PETSC_FALSE},
-  {"-profile_file", IO_FILE_IN, NULL, PETSC_FALSE},
-  {"-score_output", IO_FILE_OUT, NULL, PETSC_FALSE},
-  {"-generate_output", IO_FILE_OUT, NULL, PETSC_FALSE},
-  {"-data_output", IO_FILE_OUT, NULL, PETSC_FALSE},
-  {"-data_text", IO_FILE_OUT, NULL, PETSC_FALSE},
-  {"-plan_output", IO_FILE_OUT, NULL, PETSC_FALSE},
-  {"-plan_timeline", IO_FILE_OUT, NULL, PETSC_FALSE},
-  {"-sched_output", IO_FILE_OUT, NULL, PETSC_FALSE},
-  {"-profile_output", IO_FILE_OUT, NULL, PETSC_FALSE},
-};
-#define IO_NFILE_OPTIONS ((int)(sizeof io_file_options / sizeof io_file_options[0]))
 
 typedef struct {
   const IoFileOption *opt;
@@ -74,18 +29,8 @@ static PetscErrorCode io_file_of(const IoFileOption *o, const char *value, char 
   PetscFunctionBegin;
   file[0] = '\0';
   if (!value[0] || (o->skip && !strcmp(value, o->skip))) PetscFunctionReturn(PETSC_SUCCESS);
-  if (!o->prefixed) {
-    PetscCall(PetscStrncpy(file, value, len));
-    PetscFunctionReturn(PETSC_SUCCESS);
-  }
-  if (!strncmp(value, "hist:", 5)) PetscCall(PetscStrncpy(file, value + 5, len));
-  else if (!strncmp(value, "rollouts:", 9)) {
-    char *iter;
-
-    PetscCall(PetscStrncpy(file, value + 9, len));
-    iter = strrchr(file, ':');
-    if (iter && !strncmp(iter, ":iter_", 6) && iter[6] && strspn(iter + 6, "0123456789") == strlen(iter + 6)) *iter = '\0'; /* as src/cost/work.c reads it */
-  }
+  if (o->file_of) PetscCall(o->file_of(value, file, len));
+  else PetscCall(PetscStrncpy(file, value, len));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -127,42 +72,40 @@ static PetscErrorCode io_file_value(const char *name, PetscInt nleft, char **nam
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode io_files_gather(IoFileGiven *given, int *n)
+typedef struct {
+  const IoFileOption *const *tables;
+  int                        ntables;
+} IoFilesCtx;
+
+/* Every option of role `role` the run gave, appended to given[*n..]: the
+ * inputs first, so that an output equal to an input and to another output
+ * is named with the input. */
+static PetscErrorCode io_files_gather(const IoFilesCtx *ctx, IoFileRole role, PetscInt nleft, char **names,
+                                      char **values, IoFileGiven *given, int *n)
 {
-  PetscInt nleft;
-  char   **names, **values;
-
   PetscFunctionBegin;
-  *n = 0;
-  PetscCall(PetscOptionsLeftGet(NULL, &nleft, &names, &values));
-  for (int k = 0; k < IO_NFILE_OPTIONS; k++) {
-    char           value[PETSC_MAX_PATH_LEN];
-    PetscBool      set;
-    PetscErrorCode ierr;
+  for (int t = 0; t < ctx->ntables; t++)
+    for (const IoFileOption *o = ctx->tables[t]; o->option; o++) {
+      char      value[PETSC_MAX_PATH_LEN];
+      PetscBool set;
 
-    ierr = io_file_value(io_file_options[k].option, nleft, names, values, value, sizeof value, &set);
-    if (!ierr && set) ierr = io_file_of(&io_file_options[k], value, given[*n].value, sizeof given[*n].value);
-    if (ierr) PetscCall(PetscOptionsLeftRestore(NULL, &nleft, &names, &values));
-    PetscCall(ierr);
-    if (!set || !given[*n].value[0]) continue;
-    given[*n].opt = &io_file_options[k];
-    io_file_resolve(&given[*n]);
-    (*n)++;
-  }
-  PetscCall(PetscOptionsLeftRestore(NULL, &nleft, &names, &values));
+      if (o->role != role) continue;
+      PetscCall(io_file_value(o->option, nleft, names, values, value, sizeof value, &set));
+      if (set) PetscCall(io_file_of(o, value, given[*n].value, sizeof given[*n].value));
+      if (!set || !given[*n].value[0]) continue;
+      given[*n].opt = o;
+      io_file_resolve(&given[*n]);
+      (*n)++;
+    }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode io_files_task(void *unused)
+static PetscErrorCode io_files_compare(const IoFileGiven *given, int n)
 {
-  IoFileGiven given[IO_NFILE_OPTIONS];
-  int         n;
-
   PetscFunctionBegin;
-  PetscCall(io_files_gather(given, &n));
   for (int i = 0; i < n; i++) {
     if (given[i].opt->role != IO_FILE_OUT) continue;
-    PetscCall(h5u_output_check(given[i].opt->option, given[i].value));
+    PetscCall(io_output_ok(given[i].opt->option, given[i].value));
     for (int j = 0; j < n; j++) {
       if (j == i || !io_file_same(&given[i], &given[j])) continue;
       PetscCheck(given[j].opt->role != IO_FILE_IN, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s %s is also an input of this run (%s %s); choose another output file", given[i].opt->option, given[i].value, given[j].opt->option, given[j].value);
@@ -172,9 +115,34 @@ static PetscErrorCode io_files_task(void *unused)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode io_files_check(MPI_Comm comm)
+static PetscErrorCode io_files_task(void *vctx)
 {
+  const IoFilesCtx *ctx = (const IoFilesCtx *)vctx;
+  IoFileGiven      *given;
+  PetscInt          nleft;
+  char            **names, **values;
+  int               n = 0, max = 0;
+  PetscErrorCode    ierr;
+
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, io_files_task, NULL));
+  for (int t = 0; t < ctx->ntables; t++)
+    for (const IoFileOption *o = ctx->tables[t]; o->option; o++) max++;
+  PetscCall(PetscCalloc1(max + 1, &given));
+  PetscCall(PetscOptionsLeftGet(NULL, &nleft, &names, &values));
+  ierr = io_files_gather(ctx, IO_FILE_IN, nleft, names, values, given, &n);
+  if (!ierr) ierr = io_files_gather(ctx, IO_FILE_OUT, nleft, names, values, given, &n);
+  PetscCall(PetscOptionsLeftRestore(NULL, &nleft, &names, &values));
+  if (!ierr) ierr = io_files_compare(given, n);
+  PetscCall(PetscFree(given));
+  PetscCall(ierr);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode io_files_check(MPI_Comm comm, const IoFileOption *const *tables, int n)
+{
+  IoFilesCtx ctx = {tables, n};
+
+  PetscFunctionBegin;
+  PetscCall(io_on_root(comm, io_files_task, &ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

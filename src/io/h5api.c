@@ -1,7 +1,6 @@
-/* io: HDF5 for the other modules (inc/io.h). The modules that keep files of
- * their own call these instead of HDF5 and h5util, so that the library is
- * included in src/io only; each call is h5util's, with its checks and
- * messages. */
+/* io: the calls of io.h that only walk or query a file (links, groups,
+ * attribute classes, unchecked reads for scans); the checked readers and
+ * writers are in h5util.c. */
 #include "internal/h5util.h"
 
 #include <string.h>
@@ -9,29 +8,6 @@
 /* IoId is hid_t and IoSize hsize_t, so handles and extents pass unconverted. */
 _Static_assert(_Generic((hid_t)0, IoId: 1, default: 0), "IoId must be hid_t");
 _Static_assert(_Generic((hsize_t)0, IoSize: 1, default: 0), "IoSize must be hsize_t");
-
-static hid_t io_h5type(IoType t)
-{
-  switch (t) {
-  case IO_INT: return H5T_NATIVE_INT;
-  case IO_INT64: return H5T_NATIVE_INT64;
-  case IO_LLONG: return H5T_NATIVE_LLONG;
-  case IO_UCHAR: return H5T_NATIVE_UCHAR;
-  case IO_DOUBLE: return H5T_NATIVE_DOUBLE;
-  case IO_I32LE: return H5T_STD_I32LE;
-  case IO_I64LE: return H5T_STD_I64LE;
-  case IO_F64LE: return H5T_IEEE_F64LE;
-  case IO_FLOAT: return H5T_NATIVE_FLOAT;
-  }
-  return H5I_INVALID_HID;
-}
-
-PetscErrorCode io_on_root(MPI_Comm comm, IoTask task, void *ctx)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, task, ctx));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
 
 typedef struct {
   const char *kind, *path;
@@ -44,7 +20,7 @@ static PetscErrorCode io_read_task(void *vctx)
   IoReadTask *t = (IoReadTask *)vctx;
 
   PetscFunctionBegin;
-  PetscCall(h5u_read_file(t->kind, t->path, t->read, t->ctx));
+  PetscCall(io_read_file(t->kind, t->path, t->read, t->ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -53,56 +29,7 @@ PetscErrorCode io_read_on_root(MPI_Comm comm, const char *kind, const char *path
   IoReadTask t = {kind, path, read, ctx};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, io_read_task, &t));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode io_read_file(const char *kind, const char *path, IoFileFn read, void *ctx)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_read_file(kind, path, read, ctx));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode io_open_read(const char *kind, const char *path, IoId *file)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_open_read(kind, path, file));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode io_write_atomic(const char *kind, const char *path, IoFileFn fill, void *ctx)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_write_atomic(kind, path, fill, ctx));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode io_output_ok(const char *kind, const char *path)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_output_check(kind, path));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode io_write_version(IoId obj)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_write_version(obj));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode io_bcast(void *buf, size_t count, MPI_Datatype type, MPI_Comm comm)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_bcast(buf, count, type, comm));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode io_close(IoId *id)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_close(id));
+  PetscCall(io_on_root(comm, io_read_task, &t));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -139,20 +66,6 @@ PetscErrorCode io_group_create(IoId loc, const char *where, const char *name, Io
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode io_attr_write_int(IoId obj, const char *name, IoType type, int64_t value)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_attr_write_int(obj, name, io_h5type(type), value));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode io_attr_write_double(IoId obj, const char *name, double value)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_attr_write_double(obj, name, value));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 PetscErrorCode io_attr_write_doubles(IoId obj, const char *name, int n, const double *v)
 {
   hsize_t dim = (hsize_t)n;
@@ -172,34 +85,6 @@ PetscErrorCode io_attr_write_doubles(IoId obj, const char *name, int n, const do
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode io_attr_write_string(IoId obj, const char *name, const char *value)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_attr_write_string(obj, name, value));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode io_attr_read_int(IoId obj, const char *where, const char *name, int64_t lo, int64_t hi, int64_t *value)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_attr_read_int(obj, where, name, lo, hi, value));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode io_attr_read_double(IoId obj, const char *where, const char *name, double *value)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_attr_read_double(obj, where, name, value));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode io_attr_read_string(IoId obj, const char *where, const char *name, char *buf, size_t len)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_attr_read_string(obj, where, name, buf, len));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 PetscErrorCode io_attr_class(IoId obj, const char *where, const char *name, IoClass *cls)
 {
   hid_t       attr, type;
@@ -210,30 +95,9 @@ PetscErrorCode io_attr_class(IoId obj, const char *where, const char *name, IoCl
   H5Call(attr, "%s: cannot open attribute %s (corrupt file?)", where, name);
   type = H5Aget_type(attr);
   c    = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
-  PetscCall(h5u_close(&type));
-  PetscCall(h5u_close(&attr));
+  PetscCall(io_close(&type));
+  PetscCall(io_close(&attr));
   *cls = c == H5T_INTEGER ? IO_CLASS_INT : c == H5T_FLOAT ? IO_CLASS_FLOAT : IO_CLASS_OTHER;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode io_dataset_open(IoId loc, const char *where, const char *full, const char *name, IoClass cls, size_t size, int ndim, IoSize *dims, IoId *dset)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_dataset_open(loc, where, full, name, cls == IO_CLASS_INT ? H5T_INTEGER : H5T_FLOAT, size, ndim, dims, dset));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode io_dataset_read(IoId dset, const char *where, const char *full, IoType mem, void *buf)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_dataset_read(dset, where, full, io_h5type(mem), buf));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode io_dataset_write(IoId loc, const char *name, IoType file_type, IoType mem_type, int ndim, const IoSize *dims, const void *buf)
-{
-  PetscFunctionBegin;
-  PetscCall(h5u_dataset_write(loc, name, io_h5type(file_type), io_h5type(mem_type), ndim, dims, buf));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -256,7 +120,7 @@ int io_dataset_read_all(IoId loc, const char *path, IoType mem, void *buf)
   int   ok;
 
   if (d < 0) return -1;
-  ok = H5Dread(d, io_h5type(mem), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0 ? -1 : 0;
+  ok = H5Dread(d, h5u_type(mem), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0 ? -1 : 0;
   H5Dclose(d);
   return ok;
 }

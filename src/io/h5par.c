@@ -104,7 +104,7 @@ static PetscErrorCode h5u_par_prepare(void *vctx)
   char       copy[PETSC_MAX_PATH_LEN];
 
   PetscFunctionBegin;
-  PetscCall(h5u_output_check(c->kind, c->path));
+  PetscCall(io_output_ok(c->kind, c->path));
   PetscCall(PetscStrncpy(copy, c->path, sizeof copy));
   PetscCall(h5u_remove_stale_tmp(dirname(copy), NULL));
   PetscCall(h5u_tmp_name(c->path, c->tmp, sizeof c->tmp));
@@ -135,7 +135,7 @@ PetscErrorCode h5u_write_atomic_comm(MPI_Comm comm, const char *kind, const char
 }
 
 /* post: on rank 0, the closed temporary reopened serially (read-write) before it is renamed. */
-static PetscErrorCode h5u_post_serial(const char *tmp, H5uFill post, void *ctx, char *msg)
+static PetscErrorCode h5u_post_serial(const char *tmp, IoFileFn post, void *ctx, char *msg)
 {
   hid_t          fapl = h5u_fapl(PETSC_FALSE), file = H5I_INVALID_HID;
   PetscErrorCode ierr;
@@ -154,7 +154,8 @@ static PetscErrorCode h5u_post_serial(const char *tmp, H5uFill post, void *ctx, 
   return ierr;
 }
 
-PetscErrorCode h5u_write_atomic_comm_post(MPI_Comm comm, const char *kind, const char *path, H5uFillComm fill, void *ctx, H5uFill post, void *post_ctx)
+PetscErrorCode h5u_write_atomic_comm_post(MPI_Comm comm, const char *kind, const char *path, H5uFillComm fill,
+                                          void *ctx, IoFileFn post, void *post_ctx)
 {
   H5uTmpCtx      c = {kind, path, "", -1};
   hid_t          file = H5I_INVALID_HID;
@@ -164,7 +165,7 @@ PetscErrorCode h5u_write_atomic_comm_post(MPI_Comm comm, const char *kind, const
 
   PetscFunctionBegin;
   PetscCallMPI(MPI_Comm_rank(comm, &rank));
-  PetscCall(h5u_rank0(comm, h5u_par_prepare, &c));
+  PetscCall(io_on_root(comm, h5u_par_prepare, &c));
   PetscCallMPI(MPI_Bcast(c.tmp, (int)sizeof c.tmp, MPI_CHAR, 0, comm));
   /* silently: the agreed error is raised once below */
   PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));

@@ -111,7 +111,7 @@ hid_t h5u_fapl(PetscBool lock)
   return fapl;
 }
 
-PetscErrorCode h5u_open_read(const char *kind, const char *path, hid_t *file)
+PetscErrorCode io_open_read(const char *kind, const char *path, hid_t *file)
 {
   struct stat st;
   hid_t       fapl;
@@ -137,7 +137,7 @@ PetscErrorCode h5u_open_read(const char *kind, const char *path, hid_t *file)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_close(hid_t *id)
+PetscErrorCode io_close(hid_t *id)
 {
   PetscFunctionBegin;
   if (*id >= 0) {
@@ -164,10 +164,10 @@ PetscErrorCode h5u_flush_close(hid_t *file, const char *path, const char *group,
     char why[H5U_MSG_LEN];
 
     h5u_write_reason(why);
-    (void)h5u_close(file);
+    (void)io_close(file);
     SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s: flushing /%s failed: %s", path, group, why);
   }
-  PetscCall(h5u_close(file));
+  PetscCall(io_close(file));
   PetscCall(written);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -289,7 +289,7 @@ PetscErrorCode h5u_remove_stale_tmp(const char *dir, int *nremoved)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_output_check(const char *kind, const char *path)
+PetscErrorCode io_output_ok(const char *kind, const char *path)
 {
   struct stat st;
 
@@ -348,7 +348,7 @@ static PetscErrorCode h5u_commit(hid_t *file, const char *kind, const char *tmp,
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill, void *ctx)
+PetscErrorCode io_write_atomic(const char *kind, const char *path, IoFileFn fill, void *ctx)
 {
   char           tmp[PETSC_MAX_PATH_LEN], hmsg[H5U_MSG_LEN];
   hid_t          fapl, file;
@@ -356,7 +356,7 @@ PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill
   int            lock;
 
   PetscFunctionBegin;
-  PetscCall(h5u_output_check(kind, path));
+  PetscCall(io_output_ok(kind, path));
   {
     char copy[PETSC_MAX_PATH_LEN];
     PetscCall(PetscStrncpy(copy, path, sizeof copy));
@@ -381,20 +381,20 @@ PetscErrorCode h5u_write_atomic(const char *kind, const char *path, H5uFill fill
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_read_file(const char *kind, const char *path, H5uFill read, void *ctx)
+PetscErrorCode io_read_file(const char *kind, const char *path, IoFileFn read, void *ctx)
 {
   hid_t          file;
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
-  PetscCall(h5u_open_read(kind, path, &file));
+  PetscCall(io_open_read(kind, path, &file));
   ierr = read(file, ctx);
   h5u_fclose(file);
   if (ierr) PetscCall(h5u_error_context(ierr, kind, path));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_rank0(MPI_Comm comm, H5uTask task, void *ctx)
+PetscErrorCode io_on_root(MPI_Comm comm, IoTask task, void *ctx)
 {
   PetscMPIInt rank;
   int         code = 0;
@@ -422,7 +422,7 @@ PetscErrorCode h5u_rank0(MPI_Comm comm, H5uTask task, void *ctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_bcast(void *buf, size_t count, MPI_Datatype type, MPI_Comm comm)
+PetscErrorCode io_bcast(void *buf, size_t count, MPI_Datatype type, MPI_Comm comm)
 {
   PetscMPIInt tsize;
   size_t      chunk, done;
@@ -435,6 +435,24 @@ PetscErrorCode h5u_bcast(void *buf, size_t count, MPI_Datatype type, MPI_Comm co
     PetscCallMPI(MPI_Bcast((char *)buf + done * (size_t)tsize, (int)n, type, 0, comm));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+hid_t h5u_type(IoType t)
+{
+  switch (t) {
+  case IO_INT: return H5T_NATIVE_INT;
+  case IO_INT64: return H5T_NATIVE_INT64;
+  case IO_LLONG: return H5T_NATIVE_LLONG;
+  case IO_UCHAR: return H5T_NATIVE_UCHAR;
+  case IO_DOUBLE: return H5T_NATIVE_DOUBLE;
+  case IO_I32LE: return H5T_STD_I32LE;
+  case IO_I64LE: return H5T_STD_I64LE;
+  case IO_F64LE: return H5T_IEEE_F64LE;
+  case IO_FLOAT: return H5T_NATIVE_FLOAT;
+  case IO_F32LE: return H5T_IEEE_F32LE;
+  case IO_U8LE: return H5T_STD_U8LE;
+  }
+  return H5I_INVALID_HID;
 }
 
 /* ---- attributes ---------------------------------------------------------- */
@@ -451,25 +469,25 @@ static PetscErrorCode h5u_attr_create(hid_t obj, const char *name, hid_t type, h
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_attr_write_int(hid_t obj, const char *name, hid_t type, int64_t value)
+PetscErrorCode io_attr_write_int(IoId obj, const char *name, IoType type, int64_t value)
 {
   hid_t attr;
 
   PetscFunctionBegin;
-  PetscCall(h5u_attr_create(obj, name, type, &attr));
+  PetscCall(h5u_attr_create(obj, name, h5u_type(type), &attr));
   H5Call(H5Awrite(attr, H5T_NATIVE_INT64, &value), "HDF5: cannot write attribute %s", name);
-  PetscCall(h5u_close(&attr));
+  PetscCall(io_close(&attr));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_attr_write_double(hid_t obj, const char *name, double value)
+PetscErrorCode io_attr_write_double(hid_t obj, const char *name, double value)
 {
   hid_t attr;
 
   PetscFunctionBegin;
   PetscCall(h5u_attr_create(obj, name, H5T_IEEE_F64LE, &attr));
   H5Call(H5Awrite(attr, H5T_NATIVE_DOUBLE, &value), "HDF5: cannot write attribute %s", name);
-  PetscCall(h5u_close(&attr));
+  PetscCall(io_close(&attr));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -484,7 +502,7 @@ static hid_t h5u_vlen_string_type(void)
   return t;
 }
 
-PetscErrorCode h5u_attr_write_string(hid_t obj, const char *name, const char *value)
+PetscErrorCode io_attr_write_string(hid_t obj, const char *name, const char *value)
 {
   hid_t       type, attr;
   const char *v = value ? value : "";
@@ -494,8 +512,8 @@ PetscErrorCode h5u_attr_write_string(hid_t obj, const char *name, const char *va
   H5Call(type, "HDF5: cannot create a string type");
   PetscCall(h5u_attr_create(obj, name, type, &attr));
   H5Call(H5Awrite(attr, type, &v), "HDF5: cannot write attribute %s", name);
-  PetscCall(h5u_close(&attr));
-  PetscCall(h5u_close(&type));
+  PetscCall(io_close(&attr));
+  PetscCall(io_close(&type));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -529,7 +547,7 @@ static PetscErrorCode h5u_attr_open(hid_t obj, const char *where, const char *na
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_attr_read_int(hid_t obj, const char *where, const char *name, int64_t lo, int64_t hi, int64_t *value)
+PetscErrorCode io_attr_read_int(hid_t obj, const char *where, const char *name, int64_t lo, int64_t hi, int64_t *value)
 {
   hid_t   attr, type;
   int64_t v;
@@ -539,27 +557,27 @@ PetscErrorCode h5u_attr_read_int(hid_t obj, const char *where, const char *name,
   /* HDF5 saturates values that do not fit int64 (a huge uint64), so the
    * range check below catches them too */
   H5Call(H5Aread(attr, H5T_NATIVE_INT64, &v), "%s: cannot read attribute %s (corrupt file?)", where, name);
-  PetscCall(h5u_close(&type));
-  PetscCall(h5u_close(&attr));
+  PetscCall(io_close(&type));
+  PetscCall(io_close(&attr));
   PetscCheck(v >= lo && v <= hi, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s = %lld is out of range [%lld, %lld]", where, name, (long long)v, (long long)lo, (long long)hi);
   *value = v;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_attr_read_double(hid_t obj, const char *where, const char *name, double *value)
+PetscErrorCode io_attr_read_double(hid_t obj, const char *where, const char *name, double *value)
 {
   hid_t attr, type;
 
   PetscFunctionBegin;
   PetscCall(h5u_attr_open(obj, where, name, H5T_FLOAT, "a float", &attr, &type));
   H5Call(H5Aread(attr, H5T_NATIVE_DOUBLE, value), "%s: cannot read attribute %s (corrupt file?)", where, name);
-  PetscCall(h5u_close(&type));
-  PetscCall(h5u_close(&attr));
+  PetscCall(io_close(&type));
+  PetscCall(io_close(&attr));
   PetscCheck(isfinite(*value), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s = %s is not a finite number", where, name, isnan(*value) ? "nan" : *value > 0 ? "inf" : "-inf");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_attr_read_string(hid_t obj, const char *where, const char *name, char *buf, size_t len)
+PetscErrorCode io_attr_read_string(hid_t obj, const char *where, const char *name, char *buf, size_t len)
 {
   hid_t attr, type;
 
@@ -580,8 +598,8 @@ PetscErrorCode h5u_attr_read_string(hid_t obj, const char *where, const char *na
     PetscCall(PetscStrncpy(buf, s, len));
     PetscCall(PetscFree(s));
   }
-  PetscCall(h5u_close(&type));
-  PetscCall(h5u_close(&attr));
+  PetscCall(io_close(&type));
+  PetscCall(io_close(&attr));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -637,7 +655,7 @@ static PetscErrorCode h5u_dataset_check_type(hid_t dset, const char *where, cons
     H5Tclose(type);
   }
   PetscCheck(ok, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has type %s, expected %s%s", where, full, tstr, cls == H5T_FLOAT ? "float" : "int", size ? (size == 4 ? "32" : "64") : " (any width)");
-  PetscCall(h5u_close(&type));
+  PetscCall(io_close(&type));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -667,7 +685,8 @@ static PetscErrorCode h5u_dataset_check_shape(hid_t dset, const char *where, con
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_dataset_open(hid_t loc, const char *where, const char *full, const char *name, H5T_class_t cls, size_t size, int ndim, hsize_t *dims, hid_t *dset)
+PetscErrorCode io_dataset_open(IoId loc, const char *where, const char *full, const char *name, IoClass cls,
+                               size_t size, int ndim, IoSize *dims, IoId *dset)
 {
   H5O_info_t info;
 
@@ -676,24 +695,25 @@ PetscErrorCode h5u_dataset_open(hid_t loc, const char *where, const char *full, 
   PetscCheck(H5Oget_info_by_name(loc, name, &info, H5P_DEFAULT) >= 0 && info.type == H5O_TYPE_DATASET, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s is not a dataset", where, full);
   *dset = H5Dopen2(loc, name, H5P_DEFAULT);
   H5Call(*dset, "%s: cannot open dataset %s (corrupt file?)", where, full);
-  PetscCall(h5u_dataset_check_type(*dset, where, full, cls, size));
+  PetscCall(h5u_dataset_check_type(*dset, where, full, cls == IO_CLASS_INT ? H5T_INTEGER : H5T_FLOAT, size));
   PetscCall(h5u_dataset_check_shape(*dset, where, full, ndim, dims));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_dataset_read(hid_t dset, const char *where, const char *full, hid_t mem, void *buf)
+PetscErrorCode io_dataset_read(IoId dset, const char *where, const char *full, IoType mem, void *buf)
 {
   char hmsg[H5U_MSG_LEN];
 
   PetscFunctionBegin;
-  if (H5Dread(dset, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
+  if (H5Dread(dset, h5u_type(mem), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
     h5u_hdf5_msg(hmsg);
     SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_READ, "%s: reading %s failed (truncated or corrupt file?): HDF5: %s", where, full, hmsg);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_dataset_write(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, int ndim, const hsize_t *dims, const void *buf)
+PetscErrorCode io_dataset_write(IoId loc, const char *name, IoType file_type, IoType mem_type, int ndim,
+                                const IoSize *dims, const void *buf)
 {
   hid_t space, dset;
   char  hmsg[H5U_MSG_LEN];
@@ -701,19 +721,20 @@ PetscErrorCode h5u_dataset_write(hid_t loc, const char *name, hid_t file_type, h
   PetscFunctionBegin;
   space = H5Screate_simple(ndim, dims, NULL);
   H5Call(space, "HDF5: cannot create a dataspace for %s", name);
-  dset = H5Dcreate2(loc, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  dset = H5Dcreate2(loc, name, h5u_type(file_type), space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Sclose(space);
   H5Call(dset, "HDF5: cannot create dataset %s", name);
-  if (H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "HDF5: writing dataset %s failed: %s", name, h5u_write_reason(hmsg));
-  PetscCall(h5u_close(&dset));
+  if (H5Dwrite(dset, h5u_type(mem_type), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "HDF5: writing dataset %s failed: %s", name, h5u_write_reason(hmsg));
+  PetscCall(io_close(&dset));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode h5u_write_version(hid_t obj)
+PetscErrorCode io_write_version(hid_t obj)
 {
   PetscFunctionBegin;
-  PetscCall(h5u_attr_write_string(obj, "rlfuse_version", RLFUSE_VERSION));
-  PetscCall(h5u_attr_write_string(obj, "git_revision", RLFUSE_GIT));
+  PetscCall(io_attr_write_string(obj, "rlfuse_version", RLFUSE_VERSION));
+  PetscCall(io_attr_write_string(obj, "git_revision", RLFUSE_GIT));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -92,20 +92,20 @@ static PetscErrorCode prov_write_versions(hid_t g)
   char buf[512];
 
   PetscFunctionBegin;
-  PetscCall(h5u_write_version(g));
-  PetscCall(h5u_attr_write_string(g, "compiler", RLFUSE_CC));
-  PetscCall(h5u_attr_write_string(g, "cflags", RLFUSE_CFLAGS));
+  PetscCall(io_write_version(g));
+  PetscCall(io_attr_write_string(g, "compiler", RLFUSE_CC));
+  PetscCall(io_attr_write_string(g, "cflags", RLFUSE_CFLAGS));
   PetscCall(prov_mpi_version(buf, sizeof buf));
-  PetscCall(h5u_attr_write_string(g, "mpi", buf));
+  PetscCall(io_attr_write_string(g, "mpi", buf));
   PetscCall(io_hdf5_version(buf, sizeof buf));
-  PetscCall(h5u_attr_write_string(g, "hdf5", buf));
+  PetscCall(io_attr_write_string(g, "hdf5", buf));
   PetscCall(PetscGetVersion(buf, sizeof buf));
   prov_tidy(buf);
-  PetscCall(h5u_attr_write_string(g, "petsc", buf));
-  PetscCall(h5u_attr_write_string(g, "blas", openblas_get_config()));
-  PetscCall(h5u_attr_write_string(g, "blas_core", openblas_get_corename())); /* the kernels used (src/sys/blascore.c) */
+  PetscCall(io_attr_write_string(g, "petsc", buf));
+  PetscCall(io_attr_write_string(g, "blas", openblas_get_config()));
+  PetscCall(io_attr_write_string(g, "blas_core", openblas_get_corename())); /* the kernels used (src/sys/blascore.c) */
   PetscCall(backend_cuda_version(buf, sizeof buf));
-  PetscCall(h5u_attr_write_string(g, "cuda", buf));
+  PetscCall(io_attr_write_string(g, "cuda", buf));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -116,18 +116,18 @@ PetscErrorCode io_provenance_write(hid_t g, const RunCtx *run, const char *mode)
 
   PetscFunctionBegin;
   PetscCall(prov_write_versions(g));
-  PetscCall(h5u_attr_write_string(g, "mode", mode));
+  PetscCall(io_attr_write_string(g, "mode", mode));
   if (gethostname(buf, sizeof buf)) PetscCall(PetscStrncpy(buf, "unknown", sizeof buf));
   buf[sizeof buf - 1] = 0;
-  PetscCall(h5u_attr_write_string(g, "hostname", buf));
+  PetscCall(io_attr_write_string(g, "hostname", buf));
   PetscCall(prov_now(buf, sizeof buf));
-  PetscCall(h5u_attr_write_string(g, "start_time", buf));
+  PetscCall(io_attr_write_string(g, "start_time", buf));
   PetscCall(prov_command_line(&cmd));
-  PetscCall(h5u_attr_write_string(g, "command_line", cmd));
+  PetscCall(io_attr_write_string(g, "command_line", cmd));
   PetscCall(PetscFree(cmd));
-  PetscCall(h5u_attr_write_int(g, "ranks", H5T_STD_I32LE, run->size));
-  PetscCall(h5u_attr_write_int(g, "threads", H5T_STD_I32LE, omp_get_max_threads()));
-  PetscCall(h5u_attr_write_int(g, "seed", H5T_STD_I64LE, run->seed));
+  PetscCall(io_attr_write_int(g, "ranks", IO_I32LE, run->size));
+  PetscCall(io_attr_write_int(g, "threads", IO_I32LE, omp_get_max_threads()));
+  PetscCall(io_attr_write_int(g, "seed", IO_I64LE, run->seed));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -203,7 +203,7 @@ PetscErrorCode io_file_checksum(MPI_Comm comm, const char *path, char *sum, size
   ProvChecksum c = {path, "", 0};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, prov_checksum_file, &c));
+  PetscCall(io_on_root(comm, prov_checksum_file, &c));
   PetscCallMPI(MPI_Bcast(c.sum, (int)sizeof c.sum, MPI_CHAR, 0, comm));
   PetscCallMPI(MPI_Bcast(&c.size, 1, MPI_INT64_T, 0, comm));
   PetscCall(PetscStrncpy(sum, c.sum, len));

@@ -200,7 +200,7 @@ static PetscErrorCode rec_write_timeline(RunRecord *rec, int64_t step)
       if (k) PetscCall(PetscStrlcat(list, " ", sizeof list));
       PetscCall(PetscStrlcat(list, t->names[k], sizeof list));
     }
-    PetscCall(h5u_attr_write_string(rec->tl_group, "calls", list));
+    PetscCall(io_attr_write_string(rec->tl_group, "calls", list));
     rec->tl_nnames = t->nnames;
   }
   if (!t->n) PetscFunctionReturn(PETSC_SUCCESS);
@@ -287,7 +287,7 @@ PetscErrorCode record_step(RunRecord *rec, PetscInt step)
   PetscCallMPI(MPI_Allreduce(local, ctx.tmax, n, MPI_DOUBLE, MPI_MAX, rec->comm));
   PetscCallMPI(MPI_Allreduce(local, ctx.tmin, n, MPI_DOUBLE, MPI_MIN, rec->comm));
   PetscCall(timeline_gather(rec->comm, &rec->tl));
-  PetscCall(h5u_rank0(rec->comm, rec_write_row_task, &ctx));
+  PetscCall(io_on_root(rec->comm, rec_write_row_task, &ctx));
   PetscCall(timeline_rows_free(&rec->tl));
   PetscCall(PetscFree3(local, ctx.tmax, ctx.tmin));
   rec->nrows++;
@@ -303,7 +303,7 @@ PetscErrorCode record_summary(RunRecord *rec, const char *name, double value)
 {
   PetscFunctionBegin;
   if (rec->rank) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(h5u_attr_write_double(rec->summary, name, value));
+  PetscCall(io_attr_write_double(rec->summary, name, value));
   H5CallWrite(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed", rec->path);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -345,7 +345,7 @@ PetscErrorCode io_keep_previous(MPI_Comm comm, const char *dir, const char *stem
   KeepCtx k = {dir, stem};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(comm, keep_task, &k));
+  PetscCall(io_on_root(comm, keep_task, &k));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -359,7 +359,7 @@ static PetscErrorCode rec_write_parameters(hid_t g)
   PetscFunctionBegin;
   PetscCall(sys_params_get(&p, &n));
   for (int i = 0; i < n; i++) {
-    PetscCall(h5u_attr_write_string(g, p[i].name, p[i].value));
+    PetscCall(io_attr_write_string(g, p[i].name, p[i].value));
     len += strlen(p[i].name) + 1;
   }
   PetscCall(PetscCalloc1(len, &given));
@@ -368,10 +368,10 @@ static PetscErrorCode rec_write_parameters(hid_t g)
     if (given[0]) PetscCall(PetscStrlcat(given, " ", len));
     PetscCall(PetscStrlcat(given, p[i].name, len));
   }
-  PetscCall(h5u_attr_write_string(g, "_given", given));
+  PetscCall(io_attr_write_string(g, "_given", given));
   PetscCall(PetscFree(given));
   PetscCall(PetscOptionsGetAll(NULL, &db)); /* also what rlfuse never read */
-  PetscCall(h5u_attr_write_string(g, "_database", db));
+  PetscCall(io_attr_write_string(g, "_database", db));
   PetscCall(PetscFree(db));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -403,10 +403,10 @@ static PetscErrorCode rec_write_header(RunRecord *rec, const RunCtx *run, const 
   PetscFunctionBegin;
   PetscCall(rec_group(rec->file, "code", &g));
   PetscCall(io_provenance_write(g, run, mode));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscCall(rec_group(rec->file, "parameters", &g));
   PetscCall(rec_write_parameters(g));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   PetscCall(rec_group(rec->file, "timing", &rec->timing));
   PetscCall(rec_group(rec->file, "metrics", &rec->metrics));
   PetscCall(rec_group(rec->file, "summary", &rec->summary));
@@ -425,7 +425,7 @@ static PetscErrorCode rec_open_task(void *vctx)
 
   PetscFunctionBegin;
   PetscCall(sys_mkdir_p(ctx->run->output_dir));
-  PetscCall(h5u_output_check("run record", rec->path));
+  PetscCall(io_output_ok("run record", rec->path));
   PetscCall(h5u_remove_stale_tmp(ctx->run->output_dir, NULL)); /* checkpoints of a killed run */
   PetscCall(io_keep_previous_local(ctx->run->output_dir, "run"));
   /* Unlocked, so that h5py or h5dump can look at a running job's record. */
@@ -460,7 +460,7 @@ PetscErrorCode record_open(const RunCtx *run, const char *mode, RunRecord **out)
   ctx.rec  = rec;
   ctx.run  = run;
   ctx.mode = mode;
-  ierr     = h5u_rank0(rec->comm, rec_open_task, &ctx);
+  ierr     = io_on_root(rec->comm, rec_open_task, &ctx);
   if (ierr) PetscCall(PetscFree(rec));
   PetscCall(ierr);
   PetscCall(timeline_start(rec->comm));
@@ -505,7 +505,7 @@ static PetscErrorCode rec_group_task(void *vctx)
   if (H5Lexists(rec->file, ctx->group, H5P_DEFAULT) > 0) H5Call(H5Ldelete(rec->file, ctx->group, H5P_DEFAULT), "run record %s: cannot replace group /%s", rec->path, ctx->group);
   PetscCall(rec_group(rec->file, ctx->group, &g));
   PetscCall(io_group_fill(g, ctx->d, ctx->n, ctx->attr_names, ctx->attr_values, ctx->nattr));
-  PetscCall(h5u_close(&g));
+  PetscCall(io_close(&g));
   H5CallWrite(H5Fflush(rec->file, H5F_SCOPE_GLOBAL), "run record %s: flush failed", rec->path);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -515,6 +515,6 @@ PetscErrorCode record_group(RunRecord *rec, const char *group, const IODataset *
   RecGroupCtx ctx = {rec, group, d, n, nattr, attr_names, attr_values};
 
   PetscFunctionBegin;
-  PetscCall(h5u_rank0(rec->comm, rec_group_task, &ctx));
+  PetscCall(io_on_root(rec->comm, rec_group_task, &ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

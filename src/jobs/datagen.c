@@ -53,6 +53,13 @@ static PetscErrorCode data_write_text(MPI_Comm comm, const char *path, const Bui
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The files it writes, for io_files_check. */
+const IoFileOption data_file_options[] = {
+  {"-data_output", IO_FILE_OUT, NULL, NULL},
+  {"-data_text", IO_FILE_OUT, NULL, NULL},
+  {NULL, IO_FILE_IN, NULL, NULL},
+};
+
 PetscErrorCode data_run(const RunCtx *run)
 {
   BuiltinTask  task;

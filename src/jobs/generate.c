@@ -13,6 +13,14 @@ typedef struct {
   GenConfig gen;
 } GenerateOptions;
 
+/* The files it reads and writes, for io_files_check. */
+const IoFileOption generate_file_options[] = {
+  {"-generate_checkpoint", IO_FILE_IN, NULL, NULL},
+  {"-generate_input", IO_FILE_IN, NULL, NULL},
+  {"-generate_output", IO_FILE_OUT, NULL, NULL},
+  {NULL, IO_FILE_IN, NULL, NULL},
+};
+
 static PetscErrorCode generate_set_from_options(GenerateOptions *o)
 {
   PetscFunctionBegin;

@@ -54,3 +54,10 @@ const JobMode job_modes[] = {
   {"profile", PETSC_TRUE, PETSC_FALSE, 0, NULL, profile_exec},
 };
 const int job_nmodes = (int)(sizeof job_modes / sizeof job_modes[0]);
+
+/* Each table is its module's, declared where the module reads the options. */
+const IoFileOption *const job_file_options[] = {
+  sft_file_options, train_file_options, rm_file_options, ppo_file_options, reward_file_options, score_file_options,
+  generate_file_options, data_file_options, plan_file_options, cost_file_options, ac_file_options, profile_file_options,
+};
+const int job_nfile_options = (int)(sizeof job_file_options / sizeof job_file_options[0]);

@@ -30,6 +30,13 @@ typedef struct {
   double           time[2]; /* seconds in forwards and backwards on this rank */
 } RMPass;
 
+/* The files it reads, for io_files_check. */
+const IoFileOption rm_file_options[] = {
+  {"-rm_sft_checkpoint", IO_FILE_IN, NULL, NULL},
+  {"-rm_data", IO_FILE_IN, "builtin", NULL},
+  {NULL, IO_FILE_IN, NULL, NULL},
+};
+
 PetscErrorCode rm_options(const TrainJobOptions *job, RMOptions *o)
 {
   PetscFunctionBegin;
@@ -46,7 +53,7 @@ PetscErrorCode rm_options(const TrainJobOptions *job, RMOptions *o)
   RfOptReal("-bt_beta", "Labeller noise: the first response is preferred with probability sigmoid(bt_beta*(gold_a - gold_b)); larger is less noisy", 20.0, &o->bt_beta);
   PetscOptionsEnd();
   PetscCall(PetscStrncpy(o->restart, job->restart, sizeof o->restart));
-  PetscCall(train_stage_checkpoint_every(job, "rm", "step", &o->checkpoint_every));
+  PetscCall(train_stage_checkpoint_every(job, "rm", "step", &o->checkpoint_every, &o->checkpoint_minutes));
   PetscCall(adamw_set_from_options("reward_", &o->opt));
   PetscCall(task_set_from_options(&o->task));
   PetscCall(gen_config_set_from_options(&o->gen));
@@ -293,9 +300,10 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
 {
   RunRecord *rec;
   RMBatch    b;
-  int       *perm;
+  int       *perm, stop = 0;
   int64_t    perm_epoch = -1;
-  double     acc = NAN, gacc = NAN, eloss = NAN, t_loop;
+  double     acc = NAN, gacc = NAN, eloss = NAN, t_loop, t_ckpt;
+  PetscBool  ckpt_due;
   char       name[64], clock[64];
   size_t     nparams;
   PetscInt   it0;
@@ -305,7 +313,7 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
   PetscCall(train_record_open(run, "rm", &o->plan, needs, &rec));
   PetscCall(rm_batch_create((int)o->batch, train->d.T > eval->d.T ? train->d.T : eval->d.T, &b));
   PetscCall(PetscMalloc1(train->d.N / 2, &perm));
-  t_loop = sys_wtime(), it0 = st->iteration;
+  t_loop = t_ckpt = sys_wtime(), it0 = st->iteration;
   PetscCall(PetscPrintf(run->comm, "rm: %zu parameters, %d training pairs, %d held-out pairs, %" PetscInt_FMT " steps of %" PetscInt_FMT " pairs, from step %" PetscInt_FMT "\n", nparams, train->d.N / 2, eval->d.N / 2, o->steps, o->batch, st->iteration));
   while (st->iteration < o->steps) {
     double    t0 = sys_wtime(), loss, bacc, ms;
@@ -325,11 +333,18 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
     PetscCall(record_metric(rec, "grad_norm", gnorm));
     PetscCall(PetscPrintf(run->comm, "step %5" PetscInt_FMT "/%" PetscInt_FMT " | loss %.4f | acc %.3f | lr %.3e | grad %.3f | %7.1f ms | %s\n", st->iteration, o->steps, loss, bacc, lr, (double)gnorm, ms, sys_progress_str(t_loop, (long)(st->iteration - it0), (long)(o->steps - st->iteration), clock, sizeof clock)));
     if (!isnan(acc)) PetscCall(PetscPrintf(run->comm, "      held-out loss %.4f, pairwise accuracy %.3f (against the judge: %.3f)\n", eloss, acc, gacc));
-    if (train_checkpoint_due(o->checkpoint_every, st->iteration)) {
+    PetscCall(train_checkpoint_now(run->comm, o->checkpoint_every, o->checkpoint_minutes, st->iteration, &t_ckpt, &ckpt_due, &stop));
+    if (ckpt_due) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
       PetscCall(trainer_checkpoint(tr, run, name, st, NULL));
     }
     PetscCall(record_step(rec, st->iteration));
+    if (stop) { /* SIGINT or SIGTERM: what is done is in that checkpoint */
+    PetscCall(PetscFree(perm));
+      PetscCall(rm_batch_destroy(&b));
+      PetscCall(record_close(&rec));
+      PetscCall(train_stopped(run, stop, "rm", "step", st->iteration, name));
+    }
   }
   if (isnan(acc)) PetscCall(rm_eval(tr, eval, &b, &acc, &gacc, &eloss)); /* a restart at the last step */
   PetscCall(trainer_checkpoint(tr, run, "final.h5", st, NULL));
@@ -413,7 +428,7 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
   CkptState st = {0, 0, run->seed, 0};
 
   PetscFunctionBegin;
-  PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
+  PetscCall(train_restart_resolve(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCheck(o->sft[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode rm needs -rm_sft_checkpoint FILE (the SFT model whose trunk starts the reward model)");
   PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
   PetscCall(ckpt_read_config(run->comm, o->sft, "policy", &cfg));

@@ -8,6 +8,14 @@ typedef struct {
   PetscInt batch;
 } ScoreOptions;
 
+/* The files it reads and writes, for io_files_check. */
+const IoFileOption score_file_options[] = {
+  {"-score_checkpoint", IO_FILE_IN, NULL, NULL},
+  {"-score_input", IO_FILE_IN, NULL, NULL},
+  {"-score_output", IO_FILE_OUT, NULL, NULL},
+  {NULL, IO_FILE_IN, NULL, NULL},
+};
+
 static PetscErrorCode score_set_from_options(ScoreOptions *o)
 {
   PetscFunctionBegin;

@@ -22,6 +22,13 @@ typedef struct {
   double     time[2]; /* seconds in forwards and backwards on this rank */
 } SFTPass;
 
+/* The files it reads, for io_files_check. */
+const IoFileOption sft_file_options[] = {
+  {"-init_checkpoint", IO_FILE_IN, NULL, NULL},
+  {"-sft_data", IO_FILE_IN, "builtin", NULL},
+  {NULL, IO_FILE_IN, NULL, NULL},
+};
+
 PetscErrorCode sft_options(const TrainJobOptions *job, SFTOptions *o)
 {
   PetscFunctionBegin;
@@ -41,7 +48,7 @@ PetscErrorCode sft_options(const TrainJobOptions *job, SFTOptions *o)
   RfOptString("-init_checkpoint", "Initialise the weights (only) from this checkpoint", o->init, sizeof o->init);
   PetscOptionsEnd();
   PetscCall(PetscStrncpy(o->restart, job->restart, sizeof o->restart));
-  PetscCall(train_stage_checkpoint_every(job, "sft", "step", &o->checkpoint_every));
+  PetscCall(train_stage_checkpoint_every(job, "sft", "step", &o->checkpoint_every, &o->checkpoint_minutes));
   PetscCall(model_config_set_from_options("policy_", &o->cfg));
   { /* starting from a checkpoint with no architecture option given: the file's */
     const char *from = o->restart[0] ? o->restart : o->init;
@@ -315,14 +322,16 @@ static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, const Pl
   SFTBatch   b;
   char       name[64], clock[64];
   size_t     nparams;
-  double     t_loop;
+  double     t_loop, t_ckpt;
+  PetscBool  ckpt_due;
   PetscInt   it0;
+  int        stop = 0;
 
   PetscFunctionBegin;
   PetscCall(trainer_count(&o->cfg, &nparams));
   PetscCall(train_record_open(run, "sft", &o->plan, needs, &rec));
   PetscCall(sft_batch_create((int)o->batch, (int)o->seq_len, &b));
-  t_loop = sys_wtime(), it0 = st->iteration;
+  t_loop = t_ckpt = sys_wtime(), it0 = st->iteration;
   PetscCall(PetscPrintf(run->comm, "sft: %zu parameters, %" PetscInt_FMT " steps of %" PetscInt_FMT " x %" PetscInt_FMT " tokens, from step %" PetscInt_FMT "\n", nparams, o->steps, o->batch, o->seq_len, st->iteration));
   while (st->iteration < o->steps) {
     double    t0 = sys_wtime(), loss, eval = NAN, ms;
@@ -337,11 +346,17 @@ static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, const Pl
     PetscCall(record_metric(rec, "tokens_per_s", b.B * b.T / (ms * 1e-3)));
     PetscCall(PetscPrintf(run->comm, "step %5" PetscInt_FMT "/%" PetscInt_FMT " | loss %.4f | lr %.3e | grad %.3f | %8.0f tok/s | %7.1f ms | %s\n", st->iteration, o->steps, loss, lr, (double)gnorm, b.B * b.T / (ms * 1e-3), ms, sys_progress_str(t_loop, (long)(st->iteration - it0), (long)(o->steps - st->iteration), clock, sizeof clock)));
     if (!isnan(eval)) PetscCall(PetscPrintf(run->comm, "      held-out loss %.4f\n", eval));
-    if (train_checkpoint_due(o->checkpoint_every, st->iteration)) {
+    PetscCall(train_checkpoint_now(run->comm, o->checkpoint_every, o->checkpoint_minutes, st->iteration, &t_ckpt, &ckpt_due, &stop));
+    if (ckpt_due) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
       PetscCall(trainer_checkpoint(tr, run, name, st, rec));
     }
     PetscCall(record_step(rec, st->iteration));
+    if (stop) { /* SIGINT or SIGTERM: what is done is in that checkpoint */
+      PetscCall(sft_batch_destroy(&b));
+      PetscCall(record_close(&rec));
+      PetscCall(train_stopped(run, stop, "sft", "step", st->iteration, name));
+    }
   }
   PetscCall(trainer_checkpoint(tr, run, "final.h5", st, rec));
   PetscCall(record_summary(rec, "steps", (double)st->iteration));
@@ -387,7 +402,7 @@ PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
   CkptState  st = {0, 0, run->seed, 0};
 
   PetscFunctionBegin;
-  PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
+  PetscCall(train_restart_resolve(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCall(sft_prepare(run, o, PETSC_TRUE, &src, &needs));
   if (run->dry_run) {
     PetscCall(trainer_count(&o->cfg, &nparams));

@@ -9,6 +9,16 @@
 
 /* given: the option is in the database; *any collects whether anything
  * overrides the base, for the plan's source line. */
+/* The files the -plan_ and -fuse_ options name (-plan_output and -plan_timeline
+ * are read in searchopts.c), for io_files_check. */
+const IoFileOption plan_file_options[] = {
+  {"-plan_file", IO_FILE_IN, NULL, NULL},
+  {"-fuse_train_schedule", IO_FILE_IN, NULL, NULL},
+  {"-plan_output", IO_FILE_OUT, NULL, NULL},
+  {"-plan_timeline", IO_FILE_OUT, NULL, NULL},
+  {NULL, IO_FILE_IN, NULL, NULL},
+};
+
 static PetscErrorCode plan_given(const char *prefix, const char *name, PetscBool *given, PetscBool *any)
 {
   PetscFunctionBegin;
@@ -155,6 +165,23 @@ static PetscErrorCode plan_call_from_options(Plan *plan, MFCId c, PetscBool *any
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* -fuse_train_schedule: a file the run reads, kept beside the settings (none of /plan's attributes). */
+static PetscErrorCode plan_fuse_schedule_from_options(Plan *plan)
+{
+  PetscFunctionBegin;
+  plan->fuse_schedule[0] = '\0';
+  /* a title of its own: -help prints a (prefix, title) once */
+  PetscOptionsBegin(PETSC_COMM_WORLD, "fuse_", "Fused actor-critic training: its schedule", NULL);
+  RfOptString("-train_schedule",
+              "-fuse_train 1: run this fused schedule file (-mode schedule writes one; checked against the training "
+              "stage's stages and micro-batches) instead of searching one from measured forward times",
+              plan->fuse_schedule, sizeof plan->fuse_schedule);
+  PetscOptionsEnd();
+  PetscCheck(!plan->fuse_schedule[0] || plan->fuse_train, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-fuse_train_schedule %s needs -fuse_train 1", plan->fuse_schedule);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode plan_from_options(int world, Plan *plan)
 {
   PetscBool any = PETSC_FALSE, file_fused;
@@ -167,6 +194,7 @@ PetscErrorCode plan_from_options(int world, Plan *plan)
   if (!strncmp(plan->source, "preset ", 7)) plan_preset_stream_apart(plan); /* before the per-call options, which override it */
   for (int c = 0; c < MFC_COUNT; c++) PetscCall(plan_call_from_options(plan, (MFCId)c, &any));
   PetscCall(plan_fuse_train_derive(plan, file_fused));
+  PetscCall(plan_fuse_schedule_from_options(plan));
   if (any) { /* a changed plan: the file's estimate is not its estimate */
     PetscCall(PetscStrlcat(plan->source, " + options", sizeof plan->source));
     plan->est_iter_s = plan->est_realloc_s = plan->est_mem = 0;

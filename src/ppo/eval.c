@@ -48,7 +48,7 @@ static PetscErrorCode ppo_eval_save(const char *path, const char *group, const R
   const double      av[] = {(double)e->n, (double)e->k, ev->gold, ev->pass_k, ev->reward, ev->kl};
 
   PetscFunctionBegin;
-  PetscCall(io_group_replace(MPI_COMM_WORLD, path, group, d, (int)(sizeof d / sizeof d[0]), "answer", e->answers ? r->answer : NULL, B, an, av, (int)(sizeof av / sizeof av[0])));
+  PetscCall(io_group_replace(MPI_COMM_WORLD, "evaluations file", path, group, d, (int)(sizeof d / sizeof d[0]), "answer", e->answers ? r->answer : NULL, B, an, av, (int)(sizeof av / sizeof av[0])));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

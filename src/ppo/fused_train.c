@@ -38,8 +38,8 @@ PetscErrorCode ppo_fused_train_setup(const RunCtx *run, const PPOOptions *o, PPO
   fz->in.m[1]   = fused_split_count(&plan->call[MFC_CRITIC_TRAIN], o, nmb);
   fz->in.f[0]   = fz->in.f[1] = 1; /* until measured */
   fz->in.mem[0] = fz->in.mem[1] = 1;
-  if (o->fuse_schedule[0]) { /* read and validated for the instance (a deadlock-free order of every task) */
-    PetscCall(ac_sched_read(o->fuse_schedule, &fz->in, &fz->sched));
+  if (o->plan.fuse_schedule[0]) { /* read and validated for the instance (a deadlock-free order of every task) */
+    PetscCall(ac_sched_read(o->plan.fuse_schedule, &fz->in, &fz->sched));
     fz->ready = PETSC_TRUE;
     fz->from_file = PETSC_TRUE;
   }

@@ -94,7 +94,23 @@ static PetscErrorCode write_policy(const RunCtx *run, PPOModels *m, const CkptSt
 }
 
 /* ---- the loop --------------------------------------------------------------------- */
-static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary *sum)
+/* Whether the held-out evaluation runs after iteration `done` (counted
+ * from 1): every -ppo_eval_every iterations and after the last. */
+static PetscBool eval_due(const PPOOptions *o, PetscInt done)
+{
+  return (o->eval_every && done % o->eval_every == 0) || done == o->iterations ? PETSC_TRUE : PETSC_FALSE;
+}
+
+/* Held-out evaluations still to come after iteration `done`. */
+static long evals_left(const PPOOptions *o, PetscInt done)
+{
+  long n = 0;
+  for (PetscInt j = done + 1; j <= o->iterations; j++) n += eval_due(o, j);
+  return n;
+}
+
+/* The loop; *stop: the signal that stopped it after a checkpoint (0: it ran to the end). */
+static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary *sum, int *stop)
 {
   const RunCtx     *run = e->run;
   const PPOOptions *o   = e->o;
@@ -106,7 +122,9 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
   const int         T = e->ps->max_prompt + (int)o->gen.max_new_tokens;
   char              name[64], path[PETSC_MAX_PATH_LEN], evals[PETSC_MAX_PATH_LEN], what[64], clock[64];
   size_t            nparams;
-  double            t_loop = sys_wtime();
+  double            t_loop = sys_wtime(), t_evals = 0, t_eval = 0; /* evaluations' seconds in all, and one's */
+  double            t_ckpt = t_loop;                               /* the last checkpoint (-checkpoint_minutes) */
+  PetscBool         ckpt_due;
   PetscInt          it0    = st->iteration;
   PetscBool         final_evaluated = PETSC_FALSE; /* the last iteration's evaluation is the summary's */
 
@@ -124,7 +142,14 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
     PetscCall(model_tensor_table(&m->actor.cfg, &t, &nt, &nparams));
     PetscCall(PetscFree(t));
   }
+  *stop = 0;
   PetscCall(PetscPrintf(run->comm, "%s: actor %zu parameters, %" PetscInt_FMT " iterations of %" PetscInt_FMT " responses, from iteration %" PetscInt_FMT "\n", ppo_algo(o)->name, nparams, o->iterations, o->rollout_batch, st->iteration));
+  { /* the baseline first: the initial policy's score is the run's first number, and its time sizes the ETA's evaluations */
+    double t0 = sys_wtime();
+    PetscCall(ppo_evaluate_said(run, "the reference (the initial policy)", &m->reference, m, o, e->ps, st, evals, "reference", &sum->sft));
+    if (!isnan(sum->sft.gold) || !isnan(sum->sft.reward)) PetscCall(ppo_print_eval(run, "      held-out, initial policy:", &sum->sft, o));
+    t_eval = t_evals = sys_wtime() - t0;
+  }
   if (bt.ops->start) PetscCall(bt.ops->start(&bt, e));
   while (st->iteration < o->iterations) {
     double        t0 = sys_wtime(), g0 = model_acts_grown_bytes(), grown, kl, iter_s, coef;
@@ -146,16 +171,19 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
     /* the evaluations of the trained actor (every -ppo_eval_every iterations
      * and after the last, the summary's) run before the iteration's record,
      * which holds their result */
-    if ((o->eval_every && st->iteration % o->eval_every == 0) || st->iteration == o->iterations) {
+    if (eval_due(o, st->iteration)) {
+      double te = sys_wtime();
       PetscCall(PetscSNPrintf(name, sizeof name, "iter_%" PetscInt_FMT, st->iteration));
       PetscCall(PetscSNPrintf(what, sizeof what, "the actor after iteration %" PetscInt_FMT, st->iteration));
       PetscCall(ppo_evaluate_said(run, what, &m->actor, m, o, e->ps, st, evals, name, &ev));
       if (st->iteration == o->iterations) sum->ppo = ev, final_evaluated = PETSC_TRUE;
+      t_evals += sys_wtime() - te;
     }
     if (bt.ops->record) PetscCall(bt.ops->record(&bt, rec, r, it, &tm, &ts, iter_s, more, sizeof more));
     {
       PPOIterLine line = {it + 1, (int)o->iterations, kl, coef, iter_s, &ev, more,
-                          sys_progress_str(t_loop, (long)(st->iteration - it0), (long)(o->iterations - st->iteration), clock, sizeof clock)};
+                          sys_progress_more_str(t_loop, (long)(st->iteration - it0), (long)(o->iterations - st->iteration), t_evals,
+                                                t_eval * (double)evals_left(o, st->iteration), clock, sizeof clock)};
       PetscCall(ppo_record_iteration(rec, run, o, m, r, &ts, &tm, &line));
     }
     PetscCall(ppo_record_eval(rec, o, &e->ps->eval, &ev));
@@ -165,15 +193,22 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
     PetscCall(record_metric(rec, "acts_grown_bytes", grown));
     if (m->fuse.on && !m->fuse.reported) PetscCall(ppo_fused_train_report(run, rec, &m->fuse));
     if ((!isnan(ev.gold) || !isnan(ev.reward)) && !final_evaluated) PetscCall(ppo_print_eval(run, "      held-out", &ev, o)); /* the last: in the summary */
-    if (train_checkpoint_due(o->checkpoint_every, st->iteration)) {
+    PetscCall(train_checkpoint_now(run->comm, o->checkpoint_every, o->checkpoint_minutes, st->iteration, &t_ckpt, &ckpt_due, stop));
+    if (ckpt_due) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
       PetscCall(write_checkpoint(e, &bt, name, rec));
     }
     PetscCall(record_step(rec, st->iteration));
+    if (*stop) break; /* SIGINT or SIGTERM: what is done is in that checkpoint */
+  }
+  if (*stop) {
+    PetscCall(packbuf_destroy(&pb));
+    PetscCall(bt.ops->destroy(&bt));
+    PetscCall(record_close(&rec));
+    PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(write_checkpoint(e, &bt, "final.h5", NULL));
   if (o->write_policy) PetscCall(write_policy(run, m, st));
-  PetscCall(ppo_evaluate_said(run, "the reference (the initial policy)", &m->reference, m, o, e->ps, st, evals, "reference", &sum->sft));
   if (!final_evaluated) { /* a run restarted at its end */
     PetscCall(PetscSNPrintf(name, sizeof name, "iter_%" PetscInt_FMT, st->iteration));
     PetscCall(ppo_evaluate_said(run, "the trained actor", &m->actor, m, o, e->ps, st, evals, name, &sum->ppo));
@@ -194,10 +229,12 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   PPOFusedTrain fz;
   PPORewards    rw;
   PPOLoopEnv    e;
+  int           stop = 0;
+  char          ckpt[32];
   const char   *tables[2] = {o->restart, o->actor_ckpt}; /* where the tokens' text comes from */
 
   PetscFunctionBegin;
-  PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o->restart, sizeof o->restart));
+  PetscCall(train_restart_resolve(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCall(ppo_prepare(run, o, NULL, PETSC_TRUE, &s));
   PetscCall(ppo_fused_train_setup(run, o, &fz)); /* a schedule file is checked before any work */
   PetscCall(ppo_rewards_setup(run, o, tables, 2, s.ps.src.builtin, (PetscBool)(s.ps.answers || s.ps.eval.answers), &rw));
@@ -222,8 +259,8 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   if (o->eval_only) PetscCall(ppo_eval_only(run, o, &s.needs, &m, &s.ps, &st));
   else {
     e = (PPOLoopEnv){run, o, &m, &s.ps, NULL, &st};
-    PetscCall(ppo_loop(&e, &s.needs, &sum));
-    PetscCall(ppo_print_summary(run, o, &s.ps, &sum, st.iteration, (PetscBool)(sft_gold != NULL)));
+    PetscCall(ppo_loop(&e, &s.needs, &sum, &stop));
+    if (!stop) PetscCall(ppo_print_summary(run, o, &s.ps, &sum, st.iteration, (PetscBool)(sft_gold != NULL)));
     if (sft_gold) *sft_gold = sum.sft.gold;
     if (ppo_gold) *ppo_gold = sum.ppo.gold;
     if (ppo_kl) *ppo_kl = sum.ppo.kl;
@@ -231,5 +268,7 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   PetscCall(ppo_models_destroy(&m));
   PetscCall(prompts_destroy(&s.ps));
   PetscCall(PetscLogStagePop());
+  PetscCall(PetscSNPrintf(ckpt, sizeof ckpt, "ckpt_%06" PetscInt_FMT ".h5", st.iteration));
+  if (stop) PetscCall(train_stopped(run, stop, ppo_algo(o)->name, "iteration", st.iteration, ckpt));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

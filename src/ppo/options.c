@@ -32,13 +32,12 @@ PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptString("-actor_checkpoint", "SFT checkpoint (role policy) that starts the actor", o->actor_ckpt, sizeof o->actor_ckpt);
   RfOptString("-reference_checkpoint", "Checkpoint (role policy) of the frozen reference (default: -actor_checkpoint)", o->reference_ckpt, sizeof o->reference_ckpt);
   RfOptEnum("-critic_init", "Critic starts from the reward model (whole) or the actor's trunk with a fresh scalar head", critic_names, 2, &o->critic_init);
-  RfOptString("-fuse_train_schedule", "-fuse_train 1: run this fused schedule file (-mode schedule writes one; checked against the training stage's stages and micro-batches) instead of searching one from measured forward times", o->fuse_schedule, sizeof o->fuse_schedule);
   RfOptBool("-dump_rollouts", "Write every iteration's rollout to <output_dir>/rollouts.h5", PETSC_FALSE, &o->dump_rollouts);
   RfOptBool("-write_policy", "At the end also write <output_dir>/policy.h5: the trained actor's weights alone under the role policy (for -actor_checkpoint, -mode eval and generate, tools/hf_export.py; final.h5 is the restartable checkpoint)",
             PETSC_TRUE, &o->write_policy);
   PetscOptionsEnd();
   PetscCall(PetscStrncpy(o->restart, job->restart, sizeof o->restart));
-  PetscCall(train_stage_checkpoint_every(job, "ppo", "iteration", &o->checkpoint_every));
+  PetscCall(train_stage_checkpoint_every(job, "ppo", "iteration", &o->checkpoint_every, &o->checkpoint_minutes));
   PetscOptionsBegin(PETSC_COMM_WORLD, "ppo_", "PPO / GRPO", NULL);
   RfOptInt("-iterations", "Iterations (generate, score, train) in total (a restart continues up to this count)", 100, &o->iterations);
   RfOptString("-prompts", "Prompts: 'builtin' (the sort task) or an HDF5 token file (prompt_lengths, or whole rows)", o->prompts, sizeof o->prompts);
@@ -133,7 +132,6 @@ PetscErrorCode ppo_check_options(PPOOptions *o)
   PetscCheck(o->overlong_penalty >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_overlong_penalty %g must be >= 0", (double)o->overlong_penalty);
   PetscCheck(o->eval_every >= 0 && o->eval_prompts >= 0 && o->checkpoint_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_eval_every, -ppo_eval_prompts and -ppo_checkpoint_every (or -checkpoint_every) must be >= 0");
   if (ppo_algo(o)->groups) PetscCheck(o->group >= 2 && o->rollout_batch % o->group == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rollout_batch %" PetscInt_FMT " is not divisible into groups of -grpo_group %" PetscInt_FMT " (at least 2)", o->rollout_batch, o->group);
-  PetscCheck(!o->fuse_schedule[0] || o->plan.fuse_train, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train_schedule %s needs -fuse_train 1", o->fuse_schedule);
   PetscCheck(o->restart[0] || o->actor_ckpt[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode ppo needs -actor_checkpoint (SFT), or -restart");
   PetscCheck(o->restart[0] || o->reward.checkpoint[0] || o->reward.spec.n || o->reward.command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode ppo needs a reward: -reward_checkpoint (a reward model), -reward_fn (rule rewards) or -reward_command (a reward program)");
   PetscCheck(o->dynamic_rounds >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_dynamic_rounds %" PetscInt_FMT " must be at least 1", o->dynamic_rounds);

@@ -285,7 +285,7 @@ PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *d)
   PetscCall(train_job_checkpoint_options(&job)); /* not the plan: the search makes one for other ranks */
   PetscCall(ppo_job_options(&job, &o));
   PetscCall(model_config_set_from_options("policy_", &policy)); /* a deck without checkpoints: SFT's model */
-  if (!help) PetscCall(ckpt_resolve_restart(run->comm, run->output_dir, o.restart, sizeof o.restart)); /* latest, with none there: a fresh start */
+  if (!help) PetscCall(train_restart_resolve(run->comm, run->output_dir, o.restart, sizeof o.restart)); /* latest, with none there: a fresh start */
   if (!help) PetscCall(reward_spec_parse("-reward_fn", o.reward.fn, &o.reward.spec));
   files = !help && (o.restart[0] || o.actor_ckpt[0] || o.reward.checkpoint[0]) ? PETSC_TRUE : PETSC_FALSE;
   o.has_reward_model = PETSC_TRUE; /* a deck without checkpoints: the pipeline's, with its reward model */

@@ -14,6 +14,13 @@
 
 /* 1, 4, 16, ... below max, then max itself: a log-spaced axis ending on the
  * largest size the deck needs */
+/* The files -mode profile reads and writes, for io_files_check. */
+const IoFileOption profile_file_options[] = {
+  {"-profile_file", IO_FILE_IN, NULL, NULL},
+  {"-profile_output", IO_FILE_OUT, NULL, NULL},
+  {NULL, IO_FILE_IN, NULL, NULL},
+};
+
 static PetscErrorCode pow4_axis(double first, double max, int *n, double **x)
 {
   double v;

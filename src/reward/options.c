@@ -2,6 +2,12 @@
  * has one default and one check; PPO receives the values. */
 #include "reward.h"
 
+/* The file it reads, for io_files_check. */
+const IoFileOption reward_file_options[] = {
+  {"-reward_checkpoint", IO_FILE_IN, NULL, NULL},
+  {NULL, IO_FILE_IN, NULL, NULL},
+};
+
 PetscErrorCode reward_options_from_options(RewardOptions *r)
 {
   PetscFunctionBegin;

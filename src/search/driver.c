@@ -425,6 +425,7 @@ PetscErrorCode search_auto(const RunCtx *run, const CostDeck *deck, const PlanNe
   SearchOptions   o;
   SearchSpaceSpec spec;
   SearchSummary   sum;
+  char            schedule[sizeof plan->fuse_schedule];
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(&spec, sizeof spec));
@@ -436,7 +437,9 @@ PetscErrorCode search_auto(const RunCtx *run, const CostDeck *deck, const PlanNe
   PetscCall(search_prims(run, deck, &work, plan->world, &prims));
   spec.world = plan->world;
   PetscCall(PetscPrintf(run->comm, "-placement auto: searching the plan (at most %g s)\n", o.time_s));
+  PetscCall(PetscStrncpy(schedule, plan->fuse_schedule, sizeof schedule));
   PetscCall(search_plan(run->comm, &prims, &work, needs, &spec, &o, PETSC_TRUE, plan, &sum));
+  PetscCall(PetscStrncpy(plan->fuse_schedule, schedule, sizeof plan->fuse_schedule)); /* the run's file, not searched */
   PetscCall(cost_work_free(&work));
   PetscCall(cost_prims_destroy(&prims));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -251,12 +251,30 @@ static int deck_is_key(const char *a)
   return isalpha((unsigned char)a[1]) != 0;
 }
 
+/* An argument that is no option and no option's value, which PETSc would
+ * drop without a word: an option written with a typographic dash (an editor
+ * or a web page made '-' into U+2013, U+2014 or U+2212), or a stray word;
+ * and GNU's two dashes, which PETSc reads as one (so --help would run). */
+static int deck_stray(DeckCheck *dc, const char *a)
+{
+  static const char *const dash[] = {"\xe2\x80\x93", "\xe2\x80\x94", "\xe2\x88\x92"};
+
+  for (int k = 0; k < 3; k++)
+    if (!strncmp(a, dash[k], 3)) {
+      snprintf(dc->msg, dc->len, "command line: '%.60s' starts with a typographic dash, not '-' (an editor or a web page changed it): retype the dash", a);
+      return 1;
+    }
+  if (a[0] == '-' && a[1] == '-') snprintf(dc->msg, dc->len, "command line: %.60s: rlfuse's options take one dash (%.60s)", a, a + 1);
+  else snprintf(dc->msg, dc->len, "command line: '%.60s' is no option and follows none (options start with '-', a value follows its option)", a);
+  return 1;
+}
+
 /* The command line in PETSc's order: each key takes the next argument as its
  * value unless that is a key too; -options_file reads the deck right there. */
 static int deck_args(DeckCheck *dc, int argc, char **argv)
 {
   for (int i = 1; i < argc; i++) {
-    if (!deck_is_key(argv[i])) continue;
+    if (!deck_is_key(argv[i]) || argv[i][1] == '-') return deck_stray(dc, argv[i]);
     if (!strcmp(argv[i], "-options_file")) {
       if (i + 1 == argc) {
         snprintf(dc->msg, dc->len, "-options_file needs a file name");

@@ -126,5 +126,5 @@ void sys_error_exit(PetscErrorCode ierr)
     MPI_Finalized(&done);
     if (!done) MPI_Finalize();
   }
-  exit(1);
+  exit(sys_stop_signal() ? 128 + sys_stop_signal() : 1); /* a stop on a signal ends as the signal would */
 }

@@ -97,10 +97,16 @@ const char *sys_duration_str(double seconds, char *buf, size_t len)
 
 const char *sys_progress_str(double t0, long done, long left, char *buf, size_t len)
 {
-  char   e[32], r[32];
-  double el = sys_wtime() - t0;
+  return sys_progress_more_str(t0, done, left, 0.0, 0.0, buf, len);
+}
 
-  snprintf(buf, len, "elapsed %s | ETA %s", sys_duration_str(el, e, sizeof e), done > 0 ? sys_duration_str(el / (double)done * (double)left, r, sizeof r) : "?");
+const char *sys_progress_more_str(double t0, long done, long left, double apart, double more, char *buf, size_t len)
+{
+  char   e[32], r[32];
+  double el = sys_wtime() - t0, step = done > 0 ? (el - apart) / (double)done : 0;
+
+  snprintf(buf, len, "elapsed %s | ETA %s", sys_duration_str(el, e, sizeof e),
+           done > 0 ? sys_duration_str(step * (double)left + more, r, sizeof r) : "?");
   return buf;
 }
 

@@ -1,4 +1,4 @@
-/* io: the timeline. Every rank notes the start and end of each call it runs
+/* sys: the timeline. Every rank notes the start and end of each call it runs
  * (generation, an inference micro-batch, a weight sync, training, ...) in a
  * small buffer; record_step gathers the buffers to rank 0, which appends them
  * to /timeline of the run record (docs/formats.md), so a plot can draw one
@@ -6,7 +6,7 @@
  * lies between a rank's calls. Times are seconds since the record was opened:
  * on one node from rank 0's zero on the shared clock, across nodes from a
  * barrier on each rank's own clock. */
-#include "io.h"
+#include "sys.h"
 #include <string.h>
 
 #define TL_MAX_NAMES TIMELINE_MAX_NAMES

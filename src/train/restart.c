@@ -1,10 +1,11 @@
-/* io: "-restart latest". A batch job that is preempted and requeued runs the
+/* train: "-restart latest" (the -restart of train/job.c). A batch job that is preempted and requeued runs the
  * same command again; with -restart latest it resumes from the newest complete
  * checkpoint in its output directory, or starts fresh when there is none,
  * so one job script serves the first start and every resumption. */
-#include "internal/h5util.h"
+#include "train.h"
 
 #include <dirent.h>
+#include <inttypes.h>
 #include <string.h>
 
 typedef struct {
@@ -47,11 +48,7 @@ static PetscErrorCode restart_scan(void *vctx)
 
     if (!restart_is_ckpt_name(e->d_name)) continue;
     PetscCall(PetscSNPrintf(path, sizeof path, "%s/%s", s->dir, e->d_name));
-    H5E_BEGIN_TRY
-    {
-      it = ckpt_read_state_local(path, &st) ? -1 : (int64_t)st.iteration;
-    }
-    H5E_END_TRY;
+    it = ckpt_read_state_local(path, &st) ? -1 : (int64_t)st.iteration;
     if (it < 0) {
       s->nskipped++;
       continue;
@@ -65,7 +62,7 @@ static PetscErrorCode restart_scan(void *vctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ckpt_resolve_restart(MPI_Comm comm, const char *dir, char *restart, size_t len)
+PetscErrorCode train_restart_resolve(MPI_Comm comm, const char *dir, char *restart, size_t len)
 {
   RestartScan s = {dir, "", -1, 0};
   PetscBool   latest;
@@ -73,11 +70,13 @@ PetscErrorCode ckpt_resolve_restart(MPI_Comm comm, const char *dir, char *restar
   PetscFunctionBegin;
   PetscCall(PetscStrcmp(restart, "latest", &latest));
   if (!latest) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(h5u_rank0(comm, restart_scan, &s));
+  PetscCall(io_on_root(comm, restart_scan, &s));
   PetscCallMPI(MPI_Bcast(s.best, (int)sizeof s.best, MPI_CHAR, 0, comm));
   PetscCallMPI(MPI_Bcast(&s.best_it, 1, MPI_INT64_T, 0, comm));
   PetscCallMPI(MPI_Bcast(&s.nskipped, 1, MPI_INT, 0, comm));
-  if (s.best[0]) PetscCall(PetscPrintf(comm, "restart latest: %s (step or iteration %" PRId64 ")%s\n", s.best, s.best_it, s.nskipped ? ", unreadable checkpoints skipped" : ""));
+  if (s.best[0])
+    PetscCall(PetscPrintf(comm, "restart latest: %s (step or iteration %" PRId64 ")%s\n", s.best, s.best_it,
+                          s.nskipped ? ", unreadable checkpoints skipped" : ""));
   else PetscCall(PetscPrintf(comm, "restart latest: no complete checkpoint in %s, starting fresh\n", dir));
   PetscCall(PetscStrncpy(restart, s.best, len));
   PetscFunctionReturn(PETSC_SUCCESS);
