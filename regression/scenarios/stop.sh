@@ -15,7 +15,7 @@ stopped() {
   local dir=$1 log=$2 pat=$3 sig=$4; shift 4
   setsid bash -c "exec \"$MPIEXEC\" $MPIEXEC_FLAGS -n 2 \"$BIN/rlfuse\" $* -output_dir $dir" >$log 2>&1 &
   local pid=$! n=0
-  until grep -q "$pat" $log 2>/dev/null || [ $n -ge 600 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; n=$((n + 1)); done
+  until grep -q "$pat" $log 2>/dev/null || [ $n -ge 3000 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.02; n=$((n + 1)); done
   kill -"$sig" -- -$pid 2>/dev/null
   wait $pid
 }
@@ -28,12 +28,12 @@ check "SFT on SIGTERM: status 143, one line naming the checkpoint and -restart l
   bash -c "[ $rc -eq 143 ] && [ $line -eq 1 ] && ls $d/sft_stop/ckpt_0000*.h5 >/dev/null && [ ! -f $d/sft_stop/final.h5 ]"
 np2 $sft -output_dir $d/sft_stop -restart latest >$d/sft_resume.log 2>&1 || not_ok "SFT resume: $(tail -1 $d/sft_resume.log)"
 check "SFT resumed with -restart latest ends bit-identical to the uninterrupted run" h5diff -q $d/sft_full/final.h5 $d/sft_stop/final.h5 /policy /policy
-# PPO, 2 ranks: SIGINT (Ctrl-C) after iteration 2
+# PPO, 2 ranks: SIGINT (Ctrl-C) after iteration 1
 rlfuse -mode rm -rm_sft_checkpoint $d/sft_full/final.h5 -output_dir $d/rm -rm_pairs 48 -rm_eval_pairs 16 -rm_steps 4 -rm_batch 8 \
   -gen_max_new_tokens 12 -gen_slots 8 -task_len_max 8 -seed 7 >$d/rm.log 2>&1 || not_ok "RM fixture: $(tail -1 $d/rm.log)"
-ppo="-options_file regression/decks/rlhf_tiny.deck -actor_checkpoint $d/sft_full/final.h5 -reward_checkpoint $d/rm/final.h5 -ppo_iterations 12"
+ppo="-options_file regression/decks/rlhf_tiny.deck -actor_checkpoint $d/sft_full/final.h5 -reward_checkpoint $d/rm/final.h5 -ppo_iterations 30"
 np2 $ppo -output_dir $d/ppo_full >$d/ppo_full.log 2>&1 || not_ok "uninterrupted PPO: $(tail -1 $d/ppo_full.log)"
-stopped $d/ppo_stop $d/ppo_stop.log "^iter    2/" INT $ppo; rc=$?
+stopped $d/ppo_stop $d/ppo_stop.log "^iter    1/" INT $ppo; rc=$?
 line=$(grep -c "ppo stopped by SIGINT after iteration [0-9]*: checkpoint $d/ppo_stop/ckpt_0000[0-9][0-9].h5 written; to go on" $d/ppo_stop.log)
 check "PPO on SIGINT: status 130, one line, the checkpoint there, no final.h5 (status $rc)" \
   bash -c "[ $rc -eq 130 ] && [ $line -eq 1 ] && ls $d/ppo_stop/ckpt_0000*.h5 >/dev/null && [ ! -f $d/ppo_stop/final.h5 ]"
