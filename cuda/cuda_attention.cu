@@ -3,32 +3,18 @@
  * path used by generation.
  *
  * Training. The backend's pair is tiled, like the cpu's: it keeps each
- * row's log-sum-exp and never a T x T array (attention_lse 1; described
- * before it below). The former pair, which keeps the probabilities
- * [B,NH,T,T], stays as rfcuda_attention_probs_forward/backward: a reference
- * for test_cuda and a speed baseline. In that pair, q, k, v (and dout) are first permuted from the token-major qkv
- * [B,T,C+2Ckv] into head-major [B,NH,T,hs] (q, dout) and [B,NKV,T,hs] (k, v)
- * in scratch. Grouped-query attention (NKV kv heads, each shared by the
- * grp = NH/NKV query heads h = kh*grp .. kh*grp+grp-1, which are contiguous)
- * then needs no copies of k and v: the group's queries are one [grp*T, hs]
- * matrix in head-major q, its rows of att one [grp*T, T] matrix, so every
- * (b, kv head) unit is one product at a fixed stride and each product is a
- * single cublasGemmStridedBatchedEx call over the B*NKV units. The group's
- * query heads meet in dK = dS^T Q and dV = P^T dO as the grp*T terms of one
- * GEMM's inner dimension: summed by cuBLAS, deterministically, with no
- * second pass. NKV = NH is the plain case (grp 1, units = (b,h) pairs): the
- * same products as before GQA. In fp32 precision the GEMMs use
- * CUBLAS_COMPUTE_32F_PEDANTIC: true fp32 whatever math mode the handle is
- * in (TF32 would lose ~3 digits against the CPU). In bf16 precision their
- * operands are bf16, as the linear layers' are (q, k, v and
- * dout permuted straight into bf16; the softmax kernels write bf16 copies
- * of P and dS beside the fp32 ones), accumulated and stored in fp32: P, dS
- * and the outputs before their final rounding stay fp32, and the softmax
- * runs on fp32 scores. At T 1024 these products are most of a bf16
- * training step's time in true fp32. The full T x T products also
- * fill the masked upper triangle; the softmax kernels then write zeros
- * there, as the CPU does, so the backward's products can run over the whole
- * square. cuBLAS gives the same bits on every run on the same GPU, and the
+ * row's log-sum-exp and never a T x T array (described before it below).
+ * q, k, v (and dout) are first permuted from the token-major qkv
+ * [B,T,C+2Ckv] into head-major scratch, so that every (b, kv head) unit is
+ * one product at a fixed stride and each product is a single
+ * cublasGemmStridedBatchedEx call over the units; the grp = NH/NKV query
+ * heads of a kv head meet in dK and dV as terms of one GEMM's inner
+ * dimension, summed by cuBLAS deterministically, with no second pass. In
+ * fp32 precision the GEMMs use CUBLAS_COMPUTE_32F_PEDANTIC: true fp32
+ * whatever math mode the handle is in (TF32 would lose ~3 digits against
+ * the CPU). In bf16 precision their operands are bf16, as the linear
+ * layers' are, accumulated and stored in fp32; the softmax runs on fp32
+ * scores. cuBLAS gives the same bits on every run on the same GPU, and the
  * softmax kernels sum in a fixed order, so the op is deterministic.
  *
  * KV cache. One kernel stores every row's k and v, and only then (the next
@@ -47,9 +33,6 @@
 #define ATT_WARPS        8     /* rows per block of the softmax kernels, one warp per row */
 #define ATT_PERM_THREADS 256   /* threads per block of the permutations */
 #define ATT_BATCH_MAX    65535 /* units (b, kv head) per strided-batched GEMM call */
-/* The backward's dS buffer is filled by chunks of units (b, kv head) of at most
- * this size, so it does not double the memory that att already takes. */
-#define ATT_BWD_DS_BYTES ((size_t)512 << 20)
 #define ATT_DEC_THREADS  128 /* threads per (row, head) block of the KV-cache attend */
 #define ATT_DEC_WARPS    (ATT_DEC_THREADS / 32)
 #define ATT_DEC_UNROLL   4   /* keys per lane group and pass of the score loop (loads in flight) */
@@ -174,44 +157,6 @@ __device__ void att_row_softmax(float *p, __nv_bfloat16 *p16, int t, int L, int 
   if (lse && lane == 0) *lse = m + logf(sum);
 }
 
-/* Warp w of block b owns row i = b*ATT_WARPS + w of the rows [B*NH*T] of att
- * (query t = i % T of its (b,h) pair, whatever the grouping of heads); lane l owns columns l, l+32, ...
- * Columns 0..t hold the scaled scores and become their softmax (max
- * subtracted); columns t+1..T-1 become 0. A lane only rereads what it wrote.
- * p16 (bf16 precision; else NULL) gets the probabilities rounded to bf16. */
-__global__ void __launch_bounds__(32 * ATT_WARPS) att_softmax_kernel(float *att, __nv_bfloat16 *p16, int rows, int T)
-{
-  int i = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
-
-  if (i >= rows) return; /* warp-uniform */
-  att_row_softmax(att + (size_t)i * T, p16 ? p16 + (size_t)i * T : NULL, i % T, T, lane, NULL);
-}
-
-/* Same mapping over rows of dS (dP = dO V^T on entry) and P:
- * dS = P * (dP - sum_j P dP) * scale on columns 0..t, 0 above. In bf16
- * precision ds16 and p16 get dS and P rounded to bf16 (else both NULL). */
-__global__ void __launch_bounds__(32 * ATT_WARPS) att_softmax_backward_kernel(float *dS, const float *P, __nv_bfloat16 *ds16, __nv_bfloat16 *p16, int rows, int T,
-                                                                             float scale)
-{
-  int i = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
-
-  if (i >= rows) return;
-  int          t = i % T;
-  float       *d = dS + (size_t)i * T, dot = 0.0f;
-  const float *p = P + (size_t)i * T;
-
-  for (int j = lane; j <= t; j += 32) dot += p[j] * d[j];
-  dot = att_warp_sum(dot);
-  for (int j = lane; j < T; j += 32) {
-    float y = j <= t ? p[j] * (d[j] - dot) * scale : 0.0f;
-    d[j]    = y;
-    if (ds16) {
-      ds16[(size_t)i * T + j] = __float2bfloat16_rn(y);
-      p16[(size_t)i * T + j]  = __float2bfloat16_rn(p[j]);
-    }
-  }
-}
-
 /* One strided-batched GEMM (column-major, C = alpha op(A) op(B) + beta C,
  * fp32 output): true fp32, or bf16 operands (bf) accumulated in fp32.
  * Strides and leading dimensions count elements of the operands' type. */
@@ -245,14 +190,13 @@ static int att_permute(void *dst, const float *src, int B, int T, int nh, int hs
 }
 
 /* q, k and v of qkv [B*T, C + 2Ckv] into their head-major places (elements
- * of es bytes): q [B,NH,T,hs], or with grouped [B,NKV,T,grp*hs] (a kv
- * head's query heads side by side per position, the tiled pair's layout),
- * then k and v [B,NKV,T,hs]. */
-static int att_permute_qkv(char *q, char *k, char *v, const float *qkv, int B, int T, int NH, int NKV, int hs, int bf, int grouped)
+ * of es bytes): q [B,NKV,T,grp*hs] (a kv head's query heads side by side
+ * per position), then k and v [B,NKV,T,hs]. */
+static int att_permute_qkv(char *q, char *k, char *v, const float *qkv, int B, int T, int NH, int NKV, int hs, int bf)
 {
   int C = NH * hs, Ckv = NKV * hs, ld = C + 2 * Ckv;
 
-  if (att_permute(q, qkv, B, T, grouped ? NKV : NH, grouped ? NH / NKV * hs : hs, ld, 0, bf)) return 1;
+  if (att_permute(q, qkv, B, T, NKV, NH / NKV * hs, ld, 0, bf)) return 1;
   if (att_permute(k, qkv, B, T, NKV, hs, ld, C, bf)) return 1;
   return att_permute(v, qkv, B, T, NKV, hs, ld, C + Ckv, bf);
 }
@@ -283,111 +227,11 @@ static int att_check_sizes(const char *op, int B, int T, int C, int NH, int NKV)
   return 0;
 }
 
-/* Row-major per unit (b, kv head kh), whose grp query heads' rows form Q
- * [grp*T, hs] and P [grp*T, T]: S = scale Q K^T is, column-major, S^T =
- * K^T' Q (op T on k, N on q); Y = P V is Y^T = V^T P^T (N, N). Scratch: q,
- * k, v (fp32, or bf16 with their bf16 probabilities p16), then y, then att
- * when the caller passes none. In fp32, y reuses q's place, which the first
- * product has finished with. */
-extern "C" int rfcuda_attention_probs_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV)
-{
-  if (att_check_sizes("attention_forward", B, T, C, NH, NKV)) return 1;
-  if (B == 0 || T == 0) return 0;
-
-  const int    bf = rfcuda_get_precision() == 1;
-  const size_t es = bf ? sizeof(__nv_bfloat16) : sizeof(float);
-  int          hs = C / NH, grp = NH / NKV, gT = grp * T, nu = B * NKV, rows = B * NH * T;
-  size_t       btc = (size_t)B * T * C, btk = (size_t)B * T * NKV * hs, tt = (size_t)T * T, qkv_bytes = rfcuda_align((btc + 2 * btk) * es);
-  size_t       y_bytes = bf ? rfcuda_align(btc * sizeof(float)) : 0, p16_bytes = bf ? rfcuda_align((size_t)B * NH * tt * es) : 0;
-  long long    sk = (long long)T * hs, sq = (long long)gT * hs, sa = (long long)grp * tt; /* per unit: k and v, q and y, att */
-  float        scale = 1.0f / sqrtf((float)hs), *y;
-  char        *base, *q, *k, *v;
-  __nv_bfloat16 *p16 = NULL;
-
-  /* att may be NULL (forward only, as on the CPU): it then lives in scratch */
-  if (rfcuda_scratch(qkv_bytes + y_bytes + p16_bytes + (att ? 0 : rfcuda_align((size_t)B * NH * tt * sizeof(float))), (void **)&base)) return 1;
-  q = base, k = q + btc * es, v = k + btk * es;
-  y = bf ? (float *)(base + qkv_bytes) : (float *)q;
-  if (bf) p16 = (__nv_bfloat16 *)(base + qkv_bytes + y_bytes);
-  if (!att) att = (float *)(base + qkv_bytes + y_bytes + p16_bytes);
-
-  if (att_permute_qkv(q, k, v, qkv, B, T, NH, NKV, hs, bf, 0)) return 1;
-  for (int u0 = 0; u0 < nu; u0 += ATT_BATCH_MAX) {
-    int nb = nu - u0 < ATT_BATCH_MAX ? nu - u0 : ATT_BATCH_MAX;
-    if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, gT, hs, scale, k + u0 * sk * es, hs, sk, q + u0 * sq * es, hs, sq, att + u0 * sa, T, sa, nb, bf)) return 1;
-  }
-  att_softmax_kernel<<<(rows + ATT_WARPS - 1) / ATT_WARPS, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(att, p16, rows, T);
-  RFCUDA_LAUNCHED();
-  for (int u0 = 0; u0 < nu; u0 += ATT_BATCH_MAX) {
-    int         nb = nu - u0 < ATT_BATCH_MAX ? nu - u0 : ATT_BATCH_MAX;
-    const void *P  = bf ? (const void *)(p16 + u0 * sa) : (const void *)(att + u0 * sa);
-    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, gT, T, 1.0f, v + u0 * sk * es, hs, sk, P, T, sa, y + u0 * sq, hs, sq, nb, bf)) return 1;
-  }
-  return att_unpermute(out, y, B, T, NH, hs, C, 0, 0, bf);
-}
-
-/* Per chunk of units (b, kv head), row-major over the unit's grp query
- * heads: dP = dO V^T, dS = softmax_backward(P, dP)*scale, dQ = dS K,
- * dK = dS^T Q, dV = P^T dO, each into head-major scratch; then three
- * kernels add dQ, dK and dV into dqkv. dK and dV sum the group's grp*T
- * query rows inside one GEMM (deterministic: cuBLAS gives the same bits on
- * the same GPU), so each kv head's gradient is written by one thread of the
- * unpermute and nothing races. In bf16 precision q, k, v and dO are bf16
- * and the softmax backward also writes the chunk's dS and P in bf16 for the
- * three products that take them. */
-extern "C" int rfcuda_attention_probs_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV)
-{
-  if (att_check_sizes("attention_backward", B, T, C, NH, NKV)) return 1;
-  if (B == 0 || T == 0) return 0;
-
-  const int    bf = rfcuda_get_precision() == 1;
-  const size_t es = bf ? sizeof(__nv_bfloat16) : sizeof(float);
-  int          hs = C / NH, Ckv = NKV * hs, grp = NH / NKV, gT = grp * T, nu = B * NKV;
-  size_t       btc = (size_t)B * T * C, btk = (size_t)B * T * Ckv, tt = (size_t)T * T, cb = ATT_BWD_DS_BYTES / (grp * tt * sizeof(float));
-  size_t       in_bytes = rfcuda_align((2 * btc + 2 * btk) * es), out_bytes = rfcuda_align((btc + 2 * btk) * sizeof(float)), ds_bytes;
-  long long    sk = (long long)T * hs, sq = (long long)gT * hs, sa = (long long)grp * tt; /* per unit: k and v, q and dO, att */
-  float        scale = 1.0f / sqrtf((float)hs), *dq, *dk, *dv, *dS;
-  char        *base, *q, *k, *v, *dO;
-  __nv_bfloat16 *ds16 = NULL, *p16 = NULL;
-
-  cb = cb < 1 ? 1 : cb > (size_t)nu ? (size_t)nu : cb;
-  cb = cb > ATT_BATCH_MAX ? ATT_BATCH_MAX : cb;
-  ds_bytes = rfcuda_align(cb * sa * sizeof(float));
-  if (rfcuda_scratch(in_bytes + out_bytes + ds_bytes + (bf ? 2 * rfcuda_align(cb * sa * es) : 0), (void **)&base)) return 1;
-  q = base, k = q + btc * es, v = k + btk * es, dO = v + btk * es;
-  dq = (float *)(base + in_bytes), dk = dq + btc, dv = dk + btk;
-  dS = (float *)(base + in_bytes + out_bytes);
-  if (bf) {
-    ds16 = (__nv_bfloat16 *)(base + in_bytes + out_bytes + ds_bytes);
-    p16  = (__nv_bfloat16 *)(base + in_bytes + out_bytes + ds_bytes + rfcuda_align(cb * sa * es));
-  }
-
-  if (att_permute_qkv(q, k, v, qkv, B, T, NH, NKV, hs, bf, 0)) return 1;
-  if (att_permute(dO, dout, B, T, NH, hs, C, 0, bf)) return 1;
-  for (int u0 = 0; u0 < nu; u0 += (int)cb) {
-    int          nb = nu - u0 < (int)cb ? nu - u0 : (int)cb, rows = nb * gT;
-    size_t       okv = (size_t)u0 * sk, oq = (size_t)u0 * sq;
-    const float *P = att + (size_t)u0 * sa;
-    const void  *dSop = bf ? (const void *)ds16 : (const void *)dS, *Pop = bf ? (const void *)p16 : (const void *)P;
-
-    if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, gT, hs, 1.0f, v + okv * es, hs, sk, dO + oq * es, hs, sq, dS, T, sa, nb, bf)) return 1;
-    att_softmax_backward_kernel<<<(rows + ATT_WARPS - 1) / ATT_WARPS, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(dS, P, ds16, p16, rows, T, scale);
-    RFCUDA_LAUNCHED();
-    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, gT, T, 1.0f, k + okv * es, hs, sk, dSop, T, sa, dq + oq, hs, sq, nb, bf)) return 1;
-    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, gT, 1.0f, q + oq * es, hs, sq, dSop, T, sa, dk + okv, hs, sk, nb, bf)) return 1;
-    if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, gT, 1.0f, dO + oq * es, hs, sq, Pop, T, sa, dv + okv, hs, sk, nb, bf)) return 1;
-  }
-  if (att_unpermute(dqkv, dq, B, T, NH, hs, C + 2 * Ckv, 0, 1, 0)) return 1;
-  if (att_unpermute(dqkv, dk, B, T, NKV, hs, C + 2 * Ckv, C, 1, 0)) return 1;
-  return att_unpermute(dqkv, dv, B, T, NKV, hs, C + 2 * Ckv, C + Ckv, 1, 0);
-}
-
 /* ---- training forward and backward, tiled: no T x T array --------------------- */
 
-/* The tiled pair (the cuda backend's attention_forward/backward,
- * attention_lse 1) is the cpu backend's algorithm on cuBLAS: queries go in
- * blocks of qb positions, and a block's scores are a panel over the keys it
- * can see (0..t1), so only the log-sum-exp of each row is kept and the
+/* The tiled pair (the cuda backend's attention_forward/backward) is the cpu
+ * backend's algorithm on cuBLAS: queries go in blocks of qb positions, and
+ * a block's scores are a panel over the keys it can see (0..t1), so only the log-sum-exp of each row is kept and the
  * backward recomputes the probabilities from it. q and dout are permuted
  * into [B, NKV, T, grp*hs]: a unit (b, kv head)'s group of query heads is
  * then one row-major [T*grp, hs] matrix whose row t*grp + g is query head
@@ -514,7 +358,7 @@ extern "C" int rfcuda_attention_forward(float *out, float *lse, const float *qkv
   y = (float *)(base + qkv_bytes), S = (float *)(base + qkv_bytes + y_bytes);
   if (bf) p16 = (__nv_bfloat16 *)(base + qkv_bytes + y_bytes + s_bytes);
 
-  if (att_permute_qkv(q, k, v, qkv, B, T, NH, NKV, hs, bf, 1)) return 1;
+  if (att_permute_qkv(q, k, v, qkv, B, T, NH, NKV, hs, bf)) return 1;
   for (int t0 = 0; t0 < T; t0 += qb) {
     int       L = t0 + qb < T ? t0 + qb : T, nr = (L - t0) * grp;
     long long sp = (long long)nr * L;
@@ -564,7 +408,7 @@ extern "C" int rfcuda_attention_backward(float *dqkv, const float *dout, const f
     ds16 = (__nv_bfloat16 *)(base + in_bytes + out_bytes + 2 * s_bytes + h_bytes);
   }
 
-  if (att_permute_qkv(q, k, v, qkv, B, T, NH, NKV, hs, bf, 1)) return 1;
+  if (att_permute_qkv(q, k, v, qkv, B, T, NH, NKV, hs, bf)) return 1;
   if (att_permute(dO, dout, B, T, NKV, grp * hs, C, 0, bf)) return 1;
   for (int ib = nqb - 1; ib >= 0; ib--) {
     int       t0 = ib * qb, L = t0 + qb < T ? t0 + qb : T, nr = (L - t0) * grp;

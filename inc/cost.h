@@ -58,7 +58,6 @@ typedef struct {
   double mem_per_rank;                    /* bytes one rank (one device) may use */
   double bytes_per_param;                 /* 4 for fp32 weights, 2 for bf16 (master weights and moments stay fp32) */
   double host_bw;                         /* bytes/s between host and device memory of one rank (offload); 0: not known, offload costs nothing */
-  PetscBool attention_lse;                /* training attention keeps its log-sum-exp, no T x T array (Backend.attention_lse: both backends' today; the T x T count stays for the cost tests) */
   /* Weight syncs (reallocation) through host memory over MPI, as -device
    * cuda moves them today (docs/design.md, "NCCL"), instead of device to
    * device (NCCL): -cost_sync_path host. Set by the search from the option;

@@ -25,7 +25,7 @@ typedef struct {
   PetscInt  eos;         /* the end-of-sequence token id */
   int       nstop;       /* further token ids that end a response (a chat model's end-of-turn), -gen_stop */
   int       stop[GEN_MAX_STOP];
-  PetscBool eager;       /* run each decode step's ops one by one: no recorded graphs (-gen_eager) */
+  PetscBool eager;       /* each decode step's ops one by one, no recorded graphs (test_cuda_gen's comparison) */
   PetscBool share_prompts; /* samples admitted together with the same prompt prefill it once (-gen_share_prompts) */
   PetscBool batch_invariant; /* the forward's matmuls in an order fixed per row, prefill included (-gen_batch_invariant) */
   PetscBool stops_from_deck; /* the deck gave -gen_eos or -gen_stop: a checkpoint's tokenizer does not replace them */
@@ -33,7 +33,7 @@ typedef struct {
 
 /* Reads -gen_temperature, -gen_top_k, -gen_top_p, -gen_greedy,
  * -gen_max_new_tokens, -gen_min_new_tokens, -gen_slots, -gen_kv_mb, -gen_eos,
- * -gen_stop, -gen_eager, -gen_share_prompts, -gen_batch_invariant. */
+ * -gen_stop, -gen_share_prompts, -gen_batch_invariant. */
 PetscErrorCode gen_config_set_from_options(GenConfig *cfg);
 /* EOS and the stop tokens of a run from checkpoint ckpt: when the deck gives
  * neither -gen_eos nor -gen_stop, those of ckpt's /tokenizer where it has
@@ -54,20 +54,10 @@ PetscBool gen_is_stop(const GenConfig *cfg, int token);
 size_t gen_kv_bytes(const GenConfig *cfg, const ModelConfig *model, int Tmax);
 
 /* ---- one draw ------------------------------------------------------------ */
-/* The host sampler, the reference of Backend.sample (the engine draws
- * through that op, whose cpu version gives exactly these bits: test_gen).
- * Picks the next token from one row of logits [V]. n_new tokens have been
- * generated so far (EOS is not allowed while n_new < min_new_tokens). The
- * uniform draw is rng_uniform(key, iteration, sample, position, 0) with
- * key = seed ^ GEN_RNG_DOMAIN. Returns the token; *logprob gets its
- * log-probability under the restricted, tempered distribution (computed in
- * double); allowed (room for V) and *nallowed get the allowed set in
- * ascending id order, or *nallowed = 0 when nothing restricts it. work needs
- * room for 2*V doubles. Returns -1, drawing nothing, when a logit that could
- * be drawn is NaN or +inf, or none is finite (a diverged model). */
+/* The key of generation's draws is seed ^ GEN_RNG_DOMAIN (Backend.sample's
+ * BackendSampleCfg.key): the uniform of (sample, position) at an iteration
+ * is rng_uniform(key, iteration, sample, position, 0). */
 #define GEN_RNG_DOMAIN 0x47454E5341ull /* "GENSA" */
-int gen_sample_row(const GenConfig *cfg, const float *logits, int V, int n_new, uint64_t seed, uint32_t iteration, uint32_t sample, uint32_t position,
-                   float *logprob, int *allowed, int *nallowed, double *work);
 
 /* ---- a batch of requests and its results -------------------------------- */
 typedef struct {

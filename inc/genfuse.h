@@ -179,8 +179,16 @@ typedef struct {
 /* Predicted seconds of the generation+inference stage when the tail
  * migrates at rt (0: never). */
 double genfuse_sim_stage(const GenFuseSim *s, double rt);
-/* The best of the candidates 0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5 (the
- * smaller on ties); *pred (may be NULL) its predicted seconds. */
+/* -fuse_migrate_at auto's choice, the one candidate table: the R_t among
+ * 0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5 whose stage(ctx, rt, &seconds) is
+ * the least (the smaller on ties, within 1e-9 relative); *pred (may be
+ * NULL) its seconds. The run passes genfuse_sim_stage on the previous
+ * iteration's measurements (genfuse_sim_pick), the cost model its own
+ * model of the stage (src/cost/migrate.c). */
+typedef PetscErrorCode (*GenFuseStageFn)(void *ctx, double rt, double *seconds);
+PetscErrorCode genfuse_rt_pick(GenFuseStageFn stage, void *ctx, double *rt, double *pred);
+/* genfuse_rt_pick over genfuse_sim_stage: the R_t; *pred (may be NULL) its
+ * predicted seconds. */
 double genfuse_sim_pick(const GenFuseSim *s, double *pred);
 #define GENFUSE_RT_FIRST 0.2 /* -fuse_migrate_at auto before any iteration was measured */
 

@@ -399,9 +399,7 @@ PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const 
 PetscErrorCode model_cached_check_rows(const Model *lm, const ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N);
 
 /* Sizes for -dry_run and benchmarks. */
-/* be: the backend that will run them (NULL: one whose attention saves its
- * T x T probabilities, the larger count). */
-size_t model_activation_bytes(const ModelConfig *cfg, const Backend *be, int B, int T);
+size_t model_activation_bytes(const ModelConfig *cfg, int B, int T);
 /* What training the whole model on one rank takes on backend be: per
  * parameter its weight, gradient and two AdamW moments (16 bytes) and any
  * kept low-precision copy (backend_weight_copy_bytes), plus the

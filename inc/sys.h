@@ -136,7 +136,10 @@ PetscErrorCode sys_param_record(const char *prefix, const char *name, const char
  * sys_help_capture runs before PetscInitialize and keeps what PETSc prints
  * there; sys_help_begin, once -help is known, starts recording each option's
  * help (the RfOpt macros call sys_option_help) and drops PETSc's own lines
- * for them; sys_help_print prints it all on rank 0. */
+ * for them; sys_help_print prints it all on rank 0. Options read in a
+ * PetscOptionsBegin block titled SYS_HELP_DEVELOPER are listed apart, after
+ * the others: switches for comparisons the tests make, not for runs. */
+#define SYS_HELP_DEVELOPER "Developer options"
 void           sys_help_capture(int argc, char **argv);
 PetscErrorCode sys_help_begin(void);
 PetscErrorCode sys_help_print(MPI_Comm comm);

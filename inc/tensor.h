@@ -38,8 +38,8 @@ static inline int tensor_set_but(int e) { return -e - 1; }
 static inline int tensor_set_excluded(const int *ids, int n) { return n == 1 && ids[0] < 0 ? -(ids[0] + 1) : -1; }
 
 /* Floats of the array attention_forward saves for the backward (its att):
- * B*NH*T with the log-sum-exp (lse 1), B*NH*T*T with the probabilities. */
-static inline size_t tensor_attention_saved(int lse, size_t B, size_t NH, size_t T) { return lse ? B * NH * T : B * NH * T * T; }
+ * the log-sum-exp of each query row, B*NH*T. */
+static inline size_t tensor_attention_saved(size_t B, size_t NH, size_t T) { return B * NH * T; }
 
 /* What Backend.matmul_fused folds into a matmul (at most one of gated and
  * norm_w):
@@ -133,17 +133,14 @@ struct Backend {
    * is plain multi-head attention). Head size hd = C/NH, C the query width.
    * qkv [B,T,C + 2*Ckv] (q | k | v, Ckv = NKV*hd, heads contiguous inside
    * each), out [B,T,C]; scale 1/sqrt(hd). att is what the backward needs
-   * (NULL: a forward that no backward follows), by attention_lse:
-   *   1  the log-sum-exp [B,NH,T] of each query row's scaled scores s_tj =
-   *      scale * q_t.k_j (natural log, over j <= t), so that the
-   *      probabilities are exp(s_tj - lse_t): no T x T array anywhere
-   *      (both backends: tiled);
-   *   0  the softmax probabilities [B,NH,T,T], zeros above the diagonal
-   *      (the former pairs, kept as references: backend_*_attention_probs_*). */
+   * (NULL: a forward that no backward follows): the log-sum-exp [B,NH,T]
+   * of each query row's scaled scores s_tj = scale * q_t.k_j (natural log,
+   * over j <= t), so that the probabilities are exp(s_tj - lse_t): no T x T
+   * array anywhere (both backends: tiled); size it with
+   * tensor_attention_saved. */
   PetscErrorCode (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
-  /* dqkv += ...; out and att are the forward's (attention_lse 0 does not read out) */
+  /* dqkv += ...; out and att are the forward's */
   PetscErrorCode (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out, const float *att, int B, int T, int C, int NH, int NKV);
-  int attention_lse; /* the layout of att above; size it with tensor_attention_saved */
   /* Attention with a KV cache. Row r (of N) is the token of cache slot slot[r]
    * at position pos[r]. All rows' k and v are first written into
    * kcache/vcache [nslot, Tmax, Ckv] at (slot[r], pos[r]); then each row's
@@ -215,8 +212,8 @@ struct Backend {
    * row's logits (inc/internal/sample_core.h, sample_kept). With allowed not
    * NULL, allowed[n*V ..] gets the set's ids in ascending order (nallowed[n]
    * of them). work: sample_work(N, V) bytes of this backend's memory.
-   * Every array is this backend's memory. The cpu op gives exactly
-   * gen_sample_row's bits; the cuda op runs the same operations in the same
+   * Every array is this backend's memory. The cpu op gives exactly the
+   * bits of the tests' host sampler (regression/ref_sample.c); the cuda op runs the same operations in the same
    * order and differs only where the libraries' exp and log do. */
   PetscErrorCode (*sample)(int *token, float *logprob, int *nallowed, int *boundary, int *allowed, void *work, const float *logits, const int *row,
                            const int *sample_id, const int *position, const int *ban_eos, const BackendSampleCfg *cfg, int N, int V);
@@ -269,26 +266,6 @@ PetscErrorCode backend_cuda(const Backend **be);
  * fp32 master weights, gradients and optimizer state are not rounded.
  * Applies to the ops called after it; CUDA only (bf16 fails without CUDA). */
 PetscErrorCode backend_cuda_set_precision(PetscBool bf16);
-/* Batch invariance of the cpu backend's forward matmuls: on, every call
- * computes each output row with an order that depends on the row's values
- * and the shapes C and OC only, never on the call's row count, the row's
- * index or the thread count, so generation's tokens and log-probabilities
- * do not depend on -gen_slots or on which prompts share a prefill (the
- * other cached-forward ops are row-wise already). Off (the default),
- * calls of more than 32 rows (4 for GPT-2's [C,OC] weights) go through
- * sgemm, which is faster there but whose bits depend on the row count.
- * Applies to the ops called after it, training's forward included. */
-PetscErrorCode backend_cpu_set_batch_invariant(PetscBool on);
-/* The cpu backend's former training attention, which saves the softmax
- * probabilities [B,NH,T,T] (the contract of attention_lse 0): the reference
- * that its tiled attention (test_ops) and the cuda backend's kernels
- * (test_cuda) are compared with. Arguments as the ops'. */
-PetscErrorCode backend_cpu_attention_probs_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
-PetscErrorCode backend_cpu_attention_probs_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *att, int B, int T, int C, int NH, int NKV);
-/* The cuda backend's former pair, the same contract on device pointers
- * (test_cuda checks it against the cpu's). */
-PetscErrorCode backend_cuda_attention_probs_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
-PetscErrorCode backend_cuda_attention_probs_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV);
 /* The cuda backend's tiled attention makes its score panels for as many
  * (sequence, kv head) units at a time as fit bytes (0: the default,
  * 256 MiB); was (may be NULL) gets the former value. Tests set it small so
@@ -315,8 +292,5 @@ PetscErrorCode backend_setup(const char *device, PetscBool bf16, const Backend *
 
 /* CUDA runtime/driver versions and device count, or "none (built without CUDA)". */
 PetscErrorCode backend_cuda_version(char *buf, size_t len);
-
-/* FLOP counts used for GFLOP/s and MFU reports. */
-double tensor_matmul_flops(int N, int C, int OC);
 
 #endif

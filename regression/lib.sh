@@ -40,9 +40,9 @@ expect_error() {
   ok "$what ($(cut -c1-110 $err))"
 }
 
-# Two runs' rollouts.h5 and run.h5 metrics are the same (tools/run_diff.py):
+# Two runs' rollouts.h5 and run.h5 metrics are the same (regression/ref/run_diff.py):
 # same_run_dirs DIR_A DIR_B.
-same_run_dirs() { "$PYTHON" tools/run_diff.py "$1" "$2"; }
+same_run_dirs() { "$PYTHON" regression/ref/run_diff.py "$1" "$2"; }
 
 # The fusion scenarios' fixture in DIR: a one-layer policy after 20 SFT steps
 # and a reward model after 4 RM steps (DIR/sft, DIR/rm), and in P the PPO
@@ -59,12 +59,12 @@ fusion_fixture() { # DIR [N_LAYER (default 1)]
 
 # Training-layout comparisons (train_layouts.sh, llama.sh), in the caller's
 # $d with its mpirun N ARGS...: same_as_one_rank WHAT REF OUT [METRICS]: the
-# final.h5 of $d/OUT as $d/REF's (tools/ckpt_diff.py: moments within 1e-4 of
+# final.h5 of $d/OUT as $d/REF's (regression/ref/ckpt_diff.py: moments within 1e-4 of
 # each tensor's scale, weights within 1e-3; docs/testing.md says why) and,
 # unless METRICS is 0, the run.h5 metrics within 1e-4 (regression/same_metrics.py).
 same_as_one_rank() {
   local what=$1 ref=$2 out=$3 metrics=${4:-1}
-  if "$PYTHON" tools/ckpt_diff.py --params-tol 1e-3 $d/$ref/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 &&
+  if "$PYTHON" regression/ref/ckpt_diff.py --params-tol 1e-3 $d/$ref/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 &&
      { [ "$metrics" = 0 ] || "$PYTHON" regression/same_metrics.py $d/$ref/run.h5 $d/$out/run.h5 1e-4 1e-5 >$d/metrics_$out.txt 2>&1; }
   then ok "$what: weights, moments$([ "$metrics" = 0 ] || echo " and metrics") as on 1 rank ($(grep -o 'max relative difference [^ ]*' $d/diff_$out.txt | sort -k4 -g | tail -1))"
   else not_ok "$what: differs from 1 rank"; cat $d/diff_$out.txt $d/metrics_$out.txt 2>/dev/null | grep -v PASS | tail -3 | sed 's/^/# /'; fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One deck regression: regression/cases/NAME/ holds
 #   deck          a PETSc options file (the run to check)
-#   tolerances    rules for tools/compare.py, one per quantity
+#   tolerances    rules for regression/ref/compare.py, one per quantity
 #   reference.h5  the stored results: every run.h5 and final.h5 of the run,
 #                 merged (a pipeline's stages under /sft, /rm, /ppo)
 #   ranks         optional: the number of MPI ranks (default 1)
@@ -80,7 +80,7 @@ if [ "${REPLACE:-}" = 1 ]; then
   exit 0
 fi
 [ -f "$case_dir/reference.h5" ] || fail "no stored results; run make test REPLACE=1"
-if "$PYTHON" tools/compare.py "$case_dir/reference.h5" "$out/merged.h5" "$case_dir/tolerances" >"$out.cmp" 2>&1; then
+if "$PYTHON" regression/ref/compare.py "$case_dir/reference.h5" "$out/merged.h5" "$case_dir/tolerances" >"$out.cmp" 2>&1; then
   echo "ok - $name: matches stored results within tolerances ($(grep -c '^PASS' "$out.cmp") quantities)"
 else
   echo "not ok - $name: differs from stored results"; grep -v '^PASS' "$out.cmp" | head -20 | sed 's/^/# /'

@@ -31,8 +31,7 @@
  * formula with grouped-query attention and their point-to-point time), the fused training
  * stage at its schedule's bound, offload's bytes both ways and its memory saving; LLaMA-2
  * 7B+7B on one H100 infeasible with the call, rank and device memory named, ZeRO-1's saving
- * per parameter, the training activations with `attention_lse` linear in the length and
- * smaller (with the T x T arrays, faster than linear); a training stage alone
+ * per parameter, the training activations linear in the length (no T x T arrays); a training stage alone
  * (`cost_train_stage`: SFT and RM steps and two replicas' halved micro-batches by hand, a 70B
  * SFT step on one H100 infeasible naming `sft_train`); the reallocation bytes equal to the
  * reallocation planner's on 5 layout pairs and both heads; the timeline's rows and file; the
@@ -687,25 +686,21 @@ static PetscErrorCode check_memory(void)
     test_report_close("per-rank peaks: the largest is the estimate's", top, z.mem_max, 1e-12);
   }
   test_report_close("ZeRO-1 saves 10.5 bytes per parameter of both trained models", e.mem_call[MFC_ACTOR_TRAIN] - z.mem_call[MFC_ACTOR_TRAIN], 10.5 * (cost_shape_params(&w.actor) + cost_shape_params(&w.critic)), 1e-9);
-  /* the training activations at responses of 128, 256, 384 tokens: with
-   * the T x T arrays they grow faster than the length (second difference >
-   * 0); an attention that keeps its log-sum-exp (attention_lse) makes them
-   * linear in it, and smaller */
+  /* the training activations at responses of 128, 256, 384 tokens: the
+   * attention keeps one log-sum-exp per row, no T x T array, so they grow
+   * linearly in the length (second difference 0; Megatron's T x T count
+   * would make it positive) */
   {
-    double m[2][3], d2[2];
-    for (int a = 0; a < 2; a++) {
-      hw.attention_lse = a ? PETSC_TRUE : PETSC_FALSE;
-      for (int k = 0; k < 3; k++) {
-        for (int i = 0; i < 64; i++) len[i] = 128 * (k + 1);
-        w.max_new = 128 * (k + 1);
-        PetscCall(cost_estimate(&hw, &w, &plan, &e));
-        m[a][k] = e.mem_call[MFC_ACTOR_TRAIN];
-      }
-      d2[a] = m[a][2] - 2 * m[a][1] + m[a][0];
+    double m[3], d2;
+    for (int k = 0; k < 3; k++) {
+      for (int i = 0; i < 64; i++) len[i] = 128 * (k + 1);
+      w.max_new = 128 * (k + 1);
+      PetscCall(cost_estimate(&hw, &w, &plan, &e));
+      m[k] = e.mem_call[MFC_ACTOR_TRAIN];
     }
-    hw.attention_lse = PETSC_FALSE;
-    test_report(d2[0] > 1e-3 * (m[0][1] - m[0][0]) && fabs(d2[1]) <= 1e-9 * m[1][2] && m[1][2] < m[0][2] ? PETSC_TRUE : PETSC_FALSE,
-                "attention_lse: training activations linear in the length (T x T: not) and smaller", "second differences %g (T x T) and %g (lse); at 384 tokens %g and %g bytes", d2[0], d2[1], m[0][2], m[1][2]);
+    d2 = m[2] - 2 * m[1] + m[0];
+    test_report(fabs(d2) <= 1e-9 * m[2] && m[1] > m[0] && m[2] > m[1] ? PETSC_TRUE : PETSC_FALSE, "training activations linear in the length (no T x T array)",
+                "second difference %g; at 128, 256, 384 tokens %g, %g, %g bytes", d2, m[0], m[1], m[2]);
   }
   PetscCall(PetscFree(len));
   PetscCall(cost_prims_destroy(&hw));

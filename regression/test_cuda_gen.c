@@ -3,7 +3,7 @@
  * LLaMA-shaped model (GQA 7:1, 7 query heads: not a power of two), in fp32
  * and bf16:
  *   - replayed graphs give exactly the bits of the same steps run op by op
- *     (-gen_eager), with plain sampling, top-k/top-p and min_new_tokens;
+ *     (GenConfig.eager), with plain sampling, top-k/top-p and min_new_tokens;
  *   - after the weights change in place (an AdamW step through the backend,
  *     and new values copied in, as a reallocation does), a replayed graph
  *     gives the new weights' results: those of a fresh engine, and not the
@@ -17,7 +17,7 @@
  *
  * The checks in detail: the generation engine on the cuda backend, for a GPT-2-shaped and a
  * LLaMA-shaped model (7 query heads over 1 kv head), in fp32 and bf16: steps replayed from
- * recorded graphs give exactly the bits of the same steps run op by op (`-gen_eager`) with
+ * recorded graphs give exactly the bits of the same steps run op by op (`GenConfig.eager`) with
  * plain sampling, top-k/top-p with min_new_tokens, and full-length samples on 3 slots; one
  * engine reused gives the same bits; after an AdamW step through the backend and after new
  * weights are copied in, the engine's replayed graphs give a fresh eager engine's bits and not

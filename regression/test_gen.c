@@ -19,15 +19,15 @@
  * V-1 ids, configuration errors; a sample stopped by its budget (`GenRequest.budget`, 3 and 2
  * tokens) and resumed from its drawn tokens (`resumed`) draws the tokens of one uninterrupted
  * call, log-probabilities within 2e-6 (the resumed prefill's rounding), EOS still banned by
- * `min_new_tokens` after the resume; batch invariance with `backend_cpu_set_batch_invariant`
- * on, for a GPT-2- and a LLaMA-shaped model: one prompt generated alone and among 63 others of
+ * `min_new_tokens` after the resume; batch invariance with `-gen_batch_invariant` on, for a GPT-2- and a LLaMA-shaped model: one prompt generated alone and among 63 others of
  * lengths 1-24 (64 slots, one prefill of every prompt; 16 slots, admitted later at another
  * slot), on 1 and 2 threads, gives the same tokens and log-probabilities bit for bit (without
- * the mode the prefill's sgemm moves them by up to 2e-6); the same with `-gen_batch_invariant`
- * (generation's matmuls alone) and training's logits the same bits with it on and off; prompts
+ * it the prefill's sgemm moves them by up to 2e-6), and training's logits the same bits with
+ * it on and off; prompts
  * shared by groups of samples (4 groups of 6 on 8 slots, `-gen_share_prompts`) give the bits
  * of unshared generation and of one sample at a time in that mode, with fewer prompt rows run;
- * the cpu backend's `sample` op (what the engine calls) against `gen_sample_row` bit for bit
+ * the cpu backend's `sample` op (what the engine calls) against the reference sampler
+ * `ref_sample_row` (regression/ref_sample.c) bit for bit
  * (token, log-probability, allowed set) on rows of V = 37 with ties and of 151,936, at
  * temperature 1 and 0.7 with top-k, top-p, both and greedy, EOS banned in every third row, a
  * NaN and an all -inf row; its boundary rebuilding each allowed set from the row; 1 and 2
@@ -42,6 +42,7 @@
 
 #include "gen.h"
 #include "internal/sample_core.h"
+#include "ref.h"
 #include "sys.h"
 #include "test_report.h"
 
@@ -67,7 +68,7 @@ typedef struct {
 static Draw draw6(const GenConfig *cfg, const float *logits, int n_new, uint32_t sample, uint32_t position)
 {
   Draw d;
-  d.tok = gen_sample_row(cfg, logits, SV, n_new, 42, 3, sample, position, &d.logprob, d.allowed, &d.nallowed, d.work);
+  d.tok = ref_sample_row(cfg, logits, SV, n_new, 42, 3, sample, position, &d.logprob, d.allowed, &d.nallowed, d.work);
   return d;
 }
 
@@ -271,7 +272,7 @@ static PetscErrorCode test_sampler_large(void)
   lg[100] = lg[200] = 20.0f; /* a tie at the top */
   cfg.top_k = 50;
   t0        = sys_wtime();
-  tok       = gen_sample_row(&cfg, lg, V, 0, 1, 0, 0, 0, &lp, allowed, &na, work);
+  tok       = ref_sample_row(&cfg, lg, V, 0, 1, 0, 0, 0, &lp, allowed, &na, work);
   dt        = sys_wtime() - t0;
   {
     float thresh = INFINITY;
@@ -287,7 +288,7 @@ static PetscErrorCode test_sampler_large(void)
   cfg.top_p = 0.9;
   lg[100] = lg[200] = 0.0f; /* no dominant pair: the nucleus holds many tokens */
   t0        = sys_wtime();
-  tok       = gen_sample_row(&cfg, lg, V, 0, 1, 0, 0, 0, &lp, allowed, &na, work);
+  tok       = ref_sample_row(&cfg, lg, V, 0, 1, 0, 0, 0, &lp, allowed, &na, work);
   dt        = sys_wtime() - t0;
   {
     double zmax = -INFINITY, s = 0, kept = 0, kept_minus_min = 0, minp = INFINITY;
@@ -310,7 +311,7 @@ static PetscErrorCode test_sampler_large(void)
  * inverse CDF walks the same chunk prefixes. Recomputed here with loops of
  * the test's own on a row of 151,936 tokens, where the plain id-order sum
  * differs in its last bits (checked, or the row could not tell the two
- * orders apart); gen_sample_row's tokens and log-probabilities must be the
+ * orders apart); ref_sample_row's tokens and log-probabilities must be the
  * chunked definition's. */
 static PetscErrorCode test_sampler_chunked(void)
 {
@@ -345,7 +346,7 @@ static PetscErrorCode test_sampler_chunked(void)
         }
       cum = next;
     }
-    tok = gen_sample_row(&cfg, lg, V, 0, 1, 0, (uint32_t)i, 7, &lp, allowed, &na, work);
+    tok = ref_sample_row(&cfg, lg, V, 0, 1, 0, (uint32_t)i, 7, &lp, allowed, &na, work);
     bad_tok += tok != ref;
     bad_lp += tok >= 0 && lp != (float)(((double)lg[tok] - zmax) - log(chunked));
   }
@@ -357,7 +358,7 @@ static PetscErrorCode test_sampler_chunked(void)
 }
 
 /* ---- Backend.sample against the host sampler ----------------------------- */
-/* The cpu op (what the engine calls) must give gen_sample_row's bits: the
+/* The cpu op (what the engine calls) must give ref_sample_row's bits: the
  * token, the log-probability, the allowed set; its compact form (the
  * boundary token) must rebuild that set from the row alone; and the rows
  * are independent of the thread count and of where they sit in the logits
@@ -413,7 +414,7 @@ static PetscErrorCode sample_op_case(const Backend *cpu, const OpCase *oc, int V
   omp_set_num_threads(nt);
   for (int n = 0; n < N; n++) {
     const float *x   = lg + (size_t)row[n] * V;
-    int          ref = gen_sample_row(&cfg, x, V, ban[n] ? 0 : 1, seed, 5, (uint32_t)sid[n], (uint32_t)pos[n], &ref_lp, ref_allowed, &ref_na, ref_work);
+    int          ref = ref_sample_row(&cfg, x, V, ban[n] ? 0 : 1, seed, 5, (uint32_t)sid[n], (uint32_t)pos[n], &ref_lp, ref_allowed, &ref_na, ref_work);
 
     bad_thr += tok1[n] != tok[n] || memcmp(&lp1[n], &lp[n], sizeof(float)) || na1[n] != na[n] || bd1[n] != bd[n] ||
                (na[n] && memcmp(allowed1 + (size_t)n * V, allowed + (size_t)n * V, (size_t)na[n] * sizeof(int)));
@@ -438,7 +439,7 @@ static PetscErrorCode sample_op_case(const Backend *cpu, const OpCase *oc, int V
       bad_bd += mism || (ref_na ? m != ref_na : m != V);
     }
   }
-  snprintf(name, sizeof name, "Backend.sample (cpu) = gen_sample_row bit for bit: V %d, %s", V, oc->what);
+  snprintf(name, sizeof name, "Backend.sample (cpu) = ref_sample_row bit for bit: V %d, %s", V, oc->what);
   test_measure(!bad_tok && !bad_lp && !bad_set && !bad_bd && !bad_thr && nan_rows == 2, name,
                "%d rows (%d restricted, %d NaN/-inf): %d tokens, %d log-probs, %d allowed sets, %d boundary rebuilds differ; 1 vs %d threads: %d rows differ", N, restricted,
                nan_rows, bad_tok, bad_lp, bad_set, bad_bd, nt, bad_thr);
@@ -936,11 +937,11 @@ static PetscErrorCode bi_run(Model *lm, const GenConfig *cfg, const GenRequest *
 /* A prompt generated alone (one slot) and among 63 others of lengths 1..24
  * (64 slots: one prefill of every prompt, 1,000 rows and more; 16 slots:
  * continuous batching admits it later, at another slot, beside decode
- * rows), on 1 and 2 threads, with the cpu backend's batch-invariant
- * matmuls: the same tokens and log-probabilities, bit for bit. Without
- * them a prefill of more than 32 rows (4 for GPT-2) goes through sgemm and
- * the log-probabilities move in their last bits. */
-static PetscErrorCode test_batch_invariance(const Backend *be, const ModelConfig *mc, PetscBool by_option, const char *what)
+ * rows), on 1 and 2 threads, with -gen_batch_invariant (the cached
+ * forward's matmuls row-wise): the same tokens and log-probabilities, bit
+ * for bit. Without it a prefill of more than 32 rows (4 for GPT-2) goes
+ * through sgemm and the log-probabilities move in their last bits. */
+static PetscErrorCode test_batch_invariance(const Backend *be, const ModelConfig *mc, const char *what)
 {
   const int  slots[3] = {1, BI_N, 16}, threads[2] = {1, 2};
   Model     *lm;
@@ -962,16 +963,12 @@ static PetscErrorCode test_batch_invariance(const Backend *be, const ModelConfig
     req[i] = (GenRequest){.id = 1000 + 3 * i, .prompt = prompts[i], .prompt_len = L};
   }
   PetscCall(PetscMalloc2(6 * T, &tok, 6 * T, &lp));
-  /* the process-wide mode of the cpu backend, or the engine's option (the
-   * cached forward's matmuls alone, training's left as they are) */
-  cfg.batch_invariant = by_option;
-  PetscCall(backend_cpu_set_batch_invariant((PetscBool)!by_option));
+  cfg.batch_invariant = PETSC_TRUE;
   for (int k = 0; k < 6; k++) {
     int s = k % 3, th = threads[k / 3];
     PetscCall(bi_run(lm, &cfg, req, s ? 0 : BI_TARGET, s ? BI_N : 1, slots[s], th, tok + k * T, lp + k * T, &len[k]));
   }
-  PetscCall(backend_cpu_set_batch_invariant(PETSC_FALSE));
-  if (by_option) { /* the option leaves training's forward as it was: its logits the same bits with it on and off */
+  { /* the option leaves training's forward as it was: its logits the same bits with it on and off */
     int    B = 8, Tt = 40, *tk;
     float *l0, *l1;
     size_t n = (size_t)B * Tt * mc->vocab_size;
@@ -1007,8 +1004,8 @@ static PetscErrorCode test_batch_invariance(const Backend *be, const ModelConfig
 /* ---- prompts shared by a group ------------------------------------------ */
 /* 4 prompts, each requested by a group of 6 samples (GRPO's layout), on 8
  * slots: with -gen_share_prompts a group admitted together prefills its
- * prompt once and its other samples copy the keys and values. With the cpu
- * backend's batch-invariant matmuls the prompt's rows give the same bits in
+ * prompt once and its other samples copy the keys and values. With
+ * -gen_batch_invariant the prompt's rows give the same bits in
  * any company, so sharing must change nothing: the same tokens,
  * log-probabilities and allowed sets as without sharing and as one sample
  * at a time; and the forward ran fewer prompt rows. */
@@ -1026,9 +1023,10 @@ static PetscErrorCode test_shared_prompts(const Backend *be, const ModelConfig *
   char       why[256];
 
   PetscFunctionBegin;
-  cfg.temperature    = 1.1;
-  cfg.max_new_tokens = 10;
-  cfg.min_new_tokens = 2; /* restricted sets too */
+  cfg.temperature     = 1.1;
+  cfg.max_new_tokens  = 10;
+  cfg.min_new_tokens  = 2; /* restricted sets too */
+  cfg.batch_invariant = PETSC_TRUE;
   PetscCall(model_create(mc, be, &lm));
   PetscCall(perturbed_params(lm, 21));
   for (int p = 0; p < NP; p++)
@@ -1037,7 +1035,6 @@ static PetscErrorCode test_shared_prompts(const Backend *be, const ModelConfig *
     req[i] = (GenRequest){.id = 500 + i, .prompt = prompts[i / G], .prompt_len = len[i / G]};
     rows_all += len[i / G];
   }
-  PetscCall(backend_cpu_set_batch_invariant(PETSC_TRUE));
   for (int k = 0; k < 3; k++) {
     GenEngine *eng;
     c               = cfg;
@@ -1048,7 +1045,6 @@ static PetscErrorCode test_shared_prompts(const Backend *be, const ModelConfig *
     PetscCall(gen_generate(eng, 77, 2, N, req, &b[k], NULL, NULL));
     PetscCall(gen_engine_destroy(&eng));
   }
-  PetscCall(backend_cpu_set_batch_invariant(PETSC_FALSE));
   test_measure(same_results(&b[0], &b[1], NULL, &lperr, why, sizeof why) && lperr == 0, "shared prompts",
                "%s: 4 groups of 6 on 8 slots, prompts shared or not, the same bits (%s, log-probability difference %.3g)", what, why, lperr);
   test_measure(same_results(&b[0], &b[2], NULL, &lperr, why, sizeof why) && lperr == 0, "shared prompts",
@@ -1184,10 +1180,8 @@ int main(int argc, char **argv)
     ModelConfig gpt2 = {.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 24, .n_positions = 40, .head = MODEL_HEAD_LM};
     ModelConfig llama = {.n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 64, .n_ffn = 96, .vocab_size = 24, .n_positions = 40, .head = MODEL_HEAD_LM,
                          .arch = MODEL_ARCH_LLAMA, .tie_embeddings = PETSC_TRUE, .rope_theta = 10000, .norm_eps = 1e-5};
-    PetscCall(test_batch_invariance(be, &gpt2, PETSC_FALSE, "batch invariance, GPT-2"));
-    PetscCall(test_batch_invariance(be, &llama, PETSC_FALSE, "batch invariance, LLaMA"));
-    PetscCall(test_batch_invariance(be, &gpt2, PETSC_TRUE, "-gen_batch_invariant, GPT-2"));
-    PetscCall(test_batch_invariance(be, &llama, PETSC_TRUE, "-gen_batch_invariant, LLaMA"));
+    PetscCall(test_batch_invariance(be, &gpt2, "-gen_batch_invariant, GPT-2"));
+    PetscCall(test_batch_invariance(be, &llama, "-gen_batch_invariant, LLaMA"));
     PetscCall(test_shared_prompts(be, &gpt2, "GPT-2"));
     PetscCall(test_shared_prompts(be, &llama, "LLaMA"));
   }

@@ -1,5 +1,5 @@
 /* test_golden: checks the C model (CPU backend) against the PyTorch golden
- * tensors written by tools/golden.py (`make golden`): for each golden file it
+ * tensors written by regression/ref/golden.py (`make golden`): for each golden file it
  * loads the checkpoint through io (ckpt_read_config, ckpt_read_model), then
  * compares the forward output (logits or values), the loss, every parameter
  * gradient, and a few clipped AdamW steps (loss, learning rate and gradient
@@ -55,7 +55,7 @@
  *   file) instead of the file's 1e-6.
  * - bf16: rtol = ATOL_FRAC = 5e-2, because bf16 operands are coarse and the
  *   golden weights are wide (std 0.15): emulating the backend's bf16 mode
- *   in PyTorch (tools/gpt_torch.py with bf16-rounded matmul operands, fp32
+ *   in PyTorch (regression/ref/gpt_torch.py with bf16-rounded matmul operands, fp32
  *   accumulation, and matmul, LayerNorm, attention and GELU outputs rounded
  *   to bf16) moves the logits by up to 1.2e-2 of max|ref|, the gradients by
  *   1.8e-2, m by 1.3e-2 and v by 1.7e-2 (worst tensor of both files; at 1e-2
@@ -101,7 +101,7 @@ static const Mode mode_cpu = {"cpu", PETSC_FALSE, PETSC_FALSE, RTOL, ATOL_FRAC, 
 static const Mode mode_fp32 = {"cuda fp32", PETSC_TRUE, PETSC_FALSE, 1e-4, 1e-4, 1e-5, PETSC_FALSE, 0.0};
 static const Mode mode_bf16 = {"cuda bf16", PETSC_TRUE, PETSC_TRUE, 5e-2, 5e-2, 5e-2, PETSC_TRUE, 1e-1};
 
-/* GPT-2 (tools/golden.py) and the LLaMA family (tools/llama_golden.py:
+/* GPT-2 (regression/ref/golden.py) and the LLaMA family (regression/ref/llama_golden.py:
  * transformers' Llama tied with grouped-query attention, untied
  * multi-query, Mistral, Qwen2 with q/k/v biases, a scalar head on a Llama
  * trunk, Llama 3.1's rope scaling, Qwen3 (head_dim of its own, q/k norms; the
@@ -420,7 +420,7 @@ static PetscErrorCode test_adamw(Case *c)
     PetscCall(PetscSNPrintf(name, sizeof name, "%s adamw step %d loss", c->tag, s));
     check_scalar(name, loss, losses[s], c->mode->rtol, s ? "the first steps pass: look at the AdamW update, clipping or the schedule" : NULL);
     PetscCall(PetscSNPrintf(name, sizeof name, "%s adamw step %d lr", c->tag, s));
-    check_scalar(name, lr, lrs[s], 1e-6, "adamw_lr differs from the warm-up + cosine schedule of tools/golden.py");
+    check_scalar(name, lr, lrs[s], 1e-6, "adamw_lr differs from the warm-up + cosine schedule of regression/ref/golden.py");
     PetscCall(PetscSNPrintf(name, sizeof name, "%s adamw step %d grad norm (clip %g)", c->tag, s, (double)opt.grad_clip));
     check_scalar(name, gnorm, norms[s], c->mode->rtol, "the global gradient norm is computed before clipping, over all tensors");
   }
@@ -449,7 +449,7 @@ static PetscErrorCode test_file(const char *dir, const char *fname, const Mode *
   double      loss;
   float       ref_loss;
   PetscBool   lm_head;
-  const char *fwd_hint = "the forward differs: compare tools/gpt_torch.py op by op (layernorm eps, gelu tanh form, attention scale, tied head)";
+  const char *fwd_hint = "the forward differs: compare regression/ref/gpt_torch.py op by op (layernorm eps, gelu tanh form, attention scale, tied head)";
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(&c, sizeof c));
@@ -598,7 +598,7 @@ int main(int argc, char **argv)
     test_tally();
     sys_error_exit(ierr);
   }
-  if (test_state.fail) printf("HINT: if the model definition changed on purpose, regenerate the reference with `make golden`; otherwise the C model diverges from tools/gpt_torch.py\n");
+  if (test_state.fail) printf("HINT: if the model definition changed on purpose, regenerate the reference with `make golden`; otherwise the C model diverges from regression/ref/gpt_torch.py\n");
   ierr = PetscFinalize();
   return test_tally() || ierr ? 1 : 0;
 }

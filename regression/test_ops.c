@@ -42,10 +42,10 @@
  * untouched, its gradient by finite differences), SwiGLU, grouped-query attention (4 query
  * heads over 2 and over 1 kv heads: forward, backward with the group's dK/dV sums, cached
  * prefill and interleaved decode), and their argument checks; the tiled training attention
- * (`attention_lse`: the log-sum-exp [B,NH,T] saved, no T x T array; a guard after it
- * untouched) against the former attention that saves the probabilities (kept as
- * `backend_cpu_attention_probs_*`, itself checked against double: the forward's output bit for
- * bit, dqkv to 1e-5) and against double (out, lse, dqkv) at B 1-3, T 1, 7, 63, 64, 65, 70,
+ * (the log-sum-exp [B,NH,T] saved, no T x T array; a guard after it untouched) against
+ * the former attention that saves the probabilities (the tests' reference
+ * `ref_attention_probs_*`, regression/ref_attention.c, itself checked against double:
+ * the forward's output bit for bit, dqkv to 1e-5) and against double (out, lse, dqkv) at B 1-3, T 1, 7, 63, 64, 65, 70,
  * 130, 200, head sizes 16, 32, 64, multi-head, GQA 4:2 and 7:1, and inputs that make the
  * softmax nearly one-hot, with gradients by Richardson-extrapolated central differences ((4
  * D(h/2) - D(h))/3, h 1e-2, to 2e-6 + 1e-5 relative) and bitwise equality on 1, 2, 3 threads
@@ -55,9 +55,9 @@
  * every comparison's worst element; the decode path's matmuls of 1 to 4 rows in both layouts
  * and up to 32 in the transposed one (with and without bias) against the reference, bitwise on
  * 1, 2 and 3 threads, and each transposed row's bits the same alone as among 1 to 29 rows;
- * with `backend_cpu_set_batch_invariant` on, every row of calls of 1 to 333 rows in both
- * layouts the same bits as alone, on 1, 2 and 3 threads, and against the reference; the
- * logprob ops' compact set "every id but e" (one entry -(e+1)) against the explicit list of
+ * through `matmul_forward_rows` (`-gen_batch_invariant`'s matmuls), every row of calls of
+ * 1 to 333 rows in both layouts the same bits as alone, on 1, 2 and 3 threads, and against
+ * the reference; the logprob ops' compact set "every id but e" (one entry -(e+1)) against the explicit list of
  * the same V-1 ids bit for bit (forward, backward with and without lse, stats and
  * backward_shard on three shards, inv_temp 1/0.7, e at the row's and the 16-lane blocks'
  * edges, rows whose largest logits are -0 and +0), a target equal to e and an e outside the
@@ -65,6 +65,7 @@
  * `grow` from nothing, larger (the new part zero, the whole usable) and smaller (the block
  * stays)
  */
+#include "ref.h"
 #include "sys.h"
 #include "tensor.h"
 #include "test_report.h"
@@ -449,11 +450,7 @@ static PetscErrorCode check_backend(void)
     strcat(detail, "backend_cuda_version is wrong; ");
   }
 #endif
-  if (tensor_matmul_flops(2, 3, 4) != 48.0) {
-    ok = 0;
-    strcat(detail, "tensor_matmul_flops(2,3,4) != 48; ");
-  }
-  test_measure(ok, "backend_get, backend_cuda_version, tensor_matmul_flops", "%s", detail);
+  test_measure(ok, "backend_get, backend_cuda_version", "%s", detail);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -793,10 +790,11 @@ static PetscErrorCode check_matmul_rows(const Backend *be, Rng *r)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Batch-invariant mode (backend_cpu_set_batch_invariant): in both layouts,
- * every row of calls of 1 to 333 rows (past the decode path's 4 and 32,
- * where sgemm would take them) has the bits of the same row alone, with 1,
- * 2 and 3 threads, and agrees with the reference. */
+/* Backend.matmul_forward_rows (-gen_batch_invariant's matmuls): in both
+ * layouts, every row of calls of 1 to 333 rows (past the decode path's 4
+ * and 32, where matmul_forward would take sgemm) has the bits of the same
+ * row alone through matmul_forward (the decode path's kernels), with 1, 2
+ * and 3 threads, and agrees with the reference. */
 static PetscErrorCode check_matmul_batch_invariant(const Backend *be, Rng *r)
 {
   const int C = 100, OC = 77, NMAX = 333, Ns[5] = {1, 5, 33, 100, NMAX}, nt[3] = {1, 2, 3}, nmax = omp_get_max_threads();
@@ -806,7 +804,6 @@ static PetscErrorCode check_matmul_batch_invariant(const Backend *be, Rng *r)
   int       ok = 1, rowwise = 1;
 
   PetscFunctionBegin;
-  PetscCall(backend_cpu_set_batch_invariant(PETSC_TRUE));
   for (int tr = 0; tr < 2; tr++) {
     for (int n = 0; n < NMAX; n++) PetscCall(be->matmul_forward(alone + (size_t)n * OC, x + (size_t)n * C, w, bias, 1, C, OC, tr ? PETSC_TRUE : PETSC_FALSE));
     for (int k = 0; k < 5; k++)
@@ -814,7 +811,7 @@ static PetscErrorCode check_matmul_batch_invariant(const Backend *be, Rng *r)
         char what[48];
         omp_set_num_threads(nt[t]);
         poison(out, (size_t)Ns[k] * OC);
-        PetscCall(be->matmul_forward(out, x, w, bias, Ns[k], C, OC, tr ? PETSC_TRUE : PETSC_FALSE));
+        PetscCall(be->matmul_forward_rows(out, x, w, bias, Ns[k], C, OC, tr ? PETSC_TRUE : PETSC_FALSE));
         rowwise = bitwise_equal(out, alone, (size_t)Ns[k] * OC * sizeof(float)) && rowwise;
         if (t) continue;
         ref_matmul(ref, xd, wd, bd, Ns[k], C, OC, tr);
@@ -823,9 +820,8 @@ static PetscErrorCode check_matmul_batch_invariant(const Backend *be, Rng *r)
       }
   }
   omp_set_num_threads(nmax);
-  PetscCall(backend_cpu_set_batch_invariant(PETSC_FALSE));
-  test_measure(ok, "matmul_forward, batch-invariant mode, 1-333 rows in both layouts", "%s", detail);
-  test_report(rowwise, "bitwise: batch-invariant matmul_forward, a row alone and among 5, 33, 100, 333 rows in both layouts, with 1, 2, 3 threads", "a row's bits depend on the rows beside it");
+  test_measure(ok, "matmul_forward_rows, 1-333 rows in both layouts", "%s", detail);
+  test_report(rowwise, "bitwise: matmul_forward_rows, a row alone and among 5, 33, 100, 333 rows in both layouts, with 1, 2, 3 threads", "a row's bits depend on the rows beside it");
   free(x), free(w), free(bias), free(out), free(alone), free(xd), free(wd), free(bd), free(ref);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -899,9 +895,9 @@ static void heads_label(char *buf, size_t len, int hs, int NH, int NKV)
   if (NKV != NH) snprintf(buf + strlen(buf), len - strlen(buf), ", GQA %d query heads over %d kv head%s", NH, NKV, NKV > 1 ? "s" : "");
 }
 
-/* The reference that keeps the T x T probabilities (the former training
- * attention, the contract of attention_lse 0; check_attention_tiled compares
- * the backend's op with it). T = 70: a partial 16-lane block and two 64-row
+/* The float reference that keeps the T x T probabilities (the former
+ * training attention, regression/ref_attention.c; check_attention_tiled
+ * compares the backend's op with it), against the double reference. T = 70: a partial 16-lane block and two 64-row
  * query blocks. NKV = NH is GPT-2's multi-head attention; NKV < NH
  * grouped-query attention, whose query heads share (and add into the
  * gradients of) their kv head. */
@@ -920,27 +916,27 @@ static PetscErrorCode check_attention(const Backend *be, Rng *r, int NH, int NKV
   heads_label(gqa, sizeof gqa, hs, NH, NKV);
   poison(out, no), poison(att, na);
   (void)be;
-  PetscCall(backend_cpu_attention_probs_forward(out, att, qkv, B, T, C, NH, NKV));
+  PetscCall(ref_attention_probs_forward(out, att, qkv, B, T, C, NH, NKV));
   ref_attention(rout, ratt, qd, B, T, C, NH, NKV);
   ok = cmp(detail, sizeof detail, "out", out, NULL, rout, no, 1e-5, 1e-5);
   ok = cmp(detail, sizeof detail, "att", att, NULL, ratt, na, 1e-6, 1e-5) && ok;
-  snprintf(name, sizeof name, "attention_probs_forward, the reference (out, probabilities, zeros above the diagonal%s)", gqa);
+  snprintf(name, sizeof name, "ref_attention_probs_forward, the T x T reference (out, probabilities, zeros above the diagonal%s)", gqa);
   test_measure(ok, name, "%s", detail);
 
-  PetscCall(backend_cpu_attention_probs_backward(dq, g, qkv, out, att, B, T, C, NH, NKV));
+  PetscCall(ref_attention_probs_backward(dq, g, qkv, out, att, B, T, C, NH, NKV));
   ref_attention_backward(rdq, gd, qd, B, T, C, NH, NKV);
   detail[0] = 0;
   ok        = cmp(detail, sizeof detail, "dqkv", dq, dq0, rdq, nq, 1e-5, 1e-5);
   ok        = fd_check(detail, sizeof detail, "qkv", r, att_loss, &ctx, qd, nq, dq, dq0, 24) && ok;
   if (NKV != NH) /* the shared k and v columns, where the group's sums meet */
     ok = fd_check(detail, sizeof detail, "qkv(k,v)", r, att_loss, &ctx, qd + C, nq - C, dq + C, dq0 + C, 12) && ok;
-  snprintf(name, sizeof name, "attention_probs_backward, the reference (accumulates; finite differences%s)", gqa);
+  snprintf(name, sizeof name, "ref_attention_probs_backward, the T x T reference (accumulates; finite differences%s)", gqa);
   test_measure(ok, name, "%s", detail);
   free(qkv), free(out), free(att), free(g), free(dq0), free(dq), free(qd), free(gd), free(rout), free(ratt), free(rdq), free(ctx.out);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* ---- the tiled attention (attention_lse) ---------------------------------- */
+/* ---- the tiled attention (log-sum-exp) ------------------------------------ */
 
 /* lse[b,h,t] = log sum_{j<=t} exp(scale q_t.k_j), in double. */
 static void ref_attention_lse(double *lse, const double *qkv, int B, int T, int C, int NH, int NKV)
@@ -1019,7 +1015,7 @@ static PetscErrorCode check_attention_tiled_case(const Backend *be, Rng *r, cons
   PetscFunctionBegin;
   poison(out, no), poison(lse, nl + GUARD);
   PetscCall(be->attention_forward(out, lse, qkv, B, T, C, NH, NKV));
-  PetscCall(backend_cpu_attention_probs_forward(pout, patt, qkv, B, T, C, NH, NKV));
+  PetscCall(ref_attention_probs_forward(pout, patt, qkv, B, T, C, NH, NKV));
   ref_attention(rout, NULL, qd, B, T, C, NH, NKV);
   ref_attention_lse(rlse, qd, B, T, C, NH, NKV);
   for (int i = 0; i < GUARD; i++) guard &= !(lse[nl + i] == lse[nl + i]); /* still NaN */
@@ -1032,7 +1028,7 @@ static PetscErrorCode check_attention_tiled_case(const Backend *be, Rng *r, cons
   test_measure(ok, name, "%s", detail);
 
   PetscCall(be->attention_backward(dq, g, qkv, out, lse, B, T, C, NH, NKV));
-  PetscCall(backend_cpu_attention_probs_backward(pdq, g, qkv, pout, patt, B, T, C, NH, NKV));
+  PetscCall(ref_attention_probs_backward(pdq, g, qkv, pout, patt, B, T, C, NH, NKV));
   ref_attention_backward(rdq, gd, qd, B, T, C, NH, NKV);
   for (size_t i = 0; i < nq; i++) pdd[i] = (double)pdq[i] - (double)dq0[i];
   detail[0] = 0;
@@ -1062,7 +1058,7 @@ static PetscErrorCode check_attention_tiled_case(const Backend *be, Rng *r, cons
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The training attention of the backend (attention_lse 1: no T x T array)
+/* The training attention of the backend (the log-sum-exp: no T x T array)
  * over the shapes that reach its edges: T = 1, odd T, T on either side of
  * the 64-row query block and two blocks and more; head sizes 16, 32, 64;
  * multi-head, GQA 4:2 and 7:1; inputs that make the softmax sharp. The
@@ -1076,7 +1072,6 @@ static PetscErrorCode check_attention_tiled(const Backend *be, Rng *r)
   const TiledCase fdc[] = {{2, 7, 16, 7, 1, 1.5}, {1, 70, 16, 4, 2, 1.5}, {2, 65, 32, 4, 4, 1.5}};
 
   PetscFunctionBegin;
-  PetscCheck(be->attention_lse, PETSC_COMM_SELF, PETSC_ERR_PLIB, "the cpu backend's attention must save the log-sum-exp (attention_lse)");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) PetscCall(check_attention_tiled_case(be, r, &cases[i], 0));
   for (size_t i = 0; i < sizeof fdc / sizeof fdc[0]; i++) PetscCall(check_attention_tiled_case(be, r, &fdc[i], 16));
   PetscFunctionReturn(PETSC_SUCCESS);

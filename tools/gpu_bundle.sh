@@ -12,16 +12,16 @@
 # except glibc's, libstdc++, the driver's, the CUDA runtime, cuBLAS and NCCL
 # (large, and every CUDA image has them; the CUDA version must match, which
 # the unpacking side checks). About 30 MB. Beside it DIR/targets/, what the
-# checklist's targets part (tools/gpu_targets.sh) needs and the GPU machine
+# checklist's targets part (tools/bench/gpu_targets.sh) needs and the GPU machine
 # cannot fetch: TRL 1.16.0's wheels and its pure-Python dependencies
 # (wheels/, from a cache here, $RLFUSE_CACHE/gpu_wheels, downloaded into it
 # once with pip), SmolLM2's tokenizer.json (tokenizer/, made by
-# tools/gpu_baselines/make_tokenizer.py from the GGUF that `make deps`
+# tools/bench/gpu_baselines/make_tokenizer.py from the GGUF that `make deps`
 # installs) and the GRPO benchmark's prompt files (prompts_SHAPE.h5). The
 # whole of DIR must stay under 60 MB (checked; BUNDLE_MAX_MB changes the
 # bound, for a test that packs fast with XZ_OPT=-0 and so larger).
 #
-# There, sourced by tools/bench_gpu.sh and tools/gpu_checklist.sh when
+# There, sourced by tools/bench/bench_gpu.sh and tools/gpu_checklist.sh when
 # BUNDLE=DIR is set:
 #   . tools/gpu_bundle.sh && gpu_bundle_use DIR
 # unpacks it into a temporary directory (removed by gpu_bundle_cleanup),
@@ -62,7 +62,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 dir=${1:?usage: bash tools/gpu_bundle.sh DIR}
 BIN=${BIN:-bin}
-[ -x "$BIN/rlfuse" ] || { echo "gpu_bundle: error: $BIN/rlfuse not found; build first (make BIN=$BIN all)" >&2; exit 2; }
+for prog in rlfuse bench_decode bench_model bench_attention; do [ -x "$BIN/$prog" ] || { echo "gpu_bundle: error: $BIN/$prog not found; build first (make BIN=$BIN all bench-build)" >&2; exit 2; }; done
 ldd "$BIN/rlfuse" | grep -q 'libcudart' || { echo "gpu_bundle: error: $BIN/rlfuse was built without CUDA (no nvcc found, or CUDA=0)" >&2; exit 2; }
 if [ -e "$dir" ] && [ ! -f "$dir/bundle.tar.xz" ]; then echo "gpu_bundle: error: $dir exists and is not a bundle" >&2; exit 2; fi
 mpiexec=$(readlink -f "$(command -v mpiexec.hydra || command -v mpiexec.mpich)") || { echo "gpu_bundle: error: MPICH's mpiexec not found" >&2; exit 2; }
@@ -102,10 +102,10 @@ if [ "$(ls "$wheels"/trl-1.16.0-*.whl "$wheels"/datasets-5.2.0-*.whl "$wheels"/d
 fi
 mkdir -p "$dir/targets/wheels" && cp "$wheels"/*.whl "$dir/targets/wheels/" || exit 2
 gguf=$(/usr/bin/python3 tools/gguf_import.py --smollm2) || { echo "gpu_bundle: error: SmolLM2's GGUF not found (make deps installs it)" >&2; exit 2; }
-PYTHONPATH=$cache/python /usr/bin/python3 tools/gpu_baselines/make_tokenizer.py "$gguf" "$dir/targets/tokenizer" >/dev/null ||
-  { echo "gpu_bundle: error: tools/gpu_baselines/make_tokenizer.py $gguf failed (needs gguf and tokenizers: make deps)" >&2; exit 2; }
-/usr/bin/python3 tools/gpu_baselines/bench_prompts.py "$dir/targets/prompts_smollm2.h5" 49152 >/dev/null &&
-  /usr/bin/python3 tools/gpu_baselines/bench_prompts.py "$dir/targets/prompts_qwen05.h5" 151936 >/dev/null || exit 2
+PYTHONPATH=$cache/python /usr/bin/python3 tools/bench/gpu_baselines/make_tokenizer.py "$gguf" "$dir/targets/tokenizer" >/dev/null ||
+  { echo "gpu_bundle: error: tools/bench/gpu_baselines/make_tokenizer.py $gguf failed (needs gguf and tokenizers: make deps)" >&2; exit 2; }
+/usr/bin/python3 tools/bench/gpu_baselines/bench_prompts.py "$dir/targets/prompts_smollm2.h5" 49152 >/dev/null &&
+  /usr/bin/python3 tools/bench/gpu_baselines/bench_prompts.py "$dir/targets/prompts_qwen05.h5" 151936 >/dev/null || exit 2
 mb=$(du -sm "$dir" | cut -f1) max=${BUNDLE_MAX_MB:-60}
 [ "$mb" -lt "$max" ] || { echo "gpu_bundle: error: $dir holds $mb MB, over the $max MB a device call carries" >&2; exit 2; }
 echo "# gpu_bundle: $dir/targets: $(du -sh "$dir/targets" | cut -f1) (TRL's wheels, tokenizer.json, prompts); $dir in all: $mb MB"

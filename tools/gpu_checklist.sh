@@ -8,8 +8,8 @@
 #             RM and PPO on cuda against cpu, and on 2 ranks sharing the GPU)
 #   sanitize  compute-sanitizer memcheck over test_cuda and test_golden, and
 #             racecheck over test_golden fp32 (where the runtime allows it)
-#   bench     tools/bench_gpu.sh (its parts: BENCH_PARTS, default all)
-#   targets   tools/gpu_targets.sh: the GPU targets (decode at SmolLM2's and
+#   bench     tools/bench/bench_gpu.sh (its parts: BENCH_PARTS, default all)
+#   targets   tools/bench/gpu_targets.sh: the GPU targets (decode at SmolLM2's and
 #             Qwen2.5-0.5B's and 1.5B's shapes, a GRPO step at the first two),
 #             each beside its baseline (transformers' generate, TRL's
 #             GRPOTrainer), one `summary target=...` line each; not in the
@@ -90,12 +90,12 @@ fi
 
 if has bench; then
   # shellcheck disable=SC2086
-  OUT_DIR=$OUT_DIR BUNDLE= bash tools/bench_gpu.sh ${BENCH_PARTS:-} || fail=1
+  OUT_DIR=$OUT_DIR BUNDLE= bash tools/bench/bench_gpu.sh ${BENCH_PARTS:-} || fail=1
 fi
 
 if has targets; then
   tdata=${TARGET_DATA:-${BUNDLE:+$BUNDLE/targets}} # the bundle's data; its programs are on the PATH already
-  OUT_DIR=$OUT_DIR BUNDLE='' TARGET_DATA=$tdata bash tools/gpu_targets.sh || fail=1
+  OUT_DIR=$OUT_DIR BUNDLE='' TARGET_DATA=$tdata bash tools/bench/gpu_targets.sh || fail=1
 fi
 if has profile; then
   : >"$OUT_DIR/profile.log"

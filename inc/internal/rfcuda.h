@@ -99,9 +99,6 @@ int rfcuda_attention_backward(float *dqkv, const float *dout, const float *qkv, 
  * head) units at a time as fit this many bytes (0: the default, 256 MiB);
  * returns the former value. Tests set it small to run several chunks. */
 size_t rfcuda_attention_set_panel_bytes(size_t bytes);
-/* The former pair, which keeps the probabilities [B,NH,T,T]: test_cuda's reference. */
-int rfcuda_attention_probs_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
-int rfcuda_attention_probs_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV);
 int rfcuda_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH, int NKV);
 /* cuda_pointwise.cu */
 int rfcuda_gelu_forward(float *out, const float *inp, size_t n);

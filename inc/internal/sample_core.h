@@ -1,6 +1,7 @@
 /* sample_core: the sampler's arithmetic in one header that both C
- * (src/tensor/cpu_sample.c, src/gen/sample.c) and CUDA (cuda/cuda_sample.cu)
- * compile, so the two backends of Backend.sample and gen_sample_row run the
+ * (src/tensor/cpu_sample.c, the tests' regression/ref_sample.c) and CUDA
+ * (cuda/cuda_sample.cu) compile, so the two backends of Backend.sample and
+ * the tests' host sampler run the
  * same operations in the same order: temperature, the EOS ban, top-k, top-p
  * over what top-k left, then one keyed uniform through an inverse CDF in
  * token-id order (docs/design.md, "Generation"). Phases:

@@ -46,8 +46,8 @@ rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30
 rlfuse -mode rm -rm_sft_checkpoint $d/sft/final.h5 -output_dir $d/rm -rm_pairs 48 -rm_eval_pairs 16 -rm_steps 6 -rm_batch 8 \
   -gen_max_new_tokens 12 -gen_slots 8 -task_len_max 8 -task_demo_noise 0.2 -seed 7 >$d/rm.log 2>&1 || not_ok "RM fixture: $(tail -1 $d/rm.log)"
 R="-options_file regression/decks/rlhf_tiny.deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 -ppo_iterations 4 -ppo_eval_prompts 8 -dump_rollouts"
-bits() { "$PYTHON" tools/ckpt_diff.py $1/final.h5 $2/final.h5 >$d/bits.txt 2>&1 && ! grep -v 'max relative difference 0 ' $d/bits.txt | grep -q .; }
-differ() { ! "$PYTHON" tools/ckpt_diff.py $1/final.h5 $2/final.h5 >/dev/null 2>&1; }
+bits() { "$PYTHON" regression/ref/ckpt_diff.py $1/final.h5 $2/final.h5 >$d/bits.txt 2>&1 && ! grep -v 'max relative difference 0 ' $d/bits.txt | grep -q .; }
+differ() { ! "$PYTHON" regression/ref/ckpt_diff.py $1/final.h5 $2/final.h5 >/dev/null 2>&1; }
 restarted_same() { grep -q '2 generated batches from' $d/r.log && bits $d/u $d/r; }
 
 mpirun 1 $R -async_staleness 1 -output_dir $d/k1 >$d/k1.log 2>&1 || not_ok "K=1 on 1 rank: $(tail -1 $d/k1.log)"
@@ -86,10 +86,10 @@ PY
 # generation on ranks of its own: the same weights as on 1 rank
 mpirun 2 $R -async_staleness 1 -placement disaggregate -output_dir $d/k1d2 >$d/k1d2.log 2>&1 || not_ok "K=1 on 2 ranks: $(tail -1 $d/k1d2.log)"
 check "K=1 on 2 ranks disaggregated: the plan line names the overlap; final weights as on 1 rank" \
-  bash -c "grep -q 'overlaps training (ranks 0-0)' $d/k1d2.log && \"$PYTHON\" tools/ckpt_diff.py $d/k1/final.h5 $d/k1d2/final.h5 >$d/diff_d2.txt"
+  bash -c "grep -q 'overlaps training (ranks 0-0)' $d/k1d2.log && \"$PYTHON\" regression/ref/ckpt_diff.py $d/k1/final.h5 $d/k1d2/final.h5 >$d/diff_d2.txt"
 mpirun 1 $R -async_staleness 2 -algo grpo -grpo_group 4 -output_dir $d/g2 >$d/g2.log 2>&1 || not_ok "GRPO K=2 on 1 rank: $(tail -1 $d/g2.log)"
 mpirun 4 $R -async_staleness 2 -algo grpo -grpo_group 4 -placement disaggregate -output_dir $d/g2d4 >$d/g2d4.log 2>&1 || not_ok "GRPO K=2 on 4 ranks: $(tail -1 $d/g2d4.log)"
-check "GRPO K=2 on 4 ranks disaggregated (2 training, 2 generation replicas): final weights as on 1 rank" "$PYTHON" tools/ckpt_diff.py $d/g2/final.h5 $d/g2d4/final.h5
+check "GRPO K=2 on 4 ranks disaggregated (2 training, 2 generation replicas): final weights as on 1 rank" "$PYTHON" regression/ref/ckpt_diff.py $d/g2/final.h5 $d/g2d4/final.h5
 mpirun 1 $R -async_staleness 1 -async_correction tis -async_is_cap 1.05 -output_dir $d/tis >$d/tis.log 2>&1 || not_ok "tis: $(tail -1 $d/tis.log)"
 "$PYTHON" - $d/tis 1.05 <<'PY' && ok "-async_correction tis: the weights truncated at -async_is_cap 1.05, the capped share in run.h5" || not_ok "tis weights"
 import sys, h5py, numpy as np
@@ -158,12 +158,12 @@ with h5py.File(d + "/run.h5", "r") as f:
     assert m["async_resumed_frac"][()].max() > 0 and (m["async_pool_rows"][()] > 0).all()
 PY
 mpirun 2 $R -async_staleness 1 -async_partial 4 -placement disaggregate -output_dir $d/p1d2 >$d/p1d2.log 2>&1 || not_ok "partial K=1 on 2 ranks: $(tail -1 $d/p1d2.log)"
-check "partial rollouts on 2 ranks disaggregated: final weights as on 1 rank" "$PYTHON" tools/ckpt_diff.py $d/p1/final.h5 $d/p1d2/final.h5
+check "partial rollouts on 2 ranks disaggregated: final weights as on 1 rank" "$PYTHON" regression/ref/ckpt_diff.py $d/p1/final.h5 $d/p1d2/final.h5
 P="-async_staleness 2 -async_partial 3 -algo grpo -grpo_group 4 -ppo_iterations 5"
 mpirun 1 $R $P -checkpoint_every 2 -output_dir $d/pu >$d/pu.log 2>&1 || not_ok "partial GRPO K=2 unbroken: $(tail -1 $d/pu.log)"
 mpirun 1 $R $P -restart $d/pu/ckpt_000002.h5 -output_dir $d/pr >$d/pr.log 2>&1 || not_ok "partial GRPO K=2 restart: $(tail -1 $d/pr.log)"
 mpirun 4 $R $P -placement disaggregate -output_dir $d/pd4 >$d/pd4.log 2>&1 || not_ok "partial GRPO K=2 on 4 ranks: $(tail -1 $d/pd4.log)"
-check "partial GRPO K=2 on 4 ranks disaggregated (2 generation replicas gather the call's samples and take the batch with the reference's and reward model's calls): final weights as on 1 rank" "$PYTHON" tools/ckpt_diff.py $d/pu/final.h5 $d/pd4/final.h5
+check "partial GRPO K=2 on 4 ranks disaggregated (2 generation replicas gather the call's samples and take the batch with the reference's and reward model's calls): final weights as on 1 rank" "$PYTHON" regression/ref/ckpt_diff.py $d/pu/final.h5 $d/pd4/final.h5
 partial_restarted_same() { in_flight $d/pu/ckpt_000002.h5 && bits $d/pu $d/pr; }
 in_flight() { "$PYTHON" -c "import h5py,sys; p=h5py.File(sys.argv[1])['async/pool']; L,e=p['response_lengths'][()],p['ended'][()]; sys.exit(0 if ((L>0)&(e==0)).any() else 1)" $1; }
 check "partial GRPO K=2 restarted at iteration 2 with samples in flight (checkpoint /async/pool: some begun, not ended): the unbroken run's weights bit for bit" \
@@ -194,7 +194,7 @@ PY
 }
 resumed_same() { # N DIR FROM: samples were in flight in FROM; the weights as the unbroken run's on N ranks
   in_flight "$3" || return 1
-  if [ $1 = 2 ]; then bits $d/ku2 $2; else "$PYTHON" tools/ckpt_diff.py $d/ku1/final.h5 $2/final.h5 >$d/diff_kill1.txt; fi
+  if [ $1 = 2 ]; then bits $d/ku2 $2; else "$PYTHON" regression/ref/ckpt_diff.py $d/ku1/final.h5 $2/final.h5 >$d/diff_kill1.txt; fi
 }
 for n in 2 1; do
   k=$((2 + RANDOM % 8)) dir=$d/kill$n
@@ -251,7 +251,7 @@ mpirun 1 $R $PM -restart $d/mu/ckpt_000002.h5 -output_dir $d/mr >$d/mr.log 2>&1 
 masked_restarted_same() { in_flight $d/mu/ckpt_000002.h5 && bits $d/mu $d/mr; }
 check "masked partial GRPO K=2 restarted at iteration 2 with samples and their allowed sets in flight: the unbroken run's weights bit for bit" masked_restarted_same
 mpirun 4 $R $PM -placement disaggregate -output_dir $d/md4 >$d/md4.log 2>&1 || not_ok "masked partial GRPO K=2 on 4 ranks: $(tail -1 $d/md4.log)"
-check "masked partial GRPO K=2 on 4 ranks disaggregated (2 generation replicas gather their allowed sets): final weights as on 1 rank" "$PYTHON" tools/ckpt_diff.py $d/mu/final.h5 $d/md4/final.h5
+check "masked partial GRPO K=2 on 4 ranks disaggregated (2 generation replicas gather their allowed sets): final weights as on 1 rank" "$PYTHON" regression/ref/ckpt_diff.py $d/mu/final.h5 $d/md4/final.h5
 check "masked partial rollouts differ from unmasked ones (the comparison can fail)" differ $d/pu $d/mu
 expect_error "a masked pool restarted without its sampling options" "restart it with the sampling options it was written with" $R $P -restart $d/mu/ckpt_000002.h5 -output_dir $d/bad6
 expect_error "-async_partial at -gen_max_new_tokens" "-async_partial 12 must be below -gen_max_new_tokens 12" $R -async_staleness 1 -async_partial 12 -output_dir $d/bad7

@@ -1,7 +1,7 @@
 # The CUDA backend end to end: SFT, reward modelling, PPO and GRPO on
 # -device cuda end as on -device cpu (and SFT of a LLaMA model on sequences
 # of 303 tokens, the tiled attention's three query blocks) (every checkpoint tensor within 1e-3 of
-# its scale, tools/ckpt_diff.py; run.h5 metrics within 1e-3 relative;
+# its scale, regression/ref/ckpt_diff.py; run.h5 metrics within 1e-3 relative;
 # rollout tokens identical), a cuda run repeated gives the same bits, and
 # bf16 runs finish with finite losses close to fp32's; PPO on 2 ranks sharing
 # the GPU (tp 2, and disaggregated: NCCL cannot run there, so device buffers
@@ -25,7 +25,7 @@
 # same with groups of 4, no critic) and SFT of a LLaMA model (4 query heads over 2 kv heads)
 # on 8 sequences of 303 tokens (the tiled attention's three query blocks) with `-device cuda
 # -precision fp32` against `-device cpu` from the same checkpoints: every checkpoint tensor
-# within 1e-3 of its scale (`tools/ckpt_diff.py`), run.h5 metrics within 1e-3 relative
+# within 1e-3 of its scale (`regression/ref/ckpt_diff.py`), run.h5 metrics within 1e-3 relative
 # (`regression/same_metrics.py`), rollout tokens identical; a cuda SFT run twice bit-identical
 # (`h5diff`); PPO on 2 ranks sharing the one GPU (tp 2, and disaggregated) as on 1 rank, at
 # the same tolerance (skipped on a machine of several GPUs); bf16 SFT with finite, falling
@@ -105,7 +105,7 @@ run() {
 # each array's scale, metrics within TOL relative (timings never compared)
 same() {
   local a=$1 b=$2 tol=$3
-  "$PYTHON" tools/ckpt_diff.py --tol $tol $d/$a/final.h5 $d/$b/final.h5 >$d/diff_$b.txt 2>&1 || return 1
+  "$PYTHON" regression/ref/ckpt_diff.py --tol $tol $d/$a/final.h5 $d/$b/final.h5 >$d/diff_$b.txt 2>&1 || return 1
   # eval_gold: the PPO deck asks for no held-out evaluation (-ppo_eval_every 0)
   "$PYTHON" regression/same_metrics.py $d/$a/run.h5 $d/$b/run.h5 $tol $(awk -v t=$tol 'BEGIN { print t * 1e-2 }') eval_gold >>$d/diff_$b.txt 2>&1 || return 1
   "$PYTHON" - $d/$a $d/$b $tol >>$d/diff_$b.txt 2>&1 <<'PY'

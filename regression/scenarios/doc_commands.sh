@@ -3,7 +3,7 @@
 # links the repository's files, so later blocks find what earlier ones
 # wrote) runs with bash -e; a block passes when every command in it exits 0.
 # Two HTML comments on the lines just above a block, invisible when the page
-# is rendered, say how it runs (tools/doc_blocks.py reads them):
+# is rendered, say how it runs (regression/ref/doc_blocks.py reads them):
 #   <!-- run: skip REASON -->            a cluster, a GPU or hours: counted as
 #                                        skipped, with the reason
 #   <!-- run: append TEXT => OPTIONS --> OPTIONS appended at the end of every
@@ -13,7 +13,7 @@
 # ```python, a layout) is not a shell command and is not run.
 #
 # The checks in detail: every ```` ```sh ```` block of README.md and docs/*.md runs as
-# written, in order, in one scratch directory linking the repository (`tools/doc_blocks.py`
+# written, in order, in one scratch directory linking the repository (`regression/ref/doc_blocks.py`
 # extracts them): a block passes when every command exits 0. A block that needs a cluster, a
 # GPU or hours, or that would rewrite the repository, carries `<!-- run: skip REASON -->`
 # above it and counts as skipped with that reason; sizes are shrunk only by options appended
@@ -27,12 +27,12 @@ for f in GNUmakefile inc src cuda input regression tools docs README.md "$BIN" b
   [ -e "$f" ] && ln -s "$root/$f" "$d/run/$(basename "$f")"
 done
 [ "$BIN" = bin ] || ln -s "$root/$BIN" "$d/run/bin" # the documents say bin/
-"$PYTHON" tools/doc_blocks.py --list README.md docs/*.md >$d/blocks.txt || { plan 1; not_ok "tools/doc_blocks.py could not read the documents"; finish; }
+"$PYTHON" regression/ref/doc_blocks.py --list README.md docs/*.md >$d/blocks.txt || { plan 1; not_ok "regression/ref/doc_blocks.py could not read the documents"; finish; }
 plan "$(grep -c . $d/blocks.txt)"
 while IFS=$'\t' read -r id reason; do
   if [ -n "$reason" ]; then skip "$id: $reason"; continue; fi
   script=$d/$(echo "$id" | tr '/# ' '___').sh
-  "$PYTHON" tools/doc_blocks.py --script "$id" README.md docs/*.md >"$script"
+  "$PYTHON" regression/ref/doc_blocks.py --script "$id" README.md docs/*.md >"$script"
   t0=$(date +%s)
   # a block of several ranks runs them one thread each (as many ranks as
   # threads on a small machine: oversubscribed, each rank's threads wait)

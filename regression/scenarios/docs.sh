@@ -101,7 +101,7 @@ def alts(p):  # src/{a,b}.c -> src/a.c, src/b.c
     return [q for a in m.group(1).split(",") for q in alts(p[:m.start()] + a + p[m.end():])] if m else [p]
 def built(q):  # bin/NAME: a program the GNUmakefile builds from these sources
     name = q.split("/")[1]
-    return name == "rlfuse" or any(glob.glob(f"{d}/{name}.c") for d in ("regression", "tools"))
+    return name == "rlfuse" or any(glob.glob(f"{d}/{name}.c") for d in ("regression", "tools/bench"))
 # $CUDA_HOME/bin/nvcc, not a file of the repository
 FOREIGN_PATHS = {"bin/nvcc"}
 bad = []

@@ -13,7 +13,7 @@
 # micro-batches, schedule searched from the measured forward times), 4 ranks with pp 4 each
 # way running a schedule file from `-mode schedule` (`-fuse_train_schedule`), 4 ranks with
 # actor pp 4 and the critic pp 2 replicated twice; each with every checkpoint tensor
-# (`tools/ckpt_diff.py`), the rollouts and the metrics within the layout tests' tolerances;
+# (`regression/ref/ckpt_diff.py`), the rollouts and the metrics within the layout tests' tolerances;
 # the plan line, `/plan` (`fuse_train`, the critic's reversed and replicated rank lists) and
 # the recorded prediction (lower bound <= predicted <= sequential); eight bad combinations
 # (GRPO, no pipeline, tp 2, critic pp not dividing, critic ranks given, a schedule file
@@ -40,7 +40,7 @@ same_run() { same_run_dirs $d/$1 $d/$2; }
 fused() {
   local what=$1 n=$2 out=$3; shift 3
   if ! mpirun $n $P -output_dir $d/$out -fuse_train 1 "$@" >$d/$out.log 2>&1; then not_ok "$what: run failed"; tail -3 $d/$out.log | sed 's/^/# /'; return; fi
-  if "$PYTHON" tools/ckpt_diff.py $d/one/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 && same_run one $out >$d/run_$out.txt 2>&1; then
+  if "$PYTHON" regression/ref/ckpt_diff.py $d/one/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 && same_run one $out >$d/run_$out.txt 2>&1; then
     ok "$what: weights, moments, rollouts and metrics as unfused on 1 rank ($(grep -o 'max relative difference [^ ]*' $d/diff_$out.txt | sort -k4 -g | tail -1))"
   else not_ok "$what: differs from 1 rank"; cat $d/diff_$out.txt $d/run_$out.txt | grep -v PASS | tail -3 | sed 's/^/# /'; fi
 }

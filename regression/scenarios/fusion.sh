@@ -53,7 +53,7 @@ check "tools/plot_timeline.py draws it and prints each rank's idle fraction" bas
 same_run() { same_run_dirs $d/$1 $d/$2; }
 same_as() {
   local what=$1 ref=$2 out=$3
-  if "$PYTHON" tools/ckpt_diff.py $d/$ref/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 && same_run $ref $out >$d/run_$out.txt 2>&1; then ok "$what: rollouts, metrics and weights as unfused on 1 rank"
+  if "$PYTHON" regression/ref/ckpt_diff.py $d/$ref/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 && same_run $ref $out >$d/run_$out.txt 2>&1; then ok "$what: rollouts, metrics and weights as unfused on 1 rank"
   else not_ok "$what: differs from unfused on 1 rank"; cat $d/diff_$out.txt $d/run_$out.txt | grep -v PASS | tail -3 | sed 's/^/# /'; fi
 }
 stream() {
@@ -103,7 +103,7 @@ g, q = calls.index('generation'), calls.index('ref_inference')
 assert ((c == q) & (r == 1)).sum() > len(set(s)), 'one micro-batch per iteration: nothing streamed'
 "
 mpirun 4 $P $S4 -fuse_gen_inf stream -ppo_iterations 1 -checkpoint_every 1 -output_dir $d/rs1 >$d/rs1.log 2>&1 || not_ok "stream, first iteration"
-if mpirun 2 $P $S2 -fuse_gen_inf stream -restart $d/rs1/final.h5 -output_dir $d/rs2 >$d/rs2.log 2>&1 && "$PYTHON" tools/ckpt_diff.py $d/one/final.h5 $d/rs2/final.h5 >$d/diff_rs2.txt 2>&1
+if mpirun 2 $P $S2 -fuse_gen_inf stream -restart $d/rs1/final.h5 -output_dir $d/rs2 >$d/rs2.log 2>&1 && "$PYTHON" regression/ref/ckpt_diff.py $d/one/final.h5 $d/rs2/final.h5 >$d/diff_rs2.txt 2>&1
 then ok "stream: a restart on 2 ranks from iteration 1 written on 4 ends with the weights of 1 rank"
 else not_ok "stream: restart"; grep -v PASS $d/diff_rs2.txt $d/rs2.log | tail -3 | sed 's/^/# /'; fi
 # The fusion options are printed with the plan, stored in /plan; bad values and

@@ -33,7 +33,7 @@ mpirun 1 $P -gen_top_k 8 -output_dir $d/one_k >$d/one_k.log 2>&1 || not_ok "PPO 
 
 same_as() {
   local what=$1 ref=$2 out=$3
-  if "$PYTHON" tools/ckpt_diff.py $d/$ref/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 && same_run_dirs $d/$ref $d/$out >$d/run_$out.txt 2>&1; then ok "$what: rollouts, metrics and weights as unfused on 1 rank"
+  if "$PYTHON" regression/ref/ckpt_diff.py $d/$ref/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 && same_run_dirs $d/$ref $d/$out >$d/run_$out.txt 2>&1; then ok "$what: rollouts, metrics and weights as unfused on 1 rank"
   else not_ok "$what: differs from unfused on 1 rank"; cat $d/diff_$out.txt $d/run_$out.txt | grep -v PASS | tail -3 | sed 's/^/# /'; fi
 }
 # migrate WHAT N REF OUT MOVED [options]: MOVED 1 when samples must have moved
@@ -98,7 +98,7 @@ assert at[0] == 0.2 and p[0] == -1 and p[1] > 0 and at[1] in (0, .05, .1, .15, .
 log = open('$d/m2a.log').read(); assert len(re.findall(r'fusion: R_t [0-9.]+ \(auto', log)) == 2, log
 "
 mpirun 4 $P -fuse_gen_inf migrate -fuse_migrate_at 0.5 -fuse_migrate_replicas 1 -ppo_iterations 1 -checkpoint_every 1 -output_dir $d/rs1 >$d/rs1.log 2>&1 || not_ok "migrate, first iteration"
-if mpirun 2 $P -fuse_gen_inf migrate -fuse_migrate_at 1 -fuse_migrate_replicas 1 -restart $d/rs1/final.h5 -output_dir $d/rs2 >$d/rs2.log 2>&1 && "$PYTHON" tools/ckpt_diff.py $d/one/final.h5 $d/rs2/final.h5 >$d/diff_rs2.txt 2>&1
+if mpirun 2 $P -fuse_gen_inf migrate -fuse_migrate_at 1 -fuse_migrate_replicas 1 -restart $d/rs1/final.h5 -output_dir $d/rs2 >$d/rs2.log 2>&1 && "$PYTHON" regression/ref/ckpt_diff.py $d/one/final.h5 $d/rs2/final.h5 >$d/diff_rs2.txt 2>&1
 then ok "migrate: a restart on 2 ranks from iteration 1 written on 4 ends with the weights of 1 rank"
 else not_ok "migrate: restart"; grep -v PASS $d/diff_rs2.txt $d/rs2.log | tail -3 | sed 's/^/# /'; fi
 

@@ -1,4 +1,4 @@
-# tools/gpu_targets.sh (the GPU checklist's part `targets`) without a GPU:
+# tools/bench/gpu_targets.sh (the GPU checklist's part `targets`) without a GPU:
 # its decks at a tiny shape on the cpu (input/bench/init_*.deck and
 # grpo.deck, through a wrapper that adds only the shape, the device and the
 # response length), every other program a stub printing the lines the real
@@ -6,18 +6,18 @@
 # against numbers worked out by hand, the fallback to the dynamic cache, a
 # spent budget, and the one line without a GPU.
 #
-# The checks in detail: `tools/gpu_targets.sh` (the GPU checklist's part `targets`) without a
+# The checks in detail: `tools/bench/gpu_targets.sh` (the GPU checklist's part `targets`) without a
 # GPU: nvidia-smi, bench_decode and the Python baselines stubbed with the lines they print,
 # `input/bench/init_*.deck` and `grpo.deck` run for real on the cpu at a tiny shape (1 layer,
 # 32 wide, vocabulary 64, 4 new tokens; the decks' other settings as written) with prompt
-# files from `tools/gpu_baselines/bench_prompts.py`; the summary lines against numbers worked
+# files from `tools/bench/gpu_baselines/bench_prompts.py`; the summary lines against numbers worked
 # out by hand (the faster precision against the bf16 roofline at batch 1 and 64, the ratio to
 # generate's compiled static cache, the fallback to the dynamic cache when the static one
 # fails, TRL's step over rlfuse's and generation's share from run.h5's iteration 2, the
 # log-probability gap "not built"; with `TARGET_PARTS=train` bench_model and bench_attention
 # stubbed too: the MFU at qwen15 and the training ratios to PyTorch at 124M, smollm2, qwen05
 # and at T 8192, the device memory against the estimate (5% PASS, 20% FAIL) and the tiled
-# attention against the T x T pair at the four shapes, PASS and FAIL), `summary LOG` repeating
+# attention's time at the four shapes, PASS and FAIL), `summary LOG` repeating
 # them, a spent `TARGET_BUDGET` skipping every step (exit 1, targets NA), and the one line
 # (exit 0) of `gpu_checklist.sh targets` without a GPU. About 5 s
 . regression/lib.sh
@@ -62,12 +62,11 @@ echo "rlfuse size=$size params=1 mode=fwd B=$B T=$T threads=16 tok_per_s=1 gflop
 case "$size $B $T" in "qwen05 1 8192") m="dev_mb=10500 est_mb=10000" ;; "qwen15 8 2048") m="dev_mb=30000 est_mb=25000" ;; *) m="dev_mb=1 est_mb=1" ;; esac
 echo "rlfuse size=$size params=1 mode=train B=$B T=$T threads=16 tok_per_s=$t gflops=1 ms=1 device=cuda precision=bf16 mfu=0.41 $m"
 EOF
-# bench_attention: the tiled pair 7 ms (fwd 2 + bwd 5) against the T x T pair's 9 ms at every shape
+# bench_attention: the tiled pair 7 ms (fwd 2 + bwd 5) at every shape
 cat >$d/bin/bench_attention <<'EOF'
 #!/bin/bash
 a=" $* "; B=$(echo "$a" | sed 's/.* -B \([^ ]*\).*/\1/'); T=$(echo "$a" | sed 's/.* -T \([^ ]*\).*/\1/'); h=$(echo "$a" | sed 's/.* -n_head \([^ ]*\).*/\1/')
 k=$(echo "$a" | sed 's/.* -n_kv_head \([^ ]*\).*/\1/'); hd=$(echo "$a" | sed 's/.* -head_dim \([^ ]*\).*/\1/')
-echo "attention probs device=cuda precision=bf16 B=$B T=$T heads=$h/$k hd=$hd threads=1 fwd_ms=3.000 bwd_ms=6.000 fwd_tflops=1 bwd_tflops=1 saved_bytes=1"
 echo "attention tiled device=cuda precision=bf16 B=$B T=$T heads=$h/$k hd=$hd threads=1 fwd_ms=2.000 bwd_ms=5.000 fwd_tflops=1 bwd_tflops=1 saved_bytes=1"
 EOF
 # python: torch sees a GPU, pip installs, the baselines print their lines (qwen15's static cache fails)
@@ -92,9 +91,9 @@ esac
 EOF
 chmod +x $d/stub/* $d/bin/*
 mkdir -p $d/data/wheels $d/data/tokenizer && touch $d/data/tokenizer/tokenizer.json
-for s in smollm2 qwen05; do "$PYTHON" tools/gpu_baselines/bench_prompts.py $d/data/prompts_$s.h5 64 >/dev/null; done
+for s in smollm2 qwen05; do "$PYTHON" tools/bench/gpu_baselines/bench_prompts.py $d/data/prompts_$s.h5 64 >/dev/null; done
 
-run() { PATH=$d/stub:$PATH PYTHON=$d/stub/python BIN=$d/bin TARGET_DATA=$d/data OMP_NUM_THREADS=1 bash tools/gpu_targets.sh; }
+run() { PATH=$d/stub:$PATH PYTHON=$d/stub/python BIN=$d/bin TARGET_DATA=$d/data OMP_NUM_THREADS=1 bash tools/bench/gpu_targets.sh; }
 OUT_DIR=$d/out run >$d/run.log 2>&1; rc=$?
 # 17 steps: decode 6, gap 2 (exit 1: the option unknown, not counted), GRPO 2 x (init, run, TRL), generate 3
 steps_as_expected() {
@@ -128,7 +127,7 @@ check "the log-probability gap: 'not built' while bench_decode lacks -logprob_ga
   [ "$(grep -c '^summary target=logprob_gap precision=\(fp32\|bf16\) not built$' $d/run.log)" = 2 ]
 check "the summary names the GPU" grep -q '^summary gpu name="NVIDIA H200" hbm_gbs=4800$' $d/run.log
 # the summary alone, from the log of the run (as after a run elsewhere)
-check "summary LOG prints the same lines" cmp <(grep '^summary ' $d/run.log) <(bash tools/gpu_targets.sh summary $d/out/targets.log)
+check "summary LOG prints the same lines" cmp <(grep '^summary ' $d/run.log) <(bash tools/bench/gpu_targets.sh summary $d/out/targets.log)
 # the training targets (TARGET_PARTS=train): rlfuse's steps beside PyTorch's, worked out by hand
 OUT_DIR=$d/outt TARGET_PARTS=train run >$d/runt.log 2>&1; rc=$?
 tsum() { grep -q "^summary target=$1 $2\$" $d/runt.log; }
@@ -142,9 +141,9 @@ train_sums() {
     [ "$(grep -c '^# step attention_.* exit 0$' $d/runt.log)" = 4 ] &&
     tsum train_mem "shape=qwen05 B=1 T=8192 precision=bf16 unit=MiB measure=|measured/estimate-1| measured=10500 baseline=10000 ratio=0.050 goal=<0.10 PASS" &&
     tsum train_mem "shape=qwen15 B=8 T=2048 precision=bf16 unit=MiB measure=|measured/estimate-1| measured=30000 baseline=25000 ratio=0.200 goal=<0.10 FAIL" &&
-    [ "$(grep -c '^summary target=train_attention B=\(8 T=2048 heads=9/3 hd=64\|8 T=2048 heads=14/2 hd=64\|8 T=2048 heads=12/2 hd=128\|1 T=8192 heads=14/2 hd=64\) precision=bf16 unit=ms_fwd+bwd baseline=probs measured=7 baseline=9 ratio=1.286 goal=>=1.0 PASS$' $d/runt.log)" = 4 ]
+    [ "$(grep -c '^summary target=train_attention B=\(8 T=2048 heads=9/3 hd=64\|8 T=2048 heads=14/2 hd=64\|8 T=2048 heads=12/2 hd=128\|1 T=8192 heads=14/2 hd=64\) precision=bf16 unit=ms_fwd+bwd measured=7 baseline=NA ratio=NA goal=none NA$' $d/runt.log)" = 4 ]
 }
-check "TARGET_PARTS=train: MFU at qwen15 0.41 (PASS); against PyTorch 200000/140000 = 1.429 (PASS), 1.500 (PASS), 1.000 (FAIL); T 8192 1.500 (PASS); device memory against the estimate 0.050 (PASS) and 0.200 (FAIL); the tiled attention 9/7 = 1.286 at the four shapes" train_sums
+check "TARGET_PARTS=train: MFU at qwen15 0.41 (PASS); against PyTorch 200000/140000 = 1.429 (PASS), 1.500 (PASS), 1.000 (FAIL); T 8192 1.500 (PASS); device memory against the estimate 0.050 (PASS) and 0.200 (FAIL); the tiled attention's 7 ms at the four shapes (no baseline)" train_sums
 OUT_DIR=$d/out0 TARGET_BUDGET=0 run >$d/run0.log 2>&1; rc=$?
 all_skipped() { [ $rc = 1 ] && grep -q '^# step decode_smollm2_bf16: skipped' $d/run0.log && ! grep '^summary target=' $d/run0.log | grep -qv ' NA$\|status=skipped$'; }
 check "a spent budget skips the steps, exits 1 and leaves the targets NA" all_skipped

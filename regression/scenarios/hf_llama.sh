@@ -7,7 +7,7 @@
 # role) imported and exported again give the same safetensors bits, the same
 # from_pretrained state and the same logits; a sharded save, F16 and BF16
 # files and a llama3 rope_scaling import exactly; the golden checkpoints of
-# tools/llama_golden.py exported and loaded by from_pretrained give back the
+# regression/ref/llama_golden.py exported and loaded by from_pretrained give back the
 # golden outputs; the Qwen3 golden (transformers 4.40 has no Qwen3) exports
 # as a Qwen3 config.json and imports back bit for bit; what rlfuse cannot
 # compute is refused in one line naming the config.json key.
@@ -152,7 +152,7 @@ print(("ok - " if got == ("llama3", 8.0, 1.0, 4.0, 16) and back == src and same(
       + f"rope_scaling llama3 imports as attributes {got} and exports back as the same config.json entry" + ("" if back == src else f" (got {back})"))
 PY
 
-# 4. the golden checkpoints (tools/llama_golden.py, computed by transformers): exported, from_pretrained gives the golden outputs
+# 4. the golden checkpoints (regression/ref/llama_golden.py, computed by transformers): exported, from_pretrained gives the golden outputs
 for g in llama_tied llama_untied mistral qwen2 llama_scalar; do
   role=policy; mt=; [ $g = llama_scalar ] && role=reward; [ $g = mistral ] && mt=mistral
   "$PYTHON" tools/hf_export.py regression/golden/$g.h5 $role $d/golden_$g ${mt:+--model-type $mt} >$d/exp_g.log 2>&1 || not_ok "hf_export golden $g: $(tail -1 $d/exp_g.log)"

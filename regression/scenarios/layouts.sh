@@ -1,7 +1,7 @@
 # Distributed execution: one PPO deck at the quickstart model size
 # (3 iterations) on different execution plans must end with the same
 # weights, optimizer state, rollouts and metrics as one rank, within a
-# relative tolerance of 1e-4 per checkpoint tensor (tools/ckpt_diff.py); a
+# relative tolerance of 1e-4 per checkpoint tensor (regression/ref/ckpt_diff.py); a
 # checkpoint written on 4 ranks restarts on 1 and on 2 ranks; bad plans stop
 # with one line naming the call and the option. Multi-rank runs are
 # oversubscribed on small machines, one thread per rank.
@@ -11,7 +11,7 @@
 # disaggregated (one tp-2 generation replica), 2 ranks with pp 2 (1F1B over 4 and 2
 # micro-batches), 2 ranks mixing layouts (train tp 2, generate dp 2: reallocation every
 # iteration) and 4 ranks interleaved with ZeRO-1 and offload, each against 1 rank: every
-# checkpoint tensor (weights and AdamW moments of all four models, `tools/ckpt_diff.py`)
+# checkpoint tensor (weights and AdamW moments of all four models, `regression/ref/ckpt_diff.py`)
 # within 1e-4 of its scale, rollout tokens and lengths identical and their floats within 1e-4,
 # every metric within 1e-4 relative (`regression/same_metrics.py`: NaN only on the rows where
 # 1 rank has NaN, and a metric NaN on every row fails unless the deck does not measure it);
@@ -35,7 +35,7 @@ P="-mode ppo -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5
 # for held-out evaluations during the run (-ppo_eval_every 0), so the eval_*
 # metrics hold only the last iteration's (the summary's) evaluation
 same_run() { same_run_dirs $d/$1 $d/$2; }
-same_weights() { "$PYTHON" tools/ckpt_diff.py $d/$1/final.h5 $d/$2/final.h5 >$d/diff_$2.txt 2>&1; }
+same_weights() { "$PYTHON" regression/ref/ckpt_diff.py $d/$1/final.h5 $d/$2/final.h5 >$d/diff_$2.txt 2>&1; }
 layout() {
   local what=$1 n=$2 out=$3; shift 3
   if ! mpirun $n $P -output_dir $d/$out "$@" >$d/$out.log 2>&1; then not_ok "$what: run failed"; tail -3 $d/$out.log | sed 's/^/# /'; return; fi
@@ -65,7 +65,7 @@ for n in 1 2; do
   else not_ok "restart of a 4-rank checkpoint on $n rank(s)"; tail -3 $d/from4_$n.log $d/diff_from4_$n.txt | sed 's/^/# /'; fi
 done
 mpirun 1 $P -seed 6 -output_dir $d/seed6 >$d/seed6.log 2>&1 || not_ok "PPO with seed 6"
-check "the comparison can fail (another seed gives other weights)" bash -c "! \"$PYTHON\" tools/ckpt_diff.py $d/one/final.h5 $d/seed6/final.h5 >/dev/null"
+check "the comparison can fail (another seed gives other weights)" bash -c "! \"$PYTHON\" regression/ref/ckpt_diff.py $d/one/final.h5 $d/seed6/final.h5 >/dev/null"
 
 # bad plans: one line naming the call and the option, before any work
 bad_plan() {

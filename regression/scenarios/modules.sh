@@ -8,7 +8,10 @@
 # of an io.h call. src/ppo is in layers: no two of its files call each other,
 # directly or through others (a call circle), and none holds mutable state
 # at file scope (asynchronous RL's queue reaches checkpoints as an argument).
-# Reads only the sources; ROOT (default .) is the tree checked.
+# Production code only: src/ and cuda/ hold no function that only the tests
+# call and no reference (the tests' references live in regression/, the
+# benchmarks in tools/bench/), and `make all` builds no benchmark. Reads only
+# the sources (and `make -n`); ROOT (default .) is the tree checked.
 #
 # The checks in detail: the module boundaries of docs/design.md, read from the sources: no
 # file outside `src/io` includes `internal/h5util.h` or `hdf5.h`, or names an HDF5 call, type
@@ -19,9 +22,14 @@
 # src/ppo: its files as a call graph (a file calls another when it names a function the other
 # defines, outside comments and strings) has no circle (Tarjan's components), and no file of
 # src/ppo has a non-const variable at file scope.
+# Production code only: a function defined in src/ or cuda/ that only the tests call (ALLOWED
+# lists the library's test-facing entry points, each with why), a function or file named like a
+# reference (ref_*, *_ref, *_reference, attention_probs*), or a bench_* program among `make
+# all`'s fails; each fails on a tree with one planted.
 . regression/lib.sh
-plan 8
-"$PYTHON" - "${ROOT:-.}" <<'PY'
+plan 11
+fails=0
+"$PYTHON" - "${ROOT:-.}" <<'PY' || fails=$((fails + 1))
 import glob, os, re, sys
 root = sys.argv[1]
 fails = 0
@@ -138,5 +146,62 @@ chk(f"no call circle among src/ppo's {len(ppo)} files (each calls only files bel
 state = re.compile(r"^static\s+(?!const\b)(?!inline\b)[\w \*]+?\b\w+\s*(\[[^]]*\])?\s*(=[^;]*)?;", re.M)
 bad = [f"{rel(p)}:{code(text(p))[:m.start()].count(chr(10)) + 1}" for p in ppo + sorted(p for p in srcs if rel(p).startswith("src/ppo/") and p.endswith(".h")) for m in state.finditer(code(text(p)))]
 chk("no mutable state at file scope in src/ppo (a run's data goes by argument)", bad)
+
+# Production code only. A function defined in src/ or cuda/ that nothing
+# there calls but a test program does (a benchmark is a caller: it measures
+# the library) is a test's reference or switch kept in the library. The
+# library's entry points the tests call directly instead of through the run
+# (accessors, one-call wrappers of production code, the planner's
+# exhaustive search) are listed in ALLOWED with why; a new one must move to
+# regression/ or join the list with its reason.
+ALLOWED = {
+    "philox4x32_10": "the Philox block's known-answer test (test_sys); production draws through rng_*",
+    "cost_memory_ranks": "the per-rank memory peaks, of which cost_estimate keeps the largest",
+    "cost_shape_params": "a shape's parameter count, checked against published ones",
+    "model_find_tensor": "a tensor by name, for tests that read one tensor",
+    "model_logits": "accessor of the last forward's logits",
+    "model_values": "accessor of the last forward's values (the run copies them with model_values_get)",
+    "model_shard_insert": "the inverse of model_shard_extract",
+    "dmodel_gather": "a placed model gathered onto rank 0",
+    "reward_extract_answer": "the answer the rule rewards compare, tested alone",
+    "rl_rm_loss": "rl_rm_loss_part over a whole batch",
+    "sched_check": "the validity of a pipeline schedule's task list",
+    "search_enumerate": "the exhaustive search that the annealer is checked against (test_search)",
+    "search_tune": "search_tune_until without a deadline",
+}
+def files(d, exts):
+    out = []
+    for dd, _, fs in os.walk(os.path.join(root, d)):
+        out += [os.path.join(dd, f) for f in fs if f.endswith(exts)]
+    return sorted(out)
+lib = files("src", (".c", ".h")) + files("cuda", (".cu", ".cuh"))
+fn_def = re.compile(r'^(?:extern\s+""\s+)?(?!static\b|typedef\b|return\b|else\b)[A-Za-z_][\w\s*]*?\b([A-Za-z_]\w*)\s*\([^;{]*\)\s*(\{.*)?$')
+lib_defs, libcode = {}, {p: code(text(p)) for p in lib}
+for p, t in libcode.items():
+    lines = t.splitlines()
+    for i, l in enumerate(lines):
+        m = fn_def.match(l)
+        if m and m.group(1) not in ("if", "for", "while", "switch") and (m.group(2) is not None or (i + 1 < len(lines) and lines[i + 1].strip().startswith("{"))):
+            lib_defs.setdefault(m.group(1), f"{rel(p)}:{i + 1}")
+def count(paths):
+    c = {}
+    for p in paths:
+        for w in re.findall(r"\b[A-Za-z_]\w*\b", libcode.get(p) or code(text(p))):
+            c[w] = c.get(w, 0) + 1
+    return c
+in_lib, in_tests, in_bench = count(lib), count(files("regression", (".c", ".h", ".cu"))), count(files("tools", (".c", ".h", ".cu")))
+def test_only(n): return n in lib_defs and n != "main" and in_lib.get(n, 0) <= 1 and in_tests.get(n, 0) > 0 and not in_bench.get(n, 0)
+bad = [f"{n}({lib_defs[n]})" for n in sorted(lib_defs) if test_only(n) and n not in ALLOWED]
+bad += [f"{n}(listed, but no longer test-only)" for n in sorted(ALLOWED) if not test_only(n)]
+chk("production code only: no function in src/ or cuda/ that only the tests call (ALLOWED lists the library's test-facing entry points)", bad)
+ref = re.compile(r"(^ref_|_ref$|_reference$|^reference_|attention_probs)")
+bad = [f"{n}({w})" for n, w in sorted(lib_defs.items()) if ref.search(n)]
+bad += [rel(p) for p in lib if re.match(r"(ref|reference)_", os.path.basename(p))]
+chk("no reference in src/ or cuda/ (no function or file named ref_*, *_ref, *_reference, attention_probs*: they live in regression/)", bad)
 raise SystemExit(fails > 0)
 PY
+# `make all` builds bin/rlfuse and the tests, no benchmark (make bench does)
+allbins=$(make -C "${ROOT:-.}" -n -B all BUILD=/nonexistent/build BIN=/nonexistent/bin 2>/dev/null | grep -o -- '-o /nonexistent/bin/[A-Za-z0-9_]*' | sed 's|.*/||' | sort -u)
+check "make all builds no benchmark program ($(echo $allbins | wc -w) programs: $(echo $allbins | tr ' ' '\n' | grep -c '^test_') tests and $(echo $allbins | tr ' ' '\n' | grep -vc '^test_') other)" \
+  bash -c '[ -n "$1" ] && printf "%s\n" $1 | grep -qx rlfuse && ! printf "%s\n" $1 | grep -q "^bench"' _ "$allbins"
+finish

@@ -229,7 +229,7 @@ ppo -output_dir $d/drgrpo $V >$d/drgrpo.log 2>&1 || { not_ok "Dr. GRPO run"; tai
 check "Dr. GRPO + clip-higher + overlong shaping + k1 KL: 4 iterations, other actor weights than GRPO's" bash -c "grep -q '^iter    4/4' $d/drgrpo.log && ! h5diff -q $d/grpo/final.h5 $d/drgrpo/final.h5 /actor /actor"
 "$MPIEXEC" $MPIEXEC_FLAGS -n 2 env OMP_NUM_THREADS=1 "$BIN/rlfuse" -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 \
   $V -output_dir $d/drgrpo2 >$d/drgrpo2.log 2>&1 || { not_ok "Dr. GRPO on 2 ranks"; tail -3 $d/drgrpo2.log; }
-check "  ... on 2 ranks (dp 2) as on 1 (tools/ckpt_diff.py, 1e-4)" "$PYTHON" tools/ckpt_diff.py $d/drgrpo/final.h5 $d/drgrpo2/final.h5
+check "  ... on 2 ranks (dp 2) as on 1 (regression/ref/ckpt_diff.py, 1e-4)" "$PYTHON" regression/ref/ckpt_diff.py $d/drgrpo/final.h5 $d/drgrpo2/final.h5
 # REINFORCE++ with a group-mean baseline: no critic; its advantages are the whitened reward-to-go
 # of the rewards (the score less its group's mean on the last token, the KL penalty on every one)
 ppo -output_dir $d/rpp -algo reinforce_pp -grpo_group 4 -dump_rollouts >$d/rpp.log 2>&1 || { not_ok "REINFORCE++ run"; tail -3 $d/rpp.log; }

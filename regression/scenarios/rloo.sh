@@ -58,7 +58,7 @@ PY
 
 # layout invariance: the same run on 2 ranks
 same() {
-  "$PYTHON" tools/ckpt_diff.py $d/one/final.h5 $d/$1/final.h5 >$d/diff_$1.txt 2>&1 || return 1
+  "$PYTHON" regression/ref/ckpt_diff.py $d/one/final.h5 $d/$1/final.h5 >$d/diff_$1.txt 2>&1 || return 1
   "$PYTHON" - $d/one $d/$1 <<'PY'
 import sys, h5py, numpy as np
 a, b = sys.argv[1:3]
@@ -82,7 +82,7 @@ for lay in "tp2:-actor_gen_tp 2 -ref_inf_tp 2 -rew_inf_tp 2 -actor_train_tp 2" "
   else not_ok "RLOO on 2 ranks $name: $(tail -1 $d/$name.log)"; fi
 done
 mpirun 1 $R -output_dir $d/seed8 -seed 8 >$d/seed8.log 2>&1
-check "another seed differs (the comparison can fail)" bash -c "! \"$PYTHON\" tools/ckpt_diff.py $d/one/final.h5 $d/seed8/final.h5 >/dev/null 2>&1"
+check "another seed differs (the comparison can fail)" bash -c "! \"$PYTHON\" regression/ref/ckpt_diff.py $d/one/final.h5 $d/seed8/final.h5 >/dev/null 2>&1"
 
 rlfuse $R -rollout_batch 18 -ppo_minibatches 1 -ppo_microbatches 1 -output_dir $d/bad >$d/bad.log 2>&1; rc=$?
 check "-rollout_batch 18 with -grpo_group 4 under -algo rloo: one line naming both, exit non-zero, nothing written" \

@@ -192,7 +192,7 @@ else not_ok "GRPO on 2 ranks: $(tail -1 $d/two.log)"; fi
 # ---- fusion of generation and inference without a reward model (reference inference only) ----
 fused() {
   local what=$1 n=$2 out=$3; shift 3
-  if mpirun $n $G "$@" -fuse_tokens 8 -output_dir $d/$out >$d/$out.log 2>&1 && "$PYTHON" tools/ckpt_diff.py $d/one/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 &&
+  if mpirun $n $G "$@" -fuse_tokens 8 -output_dir $d/$out >$d/$out.log 2>&1 && "$PYTHON" regression/ref/ckpt_diff.py $d/one/final.h5 $d/$out/final.h5 >$d/diff_$out.txt 2>&1 &&
      same_run_dirs $d/one $d/$out >$d/run_$out.txt 2>&1
   then ok "$what: rollouts, metrics and weights as unfused on 1 rank"
   else not_ok "$what: differs from unfused on 1 rank, or failed"; cat $d/$out.log $d/diff_$out.txt $d/run_$out.txt 2>/dev/null | grep -v PASS | tail -3 | sed 's/^/# /'; fi
@@ -234,7 +234,7 @@ with h5py.File(d + "/cand/rollouts.h5", "r") as c, h5py.File(d + "/dyn/rollouts.
           and kept[0] == len(diff) and filled[0] == max(0, 8 - len(diff)) and 0 < len(same))
     print(("ok" if ok else "not ok") + f" - dynamic sampling keeps the first 8 of the {len(diff)} candidate groups whose rewards differ ({len(same)} equal), in order, with their tokens and log-probabilities; run.h5 counts them")
 PY
-if mpirun 2 $D -rollout_batch 16 -ppo_iterations 2 -ppo_dynamic_sampling 3 -output_dir $d/dyn2 >$d/dyn2.log 2>&1 && "$PYTHON" tools/run_diff.py $d/dyn $d/dyn2 >$d/dyn_diff.txt 2>&1
+if mpirun 2 $D -rollout_batch 16 -ppo_iterations 2 -ppo_dynamic_sampling 3 -output_dir $d/dyn2 >$d/dyn2.log 2>&1 && "$PYTHON" regression/ref/run_diff.py $d/dyn $d/dyn2 >$d/dyn_diff.txt 2>&1
 then ok "dynamic sampling with top-k 8 on 2 ranks (dp 2) as on 1: rollouts and metrics ($(tail -1 $d/dyn_diff.txt))"
 else not_ok "dynamic sampling on 2 ranks differs from 1 rank"; tail -3 $d/dyn2.log $d/dyn_diff.txt | sed 's/^/# /'; fi
 # in rounds: round j draws the next 8 prompts with sample ids 16j.., so the candidates' run above holds
@@ -270,7 +270,7 @@ with h5py.File(d + "/cand/rollouts.h5", "r") as c, h5py.File(f"{d}/{out}/rollout
           f"the groups whose rewards differ kept in order ({kept} of {8 * rounds}, {filled} filled), with their tokens and log-probabilities, as a run generating all {8 * R} groups at once; the data position moves 8 prompts a round ({pos})")
 PY
 done
-if mpirun 2 $D -rollout_batch 16 -ppo_iterations 2 -ppo_dynamic_sampling 1 -ppo_dynamic_rounds 3 -output_dir $d/dynr3_2 >$d/dynr3_2.log 2>&1 && "$PYTHON" tools/run_diff.py $d/dynr3 $d/dynr3_2 >$d/dynr_diff.txt 2>&1
+if mpirun 2 $D -rollout_batch 16 -ppo_iterations 2 -ppo_dynamic_sampling 1 -ppo_dynamic_rounds 3 -output_dir $d/dynr3_2 >$d/dynr3_2.log 2>&1 && "$PYTHON" regression/ref/run_diff.py $d/dynr3 $d/dynr3_2 >$d/dynr_diff.txt 2>&1
 then ok "dynamic sampling in 3 rounds on 2 ranks (dp 2) as on 1: rollouts and metrics ($(tail -1 $d/dynr_diff.txt))"
 else not_ok "dynamic sampling in rounds on 2 ranks differs from 1 rank"; tail -3 $d/dynr3_2.log $d/dynr_diff.txt | sed 's/^/# /'; fi
 
@@ -278,7 +278,7 @@ else not_ok "dynamic sampling in rounds on 2 ranks differs from 1 rank"; tail -3
 C="-options_file input/arith_grpo.deck -actor_checkpoint $d/sft/final.h5 -rollout_batch 32 -grpo_group 4 -ppo_iterations 3 -ppo_eval_prompts 16 -ppo_checkpoint_every 0"
 mpirun 1 $C -reward_fn numeric -output_dir $d/rule >$d/rule.log 2>&1 || not_ok "rule run: $(tail -1 $d/rule.log)"
 mpirun 1 $C -reward_fn none -reward_command "$PYTHON tools/reward_example.py" -output_dir $d/cmd >$d/cmd.log 2>&1 || not_ok "command run: $(tail -1 $d/cmd.log)"
-if "$PYTHON" tools/ckpt_diff.py --params-tol 1e-12 $d/rule/final.h5 $d/cmd/final.h5 >$d/diff_cmd.txt 2>&1 &&
+if "$PYTHON" regression/ref/ckpt_diff.py --params-tol 1e-12 $d/rule/final.h5 $d/cmd/final.h5 >$d/diff_cmd.txt 2>&1 &&
    "$PYTHON" -c "import h5py,sys,numpy as np; a=h5py.File(sys.argv[1])['metrics']; b=h5py.File(sys.argv[2])['metrics']; sys.exit(not (np.array_equal(a['reward_numeric'][()], b['reward_command'][()]) and np.array_equal(a['reward'][()], b['reward'][()])))" $d/rule/run.h5 $d/cmd/run.h5
 then ok "-reward_command tools/reward_example.py trains exactly as -reward_fn numeric (same weights, same rewards per iteration)"
 else not_ok "the reward command's run differs from the rule's"; tail -3 $d/diff_cmd.txt | sed 's/^/# /'; fi
@@ -325,7 +325,7 @@ with h5py.File(d + "/tok.h5", "a") as f:
     g.attrs["eos_id"] = np.int32(3)
 PY
 mpirun 1 $F -task sort -actor_checkpoint $d/tok.h5 -ppo_prompts $d/train_ans.h5 -ppo_eval_file $d/held_ans.h5 -output_dir $d/tok >$d/tok.log 2>&1 || not_ok "GRPO with the checkpoint's tokenizer: $(tail -1 $d/tok.log)"
-if "$PYTHON" tools/ckpt_diff.py --params-tol 1e-12 $d/file/final.h5 $d/tok/final.h5 >$d/diff_tok.txt 2>&1 && h5diff $d/tok.h5 $d/tok/final.h5 /tokenizer /tokenizer >/dev/null 2>&1
+if "$PYTHON" regression/ref/ckpt_diff.py --params-tol 1e-12 $d/file/final.h5 $d/tok/final.h5 >$d/diff_tok.txt 2>&1 && h5diff $d/tok.h5 $d/tok/final.h5 /tokenizer /tokenizer >/dev/null 2>&1
 then ok "the responses read through the checkpoint's /tokenizer train exactly as through the task's characters, and PPO's checkpoint carries that /tokenizer"
 else not_ok "the checkpoint's tokenizer: other weights, or no /tokenizer in the PPO checkpoint"; tail -2 $d/diff_tok.txt | sed 's/^/# /'; fi
 # -mode eval of a held-out file (through the /tokenizer checkpoint: no -task arith) needs answers there only: the training

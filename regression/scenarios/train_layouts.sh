@@ -2,7 +2,7 @@
 # 1 rank and on other layouts of sft_train / rm_train (dp, tp x dp, pp with
 # micro-batches, ZeRO-1, a mesh that leaves rank 0 out) must end with the
 # same AdamW moments within 1e-4 of each tensor's scale and the same weights
-# within 1e-3 (tools/ckpt_diff.py --params-tol: AdamW's g/(|g|+eps) turns the
+# within 1e-3 (regression/ref/ckpt_diff.py --params-tol: AdamW's g/(|g|+eps) turns the
 # rounding of gradient elements near eps into weight differences of a
 # fraction of lr, about 1.5e-4 here), and the same metrics. GPipe and 1F1B
 # give bit-identical reward models. A 4-rank SFT checkpoint restarts on 1
@@ -13,7 +13,7 @@
 # ranks pp 2 (1F1B over 4 micro-batches), 4 ranks with ZeRO-1 and on ranks 1-2 of 3 (rank 0
 # off the mesh), and an RM deck on 4 ranks tp 2 x dp 2 and 2 ranks pp 2, each against 1 rank
 # (and GPipe bit-identical to 1F1B on 2 ranks pp 2 and on 1 rank with 4 micro-batches): AdamW
-# moments within 1e-4 and weights within 1e-3 of each tensor's scale (`tools/ckpt_diff.py
+# moments within 1e-4 and weights within 1e-3 of each tensor's scale (`regression/ref/ckpt_diff.py
 # --params-tol`; measured worst 1.5e-4, see below), every metric within 1e-4
 # (`regression/same_metrics.py`, as in layouts.sh); the plan in run.h5; a 4-rank SFT
 # checkpoint restarted on 1 rank ends as the 4-rank run (5.6e-7); bad plans (dp not dividing
@@ -38,7 +38,7 @@ check "run.h5 holds the sft_train plan" "$PYTHON" -c "
 import h5py; f = h5py.File('$d/sft_tp/run.h5', 'r')
 assert f['plan'].attrs['world'] == 4 and f['plan/sft_train'].attrs['tp'] == 2 and 'actor_gen' not in f['plan']"
 if mpirun 1 $S -output_dir $d/sft_from4 -restart $d/sft_tp/ckpt_000006.h5 >$d/sft_from4.log 2>&1 && grep -q "from step 6" $d/sft_from4.log &&
-   "$PYTHON" tools/ckpt_diff.py --params-tol 1e-3 $d/sft_tp/final.h5 $d/sft_from4/final.h5 >$d/diff_from4.txt 2>&1
+   "$PYTHON" regression/ref/ckpt_diff.py --params-tol 1e-3 $d/sft_tp/final.h5 $d/sft_from4/final.h5 >$d/diff_from4.txt 2>&1
 then ok "a 4-rank SFT checkpoint restarts on 1 rank and ends as the 4-rank run ($(grep -o 'max relative difference [^ ]*' $d/diff_from4.txt))"
 else not_ok "restart of a 4-rank SFT checkpoint on 1 rank"; tail -3 $d/sft_from4.log $d/diff_from4.txt 2>/dev/null | sed 's/^/# /'; fi
 

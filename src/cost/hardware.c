@@ -136,7 +136,6 @@ PetscErrorCode cost_prims_hardware(const char *deck, CostPrims *p)
   p->mem_per_rank    = mem * usable;
   p->bytes_per_param = hw->bytes_per_param;
   p->host_bw         = host_bw * host_eff;
-  p->attention_lse   = PETSC_TRUE; /* a device's: the cuda backend's training attention is tiled too (log-sum-exp, no T x T array) */
   p->compute         = hw_compute;
   p->optimizer       = hw_optimizer;
   p->coll            = hw_coll;

@@ -72,12 +72,12 @@ static double train_state(const CostPrims *p, double n, int dp, PetscBool zero1)
 /* Training activations per layer and token of a micro-batch padded to T:
  * Megatron's count (Korthikanti et al. 2022) in 16-bit, h (10 + 24/tp) +
  * 5 heads T / tp bytes, scaled to the element size. The 5 heads T are the
- * attention's T x T arrays (scores, probabilities, dropout mask); an
- * attention that keeps only each row's log-sum-exp (attention_lse, the
- * cpu backend's) holds 4 bytes per head instead. */
-static double train_act(const CostPrims *p, const CostShape *m, const PlanCall *c, double T)
+ * attention's T x T arrays (scores, probabilities, dropout mask); both
+ * backends' attention keeps only each row's log-sum-exp, 4 bytes per head
+ * instead. */
+static double train_act(const CostPrims *p, const CostShape *m, const PlanCall *c)
 {
-  double bp = p->bytes_per_param, att = p->attention_lse ? 4.0 * m->n_head / c->tp : 5.0 * m->n_head * T / c->tp * bp / 2;
+  double bp = p->bytes_per_param, att = 4.0 * m->n_head / c->tp;
   return m->n_embd * (10 + 24.0 / c->tp) * bp / 2 + att;
 }
 
@@ -111,7 +111,7 @@ static double call_transient(const CostPrims *p, const CostWork *w, const Plan *
     rows = (double)share / count;
     fly  = PetscMin(c->pp - s, count);
     /* 1F1B keeps fly micro-batches' activations on stage s: the long one and fly - 1 others */
-    x    = rows * L * (big * train_act(p, m, c, big) + (fly - 1) * T * train_act(p, m, c, T));
+    x    = rows * L * (big * train_act(p, m, c) + (fly - 1) * T * train_act(p, m, c));
     if (s == c->pp - 1) x += head_rows(m, rows * big) * logits * 8;
   } else {
     int size, count;

@@ -17,10 +17,6 @@
 #include "genfuse.h"
 #include <math.h>
 
-/* -fuse_migrate_at auto's candidates (src/genfuse/rtauto.c): the estimate
- * takes the best, what auto picks once its model has one iteration. */
-static const double rt_candidates[] = {0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5};
-
 typedef struct {
   const CostPrims *p;
   const CostWork  *w;
@@ -242,6 +238,25 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+typedef struct {
+  MigSim       *s;
+  double       *end;
+  CostEstimate *est;
+} MigPick;
+
+/* genfuse_rt_pick's stage: the last rank's end at R_t rt */
+static PetscErrorCode pick_stage(void *ctx, double rt, double *seconds)
+{
+  MigPick *m = ctx;
+  double   g;
+
+  PetscFunctionBegin;
+  PetscCall(stage(m->s, rt, m->end, &g, m->est));
+  *seconds = 0;
+  for (int q = 0; q < m->s->plan->world; q++) *seconds = PetscMax(*seconds, m->end[q]);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode cost_migrate(const CostPrims *p, const CostWork *w, const Plan *plan, double *end, double *gen_t, CostEstimate *est)
 {
   const PlanCall *c = &plan->call[MFC_ACTOR_GEN];
@@ -255,14 +270,9 @@ PetscErrorCode cost_migrate(const CostPrims *p, const CostWork *w, const Plan *p
   PetscCall(PetscMalloc1(s.dp, &s.rep));
   for (int d = 0; d < s.dp; d++) PetscCall(cost_rep_init(&s.rep[d], s.S, c->mbs, s.B, s.B));
   PetscCall(PetscMalloc7(s.B, &s.fin, s.dp, &s.stop, s.B, &s.idx, s.B, &s.kvl, s.B, &s.from, s.B, &s.to, s.dp, &s.dest));
-  if (rt < 0) { /* auto: the best candidate (the smaller on ties) */
-    double best = INFINITY;
-    for (size_t k = 0; k < sizeof rt_candidates / sizeof rt_candidates[0]; k++) {
-      double g, v = 0;
-      PetscCall(stage(&s, rt_candidates[k], end, &g, est));
-      for (int q = 0; q < plan->world; q++) v = PetscMax(v, end[q]);
-      if (v < best * (1 - 1e-9)) best = v, rt = rt_candidates[k];
-    }
+  if (rt < 0) { /* auto: what the run picks, on this model of the stage */
+    MigPick m = {&s, end, est};
+    PetscCall(genfuse_rt_pick(pick_stage, &m, &rt, NULL));
   }
   PetscCall(stage(&s, rt, end, gen_t, est));
   for (int d = 0; d < s.dp; d++) PetscCall(cost_rep_free(&s.rep[d]));

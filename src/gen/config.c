@@ -52,7 +52,6 @@ PetscErrorCode gen_config_set_from_options(GenConfig *cfg)
   RfOptInt("-slots", "Samples decoded concurrently (continuous batching: a finished sample's slot takes the next prompt)", 16, &cfg->slots);
   RfOptReal("-kv_mb", "Bound on the KV cache in MiB (2 * n_layer * slots * (longest prompt + max_new_tokens) * key width floats; the key width is n_embd, or n_kv_head heads for the LLaMA family)", 1024.0, &cfg->kv_mb);
   RfOptInt("-eos", "End-of-sequence token id (default: the checkpoint's tokenizer's when it has one and the deck sets neither -gen_eos nor -gen_stop, else 3, the built-in task's)", 3, &cfg->eos);
-  RfOptBool("-eager", "Run each decode step's operations one by one instead of replaying the step's recorded CUDA graph (for comparison; the results are the same bits)", PETSC_FALSE, &cfg->eager);
   RfOptBool("-share_prompts", "Samples admitted in the same step with the same prompt (a GRPO group) prefill it once and copy its keys and values", PETSC_TRUE, &cfg->share_prompts);
   RfOptBool("-batch_invariant", "A sequence's tokens and log-probabilities do not depend on the sequences sharing its steps, prefill included: the forward's matmuls in an order fixed per row (cpu; slower prefills of many rows; changes the default's last bits)", PETSC_FALSE, &cfg->batch_invariant);
   RfOptString("-stop", "Further token ids that end a response, comma-separated (e.g. a chat model's end of turn; -gen_min_new_tokens bans only -gen_eos)", stop, sizeof stop);

@@ -143,14 +143,32 @@ double genfuse_sim_stage(const GenFuseSim *s, double rt)
   return stage;
 }
 
-double genfuse_sim_pick(const GenFuseSim *s, double *pred)
+PetscErrorCode genfuse_rt_pick(GenFuseStageFn stage, void *ctx, double *rt, double *pred)
 {
-  double best = 0, bt = INFINITY;
+  double bt = INFINITY;
 
+  PetscFunctionBegin;
+  *rt = 0;
   for (size_t k = 0; k < sizeof candidates / sizeof candidates[0]; k++) {
-    double v = genfuse_sim_stage(s, candidates[k]);
-    if (v < bt * (1 - 1e-9)) bt = v, best = candidates[k];
+    double v;
+    PetscCall(stage(ctx, candidates[k], &v));
+    if (v < bt * (1 - 1e-9)) bt = v, *rt = candidates[k];
   }
   if (pred) *pred = bt;
-  return best;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode sim_stage(void *ctx, double rt, double *seconds)
+{
+  *seconds = genfuse_sim_stage((const GenFuseSim *)ctx, rt);
+  return PETSC_SUCCESS;
+}
+
+double genfuse_sim_pick(const GenFuseSim *s, double *pred)
+{
+  double rt = 0;
+
+  /* sim_stage cannot fail, so neither can the pick */
+  (void)genfuse_rt_pick(sim_stage, (void *)s, &rt, pred);
+  return rt;
 }

@@ -396,10 +396,12 @@ static PetscErrorCode rm_prepare(const RunCtx *run, RMOptions *o, const ModelCon
 
 static PetscErrorCode rm_dry_run(const RunCtx *run, const RMOptions *o, const ModelConfig *cfg)
 {
-  char a[32];
+  char   a[32];
+  double bytes = (double)model_activation_bytes(cfg, 2 * (int)o->batch, cfg->n_positions);
 
   PetscFunctionBegin;
-  PetscCall(PetscPrintf(run->comm, "dry run: reward model activations for %" PetscInt_FMT " pairs of up to %d tokens: %s\n", o->batch, cfg->n_positions, sys_bytes_str((double)model_activation_bytes(cfg, run->be, 2 * (int)o->batch, cfg->n_positions), a, sizeof a)));
+  PetscCall(PetscPrintf(run->comm, "dry run: reward model activations for %" PetscInt_FMT " pairs of up to %d tokens: "
+                        "%s\n", o->batch, cfg->n_positions, sys_bytes_str(bytes, a, sizeof a)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

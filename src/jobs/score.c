@@ -93,8 +93,10 @@ PetscErrorCode score_run(const RunCtx *run, const Backend *be)
   PetscCall(data_read_vocab(run->comm, o.input, cfg.vocab_size, "the checkpoint's vocab_size", &d));
   PetscCall(score_check_data(&o, &cfg, &d));
   if (run->dry_run) {
-    char a[32];
-    PetscCall(PetscPrintf(run->comm, "dry run: scoring %d x %d tokens needs %s of activations\n", d.N, d.T, sys_bytes_str((double)model_activation_bytes(&cfg, run->be, (int)PetscMin(o.batch, d.N), d.T), a, sizeof a)));
+    char   a[32];
+    double bytes = (double)model_activation_bytes(&cfg, (int)PetscMin(o.batch, d.N), d.T);
+    PetscCall(PetscPrintf(run->comm, "dry run: scoring %d x %d tokens needs %s of activations\n", d.N, d.T,
+                          sys_bytes_str(bytes, a, sizeof a)));
     PetscCall(data_free(&d));
     PetscCall(PetscLogStagePop());
     PetscFunctionReturn(PETSC_SUCCESS);

@@ -52,15 +52,16 @@ static size_t layer_layout(float *base, size_t N, const ModelDims *d, size_t nat
 }
 
 /* Carves (or, with a == NULL, only counts) the training buffers for (B,T)
- * of a shard (sh NULL: the whole model); att_lse: the backend's
- * attention saves [B,NH,T] (else [B,NH,T,T]) per layer. */
-static void train_layout(const ModelConfig *cfg, const ModelShard *sh, int att_lse, int B, int T, float *sf, int *si, ModelActs *a, size_t *nf, size_t *ni)
+ * of a shard (sh NULL: the whole model). */
+static void train_layout(const ModelConfig *cfg, const ModelShard *sh, int B, int T, float *sf, int *si, ModelActs *a,
+                         size_t *nf, size_t *ni)
 {
   ModelActs dummy;
   ModelDims d = model_dims(cfg, sh);
   size_t  N = (size_t)B * T, C = d.C, V = d.V, L = d.L;
   size_t  tile = cfg->head == MODEL_HEAD_LM ? PetscMin(N, (size_t)model_logits_tile_rows(cfg->vocab_size)) : N;
-  size_t  natt = tensor_attention_saved(att_lse, (size_t)B, (size_t)d.NH, (size_t)T), head = cfg->head == MODEL_HEAD_LM ? tile * V : N;
+  size_t  natt = tensor_attention_saved((size_t)B, (size_t)d.NH, (size_t)T);
+  size_t  head = cfg->head == MODEL_HEAD_LM ? tile * V : N;
   size_t  of = 0, oi = 0;
 
   if (!a) {
@@ -212,7 +213,10 @@ PetscErrorCode model_acts_destroy(const Backend *be, ModelActs **acts)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-void model_acts_train_size(const ModelConfig *cfg, const ModelShard *sh, int att_lse, int B, int T, size_t *nf, size_t *ni) { train_layout(cfg, sh, att_lse, B, T, NULL, NULL, NULL, nf, ni); }
+void model_acts_train_size(const ModelConfig *cfg, const ModelShard *sh, int B, int T, size_t *nf, size_t *ni)
+{
+  train_layout(cfg, sh, B, T, NULL, NULL, NULL, nf, ni);
+}
 
 PetscErrorCode model_acts_train_resize(Model *lm, int B, int T)
 {
@@ -222,9 +226,9 @@ PetscErrorCode model_acts_train_resize(Model *lm, int B, int T)
   PetscFunctionBegin;
   PetscCall(comm_wait(&a->send_fwd)); /* the buffers are about to be overwritten */
   PetscCall(comm_wait(&a->send_bwd));
-  train_layout(&lm->cfg, &lm->sh, lm->be->attention_lse, B, T, NULL, NULL, NULL, &nf, &ni);
+  train_layout(&lm->cfg, &lm->sh, B, T, NULL, NULL, NULL, &nf, &ni);
   PetscCall(slab_reserve(lm->be, &a->train, nf, ni));
-  train_layout(&lm->cfg, &lm->sh, lm->be->attention_lse, B, T, a->train.slab_f, a->train.slab_i, a, &nf, &ni);
+  train_layout(&lm->cfg, &lm->sh, B, T, a->train.slab_f, a->train.slab_i, a, &nf, &ni);
   a->B        = B;
   a->T        = T;
   a->N        = B * T;
@@ -252,7 +256,7 @@ void model_acts_layer(const Model *lm, int l, ModelLayerActs *la)
   const ModelActs *a    = lm->acts;
   ModelDims      d    = model_dims(&lm->cfg, &lm->sh);
   size_t         N    = (size_t)a->N;
-  size_t         natt = tensor_attention_saved(lm->be->attention_lse, (size_t)a->B, (size_t)d.NH, (size_t)a->T);
+  size_t         natt = tensor_attention_saved((size_t)a->B, (size_t)d.NH, (size_t)a->T);
 
   layer_layout(a->layer_base + (size_t)(l - lm->sh.l0) * a->layer_stride, N, &d, natt, la);
 }
@@ -294,13 +298,12 @@ PetscErrorCode model_acts_mask_reserve(Model *lm, size_t n)
 }
 
 /* Bytes of the training activations, gradient scratch included (the
- * cached-forward buffers are small and allocated only when decoding), on
- * backend be (NULL: one whose attention saves its T x T probabilities). */
-size_t model_activation_bytes(const ModelConfig *cfg, const Backend *be, int B, int T)
+ * cached-forward buffers are small and allocated only when decoding). */
+size_t model_activation_bytes(const ModelConfig *cfg, int B, int T)
 {
   size_t nf, ni;
 
-  model_acts_train_size(cfg, NULL, be ? be->attention_lse : 0, B, T, &nf, &ni);
+  model_acts_train_size(cfg, NULL, B, T, &nf, &ni);
   return nf * sizeof(float) + ni * sizeof(int);
 }
 
@@ -314,6 +317,6 @@ PetscErrorCode model_training_bytes(const ModelConfig *cfg, const Backend *be, i
   PetscCall(model_tensor_table(cfg, &t, &n, &nparams));
   PetscCall(PetscFree(t));
   *weights = (4.0 * sizeof(float) + (be ? backend_weight_copy_bytes(be) : 0.0)) * (double)nparams;
-  *acts    = (double)model_activation_bytes(cfg, be, B, T);
+  *acts    = (double)model_activation_bytes(cfg, B, T);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -13,7 +13,7 @@ typedef struct {
   float *qkv;                       /* [N,Ca+2Ckv] (LLaMA: after the rotary embedding) */
   float *qk_in, *qk_rstd;           /* q|k before the per-head norm [N,Ca+Ckv], its 1/rms [N,NH+NKV] (qk_norm only) */
   float *atty;                      /* [N,C] attention output before c_proj */
-  float *att;                       /* what attention_backward needs: [B,NH,T] log-sum-exp or [B,NH,T,T] probabilities (Backend.attention_lse) */
+  float *att;                       /* what attention_backward needs: the log-sum-exp [B,NH,T] */
   float *res2;                      /* [N,C] residual after attention */
   float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */
   float *fch, *fch_gelu;            /* [N,F] (LLaMA: gate|up [N,2F]), its activation [N,F] */
@@ -111,7 +111,8 @@ PetscErrorCode model_acts_cached_resize(Model *lm, int N, int M);
 PetscErrorCode model_acts_mask_reserve(Model *lm, size_t n);
 void           model_acts_layer(const Model *lm, int l, ModelLayerActs *la);
 /* Floats and ints model_forward + backward need for (B,T); used for -dry_run. */
-void           model_acts_train_size(const ModelConfig *cfg, const ModelShard *sh, int att_lse, int B, int T, size_t *nf, size_t *ni);
+void           model_acts_train_size(const ModelConfig *cfg, const ModelShard *sh, int B, int T, size_t *nf,
+                                     size_t *ni);
 
 /* params.c: a view of tensor `i` in a flat buffer (params, grads, m, v). */
 static inline float *model_view(const Model *lm, float *flat, int i) { return flat + lm->tensors[i].offset; }

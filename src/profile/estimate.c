@@ -2,7 +2,7 @@
  * of the deck's plan (placement and per-call options, fusion settings, the
  * PPO workload) from a measured profile instead of a hardware description,
  * printed as one line per call, so that a measured run of the same deck can
- * be set beside it (tools/bench_plan.sh). Measures nothing. */
+ * be set beside it (tools/bench/bench_plan.sh). Measures nothing. */
 #include "profile_impl.h"
 #include "plan.h"
 

@@ -184,7 +184,6 @@ PetscErrorCode cost_prims_profile(const char *path, CostPrims *p)
   p->ranks_per_node  = c->pf.ranks_per_node;
   p->mem_per_rank    = c->pf.mem_per_rank;
   p->bytes_per_param = c->pf.bytes_per_param;
-  p->attention_lse   = PETSC_TRUE; /* both backends' training attention keeps the log-sum-exp, no T x T array */
   p->compute         = profile_compute;
   p->optimizer       = profile_optimizer;
   p->coll            = profile_coll;

@@ -313,13 +313,18 @@ PetscErrorCode sys_option_help_number(PetscOptionItems *items, const char *name,
 }
 
 /* An option's group: the word before its first '_' when another option
- * shares it (-ppo_, -gen_, -actor_ ...); "" (general) otherwise. */
+ * shares it (-ppo_, -gen_, -actor_ ...); "" (general) otherwise; "*" for
+ * a developer option (SYS_HELP_DEVELOPER), whatever its prefix. */
 static void sys_help_group(int k, char *group, size_t len)
 {
   const char *u = strchr(sys_helps[k].name, '_');
   size_t      n = u ? (size_t)(u - sys_helps[k].name) : 0;
 
   group[0] = '\0';
+  if (!strncmp(sys_helps[k].title, SYS_HELP_DEVELOPER, strlen(SYS_HELP_DEVELOPER))) {
+    group[0] = '*', group[1] = '\0'; /* len is at least 2 */
+    return;
+  }
   if (!n || n + 1 >= len) return;
   for (int i = 0; i < sys_nhelps; i++)
     if (i != k && !strncmp(sys_helps[i].name, sys_helps[k].name, n + 1)) {
@@ -356,7 +361,10 @@ static PetscErrorCode sys_help_print_group(MPI_Comm comm, const char *group, cha
     if (titles[0]) PetscCall(PetscStrlcat(titles, "; ", sizeof titles));
     PetscCall(PetscStrlcat(titles, sys_helps[k].title, sizeof titles));
   }
-  if (group[0]) PetscCall(PetscPrintf(comm, "\n-%s options (%s):\n", group, titles));
+  if (!strcmp(group, "*"))
+    PetscCall(PetscPrintf(comm, "\n%s (switches for the tests' comparisons, the results the same; not for runs):\n",
+                          SYS_HELP_DEVELOPER));
+  else if (group[0]) PetscCall(PetscPrintf(comm, "\n-%s options (%s):\n", group, titles));
   else PetscCall(PetscPrintf(comm, "\nGeneral options (%s):\n", titles));
   for (int k = 0; k < sys_nhelps; k++) {
     const SysOptHelp *h = &sys_helps[k];
@@ -381,10 +389,15 @@ PetscErrorCode sys_help_print(MPI_Comm comm)
   PetscCall(PetscPrintf(comm, "rlfuse options, grouped by prefix: -name <default> (now the value given, where it differs): meaning\n"));
   PetscCall(sys_help_print_group(comm, "", groups));
   for (int k = 0; k < sys_nhelps; k++) {
-    int first = groups[k][0] != '\0';
+    int first = groups[k][0] != '\0' && strcmp(groups[k], "*");
     for (int i = 0; i < k && first; i++) first = strcmp(groups[i], groups[k]) != 0;
     if (first) PetscCall(sys_help_print_group(comm, groups[k], groups));
   }
+  for (int k = 0; k < sys_nhelps; k++) /* the developer options last */
+    if (!strcmp(groups[k], "*")) {
+      PetscCall(sys_help_print_group(comm, "*", groups));
+      break;
+    }
   PetscCall(PetscFree(groups));
   PetscCall(PetscPrintf(comm, "\nPETSc's own options (every PETSc program reads them: -log_view, -malloc_debug, -options_left ...):\n"));
   if (sys_help_text) PetscCall(PetscPrintf(comm, "%s", sys_help_text));

@@ -52,6 +52,3 @@ PetscErrorCode backend_cuda_version(char *buf, size_t len)
 #endif
   PetscFunctionReturn(PETSC_SUCCESS);
 }
-
-/* multiply-adds of out[N,OC] = inp[N,C] . W, counted as two flops */
-double tensor_matmul_flops(int N, int C, int OC) { return 2.0 * N * C * OC; }

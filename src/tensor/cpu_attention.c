@@ -1,7 +1,7 @@
 /* cpu backend: causal self-attention, the training forward/backward and the
  * KV-cache path used by generation.
  *
- * Training forward and backward (attention_lse: no T x T array). Per-row
+ * Training forward and backward (the log-sum-exp of each row: no T x T array). Per-row
  * dot products over a head dimension of 32-64 reach only 15-25 GFLOP/s, so
  * each (b,h) pair is done as a few sgemm calls on the head's strided q, k, v
  * (OpenBLAS, single-threaded, one pair or query block per OpenMP thread, as
@@ -19,10 +19,8 @@
  * cut into fixed blocks added in order (see cpu_matmul.c: OpenBLAS's own K
  * split is not fixed), so the bits do not depend on the thread count.
  *
- * The former forward/backward, which keep the probabilities [B,NH,T,T]
- * (the contract of attention_lse 0, still the cuda backend's), stay below as
- * backend_cpu_attention_probs_forward/backward: the reference of the tiled
- * pair (test_ops) and of the cuda kernels (test_cuda).
+ * The row kernels (softmax over fixed lanes) are in cpu_attention_rows.h,
+ * shared with the tests' T x T reference (regression/ref_attention.c).
  *
  * KV-cache path. One query row at a time, with its keys transposed in a
  * per-thread scratch (once per key/value head, for all the query heads that
@@ -46,6 +44,7 @@
 #if defined(__GNUC__) && !defined(__clang__)
   #pragma GCC optimize("no-trapping-math")
 #endif
+#include "cpu_attention_rows.h"
 #include "cpu_ops.h"
 #include <cblas.h>
 #include <math.h>
@@ -53,10 +52,6 @@
   #include <immintrin.h>
 #endif
 
-#define ATT_LANES  16 /* width of the fixed partial sums, one AVX-512 vector */
-#ifndef ATT_QBLOCK
-  #define ATT_QBLOCK 64 /* query (and key) rows per block of the causal triangle */
-#endif
 
 static inline int att_ld(int T) { return (T + ATT_LANES - 1) / ATT_LANES * ATT_LANES; }
 
@@ -76,26 +71,6 @@ static inline void att_dots(float *restrict s, const float *restrict a, const fl
     }
     for (int j = 0; j < w; j++) s[j0 + j] = acc[j];
   }
-}
-
-/* Sum of x[j]*y[j] (y may be NULL: sum of x[j]) over fixed lanes, so the
- * result depends on L only. */
-static inline float att_lane_sum(const float *restrict x, const float *restrict y, int L)
-{
-  float part[ATT_LANES] = {0}, s = 0.0f;
-  int   j0;
-
-  for (j0 = 0; j0 + ATT_LANES <= L; j0 += ATT_LANES) {
-    if (y)
-      for (int j = 0; j < ATT_LANES; j++) part[j] += x[j0 + j] * y[j0 + j];
-    else
-      for (int j = 0; j < ATT_LANES; j++) part[j] += x[j0 + j];
-  }
-  for (int j = 0; j0 + j < L; j++) part[j] += y ? x[j0 + j] * y[j0 + j] : x[j0 + j];
-  for (int w = ATT_LANES / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; j++) part[j] += part[j + w];
-  s = part[0];
-  return s;
 }
 
 #if defined(__AVX512F__)
@@ -176,12 +151,6 @@ static inline void att_row(float *restrict o, float *restrict p, const float *re
   }
 }
 
-/* s[j] = exp(s[j] - m), j < n */
-static void att_exp_row(float *restrict s, int n, float m)
-{
-  for (int j = 0; j < n; j++) s[j] = cpu_expf(s[j] - m);
-}
-
 /* p[j] = exp(p[j] - l) and d[j] = p[j] (d[j] - D) scale, j < n: a row of
  * the backward's P and dS from the scores and dP. */
 static void att_ds_row(float *restrict p, float *restrict d, int n, float l, float D, float scale)
@@ -190,20 +159,6 @@ static void att_ds_row(float *restrict p, float *restrict d, int n, float l, flo
     p[j] = cpu_expf(p[j] - l);
     d[j] = p[j] * (d[j] - D) * scale;
   }
-}
-
-/* In place on a row of scores s[0..t] (already scaled): s = softmax(s);
- * returns the row's log-sum-exp m + log(sum_j exp(s_j - m)), m its max. */
-static inline float att_softmax_row(float *restrict s, int t)
-{
-  float m = -INFINITY, sum, inv;
-
-  for (int j = 0; j <= t; j++) m = s[j] > m ? s[j] : m;
-  att_exp_row(s, t + 1, m);
-  sum = att_lane_sum(s, NULL, t + 1);
-  inv = 1.0f / sum;
-  for (int j = 0; j <= t; j++) s[j] *= inv;
-  return m + logf(sum);
 }
 
 /* Query heads NH over NKV key/value heads: NKV divides NH, hd = C/NH (C
@@ -216,89 +171,6 @@ static PetscErrorCode att_check_heads(int C, int NH, int NKV)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The T x T reference. Per (b, h, query block t0..t1): S = scale * Q K^T
- * over keys 0..t1, written straight into att (or a per-thread scratch when
- * att is NULL), softmax row by row, zeros above the diagonal, then O = P V. */
-PetscErrorCode backend_cpu_attention_probs_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV)
-{
-  int    hs = NH > 0 ? C / NH : 0, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0, C3 = C + 2 * Ckv, grp = NKV > 0 ? NH / NKV : 1;
-  float  scale = 1.0f / sqrtf((float)hs), *scratch = NULL;
-  size_t per   = (size_t)(T < ATT_QBLOCK ? T : ATT_QBLOCK) * T;
-
-  PetscFunctionBegin;
-  PetscCall(att_check_heads(C, NH, NKV));
-  if (B <= 0 || T <= 0) PetscFunctionReturn(PETSC_SUCCESS);
-  if (!att) PetscCall(PetscMalloc1(per * cpu_max_threads(), &scratch));
-#pragma omp parallel for collapse(3) schedule(dynamic)
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int qb = 0; qb < nqb; qb++) {
-        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = qkv + (size_t)b * T * C3 + C + (size_t)(h / grp) * hs, *v = k + Ckv;
-        int          t0 = qb * ATT_QBLOCK, t1 = t0 + ATT_QBLOCK < T ? t0 + ATT_QBLOCK : T, zend = att ? T : t1;
-        float       *S  = att ? att + (((size_t)b * NH + h) * T + t0) * T : scratch + per * cpu_thread_num();
-
-        cpu_sgemm_kblocked(CblasNoTrans, CblasTrans, t1 - t0, t1, hs, scale, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, T);
-        for (int t = t0; t < t1; t++) {
-          float *p = S + (size_t)(t - t0) * T;
-          att_softmax_row(p, t);
-          for (int j = t + 1; j < zend; j++) p[j] = 0.0f;
-        }
-        cpu_sgemm_kblocked(CblasNoTrans, CblasNoTrans, t1 - t0, hs, t1, 1.0f, S, T, v, C3, 0.0f, out + ((size_t)b * T + t0) * C + (size_t)h * hs, C);
-      }
-  PetscCall(PetscFree(scratch));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-/* The T x T reference (out is not read). Per (b, kv head), one thread, for
- * each query head h of the kv head's group in order: dP = dO V^T and dS = P*(dP - rowsum(P*dP))*scale by query
- * blocks (into a [T,T] scratch, zeros above the diagonal), with dQ += dS K;
- * then by key blocks j0..j1, over queries j0..T only: dK += dS^T Q,
- * dV += P^T dO. All three accumulate straight into dqkv; a group's query
- * heads add into their shared dK and dV in a fixed order, on one thread. */
-PetscErrorCode backend_cpu_attention_probs_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *att, int B, int T, int C, int NH, int NKV)
-{
-  int    hs = NH > 0 ? C / NH : 0, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0, C3 = C + 2 * Ckv, grp = NKV > 0 ? NH / NKV : 1;
-  size_t per   = (size_t)T * T;
-  float  scale = 1.0f / sqrtf((float)hs), *scratch;
-
-  PetscFunctionBegin;
-  (void)out;
-  PetscCall(att_check_heads(C, NH, NKV));
-  if (B <= 0 || T <= 0) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(PetscMalloc1(per * cpu_max_threads(), &scratch));
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++)
-    for (int kh = 0; kh < NKV; kh++)
-      for (int h = kh * grp; h < (kh + 1) * grp; h++) {
-        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = qkv + (size_t)b * T * C3 + C + (size_t)kh * hs, *v = k + Ckv;
-        const float *P = att + ((size_t)b * NH + h) * per, *g = dout + (size_t)b * T * C + (size_t)h * hs;
-        float       *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs, *dk = dqkv + (size_t)b * T * C3 + C + (size_t)kh * hs, *dv = dk + Ckv;
-        float       *dS = scratch + per * cpu_thread_num();
-
-        for (int qb = 0; qb < nqb; qb++) {
-          int t0 = qb * ATT_QBLOCK, t1 = t0 + ATT_QBLOCK < T ? t0 + ATT_QBLOCK : T;
-
-          cpu_sgemm_kblocked(CblasNoTrans, CblasTrans, t1 - t0, t1, hs, 1.0f, g + (size_t)t0 * C, C, v, C3, 0.0f, dS + (size_t)t0 * T, T);
-          for (int t = t0; t < t1; t++) {
-            const float *restrict p = P + (size_t)t * T;
-            float *restrict       d = dS + (size_t)t * T;
-            float                 dot = att_lane_sum(p, d, t + 1);
-
-            for (int j = 0; j <= t; j++) d[j] = p[j] * (d[j] - dot) * scale;
-            for (int j = t + 1; j < t1; j++) d[j] = 0.0f;
-          }
-          cpu_sgemm_kblocked(CblasNoTrans, CblasNoTrans, t1 - t0, hs, t1, 1.0f, dS + (size_t)t0 * T, T, k, C3, 1.0f, dq + (size_t)t0 * C3, C3);
-        }
-        for (int kb = 0; kb < nqb; kb++) {
-          int j0 = kb * ATT_QBLOCK, j1 = j0 + ATT_QBLOCK < T ? j0 + ATT_QBLOCK : T;
-
-          cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f, dS + (size_t)j0 * T + j0, T, q + (size_t)j0 * C3, C3, 1.0f, dk + (size_t)j0 * C3, C3);
-          cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f, P + (size_t)j0 * T + j0, T, g + (size_t)j0 * C, C, 1.0f, dv + (size_t)j0 * C3, C3);
-        }
-      }
-  PetscCall(PetscFree(scratch));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
 
 /* Per (b, h, query block t0..t1), one thread: S = scale * Q K^T over keys
  * 0..t1 in the thread's panel, softmax row by row (the reference's

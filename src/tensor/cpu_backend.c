@@ -27,7 +27,6 @@ static const Backend cpu_backend = {
   .matmul_backward     = cpu_matmul_backward,
   .attention_forward   = cpu_attention_forward,
   .attention_backward  = cpu_attention_backward,
-  .attention_lse       = 1,
   .attention_cached    = cpu_attention_cached,
   .gelu_forward        = cpu_gelu_forward,
   .gelu_backward       = cpu_gelu_backward,

@@ -315,30 +315,19 @@ static void gemv_forward(float *out, const float *inp, const float *w, const flo
   }
 }
 
-/* Batch-invariant mode (backend_cpu_set_batch_invariant). sgemm's bits for
+/* Batch invariance (Backend.matmul_forward_rows). sgemm's bits for
  * a row depend on the call's row count and on the row's place in its
  * register tiles and thread slabs (measured, OpenBLAS 0.3.21 Haswell
  * kernels: a row differs between M = 1, 33, 48, 100 and between first and
  * last row of one call), so the dispatch above, which switches to sgemm
  * past SMALL_ROWS (GEMV_ROWS for [C,OC]) rows, gives a prompt's prefill rows
- * other bits among other prompts than alone. In this mode every row count
- * takes the row-wise kernels, whose order for an element is fixed by C
- * alone. They are the decode path's, so rows up to SMALL_ROWS ([OC,C]) or
- * GEMV_ROWS ([C,OC]) keep their bits; larger calls (prefill, training's
- * forward) get other bits than sgemm's and run slower (docs/benchmarks.md).
- * One flag for the process, set before the work starts, like the CUDA
- * backend's precision. */
-static PetscBool matmul_batch_invariant = PETSC_FALSE;
-
-PetscErrorCode backend_cpu_set_batch_invariant(PetscBool on)
-{
-  PetscFunctionBegin;
-  matmul_batch_invariant = on;
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-/* Backend.matmul_forward_rows: the row-wise kernels at every row count (what
- * the batch-invariant mode does for every call, for one call). */
+ * other bits among other prompts than alone. matmul_forward_rows takes the
+ * row-wise kernels at every row count, whose order for an element is fixed
+ * by C alone. They are the decode path's, so rows up to SMALL_ROWS ([OC,C]) or
+ * GEMV_ROWS ([C,OC]) keep their bits; larger calls (a prefill) get other
+ * bits than sgemm's and run slower (docs/benchmarks.md).
+ * Generation's -gen_batch_invariant routes the cached forward's matmuls
+ * here (model_cached_batch_invariant); training's stay on matmul_forward. */
 PetscErrorCode cpu_matmul_forward_rows(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
 {
   PetscFunctionBegin;
@@ -352,7 +341,7 @@ PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, 
 
   PetscFunctionBegin;
   if (N <= 0 || OC <= 0) PetscFunctionReturn(PETSC_SUCCESS);
-  if (matmul_batch_invariant || N <= (transposed ? SMALL_ROWS : GEMV_ROWS)) {
+  if (N <= (transposed ? SMALL_ROWS : GEMV_ROWS)) {
     gemv_forward(out, inp, w, bias, N, C, OC, transposed);
     PetscFunctionReturn(PETSC_SUCCESS);
   }

@@ -1,7 +1,7 @@
 /* cpu backend: Backend.sample, the token draws of N rows of logits. The
  * arithmetic is inc/internal/sample_core.h, shared with the CUDA kernel;
  * here each row is one thread's serial work, so the result does not depend
- * on the thread count, and it equals gen_sample_row's bits (test_gen). */
+ * on the thread count, and it equals the reference sampler's bits (regression/ref_sample.c, test_gen). */
 #include "cpu_ops.h"
 #include "internal/philox.h"
 #include "internal/sample_core.h"

@@ -127,7 +127,6 @@ static const Backend cuda_backend = {
   .matmul_backward        = cuda_matmul_backward,
   .attention_forward      = cuda_attention_forward,
   .attention_backward     = cuda_attention_backward,
-  .attention_lse          = 1, /* tiled: the log-sum-exp [B,NH,T], no T x T array */
   .attention_cached       = cuda_attention_cached,
   .gelu_forward           = cuda_gelu_forward,
   .gelu_backward          = cuda_gelu_backward,
@@ -197,20 +196,6 @@ PetscErrorCode backend_cuda_set_precision(PetscBool bf16)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode backend_cuda_attention_probs_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV)
-{
-  PetscFunctionBegin;
-  RFCUDA_CALL(rfcuda_attention_probs_forward(out, att, qkv, B, T, C, NH, NKV));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode backend_cuda_attention_probs_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV)
-{
-  PetscFunctionBegin;
-  RFCUDA_CALL(rfcuda_attention_probs_backward(dqkv, dout, qkv, att, B, T, C, NH, NKV));
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 PetscErrorCode backend_cuda_mem_used(size_t *bytes)
 {
   PetscFunctionBegin;
@@ -273,20 +258,6 @@ PetscErrorCode backend_cuda_set_precision(PetscBool bf16)
   PetscFunctionBegin;
   PetscCheck(!bf16, PETSC_COMM_SELF, PETSC_ERR_SUP, "-precision bf16: this rlfuse was built without CUDA");
   PetscFunctionReturn(PETSC_SUCCESS);
-}
-
-PetscErrorCode backend_cuda_attention_probs_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV)
-{
-  PetscFunctionBegin;
-  (void)out, (void)att, (void)qkv, (void)B, (void)T, (void)C, (void)NH, (void)NKV;
-  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_SUP, "attention_probs_forward: this rlfuse was built without CUDA");
-}
-
-PetscErrorCode backend_cuda_attention_probs_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV)
-{
-  PetscFunctionBegin;
-  (void)dqkv, (void)dout, (void)qkv, (void)att, (void)B, (void)T, (void)C, (void)NH, (void)NKV;
-  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_SUP, "attention_probs_backward: this rlfuse was built without CUDA");
 }
 
 PetscErrorCode backend_cuda_mem_used(size_t *bytes)

@@ -2,10 +2,10 @@
 Llama, Mistral, Qwen2) that the C model is checked against, computed by
 Hugging Face transformers itself (4.40.2, float32, eager attention).
 
-Usage: PYTHONPATH=~/.cache/rlfuse/python /usr/bin/python3 tools/llama_golden.py OUTDIR
-       (normally via `make golden`, tools/golden.sh; LLAMA_GOLDEN_ONLY="qwen3.h5 ..." makes only those files)
+Usage: PYTHONPATH=~/.cache/rlfuse/python /usr/bin/python3 regression/ref/llama_golden.py OUTDIR
+       (normally via `make golden`, regression/ref/golden.sh; LLAMA_GOLDEN_ONLY="qwen3.h5 ..." makes only those files)
 
-Writes, in the format of tools/golden.py's files but without the AdamW part:
+Writes, in the format of regression/ref/golden.py's files but without the AdamW part:
 
   llama_tied.h5    /policy  LlamaForCausalLM, 4 heads over 2 kv heads, tied head, rope_theta 1e4, eps 1e-6
   llama_untied.h5  /policy  LlamaForCausalLM, 4 heads over 1 kv head (multi-query), lm_head, rope_theta 5e5, eps 1e-5
@@ -61,6 +61,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))  # hf_llama, a user tool
 import golden  # noqa: E402  (made_by)
 import hf_llama as llama  # noqa: E402
 
@@ -95,7 +96,7 @@ INDEPENDENT_TOL = 1e-4  # the float32 reference against transformers, relative t
 
 
 def made_by():
-    return golden.made_by("tools/llama_golden.py")
+    return golden.made_by("regression/ref/llama_golden.py")
 
 
 # ---- the rotary frequencies ---------------------------------------------------

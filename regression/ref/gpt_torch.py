@@ -19,8 +19,8 @@ Checked once against transformers 4.30.2 (GPT2LMHeadModel and
 GPT2ForSequenceClassification's score, loaded with these state dicts): the
 outputs on the golden checkpoints were identical in float64 (max diff 0.0).
 
-Used by tools/golden.py (golden tensors) and tools/bench_torch.py (throughput
-baseline). Library only; run `/usr/bin/python3 tools/gpt_torch.py` for a self-check.
+Used by regression/ref/golden.py (golden tensors) and tools/bench/bench_torch.py (throughput
+baseline). Library only; run `/usr/bin/python3 regression/ref/gpt_torch.py` for a self-check.
 """
 import math
 from dataclasses import dataclass, asdict

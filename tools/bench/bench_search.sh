@@ -17,7 +17,7 @@
 # searched unfused plan's weight syncs per
 # iteration device to device (NCCL) and through host memory (MPI, what
 # -device cuda does today), and the searches' wall time.
-# Usage: tools/bench_search.sh [OUTDIR]
+# Usage: tools/bench/bench_search.sh [OUTDIR]
 #   PLAN_TIME (default 60) is each search's budget in seconds (0: none);
 #   PLAN_ITERS (default 0: none) caps each annealing chain's iterations,
 #   which makes the plans reproducible and the comparison of the searches
@@ -25,7 +25,7 @@
 #   BIN, MPIEXEC as for the suite. Only settings matching $ONLY run (a grep
 #   pattern on the setting's name, e.g. ONLY=7b).
 set -eu
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${BIN:-bin} PLAN_TIME=${PLAN_TIME:-60} PLAN_ITERS=${PLAN_ITERS:-0} ONLY=${ONLY:-.} PARTIAL=${PARTIAL:-256}
 out=${1:-$(mktemp -d "${TMPDIR:-/tmp}/bench_search.XXXXXX")}
 mkdir -p "$out"

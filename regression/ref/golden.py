@@ -1,7 +1,7 @@
 """golden: writes the PyTorch golden tensors that regression/test_golden.c checks
 the C model against (forward, loss, every gradient, and a few AdamW steps).
 
-Usage: /usr/bin/python3 tools/golden.py OUTDIR      (normally via `make golden`)
+Usage: /usr/bin/python3 regression/ref/golden.py OUTDIR      (normally via `make golden`)
 
 Writes OUTDIR/gpt_lm.h5 (role /policy, LM head) and OUTDIR/gpt_scalar.h5 (role
 /reward, scalar head). Each is a valid rlfuse checkpoint of randomly
@@ -151,7 +151,7 @@ def reproducible(key, t, C):
     return t
 
 
-def made_by(tool="tools/golden.py"):
+def made_by(tool="regression/ref/golden.py"):
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         rev = subprocess.run(["git", "-C", here, "rev-parse", "--short=12", "HEAD"],

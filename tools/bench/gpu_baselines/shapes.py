@@ -1,5 +1,5 @@
 """Model shapes of the GPU baselines (random weights; LLaMA architecture): the same as
-tools/bench_sizes.h gives rlfuse's benchmarks (smollm2, qwen05, qwen15)."""
+tools/bench/bench_sizes.h gives rlfuse's benchmarks (smollm2, qwen05, qwen15)."""
 SHAPES = {
     "smollm2": dict(num_hidden_layers=30, hidden_size=576, num_attention_heads=9, num_key_value_heads=3,
                     intermediate_size=1536, vocab_size=49152, tie_word_embeddings=True),

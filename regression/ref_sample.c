@@ -1,4 +1,6 @@
-/* gen/sample.c: one draw from one row of logits. The restrictions apply in
+/* The host sampler, the reference of Backend.sample (test_gen: the cpu op
+ * gives exactly its bits; test_cuda: the cuda op's tokens). One draw from
+ * one row of logits. The restrictions apply in
  * the order Hugging Face's generate applies them (temperature, the EOS ban
  * of min_new_tokens, top-k, then top-p over what top-k left, renormalised),
  * so a configuration means the same thing here as there. The draw is keyed
@@ -9,7 +11,7 @@
  * (the total, top-p's mass without top-k, the inverse CDF) follow
  * sample_core.h's chunked order, the one definition a GPU can run in
  * parallel; the ranking here is this file's own heap. */
-#include "gen.h"
+#include "ref.h" /* gen.h first: sample_core.h needs its size_t */
 #include "internal/sample_core.h"
 #include "sys.h"
 #include <math.h>
@@ -85,7 +87,7 @@ static int argmax(const double *w, const int *allowed, int m)
   return best;
 }
 
-int gen_sample_row(const GenConfig *cfg, const float *logits, int V, int n_new, uint64_t seed, uint32_t iteration, uint32_t sample, uint32_t position,
+int ref_sample_row(const GenConfig *cfg, const float *logits, int V, int n_new, uint64_t seed, uint32_t iteration, uint32_t sample, uint32_t position,
                    float *logprob, int *allowed, int *nallowed, double *work)
 {
   double *w     = work;

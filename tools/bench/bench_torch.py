@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""bench_torch: PyTorch throughput of the reference GPT (tools/gpt_torch.py),
+"""bench_torch: PyTorch throughput of the reference GPT (regression/ref/gpt_torch.py),
 the baseline that bench_model (the C model) is reported against, on CPU
-(`make bench`) or on a GPU (tools/bench_gpu.sh).
+(`make bench`) or on a GPU (tools/bench/bench_gpu.sh).
 
-Usage: /usr/bin/python3 tools/bench_torch.py [--sizes 1M,10M] [--threads 1,2]
+Usage: /usr/bin/python3 tools/bench/bench_torch.py [--sizes 1M,10M] [--threads 1,2]
            [--B 4] [--T 0] [--warmup 2] [--iters 10] [--set n_layer=8 ...]
            [--device cpu|cuda] [--dtype fp32|bf16] [--peak_tflops X]
            [--sdpa] [--compile]
@@ -28,7 +28,7 @@ forward and the loss: bf16 matmuls with fp32 master weights, gradients and
 AdamW state, like rlfuse's -precision bf16. fp32 is true fp32 (no TF32),
 like rlfuse's cuBLAS calls. AdamW runs with fused=False (where the installed
 torch has the argument) so the optimizer is eager too; --fused_adamw gives
-the fused one (the GPU training targets' baseline, tools/gpu_targets.sh). impl=eager is the
+the fused one (the GPU training targets' baseline, tools/bench/gpu_targets.sh). impl=eager is the
 reference model as it is (Hugging Face GPT-2's eager attention: the T x T
 scores in memory, like rlfuse's); --sdpa adds a line with the attention
 through torch.nn.functional.scaled_dot_product_attention (flash attention on
@@ -36,7 +36,7 @@ a GPU), and --compile one with torch.compile of the reference model.
 mfu = gflops / (peak_tflops * 1000), printed when --peak_tflops is given.
 
 FLOP count: exactly model_flops_per_token in src/model/adamw.c, which
-tools/bench_model.c reports with (the PaLM appendix-B convention):
+tools/bench/bench_model.c reports with (the PaLM appendix-B convention):
 
     forward  flops/token = 2*P_mm + 4*n_layer*T*C
     training flops/token = 3 * forward
@@ -62,7 +62,7 @@ import types
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "regression", "ref"))  # gpt_torch
 from gpt_torch import GPT, GPTConfig, init_gpt2, param_count  # noqa: E402
 
 SIZES = {

@@ -20,9 +20,9 @@
 # `bin/rlfuse -options_file input/longtail.deck`), made here when absent
 # (the deck's pipeline with one PPO iteration: about 8 minutes on 2 idle
 # cores).
-#   tools/bench_fusion.sh [FIXTURE]       (part of `make bench`)
+#   tools/bench/bench_fusion.sh [FIXTURE]       (part of `make bench`)
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${BIN:-bin}; PYTHON=${PYTHON:-/usr/bin/python3}
 MPIEXEC=${MPIEXEC:-mpiexec}; MPIEXEC_FLAGS=${MPIEXEC_FLAGS--bind-to core}
 ROUNDS=${ROUNDS:-2}; ITERS=${ITERS:-3}; TOKENS=${TOKENS:-256}; RTS=${RTS:-0 0.05 0.1 0.2 0.3 0.5}

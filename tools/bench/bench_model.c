@@ -1,7 +1,7 @@
-/* Throughput benchmark of the Model model (`make bench`, tools/bench_gpu.sh):
+/* Throughput benchmark of the Model model (`make bench`, tools/bench/bench_gpu.sh):
  * forward and training (forward + backward + AdamW) tokens/s and GFLOP/s
  * for named model sizes, on the cpu backend or on a GPU (-device cuda).
- * tools/bench_torch.py measures PyTorch on the same shapes with the same
+ * tools/bench/bench_torch.py measures PyTorch on the same shapes with the same
  * FLOP formula, so the two are comparable line by line.
  *
  *   bin/bench_model -size 1M|10M|124M|all [-B 8] [-T 128] [-iters 10] [-warmup 3]
@@ -29,7 +29,7 @@ typedef struct {
 /* "124M" is GPT-2 small, the GPU benchmarks' shape; a CPU training step of
  * it takes seconds, so -size all (what `make bench` means by the CPU sizes)
  * leaves it out, as it does "smollm2", "qwen05" and "qwen15", the LLaMA
- * shapes of tools/bench_sizes.h (their position bound is raised to -T:
+ * shapes of tools/bench/bench_sizes.h (their position bound is raised to -T:
  * rotary positions have no table). */
 #define BENCH_GPT2(L, H, C, V, P) {.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .n_positions = P, .head = MODEL_HEAD_LM}
 static const BenchSize sizes[] = {
@@ -180,7 +180,7 @@ static PetscErrorCode bench_main(void)
   RfOptInt("-warmup", "Untimed iterations first", 3, &warmup);
   RfOptEnum("-device", "Backend to measure: cpu or cuda", device_names, 2, &r.device);
   RfOptEnum("-precision", "Matmul and activation arithmetic on -device cuda: fp32, or bf16 (fp32 master weights and optimizer state)", precision_names, 2, &r.precision);
-  RfOptReal("-peak_tflops", "Peak TFLOP/s of the device at -precision, for the MFU field (0: no MFU; tools/bench_gpu.sh passes the datasheet's)", 0, &r.peak_tflops);
+  RfOptReal("-peak_tflops", "Peak TFLOP/s of the device at -precision, for the MFU field (0: no MFU; tools/bench/bench_gpu.sh passes the datasheet's)", 0, &r.peak_tflops);
   RfOptReal("-logits_tile_mb", "rlfuse's -logits_tile_mb: MiB of LM-head logits held at once (0: all rows); given, each line reports it and the activation bytes so far (acts_mb)", MODEL_LOGITS_TILE_MB,
             &r.tile_mb);
   PetscOptionsEnd();

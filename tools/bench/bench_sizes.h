@@ -1,5 +1,5 @@
-/* The LLaMA-family shapes the benchmarks share (tools/bench_model.c,
- * tools/bench_decode.c, and tools/gpu_baselines/shapes.py, which gives the
+/* The LLaMA-family shapes the benchmarks share (tools/bench/bench_model.c,
+ * tools/bench/bench_decode.c, and tools/bench/gpu_baselines/shapes.py, which gives the
  * PyTorch baselines the same ones): SmolLM2-135M (30 layers, 576 wide, 9
  * query heads over 3 key/value heads, SwiGLU 1536, vocabulary 49152, tied
  * embeddings), Qwen2.5-0.5B (24 layers, 896 wide, 14 over 2 heads, SwiGLU

@@ -3,7 +3,7 @@
 # (docs/benchmarks.md, "GPU: how to measure"):
 #   model       GPT-2 124M training and forward tokens/s and MFU, random init,
 #               B 8 x T 1024, -precision bf16 and fp32 (bin/bench_model)
-#   torch       PyTorch eager on the same shape and GPU (tools/bench_torch.py:
+#   torch       PyTorch eager on the same shape and GPU (tools/bench/bench_torch.py:
 #               the reference model, plus SDPA attention; TORCH_COMPILE=1 adds torch.compile)
 #   decode      decode tokens/s at 1, 8 and 64 concurrent samples against the
 #               memory-bandwidth roofline (bin/bench_decode)
@@ -11,7 +11,7 @@
 # then one `summary` line per target. Every result is a machine-readable
 # line of key=value fields; lines starting with '#' are comments.
 #
-#   bash tools/bench_gpu.sh [model] [torch] [decode] [quickstart]    (none named: all four)
+#   bash tools/bench/bench_gpu.sh [model] [torch] [decode] [quickstart]    (none named: all four)
 #
 # Without a GPU it prints one line saying so and exits 0. Variables: BIN (bin),
 # PYTHON (default: the first of python3, /usr/bin/python3 whose torch sees
@@ -24,7 +24,7 @@
 # BUNDLE (a directory made by tools/gpu_bundle.sh, for a machine that cannot
 # build rlfuse: run its programs with its libraries).
 set -u
-cd "$(dirname "$0")/.." || exit 2
+cd "$(dirname "$0")/../.." || exit 2
 BIN=${BIN:-bin}
 PROGS="bench_model bench_decode rlfuse"
 cores=$(getconf _NPROCESSORS_ONLN) # nproc would answer OMP_NUM_THREADS
@@ -45,7 +45,7 @@ if [ -n "${BUNDLE:-}" ]; then
   trap gpu_bundle_cleanup EXIT
 fi
 for prog in $PROGS; do
-  [ -x "$BIN/$prog" ] || { echo "bench_gpu: error: $BIN/$prog not found; build first (make BIN=$BIN all, with nvcc on the PATH) or pass BUNDLE" >&2; exit 2; }
+  [ -x "$BIN/$prog" ] || { echo "bench_gpu: error: $BIN/$prog not found; build first (make BIN=$BIN all bench-build, with nvcc on the PATH) or pass BUNDLE" >&2; exit 2; }
   missing=$(ldd "$BIN/$prog" 2>&1 | grep 'not found' | awk '{ print $1 }' | tr '\n' ' ')
   [ -z "$missing" ] || { echo "bench_gpu: error: $BIN/$prog cannot load: $missing(LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-})" >&2; exit 2; }
 done
@@ -110,7 +110,7 @@ if has torch; then
     for prec in bf16 fp32; do
       peak=$bf16; [ $prec = fp32 ] && peak=$fp32
       extra=; [ "${TORCH_COMPILE:-0}" = 1 ] && [ $prec = bf16 ] && extra=--compile
-      step "$PY" tools/bench_torch.py --device cuda --dtype $prec --sizes 124M --B 8 --T 1024 --threads "$OMP_NUM_THREADS" \
+      step "$PY" tools/bench/bench_torch.py --device cuda --dtype $prec --sizes 124M --B 8 --T 1024 --threads "$OMP_NUM_THREADS" \
         --warmup 3 --iters 10 --peak_tflops "$peak" --sdpa $extra
     done
   fi

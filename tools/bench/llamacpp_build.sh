@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's CPU benchmark tools (llama-bench, llama-batched-bench,
-# llama-quantize) for tools/bench_llamacpp.sh, idempotently. Benchmarks only:
+# llama-quantize) for tools/bench/bench_llamacpp.sh, idempotently. Benchmarks only:
 # nothing in rlfuse's build, tests or training path uses it.
 #
 # The source is the llama.cpp that the PyPI sdist of llama-cpp-python vendors
@@ -10,9 +10,9 @@
 # are for this CPU: a different CPU model triggers a rebuild), static, no CUDA,
 # no curl/OpenSSL.
 #
-# Usage: tools/llamacpp_build.sh           build what is missing, print where
-#        tools/llamacpp_build.sh --check   exit 0 if built for this CPU, 1 if not
-#        tools/llamacpp_build.sh --bin-dir print the folder the binaries go to
+# Usage: tools/bench/llamacpp_build.sh           build what is missing, print where
+#        tools/bench/llamacpp_build.sh --check   exit 0 if built for this CPU, 1 if not
+#        tools/bench/llamacpp_build.sh --bin-dir print the folder the binaries go to
 #
 # Layout under $CACHE/llama.cpp (CACHE as in tools/deps.sh):
 #   dl/llama_cpp_python-$V.tar.gz   the sdist
@@ -68,7 +68,7 @@ case "${1:-}" in
   --check) built_ok && exit 0; exit 1 ;;
   --bin-dir) echo "$BIN"; exit 0 ;;
   "") ;;
-  *) echo "usage: tools/llamacpp_build.sh [--check|--bin-dir]" >&2; exit 2 ;;
+  *) echo "usage: tools/bench/llamacpp_build.sh [--check|--bin-dir]" >&2; exit 2 ;;
 esac
 
 if built_ok; then report; exit 0; fi

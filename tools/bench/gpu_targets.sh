@@ -3,31 +3,32 @@
 # the same call (docs/benchmarks.md, "GPU checklist"; tools/gpu_checklist.sh's
 # part `targets`), on one NVIDIA GPU:
 #   decode  bin/bench_decode at the shapes smollm2, qwen05, qwen15
-#           (tools/bench_sizes.h), batch 1 (and 64 at qwen05), fp32 and bf16;
+#           (tools/bench/bench_sizes.h), batch 1 (and 64 at qwen05), fp32 and bf16;
 #           then transformers' generate, static cache compiled by
-#           torch.compile and dynamic cache (tools/gpu_baselines/torch_baseline.py)
+#           torch.compile and dynamic cache (tools/bench/gpu_baselines/torch_baseline.py)
 #   gap     bench_decode -logprob_gap true in fp32 and bf16, where built
 #   grpo    one GRPO step of input/bench/grpo.deck at smollm2 and qwen05
 #           (random init: input/bench/init_SHAPE.deck), then TRL's
-#           GRPOTrainer in the same setting (tools/gpu_baselines/trl_grpo.py)
-#   train   bin/bench_attention's tiled training attention against the
-#           former T x T one (bf16, the heads of smollm2, qwen05 and qwen15
-#           at B 8 x T 2048, qwen05 at B 1 x T 8192); bin/bench_model's bf16
+#           GRPOTrainer in the same setting (tools/bench/gpu_baselines/trl_grpo.py)
+#   train   bin/bench_attention's tiled training attention, its time alone
+#           (the T x T pair is no longer on cuda: no baseline; bf16, the
+#           heads of smollm2, qwen05 and qwen15 at B 8 x T 2048, qwen05 at
+#           B 1 x T 8192); bin/bench_model's bf16
 #           training step at B 8 x T 2048 (GPT-2 124M at T 1024, its
 #           position bound) and at B 1 x T 8192 at qwen05, with the device
 #           memory it took beside SFT's memory check's estimate, then
 #           PyTorch's with SDPA attention, bf16 autocast and fused AdamW
-#           on the same shapes (tools/gpu_baselines/torch_baseline.py train;
-#           tools/bench_torch.py --sdpa for 124M): the GPU training issue's
+#           on the same shapes (tools/bench/gpu_baselines/torch_baseline.py train;
+#           tools/bench/bench_torch.py --sdpa for 124M): the GPU training issue's
 #           targets; not in the default parts (TARGET_PARTS=train: a call
 #           of its own, its budget the same TARGET_BUDGET)
 # and at the end one line per target:
 #   summary target=NAME ... measured=X baseline=Y ratio=R goal=>=G|<G PASS|FAIL|NA
 #
-#   bash tools/gpu_targets.sh               the runs (without a GPU: one line, exit 0)
-#   bash tools/gpu_targets.sh summary LOG   only the summary lines, from a run's log
+#   bash tools/bench/gpu_targets.sh               the runs (without a GPU: one line, exit 0)
+#   bash tools/bench/gpu_targets.sh summary LOG   only the summary lines, from a run's log
 #
-# Variables: BIN (bin), BUNDLE (as tools/bench_gpu.sh), TARGET_DATA (the
+# Variables: BIN (bin), BUNDLE (as tools/bench/bench_gpu.sh), TARGET_DATA (the
 # targets/ folder of a bundle made by tools/gpu_bundle.sh: TRL's wheels,
 # tokenizer/tokenizer.json, prompts_SHAPE.h5; default $BUNDLE/targets),
 # OUT_DIR (targets.log and the runs; default a new /tmp/gpu_targets.*),
@@ -40,7 +41,7 @@
 # (default the datasheet's for the GPU's name, as bench_gpu.sh). Exits 1
 # if a step failed or was skipped, 0 otherwise (a FAIL is a measurement).
 set -u
-cd "$(dirname "$0")/.." || exit 2
+cd "$(dirname "$0")/../.." || exit 2
 
 # summarize LOG: the summary lines from the result lines of a run's log
 summarize() {
@@ -67,8 +68,8 @@ summarize() {
     /^trl-grpo summary / { k = f($0, "shape"); trl[k] = f($0, "step_s"); trll[k] = tl; tl = "" }
     /^logprob-gap / { sub(/^logprob-gap /, ""); gap[++ngap] = $0 }
     /^rlfuse size=/ && f($0, "mode") == "train" && f($0, "device") == "cuda" && f($0, "precision") == "bf16" { k = f($0, "size") " " f($0, "B") " " f($0, "T"); tr[k] = f($0, "tok_per_s"); tm[k] = f($0, "mfu"); dm[k] = f($0, "dev_mb"); em[k] = f($0, "est_mb"); ntrain++ }
-    /^attention (tiled|probs) device=cuda/ { k = f($0, "B") " " f($0, "T") " " f($0, "heads") " " f($0, "hd"); if (!(k in akey)) { akey[k] = 1; ak[++na] = k }
-      if ($2 == "tiled") atl[k] = f($0, "fwd_ms") + f($0, "bwd_ms"); else apr[k] = f($0, "fwd_ms") + f($0, "bwd_ms"); ntrain++ }
+    /^attention tiled device=cuda/ { k = f($0, "B") " " f($0, "T") " " f($0, "heads") " " f($0, "hd"); if (!(k in akey)) { akey[k] = 1; ak[++na] = k }
+      atl[k] = f($0, "fwd_ms") + f($0, "bwd_ms"); ntrain++ }
     /^torch-train / { k = f($0, "shape") " " f($0, "B") " " f($0, "T"); tt[k] = f($0, "tok_per_s"); ntrain++ }
     /^torch size=124M / && f($0, "mode") == "train" && f($0, "precision") == "bf16" && f($0, "impl") == "sdpa" { tt["124M " f($0, "B") " " f($0, "T")] = f($0, "tok_per_s"); ntrain++ }
     /^train-step / { ntrain++ }
@@ -101,9 +102,9 @@ summarize() {
           k = mk[i]; split(k, kk, " "); r = num(dm[k]) && num(em[k]) && em[k] > 0 ? sprintf("%.3f", (dm[k] / em[k] > 1 ? dm[k] / em[k] - 1 : 1 - dm[k] / em[k])) : "NA"
           line("train_mem", "shape=" kk[1] " B=" kk[2] " T=" kk[3] " precision=bf16 unit=MiB measure=|measured/estimate-1|", dm[k], em[k], r, "<0.10")
         }
-        for (i = 1; i <= na; i++) { # the tiled attention forward and backward against the T x T pair (no goal of its own: nothing slower)
+        for (i = 1; i <= na; i++) { # the tiled attention forward and backward: a time, no baseline and no goal
           k = ak[i]; split(k, kk, " ")
-          line("train_attention", "B=" kk[1] " T=" kk[2] " heads=" kk[3] " hd=" kk[4] " precision=bf16 unit=ms_fwd+bwd baseline=probs", atl[k], apr[k], ratio(apr[k], atl[k]), ">=1.0")
+          line("train_attention", "B=" kk[1] " T=" kk[2] " heads=" kk[3] " hd=" kk[4] " precision=bf16 unit=ms_fwd+bwd", atl[k], "", "NA", "none")
         }
       }
       if (!ngap) print "summary target=logprob_gap not-run"
@@ -148,7 +149,7 @@ fail=0
 has() { case " $1 " in *" $2 "*) return 0 ;; esac; return 1; }
 say() { echo "$*" | tee -a "$LOG"; }
 
-case "$gpu" in # HBM GB/s and dense bf16 TFLOP/s, the datasheets' (as tools/bench_gpu.sh)
+case "$gpu" in # HBM GB/s and dense bf16 TFLOP/s, the datasheets' (as tools/bench/bench_gpu.sh)
   *H200*) hbm=4800 bf16=989.4 ;; *H100*NVL*) hbm=3900 bf16=835.5 ;; *H100*PCIe*) hbm=2000 bf16=756.5 ;; *H100*) hbm=3350 bf16=989.4 ;; *) hbm=0 bf16=0 ;;
 esac
 hbm=${HBM_GBS:-$hbm}
@@ -218,7 +219,7 @@ PY
 # trl SHAPE: TRL's GRPO step at SHAPE (two steps: the first warms up)
 trl() {
   mkdir -p "$OUT_DIR/trl_$1"
-  PYTHONPATH=$OUT_DIR/pylib${PYTHONPATH:+:$PYTHONPATH} step "trl_$1" 300 "$TORCH_PY" tools/gpu_baselines/trl_grpo.py "$DATA/tokenizer" "$OUT_DIR/trl_$1" "$1" 512 2
+  PYTHONPATH=$OUT_DIR/pylib${PYTHONPATH:+:$PYTHONPATH} step "trl_$1" 300 "$TORCH_PY" tools/bench/gpu_baselines/trl_grpo.py "$DATA/tokenizer" "$OUT_DIR/trl_$1" "$1" 512 2
   rm -rf "$OUT_DIR/trl_$1/model"
 }
 
@@ -259,7 +260,7 @@ fi
 if has "$parts" decode && [ -n "$TORCH_PY" ]; then
   for s in $shapes; do
     has "$bshapes" "$s" || continue
-    step "hf_$s" 180 "$TORCH_PY" tools/gpu_baselines/torch_baseline.py decode "$s" dynamic,static 1
+    step "hf_$s" 180 "$TORCH_PY" tools/bench/gpu_baselines/torch_baseline.py decode "$s" dynamic,static 1
   done
 fi
 if has "$parts" grpo && has "$shapes" qwen05; then
@@ -267,7 +268,7 @@ if has "$parts" grpo && has "$shapes" qwen05; then
   [ $trl_ok = 0 ] || ! has "$bshapes" qwen05 || trl qwen05
 fi
 if has "$parts" train; then
-  # the attention alone first (seconds), tiled against the T x T pair
+  # the attention alone first (seconds)
   for at in "8 2048 9 3 64" "8 2048 14 2 64" "8 2048 12 2 128" "1 8192 14 2 64"; do
     set -- $at
     step "attention_$2_$3" 60 "$BIN/bench_attention" -device cuda -precision bf16 -B "$1" -T "$2" -n_head "$3" -n_kv_head "$4" -head_dim "$5" -iters 5
@@ -279,9 +280,9 @@ if has "$parts" train; then
     step "train_$1_$3" 150 "$BIN/bench_model" -device cuda -precision bf16 -size "$1" -B "$2" -T "$3" -iters 3 -warmup 1 -peak_tflops "$bf16"
     [ -n "$TORCH_PY" ] || continue
     if [ "$1" = 124M ]; then
-      step "torch_train_$1" 150 "$TORCH_PY" tools/bench_torch.py --sizes 124M --device cuda --dtype bf16 --sdpa --fused_adamw --threads 1 --B "$2" --T "$3" --warmup 2 --iters 5
+      step "torch_train_$1" 150 "$TORCH_PY" tools/bench/bench_torch.py --sizes 124M --device cuda --dtype bf16 --sdpa --fused_adamw --threads 1 --B "$2" --T "$3" --warmup 2 --iters 5
     else
-      step "torch_train_$1_$3" 150 "$TORCH_PY" tools/gpu_baselines/torch_baseline.py train "$1" "$2" "$3"
+      step "torch_train_$1_$3" 150 "$TORCH_PY" tools/bench/gpu_baselines/torch_baseline.py train "$1" "$2" "$3"
     fi
   done
 fi

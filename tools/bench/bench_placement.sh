@@ -9,7 +9,7 @@
 #   sft <layout> step_s <mean> forward <s> backward <s> optimizer <s>
 # Part of `make bench`.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${BIN:-bin}; PYTHON=${PYTHON:-/usr/bin/python3}
 MPIEXEC=${MPIEXEC:-mpiexec}; MPIEXEC_FLAGS=${MPIEXEC_FLAGS--bind-to none}
 d=$(mktemp -d "${TMPDIR:-/tmp}/rlfuse-bench-placement.XXXXXX"); trap 'rm -rf "$d"' EXIT

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # golden: the `make golden` entry. Regenerates the PyTorch golden tensors
 # that regression/test_golden.c checks the C model against: GPT-2's
-# (regression/golden/gpt_lm.h5, gpt_scalar.h5, tools/golden.py) and the LLaMA
+# (regression/golden/gpt_lm.h5, gpt_scalar.h5, regression/ref/golden.py) and the LLaMA
 # family's, computed by transformers itself (llama_tied.h5, llama_untied.h5,
-# mistral.h5, qwen2.h5, llama_scalar.h5, llama3_rope.h5, tools/llama_golden.py;
+# mistral.h5, qwen2.h5, llama_scalar.h5, llama3_rope.h5, regression/ref/llama_golden.py;
 # transformers from the folder `make deps` installs it into). Run it only
 # when the model definition changed on purpose, then run `make test` and
 # commit the new files with the change.
 #
-# Usage: [PYTHON=/usr/bin/python3] [BIN=bin] [RLFUSE_CACHE=~/.cache/rlfuse] tools/golden.sh [OUTDIR]
+# Usage: [PYTHON=/usr/bin/python3] [BIN=bin] [RLFUSE_CACHE=~/.cache/rlfuse] regression/ref/golden.sh [OUTDIR]
 set -euo pipefail
 
 PYTHON="${PYTHON:-/usr/bin/python3}"
 BIN="${BIN:-bin}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(dirname "$HERE")"
+ROOT="$(dirname "$(dirname "$HERE")")"
 OUTDIR="${1:-$ROOT/regression/golden}"
 HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
 hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 "$PYTHON" "$@"; }

@@ -1,9 +1,10 @@
-/* Training attention alone: the tiled pair of the ops table
- * (attention_lse, no T x T array) against the former pair that saves the
- * probabilities [B,NH,T,T] (backend_cpu_attention_probs_*, or
- * backend_cuda_attention_probs_* with -device cuda), alternated in one
+/* Training attention alone: the tiled pair of the ops table (the
+ * log-sum-exp, no T x T array) against the former pair that saves the
+ * probabilities [B,NH,T,T] (the tests' reference,
+ * regression/ref_attention.c, on the cpu; -device cuda measures the tiled
+ * pair alone), alternated in one
  * process on the same inputs, so machine load hits both alike
- * (docs/benchmarks.md, "Tiled attention on the CPU"; tools/gpu_targets.sh
+ * (docs/benchmarks.md, "Tiled attention on the CPU"; tools/bench/gpu_targets.sh
  * runs it on a GPU).
  *
  *   bin/bench_attention [-B 1] [-T 1024] [-n_head 9] [-n_kv_head 3] [-head_dim 64] [-iters 5]
@@ -16,6 +17,7 @@
  * (4 B NH T^2 hd / 2 forward, 2.5 times that backward) and the bytes the
  * variant saves for the backward. -tiled_only skips the probabilities, whose
  * [B,NH,T,T] array may not fit. */
+#include "../../regression/ref.h"
 #include "sys.h"
 #include "tensor.h"
 #include <omp.h>
@@ -31,19 +33,17 @@ static const char *const device_names[]    = {"cpu", "cuda", "Device", "DEVICE_"
 static const char *const precision_names[] = {"fp32", "bf16", "Precision", "PRECISION_", NULL};
 
 /* One variant's forward or backward (v 1: the ops table's tiled pair;
- * 0: the probabilities' pair of the backend), then a device sync. */
-static PetscErrorCode run_pass(const Backend *be, PetscBool cuda, int v, int backward, float *out, float *saved, const float *qkv, const float *g, float *dq, int B, int T, int C,
+ * 0: the cpu's T x T reference), then a device sync. */
+static PetscErrorCode run_pass(const Backend *be, int v, int backward, float *out, float *saved, const float *qkv, const float *g, float *dq, int B, int T, int C,
                                int NH, int NKV)
 {
   PetscFunctionBegin;
   if (!backward) {
     if (v) PetscCall(be->attention_forward(out, saved, qkv, B, T, C, NH, NKV));
-    else if (cuda) PetscCall(backend_cuda_attention_probs_forward(out, saved, qkv, B, T, C, NH, NKV));
-    else PetscCall(backend_cpu_attention_probs_forward(out, saved, qkv, B, T, C, NH, NKV));
+    else PetscCall(ref_attention_probs_forward(out, saved, qkv, B, T, C, NH, NKV));
   } else {
     if (v) PetscCall(be->attention_backward(dq, g, qkv, out, saved, B, T, C, NH, NKV));
-    else if (cuda) PetscCall(backend_cuda_attention_probs_backward(dq, g, qkv, saved, B, T, C, NH, NKV));
-    else PetscCall(backend_cpu_attention_probs_backward(dq, g, qkv, out, saved, B, T, C, NH, NKV));
+    else PetscCall(ref_attention_probs_backward(dq, g, qkv, out, saved, B, T, C, NH, NKV));
   }
   if (be->sync) PetscCall(be->sync());
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -77,9 +77,9 @@ static PetscErrorCode bench_main(void)
   PetscCheck(B > 0 && T > 0 && NH > 0 && NKV > 0 && NH % NKV == 0 && hd > 0 && iters > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-B, -T, -n_head, -head_dim and -iters must be positive and -n_kv_head divide -n_head");
   PetscCall(backend_setup(device_names[device], precision == 1 ? PETSC_TRUE : PETSC_FALSE, &be));
   cuda = device == 1 ? PETSC_TRUE : PETSC_FALSE;
-  v0   = tiled_only ? 1 : 0;
+  v0   = tiled_only || cuda ? 1 : 0; /* the T x T reference is the cpu's only */
   C = (size_t)NH * hd, C3 = C + 2 * (size_t)NKV * hd, nq = (size_t)B * T * C3, no = (size_t)B * T * C;
-  na = tiled_only ? tensor_attention_saved(1, (size_t)B, (size_t)NH, (size_t)T) : (size_t)B * NH * T * T;
+  na = v0 ? tensor_attention_saved((size_t)B, (size_t)NH, (size_t)T) : (size_t)B * NH * T * T;
   PetscCall(PetscMalloc2(nq, &h_qkv, no, &h_g));
   for (size_t i = 0; i < nq; i++) h_qkv[i] = (float)(rng_u32(7, 0, (uint32_t)i, 0, 0) % 2001) / 1000.0f - 1.0f;
   for (size_t i = 0; i < no; i++) h_g[i] = (float)(rng_u32(7, 1, (uint32_t)i, 0, 0) % 2001) / 1000.0f - 1.0f;
@@ -98,9 +98,9 @@ static PetscErrorCode bench_main(void)
       PetscCall(be->zero(dq, nq * sizeof(float)));
       if (be->sync) PetscCall(be->sync());
       t0 = omp_get_wtime();
-      PetscCall(run_pass(be, cuda, v, 0, out, saved, qkv, g, dq, (int)B, (int)T, (int)C, (int)NH, (int)NKV));
+      PetscCall(run_pass(be, v, 0, out, saved, qkv, g, dq, (int)B, (int)T, (int)C, (int)NH, (int)NKV));
       t1 = omp_get_wtime();
-      PetscCall(run_pass(be, cuda, v, 1, out, saved, qkv, g, dq, (int)B, (int)T, (int)C, (int)NH, (int)NKV));
+      PetscCall(run_pass(be, v, 1, out, saved, qkv, g, dq, (int)B, (int)T, (int)C, (int)NH, (int)NKV));
       t2 = omp_get_wtime();
       if (it >= 0) tm[v][0][it] = t1 - t0, tm[v][1][it] = t2 - t1;
     }
@@ -112,7 +112,7 @@ static PetscErrorCode bench_main(void)
     f = tm[v][0][iters / 2], b = tm[v][1][iters / 2];
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "attention %s device=%s precision=%s B=%d T=%d heads=%d/%d hd=%d threads=%d fwd_ms=%.3f bwd_ms=%.3f fwd_tflops=%.2f bwd_tflops=%.2f saved_bytes=%.0f\n",
                           v ? "tiled" : "probs", device_names[device], precision_names[precision], (int)B, (int)T, (int)NH, (int)NKV, (int)hd, omp_get_max_threads(), 1e3 * f, 1e3 * b,
-                          fl / f / 1e12, 2.5 * fl / b / 1e12, (double)sizeof(float) * tensor_attention_saved(v, (size_t)B, (size_t)NH, (size_t)T)));
+                          fl / f / 1e12, 2.5 * fl / b / 1e12, (double)sizeof(float) * (v ? tensor_attention_saved((size_t)B, (size_t)NH, (size_t)T) : (double)B * NH * T * T)));
   }
   for (int v = 0; v < 2; v++)
     for (int p = 0; p < 2; p++) PetscCall(PetscFree(tm[v][p]));

@@ -3,7 +3,7 @@
 at SmolLM2-135M's shape, the baseline tools/bench_model's "-size smollm2"
 line is set beside (`make bench`, docs/benchmarks.md).
 
-Usage: PYTHONPATH=~/.cache/rlfuse/python /usr/bin/python3 tools/bench_torch_llama.py \
+Usage: PYTHONPATH=~/.cache/rlfuse/python /usr/bin/python3 tools/bench/bench_torch_llama.py \
            [--threads 1] [--B 4] [--T 128] [--warmup 1] [--iters 3]
 
 Prints one line per mode, with bench_model's fields in its order:

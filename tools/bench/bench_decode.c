@@ -1,5 +1,5 @@
 /* Decode throughput benchmark of the generation engine (`make bench`,
- * tools/bench_gpu.sh): tokens/s of gen_generate at a given number of
+ * tools/bench/bench_gpu.sh): tokens/s of gen_generate at a given number of
  * concurrent samples, for the model shapes of bench_model plus the
  * quickstart deck's, on the cpu backend or a GPU (-device cuda). All samples
  * start together (slots = concurrency = requests) and run the full length
@@ -30,8 +30,9 @@
  * set, every id but EOS, is one entry).
  * -logprob_gap adds logprob_gap_max and logprob_gap_mean: how far the
  * log-probabilities recorded at generation are from the training forward's
- * for the same tokens (logprob_gap). -batch_invariant runs the cpu backend's
- * batch-invariant matmuls (backend_cpu_set_batch_invariant). */
+ * for the same tokens (logprob_gap). -batch_invariant runs generation's
+ * -gen_batch_invariant (the cached forward's matmuls row-wise; the cpu
+ * backend's). */
 #include "gen.h"
 #include "sys.h"
 #include "bench_sizes.h"
@@ -50,7 +51,7 @@ typedef struct {
  * shape with n_positions raised to 128 so that prompt + 64 new tokens fit
  * (the position table's size does not change the work per token);
  * "smollm2", "qwen05" and "qwen15" are SmolLM2-135M's, Qwen2.5-0.5B's and
- * Qwen2.5-1.5B's LLaMA shapes (tools/bench_sizes.h; not in -size all). */
+ * Qwen2.5-1.5B's LLaMA shapes (tools/bench/bench_sizes.h; not in -size all). */
 #define BENCH_GPT2(L, H, C, V, P) {.n_layer = L, .n_head = H, .n_embd = C, .vocab_size = V, .n_positions = P, .head = MODEL_HEAD_LM}
 static const BenchSize sizes[] = {
   {"qs", BENCH_GPT2(2, 4, 128, 20, 128), PETSC_TRUE},
@@ -70,9 +71,9 @@ typedef struct {
   PetscInt       device, precision; /* indices into device_names, precision_names */
   PetscReal      hbm_gbs;           /* device memory bandwidth, GB/s (0: no roofline) */
   PetscBool      full_length;       /* every sample runs max_new tokens (no EOS) */
-  PetscBool      eager;             /* -gen_eager's engine: no recorded graphs */
+  PetscBool      eager;             /* the engine's GenConfig.eager: no recorded graphs */
   PetscBool      logprob_gap;       /* recompute the last generation's log-probabilities by the training forward */
-  PetscBool      batch_invariant;   /* the cpu backend's batch-invariant matmuls */
+  PetscBool      batch_invariant;   /* GenConfig.batch_invariant (-gen_batch_invariant) */
 } BenchRun;
 
 typedef struct {
@@ -293,6 +294,7 @@ static PetscErrorCode bench_conc(const BenchRun *r, Model *lm, const BenchSize *
   cfg.slots          = conc;
   cfg.kv_mb          = 1e6;
   cfg.eager          = r->eager;
+  cfg.batch_invariant = r->batch_invariant;
   PetscCall(gen_config_check(&cfg, &s->cfg, "", P));
   PetscCall(PetscMalloc2(conc, &req, (size_t)conc * P, &prompts));
   for (int i = 0; i < conc; i++) {
@@ -331,6 +333,7 @@ static PetscErrorCode bench_size(const BenchRun *r, const BenchSize *s, PetscInt
 
   PetscFunctionBegin;
   PetscCall(model_create(&s->cfg, r->be, &lm));
+  PetscCall(model_cached_batch_invariant(lm, r->batch_invariant)); /* forward_only_ms's forwards as the engine's */
   PetscCall(model_init_random(lm, 1));
   if (conc > 0) PetscCall(bench_conc(r, lm, s, (int)conc, (int)P, (int)max_new, (int)warmup, (int)iters));
   else
@@ -373,23 +376,22 @@ static PetscErrorCode bench_main(void)
   RfOptInt("-warmup", "Untimed generations first", 1, &warmup);
   RfOptEnum("-device", "Backend to measure: cpu or cuda", device_names, 2, &r.device);
   RfOptEnum("-precision", "Matmul and activation arithmetic on -device cuda: fp32, or bf16 (fp32 master weights; the matmuls read bf16 copies kept between calls)", precision_names, 2, &r.precision);
-  RfOptBool("-eager", "Run each decode step's operations one by one (the engine's -gen_eager): no recorded CUDA graphs, for comparison", PETSC_FALSE, &r.eager);
-  RfOptReal("-hbm_gbs", "Device memory bandwidth in GB/s, for the roofline fields (0: none; tools/bench_gpu.sh passes the datasheet's)", 0, &r.hbm_gbs);
+  RfOptBool("-eager", "Run each decode step's operations one by one (GenConfig.eager): no recorded CUDA graphs, for comparison", PETSC_FALSE, &r.eager);
+  RfOptReal("-hbm_gbs", "Device memory bandwidth in GB/s, for the roofline fields (0: none; tools/bench/bench_gpu.sh passes the datasheet's)", 0, &r.hbm_gbs);
   RfOptBool("-measure_bw", "On the cpu: measure this machine's memory bandwidth (STREAM triad on the OpenMP threads) and use it as -hbm_gbs", PETSC_FALSE, &measure);
   RfOptBool("-full_length", "Every sample runs -max_new tokens (EOS banned, so each token's allowed set is recorded); false: plain sampling, samples may stop at EOS",
             PETSC_TRUE, &r.full_length);
   RfOptBool("-logprob_gap", "After the timed generations, recompute the last one's log-probabilities with the training forward and print their largest and mean absolute difference (logprob_gap_max, logprob_gap_mean)",
             PETSC_FALSE, &r.logprob_gap);
-  RfOptBool("-batch_invariant", "On the cpu: the batch-invariant matmuls (every row count takes the row-wise kernels; backend_cpu_set_batch_invariant)", PETSC_FALSE, &r.batch_invariant);
+  RfOptBool("-batch_invariant", "On the cpu: -gen_batch_invariant (the cached forward's matmuls take the row-wise kernels at every row count)", PETSC_FALSE, &r.batch_invariant);
   PetscOptionsEnd();
   PetscCall(PetscOptionsHasHelp(NULL, &help));
   if (help) PetscFunctionReturn(PETSC_SUCCESS); /* -help lists the options; measure nothing */
   PetscCall(sys_options_check_unused());
   PetscCheck(conc >= 0 && P > 0 && max_new > 0 && iters > 0 && warmup >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
              "-concurrency must be >= 0, -prompt, -max_new and -iters positive, -warmup >= 0");
-  PetscCheck(!r.batch_invariant || r.device == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-batch_invariant true: the cpu backend's mode, not -device cuda's");
+  PetscCheck(!r.batch_invariant || r.device == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-batch_invariant true: the cpu backend's matmuls, not -device cuda's");
   PetscCall(bench_backend(&r));
-  PetscCall(backend_cpu_set_batch_invariant(r.batch_invariant));
   if (measure && r.device == 0) {
     r.hbm_gbs = triad_gbs();
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "# bench_decode memory bandwidth %.1f GB/s (STREAM triad, %d threads): the roofline below\n", (double)r.hbm_gbs, omp_get_max_threads()));

@@ -9,7 +9,7 @@
 # training's busy fractions, and the cost model's estimate of the same
 # iterations (a profile of this machine measured here; each iteration
 # estimated from its own rollout, -cost_lengths rollouts:FILE:iter_K, as
-# tools/bench_plan.sh does). Prints
+# tools/bench/bench_plan.sh does). Prints
 #   async K<k> iter_s <measured> estimated <s> error <%> gen_busy <f> train_busy <f> trained_len <mean response tokens trained>
 #   async ratio K1/K0 <x> (estimated <x>)
 #   async ratio K1p/K0 <x> (estimated <x>)
@@ -18,12 +18,12 @@
 # two trainings (both on the training rank in this plan, so no order of the
 # calls makes an iteration of the same training shorter; docs/async.md).
 # The policy and reward model come from FIXTURE (a directory with
-# sft/final.h5 and rm/final.h5, e.g. tools/bench_fusion.sh's), made here
+# sft/final.h5 and rm/final.h5, e.g. tools/bench/bench_fusion.sh's), made here
 # when absent (the deck's pipeline with one PPO iteration: about 4 minutes
 # on 2 idle cores).
-#   tools/bench_async.sh [FIXTURE]       (ITERS, default 6; ROUNDS, default 2)
+#   tools/bench/bench_async.sh [FIXTURE]       (ITERS, default 6; ROUNDS, default 2)
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${BIN:-bin}; PYTHON=${PYTHON:-/usr/bin/python3}
 MPIEXEC=${MPIEXEC:-mpiexec}; MPIEXEC_FLAGS=${MPIEXEC_FLAGS--bind-to none}
 ROUNDS=${ROUNDS:-2}; ITERS=${ITERS:-6}; PARTIAL=${PARTIAL:-32}

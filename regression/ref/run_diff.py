@@ -6,14 +6,14 @@ run.h5 metrics (regression/same_metrics.py: within 1e-4 relative, 1e-5
 absolute, NaN only where A has NaN; eval_gold may be unmeasured, as in decks
 without -ppo_eval_every). The layout and fusion scenarios use it to compare
 a run against the one-rank run.
-  tools/run_diff.py DIR_A DIR_B   (exit status 1 and the first difference)"""
+  regression/ref/run_diff.py DIR_A DIR_B   (exit status 1 and the first difference)"""
 import os
 import sys
 
 import h5py
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "regression"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import same_metrics  # noqa: E402
 
 a, b = sys.argv[1], sys.argv[2]

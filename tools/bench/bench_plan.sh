@@ -18,13 +18,13 @@
 # model estimates the steady state, not the first touch of new pages);
 # a summary line per deck and overall (median and worst |error| of the
 # time per iteration), and per deck the searched plan's measured time
-# against the best measured preset. Usage: tools/bench_plan.sh [deck ...]
+# against the best measured preset. Usage: tools/bench/bench_plan.sh [deck ...]
 # (default both); PLANS="name ..." runs only those plans, ITERS the PPO
 # iterations (6);
 # REUSE=DIR (a KEEP=1 run's folder) estimates again from its profiles and
 # runs, measuring only what is missing.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${BIN:-bin}; PYTHON=${PYTHON:-/usr/bin/python3}
 MPIEXEC=${MPIEXEC:-mpiexec}; MPIEXEC_FLAGS=${MPIEXEC_FLAGS--bind-to none}
 ITERS=${ITERS:-6}; PLAN_TIME=${PLAN_TIME:-20}

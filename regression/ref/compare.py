@@ -2,7 +2,7 @@
 """compare: the regression comparer. Checks a new HDF5 output against a stored
 reference with explicit tolerances per quantity; timings are never compared.
 
-Usage: /usr/bin/python3 tools/compare.py [--allow-unmatched] REF.h5 NEW.h5 TOLFILE
+Usage: /usr/bin/python3 regression/ref/compare.py [--allow-unmatched] REF.h5 NEW.h5 TOLFILE
 
 TOLFILE holds one rule per line ('#' starts a comment):
 
@@ -155,7 +155,7 @@ def compare_one(name, ref, new, rule):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="TOLFILE format: see the docstring of tools/compare.py")
+                                 epilog="TOLFILE format: see the docstring of regression/ref/compare.py")
     ap.add_argument("ref", metavar="REF.h5")
     ap.add_argument("new", metavar="NEW.h5")
     ap.add_argument("tolfile", metavar="TOLFILE")

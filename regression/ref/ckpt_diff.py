@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ckpt_diff: how far apart two rlfuse checkpoints are, tensor by tensor.
 
-Usage: /usr/bin/python3 tools/ckpt_diff.py A.h5 B.h5 [--tol T] [--params-tol P] [--roles actor,critic,...]
+Usage: /usr/bin/python3 regression/ref/ckpt_diff.py A.h5 B.h5 [--tol T] [--params-tol P] [--roles actor,critic,...]
 
 For every dataset under /<role>/params and /<role>/optim (every role both
 files hold, or those named) it computes max|a - b| / max|a| (the scale of

@@ -8,7 +8,7 @@
 # sets OMP_NUM_THREADS; the load average is printed since search time is
 # wall-clock on a shared machine.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${BIN:-bin}; PYTHON=${PYTHON:-/usr/bin/python3}; THREADS=${THREADS:-$(nproc)}
 MPIEXEC=${MPIEXEC:-mpiexec}; MPIEXEC_FLAGS=${MPIEXEC_FLAGS--bind-to none}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
