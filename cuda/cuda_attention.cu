@@ -111,17 +111,20 @@ __device__ __forceinline__ size_t att_row_offset(size_t i, int T, int nh, int hs
 __device__ __forceinline__ void att_store(float *dst, size_t i, float x) { dst[i] = x; }
 __device__ __forceinline__ void att_store(__nv_bfloat16 *dst, size_t i, float x) { dst[i] = __float2bfloat16_rn(x); }
 
-template <typename Tout> __global__ void att_permute_kernel(Tout *dst, const float *src, int B, int T, int nh, int hs, int ld, int col0)
+template <typename Tout>
+__global__ void att_permute_kernel(Tout *dst, const float *src, int B, int T, int nh, int hs, int ld, int col0)
 {
   size_t total = (size_t)B * nh * T * hs;
 
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) att_store(dst, i, src[att_row_offset(i, T, nh, hs, ld, col0)]);
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
+    att_store(dst, i, src[att_row_offset(i, T, nh, hs, ld, col0)]);
 }
 
 /* The reverse: dst[(b*T + t)*ld + col0 + h*hs + d] = (or +=) src[b][h][t][d],
  * rounded to bf16 when asked. Each destination element has one thread, so
  * the += has no race. */
-__global__ void att_unpermute_kernel(float *dst, const float *src, int B, int T, int nh, int hs, int ld, int col0, int accumulate, int bf16)
+__global__ void att_unpermute_kernel(float *dst, const float *src, int B, int T, int nh, int hs, int ld, int col0,
+                                     int accumulate, int bf16)
 {
   size_t total = (size_t)B * nh * T * hs;
 
@@ -160,18 +163,22 @@ __device__ void att_row_softmax(float *p, __nv_bfloat16 *p16, int t, int L, int 
 /* One strided-batched GEMM (column-major, C = alpha op(A) op(B) + beta C,
  * fp32 output): true fp32, or bf16 operands (bf) accumulated in fp32.
  * Strides and leading dimensions count elements of the operands' type. */
-static int att_gemm_beta(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const void *A, int lda, long long sA, const void *Bm, int ldb,
-                         long long sB, float beta, float *Cm, int ldc, long long sC, int batch, int bf)
+static int att_gemm_beta(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const void *A,
+                         int lda, long long sA, const void *Bm, int ldb, long long sB, float beta, float *Cm, int ldc,
+                         long long sC, int batch, int bf)
 {
   const cudaDataType_t t = bf ? CUDA_R_16BF : CUDA_R_32F;
 
-  RFCUBLAS_CHECK(cublasGemmStridedBatchedEx(rfcuda_cublas(), ta, tb, m, n, k, &alpha, A, t, lda, sA, Bm, t, ldb, sB, &beta, Cm, CUDA_R_32F, ldc, sC, batch,
-                                            bf ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+  RFCUBLAS_CHECK(cublasGemmStridedBatchedEx(rfcuda_cublas(), ta, tb, m, n, k, &alpha, A, t, lda, sA, Bm, t, ldb, sB,
+                                            &beta, Cm, CUDA_R_32F, ldc, sC, batch,
+                                            bf ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC,
+                                            CUBLAS_GEMM_DEFAULT));
   return 0;
 }
 
-static int att_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const void *A, int lda, long long sA, const void *Bm, int ldb,
-                    long long sB, float *Cm, int ldc, long long sC, int batch, int bf)
+static int att_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const void *A,
+                    int lda, long long sA, const void *Bm, int ldb, long long sB, float *Cm, int ldc, long long sC,
+                    int batch, int bf)
 {
   return att_gemm_beta(ta, tb, m, n, k, alpha, A, lda, sA, Bm, ldb, sB, 0.0f, Cm, ldc, sC, batch, bf);
 }
@@ -183,7 +190,8 @@ static int att_permute(void *dst, const float *src, int B, int T, int nh, int hs
   size_t   n = (size_t)B * nh * T * hs;
   unsigned g = rfcuda_blocks(n, ATT_PERM_THREADS);
 
-  if (bf) att_permute_kernel<<<g, ATT_PERM_THREADS, 0, rfcuda_stream()>>>((__nv_bfloat16 *)dst, src, B, T, nh, hs, ld, col0);
+  if (bf)
+    att_permute_kernel<<<g, ATT_PERM_THREADS, 0, rfcuda_stream()>>>((__nv_bfloat16 *)dst, src, B, T, nh, hs, ld, col0);
   else att_permute_kernel<<<g, ATT_PERM_THREADS, 0, rfcuda_stream()>>>((float *)dst, src, B, T, nh, hs, ld, col0);
   RFCUDA_LAUNCHED();
   return 0;
@@ -201,11 +209,14 @@ static int att_permute_qkv(char *q, char *k, char *v, const float *qkv, int B, i
   return att_permute(v, qkv, B, T, NKV, hs, ld, C + Ckv, bf);
 }
 
-static int att_unpermute(float *dst, const float *src, int B, int T, int nh, int hs, int ld, int col0, int accumulate, int bf16)
+static int att_unpermute(float *dst, const float *src, int B, int T, int nh, int hs, int ld, int col0, int accumulate,
+                         int bf16)
 {
   size_t n = (size_t)B * nh * T * hs;
 
-  att_unpermute_kernel<<<rfcuda_blocks(n, ATT_PERM_THREADS), ATT_PERM_THREADS, 0, rfcuda_stream()>>>(dst, src, B, T, nh, hs, ld, col0, accumulate, bf16);
+  att_unpermute_kernel<<<rfcuda_blocks(n, ATT_PERM_THREADS), ATT_PERM_THREADS, 0, rfcuda_stream()>>>(dst, src, B, T, nh,
+                                                                                                     hs, ld, col0,
+                                                                                                     accumulate, bf16);
   RFCUDA_LAUNCHED();
   return 0;
 }
@@ -282,7 +293,8 @@ static int att_units_per_chunk(int qb, int grp, int T, int nu)
 
 /* Where row i of a chunk's panels (units u0.., nr rows each) keeps its
  * log-sum-exp in [B, NH, T], and its query position. */
-__device__ __forceinline__ size_t att_panel_lse_index(int i, int nr, int t0, int grp, int u0, int NKV, int NH, int T, int *t)
+__device__ __forceinline__ size_t att_panel_lse_index(int i, int nr, int t0, int grp, int u0, int NKV, int NH, int T,
+                                                      int *t)
 {
   int u = u0 + i / nr, r = i % nr, b = u / NKV, h = (u % NKV) * grp + r % grp;
 
@@ -294,8 +306,9 @@ __device__ __forceinline__ size_t att_panel_lse_index(int i, int nr, int t0, int
  * columns 0..t become their softmax, columns t+1..L-1 zeros; p16 (bf16
  * precision; else NULL) gets the probabilities rounded; lse (NULL: a forward
  * that no backward follows) gets max + log(sum). */
-__global__ void __launch_bounds__(32 * ATT_WARPS) att_panel_softmax_kernel(float *S, __nv_bfloat16 *p16, float *lse, int rows, int nr, int L, int t0, int grp, int u0,
-                                                                          int NKV, int NH, int T)
+__global__ void __launch_bounds__(32 * ATT_WARPS)
+    att_panel_softmax_kernel(float *S, __nv_bfloat16 *p16, float *lse, int rows, int nr, int L, int t0, int grp, int u0,
+                             int NKV, int NH, int T)
 {
   int i = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32, t;
 
@@ -308,8 +321,9 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) att_panel_softmax_kernel(float
  * P = exp(S - lse) into S and dS = P * (dP - sum_j P dP) * scale into dP on
  * columns 0..t, zeros above; ds16 and p16 (bf16 precision; else NULL) get
  * them rounded. */
-__global__ void __launch_bounds__(32 * ATT_WARPS) att_panel_backward_kernel(float *S, float *dP, __nv_bfloat16 *p16, __nv_bfloat16 *ds16, const float *lse, int rows,
-                                                                           int nr, int L, int t0, int grp, int u0, int NKV, int NH, int T, float scale)
+__global__ void __launch_bounds__(32 * ATT_WARPS)
+    att_panel_backward_kernel(float *S, float *dP, __nv_bfloat16 *p16, __nv_bfloat16 *ds16, const float *lse, int rows,
+                              int nr, int L, int t0, int grp, int u0, int NKV, int NH, int T, float scale)
 {
   int i = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32, t;
 
@@ -345,9 +359,11 @@ extern "C" int rfcuda_attention_forward(float *out, float *lse, const float *qkv
 
   const int    bf = rfcuda_get_precision() == 1;
   const size_t es = bf ? sizeof(__nv_bfloat16) : sizeof(float);
-  int          hs = C / NH, Ckv = NKV * hs, grp = NH / NKV, nu = B * NKV, qb = att_qblock(T), cb = att_units_per_chunk(qb, grp, T, nu);
+  int          hs = C / NH, Ckv = NKV * hs, grp = NH / NKV, nu = B * NKV, qb = att_qblock(T),
+      cb           = att_units_per_chunk(qb, grp, T, nu);
   size_t       btc = (size_t)B * T * C, btk = (size_t)B * T * Ckv, pan = (size_t)cb * qb * grp * T;
-  size_t       qkv_bytes = rfcuda_align((btc + 2 * btk) * es), y_bytes = rfcuda_align(btc * sizeof(float)), s_bytes = rfcuda_align(pan * sizeof(float));
+  size_t       qkv_bytes = rfcuda_align((btc + 2 * btk) * es), y_bytes = rfcuda_align(btc * sizeof(float)),
+         s_bytes    = rfcuda_align(pan * sizeof(float));
   long long    sq = (long long)T * grp * hs, sk = (long long)T * hs; /* per unit: q and y, k and v */
   float        scale = 1.0f / sqrtf((float)hs), *y, *S;
   char        *base, *q, *k, *v;
@@ -369,10 +385,14 @@ extern "C" int rfcuda_attention_forward(float *out, float *lse, const float *qkv
       const void *P  = bf ? (const void *)p16 : (const void *)S;
       unsigned    g  = (unsigned)((nb * nr + ATT_WARPS - 1) / ATT_WARPS);
 
-      if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, L, nr, hs, scale, k + okv * es, hs, sk, q + oq * es, hs, sq, S, L, sp, nb, bf)) return 1;
-      att_panel_softmax_kernel<<<g, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(S, p16, lse, nb * nr, nr, L, t0, grp, u0, NKV, NH, T);
+      if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, L, nr, hs, scale, k + okv * es, hs, sk, q + oq * es, hs, sq, S, L, sp, nb,
+                   bf))
+        return 1;
+      att_panel_softmax_kernel<<<g, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(S, p16, lse, nb * nr, nr, L, t0, grp, u0, NKV,
+                                                                          NH, T);
       RFCUDA_LAUNCHED();
-      if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, nr, L, 1.0f, v + okv * es, hs, sk, P, L, sp, y + oq, hs, sq, nb, bf)) return 1;
+      if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, nr, L, 1.0f, v + okv * es, hs, sk, P, L, sp, y + oq, hs, sq, nb, bf))
+        return 1;
     }
   }
   return att_unpermute(out, y, B, T, NKV, grp * hs, C, 0, 0, bf);
@@ -383,16 +403,19 @@ extern "C" int rfcuda_attention_forward(float *out, float *lse, const float *qkv
  * and dV += P^T dO_blk over the block's keys 0..t1 (beta 0 for the last
  * block, which sets every key); then three kernels add dQ, dK and dV into
  * dqkv, one thread per element. */
-extern "C" int rfcuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B, int T, int C, int NH, int NKV)
+extern "C" int rfcuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
+                                         int T, int C, int NH, int NKV)
 {
   if (att_check_sizes("attention_backward", B, T, C, NH, NKV)) return 1;
   if (B == 0 || T == 0) return 0;
 
   const int    bf = rfcuda_get_precision() == 1;
   const size_t es = bf ? sizeof(__nv_bfloat16) : sizeof(float);
-  int          hs = C / NH, Ckv = NKV * hs, grp = NH / NKV, nu = B * NKV, qb = att_qblock(T), cb = att_units_per_chunk(qb, grp, T, nu), nqb = (T + qb - 1) / qb;
+  int          hs = C / NH, Ckv = NKV * hs, grp = NH / NKV, nu = B * NKV, qb = att_qblock(T),
+      cb = att_units_per_chunk(qb, grp, T, nu), nqb = (T + qb - 1) / qb;
   size_t       btc = (size_t)B * T * C, btk = (size_t)B * T * Ckv, pan = (size_t)cb * qb * grp * T;
-  size_t       in_bytes = rfcuda_align((2 * btc + 2 * btk) * es), out_bytes = rfcuda_align((btc + 2 * btk) * sizeof(float)), s_bytes = rfcuda_align(pan * sizeof(float));
+  size_t in_bytes = rfcuda_align((2 * btc + 2 * btk) * es), out_bytes = rfcuda_align((btc + 2 * btk) * sizeof(float)),
+         s_bytes         = rfcuda_align(pan * sizeof(float));
   size_t       h_bytes = bf ? rfcuda_align(pan * es) : 0;
   long long    sq = (long long)T * grp * hs, sk = (long long)T * hs;
   float        scale = 1.0f / sqrtf((float)hs), *dq, *dk, *dv, *S, *dP;
@@ -421,13 +444,24 @@ extern "C" int rfcuda_attention_backward(float *dqkv, const float *dout, const f
       const void *dSop = bf ? (const void *)ds16 : (const void *)dP, *Pop = bf ? (const void *)p16 : (const void *)S;
       unsigned    g    = (unsigned)((nb * nr + ATT_WARPS - 1) / ATT_WARPS);
 
-      if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, L, nr, hs, scale, k + okv * es, hs, sk, q + oq * es, hs, sq, S, L, sp, nb, bf)) return 1;
-      if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, L, nr, hs, 1.0f, v + okv * es, hs, sk, dO + oq * es, hs, sq, dP, L, sp, nb, bf)) return 1;
-      att_panel_backward_kernel<<<g, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(S, dP, p16, ds16, lse, nb * nr, nr, L, t0, grp, u0, NKV, NH, T, scale);
+      if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, L, nr, hs, scale, k + okv * es, hs, sk, q + oq * es, hs, sq, S, L, sp, nb,
+                   bf))
+        return 1;
+      if (att_gemm(CUBLAS_OP_T, CUBLAS_OP_N, L, nr, hs, 1.0f, v + okv * es, hs, sk, dO + oq * es, hs, sq, dP, L, sp, nb,
+                   bf))
+        return 1;
+      att_panel_backward_kernel<<<g, 32 * ATT_WARPS, 0, rfcuda_stream()>>>(S, dP, p16, ds16, lse, nb * nr, nr, L, t0,
+                                                                           grp, u0, NKV, NH, T, scale);
       RFCUDA_LAUNCHED();
-      if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, nr, L, 1.0f, k + okv * es, hs, sk, dSop, L, sp, dq + oq, hs, sq, nb, bf)) return 1;
-      if (att_gemm_beta(CUBLAS_OP_N, CUBLAS_OP_T, hs, L, nr, 1.0f, q + oq * es, hs, sq, dSop, L, sp, beta, dk + okv, hs, sk, nb, bf)) return 1;
-      if (att_gemm_beta(CUBLAS_OP_N, CUBLAS_OP_T, hs, L, nr, 1.0f, dO + oq * es, hs, sq, Pop, L, sp, beta, dv + okv, hs, sk, nb, bf)) return 1;
+      if (att_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, nr, L, 1.0f, k + okv * es, hs, sk, dSop, L, sp, dq + oq, hs, sq, nb,
+                   bf))
+        return 1;
+      if (att_gemm_beta(CUBLAS_OP_N, CUBLAS_OP_T, hs, L, nr, 1.0f, q + oq * es, hs, sq, dSop, L, sp, beta, dk + okv, hs,
+                        sk, nb, bf))
+        return 1;
+      if (att_gemm_beta(CUBLAS_OP_N, CUBLAS_OP_T, hs, L, nr, 1.0f, dO + oq * es, hs, sq, Pop, L, sp, beta, dv + okv, hs,
+                        sk, nb, bf))
+        return 1;
     }
   }
   if (att_unpermute(dqkv, dq, B, T, NKV, grp * hs, C + 2 * Ckv, 0, 1, 0)) return 1;
@@ -441,7 +475,8 @@ extern "C" int rfcuda_attention_backward(float *dqkv, const float *dout, const f
  * the C of q in rows of C + 2Ckv): copies them into the caches
  * [nslot, Tmax, Ckv] at (slot, pos). Rows outside the cache are skipped
  * here and reported by the attend kernel. */
-__global__ void att_kv_store_kernel(float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int Ckv)
+__global__ void att_kv_store_kernel(float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos,
+                                    int N, int Tmax, int C, int Ckv)
 {
   size_t total = (size_t)N * Ckv, C3 = (size_t)C + 2 * (size_t)Ckv;
 
@@ -500,8 +535,9 @@ static size_t att_dec_smem_floats(int hs, int vw, int Tmax, int scores_in_smem)
  * Every sum has a fixed order: the result is the same on every run. A row
  * outside the cache (slot < 0, pos outside [0,Tmax)) gets NaN. */
 template <int VW>
-__global__ void __launch_bounds__(ATT_DEC_THREADS) att_decode_kernel(float *out, const float *kcache, const float *vcache, const float *qkv, const int *slot,
-                                                                     const int *pos, float *gscores, int Tmax, int C, int NH, int NKV, float scale, int bf16)
+__global__ void __launch_bounds__(ATT_DEC_THREADS)
+    att_decode_kernel(float *out, const float *kcache, const float *vcache, const float *qkv, const int *slot,
+                      const int *pos, float *gscores, int Tmax, int C, int NH, int NKV, float scale, int bf16)
 {
   extern __shared__ float4 att_smem4[]; /* float4: 16-byte alignment for the q chunks */
   float    *smem = reinterpret_cast<float *>(att_smem4);
@@ -537,7 +573,8 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) att_decode_kernel(float *out,
 #pragma unroll
           for (int u = 0; u < ATT_DEC_UNROLL; u++) {
             int j = j0 + u * kpw + grp;
-            kv[u] = j < L ? reinterpret_cast<const float4 *>(kb + (size_t)j * Ckv)[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            kv[u] = j < L ? reinterpret_cast<const float4 *>(kb + (size_t)j * Ckv)[c]
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
           }
 #pragma unroll
           for (int u = 0; u < ATT_DEC_UNROLL; u++) {
@@ -613,8 +650,8 @@ __global__ void __launch_bounds__(ATT_DEC_THREADS) att_decode_kernel(float *out,
   }
 }
 
-extern "C" int rfcuda_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH,
-                                       int NKV)
+extern "C" int rfcuda_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot,
+                                       const int *pos, int N, int Tmax, int C, int NH, int NKV)
 {
   if (att_check_heads("attention_cached", C, NH, NKV)) return 1;
   RFCUDA_REQUIRE(N >= 0 && Tmax > 0, "attention_cached: bad sizes N %d Tmax %d", N, Tmax);
@@ -626,7 +663,8 @@ extern "C" int rfcuda_attention_cached(float *out, float *kcache, float *vcache,
   int    aligned = hs % 4 == 0 && ((uintptr_t)kcache | (uintptr_t)vcache) % 16 == 0, vw = aligned ? 4 : 1;
   size_t smem    = att_dec_smem_floats(hs, vw, Tmax, 1) * sizeof(float);
 
-  att_kv_store_kernel<<<rfcuda_blocks((size_t)N * Ckv, 256), 256, 0, rfcuda_stream()>>>(kcache, vcache, qkv, slot, pos, N, Tmax, C, Ckv);
+  att_kv_store_kernel<<<rfcuda_blocks((size_t)N * Ckv, 256), 256, 0, rfcuda_stream()>>>(kcache, vcache, qkv, slot, pos,
+                                                                                        N, Tmax, C, Ckv);
   RFCUDA_LAUNCHED();
   if (smem > ATT_SMEM_MAX) { /* long caches: the scores go to scratch, one Tmax row per block */
     smem = att_dec_smem_floats(hs, vw, Tmax, 0) * sizeof(float);
@@ -634,9 +672,11 @@ extern "C" int rfcuda_attention_cached(float *out, float *kcache, float *vcache,
     if (rfcuda_scratch((size_t)N * NH * Tmax * sizeof(float), (void **)&gscores)) return 1;
   }
   if (vw == 4)
-    att_decode_kernel<4><<<N * NH, ATT_DEC_THREADS, smem, rfcuda_stream()>>>(out, kcache, vcache, qkv, slot, pos, gscores, Tmax, C, NH, NKV, scale, bf16);
+    att_decode_kernel<4><<<N * NH, ATT_DEC_THREADS, smem, rfcuda_stream()>>>(out, kcache, vcache, qkv, slot, pos,
+                                                                             gscores, Tmax, C, NH, NKV, scale, bf16);
   else
-    att_decode_kernel<1><<<N * NH, ATT_DEC_THREADS, smem, rfcuda_stream()>>>(out, kcache, vcache, qkv, slot, pos, gscores, Tmax, C, NH, NKV, scale, bf16);
+    att_decode_kernel<1><<<N * NH, ATT_DEC_THREADS, smem, rfcuda_stream()>>>(out, kcache, vcache, qkv, slot, pos,
+                                                                             gscores, Tmax, C, NH, NKV, scale, bf16);
   RFCUDA_LAUNCHED();
   return 0;
 }

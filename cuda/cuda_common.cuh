@@ -18,16 +18,19 @@
 /* cuda_runtime.cu: records a message for rfcuda_error(); returns 1. */
 int rfcuda_fail(const char *file, int line, const char *fmt, ...);
 
-#define RFCUDA_CHECK(call) \
-  do { \
-    cudaError_t e_ = (call); \
-    if (e_ != cudaSuccess) return rfcuda_fail(__FILE__, __LINE__, "%s: %s (%s)", #call, cudaGetErrorString(e_), cudaGetErrorName(e_)); \
+#define RFCUDA_CHECK(call)                                                                                             \
+  do {                                                                                                                 \
+    cudaError_t e_ = (call);                                                                                           \
+    if (e_ != cudaSuccess)                                                                                             \
+      return rfcuda_fail(__FILE__, __LINE__, "%s: %s (%s)", #call, cudaGetErrorString(e_), cudaGetErrorName(e_));      \
   } while (0)
 
-#define RFCUBLAS_CHECK(call) \
-  do { \
-    cublasStatus_t s_ = (call); \
-    if (s_ != CUBLAS_STATUS_SUCCESS) return rfcuda_fail(__FILE__, __LINE__, "%s: %s (%s)", #call, cublasGetStatusString(s_), cublasGetStatusName(s_)); \
+#define RFCUBLAS_CHECK(call)                                                                                           \
+  do {                                                                                                                 \
+    cublasStatus_t s_ = (call);                                                                                        \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                                                   \
+      return rfcuda_fail(__FILE__, __LINE__, "%s: %s (%s)", #call, cublasGetStatusString(s_),                          \
+                         cublasGetStatusName(s_));                                                                     \
   } while (0)
 
 #define RFCUDA_LAUNCHED() RFCUDA_CHECK(cudaGetLastError())
@@ -75,8 +78,8 @@ size_t rfcuda_skinny_part_bytes(int N, int C, int OC, int transposed);
  * (swiglu_forward's bits); norm_w: the input is inp's RMSNorm with these
  * weights and eps (rmsnorm_forward's bits for up to 256 rows); add: out +=
  * the result (axpy(out, 1, .)'s bits) */
-int    rfcuda_matmul_skinny(float *out, float *part, const float *inp, const void *w, int bf16, const float *bias, int N, int C, int OC, int ld, int transposed, int gated,
-                            int add, const float *norm_w, float eps);
+int rfcuda_matmul_skinny(float *out, float *part, const float *inp, const void *w, int bf16, const float *bias, int N,
+                         int C, int OC, int ld, int transposed, int gated, int add, const float *norm_w, float eps);
 
 /* Launch geometry for n elements with a grid-stride loop. */
 static inline unsigned rfcuda_blocks(size_t n, unsigned threads)

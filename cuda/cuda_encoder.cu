@@ -26,7 +26,8 @@
 #define ENC_NONE    0xffffffffu /* the key of a row outside the table's index range */
 
 /* out[n,c] = wte[tok[n]-v0, c] (0 outside the shard) + wpe[pos[n], c] (0 without wpe) */
-__global__ void enc_forward(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C, int v0, int Vl)
+__global__ void enc_forward(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N,
+                            int C, int v0, int Vl)
 {
   size_t total = (size_t)N * C;
 
@@ -91,7 +92,8 @@ __global__ void enc_bitonic_tile(unsigned long long *keys, size_t kfirst, size_t
 /* One step j >= tile of stage k over all P keys in global memory */
 __global__ void enc_bitonic_step(unsigned long long *keys, size_t P, size_t k, size_t j)
 {
-  for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < P / 2; t += (size_t)gridDim.x * blockDim.x) enc_cmpx(keys, t, j, k, 0);
+  for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < P / 2; t += (size_t)gridDim.x * blockDim.x)
+    enc_cmpx(keys, t, j, k, 0);
 }
 
 /* One warp per sorted key; the first key of each index's run adds the run's
@@ -138,7 +140,8 @@ static int enc_sort(unsigned long long *keys, size_t P)
 }
 
 /* tab[idx[n]-lo, :] += dout[n, :] for lo <= idx[n] < lo+count, rows in order */
-static int enc_scatter_by(float *tab, const float *dout, const int *idx, int N, int C, long long lo, long long count, unsigned long long *keys, size_t P)
+static int enc_scatter_by(float *tab, const float *dout, const int *idx, int N, int C, long long lo, long long count,
+                          unsigned long long *keys, size_t P)
 {
   enc_keys<<<rfcuda_blocks(P, ENC_THREADS), ENC_THREADS, 0, rfcuda_stream()>>>(keys, idx, N, P, lo, count);
   RFCUDA_LAUNCHED();
@@ -148,16 +151,19 @@ static int enc_scatter_by(float *tab, const float *dout, const int *idx, int N, 
   return 0;
 }
 
-int rfcuda_encoder_forward(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C, int v0, int Vl)
+int rfcuda_encoder_forward(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C,
+                           int v0, int Vl)
 {
   RFCUDA_REQUIRE(N >= 0 && C >= 0, "encoder_forward: negative size (N %d, C %d)", N, C);
   if (!N || !C) return 0;
-  enc_forward<<<rfcuda_blocks((size_t)N * C, ENC_THREADS), ENC_THREADS, 0, rfcuda_stream()>>>(out, tok, pos, wte, wpe, N, C, v0, Vl);
+  enc_forward<<<rfcuda_blocks((size_t)N * C, ENC_THREADS), ENC_THREADS, 0, rfcuda_stream()>>>(out, tok, pos, wte, wpe,
+                                                                                              N, C, v0, Vl);
   RFCUDA_LAUNCHED();
   return 0;
 }
 
-int rfcuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C, int v0, int Vl)
+int rfcuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C,
+                            int v0, int Vl)
 {
   size_t              P = 2;
   void               *s;

@@ -21,8 +21,9 @@ extern "C" int cuda_version_string(char *buf, size_t len)
 #ifdef RLFUSE_HAVE_NCCL
   ncclGetVersion(&nccl);
 #endif
-  snprintf(buf, len, "CUDA runtime %d.%d, driver %d.%d, %d device%s%s%s, NCCL %d", rt / 1000, (rt % 1000) / 10, drv / 1000, (drv % 1000) / 10, ndev,
-           ndev == 1 ? "" : "s", err != cudaSuccess ? " (" : "", err != cudaSuccess ? cudaGetErrorString(err) : "", nccl);
+  snprintf(buf, len, "CUDA runtime %d.%d, driver %d.%d, %d device%s%s%s, NCCL %d", rt / 1000, (rt % 1000) / 10,
+           drv / 1000, (drv % 1000) / 10, ndev, ndev == 1 ? "" : "s", err != cudaSuccess ? " (" : "",
+           err != cudaSuccess ? cudaGetErrorString(err) : "", nccl);
   if (err != cudaSuccess) snprintf(buf + strlen(buf), len - strlen(buf), ")");
   return 0;
 }

@@ -34,7 +34,8 @@ __device__ __forceinline__ float ln_warp_sum(float v)
  * l, l+32, ... Two passes over the row, as on the CPU: the one-pass
  * E[x^2]-E[x]^2 cancels badly in float. */
 __global__ void __launch_bounds__(32 * LN_WARPS)
-  ln_forward_kernel(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C, int bf16)
+    ln_forward_kernel(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
+                      int C, int bf16)
 {
   int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
 
@@ -63,8 +64,9 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
 
 /* dinp += (w*g - mean(w*g) - norm*mean(w*g*norm)) * rstd, one warp per row
  * as in the forward. */
-__global__ void __launch_bounds__(32 * LN_WARPS) ln_backward_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *w, const float *mean,
-                                                                         const float *rstd, int N, int C)
+__global__ void __launch_bounds__(32 * LN_WARPS)
+    ln_backward_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *w, const float *mean,
+                            const float *rstd, int N, int C)
 {
   int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
 
@@ -92,7 +94,8 @@ __global__ void __launch_bounds__(32 * LN_WARPS) ln_backward_dinp_kernel(float *
  * threads of a row; __fmul_rn/__fadd_rn keep nvcc from fusing the
  * multiply-add, which the CPU (ISO C, no contraction) does not do. */
 __global__ void __launch_bounds__(LN_COL_THREADS)
-  ln_backward_partials_kernel(float *pw, float *pb, const float *dout, const float *inp, const float *mean, const float *rstd, int N, int C)
+    ln_backward_partials_kernel(float *pw, float *pb, const float *dout, const float *inp, const float *mean,
+                                const float *rstd, int N, int C)
 {
   int blk = blockIdx.x, c = blockIdx.y * LN_COL_THREADS + threadIdx.x;
   int n0 = blk * LN_ROW_BLOCK, n1 = n0 + LN_ROW_BLOCK < N ? n0 + LN_ROW_BLOCK : N;
@@ -110,7 +113,8 @@ __global__ void __launch_bounds__(LN_COL_THREADS)
 
 /* Thread c: dst[c] += the nblk partials of column c, added in block order in
  * double (cpu_partials_reduce). */
-__global__ void __launch_bounds__(LN_COL_THREADS) ln_partials_reduce_kernel(float *dst, const float *part, int nblk, int C)
+__global__ void __launch_bounds__(LN_COL_THREADS)
+    ln_partials_reduce_kernel(float *dst, const float *part, int nblk, int C)
 {
   int c = blockIdx.x * LN_COL_THREADS + threadIdx.x;
 
@@ -120,17 +124,20 @@ __global__ void __launch_bounds__(LN_COL_THREADS) ln_partials_reduce_kernel(floa
   dst[c] = (float)acc;
 }
 
-extern "C" int rfcuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C)
+extern "C" int rfcuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                        const float *b, int N, int C)
 {
   RFCUDA_REQUIRE(N >= 0 && C > 0, "layernorm_forward: bad sizes N %d C %d", N, C);
   if (N == 0) return 0;
-  ln_forward_kernel<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, rfcuda_stream()>>>(out, mean, rstd, inp, w, b, N, C, rfcuda_get_precision() == 1);
+  ln_forward_kernel<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, rfcuda_stream()>>>(out, mean, rstd, inp, w, b, N,
+                                                                                          C,
+                                                                                          rfcuda_get_precision() == 1);
   RFCUDA_LAUNCHED();
   return 0;
 }
 
-extern "C" int rfcuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, const float *mean,
-                                         const float *rstd, int N, int C)
+extern "C" int rfcuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                         const float *w, const float *mean, const float *rstd, int N, int C)
 {
   int    nblk  = (N + LN_ROW_BLOCK - 1) / LN_ROW_BLOCK, ntile = (C + LN_COL_THREADS - 1) / LN_COL_THREADS;
   size_t bytes = (size_t)2 * nblk * C * sizeof(float);
@@ -140,12 +147,14 @@ extern "C" int rfcuda_layernorm_backward(float *dinp, float *dw, float *db, cons
   RFCUDA_REQUIRE(ntile <= 65535, "layernorm_backward: C %d is too wide for the column grid", C);
   if (N == 0) return 0;
   if (dinp) {
-    ln_backward_dinp_kernel<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, rfcuda_stream()>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    ln_backward_dinp_kernel<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, rfcuda_stream()>>>(dinp, dout, inp, w,
+                                                                                                  mean, rstd, N, C);
     RFCUDA_LAUNCHED();
   }
   if (!dw && !db) return 0;
   if (rfcuda_scratch(bytes, (void **)&part)) return 1;
-  ln_backward_partials_kernel<<<dim3(nblk, ntile), LN_COL_THREADS, 0, rfcuda_stream()>>>(part, part + (size_t)nblk * C, dout, inp, mean, rstd, N, C);
+  ln_backward_partials_kernel<<<dim3(nblk, ntile), LN_COL_THREADS, 0, rfcuda_stream()>>>(part, part + (size_t)nblk * C,
+                                                                                         dout, inp, mean, rstd, N, C);
   RFCUDA_LAUNCHED();
   if (dw) {
     ln_partials_reduce_kernel<<<ntile, LN_COL_THREADS, 0, rfcuda_stream()>>>(dw, part, nblk, C);
@@ -187,7 +196,8 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
  * few-row matmuls share when they norm their input): a row's bits do not
  * depend on how many rows its call has, up to LN_FEW_ROWS (more take
  * rms_forward_kernel, whose order differs). */
-__global__ void __launch_bounds__(RFCUDA_ROW_THREADS) rms_row_kernel(float *out, float *rstd, const float *inp, const float *w, int C, float eps, int bf16)
+__global__ void __launch_bounds__(RFCUDA_ROW_THREADS)
+    rms_row_kernel(float *out, float *rstd, const float *inp, const float *w, int C, float eps, int bf16)
 {
   __shared__ float sh[RFCUDA_ROW_THREADS / 32];
   const float     *x = inp + (size_t)blockIdx.x * C;
@@ -200,7 +210,8 @@ __global__ void __launch_bounds__(RFCUDA_ROW_THREADS) rms_row_kernel(float *out,
 
 /* dinp += r (w*g - x r^2 mean(w*g*x)), r = rstd; one warp per row. */
 __global__ void __launch_bounds__(32 * LN_WARPS)
-  rms_backward_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C)
+    rms_backward_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *w, const float *rstd, int N,
+                             int C)
 {
   int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
 
@@ -225,23 +236,32 @@ __global__ void __launch_bounds__(LN_COL_THREADS)
 
   if (c >= C) return;
   float sw = 0.0f;
-  for (int n = n0; n < n1; n++) sw = __fadd_rn(sw, __fmul_rn(__fmul_rn(dout[(size_t)n * C + c], inp[(size_t)n * C + c]), rstd[n]));
+  for (int n = n0; n < n1; n++)
+    sw = __fadd_rn(sw, __fmul_rn(__fmul_rn(dout[(size_t)n * C + c], inp[(size_t)n * C + c]), rstd[n]));
   pw[(size_t)blk * C + c] = sw;
 }
 
-extern "C" int rfcuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps)
+extern "C" int rfcuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                      float eps)
 {
   RFCUDA_REQUIRE(N >= 0 && C > 0, "rmsnorm_forward: bad sizes N %d C %d", N, C);
   if (N == 0) return 0;
-  if (N <= LN_FEW_ROWS) rms_row_kernel<<<N, RFCUDA_ROW_THREADS, 0, rfcuda_stream()>>>(out, rstd, inp, w, C, eps, rfcuda_get_precision() == 1);
-  else rms_forward_kernel<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, rfcuda_stream()>>>(out, rstd, inp, w, N, C, eps, rfcuda_get_precision() == 1);
+  if (N <= LN_FEW_ROWS)
+    rms_row_kernel<<<N, RFCUDA_ROW_THREADS, 0, rfcuda_stream()>>>(out, rstd, inp, w, C, eps,
+                                                                  rfcuda_get_precision() == 1);
+  else
+    rms_forward_kernel<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, rfcuda_stream()>>>(out, rstd, inp, w, N, C,
+                                                                                             eps,
+                                                                                             rfcuda_get_precision() ==
+                                                                                                 1);
   RFCUDA_LAUNCHED();
   return 0;
 }
 
 /* dw deterministically: block partials, then their sum in block order
  * (ln_partials_reduce_kernel), as layernorm_backward does. */
-extern "C" int rfcuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C)
+extern "C" int rfcuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                       const float *rstd, int N, int C)
 {
   int    nblk = (N + LN_ROW_BLOCK - 1) / LN_ROW_BLOCK, ntile = (C + LN_COL_THREADS - 1) / LN_COL_THREADS;
   float *part; /* [nblk][C] block partials of dw */
@@ -250,7 +270,8 @@ extern "C" int rfcuda_rmsnorm_backward(float *dinp, float *dw, const float *dout
   RFCUDA_REQUIRE(ntile <= 65535, "rmsnorm_backward: C %d is too wide for the column grid", C);
   if (N == 0) return 0;
   if (dinp) {
-    rms_backward_dinp_kernel<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, rfcuda_stream()>>>(dinp, dout, inp, w, rstd, N, C);
+    rms_backward_dinp_kernel<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, rfcuda_stream()>>>(dinp, dout, inp, w,
+                                                                                                   rstd, N, C);
     RFCUDA_LAUNCHED();
   }
   if (!dw) return 0;
@@ -268,7 +289,8 @@ extern "C" int rfcuda_rmsnorm_backward(float *dinp, float *dw, const float *dout
  * sum of squares, s = 1/sqrt(ss/hd + eps), (x*s)*w (rounded to bf16 in bf16
  * mode, as RMSNorm's output). */
 __global__ void __launch_bounds__(32 * LN_WARPS)
-  qk_norm_forward_kernel(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int nh, int hd, size_t W, float eps, int bf16)
+    qk_norm_forward_kernel(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int nh,
+                           int hd, size_t W, float eps, int bf16)
 {
   size_t u = (size_t)blockIdx.x * LN_WARPS + threadIdx.x / 32;
   int    lane = threadIdx.x % 32;
@@ -296,7 +318,8 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
 /* d out -> d in in place, one warp per (row, head): r (w*g - x r^2 mean(w*g*x)).
  * Runs after the partials kernel, which reads the incoming d out. */
 __global__ void __launch_bounds__(32 * LN_WARPS)
-  qk_norm_backward_dinp_kernel(float *dqkv, const float *in, const float *rstd, const float *wq, const float *wk, int N, int NH, int nh, int hd, size_t W)
+    qk_norm_backward_dinp_kernel(float *dqkv, const float *in, const float *rstd, const float *wq, const float *wk,
+                                 int N, int NH, int nh, int hd, size_t W)
 {
   size_t u = (size_t)blockIdx.x * LN_WARPS + threadIdx.x / 32;
   int    lane = threadIdx.x % 32;
@@ -316,7 +339,8 @@ __global__ void __launch_bounds__(32 * LN_WARPS)
 /* Thread (blk, column c of q then k): the block's rows in row order and
  * each row's heads in head order, as cpu_qk_norm_backward adds them. */
 __global__ void __launch_bounds__(LN_COL_THREADS)
-  qk_norm_partials_kernel(float *part, const float *dqkv, const float *in, const float *rstd, int N, int NH, int nh, int hd, size_t W, int nblk)
+    qk_norm_partials_kernel(float *part, const float *dqkv, const float *in, const float *rstd, int N, int NH, int nh,
+                            int hd, size_t W, int nblk)
 {
   int blk = blockIdx.x, c2 = blockIdx.y * LN_COL_THREADS + threadIdx.x;
   int n0 = blk * LN_ROW_BLOCK, n1 = n0 + LN_ROW_BLOCK < N ? n0 + LN_ROW_BLOCK : N;
@@ -332,41 +356,48 @@ __global__ void __launch_bounds__(LN_COL_THREADS)
   part[((size_t)k * nblk + blk) * hd + c] = sw;
 }
 
-extern "C" int rfcuda_qk_norm_forward(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd, float eps)
+extern "C" int rfcuda_qk_norm_forward(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N,
+                                      int NH, int NKV, int hd, float eps)
 {
   size_t units = (size_t)N * (NH + NKV);
 
-  RFCUDA_REQUIRE(N >= 0 && NH > 0 && NKV > 0 && hd > 0, "qk_norm_forward: bad sizes N %d n_head %d n_kv_head %d head_dim %d", N, NH, NKV, hd);
+  RFCUDA_REQUIRE(N >= 0 && NH > 0 && NKV > 0 && hd > 0,
+                 "qk_norm_forward: bad sizes N %d n_head %d n_kv_head %d head_dim %d", N, NH, NKV, hd);
   if (!units) return 0;
-  qk_norm_forward_kernel<<<(unsigned)((units + LN_WARPS - 1) / LN_WARPS), 32 * LN_WARPS, 0, rfcuda_stream()>>>(qkv, in, rstd, wq, wk, N, NH, NH + NKV, hd,
-                                                                                                             (size_t)(NH + 2 * NKV) * hd, eps,
-                                                                                                             rfcuda_get_precision() == 1);
+  qk_norm_forward_kernel<<<(unsigned)((units + LN_WARPS - 1) / LN_WARPS), 32 * LN_WARPS, 0, rfcuda_stream()>>>(
+      qkv, in, rstd, wq, wk, N, NH, NH + NKV, hd, (size_t)(NH + 2 * NKV) * hd, eps, rfcuda_get_precision() == 1);
   RFCUDA_LAUNCHED();
   return 0;
 }
 
-extern "C" int rfcuda_qk_norm_backward(float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd)
+extern "C" int rfcuda_qk_norm_backward(float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd,
+                                       const float *wq, const float *wk, int N, int NH, int NKV, int hd)
 {
   int    nblk = (N + LN_ROW_BLOCK - 1) / LN_ROW_BLOCK, ntile = (2 * hd + LN_COL_THREADS - 1) / LN_COL_THREADS;
   size_t units = (size_t)N * (NH + NKV), W = (size_t)(NH + 2 * NKV) * hd;
   float *part; /* [2][nblk][hd] */
 
-  RFCUDA_REQUIRE(N >= 0 && NH > 0 && NKV > 0 && hd > 0, "qk_norm_backward: bad sizes N %d n_head %d n_kv_head %d head_dim %d", N, NH, NKV, hd);
+  RFCUDA_REQUIRE(N >= 0 && NH > 0 && NKV > 0 && hd > 0,
+                 "qk_norm_backward: bad sizes N %d n_head %d n_kv_head %d head_dim %d", N, NH, NKV, hd);
   if (!units) return 0;
   if (dwq || dwk) {
     if (rfcuda_scratch((size_t)2 * nblk * hd * sizeof(float), (void **)&part)) return 1;
-    qk_norm_partials_kernel<<<dim3(nblk, ntile), LN_COL_THREADS, 0, rfcuda_stream()>>>(part, dqkv, in, rstd, N, NH, NH + NKV, hd, W, nblk);
+    qk_norm_partials_kernel<<<dim3(nblk, ntile), LN_COL_THREADS, 0, rfcuda_stream()>>>(part, dqkv, in, rstd, N, NH,
+                                                                                       NH + NKV, hd, W, nblk);
     RFCUDA_LAUNCHED();
     if (dwq) {
-      ln_partials_reduce_kernel<<<(hd + LN_COL_THREADS - 1) / LN_COL_THREADS, LN_COL_THREADS, 0, rfcuda_stream()>>>(dwq, part, nblk, hd);
+      ln_partials_reduce_kernel<<<(hd + LN_COL_THREADS - 1) / LN_COL_THREADS, LN_COL_THREADS, 0, rfcuda_stream()>>>(
+          dwq, part, nblk, hd);
       RFCUDA_LAUNCHED();
     }
     if (dwk) {
-      ln_partials_reduce_kernel<<<(hd + LN_COL_THREADS - 1) / LN_COL_THREADS, LN_COL_THREADS, 0, rfcuda_stream()>>>(dwk, part + (size_t)nblk * hd, nblk, hd);
+      ln_partials_reduce_kernel<<<(hd + LN_COL_THREADS - 1) / LN_COL_THREADS, LN_COL_THREADS, 0, rfcuda_stream()>>>(
+          dwk, part + (size_t)nblk * hd, nblk, hd);
       RFCUDA_LAUNCHED();
     }
   }
-  qk_norm_backward_dinp_kernel<<<(unsigned)((units + LN_WARPS - 1) / LN_WARPS), 32 * LN_WARPS, 0, rfcuda_stream()>>>(dqkv, in, rstd, wq, wk, N, NH, NH + NKV, hd, W);
+  qk_norm_backward_dinp_kernel<<<(unsigned)((units + LN_WARPS - 1) / LN_WARPS), 32 * LN_WARPS, 0, rfcuda_stream()>>>(
+      dqkv, in, rstd, wq, wk, N, NH, NH + NKV, hd, W);
   RFCUDA_LAUNCHED();
   return 0;
 }

@@ -82,7 +82,10 @@ __device__ LpSet lp_row_set(const int *mask_off, const int *mask_ids, int n, int
 }
 
 /* This thread's first member and the end of the members. */
-__device__ __forceinline__ int lp_first(LpSet s) { return s.k0 + (int)((threadIdx.x + LP_THREADS - (unsigned)s.k0 % LP_THREADS) % LP_THREADS); }
+__device__ __forceinline__ int lp_first(LpSet s)
+{
+  return s.k0 + (int)((threadIdx.x + LP_THREADS - (unsigned)s.k0 % LP_THREADS) % LP_THREADS);
+}
 __device__ __forceinline__ int lp_end(LpSet s) { return s.k0 + s.n; }
 
 /* Local column of set member k (global id minus v0), or -1 when the id is
@@ -147,7 +150,8 @@ struct LpStats {
   double sum, wsum;
 };
 
-__device__ LpStats lp_row_stats(const float *x, LpSet s, int V, float inv_temp, bool want_w, int *err, int row, double *red)
+__device__ LpStats lp_row_stats(const float *x, LpSet s, int V, float inv_temp, bool want_w, int *err, int row,
+                                double *red)
 {
   LpStats st;
   float   m = -INFINITY;
@@ -173,8 +177,9 @@ __device__ LpStats lp_row_stats(const float *x, LpSet s, int V, float inv_temp, 
 }
 
 /* Block n = row n (see the file comment for the thread mapping). */
-__global__ void __launch_bounds__(LP_THREADS) lp_forward_kernel(float *logprob, float *lse, float *entropy, const float *logits, const int *target, float inv_temp,
-                                                                const int *mask_off, const int *mask_ids, int V, int *err)
+__global__ void __launch_bounds__(LP_THREADS)
+    lp_forward_kernel(float *logprob, float *lse, float *entropy, const float *logits, const int *target,
+                      float inv_temp, const int *mask_off, const int *mask_ids, int V, int *err)
 {
   __shared__ double red[LP_WARPS];
   const int         n = blockIdx.x, t = target[n];
@@ -201,8 +206,9 @@ __global__ void __launch_bounds__(LP_THREADS) lp_forward_kernel(float *logprob, 
  * members) i, i+LP_THREADS, ... A masked row is zeroed, then the set's
  * columns are written, then thread 0 adds g at the target: barriers order
  * the three, as the statements are ordered on the CPU. */
-__global__ void __launch_bounds__(LP_THREADS) lp_backward_kernel(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob,
-                                                                 float inv_temp, const int *mask_off, const int *mask_ids, int Vl, int v0, int shard, int *err)
+__global__ void __launch_bounds__(LP_THREADS)
+    lp_backward_kernel(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob,
+                       float inv_temp, const int *mask_off, const int *mask_ids, int Vl, int v0, int shard, int *err)
 {
   __shared__ double red[LP_WARPS];
   const int         n = blockIdx.x, t = target[n], tl = t - v0;
@@ -252,7 +258,8 @@ __global__ void __launch_bounds__(LP_THREADS) lp_backward_kernel(float *dlogits,
  * in double like the CPU (the float-rounded tempered logit, then double
  * exps). Foreign ids are skipped. */
 __global__ void __launch_bounds__(LP_THREADS)
-  lp_stats_kernel(double *stats, const float *logits, const int *target, float inv_temp, const int *mask_off, const int *mask_ids, int Vl, int v0)
+    lp_stats_kernel(double *stats, const float *logits, const int *target, float inv_temp, const int *mask_off,
+                    const int *mask_ids, int Vl, int v0)
 {
   __shared__ double red[LP_WARPS];
   const int         n = blockIdx.x;
@@ -308,20 +315,24 @@ static int lp_err_end(const char *op, const int *err, int V)
   RFCUDA_CHECK(cudaMemcpyAsync(h, err, sizeof h, cudaMemcpyDeviceToHost, rfcuda_stream()));
   RFCUDA_CHECK(cudaStreamSynchronize(rfcuda_stream()));
   RFCUDA_REQUIRE(!(h[0] & LP_ERR_MASK_OFF), "%s: mask_off is negative or decreasing (first bad row %d)", op, h[1]);
-  RFCUDA_REQUIRE(!(h[0] & LP_ERR_MASK_ID), "%s: a row allows a token outside the vocabulary [0,%d) (first bad row %d)", op, V, h[1]);
+  RFCUDA_REQUIRE(!(h[0] & LP_ERR_MASK_ID), "%s: a row allows a token outside the vocabulary [0,%d) (first bad row %d)",
+                 op, V, h[1]);
   RFCUDA_REQUIRE(!(h[0] & LP_ERR_TARGET_V), "%s: a row's target is >= vocab_size %d (first bad row %d)", op, V, h[1]);
-  RFCUDA_REQUIRE(!(h[0] & LP_ERR_TARGET_SET), "%s: a row's target is outside its allowed set (first bad row %d)", op, h[1]);
+  RFCUDA_REQUIRE(!(h[0] & LP_ERR_TARGET_SET), "%s: a row's target is outside its allowed set (first bad row %d)", op,
+                 h[1]);
   return 0;
 }
 
 static int lp_check_temp(const char *op, float inv_temp)
 {
-  RFCUDA_REQUIRE(inv_temp > 0 && isfinite(inv_temp), "%s: inv_temp must be positive and finite, not %g", op, (double)inv_temp);
+  RFCUDA_REQUIRE(inv_temp > 0 && isfinite(inv_temp), "%s: inv_temp must be positive and finite, not %g", op,
+                 (double)inv_temp);
   return 0;
 }
 
-extern "C" int rfcuda_logprob_forward(float *logprob, float *lse, float *entropy, const float *logits, const int *target, float inv_temp, const int *mask_off,
-                                      const int *mask_ids, int N, int V)
+extern "C" int rfcuda_logprob_forward(float *logprob, float *lse, float *entropy, const float *logits,
+                                      const int *target, float inv_temp, const int *mask_off, const int *mask_ids,
+                                      int N, int V)
 {
   int *err = NULL;
 
@@ -329,13 +340,15 @@ extern "C" int rfcuda_logprob_forward(float *logprob, float *lse, float *entropy
   RFCUDA_REQUIRE(N >= 0 && V > 0, "logprob: bad sizes N %d V %d", N, V);
   if (N == 0) return 0;
   if (mask_off && lp_err_begin(&err)) return 1;
-  lp_forward_kernel<<<N, LP_THREADS, 0, rfcuda_stream()>>>(logprob, lse, entropy, logits, target, inv_temp, mask_off, mask_ids, V, err);
+  lp_forward_kernel<<<N, LP_THREADS, 0, rfcuda_stream()>>>(logprob, lse, entropy, logits, target, inv_temp, mask_off,
+                                                           mask_ids, V, err);
   RFCUDA_LAUNCHED();
   return mask_off ? lp_err_end("logprob", err, V) : 0;
 }
 
-extern "C" int rfcuda_logprob_backward(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
-                                       const int *mask_off, const int *mask_ids, int N, int V)
+extern "C" int rfcuda_logprob_backward(float *dlogits, const float *logits, const float *lse, const int *target,
+                                       const float *dlogprob, float inv_temp, const int *mask_off, const int *mask_ids,
+                                       int N, int V)
 {
   int *err = NULL;
 
@@ -343,13 +356,14 @@ extern "C" int rfcuda_logprob_backward(float *dlogits, const float *logits, cons
   RFCUDA_REQUIRE(N >= 0 && V > 0, "logprob: bad sizes N %d V %d", N, V);
   if (N == 0) return 0;
   if (mask_off && lp_err_begin(&err)) return 1;
-  lp_backward_kernel<<<N, LP_THREADS, 0, rfcuda_stream()>>>(dlogits, logits, lse, target, dlogprob, inv_temp, mask_off, mask_ids, V, 0, 0, err);
+  lp_backward_kernel<<<N, LP_THREADS, 0, rfcuda_stream()>>>(dlogits, logits, lse, target, dlogprob, inv_temp, mask_off,
+                                                            mask_ids, V, 0, 0, err);
   RFCUDA_LAUNCHED();
   return mask_off ? lp_err_end("logprob", err, V) : 0;
 }
 
-extern "C" int rfcuda_logprob_stats(double *stats, const float *logits, const int *target, float inv_temp, const int *mask_off, const int *mask_ids, int N, int Vl,
-                                    int v0)
+extern "C" int rfcuda_logprob_stats(double *stats, const float *logits, const int *target, float inv_temp,
+                                    const int *mask_off, const int *mask_ids, int N, int Vl, int v0)
 {
   if (lp_check_temp("logprob_stats", inv_temp)) return 1;
   RFCUDA_REQUIRE(N >= 0 && Vl >= 0, "logprob_stats: bad sizes N %d Vl %d", N, Vl);
@@ -359,14 +373,16 @@ extern "C" int rfcuda_logprob_stats(double *stats, const float *logits, const in
   return 0;
 }
 
-extern "C" int rfcuda_logprob_backward_shard(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
-                                             const int *mask_off, const int *mask_ids, int N, int Vl, int v0)
+extern "C" int rfcuda_logprob_backward_shard(float *dlogits, const float *logits, const float *lse, const int *target,
+                                             const float *dlogprob, float inv_temp, const int *mask_off,
+                                             const int *mask_ids, int N, int Vl, int v0)
 {
   if (lp_check_temp("logprob_backward_shard", inv_temp)) return 1;
   RFCUDA_REQUIRE(lse, "logprob_backward_shard: the global lse is required");
   RFCUDA_REQUIRE(N >= 0 && Vl >= 0, "logprob_backward_shard: bad sizes N %d Vl %d", N, Vl);
   if (N == 0) return 0;
-  lp_backward_kernel<<<N, LP_THREADS, 0, rfcuda_stream()>>>(dlogits, logits, lse, target, dlogprob, inv_temp, mask_off, mask_ids, Vl, v0, 1, NULL);
+  lp_backward_kernel<<<N, LP_THREADS, 0, rfcuda_stream()>>>(dlogits, logits, lse, target, dlogprob, inv_temp, mask_off,
+                                                            mask_ids, Vl, v0, 1, NULL);
   RFCUDA_LAUNCHED();
   return 0;
 }

@@ -44,7 +44,8 @@
 
 __global__ void mm_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
 {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) dst[i] = __float2bfloat16_rn(src[i]);
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = __float2bfloat16_rn(src[i]);
 }
 
 /* Row-wise kernels: block row y takes rows y, y + gridDim.y, ..., its
@@ -68,7 +69,8 @@ __global__ void mm_to_bf16_pad(__nv_bfloat16 *dst, const float *src, size_t rows
  * (beta 1), which is how the cpu backend applies the bias too */
 __global__ void mm_bias_fill(float *out, const float *bias, size_t n, int OC)
 {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) out[i] = bias[i % (size_t)OC];
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    out[i] = bias[i % (size_t)OC];
 }
 
 /* bf16 forward epilogue: out[r, c] = bf16(src[r, c] + bias[c]) in fp32 for
@@ -136,7 +138,8 @@ static inline int mm_ld_bf16(int OC) { return (OC + 7) / 8 * 8; }
  * when w is not in a weight buffer (cuda_wcache.cu). */
 static int mm_weight_bf16(const float *w, int C, int OC, int transposed, const __nv_bfloat16 **w16)
 {
-  return transposed ? rfcuda_weights_bf16(w, (size_t)OC, C, C, w16) : rfcuda_weights_bf16(w, (size_t)C, OC, mm_ld_bf16(OC), w16);
+  return transposed ? rfcuda_weights_bf16(w, (size_t)OC, C, C, w16)
+                    : rfcuda_weights_bf16(w, (size_t)C, OC, mm_ld_bf16(OC), w16);
 }
 
 static int mm_epilogue(float *out, const float *src, int ld, const float *bias, size_t rows, int OC)
@@ -162,20 +165,21 @@ static int mm_dbias(float *dbias, float *part, const float *dout, int N, int OC)
 
 /* Column-major Cm[m,n] = op(A)[m,k] . op(B)[k,n] + beta*Cm, fp32 accumulate
  * and output; A and B are fp32, or bf16 when bf is set. */
-static int mm_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A, int lda, const void *B, int ldb, float beta, float *Cm,
-                   int ldc, int bf)
+static int mm_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
+                   const void *B, int ldb, float beta, float *Cm, int ldc, int bf)
 {
   const float          alpha = 1.0f;
   const cudaDataType_t t     = bf ? CUDA_R_16BF : CUDA_R_32F;
 
-  RFCUBLAS_CHECK(cublasGemmEx(rfcuda_cublas(), ta, tb, m, n, k, &alpha, A, t, lda, B, t, ldb, &beta, Cm, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  RFCUBLAS_CHECK(cublasGemmEx(rfcuda_cublas(), ta, tb, m, n, k, &alpha, A, t, lda, B, t, ldb, &beta, Cm, CUDA_R_32F,
+                              ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return 0;
 }
 
 /* A decode step's few rows: one kernel (cuda_skinny.cu) on the weight's
  * kept bf16 copy, or on one made in scratch with the partials' room. */
-static int mm_forward_few(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed, int bf, int gated, int add, const float *nw,
-                          float eps)
+static int mm_forward_few(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
+                          int transposed, int bf, int gated, int add, const float *nw, float eps)
 {
   const int            ldo = transposed ? C : bf ? mm_ld_bf16(OC) : OC;
   size_t               pb  = rfcuda_skinny_part_bytes(N, C, OC, transposed), wb;
@@ -187,20 +191,24 @@ static int mm_forward_few(float *out, const float *inp, const float *w, const fl
   if (wb + pb && rfcuda_scratch(wb + pb, &s)) return 1;
   if (wb) {
     __nv_bfloat16 *tmp = (__nv_bfloat16 *)s;
-    if (transposed ? mm_to_bf16_launch(tmp, w, (size_t)C * OC) : rfcuda_to_bf16_rows(tmp, w, (size_t)C, OC, ldo)) return 1;
+    if (transposed ? mm_to_bf16_launch(tmp, w, (size_t)C * OC) : rfcuda_to_bf16_rows(tmp, w, (size_t)C, OC, ldo))
+      return 1;
     w16 = tmp;
   }
-  return rfcuda_matmul_skinny(out, pb ? (float *)((char *)s + wb) : NULL, inp, bf ? (const void *)w16 : (const void *)w, bf, bias, N, C, OC, ldo, transposed, gated, add, nw, eps);
+  return rfcuda_matmul_skinny(out, pb ? (float *)((char *)s + wb) : NULL, inp, bf ? (const void *)w16 : (const void *)w,
+                              bf, bias, N, C, OC, ldo, transposed, gated, add, nw, eps);
 }
 
-int rfcuda_matmul_fused(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed, int gated, int add, const float *norm_w,
-                        float norm_eps)
+int rfcuda_matmul_fused(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
+                        int transposed, int gated, int add, const float *norm_w, float norm_eps)
 {
-  RFCUDA_REQUIRE(N >= 1 && N <= RFCUDA_FEW_ROWS && C > 0 && OC > 0, "matmul_fused: N %d (1 to %d), C %d and OC %d", N, RFCUDA_FEW_ROWS, C, OC);
+  RFCUDA_REQUIRE(N >= 1 && N <= RFCUDA_FEW_ROWS && C > 0 && OC > 0, "matmul_fused: N %d (1 to %d), C %d and OC %d", N,
+                 RFCUDA_FEW_ROWS, C, OC);
   return mm_forward_few(out, inp, w, bias, N, C, OC, transposed, rfcuda_get_precision(), gated, add, norm_w, norm_eps);
 }
 
-int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed)
+int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
+                          int transposed)
 {
   const int    bf   = rfcuda_get_precision();
   const size_t nout = (size_t)N * OC;
@@ -210,11 +218,15 @@ int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const fl
 
   RFCUDA_REQUIRE(N >= 0 && C >= 0 && OC >= 0, "matmul_forward: negative size (N %d, C %d, OC %d)", N, C, OC);
   if (!nout) return 0;
-  if (N <= RFCUDA_FEW_ROWS && C > 0) return mm_forward_few(out, inp, w, bias, N, C, OC, transposed, bf, 0, 0, NULL, 0.0f);
+  if (N <= RFCUDA_FEW_ROWS && C > 0)
+    return mm_forward_few(out, inp, w, bias, N, C, OC, transposed, bf, 0, 0, NULL, 0.0f);
   if (bf && C > 0) {
     /* scratch: [bf16 W | bf16 inp | padded output rows, when OC needs them] */
     const int            ldo = mm_ld_bf16(OC);
-    size_t               chunk = ldo == OC ? 0 : (MM_PAD_CHUNK / ((size_t)ldo * sizeof(float)) > 0 ? MM_PAD_CHUNK / ((size_t)ldo * sizeof(float)) : 1);
+    size_t               chunk = ldo == OC ? 0
+                                           : (MM_PAD_CHUNK / ((size_t)ldo * sizeof(float)) > 0
+                                                  ? MM_PAD_CHUNK / ((size_t)ldo * sizeof(float))
+                                                  : 1);
     size_t               wb, ib = rfcuda_align((size_t)N * C * sizeof(__nv_bfloat16));
     void                *s;
     const __nv_bfloat16 *w16;
@@ -230,14 +242,17 @@ int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const fl
     if (!transposed) lda = ldo;
     if (!w16) {
       __nv_bfloat16 *tmp = (__nv_bfloat16 *)s;
-      if (transposed ? mm_to_bf16_launch(tmp, w, (size_t)C * OC) : rfcuda_to_bf16_rows(tmp, w, (size_t)C, OC, ldo)) return 1;
+      if (transposed ? mm_to_bf16_launch(tmp, w, (size_t)C * OC) : rfcuda_to_bf16_rows(tmp, w, (size_t)C, OC, ldo))
+        return 1;
       w16 = tmp;
     }
     if (mm_to_bf16_launch(i16, inp, (size_t)N * C)) return 1;
     if (chunk) { /* out^T rows of ldo in scratch, chunk by chunk; the epilogue adds the bias */
       for (size_t r0 = 0; r0 < (size_t)N; r0 += chunk) {
         int n = (int)((size_t)N - r0 < chunk ? (size_t)N - r0 : chunk);
-        if (mm_gemm(transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, OC, n, C, w16, lda, i16 + r0 * C, C, 0.0f, pad, ldo, 1)) return 1;
+        if (mm_gemm(transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, OC, n, C, w16, lda, i16 + r0 * C, C, 0.0f, pad,
+                    ldo, 1))
+          return 1;
         if (mm_epilogue(out + r0 * OC, pad, ldo, bias, (size_t)n, OC)) return 1;
       }
       return 0;
@@ -251,12 +266,15 @@ int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const fl
   }
   /* out^T[OC,N] = op(W)[OC,C] . inp^T[C,N]; inp^T is inp (ld C) */
   if (C > 0) {
-    if (mm_gemm(transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, A, lda, B, C, beta, out, OC, bf)) return 1;
-  } else if (beta == 0.0f) RFCUDA_CHECK(cudaMemsetAsync(out, 0, nout * sizeof(float), rfcuda_stream())); /* an empty sum */
+    if (mm_gemm(transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, A, lda, B, C, beta, out, OC, bf))
+      return 1;
+  } else if (beta == 0.0f)
+    RFCUDA_CHECK(cudaMemsetAsync(out, 0, nout * sizeof(float), rfcuda_stream())); /* an empty sum */
   return bf ? mm_epilogue(out, out, OC, bias, (size_t)N, OC) : 0;
 }
 
-int rfcuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, int transposed)
+int rfcuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                           int N, int C, int OC, int transposed)
 {
   const int   bf   = rfcuda_get_precision();
   const int   nblk = N > 0 ? (N + MM_ROW_BLOCK - 1) / MM_ROW_BLOCK : 0;
@@ -280,10 +298,13 @@ int rfcuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *do
   if (dbias && mm_dbias(dbias, (float *)s, dout, N, OC)) return 1;
   if (!gemm) return 0;
   if (bf) {
-    __nv_bfloat16 *o16 = (__nv_bfloat16 *)((char *)s + pb), *w16 = (__nv_bfloat16 *)((char *)s + pb + ob), *i16 = (__nv_bfloat16 *)((char *)s + pb + ob + wb);
+    __nv_bfloat16 *o16 = (__nv_bfloat16 *)((char *)s + pb), *w16 = (__nv_bfloat16 *)((char *)s + pb + ob),
+                  *i16 = (__nv_bfloat16 *)((char *)s + pb + ob + wb);
 
     if (rfcuda_to_bf16_rows(o16, dout, (size_t)N, OC, ldd)) return 1;
-    if (dinp && !wkept && (transposed ? mm_to_bf16_launch(w16, w, (size_t)C * OC) : rfcuda_to_bf16_rows(w16, w, (size_t)C, OC, ldw))) return 1;
+    if (dinp && !wkept &&
+        (transposed ? mm_to_bf16_launch(w16, w, (size_t)C * OC) : rfcuda_to_bf16_rows(w16, w, (size_t)C, OC, ldw)))
+      return 1;
     if (dw && mm_to_bf16_launch(i16, inp, (size_t)N * C)) return 1;
     Dop = o16, Wop = wkept ? (const void *)wkept : (const void *)w16, Iop = i16;
   }

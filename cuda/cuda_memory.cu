@@ -16,14 +16,16 @@ int rfcuda_alloc(size_t bytes, void **ptr)
   e = cudaMalloc(ptr, bytes);
   if (e != cudaSuccess) {
     *ptr = NULL;
-    return rfcuda_fail(__FILE__, __LINE__, "cudaMalloc of %zu bytes: %s (%s)", bytes, cudaGetErrorString(e), cudaGetErrorName(e));
+    return rfcuda_fail(__FILE__, __LINE__, "cudaMalloc of %zu bytes: %s (%s)", bytes, cudaGetErrorString(e),
+                       cudaGetErrorName(e));
   }
   e = cudaMemsetAsync(*ptr, 0, bytes, rfcuda_stream());
   if (e == cudaSuccess) e = cudaStreamSynchronize(rfcuda_stream());
   if (e != cudaSuccess) {
     (void)cudaFree(*ptr);
     *ptr = NULL;
-    return rfcuda_fail(__FILE__, __LINE__, "zero-filling %zu bytes: %s (%s)", bytes, cudaGetErrorString(e), cudaGetErrorName(e));
+    return rfcuda_fail(__FILE__, __LINE__, "zero-filling %zu bytes: %s (%s)", bytes, cudaGetErrorString(e),
+                       cudaGetErrorName(e));
   }
   return 0;
 }

@@ -17,11 +17,12 @@
   #include <nccl.h>
   #include <string.h>
 
-  #define RFNCCL_CHECK(call) \
-    do { \
-      ncclResult_t r_ = (call); \
-      if (r_ != ncclSuccess) return rfcuda_fail(__FILE__, __LINE__, "%s: %s (%s)", #call, ncclGetErrorString(r_), ncclGetLastError(NULL)); \
-    } while (0)
+#define RFNCCL_CHECK(call)                                                                                             \
+  do {                                                                                                                 \
+    ncclResult_t r_ = (call);                                                                                          \
+    if (r_ != ncclSuccess)                                                                                             \
+      return rfcuda_fail(__FILE__, __LINE__, "%s: %s (%s)", #call, ncclGetErrorString(r_), ncclGetLastError(NULL));    \
+  } while (0)
 
 /* Fails unless rfcuda_init has made the streams (NCCL also needs the device
  * that rfcuda_init selected to be current). */
@@ -86,7 +87,8 @@ extern "C" int rfcuda_nccl_allreduce_sum(void *comm, float *buf, size_t n)
   rfcuda_weights_touched(buf, n * sizeof(float));
   RFNCCL_CHECK(ncclCommCount(c, &nranks));
   if (nranks == 1) return 0;
-  RFCUDA_REQUIRE(n <= SIZE_MAX / sizeof(float) / (size_t)nranks, "rfcuda_nccl_allreduce_sum: %zu floats on %d ranks overflow the scratch size", n, nranks);
+  RFCUDA_REQUIRE(n <= SIZE_MAX / sizeof(float) / (size_t)nranks,
+                 "rfcuda_nccl_allreduce_sum: %zu floats on %d ranks overflow the scratch size", n, nranks);
   /* Scratch is the compute stream's; using it here is safe because the
    * communication stream first waits for the compute stream (earlier users
    * are done) and the compute stream then waits for this (later users and a
@@ -149,9 +151,21 @@ extern "C" int rfcuda_nccl_init(void **comm, const void *id, int nranks, int ran
   return RFNCCL_MISSING("rfcuda_nccl_init");
 }
 extern "C" int rfcuda_nccl_destroy(void *comm) { return comm ? RFNCCL_MISSING("rfcuda_nccl_destroy") : 0; }
-extern "C" int rfcuda_nccl_allreduce_sum(void *comm, float *buf, size_t n) { return RFNCCL_MISSING("rfcuda_nccl_allreduce_sum"); }
-extern "C" int rfcuda_nccl_bcast(void *comm, void *buf, size_t bytes, int root) { return RFNCCL_MISSING("rfcuda_nccl_bcast"); }
-extern "C" int rfcuda_nccl_send(void *comm, const void *buf, size_t bytes, int peer) { return RFNCCL_MISSING("rfcuda_nccl_send"); }
-extern "C" int rfcuda_nccl_recv(void *comm, void *buf, size_t bytes, int peer) { return RFNCCL_MISSING("rfcuda_nccl_recv"); }
+extern "C" int rfcuda_nccl_allreduce_sum(void *comm, float *buf, size_t n)
+{
+  return RFNCCL_MISSING("rfcuda_nccl_allreduce_sum");
+}
+extern "C" int rfcuda_nccl_bcast(void *comm, void *buf, size_t bytes, int root)
+{
+  return RFNCCL_MISSING("rfcuda_nccl_bcast");
+}
+extern "C" int rfcuda_nccl_send(void *comm, const void *buf, size_t bytes, int peer)
+{
+  return RFNCCL_MISSING("rfcuda_nccl_send");
+}
+extern "C" int rfcuda_nccl_recv(void *comm, void *buf, size_t bytes, int peer)
+{
+  return RFNCCL_MISSING("rfcuda_nccl_recv");
+}
 
 #endif

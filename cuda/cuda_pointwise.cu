@@ -25,7 +25,8 @@
 #define GELU_K       0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A       0.044715f
 
-#define PW_LOOP(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+#define PW_LOOP(i, n)                                                                                                  \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 /* tanh(K (x + A x^3)) as the cpu backend forms it: 1 - 2/(exp(2u) + 1) */
 __device__ __forceinline__ float pw_gelu_tanh(float x)
@@ -53,7 +54,8 @@ __global__ void pw_gelu_backward(float *dinp, const float *inp, const float *dou
     float th   = pw_gelu_tanh(x);
     float sech = __fsub_rn(1.0f, __fmul_rn(th, th));
     /* 0.5 (1 + th) + 0.5 x sech K (1 + 3 A x x), left to right as in C */
-    float slope = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(0.5f, x), sech), GELU_K), __fadd_rn(1.0f, __fmul_rn(__fmul_rn(__fmul_rn(3.0f, GELU_A), x), x)));
+    float slope = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(0.5f, x), sech), GELU_K),
+                            __fadd_rn(1.0f, __fmul_rn(__fmul_rn(__fmul_rn(3.0f, GELU_A), x), x)));
     float grad  = __fadd_rn(__fmul_rn(0.5f, __fadd_rn(1.0f, th)), slope);
     dinp[i]     = __fadd_rn(dinp[i], __fmul_rn(dout[i], grad));
   }
@@ -101,15 +103,16 @@ __global__ void pw_scale(float *x, float alpha, size_t n)
 
 /* The cpu backend's AdamW, operation for operation (see cpu_adamw.c for why
  * this order: it is torch.optim.AdamW's). */
-__global__ void pw_adamw(float *p, const float *g, float *m, float *v, size_t n, float decay, float w1, float b2, float w2, float step, float bc2s, float eps,
-                         float gs)
+__global__ void pw_adamw(float *p, const float *g, float *m, float *v, size_t n, float decay, float w1, float b2,
+                         float w2, float step, float bc2s, float eps, float gs)
 {
   PW_LOOP(i, n)
   {
     float gi = __fmul_rn(g[i], gs), mi = m[i], vi, pi, denom;
 
     pi    = __fmul_rn(p[i], decay);
-    mi    = w1 < 0.5f ? __fadd_rn(mi, __fmul_rn(w1, __fsub_rn(gi, mi))) : __fsub_rn(gi, __fmul_rn(__fsub_rn(gi, mi), __fsub_rn(1.0f, w1))); /* lerp */
+    mi    = w1 < 0.5f ? __fadd_rn(mi, __fmul_rn(w1, __fsub_rn(gi, mi)))
+                      : __fsub_rn(gi, __fmul_rn(__fsub_rn(gi, mi), __fsub_rn(1.0f, w1))); /* lerp */
     vi    = __fadd_rn(__fmul_rn(v[i], b2), __fmul_rn(__fmul_rn(w2, gi), gi));
     v[i]  = vi;
     m[i]  = mi;
@@ -160,7 +163,8 @@ __global__ void pw_sumsq_finish(double *out, const double *part, size_t nblk)
 int rfcuda_gelu_forward(float *out, const float *inp, size_t n)
 {
   if (!n) return 0;
-  pw_gelu_forward<<<rfcuda_blocks(n, PW_THREADS), PW_THREADS, 0, rfcuda_stream()>>>(out, inp, n, rfcuda_get_precision());
+  pw_gelu_forward<<<rfcuda_blocks(n, PW_THREADS), PW_THREADS, 0, rfcuda_stream()>>>(out, inp, n,
+                                                                                    rfcuda_get_precision());
   RFCUDA_LAUNCHED();
   return 0;
 }
@@ -179,7 +183,8 @@ int rfcuda_swiglu_forward(float *out, const float *gu, int N, int F)
 
   RFCUDA_REQUIRE(N >= 0 && F >= 0, "swiglu_forward: bad sizes N %d F %d", N, F);
   if (!n) return 0;
-  pw_swiglu_forward<<<rfcuda_blocks(n, PW_THREADS), PW_THREADS, 0, rfcuda_stream()>>>(out, gu, N, F, rfcuda_get_precision());
+  pw_swiglu_forward<<<rfcuda_blocks(n, PW_THREADS), PW_THREADS, 0, rfcuda_stream()>>>(out, gu, N, F,
+                                                                                      rfcuda_get_precision());
   RFCUDA_LAUNCHED();
   return 0;
 }
@@ -246,7 +251,8 @@ int rfcuda_sumsq(double *out_host, const float *x, size_t n)
 
 /* The step's scalars are formed on the host in double and used in float,
  * exactly as cpu_adamw does. */
-int rfcuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int t, float gs)
+int rfcuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
+                 float wd, int t, float gs)
 {
   double bc1 = 1.0 - pow((double)b1, t), bc2 = 1.0 - pow((double)b2, t);
   float  decay = (float)(1.0 - (double)lr * wd);
@@ -256,7 +262,8 @@ int rfcuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float l
   RFCUDA_REQUIRE(t >= 1, "adamw: step %d must be >= 1", t);
   if (!n) return 0;
   rfcuda_weights_touched(p, n * sizeof(float));
-  pw_adamw<<<rfcuda_blocks(n, PW_THREADS), PW_THREADS, 0, rfcuda_stream()>>>(p, g, m, v, n, decay, w1, b2, w2, step, bc2s, eps, gs);
+  pw_adamw<<<rfcuda_blocks(n, PW_THREADS), PW_THREADS, 0, rfcuda_stream()>>>(p, g, m, v, n, decay, w1, b2, w2, step,
+                                                                             bc2s, eps, gs);
   RFCUDA_LAUNCHED();
   return 0;
 }

@@ -23,12 +23,14 @@
  * consecutive threads take consecutive i of one head, so the loads are
  * coalesced. (A thread per (n, i) turning every head in a loop left a
  * decode step's one row with 32 threads and 16 loads each in sequence.) */
-__global__ void rope_kernel(float *qkv, const int *pos, const float *inv_freq, int N, int nrot, int hd, size_t W, int inverse)
+__global__ void rope_kernel(float *qkv, const int *pos, const float *inv_freq, int N, int nrot, int hd, size_t W,
+                            int inverse)
 {
   const int    half = hd / 2;
   const size_t per  = (size_t)nrot * half;
 
-  for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < (size_t)N * per; t += (size_t)gridDim.x * blockDim.x) {
+  for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < (size_t)N * per;
+       t += (size_t)gridDim.x * blockDim.x) {
     size_t n = t / per;
     int    h = (int)(t % per / half), i = (int)(t % half);
     float  ang = __fmul_rn((float)pos[n], inv_freq[i]);
@@ -42,14 +44,16 @@ __global__ void rope_kernel(float *qkv, const int *pos, const float *inv_freq, i
   }
 }
 
-extern "C" int rfcuda_rope(float *qkv, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd, int inverse)
+extern "C" int rfcuda_rope(float *qkv, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd,
+                           int inverse)
 {
   size_t W = (size_t)(NH + 2 * NKV) * hd, n = (size_t)N * (NH + NKV) * (hd / 2);
 
   RFCUDA_REQUIRE(hd > 0 && hd % 2 == 0, "rope: head size %d is not even", hd);
   RFCUDA_REQUIRE(N >= 0 && NH > 0 && NKV > 0, "rope: bad sizes N %d n_head %d n_kv_head %d", N, NH, NKV);
   if (!n) return 0;
-  rope_kernel<<<rfcuda_blocks(n, ROPE_THREADS), ROPE_THREADS, 0, rfcuda_stream()>>>(qkv, pos, inv_freq, N, NH + NKV, hd, W, inverse);
+  rope_kernel<<<rfcuda_blocks(n, ROPE_THREADS), ROPE_THREADS, 0, rfcuda_stream()>>>(qkv, pos, inv_freq, N, NH + NKV, hd,
+                                                                                    W, inverse);
   RFCUDA_LAUNCHED();
   return 0;
 }

@@ -167,7 +167,10 @@ int rfcuda_scratch(size_t bytes, void **ptr)
 
     want = want < grow ? grow : want;
     want = want < RFCUDA_SCRATCH_MIN ? RFCUDA_SCRATCH_MIN : want;
-    RFCUDA_REQUIRE(!rfcuda_capturing(), "rfcuda_scratch: %zu bytes of scratch needed while capturing a graph (%zu held); run the same call once before capturing", bytes, rt.scratch_bytes);
+    RFCUDA_REQUIRE(!rfcuda_capturing(),
+                   "rfcuda_scratch: %zu bytes of scratch needed while capturing a graph (%zu held); run the same call "
+                   "once before capturing",
+                   bytes, rt.scratch_bytes);
     rfcuda_epoch_bump();
     RFCUDA_CHECK(cudaStreamSynchronize(rt.compute));
     RFCUDA_CHECK(cudaStreamSynchronize(rt.comm));
@@ -176,7 +179,8 @@ int rfcuda_scratch(size_t bytes, void **ptr)
     e = cudaMalloc(&rt.scratch, want);
     if (e != cudaSuccess) {
       rt.scratch = NULL;
-      return rfcuda_fail(__FILE__, __LINE__, "cudaMalloc of %zu bytes of scratch: %s (%s)", want, cudaGetErrorString(e), cudaGetErrorName(e));
+      return rfcuda_fail(__FILE__, __LINE__, "cudaMalloc of %zu bytes of scratch: %s (%s)", want, cudaGetErrorString(e),
+                         cudaGetErrorName(e));
     }
     rt.scratch_bytes = want;
   }

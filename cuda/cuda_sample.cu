@@ -37,7 +37,8 @@
 #define SAMPLE_PART_IDS      4096 /* ids per block of sample_max_kernel */
 #define SAMPLE_BLOCK_CHUNKS  16   /* chunks per block of sample_chunks_kernel */
 #define SAMPLE_CHUNK_THREADS 256
-#define SAMPLE_PAD           (SAMPLE_CHUNK + 1) /* a chunk's stride in shared memory: the lanes that sum 16 chunks hit 16 banks */
+#define SAMPLE_PAD (SAMPLE_CHUNK + 1) /* a chunk's stride in shared memory: the lanes that sum 16 chunks hit 16 banks  \
+                                       */
 #define SAMPLE_CAND_MAX      8192 /* candidates sorted in shared memory (96 KiB) */
 
 struct SampleArgs {
@@ -70,13 +71,17 @@ static SampleWork sample_work_split(void *work, int N, int V)
   return s;
 }
 
-__device__ static const float *sample_row_logits(const float *logits, const int *row, int n, int V) { return logits + (size_t)(row ? row[n] : n) * V; }
+__device__ static const float *sample_row_logits(const float *logits, const int *row, int n, int V)
+{
+  return logits + (size_t)(row ? row[n] : n) * V;
+}
 
 /* The weights rounded to float, as unsigned: w >= 0, so the order of the
  * keys is the order of the floats, and w1 > w2 gives key1 >= key2. */
 __device__ __forceinline__ unsigned sample_key(double w) { return __float_as_uint((float)w); }
 
-__global__ void sample_max_kernel(double *pmax, int *pbad, const float *logits, const int *row, const int *ban_eos, SampleArgs a)
+__global__ void sample_max_kernel(double *pmax, int *pbad, const float *logits, const int *row, const int *ban_eos,
+                                  SampleArgs a)
 {
   __shared__ double smax[SAMPLE_MAX_THREADS];
   __shared__ int    sbad[SAMPLE_MAX_THREADS];
@@ -153,12 +158,14 @@ __device__ static double sample_row_zmax(const double *pmax, const int *pbad, in
   return s_z;
 }
 
-__global__ void __launch_bounds__(SAMPLE_CHUNK_THREADS) sample_chunks_kernel(SampleWork sw, const float *logits, const int *row, const int *ban_eos, SampleArgs a)
+__global__ void __launch_bounds__(SAMPLE_CHUNK_THREADS)
+    sample_chunks_kernel(SampleWork sw, const float *logits, const int *row, const int *ban_eos, SampleArgs a)
 {
   __shared__ double sw_[SAMPLE_BLOCK_CHUNKS * SAMPLE_PAD];
   int               n = blockIdx.y, c0 = blockIdx.x * SAMPLE_BLOCK_CHUNKS, V = a.V, bad, tid = threadIdx.x;
   const float      *x   = sample_row_logits(logits, row, n, V);
-  int               ban = sample_ban(a.eos, ban_eos ? ban_eos[n] : 0, V), lo = c0 * SAMPLE_CHUNK, len = min(V - lo, SAMPLE_BLOCK_CHUNKS * SAMPLE_CHUNK);
+  int               ban = sample_ban(a.eos, ban_eos ? ban_eos[n] : 0, V), lo = c0 * SAMPLE_CHUNK,
+      len                = min(V - lo, SAMPLE_BLOCK_CHUNKS * SAMPLE_CHUNK);
   double            zmax = sample_row_zmax(sw.pmax, sw.pbad, n, a.parts, &bad);
 
   if (bad) return;
@@ -237,7 +244,8 @@ __device__ static void sample_sort(double *cw, int *cid, int m, int by_id)
  * [0..*kept) in rank order; 0: the serial path set the removed tokens'
  * weights in w to -1. mass0: sample_total of the uncut weights. The
  * block's threads all call it. */
-__device__ static int sample_cut(double *w, int *h, int V, int n, long long top_k, double top_p, double mass0, double *cw, int *cid, int *kept_out)
+__device__ static int sample_cut(double *w, int *h, int V, int n, long long top_k, double top_p, double mass0,
+                                 double *cw, int *cid, int *kept_out)
 {
   /* the digits of the keys, high to low: 12, 12 and 7 bits (bit 31, the
    * sign, is 0); the histograms live in the candidates' shared memory */
@@ -422,9 +430,10 @@ __device__ static int sample_pick_chunk(double *csum, int nc, float u, double *t
   return c;
 }
 
-__global__ void __launch_bounds__(SAMPLE_THREADS) sample_row_kernel(int *token, float *logprob, int *nallowed, int *boundary, int *allowed, SampleWork sw,
-                                                                    const float *logits, const int *row, const int *sample_id, const int *position,
-                                                                    const int *ban_eos, SampleArgs a)
+__global__ void __launch_bounds__(SAMPLE_THREADS)
+    sample_row_kernel(int *token, float *logprob, int *nallowed, int *boundary, int *allowed, SampleWork sw,
+                      const float *logits, const int *row, const int *sample_id, const int *position,
+                      const int *ban_eos, SampleArgs a)
 {
   extern __shared__ double dsm[];
   __shared__ double        rw[SAMPLE_THREADS], wc[SAMPLE_CHUNK];
@@ -473,7 +482,8 @@ __global__ void __launch_bounds__(SAMPLE_THREADS) sample_row_kernel(int *token, 
     __syncthreads();
     sample_sort(cw, cid, p2, 1);
     for (int c = tid; c < nc; c += blockDim.x) {
-      int    lo = sample_lower_bound(cid, kept, c * SAMPLE_CHUNK), hi = sample_lower_bound(cid, kept, (c + 1) * SAMPLE_CHUNK);
+      int lo    = sample_lower_bound(cid, kept, c * SAMPLE_CHUNK),
+          hi    = sample_lower_bound(cid, kept, (c + 1) * SAMPLE_CHUNK);
       double s  = 0;
       for (int j = lo; j < hi; j++) s += cw[j];
       scsum[c] = s;
@@ -548,7 +558,8 @@ __global__ void __launch_bounds__(SAMPLE_THREADS) sample_row_kernel(int *token, 
     __syncthreads();
     if (!a.greedy) {
       int lo = s_c * SAMPLE_CHUNK, len = sample_chunk_len(s_c, V);
-      for (int i = tid; i < len; i += blockDim.x) wc[i] = cut ? w[lo + i] : sample_weight(x[lo + i], a.inv_t, zmax, lo + i, ban);
+      for (int i = tid; i < len; i += blockDim.x)
+        wc[i] = cut ? w[lo + i] : sample_weight(x[lo + i], a.inv_t, zmax, lo + i, ban);
       __syncthreads();
       if (tid == 0) s_tok = lo + sample_chunk_pick(wc, len, s_cum, s_x);
       __syncthreads();
@@ -577,12 +588,14 @@ __global__ void __launch_bounds__(SAMPLE_THREADS) sample_row_kernel(int *token, 
 
 size_t rfcuda_sample_work(int N, int V)
 {
-  return (size_t)N * ((size_t)V * (sizeof(double) + sizeof(int)) + (size_t)sample_nchunks(V) * (2 * sizeof(double) + sizeof(int)) +
-                      (size_t)sample_parts(V) * (sizeof(double) + sizeof(int)));
+  return (size_t)N *
+         ((size_t)V * (sizeof(double) + sizeof(int)) + (size_t)sample_nchunks(V) * (2 * sizeof(double) + sizeof(int)) +
+          (size_t)sample_parts(V) * (sizeof(double) + sizeof(int)));
 }
 
-int rfcuda_sample(int *token, float *logprob, int *nallowed, int *boundary, int *allowed, void *work, const float *logits, const int *row, const int *sample_id,
-                  const int *position, const int *ban_eos, double temperature, double top_p, long long top_k, int greedy, int eos, unsigned long long key,
+int rfcuda_sample(int *token, float *logprob, int *nallowed, int *boundary, int *allowed, void *work,
+                  const float *logits, const int *row, const int *sample_id, const int *position, const int *ban_eos,
+                  double temperature, double top_p, long long top_k, int greedy, int eos, unsigned long long key,
                   unsigned iteration, int N, int V)
 {
   SampleArgs a;
@@ -590,7 +603,8 @@ int rfcuda_sample(int *token, float *logprob, int *nallowed, int *boundary, int 
   size_t     smem;
   int        smem_max, dev;
 
-  RFCUDA_REQUIRE(temperature > 0 && N >= 0 && V >= 1, "rfcuda_sample: temperature %g, N %d and V %d must be positive", temperature, N, V);
+  RFCUDA_REQUIRE(temperature > 0 && N >= 0 && V >= 1, "rfcuda_sample: temperature %g, N %d and V %d must be positive",
+                 temperature, N, V);
   RFCUDA_REQUIRE(N <= 65535, "rfcuda_sample: N %d rows is more than a grid's 65535 (call in pieces)", N);
   if (N == 0) return 0;
   a.inv_t     = 1.0 / temperature;
@@ -606,16 +620,23 @@ int rfcuda_sample(int *token, float *logprob, int *nallowed, int *boundary, int 
   a.iteration = iteration;
   /* the row kernel's dynamic shared memory: the chunk sums and counts, and
    * with a cut the candidates; its static part is under 16 KiB */
-  smem = (size_t)a.nc * (sizeof(double) + sizeof(int)) + (a.cut ? (size_t)SAMPLE_CAND_MAX * (sizeof(double) + sizeof(int)) : 0);
+  smem = (size_t)a.nc * (sizeof(double) + sizeof(int)) +
+         (a.cut ? (size_t)SAMPLE_CAND_MAX * (sizeof(double) + sizeof(int)) : 0);
   RFCUDA_CHECK(cudaGetDevice(&dev));
   RFCUDA_CHECK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  RFCUDA_REQUIRE(smem + 16 * 1024 <= (size_t)smem_max, "rfcuda_sample: V %d needs %zu bytes of shared memory, the device has %d", V, smem + 16 * 1024, smem_max);
-  if (smem > 48 * 1024) RFCUDA_CHECK(cudaFuncSetAttribute(sample_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  sample_max_kernel<<<dim3(a.parts, N), SAMPLE_MAX_THREADS, 0, rfcuda_stream()>>>(sw.pmax, sw.pbad, logits, row, ban_eos, a);
+  RFCUDA_REQUIRE(smem + 16 * 1024 <= (size_t)smem_max,
+                 "rfcuda_sample: V %d needs %zu bytes of shared memory, the device has %d", V, smem + 16 * 1024,
+                 smem_max);
+  if (smem > 48 * 1024)
+    RFCUDA_CHECK(cudaFuncSetAttribute(sample_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  sample_max_kernel<<<dim3(a.parts, N), SAMPLE_MAX_THREADS, 0, rfcuda_stream()>>>(sw.pmax, sw.pbad, logits, row,
+                                                                                  ban_eos, a);
   RFCUDA_LAUNCHED();
-  sample_chunks_kernel<<<dim3((a.nc + SAMPLE_BLOCK_CHUNKS - 1) / SAMPLE_BLOCK_CHUNKS, N), SAMPLE_CHUNK_THREADS, 0, rfcuda_stream()>>>(sw, logits, row, ban_eos, a);
+  sample_chunks_kernel<<<dim3((a.nc + SAMPLE_BLOCK_CHUNKS - 1) / SAMPLE_BLOCK_CHUNKS, N), SAMPLE_CHUNK_THREADS, 0,
+                         rfcuda_stream()>>>(sw, logits, row, ban_eos, a);
   RFCUDA_LAUNCHED();
-  sample_row_kernel<<<N, SAMPLE_THREADS, smem, rfcuda_stream()>>>(token, logprob, nallowed, boundary, allowed, sw, logits, row, sample_id, position, ban_eos, a);
+  sample_row_kernel<<<N, SAMPLE_THREADS, smem, rfcuda_stream()>>>(token, logprob, nallowed, boundary, allowed, sw,
+                                                                  logits, row, sample_id, position, ban_eos, a);
   RFCUDA_LAUNCHED();
   return 0;
 }

@@ -39,7 +39,8 @@
 
 enum { SK_PLAIN, SK_GATED, SK_NORMED }; /* the [OC, C] kernel's input: inp's rows, their SwiGLU, their RMSNorm */
 
-static_assert(SK_THREADS == RFCUDA_ROW_THREADS, "the kernels norm their input rows with rfcuda_rms_scale, which needs a block of RFCUDA_ROW_THREADS");
+static_assert(SK_THREADS == RFCUDA_ROW_THREADS,
+              "the kernels norm their input rows with rfcuda_rms_scale, which needs a block of RFCUDA_ROW_THREADS");
 
 template <int BF>
 __device__ __forceinline__ float sk_load(const void *w, size_t i)
@@ -72,8 +73,9 @@ __device__ __forceinline__ void sk_store(float *o, float s, const float *bias, i
  * columns c0 .. c0+63; with part NULL they are the whole sum and get the
  * bias and rounding, else they go to part[chunk][n][OC]. */
 template <int BF>
-__global__ void __launch_bounds__(SK_THREADS) sk_cols_kernel(float *out, float *part, const float *inp, const void *w, const float *bias, int N, int C, int OC, int ld,
-                                                             int kchunk, int round_out, int gated, int add, const float *nw, float eps)
+__global__ void __launch_bounds__(SK_THREADS)
+    sk_cols_kernel(float *out, float *part, const float *inp, const void *w, const float *bias, int N, int C, int OC,
+                   int ld, int kchunk, int round_out, int gated, int add, const float *nw, float eps)
 {
   __shared__ float xs[SK_ROWS][SK_KTILE];
   __shared__ float red[SK_WARPS][SK_ROWS][SK_COLS];
@@ -149,9 +151,11 @@ __global__ void __launch_bounds__(SK_THREADS) sk_cols_kernel(float *out, float *
 }
 
 /* out[n, o] = the chunks' partials added in chunk order, then the bias */
-__global__ void sk_chunks_kernel(float *out, const float *part, const float *bias, int N, int OC, int nchunk, int round_out, int add)
+__global__ void sk_chunks_kernel(float *out, const float *part, const float *bias, int N, int OC, int nchunk,
+                                 int round_out, int add)
 {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)N * OC; i += (size_t)gridDim.x * blockDim.x) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)N * OC;
+       i += (size_t)gridDim.x * blockDim.x) {
     float s = 0.0f;
     for (int q = 0; q < nchunk; q++) s = __fadd_rn(s, part[(size_t)q * N * OC + i]);
     sk_store(out + i, s, bias ? bias + i % (size_t)OC : NULL, round_out, add);
@@ -190,7 +194,9 @@ __device__ __forceinline__ void sk_raw_load(SkRaw<1> &r, const void *w, size_t a
     unsigned q[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int j = 0; j < 8; j++)
-      if (j < kn) q[j / 2] |= (unsigned)__bfloat16_as_ushort(p[j]) << (16 * (j % 2)); /* element 2i in the low half, as a 32-bit load has it */
+      if (j < kn)
+        q[j / 2] |= (unsigned)__bfloat16_as_ushort(p[j])
+                    << (16 * (j % 2)); /* element 2i in the low half, as a 32-bit load has it */
     r.a = make_uint4(q[0], q[1], q[2], q[3]);
   }
 }
@@ -222,12 +228,14 @@ __device__ __forceinline__ float sk_raw_at(const SkRaw<0> &r, int j)
 }
 
 template <int MODE>
-__device__ __forceinline__ void sk_chunk_x(float v[8], const float *x, int kn, int BF, int vec, int C, const float *nw, float sc)
+__device__ __forceinline__ void sk_chunk_x(float v[8], const float *x, int kn, int BF, int vec, int C, const float *nw,
+                                           float sc)
 {
   if (MODE == SK_GATED) { /* x: the row of 2C at this chunk's gate; its up is C further */
     float g[8], u[8];
     if (vec) {
-      float4 a = __ldg((const float4 *)x), b = __ldg((const float4 *)x + 1), c = __ldg((const float4 *)(x + C)), d = __ldg((const float4 *)(x + C) + 1);
+      float4 a = __ldg((const float4 *)x), b = __ldg((const float4 *)x + 1), c = __ldg((const float4 *)(x + C)),
+             d = __ldg((const float4 *)(x + C) + 1);
       g[0] = a.x, g[1] = a.y, g[2] = a.z, g[3] = a.w, g[4] = b.x, g[5] = b.y, g[6] = b.z, g[7] = b.w;
       u[0] = c.x, u[1] = c.y, u[2] = c.z, u[3] = c.w, u[4] = d.x, u[5] = d.y, u[6] = d.z, u[7] = d.w;
     } else {
@@ -253,8 +261,9 @@ __device__ __forceinline__ void sk_chunk_x(float v[8], const float *x, int kn, i
 }
 
 template <int BF, int NR, int MODE>
-__global__ void __launch_bounds__(SK_THREADS, BF && NR == 1 ? 3 : 2) sk_rows_kernel(float *out, const float *inp, const void *w, const float *bias, int nr, int C, int OC, int wpr,
-                                                                             int vec, int round_out, int add, const float *nw, float eps)
+__global__ void __launch_bounds__(SK_THREADS, BF &&NR == 1 ? 3 : 2)
+    sk_rows_kernel(float *out, const float *inp, const void *w, const float *bias, int nr, int C, int OC, int wpr,
+                   int vec, int round_out, int add, const float *nw, float eps)
 {
   __shared__ float red[SK_RPW][SK_WARPS][NR], nsh[SK_WARPS];
   const int        lane = threadIdx.x & 31, warp = threadIdx.x >> 5, rpb = SK_WARPS / wpr;
@@ -263,7 +272,9 @@ __global__ void __launch_bounds__(SK_THREADS, BF && NR == 1 ? 3 : 2) sk_rows_ker
   float            rs[NR];
 
 #pragma unroll
-  for (int n = 0; n < NR; n++) rs[n] = MODE == SK_NORMED && n < nr ? rfcuda_rms_scale(inp + (size_t)n * C, C, eps, nsh) : 1.0f; /* the rows' RMSNorm scales */
+  for (int n = 0; n < NR; n++)
+    rs[n] = MODE == SK_NORMED && n < nr ? rfcuda_rms_scale(inp + (size_t)n * C, C, eps, nsh)
+                                        : 1.0f; /* the rows' RMSNorm scales */
 
   for (int base = blockIdx.x * rpb; base < OC; base += SK_RPW * step) { /* block-uniform: the barriers below */
     int   o[SK_RPW];
@@ -291,7 +302,8 @@ __global__ void __launch_bounds__(SK_THREADS, BF && NR == 1 ? 3 : 2) sk_rows_ker
         for (int n = 0; n < NR; n++) {
           float xv[8];
           if (n >= nr) break;
-          sk_chunk_x<MODE>(xv, inp + (size_t)n * (MODE == SK_GATED ? 2 * C : C) + 8 * (size_t)c, kn, BF, vec, C, MODE == SK_NORMED ? nw + 8 * (size_t)c : NULL, rs[n]);
+          sk_chunk_x<MODE>(xv, inp + (size_t)n * (MODE == SK_GATED ? 2 * C : C) + 8 * (size_t)c, kn, BF, vec, C,
+                           MODE == SK_NORMED ? nw + 8 * (size_t)c : NULL, rs[n]);
 #pragma unroll
           for (int r = 0; r < SK_RPW; r++)
             if (o[r] < OC)
@@ -340,7 +352,9 @@ static int sk_sm_count(void)
   static int sms = 0;
   if (!sms) {
     int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) sms = 1;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1)
+      sms = 1;
     (void)cudaGetLastError();
   }
   return sms;
@@ -372,19 +386,22 @@ static unsigned sk_rows_grid(const void *kernel, int bf, int nr, int mode, unsig
 }
 
 template <int BF, int NR, int MODE>
-static void sk_rows_go(float *out, const float *inp, const void *w, const float *bias, int N, int C, int OC, int add, const float *nw, float eps)
+static void sk_rows_go(float *out, const float *inp, const void *w, const float *bias, int N, int C, int OC, int add,
+                       const float *nw, float eps)
 {
   int      wpr = sk_row_warps(C), rpb = SK_WARPS / wpr;
   int      vec = C % 8 == 0 && ((uintptr_t)w & 15) == 0 && ((uintptr_t)inp & 15) == 0;
   unsigned need = (unsigned)((OC + rpb - 1) / rpb);
 
-  sk_rows_kernel<BF, NR, MODE><<<sk_rows_grid((const void *)sk_rows_kernel<BF, NR, MODE>, BF, NR, MODE, need), SK_THREADS, 0, rfcuda_stream()>>>(
-    out, inp, w, bias, N, C, OC, wpr, vec, BF, add, nw, eps);
+  sk_rows_kernel<BF, NR, MODE>
+      <<<sk_rows_grid((const void *)sk_rows_kernel<BF, NR, MODE>, BF, NR, MODE, need), SK_THREADS, 0,
+         rfcuda_stream()>>>(out, inp, w, bias, N, C, OC, wpr, vec, BF, add, nw, eps);
 }
 
 /* NR: the call's rows rounded up to 1, 2, 4 or 8 (registers for so many) */
 template <int BF, int MODE>
-static void sk_rows_launch(float *out, const float *inp, const void *w, const float *bias, int N, int C, int OC, int add, const float *nw, float eps)
+static void sk_rows_launch(float *out, const float *inp, const void *w, const float *bias, int N, int C, int OC,
+                           int add, const float *nw, float eps)
 {
   if (N == 1) sk_rows_go<BF, 1, MODE>(out, inp, w, bias, N, C, OC, add, nw, eps);
   else if (N == 2) sk_rows_go<BF, 2, MODE>(out, inp, w, bias, N, C, OC, add, nw, eps);
@@ -393,7 +410,8 @@ static void sk_rows_launch(float *out, const float *inp, const void *w, const fl
 }
 
 template <int BF>
-static void sk_rows_mode(float *out, const float *inp, const void *w, const float *bias, int N, int C, int OC, int gated, int add, const float *nw, float eps)
+static void sk_rows_mode(float *out, const float *inp, const void *w, const float *bias, int N, int C, int OC,
+                         int gated, int add, const float *nw, float eps)
 {
   if (gated) sk_rows_launch<BF, SK_GATED>(out, inp, w, bias, N, C, OC, add, nw, eps);
   else if (nw) sk_rows_launch<BF, SK_NORMED>(out, inp, w, bias, N, C, OC, add, nw, eps);
@@ -404,7 +422,8 @@ static void sk_rows_mode(float *out, const float *inp, const void *w, const floa
  * least 256 k (a function of C, OC and the device: never of N) */
 static void sk_chunks(int C, int OC, int *nchunk, int *kchunk)
 {
-  int colblocks = (OC + SK_COLS - 1) / SK_COLS, want = (2 * sk_sm_count() + colblocks - 1) / colblocks, most = (C + 255) / 256;
+  int colblocks = (OC + SK_COLS - 1) / SK_COLS, want = (2 * sk_sm_count() + colblocks - 1) / colblocks,
+      most = (C + 255) / 256;
 
   *nchunk = want < most ? want : most;
   if (*nchunk < 1) *nchunk = 1;
@@ -421,12 +440,13 @@ size_t rfcuda_skinny_part_bytes(int N, int C, int OC, int transposed)
   return nchunk > 1 ? (size_t)nchunk * N * OC * sizeof(float) : 0;
 }
 
-int rfcuda_matmul_skinny(float *out, float *part, const float *inp, const void *w, int bf16, const float *bias, int N, int C, int OC, int ld, int transposed, int gated,
-                         int add, const float *nw, float eps)
+int rfcuda_matmul_skinny(float *out, float *part, const float *inp, const void *w, int bf16, const float *bias, int N,
+                         int C, int OC, int ld, int transposed, int gated, int add, const float *nw, float eps)
 {
   dim3 grid;
 
-  RFCUDA_REQUIRE(N >= 1 && N <= SK_MAX_ROWS && C >= 1 && OC >= 1, "matmul_skinny: N %d (1 to %d), C %d and OC %d", N, SK_MAX_ROWS, C, OC);
+  RFCUDA_REQUIRE(N >= 1 && N <= SK_MAX_ROWS && C >= 1 && OC >= 1, "matmul_skinny: N %d (1 to %d), C %d and OC %d", N,
+                 SK_MAX_ROWS, C, OC);
   RFCUDA_REQUIRE(!(gated && nw), "matmul_skinny: an input both gated and normed");
   if (transposed) {
     if (bf16) sk_rows_mode<1>(out, inp, w, bias, N, C, OC, gated, add, nw, eps);
@@ -441,11 +461,16 @@ int rfcuda_matmul_skinny(float *out, float *part, const float *inp, const void *
     RFCUDA_REQUIRE(nchunk == 1 || part, "matmul_skinny: %d k chunks need the partials' buffer", nchunk);
     if (nchunk == 1) part = NULL;
     grid = dim3((unsigned)((OC + SK_COLS - 1) / SK_COLS), (unsigned)nchunk, (unsigned)((N + SK_ROWS - 1) / SK_ROWS));
-    if (bf16) sk_cols_kernel<1><<<grid, SK_THREADS, 0, rfcuda_stream()>>>(out, part, inp, w, bias, N, C, OC, ld, kchunk, bf16, gated, add, nw, eps);
-    else sk_cols_kernel<0><<<grid, SK_THREADS, 0, rfcuda_stream()>>>(out, part, inp, w, bias, N, C, OC, ld, kchunk, bf16, gated, add, nw, eps);
+    if (bf16)
+      sk_cols_kernel<1><<<grid, SK_THREADS, 0, rfcuda_stream()>>>(out, part, inp, w, bias, N, C, OC, ld, kchunk, bf16,
+                                                                  gated, add, nw, eps);
+    else
+      sk_cols_kernel<0><<<grid, SK_THREADS, 0, rfcuda_stream()>>>(out, part, inp, w, bias, N, C, OC, ld, kchunk, bf16,
+                                                                  gated, add, nw, eps);
     RFCUDA_LAUNCHED();
     if (nchunk > 1) {
-      sk_chunks_kernel<<<rfcuda_blocks((size_t)N * OC, 256), 256, 0, rfcuda_stream()>>>(out, part, bias, N, OC, nchunk, bf16, add);
+      sk_chunks_kernel<<<rfcuda_blocks((size_t)N * OC, 256), 256, 0, rfcuda_stream()>>>(out, part, bias, N, OC, nchunk,
+                                                                                        bf16, add);
       RFCUDA_LAUNCHED();
     }
   }

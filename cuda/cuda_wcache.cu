@@ -74,7 +74,8 @@ void rfcuda_weights_touched(const void *p, size_t bytes)
   if (!wc.n || !bytes) return;
   /* most writes (a step's rows, activations, the cache) touch no weight
    * buffer: the few buffers first, the copies only when one overlaps */
-  for (int i = 0; i < wc.nregion && !any; i++) any = a < wc.region[i].p + wc.region[i].bytes && wc.region[i].p < a + bytes;
+  for (int i = 0; i < wc.nregion && !any; i++)
+    any = a < wc.region[i].p + wc.region[i].bytes && wc.region[i].p < a + bytes;
   if (!any) return;
   for (int i = 0; i < wc.n; i++) {
     const char *s = (const char *)wc.e[i].w, *t = s + wc.e[i].rows * (size_t)wc.e[i].cols * sizeof(float);

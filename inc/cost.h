@@ -57,7 +57,8 @@ typedef struct {
   int    ranks_per_node;                  /* communication inside a node is cheaper */
   double mem_per_rank;                    /* bytes one rank (one device) may use */
   double bytes_per_param;                 /* 4 for fp32 weights, 2 for bf16 (master weights and moments stay fp32) */
-  double host_bw;                         /* bytes/s between host and device memory of one rank (offload); 0: not known, offload costs nothing */
+  double
+      host_bw; /* bytes/s between host and device memory of one rank (offload); 0: not known, offload costs nothing */
   /* Weight syncs (reallocation) through host memory over MPI, as -device
    * cuda moves them today (docs/design.md, "NCCL"), instead of device to
    * device (NCCL): -cost_sync_path host. Set by the search from the option;
@@ -86,20 +87,26 @@ typedef struct {
   int       batch;          /* rollout sequences per iteration */
   int       prompt_len;     /* the longest prompt (memory); every prompt's length when plen is NULL */
   int       max_new;        /* generation limit */
-  int       nlen;           /* response lengths of one rollout, one per sequence (sampled from a distribution, read from rollouts.h5, or a histogram) */
+  int nlen; /* response lengths of one rollout, one per sequence (sampled from a distribution, read from rollouts.h5, or
+               a histogram) */
   int      *len;
   int       minibatches;    /* PPO mini-batches per epoch */
-  int       micro;          /* -ppo_microbatches: micro-batches per mini-batch of a call whose plan gives mbs 0 (added by the cost model) */
+  int micro; /* -ppo_microbatches: micro-batches per mini-batch of a call whose plan gives mbs 0 (added by the cost
+                model) */
   int       epochs;         /* PPO epochs per rollout */
   int       iterations;     /* iterations to simulate (the first one includes the initial weight placement) */
-  int       gen_slots;      /* samples one generation replica decodes together (continuous batching); 0: all of its rows */
+  int       gen_slots; /* samples one generation replica decodes together (continuous batching); 0: all of its rows */
   int      *plen;           /* NULL, or each sequence's prompt length, paired with len[] (nlen of them) */
-  double   *seq_sorted;     /* NULL, or the nlen sequence lengths (prompt + response) in increasing order (cost_work_from_options fills it) */
-  int       staleness;      /* -async_staleness K: the generation of a later batch beside the training (0: one after the other) */
-  PetscBool prox;           /* K > 0 with a correction: the actor's forward over the batch on its training mesh (the proximal policy) */
-  int       partial;        /* -async_partial S: a generation call draws at most S tokens per sample, the rest in later calls (0: whole samples) */
+  double   *seq_sorted;     /* NULL, or the nlen sequence lengths (prompt + response) in increasing order
+                               (cost_work_from_options fills it) */
+  int staleness; /* -async_staleness K: the generation of a later batch beside the training (0: one after the other) */
+  PetscBool
+      prox; /* K > 0 with a correction: the actor's forward over the batch on its training mesh (the proximal policy) */
+  int partial; /* -async_partial S: a generation call draws at most S tokens per sample, the rest in later calls (0:
+                  whole samples) */
   int       partial_extra;  /* its pool's samples beyond a batch */
-  int       group;          /* samples per prompt (GRPO's group): partial rollouts' pool ends and leaves by whole groups (1: each sample alone) */
+  int       group; /* samples per prompt (GRPO's group): partial rollouts' pool ends and leaves by whole groups (1: each
+                      sample alone) */
 } CostWork;
 
 /* The estimate of one plan. */
@@ -114,7 +121,7 @@ typedef struct {
   double    mem_call[MFC_COUNT]; /* the largest peak memory of any rank during the call, bytes */
   double    sync_s[2];          /* actor_sync, critic_sync: one iteration's reallocation time each */
   double    offload_s;          /* moving frozen models between host and device in one iteration */
-  double    genfuse_s;          /* -fuse_gen_inf stream or migrate: generation and inference as one node (0 otherwise) */
+  double    genfuse_s; /* -fuse_gen_inf stream or migrate: generation and inference as one node (0 otherwise) */
   /* -fuse_gen_inf migrate: the long tail's move in one iteration (as the run's metrics) */
   double    migrate_at;         /* R_t simulated (auto: the best of the executor's candidates) */
   double    migrate_t;          /* when it starts, from the stage's start (-1: nothing moved) */
@@ -172,7 +179,7 @@ typedef struct {
   PetscBool prox;           /* -async_correction is not none */
   int       partial, partial_extra; /* -async_partial, and -async_partial_extra in samples */
   int       group;          /* samples per prompt: -grpo_group for an -algo with groups, else 1 */
-  ModelConfig cfg[4];         /* actor, critic, reference, reward (critic unused when critic_free, reward when reward_free) */
+  ModelConfig cfg[4]; /* actor, critic, reference, reward (critic unused when critic_free, reward when reward_free) */
   char      shapes_from[2 * PETSC_MAX_PATH_LEN + 64]; /* where cfg came from, for messages */
 } CostDeck;
 
@@ -212,7 +219,8 @@ typedef PetscErrorCode (*CostJobFn)(const RunCtx *run, PetscBool help, CostJob *
  * memory model of actor_train applied to the stage's model, batch and
  * sequence length (one mini-batch, one epoch). zero1 as the plan has it.
  * A layout that does not fit gives feasible false, with why. */
-PetscErrorCode cost_train_stage(const CostPrims *p, const CostTrainStage *st, MFCId id, const PlanCall *c, int world, PetscBool zero1, CostEstimate *est);
+PetscErrorCode cost_train_stage(const CostPrims *p, const CostTrainStage *st, MFCId id, const PlanCall *c, int world,
+                                PetscBool zero1, CostEstimate *est);
 
 /* The workload from the deck and the options (docs/costmodel.md): -cost_batch,
  * -cost_prompt_len, -cost_prompt_lengths SPEC, -cost_max_new, -cost_minibatches, -cost_epochs,
@@ -233,7 +241,8 @@ extern const IoFileOption cost_file_options[];
  * file that records prompt lengths, each drawn response's own prompt length
  * goes to plen and *paired is true; otherwise plen is untouched and *paired
  * false. */
-PetscErrorCode cost_work_lengths(const char *opt, const char *spec, int n, int max, unsigned long long seed, int *len, int *plen, PetscBool *paired);
+PetscErrorCode cost_work_lengths(const char *opt, const char *spec, int n, int max, unsigned long long seed, int *len,
+                                 int *plen, PetscBool *paired);
 PetscErrorCode cost_work_free(CostWork *work);
 /* The plan search's primitives: -cost_hardware DECK, -cost_profile FILE
  * (at most one of them) and -cost_profile_cache DIR, "" when not given.
@@ -255,7 +264,8 @@ typedef struct {
 } CostTimeline;
 /* cost_estimate, and the timeline of every simulated iteration when tl is
  * not NULL (cost_timeline_free frees it). */
-PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *work, const Plan *plan, CostEstimate *est, CostTimeline *tl);
+PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *work, const Plan *plan, CostEstimate *est,
+                             CostTimeline *tl);
 /* Writes /timeline (and @source) to a new HDF5 file at path (temp then
  * rename), readable by tools/plot_timeline.py. Serial: call on one rank. */
 PetscErrorCode cost_timeline_write(const char *path, const CostTimeline *tl, const char *source);
@@ -267,6 +277,7 @@ PetscErrorCode cost_memory_ranks(const CostPrims *p, const CostWork *work, const
 /* Bytes the reallocation planner (src/realloc) moves between different
  * ranks from layout a to layout b of one model (the same count as
  * realloc_plan_bytes), and the largest any one rank receives. */
-PetscErrorCode cost_realloc_bytes(const CostShape *m, double bytes_per_param, const PlanCall *a, const PlanCall *b, double *total, double *max_recv);
+PetscErrorCode cost_realloc_bytes(const CostShape *m, double bytes_per_param, const PlanCall *a, const PlanCall *b,
+                                  double *total, double *max_recv);
 
 #endif

@@ -35,19 +35,25 @@ typedef struct {
   float         *host;     /* offloaded parameters of this rank's shard, or NULL */
 } DModel;
 
-static inline PetscBool dmodel_member(const DModel *dm) { return dm->mesh && dm->mesh->me >= 0 ? PETSC_TRUE : PETSC_FALSE; }
+static inline PetscBool dmodel_member(const DModel *dm)
+{
+  return dm->mesh && dm->mesh->me >= 0 ? PETSC_TRUE : PETSC_FALSE;
+}
 /* Places cfg on the mesh of `call` in the plan (collective over that mesh;
  * every rank must place its models in the same order) and allocates the
  * members' shards (zeroed AdamW state when optim). */
-PetscErrorCode dmodel_create(const char *name, const ModelConfig *cfg, const Backend *be, const Plan *plan, MFCId call, PetscBool optim, DModel *dm);
+PetscErrorCode dmodel_create(const char *name, const ModelConfig *cfg, const Backend *be, const Plan *plan, MFCId call,
+                             PetscBool optim, DModel *dm);
 PetscErrorCode dmodel_destroy(DModel *dm);
 /* Reads /<role> of a checkpoint (with the AdamW state when with_optim);
  * trunk_only keeps the head as initialised from seed (model_init_random, so
  * the same on every layout). Collective on MPI_COMM_WORLD. */
-PetscErrorCode dmodel_load(DModel *dm, const char *path, const char *role, PetscBool with_optim, PetscBool trunk_only, uint64_t seed);
+PetscErrorCode dmodel_load(DModel *dm, const char *path, const char *role, PetscBool with_optim, PetscBool trunk_only,
+                           uint64_t seed);
 /* What ckpt_write_placed needs to write dm as /<role> (each member its
  * shard, the other ranks nothing). */
-PetscErrorCode dmodel_ckpt_model(const DModel *dm, const char *role, PetscBool with_optim, CkptModel *cm, CkptWhere *where);
+PetscErrorCode dmodel_ckpt_model(const DModel *dm, const char *role, PetscBool with_optim, CkptModel *cm,
+                                 CkptWhere *where);
 /* The whole model on rank 0: full (rank 0 only; a one-rank model of the
  * same configuration, with AdamW state allocated when dm carries it) gets
  * the parameters, moments and step. Collective on MPI_COMM_WORLD. */
@@ -70,7 +76,10 @@ static inline void exec_rows(int B, int dp, int d, int *b0, int *b1)
 }
 /* World rank of replica d's head: last stage, tp rank 0. */
 static inline int exec_head(const Mesh *m, int d) { return mesh_rank(m, m->pp - 1, d, 0); }
-static inline PetscBool exec_is_head(const Mesh *m) { return (m->me >= 0 && m->p == m->pp - 1 && m->t == 0) ? PETSC_TRUE : PETSC_FALSE; }
+static inline PetscBool exec_is_head(const Mesh *m)
+{
+  return (m->me >= 0 && m->p == m->pp - 1 && m->t == 0) ? PETSC_TRUE : PETSC_FALSE;
+}
 /* buf holds B rows of `row` elements of `type`; each replica head's rows
  * are copied to every rank of the world. Collective on MPI_COMM_WORLD. */
 PetscErrorCode exec_share_rows(const Mesh *m, int B, size_t row, MPI_Datatype type, void *buf);

@@ -27,7 +27,8 @@ typedef struct {
   int       stop[GEN_MAX_STOP];
   PetscBool eager;       /* each decode step's ops one by one, no recorded graphs (test_cuda_gen's comparison) */
   PetscBool share_prompts; /* samples admitted together with the same prompt prefill it once (-gen_share_prompts) */
-  PetscBool batch_invariant; /* the forward's matmuls in an order fixed per row, prefill included (-gen_batch_invariant) */
+  PetscBool
+      batch_invariant; /* the forward's matmuls in an order fixed per row, prefill included (-gen_batch_invariant) */
   PetscBool stops_from_deck; /* the deck gave -gen_eos or -gen_stop: a checkpoint's tokenizer does not replace them */
 } GenConfig;
 
@@ -124,7 +125,8 @@ typedef PetscErrorCode (*GenFinishFn)(void *ctx, const GenBatch *b, int index);
  * prompts of newly admitted samples and the last token of every running
  * sample. out must come from gen_batch_create(n, Tmax, gen_masked(cfg), ...)
  * with Tmax >= max_prompt_len + max_new_tokens. */
-PetscErrorCode gen_generate(GenEngine *eng, uint64_t seed, uint32_t iteration, int n, const GenRequest *req, GenBatch *out, GenFinishFn on_finish, void *ctx);
+PetscErrorCode gen_generate(GenEngine *eng, uint64_t seed, uint32_t iteration, int n, const GenRequest *req,
+                            GenBatch *out, GenFinishFn on_finish, void *ctx);
 
 /* ---- a generation with hooks (used by migration, src/genfuse/migrate.c) --- */
 /* Called at the top of every pass of the engine loop, before admission and
@@ -143,7 +145,8 @@ typedef struct {
 } GenRun;
 /* gen_generate over the requests run->own of the n (the batch still holds
  * all n rows: rows the engine never ran keep their prompt only). */
-PetscErrorCode gen_generate_run(GenEngine *eng, uint64_t seed, uint32_t iteration, int n, const GenRequest *req, GenBatch *out, const GenRun *run);
+PetscErrorCode gen_generate_run(GenEngine *eng, uint64_t seed, uint32_t iteration, int n, const GenRequest *req,
+                                GenBatch *out, const GenRun *run);
 int gen_engine_running(const GenEngine *e); /* samples in slots */
 int gen_engine_waiting(const GenEngine *e); /* samples waiting for a slot */
 int gen_engine_slots(const GenEngine *e);

@@ -98,7 +98,8 @@ typedef struct {
 } GenFuseRecvStats;
 /* hold: run nothing before every sample has arrived (the same micro-batches,
  * without the overlap). */
-PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int senders, int tokens, PetscBool hold, GenBatch *arr, int *rows, int *calls, GenFuseBatchFn run, void *ctx, GenFuseRecvStats *st);
+PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int senders, int tokens, PetscBool hold, GenBatch *arr,
+                               int *rows, int *calls, GenFuseBatchFn run, void *ctx, GenFuseRecvStats *st);
 /* A streamed inference replica of several ranks (tp, pp): its head (root
  * of comm, the replica's ranks) receives the samples and hands each
  * micro-batch to the others, so that every rank of the replica runs the
@@ -107,7 +108,8 @@ PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int senders, int tok
  * stream has ended). Elsewhere they are appended to arr from arrival *got
  * on, rows (and calls) filled, idx set to their arrival indices, *n to
  * their count (0: the end); collective over comm. */
-PetscErrorCode genfuse_replica_bcast(MPI_Comm comm, int root, GenBatch *arr, int *rows, int *calls, int *idx, int *n, int *got, GenFuseRecvStats *st);
+PetscErrorCode genfuse_replica_bcast(MPI_Comm comm, int root, GenBatch *arr, int *rows, int *calls, int *idx, int *n,
+                                     int *got, GenFuseRecvStats *st);
 
 
 /* ==== migration of the long tail (src/genfuse/migrate.c) ============== */
@@ -153,8 +155,10 @@ typedef struct {
  * keep[b] (the samples still unfinished: they end with the tail, when
  * their ranks are free again, so spreading them keeps the last inference
  * short). Ranks apart from generation keep their rows. */
-void genfuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned char *freed, const unsigned char *member, const unsigned char *keep, unsigned char *need);
-PetscErrorCode genfuse_migrator_begin(MPI_Comm comm, const Mesh *mesh, int B, double at, int forced, size_t bucket_bytes, GenFuseMigrator *mg);
+void           genfuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned char *freed,
+                               const unsigned char *member, const unsigned char *keep, unsigned char *need);
+PetscErrorCode genfuse_migrator_begin(MPI_Comm comm, const Mesh *mesh, int B, double at, int forced,
+                                      size_t bucket_bytes, GenFuseMigrator *mg);
 PetscErrorCode genfuse_migrate_step(void *ctx, GenEngine *e, GenBatch *b, PetscBool *go);
 
 /* ==== R_t by simulation (src/genfuse/rtauto.c) =========================== */

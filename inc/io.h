@@ -58,7 +58,8 @@ typedef struct {
  * Memory: the rank's shard plus one bounded staging buffer. */
 PetscErrorCode ckpt_write(MPI_Comm comm, const char *path, const CkptModel *models, int n, const CkptState *st);
 /* The same with where[k] (may be NULL) for models[k]. */
-PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st);
+PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where,
+                                 int n, const CkptState *st);
 /* What a checkpoint holds beyond the models: fn(file, ctx) writes it on
  * rank 0 before the file is renamed into place (asynchronous RL's queue of
  * generated batches); fn NULL: nothing. IoFileFn is defined with the HDF5
@@ -71,8 +72,8 @@ typedef struct {
 } CkptCarry;
 /* The same, plus /<src->as>_source recording src (NULL: none) and what
  * carry writes (NULL: nothing). */
-PetscErrorCode ckpt_write_sourced(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st, const CkptSource *src,
-                                  const CkptCarry *carry);
+PetscErrorCode ckpt_write_sourced(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where,
+                                  int n, const CkptState *st, const CkptSource *src, const CkptCarry *carry);
 /* src for the input file path (role read from it, recorded as role `as`):
  * its absolute path, size and checksum. Collective on comm; rank 0 reads. */
 PetscErrorCode ckpt_source_make(MPI_Comm comm, const char *path, const char *role, const char *as, CkptSource *src);
@@ -92,7 +93,8 @@ PetscErrorCode ckpt_tokenizer_from(MPI_Comm comm, const char *path, PetscBool *f
  * none), stop[0..*nstop) its /tokenizer/stop_ids less EOS (at most max, else
  * an error). *found false (the rest untouched but *eos -1) without the group.
  * Collective on comm. */
-PetscErrorCode ckpt_read_stops(MPI_Comm comm, const char *path, int max, int *eos, int *stop, int *nstop, PetscBool *found);
+PetscErrorCode ckpt_read_stops(MPI_Comm comm, const char *path, int max, int *eos, int *stop, int *nstop,
+                               PetscBool *found);
 /* Whether the file (which must be a readable HDF5 file) holds group /<role>. */
 PetscErrorCode ckpt_has_role(MPI_Comm comm, const char *path, const char *role, PetscBool *has);
 /* Loads parameters (and moments and step if with_optim) into an existing model
@@ -159,14 +161,16 @@ PetscErrorCode data_read_vocab(MPI_Comm comm, const char *path, int vocab, const
 PetscErrorCode data_write(MPI_Comm comm, const char *path, const TokenData *d, const char *task);
 /* data_write with further datasets in the same file, written before the
  * file is renamed into place (rank 0's data). */
-PetscErrorCode data_write_extra(MPI_Comm comm, const char *path, const TokenData *d, const char *task, const IODataset *extra, int nextra);
+PetscErrorCode data_write_extra(MPI_Comm comm, const char *path, const TokenData *d, const char *task,
+                                const IODataset *extra, int nextra);
 PetscErrorCode data_free(TokenData *d);
 
 /* ---- growing files ----------------------------------------------------- */
 /* Writes group `group` (replacing one of that name) with datasets and double
  * attributes into path, creating the file if needed; flushed and closed on
  * return. Rank 0 writes; collective. */
-PetscErrorCode io_group_append(MPI_Comm comm, const char *path, const char *group, const IODataset *d, int n, const char *const *attr_names, const double *attr_values, int nattr);
+PetscErrorCode io_group_append(MPI_Comm comm, const char *path, const char *group, const IODataset *d, int n,
+                               const char *const *attr_names, const double *attr_values, int nattr);
 /* A previous run's <dir>/<stem>.h5 kept as <stem>.<k>.h5 (the first k
  * free), as run.h5 is when a run starts: rank 0 renames; collective
  * (io_keep_previous_local: this rank alone). */
@@ -179,13 +183,14 @@ PetscErrorCode io_keep_previous_local(const char *dir, const char *stem);
  * when texts is not NULL, ntexts row texts as <text_name>_bytes and
  * <text_name>_offsets (a prompt file's layout; a NULL row is empty). kind
  * names the file in messages ("evaluations file"). Rank 0 writes; collective. */
-PetscErrorCode io_group_replace(MPI_Comm comm, const char *kind, const char *path, const char *group, const IODataset *d,
-                                int n, const char *text_name, const char *const *texts, int ntexts,
+PetscErrorCode io_group_replace(MPI_Comm comm, const char *kind, const char *path, const char *group,
+                                const IODataset *d, int n, const char *text_name, const char *const *texts, int ntexts,
                                 const char *const *attr_names, const double *attr_values, int nattr);
 /* The same into an open run record: group `group` (a path such as
  * "plan/actor_gen": missing parents are created; a group of that name is
  * replaced, children included), then a flush. Rank 0 writes; collective. */
-PetscErrorCode record_group(RunRecord *rec, const char *group, const IODataset *d, int n, const char *const *attr_names, const double *attr_values, int nattr);
+PetscErrorCode record_group(RunRecord *rec, const char *group, const IODataset *d, int n, const char *const *attr_names,
+                            const double *attr_values, int nattr);
 
 /* Writes one float32 [rows, cols] dataset `name` to a new file at path. */
 PetscErrorCode io_write_matrix(MPI_Comm comm, const char *path, const char *name, const float *x, int rows, int cols);
@@ -297,12 +302,15 @@ PetscErrorCode io_attr_class(IoId obj, const char *where, const char *name, IoCl
  * entry of 0 accepts and returns any extent); `where` prefixes messages
  * ("checkpoint x.h5"), `full` is the absolute name shown. read reads the
  * whole dataset as mem (HDF5 converts); write creates a contiguous one. */
-PetscErrorCode io_dataset_open(IoId loc, const char *where, const char *full, const char *name, IoClass cls, size_t size, int ndim, IoSize *dims, IoId *dset);
+PetscErrorCode io_dataset_open(IoId loc, const char *where, const char *full, const char *name, IoClass cls,
+                               size_t size, int ndim, IoSize *dims, IoId *dset);
 PetscErrorCode io_dataset_read(IoId dset, const char *where, const char *full, IoType mem, void *buf);
-PetscErrorCode io_dataset_write(IoId loc, const char *name, IoType file_type, IoType mem_type, int ndim, const IoSize *dims, const void *buf);
+PetscErrorCode io_dataset_write(IoId loc, const char *name, IoType file_type, IoType mem_type, int ndim,
+                                const IoSize *dims, const void *buf);
 
 /* Datasets (IODataset) and double attributes into an open group (group.c). */
-PetscErrorCode io_group_fill(IoId g, const IODataset *d, int n, const char *const *attr_names, const double *attr_values, int nattr);
+PetscErrorCode io_group_fill(IoId g, const IODataset *d, int n, const char *const *attr_names,
+                             const double *attr_values, int nattr);
 
 /* Unchecked reads for scans that handle failure themselves (a rollouts
  * file's iterations): the element count of dataset `path` under loc, or a

@@ -25,15 +25,27 @@ extern const char *const ModelHeadNames[]; /* "lm", "scalar", then PETSc's enum 
  * in these properties is one more row (docs/models.md). */
 typedef enum { MODEL_ARCH_GPT2 = 0, MODEL_ARCH_LLAMA = 1, MODEL_ARCH_COUNT } ModelArch;
 extern const char *const ModelArchNames[]; /* the rows' names ("gpt2", "llama"), then PETSc's enum trailer */
-typedef enum { MODEL_NORM_LAYER = 0, MODEL_NORM_RMS = 1 } ModelNorm;           /* LayerNorm (gain and bias, eps 1e-5), RMSNorm (gain, -norm_eps) */
-typedef enum { MODEL_POS_LEARNED = 0, MODEL_POS_ROTARY = 1 } ModelPositions;   /* a learned table of n_positions rows, or rotary embeddings (-rope_*) */
-typedef enum { MODEL_MLP_GELU = 0, MODEL_MLP_SWIGLU = 1 } ModelMlp;            /* GELU over 4 n_embd, or SwiGLU over -n_ffn (gate|up, then down) */
+typedef enum {
+  MODEL_NORM_LAYER = 0,
+  MODEL_NORM_RMS   = 1
+} ModelNorm; /* LayerNorm (gain and bias, eps 1e-5), RMSNorm (gain, -norm_eps) */
+typedef enum {
+  MODEL_POS_LEARNED = 0,
+  MODEL_POS_ROTARY  = 1
+} ModelPositions; /* a learned table of n_positions rows, or rotary embeddings (-rope_*) */
+typedef enum {
+  MODEL_MLP_GELU   = 0,
+  MODEL_MLP_SWIGLU = 1
+} ModelMlp; /* GELU over 4 n_embd, or SwiGLU over -n_ffn (gate|up, then down) */
 /* Tensor names and shapes: GPT-2's Conv1D ones (transformer.h.N.*, weights
  * [in,out], q|k|v one c_attn of three equal blocks), or nn.Linear ones
  * (model.layers.N.*, weights [out,in], q, k and v apart, so k and v may have
  * fewer heads). */
 typedef enum { MODEL_LAYOUT_CONV1D = 0, MODEL_LAYOUT_LINEAR = 1 } ModelLayout;
-typedef enum { MODEL_TIE_ALWAYS = 0, MODEL_TIE_OPTION = 1 } ModelTie;          /* the LM head is the token embedding, or is under -tie_embeddings */
+typedef enum {
+  MODEL_TIE_ALWAYS = 0,
+  MODEL_TIE_OPTION = 1
+} ModelTie; /* the LM head is the token embedding, or is under -tie_embeddings */
 typedef struct {
   const char    *name;        /* -<role>_arch's value and a checkpoint's arch attribute (ModelArchNames[row]) */
   ModelNorm      norm;
@@ -43,7 +55,8 @@ typedef struct {
   PetscBool      linear_bias; /* every linear layer has a bias (else none, but q, k and v's under -qkv_bias) */
   PetscBool      qk_norm;     /* -qk_norm may add RMSNorms over each query and key head */
   ModelTie       tie;
-  PetscBool      settings;    /* reads the shape settings (-n_kv_head, -n_ffn, -head_dim, -qkv_bias, -qk_norm, -tie_embeddings, -rope_*, -norm_eps), which its checkpoints carry */
+  PetscBool settings; /* reads the shape settings (-n_kv_head, -n_ffn, -head_dim, -qkv_bias, -qk_norm, -tie_embeddings,
+                         -rope_*, -norm_eps), which its checkpoints carry */
   const char    *members;     /* the models it covers, for -arch's help */
 } ModelArchRow;
 extern const ModelArchRow model_archs[MODEL_ARCH_COUNT];
@@ -74,32 +87,54 @@ typedef struct {
 /* The row of a configuration's architecture. */
 static inline const ModelArchRow *model_arch(const ModelConfig *c) { return &model_archs[c->arch]; }
 /* Linear weights stored [out,in] (nn.Linear): matmuls take them transposed. */
-static inline PetscBool model_weights_out_in(const ModelConfig *c) { return model_arch(c)->layout == MODEL_LAYOUT_LINEAR ? PETSC_TRUE : PETSC_FALSE; }
+static inline PetscBool model_weights_out_in(const ModelConfig *c)
+{
+  return model_arch(c)->layout == MODEL_LAYOUT_LINEAR ? PETSC_TRUE : PETSC_FALSE;
+}
 /* Width of one attention head, and of all query heads together (n_embd
  * unless a LLaMA-family model sets head_dim). */
 static inline int model_head_dim(const ModelConfig *c) { return c->head_dim > 0 ? c->head_dim : c->n_embd / c->n_head; }
 static inline int model_q_width(const ModelConfig *c) { return c->n_head * model_head_dim(c); }
 /* Key/value heads and MLP width of any architecture: a fused c_attn's three
  * equal blocks give n_head; a GELU MLP is 4 n_embd wide. */
-static inline int model_n_kv_head(const ModelConfig *c) { return model_arch(c)->layout == MODEL_LAYOUT_LINEAR ? c->n_kv_head : c->n_head; }
-static inline int model_n_ffn(const ModelConfig *c) { return model_arch(c)->mlp == MODEL_MLP_SWIGLU ? c->n_ffn : 4 * c->n_embd; }
+static inline int model_n_kv_head(const ModelConfig *c)
+{
+  return model_arch(c)->layout == MODEL_LAYOUT_LINEAR ? c->n_kv_head : c->n_head;
+}
+static inline int model_n_ffn(const ModelConfig *c)
+{
+  return model_arch(c)->mlp == MODEL_MLP_SWIGLU ? c->n_ffn : 4 * c->n_embd;
+}
 /* The LM head has its own weight (-tie_embeddings false) rather than the embedding's. */
-static inline PetscBool model_untied_head(const ModelConfig *c) { return model_arch(c)->tie == MODEL_TIE_OPTION && !c->tie_embeddings && c->head == MODEL_HEAD_LM ? PETSC_TRUE : PETSC_FALSE; }
+static inline PetscBool model_untied_head(const ModelConfig *c)
+{
+  return model_arch(c)->tie == MODEL_TIE_OPTION && !c->tie_embeddings && c->head == MODEL_HEAD_LM ? PETSC_TRUE
+                                                                                                  : PETSC_FALSE;
+}
 /* Whether two configurations describe the same model (every field that
  * shapes or computes it). */
 PetscBool model_config_equal(const ModelConfig *a, const ModelConfig *b);
 /* Tensor-parallel ranks that hold one key/value head's copy: 1 when tp
  * divides n_kv_head; tp / n_kv_head when n_kv_head divides tp (Megatron's
  * replication: each block of that many consecutive tp ranks shares a head). */
-static inline int model_kv_rep(const ModelConfig *c, int tp) { return tp > model_n_kv_head(c) ? tp / model_n_kv_head(c) : 1; }
+static inline int model_kv_rep(const ModelConfig *c, int tp)
+{
+  return tp > model_n_kv_head(c) ? tp / model_n_kv_head(c) : 1;
+}
 /* Key/value heads one tp rank holds: n_kv_head / tp, or one replicated head. */
-static inline int model_kv_heads_local(const ModelConfig *c, int tp) { return model_n_kv_head(c) * model_kv_rep(c, tp) / tp; }
+static inline int model_kv_heads_local(const ModelConfig *c, int tp)
+{
+  return model_n_kv_head(c) * model_kv_rep(c, tp) / tp;
+}
 /* tp can cut this model: it divides n_head, n_ffn and vocab_size, and
  * divides n_kv_head or is a multiple of it. */
 static inline PetscBool model_tp_divides(const ModelConfig *c, int tp)
 {
   int kv = model_n_kv_head(c);
-  return tp >= 1 && c->n_head % tp == 0 && (kv % tp == 0 || tp % kv == 0) && model_n_ffn(c) % tp == 0 && c->vocab_size % tp == 0 ? PETSC_TRUE : PETSC_FALSE;
+  return tp >= 1 && c->n_head % tp == 0 && (kv % tp == 0 || tp % kv == 0) && model_n_ffn(c) % tp == 0 &&
+                 c->vocab_size % tp == 0
+             ? PETSC_TRUE
+             : PETSC_FALSE;
 }
 /* Tensors of the transformer trunk (what a critic or reward model takes from
  * a policy checkpoint): everything but the LM and scalar heads. */
@@ -121,15 +156,20 @@ typedef struct {
   int       gshape[2]; /* full shape (gshape[1] 0 for 1-D) */
   int       split;     /* the dimension tensor parallelism cuts (-1: replicated), also in the whole model's table */
   int       groups;    /* the split dimension is `groups` equal blocks (3: q|k|v), each cut into tp pieces */
-  PetscBool norm;      /* counted by this rank in the global gradient norm (replicated tensors by tp rank 0 only; the last stage's tied wte copy never) */
-  int       kv_heads;  /* k and v projections (weights, biases): the model's n_kv_head, which caps their pieces (0: any other tensor) */
+  PetscBool norm; /* counted by this rank in the global gradient norm (replicated tensors by tp rank 0 only; the last
+                     stage's tied wte copy never) */
+  int kv_heads;   /* k and v projections (weights, biases): the model's n_kv_head, which caps their pieces (0: any other
+                     tensor) */
 } ModelTensor;
 
 /* A tensor's pieces under tensor-parallel size tp: tp/rep of them, rank t
  * holding piece t/rep, where rep (model_tensor_rep) is the number of
  * consecutive tp ranks sharing a copy: above n_kv_head, k and v are
  * replicated (their gradients are summed over the block, model_grads_sync). */
-static inline int model_tensor_rep(const ModelTensor *f, int tp) { return f->kv_heads > 0 && tp > f->kv_heads ? tp / f->kv_heads : 1; }
+static inline int model_tensor_rep(const ModelTensor *f, int tp)
+{
+  return f->kv_heads > 0 && tp > f->kv_heads ? tp / f->kv_heads : 1;
+}
 static inline int model_tensor_pieces(const ModelTensor *f, int tp) { return tp / model_tensor_rep(f, tp); }
 static inline int model_tensor_piece_of(const ModelTensor *f, int tp, int t) { return t / model_tensor_rep(f, tp); }
 
@@ -161,14 +201,16 @@ void model_shard_of_mesh(const ModelConfig *cfg, const Mesh *mesh, ModelShard *s
  * pp <= n_layer. The message names the option prefix given (e.g. -actor_train_). */
 PetscErrorCode model_shard_check(const ModelConfig *cfg, int tp, int pp, const char *what);
 /* Tensor table of a shard (sh NULL: the whole model). */
-PetscErrorCode model_tensor_table_shard(const ModelConfig *cfg, const ModelShard *sh, ModelTensor **tensors, int *ntensors, size_t *nparams);
+PetscErrorCode model_tensor_table_shard(const ModelConfig *cfg, const ModelShard *sh, ModelTensor **tensors,
+                                        int *ntensors, size_t *nparams);
 /* Index range along a tensor's split dimension of piece a of q for group g:
  * [*lo, *hi). Rank t of tp holds pieces q/tp*t .. q/tp*(t+1)-1 when tp divides q. */
 void model_tensor_piece(const ModelTensor *full, int q, int a, int g, int *lo, int *hi);
 /* Copies n indices along a split dimension: from index src_lo of a buffer
  * whose split-dimension extent is src_D to index dst_lo of one with extent
  * dst_D (the other dimension is the full one). full describes the tensor. */
-void model_copy_span(const ModelTensor *full, int split, const float *src, int src_D, int src_lo, float *dst, int dst_D, int dst_lo, int n);
+void model_copy_span(const ModelTensor *full, int split, const float *src, int src_D, int src_lo, float *dst, int dst_D,
+                     int dst_lo, int n);
 /* Copies between a full flat buffer (host, table of the whole model) and a
  * shard's flat buffer (host, table of sh): extract takes the shard's pieces,
  * insert puts them back. */
@@ -195,7 +237,7 @@ typedef struct {
   const Mesh    *mesh;           /* the mesh the shard lives on, or NULL (one rank) */
   ModelDistConfig  dist;
   int            Cl, NHl, Vl, v0; /* local query width n_head*head_dim/tp, heads, vocabulary rows and first row */
-  int            NKVl, Ckvl, Fl;  /* local key/value heads and width (one replicated head when tp > n_kv_head), MLP width */
+  int NKVl, Ckvl, Fl; /* local key/value heads and width (one replicated head when tp > n_kv_head), MLP width */
   float         *inv_freq;        /* device [hd/2], the rotary frequencies (LLaMA) */
   int            ntensors;
   ModelTensor   *tensors;
@@ -211,7 +253,8 @@ typedef struct {
   size_t         own0, own1;     /* ZeRO-1: the flat range whose AdamW moments this rank keeps (m, v hold own1-own0) */
   PetscBool      grads_synced;   /* model_grads_sync ran since the last zero_grad or step */
   int            msg_model, msg_mb; /* what the stage messages' tags carry (model_msg_ids) */
-  PetscBool      cached_rows;    /* the cached forward's matmuls through Backend.matmul_forward_rows (model_cached_batch_invariant) */
+  PetscBool
+      cached_rows; /* the cached forward's matmuls through Backend.matmul_forward_rows (model_cached_batch_invariant) */
   PetscBool      in_cached;      /* a cached forward is running */
 } Model;
 
@@ -316,7 +359,8 @@ typedef struct {
  * entropy (host [B*T], may be NULL) gets each row's entropy of that
  * distribution (0 where target < 0). model_backward_logprob then uses the same
  * distribution. */
-PetscErrorCode model_logprobs_dist(Model *lm, const int *target, const ModelTokenDist *dist, float *logprob, float *entropy);
+PetscErrorCode model_logprobs_dist(Model *lm, const int *target, const ModelTokenDist *dist, float *logprob,
+                                   float *entropy);
 /* Scalar head: copy the values to host [B*T]. */
 PetscErrorCode model_values_get(Model *lm, float *values);
 
@@ -374,7 +418,8 @@ PetscErrorCode model_kv_copy_slot(const Model *lm, ModelKVCache *kv, int from, i
  * prefill needs the logits of each prompt's last row only, and the others'
  * would cost a head matmul and N x V floats for nothing. out (host) gets the
  * logits [M,V] (LM head) or values [M] (scalar head), row m of head_rows[m]. */
-PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, const int *head_rows, int M, float *out);
+PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N,
+                                    const int *head_rows, int M, float *out);
 /* The same forward with everything in the backend's memory, for a model on
  * one rank (model_cached_resident_ok: no tensor or pipeline parallelism,
  * the LM head): tok, slot and pos are N rows in lm->be's memory (gen's
@@ -394,9 +439,11 @@ PetscBool      model_cached_resident_ok(const Model *lm);
  * forward is not affected. An error naming the option on a backend without
  * such matmuls. */
 PetscErrorCode model_cached_batch_invariant(Model *lm, PetscBool on);
-PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, const int *head_rows, int M, PetscBool graph,
+PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const int *tok, const int *slot,
+                                             const int *pos, int N, const int *head_rows, int M, PetscBool graph,
                                              const float **logits);
-PetscErrorCode model_cached_check_rows(const Model *lm, const ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N);
+PetscErrorCode model_cached_check_rows(const Model *lm, const ModelKVCache *kv, const int *tok, const int *slot,
+                                       const int *pos, int N);
 
 /* Sizes for -dry_run and benchmarks. */
 size_t model_activation_bytes(const ModelConfig *cfg, int B, int T);
@@ -405,7 +452,8 @@ size_t model_activation_bytes(const ModelConfig *cfg, int B, int T);
  * kept low-precision copy (backend_weight_copy_bytes), plus the
  * activations of B x T tokens (model_activation_bytes). SFT's memory check
  * and -dry_run, and bench_model's estimate, use it. */
-PetscErrorCode model_training_bytes(const ModelConfig *cfg, const Backend *be, int B, int T, double *weights, double *acts);
+PetscErrorCode model_training_bytes(const ModelConfig *cfg, const Backend *be, int B, int T, double *weights,
+                                    double *acts);
 double model_flops_per_token(const ModelConfig *cfg, int T, PetscBool training);
 
 #endif

@@ -35,7 +35,12 @@ extern const char *const FuseModeNames[]; /* PETSc enum list: none, stream, migr
 /* auto: -mode ppo searches the plan at start (src/search) from the colocated
  * meshes; SFT and RM (alone or as pipeline stages) place their one training
  * call as -mode plan does (search_auto_stage). */
-typedef enum { PLACEMENT_COLOCATE = 0, PLACEMENT_INTERLEAVE = 1, PLACEMENT_DISAGGREGATE = 2, PLACEMENT_AUTO = 3 } Placement;
+typedef enum {
+  PLACEMENT_COLOCATE     = 0,
+  PLACEMENT_INTERLEAVE   = 1,
+  PLACEMENT_DISAGGREGATE = 2,
+  PLACEMENT_AUTO         = 3
+} Placement;
 extern const char *const PlacementNames[]; /* PETSc enum list: colocate, interleave, disaggregate, auto */
 
 #define PLAN_MAX_RANKS 1024
@@ -54,7 +59,7 @@ typedef struct {
   PetscBool offload;        /* frozen models offloaded to host between calls when meshes overlap */
   PetscBool zero1;          /* ZeRO-1 optimizer-state sharding in the training calls */
   double    bucket_mb;      /* gradient all-reduce and weight-sync bucket, MiB */
-  PetscBool fuse_train;     /* actor_train and critic_train fused on the same ranks (-fuse_train, src/plan/fuse_train.c) */
+  PetscBool fuse_train; /* actor_train and critic_train fused on the same ranks (-fuse_train, src/plan/fuse_train.c) */
   char      source[PETSC_MAX_PATH_LEN + 32]; /* "preset colocate", "preset interleave + options", "file <path>" */
   PlanCall  call[MFC_COUNT];
   int       nconc;          /* pairs of calls that must run concurrently (disjoint meshes) */

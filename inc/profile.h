@@ -48,7 +48,10 @@ static inline double *profile_entry(const ProfileModel *m, int itp, int part, in
 {
   return m->sec + ((((size_t)itp * COST_NPART + part) * COST_NPHASE + ph) * m->nrows + ir) * m->nlen + il;
 }
-static inline double *profile_coll_entry(const Profile *pf, int op, int im, int ib) { return pf->coll_sec + ((size_t)op * pf->nmesh + im) * pf->nbytes + ib; }
+static inline double *profile_coll_entry(const Profile *pf, int op, int im, int ib)
+{
+  return pf->coll_sec + ((size_t)op * pf->nmesh + im) * pf->nbytes + ib;
+}
 
 /* Allocates a model table's arrays for the given axis lengths (zeroed). */
 PetscErrorCode profile_model_alloc(ProfileModel *m, int ntp, int nrows, int nlen);
@@ -90,7 +93,8 @@ extern const IoFileOption profile_file_options[];
  * quick grid and stored there (temporary, then rename) when the cache has
  * none. path gets the file, how says whether it was measured or reused.
  * Collective on PETSC_COMM_WORLD. */
-PetscErrorCode profile_cached(const RunCtx *run, const CostDeck *deck, const char *dir, char *path, size_t len, char *how, size_t howlen);
+PetscErrorCode profile_cached(const RunCtx *run, const CostDeck *deck, const char *dir, char *path, size_t len,
+                              char *how, size_t howlen);
 
 /* CostPrims from a profile file. compute interpolates log(seconds)
  * bilinearly in (log rows, log len) per tp and extrapolates outside the grid

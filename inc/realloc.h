@@ -35,7 +35,8 @@ typedef struct {
 
 /* The cached plan from src to dst for a model of shape cfg. Errors (tp sizes
  * that do not divide each other) name `what` (e.g. "actor: actor_train -> actor_gen"). */
-PetscErrorCode realloc_plan_get(const ModelConfig *cfg, const Mesh *src, const Mesh *dst, const char *what, const ReallocPlan **plan);
+PetscErrorCode realloc_plan_get(const ModelConfig *cfg, const Mesh *src, const Mesh *dst, const char *what,
+                                const ReallocPlan **plan);
 /* Total bytes the plan moves between different ranks (same on every rank). */
 double realloc_plan_bytes(const ReallocPlan *plan);
 /* Moves the weights: src_flat is this rank's shard in the source layout
@@ -43,7 +44,8 @@ double realloc_plan_bytes(const ReallocPlan *plan);
  * destination layout (ignored when not in dst). Both are host buffers.
  * Buckets of at most bucket_bytes per message (0: no limit). Collective
  * over the union of both meshes only. stats may be NULL. */
-PetscErrorCode realloc_execute(const ReallocPlan *plan, const float *src_flat, float *dst_flat, size_t bucket_bytes, ReallocStats *stats);
+PetscErrorCode realloc_execute(const ReallocPlan *plan, const float *src_flat, float *dst_flat, size_t bucket_bytes,
+                               ReallocStats *stats);
 /* Frees every cached plan. */
 PetscErrorCode realloc_cache_destroy(void);
 

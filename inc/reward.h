@@ -72,7 +72,8 @@ PetscErrorCode reward_spec_parse(const char *opt, const char *s, RewardSpec *spe
 PetscBool reward_spec_needs_answer(const RewardSpec *spec);
 /* One sample's value of each term (unweighted, into part[spec->n]) and the
  * weighted sum (returned). length_start: the length function's start. */
-double reward_spec_eval(const RewardSpec *spec, const char *response, size_t n, int eos, int len, const char *reference, int length_start, int max_len, double *part);
+double reward_spec_eval(const RewardSpec *spec, const char *response, size_t n, int eos, int len, const char *reference,
+                        int length_start, int max_len, double *part);
 
 /* ---- the -reward_ options (src/reward/options.c) -------------------------- */
 /* src/reward owns every -reward_ option of the rewards (the reward model's
@@ -123,7 +124,8 @@ PetscErrorCode reward_command_start(const char *cmd, double timeout_s, RewardCom
  * line that is not a number (quoted, shortened), or too few or too many
  * lines. Does not raise a PETSc error itself: the caller agrees the outcome
  * over the ranks and raises it on all of them. */
-int reward_command_score(RewardCommand *rc, int iteration, int n, const RewardSample *s, double *out, char *err, size_t errcap);
+int reward_command_score(RewardCommand *rc, int iteration, int n, const RewardSample *s, double *out, char *err,
+                         size_t errcap);
 /* Closes its input, waits up to 5 s for it to exit, then kills it. */
 PetscErrorCode reward_command_stop(RewardCommand **rc);
 

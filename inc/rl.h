@@ -16,14 +16,16 @@
 /* Per-token rewards: r_t = -kl_coef * (logp_t - ref_t) on every response
  * token, plus score[b] on the last response token. score is the already
  * clipped reward-model score (or the truncation penalty): see rl_final_score. */
-void rl_kl_rewards(int B, int T, const int *start, const int *len, const float *logp, const float *ref, const float *score, double kl_coef, float *rewards);
+void rl_kl_rewards(int B, int T, const int *start, const int *len, const float *logp, const float *ref,
+                   const float *score, double kl_coef, float *rewards);
 /* The sequence-level score entering the rewards: clamp(rm_score, -clip,
  * clip) when the response ended with EOS (clip <= 0: no clipping), else
  * truncation_penalty. */
 double rl_final_score(double rm_score, int eos, double clip, double truncation_penalty);
 /* GAE: delta_t = r_t + gamma*V_{t+1} - V_t, A_t = delta_t + gamma*lambda*A_{t+1},
  * with V and A zero after the last response token; returns = A + V. */
-void rl_gae(int B, int T, const int *start, const int *len, const float *rewards, const float *values, double gamma, double lambda, float *adv, float *ret);
+void rl_gae(int B, int T, const int *start, const int *len, const float *rewards, const float *values, double gamma,
+            double lambda, float *adv, float *ret);
 /* Reward-to-go: ret_t = sum_{t' >= t} gamma^(t'-t) r_t' over the response
  * (REINFORCE's return; GAE with V = 0 and lambda 1), 0 outside it. */
 void rl_returns(int B, int T, const int *start, const int *len, const float *rewards, double gamma, float *ret);
@@ -38,13 +40,15 @@ void rl_whiten(int B, int T, const int *start, const int *len, float *x, double 
  * (eps_low = eps_high: PPO's clip; eps_high > eps_low: DAPO's "clip-higher").
  * dlogp[i] = d loss / d logp_i. *clipfrac (may be NULL) gets the sum of w_i over
  * tokens where the clipped term is the larger one strictly (no gradient). */
-double rl_policy_loss(size_t n, const float *logp, const float *old, const float *adv, const float *w, double eps_low, double eps_high, float *dlogp, double *clipfrac);
+double rl_policy_loss(size_t n, const float *logp, const float *old, const float *adv, const float *w, double eps_low,
+                      double eps_high, float *dlogp, double *clipfrac);
 /* The same with a behaviour importance weight per token (NULL: 1): each
  * token's term and gradient are multiplied by isw_i (the decoupled PPO
  * objective of asynchronous runs: old is then the proximal policy's
  * log-probabilities, isw the weights of rl_behaviour_weights); the clip
  * fraction still sums w_i alone. */
-double rl_policy_loss_is(size_t n, const float *logp, const float *old, const float *adv, const float *w, const float *isw, double eps_low, double eps_high, float *dlogp, double *clipfrac);
+double rl_policy_loss_is(size_t n, const float *logp, const float *old, const float *adv, const float *w,
+                         const float *isw, double eps_low, double eps_high, float *dlogp, double *clipfrac);
 /* Off-policy correction of samples drawn by older weights (the behaviour
  * policy, log-probabilities behav) for the policy being trained (its
  * log-probabilities before the update: prox). Per token with w_i != 0 the
@@ -59,10 +63,12 @@ typedef enum { RL_IS_MASK = 0, RL_IS_TRUNCATE = 1 } RLISMode;
 typedef struct {
   double n, sum, max, capped;
 } RLISStats;
-void rl_behaviour_weights(size_t n, const float *prox, const float *behav, const float *w, double cap, RLISMode mode, float *isw, RLISStats *st);
+void rl_behaviour_weights(size_t n, const float *prox, const float *behav, const float *w, double cap, RLISMode mode,
+                          float *isw, RLISStats *st);
 /* Clipped value loss: loss = sum_i w_i * 0.5*max((v-R)^2, (v_old + clip(v - v_old, -eps_v, eps_v) - R)^2);
  * dv[i] = d loss / d v_i; *clipfrac as above. eps_v <= 0: no clipping. */
-double rl_value_loss(size_t n, const float *v, const float *v_old, const float *ret, const float *w, double eps_v, float *dv, double *clipfrac);
+double rl_value_loss(size_t n, const float *v, const float *v_old, const float *ret, const float *w, double eps_v,
+                     float *dv, double *clipfrac);
 /* Estimators of KL(pi||ref) from one sample of pi, with x = ref - logp
  * (Schulman, "Approximating KL divergence"): k1 = -x (unbiased, can be
  * negative), k2 = x^2/2 (low variance, biased), k3 = e^x - x - 1
@@ -70,7 +76,8 @@ double rl_value_loss(size_t n, const float *v, const float *v_old, const float *
 typedef enum { RL_KL_K1 = 0, RL_KL_K2 = 1, RL_KL_K3 = 2 } RLKLEstimator;
 /* KL penalty as a loss term (GRPO): loss = sum_i w_i * coef * k(x_i) for the
  * estimator k; dlogp[i] += d loss / d logp_i. */
-double rl_kl_loss(size_t n, const float *logp, const float *ref, const float *w, double coef, RLKLEstimator est, float *dlogp);
+double rl_kl_loss(size_t n, const float *logp, const float *ref, const float *w, double coef, RLKLEstimator est,
+                  float *dlogp);
 /* GRPO advantages: sequences come in groups of k consecutive samples of one
  * prompt; adv[i] = (score[i] - mean of its group) / (std of its group + eps),
  * std the sample standard deviation (k-1 in the denominator); without

@@ -53,7 +53,8 @@ typedef PetscErrorCode (*SchedFn)(void *ctx, Model *lm, int mb);
  * of the right model. Gradients accumulate as the callbacks leave them;
  * slot 0 and micro-batch 0 are selected at the end (also after an error).
  * Every rank of the shard's pipeline runs its own stage's list. */
-PetscErrorCode sched_run(Model *lm, const SchedTask *tasks, int ntasks, int nslots, SchedFn forward, SchedFn backward, void *ctx);
+PetscErrorCode sched_run(Model *lm, const SchedTask *tasks, int ntasks, int nslots, SchedFn forward, SchedFn backward,
+                         void *ctx);
 
 /* Several models' tasks on this rank, interleaved in one list (a fused
  * schedule, src/actorcritic): each model keeps its own shard, slots, callbacks and

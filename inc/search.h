@@ -75,7 +75,8 @@ double search_cost(const CostEstimate *est);
 /* Checks a plan and estimates it: *ok false when plan_check refuses it
  * (without a message: errors are returned silently). Remembered: a plan
  * seen before is answered from the space's cache (src/search/cache.c). */
-PetscErrorCode search_evaluate(SearchSpace sp, SearchObjective f, void *ctx, const Plan *plan, PetscBool *ok, CostEstimate *est);
+PetscErrorCode search_evaluate(SearchSpace sp, SearchObjective f, void *ctx, const Plan *plan, PetscBool *ok,
+                               CostEstimate *est);
 /* Cache hits and misses (estimates made) so far. */
 void search_cache_stats(SearchSpace sp, long *hits, long *misses);
 
@@ -92,12 +93,14 @@ void search_cache_stats(SearchSpace sp, long *hits, long *misses);
  * A time budget is shared: each chain gets its share of 75% of it (the
  * chains running in waves of as many as there are threads), the polishes
  * the rest. */
-PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, int nstart, const SearchOptions *o, SearchResult *res);
+PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, int nstart,
+                             const SearchOptions *o, SearchResult *res);
 
 /* Every plan of the space (the meshes and strategies of the calls in use,
  * and the settings searched), for checking the annealing on small spaces;
  * refuses spaces over `limit` plans. base gives what is not searched. */
-PetscErrorCode search_enumerate(SearchSpace sp, SearchObjective f, void *ctx, const Plan *base, double limit, SearchResult *res);
+PetscErrorCode search_enumerate(SearchSpace sp, SearchObjective f, void *ctx, const Plan *base, double limit,
+                                SearchResult *res);
 
 /* A heuristic plan: the start plan's meshes kept, each call's (dp, tp, pp,
  * mbs) chosen best for its mesh one call at a time (two sweeps). The
@@ -106,7 +109,8 @@ PetscErrorCode search_enumerate(SearchSpace sp, SearchObjective f, void *ctx, co
 PetscErrorCode search_tune(SearchSpace sp, SearchObjective f, void *ctx, Plan *plan, CostEstimate *est);
 /* The same, stopping between two estimates once sys_wtime() passes
  * deadline (INFINITY: never) with the best plan found so far. */
-PetscErrorCode search_tune_until(SearchSpace sp, SearchObjective f, void *ctx, double deadline, Plan *plan, CostEstimate *est);
+PetscErrorCode search_tune_until(SearchSpace sp, SearchObjective f, void *ctx, double deadline, Plan *plan,
+                                 CostEstimate *est);
 
 /* ---- the search as a job (src/search/driver.c) ---------------------------- */
 typedef struct {
@@ -129,7 +133,9 @@ PetscErrorCode search_settings_from_options(SearchOptions *o, SearchSpaceSpec *s
  * for spec->world ranks; with print, the table of their estimates. Runs
  * on rank 0 of comm; every rank gets the best plan (its estimate in est_*)
  * and the summary. */
-PetscErrorCode search_plan(MPI_Comm comm, const CostPrims *p, const CostWork *w, const PlanNeeds *needs, const SearchSpaceSpec *spec, const SearchOptions *o, PetscBool print, Plan *best, SearchSummary *sum);
+PetscErrorCode search_plan(MPI_Comm comm, const CostPrims *p, const CostWork *w, const PlanNeeds *needs,
+                           const SearchSpaceSpec *spec, const SearchOptions *o, PetscBool print, Plan *best,
+                           SearchSummary *sum);
 /* The training calls of the stages before PPO (sft_train, rm_train;
  * src/search/stages.c), each placed alone: the fastest step that fits
  * over every strategy on every mesh size, for ZeRO-1 off and on (the
@@ -142,7 +148,8 @@ typedef struct {
 /* For the stages job uses, on spec->world ranks; runs on rank 0 of comm
  * and broadcasts (every layout tried: milliseconds, never cut by a budget).
  * A stage none of whose layouts passes plan_check is an error. */
-PetscErrorCode search_stages_place(MPI_Comm comm, const CostPrims *p, const CostJob *job, const SearchSpaceSpec *spec, SearchStages *out);
+PetscErrorCode search_stages_place(MPI_Comm comm, const CostPrims *p, const CostJob *job, const SearchSpaceSpec *spec,
+                                   SearchStages *out);
 /* Puts the placement for plan->zero1 into plan (calls and est_call_s). */
 void search_stages_apply(const CostJob *job, const SearchStages *s, Plan *plan);
 

@@ -143,7 +143,8 @@ PetscErrorCode sys_param_record(const char *prefix, const char *name, const char
 void           sys_help_capture(int argc, char **argv);
 PetscErrorCode sys_help_begin(void);
 PetscErrorCode sys_help_print(MPI_Comm comm);
-PetscErrorCode sys_option_help(PetscOptionItems *items, const char *name, const char *help, const char *def, const char *const *list, PetscInt n);
+PetscErrorCode sys_option_help(PetscOptionItems *items, const char *name, const char *help, const char *def,
+                               const char *const *list, PetscInt n);
 
 typedef struct {
   char      name[128];  /* full option name without the dash, prefix included */
@@ -158,7 +159,8 @@ typedef struct {
 typedef enum { SYS_OPT_INT, SYS_OPT_REAL } SysOptKind;
 PetscErrorCode sys_option_check_number(const char *prefix, const char *name, SysOptKind kind, size_t bytes);
 /* sys_option_help with a number's default. */
-PetscErrorCode sys_option_help_number(PetscOptionItems *items, const char *name, const char *help, SysOptKind kind, double def);
+PetscErrorCode sys_option_help_number(PetscOptionItems *items, const char *name, const char *help, SysOptKind kind,
+                                      double def);
 /* Fails if the option's value does not fit a buffer of len bytes (PETSc
  * would cut it silently: a cut path names another file). */
 PetscErrorCode sys_option_check_length(const char *prefix, const char *name, size_t len);

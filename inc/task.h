@@ -111,7 +111,8 @@ typedef struct {
   int      *perm;       /* file order of the current epoch */
   int64_t   perm_epoch; /* epoch perm belongs to, -1 if none */
 } DemoSource;
-PetscErrorCode demo_source_setup(MPI_Comm comm, const char *path, const BuiltinTask *task, uint64_t seed, DemoSource *src);
+PetscErrorCode demo_source_setup(MPI_Comm comm, const char *path, const BuiltinTask *task, uint64_t seed,
+                                 DemoSource *src);
 PetscErrorCode demo_source_destroy(DemoSource *src);
 /* Sample number `pos` of the stream (pos counts samples consumed): tokens,
  * length and prompt length; tok has room for T+1 tokens (longer samples are
@@ -138,7 +139,8 @@ typedef struct {
  * stream keyed by (seed, split, prompt). Pairs the judge scores equal are
  * dropped (the labeller has no preference); prompts are taken in order until
  * npairs pairs are kept. */
-PetscErrorCode prefs_generate(GenEngine *eng, const GenConfig *gen, const BuiltinTask *task, TaskSplit split, int npairs, uint64_t seed, double bt_beta, PrefPairs *p);
+PetscErrorCode prefs_generate(GenEngine *eng, const GenConfig *gen, const BuiltinTask *task, TaskSplit split,
+                              int npairs, uint64_t seed, double bt_beta, PrefPairs *p);
 PetscErrorCode prefs_read(MPI_Comm comm, const char *path, PrefPairs *p);
 PetscErrorCode prefs_free(PrefPairs *p);
 

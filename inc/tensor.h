@@ -73,15 +73,18 @@ struct Backend {
   /* out[n,:] = wte[tok[n]-v0,:] + wpe[pos[n],:]. wte holds the rows of token
    * ids v0 .. v0+Vl-1 (all of them: v0 0, Vl V; a vocabulary-parallel shard
    * otherwise): a token outside contributes 0. wpe may be NULL (adds 0). */
-  PetscErrorCode (*encoder_forward)(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C, int v0, int Vl);
+  PetscErrorCode (*encoder_forward)(float *out, const int *tok, const int *pos, const float *wte, const float *wpe,
+                                    int N, int C, int v0, int Vl);
   /* dwte[tok[n]-v0,:] += dout[n,:] for tokens in the shard; dwpe[pos[n],:] += dout[n,:] (either may be NULL) */
-  PetscErrorCode (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C, int v0, int Vl);
+  PetscErrorCode (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N,
+                                     int C, int v0, int Vl);
 
   /* RMSNorm (the LLaMA family): out = inp * rstd * w, rstd[n] =
    * 1/sqrt(mean_c inp[n,c]^2 + eps), saved for backward. */
   PetscErrorCode (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
   /* dinp += ...; dw += ... */
-  PetscErrorCode (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C);
+  PetscErrorCode (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                     const float *rstd, int N, int C);
 
   /* Rotary position embedding, in place on the query and key heads of qkv
    * rows [N, (NH + 2*NKV)*hd] (q heads, then k heads, then v heads, which
@@ -90,16 +93,19 @@ struct Backend {
    * pos[n] * inv_freq[i] (float product; inv_freq [hd/2] is a device array):
    *   x_i' = x_i cos - x_{i+hd/2} sin,  x_{i+hd/2}' = x_{i+hd/2} cos + x_i sin.
    * inverse 1 turns by minus the angle: the transform of the gradient. */
-  PetscErrorCode (*rope)(float *qkv, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd, int inverse);
+  PetscErrorCode (*rope)(float *qkv, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd,
+                         int inverse);
 
   /* Qwen3's per-head RMSNorm, in place on the NH query and NKV key heads
    * of qkv rows [N, (NH + 2*NKV)*hd] (v is left alone): each head x becomes
    * x * r * w, r = 1/sqrt(mean x^2 + eps), w = wq for q heads and wk for k
    * heads [hd]. With in not NULL the heads' inputs go to in [N, (NH+NKV)*hd]
    * and r to rstd [N, NH+NKV], for the backward. */
-  PetscErrorCode (*qk_norm_forward)(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd, float eps);
+  PetscErrorCode (*qk_norm_forward)(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH,
+                                    int NKV, int hd, float eps);
   /* In place on the q and k heads of dqkv: d out becomes d in; dwq += ..., dwk += ... */
-  PetscErrorCode (*qk_norm_backward)(float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd);
+  PetscErrorCode (*qk_norm_backward)(float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd,
+                                     const float *wq, const float *wk, int N, int NH, int NKV, int hd);
 
   /* SwiGLU: out[n,j] = silu(gu[n,j]) * gu[n,F+j], gu [N,2F] (gate | up). */
   PetscErrorCode (*swiglu_forward)(float *out, const float *gu, int N, int F);
@@ -107,25 +113,31 @@ struct Backend {
   PetscErrorCode (*swiglu_backward)(float *dgu, const float *gu, const float *dout, int N, int F);
 
   /* GPT-2 LayerNorm, eps 1e-5. mean and rstd [N] are saved for backward. */
-  PetscErrorCode (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C);
+  PetscErrorCode (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                      const float *b, int N, int C);
   /* dinp += ...; dw += ...; db += ... */
-  PetscErrorCode (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, const float *mean, const float *rstd, int N, int C);
+  PetscErrorCode (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                       const float *w, const float *mean, const float *rstd, int N, int C);
 
   /* out[N,OC] = inp[N,C] . W + bias. W is [C,OC], or [OC,C] if transposed. bias may be NULL. */
-  PetscErrorCode (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed);
+  PetscErrorCode (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias, int N, int C,
+                                   int OC, PetscBool transposed);
   /* Optional (NULL: the backend has none): matmul_forward with every output
    * row summed in an order fixed by C alone, whatever N, the row's place in
    * the call and the thread count, for generation's -gen_batch_invariant
    * (the cpu backend's row-wise kernels; larger calls run slower than
    * matmul_forward's). */
-  PetscErrorCode (*matmul_forward_rows)(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed);
+  PetscErrorCode (*matmul_forward_rows)(float *out, const float *inp, const float *w, const float *bias, int N, int C,
+                                        int OC, PetscBool transposed);
   /* Optional (NULL: the backend has none): a decode step's matmul of 1 to
    * fused_rows rows with its neighbours folded in (MatmulFusion), with the
    * bits of the ops it replaces. */
-  PetscErrorCode (*matmul_fused)(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed, const MatmulFusion *f);
+  PetscErrorCode (*matmul_fused)(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
+                                 PetscBool transposed, const MatmulFusion *f);
   int fused_rows;
   /* dinp += dout . W^T (dinp may be NULL); dw += inp^T . dout (in w's layout); dbias += colsum(dout) (may be NULL) */
-  PetscErrorCode (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, PetscBool transposed);
+  PetscErrorCode (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                                    const float *w, int N, int C, int OC, PetscBool transposed);
 
   /* Causal self-attention over B sequences of length T (training and full
    * forward), with grouped-query attention: NH query heads and NKV key/value
@@ -140,12 +152,14 @@ struct Backend {
    * tensor_attention_saved. */
   PetscErrorCode (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV);
   /* dqkv += ...; out and att are the forward's */
-  PetscErrorCode (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out, const float *att, int B, int T, int C, int NH, int NKV);
+  PetscErrorCode (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                       const float *att, int B, int T, int C, int NH, int NKV);
   /* Attention with a KV cache. Row r (of N) is the token of cache slot slot[r]
    * at position pos[r]. All rows' k and v are first written into
    * kcache/vcache [nslot, Tmax, Ckv] at (slot[r], pos[r]); then each row's
    * query attends to positions 0..pos[r] of its slot. out [N,C]. */
-  PetscErrorCode (*attention_cached)(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH, int NKV);
+  PetscErrorCode (*attention_cached)(float *out, float *kcache, float *vcache, const float *qkv, const int *slot,
+                                     const int *pos, int N, int Tmax, int C, int NH, int NKV);
 
   /* GELU, tanh approximation (GPT-2's gelu_new). */
   PetscErrorCode (*gelu_forward)(float *out, const float *inp, size_t n);
@@ -176,12 +190,13 @@ struct Backend {
    * (the cuda backend checks masked rows in the kernel and gives NaN for an
    * unmasked target >= V without a host sync; model_logprobs checks targets on
    * the host before they reach any backend). */
-  PetscErrorCode (*logprob_forward)(float *logprob, float *lse, float *entropy, const float *logits, const int *target, float inv_temp, const int *mask_off,
-                                    const int *mask_ids, int N, int V);
+  PetscErrorCode (*logprob_forward)(float *logprob, float *lse, float *entropy, const float *logits, const int *target,
+                                    float inv_temp, const int *mask_off, const int *mask_ids, int N, int V);
   /* dlogits[n,v] = dlogprob[n] * inv_temp * (onehot(target[n])_v - q_v), q_v = 0 outside the set
    * (overwrites; rows with target < 0 are zeroed) */
-  PetscErrorCode (*logprob_backward)(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
-                                     const int *mask_off, const int *mask_ids, int N, int V);
+  PetscErrorCode (*logprob_backward)(float *dlogits, const float *logits, const float *lse, const int *target,
+                                     const float *dlogprob, float inv_temp, const int *mask_off, const int *mask_ids,
+                                     int N, int V);
 
   /* Vocabulary-parallel log-probabilities: logits [N,Vl] are the columns of
    * token ids v0 .. v0+Vl-1; targets and allowed ids are global ids and
@@ -190,10 +205,12 @@ struct Backend {
    *   stats[4n+0] = m = max y (-inf when none), stats[4n+1] = s = sum exp(y-m),
    *   stats[4n+2] = sum exp(y-m)*(y-m), stats[4n+3] = y of the target if in the shard, else 0.
    * Combining the shards' stats gives lse, logprob and entropy (model layer). */
-  PetscErrorCode (*logprob_stats)(double *stats, const float *logits, const int *target, float inv_temp, const int *mask_off, const int *mask_ids, int N, int Vl, int v0);
+  PetscErrorCode (*logprob_stats)(double *stats, const float *logits, const int *target, float inv_temp,
+                                  const int *mask_off, const int *mask_ids, int N, int Vl, int v0);
   /* logprob_backward on a shard: dlogits[n,j] for id v0+j, with the global lse [N] (required) */
-  PetscErrorCode (*logprob_backward_shard)(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
-                                           const int *mask_off, const int *mask_ids, int N, int Vl, int v0);
+  PetscErrorCode (*logprob_backward_shard)(float *dlogits, const float *logits, const float *lse, const int *target,
+                                           const float *dlogprob, float inv_temp, const int *mask_off,
+                                           const int *mask_ids, int N, int Vl, int v0);
 
   /* Draws one token for each of N rows (gen's sampler, docs/design.md
    * "Generation"): row n reads logits[row[n], 0..V) (row NULL: row n), is
@@ -215,8 +232,9 @@ struct Backend {
    * Every array is this backend's memory. The cpu op gives exactly the
    * bits of the tests' host sampler (regression/ref_sample.c); the cuda op runs the same operations in the same
    * order and differs only where the libraries' exp and log do. */
-  PetscErrorCode (*sample)(int *token, float *logprob, int *nallowed, int *boundary, int *allowed, void *work, const float *logits, const int *row,
-                           const int *sample_id, const int *position, const int *ban_eos, const BackendSampleCfg *cfg, int N, int V);
+  PetscErrorCode (*sample)(int *token, float *logprob, int *nallowed, int *boundary, int *allowed, void *work,
+                           const float *logits, const int *row, const int *sample_id, const int *position,
+                           const int *ban_eos, const BackendSampleCfg *cfg, int N, int V);
   size_t (*sample_work)(int N, int V);
 
   /* *out = sum of x[i]^2 over n elements (host scalar result) */
@@ -226,7 +244,8 @@ struct Backend {
    *   p -= lr*wd*p; m = b1*m + (1-b1)*g*gs; v = b2*v + (1-b2)*(g*gs)^2;
    *   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
    * gs is the gradient scale from global-norm clipping. */
-  PetscErrorCode (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int t, float gs);
+  PetscErrorCode (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
+                          float eps, float wd, int t, float gs);
 
   /* Optional (NULL: nothing to do). ptr .. ptr+bytes (from alloc) holds
    * weights: a backend may keep converted copies of them between calls

@@ -31,7 +31,7 @@ typedef struct {
   int        mbs;    /* micro-batches per replica from the plan (0: see trainer_split) */
   size_t     bucket; /* bytes per reallocation message when gathering */
   TrainSched sched;
-  Comm       red;    /* the ranks that call the trainer together: the world (trainer_create) or the mesh (trainer_attach) */
+  Comm red; /* the ranks that call the trainer together: the world (trainer_create) or the mesh (trainer_attach) */
 } Trainer;
 
 /* This replica's share of a pass over B sequences: rows [b0, b1) in
@@ -62,13 +62,15 @@ PetscErrorCode trainer_options(TrainSched *sched);
 /* The plan's needs when the only call is `call` (training cfg on batches of
  * `batch` sequences): checked before any work, and printed when print is
  * true. */
-PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const ModelConfig *cfg, int batch, PetscBool print, PlanNeeds *needs);
+PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const ModelConfig *cfg, int batch,
+                                  PetscBool print, PlanNeeds *needs);
 /* Parameters of the whole model of cfg. */
 PetscErrorCode trainer_count(const ModelConfig *cfg, size_t *nparams);
 /* A trainer that owns its model (SFT, RM): every rank of the world calls
  * its passes and steps; ranks off the mesh contribute nothing and receive
  * the sums, so every rank prints and records the same numbers. */
-PetscErrorCode trainer_create(const char *name, const ModelConfig *cfg, const Backend *be, const Plan *plan, MFCId call, TrainSched sched, Trainer *tr);
+PetscErrorCode trainer_create(const char *name, const ModelConfig *cfg, const Backend *be, const Plan *plan, MFCId call,
+                              TrainSched sched, Trainer *tr);
 /* A trainer on a model placed elsewhere (PPO's actor and critic): only the
  * members of dm's mesh call its passes and steps, and the sums run over
  * that mesh. */
@@ -102,25 +104,30 @@ PetscErrorCode trainer_sum_heads(const Trainer *tr, double *v, int n);
  * with "<what> loss|gradient norm is <value> at <at>", the weights, moments
  * and step count untouched (so the last checkpoint is intact). lr and the
  * gradient norm come back on every rank of the trainer. */
-PetscErrorCode trainer_step(Trainer *tr, const AdamWConfig *opt, const char *what, const char *at, double loss, PetscReal *lr, PetscReal *gnorm);
+PetscErrorCode trainer_step(Trainer *tr, const AdamWConfig *opt, const char *what, const char *at, double loss,
+                            PetscReal *lr, PetscReal *gnorm);
 
 /* A restart: the model with its AdamW state from the checkpoint's /<name>
  * group (the trainer's name is its role), and the run state, which must not
  * be past `steps` (opt names that option in the error). */
-PetscErrorCode trainer_restart(Trainer *tr, const RunCtx *run, const char *path, PetscInt steps, const char *opt, CkptState *st);
+PetscErrorCode trainer_restart(Trainer *tr, const RunCtx *run, const char *path, PetscInt steps, const char *opt,
+                               CkptState *st);
 /* The model with its AdamW state written to <output_dir>/name under its role. */
-PetscErrorCode trainer_checkpoint(Trainer *tr, const RunCtx *run, const char *name, const CkptState *st, RunRecord *rec);
+PetscErrorCode trainer_checkpoint(Trainer *tr, const RunCtx *run, const char *name, const CkptState *st,
+                                  RunRecord *rec);
 
 /* Models on meshes written to <output_dir>/name: each member writes its
  * shard of the full tensors (ckpt_write), so the file does not depend on
  * the layout. cm[k] gives the role and whether the AdamW state is written;
  * its other fields are ignored, and so is bucket (kept for callers).
  * Collective on the world; rec (may be NULL) gets the time. */
-PetscErrorCode train_checkpoint_models(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, size_t bucket, RunRecord *rec);
+PetscErrorCode train_checkpoint_models(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n,
+                                       const char *name, const CkptState *st, size_t bucket, RunRecord *rec);
 /* The same, plus src (may be NULL): a frozen model recorded by its input
  * file instead of written, and carry (may be NULL): what the file holds
  * beyond the models (ckpt_write_sourced). */
-PetscErrorCode train_checkpoint_sourced(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, const CkptSource *src,
+PetscErrorCode train_checkpoint_sourced(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n,
+                                        const char *name, const CkptState *st, const CkptSource *src,
                                         const CkptCarry *carry, RunRecord *rec);
 
 /* ---- the job lifecycle of SFT, RM and PPO (src/train/job.c) ------------ */
@@ -149,7 +156,8 @@ PetscErrorCode train_job_checkpoint_options(TrainJobOptions *j);
 /* The stage's own interval -<stage>_checkpoint_every (default j->every)
  * and the wall-time one (j->minutes); unit names what it counts ("step",
  * "iteration"). */
-PetscErrorCode train_stage_checkpoint_every(const TrainJobOptions *j, const char *stage, const char *unit, PetscInt *every, PetscReal *minutes);
+PetscErrorCode train_stage_checkpoint_every(const TrainJobOptions *j, const char *stage, const char *unit,
+                                            PetscInt *every, PetscReal *minutes);
 /* A checkpoint is due after step (or iteration) n of a stage with interval every. */
 PetscBool      train_checkpoint_due(PetscInt every, PetscInt n);
 /* After step or iteration n of a stage: whether a checkpoint is due (every
@@ -158,9 +166,12 @@ PetscBool      train_checkpoint_due(PetscInt every, PetscInt n);
  * stage that gets a stop writes that checkpoint (its record's row after
  * it), cleans up and returns train_stopped: one line naming the signal,
  * the checkpoint and how to go on, and the run's status 128 + signal. */
-PetscErrorCode train_checkpoint_now(MPI_Comm comm, PetscInt every, PetscReal minutes, PetscInt n, double *last, PetscBool *due, int *stop);
-PetscErrorCode train_stopped(const RunCtx *run, int sig, const char *stage, const char *unit, PetscInt n, const char *ckpt);
+PetscErrorCode train_checkpoint_now(MPI_Comm comm, PetscInt every, PetscReal minutes, PetscInt n, double *last,
+                                    PetscBool *due, int *stop);
+PetscErrorCode train_stopped(const RunCtx *run, int sig, const char *stage, const char *unit, PetscInt n,
+                             const char *ckpt);
 /* The stage's run record (record_open) with its plan (plan_record). */
-PetscErrorCode train_record_open(const RunCtx *run, const char *mode, const Plan *plan, const PlanNeeds *needs, RunRecord **rec);
+PetscErrorCode train_record_open(const RunCtx *run, const char *mode, const Plan *plan, const PlanNeeds *needs,
+                                 RunRecord **rec);
 
 #endif

@@ -11,9 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char usage[] = "rlfuse: RLHF training for large language models (SFT, reward modelling, PPO) in C and MPI.\n"
-                           "Decks are PETSc options files: bin/rlfuse -options_file input/quickstart.deck [-option value ...].\n"
-                           "Misspelled or unused options are errors. -dry_run checks a deck and its memory needs, then exits.\n\n";
+static const char usage[] =
+    "rlfuse: RLHF training for large language models (SFT, reward modelling, PPO) in C and MPI.\n"
+    "Decks are PETSc options files: bin/rlfuse -options_file input/quickstart.deck [-option value ...].\n"
+    "Misspelled or unused options are errors. -dry_run checks a deck and its memory needs, then exits.\n\n";
 
 static const char *const device_names[] = {"cpu", "cuda", "Device", "DEVICE_", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", "Precision", "PRECISION_", NULL};
@@ -83,7 +84,8 @@ static PetscErrorCode rlfuse_main(void)
   const char *names[32]; /* the table's names, then PETSc's enum suffix */
 
   PetscFunctionBegin;
-  PetscCheck(job_nmodes + 3 <= 32, PETSC_COMM_WORLD, PETSC_ERR_PLIB, "%d modes: raise names[] in rlfuse_main", job_nmodes);
+  PetscCheck(job_nmodes + 3 <= 32, PETSC_COMM_WORLD, PETSC_ERR_PLIB, "%d modes: raise names[] in rlfuse_main",
+             job_nmodes);
   for (int k = 0; k < job_nmodes; k++) names[k] = job_modes[k].name;
   names[job_nmodes] = "RunMode", names[job_nmodes + 1] = "MODE_", names[job_nmodes + 2] = NULL;
   PetscCall(sys_log_register());
@@ -91,12 +93,20 @@ static PetscErrorCode rlfuse_main(void)
   PetscCall(PetscOptionsHasHelp(NULL, &help));
   if (help) PetscCall(sys_help_begin());
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "rlfuse job", NULL);
-  RfOptEnum("-mode", "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data, generate (responses to a prompt file), eval (accuracy, pass@k and reward of -actor_checkpoint on held-out prompts), plan (execution-plan search: -plan_ranks, -plan_output), schedule (fused actor-critic schedule optimizer), profile (measure this machine's costs for the cost model)", names, job_nmodes, &mode);
+  RfOptEnum("-mode",
+            "Job to run: sft, rm, ppo, pipeline (SFT then RM then PPO), score, data, generate (responses to a prompt "
+            "file), eval (accuracy, pass@k and reward of -actor_checkpoint on held-out prompts), plan (execution-plan "
+            "search: -plan_ranks, -plan_output), schedule (fused actor-critic schedule optimizer), profile (measure "
+            "this machine's costs for the cost model)",
+            names, job_nmodes, &mode);
   RfOptEnum("-device", "Device for tensor work", device_names, 2, &device);
-  RfOptEnum("-precision", "Arithmetic of matmuls and activations on -device cuda (bf16: bf16 operands, fp32 master weights and optimizer state)", precision_names, 2,
-            &precision);
+  RfOptEnum("-precision",
+            "Arithmetic of matmuls and activations on -device cuda (bf16: bf16 operands, fp32 master weights and "
+            "optimizer state)",
+            precision_names, 2, &precision);
   RfOptReal("-logits_tile_mb",
-            "MiB of LM-head logits (rows of the whole vocabulary) a training or scoring forward holds at once; a batch of more rows runs the head tile by tile, computing each tile again in the backward (0: all rows at once)",
+            "MiB of LM-head logits (rows of the whole vocabulary) a training or scoring forward holds at once; a batch "
+            "of more rows runs the head tile by tile, computing each tile again in the backward (0: all rows at once)",
             MODEL_LOGITS_TILE_MB, &tile_mb);
   PetscOptionsEnd();
   PetscCall(model_set_logits_tile_mb((double)tile_mb));

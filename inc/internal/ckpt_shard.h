@@ -40,7 +40,8 @@ typedef struct {
 
 /* Collective on comm (where may be NULL). write: what this rank writes (each element once over
  * all ranks); else what it reads. */
-PetscErrorCode ckpt_place_setup(MPI_Comm comm, const CkptModel *cm, const CkptWhere *where, PetscBool write, CkptPlace *pl);
+PetscErrorCode ckpt_place_setup(MPI_Comm comm, const CkptModel *cm, const CkptWhere *where, PetscBool write,
+                                CkptPlace *pl);
 PetscErrorCode ckpt_place_destroy(CkptPlace *pl);
 /* Collective on comm: tensor i of buffer which (0 params, 1 m, 2 v) to or
  * from dataset dset, in pl->rounds[i] transfers of at most ckpt_chunk floats

@@ -71,35 +71,45 @@ int rfcuda_graph_destroy(void *exec);
 
 /* ---- ops (one file per family) ------------------------------------------ */
 /* cuda_encoder.cu */
-int rfcuda_encoder_forward(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C, int v0, int Vl);
-int rfcuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C, int v0, int Vl);
+int rfcuda_encoder_forward(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C,
+                           int v0, int Vl);
+int rfcuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C,
+                            int v0, int Vl);
 /* cuda_layernorm.cu */
-int rfcuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C);
-int rfcuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, const float *mean, const float *rstd,
-                              int N, int C);
+int rfcuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                             int N, int C);
+int rfcuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                              const float *mean, const float *rstd, int N, int C);
 int rfcuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
-int rfcuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C);
+int rfcuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                            const float *rstd, int N, int C);
 /* Qwen3's per-head q/k RMSNorm (Backend.qk_norm_forward / qk_norm_backward) */
-int rfcuda_qk_norm_forward(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd, float eps);
-int rfcuda_qk_norm_backward(float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd);
+int rfcuda_qk_norm_forward(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int NKV,
+                           int hd, float eps);
+int rfcuda_qk_norm_backward(float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd, const float *wq,
+                            const float *wk, int N, int NH, int NKV, int hd);
 /* cuda_rope.cu (inv_freq and pos are device arrays) */
 int rfcuda_rope(float *qkv, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd, int inverse);
 /* cuda_matmul.cu (cuBLAS / cuBLASLt) */
-int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed);
+int rfcuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
+                          int transposed);
 /* Backend.matmul_fused: at most RFCUDA_FEW_ROWS rows (one kernel, cuda_skinny.cu) */
 #define RFCUDA_FEW_ROWS 8
-int rfcuda_matmul_fused(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int transposed, int gated, int add, const float *norm_w,
-                        float norm_eps);
-int rfcuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, int transposed);
+int rfcuda_matmul_fused(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
+                        int transposed, int gated, int add, const float *norm_w, float norm_eps);
+int rfcuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                           int N, int C, int OC, int transposed);
 /* cuda_attention.cu */
 /* The training pair, tiled: lse [B,NH,T] (the forward's may be NULL). */
 int rfcuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int NKV);
-int rfcuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B, int T, int C, int NH, int NKV);
+int rfcuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B, int T, int C,
+                              int NH, int NKV);
 /* Rows of the tiled pair's score panels are made for as many (batch, kv
  * head) units at a time as fit this many bytes (0: the default, 256 MiB);
  * returns the former value. Tests set it small to run several chunks. */
 size_t rfcuda_attention_set_panel_bytes(size_t bytes);
-int rfcuda_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH, int NKV);
+int rfcuda_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos,
+                            int N, int Tmax, int C, int NH, int NKV);
 /* cuda_pointwise.cu */
 int rfcuda_gelu_forward(float *out, const float *inp, size_t n);
 int rfcuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
@@ -109,20 +119,24 @@ int rfcuda_residual_forward(float *out, const float *a, const float *b, size_t n
 int rfcuda_axpy(float *y, float alpha, const float *x, size_t n);
 int rfcuda_scale(float *x, float alpha, size_t n);
 int rfcuda_sumsq(double *out_host, const float *x, size_t n);
-int rfcuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int t, float gs);
+int rfcuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
+                 float wd, int t, float gs);
 /* cuda_logprob.cu */
-int rfcuda_logprob_forward(float *logprob, float *lse, float *entropy, const float *logits, const int *target, float inv_temp, const int *mask_off,
-                           const int *mask_ids, int N, int V);
-int rfcuda_logprob_backward(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
-                            const int *mask_off, const int *mask_ids, int N, int V);
-int rfcuda_logprob_stats(double *stats, const float *logits, const int *target, float inv_temp, const int *mask_off, const int *mask_ids, int N, int Vl,
-                         int v0);
-int rfcuda_logprob_backward_shard(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
-                                  const int *mask_off, const int *mask_ids, int N, int Vl, int v0);
+int rfcuda_logprob_forward(float *logprob, float *lse, float *entropy, const float *logits, const int *target,
+                           float inv_temp, const int *mask_off, const int *mask_ids, int N, int V);
+int rfcuda_logprob_backward(float *dlogits, const float *logits, const float *lse, const int *target,
+                            const float *dlogprob, float inv_temp, const int *mask_off, const int *mask_ids, int N,
+                            int V);
+int rfcuda_logprob_stats(double *stats, const float *logits, const int *target, float inv_temp, const int *mask_off,
+                         const int *mask_ids, int N, int Vl, int v0);
+int rfcuda_logprob_backward_shard(float *dlogits, const float *logits, const float *lse, const int *target,
+                                  const float *dlogprob, float inv_temp, const int *mask_off, const int *mask_ids,
+                                  int N, int Vl, int v0);
 /* cuda_sample.cu (Backend.sample; the settings of BackendSampleCfg as plain
  * values; work: rfcuda_sample_work(N, V) bytes of device memory) */
-int    rfcuda_sample(int *token, float *logprob, int *nallowed, int *boundary, int *allowed, void *work, const float *logits, const int *row, const int *sample_id,
-                     const int *position, const int *ban_eos, double temperature, double top_p, long long top_k, int greedy, int eos, unsigned long long key,
+int    rfcuda_sample(int *token, float *logprob, int *nallowed, int *boundary, int *allowed, void *work,
+                     const float *logits, const int *row, const int *sample_id, const int *position, const int *ban_eos,
+                     double temperature, double top_p, long long top_k, int greedy, int eos, unsigned long long key,
                      unsigned iteration, int N, int V);
 size_t rfcuda_sample_work(int N, int V);
 

@@ -58,7 +58,10 @@ SAMPLE_HD double sample_weight(float logit, double inv_t, double zmax, int v, in
 
 SAMPLE_HD int sample_nchunks(int V) { return (V + SAMPLE_CHUNK - 1) / SAMPLE_CHUNK; }
 
-SAMPLE_HD int sample_chunk_len(int c, int V) { return V - c * SAMPLE_CHUNK < SAMPLE_CHUNK ? V - c * SAMPLE_CHUNK : SAMPLE_CHUNK; }
+SAMPLE_HD int sample_chunk_len(int c, int V)
+{
+  return V - c * SAMPLE_CHUNK < SAMPLE_CHUNK ? V - c * SAMPLE_CHUNK : SAMPLE_CHUNK;
+}
 
 /* One chunk's sum in id order, removed tokens (w < 0) skipped. */
 SAMPLE_HD double sample_chunk_sum(const double *wc, int len)
@@ -73,7 +76,8 @@ SAMPLE_HD double sample_chunk_sum(const double *wc, int len)
 SAMPLE_HD double sample_total(const double *w, int V)
 {
   double t = 0;
-  for (int c = 0, nc = sample_nchunks(V); c < nc; c++) t += sample_chunk_sum(w + (size_t)c * SAMPLE_CHUNK, sample_chunk_len(c, V));
+  for (int c = 0, nc = sample_nchunks(V); c < nc; c++)
+    t += sample_chunk_sum(w + (size_t)c * SAMPLE_CHUNK, sample_chunk_len(c, V));
   return t;
 }
 
@@ -182,7 +186,8 @@ SAMPLE_HD int sample_draw(const double *w, int V, double total, double u)
     if (s > 0) last = c;
     cum = next;
   }
-  return last * SAMPLE_CHUNK + sample_chunk_pick(w + (size_t)last * SAMPLE_CHUNK, sample_chunk_len(last, V), 0, INFINITY);
+  return last * SAMPLE_CHUNK +
+         sample_chunk_pick(w + (size_t)last * SAMPLE_CHUNK, sample_chunk_len(last, V), 0, INFINITY);
 }
 
 SAMPLE_HD int sample_argmax(const double *w, const int *allowed, int m)
@@ -199,8 +204,9 @@ SAMPLE_HD int sample_argmax(const double *w, const int *allowed, int m)
  * when greedy), and the token's log-probability under the cut, tempered
  * distribution. *nallowed: the set's size, 0 when nothing restricts it;
  * *boundary: sample_restrict's. Returns the token. */
-SAMPLE_HD int sample_finish(const float *logits, int V, int ban, double inv_t, double zmax, long long top_k, double top_p, int greedy, float u, double *w, int *h,
-                            int *allowed, float *logprob, int *nallowed, int *boundary)
+SAMPLE_HD int sample_finish(const float *logits, int V, int ban, double inv_t, double zmax, long long top_k,
+                            double top_p, int greedy, float u, double *w, int *h, int *allowed, float *logprob,
+                            int *nallowed, int *boundary)
 {
   double total = 0;
   int    m = 0, tok;

@@ -189,7 +189,7 @@ chk("every architecture (-policy_arch) and imported family is in docs/models.md'
 
 # every HDF5 attribute the code writes by name is in docs/formats.md
 attrs = {a for f in files if f.startswith("src/") and f.endswith(".c") and f in text
-         for a in re.findall(r"attr_write_\w+\([^,()]*, *\"(\w+)\"", text[f])}
+         for a in re.findall(r"attr_write_\w+\([^,()]*,\s*\"(\w+)\"", text[f])}
 bad = sorted(a for a in attrs if not re.search(r"\b" + a + r"\b", text["docs/formats.md"]))
 chk(f"every HDF5 attribute the code writes by name ({len(attrs)}) is in docs/formats.md", attrs and not bad, " ".join(bad[:8]))
 

@@ -66,8 +66,10 @@ call = re.compile(r'\b(PetscOptionsBegin|PetscOptionsEnd|RfOpt(?!Call)\w*|PetscO
 bad = []
 for p in srcs:
     prefix = None
-    for i, l in enumerate(text(p).splitlines()):
-        for m in call.finditer(l):
+    src_text = text(p)
+    for m in call.finditer(src_text):  # a call may span lines: its arguments run to the ';'
+        if True:
+            i = src_text.count("\n", 0, m.start())
             fn, args = m.group(1), m.group(2)
             lits = re.findall(r'"((?:\\.|[^"\\])*)"', args)
             if fn == "PetscOptionsBegin":
@@ -175,14 +177,14 @@ def files(d, exts):
         out += [os.path.join(dd, f) for f in fs if f.endswith(exts)]
     return sorted(out)
 lib = files("src", (".c", ".h")) + files("cuda", (".cu", ".cuh"))
-fn_def = re.compile(r'^(?:extern\s+""\s+)?(?!static\b|typedef\b|return\b|else\b)[A-Za-z_][\w\s*]*?\b([A-Za-z_]\w*)\s*\([^;{]*\)\s*(\{.*)?$')
+# a definition: a line that starts with its type and name, the parameters
+# (over as many lines as they take), then the body's brace
+fn_def = re.compile(r'^(?:extern[ \t]+""[ \t]+)?(?!static\b|typedef\b|return\b|else\b)[A-Za-z_][\w \t*]*?\b([A-Za-z_]\w*)\s*\([^;{]*\)\s*\{', re.M)
 lib_defs, libcode = {}, {p: code(text(p)) for p in lib}
 for p, t in libcode.items():
-    lines = t.splitlines()
-    for i, l in enumerate(lines):
-        m = fn_def.match(l)
-        if m and m.group(1) not in ("if", "for", "while", "switch") and (m.group(2) is not None or (i + 1 < len(lines) and lines[i + 1].strip().startswith("{"))):
-            lib_defs.setdefault(m.group(1), f"{rel(p)}:{i + 1}")
+    for m in fn_def.finditer(t):
+        if m.group(1) not in ("if", "for", "while", "switch"):
+            lib_defs.setdefault(m.group(1), f"{rel(p)}:{t.count(chr(10), 0, m.start()) + 1}")
 def count(paths):
     c = {}
     for p in paths:

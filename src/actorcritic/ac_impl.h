@@ -37,7 +37,8 @@ PetscErrorCode ac_graph_free(ACGraph *g);
  * gets each rank's peak memory, *peak_max the largest. Scratch: finish (N)
  * and ptr (nranks) are caller-provided. No allocation: used in the optimizer's
  * inner loop. */
-double ac_replay_ids(const ACInst *in, const ACGraph *g, const int *ids, double *finish, int *ptr, double *peak, double *peak_max);
+double ac_replay_ids(const ACInst *in, const ACGraph *g, const int *ids, double *finish, int *ptr, double *peak,
+                     double *peak_max);
 /* Peak memory of one rank's list of count task ids (in list order; it does
  * not depend on timing). */
 double ac_rank_peak(const ACInst *in, const int *ids_rank, int count);

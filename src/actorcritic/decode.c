@@ -51,7 +51,8 @@ PetscErrorCode ac_dec_destroy(ACDecoder *d)
 static inline int dec_fits(const ACDecoder *d, int r, int id)
 {
   ACTask t = ac_task_of(d->in, id % d->g->n);
-  return t.kind == (d->rev ? AC_F : AC_B) || d->in->mem_cap <= 0 || d->mem[r] + d->in->mem[t.model] <= d->in->mem_cap * (1 + 1e-12);
+  return t.kind == (d->rev ? AC_F : AC_B) || d->in->mem_cap <= 0 ||
+         d->mem[r] + d->in->mem[t.model] <= d->in->mem_cap * (1 + 1e-12);
 }
 
 /* the earliest time rank r can finish one of its ready tasks (+inf: none) */
@@ -100,7 +101,9 @@ double ac_dec_run(ACDecoder *d, const double *key)
     for (int j = 0; j < d->cnt[r]; j++) {
       int    id = d->ready[r * n + j];
       double st = PetscMax(d->rt[id], d->free_at[r]);
-      if ((st < t || st == d->ess[r]) && dec_fits(d, r, id) && (best < 0 || key[id] < key[best] || (key[id] == key[best] && id < best))) best = id, bj = j;
+      if ((st < t || st == d->ess[r]) && dec_fits(d, r, id) &&
+          (best < 0 || key[id] < key[best] || (key[id] == key[best] && id < best)))
+        best = id, bj = j;
     }
     t = PetscMax(d->rt[best], d->free_at[r]);
     d->ready[r * n + bj] = d->ready[r * n + --d->cnt[r]];

@@ -14,20 +14,30 @@ PetscErrorCode ac_inst_check(const ACInst *in, const char *opt)
     snprintf(m[x], sizeof m[x], "%g", in->mem[x]);
   }
   snprintf(cap, sizeof cap, "%g", in->mem_cap);
-  PetscCheck(in->pp[0] >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%spp0 %d: the actor needs at least 1 stage", opt, in->pp[0]);
-  PetscCheck(in->pp[1] >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%spp1 %d: the critic needs at least 1 stage", opt, in->pp[1]);
-  PetscCheck(in->pp[0] % in->pp[1] == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%spp1 %d does not divide %spp0 %d (the critic is replicated pp0/pp1 times)", opt, in->pp[1], opt, in->pp[0]);
+  PetscCheck(in->pp[0] >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%spp0 %d: the actor needs at least 1 stage",
+             opt, in->pp[0]);
+  PetscCheck(in->pp[1] >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%spp1 %d: the critic needs at least 1 stage",
+             opt, in->pp[1]);
+  PetscCheck(in->pp[0] % in->pp[1] == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "%spp1 %d does not divide %spp0 %d (the critic is replicated pp0/pp1 times)", opt, in->pp[1], opt,
+             in->pp[0]);
   for (int x = 0; x < 2; x++) {
-    PetscCheck(in->m[x] >= 1 && in->m[x] <= (1 << 20), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%sm%d %d: micro-batches must be in 1..%d", opt, x, in->m[x], 1 << 20);
-    PetscCheck(in->f[x] > 0 && isfinite(in->f[x]), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%sf%d %s: the forward time must be positive", opt, x, f[x]);
-    PetscCheck(in->mem[x] >= 0 && isfinite(in->mem[x]), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%smem%d %s: the activation memory must be >= 0", opt, x, m[x]);
+    PetscCheck(in->m[x] >= 1 && in->m[x] <= (1 << 20), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+               "%sm%d %d: micro-batches must be in 1..%d", opt, x, in->m[x], 1 << 20);
+    PetscCheck(in->f[x] > 0 && isfinite(in->f[x]), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+               "%sf%d %s: the forward time must be positive", opt, x, f[x]);
+    PetscCheck(in->mem[x] >= 0 && isfinite(in->mem[x]), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+               "%smem%d %s: the activation memory must be >= 0", opt, x, m[x]);
   }
-  PetscCheck(in->mem_cap >= 0 && isfinite(in->mem_cap), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%smem_cap %s must be >= 0 (0: no cap)", opt, cap);
+  PetscCheck(in->mem_cap >= 0 && isfinite(in->mem_cap), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "%smem_cap %s must be >= 0 (0: no cap)", opt, cap);
   /* a rank must hold at least one micro-batch of each model at some point;
    * one at a time always fits (each micro-batch through all stages and back
    * before the next), so the larger of the two is the least cap */
-  PetscCheck(in->mem_cap == 0 || in->mem_cap >= PetscMax(in->mem[0], in->mem[1]), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
-             "%smem_cap %s is below one micro-batch's activations (%smem0 %s, %smem1 %s): no schedule fits", opt, cap, opt, m[0], opt, m[1]);
+  PetscCheck(in->mem_cap == 0 || in->mem_cap >= PetscMax(in->mem[0], in->mem[1]), PETSC_COMM_WORLD,
+             PETSC_ERR_ARG_OUTOFRANGE,
+             "%smem_cap %s is below one micro-batch's activations (%smem0 %s, %smem1 %s): no schedule fits", opt, cap,
+             opt, m[0], opt, m[1]);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -35,7 +45,10 @@ int ac_ntasks(const ACInst *in) { return 2 * in->m[0] + 2 * in->m[1]; }
 
 int ac_stage(const ACInst *in, int x, int r) { return x == AC_ACTOR ? r : in->pp[1] - 1 - r % in->pp[1]; }
 
-int ac_rank(const ACInst *in, int x, int copy, int s) { return x == AC_ACTOR ? s : copy * in->pp[1] + in->pp[1] - 1 - s; }
+int ac_rank(const ACInst *in, int x, int copy, int s)
+{
+  return x == AC_ACTOR ? s : copy * in->pp[1] + in->pp[1] - 1 - s;
+}
 
 double ac_lower_bound(const ACInst *in)
 {

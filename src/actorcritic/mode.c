@@ -21,17 +21,24 @@ const IoFileOption ac_file_options[] = {
   {NULL, IO_FILE_IN, NULL, NULL},
 };
 
-static PetscErrorCode print_result(const ACInst *in, double makespan, double peak, double lb, double greedy, const ACScore *seq)
+static PetscErrorCode print_result(const ACInst *in, double makespan, double peak, double lb, double greedy,
+                                   const ACScore *seq)
 {
   char a[32], b[32], c[32], d[32], e[32], f[32];
 
   PetscFunctionBegin;
-  PetscCall(PetscPrintf(PETSC_COMM_WORLD, "schedule: actor pp %d x %d micro-batches (f %s), critic pp %d x %d copies x %d micro-batches (f %s)\n", in->pp[0], in->m[0], num(a, in->f[0]), in->pp[1],
-                        in->pp[0] / in->pp[1], in->m[1], num(b, in->f[1])));
-  PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  makespan %s  lower bound %s  (%.2f%% above)", num(a, makespan), num(b, lb), 100 * (makespan / lb - 1)));
+  PetscCall(PetscPrintf(PETSC_COMM_WORLD,
+                        "schedule: actor pp %d x %d micro-batches (f %s), critic pp %d x %d copies x %d micro-batches "
+                        "(f %s)\n",
+                        in->pp[0], in->m[0], num(a, in->f[0]), in->pp[1], in->pp[0] / in->pp[1], in->m[1],
+                        num(b, in->f[1])));
+  PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  makespan %s  lower bound %s  (%.2f%% above)", num(a, makespan), num(b, lb),
+                        100 * (makespan / lb - 1)));
   if (greedy > 0) PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  greedy start %s", num(c, greedy)));
-  PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  sequential 1F1B %s  speed-up %.3fx\n", num(d, seq->makespan), seq->makespan / makespan));
-  PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  peak activation memory per rank %s (sequential 1F1B %s)\n", num(e, peak), num(f, seq->peak_mem)));
+  PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  sequential 1F1B %s  speed-up %.3fx\n", num(d, seq->makespan),
+                        seq->makespan / makespan));
+  PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  peak activation memory per rank %s (sequential 1F1B %s)\n", num(e, peak),
+                        num(f, seq->peak_mem)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -59,26 +66,44 @@ PetscErrorCode ac_schedule_run(RunCtx *run)
   RfOptReal("-mem0", "Activation memory one actor micro-batch in flight holds on a rank", mem0, &mem0);
   RfOptReal("-mem1", "Activation memory one critic micro-batch in flight holds on a rank", mem1, &mem1);
   RfOptReal("-mem_cap", "Activation memory cap per rank (0: none)", cap, &cap);
-  RfOptInt("-chains", "Independent annealing chains (run on the OpenMP threads; the result does not depend on the thread count)", chains, &chains);
+  RfOptInt("-chains",
+           "Independent annealing chains (run on the OpenMP threads; the result does not depend on the thread count)",
+           chains, &chains);
   RfOptInt("-iters", "Annealing proposals per chain (a chain stops early at the lower bound)", iters, &iters);
-  RfOptInt("-mem_steps", "Bisection steps on a memory cap after the optimization, lowering the peak activation memory at the best makespan (0: none)", mem_steps, &mem_steps);
+  RfOptInt("-mem_steps",
+           "Bisection steps on a memory cap after the optimization, lowering the peak activation memory at the best "
+           "makespan (0: none)",
+           mem_steps, &mem_steps);
   RfOptString("-output", "Schedule file to write, HDF5 (required unless -sched_file)", output, sizeof output);
-  RfOptString("-file", "Schedule file to check instead of optimizing one: validated against the instance, replayed, printed", file, sizeof file);
+  RfOptString("-file",
+              "Schedule file to check instead of optimizing one: validated against the instance, replayed, printed",
+              file, sizeof file);
   PetscOptionsEnd();
   PetscCall(PetscOptionsHasHelp(NULL, &help));
   if (help) PetscFunctionReturn(PETSC_SUCCESS);
-  if (run->size > 1) SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-mode schedule runs on one rank (got %d): it searches a schedule for pp0 ranks without running it", run->size);
+  if (run->size > 1)
+    SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+            "-mode schedule runs on one rank (got %d): it searches a schedule for pp0 ranks without running it",
+            run->size);
   {
     PetscInt v[4] = {pp0, pp1, m0, m1};
-    for (int k = 0; k < 4; k++) PetscCheck(v[k] != 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode schedule needs -sched_%s", need[k]);
+    for (int k = 0; k < 4; k++)
+      PetscCheck(v[k] != 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode schedule needs -sched_%s", need[k]);
   }
-  PetscCheck(f0 != 0 && f1 != 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode schedule needs -sched_f0 and -sched_f1 (forward times per stage)");
-  PetscCheck(output[0] || file[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode schedule needs -sched_output FILE (or -sched_file FILE to check one)");
-  PetscCheck(!(output[0] && file[0]), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-sched_output %s and -sched_file %s: give one (search and write, or check a file)", output, file);
-  PetscCheck(chains >= 1 && chains <= 1024, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sched_chains %" PetscInt_FMT " must be in 1..1024", chains);
-  PetscCheck(mem_steps >= 0 && mem_steps <= 64, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sched_mem_steps %" PetscInt_FMT " must be in 0..64", mem_steps);
-  PetscCheck(iters >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sched_iters %" PetscInt_FMT " must be >= 0", iters);
-  PetscCheck(pp0 <= 4096 && pp1 <= 4096, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sched_pp0 %" PetscInt_FMT " / -sched_pp1 %" PetscInt_FMT ": at most 4096 stages", pp0, pp1);
+  PetscCheck(f0 != 0 && f1 != 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL,
+             "-mode schedule needs -sched_f0 and -sched_f1 (forward times per stage)");
+  PetscCheck(output[0] || file[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL,
+             "-mode schedule needs -sched_output FILE (or -sched_file FILE to check one)");
+  PetscCheck(!(output[0] && file[0]), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-sched_output %s and -sched_file %s: give one (search and write, or check a file)", output, file);
+  PetscCheck(chains >= 1 && chains <= 1024, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-sched_chains %" PetscInt_FMT " must be in 1..1024", chains);
+  PetscCheck(mem_steps >= 0 && mem_steps <= 64, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-sched_mem_steps %" PetscInt_FMT " must be in 0..64", mem_steps);
+  PetscCheck(iters >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sched_iters %" PetscInt_FMT " must be >= 0",
+             iters);
+  PetscCheck(pp0 <= 4096 && pp1 <= 4096, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-sched_pp0 %" PetscInt_FMT " / -sched_pp1 %" PetscInt_FMT ": at most 4096 stages", pp0, pp1);
   in.pp[0]   = (int)pp0;
   in.pp[1]   = (int)pp1;
   in.m[0]    = m0 > (1 << 20) ? -1 : (int)m0;
@@ -90,7 +115,8 @@ PetscErrorCode ac_schedule_run(RunCtx *run)
   in.mem_cap = cap;
   PetscCall(ac_inst_check(&in, "-sched_"));
   if (run->dry_run) {
-    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "schedule: dry run, instance is valid; lower bound %g\n", ac_lower_bound(&in)));
+    PetscCall(
+        PetscPrintf(PETSC_COMM_WORLD, "schedule: dry run, instance is valid; lower bound %g\n", ac_lower_bound(&in)));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(ac_sequential(&in, NULL, &seq));
@@ -109,7 +135,9 @@ PetscErrorCode ac_schedule_run(RunCtx *run)
   opt.mem_steps = (int)mem_steps;
   PetscCall(ac_optimize(&in, &opt, &s, &info));
   PetscCall(print_result(&in, info.best.makespan, info.best.peak_mem, info.lower_bound, info.greedy.makespan, &seq));
-  PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  search %.2f s (CPU %.2f s) on %d threads, %d chains, %d proposals in all\n", info.seconds, info.cpu_seconds, run->nthreads, opt.chains, info.iters_used));
+  PetscCall(PetscPrintf(PETSC_COMM_WORLD,
+                        "  search %.2f s (CPU %.2f s) on %d threads, %d chains, %d proposals in all\n", info.seconds,
+                        info.cpu_seconds, run->nthreads, opt.chains, info.iters_used));
   PetscCall(ac_sched_write(output, &s, &info, &seq));
   PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  wrote %s\n", output));
   PetscCall(ac_sched_free(&s));

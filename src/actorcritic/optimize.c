@@ -39,7 +39,10 @@ typedef struct {
 } Chain;
 
 /* uniform in [0,1) from the draw keyed by (seed, chain, step, lane) */
-static inline double chain_u(uint64_t seed, int c, int step, int lane) { return rng_uniform(seed, 0x46555345u, (uint32_t)c, (uint32_t)step, (uint32_t)lane); }
+static inline double chain_u(uint64_t seed, int c, int step, int lane)
+{
+  return rng_uniform(seed, 0x46555345u, (uint32_t)c, (uint32_t)step, (uint32_t)lane);
+}
 
 static inline int better(double mk, double pk, double bmk, double bpk) { return mk < bmk || (mk == bmk && pk < bpk); }
 
@@ -53,7 +56,8 @@ static void chain_run(Chain *ch, const ACOptimizeOpts *opt, int c, double lb)
   const ACGraph *g = ch->d.g;
   const ACInst  *in = ch->d.in;
   int              n = g->n, N = g->N, phase2 = 0, left = opt->iters;
-  double           fmin = PetscMin(in->f[0], in->f[1]), munit = PetscMax(PetscMax(in->mem[0], in->mem[1]), 1e-300), T0 = 1.0, T1 = 0.02, T = T0;
+  double fmin = PetscMin(in->f[0], in->f[1]), munit = PetscMax(PetscMax(in->mem[0], in->mem[1]), 1e-300), T0 = 1.0,
+         T1 = 0.02, T = T0;
 
   ch->mk = ac_dec_run(&ch->d, ch->key);
   ch->pk = ac_dec_peak(&ch->d);
@@ -115,7 +119,8 @@ static void chain_run(Chain *ch, const ACOptimizeOpts *opt, int c, double lb)
  * and each critic copy c shifted by th[4+c]; th[1] and th[2] move the
  * actor's and the critic's forwards against their backwards; th[3] is the
  * decoder's alpha. */
-static void param_keys(const ACInst *in, const ACGraph *g, const double *base, double norm, const double *th, double *key)
+static void param_keys(const ACInst *in, const ACGraph *g, const double *base, double norm, const double *th,
+                       double *key)
 {
   for (int i = 0; i < g->N; i++) {
     ACTask t = ac_task_of(in, i % g->n);
@@ -124,7 +129,8 @@ static void param_keys(const ACInst *in, const ACGraph *g, const double *base, d
   }
 }
 
-static void param_eval(ACDecoder *d, const double *base, double norm, const double *th, double *key, double *mk, double *pk)
+static void param_eval(ACDecoder *d, const double *base, double norm, const double *th, double *key, double *mk,
+                       double *pk)
 {
   const ACGraph *g = d->g;
   param_keys(d->in, g, base, norm, th, key);
@@ -141,10 +147,12 @@ static void param_eval(ACDecoder *d, const double *base, double norm, const doub
  * over all parameters (each round tries every parameter up and down, in
  * parallel, and keeps the best; steps halve when nothing improves). Picks
  * the keys that start the annealing. */
-static PetscErrorCode calibrate(const ACInst *in, const ACGraph *g, const double *base, double lb, int max_blocks, int max_rounds, double *key, double *alpha, double *mk_out, double *pk_out)
+static PetscErrorCode calibrate(const ACInst *in, const ACGraph *g, const double *base, double lb, int max_blocks,
+                                int max_rounds, double *key, double *alpha, double *mk_out, double *pk_out)
 {
   static const double sigma[AC_NSIGMA] = {0.5, 0.65, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2};
-  int                 nt = omp_get_max_threads(), ncopy = in->pp[0] / in->pp[1], np = 4 + ncopy, NG = AC_NALPHA * AC_NSIGMA * AC_NDELTA, NM = 2 * np, win = 0;
+  int nt = omp_get_max_threads(), ncopy = in->pp[0] / in->pp[1], np = 4 + ncopy, NG = AC_NALPHA * AC_NSIGMA * AC_NDELTA,
+      NM = 2 * np, win = 0;
   double              inf = INFINITY;
   ACDecoder            *dec;
   double             *mk, *pk, *keys, *th, *cand, *step, span0 = 0, span1 = 0, norm, bmk, bpk;
@@ -168,7 +176,8 @@ static PetscErrorCode calibrate(const ACInst *in, const ACGraph *g, const double
     static const double alphas[AC_NALPHA] = {1, 0, 0.5};
     double *c = cand + (size_t)k * np;
     int     ia = k % AC_NALPHA, is = (k / AC_NALPHA) % AC_NSIGMA, j = k / (AC_NALPHA * AC_NSIGMA);
-    int     id = j % 2 ? (AC_NDELTA / 2) - (j + 1) / 2 : (AC_NDELTA / 2) + j / 2; /* 0, -1, +1, -2, ... steps from the middle */
+    int                 id = j % 2 ? (AC_NDELTA / 2) - (j + 1) / 2
+                                   : (AC_NDELTA / 2) + j / 2; /* 0, -1, +1, -2, ... steps from the middle */
     c[0] = sigma[sorder[is]];
     c[1] = c[2] = 0;
     c[3] = alphas[ia];
@@ -235,7 +244,8 @@ static PetscErrorCode calibrate(const ACInst *in, const ACGraph *g, const double
  * a time and rarely gets far; a cap changes every decision at once. */
 static PetscErrorCode mem_bisect(const ACInst *in, const ACGraph *g, const double *base, int steps, Chain *best)
 {
-  double   lo = PetscMax(in->mem[0], in->mem[1]), unit = PetscMin(in->mem[0] > 0 ? in->mem[0] : in->mem[1], in->mem[1] > 0 ? in->mem[1] : in->mem[0]), *key;
+  double lo   = PetscMax(in->mem[0], in->mem[1]),
+         unit = PetscMin(in->mem[0] > 0 ? in->mem[0] : in->mem[1], in->mem[1] > 0 ? in->mem[1] : in->mem[0]), *key;
   ACInst capped = *in;
   ACDecoder  d;
 
@@ -246,11 +256,13 @@ static PetscErrorCode mem_bisect(const ACInst *in, const ACGraph *g, const doubl
   for (int k = 0; k < steps && best->best_pk - lo > 0.5 * unit; k++) {
     double alpha = 1, mk = INFINITY, pk = INFINITY;
     capped.mem_cap = 0.5 * (lo + best->best_pk);
-    PetscCall(calibrate(&capped, g, base, best->best_mk, 8, 10, key, &alpha, &mk, &pk)); /* a cheaper calibration: a cap that fails costs the whole budget */
+    PetscCall(calibrate(&capped, g, base, best->best_mk, 8, 10, key, &alpha, &mk,
+                        &pk)); /* a cheaper calibration: a cap that fails costs the whole budget */
     if (mk <= best->best_mk && pk < best->best_pk) {
       d.alpha = alpha;
       mk      = ac_dec_run(&d, key);
-      PetscCheck(mk <= best->best_mk, PETSC_COMM_SELF, PETSC_ERR_PLIB, "mem_bisect: the calibrated keys decode to makespan %g, not %g", mk, best->best_mk);
+      PetscCheck(mk <= best->best_mk, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+                 "mem_bisect: the calibrated keys decode to makespan %g, not %g", mk, best->best_mk);
       memcpy(best->best_ids, d.ids, (size_t)g->N * sizeof *d.ids);
       best->best_pk = pk;
     } else lo = capped.mem_cap;
@@ -269,7 +281,8 @@ PetscErrorCode ac_optimize(const ACInst *in, const ACOptimizeOpts *opt, ACSched 
   int       C = opt->chains, win = 0;
 
   PetscFunctionBegin;
-  PetscCheck(C >= 1 && opt->iters >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "ac_optimize: %d chains, %d iterations", C, opt->iters);
+  PetscCheck(C >= 1 && opt->iters >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "ac_optimize: %d chains, %d iterations", C, opt->iters);
   PetscCall(ac_graph_build(in, &g));
   PetscCall(PetscMalloc2(g.N, &key0, g.N, &base));
   PetscCall(start_keys(in, base));
@@ -283,12 +296,14 @@ PetscErrorCode ac_optimize(const ACInst *in, const ACOptimizeOpts *opt, ACSched 
     info->greedy.peak_mem = ac_dec_peak(&d);
     PetscCall(ac_dec_destroy(&d));
   }
-  PetscCall(calibrate(in, &g, base, info->lower_bound, 1 << 20, 200, key0, &alpha, &info->calib.makespan, &info->calib.peak_mem));
+  PetscCall(calibrate(in, &g, base, info->lower_bound, 1 << 20, 200, key0, &alpha, &info->calib.makespan,
+                      &info->calib.peak_mem));
   PetscCall(PetscCalloc1(C, &ch));
   for (int c = 0; c < C; c++) {
     PetscCall(ac_dec_create(in, &g, &ch[c].d));
     ch[c].d.alpha = alpha;
-    PetscCall(PetscMalloc5(g.N, &ch[c].key, g.N, &ch[c].best_key, g.N, &ch[c].prev_key, g.N, &ch[c].cur_ids, g.N, &ch[c].best_ids));
+    PetscCall(PetscMalloc5(g.N, &ch[c].key, g.N, &ch[c].best_key, g.N, &ch[c].prev_key, g.N, &ch[c].cur_ids, g.N,
+                           &ch[c].best_ids));
     /* chain 0 starts from the plain keys (the greedy start), the others
      * from keys jittered by up to one task's length */
     for (int i = 0; i < g.N; i++) ch[c].key[i] = key0[i] + (c ? (2 * chain_u(opt->seed, c, -1, i) - 1) * g.dur[i] : 0);
@@ -297,7 +312,8 @@ PetscErrorCode ac_optimize(const ACInst *in, const ACOptimizeOpts *opt, ACSched 
   for (int c = 0; c < C; c++) chain_run(&ch[c], opt, c, info->lower_bound);
   for (int c = 1; c < C; c++)
     if (better(ch[c].best_mk, ch[c].best_pk, ch[win].best_mk, ch[win].best_pk)) win = c;
-  PetscCheck(!isinf(ch[win].best_mk), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "ac_optimize: no schedule found within the memory cap %g (raise -sched_mem_cap)", in->mem_cap);
+  PetscCheck(!isinf(ch[win].best_mk), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "ac_optimize: no schedule found within the memory cap %g (raise -sched_mem_cap)", in->mem_cap);
   PetscCall(mem_bisect(in, &g, base, opt->mem_steps, &ch[win]));
   PetscCall(ac_sched_alloc(in, s));
   for (int i = 0; i < g.N; i++) s->order[i] = ac_task_of(in, ch[win].best_ids[i] % g.n);

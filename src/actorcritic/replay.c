@@ -51,7 +51,8 @@ static double ac_replay_lists(const ACGraph *g, const int *ids, int k, double *f
   return done < P * k ? INFINITY : makespan;
 }
 
-double ac_replay_ids(const ACInst *in, const ACGraph *g, const int *ids, double *finish, int *ptr, double *peak, double *peak_max)
+double ac_replay_ids(const ACInst *in, const ACGraph *g, const int *ids, double *finish, int *ptr, double *peak,
+                     double *peak_max)
 {
   double makespan = ac_replay_lists(g, ids, g->n, finish, ptr);
 
@@ -72,7 +73,8 @@ static void ac_ids_of(const ACSched *s, int *ids)
   for (int r = 0; r < s->nranks; r++)
     for (int j = 0; j < s->n; j++) {
       ACTask t  = s->order[r * s->n + j];
-      int      ok = (t.model == 0 || t.model == 1) && (t.kind == 0 || t.kind == 1) && t.mb >= 0 && t.mb < in->m[t.model == 1];
+      int    ok = (t.model == 0 || t.model == 1) && (t.kind == 0 || t.kind == 1) && t.mb >= 0 &&
+               t.mb < in->m[t.model == 1];
       ids[r * s->n + j] = ok ? r * s->n + ac_local(in, t.model, t.kind, t.mb) : -1;
     }
 }
@@ -87,7 +89,9 @@ PetscErrorCode ac_replay(const ACSched *s, ACScore *score, double *finish)
   PetscCall(ac_graph_build(&s->inst, &g));
   PetscCall(PetscMalloc3(g.N, &ids, g.nranks, &ptr, g.N, &fin));
   ac_ids_of(s, ids);
-  for (int i = 0; i < g.N; i++) PetscCheck(ids[i] >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "ac_replay: rank %d task %d is not a task of this instance", i / g.n, i % g.n);
+  for (int i = 0; i < g.N; i++)
+    PetscCheck(ids[i] >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+               "ac_replay: rank %d task %d is not a task of this instance", i / g.n, i % g.n);
   score->makespan = ac_replay_ids(&s->inst, &g, ids, fin, ptr, score->rank_peak, &score->peak_mem);
   score->deadlock = isinf(score->makespan);
   if (finish) /* by list position, not by id */
@@ -113,14 +117,17 @@ PetscErrorCode ac_sched_validate(const ACSched *s, const char *where)
       int      id = ids[r * s->n + j];
       if (id < 0) {
         (void)PetscFree2(ids, seen);
-        SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: rank %d row %d (model %d, kind %d, micro-batch %d) is not a task (model 0/1, kind 0/1, micro-batch below m0 %d / m1 %d)", where, r, j,
-                t.model, t.kind, t.mb, in->m[0], in->m[1]);
+        SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+                "%s: rank %d row %d (model %d, kind %d, micro-batch %d) is not a task (model 0/1, kind 0/1, "
+                "micro-batch below m0 %d / m1 %d)",
+                where, r, j, t.model, t.kind, t.mb, in->m[0], in->m[1]);
       }
       if (seen[id % s->n] >= 0) {
         int first = seen[id % s->n];
         (void)PetscFree2(ids, seen);
-        SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: rank %d lists the %s %s of micro-batch %d twice (rows %d and %d)", where, r, t.model ? "critic" : "actor", t.kind ? "backward" : "forward",
-                t.mb, first, j);
+        SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+                "%s: rank %d lists the %s %s of micro-batch %d twice (rows %d and %d)", where, r,
+                t.model ? "critic" : "actor", t.kind ? "backward" : "forward", t.mb, first, j);
       }
       seen[id % s->n] = j;
     }
@@ -133,10 +140,12 @@ PetscErrorCode ac_sched_validate(const ACSched *s, const char *where)
     if (sc.rank_peak[r] > in->mem_cap) {
       double p = sc.rank_peak[r];
       PetscCall(PetscFree(sc.rank_peak));
-      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: rank %d holds %g of activations at its peak, above the memory cap %g", where, r, p, in->mem_cap);
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+              "%s: rank %d holds %g of activations at its peak, above the memory cap %g", where, r, p, in->mem_cap);
     }
   PetscCall(PetscFree(sc.rank_peak));
-  PetscCheck(!sc.deadlock, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: the schedule deadlocks (some rank's next task waits for a task that can never run)", where);
+  PetscCheck(!sc.deadlock, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: the schedule deadlocks (some rank's next task waits for a task that can never run)", where);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -205,7 +214,8 @@ PetscErrorCode ac_sequential(const ACInst *in, ACSched *s, ACScore *score)
     PetscCall(ac_sched_alloc(in, s));
     for (int r = 0; r < P; r++) {
       for (int j = 0; j < 2 * in->m[0]; j++) s->order[r * n + j] = ac_task_of(in, ids[0][r * 2 * in->m[0] + j] % n);
-      for (int j = 0; j < 2 * in->m[1]; j++) s->order[r * n + 2 * in->m[0] + j] = ac_task_of(in, ids[1][r * 2 * in->m[1] + j] % n);
+      for (int j = 0; j < 2 * in->m[1]; j++)
+        s->order[r * n + 2 * in->m[0] + j] = ac_task_of(in, ids[1][r * 2 * in->m[1] + j] % n);
     }
   }
   PetscCall(PetscFree4(ids[0], ids[1], ptr, fin));

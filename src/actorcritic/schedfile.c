@@ -28,8 +28,26 @@ static PetscErrorCode ac_write_fill(IoId file, void *vctx)
   const ACInst  *in = &s->inst;
   const char      *ints[4] = {"pp0", "pp1", "m0", "m1"};
   int              iv[4]   = {in->pp[0], in->pp[1], in->m[0], in->m[1]};
-  const char      *dbl[10] = {"f0", "f1", "mem0", "mem1", "mem_cap", "makespan", "lower_bound", "greedy_makespan", "sequential_makespan", "sequential_peak_memory"};
-  double           dv[10]  = {in->f[0], in->f[1], in->mem[0], in->mem[1], in->mem_cap, ctx->info->best.makespan, ctx->info->lower_bound, ctx->info->greedy.makespan, ctx->seq->makespan, ctx->seq->peak_mem};
+  const char      *dbl[10] = { "f0",
+                               "f1",
+                               "mem0",
+                               "mem1",
+                               "mem_cap",
+                               "makespan",
+                               "lower_bound",
+                               "greedy_makespan",
+                               "sequential_makespan",
+                               "sequential_peak_memory" };
+  double           dv[10]  = { in->f[0],
+                               in->f[1],
+                               in->mem[0],
+                               in->mem[1],
+                               in->mem_cap,
+                               ctx->info->best.makespan,
+                               ctx->info->lower_bound,
+                               ctx->info->greedy.makespan,
+                               ctx->seq->makespan,
+                               ctx->seq->peak_mem };
   int             *rows;
 
   PetscFunctionBegin;
@@ -68,7 +86,8 @@ PetscErrorCode ac_sched_write(const char *path, const ACSched *s, const ACOptimi
   PetscFunctionBegin;
   /* the atomic write renames a temporary over path: never over a device
    * such as /dev/null */
-  PetscCheck(stat(path, &st) != 0 || S_ISREG(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "schedule file %s exists and is not a regular file (a device or directory): not replacing it", path);
+  PetscCheck(stat(path, &st) != 0 || S_ISREG(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE,
+             "schedule file %s exists and is not a regular file (a device or directory): not replacing it", path);
   PetscCall(PetscMalloc1(s->nranks, &ctx.peak));
   sc.rank_peak = ctx.peak;
   PetscCall(ac_replay(s, &sc, NULL));
@@ -98,7 +117,8 @@ static PetscErrorCode ac_read_groups(IoId file, void *vctx)
   for (int k = 0; k < 4; k++) {
     int64_t v;
     PetscCall(io_attr_read_int(file, where, names[k], INT32_MIN, INT32_MAX, &v));
-    PetscCheck(v == want[k], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s is %lld, this run needs %d", where, names[k], (long long)v, want[k]);
+    PetscCheck(v == want[k], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s is %lld, this run needs %d", where,
+               names[k], (long long)v, want[k]);
   }
   PetscCall(PetscMalloc1(3 * s->n, &rows));
   for (int r = 0; r < s->nranks; r++) {
@@ -114,13 +134,15 @@ static PetscErrorCode ac_read_groups(IoId file, void *vctx)
       PetscCall(PetscSNPrintf(grp, sizeof grp, "node_%d", r));
       ierr = io_exists(file, grp) ? PETSC_ERR_FILE_UNEXPECTED : PETSC_ERR_FILE_READ;
       PetscCall(PetscFree(rows));
-      SETERRQ(PETSC_COMM_SELF, ierr, "%s has no %s (one /node_<i>/tasks per rank, i < pp0 %d)", where, ierr == PETSC_ERR_FILE_READ ? grp : full, in->pp[0]);
+      SETERRQ(PETSC_COMM_SELF, ierr, "%s has no %s (one /node_<i>/tasks per rank, i < pp0 %d)", where,
+              ierr == PETSC_ERR_FILE_READ ? grp : full, in->pp[0]);
     }
     ierr = io_dataset_open(file, where, full, name, IO_CLASS_INT, 0, 2, dims, &dset);
     if (!ierr && dims[0] != (IoSize)s->n) {
       io_close(&dset);
       PetscCall(PetscFree(rows));
-      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has %llu rows, expected %d (2 m0 + 2 m1)", where, full, (unsigned long long)dims[0], s->n);
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has %llu rows, expected %d (2 m0 + 2 m1)", where,
+              full, (unsigned long long)dims[0], s->n);
     }
     if (!ierr) ierr = io_dataset_read(dset, where, full, IO_INT, rows);
     if (!ierr) ierr = io_close(&dset);

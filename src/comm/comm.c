@@ -77,7 +77,11 @@ PetscErrorCode comm_attach_nccl(Comm *c)
      * which gives the same bits, said once by the first such rank 0 */
     PetscCall(shared_gpu(c, &shared, gpu));
     if (shared) {
-      if (c->rank == 0 && !said) PetscCall(PetscPrintf(PETSC_COMM_SELF, "# comm: ranks share a GPU (%s): device buffers go through the host, not NCCL (which needs a GPU for every rank)\n", gpu));
+      if (c->rank == 0 && !said)
+        PetscCall(PetscPrintf(PETSC_COMM_SELF,
+                              "# comm: ranks share a GPU (%s): device buffers go through the host, not NCCL (which "
+                              "needs a GPU for every rank)\n",
+                              gpu));
       said = PETSC_TRUE;
       PetscFunctionReturn(PETSC_SUCCESS);
     }
@@ -92,11 +96,14 @@ PetscErrorCode comm_attach_nccl(Comm *c)
     PetscCallMPI(MPI_Bcast(id, n + 1, MPI_BYTE, 0, c->mpi));
     if (!id[n]) {
       PetscCall(PetscFree(id));
-      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_LIB, "NCCL communicator over %d ranks: %s", c->size, c->rank == 0 ? rfcuda_error() : "its rank 0 could not create the NCCL id");
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_LIB, "NCCL communicator over %d ranks: %s", c->size,
+              c->rank == 0 ? rfcuda_error() : "its rank 0 could not create the NCCL id");
     }
     n = rfcuda_nccl_init(&c->nccl, id, c->size, c->rank);
     PetscCall(PetscFree(id));
-    PetscCheck(n == 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "NCCL communicator over %d ranks: %s (NCCL needs a GPU of its own for every rank)", c->size, rfcuda_error());
+    PetscCheck(n == 0, PETSC_COMM_SELF, PETSC_ERR_LIB,
+               "NCCL communicator over %d ranks: %s (NCCL needs a GPU of its own for every rank)", c->size,
+               rfcuda_error());
     c->kind = COMM_NCCL;
   }
 #endif
@@ -138,7 +145,8 @@ static PetscErrorCode allreduce_sum_mpi(const Comm *c, float *buf, size_t n)
   PetscFunctionBegin;
   P     = c->size;
   chunk = (n + P - 1) / P;
-  PetscCheck(chunk <= (size_t)INT32_MAX / P, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_allreduce_sum: %zu floats is too large for one call; use buckets", n);
+  PetscCheck(chunk <= (size_t)INT32_MAX / P, PETSC_COMM_SELF, PETSC_ERR_SUP,
+             "comm_allreduce_sum: %zu floats is too large for one call; use buckets", n);
   PetscCall(PetscMalloc3((size_t)P * chunk, &recv, P, &cnt, P, &dsp));
   for (int r = 0; r < P; r++) {
     size_t lo = PetscMin((size_t)r * chunk, n), hi = PetscMin(lo + chunk, n);
@@ -214,7 +222,8 @@ PetscErrorCode comm_allgather_host(const Comm *c, const void *in, void *out, siz
     if (out != in) PetscCall(PetscMemcpy(out, in, bytes));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  PetscCheck(bytes <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_allgather: %zu bytes is too large for one call", bytes);
+  PetscCheck(bytes <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_allgather: %zu bytes is too large for one call",
+             bytes);
   PetscCallMPI(MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, c->mpi));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -237,7 +246,8 @@ PetscErrorCode comm_allgather(const Comm *c, const void *in, void *out, size_t b
   if (c->kind == COMM_NCCL) { /* each member's piece broadcast from its place in out, in rank order on every member */
     char *mine = (char *)out + (size_t)c->rank * bytes;
     if (mine != (const char *)in) PetscCall(dev_be->copy(mine, in, bytes));
-    for (int r = 0; r < c->size; r++) CommCallNCCL(rfcuda_nccl_bcast(c->nccl, (char *)out + (size_t)r * bytes, bytes, r));
+    for (int r = 0; r < c->size; r++)
+      CommCallNCCL(rfcuda_nccl_bcast(c->nccl, (char *)out + (size_t)r * bytes, bytes, r));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
 #endif
@@ -255,7 +265,8 @@ PetscErrorCode comm_allgather_ranges_host(const Comm *c, float *buf, size_t n)
 
   PetscFunctionBegin;
   if (!member(c) || n == 0) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCheck(n <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_allgather_ranges: %zu floats is too large for one call", n);
+  PetscCheck(n <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP,
+             "comm_allgather_ranges: %zu floats is too large for one call", n);
   PetscCall(PetscMalloc2(c->size, &cnt, c->size, &dsp));
   for (int r = 0; r < c->size; r++) {
     size_t lo, hi;
@@ -301,7 +312,8 @@ PetscErrorCode comm_bcast_host(const Comm *c, void *buf, size_t bytes, int root)
 {
   PetscFunctionBegin;
   if (!member(c) || bytes == 0) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCheck(bytes <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_bcast: %zu bytes is too large for one call", bytes);
+  PetscCheck(bytes <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_bcast: %zu bytes is too large for one call",
+             bytes);
   PetscCallMPI(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c->mpi));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -345,7 +357,8 @@ PetscErrorCode comm_isend(const Comm *c, const void *buf, size_t bytes, int dest
   StagedSend *s;
 
   PetscFunctionBegin;
-  PetscCheck(bytes <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_isend: %zu bytes is too large for one message", bytes);
+  PetscCheck(bytes <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_isend: %zu bytes is too large for one message",
+             bytes);
   if (!dev_be) {
     PetscCallMPI(MPI_Isend(buf, (int)bytes, MPI_BYTE, dest, tag, c->mpi, req));
     PetscFunctionReturn(PETSC_SUCCESS);
@@ -390,7 +403,8 @@ PetscErrorCode comm_isend_copy(const Comm *c, const void *buf, size_t bytes, int
   StagedSend *s;
 
   PetscFunctionBegin;
-  PetscCheck(bytes <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_isend_copy: %zu bytes is too large for one message", bytes);
+  PetscCheck(bytes <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP,
+             "comm_isend_copy: %zu bytes is too large for one message", bytes);
   PetscCall(copied_sweep(PETSC_FALSE));
   PetscCall(PetscNew(&s));
   if (dev_be) PetscCall(stage_in(buf, bytes, 0, bytes, &s->host));
@@ -411,12 +425,14 @@ PetscErrorCode comm_recv(const Comm *c, void *buf, size_t bytes, int src, int ta
   char      *h = NULL;
 
   PetscFunctionBegin;
-  PetscCheck(bytes <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_recv: %zu bytes is too large for one message", bytes);
+  PetscCheck(bytes <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_recv: %zu bytes is too large for one message",
+             bytes);
   if (dev_be) PetscCall(stage_in(buf, bytes, 0, 0, &h));
   PetscCallMPI(MPI_Recv(h ? (void *)h : buf, (int)bytes, MPI_BYTE, src, tag, c->mpi, &st));
   PetscCallMPI(MPI_Get_count(&st, MPI_BYTE, &got));
   if ((size_t)got != bytes) PetscCall(PetscFree(h));
-  PetscCheck((size_t)got == bytes, PETSC_COMM_SELF, PETSC_ERR_PLIB, "comm_recv: expected %zu bytes from rank %d (tag %d), got %d", bytes, src, tag, got);
+  PetscCheck((size_t)got == bytes, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+             "comm_recv: expected %zu bytes from rank %d (tag %d), got %d", bytes, src, tag, got);
   if (h) PetscCall(stage_out(buf, &h, bytes));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -486,7 +502,8 @@ PetscErrorCode comm_node_of(int world_rank, int *node)
 {
   PetscFunctionBegin;
   PetscCheck(node_of, PETSC_COMM_SELF, PETSC_ERR_ORDER, "comm_node_of: call comm_setup first");
-  PetscCheck(world_rank >= 0 && world_rank < nworld, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "comm_node_of: rank %d outside the world of %d", world_rank, nworld);
+  PetscCheck(world_rank >= 0 && world_rank < nworld, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "comm_node_of: rank %d outside the world of %d", world_rank, nworld);
   *node = node_of[world_rank];
   PetscFunctionReturn(PETSC_SUCCESS);
 }

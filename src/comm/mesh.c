@@ -84,7 +84,8 @@ PetscErrorCode mesh_get(const int *ranks, int n, int pp, int dp, int tp, const M
   MeshNode *node;
 
   PetscFunctionBegin;
-  PetscCheck(n > 0 && pp > 0 && dp > 0 && tp > 0 && pp * dp * tp == n, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "mesh_get: pp %d x dp %d x tp %d does not match %d ranks", pp, dp, tp, n);
+  PetscCheck(n > 0 && pp > 0 && dp > 0 && tp > 0 && pp * dp * tp == n, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "mesh_get: pp %d x dp %d x tp %d does not match %d ranks", pp, dp, tp, n);
   for (node = cache; node; node = node->next)
     if (same_mesh(&node->m, ranks, n, pp, dp, tp)) {
       *mesh = &node->m;
@@ -110,11 +111,13 @@ PetscErrorCode mesh_tp_block(const Mesh *m, int r, const Comm **c)
   int   b, ranks[64];
 
   PetscFunctionBegin;
-  PetscCheck(m->me >= 0 && r >= 1 && r <= 64 && m->tp % r == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "mesh_tp_block: blocks of %d do not cut tp %d", r, m->tp);
+  PetscCheck(m->me >= 0 && r >= 1 && r <= 64 && m->tp % r == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "mesh_tp_block: blocks of %d do not cut tp %d", r, m->tp);
   for (b = 0; b < m->nblocks; b++)
     if (m->block_r[b] == r) break;
   if (b == m->nblocks) {
-    PetscCheck(b < MESH_MAX_BLOCKS, PETSC_COMM_SELF, PETSC_ERR_SUP, "mesh_tp_block: more than %d block sizes on one mesh", MESH_MAX_BLOCKS);
+    PetscCheck(b < MESH_MAX_BLOCKS, PETSC_COMM_SELF, PETSC_ERR_SUP,
+               "mesh_tp_block: more than %d block sizes on one mesh", MESH_MAX_BLOCKS);
     for (int k = 0; k < r; k++) ranks[k] = mesh_rank(m, m->p, m->d, m->t / r * r + k);
     PetscCall(group_comm(ranks, r, 6, &w->block_comm[b]));
     w->block_r[b] = r;

@@ -40,17 +40,22 @@ PetscBool cost_ranks_internode(const CostPrims *p, const int *ranks, int n)
  * group the ranks of one (stage, t), stride tp. */
 void cost_layout(const CostPrims *p, const PlanCall *c, CostLayout *L)
 {
-  *L = (CostLayout){c->dp, c->tp, c->pp, c->mbs, PETSC_FALSE, PETSC_FALSE, cost_ranks_internode(p, c->ranks, c->nranks)};
+  *L = (CostLayout){
+    c->dp, c->tp, c->pp, c->mbs, PETSC_FALSE, PETSC_FALSE, cost_ranks_internode(p, c->ranks, c->nranks)
+  };
   if (!L->mesh_inter) return;
   for (int g = 0; g < c->nranks; g += c->tp)
     if (cost_ranks_internode(p, c->ranks + g, c->tp)) L->tp_inter = PETSC_TRUE;
   for (int s = 0; s < c->pp; s++)
     for (int t = 0; t < c->tp; t++)
       for (int d = 1; d < c->dp; d++)
-        if (c->ranks[(s * c->dp + d) * c->tp + t] / p->ranks_per_node != c->ranks[s * c->dp * c->tp + t] / p->ranks_per_node) L->dp_inter = PETSC_TRUE;
+        if (c->ranks[(s * c->dp + d) * c->tp + t] / p->ranks_per_node !=
+            c->ranks[s * c->dp * c->tp + t] / p->ranks_per_node)
+          L->dp_inter = PETSC_TRUE;
 }
 
-double cost_stage_time(const CostPrims *p, const CostShape *m, CostPhase ph, const CostLayout *L, double rows, double len)
+double cost_stage_time(const CostPrims *p, const CostShape *m, CostPhase ph, const CostLayout *L, double rows,
+                       double len)
 {
   int    tp = L->tp, pp = L->pp, probe[3] = {0, PetscMin(1, pp - 1), pp - 1}, nprobe = m->gated ? 3 : pp;
   double tokens = ph == COST_DECODE ? rows : rows * len, act = tokens * m->n_embd * p->bytes_per_param;
@@ -159,10 +164,12 @@ static double max_stage_params(const CostShape *m, const PlanCall *c)
 /* The gradient all-reduce over the dp replicas and the AdamW step (over a
  * 1/dp share with ZeRO-1, whose reduce-scatter and all-gather move what one
  * all-reduce moves) of one optimizer step. */
-static double update_time(const CostPrims *p, const CostShape *m, const PlanCall *c, const CostLayout *L, PetscBool zero1)
+static double update_time(const CostPrims *p, const CostShape *m, const PlanCall *c, const CostLayout *L,
+                          PetscBool zero1)
 {
   double n = max_stage_params(m, c);
-  return p->coll(p->ctx, COST_ALLREDUCE, c->dp, L->dp_inter, n * p->bytes_per_param) + p->optimizer(p->ctx, zero1 ? n / c->dp : n);
+  return p->coll(p->ctx, COST_ALLREDUCE, c->dp, L->dp_inter, n * p->bytes_per_param) +
+         p->optimizer(p->ctx, zero1 ? n / c->dp : n);
 }
 
 /* One training micro-batch's rows, and the padded lengths of a replica's
@@ -223,10 +230,11 @@ double cost_fused_training(const CostPrims *p, const CostWork *w, const Plan *pl
   /* the schedule model's micro-batches are equal and its backward is twice
    * its forward: f is a third of the mean forward and backward */
   in.f[0]   = ((in.m[0] - 1) * train_fb(p, &w->actor, &La, ra, la) + train_fb(p, &w->actor, &La, ra, ba)) / in.m[0] / 3;
-  in.f[1]   = ((in.m[1] - 1) * train_fb(p, &w->critic, &Lc, rc, lc) + train_fb(p, &w->critic, &Lc, rc, bc)) / in.m[1] / 3;
+  in.f[1] = ((in.m[1] - 1) * train_fb(p, &w->critic, &Lc, rc, lc) + train_fb(p, &w->critic, &Lc, rc, bc)) / in.m[1] / 3;
   in.mem[0] = in.mem[1] = 0;
   in.mem_cap = 0;
-  step = ac_lower_bound(&in) + update_time(p, &w->actor, a, &La, plan->zero1) + update_time(p, &w->critic, c, &Lc, plan->zero1);
+  step                  = ac_lower_bound(&in) + update_time(p, &w->actor, a, &La, plan->zero1) +
+         update_time(p, &w->critic, c, &Lc, plan->zero1);
   return (double)PetscMax(1, w->epochs) * PetscMax(1, w->minibatches) * step;
 }
 
@@ -234,7 +242,8 @@ double cost_fused_training(const CostPrims *p, const CostWork *w, const Plan *pl
  * of fixed-length sequences (no response-length distribution: every row is
  * padded to len), on a plan that holds only that call, so the memory model
  * counts its training state and activations and nothing else. */
-PetscErrorCode cost_train_stage(const CostPrims *p, const CostTrainStage *st, MFCId id, const PlanCall *c, int world, PetscBool zero1, CostEstimate *est)
+PetscErrorCode cost_train_stage(const CostPrims *p, const CostTrainStage *st, MFCId id, const PlanCall *c, int world,
+                                PetscBool zero1, CostEstimate *est)
 {
   CostWork w;
   Plan    *plan;
@@ -258,7 +267,8 @@ PetscErrorCode cost_train_stage(const CostPrims *p, const CostTrainStage *st, MF
   est->mem_call[MFC_ACTOR_TRAIN] = 0;
   if (!est->feasible) { /* the memory model names the call it costed */
     PetscCall(PetscStrncpy(why, est->why, sizeof why));
-    if (!strncmp(why, "actor_train", 11)) PetscCall(PetscSNPrintf(est->why, sizeof est->why, "%s%s", mfc_names[id], why + 11));
+    if (!strncmp(why, "actor_train", 11))
+      PetscCall(PetscSNPrintf(est->why, sizeof est->why, "%s%s", mfc_names[id], why + 11));
   }
   PetscCall(PetscFree(plan));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -37,7 +37,8 @@ double cost_stage_params(const CostShape *m, int tp, int pp, int s);
 /* The time of one stage pass (all its parts, one micro-batch of rows x len)
  * on one rank, with the tp all-reduces (two per layer each way) and the
  * activations sent to the next stage; the largest over the stages. */
-double cost_stage_time(const CostPrims *p, const CostShape *m, CostPhase ph, const CostLayout *L, double rows, double len);
+double cost_stage_time(const CostPrims *p, const CostShape *m, CostPhase ph, const CostLayout *L, double rows,
+                       double len);
 
 /* A pipelined pass of micro-batches with (largest-stage) times t[0..n):
  * sum of the times plus (pp - 1) times the largest (fill and drain). */
@@ -62,10 +63,12 @@ double cost_expected_max(const CostWork *w, double r);
 double cost_inference(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostShape *m);
 double cost_training(const CostPrims *p, const CostWork *w, const Plan *plan, MFCId id, PetscBool zero1);
 double cost_fused_training(const CostPrims *p, const CostWork *w, const Plan *plan);
-PetscErrorCode cost_generation(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostShape *m, double *t, double *fin);
+PetscErrorCode cost_generation(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostShape *m, double *t,
+                               double *fin);
 /* -fuse_gen_inf stream: each inference rank's end given the samples'
  * finish times (end[rank] for ranks of the inference meshes; -1 elsewhere). */
-PetscErrorCode cost_stream(const CostPrims *p, const CostWork *w, const Plan *plan, const double *fin, double *end, int world);
+PetscErrorCode cost_stream(const CostPrims *p, const CostWork *w, const Plan *plan, const double *fin, double *end,
+                           int world);
 /* One inference rank of a fused stage: it runs call k (reference, reward,
  * critic; layouts L[3]) on the rows with need[k][row], which arrive at
  * arrive[row], in -fuse_tokens micro-batches in arrival order, from t0 on.
@@ -74,7 +77,8 @@ typedef struct {
   double t;
   int    row;
 } CostArrival;
-double cost_stream_rank(const CostPrims *p, const CostWork *w, const Plan *plan, const CostLayout *L, const unsigned char *const need[3], const double *arrive, double t0, CostArrival *arr);
+double cost_stream_rank(const CostPrims *p, const CostWork *w, const Plan *plan, const CostLayout *L,
+                        const unsigned char *const need[3], const double *arrive, double t0, CostArrival *arr);
 /* World rank of call c's replica d's head (exec_head's: last stage, tp
  * rank 0). Over each replica of several ranks of c (when used): with
  * to_head, its head gets the largest x of its ranks; else every rank gets
@@ -85,7 +89,8 @@ void cost_replica_spread(const PlanCall *c, PetscBool used, double *x, PetscBool
  * at R_t as the executor moves it, and each rank's end of the fused stage
  * (end[rank]: its inference's end, or its generation's; -1 off the stage);
  * *gen_t when the last sample finishes. Fills est's migrate_* fields. */
-PetscErrorCode cost_migrate(const CostPrims *p, const CostWork *w, const Plan *plan, double *end, double *gen_t, CostEstimate *est);
+PetscErrorCode cost_migrate(const CostPrims *p, const CostWork *w, const Plan *plan, double *end, double *gen_t,
+                            CostEstimate *est);
 /* Generation helpers (gen.c) shared with migrate.c. A response's length
  * (the workload's, clipped to [1, max_new]), its prompt's, the two
  * together; the replica of call c world rank r is in (-1: none). */
@@ -110,11 +115,14 @@ typedef struct {
 } CostRep;
 PetscErrorCode cost_rep_init(CostRep *r, int S, int mb, int cap, int qcap);
 PetscErrorCode cost_rep_free(CostRep *r);
-double         cost_rep_fill(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, CostRep *r, double t, double *fin);
+double         cost_rep_fill(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, CostRep *r,
+                             double t, double *fin);
 int            cost_rep_seg(const CostRep *r);
-double         cost_rep_decode(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, const CostRep *r, int seg);
+double cost_rep_decode(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, const CostRep *r,
+                       int seg);
 void           cost_rep_advance(CostRep *r, int seg, double t, double *fin);
-double         cost_rep_run(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, CostRep *r, double t, double *fin);
+double         cost_rep_run(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, CostRep *r,
+                            double t, double *fin);
 
 /* Memory (memory.c): every rank's peak over the iteration; sets
  * est->feasible, why, mem_max and mem_call, and peak[rank] when peak is
@@ -122,7 +130,8 @@ double         cost_rep_run(const CostPrims *p, const CostWork *w, const CostLay
 PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *plan, CostEstimate *est, double *peak);
 /* Which calls in use share ranks (ov[a][b]), and which share ranks with
  * any other call (shared[a]). */
-PetscErrorCode cost_overlaps(const CostWork *w, const Plan *plan, PetscBool ov[MFC_COUNT][MFC_COUNT], PetscBool shared[MFC_COUNT]);
+PetscErrorCode cost_overlaps(const CostWork *w, const Plan *plan, PetscBool ov[MFC_COUNT][MFC_COUNT],
+                             PetscBool shared[MFC_COUNT]);
 /* Bytes of one model's weights on one rank of a call's layout (the largest stage). */
 double cost_weight_bytes(const CostPrims *p, const CostShape *m, const PlanCall *c);
 

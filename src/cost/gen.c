@@ -52,8 +52,14 @@ PetscErrorCode cost_rep_free(CostRep *r)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static double rep_response(const CostWork *w, const CostRep *r, int b) { return r->draw ? r->draw[b] : cost_response_len(w, b); }
-static double rep_prompt(const CostWork *w, const CostRep *r, int b) { return r->plen ? r->plen[b] : cost_prompt_len(w, b); }
+static double rep_response(const CostWork *w, const CostRep *r, int b)
+{
+  return r->draw ? r->draw[b] : cost_response_len(w, b);
+}
+static double rep_prompt(const CostWork *w, const CostRep *r, int b)
+{
+  return r->plen ? r->plen[b] : cost_prompt_len(w, b);
+}
 
 static void rep_drop(CostRep *r, int i)
 {
@@ -61,7 +67,8 @@ static void rep_drop(CostRep *r, int i)
   r->row[i] = r->row[r->na], r->rem[i] = r->rem[r->na], r->done[i] = r->done[r->na];
 }
 
-double cost_rep_fill(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, CostRep *r, double t, double *fin)
+double cost_rep_fill(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, CostRep *r,
+                     double t, double *fin)
 {
   double x = 0;
   /* the new prompts' prefill gives their first token, and samples of one
@@ -77,7 +84,8 @@ double cost_rep_fill(const CostPrims *p, const CostWork *w, const CostLayout *c,
     if (!refill) break;
     /* the engine packs the new prompts' tokens into one forward: costed as
      * prompts of their mean length */
-    x += (PetscMin(r->mb, refill) + c->pp - 1) * cost_stage_time(p, m, COST_PREFILL, c, (double)refill / PetscMin(r->mb, refill), plen / refill);
+    x += (PetscMin(r->mb, refill) + c->pp - 1) *
+         cost_stage_time(p, m, COST_PREFILL, c, (double)refill / PetscMin(r->mb, refill), plen / refill);
     for (int i = 0; i < r->na;)
       if (r->rem[i] == 0) {
         if (fin) fin[r->row[i]] = t + x;
@@ -95,7 +103,8 @@ int cost_rep_seg(const CostRep *r)
   return seg;
 }
 
-double cost_rep_decode(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, const CostRep *r, int seg)
+double cost_rep_decode(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, const CostRep *r,
+                       int seg)
 {
   double ctx = 0;
   int    inflight;
@@ -117,7 +126,8 @@ void cost_rep_advance(CostRep *r, int seg, double t, double *fin)
   }
 }
 
-double cost_rep_run(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, CostRep *r, double t, double *fin)
+double cost_rep_run(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, CostRep *r,
+                    double t, double *fin)
 {
   for (;;) {
     int seg;
@@ -131,13 +141,15 @@ double cost_rep_run(const CostPrims *p, const CostWork *w, const CostLayout *c, 
 
 /* One replica's rows [r0, r1) from time 0: the time its generation ends;
  * fin[row] (if fin) the time each of its samples finishes. */
-static PetscErrorCode gen_replica(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m, int r0, int r1, double *end, double *fin)
+static PetscErrorCode gen_replica(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m,
+                                  int r0, int r1, double *end, double *fin)
 {
   int     n = r1 - r0;
   CostRep r;
 
   PetscFunctionBegin;
-  PetscCall(cost_rep_init(&r, w->gen_slots > 0 ? PetscMin(w->gen_slots, n) : n, c->mbs, PetscMax(n, 1), PetscMax(n, 1)));
+  PetscCall(
+      cost_rep_init(&r, w->gen_slots > 0 ? PetscMin(w->gen_slots, n) : n, c->mbs, PetscMax(n, 1), PetscMax(n, 1)));
   for (int b = r0; b < r1; b++) r.queue[r.qn++] = b;
   *end = cost_rep_run(p, w, c, m, &r, 0, fin);
   PetscCall(cost_rep_free(&r));
@@ -179,8 +191,11 @@ static void partial_key(const CostPrims *p, const CostWork *w, const CostLayout 
 {
   uint64_t h = 1469598103934665603ull;
   memset(k, 0, sizeof *k); /* padding too: keys are compared with memcmp */
-  k->p = p, k->m = m, k->L = *L, k->batch = w->batch, k->extra = w->partial_extra, k->S = w->partial, k->max_new = w->max_new, k->slots = w->gen_slots, k->prompt_len = w->prompt_len, k->nlen = w->nlen, k->group = w->group;
-  for (int i = 0; i < w->nlen; i++) h = (h ^ (uint64_t)w->len[i] ^ ((uint64_t)(w->plen ? w->plen[i] : 0) << 32)) * 1099511628211ull;
+  k->p = p, k->m = m, k->L = *L, k->batch = w->batch, k->extra = w->partial_extra, k->S = w->partial,
+  k->max_new = w->max_new, k->slots = w->gen_slots, k->prompt_len = w->prompt_len, k->nlen = w->nlen,
+  k->group = w->group;
+  for (int i = 0; i < w->nlen; i++)
+    h = (h ^ (uint64_t)w->len[i] ^ ((uint64_t)(w->plen ? w->plen[i] : 0) << 32)) * 1099511628211ull;
   k->lens = h;
 }
 
@@ -193,9 +208,11 @@ static PetscBool group_ends(const int *len, const int *done, const int *draw, in
   return PETSC_TRUE;
 }
 
-static PetscErrorCode gen_partial(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostLayout *L, const CostShape *m, double *t)
+static PetscErrorCode gen_partial(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostLayout *L,
+                                  const CostShape *m, double *t)
 {
-  int     G = PetscMax(1, w->group), cap = w->batch + w->partial_extra, n = 0, next = 0, warm = (w->max_new + w->partial - 1) / w->partial + 1, calls = warm + 8;
+  int G = PetscMax(1, w->group), cap = w->batch + w->partial_extra, n = 0, next = 0,
+      warm = (w->max_new + w->partial - 1) / w->partial + 1, calls = warm + 8;
   int    *len, *done, *ended, *draw, *rows;
   double *plen, sum = 0;
 
@@ -213,7 +230,8 @@ static PetscErrorCode gen_partial(const CostPrims *p, const CostWork *w, const P
   for (int call = 0; call < calls; call++) {
     int    nreq = 0, have = 0, kept = 0, taken = 0;
     double tc = 0;
-    for (; n < cap; n++, next++) len[n] = (int)cost_response_len(w, next), plen[n] = cost_prompt_len(w, next), done[n] = 0, ended[n] = 0;
+    for (; n < cap; n++, next++)
+      len[n] = (int)cost_response_len(w, next), plen[n] = cost_prompt_len(w, next), done[n] = 0, ended[n] = 0;
     for (int i = 0; i < n; i++) draw[i] = ended[i] ? 0 : PetscMin(w->partial, len[i] - done[i]); /* this call's draws */
     for (int g = 0; g < n; g += G) have += group_ends(len, done, draw, g, G);
     for (int g = 0; g < n && have < w->batch / G; g += G) /* the oldest unfinished groups to their end */
@@ -227,8 +245,11 @@ static PetscErrorCode gen_partial(const CostPrims *p, const CostWork *w, const P
       int     r0 = nreq * d / c->dp, r1 = nreq * (d + 1) / c->dp, dr[PetscMax(1, r1 - r0)];
       double  pl[PetscMax(1, r1 - r0)];
       CostRep r;
-      PetscCall(cost_rep_init(&r, w->gen_slots > 0 ? PetscMin(w->gen_slots, PetscMax(1, r1 - r0)) : PetscMax(1, r1 - r0), L->mbs, PetscMax(1, r1 - r0), PetscMax(1, r1 - r0)));
-      for (int k = r0; k < r1; k++) dr[k - r0] = draw[rows[k]], pl[k - r0] = plen[rows[k]] + done[rows[k]], r.queue[r.qn++] = k - r0;
+      PetscCall(cost_rep_init(&r,
+                              w->gen_slots > 0 ? PetscMin(w->gen_slots, PetscMax(1, r1 - r0)) : PetscMax(1, r1 - r0),
+                              L->mbs, PetscMax(1, r1 - r0), PetscMax(1, r1 - r0)));
+      for (int k = r0; k < r1; k++)
+        dr[k - r0] = draw[rows[k]], pl[k - r0] = plen[rows[k]] + done[rows[k]], r.queue[r.qn++] = k - r0;
       r.draw = dr, r.plen = pl;
       double  end = cost_rep_run(p, w, L, m, &r, 0, NULL); /* not inside PetscMax: it would run twice */
       tc = PetscMax(tc, end);
@@ -239,7 +260,8 @@ static PetscErrorCode gen_partial(const CostPrims *p, const CostWork *w, const P
       PetscBool all = group_ends(len, done, NULL, g, G);
       if (all && taken < w->batch / G) taken++;
       else
-        for (int i = g; i < g + G; i++) len[kept] = len[i], plen[kept] = plen[i], done[kept] = done[i], ended[kept++] = ended[i];
+        for (int i = g; i < g + G; i++)
+          len[kept] = len[i], plen[kept] = plen[i], done[kept] = done[i], ended[kept++] = ended[i];
     }
     n = kept;
     if (call >= warm) sum += tc;
@@ -254,7 +276,8 @@ static PetscErrorCode gen_partial(const CostPrims *p, const CostWork *w, const P
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode cost_generation(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostShape *m, double *t, double *fin)
+PetscErrorCode cost_generation(const CostPrims *p, const CostWork *w, const PlanCall *c, const CostShape *m, double *t,
+                               double *fin)
 {
   CostLayout L;
 
@@ -309,7 +332,8 @@ int cost_replica_of(const PlanCall *c, int r)
  * and 7 words of header each (the allowed sets of a restricted
  * distribution are not counted). Internode: the replica's tp group when it
  * is not pipelined, else the whole mesh's. */
-static double stream_bcast(const CostPrims *p, const CostWork *w, const CostLayout *L, const unsigned char *const need[3], const CostArrival *arr, int first, int last)
+static double stream_bcast(const CostPrims *p, const CostWork *w, const CostLayout *L,
+                           const unsigned char *const need[3], const CostArrival *arr, int first, int last)
 {
   for (int k = 0; k < 3; k++) { /* a call this rank serves on such a replica (its calls share the layout) */
     double bytes = 0;
@@ -318,13 +342,15 @@ static double stream_bcast(const CostPrims *p, const CostWork *w, const CostLayo
     for (int j = first; j <= last; j++) serves |= need[k][arr[j].row];
     if (!serves) continue;
     for (int j = first; j <= last; j++)
-      if (need[0][arr[j].row] || need[1][arr[j].row] || need[2][arr[j].row]) bytes += 4 * (7 + 2 * cost_seq_len(w, arr[j].row));
+      if (need[0][arr[j].row] || need[1][arr[j].row] || need[2][arr[j].row])
+        bytes += 4 * (7 + 2 * cost_seq_len(w, arr[j].row));
     return p->coll(p->ctx, COST_BCAST, L[k].tp * L[k].pp, L[k].pp > 1 ? L[k].mesh_inter : L[k].tp_inter, bytes);
   }
   return 0;
 }
 
-double cost_stream_rank(const CostPrims *p, const CostWork *w, const Plan *plan, const CostLayout *L, const unsigned char *const need[3], const double *arrive, double t0, CostArrival *arr)
+double cost_stream_rank(const CostPrims *p, const CostWork *w, const Plan *plan, const CostLayout *L,
+                        const unsigned char *const need[3], const double *arrive, double t0, CostArrival *arr)
 {
   static const MFCId inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
   int                B      = w->batch, n = 0, first = 0, tokens = 0;
@@ -347,7 +373,8 @@ double cost_stream_rank(const CostPrims *p, const CostWork *w, const Plan *plan,
       int rows = 0, top = 0;
       for (int j = first; j <= i; j++)
         if (need[k][arr[j].row]) rows++, top = PetscMax(top, (int)cost_seq_len(w, arr[j].row));
-      if (rows) { /* one micro-batch through the replica's stages in turn (the head hands it out; the next waits for it) */
+      if (rows) { /* one micro-batch through the replica's stages in turn (the head hands it out; the next waits for it)
+                   */
         double st = cost_stage_time(p, cost_call_shape(w, inf[k]), COST_FWD, &L[k], rows, top);
         t += cost_pipeline(&st, 1, L[k].pp);
       }
@@ -383,14 +410,18 @@ static PetscErrorCode stream_deal(const CostWork *w, const Plan *plan, const dou
     for (int k = 0; k < 3; k++) {
       const PlanCall *c = &plan->call[inf[k]];
       if (!cost_call_used(w, inf[k])) continue;
-      for (int i = 0; i < n; i++) dealt[k * B + arr[i].row] = genfuse_deal(c->dp, load + k * PLAN_MAX_RANKS, s, genfuse_deal_cost((int)cost_seq_len(w, arr[i].row), cost_call_shape(w, inf[k])->n_embd));
+      for (int i = 0; i < n; i++)
+        dealt[k * B + arr[i].row] = genfuse_deal(c->dp, load + k * PLAN_MAX_RANKS, s,
+                                                 genfuse_deal_cost((int)cost_seq_len(w, arr[i].row),
+                                                                   cost_call_shape(w, inf[k])->n_embd));
     }
   }
   PetscCall(PetscFree(load));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode cost_stream(const CostPrims *p, const CostWork *w, const Plan *plan, const double *fin, double *end, int world)
+PetscErrorCode cost_stream(const CostPrims *p, const CostWork *w, const Plan *plan, const double *fin, double *end,
+                           int world)
 {
   static const MFCId inf[3] = {MFC_REF_INF, MFC_REW_INF, MFC_CRITIC_INF};
   int                B      = w->batch, *dealt;

@@ -16,7 +16,8 @@ typedef struct {
 
 /* Bytes one part reads and writes in one pass (weights once, activations
  * once per kernel, the KV cache), on one rank of a tp group. */
-static double hw_bytes(const HwCtx *hw, const CostShape *m, CostPart part, CostPhase ph, int tp, double rows, double len)
+static double hw_bytes(const HwCtx *hw, const CostShape *m, CostPart part, CostPhase ph, int tp, double rows,
+                       double len)
 {
   double b = hw->bytes_per_param, h = m->n_embd, tokens = ph == COST_DECODE ? rows : rows * len;
   double kv = 2.0 * cost_kv_width(m), x = 0;
@@ -92,7 +93,8 @@ static PetscErrorCode hw_get(PetscOptions opts, const char *deck, const char *na
   PetscFunctionBegin;
   PetscCall(PetscOptionsGetReal(opts, NULL, name, &x, &set));
   PetscCheck(set, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "hardware description %s: %s is missing", deck, name);
-  PetscCheck(x > 0 && PetscIsNormalReal(x), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "hardware description %s: %s %g must be a positive number", deck, name, (double)x);
+  PetscCheck(x > 0 && PetscIsNormalReal(x), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "hardware description %s: %s %g must be a positive number", deck, name, (double)x);
   *v = x;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -128,7 +130,12 @@ PetscErrorCode cost_prims_hardware(const char *deck, CostPrims *p)
   PetscCall(hw_get(opts, deck, "-hw_host_bw", &host_bw));
   PetscCall(hw_get(opts, deck, "-hw_eff_host", &host_eff));
   PetscCall(PetscOptionsDestroy(&opts));
-  PetscCheck(dev == (int)dev && usable <= 1 && hw->eff_compute <= 1 && hw->eff_memory <= 1 && hw->eff_intra <= 1 && hw->eff_inter <= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "hardware description %s: -hw_devices_per_node must be an integer and -hw_mem_usable and the -hw_eff_* fractions at most 1", deck);
+  PetscCheck(dev == (int)dev && usable <= 1 && hw->eff_compute <= 1 && hw->eff_memory <= 1 && hw->eff_intra <= 1 &&
+                 hw->eff_inter <= 1,
+             PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "hardware description %s: -hw_devices_per_node must be an integer and -hw_mem_usable and the -hw_eff_* "
+             "fractions at most 1",
+             deck);
   PetscCall(PetscMemzero(p, sizeof *p));
   PetscCall(PetscSNPrintf(p->source, sizeof p->source, "hardware %s", deck));
   p->ctx             = hw;

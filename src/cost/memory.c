@@ -30,7 +30,8 @@ double cost_weight_bytes(const CostPrims *p, const CostShape *m, const PlanCall 
   return x * p->bytes_per_param;
 }
 
-PetscErrorCode cost_overlaps(const CostWork *w, const Plan *plan, PetscBool ov[MFC_COUNT][MFC_COUNT], PetscBool shared[MFC_COUNT])
+PetscErrorCode cost_overlaps(const CostWork *w, const Plan *plan, PetscBool ov[MFC_COUNT][MFC_COUNT],
+                             PetscBool shared[MFC_COUNT])
 {
   int *who; /* who[r]: bit c set when call c runs on rank r */
 
@@ -46,7 +47,8 @@ PetscErrorCode cost_overlaps(const CostWork *w, const Plan *plan, PetscBool ov[M
   for (int r = 0; r < plan->world; r++)
     for (int a = 0; a < MFC_COUNT; a++)
       for (int b = 0; b < MFC_COUNT; b++)
-        if ((who[r] >> a & 1) && (who[r] >> b & 1)) ov[a][b] = PETSC_TRUE, shared[a] = shared[a] || a != b ? PETSC_TRUE : PETSC_FALSE;
+        if ((who[r] >> a & 1) && (who[r] >> b & 1))
+          ov[a][b] = PETSC_TRUE, shared[a] = shared[a] || a != b ? PETSC_TRUE : PETSC_FALSE;
   PetscCall(PetscFree(who));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -82,17 +84,21 @@ static double train_act(const CostPrims *p, const CostShape *m, const PlanCall *
 }
 
 /* Rows of a forward's n whose LM-head logits are held at once. */
-static double head_rows(const CostShape *m, double n) { return m->value_head ? n : PetscMin(n, (double)model_logits_tile_rows(m->vocab_size)); }
+static double head_rows(const CostShape *m, double n)
+{
+  return m->value_head ? n : PetscMin(n, (double)model_logits_tile_rows(m->vocab_size));
+}
 
 /* What the call adds on a rank of stage s while it runs (weights that are
  * not resident are added by the caller). T, big: a training call's padded
  * micro-batch lengths, typical and the one holding the mini-batch's
  * longest sequence (cost_memory computes them once per call). */
-static double call_transient(const CostPrims *p, const CostWork *w, const Plan *plan, MFCId id, int s, double T, double big)
+static double call_transient(const CostPrims *p, const CostWork *w, const Plan *plan, MFCId id, int s, double T,
+                             double big)
 {
   const PlanCall  *c  = &plan->call[id];
   const CostShape *m  = cost_call_shape(w, id);
-  double           bp = p->bytes_per_param, h = m->n_embd, L = cost_stage_layers(m, c->pp, s), len = w->prompt_len + w->max_new;
+  double bp = p->bytes_per_param, h = m->n_embd, L = cost_stage_layers(m, c->pp, s), len = w->prompt_len + w->max_new;
   double           logits = m->value_head ? 1 : (double)m->vocab_size / c->tp;
   double           x = 0;
 
@@ -131,10 +137,12 @@ PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *pl
   PetscCall(cost_overlaps(w, plan, ov, shared));
   /* which models stay on their ranks, which come and go with their call */
   for (int c = 0; c < MFC_COUNT; c++) {
-    PetscBool acopy = is_copy(plan, MFC_ACTOR_GEN, MFC_ACTOR_TRAIN), ccopy = is_copy(plan, MFC_CRITIC_INF, MFC_CRITIC_TRAIN);
+    PetscBool acopy = is_copy(plan, MFC_ACTOR_GEN, MFC_ACTOR_TRAIN),
+              ccopy = is_copy(plan, MFC_CRITIC_INF, MFC_CRITIC_TRAIN);
     keep[c] = weights_in[c] = PETSC_FALSE;
     if (c == MFC_ACTOR_GEN) keep[c] = acopy && !ov[c][MFC_ACTOR_TRAIN], weights_in[c] = acopy && ov[c][MFC_ACTOR_TRAIN];
-    else if (c == MFC_CRITIC_INF) keep[c] = ccopy && !ov[c][MFC_CRITIC_TRAIN], weights_in[c] = ccopy && ov[c][MFC_CRITIC_TRAIN];
+    else if (c == MFC_CRITIC_INF)
+      keep[c] = ccopy && !ov[c][MFC_CRITIC_TRAIN], weights_in[c] = ccopy && ov[c][MFC_CRITIC_TRAIN];
     else if (c == MFC_REF_INF || c == MFC_REW_INF) keep[c] = !(plan->offload && shared[c]), weights_in[c] = !keep[c];
   }
   PetscCall(PetscCalloc1(world, &resident));
@@ -146,8 +154,16 @@ PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *pl
   for (int c = 0; c < MFC_COUNT; c++) est->mem_call[c] = 0;
   /* what stays */
   for (int r = 0; r < world; r++) {
-    if (call_stage(&plan->call[MFC_ACTOR_TRAIN], r, &s)) resident[r] += train_state(p, cost_stage_params(&w->actor, plan->call[MFC_ACTOR_TRAIN].tp, plan->call[MFC_ACTOR_TRAIN].pp, s), plan->call[MFC_ACTOR_TRAIN].dp, plan->zero1);
-    if (cost_call_used(w, MFC_CRITIC_TRAIN) && call_stage(&plan->call[MFC_CRITIC_TRAIN], r, &s)) resident[r] += train_state(p, cost_stage_params(&w->critic, plan->call[MFC_CRITIC_TRAIN].tp, plan->call[MFC_CRITIC_TRAIN].pp, s), plan->call[MFC_CRITIC_TRAIN].dp, plan->zero1);
+    if (call_stage(&plan->call[MFC_ACTOR_TRAIN], r, &s))
+      resident[r] += train_state(p,
+                                 cost_stage_params(&w->actor, plan->call[MFC_ACTOR_TRAIN].tp,
+                                                   plan->call[MFC_ACTOR_TRAIN].pp, s),
+                                 plan->call[MFC_ACTOR_TRAIN].dp, plan->zero1);
+    if (cost_call_used(w, MFC_CRITIC_TRAIN) && call_stage(&plan->call[MFC_CRITIC_TRAIN], r, &s))
+      resident[r] += train_state(p,
+                                 cost_stage_params(&w->critic, plan->call[MFC_CRITIC_TRAIN].tp,
+                                                   plan->call[MFC_CRITIC_TRAIN].pp, s),
+                                 plan->call[MFC_CRITIC_TRAIN].dp, plan->zero1);
     for (int c = 0; c < MFC_COUNT; c++) {
       const PlanCall *pc = &plan->call[c];
       if (!cost_call_used(w, (MFCId)c) || !keep[c] || !call_stage(pc, r, &s)) continue;
@@ -181,7 +197,8 @@ PetscErrorCode cost_memory(const CostPrims *p, const CostWork *w, const Plan *pl
       if (x > p->mem_per_rank && x - p->mem_per_rank > worst_over) {
         worst_over    = x - p->mem_per_rank;
         est->feasible = PETSC_FALSE;
-        PetscCall(PetscSNPrintf(est->why, sizeof est->why, "%s on rank %d needs %.1f GB, the device has %.1f GB", mfc_names[c], r, x / 1e9, p->mem_per_rank / 1e9));
+        PetscCall(PetscSNPrintf(est->why, sizeof est->why, "%s on rank %d needs %.1f GB, the device has %.1f GB",
+                                mfc_names[c], r, x / 1e9, p->mem_per_rank / 1e9));
       }
     }
   }

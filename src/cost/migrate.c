@@ -51,7 +51,8 @@ static double msg_time(const MigSim *s, int a, int b, double bytes)
   for (int i = 0; i < c->nranks; i++) /* mesh index (p*dp + d)*tp + t */
     if ((i / c->tp) % c->dp == a || (i / c->tp) % c->dp == b) ranks[k++] = c->ranks[i];
   inter = cost_ranks_internode(s->p, ranks, PetscMin(k, 2 * n));
-  return s->p->coll(s->p->ctx, COST_P2P, 2, inter, bytes) + (ceil(bytes / bucket) - 1) * s->p->coll(s->p->ctx, COST_P2P, 2, inter, 0);
+  return s->p->coll(s->p->ctx, COST_P2P, 2, inter, bytes) +
+         (ceil(bytes / bucket) - 1) * s->p->coll(s->p->ctx, COST_P2P, 2, inter, 0);
 }
 
 /* The unfinished samples move by the executor's plan at time t; returns the
@@ -64,7 +65,8 @@ static PetscErrorCode migrate(MigSim *s, double *t_mig, CostEstimate *est)
   int              dp = s->dp, nr = c->tp * c->pp, moved = 0;
   /* one position of the cache on the rank holding the largest stage's
    * shard (keys and values), and on all ranks of a replica together */
-  double kv_rank = 2.0 * cost_stage_layers(m, c->pp, 0) * cost_kv_width(m) / cost_kv_ranks(m, c->tp) * s->p->bytes_per_param;
+  double kv_rank = 2.0 * cost_stage_layers(m, c->pp, 0) * cost_kv_width(m) / cost_kv_ranks(m, c->tp) *
+                   s->p->bytes_per_param;
   double kv_all  = 2.0 * m->n_layer * cost_kv_width(m) * s->p->bytes_per_param;
   double *pair, *send, *recv, total = 0, T = 0;
   GenFuseMigIn in;
@@ -73,7 +75,8 @@ static PetscErrorCode migrate(MigSim *s, double *t_mig, CostEstimate *est)
   s->n = 0;
   for (int d = 0; d < dp; d++) { /* the heads' lists: running, then waiting */
     CostRep *r = &s->rep[d];
-    for (int i = 0; i < r->na; i++) s->idx[s->n] = r->row[i], s->from[s->n] = d, s->kvl[s->n++] = (int)cost_prompt_len(s->w, r->row[i]) + r->done[i];
+    for (int i = 0; i < r->na; i++)
+      s->idx[s->n] = r->row[i], s->from[s->n] = d, s->kvl[s->n++] = (int)cost_prompt_len(s->w, r->row[i]) + r->done[i];
     for (int j = r->qh; j < r->qn; j++) s->idx[s->n] = r->queue[j], s->from[s->n] = d, s->kvl[s->n++] = 0;
   }
   in = (GenFuseMigIn){dp, s->S, s->plan->migrate_to, s->n, s->from, s->idx, s->kvl};
@@ -107,7 +110,8 @@ static PetscErrorCode migrate(MigSim *s, double *t_mig, CostEstimate *est)
     for (int i = 0; i < r->na;) {
       int j, row = r->row[i];
       for (j = 0; j < s->n && s->idx[j] != row; j++) {}
-      if (s->to[j] != d) r->row[i] = r->row[r->na - 1], r->rem[i] = r->rem[r->na - 1], r->done[i] = r->done[r->na - 1], r->na--;
+      if (s->to[j] != d)
+        r->row[i] = r->row[r->na - 1], r->rem[i] = r->rem[r->na - 1], r->done[i] = r->done[r->na - 1], r->na--;
       else i++;
     }
     for (int j = r->qh; j < r->qn; j++) {
@@ -122,7 +126,8 @@ static PetscErrorCode migrate(MigSim *s, double *t_mig, CostEstimate *est)
     if (s->to[i] == s->from[i]) continue;
     if (s->kvl[i]) {
       int done = s->kvl[i] - (int)cost_prompt_len(s->w, s->idx[i]);
-      r->row[r->na] = s->idx[i], r->done[r->na] = done, r->rem[r->na++] = (int)cost_response_len(s->w, s->idx[i]) - 1 - done;
+      r->row[r->na] = s->idx[i], r->done[r->na] = done,
+      r->rem[r->na++] = (int)cost_response_len(s->w, s->idx[i]) - 1 - done;
     } else r->queue[r->qn++] = s->idx[i];
   }
   est->migrate_s       = T;
@@ -149,7 +154,8 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
   CostArrival       *arr;
 
   PetscFunctionBegin;
-  est->migrate_at = rt, est->migrate_t = -1, est->migrate_s = est->migrate_bytes = 0, est->migrate_samples = 0, est->migrate_replicas = dp;
+  est->migrate_at = rt, est->migrate_t = -1, est->migrate_s = est->migrate_bytes = 0, est->migrate_samples = 0,
+  est->migrate_replicas = dp;
   for (int d = 0; d < dp; d++) {
     CostRep *r = &s->rep[d];
     r->na = r->qh = r->qn = 0;
@@ -216,9 +222,11 @@ static PetscErrorCode stage(MigSim *s, double rt, double *end, double *gen_t, Co
   for (int q = 0; q < world; q++) t0q[q] = q_rep[q] >= 0 ? s->stop[q_rep[q]] : 0;
   for (int k = 0; k < 3; k++) cost_replica_spread(&plan->call[inf[k]], cost_call_used(w, inf[k]), t0q, PETSC_TRUE);
   for (int q = 0; q < world; q++) {
-    const unsigned char *nk[3] = {need + (size_t)q * B, need + ((size_t)world + q) * B, need + (2 * (size_t)world + q) * B};
+    const unsigned char *nk[3] = { need + (size_t)q * B, need + ((size_t)world + q) * B,
+                                   need + (2 * (size_t)world + q) * B };
     double               t0    = t0q[q];
-    if (!member[q] && !member[world + q] && !member[2 * world + q]) { /* no replica's head: no rows (genfuse_reroute deals to members only) */
+    if (!member[q] && !member[world + q] &&
+        !member[2 * world + q]) { /* no replica's head: no rows (genfuse_reroute deals to members only) */
       end[q] = q_rep[q] >= 0 ? s->stop[q_rep[q]] : -1;
       continue;
     }
@@ -257,7 +265,8 @@ static PetscErrorCode pick_stage(void *ctx, double rt, double *seconds)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode cost_migrate(const CostPrims *p, const CostWork *w, const Plan *plan, double *end, double *gen_t, CostEstimate *est)
+PetscErrorCode cost_migrate(const CostPrims *p, const CostWork *w, const Plan *plan, double *end, double *gen_t,
+                            CostEstimate *est)
 {
   const PlanCall *c = &plan->call[MFC_ACTOR_GEN];
   MigSim          s;
@@ -269,7 +278,8 @@ PetscErrorCode cost_migrate(const CostPrims *p, const CostWork *w, const Plan *p
   cost_layout(p, c, &s.L);
   PetscCall(PetscMalloc1(s.dp, &s.rep));
   for (int d = 0; d < s.dp; d++) PetscCall(cost_rep_init(&s.rep[d], s.S, c->mbs, s.B, s.B));
-  PetscCall(PetscMalloc7(s.B, &s.fin, s.dp, &s.stop, s.B, &s.idx, s.B, &s.kvl, s.B, &s.from, s.B, &s.to, s.dp, &s.dest));
+  PetscCall(
+      PetscMalloc7(s.B, &s.fin, s.dp, &s.stop, s.B, &s.idx, s.B, &s.kvl, s.B, &s.from, s.B, &s.to, s.dp, &s.dest));
   if (rt < 0) { /* auto: what the run picks, on this model of the stage */
     MigPick m = {&s, end, est};
     PetscCall(genfuse_rt_pick(pick_stage, &m, &rt, NULL));

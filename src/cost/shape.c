@@ -18,9 +18,19 @@ PetscErrorCode cost_prims_destroy(CostPrims *p)
 
 void cost_shape_from_model(const ModelConfig *cfg, CostShape *m)
 {
-  *m = (CostShape){cfg->n_layer, cfg->n_embd, cfg->n_head, model_n_kv_head(cfg), model_n_ffn(cfg), cfg->vocab_size, cfg->n_positions,
-                   model_arch(cfg)->mlp == MODEL_MLP_SWIGLU, /* the cost model's LLaMA shape: gated MLP (with RMSNorm, rotary positions, no wpe) */
-                   cfg->head == MODEL_HEAD_SCALAR ? PETSC_TRUE : PETSC_FALSE, model_head_dim(cfg)};
+  *m = (CostShape){
+    cfg->n_layer,
+    cfg->n_embd,
+    cfg->n_head,
+    model_n_kv_head(cfg),
+    model_n_ffn(cfg),
+    cfg->vocab_size,
+    cfg->n_positions,
+    model_arch(cfg)->mlp ==
+        MODEL_MLP_SWIGLU, /* the cost model's LLaMA shape: gated MLP (with RMSNorm, rotary positions, no wpe) */
+    cfg->head == MODEL_HEAD_SCALAR ? PETSC_TRUE : PETSC_FALSE,
+    model_head_dim(cfg)
+  };
 }
 
 void cost_shape_to_model(const CostShape *m, ModelConfig *cfg)
@@ -60,10 +70,13 @@ PetscErrorCode cost_shape_named(const char *opt, const char *name, PetscBool val
   PetscFunctionBegin;
   for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
     if (!strcmp(named[i].name, name)) {
-      *m = (CostShape){named[i].n_layer, named[i].n_embd, named[i].n_head, named[i].n_kv_head, named[i].n_ffn, named[i].vocab, named[i].n_positions, PETSC_TRUE, value_head, 0};
+      *m = (CostShape){ named[i].n_layer, named[i].n_embd,      named[i].n_head, named[i].n_kv_head, named[i].n_ffn,
+                        named[i].vocab,   named[i].n_positions, PETSC_TRUE,      value_head,         0 };
       PetscFunctionReturn(PETSC_SUCCESS);
     }
-  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s '%s': unknown shape (llama2-7b, llama2-13b, codellama-34b, llama2-70b, llama-13b, llama-33b, llama-65b)", opt, name);
+  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+          "%s '%s': unknown shape (llama2-7b, llama2-13b, codellama-34b, llama2-70b, llama-13b, llama-33b, llama-65b)",
+          opt, name);
 }
 
 /* Width of the keys and values together (grouped-query attention). */
@@ -89,7 +102,8 @@ double cost_part_params(const CostShape *m, CostPart part)
 double cost_shape_params(const CostShape *m)
 {
   double tied = !m->gated && !m->value_head ? (double)m->vocab_size * m->n_embd : 0;
-  return cost_part_params(m, COST_PART_EMBED) + m->n_layer * cost_part_params(m, COST_PART_BLOCK) + cost_part_params(m, COST_PART_HEAD) - tied;
+  return cost_part_params(m, COST_PART_EMBED) + m->n_layer * cost_part_params(m, COST_PART_BLOCK) +
+         cost_part_params(m, COST_PART_HEAD) - tied;
 }
 
 int cost_stage_layers(const CostShape *m, int pp, int s)
@@ -109,7 +123,8 @@ double cost_stage_params(const CostShape *m, int tp, int pp, int s)
   double n = cost_stage_layers(m, pp, s) * cost_part_params(m, COST_PART_BLOCK);
   if (s == 0) n += cost_part_params(m, COST_PART_EMBED);
   if (s == pp - 1 && (pp > 1 || m->gated || m->value_head)) n += cost_part_params(m, COST_PART_HEAD);
-  else if (s == pp - 1) n += cost_part_params(m, COST_PART_HEAD) - (double)m->vocab_size * m->n_embd; /* one rank: the head is wte itself */
+  else if (s == pp - 1)
+    n += cost_part_params(m, COST_PART_HEAD) - (double)m->vocab_size * m->n_embd; /* one rank: the head is wte itself */
   /* k and v weights replicated beyond the kv heads: each rank holds a head's */
   return n / tp + cost_stage_layers(m, pp, s) * 2 * m->n_embd * kv_width(m) * (1 / cost_kv_ranks(m, tp) - 1.0 / tp);
 }

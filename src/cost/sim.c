@@ -13,7 +13,9 @@
 #include <string.h>
 
 enum { N_ASYNC, N_CSYNC, N_GEN, N_REF, N_REW, N_CINF, N_PROX, N_ATRAIN, N_CTRAIN, N_NODES };
-static const char *const node_names[N_NODES] = {"actor_sync", "critic_sync", "generation", "ref_inference", "reward_inference", "critic_inference", "prox_inference", "actor_train", "critic_train"};
+static const char *const node_names[N_NODES] = { "actor_sync",     "critic_sync",      "generation",
+                                                 "ref_inference",  "reward_inference", "critic_inference",
+                                                 "prox_inference", "actor_train",      "critic_train" };
 
 typedef struct {
   PetscBool      used;
@@ -22,7 +24,8 @@ typedef struct {
   double        *busy;    /* [world] or NULL: per-rank time inside the node (streaming) */
   int            dep[6], ndep;
   int            level;   /* the executor's level: 0 without inputs made in the iteration, else 1 + its inputs' */
-  PetscBool      late;    /* its share waits until the iteration's end: later levels do not wait for it (asynchronous generation) */
+  PetscBool
+      late; /* its share waits until the iteration's end: later levels do not wait for it (asynchronous generation) */
   const char    *name;
 } SimNode;
 
@@ -39,7 +42,8 @@ static void mark(SimNode *nd, const PlanCall *c)
  * the bytes cross the host link twice, and inside a node the MPI copy
  * between host buffers is taken at the host link's bandwidth too (between
  * nodes: the network's point-to-point time). */
-static PetscErrorCode sync_time(const CostPrims *p, const CostShape *m, const Plan *plan, const PlanCall *a, const PlanCall *b, double *t)
+static PetscErrorCode sync_time(const CostPrims *p, const CostShape *m, const Plan *plan, const PlanCall *a,
+                                const PlanCall *b, double *t)
 {
   double    total, max_recv, bytes, bucket = PetscMax(1.0, plan->bucket_mb) * 1048576.0, msgs;
   int       ranks[2 * PLAN_MAX_RANKS], n = 0;
@@ -54,10 +58,13 @@ static PetscErrorCode sync_time(const CostPrims *p, const CostShape *m, const Pl
   msgs  = ceil(bytes / bucket);
   *t    = 0;
   if (bytes <= 0) PetscFunctionReturn(PETSC_SUCCESS);
-  if (!p->sync_host) *t = p->coll(p->ctx, COST_P2P, 2, inter, bytes) + (msgs - 1) * p->coll(p->ctx, COST_P2P, 2, inter, 0);
+  if (!p->sync_host)
+    *t = p->coll(p->ctx, COST_P2P, 2, inter, bytes) + (msgs - 1) * p->coll(p->ctx, COST_P2P, 2, inter, 0);
   else {
     double hop = p->host_bw > 0 ? bytes / p->host_bw : 0; /* one crossing of the host link */
-    *t = 2 * hop + (inter ? p->coll(p->ctx, COST_P2P, 2, PETSC_TRUE, bytes) + (msgs - 1) * p->coll(p->ctx, COST_P2P, 2, PETSC_TRUE, 0) : hop + (msgs - 1) * p->coll(p->ctx, COST_P2P, 2, PETSC_FALSE, 0));
+    *t         = 2 * hop + (inter ? p->coll(p->ctx, COST_P2P, 2, PETSC_TRUE, bytes) +
+                                (msgs - 1) * p->coll(p->ctx, COST_P2P, 2, PETSC_TRUE, 0)
+                                  : hop + (msgs - 1) * p->coll(p->ctx, COST_P2P, 2, PETSC_FALSE, 0));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -81,13 +88,15 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
   if (acopy) {
     mark(&nd[N_ASYNC], &plan->call[MFC_ACTOR_TRAIN]);
     mark(&nd[N_ASYNC], &plan->call[MFC_ACTOR_GEN]);
-    PetscCall(sync_time(p, &w->actor, plan, &plan->call[MFC_ACTOR_TRAIN], &plan->call[MFC_ACTOR_GEN], &nd[N_ASYNC].dur));
+    PetscCall(
+        sync_time(p, &w->actor, plan, &plan->call[MFC_ACTOR_TRAIN], &plan->call[MFC_ACTOR_GEN], &nd[N_ASYNC].dur));
     dep(&nd[N_GEN], N_ASYNC);
   }
   if (ccopy) {
     mark(&nd[N_CSYNC], &plan->call[MFC_CRITIC_TRAIN]);
     mark(&nd[N_CSYNC], &plan->call[MFC_CRITIC_INF]);
-    PetscCall(sync_time(p, &w->critic, plan, &plan->call[MFC_CRITIC_TRAIN], &plan->call[MFC_CRITIC_INF], &nd[N_CSYNC].dur));
+    PetscCall(
+        sync_time(p, &w->critic, plan, &plan->call[MFC_CRITIC_TRAIN], &plan->call[MFC_CRITIC_INF], &nd[N_CSYNC].dur));
     dep(&nd[N_CINF], N_CSYNC);
   }
   est->sync_s[0] = nd[N_ASYNC].dur;
@@ -145,11 +154,14 @@ static PetscErrorCode build(const CostPrims *p, const CostWork *w, const Plan *p
       }
     }
   }
-  if (w->staleness) { /* the generation of a later batch, shared at the end; the proximal policy's forward on the training mesh */
+  if (w->staleness) { /* the generation of a later batch, shared at the end; the proximal policy's forward on the
+                         training mesh */
     const PlanCall *g = &plan->call[MFC_ACTOR_GEN];
     nd[N_GEN].late = PETSC_TRUE;
     /* the frozen models' calls with the generation when on its mesh, one rank a replica (src/ppo/graph.c) */
-    if (g->tp == 1 && g->pp == 1 && plan_same_layout(&plan->call[MFC_REF_INF], g) && (w->reward_free || plan_same_layout(&plan->call[MFC_REW_INF], g))) nd[N_REF].late = nd[N_REW].late = PETSC_TRUE;
+    if (g->tp == 1 && g->pp == 1 && plan_same_layout(&plan->call[MFC_REF_INF], g) &&
+        (w->reward_free || plan_same_layout(&plan->call[MFC_REW_INF], g)))
+      nd[N_REF].late = nd[N_REW].late = PETSC_TRUE;
     if (w->prox) {
       nd[N_PROX].used = PETSC_TRUE;
       mark(&nd[N_PROX], &plan->call[MFC_ACTOR_TRAIN]);
@@ -207,7 +219,8 @@ static PetscErrorCode tl_add(CostTimeline *tl, int rank, int iter, const char *n
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *plan, CostEstimate *est, CostTimeline *tl)
+PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *plan, CostEstimate *est,
+                             CostTimeline *tl)
 {
   SimNode nd[N_NODES];
   int     world = plan->world, iters = PetscMax(1, w->iterations);
@@ -216,12 +229,22 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *
 
   PetscFunctionBegin;
   /* the model divides by these: a plan must have passed plan_check */
-  PetscCheck(world >= 1 && world <= PLAN_MAX_RANKS && w->batch > 0 && w->max_new > 0 && w->minibatches > 0 && w->batch % w->minibatches == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "cost_estimate: a workload of %d sequences in %d mini-batches on %d ranks cannot be costed", w->batch, w->minibatches, world);
+  PetscCheck(world >= 1 && world <= PLAN_MAX_RANKS && w->batch > 0 && w->max_new > 0 && w->minibatches > 0 &&
+                 w->batch % w->minibatches == 0,
+             PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "cost_estimate: a workload of %d sequences in %d mini-batches on %d ranks cannot be costed", w->batch,
+             w->minibatches, world);
   for (int c = 0; c < MFC_COUNT; c++) {
     const PlanCall *pc = &plan->call[c];
-    PetscBool       ok = pc->dp >= 1 && pc->tp >= 1 && pc->pp >= 1 && pc->nranks == pc->dp * pc->tp * pc->pp && pc->mbs >= 0 ? PETSC_TRUE : PETSC_FALSE;
-    for (int i = 0; ok && i < pc->nranks; i++) ok = pc->ranks[i] >= 0 && pc->ranks[i] < world ? PETSC_TRUE : PETSC_FALSE;
-    PetscCheck(!cost_call_used(w, (MFCId)c) || ok, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "cost_estimate: %s's mesh (%d ranks, dp %d x tp %d x pp %d) does not fit a job of %d ranks: check the plan first (plan_check)", mfc_names[c], pc->nranks, pc->dp, pc->tp, pc->pp, world);
+    PetscBool ok = pc->dp >= 1 && pc->tp >= 1 && pc->pp >= 1 && pc->nranks == pc->dp * pc->tp * pc->pp && pc->mbs >= 0
+                       ? PETSC_TRUE
+                       : PETSC_FALSE;
+    for (int i = 0; ok && i < pc->nranks; i++)
+      ok = pc->ranks[i] >= 0 && pc->ranks[i] < world ? PETSC_TRUE : PETSC_FALSE;
+    PetscCheck(!cost_call_used(w, (MFCId)c) || ok, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+               "cost_estimate: %s's mesh (%d ranks, dp %d x tp %d x pp %d) does not fit a job of %d ranks: check the "
+               "plan first (plan_check)",
+               mfc_names[c], pc->nranks, pc->dp, pc->tp, pc->pp, world);
   }
   PetscCall(PetscMemzero(est, sizeof *est));
   PetscCall(PetscMemzero(nd, sizeof nd));
@@ -231,7 +254,9 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *
   PetscCall(build(p, w, plan, nd, est));
   if (w->staleness && plan->fuse != FUSE_NONE && est->feasible) { /* as the run refuses it (src/ppo) */
     est->feasible = PETSC_FALSE;
-    PetscCall(PetscSNPrintf(est->why, sizeof est->why, "-fuse_gen_inf %s streams one batch into inference: not with -async_staleness %d", FuseModeNames[plan->fuse], w->staleness));
+    PetscCall(PetscSNPrintf(est->why, sizeof est->why,
+                            "-fuse_gen_inf %s streams one batch into inference: not with -async_staleness %d",
+                            FuseModeNames[plan->fuse], w->staleness));
   }
   /* nodes are listed after their inputs */
   for (int k = 0; k < N_NODES; k++) {
@@ -239,7 +264,8 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *
     for (int d = 0; d < nd[k].ndep; d++) nd[k].level = PetscMax(nd[k].level, nd[nd[k].dep[d]].level + 1);
   }
   for (int k = 0; k < N_NODES; k++) maxlevel = PetscMax(maxlevel, nd[k].used ? nd[k].level : 0);
-  for (int k = 0; k < N_NODES; k++) /* as the executor runs a late node: in the last level, before the others (src/exec/graph.c) */
+  for (int k = 0; k < N_NODES;
+       k++) /* as the executor runs a late node: in the last level, before the others (src/exec/graph.c) */
     if (nd[k].late) nd[k].level = maxlevel;
   for (int it = 0; it < iters; it++) {
     double iter_end = iter_start;
@@ -262,7 +288,9 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *
           const char *name = nd[k].name;
           double      t1   = end_cur[k];
           if (nd[k].busy) { /* streaming: generation ranks and inference ranks apart */
-            name = !plan_has_rank(plan, MFC_ACTOR_GEN, r) ? "streamed_inference" : plan->fuse == FUSE_MIGRATE ? "generation+inference" : "generation";
+            name = !plan_has_rank(plan, MFC_ACTOR_GEN, r) ? "streamed_inference"
+                   : plan->fuse == FUSE_MIGRATE           ? "generation+inference"
+                                                          : "generation";
             t1   = start + nd[k].busy[r];
           }
           PetscCall(tl_add(tl, r, it, name, start, t1));

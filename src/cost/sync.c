@@ -37,7 +37,9 @@ static PetscErrorCode table_model(const CostShape *m, SyncTable *tab, ModelConfi
   PetscCall(model_tensor_table_shard(cfg, &sh, &two, &n2, &np)); /* the split dimensions, as the planner reads them */
   tab->n = n;
   PetscCall(PetscMalloc4(n, &tab->numel, n, &tab->split, n, &tab->layer, n, &tab->kv));
-  for (int i = 0; i < n; i++) tab->numel[i] = (double)full[i].numel, tab->split[i] = two[i].split >= 0 ? PETSC_TRUE : PETSC_FALSE, tab->layer[i] = 0, tab->kv[i] = full[i].kv_heads;
+  for (int i = 0; i < n; i++)
+    tab->numel[i] = (double)full[i].numel, tab->split[i] = two[i].split >= 0 ? PETSC_TRUE : PETSC_FALSE,
+    tab->layer[i] = 0, tab->kv[i] = full[i].kv_heads;
   PetscCall(PetscFree(full));
   PetscCall(PetscFree(two));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -71,7 +73,8 @@ static PetscErrorCode table_llama(const CostShape *m, SyncTable *tab)
 }
 
 /* held[s*n + i]: stage s of a pp-stage layout holds tensor i. */
-static PetscErrorCode holdings(const CostShape *m, const ModelConfig *cfg, const SyncTable *tab, int pp, PetscBool **held)
+static PetscErrorCode holdings(const CostShape *m, const ModelConfig *cfg, const SyncTable *tab, int pp,
+                               PetscBool **held)
 {
   PetscFunctionBegin;
   PetscCall(PetscCalloc1((size_t)pp * tab->n, held));
@@ -89,7 +92,9 @@ static PetscErrorCode holdings(const CostShape *m, const ModelConfig *cfg, const
       int l1 = l0 + cost_stage_layers(m, pp, s);
       for (int i = 0; i < tab->n; i++) {
         int l = tab->layer[i];
-        (*held)[s * tab->n + i] = (l >= l0 && l < l1) || (l < 0 && s == 0) || (l >= m->n_layer && s == pp - 1) ? PETSC_TRUE : PETSC_FALSE;
+        (*held)[s * tab->n + i] = (l >= l0 && l < l1) || (l < 0 && s == 0) || (l >= m->n_layer && s == pp - 1)
+                                      ? PETSC_TRUE
+                                      : PETSC_FALSE;
       }
       l0 = l1;
     }
@@ -105,7 +110,8 @@ static int index_of(const PlanCall *c, int r)
   return -1;
 }
 
-PetscErrorCode cost_realloc_bytes(const CostShape *m, double bytes_per_param, const PlanCall *a, const PlanCall *b, double *total, double *max_recv)
+PetscErrorCode cost_realloc_bytes(const CostShape *m, double bytes_per_param, const PlanCall *a, const PlanCall *b,
+                                  double *total, double *max_recv)
 {
   SyncTable  tab;
   ModelConfig  cfg;
@@ -113,7 +119,8 @@ PetscErrorCode cost_realloc_bytes(const CostShape *m, double bytes_per_param, co
   int        q = PetscMax(a->tp, b->tp);
 
   PetscFunctionBegin;
-  PetscCheck(a->tp % b->tp == 0 || b->tp % a->tp == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP, "reallocation: tensor-parallel sizes %d and %d must divide each other", a->tp, b->tp);
+  PetscCheck(a->tp % b->tp == 0 || b->tp % a->tp == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
+             "reallocation: tensor-parallel sizes %d and %d must divide each other", a->tp, b->tp);
   if (m->gated) PetscCall(table_llama(m, &tab));
   else PetscCall(table_model(m, &tab, &cfg));
   PetscCall(holdings(m, &cfg, &tab, a->pp, &ha));

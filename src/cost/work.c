@@ -28,7 +28,8 @@ static int hist_pick(const int *val, const double *cum, int n, double u)
   return val[n - 1];
 }
 
-static PetscErrorCode lengths_hist(const char *opt, const char *spec, const char *path, int n, unsigned long long seed, int *len)
+static PetscErrorCode lengths_hist(const char *opt, const char *spec, const char *path, int n, unsigned long long seed,
+                                   int *len)
 {
   FILE   *f = fopen(path, "r");
   int    *val = NULL, nv = 0, cap = 0, v, line = 0;
@@ -43,7 +44,9 @@ static PetscErrorCode lengths_hist(const char *opt, const char *spec, const char
     if (sscanf(buf, "%d %lf", &v, &c) != 2 || v < 1 || c < 0) {
       fclose(f);
       PetscCall(PetscFree2(val, cum));
-      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s %s: line %d of %s: expected 'length count' with a length >= 1 and a count >= 0", opt, spec, line, path);
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+              "%s %s: line %d of %s: expected 'length count' with a length >= 1 and a count >= 0", opt, spec, line,
+              path);
     }
     if (nv == cap) {
       int    *nval;
@@ -64,7 +67,8 @@ static PetscErrorCode lengths_hist(const char *opt, const char *spec, const char
   fclose(f);
   if (!nv || cum[nv - 1] <= 0) {
     PetscCall(PetscFree2(val, cum));
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s %s: %s holds no length with a positive count", opt, spec, path);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s %s: %s holds no length with a positive count", opt, spec,
+            path);
   }
   for (int i = 0; i < n; i++) len[i] = hist_pick(val, cum, nv, rng_uniform(seed, COST_RNG_STREAM, 0, (uint32_t)i, 0));
   PetscCall(PetscFree2(val, cum));
@@ -94,7 +98,8 @@ static int roll_iter(IoId g, const char *name, void *ctx)
   if (io_exists(g, ppath)) np = io_dataset_npoints(g, ppath);
   if (r->n + n > r->cap) {
     r->cap = (int)(2 * (r->n + n));
-    if (PetscRealloc((size_t)r->cap * sizeof(int), &r->pool) || PetscRealloc((size_t)r->cap * sizeof(int), &r->ppool)) return -1;
+    if (PetscRealloc((size_t)r->cap * sizeof(int), &r->pool) || PetscRealloc((size_t)r->cap * sizeof(int), &r->ppool))
+      return -1;
   }
   if (io_dataset_read_all(g, path, IO_INT, r->pool + r->n)) return -1;
   for (long long i = 0; i < n; i++)
@@ -118,7 +123,8 @@ static char *lengths_iter_suffix(char *path)
 
 /* path is FILE.h5, or FILE.h5:iter_K for one iteration's rollout as it
  * was, row by row (rows beyond its batch start over from its first). */
-static PetscErrorCode lengths_rollouts(const char *opt, const char *spec, char *path, int n, unsigned long long seed, int *len, int *plen, PetscBool *paired)
+static PetscErrorCode lengths_rollouts(const char *opt, const char *spec, char *path, int n, unsigned long long seed,
+                                       int *len, int *plen, PetscBool *paired)
 {
   IoId     file;
   RollRead r    = {NULL, NULL, 0, 0, 0, NULL, ""};
@@ -133,15 +139,19 @@ static PetscErrorCode lengths_rollouts(const char *opt, const char *spec, char *
   if (e < 0 || r.n == 0) {
     PetscCall(PetscFree(r.pool));
     PetscCall(PetscFree(r.ppool));
-    PetscCheck(!r.bad[0], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s %s: %s %s: response lengths cannot be negative", opt, spec, path, r.bad);
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s %s: %s has no readable /%s/response_lengths (write one with -dump_rollouts 1)", opt, spec, path, r.only ? r.only : "iter_<k>");
+    PetscCheck(!r.bad[0], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+               "%s %s: %s %s: response lengths cannot be negative", opt, spec, path, r.bad);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+            "%s %s: %s has no readable /%s/response_lengths (write one with -dump_rollouts 1)", opt, spec, path,
+            r.only ? r.only : "iter_<k>");
   }
   /* the pooled rollouts, drawn with replacement for the batch, or the one
    * iteration's in order: a response keeps its own prompt (their lengths go
    * together on a task like sorting) */
   *paired = plen && !r.nprompt;
   for (int i = 0; i < n; i++) {
-    uint32_t k = r.only ? (uint32_t)i % (uint32_t)r.n : rng_u32(seed, COST_RNG_STREAM, 1, (uint32_t)i, 0) % (uint32_t)r.n;
+    uint32_t k = r.only ? (uint32_t)i % (uint32_t)r.n
+                        : rng_u32(seed, COST_RNG_STREAM, 1, (uint32_t)i, 0) % (uint32_t)r.n;
     len[i]     = r.pool[k];
     if (*paired) plen[i] = r.ppool[k];
   }
@@ -150,7 +160,8 @@ static PetscErrorCode lengths_rollouts(const char *opt, const char *spec, char *
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode cost_work_lengths(const char *opt, const char *spec, int n, int max, unsigned long long seed, int *len, int *plen, PetscBool *paired)
+PetscErrorCode cost_work_lengths(const char *opt, const char *spec, int n, int max, unsigned long long seed, int *len,
+                                 int *plen, PetscBool *paired)
 {
   double a = 0, b = 0;
   char   rest[PETSC_MAX_PATH_LEN] = "";
@@ -160,13 +171,18 @@ PetscErrorCode cost_work_lengths(const char *opt, const char *spec, int n, int m
   if (sscanf(spec, "lognormal:%lf:%lf", &a, &b) == 2) {
     /* median a, 99th percentile b: mu = ln a, sigma = (ln b - ln a) / z_0.99 */
     double mu = log(a), sigma = (log(b) - mu) / 2.3263478740408408;
-    PetscCheck(a >= 1 && b >= a, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %s: lognormal needs 1 <= median <= p99", opt, spec);
-    for (int i = 0; i < n; i++) len[i] = (int)floor(exp(mu + sigma * rng_normal(seed, COST_RNG_STREAM, 2, (uint32_t)i, 0)) + 0.5);
+    PetscCheck(a >= 1 && b >= a, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %s: lognormal needs 1 <= median <= p99",
+               opt, spec);
+    for (int i = 0; i < n; i++)
+      len[i] = (int)floor(exp(mu + sigma * rng_normal(seed, COST_RNG_STREAM, 2, (uint32_t)i, 0)) + 0.5);
   } else if (sscanf(spec, "uniform:%lf:%lf", &a, &b) == 2) {
-    PetscCheck(a >= 1 && b >= a, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %s: uniform needs 1 <= lo <= hi", opt, spec);
-    for (int i = 0; i < n; i++) len[i] = (int)(a + floor(rng_uniform(seed, COST_RNG_STREAM, 3, (uint32_t)i, 0) * (b - a + 1)));
+    PetscCheck(a >= 1 && b >= a, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %s: uniform needs 1 <= lo <= hi", opt,
+               spec);
+    for (int i = 0; i < n; i++)
+      len[i] = (int)(a + floor(rng_uniform(seed, COST_RNG_STREAM, 3, (uint32_t)i, 0) * (b - a + 1)));
   } else if (sscanf(spec, "fixed:%lf", &a) == 1) {
-    PetscCheck(a >= 1 && a == floor(a), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %s: fixed needs a length >= 1", opt, spec);
+    PetscCheck(a >= 1 && a == floor(a), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %s: fixed needs a length >= 1",
+               opt, spec);
     for (int i = 0; i < n; i++) len[i] = (int)a;
   } else if (!strncmp(spec, "hist:", 5) && spec[5]) {
     PetscCall(PetscStrncpy(rest, spec + 5, sizeof rest));
@@ -174,7 +190,9 @@ PetscErrorCode cost_work_lengths(const char *opt, const char *spec, int n, int m
   } else if (!strncmp(spec, "rollouts:", 9) && spec[9]) {
     PetscCall(PetscStrncpy(rest, spec + 9, sizeof rest));
     PetscCall(lengths_rollouts(opt, spec, rest, n, seed, len, plen, paired));
-  } else SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s '%s': expected lognormal:MEDIAN:P99, uniform:LO:HI, fixed:N, hist:FILE or rollouts:FILE.h5", opt, spec);
+  } else
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+            "%s '%s': expected lognormal:MEDIAN:P99, uniform:LO:HI, fixed:N, hist:FILE or rollouts:FILE.h5", opt, spec);
   for (int i = 0; i < n; i++) len[i] = PetscMax(1, PetscMin(len[i], max));
   if (*paired)
     for (int i = 0; i < n; i++) plen[i] = PetscMax(1, plen[i]);
@@ -206,7 +224,8 @@ const IoFileOption cost_file_options[] = {
 };
 
 /* A model's shape: the named one (option opt), else the deck's model. */
-static PetscErrorCode role_shape(const char *opt, const char *name, const ModelConfig *cfg, PetscBool value_head, CostShape *m)
+static PetscErrorCode role_shape(const char *opt, const char *name, const ModelConfig *cfg, PetscBool value_head,
+                                 CostShape *m)
 {
   ModelConfig c = *cfg;
 
@@ -238,7 +257,7 @@ static PetscErrorCode work_shapes(const CostDeck *d, const char *actor, const ch
 
 PetscErrorCode cost_work_from_options(const CostDeck *d, CostWork *w)
 {
-  char      lengths[PETSC_MAX_PATH_LEN + 16] = "", plengths[PETSC_MAX_PATH_LEN + 16] = "", actor[64] = "", critic[64] = "";
+  char lengths[PETSC_MAX_PATH_LEN + 16] = "", plengths[PETSC_MAX_PATH_LEN + 16] = "", actor[64] = "", critic[64] = "";
   PetscBool plen_set = PETSC_FALSE, paired = PETSC_FALSE;
 
   PetscFunctionBegin;
@@ -261,51 +280,104 @@ PetscErrorCode cost_work_from_options(const CostDeck *d, CostWork *w)
   w->group       = PetscMax(1, d->group);
   PetscOptionsBegin(PETSC_COMM_WORLD, "cost_", "Cost model workload (docs/costmodel.md)", NULL);
   RfOptIntAsIntCost("-batch", "Rollout sequences per iteration (default -rollout_batch)", w->batch, &w->batch);
-  RfOptIntAsIntCost("-prompt_len", "Prompt tokens per sequence, or the longest with -cost_prompt_lengths (default the deck's longest prompt: -task_len_max + 2, or the -ppo_prompts file's)", w->prompt_len, &w->prompt_len);
+  RfOptIntAsIntCost("-prompt_len",
+                    "Prompt tokens per sequence, or the longest with -cost_prompt_lengths (default the deck's longest "
+                    "prompt: -task_len_max + 2, or the -ppo_prompts file's)",
+                    w->prompt_len, &w->prompt_len);
   PetscCall(PetscOptionsHasName(NULL, NULL, "-cost_prompt_len", &plen_set));
-  RfOptString("-prompt_lengths", "Prompt lengths, each clipped to -cost_prompt_len: the syntax of -cost_lengths (default: each response's own prompt with -cost_lengths rollouts:FILE, else every prompt -cost_prompt_len)", plengths, sizeof plengths);
+  RfOptString("-prompt_lengths",
+              "Prompt lengths, each clipped to -cost_prompt_len: the syntax of -cost_lengths (default: each response's "
+              "own prompt with -cost_lengths rollouts:FILE, else every prompt -cost_prompt_len)",
+              plengths, sizeof plengths);
   RfOptIntAsIntCost("-max_new", "Most response tokens (default -gen_max_new_tokens)", w->max_new, &w->max_new);
-  RfOptIntAsIntCost("-minibatches", "PPO mini-batches per epoch (default -ppo_minibatches)", w->minibatches, &w->minibatches);
-  RfOptIntAsIntCost("-microbatches", "Micro-batches per mini-batch of a call whose plan gives -<call>_mbs 0 (default -ppo_microbatches)", w->micro, &w->micro);
+  RfOptIntAsIntCost("-minibatches", "PPO mini-batches per epoch (default -ppo_minibatches)", w->minibatches,
+                    &w->minibatches);
+  RfOptIntAsIntCost("-microbatches",
+                    "Micro-batches per mini-batch of a call whose plan gives -<call>_mbs 0 (default -ppo_microbatches)",
+                    w->micro, &w->micro);
   RfOptIntAsIntCost("-epochs", "PPO epochs per rollout (default -ppo_epochs)", w->epochs, &w->epochs);
-  RfOptIntAsIntCost("-slots", "Samples a generation replica decodes together (default -gen_slots; 0: all of its rows)", w->gen_slots, &w->gen_slots);
-  RfOptIntAsIntCost("-iterations", "Iterations the simulator runs (the first places the weights)", w->iterations, &w->iterations);
-  RfOptIntAsIntCost("-staleness", "Asynchronous RL's staleness K: the generation of batch i+K beside the training on batch i (default -async_staleness; 0: one after the other)", w->staleness, &w->staleness);
-  RfOptIntAsIntCost("-partial", "Partial rollouts: the tokens a generation call draws per sample at most, the rest in later calls with newer weights (default -async_partial; 0: whole samples; needs -cost_staleness >= 1)", w->partial, &w->partial);
-  RfOptIntAsIntCost("-partial_extra", "Partial rollouts: samples in flight beyond a batch (default -async_partial_extra times the group, else -cost_batch)", w->partial_extra, &w->partial_extra);
-  RfOptIntAsIntCost("-group", "Samples per prompt: partial rollouts' pool ends and leaves by whole groups (default -grpo_group for an -algo with groups, else 1)", w->group, &w->group);
-  RfOptBool("-critic_free", "No critic calls (default: an -algo without a critic, src/ppo/algos.c)", w->critic_free, &w->critic_free);
-  RfOptBool("-reward_free", "No reward model call (default: a deck whose rewards come from -reward_fn or -reward_command only)", w->reward_free, &w->reward_free);
-  RfOptString("-lengths", "Response lengths: lognormal:MEDIAN:P99, uniform:LO:HI, fixed:N, hist:FILE (lines 'length count') or rollouts:FILE.h5[:iter_K] (default fixed at -cost_max_new)", lengths, sizeof lengths);
-  RfOptString("-actor_shape", "Actor and reference shape by name (llama2-7b, llama2-13b, codellama-34b, llama2-70b, llama-13b, llama-33b, llama-65b); default the deck's models (its checkpoints, else the -policy_ options)", actor, sizeof actor);
-  RfOptString("-critic_shape", "Critic and reward shape by name, with a scalar head; default -cost_actor_shape's, else the deck's models", critic, sizeof critic);
+  RfOptIntAsIntCost("-slots", "Samples a generation replica decodes together (default -gen_slots; 0: all of its rows)",
+                    w->gen_slots, &w->gen_slots);
+  RfOptIntAsIntCost("-iterations", "Iterations the simulator runs (the first places the weights)", w->iterations,
+                    &w->iterations);
+  RfOptIntAsIntCost("-staleness",
+                    "Asynchronous RL's staleness K: the generation of batch i+K beside the training on batch i "
+                    "(default -async_staleness; 0: one after the other)",
+                    w->staleness, &w->staleness);
+  RfOptIntAsIntCost("-partial",
+                    "Partial rollouts: the tokens a generation call draws per sample at most, the rest in later calls "
+                    "with newer weights (default -async_partial; 0: whole samples; needs -cost_staleness >= 1)",
+                    w->partial, &w->partial);
+  RfOptIntAsIntCost("-partial_extra",
+                    "Partial rollouts: samples in flight beyond a batch (default -async_partial_extra times the group, "
+                    "else -cost_batch)",
+                    w->partial_extra, &w->partial_extra);
+  RfOptIntAsIntCost("-group",
+                    "Samples per prompt: partial rollouts' pool ends and leaves by whole groups (default -grpo_group "
+                    "for an -algo with groups, else 1)",
+                    w->group, &w->group);
+  RfOptBool("-critic_free", "No critic calls (default: an -algo without a critic, src/ppo/algos.c)", w->critic_free,
+            &w->critic_free);
+  RfOptBool("-reward_free",
+            "No reward model call (default: a deck whose rewards come from -reward_fn or -reward_command only)",
+            w->reward_free, &w->reward_free);
+  RfOptString("-lengths",
+              "Response lengths: lognormal:MEDIAN:P99, uniform:LO:HI, fixed:N, hist:FILE (lines 'length count') or "
+              "rollouts:FILE.h5[:iter_K] (default fixed at -cost_max_new)",
+              lengths, sizeof lengths);
+  RfOptString("-actor_shape",
+              "Actor and reference shape by name (llama2-7b, llama2-13b, codellama-34b, llama2-70b, llama-13b, "
+              "llama-33b, llama-65b); default the deck's models (its checkpoints, else the -policy_ options)",
+              actor, sizeof actor);
+  RfOptString("-critic_shape",
+              "Critic and reward shape by name, with a scalar head; default -cost_actor_shape's, else the deck's "
+              "models",
+              critic, sizeof critic);
   PetscOptionsEnd();
   PetscCheck(w->batch > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_batch %d must be positive", w->batch);
-  PetscCheck(w->prompt_len > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_prompt_len %d must be positive", w->prompt_len);
-  PetscCheck(w->max_new > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_max_new %d must be positive", w->max_new);
-  PetscCheck(w->minibatches > 0 && w->batch % w->minibatches == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_minibatches %d must be positive and divide -cost_batch %d", w->minibatches, w->batch);
-  PetscCheck(w->micro > 0 && (w->batch / w->minibatches) % w->micro == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_microbatches %d must be positive and divide a mini-batch of %d", w->micro, w->batch / w->minibatches);
+  PetscCheck(w->prompt_len > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_prompt_len %d must be positive",
+             w->prompt_len);
+  PetscCheck(w->max_new > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_max_new %d must be positive",
+             w->max_new);
+  PetscCheck(w->minibatches > 0 && w->batch % w->minibatches == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "-cost_minibatches %d must be positive and divide -cost_batch %d", w->minibatches, w->batch);
+  PetscCheck(w->micro > 0 && (w->batch / w->minibatches) % w->micro == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "-cost_microbatches %d must be positive and divide a mini-batch of %d", w->micro,
+             w->batch / w->minibatches);
   PetscCheck(w->epochs > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_epochs %d must be positive", w->epochs);
-  PetscCheck(w->gen_slots >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_slots %d must be 0 or positive", w->gen_slots);
-  PetscCheck(w->staleness >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_staleness %d must be >= 0", w->staleness);
-  PetscCheck(w->partial >= 0 && (!w->partial || w->staleness >= 1), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_partial %d must be >= 0, and > 0 only with -cost_staleness >= 1 (now %d)", w->partial, w->staleness);
+  PetscCheck(w->gen_slots >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_slots %d must be 0 or positive",
+             w->gen_slots);
+  PetscCheck(w->staleness >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_staleness %d must be >= 0",
+             w->staleness);
+  PetscCheck(w->partial >= 0 && (!w->partial || w->staleness >= 1), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "-cost_partial %d must be >= 0, and > 0 only with -cost_staleness >= 1 (now %d)", w->partial,
+             w->staleness);
   if (w->partial && !w->partial_extra) w->partial_extra = w->batch;
-  PetscCheck(w->group >= 1 && (!w->partial || (w->batch % w->group == 0 && w->partial_extra % w->group == 0)), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_group %d must be positive and, with -cost_partial, divide -cost_batch %d and -cost_partial_extra %d", w->group, w->batch, w->partial_extra);
-  PetscCheck(w->partial_extra >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_partial_extra %d must be >= 0", w->partial_extra);
+  PetscCheck(w->group >= 1 && (!w->partial || (w->batch % w->group == 0 && w->partial_extra % w->group == 0)),
+             PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "-cost_group %d must be positive and, with -cost_partial, divide -cost_batch %d and -cost_partial_extra "
+             "%d",
+             w->group, w->batch, w->partial_extra);
+  PetscCheck(w->partial_extra >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_partial_extra %d must be >= 0",
+             w->partial_extra);
   if (!w->staleness) w->prox = PETSC_FALSE;
   else if (!d->staleness) w->prox = PETSC_TRUE; /* -cost_staleness alone: the default correction (decoupled) */
-  PetscCheck(w->iterations >= 1 && w->iterations <= 100, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_iterations %d must be in 1..100", w->iterations);
+  PetscCheck(w->iterations >= 1 && w->iterations <= 100, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "-cost_iterations %d must be in 1..100", w->iterations);
   PetscCall(work_shapes(d, actor, critic, w));
   w->nlen = w->batch;
   PetscCall(PetscMalloc1(w->nlen, &w->len));
   PetscCall(PetscMalloc1(w->nlen, &w->plen));
   if (!lengths[0]) PetscCall(PetscSNPrintf(lengths, sizeof lengths, "fixed:%d", w->max_new));
   { /* a refused length specification must not keep the arrays */
-    PetscErrorCode ierr = cost_work_lengths("-cost_lengths", lengths, w->nlen, w->max_new, (unsigned long long)d->seed, w->len, plen_set || plengths[0] ? NULL : w->plen, &paired);
+    PetscErrorCode ierr = cost_work_lengths("-cost_lengths", lengths, w->nlen, w->max_new, (unsigned long long)d->seed,
+                                            w->len, plen_set || plengths[0] ? NULL : w->plen, &paired);
     PetscBool      drawn;
 
     /* prompts drawn apart from the responses: their own stream of draws */
-    if (!ierr && plengths[0]) ierr = cost_work_lengths("-cost_prompt_lengths", plengths, w->nlen, w->prompt_len, (unsigned long long)d->seed ^ 0x70726f6d707473ULL, w->plen, NULL, &drawn);
+    if (!ierr && plengths[0])
+      ierr = cost_work_lengths("-cost_prompt_lengths", plengths, w->nlen, w->prompt_len,
+                               (unsigned long long)d->seed ^ 0x70726f6d707473ULL, w->plen, NULL, &drawn);
     if (ierr) PetscCall(cost_work_free(w));
     PetscCall(ierr);
   }
@@ -337,12 +409,24 @@ PetscErrorCode cost_prims_paths_from_options(CostPrimsPaths *pp)
   PetscFunctionBegin;
   pp->hw[0] = pp->prof[0] = pp->cache[0] = '\0';
   PetscOptionsBegin(PETSC_COMM_WORLD, "cost_", "Plan search primitives", NULL);
-  RfOptString("-hardware", "Hardware description deck for the analytic primitives (e.g. input/hardware/h100_sxm.deck)", pp->hw, sizeof pp->hw);
-  RfOptString("-profile", "Profile from -mode profile for the measured primitives (default, without -cost_hardware: this machine's, from the profile cache)", pp->prof, sizeof pp->prof);
-  RfOptString("-profile_cache", "Directory of the profiles the plan search measures on this machine when given no primitives (default $XDG_CACHE_HOME/rlfuse/profiles, else ~/.cache/rlfuse/profiles)", pp->cache, sizeof pp->cache);
-  RfOptEnum("-sync_path", "How weight syncs (reallocations) move: device (device to device, NCCL) or host (device to host, MPI, host to device: what -device cuda does today)", paths, 2, &path);
+  RfOptString("-hardware", "Hardware description deck for the analytic primitives (e.g. input/hardware/h100_sxm.deck)",
+              pp->hw, sizeof pp->hw);
+  RfOptString("-profile",
+              "Profile from -mode profile for the measured primitives (default, without -cost_hardware: this "
+              "machine's, from the profile cache)",
+              pp->prof, sizeof pp->prof);
+  RfOptString("-profile_cache",
+              "Directory of the profiles the plan search measures on this machine when given no primitives (default "
+              "$XDG_CACHE_HOME/rlfuse/profiles, else ~/.cache/rlfuse/profiles)",
+              pp->cache, sizeof pp->cache);
+  RfOptEnum("-sync_path",
+            "How weight syncs (reallocations) move: device (device to device, NCCL) or host (device to host, MPI, host "
+            "to device: what -device cuda does today)",
+            paths, 2, &path);
   PetscOptionsEnd();
   pp->sync_host = path == 1;
-  PetscCheck(!pp->hw[0] || !pp->prof[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "the plan search takes one of -cost_hardware %s (analytic) and -cost_profile %s (measured), not both", pp->hw, pp->prof);
+  PetscCheck(!pp->hw[0] || !pp->prof[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+             "the plan search takes one of -cost_hardware %s (analytic) and -cost_profile %s (measured), not both",
+             pp->hw, pp->prof);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -19,7 +19,8 @@ static PetscErrorCode dmodel_alloc(DModel *dm)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode dmodel_create(const char *name, const ModelConfig *cfg, const Backend *be, const Plan *plan, MFCId call, PetscBool optim, DModel *dm)
+PetscErrorCode dmodel_create(const char *name, const ModelConfig *cfg, const Backend *be, const Plan *plan, MFCId call,
+                             PetscBool optim, DModel *dm)
 {
   PetscFunctionBegin;
   PetscCall(PetscMemzero(dm, sizeof *dm));
@@ -45,7 +46,8 @@ PetscErrorCode dmodel_release(DModel *dm, PetscBool keep)
 {
   PetscFunctionBegin;
   if (!dm->lm) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCheck(!dm->optim, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "dmodel_release: %s carries optimizer state and cannot be released", dm->name);
+  PetscCheck(!dm->optim, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "dmodel_release: %s carries optimizer state and cannot be released", dm->name);
   if (keep) {
     PetscCall(PetscMalloc1(dm->lm->nparams + 1, &dm->host));
     PetscCall(model_params_get(dm->lm, dm->host));
@@ -66,7 +68,8 @@ PetscErrorCode dmodel_acquire(DModel *dm)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode dmodel_ckpt_model(const DModel *dm, const char *role, PetscBool with_optim, CkptModel *cm, CkptWhere *where)
+PetscErrorCode dmodel_ckpt_model(const DModel *dm, const char *role, PetscBool with_optim, CkptModel *cm,
+                                 CkptWhere *where)
 {
   PetscFunctionBegin;
   *cm    = (CkptModel){role, dm->lm, with_optim, PETSC_FALSE};
@@ -74,13 +77,15 @@ PetscErrorCode dmodel_ckpt_model(const DModel *dm, const char *role, PetscBool w
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode dmodel_load(DModel *dm, const char *path, const char *role, PetscBool with_optim, PetscBool trunk_only, uint64_t seed)
+PetscErrorCode dmodel_load(DModel *dm, const char *path, const char *role, PetscBool with_optim, PetscBool trunk_only,
+                           uint64_t seed)
 {
   CkptModel cm;
   CkptWhere w;
 
   PetscFunctionBegin;
-  PetscCheck(!with_optim || dm->optim, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "dmodel_load: %s has no optimizer state to read into", dm->name);
+  PetscCheck(!with_optim || dm->optim, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "dmodel_load: %s has no optimizer state to read into", dm->name);
   PetscCall(dmodel_acquire(dm));
   if (trunk_only && dm->lm) PetscCall(model_init_random(dm->lm, seed)); /* the fresh head, the same on every layout */
   PetscCall(dmodel_ckpt_model(dm, role, with_optim, &cm, &w));
@@ -97,7 +102,8 @@ static PetscErrorCode dmodel_params_host(const DModel *dm, float **host, PetscBo
   *host  = NULL;
   if (!dmodel_member(dm)) PetscFunctionReturn(PETSC_SUCCESS);
   if (!dm->lm) {
-    PetscCheck(dm->host, PETSC_COMM_SELF, PETSC_ERR_ORDER, "%s: the model was dropped; its parameters are gone", dm->name);
+    PetscCheck(dm->host, PETSC_COMM_SELF, PETSC_ERR_ORDER, "%s: the model was dropped; its parameters are gone",
+               dm->name);
     *host = dm->host;
     PetscFunctionReturn(PETSC_SUCCESS);
   }
@@ -123,7 +129,8 @@ PetscErrorCode dmodel_gather(DModel *dm, Model *full, size_t bucket_bytes)
   PetscCall(realloc_plan_get(&dm->cfg, dm->mesh, root, what, &plan));
   PetscCall(dmodel_params_host(dm, &src, &owned));
   if (me == 0) {
-    PetscCheck(full && full->nparams > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "dmodel_gather: rank 0 needs the staging model");
+    PetscCheck(full && full->nparams > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL,
+               "dmodel_gather: rank 0 needs the staging model");
     PetscCall(PetscMalloc1(full->nparams, &dst[0]));
   }
   PetscCall(realloc_execute(plan, src, dst[0], bucket_bytes, NULL));
@@ -131,7 +138,8 @@ PetscErrorCode dmodel_gather(DModel *dm, Model *full, size_t bucket_bytes)
   if (dm->optim) {
     int step = dm->lm ? dm->lm->step : 0;
     if (dmodel_member(dm)) {
-      PetscCall(PetscMalloc2(dm->lm->nparams + 1, &m, dm->lm->nparams + 1, &v)); /* a model with optimizer state is never released */
+      PetscCall(PetscMalloc2(dm->lm->nparams + 1, &m, dm->lm->nparams + 1,
+                             &v)); /* a model with optimizer state is never released */
       PetscCall(model_optim_get(dm->lm, m, v));
     }
     if (me == 0) PetscCall(PetscMalloc2(full->nparams, &dst[1], full->nparams, &dst[2]));

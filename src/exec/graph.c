@@ -18,7 +18,8 @@ static int key_index(const char *const *keys, int n, const char *k)
 }
 
 /* Kahn's algorithm a level at a time; keys/key_level have room for every key. */
-static PetscErrorCode levels(const ExecNode *nodes, int n, const char *const *given, const char **keys, int *key_level, int *level, int *nlevels)
+static PetscErrorCode levels(const ExecNode *nodes, int n, const char *const *given, const char **keys, int *key_level,
+                             int *level, int *nlevels)
 {
   int nkeys = 0, done = 0;
 
@@ -30,7 +31,8 @@ static PetscErrorCode levels(const ExecNode *nodes, int n, const char *const *gi
   for (int i = 0; i < n; i++) {
     level[i] = -1;
     for (int j = 0; j < EXEC_MAX_KEYS && nodes[i].out[j]; j++) {
-      PetscCheck(key_index(keys, nkeys, nodes[i].out[j]) < 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "dataflow graph: '%s' is produced by %s and by another node or given", nodes[i].out[j], nodes[i].name);
+      PetscCheck(key_index(keys, nkeys, nodes[i].out[j]) < 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+                 "dataflow graph: '%s' is produced by %s and by another node or given", nodes[i].out[j], nodes[i].name);
       keys[nkeys]        = nodes[i].out[j];
       key_level[nkeys++] = INT_MAX; /* not yet available */
     }
@@ -43,16 +45,19 @@ static PetscErrorCode levels(const ExecNode *nodes, int n, const char *const *gi
       if (level[i] >= 0) continue;
       for (int j = 0; j < EXEC_MAX_KEYS && nodes[i].in[j]; j++) {
         int k = key_index(keys, nkeys, nodes[i].in[j]);
-        PetscCheck(k >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "dataflow graph: %s needs '%s', which no node produces", nodes[i].name, nodes[i].in[j]);
+        PetscCheck(k >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+                   "dataflow graph: %s needs '%s', which no node produces", nodes[i].name, nodes[i].in[j]);
         if (key_level[k] >= *nlevels) ready = 0; /* produced in this level or later */
       }
       if (ready) level[i] = *nlevels, progress++;
       else waiting = i;
     }
-    PetscCheck(progress, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "dataflow graph: the remaining nodes wait on each other (a cycle), e.g. %s", nodes[waiting].name);
+    PetscCheck(progress, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+               "dataflow graph: the remaining nodes wait on each other (a cycle), e.g. %s", nodes[waiting].name);
     for (int i = 0; i < n; i++) {
       if (level[i] != *nlevels) continue;
-      for (int j = 0; j < EXEC_MAX_KEYS && nodes[i].out[j]; j++) key_level[key_index(keys, nkeys, nodes[i].out[j])] = *nlevels;
+      for (int j = 0; j < EXEC_MAX_KEYS && nodes[i].out[j]; j++)
+        key_level[key_index(keys, nkeys, nodes[i].out[j])] = *nlevels;
       done++;
     }
     (*nlevels)++;
@@ -86,7 +91,10 @@ PetscErrorCode exec_graph_run(const ExecNode *nodes, int n, const char *const *g
   for (int i = 0; i < n; i++) /* a late node's outputs exist only after the last level */
     for (int j = 0; nodes[i].late && j < EXEC_MAX_KEYS && nodes[i].out[j]; j++)
       for (int k = 0; k < n; k++)
-        for (int q = 0; q < EXEC_MAX_KEYS && nodes[k].in[q]; q++) PetscCheck(strcmp(nodes[k].in[q], nodes[i].out[j]), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "dataflow graph: %s needs '%s' of %s, whose share is late", nodes[k].name, nodes[i].out[j], nodes[i].name);
+        for (int q = 0; q < EXEC_MAX_KEYS && nodes[k].in[q]; q++)
+          PetscCheck(strcmp(nodes[k].in[q], nodes[i].out[j]), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+                     "dataflow graph: %s needs '%s' of %s, whose share is late", nodes[k].name, nodes[i].out[j],
+                     nodes[i].name);
   PetscCall(PetscMalloc2(n + 1, &level, n + 1, &t));
   PetscCall(exec_graph_levels(nodes, n, given, level, &nlevels));
   for (int i = 0; i < n; i++) /* a late node runs in the last level, beside the nodes that end the graph */

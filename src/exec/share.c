@@ -11,7 +11,8 @@ static PetscErrorCode share(const Mesh *m, const long long *lo, const long long 
 
   PetscFunctionBegin;
   PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  PetscCheck(total <= INT_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "exec_share: %lld elements exceed one MPI message", total);
+  PetscCheck(total <= INT_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "exec_share: %lld elements exceed one MPI message",
+             total);
   PetscCall(PetscCalloc2(size, &count, size, &displ));
   for (int d = 0; d < m->dp; d++) {
     int h    = exec_head(m, d);

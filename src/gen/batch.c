@@ -10,7 +10,8 @@ PetscErrorCode gen_batch_create(int n, int Tmax, PetscBool masked, GenBatch *b)
   size_t nt = (size_t)n * (size_t)Tmax;
 
   PetscFunctionBegin;
-  PetscCheck(n >= 0 && Tmax >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gen_batch_create: n %d must be >= 0 and Tmax %d >= 1", n, Tmax);
+  PetscCheck(n >= 0 && Tmax >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "gen_batch_create: n %d must be >= 0 and Tmax %d >= 1", n, Tmax);
   PetscCall(PetscMemzero(b, sizeof *b));
   b->n    = n;
   b->Tmax = Tmax;

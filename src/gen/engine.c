@@ -19,11 +19,13 @@ PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt
   int        S = (int)cfg->slots, V = lm->cfg.vocab_size, R;
 
   PetscFunctionBegin;
-  PetscCheck(lm->cfg.head == MODEL_HEAD_LM, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "gen_engine_create: the model has the %s head; generation needs the LM head",
+  PetscCheck(lm->cfg.head == MODEL_HEAD_LM, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "gen_engine_create: the model has the %s head; generation needs the LM head",
              ModelHeadNames[lm->cfg.head]);
   PetscCheck(S >= 1 && max_prompt_len >= 1 && cfg->max_new_tokens >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-             "gen_engine_create: slots %d, max_prompt_len %d and max_new_tokens %" PetscInt_FMT " must be positive (run gen_config_check first)", S, max_prompt_len,
-             cfg->max_new_tokens);
+             "gen_engine_create: slots %d, max_prompt_len %d and max_new_tokens %" PetscInt_FMT
+             " must be positive (run gen_config_check first)",
+             S, max_prompt_len, cfg->max_new_tokens);
   PetscCall(PetscNew(&e));
   e->lm             = lm;
   e->cfg            = *cfg;
@@ -37,7 +39,8 @@ PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt
   e->graphs   = (PetscBool)(e->resident && lm->be->graph_begin);
   PetscCall(model_kv_create(lm, S + (e->graphs ? 1 : 0), e->Tmax, &e->kv));
   PetscCall(PetscMalloc3(R, &e->row_tok, R, &e->row_slot, R, &e->row_pos));
-  PetscCall(PetscMalloc6(S, &e->slot_req, S, &e->slot_fresh, S, &e->slot_row, S, &e->finished, S, &e->slot_lead, S, &e->head_rows));
+  PetscCall(PetscMalloc6(S, &e->slot_req, S, &e->slot_fresh, S, &e->slot_row, S, &e->finished, S, &e->slot_lead, S,
+                         &e->head_rows));
   e->sampler = backend_cpu();
   if (!e->resident) {
     e->work_bytes = e->sampler->sample_work(S, V);
@@ -147,8 +150,8 @@ static PetscErrorCode mask_publish(GenEngine *e, GenBatch *b, int i)
 
   PetscFunctionBegin;
   for (int t = P; t < P + L; t++) need += (size_t)e->mcount[base + t];
-  PetscCheck(e->mask_used + need <= (size_t)PETSC_MAX_INT, PETSC_COMM_SELF, PETSC_ERR_SUP, "gen_generate: more than %d allowed-set ids overflow GenBatch.mask_off",
-             PETSC_MAX_INT);
+  PetscCheck(e->mask_used + need <= (size_t)PETSC_MAX_INT, PETSC_COMM_SELF, PETSC_ERR_SUP,
+             "gen_generate: more than %d allowed-set ids overflow GenBatch.mask_off", PETSC_MAX_INT);
   PetscCall(grow_ints(&b->mask_ids, e->mask_used, &b->mask_cap, e->mask_used + need));
   cur = e->mask_used;
   for (int t = 1; t < b->Tmax; t++) {
@@ -194,20 +197,28 @@ static PetscErrorCode check_requests(const GenEngine *e, int n, const GenRequest
   PetscFunctionBegin;
   PetscCheck(n >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gen_generate: n %d must be >= 0", n);
   PetscCheck(b->n == n && b->Tmax >= e->Tmax, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
-             "gen_generate: the batch holds %d sequences of %d positions; %d requests need %d positions (longest prompt %d + max_new_tokens %" PetscInt_FMT ")", b->n,
-             b->Tmax, n, e->Tmax, e->max_prompt_len, e->cfg.max_new_tokens);
+             "gen_generate: the batch holds %d sequences of %d positions; %d requests need %d positions (longest "
+             "prompt %d + max_new_tokens %" PetscInt_FMT ")",
+             b->n, b->Tmax, n, e->Tmax, e->max_prompt_len, e->cfg.max_new_tokens);
   PetscCheck(b->mask_off || !gen_masked(&e->cfg), PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
-             "gen_generate: top-k, top-p or min_new_tokens restrict the sampling, so the batch must be created with masks (gen_batch_create(..., gen_masked(cfg), ...))");
+             "gen_generate: top-k, top-p or min_new_tokens restrict the sampling, so the batch must be created with "
+             "masks (gen_batch_create(..., gen_masked(cfg), ...))");
   for (int i = 0; i < n; i++) {
-    PetscCheck(req[i].prompt && req[i].prompt_len - req[i].resumed >= 1 && req[i].prompt_len - req[i].resumed <= e->max_prompt_len, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-               "gen_generate: request %d (id %d) has a prompt of %d tokens; it must have 1 to %d (the engine's max_prompt_len)", i, req[i].id, req[i].prompt_len - req[i].resumed,
-               e->max_prompt_len);
-    PetscCheck(req[i].resumed >= 0 && req[i].resumed < e->cfg.max_new_tokens && req[i].budget >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-               "gen_generate: request %d (id %d) resumes after %d response tokens with a budget of %d; it must resume after 0 to %" PetscInt_FMT " and have a budget >= 0", i, req[i].id,
-               req[i].resumed, req[i].budget, e->cfg.max_new_tokens - 1);
+    PetscCheck(req[i].prompt && req[i].prompt_len - req[i].resumed >= 1 &&
+                   req[i].prompt_len - req[i].resumed <= e->max_prompt_len,
+               PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "gen_generate: request %d (id %d) has a prompt of %d tokens; it must have 1 to %d (the engine's "
+               "max_prompt_len)",
+               i, req[i].id, req[i].prompt_len - req[i].resumed, e->max_prompt_len);
+    PetscCheck(req[i].resumed >= 0 && req[i].resumed < e->cfg.max_new_tokens && req[i].budget >= 0, PETSC_COMM_SELF,
+               PETSC_ERR_ARG_OUTOFRANGE,
+               "gen_generate: request %d (id %d) resumes after %d response tokens with a budget of %d; it must resume "
+               "after 0 to %" PetscInt_FMT " and have a budget >= 0",
+               i, req[i].id, req[i].resumed, req[i].budget, e->cfg.max_new_tokens - 1);
     for (int t = 0; t < req[i].prompt_len; t++)
       PetscCheck(req[i].prompt[t] >= 0 && req[i].prompt[t] < e->V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-                 "gen_generate: request %d (id %d) has token %d at position %d, outside the vocabulary [0,%d)", i, req[i].id, req[i].prompt[t], t, e->V);
+                 "gen_generate: request %d (id %d) has token %d at position %d, outside the vocabulary [0,%d)", i,
+                 req[i].id, req[i].prompt[t], t, e->V);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -276,7 +287,8 @@ static void share_prompts(GenEngine *e, const GenRequest *req)
     r = &req[e->slot_req[s]];
     for (int q = 0; q < s && e->slot_lead[s] < 0; q++) {
       const GenRequest *o = e->slot_req[q] >= 0 ? &req[e->slot_req[q]] : NULL;
-      if (o && e->slot_fresh[q] && e->slot_lead[q] < 0 && o->prompt_len == r->prompt_len && !memcmp(o->prompt, r->prompt, (size_t)r->prompt_len * sizeof(int)))
+      if (o && e->slot_fresh[q] && e->slot_lead[q] < 0 && o->prompt_len == r->prompt_len &&
+          !memcmp(o->prompt, r->prompt, (size_t)r->prompt_len * sizeof(int)))
         e->slot_lead[s] = q;
     }
   }
@@ -301,7 +313,8 @@ static int build_rows(GenEngine *e, const GenRequest *req, GenBatch *b, int *act
     P   = req[i].prompt_len;
     len = P + b->response_len[i];
     if (e->slot_fresh[s]) *prefill = PETSC_TRUE;
-    if (e->slot_lead[s] >= 0) { /* the leader's head row gives its logits; its keys and values are copied after the forward */
+    if (e->slot_lead[s] >=
+        0) { /* the leader's head row gives its logits; its keys and values are copied after the forward */
       e->slot_row[s] = e->slot_row[e->slot_lead[s]];
       continue;
     }
@@ -350,7 +363,10 @@ static void draw_setup(GenEngine *e, const GenRequest *req, const GenBatch *b, i
  * recorded as the one entry tensor_set_but(eos) rather than V-1 ids. */
 static PetscBool draw_all_but_eos(const GenEngine *e, int j)
 {
-  return e->draw_ban[j] && e->V > 1 && e->cfg.eos >= 0 && e->cfg.eos < e->V && e->draw_bd[j] == -1 && e->draw_na[j] == e->V - 1 ? PETSC_TRUE : PETSC_FALSE;
+  return e->draw_ban[j] && e->V > 1 && e->cfg.eos >= 0 && e->cfg.eos < e->V && e->draw_bd[j] == -1 &&
+                 e->draw_na[j] == e->V - 1
+             ? PETSC_TRUE
+             : PETSC_FALSE;
 }
 
 /* Records draw j's allowed set for position k. */
@@ -366,20 +382,25 @@ static PetscErrorCode draw_record_set(GenEngine *e, size_t k, int j)
 
 /* Records running slot j's drawn token and stops the sample at EOS,
  * max_new_tokens (its resumed tokens included) or its budget. */
-static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest *req, GenBatch *b, int j, int *nfinished)
+static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest *req, GenBatch *b, int j,
+                              int *nfinished)
 {
   int    s = e->running[j], i = e->slot_req[s], t = b->prompt_len[i] + b->response_len[i], tok = e->draw_tok[j];
   size_t k = (size_t)i * b->Tmax + t;
 
   PetscFunctionBegin;
-  PetscCheck(tok >= 0, PETSC_COMM_SELF, PETSC_ERR_FP, "generation: logits are nan or inf at iteration %u (sample %d, position %d); stopping, the last checkpoint is intact", iteration + 1, req[i].id, t);
+  PetscCheck(tok >= 0, PETSC_COMM_SELF, PETSC_ERR_FP,
+             "generation: logits are nan or inf at iteration %u (sample %d, position %d); stopping, the last "
+             "checkpoint is intact",
+             iteration + 1, req[i].id, t);
   b->tokens[k]   = tok;
   b->logprobs[k] = e->draw_lp[j];
   if (b->mask_off) PetscCall(draw_record_set(e, k, j));
   b->response_len[i]++;
   b->new_tokens++;
   if (gen_is_stop(&e->cfg, tok)) b->eos[i] = 1;
-  if (b->eos[i] || req[i].resumed + b->response_len[i] == e->cfg.max_new_tokens || b->response_len[i] == req[i].budget) {
+  if (b->eos[i] || req[i].resumed + b->response_len[i] == e->cfg.max_new_tokens ||
+      b->response_len[i] == req[i].budget) {
     e->slot_req[s]              = -1;
     e->finished[(*nfinished)++] = i;
     if (b->mask_off) PetscCall(mask_publish(e, b, i));
@@ -413,7 +434,8 @@ static PetscErrorCode step_host(GenEngine *e, int N, int nrun, const BackendSamp
     PetscCall(PetscMalloc1(need, &e->logits));
     e->logits_cap = need;
   }
-  PetscCall(model_forward_cached(e->lm, e->kv, e->row_tok, e->row_slot, e->row_pos, N, head_rows(e, N), e->head_n, e->logits));
+  PetscCall(model_forward_cached(e->lm, e->kv, e->row_tok, e->row_slot, e->row_pos, N, head_rows(e, N), e->head_n,
+                                 e->logits));
   /* the cpu op's work is per OpenMP thread: more threads than at creation
    * (omp_set_num_threads) need more */
   if (e->sampler->sample_work(nrun, e->V) > e->work_bytes) {
@@ -421,8 +443,8 @@ static PetscErrorCode step_host(GenEngine *e, int N, int nrun, const BackendSamp
     e->work_bytes = e->sampler->sample_work(nrun, e->V);
     PetscCall(PetscMalloc(e->work_bytes, &e->work));
   }
-  PetscCall(e->sampler->sample(e->draw_tok, e->draw_lp, e->draw_na, e->draw_bd, e->allowed, e->work, e->logits, e->draw_row, e->draw_id, e->draw_pos, e->draw_ban,
-                               scfg, nrun, e->V));
+  PetscCall(e->sampler->sample(e->draw_tok, e->draw_lp, e->draw_na, e->draw_bd, e->allowed, e->work, e->logits,
+                               e->draw_row, e->draw_id, e->draw_pos, e->draw_ban, scfg, nrun, e->V));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -433,7 +455,8 @@ static PetscErrorCode step_host(GenEngine *e, int N, int nrun, const BackendSamp
  * sets after them, except a set that is every id but the banned EOS: its
  * size and boundary say so, and its V-1 ids would be most of the step's
  * time). */
-static PetscErrorCode step_resident(GenEngine *e, int N, PetscBool prefill, int nrun, const BackendSampleCfg *scfg, PetscBool masked)
+static PetscErrorCode step_resident(GenEngine *e, int N, PetscBool prefill, int nrun, const BackendSampleCfg *scfg,
+                                    PetscBool masked)
 {
   const Backend *be = e->lm->be;
   const float   *logits;
@@ -452,7 +475,8 @@ static PetscErrorCode step_resident(GenEngine *e, int N, PetscBool prefill, int 
   PetscCall(PetscArraycpy(in + 3 * Nb + 2 * nrun, e->draw_pos, nrun));
   PetscCall(PetscArraycpy(in + 3 * Nb + 3 * nrun, e->draw_ban, nrun));
   PetscCall(be->from_host(d, in, (3 * (size_t)Nb + 4 * (size_t)nrun) * sizeof(int)));
-  PetscCall(model_forward_cached_resident(e->lm, e->kv, d, d + Nb, d + 2 * Nb, Nb, head_rows(e, N), e->head_n, (PetscBool)(e->graphs && !e->cfg.eager), &logits));
+  PetscCall(model_forward_cached_resident(e->lm, e->kv, d, d + Nb, d + 2 * Nb, Nb, head_rows(e, N), e->head_n,
+                                          (PetscBool)(e->graphs && !e->cfg.eager), &logits));
   work = be->sample_work(nrun, e->V);
   if (work > e->d_work_bytes) { /* the cpu op's work grows with the OpenMP threads */
     PetscCall(be->free(e->d_work));
@@ -461,23 +485,27 @@ static PetscErrorCode step_resident(GenEngine *e, int N, PetscBool prefill, int 
   }
   if (masked && !e->d_allowed) PetscCall(be->alloc((size_t)e->nslot * e->V * sizeof(int), (void **)&e->d_allowed));
   d += 3 * Nb;
-  PetscCall(be->sample(o, (float *)(o + 3 * nrun), o + nrun, o + 2 * nrun, masked ? e->d_allowed : NULL, e->d_work, logits, d, d + nrun, d + 2 * nrun, d + 3 * nrun, scfg,
-                       nrun, e->V));
+  PetscCall(be->sample(o, (float *)(o + 3 * nrun), o + nrun, o + 2 * nrun, masked ? e->d_allowed : NULL, e->d_work,
+                       logits, d, d + nrun, d + 2 * nrun, d + 3 * nrun, scfg, nrun, e->V));
   PetscCall(be->to_host(e->h_out, o, 4 * (size_t)nrun * sizeof(int)));
   PetscCall(PetscArraycpy(e->draw_tok, e->h_out, nrun));
   PetscCall(PetscArraycpy(e->draw_na, e->h_out + nrun, nrun));
   PetscCall(PetscArraycpy(e->draw_bd, e->h_out + 2 * nrun, nrun));
   PetscCall(PetscMemcpy(e->draw_lp, e->h_out + 3 * nrun, (size_t)nrun * sizeof(float)));
   for (int j = 0; j < nrun && masked; j++)
-    if (e->draw_na[j] > 0 && !draw_all_but_eos(e, j)) PetscCall(be->to_host(e->allowed + (size_t)j * e->V, e->d_allowed + (size_t)j * e->V, (size_t)e->draw_na[j] * sizeof(int)));
+    if (e->draw_na[j] > 0 && !draw_all_but_eos(e, j))
+      PetscCall(be->to_host(e->allowed + (size_t)j * e->V, e->d_allowed + (size_t)j * e->V,
+                            (size_t)e->draw_na[j] * sizeof(int)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode engine_step(GenEngine *e, uint64_t seed, uint32_t iteration, const GenRequest *req, GenBatch *b, int *active, int *nfinished)
+static PetscErrorCode engine_step(GenEngine *e, uint64_t seed, uint32_t iteration, const GenRequest *req, GenBatch *b,
+                                  int *active, int *nfinished)
 {
   PetscBool        prefill;
   int              N    = build_rows(e, req, b, active, &prefill), nrun = 0;
-  BackendSampleCfg scfg = {e->cfg.temperature, e->cfg.top_p, e->cfg.top_k, e->cfg.greedy, (int)e->cfg.eos, seed ^ GEN_RNG_DOMAIN, iteration};
+  BackendSampleCfg scfg = { e->cfg.temperature, e->cfg.top_p,          e->cfg.top_k, e->cfg.greedy,
+                            (int)e->cfg.eos,    seed ^ GEN_RNG_DOMAIN, iteration };
 
   PetscFunctionBegin;
   for (int s = 0; s < e->nslot; s++)
@@ -504,14 +532,16 @@ static PetscErrorCode queue_reset(GenEngine *e, int n, const GenRun *run)
   }
   for (int j = 0; j < nown; j++) {
     e->queue[j] = run && run->own ? run->own[j] : j;
-    PetscCheck(e->queue[j] >= 0 && e->queue[j] < n, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "gen_generate: own request %d outside [0,%d)", e->queue[j], n);
+    PetscCheck(e->queue[j] >= 0 && e->queue[j] < n, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "gen_generate: own request %d outside [0,%d)", e->queue[j], n);
   }
   e->qhead = 0;
   e->qn    = nown;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gen_generate_run(GenEngine *e, uint64_t seed, uint32_t iteration, int n, const GenRequest *req, GenBatch *out, const GenRun *run)
+PetscErrorCode gen_generate_run(GenEngine *e, uint64_t seed, uint32_t iteration, int n, const GenRequest *req,
+                                GenBatch *out, const GenRun *run)
 {
   double t0 = sys_wtime();
 
@@ -544,7 +574,8 @@ PetscErrorCode gen_generate_run(GenEngine *e, uint64_t seed, uint32_t iteration,
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode gen_generate(GenEngine *e, uint64_t seed, uint32_t iteration, int n, const GenRequest *req, GenBatch *out, GenFinishFn on_finish, void *ctx)
+PetscErrorCode gen_generate(GenEngine *e, uint64_t seed, uint32_t iteration, int n, const GenRequest *req,
+                            GenBatch *out, GenFinishFn on_finish, void *ctx)
 {
   GenRun run = {NULL, 0, on_finish, ctx, NULL, NULL};
 

@@ -70,7 +70,8 @@ PetscErrorCode gen_engine_take(GenEngine *e, const GenBatch *b, int idx, int *w)
   } else { /* out of the queue, the order of the rest kept */
     int j = e->qhead, k;
     while (j < e->qn && e->queue[j] != idx) j++;
-    PetscCheck(j < e->qn, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "gen_engine_take: request %d is neither running nor waiting in this engine", idx);
+    PetscCheck(j < e->qn, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+               "gen_engine_take: request %d is neither running nor waiting in this engine", idx);
     for (k = j; k + 1 < e->qn; k++) e->queue[k] = e->queue[k + 1];
     e->qn--;
   }
@@ -84,7 +85,8 @@ PetscErrorCode gen_engine_give(GenEngine *e, GenBatch *b, const int *w, size_t *
   const int *cnt = w + W_HEAD + 2 * L, *ids = cnt + L;
 
   PetscFunctionBegin;
-  PetscCheck(idx >= 0 && idx < b->n && L >= 0 && L <= (int)e->cfg.max_new_tokens, PETSC_COMM_SELF, PETSC_ERR_PLIB, "gen_engine_give: malformed state (request %d, %d tokens)", idx, L);
+  PetscCheck(idx >= 0 && idx < b->n && L >= 0 && L <= (int)e->cfg.max_new_tokens, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+             "gen_engine_give: malformed state (request %d, %d tokens)", idx, L);
   P    = b->prompt_len[idx];
   base = (size_t)idx * b->Tmax;
   memcpy(b->tokens + base + P, w + W_HEAD, (size_t)L * sizeof(int));
@@ -96,7 +98,8 @@ PetscErrorCode gen_engine_give(GenEngine *e, GenBatch *b, const int *w, size_t *
   *words = W_HEAD + 3 * (size_t)L + nids;
   if (w[W_RUN]) {
     for (s = 0; s < e->nslot && e->slot_req[s] >= 0; s++);
-    PetscCheck(s < e->nslot && L >= 1, PETSC_COMM_SELF, PETSC_ERR_PLIB, "gen_engine_give: no free slot for running request %d (%d slots)", idx, e->nslot);
+    PetscCheck(s < e->nslot && L >= 1, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+               "gen_engine_give: no free slot for running request %d (%d slots)", idx, e->nslot);
     PetscCall(model_kv_put(e->lm, e->kv, s, P + L - 1, (const float *)(ids + nids)));
     e->slot_req[s]   = idx;
     e->slot_fresh[s] = 0;

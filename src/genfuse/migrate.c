@@ -53,7 +53,8 @@ PetscErrorCode genfuse_migrate_plan(const GenFuseMigIn *in, int *m_out, unsigned
     }
   for (int d = 0; d < dp; d++) dest[d] = 0;
   for (int k = 0; k < m; k++) dest[ord[k]] = 1;
-  for (int d = 0; d < dp; d++) load[d] = dest[d] ? cnt[d] : 0, run[d] = dest[d] ? S - run[d] : 0; /* run: free slots now */
+  for (int d = 0; d < dp; d++)
+    load[d] = dest[d] ? cnt[d] : 0, run[d] = dest[d] ? S - run[d] : 0; /* run: free slots now */
   for (int i = 0; i < n; i++) {
     int best = -1;
     if (dest[in->rep[i]]) {
@@ -76,9 +77,12 @@ PetscErrorCode genfuse_migrate_plan(const GenFuseMigIn *in, int *m_out, unsigned
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-void genfuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned char *freed, const unsigned char *member, const unsigned char *keep, unsigned char *need)
+void genfuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned char *freed,
+                     const unsigned char *member, const unsigned char *keep, unsigned char *need)
 {
-  int stay[PLAN_MAX_RANKS], to[PLAN_MAX_RANKS], ns = 0; /* ranks of decoding replicas; freed members, in rank order (a world has at most PLAN_MAX_RANKS: plan.c) */
+  int stay[PLAN_MAX_RANKS], to[PLAN_MAX_RANKS],
+      ns =
+          0; /* ranks of decoding replicas; freed members, in rank order (a world has at most PLAN_MAX_RANKS: plan.c) */
 
   for (int q = 0; q < nq && q < PLAN_MAX_RANKS; q++)
     if (q_rep[q] >= 0 && !freed[q_rep[q]]) stay[ns++] = q;
@@ -99,7 +103,8 @@ void genfuse_reroute(int ncall, int nq, int B, const int *q_rep, const unsigned 
   }
 }
 
-PetscErrorCode genfuse_migrator_begin(MPI_Comm comm, const Mesh *mesh, int B, double at, int forced, size_t bucket_bytes, GenFuseMigrator *mg)
+PetscErrorCode genfuse_migrator_begin(MPI_Comm comm, const Mesh *mesh, int B, double at, int forced,
+                                      size_t bucket_bytes, GenFuseMigrator *mg)
 {
   PetscFunctionBegin;
   PetscCall(PetscMemzero(mg, sizeof *mg));
@@ -111,7 +116,8 @@ PetscErrorCode genfuse_migrator_begin(MPI_Comm comm, const Mesh *mesh, int B, do
 
 /* Every replica head's unfinished samples as (replica, request, positions),
  * on every rank of the mesh. */
-static PetscErrorCode gather_unfinished(GenFuseMigrator *mg, GenEngine *e, const GenBatch *b, GenFuseMigIn *in, int **trip)
+static PetscErrorCode gather_unfinished(GenFuseMigrator *mg, GenEngine *e, const GenBatch *b, GenFuseMigIn *in,
+                                        int **trip)
 {
   const Mesh *m = mg->mesh;
   int         size = m->all.size, nloc = 0, *cnt, *displ, *mine, *idx, *kvl, tot = 0;
@@ -135,7 +141,8 @@ static PetscErrorCode gather_unfinished(GenFuseMigrator *mg, GenEngine *e, const
 /* This rank's samples to its counterparts in the destination replicas,
  * packed [count, state, state, ...] in buckets of at most mg->bucket words
  * (a single state larger than that goes alone). */
-static PetscErrorCode send_states(GenFuseMigrator *mg, GenEngine *e, const GenBatch *b, const GenFuseMigIn *in, const int *to, MPI_Request *req, int **bufs, int *nreq)
+static PetscErrorCode send_states(GenFuseMigrator *mg, GenEngine *e, const GenBatch *b, const GenFuseMigIn *in,
+                                  const int *to, MPI_Request *req, int **bufs, int *nreq)
 {
   const Mesh *m = mg->mesh;
 
@@ -165,7 +172,8 @@ static PetscErrorCode send_states(GenFuseMigrator *mg, GenEngine *e, const GenBa
         at += sw;
       }
       bufs[*nreq] = w;
-      PetscCallMPI(MPI_Isend(w, (int)words, MPI_INT, mesh_rank(m, m->p, d, m->t), MIGRATE_TAG, mg->comm, &req[(*nreq)++]));
+      PetscCallMPI(
+          MPI_Isend(w, (int)words, MPI_INT, mesh_rank(m, m->p, d, m->t), MIGRATE_TAG, mg->comm, &req[(*nreq)++]));
       mg->bytes += 4LL * (long long)words;
       mg->moved += count;
       i = k;
@@ -199,13 +207,15 @@ static PetscErrorCode recv_states(GenFuseMigrator *mg, GenEngine *e, GenBatch *b
         PetscCall(PetscMalloc1(cap, &w));
       }
       PetscCallMPI(MPI_Recv(w, words, MPI_INT, src, MIGRATE_TAG, mg->comm, MPI_STATUS_IGNORE));
-      PetscCheck(w[0] >= 1 && w[0] <= expect, PETSC_COMM_SELF, PETSC_ERR_PLIB, "fuse: migration bucket of %d samples, %d expected", w[0], expect);
+      PetscCheck(w[0] >= 1 && w[0] <= expect, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+                 "fuse: migration bucket of %d samples, %d expected", w[0], expect);
       for (int j = 0; j < w[0]; j++) {
         size_t used;
         PetscCall(gen_engine_give(e, b, w + at, &used));
         at += used;
       }
-      PetscCheck(at == (size_t)words, PETSC_COMM_SELF, PETSC_ERR_PLIB, "fuse: migration bucket of %d words, %zu read", words, at);
+      PetscCheck(at == (size_t)words, PETSC_COMM_SELF, PETSC_ERR_PLIB, "fuse: migration bucket of %d words, %zu read",
+                 words, at);
       expect -= w[0];
     }
   }
@@ -227,10 +237,13 @@ static PetscErrorCode migrate(GenFuseMigrator *mg, GenEngine *e, GenBatch *b)
   PetscCall(PetscMalloc5(in.n + 1, &rep, in.n + 1, &idx, in.n + 1, &kvl, in.n + 1, &to, mg->mesh->dp, &dest));
   PetscCall(PetscMalloc2(in.n + 1, &req, in.n + 1, &bufs));
   for (int i = 0; i < in.n; i++) rep[i] = trip[3 * i], idx[i] = trip[3 * i + 1], kvl[i] = trip[3 * i + 2];
-  in.dp = mg->mesh->dp, in.slots = gen_engine_slots(e), in.forced = mg->forced, in.rep = rep, in.idx = idx, in.kvlen = kvl;
+  in.dp = mg->mesh->dp, in.slots = gen_engine_slots(e), in.forced = mg->forced, in.rep = rep, in.idx = idx,
+  in.kvlen = kvl;
   PetscCall(genfuse_migrate_plan(&in, &mg->m, dest, to));
   mg->dest = (PetscBool)dest[mg->mesh->d];
-  if (mg->after) PetscCall(mg->after(mg->after_ctx, dest, mg->mesh->dp, idx, in.n)); /* e.g. the freed ranks' inference starts being fed */
+  if (mg->after)
+    PetscCall(
+        mg->after(mg->after_ctx, dest, mg->mesh->dp, idx, in.n)); /* e.g. the freed ranks' inference starts being fed */
   if (mg->dest) PetscCall(recv_states(mg, e, b, &in, to));
   else PetscCall(send_states(mg, e, b, &in, to, req, bufs, &nreq));
   for (int k = 0; k < nreq; k++) {

@@ -44,7 +44,9 @@ static PetscBool sim_migrate(const GenFuseSim *s, SimState *st, unsigned char *f
   if (!idx || !dest) return PETSC_FALSE;
   kvl = idx + B, rep = kvl + B, to = rep + B;
   for (int b = 0; b < B; b++)
-    if (!st->done[b]) idx[n] = b, rep[n] = st->rep[b], kvl[n] = st->running[b] ? s->len[b] - s->rlen[b] + (s->rlen[b] - st->left[b]) : 0, n++;
+    if (!st->done[b])
+      idx[n] = b, rep[n] = st->rep[b],
+      kvl[n] = st->running[b] ? s->len[b] - s->rlen[b] + (s->rlen[b] - st->left[b]) : 0, n++;
   in = (GenFuseMigIn){s->dp, s->slots, 0, n, rep, idx, kvl};
   if (genfuse_migrate_plan(&in, &m, dest, to)) {
     free(idx), free(dest);

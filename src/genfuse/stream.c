@@ -116,7 +116,8 @@ static PetscErrorCode deal_sample(GenFuseSender *s, const GenBatch *b, int index
   int          row = s->b0 + index, q[3], n = b->prompt_len[index] + b->response_len[index], flag;
 
   PetscFunctionBegin;
-  PetscCheck(!s->defer, PETSC_COMM_SELF, PETSC_ERR_PLIB, "fuse: a deal cannot defer destinations (its end messages would come before the held samples)");
+  PetscCheck(!s->defer, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+             "fuse: a deal cannot defer destinations (its end messages would come before the held samples)");
   for (int k = 0; k < d->ncall; k++) {
     int j = d->nrep[k] ? genfuse_deal(d->nrep[k], d->load[k], d->sender, genfuse_deal_cost(n, d->width[k])) : -1;
     q[k]  = j >= 0 ? d->head[k][j] : -1;
@@ -150,7 +151,8 @@ static PetscErrorCode send_sample(GenFuseSender *s, const GenBatch *b, int index
     PetscCall(deal_sample(s, b, index));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  for (int k = 0; k < r->ndest; k++) any |= r->need[(size_t)k * r->B + row] && (s->defer && s->defer[k] && !s->released) == deferred;
+  for (int k = 0; k < r->ndest; k++)
+    any |= r->need[(size_t)k * r->B + row] && (s->defer && s->defer[k] && !s->released) == deferred;
   if (!any) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(pack_sample(b, index, row, 0, &w, &words));
   PetscCall(sender_grow(s));
@@ -230,7 +232,8 @@ static PetscErrorCode unpack_sample(const int *w, int words, GenBatch *arr, int 
   int    P = w[H_PROMPT], L = w[H_LEN], n = P + L, nids = w[H_NIDS];
 
   PetscFunctionBegin;
-  PetscCheck(k < arr->n && n <= arr->Tmax && words == H_WORDS + 2 * n + (arr->mask_off ? n + nids : 0), PETSC_COMM_SELF, PETSC_ERR_PLIB, "fuse: malformed sample message (%d words, row %d)", words, w[H_ROW]);
+  PetscCheck(k < arr->n && n <= arr->Tmax && words == H_WORDS + 2 * n + (arr->mask_off ? n + nids : 0), PETSC_COMM_SELF,
+             PETSC_ERR_PLIB, "fuse: malformed sample message (%d words, row %d)", words, w[H_ROW]);
   *row                 = w[H_ROW];
   if (calls) calls[k] = w[H_CALLS];
   arr->prompt_len[k]   = P;
@@ -256,7 +259,8 @@ static PetscErrorCode unpack_sample(const int *w, int words, GenBatch *arr, int 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int senders, int tokens, PetscBool hold, GenBatch *arr, int *rows, int *calls, GenFuseBatchFn run, void *ctx, GenFuseRecvStats *st)
+PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int senders, int tokens, PetscBool hold, GenBatch *arr,
+                               int *rows, int *calls, GenFuseBatchFn run, void *ctx, GenFuseRecvStats *st)
 {
   int       got = 0, first = 0, pending = 0, ends = 0, *w = NULL, cap = 0, *idx;
   PetscBool more = (PetscBool)(senders > 0 || expected > 0); /* samples may still come */
@@ -280,9 +284,11 @@ PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int senders, int tok
         PetscCall(PetscMalloc1(cap, &w));
       }
       PetscCallMPI(MPI_Recv(w, words, MPI_INT, status.MPI_SOURCE, GENFUSE_STREAM_TAG, comm, MPI_STATUS_IGNORE));
-      if (senders > 0 && words == END_WORDS) more = (PetscBool)(++ends < senders); /* a sender's samples all came before its end */
+      if (senders > 0 && words == END_WORDS)
+        more = (PetscBool)(++ends < senders); /* a sender's samples all came before its end */
       else {
-        PetscCheck(got < arr->n, PETSC_COMM_SELF, PETSC_ERR_PLIB, "fuse: more samples arrived than the batch holds (%d)", arr->n);
+        PetscCheck(got < arr->n, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+                   "fuse: more samples arrived than the batch holds (%d)", arr->n);
         PetscCall(unpack_sample(w, words, arr, got, &rows[got], calls));
         pending += arr->prompt_len[got] + arr->response_len[got];
         got++;
@@ -309,7 +315,8 @@ PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int senders, int tok
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode genfuse_replica_bcast(MPI_Comm comm, int root, GenBatch *arr, int *rows, int *calls, int *idx, int *n, int *got, GenFuseRecvStats *st)
+PetscErrorCode genfuse_replica_bcast(MPI_Comm comm, int root, GenBatch *arr, int *rows, int *calls, int *idx, int *n,
+                                     int *got, GenFuseRecvStats *st)
 {
   int me, head[2] = {*n, 0}, *w = NULL, at = 0;
 

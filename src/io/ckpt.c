@@ -16,7 +16,9 @@ static PetscErrorCode ckpt_check_role(const char *path, const char *role)
   PetscFunctionBegin;
   for (size_t i = 0; i < sizeof ckpt_roles / sizeof ckpt_roles[0]; i++)
     if (role && !strcmp(role, ckpt_roles[i])) PetscFunctionReturn(PETSC_SUCCESS);
-  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s: unknown role '%s' (policy, actor, critic, reference or reward)", path, role ? role : "(null)");
+  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+          "checkpoint %s: unknown role '%s' (policy, actor, critic, reference or reward)", path,
+          role ? role : "(null)");
 }
 
 /* ---- writing ------------------------------------------------------------- */
@@ -140,7 +142,8 @@ static PetscErrorCode ckpt_dataset_create(hid_t g, const ModelTensor *t, hid_t *
   space = H5Screate_simple(t->ndim, dims, NULL);
   dcpl  = H5Pcreate(H5P_DATASET_CREATE);
   if (dcpl >= 0) H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
-  *dset = space >= 0 && dcpl >= 0 ? H5Dcreate2(g, t->name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT) : H5I_INVALID_HID;
+  *dset = space >= 0 && dcpl >= 0 ? H5Dcreate2(g, t->name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)
+                                  : H5I_INVALID_HID;
   if (space >= 0) H5Sclose(space);
   if (dcpl >= 0) H5Pclose(dcpl);
   H5CallWrite(*dset, "HDF5: cannot create dataset %s", t->name);
@@ -149,7 +152,8 @@ static PetscErrorCode ckpt_dataset_create(hid_t g, const ModelTensor *t, hid_t *
 
 /* One dataset per tensor in a new group `name` of loc, each rank writing
  * its part of buffer `which` (0 params, 1 m, 2 v); errors agreed per tensor. */
-static PetscErrorCode ckpt_write_tensors(hid_t loc, const char *name, const CkptPlace *pl, int which, MPI_Comm comm, CkptWriteCtx *ctx, char *msg)
+static PetscErrorCode ckpt_write_tensors(hid_t loc, const char *name, const CkptPlace *pl, int which, MPI_Comm comm,
+                                         CkptWriteCtx *ctx, char *msg)
 {
   hid_t g;
 
@@ -169,13 +173,15 @@ static PetscErrorCode ckpt_write_tensors(hid_t loc, const char *name, const Ckpt
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode ckpt_write_model_place(hid_t file, MPI_Comm comm, CkptWriteCtx *ctx, const CkptModel *cm, CkptPlace *pl, char *msg)
+static PetscErrorCode ckpt_write_model_place(hid_t file, MPI_Comm comm, CkptWriteCtx *ctx, const CkptModel *cm,
+                                             CkptPlace *pl, char *msg)
 {
   hid_t g, o;
 
   PetscFunctionBegin;
   PetscCall(ckpt_check_role(ctx->path, cm->role));
-  PetscCheck(H5Lexists(file, cm->role, H5P_DEFAULT) == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s: role %s given twice", ctx->path, cm->role);
+  PetscCheck(H5Lexists(file, cm->role, H5P_DEFAULT) == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "checkpoint %s: role %s given twice", ctx->path, cm->role);
   g = H5Gcreate2(file, cm->role, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Call(g, "checkpoint %s: cannot create group /%s", ctx->path, cm->role);
   PetscCall(ckpt_write_config(g, &pl->cfg));
@@ -284,8 +290,8 @@ static PetscErrorCode ckpt_post(hid_t file, void *vctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ckpt_write_sourced(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st, const CkptSource *src,
-                                  const CkptCarry *carry)
+PetscErrorCode ckpt_write_sourced(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where,
+                                  int n, const CkptState *st, const CkptSource *src, const CkptCarry *carry)
 {
   CkptWriteCtx ctx;
 
@@ -298,11 +304,13 @@ PetscErrorCode ckpt_write_sourced(MPI_Comm comm, const char *path, const CkptMod
   /* attributes are written collectively: every rank must give rank 0's values */
   PetscCallMPI(MPI_Bcast(&ctx.st, (int)sizeof ctx.st, MPI_BYTE, 0, comm));
   PetscCallMPI(MPI_Bcast(&ctx.src, (int)sizeof ctx.src, MPI_BYTE, 0, comm));
-  PetscCall(h5u_write_atomic_comm_post(comm, "checkpoint", path, ckpt_fill, &ctx, ckpt_tokenizer_src[0] || ctx.carry.fn ? ckpt_post : NULL, &ctx));
+  PetscCall(h5u_write_atomic_comm_post(comm, "checkpoint", path, ckpt_fill, &ctx,
+                                       ckpt_tokenizer_src[0] || ctx.carry.fn ? ckpt_post : NULL, &ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where, int n, const CkptState *st)
+PetscErrorCode ckpt_write_placed(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where,
+                                 int n, const CkptState *st)
 {
   PetscFunctionBegin;
   PetscCall(ckpt_write_sourced(comm, path, models, where, n, st, NULL, NULL));
@@ -317,16 +325,22 @@ PetscErrorCode ckpt_write(MPI_Comm comm, const char *path, const CkptModel *mode
 }
 
 /* ---- reading ------------------------------------------------------------- */
-static PetscErrorCode ckpt_open_group(hid_t loc, const char *path, const char *parent, const char *name, const char *why, hid_t *g)
+static PetscErrorCode ckpt_open_group(hid_t loc, const char *path, const char *parent, const char *name,
+                                      const char *why, hid_t *g)
 {
   PetscFunctionBegin;
-  if (H5Lexists(loc, name, H5P_DEFAULT) <= 0 && !parent[0]) { /* a model left out for its unchanged input file (ckpt_source.c) */
+  if (H5Lexists(loc, name, H5P_DEFAULT) <= 0 &&
+      !parent[0]) { /* a model left out for its unchanged input file (ckpt_source.c) */
     char src[64];
 
     PetscCall(PetscSNPrintf(src, sizeof src, "%s_source", name));
-    PetscCheck(H5Lexists(loc, src, H5P_DEFAULT) <= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s has no /%s group: it was not copied, /%s names the file it was read from (read that file)", path, name, src);
+    PetscCheck(H5Lexists(loc, src, H5P_DEFAULT) <= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+               "checkpoint %s has no /%s group: it was not copied, /%s names the file it was read from (read that "
+               "file)",
+               path, name, src);
   }
-  PetscCheck(H5Lexists(loc, name, H5P_DEFAULT) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s has no %s/%s group%s", path, parent, name, why);
+  PetscCheck(H5Lexists(loc, name, H5P_DEFAULT) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "checkpoint %s has no %s/%s group%s", path, parent, name, why);
   *g = H5Gopen2(loc, name, H5P_DEFAULT);
   H5Call(*g, "checkpoint %s: %s/%s is not a group (corrupt file?)", path, parent, name);
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -443,7 +457,8 @@ PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *rol
 
 /* The deck decides the architecture; a checkpoint that disagrees is an error
  * naming the option to change. */
-static PetscErrorCode ckpt_config_compare(const char *path, const char *role, const ModelConfig *file, const ModelConfig *deck)
+static PetscErrorCode ckpt_config_compare(const char *path, const char *role, const ModelConfig *file,
+                                          const ModelConfig *deck)
 {
   const struct {
     const char *name;
@@ -458,22 +473,36 @@ static PetscErrorCode ckpt_config_compare(const char *path, const char *role, co
 
   PetscFunctionBegin;
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-    PetscCheck(f[i].file == f[i].deck, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: %s %d in the file, %d in the deck (-%s_%s)", path, role, f[i].name, f[i].file, f[i].deck, role, f[i].name);
-  PetscCheck(file->head == deck->head, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: head %s in the file, %s in the deck (-%s_head)", path, role, ModelHeadNames[file->head], ModelHeadNames[deck->head], role);
-  PetscCheck(file->arch == deck->arch, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: arch %s in the file, %s in the deck (-%s_arch)", path, role, ModelArchNames[file->arch], ModelArchNames[deck->arch], role);
+    PetscCheck(f[i].file == f[i].deck, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+               "checkpoint %s /%s: %s %d in the file, %d in the deck (-%s_%s)", path, role, f[i].name, f[i].file,
+               f[i].deck, role, f[i].name);
+  PetscCheck(file->head == deck->head, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "checkpoint %s /%s: head %s in the file, %s in the deck (-%s_head)", path, role,
+             ModelHeadNames[file->head], ModelHeadNames[deck->head], role);
+  PetscCheck(file->arch == deck->arch, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "checkpoint %s /%s: arch %s in the file, %s in the deck (-%s_arch)", path, role,
+             ModelArchNames[file->arch], ModelArchNames[deck->arch], role);
   if (model_arch(file)->settings) {
     const struct {
       const char *name;
       int         file, deck;
     } l[] = {
-      {"n_kv_head", file->n_kv_head, deck->n_kv_head}, {"n_ffn", file->n_ffn, deck->n_ffn}, {"qkv_bias", file->qkv_bias, deck->qkv_bias},
-      {"tie_embeddings", file->tie_embeddings, deck->tie_embeddings}, {"rope_scaling", file->rope_scaling, deck->rope_scaling},
-      {"head_dim", model_head_dim(file), model_head_dim(deck)}, {"qk_norm", file->qk_norm, deck->qk_norm},
+      { "n_kv_head", file->n_kv_head, deck->n_kv_head },
+      { "n_ffn", file->n_ffn, deck->n_ffn },
+      { "qkv_bias", file->qkv_bias, deck->qkv_bias },
+      { "tie_embeddings", file->tie_embeddings, deck->tie_embeddings },
+      { "rope_scaling", file->rope_scaling, deck->rope_scaling },
+      { "head_dim", model_head_dim(file), model_head_dim(deck) },
+      { "qk_norm", file->qk_norm, deck->qk_norm },
     };
     for (size_t i = 0; i < sizeof l / sizeof l[0]; i++)
-      PetscCheck(l[i].file == l[i].deck, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: %s %d in the file, %d in the deck (-%s_%s)", path, role, l[i].name, l[i].file, l[i].deck, role, l[i].name);
-    PetscCheck(model_config_equal(file, deck), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s: rope_theta %g, norm_eps %g or the rope scaling factors in the file differ from the deck's (-%s_rope_theta %g, -%s_norm_eps %g)", path, role,
-               file->rope_theta, file->norm_eps, role, deck->rope_theta, role, deck->norm_eps);
+      PetscCheck(l[i].file == l[i].deck, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+                 "checkpoint %s /%s: %s %d in the file, %d in the deck (-%s_%s)", path, role, l[i].name, l[i].file,
+                 l[i].deck, role, l[i].name);
+    PetscCheck(model_config_equal(file, deck), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+               "checkpoint %s /%s: rope_theta %g, norm_eps %g or the rope scaling factors in the file differ from the "
+               "deck's (-%s_rope_theta %g, -%s_norm_eps %g)",
+               path, role, file->rope_theta, file->norm_eps, role, deck->rope_theta, role, deck->norm_eps);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -488,7 +517,10 @@ typedef struct {
   float           *buf;
 } CkptModelCtx;
 
-static PetscBool ckpt_skip(const CkptModel *cm, const ModelTensor *t) { return cm->trunk_only && !model_tensor_is_trunk(t->name) ? PETSC_TRUE : PETSC_FALSE; }
+static PetscBool ckpt_skip(const CkptModel *cm, const ModelTensor *t)
+{
+  return cm->trunk_only && !model_tensor_is_trunk(t->name) ? PETSC_TRUE : PETSC_FALSE;
+}
 
 typedef struct {
   CkptModelCtx *ctx;
@@ -517,7 +549,11 @@ static PetscErrorCode ckpt_check_no_extra(hid_t g, const char *parent, const cha
 
   PetscFunctionBegin;
   H5Call(e, "checkpoint %s: cannot list %s/%s (corrupt file?)", ctx->path, parent, name);
-  PetscCheck(!x.extra[0], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s: %s/%s/%s is not a tensor of the architecture its attributes give (n_layer %d, n_embd %d, head %s): attributes and tensors disagree", ctx->path, parent, name, x.extra, ctx->pl.cfg.n_layer, ctx->pl.cfg.n_embd, ModelHeadNames[ctx->pl.cfg.head]);
+  PetscCheck(!x.extra[0], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "checkpoint %s: %s/%s/%s is not a tensor of the architecture its attributes give (n_layer %d, n_embd %d, "
+             "head %s): attributes and tensors disagree",
+             ctx->path, parent, name, x.extra, ctx->pl.cfg.n_layer, ctx->pl.cfg.n_embd,
+             ModelHeadNames[ctx->pl.cfg.head]);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -595,7 +631,8 @@ static PetscErrorCode ckpt_check_model_task(void *vctx)
 }
 
 /* Group `name` of loc into buffer `which`, each rank its part. */
-static PetscErrorCode ckpt_read_tensors(hid_t loc, const char *name, int which, MPI_Comm comm, CkptModelCtx *ctx, char *msg)
+static PetscErrorCode ckpt_read_tensors(hid_t loc, const char *name, int which, MPI_Comm comm, CkptModelCtx *ctx,
+                                        char *msg)
 {
   hid_t g;
 
@@ -608,7 +645,8 @@ static PetscErrorCode ckpt_read_tensors(hid_t loc, const char *name, int which, 
 
     if (ckpt_skip(ctx->model, &ctx->pl.full[i])) continue;
     d = H5Dopen2(g, ctx->pl.full[i].name, H5P_DEFAULT);
-    if (d < 0) e = PETSC_ERR_FILE_READ, snprintf(msg, H5U_MSG_LEN, "cannot open dataset %s/%s", name, ctx->pl.full[i].name);
+    if (d < 0)
+      e = PETSC_ERR_FILE_READ, snprintf(msg, H5U_MSG_LEN, "cannot open dataset %s/%s", name, ctx->pl.full[i].name);
     else e = ckpt_place_xfer(&ctx->pl, i, which, d, ctx->dxpl, ctx->buf);
     if (d >= 0) H5Dclose(d);
     h5u_agree(comm, &e, msg);
@@ -673,7 +711,8 @@ PetscErrorCode ckpt_read_model_placed(MPI_Comm comm, const char *path, const Ckp
   char           msg[H5U_MSG_LEN] = "";
 
   PetscFunctionBegin;
-  PetscCheck(!(model->trunk_only && model->with_optim), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "checkpoint %s: a trunk-only read cannot take optimizer state", path);
+  PetscCheck(!(model->trunk_only && model->with_optim), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "checkpoint %s: a trunk-only read cannot take optimizer state", path);
   PetscCall(PetscMemzero(&ctx, sizeof ctx));
   ctx.path = path, ctx.model = model, ctx.dxpl = H5I_INVALID_HID;
   PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));

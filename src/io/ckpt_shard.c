@@ -20,7 +20,8 @@ int    ckpt_collective = -1;
 
 /* Local rows [r0, r1) x columns [c0, c1) of tensor i, added to the
  * selection of space (1-D tensors: columns [0, 1)). */
-static herr_t ckpt_select_rect(hid_t space, const CkptPlace *pl, int i, size_t r0, size_t r1, size_t c0, size_t c1, PetscBool *first)
+static herr_t ckpt_select_rect(hid_t space, const CkptPlace *pl, int i, size_t r0, size_t r1, size_t c0, size_t c1,
+                               PetscBool *first)
 {
   const ModelTensor *f = &pl->full[i];
   int              s = pl->tp > 1 ? f->split : -1;
@@ -76,8 +77,8 @@ static void ckpt_segment(const CkptPlace *pl, int i, size_t *lo, size_t *hi)
 
   *lo = *hi = 0;
   if (!m || m->numel == 0) return;
-  if (pl->write && m->split < 0 && pl->t != 0) return;                           /* tp rank 0 writes replicated tensors */
-  if (pl->write && pl->t % model_tensor_rep(m, pl->tp) != 0) return;              /* a block's first rank its replicated k/v piece */
+  if (pl->write && m->split < 0 && pl->t != 0) return;               /* tp rank 0 writes replicated tensors */
+  if (pl->write && pl->t % model_tensor_rep(m, pl->tp) != 0) return; /* a block's first rank its replicated k/v piece */
   if (pl->write && pl->p != 0 && i == MODEL_T_WTE) return; /* the tied LM head's copy (the embedding is tensor 0) */
   a = PetscMax(m->offset, pl->own0);
   b = PetscMin(m->offset + m->numel, pl->own1);
@@ -86,7 +87,8 @@ static void ckpt_segment(const CkptPlace *pl, int i, size_t *lo, size_t *hi)
 
 /* ---- setup --------------------------------------------------------------- */
 
-static PetscErrorCode ckpt_place_holder(MPI_Comm comm, const CkptModel *cm, const CkptWhere *w, CkptPlace *pl, PetscBool *holds)
+static PetscErrorCode ckpt_place_holder(MPI_Comm comm, const CkptModel *cm, const CkptWhere *w, CkptPlace *pl,
+                                        PetscBool *holds)
 {
   Model      *g = cm->lm;
   PetscMPIInt rank, size, whole, lowest;
@@ -125,7 +127,8 @@ static PetscErrorCode ckpt_place_holder(MPI_Comm comm, const CkptModel *cm, cons
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ckpt_place_setup(MPI_Comm comm, const CkptModel *cm, const CkptWhere *where, PetscBool write, CkptPlace *pl)
+PetscErrorCode ckpt_place_setup(MPI_Comm comm, const CkptModel *cm, const CkptWhere *where, PetscBool write,
+                                CkptPlace *pl)
 {
   const CkptWhere none = {NULL, NULL, NULL}, *w = where ? where : &none;
   PetscMPIInt rank, size, root, have, step_root;
@@ -161,9 +164,13 @@ PetscErrorCode ckpt_place_setup(MPI_Comm comm, const CkptModel *cm, const CkptWh
   }
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, pl->rounds, pl->nfull, MPI_INT, MPI_MAX, comm));
   /* local checks last, after every collective call of the setup */
-  PetscCheck(holds || !w->mesh || w->mesh->me < 0, PETSC_COMM_SELF, PETSC_ERR_ORDER, "/%s was dropped on this rank; its parameters are gone", cm->role);
-  PetscCheck(!holds || !cm->with_optim || cm->lm, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "/%s is offloaded and has no optimizer state", cm->role);
-  if (holds && cm->with_optim && write) PetscCheck(pl->m && pl->v, PETSC_COMM_SELF, PETSC_ERR_ORDER, "/%s has no optimizer state to write (model_optim_init)", cm->role);
+  PetscCheck(holds || !w->mesh || w->mesh->me < 0, PETSC_COMM_SELF, PETSC_ERR_ORDER,
+             "/%s was dropped on this rank; its parameters are gone", cm->role);
+  PetscCheck(!holds || !cm->with_optim || cm->lm, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "/%s is offloaded and has no optimizer state", cm->role);
+  if (holds && cm->with_optim && write)
+    PetscCheck(pl->m && pl->v, PETSC_COMM_SELF, PETSC_ERR_ORDER,
+               "/%s has no optimizer state to write (model_optim_init)", cm->role);
   if (holds && cm->with_optim && !write && (!pl->m || !pl->v)) {
     PetscCall(model_optim_init(cm->lm));
     pl->m = cm->lm->m, pl->v = cm->lm->v;
@@ -203,7 +210,8 @@ static void ckpt_file_index(const CkptPlace *pl, int i, size_t k, size_t *row, s
   int              s = pl->tp > 1 ? f->split : -1;
 
   if (s >= 0) {
-    size_t block = (size_t)f->gshape[s] / (size_t)f->groups, piece = block / (size_t)model_tensor_pieces(f, pl->tp), g = x[s] / piece;
+    size_t block = (size_t)f->gshape[s] / (size_t)f->groups, piece = block / (size_t)model_tensor_pieces(f, pl->tp),
+           g     = x[s] / piece;
     x[s]         = g * block + (size_t)model_tensor_piece_of(f, pl->tp, pl->t) * piece + x[s] % piece;
   }
   *row = m->ndim == 2 ? x[0] : k, *col = m->ndim == 2 ? x[1] : 0;
@@ -224,17 +232,27 @@ static PetscErrorCode ckpt_check_finite(const CkptPlace *pl, int i, int which, c
     if (isfinite(buf[j]) && (which != 2 || buf[j] >= 0)) continue;
     ckpt_file_index(pl, i, a + j, &row, &col);
     if (isfinite(buf[j])) { /* a negative second moment */
-      if (f->ndim == 2) SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "/%s/%s/%s holds %g at [%zu, %zu] (flat index %zu): AdamW's second moments must be >= 0", pl->role, what[which], f->name, (double)buf[j], row, col, row * (size_t)f->gshape[1] + col);
-      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "/%s/%s/%s holds %g at [%zu]: AdamW's second moments must be >= 0", pl->role, what[which], f->name, (double)buf[j], row);
+      if (f->ndim == 2)
+        SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+                "/%s/%s/%s holds %g at [%zu, %zu] (flat index %zu): AdamW's second moments must be >= 0", pl->role,
+                what[which], f->name, (double)buf[j], row, col, row * (size_t)f->gshape[1] + col);
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+              "/%s/%s/%s holds %g at [%zu]: AdamW's second moments must be >= 0", pl->role, what[which], f->name,
+              (double)buf[j], row);
     }
-    if (f->ndim == 2) SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FP, "/%s/%s/%s holds %s at [%zu, %zu] (flat index %zu): a checkpoint's values must be finite", pl->role, what[which], f->name, isnan(buf[j]) ? "NaN" : "Inf", row, col, row * (size_t)f->gshape[1] + col);
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FP, "/%s/%s/%s holds %s at [%zu]: a checkpoint's values must be finite", pl->role, what[which], f->name, isnan(buf[j]) ? "NaN" : "Inf", row);
+    if (f->ndim == 2)
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FP,
+              "/%s/%s/%s holds %s at [%zu, %zu] (flat index %zu): a checkpoint's values must be finite", pl->role,
+              what[which], f->name, isnan(buf[j]) ? "NaN" : "Inf", row, col, row * (size_t)f->gshape[1] + col);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FP, "/%s/%s/%s holds %s at [%zu]: a checkpoint's values must be finite",
+            pl->role, what[which], f->name, isnan(buf[j]) ? "NaN" : "Inf", row);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* One collective transfer of local elements [a, b) (possibly none). */
-static PetscErrorCode ckpt_xfer_one(const CkptPlace *pl, int i, int which, float *base, hid_t dset, hid_t dxpl, size_t a, size_t b, float *buf)
+static PetscErrorCode ckpt_xfer_one(const CkptPlace *pl, int i, int which, float *base, hid_t dset, hid_t dxpl,
+                                    size_t a, size_t b, float *buf)
 {
   const ModelTensor *f  = &pl->full[i];
   hsize_t          nm = b > a ? b - a : 1;
@@ -263,7 +281,8 @@ static PetscErrorCode ckpt_xfer_one(const CkptPlace *pl, int i, int which, float
   if (fs >= 0) H5Sclose(fs);
   if (ms >= 0) H5Sclose(ms);
   PetscCall(bad);
-  PetscCheck(e >= 0, PETSC_COMM_SELF, pl->write ? PETSC_ERR_FILE_WRITE : PETSC_ERR_FILE_READ, "%s dataset %s failed: %s", pl->write ? "writing" : "reading", f->name, why);
+  PetscCheck(e >= 0, PETSC_COMM_SELF, pl->write ? PETSC_ERR_FILE_WRITE : PETSC_ERR_FILE_READ,
+             "%s dataset %s failed: %s", pl->write ? "writing" : "reading", f->name, why);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -49,7 +49,8 @@ static PetscErrorCode ckpt_source_fill(void *vctx)
   char        abs[PATH_MAX];
 
   PetscFunctionBegin;
-  PetscCheck(realpath(src->path, abs), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "cannot resolve %s: %s", src->path, strerror(errno));
+  PetscCheck(realpath(src->path, abs), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "cannot resolve %s: %s", src->path,
+             strerror(errno));
   PetscCall(PetscStrncpy(src->abspath, abs, sizeof src->abspath));
   PetscCall(io_file_checksum_local(src->abspath, src->checksum, sizeof src->checksum, &src->size));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -108,10 +109,16 @@ static PetscErrorCode ckpt_source_verify(void *vctx)
   PetscFunctionBegin;
   PetscCall(io_read_file("checkpoint", ctx->ckpt, ckpt_source_read_group, ctx));
   if (!ctx->found) PetscFunctionReturn(PETSC_SUCCESS);
-  if (stat(src->abspath, &st) && !stat(src->path, &st) && realpath(src->path, abs)) PetscCall(PetscStrncpy(src->abspath, abs, sizeof src->abspath));
-  PetscCheck(!stat(src->abspath, &st), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "checkpoint %s holds no %s: it was read from %s, which is missing (restore that file, unchanged)", ctx->ckpt, src->as, src->abspath);
+  if (stat(src->abspath, &st) && !stat(src->path, &st) && realpath(src->path, abs))
+    PetscCall(PetscStrncpy(src->abspath, abs, sizeof src->abspath));
+  PetscCheck(!stat(src->abspath, &st), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN,
+             "checkpoint %s holds no %s: it was read from %s, which is missing (restore that file, unchanged)",
+             ctx->ckpt, src->as, src->abspath);
   PetscCall(io_file_checksum_local(src->abspath, sum, sizeof sum, &size));
-  PetscCheck(size == src->size && !strcmp(sum, src->checksum), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s holds no %s: it was read from %s, which changed since the checkpoint was written (%" PRId64 " bytes, %s; recorded %" PRId64 " bytes, %s)", ctx->ckpt, src->as, src->abspath, size, sum, src->size, src->checksum);
+  PetscCheck(size == src->size && !strcmp(sum, src->checksum), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "checkpoint %s holds no %s: it was read from %s, which changed since the checkpoint was written (%" PRId64
+             " bytes, %s; recorded %" PRId64 " bytes, %s)",
+             ctx->ckpt, src->as, src->abspath, size, sum, src->size, src->checksum);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

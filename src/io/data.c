@@ -11,18 +11,23 @@
 static PetscErrorCode data_validate(const char *path, const TokenData *d, const char *vocab_name)
 {
   PetscFunctionBegin;
-  PetscCheck(d->N >= 0 && d->T > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "data file %s: /tokens has shape [%d,%d], expected at least one column", path, d->N, d->T);
-  PetscCheck(d->vocab_size > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "data file %s: vocab_size %d must be positive", path, d->vocab_size);
+  PetscCheck(d->N >= 0 && d->T > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "data file %s: /tokens has shape [%d,%d], expected at least one column", path, d->N, d->T);
+  PetscCheck(d->vocab_size > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "data file %s: vocab_size %d must be positive", path, d->vocab_size);
   for (int i = 0; i < d->N; i++) {
     int len = d->lengths[i];
 
-    PetscCheck(len >= 1 && len <= d->T, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "data file %s: /lengths[%d] = %d, expected 1..%d (the width of /tokens)", path, i, len, d->T);
-    PetscCheck(!d->prompt_lengths || (d->prompt_lengths[i] >= 0 && d->prompt_lengths[i] <= len), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "data file %s: /prompt_lengths[%d] = %d, expected 0..%d (/lengths[%d])", path, i,
-               d->prompt_lengths ? d->prompt_lengths[i] : 0, len, i);
+    PetscCheck(len >= 1 && len <= d->T, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+               "data file %s: /lengths[%d] = %d, expected 1..%d (the width of /tokens)", path, i, len, d->T);
+    PetscCheck(!d->prompt_lengths || (d->prompt_lengths[i] >= 0 && d->prompt_lengths[i] <= len), PETSC_COMM_SELF,
+               PETSC_ERR_FILE_UNEXPECTED, "data file %s: /prompt_lengths[%d] = %d, expected 0..%d (/lengths[%d])", path,
+               i, d->prompt_lengths ? d->prompt_lengths[i] : 0, len, i);
     for (int t = 0; t < d->T; t++) {
       int tok = d->tokens[(size_t)i * d->T + t];
 
-      PetscCheck(tok >= 0 && tok < d->vocab_size, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "data file %s: /tokens[%d,%d] = %d is outside [0, %s=%d)", path, i, t, tok, vocab_name, d->vocab_size);
+      PetscCheck(tok >= 0 && tok < d->vocab_size, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+                 "data file %s: /tokens[%d,%d] = %d is outside [0, %s=%d)", path, i, t, tok, vocab_name, d->vocab_size);
     }
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -47,7 +52,8 @@ static PetscErrorCode data_read_vector(hid_t file, const char *where, const char
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(full, sizeof full, "/%s", name));
   PetscCall(io_dataset_open(file, where, full, name, IO_CLASS_INT, 0, 1, dims, &dset));
-  PetscCheck(dims[0] == (hsize_t)n, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has %llu entries, expected %d (the rows of /tokens)", where, full, (unsigned long long)dims[0], n);
+  PetscCheck(dims[0] == (hsize_t)n, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: %s has %llu entries, expected %d (the rows of /tokens)", where, full, (unsigned long long)dims[0], n);
   PetscCall(PetscMalloc1(n + 1, v));
   if (n) PetscCall(io_dataset_read(dset, where, full, IO_INT, *v));
   PetscCall(io_close(&dset));
@@ -67,7 +73,8 @@ static PetscErrorCode data_read_file(hid_t file, void *vctx)
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(where, sizeof where, "data file %s", ctx->path));
   PetscCall(io_dataset_open(file, where, "/tokens", "tokens", IO_CLASS_INT, 0, 2, dims, &dset));
-  PetscCheck(dims[0] < INT32_MAX && dims[1] < INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokens is too large", where);
+  PetscCheck(dims[0] < INT32_MAX && dims[1] < INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: /tokens is too large", where);
   d->N = (int)dims[0];
   d->T = (int)dims[1];
   PetscCall(PetscMalloc1((size_t)d->N * d->T + 1, &d->tokens));
@@ -77,10 +84,12 @@ static PetscErrorCode data_read_file(hid_t file, void *vctx)
     vocab = ctx->vocab;
     vname = ctx->vocab_name;
   } else PetscCall(io_attr_read_int(file, where, "vocab_size", INT64_MIN, INT64_MAX, &vocab));
-  PetscCheck(vocab > 0 && vocab < INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: vocab_size %lld must be positive", where, (long long)vocab);
+  PetscCheck(vocab > 0 && vocab < INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: vocab_size %lld must be positive", where, (long long)vocab);
   d->vocab_size = (int)vocab;
   PetscCall(data_read_vector(file, where, "lengths", d->N, &d->lengths));
-  if (H5Lexists(file, "prompt_lengths", H5P_DEFAULT) > 0) PetscCall(data_read_vector(file, where, "prompt_lengths", d->N, &d->prompt_lengths));
+  if (H5Lexists(file, "prompt_lengths", H5P_DEFAULT) > 0)
+    PetscCall(data_read_vector(file, where, "prompt_lengths", d->N, &d->prompt_lengths));
   PetscCall(io_texts_read(file, where, "answer", d->N, &d->answer));
   PetscCall(io_texts_read(file, where, "metadata", d->N, &d->metadata));
   PetscCall(data_validate(ctx->path, d, vname));
@@ -202,7 +211,8 @@ PetscErrorCode data_write(MPI_Comm comm, const char *path, const TokenData *d, c
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode data_write_extra(MPI_Comm comm, const char *path, const TokenData *d, const char *task, const IODataset *extra, int nextra)
+PetscErrorCode data_write_extra(MPI_Comm comm, const char *path, const TokenData *d, const char *task,
+                                const IODataset *extra, int nextra)
 {
   DataWriteCtx ctx = {path, task, d, extra, nextra};
 
@@ -233,7 +243,8 @@ static PetscErrorCode matrix_write_task(void *vctx)
   MatrixCtx *ctx = (MatrixCtx *)vctx;
 
   PetscFunctionBegin;
-  PetscCheck(ctx->rows >= 0 && ctx->cols >= 0 && ctx->name && ctx->name[0] && !strchr(ctx->name, '/'), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "output %s: bad matrix name or shape", ctx->path);
+  PetscCheck(ctx->rows >= 0 && ctx->cols >= 0 && ctx->name && ctx->name[0] && !strchr(ctx->name, '/'), PETSC_COMM_SELF,
+             PETSC_ERR_ARG_WRONG, "output %s: bad matrix name or shape", ctx->path);
   PetscCall(io_write_atomic("output", ctx->path, matrix_fill, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

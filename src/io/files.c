@@ -43,7 +43,8 @@ static void io_file_resolve(IoFileGiven *f)
   f->exists = (PetscBool)(stat(f->value, &f->st) == 0);
   snprintf(dir, sizeof dir, "%s", f->value);
   snprintf(base, sizeof base, "%s", f->value);
-  if (realpath(dirname(dir), rdir)) snprintf(f->real, sizeof f->real, "%s/%s", strcmp(rdir, "/") ? rdir : "", basename(base));
+  if (realpath(dirname(dir), rdir))
+    snprintf(f->real, sizeof f->real, "%s/%s", strcmp(rdir, "/") ? rdir : "", basename(base));
   else snprintf(f->real, sizeof f->real, "%s", f->value);
 }
 
@@ -57,7 +58,8 @@ static PetscBool io_file_same(const IoFileGiven *a, const IoFileGiven *b)
  * module has read yet is taken from PETSc's list of unused options, which
  * does not mark it used: the unused-option check that follows in the modes
  * that read their own options must still see it. */
-static PetscErrorCode io_file_value(const char *name, PetscInt nleft, char **names, char **values, char *value, size_t len, PetscBool *set)
+static PetscErrorCode io_file_value(const char *name, PetscInt nleft, char **names, char **values, char *value,
+                                    size_t len, PetscBool *set)
 {
   PetscFunctionBegin;
   *set = PETSC_FALSE;
@@ -108,8 +110,12 @@ static PetscErrorCode io_files_compare(const IoFileGiven *given, int n)
     PetscCall(io_output_ok(given[i].opt->option, given[i].value));
     for (int j = 0; j < n; j++) {
       if (j == i || !io_file_same(&given[i], &given[j])) continue;
-      PetscCheck(given[j].opt->role != IO_FILE_IN, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s %s is also an input of this run (%s %s); choose another output file", given[i].opt->option, given[i].value, given[j].opt->option, given[j].value);
-      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s %s is also the output of %s (%s); choose another file for one of them", given[i].opt->option, given[i].value, given[j].opt->option, given[j].value);
+      PetscCheck(given[j].opt->role != IO_FILE_IN, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+                 "%s %s is also an input of this run (%s %s); choose another output file", given[i].opt->option,
+                 given[i].value, given[j].opt->option, given[j].value);
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+              "%s %s is also the output of %s (%s); choose another file for one of them", given[i].opt->option,
+              given[i].value, given[j].opt->option, given[j].value);
     }
   }
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -42,7 +42,8 @@ PetscBool io_is_group(IoId loc, const char *name)
 {
   H5O_info_t info;
 
-  return H5Oget_info_by_name(loc, name, &info, H5P_DEFAULT) >= 0 && info.type == H5O_TYPE_GROUP ? PETSC_TRUE : PETSC_FALSE;
+  return H5Oget_info_by_name(loc, name, &info, H5P_DEFAULT) >= 0 && info.type == H5O_TYPE_GROUP ? PETSC_TRUE
+                                                                                                : PETSC_FALSE;
 }
 
 PetscBool io_attr_exists(IoId obj, const char *name)

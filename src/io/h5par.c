@@ -84,7 +84,8 @@ void h5u_agree(MPI_Comm comm, PetscErrorCode *ierr, char *msg)
 }
 
 /* "<kind> <path>: msg" unless msg names the file already. */
-static PetscErrorCode h5u_par_raise(MPI_Comm comm, PetscErrorCode code, const char *kind, const char *path, const char *msg)
+static PetscErrorCode h5u_par_raise(MPI_Comm comm, PetscErrorCode code, const char *kind, const char *path,
+                                    const char *msg)
 {
   PetscFunctionBegin;
   if (!code) PetscFunctionReturn(PETSC_SUCCESS);

@@ -125,7 +125,8 @@ PetscErrorCode io_open_read(const char *kind, const char *path, hid_t *file)
     SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: %s", kind, path, strerror(e));
   }
   PetscCheck(!S_ISDIR(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: is a directory", kind, path);
-  PetscCheck(access(path, R_OK) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: not readable (permission denied)", kind, path);
+  PetscCheck(access(path, R_OK) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: not readable (permission denied)",
+             kind, path);
   fapl = h5u_fapl(PETSC_TRUE);
   PetscCheck(fapl >= 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "%s %s: cannot create HDF5 file access properties", kind, path);
   /* H5Fis_hdf5 only looks for the signature; H5Fopen also notices truncation
@@ -133,7 +134,9 @@ PetscErrorCode io_open_read(const char *kind, const char *path, hid_t *file)
   if (H5Fis_hdf5(path) > 0) *file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
   h5u_hdf5_msg(hmsg);
   H5Pclose(fapl);
-  PetscCheck(*file >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_READ, "%s %s: not a readable HDF5 file (truncated or corrupt?)%s%s", kind, path, hmsg[0] ? ": HDF5: " : "", hmsg);
+  PetscCheck(*file >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_READ,
+             "%s %s: not a readable HDF5 file (truncated or corrupt?)%s%s", kind, path, hmsg[0] ? ": HDF5: " : "",
+             hmsg);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -182,8 +185,10 @@ static PetscErrorCode h5u_check_dir(const char *kind, const char *path)
   PetscCall(PetscStrncpy(copy, path, sizeof copy));
   /* dirname() may return a pointer into its argument: copy, never in place */
   PetscCall(PetscStrncpy(dir, dirname(copy), sizeof dir));
-  PetscCheck(stat(dir, &st) == 0 && S_ISDIR(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: directory %s does not exist", kind, path, dir);
-  PetscCheck(access(dir, W_OK) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: directory %s is not writable", kind, path, dir);
+  PetscCheck(stat(dir, &st) == 0 && S_ISDIR(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN,
+             "%s %s: directory %s does not exist", kind, path, dir);
+  PetscCheck(access(dir, W_OK) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: directory %s is not writable", kind,
+             path, dir);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -222,7 +227,9 @@ PetscErrorCode h5u_tmp_claim(const char *tmp, int *fd)
   for (int attempt = 0;; attempt++) {
     *fd = open(lock, O_RDWR | O_CREAT, 0666);
     PetscCheck(*fd >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "cannot create %s: %s", lock, strerror(errno));
-    if (flock(*fd, LOCK_EX) == 0 && fstat(*fd, &a) == 0 && stat(lock, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) break;
+    if (flock(*fd, LOCK_EX) == 0 && fstat(*fd, &a) == 0 && stat(lock, &b) == 0 && a.st_ino == b.st_ino &&
+        a.st_dev == b.st_dev)
+      break;
     close(*fd); /* a stale-temporary sweep removed it between open and lock: again */
     PetscCheck(attempt < 100, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "cannot lock %s: %s", lock, strerror(errno));
   }
@@ -278,7 +285,8 @@ PetscErrorCode h5u_remove_stale_tmp(const char *dir, int *nremoved)
     size_t      hl = strlen(host);
 
     for (const char *q = strstr(e->d_name, ".tmp."); q; q = strstr(q + 1, ".tmp.")) t = q; /* the last one */
-    if (!t || strncmp(t + 5, host, hl) || t[5 + hl] != '.') continue; /* another host's: its locks are not ours to test */
+    if (!t || strncmp(t + 5, host, hl) || t[5 + hl] != '.')
+      continue; /* another host's: its locks are not ours to test */
     dot = t + 5 + hl;
     pid = strtol(dot + 1, &end, 10);
     if ((*end && strcmp(end, ".lock")) || end == dot + 1 || pid <= 0 || pid == (long)getpid()) continue;
@@ -298,7 +306,12 @@ PetscErrorCode io_output_ok(const char *kind, const char *path)
   /* lstat: a symbolic link is replaced by the rename, not followed, so what
    * matters is the link itself; a device node or FIFO would be replaced by a
    * regular file (or, as root, /dev/null deleted). */
-  if (lstat(path, &st) == 0) PetscCheck(S_ISREG(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: exists and is not a regular file (%s); refusing to replace it", kind, path, S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link" : "a device, socket or pipe");
+  if (lstat(path, &st) == 0)
+    PetscCheck(S_ISREG(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE,
+               "%s %s: exists and is not a regular file (%s); refusing to replace it", kind, path,
+               S_ISDIR(st.st_mode)   ? "a directory"
+               : S_ISLNK(st.st_mode) ? "a symbolic link"
+                                     : "a device, socket or pipe");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -321,11 +334,14 @@ PetscErrorCode h5u_sync_rename(const char *kind, const char *tmp, const char *pa
 
   PetscFunctionBegin;
   fd = open(tmp, O_RDONLY);
-  PetscCheck(fd >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: cannot reopen %s: %s", kind, path, tmp, strerror(errno));
+  PetscCheck(fd >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: cannot reopen %s: %s", kind, path, tmp,
+             strerror(errno));
   e = fsync(fd);
   close(fd);
-  PetscCheck(e == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: fsync of %s failed: %s", kind, path, tmp, strerror(errno));
-  PetscCheck(rename(tmp, path) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: rename from %s failed: %s", kind, path, tmp, strerror(errno));
+  PetscCheck(e == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: fsync of %s failed: %s", kind, path, tmp,
+             strerror(errno));
+  PetscCheck(rename(tmp, path) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: rename from %s failed: %s", kind,
+             path, tmp, strerror(errno));
   PetscCall(PetscStrncpy(dir, path, sizeof dir));
   fd = open(dirname(dir), O_RDONLY);
   if (fd >= 0) { /* best effort: some file systems refuse fsync on directories */
@@ -369,7 +385,8 @@ PetscErrorCode io_write_atomic(const char *kind, const char *path, IoFileFn fill
   h5u_hdf5_msg(hmsg);
   if (fapl >= 0) H5Pclose(fapl);
   if (file < 0) unlink(tmp), h5u_tmp_release(tmp, lock);
-  PetscCheck(file >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: cannot create %s: HDF5: %s", kind, path, tmp, hmsg);
+  PetscCheck(file >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: cannot create %s: HDF5: %s", kind, path, tmp,
+             hmsg);
   ierr = fill(file, ctx);
   if (!ierr) ierr = h5u_commit(&file, kind, tmp, path);
   if (ierr) {
@@ -518,7 +535,8 @@ PetscErrorCode io_attr_write_string(hid_t obj, const char *name, const char *val
 }
 
 /* Opens an attribute and checks its type class. */
-static PetscErrorCode h5u_attr_open(hid_t obj, const char *where, const char *name, H5T_class_t cls, const char *expected, hid_t *attr, hid_t *type)
+static PetscErrorCode h5u_attr_open(hid_t obj, const char *where, const char *name, H5T_class_t cls,
+                                    const char *expected, hid_t *attr, hid_t *type)
 {
   char         tstr[32], sstr[64];
   hid_t        space;
@@ -528,12 +546,15 @@ static PetscErrorCode h5u_attr_open(hid_t obj, const char *where, const char *na
   H5S_class_t  stype;
 
   PetscFunctionBegin;
-  PetscCheck(H5Aexists(obj, name) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no attribute %s", where, name);
+  PetscCheck(H5Aexists(obj, name) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no attribute %s", where,
+             name);
   *attr = H5Aopen(obj, name, H5P_DEFAULT);
   H5Call(*attr, "%s: cannot open attribute %s (corrupt file?)", where, name);
   *type = H5Aget_type(*attr);
   H5Call(*type, "%s: cannot read the type of attribute %s (corrupt file?)", where, name);
-  PetscCheck(H5Tget_class(*type) == cls, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s has type %s, expected %s", where, name, h5u_type_str(*type, tstr, sizeof tstr), expected);
+  PetscCheck(H5Tget_class(*type) == cls, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: attribute %s has type %s, expected %s", where, name, h5u_type_str(*type, tstr, sizeof tstr),
+             expected);
   /* One value: H5Aread writes every element, so an array-valued attribute
    * read into a scalar would overrun it. */
   space = H5Aget_space(*attr);
@@ -543,7 +564,9 @@ static PetscErrorCode h5u_attr_open(hid_t obj, const char *where, const char *na
   npoints = H5Sget_simple_extent_npoints(space);
   stype   = H5Sget_simple_extent_type(space);
   H5Sclose(space);
-  PetscCheck(stype != H5S_NULL && npoints == 1 && nd >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s has shape %s, expected a single value", where, name, stype == H5S_NULL ? "null (no value)" : h5u_shape_str(nd, dims, sstr, sizeof sstr));
+  PetscCheck(stype != H5S_NULL && npoints == 1 && nd >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: attribute %s has shape %s, expected a single value", where, name,
+             stype == H5S_NULL ? "null (no value)" : h5u_shape_str(nd, dims, sstr, sizeof sstr));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -559,7 +582,9 @@ PetscErrorCode io_attr_read_int(hid_t obj, const char *where, const char *name, 
   H5Call(H5Aread(attr, H5T_NATIVE_INT64, &v), "%s: cannot read attribute %s (corrupt file?)", where, name);
   PetscCall(io_close(&type));
   PetscCall(io_close(&attr));
-  PetscCheck(v >= lo && v <= hi, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s = %lld is out of range [%lld, %lld]", where, name, (long long)v, (long long)lo, (long long)hi);
+  PetscCheck(v >= lo && v <= hi, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: attribute %s = %lld is out of range [%lld, %lld]", where, name, (long long)v, (long long)lo,
+             (long long)hi);
   *value = v;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -573,7 +598,11 @@ PetscErrorCode io_attr_read_double(hid_t obj, const char *where, const char *nam
   H5Call(H5Aread(attr, H5T_NATIVE_DOUBLE, value), "%s: cannot read attribute %s (corrupt file?)", where, name);
   PetscCall(io_close(&type));
   PetscCall(io_close(&attr));
-  PetscCheck(isfinite(*value), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s = %s is not a finite number", where, name, isnan(*value) ? "nan" : *value > 0 ? "inf" : "-inf");
+  PetscCheck(isfinite(*value), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: attribute %s = %s is not a finite number", where, name,
+             isnan(*value) ? "nan"
+             : *value > 0  ? "inf"
+                           : "-inf");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -635,12 +664,14 @@ const char *h5u_shape_str(int ndim, const hsize_t *dims, char *buf, size_t len)
   size_t used = 0;
 
   buf[0] = 0;
-  for (int i = 0; i < ndim && used + 1 < len; i++) used += (size_t)snprintf(buf + used, len - used, "%s%llu", i ? "," : "[", (unsigned long long)dims[i]);
+  for (int i = 0; i < ndim && used + 1 < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%llu", i ? "," : "[", (unsigned long long)dims[i]);
   if (used + 1 < len) snprintf(buf + used, len - used, ndim ? "]" : "[]");
   return buf;
 }
 
-static PetscErrorCode h5u_dataset_check_type(hid_t dset, const char *where, const char *full, H5T_class_t cls, size_t size)
+static PetscErrorCode h5u_dataset_check_type(hid_t dset, const char *where, const char *full, H5T_class_t cls,
+                                             size_t size)
 {
   hid_t     type;
   char      tstr[32];
@@ -654,7 +685,8 @@ static PetscErrorCode h5u_dataset_check_type(hid_t dset, const char *where, cons
     h5u_type_str(type, tstr, sizeof tstr);
     H5Tclose(type);
   }
-  PetscCheck(ok, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has type %s, expected %s%s", where, full, tstr, cls == H5T_FLOAT ? "float" : "int", size ? (size == 4 ? "32" : "64") : " (any width)");
+  PetscCheck(ok, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has type %s, expected %s%s", where, full, tstr,
+             cls == H5T_FLOAT ? "float" : "int", size ? (size == 4 ? "32" : "64") : " (any width)");
   PetscCall(io_close(&type));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -674,13 +706,15 @@ static PetscErrorCode h5u_dataset_check_shape(hid_t dset, const char *where, con
   if (nd > 0) H5Sget_simple_extent_dims(space, have, NULL);
   H5Sclose(space);
   H5Call(nd, "%s: cannot read the shape of %s (corrupt file?)", where, full);
-  PetscCheck(nd == ndim, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has shape %s, expected %d dimensions", where, full, h5u_shape_str(nd, have, s1, sizeof s1), ndim);
+  PetscCheck(nd == ndim, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has shape %s, expected %d dimensions",
+             where, full, h5u_shape_str(nd, have, s1, sizeof s1), ndim);
   ok = PETSC_TRUE;
   for (int i = 0; i < ndim; i++) { /* a wanted extent of 0 accepts any */
     want[i] = dims[i] ? dims[i] : have[i];
     if (have[i] != want[i]) ok = PETSC_FALSE;
   }
-  PetscCheck(ok, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has shape %s, expected %s", where, full, h5u_shape_str(nd, have, s1, sizeof s1), h5u_shape_str(ndim, want, s2, sizeof s2));
+  PetscCheck(ok, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has shape %s, expected %s", where, full,
+             h5u_shape_str(nd, have, s1, sizeof s1), h5u_shape_str(ndim, want, s2, sizeof s2));
   for (int i = 0; i < ndim; i++) dims[i] = have[i];
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -691,8 +725,10 @@ PetscErrorCode io_dataset_open(IoId loc, const char *where, const char *full, co
   H5O_info_t info;
 
   PetscFunctionBegin;
-  PetscCheck(H5Lexists(loc, name, H5P_DEFAULT) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no dataset %s", where, full);
-  PetscCheck(H5Oget_info_by_name(loc, name, &info, H5P_DEFAULT) >= 0 && info.type == H5O_TYPE_DATASET, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s is not a dataset", where, full);
+  PetscCheck(H5Lexists(loc, name, H5P_DEFAULT) > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no dataset %s",
+             where, full);
+  PetscCheck(H5Oget_info_by_name(loc, name, &info, H5P_DEFAULT) >= 0 && info.type == H5O_TYPE_DATASET, PETSC_COMM_SELF,
+             PETSC_ERR_FILE_UNEXPECTED, "%s: %s is not a dataset", where, full);
   *dset = H5Dopen2(loc, name, H5P_DEFAULT);
   H5Call(*dset, "%s: cannot open dataset %s (corrupt file?)", where, full);
   PetscCall(h5u_dataset_check_type(*dset, where, full, cls == IO_CLASS_INT ? H5T_INTEGER : H5T_FLOAT, size));
@@ -707,7 +743,8 @@ PetscErrorCode io_dataset_read(IoId dset, const char *where, const char *full, I
   PetscFunctionBegin;
   if (H5Dread(dset, h5u_type(mem), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
     h5u_hdf5_msg(hmsg);
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_READ, "%s: reading %s failed (truncated or corrupt file?): HDF5: %s", where, full, hmsg);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_READ, "%s: reading %s failed (truncated or corrupt file?): HDF5: %s", where,
+            full, hmsg);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -47,7 +47,8 @@ static PetscErrorCode prov_now(char *buf, size_t len)
   struct tm tm;
 
   PetscFunctionBegin;
-  PetscCheck(localtime_r(&t, &tm) && strftime(buf, len, "%Y-%m-%dT%H:%M:%S%z", &tm) > 0, PETSC_COMM_SELF, PETSC_ERR_SYS, "cannot format the current time");
+  PetscCheck(localtime_r(&t, &tm) && strftime(buf, len, "%Y-%m-%dT%H:%M:%S%z", &tm) > 0, PETSC_COMM_SELF, PETSC_ERR_SYS,
+             "cannot format the current time");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -66,7 +67,8 @@ static PetscErrorCode prov_command_line(char **out)
   PetscCall(PetscCalloc1(len, &s));
   for (int i = 0; i < argc; i++) {
     const char *a     = argv[i];
-    PetscBool   plain = (PetscBool)(a[0] && a[strspn(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=.,/:@%")] == 0);
+    PetscBool plain = (PetscBool)(a[0] && a[strspn(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
+                                                      "+=.,/:@%")] == 0);
 
     if (i) s[used++] = ' ';
     if (plain) {

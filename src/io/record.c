@@ -51,8 +51,11 @@ static PetscErrorCode rec_find(RecColumns *c, const char *kind, const char *name
       *col = &c->col[i];
       PetscFunctionReturn(PETSC_SUCCESS);
     }
-  PetscCheck(strlen(name) > 0 && strlen(name) < REC_NAME_LEN - 4 && !strchr(name, '/'), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "run record: %s name '%s' must be 1..%d characters without '/'", kind, name, REC_NAME_LEN - 5);
-  PetscCheck(strcmp(name, "step"), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "run record: %s name 'step' is reserved", kind);
+  PetscCheck(strlen(name) > 0 && strlen(name) < REC_NAME_LEN - 4 && !strchr(name, '/'), PETSC_COMM_SELF,
+             PETSC_ERR_ARG_WRONG, "run record: %s name '%s' must be 1..%d characters without '/'", kind, name,
+             REC_NAME_LEN - 5);
+  PetscCheck(strcmp(name, "step"), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "run record: %s name 'step' is reserved",
+             kind);
   if (c->n == c->cap) {
     c->cap = c->cap ? 2 * c->cap : 16;
     PetscCall(PetscRealloc(c->cap * sizeof(RecColumn), &c->col));
@@ -136,7 +139,8 @@ static PetscErrorCode rec_sync_stages(RunRecord *rec)
 /* ---- datasets ------------------------------------------------------------ */
 /* A 1-D extendible column whose first `rows` entries (steps before it was
  * first seen) read as `fill`. */
-static PetscErrorCode rec_column_create(hid_t g, const char *name, hid_t type, const void *fill, hsize_t rows, hid_t *dset)
+static PetscErrorCode rec_column_create(hid_t g, const char *name, hid_t type, const void *fill, hsize_t rows,
+                                        hid_t *dset)
 {
   hsize_t maxdims = H5S_UNLIMITED, chunk = REC_CHUNK;
   hid_t   space, dcpl;
@@ -165,7 +169,8 @@ static PetscErrorCode rec_append_n(hid_t dset, hsize_t row, hsize_t one, hid_t m
   H5Call(H5Dset_extent(dset, &n), "HDF5: cannot extend a run-record column");
   fspace = H5Dget_space(dset);
   H5Call(fspace, "HDF5: cannot get a run-record column's dataspace");
-  H5Call(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &row, NULL, &one, NULL), "HDF5: cannot select row %llu", (unsigned long long)row);
+  H5Call(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &row, NULL, &one, NULL), "HDF5: cannot select row %llu",
+         (unsigned long long)row);
   mspace = H5Screate_simple(1, &one, NULL);
   e      = H5Dwrite(dset, memtype, mspace, fspace, H5P_DEFAULT, value);
   H5Sclose(mspace);
@@ -192,7 +197,12 @@ static PetscErrorCode rec_write_timeline(RunRecord *rec, int64_t step)
   if (!t->n && rec->tl_group < 0) PetscFunctionReturn(PETSC_SUCCESS);
   if (rec->tl_group < 0) {
     PetscCall(rec_group(rec->file, "timeline", &rec->tl_group));
-    for (int k = 0; k < 5; k++) PetscCall(rec_column_create(rec->tl_group, names[k], k == 1 ? H5T_STD_I64LE : k < 3 ? H5T_STD_I32LE : H5T_IEEE_F64LE, NULL, 0, &rec->tl_dset[k]));
+    for (int k = 0; k < 5; k++)
+      PetscCall(rec_column_create(rec->tl_group, names[k],
+                                  k == 1  ? H5T_STD_I64LE
+                                  : k < 3 ? H5T_STD_I32LE
+                                          : H5T_IEEE_F64LE,
+                                  NULL, 0, &rec->tl_dset[k]));
   }
   if (t->nnames > rec->tl_nnames) {
     char list[TIMELINE_MAX_NAMES * TIMELINE_NAME_LEN] = "";
@@ -319,11 +329,13 @@ PetscErrorCode io_keep_previous_local(const char *dir, const char *stem)
   PetscCall(sys_path_printf(path, sizeof path, "%s/%s.h5", dir, stem));
   if (access(path, F_OK)) PetscFunctionReturn(PETSC_SUCCESS);
   for (int k = 1;; k++) {
-    PetscCheck(k < 100000, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s: %s.1.h5 to %s.99999.h5 all exist; clean up the output directory", path, stem, stem);
+    PetscCheck(k < 100000, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE,
+               "%s: %s.1.h5 to %s.99999.h5 all exist; clean up the output directory", path, stem, stem);
     PetscCall(sys_path_printf(old, sizeof old, "%s/%s.%d.h5", dir, stem, k));
     if (access(old, F_OK)) break;
   }
-  PetscCheck(rename(path, old) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s: cannot rename the previous one to %s", path, old);
+  PetscCheck(rename(path, old) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s: cannot rename the previous one to %s",
+             path, old);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -384,7 +396,8 @@ static PetscErrorCode rec_group(hid_t loc, const char *name, hid_t *g)
   PetscFunctionBegin;
   lcpl = H5Pcreate(H5P_LINK_CREATE);
   H5Call(lcpl, "HDF5: cannot create link properties");
-  *g = H5Pset_create_intermediate_group(lcpl, 1) < 0 ? H5I_INVALID_HID : H5Gcreate2(loc, name, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+  *g = H5Pset_create_intermediate_group(lcpl, 1) < 0 ? H5I_INVALID_HID
+                                                     : H5Gcreate2(loc, name, lcpl, H5P_DEFAULT, H5P_DEFAULT);
   H5Pclose(lcpl);
   H5Call(*g, "HDF5: cannot create group %s", name);
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -453,7 +466,8 @@ PetscErrorCode record_open(const RunCtx *run, const char *mode, RunRecord **out)
   PetscCall(sys_used_deck_write()); /* the job's first record: its options have been checked */
   PetscCall(PetscNew(&rec));
   rec->comm = run->comm;
-  rec->file = rec->timing = rec->metrics = rec->summary = rec->timing_step = rec->metrics_step = rec->tl_group = H5I_INVALID_HID;
+  rec->file = rec->timing = rec->metrics = rec->summary = rec->timing_step = rec->metrics_step = rec->tl_group =
+      H5I_INVALID_HID;
   PetscCallMPI(MPI_Comm_rank(rec->comm, &rec->rank));
   PetscCallMPI(MPI_Comm_size(rec->comm, &rec->size));
   PetscCall(sys_path_printf(rec->path, sizeof rec->path, "%s/run.h5", run->output_dir));
@@ -502,7 +516,9 @@ static PetscErrorCode rec_group_task(void *vctx)
 
   PetscFunctionBegin;
   /* H5Lexists fails when a parent is missing, which also means "absent" */
-  if (H5Lexists(rec->file, ctx->group, H5P_DEFAULT) > 0) H5Call(H5Ldelete(rec->file, ctx->group, H5P_DEFAULT), "run record %s: cannot replace group /%s", rec->path, ctx->group);
+  if (H5Lexists(rec->file, ctx->group, H5P_DEFAULT) > 0)
+    H5Call(H5Ldelete(rec->file, ctx->group, H5P_DEFAULT), "run record %s: cannot replace group /%s", rec->path,
+           ctx->group);
   PetscCall(rec_group(rec->file, ctx->group, &g));
   PetscCall(io_group_fill(g, ctx->d, ctx->n, ctx->attr_names, ctx->attr_values, ctx->nattr));
   PetscCall(io_close(&g));
@@ -510,7 +526,8 @@ static PetscErrorCode rec_group_task(void *vctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode record_group(RunRecord *rec, const char *group, const IODataset *d, int n, const char *const *attr_names, const double *attr_values, int nattr)
+PetscErrorCode record_group(RunRecord *rec, const char *group, const IODataset *d, int n, const char *const *attr_names,
+                            const double *attr_values, int nattr)
 {
   RecGroupCtx ctx = {rec, group, d, n, nattr, attr_names, attr_values};
 

@@ -20,11 +20,14 @@ PetscErrorCode io_texts_read(hid_t file, const char *where, const char *name, in
   PetscCall(PetscSNPrintf(on, sizeof on, "%s_offsets", name));
   PetscCall(PetscSNPrintf(full_b, sizeof full_b, "/%s", bn));
   PetscCall(PetscSNPrintf(full_o, sizeof full_o, "/%s", on));
-  if (H5Lexists(file, bn, H5P_DEFAULT) <= 0 && H5Lexists(file, on, H5P_DEFAULT) <= 0) PetscFunctionReturn(PETSC_SUCCESS);
+  if (H5Lexists(file, bn, H5P_DEFAULT) <= 0 && H5Lexists(file, on, H5P_DEFAULT) <= 0)
+    PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(io_dataset_open(file, where, full_o, on, IO_CLASS_INT, 0, 1, no, &dof));
   if (no[0] != (hsize_t)N + 1) {
     PetscCall(io_close(&dof));
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has %llu entries, expected %d (the rows of /tokens plus one)", where, full_o, (unsigned long long)no[0], N + 1);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+            "%s: %s has %llu entries, expected %d (the rows of /tokens plus one)", where, full_o,
+            (unsigned long long)no[0], N + 1);
   }
   PetscCall(io_dataset_open(file, where, full_b, bn, IO_CLASS_INT, 1, 1, nb, &db));
   PetscCall(PetscMalloc1(N + 1, &off));
@@ -33,10 +36,15 @@ PetscErrorCode io_texts_read(hid_t file, const char *where, const char *name, in
   if (nb[0]) PetscCall(io_dataset_read(db, where, full_b, IO_UCHAR, raw));
   PetscCall(io_close(&dof));
   PetscCall(io_close(&db));
-  PetscCheck(off[0] == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s[0] = %lld, expected 0", where, full_o, (long long)off[0]);
+  PetscCheck(off[0] == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s[0] = %lld, expected 0", where, full_o,
+             (long long)off[0]);
   for (int i = 0; i < N; i++)
-    PetscCheck(off[i + 1] >= off[i] && off[i + 1] <= (int64_t)nb[0], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s[%d] = %lld is outside [%s[%d] = %lld, %llu (the size of %s)]", where, full_o, i + 1, (long long)off[i + 1], on, i, (long long)off[i], (unsigned long long)nb[0], full_b);
-  PetscCheck(off[N] == (int64_t)nb[0], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s ends at %lld, but %s holds %llu bytes", where, full_o, (long long)off[N], full_b, (unsigned long long)nb[0]);
+    PetscCheck(off[i + 1] >= off[i] && off[i + 1] <= (int64_t)nb[0], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+               "%s: %s[%d] = %lld is outside [%s[%d] = %lld, %llu (the size of %s)]", where, full_o, i + 1,
+               (long long)off[i + 1], on, i, (long long)off[i], (unsigned long long)nb[0], full_b);
+  PetscCheck(off[N] == (int64_t)nb[0], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: %s ends at %lld, but %s holds %llu bytes", where, full_o, (long long)off[N], full_b,
+             (unsigned long long)nb[0]);
   /* every row NUL-terminated: row i moves up by i bytes */
   PetscCall(PetscMalloc1(N + 1, &t->off));
   PetscCall(PetscMalloc1(nb[0] + N + 1, &t->bytes));

@@ -29,8 +29,14 @@ static PetscErrorCode generate_set_from_options(GenerateOptions *o)
   PetscOptionsBegin(PETSC_COMM_WORLD, "generate_", "Generating responses to a prompt file", NULL);
   RfOptString("-checkpoint", "Checkpoint holding the model (its LM head)", o->checkpoint, sizeof o->checkpoint);
   RfOptString("-role", "Model role inside the checkpoint (policy, actor or reference)", o->role, sizeof o->role);
-  RfOptString("-input", "HDF5 prompt file: /tokens int32 [B,T], /lengths int32 [B] (each row's prompt is its first lengths[b] tokens)", o->input, sizeof o->input);
-  RfOptString("-output", "HDF5 file to write: /tokens (prompt then response), /lengths, /prompt_lengths, /response_lengths, /logprobs, /stopped", o->output, sizeof o->output);
+  RfOptString("-input",
+              "HDF5 prompt file: /tokens int32 [B,T], /lengths int32 [B] (each row's prompt is its first lengths[b] "
+              "tokens)",
+              o->input, sizeof o->input);
+  RfOptString("-output",
+              "HDF5 file to write: /tokens (prompt then response), /lengths, /prompt_lengths, /response_lengths, "
+              "/logprobs, /stopped",
+              o->output, sizeof o->output);
   PetscOptionsEnd();
   PetscCall(gen_config_set_from_options(&o->gen));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -48,7 +54,8 @@ static PetscErrorCode generate_check(const GenerateOptions *o)
 /* This rank's replica generates its rows (exec_rows), then every replica
  * head's rows reach rank 0: each world rank adds its rows into zeroed
  * arrays (a row has exactly one contributor, so the sums are exact). */
-static PetscErrorCode generate_rows(const RunCtx *run, DModel *dm, const GenerateOptions *o, const TokenData *p, int max_prompt, GenBatch *all)
+static PetscErrorCode generate_rows(const RunCtx *run, DModel *dm, const GenerateOptions *o, const TokenData *p,
+                                    int max_prompt, GenBatch *all)
 {
   const Mesh *m = dm->mesh;
   GenRequest *req;
@@ -99,9 +106,15 @@ static PetscErrorCode generate_rows(const RunCtx *run, DModel *dm, const Generat
 
 /* The output: a token dataset of the whole sequences plus the generation's
  * datasets, written atomically by rank 0. */
-static PetscErrorCode generate_write(const RunCtx *run, const GenerateOptions *o, const ModelConfig *cfg, const GenBatch *g)
+static PetscErrorCode generate_write(const RunCtx *run, const GenerateOptions *o, const ModelConfig *cfg,
+                                     const GenBatch *g)
 {
-  TokenData d = {.N = g->n, .T = g->Tmax, .vocab_size = cfg->vocab_size, .tokens = g->tokens, .lengths = NULL, .prompt_lengths = g->prompt_len};
+  TokenData d = { .N              = g->n,
+                  .T              = g->Tmax,
+                  .vocab_size     = cfg->vocab_size,
+                  .tokens         = g->tokens,
+                  .lengths        = NULL,
+                  .prompt_lengths = g->prompt_len };
   IODataset x[3];
   long long ntok = 0;
   int       nstop = 0;
@@ -117,8 +130,10 @@ static PetscErrorCode generate_write(const RunCtx *run, const GenerateOptions *o
   x[1] = (IODataset){"logprobs", 2, {g->n, g->Tmax}, g->logprobs, PETSC_FALSE};
   x[2] = (IODataset){"stopped", 1, {g->n, 0}, g->eos, PETSC_TRUE};
   PetscCall(data_write_extra(run->comm, o->output, &d, "generate", x, 3));
-  PetscCall(PetscPrintf(run->comm, "generate: %d prompts -> %s: %lld response tokens, %d of %d responses stopped at a stop token, %.2f s\n", g->n, o->output, ntok, nstop, g->n,
-                        g->seconds));
+  PetscCall(PetscPrintf(run->comm,
+                        "generate: %d prompts -> %s: %lld response tokens, %d of %d responses stopped at a stop token, "
+                        "%.2f s\n",
+                        g->n, o->output, ntok, nstop, g->n, g->seconds));
   PetscCall(PetscFree(d.lengths));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -145,9 +160,14 @@ PetscErrorCode generate_run(const RunCtx *run, const Backend *be)
   PetscCall(generate_check(&o));
   PetscCall(gen_config_stops_from(run->comm, &o.gen, o.checkpoint));
   PetscCall(ckpt_read_config(run->comm, o.checkpoint, o.role, &cfg));
-  PetscCheck(cfg.head == MODEL_HEAD_LM, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-generate_checkpoint %s: -generate_role %s has a scalar head (a reward model or critic); generating needs an LM head (role policy, actor or reference)", o.checkpoint, o.role);
+  PetscCheck(cfg.head == MODEL_HEAD_LM, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+             "-generate_checkpoint %s: -generate_role %s has a scalar head (a reward model or critic); generating "
+             "needs an LM head (role policy, actor or reference)",
+             o.checkpoint, o.role);
   PetscCall(data_read_vocab(run->comm, o.input, cfg.vocab_size, "the checkpoint's vocab_size", &p));
-  PetscCheck(p.vocab_size <= cfg.vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-generate_input %s has vocabulary %d, larger than the model's %d (-generate_checkpoint %s)", o.input, p.vocab_size, cfg.vocab_size, o.checkpoint);
+  PetscCheck(p.vocab_size <= cfg.vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-generate_input %s has vocabulary %d, larger than the model's %d (-generate_checkpoint %s)", o.input,
+             p.vocab_size, cfg.vocab_size, o.checkpoint);
   PetscCheck(p.N > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-generate_input %s holds no prompts", o.input);
   for (int b = 0; b < p.N; b++) max_prompt = PetscMax(max_prompt, p.lengths[b]);
   {
@@ -161,7 +181,9 @@ PetscErrorCode generate_run(const RunCtx *run, const Backend *be)
   PetscCall(plan_check(&plan, &needs));
   if (run->dry_run) {
     PetscCall(plan_print(run->comm, &plan, &needs));
-    PetscCall(PetscPrintf(run->comm, "dry run: %d prompts (longest %d tokens), up to %" PetscInt_FMT " new tokens each\n", p.N, max_prompt, o.gen.max_new_tokens));
+    PetscCall(PetscPrintf(run->comm,
+                          "dry run: %d prompts (longest %d tokens), up to %" PetscInt_FMT " new tokens each\n", p.N,
+                          max_prompt, o.gen.max_new_tokens));
     PetscCall(data_free(&p));
     PetscFunctionReturn(PETSC_SUCCESS);
   }

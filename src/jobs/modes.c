@@ -8,11 +8,17 @@
 #include "search.h"
 
 static PetscErrorCode sft_opts(const TrainJobOptions *job, void *o) { return sft_options(job, (SFTOptions *)o); }
-static PetscErrorCode sft_exec(RunCtx *run, const Backend *be, void *o) { return sft_execute(run, be, (SFTOptions *)o); }
+static PetscErrorCode sft_exec(RunCtx *run, const Backend *be, void *o)
+{
+  return sft_execute(run, be, (SFTOptions *)o);
+}
 static PetscErrorCode rm_opts(const TrainJobOptions *job, void *o) { return rm_options(job, (RMOptions *)o); }
 static PetscErrorCode rm_exec(RunCtx *run, const Backend *be, void *o) { return rm_execute(run, be, (RMOptions *)o); }
 static PetscErrorCode ppo_opts(const TrainJobOptions *job, void *o) { return ppo_options(job, (PPOOptions *)o); }
-static PetscErrorCode ppo_exec(RunCtx *run, const Backend *be, void *o) { return ppo_execute(run, be, (PPOOptions *)o, NULL, NULL, NULL); }
+static PetscErrorCode ppo_exec(RunCtx *run, const Backend *be, void *o)
+{
+  return ppo_execute(run, be, (PPOOptions *)o, NULL, NULL, NULL);
+}
 static PetscErrorCode eval_opts(const TrainJobOptions *job, void *o)
 {
   PetscFunctionBegin;
@@ -20,8 +26,14 @@ static PetscErrorCode eval_opts(const TrainJobOptions *job, void *o)
   ((PPOOptions *)o)->eval_only = PETSC_TRUE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
-static PetscErrorCode pipe_opts(const TrainJobOptions *job, void *o) { return pipeline_options(job, (PipelineOptions *)o); }
-static PetscErrorCode pipe_exec(RunCtx *run, const Backend *be, void *o) { return pipeline_execute(run, be, (PipelineOptions *)o); }
+static PetscErrorCode pipe_opts(const TrainJobOptions *job, void *o)
+{
+  return pipeline_options(job, (PipelineOptions *)o);
+}
+static PetscErrorCode pipe_exec(RunCtx *run, const Backend *be, void *o)
+{
+  return pipeline_execute(run, be, (PipelineOptions *)o);
+}
 static PetscErrorCode score_exec(RunCtx *run, const Backend *be, void *o) { return score_run(run, be); }
 static PetscErrorCode data_exec(RunCtx *run, const Backend *be, void *o) { return data_run(run); }
 static PetscErrorCode generate_exec(RunCtx *run, const Backend *be, void *o) { return generate_run(run, be); }
@@ -41,17 +53,20 @@ static PetscErrorCode profile_exec(RunCtx *run, const Backend *be, void *o) { re
 
 /* name, device, outdir, size, options, execute */
 const JobMode job_modes[] = {
-  {"sft", PETSC_TRUE, PETSC_TRUE, sizeof(SFTOptions), sft_opts, sft_exec},
-  {"score", PETSC_TRUE, PETSC_FALSE, 0, NULL, score_exec}, /* score and data write named files, not an output directory */
-  {"data", PETSC_TRUE, PETSC_FALSE, 0, NULL, data_exec},
-  {"generate", PETSC_TRUE, PETSC_FALSE, 0, NULL, generate_exec}, /* writes a named file */
-  {"rm", PETSC_TRUE, PETSC_TRUE, sizeof(RMOptions), rm_opts, rm_exec},
-  {"ppo", PETSC_TRUE, PETSC_TRUE, sizeof(PPOOptions), ppo_opts, ppo_exec},
-  {"eval", PETSC_TRUE, PETSC_TRUE, sizeof(PPOOptions), eval_opts, ppo_exec}, /* the held-out evaluation of -actor_checkpoint (src/ppo) */
-  {"pipeline", PETSC_TRUE, PETSC_TRUE, sizeof(PipelineOptions), pipe_opts, pipe_exec},
-  {"plan", PETSC_TRUE, PETSC_FALSE, 0, NULL, plan_exec}, /* a search over estimates; the device only to profile this machine when given no primitives */
-  {"schedule", PETSC_FALSE, PETSC_FALSE, 0, NULL, schedule_exec}, /* no model, no device */
-  {"profile", PETSC_TRUE, PETSC_FALSE, 0, NULL, profile_exec},
+  { "sft", PETSC_TRUE, PETSC_TRUE, sizeof(SFTOptions), sft_opts, sft_exec },
+  { "score", PETSC_TRUE, PETSC_FALSE, 0, NULL,
+    score_exec }, /* score and data write named files, not an output directory */
+  { "data", PETSC_TRUE, PETSC_FALSE, 0, NULL, data_exec },
+  { "generate", PETSC_TRUE, PETSC_FALSE, 0, NULL, generate_exec }, /* writes a named file */
+  { "rm", PETSC_TRUE, PETSC_TRUE, sizeof(RMOptions), rm_opts, rm_exec },
+  { "ppo", PETSC_TRUE, PETSC_TRUE, sizeof(PPOOptions), ppo_opts, ppo_exec },
+  { "eval", PETSC_TRUE, PETSC_TRUE, sizeof(PPOOptions), eval_opts,
+    ppo_exec }, /* the held-out evaluation of -actor_checkpoint (src/ppo) */
+  { "pipeline", PETSC_TRUE, PETSC_TRUE, sizeof(PipelineOptions), pipe_opts, pipe_exec },
+  { "plan", PETSC_TRUE, PETSC_FALSE, 0, NULL,
+    plan_exec }, /* a search over estimates; the device only to profile this machine when given no primitives */
+  { "schedule", PETSC_FALSE, PETSC_FALSE, 0, NULL, schedule_exec }, /* no model, no device */
+  { "profile", PETSC_TRUE, PETSC_FALSE, 0, NULL, profile_exec },
 };
 const int job_nmodes = (int)(sizeof job_modes / sizeof job_modes[0]);
 

@@ -35,9 +35,15 @@ PetscErrorCode pipeline_execute(const RunCtx *run, const Backend *be, PipelineOp
   double      t0 = sys_wtime(), t1, t2, gold0, gold1, kl;
 
   PetscFunctionBegin;
-  PetscCall(PetscStrcmp(sft.restart, "latest", &latest)); /* each stage then resumes from the newest checkpoint in its own directory */
-  PetscCheck(!sft.restart[0] || latest, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-restart %s is for one stage: rerun that stage with -mode sft, rm or ppo and its -restart (or -restart latest)", sft.restart);
-  PetscCheck(!rm.sft[0] && !ppo.actor_ckpt[0] && !ppo.reward.checkpoint[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-mode pipeline makes its own checkpoints: drop -rm_sft_checkpoint, -actor_checkpoint and -reward_checkpoint");
+  PetscCall(PetscStrcmp(sft.restart, "latest",
+                        &latest)); /* each stage then resumes from the newest checkpoint in its own directory */
+  PetscCheck(!sft.restart[0] || latest, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-restart %s is for one stage: rerun that stage with -mode sft, rm or ppo and its -restart (or -restart "
+             "latest)",
+             sft.restart);
+  PetscCheck(!rm.sft[0] && !ppo.actor_ckpt[0] && !ppo.reward.checkpoint[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-mode pipeline makes its own checkpoints: drop -rm_sft_checkpoint, -actor_checkpoint and "
+             "-reward_checkpoint");
   PetscCall(stage_ctx(run, "sft", &c_sft));
   PetscCall(stage_ctx(run, "rm", &c_rm));
   PetscCall(stage_ctx(run, "ppo", &c_ppo));
@@ -66,10 +72,13 @@ PetscErrorCode pipeline_execute(const RunCtx *run, const Backend *be, PipelineOp
   alg = ppo_algo_title(&ppo);
   PetscCall(PetscPrintf(run->comm, "pipeline: stage 3/3, %s -> %s\n", alg, c_ppo.output_dir));
   PetscCall(ppo_execute(&c_ppo, be, &ppo, &gold0, &gold1, &kl));
-  PetscCall(PetscPrintf(run->comm, "pipeline summary (held-out prompts, -ppo_eval_prompts %" PetscInt_FMT "):\n", ppo.eval_prompts));
-  PetscCall(PetscPrintf(run->comm, "  gold score  SFT policy %.3f | %s policy %.3f | gain %+.3f\n", gold0, alg, gold1, gold1 - gold0));
+  PetscCall(PetscPrintf(run->comm, "pipeline summary (held-out prompts, -ppo_eval_prompts %" PetscInt_FMT "):\n",
+                        ppo.eval_prompts));
+  PetscCall(PetscPrintf(run->comm, "  gold score  SFT policy %.3f | %s policy %.3f | gain %+.3f\n", gold0, alg, gold1,
+                        gold1 - gold0));
   PetscCall(PetscPrintf(run->comm, "  KL(policy || reference) %.3f nats per response\n", kl));
-  PetscCall(PetscPrintf(run->comm, "  wall time   SFT %.1f s | RM %.1f s | %s %.1f s | total %.1f s\n", t1 - t0, t2 - t1, alg, sys_wtime() - t2, sys_wtime() - t0));
+  PetscCall(PetscPrintf(run->comm, "  wall time   SFT %.1f s | RM %.1f s | %s %.1f s | total %.1f s\n", t1 - t0,
+                        t2 - t1, alg, sys_wtime() - t2, sys_wtime() - t0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

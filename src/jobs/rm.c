@@ -14,7 +14,7 @@ typedef struct {
   int    B, Tmax, T;    /* pairs per batch, longest row, row length of the micro-batch being packed */
   int   *tok, *last;    /* [2B*Tmax], [2B] index of each row's last token */
   float *values, *rc, *rr, *drc, *drr;
-  float *dvalues;       /* [2B*Tmax]: micro-batch k's d loss / d value at 2*(its first pair)*Tmax, kept until its backward */
+  float *dvalues; /* [2B*Tmax]: micro-batch k's d loss / d value at 2*(its first pair)*Tmax, kept until its backward */
 } RMBatch;
 
 /* One pass over nb pairs (pair[i] indexes p) on the mesh: the replica's
@@ -43,14 +43,23 @@ PetscErrorCode rm_options(const TrainJobOptions *job, RMOptions *o)
   PetscCall(PetscStrncpy(o->data, "builtin", sizeof o->data));
   o->sft[0] = o->restart[0] = '\0';
   PetscOptionsBegin(PETSC_COMM_WORLD, "rm_", "Reward modelling", NULL);
-  RfOptString("-sft_checkpoint", "SFT checkpoint (role policy): its trunk initialises the reward model, and its policy writes the built-in pairs' responses", o->sft, sizeof o->sft);
-  RfOptString("-data", "Preference pairs: 'builtin' (sampled from the SFT policy, labelled by the judge) or an HDF5 pair file", o->data, sizeof o->data);
+  RfOptString("-sft_checkpoint",
+              "SFT checkpoint (role policy): its trunk initialises the reward model, and its policy writes the "
+              "built-in pairs' responses",
+              o->sft, sizeof o->sft);
+  RfOptString("-data",
+              "Preference pairs: 'builtin' (sampled from the SFT policy, labelled by the judge) or an HDF5 pair file",
+              o->data, sizeof o->data);
   RfOptInt("-pairs", "Training pairs to generate (built-in data)", 2048, &o->pairs);
-  RfOptInt("-eval_pairs", "Held-out pairs: from held-out prompts (built-in) or the last pairs of the file", 256, &o->eval_pairs);
+  RfOptInt("-eval_pairs", "Held-out pairs: from held-out prompts (built-in) or the last pairs of the file", 256,
+           &o->eval_pairs);
   RfOptInt("-steps", "Optimizer steps in total (a restart continues up to this count)", 300, &o->steps);
   RfOptInt("-batch", "Pairs per step", 32, &o->batch);
   RfOptInt("-eval_every", "Held-out accuracy every N steps (0: only at the end)", 50, &o->eval_every);
-  RfOptReal("-bt_beta", "Labeller noise: the first response is preferred with probability sigmoid(bt_beta*(gold_a - gold_b)); larger is less noisy", 20.0, &o->bt_beta);
+  RfOptReal("-bt_beta",
+            "Labeller noise: the first response is preferred with probability sigmoid(bt_beta*(gold_a - gold_b)); "
+            "larger is less noisy",
+            20.0, &o->bt_beta);
   PetscOptionsEnd();
   PetscCall(PetscStrncpy(o->restart, job->restart, sizeof o->restart));
   PetscCall(train_stage_checkpoint_every(job, "rm", "step", &o->checkpoint_every, &o->checkpoint_minutes));
@@ -78,19 +87,37 @@ static PetscErrorCode rm_check(const RMOptions *o, PetscBool builtin, const Mode
   char a[PETSC_MAX_PATH_LEN + 64];
 
   PetscFunctionBegin;
-  PetscCheck(o->steps >= 0 && o->batch > 0 && o->batch <= RM_MAX_BATCH, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_steps must be >= 0 and -rm_batch in [1, %d]", RM_MAX_BATCH);
-  PetscCheck(o->pairs > 0 && o->eval_pairs >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_pairs must be positive and -rm_eval_pairs non-negative");
-  PetscCheck(o->bt_beta > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_bt_beta %g must be positive", (double)o->bt_beta);
-  PetscCheck(o->checkpoint_every >= 0 && o->eval_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_checkpoint_every (or -checkpoint_every) and -rm_eval_every must be >= 0");
+  PetscCheck(o->steps >= 0 && o->batch > 0 && o->batch <= RM_MAX_BATCH, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-rm_steps must be >= 0 and -rm_batch in [1, %d]", RM_MAX_BATCH);
+  PetscCheck(o->pairs > 0 && o->eval_pairs >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-rm_pairs must be positive and -rm_eval_pairs non-negative");
+  PetscCheck(o->bt_beta > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-rm_bt_beta %g must be positive",
+             (double)o->bt_beta);
+  PetscCheck(o->checkpoint_every >= 0 && o->eval_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-rm_checkpoint_every (or -checkpoint_every) and -rm_eval_every must be >= 0");
   if (builtin) {
     int prompt = (int)o->task.len_max + 2;
-    PetscCheck(o->task.kind == TASK_KIND_SORT, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-task %s: built-in preference pairs are labelled by the sort task's judge (-task sort); give a pair file (-rm_data FILE), or use rewards computed from answers (-reward_fn) in -mode ppo", task_name(&o->task));
+    PetscCheck(o->task.kind == TASK_KIND_SORT, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+               "-task %s: built-in preference pairs are labelled by the sort task's judge (-task sort); give a pair "
+               "file (-rm_data FILE), or use rewards computed from answers (-reward_fn) in -mode ppo",
+               task_name(&o->task));
     /* the bounds the SFT model's architecture sets, named where that architecture comes from */
-    PetscCheck(TASK_FIRST_SYMBOL + o->task.n_symbols <= cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-task_symbols %" PetscInt_FMT " needs a vocabulary of %" PetscInt_FMT " tokens, more than %s", o->task.n_symbols, o->task.n_symbols + TASK_FIRST_SYMBOL, sft_arch(ckpt, "vocab_size", cfg->vocab_size, a, sizeof a));
-    PetscCheck(2 * o->task.len_max + 3 <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-task_len_max %" PetscInt_FMT " needs %" PetscInt_FMT " positions, more than %s", o->task.len_max, 2 * o->task.len_max + 3, sft_arch(ckpt, "n_positions", cfg->n_positions, a, sizeof a));
-    PetscCheck(prompt + o->gen.max_new_tokens <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-gen_max_new_tokens %" PetscInt_FMT " plus the longest prompt (%d tokens) exceeds %s", o->gen.max_new_tokens, prompt, sft_arch(ckpt, "n_positions", cfg->n_positions, a, sizeof a));
-    PetscCheck(o->gen.top_k >= 0 && o->gen.top_k <= cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_top_k %" PetscInt_FMT " must be in [0, %s]", o->gen.top_k, sft_arch(ckpt, "vocab_size", cfg->vocab_size, a, sizeof a));
-    PetscCheck(o->gen.eos >= 0 && o->gen.eos < cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_eos %" PetscInt_FMT " is not a token of %s", o->gen.eos, sft_arch(ckpt, "vocab_size", cfg->vocab_size, a, sizeof a));
+    PetscCheck(TASK_FIRST_SYMBOL + o->task.n_symbols <= cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+               "-task_symbols %" PetscInt_FMT " needs a vocabulary of %" PetscInt_FMT " tokens, more than %s",
+               o->task.n_symbols, o->task.n_symbols + TASK_FIRST_SYMBOL,
+               sft_arch(ckpt, "vocab_size", cfg->vocab_size, a, sizeof a));
+    PetscCheck(2 * o->task.len_max + 3 <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+               "-task_len_max %" PetscInt_FMT " needs %" PetscInt_FMT " positions, more than %s", o->task.len_max,
+               2 * o->task.len_max + 3, sft_arch(ckpt, "n_positions", cfg->n_positions, a, sizeof a));
+    PetscCheck(prompt + o->gen.max_new_tokens <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+               "-gen_max_new_tokens %" PetscInt_FMT " plus the longest prompt (%d tokens) exceeds %s",
+               o->gen.max_new_tokens, prompt, sft_arch(ckpt, "n_positions", cfg->n_positions, a, sizeof a));
+    PetscCheck(o->gen.top_k >= 0 && o->gen.top_k <= cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+               "-gen_top_k %" PetscInt_FMT " must be in [0, %s]", o->gen.top_k,
+               sft_arch(ckpt, "vocab_size", cfg->vocab_size, a, sizeof a));
+    PetscCheck(o->gen.eos >= 0 && o->gen.eos < cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+               "-gen_eos %" PetscInt_FMT " is not a token of %s", o->gen.eos,
+               sft_arch(ckpt, "vocab_size", cfg->vocab_size, a, sizeof a));
     /* the checks below name -policy_ options, but only for bounds the checks above have passed */
     PetscCall(task_check(&o->task, cfg->vocab_size, cfg->n_positions, "policy_"));
     PetscCall(gen_config_check(&o->gen, cfg, "policy_", prompt));
@@ -99,14 +126,20 @@ static PetscErrorCode rm_check(const RMOptions *o, PetscBool builtin, const Mode
 }
 
 /* A user's pair file: the last eval_pairs pairs are held out. */
-static PetscErrorCode rm_split_file(const RMOptions *o, const ModelConfig *cfg, PrefPairs *all, PrefPairs *train, PrefPairs *eval)
+static PetscErrorCode rm_split_file(const RMOptions *o, const ModelConfig *cfg, PrefPairs *all, PrefPairs *train,
+                                    PrefPairs *eval)
 {
   int n = all->d.N / 2, ne = (int)o->eval_pairs, T = all->d.T;
 
   PetscFunctionBegin;
-  PetscCheck(all->d.vocab_size <= cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rm_data %s has vocabulary %d, larger than the SFT model's %d", o->data, all->d.vocab_size, cfg->vocab_size);
-  PetscCheck(T <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rm_data %s has sequences of %d tokens, more than the SFT model's n_positions %d", o->data, T, cfg->n_positions);
-  PetscCheck(ne < n, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-rm_eval_pairs %d leaves no training pairs in -rm_data %s (%d pairs)", ne, o->data, n);
+  PetscCheck(all->d.vocab_size <= cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-rm_data %s has vocabulary %d, larger than the SFT model's %d", o->data, all->d.vocab_size,
+             cfg->vocab_size);
+  PetscCheck(T <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-rm_data %s has sequences of %d tokens, more than the SFT model's n_positions %d", o->data, T,
+             cfg->n_positions);
+  PetscCheck(ne < n, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-rm_eval_pairs %d leaves no training pairs in -rm_data %s (%d pairs)", ne, o->data, n);
   *train     = *all;
   train->d.N = 2 * (n - ne);
   *eval      = *all; /* views into all: the last 2*ne rows */
@@ -119,7 +152,8 @@ static PetscErrorCode rm_split_file(const RMOptions *o, const ModelConfig *cfg, 
 }
 
 /* Built-in pairs: two samples per prompt from the SFT policy. */
-static PetscErrorCode rm_make_pairs(const RunCtx *run, const Backend *be, const RMOptions *o, const ModelConfig *cfg, PrefPairs *train, PrefPairs *eval)
+static PetscErrorCode rm_make_pairs(const RunCtx *run, const Backend *be, const RMOptions *o, const ModelConfig *cfg,
+                                    PrefPairs *train, PrefPairs *eval)
 {
   Model     *policy;
   GenEngine *eng;
@@ -132,12 +166,17 @@ static PetscErrorCode rm_make_pairs(const RunCtx *run, const Backend *be, const 
   PetscCall(ckpt_read_model(run->comm, o->sft, &m));
   PetscCall(gen_engine_create(policy, &o->gen, (int)o->task.len_max + 2, &eng));
   PetscCall(PetscLogEventBegin(sys_log.generate, 0, 0, 0, 0));
-  PetscCall(prefs_generate(eng, &o->gen, &o->task, TASK_SPLIT_TRAIN, (int)o->pairs, (uint64_t)run->seed, o->bt_beta, train));
-  PetscCall(prefs_generate(eng, &o->gen, &o->task, TASK_SPLIT_EVAL, (int)o->eval_pairs, (uint64_t)run->seed, o->bt_beta, eval));
+  PetscCall(
+      prefs_generate(eng, &o->gen, &o->task, TASK_SPLIT_TRAIN, (int)o->pairs, (uint64_t)run->seed, o->bt_beta, train));
+  PetscCall(prefs_generate(eng, &o->gen, &o->task, TASK_SPLIT_EVAL, (int)o->eval_pairs, (uint64_t)run->seed, o->bt_beta,
+                           eval));
   PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));
   PetscCall(gen_engine_destroy(&eng));
   PetscCall(model_destroy(&policy));
-  PetscCall(PetscPrintf(run->comm, "rm: sampled %" PetscInt_FMT " training and %" PetscInt_FMT " held-out pairs from the SFT policy in %.1f s\n", o->pairs, o->eval_pairs, sys_wtime() - t0));
+  PetscCall(PetscPrintf(run->comm,
+                        "rm: sampled %" PetscInt_FMT " training and %" PetscInt_FMT
+                        " held-out pairs from the SFT policy in %.1f s\n",
+                        o->pairs, o->eval_pairs, sys_wtime() - t0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -146,7 +185,8 @@ static PetscErrorCode rm_batch_create(int B, int T, RMBatch *b)
   PetscFunctionBegin;
   b->B = B;
   b->T = b->Tmax = T;
-  PetscCall(PetscMalloc4((size_t)2 * B * T, &b->tok, 2 * B, &b->last, (size_t)2 * B * T, &b->values, (size_t)2 * B * T, &b->dvalues));
+  PetscCall(PetscMalloc4((size_t)2 * B * T, &b->tok, 2 * B, &b->last, (size_t)2 * B * T, &b->values, (size_t)2 * B * T,
+                         &b->dvalues));
   PetscCall(PetscMalloc4(B, &b->rc, B, &b->rr, B, &b->drc, B, &b->drr));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -202,7 +242,8 @@ static PetscErrorCode rm_forward(void *ctx, Model *lm, int k)
     }
     q->acc[0] += rl_rm_loss_part(nb, q->nb, b->rc, b->rr, b->drc, b->drr, &correct);
     q->acc[1] += correct;
-    for (int i = 0; i < nb; i++) q->acc[2] += (b->rc[i] > b->rr[i]) == (p->gold[2 * pair[i]] > p->gold[2 * pair[i] + 1]);
+    for (int i = 0; i < nb; i++)
+      q->acc[2] += (b->rc[i] > b->rr[i]) == (p->gold[2 * pair[i]] > p->gold[2 * pair[i] + 1]);
     PetscCall(PetscArrayzero(dv, (size_t)2 * nb * T));
     for (int i = 0; i < nb; i++) {
       dv[b->last[2 * i]]     = b->drc[i];
@@ -231,7 +272,8 @@ static PetscErrorCode rm_backward(void *ctx, Model *lm, int k)
 /* nb pairs through the model on its mesh (with train, their gradients
  * accumulate for a step); acc gets the loss sum and the two correct counts
  * over all replicas, on every rank. */
-static PetscErrorCode rm_pass(Trainer *tr, const PrefPairs *p, const int *pair, int nb, RMBatch *b, PetscBool train, double acc[3], double time[2])
+static PetscErrorCode rm_pass(Trainer *tr, const PrefPairs *p, const int *pair, int nb, RMBatch *b, PetscBool train,
+                              double acc[3], double time[2])
 {
   RMPass    q = {p, pair, nb, b, {0, 0, 1, 0}, {0, 0, 0}, {0, 0}};
   TrainWork w = {rm_forward, train ? rm_backward : NULL, &q, q.acc, 3};
@@ -267,7 +309,9 @@ static PetscErrorCode rm_eval(Trainer *tr, const PrefPairs *eval, RMBatch *b, do
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode rm_step(Trainer *tr, const RMOptions *o, const PrefPairs *train, int *perm, int64_t *perm_epoch, RMBatch *b, CkptState *st, RunRecord *rec, double *loss, double *acc, PetscReal *lr, PetscReal *gnorm)
+static PetscErrorCode rm_step(Trainer *tr, const RMOptions *o, const PrefPairs *train, int *perm, int64_t *perm_epoch,
+                              RMBatch *b, CkptState *st, RunRecord *rec, double *loss, double *acc, PetscReal *lr,
+                              PetscReal *gnorm)
 {
   int    n = train->d.N / 2, idx[RM_MAX_BATCH];
   double t0 = sys_wtime(), sum[3], time[2];
@@ -296,7 +340,8 @@ static PetscErrorCode rm_step(Trainer *tr, const RMOptions *o, const PrefPairs *
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const PlanNeeds *needs, Trainer *tr, const PrefPairs *train, const PrefPairs *eval, CkptState *st)
+static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const PlanNeeds *needs, Trainer *tr,
+                               const PrefPairs *train, const PrefPairs *eval, CkptState *st)
 {
   RunRecord *rec;
   RMBatch    b;
@@ -314,7 +359,10 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
   PetscCall(rm_batch_create((int)o->batch, train->d.T > eval->d.T ? train->d.T : eval->d.T, &b));
   PetscCall(PetscMalloc1(train->d.N / 2, &perm));
   t_loop = t_ckpt = sys_wtime(), it0 = st->iteration;
-  PetscCall(PetscPrintf(run->comm, "rm: %zu parameters, %d training pairs, %d held-out pairs, %" PetscInt_FMT " steps of %" PetscInt_FMT " pairs, from step %" PetscInt_FMT "\n", nparams, train->d.N / 2, eval->d.N / 2, o->steps, o->batch, st->iteration));
+  PetscCall(PetscPrintf(run->comm,
+                        "rm: %zu parameters, %d training pairs, %d held-out pairs, %" PetscInt_FMT
+                        " steps of %" PetscInt_FMT " pairs, from step %" PetscInt_FMT "\n",
+                        nparams, train->d.N / 2, eval->d.N / 2, o->steps, o->batch, st->iteration));
   while (st->iteration < o->steps) {
     double    t0 = sys_wtime(), loss, bacc, ms;
     PetscReal lr, gnorm;
@@ -322,7 +370,8 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
 
     PetscCall(rm_step(tr, o, train, perm, &perm_epoch, &b, st, rec, &loss, &bacc, &lr, &gnorm));
     acc = gacc = eloss = NAN;
-    if ((o->eval_every && st->iteration % o->eval_every == 0) || last) PetscCall(rm_eval(tr, eval, &b, &acc, &gacc, &eloss));
+    if ((o->eval_every && st->iteration % o->eval_every == 0) || last)
+      PetscCall(rm_eval(tr, eval, &b, &acc, &gacc, &eloss));
     ms = 1e3 * (sys_wtime() - t0);
     PetscCall(record_metric(rec, "loss", loss));
     PetscCall(record_metric(rec, "accuracy", bacc));
@@ -331,9 +380,17 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
     PetscCall(record_metric(rec, "eval_gold_accuracy", gacc));
     PetscCall(record_metric(rec, "lr", lr));
     PetscCall(record_metric(rec, "grad_norm", gnorm));
-    PetscCall(PetscPrintf(run->comm, "step %5" PetscInt_FMT "/%" PetscInt_FMT " | loss %.4f | acc %.3f | lr %.3e | grad %.3f | %7.1f ms | %s\n", st->iteration, o->steps, loss, bacc, lr, (double)gnorm, ms, sys_progress_str(t_loop, (long)(st->iteration - it0), (long)(o->steps - st->iteration), clock, sizeof clock)));
-    if (!isnan(acc)) PetscCall(PetscPrintf(run->comm, "      held-out loss %.4f, pairwise accuracy %.3f (against the judge: %.3f)\n", eloss, acc, gacc));
-    PetscCall(train_checkpoint_now(run->comm, o->checkpoint_every, o->checkpoint_minutes, st->iteration, &t_ckpt, &ckpt_due, &stop));
+    PetscCall(PetscPrintf(run->comm,
+                          "step %5" PetscInt_FMT "/%" PetscInt_FMT
+                          " | loss %.4f | acc %.3f | lr %.3e | grad %.3f | %7.1f ms | %s\n",
+                          st->iteration, o->steps, loss, bacc, lr, (double)gnorm, ms,
+                          sys_progress_str(t_loop, (long)(st->iteration - it0), (long)(o->steps - st->iteration), clock,
+                                           sizeof clock)));
+    if (!isnan(acc))
+      PetscCall(PetscPrintf(run->comm, "      held-out loss %.4f, pairwise accuracy %.3f (against the judge: %.3f)\n",
+                            eloss, acc, gacc));
+    PetscCall(train_checkpoint_now(run->comm, o->checkpoint_every, o->checkpoint_minutes, st->iteration, &t_ckpt,
+                                   &ckpt_due, &stop));
     if (ckpt_due) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
       PetscCall(trainer_checkpoint(tr, run, name, st, NULL));
@@ -351,7 +408,10 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
   PetscCall(record_summary(rec, "steps", (double)st->iteration));
   PetscCall(record_summary(rec, "eval_accuracy", acc));
   PetscCall(record_summary(rec, "eval_gold_accuracy", gacc));
-  PetscCall(PetscPrintf(run->comm, "rm: held-out pairwise accuracy %.3f (against the judge's order: %.3f) on %d pairs -> %s/final.h5\n", acc, gacc, eval->d.N / 2, run->output_dir));
+  PetscCall(
+      PetscPrintf(run->comm,
+                  "rm: held-out pairwise accuracy %.3f (against the judge's order: %.3f) on %d pairs -> %s/final.h5\n",
+                  acc, gacc, eval->d.N / 2, run->output_dir));
   PetscCall(PetscFree(perm));
   PetscCall(rm_batch_destroy(&b));
   PetscCall(record_close(&rec));
@@ -374,7 +434,9 @@ static PetscErrorCode rm_load(const RunCtx *run, const RMOptions *o, Trainer *tr
 /* The checks that need only the deck, a pair file and the SFT model's
  * architecture cfg (named as sft_arch says): options, the plan (printed
  * when print is true), the pair file split into all/train/eval. */
-static PetscErrorCode rm_prepare(const RunCtx *run, RMOptions *o, const ModelConfig *cfg, const char *ckpt, PetscBool print, ModelConfig *rcfg, PlanNeeds *needs, PrefPairs *all, PrefPairs *train, PrefPairs *eval)
+static PetscErrorCode rm_prepare(const RunCtx *run, RMOptions *o, const ModelConfig *cfg, const char *ckpt,
+                                 PetscBool print, ModelConfig *rcfg, PlanNeeds *needs, PrefPairs *all, PrefPairs *train,
+                                 PrefPairs *eval)
 {
   PetscBool builtin;
 
@@ -384,8 +446,12 @@ static PetscErrorCode rm_prepare(const RunCtx *run, RMOptions *o, const ModelCon
   *rcfg      = *cfg; /* the SFT trunk with a scalar head */
   rcfg->head = MODEL_HEAD_SCALAR;
   if (!builtin) PetscCall(prefs_read(run->comm, o->data, all));
-  if (o->plan.placement == PLACEMENT_AUTO) { /* the searched layout replaces the colocated one, for the rows' length as -mode plan takes it (rm_cost_stage) */
-    CostTrainStage st = {PETSC_TRUE, *rcfg, (int)o->batch, 2, builtin ? (int)(o->task.len_max + 2 + o->gen.max_new_tokens) : all->d.T, (int)o->steps};
+  if (o->plan.placement == PLACEMENT_AUTO) { /* the searched layout replaces the colocated one, for the rows' length as
+                                                -mode plan takes it (rm_cost_stage) */
+    CostTrainStage st = {
+      PETSC_TRUE,   *rcfg, (int)o->batch, 2, builtin ? (int)(o->task.len_max + 2 + o->gen.max_new_tokens) : all->d.T,
+      (int)o->steps
+    };
 
     PetscCall(search_auto_stage(run, &st, MFC_RM_TRAIN, &o->plan));
   }
@@ -429,13 +495,16 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
 
   PetscFunctionBegin;
   PetscCall(train_restart_resolve(run->comm, run->output_dir, o->restart, sizeof o->restart));
-  PetscCheck(o->sft[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode rm needs -rm_sft_checkpoint FILE (the SFT model whose trunk starts the reward model)");
+  PetscCheck(o->sft[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL,
+             "-mode rm needs -rm_sft_checkpoint FILE (the SFT model whose trunk starts the reward model)");
   PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
   PetscCall(ckpt_read_config(run->comm, o->sft, "policy", &cfg));
-  /* built-in pairs are the SFT policy's samples: they stop where its tokenizer says unless the deck gives -gen_eos/-gen_stop, as in -mode ppo and generate */
+  /* built-in pairs are the SFT policy's samples: they stop where its tokenizer says unless the deck gives
+   * -gen_eos/-gen_stop, as in -mode ppo and generate */
   if (builtin) PetscCall(gen_config_stops_from(run->comm, &o->gen, o->sft));
   PetscCall(rm_prepare(run, o, &cfg, o->sft, PETSC_TRUE, &rcfg, &needs, &all, &train, &eval));
-  if (!run->dry_run) PetscCall(ckpt_tokenizer_from(run->comm, o->sft, NULL)); /* the checkpoints carry the SFT model's tokens' text */
+  if (!run->dry_run)
+    PetscCall(ckpt_tokenizer_from(run->comm, o->sft, NULL)); /* the checkpoints carry the SFT model's tokens' text */
   if (run->dry_run) {
     PetscCall(rm_dry_run(run, o, &cfg));
     if (!builtin) PetscCall(prefs_free(&all));
@@ -472,7 +541,8 @@ PetscErrorCode rm_cost_stage(const RunCtx *run, PetscBool help, const ModelConfi
     PetscCall(PetscStrcmp(o->data, "builtin", &builtin));
     if (policy) cfg = *policy;
     else {
-      PetscCheck(o->sft[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode rm needs -rm_sft_checkpoint FILE (the SFT model whose trunk starts the reward model)");
+      PetscCheck(o->sft[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL,
+                 "-mode rm needs -rm_sft_checkpoint FILE (the SFT model whose trunk starts the reward model)");
       PetscCall(ckpt_read_config(run->comm, o->sft, "policy", &cfg));
     }
     PetscCall(rm_check(o, builtin, &cfg, policy ? NULL : o->sft));

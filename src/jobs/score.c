@@ -23,9 +23,13 @@ static PetscErrorCode score_set_from_options(ScoreOptions *o)
   PetscCall(PetscStrncpy(o->role, "policy", sizeof o->role));
   PetscOptionsBegin(PETSC_COMM_WORLD, "score_", "Scoring token files", NULL);
   RfOptString("-checkpoint", "Checkpoint holding the model", o->checkpoint, sizeof o->checkpoint);
-  RfOptString("-role", "Model role inside the checkpoint (policy, actor, critic, reference, reward)", o->role, sizeof o->role);
-  RfOptString("-input", "HDF5 file with /tokens int32 [B,T] and /lengths int32 [B] (a vocab_size attribute is optional)", o->input, sizeof o->input);
-  RfOptString("-output", "HDF5 file to write: /logprobs [B,T-1] (LM head) or /values [B,T] (scalar head)", o->output, sizeof o->output);
+  RfOptString("-role", "Model role inside the checkpoint (policy, actor, critic, reference, reward)", o->role,
+              sizeof o->role);
+  RfOptString("-input",
+              "HDF5 file with /tokens int32 [B,T] and /lengths int32 [B] (a vocab_size attribute is optional)",
+              o->input, sizeof o->input);
+  RfOptString("-output", "HDF5 file to write: /logprobs [B,T-1] (LM head) or /values [B,T] (scalar head)", o->output,
+              sizeof o->output);
   RfOptInt("-batch", "Sequences per forward pass", 16, &o->batch);
   PetscOptionsEnd();
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -37,21 +41,27 @@ static PetscErrorCode score_check(const ScoreOptions *o)
   PetscCheck(o->checkpoint[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode score needs -score_checkpoint FILE");
   PetscCheck(o->input[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode score needs -score_input FILE");
   PetscCheck(o->output[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode score needs -score_output FILE");
-  PetscCheck(o->batch > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-score_batch %" PetscInt_FMT " must be positive", o->batch);
+  PetscCheck(o->batch > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-score_batch %" PetscInt_FMT " must be positive", o->batch);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 static PetscErrorCode score_check_data(const ScoreOptions *o, const ModelConfig *cfg, const TokenData *d)
 {
   PetscFunctionBegin;
-  PetscCheck(d->T <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-score_input %s has sequences of %d tokens, longer than the model's n_positions %d", o->input, d->T, cfg->n_positions);
-  PetscCheck(d->vocab_size <= cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-score_input %s has vocabulary %d, larger than the model's %d", o->input, d->vocab_size, cfg->vocab_size);
-  PetscCheck(cfg->head == MODEL_HEAD_SCALAR || d->T >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-score_input %s: log-probabilities need sequences of at least 2 tokens", o->input);
+  PetscCheck(d->T <= cfg->n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-score_input %s has sequences of %d tokens, longer than the model's n_positions %d", o->input, d->T,
+             cfg->n_positions);
+  PetscCheck(d->vocab_size <= cfg->vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-score_input %s has vocabulary %d, larger than the model's %d", o->input, d->vocab_size, cfg->vocab_size);
+  PetscCheck(cfg->head == MODEL_HEAD_SCALAR || d->T >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+             "-score_input %s: log-probabilities need sequences of at least 2 tokens", o->input);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Scores rows [r0, r0+nb) into out (row stride `cols`). */
-static PetscErrorCode score_rows(Model *lm, const TokenData *d, int r0, int nb, int *target, float *buf, float *out, int cols)
+static PetscErrorCode score_rows(Model *lm, const TokenData *d, int r0, int nb, int *target, float *buf, float *out,
+                                 int cols)
 {
   int T = d->T;
 
@@ -59,7 +69,8 @@ static PetscErrorCode score_rows(Model *lm, const TokenData *d, int r0, int nb, 
   PetscCall(model_forward(lm, d->tokens + (size_t)r0 * T, nb, T));
   if (lm->cfg.head == MODEL_HEAD_LM) {
     for (int r = 0; r < nb; r++)
-      for (int t = 0; t < T; t++) target[r * T + t] = t + 1 < d->lengths[r0 + r] ? d->tokens[(size_t)(r0 + r) * T + t + 1] : -1;
+      for (int t = 0; t < T; t++)
+        target[r * T + t] = t + 1 < d->lengths[r0 + r] ? d->tokens[(size_t)(r0 + r) * T + t + 1] : -1;
     PetscCall(model_logprobs(lm, target, buf));
   } else PetscCall(model_values_get(lm, buf));
   for (int r = 0; r < nb; r++) {
@@ -106,9 +117,11 @@ PetscErrorCode score_run(const RunCtx *run, const Backend *be)
   PetscCall(ckpt_read_model(run->comm, o.checkpoint, &m));
   cols = cfg.head == MODEL_HEAD_LM ? d.T - 1 : d.T;
   PetscCall(PetscMalloc3((size_t)o.batch * d.T, &target, (size_t)o.batch * d.T, &buf, (size_t)d.N * cols, &out));
-  for (int r0 = 0; r0 < d.N; r0 += (int)o.batch) PetscCall(score_rows(lm, &d, r0, PetscMin((int)o.batch, d.N - r0), target, buf, out, cols));
+  for (int r0 = 0; r0 < d.N; r0 += (int)o.batch)
+    PetscCall(score_rows(lm, &d, r0, PetscMin((int)o.batch, d.N - r0), target, buf, out, cols));
   PetscCall(io_write_matrix(run->comm, o.output, cfg.head == MODEL_HEAD_LM ? "logprobs" : "values", out, d.N, cols));
-  PetscCall(PetscPrintf(run->comm, "score: %d sequences of %d tokens -> %s (%s)\n", d.N, d.T, o.output, cfg.head == MODEL_HEAD_LM ? "/logprobs" : "/values"));
+  PetscCall(PetscPrintf(run->comm, "score: %d sequences of %d tokens -> %s (%s)\n", d.N, d.T, o.output,
+                        cfg.head == MODEL_HEAD_LM ? "/logprobs" : "/values"));
   PetscCall(PetscFree3(target, buf, out));
   PetscCall(model_destroy(&lm));
   PetscCall(data_free(&d));

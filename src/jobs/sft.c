@@ -38,7 +38,8 @@ PetscErrorCode sft_options(const TrainJobOptions *job, SFTOptions *o)
   RfOptInt("-steps", "Optimizer steps in total (a restart continues up to this count)", 200, &o->steps);
   RfOptInt("-batch", "Sequences per step", 16, &o->batch);
   RfOptInt("-seq_len", "Tokens per sequence (0: the longest sample, at most n_positions)", 0, &o->seq_len);
-  RfOptString("-data", "Demonstrations: 'builtin' (the task -task chooses) or an HDF5 dataset file", o->data, sizeof o->data);
+  RfOptString("-data", "Demonstrations: 'builtin' (the task -task chooses) or an HDF5 dataset file", o->data,
+              sizeof o->data);
   RfOptInt("-eval_every", "Held-out loss every N steps (0: never; built-in task only)", 0, &o->eval_every);
   RfOptInt("-eval_batches", "Batches in the held-out loss", 2, &o->eval_batches);
   PetscOptionsEnd();
@@ -78,7 +79,10 @@ static PetscErrorCode sft_check_responses(const DemoSource *src)
   PetscFunctionBegin;
   for (int b = 0; b < d->N; b++)
     if (d->lengths[b] > PetscMax(d->prompt_lengths ? d->prompt_lengths[b] : 0, 1)) PetscFunctionReturn(PETSC_SUCCESS);
-  SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-sft_data %s: none of its %d rows has response tokens (each row's /prompt_lengths covers its /lengths): nothing to train on", src->path, d->N);
+  SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+          "-sft_data %s: none of its %d rows has response tokens (each row's /prompt_lengths covers its /lengths): "
+          "nothing to train on",
+          src->path, d->N);
 }
 
 static PetscErrorCode sft_check(SFTOptions *o, const DemoSource *src)
@@ -87,20 +91,32 @@ static PetscErrorCode sft_check(SFTOptions *o, const DemoSource *src)
 
   PetscFunctionBegin;
   PetscCall(model_config_check(&o->cfg, "policy_"));
-  PetscCheck(o->cfg.head == MODEL_HEAD_LM, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-policy_head must be lm for -mode sft");
-  PetscCheck(o->steps >= 0 && o->batch > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sft_steps must be >= 0 and -sft_batch > 0");
-  PetscCheck(o->checkpoint_every >= 0 && o->eval_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sft_checkpoint_every (or -checkpoint_every) and -sft_eval_every must be >= 0");
+  PetscCheck(o->cfg.head == MODEL_HEAD_LM, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+             "-policy_head must be lm for -mode sft");
+  PetscCheck(o->steps >= 0 && o->batch > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-sft_steps must be >= 0 and -sft_batch > 0");
+  PetscCheck(o->checkpoint_every >= 0 && o->eval_every >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-sft_checkpoint_every (or -checkpoint_every) and -sft_eval_every must be >= 0");
   if (src->builtin) PetscCall(task_check(&o->task, o->cfg.vocab_size, o->cfg.n_positions, "policy_"));
   else {
-    PetscCheck(src->file.vocab_size <= o->cfg.vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "data file %s has vocabulary %d, larger than -policy_vocab_size %d", src->path, src->file.vocab_size, o->cfg.vocab_size);
-    PetscCheck(maxlen <= o->cfg.n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "data file %s has samples of %d tokens, more than -policy_n_positions %d", src->path, maxlen, o->cfg.n_positions);
+    PetscCheck(src->file.vocab_size <= o->cfg.vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+               "data file %s has vocabulary %d, larger than -policy_vocab_size %d", src->path, src->file.vocab_size,
+               o->cfg.vocab_size);
+    PetscCheck(maxlen <= o->cfg.n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+               "data file %s has samples of %d tokens, more than -policy_n_positions %d", src->path, maxlen,
+               o->cfg.n_positions);
     PetscCall(sft_check_responses(src));
   }
   if (o->seq_len == 0) o->seq_len = PetscMin(maxlen, o->cfg.n_positions);
-  PetscCheck(o->seq_len >= 2 && o->seq_len <= o->cfg.n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-sft_seq_len %" PetscInt_FMT " must be in [2, -policy_n_positions %d]", o->seq_len, o->cfg.n_positions);
+  PetscCheck(o->seq_len >= 2 && o->seq_len <= o->cfg.n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-sft_seq_len %" PetscInt_FMT " must be in [2, -policy_n_positions %d]", o->seq_len, o->cfg.n_positions);
   /* inputs are tokens 0..T-1 and targets 1..T, so a sample of T+1 tokens fits */
-  PetscCheck(o->seq_len + 1 >= maxlen, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-sft_seq_len %" PetscInt_FMT " is too short for the longest sample of -sft_data %s (%d tokens; needs at least %d)", o->seq_len, src->path, maxlen, maxlen - 1);
-  PetscCheck(o->eval_every == 0 || src->builtin, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-sft_eval_every needs -sft_data builtin (held-out prompts come from the built-in task)");
+  PetscCheck(o->seq_len + 1 >= maxlen, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-sft_seq_len %" PetscInt_FMT
+             " is too short for the longest sample of -sft_data %s (%d tokens; needs at least %d)",
+             o->seq_len, src->path, maxlen, maxlen - 1);
+  PetscCheck(o->eval_every == 0 || src->builtin, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-sft_eval_every needs -sft_data builtin (held-out prompts come from the built-in task)");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -144,7 +160,10 @@ static PetscErrorCode sft_fill_train(DemoSource *src, uint64_t pos, SFTBatch *b)
     PetscCall(demo_source_get(src, pos + (uint64_t)r, b->T + 1, b->row, &len, &pl));
     b->ntrain += sft_fill_row(b, r, len, pl);
   }
-  PetscCheck(b->ntrain > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-sft_data %s: the batch of samples %llu to %llu has no response tokens to train on (too many rows whose /prompt_lengths covers its /lengths; a larger -sft_batch mixes in more rows)", src->path, (unsigned long long)pos, (unsigned long long)(pos + (uint64_t)b->B - 1));
+  PetscCheck(b->ntrain > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+             "-sft_data %s: the batch of samples %llu to %llu has no response tokens to train on (too many rows whose "
+             "/prompt_lengths covers its /lengths; a larger -sft_batch mixes in more rows)",
+             src->path, (unsigned long long)pos, (unsigned long long)(pos + (uint64_t)b->B - 1));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -263,7 +282,12 @@ static PetscErrorCode sft_dry_run(const RunCtx *run, const SFTOptions *o, size_t
 
   PetscFunctionBegin;
   PetscCall(model_training_bytes(&o->cfg, run->be, (int)o->batch, (int)o->seq_len, &weights, &acts));
-  PetscCall(PetscPrintf(run->comm, "dry run: policy %zu parameters; weights+grads+AdamW%s %s, activations (B=%" PetscInt_FMT ", T=%" PetscInt_FMT ") %s, total %s on one rank (the plan divides them)\n", nparams, backend_weight_copy_bytes(run->be) > 0 ? "+bf16 copies" : "", sys_bytes_str(weights, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(acts, b, sizeof b), sys_bytes_str(weights + acts, c, sizeof c)));
+  PetscCall(PetscPrintf(run->comm,
+                        "dry run: policy %zu parameters; weights+grads+AdamW%s %s, activations (B=%" PetscInt_FMT
+                        ", T=%" PetscInt_FMT ") %s, total %s on one rank (the plan divides them)\n",
+                        nparams, backend_weight_copy_bytes(run->be) > 0 ? "+bf16 copies" : "",
+                        sys_bytes_str(weights, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(acts, b, sizeof b),
+                        sys_bytes_str(weights + acts, c, sizeof c)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -276,7 +300,9 @@ static PetscErrorCode sft_dry_run(const RunCtx *run, const SFTOptions *o, size_t
  * that fits. */
 static PetscErrorCode sft_check_memory(const RunCtx *run, const SFTOptions *o)
 {
-  double    weights, acts, model, need, avail = sys_memory_available(), batch = 16.0 * (double)o->batch * (double)o->seq_len; /* tokens, targets, log-probabilities and their gradients */
+  double weights, acts, model, need,
+      avail = sys_memory_available(),
+      batch = 16.0 * (double)o->batch * (double)o->seq_len; /* tokens, targets, log-probabilities and their gradients */
   double    dev_avail;
   PetscBool host = (PetscBool)(run->be == backend_cpu());
   char      a[32], b[32];
@@ -285,15 +311,22 @@ static PetscErrorCode sft_check_memory(const RunCtx *run, const SFTOptions *o)
   PetscCall(model_training_bytes(&o->cfg, run->be, (int)o->batch, (int)o->seq_len, &weights, &acts));
   model = (weights + acts) / run->size;
   need  = batch + (host ? model : 0.0);
-  PetscCheck(need <= avail && (double)o->batch * (double)o->seq_len <= INT_MAX, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-sft_batch %" PetscInt_FMT " needs at least %s per rank (%" PetscInt_FMT " x %" PetscInt_FMT " tokens; see -dry_run), more than the %s this node has available", o->batch, sys_bytes_str(need, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(avail, b, sizeof b));
+  PetscCheck(need <= avail && (double)o->batch * (double)o->seq_len <= INT_MAX, run->comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "-sft_batch %" PetscInt_FMT " needs at least %s per rank (%" PetscInt_FMT " x %" PetscInt_FMT
+             " tokens; see -dry_run), more than the %s this node has available",
+             o->batch, sys_bytes_str(need, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(avail, b, sizeof b));
   if (host) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(backend_mem_free(run->be, &dev_avail));
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &dev_avail, 1, MPI_DOUBLE, MPI_MIN, run->comm));
-  PetscCheck(model <= dev_avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-sft_batch %" PetscInt_FMT " needs at least %s of device memory per rank (%" PetscInt_FMT " x %" PetscInt_FMT " tokens; see -dry_run), more than the %s free on the fullest rank's GPU", o->batch, sys_bytes_str(model, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(dev_avail, b, sizeof b));
+  PetscCheck(model <= dev_avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "-sft_batch %" PetscInt_FMT " needs at least %s of device memory per rank (%" PetscInt_FMT
+             " x %" PetscInt_FMT " tokens; see -dry_run), more than the %s free on the fullest rank's GPU",
+             o->batch, sys_bytes_str(model, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(dev_avail, b, sizeof b));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode sft_step(Trainer *tr, const SFTOptions *o, DemoSource *src, SFTBatch *b, CkptState *st, RunRecord *rec, double *loss, PetscReal *lr, PetscReal *gnorm)
+static PetscErrorCode sft_step(Trainer *tr, const SFTOptions *o, DemoSource *src, SFTBatch *b, CkptState *st,
+                               RunRecord *rec, double *loss, PetscReal *lr, PetscReal *gnorm)
 {
   double t0 = sys_wtime(), t1, t2, time[2];
   char   at[64];
@@ -316,7 +349,8 @@ static PetscErrorCode sft_step(Trainer *tr, const SFTOptions *o, DemoSource *src
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, const PlanNeeds *needs, Trainer *tr, DemoSource *src, CkptState *st)
+static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, const PlanNeeds *needs, Trainer *tr,
+                                DemoSource *src, CkptState *st)
 {
   RunRecord *rec;
   SFTBatch   b;
@@ -332,7 +366,10 @@ static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, const Pl
   PetscCall(train_record_open(run, "sft", &o->plan, needs, &rec));
   PetscCall(sft_batch_create((int)o->batch, (int)o->seq_len, &b));
   t_loop = t_ckpt = sys_wtime(), it0 = st->iteration;
-  PetscCall(PetscPrintf(run->comm, "sft: %zu parameters, %" PetscInt_FMT " steps of %" PetscInt_FMT " x %" PetscInt_FMT " tokens, from step %" PetscInt_FMT "\n", nparams, o->steps, o->batch, o->seq_len, st->iteration));
+  PetscCall(PetscPrintf(run->comm,
+                        "sft: %zu parameters, %" PetscInt_FMT " steps of %" PetscInt_FMT " x %" PetscInt_FMT
+                        " tokens, from step %" PetscInt_FMT "\n",
+                        nparams, o->steps, o->batch, o->seq_len, st->iteration));
   while (st->iteration < o->steps) {
     double    t0 = sys_wtime(), loss, eval = NAN, ms;
     PetscReal lr, gnorm;
@@ -344,9 +381,15 @@ static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, const Pl
     PetscCall(record_metric(rec, "lr", lr));
     PetscCall(record_metric(rec, "grad_norm", gnorm));
     PetscCall(record_metric(rec, "tokens_per_s", b.B * b.T / (ms * 1e-3)));
-    PetscCall(PetscPrintf(run->comm, "step %5" PetscInt_FMT "/%" PetscInt_FMT " | loss %.4f | lr %.3e | grad %.3f | %8.0f tok/s | %7.1f ms | %s\n", st->iteration, o->steps, loss, lr, (double)gnorm, b.B * b.T / (ms * 1e-3), ms, sys_progress_str(t_loop, (long)(st->iteration - it0), (long)(o->steps - st->iteration), clock, sizeof clock)));
+    PetscCall(PetscPrintf(run->comm,
+                          "step %5" PetscInt_FMT "/%" PetscInt_FMT
+                          " | loss %.4f | lr %.3e | grad %.3f | %8.0f tok/s | %7.1f ms | %s\n",
+                          st->iteration, o->steps, loss, lr, (double)gnorm, b.B * b.T / (ms * 1e-3), ms,
+                          sys_progress_str(t_loop, (long)(st->iteration - it0), (long)(o->steps - st->iteration), clock,
+                                           sizeof clock)));
     if (!isnan(eval)) PetscCall(PetscPrintf(run->comm, "      held-out loss %.4f\n", eval));
-    PetscCall(train_checkpoint_now(run->comm, o->checkpoint_every, o->checkpoint_minutes, st->iteration, &t_ckpt, &ckpt_due, &stop));
+    PetscCall(train_checkpoint_now(run->comm, o->checkpoint_every, o->checkpoint_minutes, st->iteration, &t_ckpt,
+                                   &ckpt_due, &stop));
     if (ckpt_due) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
       PetscCall(trainer_checkpoint(tr, run, name, st, rec));
@@ -409,7 +452,8 @@ PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
     PetscCall(sft_dry_run(run, o, nparams));
   } else {
     PetscCall(sft_check_memory(run, o));
-    PetscCall(ckpt_tokenizer_from(run->comm, o->restart[0] ? o->restart : o->init, NULL)); /* the checkpoints carry the source model's tokens' text */
+    PetscCall(ckpt_tokenizer_from(run->comm, o->restart[0] ? o->restart : o->init,
+                                  NULL)); /* the checkpoints carry the source model's tokens' text */
     PetscCall(PetscLogStagePush(sys_log.sft));
     PetscCall(trainer_create("policy", &o->cfg, be, &o->plan, MFC_SFT_TRAIN, o->sched, &tr));
     PetscCall(sft_load(run, o, &tr, &st));

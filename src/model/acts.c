@@ -96,7 +96,8 @@ static void train_layout(const ModelConfig *cfg, const ModelShard *sh, int B, in
 
 /* N rows through the trunk, M of them through the head (c_sel holds those
  * M rows of the residual stream when M < N). */
-static void cached_layout(const ModelConfig *cfg, const ModelShard *sh, int N_, int M_, float *sf, int *si, ModelActs *a, size_t *nf, size_t *ni)
+static void cached_layout(const ModelConfig *cfg, const ModelShard *sh, int N_, int M_, float *sf, int *si,
+                          ModelActs *a, size_t *nf, size_t *ni)
 {
   ModelActs dummy;
   ModelDims d = model_dims(cfg, sh);
@@ -148,7 +149,8 @@ static double logits_tile_mb = MODEL_LOGITS_TILE_MB; /* -logits_tile_mb */
 PetscErrorCode model_set_logits_tile_mb(double mb)
 {
   PetscFunctionBegin;
-  PetscCheck(mb >= 0 && mb <= 1048576, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-logits_tile_mb %g must be 0 (no tiles) or a size in MiB up to 1048576", mb);
+  PetscCheck(mb >= 0 && mb <= 1048576, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "-logits_tile_mb %g must be 0 (no tiles) or a size in MiB up to 1048576", mb);
   logits_tile_mb = mb;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -277,7 +279,8 @@ PetscErrorCode model_acts_slots(Model *lm, int nslots)
 PetscErrorCode model_acts_select(Model *lm, int k)
 {
   PetscFunctionBegin;
-  PetscCheck(k >= 0 && k < lm->nslots, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_acts_select: slot %d of %d", k, lm->nslots);
+  PetscCheck(k >= 0 && k < lm->nslots, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_acts_select: slot %d of %d", k,
+             lm->nslots);
   lm->acts = lm->slots[k];
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -307,7 +310,8 @@ size_t model_activation_bytes(const ModelConfig *cfg, int B, int T)
   return nf * sizeof(float) + ni * sizeof(int);
 }
 
-PetscErrorCode model_training_bytes(const ModelConfig *cfg, const Backend *be, int B, int T, double *weights, double *acts)
+PetscErrorCode model_training_bytes(const ModelConfig *cfg, const Backend *be, int B, int T, double *weights,
+                                    double *acts)
 {
   ModelTensor *t;
   int          n;

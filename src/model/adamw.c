@@ -46,8 +46,9 @@ PetscErrorCode model_adamw_update(Model *lm, const AdamWConfig *opt, PetscReal n
     size_t           lo = PetscMax(t->offset, lm->own0), hi = PetscMin(t->offset + t->numel, lm->own1);
 
     if (hi <= lo) continue;
-    PetscCall(be->adamw(lm->params + lo, lm->grads + lo, lm->m + (lo - lm->own0), lm->v + (lo - lm->own0), hi - lo, (float)lr, (float)opt->beta1,
-                        (float)opt->beta2, (float)opt->eps, (float)wd, lm->step + 1, (float)gs));
+    PetscCall(be->adamw(lm->params + lo, lm->grads + lo, lm->m + (lo - lm->own0), lm->v + (lo - lm->own0), hi - lo,
+                        (float)lr, (float)opt->beta1, (float)opt->beta2, (float)opt->eps, (float)wd, lm->step + 1,
+                        (float)gs));
   }
   PetscCall(model_params_share(lm));
   lm->grads_synced = PETSC_FALSE;
@@ -75,12 +76,14 @@ PetscErrorCode model_adamw_step(Model *lm, const AdamWConfig *opt, PetscReal *lr
  * 4C^2), LLaMA L * (2 C Q + 2 C Ckv + 3 C F) (q and o, k and v, gate, up
  * and down; Q = n_head * head_dim, C unless Qwen3 sets head_dim), plus the
  * head (V*C for the LM head, C for the scalar head); 4 L T Q is Q.K^T plus
- * att.V over the full (not causally halved) T x T window. Embeddings, norms, biases, activations and softmax are ignored.
- * training = 3 * forward (the backward costs twice the forward). */
+ * att.V over the full (not causally halved) T x T window. Embeddings, norms, biases, activations and softmax are
+ * ignored. training = 3 * forward (the backward costs twice the forward). */
 double model_flops_per_token(const ModelConfig *cfg, int T, PetscBool training)
 {
-  double L = cfg->n_layer, C = cfg->n_embd, V = cfg->vocab_size, Q = model_q_width(cfg), kv = (double)model_head_dim(cfg) * model_n_kv_head(cfg), F = model_n_ffn(cfg);
-  double layer   = 2.0 * C * Q + 2.0 * C * kv + (model_arch(cfg)->mlp == MODEL_MLP_SWIGLU ? 3.0 : 2.0) * C * F; /* GPT-2: 12 C^2 exactly */
+  double L = cfg->n_layer, C = cfg->n_embd, V = cfg->vocab_size, Q = model_q_width(cfg),
+         kv = (double)model_head_dim(cfg) * model_n_kv_head(cfg), F = model_n_ffn(cfg);
+  double layer = 2.0 * C * Q + 2.0 * C * kv +
+                 (model_arch(cfg)->mlp == MODEL_MLP_SWIGLU ? 3.0 : 2.0) * C * F; /* GPT-2: 12 C^2 exactly */
   double p_mm    = L * layer + (cfg->head == MODEL_HEAD_LM ? V * C : C);
   double forward = 2.0 * p_mm + 4.0 * L * (double)T * Q;
 

@@ -13,17 +13,20 @@ static PetscErrorCode scratch(const Backend *be, float *buf, size_t n)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode model_norm_backward(const Model *lm, float *dx, float *dw, float *db, const float *dout, const float *x, const float *w, const float *mean, const float *rstd, int N)
+PetscErrorCode model_norm_backward(const Model *lm, float *dx, float *dw, float *db, const float *dout, const float *x,
+                                   const float *w, const float *mean, const float *rstd, int N)
 {
   PetscFunctionBegin;
-  if (model_arch(&lm->cfg)->norm == MODEL_NORM_RMS) PetscCall(lm->be->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, lm->cfg.n_embd));
+  if (model_arch(&lm->cfg)->norm == MODEL_NORM_RMS)
+    PetscCall(lm->be->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, lm->cfg.n_embd));
   else PetscCall(lm->be->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, lm->cfg.n_embd));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* MLP half: residual3 = residual2 + mlp(norm_2(residual2)); dres is d residual3 on
  * entry and d residual2 on exit. */
-static PetscErrorCode mlp_backward(Model *lm, const ModelLayerActs *la, const ModelLayerParams *p, const ModelLayerParams *g)
+static PetscErrorCode mlp_backward(Model *lm, const ModelLayerActs *la, const ModelLayerParams *p,
+                                   const ModelLayerParams *g)
 {
   const Backend *be = lm->be;
   ModelActs     *a  = lm->acts;
@@ -43,14 +46,16 @@ static PetscErrorCode mlp_backward(Model *lm, const ModelLayerActs *la, const Mo
   PetscCall(scratch(be, a->dA, NC)); /* d ln2 */
   PetscCall(be->matmul_backward(a->dA, g->fc_w, g->fc_b, a->dB, la->ln2, p->fc_w, N, C, W, ow));
   PetscCall(model_tp_sum(lm, a->dA, NC));
-  PetscCall(model_norm_backward(lm, a->dres, g->ln2_w, g->ln2_b, a->dA, la->res2, p->ln2_w, la->ln2_mean, la->ln2_rstd, N));
+  PetscCall(
+      model_norm_backward(lm, a->dres, g->ln2_w, g->ln2_b, a->dA, la->res2, p->ln2_w, la->ln2_mean, la->ln2_rstd, N));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* Attention half: residual2 = x + attn(norm_1(x)); dres is d residual2 on entry
  * and d x on exit. LLaMA's rotary embedding is a rotation: its gradient is
  * the inverse rotation of d q|k; Qwen3's per-head norms come before it. */
-static PetscErrorCode attn_backward(Model *lm, const ModelLayerActs *la, const ModelLayerParams *p, const ModelLayerParams *g, const float *x)
+static PetscErrorCode attn_backward(Model *lm, const ModelLayerActs *la, const ModelLayerParams *p,
+                                    const ModelLayerParams *g, const float *x)
 {
   const Backend *be = lm->be;
   ModelActs     *a  = lm->acts;
@@ -64,8 +69,11 @@ static PetscErrorCode attn_backward(Model *lm, const ModelLayerActs *la, const M
   PetscCall(scratch(be, a->dB, (size_t)N * W)); /* d qkv */
   PetscCall(be->attention_backward(a->dB, a->dA, la->qkv, la->atty, la->att, a->B, a->T, Ca, lm->NHl, lm->NKVl));
   PetscCall(scratch(be, a->dA, NC)); /* d ln1 */
-  if (model_arch(&lm->cfg)->pos == MODEL_POS_ROTARY) PetscCall(be->rope(a->dB, a->pos, lm->inv_freq, N, lm->NHl, lm->NKVl, model_head_dim(&lm->cfg), 1));
-  if (p->q_norm_w) PetscCall(be->qk_norm_backward(a->dB, g->q_norm_w, g->k_norm_w, la->qk_in, la->qk_rstd, p->q_norm_w, p->k_norm_w, N, lm->NHl, lm->NKVl, model_head_dim(&lm->cfg)));
+  if (model_arch(&lm->cfg)->pos == MODEL_POS_ROTARY)
+    PetscCall(be->rope(a->dB, a->pos, lm->inv_freq, N, lm->NHl, lm->NKVl, model_head_dim(&lm->cfg), 1));
+  if (p->q_norm_w)
+    PetscCall(be->qk_norm_backward(a->dB, g->q_norm_w, g->k_norm_w, la->qk_in, la->qk_rstd, p->q_norm_w, p->k_norm_w, N,
+                                   lm->NHl, lm->NKVl, model_head_dim(&lm->cfg)));
   PetscCall(be->matmul_backward(a->dA, g->qkv_w, g->qkv_b, a->dB, la->ln1, p->qkv_w, N, C, W, ow));
   PetscCall(model_tp_sum(lm, a->dA, NC));
   PetscCall(model_norm_backward(lm, a->dres, g->ln1_w, g->ln1_b, a->dA, x, p->ln1_w, la->ln1_mean, la->ln1_rstd, N));
@@ -100,14 +108,18 @@ static PetscErrorCode trunk_backward(Model *lm)
   if (model_last_stage(lm)) {
     PetscCall(scratch(be, a->dres, (size_t)N * C));
     int b = model_tidx_lnf_b(cfg);
-    PetscCall(model_norm_backward(lm, a->dres, model_view(lm, lm->grads, model_tidx_lnf_w(cfg)), b >= 0 ? model_view(lm, lm->grads, b) : NULL, a->dA,
-                                model_layer_input(lm, l1), model_view(lm, lm->params, model_tidx_lnf_w(cfg)), a->lnf_mean, a->lnf_rstd, N));
+    PetscCall(model_norm_backward(lm, a->dres, model_view(lm, lm->grads, model_tidx_lnf_w(cfg)),
+                                  b >= 0 ? model_view(lm, lm->grads, b) : NULL, a->dA, model_layer_input(lm, l1),
+                                  model_view(lm, lm->params, model_tidx_lnf_w(cfg)), a->lnf_mean, a->lnf_rstd, N));
   } else PetscCall(model_pp_recv(lm, a->dres, (size_t)N * C, MODEL_TAG_BWD, lm->sh.p + 1));
   for (int l = l1 - 1; l >= lm->sh.l0; l--) PetscCall(block_backward(lm, l));
-  if (!model_first_stage(lm)) PetscCall(model_pp_send(lm, a->dres, (size_t)N * C, MODEL_TAG_BWD, lm->sh.p - 1, &a->send_bwd));
+  if (!model_first_stage(lm))
+    PetscCall(model_pp_send(lm, a->dres, (size_t)N * C, MODEL_TAG_BWD, lm->sh.p - 1, &a->send_bwd));
   else
-    PetscCall(be->encoder_backward(model_view(lm, lm->grads, MODEL_T_WTE), model_arch(cfg)->pos == MODEL_POS_ROTARY ? NULL : model_view(lm, lm->grads, MODEL_T_WPE), a->dres, a->tok, a->pos, N, C,
-                                   lm->v0, lm->Vl));
+    PetscCall(
+        be->encoder_backward(model_view(lm, lm->grads, MODEL_T_WTE),
+                             model_arch(cfg)->pos == MODEL_POS_ROTARY ? NULL : model_view(lm, lm->grads, MODEL_T_WPE),
+                             a->dres, a->tok, a->pos, N, C, lm->v0, lm->Vl));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -115,7 +127,9 @@ static PetscErrorCode trunk_backward(Model *lm)
 static PetscErrorCode check_backward_ready(Model *lm, ModelHead head, const char *fn)
 {
   PetscFunctionBegin;
-  PetscCheck(lm->cfg.head == head, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s needs the %s head; this model has the %s head", fn, ModelHeadNames[head], ModelHeadNames[lm->cfg.head]);
+  PetscCheck(lm->cfg.head == head, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "%s needs the %s head; this model has the %s head", fn, ModelHeadNames[head],
+             ModelHeadNames[lm->cfg.head]);
   PetscCheck(lm->acts->N > 0, PETSC_COMM_SELF, PETSC_ERR_ORDER, "%s: call model_forward first", fn);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -142,7 +156,8 @@ PetscErrorCode model_backward_logprob(Model *lm, const int *target, const float 
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(model_check_forward_done(lm, MODEL_HEAD_LM, "model_backward_logprob"));
-  PetscCheck(a->have_lse, PETSC_COMM_SELF, PETSC_ERR_ORDER, "model_backward_logprob: call model_logprobs or model_logprobs_dist after model_forward first");
+  PetscCheck(a->have_lse, PETSC_COMM_SELF, PETSC_ERR_ORDER,
+             "model_backward_logprob: call model_logprobs or model_logprobs_dist after model_forward first");
   N = a->N;
   PetscCall(model_targets_upload(lm, target));
   PetscCall(be->from_host(a->dhead, dlogprob, (size_t)N * sizeof(float)));
@@ -154,9 +169,13 @@ PetscErrorCode model_backward_logprob(Model *lm, const int *target, const float 
     PetscCall(model_head_tile(lm, r0, n, &logits));
     /* the distribution of the last model_logprobs(_dist): the one the logprobs were taken under */
     if (lm->sh.tp > 1)
-      PetscCall(be->logprob_backward_shard(a->dlogits, logits, a->lse + r0, a->target + r0, a->dhead + r0, a->inv_temp, off, a->mask_ids, n, lm->Vl, lm->v0));
-    else PetscCall(be->logprob_backward(a->dlogits, logits, a->lse + r0, a->target + r0, a->dhead + r0, a->inv_temp, off, a->mask_ids, n, V));
-    PetscCall(be->matmul_backward(a->dA + (size_t)r0 * C, model_view(lm, lm->grads, model_tidx_lm_head(cfg)), NULL, a->dlogits, a->lnf + (size_t)r0 * C,
+      PetscCall(be->logprob_backward_shard(a->dlogits, logits, a->lse + r0, a->target + r0, a->dhead + r0, a->inv_temp,
+                                           off, a->mask_ids, n, lm->Vl, lm->v0));
+    else
+      PetscCall(be->logprob_backward(a->dlogits, logits, a->lse + r0, a->target + r0, a->dhead + r0, a->inv_temp, off,
+                                     a->mask_ids, n, V));
+    PetscCall(be->matmul_backward(a->dA + (size_t)r0 * C, model_view(lm, lm->grads, model_tidx_lm_head(cfg)), NULL,
+                                  a->dlogits, a->lnf + (size_t)r0 * C,
                                   model_view(lm, lm->params, model_tidx_lm_head(cfg)), n, C, lm->Vl, PETSC_TRUE));
   }
   PetscCall(model_tp_sum(lm, a->dA, (size_t)N * C));
@@ -181,7 +200,8 @@ PetscErrorCode model_backward_values(Model *lm, const float *dvalues)
   N = a->N;
   PetscCall(be->from_host(a->dhead, dvalues, (size_t)N * sizeof(float)));
   PetscCall(scratch(be, a->dA, (size_t)N * C)); /* d lnf_out */
-  PetscCall(be->matmul_backward(a->dA, model_view(lm, lm->grads, s), NULL, a->dhead, a->lnf, model_view(lm, lm->params, s), N, C, 1, PETSC_TRUE));
+  PetscCall(be->matmul_backward(a->dA, model_view(lm, lm->grads, s), NULL, a->dhead, a->lnf,
+                                model_view(lm, lm->params, s), N, C, 1, PETSC_TRUE));
   PetscCall(trunk_backward(lm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -30,7 +30,10 @@ struct ModelGraphs {
   int        n;
 };
 
-PetscBool model_cached_resident_ok(const Model *lm) { return (PetscBool)(lm->sh.pp == 1 && lm->sh.tp == 1 && lm->cfg.head == MODEL_HEAD_LM); }
+PetscBool model_cached_resident_ok(const Model *lm)
+{
+  return (PetscBool)(lm->sh.pp == 1 && lm->sh.tp == 1 && lm->cfg.head == MODEL_HEAD_LM);
+}
 
 PetscErrorCode model_graphs_destroy(const Model *lm, ModelKVCache *kv)
 {
@@ -43,7 +46,8 @@ PetscErrorCode model_graphs_destroy(const Model *lm, ModelKVCache *kv)
 }
 
 /* The head runs on the M rows head_rows (host; NULL: all N). */
-static PetscErrorCode resident_body(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, const int *head_rows, int M)
+static PetscErrorCode resident_body(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N,
+                                    const int *head_rows, int M)
 {
   ModelActs *a = lm->acts;
   float     *x = a->c_x;
@@ -56,9 +60,12 @@ static PetscErrorCode resident_body(Model *lm, ModelKVCache *kv, const int *tok,
     PetscCall(model_gather_rows(lm, a->c_sel, a->c_x, head_rows, M));
     x = a->c_sel;
   }
-  if (model_cached_fused(lm, M) && model_arch(&lm->cfg)->norm == MODEL_NORM_RMS) { /* the final RMSNorm folded into the head */
-    MatmulFusion f = {.norm_w = model_view(lm, lm->params, model_tidx_lnf_w(&lm->cfg)), .norm_eps = (float)lm->cfg.norm_eps};
-    PetscCall(lm->be->matmul_fused(a->c_out, x, model_view(lm, lm->params, model_tidx_lm_head(&lm->cfg)), NULL, M, lm->cfg.n_embd, lm->Vl, PETSC_TRUE, &f));
+  if (model_cached_fused(lm, M) &&
+      model_arch(&lm->cfg)->norm == MODEL_NORM_RMS) { /* the final RMSNorm folded into the head */
+    MatmulFusion f = { .norm_w   = model_view(lm, lm->params, model_tidx_lnf_w(&lm->cfg)),
+                       .norm_eps = (float)lm->cfg.norm_eps };
+    PetscCall(lm->be->matmul_fused(a->c_out, x, model_view(lm, lm->params, model_tidx_lm_head(&lm->cfg)), NULL, M,
+                                   lm->cfg.n_embd, lm->Vl, PETSC_TRUE, &f));
   } else {
     PetscCall(model_final_norm(lm, a->c_ln, a->c_mean, a->c_rstd, x, M));
     PetscCall(model_head_forward(lm, a->c_out, a->c_ln, M));
@@ -71,15 +78,19 @@ PetscErrorCode model_cached_batch_invariant(Model *lm, PetscBool on)
 {
   PetscFunctionBegin;
   PetscCheck(!on || lm->be->matmul_forward_rows, PETSC_COMM_SELF, PETSC_ERR_SUP,
-             "-gen_batch_invariant: the %s backend has no batch-invariant matmul for every row count (use -device cpu, or leave the option false)", lm->be->name);
+             "-gen_batch_invariant: the %s backend has no batch-invariant matmul for every row count (use -device cpu, "
+             "or leave the option false)",
+             lm->be->name);
   lm->cached_rows = on;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* What a record of this call points to, besides what N sizes. */
-static void graph_key(const Model *lm, const ModelKVCache *kv, const int *tok, const int *slot, const int *pos, const void **key)
+static void graph_key(const Model *lm, const ModelKVCache *kv, const int *tok, const int *slot, const int *pos,
+                      const void **key)
 {
-  const void *k[MODEL_GRAPH_KEYS] = {tok, slot, pos, lm->acts, lm->acts->cached.slab_f, lm->acts->cached.slab_i, lm->params, kv->k};
+  const void *k[MODEL_GRAPH_KEYS] = { tok,        slot, pos, lm->acts, lm->acts->cached.slab_f, lm->acts->cached.slab_i,
+                                      lm->params, kv->k };
 
   for (int i = 0; i < MODEL_GRAPH_KEYS; i++) key[i] = k[i];
 }
@@ -108,7 +119,8 @@ static PetscErrorCode graph_slot(const Model *lm, ModelKVCache *kv, int N, Model
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, const int *head_rows, int M, PetscBool graph,
+PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const int *tok, const int *slot,
+                                             const int *pos, int N, const int *head_rows, int M, PetscBool graph,
                                              const float **logits)
 {
   const Backend *be = lm->be;
@@ -117,8 +129,11 @@ PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const 
 
   PetscFunctionBegin;
   PetscCheck(model_cached_resident_ok(lm), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
-             "model_forward_cached_resident: the model is split over %d pipeline stages and %d tensor ranks, or has no LM head (use model_forward_cached)", lm->sh.pp, lm->sh.tp);
-  PetscCheck(N > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_forward_cached_resident: N %d must be positive", N);
+             "model_forward_cached_resident: the model is split over %d pipeline stages and %d tensor ranks, or has no "
+             "LM head (use model_forward_cached)",
+             lm->sh.pp, lm->sh.tp);
+  PetscCheck(N > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_forward_cached_resident: N %d must be positive",
+             N);
   PetscCheck(kv->n_layer == lm->sh.l1 - lm->sh.l0 && kv->n_embd == lm->Ckvl, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
              "model_forward_cached_resident: the KV cache was made for another model shape");
   PetscCall(model_cached_check_head_rows(head_rows, M, N));
@@ -126,7 +141,8 @@ PetscErrorCode model_forward_cached_resident(Model *lm, ModelKVCache *kv, const 
   /* the cached activations' layout depends on N and M: this call's, in the slab as it is */
   PetscCall(model_acts_cached_resize(lm, N, M));
   *logits = lm->acts->c_out;
-  if (!graph || !be->graph_begin || head_rows) { /* a record would hold the rows' copies: a call with head rows runs as it is */
+  if (!graph || !be->graph_begin ||
+      head_rows) { /* a record would hold the rows' copies: a call with head rows runs as it is */
     PetscCall(resident_body(lm, kv, tok, slot, pos, N, head_rows, M));
     PetscFunctionReturn(PETSC_SUCCESS);
   }

@@ -27,15 +27,21 @@ static int model_tag_ub(void)
   return ub;
 }
 
-static inline int model_tag(const Model *lm, int dir) { return MODEL_TAG_BASE + (lm->msg_mb * MODEL_MSG_MODELS + lm->msg_model) * 3 + dir; }
+static inline int model_tag(const Model *lm, int dir)
+{
+  return MODEL_TAG_BASE + (lm->msg_mb * MODEL_MSG_MODELS + lm->msg_model) * 3 + dir;
+}
 
 PetscErrorCode model_msg_ids(Model *lm, int model, int mb)
 {
   PetscFunctionBegin;
-  PetscCheck(model >= 0 && model < MODEL_MSG_MODELS, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_msg_ids: model id %d, expected 0..%d", model, MODEL_MSG_MODELS - 1);
-  PetscCheck(mb >= 0 && (MODEL_TAG_BASE + 2 + ((double)mb * MODEL_MSG_MODELS + model) * 3) <= model_tag_ub(), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-             "model_msg_ids: micro-batch %d: its pipeline messages' MPI tags would pass MPI_TAG_UB %d (at most %d micro-batches per step)", mb, model_tag_ub(),
-             (model_tag_ub() - MODEL_TAG_BASE - 2) / (3 * MODEL_MSG_MODELS));
+  PetscCheck(model >= 0 && model < MODEL_MSG_MODELS, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "model_msg_ids: model id %d, expected 0..%d", model, MODEL_MSG_MODELS - 1);
+  PetscCheck(mb >= 0 && (MODEL_TAG_BASE + 2 + ((double)mb * MODEL_MSG_MODELS + model) * 3) <= model_tag_ub(),
+             PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "model_msg_ids: micro-batch %d: its pipeline messages' MPI tags would pass MPI_TAG_UB %d (at most %d "
+             "micro-batches per step)",
+             mb, model_tag_ub(), (model_tag_ub() - MODEL_TAG_BASE - 2) / (3 * MODEL_MSG_MODELS));
   lm->msg_model = model;
   lm->msg_mb    = mb;
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -105,7 +111,8 @@ PetscErrorCode model_logprobs_tp(Model *lm, float *logprob, float *entropy)
     int          n = PetscMin(a->tile, N - r0);
     const float *logits;
     PetscCall(model_head_tile(lm, r0, n, &logits));
-    PetscCall(lm->be->logprob_stats(dev + (size_t)4 * r0, logits, a->target + r0, a->inv_temp, a->have_mask ? a->mask_off + r0 : NULL, a->mask_ids, n, lm->Vl, lm->v0));
+    PetscCall(lm->be->logprob_stats(dev + (size_t)4 * r0, logits, a->target + r0, a->inv_temp,
+                                    a->have_mask ? a->mask_off + r0 : NULL, a->mask_ids, n, lm->Vl, lm->v0));
   }
   PetscCall(lm->be->to_host(mine, dev, (size_t)4 * N * sizeof(double)));
   PetscCall(lm->be->free(dev));
@@ -140,15 +147,19 @@ PetscErrorCode model_grads_sync(Model *lm)
   if (!m || lm->grads_synced) PetscFunctionReturn(PETSC_SUCCESS);
   lm->grads_synced = PETSC_TRUE;
   if (m->dp > 1)
-    for (size_t off = 0; off < lm->nparams; off += bucket) PetscCall(comm_allreduce_sum(&m->dp_comm, lm->grads + off, PetscMin(bucket, lm->nparams - off)));
-  if (m->pp > 1 && lm->cfg.head == MODEL_HEAD_LM && !model_untied_head(&lm->cfg) && m->embed_comm.mpi != MPI_COMM_NULL) {
+    for (size_t off = 0; off < lm->nparams; off += bucket)
+      PetscCall(comm_allreduce_sum(&m->dp_comm, lm->grads + off, PetscMin(bucket, lm->nparams - off)));
+  if (m->pp > 1 && lm->cfg.head == MODEL_HEAD_LM && !model_untied_head(&lm->cfg) &&
+      m->embed_comm.mpi != MPI_COMM_NULL) {
     const ModelTensor *t = &lm->tensors[MODEL_T_WTE];
     PetscCall(comm_allreduce_sum(&m->embed_comm, lm->grads + t->offset, t->numel));
   }
   if (lm->cfg.qk_norm && m->tp > 1)
     for (int l = lm->sh.l0; l < lm->sh.l1; l++) {
-      const ModelTensor *qn = &lm->tensors[model_tidx_layer(&lm->cfg, l, LL_T_QN)], *kn = &lm->tensors[model_tidx_layer(&lm->cfg, l, LL_T_KN)];
-      PetscCall(comm_allreduce_sum(&m->tp_comm, lm->grads + qn->offset, qn->numel)); /* q_norm then k_norm: neighbours, but kept apart */
+      const ModelTensor *qn = &lm->tensors[model_tidx_layer(&lm->cfg, l, LL_T_QN)],
+                        *kn = &lm->tensors[model_tidx_layer(&lm->cfg, l, LL_T_KN)];
+      PetscCall(comm_allreduce_sum(&m->tp_comm, lm->grads + qn->offset,
+                                   qn->numel)); /* q_norm then k_norm: neighbours, but kept apart */
       PetscCall(comm_allreduce_sum(&m->tp_comm, lm->grads + kn->offset, kn->numel));
     }
   if (model_kv_rep(&lm->cfg, m->tp) > 1) {
@@ -156,7 +167,8 @@ PetscErrorCode model_grads_sync(Model *lm)
     PetscCall(mesh_tp_block(m, model_kv_rep(&lm->cfg, m->tp), &block));
     for (int i = 0; i < lm->ntensors;) { /* k|v (and their biases) are neighbours: one call per run of them */
       size_t off = lm->tensors[i].offset, n = 0;
-      while (i < lm->ntensors && lm->tensors[i].kv_heads && lm->tensors[i].numel && lm->tensors[i].offset == off + n) n += lm->tensors[i++].numel;
+      while (i < lm->ntensors && lm->tensors[i].kv_heads && lm->tensors[i].numel && lm->tensors[i].offset == off + n)
+        n += lm->tensors[i++].numel;
       if (n) PetscCall(comm_allreduce_sum(block, lm->grads + off, n));
       else i++;
     }
@@ -196,7 +208,8 @@ PetscErrorCode model_grad_sumsq(const Model *lm, double *ss)
 PetscErrorCode model_set_zero1(Model *lm, PetscBool on)
 {
   PetscFunctionBegin;
-  PetscCheck(!lm->m && !lm->v, PETSC_COMM_SELF, PETSC_ERR_ORDER, "model_set_zero1: set before the optimizer state exists");
+  PetscCheck(!lm->m && !lm->v, PETSC_COMM_SELF, PETSC_ERR_ORDER,
+             "model_set_zero1: set before the optimizer state exists");
   lm->dist.zero1 = on && lm->mesh && lm->mesh->dp > 1 ? PETSC_TRUE : PETSC_FALSE;
   lm->own0       = 0;
   lm->own1       = lm->nparams;

@@ -9,8 +9,8 @@ static PetscErrorCode check_tokens(const ModelConfig *cfg, const int *tok, int N
 {
   PetscFunctionBegin;
   for (int n = 0; n < N; n++)
-    PetscCheck(tok[n] >= 0 && tok[n] < cfg->vocab_size, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "token %d at row %d is outside the vocabulary [0,%d)", tok[n], n,
-               cfg->vocab_size);
+    PetscCheck(tok[n] >= 0 && tok[n] < cfg->vocab_size, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "token %d at row %d is outside the vocabulary [0,%d)", tok[n], n, cfg->vocab_size);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -28,10 +28,12 @@ static PetscErrorCode upload_positions(Model *lm, int B, int T)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode model_norm_forward(const Model *lm, float *out, float *mean, float *rstd, const float *x, const float *w, const float *b, int N)
+PetscErrorCode model_norm_forward(const Model *lm, float *out, float *mean, float *rstd, const float *x, const float *w,
+                                  const float *b, int N)
 {
   PetscFunctionBegin;
-  if (model_arch(&lm->cfg)->norm == MODEL_NORM_RMS) PetscCall(lm->be->rmsnorm_forward(out, rstd, x, w, N, lm->cfg.n_embd, (float)lm->cfg.norm_eps));
+  if (model_arch(&lm->cfg)->norm == MODEL_NORM_RMS)
+    PetscCall(lm->be->rmsnorm_forward(out, rstd, x, w, N, lm->cfg.n_embd, (float)lm->cfg.norm_eps));
   else PetscCall(lm->be->layernorm_forward(out, mean, rstd, x, w, b, N, lm->cfg.n_embd));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -41,8 +43,8 @@ PetscErrorCode model_norm_forward(const Model *lm, float *out, float *mean, floa
  * cached forward shares this half of the block. Under tensor parallelism
  * c_fc (gate, up) is column-parallel (this rank's F columns) and c_proj
  * (down) row-parallel: partial sums, added over the tp group. */
-PetscErrorCode model_mlp_forward(const Model *lm, const ModelLayerParams *p, const float *x, float *ln, float *mean, float *rstd, float *fch, float *fch_gelu,
-                               float *proj, int N)
+PetscErrorCode model_mlp_forward(const Model *lm, const ModelLayerParams *p, const float *x, float *ln, float *mean,
+                                 float *rstd, float *fch, float *fch_gelu, float *proj, int N)
 {
   const Backend *be = lm->be;
   int            C = lm->cfg.n_embd, F = lm->Fl;
@@ -58,7 +60,8 @@ PetscErrorCode model_mlp_forward(const Model *lm, const ModelLayerParams *p, con
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode model_qkv_forward(const Model *lm, const ModelLayerParams *p, float *qkv, float *qk_in, float *qk_rstd, const float *ln, const int *pos, int N)
+PetscErrorCode model_qkv_forward(const Model *lm, const ModelLayerParams *p, float *qkv, float *qk_in, float *qk_rstd,
+                                 const float *ln, const int *pos, int N)
 {
   int C = lm->cfg.n_embd, W = lm->Cl + 2 * lm->Ckvl;
 
@@ -68,18 +71,23 @@ PetscErrorCode model_qkv_forward(const Model *lm, const ModelLayerParams *p, flo
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode model_qkv_heads(const Model *lm, const ModelLayerParams *p, float *qkv, float *qk_in, float *qk_rstd, const int *pos, int N)
+PetscErrorCode model_qkv_heads(const Model *lm, const ModelLayerParams *p, float *qkv, float *qk_in, float *qk_rstd,
+                               const int *pos, int N)
 {
   const Backend *be = lm->be;
   int            hd = model_head_dim(&lm->cfg);
 
   PetscFunctionBegin;
-  if (p->q_norm_w) PetscCall(be->qk_norm_forward(qkv, qk_in, qk_rstd, p->q_norm_w, p->k_norm_w, N, lm->NHl, lm->NKVl, hd, (float)lm->cfg.norm_eps));
-  if (model_arch(&lm->cfg)->pos == MODEL_POS_ROTARY) PetscCall(be->rope(qkv, pos, lm->inv_freq, N, lm->NHl, lm->NKVl, hd, 0));
+  if (p->q_norm_w)
+    PetscCall(be->qk_norm_forward(qkv, qk_in, qk_rstd, p->q_norm_w, p->k_norm_w, N, lm->NHl, lm->NKVl, hd,
+                                  (float)lm->cfg.norm_eps));
+  if (model_arch(&lm->cfg)->pos == MODEL_POS_ROTARY)
+    PetscCall(be->rope(qkv, pos, lm->inv_freq, N, lm->NHl, lm->NKVl, hd, 0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode model_attn_proj_forward(const Model *lm, const ModelLayerParams *p, float *proj, const float *atty, int N)
+PetscErrorCode model_attn_proj_forward(const Model *lm, const ModelLayerParams *p, float *proj, const float *atty,
+                                       int N)
 {
   int C = lm->cfg.n_embd, Ca = lm->Cl;
 
@@ -133,9 +141,11 @@ PetscErrorCode model_head_forward(const Model *lm, float *out, const float *x, i
 
   PetscFunctionBegin;
   if (cfg->head == MODEL_HEAD_LM) {
-    PetscCall(model_matmul(lm, out, x, model_view(lm, lm->params, model_tidx_lm_head(cfg)), NULL, N, cfg->n_embd, lm->Vl, PETSC_TRUE));
+    PetscCall(model_matmul(lm, out, x, model_view(lm, lm->params, model_tidx_lm_head(cfg)), NULL, N, cfg->n_embd,
+                           lm->Vl, PETSC_TRUE));
   } else {
-    PetscCall(model_matmul(lm, out, x, model_view(lm, lm->params, model_tidx_score(cfg)), NULL, N, cfg->n_embd, 1, PETSC_TRUE));
+    PetscCall(model_matmul(lm, out, x, model_view(lm, lm->params, model_tidx_score(cfg)), NULL, N, cfg->n_embd, 1,
+                           PETSC_TRUE));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -147,7 +157,8 @@ PetscErrorCode model_final_norm(const Model *lm, float *out, float *mean, float 
   int              b   = model_tidx_lnf_b(cfg);
 
   PetscFunctionBegin;
-  PetscCall(model_norm_forward(lm, out, mean, rstd, x, model_view(lm, lm->params, model_tidx_lnf_w(cfg)), b >= 0 ? model_view(lm, lm->params, b) : NULL, N));
+  PetscCall(model_norm_forward(lm, out, mean, rstd, x, model_view(lm, lm->params, model_tidx_lnf_w(cfg)),
+                               b >= 0 ? model_view(lm, lm->params, b) : NULL, N));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -155,10 +166,13 @@ PetscErrorCode model_final_norm(const Model *lm, float *out, float *mean, float 
  * vocabulary shard (tp rank 0 also GPT-2's positions), summed over the group. */
 PetscErrorCode model_embed(const Model *lm, float *out, const int *tok, const int *pos, int N)
 {
-  const float *wpe = model_arch(&lm->cfg)->pos == MODEL_POS_ROTARY ? NULL : model_row_bias(lm, model_view(lm, lm->params, MODEL_T_WPE));
+  const float *wpe = model_arch(&lm->cfg)->pos == MODEL_POS_ROTARY
+                         ? NULL
+                         : model_row_bias(lm, model_view(lm, lm->params, MODEL_T_WPE));
 
   PetscFunctionBegin;
-  PetscCall(lm->be->encoder_forward(out, tok, pos, model_view(lm, lm->params, MODEL_T_WTE), wpe, N, lm->cfg.n_embd, lm->v0, lm->Vl));
+  PetscCall(lm->be->encoder_forward(out, tok, pos, model_view(lm, lm->params, MODEL_T_WTE), wpe, N, lm->cfg.n_embd,
+                                    lm->v0, lm->Vl));
   PetscCall(model_tp_sum(lm, out, (size_t)N * lm->cfg.n_embd));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -171,8 +185,10 @@ PetscErrorCode model_forward(Model *lm, const int *tok, int B, int T)
   int              N = B * T, C = cfg->n_embd, l1 = lm->sh.l1;
 
   PetscFunctionBegin;
-  PetscCheck(B > 0 && T > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_forward: B %d and T %d must be positive", B, T);
-  PetscCheck(T <= cfg->n_positions, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_forward: sequence length %d exceeds n_positions %d", T, cfg->n_positions);
+  PetscCheck(B > 0 && T > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_forward: B %d and T %d must be positive",
+             B, T);
+  PetscCheck(T <= cfg->n_positions, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "model_forward: sequence length %d exceeds n_positions %d", T, cfg->n_positions);
   PetscCall(check_tokens(cfg, tok, N));
   PetscCall(model_acts_train_resize(lm, B, T));
   a = lm->acts;
@@ -186,7 +202,8 @@ PetscErrorCode model_forward(Model *lm, const int *tok, int B, int T)
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(model_final_norm(lm, a->lnf, a->lnf_mean, a->lnf_rstd, model_layer_input(lm, l1), N));
-  if (cfg->head == MODEL_HEAD_SCALAR || a->tile == N) PetscCall(model_head_forward(lm, a->head_out, a->lnf, N)); /* else tile by tile, when asked */
+  if (cfg->head == MODEL_HEAD_SCALAR || a->tile == N)
+    PetscCall(model_head_forward(lm, a->head_out, a->lnf, N)); /* else tile by tile, when asked */
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -195,7 +212,8 @@ PetscErrorCode model_head_tile(Model *lm, int r0, int n, const float **logits)
   ModelActs *a = lm->acts;
 
   PetscFunctionBegin;
-  PetscCheck(r0 >= 0 && n > 0 && n <= a->tile && r0 + n <= a->N, PETSC_COMM_SELF, PETSC_ERR_PLIB, "model_head_tile: rows [%d,%d) of %d in tiles of %d", r0, r0 + n, a->N, a->tile);
+  PetscCheck(r0 >= 0 && n > 0 && n <= a->tile && r0 + n <= a->N, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+             "model_head_tile: rows [%d,%d) of %d in tiles of %d", r0, r0 + n, a->N, a->tile);
   if (a->tile == a->N) *logits = a->head_out + (size_t)r0 * lm->Vl;
   else {
     PetscCall(model_head_forward(lm, a->head_out, a->lnf + (size_t)r0 * lm->cfg.n_embd, n));
@@ -204,15 +222,20 @@ PetscErrorCode model_head_tile(Model *lm, int r0, int n, const float **logits)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-const float *model_logits(const Model *lm) { return lm->cfg.head == MODEL_HEAD_LM && lm->acts->tile == lm->acts->N ? lm->acts->head_out : NULL; }
+const float *model_logits(const Model *lm)
+{
+  return lm->cfg.head == MODEL_HEAD_LM && lm->acts->tile == lm->acts->N ? lm->acts->head_out : NULL;
+}
 
 const float *model_values(const Model *lm) { return lm->cfg.head == MODEL_HEAD_SCALAR ? lm->acts->head_out : NULL; }
 
 PetscErrorCode model_check_forward_done(const Model *lm, ModelHead head, const char *fn)
 {
   PetscFunctionBegin;
-  PetscCheck(model_last_stage(lm), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s: only the last pipeline stage has the head's output", fn);
-  PetscCheck(lm->cfg.head == head, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "%s needs the %s head; this model has the %s head", fn, ModelHeadNames[head],
+  PetscCheck(model_last_stage(lm), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "%s: only the last pipeline stage has the head's output", fn);
+  PetscCheck(lm->cfg.head == head, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "%s needs the %s head; this model has the %s head", fn, ModelHeadNames[head],
              ModelHeadNames[lm->cfg.head]);
   PetscCheck(lm->acts->N > 0, PETSC_COMM_SELF, PETSC_ERR_ORDER, "%s: call model_forward first", fn);
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -225,8 +248,8 @@ PetscErrorCode model_targets_upload(Model *lm, const int *target)
 
   PetscFunctionBegin;
   for (int n = 0; n < N; n++)
-    PetscCheck(target[n] < lm->cfg.vocab_size, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "target %d at row %d is outside the vocabulary [0,%d)", target[n], n,
-               lm->cfg.vocab_size);
+    PetscCheck(target[n] < lm->cfg.vocab_size, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "target %d at row %d is outside the vocabulary [0,%d)", target[n], n, lm->cfg.vocab_size);
   PetscCall(lm->be->from_host(lm->acts->target, target, (size_t)N * sizeof(int)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -242,22 +265,26 @@ static PetscErrorCode mask_rows_check(const int *off, const int *ids, const int 
   for (int n = 0; n < N; n++) {
     PetscBool has_target = off[n + 1] == off[n] ? PETSC_TRUE : PETSC_FALSE; /* an empty range allows everything */
 
-    PetscCheck(off[n + 1] >= off[n], PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "model_logprobs_dist: mask_off decreases at row %d (%d > %d)", n, off[n], off[n + 1]);
+    PetscCheck(off[n + 1] >= off[n], PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+               "model_logprobs_dist: mask_off decreases at row %d (%d > %d)", n, off[n], off[n + 1]);
     if (off[n + 1] == off[n] + 1 && ids[off[n]] < 0) {
       long long e = -(long long)ids[off[n]] - 1;
-      PetscCheck(e < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_logprobs_dist: row %d allows every token but %lld, outside the vocabulary [0,%d)", n, e, V);
-      PetscCheck(target[n] != e, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_logprobs_dist: row %d has target %d outside its allowed set", n, target[n]);
+      PetscCheck(e < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+                 "model_logprobs_dist: row %d allows every token but %lld, outside the vocabulary [0,%d)", n, e, V);
+      PetscCheck(target[n] != e, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+                 "model_logprobs_dist: row %d has target %d outside its allowed set", n, target[n]);
       continue;
     }
     for (int k = off[n]; k < off[n + 1]; k++) {
-      PetscCheck(ids[k] >= 0 && ids[k] < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_logprobs_dist: row %d allows token %d outside the vocabulary [0,%d)", n,
-                 ids[k], V);
-      PetscCheck(seen[ids[k]] != n + 1, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "model_logprobs_dist: row %d allows token %d twice", n, ids[k]);
+      PetscCheck(ids[k] >= 0 && ids[k] < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+                 "model_logprobs_dist: row %d allows token %d outside the vocabulary [0,%d)", n, ids[k], V);
+      PetscCheck(seen[ids[k]] != n + 1, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+                 "model_logprobs_dist: row %d allows token %d twice", n, ids[k]);
       seen[ids[k]] = n + 1;
       if (ids[k] == target[n]) has_target = PETSC_TRUE;
     }
-    PetscCheck(target[n] < 0 || has_target, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_logprobs_dist: row %d has target %d outside its allowed set", n,
-               target[n]);
+    PetscCheck(target[n] < 0 || has_target, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "model_logprobs_dist: row %d has target %d outside its allowed set", n, target[n]);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -271,13 +298,16 @@ static PetscErrorCode dist_check(const Model *lm, const int *target, const Model
   PetscErrorCode ierr;
 
   PetscFunctionBegin;
-  PetscCheck(dist->inv_temp > 0 && isfinite(dist->inv_temp), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_logprobs_dist: inv_temp must be positive and finite, not %g",
-             (double)dist->inv_temp);
+  PetscCheck(dist->inv_temp > 0 && isfinite(dist->inv_temp), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "model_logprobs_dist: inv_temp must be positive and finite, not %g", (double)dist->inv_temp);
   if (!off) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCheck(off[0] == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "model_logprobs_dist: mask_off[0] is %d, not 0", off[0]);
-  PetscCheck(off[N] <= 0 || dist->mask_ids, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "model_logprobs_dist: mask_ids is NULL but mask_off[%d] is %d", N, off[N]);
+  PetscCheck(off[0] == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "model_logprobs_dist: mask_off[0] is %d, not 0",
+             off[0]);
+  PetscCheck(off[N] <= 0 || dist->mask_ids, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL,
+             "model_logprobs_dist: mask_ids is NULL but mask_off[%d] is %d", N, off[N]);
   PetscCall(PetscCalloc1(V, &seen));
-  ierr = mask_rows_check(off, dist->mask_ids, target, N, V, seen); /* freed before the error goes up: callers may recover */
+  ierr = mask_rows_check(off, dist->mask_ids, target, N, V,
+                         seen); /* freed before the error goes up: callers may recover */
   PetscCall(PetscFree(seen));
   PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -302,7 +332,8 @@ static PetscErrorCode dist_upload(Model *lm, const int *target, const ModelToken
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode model_logprobs_dist(Model *lm, const int *target, const ModelTokenDist *dist, float *logprob, float *entropy)
+PetscErrorCode model_logprobs_dist(Model *lm, const int *target, const ModelTokenDist *dist, float *logprob,
+                                   float *entropy)
 {
   ModelActs *a = lm->acts;
 
@@ -317,8 +348,9 @@ PetscErrorCode model_logprobs_dist(Model *lm, const int *target, const ModelToke
       int          n = PetscMin(a->tile, a->N - r0);
       const float *logits;
       PetscCall(model_head_tile(lm, r0, n, &logits));
-      PetscCall(lm->be->logprob_forward(a->logprob + r0, a->lse + r0, entropy ? a->entropy + r0 : NULL, logits, a->target + r0, a->inv_temp,
-                                         a->have_mask ? a->mask_off + r0 : NULL, a->mask_ids, n, lm->cfg.vocab_size));
+      PetscCall(lm->be->logprob_forward(a->logprob + r0, a->lse + r0, entropy ? a->entropy + r0 : NULL, logits,
+                                        a->target + r0, a->inv_temp, a->have_mask ? a->mask_off + r0 : NULL,
+                                        a->mask_ids, n, lm->cfg.vocab_size));
     }
     PetscCall(lm->be->to_host(logprob, a->logprob, (size_t)a->N * sizeof(float)));
     if (entropy) PetscCall(lm->be->to_host(entropy, a->entropy, (size_t)a->N * sizeof(float)));

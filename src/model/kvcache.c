@@ -10,9 +10,10 @@ PetscErrorCode model_kv_create(const Model *lm, int nslot, int Tmax, ModelKVCach
   size_t      n;
 
   PetscFunctionBegin;
-  PetscCheck(nslot > 0 && Tmax > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_kv_create: nslot %d and Tmax %d must be positive", nslot, Tmax);
-  PetscCheck(Tmax <= lm->cfg.n_positions, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_kv_create: Tmax %d exceeds the model's n_positions %d", Tmax,
-             lm->cfg.n_positions);
+  PetscCheck(nslot > 0 && Tmax > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "model_kv_create: nslot %d and Tmax %d must be positive", nslot, Tmax);
+  PetscCheck(Tmax <= lm->cfg.n_positions, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "model_kv_create: Tmax %d exceeds the model's n_positions %d", Tmax, lm->cfg.n_positions);
   PetscCall(PetscNew(&c));
   c->nslot   = nslot;
   c->Tmax    = Tmax;
@@ -42,12 +43,15 @@ size_t model_kv_floats(const ModelKVCache *kv, int npos)
 }
 
 /* Slot s's positions are contiguous in each layer: [l][s][0..Tmax)[C]. */
-static PetscErrorCode kv_copy(const Model *lm, const ModelKVCache *kv, int slot, int npos, float *host, PetscBool to_host)
+static PetscErrorCode kv_copy(const Model *lm, const ModelKVCache *kv, int slot, int npos, float *host,
+                              PetscBool to_host)
 {
-  size_t per_layer = (size_t)kv->nslot * kv->Tmax * kv->n_embd, run = (size_t)npos * kv->n_embd, at = (size_t)slot * kv->Tmax * kv->n_embd;
+  size_t per_layer = (size_t)kv->nslot * kv->Tmax * kv->n_embd, run = (size_t)npos * kv->n_embd,
+         at = (size_t)slot * kv->Tmax * kv->n_embd;
 
   PetscFunctionBegin;
-  PetscCheck(slot >= 0 && slot < kv->nslot && npos >= 0 && npos <= kv->Tmax, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_kv: slot %d, %d positions outside the cache's %d slots of %d", slot, npos, kv->nslot, kv->Tmax);
+  PetscCheck(slot >= 0 && slot < kv->nslot && npos >= 0 && npos <= kv->Tmax, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "model_kv: slot %d, %d positions outside the cache's %d slots of %d", slot, npos, kv->nslot, kv->Tmax);
   if (!npos) PetscFunctionReturn(PETSC_SUCCESS);
   for (int kind = 0; kind < 2; kind++)
     for (int l = 0; l < kv->n_layer; l++) {
@@ -77,11 +81,14 @@ PetscErrorCode model_kv_copy_slot(const Model *lm, ModelKVCache *kv, int from, i
   size_t per_layer = (size_t)kv->nslot * kv->Tmax * kv->n_embd, run = (size_t)npos * kv->n_embd;
 
   PetscFunctionBegin;
-  PetscCheck(from >= 0 && from < kv->nslot && to >= 0 && to < kv->nslot && npos >= 0 && npos <= kv->Tmax, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-             "model_kv_copy_slot: slots %d and %d, %d positions outside the cache's %d slots of %d", from, to, npos, kv->nslot, kv->Tmax);
+  PetscCheck(from >= 0 && from < kv->nslot && to >= 0 && to < kv->nslot && npos >= 0 && npos <= kv->Tmax,
+             PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "model_kv_copy_slot: slots %d and %d, %d positions outside the cache's %d slots of %d", from, to, npos,
+             kv->nslot, kv->Tmax);
   if (!npos || from == to) PetscFunctionReturn(PETSC_SUCCESS);
   for (int l = 0; l < kv->n_layer; l++) {
-    size_t a = l * per_layer + (size_t)from * kv->Tmax * kv->n_embd, b = l * per_layer + (size_t)to * kv->Tmax * kv->n_embd;
+    size_t a = l * per_layer + (size_t)from * kv->Tmax * kv->n_embd,
+           b = l * per_layer + (size_t)to * kv->Tmax * kv->n_embd;
     PetscCall(lm->be->copy(kv->k + b, kv->k + a, run * sizeof(float)));
     PetscCall(lm->be->copy(kv->v + b, kv->v + a, run * sizeof(float)));
   }
@@ -89,7 +96,8 @@ PetscErrorCode model_kv_copy_slot(const Model *lm, ModelKVCache *kv, int from, i
 }
 
 /* Host-side guards: the ops index wte, wpe and the cache with these values. */
-PetscErrorCode model_cached_check_rows(const Model *lm, const ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N)
+PetscErrorCode model_cached_check_rows(const Model *lm, const ModelKVCache *kv, const int *tok, const int *slot,
+                                       const int *pos, int N)
 {
   int V = lm->cfg.vocab_size;
 
@@ -97,30 +105,38 @@ PetscErrorCode model_cached_check_rows(const Model *lm, const ModelKVCache *kv, 
   PetscCheck(kv->n_layer == lm->sh.l1 - lm->sh.l0 && kv->n_embd == lm->Ckvl, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
              "model_forward_cached: the KV cache was made for another model shape");
   for (int r = 0; r < N; r++) {
-    PetscCheck(tok[r] >= 0 && tok[r] < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_forward_cached: token %d at row %d is outside [0,%d)", tok[r], r, V);
-    PetscCheck(slot[r] >= 0 && slot[r] < kv->nslot, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_forward_cached: slot %d at row %d is outside [0,%d)", slot[r], r,
-               kv->nslot);
-    PetscCheck(pos[r] >= 0 && pos[r] < lm->cfg.n_positions && pos[r] < kv->Tmax, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-               "model_forward_cached: position %d at row %d is outside [0,%d) (n_positions %d, cache Tmax %d)", pos[r], r, PetscMin(lm->cfg.n_positions, kv->Tmax),
-               lm->cfg.n_positions, kv->Tmax);
+    PetscCheck(tok[r] >= 0 && tok[r] < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "model_forward_cached: token %d at row %d is outside [0,%d)", tok[r], r, V);
+    PetscCheck(slot[r] >= 0 && slot[r] < kv->nslot, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "model_forward_cached: slot %d at row %d is outside [0,%d)", slot[r], r, kv->nslot);
+    PetscCheck(pos[r] >= 0 && pos[r] < lm->cfg.n_positions && pos[r] < kv->Tmax, PETSC_COMM_SELF,
+               PETSC_ERR_ARG_OUTOFRANGE,
+               "model_forward_cached: position %d at row %d is outside [0,%d) (n_positions %d, cache Tmax %d)", pos[r],
+               r, PetscMin(lm->cfg.n_positions, kv->Tmax), lm->cfg.n_positions, kv->Tmax);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscBool model_cached_fused(const Model *lm, int n) { return (PetscBool)(lm->be->matmul_fused && n <= lm->be->fused_rows && lm->sh.tp == 1 && !lm->cached_rows); }
+PetscBool model_cached_fused(const Model *lm, int n)
+{
+  return (PetscBool)(lm->be->matmul_fused && n <= lm->be->fused_rows && lm->sh.tp == 1 && !lm->cached_rows);
+}
 
 /* The cached block with the backend's fused matmuls: RMSNorm folded into
  * the matmul it feeds (LayerNorm runs as it is), the residual adds into the
  * output projections, SwiGLU into the down projection's input: five
  * kernels fewer a layer of the LLaMA family, two of GPT-2, the same bits. */
-static PetscErrorCode cached_block_fused(Model *lm, ModelKVCache *kv, int l, const ModelLayerParams *p, float *x, int n, const int *slot, const int *pos)
+static PetscErrorCode cached_block_fused(Model *lm, ModelKVCache *kv, int l, const ModelLayerParams *p, float *x, int n,
+                                         const int *slot, const int *pos)
 {
   const Backend *be = lm->be;
   ModelActs     *a  = lm->acts;
   int            C = lm->cfg.n_embd, F = lm->Fl, W = lm->Cl + 2 * lm->Ckvl;
   size_t         per_layer = (size_t)kv->nslot * kv->Tmax * kv->n_embd;
-  PetscBool      ow = model_weights_out_in(&lm->cfg), gated = model_arch(&lm->cfg)->mlp == MODEL_MLP_SWIGLU, rms = model_arch(&lm->cfg)->norm == MODEL_NORM_RMS;
-  MatmulFusion   in1 = {.norm_w = rms ? p->ln1_w : NULL, .norm_eps = (float)lm->cfg.norm_eps}, in2 = in1, add = {.add = PETSC_TRUE};
+  PetscBool      ow = model_weights_out_in(&lm->cfg), gated = model_arch(&lm->cfg)->mlp == MODEL_MLP_SWIGLU,
+            rms    = model_arch(&lm->cfg)->norm == MODEL_NORM_RMS;
+  MatmulFusion in1 = { .norm_w = rms ? p->ln1_w : NULL, .norm_eps = (float)lm->cfg.norm_eps }, in2 = in1,
+               add    = { .add = PETSC_TRUE };
   MatmulFusion   down = {.gated = gated, .add = PETSC_TRUE};
 
   PetscFunctionBegin;
@@ -128,8 +144,8 @@ static PetscErrorCode cached_block_fused(Model *lm, ModelKVCache *kv, int l, con
   if (!rms) PetscCall(model_norm_forward(lm, a->c_ln, a->c_mean, a->c_rstd, x, p->ln1_w, p->ln1_b, n));
   PetscCall(be->matmul_fused(a->c_qkv, rms ? x : a->c_ln, p->qkv_w, p->qkv_b, n, C, W, ow, &in1));
   PetscCall(model_qkv_heads(lm, p, a->c_qkv, NULL, NULL, pos, n));
-  PetscCall(be->attention_cached(a->c_atty, kv->k + (l - lm->sh.l0) * per_layer, kv->v + (l - lm->sh.l0) * per_layer, a->c_qkv, slot, pos, n, kv->Tmax, lm->Cl,
-                                 lm->NHl, lm->NKVl));
+  PetscCall(be->attention_cached(a->c_atty, kv->k + (l - lm->sh.l0) * per_layer, kv->v + (l - lm->sh.l0) * per_layer,
+                                 a->c_qkv, slot, pos, n, kv->Tmax, lm->Cl, lm->NHl, lm->NKVl));
   PetscCall(be->matmul_fused(x, a->c_atty, p->o_w, p->o_b, n, lm->Cl, C, ow, &add));
   if (!rms) PetscCall(model_norm_forward(lm, a->c_ln, a->c_mean, a->c_rstd, x, p->ln2_w, p->ln2_b, n));
   PetscCall(be->matmul_fused(a->c_fch, rms ? x : a->c_ln, p->fc_w, p->fc_b, n, C, gated ? 2 * F : F, ow, &in2));
@@ -157,8 +173,8 @@ PetscErrorCode model_cached_block(Model *lm, ModelKVCache *kv, int l, int r0, in
   }
   PetscCall(model_norm_forward(lm, a->c_ln, a->c_mean, a->c_rstd, x, p.ln1_w, p.ln1_b, n));
   PetscCall(model_qkv_forward(lm, &p, a->c_qkv, NULL, NULL, a->c_ln, pos, n));
-  PetscCall(be->attention_cached(a->c_atty, kv->k + (l - lm->sh.l0) * per_layer, kv->v + (l - lm->sh.l0) * per_layer, a->c_qkv, slot, pos, n, kv->Tmax, lm->Cl,
-                                 lm->NHl, lm->NKVl));
+  PetscCall(be->attention_cached(a->c_atty, kv->k + (l - lm->sh.l0) * per_layer, kv->v + (l - lm->sh.l0) * per_layer,
+                                 a->c_qkv, slot, pos, n, kv->Tmax, lm->Cl, lm->NHl, lm->NKVl));
   PetscCall(model_attn_proj_forward(lm, &p, a->c_proj, a->c_atty, n));
   PetscCall(be->axpy(x, 1.0f, a->c_proj, NC));
   PetscCall(model_mlp_forward(lm, &p, x, a->c_ln, a->c_mean, a->c_rstd, a->c_fch, a->c_fch_gelu, a->c_proj, n));
@@ -184,10 +200,12 @@ PetscErrorCode model_cached_check_head_rows(const int *head_rows, int M, int N)
 {
   PetscFunctionBegin;
   if (!head_rows) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCheck(M > 0 && M <= N, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "model_forward_cached: %d head rows of %d rows", M, N);
+  PetscCheck(M > 0 && M <= N, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "model_forward_cached: %d head rows of %d rows", M, N);
   for (int m = 0; m < M; m++)
-    PetscCheck(head_rows[m] >= (m ? head_rows[m - 1] + 1 : 0) && head_rows[m] < N, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-               "model_forward_cached: head row %d is %d: head rows must ascend within [0,%d)", m, head_rows[m], N);
+    PetscCheck(head_rows[m] >= (m ? head_rows[m - 1] + 1 : 0) && head_rows[m] < N, PETSC_COMM_SELF,
+               PETSC_ERR_ARG_OUTOFRANGE, "model_forward_cached: head row %d is %d: head rows must ascend within [0,%d)",
+               m, head_rows[m], N);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -226,19 +244,22 @@ static PetscErrorCode cached_head(Model *lm, const int *head_rows, int r0, int n
   PetscCall(model_final_norm(lm, a->c_ln, a->c_mean, a->c_rstd, x, n));
   PetscCall(model_head_forward(lm, a->c_out, a->c_ln, n));
   if (cfg->head == MODEL_HEAD_SCALAR || tp == 1) {
-    PetscCall(lm->be->to_host(out + (size_t)m0 * (cfg->head == MODEL_HEAD_LM ? V : 1), a->c_out, (size_t)n * (cfg->head == MODEL_HEAD_LM ? V : 1) * sizeof(float)));
+    PetscCall(lm->be->to_host(out + (size_t)m0 * (cfg->head == MODEL_HEAD_LM ? V : 1), a->c_out,
+                              (size_t)n * (cfg->head == MODEL_HEAD_LM ? V : 1) * sizeof(float)));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCall(PetscMalloc2((size_t)n * Vl, &loc, (size_t)n * V, &all));
   PetscCall(lm->be->to_host(loc, a->c_out, (size_t)n * Vl * sizeof(float)));
   PetscCall(comm_allgather_host(&lm->mesh->tp_comm, loc, all, (size_t)n * Vl * sizeof(float)));
   for (int t = 0; t < tp; t++) /* [tp][n][Vl] -> [n][V] */
-    for (int r = 0; r < n; r++) PetscCall(PetscArraycpy(out + (size_t)(m0 + r) * V + (size_t)t * Vl, all + ((size_t)t * n + r) * Vl, Vl));
+    for (int r = 0; r < n; r++)
+      PetscCall(PetscArraycpy(out + (size_t)(m0 + r) * V + (size_t)t * Vl, all + ((size_t)t * n + r) * Vl, Vl));
   PetscCall(PetscFree2(loc, all));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N, const int *head_rows, int M, float *out)
+PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok, const int *slot, const int *pos, int N,
+                                    const int *head_rows, int M, float *out)
 {
   const ModelConfig *cfg = &lm->cfg;
   const Backend   *be  = lm->be;
@@ -270,14 +291,17 @@ PetscErrorCode model_forward_cached(Model *lm, ModelKVCache *kv, const int *tok,
     else m0 = r0, m1 = r0 + n;
     if (model_first_stage(lm)) PetscCall(model_embed(lm, a->c_x + (size_t)r0 * C, a->c_tok + r0, a->c_pos + r0, n));
     else PetscCall(model_pp_recv(lm, a->c_x + (size_t)r0 * C, (size_t)n * C, MODEL_TAG_CACHED, lm->sh.p - 1));
-    for (int l = lm->sh.l0; l < lm->sh.l1; l++) PetscCall(model_cached_block(lm, kv, l, r0, n, a->c_slot + r0, a->c_pos + r0));
-    if (!model_last_stage(lm)) PetscCall(model_pp_send(lm, a->c_x + (size_t)r0 * C, (size_t)n * C, MODEL_TAG_CACHED, lm->sh.p + 1, &req[k]));
+    for (int l = lm->sh.l0; l < lm->sh.l1; l++)
+      PetscCall(model_cached_block(lm, kv, l, r0, n, a->c_slot + r0, a->c_pos + r0));
+    if (!model_last_stage(lm))
+      PetscCall(model_pp_send(lm, a->c_x + (size_t)r0 * C, (size_t)n * C, MODEL_TAG_CACHED, lm->sh.p + 1, &req[k]));
     else PetscCall(cached_head(lm, head_rows, r0, n, m0, m1, out));
   }
   for (int k = 0; k < nchunk; k++) PetscCall(comm_wait(&req[k]));
   lm->in_cached = PETSC_FALSE;
   PetscCall(PetscFree(req));
   /* every stage of the pipeline samples the same tokens from the same logits */
-  if (lm->sh.pp > 1) PetscCall(comm_bcast_host(&lm->mesh->pp_comm, out, nout * sizeof(float), lm->sh.pp - 1)); /* out is host memory */
+  if (lm->sh.pp > 1)
+    PetscCall(comm_bcast_host(&lm->mesh->pp_comm, out, nout * sizeof(float), lm->sh.pp - 1)); /* out is host memory */
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -43,7 +43,8 @@ struct ModelActs {
   size_t  layer_stride;           /* floats per layer */
   float  *lnf, *lnf_mean, *lnf_rstd;
   float  *head_out;               /* logits [tile,V] (LM) or values [N] (scalar) */
-  int     tile;                   /* LM head: rows of logits held at once, min(N, model_logits_tile_rows); tile < N: the head runs tile by tile */
+  int tile; /* LM head: rows of logits held at once, min(N, model_logits_tile_rows); tile < N: the head runs tile by
+               tile */
   float  *lse, *logprob;          /* [N], LM head */
   float  *entropy;                /* [N], LM head: model_logprobs_dist's entropies */
   float  *proj;                   /* [N,C] c_proj output before the residual add */
@@ -84,10 +85,18 @@ static inline ModelDims model_dims(const ModelConfig *cfg, const ModelShard *sh)
   int     tp = sh ? sh->tp : 1;
   size_t  hd = (size_t)model_head_dim(cfg);
   size_t  nkv = (size_t)model_kv_heads_local(cfg, tp);
-  ModelDims d  = {(size_t)cfg->n_embd, (size_t)(model_q_width(cfg) / tp), hd * nkv, (size_t)model_n_ffn(cfg) / (size_t)tp,
-                (size_t)(cfg->vocab_size / tp), (size_t)(cfg->n_head / tp), nkv,
-                (size_t)(sh ? sh->l1 - sh->l0 : cfg->n_layer), (size_t)(sh ? sh->l0 : 0), cfg->head == MODEL_HEAD_LM ? PETSC_TRUE : PETSC_FALSE,
-                model_arch(cfg)->mlp == MODEL_MLP_SWIGLU ? PETSC_TRUE : PETSC_FALSE, model_arch(cfg)->qk_norm && cfg->qk_norm ? PETSC_TRUE : PETSC_FALSE};
+  ModelDims d   = { (size_t)cfg->n_embd,
+                    (size_t)(model_q_width(cfg) / tp),
+                    hd * nkv,
+                    (size_t)model_n_ffn(cfg) / (size_t)tp,
+                    (size_t)(cfg->vocab_size / tp),
+                    (size_t)(cfg->n_head / tp),
+                    nkv,
+                    (size_t)(sh ? sh->l1 - sh->l0 : cfg->n_layer),
+                    (size_t)(sh ? sh->l0 : 0),
+                  cfg->head == MODEL_HEAD_LM ? PETSC_TRUE : PETSC_FALSE,
+                  model_arch(cfg)->mlp == MODEL_MLP_SWIGLU ? PETSC_TRUE : PETSC_FALSE,
+                  model_arch(cfg)->qk_norm && cfg->qk_norm ? PETSC_TRUE : PETSC_FALSE };
   return d;
 }
 /* Width of a row of q|k|v, of the MLP's first product (LLaMA: gate|up), and
@@ -137,25 +146,53 @@ enum {
 };
 /* The slot of an optional per-layer tensor in a layer's run of them: the
  * norms move up by three without biases. */
-static inline int ll_slot(const ModelConfig *c, int which) { return which >= LL_T_QN && !c->qkv_bias ? which - 3 : which; }
+static inline int ll_slot(const ModelConfig *c, int which)
+{
+  return which >= LL_T_QN && !c->qkv_bias ? which - 3 : which;
+}
 #define MODEL_T_WPE 1 /* the learned position table, after the token embedding */
-static inline PetscBool model_linear_layout(const ModelConfig *c) { return model_arch(c)->layout == MODEL_LAYOUT_LINEAR ? PETSC_TRUE : PETSC_FALSE; }
-static inline int model_per_layer(const ModelConfig *c) { return model_linear_layout(c) ? LL_T_PER_LAYER + (c->qkv_bias ? 3 : 0) + (c->qk_norm ? 2 : 0) : MODEL_T_PER_LAYER; }
-static inline int model_layer_base(const ModelConfig *c) { return model_arch(c)->pos == MODEL_POS_LEARNED ? MODEL_T_WPE + 1 : MODEL_T_WPE; }
-static inline int model_tidx_layer(const ModelConfig *c, int l, int which) { return model_layer_base(c) + l * model_per_layer(c) + (model_linear_layout(c) ? ll_slot(c, which) : which); }
-static inline int model_tidx_lnf_w(const ModelConfig *c) { return model_layer_base(c) + c->n_layer * model_per_layer(c); }
+static inline PetscBool model_linear_layout(const ModelConfig *c)
+{
+  return model_arch(c)->layout == MODEL_LAYOUT_LINEAR ? PETSC_TRUE : PETSC_FALSE;
+}
+static inline int model_per_layer(const ModelConfig *c)
+{
+  return model_linear_layout(c) ? LL_T_PER_LAYER + (c->qkv_bias ? 3 : 0) + (c->qk_norm ? 2 : 0) : MODEL_T_PER_LAYER;
+}
+static inline int model_layer_base(const ModelConfig *c)
+{
+  return model_arch(c)->pos == MODEL_POS_LEARNED ? MODEL_T_WPE + 1 : MODEL_T_WPE;
+}
+static inline int model_tidx_layer(const ModelConfig *c, int l, int which)
+{
+  return model_layer_base(c) + l * model_per_layer(c) + (model_linear_layout(c) ? ll_slot(c, which) : which);
+}
+static inline int model_tidx_lnf_w(const ModelConfig *c)
+{
+  return model_layer_base(c) + c->n_layer * model_per_layer(c);
+}
 /* the final LayerNorm's bias (-1: RMSNorm has none) */
-static inline int model_tidx_lnf_b(const ModelConfig *c) { return model_arch(c)->norm == MODEL_NORM_LAYER ? model_tidx_lnf_w(c) + 1 : -1; }
+static inline int model_tidx_lnf_b(const ModelConfig *c)
+{
+  return model_arch(c)->norm == MODEL_NORM_LAYER ? model_tidx_lnf_w(c) + 1 : -1;
+}
 /* the tensor after the final norm: the scalar head's score, or an untied LM head */
-static inline int model_tidx_score(const ModelConfig *c) { return model_tidx_lnf_w(c) + (model_arch(c)->norm == MODEL_NORM_LAYER ? 2 : 1); }
-static inline int model_tidx_lm_head(const ModelConfig *c) { return model_untied_head(c) ? model_tidx_score(c) : MODEL_T_WTE; }
+static inline int model_tidx_score(const ModelConfig *c)
+{
+  return model_tidx_lnf_w(c) + (model_arch(c)->norm == MODEL_NORM_LAYER ? 2 : 1);
+}
+static inline int model_tidx_lm_head(const ModelConfig *c)
+{
+  return model_untied_head(c) ? model_tidx_score(c) : MODEL_T_WTE;
+}
 
 /* Parameter (or gradient) pointers of one layer, the same for every layout:
  * a pointer is NULL where the row has no such tensor (biases, norm biases,
  * q/k norms), so the block's code passes them on without asking. */
 typedef struct {
   float *ln1_w, *ln1_b, *ln2_w, *ln2_b; /* the two norms (biases: LayerNorm only) */
-  float *qkv_w, *qkv_b, *o_w, *o_b;     /* attention: q|k|v (fused c_attn, or q with k, v after it) and the output projection */
+  float *qkv_w, *qkv_b, *o_w,
+      *o_b; /* attention: q|k|v (fused c_attn, or q with k, v after it) and the output projection */
   float *fc_w, *fc_b, *down_w, *down_b; /* MLP: c_fc (SwiGLU: gate|up from gate) and c_proj (down) */
   float *q_norm_w, *k_norm_w;           /* Qwen3's per-head norms [hd] */
 } ModelLayerParams;
@@ -184,8 +221,10 @@ static inline void model_layer_params(const Model *lm, float *flat, int l, Model
 
 /* The input norm of a block half: GPT-2 LayerNorm (w, b; mean and rstd
  * kept) or RMSNorm (w; rstd kept). */
-PetscErrorCode model_norm_forward(const Model *lm, float *out, float *mean, float *rstd, const float *x, const float *w, const float *b, int N);
-PetscErrorCode model_norm_backward(const Model *lm, float *dx, float *dw, float *db, const float *dout, const float *x, const float *w, const float *mean, const float *rstd, int N);
+PetscErrorCode model_norm_forward(const Model *lm, float *out, float *mean, float *rstd, const float *x, const float *w,
+                                  const float *b, int N);
+PetscErrorCode model_norm_backward(const Model *lm, float *dx, float *dw, float *db, const float *dout, const float *x,
+                                   const float *w, const float *mean, const float *rstd, int N);
 
 /* dist.c: the collectives of a shard (no-ops on one rank). */
 PetscErrorCode model_tp_sum(const Model *lm, float *x, size_t n);      /* all-reduce over the tp group */
@@ -204,19 +243,23 @@ PetscErrorCode model_pp_recv(const Model *lm, float *x, size_t n, int dir, int f
 static inline const float *model_row_bias(const Model *lm, const float *b) { return lm->sh.t == 0 ? b : NULL; }
 
 /* forward.c */
-PetscErrorCode model_mlp_forward(const Model *lm, const ModelLayerParams *p, const float *x, float *ln, float *mean, float *rstd, float *fch, float *fch_gelu,
-                               float *proj, int N);
+PetscErrorCode model_mlp_forward(const Model *lm, const ModelLayerParams *p, const float *x, float *ln, float *mean,
+                                 float *rstd, float *fch, float *fch_gelu, float *proj, int N);
 /* q|k|v of the normed input ln [N,C] (LLaMA: rotated at positions pos;
  * with qk_norm each q and k head normed first, its input and 1/rms kept in
  * qk_in, qk_rstd when they are not NULL). */
-PetscErrorCode model_qkv_forward(const Model *lm, const ModelLayerParams *p, float *qkv, float *qk_in, float *qk_rstd, const float *ln, const int *pos, int N);
+PetscErrorCode model_qkv_forward(const Model *lm, const ModelLayerParams *p, float *qkv, float *qk_in, float *qk_rstd,
+                                 const float *ln, const int *pos, int N);
 /* model_qkv_forward after its matmul: the per-head norms and the rotation of qkv */
-PetscErrorCode model_qkv_heads(const Model *lm, const ModelLayerParams *p, float *qkv, float *qk_in, float *qk_rstd, const int *pos, int N);
+PetscErrorCode model_qkv_heads(const Model *lm, const ModelLayerParams *p, float *qkv, float *qk_in, float *qk_rstd,
+                               const int *pos, int N);
 /* The attention output projection, summed over the tp group: proj [N,C]. */
-PetscErrorCode model_attn_proj_forward(const Model *lm, const ModelLayerParams *p, float *proj, const float *atty, int N);
+PetscErrorCode model_attn_proj_forward(const Model *lm, const ModelLayerParams *p, float *proj, const float *atty,
+                                       int N);
 /* A forward matmul of the model: in a cached forward of a model set to
  * model_cached_batch_invariant, the backend's row-order one. */
-static inline PetscErrorCode model_matmul(const Model *lm, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
+static inline PetscErrorCode model_matmul(const Model *lm, float *out, const float *inp, const float *w,
+                                          const float *bias, int N, int C, int OC, PetscBool transposed)
 {
   if (lm->in_cached && lm->cached_rows) return lm->be->matmul_forward_rows(out, inp, w, bias, N, C, OC, transposed);
   return lm->be->matmul_forward(out, inp, w, bias, N, C, OC, transposed);

@@ -28,25 +28,30 @@ static PetscErrorCode settings_options(const char *prefix, ModelConfig *cfg)
 
   PetscFunctionBegin;
   PetscOptionsBegin(PETSC_COMM_WORLD, prefix, "LLaMA-family model options", NULL);
-  RfOptIntAsInt("-n_kv_head", "Key/value heads of grouped-query attention (dividing n_head; 0: n_head)", 0, &cfg->n_kv_head);
+  RfOptIntAsInt("-n_kv_head", "Key/value heads of grouped-query attention (dividing n_head; 0: n_head)", 0,
+                &cfg->n_kv_head);
   RfOptIntAsInt("-n_ffn", "Width of the SwiGLU MLP, intermediate_size (0: 4 x n_embd)", 0, &cfg->n_ffn);
   RfOptBool("-qkv_bias", "The q, k and v projections have biases (Qwen2)", PETSC_FALSE, &cfg->qkv_bias);
   RfOptIntAsInt("-head_dim", "Width of an attention head (0: n_embd / n_head; Qwen3's differs)", 0, &cfg->head_dim);
   RfOptBool("-qk_norm", "RMSNorm over each query and key head before the rotation (Qwen3)", PETSC_FALSE, &cfg->qk_norm);
-  RfOptBool("-tie_embeddings", "The LM head is the token embedding (false: its own lm_head weight)", PETSC_TRUE, &cfg->tie_embeddings);
+  RfOptBool("-tie_embeddings", "The LM head is the token embedding (false: its own lm_head weight)", PETSC_TRUE,
+            &cfg->tie_embeddings);
   RfOptReal("-rope_theta", "Base of the rotary embedding's frequencies", theta, &theta);
   RfOptReal("-norm_eps", "Epsilon of RMSNorm", eps, &eps);
-  RfOptEnum("-rope_scaling", "Rotary frequency scaling: none or llama3 (Llama 3.1+)", ModelRopeScalingNames, 2, &scaling);
+  RfOptEnum("-rope_scaling", "Rotary frequency scaling: none or llama3 (Llama 3.1+)", ModelRopeScalingNames, 2,
+            &scaling);
   RfOptReal("-rope_factor", "llama3 scaling: factor", factor, &factor);
   RfOptReal("-rope_low_freq_factor", "llama3 scaling: low_freq_factor", lo, &lo);
   RfOptReal("-rope_high_freq_factor", "llama3 scaling: high_freq_factor", hi, &hi);
-  RfOptIntAsInt("-rope_original_max_positions", "llama3 scaling: original_max_position_embeddings", 8192, &cfg->rope_original_max_positions);
+  RfOptIntAsInt("-rope_original_max_positions", "llama3 scaling: original_max_position_embeddings", 8192,
+                &cfg->rope_original_max_positions);
   PetscOptionsEnd();
   if (cfg->n_kv_head == 0) cfg->n_kv_head = cfg->n_head;
   if (cfg->n_ffn == 0) cfg->n_ffn = 4 * cfg->n_embd;
   /* the default head width, where n_embd splits evenly (else the check
    * below says n_embd does not divide, and no head_dim is set) */
-  if (cfg->head_dim == 0 && cfg->n_head > 0 && cfg->n_embd % cfg->n_head == 0) cfg->head_dim = cfg->n_embd / cfg->n_head;
+  if (cfg->head_dim == 0 && cfg->n_head > 0 && cfg->n_embd % cfg->n_head == 0)
+    cfg->head_dim = cfg->n_embd / cfg->n_head;
   cfg->rope_theta            = theta;
   cfg->norm_eps              = eps;
   cfg->rope_scaling          = (ModelRopeScaling)scaling;
@@ -64,7 +69,11 @@ PetscErrorCode model_config_set_from_options(const char *prefix, ModelConfig *cf
   PetscFunctionBegin;
   for (int k = 0; k < MODEL_ARCH_COUNT; k++) { /* the rows of the architecture table */
     size_t at = strlen(arch_help);
-    PetscCall(PetscSNPrintf(arch_help + at, sizeof arch_help - at, "%s%s (%s)", k == 0 ? "" : k == MODEL_ARCH_COUNT - 1 ? " or " : ", ", model_archs[k].name, model_archs[k].members));
+    PetscCall(PetscSNPrintf(arch_help + at, sizeof arch_help - at, "%s%s (%s)",
+                            k == 0                      ? ""
+                            : k == MODEL_ARCH_COUNT - 1 ? " or "
+                                                        : ", ",
+                            model_archs[k].name, model_archs[k].members));
   }
   PetscCall(PetscMemzero(cfg, sizeof *cfg));
   PetscOptionsBegin(PETSC_COMM_WORLD, prefix, "Model options", NULL);
@@ -74,7 +83,8 @@ PetscErrorCode model_config_set_from_options(const char *prefix, ModelConfig *cf
   RfOptIntAsInt("-n_embd", "Width of the residual stream (embedding size C)", 128, &cfg->n_embd);
   RfOptIntAsInt("-vocab_size", "Vocabulary size V (rows of the token embedding)", 64, &cfg->vocab_size);
   RfOptIntAsInt("-n_positions", "Maximum sequence length (GPT-2: rows of wpe)", 64, &cfg->n_positions);
-  RfOptEnum("-head", "Output head: lm (logits) or scalar (one value per token, for critic/reward)", ModelHeadNames, 2, &head);
+  RfOptEnum("-head", "Output head: lm (logits) or scalar (one value per token, for critic/reward)", ModelHeadNames, 2,
+            &head);
   PetscOptionsEnd();
   cfg->head = (ModelHead)head;
   cfg->arch = (ModelArch)arch;
@@ -90,7 +100,26 @@ PetscErrorCode model_config_set_from_options(const char *prefix, ModelConfig *cf
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static const char *const arch_options[] = {"arch", "n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "head", "n_kv_head", "n_ffn", "qkv_bias", "tie_embeddings", "rope_theta", "norm_eps", "rope_scaling", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_positions", "head_dim", "qk_norm"};
+static const char *const arch_options[] = { "arch",
+                                            "n_layer",
+                                            "n_head",
+                                            "n_embd",
+                                            "vocab_size",
+                                            "n_positions",
+                                            "head",
+                                            "n_kv_head",
+                                            "n_ffn",
+                                            "qkv_bias",
+                                            "tie_embeddings",
+                                            "rope_theta",
+                                            "norm_eps",
+                                            "rope_scaling",
+                                            "rope_factor",
+                                            "rope_low_freq_factor",
+                                            "rope_high_freq_factor",
+                                            "rope_original_max_positions",
+                                            "head_dim",
+                                            "qk_norm" };
 #define MODEL_ARCH_NOPTIONS ((int)(sizeof arch_options / sizeof arch_options[0]))
 
 /* From the options recorded so far (model_config_set_from_options ran), so
@@ -140,24 +169,30 @@ PetscErrorCode model_config_record(const char *prefix, const ModelConfig *cfg)
   PetscCall(PetscSNPrintf(v[17], 32, "%d", cfg->rope_original_max_positions));
   PetscCall(PetscSNPrintf(v[18], 32, "%d", model_head_dim(cfg)));
   PetscCall(PetscSNPrintf(v[19], 32, "%s", cfg->qk_norm ? "true" : "false"));
-  for (int i = 0; i < (model_arch(cfg)->settings ? MODEL_ARCH_NOPTIONS : 7); i++) PetscCall(sys_param_record(prefix, arch_options[i], v[i], PETSC_TRUE));
+  for (int i = 0; i < (model_arch(cfg)->settings ? MODEL_ARCH_NOPTIONS : 7); i++)
+    PetscCall(sys_param_record(prefix, arch_options[i], v[i], PETSC_TRUE));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscBool model_config_equal(const ModelConfig *a, const ModelConfig *b)
 {
-  PetscBool same = a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd && a->vocab_size == b->vocab_size &&
-                   a->n_positions == b->n_positions && a->head == b->head && a->arch == b->arch ? PETSC_TRUE : PETSC_FALSE;
+  PetscBool same = a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd &&
+                           a->vocab_size == b->vocab_size && a->n_positions == b->n_positions && a->head == b->head &&
+                           a->arch == b->arch
+                       ? PETSC_TRUE
+                       : PETSC_FALSE;
 
   if (!same || !model_arch(a)->settings) return same;
-  return a->n_kv_head == b->n_kv_head && a->n_ffn == b->n_ffn && a->qkv_bias == b->qkv_bias && a->tie_embeddings == b->tie_embeddings &&
-                 model_head_dim(a) == model_head_dim(b) && a->qk_norm == b->qk_norm &&
-                 a->rope_theta == b->rope_theta && a->norm_eps == b->norm_eps && a->rope_scaling == b->rope_scaling &&
-                 (a->rope_scaling == MODEL_ROPE_NONE || (a->rope_factor == b->rope_factor && a->rope_low_freq_factor == b->rope_low_freq_factor &&
-                                                       a->rope_high_freq_factor == b->rope_high_freq_factor &&
-                                                       a->rope_original_max_positions == b->rope_original_max_positions))
-           ? PETSC_TRUE
-           : PETSC_FALSE;
+  return a->n_kv_head == b->n_kv_head && a->n_ffn == b->n_ffn && a->qkv_bias == b->qkv_bias &&
+                 a->tie_embeddings == b->tie_embeddings && model_head_dim(a) == model_head_dim(b) &&
+                 a->qk_norm == b->qk_norm && a->rope_theta == b->rope_theta && a->norm_eps == b->norm_eps &&
+                 a->rope_scaling == b->rope_scaling &&
+                 (a->rope_scaling == MODEL_ROPE_NONE ||
+                  (a->rope_factor == b->rope_factor && a->rope_low_freq_factor == b->rope_low_freq_factor &&
+                   a->rope_high_freq_factor == b->rope_high_freq_factor &&
+                   a->rope_original_max_positions == b->rope_original_max_positions))
+             ? PETSC_TRUE
+             : PETSC_FALSE;
 }
 
 PetscBool model_tensor_is_trunk(const char *name)
@@ -183,7 +218,8 @@ void model_rope_inv_freq(const ModelConfig *cfg, float *inv_freq)
       hi_wl = cfg->rope_original_max_positions / cfg->rope_high_freq_factor;
       if (wl > lo_wl) f = (float)(f / cfg->rope_factor);
       else if (wl >= hi_wl) {
-        smooth = (cfg->rope_original_max_positions / wl - cfg->rope_low_freq_factor) / (cfg->rope_high_freq_factor - cfg->rope_low_freq_factor);
+        smooth = (cfg->rope_original_max_positions / wl - cfg->rope_low_freq_factor) /
+                 (cfg->rope_high_freq_factor - cfg->rope_low_freq_factor);
         f      = (float)((1 - smooth) * f / cfg->rope_factor + smooth * f);
       }
     }
@@ -197,34 +233,57 @@ void model_rope_inv_freq(const ModelConfig *cfg, float *inv_freq)
 static PetscErrorCode model_config_check_named(MPI_Comm comm, const ModelConfig *cfg, const char *dash, const char *p)
 {
   PetscFunctionBegin;
-  PetscCheck(cfg->arch >= 0 && cfg->arch < MODEL_ARCH_COUNT, comm, PETSC_ERR_ARG_WRONG, "%s%sarch %d is not a row of the architecture table", dash, p, (int)cfg->arch);
-  PetscCheck(cfg->n_layer > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_layer %d must be positive", dash, p, cfg->n_layer);
+  PetscCheck(cfg->arch >= 0 && cfg->arch < MODEL_ARCH_COUNT, comm, PETSC_ERR_ARG_WRONG,
+             "%s%sarch %d is not a row of the architecture table", dash, p, (int)cfg->arch);
+  PetscCheck(cfg->n_layer > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_layer %d must be positive", dash, p,
+             cfg->n_layer);
   PetscCheck(cfg->n_head > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_head %d must be positive", dash, p, cfg->n_head);
   PetscCheck(cfg->n_embd > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_embd %d must be positive", dash, p, cfg->n_embd);
-  PetscCheck(cfg->vocab_size > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%svocab_size %d must be positive", dash, p, cfg->vocab_size);
-  PetscCheck(cfg->n_positions >= 2, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_positions %d must be at least 2", dash, p, cfg->n_positions);
+  PetscCheck(cfg->vocab_size > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%svocab_size %d must be positive", dash, p,
+             cfg->vocab_size);
+  PetscCheck(cfg->n_positions >= 2, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_positions %d must be at least 2", dash, p,
+             cfg->n_positions);
   /* tensor extents are ints: the MLP's 4 x n_embd and the tensor count
    * must fit, or counts and shapes silently wrap */
-  PetscCheck(cfg->n_embd <= INT32_MAX / 4, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_embd %d is too large (4 x n_embd must fit a 32-bit int: at most %d)", dash, p, cfg->n_embd, INT32_MAX / 4);
-  PetscCheck(cfg->n_layer <= (INT32_MAX - 8) / LL_T_PER_LAYER_MAX, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_layer %d is too large (at most %d)", dash, p, cfg->n_layer, (INT32_MAX - 8) / LL_T_PER_LAYER_MAX);
-  PetscCheck(cfg->n_embd % cfg->n_head == 0 || (model_arch(cfg)->settings && cfg->head_dim > 0), comm, PETSC_ERR_ARG_WRONG, "%s%sn_embd %d is not divisible by %s%sn_head %d (and no %s%shead_dim is set)", dash, p, cfg->n_embd, dash, p, cfg->n_head, dash, p);
-  PetscCheck(cfg->head == MODEL_HEAD_LM || cfg->head == MODEL_HEAD_SCALAR, comm, PETSC_ERR_ARG_WRONG, "%s%shead must be lm or scalar", dash, p);
+  PetscCheck(cfg->n_embd <= INT32_MAX / 4, comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "%s%sn_embd %d is too large (4 x n_embd must fit a 32-bit int: at most %d)", dash, p, cfg->n_embd,
+             INT32_MAX / 4);
+  PetscCheck(cfg->n_layer <= (INT32_MAX - 8) / LL_T_PER_LAYER_MAX, comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "%s%sn_layer %d is too large (at most %d)", dash, p, cfg->n_layer, (INT32_MAX - 8) / LL_T_PER_LAYER_MAX);
+  PetscCheck(cfg->n_embd % cfg->n_head == 0 || (model_arch(cfg)->settings && cfg->head_dim > 0), comm,
+             PETSC_ERR_ARG_WRONG, "%s%sn_embd %d is not divisible by %s%sn_head %d (and no %s%shead_dim is set)", dash,
+             p, cfg->n_embd, dash, p, cfg->n_head, dash, p);
+  PetscCheck(cfg->head == MODEL_HEAD_LM || cfg->head == MODEL_HEAD_SCALAR, comm, PETSC_ERR_ARG_WRONG,
+             "%s%shead must be lm or scalar", dash, p);
   if (!model_arch(cfg)->settings) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCheck(!cfg->qk_norm || model_arch(cfg)->qk_norm, comm, PETSC_ERR_ARG_WRONG, "%s%sqk_norm: arch %s has no q/k norms", dash, p, model_arch(cfg)->name);
-  PetscCheck(!cfg->qkv_bias || !model_arch(cfg)->linear_bias, comm, PETSC_ERR_ARG_WRONG, "%s%sqkv_bias: arch %s has biases on every linear layer already", dash, p, model_arch(cfg)->name);
-  PetscCheck(cfg->n_kv_head > 0 && cfg->n_head % cfg->n_kv_head == 0, comm, PETSC_ERR_ARG_WRONG, "%s%sn_kv_head %d does not divide %s%sn_head %d", dash, p, cfg->n_kv_head, dash, p, cfg->n_head);
-  PetscCheck(cfg->n_ffn > 0 && cfg->n_ffn <= INT32_MAX / 2, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_ffn %d must lie in [1, %d]", dash, p, cfg->n_ffn, INT32_MAX / 2);
-  PetscCheck(cfg->head_dim >= 0 && cfg->head_dim <= 4096, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%shead_dim %d must lie in [0, 4096] (0: n_embd / n_head)", dash, p, cfg->head_dim);
-  PetscCheck(model_head_dim(cfg) % 2 == 0 && model_head_dim(cfg) > 0, comm, PETSC_ERR_ARG_WRONG, "%s%shead_dim %d: rotary embeddings need an even head size", dash, p, model_head_dim(cfg));
-  PetscCheck((double)cfg->n_head * model_head_dim(cfg) <= INT32_MAX / 4, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%sn_head x head_dim is too large", dash, p);
-  PetscCheck(cfg->rope_theta > 1 && isfinite(cfg->rope_theta), comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%srope_theta %g must be finite and above 1", dash, p, cfg->rope_theta);
-  PetscCheck(cfg->norm_eps > 0 && cfg->norm_eps < 1, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%snorm_eps %g must lie in (0, 1)", dash, p, cfg->norm_eps);
-  PetscCheck(cfg->rope_scaling == MODEL_ROPE_NONE || cfg->rope_scaling == MODEL_ROPE_LLAMA3, comm, PETSC_ERR_ARG_WRONG, "%s%srope_scaling must be none or llama3", dash, p);
+  PetscCheck(!cfg->qk_norm || model_arch(cfg)->qk_norm, comm, PETSC_ERR_ARG_WRONG,
+             "%s%sqk_norm: arch %s has no q/k norms", dash, p, model_arch(cfg)->name);
+  PetscCheck(!cfg->qkv_bias || !model_arch(cfg)->linear_bias, comm, PETSC_ERR_ARG_WRONG,
+             "%s%sqkv_bias: arch %s has biases on every linear layer already", dash, p, model_arch(cfg)->name);
+  PetscCheck(cfg->n_kv_head > 0 && cfg->n_head % cfg->n_kv_head == 0, comm, PETSC_ERR_ARG_WRONG,
+             "%s%sn_kv_head %d does not divide %s%sn_head %d", dash, p, cfg->n_kv_head, dash, p, cfg->n_head);
+  PetscCheck(cfg->n_ffn > 0 && cfg->n_ffn <= INT32_MAX / 2, comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "%s%sn_ffn %d must lie in [1, %d]", dash, p, cfg->n_ffn, INT32_MAX / 2);
+  PetscCheck(cfg->head_dim >= 0 && cfg->head_dim <= 4096, comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "%s%shead_dim %d must lie in [0, 4096] (0: n_embd / n_head)", dash, p, cfg->head_dim);
+  PetscCheck(model_head_dim(cfg) % 2 == 0 && model_head_dim(cfg) > 0, comm, PETSC_ERR_ARG_WRONG,
+             "%s%shead_dim %d: rotary embeddings need an even head size", dash, p, model_head_dim(cfg));
+  PetscCheck((double)cfg->n_head * model_head_dim(cfg) <= INT32_MAX / 4, comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "%s%sn_head x head_dim is too large", dash, p);
+  PetscCheck(cfg->rope_theta > 1 && isfinite(cfg->rope_theta), comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "%s%srope_theta %g must be finite and above 1", dash, p, cfg->rope_theta);
+  PetscCheck(cfg->norm_eps > 0 && cfg->norm_eps < 1, comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "%s%snorm_eps %g must lie in (0, 1)", dash, p, cfg->norm_eps);
+  PetscCheck(cfg->rope_scaling == MODEL_ROPE_NONE || cfg->rope_scaling == MODEL_ROPE_LLAMA3, comm, PETSC_ERR_ARG_WRONG,
+             "%s%srope_scaling must be none or llama3", dash, p);
   if (cfg->rope_scaling == MODEL_ROPE_LLAMA3) {
-    PetscCheck(cfg->rope_factor >= 1, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%srope_factor %g must be at least 1", dash, p, cfg->rope_factor);
-    PetscCheck(cfg->rope_low_freq_factor > 0 && cfg->rope_high_freq_factor > cfg->rope_low_freq_factor, comm, PETSC_ERR_ARG_OUTOFRANGE,
-               "%s%srope_high_freq_factor %g must exceed %s%srope_low_freq_factor %g > 0", dash, p, cfg->rope_high_freq_factor, dash, p, cfg->rope_low_freq_factor);
-    PetscCheck(cfg->rope_original_max_positions > 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%srope_original_max_positions %d must be positive", dash, p, cfg->rope_original_max_positions);
+    PetscCheck(cfg->rope_factor >= 1, comm, PETSC_ERR_ARG_OUTOFRANGE, "%s%srope_factor %g must be at least 1", dash, p,
+               cfg->rope_factor);
+    PetscCheck(cfg->rope_low_freq_factor > 0 && cfg->rope_high_freq_factor > cfg->rope_low_freq_factor, comm,
+               PETSC_ERR_ARG_OUTOFRANGE, "%s%srope_high_freq_factor %g must exceed %s%srope_low_freq_factor %g > 0",
+               dash, p, cfg->rope_high_freq_factor, dash, p, cfg->rope_low_freq_factor);
+    PetscCheck(cfg->rope_original_max_positions > 0, comm, PETSC_ERR_ARG_OUTOFRANGE,
+               "%s%srope_original_max_positions %d must be positive", dash, p, cfg->rope_original_max_positions);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -257,13 +316,15 @@ PetscErrorCode adamw_set_from_options(const char *prefix, AdamWConfig *opt)
   RfOptReal("-weight_decay", "Decoupled weight decay on 2-D tensors", 0.1, &opt->weight_decay);
   RfOptReal("-grad_clip", "Clip the global gradient norm to this value (0: no clipping)", 1.0, &opt->grad_clip);
   PetscOptionsEnd();
-  PetscCheck(opt->lr >= 0 && opt->min_lr_ratio >= 0 && opt->eps > 0 && opt->weight_decay >= 0 && opt->grad_clip >= 0, PETSC_COMM_WORLD,
-             PETSC_ERR_ARG_OUTOFRANGE, "-%slr, min_lr_ratio, weight_decay and grad_clip must be >= 0 and -%seps > 0", prefix ? prefix : "",
+  PetscCheck(opt->lr >= 0 && opt->min_lr_ratio >= 0 && opt->eps > 0 && opt->weight_decay >= 0 && opt->grad_clip >= 0,
+             PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-%slr, min_lr_ratio, weight_decay and grad_clip must be >= 0 and -%seps > 0", prefix ? prefix : "",
              prefix ? prefix : "");
-  PetscCheck(opt->beta1 >= 0 && opt->beta1 < 1 && opt->beta2 >= 0 && opt->beta2 < 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
-             "-%sbeta1 %g and -%sbeta2 %g must lie in [0,1)", prefix ? prefix : "", (double)opt->beta1, prefix ? prefix : "", (double)opt->beta2);
-  PetscCheck(opt->warmup >= 0 && opt->decay_steps >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%swarmup and -%sdecay_steps must be >= 0",
-             prefix ? prefix : "", prefix ? prefix : "");
+  PetscCheck(opt->beta1 >= 0 && opt->beta1 < 1 && opt->beta2 >= 0 && opt->beta2 < 1, PETSC_COMM_WORLD,
+             PETSC_ERR_ARG_OUTOFRANGE, "-%sbeta1 %g and -%sbeta2 %g must lie in [0,1)", prefix ? prefix : "",
+             (double)opt->beta1, prefix ? prefix : "", (double)opt->beta2);
+  PetscCheck(opt->warmup >= 0 && opt->decay_steps >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-%swarmup and -%sdecay_steps must be >= 0", prefix ? prefix : "", prefix ? prefix : "");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -286,7 +347,8 @@ PetscErrorCode model_create_on_mesh(const ModelConfig *cfg, const Backend *be, c
   Model *g;
 
   PetscFunctionBegin;
-  PetscCheck(!mesh || mesh->me >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "model_create_on_mesh: this rank is not in the mesh");
+  PetscCheck(!mesh || mesh->me >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "model_create_on_mesh: this rank is not in the mesh");
   PetscCall(PetscNew(&g));
   g->cfg  = *cfg;
   g->be   = be;
@@ -377,10 +439,10 @@ static float init_std(const ModelConfig *cfg, const ModelTensor *t)
 static PetscBool is_norm_gain(const ModelTensor *t)
 {
   if (t->ndim != 1 || !name_ends_with(t->name, ".weight")) return PETSC_FALSE;
-  return strstr(t->name, ".ln_") || name_ends_with(t->name, "layernorm.weight") || name_ends_with(t->name, "model.norm.weight") ||
-             name_ends_with(t->name, "_norm.weight")
-           ? PETSC_TRUE
-           : PETSC_FALSE;
+  return strstr(t->name, ".ln_") || name_ends_with(t->name, "layernorm.weight") ||
+                 name_ends_with(t->name, "model.norm.weight") || name_ends_with(t->name, "_norm.weight")
+             ? PETSC_TRUE
+             : PETSC_FALSE;
 }
 
 /* Element e of tensor i is rng_normal(seed, i, e_hi, e_lo, 0): a pure function
@@ -397,7 +459,8 @@ static void init_tensor(const ModelConfig *cfg, const ModelTensor *t, int i, uin
     return;
   }
 #pragma omp parallel for schedule(static)
-  for (long long e = 0; e < n; e++) host[e] = std * rng_normal(seed, (uint32_t)i, (uint32_t)((uint64_t)e >> 32), (uint32_t)e, 0);
+  for (long long e = 0; e < n; e++)
+    host[e] = std * rng_normal(seed, (uint32_t)i, (uint32_t)((uint64_t)e >> 32), (uint32_t)e, 0);
 }
 
 /* A shard draws the whole model and keeps its pieces, so its values are

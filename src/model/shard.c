@@ -16,10 +16,18 @@ static double layer_params(const ModelConfig *c)
   double bias  = a->linear_bias ? Q + 2 * kv + C + F + C : c->qkv_bias ? Q + 2 * kv : 0;
 
   /* sums of integers below 2^53: exact in any order */
-  return 2 * C * Q + 2 * C * kv + (a->mlp == MODEL_MLP_SWIGLU ? 3 : 2) * C * F + norms + bias + (c->qk_norm ? 2.0 * model_head_dim(c) : 0);
+  return 2 * C * Q + 2 * C * kv + (a->mlp == MODEL_MLP_SWIGLU ? 3 : 2) * C * F + norms + bias +
+         (c->qk_norm ? 2.0 * model_head_dim(c) : 0);
 }
-static double first_extra(const ModelConfig *c) { return (double)(c->vocab_size + (model_arch(c)->pos == MODEL_POS_LEARNED ? c->n_positions : 0)) * c->n_embd; }
-static double last_extra(const ModelConfig *c) { return (model_arch(c)->norm == MODEL_NORM_LAYER ? 2.0 : 1.0) * c->n_embd + (c->head == MODEL_HEAD_LM ? (double)c->vocab_size * c->n_embd : c->n_embd); }
+static double first_extra(const ModelConfig *c)
+{
+  return (double)(c->vocab_size + (model_arch(c)->pos == MODEL_POS_LEARNED ? c->n_positions : 0)) * c->n_embd;
+}
+static double last_extra(const ModelConfig *c)
+{
+  return (model_arch(c)->norm == MODEL_NORM_LAYER ? 2.0 : 1.0) * c->n_embd +
+         (c->head == MODEL_HEAD_LM ? (double)c->vocab_size * c->n_embd : c->n_embd);
+}
 
 /* Weight of a stage holding layers [a, b) of L. */
 static double stage_weight(const ModelConfig *c, int pp, int p, int a, int b)
@@ -69,11 +77,17 @@ void model_shard_of_mesh(const ModelConfig *cfg, const Mesh *mesh, ModelShard *s
 PetscErrorCode model_shard_check(const ModelConfig *cfg, int tp, int pp, const char *what)
 {
   PetscFunctionBegin;
-  PetscCheck(tp >= 1 && cfg->n_head % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's n_head %d", what, tp, cfg->n_head);
-  PetscCheck(cfg->vocab_size % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's vocab_size %d", what, tp, cfg->vocab_size);
-  PetscCheck(model_n_kv_head(cfg) % tp == 0 || tp % model_n_kv_head(cfg) == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d neither divides the model's n_kv_head %d nor is a multiple of it", what, tp, model_n_kv_head(cfg));
-  PetscCheck(model_n_ffn(cfg) % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%stp %d does not divide the model's n_ffn %d", what, tp, model_n_ffn(cfg));
-  PetscCheck(pp >= 1 && pp <= cfg->n_layer && pp <= 64, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "%spp %d must lie in [1, n_layer %d] (and at most 64)", what, pp, cfg->n_layer);
+  PetscCheck(tp >= 1 && cfg->n_head % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "%stp %d does not divide the model's n_head %d", what, tp, cfg->n_head);
+  PetscCheck(cfg->vocab_size % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "%stp %d does not divide the model's vocab_size %d", what, tp, cfg->vocab_size);
+  PetscCheck(model_n_kv_head(cfg) % tp == 0 || tp % model_n_kv_head(cfg) == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "%stp %d neither divides the model's n_kv_head %d nor is a multiple of it", what, tp,
+             model_n_kv_head(cfg));
+  PetscCheck(model_n_ffn(cfg) % tp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "%stp %d does not divide the model's n_ffn %d", what, tp, model_n_ffn(cfg));
+  PetscCheck(pp >= 1 && pp <= cfg->n_layer && pp <= 64, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "%spp %d must lie in [1, n_layer %d] (and at most 64)", what, pp, cfg->n_layer);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -89,7 +103,8 @@ typedef struct {
 /* Adds a tensor of full shape d0 x d1 (d1 0: 1-D) split along `split`
  * (-1: replicated) in `groups` blocks; held says whether this shard has it;
  * kv_heads caps the pieces of k and v (0: other tensors). */
-static void table_add_kv(Table *tb, const char *name, int d0, int d1, int split, int groups, PetscBool held, PetscBool norm, int kv_heads)
+static void table_add_kv(Table *tb, const char *name, int d0, int d1, int split, int groups, PetscBool held,
+                         PetscBool norm, int kv_heads)
 {
   ModelTensor *e  = &tb->t[tb->n++];
   int        tp = tb->sh ? tb->sh->tp : 1, t = tb->sh ? tb->sh->t : 0, rep;
@@ -114,19 +129,23 @@ static void table_add_kv(Table *tb, const char *name, int d0, int d1, int split,
   e->offset = tb->off;
   tb->off += e->numel;
 }
-static void table_add(Table *tb, const char *name, int d0, int d1, int split, int groups, PetscBool held, PetscBool norm)
+static void table_add(Table *tb, const char *name, int d0, int d1, int split, int groups, PetscBool held,
+                      PetscBool norm)
 {
   table_add_kv(tb, name, d0, d1, split, groups, held, norm, 0);
 }
 
 static void table_add_conv1d_layer(Table *tb, int l, int C, PetscBool held)
 {
-  static const char *const suffix[MODEL_T_PER_LAYER] = {"ln_1.weight",      "ln_1.bias",      "attn.c_attn.weight", "attn.c_attn.bias",
-                                                      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
-                                                      "mlp.c_fc.weight",  "mlp.c_fc.bias",  "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+  static const char *const suffix[MODEL_T_PER_LAYER] = { "ln_1.weight",      "ln_1.bias",          "attn.c_attn.weight",
+                                                         "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+                                                         "ln_2.weight",      "ln_2.bias",          "mlp.c_fc.weight",
+                                                         "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias" };
   /* shapes in the Conv1D [in,out] layout (0 as second dim: 1-D), split dimension and groups */
-  const int spec[MODEL_T_PER_LAYER][4] = {{C, 0, -1, 1},     {C, 0, -1, 1}, {C, 3 * C, 1, 3}, {3 * C, 0, 0, 3}, {C, C, 0, 1},     {C, 0, -1, 1},
-                                        {C, 0, -1, 1},     {C, 0, -1, 1}, {C, 4 * C, 1, 1}, {4 * C, 0, 0, 1}, {4 * C, C, 0, 1}, {C, 0, -1, 1}};
+  const int spec[MODEL_T_PER_LAYER][4] = { { C, 0, -1, 1 },    { C, 0, -1, 1 },    { C, 3 * C, 1, 3 },
+                                           { 3 * C, 0, 0, 3 }, { C, C, 0, 1 },     { C, 0, -1, 1 },
+                                           { C, 0, -1, 1 },    { C, 0, -1, 1 },    { C, 4 * C, 1, 1 },
+                                           { 4 * C, 0, 0, 1 }, { 4 * C, C, 0, 1 }, { C, 0, -1, 1 } };
   char name[64];
 
   for (int k = 0; k < MODEL_T_PER_LAYER; k++) {
@@ -142,13 +161,16 @@ static void table_add_conv1d_layer(Table *tb, int l, int C, PetscBool held)
  * head_dim, C the residual stream's. */
 static void table_add_linear_layer(Table *tb, const ModelConfig *cfg, int l, PetscBool held)
 {
-  int         C = cfg->n_embd, Q = model_q_width(cfg), hd = model_head_dim(cfg), kv = hd * cfg->n_kv_head, F = cfg->n_ffn;
-  const char *suffix[LL_T_PER_LAYER_MAX] = {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-                                            "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
-                                            "mlp.down_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
-                                            "self_attn.q_norm.weight", "self_attn.k_norm.weight"};
-  const int   spec[LL_T_PER_LAYER_MAX][3] = {{C, 0, -1}, {Q, C, 0}, {kv, C, 0}, {kv, C, 0}, {C, Q, 1}, {C, 0, -1}, {F, C, 0},
-                                             {F, C, 0},  {C, F, 1}, {Q, 0, 0},  {kv, 0, 0}, {kv, 0, 0}, {hd, 0, -1}, {hd, 0, -1}};
+  int C = cfg->n_embd, Q = model_q_width(cfg), hd = model_head_dim(cfg), kv = hd * cfg->n_kv_head, F = cfg->n_ffn;
+  const char *suffix[LL_T_PER_LAYER_MAX] = {
+    "input_layernorm.weight",  "self_attn.q_proj.weight",         "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",    "self_attn.q_proj.bias",           "self_attn.k_proj.bias",   "self_attn.v_proj.bias",
+    "self_attn.q_norm.weight", "self_attn.k_norm.weight"
+  };
+  const int   spec[LL_T_PER_LAYER_MAX][3] = { { C, 0, -1 }, { Q, C, 0 },  { kv, C, 0 },  { kv, C, 0 }, { C, Q, 1 },
+                                              { C, 0, -1 }, { F, C, 0 },  { F, C, 0 },   { C, F, 1 },  { Q, 0, 0 },
+                                              { kv, 0, 0 }, { kv, 0, 0 }, { hd, 0, -1 }, { hd, 0, -1 } };
   char        name[64];
 
   for (int k = 0; k < LL_T_PER_LAYER_MAX; k++) {
@@ -170,11 +192,14 @@ typedef struct {
   PetscBool   linear_bias;
 } TableNames;
 static const TableNames table_names[] = {
-  [MODEL_LAYOUT_CONV1D] = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight", "transformer.ln_f.bias", MODEL_NORM_LAYER, MODEL_MLP_GELU, PETSC_TRUE},
-  [MODEL_LAYOUT_LINEAR] = {"model.embed_tokens.weight", NULL, "model.norm.weight", NULL, MODEL_NORM_RMS, MODEL_MLP_SWIGLU, PETSC_FALSE},
+  [MODEL_LAYOUT_CONV1D] = { "transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight",
+                            "transformer.ln_f.bias", MODEL_NORM_LAYER, MODEL_MLP_GELU, PETSC_TRUE },
+  [MODEL_LAYOUT_LINEAR] = { "model.embed_tokens.weight", NULL, "model.norm.weight", NULL, MODEL_NORM_RMS,
+                            MODEL_MLP_SWIGLU, PETSC_FALSE },
 };
 
-PetscErrorCode model_tensor_table_shard(const ModelConfig *cfg, const ModelShard *sh, ModelTensor **tensors, int *ntensors, size_t *nparams)
+PetscErrorCode model_tensor_table_shard(const ModelConfig *cfg, const ModelShard *sh, ModelTensor **tensors,
+                                        int *ntensors, size_t *nparams)
 {
   const ModelArchRow *arch = model_arch(cfg);
   const TableNames  *nm = &table_names[arch->layout];
@@ -185,7 +210,9 @@ PetscErrorCode model_tensor_table_shard(const ModelConfig *cfg, const ModelShard
 
   PetscFunctionBegin;
   /* a row (src/model/arch.c) whose fields its layout does not build */
-  PetscCheck((arch->pos != MODEL_POS_LEARNED || nm->wpe) && arch->norm == nm->norm && arch->mlp == nm->mlp && arch->linear_bias == nm->linear_bias, PETSC_COMM_SELF, PETSC_ERR_SUP,
+  PetscCheck((arch->pos != MODEL_POS_LEARNED || nm->wpe) && arch->norm == nm->norm && arch->mlp == nm->mlp &&
+                 arch->linear_bias == nm->linear_bias,
+             PETSC_COMM_SELF, PETSC_ERR_SUP,
              "arch %s: its tensor layout has no position table, or other norms, MLP or biases", arch->name);
   PetscCall(PetscMalloc1(4 + cfg->n_layer * LL_T_PER_LAYER_MAX + 1, &tb.t));
   /* the token embedding on the first stage; a tied LM head's copy on the
@@ -217,18 +244,21 @@ void model_tensor_piece(const ModelTensor *full, int q, int a, int g, int *lo, i
   *hi = *lo + piece;
 }
 
-void model_copy_span(const ModelTensor *full, int split, const float *src, int src_D, int src_lo, float *dst, int dst_D, int dst_lo, int n)
+void model_copy_span(const ModelTensor *full, int split, const float *src, int src_D, int src_lo, float *dst, int dst_D,
+                     int dst_lo, int n)
 {
   if (split == 0) { /* whole rows of the full row length */
     size_t cols = full->ndim == 2 ? (size_t)full->gshape[1] : 1;
     memcpy(dst + (size_t)dst_lo * cols, src + (size_t)src_lo * cols, (size_t)n * cols * sizeof(float));
     return;
   }
-  for (int r = 0; r < full->gshape[0]; r++) memcpy(dst + (size_t)r * dst_D + dst_lo, src + (size_t)r * src_D + src_lo, (size_t)n * sizeof(float));
+  for (int r = 0; r < full->gshape[0]; r++)
+    memcpy(dst + (size_t)r * dst_D + dst_lo, src + (size_t)r * src_D + src_lo, (size_t)n * sizeof(float));
 }
 
 /* Shard <-> full for one tensor; to_full says the direction. */
-static void shard_tensor_copy(const ModelTensor *f, const ModelTensor *s, int tp, int t, float *full, float *shard, PetscBool to_full)
+static void shard_tensor_copy(const ModelTensor *f, const ModelTensor *s, int tp, int t, float *full, float *shard,
+                              PetscBool to_full)
 {
   int D, Dl, piece;
 
@@ -249,7 +279,8 @@ static void shard_tensor_copy(const ModelTensor *f, const ModelTensor *s, int tp
   }
 }
 
-static PetscErrorCode shard_copy(const ModelConfig *cfg, const ModelShard *sh, float *full, float *shard, PetscBool to_full)
+static PetscErrorCode shard_copy(const ModelConfig *cfg, const ModelShard *sh, float *full, float *shard,
+                                 PetscBool to_full)
 {
   ModelTensor *ft, *st;
   int        nf, ns;

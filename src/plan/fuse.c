@@ -78,22 +78,36 @@ static PetscErrorCode fuse_check_stream(const Plan *plan, const PlanNeeds *needs
 
     if (!needs->cfg[fuse_inf[k]]) continue;
     r = plan_shared_rank(&plan->call[MFC_ACTOR_GEN], c);
-    PetscCheck(r < 0 || plan->fuse == FUSE_MIGRATE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s: %s shares rank %d with actor_gen, so it cannot run while generation does (use -placement disaggregate, which streams into the training half, or give -%s_ranks and -actor_gen_ranks disjoint ranks, or use -fuse_gen_inf migrate)", mode, n, r, n);
+    PetscCheck(r < 0 || plan->fuse == FUSE_MIGRATE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+               "-fuse_gen_inf %s: %s shares rank %d with actor_gen, so it cannot run while generation does (use "
+               "-placement disaggregate, which streams into the training half, or give -%s_ranks and -actor_gen_ranks "
+               "disjoint ranks, or use -fuse_gen_inf migrate)",
+               mode, n, r, n);
   }
   r = plan_migrate_split(plan, needs, &a, &d, &in);
-  PetscCheck(plan->fuse != FUSE_MIGRATE || r < 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf migrate: replica %d of %s has rank %d in actor_gen and rank %d outside it; an inference replica of several ranks must lie wholly inside the generation ranks or wholly outside", d, mfc_names[a], in, r);
+  PetscCheck(plan->fuse != FUSE_MIGRATE || r < 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-fuse_gen_inf migrate: replica %d of %s has rank %d in actor_gen and rank %d outside it; an inference "
+             "replica of several ranks must lie wholly inside the generation ranks or wholly outside",
+             d, mfc_names[a], in, r);
   r = plan_stream_conflict(plan, needs, &a, &b);
-  PetscCheck(r < 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_gen_inf %s: %s and %s share rank %d but not their layout; an inference replica of several ranks streams as one, so calls on its ranks need the same -%s_ranks, -%s_tp and -%s_pp as it", mode, mfc_names[a], mfc_names[b], r, mfc_names[b], mfc_names[b], mfc_names[b]);
+  PetscCheck(r < 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-fuse_gen_inf %s: %s and %s share rank %d but not their layout; an inference replica of several ranks "
+             "streams as one, so calls on its ranks need the same -%s_ranks, -%s_tp and -%s_pp as it",
+             mode, mfc_names[a], mfc_names[b], r, mfc_names[b], mfc_names[b], mfc_names[b]);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 PetscErrorCode plan_check_fusion(const Plan *plan, const PlanNeeds *needs)
 {
   PetscFunctionBegin;
-  if (plan->fuse == FUSE_NONE || !needs->cfg[MFC_ACTOR_GEN] || !needs->cfg[MFC_REF_INF]) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCheck(plan->migrate_at == -1 || (plan->migrate_at >= 0 && plan->migrate_at <= 1), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-fuse_migrate_at %g is outside [0,1]", plan->migrate_at);
+  if (plan->fuse == FUSE_NONE || !needs->cfg[MFC_ACTOR_GEN] || !needs->cfg[MFC_REF_INF])
+    PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCheck(plan->migrate_at == -1 || (plan->migrate_at >= 0 && plan->migrate_at <= 1), PETSC_COMM_WORLD,
+             PETSC_ERR_ARG_OUTOFRANGE, "-fuse_migrate_at %g is outside [0,1]", plan->migrate_at);
   if (plan->fuse == FUSE_MIGRATE) {
-    PetscCheck(plan->migrate_to <= plan->call[MFC_ACTOR_GEN].dp, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_migrate_replicas %d exceeds the %d replicas of actor_gen (-actor_gen_dp)", plan->migrate_to, plan->call[MFC_ACTOR_GEN].dp);
+    PetscCheck(plan->migrate_to <= plan->call[MFC_ACTOR_GEN].dp, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+               "-fuse_migrate_replicas %d exceeds the %d replicas of actor_gen (-actor_gen_dp)", plan->migrate_to,
+               plan->call[MFC_ACTOR_GEN].dp);
     /* the protocol moves cache shards between ranks of equal (stage, tp)
      * coordinates: tp-sharded and pipelined replicas are tested
      * (fusion_migrate.sh) */
@@ -109,7 +123,11 @@ const char *plan_fuse_str(const Plan *plan, char *buf, size_t len)
   if (plan->migrate_at < 0) snprintf(at, sizeof at, "auto");
   else snprintf(at, sizeof at, "%g", plan->migrate_at);
   if (plan->fuse == FUSE_NONE) snprintf(buf, len, "none");
-  else if (plan->fuse == FUSE_STREAM) snprintf(buf, len, "stream, micro-batches of %d tokens%s", plan->fuse_tokens, plan->fuse_hold ? ", held until generation ends" : "");
-  else snprintf(buf, len, "migrate at R_t %s onto %d replicas (0: fewest), micro-batches of %d tokens", at, plan->migrate_to, plan->fuse_tokens);
+  else if (plan->fuse == FUSE_STREAM)
+    snprintf(buf, len, "stream, micro-batches of %d tokens%s", plan->fuse_tokens,
+             plan->fuse_hold ? ", held until generation ends" : "");
+  else
+    snprintf(buf, len, "migrate at R_t %s onto %d replicas (0: fewest), micro-batches of %d tokens", at,
+             plan->migrate_to, plan->fuse_tokens);
   return buf;
 }

@@ -38,7 +38,12 @@ PetscErrorCode plan_fuse_train_derive(Plan *plan, PetscBool file_fused)
   PetscCall(PetscOptionsHasName(NULL, NULL, "-critic_train_dp", &dp));
   PetscCall(PetscOptionsHasName(NULL, NULL, "-critic_train_tp", &tp));
   PetscCall(PetscOptionsHasName(NULL, NULL, "-critic_train_pp", &pp));
-  PetscCheck(!ranks && !dp && !tp, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1 places the critic on the -actor_train_ranks itself: drop -critic_train_%s (only -critic_train_pp and -critic_train_mbs apply)", ranks ? "ranks" : dp ? "dp" : "tp");
+  PetscCheck(!ranks && !dp && !tp, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-fuse_train 1 places the critic on the -actor_train_ranks itself: drop -critic_train_%s (only "
+             "-critic_train_pp and -critic_train_mbs apply)",
+             ranks ? "ranks"
+             : dp  ? "dp"
+                   : "tp");
   /* the critic's stages: as given, as a fused plan file had them, or the actor's */
   pp1 = pp || file_fused ? plan->call[MFC_CRITIC_TRAIN].pp : plan->call[MFC_ACTOR_TRAIN].pp;
   plan_fuse_train_mesh(plan, pp1);
@@ -53,15 +58,29 @@ PetscErrorCode plan_fuse_train_check(const Plan *plan, const PlanNeeds *needs)
   PetscFunctionBegin;
   /* a mode without actor_train (the SFT and RM stages of -mode pipeline) ignores it */
   if (!plan->fuse_train || !needs || !needs->cfg[MFC_ACTOR_TRAIN]) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCheck(needs->cfg[MFC_CRITIC_TRAIN], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1 fuses actor_train with critic_train: the run trains no critic (its -algo has none; src/ppo/algos.c says which have one)");
-  PetscCheck(a->pp >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1 needs a pipelined actor_train: -actor_train_pp %d must be at least 2", a->pp);
-  PetscCheck(a->tp == 1 && a->dp == 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1 needs actor_train to be a pure pipeline: -actor_train_tp is %d and -actor_train_dp %d (both must be 1; not yet supported otherwise)", a->tp, a->dp);
-  PetscCheck(c->pp >= 1 && a->pp % c->pp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1: -critic_train_pp %d must divide -actor_train_pp %d (the critic is replicated -actor_train_pp/-critic_train_pp times)", c->pp, a->pp);
+  PetscCheck(needs->cfg[MFC_CRITIC_TRAIN], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-fuse_train 1 fuses actor_train with critic_train: the run trains no critic (its -algo has none; "
+             "src/ppo/algos.c says which have one)");
+  PetscCheck(a->pp >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-fuse_train 1 needs a pipelined actor_train: -actor_train_pp %d must be at least 2", a->pp);
+  PetscCheck(a->tp == 1 && a->dp == 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-fuse_train 1 needs actor_train to be a pure pipeline: -actor_train_tp is %d and -actor_train_dp %d "
+             "(both must be 1; not yet supported otherwise)",
+             a->tp, a->dp);
+  PetscCheck(c->pp >= 1 && a->pp % c->pp == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-fuse_train 1: -critic_train_pp %d must divide -actor_train_pp %d (the critic is replicated "
+             "-actor_train_pp/-critic_train_pp times)",
+             c->pp, a->pp);
   /* a plan file edited by hand may disagree with the derived mesh */
   want = *plan;
   plan_fuse_train_mesh(&want, c->pp);
-  PetscCheck(c->nranks == want.call[MFC_CRITIC_TRAIN].nranks && c->dp == want.call[MFC_CRITIC_TRAIN].dp && c->tp == 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1: the critic_train mesh is not the actor_train ranks in reverse stage order (a plan file's /plan/critic_train?)");
+  PetscCheck(c->nranks == want.call[MFC_CRITIC_TRAIN].nranks && c->dp == want.call[MFC_CRITIC_TRAIN].dp && c->tp == 1,
+             PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-fuse_train 1: the critic_train mesh is not the actor_train ranks in reverse stage order (a plan file's "
+             "/plan/critic_train?)");
   for (int i = 0; i < c->nranks; i++)
-    PetscCheck(c->ranks[i] == want.call[MFC_CRITIC_TRAIN].ranks[i], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-fuse_train 1: the critic_train mesh is not the actor_train ranks in reverse stage order (a plan file's /plan/critic_train?)");
+    PetscCheck(c->ranks[i] == want.call[MFC_CRITIC_TRAIN].ranks[i], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+               "-fuse_train 1: the critic_train mesh is not the actor_train ranks in reverse stage order (a plan "
+               "file's /plan/critic_train?)");
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -57,7 +57,8 @@ static PetscErrorCode plan_base_file(int world, const char *path, Plan *plan)
       }
     plan->nconc = n;
   }
-  for (int k = 0; k < file.nconc; k++) PetscCall(plan_concurrent_add(plan, (MFCId)file.conc[k][0], (MFCId)file.conc[k][1]));
+  for (int k = 0; k < file.nconc; k++)
+    PetscCall(plan_concurrent_add(plan, (MFCId)file.conc[k][0], (MFCId)file.conc[k][1]));
   plan_settings_copy(plan, &file);
   plan->est_iter_s    = file.est_iter_s;
   plan->est_realloc_s = file.est_realloc_s;
@@ -77,15 +78,22 @@ static PetscErrorCode plan_base_from_options(int world, Plan *plan)
   PetscCall(plan_given(NULL, "-placement", &given, &shaped));
   PetscCall(plan_given(NULL, "-gen_replicas", &given, &shaped));
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Execution plan", NULL);
-  RfOptEnum("-placement", "Where the model function calls run: colocate, interleave, disaggregate, or auto (-mode ppo searches the plan at start with -plan_time, on -cost_hardware, -cost_profile or this machine's cached profile)", PlacementNames, 4, &placement);
-  RfOptInt("-gen_replicas", "-placement disaggregate: actor_gen replicas on the generation half (0: one per rank)", 0, &gen_replicas);
-  RfOptString("-plan_file", "Start from the /plan group of this HDF5 file (e.g. an earlier run.h5) instead of a preset", file, sizeof file);
+  RfOptEnum("-placement",
+            "Where the model function calls run: colocate, interleave, disaggregate, or auto (-mode ppo searches the "
+            "plan at start with -plan_time, on -cost_hardware, -cost_profile or this machine's cached profile)",
+            PlacementNames, 4, &placement);
+  RfOptInt("-gen_replicas", "-placement disaggregate: actor_gen replicas on the generation half (0: one per rank)", 0,
+           &gen_replicas);
+  RfOptString("-plan_file", "Start from the /plan group of this HDF5 file (e.g. an earlier run.h5) instead of a preset",
+              file, sizeof file);
   PetscOptionsEnd();
   if (!file[0]) {
     PetscCall(plan_preset(world, (Placement)placement, (int)gen_replicas, plan));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  PetscCheck(!shaped, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-placement and -gen_replicas cannot be combined with -plan_file %s, whose plan fixes the placement", file);
+  PetscCheck(!shaped, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-placement and -gen_replicas cannot be combined with -plan_file %s, whose plan fixes the placement",
+             file);
   PetscCall(plan_base_file(world, file, plan));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -104,7 +112,10 @@ static PetscErrorCode plan_concurrent_parse(Plan *plan, const char *pair)
   int         b     = comma ? plan_call_index(comma + 1, strlen(comma + 1)) : -1;
 
   PetscFunctionBegin;
-  PetscCheck(a >= 0 && b >= 0 && a != b, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-plan_concurrent %s: expected two different calls, e.g. ref_inf,rew_inf (calls: actor_gen, ref_inf, rew_inf, critic_inf, actor_train, critic_train, sft_train, rm_train)", pair);
+  PetscCheck(a >= 0 && b >= 0 && a != b, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+             "-plan_concurrent %s: expected two different calls, e.g. ref_inf,rew_inf (calls: actor_gen, ref_inf, "
+             "rew_inf, critic_inf, actor_train, critic_train, sft_train, rm_train)",
+             pair);
   PetscCall(plan_concurrent_add(plan, (MFCId)a, (MFCId)b));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -116,8 +127,10 @@ static PetscErrorCode plan_concurrent_from_options(Plan *plan, PetscBool *any)
 
   PetscFunctionBegin;
   PetscCall(plan_given("plan_", "-concurrent", &given, any));
-  PetscOptionsBegin(PETSC_COMM_WORLD, "plan_", "Execution plan: calls that run at the same time", NULL); /* a title of its own: -help prints a (prefix, title) once */
-  RfOptString("-concurrent", "Two calls that run at the same time on disjoint ranks, e.g. ref_inf,rew_inf", pair, sizeof pair);
+  PetscOptionsBegin(PETSC_COMM_WORLD, "plan_", "Execution plan: calls that run at the same time",
+                    NULL); /* a title of its own: -help prints a (prefix, title) once */
+  RfOptString("-concurrent", "Two calls that run at the same time on disjoint ranks, e.g. ref_inf,rew_inf", pair,
+              sizeof pair);
   PetscOptionsEnd();
   if (pair[0]) PetscCall(plan_concurrent_parse(plan, pair));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -144,7 +157,8 @@ static PetscErrorCode plan_call_from_options(Plan *plan, MFCId c, PetscBool *any
   plan_ranks_str(call, ranks, sizeof ranks);
   PetscCall(PetscSNPrintf(title, sizeof title, "Execution plan: the %s call", mfc_names[c]));
   PetscOptionsBegin(PETSC_COMM_WORLD, pre, title, NULL);
-  RfOptString("-ranks", "World ranks of the call's mesh in mesh order (tp fastest), e.g. 0-3, 0,2,5 or 0-1,4-5", ranks, sizeof ranks);
+  RfOptString("-ranks", "World ranks of the call's mesh in mesh order (tp fastest), e.g. 0-3, 0,2,5 or 0-1,4-5", ranks,
+              sizeof ranks);
   RfOptInt("-tp", "Tensor-parallel size", tp, &tp);
   RfOptInt("-pp", "Pipeline stages", pp, &pp);
   RfOptInt("-dp", "Data-parallel replicas (0: the mesh size / (tp x pp))", 0, &dp);
@@ -154,10 +168,14 @@ static PetscErrorCode plan_call_from_options(Plan *plan, MFCId c, PetscBool *any
   if (given_ranks) PetscCall(plan_ranks_parse(opt, ranks, call));
   PetscCheck(tp >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%stp %d must be at least 1", pre, (int)tp);
   PetscCheck(pp >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%spp %d must be at least 1", pre, (int)pp);
-  PetscCheck(dp >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%sdp %d must be at least 1 (or 0: from the mesh size)", pre, (int)dp);
-  PetscCheck(mbs >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%smbs %d must be at least 1 (or 0: the mode's own setting)", pre, (int)mbs);
+  PetscCheck(dp >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-%sdp %d must be at least 1 (or 0: from the mesh size)", pre, (int)dp);
+  PetscCheck(mbs >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-%smbs %d must be at least 1 (or 0: the mode's own setting)", pre, (int)mbs);
   /* a fused critic_train's ranks are derived from actor_train's afterwards */
-  PetscCheck(dp || call->nranks % (tp * pp) == 0 || (c == MFC_CRITIC_TRAIN && plan->fuse_train), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-%sranks %s has %d ranks, not a multiple of -%stp %d x -%spp %d", pre, ranks, call->nranks, pre, (int)tp, pre, (int)pp);
+  PetscCheck(dp || call->nranks % (tp * pp) == 0 || (c == MFC_CRITIC_TRAIN && plan->fuse_train), PETSC_COMM_WORLD,
+             PETSC_ERR_ARG_INCOMP, "-%sranks %s has %d ranks, not a multiple of -%stp %d x -%spp %d", pre, ranks,
+             call->nranks, pre, (int)tp, pre, (int)pp);
   call->tp  = (int)tp;
   call->pp  = (int)pp;
   call->dp  = dp ? (int)dp : call->nranks / (int)(tp * pp);
@@ -191,7 +209,8 @@ PetscErrorCode plan_from_options(int world, Plan *plan)
   file_fused = plan->fuse_train; /* a fused plan file: its critic_train pp stands */
   PetscCall(plan_settings_from_options(plan, &any));
   PetscCall(plan_concurrent_from_options(plan, &any));
-  if (!strncmp(plan->source, "preset ", 7)) plan_preset_stream_apart(plan); /* before the per-call options, which override it */
+  if (!strncmp(plan->source, "preset ", 7))
+    plan_preset_stream_apart(plan); /* before the per-call options, which override it */
   for (int c = 0; c < MFC_COUNT; c++) PetscCall(plan_call_from_options(plan, (MFCId)c, &any));
   PetscCall(plan_fuse_train_derive(plan, file_fused));
   PetscCall(plan_fuse_schedule_from_options(plan));

@@ -8,8 +8,11 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *const mfc_names[]      = {"actor_gen", "ref_inf", "rew_inf", "critic_inf", "actor_train", "critic_train", "sft_train", "rm_train"};
-const char *const PlacementNames[] = {"colocate", "interleave", "disaggregate", "auto", "Placement", "PLACEMENT_", NULL};
+const char *const mfc_names[]      = { "actor_gen",   "ref_inf",      "rew_inf",   "critic_inf",
+                                       "actor_train", "critic_train", "sft_train", "rm_train" };
+const char *const PlacementNames[] = {
+  "colocate", "interleave", "disaggregate", "auto", "Placement", "PLACEMENT_", NULL
+};
 
 /* ---- rank lists ------------------------------------------------------------ */
 /* Digits only, so "-1", "+1", " 1" and "1e3" are malformed; values past a
@@ -53,7 +56,10 @@ static PetscBool plan_parse_ranks(const char *s, PlanCall *call)
 PetscErrorCode plan_ranks_parse(const char *opt, const char *value, PlanCall *call)
 {
   PetscFunctionBegin;
-  PetscCheck(plan_parse_ranks(value, call), PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "%s '%s': expected ranks and ascending ranges separated by commas, e.g. 0-3, 0,2,5 or 0-1,4-5 (at most %d ranks)", opt, value, PLAN_MAX_RANKS);
+  PetscCheck(plan_parse_ranks(value, call), PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+             "%s '%s': expected ranks and ascending ranges separated by commas, e.g. 0-3, 0,2,5 or 0-1,4-5 (at most %d "
+             "ranks)",
+             opt, value, PLAN_MAX_RANKS);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -110,8 +116,11 @@ PetscErrorCode plan_concurrent_add(Plan *plan, MFCId a, MFCId b)
 {
   PetscFunctionBegin;
   for (int k = 0; k < plan->nconc; k++)
-    if ((plan->conc[k][0] == (int)a && plan->conc[k][1] == (int)b) || (plan->conc[k][0] == (int)b && plan->conc[k][1] == (int)a)) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCheck(plan->nconc < 8, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-plan_concurrent %s,%s: a plan holds at most 8 concurrent pairs", mfc_names[a], mfc_names[b]);
+    if ((plan->conc[k][0] == (int)a && plan->conc[k][1] == (int)b) ||
+        (plan->conc[k][0] == (int)b && plan->conc[k][1] == (int)a))
+      PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCheck(plan->nconc < 8, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-plan_concurrent %s,%s: a plan holds at most 8 concurrent pairs", mfc_names[a], mfc_names[b]);
   plan->conc[plan->nconc][0] = (int)a;
   plan->conc[plan->nconc][1] = (int)b;
   plan->nconc++;
@@ -157,7 +166,10 @@ static PetscErrorCode plan_preset_disaggregate(Plan *plan, int gen_replicas)
   int N = plan->world, half = N / 2, gen = N - half, reps = gen_replicas ? gen_replicas : gen;
 
   PetscFunctionBegin;
-  PetscCheck(gen_replicas >= 0 && reps <= gen && gen % reps == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-gen_replicas %d must divide the %d ranks of the generation half (ranks %d-%d of -placement disaggregate)", gen_replicas, gen, half, N - 1);
+  PetscCheck(gen_replicas >= 0 && reps <= gen && gen % reps == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-gen_replicas %d must divide the %d ranks of the generation half (ranks %d-%d of -placement "
+             "disaggregate)",
+             gen_replicas, gen, half, N - 1);
   plan->gen_replicas = reps;
   plan_preset_colocate(plan); /* sft_train and rm_train stay on every rank */
   plan_call_set(&plan->call[MFC_ACTOR_TRAIN], 0, half, half, 1);
@@ -185,8 +197,11 @@ void plan_preset_stream_apart(Plan *plan)
 PetscErrorCode plan_preset(int world, Placement placement, int gen_replicas, Plan *plan)
 {
   PetscFunctionBegin;
-  PetscCheck(world >= 1 && world <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "a plan is for 1 to %d ranks, not %d", PLAN_MAX_RANKS, world);
-  PetscCheck(placement == PLACEMENT_COLOCATE || placement == PLACEMENT_AUTO || world >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-placement %s needs at least 2 ranks (the job has %d)", PlacementNames[placement], world);
+  PetscCheck(world >= 1 && world <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "a plan is for 1 to %d ranks, not %d", PLAN_MAX_RANKS, world);
+  PetscCheck(placement == PLACEMENT_COLOCATE || placement == PLACEMENT_AUTO || world >= 2, PETSC_COMM_WORLD,
+             PETSC_ERR_ARG_INCOMP, "-placement %s needs at least 2 ranks (the job has %d)", PlacementNames[placement],
+             world);
   PetscCall(PetscMemzero(plan, sizeof *plan));
   plan->placement    = placement;
   plan->world        = world;

@@ -10,7 +10,10 @@
 
 /* A call takes part when the mode gives it a model; NULL needs: every call
  * (a plan printed or recorded before the mode is known). */
-static inline PetscBool plan_in_use(const PlanNeeds *needs, int c) { return (!needs || needs->cfg[c]) ? PETSC_TRUE : PETSC_FALSE; }
+static inline PetscBool plan_in_use(const PlanNeeds *needs, int c)
+{
+  return (!needs || needs->cfg[c]) ? PETSC_TRUE : PETSC_FALSE;
+}
 
 /* Parses the value of option `opt` ("0-3", "0,2,5", "0-1,4-5") into the
  * call's ranks; errors name the option and the value. */

@@ -37,18 +37,23 @@ PetscErrorCode plan_print(MPI_Comm comm, const Plan *plan, const PlanNeeds *need
 
     if (!plan_in_use(needs, c)) continue;
     PetscCall(PetscSNPrintf(mbs, sizeof mbs, call->mbs ? "%d" : "-", call->mbs));
-    PetscCall(PetscPrintf(comm, "  %-13s %-*s %3d %2d %2d %3s\n", mfc_names[c], w, ranks[c], call->dp, call->tp, call->pp, mbs));
+    PetscCall(PetscPrintf(comm, "  %-13s %-*s %3d %2d %2d %3s\n", mfc_names[c], w, ranks[c], call->dp, call->tp,
+                          call->pp, mbs));
   }
   for (int k = 0; k < plan->nconc; k++)
-    if (plan_in_use(needs, plan->conc[k][0]) && plan_in_use(needs, plan->conc[k][1])) PetscCall(PetscPrintf(comm, "  concurrent: %s and %s\n", mfc_names[plan->conc[k][0]], mfc_names[plan->conc[k][1]]));
+    if (plan_in_use(needs, plan->conc[k][0]) && plan_in_use(needs, plan->conc[k][1]))
+      PetscCall(
+          PetscPrintf(comm, "  concurrent: %s and %s\n", mfc_names[plan->conc[k][0]], mfc_names[plan->conc[k][1]]));
   snprintf(mbs, sizeof mbs, "%g", plan->bucket_mb); /* PETSc's %g would print 16 as "16." */
-  PetscCall(PetscPrintf(comm, "  offload %s, zero1 %s, bucket %s MiB\n", plan->offload ? "yes" : "no", plan->zero1 ? "yes" : "no", mbs));
+  PetscCall(PetscPrintf(comm, "  offload %s, zero1 %s, bucket %s MiB\n", plan->offload ? "yes" : "no",
+                        plan->zero1 ? "yes" : "no", mbs));
   if (plan_in_use(needs, MFC_ACTOR_GEN) && plan_in_use(needs, MFC_REF_INF)) {
     char fuse[128];
     PetscCall(PetscPrintf(comm, "  fusion of generation and inference: %s\n", plan_fuse_str(plan, fuse, sizeof fuse)));
   }
   if (plan->fuse_train && plan_in_use(needs, MFC_CRITIC_TRAIN))
-    PetscCall(PetscPrintf(comm, "  fused training: actor_train and critic_train interleaved on the same ranks, the critic's pipeline reversed (-fuse_train 1)\n"));
+    PetscCall(PetscPrintf(comm, "  fused training: actor_train and critic_train interleaved on the same ranks, the "
+                                "critic's pipeline reversed (-fuse_train 1)\n"));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -56,7 +61,8 @@ PetscErrorCode plan_print(MPI_Comm comm, const Plan *plan, const PlanNeeds *need
 static const char *const call_attrs[] = {"dp", "tp", "pp", "mbs", "est_s"};
 
 /* /plan goes through put(): into an open run record, or into a new file. */
-typedef PetscErrorCode (*PlanPut)(void *ctx, const char *group, const IODataset *d, int n, const char *const *names, const double *values, int nattr);
+typedef PetscErrorCode (*PlanPut)(void *ctx, const char *group, const IODataset *d, int n, const char *const *names,
+                                  const double *values, int nattr);
 
 static PetscErrorCode plan_put(PlanPut put, void *ctx, const Plan *plan, const PlanNeeds *needs)
 {
@@ -64,7 +70,7 @@ static PetscErrorCode plan_put(PlanPut put, void *ctx, const Plan *plan, const P
   double      top[3 + PLAN_MAX_SETTINGS + 3]   = {plan->placement, plan->world, plan->gen_replicas};
   int         n                                = 3 + plan_settings_attrs(plan, names + 3, top + 3);
   IODataset   conc                             = {"concurrent", 2, {plan->nconc, 2}, plan->conc, PETSC_TRUE};
-  PetscBool   est                              = plan->est_iter_s > 0 ? PETSC_TRUE : PETSC_FALSE; /* the estimates only when there are some */
+  PetscBool   est = plan->est_iter_s > 0 ? PETSC_TRUE : PETSC_FALSE; /* the estimates only when there are some */
 
   PetscFunctionBegin;
   if (est) { /* the search's estimate of the whole plan */
@@ -87,7 +93,8 @@ static PetscErrorCode plan_put(PlanPut put, void *ctx, const Plan *plan, const P
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode plan_put_record(void *ctx, const char *group, const IODataset *d, int n, const char *const *names, const double *values, int nattr)
+static PetscErrorCode plan_put_record(void *ctx, const char *group, const IODataset *d, int n, const char *const *names,
+                                      const double *values, int nattr)
 {
   return record_group((RunRecord *)ctx, group, d, n, names, values, nattr);
 }
@@ -105,7 +112,8 @@ typedef struct {
   const PlanNeeds *needs;
 } PlanWriteCtx;
 
-static PetscErrorCode plan_put_file(void *ctx, const char *group, const IODataset *d, int n, const char *const *names, const double *values, int nattr)
+static PetscErrorCode plan_put_file(void *ctx, const char *group, const IODataset *d, int n, const char *const *names,
+                                    const double *values, int nattr)
 {
   IoId g;
 
@@ -186,11 +194,14 @@ static PetscErrorCode plan_read_concurrent(IoId g, const char *where, Plan *plan
   plan->nconc = 0;
   if (!io_exists(g, "concurrent")) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(io_dataset_open(g, where, "/plan/concurrent", "concurrent", IO_CLASS_INT, 0, 2, dims, &dset));
-  PetscCheck(dims[0] <= 8, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /plan/concurrent has %llu pairs, at most 8 allowed", where, (unsigned long long)dims[0]);
+  PetscCheck(dims[0] <= 8, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: /plan/concurrent has %llu pairs, at most 8 allowed", where, (unsigned long long)dims[0]);
   PetscCall(io_dataset_read(dset, where, "/plan/concurrent", IO_INT, conc));
   PetscCall(io_close(&dset));
   for (IoSize k = 0; k < dims[0]; k++) {
-    PetscCheck(conc[k][0] >= 0 && conc[k][0] < MFC_COUNT && conc[k][1] >= 0 && conc[k][1] < MFC_COUNT, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /plan/concurrent pair %llu names calls %d, %d (calls are 0..%d)", where, (unsigned long long)k, conc[k][0], conc[k][1], MFC_COUNT - 1);
+    PetscCheck(conc[k][0] >= 0 && conc[k][0] < MFC_COUNT && conc[k][1] >= 0 && conc[k][1] < MFC_COUNT, PETSC_COMM_SELF,
+               PETSC_ERR_FILE_UNEXPECTED, "%s: /plan/concurrent pair %llu names calls %d, %d (calls are 0..%d)", where,
+               (unsigned long long)k, conc[k][0], conc[k][1], MFC_COUNT - 1);
     plan->conc[k][0] = conc[k][0];
     plan->conc[k][1] = conc[k][1];
   }
@@ -209,7 +220,8 @@ static PetscErrorCode plan_read_call(IoId g, const char *path, MFCId c, PlanCall
   PetscCall(PetscSNPrintf(where, sizeof where, "plan file %s /plan/%s", path, mfc_names[c]));
   PetscCall(io_group_open(g, where, mfc_names[c], &cg));
   PetscCall(io_dataset_open(cg, where, full, "ranks", IO_CLASS_INT, 0, 1, dims, &dset));
-  PetscCheck(dims[0] >= 1 && dims[0] <= PLAN_MAX_RANKS, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has %llu ranks, expected 1 to %d", where, full, (unsigned long long)dims[0], PLAN_MAX_RANKS);
+  PetscCheck(dims[0] >= 1 && dims[0] <= PLAN_MAX_RANKS, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: %s has %llu ranks, expected 1 to %d", where, full, (unsigned long long)dims[0], PLAN_MAX_RANKS);
   PetscCall(io_dataset_read(dset, where, full, IO_INT, call->ranks));
   PetscCall(io_close(&dset));
   call->nranks = (int)dims[0];
@@ -231,12 +243,14 @@ static PetscErrorCode plan_read_groups(IoId file, void *vctx)
 
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(where, sizeof where, "plan file %s /plan", ctx->path));
-  PetscCheck(io_exists(file, "plan"), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "plan file %s has no group /plan (written by a run that records its plan)", ctx->path);
+  PetscCheck(io_exists(file, "plan"), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "plan file %s has no group /plan (written by a run that records its plan)", ctx->path);
   PetscCall(io_group_open(file, where, "plan", &g));
   PetscCall(plan_read_settings(g, where, ctx->plan));
   PetscCall(plan_read_concurrent(g, where, ctx->plan));
   for (int c = 0; c < MFC_COUNT; c++)
-    if (io_exists(g, mfc_names[c])) PetscCall(plan_read_call(g, ctx->path, (MFCId)c, &ctx->plan->call[c], &ctx->plan->est_call_s[c]));
+    if (io_exists(g, mfc_names[c]))
+      PetscCall(plan_read_call(g, ctx->path, (MFCId)c, &ctx->plan->call[c], &ctx->plan->est_call_s[c]));
   PetscCall(io_close(&g));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

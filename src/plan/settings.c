@@ -28,19 +28,33 @@ typedef struct {
 } PlanSetting;
 
 static const PlanSetting plan_settings[] = {
-  {"plan_", "-offload", "offload", PLAN_SET_BOOL, offsetof(Plan, offload), 0, 0, 1, NULL, PETSC_FALSE, "Offload frozen models to host memory between calls when their meshes overlap"},
-  {"plan_", "-zero1", "zero1", PLAN_SET_BOOL, offsetof(Plan, zero1), 0, 0, 1, NULL, PETSC_FALSE, "ZeRO-1: shard the AdamW moments over the dp replicas of the training calls"},
+  { "plan_", "-offload", "offload", PLAN_SET_BOOL, offsetof(Plan, offload), 0, 0, 1, NULL, PETSC_FALSE,
+    "Offload frozen models to host memory between calls when their meshes overlap" },
+  { "plan_", "-zero1", "zero1", PLAN_SET_BOOL, offsetof(Plan, zero1), 0, 0, 1, NULL, PETSC_FALSE,
+    "ZeRO-1: shard the AdamW moments over the dp replicas of the training calls" },
   /* bytes are a size_t: a bucket beyond 2^40 MiB would not convert */
-  {"plan_", "-bucket_mb", "bucket_mb", PLAN_SET_REAL, offsetof(Plan, bucket_mb), 16, 0, 1099511627776.0, NULL, PETSC_FALSE, "Gradient all-reduce and weight-sync bucket (MiB)"},
-  {"fuse_", "-gen_inf", "fuse_gen_inf", PLAN_SET_ENUM, offsetof(Plan, fuse), FUSE_NONE, FUSE_NONE, FUSE_MIGRATE, FuseModeNames, PETSC_TRUE,
-   "Fuse generation and inference: none, stream (finished samples go to inference at once) or migrate (stream, and the long tail moves with its KV caches to fewer generation replicas, whose freed ranks run inference)"},
-  {"fuse_", "-migrate_at", "fuse_migrate_at", PLAN_SET_FRACTION, offsetof(Plan, migrate_at), 0.2, 0, 1, NULL, PETSC_TRUE, "Migrate the unfinished samples when they fall to this fraction of the batch (0..1), or auto (from the previous iterations' lengths)"},
-  {"fuse_", "-migrate_replicas", "fuse_migrate_replicas", PLAN_SET_INT, offsetof(Plan, migrate_to), 0, 0, PLAN_MAX_RANKS, NULL, PETSC_TRUE,
-   "Generation replicas the tail migrates onto (0: the fewest whose slots hold it; never fewer than its running samples need)"},
-  {"fuse_", "-tokens", "fuse_tokens", PLAN_SET_INT, offsetof(Plan, fuse_tokens), 2048, 1, 1 << 30, NULL, PETSC_TRUE, "Token budget of a streamed inference micro-batch (runs when full or when generation ends)"},
-  {"fuse_", "-hold", "fuse_hold", PLAN_SET_BOOL, offsetof(Plan, fuse_hold), 0, 0, 1, NULL, PETSC_TRUE, "Streamed samples wait until generation has ended before inference runs on them, in the same micro-batches (measures batching without overlap)"},
-  {"fuse_", "-train", "fuse_train", PLAN_SET_BOOL, offsetof(Plan, fuse_train), 0, 0, 1, NULL, PETSC_TRUE,
-   "PPO: train the critic on the actor_train ranks with the opposite pipeline direction (replicated when -critic_train_pp is smaller), both models' micro-batches interleaved by a fused schedule"},
+  { "plan_", "-bucket_mb", "bucket_mb", PLAN_SET_REAL, offsetof(Plan, bucket_mb), 16, 0, 1099511627776.0, NULL,
+    PETSC_FALSE, "Gradient all-reduce and weight-sync bucket (MiB)" },
+  { "fuse_", "-gen_inf", "fuse_gen_inf", PLAN_SET_ENUM, offsetof(Plan, fuse), FUSE_NONE, FUSE_NONE, FUSE_MIGRATE,
+    FuseModeNames, PETSC_TRUE,
+    "Fuse generation and inference: none, stream (finished samples go to inference at once) or migrate (stream, and "
+    "the long tail moves with its KV caches to fewer generation replicas, whose freed ranks run inference)" },
+  { "fuse_", "-migrate_at", "fuse_migrate_at", PLAN_SET_FRACTION, offsetof(Plan, migrate_at), 0.2, 0, 1, NULL,
+    PETSC_TRUE,
+    "Migrate the unfinished samples when they fall to this fraction of the batch (0..1), or auto (from the previous "
+    "iterations' lengths)" },
+  { "fuse_", "-migrate_replicas", "fuse_migrate_replicas", PLAN_SET_INT, offsetof(Plan, migrate_to), 0, 0,
+    PLAN_MAX_RANKS, NULL, PETSC_TRUE,
+    "Generation replicas the tail migrates onto (0: the fewest whose slots hold it; never fewer than its running "
+    "samples need)" },
+  { "fuse_", "-tokens", "fuse_tokens", PLAN_SET_INT, offsetof(Plan, fuse_tokens), 2048, 1, 1 << 30, NULL, PETSC_TRUE,
+    "Token budget of a streamed inference micro-batch (runs when full or when generation ends)" },
+  { "fuse_", "-hold", "fuse_hold", PLAN_SET_BOOL, offsetof(Plan, fuse_hold), 0, 0, 1, NULL, PETSC_TRUE,
+    "Streamed samples wait until generation has ended before inference runs on them, in the same micro-batches "
+    "(measures batching without overlap)" },
+  { "fuse_", "-train", "fuse_train", PLAN_SET_BOOL, offsetof(Plan, fuse_train), 0, 0, 1, NULL, PETSC_TRUE,
+    "PPO: train the critic on the actor_train ranks with the opposite pipeline direction (replicated when "
+    "-critic_train_pp is smaller), both models' micro-batches interleaved by a fused schedule" },
 };
 #define PLAN_NSETTINGS ((int)(sizeof plan_settings / sizeof plan_settings[0]))
 
@@ -81,7 +95,8 @@ static PetscBool plan_setting_valid(const PlanSetting *s, double v)
 static const char *plan_setting_range(const PlanSetting *s, char *buf, size_t len)
 {
   if (s->kind == PLAN_SET_REAL) snprintf(buf, len, "a positive number up to %g", s->hi);
-  else if (s->kind == PLAN_SET_FRACTION) snprintf(buf, len, "a fraction in [%g,%g] or auto (-1 in a file)", s->lo, s->hi);
+  else if (s->kind == PLAN_SET_FRACTION)
+    snprintf(buf, len, "a fraction in [%g,%g] or auto (-1 in a file)", s->lo, s->hi);
   else snprintf(buf, len, "a whole number in [%d, %d]", (int)s->lo, (int)s->hi);
   return buf;
 }
@@ -93,7 +108,8 @@ void plan_settings_default(Plan *plan)
 
 void plan_settings_copy(Plan *dst, const Plan *src)
 {
-  for (int i = 0; i < PLAN_NSETTINGS; i++) plan_setting_set(dst, &plan_settings[i], plan_setting_get(src, &plan_settings[i]));
+  for (int i = 0; i < PLAN_NSETTINGS; i++)
+    plan_setting_set(dst, &plan_settings[i], plan_setting_get(src, &plan_settings[i]));
 }
 
 /* "auto" or a number in the setting's range; anything else names the option. */
@@ -108,7 +124,8 @@ static PetscErrorCode plan_fraction_parse(const PlanSetting *s, const char *str,
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   x = strtod(str, &end);
-  PetscCheck(end != str && !*end, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-%s%s %s: expected a fraction in [%g,%g] or auto", s->prefix, s->option + 1, str, s->lo, s->hi);
+  PetscCheck(end != str && !*end, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+             "-%s%s %s: expected a fraction in [%g,%g] or auto", s->prefix, s->option + 1, str, s->lo, s->hi);
   *v = x;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -147,7 +164,8 @@ static PetscErrorCode plan_setting_option(PetscOptionItems *PetscOptionsObject, 
 
 static const char *plan_settings_title(const char *prefix)
 {
-  return !strcmp(prefix, "plan_") ? "Execution plan settings" : "Fusion of generation and inference, and of actor and critic training";
+  return !strcmp(prefix, "plan_") ? "Execution plan settings"
+                                  : "Fusion of generation and inference, and of actor and critic training";
 }
 
 PetscErrorCode plan_settings_from_options(Plan *plan, PetscBool *any)
@@ -175,7 +193,9 @@ PetscErrorCode plan_settings_from_options(Plan *plan, PetscBool *any)
     char               range[96], value[32];
 
     snprintf(value, sizeof value, "%g", v[i]); /* PETSc's %g prints 16 as "16." */
-    PetscCheck(plan_setting_valid(s, v[i]), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-%s%s %s is out of range (expected %s)", s->prefix, s->option + 1, value, plan_setting_range(s, range, sizeof range));
+    PetscCheck(plan_setting_valid(s, v[i]), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+               "-%s%s %s is out of range (expected %s)", s->prefix, s->option + 1, value,
+               plan_setting_range(s, range, sizeof range));
     plan_setting_set(plan, s, v[i]);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -211,9 +231,11 @@ PetscErrorCode plan_attr_int(IoId obj, const char *where, const char *name, int 
   double x;
 
   PetscFunctionBegin;
-  PetscCheck(io_attr_exists(obj, name), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no attribute %s", where, name);
+  PetscCheck(io_attr_exists(obj, name), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no attribute %s", where,
+             name);
   PetscCall(plan_attr_number(obj, where, name, &x));
-  PetscCheck(x == (int)x && x >= lo && x <= hi, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s is %g, expected a whole number in [%d, %d]", where, name, x, lo, hi);
+  PetscCheck(x == (int)x && x >= lo && x <= hi, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: attribute %s is %g, expected a whole number in [%d, %d]", where, name, x, lo, hi);
   *v = (int)x;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -227,8 +249,10 @@ PetscErrorCode plan_settings_read(IoId g, const char *where, Plan *plan)
     double             x = s->def;
 
     if (io_attr_exists(g, s->attr)) PetscCall(plan_attr_number(g, where, s->attr, &x));
-    else PetscCheck(s->since_fusion, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no attribute %s", where, s->attr);
-    PetscCheck(plan_setting_valid(s, x), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: attribute %s is %g, expected %s", where, s->attr, x, plan_setting_range(s, range, sizeof range));
+    else
+      PetscCheck(s->since_fusion, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no attribute %s", where, s->attr);
+    PetscCheck(plan_setting_valid(s, x), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+               "%s: attribute %s is %g, expected %s", where, s->attr, x, plan_setting_range(s, range, sizeof range));
     plan_setting_set(plan, s, x);
   }
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -70,10 +70,14 @@ static PetscErrorCode adv_reinforce_pp(Rollout *r, const PPOOptions *o, double k
 /* In -algo's order: the first row is the default. */
 const PPOAlgoSpec ppo_algos[] = {
   /* name, title, help, critic, groups, KL in the loss, loss aggregation, advantages */
-  {"ppo", "PPO", "actor + critic, GAE", PETSC_TRUE, PETSC_FALSE, PETSC_FALSE, RL_AGG_TOKEN_MEAN, adv_gae},
-  {"grpo", "GRPO", "critic-free, group-normalised scores", PETSC_FALSE, PETSC_TRUE, PETSC_TRUE, RL_AGG_TOKEN_MEAN, adv_grpo},
-  {"rloo", "RLOO", "critic-free, leave-one-out baseline", PETSC_FALSE, PETSC_TRUE, PETSC_FALSE, RL_AGG_TOKEN_MEAN, adv_rloo},
-  {"reinforce_pp", "REINFORCE++", "REINFORCE++ with a group-mean baseline: critic-free, returns whitened over the batch", PETSC_FALSE, PETSC_TRUE, PETSC_FALSE, RL_AGG_TOKEN_MEAN, adv_reinforce_pp},
+  { "ppo", "PPO", "actor + critic, GAE", PETSC_TRUE, PETSC_FALSE, PETSC_FALSE, RL_AGG_TOKEN_MEAN, adv_gae },
+  { "grpo", "GRPO", "critic-free, group-normalised scores", PETSC_FALSE, PETSC_TRUE, PETSC_TRUE, RL_AGG_TOKEN_MEAN,
+    adv_grpo },
+  { "rloo", "RLOO", "critic-free, leave-one-out baseline", PETSC_FALSE, PETSC_TRUE, PETSC_FALSE, RL_AGG_TOKEN_MEAN,
+    adv_rloo },
+  { "reinforce_pp", "REINFORCE++",
+    "REINFORCE++ with a group-mean baseline: critic-free, returns whitened over the batch", PETSC_FALSE, PETSC_TRUE,
+    PETSC_FALSE, RL_AGG_TOKEN_MEAN, adv_reinforce_pp },
 };
 const int ppo_nalgos = (int)(sizeof ppo_algos / sizeof ppo_algos[0]);
 
@@ -87,7 +91,8 @@ PetscErrorCode ppo_algo_choices(const char *names[], int cap, char *help, size_t
   size_t at = 0;
 
   PetscFunctionBegin;
-  PetscCheck(ppo_nalgos < cap, PETSC_COMM_SELF, PETSC_ERR_PLIB, "ppo_algo_choices: %d algorithms exceed %d names", ppo_nalgos, cap - 1);
+  PetscCheck(ppo_nalgos < cap, PETSC_COMM_SELF, PETSC_ERR_PLIB, "ppo_algo_choices: %d algorithms exceed %d names",
+             ppo_nalgos, cap - 1);
   help[0] = '\0';
   for (int k = 0; k < ppo_nalgos; k++) {
     const char *sep = k == 0 ? "" : k == ppo_nalgos - 1 ? " or " : ", ";
@@ -106,7 +111,9 @@ PetscErrorCode ppo_algo_join(PetscBool (*pick)(const PPOAlgoSpec *), PetscBool t
   PetscFunctionBegin;
   buf[0] = '\0';
   for (int k = 0; k < ppo_nalgos; k++)
-    if (pick(&ppo_algos[k]) && at < len) at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? ", " : "", titles ? ppo_algos[k].title : ppo_algos[k].name);
+    if (pick(&ppo_algos[k]) && at < len)
+      at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? ", " : "",
+                             titles ? ppo_algos[k].title : ppo_algos[k].name);
   PetscCheck(at < len, PETSC_COMM_SELF, PETSC_ERR_PLIB, "ppo_algo_join: the list exceeds %zu bytes", len);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

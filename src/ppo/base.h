@@ -21,7 +21,11 @@ PetscErrorCode ppo_check_options(PPOOptions *o);
 PetscInt ppo_partial_extra(const PPOOptions *o);
 int      ppo_partial_rows(const PPOOptions *o);
 /* The rewards besides the reward model (src/ppo/rewards.c). */
-typedef enum { PPO_GOLD_NONE = 0, PPO_GOLD_SORT = 1, PPO_GOLD_ANSWER = 2 } PPOGold; /* what gold means: nothing, the sort judge's score, a right answer */
+typedef enum {
+  PPO_GOLD_NONE   = 0,
+  PPO_GOLD_SORT   = 1,
+  PPO_GOLD_ANSWER = 2
+} PPOGold; /* what gold means: nothing, the sort judge's score, a right answer */
 typedef struct {
   PPOGold        gold;
   PetscBool      have_tt;
@@ -41,14 +45,15 @@ typedef struct {
   GenBatch gen;                         /* tokens, lengths, eos, old logprobs, masks */
   float   *ref, *values, *rewards, *adv, *ret; /* [B,T] */
   float   *score, *final, *gold;        /* [B]: RM score, the score entering the rewards, judge */
-  float   *rule, *parts;                /* [B]: rule and command rewards, weighted and summed; [B, PPO_REWARD_PARTS] each part unweighted (NaN: unused) */
+  float *rule, *parts; /* [B]: rule and command rewards, weighted and summed; [B, PPO_REWARD_PARTS] each part unweighted
+                          (NaN: unused) */
   int     *start, *len;                 /* [B]: response start and length */
   /* the rows' prompts (set by the caller, not owned): reference answers,
    * metadata, the prompt's index in its source; NULL when there are none */
   const char **answer, **meta;
   int64_t     *pidx;
-  int          Bcap;                    /* rows allocated (-ppo_dynamic_sampling: candidates generated; B after the selection) */
-  PetscBool    scored;                  /* ref and score computed with the generation (an asynchronous run's frozen calls) */
+  int          Bcap;   /* rows allocated (-ppo_dynamic_sampling: candidates generated; B after the selection) */
+  PetscBool    scored; /* ref and score computed with the generation (an asynchronous run's frozen calls) */
   /* -ppo_dynamic_sampling (dynamic.c): candidate groups whose rewards
    * differ, groups of equal rewards used to fill, generation rounds */
   struct {
@@ -89,7 +94,8 @@ typedef struct {
   const char    *title;      /* as the pipeline's lines write it */
   const char    *help;       /* its part of -algo's help */
   PetscBool      has_critic; /* a critic is built, trained and checkpointed (its values enter the advantages) */
-  PetscBool      groups;     /* -grpo_group responses per prompt: -rollout_batch divides into groups of at least 2, -ppo_dynamic_sampling selects among them */
+  PetscBool      groups;     /* -grpo_group responses per prompt: -rollout_batch divides into groups of at least 2,
+                                -ppo_dynamic_sampling selects among them */
   PetscBool      kl_in_loss; /* -ppo_kl_in auto puts the KL in the loss (else a per-token penalty in the rewards) */
   RLLossAgg      loss_agg;   /* -ppo_loss_agg's default */
   PPOAdvantageFn advantages;
@@ -100,7 +106,10 @@ static inline const PPOAlgoSpec *ppo_algo(const PPOOptions *o) { return &ppo_alg
 /* Samples per prompt: -grpo_group for an algorithm with groups, else 1. */
 static inline int ppo_group_size(const PPOOptions *o) { return ppo_algo(o)->groups ? (int)o->group : 1; }
 /* Whether the KL to the reference is a loss term (else a reward penalty). */
-static inline PetscBool ppo_kl_as_loss(const PPOOptions *o) { return o->kl_in == KL_IN_LOSS || (o->kl_in == KL_IN_AUTO && ppo_algo(o)->kl_in_loss) ? PETSC_TRUE : PETSC_FALSE; }
+static inline PetscBool ppo_kl_as_loss(const PPOOptions *o)
+{
+  return o->kl_in == KL_IN_LOSS || (o->kl_in == KL_IN_AUTO && ppo_algo(o)->kl_in_loss) ? PETSC_TRUE : PETSC_FALSE;
+}
 /* -algo's choices (the rows' names, then NULL: cap at least ppo_nalgos + 1)
  * and its help, "name (help), ... or name (help)". */
 PetscErrorCode ppo_algo_choices(const char *names[], int cap, char *help, size_t len);
@@ -125,35 +134,43 @@ PetscErrorCode packbuf_destroy(PackBuf *pb);
  * pb->ent get, at forward row (i, s), the log-probability and entropy of the
  * token at position s+1 under the generation's distribution (0 outside
  * responses). Returns the forward row length in *Tf. */
-PetscErrorCode rollout_forward_logprobs(Model *m, const Rollout *r, const int *idx, int nb, float inv_temp, PackBuf *pb, int *Tf);
+PetscErrorCode rollout_forward_logprobs(Model *m, const Rollout *r, const int *idx, int nb, float inv_temp, PackBuf *pb,
+                                        int *Tf);
 /* Forward through a scalar-head model; pb->val gets the values by forward
  * row (the value of the state before position s+1 is at row s). With
  * full_length the rows cover whole sequences (for the score at the last
  * token), else up to the last response token's predecessor. */
-PetscErrorCode rollout_forward_values(Model *m, const Rollout *r, const int *idx, int nb, PetscBool full_length, PackBuf *pb, int *Tf);
+PetscErrorCode rollout_forward_values(Model *m, const Rollout *r, const int *idx, int nb, PetscBool full_length,
+                                      PackBuf *pb, int *Tf);
 
 /* The inference calls over rows [b0, b1) (a replica's share), in
  * micro-batches of nmicro sequences through the model's pipeline stages:
  * reference log-probabilities, reward-model scores (and the final scores),
  * critic values. Only the last stage writes the outputs. */
-PetscErrorCode rollout_ref_inference(Model *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
-PetscErrorCode rollout_reward_inference(Model *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
-PetscErrorCode rollout_critic_inference(Model *critic, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
+PetscErrorCode rollout_ref_inference(Model *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1,
+                                     int nmicro);
+PetscErrorCode rollout_reward_inference(Model *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1,
+                                        int nmicro);
+PetscErrorCode rollout_critic_inference(Model *critic, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1,
+                                        int nmicro);
 /* Asynchronous runs: the actor's log-probabilities of the rows before
  * this iteration's update (the proximal policy) into r->prox. */
-PetscErrorCode rollout_prox_inference(Model *actor, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro);
+PetscErrorCode rollout_prox_inference(Model *actor, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1,
+                                      int nmicro);
 /* One inference call over the sequences idx[0..nb) of r in one forward
  * (nb <= pb->nmax): reference log-probabilities, reward-model scores (and
  * final scores) or critic values, as the calls above compute them. */
 typedef enum { ROLLOUT_REF = 0, ROLLOUT_SCORE = 1, ROLLOUT_VALUES = 2 } RolloutInfer;
-PetscErrorCode rollout_infer_rows(Model *m, RolloutInfer kind, Rollout *r, const PPOOptions *o, PackBuf *pb, const int *idx, int nb);
+PetscErrorCode rollout_infer_rows(Model *m, RolloutInfer kind, Rollout *r, const PPOOptions *o, PackBuf *pb,
+                                  const int *idx, int nb);
 /* The rewards besides the reward model (src/ppo/rewards.c). Setup: the
  * token table from the first of tables[] holding /tokenizer (else the
  * built-in arithmetic task's characters), the command started on world
  * rank 0; builtin: the prompts are the built-in task's; answers: the rows
  * have reference answers (gold is then whether the answer is right).
  * Collective on MPI_COMM_WORLD. */
-PetscErrorCode ppo_rewards_setup(const RunCtx *run, const PPOOptions *o, const char *const *tables, int ntables, PetscBool builtin, PetscBool answers, PPORewards *rw);
+PetscErrorCode ppo_rewards_setup(const RunCtx *run, const PPOOptions *o, const char *const *tables, int ntables,
+                                 PetscBool builtin, PetscBool answers, PPORewards *rw);
 /* Prints rows [0, n) of r on world rank 0 (-ppo_eval_show): prompt and
  * response as text through the token table, or as token ids without one,
  * the final reward and the reference answer; what names the evaluation. */
@@ -191,7 +208,8 @@ PetscErrorCode dynamic_finish(DynamicStore *ds, Rollout *r, int B);
  * the KL in the rewards unless it is a loss term. */
 PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coef);
 /* Appends group /iter_<k> to <output_dir>/rollouts.h5 (created at iteration 0 or on first use). */
-PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, int iteration, const PPOOptions *o, double kl_coef);
+PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, int iteration, const PPOOptions *o,
+                            double kl_coef);
 
 /* Generation as a call (src/ppo/rollout_gen.c): a replica's rows of the batch
  * (its own GenBatch unless the replica holds every row). */
@@ -199,13 +217,17 @@ typedef struct {
   GenBatch  b;
   int       b0, b1;
   PetscBool own;
-  int      *owner; /* -fuse_gen_inf migrate: b holds all rows; owner[row] the world rank that finished it here, else -1 (NULL otherwise) */
+  int *owner; /* -fuse_gen_inf migrate: b holds all rows; owner[row] the world rank that finished it here, else -1 (NULL
+                 otherwise) */
 } GenPart;
 /* Members of policy's mesh decode their replica's rows of req into part. */
-PetscErrorCode rollout_generate_part(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed, uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part);
+PetscErrorCode rollout_generate_part(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed,
+                                     uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part);
 /* The same, with a callback for each finished sample (index: the replica's
  * request index; its global row is part->b0 + index). */
-PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed, uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part, GenFinishFn fn, void *ctx);
+PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed,
+                                        uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part,
+                                        GenFinishFn fn, void *ctx);
 /* Every rank gets every replica's rows (tokens, log-probabilities, lengths,
  * EOS, allowed sets; replica 0's step timeline), then the response starts,
  * lengths (the judge runs with the rule rewards, rollout_rule_rewards). Collective on MPI_COMM_WORLD. */
@@ -268,6 +290,7 @@ PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_
  * src/ppo/async/pool.c): its tokens into row (room ps->room) and *len; the
  * built-in task's answer written to abuf (PPO_ANSWER_LEN bytes), *answer
  * pointing there or into the prompt file; *meta, *pidx as prompts_next's. */
-PetscErrorCode prompts_at(PromptSource *ps, const PPOOptions *o, int64_t pos, int *row, int *len, char *abuf, const char **answer, const char **meta, int64_t *pidx);
+PetscErrorCode prompts_at(PromptSource *ps, const PPOOptions *o, int64_t pos, int *row, int *len, char *abuf,
+                          const char **answer, const char **meta, int64_t *pidx);
 
 #endif

@@ -35,8 +35,10 @@ static PetscErrorCode row_copy(const Rollout *s, int src, Rollout *d, int dst, i
   memcpy(h->logprobs + (size_t)dst * T, g->logprobs + (size_t)src * T, T * sizeof(float));
   h->prompt_len[dst] = g->prompt_len[src], h->response_len[dst] = g->response_len[src], h->eos[dst] = g->eos[src];
   d->start[dst] = s->start[src], d->len[dst] = s->len[src];
-  d->score[dst] = s->score[src], d->final[dst] = s->final[src], d->gold[dst] = s->gold[src], d->rule[dst] = s->rule[src];
-  memcpy(d->parts + (size_t)dst * PPO_REWARD_PARTS, s->parts + (size_t)src * PPO_REWARD_PARTS, PPO_REWARD_PARTS * sizeof(float));
+  d->score[dst] = s->score[src], d->final[dst] = s->final[src], d->gold[dst] = s->gold[src],
+  d->rule[dst] = s->rule[src];
+  memcpy(d->parts + (size_t)dst * PPO_REWARD_PARTS, s->parts + (size_t)src * PPO_REWARD_PARTS,
+         PPO_REWARD_PARTS * sizeof(float));
   if (d->answer) d->answer[dst] = s->answer ? s->answer[src] : NULL;
   if (d->meta) d->meta[dst] = s->meta ? s->meta[src] : NULL;
   if (d->pidx) d->pidx[dst] = s->pidx ? s->pidx[src] : -1;
@@ -48,7 +50,8 @@ PetscErrorCode dynamic_begin(const Rollout *r, int B, DynamicStore *ds)
   PetscFunctionBegin;
   PetscCall(PetscMemzero(ds, sizeof *ds));
   PetscCall(rollout_create(B, r->T, r->gen.mask_off ? PETSC_TRUE : PETSC_FALSE, &ds->r));
-  PetscCall(PetscCalloc3(B, &ds->r.answer, B, &ds->r.meta, B, &ds->r.pidx)); /* the store's own: a rollout's are its caller's */
+  PetscCall(PetscCalloc3(B, &ds->r.answer, B, &ds->r.meta, B,
+                         &ds->r.pidx)); /* the store's own: a rollout's are its caller's */
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -66,7 +69,8 @@ PetscErrorCode dynamic_take(DynamicStore *ds, Rollout *cand, int G, int k, Petsc
     pick[q] = (char)(hi > lo && take < need);
     take += pick[q];
   }
-  for (int q = 0; last && q < ncand && take < need; q++) /* the last round: its first groups of equal rewards fill the batch */
+  for (int q = 0; last && q < ncand && take < need;
+       q++) /* the last round: its first groups of equal rewards fill the batch */
     if (!pick[q]) pick[q] = 1, take++, ds->filled++;
   for (int q = 0; q < ncand; q++) {
     if (!pick[q]) continue;
@@ -83,7 +87,8 @@ PetscErrorCode dynamic_finish(DynamicStore *ds, Rollout *r, int B)
   int nid = 0;
 
   PetscFunctionBegin;
-  PetscCheck(ds->groups * ds->k == B, PETSC_COMM_SELF, PETSC_ERR_PLIB, "dynamic sampling: %d groups of %d kept for a batch of %d", ds->groups, ds->k, B);
+  PetscCheck(ds->groups * ds->k == B, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+             "dynamic sampling: %d groups of %d kept for a batch of %d", ds->groups, ds->k, B);
   for (int b = 0; b < B; b++) PetscCall(row_copy(&ds->r, b, r, b, &nid));
   if (r->gen.mask_off) r->gen.mask_off[(size_t)B * r->T] = nid;
   r->B = r->gen.n = B;

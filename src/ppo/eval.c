@@ -11,7 +11,8 @@ double rollout_kl(const Rollout *r)
 {
   double kl = 0;
   for (int b = 0; b < r->B; b++)
-    for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) kl += (double)r->gen.logprobs[(size_t)b * r->T + t] - (double)r->ref[(size_t)b * r->T + t];
+    for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++)
+      kl += (double)r->gen.logprobs[(size_t)b * r->T + t] - (double)r->ref[(size_t)b * r->T + t];
   return kl / r->B;
 }
 
@@ -31,7 +32,8 @@ static double pass_at_k(const Rollout *r, int n, int k)
 /* The evaluation's samples as group `group` of path: the layout of
  * rollouts.h5's groups (tokens, lengths, per-sample rewards) with the
  * reference answers as a prompt file holds them, and the metrics. */
-static PetscErrorCode ppo_eval_save(const char *path, const char *group, const Rollout *r, const PPOEvalSet *e, const PPOEval *ev)
+static PetscErrorCode ppo_eval_save(const char *path, const char *group, const Rollout *r, const PPOEvalSet *e,
+                                    const PPOEval *ev)
 {
   int               B = r->B, T = r->T;
   const IODataset   d[] = {
@@ -48,11 +50,13 @@ static PetscErrorCode ppo_eval_save(const char *path, const char *group, const R
   const double      av[] = {(double)e->n, (double)e->k, ev->gold, ev->pass_k, ev->reward, ev->kl};
 
   PetscFunctionBegin;
-  PetscCall(io_group_replace(MPI_COMM_WORLD, "evaluations file", path, group, d, (int)(sizeof d / sizeof d[0]), "answer", e->answers ? r->answer : NULL, B, an, av, (int)(sizeof av / sizeof av[0])));
+  PetscCall(io_group_replace(MPI_COMM_WORLD, "evaluations file", path, group, d, (int)(sizeof d / sizeof d[0]),
+                             "answer", e->answers ? r->answer : NULL, B, an, av, (int)(sizeof av / sizeof av[0])));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, const PPOEvalSet *e, uint64_t seed, int max_prompt, const char *path, const char *group, PPOEval *ev)
+PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, const PPOEvalSet *e, uint64_t seed,
+                            int max_prompt, const char *path, const char *group, PPOEval *ev)
 {
   int       N = e->n * e->k;
   GenPart   part = {{0}, 0, 0, PETSC_FALSE, NULL};
@@ -97,24 +101,30 @@ PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, c
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_evaluate_said(const RunCtx *run, const char *what, DModel *policy, PPOModels *m, const PPOOptions *o, PromptSource *ps, const CkptState *st,
-                                 const char *path, const char *group, PPOEval *ev)
+PetscErrorCode ppo_evaluate_said(const RunCtx *run, const char *what, DModel *policy, PPOModels *m, const PPOOptions *o,
+                                 PromptSource *ps, const CkptState *st, const char *path, const char *group,
+                                 PPOEval *ev)
 {
   double t0  = sys_wtime();
   int    say = ps->eval.n > 0 && ps->eval.k > 0;
   char   d[32];
 
   PetscFunctionBegin;
-  if (say) PetscCall(PetscPrintf(run->comm, "held-out evaluation of %s: %d prompts x %d responses ...\n", what, ps->eval.n, ps->eval.k));
+  if (say)
+    PetscCall(PetscPrintf(run->comm, "held-out evaluation of %s: %d prompts x %d responses ...\n", what, ps->eval.n,
+                          ps->eval.k));
   PetscCall(ppo_evaluate(policy, m, o, &ps->eval, (uint64_t)st->seed, ps->max_prompt, path, group, ev));
-  if (say) PetscCall(PetscPrintf(run->comm, "held-out evaluation of %s done in %s\n", what, sys_duration_str(sys_wtime() - t0, d, sizeof d)));
+  if (say)
+    PetscCall(PetscPrintf(run->comm, "held-out evaluation of %s done in %s\n", what,
+                          sys_duration_str(sys_wtime() - t0, d, sizeof d)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* -mode eval: the held-out evaluation of the actor, recorded in run.h5's
  * /summary (eval_gold, eval_pass_k, eval_reward, eval_kl, eval_prompts,
  * eval_samples), its samples in evals.h5's /eval. */
-PetscErrorCode ppo_eval_only(const RunCtx *run, const PPOOptions *o, const PlanNeeds *needs, PPOModels *m, PromptSource *ps, const CkptState *st)
+PetscErrorCode ppo_eval_only(const RunCtx *run, const PPOOptions *o, const PlanNeeds *needs, PPOModels *m,
+                             PromptSource *ps, const CkptState *st)
 {
   RunRecord *rec;
   PPOEval    ev;

@@ -141,8 +141,11 @@ PetscErrorCode ppo_fused_train_pass(PPOFusedTrain *fz, Trainer *tr[2], const Mic
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(&seq, sizeof seq));
-  PetscCheck(g[0] && g[1], PETSC_COMM_SELF, PETSC_ERR_PLIB, "fused training: a rank holds only one of the actor and critic shards");
-  PetscCheck(s[0]->count == fz->in.m[0] && s[1]->count == fz->in.m[1], PETSC_COMM_SELF, PETSC_ERR_PLIB, "fused training: %d and %d micro-batches, the schedule has %d and %d", s[0]->count, s[1]->count, fz->in.m[0], fz->in.m[1]);
+  PetscCheck(g[0] && g[1], PETSC_COMM_SELF, PETSC_ERR_PLIB,
+             "fused training: a rank holds only one of the actor and critic shards");
+  PetscCheck(s[0]->count == fz->in.m[0] && s[1]->count == fz->in.m[1], PETSC_COMM_SELF, PETSC_ERR_PLIB,
+             "fused training: %d and %d micro-batches, the schedule has %d and %d", s[0]->count, s[1]->count,
+             fz->in.m[0], fz->in.m[1]);
   for (int x = 0; x < 2; x++) {
     PetscCall(model_zero_grad(g[x]));
     PetscCall(model_msg_ids(g[x], x, 0)); /* AC_ACTOR, AC_CRITIC: their messages never pair across models */
@@ -179,11 +182,18 @@ PetscErrorCode ppo_fused_train_report(const RunCtx *run, RunRecord *rec, PPOFuse
   fz->reported = PETSC_TRUE;
   PetscCallMPI(MPI_Bcast(v, 5, MPI_DOUBLE, fz->root, MPI_COMM_WORLD));
   if (fz->from_file) {
-    PetscCall(PetscPrintf(run->comm, "fused training: schedule from -fuse_train_schedule (actor pp %d x %d micro-batches, critic pp %d x %d copies x %d)\n", fz->in.pp[0], fz->in.m[0], fz->in.pp[1], fz->in.pp[0] / fz->in.pp[1], fz->in.m[1]));
+    PetscCall(PetscPrintf(run->comm,
+                          "fused training: schedule from -fuse_train_schedule (actor pp %d x %d micro-batches, critic "
+                          "pp %d x %d copies x %d)\n",
+                          fz->in.pp[0], fz->in.m[0], fz->in.pp[1], fz->in.pp[0] / fz->in.pp[1], fz->in.m[1]));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  PetscCall(PetscPrintf(run->comm, "fused training: actor pp %d x %d micro-batches (forward %.3g ms per stage), critic pp %d x %d copies x %d (%.3g ms); searched schedule predicts %.3g ms per mini-batch, sequential 1F1B %.3g ms (%.3fx), lower bound %.3g ms\n", fz->in.pp[0],
-                        fz->in.m[0], 1e3 * v[0], fz->in.pp[1], fz->in.pp[0] / fz->in.pp[1], fz->in.m[1], 1e3 * v[1], 1e3 * v[2], 1e3 * v[3], v[3] / v[2], 1e3 * v[4]));
+  PetscCall(PetscPrintf(run->comm,
+                        "fused training: actor pp %d x %d micro-batches (forward %.3g ms per stage), critic pp %d x %d "
+                        "copies x %d (%.3g ms); searched schedule predicts %.3g ms per mini-batch, sequential 1F1B "
+                        "%.3g ms (%.3fx), lower bound %.3g ms\n",
+                        fz->in.pp[0], fz->in.m[0], 1e3 * v[0], fz->in.pp[1], fz->in.pp[0] / fz->in.pp[1], fz->in.m[1],
+                        1e3 * v[1], 1e3 * v[2], 1e3 * v[3], v[3] / v[2], 1e3 * v[4]));
   for (int k = 0; k < 5; k++) PetscCall(record_summary(rec, names[k], v[k]));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

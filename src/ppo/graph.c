@@ -248,7 +248,8 @@ static PetscErrorCode run_fused(void *ctx)
 {
   IterCtx *c = (IterCtx *)ctx;
   PetscFunctionBegin;
-  PetscCall(rollout_genfuse_call(c->m, c->o, c->req, c->max_prompt, (uint64_t)c->st->seed, (uint32_t)c->st->iteration, c->r, c->pb, &c->part, &c->genfuse_times));
+  PetscCall(rollout_genfuse_call(c->m, c->o, c->req, c->max_prompt, (uint64_t)c->st->seed, (uint32_t)c->st->iteration,
+                                 c->r, c->pb, &c->part, &c->genfuse_times));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -341,7 +342,8 @@ static PetscErrorCode run_actor_train(void *ctx)
 
   PetscFunctionBegin;
   trainer_attach(&c->m->actor, c->m->plan, MFC_ACTOR_TRAIN, c->o->sched, &tr);
-  PetscCall(ppo_train_actor(&tr, c->o, c->r, c->pb, (uint64_t)c->st->seed, (int)c->st->iteration, c->st->kl_coef, c->ts));
+  PetscCall(
+      ppo_train_actor(&tr, c->o, c->r, c->pb, (uint64_t)c->st->seed, (int)c->st->iteration, c->st->kl_coef, c->ts));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -365,7 +367,8 @@ static PetscErrorCode run_fused_train(void *ctx)
   PetscFunctionBegin;
   trainer_attach(&c->m->actor, c->m->plan, MFC_ACTOR_TRAIN, c->o->sched, &ta);
   trainer_attach(&c->m->critic, c->m->plan, MFC_CRITIC_TRAIN, c->o->sched, &tc);
-  PetscCall(ppo_train_fused(&c->m->fuse, &ta, &tc, c->o, c->r, c->pb, (uint64_t)c->st->seed, (int)c->st->iteration, c->st->kl_coef, c->ts));
+  PetscCall(ppo_train_fused(&c->m->fuse, &ta, &tc, c->o, c->r, c->pb, (uint64_t)c->st->seed, (int)c->st->iteration,
+                            c->st->kl_coef, c->ts));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -376,7 +379,8 @@ static PetscErrorCode share_actor_train(void *ctx)
   double   v[5] = {c->ts->actor_loss, c->ts->clipfrac, c->ts->entropy, c->ts->kl_loss, c->ts->grad_actor};
   PetscFunctionBegin;
   PetscCallMPI(MPI_Bcast(v, 5, MPI_DOUBLE, c->m->actor.mesh->ranks[0], MPI_COMM_WORLD));
-  c->ts->actor_loss = v[0], c->ts->clipfrac = v[1], c->ts->entropy = v[2], c->ts->kl_loss = v[3], c->ts->grad_actor = v[4];
+  c->ts->actor_loss = v[0], c->ts->clipfrac = v[1], c->ts->entropy = v[2], c->ts->kl_loss = v[3],
+  c->ts->grad_actor = v[4];
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -450,7 +454,8 @@ static void add_generation(Graph *G, PPOModels *m, const PPOOptions *o, const PP
   ExecNode    e;
 
   if (o->plan.fuse != FUSE_NONE) {
-    PetscBool here = (PetscBool)(dmodel_member(ppo_gen_model(m)) || dmodel_member(&m->reference) || dmodel_member(&m->reward) || (crit && dmodel_member(ppo_critic_inf_model(m))));
+    PetscBool here = (PetscBool)(dmodel_member(ppo_gen_model(m)) || dmodel_member(&m->reference) ||
+                                 dmodel_member(&m->reward) || (crit && dmodel_member(ppo_critic_inf_model(m))));
     e = node("generation+inference", here, run_fused, share_fused, g);
     keys(e.in, "prompts", w, cw, NULL);
     keys(e.out, "responses", "ref_logprobs", "scores", crit ? "values" : NULL);
@@ -538,12 +543,14 @@ static void add_sync(Graph *G, PPOModels *m, PetscBool actor, IterCtx *c)
 {
   ExecNode e;
   if (actor) {
-    e = node("actor_sync", (PetscBool)(dmodel_member(&m->actor) || dmodel_member(&m->actor_gen)), run_actor_sync, NULL, c);
+    e = node("actor_sync", (PetscBool)(dmodel_member(&m->actor) || dmodel_member(&m->actor_gen)), run_actor_sync, NULL,
+             c);
     keys(e.in, "actor_weights", NULL, NULL, NULL);
     keys(e.out, "gen_weights", NULL, NULL, NULL);
     add(G, &G->sync_a, e);
   } else {
-    e = node("critic_sync", (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync, NULL, c);
+    e = node("critic_sync", (PetscBool)(dmodel_member(&m->critic) || dmodel_member(&m->critic_inf)), run_critic_sync,
+             NULL, c);
     keys(e.in, "critic_weights", NULL, NULL, NULL);
     keys(e.out, "critic_inf_weights", NULL, NULL, NULL);
     add(G, &G->sync_c, e);
@@ -556,7 +563,8 @@ static double sec_of(const double *sec, int k) { return k >= 0 ? sec[k] : 0; }
  * models' calls with the generation count as inference, the proximal
  * forward as the reference's (an inference call of the actor), dynamic
  * sampling's later rounds as generation. */
-static PetscErrorCode stage_times(PPOModels *m, const PPOOptions *o, const Graph *G, const double *sec, IterCtx *c, IterCtx *g, StageTimes *tm)
+static PetscErrorCode stage_times(PPOModels *m, const PPOOptions *o, const Graph *G, const double *sec, IterCtx *c,
+                                  IterCtx *g, StageTimes *tm)
 {
   PetscFunctionBegin;
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, g->frozen_s, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
@@ -571,7 +579,8 @@ static PetscErrorCode stage_times(PPOModels *m, const PPOOptions *o, const Graph
   tm->critic_train = sec_of(sec, G->critic);
   if (o->plan.fuse != FUSE_NONE) { /* the fused node's parts, longest over ranks */
     const GenFuseTimes *f = &g->genfuse_times;
-    double v[10] = {f->gen, f->inf[0], f->inf[1], f->inf[2], f->step_s, f->tokens > 0 ? (f->inf[0] + f->inf[1] + f->inf[2]) / f->tokens : 0, f->rt, f->rt_pred, f->mig_s, f->mig_m};
+    double              tok_s = f->tokens > 0 ? (f->inf[0] + f->inf[1] + f->inf[2]) / f->tokens : 0;
+    double v[10] = {f->gen, f->inf[0], f->inf[1], f->inf[2], f->step_s, tok_s, f->rt, f->rt_pred, f->mig_s, f->mig_m};
     double w[6] = {f->messages, f->bytes, f->moved, f->mig_bytes, f->send, f->recv_wait};
     PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, v, 10, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, w, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
@@ -598,7 +607,8 @@ static PetscErrorCode stage_times(PPOModels *m, const PPOOptions *o, const Graph
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, PromptSource *ps, const PPOIterSpec *sp, PackBuf *pb, const CkptState *st, PPOTrainStats *ts, StageTimes *tm)
+PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, PromptSource *ps, const PPOIterSpec *sp, PackBuf *pb,
+                             const CkptState *st, PPOTrainStats *ts, StageTimes *tm)
 {
   IterCtx     c, g;
   Graph       G;
@@ -617,7 +627,8 @@ PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, PromptSource *ps
   c.req = g.req = ps->req;
   if (cur) c.draw = (uint32_t)sp->train_draw;
   if (next) {
-    g.draw = (uint32_t)sp->gen_draw, next->B = next->gen.n = next->Bcap; /* dynamic sampling: every candidate row generates */
+    g.draw  = (uint32_t)sp->gen_draw,
+    next->B = next->gen.n = next->Bcap; /* dynamic sampling: every candidate row generates */
     g.frozen   = (PetscBool)(sp->late && frozen_with_generation(m, o));
     g.keep_gen = (PetscBool)(o->dynamic_sampling > 0);
   }

@@ -143,11 +143,17 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
     PetscCall(PetscFree(t));
   }
   *stop = 0;
-  PetscCall(PetscPrintf(run->comm, "%s: actor %zu parameters, %" PetscInt_FMT " iterations of %" PetscInt_FMT " responses, from iteration %" PetscInt_FMT "\n", ppo_algo(o)->name, nparams, o->iterations, o->rollout_batch, st->iteration));
-  { /* the baseline first: the initial policy's score is the run's first number, and its time sizes the ETA's evaluations */
+  PetscCall(PetscPrintf(run->comm,
+                        "%s: actor %zu parameters, %" PetscInt_FMT " iterations of %" PetscInt_FMT
+                        " responses, from iteration %" PetscInt_FMT "\n",
+                        ppo_algo(o)->name, nparams, o->iterations, o->rollout_batch, st->iteration));
+  { /* the baseline first: the initial policy's score is the run's first number, and its time sizes the ETA's
+       evaluations */
     double t0 = sys_wtime();
-    PetscCall(ppo_evaluate_said(run, "the reference (the initial policy)", &m->reference, m, o, e->ps, st, evals, "reference", &sum->initial));
-    if (!isnan(sum->initial.gold) || !isnan(sum->initial.reward)) PetscCall(ppo_print_eval(run, "      held-out, initial policy:", &sum->initial, o));
+    PetscCall(ppo_evaluate_said(run, "the reference (the initial policy)", &m->reference, m, o, e->ps, st, evals,
+                                "reference", &sum->initial));
+    if (!isnan(sum->initial.gold) || !isnan(sum->initial.reward))
+      PetscCall(ppo_print_eval(run, "      held-out, initial policy:", &sum->initial, o));
     t_eval = t_evals = sys_wtime() - t0;
   }
   if (bt.ops->start) PetscCall(bt.ops->start(&bt, e));
@@ -181,9 +187,16 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
     }
     if (bt.ops->record) PetscCall(bt.ops->record(&bt, rec, r, it, &tm, &ts, iter_s, more, sizeof more));
     {
-      PPOIterLine line = {it + 1, (int)o->iterations, kl, coef, iter_s, &ev, more,
-                          sys_progress_more_str(t_loop, (long)(st->iteration - it0), (long)(o->iterations - st->iteration), t_evals,
-                                                t_eval * (double)evals_left(o, st->iteration), clock, sizeof clock)};
+      PPOIterLine line = { it + 1,
+                           (int)o->iterations,
+                           kl,
+                           coef,
+                           iter_s,
+                           &ev,
+                           more,
+                           sys_progress_more_str(t_loop, (long)(st->iteration - it0),
+                                                 (long)(o->iterations - st->iteration), t_evals,
+                                                 t_eval * (double)evals_left(o, st->iteration), clock, sizeof clock) };
       PetscCall(ppo_record_iteration(rec, run, o, m, r, &ts, &tm, &line));
     }
     PetscCall(ppo_record_eval(rec, o, &e->ps->eval, &ev));
@@ -192,8 +205,10 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
     PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &grown, 1, MPI_DOUBLE, MPI_MAX, run->comm));
     PetscCall(record_metric(rec, "acts_grown_bytes", grown));
     if (m->fuse.on && !m->fuse.reported) PetscCall(ppo_fused_train_report(run, rec, &m->fuse));
-    if ((!isnan(ev.gold) || !isnan(ev.reward)) && !final_evaluated) PetscCall(ppo_print_eval(run, "      held-out", &ev, o)); /* the last: in the summary */
-    PetscCall(train_checkpoint_now(run->comm, o->checkpoint_every, o->checkpoint_minutes, st->iteration, &t_ckpt, &ckpt_due, stop));
+    if ((!isnan(ev.gold) || !isnan(ev.reward)) && !final_evaluated)
+      PetscCall(ppo_print_eval(run, "      held-out", &ev, o)); /* the last: in the summary */
+    PetscCall(train_checkpoint_now(run->comm, o->checkpoint_every, o->checkpoint_minutes, st->iteration, &t_ckpt,
+                                   &ckpt_due, stop));
     if (ckpt_due) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
       PetscCall(write_checkpoint(e, &bt, name, rec));
@@ -220,7 +235,8 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *initial_gold, double *ppo_gold, double *ppo_kl)
+PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, double *initial_gold, double *ppo_gold,
+                           double *ppo_kl)
 {
   PPOSetup      s;
   PPOModels     m;
@@ -237,7 +253,8 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   PetscCall(train_restart_resolve(run->comm, run->output_dir, o->restart, sizeof o->restart));
   PetscCall(ppo_prepare(run, o, NULL, PETSC_TRUE, &s));
   PetscCall(ppo_fused_train_setup(run, o, &fz)); /* a schedule file is checked before any work */
-  PetscCall(ppo_rewards_setup(run, o, tables, 2, s.ps.src.builtin, (PetscBool)(s.ps.answers || s.ps.eval.answers), &rw));
+  PetscCall(
+      ppo_rewards_setup(run, o, tables, 2, s.ps.src.builtin, (PetscBool)(s.ps.answers || s.ps.eval.answers), &rw));
   if (run->dry_run) {
     PetscCall(ppo_rewards_destroy(&rw));
     PetscCall(ppo_fused_train_destroy(&fz));

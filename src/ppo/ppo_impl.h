@@ -66,7 +66,8 @@ typedef struct {
   PetscBool   gen_copy, critic_copy;  /* actor_gen / critic_inf are copies */
   PetscBool   gen_drop, critic_drop;  /* the copy is dropped after its call */
   PetscBool   offload_ref, offload_rew; /* frozen models kept in host memory between calls */
-  const CkptSource *ref_source;       /* the reference's input file, recorded in checkpoints instead of its weights (NULL: they are written) */
+  const CkptSource *ref_source; /* the reference's input file, recorded in checkpoints instead of its weights (NULL:
+                                   they are written) */
   size_t      bucket;                 /* reallocation and gradient bucket, bytes */
   PPOFusedTrain     fuse;                   /* the fused training stage (fuse.on: -fuse_train 1) */
   RolloutGenFuse    genfuse;                /* the fused rollouts' state (-fuse_gen_inf) */
@@ -89,7 +90,8 @@ typedef struct {
   double recv_wait;                /* seconds an inference rank waited for samples */
   int    batches;                  /* micro-batches formed */
   double tokens, step_s;           /* tokens this rank ran inference on; its mean decode-step seconds */
-  double rt, rt_pred;              /* migrate: R_t used; auto: the simulation's predicted stage seconds (0: R_t given, -1: auto's first iteration) */
+  double rt, rt_pred; /* migrate: R_t used; auto: the simulation's predicted stage seconds (0: R_t given, -1: auto's
+                         first iteration) */
   double moved, mig_bytes, mig_s;  /* migrate: samples and bytes this rank sent, seconds it spent migrating */
   int    mig_m, mig_dest;          /* destination replicas; this rank's replica is one */
   double mig_t0, mig_t1;           /* the migration on this rank (0, 0: none) */
@@ -106,7 +108,9 @@ PetscErrorCode rollout_genfuse_observe(RolloutGenFuse *gs, const Rollout *r, dou
  * every rank, each (call, row) from the rank that computed it. Collective
  * on MPI_COMM_WORLD. */
 PetscErrorCode rollout_share_inf_owned(RolloutGenFuse *gs, Rollout *r);
-PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, GenFuseTimes *tm);
+PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt,
+                                    uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part,
+                                    GenFuseTimes *tm);
 
 /* ---- the held-out evaluation (src/ppo/eval.c) --------------------------------- */
 /* Mean over sequences of the summed per-token log-ratio to the reference. */
@@ -122,14 +126,17 @@ typedef struct {
  * inference on theirs, the rule and command rewards. With path, the
  * prompts, responses, rewards and answers are saved as group `group` of that
  * file (evals.h5, docs/formats.md). Collective on MPI_COMM_WORLD. */
-PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, const PPOEvalSet *e, uint64_t seed, int max_prompt, const char *path, const char *group, PPOEval *ev);
+PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, const PPOEvalSet *e, uint64_t seed,
+                            int max_prompt, const char *path, const char *group, PPOEval *ev);
 /* The same between a line saying it started and one with its time (an
  * evaluation of many prompts can take minutes with nothing else printed);
  * what names the policy evaluated. */
-PetscErrorCode ppo_evaluate_said(const RunCtx *run, const char *what, DModel *policy, PPOModels *m, const PPOOptions *o, PromptSource *ps, const CkptState *st,
-                                 const char *path, const char *group, PPOEval *ev);
+PetscErrorCode ppo_evaluate_said(const RunCtx *run, const char *what, DModel *policy, PPOModels *m, const PPOOptions *o,
+                                 PromptSource *ps, const CkptState *st, const char *path, const char *group,
+                                 PPOEval *ev);
 /* -mode eval: the actor's held-out evaluation, its summary in run.h5. */
-PetscErrorCode ppo_eval_only(const RunCtx *run, const PPOOptions *o, const PlanNeeds *needs, PPOModels *m, PromptSource *ps, const CkptState *st);
+PetscErrorCode ppo_eval_only(const RunCtx *run, const PPOOptions *o, const PlanNeeds *needs, PPOModels *m,
+                             PromptSource *ps, const CkptState *st);
 
 /* Training over the rollout: epochs x minibatches optimizer steps for the
  * actor (and the critic for PPO). Sums of the metrics go into stats. */
@@ -143,8 +150,10 @@ typedef struct {
  * micro-batches (the plan's mbs per replica when > 0, else
  * -ppo_microbatches' size) run through the trainer's schedule on the
  * pipeline stages; the losses are summed over the mesh before the step. */
-PetscErrorCode ppo_train_actor(Trainer *actor, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s);
-PetscErrorCode ppo_train_critic(Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, PPOTrainStats *s);
+PetscErrorCode ppo_train_actor(Trainer *actor, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed,
+                               int iteration, double kl_coef, PPOTrainStats *s);
+PetscErrorCode ppo_train_critic(Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed,
+                                int iteration, PPOTrainStats *s);
 
 /* The fused stage's instance from the plan, and the schedule file when
  * given (validated for the instance); collective on the world. */
@@ -164,7 +173,8 @@ PetscErrorCode ppo_fused_train_report(const RunCtx *run, RunRecord *rec, PPOFuse
 PetscErrorCode ppo_fused_train_pass(PPOFusedTrain *fz, Trainer *tr[2], const MicroSplit *s[2], const TrainWork *w[2]);
 /* Both models' epochs x mini-batches with each mini-batch fused; the
  * metrics as ppo_train_actor and ppo_train_critic give them. */
-PetscErrorCode ppo_train_fused(PPOFusedTrain *fz, Trainer *actor, Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s);
+PetscErrorCode ppo_train_fused(PPOFusedTrain *fz, Trainer *actor, Trainer *critic, const PPOOptions *o, Rollout *r,
+                               PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s);
 
 /* ---- one iteration (src/ppo/graph.c) ------------------------------------------- */
 /* Stage times (longest over ranks) and the reallocation traffic of an
@@ -172,10 +182,12 @@ PetscErrorCode ppo_train_fused(PPOFusedTrain *fz, Trainer *actor, Trainer *criti
 typedef struct {
   double gen, ref, rew, rules, critic, adv, actor, critic_train, sync_actor, sync_critic;
   double sync_actor_bytes, sync_critic_bytes;
-  double stream_messages, stream_bytes, stream_send, stream_wait; /* fused: samples sent, their bytes, longest send and wait seconds */
-  double migrate_at, migrate_pred, migrate_samples, migrate_bytes, migrate_s, migrate_m; /* migrate: R_t, its predicted stage
-                                                                                           * seconds (auto), samples and bytes
-                                                                                           * moved, longest migration, destinations */
+  double stream_messages, stream_bytes, stream_send,
+      stream_wait; /* fused: samples sent, their bytes, longest send and wait seconds */
+  double migrate_at, migrate_pred, migrate_samples, migrate_bytes, migrate_s,
+      migrate_m; /* migrate: R_t, its predicted stage
+                  * seconds (auto), samples and bytes
+                  * moved, longest migration, destinations */
 } StageTimes;
 /* What the generation node works with, handed to the hooks. */
 typedef struct {
@@ -219,7 +231,8 @@ typedef struct {
 /* One iteration as a dataflow graph: weight syncs, generation, dynamic
  * sampling, the inference calls, rewards, advantages, training. Collective
  * on MPI_COMM_WORLD. */
-PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, PromptSource *ps, const PPOIterSpec *sp, PackBuf *pb, const CkptState *st, PPOTrainStats *ts, StageTimes *tm);
+PetscErrorCode ppo_iteration(PPOModels *m, const PPOOptions *o, PromptSource *ps, const PPOIterSpec *sp, PackBuf *pb,
+                             const CkptState *st, PPOTrainStats *ts, StageTimes *tm);
 /* The rollout's inference calls outside an iteration (held-out evaluation). */
 PetscErrorCode ppo_ref_call(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, int nmicro);
 /* The same for the reward model's scores (nothing without one). */
@@ -243,7 +256,8 @@ typedef struct {
  * (-mode pipeline, before its checkpoints exist) every model has that shape. */
 PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const ModelConfig *policy, PetscBool print, PPOSetup *s);
 /* The models on their meshes, read (a restart: its state into st too). */
-PetscErrorCode ppo_load(const RunCtx *run, const Backend *be, const PPOOptions *o, const PPOSetup *s, PPOModels *m, CkptState *st);
+PetscErrorCode ppo_load(const RunCtx *run, const Backend *be, const PPOOptions *o, const PPOSetup *s, PPOModels *m,
+                        CkptState *st);
 PetscErrorCode ppo_models_destroy(PPOModels *m);
 /* -dry_run's line: the models and the KV cache. */
 PetscErrorCode ppo_dry_run(const RunCtx *run, const PPOOptions *o, const PPOSetup *s);
@@ -262,12 +276,15 @@ typedef struct {
   const PPOEval *ev;           /* the held-out evaluation after it (NaN: none) */
   const char    *more, *clock;
 } PPOIterLine;
-PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPOOptions *o, const PPOModels *m, const Rollout *r, const PPOTrainStats *s, const StageTimes *tm, const PPOIterLine *l);
+PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPOOptions *o, const PPOModels *m,
+                                    const Rollout *r, const PPOTrainStats *s, const StageTimes *tm,
+                                    const PPOIterLine *l);
 /* The held-out evaluation's pass@k, reward and KL (NaN but at the iterations it ran). */
 PetscErrorCode ppo_record_eval(RunRecord *rec, const PPOOptions *o, const PPOEvalSet *e, const PPOEval *ev);
 /* The run's summary in run.h5 and its closing lines. */
 PetscErrorCode ppo_record_summary(RunRecord *rec, const PPOOptions *o, const PPOSummary *sum, int64_t iterations);
-PetscErrorCode ppo_print_summary(const RunCtx *run, const PPOOptions *o, const PromptSource *ps, const PPOSummary *sum, int64_t iterations, PetscBool from_sft);
+PetscErrorCode ppo_print_summary(const RunCtx *run, const PPOOptions *o, const PromptSource *ps, const PPOSummary *sum,
+                                 int64_t iterations, PetscBool from_sft);
 
 /* ---- where the batches come from (src/ppo/loop.c; asynchronous: src/ppo/async/) -- */
 /* What an iteration works on, for the batch makers below. */
@@ -290,7 +307,8 @@ typedef struct PPOBatches PPOBatches;
 typedef struct {
   PetscErrorCode (*start)(PPOBatches *b, PPOLoopEnv *e);
   PetscErrorCode (*iterate)(PPOBatches *b, PPOLoopEnv *e, Rollout **r, PPOTrainStats *ts, StageTimes *tm);
-  PetscErrorCode (*record)(PPOBatches *b, RunRecord *rec, const Rollout *r, int64_t it, const StageTimes *tm, const PPOTrainStats *ts, double iter_s, char *more, size_t len);
+  PetscErrorCode (*record)(PPOBatches *b, RunRecord *rec, const Rollout *r, int64_t it, const StageTimes *tm,
+                           const PPOTrainStats *ts, double iter_s, char *more, size_t len);
   void (*carry)(PPOBatches *b, int64_t from, CkptCarry *c);
   PetscErrorCode (*destroy)(PPOBatches *b);
 } PPOBatchOps;

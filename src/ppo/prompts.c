@@ -17,20 +17,41 @@
  * candidates' reference answers are kept for each of -ppo_dynamic_rounds. */
 static PetscErrorCode ppo_check_memory(const RunCtx *run, const PPOOptions *o, int max_prompt)
 {
-  /* -async_staleness K keeps K + 1 rollouts, each with two more float arrays (the proximal log-probabilities, the behaviour weights);
-   * -async_partial its pool (tokens, versions, log-probabilities) and each call's results (tokens, log-probabilities) */
-  double T = (double)max_prompt + (double)o->gen.max_new_tokens, rows = (double)o->rollout_batch * PetscMax(1, o->dynamic_sampling), pos = rows * T, need = (o->async_staleness ? 40.0 * (double)(o->async_staleness + 1) : 32.0) * pos, avail = sys_memory_available();
+  /* -async_staleness K keeps K + 1 rollouts, each with two more float arrays (the proximal log-probabilities, the
+   * behaviour weights); -async_partial its pool (tokens, versions, log-probabilities) and each call's results (tokens,
+   * log-probabilities) */
+  double T    = (double)max_prompt + (double)o->gen.max_new_tokens,
+         rows = (double)o->rollout_batch * PetscMax(1, o->dynamic_sampling), pos = rows * T,
+         need  = (o->async_staleness ? 40.0 * (double)(o->async_staleness + 1) : 32.0) * pos,
+         avail = sys_memory_available();
   if (o->async_partial) need += 20.0 * T * (double)ppo_partial_rows(o);
   double answers = (double)PetscMax(1, o->dynamic_rounds) * rows * PPO_ANSWER_LEN;
   char   a[32], b[32], batch[96];
 
   PetscFunctionBegin;
-  if (o->dynamic_sampling) PetscCall(PetscSNPrintf(batch, sizeof batch, "-rollout_batch %" PetscInt_FMT " x -ppo_dynamic_sampling %" PetscInt_FMT, o->rollout_batch, o->dynamic_sampling));
-  else if (o->async_staleness) PetscCall(PetscSNPrintf(batch, sizeof batch, "-rollout_batch %" PetscInt_FMT " (x %" PetscInt_FMT " rollouts for -async_staleness %" PetscInt_FMT ")", o->rollout_batch, o->async_staleness + 1, o->async_staleness));
+  if (o->dynamic_sampling)
+    PetscCall(PetscSNPrintf(batch, sizeof batch,
+                            "-rollout_batch %" PetscInt_FMT " x -ppo_dynamic_sampling %" PetscInt_FMT, o->rollout_batch,
+                            o->dynamic_sampling));
+  else if (o->async_staleness)
+    PetscCall(PetscSNPrintf(batch, sizeof batch,
+                            "-rollout_batch %" PetscInt_FMT " (x %" PetscInt_FMT
+                            " rollouts for -async_staleness %" PetscInt_FMT ")",
+                            o->rollout_batch, o->async_staleness + 1, o->async_staleness));
   else PetscCall(PetscSNPrintf(batch, sizeof batch, "-rollout_batch %" PetscInt_FMT, o->rollout_batch));
-  PetscCheck(pos <= INT_MAX, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "%s x %.0f positions (the longest prompt plus -gen_max_new_tokens) is %.0f positions, more than the %d a rollout can index", batch, T, pos, INT_MAX);
-  PetscCheck(need <= avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "%s needs at least %s per rank for its rollout (%.0f x %.0f positions), more than the %s this node has available", batch, sys_bytes_str(need, a, sizeof a), rows, T, sys_bytes_str(avail, b, sizeof b));
-  PetscCheck(need + answers <= avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-ppo_dynamic_rounds %" PetscInt_FMT " keeps %s of reference answers per rank (%" PetscInt_FMT " rounds x %.0f prompts x %d bytes), more than the %s this node has available beside the rollout", o->dynamic_rounds, sys_bytes_str(answers, a, sizeof a), o->dynamic_rounds, rows, PPO_ANSWER_LEN, sys_bytes_str(avail - need, b, sizeof b));
+  PetscCheck(pos <= INT_MAX, run->comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "%s x %.0f positions (the longest prompt plus -gen_max_new_tokens) is %.0f positions, more than the %d a "
+             "rollout can index",
+             batch, T, pos, INT_MAX);
+  PetscCheck(need <= avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "%s needs at least %s per rank for its rollout (%.0f x %.0f positions), more than the %s this node has "
+             "available",
+             batch, sys_bytes_str(need, a, sizeof a), rows, T, sys_bytes_str(avail, b, sizeof b));
+  PetscCheck(need + answers <= avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "-ppo_dynamic_rounds %" PetscInt_FMT " keeps %s of reference answers per rank (%" PetscInt_FMT
+             " rounds x %.0f prompts x %d bytes), more than the %s this node has available beside the rollout",
+             o->dynamic_rounds, sys_bytes_str(answers, a, sizeof a), o->dynamic_rounds, rows, PPO_ANSWER_LEN,
+             sys_bytes_str(avail - need, b, sizeof b));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -52,13 +73,15 @@ static PetscErrorCode evalset_setup(const RunCtx *run, const PPOOptions *o, PPOE
     e->from_file = PETSC_TRUE;
     e->n         = PetscMin((int)o->eval_prompts, e->file.N);
     e->room      = file_max_prompt(&e->file);
-    PetscCheck(e->room >= 1, PETSC_COMM_WORLD, PETSC_ERR_FILE_UNEXPECTED, "-ppo_eval_file %s: every prompt is empty", o->eval_file);
+    PetscCheck(e->room >= 1, PETSC_COMM_WORLD, PETSC_ERR_FILE_UNEXPECTED, "-ppo_eval_file %s: every prompt is empty",
+               o->eval_file);
   } else {
     e->n    = (int)o->eval_prompts;
     e->room = task_max_prompt(&o->task);
   }
   PetscCall(PetscMalloc2((size_t)e->n * e->room + 1, &e->buf, (size_t)e->n * PPO_ANSWER_LEN + 1, &e->abuf));
-  PetscCall(PetscMalloc4((size_t)e->n * e->k + 1, &e->req, (size_t)e->n * e->k + 1, &e->answer, (size_t)e->n * e->k + 1, &e->meta, (size_t)e->n * e->k + 1, &e->pidx));
+  PetscCall(PetscMalloc4((size_t)e->n * e->k + 1, &e->req, (size_t)e->n * e->k + 1, &e->answer, (size_t)e->n * e->k + 1,
+                         &e->meta, (size_t)e->n * e->k + 1, &e->pidx));
   for (int i = 0; i < e->n; i++) {
     int        *row = e->buf + (size_t)i * e->room, len;
     const char *ans = NULL, *meta = NULL;
@@ -81,7 +104,9 @@ static PetscErrorCode evalset_setup(const RunCtx *run, const PPOOptions *o, PPOE
     }
   }
   e->answers = (PetscBool)(e->n > 0 && e->answer[0] != NULL);
-  e->gold    = e->answers ? PPO_GOLD_ANSWER : !e->from_file && o->task.kind == TASK_KIND_SORT ? PPO_GOLD_SORT : PPO_GOLD_NONE;
+  e->gold    = e->answers                                        ? PPO_GOLD_ANSWER
+               : !e->from_file && o->task.kind == TASK_KIND_SORT ? PPO_GOLD_SORT
+                                                                 : PPO_GOLD_NONE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -91,7 +116,9 @@ PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, PromptSourc
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(ps, sizeof *ps));
-  if (!strcmp(o->prompts, "builtin")) PetscCall(task_check(&o->task, INT_MAX, INT_MAX, "actor_")); /* the task's own options, before any prompt is drawn */
+  if (!strcmp(o->prompts, "builtin"))
+    PetscCall(
+        task_check(&o->task, INT_MAX, INT_MAX, "actor_")); /* the task's own options, before any prompt is drawn */
   PetscCall(demo_source_setup(run->comm, o->prompts, &o->task, (uint64_t)run->seed, &ps->src));
   ps->room = demo_source_max_len(&ps->src);
   if (ps->src.builtin) {
@@ -101,19 +128,30 @@ PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, PromptSourc
   } else {
     ps->max_prompt = file_max_prompt(&ps->src.file);
     ps->answers    = (PetscBool)(ps->src.file.answer.off != NULL);
-    PetscCheck(ps->max_prompt >= 1, PETSC_COMM_WORLD, PETSC_ERR_FILE_UNEXPECTED, "-ppo_prompts %s: every prompt is empty", o->prompts);
+    PetscCheck(ps->max_prompt >= 1, PETSC_COMM_WORLD, PETSC_ERR_FILE_UNEXPECTED,
+               "-ppo_prompts %s: every prompt is empty", o->prompts);
   }
-  /* -mode eval of a held-out file generates from its prompts alone: the training prompts need no answers and set no length */
+  /* -mode eval of a held-out file generates from its prompts alone: the training prompts need no answers and set no
+   * length */
   ps->eval_alone = o->eval_only && o->eval_file[0] ? PETSC_TRUE : PETSC_FALSE;
-  PetscCheck(!reward_spec_needs_answer(&o->reward.spec) || ps->answers || ps->eval_alone, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-reward_fn %s compares responses with reference answers, but -ppo_prompts %s has none (a prompt file needs answer_bytes and answer_offsets, docs/formats.md; the built-in task: -task arith)", o->reward.fn, o->prompts);
+  PetscCheck(!reward_spec_needs_answer(&o->reward.spec) || ps->answers || ps->eval_alone, PETSC_COMM_WORLD,
+             PETSC_ERR_ARG_INCOMP,
+             "-reward_fn %s compares responses with reference answers, but -ppo_prompts %s has none (a prompt file "
+             "needs answer_bytes and answer_offsets, docs/formats.md; the built-in task: -task arith)",
+             o->reward.fn, o->prompts);
   /* held-out prompts: a file's when given; the built-in task's when training on it */
   if (o->eval_file[0] || ps->src.builtin) PetscCall(evalset_setup(run, o, &ps->eval));
-  PetscCheck(!reward_spec_needs_answer(&o->reward.spec) || !o->eval_file[0] || ps->eval.n == 0 || ps->eval.answers, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-reward_fn %s compares responses with reference answers, but -ppo_eval_file %s has none (answer_bytes and answer_offsets, docs/formats.md)", o->reward.fn, o->eval_file);
+  PetscCheck(!reward_spec_needs_answer(&o->reward.spec) || !o->eval_file[0] || ps->eval.n == 0 || ps->eval.answers,
+             PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-reward_fn %s compares responses with reference answers, but -ppo_eval_file %s has none (answer_bytes "
+             "and answer_offsets, docs/formats.md)",
+             o->reward.fn, o->eval_file);
   ps->max_prompt = ps->eval_alone ? ps->eval.room : PetscMax(ps->max_prompt, ps->eval.room);
   PetscCall(ppo_check_memory(run, o, ps->max_prompt));
   B = (int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling));
   PetscCall(PetscMalloc2((size_t)B * ps->room, &ps->buf, B, &ps->req));
-  PetscCall(PetscMalloc4(B, &ps->answer, B, &ps->meta, B, &ps->pidx, (size_t)PetscMax(1, o->dynamic_rounds) * B * PPO_ANSWER_LEN, &ps->abuf));
+  PetscCall(PetscMalloc4(B, &ps->answer, B, &ps->meta, B, &ps->pidx,
+                         (size_t)PetscMax(1, o->dynamic_rounds) * B * PPO_ANSWER_LEN, &ps->abuf));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -131,7 +169,8 @@ PetscErrorCode prompts_destroy(PromptSource *ps)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode prompts_at(PromptSource *ps, const PPOOptions *o, int64_t pos, int *row, int *len, char *abuf, const char **answer, const char **meta, int64_t *pidx)
+PetscErrorCode prompts_at(PromptSource *ps, const PPOOptions *o, int64_t pos, int *row, int *len, char *abuf,
+                          const char **answer, const char **meta, int64_t *pidx)
 {
   int pl, n;
 
@@ -159,7 +198,8 @@ PetscErrorCode prompts_next(PromptSource *ps, const PPOOptions *o, int64_t data_
     int64_t     idx = 0;
     const char *ans = NULL, *meta = NULL;
 
-    PetscCall(prompts_at(ps, o, data_pos + p, row, &pl, ps->abuf + ((size_t)round * B + (size_t)p) * PPO_ANSWER_LEN, &ans, &meta, &idx));
+    PetscCall(prompts_at(ps, o, data_pos + p, row, &pl, ps->abuf + ((size_t)round * B + (size_t)p) * PPO_ANSWER_LEN,
+                         &ans, &meta, &idx));
     for (int j = 0; j < k; j++) {
       ps->req[p * k + j]    = (GenRequest){round * B + p * k + j, row, pl, 0, 0};
       ps->answer[p * k + j] = ans;

@@ -17,8 +17,10 @@ PetscErrorCode ppo_print_eval(const RunCtx *run, const char *what, const PPOEval
   char pk[48] = "";
 
   PetscFunctionBegin;
-  if (o->eval_samples > 1 && !isnan(ev->pass_k)) PetscCall(PetscSNPrintf(pk, sizeof pk, ", pass@%" PetscInt_FMT " %.3f", o->eval_samples, ev->pass_k));
-  PetscCall(PetscPrintf(run->comm, "%s %s %.3f, KL to the reference %.3f, reward %+.3f%s\n", what, isnan(ev->pass_k) ? "gold" : "accuracy", ev->gold, ev->kl, ev->reward, pk));
+  if (o->eval_samples > 1 && !isnan(ev->pass_k))
+    PetscCall(PetscSNPrintf(pk, sizeof pk, ", pass@%" PetscInt_FMT " %.3f", o->eval_samples, ev->pass_k));
+  PetscCall(PetscPrintf(run->comm, "%s %s %.3f, KL to the reference %.3f, reward %+.3f%s\n", what,
+                        isnan(ev->pass_k) ? "gold" : "accuracy", ev->gold, ev->kl, ev->reward, pk));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -32,8 +34,14 @@ static PetscErrorCode ppo_record_fusion(RunRecord *rec, const StageTimes *tm)
   PetscCall(record_time(rec, "stream_send", tm->stream_send));
   PetscCall(record_time(rec, "stream_wait", tm->stream_wait));
   if (tm->migrate_m > 0) { /* migrate */
-    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "fusion: R_t %.2f%s, %.0f samples (%.1f KiB) migrated in %.1f ms onto %.0f generation replicas\n", tm->migrate_at, tm->migrate_pred > 0 ? " (auto)" : tm->migrate_pred < 0 ? " (auto, first iteration)" : "", tm->migrate_samples,
-                          tm->migrate_bytes / 1024, 1e3 * tm->migrate_s, tm->migrate_m));
+    PetscCall(
+        PetscPrintf(PETSC_COMM_WORLD,
+                    "fusion: R_t %.2f%s, %.0f samples (%.1f KiB) migrated in %.1f ms onto %.0f generation replicas\n",
+                    tm->migrate_at,
+                    tm->migrate_pred > 0   ? " (auto)"
+                    : tm->migrate_pred < 0 ? " (auto, first iteration)"
+                                           : "",
+                    tm->migrate_samples, tm->migrate_bytes / 1024, 1e3 * tm->migrate_s, tm->migrate_m));
     PetscCall(record_metric(rec, "migrate_at", tm->migrate_at));
     PetscCall(record_metric(rec, "migrate_predicted", tm->migrate_pred));
     PetscCall(record_metric(rec, "migrate_samples", tm->migrate_samples));
@@ -48,7 +56,8 @@ static PetscErrorCode ppo_record_fusion(RunRecord *rec, const StageTimes *tm)
  * rule functions and the command, for those in use). */
 static PetscErrorCode ppo_record_rewards(RunRecord *rec, const PPOOptions *o, const Rollout *r, char *line, size_t len)
 {
-  static const char *const part_names[PPO_REWARD_PARTS] = {"reward_numeric", "reward_exact", "reward_format", "reward_length", "reward_command"};
+  static const char *const part_names[PPO_REWARD_PARTS] = { "reward_numeric", "reward_exact", "reward_format",
+                                                            "reward_length", "reward_command" };
   size_t                   at = 0;
 
   PetscFunctionBegin;
@@ -61,7 +70,11 @@ static PetscErrorCode ppo_record_rewards(RunRecord *rec, const PPOOptions *o, co
       if (!isnan(r->parts[(size_t)b * PPO_REWARD_PARTS + k])) sum += r->parts[(size_t)b * PPO_REWARD_PARTS + k], used++;
     if (!used) continue;
     PetscCall(record_metric(rec, part_names[k], sum / r->B));
-    if (at < len) at += (size_t)snprintf(line + at, len - at, "%s%s %.3f", at ? ", " : "", k == 0 && !isnan(r->gold[0]) ? "accuracy" : part_names[k] + 7, sum / r->B); /* for the progress line: "accuracy 0.520, format 1.000"; the numeric rule against answers is the accuracy (rules need answers: no judge then) */
+    if (at < len)
+      at += (size_t)snprintf(line + at, len - at, "%s%s %.3f", at ? ", " : "",
+                             k == 0 && !isnan(r->gold[0]) ? "accuracy" : part_names[k] + 7,
+                             sum / r->B); /* for the progress line: "accuracy 0.520, format 1.000"; the numeric rule
+                                             against answers is the accuracy (rules need answers: no judge then) */
   }
   if (o->dynamic_sampling) {
     PetscCall(record_metric(rec, "dynamic_kept_groups", r->dyn.kept));
@@ -84,7 +97,9 @@ PetscErrorCode ppo_record_eval(RunRecord *rec, const PPOOptions *o, const PPOEva
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPOOptions *o, const PPOModels *m, const Rollout *r, const PPOTrainStats *s, const StageTimes *tm, const PPOIterLine *l)
+PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPOOptions *o, const PPOModels *m,
+                                    const Rollout *r, const PPOTrainStats *s, const StageTimes *tm,
+                                    const PPOIterLine *l)
 {
   double n = s->steps ? (double)s->steps : 1.0, len = 0, lmax = 0, eos = 0, toks = 0;
   char   parts[128];
@@ -97,8 +112,29 @@ PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPO
     toks += r->start[b] + r->len[b];
   }
   len /= r->B;
-  const char *names[] = {"gold", "rm_score", "kl", "kl_coef", "actor_loss", "critic_loss", "kl_loss", "clip_frac", "value_clip_frac", "entropy", "response_len_mean", "response_len_max", "eos_frac", "actor_grad_norm", "critic_grad_norm", "tokens_per_s", "eval_gold"};
-  double      vals[]  = {mean_f(r->gold, r->B), mean_f(r->score, r->B), l->kl, l->kl_coef, s->actor_loss / n, s->critic_loss / n, s->kl_loss / n, s->clipfrac / n, s->vclipfrac / n, s->entropy / n, len, lmax, eos / r->B, s->grad_actor / n, s->grad_critic / n, toks / l->iter_s, l->ev->gold};
+  const char *names[] = { "gold",         "rm_score",          "kl",
+                          "kl_coef",      "actor_loss",        "critic_loss",
+                          "kl_loss",      "clip_frac",         "value_clip_frac",
+                          "entropy",      "response_len_mean", "response_len_max",
+                          "eos_frac",     "actor_grad_norm",   "critic_grad_norm",
+                          "tokens_per_s", "eval_gold" };
+  double      vals[]  = { mean_f(r->gold, r->B),
+                          mean_f(r->score, r->B),
+                          l->kl,
+                          l->kl_coef,
+                          s->actor_loss / n,
+                          s->critic_loss / n,
+                          s->kl_loss / n,
+                          s->clipfrac / n,
+                          s->vclipfrac / n,
+                          s->entropy / n,
+                          len,
+                          lmax,
+                          eos / r->B,
+                          s->grad_actor / n,
+                          s->grad_critic / n,
+                          toks / l->iter_s,
+                          l->ev->gold };
   for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++)
     if (k != 1 || m->has_reward) PetscCall(record_metric(rec, names[k], vals[k])); /* rm_score: with a reward model */
   { /* this iteration's response lengths, replacing the previous iteration's: the histogram of tools/report.py */
@@ -129,13 +165,20 @@ PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPO
     PetscCall(record_metric(rec, "critic_sync_bytes", tm->sync_critic_bytes));
   }
   if (m->plan->fuse != FUSE_NONE) PetscCall(ppo_record_fusion(rec, tm));
-  { /* only what the run computes: the judge's gold score, or the accuracy unless the reward's parts hold it (the numeric rule), the critic's loss with a critic */
+  { /* only what the run computes: the judge's gold score, or the accuracy unless the reward's parts hold it (the
+       numeric rule), the critic's loss with a critic */
     char gold[32] = "", critic[32] = "", rparts[136] = "";
-    if (m->rew.gold == PPO_GOLD_SORT || (m->rew.gold == PPO_GOLD_ANSWER && !strstr(parts, "accuracy"))) PetscCall(PetscSNPrintf(gold, sizeof gold, " | %s %.3f", m->rew.gold == PPO_GOLD_ANSWER ? "accuracy" : "gold", vals[0]));
+    if (m->rew.gold == PPO_GOLD_SORT || (m->rew.gold == PPO_GOLD_ANSWER && !strstr(parts, "accuracy")))
+      PetscCall(PetscSNPrintf(gold, sizeof gold, " | %s %.3f", m->rew.gold == PPO_GOLD_ANSWER ? "accuracy" : "gold",
+                              vals[0]));
     if (parts[0]) PetscCall(PetscSNPrintf(rparts, sizeof rparts, " (%s)", parts));
     if (m->has_critic) PetscCall(PetscSNPrintf(critic, sizeof critic, " | critic %.4f", vals[5]));
-    PetscCall(PetscPrintf(run->comm, "iter %4d/%d%s | reward %+.3f%s | kl %.3f | actor %+.4f%s | clip %.3f | ent %.3f | len %4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f of %.2f s%s | %s\n", l->it, l->n_it, gold, mean_f(r->final, r->B), rparts, l->kl, vals[4], critic, vals[7], vals[9], len, lmax, vals[15], tm->gen,
-                          tm->ref + tm->rew + tm->critic, s->t_actor + s->t_critic, l->iter_s, l->more, l->clock));
+    PetscCall(PetscPrintf(run->comm,
+                          "iter %4d/%d%s | reward %+.3f%s | kl %.3f | actor %+.4f%s | clip %.3f | ent %.3f | len "
+                          "%4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f of %.2f s%s | %s\n",
+                          l->it, l->n_it, gold, mean_f(r->final, r->B), rparts, l->kl, vals[4], critic, vals[7],
+                          vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic,
+                          s->t_actor + s->t_critic, l->iter_s, l->more, l->clock));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -159,18 +202,33 @@ PetscErrorCode ppo_record_summary(RunRecord *rec, const PPOOptions *o, const PPO
 /* The closing lines: the held-out score of the initial and the trained
  * policy, the KL, the reward and pass@k. from_sft: the initial policy is
  * the SFT stage's (-mode pipeline). */
-PetscErrorCode ppo_print_summary(const RunCtx *run, const PPOOptions *o, const PromptSource *ps, const PPOSummary *sum, int64_t iterations, PetscBool from_sft)
+PetscErrorCode ppo_print_summary(const RunCtx *run, const PPOOptions *o, const PromptSource *ps, const PPOSummary *sum,
+                                 int64_t iterations, PetscBool from_sft)
 {
   const char *algo = ppo_algo(o)->name;
 
   PetscFunctionBegin;
-  if (ps->eval.n == 0) PetscCall(PetscPrintf(run->comm, "%s: no held-out evaluation ran (no held-out prompts: -ppo_eval_file, or the built-in task's)\n", algo));
+  if (ps->eval.n == 0)
+    PetscCall(
+        PetscPrintf(run->comm,
+                    "%s: no held-out evaluation ran (no held-out prompts: -ppo_eval_file, or the built-in task's)\n",
+                    algo));
   else if (isnan(sum->initial.gold) && isnan(sum->trained.gold))
-    PetscCall(PetscPrintf(run->comm, "%s: held-out KL to the reference %.3f nats per response after %" PetscInt64_FMT " iterations, on %d held-out prompts (no accuracy or gold score: no answers or judge)\n", algo, sum->trained.kl, iterations, ps->eval.n));
+    PetscCall(PetscPrintf(run->comm,
+                          "%s: held-out KL to the reference %.3f nats per response after %" PetscInt64_FMT
+                          " iterations, on %d held-out prompts (no accuracy or gold score: no answers or judge)\n",
+                          algo, sum->trained.kl, iterations, ps->eval.n));
   else
-    PetscCall(PetscPrintf(run->comm, "%s: held-out %s %.3f (%s policy) -> %.3f (after %" PetscInt64_FMT " iterations), KL to the reference %.3f nats per response, on %d held-out prompts\n", algo, ps->eval.gold == PPO_GOLD_ANSWER ? "accuracy" : "gold score", sum->initial.gold,
+    PetscCall(PetscPrintf(run->comm,
+                          "%s: held-out %s %.3f (%s policy) -> %.3f (after %" PetscInt64_FMT
+                          " iterations), KL to the reference %.3f nats per response, on %d held-out prompts\n",
+                          algo, ps->eval.gold == PPO_GOLD_ANSWER ? "accuracy" : "gold score", sum->initial.gold,
                           from_sft ? "SFT" : "initial", sum->trained.gold, iterations, sum->trained.kl, ps->eval.n));
-  if (!isnan(sum->trained.reward)) PetscCall(PetscPrintf(run->comm, "%s: held-out reward %+.3f -> %+.3f%s", algo, sum->initial.reward, sum->trained.reward, o->eval_samples > 1 && !isnan(sum->trained.pass_k) ? "" : "\n"));
-  if (!isnan(sum->trained.reward) && o->eval_samples > 1 && !isnan(sum->trained.pass_k)) PetscCall(PetscPrintf(run->comm, ", pass@%" PetscInt_FMT " %.3f -> %.3f\n", o->eval_samples, sum->initial.pass_k, sum->trained.pass_k));
+  if (!isnan(sum->trained.reward))
+    PetscCall(PetscPrintf(run->comm, "%s: held-out reward %+.3f -> %+.3f%s", algo, sum->initial.reward,
+                          sum->trained.reward, o->eval_samples > 1 && !isnan(sum->trained.pass_k) ? "" : "\n"));
+  if (!isnan(sum->trained.reward) && o->eval_samples > 1 && !isnan(sum->trained.pass_k))
+    PetscCall(PetscPrintf(run->comm, ", pass@%" PetscInt_FMT " %.3f -> %.3f\n", o->eval_samples, sum->initial.pass_k,
+                          sum->trained.pass_k));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

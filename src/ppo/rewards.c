@@ -16,7 +16,8 @@
 #include "base.h"
 #include <math.h>
 
-PetscErrorCode ppo_rewards_setup(const RunCtx *run, const PPOOptions *o, const char *const *tables, int ntables, PetscBool builtin, PetscBool answers, PPORewards *rw)
+PetscErrorCode ppo_rewards_setup(const RunCtx *run, const PPOOptions *o, const char *const *tables, int ntables,
+                                 PetscBool builtin, PetscBool answers, PPORewards *rw)
 {
   PetscBool found = PETSC_FALSE, need = (PetscBool)(o->reward.spec.n > 0 || o->reward.command[0] || answers);
   PetscMPIInt rank;
@@ -28,7 +29,9 @@ PetscErrorCode ppo_rewards_setup(const RunCtx *run, const PPOOptions *o, const c
   /* the text of the tokens: the first checkpoint with /tokenizer, else the built-in task's characters */
   for (int k = 0; k < ntables && !found; k++)
     if (tables[k] && tables[k][0]) PetscCall(token_table_read(run->comm, tables[k], &rw->tt, &found));
-  if (!found && o->task.kind == TASK_KIND_ARITH) { /* a model of the arithmetic task (-task arith), on its prompts or a file of them */
+  if (!found &&
+      o->task.kind ==
+          TASK_KIND_ARITH) { /* a model of the arithmetic task (-task arith), on its prompts or a file of them */
     PetscCall(token_table_from_strings(arith_vocab_size(), arith_vocab(), TASK_EOS, &rw->tt));
     found = PETSC_TRUE;
   }
@@ -36,11 +39,15 @@ PetscErrorCode ppo_rewards_setup(const RunCtx *run, const PPOOptions *o, const c
     if (rw->gold == PPO_GOLD_ANSWER) rw->gold = PPO_GOLD_NONE;
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  PetscCheck(found, run->comm, PETSC_ERR_ARG_INCOMP, "%s reads responses as text, but %s has no /tokenizer (docs/formats.md; tools/gguf_import.py writes one) and the task is not the built-in arithmetic one (-task arith)",
-             o->reward.spec.n ? "-reward_fn" : "-reward_command", ntables && tables[0] && tables[0][0] ? tables[0] : "the actor's checkpoint");
+  PetscCheck(found, run->comm, PETSC_ERR_ARG_INCOMP,
+             "%s reads responses as text, but %s has no /tokenizer (docs/formats.md; tools/gguf_import.py writes one) "
+             "and the task is not the built-in arithmetic one (-task arith)",
+             o->reward.spec.n ? "-reward_fn" : "-reward_command",
+             ntables && tables[0] && tables[0][0] ? tables[0] : "the actor's checkpoint");
   rw->have_tt = PETSC_TRUE;
   PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  if (o->reward.command[0] && rank == 0 && !run->dry_run) PetscCall(reward_command_start(o->reward.command, o->reward.command_timeout, &rw->cmd));
+  if (o->reward.command[0] && rank == 0 && !run->dry_run)
+    PetscCall(reward_command_start(o->reward.command, o->reward.command_timeout, &rw->cmd));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -87,7 +94,8 @@ static PetscErrorCode rewards_command(PPORewards *rw, const PPOOptions *o, Rollo
       all.eos_id     = -1; /* a chat prompt holds end-of-turn tokens: all of it */
       token_table_decode(&all, r->gen.tokens + (size_t)b * r->T, r->start[b], &rw->ptext, &rw->pcap);
       PetscCall(PetscStrallocpy(rw->ptext, &prom[b]));
-      s[b] = (RewardSample){r->pidx ? r->pidx[b] : b, prom[b], resp[b], r->answer && r->answer[b] ? r->answer[b] : "", r->meta && r->meta[b] ? r->meta[b] : ""};
+      s[b] = (RewardSample){ r->pidx ? r->pidx[b] : b, prom[b], resp[b], r->answer && r->answer[b] ? r->answer[b] : "",
+                             r->meta && r->meta[b] ? r->meta[b] : "" };
     }
     bad = reward_command_score(rw->cmd, iteration, r->B, s, v, err, sizeof err);
     for (int b = 0; b < r->B; b++) {
@@ -122,8 +130,10 @@ PetscErrorCode rollout_rule_rewards(PPORewards *rw, const PPOOptions *o, Rollout
 
     r->rule[b] = 0;
     if (o->reward.spec.n) {
-      r->rule[b] = (float)reward_spec_eval(&o->reward.spec, txt, n, r->gen.eos[b], r->len[b], ans, (int)o->reward.length_start, (int)o->gen.max_new_tokens, part);
-      for (int k = 0; k < o->reward.spec.n; k++) r->parts[(size_t)b * PPO_REWARD_PARTS + o->reward.spec.fn[k]] = (float)part[k];
+      r->rule[b] = (float)reward_spec_eval(&o->reward.spec, txt, n, r->gen.eos[b], r->len[b], ans,
+                                           (int)o->reward.length_start, (int)o->gen.max_new_tokens, part);
+      for (int k = 0; k < o->reward.spec.n; k++)
+        r->parts[(size_t)b * PPO_REWARD_PARTS + o->reward.spec.fn[k]] = (float)part[k];
     }
     switch (gold) {
     case PPO_GOLD_SORT: r->gold[b] = (float)task_judge(row, r->start[b], row + r->start[b], r->len[b]); break;
@@ -144,8 +154,10 @@ PetscErrorCode rollout_command_rewards(PPORewards *rw, const PPOOptions *o, Roll
 void rollout_final_scores(Rollout *r, const PPOOptions *o)
 {
   for (int b = 0; b < r->B; b++) {
-    double f = r->rule[b] + rl_overlong_penalty(r->len[b], (int)o->gen.max_new_tokens, (int)o->overlong_buffer, o->overlong_penalty);
-    if (o->has_reward_model) f += o->reward.model_weight * rl_final_score(r->score[b], r->gen.eos[b], o->reward_clip, o->truncation_penalty);
+    double f = r->rule[b] +
+               rl_overlong_penalty(r->len[b], (int)o->gen.max_new_tokens, (int)o->overlong_buffer, o->overlong_penalty);
+    if (o->has_reward_model)
+      f += o->reward.model_weight * rl_final_score(r->score[b], r->gen.eos[b], o->reward_clip, o->truncation_penalty);
     r->final[b] = (float)f;
   }
 }
@@ -211,8 +223,13 @@ PetscErrorCode ppo_show_samples(PPORewards *rw, const Rollout *r, int n, const c
     PetscCall(show_tokens(rw, row, r->start[b], &p));
     PetscCall(show_tokens(rw, row + r->start[b], len, &s));
     if (r->answer && r->answer[b]) PetscCall(show_quoted(r->answer[b], strlen(r->answer[b]), &a));
-    if (!isnan(r->gold[b])) PetscCall(PetscSNPrintf(gold, sizeof gold, " | %s %.3f", a ? "correct" : "gold", (double)r->gold[b])); /* with an answer: whether it is right */
-    PetscCall(PetscPrintf(PETSC_COMM_SELF, "      held-out %s sample %d: prompt %s | response %s%s | reward %+.3f%s%s%s\n", what, b, p, s, r->gen.eos[b] ? "" : " (no stop token)", (double)r->final[b], gold, a ? " | answer " : "", a ? a : ""));
+    if (!isnan(r->gold[b]))
+      PetscCall(PetscSNPrintf(gold, sizeof gold, " | %s %.3f", a ? "correct" : "gold",
+                              (double)r->gold[b])); /* with an answer: whether it is right */
+    PetscCall(PetscPrintf(PETSC_COMM_SELF,
+                          "      held-out %s sample %d: prompt %s | response %s%s | reward %+.3f%s%s%s\n", what, b, p,
+                          s, r->gen.eos[b] ? "" : " (no stop token)", (double)r->final[b], gold, a ? " | answer " : "",
+                          a ? a : ""));
     PetscCall(PetscFree(p));
     PetscCall(PetscFree(s));
     PetscCall(PetscFree(a));

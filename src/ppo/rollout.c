@@ -76,7 +76,8 @@ static PetscErrorCode pack_rows(const Rollout *r, const int *idx, int nb, int Tf
   size_t          nid = 0;
 
   PetscFunctionBegin;
-  PetscCheck(nb <= pb->nmax && Tf <= pb->T, PETSC_COMM_SELF, PETSC_ERR_PLIB, "pack_rows: %d x %d rows exceed the buffer's %d x %d", nb, Tf, pb->nmax, pb->T);
+  PetscCheck(nb <= pb->nmax && Tf <= pb->T, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+             "pack_rows: %d x %d rows exceed the buffer's %d x %d", nb, Tf, pb->nmax, pb->T);
   for (int i = 0; i < nb; i++) {
     const int *tok = g->tokens + (size_t)idx[i] * r->T;
     int        P = r->start[idx[i]], end = P + r->len[idx[i]];
@@ -87,7 +88,8 @@ static PetscErrorCode pack_rows(const Rollout *r, const int *idx, int nb, int Tf
       pb->target[row]   = (t >= P && t < end) ? tok[t] : -1;
       pb->mask_off[row] = (int)nid;
       if (g->mask_off && pb->target[row] >= 0) {
-        size_t k0 = (size_t)g->mask_off[(size_t)idx[i] * r->T + t], k1 = (size_t)g->mask_off[(size_t)idx[i] * r->T + t + 1];
+        size_t k0 = (size_t)g->mask_off[(size_t)idx[i] * r->T + t],
+               k1 = (size_t)g->mask_off[(size_t)idx[i] * r->T + t + 1];
         if (nid + (k1 - k0) > pb->mask_cap) {
           pb->mask_cap = 2 * (nid + (k1 - k0)) + 1024;
           PetscCall(PetscRealloc(pb->mask_cap * sizeof(int), &pb->mask_ids));
@@ -110,7 +112,8 @@ static int rows_needed(const Rollout *r, const int *idx, int nb, PetscBool full_
   return Tf;
 }
 
-PetscErrorCode rollout_forward_logprobs(Model *m, const Rollout *r, const int *idx, int nb, float inv_temp, PackBuf *pb, int *Tf)
+PetscErrorCode rollout_forward_logprobs(Model *m, const Rollout *r, const int *idx, int nb, float inv_temp, PackBuf *pb,
+                                        int *Tf)
 {
   ModelTokenDist dist;
 
@@ -123,7 +126,8 @@ PetscErrorCode rollout_forward_logprobs(Model *m, const Rollout *r, const int *i
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_forward_values(Model *m, const Rollout *r, const int *idx, int nb, PetscBool full_length, PackBuf *pb, int *Tf)
+PetscErrorCode rollout_forward_values(Model *m, const Rollout *r, const int *idx, int nb, PetscBool full_length,
+                                      PackBuf *pb, int *Tf)
 {
   PetscFunctionBegin;
   *Tf = rows_needed(r, idx, nb, full_length);
@@ -150,7 +154,8 @@ static void micro_indices(int b0, int nb, int *idx)
  * last stage hands each micro-batch's outputs to take(). */
 typedef PetscErrorCode (*TakeFn)(Rollout *r, const PPOOptions *o, const PackBuf *pb, const int *idx, int nb, int Tf);
 
-static PetscErrorCode rows_inference(Model *m, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro, PetscBool logprobs, PetscBool full_length, TakeFn take)
+static PetscErrorCode rows_inference(Model *m, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro,
+                                     PetscBool logprobs, PetscBool full_length, TakeFn take)
 {
   int *idx, Tf;
 
@@ -192,7 +197,8 @@ static PetscErrorCode take_values(Rollout *r, const PPOOptions *o, const PackBuf
 }
 
 /* Log-probabilities of rows [b0, b1) into out (zero outside responses). */
-static PetscErrorCode logprob_rows(Model *m, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro, float *out, TakeFn take)
+static PetscErrorCode logprob_rows(Model *m, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro,
+                                   float *out, TakeFn take)
 {
   PetscFunctionBegin;
   PetscCall(PetscArrayzero(out + (size_t)b0 * r->T, (size_t)(b1 - b0) * r->T));
@@ -200,7 +206,8 @@ static PetscErrorCode logprob_rows(Model *m, Rollout *r, const PPOOptions *o, Pa
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_ref_inference(Model *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
+PetscErrorCode rollout_ref_inference(Model *ref, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1,
+                                     int nmicro)
 {
   PetscFunctionBegin;
   PetscCall(logprob_rows(ref, r, o, pb, b0, b1, nmicro, r->ref, take_ref));
@@ -214,21 +221,24 @@ static PetscErrorCode take_prox(Rollout *r, const PPOOptions *o, const PackBuf *
   return PETSC_SUCCESS;
 }
 
-PetscErrorCode rollout_prox_inference(Model *actor, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
+PetscErrorCode rollout_prox_inference(Model *actor, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1,
+                                      int nmicro)
 {
   PetscFunctionBegin;
   PetscCall(logprob_rows(actor, r, o, pb, b0, b1, nmicro, r->off.prox, take_prox));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_reward_inference(Model *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
+PetscErrorCode rollout_reward_inference(Model *reward, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1,
+                                        int nmicro)
 {
   PetscFunctionBegin;
   PetscCall(rows_inference(reward, r, o, pb, b0, b1, nmicro, PETSC_FALSE, PETSC_TRUE, take_score));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_critic_inference(Model *critic, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1, int nmicro)
+PetscErrorCode rollout_critic_inference(Model *critic, Rollout *r, const PPOOptions *o, PackBuf *pb, int b0, int b1,
+                                        int nmicro)
 {
   PetscFunctionBegin;
   PetscCall(PetscArrayzero(r->values + (size_t)b0 * r->T, (size_t)(b1 - b0) * r->T));
@@ -236,7 +246,8 @@ PetscErrorCode rollout_critic_inference(Model *critic, Rollout *r, const PPOOpti
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_infer_rows(Model *m, RolloutInfer kind, Rollout *r, const PPOOptions *o, PackBuf *pb, const int *idx, int nb)
+PetscErrorCode rollout_infer_rows(Model *m, RolloutInfer kind, Rollout *r, const PPOOptions *o, PackBuf *pb,
+                                  const int *idx, int nb)
 {
   static const TakeFn take[3] = {take_ref, take_score, take_values};
   int                 Tf;
@@ -247,7 +258,8 @@ PetscErrorCode rollout_infer_rows(Model *m, RolloutInfer kind, Rollout *r, const
     if (kind == ROLLOUT_REF) PetscCall(PetscArrayzero(r->ref + (size_t)idx[i] * r->T, r->T));
     if (kind == ROLLOUT_VALUES) PetscCall(PetscArrayzero(r->values + (size_t)idx[i] * r->T, r->T));
   }
-  if (kind == ROLLOUT_REF) PetscCall(rollout_forward_logprobs(m, r, idx, nb, (float)(1.0 / o->gen.temperature), pb, &Tf));
+  if (kind == ROLLOUT_REF)
+    PetscCall(rollout_forward_logprobs(m, r, idx, nb, (float)(1.0 / o->gen.temperature), pb, &Tf));
   else PetscCall(rollout_forward_values(m, r, idx, nb, kind == ROLLOUT_SCORE ? PETSC_TRUE : PETSC_FALSE, pb, &Tf));
   if (model_last_stage(m)) PetscCall(take[kind](r, o, pb, idx, nb, Tf));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -263,7 +275,8 @@ PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coe
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, int iteration, const PPOOptions *o, double kl_coef)
+PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, int iteration, const PPOOptions *o,
+                            double kl_coef)
 {
   char            group[32];
   int             B = r->B, T = r->T;
@@ -296,7 +309,10 @@ PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, i
   d[14].data = steps;
   if (r->async.version) { /* -async_staleness: which weights drew each row, and the correction's inputs */
     d[nd++] = (IODataset){"versions", 1, {B, 1}, r->async.version, PETSC_TRUE};
-    if (r->async.tver) d[nd++] = (IODataset){"token_versions", 2, {B, T}, r->async.tver, PETSC_TRUE}; /* -async_partial: a row may span versions */
+    if (r->async.tver)
+      d[nd++] = (IODataset){
+        "token_versions", 2, { B, T }, r->async.tver, PETSC_TRUE
+      }; /* -async_partial: a row may span versions */
     if (r->off.on) {
       d[nd++] = (IODataset){"prox_logprobs", 2, {B, T}, r->off.prox, PETSC_FALSE};
       d[nd++] = (IODataset){"behaviour_weights", 2, {B, T}, r->off.isw, PETSC_FALSE};

@@ -15,14 +15,17 @@ PetscErrorCode rollout_finish_gen(Rollout *r)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_generate_part(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed, uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part)
+PetscErrorCode rollout_generate_part(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed,
+                                     uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part)
 {
   PetscFunctionBegin;
   PetscCall(rollout_generate_part_cb(policy, gen, max_prompt, seed, iteration, req, r, part, NULL, NULL));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed, uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part, GenFinishFn fn, void *ctx)
+PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, int max_prompt, uint64_t seed,
+                                        uint32_t iteration, const GenRequest *req, Rollout *r, GenPart *part,
+                                        GenFinishFn fn, void *ctx)
 {
   const Mesh *m = policy->mesh;
   GenEngine  *eng;
@@ -33,7 +36,8 @@ PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, in
   part->own = (PetscBool)(part->b0 > 0 || part->b1 < r->B);
   if (part->own) PetscCall(gen_batch_create(part->b1 - part->b0, r->T, gen_masked(gen), &part->b));
   PetscCall(gen_engine_create(policy->lm, gen, max_prompt, &eng));
-  PetscCall(gen_generate(eng, seed, iteration, part->b1 - part->b0, req + part->b0, part->own ? &part->b : &r->gen, fn, ctx));
+  PetscCall(
+      gen_generate(eng, seed, iteration, part->b1 - part->b0, req + part->b0, part->own ? &part->b : &r->gen, fn, ctx));
   PetscCall(gen_engine_destroy(&eng));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -83,7 +87,9 @@ static PetscErrorCode share_masks(const Mesh *m, const GenPart *part, PetscBool 
     g->mask_cap = (size_t)g->mask_off[n] + 1;
     PetscCall(PetscRealloc(g->mask_cap * sizeof(int), &g->mask_ids));
   }
-  if (head && part->own) PetscCall(PetscArraycpy(g->mask_ids + g->mask_off[(size_t)part->b0 * T], part->b.mask_ids, (size_t)part->b.mask_off[(size_t)part->b.n * T]));
+  if (head && part->own)
+    PetscCall(PetscArraycpy(g->mask_ids + g->mask_off[(size_t)part->b0 * T], part->b.mask_ids,
+                            (size_t)part->b.mask_off[(size_t)part->b.n * T]));
   PetscCall(PetscMalloc1(g->n + 1, &rows));
   for (int b = 0; b < g->n; b++) rows[b] = g->mask_off[(size_t)(b + 1) * T] - g->mask_off[(size_t)b * T];
   PetscCall(exec_share_packed(m, g->n, rows, MPI_INT, g->mask_ids));
@@ -142,7 +148,9 @@ PetscErrorCode rollout_share_genbatch(const Mesh *m, GenPart *part, GenBatch *g)
 PetscErrorCode rollout_share_gen(const Mesh *m, GenPart *part, Rollout *r)
 {
   PetscFunctionBegin;
-  PetscCheck(r->gen.n == r->B && r->gen.Tmax == r->T, PETSC_COMM_SELF, PETSC_ERR_PLIB, "rollout_share_gen: the batch holds %d rows of %d, the rollout %d of %d", r->gen.n, r->gen.Tmax, r->B, r->T);
+  PetscCheck(r->gen.n == r->B && r->gen.Tmax == r->T, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+             "rollout_share_gen: the batch holds %d rows of %d, the rollout %d of %d", r->gen.n, r->gen.Tmax, r->B,
+             r->T);
   PetscCall(rollout_share_genbatch(m, part, &r->gen));
   PetscCall(rollout_finish_gen(r));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -158,7 +166,10 @@ static PetscErrorCode share_masks_owned(const GenBatch *p, const int *owner, int
   PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
   PetscCall(PetscCalloc2(world, &cnt, world + 1, &displ));
   for (int b = 0; b < g->n; b++)
-    for (size_t t = 0; t < T; t++) g->mask_off[(size_t)b * T + t + 1] = owner[b] == me ? p->mask_off[(size_t)b * T + t + 1] - p->mask_off[(size_t)b * T + t] : 0;
+    for (size_t t = 0; t < T; t++)
+      g->mask_off[(size_t)b * T + t + 1] = owner[b] == me
+                                               ? p->mask_off[(size_t)b * T + t + 1] - p->mask_off[(size_t)b * T + t]
+                                               : 0;
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, g->mask_off + 1, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
   g->mask_off[0] = 0;
   for (size_t k = 0; k < n; k++) g->mask_off[k + 1] += g->mask_off[k];
@@ -197,7 +208,9 @@ PetscErrorCode rollout_share_gen_owned(const Mesh *m, GenPart *part, Rollout *r)
   PetscCall(PetscMalloc1(r->B, &owner));
   for (int b = 0; b < r->B; b++) owner[b] = part->owner ? part->owner[b] : -1;
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, owner, r->B, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-  for (int b = 0; b < r->B; b++) PetscCheck(owner[b] >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "rollout_share_gen_owned: no replica finished row %d", b);
+  for (int b = 0; b < r->B; b++)
+    PetscCheck(owner[b] >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "rollout_share_gen_owned: no replica finished row %d",
+               b);
   /* every row is the sum of its owner's copy and zeros elsewhere: exact */
   PetscCall(PetscArrayzero(g->tokens, (size_t)r->B * T));
   PetscCall(PetscArrayzero(g->logprobs, (size_t)r->B * T));

@@ -63,7 +63,8 @@ static PetscErrorCode rows_setup(PPOModels *m, int B, PetscBool dealt)
   PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
   if (gs->rows.B != B || gs->rows.world != world) {
     PetscCall(PetscFree5(gs->rows.need, gs->rows.member, gs->rows.done, gs->rows.q_rep, gs->rows.head_of));
-    PetscCall(PetscMalloc5(3 * (size_t)world * B, &gs->rows.need, 3 * world, &gs->rows.member, 3 * (size_t)B, &gs->rows.done, world, &gs->rows.q_rep, world, &gs->rows.head_of));
+    PetscCall(PetscMalloc5(3 * (size_t)world * B, &gs->rows.need, 3 * world, &gs->rows.member, 3 * (size_t)B,
+                           &gs->rows.done, world, &gs->rows.q_rep, world, &gs->rows.head_of));
     gs->rows.B = B, gs->rows.world = world;
   }
   PetscCall(PetscArrayzero(gs->rows.need, 3 * (size_t)world * B));
@@ -71,7 +72,8 @@ static PetscErrorCode rows_setup(PPOModels *m, int B, PetscBool dealt)
   PetscCall(PetscArrayzero(gs->rows.done, 3 * (size_t)B));
   gs->rows.dealt = dealt;
   for (int q = 0; q < world; q++) gs->rows.q_rep[q] = -1, gs->rows.head_of[q] = q;
-  for (int i = 0; i < gm->nranks; i++) gs->rows.q_rep[gm->ranks[i]] = (i / gm->tp) % gm->dp; /* mesh index (p*dp + d)*tp + t */
+  for (int i = 0; i < gm->nranks; i++)
+    gs->rows.q_rep[gm->ranks[i]] = (i / gm->tp) % gm->dp; /* mesh index (p*dp + d)*tp + t */
   for (int k = 0; k < nc; k++) {
     const Mesh *mesh = dm[k] ? dm[k]->mesh : NULL;
     for (int d = 0; mesh && d < mesh->dp; d++) {
@@ -95,7 +97,11 @@ static void route_fill(const RolloutGenFuse *gs, GenFuseRoute *route)
     int head = gs->rows.member[q] | gs->rows.member[world + q] | gs->rows.member[2 * world + q];
 
     route->dest[q] = q;
-    for (int b = 0; b < B; b++) route->need[(size_t)q * B + b] = gs->rows.dealt ? head : gs->rows.need[(size_t)q * B + b] | gs->rows.need[((size_t)world + q) * B + b] | gs->rows.need[(2 * (size_t)world + q) * B + b];
+    for (int b = 0; b < B; b++)
+      route->need[(size_t)q * B + b] = gs->rows.dealt ? head
+                                                      : gs->rows.need[(size_t)q * B + b] |
+                                                            gs->rows.need[((size_t)world + q) * B + b] |
+                                                            gs->rows.need[(2 * (size_t)world + q) * B + b];
   }
   route->ndest = world;
 }
@@ -197,10 +203,13 @@ static PetscErrorCode fuse_batch_run(FuseInf *f, const int *rows, const int *idx
   size_t   T = (size_t)r->T;
 
   PetscFunctionBegin;
-  for (int i = 0; i < n; i++) a->start[idx[i]] = a->gen.prompt_len[idx[i]], a->len[idx[i]] = a->gen.response_len[idx[i]], f->tm->tokens += a->start[idx[i]] + a->len[idx[i]];
+  for (int i = 0; i < n; i++)
+    a->start[idx[i]] = a->gen.prompt_len[idx[i]], a->len[idx[i]] = a->gen.response_len[idx[i]],
+    f->tm->tokens += a->start[idx[i]] + a->len[idx[i]];
   for (int i = 0; i < n && gs->rows.dealt; i++) /* the rows as they were dealt */
     for (int k = 0; k < f->ncalls; k++)
-      if (f->head[k] >= 0 && f->calls[idx[i]] >> k & 1) gs->rows.need[((size_t)k * gs->rows.world + f->head[k]) * r->B + rows[idx[i]]] = 1;
+      if (f->head[k] >= 0 && f->calls[idx[i]] >> k & 1)
+        gs->rows.need[((size_t)k * gs->rows.world + f->head[k]) * r->B + rows[idx[i]]] = 1;
   for (int k = 0; k < f->ncalls; k++) {
     int    ns = 0;
     double t0 = sys_wtime();
@@ -230,7 +239,9 @@ static PetscErrorCode fuse_batch(void *ctx, const GenBatch *g, const int *rows, 
 
   PetscFunctionBegin;
   (void)g;
-  if (f->rep != MPI_COMM_NULL) PetscCall(genfuse_replica_bcast(f->rep, f->rep_root, &f->arr.gen, (int *)rows, f->calls, (int *)idx, &n, NULL, NULL));
+  if (f->rep != MPI_COMM_NULL)
+    PetscCall(
+        genfuse_replica_bcast(f->rep, f->rep_root, &f->arr.gen, (int *)rows, f->calls, (int *)idx, &n, NULL, NULL));
   PetscCall(fuse_batch_run(f, rows, idx, n));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -278,7 +289,8 @@ static PetscBool fuse_serves(PPOModels *m, const GenFuseRoute *route, int me)
   return PETSC_FALSE;
 }
 
-static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, const GenFuseRoute *route, GenFuseTimes *tm)
+static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, PackBuf *pb, const GenFuseRoute *route,
+                                 GenFuseTimes *tm)
 {
   RolloutGenFuse *gs = &m->genfuse;
   FuseInf       f;
@@ -298,7 +310,8 @@ static PetscErrorCode fuse_infer(PPOModels *m, const PPOOptions *o, Rollout *r, 
   if (f.rep == MPI_COMM_NULL || f.head[0] == me || f.head[1] == me || f.head[2] == me) {
     int senders = gs->rows.dealt ? ppo_gen_model(m)->mesh->dp : 0; /* dealt: until every generation head is done */
 
-    PetscCall(genfuse_receive(gs->comm, senders ? 0 : genfuse_route_count(route, me), senders, (int)o->plan.fuse_tokens, o->plan.fuse_hold, &f.arr.gen, rows, f.calls, fuse_batch, &f, &st));
+    PetscCall(genfuse_receive(gs->comm, senders ? 0 : genfuse_route_count(route, me), senders, (int)o->plan.fuse_tokens,
+                              o->plan.fuse_hold, &f.arr.gen, rows, f.calls, fuse_batch, &f, &st));
     if (f.rep != MPI_COMM_NULL) { /* the end, to the replica's other ranks */
       int n = 0;
       PetscCall(genfuse_replica_bcast(f.rep, f.rep_root, &f.arr.gen, rows, f.calls, f.sub, &n, NULL, NULL));
@@ -340,7 +353,12 @@ static double pick_rt(PPOModels *m, const PPOOptions *o, const GenFuseRoute *rou
   *pred = -1; /* auto without a measured iteration */
   if (!gs->hist.have || gs->hist.B != route->B) return GENFUSE_RT_FIRST;
   /* migrate keeps every world rank in the route, in rank order */
-  sim = (GenFuseSim){route->B, ppo_gen_model(m)->mesh->dp, (int)o->gen.slots, route->ndest, gs->hist.len, gs->hist.rlen, gs->rows.q_rep, route->need, gs->hist.step_s, gs->hist.tok_s, gs->rows.head_of};
+  sim = (GenFuseSim){ route->B,          ppo_gen_model(m)->mesh->dp,
+                      (int)o->gen.slots, route->ndest,
+                      gs->hist.len,      gs->hist.rlen,
+                      gs->rows.q_rep,    route->need,
+                      gs->hist.step_s,   gs->hist.tok_s,
+                      gs->rows.head_of };
   return genfuse_sim_pick(&sim, pred);
 }
 
@@ -377,7 +395,9 @@ static PetscErrorCode mig_finished(void *ctx, const GenBatch *b, int index)
 /* Generation of migrate: every rank of the mesh decodes into a batch of all
  * B rows (request ids stay the rows, so a sample that moves keeps its
  * draws), starting with its replica's rows; the hook counts and migrates. */
-static PetscErrorCode generate_migrate(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, GenPart *part, GenFuseSender *s, GenFuseRoute *route, GenFuseTimes *tm)
+static PetscErrorCode generate_migrate(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt,
+                                       uint64_t seed, uint32_t iteration, Rollout *r, GenPart *part, GenFuseSender *s,
+                                       GenFuseRoute *route, GenFuseTimes *tm)
 {
   RolloutGenFuse *gs = &m->genfuse;
   DModel      *gen = ppo_gen_model(m);
@@ -406,9 +426,11 @@ static PetscErrorCode generate_migrate(PPOModels *m, const PPOOptions *o, const 
   PetscCall(gen_engine_create(gen->lm, &o->gen, max_prompt, &eng));
   PetscCall(gen_generate_run(eng, seed, iteration, r->B, req, &part->b, &run));
   PetscCall(gen_engine_destroy(&eng));
-  if (!mg.t_end && run.finish_ctx) PetscCall(genfuse_sender_release(s)); /* no migration: the rows stay where they were */
+  if (!mg.t_end && run.finish_ctx)
+    PetscCall(genfuse_sender_release(s)); /* no migration: the rows stay where they were */
   PetscCall(PetscFree(own));
-  tm->moved = mg.moved, tm->mig_bytes = (double)mg.bytes, tm->mig_s = mg.t_end - mg.t_start, tm->mig_m = mg.m, tm->mig_dest = mg.dest;
+  tm->moved = mg.moved, tm->mig_bytes = (double)mg.bytes, tm->mig_s = mg.t_end - mg.t_start, tm->mig_m = mg.m,
+  tm->mig_dest = mg.dest;
   tm->mig_t0 = mg.t_start, tm->mig_t1 = mg.t_end;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -458,7 +480,9 @@ static double mean_step(const GenBatch *b)
   return b->nsteps ? t / b->nsteps : 0;
 }
 
-PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt, uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part, GenFuseTimes *tm)
+PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const GenRequest *req, int max_prompt,
+                                    uint64_t seed, uint32_t iteration, Rollout *r, PackBuf *pb, GenPart *part,
+                                    GenFuseTimes *tm)
 {
   RolloutGenFuse *gs = &m->genfuse;
   DModel    *gen = ppo_gen_model(m);
@@ -496,7 +520,9 @@ PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const Gen
     }
     PetscCall(PetscLogEventBegin(sys_log.generate, 0, 0, 0, 0));
     if (migrate) PetscCall(generate_migrate(m, o, req, max_prompt, seed, iteration, r, part, &s, &route, tm));
-    else PetscCall(rollout_generate_part_cb(gen, &o->gen, max_prompt, seed, iteration, req, r, part, head ? genfuse_send_finished : NULL, &s));
+    else
+      PetscCall(rollout_generate_part_cb(gen, &o->gen, max_prompt, seed, iteration, req, r, part,
+                                         head ? genfuse_send_finished : NULL, &s));
     PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));
     t1      = sys_wtime();
     tm->gen = t1 - t0;

@@ -20,12 +20,14 @@ static void ppo_sources(const PPOOptions *o, ModelSource src[4])
   if (o->restart[0]) {
     src[0] = (ModelSource){o->restart, "actor", PETSC_FALSE};
     src[1] = (ModelSource){o->restart, "critic", PETSC_FALSE};
-    src[2] = o->reference_sourced ? (ModelSource){o->reference_source.abspath, o->reference_source.role, PETSC_FALSE} : (ModelSource){o->restart, "reference", PETSC_FALSE};
+    src[2] = o->reference_sourced ? (ModelSource){ o->reference_source.abspath, o->reference_source.role, PETSC_FALSE }
+                                  : (ModelSource){ o->restart, "reference", PETSC_FALSE };
     src[3] = (ModelSource){o->restart, "reward", PETSC_FALSE};
     return;
   }
   src[0] = (ModelSource){o->actor_ckpt, "policy", PETSC_FALSE};
-  src[1] = o->critic_init == CRITIC_FROM_REWARD ? (ModelSource){o->reward.checkpoint, "reward", PETSC_FALSE} : (ModelSource){o->actor_ckpt, "policy", PETSC_TRUE};
+  src[1] = o->critic_init == CRITIC_FROM_REWARD ? (ModelSource){ o->reward.checkpoint, "reward", PETSC_FALSE }
+                                                : (ModelSource){ o->actor_ckpt, "policy", PETSC_TRUE };
   src[2] = (ModelSource){ref, "policy", PETSC_FALSE};
   src[3] = (ModelSource){o->reward.checkpoint, "reward", PETSC_FALSE};
 }
@@ -43,9 +45,11 @@ static PetscErrorCode ppo_reference_source(const RunCtx *run, PPOOptions *o, Pet
 {
   PetscFunctionBegin;
   o->reference_sourced = PETSC_FALSE;
-  if (o->restart[0]) PetscCall(ckpt_read_source(run->comm, o->restart, "reference", &o->reference_source, &o->reference_sourced));
+  if (o->restart[0])
+    PetscCall(ckpt_read_source(run->comm, o->restart, "reference", &o->reference_source, &o->reference_sourced));
   else if (record && !o->reference_made_here && !o->eval_only) {
-    PetscCall(ckpt_source_make(run->comm, o->reference_ckpt[0] ? o->reference_ckpt : o->actor_ckpt, "policy", "reference", &o->reference_source));
+    PetscCall(ckpt_source_make(run->comm, o->reference_ckpt[0] ? o->reference_ckpt : o->actor_ckpt, "policy",
+                               "reference", &o->reference_source));
     o->reference_sourced = PETSC_TRUE;
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -55,7 +59,8 @@ static PetscErrorCode ppo_reference_source(const RunCtx *run, PPOOptions *o, Pet
  * before anything is allocated; with policy (-mode pipeline, before the SFT
  * and RM checkpoints exist) every model has the SFT architecture, as those
  * stages will write it, with its own head. */
-static PetscErrorCode ppo_configs(const RunCtx *run, const PPOOptions *o, const ModelSource src[4], const ModelConfig *policy, int max_prompt, ModelConfig cfg[4])
+static PetscErrorCode ppo_configs(const RunCtx *run, const PPOOptions *o, const ModelSource src[4],
+                                  const ModelConfig *policy, int max_prompt, ModelConfig cfg[4])
 {
   const ModelHead head[4] = {MODEL_HEAD_LM, MODEL_HEAD_SCALAR, MODEL_HEAD_LM, MODEL_HEAD_SCALAR};
   int           T       = max_prompt + (int)o->gen.max_new_tokens;
@@ -71,9 +76,16 @@ static PetscErrorCode ppo_configs(const RunCtx *run, const PPOOptions *o, const 
     if (policy) cfg[k] = *policy;
     else PetscCall(ckpt_read_config(run->comm, src[k].file, src[k].role, &cfg[k]));
     if (src[k].trunk_only || policy) cfg[k].head = head[k];
-    PetscCheck(cfg[k].head == head[k], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "checkpoint %s /%s has the %s head; the %s needs the %s head", src[k].file, src[k].role, ModelHeadNames[cfg[k].head], model_names[k], ModelHeadNames[head[k]]);
-    PetscCheck(cfg[k].vocab_size == cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "vocabulary mismatch: the %s (%s) has %d tokens, the actor (%s) %d", model_names[k], src[k].file, cfg[k].vocab_size, src[0].file, cfg[0].vocab_size);
-    PetscCheck(T <= cfg[k].n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "the %s (%s) has n_positions %d, fewer than the longest prompt (%d tokens) plus -gen_max_new_tokens %" PetscInt_FMT, model_names[k], from, cfg[k].n_positions, max_prompt, o->gen.max_new_tokens);
+    PetscCheck(cfg[k].head == head[k], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+               "checkpoint %s /%s has the %s head; the %s needs the %s head", src[k].file, src[k].role,
+               ModelHeadNames[cfg[k].head], model_names[k], ModelHeadNames[head[k]]);
+    PetscCheck(cfg[k].vocab_size == cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+               "vocabulary mismatch: the %s (%s) has %d tokens, the actor (%s) %d", model_names[k], src[k].file,
+               cfg[k].vocab_size, src[0].file, cfg[0].vocab_size);
+    PetscCheck(T <= cfg[k].n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+               "the %s (%s) has n_positions %d, fewer than the longest prompt (%d tokens) plus -gen_max_new_tokens "
+               "%" PetscInt_FMT,
+               model_names[k], from, cfg[k].n_positions, max_prompt, o->gen.max_new_tokens);
   }
   PetscCall(gen_config_check(&o->gen, &cfg[0], policy ? "policy_" : "actor_", max_prompt));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -90,7 +102,8 @@ static void ppo_needs(const PPOOptions *o, const ModelConfig cfg[4], PlanNeeds *
   needs->cfg[MFC_REW_INF]   = &cfg[3];
   if (ppo_trains_critic(o)) needs->cfg[MFC_CRITIC_INF] = needs->cfg[MFC_CRITIC_TRAIN] = &cfg[1];
   if (!o->has_reward_model) needs->cfg[MFC_REW_INF] = NULL;
-  needs->batch[MFC_ACTOR_GEN] = needs->batch[MFC_REF_INF] = needs->batch[MFC_REW_INF] = needs->batch[MFC_CRITIC_INF] = B;
+  needs->batch[MFC_ACTOR_GEN] = needs->batch[MFC_REF_INF] = needs->batch[MFC_REW_INF] = needs
+                                                                                            ->batch[MFC_CRITIC_INF] = B;
   needs->batch[MFC_ACTOR_TRAIN] = needs->batch[MFC_CRITIC_TRAIN] = mini;
 }
 
@@ -106,7 +119,8 @@ static PetscBool ppo_offloads(const PPOOptions *o, const PlanNeeds *needs, MFCId
 
 /* Places the models on their meshes (every rank in the same order) and
  * reads them; each member keeps its shard. */
-PetscErrorCode ppo_load(const RunCtx *run, const Backend *be, const PPOOptions *o, const PPOSetup *s, PPOModels *m, CkptState *st)
+PetscErrorCode ppo_load(const RunCtx *run, const Backend *be, const PPOOptions *o, const PPOSetup *s, PPOModels *m,
+                        CkptState *st)
 {
   const PlanNeeds   *needs = &s->needs;
   const ModelSource *src   = s->src;
@@ -148,7 +162,9 @@ PetscErrorCode ppo_load(const RunCtx *run, const Backend *be, const PPOOptions *
   if (m->offload_rew) PetscCall(dmodel_release(&m->reward, PETSC_TRUE));
   if (restart) {
     PetscCall(ckpt_read_state(run->comm, o->restart, st));
-    PetscCheck(st->iteration <= o->iterations, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-restart %s is at iteration %" PetscInt_FMT ", past -ppo_iterations %" PetscInt_FMT, o->restart, st->iteration, o->iterations);
+    PetscCheck(st->iteration <= o->iterations, run->comm, PETSC_ERR_ARG_OUTOFRANGE,
+               "-restart %s is at iteration %" PetscInt_FMT ", past -ppo_iterations %" PetscInt_FMT, o->restart,
+               st->iteration, o->iterations);
   }
   PetscCall(PetscLogEventEnd(sys_log.ckpt_read, 0, 0, 0, 0));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -168,7 +184,8 @@ PetscErrorCode ppo_models_destroy(PPOModels *m)
 
 /* The cost model's description of the job: the settings as parsed here
  * and the models as read (critic-free: the critic slot gets the reward's). */
-static void ppo_cost_deck_fill(const PPOOptions *o, const ModelConfig cfg[4], int max_prompt, PetscInt seed, CostDeck *d)
+static void ppo_cost_deck_fill(const PPOOptions *o, const ModelConfig cfg[4], int max_prompt, PetscInt seed,
+                               CostDeck *d)
 {
   PetscMemzero(d, sizeof *d);
   d->batch       = (int)o->rollout_batch;
@@ -186,7 +203,8 @@ static void ppo_cost_deck_fill(const PPOOptions *o, const ModelConfig cfg[4], in
   d->partial_extra = o->async_partial ? ppo_partial_rows(o) - (int)o->rollout_batch : 0;
   d->group         = ppo_group_size(o);
   for (int k = 0; k < 4; k++) d->cfg[k] = cfg[k];
-  d->reward_free = o->has_reward_model ? PETSC_FALSE : PETSC_TRUE; /* cfg[3] is then the actor's (ppo_configs), unused */
+  d->reward_free = o->has_reward_model ? PETSC_FALSE
+                                       : PETSC_TRUE; /* cfg[3] is then the actor's (ppo_configs), unused */
   if (d->critic_free) d->cfg[1] = cfg[3];
 }
 
@@ -199,7 +217,9 @@ PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const ModelConfig *
 
   PetscFunctionBegin;
   PetscCall(ppo_check_options(o));
-  if (!policy) PetscCall(ppo_reference_source(run, o, (PetscBool)!run->dry_run)); /* a restart's reference file checked before anything is written */
+  if (!policy)
+    PetscCall(ppo_reference_source(
+        run, o, (PetscBool)!run->dry_run)); /* a restart's reference file checked before anything is written */
   ppo_sources(o, src);
   if (o->eval_only && !o->restart[0]) { /* -mode eval: an SFT checkpoint's policy, or a PPO checkpoint's actor */
     PetscBool policy_role;
@@ -207,29 +227,49 @@ PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const ModelConfig *
     if (!policy_role) src[0].role = src[2].role = "actor";
     if (o->reference_ckpt[0]) src[2].role = "policy";
   }
-  /* with policy (-mode pipeline's checks before any stage ran) the restart file may not exist yet: the pipeline has its reward model */
+  /* with policy (-mode pipeline's checks before any stage ran) the restart file may not exist yet: the pipeline has its
+   * reward model */
   if (o->restart[0] && !policy) PetscCall(ckpt_has_role(run->comm, o->restart, "reward", &o->has_reward_model));
   else o->has_reward_model = (PetscBool)(o->reward.checkpoint[0] != 0);
-  PetscCheck(o->has_reward_model || o->reward.spec.n || o->reward.command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-restart %s holds no reward model: give the run's reward, -reward_fn or -reward_command", o->restart);
-  PetscCheck(!o->dynamic_sampling || !o->has_reward_model, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_sampling selects groups by their rewards right after generation, before the reward model's call: use rewards from -reward_fn or -reward_command only");
-  PetscCheck(!o->dynamic_sampling || o->plan.fuse == FUSE_NONE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_dynamic_sampling with -fuse_gen_inf %s: fused samples go to inference before the selection; use -fuse_gen_inf none", FuseModeNames[o->plan.fuse]);
+  PetscCheck(o->has_reward_model || o->reward.spec.n || o->reward.command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL,
+             "-restart %s holds no reward model: give the run's reward, -reward_fn or -reward_command", o->restart);
+  PetscCheck(!o->dynamic_sampling || !o->has_reward_model, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-ppo_dynamic_sampling selects groups by their rewards right after generation, before the reward model's "
+             "call: use rewards from -reward_fn or -reward_command only");
+  PetscCheck(!o->dynamic_sampling || o->plan.fuse == FUSE_NONE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-ppo_dynamic_sampling with -fuse_gen_inf %s: fused samples go to inference before the selection; use "
+             "-fuse_gen_inf none",
+             FuseModeNames[o->plan.fuse]);
   if (!o->has_reward_model) {
-    PetscCheck(!ppo_trains_critic(o) || o->critic_init == CRITIC_FROM_ACTOR || o->restart[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-critic_init reward starts the critic from the reward model, and there is none (no -reward_checkpoint): use -critic_init actor");
+    PetscCheck(!ppo_trains_critic(o) || o->critic_init == CRITIC_FROM_ACTOR || o->restart[0], PETSC_COMM_WORLD,
+               PETSC_ERR_ARG_INCOMP,
+               "-critic_init reward starts the critic from the reward model, and there is none (no "
+               "-reward_checkpoint): use -critic_init actor");
   }
   PetscCall(prompts_setup(run, o, ps));
-  if (o->restart[0] && !policy && !o->eval_only) { /* before anything is written: a queue of generated batches the staleness would drop */
+  if (o->restart[0] && !policy &&
+      !o->eval_only) { /* before anything is written: a queue of generated batches the staleness would drop */
     int found;
     PetscCall(async_restore(run->comm, o->restart, o, ps, NULL, 0, &found));
   }
-  if (!policy) PetscCall(gen_config_stops_from(run->comm, &o->gen, src[0].file)); /* the actor's tokenizer's EOS unless the deck gives one */
-  PetscCheck(!o->eval_only || ps->eval.n > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-mode eval needs held-out prompts: -ppo_eval_file FILE, or the built-in task's (-ppo_prompts builtin) with -ppo_eval_prompts > 0");
+  if (!policy)
+    PetscCall(gen_config_stops_from(run->comm, &o->gen,
+                                    src[0].file)); /* the actor's tokenizer's EOS unless the deck gives one */
+  PetscCheck(!o->eval_only || ps->eval.n > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-mode eval needs held-out prompts: -ppo_eval_file FILE, or the built-in task's (-ppo_prompts builtin) "
+             "with -ppo_eval_prompts > 0");
   PetscCall(ppo_configs(run, o, src, policy, ps->max_prompt, cfg));
   if (ps->eval_alone) { /* the training prompts are not used */
-  } else if (ps->src.builtin) PetscCall(task_check(&o->task, cfg[0].vocab_size, cfg[0].n_positions, policy ? "policy_" : "actor_"));
+  } else if (ps->src.builtin)
+    PetscCall(task_check(&o->task, cfg[0].vocab_size, cfg[0].n_positions, policy ? "policy_" : "actor_"));
   else {
-    PetscCheck(ps->src.file.vocab_size <= cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_prompts %s has vocabulary %d, larger than the actor's %d", o->prompts, ps->src.file.vocab_size, cfg[0].vocab_size);
+    PetscCheck(ps->src.file.vocab_size <= cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+               "-ppo_prompts %s has vocabulary %d, larger than the actor's %d", o->prompts, ps->src.file.vocab_size,
+               cfg[0].vocab_size);
   }
-  PetscCheck(!ps->eval.from_file || ps->eval.file.vocab_size <= cfg[0].vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-ppo_eval_file %s has vocabulary %d, larger than the actor's %d", o->eval_file, ps->eval.file.vocab_size, cfg[0].vocab_size);
+  PetscCheck(!ps->eval.from_file || ps->eval.file.vocab_size <= cfg[0].vocab_size, PETSC_COMM_WORLD,
+             PETSC_ERR_ARG_INCOMP, "-ppo_eval_file %s has vocabulary %d, larger than the actor's %d", o->eval_file,
+             ps->eval.file.vocab_size, cfg[0].vocab_size);
   ppo_needs(o, cfg, needs);
   if (o->plan.placement == PLACEMENT_AUTO) { /* -placement auto: the searched plan replaces the colocated one */
     CostDeck deck;
@@ -243,8 +283,19 @@ PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const ModelConfig *
   if (print && o->async_staleness > 0 && !o->eval_only) {
     const PlanCall *g = &o->plan.call[MFC_ACTOR_GEN], *t = &o->plan.call[MFC_ACTOR_TRAIN];
     if (plan_overlap(&o->plan, MFC_ACTOR_GEN, MFC_ACTOR_TRAIN))
-      PetscCall(PetscPrintf(run->comm, "asynchronous: iteration i trains on samples generated with the weights of iteration i-%" PetscInt_FMT "; generation and training share ranks in this plan, so this changes the algorithm, not the time (generation on ranks of its own overlaps: -placement disaggregate)\n", o->async_staleness));
-    else PetscCall(PetscPrintf(run->comm, "asynchronous: iteration i trains on samples generated with the weights of iteration i-%" PetscInt_FMT "; generating the next batches (ranks %d-%d) overlaps training (ranks %d-%d)\n", o->async_staleness, g->ranks[0], g->ranks[g->nranks - 1], t->ranks[0], t->ranks[t->nranks - 1]));
+      PetscCall(PetscPrintf(run->comm,
+                            "asynchronous: iteration i trains on samples generated with the weights of iteration "
+                            "i-%" PetscInt_FMT
+                            "; generation and training share ranks in this plan, so this changes the algorithm, not "
+                            "the time (generation on ranks of its own overlaps: -placement disaggregate)\n",
+                            o->async_staleness));
+    else
+      PetscCall(PetscPrintf(run->comm,
+                            "asynchronous: iteration i trains on samples generated with the weights of iteration "
+                            "i-%" PetscInt_FMT
+                            "; generating the next batches (ranks %d-%d) overlaps training (ranks %d-%d)\n",
+                            o->async_staleness, g->ranks[0], g->ranks[g->nranks - 1], t->ranks[0],
+                            t->ranks[t->nranks - 1]));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -256,7 +307,11 @@ PetscErrorCode ppo_dry_run(const RunCtx *run, const PPOOptions *o, const PPOSetu
   char                a[32];
 
   PetscFunctionBegin;
-  PetscCall(PetscPrintf(run->comm, "dry run: %s with 4 models of %d layers x %d; KV cache %s\n", ppo_algo(o)->name, cfg[0].n_layer, cfg[0].n_embd, sys_bytes_str((double)gen_kv_bytes(&o->gen, &cfg[0], ps->max_prompt + (int)o->gen.max_new_tokens), a, sizeof a)));
+  PetscCall(
+      PetscPrintf(run->comm, "dry run: %s with 4 models of %d layers x %d; KV cache %s\n", ppo_algo(o)->name,
+                  cfg[0].n_layer, cfg[0].n_embd,
+                  sys_bytes_str((double)gen_kv_bytes(&o->gen, &cfg[0], ps->max_prompt + (int)o->gen.max_new_tokens), a,
+                                sizeof a)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -285,27 +340,34 @@ PetscErrorCode ppo_cost_deck(const RunCtx *run, PetscBool help, CostDeck *d)
   PetscCall(train_job_checkpoint_options(&job)); /* not the plan: the search makes one for other ranks */
   PetscCall(ppo_job_options(&job, &o));
   PetscCall(model_config_set_from_options("policy_", &policy)); /* a deck without checkpoints: SFT's model */
-  if (!help) PetscCall(train_restart_resolve(run->comm, run->output_dir, o.restart, sizeof o.restart)); /* latest, with none there: a fresh start */
+  if (!help)
+    PetscCall(train_restart_resolve(run->comm, run->output_dir, o.restart,
+                                    sizeof o.restart)); /* latest, with none there: a fresh start */
   if (!help) PetscCall(reward_spec_parse("-reward_fn", o.reward.fn, &o.reward.spec));
   files = !help && (o.restart[0] || o.actor_ckpt[0] || o.reward.checkpoint[0]) ? PETSC_TRUE : PETSC_FALSE;
   o.has_reward_model = PETSC_TRUE; /* a deck without checkpoints: the pipeline's, with its reward model */
   if (files) { /* the checkpoints' models; without a reward model the rewards come from -reward_fn or -reward_command */
-    PetscCheck(o.restart[0] || o.actor_ckpt[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "the deck names -reward_checkpoint but not -actor_checkpoint: the models' shapes come from the checkpoints (or from -restart)");
+    PetscCheck(o.restart[0] || o.actor_ckpt[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL,
+               "the deck names -reward_checkpoint but not -actor_checkpoint: the models' shapes come from the "
+               "checkpoints (or from -restart)");
     if (o.restart[0]) PetscCall(ckpt_has_role(run->comm, o.restart, "reward", &o.has_reward_model));
     else o.has_reward_model = o.reward.checkpoint[0] ? PETSC_TRUE : PETSC_FALSE;
-    PetscCheck(o.has_reward_model || o.reward.spec.n || o.reward.command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "the deck has no reward: -reward_checkpoint, -reward_fn or -reward_command");
+    PetscCheck(o.has_reward_model || o.reward.spec.n || o.reward.command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL,
+               "the deck has no reward: -reward_checkpoint, -reward_fn or -reward_command");
   } else {
     policy.head = MODEL_HEAD_LM;
     PetscCall(model_config_check(&policy, "policy_"));
   }
-  if (!help && o.restart[0]) PetscCall(ppo_reference_source(run, &o, PETSC_FALSE)); /* the reference's shape from its recorded file */
+  if (!help && o.restart[0])
+    PetscCall(ppo_reference_source(run, &o, PETSC_FALSE)); /* the reference's shape from its recorded file */
   ppo_sources(&o, src);
   PetscCall(prompts_setup(run, &o, &ps));
   PetscCall(ppo_configs(run, &o, src, files ? NULL : &policy, ps.max_prompt, cfg));
   ppo_cost_deck_fill(&o, cfg, ps.max_prompt, run->seed, d);
   if (!files) PetscCall(PetscSNPrintf(d->shapes_from, sizeof d->shapes_from, "the -policy_ options"));
   else if (o.restart[0]) PetscCall(PetscSNPrintf(d->shapes_from, sizeof d->shapes_from, "checkpoint %s", o.restart));
-  else if (o.has_reward_model) PetscCall(PetscSNPrintf(d->shapes_from, sizeof d->shapes_from, "checkpoints %s and %s", src[0].file, src[3].file));
+  else if (o.has_reward_model)
+    PetscCall(PetscSNPrintf(d->shapes_from, sizeof d->shapes_from, "checkpoints %s and %s", src[0].file, src[3].file));
   else PetscCall(PetscSNPrintf(d->shapes_from, sizeof d->shapes_from, "checkpoint %s (no reward model)", src[0].file));
   PetscCall(prompts_destroy(&ps));
   PetscFunctionReturn(PETSC_SUCCESS);

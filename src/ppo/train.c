@@ -41,7 +41,10 @@ typedef struct {
   float            *grad;
 } MiniBatch;
 
-static float token_mean(const MiniBatch *mb) { return (float)rl_token_weight(RL_AGG_TOKEN_MEAN, mb->ntok, mb->nseq, 0, 0); }
+static float token_mean(const MiniBatch *mb)
+{
+  return (float)rl_token_weight(RL_AGG_TOKEN_MEAN, mb->ntok, mb->nseq, 0, 0);
+}
 
 /* Aligned view of forward rows for sequence idx (row i of the forward):
  * pb->al[t] = rows[i*Tf + t-1] on response positions, 0 elsewhere; pb->w
@@ -76,12 +79,14 @@ static size_t micro_rows(const MiniBatch *mb, int k, const int **idx, int *nb)
 
 /* Forward of micro-batch k (log-probabilities for the LM head, values for
  * the scalar head); true on the last stage, which then computes the loss. */
-static PetscErrorCode micro_forward(MiniBatch *mb, Model *g, int k, const int **idx, int *nb, int *Tf, PetscBool *last, size_t *own)
+static PetscErrorCode micro_forward(MiniBatch *mb, Model *g, int k, const int **idx, int *nb, int *Tf, PetscBool *last,
+                                    size_t *own)
 {
   PetscFunctionBegin;
   *own = micro_rows(mb, k, idx, nb);
   PetscCall(PetscLogEventBegin(sys_log.forward, 0, 0, 0, 0));
-  if (g->cfg.head == MODEL_HEAD_LM) PetscCall(rollout_forward_logprobs(g, mb->r, *idx, *nb, (float)(1.0 / mb->o->gen.temperature), mb->pb, Tf));
+  if (g->cfg.head == MODEL_HEAD_LM)
+    PetscCall(rollout_forward_logprobs(g, mb->r, *idx, *nb, (float)(1.0 / mb->o->gen.temperature), mb->pb, Tf));
   else PetscCall(rollout_forward_values(g, mb->r, *idx, *nb, PETSC_FALSE, mb->pb, Tf));
   PetscCall(PetscLogEventEnd(sys_log.forward, 0, 0, 0, 0));
   *last = model_last_stage(g);
@@ -109,16 +114,23 @@ static PetscErrorCode actor_forward(void *ctx, Model *actor, int k)
     double cf;
     size_t off = (size_t)idx[i] * T;
     int    len = r->len[idx[i]];
-    float  wt = token_mean(mb), wa = (float)rl_token_weight((RLLossAgg)mb->o->loss_agg, mb->ntok, mb->nseq, len, (int)mb->o->gen.max_new_tokens);
+    float  wt = token_mean(mb), wa = (float)rl_token_weight((RLLossAgg)mb->o->loss_agg, mb->ntok, mb->nseq, len,
+                                                            (int)mb->o->gen.max_new_tokens);
 
     align_row(r, pb, idx[i], pb->ent, i, Tf, wt);
     for (size_t t = 0; t < T; t++) mb->sum.s.entropy += (double)pb->w[t] * pb->al[t];
     align_row(r, pb, idx[i], pb->lp, i, Tf, wa);
-    if (r->off.on) /* asynchronous runs' decoupled objective: the ratio to the proximal policy, times the behaviour weight */
-      mb->sum.s.loss += rl_policy_loss_is(T, pb->al, r->off.prox + off, r->adv + off, pb->w, r->off.isw + off, mb->o->clip_low, mb->o->clip_high, pb->dal, &cf);
-    else mb->sum.s.loss += rl_policy_loss(T, pb->al, r->gen.logprobs + off, r->adv + off, pb->w, mb->o->clip_low, mb->o->clip_high, pb->dal, &cf);
+    if (r->off.on) /* asynchronous runs' decoupled objective: the ratio to the proximal policy, times the behaviour
+                      weight */
+      mb->sum.s.loss += rl_policy_loss_is(T, pb->al, r->off.prox + off, r->adv + off, pb->w, r->off.isw + off,
+                                          mb->o->clip_low, mb->o->clip_high, pb->dal, &cf);
+    else
+      mb->sum.s.loss += rl_policy_loss(T, pb->al, r->gen.logprobs + off, r->adv + off, pb->w, mb->o->clip_low,
+                                       mb->o->clip_high, pb->dal, &cf);
     mb->sum.s.clipfrac += wa > 0 ? cf / wa * wt : 0; /* the clipped tokens' share of the mini-batch's tokens */
-    if (ppo_kl_as_loss(mb->o)) mb->sum.s.kl_loss += rl_kl_loss(T, pb->al, r->ref + off, pb->w, mb->kl_coef, (RLKLEstimator)mb->o->kl_estimator, pb->dal);
+    if (ppo_kl_as_loss(mb->o))
+      mb->sum.s.kl_loss += rl_kl_loss(T, pb->al, r->ref + off, pb->w, mb->kl_coef, (RLKLEstimator)mb->o->kl_estimator,
+                                      pb->dal);
     unalign_row(r, pb, idx[i], i, Tf, grad);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -164,7 +176,8 @@ static PetscErrorCode model_backward(void *ctx, Model *lm, int k)
 
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(sys_log.backward, 0, 0, 0, 0));
-  if (lm->cfg.head == MODEL_HEAD_LM) PetscCall(model_backward_logprob(lm, last ? mb->target + own : NULL, last ? mb->grad + own : NULL));
+  if (lm->cfg.head == MODEL_HEAD_LM)
+    PetscCall(model_backward_logprob(lm, last ? mb->target + own : NULL, last ? mb->grad + own : NULL));
   else PetscCall(model_backward_values(lm, last ? mb->grad + own : NULL));
   PetscCall(PetscLogEventEnd(sys_log.backward, 0, 0, 0, 0));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -176,7 +189,9 @@ static PetscErrorCode model_backward(void *ctx, Model *lm, int k)
  * trainer_step per model, as SFT and RM. out[x] gets model x's sums over
  * steps (the same on every rank of the mesh). Only the members of the meshes call this.
  * Both models see the same shuffle and mini-batches as when unfused. */
-static PetscErrorCode train_models(PPOFusedTrain *fz, Trainer *tr[2], const PPOOptions *o, const AdamWConfig *opt[2], const char *what[2], Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, ModelSums out[2])
+static PetscErrorCode train_models(PPOFusedTrain *fz, Trainer *tr[2], const PPOOptions *o, const AdamWConfig *opt[2],
+                                   const char *what[2], Rollout *r, PackBuf *pb, uint64_t seed, int iteration,
+                                   double kl_coef, ModelSums out[2])
 {
   int       *perm, nmb = r->B / (int)o->minibatches, nm = fz ? 2 : 1;
   MiniBatch  mb[2];
@@ -189,7 +204,8 @@ static PetscErrorCode train_models(PPOFusedTrain *fz, Trainer *tr[2], const PPOO
   PetscCall(PetscMalloc1(r->B, &perm));
   for (int x = 0; x < nm; x++) {
     mb[x] = (MiniBatch){o, r, pb, NULL, {0, 0, 1, 0}, 0, 0, kl_coef, {{0, 0, 0, 0}}, NULL, NULL};
-    w[x]  = (TrainWork){tr[x]->dm->cfg.head == MODEL_HEAD_LM ? actor_forward : critic_forward, model_backward, &mb[x], mb[x].sum.v, 4};
+    w[x]  = (TrainWork){ tr[x]->dm->cfg.head == MODEL_HEAD_LM ? actor_forward : critic_forward, model_backward, &mb[x],
+                        mb[x].sum.v, 4 };
     trainer_split(tr[x], nmb, PetscMax(1, nmb / (int)o->microbatches), &mb[x].split);
     PetscCall(PetscMalloc2((size_t)nmb * r->T, &mb[x].target, (size_t)nmb * r->T, &mb[x].grad));
   }
@@ -213,7 +229,8 @@ static PetscErrorCode train_models(PPOFusedTrain *fz, Trainer *tr[2], const PPOO
       for (int x = 0; x < nm; x++) {
         const MiniSums *q = &mb[x].sum;
         PetscCall(trainer_step(tr[x], opt[x], what[x], at, q->s.loss + q->s.kl_loss, &lr, &gn));
-        out[x].loss += q->s.loss, out[x].clipfrac += q->s.clipfrac, out[x].entropy += q->s.entropy, out[x].kl_loss += q->s.kl_loss;
+        out[x].loss += q->s.loss, out[x].clipfrac += q->s.clipfrac, out[x].entropy += q->s.entropy,
+            out[x].kl_loss += q->s.kl_loss;
         out[x].grad_norm += gn;
       }
     }
@@ -239,7 +256,8 @@ static void critic_stats(const ModelSums *out, PPOTrainStats *s)
   s->grad_critic = out->grad_norm;
 }
 
-PetscErrorCode ppo_train_actor(Trainer *actor, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s)
+PetscErrorCode ppo_train_actor(Trainer *actor, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed,
+                               int iteration, double kl_coef, PPOTrainStats *s)
 {
   ModelSums          out[2]  = {{0}};
   Trainer           *tr[2]     = {actor, NULL};
@@ -252,7 +270,8 @@ PetscErrorCode ppo_train_actor(Trainer *actor, const PPOOptions *o, Rollout *r, 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_train_critic(Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, PPOTrainStats *s)
+PetscErrorCode ppo_train_critic(Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed,
+                                int iteration, PPOTrainStats *s)
 {
   ModelSums          out[2]  = {{0}};
   Trainer           *tr[2]     = {critic, NULL};
@@ -265,7 +284,8 @@ PetscErrorCode ppo_train_critic(Trainer *critic, const PPOOptions *o, Rollout *r
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_train_fused(PPOFusedTrain *fz, Trainer *actor, Trainer *critic, const PPOOptions *o, Rollout *r, PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s)
+PetscErrorCode ppo_train_fused(PPOFusedTrain *fz, Trainer *actor, Trainer *critic, const PPOOptions *o, Rollout *r,
+                               PackBuf *pb, uint64_t seed, int iteration, double kl_coef, PPOTrainStats *s)
 {
   ModelSums          out[2]  = {{0}};
   Trainer           *tr[2]     = {actor, critic};

@@ -35,11 +35,18 @@ static PetscErrorCode cache_key(const RunCtx *run, const CostDeck *deck, char *k
 
   PetscFunctionBegin;
   if (gethostname(host, sizeof host - 1)) PetscCall(PetscStrncpy(host, "unknown", sizeof host));
-  k = snprintf(key, len, "host %s; backend %s; ranks %d; threads %d; trunks", host, run->be->name, run->size, run->nthreads);
-  for (int i = 0; i < n && k > 0 && (size_t)k < len; i++) k += snprintf(key + k, len - (size_t)k, " %dx%dx%dx%d", t[i].n_embd, t[i].n_head, t[i].vocab_size, t[i].n_positions);
+  k = snprintf(key, len, "host %s; backend %s; ranks %d; threads %d; trunks", host, run->be->name, run->size,
+               run->nthreads);
+  for (int i = 0; i < n && k > 0 && (size_t)k < len; i++)
+    k += snprintf(key + k, len - (size_t)k, " %dx%dx%dx%d", t[i].n_embd, t[i].n_head, t[i].vocab_size,
+                  t[i].n_positions);
   if (k > 0 && (size_t)k < len)
-    k += snprintf(key + k, len - (size_t)k, "; grid rows %d len %d repeats %d warmup %d extra %d bytes %.0f params %.0f", cache_spec.rows_max, cache_spec.len_max, cache_spec.repeats, cache_spec.warmup, cache_spec.extra, cache_spec.bytes_max, cache_spec.opt_max);
-  PetscCheck(k > 0 && (size_t)k < len, PETSC_COMM_SELF, PETSC_ERR_PLIB, "profile cache key longer than %zu characters", len);
+    k += snprintf(key + k, len - (size_t)k,
+                  "; grid rows %d len %d repeats %d warmup %d extra %d bytes %.0f params %.0f", cache_spec.rows_max,
+                  cache_spec.len_max, cache_spec.repeats, cache_spec.warmup, cache_spec.extra, cache_spec.bytes_max,
+                  cache_spec.opt_max);
+  PetscCheck(k > 0 && (size_t)k < len, PETSC_COMM_SELF, PETSC_ERR_PLIB, "profile cache key longer than %zu characters",
+             len);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -53,7 +60,9 @@ static PetscErrorCode cache_dir(const char *given, char *dir, size_t len)
   if (given && given[0]) PetscCall(sys_path_printf(dir, len, "%s", given));
   else if (xdg && xdg[0] == '/') PetscCall(sys_path_printf(dir, len, "%s/rlfuse/profiles", xdg));
   else {
-    PetscCheck(home && home[0], PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "the profile cache has no directory: set -cost_profile_cache DIR (or HOME), or give -cost_hardware FILE.deck or -cost_profile FILE.h5");
+    PetscCheck(home && home[0], PETSC_COMM_SELF, PETSC_ERR_ARG_NULL,
+               "the profile cache has no directory: set -cost_profile_cache DIR (or HOME), or give -cost_hardware "
+               "FILE.deck or -cost_profile FILE.h5");
     PetscCall(sys_path_printf(dir, len, "%s/.cache/rlfuse/profiles", home));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -94,7 +103,8 @@ static PetscErrorCode cache_mkdir(void *vctx)
 }
 
 /* Measures the quick grid on the job's ranks and stores it at path. */
-static PetscErrorCode cache_fill(const RunCtx *run, const CostDeck *deck, char *dir, const char *key, const char *path, double *seconds)
+static PetscErrorCode cache_fill(const RunCtx *run, const CostDeck *deck, char *dir, const char *key, const char *path,
+                                 double *seconds)
 {
   Profile pf;
 
@@ -108,7 +118,8 @@ static PetscErrorCode cache_fill(const RunCtx *run, const CostDeck *deck, char *
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode profile_cached(const RunCtx *run, const CostDeck *deck, const char *given, char *path, size_t len, char *how, size_t howlen)
+PetscErrorCode profile_cached(const RunCtx *run, const CostDeck *deck, const char *given, char *path, size_t len,
+                              char *how, size_t howlen)
 {
   static const char *const was[4] = {"none there", "", "another key's file there", "an unreadable file there"};
   char                     key[1024], dir[PETSC_MAX_PATH_LEN];
@@ -116,7 +127,8 @@ PetscErrorCode profile_cached(const RunCtx *run, const CostDeck *deck, const cha
   double                   seconds = 0;
 
   PetscFunctionBegin;
-  PetscCheck(run->be, PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "profiling this machine for the plan search needs the job's backend");
+  PetscCheck(run->be, PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL,
+             "profiling this machine for the plan search needs the job's backend");
   PetscCall(cache_dir(given, dir, sizeof dir));
   PetscCall(cache_key(run, deck, key, sizeof key));
   /* rank 0's key and directory for all: on several nodes the hosts differ */
@@ -128,7 +140,8 @@ PetscErrorCode profile_cached(const RunCtx *run, const CostDeck *deck, const cha
   if (l.state == 1) PetscCall(PetscSNPrintf(how, howlen, "reused from the cache (key: %s)", key));
   else {
     PetscCall(cache_fill(run, deck, dir, key, path, &seconds));
-    PetscCall(PetscSNPrintf(how, howlen, "measured now on this job's %d rank%s in %.1f s, %s before (key: %s)", run->size, run->size > 1 ? "s" : "", seconds, was[l.state], key));
+    PetscCall(PetscSNPrintf(how, howlen, "measured now on this job's %d rank%s in %.1f s, %s before (key: %s)",
+                            run->size, run->size > 1 ? "s" : "", seconds, was[l.state], key));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }

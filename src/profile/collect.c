@@ -88,7 +88,8 @@ static PetscErrorCode w_self(void *vctx)
   SelfCase *k = (SelfCase *)vctx;
 
   PetscFunctionBegin;
-  PetscCallMPI(MPI_Sendrecv(k->a, (int)k->bytes, MPI_BYTE, 0, 9, k->b, (int)k->bytes, MPI_BYTE, 0, 9, MPI_COMM_SELF, MPI_STATUS_IGNORE));
+  PetscCallMPI(MPI_Sendrecv(k->a, (int)k->bytes, MPI_BYTE, 0, 9, k->b, (int)k->bytes, MPI_BYTE, 0, 9, MPI_COMM_SELF,
+                            MPI_STATUS_IGNORE));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -145,7 +146,8 @@ PetscErrorCode prof_collectives(const ProfTimer *tm, Profile *pf)
           continue;
         }
         k.op    = (CostColl)op;
-        k.bytes = (size_t)pf->bytes[ib] / (sizeof(float) * (size_t)m) * (sizeof(float) * (size_t)m); /* whole floats, split evenly */
+        k.bytes = (size_t)pf->bytes[ib] / (sizeof(float) * (size_t)m) *
+                  (sizeof(float) * (size_t)m); /* whole floats, split evenly */
         PetscCall(prof_time(tm, w_coll, &k, s));
         if (op == COST_P2P) *s *= 0.5;
       }

@@ -49,7 +49,7 @@ typedef struct {
   ModelKVCache *kv;
   const Mesh *mesh;
   int         rows, len;
-  int        *tok, *target, *slot, *pos, *dslot, *dpos, *last; /* last: each prefill sequence's last row, the head's rows */
+  int *tok, *target, *slot, *pos, *dslot, *dpos, *last; /* last: each prefill sequence's last row, the head's rows */
   float      *grad, *out;
   /* the embedding alone, on device */
   float *wte, *wpe, *emb, *demb;
@@ -84,7 +84,8 @@ static PetscErrorCode w_prefill(void *v)
   Case *c = (Case *)v;
 
   PetscFunctionBegin;
-  if (c->g) PetscCall(model_forward_cached(c->g, c->kv, c->tok, c->slot, c->pos, c->rows * c->len, c->last, c->rows, c->out));
+  if (c->g)
+    PetscCall(model_forward_cached(c->g, c->kv, c->tok, c->slot, c->pos, c->rows * c->len, c->last, c->rows, c->out));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -117,7 +118,9 @@ static PetscErrorCode w_embed_bwd(void *v)
   const Model *g = c->g;
 
   PetscFunctionBegin;
-  if (g) PetscCall(g->be->encoder_backward(c->wte, c->wpe, c->demb, c->dtok, c->dposd, c->rows * c->len, g->cfg.n_embd, g->v0, g->Vl));
+  if (g)
+    PetscCall(g->be->encoder_backward(c->wte, c->wpe, c->demb, c->dtok, c->dposd, c->rows * c->len, g->cfg.n_embd,
+                                      g->v0, g->Vl));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -202,7 +205,8 @@ static PetscErrorCode case_create(const ModelConfig *cfg, const Backend *be, int
 /* t[ph][ir][il]: the whole model's time per phase over the grid; e[..]: the embedding's */
 static PetscErrorCode time_grid(const ProfTimer *tm, Case *c, const ProfGrid *gr, double *t, double *e)
 {
-  ProfWork whole[COST_NPHASE] = {w_fwd, w_bwd, w_prefill, w_decode}, emb[COST_NPHASE] = {w_embed_tokens, w_embed_bwd, w_embed_tokens, w_embed_decode};
+  ProfWork whole[COST_NPHASE] = { w_fwd, w_bwd, w_prefill, w_decode },
+           emb[COST_NPHASE]   = { w_embed_tokens, w_embed_bwd, w_embed_tokens, w_embed_decode };
   size_t   stride = (size_t)gr->nrows * gr->nlen;
 
   PetscFunctionBegin;
@@ -254,7 +258,8 @@ static PetscErrorCode head_fit(ProfileModel *m, int itp, int ph)
   qsort(sl, (size_t)n, sizeof *sl, cmp_double);
   a = PetscMax(0, n % 2 ? sl[n / 2] : 0.5 * (sl[n / 2 - 1] + sl[n / 2]));
   for (int ir = 0; ir < m->nrows; ir++)
-    for (int il = 0; il < m->nlen; il++) *profile_entry(m, itp, COST_PART_HEAD, ph, ir, il) = a + b * x[ir * m->nlen + il];
+    for (int il = 0; il < m->nlen; il++)
+      *profile_entry(m, itp, COST_PART_HEAD, ph, ir, il) = a + b * x[ir * m->nlen + il];
   PetscCall(PetscFree3(x, y, sl));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -267,7 +272,8 @@ PetscErrorCode prof_models(const ProfTimer *tm, const ModelConfig *cfg, const Pr
   ProfileModel *pm = pf->model + pf->nmodel;
 
   PetscFunctionBegin;
-  PetscCheck(pf->nmodel + 2 <= PROFILE_MAX_MODELS, PETSC_COMM_SELF, PETSC_ERR_PLIB, "a profile holds at most %d model tables", PROFILE_MAX_MODELS);
+  PetscCheck(pf->nmodel + 2 <= PROFILE_MAX_MODELS, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+             "a profile holds at most %d model tables", PROFILE_MAX_MODELS);
   for (int i = 0; i < 2; i++) {
     pf->nmodel++; /* counted first, so profile_free frees a half-made table */
     PetscCall(profile_model_alloc(&pm[i], gr->ntp, gr->nrows, gr->nlen));
@@ -281,7 +287,8 @@ PetscErrorCode prof_models(const ProfTimer *tm, const ModelConfig *cfg, const Pr
     ModelConfig one = *cfg, deep = *cfg, crit = *cfg;
     Case      c;
 
-    one.n_layer = crit.n_layer = 1, deep.n_layer = 1 + K, one.head = deep.head = MODEL_HEAD_LM, crit.head = MODEL_HEAD_SCALAR;
+    one.n_layer = crit.n_layer = 1, deep.n_layer = 1 + K, one.head = deep.head = MODEL_HEAD_LM,
+    crit.head = MODEL_HEAD_SCALAR;
     PetscCall(case_create(&one, tm->be, gr->tp[itp], maxrows, maxlen, &c));
     PetscCall(time_grid(tm, &c, gr, t1, e));
     PetscCall(case_free(&c));

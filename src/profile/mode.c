@@ -54,7 +54,8 @@ static PetscErrorCode machine(const RunCtx *run, const Backend *be, double mem, 
    * node of the CPU backend, as many as its cores take at this thread
    * count (a 1-rank profile must not make every rank a node of its own) */
   pf->ranks_per_node = on0;
-  if (on0 == run->size && !strcmp(be->name, "cpu")) pf->ranks_per_node = PetscMax(on0, pf->cores / PetscMax(1, pf->threads));
+  if (on0 == run->size && !strcmp(be->name, "cpu"))
+    pf->ranks_per_node = PetscMax(on0, pf->cores / PetscMax(1, pf->threads));
   pf->mem_per_rank    = mem > 0 ? mem : (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / on0;
   pf->bytes_per_param = 4;
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -72,7 +73,8 @@ int prof_deck_trunks(const CostDeck *d, ModelConfig t[4])
     PetscBool        dup = PETSC_FALSE;
     if ((k == 1 && d->critic_free) || (k == 3 && d->reward_free)) continue;
     for (int i = 0; i < n; i++)
-      dup = dup || (t[i].n_embd == c->n_embd && t[i].n_head == c->n_head && t[i].vocab_size == c->vocab_size && t[i].n_positions == c->n_positions);
+      dup = dup || (t[i].n_embd == c->n_embd && t[i].n_head == c->n_head && t[i].vocab_size == c->vocab_size &&
+                    t[i].n_positions == c->n_positions);
     if (!dup) t[n++] = *c;
   }
   return n;
@@ -132,7 +134,9 @@ PetscErrorCode profile_measure(const RunCtx *run, const ProfSpec *sp, const Cost
   PetscCall(PetscMemzero(pf, sizeof *pf));
   PetscCall(machine(run, run->be, sp->mem, pf));
   PetscCall(tables_setup(sp, run->size, pf));
-  PetscCall(PetscPrintf(PETSC_COMM_WORLD, "profile: %d ranks, %d threads each, backend %s; %d model trunk%s (%s), the first %d x %d\n", run->size, run->nthreads, run->be->name, ntrunk, ntrunk > 1 ? "s" : "", deck->shapes_from,
+  PetscCall(PetscPrintf(PETSC_COMM_WORLD,
+                        "profile: %d ranks, %d threads each, backend %s; %d model trunk%s (%s), the first %d x %d\n",
+                        run->size, run->nthreads, run->be->name, ntrunk, ntrunk > 1 ? "s" : "", deck->shapes_from,
                         trunk[0].n_layer, trunk[0].n_embd));
   for (int i = 0; i < ntrunk; i++) {
     ProfGrid gr;
@@ -145,7 +149,9 @@ PetscErrorCode profile_measure(const RunCtx *run, const ProfSpec *sp, const Cost
   t2 = MPI_Wtime();
   PetscCall(prof_collectives(&tm, pf));
   pf->seconds = MPI_Wtime() - t0;
-  PetscCall(PetscPrintf(PETSC_COMM_WORLD, "profile: measured in %.1f s (models %.1f s, AdamW %.1f s, collectives %.1f s)\n", pf->seconds, t1 - t0, t2 - t1, t0 + pf->seconds - t2));
+  PetscCall(PetscPrintf(PETSC_COMM_WORLD,
+                        "profile: measured in %.1f s (models %.1f s, AdamW %.1f s, collectives %.1f s)\n", pf->seconds,
+                        t1 - t0, t2 - t1, t0 + pf->seconds - t2));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -175,13 +181,21 @@ PetscErrorCode profile_write_rank0(const char *path, const Profile *pf)
 static PetscErrorCode spec_check(const ProfSpec *sp)
 {
   PetscFunctionBegin;
-  PetscCheck(sp->rows_max >= 1 && sp->rows_max <= 65536, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-profile_rows_max %d must be in 1..65536", sp->rows_max);
-  PetscCheck(sp->len_max >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-profile_len_max %d must be at least 2", sp->len_max);
-  PetscCheck(sp->extra >= 1 && sp->extra <= 64, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-profile_extra_layers %d must be in 1..64", sp->extra);
-  PetscCheck(sp->repeats >= 1 && sp->repeats <= 1000 && sp->warmup >= 0 && sp->warmup <= 1000, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-profile_repeats %d must be in 1..1000 and -profile_warmup %d in 0..1000", sp->repeats, sp->warmup);
-  PetscCheck(sp->bytes_max >= 1024 && sp->bytes_max <= 1 << 30, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-profile_bytes_max %g must be in 1024..2^30", sp->bytes_max);
-  PetscCheck(sp->opt_max >= 1024 && sp->opt_max <= 1 << 30, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-profile_opt_max %g must be in 1024..2^30", sp->opt_max);
-  PetscCheck(sp->mem >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-profile_mem_per_rank %g must be >= 0", sp->mem);
+  PetscCheck(sp->rows_max >= 1 && sp->rows_max <= 65536, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-profile_rows_max %d must be in 1..65536", sp->rows_max);
+  PetscCheck(sp->len_max >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-profile_len_max %d must be at least 2",
+             sp->len_max);
+  PetscCheck(sp->extra >= 1 && sp->extra <= 64, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-profile_extra_layers %d must be in 1..64", sp->extra);
+  PetscCheck(sp->repeats >= 1 && sp->repeats <= 1000 && sp->warmup >= 0 && sp->warmup <= 1000, PETSC_COMM_WORLD,
+             PETSC_ERR_ARG_OUTOFRANGE, "-profile_repeats %d must be in 1..1000 and -profile_warmup %d in 0..1000",
+             sp->repeats, sp->warmup);
+  PetscCheck(sp->bytes_max >= 1024 && sp->bytes_max <= 1 << 30, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-profile_bytes_max %g must be in 1024..2^30", sp->bytes_max);
+  PetscCheck(sp->opt_max >= 1024 && sp->opt_max <= 1 << 30, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-profile_opt_max %g must be in 1024..2^30", sp->opt_max);
+  PetscCheck(sp->mem >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-profile_mem_per_rank %g must be >= 0",
+             sp->mem);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -200,28 +214,41 @@ PetscErrorCode profile_run(RunCtx *run, CostDeckFn deck_of)
   PetscOptionsBegin(PETSC_COMM_WORLD, "profile_", "Profiler (-mode profile)", NULL);
   RfOptString("-output", "Profile file to write, HDF5 (required)", output, sizeof output);
   RfOptInt("-rows_max", "Largest rows (sequences) of the model grid: rows 1, 4, 16, ... up to it", rows_max, &rows_max);
-  RfOptInt("-len_max", "Largest length of the model grid: 4, 16, 64, ... up to it (capped at each model's n_positions)", len_max, &len_max);
+  RfOptInt("-len_max", "Largest length of the model grid: 4, 16, 64, ... up to it (capped at each model's n_positions)",
+           len_max, &len_max);
   RfOptInt("-extra_layers", "The block's time is measured on models of 1 and 1+K layers: K", extra, &extra);
   RfOptReal("-bytes_max", "Largest collective message: 1 KiB, 4 KiB, ... up to it", bytes_max, &bytes_max);
   RfOptReal("-opt_max", "Largest AdamW parameter count: 1024, 4096, ... up to it", opt_max, &opt_max);
   RfOptInt("-repeats", "Timed repetitions of each entry (the fastest is kept)", repeats, &repeats);
   RfOptInt("-warmup", "Untimed runs before the timed ones", warmup, &warmup);
-  RfOptReal("-mem_per_rank", "Memory one rank may use, bytes, recorded for the cost model (0: the host's memory / ranks per node)", mem, &mem);
-  RfOptString("-file", "Measure nothing: print the cost model's estimate of this deck's plan from this profile", file, sizeof file);
+  RfOptReal("-mem_per_rank",
+            "Memory one rank may use, bytes, recorded for the cost model (0: the host's memory / ranks per node)", mem,
+            &mem);
+  RfOptString("-file", "Measure nothing: print the cost model's estimate of this deck's plan from this profile", file,
+              sizeof file);
   RfOptInt("-ranks", "With -profile_file: the ranks the plan is for (default: this job's)", world, &world);
   PetscOptionsEnd();
   PetscCall(PetscOptionsHasHelp(NULL, &help));
   if (help) PetscFunctionReturn(PETSC_SUCCESS);
   if (file[0]) {
     PetscCall(deck_of(run, PETSC_FALSE, &deck));
-    PetscCheck(world >= 1 && world <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-profile_ranks %" PetscInt_FMT " must be in 1..%d", world, PLAN_MAX_RANKS);
+    PetscCheck(world >= 1 && world <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+               "-profile_ranks %" PetscInt_FMT " must be in 1..%d", world, PLAN_MAX_RANKS);
     PetscCall(profile_estimate(run, file, (int)world, &deck));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   PetscCheck(output[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL, "-mode profile needs -profile_output FILE");
-  sp = (ProfSpec){(int)PetscMin(rows_max, INT32_MAX), (int)PetscMin(len_max, INT32_MAX), (int)PetscMin(repeats, INT32_MAX), (int)PetscMin(warmup, INT32_MAX), (int)PetscMin(extra, INT32_MAX), bytes_max, opt_max, mem};
+  sp = (ProfSpec){ (int)PetscMin(rows_max, INT32_MAX),
+                   (int)PetscMin(len_max, INT32_MAX),
+                   (int)PetscMin(repeats, INT32_MAX),
+                   (int)PetscMin(warmup, INT32_MAX),
+                   (int)PetscMin(extra, INT32_MAX),
+                   bytes_max,
+                   opt_max,
+                   mem };
   PetscCall(spec_check(&sp));
-  PetscCheck(run->size >= 2 && run->size <= 1024, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-mode profile runs on 2 to 1024 ranks (got %d): it times the collectives between them", run->size);
+  PetscCheck(run->size >= 2 && run->size <= 1024, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-mode profile runs on 2 to 1024 ranks (got %d): it times the collectives between them", run->size);
   PetscCall(deck_of(run, PETSC_FALSE, &deck));
   if (run->dry_run) {
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "profile: dry run, options are valid\n"));

@@ -70,16 +70,18 @@ static double interp2(const ProfileModel *m, int itp, int part, int ph, double r
 
 static PetscBool shape_same(const CostShape *a, const CostShape *b)
 {
-  return a->n_embd == b->n_embd && a->n_head == b->n_head && a->n_kv_head == b->n_kv_head && a->n_ffn == b->n_ffn && a->vocab_size == b->vocab_size &&
-                 a->n_positions == b->n_positions && a->gated == b->gated && a->value_head == b->value_head && cost_head_dim(a) == cost_head_dim(b)
-           ? PETSC_TRUE
-           : PETSC_FALSE;
+  return a->n_embd == b->n_embd && a->n_head == b->n_head && a->n_kv_head == b->n_kv_head && a->n_ffn == b->n_ffn &&
+                 a->vocab_size == b->vocab_size && a->n_positions == b->n_positions && a->gated == b->gated &&
+                 a->value_head == b->value_head && cost_head_dim(a) == cost_head_dim(b)
+             ? PETSC_TRUE
+             : PETSC_FALSE;
 }
 
 /* FLOPs per token of a part, for the fallback on a shape the profile lacks */
 static double part_flops(const CostShape *s, CostPart part)
 {
-  double C = s->n_embd, F = s->n_ffn, Q = s->n_head > 0 ? cost_q_width(s) : C, kv = s->n_head > 0 ? cost_kv_width(s) : C;
+  double C = s->n_embd, F = s->n_ffn, Q = s->n_head > 0 ? cost_q_width(s) : C,
+         kv = s->n_head > 0 ? cost_kv_width(s) : C;
   switch (part) {
   case COST_PART_EMBED: return C;
   case COST_PART_BLOCK: return 2 * (C * (2 * Q + 2 * kv) + (s->gated ? 3 : 2) * C * F);
@@ -100,7 +102,8 @@ static int find_model(const Profile *pf, const CostShape *m, double *scale, Cost
   return near;
 }
 
-static double profile_compute(void *vctx, const CostShape *m, CostPart part, CostPhase ph, int tp, double rows, double len)
+static double profile_compute(void *vctx, const CostShape *m, CostPart part, CostPhase ph, int tp, double rows,
+                              double len)
 {
   const Profile      *pf = &((PrimsCtx *)vctx)->pf;
   double              scale;
@@ -137,7 +140,10 @@ static double ring_factor(CostColl op, int n)
   }
 }
 
-static double coll_row(const Profile *pf, CostColl op, int im, double bytes) { return interp1(bytes, pf->nbytes, pf->bytes, profile_coll_entry(pf, op, im, 0), 1, &size_slopes); }
+static double coll_row(const Profile *pf, CostColl op, int im, double bytes)
+{
+  return interp1(bytes, pf->nbytes, pf->bytes, profile_coll_entry(pf, op, im, 0), 1, &size_slopes);
+}
 
 /* Intra-node measurements only: a group that spans nodes gets the same
  * times (the profile cannot know the network it did not see). */
@@ -194,24 +200,33 @@ PetscErrorCode cost_prims_profile(const char *path, CostPrims *p)
 PetscErrorCode cost_prims_profile_check(const CostPrims *p, const CostShape *m, const char *role)
 {
   const PrimsCtx *c;
-  const char     *names[9] = {"n_embd", "n_head", "n_kv_head", "n_ffn", "vocab_size", "n_positions", "gated", "value_head", "head_dim"};
-  int             want[9]  = {m->n_embd, m->n_head, m->n_kv_head, m->n_ffn, m->vocab_size, m->n_positions, m->gated, m->value_head, cost_head_dim(m)}, best = -1, bestk = 0;
+  const char     *names[9] = { "n_embd",      "n_head", "n_kv_head",  "n_ffn",   "vocab_size",
+                               "n_positions", "gated",  "value_head", "head_dim" };
+  int             want[9]  = { m->n_embd,      m->n_head, m->n_kv_head,  m->n_ffn,        m->vocab_size,
+                               m->n_positions, m->gated,  m->value_head, cost_head_dim(m) },
+      best = -1, bestk = 0;
 
   PetscFunctionBegin;
-  PetscCheck(p->compute == profile_compute, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "cost_prims_profile_check: primitives from %s are not from a profile", p->source);
+  PetscCheck(p->compute == profile_compute, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "cost_prims_profile_check: primitives from %s are not from a profile", p->source);
   c = (const PrimsCtx *)p->ctx;
   for (int i = 0; i < c->pf.nmodel; i++) {
     const CostShape *s      = &c->pf.model[i].shape;
-    int              have[9] = {s->n_embd, s->n_head, s->n_kv_head, s->n_ffn, s->vocab_size, s->n_positions, s->gated, s->value_head, cost_head_dim(s)}, k = 0;
+    int              have[9] = { s->n_embd,      s->n_head, s->n_kv_head,  s->n_ffn,        s->vocab_size,
+                                 s->n_positions, s->gated,  s->value_head, cost_head_dim(s) },
+        k                    = 0;
     while (k < 9 && have[k] == want[k]) k++;
     if (k == 9) PetscFunctionReturn(PETSC_SUCCESS);
     if (k > bestk || best < 0) best = i, bestk = k;
   }
   {
     const CostShape *s       = &c->pf.model[best].shape;
-    int              have[9] = {s->n_embd, s->n_head, s->n_kv_head, s->n_ffn, s->vocab_size, s->n_positions, s->gated, s->value_head, cost_head_dim(s)};
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "profile %s does not hold the %s's shape: %s is %d there, %d here (profile this deck's models with -mode profile)", c->path, role, names[bestk],
-            have[bestk], want[bestk]);
+    int              have[9] = { s->n_embd,      s->n_head, s->n_kv_head,  s->n_ffn,        s->vocab_size,
+                                 s->n_positions, s->gated,  s->value_head, cost_head_dim(s) };
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+            "profile %s does not hold the %s's shape: %s is %d there, %d here (profile this deck's models with -mode "
+            "profile)",
+            c->path, role, names[bestk], have[bestk], want[bestk]);
   }
 }
 
@@ -231,4 +246,7 @@ PetscErrorCode cost_prims_profile_for(const char *path, const CostWork *w, CostP
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-const Profile *cost_prims_profile_info(const CostPrims *p) { return p->compute == profile_compute ? &((const PrimsCtx *)p->ctx)->pf : NULL; }
+const Profile *cost_prims_profile_info(const CostPrims *p)
+{
+  return p->compute == profile_compute ? &((const PrimsCtx *)p->ctx)->pf : NULL;
+}

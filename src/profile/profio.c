@@ -20,26 +20,30 @@
 #include <math.h>
 #include <string.h>
 
-static const char *const shape_int_names[] = {"n_layer", "n_embd", "n_head", "n_kv_head", "n_ffn", "vocab_size", "n_positions", "gated", "value_head"};
+static const char *const shape_int_names[] = { "n_layer",    "n_embd",      "n_head", "n_kv_head", "n_ffn",
+                                               "vocab_size", "n_positions", "gated",  "value_head" };
 #define NSHAPE_INT 9
 
 static void shape_to_ints(const CostShape *s, int64_t *v)
 {
-  int64_t a[NSHAPE_INT] = {s->n_layer, s->n_embd, s->n_head, s->n_kv_head, s->n_ffn, s->vocab_size, s->n_positions, s->gated ? 1 : 0, s->value_head ? 1 : 0};
+  int64_t a[NSHAPE_INT] = { s->n_layer,    s->n_embd,      s->n_head,        s->n_kv_head,         s->n_ffn,
+                            s->vocab_size, s->n_positions, s->gated ? 1 : 0, s->value_head ? 1 : 0 };
   memcpy(v, a, sizeof a);
 }
 
 static void shape_from_ints(const int64_t *v, CostShape *s)
 {
   s->n_layer = (int)v[0], s->n_embd = (int)v[1], s->n_head = (int)v[2], s->n_kv_head = (int)v[3], s->n_ffn = (int)v[4];
-  s->vocab_size = (int)v[5], s->n_positions = (int)v[6], s->gated = v[7] ? PETSC_TRUE : PETSC_FALSE, s->value_head = v[8] ? PETSC_TRUE : PETSC_FALSE;
+  s->vocab_size = (int)v[5], s->n_positions = (int)v[6], s->gated = v[7] ? PETSC_TRUE : PETSC_FALSE,
+  s->value_head = v[8] ? PETSC_TRUE : PETSC_FALSE;
 }
 
 PetscErrorCode profile_model_alloc(ProfileModel *m, int ntp, int nrows, int nlen)
 {
   PetscFunctionBegin;
   m->ntp = ntp, m->nrows = nrows, m->nlen = nlen;
-  PetscCall(PetscCalloc4(ntp, &m->tp, nrows, &m->rows, nlen, &m->len, (size_t)ntp * COST_NPART * COST_NPHASE * nrows * nlen, &m->sec));
+  PetscCall(PetscCalloc4(ntp, &m->tp, nrows, &m->rows, nlen, &m->len,
+                         (size_t)ntp * COST_NPART * COST_NPHASE * nrows * nlen, &m->sec));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -55,7 +59,8 @@ PetscErrorCode profile_tables_alloc(Profile *pf, int nopt, int nmesh, int nbytes
 PetscErrorCode profile_free(Profile *pf)
 {
   PetscFunctionBegin;
-  for (int i = 0; i < pf->nmodel; i++) PetscCall(PetscFree4(pf->model[i].tp, pf->model[i].rows, pf->model[i].len, pf->model[i].sec));
+  for (int i = 0; i < pf->nmodel; i++)
+    PetscCall(PetscFree4(pf->model[i].tp, pf->model[i].rows, pf->model[i].len, pf->model[i].sec));
   PetscCall(PetscFree2(pf->opt_n, pf->opt_sec));
   PetscCall(PetscFree3(pf->bytes, pf->mesh, pf->coll_sec));
   PetscCall(PetscMemzero(pf, sizeof *pf));
@@ -150,7 +155,8 @@ typedef struct {
 
 /* Dataset `name` of loc, of ndim dimensions; dims in: 0 accepts any extent
  * (returned), else it must match. */
-static PetscErrorCode read_array(ReadCtx *c, IoId loc, const char *grp, const char *name, IoClass cls, int ndim, IoSize *dims, IoType mem, void **buf, size_t elsize)
+static PetscErrorCode read_array(ReadCtx *c, IoId loc, const char *grp, const char *name, IoClass cls, int ndim,
+                                 IoSize *dims, IoType mem, void **buf, size_t elsize)
 {
   char           full[96];
   IoId           d;
@@ -177,8 +183,10 @@ static PetscErrorCode check_axis(ReadCtx *c, const char *full, int n, const doub
 {
   PetscFunctionBegin;
   for (int i = 0; i < n; i++) {
-    PetscCheck(isfinite(x[i]) && x[i] > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s[%d] is %g, must be positive", c->where, full, i, x[i]);
-    PetscCheck(i == 0 || x[i] > x[i - 1], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s is not increasing at [%d] (%g after %g)", c->where, full, i, x[i], x[i - 1]);
+    PetscCheck(isfinite(x[i]) && x[i] > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+               "%s: %s[%d] is %g, must be positive", c->where, full, i, x[i]);
+    PetscCheck(i == 0 || x[i] > x[i - 1], PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+               "%s: %s is not increasing at [%d] (%g after %g)", c->where, full, i, x[i], x[i - 1]);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -186,7 +194,9 @@ static PetscErrorCode check_axis(ReadCtx *c, const char *full, int n, const doub
 static PetscErrorCode check_times(ReadCtx *c, const char *full, size_t n, const double *t)
 {
   PetscFunctionBegin;
-  for (size_t i = 0; i < n; i++) PetscCheck(isfinite(t[i]) && t[i] >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: %s has %g at flat index %zu (times must be finite and >= 0)", c->where, full, t[i], i);
+  for (size_t i = 0; i < n; i++)
+    PetscCheck(isfinite(t[i]) && t[i] >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+               "%s: %s has %g at flat index %zu (times must be finite and >= 0)", c->where, full, t[i], i);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -202,7 +212,8 @@ static PetscErrorCode read_model(ReadCtx *c, IoId file, int i)
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(name, sizeof name, "model_%d", i));
   PetscCall(io_group_open(file, c->where, name, &g));
-  for (int k = 0; k < NSHAPE_INT; k++) PetscCall(io_attr_read_int(g, c->where, shape_int_names[k], 0, INT32_MAX, &sv[k]));
+  for (int k = 0; k < NSHAPE_INT; k++)
+    PetscCall(io_attr_read_int(g, c->where, shape_int_names[k], 0, INT32_MAX, &sv[k]));
   shape_from_ints(sv, &m->shape);
   m->shape.head_dim = 0; /* profiles written before it: n_embd / n_head */
   if (io_attr_exists(g, "head_dim")) {
@@ -257,7 +268,8 @@ static PetscErrorCode read_tables(ReadCtx *c, IoId file)
   int     *mesh = NULL;
 
   PetscFunctionBegin;
-  PetscCheck(io_exists(file, "optimizer") && io_exists(file, "collectives"), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s has no /optimizer or no /collectives group", c->where);
+  PetscCheck(io_exists(file, "optimizer") && io_exists(file, "collectives"), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s has no /optimizer or no /collectives group", c->where);
   PetscCall(io_group_open(file, c->where, "optimizer", &g));
   PetscCall(read_array(c, g, "optimizer", "nparams", IO_CLASS_FLOAT, 1, &d1, IO_DOUBLE, (void **)&n, sizeof(double)));
   pf->nopt = (int)d1;
@@ -276,17 +288,21 @@ static PetscErrorCode read_tables(ReadCtx *c, IoId file)
   PetscCall(PetscFree(b));
   PetscCall(PetscFree(mesh));
   d3[0] = COST_NCOLL, d3[1] = (IoSize)pf->nmesh, d3[2] = (IoSize)pf->nbytes;
-  PetscCall(read_array(c, g, "collectives", "seconds", IO_CLASS_FLOAT, 3, d3, IO_DOUBLE, (void **)&pf->coll_sec, sizeof(double)));
+  PetscCall(read_array(c, g, "collectives", "seconds", IO_CLASS_FLOAT, 3, d3, IO_DOUBLE, (void **)&pf->coll_sec,
+                       sizeof(double)));
   PetscCall(io_close(&g));
   PetscCall(io_group_open(file, c->where, "optimizer", &g));
   d1 = (IoSize)pf->nopt;
-  PetscCall(read_array(c, g, "optimizer", "seconds", IO_CLASS_FLOAT, 1, &d1, IO_DOUBLE, (void **)&pf->opt_sec, sizeof(double)));
+  PetscCall(read_array(c, g, "optimizer", "seconds", IO_CLASS_FLOAT, 1, &d1, IO_DOUBLE, (void **)&pf->opt_sec,
+                       sizeof(double)));
   PetscCall(io_close(&g));
   PetscCall(check_axis(c, "/optimizer/nparams", pf->nopt, pf->opt_n));
   PetscCall(check_times(c, "/optimizer/seconds", (size_t)pf->nopt, pf->opt_sec));
   PetscCall(check_axis(c, "/collectives/bytes", pf->nbytes, pf->bytes));
   for (int k = 0; k < pf->nmesh; k++)
-    PetscCheck(pf->mesh[k] >= 2 && (k == 0 || pf->mesh[k] > pf->mesh[k - 1]), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /collectives/nranks[%d] is %d (must be >= 2 and increasing)", c->where, k, pf->mesh[k]);
+    PetscCheck(pf->mesh[k] >= 2 && (k == 0 || pf->mesh[k] > pf->mesh[k - 1]), PETSC_COMM_SELF,
+               PETSC_ERR_FILE_UNEXPECTED, "%s: /collectives/nranks[%d] is %d (must be >= 2 and increasing)", c->where,
+               k, pf->mesh[k]);
   PetscCall(check_times(c, "/collectives/seconds", (size_t)COST_NCOLL * pf->nmesh * pf->nbytes, pf->coll_sec));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -302,7 +318,8 @@ static PetscErrorCode profile_read_fill(IoId file, void *vctx)
 
   PetscFunctionBegin;
   PetscCall(io_attr_read_string(file, c->where, "format", fmt, sizeof fmt));
-  PetscCheck(!strcmp(fmt, "rlfuse profile"), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: format is '%s', not 'rlfuse profile'", c->where, fmt);
+  PetscCheck(!strcmp(fmt, "rlfuse profile"), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: format is '%s', not 'rlfuse profile'", c->where, fmt);
   PetscCall(io_attr_read_string(file, c->where, "host", pf->host, sizeof pf->host));
   PetscCall(io_attr_read_string(file, c->where, "backend", pf->backend, sizeof pf->backend));
   for (int k = 0; k < 4; k++) {
@@ -316,8 +333,11 @@ static PetscErrorCode profile_read_fill(IoId file, void *vctx)
     PetscCall(io_attr_read_int(file, c->where, "collectives_modeled", 0, 1, &v));
     pf->coll_modeled = (int)v;
   }
-  if (io_attr_exists(file, "cache_key")) PetscCall(io_attr_read_string(file, c->where, "cache_key", pf->key, sizeof pf->key));
-  PetscCheck(pf->mem_per_rank > 0 && pf->bytes_per_param > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: mem_per_rank %g and bytes_per_param %g must be positive", c->where, pf->mem_per_rank, pf->bytes_per_param);
+  if (io_attr_exists(file, "cache_key"))
+    PetscCall(io_attr_read_string(file, c->where, "cache_key", pf->key, sizeof pf->key));
+  PetscCheck(pf->mem_per_rank > 0 && pf->bytes_per_param > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: mem_per_rank %g and bytes_per_param %g must be positive", c->where, pf->mem_per_rank,
+             pf->bytes_per_param);
   while (pf->nmodel < PROFILE_MAX_MODELS) {
     char name[32];
     PetscCall(PetscSNPrintf(name, sizeof name, "model_%d", pf->nmodel));

@@ -47,7 +47,10 @@ static ReallocPlan *cache = NULL;
 
 /* ---- atoms ------------------------------------------------------------------ */
 
-static PetscBool atom_split(const ReallocPlan *pl, const ModelTensor *f) { return pl->q > 1 && f->split >= 0 ? PETSC_TRUE : PETSC_FALSE; }
+static PetscBool atom_split(const ReallocPlan *pl, const ModelTensor *f)
+{
+  return pl->q > 1 && f->split >= 0 ? PETSC_TRUE : PETSC_FALSE;
+}
 static int       atoms_of(const ReallocPlan *pl, const ModelTensor *f) { return atom_split(pl, f) ? pl->q : 1; }
 static size_t    atom_numel(const ReallocPlan *pl, const ModelTensor *f) { return f->numel / (size_t)atoms_of(pl, f); }
 
@@ -57,7 +60,9 @@ static size_t    atom_numel(const ReallocPlan *pl, const ModelTensor *f) { retur
  * by every rank of their block). */
 static PetscBool holds_atom(const ReallocPlan *pl, const ModelTensor *f, int tp, int t, int a)
 {
-  return !atom_split(pl, f) || a / (pl->q / model_tensor_pieces(f, tp)) == model_tensor_piece_of(f, tp, t) ? PETSC_TRUE : PETSC_FALSE;
+  return !atom_split(pl, f) || a / (pl->q / model_tensor_pieces(f, tp)) == model_tensor_piece_of(f, tp, t)
+             ? PETSC_TRUE
+             : PETSC_FALSE;
 }
 
 /* One rank's view of a layout during execution: its shard table and tp coordinates. */
@@ -70,7 +75,8 @@ typedef struct {
 static size_t atom_local_lo(const ReallocPlan *pl, const ReallocSide *sd, const ModelTensor *f, int a, int g)
 {
   int D = f->gshape[f->split], block = D / f->groups, n = block / pl->q, np = model_tensor_pieces(f, sd->tp);
-  return (size_t)g * (size_t)(D / np / f->groups) + (size_t)(a - model_tensor_piece_of(f, sd->tp, sd->t) * (pl->q / np)) * (size_t)n;
+  return (size_t)g * (size_t)(D / np / f->groups) +
+         (size_t)(a - model_tensor_piece_of(f, sd->tp, sd->t) * (pl->q / np)) * (size_t)n;
 }
 
 /* Copies floats [e0, e1) of atom a of tensor f between a shard buffer and a
@@ -78,7 +84,8 @@ static size_t atom_local_lo(const ReallocPlan *pl, const ReallocSide *sd, const 
  * is its contiguous runs back to back: the whole tensor (unsplit), the rows
  * of each group (split 0), or each row's column range, group by group
  * (split 1). Buckets may cut an atom anywhere, hence the element range. */
-static void atom_copy_range(const ReallocPlan *pl, const ReallocSide *sd, const ModelTensor *f, int a, size_t e0, size_t e1, float *shard, float *buf, PetscBool to_stream)
+static void atom_copy_range(const ReallocPlan *pl, const ReallocSide *sd, const ModelTensor *f, int a, size_t e0,
+                            size_t e1, float *shard, float *buf, PetscBool to_stream)
 {
   const ModelTensor *s    = &sd->tab[f - pl->full];
   size_t           cols = f->ndim == 2 ? (size_t)f->gshape[1] : 1, rows = (size_t)f->gshape[0], run, n = 0, Dl = 0;
@@ -157,7 +164,8 @@ static PetscErrorCode plan_check(const ModelConfig *cfg, int tp_src, int tp_dst,
   size_t     np;
 
   PetscFunctionBegin;
-  PetscCheck(tp_src % tp_dst == 0 || tp_dst % tp_src == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP, "%s: tensor-parallel sizes %d and %d must divide each other", what, tp_src, tp_dst);
+  PetscCheck(tp_src % tp_dst == 0 || tp_dst % tp_src == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
+             "%s: tensor-parallel sizes %d and %d must divide each other", what, tp_src, tp_dst);
   PetscCall(model_tensor_table_shard(cfg, &sh, &tab, &nt, &np));
   for (int i = 0; i < nt && bad < 0; i++)
     if (tab[i].split >= 0 && (tab[i].gshape[tab[i].split] / tab[i].groups) % q != 0) bad = i;
@@ -166,7 +174,9 @@ static PetscErrorCode plan_check(const ModelConfig *cfg, int tp_src, int tp_dst,
     int  extent = tab[bad].gshape[tab[bad].split], groups = tab[bad].groups;
     PetscCall(PetscStrncpy(name, tab[bad].name, sizeof name));
     PetscCall(PetscFree(tab));
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP, "%s: tensor %s (extent %d in %d blocks) cannot be cut into %d tensor-parallel pieces", what, name, extent, groups, q);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
+            "%s: tensor %s (extent %d in %d blocks) cannot be cut into %d tensor-parallel pieces", what, name, extent,
+            groups, q);
   }
   PetscCall(PetscFree(tab));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -201,7 +211,8 @@ static PetscBool sender_better(int near, double load, int rank, int best_near, d
 }
 
 /* The sender for receivers recv[0, nrecv) among candidates cand[0, ncand). */
-static PetscErrorCode choose_sender(const int *cand, int ncand, const int *recv, int nrecv, const double *load, int *sender)
+static PetscErrorCode choose_sender(const int *cand, int ncand, const int *recv, int nrecv, const double *load,
+                                    int *sender)
 {
   int best = -1, best_near = -1;
 
@@ -245,7 +256,8 @@ static PetscErrorCode plan_atom(ReallocPlan *pl, PlanScratch *ps, int i, int a, 
   if (nrecv == 0) PetscFunctionReturn(PETSC_SUCCESS);
   for (int k = 0; k < src->nranks; k++)
     if (index_holds(pl, src, ps->src_held, k, i, a)) ps->cand[ncand++] = src->ranks[k];
-  PetscCheck(ncand > 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "realloc: no source rank holds piece %d of %s", a, pl->full[i].name);
+  PetscCheck(ncand > 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "realloc: no source rank holds piece %d of %s", a,
+             pl->full[i].name);
   for (int r = 0; r < nrecv; r++) {
     PetscBool local = PETSC_FALSE;
     for (int c = 0; c < ncand && !local; c++) local = ps->cand[c] == ps->recv[r] ? PETSC_TRUE : PETSC_FALSE;
@@ -331,7 +343,8 @@ static PetscErrorCode plan_free(ReallocPlan *pl)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode realloc_plan_get(const ModelConfig *cfg, const Mesh *src, const Mesh *dst, const char *what, const ReallocPlan **plan)
+PetscErrorCode realloc_plan_get(const ModelConfig *cfg, const Mesh *src, const Mesh *dst, const char *what,
+                                const ReallocPlan **plan)
 {
   ReallocPlan *pl;
 
@@ -387,7 +400,8 @@ static PetscErrorCode side_init(const ReallocPlan *pl, const Mesh *m, ReallocSid
 
 /* A move whose sender is its receiver: straight from the source shard to
  * the destination shard, one span per group. */
-static void copy_local(const ReallocPlan *pl, const ReallocMove *mv, const ReallocSide *in, const float *src_flat, const ReallocSide *out, float *dst_flat)
+static void copy_local(const ReallocPlan *pl, const ReallocMove *mv, const ReallocSide *in, const float *src_flat,
+                       const ReallocSide *out, float *dst_flat)
 {
   const ModelTensor *f = &pl->full[mv->tensor];
   const float     *s = src_flat + in->tab[mv->tensor].offset;
@@ -399,21 +413,25 @@ static void copy_local(const ReallocPlan *pl, const ReallocMove *mv, const Reall
   }
   for (int g = 0; g < f->groups; g++) {
     int D = f->gshape[f->split];
-    model_copy_span(f, f->split, s, D / model_tensor_pieces(f, in->tp), (int)atom_local_lo(pl, in, f, mv->atom, g), d, D / model_tensor_pieces(f, out->tp), (int)atom_local_lo(pl, out, f, mv->atom, g),
-                  D / f->groups / pl->q);
+    model_copy_span(f, f->split, s, D / model_tensor_pieces(f, in->tp), (int)atom_local_lo(pl, in, f, mv->atom, g), d,
+                    D / model_tensor_pieces(f, out->tp), (int)atom_local_lo(pl, out, f, mv->atom, g),
+                    D / f->groups / pl->q);
   }
 }
 
 /* Copies floats [s0, s1) of a pair's stream between the stream chunk buf
  * and a shard (to_stream: packing on the sender). */
-static void stream_copy(const ReallocPlan *pl, const ReallocPair *pr, const ReallocSide *sd, size_t s0, size_t s1, float *shard, float *buf, PetscBool to_stream)
+static void stream_copy(const ReallocPlan *pl, const ReallocPair *pr, const ReallocSide *sd, size_t s0, size_t s1,
+                        float *shard, float *buf, PetscBool to_stream)
 {
   size_t start = 0;
 
   for (int k = pr->first; k < pr->first + pr->n && start < s1; k++) {
     const ReallocMove *mv  = &pl->moves[k];
-    size_t             len = atom_numel(pl, &pl->full[mv->tensor]), lo = PetscMax(start, s0), hi = PetscMin(start + len, s1);
-    if (lo < hi) atom_copy_range(pl, sd, &pl->full[mv->tensor], mv->atom, lo - start, hi - start, shard, buf + (lo - s0), to_stream);
+    size_t len = atom_numel(pl, &pl->full[mv->tensor]), lo = PetscMax(start, s0), hi = PetscMin(start + len, s1);
+    if (lo < hi)
+      atom_copy_range(pl, sd, &pl->full[mv->tensor], mv->atom, lo - start, hi - start, shard, buf + (lo - s0),
+                      to_stream);
     start += len;
   }
 }
@@ -442,8 +460,10 @@ static PetscErrorCode exchange_setup(const ReallocPlan *pl, int me, size_t bucke
     ex->rounds = PetscMax(ex->rounds, (int)((pr->count + ex->chunk - 1) / ex->chunk));
   }
   PetscCall(PetscCalloc2(ex->nout, &ex->sbuf, ex->nin, &ex->rbuf));
-  for (int j = 0; j < ex->nout; j++) PetscCall(PetscMalloc1(PetscMin(ex->chunk, pl->pairs[ex->out[j]].count), &ex->sbuf[j]));
-  for (int j = 0; j < ex->nin; j++) PetscCall(PetscMalloc1(PetscMin(ex->chunk, pl->pairs[ex->in[j]].count), &ex->rbuf[j]));
+  for (int j = 0; j < ex->nout; j++)
+    PetscCall(PetscMalloc1(PetscMin(ex->chunk, pl->pairs[ex->out[j]].count), &ex->sbuf[j]));
+  for (int j = 0; j < ex->nin; j++)
+    PetscCall(PetscMalloc1(PetscMin(ex->chunk, pl->pairs[ex->in[j]].count), &ex->rbuf[j]));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -467,7 +487,8 @@ static void chunk_range(const Exchange *ex, const ReallocPair *pr, int k, size_t
 /* Round k: every pair moves its chunk k. Both ends of a pair derive the
  * same chunks from the plan, and a round waits only on its own messages, so
  * all ranks go through the rounds without deadlock whatever their counts. */
-static PetscErrorCode exchange_round(const ReallocPlan *pl, Exchange *ex, int k, const ReallocSide *in, const float *src_flat, const ReallocSide *out, float *dst_flat, ReallocStats *st)
+static PetscErrorCode exchange_round(const ReallocPlan *pl, Exchange *ex, int k, const ReallocSide *in,
+                                     const float *src_flat, const ReallocSide *out, float *dst_flat, ReallocStats *st)
 {
   MPI_Request *req;
   MPI_Status  *sts;
@@ -479,7 +500,9 @@ static PetscErrorCode exchange_round(const ReallocPlan *pl, Exchange *ex, int k,
   for (int j = 0; j < ex->nin; j++) {
     const ReallocPair *pr = &pl->pairs[ex->in[j]];
     chunk_range(ex, pr, k, &s0, &s1);
-    if (s0 < s1) PetscCallMPI(MPI_Irecv(ex->rbuf[j], (int)(s1 - s0), MPI_FLOAT, pr->from, REALLOC_TAG, MPI_COMM_WORLD, &req[nreq++]));
+    if (s0 < s1)
+      PetscCallMPI(
+          MPI_Irecv(ex->rbuf[j], (int)(s1 - s0), MPI_FLOAT, pr->from, REALLOC_TAG, MPI_COMM_WORLD, &req[nreq++]));
   }
   for (int j = 0; j < ex->nout; j++) {
     const ReallocPair *pr = &pl->pairs[ex->out[j]];
@@ -502,7 +525,8 @@ static PetscErrorCode exchange_round(const ReallocPlan *pl, Exchange *ex, int k,
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode realloc_execute(const ReallocPlan *pl, const float *src_flat, float *dst_flat, size_t bucket_bytes, ReallocStats *stats)
+PetscErrorCode realloc_execute(const ReallocPlan *pl, const float *src_flat, float *dst_flat, size_t bucket_bytes,
+                               ReallocStats *stats)
 {
   ReallocStats st = {0, 0, 0, 0, 0};
   ReallocSide  in, out;

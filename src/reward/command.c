@@ -110,8 +110,10 @@ static int utf8_char(const unsigned char *s)
   int           more;
   if (c < 0x80) return 1;
   if (c >= 0xC2 && c <= 0xDF) more = 1;
-  else if (c >= 0xE0 && c <= 0xEF) more = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF; /* no overlong forms, no surrogates */
-  else if (c >= 0xF0 && c <= 0xF4) more = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF; /* nothing above U+10FFFF */
+  else if (c >= 0xE0 && c <= 0xEF)
+    more = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF; /* no overlong forms, no surrogates */
+  else if (c >= 0xF0 && c <= 0xF4)
+    more = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF; /* nothing above U+10FFFF */
   else return -1;
   for (int k = 1; k <= more; k++, lo = 0x80, hi = 0xBF)
     if (s[k] < lo || s[k] > hi) return -k;
@@ -148,12 +150,15 @@ static int put_json(const char *s, size_t n, void *rc) { return put(rc, s, n); }
 static int build_batch(RewardCommand *rc, int iteration, int n, const RewardSample *s)
 {
   json_t *batch = json_object(), *list = json_array();
-  int     bad   = !batch || !list || json_object_set_new(batch, "iteration", json_integer(iteration)) || json_object_set(batch, "samples", list);
+  int     bad = !batch || !list || json_object_set_new(batch, "iteration", json_integer(iteration)) ||
+            json_object_set(batch, "samples", list);
   rc->jlen = 0;
   for (int i = 0; i < n && !bad; i++) {
     json_t *o = json_object();
-    bad = !o || json_array_append_new(list, o) || json_object_set_new(o, "index", json_integer(s[i].index)) || json_object_set_new(o, "prompt", text_string(s[i].prompt)) ||
-          json_object_set_new(o, "response", text_string(s[i].response)) || json_object_set_new(o, "answer", text_string(s[i].answer)) ||
+    bad       = !o || json_array_append_new(list, o) || json_object_set_new(o, "index", json_integer(s[i].index)) ||
+          json_object_set_new(o, "prompt", text_string(s[i].prompt)) ||
+          json_object_set_new(o, "response", text_string(s[i].response)) ||
+          json_object_set_new(o, "answer", text_string(s[i].answer)) ||
           json_object_set_new(o, "metadata", text_string(s[i].metadata));
   }
   bad = bad || json_dump_callback(batch, put_json, rc, 0) || put(rc, "\n", 1);
@@ -231,7 +236,8 @@ static void find_program(const char *cmd, char *why, size_t cap)
   }
   if (strchr(word, '/')) {
     if (stat(word, &st)) snprintf(why, cap, "program \"%.160s\" not found: %s", word, strerror(errno));
-    else if (!S_ISREG(st.st_mode) || access(word, X_OK)) snprintf(why, cap, "program \"%.160s\" is not an executable file", word);
+    else if (!S_ISREG(st.st_mode) || access(word, X_OK))
+      snprintf(why, cap, "program \"%.160s\" is not an executable file", word);
     return;
   }
   if (posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, environ)) return;
@@ -301,7 +307,8 @@ static int read_some(RewardCommand *rc, int *eof)
 
 /* The complete lines read so far as answers (at its end of output, the
  * unfinished last line too); a line beyond the n-th is an error. */
-static int take_lines(RewardCommand *rc, int n, const RewardSample *s, double *out, int *got, int eof, char *err, size_t cap)
+static int take_lines(RewardCommand *rc, int n, const RewardSample *s, double *out, int *got, int eof, char *err,
+                      size_t cap)
 {
   size_t pos = 0;
   char   line[LINE_SHOWN + 8];
@@ -312,9 +319,15 @@ static int take_lines(RewardCommand *rc, int n, const RewardSample *s, double *o
     if (!nl && !(eof && len)) break;
     if (*got == n || (bad = parse_number(p, len, &out[*got]))) {
       show(line, sizeof line, p, len, LINE_SHOWN);
-      if (*got == n) return fail(rc, err, cap, "printed more lines than the %d samples of the batch: line %d is \"%s\"", n, n + 1, line);
-      if (bad == 3) return fail(rc, err, cap, "line %d (sample %d, index %" PRId64 ") is %s, beyond the bound %g on a reward's magnitude", *got + 1, *got, s[*got].index, line, REWARD_COMMAND_MAX_ABS);
-      return fail(rc, err, cap, "line %d (sample %d, index %" PRId64 ") is %s: \"%s\"", *got + 1, *got, s[*got].index, bad == 1 ? "not a number" : "out of the range of a double", line);
+      if (*got == n)
+        return fail(rc, err, cap, "printed more lines than the %d samples of the batch: line %d is \"%s\"", n, n + 1,
+                    line);
+      if (bad == 3)
+        return fail(rc, err, cap,
+                    "line %d (sample %d, index %" PRId64 ") is %s, beyond the bound %g on a reward's magnitude",
+                    *got + 1, *got, s[*got].index, line, REWARD_COMMAND_MAX_ABS);
+      return fail(rc, err, cap, "line %d (sample %d, index %" PRId64 ") is %s: \"%s\"", *got + 1, *got, s[*got].index,
+                  bad == 1 ? "not a number" : "out of the range of a double", line);
     }
     ++*got;
     pos += len + (nl != NULL);
@@ -331,9 +344,13 @@ static int ended(RewardCommand *rc, int got, int n, const RewardSample *s, char 
   reap(rc, 1.0);
   if (!rc->reaped) snprintf(how, sizeof how, "closed its output");
   else if (rc->status == -1) snprintf(how, sizeof how, "exited");
-  else if (WIFSIGNALED(rc->status)) snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(rc->status), strsignal(WTERMSIG(rc->status)));
-  else snprintf(how, sizeof how, "exited with status %d%s", WEXITSTATUS(rc->status), WEXITSTATUS(rc->status) == 127 ? " (command not found?)" : "");
-  return fail(rc, err, cap, "%s after %d of %d answers (none for sample %d, index %" PRId64 ")", how, got, n, got, s[got].index);
+  else if (WIFSIGNALED(rc->status))
+    snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(rc->status), strsignal(WTERMSIG(rc->status)));
+  else
+    snprintf(how, sizeof how, "exited with status %d%s", WEXITSTATUS(rc->status),
+             WEXITSTATUS(rc->status) == 127 ? " (command not found?)" : "");
+  return fail(rc, err, cap, "%s after %d of %d answers (none for sample %d, index %" PRId64 ")", how, got, n, got,
+              s[got].index);
 }
 
 /* Sends the batch in rc->json while reading answers, until n answers have
@@ -349,7 +366,9 @@ static int exchange(RewardCommand *rc, int n, const RewardSample *s, double *out
   if (rc->blen) {
     const char *nl = memchr(rc->buf, '\n', rc->blen);
     show(line, sizeof line, rc->buf, nl ? (size_t)(nl - rc->buf) : rc->blen, LINE_SHOWN);
-    if (rc->batches) return fail(rc, err, cap, "printed more lines than the %d samples of the previous batch: \"%s\"", rc->last_n, line);
+    if (rc->batches)
+      return fail(rc, err, cap, "printed more lines than the %d samples of the previous batch: \"%s\"", rc->last_n,
+                  line);
     return fail(rc, err, cap, "printed \"%s\" before its first batch", line);
   }
   for (;;) {
@@ -359,11 +378,17 @@ static int exchange(RewardCommand *rc, int n, const RewardSample *s, double *out
     if (take_lines(rc, n, s, out, &got, eof, err, cap)) return 1;
     if (got == n && (woff == rc->jlen || rc->in < 0)) return 0;
     if (eof && got < n) return ended(rc, got, n, s, err, cap);
-    if (rc->blen > LINE_LIMIT) return fail(rc, err, cap, "printed a line longer than %d bytes (answer %d)", LINE_LIMIT, got + 1);
+    if (rc->blen > LINE_LIMIT)
+      return fail(rc, err, cap, "printed a line longer than %d bytes (answer %d)", LINE_LIMIT, got + 1);
     if (left <= 0) {
       kill_now(rc); /* it may never read again: it must not outlive us */
-      if (got == n) return fail(rc, err, cap, "did not read its whole batch within %g s (all %d answers received); killed it", rc->timeout, n);
-      return fail(rc, err, cap, "did not answer within %g s: %d of %d answers received (none for sample %d, index %" PRId64 "); killed it", rc->timeout, got, n, got, s[got].index);
+      if (got == n)
+        return fail(rc, err, cap, "did not read its whole batch within %g s (all %d answers received); killed it",
+                    rc->timeout, n);
+      return fail(rc, err, cap,
+                  "did not answer within %g s: %d of %d answers received (none for sample %d, index %" PRId64
+                  "); killed it",
+                  rc->timeout, got, n, got, s[got].index);
     }
     if (woff < rc->jlen && rc->in >= 0) wi = np, p[np++] = (struct pollfd){.fd = rc->in, .events = POLLOUT};
     if (!eof) ri = np, p[np++] = (struct pollfd){.fd = rc->out, .events = POLLIN};
@@ -377,11 +402,13 @@ static int exchange(RewardCommand *rc, int n, const RewardSample *s, double *out
       if (w > 0) woff += (size_t)w;
       else if (w < 0 && errno != EAGAIN && errno != EINTR) close_fd(&rc->in); /* EPIPE: it stopped reading */
     }
-    if (ri >= 0 && p[ri].revents && read_some(rc, &eof)) return fail(rc, err, cap, "cannot read its output: %s", strerror(errno));
+    if (ri >= 0 && p[ri].revents && read_some(rc, &eof))
+      return fail(rc, err, cap, "cannot read its output: %s", strerror(errno));
   }
 }
 
-int reward_command_score(RewardCommand *rc, int iteration, int n, const RewardSample *s, double *out, char *err, size_t errcap)
+int reward_command_score(RewardCommand *rc, int iteration, int n, const RewardSample *s, double *out, char *err,
+                         size_t errcap)
 {
   struct sigaction ignore = {.sa_handler = SIG_IGN}, old;
   int              bad;

@@ -139,7 +139,8 @@ static int last_number(const char *t, size_t n, Num *last)
 
   for (size_t i = 0; i < n;) {
     char c     = t[i];
-    int  start = is_digit(c) || (c == '.' && (i == 0 || !is_digit(t[i - 1]))) || ((c == '-' || c == '+') && sign_allowed(t, i));
+    int  start = is_digit(c) || (c == '.' && (i == 0 || !is_digit(t[i - 1]))) ||
+                ((c == '-' || c == '+') && sign_allowed(t, i));
 
     if (start && num_scan(t, n, i, &m)) {
       *last = m;
@@ -276,7 +277,8 @@ static int reference_write(const char *t, size_t n, Out *o, int *isnum)
  * NUL bytes): in buf when it fits, else in *heap (the caller frees it).
  * NULL when there is no answer (or no memory). */
 typedef int (*AnswerWriter)(const char *t, size_t n, Out *o, int *isnum);
-static const char *normalised(AnswerWriter w, const char *t, size_t n, char *buf, size_t cap, char **heap, size_t *len, int *isnum)
+static const char *normalised(AnswerWriter w, const char *t, size_t n, char *buf, size_t cap, char **heap, size_t *len,
+                              int *isnum)
 {
   Out o = {buf, cap, 0};
 

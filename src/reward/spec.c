@@ -37,16 +37,22 @@ static PetscErrorCode spec_item(const char *opt, const char *s, size_t a, size_t
   PetscFunctionBegin;
   spec_trim(s, &na, &ne);
   f = spec_lookup(s, na, ne);
-  PetscCheck(f >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "%s %s: unknown rule '%.*s' (valid: %s, %s, %s, %s)", opt, s, (int)(ne - na), s + na, RewardFnNames[0], RewardFnNames[1], RewardFnNames[2], RewardFnNames[3]);
-  for (int k = 0; k < spec->n; k++) PetscCheck(spec->fn[k] != f, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "%s %s: %s is given twice", opt, s, RewardFnNames[f]);
+  PetscCheck(f >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "%s %s: unknown rule '%.*s' (valid: %s, %s, %s, %s)", opt,
+             s, (int)(ne - na), s + na, RewardFnNames[0], RewardFnNames[1], RewardFnNames[2], RewardFnNames[3]);
+  for (int k = 0; k < spec->n; k++)
+    PetscCheck(spec->fn[k] != f, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "%s %s: %s is given twice", opt, s,
+               RewardFnNames[f]);
   if (colon) {
     wa = (size_t)(colon - s) + 1;
     spec_trim(s, &wa, &wb);
-    PetscCheck(wb > wa && wb - wa < sizeof w, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "%s %s: %s has a bad weight '%.*s' (expected NAME:NUMBER)", opt, s, RewardFnNames[f], (int)(wb - wa), s + wa);
+    PetscCheck(wb > wa && wb - wa < sizeof w, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+               "%s %s: %s has a bad weight '%.*s' (expected NAME:NUMBER)", opt, s, RewardFnNames[f], (int)(wb - wa),
+               s + wa);
     memcpy(w, s + wa, wb - wa);
     w[wb - wa] = '\0';
     weight     = strtod(w, &end);
-    PetscCheck(*end == '\0' && isfinite(weight), PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "%s %s: %s has a bad weight '%s' (expected a finite number)", opt, s, RewardFnNames[f], w);
+    PetscCheck(*end == '\0' && isfinite(weight), PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+               "%s %s: %s has a bad weight '%s' (expected a finite number)", opt, s, RewardFnNames[f], w);
   }
   spec->fn[spec->n]     = f;
   spec->weight[spec->n] = weight;
@@ -69,7 +75,9 @@ PetscErrorCode reward_spec_parse(const char *opt, const char *s, RewardSpec *spe
     size_t      e = comma ? (size_t)(comma - s) : len, ia = i, ib = e;
 
     spec_trim(s, &ia, &ib);
-    PetscCheck(ib > ia, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "%s %s: empty item (expected NAME[:WEIGHT],... of %s, %s, %s, %s)", opt, s, RewardFnNames[0], RewardFnNames[1], RewardFnNames[2], RewardFnNames[3]);
+    PetscCheck(ib > ia, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+               "%s %s: empty item (expected NAME[:WEIGHT],... of %s, %s, %s, %s)", opt, s, RewardFnNames[0],
+               RewardFnNames[1], RewardFnNames[2], RewardFnNames[3]);
     PetscCall(spec_item(opt, s, ia, ib, spec));
     i = e + 1;
   }
@@ -83,7 +91,8 @@ PetscBool reward_spec_needs_answer(const RewardSpec *spec)
   return PETSC_FALSE;
 }
 
-double reward_spec_eval(const RewardSpec *spec, const char *response, size_t n, int eos, int len, const char *reference, int length_start, int max_len, double *part)
+double reward_spec_eval(const RewardSpec *spec, const char *response, size_t n, int eos, int len, const char *reference,
+                        int length_start, int max_len, double *part)
 {
   double sum = 0;
 

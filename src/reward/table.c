@@ -19,11 +19,16 @@ typedef struct {
 static PetscErrorCode table_check_offsets(const char *where, const int64_t *off, int V, int64_t total)
 {
   PetscFunctionBegin;
-  PetscCheck(off[0] == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer/token_offsets[0] = %lld, expected 0", where, (long long)off[0]);
+  PetscCheck(off[0] == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: /tokenizer/token_offsets[0] = %lld, expected 0", where, (long long)off[0]);
   for (int i = 0; i < V; i++)
-    PetscCheck(off[i + 1] >= off[i] && off[i + 1] <= total, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer/token_offsets[%d] = %lld is outside [token_offsets[%d] = %lld, %lld (the size of /tokenizer/token_bytes)]", where, i + 1,
-               (long long)off[i + 1], i, (long long)off[i], (long long)total);
-  PetscCheck(off[V] == total, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer/token_offsets ends at %lld, but /tokenizer/token_bytes holds %lld bytes", where, (long long)off[V], (long long)total);
+    PetscCheck(off[i + 1] >= off[i] && off[i + 1] <= total, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+               "%s: /tokenizer/token_offsets[%d] = %lld is outside [token_offsets[%d] = %lld, %lld (the size of "
+               "/tokenizer/token_bytes)]",
+               where, i + 1, (long long)off[i + 1], i, (long long)off[i], (long long)total);
+  PetscCheck(off[V] == total, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: /tokenizer/token_offsets ends at %lld, but /tokenizer/token_bytes holds %lld bytes", where,
+             (long long)off[V], (long long)total);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -40,18 +45,28 @@ static PetscErrorCode table_read_group(IoId file, TableCtx *ctx)
   if (!ctx->found) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s", ctx->path));
   PetscCall(PetscSNPrintf(gwhere, sizeof gwhere, "checkpoint %s /tokenizer", ctx->path));
-  PetscCheck(io_is_group(file, "tokenizer"), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer is not a group", where);
+  PetscCheck(io_is_group(file, "tokenizer"), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: /tokenizer is not a group", where);
   PetscCall(io_group_open(file, where, "/tokenizer", &ctx->g));
-  PetscCall(io_dataset_open(ctx->g, where, "/tokenizer/token_offsets", "token_offsets", IO_CLASS_INT, 0, 1, no, &ctx->doff));
-  PetscCheck(no[0] >= 2 && no[0] <= (IoSize)INT_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer/token_offsets has %llu entries, expected V+1 for a vocabulary of V >= 1 tokens", where, (unsigned long long)no[0]);
+  PetscCall(
+      io_dataset_open(ctx->g, where, "/tokenizer/token_offsets", "token_offsets", IO_CLASS_INT, 0, 1, no, &ctx->doff));
+  PetscCheck(no[0] >= 2 && no[0] <= (IoSize)INT_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: /tokenizer/token_offsets has %llu entries, expected V+1 for a vocabulary of V >= 1 tokens", where,
+             (unsigned long long)no[0]);
   tt->V = (int)(no[0] - 1);
   /* token_type [V] is optional here, but when present it says what V is */
   if (io_exists(ctx->g, "token_type")) {
-    PetscCall(io_dataset_open(ctx->g, where, "/tokenizer/token_type", "token_type", IO_CLASS_INT, 0, 1, nt, &ctx->dtype));
-    PetscCheck(nt[0] == (IoSize)tt->V, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer/token_offsets has %llu entries, expected %llu (the tokens of /tokenizer/token_type plus one)", where, (unsigned long long)no[0], (unsigned long long)nt[0] + 1);
+    PetscCall(
+        io_dataset_open(ctx->g, where, "/tokenizer/token_type", "token_type", IO_CLASS_INT, 0, 1, nt, &ctx->dtype));
+    PetscCheck(nt[0] == (IoSize)tt->V, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+               "%s: /tokenizer/token_offsets has %llu entries, expected %llu (the tokens of /tokenizer/token_type plus "
+               "one)",
+               where, (unsigned long long)no[0], (unsigned long long)nt[0] + 1);
   }
-  PetscCall(io_dataset_open(ctx->g, where, "/tokenizer/token_bytes", "token_bytes", IO_CLASS_INT, 1, 1, nb, &ctx->dbytes));
-  PetscCheck(nb[0] < (IoSize)INT64_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /tokenizer/token_bytes is too large", where);
+  PetscCall(
+      io_dataset_open(ctx->g, where, "/tokenizer/token_bytes", "token_bytes", IO_CLASS_INT, 1, 1, nb, &ctx->dbytes));
+  PetscCheck(nb[0] < (IoSize)INT64_MAX, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: /tokenizer/token_bytes is too large", where);
   PetscCall(io_attr_read_int(ctx->g, gwhere, "eos_id", -1, tt->V - 1, &eos));
   tt->eos_id = (int)eos;
   PetscCall(PetscMalloc1((size_t)tt->V + 1, &tt->off));
@@ -118,7 +133,8 @@ PetscErrorCode token_table_from_strings(int V, const char *const *tok, int eos_i
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(tt, sizeof *tt));
-  PetscCheck(V >= 0 && eos_id >= -1 && eos_id < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "token table: eos_id %d is outside [-1, %d) (the %d tokens)", eos_id, V, V);
+  PetscCheck(V >= 0 && eos_id >= -1 && eos_id < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "token table: eos_id %d is outside [-1, %d) (the %d tokens)", eos_id, V, V);
   for (int i = 0; i < V; i++) total += tok && tok[i] ? strlen(tok[i]) : 0;
   tt->V      = V;
   tt->eos_id = eos_id;

@@ -19,7 +19,8 @@ static void zero_outside(int T, int s, int l, float *row)
   for (int t = s + l; t < T; t++) row[t] = 0;
 }
 
-void rl_kl_rewards(int B, int T, const int *start, const int *len, const float *logp, const float *ref, const float *score, double kl_coef, float *rewards)
+void rl_kl_rewards(int B, int T, const int *start, const int *len, const float *logp, const float *ref,
+                   const float *score, double kl_coef, float *rewards)
 {
   for (int b = 0; b < B; b++) {
     size_t o = (size_t)b * (size_t)T;
@@ -39,7 +40,8 @@ double rl_final_score(double rm_score, int eos, double clip, double truncation_p
   return clip > 0 ? clampd(rm_score, -clip, clip) : rm_score;
 }
 
-void rl_gae(int B, int T, const int *start, const int *len, const float *rewards, const float *values, double gamma, double lambda, float *adv, float *ret)
+void rl_gae(int B, int T, const int *start, const int *len, const float *rewards, const float *values, double gamma,
+            double lambda, float *adv, float *ret)
 {
   for (int b = 0; b < B; b++) {
     size_t o = (size_t)b * (size_t)T;
@@ -97,7 +99,8 @@ void rl_whiten(int B, int T, const int *start, const int *len, float *x, double 
   if (std) *std = sd;
 }
 
-double rl_policy_loss_is(size_t n, const float *logp, const float *old, const float *adv, const float *w, const float *isw, double eps_low, double eps_high, float *dlogp, double *clipfrac)
+double rl_policy_loss_is(size_t n, const float *logp, const float *old, const float *adv, const float *w,
+                         const float *isw, double eps_low, double eps_high, float *dlogp, double *clipfrac)
 {
   double loss = 0, cf = 0;
 
@@ -119,12 +122,14 @@ double rl_policy_loss_is(size_t n, const float *logp, const float *old, const fl
   return loss;
 }
 
-double rl_policy_loss(size_t n, const float *logp, const float *old, const float *adv, const float *w, double eps_low, double eps_high, float *dlogp, double *clipfrac)
+double rl_policy_loss(size_t n, const float *logp, const float *old, const float *adv, const float *w, double eps_low,
+                      double eps_high, float *dlogp, double *clipfrac)
 {
   return rl_policy_loss_is(n, logp, old, adv, w, NULL, eps_low, eps_high, dlogp, clipfrac);
 }
 
-void rl_behaviour_weights(size_t n, const float *prox, const float *behav, const float *w, double cap, RLISMode mode, float *isw, RLISStats *st)
+void rl_behaviour_weights(size_t n, const float *prox, const float *behav, const float *w, double cap, RLISMode mode,
+                          float *isw, RLISStats *st)
 {
   for (size_t i = 0; i < n; i++) {
     isw[i] = 0;
@@ -141,7 +146,8 @@ void rl_behaviour_weights(size_t n, const float *prox, const float *behav, const
   }
 }
 
-double rl_value_loss(size_t n, const float *v, const float *v_old, const float *ret, const float *w, double eps_v, float *dv, double *clipfrac)
+double rl_value_loss(size_t n, const float *v, const float *v_old, const float *ret, const float *w, double eps_v,
+                     float *dv, double *clipfrac)
 {
   double loss = 0, cf = 0;
 
@@ -169,7 +175,8 @@ double rl_value_loss(size_t n, const float *v, const float *v_old, const float *
   return loss;
 }
 
-double rl_kl_loss(size_t n, const float *logp, const float *ref, const float *w, double coef, RLKLEstimator est, float *dlogp)
+double rl_kl_loss(size_t n, const float *logp, const float *ref, const float *w, double coef, RLKLEstimator est,
+                  float *dlogp)
 {
   double loss = 0;
 

@@ -50,7 +50,8 @@ PetscErrorCode sched_check(const SchedTask *tasks, int ntasks, int m, int *infli
   PetscErrorCode ierr = PETSC_SUCCESS;
 
   PetscFunctionBegin;
-  PetscCheck(ntasks == 2 * m, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "sched_check: %d tasks for %d micro-batches (want %d)", ntasks, m, 2 * m);
+  PetscCheck(ntasks == 2 * m, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ,
+             "sched_check: %d tasks for %d micro-batches (want %d)", ntasks, m, 2 * m);
   PetscCall(PetscCalloc1(m, &state));
   for (int i = 0; i < ntasks && !ierr; i++) {
     int mb = tasks[i].mb, want = tasks[i].kind == SCHED_F ? 0 : 1;
@@ -59,7 +60,9 @@ PetscErrorCode sched_check(const SchedTask *tasks, int ntasks, int m, int *infli
     else if (state[mb] != want) ierr = PETSC_ERR_ORDER;
     if (ierr) {
       (void)PetscFree(state);
-      SETERRQ(PETSC_COMM_SELF, ierr, "sched_check: task %d (%s of micro-batch %d) is a repeat, a backward before its forward, or out of range", i, tasks[i].kind == SCHED_F ? "forward" : "backward", mb);
+      SETERRQ(PETSC_COMM_SELF, ierr,
+              "sched_check: task %d (%s of micro-batch %d) is a repeat, a backward before its forward, or out of range",
+              i, tasks[i].kind == SCHED_F ? "forward" : "backward", mb);
     }
     state[mb]++;
     cur += tasks[i].kind == SCHED_F ? 1 : -1;
@@ -71,7 +74,8 @@ PetscErrorCode sched_check(const SchedTask *tasks, int ntasks, int m, int *infli
 }
 
 /* Error of task i of sched_run, raised with the slot selection undone. */
-#define SCHED_FAIL(code, ...) PetscError(PETSC_COMM_SELF, __LINE__, PETSC_FUNCTION_NAME, __FILE__, code, PETSC_ERROR_INITIAL, __VA_ARGS__)
+#define SCHED_FAIL(code, ...)                                                                                          \
+  PetscError(PETSC_COMM_SELF, __LINE__, PETSC_FUNCTION_NAME, __FILE__, code, PETSC_ERROR_INITIAL, __VA_ARGS__)
 
 PetscErrorCode sched_run_models(const SchedModel *models, int nmodels, const SchedMTask *tasks, int ntasks)
 {
@@ -81,8 +85,10 @@ PetscErrorCode sched_run_models(const SchedModel *models, int nmodels, const Sch
   PetscFunctionBegin;
   PetscCheck(nmodels >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "sched_run: %d models", nmodels);
   for (int x = 0; x < nmodels; x++) {
-    PetscCheck(models[x].nslots >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "sched_run: %d activation slots", models[x].nslots);
-    PetscCheck(models[x].forward && models[x].backward, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "sched_run: forward and backward callbacks are required");
+    PetscCheck(models[x].nslots >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "sched_run: %d activation slots",
+               models[x].nslots);
+    PetscCheck(models[x].forward && models[x].backward, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL,
+               "sched_run: forward and backward callbacks are required");
   }
   PetscCall(PetscCalloc1(nmodels, &holder));
   for (int x = 0; x < nmodels; x++) {
@@ -101,13 +107,25 @@ PetscErrorCode sched_run_models(const SchedModel *models, int nmodels, const Sch
       if (holder[x][j] == mb && mine < 0) mine = j;
       if (holder[x][j] < 0 && k < 0) k = j;
     }
-    if (!md) ierr = SCHED_FAIL(PETSC_ERR_ARG_OUTOFRANGE, "sched_run: task %d is of model %d, which has no shard here (%d models)", i, x, nmodels);
+    if (!md)
+      ierr = SCHED_FAIL(PETSC_ERR_ARG_OUTOFRANGE,
+                        "sched_run: task %d is of model %d, which has no shard here (%d models)", i, x, nmodels);
     else if (mb < 0) ierr = SCHED_FAIL(PETSC_ERR_ARG_OUTOFRANGE, "sched_run: task %d has micro-batch %d", i, mb);
-    else if (kind != SCHED_F && kind != SCHED_B) ierr = SCHED_FAIL(PETSC_ERR_ARG_WRONG, "sched_run: task %d has kind %d", i, kind);
-    else if (kind == SCHED_F && mine >= 0) ierr = SCHED_FAIL(PETSC_ERR_ORDER, "sched_run: task %d, forward of micro-batch %d, which is already in flight (slot %d)", i, mb, mine);
+    else if (kind != SCHED_F && kind != SCHED_B)
+      ierr = SCHED_FAIL(PETSC_ERR_ARG_WRONG, "sched_run: task %d has kind %d", i, kind);
+    else if (kind == SCHED_F && mine >= 0)
+      ierr = SCHED_FAIL(PETSC_ERR_ORDER,
+                        "sched_run: task %d, forward of micro-batch %d, which is already in flight (slot %d)", i, mb,
+                        mine);
     else if (kind == SCHED_F && k < 0)
-      ierr = SCHED_FAIL(PETSC_ERR_ORDER, "sched_run: task %d, forward of micro-batch %d, finds all %d activation slots held by micro-batches awaiting their backward (too few slots for this schedule)", i, mb, md->nslots);
-    else if (kind == SCHED_B && mine < 0) ierr = SCHED_FAIL(PETSC_ERR_ORDER, "sched_run: task %d, backward of micro-batch %d, which is not in flight (no forward before it)", i, mb);
+      ierr = SCHED_FAIL(PETSC_ERR_ORDER,
+                        "sched_run: task %d, forward of micro-batch %d, finds all %d activation slots held by "
+                        "micro-batches awaiting their backward (too few slots for this schedule)",
+                        i, mb, md->nslots);
+    else if (kind == SCHED_B && mine < 0)
+      ierr = SCHED_FAIL(PETSC_ERR_ORDER,
+                        "sched_run: task %d, backward of micro-batch %d, which is not in flight (no forward before it)",
+                        i, mb);
     if (kind == SCHED_B) k = mine;
     if (!ierr) ierr = model_acts_select(md->lm, k);
     if (!ierr) ierr = model_msg_ids(md->lm, md->lm->msg_model, mb); /* the stage messages carry mb */
@@ -125,7 +143,8 @@ PetscErrorCode sched_run_models(const SchedModel *models, int nmodels, const Sch
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode sched_run(Model *lm, const SchedTask *tasks, int ntasks, int nslots, SchedFn forward, SchedFn backward, void *ctx)
+PetscErrorCode sched_run(Model *lm, const SchedTask *tasks, int ntasks, int nslots, SchedFn forward, SchedFn backward,
+                         void *ctx)
 {
   SchedModel     md = {lm, nslots, forward, backward, ctx};
   SchedMTask    *mt;

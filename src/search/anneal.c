@@ -15,7 +15,8 @@
 #include <math.h>
 #include <string.h>
 
-#define SEARCH_STREAM 0x5EA2C4u /* the annealing's draws: (seed, SEARCH_STREAM, iteration, 2 * chain key (+1: acceptance)) */
+#define SEARCH_STREAM                                                                                                  \
+  0x5EA2C4u /* the annealing's draws: (seed, SEARCH_STREAM, iteration, 2 * chain key (+1: acceptance)) */
 
 void search_options_default(SearchOptions *o)
 {
@@ -78,7 +79,9 @@ static void search_stream_layout(SearchSpace sp, Plan *plan)
 
   if (plan->fuse == FUSE_NONE) return;
   if (plan->fuse == FUSE_MIGRATE) plan->migrate_at = -1;
-  if (plan_stream_conflict(plan, &sp->needs, NULL, NULL) < 0 && (plan->fuse == FUSE_STREAM || plan_migrate_split(plan, &sp->needs, NULL, NULL, NULL) < 0)) return;
+  if (plan_stream_conflict(plan, &sp->needs, NULL, NULL) < 0 &&
+      (plan->fuse == FUSE_STREAM || plan_migrate_split(plan, &sp->needs, NULL, NULL, NULL) < 0))
+    return;
   for (int k = 0; k < 3; k++) {
     PlanCall  *c = &plan->call[inf[k]];
     SearchMesh m = {c->ranks[0], c->nranks};
@@ -149,14 +152,16 @@ static PetscBool search_move(SearchSpace sp, uint64_t seed, uint32_t key, long i
  * infeasible one (whose estimate says why it does not fit). */
 static void search_seen_fused(SearchResult *seen, const Plan *plan, const CostEstimate *est)
 {
-  if (!seen || (plan->fuse == FUSE_NONE && !plan->fuse_train) || !isfinite(search_cost(est))) return; /* (infinite: no strategy passes the checks) */
+  if (!seen || (plan->fuse == FUSE_NONE && !plan->fuse_train) || !isfinite(search_cost(est)))
+    return; /* (infinite: no strategy passes the checks) */
   if (seen->has_fused && search_cost(est) >= search_cost(&seen->fused_est)) return;
   seen->has_fused = PETSC_TRUE;
   seen->fused     = *plan;
   seen->fused_est = *est;
 }
 
-static PetscErrorCode search_polish_in(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan, CostEstimate *est, SearchResult *seen, Plan *cand)
+static PetscErrorCode search_polish_in(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline,
+                                       Plan *plan, CostEstimate *est, SearchResult *seen, Plan *cand)
 {
   CostEstimate e;
   PetscBool    better = PETSC_TRUE;
@@ -179,7 +184,8 @@ static PetscErrorCode search_polish_in(SearchSpace sp, SearchObjective f, void *
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan, CostEstimate *est, SearchResult *seen)
+PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan,
+                             CostEstimate *est, SearchResult *seen)
 {
   Plan          *cand;
   PetscErrorCode ierr;
@@ -193,7 +199,9 @@ PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, Petsc
 }
 
 /* The chain's loop, in the caller's two plans (freed on every path). */
-static PetscErrorCode search_chain_in(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, const CostEstimate *start_est, const SearchOptions *o, uint32_t key, double budget_s, SearchResult *res, Plan *cur, Plan *cand)
+static PetscErrorCode search_chain_in(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start,
+                                      const CostEstimate *start_est, const SearchOptions *o, uint32_t key,
+                                      double budget_s, SearchResult *res, Plan *cur, Plan *cand)
 {
   CostEstimate cur_est = *start_est, est;
   double       t0 = sys_wtime(), cur_cost, best_cost, scale, T, progress;
@@ -247,7 +255,9 @@ static PetscErrorCode search_chain_in(SearchSpace sp, SearchObjective f, void *c
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode search_chain(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, const CostEstimate *start_est, const SearchOptions *o, uint32_t key, double budget_s, SearchResult *res)
+PetscErrorCode search_chain(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start,
+                            const CostEstimate *start_est, const SearchOptions *o, uint32_t key, double budget_s,
+                            SearchResult *res)
 {
   Plan          *buf;
   PetscErrorCode ierr;

@@ -60,7 +60,8 @@ static void search_sig(SearchSpace sp, const Plan *plan, SearchSig *s, uint64_t 
   }
   s->offload = plan->offload, s->zero1 = plan->zero1, s->fuse = plan->fuse, s->fuse_train = plan->fuse_train;
   s->migrate_at = plan->fuse == FUSE_MIGRATE ? plan->migrate_at : 0;
-  *hash = search_mix(h, (uint64_t)(s->offload + 2 * s->zero1 + 4 * s->fuse + 16 * s->fuse_train + 32 * (int)(1000 * s->migrate_at + 1000)));
+  *hash         = search_mix(h, (uint64_t)(s->offload + 2 * s->zero1 + 4 * s->fuse + 16 * s->fuse_train +
+                                   32 * (int)(1000 * s->migrate_at + 1000)));
 }
 
 PetscErrorCode search_cache_destroy(SearchCache *c)
@@ -87,7 +88,8 @@ static _Thread_local int search_quiet; /* this thread is in plan_check */
 static int                 search_catching;
 static char                search_caught[1024];
 
-static PetscErrorCode search_catch(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n, PetscErrorType p, const char *mess, void *ctx)
+static PetscErrorCode search_catch(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n,
+                                   PetscErrorType p, const char *mess, void *ctx)
 {
   (void)comm, (void)line, (void)fun, (void)file, (void)ctx;
   if (search_quiet || p != PETSC_ERROR_INITIAL) return n;
@@ -121,7 +123,8 @@ void search_cache_count(SearchSpace sp, SearchCache from)
   sp->cache->misses += from->misses;
 }
 
-PetscErrorCode search_evaluate(SearchSpace sp, SearchObjective f, void *ctx, const Plan *plan, PetscBool *ok, CostEstimate *est)
+PetscErrorCode search_evaluate(SearchSpace sp, SearchObjective f, void *ctx, const Plan *plan, PetscBool *ok,
+                               CostEstimate *est)
 {
   SearchCache    c;
   SearchSig      sig;

@@ -26,7 +26,10 @@ typedef struct {
   PetscErrorCode      ierr;
 } SearchChainRun;
 
-static PetscBool search_fusion_setting(SearchSetting k) { return k == SEARCH_SET_FUSE || k == SEARCH_SET_FUSE_TRAIN ? PETSC_TRUE : PETSC_FALSE; }
+static PetscBool search_fusion_setting(SearchSetting k)
+{
+  return k == SEARCH_SET_FUSE || k == SEARCH_SET_FUSE_TRAIN ? PETSC_TRUE : PETSC_FALSE;
+}
 
 /* The space of group g: group 0 without the fusion settings. */
 static void search_group_view(SearchSpace sp, int g, struct SearchSpace_ *v)
@@ -64,7 +67,8 @@ static int search_threads(int nchains)
 
 /* The start plans that pass plan_check, best first (stable), and their
  * estimates. */
-static PetscErrorCode search_order_starts(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, int nstart, Plan *plan, CostEstimate *est, int *order, int *nok)
+static PetscErrorCode search_order_starts(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, int nstart,
+                                          Plan *plan, CostEstimate *est, int *order, int *nok)
 {
   PetscFunctionBegin;
   *nok = 0;
@@ -80,11 +84,15 @@ static PetscErrorCode search_order_starts(SearchSpace sp, SearchObjective f, voi
     order[j] = i;
     (*nok)++;
   }
-  PetscCheck(*nok > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP, "plan search: none of the %d start plans (%s ...) passes the plan checks for this job", nstart, nstart ? start[0].source : "none");
+  PetscCheck(*nok > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
+             "plan search: none of the %d start plans (%s ...) passes the plan checks for this job", nstart,
+             nstart ? start[0].source : "none");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode search_chain_run(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, const CostEstimate *est, const SearchOptions *o, uint32_t key, double budget_s, SearchChainRun *r)
+static PetscErrorCode search_chain_run(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start,
+                                       const CostEstimate *est, const SearchOptions *o, uint32_t key, double budget_s,
+                                       SearchChainRun *r)
 {
   PetscFunctionBegin;
   PetscCall(search_cache_clone(sp, &r->view.cache));
@@ -96,7 +104,8 @@ static PetscErrorCode search_chain_run(SearchSpace sp, SearchObjective f, void *
  * freed, then the error raised again on this thread with the code of the
  * first failed chain (in chain order) and the message of the first error
  * raised (in time; the two differ only when several chains fail). */
-static PetscErrorCode search_chains_fail(SearchChainRun *run, int n, Plan *splan, CostEstimate *sest, int *order, PetscErrorCode ierr, const char *message)
+static PetscErrorCode search_chains_fail(SearchChainRun *run, int n, Plan *splan, CostEstimate *sest, int *order,
+                                         PetscErrorCode ierr, const char *message)
 {
   PetscFunctionBegin;
   for (int i = 0; i < n; i++) PetscCall(search_cache_destroy(&run[i].view.cache));
@@ -112,7 +121,8 @@ static PetscErrorCode search_chains_error(const SearchChainRun *run, const int *
   return 0;
 }
 
-PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, int nstart, const SearchOptions *o, SearchResult *res)
+PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, int nstart,
+                             const SearchOptions *o, SearchResult *res)
 {
   SearchChainRun *run;
   Plan           *splan;
@@ -123,9 +133,14 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
   const char     *message;
 
   PetscFunctionBegin;
-  PetscCheck(o->max_iter > 0 || o->time_s > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "plan search: give -plan_iterations or -plan_time (neither would never stop)");
-  PetscCheck(o->max_iter >= 0 && o->t_start > 0 && o->t_end > 0 && o->t_end <= o->t_start, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "plan search: -plan_iterations %ld must be >= 0 and the temperatures 0 < end %g <= start %g", o->max_iter, o->t_end, o->t_start);
-  PetscCheck(o->chains >= 1 && o->chains <= SEARCH_GROUP_KEYS, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "plan search: -plan_chains %d must be in 1..%d", o->chains, SEARCH_GROUP_KEYS);
+  PetscCheck(o->max_iter > 0 || o->time_s > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "plan search: give -plan_iterations or -plan_time (neither would never stop)");
+  PetscCheck(o->max_iter >= 0 && o->t_start > 0 && o->t_end > 0 && o->t_end <= o->t_start, PETSC_COMM_SELF,
+             PETSC_ERR_ARG_OUTOFRANGE,
+             "plan search: -plan_iterations %ld must be >= 0 and the temperatures 0 < end %g <= start %g", o->max_iter,
+             o->t_end, o->t_start);
+  PetscCheck(o->chains >= 1 && o->chains <= SEARCH_GROUP_KEYS, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "plan search: -plan_chains %d must be in 1..%d", o->chains, SEARCH_GROUP_KEYS);
   PetscCall(PetscMemzero(res, sizeof *res));
   PetscCall(PetscCalloc4(nstart, &splan, nstart, &sest, nstart, &order, 2 * o->chains, &run));
   ierr = search_order_starts(sp, f, ctx, start, nstart, splan, sest, order, &nok);
@@ -146,11 +161,13 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
     int g = i % ngroup, c = i / ngroup, s = order[c % nok];
 
     search_group_view(sp, g, &run[i].view);
-    run[i].ierr      = search_chain_run(sp, f, ctx, &splan[s], &sest[s], o, (uint32_t)(g * SEARCH_GROUP_KEYS + c), budget, &run[i]);
+    run[i].ierr = search_chain_run(sp, f, ctx, &splan[s], &sest[s], o, (uint32_t)(g * SEARCH_GROUP_KEYS + c), budget,
+                                   &run[i]);
     run[i].res.start = s;
   }
   PetscCall(search_catch_end(&message));
-  if ((ierr = search_chains_error(run, NULL, n))) PetscCall(search_chains_fail(run, n, splan, sest, order, ierr, message));
+  if ((ierr = search_chains_error(run, NULL, n)))
+    PetscCall(search_chains_fail(run, n, splan, sest, order, ierr, message));
   for (int i = 0; i < n; i++) { /* each group's best chain, the first on ties */
     int g = i % ngroup;
 
@@ -170,14 +187,17 @@ PetscErrorCode search_anneal(SearchSpace sp, SearchObjective f, void *ctx, const
   for (int g = 0; g < ngroup; g++) {
     SearchChainRun *r = &run[best[g]];
 
-    r->ierr = search_polish(&r->view, f, ctx, sp->spec.world <= 8 ? PETSC_TRUE : PETSC_FALSE, o->time_s > 0 ? t0 + o->time_s : INFINITY, &r->res.plan, &r->res.est, &r->res);
+    r->ierr = search_polish(&r->view, f, ctx, sp->spec.world <= 8 ? PETSC_TRUE : PETSC_FALSE,
+                            o->time_s > 0 ? t0 + o->time_s : INFINITY, &r->res.plan, &r->res.est, &r->res);
   }
   PetscCall(search_catch_end(&message));
-  if ((ierr = search_chains_error(run, best, ngroup))) PetscCall(search_chains_fail(run, n, splan, sest, order, ierr, message));
+  if ((ierr = search_chains_error(run, best, ngroup)))
+    PetscCall(search_chains_fail(run, n, splan, sest, order, ierr, message));
   /* the best fused plan any chain or polish saw, tuned within the budget
    * (reported beside the winner; the polish's are tuned already) */
   for (int i = 0; i < n; i++)
-    if (run[i].res.has_fused && (!res->has_fused || search_cost(&run[i].res.fused_est) < search_cost(&res->fused_est))) {
+    if (run[i].res.has_fused &&
+        (!res->has_fused || search_cost(&run[i].res.fused_est) < search_cost(&res->fused_est))) {
       res->has_fused = PETSC_TRUE;
       res->fused     = run[i].res.fused;
       res->fused_est = run[i].res.fused_est;

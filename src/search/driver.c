@@ -60,7 +60,8 @@ void search_needs_from_work(const CostWork *w, ModelConfig cfg[4], PlanNeeds *ne
   needs->cfg[MFC_REF_INF]   = &cfg[2];
   needs->cfg[MFC_REW_INF]   = w->reward_free ? NULL : &cfg[3];
   if (!w->critic_free) needs->cfg[MFC_CRITIC_INF] = needs->cfg[MFC_CRITIC_TRAIN] = &cfg[1];
-  needs->batch[MFC_ACTOR_GEN] = needs->batch[MFC_REF_INF] = needs->batch[MFC_REW_INF] = needs->batch[MFC_CRITIC_INF] = w->batch;
+  needs->batch[MFC_ACTOR_GEN] = needs->batch[MFC_REF_INF] = needs->batch[MFC_REW_INF] = needs->batch[MFC_CRITIC_INF] =
+      w->batch;
   needs->batch[MFC_ACTOR_TRAIN] = needs->batch[MFC_CRITIC_TRAIN] = mini;
 }
 
@@ -98,7 +99,8 @@ static PetscErrorCode search_prims(const RunCtx *run, const CostDeck *deck, cons
   if (pp.hw[0]) {
     PetscCall(cost_prims_hardware(pp.hw, p));
     p->sync_host = pp.sync_host;
-    PetscCall(PetscPrintf(run->comm, "plan primitives: hardware %s (analytic), for %s%s\n", pp.hw, deck->shapes_from, pp.sync_host ? "; weight syncs through host memory" : ""));
+    PetscCall(PetscPrintf(run->comm, "plan primitives: hardware %s (analytic), for %s%s\n", pp.hw, deck->shapes_from,
+                          pp.sync_host ? "; weight syncs through host memory" : ""));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
   if (pp.prof[0]) PetscCall(PetscStrncpy(path, pp.prof, sizeof path));
@@ -106,9 +108,12 @@ static PetscErrorCode search_prims(const RunCtx *run, const CostDeck *deck, cons
   PetscCall(cost_prims_profile_for(path, w, p));
   p->sync_host = pp.sync_host;
   pf = cost_prims_profile_info(p);
-  PetscCall(PetscPrintf(run->comm, "plan primitives: profile %s, %s; measured on %d rank%s of %s, backend %s, for %s", path, how, pf->nranks, pf->nranks > 1 ? "s" : "", pf->host, pf->backend, deck->shapes_from));
-  if (pf->coll_modeled) PetscCall(PetscPrintf(run->comm, "; one rank: its collectives are modeled from messages to itself, not measured"));
-  if (world > pf->nranks) PetscCall(PetscPrintf(run->comm, "; the plan is for %d ranks: larger groups' collectives are extrapolated", world));
+  PetscCall(PetscPrintf(run->comm, "plan primitives: profile %s, %s; measured on %d rank%s of %s, backend %s, for %s",
+                        path, how, pf->nranks, pf->nranks > 1 ? "s" : "", pf->host, pf->backend, deck->shapes_from));
+  if (pf->coll_modeled)
+    PetscCall(PetscPrintf(run->comm, "; one rank: its collectives are modeled from messages to itself, not measured"));
+  if (world > pf->nranks)
+    PetscCall(PetscPrintf(run->comm, "; the plan is for %d ranks: larger groups' collectives are extrapolated", world));
   PetscCall(PetscPrintf(run->comm, "\n"));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -126,7 +131,8 @@ PetscErrorCode search_auto_options(void)
 }
 
 /* ---- the table --------------------------------------------------------------- */
-static PetscErrorCode search_row(MPI_Comm comm, const char *label, const PlanNeeds *needs, PetscBool ok, const CostEstimate *e)
+static PetscErrorCode search_row(MPI_Comm comm, const char *label, const PlanNeeds *needs, PetscBool ok,
+                                 const CostEstimate *e)
 {
   char line[1024], mem[32];
   int  n;
@@ -168,7 +174,8 @@ static void search_keep_estimate(Plan *plan, const CostEstimate *e)
 }
 
 /* Presets as given and tuned, then the annealing from the tuned ones; rank 0 only. */
-static PetscErrorCode search_plan_rank0(MPI_Comm self, SearchSpace sp, SearchCostCtx *ctx, const SearchOptions *o, PetscBool print, Plan *best, SearchSummary *sum)
+static PetscErrorCode search_plan_rank0(MPI_Comm self, SearchSpace sp, SearchCostCtx *ctx, const SearchOptions *o,
+                                        PetscBool print, Plan *best, SearchSummary *sum)
 {
   const PlanNeeds *needs = &sp->needs;
   Plan            *start;
@@ -189,7 +196,8 @@ static PetscErrorCode search_plan_rank0(MPI_Comm self, SearchSpace sp, SearchCos
     PetscCall(search_evaluate(sp, search_cost_objective, ctx, &start[nstart], &ok, &e));
     if (ok && e.feasible) sum->best_preset = PetscMin(sum->best_preset, e.iter_s);
     if (print) PetscCall(search_row(self, PlacementNames[k], needs, ok, &e));
-    PetscCall(search_tune_until(sp, search_cost_objective, ctx, o->time_s > 0 ? t0 + o->time_s : INFINITY, &start[nstart], &e));
+    PetscCall(search_tune_until(sp, search_cost_objective, ctx, o->time_s > 0 ? t0 + o->time_s : INFINITY,
+                                &start[nstart], &e));
     PetscCall(PetscSNPrintf(start[nstart].source, sizeof start[nstart].source, "preset %s, tuned", PlacementNames[k]));
     if (e.feasible) sum->best_tuned = PetscMin(sum->best_tuned, e.iter_s);
     snprintf(label, sizeof label, "%s, tuned", PlacementNames[k]);
@@ -206,8 +214,10 @@ static PetscErrorCode search_plan_rank0(MPI_Comm self, SearchSpace sp, SearchCos
   if (print && res.has_fused) {
     char fz[256];
 
-    PetscCall(search_row(self, res.fused_est.feasible ? "best fused seen, tuned" : "no fused plan fits; closest", needs, PETSC_TRUE, &res.fused_est));
-    PetscCall(PetscPrintf(self, "  (that plan: -fuse_gen_inf %s, -fuse_train %s)\n", plan_fuse_str(&res.fused, fz, sizeof fz), res.fused.fuse_train ? "on" : "off"));
+    PetscCall(search_row(self, res.fused_est.feasible ? "best fused seen, tuned" : "no fused plan fits; closest", needs,
+                         PETSC_TRUE, &res.fused_est));
+    PetscCall(PetscPrintf(self, "  (that plan: -fuse_gen_inf %s, -fuse_train %s)\n",
+                          plan_fuse_str(&res.fused, fz, sizeof fz), res.fused.fuse_train ? "on" : "off"));
   }
   *best = res.plan;
   search_keep_estimate(best, &res.est);
@@ -217,8 +227,16 @@ static PetscErrorCode search_plan_rank0(MPI_Comm self, SearchSpace sp, SearchCos
     long hits, misses;
 
     search_cache_stats(sp, &hits, &misses);
-    PetscCall(PetscPrintf(self, "search: %d chains on %d thread%s, %ld iterations, %.1f s in all%s (%ld accepted, %ld improvements, %ld refused by the plan checks, %ld infeasible); the plan from chain %d %s the fusion states, from %s\n", res.chains, res.threads, res.threads > 1 ? "s" : "", res.iters, sum->seconds, res.timed_out ? ", stopped by -plan_time" : "", res.accepted, res.improved, res.refused_check, res.refused_infeasible, res.chain, res.fused_group ? "with" : "without", start[res.start].source));
-    PetscCall(PetscPrintf(self, "  %ld estimates of %.2f ms each, %ld answered from the cache\n", ctx->n, ctx->n ? 1e3 * ctx->seconds / (double)ctx->n : 0.0, hits));
+    PetscCall(PetscPrintf(self,
+                          "search: %d chains on %d thread%s, %ld iterations, %.1f s in all%s (%ld accepted, %ld "
+                          "improvements, %ld refused by the plan checks, %ld infeasible); the plan from chain %d %s "
+                          "the fusion states, from %s\n",
+                          res.chains, res.threads, res.threads > 1 ? "s" : "", res.iters, sum->seconds,
+                          res.timed_out ? ", stopped by -plan_time" : "", res.accepted, res.improved, res.refused_check,
+                          res.refused_infeasible, res.chain, res.fused_group ? "with" : "without",
+                          start[res.start].source));
+    PetscCall(PetscPrintf(self, "  %ld estimates of %.2f ms each, %ld answered from the cache\n", ctx->n,
+                          ctx->n ? 1e3 * ctx->seconds / (double)ctx->n : 0.0, hits));
   }
   PetscCall(PetscFree(start));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -241,13 +259,18 @@ static PetscErrorCode search_task(void *vctx)
 
   PetscFunctionBegin;
   PetscCall(search_space_create(&t->spec, &sp));
-  if (t->print) PetscCall(PetscPrintf(PETSC_COMM_SELF, "plan search: %d ranks, %d per node; primitives: %s; %d meshes, %.3g plans\n", t->spec.world, t->spec.ranks_per_node, t->cost.prims->source, sp->nmesh, search_space_size(sp)));
+  if (t->print)
+    PetscCall(PetscPrintf(PETSC_COMM_SELF,
+                          "plan search: %d ranks, %d per node; primitives: %s; %d meshes, %.3g plans\n", t->spec.world,
+                          t->spec.ranks_per_node, t->cost.prims->source, sp->nmesh, search_space_size(sp)));
   PetscCall(search_plan_rank0(PETSC_COMM_SELF, sp, &t->cost, t->o, t->print, t->best, t->sum));
   PetscCall(search_space_destroy(&sp));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode search_plan(MPI_Comm comm, const CostPrims *p, const CostWork *w, const PlanNeeds *needs, const SearchSpaceSpec *spec, const SearchOptions *o, PetscBool print, Plan *best, SearchSummary *sum)
+PetscErrorCode search_plan(MPI_Comm comm, const CostPrims *p, const CostWork *w, const PlanNeeds *needs,
+                           const SearchSpaceSpec *spec, const SearchOptions *o, PetscBool print, Plan *best,
+                           SearchSummary *sum)
 {
   SearchTask t = {comm, {p, w, 0, 0}, o, *spec, print, best, sum};
 
@@ -266,9 +289,12 @@ static PetscErrorCode search_report(const RunCtx *run, const Plan *best, const S
   char mem[32];
 
   PetscFunctionBegin;
-  PetscCall(PetscPrintf(run->comm, "estimated %.4g s per iteration, %.4g s of it reallocation, %s peak memory per rank", best->est_iter_s, best->est_realloc_s, sys_bytes_str(best->est_mem, mem, sizeof mem)));
-  if (isfinite(sum->best_tuned)) PetscCall(PetscPrintf(run->comm, "; %.2fx the best tuned preset", sum->best_tuned / best->est_iter_s));
-  if (isfinite(sum->best_preset)) PetscCall(PetscPrintf(run->comm, ", %.2fx the best preset as given", sum->best_preset / best->est_iter_s));
+  PetscCall(PetscPrintf(run->comm, "estimated %.4g s per iteration, %.4g s of it reallocation, %s peak memory per rank",
+                        best->est_iter_s, best->est_realloc_s, sys_bytes_str(best->est_mem, mem, sizeof mem)));
+  if (isfinite(sum->best_tuned))
+    PetscCall(PetscPrintf(run->comm, "; %.2fx the best tuned preset", sum->best_tuned / best->est_iter_s));
+  if (isfinite(sum->best_preset))
+    PetscCall(PetscPrintf(run->comm, ", %.2fx the best preset as given", sum->best_preset / best->est_iter_s));
   PetscCall(PetscPrintf(run->comm, "\n"));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -276,7 +302,8 @@ static PetscErrorCode search_report(const RunCtx *run, const Plan *best, const S
 /* The chosen plan's weight syncs both ways, side by side: device to device
  * (NCCL) and through host memory (MPI, what -device cuda does today),
  * whichever -cost_sync_path the search used. */
-static PetscErrorCode search_sync_report(const RunCtx *run, const CostPrims *prims, const CostWork *work, const Plan *best)
+static PetscErrorCode search_sync_report(const RunCtx *run, const CostPrims *prims, const CostWork *work,
+                                         const Plan *best)
 {
   CostPrims    q = *prims;
   CostEstimate dev, host;
@@ -287,7 +314,11 @@ static PetscErrorCode search_sync_report(const RunCtx *run, const CostPrims *pri
   q.sync_host = PETSC_TRUE;
   PetscCall(cost_estimate(&q, work, best, &host));
   if (dev.feasible && host.feasible && (dev.realloc_s > 0 || host.realloc_s > 0))
-    PetscCall(PetscPrintf(run->comm, "weight syncs of this plan: %.4g s per iteration device to device (NCCL), %.4g s through host memory (MPI); iteration %.4g s and %.4g s%s\n", dev.realloc_s, host.realloc_s, dev.iter_s, host.iter_s, q.host_bw > 0 ? "" : " (these primitives know no host link: its crossings cost nothing)"));
+    PetscCall(PetscPrintf(run->comm,
+                          "weight syncs of this plan: %.4g s per iteration device to device (NCCL), %.4g s through "
+                          "host memory (MPI); iteration %.4g s and %.4g s%s\n",
+                          dev.realloc_s, host.realloc_s, dev.iter_s, host.iter_s,
+                          q.host_bw > 0 ? "" : " (these primitives know no host link: its crossings cost nothing)"));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -299,7 +330,9 @@ static PetscErrorCode search_sync_report(const RunCtx *run, const CostPrims *pri
  * (staleness changes the algorithm, so the search reports it and does not
  * choose it). */
 #define SEARCH_ASYNC_TABLE 3
-static PetscErrorCode search_async_report(const RunCtx *run, const CostPrims *prims, const CostWork *work, const PlanNeeds *needs, const SearchSpaceSpec *spec, const SearchOptions *o, const Plan *best)
+static PetscErrorCode search_async_report(const RunCtx *run, const CostPrims *prims, const CostWork *work,
+                                          const PlanNeeds *needs, const SearchSpaceSpec *spec, const SearchOptions *o,
+                                          const Plan *best)
 {
   CostWork      other = *work; /* shares the arrays: not freed here */
   Plan         *plan;
@@ -309,15 +342,24 @@ static PetscErrorCode search_async_report(const RunCtx *run, const CostPrims *pr
 
   PetscFunctionBegin;
   if (!work->staleness || !isfinite(best->est_iter_s) || best->est_iter_s <= 0) PetscFunctionReturn(PETSC_SUCCESS);
-  if (work->partial) PetscCall(PetscSNPrintf(what, sizeof what, "staleness %d, partial rollouts of %d tokens", work->staleness, work->partial));
+  if (work->partial)
+    PetscCall(PetscSNPrintf(what, sizeof what, "staleness %d, partial rollouts of %d tokens", work->staleness,
+                            work->partial));
   else PetscCall(PetscSNPrintf(what, sizeof what, "staleness %d", work->staleness));
   other.staleness = 0;
   other.prox      = PETSC_FALSE;
   PetscCall(PetscMalloc1(1, &plan));
   PetscCall(search_plan(run->comm, prims, &other, needs, spec, o, PETSC_FALSE, plan, &sum));
   sync = sum.searched;
-  if (isfinite(sync)) PetscCall(PetscPrintf(run->comm, "asynchronous (%s): %.4g s per iteration; the best synchronous plan searched (same budget): %.4g s per iteration, so %.2fx from asynchrony\n", what, best->est_iter_s, sync, sync / best->est_iter_s));
-  else PetscCall(PetscPrintf(run->comm, "asynchronous (%s): %.4g s per iteration; no synchronous plan that fits was found\n", what, best->est_iter_s));
+  if (isfinite(sync))
+    PetscCall(PetscPrintf(run->comm,
+                          "asynchronous (%s): %.4g s per iteration; the best synchronous plan searched (same budget): "
+                          "%.4g s per iteration, so %.2fx from asynchrony\n",
+                          what, best->est_iter_s, sync, sync / best->est_iter_s));
+  else
+    PetscCall(PetscPrintf(run->comm,
+                          "asynchronous (%s): %.4g s per iteration; no synchronous plan that fits was found\n", what,
+                          best->est_iter_s));
   for (int k = 1; k < work->staleness && k <= SEARCH_ASYNC_TABLE; k++) {
     other.staleness = k;
     other.prox      = work->prox;
@@ -327,14 +369,18 @@ static PetscErrorCode search_async_report(const RunCtx *run, const CostPrims *pr
       char gen[64], train[64], gain[48] = "";
 
       if (isfinite(sync)) PetscCall(PetscSNPrintf(gain, sizeof gain, ", %.2fx from asynchrony", sync / sum.searched));
-      PetscCall(PetscPrintf(run->comm, "  staleness %d: %.4g s per iteration%s (generation on ranks %s, actor training on %s)\n", k, sum.searched, gain, plan_ranks_str(&plan->call[MFC_ACTOR_GEN], gen, sizeof gen), plan_ranks_str(&plan->call[MFC_ACTOR_TRAIN], train, sizeof train)));
+      PetscCall(PetscPrintf(run->comm,
+                            "  staleness %d: %.4g s per iteration%s (generation on ranks %s, actor training on %s)\n",
+                            k, sum.searched, gain, plan_ranks_str(&plan->call[MFC_ACTOR_GEN], gen, sizeof gen),
+                            plan_ranks_str(&plan->call[MFC_ACTOR_TRAIN], train, sizeof train)));
     }
   }
   PetscCall(PetscFree(plan));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode search_write_timeline(const RunCtx *run, const char *path, const CostPrims *prims, const CostWork *work, const Plan *best)
+static PetscErrorCode search_write_timeline(const RunCtx *run, const char *path, const CostPrims *prims,
+                                            const CostWork *work, const Plan *best)
 {
   CostTimeline tl;
   CostEstimate e;
@@ -377,14 +423,17 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn 
     PetscCall(job_of(run, PETSC_TRUE, &job));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  PetscCheck(mo.ranks >= 1 && mo.ranks <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-mode plan needs -plan_ranks N with 1 <= N <= %d (got %d)", PLAN_MAX_RANKS, (int)mo.ranks);
+  PetscCheck(mo.ranks >= 1 && mo.ranks <= PLAN_MAX_RANKS, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-mode plan needs -plan_ranks N with 1 <= N <= %d (got %d)", PLAN_MAX_RANKS, (int)mo.ranks);
   if (mo.output[0]) PetscCall(io_output_ok("plan file", mo.output));
   PetscCall(job_of(run, PETSC_FALSE, &job));
   if (job.ppo) PetscCall(deck_of(run, PETSC_FALSE, &deck));
   else search_stages_deck(run, &job, &deck);
   PetscCall(cost_work_from_options(&deck, &work));
   if (job.ppo) search_stages_shapes(&work, &job);
-  PetscCheck(!mo.timeline[0] || job.ppo, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-plan_timeline %s: the timeline is of PPO's iterations, and a -mode %s deck has none", mo.timeline, job.mode);
+  PetscCheck(!mo.timeline[0] || job.ppo, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-plan_timeline %s: the timeline is of PPO's iterations, and a -mode %s deck has none", mo.timeline,
+             job.mode);
   PetscCall(search_prims(run, &deck, &work, (int)mo.ranks, &prims));
   search_needs_from_work(&work, cfg, &needs);
   spec.world = (int)mo.ranks;
@@ -393,13 +442,15 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn 
   /* the stages first, an enumeration of milliseconds: PPO's search gets the rest of -plan_time */
   t0 = sys_wtime();
   PetscCall(search_stages_place(run->comm, &prims, &job, &spec, &stages));
-  if (o.time_s > 0 && (job.stage[0].used || job.stage[1].used)) o.time_s = PetscMax(o.time_s - (sys_wtime() - t0), 1e-3);
+  if (o.time_s > 0 && (job.stage[0].used || job.stage[1].used))
+    o.time_s = PetscMax(o.time_s - (sys_wtime() - t0), 1e-3);
   if (job.ppo) PetscCall(search_plan(run->comm, &prims, &work, &needs, &spec, &o, PETSC_TRUE, best, &sum));
   else { /* the stage's call alone: none of PPO's */
     PetscCall(PetscMemzero(&needs, sizeof needs));
     PetscCall(plan_preset((int)mo.ranks, PLACEMENT_COLOCATE, 0, best));
     best->nconc = 0;
-    PetscCall(PetscSNPrintf(best->source, sizeof best->source, "search of the -mode %s deck's training call", job.mode));
+    PetscCall(
+        PetscSNPrintf(best->source, sizeof best->source, "search of the -mode %s deck's training call", job.mode));
   }
   PetscCall(search_stages_finish(run, &job, &stages, &spec, &needs, best));
   PetscCall(plan_print(run->comm, best, &needs));
@@ -408,7 +459,8 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn 
   if (job.ppo) PetscCall(search_async_report(run, &prims, &work, &needs, &spec, &o, best));
   if (mo.output[0]) {
     PetscCall(plan_write_file(run->comm, mo.output, best, &needs));
-    PetscCall(PetscPrintf(run->comm, "plan written to %s (run it with -plan_file %s on %d ranks)\n", mo.output, mo.output, (int)mo.ranks));
+    PetscCall(PetscPrintf(run->comm, "plan written to %s (run it with -plan_file %s on %d ranks)\n", mo.output,
+                          mo.output, (int)mo.ranks));
   }
   if (mo.timeline[0]) PetscCall(search_write_timeline(run, mo.timeline, &prims, &work, best));
   PetscCall(PetscFree(best));

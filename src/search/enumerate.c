@@ -63,7 +63,8 @@ static PetscErrorCode search_enum_calls(SearchEnum *e, int i)
 static PetscErrorCode search_enum_settings(SearchEnum *e, int k)
 {
   PetscFunctionBegin;
-  if (k >= e->sp->nset || k >= 4) PetscFunctionReturn(search_enum_calls(e, 0)); /* (4: the settings there are; tells the compiler too) */
+  if (k >= e->sp->nset || k >= 4)
+    PetscFunctionReturn(search_enum_calls(e, 0));             /* (4: the settings there are; tells the compiler too) */
   for (int st = 0; st < search_states(e->sp->set[k]); st++) { /* each state once, then back to the first */
     PetscCall(search_enum_settings(e, k + 1));
     search_flip(e->plan, e->sp->set[k]);
@@ -71,18 +72,21 @@ static PetscErrorCode search_enum_settings(SearchEnum *e, int k)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode search_enumerate(SearchSpace sp, SearchObjective f, void *ctx, const Plan *base, double limit, SearchResult *res)
+PetscErrorCode search_enumerate(SearchSpace sp, SearchObjective f, void *ctx, const Plan *base, double limit,
+                                SearchResult *res)
 {
   SearchEnum e = {sp, f, ctx, NULL, res, INFINITY};
 
   PetscFunctionBegin;
-  PetscCheck(search_space_size(sp) <= limit, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "plan enumeration: %g plans, more than the limit %g", search_space_size(sp), limit);
+  PetscCheck(search_space_size(sp) <= limit, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "plan enumeration: %g plans, more than the limit %g", search_space_size(sp), limit);
   PetscCall(PetscMemzero(res, sizeof *res));
   PetscCall(PetscMalloc1(1, &e.plan));
   *e.plan = *base;
   PetscCall(search_enum_settings(&e, 0));
   PetscCall(PetscFree(e.plan));
-  PetscCheck(isfinite(e.best), PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP, "plan enumeration: none of the %ld plans is feasible", res->iters);
+  PetscCheck(isfinite(e.best), PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
+             "plan enumeration: none of the %ld plans is feasible", res->iters);
   PetscCall(PetscSNPrintf(res->plan.source, sizeof res->plan.source, "enumeration of %ld plans", res->iters));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -102,7 +106,8 @@ static void search_valid_strategies(SearchSpace sp, Plan *plan)
     if (search_derived(plan, c) || k->ranks[m.n - 1] != m.lo + m.n - 1 || !sp->nstrat[c][m.n]) continue;
     for (int s = 0; s < sp->nstrat[c][m.n] && !valid; s++) {
       const SearchStrat *t = &sp->strat[c][m.n][s];
-      valid = t->dp == k->dp && t->tp == k->tp && t->pp == k->pp && (t->mbs == k->mbs || !k->mbs) ? PETSC_TRUE : PETSC_FALSE;
+      valid = t->dp == k->dp && t->tp == k->tp && t->pp == k->pp && (t->mbs == k->mbs || !k->mbs) ? PETSC_TRUE
+                                                                                                  : PETSC_FALSE;
     }
     if (!valid) search_put(plan, c, &m, &sp->strat[c][m.n][0]);
   }
@@ -116,7 +121,8 @@ PetscErrorCode search_tune(SearchSpace sp, SearchObjective f, void *ctx, Plan *p
 }
 
 /* The tuning's sweeps, in the caller's candidate plan. */
-static PetscErrorCode search_tune_in(SearchSpace sp, SearchObjective f, void *ctx, double deadline, Plan *plan, CostEstimate *est, Plan *cand)
+static PetscErrorCode search_tune_in(SearchSpace sp, SearchObjective f, void *ctx, double deadline, Plan *plan,
+                                     CostEstimate *est, Plan *cand)
 {
   CostEstimate e;
   PetscBool    ok, cut = PETSC_FALSE;
@@ -149,12 +155,15 @@ static PetscErrorCode search_tune_in(SearchSpace sp, SearchObjective f, void *ct
   if (!isfinite(best)) { /* no plan passed the checks: infinitely bad */
     est->feasible = PETSC_FALSE;
     est->mem_max  = INFINITY;
-    PetscCall(PetscSNPrintf(est->why, sizeof est->why, cut ? "refused by the plan checks with the strategies tried within -plan_time" : "refused by the plan checks, whatever the strategies"));
+    PetscCall(PetscSNPrintf(est->why, sizeof est->why,
+                            cut ? "refused by the plan checks with the strategies tried within -plan_time"
+                                : "refused by the plan checks, whatever the strategies"));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode search_tune_until(SearchSpace sp, SearchObjective f, void *ctx, double deadline, Plan *plan, CostEstimate *est)
+PetscErrorCode search_tune_until(SearchSpace sp, SearchObjective f, void *ctx, double deadline, Plan *plan,
+                                 CostEstimate *est)
 {
   Plan          *cand;
   PetscErrorCode ierr;

@@ -71,12 +71,15 @@ PetscBool search_derived(const Plan *plan, MFCId c);
  * start_est), its draws keyed by (o->seed, key, iteration); budget_s > 0
  * stops it after that many seconds (and, without an iteration cap, is what
  * the temperature cools over). res gets the best plan seen, unpolished. */
-PetscErrorCode search_chain(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start, const CostEstimate *start_est, const SearchOptions *o, uint32_t key, double budget_s, SearchResult *res);
+PetscErrorCode search_chain(SearchSpace sp, SearchObjective f, void *ctx, const Plan *start,
+                            const CostEstimate *start_est, const SearchOptions *o, uint32_t key, double budget_s,
+                            SearchResult *res);
 /* The end of a search: settings moved (one to each of its states, or with
  * pairs two flipped together), each followed by search_tune, while that
  * improves *plan; stops between tunings after `deadline` (sys_wtime).
  * seen (may be NULL) keeps the best feasible fused plan tried. */
-PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan, CostEstimate *est, SearchResult *seen);
+PetscErrorCode search_polish(SearchSpace sp, SearchObjective f, void *ctx, PetscBool pairs, double deadline, Plan *plan,
+                             CostEstimate *est, SearchResult *seen);
 
 /* -mode plan's and -placement auto's helpers for the stages before PPO
  * (stages.c). The workload of a deck without PPO (-mode sft, rm): its
@@ -88,6 +91,7 @@ void           search_stages_shapes(const CostWork *w, CostJob *job);
 /* The placements for the plan's ZeRO-1 (a deck without PPO: the faster
  * state over the stages' steps when settings are searched, else off) into
  * best, one line each, and their calls into needs. */
-PetscErrorCode search_stages_finish(const RunCtx *run, const CostJob *job, const SearchStages *st, const SearchSpaceSpec *spec, PlanNeeds *needs, Plan *best);
+PetscErrorCode search_stages_finish(const RunCtx *run, const CostJob *job, const SearchStages *st,
+                                    const SearchSpaceSpec *spec, PlanNeeds *needs, Plan *best);
 
 #endif

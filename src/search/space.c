@@ -69,9 +69,13 @@ PetscErrorCode search_space_create(const SearchSpaceSpec *spec, SearchSpace *out
   SearchSpace sp;
 
   PetscFunctionBegin;
-  PetscCheck(spec->world >= 1 && spec->world <= PLAN_MAX_RANKS, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-plan_ranks %d: a plan is for 1 to %d ranks", spec->world, PLAN_MAX_RANKS);
-  PetscCheck(spec->ranks_per_node >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "plan search: %d ranks per node (the primitives' ranks_per_node) must be at least 1", spec->ranks_per_node);
-  PetscCheck(spec->max_mbs >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-plan_max_mbs %d must be at least 1", spec->max_mbs);
+  PetscCheck(spec->world >= 1 && spec->world <= PLAN_MAX_RANKS, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "-plan_ranks %d: a plan is for 1 to %d ranks", spec->world, PLAN_MAX_RANKS);
+  PetscCheck(spec->ranks_per_node >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "plan search: %d ranks per node (the primitives' ranks_per_node) must be at least 1",
+             spec->ranks_per_node);
+  PetscCheck(spec->max_mbs >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-plan_max_mbs %d must be at least 1",
+             spec->max_mbs);
   PetscCall(PetscNew(&sp));
   sp->spec       = *spec;
   sp->needs      = *spec->needs;
@@ -90,7 +94,8 @@ PetscErrorCode search_space_create(const SearchSpaceSpec *spec, SearchSpace *out
     sp->set[sp->nset++] = SEARCH_SET_ZERO1;
   }
   if (spec->fusion && sp->needs.cfg[MFC_ACTOR_GEN] && sp->needs.cfg[MFC_REF_INF]) sp->set[sp->nset++] = SEARCH_SET_FUSE;
-  if (spec->fusion && sp->needs.cfg[MFC_ACTOR_TRAIN] && sp->needs.cfg[MFC_CRITIC_TRAIN]) sp->set[sp->nset++] = SEARCH_SET_FUSE_TRAIN;
+  if (spec->fusion && sp->needs.cfg[MFC_ACTOR_TRAIN] && sp->needs.cfg[MFC_CRITIC_TRAIN])
+    sp->set[sp->nset++] = SEARCH_SET_FUSE_TRAIN;
   *out = sp;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -143,7 +148,10 @@ double search_space_size(SearchSpace sp)
 }
 
 /* ---- plan edits ------------------------------------------------------------ */
-static PetscBool search_inference(MFCId c) { return c == MFC_REF_INF || c == MFC_REW_INF || c == MFC_CRITIC_INF ? PETSC_TRUE : PETSC_FALSE; }
+static PetscBool search_inference(MFCId c)
+{
+  return c == MFC_REF_INF || c == MFC_REW_INF || c == MFC_CRITIC_INF ? PETSC_TRUE : PETSC_FALSE;
+}
 
 void search_put(Plan *plan, MFCId c, const SearchMesh *m, const SearchStrat *s)
 {
@@ -162,7 +170,9 @@ void search_put(Plan *plan, MFCId c, const SearchMesh *m, const SearchStrat *s)
   for (int k = MFC_REF_INF; k <= MFC_CRITIC_INF; k++) {
     PlanCall *o = &plan->call[k];
 
-    if (k == (int)c || !search_inference((MFCId)k) || !o->nranks || plan_shared_rank(o, call) < 0 || (o->tp * o->pp == 1 && call->tp * call->pp == 1)) continue;
+    if (k == (int)c || !search_inference((MFCId)k) || !o->nranks || plan_shared_rank(o, call) < 0 ||
+        (o->tp * o->pp == 1 && call->tp * call->pp == 1))
+      continue;
     o->nranks = call->nranks;
     for (int i = 0; i < call->nranks; i++) o->ranks[i] = call->ranks[i];
     o->dp = call->dp, o->tp = call->tp, o->pp = call->pp;

@@ -32,7 +32,8 @@ static PetscErrorCode search_stage_objective(void *vctx, const Plan *plan, CostE
 /* The layouts of one stage's call on plan, every strategy on every mesh
  * size: the best into *best (feasible if any layout fits, else the one
  * closest to fitting). */
-static PetscErrorCode search_stage_layouts(SearchSpace sp, SearchStageCtx *ctx, Plan *plan, PlanCall *best, CostEstimate *best_est, PetscBool *found)
+static PetscErrorCode search_stage_layouts(SearchSpace sp, SearchStageCtx *ctx, Plan *plan, PlanCall *best,
+                                           CostEstimate *best_est, PetscBool *found)
 {
   CostEstimate e;
   PetscBool    ok;
@@ -60,7 +61,8 @@ static PetscErrorCode search_stage_layouts(SearchSpace sp, SearchStageCtx *ctx, 
 /* One stage for one ZeRO-1 state. Not bounded by -plan_time: the
  * enumeration takes milliseconds, and a deadline would make the placement
  * depend on the machine's speed. */
-static PetscErrorCode search_stage_one(SearchSpace sp, SearchStageCtx *ctx, PetscBool zero1, PlanCall *best, CostEstimate *best_est, PetscBool *found)
+static PetscErrorCode search_stage_one(SearchSpace sp, SearchStageCtx *ctx, PetscBool zero1, PlanCall *best,
+                                       CostEstimate *best_est, PetscBool *found)
 {
   Plan          *plan;
   PetscErrorCode ierr;
@@ -68,7 +70,8 @@ static PetscErrorCode search_stage_one(SearchSpace sp, SearchStageCtx *ctx, Pets
   PetscFunctionBegin;
   *found = PETSC_FALSE;
   PetscCall(PetscMalloc1(1, &plan));
-  ierr = plan_preset(sp->spec.world, PLACEMENT_COLOCATE, 0, plan); /* the settings' defaults, which plan_check accepts */
+  ierr = plan_preset(sp->spec.world, PLACEMENT_COLOCATE, 0,
+                     plan); /* the settings' defaults, which plan_check accepts */
   if (!ierr) {
     for (int c = 0; c < MFC_COUNT; c++)
       if (c != (int)ctx->id) plan->call[c].nranks = 0;
@@ -113,15 +116,20 @@ static PetscErrorCode search_stages_rank0(void *vctx)
     one.settings = one.fusion = PETSC_FALSE;
     if (p->ranks_per_node > 0) one.ranks_per_node = p->ranks_per_node;
     PetscCall(search_space_create(&one, &sp));
-    for (int z = 0; z < 2; z++) PetscCall(search_stage_one(sp, &ctx, (PetscBool)z, &out->call[k][z], &out->est[k][z], &out->found[k][z]));
+    for (int z = 0; z < 2; z++)
+      PetscCall(search_stage_one(sp, &ctx, (PetscBool)z, &out->call[k][z], &out->est[k][z], &out->found[k][z]));
     PetscCall(search_space_destroy(&sp));
-    PetscCheck(out->found[k][0] && out->found[k][1], PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP, "plan search: no layout of %s on %d ranks passes the plan checks (its batch of %d %s must divide over the replicas' micro-batches)", mfc_names[id], spec->world, st->batch, k ? "pairs" : "sequences");
+    PetscCheck(out->found[k][0] && out->found[k][1], PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
+               "plan search: no layout of %s on %d ranks passes the plan checks (its batch of %d %s must divide over "
+               "the replicas' micro-batches)",
+               mfc_names[id], spec->world, st->batch, k ? "pairs" : "sequences");
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* On rank 0, then broadcast (one result on every rank). */
-PetscErrorCode search_stages_place(MPI_Comm comm, const CostPrims *p, const CostJob *job, const SearchSpaceSpec *spec, SearchStages *out)
+PetscErrorCode search_stages_place(MPI_Comm comm, const CostPrims *p, const CostJob *job, const SearchSpaceSpec *spec,
+                                   SearchStages *out)
 {
   SearchStagesTask t = {p, job, spec, out};
 
@@ -182,7 +190,8 @@ void search_stages_shapes(const CostWork *w, CostJob *job)
 /* The stages' placements for the plan's ZeRO-1 (without PPO's calls: the
  * faster state over all the stages' steps when settings are searched, else
  * off), one line each, and their calls added to needs. */
-PetscErrorCode search_stages_finish(const RunCtx *run, const CostJob *job, const SearchStages *st, const SearchSpaceSpec *spec, PlanNeeds *needs, Plan *best)
+PetscErrorCode search_stages_finish(const RunCtx *run, const CostJob *job, const SearchStages *st,
+                                    const SearchSpaceSpec *spec, PlanNeeds *needs, Plan *best)
 {
   char mem[32];
 
@@ -203,7 +212,12 @@ PetscErrorCode search_stages_finish(const RunCtx *run, const CostJob *job, const
     if (!job->stage[k].used) continue;
     needs->cfg[id]   = &job->stage[k].cfg;
     needs->batch[id] = job->stage[k].batch;
-    if (e->feasible) PetscCall(PetscPrintf(run->comm, "%s placed alone: estimated %.4g s per step, %.4g s for its %d steps, %s peak memory per rank\n", mfc_names[id], e->iter_s, e->iter_s * job->stage[k].steps, job->stage[k].steps, sys_bytes_str(e->mem_max, mem, sizeof mem)));
+    if (e->feasible)
+      PetscCall(
+          PetscPrintf(run->comm,
+                      "%s placed alone: estimated %.4g s per step, %.4g s for its %d steps, %s peak memory per rank\n",
+                      mfc_names[id], e->iter_s, e->iter_s * job->stage[k].steps, job->stage[k].steps,
+                      sys_bytes_str(e->mem_max, mem, sizeof mem)));
     else PetscCall(PetscPrintf(run->comm, "%s placed alone: no layout fits; the closest: %s\n", mfc_names[id], e->why));
     if (!job->ppo && e->feasible) { /* the plan's estimate is then its stage's step */
       best->est_iter_s = PetscMax(best->est_iter_s, e->iter_s);

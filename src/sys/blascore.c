@@ -21,10 +21,13 @@ void sys_blas_core_select(char **argv)
 {
   const char *core = openblas_get_corename(), *want = NULL;
 
-  if (getenv("OPENBLAS_CORETYPE") || !core || (strcasecmp(core, "prescott") && strcasecmp(core, "core2") && strcasecmp(core, "katmai"))) return;
+  if (getenv("OPENBLAS_CORETYPE") || !core ||
+      (strcasecmp(core, "prescott") && strcasecmp(core, "core2") && strcasecmp(core, "katmai")))
+    return;
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) want = "SkylakeX";
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+    want = "SkylakeX";
   else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) want = "Haswell";
 #endif
   if (!want || setenv("OPENBLAS_CORETYPE", want, 1)) return;

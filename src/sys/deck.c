@@ -113,7 +113,10 @@ static int deck_hash_in_value(DeckCheck *dc, const char *path, int lineno, const
   const char *hash = strchr(line, '#');
 
   if (!hash || hash == line || strchr(" \t", hash[-1])) return 0;
-  snprintf(dc->msg, dc->len, "deck %s line %d: '#' inside a value ('%.60s' would be cut there, as a comment); put a blank before a comment, and give such a value on the command line", path, lineno, line);
+  snprintf(dc->msg, dc->len,
+           "deck %s line %d: '#' inside a value ('%.60s' would be cut there, as a comment); put a blank before a "
+           "comment, and give such a value on the command line",
+           path, lineno, line);
   return 1;
 }
 
@@ -132,11 +135,16 @@ static int deck_line(DeckCheck *dc, const char *path, int lineno, char *line)
     return 1;
   }
   if (tok[0][0] != '-' || !tok[0][1]) {
-    snprintf(dc->msg, dc->len, "deck %s line %d: '%.60s' is not an option (a line is '-name value'; comments start with #)", path, lineno, tok[0]);
+    snprintf(dc->msg, dc->len,
+             "deck %s line %d: '%.60s' is not an option (a line is '-name value'; comments start with #)", path, lineno,
+             tok[0]);
     return 1;
   }
   if (n > 2) {
-    snprintf(dc->msg, dc->len, "deck %s line %d: extra value '%.60s' after %.60s %.60s (one option and at most one value per line; quote a value with blanks)", path, lineno, tok[2], tok[0], tok[1]);
+    snprintf(dc->msg, dc->len,
+             "deck %s line %d: extra value '%.60s' after %.60s %.60s (one option and at most one value per line; quote "
+             "a value with blanks)",
+             path, lineno, tok[2], tok[0], tok[1]);
     return 1;
   }
   if (!strcmp(tok[0], "-options_file")) {
@@ -168,7 +176,8 @@ static int deck_text(DeckCheck *dc, const char *path, char *text, size_t size)
 
     if (c == '\n') {
       if (i - start > DECK_MAX_LINE) {
-        snprintf(dc->msg, dc->len, "deck %s line %d: %zu characters, more than the %d a line may have", path, lineno, i - start, DECK_MAX_LINE);
+        snprintf(dc->msg, dc->len, "deck %s line %d: %zu characters, more than the %d a line may have", path, lineno,
+                 i - start, DECK_MAX_LINE);
         return 1;
       }
       text[i] = '\0';
@@ -200,11 +209,13 @@ static int deck_file(DeckCheck *dc, const char *path)
     return 1;
   }
   if (!S_ISREG(st.st_mode)) {
-    snprintf(dc->msg, dc->len, "-options_file %s: %s, not a deck file", path, S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file");
+    snprintf(dc->msg, dc->len, "-options_file %s: %s, not a deck file", path,
+             S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file");
     return 1;
   }
   if (st.st_size > DECK_MAX_BYTES) {
-    snprintf(dc->msg, dc->len, "-options_file %s: %lld bytes, more than the %d a deck may have (not a deck?)", path, (long long)st.st_size, DECK_MAX_BYTES);
+    snprintf(dc->msg, dc->len, "-options_file %s: %lld bytes, more than the %d a deck may have (not a deck?)", path,
+             (long long)st.st_size, DECK_MAX_BYTES);
     return 1;
   }
   if (dc->depth == DECK_MAX_DEPTH) {
@@ -218,7 +229,9 @@ static int deck_file(DeckCheck *dc, const char *path)
   for (int i = 0; i < dc->depth; i++) {
     if (strcmp(dc->stack[i], dc->stack[dc->depth])) continue;
     if (i == dc->depth - 1) snprintf(dc->msg, dc->len, "deck %s includes itself (-options_file)", dc->stack[i]);
-    else snprintf(dc->msg, dc->len, "deck %s includes itself through %s (-options_file)", dc->stack[i], dc->stack[dc->depth - 1]);
+    else
+      snprintf(dc->msg, dc->len, "deck %s includes itself through %s (-options_file)", dc->stack[i],
+               dc->stack[dc->depth - 1]);
     return 1;
   }
   f = fopen(path, "rb");
@@ -261,11 +274,18 @@ static int deck_stray(DeckCheck *dc, const char *a)
 
   for (int k = 0; k < 3; k++)
     if (!strncmp(a, dash[k], 3)) {
-      snprintf(dc->msg, dc->len, "command line: '%.60s' starts with a typographic dash, not '-' (an editor or a web page changed it): retype the dash", a);
+      snprintf(dc->msg, dc->len,
+               "command line: '%.60s' starts with a typographic dash, not '-' (an editor or a web page changed it): "
+               "retype the dash",
+               a);
       return 1;
     }
-  if (a[0] == '-' && a[1] == '-') snprintf(dc->msg, dc->len, "command line: %.60s: rlfuse's options take one dash (%.60s)", a, a + 1);
-  else snprintf(dc->msg, dc->len, "command line: '%.60s' is no option and follows none (options start with '-', a value follows its option)", a);
+  if (a[0] == '-' && a[1] == '-')
+    snprintf(dc->msg, dc->len, "command line: %.60s: rlfuse's options take one dash (%.60s)", a, a + 1);
+  else
+    snprintf(dc->msg, dc->len,
+             "command line: '%.60s' is no option and follows none (options start with '-', a value follows its option)",
+             a);
   return 1;
 }
 
@@ -307,9 +327,11 @@ static void deck_report_overrides(const DeckCheck *dc, FILE *out)
         last = &dc->set[j];
       }
     if (!differ) continue;
-    fprintf(out, "rlfuse: note: %s is given more than once: '%s' (%s) is used, the last; overridden:", last->name, last->value, last->where);
+    fprintf(out, "rlfuse: note: %s is given more than once: '%s' (%s) is used, the last; overridden:", last->name,
+            last->value, last->where);
     for (int j = i, k = 0; j < dc->nset; j++)
-      if (&dc->set[j] != last && !strcmp(dc->set[j].name, last->name)) fprintf(out, "%s '%s' (%s)", k++ ? "," : "", dc->set[j].value, dc->set[j].where);
+      if (&dc->set[j] != last && !strcmp(dc->set[j].name, last->name))
+        fprintf(out, "%s '%s' (%s)", k++ ? "," : "", dc->set[j].value, dc->set[j].where);
     fputc('\n', out);
   }
   fflush(out);
@@ -358,7 +380,8 @@ PetscErrorCode sys_decks_mode_under(const char *skip, char *mode, size_t len)
   dc->len = sizeof msg;
   bad     = deck_args(dc, argc, argv);
   for (int i = 0; !bad && i < dc->nset; i++)
-    if (!strcmp(dc->set[i].name, "-mode") && strcmp(dc->set[i].value, skip)) snprintf(mode, len, "%s", dc->set[i].value);
+    if (!strcmp(dc->set[i].name, "-mode") && strcmp(dc->set[i].value, skip))
+      snprintf(mode, len, "%s", dc->set[i].value);
   deck_settings_free(dc);
   PetscCall(PetscFree(dc));
   PetscCheck(!bad, PETSC_COMM_SELF, PETSC_ERR_FILE_READ, "%s", msg);

@@ -17,7 +17,8 @@ static int  sys_oom_pending;
 
 static int sys_error_ours(const char *file) { return file && !strncmp(file, "src/", 4); }
 
-static PetscErrorCode sys_error_print(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n, PetscErrorType p, const char *mess, void *ctx)
+static PetscErrorCode sys_error_print(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n,
+                                      PetscErrorType p, const char *mess, void *ctx)
 {
   int rank = 0, world = 1;
 
@@ -26,7 +27,8 @@ static PetscErrorCode sys_error_print(MPI_Comm comm, int line, const char *fun, 
     sys_oom_pending = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    if (world > 1) fprintf(stderr, "rlfuse: error: out of memory in %s: %s [rank %d, %s:%d]\n", fun, sys_oom_mess, rank, file, line);
+    if (world > 1)
+      fprintf(stderr, "rlfuse: error: out of memory in %s: %s [rank %d, %s:%d]\n", fun, sys_oom_mess, rank, file, line);
     else fprintf(stderr, "rlfuse: error: out of memory in %s: %s [%s:%d]\n", fun, sys_oom_mess, file, line);
     fflush(stderr);
     return n;
@@ -47,7 +49,8 @@ static PetscErrorCode sys_error_print(MPI_Comm comm, int line, const char *fun, 
     sys_error_collective = ncomm == world ? PETSC_TRUE : PETSC_FALSE;
   }
   if (sys_error_collective && rank != 0) return n;
-  if (world > 1) fprintf(stderr, "rlfuse: error: %s [rank %d, %s:%d %s]\n", mess ? mess : "(no message)", rank, file, line, fun);
+  if (world > 1)
+    fprintf(stderr, "rlfuse: error: %s [rank %d, %s:%d %s]\n", mess ? mess : "(no message)", rank, file, line, fun);
   else fprintf(stderr, "rlfuse: error: %s [%s:%d %s]\n", mess ? mess : "(no message)", file, line, fun);
   fflush(stderr);
   return n;

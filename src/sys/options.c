@@ -62,8 +62,26 @@ PetscErrorCode sys_params_get(const SysParam **params, int *n)
  * PetscFinalize), are never "unused". */
 static PetscBool sys_option_is_petsc(const char *name)
 {
-  static const char *const exact[]  = {"help", "v", "version", "info", "nox", "history", "display", "debugger", "start_in_debugger", "stop_for_debugger", "no_signal_handler", "fp_trap", "skip_petscrc", "saws", "objects_dump", "get_total_flops", NULL};
-  static const char *const prefix[] = {"log_", "malloc", "options_", "on_error", "memory_view", "mpi_", "viewer_", "check_pointer_intensity", NULL};
+  static const char *const exact[]  = { "help",
+                                        "v",
+                                        "version",
+                                        "info",
+                                        "nox",
+                                        "history",
+                                        "display",
+                                        "debugger",
+                                        "start_in_debugger",
+                                        "stop_for_debugger",
+                                        "no_signal_handler",
+                                        "fp_trap",
+                                        "skip_petscrc",
+                                        "saws",
+                                        "objects_dump",
+                                        "get_total_flops",
+                                        NULL };
+  static const char *const prefix[] = { "log_",        "malloc", "options_", "on_error",
+                                        "memory_view", "mpi_",   "viewer_",  "check_pointer_intensity",
+                                        NULL };
   for (int i = 0; exact[i]; i++)
     if (!strcmp(name, exact[i])) return PETSC_TRUE;
   for (int i = 0; prefix[i]; i++)
@@ -127,7 +145,8 @@ PetscErrorCode sys_options_check_unused(void)
     }
   }
   PetscCall(PetscOptionsLeftRestore(NULL, &n, &names, &values));
-  PetscCheck(!bad, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "unknown option%s %s (misspelled, or not used by this -mode; see -help)", bad > 1 ? "s" : "", list);
+  PetscCheck(!bad, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+             "unknown option%s %s (misspelled, or not used by this -mode; see -help)", bad > 1 ? "s" : "", list);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -146,13 +165,19 @@ PetscErrorCode sys_option_check_number(const char *prefix, const char *name, Sys
   errno = 0;
   if (kind == SYS_OPT_INT) i = strtoll(value, &end, 10);
   else x = strtod(value, &end);
-  PetscCheck(value[0] && *end == '\0' && (errno == 0 || errno == ERANGE), PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "option -%s%s: '%s' is not %s", prefix ? prefix : "", sys_option_bare(name), value, kind == SYS_OPT_INT ? "an integer" : "a number");
+  PetscCheck(value[0] && *end == '\0' && (errno == 0 || errno == ERANGE), PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+             "option -%s%s: '%s' is not %s", prefix ? prefix : "", sys_option_bare(name), value,
+             kind == SYS_OPT_INT ? "an integer" : "a number");
   if (kind == SYS_OPT_INT) {
     size_t    b  = PetscMin(bytes ? bytes : sizeof(PetscInt), sizeof(PetscInt));
     long long hi = b >= 8 ? LLONG_MAX : (long long)((1ULL << (8 * b - 1)) - 1), lo = -hi - 1;
 
-    PetscCheck(errno != ERANGE && i >= lo && i <= hi, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "option -%s%s: %s is out of range (%lld to %lld)", prefix ? prefix : "", sys_option_bare(name), value, lo, hi);
-  } else PetscCheck(isfinite(x), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "option -%s%s: '%s' is not a finite number", prefix ? prefix : "", sys_option_bare(name), value);
+    PetscCheck(errno != ERANGE && i >= lo && i <= hi, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+               "option -%s%s: %s is out of range (%lld to %lld)", prefix ? prefix : "", sys_option_bare(name), value,
+               lo, hi);
+  } else
+    PetscCheck(isfinite(x), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "option -%s%s: '%s' is not a finite number",
+               prefix ? prefix : "", sys_option_bare(name), value);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -163,7 +188,9 @@ PetscErrorCode sys_option_check_length(const char *prefix, const char *name, siz
 
   PetscFunctionBegin;
   PetscCall(PetscOptionsFindPair(NULL, prefix, name, &value, &set));
-  PetscCheck(!set || !value || strlen(value) < len, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "option -%s%s: value of %zu characters is longer than the %zu allowed", prefix ? prefix : "", sys_option_bare(name), strlen(value), len - 1);
+  PetscCheck(!set || !value || strlen(value) < len, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "option -%s%s: value of %zu characters is longer than the %zu allowed", prefix ? prefix : "",
+             sys_option_bare(name), strlen(value), len - 1);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -180,12 +207,15 @@ PetscErrorCode sys_option_check_nonempty(const char *prefix, const char *name, c
     if (i) PetscCall(PetscStrlcat(choices, ", ", sizeof choices));
     PetscCall(PetscStrlcat(choices, list[i], sizeof choices));
   }
-  SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "option -%s%s: the value is empty (choose one of %s)", prefix ? prefix : "", sys_option_bare(name), choices);
+  SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "option -%s%s: the value is empty (choose one of %s)",
+          prefix ? prefix : "", sys_option_bare(name), choices);
 }
 
 PetscErrorCode sys_option_check_bool(const char *prefix, const char *name)
 {
-  static const char *const words[] = {"", "true", "false", "yes", "no", "on", "off", "1", "0"}; /* PetscOptionsStringToBool's, any case; empty is true */
+  static const char *const words[] = {
+    "", "true", "false", "yes", "no", "on", "off", "1", "0"
+  }; /* PetscOptionsStringToBool's, any case; empty is true */
   const char *value = NULL;
   PetscBool   set;
 
@@ -194,7 +224,9 @@ PetscErrorCode sys_option_check_bool(const char *prefix, const char *name)
   if (!set || !value) PetscFunctionReturn(PETSC_SUCCESS);
   for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
     if (!strcasecmp(value, words[i])) PetscFunctionReturn(PETSC_SUCCESS);
-  SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "option -%s%s: '%s' is not a boolean (true, false, yes, no, on, off, 1 or 0)", prefix ? prefix : "", sys_option_bare(name), value);
+  SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+          "option -%s%s: '%s' is not a boolean (true, false, yes, no, on, off, 1 or 0)", prefix ? prefix : "",
+          sys_option_bare(name), value);
 }
 
 PetscErrorCode sys_option_given(const char *prefix, const char *name, PetscBool *given)
@@ -259,7 +291,8 @@ static PetscErrorCode sys_help_printf(MPI_Comm comm, const char fmt[], ...)
 void sys_help_capture(int argc, char **argv)
 {
   for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "-help") && !(i + 1 < argc && !strcmp(argv[i + 1], "intro"))) { /* -help intro: PETSc prints and exits */
+    if (!strcmp(argv[i], "-help") &&
+        !(i + 1 < argc && !strcmp(argv[i + 1], "intro"))) { /* -help intro: PETSc prints and exits */
       PetscHelpPrintf = sys_help_printf;
       sys_help_keep   = 1;
     }
@@ -274,7 +307,8 @@ PetscErrorCode sys_help_begin(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode sys_option_help(PetscOptionItems *items, const char *name, const char *help, const char *def, const char *const *list, PetscInt n)
+PetscErrorCode sys_option_help(PetscOptionItems *items, const char *name, const char *help, const char *def,
+                               const char *const *list, PetscInt n)
 {
   char        full[128], choices[1024] = "";
   SysOptHelp *h;
@@ -301,7 +335,8 @@ PetscErrorCode sys_option_help(PetscOptionItems *items, const char *name, const 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode sys_option_help_number(PetscOptionItems *items, const char *name, const char *help, SysOptKind kind, double def)
+PetscErrorCode sys_option_help_number(PetscOptionItems *items, const char *name, const char *help, SysOptKind kind,
+                                      double def)
 {
   char d[64];
 
@@ -373,7 +408,9 @@ static PetscErrorCode sys_help_print_group(MPI_Comm comm, const char *group, cha
 
     if (strcmp(groups[k], group)) continue;
     now = sys_help_now(k, buf, sizeof buf);
-    PetscCall(PetscPrintf(comm, "  -%s <%s>%s%s%s: %s%s%s%s\n", h->name, h->def, now[0] ? " (now " : "", now, now[0] ? ")" : "", h->help, h->choices[0] ? " (one of: " : "", h->choices, h->choices[0] ? ")" : ""));
+    PetscCall(PetscPrintf(comm, "  -%s <%s>%s%s%s: %s%s%s%s\n", h->name, h->def, now[0] ? " (now " : "", now,
+                          now[0] ? ")" : "", h->help, h->choices[0] ? " (one of: " : "", h->choices,
+                          h->choices[0] ? ")" : ""));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -386,7 +423,8 @@ PetscErrorCode sys_help_print(MPI_Comm comm)
   PetscHelpPrintf = PetscHelpPrintfDefault;
   PetscCall(PetscCalloc1(sys_nhelps + 1, &groups));
   for (int k = 0; k < sys_nhelps; k++) sys_help_group(k, groups[k], sizeof groups[k]);
-  PetscCall(PetscPrintf(comm, "rlfuse options, grouped by prefix: -name <default> (now the value given, where it differs): meaning\n"));
+  PetscCall(PetscPrintf(comm, "rlfuse options, grouped by prefix: -name <default> (now the value given, where it "
+                              "differs): meaning\n"));
   PetscCall(sys_help_print_group(comm, "", groups));
   for (int k = 0; k < sys_nhelps; k++) {
     int first = groups[k][0] != '\0' && strcmp(groups[k], "*");
@@ -399,7 +437,8 @@ PetscErrorCode sys_help_print(MPI_Comm comm)
       break;
     }
   PetscCall(PetscFree(groups));
-  PetscCall(PetscPrintf(comm, "\nPETSc's own options (every PETSc program reads them: -log_view, -malloc_debug, -options_left ...):\n"));
+  PetscCall(PetscPrintf(comm, "\nPETSc's own options (every PETSc program reads them: -log_view, -malloc_debug, "
+                              "-options_left ...):\n"));
   if (sys_help_text) PetscCall(PetscPrintf(comm, "%s", sys_help_text));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -451,9 +490,11 @@ static int used_deck_line(FILE *f, const SysParam *p)
   char        buf[64];
   const char *v = used_deck_value(p->value, buf, sizeof buf);
 
-  if (strpbrk(v, "#\"")) fprintf(f, "# -%s %s   (an options file cannot hold this value: give it on the command line)\n", p->name, v);
+  if (strpbrk(v, "#\""))
+    fprintf(f, "# -%s %s   (an options file cannot hold this value: give it on the command line)\n", p->name, v);
   else if (!p->set && !v[0]) fprintf(f, "# -%s   (empty)\n", p->name);
-  else if (!p->set && used_deck_presence_matters(p->name)) fprintf(f, "# -%s %s   (giving it, even with this value, would change the run)\n", p->name, v);
+  else if (!p->set && used_deck_presence_matters(p->name))
+    fprintf(f, "# -%s %s   (giving it, even with this value, would change the run)\n", p->name, v);
   else if (strpbrk(v, " \t")) fprintf(f, "-%s \"%s\"\n", p->name, v);
   else fprintf(f, "-%s%s%s\n", p->name, v[0] ? " " : "", v);
   return !strpbrk(v, "#\"");
@@ -497,7 +538,8 @@ static void used_deck_file(const char *path, char *err, size_t len, const char *
     return;
   }
   fprintf(f, "# Every option of this run with the value it used, written by rlfuse %s when\n", RLFUSE_VERSION);
-  fprintf(f, "# the run started, on %d MPI rank%s x %d OpenMP thread%s. To repeat the run:\n", used_deck_ranks, used_deck_ranks > 1 ? "s" : "", used_deck_threads, used_deck_threads > 1 ? "s" : "");
+  fprintf(f, "# the run started, on %d MPI rank%s x %d OpenMP thread%s. To repeat the run:\n", used_deck_ranks,
+          used_deck_ranks > 1 ? "s" : "", used_deck_threads, used_deck_threads > 1 ? "s" : "");
   fprintf(f, "#   mpiexec -n %d bin/rlfuse -options_file %s -output_dir NEW_DIR\n", used_deck_ranks, path);
   fprintf(f, "# (options after the deck override it; relative paths are from where it ran).\n");
   for (int pass = 0; pass < 2; pass++) {
@@ -524,7 +566,10 @@ PetscErrorCode sys_used_deck_write(void)
   if (rank == 0) {
     PetscCall(sys_mkdir_p(used_deck_dir));
     used_deck_file(path, err, sizeof err, &bad);
-    if (bad) PetscCall(PetscPrintf(PETSC_COMM_SELF, "warning: %s cannot repeat -%s (its value holds '#' or '\"'); it is a comment there\n", path, bad));
+    if (bad)
+      PetscCall(PetscPrintf(PETSC_COMM_SELF,
+                            "warning: %s cannot repeat -%s (its value holds '#' or '\"'); it is a comment there\n",
+                            path, bad));
   }
   PetscCallMPI(MPI_Bcast(err, (PetscMPIInt)sizeof err, MPI_CHAR, 0, used_deck_comm));
   PetscCheck(!err[0], used_deck_comm, PETSC_ERR_FILE_WRITE, "used.deck: %s", err);

@@ -10,9 +10,15 @@
 
 void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) { philox_block(ctr, key, out); }
 
-uint32_t rng_u32(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lane) { return philox_u32(seed, a, b, c, lane); }
+uint32_t rng_u32(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lane)
+{
+  return philox_u32(seed, a, b, c, lane);
+}
 
-float rng_uniform(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lane) { return philox_uniform(seed, a, b, c, lane); }
+float rng_uniform(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lane)
+{
+  return philox_uniform(seed, a, b, c, lane);
+}
 
 float rng_normal(uint64_t seed, uint32_t a, uint32_t b, uint32_t c, uint32_t lane)
 {

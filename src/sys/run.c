@@ -23,10 +23,12 @@ PetscErrorCode sys_run_setup(MPI_Comm comm, RunCtx *run)
   PetscCall(PetscStrncpy(run->output_dir, "out", sizeof run->output_dir));
   PetscOptionsBegin(comm, NULL, "Run options", NULL);
   RfOptInt("-seed", "Random seed: every draw is keyed by (seed, iteration, sample, position)", 1234, &run->seed);
-  RfOptString("-output_dir", "Directory for run.h5, checkpoints and other outputs", run->output_dir, sizeof run->output_dir);
+  RfOptString("-output_dir", "Directory for run.h5, checkpoints and other outputs", run->output_dir,
+              sizeof run->output_dir);
   RfOptBool("-dry_run", "Check the deck and the memory it needs, then exit", PETSC_FALSE, &run->dry_run);
   PetscOptionsEnd();
-  PetscCheck(run->output_dir[0], comm, PETSC_ERR_ARG_WRONG, "option -output_dir: the value is empty (give a directory, e.g. -output_dir out)");
+  PetscCheck(run->output_dir[0], comm, PETSC_ERR_ARG_WRONG,
+             "option -output_dir: the value is empty (give a directory, e.g. -output_dir out)");
   PetscCheck(run->seed >= 0, comm, PETSC_ERR_ARG_OUTOFRANGE, "-seed %" PetscInt_FMT " must be non-negative", run->seed);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -41,14 +43,17 @@ PetscErrorCode sys_mkdir_p(const char *dir)
     if (*p == '/' || *p == '\0') {
       char c = *p;
       *p     = '\0';
-      if (mkdir(path, 0777) != 0) PetscCheck(errno == EEXIST, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "cannot create directory %s: %s", path, strerror(errno));
+      if (mkdir(path, 0777) != 0)
+        PetscCheck(errno == EEXIST, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "cannot create directory %s: %s", path,
+                   strerror(errno));
       *p = c;
       if (c == '\0') break;
     }
   }
   {
     struct stat st;
-    PetscCheck(stat(dir, &st) == 0 && S_ISDIR(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "output directory %s exists and is not a directory", dir);
+    PetscCheck(stat(dir, &st) == 0 && S_ISDIR(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE,
+               "output directory %s exists and is not a directory", dir);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -62,7 +67,9 @@ PetscErrorCode sys_path_printf(char *path, size_t len, const char *fmt, ...)
   va_start(ap, fmt);
   n = vsnprintf(path, len, fmt, ap);
   va_end(ap);
-  PetscCheck(n >= 0 && (size_t)n < len, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "path %.60s... is %d characters, longer than the %zu allowed (shorten -output_dir or the file name)", path, n, len - 1);
+  PetscCheck(n >= 0 && (size_t)n < len, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "path %.60s... is %d characters, longer than the %zu allowed (shorten -output_dir or the file name)", path,
+             n, len - 1);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

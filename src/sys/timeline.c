@@ -53,7 +53,10 @@ PetscErrorCode timeline_mark(const char *call, double t0, double t1)
   for (k = 0; k < tl.nnames; k++)
     if (!strcmp(tl.names[k], call)) break;
   if (k == tl.nnames) {
-    PetscCheck(tl.nnames < TL_MAX_NAMES && strlen(call) > 0 && strlen(call) < TL_NAME_LEN && !strchr(call, ' '), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "timeline: call name '%s' must be 1..%d characters without spaces (at most %d names)", call, TL_NAME_LEN - 1, TL_MAX_NAMES);
+    PetscCheck(tl.nnames < TL_MAX_NAMES && strlen(call) > 0 && strlen(call) < TL_NAME_LEN && !strchr(call, ' '),
+               PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+               "timeline: call name '%s' must be 1..%d characters without spaces (at most %d names)", call,
+               TL_NAME_LEN - 1, TL_MAX_NAMES);
     PetscCall(PetscStrncpy(tl.names[tl.nnames++], call, TL_NAME_LEN));
   }
   if (tl.n == tl.cap) {
@@ -103,7 +106,8 @@ PetscErrorCode timeline_gather(MPI_Comm comm, TimelineRows *out)
     if (!rank) {
       for (int r = 0; r < size; r++) displs[r] = total, total += counts[r];
       out->n = total;
-      PetscCall(PetscMalloc4(total + 1, &out->rank, total + 1, &out->call, total + 1, &out->start, total + 1, &out->end));
+      PetscCall(
+          PetscMalloc4(total + 1, &out->rank, total + 1, &out->call, total + 1, &out->start, total + 1, &out->end));
     }
     PetscCallMPI(MPI_Gatherv(call, n, MPI_INT, rank ? NULL : out->call, counts, displs, MPI_INT, 0, comm));
     if (!rank) {
@@ -124,7 +128,8 @@ PetscErrorCode timeline_gather(MPI_Comm comm, TimelineRows *out)
           for (g = 0; g < out->nnames; g++)
             if (!strcmp(out->names[g], name)) break;
           if (g == out->nnames) {
-            PetscCheck(g < TIMELINE_MAX_NAMES, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "timeline: more than %d call names", TIMELINE_MAX_NAMES);
+            PetscCheck(g < TIMELINE_MAX_NAMES, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+                       "timeline: more than %d call names", TIMELINE_MAX_NAMES);
             PetscCall(PetscStrncpy(out->names[out->nnames++], name, TIMELINE_NAME_LEN));
           }
           map[r * TL_MAX_NAMES + k++] = g;
@@ -132,7 +137,8 @@ PetscErrorCode timeline_gather(MPI_Comm comm, TimelineRows *out)
         }
       }
       for (int r = 0; r < size; r++) {
-        for (int i = displs[r]; i < displs[r] + counts[r]; i++) out->rank[i] = r, out->call[i] = map[r * TL_MAX_NAMES + out->call[i]];
+        for (int i = displs[r]; i < displs[r] + counts[r]; i++)
+          out->rank[i] = r, out->call[i] = map[r * TL_MAX_NAMES + out->call[i]];
         counts[r] *= 2, displs[r] *= 2;
       }
       PetscCallMPI(MPI_Gatherv(t, 2 * n, MPI_DOUBLE, tt, counts, displs, MPI_DOUBLE, 0, comm));

@@ -45,7 +45,16 @@
 
 /* Purposes, the third key component of every draw (+ ARITH_PURPOSES *
  * attempt). The noise has a stream of its own (another seed). */
-enum { DRAW_OP = 0, DRAW_A = 1, DRAW_B = 2, DRAW_TEMPLATE = 3, DRAW_NAME = 4, DRAW_OBJECT = 5, DRAW_CONTAINER = 6, DRAW_NOISE = 7 };
+enum {
+  DRAW_OP        = 0,
+  DRAW_A         = 1,
+  DRAW_B         = 2,
+  DRAW_TEMPLATE  = 3,
+  DRAW_NAME      = 4,
+  DRAW_OBJECT    = 5,
+  DRAW_CONTAINER = 6,
+  DRAW_NOISE     = 7
+};
 #define ARITH_PURPOSES 8u
 
 #define ARITH_VOCAB        48
@@ -75,13 +84,20 @@ static const char *const arith_vocab_table[ARITH_VOCAB] = {
  * of these words), so a reader can tell the operation. */
 #define ARITH_TEMPLATES 3
 static const char *const arith_templates[3][ARITH_TEMPLATES] = {
-  {"%n has %a %A and gets %b more. how many?", "%n had %a %A, then found %b more. how many %o?", "the box has %a %A. %n adds %b more. how many?"},
-  {"%n has %a %A and gives away %b. how many left?", "%n had %a %A and lost %b. how many are left?", "the box has %a %A. %n takes %b. how many left?"},
-  {"%a %C of %b %B. how many %o?", "%n has %a %C with %b %B each. how many %o?", "%n buys %a %C, each with %b %B. how many?"},
+  { "%n has %a %A and gets %b more. how many?", "%n had %a %A, then found %b more. how many %o?",
+    "the box has %a %A. %n adds %b more. how many?" },
+  { "%n has %a %A and gives away %b. how many left?", "%n had %a %A and lost %b. how many are left?",
+    "the box has %a %A. %n takes %b. how many left?" },
+  { "%a %C of %b %B. how many %o?", "%n has %a %C with %b %B each. how many %o?",
+    "%n buys %a %C, each with %b %B. how many?" },
 };
 static const char *const arith_names[]          = {"ann", "bob", "eve", "sam", "tom", "zoe", "kim", "raj"};
-static const char *const arith_objects[][2]     = {{"apple", "apples"}, {"pen", "pens"}, {"egg", "eggs"}, {"book", "books"}, {"coin", "coins"}, {"cookie", "cookies"}, {"shell", "shells"}, {"card", "cards"}};
-static const char *const arith_containers[][2]  = {{"box", "boxes"}, {"bag", "bags"}, {"jar", "jars"}, {"pack", "packs"}};
+static const char *const arith_objects[][2]     = { { "apple", "apples" }, { "pen", "pens" },   { "egg", "eggs" },
+                                                    { "book", "books" },   { "coin", "coins" }, { "cookie", "cookies" },
+                                                    { "shell", "shells" }, { "card", "cards" } };
+static const char *const arith_containers[][2]  = {
+   { "box", "boxes" }, { "bag", "bags" }, { "jar", "jars" }, { "pack", "packs" }
+};
 #define ARITH_NAMES      ((int)(sizeof arith_names / sizeof arith_names[0]))
 #define ARITH_OBJECTS    ((int)(sizeof arith_objects / sizeof arith_objects[0]))
 #define ARITH_CONTAINERS ((int)(sizeof arith_containers / sizeof arith_containers[0]))
@@ -98,10 +114,19 @@ PetscErrorCode arith_set_from_options(ArithTask *t)
   PetscFunctionBegin;
   PetscCall(PetscStrncpy(t->ops, "+-", sizeof t->ops));
   PetscOptionsBegin(PETSC_COMM_WORLD, "arith_", "Built-in arithmetic task (-task arith)", NULL);
-  RfOptInt("-max_operand", "Largest operand: operands are drawn uniformly from [0, max_operand] (at most 46340 with '*', answers fit int32)", 20, &t->max_operand);
-  RfOptString("-ops", "Operations drawn uniformly, a subset of +-* (e.g. +-*; a value starting with - is read as an option, so write +- not -+)", t->ops, sizeof t->ops);
-  RfOptBool("-words", "Word problems (\"ann has 12 apples and gets 7 more. how many?\") instead of bare equations (\"12+7=\")", PETSC_FALSE, &t->words);
-  RfOptReal("-demo_noise", "Probability that a demonstration's answer digit is replaced by a random digit", 0.0, &t->demo_noise);
+  RfOptInt("-max_operand",
+           "Largest operand: operands are drawn uniformly from [0, max_operand] (at most 46340 with '*', answers fit "
+           "int32)",
+           20, &t->max_operand);
+  RfOptString("-ops",
+              "Operations drawn uniformly, a subset of +-* (e.g. +-*; a value starting with - is read as an option, so "
+              "write +- not -+)",
+              t->ops, sizeof t->ops);
+  RfOptBool("-words",
+            "Word problems (\"ann has 12 apples and gets 7 more. how many?\") instead of bare equations (\"12+7=\")",
+            PETSC_FALSE, &t->words);
+  RfOptReal("-demo_noise", "Probability that a demonstration's answer digit is replaced by a random digit", 0.0,
+            &t->demo_noise);
   RfOptInt("-seed", "Seed of the arithmetic questions (independent of -seed)", 2024, &t->seed);
   PetscOptionsEnd();
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -285,8 +310,10 @@ int arith_demo(const ArithTask *t, TaskSplit split, uint64_t index, int *tok, in
   *prompt_len = n;
   for (int j = 0; j < m; j++) {
     char ch = answer[j];
-    if (ch >= '0' && ch <= '9' && t->demo_noise > 0 && rng_uniform(seed, (uint32_t)split, (uint32_t)index, DRAW_NOISE, 2u * (uint32_t)j) < t->demo_noise)
-      ch = (char)('0' + arith_below(rng_u32(seed, (uint32_t)split, (uint32_t)index, DRAW_NOISE, 2u * (uint32_t)j + 1), 10));
+    if (ch >= '0' && ch <= '9' && t->demo_noise > 0 &&
+        rng_uniform(seed, (uint32_t)split, (uint32_t)index, DRAW_NOISE, 2u * (uint32_t)j) < t->demo_noise)
+      ch = (char)('0' +
+                  arith_below(rng_u32(seed, (uint32_t)split, (uint32_t)index, DRAW_NOISE, 2u * (uint32_t)j + 1), 10));
     tok[n++] = arith_token(ch);
   }
   tok[n++] = TASK_EOS;
@@ -333,7 +360,8 @@ static int arith_max_question(const ArithTask *t, int op)
 {
   ArithProblem p = {.a = arith_max(t), .b = arith_max(t), .op = op};
   char         text[ARITH_TEXT_MAX];
-  int          best = 0, lname = arith_longest(arith_names, ARITH_NAMES, 1), lcont = arith_longest(&arith_containers[0][1], ARITH_CONTAINERS, 2);
+  int          best = 0, lname = arith_longest(arith_names, ARITH_NAMES, 1),
+      lcont = arith_longest(&arith_containers[0][1], ARITH_CONTAINERS, 2);
 
   if (!t->words) return arith_render(t, &p, PETSC_TRUE, text);
   for (int k = 0; k < ARITH_NAMES; k++)
@@ -420,23 +448,43 @@ PetscErrorCode arith_check(const ArithTask *t, int vocab_size, int n_positions, 
   double space;
 
   PetscFunctionBegin;
-  PetscCheck(nops > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-arith_ops is empty: give a subset of +-* (not starting with -, which reads as an option: +- not -+)");
+  PetscCheck(nops > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-arith_ops is empty: give a subset of +-* (not starting with -, which reads as an option: +- not -+)");
   for (int k = 0; k < nops; k++) {
-    PetscCheck(strchr(ARITH_OPS, t->ops[k]), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-arith_ops %s: '%c' is not one of the operations +-*", t->ops, t->ops[k]);
-    PetscCheck(!memchr(t->ops, t->ops[k], (size_t)k), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-arith_ops %s names '%c' twice (each operation at most once)", t->ops, t->ops[k]);
+    PetscCheck(strchr(ARITH_OPS, t->ops[k]), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+               "-arith_ops %s: '%c' is not one of the operations +-*", t->ops, t->ops[k]);
+    PetscCheck(!memchr(t->ops, t->ops[k], (size_t)k), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+               "-arith_ops %s names '%c' twice (each operation at most once)", t->ops, t->ops[k]);
     mul |= t->ops[k] == '*';
   }
-  PetscCheck(t->max_operand >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-arith_max_operand %" PetscInt_FMT " must be at least 1", t->max_operand);
-  PetscCheck(t->max_operand <= (mul ? ARITH_MAX_MUL : ARITH_MAX_ADD), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-arith_max_operand %" PetscInt_FMT " is too large: answers must fit a 32-bit integer, so at most %d with -arith_ops %s", t->max_operand, mul ? ARITH_MAX_MUL : ARITH_MAX_ADD, t->ops);
-  PetscCheck(t->demo_noise >= 0 && t->demo_noise <= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-arith_demo_noise %g must be in [0,1]", (double)t->demo_noise);
-  PetscCheck(ARITH_VOCAB <= vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "the arithmetic task (-task arith) needs a vocabulary of %d tokens, but -%svocab_size is %d", ARITH_VOCAB, prefix, vocab_size);
-  PetscCheck(arith_max_demo(t) <= n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-arith_max_operand %" PetscInt_FMT " with -arith_ops %s%s needs %d positions (the longest demonstration), but -%sn_positions is %d", t->max_operand, t->ops, t->words ? " and -arith_words" : "", arith_max_demo(t), prefix, n_positions);
+  PetscCheck(t->max_operand >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-arith_max_operand %" PetscInt_FMT " must be at least 1", t->max_operand);
+  PetscCheck(t->max_operand <= (mul ? ARITH_MAX_MUL : ARITH_MAX_ADD), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-arith_max_operand %" PetscInt_FMT
+             " is too large: answers must fit a 32-bit integer, so at most %d with -arith_ops %s",
+             t->max_operand, mul ? ARITH_MAX_MUL : ARITH_MAX_ADD, t->ops);
+  PetscCheck(t->demo_noise >= 0 && t->demo_noise <= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-arith_demo_noise %g must be in [0,1]", (double)t->demo_noise);
+  PetscCheck(ARITH_VOCAB <= vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "the arithmetic task (-task arith) needs a vocabulary of %d tokens, but -%svocab_size is %d", ARITH_VOCAB,
+             prefix, vocab_size);
+  PetscCheck(arith_max_demo(t) <= n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-arith_max_operand %" PetscInt_FMT
+             " with -arith_ops %s%s needs %d positions (the longest demonstration), but -%sn_positions is %d",
+             t->max_operand, t->ops, t->words ? " and -arith_words" : "", arith_max_demo(t), prefix, n_positions);
   space = arith_space(t);
-  PetscCheck(space >= ARITH_MIN_SPACE, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-arith_max_operand %" PetscInt_FMT " with -arith_ops %s gives %.0f distinct questions, too few to keep held-out questions apart (at least %.0f)", t->max_operand, t->ops, space, ARITH_MIN_SPACE);
+  PetscCheck(space >= ARITH_MIN_SPACE, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-arith_max_operand %" PetscInt_FMT " with -arith_ops %s gives %.0f distinct questions, too few to keep "
+                                                 "held-out questions apart (at least %.0f)",
+             t->max_operand, t->ops, space, ARITH_MIN_SPACE);
   if (!t->words && space <= ARITH_ENUMERATE) { /* larger spaces hold questions of both splits beyond doubt */
     int train, eval;
     arith_count_splits(t, &train, &eval);
-    PetscCheck(train > 0 && eval > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-arith_max_operand %" PetscInt_FMT " with -arith_ops %s and -arith_seed %" PetscInt_FMT ": of its %.0f questions %d are held out and %d for training; both splits need some (change -arith_seed or raise -arith_max_operand)", t->max_operand, t->ops, t->seed, space, eval, train);
+    PetscCheck(train > 0 && eval > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+               "-arith_max_operand %" PetscInt_FMT " with -arith_ops %s and -arith_seed %" PetscInt_FMT
+               ": of its %.0f questions %d are held out and %d for training; both splits need some (change -arith_seed "
+               "or raise -arith_max_operand)",
+               t->max_operand, t->ops, t->seed, space, eval, train);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }

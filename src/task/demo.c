@@ -4,7 +4,8 @@
 #include "task.h"
 #include <inttypes.h>
 
-PetscErrorCode demo_source_setup(MPI_Comm comm, const char *path, const BuiltinTask *task, uint64_t seed, DemoSource *src)
+PetscErrorCode demo_source_setup(MPI_Comm comm, const char *path, const BuiltinTask *task, uint64_t seed,
+                                 DemoSource *src)
 {
   PetscBool builtin;
 
@@ -52,9 +53,12 @@ PetscErrorCode demo_source_get(DemoSource *src, uint64_t pos, int T1, int *tok, 
   PetscFunctionBegin;
   if (src->builtin) {
     int room = task_max_demo(&src->task), buf[2 * 1024 + 3];
-    PetscCheck(room <= (int)(sizeof buf / sizeof buf[0]), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "the built-in task's samples of up to %d tokens are too long (at most %d; -task_len_max at most 1024)", room, (int)(sizeof buf / sizeof buf[0]));
+    PetscCheck(room <= (int)(sizeof buf / sizeof buf[0]), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "the built-in task's samples of up to %d tokens are too long (at most %d; -task_len_max at most 1024)",
+               room, (int)(sizeof buf / sizeof buf[0]));
     *len = task_demo(&src->task, TASK_SPLIT_TRAIN, pos, buf, prompt_len);
-    PetscCheck(*len <= T1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "built-in sample %" PRIu64 " has %d tokens, more than the %d the sequence length allows", pos, *len, T1);
+    PetscCheck(*len <= T1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "built-in sample %" PRIu64 " has %d tokens, more than the %d the sequence length allows", pos, *len, T1);
     PetscCall(PetscArraycpy(tok, buf, *len));
   } else {
     int64_t epoch = (int64_t)(pos / (uint64_t)src->file.N);
@@ -63,7 +67,9 @@ PetscErrorCode demo_source_get(DemoSource *src, uint64_t pos, int T1, int *tok, 
     row         = src->perm[pos % (uint64_t)src->file.N];
     *len        = src->file.lengths[row];
     *prompt_len = src->file.prompt_lengths ? src->file.prompt_lengths[row] : 0;
-    PetscCheck(*len <= T1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "data file %s: row %d has %d tokens, more than the model's context allows (%d)", src->path, row, *len, T1);
+    PetscCheck(*len <= T1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "data file %s: row %d has %d tokens, more than the model's context allows (%d)", src->path, row, *len,
+               T1);
     PetscCall(PetscArraycpy(tok, src->file.tokens + (size_t)row * T, *len));
   }
   PetscFunctionReturn(PETSC_SUCCESS);

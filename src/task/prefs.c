@@ -46,9 +46,11 @@ static float prefs_gold(const GenBatch *b, int s)
   return (float)task_judge(row, b->prompt_len[s], row + b->prompt_len[s], b->response_len[s]);
 }
 
-PetscErrorCode prefs_generate(GenEngine *eng, const GenConfig *gen, const BuiltinTask *task, TaskSplit split, int npairs, uint64_t seed, double bt_beta, PrefPairs *p)
+PetscErrorCode prefs_generate(GenEngine *eng, const GenConfig *gen, const BuiltinTask *task, TaskSplit split,
+                              int npairs, uint64_t seed, double bt_beta, PrefPairs *p)
 {
-  int         round = PetscMax(16, PetscMin(npairs, 256)), kept = 0, Tp = (int)task->len_max + 2, T = Tp + (int)gen->max_new_tokens;
+  int round = PetscMax(16, PetscMin(npairs, 256)), kept = 0, Tp = (int)task->len_max + 2,
+      T            = Tp + (int)gen->max_new_tokens;
   uint64_t    next = 0;
   int        *prompts;
   GenRequest *req;
@@ -62,7 +64,9 @@ PetscErrorCode prefs_generate(GenEngine *eng, const GenConfig *gen, const Builti
   while (kept < npairs) {
     for (int i = 0; i < round; i++) { /* prompt next+i, two samples with ids 2(next+i) and 2(next+i)+1 */
       int len = task_prompt(task, split, next + (uint64_t)i, prompts + (size_t)i * Tp);
-      for (int k = 0; k < 2; k++) req[2 * i + k] = (GenRequest){(int)(2 * (next + (uint64_t)i) + (uint64_t)k), prompts + (size_t)i * Tp, len, 0, 0};
+      for (int k = 0; k < 2; k++)
+        req[2 * i + k] = (GenRequest){ (int)(2 * (next + (uint64_t)i) + (uint64_t)k), prompts + (size_t)i * Tp, len, 0,
+                                       0 };
     }
     PetscCall(gen_generate(eng, seed, PREF_ITERATION + (uint32_t)split, 2 * round, req, &b, NULL, NULL));
     for (int i = 0; i < round && kept < npairs; i++) {
@@ -77,7 +81,10 @@ PetscErrorCode prefs_generate(GenEngine *eng, const GenConfig *gen, const Builti
       kept++;
     }
     next += (uint64_t)round;
-    PetscCheck(next < 1000ull * (uint64_t)npairs + 100000ull, PETSC_COMM_WORLD, PETSC_ERR_NOT_CONVERGED, "preference pairs: after %llu prompts only %d of %d pairs differ in gold score (the policy's two samples are almost always equally good; raise -gen_temperature)", (unsigned long long)next, kept, npairs);
+    PetscCheck(next < 1000ull * (uint64_t)npairs + 100000ull, PETSC_COMM_WORLD, PETSC_ERR_NOT_CONVERGED,
+               "preference pairs: after %llu prompts only %d of %d pairs differ in gold score (the policy's two "
+               "samples are almost always equally good; raise -gen_temperature)",
+               (unsigned long long)next, kept, npairs);
   }
   PetscCall(gen_batch_destroy(&b));
   PetscCall(PetscFree2(prompts, req));
@@ -88,11 +95,14 @@ PetscErrorCode prefs_read(MPI_Comm comm, const char *path, PrefPairs *p)
 {
   PetscFunctionBegin;
   PetscCall(data_read(comm, path, &p->d));
-  PetscCheck(p->d.N >= 2 && p->d.N % 2 == 0, comm, PETSC_ERR_FILE_UNEXPECTED, "pair file %s has %d rows; it needs an even number (chosen, rejected, chosen, ...)", path, p->d.N);
+  PetscCheck(p->d.N >= 2 && p->d.N % 2 == 0, comm, PETSC_ERR_FILE_UNEXPECTED,
+             "pair file %s has %d rows; it needs an even number (chosen, rejected, chosen, ...)", path, p->d.N);
   PetscCheck(p->d.prompt_lengths, comm, PETSC_ERR_FILE_UNEXPECTED, "pair file %s has no /prompt_lengths", path);
   for (int i = 0; i < p->d.N; i += 2)
-    PetscCheck(p->d.prompt_lengths[i] == p->d.prompt_lengths[i + 1] && !memcmp(p->d.tokens + (size_t)i * p->d.T, p->d.tokens + (size_t)(i + 1) * p->d.T, (size_t)p->d.prompt_lengths[i] * sizeof(int)), comm, PETSC_ERR_FILE_UNEXPECTED,
-               "pair file %s: rows %d and %d do not share a prompt", path, i, i + 1);
+    PetscCheck(p->d.prompt_lengths[i] == p->d.prompt_lengths[i + 1] &&
+                   !memcmp(p->d.tokens + (size_t)i * p->d.T, p->d.tokens + (size_t)(i + 1) * p->d.T,
+                           (size_t)p->d.prompt_lengths[i] * sizeof(int)),
+               comm, PETSC_ERR_FILE_UNEXPECTED, "pair file %s: rows %d and %d do not share a prompt", path, i, i + 1);
   PetscCall(PetscMalloc1(p->d.N, &p->gold));
   for (int i = 0; i < p->d.N; i++) p->gold[i] = NAN;
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -15,7 +15,10 @@ PetscErrorCode task_set_from_options(BuiltinTask *task)
   PetscFunctionBegin;
   task->kind = TASK_KIND_SORT;
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Built-in task", NULL);
-  RfOptEnum("-task", "The built-in task of 'builtin' data and prompts: sort (sort symbols; a judge scores responses) or arith (arithmetic questions with exact answers, -arith_*)", TaskKindNames, 2, &task->kind);
+  RfOptEnum("-task",
+            "The built-in task of 'builtin' data and prompts: sort (sort symbols; a judge scores responses) or arith "
+            "(arithmetic questions with exact answers, -arith_*)",
+            TaskKindNames, 2, &task->kind);
   PetscOptionsEnd();
   PetscCall(arith_set_from_options(&task->arith));
   PetscOptionsBegin(PETSC_COMM_WORLD, "task_", "Built-in sort task", NULL);
@@ -24,7 +27,8 @@ PetscErrorCode task_set_from_options(BuiltinTask *task)
   RfOptReal("-len_median", "Median number of symbols (log-normal lengths)", 6.0, &task->len_median);
   RfOptReal("-len_sigma", "Log-normal shape of the prompt length: larger gives a longer tail", 0.5, &task->len_sigma);
   RfOptInt("-len_max", "Most symbols in a prompt (a sample takes 2*len_max+3 positions)", 12, &task->len_max);
-  RfOptReal("-demo_noise", "Probability that a demonstration token is replaced by a random symbol", 0.0, &task->demo_noise);
+  RfOptReal("-demo_noise", "Probability that a demonstration token is replaced by a random symbol", 0.0,
+            &task->demo_noise);
   RfOptInt("-seed", "Seed of the task's prompts (independent of -seed)", 2024, &task->seed);
   PetscOptionsEnd();
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -41,13 +45,25 @@ static double task_prompt_space(const BuiltinTask *task)
 static PetscErrorCode sort_check(const BuiltinTask *task, int vocab_size, int n_positions, const char *prefix)
 {
   PetscFunctionBegin;
-  PetscCheck(task->n_symbols >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-task_symbols %" PetscInt_FMT " must be at least 2", task->n_symbols);
-  PetscCheck(task->len_min >= 1 && task->len_min <= task->len_max, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-task_len_min %" PetscInt_FMT " must be in [1, -task_len_max %" PetscInt_FMT "]", task->len_min, task->len_max);
-  PetscCheck(task->len_median > 0 && task->len_sigma >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-task_len_median must be positive and -task_len_sigma non-negative");
-  PetscCheck(task->demo_noise >= 0 && task->demo_noise <= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-task_demo_noise %g must be in [0,1]", (double)task->demo_noise);
-  PetscCheck(TASK_FIRST_SYMBOL + task->n_symbols <= vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-task_symbols %" PetscInt_FMT " needs a vocabulary of %" PetscInt_FMT " tokens, but -%svocab_size is %d", task->n_symbols, task->n_symbols + TASK_FIRST_SYMBOL, prefix, vocab_size);
-  PetscCheck(2 * task->len_max + 3 <= n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-task_len_max %" PetscInt_FMT " needs %" PetscInt_FMT " positions, but -%sn_positions is %d", task->len_max, 2 * task->len_max + 3, prefix, n_positions);
-  PetscCheck(task_prompt_space(task) >= 64.0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-task_symbols %" PetscInt_FMT " with lengths %" PetscInt_FMT "..%" PetscInt_FMT " give %.0f distinct prompts, too few to keep held-out prompts apart (at least 64)", task->n_symbols, task->len_min, task->len_max, task_prompt_space(task));
+  PetscCheck(task->n_symbols >= 2, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-task_symbols %" PetscInt_FMT " must be at least 2", task->n_symbols);
+  PetscCheck(task->len_min >= 1 && task->len_min <= task->len_max, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-task_len_min %" PetscInt_FMT " must be in [1, -task_len_max %" PetscInt_FMT "]", task->len_min,
+             task->len_max);
+  PetscCheck(task->len_median > 0 && task->len_sigma >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-task_len_median must be positive and -task_len_sigma non-negative");
+  PetscCheck(task->demo_noise >= 0 && task->demo_noise <= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-task_demo_noise %g must be in [0,1]", (double)task->demo_noise);
+  PetscCheck(TASK_FIRST_SYMBOL + task->n_symbols <= vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-task_symbols %" PetscInt_FMT " needs a vocabulary of %" PetscInt_FMT " tokens, but -%svocab_size is %d",
+             task->n_symbols, task->n_symbols + TASK_FIRST_SYMBOL, prefix, vocab_size);
+  PetscCheck(2 * task->len_max + 3 <= n_positions, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-task_len_max %" PetscInt_FMT " needs %" PetscInt_FMT " positions, but -%sn_positions is %d",
+             task->len_max, 2 * task->len_max + 3, prefix, n_positions);
+  PetscCheck(task_prompt_space(task) >= 64.0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-task_symbols %" PetscInt_FMT " with lengths %" PetscInt_FMT "..%" PetscInt_FMT
+             " give %.0f distinct prompts, too few to keep held-out prompts apart (at least 64)",
+             task->n_symbols, task->len_min, task->len_max, task_prompt_space(task));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -86,7 +102,9 @@ static int sort_prompt(const BuiltinTask *task, TaskSplit split, uint64_t index,
   for (uint32_t a = 0; a < TASK_MAX_ATTEMPTS; a++) {
     L = task_draw_length(task, split, index, a);
     for (int i = 0; i < L; i++)
-      tok[1 + i] = TASK_FIRST_SYMBOL + (int)(rng_u32((uint64_t)task->seed, (uint32_t)split, (uint32_t)index, DRAW_SYMBOL + 8u * a, (uint32_t)i) % (uint32_t)task->n_symbols);
+      tok[1 + i] = TASK_FIRST_SYMBOL + (int)(rng_u32((uint64_t)task->seed, (uint32_t)split, (uint32_t)index,
+                                                     DRAW_SYMBOL + 8u * a, (uint32_t)i) %
+                                             (uint32_t)task->n_symbols);
     if (task_split_of(task, tok + 1, L) == split) break; /* task_check makes sure both splits exist */
   }
   tok[0]     = TASK_BOS;
@@ -125,8 +143,11 @@ static int sort_demo(const BuiltinTask *task, TaskSplit split, uint64_t index, i
   task_sorted(tok + 1, L, tok + n);
   for (int j = 0; j < L; j++) {
     uint64_t seed = (uint64_t)task->seed ^ 0x9e3779b97f4a7c15ull; /* a stream apart from the prompt's */
-    if (task->demo_noise > 0 && rng_uniform(seed, (uint32_t)split, (uint32_t)index, DRAW_NOISE, 2u * (uint32_t)j) < task->demo_noise)
-      tok[n + j] = TASK_FIRST_SYMBOL + (int)(rng_u32(seed, (uint32_t)split, (uint32_t)index, DRAW_NOISE, 2u * (uint32_t)j + 1) % (uint32_t)task->n_symbols);
+    if (task->demo_noise > 0 &&
+        rng_uniform(seed, (uint32_t)split, (uint32_t)index, DRAW_NOISE, 2u * (uint32_t)j) < task->demo_noise)
+      tok[n + j] = TASK_FIRST_SYMBOL +
+                   (int)(rng_u32(seed, (uint32_t)split, (uint32_t)index, DRAW_NOISE, 2u * (uint32_t)j + 1) %
+                         (uint32_t)task->n_symbols);
   }
   n += L;
   tok[n++] = TASK_EOS;
@@ -160,12 +181,14 @@ PetscErrorCode task_check(const BuiltinTask *task, int vocab_size, int n_positio
 
 int task_prompt(const BuiltinTask *task, TaskSplit split, uint64_t index, int *tok)
 {
-  return task->kind == TASK_KIND_ARITH ? arith_prompt(&task->arith, split, index, tok) : sort_prompt(task, split, index, tok);
+  return task->kind == TASK_KIND_ARITH ? arith_prompt(&task->arith, split, index, tok)
+                                       : sort_prompt(task, split, index, tok);
 }
 
 int task_demo(const BuiltinTask *task, TaskSplit split, uint64_t index, int *tok, int *prompt_len)
 {
-  return task->kind == TASK_KIND_ARITH ? arith_demo(&task->arith, split, index, tok, prompt_len) : sort_demo(task, split, index, tok, prompt_len);
+  return task->kind == TASK_KIND_ARITH ? arith_demo(&task->arith, split, index, tok, prompt_len)
+                                       : sort_demo(task, split, index, tok, prompt_len);
 }
 
 int task_max_prompt(const BuiltinTask *task)

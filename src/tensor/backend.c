@@ -23,7 +23,8 @@ PetscErrorCode backend_get(const char *name, const Backend **be)
 #else
   PetscCheck(!match, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-device cuda: this rlfuse was built without CUDA");
 #endif
-  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_UNKNOWN_TYPE, "-device %s: unknown backend (choose cpu or cuda)", name ? name : "(null)");
+  SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_UNKNOWN_TYPE, "-device %s: unknown backend (choose cpu or cuda)",
+          name ? name : "(null)");
 }
 
 PetscErrorCode backend_setup(const char *device, PetscBool bf16, const Backend **be)

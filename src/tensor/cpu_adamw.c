@@ -35,7 +35,8 @@ PetscErrorCode cpu_sumsq(double *out, const float *x, size_t n)
  * (mul_, lerp_, mul_/addcmul_, sqrt/div/add_, addcdiv_) with its scalars
  * formed in double and used in float: algebraically the formula in tensor.h,
  * rounded the way PyTorch rounds it, so golden AdamW steps agree closely. */
-PetscErrorCode cpu_adamw(float *restrict p, const float *restrict g, float *restrict m, float *restrict v, size_t n, float lr, float b1, float b2, float eps, float wd, int t, float gs)
+PetscErrorCode cpu_adamw(float *restrict p, const float *restrict g, float *restrict m, float *restrict v, size_t n,
+                         float lr, float b1, float b2, float eps, float wd, int t, float gs)
 {
   double bc1   = 1.0 - pow((double)b1, t), bc2 = 1.0 - pow((double)b2, t);
   float  decay = (float)(1.0 - (double)lr * wd);

@@ -77,14 +77,16 @@ static inline void att_dots(float *restrict s, const float *restrict a, const fl
 /* o[0..16*NB) = sum_j p[j] * v_j in j order, the sums held in NB registers
  * (the compiler kept them in memory, a load and a store per product): the
  * same roundings, a product then a sum, as att_row's loop. */
-static inline __attribute__((always_inline)) void att_pv_regs(float *restrict o, const float *restrict p, int L, const float *restrict v, size_t ldv, const int NB)
+static inline __attribute__((always_inline)) void att_pv_regs(float *restrict o, const float *restrict p, int L,
+                                                              const float *restrict v, size_t ldv, const int NB)
 {
   __m512 acc[8];
 
   for (int b = 0; b < NB; b++) acc[b] = _mm512_setzero_ps();
   for (int j = 0; j < L; j++) {
     __m512 pj = _mm512_set1_ps(p[j]);
-    for (int b = 0; b < NB; b++) acc[b] = _mm512_add_ps(acc[b], _mm512_mul_ps(pj, _mm512_loadu_ps(v + (size_t)j * ldv + 16 * b)));
+    for (int b = 0; b < NB; b++)
+      acc[b] = _mm512_add_ps(acc[b], _mm512_mul_ps(pj, _mm512_loadu_ps(v + (size_t)j * ldv + 16 * b)));
   }
   for (int b = 0; b < NB; b++) _mm512_storeu_ps(o + 16 * b, acc[b]);
 }
@@ -102,7 +104,8 @@ static inline void att_transpose16(float *restrict dst, size_t ldd, const float 
     t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
   }
   for (int g = 0; g < 4; g++) { /* r[4g + k]: rows 4g..4g+3 at column 4L + k of each quarter L */
-    __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]), c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+    __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]), c = _mm512_castps_pd(t[4 * g + 2]),
+            d    = _mm512_castps_pd(t[4 * g + 3]);
     r[4 * g]     = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
     r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
     r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
@@ -121,7 +124,8 @@ static inline void att_transpose16(float *restrict dst, size_t ldd, const float 
 
 /* One query row of one head: p[0..L) = softmax(scale * q.k_j), o = sum_j p_j v_j.
  * KT is the head's keys transposed ([hs][ld]); v rows are ldv apart. */
-static inline void att_row(float *restrict o, float *restrict p, const float *restrict q, const float *restrict KT, int ld, int L, const float *restrict v, size_t ldv, int hs, float scale)
+static inline void att_row(float *restrict o, float *restrict p, const float *restrict q, const float *restrict KT,
+                           int ld, int L, const float *restrict v, size_t ldv, int hs, float scale)
 {
   float m = -INFINITY, inv;
 
@@ -166,8 +170,10 @@ static void att_ds_row(float *restrict p, float *restrict d, int n, float l, flo
 static PetscErrorCode att_check_heads(int C, int NH, int NKV)
 {
   PetscFunctionBegin;
-  PetscCheck(NH > 0 && C % NH == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "attention: query width %d is not a multiple of n_head %d", C, NH);
-  PetscCheck(NKV > 0 && NH % NKV == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "attention: n_kv_head %d does not divide n_head %d", NKV, NH);
+  PetscCheck(NH > 0 && C % NH == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ,
+             "attention: query width %d is not a multiple of n_head %d", C, NH);
+  PetscCheck(NKV > 0 && NH % NKV == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ,
+             "attention: n_kv_head %d does not divide n_head %d", NKV, NH);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -179,7 +185,8 @@ static PetscErrorCode att_check_heads(int C, int NH, int NKV)
  * O = P V. lse may be NULL (a forward that no backward follows). */
 PetscErrorCode cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int NKV)
 {
-  int    hs = NH > 0 ? C / NH : 0, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0, C3 = C + 2 * Ckv, grp = NKV > 0 ? NH / NKV : 1;
+  int hs = NH > 0 ? C / NH : 0, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0,
+      C3 = C + 2 * Ckv, grp = NKV > 0 ? NH / NKV : 1;
   float  scale = 1.0f / sqrtf((float)hs), *scratch;
   size_t per   = (size_t)(T < ATT_QBLOCK ? T : ATT_QBLOCK) * T;
 
@@ -191,17 +198,20 @@ PetscErrorCode cpu_attention_forward(float *out, float *lse, const float *qkv, i
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int qb = 0; qb < nqb; qb++) {
-        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = qkv + (size_t)b * T * C3 + C + (size_t)(h / grp) * hs, *v = k + Ckv;
+        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs,
+                    *k = qkv + (size_t)b * T * C3 + C + (size_t)(h / grp) * hs, *v = k + Ckv;
         int          t0 = qb * ATT_QBLOCK, t1 = t0 + ATT_QBLOCK < T ? t0 + ATT_QBLOCK : T;
         float       *S = scratch + per * cpu_thread_num(), *L = lse ? lse + ((size_t)b * NH + h) * T : NULL;
 
-        cpu_sgemm_kblocked(CblasNoTrans, CblasTrans, t1 - t0, t1, hs, scale, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, T);
+        cpu_sgemm_kblocked(CblasNoTrans, CblasTrans, t1 - t0, t1, hs, scale, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S,
+                           T);
         for (int t = t0; t < t1; t++) {
           float *p = S + (size_t)(t - t0) * T, l = att_softmax_row(p, t);
           for (int j = t + 1; j < t1; j++) p[j] = 0.0f;
           if (L) L[t] = l;
         }
-        cpu_sgemm_kblocked(CblasNoTrans, CblasNoTrans, t1 - t0, hs, t1, 1.0f, S, T, v, C3, 0.0f, out + ((size_t)b * T + t0) * C + (size_t)h * hs, C);
+        cpu_sgemm_kblocked(CblasNoTrans, CblasNoTrans, t1 - t0, hs, t1, 1.0f, S, T, v, C3, 0.0f,
+                           out + ((size_t)b * T + t0) * C + (size_t)h * hs, C);
       }
   PetscCall(PetscFree(scratch));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -216,16 +226,20 @@ PetscErrorCode cpu_attention_forward(float *out, float *lse, const float *qkv, i
  * dV[0..t1) += P^T dO over the stacked rows, straight into dqkv. Stacking
  * makes each product one call over the group (its K and V packed once); a
  * key's sum runs over the query blocks in order, on one thread. */
-PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B, int T, int C, int NH, int NKV)
+PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                      const float *lse, int B, int T, int C, int NH, int NKV)
 {
-  int    hs = NH > 0 ? C / NH : 0, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0, C3 = C + 2 * Ckv, G = NKV > 0 ? NH / NKV : 1;
+  int hs = NH > 0 ? C / NH : 0, nqb = (T + ATT_QBLOCK - 1) / ATT_QBLOCK, Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0,
+      C3 = C + 2 * Ckv, G = NKV > 0 ? NH / NKV : 1;
   size_t rows = (size_t)G * (T < ATT_QBLOCK ? T : ATT_QBLOCK), per = 2 * rows * T + 2 * rows * hs;
   float  scale = 1.0f / sqrtf((float)hs), *scratch;
 
   PetscFunctionBegin;
   PetscCall(att_check_heads(C, NH, NKV));
   if (B <= 0 || T <= 0) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCheck(out && lse, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "attention_backward: needs the forward's output and log-sum-exp (a forward called with att NULL saved none)");
+  PetscCheck(out && lse, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL,
+             "attention_backward: needs the forward's output and log-sum-exp (a forward called with att NULL saved "
+             "none)");
   PetscCall(PetscMalloc1(per * cpu_max_threads(), &scratch));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
@@ -238,7 +252,8 @@ PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const floa
         int t0 = qb * ATT_QBLOCK, t1 = t0 + ATT_QBLOCK < T ? t0 + ATT_QBLOCK : T, n = t1 - t0, m = G * n;
 
         for (int hh = 0; hh < G; hh++) {
-          const float *q = qkv + (size_t)b * T * C3 + (size_t)(kh * G + hh) * hs, *g = dout + (size_t)b * T * C + (size_t)(kh * G + hh) * hs;
+          const float *q = qkv + (size_t)b * T * C3 + (size_t)(kh * G + hh) * hs,
+                      *g = dout + (size_t)b * T * C + (size_t)(kh * G + hh) * hs;
           for (int t = t0; t < t1; t++) {
             memcpy(Qs + ((size_t)hh * n + t - t0) * hs, q + (size_t)t * C3, (size_t)hs * sizeof(float));
             memcpy(Gs + ((size_t)hh * n + t - t0) * hs, g + (size_t)t * C, (size_t)hs * sizeof(float));
@@ -259,7 +274,8 @@ PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const floa
             att_ds_row(p, d, t + 1, L[t], D, scale);
             for (int j = t + 1; j < t1; j++) p[j] = d[j] = 0.0f;
           }
-          cpu_sgemm_kblocked(CblasNoTrans, CblasNoTrans, n, hs, t1, 1.0f, dS + (size_t)hh * n * T, T, k, C3, 1.0f, dq + (size_t)t0 * C3, C3);
+          cpu_sgemm_kblocked(CblasNoTrans, CblasNoTrans, n, hs, t1, 1.0f, dS + (size_t)hh * n * T, T, k, C3, 1.0f,
+                             dq + (size_t)t0 * C3, C3);
         }
         cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, t1, hs, m, 1.0f, dS, T, Qs, hs, 1.0f, dk, C3);
         cpu_sgemm_kblocked(CblasTrans, CblasNoTrans, t1, hs, m, 1.0f, P, T, Gs, hs, 1.0f, dv, C3);
@@ -281,7 +297,8 @@ static inline void att_keys_transposed(float *restrict KT, int ld, const float *
     int w = L - j0 < ATT_LANES ? L - j0 : ATT_LANES;
 #if defined(__AVX512F__)
     if (hs % 16 == 0) {
-      for (int d0 = 0; d0 < hs; d0 += 16) att_transpose16(KT + (size_t)d0 * ld + j0, (size_t)ld, k + (size_t)j0 * ldk + d0, ldk, w);
+      for (int d0 = 0; d0 < hs; d0 += 16)
+        att_transpose16(KT + (size_t)d0 * ld + j0, (size_t)ld, k + (size_t)j0 * ldk + d0, ldk, w);
       continue;
     }
 #endif
@@ -295,8 +312,9 @@ static inline void att_keys_transposed(float *restrict KT, int ld, const float *
 /* Query heads [h0, h1) of row r, which all read kv head kh: its keys (of
  * cache slot sl, positions 0..p) transposed into the thread's scratch
  * once, then att_row for each. */
-static inline void att_cached_heads(float *out, float *scratch, const float *kcache, const float *vcache, const float *qkv, int sl, int p, int r, int kh, int h0, int h1, int Tmax,
-                                    int C, int hs, int Ckv, int ld, float scale)
+static inline void att_cached_heads(float *out, float *scratch, const float *kcache, const float *vcache,
+                                    const float *qkv, int sl, int p, int r, int kh, int h0, int h1, int Tmax, int C,
+                                    int hs, int Ckv, int ld, float scale)
 {
   float       *KT = scratch, *prow = KT + (size_t)hs * ld;
   size_t       s0 = (size_t)sl * Tmax * Ckv + (size_t)kh * hs, C3 = (size_t)C + 2 * (size_t)Ckv;
@@ -304,19 +322,25 @@ static inline void att_cached_heads(float *out, float *scratch, const float *kca
   int          L  = p + 1;
 
   att_keys_transposed(KT, ld, kb, (size_t)Ckv, L, hs);
-  for (int h = h0; h < h1; h++) att_row(out + (size_t)r * C + (size_t)h * hs, prow, qkv + r * C3 + (size_t)h * hs, KT, ld, L, vcache + s0, Ckv, hs, scale);
+  for (int h = h0; h < h1; h++)
+    att_row(out + (size_t)r * C + (size_t)h * hs, prow, qkv + r * C3 + (size_t)h * hs, KT, ld, L, vcache + s0, Ckv, hs,
+            scale);
 }
 
-PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH, int NKV)
+PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot,
+                                    const int *pos, int N, int Tmax, int C, int NH, int NKV)
 {
-  int    hs = NH > 0 ? C / NH : 0, ld = att_ld(Tmax), Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0, grp = NKV > 0 ? NH / NKV : 1;
+  int hs = NH > 0 ? C / NH : 0, ld = att_ld(Tmax), Ckv = NKV > 0 && NH > 0 ? C / NH * NKV : 0,
+      grp    = NKV > 0 ? NH / NKV : 1;
   size_t per = (size_t)hs * ld + ld, C3 = (size_t)C + 2 * (size_t)Ckv;
   float  scale = 1.0f / sqrtf((float)hs), *scratch;
 
   PetscFunctionBegin;
   PetscCall(att_check_heads(C, NH, NKV));
   for (int r = 0; r < N; r++)
-    PetscCheck(slot[r] >= 0 && pos[r] >= 0 && pos[r] < Tmax, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "attention_cached: row %d has slot %d position %d, outside the cache (Tmax %d)", r, slot[r], pos[r], Tmax);
+    PetscCheck(slot[r] >= 0 && pos[r] >= 0 && pos[r] < Tmax, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "attention_cached: row %d has slot %d position %d, outside the cache (Tmax %d)", r, slot[r], pos[r],
+               Tmax);
   if (N <= 0) PetscFunctionReturn(PETSC_SUCCESS);
   /* every row's k,v must be in the cache before any row reads it: a prefill
    * row attends to the rows before it in the same call */
@@ -326,7 +350,8 @@ PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, co
     memcpy(kcache + at, qkv + r * C3 + C, (size_t)Ckv * sizeof(float));
     memcpy(vcache + at, qkv + r * C3 + C + Ckv, (size_t)Ckv * sizeof(float));
   }
-  PetscCall(PetscMalloc1(per * cpu_max_threads(), &scratch)); /* att_keys_transposed writes every column att_dots reads */
+  PetscCall(
+      PetscMalloc1(per * cpu_max_threads(), &scratch)); /* att_keys_transposed writes every column att_dots reads */
   /* one (row, kv head) per step: its keys transposed once for the grp
    * query heads that read them; with fewer such steps than two per thread
    * (one sequence over few kv heads), one (row, query head) per step, each
@@ -334,11 +359,15 @@ PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, co
   if ((size_t)N * NKV < (size_t)2 * cpu_max_threads() && grp > 1) {
 #pragma omp parallel for collapse(2) schedule(dynamic)
     for (int r = 0; r < N; r++)
-      for (int h = 0; h < NH; h++) att_cached_heads(out, scratch + per * cpu_thread_num(), kcache, vcache, qkv, slot[r], pos[r], r, h / grp, h, h + 1, Tmax, C, hs, Ckv, ld, scale);
+      for (int h = 0; h < NH; h++)
+        att_cached_heads(out, scratch + per * cpu_thread_num(), kcache, vcache, qkv, slot[r], pos[r], r, h / grp, h,
+                         h + 1, Tmax, C, hs, Ckv, ld, scale);
   } else {
 #pragma omp parallel for collapse(2) schedule(dynamic)
     for (int r = 0; r < N; r++)
-      for (int kh = 0; kh < NKV; kh++) att_cached_heads(out, scratch + per * cpu_thread_num(), kcache, vcache, qkv, slot[r], pos[r], r, kh, kh * grp, (kh + 1) * grp, Tmax, C, hs, Ckv, ld, scale);
+      for (int kh = 0; kh < NKV; kh++)
+        att_cached_heads(out, scratch + per * cpu_thread_num(), kcache, vcache, qkv, slot[r], pos[r], r, kh, kh * grp,
+                         (kh + 1) * grp, Tmax, C, hs, Ckv, ld, scale);
   }
   PetscCall(PetscFree(scratch));
   PetscFunctionReturn(PETSC_SUCCESS);

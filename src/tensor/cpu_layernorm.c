@@ -6,7 +6,8 @@
 
 #define LN_EPS 1e-5f
 
-PetscErrorCode cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C)
+PetscErrorCode cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                     const float *b, int N, int C)
 {
   PetscFunctionBegin;
 #pragma omp parallel for schedule(static) if ((size_t)N * C > CPU_OMP_MIN)
@@ -30,7 +31,8 @@ PetscErrorCode cpu_layernorm_forward(float *out, float *mean, float *rstd, const
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, const float *mean, const float *rstd, int N, int C)
+PetscErrorCode cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                      const float *w, const float *mean, const float *rstd, int N, int C)
 {
   int    nblk = (N + CPU_ROW_BLOCK - 1) / CPU_ROW_BLOCK;
   float *part; /* [2][nblk][C]: block partials of dw, then of db */

@@ -33,7 +33,8 @@ PetscErrorCode cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, co
 
 /* y = x r w with r = (mean x^2 + eps)^-1/2:
  *   dx_c = r (w_c g_c - x_c r^2 (1/C) sum_j w_j g_j x_j),  dw_c = sum_n g_c x_c r. */
-PetscErrorCode cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C)
+PetscErrorCode cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                    const float *rstd, int N, int C)
 {
   int    nblk = (N + CPU_ROW_BLOCK - 1) / CPU_ROW_BLOCK;
   float *part; /* [nblk][C] block partials of dw */
@@ -98,7 +99,8 @@ PetscErrorCode cpu_rope(float *qkv, const int *pos, const float *inv_freq, int N
 /* Qwen3's per-head RMSNorm: head h of row n (q heads, then k heads,
  * contiguous at the start of the row) is normed alone, with RMSNorm's float
  * order (sum of squares, then (x*s)*w). */
-PetscErrorCode cpu_qk_norm_forward(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd, float eps)
+PetscErrorCode cpu_qk_norm_forward(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH,
+                                   int NKV, int hd, float eps)
 {
   int    nh = NH + NKV;
   size_t W  = (size_t)(NH + 2 * NKV) * hd;
@@ -126,7 +128,8 @@ PetscErrorCode cpu_qk_norm_forward(float *qkv, float *in, float *rstd, const flo
 /* RMSNorm's backward per head, in place on dqkv's q and k heads; the weight
  * gradients from row-block partials ([nblk][hd] for q, then for k) added in
  * block order (cpu_partials_reduce), whatever the thread count. */
-PetscErrorCode cpu_qk_norm_backward(float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd)
+PetscErrorCode cpu_qk_norm_backward(float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd,
+                                    const float *wq, const float *wk, int N, int NH, int NKV, int hd)
 {
   int    nh = NH + NKV, nblk = (N + CPU_ROW_BLOCK - 1) / CPU_ROW_BLOCK;
   size_t W  = (size_t)(NH + 2 * NKV) * hd;

@@ -111,19 +111,22 @@ static inline float row_logsumexp(const float *restrict x, RowSet s, float inv_t
 static PetscErrorCode check_mask(const int *mask_off, const int *mask_ids, int N, int V)
 {
   PetscFunctionBegin;
-  PetscCheck(mask_off[0] >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob: mask_off[0] = %d is negative", mask_off[0]);
+  PetscCheck(mask_off[0] >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob: mask_off[0] = %d is negative",
+             mask_off[0]);
   for (int n = 0; n < N; n++) {
     int a = mask_off[n], len = mask_off[n + 1] - a;
 
-    PetscCheck(len >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob: mask_off decreases at row %d (%d > %d)", n, mask_off[n], mask_off[n + 1]);
+    PetscCheck(len >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob: mask_off decreases at row %d (%d > %d)",
+               n, mask_off[n], mask_off[n + 1]);
     if (len == 1 && mask_ids[a] < 0) { /* every id but e */
-      PetscCheck(-(long long)mask_ids[a] - 1 < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob: row %d allows every token but %lld, outside the vocabulary [0,%d)",
-                 n, -(long long)mask_ids[a] - 1, V);
+      PetscCheck(-(long long)mask_ids[a] - 1 < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+                 "logprob: row %d allows every token but %lld, outside the vocabulary [0,%d)", n,
+                 -(long long)mask_ids[a] - 1, V);
       continue;
     }
     for (int k = a; k < a + len; k++)
-      PetscCheck(mask_ids[k] >= 0 && mask_ids[k] < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob: row %d allows token %d outside the vocabulary [0,%d)", n,
-                 mask_ids[k], V);
+      PetscCheck(mask_ids[k] >= 0 && mask_ids[k] < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+                 "logprob: row %d allows token %d outside the vocabulary [0,%d)", n, mask_ids[k], V);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -139,21 +142,24 @@ static PetscBool in_set(RowSet s, int v)
 /* Host checks before the parallel loop (the cpu backend's pointers are host
  * memory): a bad temperature, mask or target would otherwise read outside
  * the row or give a logprob of a token that cannot be sampled. */
-static PetscErrorCode check_args(const int *target, float inv_temp, const int *mask_off, const int *mask_ids, int N, int V)
+static PetscErrorCode check_args(const int *target, float inv_temp, const int *mask_off, const int *mask_ids, int N,
+                                 int V)
 {
   PetscFunctionBegin;
-  PetscCheck(inv_temp > 0 && isfinite(inv_temp), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob: inv_temp must be positive and finite, not %g", (double)inv_temp);
+  PetscCheck(inv_temp > 0 && isfinite(inv_temp), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "logprob: inv_temp must be positive and finite, not %g", (double)inv_temp);
   if (mask_off) PetscCall(check_mask(mask_off, mask_ids, N, V));
   for (int n = 0; n < N; n++) {
-    PetscCheck(target[n] < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob: row %d has target %d >= vocab_size %d", n, target[n], V);
-    PetscCheck(target[n] < 0 || in_set(row_set(mask_off, mask_ids, n, V), target[n]), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-               "logprob: row %d has target %d outside its allowed set", n, target[n]);
+    PetscCheck(target[n] < V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "logprob: row %d has target %d >= vocab_size %d", n, target[n], V);
+    PetscCheck(target[n] < 0 || in_set(row_set(mask_off, mask_ids, n, V), target[n]), PETSC_COMM_SELF,
+               PETSC_ERR_ARG_OUTOFRANGE, "logprob: row %d has target %d outside its allowed set", n, target[n]);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode cpu_logprob_forward(float *logprob, float *lse, float *entropy, const float *logits, const int *target, float inv_temp, const int *mask_off,
-                                   const int *mask_ids, int N, int V)
+PetscErrorCode cpu_logprob_forward(float *logprob, float *lse, float *entropy, const float *logits, const int *target,
+                                   float inv_temp, const int *mask_off, const int *mask_ids, int N, int V)
 {
   PetscFunctionBegin;
   PetscCall(check_args(target, inv_temp, mask_off, mask_ids, N, V));
@@ -173,8 +179,9 @@ PetscErrorCode cpu_logprob_forward(float *logprob, float *lse, float *entropy, c
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode cpu_logprob_backward(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
-                                    const int *mask_off, const int *mask_ids, int N, int V)
+PetscErrorCode cpu_logprob_backward(float *dlogits, const float *logits, const float *lse, const int *target,
+                                    const float *dlogprob, float inv_temp, const int *mask_off, const int *mask_ids,
+                                    int N, int V)
 {
   PetscFunctionBegin;
   PetscCall(check_args(target, inv_temp, mask_off, mask_ids, N, V));
@@ -221,10 +228,12 @@ PetscErrorCode cpu_logprob_backward(float *dlogits, const float *logits, const f
     }                                                                              \
   } while (0)
 
-PetscErrorCode cpu_logprob_stats(double *stats, const float *logits, const int *target, float inv_temp, const int *mask_off, const int *mask_ids, int N, int Vl, int v0)
+PetscErrorCode cpu_logprob_stats(double *stats, const float *logits, const int *target, float inv_temp,
+                                 const int *mask_off, const int *mask_ids, int N, int Vl, int v0)
 {
   PetscFunctionBegin;
-  PetscCheck(inv_temp > 0 && isfinite(inv_temp), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob_stats: inv_temp must be positive and finite, not %g", (double)inv_temp);
+  PetscCheck(inv_temp > 0 && isfinite(inv_temp), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "logprob_stats: inv_temp must be positive and finite, not %g", (double)inv_temp);
 #pragma omp parallel for schedule(static) if ((size_t)N * Vl > CPU_OMP_MIN)
   for (int n = 0; n < N; n++) {
     const float *x = logits + (size_t)n * Vl;
@@ -246,11 +255,13 @@ PetscErrorCode cpu_logprob_stats(double *stats, const float *logits, const int *
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode cpu_logprob_backward_shard(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
-                                          const int *mask_off, const int *mask_ids, int N, int Vl, int v0)
+PetscErrorCode cpu_logprob_backward_shard(float *dlogits, const float *logits, const float *lse, const int *target,
+                                          const float *dlogprob, float inv_temp, const int *mask_off,
+                                          const int *mask_ids, int N, int Vl, int v0)
 {
   PetscFunctionBegin;
-  PetscCheck(inv_temp > 0 && isfinite(inv_temp), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "logprob_backward_shard: inv_temp must be positive and finite, not %g", (double)inv_temp);
+  PetscCheck(inv_temp > 0 && isfinite(inv_temp), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "logprob_backward_shard: inv_temp must be positive and finite, not %g", (double)inv_temp);
   PetscCheck(lse, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "logprob_backward_shard: the global lse is required");
 #pragma omp parallel for schedule(static) if ((size_t)N * Vl > CPU_OMP_MIN)
   for (int n = 0; n < N; n++) {

@@ -39,7 +39,8 @@ PetscErrorCode cpu_alloc(size_t bytes, void **ptr)
   } else err = posix_memalign(&base, 64, total);
   if (!base) {
     char hb[32];
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_MEM, "%zu bytes (%s) could not be allocated on the cpu (%s)", bytes, sys_bytes_str((double)bytes, hb, sizeof hb), strerror(err ? err : ENOMEM));
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_MEM, "%zu bytes (%s) could not be allocated on the cpu (%s)", bytes,
+            sys_bytes_str((double)bytes, hb, sizeof hb), strerror(err ? err : ENOMEM));
   }
   if (!mapped) memset(base, 0, total); /* mapped pages arrive zeroed */
   h         = (CpuHeader *)base;
@@ -56,7 +57,9 @@ PetscErrorCode cpu_free(void *ptr)
   PetscFunctionBegin;
   if (!ptr) PetscFunctionReturn(PETSC_SUCCESS);
   h = (CpuHeader *)((char *)ptr - CPU_HEADER);
-  if (h->mapped) PetscCheck(munmap(h, h->bytes) == 0, PETSC_COMM_SELF, PETSC_ERR_SYS, "cpu_free: munmap of %zu bytes failed (%s)", h->bytes, strerror(errno));
+  if (h->mapped)
+    PetscCheck(munmap(h, h->bytes) == 0, PETSC_COMM_SELF, PETSC_ERR_SYS, "cpu_free: munmap of %zu bytes failed (%s)",
+               h->bytes, strerror(errno));
   else free(h);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

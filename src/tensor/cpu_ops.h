@@ -86,31 +86,44 @@ PetscErrorCode cpu_memcpy(void *dst, const void *src, size_t bytes);
 PetscErrorCode cpu_zero(void *ptr, size_t bytes);
 PetscErrorCode cpu_sync(void);
 
-PetscErrorCode cpu_encoder_forward(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C, int v0, int Vl);
-PetscErrorCode cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C, int v0, int Vl);
+PetscErrorCode cpu_encoder_forward(float *out, const int *tok, const int *pos, const float *wte, const float *wpe,
+                                   int N, int C, int v0, int Vl);
+PetscErrorCode cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N,
+                                    int C, int v0, int Vl);
 
-PetscErrorCode cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C);
-PetscErrorCode cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, const float *mean, const float *rstd, int N, int C);
+PetscErrorCode cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                     const float *b, int N, int C);
+PetscErrorCode cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                      const float *w, const float *mean, const float *rstd, int N, int C);
 
 /* Longest K sum handed to one sgemm call: below OpenBLAS's GEMM_Q (320 on
  * this machine's kernel), so OpenBLAS never re-splits it and the bits do not
  * depend on its thread count (checked by test_ops). */
 #define CPU_KBLOCK 256
-void           cpu_sgemm_kblocked(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc);
+void cpu_sgemm_kblocked(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
+                        int lda, const float *B, int ldb, float beta, float *Cm, int ldc);
 void           cpu_blas_init(void);
-PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed);
-PetscErrorCode cpu_matmul_forward_rows(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed);
-PetscErrorCode cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, PetscBool transposed);
+PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
+                                  PetscBool transposed);
+PetscErrorCode cpu_matmul_forward_rows(float *out, const float *inp, const float *w, const float *bias, int N, int C,
+                                       int OC, PetscBool transposed);
+PetscErrorCode cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                                   const float *w, int N, int C, int OC, PetscBool transposed);
 
 PetscErrorCode cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int NKV);
-PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B, int T, int C, int NH, int NKV);
-PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH, int NKV);
+PetscErrorCode cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                      const float *lse, int B, int T, int C, int NH, int NKV);
+PetscErrorCode cpu_attention_cached(float *out, float *kcache, float *vcache, const float *qkv, const int *slot,
+                                    const int *pos, int N, int Tmax, int C, int NH, int NKV);
 
 PetscErrorCode cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
-PetscErrorCode cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C);
+PetscErrorCode cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                    const float *rstd, int N, int C);
 PetscErrorCode cpu_rope(float *qkv, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd, int inverse);
-PetscErrorCode cpu_qk_norm_forward(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd, float eps);
-PetscErrorCode cpu_qk_norm_backward(float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd);
+PetscErrorCode cpu_qk_norm_forward(float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH,
+                                   int NKV, int hd, float eps);
+PetscErrorCode cpu_qk_norm_backward(float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd,
+                                    const float *wq, const float *wk, int N, int NH, int NKV, int hd);
 PetscErrorCode cpu_swiglu_forward(float *out, const float *gu, int N, int F);
 PetscErrorCode cpu_swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int F);
 
@@ -120,19 +133,24 @@ PetscErrorCode cpu_residual_forward(float *out, const float *a, const float *b, 
 PetscErrorCode cpu_axpy(float *y, float alpha, const float *x, size_t n);
 PetscErrorCode cpu_scale(float *x, float alpha, size_t n);
 
-PetscErrorCode cpu_logprob_forward(float *logprob, float *lse, float *entropy, const float *logits, const int *target, float inv_temp, const int *mask_off,
-                                   const int *mask_ids, int N, int V);
-PetscErrorCode cpu_logprob_backward(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
-                                    const int *mask_off, const int *mask_ids, int N, int V);
-PetscErrorCode cpu_logprob_stats(double *stats, const float *logits, const int *target, float inv_temp, const int *mask_off, const int *mask_ids, int N, int Vl, int v0);
-PetscErrorCode cpu_logprob_backward_shard(float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp,
-                                          const int *mask_off, const int *mask_ids, int N, int Vl, int v0);
+PetscErrorCode cpu_logprob_forward(float *logprob, float *lse, float *entropy, const float *logits, const int *target,
+                                   float inv_temp, const int *mask_off, const int *mask_ids, int N, int V);
+PetscErrorCode cpu_logprob_backward(float *dlogits, const float *logits, const float *lse, const int *target,
+                                    const float *dlogprob, float inv_temp, const int *mask_off, const int *mask_ids,
+                                    int N, int V);
+PetscErrorCode cpu_logprob_stats(double *stats, const float *logits, const int *target, float inv_temp,
+                                 const int *mask_off, const int *mask_ids, int N, int Vl, int v0);
+PetscErrorCode cpu_logprob_backward_shard(float *dlogits, const float *logits, const float *lse, const int *target,
+                                          const float *dlogprob, float inv_temp, const int *mask_off,
+                                          const int *mask_ids, int N, int Vl, int v0);
 
-PetscErrorCode cpu_sample(int *token, float *logprob, int *nallowed, int *boundary, int *allowed, void *work, const float *logits, const int *row, const int *sample_id,
-                          const int *position, const int *ban_eos, const BackendSampleCfg *cfg, int N, int V);
+PetscErrorCode cpu_sample(int *token, float *logprob, int *nallowed, int *boundary, int *allowed, void *work,
+                          const float *logits, const int *row, const int *sample_id, const int *position,
+                          const int *ban_eos, const BackendSampleCfg *cfg, int N, int V);
 size_t         cpu_sample_work(int N, int V);
 
 PetscErrorCode cpu_sumsq(double *out, const float *x, size_t n);
-PetscErrorCode cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int t, float gs);
+PetscErrorCode cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
+                         float eps, float wd, int t, float gs);
 
 #endif

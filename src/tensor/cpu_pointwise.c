@@ -8,7 +8,8 @@
  * two threads never write the same line of dwte/dwpe. */
 #define ENC_CHUNK 16
 
-PetscErrorCode cpu_encoder_forward(float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C, int v0, int Vl)
+PetscErrorCode cpu_encoder_forward(float *out, const int *tok, const int *pos, const float *wte, const float *wpe,
+                                   int N, int C, int v0, int Vl)
 {
   PetscFunctionBegin;
 #pragma omp parallel for schedule(static) if ((size_t)N * C > CPU_OMP_MIN)
@@ -41,7 +42,8 @@ static void encoder_scatter(float *dtab, const float *dout, const int *idx, int 
   }
 }
 
-PetscErrorCode cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C, int v0, int Vl)
+PetscErrorCode cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N,
+                                    int C, int v0, int Vl)
 {
   PetscFunctionBegin;
   if (dwte) encoder_scatter(dwte, dout, tok, N, C, v0, Vl);

@@ -26,33 +26,52 @@ CUDA_OP(from_host, (void *dst, const void *src, size_t bytes), (dst, src, bytes)
 CUDA_OP(copy, (void *dst, const void *src, size_t bytes), (dst, src, bytes))
 CUDA_OP(zero, (void *ptr, size_t bytes), (ptr, bytes))
 CUDA_OP(sync, (void), ())
-CUDA_OP(encoder_forward, (float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C, int v0, int Vl),
+CUDA_OP(encoder_forward,
+        (float *out, const int *tok, const int *pos, const float *wte, const float *wpe, int N, int C, int v0, int Vl),
         (out, tok, pos, wte, wpe, N, C, v0, Vl))
-CUDA_OP(encoder_backward, (float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C, int v0, int Vl),
+CUDA_OP(encoder_backward,
+        (float *dwte, float *dwpe, const float *dout, const int *tok, const int *pos, int N, int C, int v0, int Vl),
         (dwte, dwpe, dout, tok, pos, N, C, v0, Vl))
-CUDA_OP(layernorm_forward, (float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C), (out, mean, rstd, inp, w, b, N, C))
+CUDA_OP(layernorm_forward,
+        (float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C),
+        (out, mean, rstd, inp, w, b, N, C))
 CUDA_OP(layernorm_backward,
-        (float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, const float *mean, const float *rstd, int N, int C),
+        (float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, const float *mean,
+         const float *rstd, int N, int C),
         (dinp, dw, db, dout, inp, w, mean, rstd, N, C))
-CUDA_OP(rmsnorm_forward, (float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps), (out, rstd, inp, w, N, C, eps))
-CUDA_OP(rmsnorm_backward, (float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C),
+CUDA_OP(rmsnorm_forward, (float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps),
+        (out, rstd, inp, w, N, C, eps))
+CUDA_OP(rmsnorm_backward,
+        (float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C),
         (dinp, dw, dout, inp, w, rstd, N, C))
-CUDA_OP(rope, (float *qkv, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd, int inverse), (qkv, pos, inv_freq, N, NH, NKV, hd, inverse))
-CUDA_OP(qk_norm_forward, (float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd, float eps),
+CUDA_OP(rope, (float *qkv, const int *pos, const float *inv_freq, int N, int NH, int NKV, int hd, int inverse),
+        (qkv, pos, inv_freq, N, NH, NKV, hd, inverse))
+CUDA_OP(qk_norm_forward,
+        (float *qkv, float *in, float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd,
+         float eps),
         (qkv, in, rstd, wq, wk, N, NH, NKV, hd, eps))
-CUDA_OP(qk_norm_backward, (float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd, const float *wq, const float *wk, int N, int NH, int NKV, int hd),
+CUDA_OP(qk_norm_backward,
+        (float *dqkv, float *dwq, float *dwk, const float *in, const float *rstd, const float *wq, const float *wk,
+         int N, int NH, int NKV, int hd),
         (dqkv, dwq, dwk, in, rstd, wq, wk, N, NH, NKV, hd))
 CUDA_OP(swiglu_forward, (float *out, const float *gu, int N, int F), (out, gu, N, F))
 CUDA_OP(swiglu_backward, (float *dgu, const float *gu, const float *dout, int N, int F), (dgu, gu, dout, N, F))
-CUDA_OP(matmul_forward, (float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed),
+CUDA_OP(matmul_forward,
+        (float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed),
         (out, inp, w, bias, N, C, OC, transposed ? 1 : 0))
-CUDA_OP(matmul_fused, (float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed, const MatmulFusion *f),
+CUDA_OP(matmul_fused,
+        (float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed,
+         const MatmulFusion *f),
         (out, inp, w, bias, N, C, OC, transposed ? 1 : 0, f->gated ? 1 : 0, f->add ? 1 : 0, f->norm_w, f->norm_eps))
-CUDA_OP(matmul_backward, (float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, PetscBool transposed),
+CUDA_OP(matmul_backward,
+        (float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C,
+         int OC, PetscBool transposed),
         (dinp, dw, dbias, dout, inp, w, N, C, OC, transposed ? 1 : 0))
-CUDA_OP(attention_forward, (float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV), (out, att, qkv, B, T, C, NH, NKV))
+CUDA_OP(attention_forward, (float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV),
+        (out, att, qkv, B, T, C, NH, NKV))
 /* The tiled backward sums P dP over each row's panel: it does not read out. */
-static PetscErrorCode cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *att, int B, int T, int C, int NH, int NKV)
+static PetscErrorCode cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                              const float *att, int B, int T, int C, int NH, int NKV)
 {
   PetscFunctionBegin;
   (void)out;
@@ -60,7 +79,8 @@ static PetscErrorCode cuda_attention_backward(float *dqkv, const float *dout, co
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 CUDA_OP(attention_cached,
-        (float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax, int C, int NH, int NKV),
+        (float *out, float *kcache, float *vcache, const float *qkv, const int *slot, const int *pos, int N, int Tmax,
+         int C, int NH, int NKV),
         (out, kcache, vcache, qkv, slot, pos, N, Tmax, C, NH, NKV))
 CUDA_OP(gelu_forward, (float *out, const float *inp, size_t n), (out, inp, n))
 CUDA_OP(gelu_backward, (float *dinp, const float *inp, const float *dout, size_t n), (dinp, inp, dout, n))
@@ -68,24 +88,27 @@ CUDA_OP(residual_forward, (float *out, const float *a, const float *b, size_t n)
 CUDA_OP(axpy, (float *y, float alpha, const float *x, size_t n), (y, alpha, x, n))
 CUDA_OP(scale, (float *x, float alpha, size_t n), (x, alpha, n))
 CUDA_OP(logprob_forward,
-        (float *logprob, float *lse, float *entropy, const float *logits, const int *target, float inv_temp, const int *mask_off, const int *mask_ids, int N, int V),
+        (float *logprob, float *lse, float *entropy, const float *logits, const int *target, float inv_temp,
+         const int *mask_off, const int *mask_ids, int N, int V),
         (logprob, lse, entropy, logits, target, inv_temp, mask_off, mask_ids, N, V))
 CUDA_OP(logprob_backward,
-        (float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp, const int *mask_off, const int *mask_ids,
-         int N, int V),
+        (float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob,
+         float inv_temp, const int *mask_off, const int *mask_ids, int N, int V),
         (dlogits, logits, lse, target, dlogprob, inv_temp, mask_off, mask_ids, N, V))
 CUDA_OP(logprob_stats,
-        (double *stats, const float *logits, const int *target, float inv_temp, const int *mask_off, const int *mask_ids, int N, int Vl, int v0),
+        (double *stats, const float *logits, const int *target, float inv_temp, const int *mask_off,
+         const int *mask_ids, int N, int Vl, int v0),
         (stats, logits, target, inv_temp, mask_off, mask_ids, N, Vl, v0))
 CUDA_OP(logprob_backward_shard,
-        (float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob, float inv_temp, const int *mask_off, const int *mask_ids,
-         int N, int Vl, int v0),
+        (float *dlogits, const float *logits, const float *lse, const int *target, const float *dlogprob,
+         float inv_temp, const int *mask_off, const int *mask_ids, int N, int Vl, int v0),
         (dlogits, logits, lse, target, dlogprob, inv_temp, mask_off, mask_ids, N, Vl, v0))
 CUDA_OP(sample,
-        (int *token, float *logprob, int *nallowed, int *boundary, int *allowed, void *work, const float *logits, const int *row, const int *sample_id,
-         const int *position, const int *ban_eos, const BackendSampleCfg *cfg, int N, int V),
-        (token, logprob, nallowed, boundary, allowed, work, logits, row, sample_id, position, ban_eos, cfg->temperature, cfg->top_p, cfg->top_k, cfg->greedy,
-         cfg->eos, (unsigned long long)cfg->key, cfg->iteration, N, V))
+        (int *token, float *logprob, int *nallowed, int *boundary, int *allowed, void *work, const float *logits,
+         const int *row, const int *sample_id, const int *position, const int *ban_eos, const BackendSampleCfg *cfg,
+         int N, int V),
+        (token, logprob, nallowed, boundary, allowed, work, logits, row, sample_id, position, ban_eos, cfg->temperature,
+         cfg->top_p, cfg->top_k, cfg->greedy, cfg->eos, (unsigned long long)cfg->key, cfg->iteration, N, V))
 CUDA_OP(sumsq, (double *out, const float *x, size_t n), (out, x, n))
 CUDA_OP(graph_begin, (void), ())
 CUDA_OP(graph_end, (void **graph), (graph))
@@ -98,7 +121,9 @@ static PetscErrorCode cuda_weights_hint(void *ptr, size_t bytes)
   RFCUDA_CALL(rfcuda_weights_region(ptr, bytes));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
-CUDA_OP(adamw, (float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int t, float gs),
+CUDA_OP(adamw,
+        (float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps, float wd,
+         int t, float gs),
         (p, g, m, v, n, lr, b1, b2, eps, wd, t, gs))
 
 static const Backend cuda_backend = {
@@ -164,8 +189,10 @@ static PetscErrorCode cuda_pick_device(int *device)
   lack = ndev == 0;
   PetscCallMPI(MPI_Allreduce(&lack, &nlack, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
   PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  PetscCheck(nlack == 0 || !lack, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-device cuda: no CUDA device found (%s); use -device cpu", rfcuda_error());
-  PetscCheck(nlack == 0, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-device cuda: no CUDA device found on %d of %d ranks; use -device cpu", nlack, (int)size);
+  PetscCheck(nlack == 0 || !lack, PETSC_COMM_WORLD, PETSC_ERR_SUP,
+             "-device cuda: no CUDA device found (%s); use -device cpu", rfcuda_error());
+  PetscCheck(nlack == 0, PETSC_COMM_WORLD, PETSC_ERR_SUP,
+             "-device cuda: no CUDA device found on %d of %d ranks; use -device cpu", nlack, (int)size);
   PetscCallMPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   PetscCallMPI(MPI_Comm_rank(node, &local));
   PetscCallMPI(MPI_Comm_free(&node));
@@ -217,7 +244,10 @@ PetscErrorCode backend_mem_free(const Backend *be, double *bytes)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-double backend_weight_copy_bytes(const Backend *be) { return be == &cuda_backend && rfcuda_get_precision() == 1 ? 2.0 : 0.0; }
+double backend_weight_copy_bytes(const Backend *be)
+{
+  return be == &cuda_backend && rfcuda_get_precision() == 1 ? 2.0 : 0.0;
+}
 
 PetscErrorCode backend_cuda_set_attention_panel_bytes(size_t bytes, size_t *was)
 {

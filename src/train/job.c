@@ -21,11 +21,19 @@ PetscErrorCode train_job_checkpoint_options(TrainJobOptions *j)
   j->minutes    = 30;
   j->restart[0] = '\0';
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "Checkpoints", NULL);
-  RfOptInt("-checkpoint_every", "Checkpoint interval of every stage without its own -<stage>_checkpoint_every", 0, &j->every);
-  RfOptReal("-checkpoint_minutes", "Also a checkpoint after the step or iteration that ends this many minutes of wall time after the stage's start or its last checkpoint, so that a long run stopped by a kill loses at most that (0: off)", j->minutes, &j->minutes);
-  RfOptString("-restart", "Resume from this checkpoint of the mode's stage (its models with their optimizer state, step or iteration, data position, RNG key); latest: the newest in -output_dir, or a fresh start", j->restart, sizeof j->restart);
+  RfOptInt("-checkpoint_every", "Checkpoint interval of every stage without its own -<stage>_checkpoint_every", 0,
+           &j->every);
+  RfOptReal("-checkpoint_minutes",
+            "Also a checkpoint after the step or iteration that ends this many minutes of wall time after the stage's "
+            "start or its last checkpoint, so that a long run stopped by a kill loses at most that (0: off)",
+            j->minutes, &j->minutes);
+  RfOptString("-restart",
+              "Resume from this checkpoint of the mode's stage (its models with their optimizer state, step or "
+              "iteration, data position, RNG key); latest: the newest in -output_dir, or a fresh start",
+              j->restart, sizeof j->restart);
   PetscOptionsEnd();
-  PetscCheck(j->minutes >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-checkpoint_minutes %g must be >= 0 (0: off)", (double)j->minutes);
+  PetscCheck(j->minutes >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-checkpoint_minutes %g must be >= 0 (0: off)", (double)j->minutes);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -40,13 +48,16 @@ PetscErrorCode train_job_options(TrainJobOptions *j)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode train_stage_checkpoint_every(const TrainJobOptions *j, const char *stage, const char *unit, PetscInt *every, PetscReal *minutes)
+PetscErrorCode train_stage_checkpoint_every(const TrainJobOptions *j, const char *stage, const char *unit,
+                                            PetscInt *every, PetscReal *minutes)
 {
   char prefix[32], help[160];
 
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(prefix, sizeof prefix, "%s_", stage));
-  PetscCall(PetscSNPrintf(help, sizeof help, "Write <output_dir>/ckpt_<%s>.h5 every N %ss (0: only final.h5; default: -checkpoint_every)", unit, unit));
+  PetscCall(PetscSNPrintf(help, sizeof help,
+                          "Write <output_dir>/ckpt_<%s>.h5 every N %ss (0: only final.h5; default: -checkpoint_every)",
+                          unit, unit));
   *every   = j->every;
   *minutes = j->minutes;
   PetscOptionsBegin(PETSC_COMM_WORLD, prefix, "Checkpoints", NULL);
@@ -60,7 +71,8 @@ PetscBool train_checkpoint_due(PetscInt every, PetscInt n)
   return (PetscBool)(every > 0 && n % every == 0);
 }
 
-PetscErrorCode train_checkpoint_now(MPI_Comm comm, PetscInt every, PetscReal minutes, PetscInt n, double *last, PetscBool *due, int *stop)
+PetscErrorCode train_checkpoint_now(MPI_Comm comm, PetscInt every, PetscReal minutes, PetscInt n, double *last,
+                                    PetscBool *due, int *stop)
 {
   int mine[2] = {sys_stop_signal(), minutes > 0 && sys_wtime() - *last >= 60.0 * minutes}, all[2];
 
@@ -72,13 +84,22 @@ PetscErrorCode train_checkpoint_now(MPI_Comm comm, PetscInt every, PetscReal min
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode train_stopped(const RunCtx *run, int sig, const char *stage, const char *unit, PetscInt n, const char *ckpt)
+PetscErrorCode train_stopped(const RunCtx *run, int sig, const char *stage, const char *unit, PetscInt n,
+                             const char *ckpt)
 {
   PetscFunctionBegin;
-  SETERRQ(run->comm, PETSC_ERR_SIG, "%s stopped by %s after %s %" PetscInt_FMT ": checkpoint %s/%s written; to go on, run the same command with -restart latest", stage, sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal", unit, n, run->output_dir, ckpt);
+  SETERRQ(run->comm, PETSC_ERR_SIG,
+          "%s stopped by %s after %s %" PetscInt_FMT
+          ": checkpoint %s/%s written; to go on, run the same command with -restart latest",
+          stage,
+          sig == SIGTERM  ? "SIGTERM"
+          : sig == SIGINT ? "SIGINT"
+                          : "a signal",
+          unit, n, run->output_dir, ckpt);
 }
 
-PetscErrorCode train_record_open(const RunCtx *run, const char *mode, const Plan *plan, const PlanNeeds *needs, RunRecord **rec)
+PetscErrorCode train_record_open(const RunCtx *run, const char *mode, const Plan *plan, const PlanNeeds *needs,
+                                 RunRecord **rec)
 {
   PetscFunctionBegin;
   PetscCall(record_open(run, mode, rec));

@@ -21,7 +21,8 @@ PetscErrorCode trainer_options(TrainSched *sched)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const ModelConfig *cfg, int batch, PetscBool print, PlanNeeds *needs)
+PetscErrorCode trainer_plan_check(const RunCtx *run, const Plan *plan, MFCId call, const ModelConfig *cfg, int batch,
+                                  PetscBool print, PlanNeeds *needs)
 {
   PetscFunctionBegin;
   PetscCall(PetscMemzero(needs, sizeof *needs));
@@ -53,7 +54,8 @@ void trainer_attach(DModel *dm, const Plan *plan, MFCId call, TrainSched sched, 
   tr->red    = dm->mesh->all;
 }
 
-PetscErrorCode trainer_create(const char *name, const ModelConfig *cfg, const Backend *be, const Plan *plan, MFCId call, TrainSched sched, Trainer *tr)
+PetscErrorCode trainer_create(const char *name, const ModelConfig *cfg, const Backend *be, const Plan *plan, MFCId call,
+                              TrainSched sched, Trainer *tr)
 {
   DModel own;
 
@@ -96,7 +98,8 @@ PetscErrorCode trainer_schedule(const Trainer *tr, const MicroSplit *s, SchedTas
   const Model *g = tr->dm->lm;
 
   PetscFunctionBegin;
-  PetscCheck(g && s->count > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "trainer_schedule: no micro-batches on this rank");
+  PetscCheck(g && s->count > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+             "trainer_schedule: no micro-batches on this rank");
   PetscCall(PetscMalloc1(2 * s->count, tasks));
   if (tr->sched == TRAIN_SCHED_GPIPE) PetscCall(sched_gpipe(g->sh.pp, g->sh.p, s->count, *tasks, nslots));
   else PetscCall(sched_1f1b(g->sh.pp, g->sh.p, s->count, *tasks, nslots));
@@ -135,14 +138,16 @@ PetscErrorCode trainer_sum_heads(const Trainer *tr, double *v, int n)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode trainer_step(Trainer *tr, const AdamWConfig *opt, const char *what, const char *at, double loss, PetscReal *lr, PetscReal *gnorm)
+PetscErrorCode trainer_step(Trainer *tr, const AdamWConfig *opt, const char *what, const char *at, double loss,
+                            PetscReal *lr, PetscReal *gnorm)
 {
   Model *g   = tr->dm->lm;
   Comm   red = tr->red;
   double v[2] = {0, 0};
 
   PetscFunctionBegin;
-  PetscCheck(isfinite(loss), PETSC_COMM_WORLD, PETSC_ERR_FP, "%s loss is %g at %s; stopping before the optimizer step, the last checkpoint is intact", what, loss, at);
+  PetscCheck(isfinite(loss), PETSC_COMM_WORLD, PETSC_ERR_FP,
+             "%s loss is %g at %s; stopping before the optimizer step, the last checkpoint is intact", what, loss, at);
   if (g) {
     PetscReal norm;
     PetscCall(PetscLogEventBegin(sys_log.optimizer, 0, 0, 0, 0));
@@ -157,7 +162,9 @@ PetscErrorCode trainer_step(Trainer *tr, const AdamWConfig *opt, const char *wha
   *gnorm = (PetscReal)v[0];
   *lr    = (PetscReal)v[1];
   /* every rank of the trainer sees the same norm, so all stop together, before any weight or moment changes */
-  PetscCheck(isfinite(*gnorm), PETSC_COMM_WORLD, PETSC_ERR_FP, "%s gradient norm is %g at %s; stopping before the optimizer step, the last checkpoint is intact", what, (double)*gnorm, at);
+  PetscCheck(isfinite(*gnorm), PETSC_COMM_WORLD, PETSC_ERR_FP,
+             "%s gradient norm is %g at %s; stopping before the optimizer step, the last checkpoint is intact", what,
+             (double)*gnorm, at);
   if (g) {
     PetscCall(PetscLogEventBegin(sys_log.optimizer, 0, 0, 0, 0));
     PetscCall(model_adamw_update(g, opt, *gnorm, NULL));
@@ -166,12 +173,14 @@ PetscErrorCode trainer_step(Trainer *tr, const AdamWConfig *opt, const char *wha
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode trainer_restart(Trainer *tr, const RunCtx *run, const char *path, PetscInt steps, const char *opt, CkptState *st)
+PetscErrorCode trainer_restart(Trainer *tr, const RunCtx *run, const char *path, PetscInt steps, const char *opt,
+                               CkptState *st)
 {
   PetscFunctionBegin;
   PetscCall(dmodel_load(tr->dm, path, tr->dm->name, PETSC_TRUE, PETSC_FALSE, 0));
   PetscCall(ckpt_read_state(run->comm, path, st));
-  PetscCheck(st->iteration <= steps, run->comm, PETSC_ERR_ARG_OUTOFRANGE, "-restart %s is at step %" PetscInt_FMT ", past %s %" PetscInt_FMT, path, st->iteration, opt, steps);
+  PetscCheck(st->iteration <= steps, run->comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "-restart %s is at step %" PetscInt_FMT ", past %s %" PetscInt_FMT, path, st->iteration, opt, steps);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -185,14 +194,16 @@ PetscErrorCode trainer_checkpoint(Trainer *tr, const RunCtx *run, const char *na
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode train_checkpoint_models(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, size_t bucket, RunRecord *rec)
+PetscErrorCode train_checkpoint_models(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n,
+                                       const char *name, const CkptState *st, size_t bucket, RunRecord *rec)
 {
   PetscFunctionBegin;
   PetscCall(train_checkpoint_sourced(run, dm, cm, n, name, st, NULL, NULL, rec));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode train_checkpoint_sourced(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n, const char *name, const CkptState *st, const CkptSource *src,
+PetscErrorCode train_checkpoint_sourced(const RunCtx *run, DModel *const *dm, const CkptModel *cm, int n,
+                                        const char *name, const CkptState *st, const CkptSource *src,
                                         const CkptCarry *carry, RunRecord *rec)
 {
   char      path[PETSC_MAX_PATH_LEN];
@@ -201,7 +212,8 @@ PetscErrorCode train_checkpoint_sourced(const RunCtx *run, DModel *const *dm, co
   double    t0 = sys_wtime();
 
   PetscFunctionBegin;
-  PetscCheck(n >= 1 && n <= 8, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "train_checkpoint_models: %d models (1 to 8)", n);
+  PetscCheck(n >= 1 && n <= 8, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "train_checkpoint_models: %d models (1 to 8)",
+             n);
   PetscCall(sys_output_path(run, name, path, sizeof path));
   PetscCall(PetscLogEventBegin(sys_log.ckpt_write, 0, 0, 0, 0));
   /* each member writes its shard: nothing is gathered */

@@ -75,7 +75,8 @@ PetscErrorCode async_keep_prompts(AsyncQueue *q, const PromptSource *ps, int64_t
 PetscErrorCode async_weights(AsyncQueue *q, const PPOOptions *o, Rollout *r);
 /* The iteration's staleness metrics in run.h5 (docs/async.md) and the
  * progress line's part. */
-PetscErrorCode async_record(RunRecord *rec, const AsyncQueue *q, const Rollout *r, int64_t iteration, double gen_s, double train_s, double iter_s, char *line, size_t len);
+PetscErrorCode async_record(RunRecord *rec, const AsyncQueue *q, const Rollout *r, int64_t iteration, double gen_s,
+                            double train_s, double iter_s, char *line, size_t len);
 /* What checkpoints written now carry (ckpt.c): the queue's generated
  * batches from batch `from` on, and the pool. */
 void async_checkpoint_carry(AsyncQueue *q, int64_t from, CkptCarry *c);
@@ -83,7 +84,8 @@ void async_checkpoint_carry(AsyncQueue *q, int64_t from, CkptCarry *c);
  * without /async, a synchronous run's, may go on with any); with q, the
  * batches [from, from + K) the file holds go into their slots, ready, with
  * their prompts' answers (*found: how many). Collective on comm. */
-PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *o, PromptSource *ps, AsyncQueue *q, int64_t from, int *found);
+PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *o, PromptSource *ps, AsyncQueue *q,
+                             int64_t from, int *found);
 /* The built-in task's answer a (in buf, nbuf bytes: its owner's, which the
  * next prompts overwrite) copied to dst, which is returned; an answer
  * elsewhere (a prompt file's) returned as it is. */
@@ -101,14 +103,17 @@ PetscErrorCode async_pool_destroy(AsyncPool *p);
 /* Partial rollouts (pool.c). Before batch b's generation,
  * on every rank: whole groups of new prompts from *data_pos (advanced) until
  * the pool is full, and slot b marked as b's. */
-PetscErrorCode async_pool_admit(AsyncQueue *q, PromptSource *ps, const PPOOptions *o, int64_t batch, PetscInt *data_pos);
+PetscErrorCode async_pool_admit(AsyncQueue *q, PromptSource *ps, const PPOOptions *o, int64_t batch,
+                                PetscInt *data_pos);
 /* On the members of the generating mesh: the call's draws (keyed by the
  * batch index) for the rows not ended, then the oldest unfinished groups to
  * their end if fewer than a batch's groups have ended. */
-PetscErrorCode async_pool_generate(AsyncPool *p, DModel *policy, const PPOOptions *o, int max_prompt, uint64_t seed, uint32_t key, GenPart *part);
+PetscErrorCode async_pool_generate(AsyncPool *p, DModel *policy, const PPOOptions *o, int max_prompt, uint64_t seed,
+                                   uint32_t key, GenPart *part);
 /* On every rank after it: the results shared and merged into the pool
  * (version: the weights' iterations), and the batch taken out into its slot. */
-PetscErrorCode async_pool_share(AsyncQueue *q, const Mesh *m, const PPOOptions *o, GenPart *part, int version, Rollout *slot);
+PetscErrorCode async_pool_share(AsyncQueue *q, const Mesh *m, const PPOOptions *o, GenPart *part, int version,
+                                Rollout *slot);
 /* After a restart read the rows' prompt positions: the answers, metadata
  * and source indices of slot r's rows (r NULL: the pool's) drawn again. */
 PetscErrorCode async_pool_prompts(AsyncQueue *q, PromptSource *ps, const PPOOptions *o, Rollout *r);
@@ -122,7 +127,8 @@ PetscErrorCode async_pool_prompts(AsyncQueue *q, PromptSource *ps, const PPOOpti
  * counts (mcnt, set before) and those ids, checking that they agree. */
 PetscErrorCode async_pool_masks_pack(const AsyncPool *p, int **ids, size_t *total);
 PetscErrorCode async_pool_masks_unpack(AsyncPool *p, const int *ids, size_t total);
-PetscErrorCode async_pool_take_early(AsyncQueue *q, const Mesh *m, const PPOOptions *o, GenPart *part, int version, Rollout *slot);
+PetscErrorCode async_pool_take_early(AsyncQueue *q, const Mesh *m, const PPOOptions *o, GenPart *part, int version,
+                                     Rollout *slot);
 
 /* ---- the loop's interface (batches.c) ----------------------------------------- */
 /* The batch maker of an asynchronous run (-async_staleness > 0): the queue,

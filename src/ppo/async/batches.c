@@ -79,9 +79,11 @@ static PetscErrorCode admit(AsyncBatches *ab, PPOLoopEnv *e, int64_t b, int *use
 }
 
 /* Trains on `cur` and generates `next` (either may be NULL). */
-static PetscErrorCode iterate_on(AsyncBatches *ab, PPOLoopEnv *e, Rollout *cur, Rollout *next, PPOTrainStats *ts, StageTimes *tm)
+static PetscErrorCode iterate_on(AsyncBatches *ab, PPOLoopEnv *e, Rollout *cur, Rollout *next, PPOTrainStats *ts,
+                                 StageTimes *tm)
 {
-  PPOIterSpec sp = {cur, next, cur ? cur->async.batch : 0, next ? next->async.batch : 0, PETSC_TRUE, PETSC_FALSE, &ab->hooks};
+  PPOIterSpec sp = { cur,         next,      cur ? cur->async.batch : 0, next ? next->async.batch : 0, PETSC_TRUE,
+                     PETSC_FALSE, &ab->hooks };
 
   PetscFunctionBegin;
   sp.prox = (PetscBool)(cur && e->o->async_correction != ASYNC_NONE);
@@ -105,7 +107,9 @@ static PetscErrorCode start(PPOBatches *bt, PPOLoopEnv *e)
   if (e->o->restart[0]) {
     int found;
     PetscCall(async_restore(e->run->comm, e->o->restart, e->o, e->ps, q, e->st->iteration, &found));
-    if (found) PetscCall(PetscPrintf(e->run->comm, "%s: asynchronous, staleness %d: %d generated batches from %s\n", algo, q->K, found, e->o->restart));
+    if (found)
+      PetscCall(PetscPrintf(e->run->comm, "%s: asynchronous, staleness %d: %d generated batches from %s\n", algo, q->K,
+                            found, e->o->restart));
   }
   for (int64_t b = e->st->iteration; b < e->st->iteration + q->K && b < e->o->iterations; b++) {
     StageTimes    tm;
@@ -118,7 +122,9 @@ static PetscErrorCode start(PPOBatches *bt, PPOLoopEnv *e)
     e->st->data_pos += used;
     made++;
   }
-  if (made) PetscCall(PetscPrintf(e->run->comm, "%s: asynchronous, staleness %d: the first %d batches generated in %s\n", algo, q->K, made, sys_duration_str(sys_wtime() - t0, d, sizeof d)));
+  if (made)
+    PetscCall(PetscPrintf(e->run->comm, "%s: asynchronous, staleness %d: the first %d batches generated in %s\n", algo,
+                          q->K, made, sys_duration_str(sys_wtime() - t0, d, sizeof d)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -133,7 +139,8 @@ static PetscErrorCode iterate(PPOBatches *bt, PPOLoopEnv *e, Rollout **r, PPOTra
 
   PetscFunctionBegin;
   *r = async_slot(q, it);
-  PetscCheck(q->ready[it % q->n] && (*r)->async.batch == it, PETSC_COMM_SELF, PETSC_ERR_PLIB, "asynchronous queue: batch %" PetscInt64_FMT " is not there", it);
+  PetscCheck(q->ready[it % q->n] && (*r)->async.batch == it, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+             "asynchronous queue: batch %" PetscInt64_FMT " is not there", it);
   if (it + q->K < e->o->iterations) {
     PetscCall(admit(ab, e, it + q->K, &used));
     next = async_slot(q, it + q->K);
@@ -143,7 +150,8 @@ static PetscErrorCode iterate(PPOBatches *bt, PPOLoopEnv *e, Rollout **r, PPOTra
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode record(PPOBatches *bt, RunRecord *rec, const Rollout *r, int64_t it, const StageTimes *tm, const PPOTrainStats *ts, double iter_s, char *more, size_t len)
+static PetscErrorCode record(PPOBatches *bt, RunRecord *rec, const Rollout *r, int64_t it, const StageTimes *tm,
+                             const PPOTrainStats *ts, double iter_s, char *more, size_t len)
 {
   AsyncBatches *ab = (AsyncBatches *)bt->data;
   PetscFunctionBegin;

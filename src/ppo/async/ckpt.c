@@ -17,7 +17,8 @@ static PetscErrorCode int32_positions(const int64_t *pos, int n, int *out)
 {
   PetscFunctionBegin;
   for (int i = 0; i < n; i++) {
-    PetscCheck(pos[i] >= 0 && pos[i] <= PETSC_MAX_INT, PETSC_COMM_SELF, PETSC_ERR_SUP, "checkpoint: prompt position %" PetscInt64_FMT " does not fit the file's int32", pos[i]);
+    PetscCheck(pos[i] >= 0 && pos[i] <= PETSC_MAX_INT, PETSC_COMM_SELF, PETSC_ERR_SUP,
+               "checkpoint: prompt position %" PetscInt64_FMT " does not fit the file's int32", pos[i]);
     out[i] = (int)pos[i];
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -91,7 +92,8 @@ static PetscErrorCode async_write(IoId file, void *ctx)
     int         pos[q->partial ? B : 1];
 
     if (!q->ready[s] || r->async.batch < a->from) continue;
-    if (r->async.tver) { /* partial rollouts: each token's version, each row's prompt (rows come from several batches' prompts) */
+    if (r->async.tver) { /* partial rollouts: each token's version, each row's prompt (rows come from several batches'
+                            prompts) */
       PetscCall(int32_positions(r->async.ppos, B, pos));
       d[nd++] = (IODataset){"token_versions", 2, {B, T}, r->async.tver, PETSC_TRUE};
       d[nd++] = (IODataset){"prompt_positions", 1, {B, 1}, pos, PETSC_TRUE};
@@ -133,7 +135,9 @@ typedef struct {
 static PetscErrorCode async_read_rows(IoId h, const char *path, const char *name, IoType mem, void *buf, long long n)
 {
   PetscFunctionBegin;
-  PetscCheck(io_dataset_npoints(h, name) == n && io_dataset_read_all(h, name, mem, buf) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s: /async batch dataset %s is missing or has not %lld elements", path, name, n);
+  PetscCheck(io_dataset_npoints(h, name) == n && io_dataset_read_all(h, name, mem, buf) == 0, PETSC_COMM_SELF,
+             PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s: /async batch dataset %s is missing or has not %lld elements",
+             path, name, n);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -163,13 +167,21 @@ static PetscErrorCode pool_read(IoId g, AsyncLoad *a)
     PetscCall(async_read_rows(h, a->path, "prompt_positions", IO_INT, a->ppos, n));
     for (int i = 0; i < n; i++) p->ppos[i] = a->ppos[i];
     if (p->mcnt) { /* the counts and ids here, unpacked into the rows after the broadcast (async_restore) */
-      PetscCheck(io_dataset_npoints(h, "mask_counts") >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s: /async/pool holds no allowed sets (mask_counts), which -gen_top_k, -gen_top_p or -gen_min_new_tokens need: restart it with the sampling options it was written with", a->path);
+      PetscCheck(io_dataset_npoints(h, "mask_counts") >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+                 "checkpoint %s: /async/pool holds no allowed sets (mask_counts), which -gen_top_k, -gen_top_p or "
+                 "-gen_min_new_tokens need: restart it with the sampling options it was written with",
+                 a->path);
       PetscCall(async_read_rows(h, a->path, "mask_counts", IO_INT, p->mcnt, nT));
       a->pool_nid = 0;
       for (long long k = 0; k < nT; k++) a->pool_nid += p->mcnt[k];
       PetscCall(PetscMalloc1(a->pool_nid + 1, &a->pool_ids));
-      PetscCall(async_read_rows(h, a->path, "mask_ids", IO_INT, a->pool_ids, PetscMax(1, a->pool_nid))); /* one id stored for none */
-    } else PetscCheck(io_dataset_npoints(h, "mask_counts") < 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "checkpoint %s: /async/pool holds allowed sets (written with -gen_top_k, -gen_top_p or -gen_min_new_tokens): restart it with the sampling options it was written with", a->path);
+      PetscCall(async_read_rows(h, a->path, "mask_ids", IO_INT, a->pool_ids,
+                                PetscMax(1, a->pool_nid))); /* one id stored for none */
+    } else
+      PetscCheck(io_dataset_npoints(h, "mask_counts") < 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+                 "checkpoint %s: /async/pool holds allowed sets (written with -gen_top_k, -gen_top_p or "
+                 "-gen_min_new_tokens): restart it with the sampling options it was written with",
+                 a->path);
   }
   PetscCall(io_close(&h));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -229,7 +241,8 @@ static PetscErrorCode async_read(IoId file, void *ctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *o, PromptSource *ps, AsyncQueue *q, int64_t from, int *found)
+PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *o, PromptSource *ps, AsyncQueue *q,
+                             int64_t from, int *found)
 {
   AsyncQueue none = {0};
   AsyncLoad  a    = {q ? q : &none, from, 0, {0}, {0}, {0}, NULL, NULL, 0, 0, path};
@@ -242,16 +255,23 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
   PetscCallMPI(MPI_Bcast(&a.staleness, 1, MPI_DOUBLE, 0, comm));
   PetscCallMPI(MPI_Bcast(a.pool, 4, MPI_DOUBLE, 0, comm));
   /* a synchronous run's checkpoint may go on asynchronously (the first batches are generated at the restart) */
-  PetscCheck(a.staleness == 0 || (PetscInt)a.staleness == o->async_staleness, comm, PETSC_ERR_ARG_INCOMP, "-restart %s was written with -async_staleness %.0f and holds its queue of generated batches: restart it with -async_staleness %.0f (not %" PetscInt_FMT ")", path,
-             a.staleness, a.staleness, o->async_staleness);
-  /* partial rollouts in flight go on only into a pool of the same shape; batches without prompt positions only without one */
-  PetscCheck(a.staleness == 0 || (a.pool[0] > 0) == (o->async_partial > 0), comm, PETSC_ERR_ARG_INCOMP, "-restart %s was written %s -async_partial: restart it %s", path, a.pool[0] > 0 ? "with" : "without",
+  PetscCheck(a.staleness == 0 || (PetscInt)a.staleness == o->async_staleness, comm, PETSC_ERR_ARG_INCOMP,
+             "-restart %s was written with -async_staleness %.0f and holds its queue of generated batches: restart it "
+             "with -async_staleness %.0f (not %" PetscInt_FMT ")",
+             path, a.staleness, a.staleness, o->async_staleness);
+  /* partial rollouts in flight go on only into a pool of the same shape; batches without prompt positions only without
+   * one */
+  PetscCheck(a.staleness == 0 || (a.pool[0] > 0) == (o->async_partial > 0), comm, PETSC_ERR_ARG_INCOMP,
+             "-restart %s was written %s -async_partial: restart it %s", path, a.pool[0] > 0 ? "with" : "without",
              a.pool[0] > 0 ? "with the same -async_partial and -async_partial_extra" : "with -async_partial 0");
   if (a.pool[0] > 0) {
     int G = ppo_group_size(o), cap = ppo_partial_rows(o);
-    PetscCheck((int)a.pool[0] == (int)o->async_partial && (int)a.pool[2] == cap && (int)a.pool[1] == G, comm, PETSC_ERR_ARG_INCOMP,
-               "-restart %s holds partial rollouts of -async_partial %.0f in a pool of %.0f rows (groups of %.0f): restart it with the same -async_partial, -async_partial_extra and -grpo_group (now %" PetscInt_FMT ", %d rows, groups of %d)", path, a.pool[0], a.pool[2],
-               a.pool[1], o->async_partial, cap, G);
+    PetscCheck((int)a.pool[0] == (int)o->async_partial && (int)a.pool[2] == cap && (int)a.pool[1] == G, comm,
+               PETSC_ERR_ARG_INCOMP,
+               "-restart %s holds partial rollouts of -async_partial %.0f in a pool of %.0f rows (groups of %.0f): "
+               "restart it with the same -async_partial, -async_partial_extra and -grpo_group (now %" PetscInt_FMT
+               ", %d rows, groups of %d)",
+               path, a.pool[0], a.pool[2], a.pool[1], o->async_partial, cap, G);
   }
   if (!q) {
     PetscCall(PetscFree(a.ppos));

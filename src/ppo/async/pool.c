@@ -29,9 +29,11 @@ PetscErrorCode async_pool_create(const PPOOptions *o, int T, AsyncPool *p)
   p->S = (int)o->async_partial, p->G = ppo_group_size(o), p->T = T, p->cap = cap;
   PetscCall(PetscCalloc3((size_t)cap * T, &p->tokens, (size_t)cap * T, &p->tver, (size_t)cap * T, &p->logprobs));
   PetscCall(PetscCalloc4(cap, &p->prompt_len, cap, &p->len, cap, &p->eos, cap, &p->done));
-  PetscCall(PetscCalloc5(cap, &p->ppos, cap, &p->pidx, cap, &p->answer, cap, &p->meta, (size_t)cap * PPO_ANSWER_LEN, &p->abuf));
+  PetscCall(PetscCalloc5(cap, &p->ppos, cap, &p->pidx, cap, &p->answer, cap, &p->meta, (size_t)cap * PPO_ANSWER_LEN,
+                         &p->abuf));
   PetscCall(PetscCalloc2(cap, &p->req, cap, &p->row));
-  if (gen_masked(&o->gen)) PetscCall(PetscCalloc4((size_t)cap * T, &p->mcnt, cap, &p->mids, cap, &p->mlen, cap, &p->mroom));
+  if (gen_masked(&o->gen))
+    PetscCall(PetscCalloc4((size_t)cap * T, &p->mcnt, cap, &p->mids, cap, &p->mlen, cap, &p->mroom));
   PetscCall(gen_batch_create(cap, T, gen_masked(&o->gen), &p->res));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -94,9 +96,11 @@ static PetscErrorCode pool_copy(AsyncPool *p, int from, int to)
   memmove(p->tokens + to * T, p->tokens + from * T, T * sizeof(int));
   memmove(p->tver + to * T, p->tver + from * T, T * sizeof(int));
   memmove(p->logprobs + to * T, p->logprobs + from * T, T * sizeof(float));
-  p->prompt_len[to] = p->prompt_len[from], p->len[to] = p->len[from], p->eos[to] = p->eos[from], p->done[to] = p->done[from];
+  p->prompt_len[to] = p->prompt_len[from], p->len[to] = p->len[from], p->eos[to] = p->eos[from],
+  p->done[to] = p->done[from];
   p->ppos[to] = p->ppos[from], p->pidx[to] = p->pidx[from], p->meta[to] = p->meta[from];
-  p->answer[to] = async_keep_answer(p->answer[from], p->abuf, (size_t)p->cap * PPO_ANSWER_LEN, p->abuf + (size_t)to * PPO_ANSWER_LEN);
+  p->answer[to] = async_keep_answer(p->answer[from], p->abuf, (size_t)p->cap * PPO_ANSWER_LEN,
+                                    p->abuf + (size_t)to * PPO_ANSWER_LEN);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -107,7 +111,8 @@ static PetscErrorCode pool_set_prompt(AsyncPool *p, PromptSource *ps, const PPOO
   int    len;
 
   PetscFunctionBegin;
-  PetscCheck(ps->room <= p->T, PETSC_COMM_SELF, PETSC_ERR_PLIB, "partial rollouts: prompt room %d exceeds %d positions", ps->room, p->T);
+  PetscCheck(ps->room <= p->T, PETSC_COMM_SELF, PETSC_ERR_PLIB, "partial rollouts: prompt room %d exceeds %d positions",
+             ps->room, p->T);
   PetscCall(PetscArrayzero(p->tokens + i * T, T));
   PetscCall(PetscArrayzero(p->tver + i * T, T));
   PetscCall(PetscArrayzero(p->logprobs + i * T, T));
@@ -115,7 +120,8 @@ static PetscErrorCode pool_set_prompt(AsyncPool *p, PromptSource *ps, const PPOO
     PetscCall(PetscArrayzero(p->mcnt + i * T, T));
     p->mlen[i] = 0;
   }
-  PetscCall(prompts_at(ps, o, pos, p->tokens + i * T, &len, p->abuf + (size_t)i * PPO_ANSWER_LEN, &p->answer[i], &p->meta[i], &p->pidx[i]));
+  PetscCall(prompts_at(ps, o, pos, p->tokens + i * T, &len, p->abuf + (size_t)i * PPO_ANSWER_LEN, &p->answer[i],
+                       &p->meta[i], &p->pidx[i]));
   p->prompt_len[i] = len, p->len[i] = p->eos[i] = p->done[i] = 0, p->ppos[i] = pos;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -147,7 +153,8 @@ static void pool_requests(AsyncPool *p)
   p->nreq = 0;
   for (int i = 0; i < p->n; i++) {
     if (p->done[i]) continue;
-    p->req[p->nreq] = (GenRequest){(int)((p->ppos[i] * p->G + i % p->G) & 0x7fffffff), p->tokens + (size_t)i * p->T, p->prompt_len[i] + p->len[i], p->len[i], p->S};
+    p->req[p->nreq]   = (GenRequest){ (int)((p->ppos[i] * p->G + i % p->G) & 0x7fffffff), p->tokens + (size_t)i * p->T,
+                                      p->prompt_len[i] + p->len[i], p->len[i], p->S };
     p->row[p->nreq++] = i;
   }
 }
@@ -188,11 +195,13 @@ static PetscErrorCode pool_force(const AsyncPool *p, int groups, const int *ende
  * (row, position) order. */
 static PetscErrorCode splice_masks(GenBatch *out, const GenBatch *more, const int *at2, int n2)
 {
-  size_t T = (size_t)out->Tmax, n = (size_t)out->n * T, cur = 0, total = (size_t)out->mask_off[n] + (size_t)more->mask_off[(size_t)n2 * T];
+  size_t T = (size_t)out->Tmax, n = (size_t)out->n * T, cur = 0,
+         total = (size_t)out->mask_off[n] + (size_t)more->mask_off[(size_t)n2 * T];
   int   *from, *off, *ids;
 
   PetscFunctionBegin;
-  PetscCheck(total <= (size_t)PETSC_MAX_INT, PETSC_COMM_SELF, PETSC_ERR_SUP, "partial rollouts: more than %d allowed-set ids overflow GenBatch.mask_off", PETSC_MAX_INT);
+  PetscCheck(total <= (size_t)PETSC_MAX_INT, PETSC_COMM_SELF, PETSC_ERR_SUP,
+             "partial rollouts: more than %d allowed-set ids overflow GenBatch.mask_off", PETSC_MAX_INT);
   PetscCall(PetscMalloc3(out->n + 1, &from, n + 1, &off, total + 1, &ids));
   for (int k = 0; k < out->n; k++) from[k] = -1;
   for (int j = 0; j < n2; j++) from[at2[j]] = j;
@@ -219,7 +228,8 @@ static PetscErrorCode splice_masks(GenBatch *out, const GenBatch *more, const in
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode async_pool_generate(AsyncPool *p, DModel *policy, const PPOOptions *o, int max_prompt, uint64_t seed, uint32_t key, GenPart *part)
+PetscErrorCode async_pool_generate(AsyncPool *p, DModel *policy, const PPOOptions *o, int max_prompt, uint64_t seed,
+                                   uint32_t key, GenPart *part)
 {
   const Mesh *m = policy->mesh;
   const int   T = p->T, maxnew = (int)o->gen.max_new_tokens;
@@ -250,7 +260,8 @@ PetscErrorCode async_pool_generate(AsyncPool *p, DModel *policy, const PPOOption
   for (int i = part->b0; i < part->b1; i++) {
     int k = i - part->b0;
     if (!force[i]) continue;
-    req2[n2]  = (GenRequest){p->req[i].id, out->tokens + (size_t)k * T, out->prompt_len[k] + out->response_len[k], p->req[i].resumed + out->response_len[k], 0};
+    req2[n2]  = (GenRequest){ p->req[i].id, out->tokens + (size_t)k * T, out->prompt_len[k] + out->response_len[k],
+                              p->req[i].resumed + out->response_len[k], 0 };
     at2[n2++] = k;
   }
   if (n2) {
@@ -281,7 +292,8 @@ static PetscErrorCode take_masks(const AsyncPool *p, int i, GenBatch *g, int b, 
   size_t T = (size_t)p->T, at = 0;
 
   PetscFunctionBegin;
-  PetscCheck(*nid + p->mlen[i] <= (size_t)PETSC_MAX_INT, PETSC_COMM_SELF, PETSC_ERR_SUP, "partial rollouts: more than %d allowed-set ids overflow GenBatch.mask_off", PETSC_MAX_INT);
+  PetscCheck(*nid + p->mlen[i] <= (size_t)PETSC_MAX_INT, PETSC_COMM_SELF, PETSC_ERR_SUP,
+             "partial rollouts: more than %d allowed-set ids overflow GenBatch.mask_off", PETSC_MAX_INT);
   if (*nid + p->mlen[i] > g->mask_cap) {
     g->mask_cap = 2 * (*nid + p->mlen[i]) + 1024;
     PetscCall(PetscRealloc(g->mask_cap * sizeof(int), &g->mask_ids));
@@ -302,16 +314,19 @@ static PetscErrorCode pool_merge_take(AsyncQueue *q, const PPOOptions *o, int ve
   AsyncPool *p = &q->pool;
   GenBatch  *g = &p->res, *sg = &slot->gen;
   size_t     T = (size_t)p->T;
-  int        groups = (int)(o->rollout_batch / p->G), taken = 0, kept = 0, s = (int)(slot->async.batch % q->n), B = slot->Bcap;
+  int groups = (int)(o->rollout_batch / p->G), taken = 0, kept = 0, s = (int)(slot->async.batch % q->n), B = slot->Bcap;
   char      *sabuf = q->abuf + (size_t)s * B * PPO_ANSWER_LEN;
   size_t     nid   = 0; /* allowed-set ids of the batch's rows so far */
 
   PetscFunctionBegin;
-  PetscCheck(!p->mcnt == !sg->mask_off, PETSC_COMM_SELF, PETSC_ERR_PLIB, "partial rollouts: the pool %s allowed sets and the batch %s", p->mcnt ? "keeps" : "keeps no", sg->mask_off ? "has room for them" : "none");
+  PetscCheck(!p->mcnt == !sg->mask_off, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+             "partial rollouts: the pool %s allowed sets and the batch %s", p->mcnt ? "keeps" : "keeps no",
+             sg->mask_off ? "has room for them" : "none");
   p->made = 0;
   for (int k = 0; k < p->nreq; k++) { /* each request's new tokens after the row's draws so far */
     int i = p->row[k], P = g->prompt_len[k], L = g->response_len[k];
-    PetscCheck(P == p->prompt_len[i] + p->len[i] && P + L <= p->T, PETSC_COMM_SELF, PETSC_ERR_PLIB, "partial rollouts: request %d of row %d came back at position %d with %d tokens", k, i, P, L);
+    PetscCheck(P == p->prompt_len[i] + p->len[i] && P + L <= p->T, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+               "partial rollouts: request %d of row %d came back at position %d with %d tokens", k, i, P, L);
     PetscCall(PetscArraycpy(p->tokens + i * T + P, g->tokens + k * T + P, L));
     PetscCall(PetscArraycpy(p->logprobs + i * T + P, g->logprobs + k * T + P, L));
     for (int t = P; t < P + L; t++) p->tver[i * T + t] = version;
@@ -334,13 +349,16 @@ static PetscErrorCode pool_merge_take(AsyncQueue *q, const PPOOptions *o, int ve
         for (int t = P; t < P + p->len[i]; t++) vmin = PetscMin(vmin, p->tver[i * T + t]);
         sg->prompt_len[b] = P, sg->response_len[b] = p->len[i], sg->eos[b] = p->eos[i];
         if (p->mcnt) PetscCall(take_masks(p, i, sg, b, &nid));
-        slot->async.version[b] = vmin, slot->async.ppos[b] = p->ppos[i], slot->pidx[b] = p->pidx[i], slot->meta[b] = p->meta[i];
-        slot->answer[b]  = async_keep_answer(p->answer[i], p->abuf, (size_t)p->cap * PPO_ANSWER_LEN, sabuf + (size_t)b * PPO_ANSWER_LEN);
+        slot->async.version[b] = vmin, slot->async.ppos[b] = p->ppos[i], slot->pidx[b] = p->pidx[i],
+        slot->meta[b]   = p->meta[i];
+        slot->answer[b] = async_keep_answer(p->answer[i], p->abuf, (size_t)p->cap * PPO_ANSWER_LEN,
+                                            sabuf + (size_t)b * PPO_ANSWER_LEN);
       } else PetscCall(pool_copy(p, i, kept++));
     }
     if (all && taken < groups) taken++;
   }
-  PetscCheck(taken == groups, PETSC_COMM_SELF, PETSC_ERR_PLIB, "partial rollouts: %d groups ended of the %d of a batch", taken, groups);
+  PetscCheck(taken == groups, PETSC_COMM_SELF, PETSC_ERR_PLIB, "partial rollouts: %d groups ended of the %d of a batch",
+             taken, groups);
   if (p->mcnt) sg->mask_off[(size_t)taken * p->G * T] = (int)nid; /* the end of the batch's last row */
   p->n           = kept;
   slot->B        = sg->n = slot->Bcap;
@@ -357,7 +375,8 @@ static PetscErrorCode pool_merge_take(AsyncQueue *q, const PPOOptions *o, int ve
 static PetscErrorCode gather_masks(const Mesh *m, const GenPart *part, const int *cnt, const int *dsp, GenBatch *g)
 {
   const GenBatch *src = part->own ? &part->b : g;
-  size_t          T = (size_t)g->Tmax, r0 = part->own ? 0 : (size_t)part->b0, nloc = (size_t)(part->b1 - part->b0), n = (size_t)g->n * T;
+  size_t          T = (size_t)g->Tmax, r0 = part->own ? 0 : (size_t)part->b0, nloc = (size_t)(part->b1 - part->b0),
+         n           = (size_t)g->n * T;
   size_t          i0 = (size_t)src->mask_off[r0 * T], nli = (size_t)src->mask_off[(r0 + nloc) * T] - i0;
   int            *lc, *li, *ccnt, *cdsp, *icnt, *idsp;
 
@@ -384,14 +403,16 @@ static PetscErrorCode gather_masks(const Mesh *m, const GenPart *part, const int
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode async_pool_take_early(AsyncQueue *q, const Mesh *m, const PPOOptions *o, GenPart *part, int version, Rollout *slot)
+PetscErrorCode async_pool_take_early(AsyncQueue *q, const Mesh *m, const PPOOptions *o, GenPart *part, int version,
+                                     Rollout *slot)
 {
   AsyncPool *p = &q->pool;
   GenBatch  *g = &p->res;
   int        T = p->T, *cnt, *dsp;
 
   PetscFunctionBegin;
-  PetscCheck(m->tp == 1 && m->pp == 1, PETSC_COMM_SELF, PETSC_ERR_PLIB, "partial rollouts: the batch taken with the generation needs one rank a replica");
+  PetscCheck(m->tp == 1 && m->pp == 1, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+             "partial rollouts: the batch taken with the generation needs one rank a replica");
   if (part->own) { /* my replica's rows into their place, then every replica's from its rank */
     size_t at = (size_t)part->b0 * T;
     PetscCall(PetscArraycpy(g->tokens + at, part->b.tokens, (size_t)part->b.n * T));
@@ -421,7 +442,8 @@ PetscErrorCode async_pool_take_early(AsyncQueue *q, const Mesh *m, const PPOOpti
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode async_pool_share(AsyncQueue *q, const Mesh *m, const PPOOptions *o, GenPart *part, int version, Rollout *slot)
+PetscErrorCode async_pool_share(AsyncQueue *q, const Mesh *m, const PPOOptions *o, GenPart *part, int version,
+                                Rollout *slot)
 {
   AsyncPool *p = &q->pool;
 
@@ -487,16 +509,19 @@ PetscErrorCode async_pool_masks_unpack(AsyncPool *p, const int *ids, size_t tota
   for (int i = 0; i < p->n; i++) {
     size_t len = 0;
     for (size_t t = 0; t < T; t++) {
-      PetscCheck(p->mcnt[i * T + t] >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "partial rollouts: allowed-set count %d at row %d position %zu is negative", p->mcnt[i * T + t], i, t);
+      PetscCheck(p->mcnt[i * T + t] >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+                 "partial rollouts: allowed-set count %d at row %d position %zu is negative", p->mcnt[i * T + t], i, t);
       len += (size_t)p->mcnt[i * T + t];
     }
-    PetscCheck(at + len <= total, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "partial rollouts: the allowed-set counts need more than the %zu ids held", total);
+    PetscCheck(at + len <= total, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+               "partial rollouts: the allowed-set counts need more than the %zu ids held", total);
     p->mlen[i] = 0;
     PetscCall(pool_mask_room(p, i, len));
     PetscCall(PetscArraycpy(p->mids[i], ids + at, len));
     p->mlen[i] = len;
     at += len;
   }
-  PetscCheck(at == total, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "partial rollouts: %zu allowed-set ids held, the counts name %zu", total, at);
+  PetscCheck(at == total, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "partial rollouts: %zu allowed-set ids held, the counts name %zu", total, at);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

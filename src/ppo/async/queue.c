@@ -12,7 +12,8 @@ PetscErrorCode async_create(const PPOOptions *o, int B, int T, PetscBool masked,
   q->K = (int)o->async_staleness;
   q->n = q->K + 1;
   PetscCall(PetscCalloc3(q->n, &q->slot, q->n, &q->ready, q->n, &q->data_pos));
-  PetscCall(PetscCalloc4((size_t)q->n * B, &q->answer, (size_t)q->n * B, &q->meta, (size_t)q->n * B, &q->pidx, (size_t)q->n * B * PPO_ANSWER_LEN, &q->abuf));
+  PetscCall(PetscCalloc4((size_t)q->n * B, &q->answer, (size_t)q->n * B, &q->meta, (size_t)q->n * B, &q->pidx,
+                         (size_t)q->n * B * PPO_ANSWER_LEN, &q->abuf));
   for (int s = 0; s < q->n; s++) {
     Rollout *r = &q->slot[s];
     PetscCall(rollout_create(B, T, masked, r));
@@ -52,7 +53,8 @@ PetscErrorCode async_keep_prompts(AsyncQueue *q, const PromptSource *ps, int64_t
 
   PetscFunctionBegin;
   for (int b = 0; b < B; b++) {
-    r->answer[b] = async_keep_answer(ps->answer[b], ps->abuf, (size_t)B * PPO_ANSWER_LEN, mine + (size_t)b * PPO_ANSWER_LEN);
+    r->answer[b] = async_keep_answer(ps->answer[b], ps->abuf, (size_t)B * PPO_ANSWER_LEN,
+                                     mine + (size_t)b * PPO_ANSWER_LEN);
     r->meta[b]   = ps->meta[b];
     r->pidx[b]   = ps->pidx[b];
   }
@@ -75,19 +77,22 @@ PetscErrorCode async_weights(AsyncQueue *q, const PPOOptions *o, Rollout *r)
   for (int b = 0; b < r->B; b++) {
     size_t off = (size_t)b * r->T;
     for (int t = 0; t < r->T; t++) w[t] = t >= r->start[b] && t < r->start[b] + r->len[b] ? 1.0f : 0.0f;
-    rl_behaviour_weights((size_t)r->T, r->off.prox + off, r->gen.logprobs + off, w, o->async_is_cap, o->async_correction == ASYNC_TIS ? RL_IS_TRUNCATE : RL_IS_MASK, r->off.isw + off, &q->is);
+    rl_behaviour_weights((size_t)r->T, r->off.prox + off, r->gen.logprobs + off, w, o->async_is_cap,
+                         o->async_correction == ASYNC_TIS ? RL_IS_TRUNCATE : RL_IS_MASK, r->off.isw + off, &q->is);
   }
   PetscCall(PetscFree(w));
   r->off.on = PETSC_TRUE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode async_record(RunRecord *rec, const AsyncQueue *q, const Rollout *r, int64_t iteration, double gen_s, double train_s, double iter_s, char *line, size_t len)
+PetscErrorCode async_record(RunRecord *rec, const AsyncQueue *q, const Rollout *r, int64_t iteration, double gen_s,
+                            double train_s, double iter_s, char *line, size_t len)
 {
   double lag = 0, lag_max = 0, toks = 0, old = 0, spans = 0;
 
   PetscFunctionBegin;
-  for (int b = 0; b < r->B; b++) { /* a row's version: that of its oldest token (partial rollouts: rows may span several) */
+  for (int b = 0; b < r->B;
+       b++) { /* a row's version: that of its oldest token (partial rollouts: rows may span several) */
     double d = (double)(iteration - r->async.version[b]);
     lag += d;
     lag_max = PetscMax(lag_max, d);
@@ -111,7 +116,8 @@ PetscErrorCode async_record(RunRecord *rec, const AsyncQueue *q, const Rollout *
   PetscCall(record_metric(rec, "async_is_capped_frac", q->is.n > 0 ? q->is.capped / q->is.n : NAN));
   PetscCall(record_metric(rec, "async_gen_busy", iter_s > 0 ? gen_s / iter_s : 0));
   PetscCall(record_metric(rec, "async_train_busy", iter_s > 0 ? train_s / iter_s : 0));
-  if (q->is.n > 0) PetscCall(PetscSNPrintf(line, len, " | stale %.1f w %.2f/%.1f", lag, q->is.sum / q->is.n, q->is.max));
+  if (q->is.n > 0)
+    PetscCall(PetscSNPrintf(line, len, " | stale %.1f w %.2f/%.1f", lag, q->is.sum / q->is.n, q->is.max));
   else PetscCall(PetscSNPrintf(line, len, " | stale %.1f", lag));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
