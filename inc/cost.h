@@ -178,7 +178,7 @@ typedef struct {
   int       staleness;      /* -async_staleness */
   PetscBool prox;           /* -async_correction is not none */
   int       partial, partial_extra; /* -async_partial, and -async_partial_extra in samples */
-  int       group;          /* samples per prompt: -grpo_group for an -algo with groups, else 1 */
+  int       group;          /* samples per prompt: -rollout_group for an -algo with groups, else 1 */
   ModelConfig cfg[4]; /* actor, critic, reference, reward (critic unused when critic_free, reward when reward_free) */
   char      shapes_from[2 * PETSC_MAX_PATH_LEN + 64]; /* where cfg came from, for messages */
 } CostDeck;

@@ -87,8 +87,8 @@ PY
 mpirun 2 $R -async_staleness 1 -placement disaggregate -output_dir $d/k1d2 >$d/k1d2.log 2>&1 || not_ok "K=1 on 2 ranks: $(tail -1 $d/k1d2.log)"
 check "K=1 on 2 ranks disaggregated: the plan line names the overlap; final weights as on 1 rank" \
   bash -c "grep -q 'overlaps training (ranks 0-0)' $d/k1d2.log && \"$PYTHON\" regression/ref/ckpt_diff.py $d/k1/final.h5 $d/k1d2/final.h5 >$d/diff_d2.txt"
-mpirun 1 $R -async_staleness 2 -algo grpo -grpo_group 4 -output_dir $d/g2 >$d/g2.log 2>&1 || not_ok "GRPO K=2 on 1 rank: $(tail -1 $d/g2.log)"
-mpirun 4 $R -async_staleness 2 -algo grpo -grpo_group 4 -placement disaggregate -output_dir $d/g2d4 >$d/g2d4.log 2>&1 || not_ok "GRPO K=2 on 4 ranks: $(tail -1 $d/g2d4.log)"
+mpirun 1 $R -async_staleness 2 -algo grpo -rollout_group 4 -output_dir $d/g2 >$d/g2.log 2>&1 || not_ok "GRPO K=2 on 1 rank: $(tail -1 $d/g2.log)"
+mpirun 4 $R -async_staleness 2 -algo grpo -rollout_group 4 -placement disaggregate -output_dir $d/g2d4 >$d/g2d4.log 2>&1 || not_ok "GRPO K=2 on 4 ranks: $(tail -1 $d/g2d4.log)"
 check "GRPO K=2 on 4 ranks disaggregated (2 training, 2 generation replicas): final weights as on 1 rank" "$PYTHON" regression/ref/ckpt_diff.py $d/g2/final.h5 $d/g2d4/final.h5
 mpirun 1 $R -async_staleness 1 -async_correction tis -async_is_cap 1.05 -output_dir $d/tis >$d/tis.log 2>&1 || not_ok "tis: $(tail -1 $d/tis.log)"
 "$PYTHON" - $d/tis 1.05 <<'PY' && ok "-async_correction tis: the weights truncated at -async_is_cap 1.05, the capped share in run.h5" || not_ok "tis weights"
@@ -159,7 +159,7 @@ with h5py.File(d + "/run.h5", "r") as f:
 PY
 mpirun 2 $R -async_staleness 1 -async_partial 4 -placement disaggregate -output_dir $d/p1d2 >$d/p1d2.log 2>&1 || not_ok "partial K=1 on 2 ranks: $(tail -1 $d/p1d2.log)"
 check "partial rollouts on 2 ranks disaggregated: final weights as on 1 rank" "$PYTHON" regression/ref/ckpt_diff.py $d/p1/final.h5 $d/p1d2/final.h5
-P="-async_staleness 2 -async_partial 3 -algo grpo -grpo_group 4 -ppo_iterations 5"
+P="-async_staleness 2 -async_partial 3 -algo grpo -rollout_group 4 -ppo_iterations 5"
 mpirun 1 $R $P -checkpoint_every 2 -output_dir $d/pu >$d/pu.log 2>&1 || not_ok "partial GRPO K=2 unbroken: $(tail -1 $d/pu.log)"
 mpirun 1 $R $P -restart $d/pu/ckpt_000002.h5 -output_dir $d/pr >$d/pr.log 2>&1 || not_ok "partial GRPO K=2 restart: $(tail -1 $d/pr.log)"
 mpirun 4 $R $P -placement disaggregate -output_dir $d/pd4 >$d/pd4.log 2>&1 || not_ok "partial GRPO K=2 on 4 ranks: $(tail -1 $d/pd4.log)"
@@ -205,7 +205,7 @@ for n in 2 1; do
   check "partial K=2 on 2 ranks $hit, resumed on $n rank(s) from $(basename "$from") with samples in flight: $([ $n = 2 ] && echo "the unbroken run's weights bit for bit" || echo "the 1-rank run's weights")" \
     resumed_same $n $dir "$from"
 done
-keep=$d/pu expect_error "a restart with another -async_partial, into the run's directory: nothing there changed" "restart it with the same -async_partial" $R -async_staleness 2 -async_partial 5 -algo grpo -grpo_group 4 -ppo_iterations 5 -restart $d/pu/ckpt_000002.h5 -output_dir $d/pu
+keep=$d/pu expect_error "a restart with another -async_partial, into the run's directory: nothing there changed" "restart it with the same -async_partial" $R -async_staleness 2 -async_partial 5 -algo grpo -rollout_group 4 -ppo_iterations 5 -restart $d/pu/ckpt_000002.h5 -output_dir $d/pu
 expect_error "-async_partial without -async_staleness" "-async_partial 4 needs -async_staleness >= 1" $R -async_partial 4 -output_dir $d/bad5
 # partial rollouts with allowed sets (top-k, top-p, min_new_tokens): a sample's sets go on with it across iterations
 PM="$P -gen_top_k 6 -gen_top_p 0.9 -gen_min_new_tokens 4"

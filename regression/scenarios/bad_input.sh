@@ -77,7 +77,7 @@ shutil.copy(sys.argv[1], sys.argv[2]); shutil.copy(sys.argv[1], sys.argv[3])
 with h5py.File(sys.argv[2], "r+") as f: f.attrs["vocab_size"] = np.int32(1000)
 with h5py.File(sys.argv[3], "r+") as f: f["prompt_lengths"][...] = f["lengths"][()]
 PY
-G="-mode ppo -algo grpo -actor_checkpoint $ck -reward_fn length -rollout_batch 8 -grpo_group 4 -ppo_minibatches 2 -gen_max_new_tokens 8"
+G="-mode ppo -algo grpo -actor_checkpoint $ck -reward_fn length -rollout_batch 8 -rollout_group 4 -ppo_minibatches 2 -gen_max_new_tokens 8"
 expect "generate: prompts of a larger vocabulary" "-generate_input $d/bigvocab.h5 has vocabulary 1000, larger than the model's 20" -mode generate -generate_checkpoint $ck -generate_input $d/bigvocab.h5 -generate_output $d/good/g.h5 -gen_max_new_tokens 4
 expect "a boolean option given a non-boolean" "option -dry_run: 'yes-please' is not a boolean" -options_file $deck -dry_run yes-please
 expect "  ... a prefixed one"           "option -grpo_scale_std: 'maybe' is not a boolean" $G -grpo_scale_std maybe

@@ -144,7 +144,7 @@ if run sft_cuda $SFT -device cuda -precision fp32; then
 fi
 if run rm_cuda $RM -device cuda; then compare "reward model (pairs generated on the device, 10 steps): cuda fp32 as cpu" rm_cpu rm_cuda; fi
 if run ppo_cuda $PPO -device cuda; then compare "PPO (3 iterations, 4 models, generation with the KV cache): cuda fp32 as cpu, rollouts included" ppo_cpu ppo_cuda; fi
-if run grpo_cpu $PPO -algo grpo -grpo_group 4 -device cpu && run grpo_cuda $PPO -algo grpo -grpo_group 4 -device cuda; then
+if run grpo_cpu $PPO -algo grpo -rollout_group 4 -device cpu && run grpo_cuda $PPO -algo grpo -rollout_group 4 -device cuda; then
   compare "GRPO (3 iterations, groups of 4, no critic): cuda fp32 as cpu, rollouts included" grpo_cpu grpo_cuda
 fi
 if run long_cpu $LONG -device cpu && run long_cuda $LONG -device cuda; then

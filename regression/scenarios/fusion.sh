@@ -63,13 +63,13 @@ stream() {
 }
 mpirun 1 $P -output_dir $d/one >$d/one.log 2>&1 || not_ok "PPO on 1 rank"
 mpirun 1 $P -gen_top_k 8 -output_dir $d/one_k >$d/one_k.log 2>&1 || not_ok "PPO on 1 rank, top-k"
-mpirun 1 $P -algo grpo -grpo_group 4 -output_dir $d/one_g >$d/one_g.log 2>&1 || not_ok "GRPO on 1 rank"
+mpirun 1 $P -algo grpo -rollout_group 4 -output_dir $d/one_g >$d/one_g.log 2>&1 || not_ok "GRPO on 1 rank"
 S2="-actor_gen_ranks 0 -ref_inf_ranks 1 -rew_inf_ranks 1 -critic_inf_ranks 1"
 S4="-actor_gen_ranks 0-1 -ref_inf_ranks 2 -rew_inf_ranks 3 -critic_inf_ranks 2-3"
 stream "stream, 2 ranks (generation on 0, inference on 1)" 2 one st2 $S2
 stream "stream, 4 ranks (2 generation replicas; ref, reward, 2 critic replicas)" 4 one st4 $S4
 stream "stream with allowed sets (top-k 8), 4 ranks" 4 one_k st4k $S4 -gen_top_k 8
-stream "stream, GRPO (no critic) on 2 ranks" 2 one_g st_grpo $S2 -algo grpo -grpo_group 4
+stream "stream, GRPO (no critic) on 2 ranks" 2 one_g st_grpo $S2 -algo grpo -rollout_group 4
 stream "stream with -placement disaggregate (inference on the idle training half), 2 ranks" 2 one st_dis -placement disaggregate
 stream "stream held until generation ends (-fuse_hold), 2 ranks" 2 one held $S2 -fuse_hold
 # replicas of several ranks: the head receives, cuts the micro-batches and

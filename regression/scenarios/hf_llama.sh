@@ -321,7 +321,7 @@ check "a deck's -gen_eos wins over the tokenizer's, and the line says so ($(grep
 printf '%s\n' '{"prompt": "what is 12 plus 7?", "answer": "19"}' '{"prompt": "two plus three", "answer": "5"}' >$d/tok_answers.jsonl
 for k in llama_tok mistral_tok qwen2_tok; do  # each family's folder with its tokenizer, to GRPO with a rule reward
   "$PYTHON" tools/tokenizer.py $d/$k.h5 prompts $d/tok_answers.jsonl $d/${k}_answers.h5 >$d/ta_$k.log 2>&1 || not_ok "tokenizer.py prompts with answers ($k): $(tail -1 $d/ta_$k.log)"
-  rlfuse -mode ppo -algo grpo -actor_checkpoint $d/$k.h5 -ppo_prompts $d/${k}_answers.h5 -reward_fn numeric -grpo_group 2 -rollout_batch 4 \
+  rlfuse -mode ppo -algo grpo -actor_checkpoint $d/$k.h5 -ppo_prompts $d/${k}_answers.h5 -reward_fn numeric -rollout_group 2 -rollout_batch 4 \
     -ppo_minibatches 1 -ppo_iterations 1 -gen_max_new_tokens 8 -output_dir $d/grpo_$k >$d/grpo_$k.log 2>&1 || not_ok "GRPO from the imported $k: $(tail -1 $d/grpo_$k.log)"
   check "GRPO (1 iteration, numeric reward) from the imported $k folder takes EOS 2 and stop token 0 from its tokenizer, and used.deck gives them ($(grep '^generation stops' $d/grpo_$k.log))" \
     bash -c "grep -q \"^generation stops at EOS 2 and stop tokens 0 (from checkpoint $d/$k.h5's /tokenizer)\" $d/grpo_$k.log && grep -q '^iter    1/1' $d/grpo_$k.log && grep -qx -- '-gen_eos 2' $d/grpo_$k/used.deck && grep -qx -- '-gen_stop 0' $d/grpo_$k/used.deck"

@@ -32,7 +32,7 @@ echo "# $(grep 'gold score  SFT policy' $d/learn.log); KL $kl; RM accuracy $acc"
 within "PPO raises the held-out gold score by at least $gain_min (measured $gain)" "$gain" $gain_min 1
 within "the KL to the reference stays within (0, 5] nats per response (measured $kl)" "$kl" 1e-6 5
 within "the reward model reaches $rm_min held-out pairwise accuracy (measured $acc)" "$acc" $rm_min 1
-rlfuse -mode ppo -algo rloo -grpo_group 4 -actor_checkpoint $d/run/sft/final.h5 -reward_checkpoint $d/run/rm/final.h5 -seed 1234 \
+rlfuse -mode ppo -algo rloo -rollout_group 4 -actor_checkpoint $d/run/sft/final.h5 -reward_checkpoint $d/run/rm/final.h5 -seed 1234 \
   -task_demo_noise 0.25 -ppo_iterations 100 -rollout_batch 128 -ppo_minibatches 4 -ppo_kl_coef 0.05 -actor_lr 3e-4 \
   -gen_max_new_tokens 16 -gen_slots 64 -ppo_eval_every 0 -output_dir $d/rloo >$d/rloo.log 2>&1 || { not_ok "RLOO run"; tail -3 $d/rloo.log; }
 line=$(grep "^rloo: held-out gold score" $d/rloo.log)

@@ -24,7 +24,7 @@ rlfuse -mode rm -rm_sft_checkpoint $d/sft/final.h5 -output_dir $d/rm -rm_pairs 4
 rlfuse -options_file regression/decks/rlhf_tiny.deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 \
   -output_dir $d/ppo -ppo_iterations 3 >$d/ppo.log 2>&1 || not_ok "PPO fixture: $(tail -1 $d/ppo.log)"
 rlfuse -options_file input/arith_sft.deck -output_dir $d/asft -sft_steps 10 >$d/asft.log 2>&1 || not_ok "arithmetic SFT fixture: $(tail -1 $d/asft.log)"
-rlfuse -options_file input/arith_grpo.deck -actor_checkpoint $d/asft/final.h5 -output_dir $d/grpo -rollout_batch 16 -grpo_group 4 -ppo_iterations 2 \
+rlfuse -options_file input/arith_grpo.deck -actor_checkpoint $d/asft/final.h5 -output_dir $d/grpo -rollout_batch 16 -rollout_group 4 -ppo_iterations 2 \
   -ppo_eval_prompts 16 -ppo_eval_samples 2 -ppo_eval_every 1 -ppo_checkpoint_every 0 >$d/grpo.log 2>&1 || not_ok "GRPO fixture: $(tail -1 $d/grpo.log)"
 report() { "$PYTHON" tools/report.py "$@"; }
 

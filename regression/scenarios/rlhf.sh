@@ -199,12 +199,12 @@ for s in 1f1b gpipe; do
 done
 check "GPipe vs 1F1B on 2 ranks, pp 2 (2 micro-batches): actor and critic bit-identical" bash -c "h5diff -q $d/pp_1f1b/final.h5 $d/pp_gpipe/final.h5 /actor /actor && h5diff -q $d/pp_1f1b/final.h5 $d/pp_gpipe/final.h5 /critic /critic"
 # GRPO: no critic
-ppo -output_dir $d/grpo -algo grpo -grpo_group 4 >$d/grpo.log 2>&1 || { not_ok "GRPO run"; tail -3 $d/grpo.log; }
+ppo -output_dir $d/grpo -algo grpo -rollout_group 4 >$d/grpo.log 2>&1 || { not_ok "GRPO run"; tail -3 $d/grpo.log; }
 check "GRPO trains without a critic" bash -c "grep -q '^iter    4/4' $d/grpo.log && ! h5ls $d/grpo/final.h5/critic >/dev/null 2>&1"
 # policy.h5: the trained actor's weights alone, the role an SFT policy has; -mode eval on it
 check "policy.h5 holds the actor's weights alone (no moments, no other model), equal to final.h5's" bash -c \
   "h5diff -q $d/grpo/final.h5 $d/grpo/policy.h5 /actor/params /policy/params && [ \"\$(h5ls $d/grpo/policy.h5 | awk '{print \$1}' | grep -v '^state\$' | tr '\n' ' ')\" = 'policy ' ] && ! h5ls $d/grpo/policy.h5/policy/optim >/dev/null 2>&1"
-rlfuse -options_file $ppo_deck -reward_checkpoint $d/rm/final.h5 -algo grpo -grpo_group 4 -mode eval -actor_checkpoint $d/grpo/policy.h5 -output_dir $d/grpo_eval \
+rlfuse -options_file $ppo_deck -reward_checkpoint $d/rm/final.h5 -algo grpo -rollout_group 4 -mode eval -actor_checkpoint $d/grpo/policy.h5 -output_dir $d/grpo_eval \
   >$d/grpo_eval.log 2>&1 || not_ok "-mode eval on policy.h5: $(tail -1 $d/grpo_eval.log)"
 "$PYTHON" - $d <<'PY' && ok "-mode eval on policy.h5: the run's final held-out gold and reward" || not_ok "-mode eval on policy.h5 against the run's summary: $(tail -1 $d/grpo_eval.log)"
 import sys, h5py
@@ -217,14 +217,14 @@ PY
 # critic) and the summary no held-out score without held-out prompts (before: gold 0.000, critic
 # 0.0000 and "held-out gold score nan ... on 0 held-out prompts")
 rlfuse -mode data -data_output $d/prompts.h5 -data_count 16 -task_len_max 8 >/dev/null 2>&1 || not_ok "prompt file fixture"
-ppo -output_dir $d/nojudge -algo grpo -grpo_group 4 -ppo_iterations 1 -ppo_prompts $d/prompts.h5 >$d/nojudge.log 2>&1 || { not_ok "GRPO on a prompt file"; tail -3 $d/nojudge.log; }
+ppo -output_dir $d/nojudge -algo grpo -rollout_group 4 -ppo_iterations 1 -ppo_prompts $d/prompts.h5 >$d/nojudge.log 2>&1 || { not_ok "GRPO on a prompt file"; tail -3 $d/nojudge.log; }
 check "progress lines: PPO on the sort task shows gold and the critic's loss, GRPO on a prompt file neither" bash -c \
   "grep '^iter ' $d/full.log | grep -q '| gold .* | critic ' && grep -q '^iter ' $d/nojudge.log && ! grep '^iter ' $d/nojudge.log | grep -q 'gold\|critic'"
 check "without held-out prompts the summary says no evaluation ran (no nan)" bash -c "grep -q '^grpo: no held-out evaluation ran' $d/nojudge.log && ! grep -qi nan $d/nojudge.log"
 # Dr. GRPO (no std scaling, each sequence's token sum over max_new_tokens) with DAPO's clip-higher
 # and overlong shaping and a k1 KL loss: it runs, it changes the weights, and 2 ranks (dp 2, whose
 # replicas see parts of each mini-batch) end as 1: the weights come from the whole mini-batch's counts
-V="-algo grpo -grpo_group 4 -grpo_scale_std false -ppo_loss_agg seq_sum_norm -ppo_clip_high 0.28 -ppo_kl_estimator k1 -ppo_overlong_buffer 4"
+V="-algo grpo -rollout_group 4 -grpo_scale_std false -ppo_loss_agg seq_sum_norm -ppo_clip_high 0.28 -ppo_kl_estimator k1 -ppo_overlong_buffer 4"
 ppo -output_dir $d/drgrpo $V >$d/drgrpo.log 2>&1 || { not_ok "Dr. GRPO run"; tail -3 $d/drgrpo.log; }
 check "Dr. GRPO + clip-higher + overlong shaping + k1 KL: 4 iterations, other actor weights than GRPO's" bash -c "grep -q '^iter    4/4' $d/drgrpo.log && ! h5diff -q $d/grpo/final.h5 $d/drgrpo/final.h5 /actor /actor"
 "$MPIEXEC" $MPIEXEC_FLAGS -n 2 env OMP_NUM_THREADS=1 "$BIN/rlfuse" -options_file $ppo_deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 \
@@ -232,7 +232,7 @@ check "Dr. GRPO + clip-higher + overlong shaping + k1 KL: 4 iterations, other ac
 check "  ... on 2 ranks (dp 2) as on 1 (regression/ref/ckpt_diff.py, 1e-4)" "$PYTHON" regression/ref/ckpt_diff.py $d/drgrpo/final.h5 $d/drgrpo2/final.h5
 # REINFORCE++ with a group-mean baseline: no critic; its advantages are the whitened reward-to-go
 # of the rewards (the score less its group's mean on the last token, the KL penalty on every one)
-ppo -output_dir $d/rpp -algo reinforce_pp -grpo_group 4 -dump_rollouts >$d/rpp.log 2>&1 || { not_ok "REINFORCE++ run"; tail -3 $d/rpp.log; }
+ppo -output_dir $d/rpp -algo reinforce_pp -rollout_group 4 -dump_rollouts >$d/rpp.log 2>&1 || { not_ok "REINFORCE++ run"; tail -3 $d/rpp.log; }
 check "REINFORCE++ trains without a critic" bash -c "grep -q '^iter    4/4' $d/rpp.log && ! h5ls $d/rpp/final.h5/critic >/dev/null 2>&1"
 "$PYTHON" - $d/rpp <<'PY' && ok "REINFORCE++: rewards, returns and advantages recomputed in numpy (4 iterations)" || not_ok "REINFORCE++ arithmetic"
 import sys, h5py, numpy as np
@@ -261,7 +261,7 @@ with h5py.File(sys.argv[1] + "/rollouts.h5", "r") as f:
 PY
 # the KL's place: a loss term for PPO, a reward penalty for GRPO; either changes the run
 ppo -output_dir $d/ppo_klloss -ppo_kl_in loss -ppo_kl_estimator k3 -dump_rollouts >$d/ppo_klloss.log 2>&1 || { not_ok "PPO with the KL as a loss"; tail -3 $d/ppo_klloss.log; }
-ppo -output_dir $d/grpo_klrew -algo grpo -grpo_group 4 -ppo_kl_in reward >$d/grpo_klrew.log 2>&1 || { not_ok "GRPO with the KL in the reward"; tail -3 $d/grpo_klrew.log; }
+ppo -output_dir $d/grpo_klrew -algo grpo -rollout_group 4 -ppo_kl_in reward >$d/grpo_klrew.log 2>&1 || { not_ok "GRPO with the KL in the reward"; tail -3 $d/grpo_klrew.log; }
 check "-ppo_kl_in: PPO with a KL loss has a kl_loss metric and no KL in its rewards; GRPO with a KL reward penalty has other weights than GRPO's" "$PYTHON" -c "
 import h5py, numpy as np
 m = h5py.File('$d/ppo_klloss/run.h5', 'r')['metrics']
@@ -296,7 +296,7 @@ expect "prompt longer than the context"       "n_positions"                $P -p
 expect "prompt + max_new_tokens > n_positions" "-gen_max_new_tokens 30"    $P -gen_max_new_tokens 30
 expect "rollout batch not divisible"          "-rollout_batch 10 is not divisible into -ppo_minibatches 4" $P -rollout_batch 10 -ppo_minibatches 4
 expect "micro-batches not dividing"           "-ppo_microbatches 3"        $P -ppo_microbatches 3
-expect "GRPO group not dividing"              "-grpo_group 3"              $P -algo grpo -grpo_group 3
+expect "GRPO group not dividing"              "-rollout_group 3"              $P -algo grpo -rollout_group 3
 expect "an -algo not in the algorithms' table, naming its rows" "Unknown option reinforce for -algo. Available options: ppo grpo rloo reinforce_pp" $P -algo reinforce
 # Adding an algorithm is one estimator and one row of src/ppo/algos.c: no
 # other file names one (an ALGO_ constant) or compares -algo with one.

@@ -20,7 +20,7 @@ mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREAD
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -1 $d/sft.log)"
 rlfuse -mode rm -rm_sft_checkpoint $d/sft/final.h5 -output_dir $d/rm -rm_pairs 48 -rm_eval_pairs 16 -rm_steps 6 -rm_batch 8 \
   -gen_max_new_tokens 12 -gen_slots 8 -task_len_max 8 -task_demo_noise 0.2 -seed 7 >$d/rm.log 2>&1 || not_ok "RM fixture: $(tail -1 $d/rm.log)"
-R="-options_file regression/decks/rlhf_tiny.deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 -algo rloo -grpo_group 4 -ppo_iterations 3 -dump_rollouts"
+R="-options_file regression/decks/rlhf_tiny.deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 -algo rloo -rollout_group 4 -ppo_iterations 3 -dump_rollouts"
 
 mpirun 1 $R -output_dir $d/one >$d/one.log 2>&1 || not_ok "RLOO on 1 rank: $(tail -1 $d/one.log)"
 check "rloo: progress lines and summary" bash -c "[ \$(grep -c '^iter ' $d/one.log) -eq 3 ] && grep -q '^rloo: held-out gold score' $d/one.log"
@@ -85,6 +85,6 @@ mpirun 1 $R -output_dir $d/seed8 -seed 8 >$d/seed8.log 2>&1
 check "another seed differs (the comparison can fail)" bash -c "! \"$PYTHON\" regression/ref/ckpt_diff.py $d/one/final.h5 $d/seed8/final.h5 >/dev/null 2>&1"
 
 rlfuse $R -rollout_batch 18 -ppo_minibatches 1 -ppo_microbatches 1 -output_dir $d/bad >$d/bad.log 2>&1; rc=$?
-check "-rollout_batch 18 with -grpo_group 4 under -algo rloo: one line naming both, exit non-zero, nothing written" \
-  bash -c "[ $rc -ne 0 ] && [ \$(grep -c 'rlfuse: error' $d/bad.log) -eq 1 ] && grep -q 'rlfuse: error: -rollout_batch 18 is not divisible into groups of -grpo_group 4' $d/bad.log && [ ! -e $d/bad ]"
+check "-rollout_batch 18 with -rollout_group 4 under -algo rloo: one line naming both, exit non-zero, nothing written" \
+  bash -c "[ $rc -ne 0 ] && [ \$(grep -c 'rlfuse: error' $d/bad.log) -eq 1 ] && grep -q 'rlfuse: error: -rollout_batch 18 is not divisible into groups of -rollout_group 4' $d/bad.log && [ ! -e $d/bad ]"
 finish

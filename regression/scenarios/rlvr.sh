@@ -53,7 +53,7 @@ mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREAD
 rlfuse -options_file input/arith_sft.deck -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT on the arithmetic task: $(tail -1 $d/sft.log)"
 A="-algo grpo -task arith -arith_max_operand 9 -arith_ops +- -actor_checkpoint $d/sft/final.h5"
 # a short GRPO run with two rule terms, rollouts dumped, evaluated twice
-G="-options_file input/arith_grpo.deck -actor_checkpoint $d/sft/final.h5 -reward_fn numeric:1,format:0.1 -rollout_batch 32 -grpo_group 4
+G="-options_file input/arith_grpo.deck -actor_checkpoint $d/sft/final.h5 -reward_fn numeric:1,format:0.1 -rollout_batch 32 -rollout_group 4
    -ppo_iterations 4 -ppo_eval_prompts 32 -ppo_eval_samples 2 -ppo_eval_every 2 -ppo_checkpoint_every 2 -dump_rollouts"
 
 # ---- -mode eval ----
@@ -216,7 +216,7 @@ else not_ok "-placement auto without a reward model: $(tail -2 $d/auto.log)"; fi
 # 3 times the batch (same prompts, same sample ids, same draws): the
 # selection must be the first 8 groups of 2 whose rewards differ, filled
 # with the first equal ones, in their order
-D="-options_file input/arith_grpo.deck -actor_checkpoint $d/sft/final.h5 -grpo_group 2 -ppo_minibatches 1 -ppo_eval_prompts 8 -ppo_checkpoint_every 0 -dump_rollouts -gen_top_k 8"
+D="-options_file input/arith_grpo.deck -actor_checkpoint $d/sft/final.h5 -rollout_group 2 -ppo_minibatches 1 -ppo_eval_prompts 8 -ppo_checkpoint_every 0 -dump_rollouts -gen_top_k 8"
 mpirun 1 $D -rollout_batch 16 -ppo_iterations 2 -ppo_dynamic_sampling 3 -output_dir $d/dyn >$d/dyn.log 2>&1 || not_ok "dynamic sampling: $(tail -1 $d/dyn.log)"
 mpirun 1 $D -rollout_batch 48 -ppo_iterations 1 -output_dir $d/cand >$d/cand.log 2>&1 || not_ok "the candidates' run: $(tail -1 $d/cand.log)"
 py "dynamic sampling's selection" $d <<'PY'
@@ -275,7 +275,7 @@ then ok "dynamic sampling in 3 rounds on 2 ranks (dp 2) as on 1: rollouts and me
 else not_ok "dynamic sampling in rounds on 2 ranks differs from 1 rank"; tail -3 $d/dynr3_2.log $d/dynr_diff.txt | sed 's/^/# /'; fi
 
 # ---- the reward command: tools/reward_example.py as -reward_fn numeric ----
-C="-options_file input/arith_grpo.deck -actor_checkpoint $d/sft/final.h5 -rollout_batch 32 -grpo_group 4 -ppo_iterations 3 -ppo_eval_prompts 16 -ppo_checkpoint_every 0"
+C="-options_file input/arith_grpo.deck -actor_checkpoint $d/sft/final.h5 -rollout_batch 32 -rollout_group 4 -ppo_iterations 3 -ppo_eval_prompts 16 -ppo_checkpoint_every 0"
 mpirun 1 $C -reward_fn numeric -output_dir $d/rule >$d/rule.log 2>&1 || not_ok "rule run: $(tail -1 $d/rule.log)"
 mpirun 1 $C -reward_fn none -reward_command "$PYTHON tools/reward_example.py" -output_dir $d/cmd >$d/cmd.log 2>&1 || not_ok "command run: $(tail -1 $d/cmd.log)"
 if "$PYTHON" regression/ref/ckpt_diff.py --params-tol 1e-12 $d/rule/final.h5 $d/cmd/final.h5 >$d/diff_cmd.txt 2>&1 &&
@@ -309,7 +309,7 @@ with h5py.File(d + "/train.h5", "r") as f, h5py.File(d + "/no_ans.h5", "w") as g
     g.attrs["vocab_size"] = f.attrs["vocab_size"]
 print("ok - prompt files written with answer_bytes and answer_offsets")
 PY
-F="-options_file input/arith_grpo.deck -actor_checkpoint $d/sft/final.h5 -rollout_batch 32 -grpo_group 4 -ppo_iterations 2 -ppo_checkpoint_every 0 -ppo_eval_prompts 32"
+F="-options_file input/arith_grpo.deck -actor_checkpoint $d/sft/final.h5 -rollout_batch 32 -rollout_group 4 -ppo_iterations 2 -ppo_checkpoint_every 0 -ppo_eval_prompts 32"
 mpirun 1 $F -ppo_prompts $d/train_ans.h5 -ppo_eval_file $d/held_ans.h5 -output_dir $d/file >$d/file.log 2>&1 || not_ok "GRPO on a prompt file: $(tail -1 $d/file.log)"
 check "GRPO on a prompt file with answers, evaluated on a held-out file: accuracy before and after on its 32 prompts" grep -q "held-out accuracy [0-9.]* (initial policy) -> [0-9.]* .* on 32 held-out prompts" $d/file.log
 # the text through the checkpoint's /tokenizer (not the task's characters: -task sort) and carried into the checkpoints written
@@ -356,7 +356,7 @@ check "a reward command that exits in its fourth batch (iteration 3) ends the ru
 check "... and the checkpoint of iteration 2 is whole (readable, iteration 2) and no temporary is left" bash -c \
   "h5dump -a /state/iteration $d/dies/ckpt_000002.h5 | grep -q '(0): 2' && ! ls $d/dies | grep -q tmp"
 expect_error "dynamic sampling with a reward model" "-ppo_dynamic_sampling selects groups by their rewards right after generation, before the reward model" -mode ppo $A -reward_checkpoint $d/sft/final.h5 -ppo_dynamic_sampling 2 -output_dir $d/x9
-expect_error "dynamic sampling for PPO, naming the algorithms with groups from the table" "-ppo_dynamic_sampling filters groups of -grpo_group responses: -algo ppo draws none (an -algo that does: grpo, rloo, reinforce_pp)" -mode ppo $A -algo ppo -critic_init actor -reward_fn numeric -ppo_dynamic_sampling 2 -output_dir $d/x10
+expect_error "dynamic sampling for PPO, naming the algorithms with groups from the table" "-ppo_dynamic_sampling filters groups of -rollout_group responses: -algo ppo draws none (an -algo that does: grpo, rloo, reinforce_pp)" -mode ppo $A -algo ppo -critic_init actor -reward_fn numeric -ppo_dynamic_sampling 2 -output_dir $d/x10
 expect_error "dynamic sampling's rounds without it" "-ppo_dynamic_rounds 3 is the most rounds of -ppo_dynamic_sampling, which is off" -mode ppo $A -reward_fn numeric -ppo_dynamic_rounds 3 -output_dir $d/x13
 expect_error "dynamic sampling of 1x the batch in one round" "-ppo_dynamic_sampling 1 must be 0 (off), at least 2 (candidates per group kept), or 1 with -ppo_dynamic_rounds >= 2" -mode ppo $A -reward_fn numeric -ppo_dynamic_sampling 1 -output_dir $d/x12
 expect_error "a reward command that prints text" "line 1 (sample 0, index .*) is not a number: \"abc\"" -mode ppo $A -gen_max_new_tokens 6 -reward_command "while read l; do echo abc; done" -output_dir $d/x8

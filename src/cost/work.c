@@ -313,7 +313,8 @@ PetscErrorCode cost_work_from_options(const CostDeck *d, CostWork *w)
                     "else -cost_batch)",
                     w->partial_extra, &w->partial_extra);
   RfOptIntAsIntCost("-group",
-                    "Samples per prompt: partial rollouts' pool ends and leaves by whole groups (default -grpo_group "
+                    "Samples per prompt: partial rollouts' pool ends and leaves by whole groups (default "
+                    "-rollout_group "
                     "for an -algo with groups, else 1)",
                     w->group, &w->group);
   RfOptBool("-critic_free", "No critic calls (default: an -algo without a critic, src/ppo/algos.c)", w->critic_free,

@@ -1,6 +1,6 @@
 /* The RL algorithms as a table (-algo): one row each, with what the rest of
  * src/ppo asks of an algorithm: whether it has a critic, whether it draws
- * groups of -grpo_group responses per prompt, where -ppo_kl_in auto puts
+ * groups of -rollout_group responses per prompt, where -ppo_kl_in auto puts
  * the KL, the default of -ppo_loss_agg, and its advantage estimator. As verl
  * registers estimators by name, a new algorithm is one estimator and one
  * row; nothing else in the module names an algorithm. */

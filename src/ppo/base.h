@@ -94,7 +94,7 @@ typedef struct {
   const char    *title;      /* as the pipeline's lines write it */
   const char    *help;       /* its part of -algo's help */
   PetscBool      has_critic; /* a critic is built, trained and checkpointed (its values enter the advantages) */
-  PetscBool      groups;     /* -grpo_group responses per prompt: -rollout_batch divides into groups of at least 2,
+  PetscBool      groups;     /* -rollout_group responses per prompt: -rollout_batch divides into groups of at least 2,
                                 -ppo_dynamic_sampling selects among them */
   PetscBool      kl_in_loss; /* -ppo_kl_in auto puts the KL in the loss (else a per-token penalty in the rewards) */
   RLLossAgg      loss_agg;   /* -ppo_loss_agg's default */
@@ -103,7 +103,7 @@ typedef struct {
 extern const PPOAlgoSpec ppo_algos[];
 extern const int         ppo_nalgos;
 static inline const PPOAlgoSpec *ppo_algo(const PPOOptions *o) { return &ppo_algos[o->algo]; }
-/* Samples per prompt: -grpo_group for an algorithm with groups, else 1. */
+/* Samples per prompt: -rollout_group for an algorithm with groups, else 1. */
 static inline int ppo_group_size(const PPOOptions *o) { return ppo_algo(o)->groups ? (int)o->group : 1; }
 /* Whether the KL to the reference is a loss term (else a reward penalty). */
 static inline PetscBool ppo_kl_as_loss(const PPOOptions *o)
@@ -281,7 +281,7 @@ PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, PromptSourc
 PetscErrorCode prompts_destroy(PromptSource *ps);
 /* The requests of an iteration's generation round (0 without dynamic
  * sampling, whose rounds draw further prompts): prompts data_pos,
- * data_pos+1, ... (an algorithm with groups: each repeated -grpo_group times);
+ * data_pos+1, ... (an algorithm with groups: each repeated -rollout_group times);
  * sample ids are round * rows + row, unique within the iteration; the
  * built-in task's answers of each round have their own slots, so rows kept
  * from an earlier round keep theirs. *used: prompts consumed. */

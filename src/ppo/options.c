@@ -25,11 +25,15 @@ PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   PetscFunctionBegin;
   PetscCall(ppo_algo_choices(algo_names, (int)(sizeof algo_names / sizeof algo_names[0]), algo_help, sizeof algo_help));
   PetscCall(PetscStrncpy(o->prompts, "builtin", sizeof o->prompts));
-  o->actor_ckpt[0] = o->reference_ckpt[0] = o->restart[0] = o->eval_file[0] =
-      '\0'; /* o->reward: reward_options_from_options */
+  /* (o->reward: reward_options_from_options) */
+  o->actor_ckpt[0] = o->reference_ckpt[0] = o->restart[0] = o->eval_file[0] = '\0';
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "PPO / GRPO", NULL);
   RfOptEnum("-algo", algo_help, algo_names, ppo_nalgos, &o->algo);
   RfOptInt("-rollout_batch", "Responses generated per iteration", 64, &o->rollout_batch);
+  RfOptInt("-rollout_group",
+           "Samples per prompt of an -algo with groups (grpo, the k of rloo, the baseline's group of reinforce_pp); "
+           "must divide -rollout_batch",
+           4, &o->group);
   RfOptString("-actor_checkpoint", "SFT checkpoint (role policy) that starts the actor", o->actor_ckpt,
               sizeof o->actor_ckpt);
   RfOptString("-reference_checkpoint", "Checkpoint (role policy) of the frozen reference (default: -actor_checkpoint)",
@@ -150,10 +154,6 @@ PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   PetscOptionsEnd();
   PetscCall(reward_options_from_options(&o->reward)); /* src/reward owns the -reward_ options */
   PetscOptionsBegin(PETSC_COMM_WORLD, "grpo_", "GRPO", NULL);
-  RfOptInt("-group",
-           "Samples per prompt (-algo grpo, the k of rloo, the baseline's group of reinforce_pp); must divide "
-           "-rollout_batch",
-           4, &o->group);
   RfOptBool("-scale_std",
             "Divide a GRPO advantage by its group's standard deviation (false: Dr. GRPO, only the mean subtracted)",
             PETSC_TRUE, &o->scale_std);
@@ -224,7 +224,7 @@ PetscErrorCode ppo_check_options(PPOOptions *o)
              "-ppo_eval_every, -ppo_eval_prompts and -ppo_checkpoint_every (or -checkpoint_every) must be >= 0");
   if (ppo_algo(o)->groups)
     PetscCheck(o->group >= 2 && o->rollout_batch % o->group == 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
-               "-rollout_batch %" PetscInt_FMT " is not divisible into groups of -grpo_group %" PetscInt_FMT
+               "-rollout_batch %" PetscInt_FMT " is not divisible into groups of -rollout_group %" PetscInt_FMT
                " (at least 2)",
                o->rollout_batch, o->group);
   PetscCheck(o->restart[0] || o->actor_ckpt[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_NULL,
@@ -248,7 +248,8 @@ PetscErrorCode ppo_check_options(PPOOptions *o)
     char grouped[128];
     PetscCall(ppo_algo_join(algo_groups, PETSC_FALSE, grouped, sizeof grouped));
     SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
-            "-ppo_dynamic_sampling filters groups of -grpo_group responses: -algo %s draws none (an -algo that does: "
+            "-ppo_dynamic_sampling filters groups of -rollout_group responses: -algo %s draws none (an -algo that "
+            "does: "
             "%s)",
             ppo_algo(o)->name, grouped);
   }

@@ -113,9 +113,15 @@ static int sys_edit_distance(const char *a, const char *b)
  * 1 + len/8 edits (at most 3), so unrelated names get no suggestion. */
 static const char *sys_option_nearest(const char *name)
 {
+  /* options given new names: an old deck is told the new one */
+  static const char *const renamed[][2] = {
+    {"grpo_group", "rollout_group"},
+  };
   int         best = INT_MAX, most = PetscMin(3, 1 + (int)strlen(name) / 8);
   const char *near = NULL;
 
+  for (size_t k = 0; k < sizeof renamed / sizeof renamed[0]; k++)
+    if (!strcmp(name, renamed[k][0])) return renamed[k][1];
   for (int i = 0; i < sys_nparams; i++) {
     int d = sys_edit_distance(name, sys_params[i].name);
     if (d < best) best = d, near = sys_params[i].name;

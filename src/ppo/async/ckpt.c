@@ -269,7 +269,7 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
     PetscCheck((int)a.pool[0] == (int)o->async_partial && (int)a.pool[2] == cap && (int)a.pool[1] == G, comm,
                PETSC_ERR_ARG_INCOMP,
                "-restart %s holds partial rollouts of -async_partial %.0f in a pool of %.0f rows (groups of %.0f): "
-               "restart it with the same -async_partial, -async_partial_extra and -grpo_group (now %" PetscInt_FMT
+               "restart it with the same -async_partial, -async_partial_extra and -rollout_group (now %" PetscInt_FMT
                ", %d rows, groups of %d)",
                path, a.pool[0], a.pool[2], a.pool[1], o->async_partial, cap, G);
   }
