@@ -4,10 +4,11 @@
  * own thread pool would run beside the OpenMP team: after each OpenMP region
  * libgomp's threads spin while the next sgemm needs the cores (measured on 2
  * cores, 10M model: 1.4x slower training than without the clash). So OpenBLAS
- * is kept single-threaded (cpu_blas_init) and each sgemm is cut into one
- * tile per OpenMP thread, run inside the team: one pool, no oversubscription,
- * whatever OMP_WAIT_POLICY is. Tiles split rows or columns of the output,
- * never the K sum, so the bits do not depend on the thread count.
+ * is kept single-threaded (cpu_blas_init) and each sgemm is cut into tiles
+ * shared out among the OpenMP team: one pool, no oversubscription, whatever
+ * OMP_WAIT_POLICY is. Tiles split rows or columns of the output, never the K
+ * sum, and their widths depend on the shape alone (sgemm_tiled), so the bits
+ * do not depend on the thread count.
  *
  * Determinism. OpenBLAS 0.3.21 is deterministic for a fixed thread count,
  * but its threaded driver does not reproduce the bits of its serial one: it
@@ -42,21 +43,26 @@ void openblas_set_num_threads(int);
 
 void cpu_blas_init(void) { openblas_set_num_threads(1); }
 
-/* One sgemm per OpenMP thread on a slab of the output's rows (or columns,
- * when there are more of them); each slab is a multiple of 16 wide. */
+/* The output's rows (or columns, when there are more of them) in tiles
+ * whose width is a function of the shape alone: OpenBLAS's bits for an
+ * element depend on the call's extent and on the element's place in it
+ * (measured, 0.3.21: Haswell/Zen kernels, tiles of ceil(M/nt) rows gave other
+ * bits at 2 than at 1 thread in a third of the training's shapes), so a tile
+ * per thread made the result depend on the thread count. At least
+ * SGEMM_TILE_MIN wide (each call packs the other operand again), a multiple
+ * of 16, at most SGEMM_TILES of them; OpenMP shares the tiles out. */
+#define SGEMM_TILES    16
+#define SGEMM_TILE_MIN 64
 static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc)
 {
   int by_rows = M >= N, extent = by_rows ? M : N;
+  int per = PetscMax(SGEMM_TILE_MIN, ((extent + SGEMM_TILES - 1) / SGEMM_TILES + 15) / 16 * 16), ntile = (extent + per - 1) / per;
 
-#pragma omp parallel if ((double)M * N * K > 1e6)
-  {
-    int nt = omp_get_num_threads(), id = omp_get_thread_num();
-    int per = ((extent + nt - 1) / nt + 15) / 16 * 16;
-    int lo = id * per, hi = lo + per < extent ? lo + per : extent;
-    if (lo < hi) {
-      if (by_rows) cpu_sgemm_kblocked(ta, tb, hi - lo, N, K, 1.0f, ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
-      else cpu_sgemm_kblocked(ta, tb, M, hi - lo, K, 1.0f, A, lda, tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb, ldb, beta, Cm + lo, ldc);
-    }
+#pragma omp parallel for schedule(static) if (ntile > 1 && (double)M * N * K > 1e6)
+  for (int t = 0; t < ntile; t++) {
+    int lo = t * per, hi = lo + per < extent ? lo + per : extent;
+    if (by_rows) cpu_sgemm_kblocked(ta, tb, hi - lo, N, K, 1.0f, ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
+    else cpu_sgemm_kblocked(ta, tb, M, hi - lo, K, 1.0f, A, lda, tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb, ldb, beta, Cm + lo, ldc);
   }
 }
 
@@ -317,7 +323,7 @@ static void gemv_forward(float *out, const float *inp, const float *w, const flo
 
 /* Batch-invariant mode (backend_cpu_set_batch_invariant). sgemm's bits for
  * a row depend on the call's row count and on the row's place in its
- * register tiles and thread slabs (measured, OpenBLAS 0.3.21 Haswell
+ * register tiles and in sgemm_tiled's tiles (measured, OpenBLAS 0.3.21 Haswell
  * kernels: a row differs between M = 1, 33, 48, 100 and between first and
  * last row of one call), so the dispatch above, which switches to sgemm
  * past SMALL_ROWS (GEMV_ROWS for [C,OC]) rows, gives a prompt's prefill rows
