@@ -44,20 +44,26 @@ void openblas_set_num_threads(int);
 void cpu_blas_init(void) { openblas_set_num_threads(1); }
 
 /* The output's rows (or columns, when there are more of them) in tiles
- * whose width is a function of the shape alone: OpenBLAS's bits for an
+ * whose widths are a function of the shape alone: OpenBLAS's bits for an
  * element depend on the call's extent and on the element's place in it
- * (measured, 0.3.21: Haswell/Zen kernels, tiles of ceil(M/nt) rows gave other
- * bits at 2 than at 1 thread in a third of the training's shapes), so a tile
- * per thread made the result depend on the thread count. At least
- * SGEMM_TILE_MIN wide (each call packs the other operand again), a multiple
- * of 16, at most SGEMM_TILES of them; OpenMP shares the tiles out. */
+ * (measured, 0.3.21: Haswell/Zen kernels, slabs of ceil(M/nt) rows gave other
+ * bits at 2 than at 1 thread in a third of the training's shapes), so one
+ * tile per thread made the result depend on the thread count. Each call
+ * packs the other operand again, so tiles are few and wide: a power of two
+ * of them (whole for 2, 4, 8 threads), at most SGEMM_TILES, each at least
+ * SGEMM_TILE_MIN wide and a multiple of 16; OpenMP shares them out. At the
+ * quickstart's shapes 1-4 tiles: the SFT step on 2 threads as fast as with
+ * one slab per thread (fastest steps 32-33 ms), on 1 thread about 5% more
+ * CPU time (the tiles' packing; measured on the 2-core test machine). */
 #define SGEMM_TILES    16
-#define SGEMM_TILE_MIN 64
+#define SGEMM_TILE_MIN 128
 static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc)
 {
-  int by_rows = M >= N, extent = by_rows ? M : N;
-  int per = PetscMax(SGEMM_TILE_MIN, ((extent + SGEMM_TILES - 1) / SGEMM_TILES + 15) / 16 * 16), ntile = (extent + per - 1) / per;
+  int by_rows = M >= N, extent = by_rows ? M : N, ntile = 1, per;
 
+  while (2 * ntile <= SGEMM_TILES && 2 * ntile * SGEMM_TILE_MIN <= extent) ntile *= 2;
+  per   = ((extent + ntile - 1) / ntile + 15) / 16 * 16;
+  ntile = (extent + per - 1) / per;
 #pragma omp parallel for schedule(static) if (ntile > 1 && (double)M * N * K > 1e6)
   for (int t = 0; t < ntile; t++) {
     int lo = t * per, hi = lo + per < extent ? lo + per : extent;
