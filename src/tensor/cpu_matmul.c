@@ -51,24 +51,31 @@ void cpu_blas_init(void) { openblas_set_num_threads(1); }
  * tile per thread made the result depend on the thread count. Each call
  * packs the other operand again, so tiles are few and wide: a power of two
  * of them (whole for 2, 4, 8 threads), at most SGEMM_TILES, each at least
- * SGEMM_TILE_MIN wide and a multiple of 16; OpenMP shares them out. At the
- * quickstart's shapes 1-4 tiles: the SFT step on 2 threads as fast as with
- * one slab per thread (fastest steps 32-33 ms), on 1 thread about 5% more
- * CPU time (the tiles' packing; measured on the 2-core test machine). */
+ * SGEMM_TILE_MIN wide, or two halves of 64 or more (so that 2 threads share
+ * every product), a multiple of 16; OpenMP shares them out. At the
+ * quickstart's shapes that is 2 tiles, the old cut on 2 threads (SFT step
+ * 14-15 ms before and after on the 2-core test machine); a product needs
+ * 16 x 256 rows or columns to use 16 threads. */
 #define SGEMM_TILES    16
-#define SGEMM_TILE_MIN 128
+#define SGEMM_TILE_MIN 256
 static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc)
 {
   int by_rows = M >= N, extent = by_rows ? M : N, ntile = 1, per;
 
   while (2 * ntile <= SGEMM_TILES && 2 * ntile * SGEMM_TILE_MIN <= extent) ntile *= 2;
+  if (ntile == 1 && extent >= 128) ntile = 2;
   per   = ((extent + ntile - 1) / ntile + 15) / 16 * 16;
   ntile = (extent + per - 1) / per;
 #pragma omp parallel for schedule(static) if (ntile > 1 && (double)M * N * K > 1e6)
   for (int t = 0; t < ntile; t++) {
     int lo = t * per, hi = lo + per < extent ? lo + per : extent;
-    if (by_rows) cpu_sgemm_kblocked(ta, tb, hi - lo, N, K, 1.0f, ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
-    else cpu_sgemm_kblocked(ta, tb, M, hi - lo, K, 1.0f, A, lda, tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb, ldb, beta, Cm + lo, ldc);
+    if (by_rows) {
+      const float *a = ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo;
+      cpu_sgemm_kblocked(ta, tb, hi - lo, N, K, 1.0f, a, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
+    } else {
+      const float *b = tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb;
+      cpu_sgemm_kblocked(ta, tb, M, hi - lo, K, 1.0f, A, lda, b, ldb, beta, Cm + lo, ldc);
+    }
   }
 }
 
