@@ -1776,6 +1776,44 @@ static PetscErrorCode check_threads_llama(const Backend *be, Rng *r)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The training path's matmuls (sgemm, past the decode path's row counts):
+ * forward, dinp, dW and dbias the same bits with 1, 2 and 3 OpenMP threads,
+ * in both layouts, at the quickstart's shapes and at shapes whose old cut
+ * (one tile per thread) put rows or columns at other places in OpenBLAS's
+ * calls (measured, 0.3.21: with the SkylakeX kernels C = 32, OC = 128 at
+ * N = 40 and 129; with the Haswell/Zen kernels a third of all shapes). */
+static PetscErrorCode check_threads_sgemm(const Backend *be, Rng *r)
+{
+  const int shape[][3] = {{40, 32, 128},   {129, 32, 128},  {983, 32, 128}, {864, 128, 384},
+                          {864, 512, 128}, {864, 128, 20}, {200, 128, 1}};
+  const int nt[3] = {1, 2, 3}, nmax = omp_get_max_threads();
+  int       ok = 1;
+
+  PetscFunctionBegin;
+  for (size_t s = 0; s < sizeof shape / sizeof shape[0]; s++) {
+    const int N = shape[s][0], C = shape[s][1], OC = shape[s][2];
+    size_t    n = (size_t)N * OC + (size_t)N * C + (size_t)C * OC + OC;
+    float    *x = frand(r, (size_t)N * C, -1, 1), *w = frand(r, (size_t)C * OC, -1, 1), *res[3];
+    float    *g = frand(r, (size_t)N * OC, -1, 1);
+    for (int tr = 0; tr < 2; tr++) {
+      for (int k = 0; k < 3; k++) {
+        omp_set_num_threads(nt[k]);
+        res[k] = fvec(n);
+        memset(res[k], 0, n * sizeof(float));
+        PetscCall(be->matmul_forward(res[k], x, w, NULL, N, C, OC, tr ? PETSC_TRUE : PETSC_FALSE));
+        float *dinp = res[k] + (size_t)N * OC, *dw = dinp + (size_t)N * C, *dbias = res[k] + n - OC;
+        PetscCall(be->matmul_backward(dinp, dw, dbias, g, x, w, N, C, OC, tr ? PETSC_TRUE : PETSC_FALSE));
+      }
+      ok = bitwise_equal(res[0], res[1], n * sizeof(float)) && bitwise_equal(res[0], res[2], n * sizeof(float)) && ok;
+      for (int k = 0; k < 3; k++) free(res[k]);
+    }
+    free(x), free(w), free(g);
+  }
+  omp_set_num_threads(nmax);
+  test_report(ok, "bitwise with 1, 2, 3 threads: matmul_forward/backward through sgemm, both layouts, N 40-983", "results differ");
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* OpenBLAS's own thread count must not change the bits either. Its threaded
  * driver does not give the bits of its serial one (with the Haswell kernels
  * that OPENBLAS_CORETYPE selects on some machines, even K = 64 differs), so
@@ -1852,6 +1890,7 @@ int main(int argc, char **argv)
   PetscCall(check_matmul_rows(be, &r));
   PetscCall(check_matmul_batch_invariant(be, &r));
   PetscCall(check_blas_threads(be, &r));
+  PetscCall(check_threads_sgemm(be, &r));
   { /* its own draws, so the checks above keep their inputs */
     Rng rt = {20261128};
     PetscCall(check_attention_tiled(be, &rt));

@@ -4,10 +4,11 @@
  * own thread pool would run beside the OpenMP team: after each OpenMP region
  * libgomp's threads spin while the next sgemm needs the cores (measured on 2
  * cores, 10M model: 1.4x slower training than without the clash). So OpenBLAS
- * is kept single-threaded (cpu_blas_init) and each sgemm is cut into one
- * tile per OpenMP thread, run inside the team: one pool, no oversubscription,
- * whatever OMP_WAIT_POLICY is. Tiles split rows or columns of the output,
- * never the K sum, so the bits do not depend on the thread count.
+ * is kept single-threaded (cpu_blas_init) and each sgemm is cut into tiles
+ * shared out among the OpenMP team: one pool, no oversubscription, whatever
+ * OMP_WAIT_POLICY is. Tiles split rows or columns of the output, never the K
+ * sum, and their widths depend on the shape alone (sgemm_tiled), so the bits
+ * do not depend on the thread count.
  *
  * Determinism. OpenBLAS 0.3.21 is deterministic for a fixed thread count,
  * but its threaded driver does not reproduce the bits of its serial one: it
@@ -42,20 +43,38 @@ void openblas_set_num_threads(int);
 
 void cpu_blas_init(void) { openblas_set_num_threads(1); }
 
-/* One sgemm per OpenMP thread on a slab of the output's rows (or columns,
- * when there are more of them); each slab is a multiple of 16 wide. */
+/* The output's rows (or columns, when there are more of them) in tiles
+ * whose widths are a function of the shape alone: OpenBLAS's bits for an
+ * element depend on the call's extent and on the element's place in it
+ * (measured, 0.3.21: Haswell/Zen kernels, slabs of ceil(M/nt) rows gave other
+ * bits at 2 than at 1 thread in a third of the training's shapes), so one
+ * tile per thread made the result depend on the thread count. Each call
+ * packs the other operand again, so tiles are few and wide: a power of two
+ * of them (whole for 2, 4, 8 threads), at most SGEMM_TILES, each at least
+ * SGEMM_TILE_MIN wide, or two halves of 64 or more (so that 2 threads share
+ * every product), a multiple of 16; OpenMP shares them out. At the
+ * quickstart's shapes that is 2 tiles, the old cut on 2 threads (SFT step
+ * 14-15 ms before and after on the 2-core test machine); a product needs
+ * 16 x 256 rows or columns to use 16 threads. */
+#define SGEMM_TILES    16
+#define SGEMM_TILE_MIN 256
 static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc)
 {
-  int by_rows = M >= N, extent = by_rows ? M : N;
+  int by_rows = M >= N, extent = by_rows ? M : N, ntile = 1, per;
 
-#pragma omp parallel if ((double)M * N * K > 1e6)
-  {
-    int nt = omp_get_num_threads(), id = omp_get_thread_num();
-    int per = ((extent + nt - 1) / nt + 15) / 16 * 16;
-    int lo = id * per, hi = lo + per < extent ? lo + per : extent;
-    if (lo < hi) {
-      if (by_rows) cpu_sgemm_kblocked(ta, tb, hi - lo, N, K, 1.0f, ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
-      else cpu_sgemm_kblocked(ta, tb, M, hi - lo, K, 1.0f, A, lda, tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb, ldb, beta, Cm + lo, ldc);
+  while (2 * ntile <= SGEMM_TILES && 2 * ntile * SGEMM_TILE_MIN <= extent) ntile *= 2;
+  if (ntile == 1 && extent >= 128) ntile = 2;
+  per   = ((extent + ntile - 1) / ntile + 15) / 16 * 16;
+  ntile = (extent + per - 1) / per;
+#pragma omp parallel for schedule(static) if (ntile > 1 && (double)M * N * K > 1e6)
+  for (int t = 0; t < ntile; t++) {
+    int lo = t * per, hi = lo + per < extent ? lo + per : extent;
+    if (by_rows) {
+      const float *a = ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo;
+      cpu_sgemm_kblocked(ta, tb, hi - lo, N, K, 1.0f, a, lda, B, ldb, beta, Cm + (size_t)lo * ldc, ldc);
+    } else {
+      const float *b = tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb;
+      cpu_sgemm_kblocked(ta, tb, M, hi - lo, K, 1.0f, A, lda, b, ldb, beta, Cm + lo, ldc);
     }
   }
 }
@@ -317,7 +336,7 @@ static void gemv_forward(float *out, const float *inp, const float *w, const flo
 
 /* Batch invariance (Backend.matmul_forward_rows). sgemm's bits for
  * a row depend on the call's row count and on the row's place in its
- * register tiles and thread slabs (measured, OpenBLAS 0.3.21 Haswell
+ * register tiles and in sgemm_tiled's tiles (measured, OpenBLAS 0.3.21 Haswell
  * kernels: a row differs between M = 1, 33, 48, 100 and between first and
  * last row of one call), so the dispatch above, which switches to sgemm
  * past SMALL_ROWS (GEMV_ROWS for [C,OC]) rows, gives a prompt's prefill rows
