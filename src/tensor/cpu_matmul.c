@@ -27,7 +27,8 @@
 
 /* Row-major C[M,N] = beta*C + alpha * op(A)[M,K] . op(B)[K,N], the K sum in
  * fixed blocks (see "Determinism" above). Also used by cpu_attention.c. */
-void cpu_sgemm_kblocked(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc)
+void cpu_sgemm_kblocked(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
+                        int lda, const float *B, int ldb, float beta, float *Cm, int ldc)
 {
   for (int k0 = 0; k0 < K; k0 += CPU_KBLOCK) {
     int          kb = K - k0 < CPU_KBLOCK ? K - k0 : CPU_KBLOCK;
@@ -58,7 +59,8 @@ void cpu_blas_init(void) { openblas_set_num_threads(1); }
  * 16 x 256 rows or columns to use 16 threads. */
 #define SGEMM_TILES    16
 #define SGEMM_TILE_MIN 256
-static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc)
+static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda,
+                        const float *B, int ldb, float beta, float *Cm, int ldc)
 {
   int by_rows = M >= N, extent = by_rows ? M : N, ntile = 1, per;
 
@@ -114,7 +116,8 @@ static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, in
  * lane j+8, then +4, +2, +1. */
 static inline float lanes_sum(__m512 v)
 {
-  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))); /* AVX512F only */
+  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))); /* AVX512F only */
   __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
   q        = _mm_add_ps(q, _mm_movehl_ps(q, q));
   q        = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
@@ -126,7 +129,8 @@ static inline float gemv_dot(const float *restrict a, const float *restrict b, i
   __m512 acc = _mm512_setzero_ps();
   int    c0;
 
-  for (c0 = 0; c0 + GEMV_LANES <= C; c0 += GEMV_LANES) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + c0), _mm512_loadu_ps(b + c0), acc);
+  for (c0 = 0; c0 + GEMV_LANES <= C; c0 += GEMV_LANES)
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + c0), _mm512_loadu_ps(b + c0), acc);
   if (c0 < C) {
     __mmask16 m = (__mmask16)((1u << (C - c0)) - 1);
     acc         = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, a + c0), _mm512_maskz_loadu_ps(m, b + c0), acc, m);
@@ -138,13 +142,16 @@ static inline float gemv_dot(const float *restrict a, const float *restrict b, i
  * SMALL_TILE), gemv_dot's sums with the tile's partial sums in registers.
  * NR is a constant at each call (small_tile), so the loops unroll and the
  * NR x SMALL_TILE sums stay in registers. */
-static inline __attribute__((always_inline)) void small_tile_n(float *out, const float *inp, const float *w, const float *bias, int n0, const int NR, int o0, int no, int os, int C, int OC)
+static inline __attribute__((always_inline)) void small_tile_n(float *out, const float *inp, const float *w,
+                                                               const float *bias, int n0, const int NR, int o0, int no,
+                                                               int os, int C, int OC)
 {
   __m512       acc[SMALL_TILE][SMALL_TILE];
   const float *x[SMALL_TILE], *wr[SMALL_TILE];
   int          c0;
 
-  for (int j = 0; j < SMALL_TILE; j++) wr[j] = w + (size_t)(o0 + (j < no ? j : 0) * os) * C; /* past the end: the first again, unused */
+  for (int j = 0; j < SMALL_TILE; j++)
+    wr[j] = w + (size_t)(o0 + (j < no ? j : 0) * os) * C; /* past the end: the first again, unused */
   for (int i = 0; i < NR; i++) {
     x[i] = inp + (size_t)(n0 + i) * C;
     for (int j = 0; j < SMALL_TILE; j++) acc[i][j] = _mm512_setzero_ps();
@@ -167,10 +174,12 @@ static inline __attribute__((always_inline)) void small_tile_n(float *out, const
     }
   }
   for (int i = 0; i < NR; i++)
-    for (int j = 0; j < no; j++) out[(size_t)(n0 + i) * OC + o0 + j * os] = (bias ? bias[o0 + j * os] : 0.0f) + lanes_sum(acc[i][j]);
+    for (int j = 0; j < no; j++)
+      out[(size_t)(n0 + i) * OC + o0 + j * os] = (bias ? bias[o0 + j * os] : 0.0f) + lanes_sum(acc[i][j]);
 }
 
-static inline void small_tile(float *out, const float *inp, const float *w, const float *bias, int n0, int nr, int o0, int no, int os, int C, int OC)
+static inline void small_tile(float *out, const float *inp, const float *w, const float *bias, int n0, int nr, int o0,
+                              int no, int os, int C, int OC)
 {
   switch (nr) {
   case 1: small_tile_n(out, inp, w, bias, n0, 1, o0, no, os, C, OC); break;
@@ -190,7 +199,8 @@ static inline void small_tile(float *out, const float *inp, const float *w, cons
  * definition below (fused multiply-adds in c order per lane, the same tree). */
   #define AVX2_ROWS 3
   #define AVX2_OUTS 2
-  #define BIG_STEP  12 /* input rows per small_tile call past SMALL_ROWS: four AVX2_ROWS pieces under one pair of weight rows */
+#define BIG_STEP                                                                                                       \
+  12 /* input rows per small_tile call past SMALL_ROWS: four AVX2_ROWS pieces under one pair of weight rows */
 
 static inline float lanes_sum2(__m256 lo, __m256 hi)
 {
@@ -201,7 +211,9 @@ static inline float lanes_sum2(__m256 lo, __m256 hi)
   return _mm_cvtss_f32(q);
 }
 
-static inline __attribute__((always_inline)) void avx2_tile_n(float *out, const float *inp, const float *w, const float *bias, int n0, const int NR, int o0, const int NO, int os, int C, int OC)
+static inline __attribute__((always_inline)) void avx2_tile_n(float *out, const float *inp, const float *w,
+                                                              const float *bias, int n0, const int NR, int o0,
+                                                              const int NO, int os, int C, int OC)
 {
   __m256       lo[AVX2_ROWS][SMALL_TILE], hi[AVX2_ROWS][SMALL_TILE];
   const float *x[AVX2_ROWS], *wr[SMALL_TILE];
@@ -217,15 +229,19 @@ static inline __attribute__((always_inline)) void avx2_tile_n(float *out, const 
     for (int j = 0; j < NO; j++) wl[j] = _mm256_loadu_ps(wr[j] + c0), wh[j] = _mm256_loadu_ps(wr[j] + c0 + 8);
     for (int i = 0; i < NR; i++) {
       __m256 xl = _mm256_loadu_ps(x[i] + c0), xh = _mm256_loadu_ps(x[i] + c0 + 8);
-      for (int j = 0; j < NO; j++) lo[i][j] = _mm256_fmadd_ps(xl, wl[j], lo[i][j]), hi[i][j] = _mm256_fmadd_ps(xh, wh[j], hi[i][j]);
+      for (int j = 0; j < NO; j++)
+        lo[i][j] = _mm256_fmadd_ps(xl, wl[j], lo[i][j]), hi[i][j] = _mm256_fmadd_ps(xh, wh[j], hi[i][j]);
     }
   }
   if (c0 < C) {
     int    r  = C - c0;
-    __m256i ml = _mm256_setr_epi32(0 < r ? -1 : 0, 1 < r ? -1 : 0, 2 < r ? -1 : 0, 3 < r ? -1 : 0, 4 < r ? -1 : 0, 5 < r ? -1 : 0, 6 < r ? -1 : 0, 7 < r ? -1 : 0);
-    __m256i mh = _mm256_setr_epi32(8 < r ? -1 : 0, 9 < r ? -1 : 0, 10 < r ? -1 : 0, 11 < r ? -1 : 0, 12 < r ? -1 : 0, 13 < r ? -1 : 0, 14 < r ? -1 : 0, 15 < r ? -1 : 0);
+    __m256i ml = _mm256_setr_epi32(0 < r ? -1 : 0, 1 < r ? -1 : 0, 2 < r ? -1 : 0, 3 < r ? -1 : 0, 4 < r ? -1 : 0,
+                                   5 < r ? -1 : 0, 6 < r ? -1 : 0, 7 < r ? -1 : 0);
+    __m256i mh = _mm256_setr_epi32(8 < r ? -1 : 0, 9 < r ? -1 : 0, 10 < r ? -1 : 0, 11 < r ? -1 : 0, 12 < r ? -1 : 0,
+                                   13 < r ? -1 : 0, 14 < r ? -1 : 0, 15 < r ? -1 : 0);
     __m256 wl[SMALL_TILE], wh[SMALL_TILE];
-    for (int j = 0; j < NO; j++) wl[j] = _mm256_maskload_ps(wr[j] + c0, ml), wh[j] = _mm256_maskload_ps(wr[j] + c0 + 8, mh);
+    for (int j = 0; j < NO; j++)
+      wl[j] = _mm256_maskload_ps(wr[j] + c0, ml), wh[j] = _mm256_maskload_ps(wr[j] + c0 + 8, mh);
     for (int i = 0; i < NR; i++) {
       __m256 xl = _mm256_maskload_ps(x[i] + c0, ml), xh = _mm256_maskload_ps(x[i] + c0 + 8, mh);
       for (int j = 0; j < NO; j++) {
@@ -235,13 +251,15 @@ static inline __attribute__((always_inline)) void avx2_tile_n(float *out, const 
     }
   }
   for (int i = 0; i < NR; i++)
-    for (int j = 0; j < NO; j++) out[(size_t)(n0 + i) * OC + o0 + j * os] = (bias ? bias[o0 + j * os] : 0.0f) + lanes_sum2(lo[i][j], hi[i][j]);
+    for (int j = 0; j < NO; j++)
+      out[(size_t)(n0 + i) * OC + o0 + j * os] = (bias ? bias[o0 + j * os] : 0.0f) + lanes_sum2(lo[i][j], hi[i][j]);
 }
 
 /* gemv_forward's SMALL_TILE x SMALL_TILE tile as AVX2_ROWS x AVX2_OUTS
  * pieces; one input row takes all the tile's weight rows in one piece (up
  * to SMALL_TILE streams from memory at once: see gemv_forward). */
-static inline void small_tile(float *out, const float *inp, const float *w, const float *bias, int n0, int nr, int o0, int no, int os, int C, int OC)
+static inline void small_tile(float *out, const float *inp, const float *w, const float *bias, int n0, int nr, int o0,
+                              int no, int os, int C, int OC)
 {
   if (nr == 1) {
     switch (no) {
@@ -254,7 +272,8 @@ static inline void small_tile(float *out, const float *inp, const float *w, cons
   }
   for (int j0 = 0; j0 < no; j0 += AVX2_OUTS)
     for (int i0 = 0; i0 < nr; i0 += AVX2_ROWS) {
-      int a = nr - i0 < AVX2_ROWS ? nr - i0 : AVX2_ROWS, b = no - j0 < AVX2_OUTS ? no - j0 : AVX2_OUTS, oj = o0 + j0 * os;
+      int a = nr - i0 < AVX2_ROWS ? nr - i0 : AVX2_ROWS, b = no - j0 < AVX2_OUTS ? no - j0 : AVX2_OUTS,
+          oj = o0 + j0 * os;
       switch (a * 4 + b) {
       case 5: avx2_tile_n(out, inp, w, bias, n0 + i0, 1, oj, 1, os, C, OC); break;
       case 6: avx2_tile_n(out, inp, w, bias, n0 + i0, 1, oj, 2, os, C, OC); break;
@@ -280,14 +299,18 @@ static inline float gemv_dot(const float *restrict a, const float *restrict b, i
   return part[0];
 }
 
-static inline void small_tile(float *out, const float *inp, const float *w, const float *bias, int n0, int nr, int o0, int no, int os, int C, int OC)
+static inline void small_tile(float *out, const float *inp, const float *w, const float *bias, int n0, int nr, int o0,
+                              int no, int os, int C, int OC)
 {
   for (int j = 0; j < no; j++)
-    for (int i = 0; i < nr; i++) out[(size_t)(n0 + i) * OC + o0 + j * os] = (bias ? bias[o0 + j * os] : 0.0f) + gemv_dot(inp + (size_t)(n0 + i) * C, w + (size_t)(o0 + j * os) * C, C);
+    for (int i = 0; i < nr; i++)
+      out[(size_t)(n0 + i) * OC + o0 + j * os] = (bias ? bias[o0 + j * os] : 0.0f) +
+                                                 gemv_dot(inp + (size_t)(n0 + i) * C, w + (size_t)(o0 + j * os) * C, C);
 }
 #endif
 
-static void gemv_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
+static void gemv_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
+                         PetscBool transposed)
 {
   if (transposed) { /* w [OC,C]: tiles of weight rows, each read once for all input rows */
     /* A tile's weight rows are o0, o0 + os, ... A decode step reads each
@@ -301,7 +324,8 @@ static void gemv_forward(float *out, const float *inp, const float *w, const flo
      * (docs/benchmarks.md). Which products form an element, and in which
      * order, do not change: only the order in which elements are visited. */
     int spread = N <= SMALL_ROWS && OC >= SMALL_TILE * SMALL_TILE;
-    int os = spread ? (OC + SMALL_TILE - 1) / SMALL_TILE : 1, ntile = (OC + SMALL_TILE - 1) / SMALL_TILE, nstep = N > SMALL_ROWS ? BIG_STEP : SMALL_TILE;
+    int os = spread ? (OC + SMALL_TILE - 1) / SMALL_TILE : 1, ntile = (OC + SMALL_TILE - 1) / SMALL_TILE,
+        nstep = N > SMALL_ROWS ? BIG_STEP : SMALL_TILE;
     /* more rows (batch-invariant mode): blocks of input rows that stay in L2
      * (256 KiB) while every weight tile passes over them; a tile's element
      * is the same sum whatever block or step holds its row */
@@ -311,8 +335,10 @@ static void gemv_forward(float *out, const float *inp, const float *w, const flo
       int b1 = b0 + nblk < N ? b0 + nblk : N;
 #pragma omp for schedule(static)
       for (int t = 0; t < ntile; t++) {
-        int o0 = spread ? t : t * SMALL_TILE, no = spread ? (OC - 1 - t) / os + 1 : (OC - o0 < SMALL_TILE ? OC - o0 : SMALL_TILE);
-        for (int n0 = b0; n0 < b1; n0 += nstep) small_tile(out, inp, w, bias, n0, b1 - n0 < nstep ? b1 - n0 : nstep, o0, no, os, C, OC);
+        int o0 = spread ? t : t * SMALL_TILE,
+            no = spread ? (OC - 1 - t) / os + 1 : (OC - o0 < SMALL_TILE ? OC - o0 : SMALL_TILE);
+        for (int n0 = b0; n0 < b1; n0 += nstep)
+          small_tile(out, inp, w, bias, n0, b1 - n0 < nstep ? b1 - n0 : nstep, o0, no, os, C, OC);
       }
     }
     return;
@@ -347,14 +373,16 @@ static void gemv_forward(float *out, const float *inp, const float *w, const flo
  * bits than sgemm's and run slower (docs/benchmarks.md).
  * Generation's -gen_batch_invariant routes the cached forward's matmuls
  * here (model_cached_batch_invariant); training's stay on matmul_forward. */
-PetscErrorCode cpu_matmul_forward_rows(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
+PetscErrorCode cpu_matmul_forward_rows(float *out, const float *inp, const float *w, const float *bias, int N, int C,
+                                       int OC, PetscBool transposed)
 {
   PetscFunctionBegin;
   if (N > 0 && OC > 0) gemv_forward(out, inp, w, bias, N, C, OC, transposed);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, PetscBool transposed)
+PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
+                                  PetscBool transposed)
 {
   float beta = 0.0f;
 
@@ -375,7 +403,8 @@ PetscErrorCode cpu_matmul_forward(float *out, const float *inp, const float *w, 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC, PetscBool transposed)
+PetscErrorCode cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                                   const float *w, int N, int C, int OC, PetscBool transposed)
 {
   PetscFunctionBegin;
   if (N <= 0 || OC <= 0) PetscFunctionReturn(PETSC_SUCCESS);
