@@ -12,7 +12,8 @@
 #include <string.h>
 
 static const char usage[] =
-    "rlfuse: RLHF training for large language models (SFT, reward modelling, PPO) in C and MPI.\n"
+    "rlfuse: RL post-training for large language models (SFT, reward models, PPO, GRPO, RLOO, REINFORCE++,\n"
+    "synchronous or asynchronous) in C and MPI.\n"
     "Decks are PETSc options files: bin/rlfuse -options_file input/quickstart.deck [-option value ...].\n"
     "Misspelled or unused options are errors. -dry_run checks a deck and its memory needs, then exits.\n\n";
 

@@ -49,7 +49,10 @@ static PetscErrorCode sys_error_print(MPI_Comm comm, int line, const char *fun, 
     sys_error_collective = ncomm == world ? PETSC_TRUE : PETSC_FALSE;
   }
   if (sys_error_collective && rank != 0) return n;
-  if (world > 1)
+  if (!sys_error_ours(file) && world > 1) /* raised inside PETSc: its build paths say nothing to a user */
+    fprintf(stderr, "rlfuse: error: %s [rank %d]\n", mess ? mess : "(no message)", rank);
+  else if (!sys_error_ours(file)) fprintf(stderr, "rlfuse: error: %s\n", mess ? mess : "(no message)");
+  else if (world > 1)
     fprintf(stderr, "rlfuse: error: %s [rank %d, %s:%d %s]\n", mess ? mess : "(no message)", rank, file, line, fun);
   else fprintf(stderr, "rlfuse: error: %s [%s:%d %s]\n", mess ? mess : "(no message)", file, line, fun);
   fflush(stderr);
