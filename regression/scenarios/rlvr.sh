@@ -80,9 +80,9 @@ PY
 mpirun 1 $G -output_dir $d/one >$d/one.log 2>&1 || not_ok "GRPO with rule rewards: $(tail -1 $d/one.log)"
 check "grpo without a reward model: progress lines, held-out accuracy and pass@2 before and after, no reward model in the checkpoint" bash -c \
   "[ \$(grep -c '^iter ' $d/one.log) -eq 4 ] && grep -q '^grpo: held-out reward .* pass@2' $d/one.log && h5ls $d/one/final.h5/actor >/dev/null && ! h5ls $d/one/final.h5/reward >/dev/null 2>&1"
-check "progress: each iteration line has the elapsed time and an ETA and no critic column; each held-out evaluation (the actor after iterations 2 and 4, then the reference) has a line at its start and one with its time" bash -c \
+check "progress: each iteration line has the elapsed time and an ETA and no critic column; each held-out evaluation (the reference first, then the actor after iterations 2 and 4) has a line at its start and one with its time" bash -c \
   "[ \$(grep -c '^iter .* | elapsed [0-9.hms ]* | ETA [0-9.hms ]*\$' $d/one.log) -eq 4 ] && ! grep '^iter ' $d/one.log | grep -q critic &&
-   [ \"\$(grep '^held-out evaluation of' $d/one.log | sed 's/ in [0-9.hms ]*\$//')\" = \"\$(printf '%s\\n' 'held-out evaluation of the actor after iteration 2: 32 prompts x 2 responses ...' 'held-out evaluation of the actor after iteration 2 done' 'held-out evaluation of the actor after iteration 4: 32 prompts x 2 responses ...' 'held-out evaluation of the actor after iteration 4 done' 'held-out evaluation of the reference (the initial policy): 32 prompts x 2 responses ...' 'held-out evaluation of the reference (the initial policy) done')\" ]"
+   [ \"\$(grep '^held-out evaluation of' $d/one.log | sed 's/ in [0-9.hms ]*\$//')\" = \"\$(printf '%s\\n' 'held-out evaluation of the reference (the initial policy): 32 prompts x 2 responses ...' 'held-out evaluation of the reference (the initial policy) done' 'held-out evaluation of the actor after iteration 2: 32 prompts x 2 responses ...' 'held-out evaluation of the actor after iteration 2 done' 'held-out evaluation of the actor after iteration 4: 32 prompts x 2 responses ...' 'held-out evaluation of the actor after iteration 4 done')\" ]"
 check "names: the iteration lines give the reward once with its parts, the numeric rule's named accuracy (no gold or numeric column), the summary the accuracy of the initial policy" bash -c \
   "[ \$(grep -c '^iter .* | reward [-+][0-9.]* (accuracy [0-9.]*, format [0-9.]*) | kl ' $d/one.log) -eq 4 ] && ! grep '^iter \|held-out' $d/one.log | grep -q 'gold\|numeric' &&
    grep -q '^grpo: held-out accuracy [0-9.]* (initial policy) -> ' $d/one.log && grep -q '^      held-out accuracy [0-9.]*, KL' $d/one.log"
@@ -355,11 +355,11 @@ expect_error "numeric needs answers the sort task lacks" "-reward_fn numeric com
 expect_error "a prompt file without answers" "but -ppo_prompts $d/no_ans.h5 has none" -mode ppo $A -reward_fn numeric -ppo_prompts $d/no_ans.h5 -output_dir $d/x4
 expect_error "answer offsets that do not match the rows" "answer_offsets has 3 entries, expected 65" -mode ppo $A -reward_fn numeric -ppo_prompts $d/short_offsets.h5 -output_dir $d/x5
 expect_error "-critic_init reward without a reward model" "-critic_init reward starts the critic from the reward model, and there is none" -mode ppo $A -algo ppo -reward_fn numeric -output_dir $d/x6
-# a reward command that dies in its fourth batch (iterations 1, 2, the evaluation after 2, iteration 3):
-# one line naming it; the checkpoint of iteration 2 stays
-printf 'import sys, json\nn = 0\nfor line in sys.stdin:\n    n += 1\n    if n == 4: sys.exit(3)\n    for s in json.loads(line)["samples"]: print(1.0)\n    sys.stdout.flush()\n' >$d/dies.py
+# a reward command that dies in its fifth batch (the initial policy's evaluation, iterations 1, 2, the
+# evaluation after 2, iteration 3): one line naming it; the checkpoint of iteration 2 stays
+printf 'import sys, json\nn = 0\nfor line in sys.stdin:\n    n += 1\n    if n == 5: sys.exit(3)\n    for s in json.loads(line)["samples"]: print(1.0)\n    sys.stdout.flush()\n' >$d/dies.py
 mpirun 1 $G -reward_fn none -reward_command "$PYTHON $d/dies.py" -output_dir $d/dies >$d/dies.log 2>&1; rc=$?
-check "a reward command that exits in its fourth batch (iteration 3) ends the run (status $rc) with one line naming the command and the sample" bash -c \
+check "a reward command that exits in its fifth batch (iteration 3) ends the run (status $rc) with one line naming the command and the sample" bash -c \
   "[ $rc -ne 0 ] && [ \$(grep -c '^rlfuse: error: reward command \"$PYTHON $d/dies.py\": exited with status 3 .*sample 0, index' $d/dies.log) -eq 1 ]"
 check "... and the checkpoint of iteration 2 is whole (readable, iteration 2) and no temporary is left" bash -c \
   "h5dump -a /state/iteration $d/dies/ckpt_000002.h5 | grep -q '(0): 2' && ! ls $d/dies | grep -q tmp"
