@@ -68,28 +68,27 @@ for p in srcs:
     prefix = None
     src_text = text(p)
     for m in call.finditer(src_text):  # a call may span lines: its arguments run to the ';'
-        if True:
-            i = src_text.count("\n", 0, m.start())
-            fn, args = m.group(1), m.group(2)
-            lits = re.findall(r'"((?:\\.|[^"\\])*)"', args)
-            if fn == "PetscOptionsBegin":
-                a = [x.strip() for x in args.split(",")]
-                prefix = lits[0] if len(a) > 1 and a[1].startswith('"') else ("" if len(a) > 1 and a[1] == "NULL" else None)
-                continue
-            if fn == "PetscOptionsEnd":
-                prefix = None
-                continue
-            if fn.startswith("RfOpt"):
-                name = (prefix or "") + lits[0].lstrip("-") if lits and prefix is not None else None
-            elif fn == "sys_option_given":
-                name = lits[0] + (lits[1].lstrip("-") if len(lits) > 1 else "") if lits else None
-            else:
-                name = lits[0].lstrip("-") if lits and lits[0].startswith("-") else None
-            if name:
-                readers.setdefault(name, set()).add(module(p))
-            for pre, home in owner.items():
-                if name and name.startswith(pre) and not rel(p).startswith(home):
-                    bad.append(f"{rel(p)}:{i + 1}:-{name}")
+        i = src_text.count("\n", 0, m.start())
+        fn, args = m.group(1), m.group(2)
+        lits = re.findall(r'"((?:\\.|[^"\\])*)"', args)
+        if fn == "PetscOptionsBegin":
+            a = [x.strip() for x in args.split(",")]
+            prefix = lits[0] if len(a) > 1 and a[1].startswith('"') else ("" if len(a) > 1 and a[1] == "NULL" else None)
+            continue
+        if fn == "PetscOptionsEnd":
+            prefix = None
+            continue
+        if fn.startswith("RfOpt"):
+            name = (prefix or "") + lits[0].lstrip("-") if lits and prefix is not None else None
+        elif fn == "sys_option_given":
+            name = lits[0] + (lits[1].lstrip("-") if len(lits) > 1 else "") if lits else None
+        else:
+            name = lits[0].lstrip("-") if lits and lits[0].startswith("-") else None
+        if name:
+            readers.setdefault(name, set()).add(module(p))
+        for pre, home in owner.items():
+            if name and name.startswith(pre) and not rel(p).startswith(home):
+                bad.append(f"{rel(p)}:{i + 1}:-{name}")
 chk("each option prefix is read by its owner only (-plan_ and -fuse_ src/plan, -cost_ src/cost, -reward_ src/reward)", sorted(bad))
 
 # a file option's row (IoFileOption: {"-name", IO_FILE_...}) sits in the module that reads the option

@@ -216,19 +216,15 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
     PetscCall(record_step(rec, st->iteration));
     if (*stop) break; /* SIGINT or SIGTERM: what is done is in that checkpoint */
   }
-  if (*stop) {
-    PetscCall(packbuf_destroy(&pb));
-    PetscCall(bt.ops->destroy(&bt));
-    PetscCall(record_close(&rec));
-    PetscFunctionReturn(PETSC_SUCCESS);
+  if (!*stop) { /* a stopped run's state is in the checkpoint it just wrote */
+    PetscCall(write_checkpoint(e, &bt, "final.h5", NULL));
+    if (o->write_policy) PetscCall(write_policy(run, m, st));
+    if (!final_evaluated) { /* a run restarted at its end */
+      PetscCall(PetscSNPrintf(name, sizeof name, "iter_%" PetscInt_FMT, st->iteration));
+      PetscCall(ppo_evaluate_said(run, "the trained actor", &m->actor, m, o, e->ps, st, evals, name, &sum->trained));
+    }
+    PetscCall(ppo_record_summary(rec, o, sum, st->iteration));
   }
-  PetscCall(write_checkpoint(e, &bt, "final.h5", NULL));
-  if (o->write_policy) PetscCall(write_policy(run, m, st));
-  if (!final_evaluated) { /* a run restarted at its end */
-    PetscCall(PetscSNPrintf(name, sizeof name, "iter_%" PetscInt_FMT, st->iteration));
-    PetscCall(ppo_evaluate_said(run, "the trained actor", &m->actor, m, o, e->ps, st, evals, name, &sum->trained));
-  }
-  PetscCall(ppo_record_summary(rec, o, sum, st->iteration));
   PetscCall(packbuf_destroy(&pb));
   PetscCall(bt.ops->destroy(&bt));
   PetscCall(record_close(&rec));
@@ -246,7 +242,6 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   PPORewards    rw;
   PPOLoopEnv    e;
   int           stop = 0;
-  char          ckpt[32];
   const char   *tables[2] = {o->restart, o->actor_ckpt}; /* where the tokens' text comes from */
 
   PetscFunctionBegin;
@@ -285,7 +280,10 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   PetscCall(ppo_models_destroy(&m));
   PetscCall(prompts_destroy(&s.ps));
   PetscCall(PetscLogStagePop());
-  PetscCall(PetscSNPrintf(ckpt, sizeof ckpt, "ckpt_%06" PetscInt_FMT ".h5", st.iteration));
-  if (stop) PetscCall(train_stopped(run, stop, ppo_algo(o)->name, "iteration", st.iteration, ckpt));
+  if (stop) {
+    char ckpt[32];
+    PetscCall(PetscSNPrintf(ckpt, sizeof ckpt, "ckpt_%06" PetscInt_FMT ".h5", st.iteration));
+    PetscCall(train_stopped(run, stop, ppo_algo(o)->name, "iteration", st.iteration, ckpt));
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
