@@ -16,7 +16,7 @@
 # run's files byte-identical with no new files; and `-help` prints rlfuse's options first,
 # each with its default and a given value where it differs, PETSc's generic ones after them
 . regression/lib.sh
-plan 39
+plan 41
 d="$RLFUSE_TMP/bad"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -options_file $deck -output_dir $d/good >$d/good.log 2>&1 || not_ok "reference run"
 ck=$d/good/final.h5
@@ -55,6 +55,10 @@ expect "negative -logits_tile_mb"   "-logits_tile_mb -1. must be 0 (no tiles)" -
 expect_error "--help (two dashes): named, nothing run" "command line: --help: rlfuse's options take one dash (-help)" -options_file $deck --help -output_dir $d/good
 expect_error "an option with an en dash (as a web page writes it): named, not dropped" "command line: '–async_staleness' starts with a typographic dash" -options_file $deck –async_staleness 2 -output_dir $d/good
 expect_error "a stray word on the command line" "command line: 'extra' is no option and follows none" -options_file $deck -sft_steps 2 extra -output_dir $d/good
+expect_error "a renamed option (-grpo_group) names its new name" "unknown option -grpo_group (did you mean -rollout_group?)" -mode ppo -grpo_group 4 -output_dir $d/good
+check "an error PETSc raises (a bad -algo) ends without PETSc's build path" bash -c \
+  "\"$MPIEXEC\" $MPIEXEC_FLAGS -n 1 \"$BIN/rlfuse\" -mode ppo -algo nosuch -output_dir $d/good 2>&1 >/dev/null | grep -q '^rlfuse: error: Unknown option nosuch for -algo' &&
+   ! \"$MPIEXEC\" $MPIEXEC_FLAGS -n 1 \"$BIN/rlfuse\" -mode ppo -algo nosuch -output_dir $d/good 2>&1 | grep -qi 'petsc.*\.c:'"
 expect_error "empty -output_dir"    "option -output_dir: the value is empty" -options_file $deck -output_dir ''
 expect "a batch larger than memory"  "-sft_batch 100000000 needs at least .* per rank .* more than the .* available" -options_file $deck -sft_batch 100000000
 expect "a rollout batch larger than memory" "-rollout_batch 60000000 needs at least .* per rank for its rollout" -options_file $deck -mode pipeline -gen_max_new_tokens 16 -rollout_batch 60000000 -ppo_minibatches 4
