@@ -16,6 +16,21 @@ double rollout_kl(const Rollout *r)
   return kl / r->B;
 }
 
+/* The held-out KL to the reference: per token the k3 estimate e^x - x - 1
+ * of x = ref - logp (unbiased like the rollouts' k1 = -x, which the KL
+ * controller reads, but never negative: a policy close to its reference
+ * reads as about 0, not as -0.006), summed per response, averaged. */
+static double rollout_kl_k3(const Rollout *r)
+{
+  double kl = 0;
+  for (int b = 0; b < r->B; b++)
+    for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) {
+      double x = (double)r->ref[(size_t)b * r->T + t] - (double)r->gen.logprobs[(size_t)b * r->T + t];
+      kl += expm1(x) - x;
+    }
+  return kl / r->B;
+}
+
 /* pass@k over prompts of k responses each: the share of prompts with at
  * least one right answer (gold 1); NaN without answers. */
 static double pass_at_k(const Rollout *r, int n, int k)
@@ -93,7 +108,7 @@ PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, c
     ev->gold = g / N;
   }
   if (gold == PPO_GOLD_ANSWER) ev->pass_k = pass_at_k(&r, e->n, e->k);
-  ev->kl = rollout_kl(&r);
+  ev->kl = rollout_kl_k3(&r);
   if (path) PetscCall(ppo_eval_save(path, group, &r, e, ev));
   if (o->eval_show > 0) PetscCall(ppo_show_samples(&m->rew, &r, (int)PetscMin(o->eval_show, N), group));
   PetscCall(packbuf_destroy(&pb));

@@ -1,5 +1,6 @@
-/* Error reporting: one line per error, naming the rank and the place, and a
- * job exit that never leaves other ranks hanging. */
+/* Error reporting: one line per error, naming the rank (and, for a broken
+ * internal rule, the place in the source), and a job exit that never
+ * leaves other ranks hanging. */
 #include "sys.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,14 @@ static char sys_oom_mess[512];
 static int  sys_oom_pending;
 
 static int sys_error_ours(const char *file) { return file && !strncmp(file, "src/", 4); }
+
+/* A broken internal rule (a bug to report) names where it broke; an error
+ * about the input, a file, the machine or an unsupported combination is
+ * the user's to fix and its line says all there is: no source location. */
+static int sys_error_internal(PetscErrorCode n)
+{
+  return n == PETSC_ERR_PLIB || n == PETSC_ERR_ORDER || n == PETSC_ERR_ARG_NULL;
+}
 
 static PetscErrorCode sys_error_print(MPI_Comm comm, int line, const char *fun, const char *file, PetscErrorCode n,
                                       PetscErrorType p, const char *mess, void *ctx)
@@ -49,10 +58,12 @@ static PetscErrorCode sys_error_print(MPI_Comm comm, int line, const char *fun, 
     sys_error_collective = ncomm == world ? PETSC_TRUE : PETSC_FALSE;
   }
   if (sys_error_collective && rank != 0) return n;
-  if (!sys_error_ours(file) && world > 1) /* raised inside PETSc: its build paths say nothing to a user */
-    fprintf(stderr, "rlfuse: error: %s [rank %d]\n", mess ? mess : "(no message)", rank);
-  else if (!sys_error_ours(file)) fprintf(stderr, "rlfuse: error: %s\n", mess ? mess : "(no message)");
-  else if (world > 1)
+  /* raised inside PETSc, its build paths say nothing to a user; nor does
+   * our own source location, unless an internal rule broke */
+  if (!sys_error_ours(file) || !sys_error_internal(n)) {
+    if (world > 1) fprintf(stderr, "rlfuse: error: %s [rank %d]\n", mess ? mess : "(no message)", rank);
+    else fprintf(stderr, "rlfuse: error: %s\n", mess ? mess : "(no message)");
+  } else if (world > 1)
     fprintf(stderr, "rlfuse: error: %s [rank %d, %s:%d %s]\n", mess ? mess : "(no message)", rank, file, line, fun);
   else fprintf(stderr, "rlfuse: error: %s [%s:%d %s]\n", mess ? mess : "(no message)", file, line, fun);
   fflush(stderr);
