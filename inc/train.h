@@ -170,6 +170,9 @@ PetscErrorCode train_checkpoint_now(MPI_Comm comm, PetscInt every, PetscReal min
                                     PetscBool *due, int *stop);
 PetscErrorCode train_stopped(const RunCtx *run, int sig, const char *stage, const char *unit, PetscInt n,
                              const char *ckpt);
+/* One line at a stage's end: where its files went (files: "final.h5 (the
+ * checkpoint) and run.h5"), so that a user need not look for them. */
+PetscErrorCode train_said_written(const RunCtx *run, const char *stage, const char *files);
 /* The stage's run record (record_open) with its plan (plan_record). */
 PetscErrorCode train_record_open(const RunCtx *run, const char *mode, const Plan *plan, const PlanNeeds *needs,
                                  RunRecord **rec);

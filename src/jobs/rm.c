@@ -410,8 +410,9 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
   PetscCall(record_summary(rec, "eval_gold_accuracy", gacc));
   PetscCall(
       PetscPrintf(run->comm,
-                  "rm: held-out pairwise accuracy %.3f (against the judge's order: %.3f) on %d pairs -> %s/final.h5\n",
-                  acc, gacc, eval->d.N / 2, run->output_dir));
+                  "rm: held-out pairwise accuracy %.3f (against the judge's order: %.3f) on %d pairs\n", acc, gacc,
+                  eval->d.N / 2));
+  PetscCall(train_said_written(run, "rm", "final.h5 (the reward model with its optimizer state) and run.h5"));
   PetscCall(PetscFree(perm));
   PetscCall(rm_batch_destroy(&b));
   PetscCall(record_close(&rec));

@@ -460,6 +460,7 @@ PetscErrorCode sft_execute(const RunCtx *run, const Backend *be, SFTOptions *o)
     src.seed = (uint64_t)st.seed;
     PetscCall(sys_mkdir_p(run->output_dir));
     PetscCall(sft_train(run, o, &needs, &tr, &src, &st));
+    PetscCall(train_said_written(run, "sft", "final.h5 (the policy with its optimizer state) and run.h5"));
     PetscCall(trainer_destroy(&tr));
     PetscCall(PetscLogStagePop());
   }

@@ -273,6 +273,13 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
     e = (PPOLoopEnv){run, o, &m, &s.ps, NULL, &st};
     PetscCall(ppo_loop(&e, &s.needs, &sum, &stop));
     if (!stop) PetscCall(ppo_print_summary(run, o, &s.ps, &sum, st.iteration, (PetscBool)(initial_gold != NULL)));
+    if (!stop) {
+      char files[160];
+      PetscCall(PetscSNPrintf(files, sizeof files, "final.h5 (every model with its optimizer state), %srun.h5%s",
+                              o->write_policy ? "policy.h5 (the trained policy alone), " : "",
+                              s.ps.eval.n > 0 ? " and evals.h5" : ""));
+      PetscCall(train_said_written(run, ppo_algo(o)->name, files));
+    }
     if (initial_gold) *initial_gold = sum.initial.gold;
     if (ppo_gold) *ppo_gold = sum.trained.gold;
     if (ppo_kl) *ppo_kl = sum.trained.kl;

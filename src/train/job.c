@@ -98,6 +98,13 @@ PetscErrorCode train_stopped(const RunCtx *run, int sig, const char *stage, cons
           unit, n, run->output_dir, ckpt);
 }
 
+PetscErrorCode train_said_written(const RunCtx *run, const char *stage, const char *files)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscPrintf(run->comm, "%s: wrote %s in %s\n", stage, files, run->output_dir));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode train_record_open(const RunCtx *run, const char *mode, const Plan *plan, const PlanNeeds *needs,
                                  RunRecord **rec)
 {
