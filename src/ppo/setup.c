@@ -46,10 +46,12 @@ static PetscErrorCode ppo_reference_source(const RunCtx *run, PPOOptions *o, Pet
   PetscFunctionBegin;
   o->reference_sourced = PETSC_FALSE;
   if (o->restart[0])
-    PetscCall(ckpt_read_source(run->comm, o->restart, "reference", &o->reference_source, &o->reference_sourced));
+    PetscCall(ckpt_read_source(run->comm, "-restart", o->restart, "reference", &o->reference_source,
+                               &o->reference_sourced));
   else if (record && !o->reference_made_here && !o->eval_only) {
-    PetscCall(ckpt_source_make(run->comm, o->reference_ckpt[0] ? o->reference_ckpt : o->actor_ckpt, "policy",
-                               "reference", &o->reference_source));
+    PetscCall(ckpt_source_make(run->comm, o->reference_ckpt[0] ? "-reference_checkpoint" : "-actor_checkpoint",
+                               o->reference_ckpt[0] ? o->reference_ckpt : o->actor_ckpt, "policy", "reference",
+                               &o->reference_source));
     o->reference_sourced = PETSC_TRUE;
   }
   PetscFunctionReturn(PETSC_SUCCESS);
