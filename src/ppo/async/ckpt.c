@@ -275,8 +275,8 @@ static PetscErrorCode async_restore_shape(MPI_Comm comm, const char *path, const
              "-rollout_group %.0f (now groups of %d, -algo %s)",
              path, a->pool[1], a->pool[1], G, ppo_algo(o)->name);
   PetscCheck((int)a->pool[0] == (int)o->async_partial, comm, PETSC_ERR_ARG_INCOMP,
-             "-restart %s holds partial rollouts of -async_partial %.0f: restart it with -async_partial %.0f (not "
-             "%" PetscInt_FMT ")",
+             "-restart %s holds partial rollouts of -async_partial %.0f: restart it with the same -async_partial "
+             "(%.0f, not %" PetscInt_FMT ")",
              path, a->pool[0], a->pool[0], o->async_partial);
   PetscCheck((int)a->pool[2] == cap || !rows, comm, PETSC_ERR_ARG_INCOMP,
              "-restart %s holds partial rollouts in a pool of %.0f rows: restart it with -async_partial_extra %.0f "
