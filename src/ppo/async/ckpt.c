@@ -408,16 +408,22 @@ typedef struct {
   int64_t     from, data_pos; /* the checkpoint's iteration and prompt position */
   int         K, B, T, max_prompt, max_new, vocab, G, cap, used;
   PetscBool   partial;
-  int        *ib;   /* room for [cap or B, T] + 1 ints */
-  float      *fb;   /* and floats */
+  int        *ib;   /* room for ib_room ints (grown for allowed sets) */
+  size_t      ib_room;
+  float      *fb;   /* [cap or B, T] floats */
 } AsyncCheck;
 
 /* Dataset name of group grp (n elements, rows of `cols`) into c->ib, each
  * within [lo, hi] (why: where the bounds come from). */
-static PetscErrorCode check_ints(IoId h, const AsyncCheck *c, const char *grp, const char *name, long long n, int cols,
+static PetscErrorCode check_ints(IoId h, AsyncCheck *c, const char *grp, const char *name, long long n, int cols,
                                  int64_t lo, int64_t hi, const char *why)
 {
   PetscFunctionBegin;
+  if ((size_t)n + 1 > c->ib_room) {
+    PetscCall(PetscFree(c->ib));
+    PetscCall(PetscMalloc1((size_t)n + 1, &c->ib));
+    c->ib_room = (size_t)n + 1;
+  }
   PetscCall(async_read_rows(h, c->path, name, IO_INT, c->ib, n));
   for (long long k = 0; k < n; k++) {
     if (c->ib[k] >= lo && c->ib[k] <= hi) continue;
@@ -434,7 +440,7 @@ static PetscErrorCode check_ints(IoId h, const AsyncCheck *c, const char *grp, c
 
 /* The rows of a batch or of the pool (n of them): tokens, log-probabilities,
  * lengths, flags, versions and prompt positions, and the allowed sets. */
-static PetscErrorCode check_rows(IoId h, const AsyncCheck *c, const char *grp, int n, int64_t vlo, PetscBool pool)
+static PetscErrorCode check_rows(IoId h, AsyncCheck *c, const char *grp, int n, int64_t vlo, PetscBool pool)
 {
   long long nT = (long long)n * c->T;
   IoSize    dims[2] = {0, 0};
@@ -477,15 +483,18 @@ static PetscErrorCode check_rows(IoId h, const AsyncCheck *c, const char *grp, i
     long long nid = 0;
     PetscCall(check_ints(h, c, grp, "mask_counts", nT, c->T, 0, c->vocab, "the model's vocabulary"));
     for (long long k = 0; k < nT; k++) nid += c->ib[k];
-    if (nid > 0 && nid <= nT)
-      PetscCall(check_ints(h, c, grp, "mask_ids", nid, 1, -c->vocab, c->vocab - 1, "token ids, or -(EOS + 1)"));
+    PetscCall(check_ints(h, c, grp, "mask_ids", PetscMax(1, nid), 1, -c->vocab, c->vocab - 1,
+                         "token ids, or -(EOS + 1)"));
   }
   if (!pool && io_dataset_npoints(h, "mask_off") >= 0) {
+    long long nid;
     PetscCall(check_ints(h, c, grp, "mask_off", nT + 1, 1, 0, (long long)nT * c->vocab, "offsets"));
     for (long long k = 0; k < nT; k++)
       PetscCheck(c->ib[k] <= c->ib[k + 1] && c->ib[0] == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
                  "-restart %s: /async/%s/mask_off[%lld] = %d does not follow %d (offsets rise from 0)", c->path, grp,
                  k + 1, c->ib[k + 1], c->ib[k]);
+    nid = PetscMax(1, c->ib[nT]);
+    PetscCall(check_ints(h, c, grp, "mask_ids", nid, 1, -c->vocab, c->vocab - 1, "token ids, or -(EOS + 1)"));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -569,12 +578,14 @@ PetscErrorCode async_check(MPI_Comm comm, const char *path, const PPOOptions *o,
                    (int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling) / ppo_group_size(o)),
                    (PetscBool)(o->async_partial > 0),
                    NULL,
+                   0,
                    NULL};
   rows = PetscMax(c.B, c.cap);
-  PetscCall(PetscMalloc2((size_t)rows * c.T + 1, &c.ib, (size_t)rows * c.T + 1, &c.fb));
+  PetscCall(PetscMalloc1((size_t)rows * c.T + 1, &c.fb));
   {
     PetscErrorCode ierr = io_read_on_root(comm, "checkpoint", path, check_read, &c);
-    PetscCall(PetscFree2(c.ib, c.fb));
+    PetscCall(PetscFree(c.ib));
+    PetscCall(PetscFree(c.fb));
     PetscCall(ierr);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
