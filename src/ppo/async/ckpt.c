@@ -407,7 +407,7 @@ typedef struct {
   const char *path;
   int64_t     from, data_pos; /* the checkpoint's iteration and prompt position */
   int         K, B, T, max_prompt, max_new, vocab, G, cap, used;
-  PetscBool   partial;
+  PetscBool   partial, masked; /* -async_partial; the sampling options keep allowed sets */
   int        *ib;   /* room for ib_room ints (grown for allowed sets) */
   size_t      ib_room;
   float      *fb;   /* [cap or B, T] floats */
@@ -479,6 +479,11 @@ static PetscErrorCode check_rows(IoId h, AsyncCheck *c, const char *grp, int n, 
     PetscCall(check_ints(h, c, grp, "prompt_positions", n, 1, 0, c->data_pos - 1,
                          "the prompts drawn before the checkpoint's data_pos"));
   }
+  PetscCheck((io_dataset_npoints(h, pool ? "mask_counts" : "mask_off") >= 0) == c->masked, PETSC_COMM_SELF,
+             PETSC_ERR_ARG_INCOMP,
+             "-restart %s: /async/%s holds %s: restart it with the sampling options it was written with "
+             "(-gen_top_k, -gen_top_p, -gen_min_new_tokens)",
+             c->path, grp, c->masked ? "no allowed sets, which this run's sampling options keep" : "allowed sets");
   if (pool && io_dataset_npoints(h, "mask_counts") >= 0) {
     long long nid = 0;
     PetscCall(check_ints(h, c, grp, "mask_counts", nT, c->T, 0, c->vocab, "the model's vocabulary"));
@@ -577,6 +582,7 @@ PetscErrorCode async_check(MPI_Comm comm, const char *path, const PPOOptions *o,
                    ppo_partial_rows(o),
                    (int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling) / ppo_group_size(o)),
                    (PetscBool)(o->async_partial > 0),
+                   gen_masked(&o->gen),
                    NULL,
                    0,
                    NULL};
