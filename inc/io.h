@@ -75,13 +75,16 @@ typedef struct {
 PetscErrorCode ckpt_write_sourced(MPI_Comm comm, const char *path, const CkptModel *models, const CkptWhere *where,
                                   int n, const CkptState *st, const CkptSource *src, const CkptCarry *carry);
 /* src for the input file path (role read from it, recorded as role `as`):
- * its absolute path, size and checksum. Collective on comm; rank 0 reads. */
-PetscErrorCode ckpt_source_make(MPI_Comm comm, const char *path, const char *role, const char *as, CkptSource *src);
-/* Checkpoint path's /<as>_source into src; *found false (src untouched)
- * when it has none (it holds the model's weights itself). The recorded file
- * must exist with the recorded checksum, else one error naming it and the
- * checkpoint. Collective on comm. */
-PetscErrorCode ckpt_read_source(MPI_Comm comm, const char *path, const char *as, CkptSource *src, PetscBool *found);
+ * its absolute path, size and checksum; errors name option opt (a missing
+ * file, a directory, a symlink loop). Collective on comm; rank 0 reads. */
+PetscErrorCode ckpt_source_make(MPI_Comm comm, const char *opt, const char *path, const char *role, const char *as,
+                                CkptSource *src);
+/* Checkpoint path (given as option opt) /<as>_source into src; *found false
+ * (src untouched) when it has none (it holds the model's weights itself). The
+ * recorded file must be a regular file with the recorded checksum, else one
+ * error naming it, opt and the checkpoint. Collective on comm. */
+PetscErrorCode ckpt_read_source(MPI_Comm comm, const char *opt, const char *path, const char *as, CkptSource *src,
+                                PetscBool *found);
 /* Reads the attributes of /<role>. Errors name the file and the role. */
 PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *role, ModelConfig *cfg);
 /* From now on, checkpoints this process writes carry a copy of path's
@@ -210,8 +213,9 @@ PetscErrorCode io_file_checksum_local(const char *path, char *sum, size_t len, i
  * whose option is NULL: the option with its dash, whether the run reads or
  * writes the file, a value that names no file ("builtin", "latest"), and for
  * a value that carries a kind (-cost_lengths hist:FILE) file_of, which gives
- * the file ("" for none). */
-typedef enum { IO_FILE_IN, IO_FILE_OUT } IoFileRole;
+ * the file ("" for none). IO_FILE_RESTART: an input read whole at the start,
+ * which may be one of the files the run writes (the checkpoint it resumes). */
+typedef enum { IO_FILE_IN, IO_FILE_OUT, IO_FILE_RESTART } IoFileRole;
 typedef PetscErrorCode (*IoFileOfFn)(const char *value, char *file, size_t len);
 typedef struct {
   const char *option;
@@ -223,8 +227,12 @@ typedef struct {
  * Refuses (one collective error naming both options and the path) an output
  * that resolves to an input or to another output, and an output that exists
  * and is not a regular file or sits in a missing or read-only directory.
- * Paths are compared by what they resolve to. */
-PetscErrorCode io_files_check(MPI_Comm comm, const IoFileOption *const *tables, int n);
+ * With output_dir (NULL: none), writes lists the files the run writes there
+ * (shell patterns relative to it): an input other than IO_FILE_RESTART that
+ * is one of them is refused, and so is one of them that exists and is not a
+ * regular file. Paths are compared by what they resolve to. */
+PetscErrorCode io_files_check(MPI_Comm comm, const IoFileOption *const *tables, int n, const char *output_dir,
+                              const char *const *writes);
 
 /* ---- HDF5 files (src/io/h5util.c, h5api.c) ------------------------------ */
 /* Only src/io includes HDF5 (inc/internal/h5util.h, its private helpers): every

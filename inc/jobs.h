@@ -83,10 +83,12 @@ extern const IoFileOption sft_file_options[], rm_file_options[], score_file_opti
  * reads every mode's. A mode without options (size 0) reads its own when it
  * executes, and stops after reading them under -help. A mode checks its
  * options in execute, before it writes anything. device: the mode needs the
- * backend; outdir: it writes an output directory (and used.deck). */
+ * backend; outdir: the files it writes into its output directory (shell
+ * patterns, NULL-terminated; besides used.deck), NULL when it writes none. */
 typedef struct {
-  const char *name;
-  PetscBool   device, outdir;
+  const char        *name;
+  PetscBool          device;
+  const char *const *outdir;
   size_t      size;
   PetscErrorCode (*options)(const TrainJobOptions *job, void *o);
   PetscErrorCode (*execute)(RunCtx *run, const Backend *be, void *o);

@@ -64,7 +64,8 @@ static PetscErrorCode rlfuse_mode(RunCtx *run, const JobMode *m, const char *dev
     PetscCall(sys_options_check_unused());
   }
   /* the modes without options here read theirs in execute: checked before it all the same */
-  PetscCall(io_files_check(run->comm, job_file_options, job_nfile_options));
+  PetscCall(io_files_check(run->comm, job_file_options, job_nfile_options, m->outdir ? run->output_dir : NULL,
+                           m->outdir));
   if (!run->dry_run && m->outdir) PetscCall(sys_used_deck_at(run));
   if (m->device) {
     PetscCall(backend_setup(device, bf16, &be));

@@ -7,15 +7,31 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 typedef struct {
   const char *ckpt; /* reading: the checkpoint */
+  const char *opt;  /* the option that named the file (making) or the checkpoint (reading), for messages */
   CkptSource *src;
   PetscBool   found;
 } CkptSourceCtx;
+
+/* Why path cannot be read as a model's file ("" when it is a regular file):
+ * missing, a directory, a loop of symbolic links, or errno's text. */
+static const char *ckpt_source_problem(const char *path, char *buf, size_t len)
+{
+  struct stat st;
+
+  if (stat(path, &st)) {
+    snprintf(buf, len, "%s", errno == ENOENT ? "is missing" : errno == ELOOP ? "is a symlink loop" : strerror(errno));
+    return buf;
+  }
+  if (S_ISREG(st.st_mode)) return "";
+  return S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file";
+}
 
 static PetscErrorCode ckpt_source_group(const char *as, char *name, size_t len)
 {
@@ -45,20 +61,24 @@ PetscErrorCode ckpt_source_write(hid_t file, const CkptSource *src)
 /* Rank 0: the absolute path, size and checksum of src->path. */
 static PetscErrorCode ckpt_source_fill(void *vctx)
 {
-  CkptSource *src = ((CkptSourceCtx *)vctx)->src;
-  char        abs[PATH_MAX];
+  CkptSourceCtx *ctx = (CkptSourceCtx *)vctx;
+  CkptSource    *src = ctx->src;
+  char           abs[PATH_MAX], why[128];
+  const char    *bad = ckpt_source_problem(src->path, why, sizeof why);
 
   PetscFunctionBegin;
-  PetscCheck(realpath(src->path, abs), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "cannot resolve %s: %s", src->path,
+  PetscCheck(!bad[0], PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s %s", ctx->opt, src->path, bad);
+  PetscCheck(realpath(src->path, abs), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "%s %s: %s", ctx->opt, src->path,
              strerror(errno));
   PetscCall(PetscStrncpy(src->abspath, abs, sizeof src->abspath));
   PetscCall(io_file_checksum_local(src->abspath, src->checksum, sizeof src->checksum, &src->size));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ckpt_source_make(MPI_Comm comm, const char *path, const char *role, const char *as, CkptSource *src)
+PetscErrorCode ckpt_source_make(MPI_Comm comm, const char *opt, const char *path, const char *role, const char *as,
+                                CkptSource *src)
 {
-  CkptSourceCtx ctx = {NULL, src, PETSC_TRUE};
+  CkptSourceCtx ctx = {NULL, opt, src, PETSC_TRUE};
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(src, sizeof *src));
@@ -103,29 +123,32 @@ static PetscErrorCode ckpt_source_verify(void *vctx)
   CkptSourceCtx *ctx = (CkptSourceCtx *)vctx;
   CkptSource    *src = ctx->src;
   struct stat    st;
-  char           sum[sizeof src->checksum], abs[PATH_MAX];
+  char           sum[sizeof src->checksum], abs[PATH_MAX], why[128];
+  const char    *bad;
   int64_t        size;
 
   PetscFunctionBegin;
   PetscCall(io_read_file("checkpoint", ctx->ckpt, ckpt_source_read_group, ctx));
   if (!ctx->found) PetscFunctionReturn(PETSC_SUCCESS);
-  if (stat(src->abspath, &st) && !stat(src->path, &st) && realpath(src->path, abs))
+  if (lstat(src->abspath, &st) && !stat(src->path, &st) && realpath(src->path, abs))
     PetscCall(PetscStrncpy(src->abspath, abs, sizeof src->abspath));
-  PetscCheck(!stat(src->abspath, &st), PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN,
-             "checkpoint %s holds no %s: it was read from %s, which is missing (restore that file, unchanged)",
-             ctx->ckpt, src->as, src->abspath);
+  bad = ckpt_source_problem(src->abspath, why, sizeof why);
+  PetscCheck(!bad[0], PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN,
+             "%s: checkpoint %s holds no %s: it was read from %s, which %s (restore that file, unchanged)", ctx->opt,
+             ctx->ckpt, src->as, src->abspath, bad);
   PetscCall(io_file_checksum_local(src->abspath, sum, sizeof sum, &size));
   PetscCheck(size == src->size && !strcmp(sum, src->checksum), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
-             "checkpoint %s holds no %s: it was read from %s, which changed since the checkpoint was written (%" PRId64
-             " bytes, %s; recorded %" PRId64 " bytes, %s)",
-             ctx->ckpt, src->as, src->abspath, size, sum, src->size, src->checksum);
+             "%s: checkpoint %s holds no %s: it was read from %s, which changed since the checkpoint was written "
+             "(%" PRId64 " bytes, %s; recorded %" PRId64 " bytes, %s)",
+             ctx->opt, ctx->ckpt, src->as, src->abspath, size, sum, src->size, src->checksum);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ckpt_read_source(MPI_Comm comm, const char *path, const char *as, CkptSource *src, PetscBool *found)
+PetscErrorCode ckpt_read_source(MPI_Comm comm, const char *opt, const char *path, const char *as, CkptSource *src,
+                                PetscBool *found)
 {
   CkptSource    s;
-  CkptSourceCtx ctx = {path, &s, PETSC_FALSE};
+  CkptSourceCtx ctx = {path, opt, &s, PETSC_FALSE};
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(&s, sizeof s));

@@ -2,12 +2,17 @@
  * an output that is an input of the run or another output would destroy it
  * (-plan_output equal to -cost_profile overwrote the measured profile, and
  * the run said it succeeded). Each module declares its own file options
- * (IoFileOption, inc/io.h); the driver hands their tables over. Paths are
+ * (IoFileOption, inc/io.h); the driver hands their tables over, with the
+ * files the mode writes into its output directory, which no input may be
+ * (an -actor_checkpoint that was the run's own policy.h5 was overwritten)
+ * and which must be regular files or absent (a policy.h5 that was a
+ * directory was refused only after training, final.h5 replaced). Paths are
  * compared by what they resolve to, not as strings. */
 #include "io.h"
 #include "internal/h5util.h"
 
 #include <errno.h>
+#include <fnmatch.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -77,6 +82,8 @@ static PetscErrorCode io_file_value(const char *name, PetscInt nleft, char **nam
 typedef struct {
   const IoFileOption *const *tables;
   int                        ntables;
+  const char                *output_dir; /* NULL: the mode writes none */
+  const char *const         *writes;     /* what it writes there (shell patterns) */
 } IoFilesCtx;
 
 /* Every option of role `role` the run gave, appended to given[*n..]: the
@@ -91,7 +98,7 @@ static PetscErrorCode io_files_gather(const IoFilesCtx *ctx, IoFileRole role, Pe
       char      value[PETSC_MAX_PATH_LEN];
       PetscBool set;
 
-      if (o->role != role) continue;
+      if (o->role != role && !(role == IO_FILE_IN && o->role == IO_FILE_RESTART)) continue;
       PetscCall(io_file_value(o->option, nleft, names, values, value, sizeof value, &set));
       if (set) PetscCall(io_file_of(o, value, given[*n].value, sizeof given[*n].value));
       if (!set || !given[*n].value[0]) continue;
@@ -110,13 +117,52 @@ static PetscErrorCode io_files_compare(const IoFileGiven *given, int n)
     PetscCall(io_output_ok(given[i].opt->option, given[i].value));
     for (int j = 0; j < n; j++) {
       if (j == i || !io_file_same(&given[i], &given[j])) continue;
-      PetscCheck(given[j].opt->role != IO_FILE_IN, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+      PetscCheck(given[j].opt->role == IO_FILE_OUT, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
                  "%s %s is also an input of this run (%s %s); choose another output file", given[i].opt->option,
                  given[i].value, given[j].opt->option, given[j].value);
       SETERRQ(PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
               "%s %s is also the output of %s (%s); choose another file for one of them", given[i].opt->option,
               given[i].value, given[j].opt->option, given[j].value);
     }
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The output directory's files: each input that resolves to one of them is
+ * refused (the restart file excepted, read before any is written), and each
+ * named one (not a pattern) that exists must be a regular file. */
+static PetscErrorCode io_files_outdir(const IoFilesCtx *ctx, const IoFileGiven *given, int n)
+{
+  char rdir[PATH_MAX], full[PATH_MAX], path[2 * PETSC_MAX_PATH_LEN];
+
+  PetscFunctionBegin;
+  if (!ctx->output_dir || !realpath(ctx->output_dir, rdir)) PetscFunctionReturn(PETSC_SUCCESS); /* made later */
+  for (int i = 0; i < n; i++) {
+    size_t      len = strlen(rdir);
+    const char *rel;
+
+    if (given[i].opt->role != IO_FILE_IN) continue;
+    if (!realpath(given[i].value, full)) snprintf(full, sizeof full, "%s", given[i].real);
+    if (strncmp(full, rdir, len) || full[len] != '/') continue;
+    rel = full + len + 1;
+    for (const char *const *w = ctx->writes; *w; w++)
+      PetscCheck(fnmatch(*w, rel, FNM_PATHNAME), PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+                 "%s %s is the %s this run writes into -output_dir %s: copy the file elsewhere first, or choose "
+                 "another -output_dir",
+                 given[i].opt->option, given[i].value, rel, ctx->output_dir);
+  }
+  for (const char *const *w = ctx->writes; *w; w++) {
+    struct stat st;
+
+    if (strpbrk(*w, "*?[")) continue;
+    snprintf(path, sizeof path, "%s/%s", ctx->output_dir, *w);
+    PetscCheck(lstat(path, &st) || S_ISREG(st.st_mode), PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE,
+               "-output_dir %s: %s exists and is not a regular file (%s); the run would replace it: remove it or "
+               "choose another -output_dir",
+               ctx->output_dir, *w,
+               S_ISDIR(st.st_mode)   ? "a directory"
+               : S_ISLNK(st.st_mode) ? "a symbolic link"
+                                     : "a device, socket or pipe");
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -139,14 +185,16 @@ static PetscErrorCode io_files_task(void *vctx)
   if (!ierr) ierr = io_files_gather(ctx, IO_FILE_OUT, nleft, names, values, given, &n);
   PetscCall(PetscOptionsLeftRestore(NULL, &nleft, &names, &values));
   if (!ierr) ierr = io_files_compare(given, n);
+  if (!ierr) ierr = io_files_outdir(ctx, given, n);
   PetscCall(PetscFree(given));
   PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode io_files_check(MPI_Comm comm, const IoFileOption *const *tables, int n)
+PetscErrorCode io_files_check(MPI_Comm comm, const IoFileOption *const *tables, int n, const char *output_dir,
+                              const char *const *writes)
 {
-  IoFilesCtx ctx = {tables, n};
+  IoFilesCtx ctx = {tables, n, output_dir, writes};
 
   PetscFunctionBegin;
   PetscCall(io_on_root(comm, io_files_task, &ctx));

@@ -51,22 +51,31 @@ static PetscErrorCode schedule_exec(RunCtx *run, const Backend *be, void *o) { r
  * models as the run would read them (ppo_cost_deck) */
 static PetscErrorCode profile_exec(RunCtx *run, const Backend *be, void *o) { return profile_run(run, ppo_cost_deck); }
 
+/* What each mode writes into -output_dir (shell patterns), so that no input
+ * of the run is one of them: an -actor_checkpoint that is the run's own
+ * policy.h5 was overwritten, and it was the reference too. */
+static const char *const trainer_files[] = {"final.h5", "ckpt_*.h5", "run.h5", NULL};
+static const char *const ppo_files[]     = {"final.h5",  "policy.h5",   "ckpt_*.h5", "run.h5",
+                                            "evals.h5",  "rollouts.h5", NULL};
+static const char *const eval_files[]    = {"run.h5", "evals.h5", NULL};
+static const char *const pipe_files[]    = {"*/final.h5", "*/policy.h5",   "*/ckpt_*.h5", "*/run.h5",
+                                            "*/evals.h5", "*/rollouts.h5", NULL}; /* each stage in its folder */
+
 /* name, device, outdir, size, options, execute */
 const JobMode job_modes[] = {
-  { "sft", PETSC_TRUE, PETSC_TRUE, sizeof(SFTOptions), sft_opts, sft_exec },
-  { "score", PETSC_TRUE, PETSC_FALSE, 0, NULL,
-    score_exec }, /* score and data write named files, not an output directory */
-  { "data", PETSC_TRUE, PETSC_FALSE, 0, NULL, data_exec },
-  { "generate", PETSC_TRUE, PETSC_FALSE, 0, NULL, generate_exec }, /* writes a named file */
-  { "rm", PETSC_TRUE, PETSC_TRUE, sizeof(RMOptions), rm_opts, rm_exec },
-  { "ppo", PETSC_TRUE, PETSC_TRUE, sizeof(PPOOptions), ppo_opts, ppo_exec },
-  { "eval", PETSC_TRUE, PETSC_TRUE, sizeof(PPOOptions), eval_opts,
+  { "sft", PETSC_TRUE, trainer_files, sizeof(SFTOptions), sft_opts, sft_exec },
+  { "score", PETSC_TRUE, NULL, 0, NULL, score_exec }, /* score and data write named files, not an output directory */
+  { "data", PETSC_TRUE, NULL, 0, NULL, data_exec },
+  { "generate", PETSC_TRUE, NULL, 0, NULL, generate_exec }, /* writes a named file */
+  { "rm", PETSC_TRUE, trainer_files, sizeof(RMOptions), rm_opts, rm_exec },
+  { "ppo", PETSC_TRUE, ppo_files, sizeof(PPOOptions), ppo_opts, ppo_exec },
+  { "eval", PETSC_TRUE, eval_files, sizeof(PPOOptions), eval_opts,
     ppo_exec }, /* the held-out evaluation of -actor_checkpoint (src/ppo) */
-  { "pipeline", PETSC_TRUE, PETSC_TRUE, sizeof(PipelineOptions), pipe_opts, pipe_exec },
-  { "plan", PETSC_TRUE, PETSC_FALSE, 0, NULL,
+  { "pipeline", PETSC_TRUE, pipe_files, sizeof(PipelineOptions), pipe_opts, pipe_exec },
+  { "plan", PETSC_TRUE, NULL, 0, NULL,
     plan_exec }, /* a search over estimates; the device only to profile this machine when given no primitives */
-  { "schedule", PETSC_FALSE, PETSC_FALSE, 0, NULL, schedule_exec }, /* no model, no device */
-  { "profile", PETSC_TRUE, PETSC_FALSE, 0, NULL, profile_exec },
+  { "schedule", PETSC_FALSE, NULL, 0, NULL, schedule_exec }, /* no model, no device */
+  { "profile", PETSC_TRUE, NULL, 0, NULL, profile_exec },
 };
 const int job_nmodes = (int)(sizeof job_modes / sizeof job_modes[0]);
 

@@ -46,10 +46,12 @@ static PetscErrorCode ppo_reference_source(const RunCtx *run, PPOOptions *o, Pet
   PetscFunctionBegin;
   o->reference_sourced = PETSC_FALSE;
   if (o->restart[0])
-    PetscCall(ckpt_read_source(run->comm, o->restart, "reference", &o->reference_source, &o->reference_sourced));
+    PetscCall(ckpt_read_source(run->comm, "-restart", o->restart, "reference", &o->reference_source,
+                               &o->reference_sourced));
   else if (record && !o->reference_made_here && !o->eval_only) {
-    PetscCall(ckpt_source_make(run->comm, o->reference_ckpt[0] ? o->reference_ckpt : o->actor_ckpt, "policy",
-                               "reference", &o->reference_source));
+    PetscCall(ckpt_source_make(run->comm, o->reference_ckpt[0] ? "-reference_checkpoint" : "-actor_checkpoint",
+                               o->reference_ckpt[0] ? o->reference_ckpt : o->actor_ckpt, "policy", "reference",
+                               &o->reference_source));
     o->reference_sourced = PETSC_TRUE;
   }
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -247,11 +249,6 @@ PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const ModelConfig *
                "-reward_checkpoint): use -critic_init actor");
   }
   PetscCall(prompts_setup(run, o, ps));
-  if (o->restart[0] && !policy &&
-      !o->eval_only) { /* before anything is written: a queue of generated batches the staleness would drop */
-    int found;
-    PetscCall(async_restore(run->comm, o->restart, o, ps, NULL, 0, &found));
-  }
   if (!policy)
     PetscCall(gen_config_stops_from(run->comm, &o->gen,
                                     src[0].file)); /* the actor's tokenizer's EOS unless the deck gives one */
@@ -259,6 +256,8 @@ PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const ModelConfig *
              "-mode eval needs held-out prompts: -ppo_eval_file FILE, or the built-in task's (-ppo_prompts builtin) "
              "with -ppo_eval_prompts > 0");
   PetscCall(ppo_configs(run, o, src, policy, ps->max_prompt, cfg));
+  if (o->restart[0] && !policy && !o->eval_only) /* before anything is written: the queue of generated batches */
+    PetscCall(async_check(run->comm, o->restart, o, ps->max_prompt, cfg[0].vocab_size));
   if (ps->eval_alone) { /* the training prompts are not used */
   } else if (ps->src.builtin)
     PetscCall(task_check(&o->task, cfg[0].vocab_size, cfg[0].n_positions, policy ? "policy_" : "actor_"));

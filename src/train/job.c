@@ -8,9 +8,11 @@
 #include "train.h"
 #include <signal.h>
 
-/* -restart latest names no file: the newest checkpoint is found later. */
+/* -restart latest names no file: the newest checkpoint is found later. The
+ * restart file may be one the run writes (its final.h5, a checkpoint): it is
+ * read before any is. */
 const IoFileOption train_file_options[] = {
-  {"-restart", IO_FILE_IN, "latest", NULL},
+  {"-restart", IO_FILE_RESTART, "latest", NULL},
   {NULL, IO_FILE_IN, NULL, NULL},
 };
 

@@ -86,6 +86,13 @@ void async_checkpoint_carry(AsyncQueue *q, int64_t from, CkptCarry *c);
  * their prompts' answers (*found: how many). Collective on comm. */
 PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *o, PromptSource *ps, AsyncQueue *q,
                              int64_t from, int *found);
+/* Before anything is written, on -restart path: async_restore's checks of the
+ * staleness and the queue's shape, then every field of /async against what
+ * this run can hold (prompts up to max_prompt tokens, a vocabulary of vocab):
+ * token ids, log-probabilities, lengths, flags, versions within the
+ * staleness, prompt positions before the checkpoint's data_pos, no batch
+ * missing. One error naming the file and the field. Collective on comm. */
+PetscErrorCode async_check(MPI_Comm comm, const char *path, const PPOOptions *o, int max_prompt, int vocab);
 /* The built-in task's answer a (in buf, nbuf bytes: its owner's, which the
  * next prompts overwrite) copied to dst, which is returned; an answer
  * elsewhere (a prompt file's) returned as it is. */

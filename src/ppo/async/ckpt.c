@@ -3,6 +3,8 @@
  * written into each checkpoint through the writer's carry and read back on
  * -restart. */
 #include "async.h"
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- the queue in checkpoints ------------------------------------------------ */
@@ -124,6 +126,7 @@ typedef struct {
   int64_t     from;
   double      staleness;
   double      have[PPO_ASYNC_MAX], pos[PPO_ASYNC_MAX]; /* per batch from + j */
+  double      rows[PPO_ASYNC_MAX];                     /* per batch: its rows (tokens' first extent) */
   double      pool[4];           /* partial rollouts: /async/pool's partial, group, capacity, rows (all 0 without) */
   int        *ppos;              /* room for a batch's or the pool's prompt positions */
   int        *pool_ids;          /* the pool's allowed-set ids (masked pools), pool_nid of them */
@@ -198,20 +201,29 @@ static PetscErrorCode async_read(IoId file, void *ctx)
   if (a->phase == 0) PetscCall(io_attr_read_double(g, "checkpoint /async", "staleness", &a->staleness));
   if (io_is_group(g, "pool")) PetscCall(pool_read(g, a));
   for (int j = 0; j < a->q->K; j++) {
-    char     name[32];
-    IoId     h = IO_NONE;
-    int64_t  b = a->from + j;
-    Rollout *r = async_slot(a->q, b);
-    long long BT = (long long)r->B * r->T;
+    char    name[32];
+    IoId    h = IO_NONE;
+    int64_t b = a->from + j;
 
     PetscCall(PetscSNPrintf(name, sizeof name, "batch_%" PetscInt64_FMT, b));
     if (!io_is_group(g, name)) continue;
     PetscCall(io_group_open(g, "checkpoint /async", name, &h));
     if (a->phase == 0) {
+      IoSize dims[2] = {0, 0};
+      IoId   t       = IO_NONE;
+      char   where[PETSC_MAX_PATH_LEN + 64];
+
       a->have[j] = 1;
       PetscCall(io_attr_read_double(h, "checkpoint /async batch", "data_pos", &a->pos[j]));
+      PetscCall(PetscSNPrintf(where, sizeof where, "checkpoint %s /async/%s", a->path, name));
+      PetscCall(io_dataset_open(h, where, "tokens", "tokens", IO_CLASS_INT, 0, 2, dims, &t));
+      PetscCall(io_close(&t));
+      a->rows[j] = (double)dims[0];
     } else {
+      Rollout  *r  = async_slot(a->q, b);
       GenBatch *gb = &r->gen;
+      long long BT = (long long)r->B * r->T;
+
       PetscCall(async_read_rows(h, a->path, "tokens", IO_INT, gb->tokens, BT));
       PetscCall(async_read_rows(h, a->path, "logprobs", IO_FLOAT, gb->logprobs, BT));
       PetscCall(async_read_rows(h, a->path, "prompt_lengths", IO_INT, gb->prompt_len, r->B));
@@ -241,15 +253,53 @@ static PetscErrorCode async_read(IoId file, void *ctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The queue's shape against the options, each refusal naming the option
+ * that differs: the batches' rows (-rollout_batch), then the pool's group,
+ * budget and rows (-rollout_group, -async_partial, -async_partial_extra). */
+static PetscErrorCode async_restore_shape(MPI_Comm comm, const char *path, const PPOOptions *o, const AsyncLoad *a)
+{
+  int G = ppo_group_size(o), cap = ppo_partial_rows(o), B = (int)o->rollout_batch, rows = 0;
+
+  PetscFunctionBegin;
+  for (int j = 0; j < PPO_ASYNC_MAX; j++)
+    if (a->have[j]) {
+      rows = (int)a->rows[j];
+      PetscCheck(rows == B, comm, PETSC_ERR_ARG_INCOMP,
+                 "-restart %s holds generated batches of %d rows (/async/batch_%" PetscInt64_FMT
+                 "): restart it with -rollout_batch %d (not %d)",
+                 path, rows, a->from + j, rows, B);
+    }
+  if (!(a->pool[0] > 0)) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCheck((int)a->pool[1] == G, comm, PETSC_ERR_ARG_INCOMP,
+             "-restart %s holds partial rollouts in groups of %.0f: restart it with an -algo that has groups and "
+             "-rollout_group %.0f (now groups of %d, -algo %s)",
+             path, a->pool[1], a->pool[1], G, ppo_algo(o)->name);
+  PetscCheck((int)a->pool[0] == (int)o->async_partial, comm, PETSC_ERR_ARG_INCOMP,
+             "-restart %s holds partial rollouts of -async_partial %.0f: restart it with the same -async_partial "
+             "(%.0f, not %" PetscInt_FMT ")",
+             path, a->pool[0], a->pool[0], o->async_partial);
+  PetscCheck((int)a->pool[2] == cap || !rows, comm, PETSC_ERR_ARG_INCOMP,
+             "-restart %s holds partial rollouts in a pool of %.0f rows: restart it with -async_partial_extra %.0f "
+             "(now %d rows)",
+             path, a->pool[2], (a->pool[2] - B) / G, cap);
+  PetscCheck((int)a->pool[2] == cap, comm, PETSC_ERR_ARG_INCOMP,
+             "-restart %s holds partial rollouts in a pool of %.0f rows, -rollout_batch plus -async_partial_extra "
+             "groups of %d (now %d rows): restart it with the -rollout_batch and -async_partial_extra it was "
+             "written with",
+             path, a->pool[2], G, cap);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *o, PromptSource *ps, AsyncQueue *q,
                              int64_t from, int *found)
 {
-  AsyncQueue none = {0};
-  AsyncLoad  a    = {q ? q : &none, from, 0, {0}, {0}, {0}, NULL, NULL, 0, 0, path};
+  AsyncQueue none = {0}; /* without a queue: the batches' headers only, over the staleness's window */
+  AsyncLoad  a    = {q ? q : &none, from, 0, {0}, {0}, {0}, {0}, NULL, NULL, 0, 0, path};
   int        room = q ? PetscMax(q->slot[0].Bcap, q->pool.cap) : 1;
 
   PetscFunctionBegin;
   *found = 0;
+  none.K = (int)PetscMin(o->async_staleness, PPO_ASYNC_MAX);
   PetscCall(PetscMalloc1(room + 1, &a.ppos));
   PetscCall(io_read_on_root(comm, "checkpoint", path, async_read, &a));
   PetscCallMPI(MPI_Bcast(&a.staleness, 1, MPI_DOUBLE, 0, comm));
@@ -264,21 +314,14 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
   PetscCheck(a.staleness == 0 || (a.pool[0] > 0) == (o->async_partial > 0), comm, PETSC_ERR_ARG_INCOMP,
              "-restart %s was written %s -async_partial: restart it %s", path, a.pool[0] > 0 ? "with" : "without",
              a.pool[0] > 0 ? "with the same -async_partial and -async_partial_extra" : "with -async_partial 0");
-  if (a.pool[0] > 0) {
-    int G = ppo_group_size(o), cap = ppo_partial_rows(o);
-    PetscCheck((int)a.pool[0] == (int)o->async_partial && (int)a.pool[2] == cap && (int)a.pool[1] == G, comm,
-               PETSC_ERR_ARG_INCOMP,
-               "-restart %s holds partial rollouts of -async_partial %.0f in a pool of %.0f rows (groups of %.0f): "
-               "restart it with the same -async_partial, -async_partial_extra and -rollout_group (now %" PetscInt_FMT
-               ", %d rows, groups of %d)",
-               path, a.pool[0], a.pool[2], a.pool[1], o->async_partial, cap, G);
-  }
+  PetscCallMPI(MPI_Bcast(a.have, PPO_ASYNC_MAX, MPI_DOUBLE, 0, comm));
+  PetscCallMPI(MPI_Bcast(a.pos, PPO_ASYNC_MAX, MPI_DOUBLE, 0, comm));
+  PetscCallMPI(MPI_Bcast(a.rows, PPO_ASYNC_MAX, MPI_DOUBLE, 0, comm));
+  PetscCall(async_restore_shape(comm, path, o, &a));
   if (!q) {
     PetscCall(PetscFree(a.ppos));
     PetscFunctionReturn(PETSC_SUCCESS);
   }
-  PetscCallMPI(MPI_Bcast(a.have, PPO_ASYNC_MAX, MPI_DOUBLE, 0, comm));
-  PetscCallMPI(MPI_Bcast(a.pos, PPO_ASYNC_MAX, MPI_DOUBLE, 0, comm));
   for (int j = 0; j < q->K; j++) /* the prompts' answers and indices, as when the batch was generated */
     if (a.have[j]) {
       int used;
@@ -351,5 +394,205 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
   }
   PetscCall(PetscFree(a.ppos));
   PetscCall(PetscFree(a.pool_ids));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- every field checked before anything is written ------------------------------ */
+/* A restart trusts what it reads back: a batch version of 99 gave staleness
+ * -96, a pool's token version of 1000 and response length of 10000 went into
+ * every later checkpoint, a missing batch was generated anew. So every
+ * field of /async is checked against what this run can hold, on rank 0,
+ * before the run writes anything; each refusal names the file and the field. */
+typedef struct {
+  const char *path;
+  int64_t     from, data_pos; /* the checkpoint's iteration and prompt position */
+  int         K, B, T, max_prompt, max_new, vocab, G, cap, used;
+  PetscBool   partial, masked; /* -async_partial; the sampling options keep allowed sets */
+  int        *ib;   /* room for ib_room ints (grown for allowed sets) */
+  size_t      ib_room;
+  float      *fb;   /* [cap or B, T] floats */
+} AsyncCheck;
+
+/* Dataset name of group grp (n elements, rows of `cols`) into c->ib, each
+ * within [lo, hi] (why: where the bounds come from). */
+static PetscErrorCode check_ints(IoId h, AsyncCheck *c, const char *grp, const char *name, long long n, int cols,
+                                 int64_t lo, int64_t hi, const char *why)
+{
+  PetscFunctionBegin;
+  if ((size_t)n + 1 > c->ib_room) {
+    PetscCall(PetscFree(c->ib));
+    PetscCall(PetscMalloc1((size_t)n + 1, &c->ib));
+    c->ib_room = (size_t)n + 1;
+  }
+  PetscCall(async_read_rows(h, c->path, name, IO_INT, c->ib, n));
+  for (long long k = 0; k < n; k++) {
+    if (c->ib[k] >= lo && c->ib[k] <= hi) continue;
+    if (cols > 1)
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+              "-restart %s: /async/%s/%s[%lld, %lld] = %d is outside [%" PetscInt64_FMT ", %" PetscInt64_FMT "] (%s)",
+              c->path, grp, name, k / cols, k % cols, c->ib[k], lo, hi, why);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+            "-restart %s: /async/%s/%s[%lld] = %d is outside [%" PetscInt64_FMT ", %" PetscInt64_FMT "] (%s)", c->path,
+            grp, name, k, c->ib[k], lo, hi, why);
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The rows of a batch or of the pool (n of them): tokens, log-probabilities,
+ * lengths, flags, versions and prompt positions, and the allowed sets. */
+static PetscErrorCode check_rows(IoId h, AsyncCheck *c, const char *grp, int n, int64_t vlo, PetscBool pool)
+{
+  long long nT = (long long)n * c->T;
+  IoSize    dims[2] = {0, 0};
+  IoId      t       = IO_NONE;
+  char      where[PETSC_MAX_PATH_LEN + 64], why[160];
+
+  PetscFunctionBegin;
+  PetscCall(PetscSNPrintf(where, sizeof where, "-restart %s: /async/%s", c->path, grp));
+  PetscCall(io_dataset_open(h, where, "tokens", "tokens", IO_CLASS_INT, 0, 2, dims, &t));
+  PetscCall(io_close(&t));
+  PetscCheck((int)dims[1] == c->T, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
+             "-restart %s: /async/%s/tokens has %llu positions per row, this run %d (its longest prompt, %d, plus "
+             "-gen_max_new_tokens %d): restart it with the prompts and -gen_max_new_tokens it was written with",
+             c->path, grp, (unsigned long long)dims[1], c->T, c->max_prompt, c->max_new);
+  PetscCall(check_ints(h, c, grp, "tokens", nT, c->T, 0, c->vocab - 1, "the model's vocabulary"));
+  PetscCall(async_read_rows(h, c->path, "logprobs", IO_FLOAT, c->fb, nT));
+  for (long long k = 0; k < nT; k++) {
+    char v[32];
+    if (isfinite(c->fb[k]) && c->fb[k] <= 0) continue;
+    snprintf(v, sizeof v, "%g", (double)c->fb[k]); /* PETSc's %g writes "nan." */
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+            "-restart %s: /async/%s/logprobs[%lld, %lld] = %s is not a log-probability", c->path, grp, k / c->T,
+            k % c->T, v);
+  }
+  PetscCall(check_ints(h, c, grp, "prompt_lengths", n, 1, 1, c->max_prompt, "this run's prompts"));
+  PetscCall(check_ints(h, c, grp, "response_lengths", n, 1, 0, c->max_new, "-gen_max_new_tokens"));
+  PetscCall(check_ints(h, c, grp, "eos", n, 1, 0, 1, "a flag"));
+  PetscCall(PetscSNPrintf(why, sizeof why,
+                          "the weights of iterations up to the checkpoint's %" PetscInt64_FMT
+                          " and at most -async_staleness %d before the batch",
+                          c->from, c->K));
+  if (pool) PetscCall(check_ints(h, c, grp, "ended", n, 1, 0, 1, "a flag"));
+  else PetscCall(check_ints(h, c, grp, "versions", n, 1, vlo, c->from, why));
+  if (c->partial) {
+    PetscCall(check_ints(h, c, grp, "token_versions", nT, c->T, 0, c->from, "the checkpoint's iterations"));
+    PetscCall(check_ints(h, c, grp, "prompt_positions", n, 1, 0, c->data_pos - 1,
+                         "the prompts drawn before the checkpoint's data_pos"));
+  }
+  PetscCheck((io_dataset_npoints(h, pool ? "mask_counts" : "mask_off") >= 0) == c->masked, PETSC_COMM_SELF,
+             PETSC_ERR_ARG_INCOMP,
+             "-restart %s: /async/%s holds %s: restart it with the sampling options it was written with "
+             "(-gen_top_k, -gen_top_p, -gen_min_new_tokens)",
+             c->path, grp, c->masked ? "no allowed sets, which this run's sampling options keep" : "allowed sets");
+  if (pool && io_dataset_npoints(h, "mask_counts") >= 0) {
+    long long nid = 0;
+    PetscCall(check_ints(h, c, grp, "mask_counts", nT, c->T, 0, c->vocab, "the model's vocabulary"));
+    for (long long k = 0; k < nT; k++) nid += c->ib[k];
+    PetscCall(check_ints(h, c, grp, "mask_ids", PetscMax(1, nid), 1, -c->vocab, c->vocab - 1,
+                         "token ids, or -(EOS + 1)"));
+  }
+  if (!pool && io_dataset_npoints(h, "mask_off") >= 0) {
+    long long nid;
+    PetscCall(check_ints(h, c, grp, "mask_off", nT + 1, 1, 0, (long long)nT * c->vocab, "offsets"));
+    for (long long k = 0; k < nT; k++)
+      PetscCheck(c->ib[k] <= c->ib[k + 1] && c->ib[0] == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+                 "-restart %s: /async/%s/mask_off[%lld] = %d does not follow %d (offsets rise from 0)", c->path, grp,
+                 k + 1, c->ib[k + 1], c->ib[k]);
+    nid = PetscMax(1, c->ib[nT]);
+    PetscCall(check_ints(h, c, grp, "mask_ids", nid, 1, -c->vocab, c->vocab - 1, "token ids, or -(EOS + 1)"));
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode check_read(IoId file, void *ctx)
+{
+  AsyncCheck *c = (AsyncCheck *)ctx;
+  IoId        g = IO_NONE;
+  int         m = 0;
+
+  PetscFunctionBegin;
+  if (!io_is_group(file, "async")) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(io_group_open(file, "checkpoint", "async", &g));
+  /* the batches a checkpoint holds are the first of its window: none missing before one that is there */
+  for (int j = 0; j < c->K; j++) {
+    char name[32];
+    PetscCall(PetscSNPrintf(name, sizeof name, "batch_%" PetscInt64_FMT, c->from + j));
+    if (!io_is_group(g, name)) continue;
+    PetscCheck(m == j, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+               "-restart %s: /async holds %s but not batch_%" PetscInt64_FMT
+               " before it: a generated batch is missing (restart from another checkpoint)",
+               c->path, name, c->from + m);
+    m++;
+  }
+  for (int j = 0; j < m; j++) {
+    char    name[32];
+    IoId    h = IO_NONE;
+    int64_t b = c->from + j;
+    double  pos;
+
+    PetscCall(PetscSNPrintf(name, sizeof name, "batch_%" PetscInt64_FMT, b));
+    PetscCall(io_group_open(g, "checkpoint /async", name, &h));
+    PetscCall(check_rows(h, c, name, c->B, c->partial ? 0 : PetscMax(0, b - c->K), PETSC_FALSE));
+    if (!c->partial) { /* its prompts, and those of the batches after it, end at the checkpoint's data_pos */
+      PetscCall(io_attr_read_double(h, "checkpoint /async batch", "data_pos", &pos));
+      PetscCheck(pos == (double)(c->data_pos - (int64_t)(m - j) * c->used), PETSC_COMM_SELF,
+                 PETSC_ERR_FILE_UNEXPECTED,
+                 "-restart %s: /async/%s data_pos = %.0f, expected %" PetscInt64_FMT " (%d batches of %d prompts "
+                 "before /state data_pos %" PetscInt64_FMT "): a batch is missing or was changed",
+                 c->path, name, pos, c->data_pos - (int64_t)(m - j) * c->used, m, c->used, c->data_pos);
+    }
+    PetscCall(io_close(&h));
+  }
+  if (c->partial && io_is_group(g, "pool")) {
+    IoId   h = IO_NONE;
+    double n;
+    PetscCall(io_group_open(g, "checkpoint /async", "pool", &h));
+    PetscCall(io_attr_read_double(h, "checkpoint /async/pool", "rows", &n));
+    PetscCheck(n >= 0 && n <= c->cap && n == (double)((int)n) && (int)n % c->G == 0, PETSC_COMM_SELF,
+               PETSC_ERR_FILE_UNEXPECTED,
+               "-restart %s: /async/pool rows = %g is not a count of whole groups of %d up to the pool's %d rows",
+               c->path, n, c->G, c->cap);
+    if (n > 0) PetscCall(check_rows(h, c, "pool", (int)n, 0, PETSC_TRUE));
+    PetscCall(io_close(&h));
+  }
+  PetscCall(io_close(&g));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode async_check(MPI_Comm comm, const char *path, const PPOOptions *o, int max_prompt, int vocab)
+{
+  CkptState  st;
+  AsyncCheck c;
+  int        found, rows;
+
+  PetscFunctionBegin;
+  PetscCall(ckpt_read_state(comm, path, &st));
+  PetscCall(async_restore(comm, path, o, NULL, NULL, st.iteration, &found)); /* the staleness and the queue's shape */
+  if (o->async_staleness <= 0) PetscFunctionReturn(PETSC_SUCCESS);
+  c = (AsyncCheck){path,
+                   st.iteration,
+                   st.data_pos,
+                   (int)o->async_staleness,
+                   (int)o->rollout_batch,
+                   max_prompt + (int)o->gen.max_new_tokens,
+                   max_prompt,
+                   (int)o->gen.max_new_tokens,
+                   vocab,
+                   ppo_group_size(o),
+                   ppo_partial_rows(o),
+                   (int)(o->rollout_batch * PetscMax(1, o->dynamic_sampling) / ppo_group_size(o)),
+                   (PetscBool)(o->async_partial > 0),
+                   gen_masked(&o->gen),
+                   NULL,
+                   0,
+                   NULL};
+  rows = PetscMax(c.B, c.cap);
+  PetscCall(PetscMalloc1((size_t)rows * c.T + 1, &c.fb));
+  {
+    PetscErrorCode ierr = io_read_on_root(comm, "checkpoint", path, check_read, &c);
+    PetscCall(PetscFree(c.ib));
+    PetscCall(PetscFree(c.fb));
+    PetscCall(ierr);
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
