@@ -36,7 +36,7 @@ rlfuse -mode data -data_output $d/long.h5 -data_count 4 -task_len_min 20 -task_l
 
 # expect NAME PATTERN ARGS...: one error line matching PATTERN, non-zero exit, earlier files intact
 keep=$d/good
-expect() { local what=$1 pat=$2; shift 2; expect_error "$what" "$pat" "$@" -output_dir $d/good; }
+expect() { local what=$1 pat=$2; shift 2; expect_error "$what" "$pat" "$@" -output_dir $d/good/out; }
 expect "missing deck"               "input/nope.deck"              -options_file input/nope.deck
 expect "unknown option"             "-sft_stepz"                   -options_file $deck -sft_stepz 10
 expect "unknown option one letter off: did you mean" "-sft_stepz (did you mean -sft_steps?)" -options_file $deck -sft_stepz 10
