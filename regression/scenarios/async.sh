@@ -39,7 +39,7 @@
 # on 1; partial rollouts without staleness, at the token limit, or a restart with another
 # budget refused with one line. About 30 s
 . regression/lib.sh
-plan 31
+plan 32
 d="$RLFUSE_TMP/async"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -1 $d/sft.log)"
@@ -164,6 +164,9 @@ mpirun 1 $R $P -checkpoint_every 2 -output_dir $d/pu >$d/pu.log 2>&1 || not_ok "
 mpirun 1 $R $P -restart $d/pu/ckpt_000002.h5 -output_dir $d/pr >$d/pr.log 2>&1 || not_ok "partial GRPO K=2 restart: $(tail -1 $d/pr.log)"
 mpirun 4 $R $P -placement disaggregate -output_dir $d/pd4 >$d/pd4.log 2>&1 || not_ok "partial GRPO K=2 on 4 ranks: $(tail -1 $d/pd4.log)"
 check "partial GRPO K=2 on 4 ranks disaggregated (2 generation replicas gather the call's samples and take the batch with the reference's and reward model's calls): final weights as on 1 rank" "$PYTHON" regression/ref/ckpt_diff.py $d/pu/final.h5 $d/pd4/final.h5
+mpirun 1 $R -async_staleness 1 -async_partial 2 -gen_max_new_tokens 4 -ppo_iterations 2 -output_dir $d/pshort >$d/pshort.log 2>&1
+check "partial rollouts with rows shorter than a whole demonstration (-gen_max_new_tokens 4 after 8-symbol prompts): the run ends" \
+  grep -q '^ppo: wrote final.h5' $d/pshort.log
 partial_restarted_same() { in_flight $d/pu/ckpt_000002.h5 && bits $d/pu $d/pr; }
 in_flight() { "$PYTHON" -c "import h5py,sys; p=h5py.File(sys.argv[1])['async/pool']; L,e=p['response_lengths'][()],p['ended'][()]; sys.exit(0 if ((L>0)&(e==0)).any() else 1)" $1; }
 check "partial GRPO K=2 restarted at iteration 2 with samples in flight (checkpoint /async/pool: some begun, not ended): the unbroken run's weights bit for bit" \

@@ -104,15 +104,16 @@ static PetscErrorCode pool_copy(AsyncPool *p, int from, int to)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* Sets pool row i to the prompt at stream position pos (nothing drawn yet). */
+/* Sets pool row i to the prompt at stream position pos (nothing drawn yet).
+ * The source writes a whole demonstration (ps->room tokens, prompt and
+ * answer), which may be longer than a row: it goes to a scratch row and
+ * the prompt alone is copied. */
 static PetscErrorCode pool_set_prompt(AsyncPool *p, PromptSource *ps, const PPOOptions *o, int i, int64_t pos)
 {
   size_t T = (size_t)p->T;
-  int    len;
+  int    len, *row;
 
   PetscFunctionBegin;
-  PetscCheck(ps->room <= p->T, PETSC_COMM_SELF, PETSC_ERR_PLIB, "partial rollouts: prompt room %d exceeds %d positions",
-             ps->room, p->T);
   PetscCall(PetscArrayzero(p->tokens + i * T, T));
   PetscCall(PetscArrayzero(p->tver + i * T, T));
   PetscCall(PetscArrayzero(p->logprobs + i * T, T));
@@ -120,8 +121,13 @@ static PetscErrorCode pool_set_prompt(AsyncPool *p, PromptSource *ps, const PPOO
     PetscCall(PetscArrayzero(p->mcnt + i * T, T));
     p->mlen[i] = 0;
   }
-  PetscCall(prompts_at(ps, o, pos, p->tokens + i * T, &len, p->abuf + (size_t)i * PPO_ANSWER_LEN, &p->answer[i],
-                       &p->meta[i], &p->pidx[i]));
+  PetscCall(PetscMalloc1(ps->room + 1, &row));
+  PetscCall(prompts_at(ps, o, pos, row, &len, p->abuf + (size_t)i * PPO_ANSWER_LEN, &p->answer[i], &p->meta[i],
+                       &p->pidx[i]));
+  PetscCheck(len <= p->T, PETSC_COMM_SELF, PETSC_ERR_PLIB, "partial rollouts: a prompt of %d tokens in %d positions",
+             len, p->T);
+  PetscCall(PetscArraycpy(p->tokens + i * T, row, len));
+  PetscCall(PetscFree(row));
   p->prompt_len[i] = len, p->len[i] = p->eos[i] = p->done[i] = 0, p->ppos[i] = pos;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
