@@ -24,7 +24,7 @@ static PetscErrorCode ppo_check_memory(const RunCtx *run, const PPOOptions *o, i
          rows = (double)o->rollout_batch * PetscMax(1, o->dynamic_sampling), pos = rows * T,
          need  = (o->async_staleness ? 40.0 * (double)(o->async_staleness + 1) : 32.0) * pos,
          avail = sys_memory_available();
-  if (o->async_partial) need += 20.0 * T * (double)ppo_partial_rows(o);
+  double pool = o->async_partial ? (double)ppo_partial_rows(o) * T : 0.0; /* its positions */
   double answers = (double)PetscMax(1, o->dynamic_rounds) * rows * PPO_ANSWER_LEN;
   char   a[32], b[32], batch[96];
 
@@ -47,6 +47,12 @@ static PetscErrorCode ppo_check_memory(const RunCtx *run, const PPOOptions *o, i
              "%s needs at least %s per rank for its rollout (%.0f x %.0f positions), more than the %s this node has "
              "available",
              batch, sys_bytes_str(need, a, sizeof a), rows, T, sys_bytes_str(avail, b, sizeof b));
+  PetscCheck(pool <= INT_MAX && need + 20.0 * pool <= avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "-async_partial_extra %" PetscInt_FMT " keeps a pool of %d rows x %.0f positions (%s per rank), more than "
+             "%s",
+             o->async_partial_extra, ppo_partial_rows(o), T, sys_bytes_str(20.0 * pool, a, sizeof a),
+             pool > INT_MAX ? "the int positions a pool can index" : "this node has available beside the rollout");
+  need += 20.0 * pool;
   PetscCheck(need + answers <= avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE,
              "-ppo_dynamic_rounds %" PetscInt_FMT " keeps %s of reference answers per rank (%" PetscInt_FMT
              " rounds x %.0f prompts x %d bytes), more than the %s this node has available beside the rollout",
