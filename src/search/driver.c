@@ -435,6 +435,7 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn 
              "-plan_timeline %s: the timeline is of PPO's iterations, and a -mode %s deck has none", mo.timeline,
              job.mode);
   PetscCall(search_prims(run, &deck, &work, (int)mo.ranks, &prims));
+  PetscCall(sys_options_check_unused()); /* every option read: a misspelled one must not pass silently */
   search_needs_from_work(&work, cfg, &needs);
   spec.world = (int)mo.ranks;
   spec.ranks_per_node = prims.ranks_per_node > 0 ? prims.ranks_per_node : spec.world;
