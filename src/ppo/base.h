@@ -279,6 +279,9 @@ typedef struct {
  * held-out set; refuses -reward_fn terms that need answers the prompts
  * lack; checks the rollout fits memory. */
 PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, PromptSource *ps);
+/* Bytes every rank holds for the rollouts (ppo_check_memory's lower bound: the [B,T] arrays, with
+ * -async_staleness its queue, with -async_partial its pool, the reference answers), for -dry_run. */
+double ppo_rollout_bytes(const PPOOptions *o, int max_prompt);
 PetscErrorCode prompts_destroy(PromptSource *ps);
 /* The requests of an iteration's generation round (0 without dynamic
  * sampling, whose rounds draw further prompts): prompts data_pos,
