@@ -364,8 +364,9 @@ int sys_decks_check(int argc, char **argv, char *msg, size_t len, FILE *notes)
 }
 
 /* The last setting of option name in PETSc's order (the command line and its
- * decks walked again, after PetscInitialize: they passed sys_decks_check) whose value is not skip (NULL: any): its value and
- * where it was given, each "" when there is none. */
+ * decks walked again, after PetscInitialize: they passed sys_decks_check)
+ * whose value is not skip (NULL: any): its value and where it was given,
+ * each "" when there is none. */
 static PetscErrorCode deck_last(const char *name, const char *skip, char *value, size_t vlen, char *where,
                                 size_t wlen)
 {
