@@ -53,6 +53,9 @@ int sys_decks_check(int argc, char **argv, char *msg, size_t len, FILE *notes);
  * give other than skip ("" when none), in PETSc's order. -mode plan
  * learns so the job of the deck it plans (`-options_file DECK -mode plan`). */
 PetscErrorCode sys_decks_mode_under(const char *skip, char *mode, size_t len);
+/* After PetscInitialize: where the option name (one dash, lower case) was
+ * last set, "deck PATH line N" or "command line" ("" when nowhere). */
+PetscErrorCode sys_decks_where(const char *name, char *where, size_t len);
 
 /* ---- options ----------------------------------------------------------- */
 /* Every option a module reads is recorded (full name, effective value, and

@@ -850,7 +850,7 @@ static PetscErrorCode check_work(void)
   test_report(!ierr && w.critic_free && w.prompt_len == 22 ? PETSC_TRUE : PETSC_FALSE, "workload: -algo rloo is critic-free; the prompt is -task_len_max + 2", "%s", err_text(ierr));
   if (!ierr) PetscCall(cost_work_free(&w));
   PetscCall(work_try("-rollout_batch 8 -ppo_minibatches 3", &w, &ierr));
-  test_report(ierr && strstr(err_text(ierr), "-cost_minibatches 3") ? PETSC_TRUE : PETSC_FALSE, "workload: PPO's own checks on its options apply (-ppo_minibatches 3 does not divide 8)", "%s", err_text(ierr));
+  test_report(ierr && strstr(err_text(ierr), "-ppo_minibatches 3 must be positive and divide -rollout_batch 8") ? PETSC_TRUE : PETSC_FALSE, "workload: PPO's own checks on its options apply (-ppo_minibatches 3 does not divide 8), the message naming -ppo_minibatches, not -cost_minibatches", "%s", err_text(ierr));
   PetscCall(work_try("-cost_lengths lognormal:50", &w, &ierr));
   test_report(ierr && strstr(err_text(ierr), "-cost_lengths 'lognormal:50'") ? PETSC_TRUE : PETSC_FALSE, "workload: a malformed -cost_lengths is refused, naming the option", "%s", err_text(ierr));
   PetscCall(work_try("-cost_minibatches 3 -rollout_batch 64", &w, &ierr));

@@ -14,9 +14,19 @@
 # past `-gen_max_new_tokens` (checked by src/plan and src/reward, which own them): each gives
 # exactly one `rlfuse: error:` line naming the culprit, a non-zero exit, and leaves an earlier
 # run's files byte-identical with no new files; and `-help` prints rlfuse's options first,
-# each with its default and a given value where it differs, PETSc's generic ones after them
+# each with its default and a given value where it differs, PETSc's generic ones after them.
+# Messages that name what the user gave: `-async_partial_extra 2147483647`
+# with its range; `-help -async_staleness -1` prints the help; under `-mode plan`
+# `-async_staleness -1` and `-ppo_minibatches 0` by those names (not -cost_*); a 2-rank plan
+# file on 1 rank by the file and both rank counts; a deck's misspelled option with its deck
+# line and did-you-mean, and one in `-mode plan` refused at all; `-dry_run` of a GRPO run
+# prints its estimated host memory per rank; a reward-command answer line over 1 MiB gives
+# rlfuse's one line, naming -reward_command and the limit, and nothing of the killed program
+# after it (the limit in docs/rewards.md); NaN behaviour log-probabilities in a restarted
+# checkpoint's /async batch are named at the batch (iteration, sample, token, file), not as a
+# NaN loss later
 . regression/lib.sh
-plan 41
+plan 51
 d="$RLFUSE_TMP/bad"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -options_file $deck -output_dir $d/good >$d/good.log 2>&1 || not_ok "reference run"
 ck=$d/good/final.h5
@@ -92,4 +102,45 @@ expect "SFT rows without response tokens" "-sft_data $d/noresp.h5: none of its 4
 expect "-plan_chains out of range"  "-plan_chains 0 must be in 1..1024" -options_file $deck -mode plan -plan_ranks 2 -plan_chains 0
 expect "-reward_command_timeout 0"  "-reward_command_timeout 0.* must be positive" -options_file $deck -mode pipeline -gen_max_new_tokens 16 -reward_command_timeout 0
 expect "-reward_length_start past the responses" "-reward_length_start 17 must be in \\[0, -gen_max_new_tokens 16\\]" -options_file $deck -mode pipeline -gen_max_new_tokens 16 -reward_length_start 17
+# each message names the option, file or value the user gave (not an internal one)
+expect "-async_partial_extra past int rows: named with its range" "-async_partial_extra 2147483647 must be in \\[1, [0-9]*\\]" $G -async_staleness 1 -async_partial 2 -async_partial_extra 2147483647
+rlfuse -help -async_staleness -1 >$d/help_bad.txt 2>&1; rc=$?
+check "-help with a bad -async_staleness prints the help (exit 0), naming no -cost_ option" bash -c \
+  "[ $rc -eq 0 ] && grep -q -- '^  -async_staleness <0> (now -1): ' $d/help_bad.txt && ! grep -q 'error.*-cost_staleness' $d/help_bad.txt"
+expect "-mode plan: a bad -async_staleness is named as given" "-async_staleness -1 must be >= 0" -mode plan -plan_ranks 2 -async_staleness -1
+expect "-mode plan: -ppo_minibatches 0 is named as given" "-ppo_minibatches 0 must be positive and divide -rollout_batch 64" -mode plan -plan_ranks 2 -ppo_minibatches 0
+rlfuse -options_file regression/decks/rlhf_tiny.deck -mode plan -plan_ranks 2 -plan_output $d/p2.h5 -cost_hardware input/hardware/h100_sxm.deck \
+  -plan_iterations 50 >$d/p2.log 2>&1 || not_ok "a 2-rank plan file: $(tail -1 $d/p2.log)"
+expect "a 2-rank plan file on 1 rank: the file named, its ranks and the run's" "-plan_file $d/p2.h5: the plan was made for 2 ranks (its actor_gen runs on ranks 0-1) and this run has 1" -options_file regression/decks/rlhf_tiny.deck -plan_file $d/p2.h5
+printf -- '-mode sft\n-sft_stepz 3\n' >$d/typo.deck
+expect "a misspelled option in a deck: its file and line, and did you mean" "-sft_stepz at deck $d/typo.deck line 2 (did you mean -sft_steps?)" -options_file $d/typo.deck
+expect "-mode plan refuses a misspelled option (it ran with it)" "unknown option -plan_rankz (did you mean -plan_ranks?)" -mode plan -plan_ranks 2 -plan_rankz 2 -cost_hardware input/hardware/h100_sxm.deck
+# an arithmetic actor (text for the reward command, answers for -reward_fn numeric): a second
+rlfuse -mode sft -task arith -arith_max_operand 9 -arith_ops +- -policy_n_layer 1 -policy_n_head 2 -policy_n_embd 32 -policy_vocab_size 48 \
+  -policy_n_positions 16 -sft_steps 2 -sft_batch 8 -output_dir $d/arith >$d/arith.log 2>&1 || not_ok "arithmetic actor: $(tail -1 $d/arith.log)"
+A="-mode ppo -algo grpo -task arith -arith_max_operand 9 -arith_ops +- -actor_checkpoint $d/arith/final.h5 -rollout_batch 8 -rollout_group 4
+   -ppo_minibatches 2 -gen_max_new_tokens 6 -ppo_eval_prompts 0"
+rlfuse $A -reward_fn numeric -dry_run >$d/dry.txt 2>&1
+check "-dry_run of a GRPO run prints its estimated host memory per rank in one line" grep -q '^dry run: estimated host memory per rank [0-9.]* [KMG]*i*B ' $d/dry.txt
+cat >$d/long_line.py <<'PY'
+import sys
+for line in sys.stdin:  # 2.5 MiB without a newline, in pieces, as a program printing a huge answer does
+    for _ in range(40): sys.stdout.write("1" * 65536); sys.stdout.flush()
+    print(1, flush=True)
+PY
+rlfuse $A -ppo_iterations 1 -reward_command "$PYTHON $d/long_line.py" -output_dir $d/longcmd >/dev/null 2>$d/longcmd.err; rc=$?
+sleep 1 # what the killed program would print comes after rlfuse has ended
+check "a reward-command line over 1 MiB: one line, the last, naming -reward_command and the limit; the limit documented" bash -c \
+  "[ $rc -ne 0 ] && [ \$(grep -c . $d/longcmd.err) -eq 1 ] && grep -q 'printed a line longer than 1048576 bytes .*-reward_command .*1 MiB' $d/longcmd.err &&
+   grep -q 'at most 1 MiB' docs/rewards.md"
+rlfuse $A -reward_fn numeric -async_staleness 1 -ppo_iterations 2 -ppo_checkpoint_every 1 -output_dir $d/async1 >$d/async1.log 2>&1 || not_ok "async run: $(tail -1 $d/async1.log)"
+"$PYTHON" - $d/async1/ckpt_000001.h5 $d/nanlp.h5 <<'PY' || not_ok "prepare the NaN log-probabilities"
+import sys, shutil, h5py, numpy as np
+shutil.copy(sys.argv[1], sys.argv[2])
+with h5py.File(sys.argv[2], "r+") as f:
+    g = f["/async/batch_1"]; lp = g["logprobs"][()]; lp[2, g["prompt_lengths"][2] + 1] = np.nan; g["logprobs"][...] = lp
+PY
+expect_error "NaN behaviour log-probabilities: named at the batch (iteration, sample, token, file), not as a NaN loss" \
+  "iteration 2: the behaviour log-probability of sample 2, response token 1 is NaN (read from -restart $d/nanlp.h5's /async batches" \
+  $A -reward_fn numeric -async_staleness 1 -ppo_iterations 2 -restart $d/nanlp.h5 -output_dir $d/nanrun
 finish

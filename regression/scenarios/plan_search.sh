@@ -144,7 +144,7 @@ def edit(dst, world, ranks, tp, dp):  # the searched plan with actor_gen moved
 edit(sys.argv[2], 4, [0, 1, 2, 3], 1, 4)  # a plan for 4 ranks
 edit(sys.argv[3], 3, [0, 1, 2], 3, 1)     # tp 3 does not divide the 4 heads
 PY
-one_line "a plan file for 4 ranks is refused on 2" "actor_gen_ranks 0-3: rank 3 is outside the job's 2 ranks" 2 $P -plan_file $d/p4.h5 -output_dir $d/bad4
+one_line "a plan file for 4 ranks is refused on 2, naming the file" "-plan_file .*p4.h5: the plan was made for 4 ranks (its actor_gen runs on ranks 0-3) and this run has 2" 2 $P -plan_file $d/p4.h5 -output_dir $d/bad4
 one_line "a plan file whose tp does not divide the model's heads is refused" "actor_gen_tp 3 does not divide the model's n_head 4" 3 $P -plan_file $d/tp3.h5 -output_dir $d/badtp
 expect_error "-mode plan without -plan_ranks" "-plan_ranks" -mode plan $Q $W -cost_hardware input/hardware/h100_sxm.deck
 expect_error "-mode plan with both primitives" "-cost_hardware .* not both" -mode plan $Q $W -plan_ranks 2 -cost_hardware input/hardware/h100_sxm.deck -cost_profile $d/none.h5

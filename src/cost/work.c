@@ -255,13 +255,28 @@ static PetscErrorCode work_shapes(const CostDeck *d, const char *actor, const ch
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The option a workload value came from, for its message: -cost_X where given, else the deck's option that
+ * gave its default (a user who wrote -ppo_minibatches 0 never wrote -cost_minibatches). */
+static PetscErrorCode work_opt(const char *cost, const char *deck, const char **name)
+{
+  PetscBool set;
+
+  PetscFunctionBegin;
+  PetscCall(PetscOptionsHasName(NULL, NULL, cost, &set));
+  *name = set ? cost : deck;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode cost_work_from_options(const CostDeck *d, CostWork *w)
 {
   char lengths[PETSC_MAX_PATH_LEN + 16] = "", plengths[PETSC_MAX_PATH_LEN + 16] = "", actor[64] = "", critic[64] = "";
-  PetscBool plen_set = PETSC_FALSE, paired = PETSC_FALSE;
+  PetscBool   plen_set = PETSC_FALSE, paired = PETSC_FALSE, help = PETSC_FALSE;
+  const char *ob = NULL, *op = NULL, *on = NULL, *omb = NULL, *omc = NULL, *oe = NULL, *osl = NULL, *ost = NULL,
+             *opa = NULL, *ope = NULL, *og = NULL; /* each value's option, for messages */
 
   PetscFunctionBegin;
   PetscCall(PetscMemzero(w, sizeof *w));
+  PetscCall(PetscOptionsHasHelp(NULL, &help));
   /* defaults: the deck's PPO settings, as PPO parsed them */
   w->batch       = d->batch;
   w->max_new     = d->max_new;
@@ -335,31 +350,38 @@ PetscErrorCode cost_work_from_options(const CostDeck *d, CostWork *w)
               "models",
               critic, sizeof critic);
   PetscOptionsEnd();
-  PetscCheck(w->batch > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_batch %d must be positive", w->batch);
-  PetscCheck(w->prompt_len > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_prompt_len %d must be positive",
+  if (help) PetscFunctionReturn(PETSC_SUCCESS); /* -help lists the options; a bad value is the run's to refuse */
+  PetscCall(work_opt("-cost_batch", "-rollout_batch", &ob));
+  PetscCall(work_opt("-cost_prompt_len", "-task_len_max", &op));
+  PetscCall(work_opt("-cost_max_new", "-gen_max_new_tokens", &on));
+  PetscCall(work_opt("-cost_minibatches", "-ppo_minibatches", &omb));
+  PetscCall(work_opt("-cost_microbatches", "-ppo_microbatches", &omc));
+  PetscCall(work_opt("-cost_epochs", "-ppo_epochs", &oe));
+  PetscCall(work_opt("-cost_slots", "-gen_slots", &osl));
+  PetscCall(work_opt("-cost_staleness", "-async_staleness", &ost));
+  PetscCall(work_opt("-cost_partial", "-async_partial", &opa));
+  PetscCall(work_opt("-cost_partial_extra", "-async_partial_extra", &ope));
+  PetscCall(work_opt("-cost_group", "-rollout_group", &og));
+  PetscCheck(w->batch > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %d must be positive", ob, w->batch);
+  PetscCheck(w->prompt_len > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %d must be positive", op,
              w->prompt_len);
-  PetscCheck(w->max_new > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_max_new %d must be positive",
-             w->max_new);
+  PetscCheck(w->max_new > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %d must be positive", on, w->max_new);
   PetscCheck(w->minibatches > 0 && w->batch % w->minibatches == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-             "-cost_minibatches %d must be positive and divide -cost_batch %d", w->minibatches, w->batch);
+             "%s %d must be positive and divide %s %d", omb, w->minibatches, ob, w->batch);
   PetscCheck(w->micro > 0 && (w->batch / w->minibatches) % w->micro == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-             "-cost_microbatches %d must be positive and divide a mini-batch of %d", w->micro,
-             w->batch / w->minibatches);
-  PetscCheck(w->epochs > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_epochs %d must be positive", w->epochs);
-  PetscCheck(w->gen_slots >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_slots %d must be 0 or positive",
+             "%s %d must be positive and divide a mini-batch of %d", omc, w->micro, w->batch / w->minibatches);
+  PetscCheck(w->epochs > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %d must be positive", oe, w->epochs);
+  PetscCheck(w->gen_slots >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %d must be 0 or positive", osl,
              w->gen_slots);
-  PetscCheck(w->staleness >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_staleness %d must be >= 0",
-             w->staleness);
+  PetscCheck(w->staleness >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %d must be >= 0", ost, w->staleness);
   PetscCheck(w->partial >= 0 && (!w->partial || w->staleness >= 1), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-             "-cost_partial %d must be >= 0, and > 0 only with -cost_staleness >= 1 (now %d)", w->partial,
-             w->staleness);
+             "%s %d must be >= 0, and > 0 only with %s >= 1 (now %d)", opa, w->partial, ost, w->staleness);
   if (w->partial && !w->partial_extra) w->partial_extra = w->batch;
   PetscCheck(w->group >= 1 && (!w->partial || (w->batch % w->group == 0 && w->partial_extra % w->group == 0)),
              PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-             "-cost_group %d must be positive and, with -cost_partial, divide -cost_batch %d and -cost_partial_extra "
-             "%d",
-             w->group, w->batch, w->partial_extra);
-  PetscCheck(w->partial_extra >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-cost_partial_extra %d must be >= 0",
+             "%s %d must be positive and, with %s, divide %s %d and %s (%d samples)", og, w->group, opa, ob, w->batch,
+             ope, w->partial_extra);
+  PetscCheck(w->partial_extra >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %d must be >= 0", ope,
              w->partial_extra);
   if (!w->staleness) w->prox = PETSC_FALSE;
   else if (!d->staleness) w->prox = PETSC_TRUE; /* -cost_staleness alone: the default correction (decoupled) */

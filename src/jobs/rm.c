@@ -461,14 +461,19 @@ static PetscErrorCode rm_prepare(const RunCtx *run, RMOptions *o, const ModelCon
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode rm_dry_run(const RunCtx *run, const RMOptions *o, const ModelConfig *cfg)
+/* cfg: the SFT model's (the activations as counted so far), rcfg: the reward model's (its weights) */
+static PetscErrorCode rm_dry_run(const RunCtx *run, const RMOptions *o, const ModelConfig *cfg, const ModelConfig *rcfg)
 {
-  char   a[32];
-  double bytes = (double)model_activation_bytes(cfg, 2 * (int)o->batch, cfg->n_positions);
+  char   a[32], b[32], c[32];
+  double bytes = (double)model_activation_bytes(cfg, 2 * (int)o->batch, cfg->n_positions), weights, acts;
 
   PetscFunctionBegin;
-  PetscCall(PetscPrintf(run->comm, "dry run: reward model activations for %" PetscInt_FMT " pairs of up to %d tokens: "
-                        "%s\n", o->batch, cfg->n_positions, sys_bytes_str(bytes, a, sizeof a)));
+  PetscCall(model_training_bytes(rcfg, run->be, 1, 1, &weights, &acts));
+  PetscCall(PetscPrintf(run->comm,
+                        "dry run: reward model activations for %" PetscInt_FMT " pairs of up to %d tokens: %s, "
+                        "weights+grads+AdamW %s, estimated host memory per rank %s with the model whole on it\n",
+                        o->batch, cfg->n_positions, sys_bytes_str(bytes, a, sizeof a),
+                        sys_bytes_str(weights, b, sizeof b), sys_bytes_str(weights + bytes, c, sizeof c)));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -480,7 +485,7 @@ PetscErrorCode rm_check_stage(const RunCtx *run, RMOptions *o, const ModelConfig
 
   PetscFunctionBegin;
   PetscCall(rm_prepare(run, o, cfg, NULL, print, &rcfg, &needs, &all, &train, &eval));
-  if (print) PetscCall(rm_dry_run(run, o, cfg));
+  if (print) PetscCall(rm_dry_run(run, o, cfg, &rcfg));
   PetscCall(prefs_free(&all)); /* nothing to free for built-in pairs */
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -507,7 +512,7 @@ PetscErrorCode rm_execute(const RunCtx *run, const Backend *be, RMOptions *o)
   if (!run->dry_run)
     PetscCall(ckpt_tokenizer_from(run->comm, o->sft, NULL)); /* the checkpoints carry the SFT model's tokens' text */
   if (run->dry_run) {
-    PetscCall(rm_dry_run(run, o, &cfg));
+    PetscCall(rm_dry_run(run, o, &cfg, &rcfg));
     if (!builtin) PetscCall(prefs_free(&all));
     PetscFunctionReturn(PETSC_SUCCESS);
   }

@@ -40,6 +40,23 @@ static PetscErrorCode plan_base_file(int world, const char *path, Plan *plan)
   PetscFunctionBegin;
   PetscCall(PetscMemzero(&file, sizeof file));
   PetscCall(plan_read_file(PETSC_COMM_WORLD, path, &file));
+  /* a file's call on ranks this run lacks is the file's mismatch, not a bad -<call>_ranks the user never gave */
+  for (int c = 0; c < MFC_COUNT; c++) {
+    const PlanCall *call = &file.call[c];
+    char            opt[64], ranks[128];
+    PetscBool       given;
+    int             hi = -1;
+
+    for (int i = 0; i < call->nranks; i++) hi = PetscMax(hi, call->ranks[i]);
+    if (hi < world) continue;
+    PetscCall(PetscSNPrintf(opt, sizeof opt, "-%s_ranks", mfc_names[c]));
+    PetscCall(sys_option_given(NULL, opt, &given));
+    PetscCheck(given, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+               "-plan_file %s: the plan was made for %d ranks (its %s runs on ranks %s) and this run has %d: run it on "
+               "%d ranks, or search one for %d (-mode plan -plan_ranks %d)",
+               path, file.world, mfc_names[c], plan_ranks_str(call, ranks, sizeof ranks), world, file.world, world,
+               world);
+  }
   PetscCall(plan_preset(world, file.placement, file.world == world ? file.gen_replicas : 0, plan));
   for (int c = 0; c < MFC_COUNT; c++) {
     if (file.call[c].nranks) plan->call[c] = file.call[c];

@@ -205,8 +205,9 @@ PetscErrorCode dynamic_begin(const Rollout *r, int B, DynamicStore *ds);
 PetscErrorCode dynamic_take(DynamicStore *ds, Rollout *cand, int G, int k, PetscBool last);
 PetscErrorCode dynamic_finish(DynamicStore *ds, Rollout *r, int B);
 /* The final scores, then the algorithm's advantages (its row's estimator) with
- * the KL in the rewards unless it is a loss term. */
-PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coef);
+ * the KL in the rewards unless it is a loss term; a non-finite behaviour or
+ * reference log-probability or score is refused first (iteration names it). */
+PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coef, long long iteration);
 /* Appends group /iter_<k> to <output_dir>/rollouts.h5 (created at iteration 0 or on first use). */
 PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, int iteration, const PPOOptions *o,
                             double kl_coef);
@@ -278,6 +279,9 @@ typedef struct {
  * held-out set; refuses -reward_fn terms that need answers the prompts
  * lack; checks the rollout fits memory. */
 PetscErrorCode prompts_setup(const RunCtx *run, const PPOOptions *o, PromptSource *ps);
+/* Bytes every rank holds for the rollouts (ppo_check_memory's lower bound: the [B,T] arrays, with
+ * -async_staleness its queue, with -async_partial its pool, the reference answers), for -dry_run. */
+double ppo_rollout_bytes(const PPOOptions *o, int max_prompt);
 PetscErrorCode prompts_destroy(PromptSource *ps);
 /* The requests of an iteration's generation round (0 without dynamic
  * sampling, whose rounds draw further prompts): prompts data_pos,

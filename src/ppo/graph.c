@@ -329,7 +329,7 @@ static PetscErrorCode run_advantages(void *ctx)
   PetscFunctionBegin;
   if (c->hooks && c->hooks->advantages) PetscCall(c->hooks->advantages(c->hooks->ctx, c->r));
   PetscCall(PetscLogEventBegin(sys_log.advantages, 0, 0, 0, 0));
-  PetscCall(rollout_advantages(c->r, c->o, c->st->kl_coef));
+  PetscCall(rollout_advantages(c->r, c->o, c->st->kl_coef, (long long)c->st->iteration + 1));
   PetscCall(PetscLogEventEnd(sys_log.advantages, 0, 0, 0, 0));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

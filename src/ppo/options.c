@@ -277,10 +277,13 @@ PetscErrorCode ppo_check_options(PPOOptions *o)
                "-async_partial %" PetscInt_FMT " must be below -gen_max_new_tokens %" PetscInt_FMT
                " (at or above it every sample ends in its first iteration)",
                o->async_partial, o->gen.max_new_tokens);
-    PetscCheck(o->async_partial_extra >= 1 || o->async_partial_extra == -1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
-               "-async_partial_extra %" PetscInt_FMT
-               " must be >= 1 (prompts in flight beyond a batch's) or -1 (a batch's)",
-               o->async_partial_extra);
+    /* the pool's rows, -rollout_batch plus the extra prompts' samples, are an int: divided, never multiplied */
+    PetscInt extra_max = (INT_MAX - o->rollout_batch) / ppo_group_size(o);
+    PetscCheck((o->async_partial_extra >= 1 && o->async_partial_extra <= extra_max) || o->async_partial_extra == -1,
+               PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+               "-async_partial_extra %" PetscInt_FMT " must be in [1, %" PetscInt_FMT
+               "] (prompts in flight beyond a batch's; the pool's rows must fit an int) or -1 (a batch's)",
+               o->async_partial_extra, extra_max);
     o->async_partial_extra = ppo_partial_extra(o);
   } else
     PetscCheck(o->async_partial_extra == -1, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,

@@ -8,25 +8,46 @@
 #include <string.h>
 
 
-/* A rollout batch (with -ppo_dynamic_sampling F, F times it) too large for memory would fail deep in an allocation
- * naming neither the option nor the size. Every rank holds the whole
+/* What every rank holds for the rollouts. Every rank holds the whole
  * rollout: tokens and at least seven float arrays over [B, T] (log-probs,
- * reference, values, rewards, advantages, returns, masks), so 32 bytes per
- * position is a lower bound that never refuses a run that fits; its
- * positions must also fit the int the arrays are indexed with. The
- * candidates' reference answers are kept for each of -ppo_dynamic_rounds. */
+ * reference, values, rewards, advantages, returns, masks), 32 bytes per
+ * position; -async_staleness K keeps K + 1 rollouts, each with two more float
+ * arrays (the proximal log-probabilities, the behaviour weights);
+ * -async_partial its pool, 20 bytes per position (tokens, versions,
+ * log-probabilities, and each call's results); the candidates' reference
+ * answers are kept for each of -ppo_dynamic_rounds. */
+typedef struct {
+  double T, rows, pos, need, pool, answers; /* pos and pool in positions, need and answers in bytes */
+} RolloutMem;
+
+static RolloutMem rollout_mem(const PPOOptions *o, int max_prompt)
+{
+  RolloutMem m;
+
+  m.T       = (double)max_prompt + (double)o->gen.max_new_tokens;
+  m.rows    = (double)o->rollout_batch * PetscMax(1, o->dynamic_sampling);
+  m.pos     = m.rows * m.T;
+  m.need    = (o->async_staleness ? 40.0 * (double)(o->async_staleness + 1) : 32.0) * m.pos;
+  m.pool    = o->async_partial ? (double)ppo_partial_rows(o) * m.T : 0.0;
+  m.answers = (double)PetscMax(1, o->dynamic_rounds) * m.rows * PPO_ANSWER_LEN;
+  return m;
+}
+
+double ppo_rollout_bytes(const PPOOptions *o, int max_prompt)
+{
+  RolloutMem m = rollout_mem(o, max_prompt);
+  return m.need + 20.0 * m.pool + m.answers;
+}
+
+/* A rollout batch (with -ppo_dynamic_sampling F, F times it) too large for memory would fail deep in an allocation
+ * naming neither the option nor the size. The bytes above are a lower bound that never refuses a run that fits; the
+ * positions must also fit the int the arrays are indexed with. */
 static PetscErrorCode ppo_check_memory(const RunCtx *run, const PPOOptions *o, int max_prompt)
 {
-  /* -async_staleness K keeps K + 1 rollouts, each with two more float arrays (the proximal log-probabilities, the
-   * behaviour weights); -async_partial its pool (tokens, versions, log-probabilities) and each call's results (tokens,
-   * log-probabilities) */
-  double T    = (double)max_prompt + (double)o->gen.max_new_tokens,
-         rows = (double)o->rollout_batch * PetscMax(1, o->dynamic_sampling), pos = rows * T,
-         need  = (o->async_staleness ? 40.0 * (double)(o->async_staleness + 1) : 32.0) * pos,
-         avail = sys_memory_available();
-  if (o->async_partial) need += 20.0 * T * (double)ppo_partial_rows(o);
-  double answers = (double)PetscMax(1, o->dynamic_rounds) * rows * PPO_ANSWER_LEN;
-  char   a[32], b[32], batch[96];
+  RolloutMem m = rollout_mem(o, max_prompt);
+  double     T = m.T, rows = m.rows, pos = m.pos, need = m.need, pool = m.pool, answers = m.answers;
+  double     avail = sys_memory_available();
+  char       a[32], b[32], batch[96];
 
   PetscFunctionBegin;
   if (o->dynamic_sampling)
@@ -47,6 +68,12 @@ static PetscErrorCode ppo_check_memory(const RunCtx *run, const PPOOptions *o, i
              "%s needs at least %s per rank for its rollout (%.0f x %.0f positions), more than the %s this node has "
              "available",
              batch, sys_bytes_str(need, a, sizeof a), rows, T, sys_bytes_str(avail, b, sizeof b));
+  PetscCheck(pool <= INT_MAX && need + 20.0 * pool <= avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "-async_partial_extra %" PetscInt_FMT " keeps a pool of %d rows x %.0f positions (%s per rank), more than "
+             "%s",
+             o->async_partial_extra, ppo_partial_rows(o), T, sys_bytes_str(20.0 * pool, a, sizeof a),
+             pool > INT_MAX ? "the int positions a pool can index" : "this node has available beside the rollout");
+  need += 20.0 * pool;
   PetscCheck(need + answers <= avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE,
              "-ppo_dynamic_rounds %" PetscInt_FMT " keeps %s of reference answers per rank (%" PetscInt_FMT
              " rounds x %.0f prompts x %d bytes), more than the %s this node has available beside the rollout",

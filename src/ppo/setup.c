@@ -299,18 +299,45 @@ PetscErrorCode ppo_prepare(const RunCtx *run, PPOOptions *o, const ModelConfig *
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The dry run's memory line: what one rank holds if the plan leaves every model whole on it (tensor and
+ * pipeline parallelism divide the models' part): the trained models' weights, gradients and AdamW moments
+ * with one micro-batch's activations, the frozen models' weights, the KV cache and the rollouts. */
+static PetscErrorCode ppo_dry_run_memory(const RunCtx *run, const PPOOptions *o, const PPOSetup *s, double kv)
+{
+  const int T  = s->ps.max_prompt + (int)o->gen.max_new_tokens,
+            mb = (int)PetscMax(1, o->rollout_batch / PetscMax(1, o->minibatches * o->microbatches));
+  double    w[4] = {0, 0, 0, 0}, act[4] = {0, 0, 0, 0}, models, acts = 0, roll = ppo_rollout_bytes(o, s->ps.max_prompt);
+  char      t[32], a[32], b[32], c[32], d[32];
+
+  PetscFunctionBegin;
+  for (int k = 0; k < 4; k++) {
+    if ((k == 1 && !ppo_trains_critic(o)) || (k == 3 && !o->has_reward_model)) continue;
+    PetscCall(model_training_bytes(&s->cfg[k], k < 2 ? run->be : NULL, mb, T, &w[k], &act[k]));
+    if (k >= 2) w[k] /= 4.0; /* frozen: weights alone, not gradients and moments */
+    acts = PetscMax(acts, act[k]); /* one call's activations at a time */
+  }
+  models = w[0] + w[1] + w[2] + w[3];
+  PetscCall(PetscPrintf(run->comm,
+                        "dry run: estimated host memory per rank %s with every model whole on it (models %s: "
+                        "trained with gradients and AdamW, frozen weights alone; activations of %d x %d tokens %s; "
+                        "KV cache %s; rollouts %s)\n",
+                        sys_bytes_str(models + acts + kv + roll, t, sizeof t), sys_bytes_str(models, a, sizeof a), mb,
+                        T, sys_bytes_str(acts, b, sizeof b), sys_bytes_str(kv, c, sizeof c),
+                        sys_bytes_str(roll, d, sizeof d)));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode ppo_dry_run(const RunCtx *run, const PPOOptions *o, const PPOSetup *s)
 {
   const ModelConfig  *cfg = s->cfg;
   const PromptSource *ps  = &s->ps;
+  double              kv  = (double)gen_kv_bytes(&o->gen, &cfg[0], ps->max_prompt + (int)o->gen.max_new_tokens);
   char                a[32];
 
   PetscFunctionBegin;
-  PetscCall(
-      PetscPrintf(run->comm, "dry run: %s with 4 models of %d layers x %d; KV cache %s\n", ppo_algo(o)->name,
-                  cfg[0].n_layer, cfg[0].n_embd,
-                  sys_bytes_str((double)gen_kv_bytes(&o->gen, &cfg[0], ps->max_prompt + (int)o->gen.max_new_tokens), a,
-                                sizeof a)));
+  PetscCall(PetscPrintf(run->comm, "dry run: %s with 4 models of %d layers x %d; KV cache %s\n", ppo_algo(o)->name,
+                        cfg[0].n_layer, cfg[0].n_embd, sys_bytes_str(kv, a, sizeof a)));
+  PetscCall(ppo_dry_run_memory(run, o, s, kv));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -68,7 +68,12 @@ static void show(char *dst, size_t cap, const char *s, size_t n, size_t max)
   dst[i] = '\0';
 }
 
-/* The message 'reward command "CMD": ...'; the command is not used again. */
+static void kill_now(RewardCommand *rc);
+
+/* The message 'reward command "CMD": ...'; the command is not used again, so a
+ * helper still running is killed now: left to run it would print its own
+ * complaint (a Python BrokenPipeError) after rlfuse's line, once our end of
+ * its output has closed. */
 static int fail(RewardCommand *rc, char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int fail(RewardCommand *rc, char *err, size_t cap, const char *fmt, ...)
 {
@@ -78,6 +83,7 @@ static int fail(RewardCommand *rc, char *err, size_t cap, const char *fmt, ...)
   if (k >= 0 && (size_t)k < cap) vsnprintf(err + k, cap - (size_t)k, fmt, ap);
   va_end(ap);
   rc->broken = 1;
+  kill_now(rc);
   return 1;
 }
 
@@ -379,7 +385,10 @@ static int exchange(RewardCommand *rc, int n, const RewardSample *s, double *out
     if (got == n && (woff == rc->jlen || rc->in < 0)) return 0;
     if (eof && got < n) return ended(rc, got, n, s, err, cap);
     if (rc->blen > LINE_LIMIT)
-      return fail(rc, err, cap, "printed a line longer than %d bytes (answer %d)", LINE_LIMIT, got + 1);
+      return fail(rc, err, cap,
+                  "printed a line longer than %d bytes (answer %d; a -reward_command answer line may have at most "
+                  "1 MiB)",
+                  LINE_LIMIT, got + 1);
     if (left <= 0) {
       kill_now(rc); /* it may never read again: it must not outlive us */
       if (got == n)

@@ -434,6 +434,11 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn 
   PetscCheck(!mo.timeline[0] || job.ppo, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
              "-plan_timeline %s: the timeline is of PPO's iterations, and a -mode %s deck has none", mo.timeline,
              job.mode);
+  { /* every option read (the primitives' paths too) before a profile is measured: a misspelled one stops here */
+    CostPrimsPaths pp;
+    PetscCall(cost_prims_paths_from_options(&pp));
+    PetscCall(sys_options_check_unused());
+  }
   PetscCall(search_prims(run, &deck, &work, (int)mo.ranks, &prims));
   search_needs_from_work(&work, cfg, &needs);
   spec.world = (int)mo.ranks;

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #define DECK_MAX_BYTES (1 << 20) /* decks are a few kB; anything near this is not a deck */
@@ -362,10 +363,12 @@ int sys_decks_check(int argc, char **argv, char *msg, size_t len, FILE *notes)
   return bad;
 }
 
-/* -mode plan plans the job its deck names, whose -mode it overrides: the
- * same walk in PETSc's order, after PetscInitialize (the decks passed
- * sys_decks_check before it). */
-PetscErrorCode sys_decks_mode_under(const char *skip, char *mode, size_t len)
+/* The last setting of option name in PETSc's order (the command line and its
+ * decks walked again, after PetscInitialize: they passed sys_decks_check)
+ * whose value is not skip (NULL: any): its value and where it was given,
+ * each "" when there is none. */
+static PetscErrorCode deck_last(const char *name, const char *skip, char *value, size_t vlen, char *where,
+                                size_t wlen)
 {
   DeckCheck *dc;
   char       msg[1024] = "";
@@ -373,17 +376,37 @@ PetscErrorCode sys_decks_mode_under(const char *skip, char *mode, size_t len)
   char     **argv;
 
   PetscFunctionBegin;
-  mode[0] = '\0';
+  if (vlen) value[0] = '\0';
+  if (wlen) where[0] = '\0';
   PetscCall(PetscGetArgs(&argc, &argv));
   PetscCall(PetscCalloc1(1, &dc));
   dc->msg = msg;
   dc->len = sizeof msg;
   bad     = deck_args(dc, argc, argv);
   for (int i = 0; !bad && i < dc->nset; i++)
-    if (!strcmp(dc->set[i].name, "-mode") && strcmp(dc->set[i].value, skip))
-      snprintf(mode, len, "%s", dc->set[i].value);
+    if (!strcasecmp(dc->set[i].name, name) && (!skip || strcmp(dc->set[i].value, skip))) {
+      if (vlen) snprintf(value, vlen, "%s", dc->set[i].value);
+      if (wlen) snprintf(where, wlen, "%s", dc->set[i].where);
+    }
   deck_settings_free(dc);
   PetscCall(PetscFree(dc));
   PetscCheck(!bad, PETSC_COMM_SELF, PETSC_ERR_FILE_READ, "%s", msg);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* -mode plan plans the job its deck names, whose -mode it overrides: the
+ * same walk in PETSc's order, after PetscInitialize (the decks passed
+ * sys_decks_check before it). */
+PetscErrorCode sys_decks_mode_under(const char *skip, char *mode, size_t len)
+{
+  PetscFunctionBegin;
+  PetscCall(deck_last("-mode", skip, mode, len, NULL, 0));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode sys_decks_where(const char *name, char *where, size_t len)
+{
+  PetscFunctionBegin;
+  PetscCall(deck_last(name, NULL, NULL, 0, where, len));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

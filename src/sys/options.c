@@ -140,10 +140,18 @@ PetscErrorCode sys_options_check_unused(void)
   PetscCall(PetscOptionsLeftGet(NULL, &n, &names, &values));
   for (PetscInt i = 0; i < n; i++) {
     const char *nm = names[i][0] == '-' ? names[i] + 1 : names[i], *near;
+    char        dashed[160], where[PETSC_MAX_PATH_LEN + 32];
     if (sys_option_is_petsc(nm)) continue;
     if (bad++) PetscCall(PetscStrlcat(list, ", ", sizeof list));
     PetscCall(PetscStrlcat(list, "-", sizeof list));
     PetscCall(PetscStrlcat(list, nm, sizeof list));
+    /* a deck's option: its file and line, as the deck check names them (the command line's need no pointer) */
+    PetscCall(PetscSNPrintf(dashed, sizeof dashed, "-%s", nm));
+    PetscCall(sys_decks_where(dashed, where, sizeof where));
+    if (!strncmp(where, "deck ", 5)) {
+      PetscCall(PetscStrlcat(list, " at ", sizeof list));
+      PetscCall(PetscStrlcat(list, where, sizeof list));
+    }
     if ((near = sys_option_nearest(nm))) {
       PetscCall(PetscStrlcat(list, " (did you mean -", sizeof list));
       PetscCall(PetscStrlcat(list, near, sizeof list));
