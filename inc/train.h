@@ -170,8 +170,9 @@ PetscErrorCode train_checkpoint_now(MPI_Comm comm, PetscInt every, PetscReal min
                                     PetscBool *due, int *stop);
 PetscErrorCode train_stopped(const RunCtx *run, int sig, const char *stage, const char *unit, PetscInt n,
                              const char *ckpt);
-/* The stage's run record (record_open) with its plan (plan_record). */
-PetscErrorCode train_record_open(const RunCtx *run, const char *mode, const Plan *plan, const PlanNeeds *needs,
-                                 RunRecord **rec);
+/* The stage's run record (record_open; from_step: the restart's step, 0 for
+ * a fresh start) with its plan (plan_record). */
+PetscErrorCode train_record_open(const RunCtx *run, const char *mode, PetscInt from_step, const Plan *plan,
+                                 const PlanNeeds *needs, RunRecord **rec);
 
 #endif

@@ -98,11 +98,11 @@ PetscErrorCode train_stopped(const RunCtx *run, int sig, const char *stage, cons
           unit, n, run->output_dir, ckpt);
 }
 
-PetscErrorCode train_record_open(const RunCtx *run, const char *mode, const Plan *plan, const PlanNeeds *needs,
-                                 RunRecord **rec)
+PetscErrorCode train_record_open(const RunCtx *run, const char *mode, PetscInt from_step, const Plan *plan,
+                                 const PlanNeeds *needs, RunRecord **rec)
 {
   PetscFunctionBegin;
-  PetscCall(record_open(run, mode, rec));
+  PetscCall(record_open(run, mode, from_step, rec));
   PetscCall(plan_record(*rec, plan, needs));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
