@@ -185,25 +185,25 @@ PetscErrorCode io_group_append(MPI_Comm comm, const char *path, const char *grou
 PetscErrorCode io_keep_previous(MPI_Comm comm, const char *dir, const char *stem);
 PetscErrorCode io_keep_previous_local(const char *dir, const char *stem);
 /* Writes group `group` (replacing one of that name) into path, a file that
- * a reader may look at while the run goes on: the first group creates it
- * through a temporary and a rename, later ones are added in place, without
- * HDF5's lock (src/io/group.c says why). Datasets, double attributes and,
+ * a reader may look at while the run goes on and a kill cannot damage: the
+ * first group creates it through a temporary and a rename, later ones are
+ * added to a copy renamed over it (src/io/group.c). Datasets, double attributes and,
  * when texts is not NULL, ntexts row texts as <text_name>_bytes and
  * <text_name>_offsets (a prompt file's layout; a NULL row is empty). kind
  * names the file in messages ("evaluations file"). Rank 0 writes; collective. */
 PetscErrorCode io_group_replace(MPI_Comm comm, const char *kind, const char *path, const char *group,
                                 const IODataset *d, int n, const char *text_name, const char *const *texts, int ntexts,
                                 const char *const *attr_names, const double *attr_values, int nattr);
+/* The same into an open run record: group `group` (a path such as
+ * "plan/actor_gen": missing parents are created; a group of that name is
+ * replaced, children included), committed with the next rows. Rank 0 writes; collective. */
+PetscErrorCode record_group(RunRecord *rec, const char *group, const IODataset *d, int n, const char *const *attr_names,
+                            const double *attr_values, int nattr);
 /* A restarted run continues its file (evals.h5) from its checkpoint: the
  * groups <prefix><k> with k > last, written after that checkpoint, are
  * removed (through a copy renamed over the file). No file: nothing. Rank 0
  * writes; collective. */
 PetscErrorCode io_group_drop_after(MPI_Comm comm, const char *kind, const char *path, const char *prefix, int64_t last);
-/* The same into an open run record: group `group` (a path such as
- * "plan/actor_gen": missing parents are created; a group of that name is
- * replaced, children included), then a flush. Rank 0 writes; collective. */
-PetscErrorCode record_group(RunRecord *rec, const char *group, const IODataset *d, int n, const char *const *attr_names,
-                            const double *attr_values, int nattr);
 
 /* Writes one float32 [rows, cols] dataset `name` to a new file at path. */
 PetscErrorCode io_write_matrix(MPI_Comm comm, const char *path, const char *name, const float *x, int rows, int cols);

@@ -2,15 +2,14 @@
  * group at a time, each replacing a group of the same name (which a run
  * restarted from an earlier checkpoint writes again), flushed and closed
  * before the call returns, so every completed group is on disk.
- * io_group_append (rollouts.h5: one /iter_<k> per PPO iteration) creates the
- * file in place; io_group_replace (evals.h5: one group per held-out
- * evaluation) creates it through a temporary and a rename, with row texts,
- * and opens it without HDF5's lock, as run.h5 is, so that a reader may look
- * at it while the run goes on. Adding a group in place follows run.h5's
- * precedent (src/io/record.c), not io's temporary-then-rename rule: a crash
- * during an append can damage the file, as it can the run record; copying
- * the earlier groups into a new file at every call made a run's
- * evaluations cost quadratic in their number. */
+ * io_group_append (rollouts.h5: one /iter_<k> per PPO iteration) adds it in
+ * place. io_group_replace (evals.h5: one group per held-out evaluation, with
+ * row texts) creates the file through a temporary and a rename and adds each
+ * later group to a byte copy renamed over it, so that a kill at any moment
+ * leaves the file whole, as run.h5 is (src/io/record.c): a byte copy costs
+ * little beside an evaluation (HDF5's copy of the groups, object by object,
+ * made the evaluations' cost quadratic). io_group_drop_after continues a
+ * restarted run's file. */
 #include "internal/h5util.h"
 
 #include <stdlib.h>
