@@ -401,8 +401,8 @@ PetscErrorCode io_write_atomic(const char *kind, const char *path, IoFileFn fill
 PetscErrorCode h5u_copy_file(const char *src, const char *dst)
 {
   char    buf[1 << 16];
-  int     in, out;
-  ssize_t n = 0;
+  int     in, out, err = 0;
+  ssize_t n;
 
   PetscFunctionBegin;
   in = open(src, O_RDONLY);
@@ -410,18 +410,15 @@ PetscErrorCode h5u_copy_file(const char *src, const char *dst)
   out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0666);
   if (out < 0) close(in);
   PetscCheck(out >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "cannot create %s: %s", dst, strerror(errno));
-  while ((n = read(in, buf, sizeof buf)) > 0) {
-    ssize_t at = 0, w = 0;
-    for (; at < n; at += w)
-      if ((w = write(out, buf + at, (size_t)(n - at))) < 0) break;
-    if (w < 0) break;
-    n = 0;
+  while (!err && (n = read(in, buf, sizeof buf)) != 0) {
+    if (n < 0) err = errno;
+    for (ssize_t at = 0, w; !err && at < n; at += w)
+      if ((w = write(out, buf + at, (size_t)(n - at))) < 0) err = errno;
   }
-  if (n >= 0 && close(out) == 0) out = -1;
+  if (close(out) != 0 && !err) err = errno; /* a full disk may only show here */
   close(in);
-  if (out >= 0) close(out);
-  PetscCheck(n >= 0 && out < 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "copying %s to %s failed: %s", src, dst,
-             strerror(errno));
+  PetscCheck(!err, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "copying %s to %s failed: %s", src, dst,
+             err == ENOSPC ? "no space left on device" : strerror(err));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

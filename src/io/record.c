@@ -39,6 +39,7 @@ struct RunRecord {
   PetscMPIInt rank, size;
   char        path[PETSC_MAX_PATH_LEN], tmp[PETSC_MAX_PATH_LEN]; /* rank 0 writes tmp, a copy of path */
   int         lock;                                             /* rank 0: the temporary's claim */
+  int         writing;                                          /* rank 0: a row or group half written */
   double      t_commit, commit_s;                               /* the last commit's end and its cost */
   hid_t       file, timing, metrics, summary, timing_step, metrics_step;
   hsize_t     nrows;
@@ -288,9 +289,11 @@ static PetscErrorCode rec_write_row_task(void *vctx)
   RecRowCtx *ctx = (RecRowCtx *)vctx;
 
   PetscFunctionBegin;
+  ctx->rec->writing = 1; /* until the row is whole: an error exit then drops it */
   PetscCall(rec_write_stages(ctx));
   PetscCall(rec_write_metrics(ctx));
   PetscCall(rec_write_timeline(ctx->rec, ctx->step));
+  ctx->rec->writing = 0;
   if (sys_wtime() - ctx->rec->t_commit >= REC_COMMIT_RATIO * ctx->rec->commit_s) PetscCall(rec_commit(ctx->rec, 1));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -659,6 +662,33 @@ static PetscErrorCode rec_continue(RunRecord *rec, const RunCtx *run, const char
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The record a process has open (rank 0; one at a time: a pipeline's
+ * stages open theirs in turn), for the error exit. */
+static RunRecord *rec_live;
+
+/* On an error exit (sys_error_exit), before HDF5's files are closed: the
+ * rows written since the last commit are committed too (a failing run's
+ * last rows are what tells why), unless a row or group was half written or
+ * the close fails (a full disk); then the temporary is removed. 1: HDF5
+ * holds a file it could not close. */
+static int rec_exit_commit(void)
+{
+  RunRecord *r = rec_live;
+  int        stuck = 0, committed = 0;
+
+  if (!r) return 0;
+  rec_live = NULL;
+  if (r->file >= 0 && !r->writing) {
+    stuck     = h5u_fclose(r->file) < 0;
+    r->file   = H5I_INVALID_HID;
+    committed = !stuck && rename(r->tmp, r->path) == 0;
+  }
+  if (!committed) unlink(r->tmp); /* a file still open is closed later, unlinked */
+  h5u_tmp_release(r->tmp, r->lock);
+  r->lock = -1;
+  return stuck;
+}
+
 static PetscErrorCode rec_open_task(void *vctx)
 {
   RecOpenCtx    *ctx = (RecOpenCtx *)vctx;
@@ -690,6 +720,8 @@ static PetscErrorCode rec_open_task(void *vctx)
     rec->file = H5I_INVALID_HID;
   }
   PetscCall(ierr);
+  rec_live = rec;
+  sys_error_exit_hook(rec_exit_commit); /* after h5u_fapl's: the hooks run last first */
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -743,6 +775,7 @@ PetscErrorCode record_close(RunRecord **rec)
 
   PetscFunctionBegin;
   if (!r) PetscFunctionReturn(PETSC_SUCCESS);
+  if (rec_live == r) rec_live = NULL;
   ierr = io_on_root(r->comm, rec_close_task, r);
   if (r->lock >= 0) h5u_tmp_release(r->tmp, r->lock); /* after a failed commit the temporary stays for the sweep */
   PetscCall(ierr);
@@ -770,6 +803,7 @@ static PetscErrorCode rec_group_task(void *vctx)
   hid_t        g;
 
   PetscFunctionBegin;
+  rec->writing = 1;
   /* H5Lexists fails when a parent is missing, which also means "absent" */
   if (H5Lexists(rec->file, ctx->group, H5P_DEFAULT) > 0)
     H5Call(H5Ldelete(rec->file, ctx->group, H5P_DEFAULT), "run record %s: cannot replace group /%s", rec->path,
@@ -777,6 +811,7 @@ static PetscErrorCode rec_group_task(void *vctx)
   PetscCall(rec_group(rec->file, ctx->group, &g));
   PetscCall(io_group_fill(g, ctx->d, ctx->n, ctx->attr_names, ctx->attr_values, ctx->nattr));
   PetscCall(io_close(&g));
+  rec->writing = 0;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
