@@ -7,8 +7,8 @@
  * rename: before every checkpoint (record_commit, so that a checkpoint's rows
  * are in the record), at the end, and after a row whenever the time since the
  * last commit is REC_COMMIT_RATIO times what a commit costs (docs/design.md
- * says why). A restarted run continues the record of its output directory
- * from its checkpoint's step. */
+ * says why), and on an error exit. A restarted run continues the record of
+ * its output directory from its checkpoint's step. */
 #include "internal/h5util.h"
 
 #include <math.h>
