@@ -115,15 +115,23 @@ PetscErrorCode ckpt_read_state_local(const char *path, CkptState *st);
 /* ---- run records ------------------------------------------------------- */
 typedef struct RunRecord RunRecord;
 /* Creates <output_dir>/run.h5 (an existing one is kept, renamed run.<k>.h5) and
- * writes /code and /parameters. Collective. */
-PetscErrorCode record_open(const RunCtx *run, const char *mode, RunRecord **rec);
+ * writes /code and /parameters. A run restarted from step from_step > 0
+ * continues instead the run.h5 of the same mode there: its rows up to
+ * from_step kept, later ones dropped, /code and /parameters this run's.
+ * Collective. */
+PetscErrorCode record_open(const RunCtx *run, const char *mode, PetscInt from_step, RunRecord **rec);
 /* This rank's wall time of a stage during the current step (accumulates). */
 PetscErrorCode record_time(RunRecord *rec, const char *stage, double seconds);
 /* A per-step scalar (the value of rank 0 is stored). */
 PetscErrorCode record_metric(RunRecord *rec, const char *name, double value);
 /* Appends one row: step number, max and min over ranks of every stage time,
- * every metric; flushes the file. Collective. */
+ * every metric; committed to run.h5 now or with a later row (src/io/record.c
+ * says when). Collective. */
 PetscErrorCode record_step(RunRecord *rec, PetscInt step);
+/* Commits every row appended so far to run.h5 (before a checkpoint, so that
+ * the record holds every row the checkpoint's state has made). rec NULL:
+ * nothing. Collective. */
+PetscErrorCode record_commit(RunRecord *rec);
 /* A scalar summary attribute on /summary. */
 PetscErrorCode record_summary(RunRecord *rec, const char *name, double value);
 PetscErrorCode record_close(RunRecord **rec);
@@ -180,9 +188,9 @@ PetscErrorCode io_group_append(MPI_Comm comm, const char *path, const char *grou
 PetscErrorCode io_keep_previous(MPI_Comm comm, const char *dir, const char *stem);
 PetscErrorCode io_keep_previous_local(const char *dir, const char *stem);
 /* Writes group `group` (replacing one of that name) into path, a file that
- * a reader may look at while the run goes on: the first group creates it
- * through a temporary and a rename, later ones are added in place, without
- * HDF5's lock (src/io/group.c says why). Datasets, double attributes and,
+ * a reader may look at while the run goes on and a kill cannot damage: the
+ * first group creates it through a temporary and a rename, later ones are
+ * added to a copy renamed over it (src/io/group.c). Datasets, double attributes and,
  * when texts is not NULL, ntexts row texts as <text_name>_bytes and
  * <text_name>_offsets (a prompt file's layout; a NULL row is empty). kind
  * names the file in messages ("evaluations file"). Rank 0 writes; collective. */
@@ -191,9 +199,14 @@ PetscErrorCode io_group_replace(MPI_Comm comm, const char *kind, const char *pat
                                 const char *const *attr_names, const double *attr_values, int nattr);
 /* The same into an open run record: group `group` (a path such as
  * "plan/actor_gen": missing parents are created; a group of that name is
- * replaced, children included), then a flush. Rank 0 writes; collective. */
+ * replaced, children included), committed with the next rows. Rank 0 writes; collective. */
 PetscErrorCode record_group(RunRecord *rec, const char *group, const IODataset *d, int n, const char *const *attr_names,
                             const double *attr_values, int nattr);
+/* A restarted run continues its file (evals.h5) from its checkpoint: the
+ * groups <prefix><k> with k > last, written after that checkpoint, are
+ * removed (through a copy renamed over the file). No file: nothing. Rank 0
+ * writes; collective. */
+PetscErrorCode io_group_drop_after(MPI_Comm comm, const char *kind, const char *path, const char *prefix, int64_t last);
 
 /* Writes one float32 [rows, cols] dataset `name` to a new file at path. */
 PetscErrorCode io_write_matrix(MPI_Comm comm, const char *path, const char *name, const float *x, int rows, int cols);

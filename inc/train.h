@@ -173,8 +173,9 @@ PetscErrorCode train_stopped(const RunCtx *run, int sig, const char *stage, cons
 /* One line at a stage's end: where its files went (files: "final.h5 (the
  * checkpoint) and run.h5"), so that a user need not look for them. */
 PetscErrorCode train_said_written(const RunCtx *run, const char *stage, const char *files);
-/* The stage's run record (record_open) with its plan (plan_record). */
-PetscErrorCode train_record_open(const RunCtx *run, const char *mode, const Plan *plan, const PlanNeeds *needs,
-                                 RunRecord **rec);
+/* The stage's run record (record_open; from_step: the restart's step, 0 for
+ * a fresh start) with its plan (plan_record). */
+PetscErrorCode train_record_open(const RunCtx *run, const char *mode, PetscInt from_step, const Plan *plan,
+                                 const PlanNeeds *needs, RunRecord **rec);
 
 #endif

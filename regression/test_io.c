@@ -443,14 +443,15 @@ static PetscErrorCode run_record_steps(const RunCtx *run, int *child)
   RunRecord *rec;
 
   PetscFunctionBegin;
-  PetscCall(record_open(run, "test", &rec));
+  PetscCall(record_open(run, "test", 0, &rec));
   if (rank == size - 1) PetscCall(record_time(rec, "last_rank_only", 1.0)); /* a new name on one rank, seen first there */
   PetscCall(record_time(rec, "rollout", 0.5));
   PetscCall(record_time(rec, "rollout", 0.25)); /* accumulates */
   PetscCall(record_time(rec, "train", 1.0));
   PetscCall(record_metric(rec, "reward", 1.0));
   PetscCall(record_step(rec, 1));
-  *child = spawn_reader(run->output_dir, 1); /* after one step, before close */
+  PetscCall(record_commit(rec));
+  *child = spawn_reader(run->output_dir, 1); /* after one step committed, before close */
   PetscCall(record_time(rec, "rollout", 0.5));
   PetscCall(record_time(rec, "gen", 2.0)); /* first seen at step 2 */
   PetscCall(record_metric(rec, "reward", 2.0));
@@ -517,10 +518,32 @@ static PetscErrorCode test_record(void)
   PetscCall(read_attr_string(file, "/parameters", "_database", s, sizeof s));
   test_report((PetscBool)(ok && strstr(s, "-test_never_read 3")), "run record: /parameters with _given and _database", "_database '%s'", s);
   H5Fclose(file);
-  test_report((PetscBool)(child == 0), "run record readable by another process before record_close", "reader exit status %d", child);
+  test_report((PetscBool)(child == 0), "run record: a committed row readable by another process before record_close", "reader exit status %d", child);
+
+  /* a run restarted from step 2 continues the record: step 3 dropped, then written anew */
+  PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD));
+  PetscCall(record_open(&run, "test", 2, &rec));
+  PetscCall(record_time(rec, "train", 4.0));
+  PetscCall(record_metric(rec, "reward", 5.0));
+  PetscCall(record_step(rec, 3));
+  PetscCall(record_close(&rec));
+  PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD));
+  file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  PetscCheck(file >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_OPEN, "cannot open %s", path);
+  PetscCall(read_column(file, "/metrics/reward", v, 8, &n));
+  PetscCall(read_column(file, "/metrics/kl", v2, 8, &n2));
+  ok = (PetscBool)(n == 3 && v[0] == 1 && v[1] == 2 && v[2] == 5 && n2 == 3 && v2[1] == 0.1 && isnan(v2[2]));
+  PetscCall(read_column(file, "/timing/train_max", v, 8, &n));
+  PetscCall(read_column(file, "/timing/gen_max", v2, 8, &n2));
+  ok = (PetscBool)(ok && n == 3 && v[2] == 4 && n2 == 3 && v2[1] == 2 && v2[2] == 0);
+  ok = (PetscBool)(ok && H5Aexists_by_name(file, "/summary", "tokens_per_s", H5P_DEFAULT) == 0 &&
+                   H5Aexists_by_name(file, "/code", "resumed_from_step", H5P_DEFAULT) > 0);
+  H5Fclose(file);
+  snprintf(s, sizeof s, "%s/run.1.h5", run.output_dir);
+  test_report((PetscBool)(ok && file_size(s) < 0), "run record: a restart from step 2 continues it (step 3 replaced, columns kept, summary cleared)", "rows or columns differ");
 
   PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD)); /* everyone has read run.h5 before it is renamed */
-  PetscCall(record_open(&run, "test", &rec));
+  PetscCall(record_open(&run, "test", 0, &rec));
   PetscCall(record_close(&rec));
   snprintf(s, sizeof s, "%s/run.1.h5", run.output_dir);
   test_report((PetscBool)(file_size(s) > 0 && file_size(path) > 0), "existing run.h5 kept as run.1.h5", "run.1.h5 size %ld", file_size(s));
@@ -605,9 +628,10 @@ static PetscErrorCode test_matrix(void)
 }
 
 /* evals.h5 (io_group_replace): the first group creates the file, later
- * ones are added in place (the same file, not a rewritten copy: its inode
- * stays), a group of the same name is replaced, and every group keeps its
- * values and texts. */
+ * ones are added to a copy renamed over it (never in place, which a kill
+ * could damage: a new inode each time), a group of the same name is
+ * replaced, and every group keeps its values and texts; a restart's
+ * io_group_drop_after removes the groups after its checkpoint. */
 static PetscErrorCode test_evals(void)
 {
   float             x[2] = {1, 2}, y[2] = {0};
@@ -625,7 +649,8 @@ static PetscErrorCode test_evals(void)
   x[0] = 3, av[0] = 0.75;
   for (int k = 0; k < 2; k++) { /* the second time: a restart's evaluation again */
     PetscCall(io_group_replace(PETSC_COMM_WORLD, "evaluations file", path, "iter_2", d, 1, "answer", texts, 2, an, av, 1));
-    if (stat(path, &st1) || st0.st_ino != st1.st_ino) ok = 0; /* after each write: a freed inode may come back */
+    if (stat(path, &st1) || st0.st_ino == st1.st_ino) ok = 0; /* against the previous: a freed inode may come back */
+    st0 = st1;
   }
   if (rank == 0) {
     hid_t   file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), dset, attr;
@@ -654,7 +679,19 @@ static PetscErrorCode test_evals(void)
   }
   PetscCallMPI(MPI_Bcast(&ok, 1, MPI_INT, 0, PETSC_COMM_WORLD));
   PetscCallMPI(MPI_Bcast(&ngroups, 1, MPI_INT, 0, PETSC_COMM_WORLD));
-  test_report((PetscBool)(ok && ngroups == 2 && count_tmp_files() == 0), "evals.h5: later evaluations appended in place (same inode), a repeated group replaced, earlier groups and texts kept, no temporary left", "ok %d, %d groups", ok, ngroups);
+  test_report((PetscBool)(ok && ngroups == 2 && count_tmp_files() == 0), "evals.h5: later evaluations added to a renamed copy (a new inode), a repeated group replaced, earlier groups and texts kept, no temporary left", "ok %d, %d groups", ok, ngroups);
+  PetscCall(io_group_replace(PETSC_COMM_WORLD, "evaluations file", path, "reference", d, 1, NULL, NULL, 0, an, av, 1));
+  PetscCall(io_group_drop_after(PETSC_COMM_WORLD, "evaluations file", path, "iter_", 1));
+  ngroups = -1;
+  if (rank == 0) {
+    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (file >= 0 && H5Lexists(file, "iter_1", H5P_DEFAULT) > 0 && H5Lexists(file, "reference", H5P_DEFAULT) > 0 &&
+        H5Lexists(file, "iter_2", H5P_DEFAULT) == 0)
+      ngroups = 2;
+    if (file >= 0) H5Fclose(file);
+  }
+  PetscCallMPI(MPI_Bcast(&ngroups, 1, MPI_INT, 0, PETSC_COMM_WORLD));
+  test_report((PetscBool)(ngroups == 2 && count_tmp_files() == 0), "evals.h5 continued from iteration 1: iter_2 removed, iter_1 and reference kept", "groups differ");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -295,7 +295,7 @@ static PetscErrorCode record_plan(const char *dir, const Plan *plan, const PlanN
   PetscCallMPI(MPI_Comm_rank(PETSC_COMM_WORLD, &run.rank));
   PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &run.size));
   PetscCall(PetscStrncpy(run.output_dir, dir, sizeof run.output_dir));
-  PetscCall(record_open(&run, "test", &rec));
+  PetscCall(record_open(&run, "test", 0, &rec));
   if (plan) PetscCall(plan_record(rec, plan, needs));
   PetscCall(record_close(&rec));
   PetscCall(PetscSNPrintf(path, len, "%s/run.h5", dir));

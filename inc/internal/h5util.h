@@ -68,6 +68,14 @@ PetscErrorCode h5u_remove_stale_tmp(const char *dir, int *nremoved);
  * power loss. */
 PetscErrorCode h5u_sync_rename(const char *kind, const char *tmp, const char *path);
 
+/* A byte copy of the closed file src as dst (created or truncated). */
+PetscErrorCode h5u_copy_file(const char *src, const char *dst);
+/* A change to the existing file path that a kill at any moment cannot
+ * damage: path is copied to its temporary (claimed as io_write_atomic's),
+ * opened there without HDF5's lock, changed by fill, fsynced and renamed
+ * over path. On failure path is untouched. */
+PetscErrorCode h5u_update_atomic(const char *kind, const char *path, IoFileFn fill, void *ctx);
+
 /* ---- files every rank of a communicator opens (src/io/h5par.c) ---------- */
 /* h5u_fapl with the MPI-IO driver on comm (more than one rank), HDF5's
  * default driver on one rank. Caller closes. */

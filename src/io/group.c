@@ -2,17 +2,17 @@
  * group at a time, each replacing a group of the same name (which a run
  * restarted from an earlier checkpoint writes again), flushed and closed
  * before the call returns, so every completed group is on disk.
- * io_group_append (rollouts.h5: one /iter_<k> per PPO iteration) creates the
- * file in place; io_group_replace (evals.h5: one group per held-out
- * evaluation) creates it through a temporary and a rename, with row texts,
- * and opens it without HDF5's lock, as run.h5 is, so that a reader may look
- * at it while the run goes on. Adding a group in place follows run.h5's
- * precedent (src/io/record.c), not io's temporary-then-rename rule: a crash
- * during an append can damage the file, as it can the run record; copying
- * the earlier groups into a new file at every call made a run's
- * evaluations cost quadratic in their number. */
+ * io_group_append (rollouts.h5: one /iter_<k> per PPO iteration) adds it in
+ * place. io_group_replace (evals.h5: one group per held-out evaluation, with
+ * row texts) creates the file through a temporary and a rename and adds each
+ * later group to a byte copy renamed over it, so that a kill at any moment
+ * leaves the file whole, as run.h5 is (src/io/record.c): a byte copy costs
+ * little beside an evaluation (HDF5's copy of the groups, object by object,
+ * made the evaluations' cost quadratic). io_group_drop_after continues a
+ * restarted run's file. */
 #include "internal/h5util.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -117,22 +117,11 @@ static PetscErrorCode group_fill_new(hid_t file, void *vctx)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* A later one: added to the file in place, without HDF5's lock. */
-static PetscErrorCode group_add_in_place(const GroupCtx *ctx)
+/* A later one: added to a copy of the file, renamed over it. */
+static PetscErrorCode group_fill_copy(hid_t file, void *vctx)
 {
-  hid_t          fapl = h5u_fapl(PETSC_FALSE), file;
-  PetscErrorCode ierr;
-
   PetscFunctionBegin;
-  H5Call(fapl, "%s: cannot set up HDF5 file access", ctx->path);
-  ierr = io_output_ok(ctx->kind, ctx->path);
-  if (ierr) H5Pclose(fapl);
-  PetscCall(ierr);
-  file = H5Fopen(ctx->path, H5F_ACC_RDWR, fapl);
-  H5Pclose(fapl);
-  H5Call(file, "%s: cannot open the %s to add /%s", ctx->path, ctx->kind, ctx->group);
-  ierr = group_write(file, ctx);
-  PetscCall(h5u_flush_close(&file, ctx->path, ctx->group, ierr));
+  PetscCall(group_write(file, (GroupCtx *)vctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -141,7 +130,7 @@ static PetscErrorCode group_replace_task(void *vctx)
   GroupCtx *ctx = (GroupCtx *)vctx;
 
   PetscFunctionBegin;
-  if (H5Fis_hdf5(ctx->path) > 0) PetscCall(group_add_in_place(ctx));
+  if (H5Fis_hdf5(ctx->path) > 0) PetscCall(h5u_update_atomic(ctx->kind, ctx->path, group_fill_copy, ctx));
   else PetscCall(io_write_atomic(ctx->kind, ctx->path, group_fill_new, ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -154,5 +143,77 @@ PetscErrorCode io_group_replace(MPI_Comm comm, const char *kind, const char *pat
 
   PetscFunctionBegin;
   PetscCall(io_on_root(comm, group_replace_task, &ctx));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* ---- a restarted run's file ------------------------------------------------- */
+typedef struct {
+  const char *kind, *path, *prefix;
+  int64_t     last;
+  int         nstale;
+  char        stale[256][64];
+} DropCtx;
+
+static herr_t drop_scan(hid_t g, const char *name, const H5L_info_t *info, void *vctx)
+{
+  DropCtx *d = (DropCtx *)vctx;
+  size_t   n = strlen(d->prefix);
+  char    *end;
+  long long k;
+
+  (void)g, (void)info;
+  if (strncmp(name, d->prefix, n) || strlen(name) >= sizeof d->stale[0]) return 0;
+  k = strtoll(name + n, &end, 10);
+  if (*end || end == name + n || k <= d->last) return 0;
+  if (d->nstale == (int)(sizeof d->stale / sizeof d->stale[0])) return 1; /* the rest on the next pass */
+  strcpy(d->stale[d->nstale++], name);
+  return 0;
+}
+
+static PetscErrorCode drop_fill(hid_t file, void *vctx)
+{
+  DropCtx *d = (DropCtx *)vctx;
+  herr_t   e;
+
+  PetscFunctionBegin;
+  do {
+    d->nstale = 0;
+    e         = H5Literate(file, H5_INDEX_NAME, H5_ITER_INC, NULL, drop_scan, d);
+    H5Call(e, "%s %s: cannot list its groups", d->kind, d->path);
+    for (int i = 0; i < d->nstale; i++)
+      H5Call(H5Ldelete(file, d->stale[i], H5P_DEFAULT), "%s %s: cannot remove /%s", d->kind, d->path, d->stale[i]);
+  } while (e > 0);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+static PetscErrorCode drop_task(void *vctx)
+{
+  DropCtx *d = (DropCtx *)vctx;
+  DropCtx  probe;
+
+  PetscFunctionBegin;
+  if (H5Fis_hdf5(d->path) <= 0) PetscFunctionReturn(PETSC_SUCCESS); /* none yet (or not a file to continue) */
+  probe = *d;
+  { /* only a file with such groups is rewritten */
+    hid_t fapl = h5u_fapl(PETSC_FALSE), file = fapl < 0 ? H5I_INVALID_HID : H5Fopen(d->path, H5F_ACC_RDONLY, fapl);
+    if (fapl >= 0) H5Pclose(fapl);
+    H5Call(file, "%s %s: cannot open it to continue it", d->kind, d->path);
+    probe.nstale = 0;
+    (void)H5Literate(file, H5_INDEX_NAME, H5_ITER_INC, NULL, drop_scan, &probe);
+    h5u_fclose(file);
+  }
+  if (probe.nstale) PetscCall(h5u_update_atomic(d->kind, d->path, drop_fill, d));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode io_group_drop_after(MPI_Comm comm, const char *kind, const char *path, const char *prefix, int64_t last)
+{
+  DropCtx *d;
+
+  PetscFunctionBegin;
+  PetscCall(PetscNew(&d));
+  d->kind = kind, d->path = path, d->prefix = prefix, d->last = last;
+  PetscCall(io_on_root(comm, drop_task, d));
+  PetscCall(PetscFree(d));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

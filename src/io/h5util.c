@@ -398,6 +398,63 @@ PetscErrorCode io_write_atomic(const char *kind, const char *path, IoFileFn fill
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscErrorCode h5u_copy_file(const char *src, const char *dst)
+{
+  char    buf[1 << 16];
+  int     in, out, err = 0;
+  ssize_t n;
+
+  PetscFunctionBegin;
+  in = open(src, O_RDONLY);
+  PetscCheck(in >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_READ, "%s: cannot open: %s", src, strerror(errno));
+  out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+  if (out < 0) close(in);
+  PetscCheck(out >= 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "cannot create %s: %s", dst, strerror(errno));
+  while (!err && (n = read(in, buf, sizeof buf)) != 0) {
+    if (n < 0) err = errno;
+    for (ssize_t at = 0, w; !err && at < n; at += w)
+      if ((w = write(out, buf + at, (size_t)(n - at))) < 0) err = errno;
+  }
+  if (close(out) != 0 && !err) err = errno; /* a full disk may only show here */
+  close(in);
+  PetscCheck(!err, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "copying %s to %s failed: %s", src, dst,
+             err == ENOSPC ? "no space left on device" : strerror(err));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode h5u_update_atomic(const char *kind, const char *path, IoFileFn fill, void *ctx)
+{
+  char           tmp[PETSC_MAX_PATH_LEN], dir[PETSC_MAX_PATH_LEN];
+  hid_t          fapl, file = H5I_INVALID_HID;
+  PetscErrorCode ierr;
+  int            lock;
+
+  PetscFunctionBegin;
+  PetscCall(io_output_ok(kind, path));
+  PetscCall(PetscStrncpy(dir, path, sizeof dir));
+  PetscCall(h5u_remove_stale_tmp(dirname(dir), NULL));
+  PetscCall(h5u_tmp_name(path, tmp, sizeof tmp));
+  PetscCall(h5u_tmp_claim(tmp, &lock));
+  ierr = h5u_copy_file(path, tmp);
+  if (!ierr) {
+    fapl = h5u_fapl(PETSC_FALSE);
+    file = fapl < 0 ? H5I_INVALID_HID : H5Fopen(tmp, H5F_ACC_RDWR, fapl);
+    if (fapl >= 0) H5Pclose(fapl);
+    if (file < 0) ierr = PETSC_ERR_FILE_OPEN;
+  }
+  if (!ierr) ierr = fill(file, ctx);
+  if (!ierr) ierr = h5u_commit(&file, kind, tmp, path);
+  if (ierr) {
+    if (file >= 0) h5u_fclose(file);
+    unlink(tmp);
+  }
+  h5u_tmp_release(tmp, lock);
+  if (ierr == PETSC_ERR_FILE_OPEN && file < 0)
+    SETERRQ(PETSC_COMM_SELF, ierr, "%s %s: cannot open its copy %s for writing", kind, path, tmp);
+  if (ierr) PetscCall(h5u_error_context(ierr, kind, path));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode io_read_file(const char *kind, const char *path, IoFileFn read, void *ctx)
 {
   hid_t          file;

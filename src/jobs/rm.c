@@ -355,7 +355,7 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
 
   PetscFunctionBegin;
   PetscCall(trainer_count(&tr->dm->cfg, &nparams));
-  PetscCall(train_record_open(run, "rm", &o->plan, needs, &rec));
+  PetscCall(train_record_open(run, "rm", st->iteration, &o->plan, needs, &rec));
   PetscCall(rm_batch_create((int)o->batch, train->d.T > eval->d.T ? train->d.T : eval->d.T, &b));
   PetscCall(PetscMalloc1(train->d.N / 2, &perm));
   t_loop = t_ckpt = sys_wtime(), it0 = st->iteration;
@@ -391,11 +391,12 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
                             eloss, acc, gacc));
     PetscCall(train_checkpoint_now(run->comm, o->checkpoint_every, o->checkpoint_minutes, st->iteration, &t_ckpt,
                                    &ckpt_due, &stop));
+    PetscCall(record_step(rec, st->iteration)); /* the row, then the checkpoint that commits it */
     if (ckpt_due) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
+      PetscCall(record_commit(rec));
       PetscCall(trainer_checkpoint(tr, run, name, st, NULL));
     }
-    PetscCall(record_step(rec, st->iteration));
     if (stop) { /* SIGINT or SIGTERM: what is done is in that checkpoint */
     PetscCall(PetscFree(perm));
       PetscCall(rm_batch_destroy(&b));
@@ -404,6 +405,7 @@ static PetscErrorCode rm_train(const RunCtx *run, const RMOptions *o, const Plan
     }
   }
   if (isnan(acc)) PetscCall(rm_eval(tr, eval, &b, &acc, &gacc, &eloss)); /* a restart at the last step */
+  PetscCall(record_commit(rec));
   PetscCall(trainer_checkpoint(tr, run, "final.h5", st, NULL));
   PetscCall(record_summary(rec, "steps", (double)st->iteration));
   PetscCall(record_summary(rec, "eval_accuracy", acc));

@@ -363,7 +363,7 @@ static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, const Pl
 
   PetscFunctionBegin;
   PetscCall(trainer_count(&o->cfg, &nparams));
-  PetscCall(train_record_open(run, "sft", &o->plan, needs, &rec));
+  PetscCall(train_record_open(run, "sft", st->iteration, &o->plan, needs, &rec));
   PetscCall(sft_batch_create((int)o->batch, (int)o->seq_len, &b));
   t_loop = t_ckpt = sys_wtime(), it0 = st->iteration;
   PetscCall(PetscPrintf(run->comm,
@@ -390,11 +390,12 @@ static PetscErrorCode sft_train(const RunCtx *run, const SFTOptions *o, const Pl
     if (!isnan(eval)) PetscCall(PetscPrintf(run->comm, "      held-out loss %.4f\n", eval));
     PetscCall(train_checkpoint_now(run->comm, o->checkpoint_every, o->checkpoint_minutes, st->iteration, &t_ckpt,
                                    &ckpt_due, &stop));
+    /* the row, then the checkpoint that commits it first (the checkpoint's time: the next row's) */
+    PetscCall(record_step(rec, st->iteration));
     if (ckpt_due) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
       PetscCall(trainer_checkpoint(tr, run, name, st, rec));
     }
-    PetscCall(record_step(rec, st->iteration));
     if (stop) { /* SIGINT or SIGTERM: what is done is in that checkpoint */
       PetscCall(sft_batch_destroy(&b));
       PetscCall(record_close(&rec));

@@ -146,7 +146,7 @@ PetscErrorCode ppo_eval_only(const RunCtx *run, const PPOOptions *o, const PlanN
   char       path[PETSC_MAX_PATH_LEN];
 
   PetscFunctionBegin;
-  PetscCall(train_record_open(run, "eval", &o->plan, needs, &rec));
+  PetscCall(train_record_open(run, "eval", 0, &o->plan, needs, &rec));
   PetscCall(sys_output_path(run, "evals.h5", path, sizeof path));
   PetscCall(io_keep_previous(run->comm, run->output_dir, "evals"));
   PetscCall(ppo_evaluate_said(run, "the actor", &m->actor, m, o, ps, st, path, "eval", &ev));

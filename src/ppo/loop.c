@@ -129,13 +129,15 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
   PetscBool         final_evaluated = PETSC_FALSE; /* the last iteration's evaluation is the summary's */
 
   PetscFunctionBegin;
-  PetscCall(train_record_open(run, ppo_algo(o)->name, &o->plan, needs, &rec));
+  PetscCall(train_record_open(run, ppo_algo(o)->name, st->iteration, &o->plan, needs, &rec));
   PetscCall(batches_create(o, T, &bt));
   PetscCall(packbuf_create((int)o->rollout_batch, T, &pb));
   e->pb = &pb;
   PetscCall(sys_output_path(run, "rollouts.h5", path, sizeof path));
   PetscCall(sys_output_path(run, "evals.h5", evals, sizeof evals));
-  PetscCall(io_keep_previous(run->comm, run->output_dir, "evals")); /* a new run's evaluations, as its run.h5 */
+  if (it0 > 0) /* a restart continues its evaluations as its run.h5, without those after its checkpoint */
+    PetscCall(io_group_drop_after(run->comm, "evaluations file", evals, "iter_", it0));
+  else PetscCall(io_keep_previous(run->comm, run->output_dir, "evals")); /* a new run's evaluations, as its run.h5 */
   {
     ModelTensor *t;
     int          nt;
@@ -209,15 +211,16 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
       PetscCall(ppo_print_eval(run, "      held-out", &ev, o)); /* the last: in the summary */
     PetscCall(train_checkpoint_now(run->comm, o->checkpoint_every, o->checkpoint_minutes, st->iteration, &t_ckpt,
                                    &ckpt_due, stop));
+    /* the row, then the checkpoint that commits it first (the checkpoint's time: the next row's) */
+    PetscCall(record_step(rec, st->iteration));
     if (ckpt_due) {
       PetscCall(PetscSNPrintf(name, sizeof name, "ckpt_%06" PetscInt_FMT ".h5", st->iteration));
       PetscCall(write_checkpoint(e, &bt, name, rec));
     }
-    PetscCall(record_step(rec, st->iteration));
     if (*stop) break; /* SIGINT or SIGTERM: what is done is in that checkpoint */
   }
   if (!*stop) { /* a stopped run's state is in the checkpoint it just wrote */
-    PetscCall(write_checkpoint(e, &bt, "final.h5", NULL));
+    PetscCall(write_checkpoint(e, &bt, "final.h5", rec)); /* commits the rows first */
     if (o->write_policy) PetscCall(write_policy(run, m, st));
     if (!final_evaluated) { /* a run restarted at its end */
       PetscCall(PetscSNPrintf(name, sizeof name, "iter_%" PetscInt_FMT, st->iteration));

@@ -107,11 +107,11 @@ PetscErrorCode train_said_written(const RunCtx *run, const char *stage, const ch
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode train_record_open(const RunCtx *run, const char *mode, const Plan *plan, const PlanNeeds *needs,
-                                 RunRecord **rec)
+PetscErrorCode train_record_open(const RunCtx *run, const char *mode, PetscInt from_step, const Plan *plan,
+                                 const PlanNeeds *needs, RunRecord **rec)
 {
   PetscFunctionBegin;
-  PetscCall(record_open(run, mode, rec));
+  PetscCall(record_open(run, mode, from_step, rec));
   PetscCall(plan_record(*rec, plan, needs));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

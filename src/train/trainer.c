@@ -215,6 +215,7 @@ PetscErrorCode train_checkpoint_sourced(const RunCtx *run, DModel *const *dm, co
   PetscCheck(n >= 1 && n <= 8, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "train_checkpoint_models: %d models (1 to 8)",
              n);
   PetscCall(sys_output_path(run, name, path, sizeof path));
+  PetscCall(record_commit(rec)); /* the rows first: a restart from this checkpoint finds them in the record */
   PetscCall(PetscLogEventBegin(sys_log.ckpt_write, 0, 0, 0, 0));
   /* each member writes its shard: nothing is gathered */
   for (int k = 0; k < n; k++) PetscCall(dmodel_ckpt_model(dm[k], cm[k].role, cm[k].with_optim, &out[k], &where[k]));
