@@ -14,7 +14,13 @@
 # "accuracy", has no critic columns, and lists each evaluation of its `evals.h5` (the
 # reference, iterations 1 and 2) with the accuracy, mean reward and mean response length
 # stored there; a checkpoint, a text file and a missing path each one line `report: error:
-# FILE: ...`, exit 1, nothing written. About 15 s
+# FILE: ...`, exit 1, nothing written; an asynchronous run (K = 1, 2 ranks disaggregated): its
+# staleness and busy fractions in the summary, its wall time per step, the stages' times added
+# and the speed-up over a synchronous iteration equal to the record's; `tools/plot_run.py`
+# leaves out `acts_grown_bytes` and a rule reward's `reward`, `reward_numeric` (equal to gold);
+# `tools/tokenizer.py --help` (exit 0, samples listed), `CKPT samples RUN` equal to `samples
+# RUN`, `samples CKPT RUN` and the older `samples RUN CKPT`, an answer's 1/0 as "correct", and
+# an evals.h5 with bad `/answer_offsets` one line, exit 1. About 30 s
 . regression/lib.sh
 plan 14
 d="$RLFUSE_TMP/report"; mkdir -p $d
