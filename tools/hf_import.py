@@ -4,7 +4,7 @@
 model.safetensors.index.json, as save_pretrained writes them) into an rlfuse
 checkpoint holding one role.
 
-Usage: /usr/bin/python3 tools/hf_import.py HF_DIR OUT.h5 ROLE
+Usage: tools/py tools/hf_import.py HF_DIR OUT.h5 ROLE
 
 ROLE policy, actor or reference takes a GPT2LMHeadModel (head tied to the
 token embedding), LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or

@@ -2,7 +2,7 @@
 """plot_run: every metric a run computed, one panel each, from its run record
 (run.h5; tools/report.py overlays runs and picks the main curves instead).
 
-Usage: /usr/bin/python3 tools/plot_run.py RUN.h5 OUT.png
+Usage: tools/py tools/plot_run.py RUN.h5 OUT.png
 
 Drawn: each /metrics/<name> against the step that has a finite value and
 is not the same at every step (a GRPO run's critic columns, a constant KL

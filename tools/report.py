@@ -2,7 +2,7 @@
 """report: a one-page picture and a short text summary of one or more run
 records (run.h5), overlaid for comparison, from the run records alone.
 
-Usage: /usr/bin/python3 tools/report.py RUN.h5 [RUN2.h5 ...] -o report.png
+Usage: tools/py tools/report.py RUN.h5 [RUN2.h5 ...] -o report.png
 
 Panels: learning curves (loss, gold score, reward-model score, KL, entropy,
 response length, and for an asynchronous run its staleness and the

@@ -5,20 +5,20 @@ chat messages -> text by the model's chat template. Needs numpy, h5py and,
 to encode, Hugging Face's tokenizers; jinja2 is used for chat templates
 when present (make deps installs both into ~/.cache/rlfuse/python).
 
-Usage: /usr/bin/python3 tools/tokenizer.py CKPT encode TEXT         ids, one line
-       /usr/bin/python3 tools/tokenizer.py CKPT decode ID...        text
-       /usr/bin/python3 tools/tokenizer.py CKPT chat JSON [--no-generation-prompt]
+Usage: tools/py tools/tokenizer.py CKPT encode TEXT         ids, one line
+       tools/py tools/tokenizer.py CKPT decode ID...        text
+       tools/py tools/tokenizer.py CKPT chat JSON [--no-generation-prompt]
                         JSON: [{"role": "user", "content": "..."}, ...]; prints the
                         rendered text, then its ids (BOS first where add_bos is 1)
-       /usr/bin/python3 tools/tokenizer.py CKPT prompts IN.jsonl OUT.h5 [--no-chat] [--role ROLE] [--suffix TEXT]
+       tools/py tools/tokenizer.py CKPT prompts IN.jsonl OUT.h5 [--no-chat] [--role ROLE] [--suffix TEXT]
                         a prompt file for rlfuse -mode generate (-generate_input)
-       /usr/bin/python3 tools/tokenizer.py CKPT responses GEN.h5 OUT.jsonl
+       tools/py tools/tokenizer.py CKPT responses GEN.h5 OUT.jsonl
                         the text of a -mode generate output (-generate_output)
-       /usr/bin/python3 tools/tokenizer.py CKPT samples RUN_FILE.h5
-       /usr/bin/python3 tools/tokenizer.py samples RUN_FILE.h5
+       tools/py tools/tokenizer.py CKPT samples RUN_FILE.h5
+       tools/py tools/tokenizer.py samples RUN_FILE.h5
                         a run's rollouts.h5 or evals.h5 as JSON lines on stdout
                         (without CKPT the run's own checkpoints decode)
-       /usr/bin/python3 tools/tokenizer.py --help                this text
+       tools/py tools/tokenizer.py --help                this text
 The subcommand may also come first (tokenizer.py prompts CKPT IN.jsonl OUT.h5,
 tokenizer.py samples CKPT RUN_FILE.h5; the older samples RUN_FILE.h5 CKPT works too).
 Every subcommand takes --tokenizer-json FILE anywhere: encode with the
