@@ -20,11 +20,12 @@
 # and RM run on them from the imported model; seven unrepresentable inputs (untied head, other
 # architecture, activation, LM for a reward role, two labels, wrong shape) and a missing role
 # on export each one line, exit 1, no file; `policy.h5 actor` and a PPO `final.h5 policy` export
-# the file's one LM model, saying which; the export of a PPO checkpoint's reference, which
+# the file's one LM model, saying which; `tools/py` imports transformers 4.40.2 without
+# PYTHONPATH set; the export of a PPO checkpoint's reference, which
 # it records by its input file, one line naming that file. About 60 s on 2 cores, most of it
 # importing torch
 . regression/lib.sh
-plan 19
+plan 20
 d="$RLFUSE_TMP/hf"; mkdir -p $d
 HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
 hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 "$PYTHON" "$@"; }
@@ -32,6 +33,8 @@ hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 H
 if ! hfpy -c 'import torch, transformers' 2>$d/import.err; then
   not_ok "transformers is not importable from $HF_PY (run make deps): $(tail -1 $d/import.err)"; finish
 fi
+v=$(env -u PYTHONPATH tools/py -c 'import transformers, tokenizers; print(transformers.__version__)' 2>&1 | tail -1)
+check "tools/py, the documents' way to run the tools' Python, imports the transformers make deps installs ($v) without PYTHONPATH set" test "$v" = 4.40.2
 
 # 1. random transformers models (weights perturbed so that no output is near-uniform), token batch, references in float64
 hfpy - $d <<'PY' 2>$d/make.err || not_ok "make the transformers models: $(tail -1 $d/make.err)"
