@@ -683,7 +683,7 @@ def has_tokenizer(path):
 def samples(a):
     """CKPT samples RUN (the other subcommands' order), samples RUN, samples CKPT RUN, or the older samples RUN CKPT."""
     if a[0] != "samples":
-        a = [a[1], a[2], a[0]] + a[3:] if len(a) >= 2 else a  # CKPT samples RUN -> samples RUN CKPT
+        a = [a[1], a[2], a[0]] + a[3:] if len(a) >= 3 else a[1:]  # CKPT samples RUN -> samples RUN CKPT
     if len(a) not in (2, 3):
         fail("usage: tokenizer.py CKPT samples RUN_FILE.h5, or tokenizer.py samples RUN_FILE.h5 (the run's checkpoints decode)")
     run, ckpt = a[1], a[2] if len(a) == 3 else None
