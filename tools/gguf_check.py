@@ -3,7 +3,7 @@
 Independent of rlfuse's C model: transformers, tokenizers and the gguf
 package read the same data their own way.
 
-Usage: PYTHONPATH=~/.cache/rlfuse/python /usr/bin/python3 tools/gguf_check.py CKPT.h5 [ROLE] [--gguf FILE]
+Usage: tools/py tools/gguf_check.py CKPT.h5 [ROLE] [--gguf FILE]
            [--prompt TEXT] [--tokens N] [--expect WORD] [--skip-dequant]
 
 Prints "ok - ..." / "not ok - ..." lines (the regression suite's format) and

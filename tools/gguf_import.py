@@ -3,8 +3,8 @@
 Mistral, SmolLM2, ... as convert_hf_to_gguf.py writes them) or of Qwen3's
 into an rlfuse checkpoint holding one LM role, with its tokenizer.
 
-Usage: /usr/bin/python3 tools/gguf_import.py GGUF OUT.h5 [ROLE]
-       /usr/bin/python3 tools/gguf_import.py --smollm2     print the path of the
+Usage: tools/py tools/gguf_import.py GGUF OUT.h5 [ROLE]
+       tools/py tools/gguf_import.py --smollm2     print the path of the
                                              SmolLM2-135M-Instruct GGUF that make deps installs
 
 ROLE is policy (the default), actor or reference. The tensors are

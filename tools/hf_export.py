@@ -9,7 +9,12 @@ has q/k/v biases (Llama's attention_bias would bias o_proj too), or Qwen3's
 when it has per-head q/k norms (qk_norm, with its own head_dim);
 --model-type mistral writes Mistral's classes (no sliding window) instead.
 
-Usage: /usr/bin/python3 tools/hf_export.py CKPT.h5 ROLE OUT_DIR [--eos ID] [--model-type llama|mistral|qwen2|qwen3]
+Usage: tools/py tools/hf_export.py CKPT.h5 ROLE OUT_DIR [--eos ID] [--model-type llama|mistral|qwen2|qwen3]
+
+ROLE names the model: policy.h5 and an SFT final.h5 hold /policy, a PPO or
+GRPO final.h5 /actor (and /critic), a reward model's /reward. When the file
+has no ROLE but exactly one model with ROLE's head (LM or scalar), that one
+is exported, and a line says so (policy.h5 actor exports /policy).
 
 --eos ID writes eos_token_id (GPT-2: bos_token_id too; the built-in task's
 EOS is 3) so that transformers' generate stops where rlfuse's generation
@@ -47,6 +52,12 @@ def read_role(path, role):
     with f:
         if role not in f or "params" not in f[role]:
             have = [k for k in f if k in hf.LM_ROLES + hf.SCALAR_ROLES]
+            # policy.h5 holds /policy and a PPO checkpoint /actor: the one model of the role's head is what was meant
+            same = [k for k in have if hf.head_of_role(k) == hf.head_of_role(role) and "params" in f[k]]
+            if role + "_source" not in f and len(same) == 1:
+                print(f"{TOOL}: {path} holds no /{role}: exporting its one {hf.head_of_role(role).replace('lm', 'LM')} model, /{same[0]}")
+                role = same[0]
+        if role not in f or "params" not in f[role]:
             if role + "_source" in f:  # a PPO checkpoint records the unchanged input file of its reference instead of copying it
                 src = f[role + "_source"].attrs
                 raise hf.HFError(f"{path}: /{role} is not copied into this checkpoint: it is /{text(src['role'])} of {text(src['abspath'])} (export that)")
@@ -83,7 +94,7 @@ def read_role(path, role):
             if x.dtype != np.float32 or x.shape != shape(k):
                 raise hf.HFError(f"{path}: /{role}/params/{k} is {x.dtype} {list(x.shape)}, expected float32 {list(shape(k))}")
             params[k] = x
-    return head, cfg, params
+    return role, head, cfg, params
 
 
 def text(v):
@@ -111,7 +122,7 @@ def main():
     ckpt, role, out = args
     try:
         head = hf.head_of_role(role)
-        head, cfg, params = read_role(ckpt, role)
+        role, head, cfg, params = read_role(ckpt, role)
         tok = hf_tokenizer.read_group(ckpt) if head == "lm" else None
         files = hf_tokenizer.export_files(*tok, cfg["n_positions"], f"{ckpt} /tokenizer") if tok else {}
         if eos is None and tok and int(tok[1].get("eos_id", -1)) >= 0:
@@ -139,6 +150,9 @@ def main():
         hf.fail(TOOL, f"{out}: {e.strerror}")
     t = f"; tokenizer, EOS {eos}" if tok else ""
     print(f"{TOOL}: {ckpt} /{role} -> {out} ({arch}, {cfg['n_layer']} layers x {cfg['n_embd']}, vocabulary {cfg['vocab_size']}{t})")
+    if arch.startswith("Qwen3"):  # the class came with transformers 4.51; make deps installs 4.40.2 (torch 1.13)
+        print(f"{TOOL}: note: {arch} needs transformers 4.51 or newer to load; the 4.40.2 that make deps installs "
+              "(tools/py) has no Qwen3 classes")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 model.safetensors.index.json, as save_pretrained writes them) into an rlfuse
 checkpoint holding one role.
 
-Usage: /usr/bin/python3 tools/hf_import.py HF_DIR OUT.h5 ROLE
+Usage: tools/py tools/hf_import.py HF_DIR OUT.h5 ROLE
 
 ROLE policy, actor or reference takes a GPT2LMHeadModel (head tied to the
 token embedding), LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or
@@ -203,7 +203,9 @@ def main():
     except OSError as e:
         hf.fail(TOOL, f"{e.filename or out}: {e.strerror}")
     n = sum(x.size for x in params.values())
-    t = f"; tokenizer {tok[1]['pre']}, EOS {tok[1]['eos_id']}, stop tokens {','.join(map(str, tok[0]['stop_ids'])) or 'none'}" if tok else ""
+    # the stop tokens besides EOS, as rlfuse's "generation stops at EOS E and stop tokens S" line counts them
+    stops = [str(x) for x in tok[0]["stop_ids"] if x != tok[1]["eos_id"]] if tok else []
+    t = f"; tokenizer {tok[1]['pre']}, EOS {tok[1]['eos_id']}, stop tokens {','.join(stops) or 'none'}" if tok else ""
     print(f"{TOOL}: {d} -> {out} /{role} ({kind}, {cfg['n_layer']} layers x {cfg['n_embd']}, vocabulary {cfg['vocab_size']}, {n} parameters{t})")
 
 

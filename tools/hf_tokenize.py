@@ -4,7 +4,7 @@ Hugging Face tokenizer (the `tokenizers` library and the tokenizer.json of a
 model directory), so that a model imported with tools/hf_import.py can be
 trained on the user's data.
 
-Usage: PYTHONPATH=~/.cache/rlfuse/python /usr/bin/python3 tools/hf_tokenize.py \
+Usage: tools/py tools/hf_tokenize.py \
            TOKENIZER_DIR IN.jsonl OUT.h5 [--eos ID] [--vocab-size V]
 
 Each line of IN.jsonl is a JSON object:
@@ -49,7 +49,7 @@ def main():
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        fail("the tokenizers library is missing (make deps installs it into ~/.cache/rlfuse/python: put that on PYTHONPATH)")
+        fail("the tokenizers library is missing (make deps installs it into ~/.cache/rlfuse/python; tools/py runs this tool with it)")
     tjson = os.path.join(tdir, "tokenizer.json")
     if not os.path.isfile(tjson):
         fail(f"{tjson}: missing (a tokenizer directory saved by transformers or tokenizers has tokenizer.json)")

@@ -2,11 +2,14 @@
 """plot_run: every metric a run computed, one panel each, from its run record
 (run.h5; tools/report.py overlays runs and picks the main curves instead).
 
-Usage: /usr/bin/python3 tools/plot_run.py RUN.h5 OUT.png
+Usage: tools/py tools/plot_run.py RUN.h5 OUT.png
 
 Drawn: each /metrics/<name> against the step that has a finite value and
 is not the same at every step (a GRPO run's critic columns, a constant KL
-coefficient: left out, and named on stdout); the held-out metrics
+coefficient: left out, and named on stdout), less a metric equal at every
+step to one drawn among gold and the reward columns (a rule reward's
+reward_numeric and reward are its gold, the accuracy: drawn once) and the engine's diagnostics (acts_grown_bytes,
+the growth of the activation buffers), both named on stdout too; the held-out metrics
 (eval_*) together in one panel, starting at step 0 with /summary's value
 before training and ending with its final one, against the iteration and,
 on the top axis, the samples trained on (iterations x -rollout_batch);
@@ -26,6 +29,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report  # noqa: E402  (its loader and the held-out curves' ends)
 
 
+# Metrics about the engine, not the learning: left out of the panels.
+DIAGNOSTICS = ("acts_grown_bytes",)
+
+
+def same_as(v, drawn):
+    """The drawn metric whose values equal v at every step (NaN where v is NaN), or None."""
+    return next((k for k, w in drawn.items() if len(w) == len(v) and np.array_equal(v, w, equal_nan=True)), None)
+
+
 def kept(v):
     """Whether a metric says something: finite somewhere and not one value throughout."""
     ok = np.isfinite(v)
@@ -39,8 +51,18 @@ def main():
     report.PROG = "plot_run"
     run = report.load(path)
     held = sorted(k for k in run["metrics"] if k.startswith("eval_") and np.isfinite(report.curve(run, k)[1]).any())
-    plain = sorted(k for k in run["metrics"] if not k.startswith("eval_") and kept(run["metrics"][k]))
-    left = sorted(k for k in run["metrics"] if k not in held and k not in plain)
+    varied = sorted(k for k in run["metrics"] if not k.startswith("eval_") and kept(run["metrics"][k]) and k not in DIAGNOSTICS)
+    # gold first: what a rule reward's columns repeat is drawn under its name
+    drawn, dup = {}, {}
+    for k in sorted(varied, key=lambda k: (k != "gold", k)):
+        other = same_as(run["metrics"][k], drawn) if k.startswith("reward") else None  # others may agree by chance
+        if other:
+            dup[k] = other
+        else:
+            drawn[k] = run["metrics"][k]
+    plain = sorted(drawn)
+    diag = sorted(k for k in run["metrics"] if k in DIAGNOSTICS)
+    left = sorted(k for k in run["metrics"] if k not in held and k not in varied and k not in diag)
     stages = {s: v for s, v in run["stages"].items() if (np.isfinite(v) & (v > 0)).any()}
     lengths = run["lengths"]
     npanel = len(plain) + bool(held) + bool(stages) + (lengths is not None and len(lengths) > 0)
@@ -107,6 +129,10 @@ def main():
           f"{', the response lengths' if lengths is not None and len(lengths) else ''})")
     if left:
         print("plot_run: left out (no value, or the same at every step): " + ", ".join(left))
+    if dup:
+        print("plot_run: left out (equal at every step to one drawn): " + ", ".join(f"{k} (= {v})" for k, v in sorted(dup.items())))
+    if diag:
+        print("plot_run: left out (the engine's diagnostics): " + ", ".join(diag))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ docs/formats.md "Schedule file") as a timeline: one row per rank, actor
 tasks in blue and critic tasks in orange, forwards light and backwards dark,
 each box labelled with its micro-batch.
 
-Usage: /usr/bin/python3 tools/plot_schedule.py SCHEDULE.h5 OUT.png
+Usage: tools/py tools/plot_schedule.py SCHEDULE.h5 OUT.png
 
 The timings come from replaying the file here (a rank runs its list in
 order; a task starts when its rank is free and its dependency is done), an

@@ -4,7 +4,7 @@ every rank: one row per call it ran, with its start and end) as a Gantt
 chart: one row per rank, one bar per call, coloured by call, and each rank's
 idle fraction (the share of the plotted window in which it ran no call).
 
-Usage: /usr/bin/python3 tools/plot_timeline.py RUN.h5 OUT.png [--steps A:B] [--calls a,b,...]
+Usage: tools/py tools/plot_timeline.py RUN.h5 OUT.png [--steps A:B] [--calls a,b,...]
 
 --steps picks the steps (iterations) to draw, A inclusive, B exclusive
 (default: all); --calls keeps only the named calls (e.g. the generation and

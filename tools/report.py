@@ -2,14 +2,23 @@
 """report: a one-page picture and a short text summary of one or more run
 records (run.h5), overlaid for comparison, from the run records alone.
 
-Usage: /usr/bin/python3 tools/report.py RUN.h5 [RUN2.h5 ...] -o report.png
+Usage: tools/py tools/report.py RUN.h5 [RUN2.h5 ...] -o report.png
 
 Panels: learning curves (loss, gold score, reward-model score, KL, entropy,
-response length: whichever the runs recorded; the held-out accuracy, reward
-and pass@k start at step 0 with /summary's sft_* value and end with its
-final_* one), per-stage times per step (the
-slowest rank), the mean time of each stage per run, and the histogram of the
-response lengths of the last recorded PPO/GRPO/RLOO iteration (/responses).
+response length, and for an asynchronous run its staleness and the
+fractions of each iteration that generation and training were busy:
+whichever the runs recorded; the held-out accuracy, reward and pass@k
+start at step 0 with /summary's initial_* value and end with its final_*
+one), per-stage times per step (the slowest rank), the mean time of each
+stage per run, stacked, with the measured wall time of an iteration drawn
+across the bar (stages that ran at the same time, as an asynchronous run's
+generation and training do, stack above it: the part above is the
+overlap), and the histogram of the response lengths of the last recorded
+PPO/GRPO/RLOO iteration (/responses).
+The summary of an asynchronous run (-async_staleness > 0) ends with what a
+synchronous iteration would have cost (the stages' mean times added, as
+they run one after another without it) against the measured wall time per
+iteration, and their quotient, the speed-up.
 The text summary goes to stdout and to report.txt beside the picture (the
 same name with .txt); it lists the held-out evaluations of evals.h5 beside
 each record (iteration, accuracy or gold score, mean reward, mean response
@@ -39,6 +48,9 @@ CURVES = [
     ("entropy (nats/token)", ["entropy"]),
     ("response length (mean)", ["response_len_mean"]),
     ("critic loss", ["critic_loss"]),
+    ("staleness (iterations, mean)", ["async_staleness_mean"]),  # asynchronous runs (-async_staleness > 0)
+    ("generation busy (fraction of the iteration)", ["async_gen_busy"]),
+    ("training busy (fraction of the iteration)", ["async_train_busy"]),
 ]
 # Held-out curves whose first and last points are in /summary: the policy
 # before training (step 0) and after it (the last step).
@@ -86,6 +98,8 @@ def load(path):
         run["lengths"] = f["responses/lengths"][()] if "responses/lengths" in f else None
         run["lengths_iter"] = int(f["responses"].attrs.get("iteration", 0)) if "responses" in f else 0
         params = f["parameters"].attrs if "parameters" in f else {}
+        k = text(params.get("async_staleness", "0"))
+        run["staleness"] = int(k) if k.isdigit() else 0
         run["max_new"] = int(text(params["gen_max_new_tokens"])) if "gen_max_new_tokens" in params else None
         run["rollout_batch"] = int(text(params["rollout_batch"])) if "rollout_batch" in params and text(params["rollout_batch"]).isdigit() else 0
         # what gold is (the datasets keep their names): the judge's score on the
@@ -163,6 +177,14 @@ def summary_text(runs, names):
         if n and total > 0:
             parts = sorted(st.items(), key=lambda kv: -np.nansum(kv[1]))
             lines.append("  time per step " + ", ".join(f"{s} {np.nansum(v) / n:.3g} s ({100 * np.nansum(v) / total:.0f}%)" for s, v in parts if np.nansum(v) > 0))
+            wall, work = wall_and_work(run)
+            if wall > 0:
+                lines.append(f"  wall time per step {wall:.3g} s, the stages' times added {work:.3g} s"
+                             + (f": {work - wall:.3g} s of stages overlapped" if work > wall
+                                else f": {wall - work:.3g} s in no stage (waiting, transfers)" if wall > work else ""))
+            if run["staleness"] > 0 and wall > 0:
+                lines.append(f"  asynchronous (staleness {run['staleness']}): a synchronous iteration would take {work:.3g} s (the stages one "
+                             f"after another), measured {wall:.3g} s per iteration: speed-up {work / wall:.2f}x")
         if run["lengths"] is not None:
             L = run["lengths"]
             lines.append(f"  response lengths (iteration {run['lengths_iter']}): mean {L.mean():.2f}, median {np.median(L):.0f}, max {L.max()}, {len(L)} responses")
@@ -173,6 +195,14 @@ def summary_text(runs, names):
         for k, v in sorted(run["summary"].items()):
             lines.append(f"  summary {named(run, k)} = {v:.6g}")
     return "\n".join(lines) + "\n"
+
+
+def wall_and_work(run):
+    """(measured wall seconds per step, the stages' seconds per step added): what overlapped is their difference."""
+    n = max(len(run["tstep"]), 1)
+    wall = float(np.nansum(run["stages"]["iteration"])) / n if "iteration" in run["stages"] else 0.0
+    work = sum(float(np.nansum(v)) for s, v in run["stages"].items() if s not in TOTALS) / n
+    return wall, work
 
 
 def curve(run, key):
@@ -248,9 +278,18 @@ def draw(runs, names, out):
             if (h > 0).any():
                 ax.bar(range(len(runs)), h, bottom=bottom, color=smap[s], label=s)
                 bottom += h
+        for i, r in enumerate(runs):  # the measured iteration: what stacks above it overlapped
+            wall, work = wall_and_work(r)
+            if wall > 0:
+                ax.hlines(wall, i - 0.45, i + 0.45, colors="black", lw=2, label="wall time" if i == 0 else None)
+                over = f"\noverlap {work - wall:.3g} s" + (f", {work / wall:.2f}x" if r["staleness"] > 0 else "") if work > wall else ""
+                ax.annotate(f"wall {wall:.3g} s{over}", (i, max(wall, work)), ha="center", va="bottom", fontsize=6)
         ax.set_xticks(range(len(runs)), names, fontsize=7, rotation=15)
-        ax.set_ylabel("seconds per step"); ax.set_title("mean time per step by stage", fontsize=10)
-        ax.legend(fontsize=6, ncol=2); ax.grid(alpha=0.3, axis="y")
+        ax.set_ylabel("seconds per step"); ax.set_title("mean time per step by stage (black: wall time)", fontsize=10)
+        top = max(max(wall_and_work(r)) for r in runs)
+        if top > 0:
+            ax.set_ylim(0, 1.8 * top)  # room for the legend above the bars and their labels
+        ax.legend(fontsize=6, ncol=3, loc="upper center"); ax.grid(alpha=0.3, axis="y")
     if has_len:
         ax = axes[k]; k += 1
         top = max(int(r["lengths"].max()) for r in runs if r["lengths"] is not None)

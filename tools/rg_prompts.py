@@ -5,10 +5,10 @@ package `reasoning-gym`, procedural generators; make deps installs it into
 JSONL for `tools/tokenizer.py CKPT prompts` (RL with verifiable rewards:
 docs/formats.md, "Reference answers and metadata").
 
-Usage: /usr/bin/python3 tools/rg_prompts.py OUT.jsonl [--task TASK] [--n N] [--seed S]
+Usage: tools/py tools/rg_prompts.py OUT.jsonl [--task TASK] [--n N] [--seed S]
                         [--exclude FILE.jsonl]... [--config KEY=VALUE]... [--digits A-B] [--terms A-B]
                         [--suffix TEXT] [--cot]
-       /usr/bin/python3 tools/rg_prompts.py --list           the tasks this reasoning-gym has
+       tools/py tools/rg_prompts.py --list           the tasks this reasoning-gym has
 
   --task TASK      gsm_symbolic (default: GSM8K's problems as templates with
                    fresh names and numbers, integer answers), basic_arithmetic

@@ -5,18 +5,22 @@ chat messages -> text by the model's chat template. Needs numpy, h5py and,
 to encode, Hugging Face's tokenizers; jinja2 is used for chat templates
 when present (make deps installs both into ~/.cache/rlfuse/python).
 
-Usage: /usr/bin/python3 tools/tokenizer.py CKPT encode TEXT         ids, one line
-       /usr/bin/python3 tools/tokenizer.py CKPT decode ID...        text
-       /usr/bin/python3 tools/tokenizer.py CKPT chat JSON [--no-generation-prompt]
+Usage: tools/py tools/tokenizer.py CKPT encode TEXT         ids, one line
+       tools/py tools/tokenizer.py CKPT decode ID...        text
+       tools/py tools/tokenizer.py CKPT chat JSON [--no-generation-prompt]
                         JSON: [{"role": "user", "content": "..."}, ...]; prints the
                         rendered text, then its ids (BOS first where add_bos is 1)
-       /usr/bin/python3 tools/tokenizer.py CKPT prompts IN.jsonl OUT.h5 [--no-chat] [--role ROLE] [--suffix TEXT]
+       tools/py tools/tokenizer.py CKPT prompts IN.jsonl OUT.h5 [--no-chat] [--role ROLE] [--suffix TEXT]
                         a prompt file for rlfuse -mode generate (-generate_input)
-       /usr/bin/python3 tools/tokenizer.py CKPT responses GEN.h5 OUT.jsonl
+       tools/py tools/tokenizer.py CKPT responses GEN.h5 OUT.jsonl
                         the text of a -mode generate output (-generate_output)
-       /usr/bin/python3 tools/tokenizer.py samples RUN_FILE.h5 [CKPT]
+       tools/py tools/tokenizer.py CKPT samples RUN_FILE.h5
+       tools/py tools/tokenizer.py samples RUN_FILE.h5
                         a run's rollouts.h5 or evals.h5 as JSON lines on stdout
-The subcommand may also come first (tokenizer.py prompts CKPT IN.jsonl OUT.h5).
+                        (without CKPT the run's own checkpoints decode)
+       tools/py tools/tokenizer.py --help                this text
+The subcommand may also come first (tokenizer.py prompts CKPT IN.jsonl OUT.h5,
+tokenizer.py samples CKPT RUN_FILE.h5; the older samples RUN_FILE.h5 CKPT works too).
 Every subcommand takes --tokenizer-json FILE anywhere: encode with the
 model's own tokenizer.json (below).
 
@@ -70,16 +74,18 @@ samples: one JSON line per sample of every group of a run's rollouts.h5
 (-dump_rollouts) or evals.h5 (the held-out evaluations; docs/formats.md),
 groups in file order (iter_2 before iter_10), rows in order:
   {"group": G, "row": I, "prompt": TEXT, "response": TEXT, "eos": BOOL,
-   "response_tokens": N, "reward": X, "gold": X, "answer": TEXT}
-reward is /final_scores (the final reward, KL penalty aside), gold the
-judge's score or whether the answer is right (null where NaN), answer
-only where the group holds /answer_*; response less its final stop token
-when eos. Decoded with CKPT's /tokenizer when given; else with the first
+   "response_tokens": N, "reward": X, "correct": X, "answer": TEXT}
+reward is /final_scores (the final reward, KL penalty aside); correct 1/0
+whether the answer is right (/gold of a group with answers, as -ppo_eval_show
+prints it), or, in a group without answers, "gold": the judge's score (null
+where NaN); answer only where the group holds /answer_*; response less its
+final stop token when eos. Decoded with CKPT's /tokenizer when given; else with the first
 of the run's final.h5 (beside RUN_FILE.h5) and its actor checkpoint (run.h5
 /parameters@actor_checkpoint) that holds one; else, for the built-in
 arithmetic task (run.h5 /parameters@task), with its characters
 (src/task/arith.c); else each text is the token ids separated by blanks.
-Refused: a file whose groups lack the datasets, lengths past the width.
+Refused, in one line: a file whose groups lack the datasets, lengths past
+the width, answers whose /answer_offsets do not index /answer_bytes.
 
 Encoding is GPT-2 byte-level BPE (model "gpt2"), done by Hugging Face's
 tokenizers package (the reference implementation of these tokenizers; make
@@ -457,12 +463,14 @@ def read_texts(f, name, N):
     """Row texts <name>_bytes/<name>_offsets of an open HDF5 file as str, or None when absent (docs/formats.md)."""
     if f"{name}_bytes" not in f and f"{name}_offsets" not in f:
         return None
+    at = f.file.filename + (f.name.rstrip("/") if f.name != "/" else "")  # a group of a run file, or the file itself
     if f"{name}_bytes" not in f or f"{name}_offsets" not in f:
-        raise TokenizerError(f"{f.filename}: /{name}_bytes and /{name}_offsets come together")
-    b, off = f[f"{name}_bytes"][()].tobytes(), f[f"{name}_offsets"][()]
-    if off.shape != (N + 1,) or off[0] != 0 or off[-1] != len(b) or np.any(np.diff(off) < 0):
-        raise TokenizerError(f"{f.filename}: /{name}_offsets is not {N + 1} rising offsets from 0 to the {len(b)} bytes of /{name}_bytes")
-    return [b[off[i]:off[i + 1]].decode("utf-8", errors="replace") for i in range(N)]
+        raise TokenizerError(f"{at}: /{name}_bytes and /{name}_offsets come together")
+    b, off = np.asarray(f[f"{name}_bytes"][()]).tobytes(), np.asarray(f[f"{name}_offsets"][()])
+    if (off.dtype.kind not in "iu" or off.shape != (N + 1,) or off[0] != 0 or off[-1] != len(b)
+            or np.any(np.diff(off.astype(np.int64)) < 0)):
+        raise TokenizerError(f"{at}: /{name}_offsets is not {N + 1} rising integer offsets from 0 to the {len(b)} bytes of /{name}_bytes")
+    return [b[int(off[i]):int(off[i + 1])].decode("utf-8", errors="replace") for i in range(N)]
 
 
 def write_atomic(path, write, sources=()):
@@ -644,8 +652,8 @@ def sample_records(dec, path):
                      "response": dec.decode(resp[:-1] if eos and resp else resp), "eos": eos, "response_tokens": int(R[b])}
                 if "final_scores" in col:
                     r["reward"] = num(col["final_scores"][b])
-                if "gold" in col:
-                    r["gold"] = num(col["gold"][b])
+                if "gold" in col:  # with answers gold is whether the answer is right, "correct" as the console says
+                    r["correct" if ans is not None else "gold"] = num(col["gold"][b])
                 if ans is not None:
                     r["answer"] = ans[b]
                 recs.append(r)
@@ -655,6 +663,38 @@ def sample_records(dec, path):
 def fail(msg):
     print(f"{TOOL}: error: {msg}", file=sys.stderr)
     sys.exit(1)
+
+
+USAGE = ("usage: tokenizer.py CKPT encode TEXT | CKPT decode ID... | CKPT chat JSON [--no-generation-prompt] | "
+         "CKPT prompts IN.jsonl OUT.h5 [--no-chat] [--role ROLE] [--suffix TEXT] | CKPT responses GEN.h5 OUT.jsonl | "
+         "[CKPT] samples RUN_FILE.h5 (tokenizer.py --help says more)")
+
+
+def has_tokenizer(path):
+    """Whether path is an HDF5 file with a /tokenizer group (a checkpoint, not a run file)."""
+    import h5py
+    try:
+        with h5py.File(path, "r") as f:
+            return "tokenizer" in f
+    except OSError:
+        return False
+
+
+def samples(a):
+    """CKPT samples RUN (the other subcommands' order), samples RUN, samples CKPT RUN, or the older samples RUN CKPT."""
+    if a[0] != "samples":
+        a = [a[1], a[2], a[0]] + a[3:] if len(a) >= 3 else a[1:]  # CKPT samples RUN -> samples RUN CKPT
+    if len(a) not in (2, 3):
+        fail("usage: tokenizer.py CKPT samples RUN_FILE.h5, or tokenizer.py samples RUN_FILE.h5 (the run's checkpoints decode)")
+    run, ckpt = a[1], a[2] if len(a) == 3 else None
+    if ckpt and has_tokenizer(run) and not has_tokenizer(ckpt):
+        run, ckpt = ckpt, run  # samples CKPT RUN, as the other subcommands put the checkpoint first
+    try:
+        dec, _ = run_decoder(run, ckpt)
+        for r in sample_records(dec, run):
+            sys.stdout.write(json.dumps(r, ensure_ascii=False) + "\n")
+    except TokenizerError as e:
+        fail(str(e))
 
 
 def main():
@@ -668,21 +708,16 @@ def main():
         del a[i:i + 2]
         if not os.path.isfile(tokenizer_json):
             fail(f"--tokenizer-json {tokenizer_json}: no such file")
-    if a and a[0] == "samples":
-        if len(a) not in (2, 3):
-            fail("usage: tokenizer.py samples RUN_FILE.h5 [CKPT]")
-        try:
-            dec, _ = run_decoder(a[1], a[2] if len(a) == 3 else None)
-            for r in sample_records(dec, a[1]):
-                sys.stdout.write(json.dumps(r, ensure_ascii=False) + "\n")
-        except TokenizerError as e:
-            fail(str(e))
+    if a and a[0] in ("-h", "--help", "help"):
+        sys.stdout.write(__doc__.split("\n\nprompts:")[0] + "\n")
+        return
+    if "samples" in a[:2]:
+        samples(a)
         return
     if len(a) >= 2 and a[0] in ("prompts", "responses") and a[1] not in cmds and not os.path.isfile(a[0]):
         a[0], a[1] = a[1], a[0]  # tokenizer.py prompts CKPT ...
     if len(a) < 2 or a[1] not in cmds:
-        fail("usage: tokenizer.py CKPT encode TEXT | CKPT decode ID... | CKPT chat JSON [--no-generation-prompt] | "
-             "CKPT prompts IN.jsonl OUT.h5 [--no-chat] [--role ROLE] [--suffix TEXT] | CKPT responses GEN.h5 OUT.jsonl")
+        fail(USAGE)
     try:
         tk = Tokenizer.from_checkpoint(a[0])
         tk.tokenizer_json = tokenizer_json

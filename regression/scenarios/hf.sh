@@ -19,11 +19,13 @@
 # printed; `tools/hf_tokenize.py` rows decode back to the text, and SFT (`-init_checkpoint`)
 # and RM run on them from the imported model; seven unrepresentable inputs (untied head, other
 # architecture, activation, LM for a reward role, two labels, wrong shape) and a missing role
-# on export each one line, exit 1, no file; the export of a PPO checkpoint's reference, which
+# on export each one line, exit 1, no file; `policy.h5 actor` and a PPO `final.h5 policy` export
+# the file's one LM model, saying which; `tools/py` imports transformers 4.40.2 without
+# PYTHONPATH set; the export of a PPO checkpoint's reference, which
 # it records by its input file, one line naming that file. About 60 s on 2 cores, most of it
 # importing torch
 . regression/lib.sh
-plan 18
+plan 20
 d="$RLFUSE_TMP/hf"; mkdir -p $d
 HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
 hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 "$PYTHON" "$@"; }
@@ -31,6 +33,8 @@ hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 H
 if ! hfpy -c 'import torch, transformers' 2>$d/import.err; then
   not_ok "transformers is not importable from $HF_PY (run make deps): $(tail -1 $d/import.err)"; finish
 fi
+v=$(env -u PYTHONPATH tools/py -c 'import transformers, tokenizers; print(transformers.__version__)' 2>&1 | tail -1)
+check "tools/py, the documents' way to run the tools' Python, imports the transformers make deps installs ($v) without PYTHONPATH set" test "$v" = 4.40.2
 
 # 1. random transformers models (weights perturbed so that no output is near-uniform), token batch, references in float64
 hfpy - $d <<'PY' 2>$d/make.err || not_ok "make the transformers models: $(tail -1 $d/make.err)"
@@ -111,6 +115,12 @@ rlfuse -options_file regression/decks/rlhf_tiny.deck -restart $d/ppo/final.h5 -p
 "$PYTHON" tools/hf_export.py $d/ppo/final.h5 actor $d/hf_actor --eos 3 >$d/exp.log 2>&1 || not_ok "hf_export actor: $(tail -1 $d/exp.log)"
 check "hf_export of the reference of a PPO checkpoint that records its input file names that file, in one line" bash -c \
   "! \"$PYTHON\" tools/hf_export.py $d/ppo/final.h5 reference $d/hf_ref >$d/exp_ref.log 2>&1 && [ \$(grep -c . $d/exp_ref.log) -eq 1 ] && grep -q 'it is /policy of .*/sft/final.h5' $d/exp_ref.log"
+# the role the README and docs/huggingface.md name: a run's policy.h5 holds /policy, its final.h5 /actor
+"$PYTHON" tools/hf_export.py $d/ppo/policy.h5 actor $d/hf_pol --eos 3 >$d/exp_pol.log 2>&1
+"$PYTHON" tools/hf_export.py $d/ppo/final.h5 policy $d/hf_fin --eos 3 >$d/exp_fin.log 2>&1
+check "hf_export policy.h5 actor and final.h5 policy export the file's one LM model, saying which, the same tensors as final.h5 actor ($(head -1 $d/exp_pol.log))" bash -c \
+  "grep -q 'policy.h5 holds no /actor: exporting its one LM model, /policy' $d/exp_pol.log && grep -q 'final.h5 holds no /policy: exporting its one LM model, /actor' $d/exp_fin.log &&
+   cmp -s $d/hf_pol/model.safetensors $d/hf_actor/model.safetensors && cmp -s $d/hf_fin/model.safetensors $d/hf_actor/model.safetensors"
 hfpy - $d <<'PY'
 import sys, torch, h5py, numpy as np
 from transformers import GPT2LMHeadModel

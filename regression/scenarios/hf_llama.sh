@@ -24,8 +24,8 @@
 # one with Qwen2's own regex pre-tokenizer, which `tools/tokenizer.py encode` reproduces
 # through that kept file: the original's ids for 3 texts, without `--tokenizer-json`); `-mode
 # generate` and a 1-iteration GRPO with the numeric rule from each of a Llama, a Mistral and a
-# Qwen2 folder with such a tokenizer take EOS 2 and stop token 0 from it and print so
-# (used.deck gives them), a deck's `-gen_eos` wins; exported, `AutoTokenizer` encodes texts
+# Qwen2 folder with such a tokenizer take EOS 2 and stop token 0 from it and print so, as
+# hf_import printed them (used.deck gives them), a Qwen3 export notes the transformers it needs, a deck's `-gen_eos` wins; exported, `AutoTokenizer` encodes texts
 # and the chat template to the original's ids, `pipeline("text-generation")` runs,
 # `generate(do_sample=False)` continues the prompts exactly as `-gen_greedy` (a response
 # stopping at `<|im_end|>`), and importing the export gives the same `/tokenizer`; a directory
@@ -33,7 +33,7 @@
 # an unreadable `tokenizer.json` are refused in one line (these items skip when tokenizers,
 # transformers or jinja2 are missing). About 40 s
 . regression/lib.sh
-plan 50
+plan 51
 d="$RLFUSE_TMP/hf_llama"; mkdir -p $d
 HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
 hfpy() { PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 "$PYTHON" "$@"; }
@@ -178,6 +178,8 @@ PY
 # 4b. Qwen3, which transformers 4.40 predates: the golden exported as a Qwen3 directory and imported back
 "$PYTHON" tools/hf_export.py regression/golden/qwen3.h5 policy $d/qwen3 >$d/exp_q3.log 2>&1 || not_ok "hf_export golden qwen3: $(tail -1 $d/exp_q3.log)"
 "$PYTHON" tools/hf_import.py $d/qwen3 $d/qwen3.h5 policy >$d/imp_q3.log 2>&1 || not_ok "hf_import qwen3: $(tail -1 $d/imp_q3.log)"
+check "hf_export of a Qwen3 says that the transformers make deps installs cannot load it ($(tail -1 $d/exp_q3.log))" \
+  grep -q '^hf_export: note: Qwen3ForCausalLM needs transformers 4.51 or newer to load; the 4.40.2 that make deps installs' $d/exp_q3.log
 hfpy - $d <<'PY'
 import sys, json, h5py, numpy as np
 from safetensors.numpy import load_file
@@ -295,8 +297,8 @@ for k in llama_tok mistral_tok qwen2_tok; do
   "$PYTHON" tools/hf_export.py $d/$k.h5 policy $d/x_$k >$d/xp_$k.log 2>&1 || not_ok "hf_export $k: $(tail -1 $d/xp_$k.log)"
   "$PYTHON" tools/hf_import.py $d/x_$k $d/x_$k.h5 policy >$d/ximp_$k.log 2>&1 || not_ok "hf_import of the export of $k: $(tail -1 $d/ximp_$k.log)"
 done
-check "generate from the imported Qwen2 takes EOS and the stop tokens from its tokenizer and says so ($(grep '^generation stops' $d/gen_qwen2_tok.log))" \
-  grep -q "^generation stops at EOS 2 and stop tokens 0 (from checkpoint $d/qwen2_tok.h5's /tokenizer)" $d/gen_qwen2_tok.log
+check "generate from the imported Qwen2 takes EOS and the stop tokens from its tokenizer and says so ($(grep '^generation stops' $d/gen_qwen2_tok.log)), as hf_import said ($(grep -o 'EOS [0-9]*, stop tokens [0-9,a-z]*' $d/imp_qwen2_tok.log))" \
+  bash -c "grep -q \"^generation stops at EOS 2 and stop tokens 0 (from checkpoint $d/qwen2_tok.h5's /tokenizer)\" $d/gen_qwen2_tok.log && grep -q 'EOS 2, stop tokens 0)' $d/imp_qwen2_tok.log"
 hfpy - $d <<'PY'
 import sys, h5py, subprocess
 from tokenizers import Tokenizer
