@@ -372,7 +372,7 @@ static void test_failures_across_batches(void)
   RewardCommand *rc;
   RewardSample   s[2];
   double         v[2], t0;
-  char           err[512] = "", cmd[64], secs[32];
+  char           err[512] = "", cmd[96], secs[32];
   int            bad1, bad2;
 
   make_samples(s, 2, 0);
@@ -393,13 +393,26 @@ static void test_failures_across_batches(void)
   test_report(bad1 && strstr(err, "printed \"loading\" before its first batch"), "output before the first batch", "%d: %s", bad1, err);
   (void)reward_command_stop(&rc);
 
-  /* closes its output but runs on and ignores the end of its input: the
-   * batch fails, stop waits 5 s, then kills it and its children */
+  /* closes its output but runs on: the batch fails and the helper with its
+   * children is killed at once (left running, a Python helper printed its
+   * BrokenPipeError after rlfuse's line) */
   snprintf(secs, sizeof secs, "32.%d", (int)getpid());
   snprintf(cmd, sizeof cmd, "exec > /dev/null; sleep %s", secs);
   if (reward_command_start(cmd, 10, &rc)) return;
   bad1 = reward_command_score(rc, 0, 2, s, v, err, sizeof err);
   test_report(bad1 && strstr(err, "closed its output after 0 of 2 answers"), "closed its output while still running", "%d: %s", bad1, err);
+  test_report(sleeps_left(secs) == 0, "a failed batch kills the helper and its children at once", NULL);
+  t0 = now();
+  (void)reward_command_stop(&rc);
+  test_report(now() - t0 < 1, "stop after a failed batch: nothing left to wait for", "took %.2f s", now() - t0);
+
+  /* answers its batch, then ignores the end of its input: stop waits 5 s,
+   * then kills it and its children */
+  snprintf(secs, sizeof secs, "33.%d", (int)getpid());
+  snprintf(cmd, sizeof cmd, "IFS= read -r l; echo 1; echo 2; sleep %s", secs);
+  if (reward_command_start(cmd, 10, &rc)) return;
+  bad1 = reward_command_score(rc, 0, 2, s, v, err, sizeof err);
+  test_report(!bad1 && v[0] == 1 && v[1] == 2, "a helper that answers one batch and then sleeps: the batch scored", "%d: %s", bad1, err);
   t0 = now();
   (void)reward_command_stop(&rc);
   test_report(now() - t0 > 4.5 && now() - t0 < 7, "stop: waits 5 s for a helper that ignores the end of its input, then kills it", "took %.2f s", now() - t0);
