@@ -26,7 +26,7 @@
 # checkpoint's /async batch are named at the batch (iteration, sample, token, file), not as a
 # NaN loss later
 . regression/lib.sh
-plan 51
+plan 52
 d="$RLFUSE_TMP/bad"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -options_file $deck -output_dir $d/good >$d/good.log 2>&1 || not_ok "reference run"
 ck=$d/good/final.h5
@@ -140,7 +140,22 @@ shutil.copy(sys.argv[1], sys.argv[2])
 with h5py.File(sys.argv[2], "r+") as f:
     g = f["/async/batch_1"]; lp = g["logprobs"][()]; lp[2, g["prompt_lengths"][2] + 1] = np.nan; g["logprobs"][...] = lp
 PY
-expect_error "NaN behaviour log-probabilities: named at the batch (iteration, sample, token, file), not as a NaN loss" \
-  "iteration 2: the behaviour log-probability of sample 2, response token 1 is NaN (read from -restart $d/nanlp.h5's /async batches" \
+expect_error "a NaN behaviour log-probability in a checkpoint's /async batch: refused at the restart, naming the file and the field" \
+  "\-restart $d/nanlp.h5: /async/batch_1/logprobs\[2, [0-9]*\] = nan is not a log-probability" \
   $A -reward_fn numeric -async_staleness 1 -ppo_iterations 2 -restart $d/nanlp.h5 -output_dir $d/nanrun
+# a reference whose final layer norm overflows (finite weights, so the load
+# accepts it): its log-probabilities are NaN, refused at the batch naming the
+# iteration, sample, token and file, not as a NaN loss at the next step
+"$PYTHON" - $d/arith/final.h5 $d/over.h5 <<'PY' || not_ok "prepare the overflowing reference"
+import sys, shutil, h5py
+shutil.copy(sys.argv[1], sys.argv[2])
+with h5py.File(sys.argv[2], "r+") as f:
+    p = f["policy/params"]
+    b = p["transformer.ln_f.bias"][()]; b[:2] = 3e38; p["transformer.ln_f.bias"][...] = b
+    p["transformer.ln_f.weight"][...] = 0
+    e = p["transformer.wte.weight"][()]; e[:, :2] = 1; p["transformer.wte.weight"][...] = e
+PY
+expect_error "NaN reference log-probabilities: named at the batch (iteration, sample, token, file), not as a NaN loss" \
+  "iteration 1: the reference log-probability of sample 0, response token 0 is NaN (the reference of $d/over.h5)" \
+  $A -reward_fn numeric -ppo_iterations 2 -reference_checkpoint $d/over.h5 -output_dir $d/overrun
 finish
