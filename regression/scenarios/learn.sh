@@ -7,22 +7,22 @@
 # the log (a stage that printed nothing) fails.
 #
 # The checks in detail: for each seed of LEARN_SEEDS (default 1, the deck's;
-# `make test-learn` runs 2 and 3, each about 1.5 minutes on 2 idle cores) the
+# `make test-learn` runs 2 and 3, each about 1.8 minutes on 2 idle cores) the
 # whole pipeline of input/quickstart.deck with `-seed S`: gold gain >= 0.15,
-# KL in (0, 3], reward model held-out pairwise accuracy >= 0.70. With seed 1:
-# RLOO (`-algo rloo`, groups of 4, actor lr 3e-4, 100 iterations) from its
-# SFT and reward checkpoints must raise the gold score by at least 0.05 with
-# KL within (0, 6] (about 20 s more).
+# KL in (0, 3], reward model held-out pairwise accuracy >= 0.68. With seed 1:
+# RLOO (`-algo rloo`, groups of 4, actor lr 3e-4, KL coefficient 0.2, 100
+# iterations) from its SFT and reward checkpoints must raise the gold score by
+# at least 0.12 with KL within (0, 3] (about 20 s more).
 . regression/lib.sh
 seeds=${LEARN_SEEDS:-1}
 n=0; for s in $seeds; do n=$((n + 3)); [ "$s" = 1 ] && n=$((n + 2)); done
 plan $n
-# The deck's bounds, from seeds 1-3 (docs/testing.md): gains 0.167-0.205, KL
-# 1.5-1.8, RM accuracy 0.74-0.77. The issue's target is a gain of 0.15 at a KL
+# The deck's bounds, from seeds 1-5 (docs/testing.md): gains 0.172-0.233, KL
+# 1.6-2.4, RM accuracy 0.74-0.81. The deck's target is a gain of 0.15 at a KL
 # of at most 3 on each seed; a run that learns half as well fails.
-gain_min=0.15 kl_max=3 rm_min=0.70
+gain_min=0.15 kl_max=3 rm_min=0.68
 # RLOO from seed 1's SFT and reward models, RLOO seeds 1-3 (docs/testing.md).
-rloo_min=0.05 rloo_kl_max=6
+rloo_min=0.12 rloo_kl_max=3
 d="$RLFUSE_TMP/learn"; mkdir -p $d
 for s in $seeds; do
   log=$d/learn_$s.log
@@ -37,7 +37,7 @@ for s in $seeds; do
 done
 case " $seeds " in *" 1 "*) ;; *) finish ;; esac
 rlfuse -mode ppo -algo rloo -rollout_group 4 -actor_checkpoint $d/run_1/sft/final.h5 -reward_checkpoint $d/run_1/rm/final.h5 -seed 1 \
-  -task_demo_noise 0.25 -ppo_iterations 100 -rollout_batch 128 -ppo_minibatches 4 -ppo_kl_coef 0.05 -actor_lr 3e-4 \
+  -task_demo_noise 0.25 -ppo_iterations 100 -rollout_batch 128 -ppo_minibatches 4 -ppo_kl_coef 0.2 -actor_lr 3e-4 \
   -gen_max_new_tokens 16 -gen_slots 64 -ppo_eval_every 0 -ppo_eval_prompts 1024 -output_dir $d/rloo >$d/rloo.log 2>&1 ||
   { not_ok "RLOO run"; tail -3 $d/rloo.log; }
 line=$(grep "^rloo: held-out gold score" $d/rloo.log)
