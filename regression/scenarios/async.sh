@@ -39,7 +39,7 @@
 # on 1; partial rollouts without staleness, at the token limit, or a restart with another
 # budget refused with one line. About 30 s
 . regression/lib.sh
-plan 32
+plan 33
 d="$RLFUSE_TMP/async"; mkdir -p $d
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -1 $d/sft.log)"
@@ -87,6 +87,16 @@ PY
 mpirun 2 $R -async_staleness 1 -placement disaggregate -output_dir $d/k1d2 >$d/k1d2.log 2>&1 || not_ok "K=1 on 2 ranks: $(tail -1 $d/k1d2.log)"
 check "K=1 on 2 ranks disaggregated: the plan line names the overlap; final weights as on 1 rank" \
   bash -c "grep -q 'overlaps training (ranks 0-0)' $d/k1d2.log && \"$PYTHON\" regression/ref/ckpt_diff.py $d/k1/final.h5 $d/k1d2/final.h5 >$d/diff_d2.txt"
+# the end line: the iterations' wall time and their stages added, each the
+# sum of the progress lines' (which round to 0.01 s), and their quotient
+gained() {
+  awk '/^iter / { n++; for (i = 1; i <= NF; i++) { if ($i == "gen") w += $(i + 1) + $(i + 3) + $(i + 5); if ($i == "of") t += $(i + 1) } }
+       /^ppo: asynchronous \(staleness 1\): 4 iterations in / { T = $8; W = $(NF - 2); Q = substr($NF, 2) + 0; f = 1 }
+       END { e = 0.006 * n + 0.01; exit !(f && n == 4 && T - t < e && t - T < e && W - w < 3 * e && w - W < 3 * e && W > 0 &&
+                                         (W / T - Q) ^ 2 < 0.0001 + (W / T) ^ 2 / 100) }' $1
+}
+check "K=1 on 2 ranks disaggregated ends with the iterations' time, their stages one after another and the quotient (the progress lines' sums)" \
+  gained $d/k1d2.log
 mpirun 1 $R -async_staleness 2 -algo grpo -rollout_group 4 -output_dir $d/g2 >$d/g2.log 2>&1 || not_ok "GRPO K=2 on 1 rank: $(tail -1 $d/g2.log)"
 mpirun 4 $R -async_staleness 2 -algo grpo -rollout_group 4 -placement disaggregate -output_dir $d/g2d4 >$d/g2d4.log 2>&1 || not_ok "GRPO K=2 on 4 ranks: $(tail -1 $d/g2d4.log)"
 check "GRPO K=2 on 4 ranks disaggregated (2 training, 2 generation replicas): final weights as on 1 rank" "$PYTHON" regression/ref/ckpt_diff.py $d/g2/final.h5 $d/g2d4/final.h5

@@ -127,6 +127,7 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
   PetscBool         ckpt_due;
   PetscInt          it0    = st->iteration;
   PetscBool         final_evaluated = PETSC_FALSE; /* the last iteration's evaluation is the summary's */
+  double            t_wall = 0, t_work = 0; /* the iterations' seconds, and their stages' added (async's gain) */
 
   PetscFunctionBegin;
   PetscCall(train_record_open(run, ppo_algo(o)->name, st->iteration, &o->plan, needs, &rec));
@@ -173,6 +174,7 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
     if (o->dump_rollouts) PetscCall(rollout_dump(run->comm, path, r, it, o, st->kl_coef));
     iter_s = sys_wtime() - t0;
     grown  = model_acts_grown_bytes() - g0;
+    t_wall += iter_s, t_work += tm.gen + tm.ref + tm.rew + tm.critic + ts.t_actor + ts.t_critic;
     coef   = st->kl_coef; /* the coefficient this iteration's rewards used */
     if (o->kl_target > 0) st->kl_coef = rl_kl_adapt(st->kl_coef, kl, o->kl_target, o->kl_horizon, (double)r->B);
     st->iteration++;
@@ -227,6 +229,12 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
       PetscCall(ppo_evaluate_said(run, "the trained actor", &m->actor, m, o, e->ps, st, evals, name, &sum->trained));
     }
     PetscCall(ppo_record_summary(rec, o, sum, st->iteration));
+    if (o->async_staleness > 0 && t_wall > 0) /* what overlapping generation with training gained */
+      PetscCall(PetscPrintf(run->comm,
+                            "%s: asynchronous (staleness %" PetscInt_FMT "): %" PetscInt_FMT " iterations in %.2f s; "
+                            "their generation, inference and training one after another: %.2f s (%.2fx)\n",
+                            ppo_algo(o)->name, o->async_staleness, st->iteration - it0, t_wall, t_work,
+                            t_work / t_wall));
   }
   PetscCall(packbuf_destroy(&pb));
   PetscCall(bt.ops->destroy(&bt));
