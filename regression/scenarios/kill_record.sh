@@ -8,10 +8,11 @@
 # kill points are a fixed list drawn from a seeded generator: after the
 # progress line of an iteration (1 to N - 9 of N = 40), a delay of 0 to
 # 0.15 s (an iteration of this micro model takes about 30 ms on an idle
-# core, so the kill lands a few iterations later, anywhere in one). On the code before records were
-# committed by renames a kill damaged run.h5 in about 1 of 24 trials (so a
-# pass there is luck, not proof), but its restarted run always began a new
-# run.h5 (the earlier rows in run.1.h5): the last check fails on it.
+# core, so the kill lands a few iterations later, anywhere in one). On the
+# code before records were committed by renames a kill damaged run.h5 in
+# about 1 of 24 trials (so a pass there is luck, not proof), but its
+# restarted run always began a new run.h5 (the earlier rows in run.1.h5):
+# the last check fails on it.
 . regression/lib.sh
 plan 7
 d="$RLFUSE_TMP/kill_record"; mkdir -p $d; N=40
