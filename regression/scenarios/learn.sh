@@ -7,7 +7,7 @@
 # the log (a stage that printed nothing) fails.
 #
 # The checks in detail: for each seed of LEARN_SEEDS (default 1, the deck's;
-# `make test-learn` runs 2 and 3, each about 1.8 minutes on 2 idle cores) the
+# `make test-learn` runs 2 and 3, each about 2 minutes on 2 idle cores) the
 # whole pipeline of input/quickstart.deck with `-seed S`: gold gain >= 0.15,
 # KL in (0, 3], reward model held-out pairwise accuracy >= 0.68. With seed 1:
 # RLOO (`-algo rloo`, groups of 4, actor lr 3e-4, KL coefficient 0.2, 100
