@@ -116,10 +116,15 @@ PetscErrorCode ckpt_read_state_local(const char *path, CkptState *st);
 typedef struct RunRecord RunRecord;
 /* Creates <output_dir>/run.h5 (an existing one is kept, renamed run.<k>.h5) and
  * writes /code and /parameters. A run restarted from step from_step > 0
- * continues instead the run.h5 of the same mode there: its rows up to
- * from_step kept, later ones dropped, /code and /parameters this run's.
+ * continues instead the run.h5 of the same mode there when its rows reach
+ * from_step: its rows up to from_step kept, later ones dropped, /code and
+ * /parameters this run's.
  * Collective. */
 PetscErrorCode record_open(const RunCtx *run, const char *mode, PetscInt from_step, RunRecord **rec);
+/* Whether record_open continued the run.h5 it found (a restart whose record reaches its checkpoint's step; another
+ * run's record, or one that stops short, is kept as run.<k>.h5 and a new one begun): the run's other growing files
+ * follow it. */
+PetscBool record_continued(const RunRecord *rec);
 /* This rank's wall time of a stage during the current step (accumulates). */
 PetscErrorCode record_time(RunRecord *rec, const char *stage, double seconds);
 /* A per-step scalar (the value of rank 0 is stored). */

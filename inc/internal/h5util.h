@@ -67,6 +67,8 @@ PetscErrorCode h5u_remove_stale_tmp(const char *dir, int *nremoved);
  * rename it over path, fsync the directory so the rename itself survives a
  * power loss. */
 PetscErrorCode h5u_sync_rename(const char *kind, const char *tmp, const char *path);
+/* The same without PETSc's errors, for the error-exit hooks: 0, or -1. */
+int h5u_sync_rename_quiet(const char *tmp, const char *path);
 
 /* A byte copy of the closed file src as dst (created or truncated). */
 PetscErrorCode h5u_copy_file(const char *src, const char *dst);

@@ -14,7 +14,7 @@
 # restarted run always began a new run.h5 (the earlier rows in run.1.h5):
 # the last check fails on it.
 . regression/lib.sh
-plan 7
+plan 8
 d="$RLFUSE_TMP/kill_record"; mkdir -p $d; N=40
 rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -1 $d/sft.log)"
 rlfuse -mode rm -rm_sft_checkpoint $d/sft/final.h5 -output_dir $d/rm -rm_pairs 48 -rm_eval_pairs 16 -rm_steps 4 -rm_batch 8 \
@@ -74,6 +74,22 @@ rlfuse $ppo -output_dir $d/k -restart latest >$d/resume.log 2>&1 || not_ok "the 
 check "the last resume ends bit-identical to the uninterrupted run (actor)" h5diff -q $d/full/final.h5 $d/k/final.h5 /actor /actor
 check "no run.<k>.h5 or evals.<k>.h5 beside the record, no temporary left" \
   bash -c "! ls $d/k | grep -qE '^(run|evals)\.[0-9]+\.h5$|\.tmp\.'"
+# a restart into a directory holding another run's shorter record: that record does not reach the
+# checkpoint's step, so it is kept as run.1.h5 and the new record begins after the checkpoint
+rlfuse $ppo -ppo_iterations 2 -output_dir $d/other >$d/other.log 2>&1 || not_ok "the other run: $(tail -1 $d/other.log)"
+rlfuse $ppo -ppo_iterations 6 -restart $d/full/ckpt_000005.h5 -output_dir $d/other >$d/other2.log 2>&1 ||
+  not_ok "the restart into the other run's directory: $(tail -1 $d/other2.log)"
+other_kept() {
+  "$PYTHON" - $d/other <<'PY'
+import sys, h5py
+d = sys.argv[1]
+a, b = (list(h5py.File(f"{d}/{f}")["metrics/step"][()]) for f in ("run.1.h5", "run.h5"))
+e1, e = (sorted(h5py.File(f"{d}/{f}")) for f in ("evals.1.h5", "evals.h5"))
+sys.exit(0 if (a, b) == ([1, 2], [6]) and "iter_2" in e1 and "iter_6" in e and "iter_2" not in e else 1)
+PY
+}
+check "a restart into another run's directory whose record stops short of the checkpoint keeps that record as run.1.h5 and its evaluations as evals.1.h5" \
+  other_kept
 py "records compared" $d/full $d/k <<'PY'
 import sys
 import h5py

@@ -327,10 +327,35 @@ static PetscErrorCode h5u_error_context(PetscErrorCode ierr, const char *kind, c
   SETERRQ(PETSC_COMM_SELF, ierr, "%s %s: %s", kind, path, specific ? specific : "failed");
 }
 
-PetscErrorCode h5u_sync_rename(const char *kind, const char *tmp, const char *path)
+/* The directory of path to disk (best effort: some file systems refuse fsync on directories). */
+static void sync_dir_of(const char *path)
 {
   char dir[PETSC_MAX_PATH_LEN];
-  int  fd, e;
+  int  fd;
+
+  snprintf(dir, sizeof dir, "%s", path);
+  fd = open(dirname(dir), O_RDONLY);
+  if (fd >= 0) {
+    (void)fsync(fd);
+    close(fd);
+  }
+}
+
+int h5u_sync_rename_quiet(const char *tmp, const char *path)
+{
+  int fd = open(tmp, O_RDONLY), e;
+
+  if (fd < 0) return -1;
+  e = fsync(fd);
+  close(fd);
+  if (e || rename(tmp, path)) return -1;
+  sync_dir_of(path);
+  return 0;
+}
+
+PetscErrorCode h5u_sync_rename(const char *kind, const char *tmp, const char *path)
+{
+  int fd, e;
 
   PetscFunctionBegin;
   fd = open(tmp, O_RDONLY);
@@ -342,12 +367,7 @@ PetscErrorCode h5u_sync_rename(const char *kind, const char *tmp, const char *pa
              strerror(errno));
   PetscCheck(rename(tmp, path) == 0, PETSC_COMM_SELF, PETSC_ERR_FILE_WRITE, "%s %s: rename from %s failed: %s", kind,
              path, tmp, strerror(errno));
-  PetscCall(PetscStrncpy(dir, path, sizeof dir));
-  fd = open(dirname(dir), O_RDONLY);
-  if (fd >= 0) { /* best effort: some file systems refuse fsync on directories */
-    (void)fsync(fd);
-    close(fd);
-  }
+  sync_dir_of(path);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -43,6 +43,7 @@ struct RunRecord {
   double      t_commit, commit_s;                               /* the last commit's end and its cost */
   hid_t       file, timing, metrics, summary, timing_step, metrics_step;
   hsize_t     nrows;
+  int         continued; /* 1: a restart continues the run.h5 that was there (record_continued) */
   RecColumns  stages, mets;
   TimelineRows tl;          /* rank 0: this step's calls of every rank */
   hid_t        tl_group, tl_dset[5]; /* rank, step, call, start, end */
@@ -324,6 +325,8 @@ PetscErrorCode record_step(RunRecord *rec, PetscInt step)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+PetscBool record_continued(const RunRecord *rec) { return (PetscBool)rec->continued; }
+
 PetscErrorCode record_summary(RunRecord *rec, const char *name, double value)
 {
   PetscFunctionBegin;
@@ -540,9 +543,31 @@ PetscErrorCode record_commit(RunRecord *rec)
 }
 
 /* ---- a restarted run's record ------------------------------------------------ */
+/* Whether the int64 column `step` of group g has a row at step `from` or later. */
+static PetscBool rec_reaches(hid_t file, const char *column, int64_t from)
+{
+  hid_t     d = H5Dopen2(file, column, H5P_DEFAULT), space;
+  hsize_t   n = 0;
+  int64_t  *steps;
+  PetscBool yes = PETSC_FALSE;
+
+  if (d < 0) return PETSC_FALSE;
+  space = H5Dget_space(d);
+  if (space >= 0 && H5Sget_simple_extent_ndims(space) == 1) H5Sget_simple_extent_dims(space, &n, NULL);
+  if (space >= 0) H5Sclose(space);
+  steps = n ? malloc(n * sizeof *steps) : NULL;
+  if (steps && H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, steps) >= 0)
+    for (hsize_t i = 0; i < n && !yes; i++) yes = (PetscBool)(steps[i] >= from);
+  free(steps);
+  H5Dclose(d);
+  return yes;
+}
+
 /* Whether path is a record this run continues: a readable run record of the
- * same mode (another mode's, or a damaged one, is kept as run.<k>.h5). */
-static PetscBool rec_continues(const char *path, const char *mode)
+ * same mode whose rows reach the checkpoint's step `from` (another mode's, a
+ * damaged one, or one that stops short, such as another run's record in the
+ * output directory, is kept as run.<k>.h5). */
+static PetscBool rec_continues(const char *path, const char *mode, int64_t from)
 {
   hid_t     fapl = h5u_fapl(PETSC_FALSE), file, code;
   char      was[64] = "";
@@ -555,8 +580,9 @@ static PetscBool rec_continues(const char *path, const char *mode)
   code = rec_open_if(file, "code");
   if (code >= 0 && H5Aexists(code, "mode") > 0 &&
       !io_attr_read_string(code, "run record /code", "mode", was, sizeof was))
-    same = (PetscBool)(!strcmp(was, mode) && H5Lexists(file, "metrics/step", H5P_DEFAULT) > 0 &&
-                       H5Lexists(file, "timing/step", H5P_DEFAULT) > 0);
+    same = (PetscBool)(!strcmp(was, mode) && H5Lexists(file, "metrics", H5P_DEFAULT) > 0 &&
+                       H5Lexists(file, "metrics/step", H5P_DEFAULT) > 0 && H5Lexists(file, "timing", H5P_DEFAULT) > 0 &&
+                       H5Lexists(file, "timing/step", H5P_DEFAULT) > 0 && rec_reaches(file, "metrics/step", from));
   if (code >= 0) H5Oclose(code);
   h5u_fclose(file);
   return same;
@@ -681,7 +707,7 @@ static int rec_exit_commit(void)
   if (r->file >= 0 && !r->writing) {
     stuck     = h5u_fclose(r->file) < 0;
     r->file   = H5I_INVALID_HID;
-    committed = !stuck && rename(r->tmp, r->path) == 0;
+    committed = !stuck && h5u_sync_rename_quiet(r->tmp, r->path) == 0;
   }
   if (!committed) unlink(r->tmp); /* a file still open is closed later, unlinked */
   h5u_tmp_release(r->tmp, r->lock);
@@ -701,8 +727,9 @@ static PetscErrorCode rec_open_task(void *vctx)
   PetscCall(sys_mkdir_p(ctx->run->output_dir));
   PetscCall(io_output_ok("run record", rec->path));
   PetscCall(h5u_remove_stale_tmp(ctx->run->output_dir, NULL)); /* checkpoints and records of a killed run */
-  cont = (PetscBool)(ctx->from_step > 0 && rec_continues(rec->path, ctx->mode));
+  cont = (PetscBool)(ctx->from_step > 0 && rec_continues(rec->path, ctx->mode, (int64_t)ctx->from_step));
   if (!cont) PetscCall(io_keep_previous_local(ctx->run->output_dir, "run"));
+  rec->continued = cont;
   PetscCall(h5u_tmp_name(rec->path, rec->tmp, sizeof rec->tmp));
   PetscCall(h5u_tmp_claim(rec->tmp, &rec->lock));
   if (cont) PetscCall(h5u_copy_file(rec->path, rec->tmp));
@@ -754,6 +781,7 @@ PetscErrorCode record_open(const RunCtx *run, const char *mode, PetscInt from_st
   }
   PetscCall(ierr);
   PetscCall(io_bcast(&rec->nrows, sizeof rec->nrows, MPI_BYTE, rec->comm)); /* a continued record's rows */
+  PetscCall(io_bcast(&rec->continued, 1, MPI_INT, rec->comm));
   PetscCall(timeline_start(rec->comm));
   *out = rec;
   PetscFunctionReturn(PETSC_SUCCESS);

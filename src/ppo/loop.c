@@ -136,7 +136,8 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
   e->pb = &pb;
   PetscCall(sys_output_path(run, "rollouts.h5", path, sizeof path));
   PetscCall(sys_output_path(run, "evals.h5", evals, sizeof evals));
-  if (it0 > 0) /* a restart continues its evaluations as its run.h5, without those after its checkpoint */
+  if (it0 > 0 && record_continued(rec)) /* a restart continues its evaluations as its run.h5, without those after
+                                            its checkpoint */
     PetscCall(io_group_drop_after(run->comm, "evaluations file", evals, "iter_", it0));
   else PetscCall(io_keep_previous(run->comm, run->output_dir, "evals")); /* a new run's evaluations, as its run.h5 */
   {
