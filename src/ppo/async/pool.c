@@ -110,8 +110,9 @@ static PetscErrorCode pool_copy(AsyncPool *p, int from, int to)
  * the prompt alone is copied. */
 static PetscErrorCode pool_set_prompt(AsyncPool *p, PromptSource *ps, const PPOOptions *o, int i, int64_t pos)
 {
-  size_t T = (size_t)p->T;
-  int    len, *row;
+  size_t         T = (size_t)p->T;
+  int            len, *row;
+  PetscErrorCode ierr;
 
   PetscFunctionBegin;
   PetscCall(PetscArrayzero(p->tokens + i * T, T));
@@ -122,12 +123,13 @@ static PetscErrorCode pool_set_prompt(AsyncPool *p, PromptSource *ps, const PPOO
     p->mlen[i] = 0;
   }
   PetscCall(PetscMalloc1(ps->room + 1, &row));
-  PetscCall(prompts_at(ps, o, pos, row, &len, p->abuf + (size_t)i * PPO_ANSWER_LEN, &p->answer[i], &p->meta[i],
-                       &p->pidx[i]));
+  ierr = prompts_at(ps, o, pos, row, &len, p->abuf + (size_t)i * PPO_ANSWER_LEN, &p->answer[i], &p->meta[i],
+                    &p->pidx[i]);
+  if (!ierr && len <= p->T) ierr = PetscArraycpy(p->tokens + i * T, row, len);
+  PetscCall(PetscFree(row));
+  PetscCall(ierr);
   PetscCheck(len <= p->T, PETSC_COMM_SELF, PETSC_ERR_PLIB, "partial rollouts: a prompt of %d tokens in %d positions",
              len, p->T);
-  PetscCall(PetscArraycpy(p->tokens + i * T, row, len));
-  PetscCall(PetscFree(row));
   p->prompt_len[i] = len, p->len[i] = p->eos[i] = p->done[i] = 0, p->ppos[i] = pos;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
