@@ -205,8 +205,7 @@ static void kill_now(RewardCommand *rc)
 {
   if (rc->pid > 0 && !rc->reaped) {
     if (kill(-rc->pid, SIGKILL)) kill(rc->pid, SIGKILL); /* its process group (see the top) */
-    while (waitpid(rc->pid, &rc->status, 0) < 0 && errno == EINTR) {}
-    rc->reaped = 1;
+    reap(rc, 5); /* at most 5 s: a helper that cannot be killed (stuck in the kernel) must not hang the run */
   }
 }
 
