@@ -74,6 +74,8 @@ typedef struct {
   int        resumed, budget;
 } GenRequest;
 
+enum { GEN_SRC_PROMPT = 0, GEN_SRC_MODEL = 1, GEN_SRC_ENV = 2 };
+
 /* Results of gen_generate for n requests, in request order. Row i of the
  * [n, Tmax] arrays is request i; position t of a row is token t of the
  * sequence (prompt then response), zero past prompt_len + response_len. */
@@ -98,6 +100,13 @@ typedef struct {
   int        nsteps, steps_cap;
   double    *step_seconds;
   int       *step_active;
+  /* Who produced each token (GEN_SRC_*): the prompt, the model, or an
+   * environment answering the model's turn (episodes, GenEpisode below);
+   * [n, Tmax], GEN_SRC_PROMPT past the end. Per sample: the model's turns
+   * (segments it began), and the observation tokens cut by
+   * GenEpisode.max_obs or the episode's token bound. */
+  unsigned char *src;
+  int       *turns, *obs_cut;
   long long  prompt_rows;   /* prompt tokens the forward ran (a shared prompt counts once) */
   double     seconds;       /* wall time of gen_generate */
   long long  new_tokens;    /* response tokens generated */
@@ -135,6 +144,38 @@ PetscErrorCode gen_generate(GenEngine *eng, uint64_t seed, uint32_t iteration, i
  * the generation, PETSC_TRUE with nothing to do makes an idle pass (the
  * hook is called again at once). */
 typedef PetscErrorCode (*GenStepFn)(void *ctx, GenEngine *e, GenBatch *b, PetscBool *go);
+
+/* ---- episodes: the model's turns alternating with an environment's ----- */
+/* A sample is an episode when the run has an environment (docs/
+ * environments.md): a model segment that ends with one of stop[] (a tool
+ * call's end, a chat model's end of turn) pauses the sample in its slot and
+ * is handed to on_turn (which submits it to the environment and returns at
+ * once); `lag` engine steps later on_obs gives the environment's answer
+ * (waiting for it if need be): its tokens are appended to the sequence
+ * (GEN_SRC_ENV, no log-probability), prefilled into the same cache at the
+ * next step, and the model's next segment follows, unless the answer ends
+ * the episode. The steps at which samples pause and resume depend on the
+ * steps alone, never on the clock, so an episode's tokens do not depend on
+ * the environment's latency. EOS and GenConfig.stop end an episode without
+ * calling the environment. Limits: max_turns model segments (a turn stop in
+ * the last ends the episode unanswered, eos 0), max_obs tokens kept of an
+ * answer, and the episode's max_new_tokens, which counts the environment's
+ * tokens too (an answer that leaves no room ends the episode, eos 0). */
+typedef struct {
+  int nstop;
+  int stop[GEN_MAX_STOP];
+  int max_turns, max_obs, lag;
+  /* on_turn: sample `index`'s model segment `turn` (1, 2, ...) just ended
+   * (b's row holds it: the positions where src is GEN_SRC_MODEL after the
+   * last GEN_SRC_ENV one). on_obs: its answer, ids[0..n) (ids stay valid
+   * until the next call) and whether the episode is done. */
+  PetscErrorCode (*on_turn)(void *ctx, const GenBatch *b, int index, int turn);
+  PetscErrorCode (*on_obs)(void *ctx, const GenBatch *b, int index, const int **ids, int *n, PetscBool *done);
+  void *ctx;
+} GenEpisode;
+/* Whether token ends a model turn of an episode. */
+PetscBool gen_is_turn_stop(const GenEpisode *ep, int token);
+
 typedef struct {
   const int  *own;      /* the requests this engine starts with, in admission order (NULL: all n) */
   int         nown;
@@ -142,6 +183,7 @@ typedef struct {
   void       *finish_ctx;
   GenStepFn   on_step;   /* may be NULL: run until the engine's own requests are done */
   void       *step_ctx;
+  const GenEpisode *episode; /* NULL: a sample is one response */
 } GenRun;
 /* gen_generate over the requests run->own of the n (the batch still holds
  * all n rows: rows the engine never ran keep their prompt only). */
