@@ -54,6 +54,9 @@ typedef struct {
   int64_t     *pidx;
   int          Bcap;   /* rows allocated (-ppo_dynamic_sampling: candidates generated; B after the selection) */
   PetscBool    scored; /* ref and score computed with the generation (an asynchronous run's frozen calls) */
+  /* the run's environment when the rows are multi-turn episodes (set by
+   * the caller before generating; NULL: single responses) */
+  struct PPOEpisodes *envs;
   /* -ppo_dynamic_sampling (dynamic.c): candidate groups whose rewards
    * differ, groups of equal rewards used to fill, generation rounds */
   struct {
@@ -163,6 +166,27 @@ PetscErrorCode rollout_prox_inference(Model *actor, Rollout *r, const PPOOptions
 typedef enum { ROLLOUT_REF = 0, ROLLOUT_SCORE = 1, ROLLOUT_VALUES = 2 } RolloutInfer;
 PetscErrorCode rollout_infer_rows(Model *m, RolloutInfer kind, Rollout *r, const PPOOptions *o, PackBuf *pb,
                                   const int *idx, int nb);
+/* Multi-turn episodes (src/ppo/episodes.c, docs/environments.md): the
+ * environment of -env and the engine's callbacks on it. setup: NULL when
+ * the run has none; rows: the most rows a generation has (the
+ * environment's request indices); vocab: the ids an answer may hold.
+ * begin: before generating rows b0..b0+n-1 of r (req[0..n) those rows'
+ * requests): every episode reset; *ep for the engine's GenRun. gen: the
+ * engine's settings, the turn stops taken out of -gen_stop. share: the
+ * rows' environment results to every rank of m (with the generation's). */
+typedef struct PPOEpisodes PPOEpisodes;
+PetscErrorCode ppo_episodes_setup(const PPOOptions *o, const TokenTable *tt, int vocab, int rows, PPOEpisodes **x);
+PetscErrorCode ppo_episodes_destroy(PPOEpisodes **x);
+PetscErrorCode ppo_episodes_begin(PPOEpisodes *x, uint64_t seed, uint32_t iteration, const GenRequest *req,
+                                  const Rollout *r, int b0, int n, const GenEpisode **ep);
+GenConfig      ppo_episodes_gen(const PPOEpisodes *x, const GenConfig *gen);
+PetscErrorCode ppo_episodes_share(const Mesh *m, PPOEpisodes *x, int B);
+/* Row b's environment rewards (summed), answers to model turns, and their
+ * seconds; 0 without episodes. */
+double ppo_episode_reward(const Rollout *r, int b);
+int    ppo_episode_calls(const Rollout *r, int b);
+double ppo_episode_seconds(const Rollout *r, int b);
+
 /* The rewards besides the reward model (src/ppo/rewards.c). Setup: the
  * token table from the first of tables[] holding /tokenizer (else the
  * built-in arithmetic task's characters), the command started on world
@@ -185,7 +209,7 @@ PetscErrorCode rollout_rule_rewards(PPORewards *rw, const PPOOptions *o, Rollout
  * failure is raised on every rank. */
 PetscErrorCode rollout_command_rewards(PPORewards *rw, const PPOOptions *o, Rollout *r, int iteration);
 /* r->final from the reward model's score (when there is one), the rule
- * rewards and the overlong shaping. */
+ * rewards, the environment's (episodes) and the overlong shaping. */
 void rollout_final_scores(Rollout *r, const PPOOptions *o);
 /* DAPO's dynamic sampling (src/ppo/dynamic.c): the groups kept over an
  * iteration's generation rounds. dynamic_begin makes the store for a batch

@@ -86,6 +86,7 @@ PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, c
   if (N == 0) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(rollout_create(N, max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
   r.answer = e->answer, r.meta = e->meta, r.pidx = e->pidx;
+  r.envs   = m->eps;
   PetscCall(packbuf_create(N, r.T, &pb));
   PetscCall(dmodel_acquire(policy));
   {

@@ -72,6 +72,7 @@ typedef struct {
   PPOFusedTrain     fuse;                   /* the fused training stage (fuse.on: -fuse_train 1) */
   RolloutGenFuse    genfuse;                /* the fused rollouts' state (-fuse_gen_inf) */
   PPORewards        rew;                    /* rule rewards, the reward command, the judge */
+  PPOEpisodes      *eps;                    /* the environment of multi-turn episodes (NULL: none) */
 } PPOModels;
 
 static inline DModel *ppo_gen_model(PPOModels *m) { return m->gen_copy ? &m->actor_gen : &m->actor; }
