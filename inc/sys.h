@@ -6,6 +6,7 @@
 #include <petscsys.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #if PETSC_VERSION_LT(3, 19, 0)
   #define PETSC_SUCCESS ((PetscErrorCode)0)
@@ -211,6 +212,57 @@ PetscErrorCode sys_log_register(void);
  * on a CPU with AVX-512 or AVX2 and OPENBLAS_CORETYPE is unset, sets it and
  * executes the program again (src/sys/blascore.c); otherwise returns. */
 void sys_blas_core_select(char **argv);
+
+/* ---- child processes (src/sys/child.c) --------------------------------- */
+/* A helper program (the reward command, an environment program) run as
+ * /bin/sh -c CMD: started with posix_spawn in a process group of its own
+ * (a kill takes everything it started), its standard input and output
+ * non-blocking pipes for poll(), its standard error ours. */
+typedef struct {
+  pid_t  pid;            /* -1: not started */
+  int    in, out;        /* our ends of its standard input and output; -1: closed */
+  int    reaped, status; /* status -1: reaped by someone else (SIGCHLD ignored) */
+  char  *buf;            /* what was read from it and not yet used */
+  size_t blen, bcap;
+} SysChild;
+/* Starts cmd; returns 0, or the errno of a failed start (c is then not
+ * started: pid -1, both ends closed). */
+int  sys_child_start(SysChild *c, const char *cmd);
+/* Whether the program that cmd's first word names is missing: then why is
+ * set ('program "PROG" not found ...') and the caller does not start it,
+ * because the shell would print its own "not found" line before rlfuse's
+ * message. Only a plain first word is checked (after "exec"; an assignment,
+ * quoting or expansion is left to the shell); a word without '/' through
+ * the shell's own "command -v", so builtins, keywords and PATH are the
+ * shell's. */
+void sys_child_missing(const char *cmd, char *why, size_t cap);
+/* One read of what it printed, appended to c->buf; *eof set at the end of
+ * its output. -1 (errno set) when reading fails. */
+int  sys_child_read(SysChild *c, int *eof);
+void sys_child_close_input(SysChild *c);
+/* Collects its exit status if it has ended, waiting up to wait_s. */
+void sys_child_reap(SysChild *c, double wait_s);
+/* After its output closed: how it ended ("exited with status 3", "was
+ * killed by signal 9 (Killed)", ...), waiting up to 1 s for it to exit. */
+void sys_child_ended(SysChild *c, char *how, size_t cap);
+/* Kills the process groups of those of c[0..n) still running and reaps
+ * them, waiting at most 5 s in all (a process stuck in the kernel must not
+ * hang the run). */
+void sys_children_kill(SysChild *c, int n);
+/* Closes their inputs (a helper exits at the end of its input), waits up to
+ * 5 s in all while draining what they still print, kills what remains,
+ * closes their outputs and frees their buffers. */
+void sys_children_stop(SysChild *c, int n);
+/* s[0..n) for a one-line message: non-printable bytes as '?', cut to max
+ * bytes (at a character boundary) with "...". */
+void sys_show(char *dst, size_t cap, const char *s, size_t n, size_t max);
+/* A JSON string (jansson's) of arbitrary bytes (NULL: ""): jansson escapes
+ * it and checks its UTF-8; text it refuses is repaired first, each maximal
+ * invalid sequence becoming U+FFFD, as Python's decode(errors="replace")
+ * does. NULL on no memory. */
+struct json_t *sys_json_text(const char *text);
+/* A monotonic clock in seconds: helpers' deadlines. */
+double sys_clock(void);
 
 /* ---- timers and run context -------------------------------------------- */
 double sys_wtime(void);
