@@ -60,7 +60,7 @@ static void test_kl_rewards(void)
   /* row 0: logp-ref = 0.5, 0, -1   -> -0.1*(..) = -0.05, 0, 0.1 (+2 score) = 2.1
    * row 1: logp-ref = -0.1, 0.3   -> 0.01, -0.03 (-0.5 score) = -0.53 */
   const double want[12] = {0, -0.05, 0, 2.1, /**/ 0.01, -0.53, 0, 0, /**/ 0, 0, 0, 0};
-  rl_kl_rewards(3, 4, start, len, logp, ref, score, 0.1, r);
+  rl_kl_rewards(3, 4, start, len, NULL, logp, ref, score, 0.1, r);
   check_array("kl rewards: per-token -beta*(logp-ref), score on the last token, 0 outside and for an empty row", 12, r, want, 1e-6);
 }
 
@@ -96,7 +96,7 @@ static void test_gae(void)
    *   returns .3755+.1 .29+.2 .2+.3 = .4755 .49 .5 */
   const double a1[15] = {0, 0, 0.3705, 0.39, 0.2, /**/ 0.3755, 0.29, 0.2, 0, 0, /**/ 0, 0, 0, 0, 0};
   const double r1[15] = {0, 0, 0.8705, 0.79, 1.0, /**/ 0.4755, 0.49, 0.5, 0, 0, /**/ 0, 0, 0, 0, 0};
-  rl_gae(3, 5, start, len, rew, val, 1.0, 0.95, adv, ret);
+  rl_gae(3, 5, start, len, NULL, rew, val, 1.0, 0.95, adv, ret);
   check_array("gae gamma=1 lambda=0.95: advantages by hand, V after the last token 0, rows independent", 15, adv, a1, 1e-6);
   check_array("gae gamma=1 lambda=0.95: returns = A + V", 15, ret, r1, 1e-6);
 
@@ -112,7 +112,7 @@ static void test_gae(void)
    *   (check: .81*.5 - .1 = .305); returns .405 .45 .5 */
   const double a2[15] = {0, 0, 0.23, 0.30, 0.2, /**/ 0.305, 0.25, 0.2, 0, 0, /**/ 0, 0, 0, 0, 0};
   const double r2[15] = {0, 0, 0.73, 0.70, 1.0, /**/ 0.405, 0.45, 0.5, 0, 0, /**/ 0, 0, 0, 0, 0};
-  rl_gae(3, 5, start, len, rew, val, 0.9, 1.0, adv, ret);
+  rl_gae(3, 5, start, len, NULL, rew, val, 0.9, 1.0, adv, ret);
   check_array("gae gamma=0.9 lambda=1: advantages by hand", 15, adv, a2, 1e-6);
   check_array("gae gamma=0.9 lambda=1: returns", 15, ret, r2, 1e-6);
 }
@@ -129,7 +129,7 @@ static void test_whiten(void)
   const double want[8] = {7.0, -1.4142135623730951, 0.0, -9.0, /**/ -0.7071067811865475, 0.7071067811865475, 1.4142135623730951, 11.0};
   char   detail[160];
 
-  rl_whiten(2, 4, start, len, x, &mean, &std);
+  rl_whiten(2, 4, start, len, NULL, x, &mean, &std);
   check_value("whiten: mean before whitening (15/5 = 3)", mean, 3.0, 1e-12);
   check_value("whiten: population std before whitening (sqrt(10/5))", std, 1.4142135623730951, 1e-12);
   check_array("whiten: whitened values by hand, entries outside the responses untouched", 8, x, want, 1e-6);
@@ -141,9 +141,9 @@ static void test_whiten(void)
 
   int   z[2] = {0, 0};
   float y[2] = {5.0f, 6.0f};
-  rl_whiten(2, 1, start, z, y, &mean, &std);
+  rl_whiten(2, 1, start, z, NULL, y, &mean, &std);
   test_report(y[0] == 5.0f && y[1] == 6.0f && mean == 0 && std == 0, "whiten: no response tokens leaves x alone, statistics 0", NULL);
-  rl_whiten(2, 4, start, len, x, NULL, NULL); /* must accept NULL statistics */
+  rl_whiten(2, 4, start, len, NULL, x, NULL, NULL); /* must accept NULL statistics */
 }
 
 static void test_policy_loss(void)
@@ -287,7 +287,7 @@ static void test_returns_baseline(void)
   float        ret[10];
   const double want[10] = {0, 1.22, 0.8, 2, 0, 1.9, 1, 0, 0, 0};
   for (int i = 0; i < 10; i++) ret[i] = NAN;
-  rl_returns(2, 5, start, len, rw, 0.9, ret);
+  rl_returns(2, 5, start, len, NULL, rw, 0.9, ret);
   check_array("returns: reward-to-go with gamma .9 by hand, 0 outside the responses", 10, ret, want, 1e-6);
 
   /* groups of 3 of [1 2 6 | 4 0]: means 3 and 2 -> [-2 -1 3 | 2 -2] */
@@ -360,14 +360,14 @@ static void test_rloo(void)
   float       adv[20];
   double      want[20] = {0, 1.5, 1.5, 0, 0.75, 0.75, 0.75, 0, 0, 0, -2.25, -2.25, 1, 0, 0, 0, 0, -1, -1, -1};
   for (int i = 0; i < 20; i++) adv[i] = NAN;
-  rl_rloo_advantages(5, 4, start, len, rw, 3, adv);
+  rl_rloo_advantages(5, 4, start, len, NULL, rw, 3, adv);
   check_array("rloo advantages: return minus the mean of the other k-1 on each response token, 0 elsewhere, a partial last group", 20, adv, want, 1e-6);
   /* a group of one has no others: advantage 0 */
   const int   s1[1] = {0}, l1[1] = {2};
   const float r1[2] = {3, 4};
   float       a1[2] = {NAN, NAN};
   const double w1[2] = {0, 0};
-  rl_rloo_advantages(1, 2, s1, l1, r1, 4, a1);
+  rl_rloo_advantages(1, 2, s1, l1, NULL, r1, 4, a1);
   check_array("rloo advantages: a lone sample gets 0", 2, a1, w1, 0);
 }
 
