@@ -69,7 +69,9 @@ PetscErrorCode packbuf_destroy(PackBuf *pb)
 }
 
 /* Tokens of sequences idx[] into rows of length Tf, with LM targets (the
- * response tokens) and the generation's allowed sets per row. */
+ * response tokens: of episodes the model's only, so that the environment's
+ * get no log-probability, 0, from any forward) and the generation's allowed
+ * sets per row. */
 static PetscErrorCode pack_rows(const Rollout *r, const int *idx, int nb, int Tf, PackBuf *pb)
 {
   const GenBatch *g = &r->gen;
@@ -85,7 +87,7 @@ static PetscErrorCode pack_rows(const Rollout *r, const int *idx, int nb, int Tf
     for (int s = 0; s < Tf; s++) {
       int t = s + 1, row = i * Tf + s;
       pb->tok[row]      = s < end ? tok[s] : TASK_PAD;
-      pb->target[row]   = (t >= P && t < end) ? tok[t] : -1;
+      pb->target[row]   = (t >= P && t < end && rollout_is_model(r, idx[i], t)) ? tok[t] : -1;
       pb->mask_off[row] = (int)nid;
       if (g->mask_off && pb->target[row] >= 0) {
         size_t k0 = (size_t)g->mask_off[(size_t)idx[i] * r->T + t],
@@ -138,11 +140,13 @@ PetscErrorCode rollout_forward_values(Model *m, const Rollout *r, const int *idx
 }
 
 /* Scatters forward-row values (row s -> position s+1) of the response
- * positions of sequence idx into an aligned [B,T] array. */
+ * positions of sequence idx into an aligned [B,T] array (of episodes the
+ * model's positions only: the callers zeroed the rest). */
 static void scatter_response(const Rollout *r, int idx, const float *rows, int i, int Tf, float *out)
 {
   int P = r->start[idx], end = P + r->len[idx];
-  for (int t = P; t < end; t++) out[(size_t)idx * r->T + t] = rows[i * Tf + t - 1];
+  for (int t = P; t < end; t++)
+    if (rollout_is_model(r, idx, t)) out[(size_t)idx * r->T + t] = rows[i * Tf + t - 1];
 }
 
 static void micro_indices(int b0, int nb, int *idx)
