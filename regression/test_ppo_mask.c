@@ -19,13 +19,16 @@
  * the model's own (ratio 1) and no KL term the actor's loss is minus the mean
  * advantage over the model's tokens (token mean: 14 tokens, not 23) and minus
  * the mean over rows of each row's mean over its model tokens (sequence
- * mean: row 2 weighs 0), within 1e-6.
+ * mean: row 2 weighs 0), within 1e-6. rollouts.h5 of the episodes holds
+ * source (uint8, the sources) and turn (by hand), that of a rollout without
+ * episodes neither.
  */
 #include <math.h>
 #include <string.h>
 
 #include "../src/ppo/ppo_impl.h"
 #include "comm.h"
+#include "io.h"
 #include "test_report.h"
 
 static const char help[] = "PPO training on episodes: the model's tokens only.\n";
@@ -276,6 +279,44 @@ static PetscErrorCode test_critic(PPOOptions *o, Rollout *r, PackBuf *pb)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* rollouts.h5 of episodes: source (uint8) and turn as the rows say; a
+ * rollout without episodes writes neither. */
+static PetscErrorCode test_dump(const PPOOptions *o, Rollout *r)
+{
+  static const int want_turn[MB][MT] = {{0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 3, 0},
+                                        {0, 0, 1, 1, 1, 1, 1, 2, 0, 0, 0, 0},
+                                        {0},
+                                        {0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0}};
+  char               dir[PETSC_MAX_PATH_LEN], path[PETSC_MAX_PATH_LEN + 16];
+  IoId               f = IO_NONE, d = IO_NONE;
+  IoSize             dims[2] = {MB, MT};
+  unsigned char      src[MB * MT];
+  int                turn[MB * MT], ok_src = 1, ok_turn = 1;
+  PetscBool          plain;
+
+  PetscFunctionBegin;
+  PetscCall(test_tmpdir(dir, sizeof dir, "ppo_mask"));
+  PetscCall(PetscSNPrintf(path, sizeof path, "%s/rollouts.h5", dir));
+  PetscCall(rollout_dump(MPI_COMM_WORLD, path, r, 0, o, 0.1));
+  r->episodes = PETSC_FALSE;
+  PetscCall(rollout_dump(MPI_COMM_WORLD, path, r, 1, o, 0.1));
+  r->episodes = PETSC_TRUE;
+  PetscCall(io_open_read("rollouts file", path, &f));
+  PetscCall(io_dataset_open(f, "rollouts file", "/iter_0/source", "iter_0/source", IO_CLASS_INT, 1, 2, dims, &d));
+  PetscCall(io_dataset_read(d, "rollouts file", "/iter_0/source", IO_UCHAR, src));
+  PetscCall(io_close(&d));
+  PetscCall(io_dataset_open(f, "rollouts file", "/iter_0/turn", "iter_0/turn", IO_CLASS_INT, 4, 2, dims, &d));
+  PetscCall(io_dataset_read(d, "rollouts file", "/iter_0/turn", IO_INT, turn));
+  PetscCall(io_close(&d));
+  plain = (PetscBool)(!io_exists(f, "iter_1/source") && !io_exists(f, "iter_1/turn") && io_exists(f, "iter_1/tokens"));
+  PetscCall(io_close(&f));
+  for (int i = 0; i < MB * MT; i++) ok_src &= src[i] == r->gen.src[i], ok_turn &= turn[i] == want_turn[i / MT][i % MT];
+  test_report(ok_src, "rollouts.h5 of episodes: source, uint8 [B,T], the generation's sources", NULL);
+  test_report(ok_turn, "rollouts.h5 of episodes: turn, 0 on the prompt, k on the model's k-th segment and its answer", NULL);
+  test_report(plain, "rollouts.h5 without episodes: no source, no turn", NULL);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 int main(int argc, char **argv)
 {
   PPOOptions o;
@@ -298,6 +339,7 @@ int main(int argc, char **argv)
   PetscCall(model_logprobs_of(&r, &o, &pb, lp));
   PetscCall(test_actor(&o, &r, &pb, lp));
   PetscCall(test_critic(&o, &r, &pb));
+  PetscCall(test_dump(&o, &r));
   PetscCall(PetscFree(lp));
   PetscCall(packbuf_destroy(&pb));
   PetscCall(rollout_free(&r, own));
