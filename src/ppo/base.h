@@ -57,6 +57,13 @@ typedef struct {
   /* the run's environment when the rows are multi-turn episodes (set by
    * the caller before generating; NULL: single responses) */
   struct PPOEpisodes *envs;
+  /* The rows are episodes (docs/environments.md): a response holds the
+   * model's segments and an environment's answers, gen.src says which token
+   * is whose, and only the model's are trained on and counted. PETSC_FALSE:
+   * every response token is the model's (gen.src is not read: the paths that
+   * assemble rollouts without episodes do not fill it). Set by whoever fills
+   * the rows; rollout_create sets PETSC_FALSE. */
+  PetscBool    episodes;
   /* -ppo_dynamic_sampling (dynamic.c): candidate groups whose rewards
    * differ, groups of equal rewards used to fill, generation rounds */
   struct {
@@ -129,6 +136,25 @@ typedef struct {
 } PackBuf;
 
 PetscErrorCode rollout_create(int B, int T, PetscBool masked, Rollout *r);
+/* rl.h names the model's source without including gen.h */
+_Static_assert(RL_SRC_MODEL == GEN_SRC_MODEL, "RL_SRC_MODEL (inc/rl.h) must equal GEN_SRC_MODEL (inc/gen.h)");
+/* The per-token sources for the RL math's span functions (inc/rl.h): gen.src
+ * for episodes, else NULL (every response token the model's). */
+static inline const unsigned char *rollout_src(const Rollout *r) { return r->episodes ? r->gen.src : NULL; }
+/* Whether token t (a position in row b's response) is the model's. */
+static inline PetscBool rollout_is_model(const Rollout *r, int b, int t)
+{
+  return rl_is_model(rollout_src(r), (size_t)b * (size_t)r->T + (size_t)t) ? PETSC_TRUE : PETSC_FALSE;
+}
+/* The model's tokens in row b's response: the length that the loss
+ * weights, the length metrics, the overlong shaping and the length reward
+ * use (r->len[b] without episodes). Inline, so that any file of src/ppo
+ * may call it without a call circle. */
+static inline int rollout_model_len(const Rollout *r, int b)
+{
+  const unsigned char *src = rollout_src(r);
+  return rl_model_tokens(src ? src + (size_t)b * (size_t)r->T : NULL, r->start[b], r->len[b]);
+}
 PetscErrorCode rollout_destroy(Rollout *r);
 PetscErrorCode packbuf_create(int nmax, int T, PackBuf *pb);
 PetscErrorCode packbuf_destroy(PackBuf *pb);

@@ -114,7 +114,8 @@ PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const Gen
                                     GenFuseTimes *tm);
 
 /* ---- the held-out evaluation (src/ppo/eval.c) --------------------------------- */
-/* Mean over sequences of the summed per-token log-ratio to the reference. */
+/* Mean over sequences of the summed per-token log-ratio to the reference
+ * (over the model's tokens). */
 double rollout_kl(const Rollout *r);
 /* An evaluation's results (NaN where they do not apply): gold (the mean
  * judge score: accuracy, pass@1 over all responses, with answers), pass@k

@@ -33,6 +33,7 @@ PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, in
   GenConfig   g   = r->envs ? ppo_episodes_gen(r->envs, gen) : *gen;
 
   PetscFunctionBegin;
+  r->episodes = (PetscBool)(r->envs != NULL);
   if (!dmodel_member(policy)) PetscFunctionReturn(PETSC_SUCCESS);
   exec_rows(r->B, m->dp, m->d, &part->b0, &part->b1);
   part->own = (PetscBool)(part->b0 > 0 || part->b1 < r->B);
@@ -164,6 +165,7 @@ PetscErrorCode rollout_share_gen(const Mesh *m, GenPart *part, Rollout *r)
              r->T);
   PetscCall(rollout_share_genbatch(m, part, &r->gen));
   if (r->envs) PetscCall(ppo_episodes_share(m, r->envs, r->B)); /* their environment's rewards, calls, time */
+  r->episodes = (PetscBool)(r->envs != NULL);
   PetscCall(rollout_finish_gen(r));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
