@@ -180,6 +180,22 @@ PetscErrorCode ppo_episodes_share(const Mesh *m, PPOEpisodes *x, int B)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+void ppo_episodes_stats(const Rollout *r, PPOEpisodeStats *st)
+{
+  PetscMemzero(st, sizeof *st);
+  if (!r->envs || r->B == 0) return;
+  for (int b = 0; b < r->B; b++) {
+    int calls = r->envs->calls[b];
+    st->turns += r->gen.turns[b];
+    st->calls += calls;
+    st->call_frac += calls > 0;
+    st->env_tokens += r->len[b] - rollout_model_len(r, b);
+    st->cut += r->gen.obs_cut[b];
+    st->seconds += r->envs->seconds[b];
+  }
+  st->turns /= r->B, st->calls /= r->B, st->call_frac /= r->B, st->env_tokens /= r->B;
+}
+
 double ppo_episode_reward(const Rollout *r, int b) { return r->envs ? r->envs->reward[b] : 0.0; }
 int    ppo_episode_calls(const Rollout *r, int b) { return r->envs ? r->envs->calls[b] : 0; }
 double ppo_episode_seconds(const Rollout *r, int b) { return r->envs ? r->envs->seconds[b] : 0.0; }
