@@ -58,8 +58,6 @@ static PetscErrorCode fake_turn(void *ctx, const GenBatch *b, int i, int turn)
   PetscFunctionBegin;
   PetscCheck(!f->pending[i], PETSC_COMM_SELF, PETSC_ERR_PLIB, "sample %d submitted twice", i);
   while (s > b->prompt_len[i] && b->src[base + s - 1] == GEN_SRC_MODEL) s--;
-  PetscCheck(b->tokens[base + end - 1] == STOP || b->tokens[base + end - 1] == STOP2, PETSC_COMM_SELF, PETSC_ERR_PLIB, "sample %d's turn ends with %d", i,
-             b->tokens[base + end - 1]);
   f->seglen[i] = end - s, f->turn[i] = turn, f->pending[i] = 1;
   f->n[i] = answer_len(i, turn);
   for (int j = 0; j < f->n[i]; j++) f->ids[i][j] = answer_tok(turn, j, f->seglen[i]);
@@ -145,7 +143,7 @@ static int walk(const GenBatch *b, const GenConfig *cfg, const GenEpisode *ep, i
       ok &= src[t] == GEN_SRC_MODEL && b->logprobs[(size_t)i * b->Tmax + t] < 0;
       seg++;
       if (tok[t] == EOS) { why = 0, t++; break; }
-      if (tok[t] != STOP && tok[t] != STOP2) {
+      if (tok[t] != STOP && tok[t] != STOP2 && (ep->max_turn_tokens == 0 || seg < ep->max_turn_tokens)) {
         t++;
         continue;
       }
@@ -201,10 +199,10 @@ static PetscErrorCode full_forward_err(Fixture *f, const GenBatch *b, double *er
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode test_walk(Fixture *f, int max_new, int max_turns, int max_obs, int lag, const char *what)
+static PetscErrorCode test_walk(Fixture *f, int max_new, int max_turns, int max_obs, int lag, int turn_tokens, const char *what)
 {
   GenConfig  cfg = config(max_new);
-  GenEpisode ep  = {.nstop = 2, .stop = {STOP, STOP2}, .max_turns = max_turns, .max_obs = max_obs, .lag = lag};
+  GenEpisode ep  = {.nstop = 2, .stop = {STOP, STOP2}, .max_turns = max_turns, .max_obs = max_obs, .lag = lag, .max_turn_tokens = turn_tokens};
   FakeEnv    env = {0}, slow = {0};
   GenBatch   b, c;
   int        answers = 0, cuts = 0, ends[4] = {0}, n = 0, same, nbad;
@@ -259,9 +257,10 @@ int main(int argc, char **argv)
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
   PetscCall(backend_get("cpu", &be));
   PetscCall(fixture_create(be, &f));
-  PetscCall(test_walk(&f, 24, 4, 8, 2, "4 turns, lag 2"));
-  PetscCall(test_walk(&f, 24, 2, 2, 1, "2 turns, answers cut at 2, lag 1"));
-  PetscCall(test_walk(&f, 10, 6, 8, 3, "6 turns in 10 tokens, lag 3"));
+  PetscCall(test_walk(&f, 24, 4, 8, 2, 0, "4 turns, lag 2"));
+  PetscCall(test_walk(&f, 24, 2, 2, 1, 0, "2 turns, answers cut at 2, lag 1"));
+  PetscCall(test_walk(&f, 10, 6, 8, 3, 0, "6 turns in 10 tokens, lag 3"));
+  PetscCall(test_walk(&f, 32, 5, 3, 2, 2, "turns of at most 2 tokens, 5 turns, lag 2"));
   PetscCall(test_bad_answer(&f));
   PetscCall(model_destroy(&f.lm));
   PetscCall(PetscFinalize());

@@ -402,6 +402,16 @@ static PetscErrorCode draw_record_set(GenEngine *e, size_t k, int j)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* The tokens of sample i's current model segment (since the prompt or the
+ * environment's last answer). */
+static int segment_len(const GenBatch *b, int i)
+{
+  const unsigned char *src = b->src + (size_t)i * b->Tmax;
+  int                  P = b->prompt_len[i], t = P + b->response_len[i];
+  while (t > P && src[t - 1] == GEN_SRC_MODEL) t--;
+  return P + b->response_len[i] - t;
+}
+
 /* Sample i in slot s ends: its slot is free for the next step. */
 static PetscErrorCode finish(GenEngine *e, GenBatch *b, int s, int i, int *nfinished)
 {
@@ -438,7 +448,8 @@ static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest
   if (b->eos[i] || req[i].resumed + b->response_len[i] == e->cfg.max_new_tokens ||
       b->response_len[i] == req[i].budget)
     PetscCall(finish(e, b, s, i, nfinished));
-  else if (gen_is_turn_stop(e->ep, tok)) {
+  else if (e->ep && (gen_is_turn_stop(e->ep, tok) || (e->ep->max_turn_tokens > 0 &&
+                                                       segment_len(b, i) >= e->ep->max_turn_tokens))) {
     if (b->turns[i] >= e->ep->max_turns) PetscCall(finish(e, b, s, i, nfinished));
     else {
       e->slot_wait[s] = (int)(e->clock + e->ep->lag);

@@ -110,6 +110,7 @@ PetscErrorCode ppo_episodes_setup(const PPOOptions *o, const TokenTable *tt, int
                x->ep.stop[k]);
   x->ep.max_turns = (int)eo->max_turns;
   x->ep.max_obs   = (int)eo->max_obs;
+  x->ep.max_turn_tokens = (int)eo->max_turn_tokens;
   x->ep.lag       = (int)eo->lag;
   x->ep.on_turn   = on_turn;
   x->ep.on_obs    = on_obs;
