@@ -56,7 +56,9 @@ against mistakes, not attacks: the uid of its own (as root) is what keeps
 it from writing the machine's files, and world-writable places (/tmp)
 stay writable to a program that gets around the hooks.
 """
+import json
 import os
+import re
 import resource
 import select
 import shutil
@@ -330,24 +332,27 @@ def status_line(rc, why, a, out):
     return f"[exit status {rc}" + (f": memory limit of {a.memory_mb} MiB]" if last[0].startswith("MemoryError") else "]")
 
 
+FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.S)
+
+
 def extract_code(text):
     """The code of the model's segment TEXT (module docstring), or None."""
     call = last_tool_call(text)
-    if call is not None:
-        s = call.strip()
-        if s.startswith("{"):
-            import json
-            try:
-                obj = json.loads(s)
-                args = obj.get("arguments") if isinstance(obj, dict) else None
-                args = json.loads(args) if isinstance(args, str) else args
-                if isinstance(args, dict) and isinstance(args.get("code"), str):
-                    return args["code"]
-            except ValueError:
-                pass  # not the JSON form: run as code (it fails and says so)
-        fenced = last_tool_call(s, "```python", "```")
-        return fenced if fenced is not None else call
-    return last_tool_call(text, "```python", "```")
+    if call is None:
+        blocks = FENCE.findall(text)
+        return blocks[-1] if blocks else None
+    s = call.strip()
+    if s.startswith("{"):
+        try:
+            obj = json.loads(s)
+            args = obj.get("arguments") if isinstance(obj, dict) else None
+            args = json.loads(args) if isinstance(args, str) else args
+            if isinstance(args, dict) and isinstance(args.get("code"), str):
+                return args["code"]
+        except ValueError:
+            pass  # not the JSON form: run as it is (it fails and says so)
+    blocks = FENCE.findall(call)
+    return blocks[-1] if blocks else call
 
 
 def observation(out, status, show_chars):

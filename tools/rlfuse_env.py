@@ -33,7 +33,8 @@ The class (subclass Environment):
       sample), for an environment that draws at random.
   step(state, text, ids, turn) -> (observation, reward, done, state)
       text and ids: the model's segment `turn` (1, 2, ...); text is the
-      request's, else the ids decoded. observation: text (None: no
+      request's, else the ids decoded (an id without a token, in a
+      vocabulary padded for the model, as nothing). observation: text (None: no
       observation, ids []); reward: a finite number added to the episode's
       reward; done: whether the episode ends; state: the new state (None
       keeps the old one).
@@ -198,15 +199,12 @@ class Server:
         ids = req.get("ids", [])
         if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
             raise EnvError('"ids" must be a list of integers')
-        bad = [i for i in ids if not 0 <= i < len(self.tk.tokens)]
-        if bad:
-            raise EnvError(f"id {bad[0]} is outside the tokenizer's {len(self.tk.tokens)} tokens")
-        return ids
+        return ids  # ids past the tokenizer's (a vocabulary padded for the model) are the model's to make
 
     def _text(self, req, ids, key):
         t = req.get(key)
-        if t is None:
-            return self.tk.decode(ids)
+        if t is None:  # no text in the request: the ids decoded, those without a token as nothing
+            return self.tk.decode([i for i in ids if 0 <= i < len(self.tk.tokens)])
         if not isinstance(t, str):
             raise EnvError(f'"{key}" must be a string or null')
         return t

@@ -168,17 +168,17 @@ from envclient import *
 d = sys.argv[1]
 e = Env([f"{d}/env_bad.py", "--checkpoint", f"{d}/tiny.h5"], env=dict(os.environ, PYTHONPATH="tools:" + os.environ["PYTHONPATH"]))
 reqs = ["{not json", json.dumps({"op": "jump"}), json.dumps(dict(step("x"), turn=0)), json.dumps(step("please raise")),
-        json.dumps(step("bad reward")), json.dumps(dict(step("x"), ids=[1, 99999])), json.dumps(step("all fine"))]
+        json.dumps(step("bad reward")), json.dumps(dict(step("x"), ids=[1, "2"])), json.dumps(step("all fine"))]
 got = [e.ask(r) for r in reqs]
 rc, rest = e.close()
 ans = [a for a, _, _ in got]
 errs = [a.get("error", "") for a in ans[:6]]
 good = (all(set(a) == {"error"} and "\n" not in a["error"] for a in ans[:6]) and "not JSON" in errs[0] and "unknown op" in errs[1]
-        and '"turn"' in errs[2] and errs[3] == "ValueError: the class failed" and "reward" in errs[4] and "99999" in errs[5]
+        and '"turn"' in errs[2] and errs[3] == "ValueError: the class failed" and "reward" in errs[4] and '"ids"' in errs[5]
         and ans[6]["text"] == "fine" and all(l.count("\n") == 1 for _, _, l in got) and rc == 0 and not rest
         and "a print of the class" in e.stderr() and "Traceback" in e.stderr())
 say(good, f"7 requests, 7 one-line answers: not JSON, an unknown op, turn 0, a class that raises ('{errs[3]}'), a NaN reward, "
-    "an id outside the tokenizer each answered {\"error\": ...}, then a good one answered; the class's prints and the traceback on "
+    "ids that are not integers each answered {\"error\": ...}, then a good one answered; the class's prints and the traceback on "
     "standard error, not the protocol", f"{ans} rc {rc} {rest}")
 import subprocess
 def start_err(args):
@@ -391,8 +391,14 @@ say(t == "45\n", f"numpy from /usr works in the sandbox ({s:.2f} s)", t)
 rc, rest = e.close()
 say(rc == 0 and not rest and os.listdir(f"{d}/tmp") == [], "the code tool ends at end of input; no temporary file left in its TMPDIR",
     f"rc {rc} {os.listdir(d + '/tmp')}")
-a, t, _ = Env(["tools/env_python.py", "--checkpoint", f"{d}/tiny.h5"]).ask(step("Nothing to run; the answer is 42."))
-say(a == {"ids": [], "text": "", "reward": 0.0, "done": True}, "a segment without code: done, no observation", f"{a}")
+e = Env(["tools/env_python.py", "--checkpoint", f"{d}/tiny.h5"])
+a1, _, _ = e.ask(step("First:\n```python\nprint(1)\n```\nthen\n```python\nprint(2 + 2)\n```\nand ```python"))
+a2, _, _ = e.ask(step("<tool_call>{\"name\": \"python\", \"arguments\": {\"code\": \"print(sum(range(5)))\"}}</tool_call>"))
+a, _, _ = e.ask(step("Nothing to run; the answer is 42."))
+e.close()
+say(a1["text"] == "4\n" and a2["text"] == "10\n" and a == {"ids": [], "text": "", "reward": 0.0, "done": True},
+    "the segment's last ```python block runs (an unclosed fence after it ignored), and the JSON form; a segment without code: "
+    "done, no observation", f"{a1} {a2} {a}")
 with open(f"{d}/measured.txt", "w") as f:
     for what, ans, sec in rows:
         f.write(f"| {what} | `{ans}` | {sec:.2f} s |\n")
