@@ -307,7 +307,7 @@ class Sandbox:
             rc = self._kill(p)
             p.stdout.close()
             del out[a.output_bytes:]
-            return bytes(out), status_line(rc, why, a, bytes(out))
+            return bytes(out), status_line(rc, why, a, bytes(out), time.monotonic() - t0)
         finally:
             if fd_code >= 0:
                 os.close(fd_code)
@@ -315,13 +315,13 @@ class Sandbox:
                 shutil.rmtree(d, ignore_errors=True)
 
 
-def status_line(rc, why, a, out):
-    """The line saying how the program ended, or None for exit status 0."""
+def status_line(rc, why, a, out, seconds):
+    """The line saying how the program ended (after SECONDS of wall time), or None for exit status 0."""
     if why:
         return f"[killed: {why}]"
     sig = -rc if rc < 0 else rc - 128 if a.sandbox == "bwrap" and 128 < rc < 128 + 65 else 0  # bwrap exits 128 + the signal
-    if sig in (signal.SIGXCPU, signal.SIGKILL):
-        return f"[killed: CPU time limit of {a.cpu_seconds} s]"  # SIGKILL: the hard limit, a second later (the wall one is ours)
+    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and seconds >= a.cpu_seconds):
+        return f"[killed: CPU time limit of {a.cpu_seconds} s]"  # SIGKILL: the hard limit, a second later (an earlier one is another's)
     if sig == signal.SIGXFSZ:
         return f"[killed: file size limit of {a.file_mb} MiB]"
     if sig:
