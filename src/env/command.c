@@ -329,26 +329,22 @@ static int take_lines(Cmd *c, int k)
   return 0;
 }
 
-/* Reads all that process k has printed by now, not one read's worth: an
- * answer that came in time must not be taken for late by the deadline
- * check that follows. */
-static int read_all(Cmd *c, int k)
+/* What process k has printed: its answers. */
+static int read_some(Cmd *c, int k)
 {
-  for (;;) {
-    size_t before = c->ch[k].blen;
-    int    more;
-    if (sys_child_read(&c->ch[k], &c->p[k].eof))
-      return fail(c, -1, 0, "cannot read the output of process %d: %s", k + 1, strerror(errno));
-    if ((more = c->ch[k].blen > before)) c->p[k].heard = sys_clock();
-    if (take_lines(c, k)) return 1;
-    if (!more || c->p[k].eof) return 0;
-  }
+  size_t before = c->ch[k].blen;
+  if (sys_child_read(&c->ch[k], &c->p[k].eof))
+    return fail(c, -1, 0, "cannot read the output of process %d: %s", k + 1, strerror(errno));
+  if (c->ch[k].blen > before) c->p[k].heard = sys_clock();
+  return take_lines(c, k);
 }
 
-/* When process k's request is late. Its deadline, unless the process is
- * printing its answer then: an answer longer than the pipe holds comes in
- * as fast as we read it, and we may read late (the caller was busy), so
- * it has until GRACE after the last bytes came, at most a second timeout. */
+/* When process k's request is late: its deadline, unless the process is
+ * printing its answer then. An answer that came in time may still be in
+ * the pipe when we look after the deadline (the caller was busy), and one
+ * longer than the pipe holds comes only as fast as we read it: so the
+ * request has until GRACE after its last bytes came, at most a second
+ * timeout past its deadline. */
 static double late_at(const Cmd *c, int k)
 {
   const Proc *p = &c->p[k];
@@ -387,7 +383,7 @@ static int drive(Cmd *c, double wait_s)
   for (int q = 0; q < np && r > 0; q++) {
     if (!fds[q].revents) continue;
     if (who[q] < 0 && c->p[-1 - who[q]].index >= 0) write_some(c, -1 - who[q]);
-    else if (who[q] >= 0 && read_all(c, who[q])) {
+    else if (who[q] >= 0 && read_some(c, who[q])) {
       free(fds), free(who);
       return 1;
     }
