@@ -38,7 +38,7 @@ enum { FREE, QUEUED, RUNNING, ANSWERED }; /* a request index's stage */
 
 typedef struct {
   int      *ids;
-  int       n, cap;
+  int       n;
   char     *text;
   double    reward, seconds;
   PetscBool done;
@@ -48,7 +48,6 @@ typedef struct {
   int    stage, sample, turn;
   char  *line;        /* the request's JSON line, '\n' included */
   size_t len;
-  int    proc;        /* the process serving it (RUNNING) */
   double submitted, deadline;
   char  *state;       /* the episode's state: NULL none; may hold NULs */
   size_t state_len;
@@ -208,7 +207,7 @@ static int parse_answer(Cmd *c, int k, int i, const char *line, size_t len)
                  (long long)id, c->vocab);
     else a->ids[q] = (int)id;
   }
-  a->n = (int)n, a->cap = (int)n;
+  a->n = (int)n;
   if (!bad && (v = json_object_get(j, "text")) && !json_is_null(v)) {
     if (!json_is_string(v)) bad = fail(c, s->sample, s->turn, "%s: \"text\" is not a string", shown);
     else if (!(a->text = strndup(json_string_value(v), json_string_length(v))))
@@ -257,6 +256,8 @@ static void write_some(Cmd *c, int k)
   }
 }
 
+static int read_some(Cmd *c, int k);
+
 /* Hands queued requests to idle processes (the lowest-numbered first). */
 static int assign(Cmd *c)
 {
@@ -264,10 +265,13 @@ static int assign(Cmd *c)
     Proc *p = &c->p[k];
     Slot *s;
     if (p->index >= 0) continue;
+    /* what it printed since its last answer first: a line nobody asked for
+     * must not be taken for this request's answer, and it may have ended */
+    if (!p->eof && c->ch[k].out >= 0 && read_some(c, k)) return 1;
     p->index = c->queue[c->qhead];
     c->qhead = (c->qhead + 1) % c->nindex, c->qlen--;
     s = &c->slot[p->index];
-    s->stage = RUNNING, s->proc = k, p->woff = 0, p->heard = 0;
+    s->stage = RUNNING, p->woff = 0, p->heard = 0;
     s->deadline = sys_clock() + c->timeout;
     if (p->eof) { /* it ended while idle */
       char how[96];
@@ -315,10 +319,11 @@ static int take_lines(Cmd *c, int k)
   }
   memmove(ch->buf, ch->buf + pos, ch->blen - pos);
   ch->blen -= pos;
-  if (p->index >= 0 && ch->blen > LINE_LIMIT) {
-    Slot *s = &c->slot[p->index];
-    return fail(c, s->sample, s->turn, "process %d printed a line longer than %d bytes (an answer may have at most %d MiB)",
-                k + 1, LINE_LIMIT, LINE_LIMIT >> 20);
+  if (ch->blen > LINE_LIMIT) { /* the request it serves, else the last it answered */
+    int sample = p->index >= 0 ? c->slot[p->index].sample : p->last_sample;
+    int turn   = p->index >= 0 ? c->slot[p->index].turn : p->last_turn;
+    return fail(c, sample, turn, "process %d printed a line longer than %d bytes (an answer may have at most %d MiB)", k + 1,
+                LINE_LIMIT, LINE_LIMIT >> 20);
   }
   if (p->eof && p->index >= 0) {
     Slot *s = &c->slot[p->index];
