@@ -67,6 +67,7 @@ struct Env {
  * characters and ',' ("391,"); a segment without one with "?,". Never
  * done: the model ends the episode with EOS. Answers at once. */
 PetscErrorCode env_calc_create(int nindex, Env **env);
+#define ENV_CALC_CALL 17 /* '=': the token that ends a call, its default turn stop */
 
 /* An environment program (src/env/command.c): `procs` processes of cmd
  * (through /bin/sh), each serving one request at a time as one JSON line

@@ -49,6 +49,9 @@ PetscErrorCode gen_config_check(const GenConfig *cfg, const ModelConfig *model, 
 /* True when top-k, top-p or min_new_tokens restrict the allowed set, i.e.
  * when GenBatch holds masks. */
 PetscBool gen_masked(const GenConfig *cfg);
+/* "ID[,ID...]" (the value of option opt) into ids: at most GEN_MAX_STOP
+ * non-negative integers; *n gets the count. */
+PetscErrorCode gen_parse_ids(const char *opt, const char *s, int *ids, int *n);
 /* Whether token ends a response: -gen_eos or one of -gen_stop. */
 PetscBool gen_is_stop(const GenConfig *cfg, int token);
 /* Bytes of KV cache for the configured slots and a sequence bound Tmax. */
@@ -84,7 +87,8 @@ typedef struct {
   int       *tokens;        /* [n, Tmax] */
   int       *prompt_len;    /* [n] */
   int       *response_len;  /* [n] */
-  int       *eos;           /* [n] 1 if the response ended with EOS (included in response_len) */
+  int       *eos;           /* [n] 1 if the response ended with EOS (included in response_len), or its
+                                episode with an environment's answer that said done */
   float     *logprobs;      /* [n, Tmax] log-probability of the token at position t, response positions only */
   /* Allowed sets (when gen_masked): position (i,t) allows
    * mask_ids[mask_off[i*Tmax+t] .. mask_off[i*Tmax+t+1]-1], ascending; empty
@@ -109,6 +113,7 @@ typedef struct {
   int       *turns, *obs_cut;
   long long  prompt_rows;   /* prompt tokens the forward ran (a shared prompt counts once) */
   double     seconds;       /* wall time of gen_generate */
+  double     env_wait;      /* of which waiting for environments' answers (episodes) */
   long long  new_tokens;    /* response tokens generated */
 } GenBatch;
 

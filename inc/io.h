@@ -141,12 +141,13 @@ PetscErrorCode record_commit(RunRecord *rec);
 PetscErrorCode record_summary(RunRecord *rec, const char *name, double value);
 PetscErrorCode record_close(RunRecord **rec);
 
-/* One dataset of a group: int32 or float32, 1-D ([dims[0]]) or 2-D. */
+/* One dataset of a group: int32 or float32 (or uint8), 1-D ([dims[0]]) or 2-D. */
+#define IO_DATASET_U8 2 /* is_int's value for uint8 (data: unsigned char) */
 typedef struct {
   const char *name;
   int         ndim, dims[2];
   const void *data;
-  PetscBool   is_int;
+  int         is_int; /* PETSC_TRUE: int32, PETSC_FALSE: float32, IO_DATASET_U8: uint8 */
 } IODataset;
 /* ---- token datasets ---------------------------------------------------- */
 /* A text per row (a prompt file's reference answers or metadata): in the

@@ -12,6 +12,7 @@
 #include "gen.h"
 #include "cost.h"
 #include "reward.h"
+#include "env.h"
 
 typedef enum {
   KL_IN_AUTO   = 0,
@@ -55,6 +56,7 @@ typedef struct {
    * rule functions of the response text, plus a user's command. src/reward
    * reads and checks them (reward_options_check). */
   RewardOptions reward;
+  EnvOptions    env; /* -env_*: multi-turn episodes (src/env reads and checks them) */
   PetscBool   has_reward_model;              /* a reward model takes part (-reward_checkpoint, or the restart file's) */
   PetscBool   eval_only;                     /* -mode eval: the held-out evaluation of -actor_checkpoint, no training */
   PetscBool reference_made_here; /* -mode pipeline: the reference's file is this job's SFT output, so checkpoints carry

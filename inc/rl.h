@@ -11,28 +11,54 @@
  * aligned so that index t refers to the token at position t: logp[t] is the
  * log-probability of token t, values[t] the critic's value of the state
  * before token t. Entries outside the response are not read and are written
- * as 0 by the functions that produce [B,T] arrays. */
+ * as 0 by the functions that produce [B,T] arrays.
+ *
+ * Episodes (multi-turn samples): a response may hold the model's segments
+ * alternating with an environment's answers. The span functions (rewards,
+ * GAE, returns, whitening, RLOO) take src, each token's producer ([B,T], as
+ * GenBatch.src of inc/gen.h): a token is the model's where src is
+ * RL_SRC_MODEL; src NULL: every token of the response is the model's. Only
+ * the model's tokens are actions: each function computes as if row b were
+ * compressed to its model tokens (in order), the function run on that with
+ * src NULL, and the results scattered back to their positions; an
+ * environment token gets 0 (rewards, advantages, returns) or is left alone
+ * (rl_whiten), and its inputs are not read. A response without model tokens
+ * is an empty one. */
+#define RL_SRC_MODEL 1 /* GEN_SRC_MODEL (inc/gen.h): rl.h stands alone */
+/* Whether token i (an index into a [B,T] array) is the model's. */
+static inline int rl_is_model(const unsigned char *src, size_t i) { return !src || src[i] == RL_SRC_MODEL; }
+/* The model's tokens of the response [start, start+len) of a row whose
+ * sources are src_row ([T]; NULL: len). */
+int rl_model_tokens(const unsigned char *src_row, int start, int len);
 
-/* Per-token rewards: r_t = -kl_coef * (logp_t - ref_t) on every response
- * token, plus score[b] on the last response token. score is the already
- * clipped reward-model score (or the truncation penalty): see rl_final_score. */
-void rl_kl_rewards(int B, int T, const int *start, const int *len, const float *logp, const float *ref,
-                   const float *score, double kl_coef, float *rewards);
+/* Per-token rewards: r_t = -kl_coef * (logp_t - ref_t) on every model
+ * token of the response, plus score[b] on its last model token (a response
+ * without one drops it). score is the already clipped reward-model score (or
+ * the truncation penalty): see rl_final_score. */
+void rl_kl_rewards(int B, int T, const int *start, const int *len, const unsigned char *src, const float *logp,
+                   const float *ref, const float *score, double kl_coef, float *rewards);
 /* The sequence-level score entering the rewards: clamp(rm_score, -clip,
  * clip) when the response ended with EOS (clip <= 0: no clipping), else
  * truncation_penalty. */
 double rl_final_score(double rm_score, int eos, double clip, double truncation_penalty);
 /* GAE: delta_t = r_t + gamma*V_{t+1} - V_t, A_t = delta_t + gamma*lambda*A_{t+1},
- * with V and A zero after the last response token; returns = A + V. */
-void rl_gae(int B, int T, const int *start, const int *len, const float *rewards, const float *values, double gamma,
-            double lambda, float *adv, float *ret);
+ * with V and A zero after the last response token; returns = A + V. With
+ * src, t+1 is the next model token (the environment's tokens between two
+ * model tokens are part of that transition): one step of gamma, whatever
+ * lies between. */
+void rl_gae(int B, int T, const int *start, const int *len, const unsigned char *src, const float *rewards,
+            const float *values, double gamma, double lambda, float *adv, float *ret);
 /* Reward-to-go: ret_t = sum_{t' >= t} gamma^(t'-t) r_t' over the response
- * (REINFORCE's return; GAE with V = 0 and lambda 1), 0 outside it. */
-void rl_returns(int B, int T, const int *start, const int *len, const float *rewards, double gamma, float *ret);
-/* Whitening over all response tokens of the batch: x = (x - mean)/(std + 1e-8),
- * std the population standard deviation (sums in double, fixed order).
- * *mean and *std (may be NULL) get the statistics before whitening. */
-void rl_whiten(int B, int T, const int *start, const int *len, float *x, double *mean, double *std);
+ * (REINFORCE's return; GAE with V = 0 and lambda 1), 0 outside it; with
+ * src over the model's tokens, counted as consecutive. */
+void rl_returns(int B, int T, const int *start, const int *len, const unsigned char *src, const float *rewards,
+                double gamma, float *ret);
+/* Whitening over all response tokens (model tokens) of the batch: x = (x -
+ * mean)/(std + 1e-8), std the population standard deviation (sums in
+ * double, fixed order). *mean and *std (may be NULL) get the statistics
+ * before whitening. */
+void rl_whiten(int B, int T, const int *start, const int *len, const unsigned char *src, float *x, double *mean,
+               double *std);
 
 /* Clipped policy loss over n tokens with weights w (0 for tokens that do not
  * count; rl_token_weight gives the others):
@@ -85,7 +111,7 @@ double rl_kl_loss(size_t n, const float *logp, const float *ref, const float *w,
 void rl_grpo_advantages(int nseq, int k, const float *score, double eps, int scale_std, float *adv);
 /* How the policy loss's tokens are weighed over a mini-batch of nseq
  * sequences holding ntok response tokens (the weight of each token of a
- * sequence of len tokens):
+ * sequence of len tokens; with episodes both count the model's tokens):
  *   token mean          1/ntok: every token alike (DAPO's token-level loss)
  *   sequence mean       1/(nseq*len): each sequence's token mean, averaged
  *   sequence sum, norm  1/(nseq*max_len): each sequence's token sum over a
@@ -98,10 +124,12 @@ double rl_token_weight(RLLossAgg agg, int ntok, int nseq, int len, int max_len);
 double rl_overlong_penalty(int len, int max_len, int buffer, double factor);
 /* RLOO advantages (REINFORCE leave-one-out): rows come in groups of k
  * consecutive samples of one prompt; a row's return R is the sum of its
- * per-token rewards (the score and the KL penalty of rl_kl_rewards), and its
- * advantage, written on each of its response tokens (0 elsewhere), is
- * R_i - mean of the other k-1 returns of its group = k/(k-1) (R_i - group mean). */
-void rl_rloo_advantages(int B, int T, const int *start, const int *len, const float *rewards, int k, float *adv);
+ * per-token rewards over its model tokens (the score and the KL penalty of
+ * rl_kl_rewards), and its advantage, written on each of its model tokens (0
+ * elsewhere), is R_i - mean of the other k-1 returns of its group = k/(k-1)
+ * (R_i - group mean). */
+void rl_rloo_advantages(int B, int T, const int *start, const int *len, const unsigned char *src, const float *rewards,
+                        int k, float *adv);
 /* Bradley-Terry reward-model loss, mean over B pairs: -log sigmoid(rc - rr)
  * (computed stably); drc, drr get the gradients; *correct (may be NULL) the
  * number of pairs with rc > rr. */

@@ -36,9 +36,11 @@ typedef struct {
   char      ops[8];      /* the operations drawn from, a subset of "+-*" */
   PetscBool words;       /* word problems instead of bare equations */
   PetscReal demo_noise;  /* probability that a demonstration digit is replaced by a random digit */
+  PetscReal tool_demos;  /* probability that a demonstration calls the calculator (-env calc) first */
   PetscInt  seed;        /* the task's own seed */
 } ArithTask;
-/* -arith_max_operand, -arith_ops, -arith_words, -arith_demo_noise, -arith_seed. */
+/* -arith_max_operand, -arith_ops, -arith_words, -arith_demo_noise,
+ * -arith_tool_demos, -arith_seed. */
 PetscErrorCode arith_set_from_options(ArithTask *t);
 /* Checks options and that the task fits a model (vocabulary, context),
  * naming -<prefix>vocab_size / -<prefix>n_positions. */
@@ -52,8 +54,13 @@ int arith_max_demo(const ArithTask *t);
 /* Prompt `index` of a split into tok (room for arith_max_prompt); returns its length. */
 int arith_prompt(const ArithTask *t, TaskSplit split, uint64_t index, int *tok);
 /* Prompt + demonstration into tok (room for arith_max_demo); returns the
- * total length, *prompt_len the prompt's. */
+ * total length, *prompt_len the prompt's. With -arith_tool_demos a
+ * demonstration may be an episode with the built-in calculator (src/env/
+ * calc.c): the call "A op B=", the calculator's answer "V," and the answer
+ * "V" then EOS; src (may be NULL) gets each position's source (GEN_SRC_*:
+ * the calculator's answer GEN_SRC_ENV, which SFT does not train on). */
 int arith_demo(const ArithTask *t, TaskSplit split, uint64_t index, int *tok, int *prompt_len);
+int arith_demo_src(const ArithTask *t, TaskSplit split, uint64_t index, int *tok, int *prompt_len, unsigned char *src);
 /* The question of prompt `index` as text, without BOS and SEP ("12+7=",
  * "ann has 12 apples and gets 7 more. how many?"), into out
  * (NUL-terminated, truncated to cap); returns its length. */
@@ -85,6 +92,9 @@ int  task_prompt(const BuiltinTask *task, TaskSplit split, uint64_t index, int *
 /* Writes prompt + demonstration into tok (room for task_max_demo), returns
  * the total length; *prompt_len gets the prompt's. */
 int  task_demo(const BuiltinTask *task, TaskSplit split, uint64_t index, int *tok, int *prompt_len);
+/* The same with each position's source (GEN_SRC_*) into src (may be NULL). */
+int  task_demo_src(const BuiltinTask *task, TaskSplit split, uint64_t index, int *tok, int *prompt_len,
+                   unsigned char *src);
 int  task_max_prompt(const BuiltinTask *task);
 int  task_max_demo(const BuiltinTask *task);
 /* The vocabulary the task needs. */
@@ -118,6 +128,11 @@ PetscErrorCode demo_source_destroy(DemoSource *src);
  * length and prompt length; tok has room for T+1 tokens (longer samples are
  * an error reported at setup). */
 PetscErrorCode demo_source_get(DemoSource *src, uint64_t pos, int T1, int *tok, int *len, int *prompt_len);
+/* The same with each position's source (GEN_SRC_*) into srcs (room for T1):
+ * the built-in task's episodes mark the environment's tokens; a file's
+ * rows are prompt then model. */
+PetscErrorCode demo_source_get_src(DemoSource *src, uint64_t pos, int T1, int *tok, int *len, int *prompt_len,
+                                   unsigned char *srcs);
 /* The index of sample `pos` in its source: the built-in task's sample
  * number, or the file's row (after demo_source_get of that pos). */
 int64_t demo_source_index(const DemoSource *src, uint64_t pos);

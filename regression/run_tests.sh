@@ -64,7 +64,7 @@ wanted() {
 not_built() { echo "=== $1"; echo "  not ok - $BIN/$1 was not built"; failed=$((failed + 1)); }
 
 # test_cuda and the cuda modes of test_golden skip, saying so, without a GPU
-for t in test_sys test_ops test_model test_io test_golden test_gen test_rlmath test_reward test_reward_command test_env test_arith test_plan test_fuse test_search test_profile test_cuda test_cuda_gen; do
+for t in test_sys test_ops test_model test_io test_golden test_gen test_episodes test_rlmath test_ppo_mask test_reward test_reward_command test_env test_arith test_plan test_fuse test_search test_profile test_cuda test_cuda_gen; do
   [ -x "$BIN/$t" ] || { wanted $t && not_built $t; continue; }
   if [ "$t" = test_golden ]; then
     run_item "$t" "$BIN/$t" regression/golden

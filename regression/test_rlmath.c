@@ -12,7 +12,11 @@
  * partial group, a lone sample, positions outside the response untouched by the sum and
  * written 0), the Bradley-Terry loss and the adaptive KL controller against hand-computed
  * values (arithmetic in the comments), gradients by finite differences (the policy loss with
- * clip 0.2/0.28, the KL loss with every estimator)
+ * clip 0.2/0.28, the KL loss with every estimator); episodes (a source mask, environment tokens
+ * between the model's): the KL rewards, GAE, returns, whitening and RLOO of hand-made rows (answers
+ * between segments, first, last, a row of answers only) bit for bit those of the rows compressed to
+ * their model tokens and scattered back, GAE across an answer by hand, and a batch without model
+ * tokens
  */
 #include "rl.h"
 #include "sys.h"
@@ -60,7 +64,7 @@ static void test_kl_rewards(void)
   /* row 0: logp-ref = 0.5, 0, -1   -> -0.1*(..) = -0.05, 0, 0.1 (+2 score) = 2.1
    * row 1: logp-ref = -0.1, 0.3   -> 0.01, -0.03 (-0.5 score) = -0.53 */
   const double want[12] = {0, -0.05, 0, 2.1, /**/ 0.01, -0.53, 0, 0, /**/ 0, 0, 0, 0};
-  rl_kl_rewards(3, 4, start, len, logp, ref, score, 0.1, r);
+  rl_kl_rewards(3, 4, start, len, NULL, logp, ref, score, 0.1, r);
   check_array("kl rewards: per-token -beta*(logp-ref), score on the last token, 0 outside and for an empty row", 12, r, want, 1e-6);
 }
 
@@ -96,7 +100,7 @@ static void test_gae(void)
    *   returns .3755+.1 .29+.2 .2+.3 = .4755 .49 .5 */
   const double a1[15] = {0, 0, 0.3705, 0.39, 0.2, /**/ 0.3755, 0.29, 0.2, 0, 0, /**/ 0, 0, 0, 0, 0};
   const double r1[15] = {0, 0, 0.8705, 0.79, 1.0, /**/ 0.4755, 0.49, 0.5, 0, 0, /**/ 0, 0, 0, 0, 0};
-  rl_gae(3, 5, start, len, rew, val, 1.0, 0.95, adv, ret);
+  rl_gae(3, 5, start, len, NULL, rew, val, 1.0, 0.95, adv, ret);
   check_array("gae gamma=1 lambda=0.95: advantages by hand, V after the last token 0, rows independent", 15, adv, a1, 1e-6);
   check_array("gae gamma=1 lambda=0.95: returns = A + V", 15, ret, r1, 1e-6);
 
@@ -112,7 +116,7 @@ static void test_gae(void)
    *   (check: .81*.5 - .1 = .305); returns .405 .45 .5 */
   const double a2[15] = {0, 0, 0.23, 0.30, 0.2, /**/ 0.305, 0.25, 0.2, 0, 0, /**/ 0, 0, 0, 0, 0};
   const double r2[15] = {0, 0, 0.73, 0.70, 1.0, /**/ 0.405, 0.45, 0.5, 0, 0, /**/ 0, 0, 0, 0, 0};
-  rl_gae(3, 5, start, len, rew, val, 0.9, 1.0, adv, ret);
+  rl_gae(3, 5, start, len, NULL, rew, val, 0.9, 1.0, adv, ret);
   check_array("gae gamma=0.9 lambda=1: advantages by hand", 15, adv, a2, 1e-6);
   check_array("gae gamma=0.9 lambda=1: returns", 15, ret, r2, 1e-6);
 }
@@ -129,7 +133,7 @@ static void test_whiten(void)
   const double want[8] = {7.0, -1.4142135623730951, 0.0, -9.0, /**/ -0.7071067811865475, 0.7071067811865475, 1.4142135623730951, 11.0};
   char   detail[160];
 
-  rl_whiten(2, 4, start, len, x, &mean, &std);
+  rl_whiten(2, 4, start, len, NULL, x, &mean, &std);
   check_value("whiten: mean before whitening (15/5 = 3)", mean, 3.0, 1e-12);
   check_value("whiten: population std before whitening (sqrt(10/5))", std, 1.4142135623730951, 1e-12);
   check_array("whiten: whitened values by hand, entries outside the responses untouched", 8, x, want, 1e-6);
@@ -141,9 +145,9 @@ static void test_whiten(void)
 
   int   z[2] = {0, 0};
   float y[2] = {5.0f, 6.0f};
-  rl_whiten(2, 1, start, z, y, &mean, &std);
+  rl_whiten(2, 1, start, z, NULL, y, &mean, &std);
   test_report(y[0] == 5.0f && y[1] == 6.0f && mean == 0 && std == 0, "whiten: no response tokens leaves x alone, statistics 0", NULL);
-  rl_whiten(2, 4, start, len, x, NULL, NULL); /* must accept NULL statistics */
+  rl_whiten(2, 4, start, len, NULL, x, NULL, NULL); /* must accept NULL statistics */
 }
 
 static void test_policy_loss(void)
@@ -287,7 +291,7 @@ static void test_returns_baseline(void)
   float        ret[10];
   const double want[10] = {0, 1.22, 0.8, 2, 0, 1.9, 1, 0, 0, 0};
   for (int i = 0; i < 10; i++) ret[i] = NAN;
-  rl_returns(2, 5, start, len, rw, 0.9, ret);
+  rl_returns(2, 5, start, len, NULL, rw, 0.9, ret);
   check_array("returns: reward-to-go with gamma .9 by hand, 0 outside the responses", 10, ret, want, 1e-6);
 
   /* groups of 3 of [1 2 6 | 4 0]: means 3 and 2 -> [-2 -1 3 | 2 -2] */
@@ -360,15 +364,179 @@ static void test_rloo(void)
   float       adv[20];
   double      want[20] = {0, 1.5, 1.5, 0, 0.75, 0.75, 0.75, 0, 0, 0, -2.25, -2.25, 1, 0, 0, 0, 0, -1, -1, -1};
   for (int i = 0; i < 20; i++) adv[i] = NAN;
-  rl_rloo_advantages(5, 4, start, len, rw, 3, adv);
+  rl_rloo_advantages(5, 4, start, len, NULL, rw, 3, adv);
   check_array("rloo advantages: return minus the mean of the other k-1 on each response token, 0 elsewhere, a partial last group", 20, adv, want, 1e-6);
   /* a group of one has no others: advantage 0 */
   const int   s1[1] = {0}, l1[1] = {2};
   const float r1[2] = {3, 4};
   float       a1[2] = {NAN, NAN};
   const double w1[2] = {0, 0};
-  rl_rloo_advantages(1, 2, s1, l1, r1, 4, a1);
+  rl_rloo_advantages(1, 2, s1, l1, NULL, r1, 4, a1);
   check_array("rloo advantages: a lone sample gets 0", 2, a1, w1, 0);
+}
+
+/* ---- episodes: the span functions with a per-token source mask ---------
+ * The definition (inc/rl.h): a masked row acts as the row compressed to its
+ * model tokens, the unmasked function run on that, the results scattered
+ * back. The rows: B 4 of T 10, sources M (model) and E (environment):
+ *   row 0: start 2, len 7: M M E E M E M   (two answers between three segments)
+ *   row 1: start 1, len 5: E M M E E       (an answer first and two at the end)
+ *   row 2: start 3, len 4: E E E E         (no model token at all)
+ *   row 3: start 0, len 3: M M M           (no answer: the unmasked row)
+ * Outside the responses src says M and the inputs are NaN, as they are on
+ * the environment's tokens: a function that reads either gives NaN. */
+#define EP_B 4
+#define EP_T 10
+static const int ep_start[EP_B] = {2, 1, 3, 0}, ep_len[EP_B] = {7, 5, 4, 3};
+static const char *const ep_rows[EP_B] = {"..MMEEMEM.", ".EMMEE....", "...EEEE...", "MMM......."};
+
+static void ep_src(unsigned char *src)
+{
+  for (int b = 0; b < EP_B; b++)
+    for (int t = 0; t < EP_T; t++) src[b * EP_T + t] = ep_rows[b][t] == 'E' ? 2 : RL_SRC_MODEL;
+}
+
+static int ep_in(int b, int t)
+{
+  return t >= ep_start[b] && t < ep_start[b] + ep_len[b];
+}
+
+/* x's values on the model tokens, at the response positions of the
+ * compressed rows (start kept, length the model tokens: mlen), NaN elsewhere. */
+static void ep_compress(const unsigned char *src, const float *x, float *y, int *mlen)
+{
+  for (int i = 0; i < EP_B * EP_T; i++) y[i] = NAN;
+  for (int b = 0; b < EP_B; b++) {
+    int k = ep_start[b];
+    for (int t = ep_start[b]; t < ep_start[b] + ep_len[b]; t++)
+      if (src[b * EP_T + t] == RL_SRC_MODEL) y[b * EP_T + k++] = x[b * EP_T + t];
+    mlen[b] = k - ep_start[b];
+  }
+}
+
+/* The compressed result y back to the model tokens' positions: want = base
+ * everywhere else. */
+static void ep_scatter(const unsigned char *src, const float *y, const double *base, double *want)
+{
+  for (int i = 0; i < EP_B * EP_T; i++) want[i] = base[i];
+  for (int b = 0; b < EP_B; b++) {
+    int k = ep_start[b];
+    for (int t = ep_start[b]; t < ep_start[b] + ep_len[b]; t++)
+      if (src[b * EP_T + t] == RL_SRC_MODEL) want[b * EP_T + t] = y[b * EP_T + k++];
+  }
+}
+
+/* Inputs: distinct values on the model tokens, NaN on the environment's and outside. */
+static void ep_input(const unsigned char *src, uint32_t c, double lo, double hi, float *x)
+{
+  for (int b = 0; b < EP_B; b++)
+    for (int t = 0; t < EP_T; t++)
+      x[b * EP_T + t] = ep_in(b, t) && src[b * EP_T + t] == RL_SRC_MODEL ? (float)(lo + (hi - lo) * rng_uniform(11, c, (uint32_t)b, (uint32_t)t, 0)) : NAN;
+}
+
+static void test_episodes(void)
+{
+  enum { N = EP_B * EP_T };
+  unsigned char src[N];
+  float         logp[N], ref[N], rew[N], val[N], x[N], cl[N], cr[N], cv[N], out[N], out2[N], rc[N], rc2[N];
+  float         score[EP_B] = {1.5f, -0.75f, 4.0f, 0.25f};
+  double        zero[N] = {0}, want[N], want2[N], keep[N];
+  int           mlen[EP_B], counted = 1;
+
+  ep_src(src);
+  for (int b = 0; b < EP_B; b++) counted &= rl_model_tokens(src + b * EP_T, ep_start[b], ep_len[b]) == (int[]){4, 2, 0, 3}[b];
+  test_report(counted && rl_model_tokens(NULL, 2, 7) == 7, "episodes: rl_model_tokens counts the model's tokens of a response (4, 2, 0, 3; NULL: the length)", NULL);
+
+  ep_input(src, 0, -3, -0.5, logp);
+  ep_input(src, 1, -3, -0.5, ref);
+  ep_input(src, 2, -1, 1, rew);
+  ep_input(src, 3, -1, 1, val);
+
+  /* KL rewards: the score on the last model token (row 1: position 3, not
+   * the answer after it), 0 on the answers, row 2 all 0 (its score dropped) */
+  ep_compress(src, logp, cl, mlen);
+  ep_compress(src, ref, cr, mlen);
+  rl_kl_rewards(EP_B, EP_T, ep_start, mlen, NULL, cl, cr, score, 0.1, rc);
+  ep_scatter(src, rc, zero, want);
+  rl_kl_rewards(EP_B, EP_T, ep_start, ep_len, src, logp, ref, score, 0.1, out);
+  check_array("episodes: kl rewards are the compressed row's, scattered back (0 on the environment's tokens, the score on the last model token)", N, out, want, 0);
+  check_value("episodes: kl rewards: row 1's score is on position 3, its last model token", out[1 * EP_T + 3] - (-0.1 * ((double)logp[13] - ref[13])), 0.0 - 0.75, 1e-6);
+
+  /* GAE and returns: the recursion over the model tokens */
+  ep_compress(src, rew, cr, mlen);
+  ep_compress(src, val, cv, mlen);
+  rl_gae(EP_B, EP_T, ep_start, mlen, NULL, cr, cv, 0.9, 0.8, rc, rc2);
+  ep_scatter(src, rc, zero, want);
+  ep_scatter(src, rc2, zero, want2);
+  rl_gae(EP_B, EP_T, ep_start, ep_len, src, rew, val, 0.9, 0.8, out, out2);
+  check_array("episodes: gae advantages are the compressed row's, scattered back (0 on the environment's tokens)", N, out, want, 0);
+  check_array("episodes: gae returns are the compressed row's, scattered back", N, out2, want2, 0);
+  rl_returns(EP_B, EP_T, ep_start, mlen, NULL, cr, 0.9, rc);
+  ep_scatter(src, rc, zero, want);
+  rl_returns(EP_B, EP_T, ep_start, ep_len, src, rew, 0.9, out);
+  check_array("episodes: returns are the compressed row's, scattered back", N, out, want, 0);
+
+  /* By hand, one row M E M: r = 1 . 2, V = .5 . .25, gamma .9, lambda .8:
+   *   t 2: delta = 2 - .25 = 1.75, A = 1.75, R = 2
+   *   t 0: delta = 1 + .9*.25 - .5 = .725 (V next: the next MODEL token's), A = .725 + .72*1.75 = 1.985, R = 2.485 */
+  {
+    const int           s1[1] = {0}, l1[1] = {3};
+    const unsigned char m1[3] = {1, 2, 1};
+    const float         r1[3] = {1, NAN, 2}, v1[3] = {0.5f, NAN, 0.25f};
+    float               a1[3], R1[3];
+    const double        wa[3] = {1.985, 0, 1.75}, wr[3] = {2.485, 0, 2};
+    rl_gae(1, 3, s1, l1, m1, r1, v1, 0.9, 0.8, a1, R1);
+    check_array("episodes: gae by hand: V after a model token is the next model token's, across the answer", 3, a1, wa, 1e-6);
+    check_array("episodes: gae by hand: returns A + V, 0 on the answer", 3, R1, wr, 1e-6);
+  }
+
+  /* whitening: statistics over the model tokens; the environment's and the
+   * outside entries (finite here, 100 + index: reading them moves the mean) left alone */
+  double wm1, ws1, wm2, ws2;
+  for (int i = 0; i < N; i++) x[i] = rew[i];
+  for (int b = 0; b < EP_B; b++)
+    for (int t = 0; t < EP_T; t++)
+      if (!(ep_in(b, t) && src[b * EP_T + t] == RL_SRC_MODEL)) x[b * EP_T + t] = (float)(100 + b * EP_T + t);
+  for (int i = 0; i < N; i++) keep[i] = x[i];
+  ep_compress(src, x, rc, mlen);
+  rl_whiten(EP_B, EP_T, ep_start, mlen, NULL, rc, &wm1, &ws1);
+  ep_scatter(src, rc, keep, want);
+  rl_whiten(EP_B, EP_T, ep_start, ep_len, src, x, &wm2, &ws2);
+  check_array("episodes: whitening over the model tokens, the environment's tokens left alone", N, x, want, 0);
+  test_report(wm1 == wm2 && ws1 == ws2 && ws2 > 0, "episodes: whitening's statistics are the model tokens'", "mean %g/%g std %g/%g", wm1, wm2, ws1, ws2);
+
+  /* RLOO, groups of 2: {0, 1}, {2, 3}; row 2 has no model token: return 0 */
+  ep_compress(src, rew, cr, mlen);
+  rl_rloo_advantages(EP_B, EP_T, ep_start, mlen, NULL, cr, 2, rc);
+  ep_scatter(src, rc, zero, want);
+  for (int i = 0; i < N; i++) out[i] = NAN;
+  rl_rloo_advantages(EP_B, EP_T, ep_start, ep_len, src, rew, 2, out);
+  check_array("episodes: rloo returns sum the model tokens, advantages on the model tokens only", N, out, want, 0);
+  double R3 = 0;
+  for (int t = 0; t < 3; t++) R3 += rew[3 * EP_T + t];
+  check_value("episodes: rloo: the row without model tokens returns 0 (row 3's advantage is its own return)", out[3 * EP_T], (float)R3, 0);
+
+  /* a batch whose only row has no model token: everything 0, whitening's statistics 0 */
+  {
+    const int           s1[1] = {1}, l1[1] = {3};
+    const unsigned char e1[5] = {1, 2, 2, 2, 1};
+    const float         n1[5] = {NAN, NAN, NAN, NAN, NAN}, sc[1] = {3};
+    float               o1[5], o2[5], y1[5] = {7, 8, 9, 10, 11};
+    double              mm = -1, ss = -1;
+    const double        z5[5] = {0, 0, 0, 0, 0}, y5[5] = {7, 8, 9, 10, 11};
+    rl_kl_rewards(1, 5, s1, l1, e1, n1, n1, sc, 0.1, o1);
+    check_array("episodes, no model token: kl rewards 0 (the score has no token)", 5, o1, z5, 0);
+    rl_gae(1, 5, s1, l1, e1, n1, n1, 1.0, 1.0, o1, o2);
+    check_array("episodes, no model token: gae advantages 0", 5, o1, z5, 0);
+    check_array("episodes, no model token: gae returns 0", 5, o2, z5, 0);
+    rl_returns(1, 5, s1, l1, e1, n1, 1.0, o1);
+    check_array("episodes, no model token: returns 0", 5, o1, z5, 0);
+    rl_rloo_advantages(1, 5, s1, l1, e1, n1, 2, o1);
+    check_array("episodes, no model token: rloo advantages 0", 5, o1, z5, 0);
+    rl_whiten(1, 5, s1, l1, e1, y1, &mm, &ss);
+    check_array("episodes, no model token: whitening leaves x alone", 5, y1, y5, 0);
+    test_report(mm == 0 && ss == 0, "episodes, no model token: whitening's statistics 0", NULL);
+  }
 }
 
 static void test_rm_loss(void)
@@ -531,6 +699,7 @@ int main(int argc, char **argv)
   test_returns_baseline();
   test_grpo();
   test_rloo();
+  test_episodes();
   test_rm_loss();
   test_kl_adapt();
   test_fd();

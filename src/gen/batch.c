@@ -17,6 +17,7 @@ PetscErrorCode gen_batch_create(int n, int Tmax, PetscBool masked, GenBatch *b)
   b->Tmax = Tmax;
   PetscCall(PetscCalloc2(nt, &b->tokens, nt, &b->logprobs));
   PetscCall(PetscCalloc3(n, &b->prompt_len, n, &b->response_len, n, &b->eos));
+  PetscCall(PetscCalloc3(nt, &b->src, n, &b->turns, n, &b->obs_cut));
   if (masked) {
     /* one id per position to start with; gen_generate grows it to fit */
     b->mask_cap = nt > 0 ? nt : 1;
@@ -33,6 +34,7 @@ PetscErrorCode gen_batch_destroy(GenBatch *b)
   PetscFunctionBegin;
   PetscCall(PetscFree2(b->tokens, b->logprobs));
   PetscCall(PetscFree3(b->prompt_len, b->response_len, b->eos));
+  PetscCall(PetscFree3(b->src, b->turns, b->obs_cut));
   PetscCall(PetscFree(b->mask_off));
   PetscCall(PetscFree(b->mask_ids));
   PetscCall(PetscFree2(b->step_seconds, b->step_active));

@@ -8,24 +8,23 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* "ID[,ID...]" into cfg->stop: at most GEN_MAX_STOP non-negative integers. */
-static PetscErrorCode parse_stop(const char *s, GenConfig *cfg)
+PetscErrorCode gen_parse_ids(const char *opt, const char *s, int *ids, int *n)
 {
   const char *p = s;
 
   PetscFunctionBegin;
-  cfg->nstop = 0;
+  *n = 0;
   while (*p) {
     char *end;
     long  v = strtol(p, &end, 10);
 
     PetscCheck(end != p && v >= 0 && v <= INT32_MAX && (*end == ',' || !*end), PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
-               "-gen_stop '%s': expected token ids separated by commas, e.g. 2,0", s);
-    PetscCheck(cfg->nstop < GEN_MAX_STOP, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
-               "-gen_stop '%s': at most %d token ids", s, GEN_MAX_STOP);
-    cfg->stop[cfg->nstop++] = (int)v;
-    p                       = *end ? end + 1 : end;
-    PetscCheck(*p || !*end, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "-gen_stop '%s' ends with a comma", s);
+               "%s '%s': expected token ids separated by commas, e.g. 2,0", opt, s);
+    PetscCheck(*n < GEN_MAX_STOP, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "%s '%s': at most %d token ids", opt, s,
+               GEN_MAX_STOP);
+    ids[(*n)++] = (int)v;
+    p           = *end ? end + 1 : end;
+    PetscCheck(*p || !*end, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG, "%s '%s' ends with a comma", opt, s);
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -35,6 +34,13 @@ PetscBool gen_is_stop(const GenConfig *cfg, int token)
   if (token == cfg->eos) return PETSC_TRUE;
   for (int i = 0; i < cfg->nstop; i++)
     if (token == cfg->stop[i]) return PETSC_TRUE;
+  return PETSC_FALSE;
+}
+
+PetscBool gen_is_turn_stop(const GenEpisode *ep, int token)
+{
+  for (int i = 0; ep && i < ep->nstop; i++)
+    if (token == ep->stop[i]) return PETSC_TRUE;
   return PETSC_FALSE;
 }
 
@@ -79,7 +85,7 @@ PetscErrorCode gen_config_set_from_options(GenConfig *cfg)
               "-gen_min_new_tokens bans only -gen_eos)",
               stop, sizeof stop);
   PetscOptionsEnd();
-  PetscCall(parse_stop(stop, cfg));
+  PetscCall(gen_parse_ids("-gen_stop", stop, cfg->stop, &cfg->nstop));
   PetscCall(PetscOptionsHasName(NULL, "gen_", "-eos", &eos_set));
   PetscCall(PetscOptionsHasName(NULL, "gen_", "-stop", &stop_set));
   cfg->stops_from_deck = (PetscBool)(eos_set || stop_set);

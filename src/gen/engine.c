@@ -39,8 +39,9 @@ PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt
   e->graphs   = (PetscBool)(e->resident && lm->be->graph_begin);
   PetscCall(model_kv_create(lm, S + (e->graphs ? 1 : 0), e->Tmax, &e->kv));
   PetscCall(PetscMalloc3(R, &e->row_tok, R, &e->row_slot, R, &e->row_pos));
-  PetscCall(PetscMalloc6(S, &e->slot_req, S, &e->slot_fresh, S, &e->slot_row, S, &e->finished, S, &e->slot_lead, S,
+  PetscCall(PetscMalloc6(S, &e->slot_req, S, &e->slot_fresh, S, &e->slot_row, 2 * S, &e->finished, S, &e->slot_lead, S,
                          &e->head_rows));
+  PetscCall(PetscMalloc2(S, &e->slot_kv, S, &e->slot_wait));
   e->sampler = backend_cpu();
   if (!e->resident) {
     e->work_bytes = e->sampler->sample_work(S, V);
@@ -75,6 +76,7 @@ PetscErrorCode gen_engine_destroy(GenEngine **eng)
   }
   PetscCall(PetscFree3(e->row_tok, e->row_slot, e->row_pos));
   PetscCall(PetscFree6(e->slot_req, e->slot_fresh, e->slot_row, e->finished, e->slot_lead, e->head_rows));
+  PetscCall(PetscFree2(e->slot_kv, e->slot_wait));
   PetscCall(PetscFree(e->work));
   PetscCall(PetscFree(e->allowed));
   PetscCall(PetscFree5(e->draw_tok, e->draw_na, e->running, e->draw_lp, e->draw_bd));
@@ -232,6 +234,9 @@ static PetscErrorCode batch_reset(GenEngine *e, int n, const GenRequest *req, Ge
   PetscCall(PetscArrayzero(b->logprobs, npos));
   PetscCall(PetscArrayzero(b->response_len, n));
   PetscCall(PetscArrayzero(b->eos, n));
+  PetscCall(PetscArrayzero(b->src, npos));
+  PetscCall(PetscArrayzero(b->turns, n));
+  PetscCall(PetscArrayzero(b->obs_cut, n));
   for (int i = 0; i < n; i++) {
     b->prompt_len[i] = req[i].prompt_len;
     PetscCall(PetscArraycpy(b->tokens + (size_t)i * b->Tmax, req[i].prompt, req[i].prompt_len));
@@ -249,8 +254,10 @@ static PetscErrorCode batch_reset(GenEngine *e, int n, const GenRequest *req, Ge
   b->nsteps     = 0;
   b->prompt_rows = 0;
   b->seconds    = 0;
+  b->env_wait   = 0;
   b->new_tokens = 0;
-  for (int s = 0; s < e->nslot; s++) e->slot_req[s] = -1;
+  e->clock      = 0;
+  for (int s = 0; s < e->nslot; s++) e->slot_req[s] = -1, e->slot_wait[s] = -1;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -261,6 +268,8 @@ static void admit(GenEngine *e)
     if (e->slot_req[s] < 0) {
       e->slot_req[s]   = e->queue[e->qhead++];
       e->slot_fresh[s] = 1;
+      e->slot_kv[s]    = 0;
+      e->slot_wait[s]  = -1;
     }
 }
 
@@ -272,6 +281,14 @@ int gen_engine_running(const GenEngine *e)
 }
 
 int gen_engine_waiting(const GenEngine *e) { return e->qn - e->qhead; }
+
+/* Samples in slots that are not paused for an environment. */
+static int engine_active(const GenEngine *e)
+{
+  int a = 0;
+  for (int s = 0; s < e->nslot; s++) a += e->slot_req[s] >= 0 && e->slot_wait[s] < 0;
+  return a;
+}
 
 int gen_engine_slots(const GenEngine *e) { return e->nslot; }
 
@@ -308,23 +325,28 @@ static int build_rows(GenEngine *e, const GenRequest *req, GenBatch *b, int *act
   share_prompts(e, req);
   for (int s = 0; s < e->nslot; s++) {
     int i = e->slot_req[s], P, len;
-    if (i < 0) continue;
+    if (i < 0 || e->slot_wait[s] >= 0) continue; /* free, or paused for an environment */
     (*active)++;
     P   = req[i].prompt_len;
     len = P + b->response_len[i];
     if (e->slot_fresh[s]) *prefill = PETSC_TRUE;
+    if (e->slot_fresh[s] && e->ep) b->turns[i] = 1;
     if (e->slot_lead[s] >=
         0) { /* the leader's head row gives its logits; its keys and values are copied after the forward */
       e->slot_row[s] = e->slot_row[e->slot_lead[s]];
+      e->slot_kv[s]  = len;
       continue;
     }
     if (e->slot_fresh[s]) b->prompt_rows += P;
-    for (int t = e->slot_fresh[s] ? 0 : len - 1; t < len; t++, N++) {
+    /* a new prompt's rows, a running sample's last token, or that token and
+     * an environment's answer appended after it */
+    for (int t = e->slot_fresh[s] ? 0 : e->slot_kv[s]; t < len; t++, N++) {
       e->row_tok[N]  = b->tokens[(size_t)i * b->Tmax + t];
       e->row_slot[N] = s;
       e->row_pos[N]  = t;
     }
     e->slot_fresh[s]        = 0;
+    e->slot_kv[s]           = len;
     e->head_rows[e->head_n] = N - 1;
     e->slot_row[s]          = e->head_n++;
   }
@@ -380,8 +402,21 @@ static PetscErrorCode draw_record_set(GenEngine *e, size_t k, int j)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Sample i in slot s ends: its slot is free for the next step. */
+static PetscErrorCode finish(GenEngine *e, GenBatch *b, int s, int i, int *nfinished)
+{
+  PetscFunctionBegin;
+  e->slot_req[s]              = -1;
+  e->slot_wait[s]             = -1;
+  e->finished[(*nfinished)++] = i;
+  if (b->mask_off) PetscCall(mask_publish(e, b, i));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* Records running slot j's drawn token and stops the sample at EOS,
- * max_new_tokens (its resumed tokens included) or its budget. */
+ * max_new_tokens (its resumed tokens included) or its budget; in an
+ * episode a turn stop pauses it for the environment (the answer appended
+ * at pass clock + lag), or ends it after the last turn. */
 static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest *req, GenBatch *b, int j,
                               int *nfinished)
 {
@@ -395,15 +430,66 @@ static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest
              iteration + 1, req[i].id, t);
   b->tokens[k]   = tok;
   b->logprobs[k] = e->draw_lp[j];
+  b->src[k]      = GEN_SRC_MODEL;
   if (b->mask_off) PetscCall(draw_record_set(e, k, j));
   b->response_len[i]++;
   b->new_tokens++;
   if (gen_is_stop(&e->cfg, tok)) b->eos[i] = 1;
   if (b->eos[i] || req[i].resumed + b->response_len[i] == e->cfg.max_new_tokens ||
-      b->response_len[i] == req[i].budget) {
-    e->slot_req[s]              = -1;
-    e->finished[(*nfinished)++] = i;
-    if (b->mask_off) PetscCall(mask_publish(e, b, i));
+      b->response_len[i] == req[i].budget)
+    PetscCall(finish(e, b, s, i, nfinished));
+  else if (gen_is_turn_stop(e->ep, tok)) {
+    if (b->turns[i] >= e->ep->max_turns) PetscCall(finish(e, b, s, i, nfinished));
+    else {
+      e->slot_wait[s] = (int)(e->clock + e->ep->lag);
+      PetscCall(e->ep->on_turn(e->ep->ctx, b, i, b->turns[i]));
+    }
+  }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* The environments' answers due at this pass, appended to their samples
+ * (positions without a log-probability or an allowed set, GEN_SRC_ENV):
+ * the sample runs again at this pass's step, its answer's tokens and the
+ * turn stop before them prefilled, or ends (the answer said done, or left
+ * no room). The pass, not the clock, decides, so the same episodes come
+ * out whatever the environment's latency. */
+static PetscErrorCode rejoin(GenEngine *e, const GenRequest *req, GenBatch *b, int *nfinished)
+{
+  const GenEpisode *ep = e->ep;
+
+  PetscFunctionBegin;
+  for (int s = 0; s < e->nslot; s++) {
+    int        i = e->slot_req[s], n, keep, room;
+    size_t     at;
+    const int *ids;
+    PetscBool  done;
+    double     t0;
+
+    if (i < 0 || e->slot_wait[s] < 0 || e->slot_wait[s] > e->clock) continue;
+    t0 = sys_wtime();
+    PetscCall(ep->on_obs(ep->ctx, b, i, &ids, &n, &done));
+    b->env_wait += sys_wtime() - t0;
+    room = (int)e->cfg.max_new_tokens - req[i].resumed - b->response_len[i];
+    keep = PetscMin(PetscMin(n, ep->max_obs), room);
+    at   = (size_t)i * b->Tmax + b->prompt_len[i] + b->response_len[i];
+    for (int j = 0; j < keep; j++) {
+      PetscCheck(ids[j] >= 0 && ids[j] < e->V, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+                 "generation: the environment's answer to sample %d, turn %d has token %d, outside the vocabulary "
+                 "[0,%d)",
+                 req[i].id, b->turns[i], ids[j], e->V);
+      b->tokens[at + j]   = ids[j];
+      b->logprobs[at + j] = 0;
+      b->src[at + j]      = GEN_SRC_ENV;
+      if (b->mask_off) e->mcount[at + j] = 0;
+    }
+    b->response_len[i] += keep;
+    b->obs_cut[i] += n - keep;
+    e->slot_wait[s] = -1;
+    if (done || keep == room) {
+      b->eos[i] = done ? 1 : 0;
+      PetscCall(finish(e, b, s, i, nfinished));
+    } else b->turns[i]++;
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -509,12 +595,11 @@ static PetscErrorCode engine_step(GenEngine *e, uint64_t seed, uint32_t iteratio
 
   PetscFunctionBegin;
   for (int s = 0; s < e->nslot; s++)
-    if (e->slot_req[s] >= 0) e->running[nrun++] = s;
+    if (e->slot_req[s] >= 0 && e->slot_wait[s] < 0) e->running[nrun++] = s;
   for (int j = 0; j < nrun; j++) draw_setup(e, req, b, j);
   if (e->resident) PetscCall(step_resident(e, N, prefill, nrun, &scfg, (PetscBool)(b->mask_off != NULL)));
   else PetscCall(step_host(e, N, nrun, &scfg));
   PetscCall(share_copy(e, req));
-  *nfinished = 0;
   for (int j = 0; j < nrun; j++) PetscCall(advance(e, iteration, req, b, j, nfinished));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -546,10 +631,16 @@ PetscErrorCode gen_generate_run(GenEngine *e, uint64_t seed, uint32_t iteration,
   double t0 = sys_wtime();
 
   PetscFunctionBegin;
+  e->ep = run ? run->episode : NULL;
+  if (e->ep)
+    PetscCheck(e->ep->lag >= 1 && e->ep->max_turns >= 1 && e->ep->max_obs >= 0 && e->ep->on_turn && e->ep->on_obs,
+               PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+               "gen_generate: episodes need lag >= 1 (%d), max_turns >= 1 (%d), max_obs >= 0 (%d) and both callbacks",
+               e->ep->lag, e->ep->max_turns, e->ep->max_obs);
   PetscCall(check_requests(e, n, req, out));
   PetscCall(batch_reset(e, n, req, out));
   PetscCall(queue_reset(e, n, run));
-  for (;;) {
+  for (;; e->clock++) {
     double    ts;
     int       nfin = 0, active = 0;
     PetscBool go = (PetscBool)(gen_engine_waiting(e) > 0 || gen_engine_running(e) > 0);
@@ -559,13 +650,17 @@ PetscErrorCode gen_generate_run(GenEngine *e, uint64_t seed, uint32_t iteration,
     if (run && run->on_step) PetscCall(run->on_step(run->step_ctx, e, out, &go));
     if (!go) break;
     if (!gen_engine_waiting(e) && !gen_engine_running(e)) continue;
+    if (e->ep) PetscCall(rejoin(e, req, out, &nfin));
     ts = sys_wtime();
     admit(e);
-    PetscCall(engine_step(e, seed, iteration, req, out, &active, &nfin));
-    /* the step's time is the engine's alone, the callbacks' is the caller's;
-     * a finished sample's tokens, lengths, log-probabilities and allowed
-     * sets (positions >= 1) are in place when its callback runs */
-    PetscCall(record_step(out, sys_wtime() - ts, active));
+    /* a pass whose every sample waits for its environment runs no step */
+    if (engine_active(e)) {
+      PetscCall(engine_step(e, seed, iteration, req, out, &active, &nfin));
+      /* the step's time is the engine's alone, the callbacks' is the caller's;
+       * a finished sample's tokens, lengths, log-probabilities and allowed
+       * sets (positions >= 1) are in place when its callback runs */
+      PetscCall(record_step(out, sys_wtime() - ts, active));
+    }
     for (int j = 0; j < nfin; j++)
       if (run && run->on_finish) PetscCall(run->on_finish(run->finish_ctx, out, e->finished[j]));
   }
@@ -577,7 +672,7 @@ PetscErrorCode gen_generate_run(GenEngine *e, uint64_t seed, uint32_t iteration,
 PetscErrorCode gen_generate(GenEngine *e, uint64_t seed, uint32_t iteration, int n, const GenRequest *req,
                             GenBatch *out, GenFinishFn on_finish, void *ctx)
 {
-  GenRun run = {NULL, 0, on_finish, ctx, NULL, NULL};
+  GenRun run = {NULL, 0, on_finish, ctx, NULL, NULL, NULL};
 
   PetscFunctionBegin;
   PetscCall(gen_generate_run(e, seed, iteration, n, req, out, &run));

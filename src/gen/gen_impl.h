@@ -15,13 +15,21 @@ struct GenEngine {
   /* per slot: the request it holds (-1: free), whether its prompt still has
    * to be prefilled, the head row whose logits give its next token */
   int        *slot_req, *slot_fresh, *slot_row;
+  /* per slot: the positions whose keys and values are in the cache (the
+   * next forward's rows start there), and for a sample paused at the end
+   * of a model turn the engine pass at which its environment's answer is
+   * appended (-1: not paused) */
+  int        *slot_kv, *slot_wait;
+  long long   clock;     /* engine passes of this generation: the episodes' schedule */
+  const GenEpisode *ep;  /* NULL: no episodes */
   /* the forward rows the head runs on (each slot's last row; head_n of them,
    * ascending): the logits of a prompt's other rows are never computed */
   int        *head_rows, head_n;
   /* per slot admitted in this step: the slot whose prompt rows it shares
    * (-gen_share_prompts; -1: its own) */
   int        *slot_lead;
-  int        *finished; /* request indices that stopped in this step */
+  int        *finished; /* request indices that stopped in this pass (room for 2 per slot: an answer that ends
+                         * an episode frees a slot that a sample then takes and ends in the same pass) */
   /* requests waiting for a slot, in admission order: queue[qhead..qn) */
   int        *queue, qhead, qn, qcap;
   float      *logits;

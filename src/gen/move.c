@@ -91,6 +91,7 @@ PetscErrorCode gen_engine_give(GenEngine *e, GenBatch *b, const int *w, size_t *
   base = (size_t)idx * b->Tmax;
   memcpy(b->tokens + base + P, w + W_HEAD, (size_t)L * sizeof(int));
   memcpy(b->logprobs + base + P, w + W_HEAD + L, (size_t)L * sizeof(float));
+  memset(b->src + base + P, GEN_SRC_MODEL, (size_t)L);
   b->response_len[idx] = L;
   b->eos[idx]          = 0;
   if (b->mask_off)
@@ -103,6 +104,8 @@ PetscErrorCode gen_engine_give(GenEngine *e, GenBatch *b, const int *w, size_t *
     PetscCall(model_kv_put(e->lm, e->kv, s, P + L - 1, (const float *)(ids + nids)));
     e->slot_req[s]   = idx;
     e->slot_fresh[s] = 0;
+    e->slot_kv[s]    = P + L - 1;
+    e->slot_wait[s]  = -1;
     *words += model_kv_floats(e->kv, P + L - 1);
   } else {
     PetscCheck(e->qn < e->qcap, PETSC_COMM_SELF, PETSC_ERR_PLIB, "gen_engine_give: the queue is full");

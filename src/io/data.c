@@ -184,8 +184,9 @@ static PetscErrorCode data_fill(hid_t file, void *vctx)
   for (int i = 0; i < ctx->nextra; i++) {
     const IODataset *x     = &ctx->extra[i];
     hsize_t          xd[2] = {(hsize_t)x->dims[0], (hsize_t)(x->ndim > 1 ? x->dims[1] : 0)};
-    PetscCall(io_dataset_write(file, x->name, x->is_int ? IO_I32LE : IO_F32LE, x->is_int ? IO_INT : IO_FLOAT, x->ndim,
-                               xd, x->data));
+    PetscBool        u8    = (PetscBool)(x->is_int == IO_DATASET_U8);
+    PetscCall(io_dataset_write(file, x->name, u8 ? IO_U8LE : x->is_int ? IO_I32LE : IO_F32LE,
+                               u8 ? IO_UCHAR : x->is_int ? IO_INT : IO_FLOAT, x->ndim, xd, x->data));
   }
   PetscCall(io_attr_write_int(file, "vocab_size", IO_I32LE, d->vocab_size));
   PetscCall(io_attr_write_string(file, "task", ctx->task ? ctx->task : ""));

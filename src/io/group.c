@@ -30,8 +30,9 @@ PetscErrorCode io_group_fill(hid_t g, const IODataset *d, int n, const char *con
   PetscFunctionBegin;
   for (int i = 0; i < n; i++) {
     hsize_t dims[2] = {(hsize_t)d[i].dims[0], (hsize_t)d[i].dims[1]};
-    PetscCall(io_dataset_write(g, d[i].name, d[i].is_int ? IO_I32LE : IO_F32LE, d[i].is_int ? IO_INT : IO_FLOAT,
-                               d[i].ndim, dims, d[i].data));
+    PetscBool u8 = (PetscBool)(d[i].is_int == IO_DATASET_U8);
+    PetscCall(io_dataset_write(g, d[i].name, u8 ? IO_U8LE : d[i].is_int ? IO_I32LE : IO_F32LE,
+                               u8 ? IO_UCHAR : d[i].is_int ? IO_INT : IO_FLOAT, d[i].ndim, dims, d[i].data));
   }
   for (int i = 0; i < nattr; i++) PetscCall(io_attr_write_double(g, attr_names[i], attr_values[i]));
   PetscFunctionReturn(PETSC_SUCCESS);

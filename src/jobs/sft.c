@@ -10,6 +10,7 @@
 typedef struct {
   int    B, T;
   int   *tok, *target, *row; /* [B*T], [B*T], [T+1] */
+  unsigned char *src;        /* [T+1]: row's sources (GEN_SRC_*) */
   float *logprob, *dlogprob; /* [B*T] */
   int    ntrain;             /* trained positions in the whole batch */
 } SFTBatch;
@@ -126,6 +127,7 @@ static PetscErrorCode sft_batch_create(int B, int T, SFTBatch *b)
   b->B = B;
   b->T = T;
   PetscCall(PetscMalloc5(B * T, &b->tok, B * T, &b->target, T + 1, &b->row, B * T, &b->logprob, B * T, &b->dlogprob));
+  PetscCall(PetscMalloc1(T + 1, &b->src));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -133,18 +135,21 @@ static PetscErrorCode sft_batch_destroy(SFTBatch *b)
 {
   PetscFunctionBegin;
   PetscCall(PetscFree5(b->tok, b->target, b->row, b->logprob, b->dlogprob));
+  PetscCall(PetscFree(b->src));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* One row: the sample truncated to T inputs; targets are the next tokens of
- * the response only (-1 elsewhere, which the loss ignores). Returns the
+ * the response only, and of an episode the model's tokens only (-1
+ * elsewhere, which the loss ignores: an environment's answer in a
+ * demonstration is context, not something to learn to say). Returns the
  * number of trained positions. */
 static int sft_fill_row(SFTBatch *b, int r, int len, int prompt_len)
 {
   int n = 0, T = b->T, first = prompt_len > 1 ? prompt_len : 1;
   for (int t = 0; t < T; t++) {
     b->tok[r * T + t]    = t < len ? b->row[t] : TASK_PAD;
-    b->target[r * T + t] = (t + 1 >= first && t + 1 < len) ? b->row[t + 1] : -1;
+    b->target[r * T + t] = (t + 1 >= first && t + 1 < len && b->src[t + 1] != GEN_SRC_ENV) ? b->row[t + 1] : -1;
     n += b->target[r * T + t] >= 0;
   }
   return n;
@@ -157,7 +162,7 @@ static PetscErrorCode sft_fill_train(DemoSource *src, uint64_t pos, SFTBatch *b)
   PetscFunctionBegin;
   b->ntrain = 0;
   for (int r = 0; r < b->B; r++) {
-    PetscCall(demo_source_get(src, pos + (uint64_t)r, b->T + 1, b->row, &len, &pl));
+    PetscCall(demo_source_get_src(src, pos + (uint64_t)r, b->T + 1, b->row, &len, &pl, b->src));
     b->ntrain += sft_fill_row(b, r, len, pl);
   }
   PetscCheck(b->ntrain > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
@@ -174,7 +179,7 @@ static PetscErrorCode sft_fill_eval(const BuiltinTask *task, uint64_t pos, SFTBa
   PetscFunctionBegin;
   b->ntrain = 0;
   for (int r = 0; r < b->B; r++) {
-    int len = task_demo(task, TASK_SPLIT_EVAL, pos + (uint64_t)r, b->row, &pl);
+    int len = task_demo_src(task, TASK_SPLIT_EVAL, pos + (uint64_t)r, b->row, &pl, b->src);
     b->ntrain += sft_fill_row(b, r, PetscMin(len, b->T + 1), pl);
   }
   PetscFunctionReturn(PETSC_SUCCESS);

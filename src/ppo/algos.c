@@ -9,33 +9,38 @@
 /* PPO: GAE over the critic's values, whitened over the batch (-ppo_whiten). */
 static PetscErrorCode adv_gae(Rollout *r, const PPOOptions *o, double kl_reward)
 {
+  const unsigned char *src = rollout_src(r);
+
   PetscFunctionBegin;
-  rl_kl_rewards(r->B, r->T, r->start, r->len, r->gen.logprobs, r->ref, r->final, kl_reward, r->rewards);
-  rl_gae(r->B, r->T, r->start, r->len, r->rewards, r->values, o->gamma, o->lambda, r->adv, r->ret);
-  if (o->whiten) rl_whiten(r->B, r->T, r->start, r->len, r->adv, NULL, NULL);
+  rl_kl_rewards(r->B, r->T, r->start, r->len, src, r->gen.logprobs, r->ref, r->final, kl_reward, r->rewards);
+  rl_gae(r->B, r->T, r->start, r->len, src, r->rewards, r->values, o->gamma, o->lambda, r->adv, r->ret);
+  if (o->whiten) rl_whiten(r->B, r->T, r->start, r->len, src, r->adv, NULL, NULL);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 /* GRPO (Dr. GRPO without -grpo_scale_std): one advantage per sequence, on
- * each of its response tokens, from its score, or with the KL in the
+ * each of its model tokens, from its score, or with the KL in the
  * rewards from the sum of its rewards (score and KL penalty). */
 static PetscErrorCode adv_grpo(Rollout *r, const PPOOptions *o, double kl_reward)
 {
-  float *seq, *sum;
+  const unsigned char *src = rollout_src(r);
+  float               *seq, *sum;
 
   PetscFunctionBegin;
-  rl_kl_rewards(r->B, r->T, r->start, r->len, r->gen.logprobs, r->ref, r->final, kl_reward, r->rewards);
+  rl_kl_rewards(r->B, r->T, r->start, r->len, src, r->gen.logprobs, r->ref, r->final, kl_reward, r->rewards);
   PetscCall(PetscMalloc2(r->B, &seq, r->B, &sum));
   for (int b = 0; b < r->B; b++) {
     double s = 0;
-    for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) s += r->rewards[(size_t)b * r->T + t];
+    for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++)
+      if (rl_is_model(src, (size_t)b * r->T + t)) s += r->rewards[(size_t)b * r->T + t];
     sum[b] = kl_reward > 0 ? (float)s : r->final[b];
   }
   rl_grpo_advantages(r->B, (int)o->group, sum, 1e-6, o->scale_std, seq);
   PetscCall(PetscArrayzero(r->adv, (size_t)r->B * r->T));
   PetscCall(PetscArrayzero(r->ret, (size_t)r->B * r->T));
   for (int b = 0; b < r->B; b++)
-    for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) r->adv[(size_t)b * r->T + t] = seq[b];
+    for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++)
+      if (rl_is_model(src, (size_t)b * r->T + t)) r->adv[(size_t)b * r->T + t] = seq[b]; /* the model's tokens only */
   PetscCall(PetscFree2(seq, sum));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -43,9 +48,11 @@ static PetscErrorCode adv_grpo(Rollout *r, const PPOOptions *o, double kl_reward
 /* RLOO: a sample's baseline is the mean return of the other k-1 of its group. */
 static PetscErrorCode adv_rloo(Rollout *r, const PPOOptions *o, double kl_reward)
 {
+  const unsigned char *src = rollout_src(r);
+
   PetscFunctionBegin;
-  rl_kl_rewards(r->B, r->T, r->start, r->len, r->gen.logprobs, r->ref, r->final, kl_reward, r->rewards);
-  rl_rloo_advantages(r->B, r->T, r->start, r->len, r->rewards, (int)o->group, r->adv);
+  rl_kl_rewards(r->B, r->T, r->start, r->len, src, r->gen.logprobs, r->ref, r->final, kl_reward, r->rewards);
+  rl_rloo_advantages(r->B, r->T, r->start, r->len, src, r->rewards, (int)o->group, r->adv);
   PetscCall(PetscArrayzero(r->ret, (size_t)r->B * r->T));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -54,16 +61,17 @@ static PetscErrorCode adv_rloo(Rollout *r, const PPOOptions *o, double kl_reward
  * whitened over the batch. */
 static PetscErrorCode adv_reinforce_pp(Rollout *r, const PPOOptions *o, double kl_reward)
 {
-  float *base;
+  const unsigned char *src = rollout_src(r);
+  float               *base;
 
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(r->B, &base));
   rl_grpo_advantages(r->B, (int)o->group, r->final, 0.0, 0, base); /* without the std: score less its group's mean */
-  rl_kl_rewards(r->B, r->T, r->start, r->len, r->gen.logprobs, r->ref, base, kl_reward, r->rewards);
+  rl_kl_rewards(r->B, r->T, r->start, r->len, src, r->gen.logprobs, r->ref, base, kl_reward, r->rewards);
   PetscCall(PetscFree(base));
-  rl_returns(r->B, r->T, r->start, r->len, r->rewards, o->gamma, r->ret);
+  rl_returns(r->B, r->T, r->start, r->len, src, r->rewards, o->gamma, r->ret);
   PetscCall(PetscArraycpy(r->adv, r->ret, (size_t)r->B * r->T));
-  rl_whiten(r->B, r->T, r->start, r->len, r->adv, NULL, NULL);
+  rl_whiten(r->B, r->T, r->start, r->len, src, r->adv, NULL, NULL);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -54,6 +54,16 @@ typedef struct {
   int64_t     *pidx;
   int          Bcap;   /* rows allocated (-ppo_dynamic_sampling: candidates generated; B after the selection) */
   PetscBool    scored; /* ref and score computed with the generation (an asynchronous run's frozen calls) */
+  /* the run's environment when the rows are multi-turn episodes (set by
+   * the caller before generating; NULL: single responses) */
+  struct PPOEpisodes *envs;
+  /* The rows are episodes (docs/environments.md): a response holds the
+   * model's segments and an environment's answers, gen.src says which token
+   * is whose, and only the model's are trained on and counted. PETSC_FALSE:
+   * every response token is the model's (gen.src is not read: the paths that
+   * assemble rollouts without episodes do not fill it). Set by whoever fills
+   * the rows; rollout_create sets PETSC_FALSE. */
+  PetscBool    episodes;
   /* -ppo_dynamic_sampling (dynamic.c): candidate groups whose rewards
    * differ, groups of equal rewards used to fill, generation rounds */
   struct {
@@ -126,6 +136,25 @@ typedef struct {
 } PackBuf;
 
 PetscErrorCode rollout_create(int B, int T, PetscBool masked, Rollout *r);
+/* rl.h names the model's source without including gen.h */
+_Static_assert(RL_SRC_MODEL == GEN_SRC_MODEL, "RL_SRC_MODEL (inc/rl.h) must equal GEN_SRC_MODEL (inc/gen.h)");
+/* The per-token sources for the RL math's span functions (inc/rl.h): gen.src
+ * for episodes, else NULL (every response token the model's). */
+static inline const unsigned char *rollout_src(const Rollout *r) { return r->episodes ? r->gen.src : NULL; }
+/* Whether token t (a position in row b's response) is the model's. */
+static inline PetscBool rollout_is_model(const Rollout *r, int b, int t)
+{
+  return rl_is_model(rollout_src(r), (size_t)b * (size_t)r->T + (size_t)t) ? PETSC_TRUE : PETSC_FALSE;
+}
+/* The model's tokens in row b's response: the length that the loss
+ * weights, the length metrics, the overlong shaping and the length reward
+ * use (r->len[b] without episodes). Inline, so that any file of src/ppo
+ * may call it without a call circle. */
+static inline int rollout_model_len(const Rollout *r, int b)
+{
+  const unsigned char *src = rollout_src(r);
+  return rl_model_tokens(src ? src + (size_t)b * (size_t)r->T : NULL, r->start[b], r->len[b]);
+}
 PetscErrorCode rollout_destroy(Rollout *r);
 PetscErrorCode packbuf_create(int nmax, int T, PackBuf *pb);
 PetscErrorCode packbuf_destroy(PackBuf *pb);
@@ -163,6 +192,27 @@ PetscErrorCode rollout_prox_inference(Model *actor, Rollout *r, const PPOOptions
 typedef enum { ROLLOUT_REF = 0, ROLLOUT_SCORE = 1, ROLLOUT_VALUES = 2 } RolloutInfer;
 PetscErrorCode rollout_infer_rows(Model *m, RolloutInfer kind, Rollout *r, const PPOOptions *o, PackBuf *pb,
                                   const int *idx, int nb);
+/* Multi-turn episodes (src/ppo/episodes.c, docs/environments.md): the
+ * environment of -env and the engine's callbacks on it. setup: NULL when
+ * the run has none; rows: the most rows a generation has (the
+ * environment's request indices); vocab: the ids an answer may hold.
+ * begin: before generating rows b0..b0+n-1 of r (req[0..n) those rows'
+ * requests): every episode reset; *ep for the engine's GenRun. gen: the
+ * engine's settings, the turn stops taken out of -gen_stop. share: the
+ * rows' environment results to every rank of m (with the generation's). */
+typedef struct PPOEpisodes PPOEpisodes;
+PetscErrorCode ppo_episodes_setup(const PPOOptions *o, const TokenTable *tt, int vocab, int rows, PPOEpisodes **x);
+PetscErrorCode ppo_episodes_destroy(PPOEpisodes **x);
+PetscErrorCode ppo_episodes_begin(PPOEpisodes *x, uint64_t seed, uint32_t iteration, const GenRequest *req,
+                                  const Rollout *r, int b0, int n, const GenEpisode **ep);
+GenConfig      ppo_episodes_gen(const PPOEpisodes *x, const GenConfig *gen);
+PetscErrorCode ppo_episodes_share(const Mesh *m, PPOEpisodes *x, int B);
+/* Row b's environment rewards (summed), answers to model turns, and their
+ * seconds; 0 without episodes. */
+double ppo_episode_reward(const Rollout *r, int b);
+int    ppo_episode_calls(const Rollout *r, int b);
+double ppo_episode_seconds(const Rollout *r, int b);
+
 /* The rewards besides the reward model (src/ppo/rewards.c). Setup: the
  * token table from the first of tables[] holding /tokenizer (else the
  * built-in arithmetic task's characters), the command started on world
@@ -185,7 +235,7 @@ PetscErrorCode rollout_rule_rewards(PPORewards *rw, const PPOOptions *o, Rollout
  * failure is raised on every rank. */
 PetscErrorCode rollout_command_rewards(PPORewards *rw, const PPOOptions *o, Rollout *r, int iteration);
 /* r->final from the reward model's score (when there is one), the rule
- * rewards and the overlong shaping. */
+ * rewards, the environment's (episodes) and the overlong shaping. */
 void rollout_final_scores(Rollout *r, const PPOOptions *o);
 /* DAPO's dynamic sampling (src/ppo/dynamic.c): the groups kept over an
  * iteration's generation rounds. dynamic_begin makes the store for a batch

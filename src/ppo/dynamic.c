@@ -33,6 +33,7 @@ static PetscErrorCode row_copy(const Rollout *s, int src, Rollout *d, int dst, i
   }
   memcpy(h->tokens + (size_t)dst * T, g->tokens + (size_t)src * T, T * sizeof(int));
   memcpy(h->logprobs + (size_t)dst * T, g->logprobs + (size_t)src * T, T * sizeof(float));
+  if (g->src && h->src) memcpy(h->src + (size_t)dst * T, g->src + (size_t)src * T, T); /* episodes' sources */
   h->prompt_len[dst] = g->prompt_len[src], h->response_len[dst] = g->response_len[src], h->eos[dst] = g->eos[src];
   d->start[dst] = s->start[src], d->len[dst] = s->len[src];
   d->score[dst] = s->score[src], d->final[dst] = s->final[src], d->gold[dst] = s->gold[src],
@@ -50,6 +51,7 @@ PetscErrorCode dynamic_begin(const Rollout *r, int B, DynamicStore *ds)
   PetscFunctionBegin;
   PetscCall(PetscMemzero(ds, sizeof *ds));
   PetscCall(rollout_create(B, r->T, r->gen.mask_off ? PETSC_TRUE : PETSC_FALSE, &ds->r));
+  ds->r.episodes = r->episodes;
   PetscCall(PetscCalloc3(B, &ds->r.answer, B, &ds->r.meta, B,
                          &ds->r.pidx)); /* the store's own: a rollout's are its caller's */
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -12,7 +12,8 @@ double rollout_kl(const Rollout *r)
   double kl = 0;
   for (int b = 0; b < r->B; b++)
     for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++)
-      kl += (double)r->gen.logprobs[(size_t)b * r->T + t] - (double)r->ref[(size_t)b * r->T + t];
+      if (rollout_is_model(r, b, t))
+        kl += (double)r->gen.logprobs[(size_t)b * r->T + t] - (double)r->ref[(size_t)b * r->T + t];
   return kl / r->B;
 }
 
@@ -25,6 +26,7 @@ static double rollout_kl_k3(const Rollout *r)
   double kl = 0;
   for (int b = 0; b < r->B; b++)
     for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) {
+      if (!rollout_is_model(r, b, t)) continue; /* an environment's tokens: no policy, no KL */
       double x = (double)r->ref[(size_t)b * r->T + t] - (double)r->gen.logprobs[(size_t)b * r->T + t];
       kl += expm1(x) - x;
     }
@@ -86,6 +88,7 @@ PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, c
   if (N == 0) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(rollout_create(N, max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
   r.answer = e->answer, r.meta = e->meta, r.pidx = e->pidx;
+  r.envs   = m->eps;
   PetscCall(packbuf_create(N, r.T, &pb));
   PetscCall(dmodel_acquire(policy));
   {

@@ -200,6 +200,7 @@ static PetscErrorCode generate(IterCtx *c)
 
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(sys_log.generate, 0, 0, 0, 0));
+  a.r->envs = c->m->eps;
   if (c->hooks && c->hooks->generate) PetscCall(c->hooks->generate(c->hooks->ctx, &a));
   else PetscCall(rollout_generate_part(a.policy, &c->o->gen, a.max_prompt, a.seed, a.draw, a.req, a.r, a.part));
   PetscCall(PetscLogEventEnd(sys_log.generate, 0, 0, 0, 0));

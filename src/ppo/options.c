@@ -153,6 +153,7 @@ PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
            -1, &o->async_partial_extra);
   PetscOptionsEnd();
   PetscCall(reward_options_from_options(&o->reward)); /* src/reward owns the -reward_ options */
+  PetscCall(env_options_from_options(&o->env));       /* src/env owns the -env_ options */
   PetscOptionsBegin(PETSC_COMM_WORLD, "grpo_", "GRPO", NULL);
   RfOptBool("-scale_std",
             "Divide a GRPO advantage by its group's standard deviation (false: Dr. GRPO, only the mean subtracted)",
@@ -262,6 +263,18 @@ PetscErrorCode ppo_check_options(PPOOptions *o)
              "-async_staleness %" PetscInt_FMT " with -ppo_dynamic_sampling: the selection's later rounds would "
                                                "generate inside the training iteration; use one of them",
              o->async_staleness);
+  /* episodes in this version: synchronous batches generated where they are trained */
+  PetscCheck(!env_on(&o->env) || !o->async_staleness, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-env %s with -async_staleness %" PetscInt_FMT
+             ": asynchronous batches do not carry episodes yet; run synchronously (-async_staleness 0)",
+             o->env.kind, o->async_staleness);
+  PetscCheck(!env_on(&o->env) || o->plan.fuse == FUSE_NONE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-env %s with -fuse_gen_inf %s: streamed and migrated samples do not carry episodes yet; use "
+             "-fuse_gen_inf none",
+             o->env.kind, FuseModeNames[o->plan.fuse]);
+  PetscCheck(strcmp(o->env.kind, "calc") || o->task.kind == TASK_KIND_ARITH, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-env calc is the arithmetic task's calculator, in its characters: it needs -task arith (the task is %s)",
+             TaskKindNames[o->task.kind]);
   PetscCheck(!o->async_staleness || o->plan.fuse == FUSE_NONE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
              "-async_staleness %" PetscInt_FMT
              " with -fuse_gen_inf %s: the fused rollouts stream one batch into inference; use -fuse_gen_inf none",

@@ -72,6 +72,7 @@ typedef struct {
   PPOFusedTrain     fuse;                   /* the fused training stage (fuse.on: -fuse_train 1) */
   RolloutGenFuse    genfuse;                /* the fused rollouts' state (-fuse_gen_inf) */
   PPORewards        rew;                    /* rule rewards, the reward command, the judge */
+  PPOEpisodes      *eps;                    /* the environment of multi-turn episodes (NULL: none) */
 } PPOModels;
 
 static inline DModel *ppo_gen_model(PPOModels *m) { return m->gen_copy ? &m->actor_gen : &m->actor; }
@@ -113,7 +114,8 @@ PetscErrorCode rollout_genfuse_call(PPOModels *m, const PPOOptions *o, const Gen
                                     GenFuseTimes *tm);
 
 /* ---- the held-out evaluation (src/ppo/eval.c) --------------------------------- */
-/* Mean over sequences of the summed per-token log-ratio to the reference. */
+/* Mean over sequences of the summed per-token log-ratio to the reference
+ * (over the model's tokens). */
 double rollout_kl(const Rollout *r);
 /* An evaluation's results (NaN where they do not apply): gold (the mean
  * judge score: accuracy, pass@1 over all responses, with answers), pass@k

@@ -103,13 +103,18 @@ PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPO
 {
   double n = s->steps ? (double)s->steps : 1.0, len = 0, lmax = 0, eos = 0, toks = 0;
   char   parts[128];
+  int   *mlen = r->len; /* the responses' lengths as the model's tokens (episodes: without the environment's) */
 
   PetscFunctionBegin;
+  if (r->episodes) {
+    PetscCall(PetscMalloc1(r->B, &mlen));
+    for (int b = 0; b < r->B; b++) mlen[b] = rollout_model_len(r, b);
+  }
   for (int b = 0; b < r->B; b++) {
-    len += r->len[b];
-    lmax = PetscMax(lmax, r->len[b]);
+    len += mlen[b];
+    lmax = PetscMax(lmax, mlen[b]);
     eos += r->gen.eos[b];
-    toks += r->start[b] + r->len[b];
+    toks += r->start[b] + r->len[b]; /* throughput: every token the forwards ran */
   }
   len /= r->B;
   const char *names[] = { "gold",         "rm_score",          "kl",
@@ -138,11 +143,12 @@ PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPO
   for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++)
     if (k != 1 || m->has_reward) PetscCall(record_metric(rec, names[k], vals[k])); /* rm_score: with a reward model */
   { /* this iteration's response lengths, replacing the previous iteration's: the histogram of tools/report.py */
-    const IODataset   dl   = {"lengths", 1, {r->B, 0}, r->len, PETSC_TRUE};
+    const IODataset   dl   = {"lengths", 1, {r->B, 0}, mlen, PETSC_TRUE};
     const char *const an[] = {"iteration"};
     const double      av[] = {(double)l->it};
     PetscCall(record_group(rec, "responses", &dl, 1, an, av, 1));
   }
+  if (mlen != r->len) PetscCall(PetscFree(mlen));
   PetscCall(record_time(rec, "iteration", l->iter_s));
   PetscCall(record_time(rec, "generation", tm->gen));
   PetscCall(record_time(rec, "ref_inference", tm->ref));

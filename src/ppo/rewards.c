@@ -61,12 +61,18 @@ PetscErrorCode ppo_rewards_destroy(PPORewards *rw)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The response of row b as text (without its final stop token). */
+/* The response of row b as text (without its final stop token); in an
+ * episode its final answer: the model's tokens after the environment's
+ * last answer. */
 static const char *response_text(PPORewards *rw, const Rollout *r, int b, size_t *n)
 {
-  const int *row = r->gen.tokens + (size_t)b * r->T;
-  int        len = r->len[b] - (r->gen.eos[b] && r->len[b] > 0 ? 1 : 0);
-  *n             = token_table_decode(&rw->tt, row + r->start[b], len, &rw->text, &rw->cap);
+  const int           *row = r->gen.tokens + (size_t)b * r->T;
+  const unsigned char *src = r->gen.src + (size_t)b * r->T;
+  int                  s = r->start[b], end = s + r->len[b] - (r->gen.eos[b] && r->len[b] > 0 ? 1 : 0);
+  if (r->envs)
+    for (int t = s; t < end; t++)
+      if (src[t] == GEN_SRC_ENV) s = t + 1;
+  *n = token_table_decode(&rw->tt, row + s, end - s, &rw->text, &rw->cap);
   return rw->text;
 }
 
@@ -154,7 +160,7 @@ PetscErrorCode rollout_command_rewards(PPORewards *rw, const PPOOptions *o, Roll
 void rollout_final_scores(Rollout *r, const PPOOptions *o)
 {
   for (int b = 0; b < r->B; b++) {
-    double f = r->rule[b] +
+    double f = r->rule[b] + ppo_episode_reward(r, b) +
                rl_overlong_penalty(r->len[b], (int)o->gen.max_new_tokens, (int)o->overlong_buffer, o->overlong_penalty);
     if (o->has_reward_model)
       f += o->reward.model_weight * rl_final_score(r->score[b], r->gen.eos[b], o->reward_clip, o->truncation_penalty);

@@ -29,7 +29,7 @@ PetscErrorCode rollout_create(int B, int T, PetscBool masked, Rollout *r)
   r->async.version = r->async.tver = NULL;
   r->async.ppos    = NULL;
   r->off.prox = r->off.isw = NULL;
-  r->off.on = r->scored = PETSC_FALSE;
+  r->off.on = r->scored = r->episodes = PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -69,7 +69,9 @@ PetscErrorCode packbuf_destroy(PackBuf *pb)
 }
 
 /* Tokens of sequences idx[] into rows of length Tf, with LM targets (the
- * response tokens) and the generation's allowed sets per row. */
+ * response tokens: of episodes the model's only, so that the environment's
+ * get no log-probability, 0, from any forward) and the generation's allowed
+ * sets per row. */
 static PetscErrorCode pack_rows(const Rollout *r, const int *idx, int nb, int Tf, PackBuf *pb)
 {
   const GenBatch *g = &r->gen;
@@ -85,7 +87,7 @@ static PetscErrorCode pack_rows(const Rollout *r, const int *idx, int nb, int Tf
     for (int s = 0; s < Tf; s++) {
       int t = s + 1, row = i * Tf + s;
       pb->tok[row]      = s < end ? tok[s] : TASK_PAD;
-      pb->target[row]   = (t >= P && t < end) ? tok[t] : -1;
+      pb->target[row]   = (t >= P && t < end && rollout_is_model(r, idx[i], t)) ? tok[t] : -1;
       pb->mask_off[row] = (int)nid;
       if (g->mask_off && pb->target[row] >= 0) {
         size_t k0 = (size_t)g->mask_off[(size_t)idx[i] * r->T + t],
@@ -138,11 +140,13 @@ PetscErrorCode rollout_forward_values(Model *m, const Rollout *r, const int *idx
 }
 
 /* Scatters forward-row values (row s -> position s+1) of the response
- * positions of sequence idx into an aligned [B,T] array. */
+ * positions of sequence idx into an aligned [B,T] array (of episodes the
+ * model's positions only: the callers zeroed the rest). */
 static void scatter_response(const Rollout *r, int idx, const float *rows, int i, int Tf, float *out)
 {
   int P = r->start[idx], end = P + r->len[idx];
-  for (int t = P; t < end; t++) out[(size_t)idx * r->T + t] = rows[i * Tf + t - 1];
+  for (int t = P; t < end; t++)
+    if (rollout_is_model(r, idx, t)) out[(size_t)idx * r->T + t] = rows[i * Tf + t - 1];
 }
 
 static void micro_indices(int b0, int nb, int *idx)
@@ -265,8 +269,9 @@ PetscErrorCode rollout_infer_rows(Model *m, RolloutInfer kind, Rollout *r, const
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The first non-finite value of a [B,T] array over the response tokens, or of a [B] array: 1 with its row and
- * response token set. One pass over rows already in memory. */
+/* The first non-finite value of a [B,T] array over the model's response tokens (an environment's have no
+ * log-probability), or of a [B] array: 1 with its row and response token set. One pass over rows already in
+ * memory. */
 static int first_bad(const Rollout *r, const float *x, PetscBool per_token, int *row, int *tok)
 {
   for (int b = 0; b < r->B; b++) {
@@ -276,7 +281,7 @@ static int first_bad(const Rollout *r, const float *x, PetscBool per_token, int 
       continue;
     }
     for (int t = t0; t < t1; t++)
-      if (!isfinite(x[(size_t)b * r->T + t])) return *row = b, *tok = t - t0, 1;
+      if (rollout_is_model(r, b, t) && !isfinite(x[(size_t)b * r->T + t])) return *row = b, *tok = t - t0, 1;
   }
   return 0;
 }
@@ -318,18 +323,36 @@ PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coe
   const double kr = ppo_kl_as_loss(o) ? 0.0 : kl_coef; /* the KL's coefficient in the rewards */
 
   PetscFunctionBegin;
+  PetscCheck(!r->episodes || r->gen.src, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+             "rollout_advantages: iteration %lld's rollout holds episodes but no per-token sources (gen.src)",
+             iteration);
   rollout_final_scores(r, o);
   PetscCall(rollout_check_finite(r, o, iteration));
   PetscCall(ppo_algo(o)->advantages(r, o, kr));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Episodes: each token's turn, 0 on the prompt (and past the response), k
+ * on the model's k-th segment and on the environment's answer to it. */
+static void rollout_turns(const Rollout *r, int *turn)
+{
+  for (int b = 0; b < r->B; b++) {
+    const unsigned char *src = r->gen.src + (size_t)b * r->T;
+    int                 *row = turn + (size_t)b * r->T, k = 0, s = r->start[b], e = s + r->len[b];
+    for (int t = 0; t < r->T; t++) {
+      PetscBool in = (PetscBool)(t >= s && t < e);
+      if (in && src[t] == GEN_SRC_MODEL && (t == s || src[t - 1] != GEN_SRC_MODEL)) k++; /* a segment begins */
+      row[t] = in ? k : 0;
+    }
+  }
+}
+
 PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, int iteration, const PPOOptions *o,
                             double kl_coef)
 {
   char            group[32];
-  int             B = r->B, T = r->T;
-  IODataset d[20] = {
+  int             B = r->B, T = r->T, *turn = NULL;
+  IODataset d[24] = {
     {"tokens",           2, {B, T}, r->gen.tokens,       PETSC_TRUE },
     {"prompt_lengths",   1, {B, 1}, r->start,            PETSC_TRUE },
     {"response_lengths", 1, {B, 1}, r->len,              PETSC_TRUE },
@@ -367,8 +390,15 @@ PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, i
       d[nd++] = (IODataset){"behaviour_weights", 2, {B, T}, r->off.isw, PETSC_FALSE};
     }
   }
+  if (r->episodes) { /* who produced each token, and its turn */
+    PetscCall(PetscMalloc1((size_t)B * T, &turn));
+    rollout_turns(r, turn);
+    d[nd++] = (IODataset){"source", 2, {B, T}, r->gen.src, IO_DATASET_U8};
+    d[nd++] = (IODataset){"turn", 2, {B, T}, turn, PETSC_TRUE};
+  }
   PetscCall(PetscSNPrintf(group, sizeof group, "iter_%d", iteration));
   PetscCall(io_group_append(comm, path, group, d, nd, an, av, 3));
   PetscCall(PetscFree(steps));
+  PetscCall(PetscFree(turn));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -29,15 +29,21 @@ PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, in
 {
   const Mesh *m = policy->mesh;
   GenEngine  *eng;
+  GenRun      run = {NULL, 0, fn, ctx, NULL, NULL, NULL};
+  GenConfig   g   = r->envs ? ppo_episodes_gen(r->envs, gen) : *gen;
 
   PetscFunctionBegin;
+  r->episodes = (PetscBool)(r->envs != NULL);
   if (!dmodel_member(policy)) PetscFunctionReturn(PETSC_SUCCESS);
   exec_rows(r->B, m->dp, m->d, &part->b0, &part->b1);
   part->own = (PetscBool)(part->b0 > 0 || part->b1 < r->B);
   if (part->own) PetscCall(gen_batch_create(part->b1 - part->b0, r->T, gen_masked(gen), &part->b));
-  PetscCall(gen_engine_create(policy->lm, gen, max_prompt, &eng));
-  PetscCall(
-      gen_generate(eng, seed, iteration, part->b1 - part->b0, req + part->b0, part->own ? &part->b : &r->gen, fn, ctx));
+  if (r->envs) /* each replica's rows talk to its environment; one rank per replica (checked at setup) */
+    PetscCall(ppo_episodes_begin(r->envs, seed, iteration, req + part->b0, r, part->b0, part->b1 - part->b0,
+                                 &run.episode));
+  PetscCall(gen_engine_create(policy->lm, &g, max_prompt, &eng));
+  PetscCall(gen_generate_run(eng, seed, iteration, part->b1 - part->b0, req + part->b0,
+                             part->own ? &part->b : &r->gen, &run));
   PetscCall(gen_engine_destroy(&eng));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -53,8 +59,11 @@ static void part_copy_rows(const GenPart *part, GenBatch *g, int *count)
     g->prompt_len[b]   = p->prompt_len[i];
     g->response_len[b] = p->response_len[i];
     g->eos[b]          = p->eos[i];
+    g->turns[b]        = p->turns[i];
+    g->obs_cut[b]      = p->obs_cut[i];
   }
   memcpy(g->tokens + at, p->tokens, (size_t)p->n * T * sizeof(int));
+  memcpy(g->src + at, p->src, (size_t)p->n * T);
   memcpy(g->logprobs + at, p->logprobs, (size_t)p->n * T * sizeof(float));
   if (p->mask_off && count)
     for (size_t k = 0; k < (size_t)p->n * T; k++) count[at + k] = p->mask_off[k + 1] - p->mask_off[k];
@@ -135,6 +144,9 @@ PetscErrorCode rollout_share_genbatch(const Mesh *m, GenPart *part, GenBatch *g)
   PetscCall(exec_share_rows(m, B, 1, MPI_INT, g->prompt_len));
   PetscCall(exec_share_rows(m, B, 1, MPI_INT, g->response_len));
   PetscCall(exec_share_rows(m, B, 1, MPI_INT, g->eos));
+  PetscCall(exec_share_rows(m, B, T, MPI_UNSIGNED_CHAR, g->src)); /* who produced each token (episodes) */
+  PetscCall(exec_share_rows(m, B, 1, MPI_INT, g->turns));
+  PetscCall(exec_share_rows(m, B, 1, MPI_INT, g->obs_cut));
   if (g->mask_off) PetscCall(share_masks(m, part, head, count, g));
   PetscCall(share_steps(m, g, part, head));
   g->new_tokens = 0;
@@ -152,6 +164,8 @@ PetscErrorCode rollout_share_gen(const Mesh *m, GenPart *part, Rollout *r)
              "rollout_share_gen: the batch holds %d rows of %d, the rollout %d of %d", r->gen.n, r->gen.Tmax, r->B,
              r->T);
   PetscCall(rollout_share_genbatch(m, part, &r->gen));
+  if (r->envs) PetscCall(ppo_episodes_share(m, r->envs, r->B)); /* their environment's rewards, calls, time */
+  r->episodes = (PetscBool)(r->envs != NULL);
   PetscCall(rollout_finish_gen(r));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

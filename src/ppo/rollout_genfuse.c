@@ -421,7 +421,7 @@ static PetscErrorCode generate_migrate(PPOModels *m, const PPOOptions *o, const 
   fin.s = s, fin.owner = part->owner;
   PetscCall(genfuse_migrator_begin(gs->comm, gm, r->B, tm->rt, (int)o->plan.migrate_to, m->bucket, &mg));
   mg.after = after_migration, mg.after_ctx = &after;
-  run = (GenRun){own, part->b1 - part->b0, exec_is_head(gm) ? mig_finished : NULL, &fin, NULL, NULL};
+  run = (GenRun){own, part->b1 - part->b0, exec_is_head(gm) ? mig_finished : NULL, &fin, NULL, NULL, NULL};
   if (tm->rt > 0 && gm->dp > 1) run.on_step = genfuse_migrate_step, run.step_ctx = &mg;
   PetscCall(gen_engine_create(gen->lm, &o->gen, max_prompt, &eng));
   PetscCall(gen_generate_run(eng, seed, iteration, r->B, req, &part->b, &run));

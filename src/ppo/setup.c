@@ -181,6 +181,7 @@ PetscErrorCode ppo_models_destroy(PPOModels *m)
   PetscCall(ppo_fused_train_destroy(&m->fuse));
   PetscCall(rollout_genfuse_teardown(&m->genfuse));
   PetscCall(ppo_rewards_destroy(&m->rew));
+  PetscCall(ppo_episodes_destroy(&m->eps));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

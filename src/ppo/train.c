@@ -31,7 +31,7 @@ typedef struct {
   PackBuf          *pb;      /* packing scratch, used within one forward */
   const int        *rows;    /* this replica's sequences of the mini-batch */
   MicroSplit        split;   /* rows [split.b0, b1) of the mini-batch's permutation */
-  int               ntok, nseq; /* response tokens and sequences of the whole mini-batch */
+  int               ntok, nseq; /* response (model) tokens and sequences of the whole mini-batch */
   double            kl_coef;
   MiniSums          sum;     /* on the last stage */
   /* Per micro-batch, kept from its forward to its backward (any schedule):
@@ -47,13 +47,14 @@ static float token_mean(const MiniBatch *mb)
 }
 
 /* Aligned view of forward rows for sequence idx (row i of the forward):
- * pb->al[t] = rows[i*Tf + t-1] on response positions, 0 elsewhere; pb->w
- * the token weights. */
+ * pb->al[t] = rows[i*Tf + t-1] on the model's response positions, 0
+ * elsewhere; pb->w the token weights (0 on an environment's tokens: not
+ * actions, so neither the losses nor the statistics see them). */
 static void align_row(const Rollout *r, PackBuf *pb, int idx, const float *rows, int i, int Tf, float w)
 {
   int P = r->start[idx], end = P + r->len[idx];
   for (int t = 0; t < r->T; t++) {
-    PetscBool in = (PetscBool)(t >= P && t < end);
+    PetscBool in = (PetscBool)(t >= P && t < end && rollout_is_model(r, idx, t));
     pb->al[t]    = in ? rows[i * Tf + t - 1] : 0.0f;
     pb->w[t]     = in ? w : 0.0f;
     pb->dal[t]   = 0.0f;
@@ -113,7 +114,7 @@ static PetscErrorCode actor_forward(void *ctx, Model *actor, int k)
   for (int i = 0; i < nb; i++) {
     double cf;
     size_t off = (size_t)idx[i] * T;
-    int    len = r->len[idx[i]];
+    int    len = rollout_model_len(r, idx[i]);
     float  wt = token_mean(mb), wa = (float)rl_token_weight((RLLossAgg)mb->o->loss_agg, mb->ntok, mb->nseq, len,
                                                             (int)mb->o->gen.max_new_tokens);
 
@@ -216,7 +217,7 @@ static PetscErrorCode train_models(PPOFusedTrain *fz, Trainer *tr[2], const PPOO
       int        ntok = 0;
       PetscReal  lr, gn;
 
-      for (int i = 0; i < nmb; i++) ntok += r->len[all[i]];
+      for (int i = 0; i < nmb; i++) ntok += rollout_model_len(r, all[i]);
       for (int x = 0; x < nm; x++) {
         mb[x].rows = all;
         mb[x].ntok = ntok;

@@ -19,16 +19,37 @@ static void zero_outside(int T, int s, int l, float *row)
   for (int t = s + l; t < T; t++) row[t] = 0;
 }
 
-void rl_kl_rewards(int B, int T, const int *start, const int *len, const float *logp, const float *ref,
-                   const float *score, double kl_coef, float *rewards)
+int rl_model_tokens(const unsigned char *src_row, int start, int len)
+{
+  int n = 0;
+
+  if (!src_row) return len;
+  for (int t = start; t < start + len; t++) n += src_row[t] == RL_SRC_MODEL;
+  return n;
+}
+
+/* The position of row o's last model token in [s, s+l), or -1. */
+static int last_model(const unsigned char *src, size_t o, int s, int l)
+{
+  for (int t = s + l - 1; t >= s; t--)
+    if (rl_is_model(src, o + t)) return t;
+  return -1;
+}
+
+void rl_kl_rewards(int B, int T, const int *start, const int *len, const unsigned char *src, const float *logp,
+                   const float *ref, const float *score, double kl_coef, float *rewards)
 {
   for (int b = 0; b < B; b++) {
     size_t o = (size_t)b * (size_t)T;
-    int    s = start[b], l = len[b];
+    int    s = start[b], l = len[b], last = last_model(src, o, s, l);
     zero_outside(T, s, l, rewards + o);
     for (int t = s; t < s + l; t++) {
+      if (!rl_is_model(src, o + t)) {
+        rewards[o + t] = 0;
+        continue;
+      }
       double r = -kl_coef * ((double)logp[o + t] - (double)ref[o + t]);
-      if (t == s + l - 1) r += (double)score[b];
+      if (t == last) r += (double)score[b];
       rewards[o + t] = (float)r;
     }
   }
@@ -40,8 +61,10 @@ double rl_final_score(double rm_score, int eos, double clip, double truncation_p
   return clip > 0 ? clampd(rm_score, -clip, clip) : rm_score;
 }
 
-void rl_gae(int B, int T, const int *start, const int *len, const float *rewards, const float *values, double gamma,
-            double lambda, float *adv, float *ret)
+/* Backwards over the model tokens: the environment's tokens in between are
+ * skipped (written 0), so v_next and a_next are the next model token's. */
+void rl_gae(int B, int T, const int *start, const int *len, const unsigned char *src, const float *rewards,
+            const float *values, double gamma, double lambda, float *adv, float *ret)
 {
   for (int b = 0; b < B; b++) {
     size_t o = (size_t)b * (size_t)T;
@@ -50,6 +73,10 @@ void rl_gae(int B, int T, const int *start, const int *len, const float *rewards
     zero_outside(T, s, l, adv + o);
     zero_outside(T, s, l, ret + o);
     for (int t = s + l - 1; t >= s; t--) {
+      if (!rl_is_model(src, o + t)) {
+        adv[o + t] = ret[o + t] = 0;
+        continue;
+      }
       double v = values[o + t], delta = (double)rewards[o + t] + gamma * v_next - v;
       double a = delta + gamma * lambda * a_next;
       adv[o + t] = (float)a;
@@ -60,31 +87,39 @@ void rl_gae(int B, int T, const int *start, const int *len, const float *rewards
   }
 }
 
-void rl_returns(int B, int T, const int *start, const int *len, const float *rewards, double gamma, float *ret)
+void rl_returns(int B, int T, const int *start, const int *len, const unsigned char *src, const float *rewards,
+                double gamma, float *ret)
 {
   for (int b = 0; b < B; b++) {
     size_t o = (size_t)b * (size_t)T;
     double g = 0;
     zero_outside(T, start[b], len[b], ret + o);
     for (int t = start[b] + len[b] - 1; t >= start[b]; t--) {
+      if (!rl_is_model(src, o + t)) {
+        ret[o + t] = 0;
+        continue;
+      }
       g          = (double)rewards[o + t] + gamma * g;
       ret[o + t] = (float)g;
     }
   }
 }
 
-void rl_whiten(int B, int T, const int *start, const int *len, float *x, double *mean, double *std)
+void rl_whiten(int B, int T, const int *start, const int *len, const unsigned char *src, float *x, double *mean,
+               double *std)
 {
   double sum = 0, ss = 0, m = 0, sd = 0;
   size_t n = 0;
 
   for (int b = 0; b < B; b++)
-    for (int t = start[b]; t < start[b] + len[b]; t++) sum += x[(size_t)b * T + t], n++;
+    for (int t = start[b]; t < start[b] + len[b]; t++)
+      if (rl_is_model(src, (size_t)b * T + t)) sum += x[(size_t)b * T + t], n++;
   if (n > 0) {
     m = sum / (double)n;
     /* two passes: the one-pass formula loses digits when |mean| >> std */
     for (int b = 0; b < B; b++)
       for (int t = start[b]; t < start[b] + len[b]; t++) {
+        if (!rl_is_model(src, (size_t)b * T + t)) continue;
         double d = x[(size_t)b * T + t] - m;
         ss += d * d;
       }
@@ -92,7 +127,7 @@ void rl_whiten(int B, int T, const int *start, const int *len, float *x, double 
     for (int b = 0; b < B; b++)
       for (int t = start[b]; t < start[b] + len[b]; t++) {
         size_t i = (size_t)b * T + t;
-        x[i] = (float)(((double)x[i] - m) / (sd + 1e-8));
+        if (rl_is_model(src, i)) x[i] = (float)(((double)x[i] - m) / (sd + 1e-8));
       }
   }
   if (mean) *mean = m;
@@ -233,21 +268,26 @@ double rl_overlong_penalty(int len, int max_len, int buffer, double factor)
 
 /* The returns are summed in double in position order. A trailing partial
  * group is its own group; a group of one has no others and gets 0. */
-void rl_rloo_advantages(int B, int T, const int *start, const int *len, const float *rewards, int k, float *adv)
+void rl_rloo_advantages(int B, int T, const int *start, const int *len, const unsigned char *src, const float *rewards,
+                        int k, float *adv)
 {
   for (int g = 0; g < B; g += k) {
     int    m = B - g < k ? B - g : k;
     double ret[m > 0 ? m : 1], sum = 0;
     for (int j = 0; j < m; j++) {
-      const float *r = rewards + (size_t)(g + j) * T;
+      size_t       o = (size_t)(g + j) * T;
+      const float *r = rewards + o;
       ret[j]         = 0;
-      for (int t = start[g + j]; t < start[g + j] + len[g + j]; t++) ret[j] += r[t];
+      for (int t = start[g + j]; t < start[g + j] + len[g + j]; t++)
+        if (rl_is_model(src, o + t)) ret[j] += r[t];
       sum += ret[j];
     }
     for (int j = 0; j < m; j++) {
-      float *a = adv + (size_t)(g + j) * T;
+      size_t o = (size_t)(g + j) * T;
+      float *a = adv + o;
       float  v = m > 1 ? (float)(ret[j] - (sum - ret[j]) / (m - 1)) : 0.0f;
-      for (int t = 0; t < T; t++) a[t] = (t >= start[g + j] && t < start[g + j] + len[g + j]) ? v : 0.0f;
+      for (int t = 0; t < T; t++)
+        a[t] = (t >= start[g + j] && t < start[g + j] + len[g + j] && rl_is_model(src, o + t)) ? v : 0.0f;
     }
   }
 }

@@ -53,7 +53,8 @@ enum {
   DRAW_NAME      = 4,
   DRAW_OBJECT    = 5,
   DRAW_CONTAINER = 6,
-  DRAW_NOISE     = 7
+  DRAW_NOISE     = 7,
+  DRAW_TOOL      = 8 /* on the demonstrations' stream, as DRAW_NOISE */
 };
 #define ARITH_PURPOSES 8u
 
@@ -127,6 +128,10 @@ PetscErrorCode arith_set_from_options(ArithTask *t)
             PETSC_FALSE, &t->words);
   RfOptReal("-demo_noise", "Probability that a demonstration's answer digit is replaced by a random digit", 0.0,
             &t->demo_noise);
+  RfOptReal("-tool_demos",
+            "Probability that a demonstration calls the built-in calculator (-env calc) before it answers: the call "
+            "\"A op B=\", the calculator's \"V,\" (not trained on), then the answer",
+            0.0, &t->tool_demos);
   RfOptInt("-seed", "Seed of the arithmetic questions (independent of -seed)", 2024, &t->seed);
   PetscOptionsEnd();
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -301,6 +306,21 @@ int arith_prompt(const ArithTask *t, TaskSplit split, uint64_t index, int *tok)
 
 int arith_demo(const ArithTask *t, TaskSplit split, uint64_t index, int *tok, int *prompt_len)
 {
+  return arith_demo_src(t, split, index, tok, prompt_len, NULL);
+}
+
+/* Appends text's characters to tok at n, marked source s. */
+static int arith_append(const char *text, int n, int *tok, unsigned char *src, unsigned char s)
+{
+  for (const char *c = text; *c; c++) {
+    if (src) src[n] = s;
+    tok[n++] = arith_token(*c);
+  }
+  return n;
+}
+
+int arith_demo_src(const ArithTask *t, TaskSplit split, uint64_t index, int *tok, int *prompt_len, unsigned char *src)
+{
   ArithProblem   p;
   char           text[ARITH_TEXT_MAX], answer[24];
   const uint64_t seed = (uint64_t)t->seed ^ 0x9e3779b97f4a7c15ull; /* a stream apart from the question's */
@@ -308,14 +328,24 @@ int arith_demo(const ArithTask *t, TaskSplit split, uint64_t index, int *tok, in
   int            m    = snprintf(answer, sizeof answer, "%" PRId64, arith_value(&p));
 
   *prompt_len = n;
+  if (src) memset(src, GEN_SRC_PROMPT, (size_t)n);
+  if (t->tool_demos > 0 && rng_uniform(seed, (uint32_t)split, (uint32_t)index, DRAW_TOOL, 0) < t->tool_demos) {
+    char call[64], value[32];
+    snprintf(call, sizeof call, "%" PRId64 "%c%" PRId64 "=", p.a, ARITH_OPS[p.op], p.b);
+    snprintf(value, sizeof value, "%s,", answer);
+    n = arith_append(call, n, tok, src, GEN_SRC_MODEL);
+    n = arith_append(value, n, tok, src, GEN_SRC_ENV);
+  }
   for (int j = 0; j < m; j++) {
     char ch = answer[j];
     if (ch >= '0' && ch <= '9' && t->demo_noise > 0 &&
         rng_uniform(seed, (uint32_t)split, (uint32_t)index, DRAW_NOISE, 2u * (uint32_t)j) < t->demo_noise)
       ch = (char)('0' +
                   arith_below(rng_u32(seed, (uint32_t)split, (uint32_t)index, DRAW_NOISE, 2u * (uint32_t)j + 1), 10));
+    if (src) src[n] = GEN_SRC_MODEL;
     tok[n++] = arith_token(ch);
   }
+  if (src) src[n] = GEN_SRC_MODEL;
   tok[n++] = TASK_EOS;
   return n;
 }
@@ -400,6 +430,8 @@ int arith_max_demo(const ArithTask *t)
   int best = 0, nops = arith_nops(t);
   for (int k = 0; k < nops || (k == 0 && nops == 0); k++) {
     int op = arith_op_index(nops ? t->ops[k] : '+'), n = arith_max_question(t, op) + arith_max_answer(t, op);
+    if (t->tool_demos > 0) /* the call "A op B=" and the calculator's "V," before the answer */
+      n += 2 * arith_digits(arith_max(t)) + 2 + arith_max_answer(t, op) + 1;
     best   = n > best ? n : best;
   }
   return best + 3; /* BOS, SEP, EOS */
@@ -465,6 +497,8 @@ PetscErrorCode arith_check(const ArithTask *t, int vocab_size, int n_positions, 
              t->max_operand, mul ? ARITH_MAX_MUL : ARITH_MAX_ADD, t->ops);
   PetscCheck(t->demo_noise >= 0 && t->demo_noise <= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
              "-arith_demo_noise %g must be in [0,1]", (double)t->demo_noise);
+  PetscCheck(t->tool_demos >= 0 && t->tool_demos <= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-arith_tool_demos %g must be in [0,1]", (double)t->tool_demos);
   PetscCheck(ARITH_VOCAB <= vocab_size, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
              "the arithmetic task (-task arith) needs a vocabulary of %d tokens, but -%svocab_size is %d", ARITH_VOCAB,
              prefix, vocab_size);

@@ -51,15 +51,25 @@ static void demo_shuffle(DemoSource *src, int64_t epoch)
 PetscErrorCode demo_source_get(DemoSource *src, uint64_t pos, int T1, int *tok, int *len, int *prompt_len)
 {
   PetscFunctionBegin;
+  PetscCall(demo_source_get_src(src, pos, T1, tok, len, prompt_len, NULL));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode demo_source_get_src(DemoSource *src, uint64_t pos, int T1, int *tok, int *len, int *prompt_len,
+                                   unsigned char *srcs)
+{
+  PetscFunctionBegin;
   if (src->builtin) {
-    int room = task_max_demo(&src->task), buf[2 * 1024 + 3];
+    int           room = task_max_demo(&src->task), buf[2 * 1024 + 3];
+    unsigned char sbuf[2 * 1024 + 3];
     PetscCheck(room <= (int)(sizeof buf / sizeof buf[0]), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
                "the built-in task's samples of up to %d tokens are too long (at most %d; -task_len_max at most 1024)",
                room, (int)(sizeof buf / sizeof buf[0]));
-    *len = task_demo(&src->task, TASK_SPLIT_TRAIN, pos, buf, prompt_len);
+    *len = task_demo_src(&src->task, TASK_SPLIT_TRAIN, pos, buf, prompt_len, sbuf);
     PetscCheck(*len <= T1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
                "built-in sample %" PRIu64 " has %d tokens, more than the %d the sequence length allows", pos, *len, T1);
     PetscCall(PetscArraycpy(tok, buf, *len));
+    if (srcs) PetscCall(PetscArraycpy(srcs, sbuf, *len));
   } else {
     int64_t epoch = (int64_t)(pos / (uint64_t)src->file.N);
     int     row, T = src->file.T;
@@ -71,6 +81,7 @@ PetscErrorCode demo_source_get(DemoSource *src, uint64_t pos, int T1, int *tok, 
                "data file %s: row %d has %d tokens, more than the model's context allows (%d)", src->path, row, *len,
                T1);
     PetscCall(PetscArraycpy(tok, src->file.tokens + (size_t)row * T, *len));
+    for (int t = 0; srcs && t < *len; t++) srcs[t] = t < *prompt_len ? GEN_SRC_PROMPT : GEN_SRC_MODEL;
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -187,9 +187,20 @@ int task_prompt(const BuiltinTask *task, TaskSplit split, uint64_t index, int *t
 
 int task_demo(const BuiltinTask *task, TaskSplit split, uint64_t index, int *tok, int *prompt_len)
 {
-  return task->kind == TASK_KIND_ARITH ? arith_demo(&task->arith, split, index, tok, prompt_len)
-                                       : sort_demo(task, split, index, tok, prompt_len);
+  return task_demo_src(task, split, index, tok, prompt_len, NULL);
 }
+
+int task_demo_src(const BuiltinTask *task, TaskSplit split, uint64_t index, int *tok, int *prompt_len,
+                  unsigned char *src)
+{
+  if (task->kind == TASK_KIND_ARITH) return arith_demo_src(&task->arith, split, index, tok, prompt_len, src);
+  {
+    int n = sort_demo(task, split, index, tok, prompt_len);
+    for (int t = 0; src && t < n; t++) src[t] = t < *prompt_len ? GEN_SRC_PROMPT : GEN_SRC_MODEL;
+    return n;
+  }
+}
+
 
 int task_max_prompt(const BuiltinTask *task)
 {

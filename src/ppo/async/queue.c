@@ -76,7 +76,8 @@ PetscErrorCode async_weights(AsyncQueue *q, const PPOOptions *o, Rollout *r)
   PetscCall(PetscMalloc1(r->T, &w));
   for (int b = 0; b < r->B; b++) {
     size_t off = (size_t)b * r->T;
-    for (int t = 0; t < r->T; t++) w[t] = t >= r->start[b] && t < r->start[b] + r->len[b] ? 1.0f : 0.0f;
+    for (int t = 0; t < r->T; t++) /* the model's response tokens: an environment's have no behaviour policy */
+      w[t] = t >= r->start[b] && t < r->start[b] + r->len[b] && rollout_is_model(r, b, t) ? 1.0f : 0.0f;
     rl_behaviour_weights((size_t)r->T, r->off.prox + off, r->gen.logprobs + off, w, o->async_is_cap,
                          o->async_correction == ASYNC_TIS ? RL_IS_TRUNCATE : RL_IS_MASK, r->off.isw + off, &q->is);
   }
@@ -96,12 +97,12 @@ PetscErrorCode async_record(RunRecord *rec, const AsyncQueue *q, const Rollout *
     double d = (double)(iteration - r->async.version[b]);
     lag += d;
     lag_max = PetscMax(lag_max, d);
-    toks += r->len[b];
+    toks += rollout_model_len(r, b); /* the stale-token fraction counts the model's tokens */
     if (r->async.tver) {
       const int *v = r->async.tver + (size_t)b * r->T;
-      for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) old += v[t] < iteration;
+      for (int t = r->start[b]; t < r->start[b] + r->len[b]; t++) old += v[t] < iteration && rollout_is_model(r, b, t);
       spans += r->len[b] > 0 && v[r->start[b]] != v[r->start[b] + r->len[b] - 1];
-    } else if (d > 0) old += r->len[b];
+    } else if (d > 0) old += rollout_model_len(r, b);
   }
   lag /= r->B;
   if (q->partial) { /* the batch's rows that went on across iterations; the pool's samples in flight */

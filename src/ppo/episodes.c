@@ -1,0 +1,185 @@
+/* episodes.c: multi-turn episodes in PPO's generation (docs/
+ * environments.md). The engine's GenEpisode callbacks talk to the run's
+ * environment (inc/env.h): before a generation every row's episode is reset
+ * (the environment sees its prompt, answer and metadata), each model turn
+ * that ends with a turn stop is submitted at once, and its answer is
+ * collected at the engine pass the episode's schedule names. The
+ * environment's rewards, answers (tool calls) and time are kept per row of
+ * the rollout, for the final score and the record. Each generation replica
+ * talks to its own environment about its own rows; the rows' results reach
+ * every rank with the rest of the generation (rollout_share_gen). */
+#include "base.h"
+#include "env.h"
+#include <string.h>
+
+struct PPOEpisodes {
+  Env              *env;
+  GenEpisode        ep;
+  const TokenTable *tt; /* the segments' text (NULL: ids only) */
+  /* the generation in progress: its key, requests and the rollout rows
+   * its batch rows are (row b0 + i) */
+  uint64_t          seed;
+  uint32_t          iteration;
+  const GenRequest *req;
+  const Rollout    *r;
+  int               b0;
+  /* per rollout row: the environment's rewards summed, its answers to
+   * model turns, the seconds they took */
+  double           *reward, *seconds;
+  int              *calls, cap;
+  char             *text;
+  size_t            tcap;
+};
+
+/* The text of tok[0..n), every token's bytes (EOS and end-of-turn tokens
+ * included); "" without a token table. */
+static const char *ids_text(PPOEpisodes *x, const int *tok, int n)
+{
+  TokenTable all;
+  if (!x->tt) return "";
+  all        = *x->tt;
+  all.eos_id = -1;
+  token_table_decode(&all, tok, n, &x->text, &x->tcap);
+  return x->text;
+}
+
+static PetscErrorCode take(PPOEpisodes *x, int i, EnvAnswer *a)
+{
+  PetscFunctionBegin;
+  PetscCall(x->env->ops->collect(x->env, i, a));
+  x->reward[x->b0 + i] += a->reward;
+  x->seconds[x->b0 + i] += a->seconds;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* GenEpisode.on_turn: the model's segment (its tokens since the last
+ * answer) to the environment, without waiting. */
+static PetscErrorCode on_turn(void *ctx, const GenBatch *b, int i, int turn)
+{
+  PPOEpisodes *x    = (PPOEpisodes *)ctx;
+  size_t       base = (size_t)i * b->Tmax;
+  int          P = b->prompt_len[i], end = P + b->response_len[i], s = end;
+  EnvRequest   q;
+
+  PetscFunctionBegin;
+  while (s > P && b->src[base + s - 1] == GEN_SRC_MODEL) s--;
+  q = (EnvRequest){i, x->req[i].id, x->seed, x->iteration, turn, b->tokens + base + s, end - s, NULL, NULL, NULL};
+  q.text = ids_text(x, q.ids, q.n);
+  PetscCall(x->env->ops->submit(x->env, &q));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* GenEpisode.on_obs: the answer, waiting for it. */
+static PetscErrorCode on_obs(void *ctx, const GenBatch *b, int i, const int **ids, int *n, PetscBool *done)
+{
+  PPOEpisodes *x = (PPOEpisodes *)ctx;
+  EnvAnswer    a;
+
+  PetscFunctionBegin;
+  PetscCall(take(x, i, &a));
+  x->calls[x->b0 + i]++;
+  *ids  = a.ids;
+  *n    = a.n;
+  *done = a.done;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_episodes_setup(const PPOOptions *o, const TokenTable *tt, int vocab, int rows, PPOEpisodes **out)
+{
+  const EnvOptions *eo = &o->env;
+  PPOEpisodes      *x;
+
+  PetscFunctionBegin;
+  *out = NULL;
+  if (!env_on(eo)) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(PetscNew(&x));
+  x->tt = tt;
+  if (!strcmp(eo->kind, "calc")) PetscCall(env_calc_create(rows, &x->env));
+  else PetscCall(env_command_create(eo->command, (int)eo->procs, eo->timeout, vocab, rows, &x->env));
+  if (eo->turn_stop[0]) PetscCall(gen_parse_ids("-env_turn_stop", eo->turn_stop, x->ep.stop, &x->ep.nstop));
+  else if (!strcmp(eo->kind, "calc")) x->ep.stop[x->ep.nstop++] = ENV_CALC_CALL;
+  else { /* a chat model's end-of-turn tokens end its turns, not its episodes */
+    x->ep.nstop = o->gen.nstop;
+    PetscCall(PetscArraycpy(x->ep.stop, o->gen.stop, o->gen.nstop));
+  }
+  PetscCheck(x->ep.nstop > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+             "-env %s: no token ends a model turn; give -env_turn_stop ID[,ID...] (or -gen_stop)", eo->kind);
+  for (int k = 0; k < x->ep.nstop; k++)
+    PetscCheck(x->ep.stop[k] != o->gen.eos, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+               "-env_turn_stop: token %d is -gen_eos, which ends an episode; a turn stop calls the environment",
+               x->ep.stop[k]);
+  x->ep.max_turns = (int)eo->max_turns;
+  x->ep.max_obs   = (int)eo->max_obs;
+  x->ep.lag       = (int)eo->lag;
+  x->ep.on_turn   = on_turn;
+  x->ep.on_obs    = on_obs;
+  x->ep.ctx       = x;
+  x->cap          = rows;
+  PetscCall(PetscCalloc3(rows, &x->reward, rows, &x->seconds, rows, &x->calls));
+  *out = x;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_episodes_destroy(PPOEpisodes **px)
+{
+  PPOEpisodes *x = *px;
+
+  PetscFunctionBegin;
+  if (!x) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(env_destroy(&x->env));
+  PetscCall(PetscFree3(x->reward, x->seconds, x->calls));
+  PetscCall(PetscFree(x->text));
+  PetscCall(PetscFree(x));
+  *px = NULL;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* gen with the turn stops taken out of its stops: they end turns. */
+GenConfig ppo_episodes_gen(const PPOEpisodes *x, const GenConfig *gen)
+{
+  GenConfig g = *gen;
+  g.nstop     = 0;
+  for (int k = 0; k < gen->nstop; k++)
+    if (!gen_is_turn_stop(&x->ep, gen->stop[k])) g.stop[g.nstop++] = gen->stop[k];
+  return g;
+}
+
+PetscErrorCode ppo_episodes_begin(PPOEpisodes *x, uint64_t seed, uint32_t iteration, const GenRequest *req,
+                                  const Rollout *r, int b0, int n, const GenEpisode **ep)
+{
+  PetscFunctionBegin;
+  PetscCheck(b0 + n <= x->cap && n <= x->env->nindex, PETSC_COMM_SELF, PETSC_ERR_PLIB,
+             "episodes: %d rows from %d exceed the %d the environment was made for", n, b0, x->cap);
+  x->seed = seed, x->iteration = iteration, x->req = req, x->r = r, x->b0 = b0;
+  for (int i = 0; i < r->B; i++) x->reward[i] = x->seconds[i] = 0, x->calls[i] = 0;
+  for (int i = 0; i < n; i++) {
+    EnvRequest q = {i, req[i].id, seed, iteration, 0, req[i].prompt, req[i].prompt_len, NULL,
+                    r->answer && r->answer[b0 + i] ? r->answer[b0 + i] : NULL,
+                    r->meta && r->meta[b0 + i] ? r->meta[b0 + i] : NULL};
+    q.text = ids_text(x, q.ids, q.n);
+    PetscCall(x->env->ops->submit(x->env, &q));
+  }
+  for (int i = 0; i < n; i++) {
+    EnvAnswer a;
+    PetscCall(take(x, i, &a));
+    PetscCheck(a.n == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+               "environment %s: its answer to the reset of sample %d holds %d observation tokens; a reset's answer "
+               "has none",
+               x->env->name, req[i].id, a.n);
+  }
+  *ep = &x->ep;
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+PetscErrorCode ppo_episodes_share(const Mesh *m, PPOEpisodes *x, int B)
+{
+  PetscFunctionBegin;
+  PetscCall(exec_share_rows(m, B, 1, MPI_DOUBLE, x->reward));
+  PetscCall(exec_share_rows(m, B, 1, MPI_DOUBLE, x->seconds));
+  PetscCall(exec_share_rows(m, B, 1, MPI_INT, x->calls));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+double ppo_episode_reward(const Rollout *r, int b) { return r->envs ? r->envs->reward[b] : 0.0; }
+int    ppo_episode_calls(const Rollout *r, int b) { return r->envs ? r->envs->calls[b] : 0; }
+double ppo_episode_seconds(const Rollout *r, int b) { return r->envs ? r->envs->seconds[b] : 0.0; }
