@@ -1,5 +1,6 @@
 /* sys: start-up, error reporting, options helpers that record every value,
- * the counter-based RNG (Philox4x32-10), timers and the run context. */
+ * the counter-based RNG (Philox4x32-10), helper programs as child
+ * processes, timers and the run context. */
 #ifndef RLFUSE_SYS_H
 #define RLFUSE_SYS_H
 

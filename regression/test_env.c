@@ -630,6 +630,58 @@ static PetscErrorCode test_other_fails(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* A process that ends while idle, found when it is handed the next
+ * request; a process that prints a line nobody asked for. */
+static PetscErrorCode test_idle_failures(void)
+{
+  Env           *env;
+  EnvAnswer      a;
+  PetscErrorCode ierr = 0;
+  int            ids[16];
+  char           text[64], answer[32], meta[32], *msg = NULL;
+
+  PetscFunctionBegin;
+  /* process 1 answers sample 7's reset and exits; process 2 answers sample 8's after 0.5 s */
+  write_script("idle.sh", "IFS= read -r l\n"
+                          "case $l in *'\"sample\": 8,'*) sleep 0.5; echo '{}'; exec cat > /dev/null;; esac\n"
+                          "echo '{}'; exit 0\n");
+  PetscCall(env_command_create("sh \"$ENV_DIR/idle.sh\"", 2, 10, V, 2, &env));
+  for (int i = 0; i < 2 && !ierr; i++) {
+    EnvRequest r = request(i, 7 + i, 0, ids, text, sizeof text, answer, meta);
+    TEST_TRY(ierr, env->ops->submit(env, &r));
+  }
+  if (!ierr) TEST_TRY(ierr, env->ops->collect(env, 1, &a));
+  if (!ierr) TEST_TRY(ierr, env->ops->collect(env, 0, &a));
+  if (!ierr) {
+    EnvRequest r = request(0, 7, 1, ids, text, sizeof text, answer, meta);
+    TEST_TRY(ierr, env->ops->submit(env, &r));
+  }
+  if (ierr) PetscErrorMessage(ierr, NULL, &msg);
+  test_report((PetscBool)(ierr && msg && strstr(msg, "\": sample 7, turn 1: process 1 of 2 exited with status 0 after its answer to sample 7, turn 0")),
+              "a process that exited while idle: said when it is handed the next request", "%s", msg ? msg : "no error");
+  printf("#   %s\n", msg ? msg : "");
+  PetscCall(env_destroy(&env));
+  check_nothing_left("a process that exited while idle", "after destroy");
+
+  PetscCall(env_command_create("IFS= read -r l; echo '{}'; echo '{\"x\": 1}'; exec cat > /dev/null", 1, 10, V, 1, &env));
+  {
+    EnvRequest r = request(0, 7, 0, ids, text, sizeof text, answer, meta);
+    TEST_TRY(ierr, env->ops->submit(env, &r));
+    if (!ierr) TEST_TRY(ierr, env->ops->collect(env, 0, &a));
+    nanosleep(&(struct timespec){0, 200000000}, NULL);
+    r = request(0, 7, 1, ids, text, sizeof text, answer, meta);
+    if (!ierr) TEST_TRY(ierr, env->ops->submit(env, &r));
+  }
+  msg = NULL;
+  if (ierr) PetscErrorMessage(ierr, NULL, &msg);
+  test_report((PetscBool)(ierr && msg && strstr(msg, "\": sample 7, turn 0: process 1 printed \"{\"x\": 1}\" after its answer")),
+              "a line nobody asked for, found before the next request is handed over: the request answered before it named", "%s", msg ? msg : "no error");
+  printf("#   %s\n", msg ? msg : "");
+  PetscCall(env_destroy(&env));
+  check_nothing_left("a line nobody asked for", "after destroy");
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 int main(int argc, char **argv)
 {
   if (PetscInitialize(&argc, &argv, NULL, "Tests of environment programs (src/env/command.c).\n")) return 1;
@@ -640,7 +692,7 @@ int main(int argc, char **argv)
     children0 = count_children(&z);
   }
   if (test_tmpdir(dir, sizeof dir, "env") || setenv("ENV_DIR", dir, 1)) return 1;
-  if (test_episodes() || test_lines() || test_late_collect() || test_other_fails() || test_failures() || test_destroy_kills()) return 1;
+  if (test_episodes() || test_lines() || test_late_collect() || test_other_fails() || test_idle_failures() || test_failures() || test_destroy_kills()) return 1;
   PetscFinalize();
   return test_tally();
 }

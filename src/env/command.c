@@ -28,17 +28,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CMD_SHOWN  60        /* bytes of the command shown in messages */
+#define CMD_SHOWN 60         /* bytes of the command shown in messages */
 #define LINE_SHOWN 60        /* bytes of a bad answer shown */
 #define ERROR_SHOWN 200      /* bytes of an environment's own "error" shown */
 #define LINE_LIMIT (4 << 20) /* an answer line longer than this is refused (docs/environments.md) */
-#define GRACE      0.1       /* seconds past its deadline a process that is printing its answer gets */
+#define GRACE 0.1            /* seconds past its deadline a process that is printing its answer gets */
 
 enum { FREE, QUEUED, RUNNING, ANSWERED }; /* a request index's stage */
 
 typedef struct {
   int      *ids;
-  int       n, cap;
+  int       n;
   char     *text;
   double    reward, seconds;
   PetscBool done;
@@ -46,21 +46,20 @@ typedef struct {
 
 typedef struct {
   int    stage, sample, turn;
-  char  *line;        /* the request's JSON line, '\n' included */
+  char  *line; /* the request's JSON line, '\n' included */
   size_t len;
-  int    proc;        /* the process serving it (RUNNING) */
   double submitted, deadline;
-  char  *state;       /* the episode's state: NULL none; may hold NULs */
+  char  *state; /* the episode's state: NULL none; may hold NULs */
   size_t state_len;
-  Answer pending;     /* read, not collected yet */
-  Answer given;       /* the last collected: the caller's until the next collect */
+  Answer pending; /* read, not collected yet */
+  Answer given;   /* the last collected: the caller's until the next collect */
 } Slot;
 
 typedef struct {
-  int    index;       /* the request it serves; -1: idle */
-  size_t woff;        /* bytes of it written */
-  int    eof;         /* its output has ended */
-  double heard;       /* when we last read bytes of its answer (0: none yet) */
+  int    index;                  /* the request it serves; -1: idle */
+  size_t woff;                   /* bytes of it written */
+  int    eof;                    /* its output has ended */
+  double heard;                  /* when we last read bytes of its answer (0: none yet) */
   int    last_sample, last_turn; /* the last request it answered (-1: none) */
 } Proc;
 
@@ -71,11 +70,11 @@ typedef struct {
   int       broken;              /* a request failed: every process killed */
   int       vocab, nindex, procs;
   double    timeout;
-  SysChild *ch;                  /* [procs] */
-  Proc     *p;                   /* [procs] */
-  Slot     *slot;                /* [nindex] */
-  int      *queue, qhead, qlen;  /* indices waiting for a process, in submission order (a ring) */
-  char      msg[1024];           /* the failure */
+  SysChild *ch;                 /* [procs] */
+  Proc     *p;                  /* [procs] */
+  Slot     *slot;               /* [nindex] */
+  int      *queue, qhead, qlen; /* indices waiting for a process, in submission order (a ring) */
+  char      msg[1024];          /* the failure */
 } Cmd;
 
 /* The message 'environment "CMD": sample S, turn T: ...' (sample < 0: no
@@ -86,7 +85,8 @@ static int fail(Cmd *c, int sample, int turn, const char *fmt, ...)
 {
   va_list ap;
   int     k;
-  if (sample >= 0) k = snprintf(c->msg, sizeof c->msg, "environment \"%s\": sample %d, turn %d: ", c->name, sample, turn);
+  if (sample >= 0)
+    k = snprintf(c->msg, sizeof c->msg, "environment \"%s\": sample %d, turn %d: ", c->name, sample, turn);
   else k = snprintf(c->msg, sizeof c->msg, "environment \"%s\": ", c->name);
   va_start(ap, fmt);
   if (k >= 0 && (size_t)k < sizeof c->msg) vsnprintf(c->msg + k, sizeof c->msg - (size_t)k, fmt, ap);
@@ -125,18 +125,24 @@ static json_t *text_or_null(const char *s) { return s ? sys_json_text(s) : json_
 static char *request_line(const EnvRequest *r, const char *state, size_t state_len, size_t *len)
 {
   json_t *o = json_object(), *key = json_array();
-  char   *s = NULL, *line;
+  char   *s   = NULL, *line;
   int     bad = !o || !key || json_array_append_new(key, json_integer((json_int_t)r->seed)) ||
-            json_array_append_new(key, json_integer(r->iteration)) || json_array_append_new(key, json_integer(r->sample));
+            json_array_append_new(key, json_integer(r->iteration)) ||
+            json_array_append_new(key, json_integer(r->sample));
   if (!bad && r->turn == 0)
-    bad = json_object_set_new(o, "op", json_string("reset")) || json_object_set_new(o, "sample", json_integer(r->sample)) ||
-          json_object_set(o, "key", key) || json_object_set_new(o, "turn", json_integer(r->turn)) ||
-          json_object_set_new(o, "prompt", text_or_null(r->text)) || json_object_set_new(o, "ids", ids_array(r->ids, r->n)) ||
-          json_object_set_new(o, "answer", text_or_null(r->answer)) || json_object_set_new(o, "meta", text_or_null(r->meta));
+    bad = json_object_set_new(o, "op", json_string("reset")) ||
+          json_object_set_new(o, "sample", json_integer(r->sample)) || json_object_set(o, "key", key) ||
+          json_object_set_new(o, "turn", json_integer(r->turn)) ||
+          json_object_set_new(o, "prompt", text_or_null(r->text)) ||
+          json_object_set_new(o, "ids", ids_array(r->ids, r->n)) ||
+          json_object_set_new(o, "answer", text_or_null(r->answer)) ||
+          json_object_set_new(o, "meta", text_or_null(r->meta));
   else if (!bad)
-    bad = json_object_set_new(o, "op", json_string("step")) || json_object_set_new(o, "sample", json_integer(r->sample)) ||
-          json_object_set(o, "key", key) || json_object_set_new(o, "turn", json_integer(r->turn)) ||
-          json_object_set_new(o, "text", text_or_null(r->text)) || json_object_set_new(o, "ids", ids_array(r->ids, r->n)) ||
+    bad = json_object_set_new(o, "op", json_string("step")) ||
+          json_object_set_new(o, "sample", json_integer(r->sample)) || json_object_set(o, "key", key) ||
+          json_object_set_new(o, "turn", json_integer(r->turn)) ||
+          json_object_set_new(o, "text", text_or_null(r->text)) ||
+          json_object_set_new(o, "ids", ids_array(r->ids, r->n)) ||
           json_object_set_new(o, "state", state ? json_stringn(state, state_len) : json_null());
   if (!bad) s = json_dumps(o, 0);
   json_decref(key);
@@ -193,10 +199,11 @@ static int parse_answer(Cmd *c, int k, int i, const char *line, size_t len)
   if (!ids && s->turn > 0) bad = fail(c, s->sample, s->turn, "%s without \"ids\" (a step's answer needs them)", shown);
   else if (ids && !json_is_array(ids)) bad = fail(c, s->sample, s->turn, "%s: \"ids\" is not an array", shown);
   else if (ids && s->turn == 0 && json_array_size(ids))
-    bad = fail(c, s->sample, s->turn, "%s: a reset's answer has no \"ids\" (the observation comes with a step's answer)",
-               shown);
+    bad = fail(c, s->sample, s->turn,
+               "%s: a reset's answer has no \"ids\" (the observation comes with a step's answer)", shown);
   n = ids ? json_array_size(ids) : 0;
-  if (!bad && n && !(a->ids = malloc(n * sizeof *a->ids))) bad = fail(c, s->sample, s->turn, "out of memory for %zu ids", n);
+  if (!bad && n && !(a->ids = malloc(n * sizeof *a->ids)))
+    bad = fail(c, s->sample, s->turn, "out of memory for %zu ids", n);
   for (size_t q = 0; q < n && !bad; q++) {
     json_int_t id;
     v = json_array_get(ids, q);
@@ -208,7 +215,7 @@ static int parse_answer(Cmd *c, int k, int i, const char *line, size_t len)
                  (long long)id, c->vocab);
     else a->ids[q] = (int)id;
   }
-  a->n = (int)n, a->cap = (int)n;
+  a->n = (int)n;
   if (!bad && (v = json_object_get(j, "text")) && !json_is_null(v)) {
     if (!json_is_string(v)) bad = fail(c, s->sample, s->turn, "%s: \"text\" is not a string", shown);
     else if (!(a->text = strndup(json_string_value(v), json_string_length(v))))
@@ -257,6 +264,8 @@ static void write_some(Cmd *c, int k)
   }
 }
 
+static int read_some(Cmd *c, int k);
+
 /* Hands queued requests to idle processes (the lowest-numbered first). */
 static int assign(Cmd *c)
 {
@@ -264,17 +273,20 @@ static int assign(Cmd *c)
     Proc *p = &c->p[k];
     Slot *s;
     if (p->index >= 0) continue;
+    /* what it printed since its last answer first: a line nobody asked for
+     * must not be taken for this request's answer, and it may have ended */
+    if (!p->eof && c->ch[k].out >= 0 && read_some(c, k)) return 1;
     p->index = c->queue[c->qhead];
     c->qhead = (c->qhead + 1) % c->nindex, c->qlen--;
-    s = &c->slot[p->index];
-    s->stage = RUNNING, s->proc = k, p->woff = 0, p->heard = 0;
+    s        = &c->slot[p->index];
+    s->stage = RUNNING, p->woff = 0, p->heard = 0;
     s->deadline = sys_clock() + c->timeout;
     if (p->eof) { /* it ended while idle */
       char how[96];
       sys_child_ended(&c->ch[k], how, sizeof how);
       if (p->last_sample >= 0)
-        return fail(c, s->sample, s->turn, "process %d of %d %s after its answer to sample %d, turn %d", k + 1, c->procs,
-                    how, p->last_sample, p->last_turn);
+        return fail(c, s->sample, s->turn, "process %d of %d %s after its answer to sample %d, turn %d", k + 1,
+                    c->procs, how, p->last_sample, p->last_turn);
       return fail(c, s->sample, s->turn, "process %d of %d %s before its first request", k + 1, c->procs, how);
     }
     write_some(c, k);
@@ -286,14 +298,14 @@ static int assign(Cmd *c)
  * At its end of output, how it ended. */
 static int take_lines(Cmd *c, int k)
 {
-  Proc     *p  = &c->p[k];
-  SysChild *ch = &c->ch[k];
+  Proc     *p   = &c->p[k];
+  SysChild *ch  = &c->ch[k];
   size_t    pos = 0;
   char      shown[LINE_SHOWN * 4 + 8], how[96];
 
   for (;;) {
     const char *line = ch->buf + pos, *nl = memchr(line, '\n', ch->blen - pos);
-    size_t      len  = nl ? (size_t)(nl - line) : ch->blen - pos;
+    size_t      len = nl ? (size_t)(nl - line) : ch->blen - pos;
     Slot       *s;
     if (!nl && !(p->eof && len)) break;
     if (p->index < 0) { /* a line nobody asked for */
@@ -305,19 +317,20 @@ static int take_lines(Cmd *c, int k)
     s = &c->slot[p->index];
     if (!nl) break; /* an unfinished last line: no answer; its end below says why */
     if (len > LINE_LIMIT)
-      return fail(c, s->sample, s->turn, "process %d printed a line of %zu bytes (an answer may have at most %d MiB)", k + 1,
-                  len, LINE_LIMIT >> 20);
+      return fail(c, s->sample, s->turn, "process %d printed a line of %zu bytes (an answer may have at most %d MiB)",
+                  k + 1, len, LINE_LIMIT >> 20);
     if (parse_answer(c, k, p->index, line, len)) return 1;
     s->pending.seconds = sys_clock() - s->submitted;
-    s->stage = ANSWERED;
+    s->stage           = ANSWERED;
     p->last_sample = s->sample, p->last_turn = s->turn, p->index = -1;
     pos += len + 1;
   }
   memmove(ch->buf, ch->buf + pos, ch->blen - pos);
   ch->blen -= pos;
-  if (p->index >= 0 && ch->blen > LINE_LIMIT) {
-    Slot *s = &c->slot[p->index];
-    return fail(c, s->sample, s->turn, "process %d printed a line longer than %d bytes (an answer may have at most %d MiB)",
+  if (ch->blen > LINE_LIMIT) { /* the request it serves, else the last it answered */
+    int sample = p->index >= 0 ? c->slot[p->index].sample : p->last_sample;
+    int turn   = p->index >= 0 ? c->slot[p->index].turn : p->last_turn;
+    return fail(c, sample, turn, "process %d printed a line longer than %d bytes (an answer may have at most %d MiB)",
                 k + 1, LINE_LIMIT, LINE_LIMIT >> 20);
   }
   if (p->eof && p->index >= 0) {
@@ -329,26 +342,22 @@ static int take_lines(Cmd *c, int k)
   return 0;
 }
 
-/* Reads all that process k has printed by now, not one read's worth: an
- * answer that came in time must not be taken for late by the deadline
- * check that follows. */
-static int read_all(Cmd *c, int k)
+/* What process k has printed: its answers. */
+static int read_some(Cmd *c, int k)
 {
-  for (;;) {
-    size_t before = c->ch[k].blen;
-    int    more;
-    if (sys_child_read(&c->ch[k], &c->p[k].eof))
-      return fail(c, -1, 0, "cannot read the output of process %d: %s", k + 1, strerror(errno));
-    if ((more = c->ch[k].blen > before)) c->p[k].heard = sys_clock();
-    if (take_lines(c, k)) return 1;
-    if (!more || c->p[k].eof) return 0;
-  }
+  size_t before = c->ch[k].blen;
+  if (sys_child_read(&c->ch[k], &c->p[k].eof))
+    return fail(c, -1, 0, "cannot read the output of process %d: %s", k + 1, strerror(errno));
+  if (c->ch[k].blen > before) c->p[k].heard = sys_clock();
+  return take_lines(c, k);
 }
 
-/* When process k's request is late. Its deadline, unless the process is
- * printing its answer then: an answer longer than the pipe holds comes in
- * as fast as we read it, and we may read late (the caller was busy), so
- * it has until GRACE after the last bytes came, at most a second timeout. */
+/* When process k's request is late: its deadline, unless the process is
+ * printing its answer then. An answer that came in time may still be in
+ * the pipe when we look after the deadline (the caller was busy), and one
+ * longer than the pipe holds comes only as fast as we read it: so the
+ * request has until GRACE after its last bytes came, at most a second
+ * timeout past its deadline. */
 static double late_at(const Cmd *c, int k)
 {
   const Proc *p = &c->p[k];
@@ -374,9 +383,9 @@ static int drive(Cmd *c, double wait_s)
   for (int k = 0; k < c->procs; k++) {
     Proc *p = &c->p[k];
     if (p->index >= 0) until = PetscMin(until, late_at(c, k));
-    if (!p->eof && c->ch[k].out >= 0) who[np] = k, fds[np++] = (struct pollfd){.fd = c->ch[k].out, .events = POLLIN};
+    if (!p->eof && c->ch[k].out >= 0) who[np] = k, fds[np++] = (struct pollfd){ .fd = c->ch[k].out, .events = POLLIN };
     if (p->index >= 0 && p->woff < c->slot[p->index].len && c->ch[k].in >= 0)
-      who[np] = -1 - k, fds[np++] = (struct pollfd){.fd = c->ch[k].in, .events = POLLOUT};
+      who[np] = -1 - k, fds[np++] = (struct pollfd){ .fd = c->ch[k].in, .events = POLLOUT };
   }
   ms = until <= now ? 0 : until - now > 1e6 ? 1000000000 : (int)((until - now) * 1000) + 1;
   r  = poll(fds, (nfds_t)np, ms);
@@ -387,7 +396,7 @@ static int drive(Cmd *c, double wait_s)
   for (int q = 0; q < np && r > 0; q++) {
     if (!fds[q].revents) continue;
     if (who[q] < 0 && c->p[-1 - who[q]].index >= 0) write_some(c, -1 - who[q]);
-    else if (who[q] >= 0 && read_all(c, who[q])) {
+    else if (who[q] >= 0 && read_some(c, who[q])) {
       free(fds), free(who);
       return 1;
     }
@@ -397,7 +406,8 @@ static int drive(Cmd *c, double wait_s)
   for (int k = 0; k < c->procs; k++)
     if (c->p[k].index >= 0 && now >= late_at(c, k)) {
       Slot *s = &c->slot[c->p[k].index];
-      return fail(c, s->sample, s->turn, "process %d of %d did not answer within %g s; killed it", k + 1, c->procs, c->timeout);
+      return fail(c, s->sample, s->turn, "process %d of %d did not answer within %g s; killed it", k + 1, c->procs,
+                  c->timeout);
     }
   return assign(c); /* to the processes that answered */
 }
@@ -406,7 +416,7 @@ static int drive(Cmd *c, double wait_s)
  * return EPIPE, not kill us. */
 static int drive_guarded(Cmd *c, double wait_s)
 {
-  struct sigaction ignore = {.sa_handler = SIG_IGN}, old;
+  struct sigaction ignore = { .sa_handler = SIG_IGN }, old;
   int              bad;
   sigemptyset(&ignore.sa_mask);
   sigaction(SIGPIPE, &ignore, &old);
@@ -428,8 +438,8 @@ static PetscErrorCode cmd_submit(Env *env, const EnvRequest *req)
              "environment \"%s\": request index %d outside [0, %d)", c->name, req->index, c->nindex);
   s = &c->slot[req->index];
   PetscCheck(s->stage == FREE, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONGSTATE,
-             "environment \"%s\": sample %d, turn %d: index %d still has a request outstanding (collect it first)", c->name,
-             req->sample, req->turn, req->index);
+             "environment \"%s\": sample %d, turn %d: index %d still has a request outstanding (collect it first)",
+             c->name, req->sample, req->turn, req->index);
   if (c->broken) bad = fail(c, req->sample, req->turn, "not used again after an earlier error");
   else if (c->spawn_err) bad = fail(c, req->sample, req->turn, "cannot start /bin/sh: %s", strerror(c->spawn_err));
   else if (c->missing[0]) bad = fail(c, req->sample, req->turn, "%s", c->missing);
@@ -443,8 +453,8 @@ static PetscErrorCode cmd_submit(Env *env, const EnvRequest *req)
   s->sample = req->sample, s->turn = req->turn;
   if (!s->line) bad = fail(c, req->sample, req->turn, "out of memory for a request of %d ids", req->n);
   PetscCheck(!bad, PETSC_COMM_SELF, PETSC_ERR_LIB, "%s", c->msg);
-  s->stage     = QUEUED;
-  s->submitted = sys_clock();
+  s->stage                                     = QUEUED;
+  s->submitted                                 = sys_clock();
   c->queue[(c->qhead + c->qlen++) % c->nindex] = req->index;
   PetscCheck(!drive_guarded(c, 0), PETSC_COMM_SELF, PETSC_ERR_LIB, "%s", c->msg); /* starts it if a process is free */
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -470,8 +480,12 @@ static PetscErrorCode cmd_collect(Env *env, int index, EnvAnswer *ans)
    * replaces take the next answer */
   t = s->given, s->given = s->pending, s->pending = t;
   s->stage = FREE;
-  *ans     = (EnvAnswer){.ids = s->given.ids, .n = s->given.n, .text = s->given.text, .reward = s->given.reward,
-                       .done = s->given.done, .seconds = s->given.seconds};
+  *ans     = (EnvAnswer){ .ids     = s->given.ids,
+                          .n       = s->given.n,
+                          .text    = s->given.text,
+                          .reward  = s->given.reward,
+                          .done    = s->given.done,
+                          .seconds = s->given.seconds };
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -494,7 +508,7 @@ static PetscErrorCode cmd_destroy(Env *env)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static const EnvOps cmd_ops = {cmd_submit, cmd_collect, cmd_destroy};
+static const EnvOps cmd_ops = { cmd_submit, cmd_collect, cmd_destroy };
 
 PetscErrorCode env_command_create(const char *cmd, int procs, double timeout, int vocab, int nindex, Env **out)
 {
@@ -503,16 +517,18 @@ PetscErrorCode env_command_create(const char *cmd, int procs, double timeout, in
 
   PetscFunctionBegin;
   PetscCheck(cmd && cmd[0], PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "environment: no command (-env_command)");
-  PetscCheck(procs >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "environment: %d processes (-env_procs): at least 1", procs);
-  PetscCheck(timeout > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "environment: a time limit of %g s (-env_timeout) must be positive",
-             timeout);
+  PetscCheck(procs >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "environment: %d processes (-env_procs): at least 1", procs);
+  PetscCheck(timeout > 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "environment: a time limit of %g s (-env_timeout) must be positive", timeout);
   PetscCheck(vocab >= 1 && nindex >= 1, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
              "environment: vocabulary %d and request indices %d must be positive", vocab, nindex);
   PetscCall(PetscNew(&c));
   PetscCall(PetscCalloc4(procs, &c->ch, procs, &c->p, nindex, &c->slot, nindex, &c->queue));
   c->procs = procs, c->timeout = timeout, c->vocab = vocab, c->nindex = nindex;
   sys_show(c->name, sizeof c->name, cmd, strlen(cmd), CMD_SHOWN);
-  for (int k = 0; k < procs; k++) c->ch[k].pid = -1, c->ch[k].in = c->ch[k].out = -1, c->p[k].index = -1, c->p[k].last_sample = -1;
+  for (int k = 0; k < procs; k++)
+    c->ch[k].pid = -1, c->ch[k].in = c->ch[k].out = -1, c->p[k].index = -1, c->p[k].last_sample = -1;
   sys_child_missing(cmd, c->missing, sizeof c->missing);
   for (int k = 0; k < procs && !c->missing[0] && !c->spawn_err; k++) c->spawn_err = sys_child_start(&c->ch[k], cmd);
   PetscCall(PetscNew(&env));

@@ -215,7 +215,8 @@ static int exchange(RewardCommand *rc, int n, const RewardSample *s, double *out
     if (wi >= 0 && p[wi].revents) {
       ssize_t w = write(rc->ch.in, rc->json + woff, rc->jlen - woff);
       if (w > 0) woff += (size_t)w;
-      else if (w < 0 && errno != EAGAIN && errno != EINTR) sys_child_close_input(&rc->ch); /* EPIPE: it stopped reading */
+      else if (w < 0 && errno != EAGAIN && errno != EINTR)
+        sys_child_close_input(&rc->ch); /* EPIPE: it stopped reading */
     }
     if (ri >= 0 && p[ri].revents && sys_child_read(&rc->ch, &eof))
       return fail(rc, err, cap, "cannot read its output: %s", strerror(errno));
