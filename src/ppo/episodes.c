@@ -98,16 +98,12 @@ PetscErrorCode ppo_episodes_setup(const PPOOptions *o, const TokenTable *tt, int
   else PetscCall(env_command_create(eo->command, (int)eo->procs, eo->timeout, vocab, rows, &x->env));
   if (eo->turn_stop[0]) PetscCall(gen_parse_ids("-env_turn_stop", eo->turn_stop, x->ep.stop, &x->ep.nstop));
   else if (!strcmp(eo->kind, "calc")) x->ep.stop[x->ep.nstop++] = ENV_CALC_CALL;
-  else { /* a chat model's end-of-turn tokens end its turns, not its episodes */
+  else if (o->gen.nstop) { /* a chat model's end-of-turn tokens end its turns, not its episodes */
     x->ep.nstop = o->gen.nstop;
     PetscCall(PetscArraycpy(x->ep.stop, o->gen.stop, o->gen.nstop));
-  }
+  } else if (o->gen.eos >= 0) x->ep.stop[x->ep.nstop++] = (int)o->gen.eos; /* the end of turn is EOS */
   PetscCheck(x->ep.nstop > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
              "-env %s: no token ends a model turn; give -env_turn_stop ID[,ID...] (or -gen_stop)", eo->kind);
-  for (int k = 0; k < x->ep.nstop; k++)
-    PetscCheck(x->ep.stop[k] != o->gen.eos, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
-               "-env_turn_stop: token %d is -gen_eos, which ends an episode; a turn stop calls the environment",
-               x->ep.stop[k]);
   x->ep.max_turns = (int)eo->max_turns;
   x->ep.max_obs   = (int)eo->max_obs;
   x->ep.max_turn_tokens = (int)eo->max_turn_tokens;
