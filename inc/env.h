@@ -86,6 +86,7 @@ typedef struct {
   PetscReal timeout;       /* -env_timeout: seconds per request */
   PetscInt  max_turns;     /* -env_max_turns: model segments per episode */
   PetscInt  max_obs;       /* -env_max_obs_tokens: tokens kept of an answer */
+  PetscInt  max_turn_tokens; /* -env_max_turn_tokens: a model segment this long ends its turn (0: no bound) */
   PetscInt  lag;           /* -env_lag_steps: engine steps from a segment's end to its answer's prefill */
   char      turn_stop[64]; /* -env_turn_stop: ids that end a model turn (default: the environment's) */
 } EnvOptions;

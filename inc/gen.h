@@ -162,14 +162,18 @@ typedef PetscErrorCode (*GenStepFn)(void *ctx, GenEngine *e, GenBatch *b, PetscB
  * the episode. The steps at which samples pause and resume depend on the
  * steps alone, never on the clock, so an episode's tokens do not depend on
  * the environment's latency. EOS and GenConfig.stop end an episode without
- * calling the environment. Limits: max_turns model segments (a turn stop in
- * the last ends the episode unanswered, eos 0), max_obs tokens kept of an
+ * calling the environment, unless they are turn stops too (a chat model's
+ * end of turn): then they end turns, and the environment ends the episode.
+ * Limits: max_turns model segments (a turn stop in the last ends the
+ * episode unanswered: eos 0, or 1 when the stop is EOS), max_turn_tokens tokens of
+ * a segment (its turn then ends as at a turn stop), max_obs tokens kept of an
  * answer, and the episode's max_new_tokens, which counts the environment's
  * tokens too (an answer that leaves no room ends the episode, eos 0). */
 typedef struct {
   int nstop;
   int stop[GEN_MAX_STOP];
   int max_turns, max_obs, lag;
+  int max_turn_tokens; /* a model segment of this many tokens ends its turn as a stop does (0: no bound) */
   /* on_turn: sample `index`'s model segment `turn` (1, 2, ...) just ended
    * (b's row holds it: the positions where src is GEN_SRC_MODEL after the
    * last GEN_SRC_ENV one). on_obs: its answer, ids[0..n) (ids stay valid

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what rlfuse needs on a Debian machine, idempotently:
-# Debian packages (MPICH, parallel HDF5, OpenBLAS, jansson, Python for tools/) and
+# Debian packages (MPICH, parallel HDF5, OpenBLAS, jansson, Python for tools/, bubblewrap
+# for the code tool's sandbox, tools/env_python.py) and
 # PETSc 3.18 built against MPICH from Debian's own source package, cached
 # outside the repository. An existing PETSC_DIR (cluster module) is honoured.
 #
@@ -11,7 +12,7 @@
 set -euo pipefail
 
 PKGS="mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libopenblas-dev libjansson-dev
-      python3-numpy python3-h5py python3-matplotlib pkg-config"
+      python3-numpy python3-h5py python3-matplotlib pkg-config bubblewrap"
 CACHE="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}"
 PETSC_PREFIX="$CACHE/petsc-3.18-mpich"
 

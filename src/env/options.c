@@ -25,13 +25,17 @@ PetscErrorCode env_options_from_options(EnvOptions *o)
            &o->max_turns);
   RfOptInt("-max_obs_tokens", "Tokens kept of an environment's answer (the rest cut, counted in the record)", 256,
            &o->max_obs);
+  RfOptInt("-max_turn_tokens",
+           "Tokens of a model turn: a segment this long ends its turn and calls the environment as a turn stop does "
+           "(0: no bound)",
+           0, &o->max_turn_tokens);
   RfOptInt("-lag_steps",
            "Engine steps from the end of a model turn to the step that prefills its answer (the schedule of "
            "episodes: fixed in steps, so results do not depend on the environment's latency)",
            2, &o->lag);
   RfOptString("-turn_stop",
               "Token ids that end a model turn and call the environment, ID[,ID...] (default: calc's '=', else the "
-              "run's -gen_stop tokens)",
+              "run's -gen_stop tokens, else its EOS: a chat model's end of turn)",
               o->turn_stop, sizeof o->turn_stop);
   PetscOptionsEnd();
   PetscCheck(!strcmp(o->kind, "none") || !strcmp(o->kind, "calc") || !strcmp(o->kind, "command"), PETSC_COMM_WORLD,
@@ -48,6 +52,8 @@ PetscErrorCode env_options_from_options(EnvOptions *o)
              "-env_max_turns %" PetscInt_FMT " must be in [1, 1000]", o->max_turns);
   PetscCheck(o->max_obs >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
              "-env_max_obs_tokens %" PetscInt_FMT " must be >= 0", o->max_obs);
+  PetscCheck(o->max_turn_tokens >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+             "-env_max_turn_tokens %" PetscInt_FMT " must be >= 0 (0: no bound)", o->max_turn_tokens);
   PetscCheck(o->lag >= 1 && o->lag <= 1000, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
              "-env_lag_steps %" PetscInt_FMT " must be in [1, 1000]", o->lag);
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -207,6 +207,14 @@ PetscErrorCode ppo_episodes_begin(PPOEpisodes *x, uint64_t seed, uint32_t iterat
                                   const Rollout *r, int b0, int n, const GenEpisode **ep);
 GenConfig      ppo_episodes_gen(const PPOEpisodes *x, const GenConfig *gen);
 PetscErrorCode ppo_episodes_share(const Mesh *m, PPOEpisodes *x, int B);
+/* An episode batch's means per episode: model turns, the environment's
+ * answers (tool calls) and the share of episodes with one, the
+ * environment's tokens; the tokens cut from answers and the seconds the
+ * answers took, summed. Zero without episodes. */
+typedef struct {
+  double turns, calls, call_frac, env_tokens, cut, seconds;
+} PPOEpisodeStats;
+void ppo_episodes_stats(const Rollout *r, PPOEpisodeStats *st);
 /* Row b's environment rewards (summed), answers to model turns, and their
  * seconds; 0 without episodes. */
 double ppo_episode_reward(const Rollout *r, int b);

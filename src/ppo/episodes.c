@@ -98,18 +98,15 @@ PetscErrorCode ppo_episodes_setup(const PPOOptions *o, const TokenTable *tt, int
   else PetscCall(env_command_create(eo->command, (int)eo->procs, eo->timeout, vocab, rows, &x->env));
   if (eo->turn_stop[0]) PetscCall(gen_parse_ids("-env_turn_stop", eo->turn_stop, x->ep.stop, &x->ep.nstop));
   else if (!strcmp(eo->kind, "calc")) x->ep.stop[x->ep.nstop++] = ENV_CALC_CALL;
-  else { /* a chat model's end-of-turn tokens end its turns, not its episodes */
+  else if (o->gen.nstop) { /* a chat model's end-of-turn tokens end its turns, not its episodes */
     x->ep.nstop = o->gen.nstop;
     PetscCall(PetscArraycpy(x->ep.stop, o->gen.stop, o->gen.nstop));
-  }
+  } else if (o->gen.eos >= 0) x->ep.stop[x->ep.nstop++] = (int)o->gen.eos; /* the end of turn is EOS */
   PetscCheck(x->ep.nstop > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
              "-env %s: no token ends a model turn; give -env_turn_stop ID[,ID...] (or -gen_stop)", eo->kind);
-  for (int k = 0; k < x->ep.nstop; k++)
-    PetscCheck(x->ep.stop[k] != o->gen.eos, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
-               "-env_turn_stop: token %d is -gen_eos, which ends an episode; a turn stop calls the environment",
-               x->ep.stop[k]);
   x->ep.max_turns = (int)eo->max_turns;
   x->ep.max_obs   = (int)eo->max_obs;
+  x->ep.max_turn_tokens = (int)eo->max_turn_tokens;
   x->ep.lag       = (int)eo->lag;
   x->ep.on_turn   = on_turn;
   x->ep.on_obs    = on_obs;
@@ -178,6 +175,22 @@ PetscErrorCode ppo_episodes_share(const Mesh *m, PPOEpisodes *x, int B)
   PetscCall(exec_share_rows(m, B, 1, MPI_DOUBLE, x->seconds));
   PetscCall(exec_share_rows(m, B, 1, MPI_INT, x->calls));
   PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+void ppo_episodes_stats(const Rollout *r, PPOEpisodeStats *st)
+{
+  PetscMemzero(st, sizeof *st);
+  if (!r->envs || r->B == 0) return;
+  for (int b = 0; b < r->B; b++) {
+    int calls = r->envs->calls[b];
+    st->turns += r->gen.turns[b];
+    st->calls += calls;
+    st->call_frac += calls > 0;
+    st->env_tokens += r->len[b] - rollout_model_len(r, b);
+    st->cut += r->gen.obs_cut[b];
+    st->seconds += r->envs->seconds[b];
+  }
+  st->turns /= r->B, st->calls /= r->B, st->call_frac /= r->B, st->env_tokens /= r->B;
 }
 
 double ppo_episode_reward(const Rollout *r, int b) { return r->envs ? r->envs->reward[b] : 0.0; }

@@ -84,7 +84,7 @@ PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, c
   PPOGold   gold = e->gold == PPO_GOLD_ANSWER && !m->rew.have_tt ? PPO_GOLD_NONE : e->gold; /* answers need the text */
 
   PetscFunctionBegin;
-  ev->gold = ev->kl = ev->pass_k = ev->reward = NAN;
+  ev->gold = ev->kl = ev->pass_k = ev->reward = ev->calls = NAN;
   if (N == 0) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(rollout_create(N, max_prompt + (int)o->gen.max_new_tokens, gen_masked(&o->gen), &r));
   r.answer = e->answer, r.meta = e->meta, r.pidx = e->pidx;
@@ -112,6 +112,11 @@ PetscErrorCode ppo_evaluate(DModel *policy, PPOModels *m, const PPOOptions *o, c
   }
   if (gold == PPO_GOLD_ANSWER) ev->pass_k = pass_at_k(&r, e->n, e->k);
   ev->kl = rollout_kl_k3(&r);
+  if (r.envs) {
+    PPOEpisodeStats es;
+    ppo_episodes_stats(&r, &es);
+    ev->calls = es.call_frac;
+  }
   if (path) PetscCall(ppo_eval_save(path, group, &r, e, ev));
   if (o->eval_show > 0) PetscCall(ppo_show_samples(&m->rew, &r, (int)PetscMin(o->eval_show, N), group));
   PetscCall(packbuf_destroy(&pb));

@@ -163,7 +163,7 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
   if (bt.ops->start) PetscCall(bt.ops->start(&bt, e));
   while (st->iteration < o->iterations) {
     double        t0 = sys_wtime(), g0 = model_acts_grown_bytes(), grown, kl, iter_s, coef;
-    PPOEval       ev = {NAN, NAN, NAN, NAN};
+    PPOEval       ev = {NAN, NAN, NAN, NAN, NAN};
     StageTimes    tm;
     PPOTrainStats ts;
     Rollout      *r;
@@ -249,7 +249,7 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   PPOSetup      s;
   PPOModels     m;
   CkptState     st  = {0, 0, run->seed, o->kl_coef};
-  PPOSummary    sum = {{NAN, NAN, NAN, NAN}, {NAN, NAN, NAN, NAN}};
+  PPOSummary    sum = {{NAN, NAN, NAN, NAN, NAN}, {NAN, NAN, NAN, NAN, NAN}};
   PPOFusedTrain fz;
   PPORewards    rw;
   PPOLoopEnv    e;

@@ -122,6 +122,7 @@ double rollout_kl(const Rollout *r);
  * (k = -ppo_eval_samples), the mean reward, the KL to the reference. */
 typedef struct {
   double gold, pass_k, reward, kl;
+  double calls; /* episodes: the share of responses that called the environment (NaN: no episodes) */
 } PPOEval;
 /* Evaluates `policy` on the held-out set: generation on the policy's
  * placement (the same draws for every policy), reference and reward

@@ -14,11 +14,13 @@ static double mean_f(const float *x, int n)
  * then) or the judge's gold score, KL, reward, pass@k. */
 PetscErrorCode ppo_print_eval(const RunCtx *run, const char *what, const PPOEval *ev, const PPOOptions *o)
 {
-  char pk[48] = "";
+  char pk[96] = "";
 
   PetscFunctionBegin;
   if (o->eval_samples > 1 && !isnan(ev->pass_k))
     PetscCall(PetscSNPrintf(pk, sizeof pk, ", pass@%" PetscInt_FMT " %.3f", o->eval_samples, ev->pass_k));
+  if (ev->calls >= 0) /* not NaN: episodes */
+    PetscCall(PetscSNPrintf(pk + strlen(pk), sizeof pk - strlen(pk), ", tool calls in %.3f of them", ev->calls));
   PetscCall(PetscPrintf(run->comm, "%s %s %.3f, KL to the reference %.3f, reward %+.3f%s\n", what,
                         isnan(ev->pass_k) ? "gold" : "accuracy", ev->gold, ev->kl, ev->reward, pk));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -92,6 +94,7 @@ PetscErrorCode ppo_record_eval(RunRecord *rec, const PPOOptions *o, const PPOEva
   PetscFunctionBegin;
   if (e->n == 0) PetscFunctionReturn(PETSC_SUCCESS);
   if (o->eval_samples > 1) PetscCall(record_metric(rec, "eval_pass_k", ev->pass_k));
+  if (ev->calls >= 0) PetscCall(record_metric(rec, "eval_env_call_frac", ev->calls));
   PetscCall(record_metric(rec, "eval_reward", ev->reward));
   PetscCall(record_metric(rec, "eval_kl", ev->kl));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -102,7 +105,7 @@ PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPO
                                     const PPOIterLine *l)
 {
   double n = s->steps ? (double)s->steps : 1.0, len = 0, lmax = 0, eos = 0, toks = 0;
-  char   parts[128];
+  char   parts[128], tools[32] = "";
   int   *mlen = r->len; /* the responses' lengths as the model's tokens (episodes: without the environment's) */
 
   PetscFunctionBegin;
@@ -171,6 +174,17 @@ PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPO
     PetscCall(record_metric(rec, "critic_sync_bytes", tm->sync_critic_bytes));
   }
   if (m->plan->fuse != FUSE_NONE) PetscCall(ppo_record_fusion(rec, tm));
+  if (r->envs) { /* episodes: turns, tool calls, the environment's tokens and time */
+    PPOEpisodeStats es;
+    ppo_episodes_stats(r, &es);
+    PetscCall(record_metric(rec, "episode_turns_mean", es.turns));
+    PetscCall(record_metric(rec, "env_calls_mean", es.calls));
+    PetscCall(record_metric(rec, "env_call_frac", es.call_frac));
+    PetscCall(record_metric(rec, "env_tokens_mean", es.env_tokens));
+    PetscCall(record_metric(rec, "env_tokens_cut", es.cut));
+    PetscCall(record_time(rec, "env_answers", es.seconds));
+    PetscCall(PetscSNPrintf(tools, sizeof tools, " | calls %.2f/ep", es.calls));
+  }
   { /* only what the run computes: the judge's gold score, or the accuracy unless the reward's parts hold it (the
        numeric rule), the critic's loss with a critic */
     char gold[32] = "", critic[32] = "", rparts[136] = "";
@@ -181,9 +195,9 @@ PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPO
     if (m->has_critic) PetscCall(PetscSNPrintf(critic, sizeof critic, " | critic %.4f", vals[5]));
     PetscCall(PetscPrintf(run->comm,
                           "iter %4d/%d%s | reward %+.3f%s | kl %.3f | actor %+.4f%s | clip %.3f | ent %.3f | len "
-                          "%4.1f/%2.0f | %6.0f tok/s | gen %.2f inf %.2f train %.2f of %.2f s%s | %s\n",
+                          "%4.1f/%2.0f%s | %6.0f tok/s | gen %.2f inf %.2f train %.2f of %.2f s%s | %s\n",
                           l->it, l->n_it, gold, mean_f(r->final, r->B), rparts, l->kl, vals[4], critic, vals[7],
-                          vals[9], len, lmax, vals[15], tm->gen, tm->ref + tm->rew + tm->critic,
+                          vals[9], len, lmax, tools, vals[15], tm->gen, tm->ref + tm->rew + tm->critic,
                           s->t_actor + s->t_critic, l->iter_s, l->more, l->clock));
   }
   PetscFunctionReturn(PETSC_SUCCESS);

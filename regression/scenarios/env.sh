@@ -1,0 +1,90 @@
+# Multi-turn episodes with an environment (-env, docs/environments.md) on the
+# arithmetic task's built-in calculator: a GRPO run from an SFT warm start
+# with tool demonstrations calls the tool; rollouts.h5's sources, turns and
+# every calculator answer recomputed in numpy (no log-probability, reward,
+# advantage or return on the environment's tokens); the run repeats bit for
+# bit; the same calculator as a program (-env command, 3 processes, each
+# sleeping a random 0-20 ms before it answers) gives the same rollouts and
+# weights bit for bit; 2 ranks (a generation replica each, each with its own
+# environment) end with the 1-rank run's weights; a restart from a
+# checkpoint ends bit for bit as the unbroken run; bad settings and a
+# crashing environment refused with one line. About 30 s
+. regression/lib.sh
+plan 11
+d="$RLFUSE_TMP/env"; mkdir -p $d
+set -f # the task's '*'
+mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
+A="-task arith -arith_max_operand 99 -arith_ops *"
+rlfuse -options_file input/arith_sft.deck $A -arith_tool_demos 0.5 -policy_n_positions 32 -sft_steps 150 \
+  -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT with tool demonstrations: $(tail -1 $d/sft.log)"
+G="-options_file input/arith_grpo.deck $A -actor_checkpoint $d/sft/final.h5 -gen_max_new_tokens 16 -rollout_batch 32
+   -rollout_group 4 -ppo_iterations 4 -ppo_eval_prompts 32 -ppo_eval_samples 1 -ppo_eval_every 0 -dump_rollouts
+   -ppo_checkpoint_every 0"
+bits() { "$PYTHON" regression/ref/ckpt_diff.py $d/$1/final.h5 $d/$2/final.h5 >$d/bits_$2.txt 2>&1 && ! grep -v 'max relative difference 0 ' $d/bits_$2.txt | grep -q .; }
+same_tokens() { "$PYTHON" -c "
+import sys, h5py, numpy as np
+a, b = (h5py.File(sys.argv[i] + '/rollouts.h5', 'r') for i in (1, 2))
+assert sorted(a) == sorted(b)
+for g in a:
+    for k in ('tokens', 'logprobs', 'source', 'turn'): assert np.array_equal(a[g][k][()], b[g][k][()]), (g, k)
+" $d/$1 $d/$2; }
+
+mpirun 1 $G -env calc -output_dir $d/a >$d/a.log 2>&1 || not_ok "GRPO with -env calc: $(tail -1 $d/a.log)"
+check "GRPO with -env calc: the progress lines show tool calls, the held-out line their share" \
+  bash -c "[ \$(grep -cE '^iter .* calls [0-9.]+/ep' $d/a.log) -eq 4 ] && grep -q 'tool calls in 0\.[0-9]* of them' $d/a.log"
+py "rollouts.h5 recomputed" $d/a <<'PY'
+import sys, h5py, numpy as np
+sys.path.insert(0, "regression/ref")
+from env_arith_calc import value, QUERY, COMMA, MINUS, D0, EQ
+f = h5py.File(sys.argv[1] + "/rollouts.h5", "r")
+bad, answers, rows_with = [], 0, 0
+for g in f:
+    it = f[g]
+    tok, src, turn = it["tokens"][()], it["source"][()], it["turn"][()]
+    P, L = it["prompt_lengths"][()].ravel(), it["response_lengths"][()].ravel()
+    zero = {k: it[k][()] for k in ("logprobs", "rewards", "advantages", "returns")}
+    for b in range(len(P)):
+        s, e = P[b], P[b] + L[b]
+        if (src[b, :s] != 0).any() or (src[b, e:] != 0).any() or not np.isin(src[b, s:e], (1, 2)).all():
+            bad.append((g, b, "sources")); continue
+        t, k, seg, had = s, 1, [], False
+        while t < e:
+            if src[b, t] == 1:
+                if turn[b, t] != k: bad.append((g, b, t, "turn"))
+                seg.append(int(tok[b, t])); t += 1; continue
+            v = value(seg)   # an answer follows the model's segment k, which ends with '='
+            want = ([QUERY] if v is None else [MINUS if c == "-" else D0 + int(c) for c in str(v)]) + [COMMA]
+            n = 0
+            while t + n < e and src[b, t + n] == 2: n += 1
+            if seg[-1:] != [EQ] or list(tok[b, t:t + n]) != want[:n] or (n < len(want) and t + n < e):
+                bad.append((g, b, t, "answer", seg, list(tok[b, t:t + n]), want))
+            if (turn[b, t:t + n] != k).any(): bad.append((g, b, t, "answer's turn"))
+            if any((zero[key][b, t:t + n] != 0).any() for key in zero): bad.append((g, b, t, "nonzero on env tokens"))
+            answers += 1; had = True; t += n; k += 1; seg = []
+        rows_with += had
+ok = not bad and answers > 0
+print(("ok" if ok else "not ok") + f" - rollouts.h5: every token's source and turn, each of {answers} calculator answers "
+      f"({rows_with} episodes) recomputed from the call before it; no log-probability, reward, advantage or return "
+      f"on the calculator's tokens" + ("" if ok else f": {bad[:2]}"))
+PY
+mpirun 1 $G -env calc -output_dir $d/b >$d/b.log 2>&1
+check "the run repeats bit for bit (weights, moments; rollouts' tokens, log-probabilities, sources, turns)" \
+  bash -c "$(declare -f bits same_tokens); d=$d PYTHON=$PYTHON; bits a b && same_tokens a b"
+mpirun 1 $G -env command -env_turn_stop 17 -env_command "$PYTHON regression/ref/env_arith_calc.py 20" -env_procs 3 -output_dir $d/cmd >$d/cmd.log 2>&1 ||
+  not_ok "-env command: $(tail -1 $d/cmd.log)"
+check "the calculator as a program (3 processes, each answer after a random 0-20 ms): the same rollouts and weights bit for bit" \
+  bash -c "$(declare -f bits same_tokens); d=$d PYTHON=$PYTHON; bits a cmd && same_tokens a cmd"
+mpirun 2 $G -env calc -output_dir $d/two >$d/two.log 2>&1 || not_ok "-env calc on 2 ranks: $(tail -1 $d/two.log)"
+check "2 ranks, a generation replica and its environment each: the 1-rank run's weights" \
+  "$PYTHON" regression/ref/ckpt_diff.py $d/a/final.h5 $d/two/final.h5
+mpirun 1 $G -env calc -ppo_checkpoint_every 2 -output_dir $d/c >$d/c.log 2>&1
+mpirun 1 $G -env calc -restart $d/c/ckpt_000002.h5 -output_dir $d/r >$d/r.log 2>&1 || not_ok "restart: $(tail -1 $d/r.log)"
+check "restarted from iteration 2: the unbroken run's weights bit for bit" bash -c "$(declare -f bits); d=$d PYTHON=$PYTHON; bits a r"
+expect_error "-env calc with the sort task" "needs -task arith" $G -env calc -task sort
+expect_error "-env command without a program" "needs -env_command" $G -env command
+expect_error "-env calc with -async_staleness 1" "do not carry episodes" $G -env calc -async_staleness 1
+expect_error "-env_lag_steps 0" "-env_lag_steps 0 must be in" $G -env calc -env_lag_steps 0
+printf '%s\n' 'while read line; do case "$line" in *reset*) echo "{\"state\": \"\"}" ;; *) exit 3 ;; esac; done' >$d/crash.sh
+expect_error "an environment that exits at its first step" "sample [0-9]*, turn 1: process 1 of 1 exited" \
+  $G -env command -env_turn_stop 17 -env_command "sh $d/crash.sh" -env_procs 1 -output_dir $d/crash
+finish
