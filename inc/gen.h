@@ -182,6 +182,10 @@ typedef struct {
   PetscErrorCode (*on_obs)(void *ctx, const GenBatch *b, int index, const int **ids, int *n, PetscBool *done);
   void *ctx;
 } GenEpisode;
+/* The first position of sample i's current model segment: after the
+ * prompt or the environment's last answer (= the sequence's end when its
+ * last token is not the model's). */
+int gen_segment_start(const GenBatch *b, int i);
 /* Whether token ends a model turn of an episode. */
 PetscBool gen_is_turn_stop(const GenEpisode *ep, int token);
 

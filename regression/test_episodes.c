@@ -52,12 +52,10 @@ static PetscBool answer_done(int i, int turn) { return (PetscBool)(i % 4 == 0 &&
 static PetscErrorCode fake_turn(void *ctx, const GenBatch *b, int i, int turn)
 {
   FakeEnv *f = (FakeEnv *)ctx;
-  size_t   base = (size_t)i * b->Tmax;
-  int      end = b->prompt_len[i] + b->response_len[i], s = end;
+  int      end = b->prompt_len[i] + b->response_len[i], s = gen_segment_start(b, i);
 
   PetscFunctionBegin;
   PetscCheck(!f->pending[i], PETSC_COMM_SELF, PETSC_ERR_PLIB, "sample %d submitted twice", i);
-  while (s > b->prompt_len[i] && b->src[base + s - 1] == GEN_SRC_MODEL) s--;
   f->seglen[i] = end - s, f->turn[i] = turn, f->pending[i] = 1;
   f->n[i] = answer_len(i, turn);
   for (int j = 0; j < f->n[i]; j++) f->ids[i][j] = answer_tok(turn, j, f->seglen[i]);

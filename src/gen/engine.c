@@ -402,16 +402,6 @@ static PetscErrorCode draw_record_set(GenEngine *e, size_t k, int j)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The tokens of sample i's current model segment (since the prompt or the
- * environment's last answer). */
-static int segment_len(const GenBatch *b, int i)
-{
-  const unsigned char *src = b->src + (size_t)i * b->Tmax;
-  int                  P = b->prompt_len[i], t = P + b->response_len[i];
-  while (t > P && src[t - 1] == GEN_SRC_MODEL) t--;
-  return P + b->response_len[i] - t;
-}
-
 /* Sample i in slot s ends: its slot is free for the next step. */
 static PetscErrorCode finish(GenEngine *e, GenBatch *b, int s, int i, int *nfinished)
 {
@@ -450,7 +440,7 @@ static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest
   if (b->eos[i] || req[i].resumed + b->response_len[i] == e->cfg.max_new_tokens ||
       b->response_len[i] == req[i].budget)
     PetscCall(finish(e, b, s, i, nfinished));
-  else if (turn_stop || (e->ep && e->ep->max_turn_tokens > 0 && segment_len(b, i) >= e->ep->max_turn_tokens)) {
+  else if (turn_stop || (e->ep && e->ep->max_turn_tokens > 0 && b->prompt_len[i] + b->response_len[i] - gen_segment_start(b, i) >= e->ep->max_turn_tokens)) {
     if (b->turns[i] >= e->ep->max_turns) { /* the last turn: ended as by EOS when its stop is EOS */
       b->eos[i] = gen_is_stop(&e->cfg, tok);
       PetscCall(finish(e, b, s, i, nfinished));

@@ -54,11 +54,10 @@ static PetscErrorCode on_turn(void *ctx, const GenBatch *b, int i, int turn)
 {
   PPOEpisodes *x    = (PPOEpisodes *)ctx;
   size_t       base = (size_t)i * b->Tmax;
-  int          P = b->prompt_len[i], end = P + b->response_len[i], s = end;
+  int          end = b->prompt_len[i] + b->response_len[i], s = gen_segment_start(b, i);
   EnvRequest   q;
 
   PetscFunctionBegin;
-  while (s > P && b->src[base + s - 1] == GEN_SRC_MODEL) s--;
   q = (EnvRequest){i, x->req[i].id, x->seed, x->iteration, turn, b->tokens + base + s, end - s, NULL, NULL, NULL};
   q.text = ids_text(x, q.ids, q.n);
   PetscCall(x->env->ops->submit(x->env, &q));

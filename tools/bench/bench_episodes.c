@@ -30,11 +30,10 @@ static PetscErrorCode on_turn(void *ctx, const GenBatch *b, int i, int turn)
 {
   Ctx       *c    = (Ctx *)ctx;
   size_t     base = (size_t)i * b->Tmax;
-  int        end = b->prompt_len[i] + b->response_len[i], s = end;
+  int        end = b->prompt_len[i] + b->response_len[i], s = gen_segment_start(b, i);
   EnvRequest q;
 
   PetscFunctionBegin;
-  while (s > b->prompt_len[i] && b->src[base + s - 1] == GEN_SRC_MODEL) s--;
   q = (EnvRequest){i, c->req[i].id, 1, 0, turn, b->tokens + base + s, end - s, NULL, NULL, NULL};
   PetscCall(c->env->ops->submit(c->env, &q));
   PetscFunctionReturn(PETSC_SUCCESS);
