@@ -440,7 +440,8 @@ static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest
   if (b->eos[i] || req[i].resumed + b->response_len[i] == e->cfg.max_new_tokens ||
       b->response_len[i] == req[i].budget)
     PetscCall(finish(e, b, s, i, nfinished));
-  else if (turn_stop || (e->ep && e->ep->max_turn_tokens > 0 && b->prompt_len[i] + b->response_len[i] - gen_segment_start(b, i) >= e->ep->max_turn_tokens)) {
+  else if (turn_stop || (e->ep && e->ep->max_turn_tokens > 0 &&
+                         t + 1 - gen_segment_start(b, i) >= e->ep->max_turn_tokens)) {
     if (b->turns[i] >= e->ep->max_turns) { /* the last turn: ended as by EOS when its stop is EOS */
       b->eos[i] = gen_is_stop(&e->cfg, tok);
       PetscCall(finish(e, b, s, i, nfinished));

@@ -136,7 +136,7 @@ PetscErrorCode rollout_rule_rewards(PPORewards *rw, const PPOOptions *o, Rollout
 
     r->rule[b] = 0;
     if (o->reward.spec.n) {
-      r->rule[b] = (float)reward_spec_eval(&o->reward.spec, txt, n, r->gen.eos[b], r->len[b], ans,
+      r->rule[b] = (float)reward_spec_eval(&o->reward.spec, txt, n, r->gen.eos[b], rollout_model_len(r, b), ans,
                                            (int)o->reward.length_start, (int)o->gen.max_new_tokens, part);
       for (int k = 0; k < o->reward.spec.n; k++)
         r->parts[(size_t)b * PPO_REWARD_PARTS + o->reward.spec.fn[k]] = (float)part[k];
@@ -161,7 +161,8 @@ void rollout_final_scores(Rollout *r, const PPOOptions *o)
 {
   for (int b = 0; b < r->B; b++) {
     double f = r->rule[b] + r->env.reward[b] +
-               rl_overlong_penalty(r->len[b], (int)o->gen.max_new_tokens, (int)o->overlong_buffer, o->overlong_penalty);
+               rl_overlong_penalty(rollout_model_len(r, b), (int)o->gen.max_new_tokens, (int)o->overlong_buffer,
+                                   o->overlong_penalty);
     if (o->has_reward_model)
       f += o->reward.model_weight * rl_final_score(r->score[b], r->gen.eos[b], o->reward_clip, o->truncation_penalty);
     r->final[b] = (float)f;
