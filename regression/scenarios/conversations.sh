@@ -181,7 +181,7 @@ refused="" msgs=""
 for x in "tok noasst.jsonl:1: no assistant message" "tok role.jsonl:2: message 0 has role 'robot'" \
          "differs two.jsonl:1: message 1 (assistant): the chat template renders" "tok long.jsonl:1: the conversation is 3[0-9][0-9] tokens, more than the model's n_positions 256"; do
   set -- $x; ck=$1 f=${2%%:*} pat="${x#* }"
-  out=$(tk $d/$ck.h5 conversations $d/$f $d/refused.h5 2>&1); rc=$?
+  rm -f $d/refused.h5; out=$(tk $d/$ck.h5 conversations $d/$f $d/refused.h5 2>&1); rc=$?
   if [ $rc -eq 1 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && [ ! -e $d/refused.h5 ] && echo "$out" | grep -q "^tokenizer: error: .*$pat"; then
     msgs="$msgs | ${out#*error: $d/}"; else refused="$refused [$f: $out]"; fi
 done
