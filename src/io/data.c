@@ -27,8 +27,8 @@ static PetscErrorCode data_validate_mask(const char *path, const TokenData *d, i
     n += m[t];
   }
   PetscCheck(n > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
-             "data file %s: row %d has no target (/loss_mask[%d,:] is 0 at every position): nothing to train on", path, i,
-             i);
+             "data file %s: row %d has no target (/loss_mask[%d,:] is 0 at every position): nothing to train on",
+             path, i, i);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -108,8 +108,8 @@ static PetscErrorCode data_read_mask(hid_t file, const char *where, TokenData *d
     if (v[k] < 0 || v[k] > 1) {
       int i = (int)(k / (size_t)d->T), t = (int)(k % (size_t)d->T), x = v[k];
       PetscCall(PetscFree(v));
-      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "%s: /loss_mask[%d,%d] = %d, expected 0 (context) or 1 (a target)",
-              where, i, t, x);
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+              "%s: /loss_mask[%d,%d] = %d, expected 0 (context) or 1 (a target)", where, i, t, x);
     }
     d->loss_mask[k] = (unsigned char)v[k];
   }

@@ -125,8 +125,9 @@ PetscErrorCode data_run(const RunCtx *run)
   }
   if (output[0]) {
     PetscCall(data_write(run->comm, output, &d, task_name(&task)));
-    PetscCall(PetscPrintf(run->comm, "data: %d %s samples of the %s task -> %s%s\n", d.N, splits[split], task_name(&task),
-                          output, d.loss_mask ? " (with /loss_mask: the calculator's answers are context, not targets)" : ""));
+    PetscCall(PetscPrintf(run->comm, "data: %d %s samples of the %s task -> %s%s\n", d.N, splits[split],
+                          task_name(&task), output,
+                          d.loss_mask ? " (with /loss_mask: the calculator's answers are context, not targets)" : ""));
   }
   if (text[0]) {
     PetscCall(data_write_text(run->comm, text, &task, (TaskSplit)split, d.N, splits[split]));

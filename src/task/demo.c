@@ -83,10 +83,10 @@ PetscErrorCode demo_source_get_src(DemoSource *src, uint64_t pos, int T1, int *t
     PetscCall(PetscArraycpy(tok, src->file.tokens + (size_t)row * T, *len));
     /* a file's /loss_mask 0 after the prompt is a conversation's other turns (a user's, a tool's): context, as an
      * environment's answer is in an episode, so SFT gives it no target */
-    for (int t = 0; srcs && t < *len; t++)
-      srcs[t] = t < *prompt_len                                       ? GEN_SRC_PROMPT
-              : !src->file.loss_mask || src->file.loss_mask[(size_t)row * T + t] ? GEN_SRC_MODEL
-                                                                          : GEN_SRC_ENV;
+    for (int t = 0; srcs && t < *len; t++) {
+      const unsigned char *m = src->file.loss_mask;
+      srcs[t] = t < *prompt_len ? GEN_SRC_PROMPT : !m || m[(size_t)row * T + t] ? GEN_SRC_MODEL : GEN_SRC_ENV;
+    }
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
