@@ -162,8 +162,10 @@ typedef PetscErrorCode (*GenStepFn)(void *ctx, GenEngine *e, GenBatch *b, PetscB
  * the episode. The steps at which samples pause and resume depend on the
  * steps alone, never on the clock, so an episode's tokens do not depend on
  * the environment's latency. EOS and GenConfig.stop end an episode without
- * calling the environment. Limits: max_turns model segments (a turn stop in
- * the last ends the episode unanswered, eos 0), max_turn_tokens tokens of
+ * calling the environment, unless they are turn stops too (a chat model's
+ * end of turn): then they end turns, and the environment ends the episode.
+ * Limits: max_turns model segments (a turn stop in the last ends the
+ * episode unanswered: eos 0, or 1 when the stop is EOS), max_turn_tokens tokens of
  * a segment (its turn then ends as at a turn stop), max_obs tokens kept of an
  * answer, and the episode's max_new_tokens, which counts the environment's
  * tokens too (an answer that leaves no room ends the episode, eos 0). */
@@ -180,6 +182,10 @@ typedef struct {
   PetscErrorCode (*on_obs)(void *ctx, const GenBatch *b, int index, const int **ids, int *n, PetscBool *done);
   void *ctx;
 } GenEpisode;
+/* The first position of sample i's current model segment: after the
+ * prompt or the environment's last answer (= the sequence's end when its
+ * last token is not the model's). */
+int gen_segment_start(const GenBatch *b, int i);
 /* Whether token ends a model turn of an episode. */
 PetscBool gen_is_turn_stop(const GenEpisode *ep, int token);
 

@@ -59,7 +59,6 @@ int arith_prompt(const ArithTask *t, TaskSplit split, uint64_t index, int *tok);
  * calc.c): the call "A op B=", the calculator's answer "V," and the answer
  * "V" then EOS; src (may be NULL) gets each position's source (GEN_SRC_*:
  * the calculator's answer GEN_SRC_ENV, which SFT does not train on). */
-int arith_demo(const ArithTask *t, TaskSplit split, uint64_t index, int *tok, int *prompt_len);
 int arith_demo_src(const ArithTask *t, TaskSplit split, uint64_t index, int *tok, int *prompt_len, unsigned char *src);
 /* The question of prompt `index` as text, without BOS and SEP ("12+7=",
  * "ann has 12 apples and gets 7 more. how many?"), into out

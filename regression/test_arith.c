@@ -14,6 +14,7 @@
  * touching only digits, every option error naming its option
  */
 #include "task.h"
+#include "env.h"
 #include "test_report.h"
 #include <ctype.h>
 #include <inttypes.h>
@@ -151,7 +152,7 @@ static void check_config(const Config *c)
       if (!strchr(t->ops, op)) ok_ops = 0;
       else seen_op[strchr("+-*", op) - "+-*"] = 1;
       /* the demonstration without noise: the prompt, the answer, EOS */
-      m = arith_demo(t, split, (uint64_t)i, tok2, &plen);
+      m = arith_demo_src(t, split, (uint64_t)i, tok2, &plen, NULL);
       if (m > maxd && ok_len) ok_len = 0, snprintf(detail, sizeof detail, "demonstration %d of split %d has %d tokens, arith_max_demo %d", i, s, m, maxd);
       longest_d = m > longest_d ? m : longest_d;
       if (ok_demo && t->demo_noise == 0) {
@@ -210,7 +211,7 @@ static void check_noise(ArithTask t, double noise, double lo, double hi)
   t.demo_noise     = noise;
   clean.demo_noise = 0;
   for (int i = 0; i < N_DRAWS && ok; i++) {
-    int pa, pb, na = arith_demo(&clean, TASK_SPLIT_TRAIN, (uint64_t)i, a, &pa), nb = arith_demo(&t, TASK_SPLIT_TRAIN, (uint64_t)i, b, &pb);
+    int pa, pb, na = arith_demo_src(&clean, TASK_SPLIT_TRAIN, (uint64_t)i, a, &pa, NULL), nb = arith_demo_src(&t, TASK_SPLIT_TRAIN, (uint64_t)i, b, &pb, NULL);
     if (na != nb || pa != pb || memcmp(a, b, sizeof(int) * (size_t)pa) || b[nb - 1] != TASK_EOS) {
       ok = 0;
       snprintf(detail, sizeof detail, "sample %d: lengths %d/%d, prompts %d/%d, last token %d", i, na, nb, pa, pb, b[nb - 1]);
@@ -343,6 +344,64 @@ static PetscErrorCode check_options(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* -arith_tool_demos: a share `p` of the demonstrations are episodes with
+ * the built-in calculator: the prompt, the model's call "A op B=" (A, B and
+ * op the question's), the calculator's answer to that call as env_calc
+ * gives it (source environment), the answer and EOS (source model); the
+ * others are as without the option; every length within arith_max_demo. */
+static void check_tool_demos(ArithTask t, double p, double lo, double hi)
+{
+  ArithTask      none = t;
+  int            maxd, ok = 1, tools = 0, *tok, *plain;
+  unsigned char *src;
+  char           name[768], detail[384] = "";
+  Env           *calc;
+
+  t.tool_demos = p, none.tool_demos = 0;
+  maxd  = arith_max_demo(&t);
+  tok   = malloc(sizeof(int) * (size_t)maxd), plain = malloc(sizeof(int) * (size_t)maxd);
+  src   = malloc((size_t)maxd);
+  if (arith_max_demo(&t) < arith_max_demo(&none)) ok = 0, snprintf(detail, sizeof detail, "arith_max_demo shrank");
+  (void)env_calc_create(1, &calc);
+  for (int i = 0; i < N_DRAWS && ok; i++) {
+    int        P, Q, n = arith_demo_src(&t, TASK_SPLIT_TRAIN, (uint64_t)i, tok, &P, src), m = arith_demo_src(&none, TASK_SPLIT_TRAIN, (uint64_t)i, plain, &Q, NULL);
+    int        e0 = P, e1, call;
+    char       text[TEXT_MAX], want[TEXT_MAX];
+    EnvAnswer  ans;
+    EnvRequest req = {0};
+
+    if (n > maxd) { ok = 0, snprintf(detail, sizeof detail, "demonstration %d has %d tokens, arith_max_demo %d", i, n, maxd); break; }
+    while (e0 < n && src[e0] == GEN_SRC_MODEL) e0++;
+    if (e0 == n) { /* no call: the demonstration without the option, all the model's after the prompt */
+      if (n != m || memcmp(tok, plain, sizeof(int) * (size_t)n)) ok = 0, snprintf(detail, sizeof detail, "demonstration %d without a call differs from the option's absence", i);
+      continue;
+    }
+    tools++;
+    for (e1 = e0; e1 < n && src[e1] == GEN_SRC_ENV; e1++);
+    call = e0 - P;
+    req = (EnvRequest){.index = 0, .turn = 1, .ids = tok + P, .n = call};
+    (void)calc->ops->submit(calc, &req);
+    (void)calc->ops->collect(calc, 0, &ans);
+    /* the call is the question's expression: the prompt's text without BOS and SEP, words aside */
+    if (!decode(tok + P, call, text, detail, sizeof detail)) { ok = 0; break; }
+    if (!t.words && (!decode_prompt(tok, P, want, detail, sizeof detail) || strcmp(text, want))) {
+      ok = 0, snprintf(detail, sizeof detail, "demonstration %d calls \"%.60s\" for the question \"%.60s\"", i, text, want);
+      break;
+    }
+    for (int k = 0; k < P; k++) ok &= src[k] == GEN_SRC_PROMPT;
+    for (int k = e1; k < n; k++) ok &= src[k] == GEN_SRC_MODEL;
+    ok &= ans.n == e1 - e0 && !memcmp(ans.ids, tok + e0, sizeof(int) * (size_t)ans.n);
+    /* then the plain demonstration's answer and EOS */
+    ok &= n - e1 == m - Q && !memcmp(tok + e1, plain + Q, sizeof(int) * (size_t)(m - Q));
+    if (!ok) snprintf(detail, sizeof detail, "demonstration %d: sources, the calculator's answer (%d tokens here, %d from env_calc) or the answer after it wrong", i, e1 - e0, ans.n);
+  }
+  (void)env_destroy(&calc);
+  snprintf(name, sizeof name, "-arith_tool_demos %.1f (%s%s): each call is the question's, answered as env_calc answers it (source environment), then the answer; the rest unchanged",
+           p, t.words ? "words " : "", t.ops);
+  test_measure((PetscBool)(ok && tools >= lo * N_DRAWS && tools <= hi * N_DRAWS), name, "%s%s%d of %d demonstrations call it", detail, detail[0] ? "; " : "", tools, N_DRAWS);
+  free(tok), free(plain), free(src);
+}
+
 int main(int argc, char **argv)
 {
   const Config configs[] = {
@@ -364,6 +423,9 @@ int main(int argc, char **argv)
   check_seed(configs[0].t);
   check_seed(configs[3].t);
   check_answer_cap(configs[1].t);
+  check_tool_demos(configs[1].t, 1.0, 1.0, 1.0);
+  check_tool_demos(configs[1].t, 0.3, 0.25, 0.35);
+  check_tool_demos(configs[3].t, 0.5, 0.45, 0.55);
   PetscFinalize();
   return test_tally();
 }

@@ -52,12 +52,10 @@ static PetscBool answer_done(int i, int turn) { return (PetscBool)(i % 4 == 0 &&
 static PetscErrorCode fake_turn(void *ctx, const GenBatch *b, int i, int turn)
 {
   FakeEnv *f = (FakeEnv *)ctx;
-  size_t   base = (size_t)i * b->Tmax;
-  int      end = b->prompt_len[i] + b->response_len[i], s = end;
+  int      end = b->prompt_len[i] + b->response_len[i], s = gen_segment_start(b, i);
 
   PetscFunctionBegin;
   PetscCheck(!f->pending[i], PETSC_COMM_SELF, PETSC_ERR_PLIB, "sample %d submitted twice", i);
-  while (s > b->prompt_len[i] && b->src[base + s - 1] == GEN_SRC_MODEL) s--;
   f->seglen[i] = end - s, f->turn[i] = turn, f->pending[i] = 1;
   f->n[i] = answer_len(i, turn);
   for (int j = 0; j < f->n[i]; j++) f->ids[i][j] = answer_tok(turn, j, f->seglen[i]);
@@ -136,18 +134,18 @@ static int walk(const GenBatch *b, const GenConfig *cfg, const GenEpisode *ep, i
   for (int i = 0; i < b->n; i++) {
     const int           *tok = b->tokens + (size_t)i * b->Tmax;
     const unsigned char *src = b->src + (size_t)i * b->Tmax;
-    int P = b->prompt_len[i], L = b->response_len[i], t = P, turn = 1, seg = 0, cut = 0, why = -1, ok = 1;
+    int P = b->prompt_len[i], L = b->response_len[i], t = P, turn = 1, seg = 0, cut = 0, why = -1, ok = 1, last = -1;
 
     for (int u = 0; u < P; u++) ok &= src[u] == GEN_SRC_PROMPT;
     while (ok && t < P + L) {
       ok &= src[t] == GEN_SRC_MODEL && b->logprobs[(size_t)i * b->Tmax + t] < 0;
       seg++;
-      if (tok[t] == EOS) { why = 0, t++; break; }
-      if (tok[t] != STOP && tok[t] != STOP2 && (ep->max_turn_tokens == 0 || seg < ep->max_turn_tokens)) {
+      if (tok[t] == EOS && !gen_is_turn_stop(ep, EOS)) { why = 0, t++; break; }
+      if (!gen_is_turn_stop(ep, tok[t]) && (ep->max_turn_tokens == 0 || seg < ep->max_turn_tokens)) {
         t++;
         continue;
       }
-      t++;
+      last = tok[t++];
       if (turn == ep->max_turns) { why = 2; break; }
       { /* the answer to this turn, cut to max_obs and to the room left */
         int n = answer_len(i, turn), room = (int)cfg->max_new_tokens - (t - P), keep = PetscMin(PetscMin(n, ep->max_obs), room);
@@ -161,7 +159,7 @@ static int walk(const GenBatch *b, const GenConfig *cfg, const GenEpisode *ep, i
       turn++, seg = 0;
     }
     if (why < 0) why = 3; /* max_new_tokens with a model token */
-    ok &= t == P + L && b->turns[i] == turn && b->obs_cut[i] == cut && b->eos[i] == (why <= 1);
+    ok &= t == P + L && b->turns[i] == turn && b->obs_cut[i] == cut && b->eos[i] == (why <= 1 || (why == 2 && last == EOS));
     for (int u = P + L; u < b->Tmax; u++) ok &= src[u] == GEN_SRC_PROMPT;
     if (b->mask_off)
       for (int u = P; u < P + L; u++) ok &= src[u] != GEN_SRC_ENV || b->mask_off[(size_t)i * b->Tmax + u + 1] == b->mask_off[(size_t)i * b->Tmax + u];
@@ -199,10 +197,12 @@ static PetscErrorCode full_forward_err(Fixture *f, const GenBatch *b, double *er
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode test_walk(Fixture *f, int max_new, int max_turns, int max_obs, int lag, int turn_tokens, const char *what)
+static PetscErrorCode test_walk(Fixture *f, int max_new, int max_turns, int max_obs, int lag, int turn_tokens, PetscBool eos_turns, const char *what)
 {
   GenConfig  cfg = config(max_new);
   GenEpisode ep  = {.nstop = 2, .stop = {STOP, STOP2}, .max_turns = max_turns, .max_obs = max_obs, .lag = lag, .max_turn_tokens = turn_tokens};
+
+  if (eos_turns) ep.stop[ep.nstop++] = EOS; /* a chat model's end of turn: EOS ends turns, not episodes */
   FakeEnv    env = {0}, slow = {0};
   GenBatch   b, c;
   int        answers = 0, cuts = 0, ends[4] = {0}, n = 0, same, nbad;
@@ -257,10 +257,11 @@ int main(int argc, char **argv)
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
   PetscCall(backend_get("cpu", &be));
   PetscCall(fixture_create(be, &f));
-  PetscCall(test_walk(&f, 24, 4, 8, 2, 0, "4 turns, lag 2"));
-  PetscCall(test_walk(&f, 24, 2, 2, 1, 0, "2 turns, answers cut at 2, lag 1"));
-  PetscCall(test_walk(&f, 10, 6, 8, 3, 0, "6 turns in 10 tokens, lag 3"));
-  PetscCall(test_walk(&f, 32, 5, 3, 2, 2, "turns of at most 2 tokens, 5 turns, lag 2"));
+  PetscCall(test_walk(&f, 24, 4, 8, 2, 0, PETSC_FALSE, "4 turns, lag 2"));
+  PetscCall(test_walk(&f, 24, 2, 2, 1, 0, PETSC_FALSE, "2 turns, answers cut at 2, lag 1"));
+  PetscCall(test_walk(&f, 10, 6, 8, 3, 0, PETSC_FALSE, "6 turns in 10 tokens, lag 3"));
+  PetscCall(test_walk(&f, 32, 5, 3, 2, 2, PETSC_FALSE, "turns of at most 2 tokens, 5 turns, lag 2"));
+  PetscCall(test_walk(&f, 32, 3, 8, 2, 0, PETSC_TRUE, "EOS a turn stop too (a chat model's end of turn), 3 turns"));
   PetscCall(test_bad_answer(&f));
   PetscCall(model_destroy(&f.lm));
   PetscCall(PetscFinalize());

@@ -37,8 +37,8 @@ import sys, h5py, numpy as np
 sys.path.insert(0, "regression/ref")
 from env_arith_calc import value, QUERY, COMMA, MINUS, D0, EQ
 f = h5py.File(sys.argv[1] + "/rollouts.h5", "r")
-bad, answers, rows_with = [], 0, 0
-for g in f:
+bad, answers, rows_with, per_iter = [], 0, 0, []
+for g in sorted(f, key=lambda g: int(g.split("_")[1])):
     it = f[g]
     tok, src, turn = it["tokens"][()], it["source"][()], it["turn"][()]
     P, L = it["prompt_lengths"][()].ravel(), it["response_lengths"][()].ravel()
@@ -62,10 +62,15 @@ for g in f:
             if any((zero[key][b, t:t + n] != 0).any() for key in zero): bad.append((g, b, t, "nonzero on env tokens"))
             answers += 1; had = True; t += n; k += 1; seg = []
         rows_with += had
+    calls = sum(int(((src[b, 1:] == 2) & (src[b, :-1] == 1)).sum()) for b in range(len(P)))
+    per_iter.append(calls / len(P))
+m = h5py.File(sys.argv[1] + "/run.h5", "r")["metrics"]
+if not np.allclose(m["env_calls_mean"][()], per_iter, rtol=0, atol=1e-9):
+    bad.append(("run.h5 env_calls_mean", list(m["env_calls_mean"][()]), per_iter))
 ok = not bad and answers > 0
 print(("ok" if ok else "not ok") + f" - rollouts.h5: every token's source and turn, each of {answers} calculator answers "
       f"({rows_with} episodes) recomputed from the call before it; no log-probability, reward, advantage or return "
-      f"on the calculator's tokens" + ("" if ok else f": {bad[:2]}"))
+      f"on the calculator's tokens; run.h5's tool calls per episode, iteration by iteration" + ("" if ok else f": {bad[:2]}"))
 PY
 mpirun 1 $G -env calc -output_dir $d/b >$d/b.log 2>&1
 check "the run repeats bit for bit (weights, moments; rollouts' tokens, log-probabilities, sources, turns)" \

@@ -32,7 +32,7 @@
 #define LINE_SHOWN 60        /* bytes of a bad answer shown */
 #define ERROR_SHOWN 200      /* bytes of an environment's own "error" shown */
 #define LINE_LIMIT (4 << 20) /* an answer line longer than this is refused (docs/environments.md) */
-#define GRACE 0.1            /* seconds past its deadline a process that is printing its answer gets */
+#define GRACE 1.0            /* seconds past its deadline a process that is printing its answer gets */
 
 enum { FREE, QUEUED, RUNNING, ANSWERED }; /* a request index's stage */
 
@@ -465,6 +465,7 @@ static PetscErrorCode cmd_collect(Env *env, int index, EnvAnswer *ans)
   Cmd   *c = env->data;
   Slot  *s;
   Answer t;
+  int    bad = 0;
 
   PetscFunctionBegin;
   PetscCheck(index >= 0 && index < c->nindex, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
@@ -472,10 +473,11 @@ static PetscErrorCode cmd_collect(Env *env, int index, EnvAnswer *ans)
   s = &c->slot[index];
   PetscCheck(s->stage != FREE, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONGSTATE,
              "environment \"%s\": index %d has no request outstanding to collect", c->name, index);
-  if (c->broken && s->stage != ANSWERED) (void)fail(c, s->sample, s->turn, "not used again after an earlier error");
-  while (!c->broken && s->stage != ANSWERED)
-    if (drive_guarded(c, 1e9)) break;
-  PetscCheck(s->stage == ANSWERED, PETSC_COMM_SELF, PETSC_ERR_LIB, "%s", c->msg);
+  /* a failure while its answer came (a line after it, another request's)
+   * is the caller's too: the run stops */
+  if (c->broken) bad = fail(c, s->sample, s->turn, "not used again after an earlier error");
+  while (!bad && s->stage != ANSWERED) bad = drive_guarded(c, 1e9);
+  PetscCheck(!bad, PETSC_COMM_SELF, PETSC_ERR_LIB, "%s", c->msg);
   /* the pending answer becomes the caller's; the buffers of the one it
    * replaces take the next answer */
   t = s->given, s->given = s->pending, s->pending = t;

@@ -35,7 +35,7 @@ PetscErrorCode env_options_from_options(EnvOptions *o)
            2, &o->lag);
   RfOptString("-turn_stop",
               "Token ids that end a model turn and call the environment, ID[,ID...] (default: calc's '=', else the "
-              "run's -gen_stop tokens)",
+              "run's -gen_stop tokens, else its EOS: a chat model's end of turn)",
               o->turn_stop, sizeof o->turn_stop);
   PetscOptionsEnd();
   PetscCheck(!strcmp(o->kind, "none") || !strcmp(o->kind, "calc") || !strcmp(o->kind, "command"), PETSC_COMM_WORLD,

@@ -29,6 +29,14 @@ PetscErrorCode gen_batch_create(int n, int Tmax, PetscBool masked, GenBatch *b)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+int gen_segment_start(const GenBatch *b, int i)
+{
+  const unsigned char *src = b->src + (size_t)i * b->Tmax;
+  int                  P = b->prompt_len[i], t = P + b->response_len[i];
+  while (t > P && src[t - 1] == GEN_SRC_MODEL) t--;
+  return t;
+}
+
 PetscErrorCode gen_batch_destroy(GenBatch *b)
 {
   PetscFunctionBegin;

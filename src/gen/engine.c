@@ -402,16 +402,6 @@ static PetscErrorCode draw_record_set(GenEngine *e, size_t k, int j)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* The tokens of sample i's current model segment (since the prompt or the
- * environment's last answer). */
-static int segment_len(const GenBatch *b, int i)
-{
-  const unsigned char *src = b->src + (size_t)i * b->Tmax;
-  int                  P = b->prompt_len[i], t = P + b->response_len[i];
-  while (t > P && src[t - 1] == GEN_SRC_MODEL) t--;
-  return P + b->response_len[i] - t;
-}
-
 /* Sample i in slot s ends: its slot is free for the next step. */
 static PetscErrorCode finish(GenEngine *e, GenBatch *b, int s, int i, int *nfinished)
 {
@@ -430,8 +420,9 @@ static PetscErrorCode finish(GenEngine *e, GenBatch *b, int s, int i, int *nfini
 static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest *req, GenBatch *b, int j,
                               int *nfinished)
 {
-  int    s = e->running[j], i = e->slot_req[s], t = b->prompt_len[i] + b->response_len[i], tok = e->draw_tok[j];
-  size_t k = (size_t)i * b->Tmax + t;
+  int       s = e->running[j], i = e->slot_req[s], t = b->prompt_len[i] + b->response_len[i], tok = e->draw_tok[j];
+  size_t    k = (size_t)i * b->Tmax + t;
+  PetscBool turn_stop;
 
   PetscFunctionBegin;
   PetscCheck(tok >= 0, PETSC_COMM_SELF, PETSC_ERR_FP,
@@ -444,14 +435,16 @@ static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest
   if (b->mask_off) PetscCall(draw_record_set(e, k, j));
   b->response_len[i]++;
   b->new_tokens++;
-  if (gen_is_stop(&e->cfg, tok)) b->eos[i] = 1;
+  turn_stop = gen_is_turn_stop(e->ep, tok); /* before EOS: a chat model's end of turn may be both */
+  if (gen_is_stop(&e->cfg, tok) && !turn_stop) b->eos[i] = 1;
   if (b->eos[i] || req[i].resumed + b->response_len[i] == e->cfg.max_new_tokens ||
       b->response_len[i] == req[i].budget)
     PetscCall(finish(e, b, s, i, nfinished));
-  else if (e->ep && (gen_is_turn_stop(e->ep, tok) || (e->ep->max_turn_tokens > 0 &&
-                                                       segment_len(b, i) >= e->ep->max_turn_tokens))) {
-    if (b->turns[i] >= e->ep->max_turns) PetscCall(finish(e, b, s, i, nfinished));
-    else {
+  else if (turn_stop || (e->ep && e->ep->max_turn_tokens > 0 && b->prompt_len[i] + b->response_len[i] - gen_segment_start(b, i) >= e->ep->max_turn_tokens)) {
+    if (b->turns[i] >= e->ep->max_turns) { /* the last turn: ended as by EOS when its stop is EOS */
+      b->eos[i] = gen_is_stop(&e->cfg, tok);
+      PetscCall(finish(e, b, s, i, nfinished));
+    } else {
       e->slot_wait[s] = (int)(e->clock + e->ep->lag);
       PetscCall(e->ep->on_turn(e->ep->ctx, b, i, b->turns[i]));
     }

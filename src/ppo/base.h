@@ -57,6 +57,12 @@ typedef struct {
   /* the run's environment when the rows are multi-turn episodes (set by
    * the caller before generating; NULL: single responses) */
   struct PPOEpisodes *envs;
+  /* per row of episodes: the environment's rewards summed, its answers to
+   * model turns (tool calls), the seconds they took (0 without episodes) */
+  struct {
+    double *reward, *seconds;
+    int    *calls;
+  } env;
   /* The rows are episodes (docs/environments.md): a response holds the
    * model's segments and an environment's answers, gen.src says which token
    * is whose, and only the model's are trained on and counted. PETSC_FALSE:
@@ -199,14 +205,15 @@ PetscErrorCode rollout_infer_rows(Model *m, RolloutInfer kind, Rollout *r, const
  * begin: before generating rows b0..b0+n-1 of r (req[0..n) those rows'
  * requests): every episode reset; *ep for the engine's GenRun. gen: the
  * engine's settings, the turn stops taken out of -gen_stop. share: the
- * rows' environment results to every rank of m (with the generation's). */
+ * rows' environment results (Rollout.env) to every rank of m (with the
+ * generation's). */
 typedef struct PPOEpisodes PPOEpisodes;
 PetscErrorCode ppo_episodes_setup(const PPOOptions *o, const TokenTable *tt, int vocab, int rows, PPOEpisodes **x);
 PetscErrorCode ppo_episodes_destroy(PPOEpisodes **x);
 PetscErrorCode ppo_episodes_begin(PPOEpisodes *x, uint64_t seed, uint32_t iteration, const GenRequest *req,
-                                  const Rollout *r, int b0, int n, const GenEpisode **ep);
+                                  Rollout *r, int b0, int n, const GenEpisode **ep);
 GenConfig      ppo_episodes_gen(const PPOEpisodes *x, const GenConfig *gen);
-PetscErrorCode ppo_episodes_share(const Mesh *m, PPOEpisodes *x, int B);
+PetscErrorCode ppo_episodes_share(const Mesh *m, Rollout *r);
 /* An episode batch's means per episode: model turns, the environment's
  * answers (tool calls) and the share of episodes with one, the
  * environment's tokens; the tokens cut from answers and the seconds the
@@ -215,11 +222,6 @@ typedef struct {
   double turns, calls, call_frac, env_tokens, cut, seconds;
 } PPOEpisodeStats;
 void ppo_episodes_stats(const Rollout *r, PPOEpisodeStats *st);
-/* Row b's environment rewards (summed), answers to model turns, and their
- * seconds; 0 without episodes. */
-double ppo_episode_reward(const Rollout *r, int b);
-int    ppo_episode_calls(const Rollout *r, int b);
-double ppo_episode_seconds(const Rollout *r, int b);
 
 /* The rewards besides the reward model (src/ppo/rewards.c). Setup: the
  * token table from the first of tables[] holding /tokenizer (else the

@@ -35,6 +35,9 @@ static PetscErrorCode row_copy(const Rollout *s, int src, Rollout *d, int dst, i
   memcpy(h->logprobs + (size_t)dst * T, g->logprobs + (size_t)src * T, T * sizeof(float));
   if (g->src && h->src) memcpy(h->src + (size_t)dst * T, g->src + (size_t)src * T, T); /* episodes' sources */
   h->prompt_len[dst] = g->prompt_len[src], h->response_len[dst] = g->response_len[src], h->eos[dst] = g->eos[src];
+  h->turns[dst] = g->turns[src], h->obs_cut[dst] = g->obs_cut[src];
+  d->env.reward[dst] = s->env.reward[src], d->env.seconds[dst] = s->env.seconds[src];
+  d->env.calls[dst]  = s->env.calls[src];
   d->start[dst] = s->start[src], d->len[dst] = s->len[src];
   d->score[dst] = s->score[src], d->final[dst] = s->final[src], d->gold[dst] = s->gold[src],
   d->rule[dst] = s->rule[src];

@@ -21,12 +21,8 @@ struct PPOEpisodes {
   uint64_t          seed;
   uint32_t          iteration;
   const GenRequest *req;
-  const Rollout    *r;
-  int               b0;
-  /* per rollout row: the environment's rewards summed, its answers to
-   * model turns, the seconds they took */
-  double           *reward, *seconds;
-  int              *calls, cap;
+  Rollout          *r; /* its rows' environment results (Rollout.env) */
+  int               b0, cap;
   char             *text;
   size_t            tcap;
 };
@@ -47,8 +43,8 @@ static PetscErrorCode take(PPOEpisodes *x, int i, EnvAnswer *a)
 {
   PetscFunctionBegin;
   PetscCall(x->env->ops->collect(x->env, i, a));
-  x->reward[x->b0 + i] += a->reward;
-  x->seconds[x->b0 + i] += a->seconds;
+  x->r->env.reward[x->b0 + i] += a->reward;
+  x->r->env.seconds[x->b0 + i] += a->seconds;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -58,11 +54,10 @@ static PetscErrorCode on_turn(void *ctx, const GenBatch *b, int i, int turn)
 {
   PPOEpisodes *x    = (PPOEpisodes *)ctx;
   size_t       base = (size_t)i * b->Tmax;
-  int          P = b->prompt_len[i], end = P + b->response_len[i], s = end;
+  int          end = b->prompt_len[i] + b->response_len[i], s = gen_segment_start(b, i);
   EnvRequest   q;
 
   PetscFunctionBegin;
-  while (s > P && b->src[base + s - 1] == GEN_SRC_MODEL) s--;
   q = (EnvRequest){i, x->req[i].id, x->seed, x->iteration, turn, b->tokens + base + s, end - s, NULL, NULL, NULL};
   q.text = ids_text(x, q.ids, q.n);
   PetscCall(x->env->ops->submit(x->env, &q));
@@ -77,7 +72,7 @@ static PetscErrorCode on_obs(void *ctx, const GenBatch *b, int i, const int **id
 
   PetscFunctionBegin;
   PetscCall(take(x, i, &a));
-  x->calls[x->b0 + i]++;
+  x->r->env.calls[x->b0 + i]++;
   *ids  = a.ids;
   *n    = a.n;
   *done = a.done;
@@ -98,16 +93,12 @@ PetscErrorCode ppo_episodes_setup(const PPOOptions *o, const TokenTable *tt, int
   else PetscCall(env_command_create(eo->command, (int)eo->procs, eo->timeout, vocab, rows, &x->env));
   if (eo->turn_stop[0]) PetscCall(gen_parse_ids("-env_turn_stop", eo->turn_stop, x->ep.stop, &x->ep.nstop));
   else if (!strcmp(eo->kind, "calc")) x->ep.stop[x->ep.nstop++] = ENV_CALC_CALL;
-  else { /* a chat model's end-of-turn tokens end its turns, not its episodes */
+  else if (o->gen.nstop) { /* a chat model's end-of-turn tokens end its turns, not its episodes */
     x->ep.nstop = o->gen.nstop;
     PetscCall(PetscArraycpy(x->ep.stop, o->gen.stop, o->gen.nstop));
-  }
+  } else if (o->gen.eos >= 0) x->ep.stop[x->ep.nstop++] = (int)o->gen.eos; /* the end of turn is EOS */
   PetscCheck(x->ep.nstop > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
              "-env %s: no token ends a model turn; give -env_turn_stop ID[,ID...] (or -gen_stop)", eo->kind);
-  for (int k = 0; k < x->ep.nstop; k++)
-    PetscCheck(x->ep.stop[k] != o->gen.eos, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
-               "-env_turn_stop: token %d is -gen_eos, which ends an episode; a turn stop calls the environment",
-               x->ep.stop[k]);
   x->ep.max_turns = (int)eo->max_turns;
   x->ep.max_obs   = (int)eo->max_obs;
   x->ep.max_turn_tokens = (int)eo->max_turn_tokens;
@@ -116,8 +107,7 @@ PetscErrorCode ppo_episodes_setup(const PPOOptions *o, const TokenTable *tt, int
   x->ep.on_obs    = on_obs;
   x->ep.ctx       = x;
   x->cap          = rows;
-  PetscCall(PetscCalloc3(rows, &x->reward, rows, &x->seconds, rows, &x->calls));
-  *out = x;
+  *out            = x;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -128,7 +118,6 @@ PetscErrorCode ppo_episodes_destroy(PPOEpisodes **px)
   PetscFunctionBegin;
   if (!x) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(env_destroy(&x->env));
-  PetscCall(PetscFree3(x->reward, x->seconds, x->calls));
   PetscCall(PetscFree(x->text));
   PetscCall(PetscFree(x));
   *px = NULL;
@@ -146,13 +135,13 @@ GenConfig ppo_episodes_gen(const PPOEpisodes *x, const GenConfig *gen)
 }
 
 PetscErrorCode ppo_episodes_begin(PPOEpisodes *x, uint64_t seed, uint32_t iteration, const GenRequest *req,
-                                  const Rollout *r, int b0, int n, const GenEpisode **ep)
+                                  Rollout *r, int b0, int n, const GenEpisode **ep)
 {
   PetscFunctionBegin;
   PetscCheck(b0 + n <= x->cap && n <= x->env->nindex, PETSC_COMM_SELF, PETSC_ERR_PLIB,
              "episodes: %d rows from %d exceed the %d the environment was made for", n, b0, x->cap);
   x->seed = seed, x->iteration = iteration, x->req = req, x->r = r, x->b0 = b0;
-  for (int i = 0; i < r->B; i++) x->reward[i] = x->seconds[i] = 0, x->calls[i] = 0;
+  for (int i = 0; i < r->B; i++) r->env.reward[i] = r->env.seconds[i] = 0, r->env.calls[i] = 0;
   for (int i = 0; i < n; i++) {
     EnvRequest q = {i, req[i].id, seed, iteration, 0, req[i].prompt, req[i].prompt_len, NULL,
                     r->answer && r->answer[b0 + i] ? r->answer[b0 + i] : NULL,
@@ -172,31 +161,28 @@ PetscErrorCode ppo_episodes_begin(PPOEpisodes *x, uint64_t seed, uint32_t iterat
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-PetscErrorCode ppo_episodes_share(const Mesh *m, PPOEpisodes *x, int B)
+PetscErrorCode ppo_episodes_share(const Mesh *m, Rollout *r)
 {
   PetscFunctionBegin;
-  PetscCall(exec_share_rows(m, B, 1, MPI_DOUBLE, x->reward));
-  PetscCall(exec_share_rows(m, B, 1, MPI_DOUBLE, x->seconds));
-  PetscCall(exec_share_rows(m, B, 1, MPI_INT, x->calls));
+  PetscCall(exec_share_rows(m, r->B, 1, MPI_DOUBLE, r->env.reward));
+  PetscCall(exec_share_rows(m, r->B, 1, MPI_DOUBLE, r->env.seconds));
+  PetscCall(exec_share_rows(m, r->B, 1, MPI_INT, r->env.calls));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
 void ppo_episodes_stats(const Rollout *r, PPOEpisodeStats *st)
 {
   PetscMemzero(st, sizeof *st);
-  if (!r->envs || r->B == 0) return;
+  if (!r->episodes || r->B == 0) return;
   for (int b = 0; b < r->B; b++) {
-    int calls = r->envs->calls[b];
+    int calls = r->env.calls[b];
     st->turns += r->gen.turns[b];
     st->calls += calls;
     st->call_frac += calls > 0;
     st->env_tokens += r->len[b] - rollout_model_len(r, b);
     st->cut += r->gen.obs_cut[b];
-    st->seconds += r->envs->seconds[b];
+    st->seconds += r->env.seconds[b];
   }
   st->turns /= r->B, st->calls /= r->B, st->call_frac /= r->B, st->env_tokens /= r->B;
 }
 
-double ppo_episode_reward(const Rollout *r, int b) { return r->envs ? r->envs->reward[b] : 0.0; }
-int    ppo_episode_calls(const Rollout *r, int b) { return r->envs ? r->envs->calls[b] : 0; }
-double ppo_episode_seconds(const Rollout *r, int b) { return r->envs ? r->envs->seconds[b] : 0.0; }

@@ -160,7 +160,7 @@ PetscErrorCode rollout_command_rewards(PPORewards *rw, const PPOOptions *o, Roll
 void rollout_final_scores(Rollout *r, const PPOOptions *o)
 {
   for (int b = 0; b < r->B; b++) {
-    double f = r->rule[b] + ppo_episode_reward(r, b) +
+    double f = r->rule[b] + r->env.reward[b] +
                rl_overlong_penalty(r->len[b], (int)o->gen.max_new_tokens, (int)o->overlong_buffer, o->overlong_penalty);
     if (o->has_reward_model)
       f += o->reward.model_weight * rl_final_score(r->score[b], r->gen.eos[b], o->reward_clip, o->truncation_penalty);

@@ -164,7 +164,7 @@ PetscErrorCode rollout_share_gen(const Mesh *m, GenPart *part, Rollout *r)
              "rollout_share_gen: the batch holds %d rows of %d, the rollout %d of %d", r->gen.n, r->gen.Tmax, r->B,
              r->T);
   PetscCall(rollout_share_genbatch(m, part, &r->gen));
-  if (r->envs) PetscCall(ppo_episodes_share(m, r->envs, r->B)); /* their environment's rewards, calls, time */
+  if (r->envs) PetscCall(ppo_episodes_share(m, r)); /* their environment's rewards, calls, time */
   r->episodes = (PetscBool)(r->envs != NULL);
   PetscCall(rollout_finish_gen(r));
   PetscFunctionReturn(PETSC_SUCCESS);

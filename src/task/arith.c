@@ -304,11 +304,6 @@ int arith_prompt(const ArithTask *t, TaskSplit split, uint64_t index, int *tok)
   return arith_prompt_from(text, n, tok);
 }
 
-int arith_demo(const ArithTask *t, TaskSplit split, uint64_t index, int *tok, int *prompt_len)
-{
-  return arith_demo_src(t, split, index, tok, prompt_len, NULL);
-}
-
 /* Appends text's characters to tok at n, marked source s. */
 static int arith_append(const char *text, int n, int *tok, unsigned char *src, unsigned char s)
 {
