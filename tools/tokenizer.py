@@ -605,18 +605,19 @@ CONVERSATION_ROLES = ("system", "user", "assistant", "tool")
 def generation_spans(tk, messages):
     """(text, spans): the conversation rendered without the generation prompt, and the [start, end) character
     ranges of its {% generation %} blocks."""
-    marked = tk.apply_chat_template(messages, False, marks=True)
-    text, spans, start = [], [], None
-    for c in marked:
-        if c == GEN_OPEN:
+    parts = re.split(f"([{GEN_OPEN}{GEN_CLOSE}])", tk.apply_chat_template(messages, False, marks=True))
+    text, spans, start, at = [], [], None, 0
+    for p in parts:
+        if p == GEN_OPEN:
             if start is not None:
                 raise TokenizerError("chat template: a {% generation %} block inside another")
-            start = sum(map(len, text))
-        elif c == GEN_CLOSE:
-            spans.append((start, sum(map(len, text))))
+            start = at
+        elif p == GEN_CLOSE:
+            spans.append((start, at))
             start = None
         else:
-            text.append(c)
+            text.append(p)
+            at += len(p)
     return "".join(text), [(a, b) for a, b in spans if b > a]
 
 
