@@ -22,7 +22,7 @@
 # `{% generation %}` blocks gives the same file and transformers' block-to-token mapping;
 # refused: no assistant message, an unknown role, a template that renders earlier turns
 # differently, a conversation longer than n_positions; `-mode sft -sft_data` step 1's loss =
-# the PyTorch masked NLL (unmasked without /loss_mask); /loss_mask of value 2, of the wrong
+# the PyTorch masked NLL (unmasked without /loss_mask; the same on 2 ranks); /loss_mask of value 2, of the wrong
 # shape, with a row without a target, with a target in the prompt refused; `-mode data
 # -arith_tool_demos` masks exactly the calculator's answers (no mask without tool
 # demonstrations); `samples` turns of a `-env calc` rollouts.h5 recomputed from
@@ -104,6 +104,7 @@ cat >$d/conv.jsonl <<'EOF'
 
 {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Naïve café?"}, {"role": "assistant", "content": "Oui, the café."}, {"role": "user", "content": "And then?"}, {"role": "assistant", "content": "Thé."}], "id": 7}
 {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}, {"role": "user", "content": "bye"}]}
+{"messages": [{"role": "system", "content": "Use the tool."}, {"role": "user", "content": "7-9?"}, {"role": "assistant", "content": "<tool_call>7-9</tool_call>"}, {"role": "tool", "content": "-2"}, {"role": "assistant", "content": "-2"}]}
 EOF
 # 1. the expectation, built by hand from ChatML's pieces (a piece's tokens are the same alone as in the whole: no merge
 # crosses a special token or a newline); with transformers' mapping of {% generation %} blocks to tokens
@@ -148,7 +149,7 @@ import sys; d = sys.argv[1]; sys.path.insert(0, d)
 from expect import T, same_as_expected
 good, bad, n, total = same_as_expected(T.Tokenizer.from_checkpoint(f"{d}/tok.h5"), f"{d}/conv.jsonl", f"{d}/conv.h5")
 print(("ok - " if good else "not ok - ") + f"tokenizer.py conversations (SmolLM2's template, no generation blocks: rendered prefixes): "
-      f"3 conversations' tokens, prompt lengths and /loss_mask uint8 as built by hand from ChatML's pieces: {n} of {total} "
+      f"4 conversations' tokens, prompt lengths and /loss_mask uint8 as built by hand from ChatML's pieces: {n} of {total} "
       f"tokens targets, the assistant's text and <|im_end|>, not its header or the newline after" + (f"; rows {bad} differ" if bad else ""))
 PY
 "$PYTHON" tools/tokenizer.py $d/gen.h5 conversations $d/conv.jsonl $d/gen_conv.h5 >$d/gen.log 2>&1 ||
@@ -198,9 +199,13 @@ with h5py.File(sys.argv[1]) as a, h5py.File(sys.argv[2], 'w') as b:
 " $d/conv.h5 $d/nomask.h5
 rlfuse -mode sft $M -sft_steps 0 -sft_data $d/conv.h5 -output_dir $d/init >$d/init.log 2>&1 || not_ok "SFT initial weights: $(tail -1 $d/init.log)"
 for x in conv nomask; do
-  rlfuse -mode sft $M -init_checkpoint $d/init/final.h5 -sft_steps 1 -sft_batch 3 -sft_data $d/$x.h5 -output_dir $d/sft_$x >$d/sft_$x.log 2>&1 ||
+  rlfuse -mode sft $M -init_checkpoint $d/init/final.h5 -sft_steps 1 -sft_batch 4 -sft_data $d/$x.h5 -output_dir $d/sft_$x >$d/sft_$x.log 2>&1 ||
     not_ok "-mode sft -sft_data $x.h5: $(tail -1 $d/sft_$x.log)"
 done
+# on 2 ranks (dp 2: two rows each; rank 0 reads the file, rank 1 gets the mask from it)
+"$MPIEXEC" $MPIEXEC_FLAGS -n 2 env OMP_NUM_THREADS=1 "$BIN/rlfuse" -mode sft $M -init_checkpoint $d/init/final.h5 -sft_steps 1 -sft_batch 4 \
+  -sft_data $d/conv.h5 -output_dir $d/sft_two >$d/sft_two.log 2>&1 || not_ok "-mode sft -sft_data on 2 ranks: $(tail -1 $d/sft_two.log)"
+
 py "SFT loss" $d <<'PY'
 import sys, h5py, numpy as np, torch
 sys.path.insert(0, "regression/ref")
@@ -216,12 +221,13 @@ resp = np.zeros(nll.shape, bool)
 for b in range(len(L)):
     resp[b, max(P[b], 1) - 1:L[b] - 1] = True
 want = {"conv": nll[M[:, 1:] == 1].mean(), "nomask": nll[resp].mean()}
+want["two"] = want["conv"]
 got = {k: float(h5py.File(f"{d}/sft_{k}/run.h5")["metrics/loss"][0]) for k in want}
 close = all(abs(got[k] - want[k]) <= 1e-5 * abs(want[k]) for k in want)
 print(("ok - " if close and abs(want["conv"] - want["nomask"]) > 1e-3 else "not ok - ")
       + f"-mode sft -sft_data: step 1's loss {got['conv']:.7f} is the NLL of the {int(M.sum())} /loss_mask targets "
       f"under the starting weights in PyTorch ({want['conv']:.7f}); the same file without /loss_mask: {got['nomask']:.7f}, "
-      f"the NLL of all {int(resp.sum())} tokens after the prompts ({want['nomask']:.7f})")
+      f"the NLL of all {int(resp.sum())} tokens after the prompts ({want['nomask']:.7f}); on 2 ranks (dp 2) {got['two']:.7f}")
 PY
 
 # 4. bad masks: one line naming the file and the row (data_read's checks)
@@ -247,7 +253,7 @@ with h5py.File(f"{d}/conv.h5") as a:
             b["loss_mask"] = m
 PY
 expect_error "/loss_mask value 2" "conversations/value.h5: /loss_mask\[1,[0-9]*\] = 2, expected 0 (context) or 1 (a target)" -mode sft $M -sft_data $d/value.h5 -output_dir $d/bad
-expect_error "/loss_mask of another shape than /tokens" "/loss_mask has shape \[3,[0-9]*\], expected \[3,[0-9]*\] (the shape of /tokens)" -mode sft $M -sft_data $d/shape.h5 -output_dir $d/bad
+expect_error "/loss_mask of another shape than /tokens" "/loss_mask has shape \[4,[0-9]*\], expected \[4,[0-9]*\] (the shape of /tokens)" -mode sft $M -sft_data $d/shape.h5 -output_dir $d/bad
 expect_error "a row whose /loss_mask has no target" "conversations/none.h5: row 2 has no target" -mode sft $M -sft_data $d/none.h5 -output_dir $d/bad
 expect_error "a /loss_mask target inside the prompt" "conversations/prompt.h5: /loss_mask\[0,[0-9]*\] = 1 where nothing is trained (row 0's targets" -mode sft $M -sft_data $d/prompt.h5 -output_dir $d/bad
 
