@@ -626,7 +626,7 @@ static PetscErrorCode test_data_mask(void)
   PetscCall(data_write(PETSC_COMM_WORLD, path, &d, "conversations"));
   PetscCall(data_read(PETSC_COMM_WORLD, path, &r));
   test_report((PetscBool)(r.loss_mask && !memcmp(r.loss_mask, mask, sizeof mask) && !memcmp(r.tokens, tokens, sizeof tokens)),
-              "token data with /loss_mask: round trip on every rank", "mask %s", r.loss_mask ? "differs" : "absent");
+              "token data with /loss_mask: written and read back (broadcast when run on several ranks)", "mask %s", r.loss_mask ? "differs" : "absent");
   PetscCall(data_free(&r));
   path_in(path, "mask_bad.h5");
   mask[7] = mask[9] = 0; /* row 1 without a target */
