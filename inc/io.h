@@ -162,12 +162,16 @@ typedef struct {
 static inline const char *io_text(const IOTexts *t, int i) { return t->off ? t->bytes + t->off[i] : ""; }
 
 /* /tokens int32 [N,T], /lengths int32 [N], optional /prompt_lengths int32 [N],
- * optional texts answer and metadata (IOTexts); attributes vocab_size (int)
- * and task (string). Tokens past a length are 0. */
+ * optional /loss_mask uint8 [N,T], optional texts answer and metadata
+ * (IOTexts); attributes vocab_size (int) and task (string). Tokens past a
+ * length are 0. loss_mask[i*T+t] 1: token t of row i is a target of SFT
+ * (only after the prompt and before the length; every row has one), 0: it
+ * is context (a multi-turn conversation's user and tool turns). */
 typedef struct {
-  int     N, T, vocab_size;
-  int    *tokens, *lengths, *prompt_lengths; /* prompt_lengths may be NULL */
-  IOTexts answer, metadata;                  /* read when the file has them */
+  int            N, T, vocab_size;
+  int           *tokens, *lengths, *prompt_lengths; /* prompt_lengths may be NULL */
+  unsigned char *loss_mask;                         /* [N*T] or NULL: every token after the prompt is a target */
+  IOTexts        answer, metadata;                  /* read when the file has them */
 } TokenData;
 PetscErrorCode data_read(MPI_Comm comm, const char *path, TokenData *d);
 /* As data_read, for a caller that knows the vocabulary (-mode score: the

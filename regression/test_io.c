@@ -609,6 +609,35 @@ static PetscErrorCode test_data(void)
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* A conversation's /loss_mask: written, read back (broadcast to every rank),
+ * and a mask that trains nothing in a row or marks a prompt token refused. */
+static PetscErrorCode test_data_mask(void)
+{
+  int            tokens[3 * 5] = {1, 2, 3, 0, 0, 4, 5, 6, 7, 8, 9, 1, 0, 0, 0};
+  int            lengths[3] = {3, 5, 2}, plen[3] = {1, 2, 0};
+  unsigned char  mask[3 * 5] = {0, 1, 1, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0, 0, 0};
+  TokenData      d = {.N = 3, .T = 5, .vocab_size = 10, .tokens = tokens, .lengths = lengths, .prompt_lengths = plen,
+                      .loss_mask = mask}, r;
+  char           path[PETSC_MAX_PATH_LEN];
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  path_in(path, "mask.h5");
+  PetscCall(data_write(PETSC_COMM_WORLD, path, &d, "conversations"));
+  PetscCall(data_read(PETSC_COMM_WORLD, path, &r));
+  test_report((PetscBool)(r.loss_mask && !memcmp(r.loss_mask, mask, sizeof mask) && !memcmp(r.tokens, tokens, sizeof tokens)),
+              "token data with /loss_mask: written and read back (broadcast when run on several ranks)", "mask %s", r.loss_mask ? "differs" : "absent");
+  PetscCall(data_free(&r));
+  path_in(path, "mask_bad.h5");
+  mask[7] = mask[9] = 0; /* row 1 without a target */
+  TEST_TRY(ierr, data_write(PETSC_COMM_WORLD, path, &d, "conversations"));
+  test_expect_error(ierr, "data_write refuses a row whose /loss_mask has no target", "mask_bad.h5: row 1 has no target");
+  mask[6] = 1; /* inside row 1's prompt of 2 */
+  TEST_TRY(ierr, data_write(PETSC_COMM_WORLD, path, &d, "conversations"));
+  test_expect_error(ierr, "data_write refuses a /loss_mask target inside the prompt", "/loss_mask[1,1] = 1 where nothing is trained");
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode test_matrix(void)
 {
   float   x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {0};
@@ -718,6 +747,7 @@ int main(int argc, char **argv)
   PetscCall(test_stale_tmp());
   PetscCall(test_record());
   PetscCall(test_data());
+  PetscCall(test_data_mask());
   PetscCall(test_matrix());
   PetscCall(test_evals());
   PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD));

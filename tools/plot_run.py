@@ -13,6 +13,11 @@ the growth of the activation buffers), both named on stdout too; the held-out me
 (eval_*) together in one panel, starting at step 0 with /summary's value
 before training and ending with its final one, against the iteration and,
 on the top axis, the samples trained on (iterations x -rollout_batch);
+a run with an environment's episodes (docs/environments.md) in one panel
+against the iteration: model turns and tool calls per episode
+(episode_turns_mean, env_calls_mean) on the left axis, the share of
+episodes with a call (env_call_frac, and the held-out eval_env_call_frac
+where evaluated) on the right, those metrics not drawn again elsewhere;
 the per-step stage times (/timing/<stage>_max, the slowest rank); and the
 histogram of the last iteration's response lengths (/responses). Steps
 where a metric was not recorded (NaN) are left out of its line. A file that
@@ -31,6 +36,10 @@ import report  # noqa: E402  (its loader and the held-out curves' ends)
 
 # Metrics about the engine, not the learning: left out of the panels.
 DIAGNOSTICS = ("acts_grown_bytes",)
+# A run with an environment (docs/environments.md): drawn together in the episodes panel, counts on the left axis
+# and shares of episodes on the right.
+EPISODE_COUNTS = (("episode_turns_mean", "model turns per episode"), ("env_calls_mean", "tool calls per episode"))
+EPISODE_SHARES = (("env_call_frac", "episodes with a call"), ("eval_env_call_frac", "held-out episodes with a call"))
 
 
 def same_as(v, drawn):
@@ -50,8 +59,13 @@ def main():
     path, out = sys.argv[1], sys.argv[2]
     report.PROG = "plot_run"
     run = report.load(path)
-    held = sorted(k for k in run["metrics"] if k.startswith("eval_") and np.isfinite(report.curve(run, k)[1]).any())
-    varied = sorted(k for k in run["metrics"] if not k.startswith("eval_") and kept(run["metrics"][k]) and k not in DIAGNOSTICS)
+    episode = [(k, what) for k, what in EPISODE_COUNTS + EPISODE_SHARES if k in run["metrics"] and np.isfinite(report.curve(run, k)[1]).any()]
+    if not any(k in dict(EPISODE_COUNTS) for k, _ in episode):
+        episode = []  # no run with an environment: its metrics, if any, as any others
+    in_episode = {k for k, _ in episode}
+    held = sorted(k for k in run["metrics"] if k.startswith("eval_") and np.isfinite(report.curve(run, k)[1]).any() and k not in in_episode)
+    varied = sorted(k for k in run["metrics"] if not k.startswith("eval_") and kept(run["metrics"][k]) and k not in DIAGNOSTICS
+                    and k not in in_episode)
     # gold first: what a rule reward's columns repeat is drawn under its name
     drawn, dup = {}, {}
     for k in sorted(varied, key=lambda k: (k != "gold", k)):
@@ -62,10 +76,10 @@ def main():
             drawn[k] = run["metrics"][k]
     plain = sorted(drawn)
     diag = sorted(k for k in run["metrics"] if k in DIAGNOSTICS)
-    left = sorted(k for k in run["metrics"] if k not in held and k not in varied and k not in diag)
+    left = sorted(k for k in run["metrics"] if k not in held and k not in varied and k not in diag and k not in in_episode)
     stages = {s: v for s, v in run["stages"].items() if (np.isfinite(v) & (v > 0)).any()}
     lengths = run["lengths"]
-    npanel = len(plain) + bool(held) + bool(stages) + (lengths is not None and len(lengths) > 0)
+    npanel = len(plain) + bool(held) + bool(episode) + bool(stages) + (lengths is not None and len(lengths) > 0)
     if npanel == 0:
         print(f"plot_run: error: {path} has no metric with values, no stage times and no response lengths", file=sys.stderr)
         sys.exit(1)
@@ -93,6 +107,24 @@ def main():
         if per > 0:
             top = ax.secondary_xaxis("top", functions=(lambda x, p=per: x * p, lambda x, p=per: x / p))
             top.set_xlabel("samples trained on", fontsize=8)
+    if episode:
+        ax = axes[k]; k += 1
+        right = ax.twinx()
+        for name, what in episode:
+            s, v = report.curve(run, name)
+            share = name in dict(EPISODE_SHARES)
+            (right if share else ax).plot(s, v, marker="o" if share else ".", ms=3, lw=1.2, ls="--" if share else "-",
+                                          color=f"C{[n for n, _ in EPISODE_COUNTS + EPISODE_SHARES].index(name)}",
+                                          label=f"{what} ({name})")
+        ax.set_title("episodes: turns and tool calls per iteration", fontsize=9)
+        ax.set_xlabel("iteration", fontsize=8)
+        ax.set_ylabel("per episode (mean)", fontsize=8)
+        right.set_ylabel("share of episodes", fontsize=8)
+        right.set_ylim(-0.02, 1.02)
+        ax.set_ylim(bottom=0)
+        lines = ax.get_lines() + right.get_lines()
+        ax.legend(lines, [line.get_label() for line in lines], fontsize=6)
+        ax.grid(alpha=0.3)
     for name in plain:
         v = run["metrics"][name]
         s = run["step"][: len(v)]
@@ -126,7 +158,8 @@ def main():
     fig.suptitle(report.labels([run])[0] + (f" (git {run['code'].get('git_revision')})" if run["code"].get("git_revision") else ""), fontsize=10)
     fig.savefig(out, dpi=110)
     print(f"plot_run: wrote {out} ({len(plain)} metrics, {len(held)} held-out, {len(stages)} stages"
-          f"{', the response lengths' if lengths is not None and len(lengths) else ''})")
+          f"{', the response lengths' if lengths is not None and len(lengths) else ''}"
+          f"{', the episodes (' + ', '.join(k for k, _ in episode) + ')' if episode else ''})")
     if left:
         print("plot_run: left out (no value, or the same at every step): " + ", ".join(left))
     if dup:

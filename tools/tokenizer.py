@@ -12,6 +12,9 @@ Usage: tools/py tools/tokenizer.py CKPT encode TEXT         ids, one line
                         rendered text, then its ids (BOS first where add_bos is 1)
        tools/py tools/tokenizer.py CKPT prompts IN.jsonl OUT.h5 [--no-chat] [--role ROLE] [--suffix TEXT]
                         a prompt file for rlfuse -mode generate (-generate_input)
+       tools/py tools/tokenizer.py CKPT conversations IN.jsonl OUT.h5 [--role ROLE]
+                        SFT data (-sft_data) from conversations, the loss on the
+                        assistant's tokens only (/loss_mask)
        tools/py tools/tokenizer.py CKPT responses GEN.h5 OUT.jsonl
                         the text of a -mode generate output (-generate_output)
        tools/py tools/tokenizer.py CKPT samples RUN_FILE.h5
@@ -20,7 +23,8 @@ Usage: tools/py tools/tokenizer.py CKPT encode TEXT         ids, one line
                         (without CKPT the run's own checkpoints decode)
        tools/py tools/tokenizer.py --help                this text
 The subcommand may also come first (tokenizer.py prompts CKPT IN.jsonl OUT.h5,
-tokenizer.py samples CKPT RUN_FILE.h5; the older samples RUN_FILE.h5 CKPT works too).
+tokenizer.py conversations CKPT IN.jsonl OUT.h5, tokenizer.py samples CKPT RUN_FILE.h5;
+the older samples RUN_FILE.h5 CKPT works too).
 Every subcommand takes --tokenizer-json FILE anywhere: encode with the
 model's own tokenizer.json (below).
 
@@ -55,6 +59,36 @@ holding NaN or Infinity, a line without "answer" in a file where another
 line has one (the first such line named), a prompt of n_positions tokens or
 more (no room for a response); and a file with no prompts.
 
+conversations: each non-blank line of IN.jsonl is one JSON object with
+  {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": "..."}, ...]}
+(other keys of the object and of a message are ignored by this tool but
+passed to the template). Each conversation is rendered whole by the chat
+template without the generation prompt and encoded as `chat` encodes (BOS
+first where add_bos is 1). Its assistant messages' text is the target: a
+template with {% generation %} ... {% endgeneration %} blocks marks it
+itself (as newer transformers releases read them for apply_chat_template's
+return_assistant_tokens_mask; the 4.40.2 installed here has no such option,
+and jinja2 renders the tags here); for any other template (SmolLM2's) message i's text
+is what rendering messages[:i+1] adds to messages[:i] with the generation
+prompt, up to and including the last stop token in it (@eos_id, @eot_id,
+/stop_ids: the end of turn the model must learn to say; ChatML's newline
+after <|im_end|> is not the assistant's), or without one, less its trailing
+whitespace. A token is a target when it holds a character of that text (the
+tokens from the one holding its first character to the one holding its
+last, as transformers' mask). OUT.h5 is a token dataset (docs/formats.md
+"Token datasets") with /tokens, /lengths, /prompt_lengths (the tokens
+before the first target) and /loss_mask uint8 [B, T], 1 on the targets:
+rlfuse -mode sft -sft_data OUT.h5 trains on those only, the system, user and
+tool turns and the assistant's headers being context. Attributes
+vocab_size (as prompts) and task "chat conversations". Refused, naming the
+line: text that is not UTF-8 or not JSON, a line without a non-empty
+"messages" list, a message without role and content strings, a role other
+than those four, no assistant message, a template that renders the
+conversation before an assistant message differently once it follows (the
+prefix method cannot place it: give the template {% generation %} blocks),
+a conversation of more than n_positions tokens; and a file with none. The
+file is written to a temporary and renamed.
+
 responses: one JSON line per row of GEN.h5 (docs/formats.md "Generation
 files"), in row order:
   {"prompt": TEXT, "response": TEXT, "stopped": BOOL, "response_tokens": N, "logprob": X}
@@ -79,13 +113,21 @@ reward is /final_scores (the final reward, KL penalty aside); correct 1/0
 whether the answer is right (/gold of a group with answers, as -ppo_eval_show
 prints it), or, in a group without answers, "gold": the judge's score (null
 where NaN); answer only where the group holds /answer_*; response less its
-final stop token when eos. Decoded with CKPT's /tokenizer when given; else with the first
+final stop token when eos. A group of episodes (a run with -env: /source
+and /turn, docs/environments.md) adds the episode as its conversation after
+the prompt,
+  "turns": [{"source": "model"|"environment", "turn": K, "tokens": N, "text": TEXT}, ...]
+each run of the response's tokens of one source and one turn in order: the
+model's K-th segment, then the environment's answer to it (turn K too), and
+so on; the last segment's text less the final stop token when eos (its
+tokens counted). Decoded with CKPT's /tokenizer when given; else with the first
 of the run's final.h5 (beside RUN_FILE.h5) and its actor checkpoint (run.h5
 /parameters@actor_checkpoint) that holds one; else, for the built-in
 arithmetic task (run.h5 /parameters@task), with its characters
 (src/task/arith.c); else each text is the token ids separated by blanks.
 Refused, in one line: a file whose groups lack the datasets, lengths past
-the width, answers whose /answer_offsets do not index /answer_bytes.
+the width, answers whose /answer_offsets do not index /answer_bytes, /source
+without /turn or either not of /tokens' shape.
 
 Encoding is GPT-2 byte-level BPE (model "gpt2"), done by Hugging Face's
 tokenizers package (the reference implementation of these tokenizers; make
@@ -127,6 +169,7 @@ other template without jinja2 is an error. Errors are one line
 """
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -206,6 +249,7 @@ class Tokenizer:
         self.tokenizer_json = None  # --tokenizer-json FILE
         self.hf_json = None  # the checkpoint's /tokenizer/hf_tokenizer_json (hf_import keeps the original tokenizer.json there)
         self._hf = {}  # special (True/False) -> tokenizers.Tokenizer
+        self.stop_ids = [self.eos_id] if 0 <= self.eos_id < len(self.tokens) else []  # @eos_id, @eot_id, stop_ids
 
     @classmethod
     def from_checkpoint(cls, path):
@@ -222,6 +266,8 @@ class Tokenizer:
             if "hf_tokenizer_json" in g:
                 v = g["hf_tokenizer_json"][()]
                 tk.hf_json = v.decode() if isinstance(v, bytes) else v
+            stops = [int(a.get("eos_id", -1)), int(a.get("eot_id", -1))] + ([int(x) for x in g["stop_ids"][()]] if "stop_ids" in g else [])
+            tk.stop_ids = sorted({i for i in stops if 0 <= i < len(toks)})
             return tk
 
     def _u(self, b):
@@ -281,7 +327,8 @@ class Tokenizer:
     def token_text(self, i):
         return self.tokens[i].decode("utf-8", errors="replace")
 
-    def apply_chat_template(self, messages, add_generation_prompt=True):
+    def apply_chat_template(self, messages, add_generation_prompt=True, marks=False):
+        """The template's rendering; marks: the output of each {% generation %} block between GEN_OPEN and GEN_CLOSE."""
         if not self.chat_template:
             raise TokenizerError("the tokenizer has no chat template")
         for m in messages:
@@ -298,7 +345,8 @@ class Tokenizer:
         if jinja2 is not None:
             def raise_exception(msg):
                 raise TokenizerError(f"chat template: {msg}")
-            env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                               extensions=[generation_tag(jinja2, marks)])
             tok = lambda i: self.token_text(i) if i >= 0 else ""  # noqa: E731
             try:
                 return env.from_string(self.chat_template).render(
@@ -310,8 +358,37 @@ class Tokenizer:
             raise TokenizerError("this chat template needs jinja2 (make deps installs it); without it only SmolLM2's is rendered")
         return chatml_smollm2(messages, add_generation_prompt)
 
+    def has_generation_blocks(self):
+        """Whether the chat template marks the assistant's text with {% generation %} ... {% endgeneration %}."""
+        return bool(GENERATION_TAG.search(self.chat_template or ""))
+
     def encode_chat(self, messages, add_generation_prompt=True):
         return self.encode(self.apply_chat_template(messages, add_generation_prompt), special=True, add_bos=True)
+
+
+# {% generation %} ... {% endgeneration %}: the text a template marks as the assistant's (transformers' templates
+# that support return_assistant_tokens_mask); rendered with marks, its output is put between these two characters
+# (private-use code points, refused in a message), then found and removed.
+GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+GEN_OPEN, GEN_CLOSE = "\ue000", "\ue001"
+
+
+def generation_tag(jinja2, marks):
+    """A jinja2 extension for the {% generation %} block: its body as rendered, between GEN_OPEN and GEN_CLOSE with marks."""
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+
+    class Generation(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.CallBlock(self.call_method("_block"), [], [], body).set_lineno(lineno)
+
+        def _block(self, caller):
+            return GEN_OPEN + caller() + GEN_CLOSE if marks else caller()
+    return Generation
 
 
 def chatml_smollm2(messages, add_generation_prompt=True):
@@ -522,6 +599,149 @@ def make_prompts(tk, ckpt, src, out, chat=True, role=None, suffix=None):
     return len(rows), T, "answer" in texts, "metadata" in texts
 
 
+CONVERSATION_ROLES = ("system", "user", "assistant", "tool")
+
+
+def generation_spans(tk, messages):
+    """(text, spans): the conversation rendered without the generation prompt, and the [start, end) character
+    ranges of its {% generation %} blocks."""
+    parts = re.split(f"([{GEN_OPEN}{GEN_CLOSE}])", tk.apply_chat_template(messages, False, marks=True))
+    text, spans, start, at = [], [], None, 0
+    for p in parts:
+        if p == GEN_OPEN:
+            if start is not None:
+                raise TokenizerError("chat template: a {% generation %} block inside another")
+            start = at
+        elif p == GEN_CLOSE:
+            spans.append((start, at))
+            start = None
+        else:
+            text.append(p)
+            at += len(p)
+    return "".join(text), [(a, b) for a, b in spans if b > a]
+
+
+def prefix_spans(tk, messages):
+    """(text, spans) as generation_spans, for a template without {% generation %} blocks: assistant message i's text
+    is what rendering messages[:i+1] adds to messages[:i] with the generation prompt (the assistant's header), up to
+    and including the last stop token's text in it (the end of turn the model must learn to say; what follows, such
+    as ChatML's newline, is the template's), or without one, up to its trailing whitespace."""
+    text = tk.apply_chat_template(messages, False)
+    stops = [tk.token_text(i) for i in tk.stop_ids if tk.tokens[i]]
+    spans = []
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        head, upto = tk.apply_chat_template(messages[:i], True), tk.apply_chat_template(messages[:i + 1], False)
+        if not upto.startswith(head) or not text.startswith(upto):
+            raise TokenizerError(f"message {i} (assistant): the chat template renders the conversation before it differently "
+                                 "once it follows (or differently from its generation prompt), so its text cannot be placed "
+                                 "by rendering prefixes; a template with {% generation %} blocks marks it instead")
+        added = upto[len(head):]
+        ends = [added.rfind(t) + len(t) for t in stops if t in added]
+        end = max(ends) if ends else len(added.rstrip())
+        if end > 0:
+            spans.append((len(head), len(head) + end))
+    return text, spans
+
+
+def encode_conversation(tk, messages):
+    """(ids, mask, method): the conversation's ids (BOS first where add_bos is 1) and mask 1 on every token that
+    overlaps an assistant span (as transformers' assistant mask: the tokens from the one holding a span's first
+    character to the one holding its last)."""
+    for i, m in enumerate(messages):
+        if GEN_OPEN in m["content"] or GEN_CLOSE in m["content"]:
+            raise TokenizerError(f"message {i} holds U+E000 or U+E001, which mark the template's generation blocks here")
+    if tk.has_generation_blocks():
+        text, spans, method = *generation_spans(tk, messages), "the template's {% generation %} blocks"
+    else:
+        text, spans, method = *prefix_spans(tk, messages), "rendered prefixes"
+    ids = tk.encode(text, special=True, add_bos=True)  # as `chat` and `prompts` encode a rendering
+    bos = 1 if tk.add_bos and tk.bos_id >= 0 else 0  # the BOS encode put first, not part of the text
+    # the tokens spell the text (encode checks it): token k holds bytes [edge[k], edge[k+1])
+    edge = np.concatenate([[0], np.cumsum([len(tk.tokens[i]) for i in ids[bos:]])])
+    mask = np.zeros(len(ids), np.uint8)
+    for a, b in spans:
+        ba, bb = len(text[:a].encode("utf-8", "surrogatepass")), len(text[:b].encode("utf-8", "surrogatepass"))
+        mask[bos:][(edge[:-1] < bb) & (edge[1:] > ba)] = 1
+    return ids, mask, method
+
+
+def read_conversations(tk, path):
+    """Every conversation of a JSONL file: [(line number, ids, mask)] and the mask's method."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise TokenizerError(f"{path}: cannot read ({e.strerror})")
+    rows, method = [], None
+    for n, line in enumerate(raw.split(b"\n"), 1):
+        where = f"{path}:{n}"
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TokenizerError(f"{where}: not UTF-8 ({e.reason} at byte {e.start})")
+        if not line.strip():
+            continue
+        try:
+            x = json.loads(line)
+        except ValueError as e:
+            raise TokenizerError(f"{where}: not JSON ({e})")
+        msgs = x.get("messages") if isinstance(x, dict) else None
+        if not isinstance(msgs, list) or not msgs:
+            raise TokenizerError(f'{where}: expected an object with "messages", a non-empty list of {{"role", "content"}} objects, '
+                                 f"got {line.strip()[:60]}")
+        for i, m in enumerate(msgs):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+                raise TokenizerError(f"{where}: message {i} is not an object with role and content strings")
+            if m["role"] not in CONVERSATION_ROLES:
+                raise TokenizerError(f"{where}: message {i} has role {m['role']!r}, not one of {', '.join(CONVERSATION_ROLES)}")
+        if not any(m["role"] == "assistant" for m in msgs):
+            raise TokenizerError(f"{where}: no assistant message (nothing to train on)")
+        try:
+            ids, mask, method = encode_conversation(tk, msgs)
+        except TokenizerError as e:
+            raise TokenizerError(f"{where}: {e}")
+        if not mask.any():
+            raise TokenizerError(f"{where}: the assistant's messages have no tokens")
+        if mask[0]:
+            raise TokenizerError(f"{where}: the first token is the assistant's, which nothing before it predicts "
+                                 "(the template renders no header before the assistant's first message)")
+        rows.append((n, ids, mask))
+    if not rows:
+        raise TokenizerError(f"{path}: no conversations (every line is blank)")
+    return rows, method
+
+
+def make_conversations(tk, ckpt, src, out, role=None):
+    """A token dataset with /loss_mask (SFT data) OUT from the JSONL conversations SRC; returns (rows, longest,
+    targets, tokens, method)."""
+    import h5py
+    role, vocab, npos = model_limits(ckpt, role)
+    rows, method = read_conversations(tk, src)
+    for n, ids, _ in rows:
+        bad = [i for i in ids if not 0 <= i < vocab]
+        if bad:
+            raise TokenizerError(f"{src}:{n}: token {bad[0]} is outside the model's vocabulary [0, {vocab}) (/{role} of {ckpt})")
+        if npos is not None and len(ids) > npos:
+            raise TokenizerError(f"{src}:{n}: the conversation is {len(ids)} tokens, more than the model's n_positions {npos}")
+    T = max(len(r[1]) for r in rows)
+    tokens, mask = np.zeros((len(rows), T), np.int32), np.zeros((len(rows), T), np.uint8)
+    for b, (_, ids, m) in enumerate(rows):
+        tokens[b, :len(ids)], mask[b, :len(ids)] = ids, m
+
+    def write(tmp):
+        with h5py.File(tmp, "w") as f:
+            f["tokens"] = tokens
+            f["lengths"] = np.array([len(r[1]) for r in rows], np.int32)
+            f["prompt_lengths"] = np.array([int(np.argmax(r[2])) for r in rows], np.int32)  # up to the first target
+            f["loss_mask"] = mask
+            f.attrs["vocab_size"] = np.int32(vocab)
+            f.attrs["task"] = "chat conversations"
+    write_atomic(out, write, (ckpt, src))
+    return len(rows), T, int(mask.sum()), sum(len(r[1]) for r in rows), method
+
+
 def read_generation(tk, path):
     """The datasets of a -mode generate output, checked: {name: array}."""
     with open_h5(path) as f:
@@ -624,6 +844,36 @@ def run_decoder(path, ckpt=None):
     return IdsText(), "token ids"
 
 
+EPISODE_SOURCES = {1: "model", 2: "environment"}  # rollouts.h5 /source (docs/formats.md); 0 is the prompt
+
+
+def episode_columns(path, gname, g, shape):
+    """A group's /source and /turn (episodes), checked, or (None, None) without them."""
+    if "source" not in g and "turn" not in g:
+        return None, None
+    if "source" not in g or "turn" not in g:
+        raise TokenizerError(f"{path}: /{gname}: /source and /turn come together")
+    src, turn = g["source"][()], g["turn"][()]
+    if src.shape != shape or turn.shape != shape:
+        raise TokenizerError(f"{path}: /{gname}: /source {src.shape} and /turn {turn.shape} must have /tokens' shape {shape}")
+    return src, turn
+
+
+def episode_turns(dec, resp, src, turn, eos):
+    """A response of an episode as its segments in order: each run of tokens of one source and one turn, labelled.
+    The final EOS is left out of the text as it is of the response's."""
+    out, t = [], 0
+    while t < len(resp):
+        e = t
+        while e < len(resp) and src[e] == src[t] and turn[e] == turn[t]:
+            e += 1
+        ids = resp[t:e - 1] if eos and e == len(resp) else resp[t:e]
+        out.append({"source": EPISODE_SOURCES.get(int(src[t]), f"source {int(src[t])}"), "turn": int(turn[t]),
+                    "tokens": e - t, "text": dec.decode(ids)})
+        t = e
+    return out
+
+
 def sample_records(dec, path):
     """One dict per sample of every group of a rollouts.h5 or evals.h5 (see samples in the docstring)."""
     def num(x):
@@ -645,11 +895,14 @@ def sample_records(dec, path):
                 raise TokenizerError(f"{path}: /{gname}: prompt_lengths + response_lengths do not fit its {B} rows of {T} tokens")
             col = {k: g[k][()].reshape(-1) for k in ("eos", "final_scores", "gold") if k in g}
             ans = read_texts(g, "answer", B)
+            src, turn = episode_columns(path, gname, g, tok.shape)
             for b in range(B):
                 resp = tok[b, P[b]:P[b] + R[b]].tolist()
                 eos = bool(col["eos"][b]) if "eos" in col else False
                 r = {"group": gname, "row": b, "prompt": dec.decode(tok[b, :P[b]].tolist()),
                      "response": dec.decode(resp[:-1] if eos and resp else resp), "eos": eos, "response_tokens": int(R[b])}
+                if src is not None:
+                    r["turns"] = episode_turns(dec, resp, src[b, P[b]:P[b] + R[b]], turn[b, P[b]:P[b] + R[b]], eos)
                 if "final_scores" in col:
                     r["reward"] = num(col["final_scores"][b])
                 if "gold" in col:  # with answers gold is whether the answer is right, "correct" as the console says
@@ -666,7 +919,8 @@ def fail(msg):
 
 
 USAGE = ("usage: tokenizer.py CKPT encode TEXT | CKPT decode ID... | CKPT chat JSON [--no-generation-prompt] | "
-         "CKPT prompts IN.jsonl OUT.h5 [--no-chat] [--role ROLE] [--suffix TEXT] | CKPT responses GEN.h5 OUT.jsonl | "
+         "CKPT prompts IN.jsonl OUT.h5 [--no-chat] [--role ROLE] [--suffix TEXT] | CKPT conversations IN.jsonl OUT.h5 [--role ROLE] | "
+         "CKPT responses GEN.h5 OUT.jsonl | "
          "[CKPT] samples RUN_FILE.h5 (tokenizer.py --help says more)")
 
 
@@ -698,7 +952,7 @@ def samples(a):
 
 
 def main():
-    cmds = ("encode", "decode", "chat", "prompts", "responses")
+    cmds = ("encode", "decode", "chat", "prompts", "conversations", "responses")
     a, tokenizer_json = sys.argv[1:], None
     if "--tokenizer-json" in a:
         i = a.index("--tokenizer-json")
@@ -714,7 +968,7 @@ def main():
     if "samples" in a[:2]:
         samples(a)
         return
-    if len(a) >= 2 and a[0] in ("prompts", "responses") and a[1] not in cmds and not os.path.isfile(a[0]):
+    if len(a) >= 2 and a[0] in ("prompts", "conversations", "responses") and a[1] not in cmds and not os.path.isfile(a[0]):
         a[0], a[1] = a[1], a[0]  # tokenizer.py prompts CKPT ...
     if len(a) < 2 or a[1] not in cmds:
         fail(USAGE)
@@ -762,6 +1016,19 @@ def main():
             n, T, ans, meta = make_prompts(tk, a[0], rest[0], rest[1], chat, val.get("--role"), val.get("--suffix"))
             extra = " and ".join(w for w, h in (("answers", ans), ("metadata", meta)) if h)
             print(f"{TOOL}: {n} {'chat' if chat else 'text'} prompts{' with ' + extra if extra else ''} -> {rest[1]} (longest {T} tokens)")
+        elif a[1] == "conversations":
+            rest, role = a[2:], None
+            if "--role" in rest:
+                i = rest.index("--role")
+                if i + 1 >= len(rest):
+                    fail("--role needs a value")
+                role = rest[i + 1]
+                del rest[i:i + 2]
+            if len(rest) != 2 or any(x.startswith("--") for x in rest):
+                fail("conversations takes IN.jsonl OUT.h5 [--role ROLE]")
+            n, T, targets, total, method = make_conversations(tk, a[0], rest[0], rest[1], role)
+            print(f"{TOOL}: {n} conversations -> {rest[1]} (longest {T} tokens; {targets} of their {total} tokens are the "
+                  f"assistant's, the targets, by {method})")
         else:
             if len(a) != 4:
                 fail("responses takes GEN.h5 OUT.jsonl")

@@ -7,6 +7,31 @@
 
 #include <string.h>
 
+/* Row i's /loss_mask: 0 or 1 everywhere, 1 only where SFT can train (after
+ * the prompt, and after the first token, which nothing predicts; before the
+ * length), and 1 somewhere: a mask that marks a prompt token or padding is
+ * misaligned with its tokens, and a row with no target would train nothing. */
+static PetscErrorCode data_validate_mask(const char *path, const TokenData *d, int i)
+{
+  const unsigned char *m     = d->loss_mask + (size_t)i * d->T;
+  int                  first = PetscMax(d->prompt_lengths ? d->prompt_lengths[i] : 0, 1), len = d->lengths[i], n = 0;
+
+  PetscFunctionBegin;
+  for (int t = 0; t < d->T; t++) {
+    PetscCheck(m[t] <= 1, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+               "data file %s: /loss_mask[%d,%d] = %d, expected 0 (context) or 1 (a target)", path, i, t, m[t]);
+    PetscCheck(!m[t] || (t >= first && t < len), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+               "data file %s: /loss_mask[%d,%d] = 1 where nothing is trained (row %d's targets can be positions "
+               "%d..%d: after its prompt and first token, before /lengths[%d] = %d)",
+               path, i, t, i, first, len - 1, i, len);
+    n += m[t];
+  }
+  PetscCheck(n > 0, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "data file %s: row %d has no target (/loss_mask[%d,:] is 0 at every position): nothing to train on",
+             path, i, i);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* The checks data_read applies to a file, and data_write to what it writes. */
 static PetscErrorCode data_validate(const char *path, const TokenData *d, const char *vocab_name)
 {
@@ -29,6 +54,7 @@ static PetscErrorCode data_validate(const char *path, const TokenData *d, const 
       PetscCheck(tok >= 0 && tok < d->vocab_size, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
                  "data file %s: /tokens[%d,%d] = %d is outside [0, %s=%d)", path, i, t, tok, vocab_name, d->vocab_size);
     }
+    if (d->loss_mask) PetscCall(data_validate_mask(path, d, i));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -57,6 +83,37 @@ static PetscErrorCode data_read_vector(hid_t file, const char *where, const char
   PetscCall(PetscMalloc1(n + 1, v));
   if (n) PetscCall(io_dataset_read(dset, where, full, IO_INT, *v));
   PetscCall(io_close(&dset));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* /loss_mask, [N,T] of any integer type: read as int so that a value such as
+ * -1 or 256 is reported as it is rather than converted to 0 or 255. */
+static PetscErrorCode data_read_mask(hid_t file, const char *where, TokenData *d)
+{
+  hsize_t dims[2] = {0, 0};
+  hid_t   dset;
+  int    *v;
+  size_t  n = (size_t)d->N * d->T;
+
+  PetscFunctionBegin;
+  PetscCall(io_dataset_open(file, where, "/loss_mask", "loss_mask", IO_CLASS_INT, 0, 2, dims, &dset));
+  PetscCheck(dims[0] == (hsize_t)d->N && dims[1] == (hsize_t)d->T, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+             "%s: /loss_mask has shape [%llu,%llu], expected [%d,%d] (the shape of /tokens)", where,
+             (unsigned long long)dims[0], (unsigned long long)dims[1], d->N, d->T);
+  PetscCall(PetscMalloc1(n + 1, &v));
+  if (n) PetscCall(io_dataset_read(dset, where, "/loss_mask", IO_INT, v));
+  PetscCall(io_close(&dset));
+  PetscCall(PetscMalloc1(n + 1, &d->loss_mask));
+  for (size_t k = 0; k < n; k++) {
+    if (v[k] < 0 || v[k] > 1) {
+      int i = (int)(k / (size_t)d->T), t = (int)(k % (size_t)d->T), x = v[k];
+      PetscCall(PetscFree(v));
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+              "%s: /loss_mask[%d,%d] = %d, expected 0 (context) or 1 (a target)", where, i, t, x);
+    }
+    d->loss_mask[k] = (unsigned char)v[k];
+  }
+  PetscCall(PetscFree(v));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -90,6 +147,7 @@ static PetscErrorCode data_read_file(hid_t file, void *vctx)
   PetscCall(data_read_vector(file, where, "lengths", d->N, &d->lengths));
   if (H5Lexists(file, "prompt_lengths", H5P_DEFAULT) > 0)
     PetscCall(data_read_vector(file, where, "prompt_lengths", d->N, &d->prompt_lengths));
+  if (H5Lexists(file, "loss_mask", H5P_DEFAULT) > 0) PetscCall(data_read_mask(file, where, d));
   PetscCall(io_texts_read(file, where, "answer", d->N, &d->answer));
   PetscCall(io_texts_read(file, where, "metadata", d->N, &d->metadata));
   PetscCall(data_validate(ctx->path, d, vname));
@@ -108,11 +166,11 @@ static PetscErrorCode data_read_task(void *vctx)
 static PetscErrorCode data_bcast(MPI_Comm comm, TokenData *d)
 {
   PetscMPIInt rank;
-  int         hdr[4] = {d->N, d->T, d->vocab_size, d->prompt_lengths != NULL};
+  int         hdr[5] = {d->N, d->T, d->vocab_size, d->prompt_lengths != NULL, d->loss_mask != NULL};
 
   PetscFunctionBegin;
   PetscCallMPI(MPI_Comm_rank(comm, &rank));
-  PetscCallMPI(MPI_Bcast(hdr, 4, MPI_INT, 0, comm));
+  PetscCallMPI(MPI_Bcast(hdr, 5, MPI_INT, 0, comm));
   if (rank) {
     d->N          = hdr[0];
     d->T          = hdr[1];
@@ -120,10 +178,12 @@ static PetscErrorCode data_bcast(MPI_Comm comm, TokenData *d)
     PetscCall(PetscMalloc1((size_t)d->N * d->T + 1, &d->tokens));
     PetscCall(PetscMalloc1(d->N + 1, &d->lengths));
     if (hdr[3]) PetscCall(PetscMalloc1(d->N + 1, &d->prompt_lengths));
+    if (hdr[4]) PetscCall(PetscMalloc1((size_t)d->N * d->T + 1, &d->loss_mask));
   }
   PetscCall(io_bcast(d->tokens, (size_t)d->N * d->T, MPI_INT, comm));
   PetscCall(io_bcast(d->lengths, (size_t)d->N, MPI_INT, comm));
   if (hdr[3]) PetscCall(io_bcast(d->prompt_lengths, (size_t)d->N, MPI_INT, comm));
+  if (hdr[4]) PetscCall(io_bcast(d->loss_mask, (size_t)d->N * d->T, MPI_UNSIGNED_CHAR, comm));
   PetscCall(io_texts_bcast(comm, d->N, &d->answer));
   PetscCall(io_texts_bcast(comm, d->N, &d->metadata));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -156,6 +216,7 @@ PetscErrorCode data_free(TokenData *d)
   PetscCall(PetscFree(d->tokens));
   PetscCall(PetscFree(d->lengths));
   PetscCall(PetscFree(d->prompt_lengths));
+  PetscCall(PetscFree(d->loss_mask));
   PetscCall(io_texts_free(&d->answer));
   PetscCall(io_texts_free(&d->metadata));
   d->N = d->T = 0;
@@ -181,6 +242,7 @@ static PetscErrorCode data_fill(hid_t file, void *vctx)
   PetscCall(io_dataset_write(file, "lengths", IO_I32LE, IO_INT, 1, dims, d->lengths));
   if (d->prompt_lengths)
     PetscCall(io_dataset_write(file, "prompt_lengths", IO_I32LE, IO_INT, 1, dims, d->prompt_lengths));
+  if (d->loss_mask) PetscCall(io_dataset_write(file, "loss_mask", IO_U8LE, IO_UCHAR, 2, dims, d->loss_mask));
   for (int i = 0; i < ctx->nextra; i++) {
     const IODataset *x     = &ctx->extra[i];
     hsize_t          xd[2] = {(hsize_t)x->dims[0], (hsize_t)(x->ndim > 1 ? x->dims[1] : 0)};

@@ -73,7 +73,7 @@ const IoFileOption data_file_options[] = {
 PetscErrorCode data_run(const RunCtx *run)
 {
   BuiltinTask  task;
-  TokenData d;
+  TokenData d = {0};
   PetscInt  count = 1000, split = TASK_SPLIT_TRAIN;
   char      output[PETSC_MAX_PATH_LEN] = "", text[PETSC_MAX_PATH_LEN] = "";
   PetscBool help;
@@ -109,12 +109,25 @@ PetscErrorCode data_run(const RunCtx *run)
   d.T          = task_max_demo(&task);
   d.vocab_size = task_vocab_size(&task);
   PetscCall(PetscCalloc3((size_t)d.N * d.T, &d.tokens, d.N, &d.lengths, d.N, &d.prompt_lengths));
-  for (int i = 0; i < d.N; i++)
-    d.lengths[i] = task_demo(&task, (TaskSplit)split, (uint64_t)i, d.tokens + (size_t)i * d.T, &d.prompt_lengths[i]);
+  PetscCall(PetscCalloc1((size_t)d.N * d.T, &d.loss_mask));
+  {
+    PetscBool env = PETSC_FALSE; /* a tool demonstration (-arith_tool_demos): its calculator answers are no targets */
+    for (int i = 0; i < d.N; i++) {
+      unsigned char *m = d.loss_mask + (size_t)i * d.T;
+      d.lengths[i]     = task_demo_src(&task, (TaskSplit)split, (uint64_t)i, d.tokens + (size_t)i * d.T,
+                                       &d.prompt_lengths[i], m);
+      for (int t = 0; t < d.T; t++) {
+        if (m[t] == GEN_SRC_ENV) env = PETSC_TRUE;
+        m[t] = (unsigned char)(t < d.lengths[i] && t >= PetscMax(d.prompt_lengths[i], 1) && m[t] != GEN_SRC_ENV);
+      }
+    }
+    if (!env) PetscCall(PetscFree(d.loss_mask)); /* every response token a target: the file needs no mask */
+  }
   if (output[0]) {
     PetscCall(data_write(run->comm, output, &d, task_name(&task)));
-    PetscCall(PetscPrintf(run->comm, "data: %d %s samples of the %s task -> %s\n", d.N, splits[split], task_name(&task),
-                          output));
+    PetscCall(PetscPrintf(run->comm, "data: %d %s samples of the %s task -> %s%s\n", d.N, splits[split],
+                          task_name(&task), output,
+                          d.loss_mask ? " (with /loss_mask: the calculator's answers are context, not targets)" : ""));
   }
   if (text[0]) {
     PetscCall(data_write_text(run->comm, text, &task, (TaskSplit)split, d.N, splits[split]));
@@ -122,5 +135,6 @@ PetscErrorCode data_run(const RunCtx *run)
                           output[0] ? "also" : "only", d.N, splits[split], text));
   }
   PetscCall(PetscFree3(d.tokens, d.lengths, d.prompt_lengths));
+  PetscCall(PetscFree(d.loss_mask));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -81,7 +81,12 @@ PetscErrorCode demo_source_get_src(DemoSource *src, uint64_t pos, int T1, int *t
                "data file %s: row %d has %d tokens, more than the model's context allows (%d)", src->path, row, *len,
                T1);
     PetscCall(PetscArraycpy(tok, src->file.tokens + (size_t)row * T, *len));
-    for (int t = 0; srcs && t < *len; t++) srcs[t] = t < *prompt_len ? GEN_SRC_PROMPT : GEN_SRC_MODEL;
+    /* a file's /loss_mask 0 after the prompt is a conversation's other turns (a user's, a tool's): context, as an
+     * environment's answer is in an episode, so SFT gives it no target */
+    for (int t = 0; srcs && t < *len; t++) {
+      const unsigned char *m = src->file.loss_mask;
+      srcs[t] = t < *prompt_len ? GEN_SRC_PROMPT : !m || m[(size_t)row * T + t] ? GEN_SRC_MODEL : GEN_SRC_ENV;
+    }
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
