@@ -110,16 +110,17 @@ static PetscErrorCode fixture_create(const Backend *be, Fixture *f)
 
 static PetscErrorCode run(Fixture *f, const GenConfig *cfg, GenEpisode *ep, FakeEnv *env, GenBatch *b)
 {
-  GenEngine *eng;
-  GenRun     r = {NULL, 0, NULL, NULL, NULL, NULL, ep};
+  GenEngine     *eng;
+  GenRun         r = {NULL, 0, NULL, NULL, NULL, NULL, ep};
+  PetscErrorCode ierr;
 
   PetscFunctionBegin;
   ep->on_turn = fake_turn, ep->on_obs = fake_obs, ep->ctx = env;
   PetscCall(gen_batch_create(NREQ, MAXP + (int)cfg->max_new_tokens, gen_masked(cfg), b));
   PetscCall(gen_engine_create(f->lm, cfg, MAXP, &eng));
-  PetscCall(gen_generate_run(eng, 1234, 7, NREQ, f->req, b, &r));
+  ierr = gen_generate_run(eng, 1234, 7, NREQ, f->req, b, &r); /* an expected error still frees the engine */
   PetscCall(gen_engine_destroy(&eng));
-  PetscFunctionReturn(PETSC_SUCCESS);
+  PetscFunctionReturn(ierr);
 }
 
 /* Walks every row: sources, answers, cuts, turns and ends recomputed.
