@@ -167,8 +167,9 @@ typedef PetscErrorCode (*GenStepFn)(void *ctx, GenEngine *e, GenBatch *b, PetscB
  * Limits: max_turns model segments (a turn stop in the last ends the
  * episode unanswered: eos 0, or 1 when the stop is EOS), max_turn_tokens tokens of
  * a segment (its turn then ends as at a turn stop), max_obs tokens kept of an
- * answer, and the episode's max_new_tokens, which counts the environment's
- * tokens too (an answer that leaves no room ends the episode, eos 0). */
+ * answer (at least 1), and the episode's max_new_tokens, which counts the
+ * environment's tokens too (an answer that leaves no room ends the episode,
+ * eos 0). An answer with no tokens must end the episode (done). */
 typedef struct {
   int nstop;
   int stop[GEN_MAX_STOP];

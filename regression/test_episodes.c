@@ -41,7 +41,7 @@ typedef struct {
  * with token V. */
 typedef struct {
   int       seglen[NREQ], turn[NREQ], pending[NREQ], ids[NREQ][8], n[NREQ], calls;
-  PetscBool latency, bad;
+  PetscBool latency, bad, empty;
   unsigned  seed;
 } FakeEnv;
 
@@ -60,6 +60,7 @@ static PetscErrorCode fake_turn(void *ctx, const GenBatch *b, int i, int turn)
   f->n[i] = answer_len(i, turn);
   for (int j = 0; j < f->n[i]; j++) f->ids[i][j] = answer_tok(turn, j, f->seglen[i]);
   if (f->bad && i == 5 && turn == 1) f->ids[i][0] = V;
+  if (f->empty && i == 5 && turn == 1) f->n[i] = 0;
   f->calls++;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -231,11 +232,11 @@ static PetscErrorCode test_walk(Fixture *f, int max_new, int max_turns, int max_
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-static PetscErrorCode test_bad_answer(Fixture *f)
+static PetscErrorCode test_bad_answer(Fixture *f, PetscBool empty)
 {
   GenConfig      cfg = config(24);
-  GenEpisode     ep  = {.nstop = 1, .stop = {STOP}, .max_turns = 4, .max_obs = 8, .lag = 2};
-  FakeEnv        env = {.bad = PETSC_TRUE};
+  GenEpisode     ep  = {.nstop = 2, .stop = {STOP, STOP2}, .max_turns = 4, .max_obs = 8, .lag = 2};
+  FakeEnv        env = {.bad = !empty, .empty = empty};
   GenBatch       b   = {0};
   char           msg[TEST_MESSAGE_MAX] = "";
   PetscErrorCode ierr;
@@ -244,8 +245,12 @@ static PetscErrorCode test_bad_answer(Fixture *f)
   PetscCall(PetscPushErrorHandler(test_capture_error, msg));
   ierr = run(f, &cfg, &ep, &env, &b);
   PetscCall(PetscPopErrorHandler());
-  test_report((PetscBool)(ierr && strstr(msg, "sample 135, turn 1") && strstr(msg, "outside the vocabulary")),
-              "an answer with a token outside the vocabulary stops the generation naming the sample and the turn", "%s", msg);
+  if (empty)
+    test_report((PetscBool)(ierr && strstr(msg, "sample 135, turn 1") && strstr(msg, "no tokens and did not end the episode")),
+                "an empty answer that does not end the episode stops the generation naming the sample and the turn", "%s", msg);
+  else
+    test_report((PetscBool)(ierr && strstr(msg, "sample 135, turn 1") && strstr(msg, "outside the vocabulary")),
+                "an answer with a token outside the vocabulary stops the generation naming the sample and the turn", "%s", msg);
   PetscCall(gen_batch_destroy(&b));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -263,7 +268,8 @@ int main(int argc, char **argv)
   PetscCall(test_walk(&f, 10, 6, 8, 3, 0, PETSC_FALSE, "6 turns in 10 tokens, lag 3"));
   PetscCall(test_walk(&f, 32, 5, 3, 2, 2, PETSC_FALSE, "turns of at most 2 tokens, 5 turns, lag 2"));
   PetscCall(test_walk(&f, 32, 3, 8, 2, 0, PETSC_TRUE, "EOS a turn stop too (a chat model's end of turn), 3 turns"));
-  PetscCall(test_bad_answer(&f));
+  PetscCall(test_bad_answer(&f, PETSC_FALSE));
+  PetscCall(test_bad_answer(&f, PETSC_TRUE));
   PetscCall(model_destroy(&f.lm));
   PetscCall(PetscFinalize());
   return test_tally();

@@ -41,7 +41,7 @@ PetscErrorCode gen_engine_create(Model *lm, const GenConfig *cfg, int max_prompt
   PetscCall(PetscMalloc3(R, &e->row_tok, R, &e->row_slot, R, &e->row_pos));
   PetscCall(PetscMalloc6(S, &e->slot_req, S, &e->slot_fresh, S, &e->slot_row, 2 * S, &e->finished, S, &e->slot_lead, S,
                          &e->head_rows));
-  PetscCall(PetscMalloc2(S, &e->slot_kv, S, &e->slot_wait));
+  PetscCall(PetscMalloc3(S, &e->slot_kv, S, &e->slot_wait, S, &e->slot_seg));
   e->sampler = backend_cpu();
   if (!e->resident) {
     e->work_bytes = e->sampler->sample_work(S, V);
@@ -76,7 +76,7 @@ PetscErrorCode gen_engine_destroy(GenEngine **eng)
   }
   PetscCall(PetscFree3(e->row_tok, e->row_slot, e->row_pos));
   PetscCall(PetscFree6(e->slot_req, e->slot_fresh, e->slot_row, e->finished, e->slot_lead, e->head_rows));
-  PetscCall(PetscFree2(e->slot_kv, e->slot_wait));
+  PetscCall(PetscFree3(e->slot_kv, e->slot_wait, e->slot_seg));
   PetscCall(PetscFree(e->work));
   PetscCall(PetscFree(e->allowed));
   PetscCall(PetscFree5(e->draw_tok, e->draw_na, e->running, e->draw_lp, e->draw_bd));
@@ -329,8 +329,10 @@ static int build_rows(GenEngine *e, const GenRequest *req, GenBatch *b, int *act
     (*active)++;
     P   = req[i].prompt_len;
     len = P + b->response_len[i];
-    if (e->slot_fresh[s]) *prefill = PETSC_TRUE;
-    if (e->slot_fresh[s] && e->ep) b->turns[i] = 1;
+    /* a new prompt, or an answer and the turn stop before it: more than one
+     * row, so not a decode step (whose rows a recorded graph pads) */
+    if (e->slot_fresh[s] || len - e->slot_kv[s] > 1) *prefill = PETSC_TRUE;
+    if (e->slot_fresh[s] && e->ep) b->turns[i] = 1, e->slot_seg[s] = len;
     if (e->slot_lead[s] >=
         0) { /* the leader's head row gives its logits; its keys and values are copied after the forward */
       e->slot_row[s] = e->slot_row[e->slot_lead[s]];
@@ -438,10 +440,11 @@ static PetscErrorCode advance(GenEngine *e, uint32_t iteration, const GenRequest
   turn_stop = gen_is_turn_stop(e->ep, tok); /* before EOS: a chat model's end of turn may be both */
   if (gen_is_stop(&e->cfg, tok) && !turn_stop) b->eos[i] = 1;
   if (b->eos[i] || req[i].resumed + b->response_len[i] == e->cfg.max_new_tokens ||
-      b->response_len[i] == req[i].budget)
+      b->response_len[i] == req[i].budget) {
+    b->eos[i] = gen_is_stop(&e->cfg, tok); /* a chat model's end of turn at the bound ends as EOS does */
     PetscCall(finish(e, b, s, i, nfinished));
-  else if (turn_stop || (e->ep && e->ep->max_turn_tokens > 0 &&
-                         t + 1 - gen_segment_start(b, i) >= e->ep->max_turn_tokens)) {
+  }
+  else if (turn_stop || (e->ep && e->ep->max_turn_tokens > 0 && t + 1 - e->slot_seg[s] >= e->ep->max_turn_tokens)) {
     if (b->turns[i] >= e->ep->max_turns) { /* the last turn: ended as by EOS when its stop is EOS */
       b->eos[i] = gen_is_stop(&e->cfg, tok);
       PetscCall(finish(e, b, s, i, nfinished));
@@ -475,6 +478,10 @@ static PetscErrorCode rejoin(GenEngine *e, const GenRequest *req, GenBatch *b, i
     t0 = sys_wtime();
     PetscCall(ep->on_obs(ep->ctx, b, i, &ids, &n, &done));
     b->env_wait += sys_wtime() - t0;
+    PetscCheck(n > 0 || done, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
+               "generation: the environment answered sample %d, turn %d with no tokens and did not end the episode; an "
+               "answer that goes on needs at least one token (the model's turns would join)",
+               req[i].id, b->turns[i]);
     room = (int)e->cfg.max_new_tokens - req[i].resumed - b->response_len[i];
     keep = PetscMin(PetscMin(n, ep->max_obs), room);
     at   = (size_t)i * b->Tmax + b->prompt_len[i] + b->response_len[i];
@@ -486,7 +493,7 @@ static PetscErrorCode rejoin(GenEngine *e, const GenRequest *req, GenBatch *b, i
       b->tokens[at + j]   = ids[j];
       b->logprobs[at + j] = 0;
       b->src[at + j]      = GEN_SRC_ENV;
-      if (b->mask_off) e->mcount[at + j] = 0;
+      if (b->mask_off) e->mcount[at + j] = 0, e->mstart[at + j] = 0;
     }
     b->response_len[i] += keep;
     b->obs_cut[i] += n - keep;
@@ -494,7 +501,7 @@ static PetscErrorCode rejoin(GenEngine *e, const GenRequest *req, GenBatch *b, i
     if (done || keep == room) {
       b->eos[i] = done ? 1 : 0;
       PetscCall(finish(e, b, s, i, nfinished));
-    } else b->turns[i]++;
+    } else b->turns[i]++, e->slot_seg[s] = b->prompt_len[i] + b->response_len[i];
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -638,9 +645,9 @@ PetscErrorCode gen_generate_run(GenEngine *e, uint64_t seed, uint32_t iteration,
   PetscFunctionBegin;
   e->ep = run ? run->episode : NULL;
   if (e->ep)
-    PetscCheck(e->ep->lag >= 1 && e->ep->max_turns >= 1 && e->ep->max_obs >= 0 && e->ep->on_turn && e->ep->on_obs,
+    PetscCheck(e->ep->lag >= 1 && e->ep->max_turns >= 1 && e->ep->max_obs >= 1 && e->ep->on_turn && e->ep->on_obs,
                PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
-               "gen_generate: episodes need lag >= 1 (%d), max_turns >= 1 (%d), max_obs >= 0 (%d) and both callbacks",
+               "gen_generate: episodes need lag >= 1 (%d), max_turns >= 1 (%d), max_obs >= 1 (%d) and both callbacks",
                e->ep->lag, e->ep->max_turns, e->ep->max_obs);
   PetscCall(check_requests(e, n, req, out));
   PetscCall(batch_reset(e, n, req, out));

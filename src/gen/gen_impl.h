@@ -20,6 +20,7 @@ struct GenEngine {
    * of a model turn the engine pass at which its environment's answer is
    * appended (-1: not paused) */
   int        *slot_kv, *slot_wait;
+  int        *slot_seg; /* episodes: where the slot's current model segment starts */
   long long   clock;     /* engine passes of this generation: the episodes' schedule */
   const GenEpisode *ep;  /* NULL: no episodes */
   /* the forward rows the head runs on (each slot's last row; head_n of them,

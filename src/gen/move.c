@@ -105,6 +105,7 @@ PetscErrorCode gen_engine_give(GenEngine *e, GenBatch *b, const int *w, size_t *
     e->slot_req[s]   = idx;
     e->slot_fresh[s] = 0;
     e->slot_kv[s]    = P + L - 1;
+    e->slot_seg[s]   = P;
     e->slot_wait[s]  = -1;
     *words += model_kv_floats(e->kv, P + L - 1);
   } else {

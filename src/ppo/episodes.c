@@ -28,11 +28,11 @@ struct PPOEpisodes {
 };
 
 /* The text of tok[0..n), every token's bytes (EOS and end-of-turn tokens
- * included); "" without a token table. */
+ * included); NULL without a token table (the environment gets ids alone). */
 static const char *ids_text(PPOEpisodes *x, const int *tok, int n)
 {
   TokenTable all;
-  if (!x->tt) return "";
+  if (!x->tt) return NULL;
   all        = *x->tt;
   all.eos_id = -1;
   token_table_decode(&all, tok, n, &x->text, &x->tcap);
@@ -82,32 +82,38 @@ static PetscErrorCode on_obs(void *ctx, const GenBatch *b, int i, const int **id
 PetscErrorCode ppo_episodes_setup(const PPOOptions *o, const TokenTable *tt, int vocab, int rows, PPOEpisodes **out)
 {
   const EnvOptions *eo = &o->env;
+  GenEpisode        ep = {0};
   PPOEpisodes      *x;
 
   PetscFunctionBegin;
   *out = NULL;
   if (!env_on(eo)) PetscFunctionReturn(PETSC_SUCCESS);
+  /* the turn stops first, checked before any process starts */
+  if (eo->turn_stop[0]) PetscCall(gen_parse_ids("-env_turn_stop", eo->turn_stop, ep.stop, &ep.nstop));
+  else if (!strcmp(eo->kind, "calc")) ep.stop[ep.nstop++] = ENV_CALC_CALL;
+  else if (o->gen.nstop) { /* a chat model's end-of-turn tokens end its turns, not its episodes */
+    ep.nstop = o->gen.nstop;
+    PetscCall(PetscArraycpy(ep.stop, o->gen.stop, o->gen.nstop));
+  } else if (o->gen.eos >= 0) ep.stop[ep.nstop++] = (int)o->gen.eos; /* the end of turn is EOS */
+  PetscCheck(ep.nstop > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+             "-env %s: no token ends a model turn; give -env_turn_stop ID[,ID...] (or -gen_stop)", eo->kind);
+  for (int k = 0; k < ep.nstop; k++)
+    PetscCheck(ep.stop[k] < vocab, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
+               "-env_turn_stop: token %d is not a token of the actor's vocabulary of %d", ep.stop[k], vocab);
+  ep.max_turns       = (int)eo->max_turns;
+  ep.max_obs         = (int)eo->max_obs;
+  ep.max_turn_tokens = (int)eo->max_turn_tokens;
+  ep.lag             = (int)eo->lag;
+  ep.on_turn         = on_turn;
+  ep.on_obs          = on_obs;
   PetscCall(PetscNew(&x));
-  x->tt = tt;
+  x->tt     = tt;
+  x->cap    = rows;
+  x->ep     = ep;
+  x->ep.ctx = x;
+  *out      = x; /* ppo_episodes_destroy frees it if the environment does not start */
   if (!strcmp(eo->kind, "calc")) PetscCall(env_calc_create(rows, &x->env));
   else PetscCall(env_command_create(eo->command, (int)eo->procs, eo->timeout, vocab, rows, &x->env));
-  if (eo->turn_stop[0]) PetscCall(gen_parse_ids("-env_turn_stop", eo->turn_stop, x->ep.stop, &x->ep.nstop));
-  else if (!strcmp(eo->kind, "calc")) x->ep.stop[x->ep.nstop++] = ENV_CALC_CALL;
-  else if (o->gen.nstop) { /* a chat model's end-of-turn tokens end its turns, not its episodes */
-    x->ep.nstop = o->gen.nstop;
-    PetscCall(PetscArraycpy(x->ep.stop, o->gen.stop, o->gen.nstop));
-  } else if (o->gen.eos >= 0) x->ep.stop[x->ep.nstop++] = (int)o->gen.eos; /* the end of turn is EOS */
-  PetscCheck(x->ep.nstop > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
-             "-env %s: no token ends a model turn; give -env_turn_stop ID[,ID...] (or -gen_stop)", eo->kind);
-  x->ep.max_turns = (int)eo->max_turns;
-  x->ep.max_obs   = (int)eo->max_obs;
-  x->ep.max_turn_tokens = (int)eo->max_turn_tokens;
-  x->ep.lag       = (int)eo->lag;
-  x->ep.on_turn   = on_turn;
-  x->ep.on_obs    = on_obs;
-  x->ep.ctx       = x;
-  x->cap          = rows;
-  *out            = x;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

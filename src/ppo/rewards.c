@@ -19,7 +19,8 @@
 PetscErrorCode ppo_rewards_setup(const RunCtx *run, const PPOOptions *o, const char *const *tables, int ntables,
                                  PetscBool builtin, PetscBool answers, PPORewards *rw)
 {
-  PetscBool found = PETSC_FALSE, need = (PetscBool)(o->reward.spec.n > 0 || o->reward.command[0] || answers);
+  PetscBool found = PETSC_FALSE,
+            need  = (PetscBool)(o->reward.spec.n > 0 || o->reward.command[0] || answers || env_on(&o->env));
   PetscMPIInt rank;
 
   PetscFunctionBegin;
@@ -35,7 +36,8 @@ PetscErrorCode ppo_rewards_setup(const RunCtx *run, const PPOOptions *o, const c
     PetscCall(token_table_from_strings(arith_vocab_size(), arith_vocab(), TASK_EOS, &rw->tt));
     found = PETSC_TRUE;
   }
-  if (!found && !o->reward.spec.n && !o->reward.command[0]) { /* only the judge wanted the text: no accuracy then */
+  if (!found && !o->reward.spec.n && !o->reward.command[0]) { /* only the judge or an environment wanted the text:
+                                                                 no accuracy then, ids alone */
     if (rw->gold == PPO_GOLD_ANSWER) rw->gold = PPO_GOLD_NONE;
     PetscFunctionReturn(PETSC_SUCCESS);
   }
@@ -68,10 +70,17 @@ static const char *response_text(PPORewards *rw, const Rollout *r, int b, size_t
 {
   const int           *row = r->gen.tokens + (size_t)b * r->T;
   const unsigned char *src = r->gen.src + (size_t)b * r->T;
-  int                  s = r->start[b], end = s + r->len[b] - (r->gen.eos[b] && r->len[b] > 0 ? 1 : 0);
-  if (r->envs)
-    for (int t = s; t < end; t++)
-      if (src[t] == GEN_SRC_ENV) s = t + 1;
+  int                  s = r->start[b], end = s + r->len[b];
+  PetscBool            stop = (PetscBool)(r->gen.eos[b] != 0); /* the response ended with its stop token */
+  if (r->episodes) { /* the model's last segment, whatever answer followed it (then it ended at a turn stop) */
+    while (end > s && src[end - 1] != GEN_SRC_MODEL) end--, stop = PETSC_TRUE;
+    for (int t = end; t > s; t--)
+      if (src[t - 1] != GEN_SRC_MODEL) {
+        s = t;
+        break;
+      }
+  }
+  if (stop && end > s) end--; /* without its final stop token */
   *n = token_table_decode(&rw->tt, row + s, end - s, &rw->text, &rw->cap);
   return rw->text;
 }
