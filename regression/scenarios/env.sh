@@ -10,7 +10,7 @@
 # checkpoint ends bit for bit as the unbroken run; bad settings and a
 # crashing environment refused with one line. About 30 s
 . regression/lib.sh
-plan 13
+plan 12
 d="$RLFUSE_TMP/env"; mkdir -p $d
 set -f # the task's '*'
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
@@ -89,7 +89,6 @@ expect_error "-env calc with the sort task" "needs -task arith" $G -env calc -ta
 expect_error "-env command without a program" "needs -env_command" $G -env command
 expect_error "-env calc with -async_staleness 1" "do not carry episodes" $G -env calc -async_staleness 1
 expect_error "-env_lag_steps 0" "-env_lag_steps 0 must be in" $G -env calc -env_lag_steps 0
-expect_error "-env_procs without an environment" "-env_procs is given but -env is none" $G -env_procs 8
 expect_error "-env_turn_stop outside the vocabulary" "token 99 is not a token of the actor's vocabulary of 48" $G -env calc -env_turn_stop 99
 printf '%s\n' 'while read line; do case "$line" in *reset*) echo "{\"state\": \"\"}" ;; *) exit 3 ;; esac; done' >$d/crash.sh
 expect_error "an environment that exits at its first step" "sample [0-9]*, turn 1: process 1 of 1 exited" \

@@ -44,16 +44,6 @@ PetscErrorCode env_options_from_options(EnvOptions *o)
              "-env command needs -env_command \"PROGRAM\" (docs/environments.md)");
   PetscCheck(!o->command[0] || !strcmp(o->kind, "command"), PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
              "-env_command is given but -env is %s; say -env command", o->kind);
-  if (!env_on(o)) { /* an environment's setting without one is a deck that meant something else */
-    static const char *const names[] = {"-procs",     "-timeout",   "-max_turns", "-max_obs_tokens", "-max_turn_tokens",
-                                        "-lag_steps", "-turn_stop"};
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-      PetscBool set;
-      PetscCall(PetscOptionsHasName(NULL, "env_", names[k], &set));
-      PetscCheck(!set, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
-                 "-env_%s is given but -env is none (no environment); say -env calc or -env command", names[k] + 1);
-    }
-  }
   PetscCheck(o->procs >= 1 && o->procs <= 1024, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
              "-env_procs %" PetscInt_FMT " must be in [1, 1024]", o->procs);
   PetscCheck(o->timeout > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-env_timeout %g must be positive",
