@@ -459,15 +459,14 @@ def _metadata_text(x, where):
         raise TokenizerError(f'{where}: "metadata" is not valid Unicode ({e.reason})')
 
 
-def read_prompts(tk, path, chat=True, suffix=None):
-    """Every prompt of a JSONL file (see prompts in the docstring): [(line number, ids, answer, metadata)], answer
-    and metadata UTF-8 bytes or None (answers are either on every line or on none)."""
+def jsonl_objects(path):
+    """The non-blank lines of a JSONL file, parsed: (line number, "path:line", the line, its JSON value);
+    an unreadable file, a line that is not UTF-8 or not JSON raises TokenizerError naming the line."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as e:
         raise TokenizerError(f"{path}: cannot read ({e.strerror})")
-    lines = []
     for n, line in enumerate(raw.split(b"\n"), 1):
         where = f"{path}:{n}"
         try:
@@ -480,6 +479,14 @@ def read_prompts(tk, path, chat=True, suffix=None):
             x = json.loads(line)
         except ValueError as e:
             raise TokenizerError(f"{where}: not JSON ({e})")
+        yield n, where, line, x
+
+
+def read_prompts(tk, path, chat=True, suffix=None):
+    """Every prompt of a JSONL file (see prompts in the docstring): [(line number, ids, answer, metadata)], answer
+    and metadata UTF-8 bytes or None (answers are either on every line or on none)."""
+    lines = []
+    for n, where, line, x in jsonl_objects(path):
         if not isinstance(x, dict) or ("messages" in x) == ("prompt" in x):
             raise TokenizerError(f'{where}: expected an object with either "messages" (a list of {{"role", "content"}} objects) '
                                  f'or "prompt" (a string), got {line.strip()[:60]}')
@@ -669,24 +676,8 @@ def encode_conversation(tk, messages):
 
 def read_conversations(tk, path):
     """Every conversation of a JSONL file: [(line number, ids, mask)] and the mask's method."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise TokenizerError(f"{path}: cannot read ({e.strerror})")
     rows, method = [], None
-    for n, line in enumerate(raw.split(b"\n"), 1):
-        where = f"{path}:{n}"
-        try:
-            line = line.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise TokenizerError(f"{where}: not UTF-8 ({e.reason} at byte {e.start})")
-        if not line.strip():
-            continue
-        try:
-            x = json.loads(line)
-        except ValueError as e:
-            raise TokenizerError(f"{where}: not JSON ({e})")
+    for n, where, line, x in jsonl_objects(path):
         msgs = x.get("messages") if isinstance(x, dict) else None
         if not isinstance(msgs, list) or not msgs:
             raise TokenizerError(f'{where}: expected an object with "messages", a non-empty list of {{"role", "content"}} objects, '
