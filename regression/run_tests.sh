@@ -28,7 +28,7 @@ export RLFUSE_TMP; RLFUSE_TMP=$(mktemp -d "${TMPDIR:-/tmp}/rlfuse-test.XXXXXX")
 # RLFUSE_KEEP=1: a failing suite keeps its files (each item's full log in .items/)
 trap 'if [ "${RLFUSE_KEEP:-}" = 1 ] && [ "$failed" -gt 0 ]; then echo "# files kept in $RLFUSE_TMP"; else rm -rf "$RLFUSE_TMP"; fi' EXIT
 
-passed=0; failed=0; skipped=0; t_all=$(date +%s); patterns=("$@")
+passed=0; failed=0; skipped=0; failed_items=(); t_all=$(date +%s); patterns=("$@")
 [ "${REPLACE:-}" = 1 ] && [ $# -eq 0 ] && patterns=('case *')
 
 # run_item NAME COMMAND...: runs one item, echoes its result lines, counts them
@@ -55,13 +55,14 @@ run_item() {
     f=1; echo "  not ok - $name exited with status $rc:"; tail -15 "$log" | sed 's/^/    /'
   fi
   passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+  [ "$f" -eq 0 ] || failed_items+=("$name: $(grep -m1 '^not ok - ' "$log" | cut -c8-200)")
   echo "  ($p passed, $f failed, $s skipped, $(( $(date +%s) - t0 )) s)"
 }
 wanted() {
   [ ${#patterns[@]} -eq 0 ] && return 0
   local p; for p in "${patterns[@]}"; do [[ $1 == $p ]] && return 0; done; return 1
 }
-not_built() { echo "=== $1"; echo "  not ok - $BIN/$1 was not built"; failed=$((failed + 1)); }
+not_built() { echo "=== $1"; echo "  not ok - $BIN/$1 was not built"; failed=$((failed + 1)); failed_items+=("$1"); }
 
 # test_cuda and the cuda modes of test_golden skip, saying so, without a GPU
 for t in test_sys test_ops test_model test_io test_golden test_gen test_episodes test_rlmath test_ppo_mask test_reward test_reward_command test_env test_arith test_plan test_fuse test_search test_profile test_cuda test_cuda_gen; do
@@ -86,4 +87,6 @@ done
 
 echo "suite time $(( $(date +%s) - t_all )) s"
 echo "$passed passed, $failed failed, $skipped skipped"
+# the last lines are what a CI log's tail shows: name what failed there
+[ "$failed" -eq 0 ] || { echo "failed items:"; printf '  %s\n' "${failed_items[@]}"; }
 [ "$failed" -eq 0 ]

@@ -110,6 +110,21 @@ static PetscErrorCode test_levels(void)
 static int    ev_node[64], ev_share[64], nev;   /* this rank's callbacks in the order they ran */
 static double val[NNODE], t_begin, t_right = -1; /* each node's output (-1 until run or shared) */
 static int    join_saw_inputs = -1;              /* join found left's and right's outputs here */
+/* "B ran while A was working" without a clock: B's rank tells A's rank on a
+ * communicator of the test's own, and A works until it hears (at least
+ * min_s, at most 10 s). Whether A heard is the check; a time bound would
+ * fail on a loaded machine (4 ranks on 2 cores under a sanitizer). */
+static MPI_Comm side = MPI_COMM_NULL;
+static int      heard[2];
+static void     tell(int to, int tag) { (void)MPI_Send(&tag, 1, MPI_INT, to, tag, side); }
+static int      work_until_told(int from, int tag, double min_s)
+{
+  int got = 0, v;
+  for (double t0 = sys_wtime(); (!got || sys_wtime() - t0 < min_s) && sys_wtime() - t0 < 10;)
+    if (!got) (void)MPI_Iprobe(from, tag, side, &got, MPI_STATUS_IGNORE);
+  if (got) (void)MPI_Recv(&v, 1, MPI_INT, from, tag, side, MPI_STATUS_IGNORE);
+  return got;
+}
 
 typedef struct { int k, root; } NodeCtx; /* node index; world rank whose output the share broadcasts */
 
@@ -120,9 +135,8 @@ static PetscErrorCode node_run(void *ctx)
 
   PetscFunctionBegin;
   ev_node[nev] = c->k, ev_share[nev++] = 0;
-  if (c->k == 1 && world_rank == 1) /* left works 0.2 s on rank 1 only */
-    for (double t0 = sys_wtime(); sys_wtime() - t0 < 0.2;);
-  if (c->k == 2 && world_rank == 3) t_right = sys_wtime() - t_begin;
+  if (c->k == 1 && world_rank == 1) heard[0] = work_until_told(3, 1, 0.2); /* left works on rank 1 until right starts */
+  if (c->k == 2 && world_rank == 3) t_right = sys_wtime() - t_begin, tell(1, 1);
   if (c->k == 0) join_saw_inputs = val[1] == 3 && val[2] == 4;
   val[c->k] = c->k == 0 ? val[1] + val[2] : c->k == 1 ? 3 : c->k == 2 ? 4 : 10 * val[0];
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -174,8 +188,9 @@ static PetscErrorCode test_graph_run(void)
   joined = join_saw_inputs == 1;
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &joined, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
   PetscCallMPI(MPI_Bcast(&t_right, 1, MPI_DOUBLE, 3, MPI_COMM_WORLD));
-  PetscCall(PetscSNPrintf(det, sizeof det, "join saw both inputs on %d of 2 ranks; right started %.3f s after the start", joined, t_right));
-  test_measure(ok_order && joined == 2 && t_right >= 0 && t_right < 0.1 && (world_rank != 3 || val[4] == 70) ? PETSC_TRUE : PETSC_FALSE, "exec_graph_run: a rank runs and shares level by level; left (ranks 0,1) and right (ranks 2,3) both ran and shared before join, right without waiting for left", "%s", det);
+  PetscCallMPI(MPI_Bcast(&heard[0], 1, MPI_INT, 1, MPI_COMM_WORLD));
+  PetscCall(PetscSNPrintf(det, sizeof det, "join saw both inputs on %d of 2 ranks; right started %.3f s after the start, %s left ended", joined, t_right, heard[0] ? "before" : "not before"));
+  test_measure(ok_order && joined == 2 && t_right >= 0 && heard[0] && (world_rank != 3 || val[4] == 70) ? PETSC_TRUE : PETSC_FALSE, "exec_graph_run: a rank runs and shares level by level; left (ranks 0,1) and right (ranks 2,3) both ran and shared before join, right without waiting for left", "%s", det);
   PetscCall(PetscArraycpy(sec0, sec, NNODE));
   PetscCallMPI(MPI_Bcast(sec0, NNODE, MPI_DOUBLE, 0, MPI_COMM_WORLD));
   for (int k = 0; k < NNODE; k++)
@@ -196,9 +211,8 @@ static PetscErrorCode late_run(void *ctx)
 
   PetscFunctionBegin;
   late_order[nlate++] = k == 2 ? 3 : k == 3 ? 5 : k + 1;
-  if (k == 2)
-    for (double t0 = sys_wtime(); sys_wtime() - t0 < 0.3;);
-  if (k == 3) late_t[3] = sys_wtime() - t_begin;
+  if (k == 2) heard[1] = work_until_told(0, 2, 0.3); /* slow works on rank 3 until c starts on rank 0 */
+  if (k == 3) late_t[3] = sys_wtime() - t_begin, tell(3, 2);
   late_val[k] = k + 1;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -238,8 +252,9 @@ static PetscErrorCode test_graph_late(void)
   ok_order = world_rank == 0 ? nlate == 4 && !memcmp(late_order, want0, sizeof want0) : world_rank == 3 ? nlate == 2 && !memcmp(late_order, want3, sizeof want3) : nlate == 1 && late_order[0] == 4;
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &ok_order, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD));
   PetscCallMPI(MPI_Bcast(&late_t[3], 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
-  PetscCall(PetscSNPrintf(det, sizeof det, "c started %.3f s after the start; slow works 0.3 s", late_t[3]));
-  test_measure(ok_order && late_t[3] < 0.2 && late_val[2] == 3 ? PETSC_TRUE : PETSC_FALSE, "exec_graph_run: a late node runs in the last level and shares after it; the other ranks run the later levels meanwhile (c before slow ends), its output reaches every rank", "%s", det);
+  PetscCallMPI(MPI_Bcast(&heard[1], 1, MPI_INT, 3, MPI_COMM_WORLD));
+  PetscCall(PetscSNPrintf(det, sizeof det, "c started %.3f s after the start, %s slow ended", late_t[3], heard[1] ? "before" : "not before"));
+  test_measure(ok_order && heard[1] && late_val[2] == 3 ? PETSC_TRUE : PETSC_FALSE, "exec_graph_run: a late node runs in the last level and shares after it; the other ranks run the later levels meanwhile (c before slow ends), its output reaches every rank", "%s", det);
   g[3] = (ExecNode)NODE("d", KEYS("s"), KEYS("d"));
   CAPTURE(ierr, msg, exec_graph_run(g, 4, given, NULL));
   test_measure(ierr == PETSC_ERR_ARG_WRONG && strstr(msg, "d needs 's' of slow") ? PETSC_TRUE : PETSC_FALSE, "exec_graph_run: a node that takes a late node's output is an error naming both", "%s", msg);
@@ -442,8 +457,10 @@ int main(int argc, char **argv)
   test_collective(MPI_COMM_WORLD);
   PetscCheck(world_size >= 4, PETSC_COMM_WORLD, PETSC_ERR_ARG_SIZ, "test_exec needs 4 ranks (mpiexec -n 4), not %d", world_size);
   PetscCall(test_levels());
+  PetscCallMPI(MPI_Comm_dup(MPI_COMM_WORLD, &side));
   PetscCall(test_graph_run());
   PetscCall(test_graph_late());
+  PetscCallMPI(MPI_Comm_free(&side));
   test_rows();
   for (size_t k = 0; k < sizeof meshes / sizeof meshes[0]; k++) PetscCall(test_share(&meshes[k]));
 
