@@ -46,16 +46,20 @@ run_item() {
   p=$(grep -c '^ok - ' "$log"); f=$(grep -c '^not ok - ' "$log"); s=$(grep -c '^skip - ' "$log")
   want=$(sed -n 's/^1\.\.\([0-9][0-9]*\)$/\1/p' "$log" | tail -1)
   [ -n "$want" ] || want=$(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*$/\1 \2 \4/p' "$log" | tail -1 | awk '{ print $1 + $2 + $3 }')
+  local why; why=$(grep -m1 '^not ok - ' "$log" | cut -c8-200)
   if [ -z "$want" ]; then
+    why=${why:-"printed no plan (1..N) and no tally (P passed, F failed), so vanished checks cannot be seen"}
     f=$((f + 1)); echo "  not ok - $name: printed no plan (1..N) and no tally (P passed, F failed), so vanished checks cannot be seen"
   elif [ $((p + f + s)) -ne "$want" ]; then
+    why=${why:-"$((p + f + s)) results for $want planned"}
     echo "  not ok - $name: $((p + f + s)) results for $want planned (a check vanished, or the plan is out of date)"; f=$((f + 1))
   fi
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+    why="exited with status $rc: $(tail -1 "$log" | cut -c1-150)"
     f=1; echo "  not ok - $name exited with status $rc:"; tail -15 "$log" | sed 's/^/    /'
   fi
   passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
-  [ "$f" -eq 0 ] || failed_items+=("$name: $(grep -m1 '^not ok - ' "$log" | cut -c8-200)")
+  [ "$f" -eq 0 ] || failed_items+=("$name: $why")
   echo "  ($p passed, $f failed, $s skipped, $(( $(date +%s) - t0 )) s)"
 }
 wanted() {

@@ -7,10 +7,14 @@
 # sleeping a random 0-20 ms before it answers) gives the same rollouts and
 # weights bit for bit; 2 ranks (a generation replica each, each with its own
 # environment) end with the 1-rank run's weights; a restart from a
-# checkpoint ends bit for bit as the unbroken run; bad settings and a
-# crashing environment refused with one line. About 30 s
+# checkpoint ends bit for bit as the unbroken run; asynchronous
+# (-async_staleness 1): the calculator and the program give the same
+# rollouts and weights bit for bit, a restart from a checkpoint whose queue
+# holds a generated batch of episodes ends as the unbroken run, its
+# episode fields checked on the way in; bad settings and a crashing
+# environment refused with one line. About 35 s
 . regression/lib.sh
-plan 12
+plan 16
 d="$RLFUSE_TMP/env"; mkdir -p $d
 set -f # the task's '*'
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
@@ -87,7 +91,27 @@ mpirun 1 $G -env calc -restart $d/c/ckpt_000002.h5 -output_dir $d/r >$d/r.log 2>
 check "restarted from iteration 2: the unbroken run's weights bit for bit" bash -c "$(declare -f bits); d=$d PYTHON=$PYTHON; bits a r"
 expect_error "-env calc with the sort task" "needs -task arith" $G -env calc -task sort
 expect_error "-env command without a program" "needs -env_command" $G -env command
-expect_error "-env calc with -async_staleness 1" "do not carry episodes" $G -env calc -async_staleness 1
+# asynchronous: batch i + 1's episodes generated during iteration i; the checkpoint after iteration 2 holds batch 2
+Y="$G -async_staleness 1"
+mpirun 1 $Y -env calc -ppo_checkpoint_every 2 -output_dir $d/ya >$d/ya.log 2>&1 || not_ok "-async_staleness 1 with -env calc: $(tail -1 $d/ya.log)"
+mpirun 1 $Y -env command -env_turn_stop 17 -env_command "$PYTHON regression/ref/env_arith_calc.py 20" -env_procs 3 \
+  -output_dir $d/ycmd >$d/ycmd.log 2>&1 || not_ok "-async_staleness 1 with -env command: $(tail -1 $d/ycmd.log)"
+check "asynchronous (-async_staleness 1): the calculator and the program (random latency) give the same rollouts and weights bit for bit" \
+  bash -c "$(declare -f bits same_tokens); d=$d PYTHON=$PYTHON; bits ya ycmd && same_tokens ya ycmd"
+mpirun 1 $Y -env calc -restart $d/ya/ckpt_000002.h5 -output_dir $d/yr >$d/yr.log 2>&1 || not_ok "asynchronous restart: $(tail -1 $d/yr.log)"
+check "asynchronous: a restart whose checkpoint holds batch 2's episodes (sources, turns, calls, rewards) ends as the unbroken run bit for bit" \
+  bash -c "$(declare -f bits); d=$d PYTHON=$PYTHON; h5ls $d/ya/ckpt_000002.h5/async/batch_2/source >/dev/null && bits ya yr"
+expect_error "asynchronous: a checkpoint with episodes restarted without -env" "batch_2 holds multi-turn episodes (written with -env)" \
+  $Y -restart $d/ya/ckpt_000002.h5 -output_dir $d/yno
+cp $d/ya/ckpt_000002.h5 $d/ybad.h5
+"$PYTHON" -c "
+import sys, h5py
+with h5py.File(sys.argv[1], 'r+') as f:
+    b = f['async/batch_2']; P = int(b['prompt_lengths'][0]); s = b['source'][()]; s[0, P] = 2; b['source'][...] = s
+" $d/ybad.h5
+expect_error "asynchronous: a batch whose first response token is the environment's, refused naming the field" \
+  "ybad.h5: /async/batch_2/source\[0, [0-9]*\] = 2: a response's tokens are the model's" $Y -env calc -restart $d/ybad.h5 -output_dir $d/ybad
+expect_error "-env calc with -async_partial 4" "partial rollouts do not carry episodes in flight" $Y -env calc -async_partial 4
 expect_error "-env_lag_steps 0" "-env_lag_steps 0 must be in" $G -env calc -env_lag_steps 0
 expect_error "-env_turn_stop outside the vocabulary" "token 99 is not a token of the actor's vocabulary of 48" $G -env calc -env_turn_stop 99
 printf '%s\n' 'while read line; do case "$line" in *reset*) echo "{\"state\": \"\"}" ;; *) exit 3 ;; esac; done' >$d/crash.sh

@@ -263,11 +263,12 @@ PetscErrorCode ppo_check_options(PPOOptions *o)
              "-async_staleness %" PetscInt_FMT " with -ppo_dynamic_sampling: the selection's later rounds would "
                                                "generate inside the training iteration; use one of them",
              o->async_staleness);
-  /* episodes in this version: synchronous batches generated where they are trained */
-  PetscCheck(!env_on(&o->env) || !o->async_staleness, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
-             "-env %s with -async_staleness %" PetscInt_FMT
-             ": asynchronous batches do not carry episodes yet; run synchronously (-async_staleness 0)",
-             o->env.kind, o->async_staleness);
+  /* episodes in this version: whole batches (synchronous or -async_staleness K), none left in flight */
+  PetscCheck(!env_on(&o->env) || !o->async_partial, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-env %s with -async_partial %" PetscInt_FMT
+             ": partial rollouts do not carry episodes in flight yet; use -async_partial 0 (whole episodes, "
+             "-async_staleness may stay)",
+             o->env.kind, o->async_partial);
   PetscCheck(!env_on(&o->env) || o->plan.fuse == FUSE_NONE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
              "-env %s with -fuse_gen_inf %s: streamed and migrated samples do not carry episodes yet; use "
              "-fuse_gen_inf none",

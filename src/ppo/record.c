@@ -174,7 +174,7 @@ PetscErrorCode ppo_record_iteration(RunRecord *rec, const RunCtx *run, const PPO
     PetscCall(record_metric(rec, "critic_sync_bytes", tm->sync_critic_bytes));
   }
   if (m->plan->fuse != FUSE_NONE) PetscCall(ppo_record_fusion(rec, tm));
-  if (r->envs) { /* episodes: turns, tool calls, the environment's tokens and time */
+  if (r->episodes) { /* episodes: turns, tool calls, the environment's tokens and time */
     PPOEpisodeStats es;
     ppo_episodes_stats(r, &es);
     PetscCall(record_metric(rec, "episode_turns_mean", es.turns));

@@ -11,8 +11,10 @@
 /* Group /async of a checkpoint (docs/formats.md): attribute staleness, and
  * a group batch_<b> for each generated batch not yet trained on, with its
  * rows as generation left them (tokens, logprobs, prompt_lengths,
- * response_lengths, eos, versions, and the allowed sets mask_off/mask_ids
- * when generation masks) and attributes batch and data_pos. */
+ * response_lengths, eos, versions, the allowed sets mask_off/mask_ids when
+ * generation masks, and of episodes each token's source, each row's turns,
+ * cut observation tokens and environment calls, rewards and seconds) and
+ * attributes batch and data_pos. */
 
 /* Prompt positions as the file's int32 (a run of 2^31 prompts is refused). */
 static PetscErrorCode int32_positions(const int64_t *pos, int n, int *out)
@@ -81,7 +83,7 @@ static PetscErrorCode async_write(IoId file, void *ctx)
     int            B = r->B, T = r->T, nd = 6;
     char           name[32];
     IoId           h = IO_NONE;
-    IODataset      d[10] = {
+    IODataset      d[14] = {
       {"tokens",           2, {B, T}, gb->tokens,       PETSC_TRUE },
       {"logprobs",         2, {B, T}, gb->logprobs,     PETSC_FALSE},
       {"prompt_lengths",   1, {B, 1}, gb->prompt_len,   PETSC_TRUE },
@@ -104,9 +106,20 @@ static PetscErrorCode async_write(IoId file, void *ctx)
       d[nd++] = (IODataset){"mask_off", 1, {B * T + 1, 1}, gb->mask_off, PETSC_TRUE};
       d[nd++] = (IODataset){"mask_ids", 1, {PetscMax(1, gb->mask_off[(size_t)B * T]), 1}, gb->mask_ids, PETSC_TRUE};
     }
+    if (r->episodes) { /* multi-turn episodes: whose each token is, and what the environment said of each row */
+      d[nd++] = (IODataset){"source", 2, {B, T}, gb->src, IO_DATASET_U8};
+      d[nd++] = (IODataset){"turns", 1, {B, 1}, gb->turns, PETSC_TRUE};
+      d[nd++] = (IODataset){"obs_cut", 1, {B, 1}, gb->obs_cut, PETSC_TRUE};
+      d[nd++] = (IODataset){"env_calls", 1, {B, 1}, r->env.calls, PETSC_TRUE};
+    }
     PetscCall(PetscSNPrintf(name, sizeof name, "batch_%" PetscInt64_FMT, r->async.batch));
     PetscCall(io_group_create(g, "checkpoint", name, &h));
     PetscCall(io_group_fill(h, d, nd, an, av, 2));
+    if (r->episodes) { /* doubles, so that the rewards a restart trains on are the bits the environment gave */
+      IoSize n = (IoSize)B;
+      PetscCall(io_dataset_write(h, "env_rewards", IO_F64LE, IO_DOUBLE, 1, &n, r->env.reward));
+      PetscCall(io_dataset_write(h, "env_seconds", IO_F64LE, IO_DOUBLE, 1, &n, r->env.seconds));
+    }
     PetscCall(io_close(&h));
   }
   PetscCall(io_close(&g));
@@ -234,6 +247,15 @@ static PetscErrorCode async_read(IoId file, void *ctx)
         PetscCall(async_read_rows(h, a->path, "token_versions", IO_INT, r->async.tver, BT));
         PetscCall(async_read_rows(h, a->path, "prompt_positions", IO_INT, a->ppos, r->B));
         for (int k = 0; k < r->B; k++) r->async.ppos[k] = a->ppos[k];
+      }
+      r->episodes = (PetscBool)(io_dataset_npoints(h, "source") >= 0); /* async_check: iff this run has -env */
+      if (r->episodes) {
+        PetscCall(async_read_rows(h, a->path, "source", IO_UCHAR, gb->src, BT));
+        PetscCall(async_read_rows(h, a->path, "turns", IO_INT, gb->turns, r->B));
+        PetscCall(async_read_rows(h, a->path, "obs_cut", IO_INT, gb->obs_cut, r->B));
+        PetscCall(async_read_rows(h, a->path, "env_calls", IO_INT, r->env.calls, r->B));
+        PetscCall(async_read_rows(h, a->path, "env_rewards", IO_DOUBLE, r->env.reward, r->B));
+        PetscCall(async_read_rows(h, a->path, "env_seconds", IO_DOUBLE, r->env.seconds, r->B));
       }
       if (gb->mask_off) {
         long long nid;
@@ -371,6 +393,15 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
     PetscCall(io_bcast(gb->response_len, (size_t)r->B, MPI_INT, comm));
     PetscCall(io_bcast(gb->eos, (size_t)r->B, MPI_INT, comm));
     PetscCall(io_bcast(r->async.version, (size_t)r->B, MPI_INT, comm));
+    PetscCallMPI(MPI_Bcast(&r->episodes, 1, MPIU_BOOL, 0, comm));
+    if (r->episodes) {
+      PetscCall(io_bcast(gb->src, BT, MPI_UNSIGNED_CHAR, comm));
+      PetscCall(io_bcast(gb->turns, (size_t)r->B, MPI_INT, comm));
+      PetscCall(io_bcast(gb->obs_cut, (size_t)r->B, MPI_INT, comm));
+      PetscCall(io_bcast(r->env.calls, (size_t)r->B, MPI_INT, comm));
+      PetscCall(io_bcast(r->env.reward, (size_t)r->B, MPI_DOUBLE, comm));
+      PetscCall(io_bcast(r->env.seconds, (size_t)r->B, MPI_DOUBLE, comm));
+    }
     if (q->partial) {
       PetscCall(io_bcast(r->async.tver, BT, MPI_INT, comm));
       PetscCall(io_bcast(r->async.ppos, (size_t)r->B, MPI_INT64_T, comm));
@@ -411,6 +442,8 @@ typedef struct {
   int        *ib;   /* room for ib_room ints (grown for allowed sets) */
   size_t      ib_room;
   float      *fb;   /* [cap or B, T] floats */
+  PetscBool   episodes; /* -env: batches are multi-turn episodes */
+  int         max_turns;
 } AsyncCheck;
 
 /* Dataset name of group grp (n elements, rows of `cols`) into c->ib, each
@@ -504,6 +537,53 @@ static PetscErrorCode check_rows(IoId h, AsyncCheck *c, const char *grp, int n, 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* A batch's episode fields (this run has -env; else there must be none):
+ * each token's source (0 in the prompt and past the response, the model's
+ * first, 1 or 2 within), turns, cut and calls within the limits, rewards
+ * and seconds finite. */
+static PetscErrorCode check_episodes(IoId h, AsyncCheck *c, const char *grp, int n)
+{
+  long long nT = (long long)n * c->T;
+  int      *pl, *rl;
+  double   *v;
+
+  PetscFunctionBegin;
+  PetscCheck((io_dataset_npoints(h, "source") >= 0) == c->episodes, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
+             "-restart %s: /async/%s %s: restart it with the -env it was written with", c->path, grp,
+             c->episodes ? "holds single responses (written without -env), this run makes episodes"
+                         : "holds multi-turn episodes (written with -env)");
+  if (!c->episodes) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(PetscMalloc3(n, &pl, n, &rl, n, &v));
+  PetscCall(async_read_rows(h, c->path, "prompt_lengths", IO_INT, pl, n));
+  PetscCall(async_read_rows(h, c->path, "response_lengths", IO_INT, rl, n));
+  PetscCall(check_ints(h, c, grp, "source", nT, c->T, 0, 2, "0 prompt, 1 model, 2 environment"));
+  for (long long k = 0; k < nT; k++) {
+    int b = (int)(k / c->T), t = (int)(k % c->T), in = t >= pl[b] && t < pl[b] + rl[b];
+    PetscCheck(in ? c->ib[k] != 0 && (t > pl[b] || c->ib[k] == 1) : c->ib[k] == 0, PETSC_COMM_SELF,
+               PETSC_ERR_FILE_UNEXPECTED,
+               "-restart %s: /async/%s/source[%d, %d] = %d: a response's tokens are the model's (1) or the "
+               "environment's (2), the model's first; the prompt and what follows the response are 0",
+               c->path, grp, b, t, c->ib[k]);
+  }
+  PetscCall(check_ints(h, c, grp, "turns", n, 1, 0, c->max_turns, "-env_max_turns"));
+  PetscCall(check_ints(h, c, grp, "env_calls", n, 1, 0, c->max_turns, "-env_max_turns"));
+  PetscCall(check_ints(h, c, grp, "obs_cut", n, 1, 0, INT32_MAX, "a count"));
+  for (int f = 0; f < 2; f++) {
+    const char *name = f ? "env_seconds" : "env_rewards";
+    PetscCall(async_read_rows(h, c->path, name, IO_DOUBLE, v, n));
+    for (int b = 0; b < n; b++) {
+      char s[32];
+      if (isfinite(v[b]) && (!f || v[b] >= 0)) continue;
+      snprintf(s, sizeof s, "%g", v[b]);
+      PetscCall(PetscFree3(pl, rl, v));
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "-restart %s: /async/%s/%s[%d] = %s is not %s", c->path, grp,
+              name, b, s, f ? "a time" : "a reward");
+    }
+  }
+  PetscCall(PetscFree3(pl, rl, v));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 static PetscErrorCode check_read(IoId file, void *ctx)
 {
   AsyncCheck *c = (AsyncCheck *)ctx;
@@ -533,6 +613,7 @@ static PetscErrorCode check_read(IoId file, void *ctx)
     PetscCall(PetscSNPrintf(name, sizeof name, "batch_%" PetscInt64_FMT, b));
     PetscCall(io_group_open(g, "checkpoint /async", name, &h));
     PetscCall(check_rows(h, c, name, c->B, c->partial ? 0 : PetscMax(0, b - c->K), PETSC_FALSE));
+    PetscCall(check_episodes(h, c, name, c->B));
     if (!c->partial) { /* its prompts, and those of the batches after it, end at the checkpoint's data_pos */
       PetscCall(io_attr_read_double(h, "checkpoint /async batch", "data_pos", &pos));
       PetscCheck(pos == (double)(c->data_pos - (int64_t)(m - j) * c->used), PETSC_COMM_SELF,
@@ -585,7 +666,9 @@ PetscErrorCode async_check(MPI_Comm comm, const char *path, const PPOOptions *o,
                    gen_masked(&o->gen),
                    NULL,
                    0,
-                   NULL};
+                   NULL,
+                   env_on(&o->env),
+                   (int)o->env.max_turns};
   rows = PetscMax(c.B, c.cap);
   PetscCall(PetscMalloc1((size_t)rows * c.T + 1, &c.fb));
   {
