@@ -2,7 +2,7 @@
 # arithmetic task's built-in calculator: a GRPO run from an SFT warm start
 # with tool demonstrations calls the tool; rollouts.h5's sources, turns and
 # every calculator answer recomputed in numpy (no log-probability, reward,
-# advantage or return on the environment's tokens); the run repeats bit for
+# advantage or return on the environment's tokens), evals.h5's too; the run repeats bit for
 # bit; the same calculator as a program (-env command, 3 processes, each
 # sleeping a random 0-20 ms before it answers) gives the same rollouts and
 # weights bit for bit; 2 ranks (a generation replica each, each with its own
@@ -14,7 +14,7 @@
 # episode fields checked on the way in; bad settings and a crashing
 # environment refused with one line. About 35 s
 . regression/lib.sh
-plan 16
+plan 17
 d="$RLFUSE_TMP/env"; mkdir -p $d
 set -f # the task's '*'
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
@@ -75,6 +75,27 @@ ok = not bad and answers > 0
 print(("ok" if ok else "not ok") + f" - rollouts.h5: every token's source and turn, each of {answers} calculator answers "
       f"({rows_with} episodes) recomputed from the call before it; no log-probability, reward, advantage or return "
       f"on the calculator's tokens; run.h5's tool calls per episode, iteration by iteration" + ("" if ok else f": {bad[:2]}"))
+PY
+py "evals.h5's sources and turns" $d/a <<'PY'
+import sys, re, h5py, numpy as np
+d = sys.argv[1]
+f, bad, share = h5py.File(d + "/evals.h5", "r"), [], {}
+for g in ("reference", "iter_4"):
+    e = f[g]
+    src, turn, P, L = e["source"][()], e["turn"][()], e["prompt_lengths"][()].ravel(), e["response_lengths"][()].ravel()
+    for b in range(len(P)):
+        s, t = P[b], P[b] + L[b]
+        inside = np.zeros(src.shape[1], bool); inside[s:t] = True
+        if (src[b][~inside] != 0).any() or (turn[b][~inside] != 0).any() or not np.isin(src[b, s:t], (1, 2)).all() \
+           or src[b, s] != 1 or (np.diff(turn[b, s:t]) < 0).any() or turn[b, s] != 1:
+            bad.append((g, b))
+    share[g] = np.mean([((src[b, 1:] == 2) & (src[b, :-1] == 1)).any() for b in range(len(P))])
+said = float(re.search(r"initial policy: .*tool calls in ([0-9.]+) of them", open(d + "/../a.log").read()).group(1))
+last = h5py.File(d + "/run.h5", "r")["metrics"]["eval_env_call_frac"][()][-1]
+ok = not bad and abs(share["reference"] - said) < 5e-4 and abs(share["iter_4"] - last) < 1e-9
+print(("ok" if ok else "not ok") + f" - evals.h5: each held-out sample's source and turn in place (prompt 0, the model first, turns "
+      f"rising from 1); the share that called the tool is the one said ({said}) and recorded ({last:.3f})"
+      + ("" if ok else f": {bad[:3]} {share}"))
 PY
 mpirun 1 $G -env calc -output_dir $d/b >$d/b.log 2>&1
 check "the run repeats bit for bit (weights, moments; rollouts' tokens, log-probabilities, sources, turns)" \

@@ -268,6 +268,11 @@ PetscErrorCode dynamic_finish(DynamicStore *ds, Rollout *r, int B);
  * the KL in the rewards unless it is a loss term; a non-finite behaviour or
  * reference log-probability or score is refused first (iteration names it). */
 PetscErrorCode rollout_advantages(Rollout *r, const PPOOptions *o, double kl_coef, long long iteration);
+/* Of episodes (r->episodes), datasets source (uint8 [B,T], GEN_SRC_*) and
+ * turn (int32 [B,T]: 0 on the prompt and past the response, k on the model's
+ * k-th segment and the environment's answer to it) appended to d at *nd;
+ * *turn is allocated for the caller to free (NULL without episodes). */
+PetscErrorCode rollout_episode_datasets(const Rollout *r, IODataset *d, int *nd, int **turn);
 /* Appends group /iter_<k> to <output_dir>/rollouts.h5 (created at iteration 0 or on first use). */
 PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, int iteration, const PPOOptions *o,
                             double kl_coef);

@@ -52,8 +52,8 @@ static double pass_at_k(const Rollout *r, int n, int k)
 static PetscErrorCode ppo_eval_save(const char *path, const char *group, const Rollout *r, const PPOEvalSet *e,
                                     const PPOEval *ev)
 {
-  int               B = r->B, T = r->T;
-  const IODataset   d[] = {
+  int               B = r->B, T = r->T, nd = 8, *turn;
+  IODataset         d[10] = {
     {"tokens",           2, {B, T}, r->gen.tokens, PETSC_TRUE },
     {"prompt_lengths",   1, {B, 1}, r->start,      PETSC_TRUE },
     {"response_lengths", 1, {B, 1}, r->len,        PETSC_TRUE },
@@ -67,8 +67,10 @@ static PetscErrorCode ppo_eval_save(const char *path, const char *group, const R
   const double      av[] = {(double)e->n, (double)e->k, ev->gold, ev->pass_k, ev->reward, ev->kl};
 
   PetscFunctionBegin;
-  PetscCall(io_group_replace(MPI_COMM_WORLD, "evaluations file", path, group, d, (int)(sizeof d / sizeof d[0]),
-                             "answer", e->answers ? r->answer : NULL, B, an, av, (int)(sizeof av / sizeof av[0])));
+  PetscCall(rollout_episode_datasets(r, d, &nd, &turn)); /* episodes: each token's source and turn */
+  PetscCall(io_group_replace(MPI_COMM_WORLD, "evaluations file", path, group, d, nd, "answer",
+                             e->answers ? r->answer : NULL, B, an, av, (int)(sizeof av / sizeof av[0])));
+  PetscCall(PetscFree(turn));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

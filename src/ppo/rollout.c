@@ -350,6 +350,18 @@ static void rollout_turns(const Rollout *r, int *turn)
   }
 }
 
+PetscErrorCode rollout_episode_datasets(const Rollout *r, IODataset *d, int *nd, int **turn)
+{
+  PetscFunctionBegin;
+  *turn = NULL;
+  if (!r->episodes) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(PetscMalloc1((size_t)r->B * r->T, turn));
+  rollout_turns(r, *turn);
+  d[(*nd)++] = (IODataset){"source", 2, {r->B, r->T}, r->gen.src, IO_DATASET_U8};
+  d[(*nd)++] = (IODataset){"turn", 2, {r->B, r->T}, *turn, PETSC_TRUE};
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, int iteration, const PPOOptions *o,
                             double kl_coef)
 {
@@ -393,12 +405,7 @@ PetscErrorCode rollout_dump(MPI_Comm comm, const char *path, const Rollout *r, i
       d[nd++] = (IODataset){"behaviour_weights", 2, {B, T}, r->off.isw, PETSC_FALSE};
     }
   }
-  if (r->episodes) { /* who produced each token, and its turn */
-    PetscCall(PetscMalloc1((size_t)B * T, &turn));
-    rollout_turns(r, turn);
-    d[nd++] = (IODataset){"source", 2, {B, T}, r->gen.src, IO_DATASET_U8};
-    d[nd++] = (IODataset){"turn", 2, {B, T}, turn, PETSC_TRUE};
-  }
+  PetscCall(rollout_episode_datasets(r, d, &nd, &turn)); /* who produced each token, and its turn */
   PetscCall(PetscSNPrintf(group, sizeof group, "iter_%d", iteration));
   PetscCall(io_group_append(comm, path, group, d, nd, an, av, 3));
   PetscCall(PetscFree(steps));
