@@ -46,7 +46,7 @@ run_item() {
   p=$(grep -c '^ok - ' "$log"); f=$(grep -c '^not ok - ' "$log"); s=$(grep -c '^skip - ' "$log")
   want=$(sed -n 's/^1\.\.\([0-9][0-9]*\)$/\1/p' "$log" | tail -1)
   [ -n "$want" ] || want=$(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*$/\1 \2 \4/p' "$log" | tail -1 | awk '{ print $1 + $2 + $3 }')
-  local why; why=$(grep -m1 '^not ok - ' "$log" | cut -c8-200)
+  local why; why=$(grep -m1 '^not ok - ' "$log" | cut -c10-200)
   if [ -z "$want" ]; then
     why=${why:-"printed no plan (1..N) and no tally (P passed, F failed), so vanished checks cannot be seen"}
     f=$((f + 1)); echo "  not ok - $name: printed no plan (1..N) and no tally (P passed, F failed), so vanished checks cannot be seen"

@@ -11,7 +11,7 @@
 # fork bomb, an endless loop, a 1 GB print, reading /etc/passwd and a file
 # of this test, writing outside, the network) contained by the bubblewrap
 # sandbox, nothing left running or written; the rlimits fallback's audit
-# hooks. About 25 s.
+# hooks; tools/calc_transcripts.py's transcripts of -mode data's word problems. About 30 s.
 #
 # The checks in detail: `tools/rlfuse_env.py`'s protocol with the document's example class
 # (reset's state, step's observation ids = `tools/tokenizer.py`'s encoding, reward, done);
@@ -28,7 +28,7 @@
 # afterwards, only a loopback network, file size and tmpfs limits, no temporary directory left;
 # `--sandbox rlimits`: its audit hooks refuse reading and writing outside, the CPU limit holds
 . regression/lib.sh
-N=22; plan $N
+N=23; plan $N
 d="$RLFUSE_TMP/env_tools"; mkdir -p $d
 HF_PY="${RLFUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rlfuse}/python"
 export PYTHONPATH="$HF_PY${PYTHONPATH:+:$PYTHONPATH}"  # what tools/py gives (tokenizers, jinja2)
@@ -434,4 +434,36 @@ say(closed_ok and "reading /etc/passwd is not allowed" in t1 and "is not allowed
     f"{[t[-90:] for t in (t1, t2, t3, t4, t5, t6)]} {closed.stderr.strip()}")
 PY
 rm -rf "$open"
+
+# 8. tools/calc_transcripts.py: the SFT warm start's tool transcripts of -mode data's word problems
+rlfuse -mode data -task arith -arith_words -arith_max_operand 9999 -arith_ops '+-*' -data_count 60 -data_text $d/words.jsonl \
+  -output_dir $d/words >$d/words.log 2>&1 || not_ok "-mode data: $(tail -1 $d/words.log)"
+py "calc_transcripts" $d <<'PY'
+import sys, json, subprocess
+d = sys.argv[1]
+sys.path[:0] = ["tools", d]
+from env_calculator import answer
+from envclient import say
+run = lambda *a: subprocess.run([sys.executable, "tools/calc_transcripts.py", *a], capture_output=True, text=True)
+r = run(f"{d}/words.jsonl", f"{d}/conv.jsonl", "--suffix", "Answer with just the number.")
+probs = [json.loads(l) for l in open(f"{d}/words.jsonl")]
+convs = [json.loads(l) for l in open(f"{d}/conv.jsonl")] if r.returncode == 0 else []
+bad = []
+for p, c in zip(probs, convs):
+    m = c["messages"]
+    call = m[1]["content"]
+    ok = ([x["role"] for x in m] == ["user", "assistant", "tool", "assistant"] and m[0]["content"] == p["prompt"] + " Answer with just the number."
+          and call.startswith("<tool_call>") and call.endswith("</tool_call>") and answer(call[11:-12]) == p["answer"] == m[2]["content"] == m[3]["content"])
+    if not ok: bad.append(c)
+ops = {o for c in convs for o in "+-*" if o in c["messages"][1]["content"]}
+with open(f"{d}/wrong.jsonl", "w") as f:
+    f.write(json.dumps(probs[0]) + "\n" + json.dumps({**probs[1], "answer": "7"}) + "\n")
+w = run(f"{d}/wrong.jsonl", f"{d}/wrong_conv.jsonl")
+err = w.stderr.strip().splitlines()
+say(r.returncode == 0 and len(convs) == len(probs) == 60 and not bad and ops == set("+-*") and w.returncode == 1 and len(err) == 1
+    and "wrong.jsonl:2: no operation of" in err[0] and not __import__("os").path.exists(f"{d}/wrong_conv.jsonl"),
+    "calc_transcripts: 60 word problems (+, -, *) become user / tool call / tool answer / answer conversations whose call "
+    "tools/env_calculator.py answers with the reference answer; a line no operation explains refused in one line naming it, nothing written",
+    f"{r.stderr} {bad[:1]} {ops} {err}")
+PY
 finish
