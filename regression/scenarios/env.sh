@@ -10,11 +10,12 @@
 # checkpoint ends bit for bit as the unbroken run; asynchronous
 # (-async_staleness 1): the calculator and the program give the same
 # rollouts and weights bit for bit, a restart from a checkpoint whose queue
-# holds a generated batch of episodes ends as the unbroken run, its
-# episode fields checked on the way in; bad settings and a crashing
-# environment refused with one line. About 35 s
+# holds a generated batch of episodes ends as the unbroken run, and so does
+# one stopped by SIGTERM and resumed with -restart latest; the queued batch's
+# episode fields checked on the way in; -env none runs a deck's -env_command
+# off; bad settings and a crashing environment refused with one line. About 40 s
 . regression/lib.sh
-plan 17
+plan 20
 d="$RLFUSE_TMP/env"; mkdir -p $d
 set -f # the task's '*'
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
@@ -112,6 +113,10 @@ mpirun 1 $G -env calc -restart $d/c/ckpt_000002.h5 -output_dir $d/r >$d/r.log 2>
 check "restarted from iteration 2: the unbroken run's weights bit for bit" bash -c "$(declare -f bits); d=$d PYTHON=$PYTHON; bits a r"
 expect_error "-env calc with the sort task" "needs -task arith" $G -env calc -task sort
 expect_error "-env command without a program" "needs -env_command" $G -env command
+expect_error "-env_command without -env (a forgotten -env command)" "-env_command is given but not -env" $G -env_command "sh x.sh"
+mpirun 1 $G -ppo_iterations 1 -env none -env_command "sh x.sh" -output_dir $d/off >$d/off.log 2>&1
+check "-env none with a deck's -env_command: the run without its environment (single responses)" \
+  bash -c "grep -q '^iter    1/1' $d/off.log && ! grep -q 'calls' $d/off.log"
 # asynchronous: batch i + 1's episodes generated during iteration i; the checkpoint after iteration 2 holds batch 2
 Y="$G -async_staleness 1"
 mpirun 1 $Y -env calc -ppo_checkpoint_every 2 -output_dir $d/ya >$d/ya.log 2>&1 || not_ok "-async_staleness 1 with -env calc: $(tail -1 $d/ya.log)"
@@ -122,6 +127,21 @@ check "asynchronous (-async_staleness 1): the calculator and the program (random
 mpirun 1 $Y -env calc -restart $d/ya/ckpt_000002.h5 -output_dir $d/yr >$d/yr.log 2>&1 || not_ok "asynchronous restart: $(tail -1 $d/yr.log)"
 check "asynchronous: a restart whose checkpoint holds batch 2's episodes (sources, turns, calls, rewards) ends as the unbroken run bit for bit" \
   bash -c "$(declare -f bits); d=$d PYTHON=$PYTHON; h5ls $d/ya/ckpt_000002.h5/async/batch_2/source >/dev/null && bits ya yr"
+# stopped by SIGTERM while the next batch's episodes are queued, then -restart latest
+"$MPIEXEC" $MPIEXEC_FLAGS -n 1 env OMP_NUM_THREADS=1 "$BIN/rlfuse" $Y -env calc -ppo_iterations 1000000 -ppo_eval_prompts 0 \
+  -output_dir $d/ys >$d/ys.log 2>&1 &
+pid=$! n=0
+until grep -q "^iter    2/" $d/ys.log 2>/dev/null || [ $n -ge 3000 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.02; n=$((n + 1)); done
+for p in $(pgrep -f -- "-output_dir $d/ys\$"); do [ "$(cat /proc/$p/comm 2>/dev/null)" = rlfuse ] && kill -TERM $p; done
+n=0; while kill -0 $pid 2>/dev/null && [ $n -lt 3000 ]; do sleep 0.02; n=$((n + 1)); done
+kill -0 $pid 2>/dev/null && { kill -9 $pid; pkill -9 -f -- "-output_dir $d/ys\$"; }
+wait $pid
+k=$(sed -n 's/.*stopped by SIGTERM after iteration \([0-9]*\):.*/\1/p' $d/ys.log); k=${k:-0}
+mpirun 1 $Y -env calc -ppo_iterations $((k + 2)) -ppo_eval_prompts 0 -output_dir $d/ys -restart latest >$d/ysr.log 2>&1 ||
+  not_ok "asynchronous resume after SIGTERM: $(tail -1 $d/ysr.log)"
+mpirun 1 $Y -env calc -ppo_iterations $((k + 2)) -ppo_eval_prompts 0 -output_dir $d/yf >$d/yf.log 2>&1
+check "asynchronous: stopped by SIGTERM after iteration $k with batch $k's episodes queued, -restart latest ends as the unbroken run bit for bit" \
+  bash -c "$(declare -f bits); d=$d PYTHON=$PYTHON; [ $k -ge 2 ] && h5ls $d/ys/ckpt_$(printf %06d $k).h5/async/batch_$k/source >/dev/null && bits yf ys"
 expect_error "asynchronous: a checkpoint with episodes restarted without -env" "batch_2 holds multi-turn episodes (written with -env)" \
   $Y -restart $d/ya/ckpt_000002.h5 -output_dir $d/yno
 cp $d/ya/ckpt_000002.h5 $d/ybad.h5

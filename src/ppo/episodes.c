@@ -72,7 +72,9 @@ static PetscErrorCode on_obs(void *ctx, const GenBatch *b, int i, const int **id
 
   PetscFunctionBegin;
   PetscCall(take(x, i, &a));
-  x->r->env.calls[x->b0 + i]++;
+  /* a tool call is a turn the environment answered; the answer that ends the episode with nothing to say (a chat
+     model's last turn, which a turn stop also ends) is not one */
+  if (a.n > 0 || !a.done) x->r->env.calls[x->b0 + i]++;
   *ids  = a.ids;
   *n    = a.n;
   *done = a.done;
