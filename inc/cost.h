@@ -107,6 +107,11 @@ typedef struct {
   int       partial_extra;  /* its pool's samples beyond a batch */
   int       group; /* samples per prompt (GRPO's group): partial rollouts' pool ends and leaves by whole groups (1: each
                       sample alone) */
+  /* multi-turn episodes (-env, docs/environments.md): the environment's answers per episode that the engine waits for
+     (tool calls), the seconds each takes, and the engine steps between a turn's end and its answer's prefill */
+  int       env_answers, env_lag, env_procs; /* env_procs: answers a replica's environment computes at once (0: all) */
+  double    env_s;
+  PetscBool episodes; /* the deck has -env: fusion of generation and inference is refused, as the run refuses it */
 } CostWork;
 
 /* The estimate of one plan. */
@@ -157,6 +162,12 @@ void           cost_shape_from_model(const ModelConfig *cfg, CostShape *m);
 void           cost_shape_to_model(const CostShape *m, ModelConfig *cfg);
 PetscErrorCode cost_shape_named(const char *opt, const char *name, PetscBool value_head, CostShape *m);
 /* Parameters of the whole model (a tied head counted once). */
+/* Multi-turn episodes: what n samples decoded S at a time wait for the
+ * environment beyond decoding (src/cost/gen.c), from the replica's decode
+ * time over its steps: per wave of S and answer, ceil(S / env_procs)
+ * answers one after another less env_lag steps. */
+double cost_env_wait(const CostWork *w, int n, int S, double decode_s, long steps);
+
 double cost_shape_params(const CostShape *m);
 /* Forward FLOPs of one part over rows x len tokens (DECODE: rows tokens
  * with len tokens of context), the whole part (not divided by tp); the
@@ -179,6 +190,8 @@ typedef struct {
   PetscBool prox;           /* -async_correction is not none */
   int       partial, partial_extra; /* -async_partial, and -async_partial_extra in samples */
   int       group;          /* samples per prompt: -rollout_group for an -algo with groups, else 1 */
+  int       env_answers, env_lag, env_procs; /* -env: -env_max_turns - 1, -env_lag_steps, -env_procs (command) */
+  PetscBool episodes;       /* -env is on */
   ModelConfig cfg[4]; /* actor, critic, reference, reward (critic unused when critic_free, reward when reward_free) */
   char      shapes_from[2 * PETSC_MAX_PATH_LEN + 64]; /* where cfg came from, for messages */
 } CostDeck;

@@ -335,6 +335,24 @@ static PetscErrorCode check_simulator(void)
     w.gen_slots = 2;
     PetscCall(cost_estimate(&p, &w, &plan, &e));
     test_report_close("two slots: a finished sample's slot takes the next prompt (10 s)", e.call_s[MFC_ACTOR_GEN], 10, 1e-12);
+    /* episodes: all at once, the decode steps are 3 + 2 + 1 s over 3 steps (2 s a step); 2 answers per episode of
+     * 5 s each, prefilled 1 step after the turn: one wave waits 2 x (5 - 1 x 2) = 6 s more; answers of 1.5 s come
+     * within the step and cost nothing */
+    w.gen_slots = 0, w.env_answers = 2, w.env_lag = 1, w.env_s = 5;
+    PetscCall(cost_estimate(&p, &w, &plan, &e));
+    test_report_close("episodes: 2 answers of 5 s, 1 step of 2 s before their prefill: 10 + 2 x (5 - 2) s",
+                      e.call_s[MFC_ACTOR_GEN], 16, 1e-12);
+    w.env_s = 1.5;
+    PetscCall(cost_estimate(&p, &w, &plan, &e));
+    test_report_close("episodes: answers of 1.5 s within the lag's 2 s step: no wait (10 s)", e.call_s[MFC_ACTOR_GEN], 10,
+                      1e-12);
+    w.env_s = 5;
+    test_report_close("episodes: 10 samples 4 at a time are 3 waves: 3 x 2 x (5 - 1 x 0.5) s",
+                      cost_env_wait(&w, 10, 4, 6.0, 12), 27, 1e-12);
+    w.env_procs = 3; /* a wave's 4 answers to a turn on 3 processes: 2 x 5 s one after another */
+    test_report_close("episodes: 3 environment processes for 4 samples: 3 x 2 x (2 x 5 - 1 x 0.5) s",
+                      cost_env_wait(&w, 10, 4, 6.0, 12), 57, 1e-12);
+    w.env_answers = 0, w.env_lag = 0, w.env_s = 0, w.env_procs = 0;
     /* inference pads each micro-batch to its longest: 2 micro-batches of
      * 2 rows (lengths {1,2}, {3,4}) cost 2 + 2 = 4 s on the mock */
     w.gen_slots = 0;

@@ -15,7 +15,7 @@
 # episode fields checked on the way in; -env none runs a deck's -env_command
 # off; bad settings and a crashing environment refused with one line. About 40 s
 . regression/lib.sh
-plan 20
+plan 21
 d="$RLFUSE_TMP/env"; mkdir -p $d
 set -f # the task's '*'
 mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
@@ -111,6 +111,18 @@ check "2 ranks, a generation replica and its environment each: the 1-rank run's 
 mpirun 1 $G -env calc -ppo_checkpoint_every 2 -output_dir $d/c >$d/c.log 2>&1
 mpirun 1 $G -env calc -restart $d/c/ckpt_000002.h5 -output_dir $d/r >$d/r.log 2>&1 || not_ok "restart: $(tail -1 $d/r.log)"
 check "restarted from iteration 2: the unbroken run's weights bit for bit" bash -c "$(declare -f bits); d=$d PYTHON=$PYTHON; bits a r"
+# -mode plan on the multi-turn deck: the environment's time in the estimate, no fused plan (the run refuses one)
+for s in 0 0.5; do
+  rlfuse $G -env command -env_turn_stop 17 -env_command "sh x.sh" -mode plan -plan_ranks 4 -plan_iterations 200 \
+    -cost_hardware input/hardware/h100_sxm.deck -cost_env_seconds $s -output_dir $d/plan$s >$d/plan$s.log 2>&1 ||
+    not_ok "-mode plan on episodes: $(tail -1 $d/plan$s.log)"
+done
+check "-mode plan on episodes: the line on the environment (3 answers of 0.5 s, 4 at a time), each answer round's wait in the estimate, no fusion" \
+  bash -c "grep -q '^episodes: 3 environment answers per episode of 0.5 s each (-cost_env_seconds), 4 at a time' $d/plan0.5.log &&
+    t0=\$(sed -n 's/^estimated \([0-9.e+-]*\) s per iteration.*/\1/p' $d/plan0.log) &&
+    t1=\$(sed -n 's/^estimated \([0-9.e+-]*\) s per iteration.*/\1/p' $d/plan0.5.log) &&
+    awk -v a=\$t0 -v b=\$t1 'BEGIN { exit !(b - a >= 3 * 0.5 && b - a <= 3 * 0.5 * 32 + 0.01) }' &&
+    grep -q 'fusion of generation and inference: none' $d/plan0.5.log"
 expect_error "-env calc with the sort task" "needs -task arith" $G -env calc -task sort
 expect_error "-env command without a program" "needs -env_command" $G -env command
 expect_error "-env_command without -env (a forgotten -env command)" "-env_command is given but not -env" $G -env_command "sh x.sh"

@@ -139,19 +139,53 @@ double cost_rep_run(const CostPrims *p, const CostWork *w, const CostLayout *c, 
   return t;
 }
 
+/* Multi-turn episodes (docs/environments.md): a sample pauses at each of
+ * its env_answers turn ends, and the engine prefills the answer env_lag
+ * steps later, waiting when it has not come. The samples of a wave (the S
+ * a replica decodes together) are taken to reach their turns' ends
+ * together, as samples that start together do; the replica's environment
+ * computes env_procs answers at once (0: all), so a wave's answers to one
+ * turn take ceil(S / env_procs) x env_s, and each turn adds what that
+ * exceeds env_lag decode steps of the replica's mean step: waves x answers
+ * x max(0, ceil(S / env_procs) x env_s - env_lag x step). The answers'
+ * tokens are costed as the lengths count them (a rollouts.h5 response holds
+ * them). */
+double cost_env_wait(const CostWork *w, int n, int S, double decode_s, long steps)
+{
+  double step = steps > 0 ? decode_s / (double)steps : 0, turn;
+  if (w->env_answers <= 0 || w->env_s <= 0 || n <= 0 || S <= 0) return 0;
+  turn = (w->env_procs > 0 ? (double)((S + w->env_procs - 1) / w->env_procs) : 1.0) * w->env_s;
+  return (double)((n + S - 1) / S) * w->env_answers * PetscMax(0.0, turn - w->env_lag * step);
+}
+
 /* One replica's rows [r0, r1) from time 0: the time its generation ends;
- * fin[row] (if fin) the time each of its samples finishes. */
+ * fin[row] (if fin) the time each of its samples finishes (episodes' waits
+ * for the environment added at the end). */
 static PetscErrorCode gen_replica(const CostPrims *p, const CostWork *w, const CostLayout *c, const CostShape *m,
                                   int r0, int r1, double *end, double *fin)
 {
   int     n = r1 - r0;
+  long    steps = 0;
+  double  t = 0, decode_s = 0, wait;
   CostRep r;
 
   PetscFunctionBegin;
   PetscCall(
       cost_rep_init(&r, w->gen_slots > 0 ? PetscMin(w->gen_slots, n) : n, c->mbs, PetscMax(n, 1), PetscMax(n, 1)));
   for (int b = r0; b < r1; b++) r.queue[r.qn++] = b;
-  *end = cost_rep_run(p, w, c, m, &r, 0, fin);
+  for (;;) { /* cost_rep_run, counting the decode steps and their time */
+    int    seg;
+    double dt;
+    t += cost_rep_fill(p, w, c, m, &r, t, fin);
+    if (!(seg = cost_rep_seg(&r))) break;
+    dt = cost_rep_decode(p, w, c, m, &r, seg);
+    t += dt, decode_s += dt, steps += seg;
+    cost_rep_advance(&r, seg, t, fin);
+  }
+  wait = cost_env_wait(w, n, r.S, decode_s, steps);
+  if (fin && wait > 0)
+    for (int b = r0; b < r1; b++) fin[b] += wait;
+  *end = t + wait;
   PetscCall(cost_rep_free(&r));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -258,6 +258,12 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *
                             "-fuse_gen_inf %s streams one batch into inference: not with -async_staleness %d",
                             FuseModeNames[plan->fuse], w->staleness));
   }
+  if (w->episodes && plan->fuse != FUSE_NONE && est->feasible) { /* as the run refuses it (src/ppo/options.c) */
+    est->feasible = PETSC_FALSE;
+    PetscCall(PetscSNPrintf(est->why, sizeof est->why,
+                            "-fuse_gen_inf %s: streamed and migrated samples do not carry episodes (-env)",
+                            FuseModeNames[plan->fuse]));
+  }
   /* nodes are listed after their inputs */
   for (int k = 0; k < N_NODES; k++) {
     nd[k].level = 0;

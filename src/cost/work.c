@@ -293,6 +293,11 @@ PetscErrorCode cost_work_from_options(const CostDeck *d, CostWork *w)
   w->partial     = d->partial;
   w->partial_extra = d->partial_extra;
   w->group       = PetscMax(1, d->group);
+  w->env_answers = d->env_answers;
+  w->env_lag     = d->env_lag;
+  w->env_s       = 0;
+  w->env_procs   = d->env_procs;
+  w->episodes    = d->episodes;
   PetscOptionsBegin(PETSC_COMM_WORLD, "cost_", "Cost model workload (docs/costmodel.md)", NULL);
   RfOptIntAsIntCost("-batch", "Rollout sequences per iteration (default -rollout_batch)", w->batch, &w->batch);
   RfOptIntAsIntCost("-prompt_len",
@@ -332,6 +337,22 @@ PetscErrorCode cost_work_from_options(const CostDeck *d, CostWork *w)
                     "-rollout_group "
                     "for an -algo with groups, else 1)",
                     w->group, &w->group);
+  RfOptIntAsIntCost("-env_answers",
+                    "Multi-turn episodes: the environment's answers per episode that generation waits for (default "
+                    "-env_max_turns - 1 with -env, else 0)",
+                    w->env_answers, &w->env_answers);
+  RfOptReal("-env_seconds",
+            "Multi-turn episodes: seconds an environment answer takes (default 0: the built-in calculator's; give a "
+            "program's, e.g. run.h5's env_answers time over its tool calls)",
+            w->env_s, &w->env_s);
+  RfOptIntAsIntCost("-env_procs",
+                    "Multi-turn episodes: answers an environment computes at once (default -env_procs with -env "
+                    "command; 0: all)",
+                    w->env_procs, &w->env_procs);
+  RfOptIntAsIntCost("-env_lag",
+                    "Multi-turn episodes: engine steps from a turn's end to its answer's prefill (default "
+                    "-env_lag_steps)",
+                    w->env_lag, &w->env_lag);
   RfOptBool("-critic_free", "No critic calls (default: an -algo without a critic, src/ppo/algos.c)", w->critic_free,
             &w->critic_free);
   RfOptBool("-reward_free",
@@ -383,6 +404,12 @@ PetscErrorCode cost_work_from_options(const CostDeck *d, CostWork *w)
              ope, w->partial_extra);
   PetscCheck(w->partial_extra >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "%s %d must be >= 0", ope,
              w->partial_extra);
+  PetscCheck(w->env_answers >= 0 && w->env_answers < 1000 && w->env_lag >= 0 && w->env_procs >= 0 && w->env_s >= 0 &&
+                 w->env_s < 1e6,
+             PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "-cost_env_answers %d must be in [0, 1000), -cost_env_lag %d and -cost_env_procs %d >= 0, "
+             "-cost_env_seconds %g in [0, 1e6)",
+             w->env_answers, w->env_lag, w->env_procs, w->env_s);
   if (!w->staleness) w->prox = PETSC_FALSE;
   else if (!d->staleness) w->prox = PETSC_TRUE; /* -cost_staleness alone: the default correction (decoupled) */
   PetscCheck(w->iterations >= 1 && w->iterations <= 100, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,

@@ -205,6 +205,12 @@ static void ppo_cost_deck_fill(const PPOOptions *o, const ModelConfig cfg[4], in
   d->partial       = (int)o->async_partial;
   d->partial_extra = o->async_partial ? ppo_partial_rows(o) - (int)o->rollout_batch : 0;
   d->group         = ppo_group_size(o);
+  if (env_on(&o->env)) {
+    d->episodes    = PETSC_TRUE;
+    d->env_answers = (int)o->env.max_turns - 1;
+    d->env_lag     = (int)o->env.lag;
+    d->env_procs   = strcmp(o->env.kind, "command") ? 0 : (int)o->env.procs; /* the built-in answers all at once */
+  }
   for (int k = 0; k < 4; k++) d->cfg[k] = cfg[k];
   d->reward_free = o->has_reward_model ? PETSC_FALSE
                                        : PETSC_TRUE; /* cfg[3] is then the actor's (ppo_configs), unused */

@@ -322,6 +322,22 @@ static PetscErrorCode search_sync_report(const RunCtx *run, const CostPrims *pri
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
+/* Multi-turn episodes: what the estimate counts of the environment. */
+static PetscErrorCode search_env_report(const RunCtx *run, const CostWork *w)
+{
+  char procs[48] = "all at once";
+
+  PetscFunctionBegin;
+  if (!w->episodes) PetscFunctionReturn(PETSC_SUCCESS);
+  if (w->env_procs > 0) PetscCall(PetscSNPrintf(procs, sizeof procs, "%d at a time", w->env_procs));
+  PetscCall(PetscPrintf(run->comm,
+                        "episodes: %d environment answers per episode of %g s each (-cost_env_seconds), %s per "
+                        "replica, prefilled %d steps after their turn%s\n",
+                        w->env_answers, w->env_s, procs, w->env_lag,
+                        w->env_s > 0 ? "" : ": the environment's time costs nothing (give -cost_env_seconds)"));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* An asynchronous workload (-async_staleness or -cost_staleness K > 0): the
  * best synchronous plan searched with the same budget, and the expected
  * gain of the asynchronous one over it; then the best plans at the smaller
@@ -462,6 +478,7 @@ PetscErrorCode search_mode_run(const RunCtx *run, CostDeckFn deck_of, CostJobFn 
   if (job.ppo) PetscCall(search_report(run, best, &sum));
   if (job.ppo) PetscCall(search_sync_report(run, &prims, &work, best));
   if (job.ppo) PetscCall(search_async_report(run, &prims, &work, &needs, &spec, &o, best));
+  if (job.ppo) PetscCall(search_env_report(run, &work));
   if (mo.output[0]) {
     PetscCall(plan_write_file(run->comm, mo.output, best, &needs));
     PetscCall(PetscPrintf(run->comm, "plan written to %s (run it with -plan_file %s on %d ranks)\n", mo.output,
