@@ -21,8 +21,8 @@
  * one episode served by different processes; the reset and step lines as jansson writes them
  * (null text, answer and state, invalid UTF-8 as U+FFFD, an escaped state, the state cleared by a
  * new reset); failures: a program not in PATH, exit status 3, SIGSEGV, a 1 s time limit (back
- * within 2.5 s), "hello", two objects, an array, 2.5 and "a" as ids, 50 and -1 outside a
- * vocabulary of 50, a step's answer without ids, a reset's answer with ids, an "error" answer (and
+ * within 4.5 s, not after the 31 s hang: a loaded machine under a sanitizer is slow), "hello",
+ * two objects, an array, 2.5 and "a" as ids, 50 and -1 outside a vocabulary of 50, a step's answer without ids, a reset's answer with ids, an "error" answer (and
  * a long command shortened), a 5 MB line over the 4 MiB limit; after each: no process left, the
  * environment refused afterwards; destroy of 3 processes that ignore the end of their input
  * within 5 s in all, killing them. About 8 s. */
@@ -506,7 +506,7 @@ static PetscErrorCode test_failures(void)
   write_failing("hang.sh", bad);
   PetscCall(expect_failure("times out: the time limit (1 s)", "sh \"$ENV_DIR/hang.sh\"", 2, 1, 1,
                            (const char *const[]){"process 1 of 2 did not answer within 1 s; killed it", NULL}, &t));
-  test_report(t >= 0.9 && t < 2.5, "times out: back within the limit and a second", "took %.2f s", t);
+  test_report(t >= 0.9 && t < 4.5, "times out: back within the limit, not the hang (31 s)", "took %.2f s", t);
 
   write_failing("hello.sh", "echo hello");
   PetscCall(expect_failure("not JSON: hello", "sh \"$ENV_DIR/hello.sh\"", 2, 10, 1, (const char *const[]){"answered \"hello\", not one JSON object", NULL}, NULL));
@@ -563,7 +563,7 @@ static PetscErrorCode test_destroy_kills(void)
   t0 = now();
   PetscCall(env_destroy(&env));
   t0 = now() - t0;
-  test_report(t0 > 4.5 && t0 < 7, "destroy: waits 5 s in all for them, then kills them", "took %.2f s", t0);
+  test_report(t0 > 4.5 && t0 < 9, "destroy: waits 5 s in all for them, then kills them", "took %.2f s", t0);
   check_nothing_left("destroy of processes that ignore the end of their input", "(their sleeps included)");
   PetscFunctionReturn(PETSC_SUCCESS);
 }
