@@ -142,6 +142,11 @@ typedef struct {
  * on disjoint meshes concurrently). A plan that does not fit in memory is
  * not an error: feasible is false and why says which call on which rank. */
 PetscErrorCode cost_estimate(const CostPrims *p, const CostWork *work, const Plan *plan, CostEstimate *est);
+/* Multi-turn episodes: what n samples decoded S at a time wait for the
+ * environment beyond decoding (src/cost/gen.c), from the replica's decode
+ * time over its steps: per wave of S and answer, ceil(S / env_procs)
+ * answers one after another less env_lag steps. */
+double cost_env_wait(const CostWork *w, int n, int S, double decode_s, long steps);
 
 /* ==== the cost model's extensions (src/cost, docs/costmodel.md) ========== */
 
@@ -162,12 +167,6 @@ void           cost_shape_from_model(const ModelConfig *cfg, CostShape *m);
 void           cost_shape_to_model(const CostShape *m, ModelConfig *cfg);
 PetscErrorCode cost_shape_named(const char *opt, const char *name, PetscBool value_head, CostShape *m);
 /* Parameters of the whole model (a tied head counted once). */
-/* Multi-turn episodes: what n samples decoded S at a time wait for the
- * environment beyond decoding (src/cost/gen.c), from the replica's decode
- * time over its steps: per wave of S and answer, ceil(S / env_procs)
- * answers one after another less env_lag steps. */
-double cost_env_wait(const CostWork *w, int n, int S, double decode_s, long steps);
-
 double cost_shape_params(const CostShape *m);
 /* Forward FLOPs of one part over rows x len tokens (DECODE: rows tokens
  * with len tokens of context), the whole part (not divided by tp); the

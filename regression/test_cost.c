@@ -344,8 +344,8 @@ static PetscErrorCode check_simulator(void)
                       e.call_s[MFC_ACTOR_GEN], 16, 1e-12);
     w.env_s = 1.5;
     PetscCall(cost_estimate(&p, &w, &plan, &e));
-    test_report_close("episodes: answers of 1.5 s within the lag's 2 s step: no wait (10 s)", e.call_s[MFC_ACTOR_GEN], 10,
-                      1e-12);
+    test_report_close("episodes: answers of 1.5 s within the lag's 2 s step: no wait (10 s)", e.call_s[MFC_ACTOR_GEN],
+                      10, 1e-12);
     w.env_s = 5;
     test_report_close("episodes: 10 samples 4 at a time are 3 waves: 3 x 2 x (5 - 1 x 0.5) s",
                       cost_env_wait(&w, 10, 4, 6.0, 12), 27, 1e-12);

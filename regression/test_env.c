@@ -22,9 +22,9 @@
  * (null text, answer and state, invalid UTF-8 as U+FFFD, an escaped state, the state cleared by a
  * new reset); failures: a program not in PATH, exit status 3, SIGSEGV, a 1 s time limit (back
  * within 4.5 s, not after the 31 s hang: a loaded machine under a sanitizer is slow), "hello",
- * two objects, an array, 2.5 and "a" as ids, 50 and -1 outside a vocabulary of 50, a step's answer without ids, a reset's answer with ids, an "error" answer (and
- * a long command shortened), a 5 MB line over the 4 MiB limit; after each: no process left, the
- * environment refused afterwards; destroy of 3 processes that ignore the end of their input
+ * two objects, an array, 2.5 and "a" as ids, 50 and -1 outside a vocabulary of 50, a step's answer without ids, a
+ * reset's answer with ids, an "error" answer (and a long command shortened), a 5 MB line over the 4 MiB limit; after
+ * each: no process left, the environment refused afterwards; destroy of 3 processes that ignore the end of their input
  * within 5 s in all, killing them. About 8 s. */
 #include "env.h"
 #include "test_report.h"

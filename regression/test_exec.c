@@ -189,8 +189,14 @@ static PetscErrorCode test_graph_run(void)
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &joined, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
   PetscCallMPI(MPI_Bcast(&t_right, 1, MPI_DOUBLE, 3, MPI_COMM_WORLD));
   PetscCallMPI(MPI_Bcast(&heard[0], 1, MPI_INT, 1, MPI_COMM_WORLD));
-  PetscCall(PetscSNPrintf(det, sizeof det, "join saw both inputs on %d of 2 ranks; right started %.3f s after the start, %s left ended", joined, t_right, heard[0] ? "before" : "not before"));
-  test_measure(ok_order && joined == 2 && t_right >= 0 && heard[0] && (world_rank != 3 || val[4] == 70) ? PETSC_TRUE : PETSC_FALSE, "exec_graph_run: a rank runs and shares level by level; left (ranks 0,1) and right (ranks 2,3) both ran and shared before join, right without waiting for left", "%s", det);
+  PetscCall(PetscSNPrintf(det, sizeof det,
+                          "join saw both inputs on %d of 2 ranks; right started %.3f s after the start, %s left ended",
+                          joined, t_right, heard[0] ? "before" : "not before"));
+  test_measure(ok_order && joined == 2 && t_right >= 0 && heard[0] && (world_rank != 3 || val[4] == 70) ? PETSC_TRUE
+                                                                                                        : PETSC_FALSE,
+               "exec_graph_run: a rank runs and shares level by level; left (ranks 0,1) and right (ranks 2,3) both ran "
+               "and shared before join, right without waiting for left",
+               "%s", det);
   PetscCall(PetscArraycpy(sec0, sec, NNODE));
   PetscCallMPI(MPI_Bcast(sec0, NNODE, MPI_DOUBLE, 0, MPI_COMM_WORLD));
   for (int k = 0; k < NNODE; k++)
@@ -253,8 +259,12 @@ static PetscErrorCode test_graph_late(void)
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &ok_order, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD));
   PetscCallMPI(MPI_Bcast(&late_t[3], 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
   PetscCallMPI(MPI_Bcast(&heard[1], 1, MPI_INT, 3, MPI_COMM_WORLD));
-  PetscCall(PetscSNPrintf(det, sizeof det, "c started %.3f s after the start, %s slow ended", late_t[3], heard[1] ? "before" : "not before"));
-  test_measure(ok_order && heard[1] && late_val[2] == 3 ? PETSC_TRUE : PETSC_FALSE, "exec_graph_run: a late node runs in the last level and shares after it; the other ranks run the later levels meanwhile (c before slow ends), its output reaches every rank", "%s", det);
+  PetscCall(PetscSNPrintf(det, sizeof det, "c started %.3f s after the start, %s slow ended", late_t[3],
+                          heard[1] ? "before" : "not before"));
+  test_measure(ok_order && heard[1] && late_val[2] == 3 ? PETSC_TRUE : PETSC_FALSE,
+               "exec_graph_run: a late node runs in the last level and shares after it; the other ranks run the later "
+               "levels meanwhile (c before slow ends), its output reaches every rank",
+               "%s", det);
   g[3] = (ExecNode)NODE("d", KEYS("s"), KEYS("d"));
   CAPTURE(ierr, msg, exec_graph_run(g, 4, given, NULL));
   test_measure(ierr == PETSC_ERR_ARG_WRONG && strstr(msg, "d needs 's' of slow") ? PETSC_TRUE : PETSC_FALSE, "exec_graph_run: a node that takes a late node's output is an error naming both", "%s", msg);

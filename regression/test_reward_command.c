@@ -186,7 +186,8 @@ static void test_batches(void)
   test_report(ok, "three batches (3, 1, 5 samples) answered in order by one persistent process", "%s", bad ? err : "wrong values");
   t0 = now();
   (void)reward_command_stop(&rc);
-  test_report(now() - t0 < 4, "stop: a helper that exits at the end of its input is not waited for", "took %.2f s", now() - t0);
+  test_report(now() - t0 < 4, "stop: a helper that exits at the end of its input is not waited for", "took %.2f s",
+              now() - t0);
   check_no_children("no child left after stop");
 }
 
@@ -415,7 +416,9 @@ static void test_failures_across_batches(void)
   test_report(!bad1 && v[0] == 1 && v[1] == 2, "a helper that answers one batch and then sleeps: the batch scored", "%d: %s", bad1, err);
   t0 = now();
   (void)reward_command_stop(&rc);
-  test_report(now() - t0 > 4.5 && now() - t0 < 9, "stop: waits 5 s for a helper that ignores the end of its input, then kills it", "took %.2f s", now() - t0);
+  test_report(now() - t0 > 4.5 && now() - t0 < 9,
+              "stop: waits 5 s for a helper that ignores the end of its input, then kills it", "took %.2f s",
+              now() - t0);
   test_report(sleeps_left(secs) == 0, "stop: the killed helper's children are gone too", NULL);
   check_no_children("stop: no child left after the kill");
 }
@@ -470,7 +473,8 @@ static void test_example(void)
   test_report(ok, name, "%s", bad ? err : "wrong values");
   t0 = now();
   (void)reward_command_stop(&rc);
-  test_report(now() - t0 < 4.5, "tools/reward_example.py exits at the end of its input", "stop took %.2f s", now() - t0);
+  test_report(now() - t0 < 4.5, "tools/reward_example.py exits at the end of its input", "stop took %.2f s",
+              now() - t0);
 }
 
 int main(int argc, char **argv)

@@ -410,6 +410,9 @@ PetscErrorCode cost_work_from_options(const CostDeck *d, CostWork *w)
              "-cost_env_answers %d must be in [0, 1000), -cost_env_lag %d and -cost_env_procs %d >= 0, "
              "-cost_env_seconds %g in [0, 1e6)",
              w->env_answers, w->env_lag, w->env_procs, w->env_s);
+  PetscCheck(!w->episodes || !w->partial, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
+             "%s %d with a multi-turn deck (-env): partial rollouts do not carry episodes, and the run refuses them",
+             opa, w->partial);
   if (!w->staleness) w->prox = PETSC_FALSE;
   else if (!d->staleness) w->prox = PETSC_TRUE; /* -cost_staleness alone: the default correction (decoupled) */
   PetscCheck(w->iterations >= 1 && w->iterations <= 100, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,

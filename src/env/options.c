@@ -42,12 +42,14 @@ PetscErrorCode env_options_from_options(EnvOptions *o)
              PETSC_ERR_ARG_WRONG, "-env '%s' must be none, calc or command", o->kind);
   PetscCheck(strcmp(o->kind, "command") || o->command[0], PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
              "-env command needs -env_command \"PROGRAM\" (docs/environments.md)");
-  { /* a program without -env is a forgotten -env command; -env none (or calc) given switches it off on purpose (a
-       deck's run without its environment) */
+  { /* a program without -env is a forgotten -env command; -env none given switches it off on purpose (a deck's run
+       without its environment) */
     PetscBool named;
     PetscCall(PetscOptionsHasName(NULL, NULL, "-env", &named));
     PetscCheck(!o->command[0] || named, PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
                "-env_command is given but not -env; say -env command (or -env none to run without it)");
+    PetscCheck(!o->command[0] || strcmp(o->kind, "calc"), PETSC_COMM_WORLD, PETSC_ERR_ARG_WRONG,
+               "-env_command is given with -env calc, the built-in calculator; say -env command to run the program");
   }
   PetscCheck(o->procs >= 1 && o->procs <= 1024, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
              "-env_procs %" PetscInt_FMT " must be in [1, 1024]", o->procs);

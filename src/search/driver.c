@@ -325,15 +325,16 @@ static PetscErrorCode search_sync_report(const RunCtx *run, const CostPrims *pri
 /* Multi-turn episodes: what the estimate counts of the environment. */
 static PetscErrorCode search_env_report(const RunCtx *run, const CostWork *w)
 {
-  char procs[48] = "all at once";
+  char procs[48] = "all at once", secs[32];
 
   PetscFunctionBegin;
   if (!w->episodes) PetscFunctionReturn(PETSC_SUCCESS);
   if (w->env_procs > 0) PetscCall(PetscSNPrintf(procs, sizeof procs, "%d at a time", w->env_procs));
+  snprintf(secs, sizeof secs, "%g", w->env_s); /* PETSc's %g writes 0 as "0." */
   PetscCall(PetscPrintf(run->comm,
-                        "episodes: %d environment answers per episode of %g s each (-cost_env_seconds), %s per "
+                        "episodes: %d environment answers per episode of %s s each (-cost_env_seconds), %s per "
                         "replica, prefilled %d steps after their turn%s\n",
-                        w->env_answers, w->env_s, procs, w->env_lag,
+                        w->env_answers, secs, procs, w->env_lag,
                         w->env_s > 0 ? "" : ": the environment's time costs nothing (give -cost_env_seconds)"));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

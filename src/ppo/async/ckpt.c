@@ -541,11 +541,13 @@ static PetscErrorCode check_rows(IoId h, AsyncCheck *c, const char *grp, int n, 
  * each token's source (0 in the prompt and past the response, the model's
  * first, 1 or 2 within), turns, cut and calls within the limits, rewards
  * and seconds finite. */
+static PetscErrorCode check_episode_rows(IoId h, AsyncCheck *c, const char *grp, int n, int *pl, int *rl, double *v);
+
 static PetscErrorCode check_episodes(IoId h, AsyncCheck *c, const char *grp, int n)
 {
-  long long nT = (long long)n * c->T;
-  int      *pl, *rl;
-  double   *v;
+  int           *pl, *rl;
+  double        *v;
+  PetscErrorCode ierr;
 
   PetscFunctionBegin;
   PetscCheck((io_dataset_npoints(h, "source") >= 0) == c->episodes, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
@@ -554,6 +556,18 @@ static PetscErrorCode check_episodes(IoId h, AsyncCheck *c, const char *grp, int
                          : "holds multi-turn episodes (written with -env)");
   if (!c->episodes) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(PetscMalloc3(n, &pl, n, &rl, n, &v));
+  ierr = check_episode_rows(h, c, grp, n, pl, rl, v); /* the buffers freed whatever it finds */
+  PetscCall(PetscFree3(pl, rl, v));
+  PetscCall(ierr);
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* check_episodes' rows, with room for n prompt and response lengths and values. */
+static PetscErrorCode check_episode_rows(IoId h, AsyncCheck *c, const char *grp, int n, int *pl, int *rl, double *v)
+{
+  long long nT = (long long)n * c->T;
+
+  PetscFunctionBegin;
   PetscCall(async_read_rows(h, c->path, "prompt_lengths", IO_INT, pl, n));
   PetscCall(async_read_rows(h, c->path, "response_lengths", IO_INT, rl, n));
   PetscCall(check_ints(h, c, grp, "source", nT, c->T, 0, 2, "0 prompt, 1 model, 2 environment"));
@@ -575,12 +589,10 @@ static PetscErrorCode check_episodes(IoId h, AsyncCheck *c, const char *grp, int
       char s[32];
       if (isfinite(v[b]) && (!f || v[b] >= 0)) continue;
       snprintf(s, sizeof s, "%g", v[b]);
-      PetscCall(PetscFree3(pl, rl, v));
       SETERRQ(PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED, "-restart %s: /async/%s/%s[%d] = %s is not %s", c->path, grp,
               name, b, s, f ? "a time" : "a reward");
     }
   }
-  PetscCall(PetscFree3(pl, rl, v));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
