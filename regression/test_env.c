@@ -17,8 +17,9 @@
  * the prompt's and the segment's ids, and whose state counts the steps (a step whose state does not
  * match its turn is answered with an error): on 1 process collected in submission order, on 4 in a
  * shuffled order, on 3 with random sleeps in another shuffled order; every answer equal to the
- * expected one, the three runs identical, answers valid until their index's next collect, steps of
- * one episode served by different processes; the reset and step lines as jansson writes them
+ * expected one, the three runs identical, answers valid until their index's next collect, several
+ * processes serving (how many episodes had steps on different ones is shown: it depends on timing,
+ * and a loaded machine under a sanitizer once had none); the reset and step lines as jansson writes them
  * (null text, answer and state, invalid UTF-8 as U+FFFD, an escaped state, the state cleared by a
  * new reset); failures: a program not in PATH, exit status 3, SIGSEGV, a 1 s time limit (back
  * within 4.5 s, not after the 31 s hang: a loaded machine under a sanitizer is slow), "hello",
@@ -355,9 +356,10 @@ static PetscErrorCode test_episodes(void)
     PetscCall(env_destroy(&env));
     printf("#   %s: %.2f s\n", names[run], now() - t0);
     served(&nproc, &spread);
-    if (run > 0) {
-      snprintf(name, sizeof name, "episodes on %s: several processes served, steps of one episode on different ones", names[run]);
-      test_measure(nproc > 1 && spread > 0, name, "%d processes served, %d of %d episodes spread", nproc, spread, NIDX * EPIS);
+    if (run > 0) { /* which steps share a process depends on timing: only that several served is checked */
+      snprintf(name, sizeof name, "episodes on %s: several processes served", names[run]);
+      test_measure(nproc > 1, name, "%d processes served, %d of %d episodes had steps on different ones", nproc, spread,
+                   NIDX * EPIS);
     }
     check_nothing_left(names[run], "after destroy");
   }
