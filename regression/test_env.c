@@ -643,15 +643,18 @@ static PetscErrorCode test_idle_failures(void)
   char           text[64], answer[32], meta[32], *msg = NULL;
 
   PetscFunctionBegin;
-  /* process 1 answers sample 7's reset and exits; process 2 answers sample 8's after 0.5 s */
+  /* process 1 answers sample 7's reset once both requests are handed out (file go: else it could answer first and
+   * take sample 8 too) and exits; process 2 answers sample 8's after 0.5 s */
   write_script("idle.sh", "IFS= read -r l\n"
                           "case $l in *'\"sample\": 8,'*) sleep 0.5; echo '{}'; exec cat > /dev/null;; esac\n"
+                          "while [ ! -e \"$ENV_DIR/go\" ]; do sleep 0.01; done\n"
                           "echo '{}'; exit 0\n");
   PetscCall(env_command_create("sh \"$ENV_DIR/idle.sh\"", 2, 10, V, 2, &env));
   for (int i = 0; i < 2 && !ierr; i++) {
     EnvRequest r = request(i, 7 + i, 0, ids, text, sizeof text, answer, meta);
     TEST_TRY(ierr, env->ops->submit(env, &r));
   }
+  write_script("go", "");
   if (!ierr) TEST_TRY(ierr, env->ops->collect(env, 1, &a));
   if (!ierr) TEST_TRY(ierr, env->ops->collect(env, 0, &a));
   nanosleep(&(struct timespec){0, 300000000}, NULL); /* its end has surely come */
