@@ -104,10 +104,13 @@ int    cost_replica_of(const PlanCall *c, int r);
  * prefills (returns its time; samples of one token finish at t + that),
  * seg is the steps until the next finish (at most GEN_SEGMENT; 0: none
  * active), decode their time, advance takes them ending at t; run goes on
- * alone from t until the replica has nothing left and returns the end. */
+ * alone from t until the replica has nothing left and returns the end,
+ * adding its decode steps and their seconds to steps and decode_s. */
 typedef struct {
-  int  S, mb, na, qh, qn;
-  int *row, *rem, *done, *queue;
+  int    S, mb, na, qh, qn;
+  int   *row, *rem, *done, *queue;
+  long   steps;    /* decode steps cost_rep_run took (episodes' waits are per step) */
+  double decode_s; /* their seconds */
   /* partial rollouts' calls (NULL otherwise): row b draws draw[b] tokens
    * after a prompt of plen[b] (its own and the tokens drawn before) */
   const int    *draw;

@@ -130,10 +130,12 @@ double cost_rep_run(const CostPrims *p, const CostWork *w, const CostLayout *c, 
                     double t, double *fin)
 {
   for (;;) {
-    int seg;
+    int    seg;
+    double dt;
     t += cost_rep_fill(p, w, c, m, r, t, fin);
     if (!(seg = cost_rep_seg(r))) break;
-    t += cost_rep_decode(p, w, c, m, r, seg);
+    dt = cost_rep_decode(p, w, c, m, r, seg);
+    t += dt, r->decode_s += dt, r->steps += seg;
     cost_rep_advance(r, seg, t, fin);
   }
   return t;
@@ -165,24 +167,15 @@ static PetscErrorCode gen_replica(const CostPrims *p, const CostWork *w, const C
                                   int r0, int r1, double *end, double *fin)
 {
   int     n = r1 - r0;
-  long    steps = 0;
-  double  t = 0, decode_s = 0, wait;
+  double  t, wait;
   CostRep r;
 
   PetscFunctionBegin;
   PetscCall(
       cost_rep_init(&r, w->gen_slots > 0 ? PetscMin(w->gen_slots, n) : n, c->mbs, PetscMax(n, 1), PetscMax(n, 1)));
   for (int b = r0; b < r1; b++) r.queue[r.qn++] = b;
-  for (;;) { /* cost_rep_run, counting the decode steps and their time */
-    int    seg;
-    double dt;
-    t += cost_rep_fill(p, w, c, m, &r, t, fin);
-    if (!(seg = cost_rep_seg(&r))) break;
-    dt = cost_rep_decode(p, w, c, m, &r, seg);
-    t += dt, decode_s += dt, steps += seg;
-    cost_rep_advance(&r, seg, t, fin);
-  }
-  wait = cost_env_wait(w, n, r.S, decode_s, steps);
+  t    = cost_rep_run(p, w, c, m, &r, 0, fin);
+  wait = cost_env_wait(w, n, r.S, r.decode_s, r.steps);
   if (fin && wait > 0)
     for (int b = r0; b < r1; b++) fin[b] += wait;
   *end = t + wait;
