@@ -18,12 +18,16 @@ where op is the first of +, -, * for which A op B is the answer (the tool's
 reply is what tools/env_calculator.py answers to that call). A line whose
 answer no operation of its first two integers gives is refused, naming the
 line; so is a file with none. OUT.jsonl is written to a temporary and
-renamed.
+renamed (tools/tokenizer.py's write_atomic; the input itself is refused as
+the output).
 """
 import json
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tokenizer import TokenizerError, write_atomic  # noqa: E402
 
 _INT = re.compile(r"\d+")
 _OPS = (("+", lambda a, b: a + b), ("-", lambda a, b: a - b), ("*", lambda a, b: a * b))
@@ -77,15 +81,13 @@ def main(argv):
         raise TranscriptError(f"{src}: {e.strerror}") from None
     if not lines:
         raise TranscriptError(f"{src}: no problems")
-    tmp = f"{out}.tmp.{os.getpid()}"
-    try:
+    def write(tmp):
         with open(tmp, "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
-        os.replace(tmp, out)
-    except OSError as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise TranscriptError(f"{out}: {e.strerror}") from None
+    try:
+        write_atomic(out, write, (src,))
+    except TokenizerError as e:
+        raise TranscriptError(str(e)) from None
     print(f"calc_transcripts: {len(lines)} conversations -> {out}")
 
 
