@@ -537,31 +537,6 @@ static PetscErrorCode check_rows(IoId h, AsyncCheck *c, const char *grp, int n, 
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
-/* A batch's episode fields (this run has -env; else there must be none):
- * each token's source (0 in the prompt and past the response, the model's
- * first, 1 or 2 within), turns, cut and calls within the limits, rewards
- * and seconds finite. */
-static PetscErrorCode check_episode_rows(IoId h, AsyncCheck *c, const char *grp, int n, int *pl, int *rl, double *v);
-
-static PetscErrorCode check_episodes(IoId h, AsyncCheck *c, const char *grp, int n)
-{
-  int           *pl, *rl;
-  double        *v;
-  PetscErrorCode ierr;
-
-  PetscFunctionBegin;
-  PetscCheck((io_dataset_npoints(h, "source") >= 0) == c->episodes, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
-             "-restart %s: /async/%s %s: restart it with the -env it was written with", c->path, grp,
-             c->episodes ? "holds single responses (written without -env), this run makes episodes"
-                         : "holds multi-turn episodes (written with -env)");
-  if (!c->episodes) PetscFunctionReturn(PETSC_SUCCESS);
-  PetscCall(PetscMalloc3(n, &pl, n, &rl, n, &v));
-  ierr = check_episode_rows(h, c, grp, n, pl, rl, v); /* the buffers freed whatever it finds */
-  PetscCall(PetscFree3(pl, rl, v));
-  PetscCall(ierr);
-  PetscFunctionReturn(PETSC_SUCCESS);
-}
-
 /* check_episodes' rows, with room for n prompt and response lengths and values. */
 static PetscErrorCode check_episode_rows(IoId h, AsyncCheck *c, const char *grp, int n, int *pl, int *rl, double *v)
 {
@@ -593,6 +568,29 @@ static PetscErrorCode check_episode_rows(IoId h, AsyncCheck *c, const char *grp,
               name, b, s, f ? "a time" : "a reward");
     }
   }
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* A batch's episode fields (this run has -env; else there must be none):
+ * each token's source (0 in the prompt and past the response, the model's
+ * first, 1 or 2 within), turns, cut and calls within the limits, rewards
+ * and seconds finite. */
+static PetscErrorCode check_episodes(IoId h, AsyncCheck *c, const char *grp, int n)
+{
+  int           *pl, *rl;
+  double        *v;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCheck((io_dataset_npoints(h, "source") >= 0) == c->episodes, PETSC_COMM_SELF, PETSC_ERR_ARG_INCOMP,
+             "-restart %s: /async/%s %s: restart it with the -env it was written with", c->path, grp,
+             c->episodes ? "holds single responses (written without -env), this run makes episodes"
+                         : "holds multi-turn episodes (written with -env)");
+  if (!c->episodes) PetscFunctionReturn(PETSC_SUCCESS);
+  PetscCall(PetscMalloc3(n, &pl, n, &rl, n, &v));
+  ierr = check_episode_rows(h, c, grp, n, pl, rl, v); /* the buffers freed whatever it finds */
+  PetscCall(PetscFree3(pl, rl, v));
+  PetscCall(ierr);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
