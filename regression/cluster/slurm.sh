@@ -39,8 +39,9 @@ check "job $A's output: run.h5 and final.h5 of each stage, periodic SFT checkpoi
 check "job $B's log (appended across the requeue) shows both runs" bash -c "grep -q 'rlfuse: job $B run 1 ' $d/job-$B.log && grep -q 'rlfuse: job $B run 2 ' $d/job-$B.log"
 resumed=$(grep -o "restart latest: $d/out/$B/sft/ckpt_[0-9]*.h5 (step or iteration [0-9]*)" $d/job-$B.log | head -1)
 check "the second run resumed SFT by itself from its newest checkpoint (${resumed:-no such line})" test -n "$resumed"
-check "the resumed SFT continued its run record (sft/run.h5 from step 1, no run.1.h5)" bash -c \
-  "[ ! -e $d/out/$B/sft/run.1.h5 ] && \"\$PYTHON\" -c \"import h5py, sys; sys.exit(h5py.File('$d/out/$B/sft/run.h5', 'r')['metrics/step'][0] != 1)\""
+first=$("$PYTHON" -c "import h5py; print(int(h5py.File('$d/out/$B/sft/run.h5', 'r')['metrics/step'][0]))" 2>&1 | tail -1)
+check "the resumed SFT continued its run record (sft/run.h5 from step ${first:-?}, want 1; no run.1.h5)" \
+  test ! -e $d/out/$B/sft/run.1.h5 -a "$first" = 1
 for r in sft/final.h5:policy ppo/final.h5:actor ppo/final.h5:critic ppo/final.h5:reference ppo/final.h5:reward; do
   f=${r%%:*} g=${r#*:}
   check "preempted job ends bit-identical to the uninterrupted one: $f /$g (h5diff, no tolerance)" h5diff -q $d/out/$A/$f $d/out/$B/$f /$g /$g
