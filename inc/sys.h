@@ -332,4 +332,30 @@ const char *sys_progress_str(double t0, long done, long left, char *buf, size_t 
  * are still to come after the left steps. */
 const char *sys_progress_more_str(double t0, long done, long left, double apart, double more, char *buf, size_t len);
 
+/* How a rank waits for MPI (src/sys/mpiwait.c). comm_setup calls
+ * sys_mpi_wait_setup on the communicator of its node: when the node's ranks run
+ * more OpenMP threads in all than it has cores, a waiting rank yields its
+ * core between polls instead of polling without pause. rlfuse makes every
+ * blocking MPI call through the sys_mpi_* forms below (the same arguments
+ * as MPI's, an MPI error code returned), which start the nonblocking call
+ * and complete it so; they move the same bytes, so results keep their bits. */
+PetscErrorCode sys_mpi_wait_setup(MPI_Comm node);
+int            sys_mpi_finish(MPI_Request *req, MPI_Status *st);
+int            sys_mpi_finish_all(int n, MPI_Request *req, MPI_Status *st);
+int            sys_mpi_barrier(MPI_Comm comm);
+int            sys_mpi_bcast(void *buf, int n, MPI_Datatype t, int root, MPI_Comm comm);
+int            sys_mpi_allreduce(const void *in, void *out, int n, MPI_Datatype t, MPI_Op op, MPI_Comm comm);
+int            sys_mpi_reduce(const void *in, void *out, int n, MPI_Datatype t, MPI_Op op, int root, MPI_Comm comm);
+int sys_mpi_allgather(const void *in, int nin, MPI_Datatype tin, void *out, int nout, MPI_Datatype tout, MPI_Comm comm);
+int sys_mpi_allgatherv(const void *in, int nin, MPI_Datatype tin, void *out, const int *cnt, const int *dsp,
+                        MPI_Datatype tout, MPI_Comm comm);
+int sys_mpi_gather(const void *in, int nin, MPI_Datatype tin, void *out, int nout, MPI_Datatype tout, int root,
+                    MPI_Comm comm);
+int sys_mpi_gatherv(const void *in, int nin, MPI_Datatype tin, void *out, const int *cnt, const int *dsp,
+                     MPI_Datatype tout, int root, MPI_Comm comm);
+int sys_mpi_alltoallv(const void *in, const int *scnt, const int *sdsp, MPI_Datatype tin, void *out, const int *rcnt,
+                       const int *rdsp, MPI_Datatype tout, MPI_Comm comm);
+int sys_mpi_recv(void *buf, int n, MPI_Datatype t, int src, int tag, MPI_Comm comm, MPI_Status *st);
+int sys_mpi_probe(int src, int tag, MPI_Comm comm, MPI_Status *st);
+
 #endif

@@ -25,9 +25,11 @@
 # Production code only: a function defined in src/ or cuda/ that only the tests call (ALLOWED
 # lists the library's test-facing entry points, each with why), a function or file named like a
 # reference (ref_*, *_ref, *_reference, attention_probs*), or a bench_* program among `make
-# all`'s fails; each fails on a tree with one planted.
+# all`'s fails; each fails on a tree with one planted. No file of src/ but src/sys/mpiwait.c makes a
+# blocking MPI call (MPI_Allreduce, MPI_Bcast, MPI_Wait, ...): they go through its sys_mpi_* forms,
+# whose waits yield the core on an oversubscribed node (a call on MPI_COMM_SELF waits for no other rank).
 . regression/lib.sh
-plan 11
+plan 12
 fails=0
 "$PYTHON" - "${ROOT:-.}" <<'PY' || fails=$((fails + 1))
 import glob, os, re, sys
@@ -53,6 +55,11 @@ outside = [p for p in sorted(srcs) if not rel(p).startswith("src/io/")]
 
 bad = [f"{rel(p)}:{i + 1}" for p in outside for i, l in enumerate(text(p).splitlines()) if re.search(r'#\s*include\s*[<"](internal/h5util\.h|hdf5\.h)', l)]
 chk("no file outside src/io includes internal/h5util.h or hdf5.h", bad)
+
+blocking = re.compile(r"\bMPI_(Allreduce|Bcast|Barrier|Allgatherv?|Gatherv?|Reduce|Alltoallv?|Recv|Probe|Waitall|Wait|Sendrecv|Scatterv?)\(")
+bad = [f"{rel(p)}:{i + 1}:{m.group(0)[:-1]}" for p in sorted(srcs) if rel(p) != "src/sys/mpiwait.c"
+       for i, l in enumerate(code(text(p)).splitlines()) for m in [blocking.search(l)] if m and "MPI_COMM_SELF" not in l]
+chk("no blocking MPI call outside src/sys/mpiwait.c (waits yield on an oversubscribed node: sys_mpi_*)", bad)
 
 hdf = re.compile(r"\b(H5[A-Z]\w*|h5u_\w+|hid_t|hsize_t|hssize_t|herr_t)\b")
 bad = [f"{rel(p)}:{i + 1}:{m.group(1)}" for p in outside for i, l in enumerate(code(text(p)).splitlines()) for m in [hdf.search(l)] if m]

@@ -50,7 +50,7 @@ static PetscErrorCode shared_gpu(const Comm *c, PetscBool *shared, char first[GP
   key[len++] = ' ';
   CommCallNCCL(rfcuda_device_pci(key + len, GPU_KEY - len));
   PetscCall(PetscMalloc1((size_t)c->size * GPU_KEY, &all));
-  PetscCallMPI(MPI_Allgather(key, GPU_KEY, MPI_CHAR, all, GPU_KEY, MPI_CHAR, c->mpi));
+  PetscCallMPI(sys_mpi_allgather(key, GPU_KEY, MPI_CHAR, all, GPU_KEY, MPI_CHAR, c->mpi));
   for (int a = 0; a < c->size && !*shared; a++)
     for (int b = a + 1; b < c->size && !*shared; b++)
       if (!strncmp(all + (size_t)a * GPU_KEY, all + (size_t)b * GPU_KEY, GPU_KEY)) {
@@ -93,7 +93,7 @@ PetscErrorCode comm_attach_nccl(Comm *c)
     PetscCheck(n > 0, PETSC_COMM_SELF, PETSC_ERR_LIB, "%s", rfcuda_error());
     PetscCall(PetscCalloc1((size_t)n + 1, &id));
     if (c->rank == 0) id[n] = rfcuda_nccl_get_id(id) == 0;
-    PetscCallMPI(MPI_Bcast(id, n + 1, MPI_BYTE, 0, c->mpi));
+    PetscCallMPI(sys_mpi_bcast(id, n + 1, MPI_BYTE, 0, c->mpi));
     if (!id[n]) {
       PetscCall(PetscFree(id));
       SETERRQ(PETSC_COMM_SELF, PETSC_ERR_LIB, "NCCL communicator over %d ranks: %s", c->size,
@@ -160,13 +160,13 @@ static PetscErrorCode allreduce_sum_mpi(const Comm *c, float *buf, size_t n)
       rcnt[r] = cnt[c->rank];
       rdsp[r] = (int)(r * chunk);
     }
-    PetscCallMPI(MPI_Alltoallv(buf, cnt, dsp, MPI_FLOAT, recv, rcnt, rdsp, MPI_FLOAT, c->mpi));
+    PetscCallMPI(sys_mpi_alltoallv(buf, cnt, dsp, MPI_FLOAT, recv, rcnt, rdsp, MPI_FLOAT, c->mpi));
     for (int i = 0; i < cnt[c->rank]; i++) {
       float s = recv[i];
       for (int r = 1; r < P; r++) s += recv[(size_t)r * chunk + i];
       recv[i] = s;
     }
-    PetscCallMPI(MPI_Allgatherv(recv, cnt[c->rank], MPI_FLOAT, buf, cnt, dsp, MPI_FLOAT, c->mpi));
+    PetscCallMPI(sys_mpi_allgatherv(recv, cnt[c->rank], MPI_FLOAT, buf, cnt, dsp, MPI_FLOAT, c->mpi));
     PetscCall(PetscFree2(rcnt, rdsp));
   }
   PetscCall(PetscFree3(recv, cnt, dsp));
@@ -202,7 +202,7 @@ PetscErrorCode comm_allreduce_sum_double(const Comm *c, double *buf, int n)
   PetscFunctionBegin;
   if (!member(c) || n == 0) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(PetscMalloc1((size_t)n * c->size, &all));
-  PetscCallMPI(MPI_Allgather(buf, n, MPI_DOUBLE, all, n, MPI_DOUBLE, c->mpi));
+  PetscCallMPI(sys_mpi_allgather(buf, n, MPI_DOUBLE, all, n, MPI_DOUBLE, c->mpi));
   for (int i = 0; i < n; i++) {
     double s = all[i];
     for (int r = 1; r < c->size; r++) s += all[(size_t)r * n + i];
@@ -224,7 +224,7 @@ PetscErrorCode comm_allgather_host(const Comm *c, const void *in, void *out, siz
   }
   PetscCheck(bytes <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_allgather: %zu bytes is too large for one call",
              bytes);
-  PetscCallMPI(MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, c->mpi));
+  PetscCallMPI(sys_mpi_allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, c->mpi));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -274,7 +274,7 @@ PetscErrorCode comm_allgather_ranges_host(const Comm *c, float *buf, size_t n)
     cnt[r] = (int)(hi - lo);
     dsp[r] = (int)lo;
   }
-  PetscCallMPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, dsp, MPI_FLOAT, c->mpi));
+  PetscCallMPI(sys_mpi_allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, dsp, MPI_FLOAT, c->mpi));
   PetscCall(PetscFree2(cnt, dsp));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -314,7 +314,7 @@ PetscErrorCode comm_bcast_host(const Comm *c, void *buf, size_t bytes, int root)
   if (!member(c) || bytes == 0) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCheck(bytes <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_bcast: %zu bytes is too large for one call",
              bytes);
-  PetscCallMPI(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c->mpi));
+  PetscCallMPI(sys_mpi_bcast(buf, (int)bytes, MPI_BYTE, root, c->mpi));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -385,7 +385,7 @@ static PetscErrorCode copied_sweep(PetscBool all)
     StagedSend *s    = *p;
     int         done = 1;
 
-    if (all) PetscCallMPI(MPI_Wait(&s->req, MPI_STATUS_IGNORE));
+    if (all) PetscCallMPI(sys_mpi_finish(&s->req, MPI_STATUS_IGNORE));
     else PetscCallMPI(MPI_Test(&s->req, &done, MPI_STATUS_IGNORE));
     if (!done) {
       p = &s->next;
@@ -428,7 +428,7 @@ PetscErrorCode comm_recv(const Comm *c, void *buf, size_t bytes, int src, int ta
   PetscCheck(bytes <= INT32_MAX, PETSC_COMM_SELF, PETSC_ERR_SUP, "comm_recv: %zu bytes is too large for one message",
              bytes);
   if (dev_be) PetscCall(stage_in(buf, bytes, 0, 0, &h));
-  PetscCallMPI(MPI_Recv(h ? (void *)h : buf, (int)bytes, MPI_BYTE, src, tag, c->mpi, &st));
+  PetscCallMPI(sys_mpi_recv(h ? (void *)h : buf, (int)bytes, MPI_BYTE, src, tag, c->mpi, &st));
   PetscCallMPI(MPI_Get_count(&st, MPI_BYTE, &got));
   if ((size_t)got != bytes) PetscCall(PetscFree(h));
   PetscCheck((size_t)got == bytes, PETSC_COMM_SELF, PETSC_ERR_PLIB,
@@ -444,7 +444,7 @@ PetscErrorCode comm_wait(MPI_Request *req)
   PetscFunctionBegin;
   if (*req == MPI_REQUEST_NULL) PetscFunctionReturn(PETSC_SUCCESS);
   while (*p && (*p)->req != *req) p = &(*p)->next;
-  PetscCallMPI(MPI_Wait(req, MPI_STATUS_IGNORE));
+  PetscCallMPI(sys_mpi_finish(req, MPI_STATUS_IGNORE));
   if ((s = *p)) { /* a staged send: its host copy is free now */
     *p = s->next;
     PetscCall(PetscFree(s->host));
@@ -479,10 +479,11 @@ PetscErrorCode comm_setup(void)
   PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &nworld));
   PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
   PetscCallMPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &shm));
-  PetscCallMPI(MPI_Allreduce(&me, &leader, 1, MPI_INT, MPI_MIN, shm));
+  PetscCallMPI(sys_mpi_allreduce(&me, &leader, 1, MPI_INT, MPI_MIN, shm));
+  PetscCall(sys_mpi_wait_setup(shm));
   PetscCallMPI(MPI_Comm_free(&shm));
   PetscCall(PetscMalloc1(nworld, &node_of));
-  PetscCallMPI(MPI_Allgather(&leader, 1, MPI_INT, node_of, 1, MPI_INT, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allgather(&leader, 1, MPI_INT, node_of, 1, MPI_INT, MPI_COMM_WORLD));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

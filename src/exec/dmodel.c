@@ -145,7 +145,7 @@ PetscErrorCode dmodel_gather(DModel *dm, Model *full, size_t bucket_bytes)
     if (me == 0) PetscCall(PetscMalloc2(full->nparams, &dst[1], full->nparams, &dst[2]));
     PetscCall(realloc_execute(plan, m, dst[1], bucket_bytes, NULL));
     PetscCall(realloc_execute(plan, v, dst[2], bucket_bytes, NULL));
-    PetscCallMPI(MPI_Bcast(&step, 1, MPI_INT, dm->mesh->ranks[0], MPI_COMM_WORLD));
+    PetscCallMPI(sys_mpi_bcast(&step, 1, MPI_INT, dm->mesh->ranks[0], MPI_COMM_WORLD));
     if (me == 0) PetscCall(model_optim_set(full, dst[1], dst[2], step));
     if (dmodel_member(dm)) PetscCall(PetscFree2(m, v));
     if (me == 0) PetscCall(PetscFree2(dst[1], dst[2]));

@@ -113,7 +113,7 @@ PetscErrorCode exec_graph_run(const ExecNode *nodes, int n, const char *const *g
   }
   for (int i = 0; i < n; i++)
     if (nodes[i].share && nodes[i].late) PetscCall(nodes[i].share(nodes[i].ctx));
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, t, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, t, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   if (seconds) PetscCall(PetscArraycpy(seconds, t, n));
   PetscCall(PetscFree2(level, t));
   PetscFunctionReturn(PETSC_SUCCESS);

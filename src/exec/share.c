@@ -19,7 +19,7 @@ static PetscErrorCode share(const Mesh *m, const long long *lo, const long long 
     count[h] = (int)(hi[d] - lo[d]);
     displ[h] = (int)lo[d];
   }
-  PetscCallMPI(MPI_Allgatherv(MPI_IN_PLACE, 0, type, buf, count, displ, type, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allgatherv(MPI_IN_PLACE, 0, type, buf, count, displ, type, MPI_COMM_WORLD));
   PetscCall(PetscFree2(count, displ));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -129,10 +129,10 @@ static PetscErrorCode gather_unfinished(GenFuseMigrator *mg, GenEngine *e, const
     for (int i = 0; i < nloc; i++) mine[3 * i] = m->d, mine[3 * i + 1] = idx[i], mine[3 * i + 2] = kvl[i];
   }
   nloc *= 3;
-  PetscCallMPI(MPI_Allgather(&nloc, 1, MPI_INT, cnt, 1, MPI_INT, m->all.mpi));
+  PetscCallMPI(sys_mpi_allgather(&nloc, 1, MPI_INT, cnt, 1, MPI_INT, m->all.mpi));
   for (int r = 0; r < size; r++) displ[r] = tot, tot += cnt[r];
   PetscCall(PetscMalloc1(tot + 1, trip));
-  PetscCallMPI(MPI_Allgatherv(mine, nloc, MPI_INT, *trip, cnt, displ, MPI_INT, m->all.mpi));
+  PetscCallMPI(sys_mpi_allgatherv(mine, nloc, MPI_INT, *trip, cnt, displ, MPI_INT, m->all.mpi));
   in->n = tot / 3;
   PetscCall(PetscFree5(cnt, displ, mine, idx, kvl));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -199,14 +199,14 @@ static PetscErrorCode recv_states(GenFuseMigrator *mg, GenEngine *e, GenBatch *b
       MPI_Status st;
       int        words, src = mesh_rank(m, m->p, s, m->t);
       size_t     at = 1;
-      PetscCallMPI(MPI_Probe(src, MIGRATE_TAG, mg->comm, &st));
+      PetscCallMPI(sys_mpi_probe(src, MIGRATE_TAG, mg->comm, &st));
       PetscCallMPI(MPI_Get_count(&st, MPI_INT, &words));
       if (words > cap) {
         PetscCall(PetscFree(w));
         cap = words;
         PetscCall(PetscMalloc1(cap, &w));
       }
-      PetscCallMPI(MPI_Recv(w, words, MPI_INT, src, MIGRATE_TAG, mg->comm, MPI_STATUS_IGNORE));
+      PetscCallMPI(sys_mpi_recv(w, words, MPI_INT, src, MIGRATE_TAG, mg->comm, MPI_STATUS_IGNORE));
       PetscCheck(w[0] >= 1 && w[0] <= expect, PETSC_COMM_SELF, PETSC_ERR_PLIB,
                  "fuse: migration bucket of %d samples, %d expected", w[0], expect);
       for (int j = 0; j < w[0]; j++) {
@@ -247,7 +247,7 @@ static PetscErrorCode migrate(GenFuseMigrator *mg, GenEngine *e, GenBatch *b)
   if (mg->dest) PetscCall(recv_states(mg, e, b, &in, to));
   else PetscCall(send_states(mg, e, b, &in, to, req, bufs, &nreq));
   for (int k = 0; k < nreq; k++) {
-    PetscCallMPI(MPI_Wait(&req[k], MPI_STATUS_IGNORE));
+    PetscCallMPI(sys_mpi_finish(&req[k], MPI_STATUS_IGNORE));
     PetscCall(PetscFree(bufs[k]));
   }
   PetscCall(PetscFree2(req, bufs));
@@ -268,7 +268,7 @@ PetscErrorCode genfuse_migrate_step(void *ctx, GenEngine *e, GenBatch *b, PetscB
     c[0] = gen_engine_running(e) + gen_engine_waiting(e);
     c[1] = c[0] == 0;
   }
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, c, 2, MPI_INT, MPI_SUM, mg->mesh->all.mpi));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, c, 2, MPI_INT, MPI_SUM, mg->mesh->all.mpi));
   if (c[0] == 0) { /* every sample finished before the threshold */
     mg->decided = PETSC_TRUE;
     PetscFunctionReturn(PETSC_SUCCESS);

@@ -215,7 +215,7 @@ PetscErrorCode genfuse_sender_end(GenFuseSender *s)
   PetscFunctionBegin;
   PetscCall(genfuse_sender_release(s));
   PetscCall(genfuse_sender_close(s));
-  PetscCallMPI(MPI_Waitall(s->n, s->req, s->st));
+  PetscCallMPI(sys_mpi_finish_all(s->n, s->req, s->st));
   for (int k = 0; k < s->nbuf; k++) PetscCall(PetscFree(s->buf[k]));
   PetscCall(PetscFree(s->req));
   PetscCall(PetscFree(s->buf));
@@ -275,7 +275,7 @@ PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int senders, int tok
       int        words;
       double     t0 = sys_wtime();
 
-      PetscCallMPI(MPI_Probe(MPI_ANY_SOURCE, GENFUSE_STREAM_TAG, comm, &status));
+      PetscCallMPI(sys_mpi_probe(MPI_ANY_SOURCE, GENFUSE_STREAM_TAG, comm, &status));
       st->wait += sys_wtime() - t0;
       PetscCallMPI(MPI_Get_count(&status, MPI_INT, &words));
       if (words > cap) {
@@ -283,7 +283,7 @@ PetscErrorCode genfuse_receive(MPI_Comm comm, int expected, int senders, int tok
         PetscCall(PetscFree(w));
         PetscCall(PetscMalloc1(cap, &w));
       }
-      PetscCallMPI(MPI_Recv(w, words, MPI_INT, status.MPI_SOURCE, GENFUSE_STREAM_TAG, comm, MPI_STATUS_IGNORE));
+      PetscCallMPI(sys_mpi_recv(w, words, MPI_INT, status.MPI_SOURCE, GENFUSE_STREAM_TAG, comm, MPI_STATUS_IGNORE));
       if (senders > 0 && words == END_WORDS)
         more = (PetscBool)(++ends < senders); /* a sender's samples all came before its end */
       else {
@@ -331,12 +331,12 @@ PetscErrorCode genfuse_replica_bcast(MPI_Comm comm, int root, GenBatch *arr, int
       at += w[at] + 1;
     }
   }
-  PetscCallMPI(MPI_Bcast(head, 2, MPI_INT, root, comm));
+  PetscCallMPI(sys_mpi_bcast(head, 2, MPI_INT, root, comm));
   if (me != root) {
     *n = head[0];
     PetscCall(PetscMalloc1(head[1] + 1, &w));
   }
-  if (head[0]) PetscCallMPI(MPI_Bcast(w, head[1], MPI_INT, root, comm));
+  if (head[0]) PetscCallMPI(sys_mpi_bcast(w, head[1], MPI_INT, root, comm));
   if (me != root) {
     if (!*got && arr->mask_off) arr->mask_off[0] = 0;
     for (int i = 0; i < *n; i++) {

@@ -302,8 +302,8 @@ PetscErrorCode ckpt_write_sourced(MPI_Comm comm, const char *path, const CkptMod
   if (src) ctx.src = *src;
   if (carry) ctx.carry = *carry;
   /* attributes are written collectively: every rank must give rank 0's values */
-  PetscCallMPI(MPI_Bcast(&ctx.st, (int)sizeof ctx.st, MPI_BYTE, 0, comm));
-  PetscCallMPI(MPI_Bcast(&ctx.src, (int)sizeof ctx.src, MPI_BYTE, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(&ctx.st, (int)sizeof ctx.st, MPI_BYTE, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(&ctx.src, (int)sizeof ctx.src, MPI_BYTE, 0, comm));
   PetscCall(h5u_write_atomic_comm_post(comm, "checkpoint", path, ckpt_fill, &ctx,
                                        ckpt_tokenizer_src[0] || ctx.carry.fn ? ckpt_post : NULL, &ctx));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -451,7 +451,7 @@ PetscErrorCode ckpt_read_config(MPI_Comm comm, const char *path, const char *rol
 
   PetscFunctionBegin;
   PetscCall(io_on_root(comm, ckpt_read_config_task, &ctx));
-  PetscCallMPI(MPI_Bcast(cfg, (int)sizeof *cfg, MPI_BYTE, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(cfg, (int)sizeof *cfg, MPI_BYTE, 0, comm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -697,7 +697,7 @@ static PetscErrorCode ckpt_read_model_place(MPI_Comm comm, CkptModelCtx *ctx)
 {
   PetscFunctionBegin;
   PetscCall(io_on_root(comm, ckpt_check_model_task, ctx));
-  PetscCallMPI(MPI_Bcast(&ctx->step, 1, MPI_INT64_T, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(&ctx->step, 1, MPI_INT64_T, 0, comm));
   PetscCall(h5u_read_comm(comm, "checkpoint", ctx->path, ckpt_read_model_fill, ctx));
   PetscCall(ckpt_place_share(&ctx->pl, ctx->model->with_optim));
   if (ctx->model->with_optim && ctx->model->lm) ctx->model->lm->step = (int)ctx->step;
@@ -791,8 +791,8 @@ PetscErrorCode ckpt_read_state(MPI_Comm comm, const char *path, CkptState *st)
 
   PetscFunctionBegin;
   PetscCall(io_on_root(comm, ckpt_read_state_task, &ctx));
-  PetscCallMPI(MPI_Bcast(ctx.v, 3, MPI_INT64_T, 0, comm));
-  PetscCallMPI(MPI_Bcast(&ctx.kl_coef, 1, MPI_DOUBLE, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(ctx.v, 3, MPI_INT64_T, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(&ctx.kl_coef, 1, MPI_DOUBLE, 0, comm));
   st->iteration = (PetscInt)ctx.v[0];
   st->data_pos  = (PetscInt)ctx.v[1];
   st->seed      = (PetscInt)ctx.v[2];
@@ -830,7 +830,7 @@ PetscErrorCode ckpt_has_role(MPI_Comm comm, const char *path, const char *role, 
 
   PetscFunctionBegin;
   PetscCall(io_on_root(comm, ckpt_has_role_task, &ctx));
-  PetscCallMPI(MPI_Bcast(&ctx.has, 1, MPI_INT, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(&ctx.has, 1, MPI_INT, 0, comm));
   *has = ctx.has ? PETSC_TRUE : PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -101,7 +101,7 @@ static PetscErrorCode ckpt_place_holder(MPI_Comm comm, const CkptModel *cm, cons
   PetscCallMPI(MPI_Comm_size(comm, &size));
   /* a whole model (no mesh) is written by the lowest rank that has one */
   whole = g && !g->mesh ? rank : size;
-  PetscCallMPI(MPI_Allreduce(&whole, &lowest, 1, MPI_INT, MPI_MIN, comm));
+  PetscCallMPI(sys_mpi_allreduce(&whole, &lowest, 1, MPI_INT, MPI_MIN, comm));
   *holds = PETSC_FALSE;
   if (g && (g->mesh || !pl->write || rank == lowest)) {
     pl->mine = g->tensors;
@@ -142,18 +142,18 @@ PetscErrorCode ckpt_place_setup(MPI_Comm comm, const CkptModel *cm, const CkptWh
   PetscCallMPI(MPI_Comm_rank(comm, &rank));
   PetscCallMPI(MPI_Comm_size(comm, &size));
   have = cm->lm || w->cfg ? rank : size;
-  PetscCallMPI(MPI_Allreduce(&have, &root, 1, MPI_INT, MPI_MIN, comm));
+  PetscCallMPI(sys_mpi_allreduce(&have, &root, 1, MPI_INT, MPI_MIN, comm));
   PetscCheck(root < size, comm, PETSC_ERR_ARG_NULL, "checkpoint: no rank has /%s's configuration", cm->role);
   if (rank == root) pl->cfg = cm->lm ? cm->lm->cfg : *w->cfg;
-  PetscCallMPI(MPI_Bcast(&pl->cfg, (int)sizeof pl->cfg, MPI_BYTE, root, comm));
+  PetscCallMPI(sys_mpi_bcast(&pl->cfg, (int)sizeof pl->cfg, MPI_BYTE, root, comm));
   PetscCall(model_tensor_table(&pl->cfg, &pl->full, &pl->nfull, &n));
   PetscCall(ckpt_place_holder(comm, cm, w, pl, &holds));
   if (write && cm->with_optim) { /* the step every rank writes as the attribute */
     have = holds && cm->lm ? rank : size;
-    PetscCallMPI(MPI_Allreduce(&have, &step_root, 1, MPI_INT, MPI_MIN, comm));
+    PetscCallMPI(sys_mpi_allreduce(&have, &step_root, 1, MPI_INT, MPI_MIN, comm));
     if (step_root < size) {
       if (rank == step_root) pl->step = cm->lm->step;
-      PetscCallMPI(MPI_Bcast(&pl->step, 1, MPI_INT64_T, step_root, comm));
+      PetscCallMPI(sys_mpi_bcast(&pl->step, 1, MPI_INT64_T, step_root, comm));
     }
   }
   PetscCall(PetscMalloc1(pl->nfull, &pl->rounds));
@@ -162,7 +162,7 @@ PetscErrorCode ckpt_place_setup(MPI_Comm comm, const CkptModel *cm, const CkptWh
     ckpt_segment(pl, i, &lo, &hi);
     pl->rounds[i] = (int)((hi - lo + ckpt_chunk - 1) / ckpt_chunk);
   }
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, pl->rounds, pl->nfull, MPI_INT, MPI_MAX, comm));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, pl->rounds, pl->nfull, MPI_INT, MPI_MAX, comm));
   /* local checks last, after every collective call of the setup */
   PetscCheck(holds || !w->mesh || w->mesh->me < 0, PETSC_COMM_SELF, PETSC_ERR_ORDER,
              "/%s was dropped on this rank; its parameters are gone", cm->role);

@@ -86,7 +86,7 @@ PetscErrorCode ckpt_source_make(MPI_Comm comm, const char *opt, const char *path
   PetscCall(PetscStrncpy(src->path, path, sizeof src->path));
   PetscCall(PetscStrncpy(src->role, role, sizeof src->role));
   PetscCall(io_on_root(comm, ckpt_source_fill, &ctx));
-  PetscCallMPI(MPI_Bcast(src, (int)sizeof *src, MPI_BYTE, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(src, (int)sizeof *src, MPI_BYTE, 0, comm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -154,8 +154,8 @@ PetscErrorCode ckpt_read_source(MPI_Comm comm, const char *opt, const char *path
   PetscCall(PetscMemzero(&s, sizeof s));
   PetscCall(PetscStrncpy(s.as, as, sizeof s.as));
   PetscCall(io_on_root(comm, ckpt_source_verify, &ctx));
-  PetscCallMPI(MPI_Bcast(&s, (int)sizeof s, MPI_BYTE, 0, comm));
-  PetscCallMPI(MPI_Bcast(&ctx.found, 1, MPI_INT, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(&s, (int)sizeof s, MPI_BYTE, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(&ctx.found, 1, MPI_INT, 0, comm));
   *found = ctx.found;
   if (ctx.found) *src = s;
   PetscFunctionReturn(PETSC_SUCCESS);

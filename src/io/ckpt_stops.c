@@ -78,7 +78,7 @@ PetscErrorCode ckpt_read_stops(MPI_Comm comm, const char *path, int max, int *eo
   PetscCall(io_read_on_root(comm, "checkpoint", path, stops_read_file, &c));
   buf[0] = c.found, buf[1] = c.eos, buf[2] = c.nstop;
   for (int i = 0; i < STOPS_MAX; i++) buf[3 + i] = c.stop[i];
-  PetscCallMPI(MPI_Bcast(buf, 3 + STOPS_MAX, MPI_INT64_T, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(buf, 3 + STOPS_MAX, MPI_INT64_T, 0, comm));
   *found = buf[0] ? PETSC_TRUE : PETSC_FALSE;
   *eos   = (int)buf[1];
   *nstop = 0;

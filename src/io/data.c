@@ -170,7 +170,7 @@ static PetscErrorCode data_bcast(MPI_Comm comm, TokenData *d)
 
   PetscFunctionBegin;
   PetscCallMPI(MPI_Comm_rank(comm, &rank));
-  PetscCallMPI(MPI_Bcast(hdr, 5, MPI_INT, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(hdr, 5, MPI_INT, 0, comm));
   if (rank) {
     d->N          = hdr[0];
     d->T          = hdr[1];

@@ -41,7 +41,7 @@ static int h5u_one_node(MPI_Comm comm)
     MPI_Comm_free(&node);
   }
   one = n == size;
-  MPI_Allreduce(&one, &all, 1, MPI_INT, MPI_MIN, comm);
+  sys_mpi_allreduce(&one, &all, 1, MPI_INT, MPI_MIN, comm);
   return all;
 }
 
@@ -67,7 +67,7 @@ void h5u_agree(MPI_Comm comm, PetscErrorCode *ierr, char *msg)
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   mine = *ierr ? rank : size;
-  (void)MPI_Allreduce(&mine, &root, 1, MPI_INT, MPI_MIN, comm);
+  (void)sys_mpi_allreduce(&mine, &root, 1, MPI_INT, MPI_MIN, comm);
   if (root == size) return;
   if (rank == root) {
     char *specific = NULL;
@@ -78,8 +78,8 @@ void h5u_agree(MPI_Comm comm, PetscErrorCode *ierr, char *msg)
       snprintf(msg, H5U_MSG_LEN, "%s", specific ? specific : "I/O failed");
     }
   }
-  (void)MPI_Bcast(&code, 1, MPI_INT, root, comm);
-  (void)MPI_Bcast(msg, H5U_MSG_LEN, MPI_CHAR, root, comm);
+  (void)sys_mpi_bcast(&code, 1, MPI_INT, root, comm);
+  (void)sys_mpi_bcast(msg, H5U_MSG_LEN, MPI_CHAR, root, comm);
   *ierr = (PetscErrorCode)code;
 }
 
@@ -167,7 +167,7 @@ PetscErrorCode h5u_write_atomic_comm_post(MPI_Comm comm, const char *kind, const
   PetscFunctionBegin;
   PetscCallMPI(MPI_Comm_rank(comm, &rank));
   PetscCall(io_on_root(comm, h5u_par_prepare, &c));
-  PetscCallMPI(MPI_Bcast(c.tmp, (int)sizeof c.tmp, MPI_CHAR, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(c.tmp, (int)sizeof c.tmp, MPI_CHAR, 0, comm));
   /* silently: the agreed error is raised once below */
   PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
   ierr = h5u_par_create(comm, kind, path, c.tmp, &file);

@@ -510,8 +510,8 @@ PetscErrorCode io_on_root(MPI_Comm comm, IoTask task, void *ctx)
       PetscCall(PetscStrncpy(msg, specific ? specific : "I/O failed on rank 0", sizeof msg));
     }
   }
-  PetscCallMPI(MPI_Bcast(&code, 1, MPI_INT, 0, comm));
-  if (code) PetscCallMPI(MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(&code, 1, MPI_INT, 0, comm));
+  if (code) PetscCallMPI(sys_mpi_bcast(msg, (int)sizeof msg, MPI_CHAR, 0, comm));
   PetscCheck(!code, comm, (PetscErrorCode)code, "%s", msg);
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -526,7 +526,7 @@ PetscErrorCode io_bcast(void *buf, size_t count, MPI_Datatype type, MPI_Comm com
   chunk = ((size_t)1 << 30) / (size_t)tsize;
   for (done = 0; done < count; done += chunk) {
     size_t n = PetscMin(chunk, count - done);
-    PetscCallMPI(MPI_Bcast((char *)buf + done * (size_t)tsize, (int)n, type, 0, comm));
+    PetscCallMPI(sys_mpi_bcast((char *)buf + done * (size_t)tsize, (int)n, type, 0, comm));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -206,8 +206,8 @@ PetscErrorCode io_file_checksum(MPI_Comm comm, const char *path, char *sum, size
 
   PetscFunctionBegin;
   PetscCall(io_on_root(comm, prov_checksum_file, &c));
-  PetscCallMPI(MPI_Bcast(c.sum, (int)sizeof c.sum, MPI_CHAR, 0, comm));
-  PetscCallMPI(MPI_Bcast(&c.size, 1, MPI_INT64_T, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(c.sum, (int)sizeof c.sum, MPI_CHAR, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(&c.size, 1, MPI_INT64_T, 0, comm));
   PetscCall(PetscStrncpy(sum, c.sum, len));
   if (size) *size = c.size;
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -112,7 +112,7 @@ static PetscErrorCode rec_sync_stages(RunRecord *rec)
   RecColumn  *tail;
 
   PetscFunctionBegin;
-  PetscCallMPI(MPI_Allreduce(&nnew, &maxnew, 1, MPI_INT, MPI_MAX, rec->comm));
+  PetscCallMPI(sys_mpi_allreduce(&nnew, &maxnew, 1, MPI_INT, MPI_MAX, rec->comm));
   if (!maxnew) PetscFunctionReturn(PETSC_SUCCESS);
   for (int i = c->nsynced; i < c->n; i++) len += (int)strlen(c->col[i].name) + 1;
   PetscCall(PetscMalloc4(len + 1, &mine, rec->size, &lens, rec->size, &displs, nnew + 1, &tail));
@@ -121,14 +121,14 @@ static PetscErrorCode rec_sync_stages(RunRecord *rec)
     off += (int)strlen(c->col[i].name) + 1;
     tail[i - c->nsynced] = c->col[i];
   }
-  PetscCallMPI(MPI_Allgather(&len, 1, MPI_INT, lens, 1, MPI_INT, rec->comm));
+  PetscCallMPI(sys_mpi_allgather(&len, 1, MPI_INT, lens, 1, MPI_INT, rec->comm));
   total = 0;
   for (int r = 0; r < rec->size; r++) {
     displs[r] = total;
     total += lens[r];
   }
   PetscCall(PetscMalloc1(total + 1, &all));
-  PetscCallMPI(MPI_Allgatherv(mine, len, MPI_CHAR, all, lens, displs, MPI_CHAR, rec->comm));
+  PetscCallMPI(sys_mpi_allgatherv(mine, len, MPI_CHAR, all, lens, displs, MPI_CHAR, rec->comm));
   c->n = c->nsynced;
   for (int off = 0; off < total; off += (int)strlen(all + off) + 1) {
     RecColumn *col;
@@ -310,8 +310,8 @@ PetscErrorCode record_step(RunRecord *rec, PetscInt step)
   n = rec->stages.n;
   PetscCall(PetscMalloc3(n + 1, &local, n + 1, &ctx.tmax, n + 1, &ctx.tmin));
   for (int i = 0; i < n; i++) local[i] = rec->stages.col[i].value; /* 0 when not timed this step */
-  PetscCallMPI(MPI_Allreduce(local, ctx.tmax, n, MPI_DOUBLE, MPI_MAX, rec->comm));
-  PetscCallMPI(MPI_Allreduce(local, ctx.tmin, n, MPI_DOUBLE, MPI_MIN, rec->comm));
+  PetscCallMPI(sys_mpi_allreduce(local, ctx.tmax, n, MPI_DOUBLE, MPI_MAX, rec->comm));
+  PetscCallMPI(sys_mpi_allreduce(local, ctx.tmin, n, MPI_DOUBLE, MPI_MIN, rec->comm));
   PetscCall(timeline_gather(rec->comm, &rec->tl));
   PetscCall(io_on_root(rec->comm, rec_write_row_task, &ctx));
   PetscCall(timeline_rows_free(&rec->tl));

@@ -66,7 +66,7 @@ PetscErrorCode io_texts_bcast(MPI_Comm comm, int N, IOTexts *t)
 
   PetscFunctionBegin;
   PetscCallMPI(MPI_Comm_rank(comm, &rank));
-  PetscCallMPI(MPI_Bcast(&total, 1, MPI_INT64_T, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(&total, 1, MPI_INT64_T, 0, comm));
   if (total < 0) PetscFunctionReturn(PETSC_SUCCESS);
   if (rank) {
     PetscCall(PetscMalloc1(N + 1, &t->off));

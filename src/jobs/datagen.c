@@ -57,8 +57,8 @@ static PetscErrorCode data_write_text(MPI_Comm comm, const char *path, const Bui
       bad = 1, snprintf(err, sizeof err, "cannot rename %s to it: %s", tmp, strerror(errno));
     if (bad && f) (void)remove(tmp);
   }
-  PetscCallMPI(MPI_Bcast(&bad, 1, MPI_INT, 0, comm));
-  PetscCallMPI(MPI_Bcast(err, (int)sizeof err, MPI_CHAR, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(&bad, 1, MPI_INT, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(err, (int)sizeof err, MPI_CHAR, 0, comm));
   PetscCheck(!bad, comm, PETSC_ERR_FILE_WRITE, "-data_text %s: %s", path, err);
   PetscFunctionReturn(PETSC_SUCCESS);
 }

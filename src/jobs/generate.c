@@ -90,8 +90,8 @@ static PetscErrorCode generate_rows(const RunCtx *run, DModel *dm, const Generat
     }
     PetscCall(gen_batch_destroy(&mine));
   }
-  PetscCallMPI(MPI_Reduce(run->rank ? ibuf : MPI_IN_PLACE, ibuf, B * (T + 3), MPI_INT, MPI_SUM, 0, run->comm));
-  PetscCallMPI(MPI_Reduce(run->rank ? fbuf : MPI_IN_PLACE, fbuf, B * T, MPI_FLOAT, MPI_SUM, 0, run->comm));
+  PetscCallMPI(sys_mpi_reduce(run->rank ? ibuf : MPI_IN_PLACE, ibuf, B * (T + 3), MPI_INT, MPI_SUM, 0, run->comm));
+  PetscCallMPI(sys_mpi_reduce(run->rank ? fbuf : MPI_IN_PLACE, fbuf, B * T, MPI_FLOAT, MPI_SUM, 0, run->comm));
   if (!run->rank) {
     PetscCall(PetscArraycpy(all->tokens, ibuf, (size_t)B * T));
     PetscCall(PetscArraycpy(all->logprobs, fbuf, (size_t)B * T));

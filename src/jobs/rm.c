@@ -282,7 +282,7 @@ static PetscErrorCode rm_pass(Trainer *tr, const PrefPairs *p, const int *pair, 
   trainer_split(tr, nb, 0, &q.split);
   PetscCall(trainer_pass(tr, &q.split, &w));
   for (int j = 0; j < 3; j++) acc[j] = q.acc[j];
-  if (time) PetscCallMPI(MPI_Allreduce(q.time, time, 2, MPI_DOUBLE, MPI_MAX, PETSC_COMM_WORLD));
+  if (time) PetscCallMPI(sys_mpi_allreduce(q.time, time, 2, MPI_DOUBLE, MPI_MAX, PETSC_COMM_WORLD));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -244,7 +244,7 @@ static PetscErrorCode sft_pass(Trainer *tr, SFTBatch *b, PetscBool train, double
   PetscCall(trainer_pass(tr, &p.split, &w));
   *loss = -p.sum / b->ntrain;
   if (time) {
-    PetscCallMPI(MPI_Allreduce(p.time, time, 2, MPI_DOUBLE, MPI_MAX, PETSC_COMM_WORLD));
+    PetscCallMPI(sys_mpi_allreduce(p.time, time, 2, MPI_DOUBLE, MPI_MAX, PETSC_COMM_WORLD));
   }
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -322,7 +322,7 @@ static PetscErrorCode sft_check_memory(const RunCtx *run, const SFTOptions *o)
              o->batch, sys_bytes_str(need, a, sizeof a), o->batch, o->seq_len, sys_bytes_str(avail, b, sizeof b));
   if (host) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(backend_mem_free(run->be, &dev_avail));
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &dev_avail, 1, MPI_DOUBLE, MPI_MIN, run->comm));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, &dev_avail, 1, MPI_DOUBLE, MPI_MIN, run->comm));
   PetscCheck(model <= dev_avail, run->comm, PETSC_ERR_ARG_OUTOFRANGE,
              "-sft_batch %" PetscInt_FMT " needs at least %s of device memory per rank (%" PetscInt_FMT
              " x %" PetscInt_FMT " tokens; see -dry_run), more than the %s free on the fullest rank's GPU",

@@ -265,7 +265,7 @@ PetscErrorCode plan_read_file(MPI_Comm comm, const char *path, Plan *plan)
   PetscFunctionBegin;
   PetscCall(PetscSNPrintf(copy.source, sizeof copy.source, "file %s", path));
   PetscCall(io_read_on_root(comm, "plan file", path, plan_read_groups, &ctx));
-  PetscCallMPI(MPI_Bcast(&copy, (int)sizeof copy, MPI_BYTE, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(&copy, (int)sizeof copy, MPI_BYTE, 0, comm));
   *plan = copy;
   PetscFunctionReturn(PETSC_SUCCESS);
 }

@@ -112,7 +112,7 @@ static PetscErrorCode fused_schedule_measured(PPOFusedTrain *fz, const Mesh *mes
   int            count;
 
   PetscFunctionBegin;
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, f, 2, MPI_DOUBLE, MPI_MAX, mesh->all.mpi));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, f, 2, MPI_DOUBLE, MPI_MAX, mesh->all.mpi));
   fz->in.f[0] = PetscMax(f[0], 1e-9);
   fz->in.f[1] = PetscMax(f[1], 1e-9);
   if (mesh->all.rank == 0) {
@@ -121,9 +121,9 @@ static PetscErrorCode fused_schedule_measured(PPOFusedTrain *fz, const Mesh *mes
     fz->lower     = info.lower_bound;
   } else PetscCall(ac_sched_alloc(&fz->in, &fz->sched));
   count = 3 * fz->sched.nranks * fz->sched.n;
-  PetscCallMPI(MPI_Bcast(fz->sched.order, count, MPI_INT, 0, mesh->all.mpi));
-  PetscCallMPI(MPI_Bcast(&fz->predicted, 1, MPI_DOUBLE, 0, mesh->all.mpi));
-  PetscCallMPI(MPI_Bcast(&fz->lower, 1, MPI_DOUBLE, 0, mesh->all.mpi));
+  PetscCallMPI(sys_mpi_bcast(fz->sched.order, count, MPI_INT, 0, mesh->all.mpi));
+  PetscCallMPI(sys_mpi_bcast(&fz->predicted, 1, MPI_DOUBLE, 0, mesh->all.mpi));
+  PetscCallMPI(sys_mpi_bcast(&fz->lower, 1, MPI_DOUBLE, 0, mesh->all.mpi));
   PetscCall(ac_sequential(&fz->in, NULL, &seq));
   fz->sequential = seq.makespan;
   fz->ready      = PETSC_TRUE;
@@ -180,7 +180,7 @@ PetscErrorCode ppo_fused_train_report(const RunCtx *run, RunRecord *rec, PPOFuse
 
   PetscFunctionBegin;
   fz->reported = PETSC_TRUE;
-  PetscCallMPI(MPI_Bcast(v, 5, MPI_DOUBLE, fz->root, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_bcast(v, 5, MPI_DOUBLE, fz->root, MPI_COMM_WORLD));
   if (fz->from_file) {
     PetscCall(PetscPrintf(run->comm,
                           "fused training: schedule from -fuse_train_schedule (actor pp %d x %d micro-batches, critic "

@@ -379,7 +379,7 @@ static PetscErrorCode share_actor_train(void *ctx)
   IterCtx *c    = (IterCtx *)ctx;
   double   v[5] = {c->ts->actor_loss, c->ts->clipfrac, c->ts->entropy, c->ts->kl_loss, c->ts->grad_actor};
   PetscFunctionBegin;
-  PetscCallMPI(MPI_Bcast(v, 5, MPI_DOUBLE, c->m->actor.mesh->ranks[0], MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_bcast(v, 5, MPI_DOUBLE, c->m->actor.mesh->ranks[0], MPI_COMM_WORLD));
   c->ts->actor_loss = v[0], c->ts->clipfrac = v[1], c->ts->entropy = v[2], c->ts->kl_loss = v[3],
   c->ts->grad_actor = v[4];
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -390,7 +390,7 @@ static PetscErrorCode share_critic_train(void *ctx)
   IterCtx *c    = (IterCtx *)ctx;
   double   v[3] = {c->ts->critic_loss, c->ts->vclipfrac, c->ts->grad_critic};
   PetscFunctionBegin;
-  PetscCallMPI(MPI_Bcast(v, 3, MPI_DOUBLE, c->m->critic.mesh->ranks[0], MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_bcast(v, 3, MPI_DOUBLE, c->m->critic.mesh->ranks[0], MPI_COMM_WORLD));
   c->ts->critic_loss = v[0], c->ts->vclipfrac = v[1], c->ts->grad_critic = v[2];
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -568,8 +568,8 @@ static PetscErrorCode stage_times(PPOModels *m, const PPOOptions *o, const Graph
                                   IterCtx *g, StageTimes *tm)
 {
   PetscFunctionBegin;
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, g->frozen_s, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &c->more_gen_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, g->frozen_s, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, &c->more_gen_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   tm->gen          = sec_of(sec, G->gen) - g->frozen_s[0] - g->frozen_s[1] + c->more_gen_s;
   tm->ref          = sec_of(sec, G->ref) + g->frozen_s[0] + sec_of(sec, G->prox);
   tm->rew          = sec_of(sec, G->rew) + g->frozen_s[1];
@@ -583,9 +583,9 @@ static PetscErrorCode stage_times(PPOModels *m, const PPOOptions *o, const Graph
     double              tok_s = f->tokens > 0 ? (f->inf[0] + f->inf[1] + f->inf[2]) / f->tokens : 0;
     double v[10] = {f->gen, f->inf[0], f->inf[1], f->inf[2], f->step_s, tok_s, f->rt, f->rt_pred, f->mig_s, f->mig_m};
     double w[6] = {f->messages, f->bytes, f->moved, f->mig_bytes, f->send, f->recv_wait};
-    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, v, 10, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, w, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, w + 4, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, v, 10, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, w, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, w + 4, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     tm->gen = v[0], tm->ref = v[1], tm->rew = v[2], tm->critic = v[3];
     tm->stream_messages = w[0], tm->stream_bytes = w[1], tm->stream_send = w[4], tm->stream_wait = w[5];
     /* samples moved are counted by each rank of a source replica: per shard */

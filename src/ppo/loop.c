@@ -207,7 +207,7 @@ static PetscErrorCode ppo_loop(PPOLoopEnv *e, const PlanNeeds *needs, PPOSummary
     PetscCall(ppo_record_eval(rec, o, &e->ps->eval, &ev));
     /* the rank whose activation buffers grew most (first touches: the time
      * a steady state does not pay; layout-dependent like the timings) */
-    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &grown, 1, MPI_DOUBLE, MPI_MAX, run->comm));
+    PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, &grown, 1, MPI_DOUBLE, MPI_MAX, run->comm));
     PetscCall(record_metric(rec, "acts_grown_bytes", grown));
     if (m->fuse.on && !m->fuse.reported) PetscCall(ppo_fused_train_report(run, rec, &m->fuse));
     if ((!isnan(ev.gold) || !isnan(ev.reward)) && !final_evaluated)

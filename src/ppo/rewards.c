@@ -119,10 +119,10 @@ static PetscErrorCode rewards_command(PPORewards *rw, const PPOOptions *o, Rollo
     }
     PetscCall(PetscFree3(s, resp, prom));
   }
-  PetscCallMPI(MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
-  PetscCallMPI(MPI_Bcast(err, sizeof err, MPI_CHAR, 0, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_bcast(err, sizeof err, MPI_CHAR, 0, MPI_COMM_WORLD));
   PetscCheck(!bad, PETSC_COMM_WORLD, PETSC_ERR_LIB, "%s", err);
-  PetscCallMPI(MPI_Bcast(v, r->B, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_bcast(v, r->B, MPI_DOUBLE, 0, MPI_COMM_WORLD));
   for (int b = 0; b < r->B; b++) {
     r->parts[(size_t)b * PPO_REWARD_PARTS + REWARD_NFN] = (float)v[b];
     r->rule[b] += (float)(o->reward.command_weight * v[b]);

@@ -114,7 +114,7 @@ static PetscErrorCode share_steps(const Mesh *m, GenBatch *g, const GenPart *par
 
   PetscFunctionBegin;
   PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
-  PetscCallMPI(MPI_Bcast(&n, 1, MPI_INT, root, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_bcast(&n, 1, MPI_INT, root, MPI_COMM_WORLD));
   if (n > g->steps_cap) {
     PetscCall(PetscFree2(g->step_seconds, g->step_active));
     g->steps_cap = n;
@@ -125,8 +125,8 @@ static PetscErrorCode share_steps(const Mesh *m, GenBatch *g, const GenPart *par
     PetscCall(PetscArraycpy(g->step_active, src->step_active, n));
   }
   g->nsteps = n;
-  PetscCallMPI(MPI_Bcast(g->step_seconds, n, MPI_DOUBLE, root, MPI_COMM_WORLD));
-  PetscCallMPI(MPI_Bcast(g->step_active, n, MPI_INT, root, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_bcast(g->step_seconds, n, MPI_DOUBLE, root, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_bcast(g->step_active, n, MPI_INT, root, MPI_COMM_WORLD));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -184,7 +184,7 @@ static PetscErrorCode share_masks_owned(const GenBatch *p, const int *owner, int
       g->mask_off[(size_t)b * T + t + 1] = owner[b] == me
                                                ? p->mask_off[(size_t)b * T + t + 1] - p->mask_off[(size_t)b * T + t]
                                                : 0;
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, g->mask_off + 1, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, g->mask_off + 1, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
   g->mask_off[0] = 0;
   for (size_t k = 0; k < n; k++) g->mask_off[k + 1] += g->mask_off[k];
   for (int b = 0; b < g->n; b++) cnt[owner[b]] += g->mask_off[(size_t)(b + 1) * T] - g->mask_off[(size_t)b * T];
@@ -200,7 +200,7 @@ static PetscErrorCode share_masks_owned(const GenBatch *p, const int *owner, int
       PetscCall(PetscArraycpy(mybuf + mine, p->mask_ids + k0, k1 - k0));
       mine += k1 - k0;
     }
-  PetscCallMPI(MPI_Allgatherv(mybuf, cnt[me], MPI_INT, all, cnt, displ, MPI_INT, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allgatherv(mybuf, cnt[me], MPI_INT, all, cnt, displ, MPI_INT, MPI_COMM_WORLD));
   for (int b = 0; b < g->n; b++) { /* rank q's block holds its rows in row order */
     size_t len = (size_t)(g->mask_off[(size_t)(b + 1) * T] - g->mask_off[(size_t)b * T]);
     PetscCall(PetscArraycpy(g->mask_ids + g->mask_off[(size_t)b * T], all + displ[owner[b]], len));
@@ -221,7 +221,7 @@ PetscErrorCode rollout_share_gen_owned(const Mesh *m, GenPart *part, Rollout *r)
   PetscCallMPI(MPI_Comm_rank(MPI_COMM_WORLD, &me));
   PetscCall(PetscMalloc1(r->B, &owner));
   for (int b = 0; b < r->B; b++) owner[b] = part->owner ? part->owner[b] : -1;
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, owner, r->B, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, owner, r->B, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
   for (int b = 0; b < r->B; b++)
     PetscCheck(owner[b] >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "rollout_share_gen_owned: no replica finished row %d",
                b);
@@ -235,11 +235,11 @@ PetscErrorCode rollout_share_gen_owned(const Mesh *m, GenPart *part, Rollout *r)
     PetscCall(PetscArraycpy(g->logprobs + b * T, p->logprobs + b * T, T));
     g->prompt_len[b] = p->prompt_len[b], g->response_len[b] = p->response_len[b], g->eos[b] = p->eos[b];
   }
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, g->tokens, (int)(r->B * T), MPI_INT, MPI_SUM, MPI_COMM_WORLD));
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, g->logprobs, (int)(r->B * T), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, g->prompt_len, r->B, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, g->response_len, r->B, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, g->eos, r->B, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, g->tokens, (int)(r->B * T), MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, g->logprobs, (int)(r->B * T), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, g->prompt_len, r->B, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, g->response_len, r->B, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, g->eos, r->B, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
   if (g->mask_off) PetscCall(share_masks_owned(p, owner, me, g));
   PetscCall(share_steps(m, g, part, exec_is_head(m)));
   g->new_tokens = 0;

@@ -172,9 +172,9 @@ PetscErrorCode rollout_share_inf_owned(RolloutGenFuse *gs, Rollout *r)
     if (!mine || !gs->rows.done[2 * r->B + b]) PetscCall(PetscArrayzero(r->values + b * T, T));
   }
   if (gs->rows.done) PetscCall(PetscArrayzero(gs->rows.done, 3 * (size_t)gs->rows.B));
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, r->ref, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, r->values, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, r->score, r->B, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, r->ref, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, r->values, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, r->score, r->B, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

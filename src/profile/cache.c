@@ -132,11 +132,11 @@ PetscErrorCode profile_cached(const RunCtx *run, const CostDeck *deck, const cha
   PetscCall(cache_dir(given, dir, sizeof dir));
   PetscCall(cache_key(run, deck, key, sizeof key));
   /* rank 0's key and directory for all: on several nodes the hosts differ */
-  PetscCallMPI(MPI_Bcast(key, (int)sizeof key, MPI_CHAR, 0, PETSC_COMM_WORLD));
-  PetscCallMPI(MPI_Bcast(dir, (int)sizeof dir, MPI_CHAR, 0, PETSC_COMM_WORLD));
+  PetscCallMPI(sys_mpi_bcast(key, (int)sizeof key, MPI_CHAR, 0, PETSC_COMM_WORLD));
+  PetscCallMPI(sys_mpi_bcast(dir, (int)sizeof dir, MPI_CHAR, 0, PETSC_COMM_WORLD));
   PetscCall(sys_path_printf(path, len, "%s/%016llx.h5", dir, key_hash(key)));
   PetscCall(io_on_root(PETSC_COMM_WORLD, cache_lookup, &l));
-  PetscCallMPI(MPI_Bcast(&l.state, 1, MPI_INT, 0, PETSC_COMM_WORLD));
+  PetscCallMPI(sys_mpi_bcast(&l.state, 1, MPI_INT, 0, PETSC_COMM_WORLD));
   if (l.state == 1) PetscCall(PetscSNPrintf(how, howlen, "reused from the cache (key: %s)", key));
   else {
     PetscCall(cache_fill(run, deck, dir, key, path, &seconds));

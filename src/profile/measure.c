@@ -25,7 +25,7 @@ PetscErrorCode prof_time(const ProfTimer *tm, ProfWork work, void *ctx, double *
   for (int k = 0; k < tm->warmup + tm->repeats; k++) {
     double t0;
     PetscCall(tm->be->sync());
-    PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD));
+    PetscCallMPI(sys_mpi_barrier(PETSC_COMM_WORLD));
     t0 = MPI_Wtime();
     PetscCall(work(ctx));
     PetscCall(tm->be->sync());
@@ -38,7 +38,7 @@ PetscErrorCode prof_time(const ProfTimer *tm, ProfWork work, void *ctx, double *
   qsort(t, (size_t)tm->repeats, sizeof *t, cmp_double);
   best = t[0];
   PetscCall(PetscFree(t));
-  PetscCallMPI(MPI_Allreduce(&best, seconds, 1, MPI_DOUBLE, MPI_MAX, PETSC_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allreduce(&best, seconds, 1, MPI_DOUBLE, MPI_MAX, PETSC_COMM_WORLD));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -513,7 +513,7 @@ static PetscErrorCode exchange_round(const ReallocPlan *pl, Exchange *ex, int k,
     st->bytes_sent += (double)(s1 - s0) * sizeof(float);
     st->messages++;
   }
-  PetscCallMPI(MPI_Waitall(nreq, req, sts));
+  PetscCallMPI(sys_mpi_finish_all(nreq, req, sts));
   for (int j = 0; j < ex->nin; j++) {
     const ReallocPair *pr = &pl->pairs[ex->in[j]];
     chunk_range(ex, pr, k, &s0, &s1);

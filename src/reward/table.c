@@ -109,7 +109,7 @@ PetscErrorCode token_table_read(MPI_Comm comm, const char *path, TokenTable *tt,
   hdr[1] = tt->V;
   hdr[2] = tt->eos_id;
   hdr[3] = tt->off ? tt->off[tt->V] : 0;
-  PetscCallMPI(MPI_Bcast(hdr, 4, MPI_INT64_T, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(hdr, 4, MPI_INT64_T, 0, comm));
   if (!hdr[0]) {
     PetscCall(token_table_destroy(tt));
     PetscFunctionReturn(PETSC_SUCCESS);

@@ -278,8 +278,8 @@ PetscErrorCode search_plan(MPI_Comm comm, const CostPrims *p, const CostWork *w,
   t.spec.needs          = needs;
   t.spec.ranks_per_node = p->ranks_per_node > 0 ? p->ranks_per_node : spec->world;
   PetscCall(io_on_root(comm, search_task, &t));
-  PetscCallMPI(MPI_Bcast(best, (int)sizeof *best, MPI_BYTE, 0, comm));
-  PetscCallMPI(MPI_Bcast(sum, (int)sizeof *sum, MPI_BYTE, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(best, (int)sizeof *best, MPI_BYTE, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(sum, (int)sizeof *sum, MPI_BYTE, 0, comm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -136,7 +136,7 @@ PetscErrorCode search_stages_place(MPI_Comm comm, const CostPrims *p, const Cost
   PetscFunctionBegin;
   PetscCall(PetscMemzero(out, sizeof *out));
   PetscCall(io_on_root(comm, search_stages_rank0, &t));
-  PetscCallMPI(MPI_Bcast(out, (int)sizeof *out, MPI_BYTE, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(out, (int)sizeof *out, MPI_BYTE, 0, comm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

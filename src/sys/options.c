@@ -585,7 +585,7 @@ PetscErrorCode sys_used_deck_write(void)
                             "warning: %s cannot repeat -%s (its value holds '#' or '\"'); it is a comment there\n",
                             path, bad));
   }
-  PetscCallMPI(MPI_Bcast(err, (PetscMPIInt)sizeof err, MPI_CHAR, 0, used_deck_comm));
+  PetscCallMPI(sys_mpi_bcast(err, (PetscMPIInt)sizeof err, MPI_CHAR, 0, used_deck_comm));
   PetscCheck(!err[0], used_deck_comm, PETSC_ERR_FILE_WRITE, "used.deck: %s", err);
   used_deck_comm = MPI_COMM_NULL; /* once per job: a pipeline's later stages keep the first */
   PetscFunctionReturn(PETSC_SUCCESS);

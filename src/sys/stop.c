@@ -39,6 +39,6 @@ PetscErrorCode sys_stop_agreed(MPI_Comm comm, int *sig)
   int mine = (int)sys_stop_sig;
 
   PetscFunctionBegin;
-  PetscCallMPI(MPI_Allreduce(&mine, sig, 1, MPI_INT, MPI_MAX, comm));
+  PetscCallMPI(sys_mpi_allreduce(&mine, sig, 1, MPI_INT, MPI_MAX, comm));
   PetscFunctionReturn(PETSC_SUCCESS);
 }

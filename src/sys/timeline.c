@@ -35,12 +35,12 @@ PetscErrorCode timeline_start(MPI_Comm comm)
   PetscCallMPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   PetscCallMPI(MPI_Comm_size(node, &nn));
   PetscCallMPI(MPI_Comm_free(&node));
-  PetscCallMPI(MPI_Barrier(comm));
+  PetscCallMPI(sys_mpi_barrier(comm));
   tl.epoch = sys_wtime();
   /* on one node every rank reads the same monotonic clock: rank 0's zero
    * then makes the ranks' times exactly comparable (a barrier's exit times
    * differ by scheduling delays) */
-  if (nn == n) PetscCallMPI(MPI_Bcast(&tl.epoch, 1, MPI_DOUBLE, 0, comm));
+  if (nn == n) PetscCallMPI(sys_mpi_bcast(&tl.epoch, 1, MPI_DOUBLE, 0, comm));
   tl.n = 0;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
@@ -92,24 +92,24 @@ PetscErrorCode timeline_gather(MPI_Comm comm, TimelineRows *out)
     }
     len = (int)strlen(mine);
     if (!rank) PetscCall(PetscMalloc2(size, &lens, size, &loff));
-    PetscCallMPI(MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, comm));
+    PetscCallMPI(sys_mpi_gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, comm));
     if (!rank) {
       for (int r = 0; r < size; r++) loff[r] = ntot, ntot += lens[r];
       PetscCall(PetscMalloc1(ntot + 1, &all));
     }
-    PetscCallMPI(MPI_Gatherv(mine, len, MPI_CHAR, all, lens, loff, MPI_CHAR, 0, comm));
+    PetscCallMPI(sys_mpi_gatherv(mine, len, MPI_CHAR, all, lens, loff, MPI_CHAR, 0, comm));
     for (int i = 0; i < n; i++) call[i] = tl.ev[i].call, t[2 * i] = tl.ev[i].t0, t[2 * i + 1] = tl.ev[i].t1;
     if (!rank) {
       PetscCall(PetscMalloc2(size, &counts, size, &displs));
     }
-    PetscCallMPI(MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, comm));
+    PetscCallMPI(sys_mpi_gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, comm));
     if (!rank) {
       for (int r = 0; r < size; r++) displs[r] = total, total += counts[r];
       out->n = total;
       PetscCall(
           PetscMalloc4(total + 1, &out->rank, total + 1, &out->call, total + 1, &out->start, total + 1, &out->end));
     }
-    PetscCallMPI(MPI_Gatherv(call, n, MPI_INT, rank ? NULL : out->call, counts, displs, MPI_INT, 0, comm));
+    PetscCallMPI(sys_mpi_gatherv(call, n, MPI_INT, rank ? NULL : out->call, counts, displs, MPI_INT, 0, comm));
     if (!rank) {
       int    *map;
       double *tt;
@@ -141,13 +141,13 @@ PetscErrorCode timeline_gather(MPI_Comm comm, TimelineRows *out)
           out->rank[i] = r, out->call[i] = map[r * TL_MAX_NAMES + out->call[i]];
         counts[r] *= 2, displs[r] *= 2;
       }
-      PetscCallMPI(MPI_Gatherv(t, 2 * n, MPI_DOUBLE, tt, counts, displs, MPI_DOUBLE, 0, comm));
+      PetscCallMPI(sys_mpi_gatherv(t, 2 * n, MPI_DOUBLE, tt, counts, displs, MPI_DOUBLE, 0, comm));
       for (int i = 0; i < total; i++) out->start[i] = tt[2 * i], out->end[i] = tt[2 * i + 1];
       PetscCall(PetscFree2(map, tt));
       PetscCall(PetscFree2(counts, displs));
       PetscCall(PetscFree2(lens, loff));
       PetscCall(PetscFree(all));
-    } else PetscCallMPI(MPI_Gatherv(t, 2 * n, MPI_DOUBLE, NULL, NULL, NULL, MPI_DOUBLE, 0, comm));
+    } else PetscCallMPI(sys_mpi_gatherv(t, 2 * n, MPI_DOUBLE, NULL, NULL, NULL, MPI_DOUBLE, 0, comm));
   }
   PetscCall(PetscFree2(call, t));
   tl.n = 0;

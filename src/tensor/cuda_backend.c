@@ -187,7 +187,7 @@ static PetscErrorCode cuda_pick_device(int *device)
   PetscFunctionBegin;
   RFCUDA_CALL(rfcuda_device_count(&ndev));
   lack = ndev == 0;
-  PetscCallMPI(MPI_Allreduce(&lack, &nlack, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  PetscCallMPI(sys_mpi_allreduce(&lack, &nlack, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
   PetscCallMPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
   PetscCheck(nlack == 0 || !lack, PETSC_COMM_WORLD, PETSC_ERR_SUP,
              "-device cuda: no CUDA device found (%s); use -device cpu", rfcuda_error());

@@ -79,7 +79,7 @@ PetscErrorCode train_checkpoint_now(MPI_Comm comm, PetscInt every, PetscReal min
   int mine[2] = {sys_stop_signal(), minutes > 0 && sys_wtime() - *last >= 60.0 * minutes}, all[2];
 
   PetscFunctionBegin;
-  PetscCallMPI(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, comm)); /* one clock's word is enough */
+  PetscCallMPI(sys_mpi_allreduce(mine, all, 2, MPI_INT, MPI_MAX, comm)); /* one clock's word is enough */
   *stop = all[0];
   *due  = (PetscBool)(train_checkpoint_due(every, n) || all[0] || all[1]);
   if (*due) *last = sys_wtime();

@@ -71,9 +71,9 @@ PetscErrorCode train_restart_resolve(MPI_Comm comm, const char *dir, char *resta
   PetscCall(PetscStrcmp(restart, "latest", &latest));
   if (!latest) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(io_on_root(comm, restart_scan, &s));
-  PetscCallMPI(MPI_Bcast(s.best, (int)sizeof s.best, MPI_CHAR, 0, comm));
-  PetscCallMPI(MPI_Bcast(&s.best_it, 1, MPI_INT64_T, 0, comm));
-  PetscCallMPI(MPI_Bcast(&s.nskipped, 1, MPI_INT, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(s.best, (int)sizeof s.best, MPI_CHAR, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(&s.best_it, 1, MPI_INT64_T, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(&s.nskipped, 1, MPI_INT, 0, comm));
   if (s.best[0])
     PetscCall(PetscPrintf(comm, "restart latest: %s (step or iteration %" PRId64 ")%s\n", s.best, s.best_it,
                           s.nskipped ? ", unreadable checkpoints skipped" : ""));

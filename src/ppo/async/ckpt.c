@@ -324,8 +324,8 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
   none.K = (int)PetscMin(o->async_staleness, PPO_ASYNC_MAX);
   PetscCall(PetscMalloc1(room + 1, &a.ppos));
   PetscCall(io_read_on_root(comm, "checkpoint", path, async_read, &a));
-  PetscCallMPI(MPI_Bcast(&a.staleness, 1, MPI_DOUBLE, 0, comm));
-  PetscCallMPI(MPI_Bcast(a.pool, 4, MPI_DOUBLE, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(&a.staleness, 1, MPI_DOUBLE, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(a.pool, 4, MPI_DOUBLE, 0, comm));
   /* a synchronous run's checkpoint may go on asynchronously (the first batches are generated at the restart) */
   PetscCheck(a.staleness == 0 || (PetscInt)a.staleness == o->async_staleness, comm, PETSC_ERR_ARG_INCOMP,
              "-restart %s was written with -async_staleness %.0f and holds its queue of generated batches: restart it "
@@ -336,9 +336,9 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
   PetscCheck(a.staleness == 0 || (a.pool[0] > 0) == (o->async_partial > 0), comm, PETSC_ERR_ARG_INCOMP,
              "-restart %s was written %s -async_partial: restart it %s", path, a.pool[0] > 0 ? "with" : "without",
              a.pool[0] > 0 ? "with the same -async_partial and -async_partial_extra" : "with -async_partial 0");
-  PetscCallMPI(MPI_Bcast(a.have, PPO_ASYNC_MAX, MPI_DOUBLE, 0, comm));
-  PetscCallMPI(MPI_Bcast(a.pos, PPO_ASYNC_MAX, MPI_DOUBLE, 0, comm));
-  PetscCallMPI(MPI_Bcast(a.rows, PPO_ASYNC_MAX, MPI_DOUBLE, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(a.have, PPO_ASYNC_MAX, MPI_DOUBLE, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(a.pos, PPO_ASYNC_MAX, MPI_DOUBLE, 0, comm));
+  PetscCallMPI(sys_mpi_bcast(a.rows, PPO_ASYNC_MAX, MPI_DOUBLE, 0, comm));
   PetscCall(async_restore_shape(comm, path, o, &a));
   if (!q) {
     PetscCall(PetscFree(a.ppos));
@@ -374,7 +374,7 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
     if (p->mcnt && p->n > 0) {
       long long nid = a.pool_nid;
       PetscCall(io_bcast(p->mcnt, nT, MPI_INT, comm));
-      PetscCallMPI(MPI_Bcast(&nid, 1, MPI_LONG_LONG, 0, comm));
+      PetscCallMPI(sys_mpi_bcast(&nid, 1, MPI_LONG_LONG, 0, comm));
       if (!a.pool_ids) PetscCall(PetscMalloc1(nid + 1, &a.pool_ids));
       PetscCall(io_bcast(a.pool_ids, (size_t)nid, MPI_INT, comm));
       PetscCall(async_pool_masks_unpack(p, a.pool_ids, (size_t)nid));
@@ -393,7 +393,7 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
     PetscCall(io_bcast(gb->response_len, (size_t)r->B, MPI_INT, comm));
     PetscCall(io_bcast(gb->eos, (size_t)r->B, MPI_INT, comm));
     PetscCall(io_bcast(r->async.version, (size_t)r->B, MPI_INT, comm));
-    PetscCallMPI(MPI_Bcast(&r->episodes, 1, MPIU_BOOL, 0, comm));
+    PetscCallMPI(sys_mpi_bcast(&r->episodes, 1, MPIU_BOOL, 0, comm));
     if (r->episodes) {
       PetscCall(io_bcast(gb->src, BT, MPI_UNSIGNED_CHAR, comm));
       PetscCall(io_bcast(gb->turns, (size_t)r->B, MPI_INT, comm));

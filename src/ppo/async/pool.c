@@ -263,7 +263,7 @@ PetscErrorCode async_pool_generate(AsyncPool *p, DModel *policy, const PPOOption
     int k    = i - part->b0;
     ended[i] = out->eos[k] || p->req[i].resumed + out->response_len[k] == maxnew;
   }
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, ended, p->nreq, MPI_INT, MPI_MAX, m->all.mpi));
+  PetscCallMPI(sys_mpi_allreduce(MPI_IN_PLACE, ended, p->nreq, MPI_INT, MPI_MAX, m->all.mpi));
   PetscCall(pool_force(p, (int)(o->rollout_batch / p->G), ended, force));
   for (int i = part->b0; i < part->b1; i++) {
     int k = i - part->b0;
@@ -394,7 +394,7 @@ static PetscErrorCode gather_masks(const Mesh *m, const GenPart *part, const int
   PetscCall(PetscArraycpy(li, src->mask_ids + i0, nli));
   PetscCall(PetscMalloc4(m->dp, &ccnt, m->dp, &cdsp, m->dp, &icnt, m->dp, &idsp));
   for (int d = 0; d < m->dp; d++) ccnt[d] = cnt[d] * (int)T, cdsp[d] = dsp[d] * (int)T;
-  PetscCallMPI(MPI_Allgatherv(lc, (int)(nloc * T), MPI_INT, g->mask_off + 1, ccnt, cdsp, MPI_INT, m->all.mpi));
+  PetscCallMPI(sys_mpi_allgatherv(lc, (int)(nloc * T), MPI_INT, g->mask_off + 1, ccnt, cdsp, MPI_INT, m->all.mpi));
   g->mask_off[0] = 0;
   for (size_t k = 0; k < n; k++) g->mask_off[k + 1] += g->mask_off[k];
   for (int d = 0; d < m->dp; d++) {
@@ -405,7 +405,7 @@ static PetscErrorCode gather_masks(const Mesh *m, const GenPart *part, const int
     g->mask_cap = (size_t)g->mask_off[n] + 1;
     PetscCall(PetscRealloc(g->mask_cap * sizeof(int), &g->mask_ids));
   }
-  PetscCallMPI(MPI_Allgatherv(li, (int)nli, MPI_INT, g->mask_ids, icnt, idsp, MPI_INT, m->all.mpi));
+  PetscCallMPI(sys_mpi_allgatherv(li, (int)nli, MPI_INT, g->mask_ids, icnt, idsp, MPI_INT, m->all.mpi));
   PetscCall(PetscFree4(ccnt, cdsp, icnt, idsp));
   PetscCall(PetscFree2(lc, li));
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -437,12 +437,12 @@ PetscErrorCode async_pool_take_early(AsyncQueue *q, const Mesh *m, const PPOOpti
   }
   if (g->mask_off) PetscCall(gather_masks(m, part, cnt, dsp, g)); /* before the rows' counts become elements' below */
   if (m->dp > 1) {
-    PetscCallMPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_INT, g->prompt_len, cnt, dsp, MPI_INT, m->all.mpi));
-    PetscCallMPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_INT, g->response_len, cnt, dsp, MPI_INT, m->all.mpi));
-    PetscCallMPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_INT, g->eos, cnt, dsp, MPI_INT, m->all.mpi));
+    PetscCallMPI(sys_mpi_allgatherv(MPI_IN_PLACE, 0, MPI_INT, g->prompt_len, cnt, dsp, MPI_INT, m->all.mpi));
+    PetscCallMPI(sys_mpi_allgatherv(MPI_IN_PLACE, 0, MPI_INT, g->response_len, cnt, dsp, MPI_INT, m->all.mpi));
+    PetscCallMPI(sys_mpi_allgatherv(MPI_IN_PLACE, 0, MPI_INT, g->eos, cnt, dsp, MPI_INT, m->all.mpi));
     for (int d = 0; d < m->dp; d++) cnt[d] *= T, dsp[d] *= T;
-    PetscCallMPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_INT, g->tokens, cnt, dsp, MPI_INT, m->all.mpi));
-    PetscCallMPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, g->logprobs, cnt, dsp, MPI_FLOAT, m->all.mpi));
+    PetscCallMPI(sys_mpi_allgatherv(MPI_IN_PLACE, 0, MPI_INT, g->tokens, cnt, dsp, MPI_INT, m->all.mpi));
+    PetscCallMPI(sys_mpi_allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, g->logprobs, cnt, dsp, MPI_FLOAT, m->all.mpi));
   }
   PetscCall(PetscFree2(cnt, dsp));
   PetscCall(pool_merge_take(q, o, version, slot));
