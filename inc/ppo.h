@@ -20,6 +20,9 @@ typedef enum {
   KL_IN_LOSS   = 2
 } PPOKLIn; /* auto: the algorithm's own (src/ppo/algos.c) */
 typedef enum { CRITIC_FROM_REWARD = 0, CRITIC_FROM_ACTOR = 1 } CriticInit;
+/* -ppo_objective: the policy loss (inc/rl.h): PPO's clipped ratio per token,
+ * CISPO's clipped and detached token weight, GSPO's clipped sequence ratio. */
+typedef enum { PPO_OBJ_CLIP = 0, PPO_OBJ_CISPO = 1, PPO_OBJ_GSPO = 2 } PPOObjective;
 /* -async_correction: how stale samples are weighed (docs/async.md). */
 typedef enum { ASYNC_DECOUPLED = 0, ASYNC_TIS = 1, ASYNC_NONE = 2 } PPOAsyncCorrection;
 
@@ -31,6 +34,7 @@ typedef struct {
   PetscReal   checkpoint_minutes; /* -checkpoint_minutes (src/train/job.c) */
   PetscReal   kl_coef, kl_target, kl_horizon, gamma, lambda, clip, value_clip, reward_clip, truncation_penalty;
   PetscReal   clip_low, clip_high; /* the policy ratio's clip range [1 - low, 1 + high] (default -ppo_clip both) */
+  PetscInt    objective;           /* PPOObjective */
   PetscInt    loss_agg, kl_estimator;        /* RLLossAgg, RLKLEstimator (inc/rl.h) */
   PetscInt    kl_in;                         /* PPOKLIn: where the KL to the reference enters */
   PetscInt dynamic_sampling; /* DAPO's dynamic sampling: candidate groups generated per round per group kept (0: off) */

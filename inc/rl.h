@@ -75,6 +75,24 @@ double rl_policy_loss(size_t n, const float *logp, const float *old, const float
  * fraction still sums w_i alone. */
 double rl_policy_loss_is(size_t n, const float *logp, const float *old, const float *adv, const float *w,
                          const float *isw, double eps_low, double eps_high, float *dlogp, double *clipfrac);
+/* CISPO (MiniMax-M1, 2025): every token keeps its gradient, weighted by its
+ * clipped importance ratio held constant:
+ *   loss = sum_i w_i * isw_i * -A_i * sg(clip(rho_i, 1-eps_low, 1+eps_high)) * exp(logp_i - sg(logp_i)),
+ * rho = exp(logp - old), sg() a constant: its value is sum_i w_i isw_i (-A_i)
+ * clip(rho_i), dlogp[i] = w_i isw_i (-A_i) clip(rho_i) (isw NULL: 1). *clipfrac
+ * (may be NULL) gets the sum of w_i over tokens whose ratio the clip changed. */
+double rl_policy_loss_cispo(size_t n, const float *logp, const float *old, const float *adv, const float *w,
+                            const float *isw, double eps_low, double eps_high, float *dlogp, double *clipfrac);
+/* GSPO (Qwen, 2025) on one sequence: its tokens are those with w_i != 0 (m of
+ * them, each with the same weight and advantage, as a sequence-level
+ * estimator gives); the importance ratio is the sequence's, s =
+ * exp((1/m) sum_i (logp_i - old_i)), clipped as a whole:
+ *   loss = W * max(-A*s, -A*clip(s, 1-eps_low, 1+eps_high)), W = sum_i w_i, A = (1/W) sum_i w_i A_i,
+ * dlogp[i] = W * (-A) * s / m on each of the m tokens while the unclipped term
+ * is the larger (ties included), else 0. *clipfrac gets W when the clipped
+ * term is the larger strictly, else 0. No token: loss 0. */
+double rl_policy_loss_gspo(size_t n, const float *logp, const float *old, const float *adv, const float *w,
+                           double eps_low, double eps_high, float *dlogp, double *clipfrac);
 /* Off-policy correction of samples drawn by older weights (the behaviour
  * policy, log-probabilities behav) for the policy being trained (its
  * log-probabilities before the update: prox). Per token with w_i != 0 the

@@ -227,6 +227,77 @@ static void test_behaviour_weights(void)
   check_value("policy loss with NULL weights is rl_policy_loss bit for bit", rl_policy_loss_is(8, logp, old, A, wt, NULL, 0.2, 0.2, g1, &cf1) - rl_policy_loss(8, logp, old, A, wt, 0.2, 0.2, g, &cf), 0, 0);
 }
 
+/* CISPO (rl_policy_loss_cispo) on test_policy_loss's eight tokens, eps .2:
+ * every token with w != 0 keeps a gradient, -w*A*clip(rho) with the clipped
+ * ratio a constant.
+ * i  A   rho     clip(rho)  changed  w     term = dlogp
+ * 0  1   1.105   1.105      no       .5    -.5*1.1051709
+ * 1  1   1.649   1.2        yes      .25   -.3
+ * 2  1   0.607   0.8        yes      1     -.8
+ * 3 -1   1.649   1.2        yes      1     1.2
+ * 4 -1   0.607   0.8        yes      .5    .4
+ * 5 -2   1.105   1.105      no       .25   .25*2*1.1051709
+ * 6  0   1.649   1.2        yes      1     0
+ * loss = .5 (tokens 0 and 5 cancel); clipfrac .25 + 1 + 1 + .5 + 1 = 3.75.
+ * With the behaviour weights 2, 3, .5, 1, 1, 0, 1: terms -1.1051709, -.9,
+ * -.4, 1.2, .4, 0, 0, loss -0.8051709180756477. */
+static void test_cispo(void)
+{
+  float  logp[8] = {0.1f, 0.5f, -0.5f, 0.5f, -0.5f, 0.1f, 0.5f, NAN};
+  float  old[8] = {0}, A[8] = {1, 1, 1, -1, -1, -2, 0, 1}, w[8] = {0.5f, 0.25f, 1, 1, 0.5f, 0.25f, 1, 0};
+  float  iw[8] = {2, 3, 0.5f, 1, 1, 0, 1, 1}, g[8];
+  double cf = -1;
+  const double want[8] = {-0.5 * 1.1051709180756477, -0.3, -0.8, 1.2, 0.4, 0.25 * 2 * 1.1051709180756477, 0, 0};
+  const double want_is[8] = {-1.1051709180756477, -0.9, -0.4, 1.2, 0.4, 0, 0, 0};
+
+  check_value("CISPO: loss = sum of -w*A*clip(rho) (hand value .5)", rl_policy_loss_cispo(8, logp, old, A, w, NULL, 0.2, 0.2, g, &cf), 0.5, 1e-6);
+  check_array("CISPO: every token keeps its gradient, -w*A*clip(rho), clipped or not", 8, g, want, 1e-6);
+  check_value("CISPO: clipfrac sums w of the tokens whose ratio the clip changed (3.75)", cf, 3.75, 1e-12);
+  check_value("CISPO with behaviour weights (hand value)", rl_policy_loss_cispo(8, logp, old, A, w, iw, 0.2, 0.2, g, &cf), -0.8051709180756477, 1e-6);
+  check_array("CISPO with behaviour weights: each term and gradient times its weight", 8, g, want_is, 1e-6);
+}
+
+/* GSPO (rl_policy_loss_gspo) on one sequence of four tokens (a fifth with
+ * w = 0 and logp NaN is not read): log ratios .1, -.2, .4, .3, mean .15, so
+ * the sequence ratio s = e^.15 = 1.161834242728283; w .25 each (W = 1).
+ * A = 1, eps .2: s inside [.8, 1.2], loss -s, dlogp -s/4 on each token.
+ * A = 1, eps .1: s above 1.1, the clipped term -1.1 is the larger: loss
+ * -1.1, no gradient, clipfrac W = 1. A = -1, eps .1: the unclipped term
+ * +s is the larger: loss s, dlogp +s/4. */
+static void test_gspo(void)
+{
+  float        logp[5] = {0.1f, -0.2f, 0.4f, 0.3f, NAN}, old[5] = {0}, w[5] = {0.25f, 0.25f, 0.25f, 0.25f, 0}, g[5];
+  float        Ap[5] = {1, 1, 1, 1, 7}, Am[5] = {-1, -1, -1, -1, 7}, zero[5] = {0};
+  double       cf  = -1;
+  const double s   = 1.161834242728283;
+  const double d[5] = {-s / 4, -s / 4, -s / 4, -s / 4, 0}, dm[5] = {s / 4, s / 4, s / 4, s / 4, 0}, none[5] = {0};
+
+  check_value("GSPO: the sequence's length-normalised ratio inside the clip: loss -W*A*s (hand value)", rl_policy_loss_gspo(5, logp, old, Ap, w, 0.2, 0.2, g, &cf), -s, 1e-6);
+  check_array("GSPO: dlogp = -W*A*s/m on each token of the sequence", 5, g, d, 1e-6);
+  check_value("GSPO: nothing clipped", cf, 0, 0);
+  check_value("GSPO: s above 1+eps with A > 0: the clipped term (-1.1)", rl_policy_loss_gspo(5, logp, old, Ap, w, 0.1, 0.1, g, &cf), -1.1, 1e-6);
+  check_array("GSPO: clipped as a whole: no token has a gradient", 5, g, none, 0);
+  check_value("GSPO: clipfrac is the sequence's weight W", cf, 1, 1e-12);
+  check_value("GSPO: A < 0 with s above 1+eps: the unclipped term (+s)", rl_policy_loss_gspo(5, logp, old, Am, w, 0.1, 0.1, g, &cf), s, 1e-6);
+  check_array("GSPO: A < 0: dlogp = +s/4", 5, g, dm, 1e-6);
+  check_value("GSPO: a row without tokens (every w 0): loss 0", rl_policy_loss_gspo(5, logp, old, Ap, zero, 0.2, 0.2, g, &cf), 0, 0);
+
+  /* the gradient against central differences (unclipped: eps .2) */
+  double worst = 0, h = 1e-3;
+  rl_policy_loss_gspo(5, logp, old, Ap, w, 0.2, 0.2, g, NULL);
+  for (int i = 0; i < 4; i++) {
+    float  x0 = logp[i], xp = x0 + (float)h, xm = x0 - (float)h, gs[5];
+    logp[i]   = xp;
+    double lp = rl_policy_loss_gspo(5, logp, old, Ap, w, 0.2, 0.2, gs, NULL);
+    logp[i]   = xm;
+    double lm = rl_policy_loss_gspo(5, logp, old, Ap, w, 0.2, 0.2, gs, NULL);
+    logp[i]   = x0;
+    double fd = (lp - lm) / ((double)xp - xm), err = fabs(fd - g[i]);
+    worst     = err > worst ? err : worst;
+  }
+  check_value("GSPO: dlogp matches central differences of the loss", worst, 0, 1e-5);
+}
+
 static void test_value_loss(void)
 {
   /* eps_v = 0.2.
@@ -693,6 +764,8 @@ int main(int argc, char **argv)
   test_whiten();
   test_policy_loss();
   test_behaviour_weights();
+  test_cispo();
+  test_gspo();
   test_value_loss();
   test_kl_loss();
   test_weights_overlong();

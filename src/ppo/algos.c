@@ -77,15 +77,16 @@ static PetscErrorCode adv_reinforce_pp(Rollout *r, const PPOOptions *o, double k
 
 /* In -algo's order: the first row is the default. */
 const PPOAlgoSpec ppo_algos[] = {
-  /* name, title, help, critic, groups, KL in the loss, loss aggregation, advantages */
-  { "ppo", "PPO", "actor + critic, GAE", PETSC_TRUE, PETSC_FALSE, PETSC_FALSE, RL_AGG_TOKEN_MEAN, adv_gae },
+  /* name, title, help, critic, groups, KL in the loss, loss aggregation, one advantage a sequence, advantages */
+  { "ppo", "PPO", "actor + critic, GAE", PETSC_TRUE, PETSC_FALSE, PETSC_FALSE, RL_AGG_TOKEN_MEAN, PETSC_FALSE,
+    adv_gae },
   { "grpo", "GRPO", "critic-free, group-normalised scores", PETSC_FALSE, PETSC_TRUE, PETSC_TRUE, RL_AGG_TOKEN_MEAN,
-    adv_grpo },
+    PETSC_TRUE, adv_grpo },
   { "rloo", "RLOO", "critic-free, leave-one-out baseline", PETSC_FALSE, PETSC_TRUE, PETSC_FALSE, RL_AGG_TOKEN_MEAN,
-    adv_rloo },
+    PETSC_TRUE, adv_rloo },
   { "reinforce_pp", "REINFORCE++",
     "REINFORCE++ with a group-mean baseline: critic-free, returns whitened over the batch", PETSC_FALSE, PETSC_TRUE,
-    PETSC_FALSE, RL_AGG_TOKEN_MEAN, adv_reinforce_pp },
+    PETSC_FALSE, RL_AGG_TOKEN_MEAN, PETSC_FALSE, adv_reinforce_pp },
 };
 const int ppo_nalgos = (int)(sizeof ppo_algos / sizeof ppo_algos[0]);
 

@@ -114,6 +114,8 @@ typedef struct {
                                 -ppo_dynamic_sampling selects among them */
   PetscBool      kl_in_loss; /* -ppo_kl_in auto puts the KL in the loss (else a per-token penalty in the rewards) */
   RLLossAgg      loss_agg;   /* -ppo_loss_agg's default */
+  PetscBool      seq_adv;    /* one advantage per sequence on each of its model tokens (GSPO's sequence ratio needs
+                                it) */
   PPOAdvantageFn advantages;
 } PPOAlgoSpec;
 extern const PPOAlgoSpec ppo_algos[];

@@ -8,6 +8,7 @@
 #include <math.h>
 
 static const char *const kl_in_names[]  = {"auto", "reward", "loss", "PPOKLIn", "KL_IN_", NULL};
+static const char *const obj_names[]    = {"clip", "cispo", "gspo", "PPOObjective", "PPO_OBJ_", NULL};
 static const char *const agg_names[]    = {"token_mean", "seq_mean", "seq_sum_norm", "RLLossAgg", "RL_AGG_", NULL};
 static const char *const kl_est_names[] = {"k1", "k2", "k3", "RLKLEstimator", "RL_KL_", NULL};
 static const char *const critic_names[] = {"reward", "actor", "CriticInit", "CRITIC_FROM_", NULL};
@@ -66,11 +67,19 @@ PetscErrorCode ppo_job_options(const TrainJobOptions *job, PPOOptions *o)
   RfOptReal("-kl_horizon", "Adaptive KL controller's horizon, in samples", 10000.0, &o->kl_horizon);
   RfOptReal("-gamma", "Discount of GAE", 1.0, &o->gamma);
   RfOptReal("-lambda", "lambda of GAE", 0.95, &o->lambda);
-  RfOptReal("-clip", "epsilon: policy ratio clip", 0.2, &o->clip);
+  o->objective = PPO_OBJ_CLIP;
+  RfOptEnum("-objective",
+            "The policy loss: clip (PPO's clipped ratio per token), cispo (MiniMax-M1: every token's gradient, "
+            "weighted by its clipped ratio held constant), gspo (Qwen: the sequence's length-normalised ratio, "
+            "clipped per sequence; -algo grpo or rloo; default clip range 3e-4 / 4e-4)",
+            obj_names, 3, &o->objective);
+  RfOptReal("-clip", "epsilon: policy ratio clip (default 0.2; with -ppo_objective gspo 3e-4)",
+            o->objective == PPO_OBJ_GSPO ? 3e-4 : 0.2, &o->clip);
   RfOptReal("-clip_low", "The ratio's lower clip, 1 - clip_low (default -ppo_clip)", o->clip, &o->clip_low);
   RfOptReal("-clip_high",
-            "The ratio's upper clip, 1 + clip_high (default -ppo_clip; DAPO's clip-higher: 0.28 with clip_low 0.2)",
-            o->clip, &o->clip_high);
+            "The ratio's upper clip, 1 + clip_high (default -ppo_clip; with -ppo_objective gspo and its -ppo_clip "
+            "3e-4: 4e-4, the GSPO paper's pair; DAPO's clip-higher: 0.28 with clip_low 0.2)",
+            o->objective == PPO_OBJ_GSPO && o->clip == 3e-4 ? 4e-4 : o->clip, &o->clip_high);
   o->loss_agg     = ppo_algo(o)->loss_agg;
   o->kl_estimator = RL_KL_K3;
   RfOptEnum("-loss_agg",
@@ -259,6 +268,14 @@ PetscErrorCode ppo_check_options(PPOOptions *o)
              PPO_ASYNC_MAX);
   PetscCheck(o->async_is_cap == 0 || o->async_is_cap >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
              "-async_is_cap %g must be 0 (no cap) or at least 1", (double)o->async_is_cap);
+  PetscCheck(o->objective != PPO_OBJ_GSPO || ppo_algo(o)->seq_adv, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-ppo_objective gspo needs one advantage per sequence (-algo grpo or rloo); -algo %s gives one per token",
+             ppo_algo(o)->name);
+  PetscCheck(o->objective != PPO_OBJ_GSPO || !o->async_staleness, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-ppo_objective gspo with -async_staleness %" PetscInt_FMT
+             ": the sequence ratio is not defined for the decoupled objective of asynchronous runs here; use "
+             "-ppo_objective clip or cispo",
+             o->async_staleness);
   PetscCheck(!o->async_staleness || !o->dynamic_sampling, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
              "-async_staleness %" PetscInt_FMT " with -ppo_dynamic_sampling: the selection's later rounds would "
                                                "generate inside the training iteration; use one of them",

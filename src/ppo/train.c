@@ -121,13 +121,21 @@ static PetscErrorCode actor_forward(void *ctx, Model *actor, int k)
     align_row(r, pb, idx[i], pb->ent, i, Tf, wt);
     for (size_t t = 0; t < T; t++) mb->sum.s.entropy += (double)pb->w[t] * pb->al[t];
     align_row(r, pb, idx[i], pb->lp, i, Tf, wa);
-    if (r->off.on) /* asynchronous runs' decoupled objective: the ratio to the proximal policy, times the behaviour
-                      weight */
-      mb->sum.s.loss += rl_policy_loss_is(T, pb->al, r->off.prox + off, r->adv + off, pb->w, r->off.isw + off,
-                                          mb->o->clip_low, mb->o->clip_high, pb->dal, &cf);
+    /* asynchronous runs' decoupled objective: the ratio to the proximal policy, times the behaviour weight */
+    const float *old = r->off.on ? r->off.prox + off : r->gen.logprobs + off;
+    const float *isw = r->off.on ? r->off.isw + off : NULL;
+    if (mb->o->objective == PPO_OBJ_CISPO)
+      mb->sum.s.loss += rl_policy_loss_cispo(T, pb->al, old, r->adv + off, pb->w, isw, mb->o->clip_low,
+                                             mb->o->clip_high, pb->dal, &cf);
+    else if (mb->o->objective == PPO_OBJ_GSPO) /* synchronous only (options.c) */
+      mb->sum.s.loss += rl_policy_loss_gspo(T, pb->al, old, r->adv + off, pb->w, mb->o->clip_low, mb->o->clip_high,
+                                            pb->dal, &cf);
+    else if (isw)
+      mb->sum.s.loss += rl_policy_loss_is(T, pb->al, old, r->adv + off, pb->w, isw, mb->o->clip_low, mb->o->clip_high,
+                                          pb->dal, &cf);
     else
-      mb->sum.s.loss += rl_policy_loss(T, pb->al, r->gen.logprobs + off, r->adv + off, pb->w, mb->o->clip_low,
-                                       mb->o->clip_high, pb->dal, &cf);
+      mb->sum.s.loss += rl_policy_loss(T, pb->al, old, r->adv + off, pb->w, mb->o->clip_low, mb->o->clip_high, pb->dal,
+                                       &cf);
     mb->sum.s.clipfrac += wa > 0 ? cf / wa * wt : 0; /* the clipped tokens' share of the mini-batch's tokens */
     if (ppo_kl_as_loss(mb->o))
       mb->sum.s.kl_loss += rl_kl_loss(T, pb->al, r->ref + off, pb->w, mb->kl_coef, (RLKLEstimator)mb->o->kl_estimator,

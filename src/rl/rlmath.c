@@ -163,6 +163,51 @@ double rl_policy_loss(size_t n, const float *logp, const float *old, const float
   return rl_policy_loss_is(n, logp, old, adv, w, NULL, eps_low, eps_high, dlogp, clipfrac);
 }
 
+double rl_policy_loss_cispo(size_t n, const float *logp, const float *old, const float *adv, const float *w,
+                            const float *isw, double eps_low, double eps_high, float *dlogp, double *clipfrac)
+{
+  double loss = 0, cf = 0;
+
+  for (size_t i = 0; i < n; i++) {
+    double wi = w[i];
+    dlogp[i] = 0;
+    if (wi == 0) continue;
+    double rho = exp((double)logp[i] - (double)old[i]), r = clampd(rho, 1 - eps_low, 1 + eps_high);
+    double wl = isw ? wi * isw[i] : wi, term = wl * -(double)adv[i] * r;
+    loss += term;
+    dlogp[i] = (float)term; /* d/dlogp of term * exp(logp - sg(logp)) at logp */
+    if (r != rho) cf += wi;
+  }
+  if (clipfrac) *clipfrac = cf;
+  return loss;
+}
+
+double rl_policy_loss_gspo(size_t n, const float *logp, const float *old, const float *adv, const float *w,
+                           double eps_low, double eps_high, float *dlogp, double *clipfrac)
+{
+  double W = 0, WA = 0, dlog = 0, m = 0;
+
+  for (size_t i = 0; i < n; i++) {
+    dlogp[i] = 0;
+    if (w[i] == 0) continue;
+    W += w[i];
+    WA += (double)w[i] * adv[i];
+    dlog += (double)logp[i] - (double)old[i];
+    m += 1;
+  }
+  if (clipfrac) *clipfrac = 0;
+  if (m == 0) return 0;
+  double A = WA / W, s = exp(dlog / m);
+  double unclipped = -A * s, clipped = -A * clampd(s, 1 - eps_low, 1 + eps_high);
+  if (unclipped < clipped) { /* constant in logp */
+    if (clipfrac) *clipfrac = W;
+    return W * clipped;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (w[i] != 0) dlogp[i] = (float)(W * unclipped / m); /* d(-A*s)/dlogp_i = -A*s/m */
+  return W * unclipped;
+}
+
 void rl_behaviour_weights(size_t n, const float *prox, const float *behav, const float *w, double cap, RLISMode mode,
                           float *isw, RLISStats *st)
 {
