@@ -1,13 +1,13 @@
-/* wait.c: how a rank waits for MPI. MPICH (ch4, UCX) completes a blocking call
- * by polling without pause. When a node runs more threads than it has cores
- * (the tests' 4 ranks on 2 cores, a laptop), a waiting rank's polling takes
- * the core from the rank it waits for: 3 ranks of tensor-parallel decode on 2
- * cores ran 4.7x slower than when waiters give their core away. So every
+/* mpiwait.c: how a rank waits for MPI. MPICH (ch4, UCX) completes a blocking
+ * call by polling without pause. When a node runs more threads than it has
+ * cores (the tests' 4 ranks on 2 cores, a laptop), a waiting rank's polling
+ * takes the core from the rank it waits for: 3 ranks of tensor-parallel decode
+ * on 2 cores ran 4.7x slower than when waiters give their core away. So every
  * blocking call of rlfuse is made as its nonblocking form and completed here:
  * polled with a sched_yield between polls on an oversubscribed node, by
- * MPI_Wait otherwise. The calls move the same bytes and reduce in the same
- * order (the float sums rlfuse leaves to MPI have one nonzero contribution),
- * so results keep their bits either way. */
+ * MPI_Wait otherwise. The calls move the same bytes, and the only float sums
+ * rlfuse leaves to MPI have one nonzero contribution per element, so results
+ * keep their bits whichever algorithm MPI picks. */
 #include "sys.h"
 #include <sched.h>
 #include <unistd.h>
