@@ -44,6 +44,20 @@ expect_error() {
 # same_run_dirs DIR_A DIR_B.
 same_run_dirs() { "$PYTHON" regression/ref/run_diff.py "$1" "$2"; }
 
+# N ranks of rlfuse, one OpenMP thread each (several ranks on few cores):
+# mpirun N ARGS... (a scenario may define its own after this file)
+mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
+
+# The RL scenarios' micro fixture in DIR (async, rloo, objectives): 30 SFT
+# steps of regression/decks/tiny.deck (DIR/sft) and a reward model after 6
+# steps on 48 pairs (DIR/rm), for regression/decks/rlhf_tiny.deck.
+rl_micro_fixture() { # DIR
+  local d=$1
+  rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -1 $d/sft.log)"
+  rlfuse -mode rm -rm_sft_checkpoint $d/sft/final.h5 -output_dir $d/rm -rm_pairs 48 -rm_eval_pairs 16 -rm_steps 6 -rm_batch 8 \
+    -gen_max_new_tokens 12 -gen_slots 8 -task_len_max 8 -task_demo_noise 0.2 -seed 7 >$d/rm.log 2>&1 || not_ok "RM fixture: $(tail -1 $d/rm.log)"
+}
+
 # The fusion scenarios' fixture in DIR: a one-layer policy after 20 SFT steps
 # and a reward model after 4 RM steps (DIR/sft, DIR/rm), and in P the PPO
 # options both scenarios run (2 iterations, 16 rollouts, rollouts dumped).

@@ -16,7 +16,6 @@
 plan 4
 d="$RLFUSE_TMP/ckpt_parallel"; mkdir -p $d
 deck=regression/decks/tiny.deck
-mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 A="-sft_train_pp 2 -sft_train_tp 2 -sft_train_mbs 4"
 
 mpirun 4 -options_file $deck -sft_steps 3 $A -output_dir $d/A >$d/A.log 2>&1 || { not_ok "SFT on 4 ranks, pp 2 x tp 2"; tail -3 $d/A.log; }

@@ -18,7 +18,6 @@
 plan 22
 d="$RLFUSE_TMP/env"; mkdir -p $d
 set -f # the task's '*'
-mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 A="-task arith -arith_max_operand 99 -arith_ops *"
 rlfuse -options_file input/arith_sft.deck $A -arith_tool_demos 0.5 -policy_n_positions 32 -sft_steps 150 \
   -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT with tool demonstrations: $(tail -1 $d/sft.log)"

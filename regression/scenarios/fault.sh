@@ -20,7 +20,6 @@ plan 9
 d="$RLFUSE_TMP/fault"; mkdir -p $d
 deck=regression/decks/tiny.deck
 steps=40
-mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 sft() { local n=$1; shift; mpirun $n -options_file $deck -sft_steps $steps -checkpoint_every 1 "$@"; }
 
 # The rank processes of the job writing into directory $1.

@@ -24,7 +24,6 @@
 . regression/lib.sh
 plan 21
 d="$RLFUSE_TMP/fusion"; mkdir -p $d
-mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 fusion_fixture $d
 
 mpirun 2 $P -placement disaggregate -gen_replicas 1 -output_dir $d/dis >$d/dis.log 2>&1 || not_ok "PPO on 2 ranks disaggregated"

@@ -26,7 +26,6 @@
 . regression/lib.sh
 plan 19
 d="$RLFUSE_TMP/fusion_migrate"; mkdir -p $d
-mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 fusion_fixture $d
 mpirun 1 $P -output_dir $d/one >$d/one.log 2>&1 || not_ok "PPO on 1 rank"
 mpirun 1 $P -gen_top_k 8 -output_dir $d/one_k >$d/one_k.log 2>&1 || not_ok "PPO on 1 rank, top-k"

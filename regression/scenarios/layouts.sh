@@ -23,7 +23,6 @@
 . regression/lib.sh
 plan 16
 d="$RLFUSE_TMP/layouts"; mkdir -p $d
-mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 Q="-policy_n_layer 2 -policy_n_head 4 -policy_n_embd 128 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"
 rlfuse -mode sft $Q -sft_steps 40 -sft_batch 32 -policy_lr 2e-3 -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT fixture"
 rlfuse -mode rm -task_demo_noise 0.25 -seed 5 -rm_sft_checkpoint $d/sft/final.h5 -rm_pairs 64 -rm_eval_pairs 16 -rm_steps 10 -rm_batch 16 \

@@ -32,7 +32,6 @@
 . regression/lib.sh
 plan 26
 d="$RLFUSE_TMP/llama"; mkdir -p $d
-mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 Q="-policy_arch llama -policy_n_layer 2 -policy_n_head 4 -policy_n_kv_head 2 -policy_n_ffn 96 -policy_n_embd 64 -policy_vocab_size 20
    -policy_n_positions 48 -policy_rope_theta 10000 -policy_norm_eps 1e-6 -task_demo_noise 0.25 -task_len_max 8 -seed 5"
 S="-mode sft $Q -sft_steps 12 -sft_batch 16 -policy_lr 2e-3 -sft_eval_every 6 -checkpoint_every 6"

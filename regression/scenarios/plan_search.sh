@@ -27,7 +27,6 @@
 . regression/lib.sh
 plan 21
 d="$RLFUSE_TMP/plan_search"; mkdir -p $d
-mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 Q="-policy_n_layer 2 -policy_n_head 4 -policy_n_embd 128 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"
 W="-rollout_batch 32 -ppo_minibatches 2 -gen_max_new_tokens 16"
 S="-mode plan $Q $W -plan_ranks 2 -cost_hardware input/hardware/h100_sxm.deck -plan_iterations 400"

@@ -17,7 +17,6 @@
 . regression/lib.sh
 plan 9
 d="$RLFUSE_TMP/plan_stages"; mkdir -p $d
-mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 H="-mode plan -plan_ranks 2 -cost_hardware input/hardware/h100_sxm.deck -plan_iterations 200"
 SHORT="-sft_steps 4 -sft_batch 8 -rm_pairs 16 -rm_eval_pairs 8 -rm_steps 2 -rm_batch 8 -rm_eval_every 1 -ppo_iterations 1 -rollout_batch 8 -ppo_minibatches 2 -gen_slots 8 -ppo_eval_every 0 -ppo_eval_prompts 8"
 QS="-options_file input/quickstart.deck $SHORT"

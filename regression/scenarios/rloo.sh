@@ -16,10 +16,7 @@
 . regression/lib.sh
 plan 7
 d="$RLFUSE_TMP/rloo"; mkdir -p $d
-mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
-rlfuse -options_file regression/decks/tiny.deck -output_dir $d/sft -sft_steps 30 -task_len_max 8 -task_demo_noise 0.2 >$d/sft.log 2>&1 || not_ok "SFT fixture: $(tail -1 $d/sft.log)"
-rlfuse -mode rm -rm_sft_checkpoint $d/sft/final.h5 -output_dir $d/rm -rm_pairs 48 -rm_eval_pairs 16 -rm_steps 6 -rm_batch 8 \
-  -gen_max_new_tokens 12 -gen_slots 8 -task_len_max 8 -task_demo_noise 0.2 -seed 7 >$d/rm.log 2>&1 || not_ok "RM fixture: $(tail -1 $d/rm.log)"
+rl_micro_fixture $d
 R="-options_file regression/decks/rlhf_tiny.deck -actor_checkpoint $d/sft/final.h5 -reward_checkpoint $d/rm/final.h5 -algo rloo -rollout_group 4 -ppo_iterations 3 -dump_rollouts"
 
 mpirun 1 $R -output_dir $d/one >$d/one.log 2>&1 || not_ok "RLOO on 1 rank: $(tail -1 $d/one.log)"

@@ -57,7 +57,6 @@ plan 44
 # the CPU has AVX2 (rlfuse leaves a set OPENBLAS_CORETYPE alone).
 grep -qw avx2 /proc/cpuinfo && export OPENBLAS_CORETYPE=Haswell
 d="$RLFUSE_TMP/rlvr"; mkdir -p $d
-mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 rlfuse -options_file input/arith_sft.deck -output_dir $d/sft >$d/sft.log 2>&1 || not_ok "SFT on the arithmetic task: $(tail -1 $d/sft.log)"
 A="-algo grpo -task arith -arith_max_operand 9 -arith_ops +- -actor_checkpoint $d/sft/final.h5"
 # a short GRPO run with two rule terms, rollouts dumped, evaluated twice

@@ -21,7 +21,6 @@
 . regression/lib.sh
 plan 13
 d="$RLFUSE_TMP/train_layouts"; mkdir -p $d
-mpirun() { local n=$1; shift; "$MPIEXEC" $MPIEXEC_FLAGS -n $n env OMP_NUM_THREADS=1 "$BIN/rlfuse" "$@"; }
 Q="-policy_n_layer 2 -policy_n_head 4 -policy_n_embd 128 -policy_vocab_size 20 -policy_n_positions 32 -task_demo_noise 0.25 -seed 5"
 S="-mode sft $Q -sft_steps 12 -sft_batch 16 -policy_lr 2e-3 -sft_eval_every 6 -checkpoint_every 6"
 R="-mode rm -task_demo_noise 0.25 -seed 5 -rm_pairs 64 -rm_eval_pairs 20 -rm_steps 8 -rm_batch 16 -rm_eval_every 4
