@@ -335,7 +335,8 @@ const char *sys_progress_more_str(double t0, long done, long left, double apart,
 /* How a rank waits for MPI (src/sys/mpiwait.c). comm_setup calls
  * sys_mpi_wait_setup on the communicator of its node: when the node's ranks run
  * more OpenMP threads in all than it has cores, a waiting rank yields its
- * core between polls instead of polling without pause. rlfuse makes every
+ * core between polls instead of polling without pause (RLFUSE_WAIT_POLICY=
+ * yield|poll|auto in the environment overrides it). rlfuse makes every
  * blocking MPI call through the sys_mpi_* forms below (the same arguments
  * as MPI's, an MPI error code returned), which start the nonblocking call
  * and complete it so; they move the same bytes, so results keep their bits. */

@@ -23,24 +23,39 @@
 set -u
 cd "$(dirname "$0")/.."
 export BIN="${BIN:-bin}" PYTHON="${PYTHON:-/usr/bin/python3}" MPIEXEC="${MPIEXEC:-mpiexec}" MPIEXEC_FLAGS="${MPIEXEC_FLAGS--bind-to none}"
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" HDF5_USE_FILE_LOCKING=FALSE
+export HDF5_USE_FILE_LOCKING=FALSE
 export RLFUSE_TMP; RLFUSE_TMP=$(mktemp -d "${TMPDIR:-/tmp}/rlfuse-test.XXXXXX")
 # RLFUSE_KEEP=1: a failing suite keeps its files (each item's full log in .items/)
 trap 'if [ "${RLFUSE_KEEP:-}" = 1 ] && [ "$failed" -gt 0 ]; then echo "# files kept in $RLFUSE_TMP"; else rm -rf "$RLFUSE_TMP"; fi' EXIT
 
 passed=0; failed=0; skipped=0; failed_items=(); t_all=$(date +%s); patterns=("$@")
 [ "${REPLACE:-}" = 1 ] && [ $# -eq 0 ] && patterns=('case *')
+# TEST_JOBS items run at once (default: one per core, at most 8), each in a
+# lane of its own; an item's lines are printed whole when it ends. Lanes
+# share the cores, so a rank waiting for MPI yields its core (mpiwait.c).
+jobs=${TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "TEST_JOBS=$jobs: give a positive number of items to run at once" >&2; exit 2; }
+[ "${TEST_JOBS:-}" ] || [ "$jobs" -le 8 ] || jobs=8
+[ "$jobs" -gt 1 ] && export RLFUSE_WAIT_POLICY=${RLFUSE_WAIT_POLICY:-yield}
+# an item's threads: 2 when the items run one at a time, else the cores a
+# lane has (at least 1): OpenMP threads that outnumber the cores wait for
+# each other at every barrier, and a lane's run slowed by 5x, not 2x
+cores=$(nproc 2>/dev/null || echo 1)
+[ "$jobs" -gt 1 ] && threads=$((cores / jobs > 1 ? cores / jobs : 1)) || threads=2
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$threads}"
+# the items that take longest start first (seconds on 2 cores, docs/testing.md),
+# so that the last lane to end does not end long after the others
+first=(learn doc_commands smollm2 rlvr plan_search hf_llama fusion_migrate cuda layouts)
 
-# run_item NAME COMMAND...: runs one item, echoes its result lines, counts them
-# and checks them against the item's plan or tally.
+# run_item NAME COMMAND...: runs one item, writes its result lines, counts
+# them and checks them against the item's plan or tally; its last line is
+# "RESULT passed failed skipped why", which the suite adds up.
 run_item() {
   local name=$1; shift
-  wanted "$name" || return 0
   # in a folder of its own: scenarios write into $RLFUSE_TMP and must not meet it
-  local log="$RLFUSE_TMP/.items/$(echo "$name" | tr '/ ()' '____').log" t0=$(date +%s) rc
-  mkdir -p "$RLFUSE_TMP/.items"
+  local log="$RLFUSE_TMP/.items/$(slug "$name").log" t0=$(date +%s) rc
   echo "=== $name"
-  "$@" >"$log" 2>&1; rc=$?
+  "$@" >"$log" 2>&1 </dev/null; rc=$?
   grep -E '^(ok|not ok|skip) - |^(HINT|#)' "$log" | sed 's/^/  /'
   local p f s want
   p=$(grep -c '^ok - ' "$log"); f=$(grep -c '^not ok - ' "$log"); s=$(grep -c '^skip - ' "$log")
@@ -58,36 +73,82 @@ run_item() {
     why="exited with status $rc: $(tail -1 "$log" | cut -c1-150)"
     f=1; echo "  not ok - $name exited with status $rc:"; tail -15 "$log" | sed 's/^/    /'
   fi
-  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
-  [ "$f" -eq 0 ] || failed_items+=("$name: $why")
   echo "  ($p passed, $f failed, $s skipped, $(( $(date +%s) - t0 )) s)"
+  echo "RESULT $p $f $s $why"
 }
+slug() { echo "$1" | tr '/ ()' '____'; }
 wanted() {
   [ ${#patterns[@]} -eq 0 ] && return 0
   local p; for p in "${patterns[@]}"; do [[ $1 == $p ]] && return 0; done; return 1
 }
 not_built() { echo "=== $1"; echo "  not ok - $BIN/$1 was not built"; failed=$((failed + 1)); failed_items+=("$1"); }
 
+# queue NAME COMMAND...: an item to run, if its name is wanted
+names=(); cmds=()
+queue() {
+  wanted "$1" || return 0
+  local q; printf -v q '%q ' "${@:2}"; names+=("$1"); cmds+=("$q")
+}
 # test_cuda and the cuda modes of test_golden skip, saying so, without a GPU
 for t in test_sys test_ops test_model test_io test_golden test_gen test_episodes test_rlmath test_ppo_mask test_reward test_reward_command test_env test_arith test_plan test_fuse test_search test_profile test_cuda test_cuda_gen; do
   [ -x "$BIN/$t" ] || { wanted $t && not_built $t; continue; }
   if [ "$t" = test_golden ]; then
-    run_item "$t" "$BIN/$t" regression/golden
-    run_item "$t (cuda fp32)" "$BIN/$t" regression/golden cuda fp32
-    run_item "$t (cuda bf16)" "$BIN/$t" regression/golden cuda bf16
-  else run_item "$t" "$BIN/$t"; fi
+    queue "$t" "$BIN/$t" regression/golden
+    queue "$t (cuda fp32)" "$BIN/$t" regression/golden cuda fp32
+    queue "$t (cuda bf16)" "$BIN/$t" regression/golden cuda bf16
+  else queue "$t" "$BIN/$t"; fi
 done
 # the MPI unit tests, on 4 ranks (oversubscribed on small machines: one thread each)
 for t in test_dist test_realloc test_sched test_exec test_cost test_ckpt test_nccl; do
-  if [ -x "$BIN/$t" ]; then run_item "$t (4 ranks)" $MPIEXEC $MPIEXEC_FLAGS -n 4 env OMP_NUM_THREADS=1 "$BIN/$t"
+  if [ -x "$BIN/$t" ]; then queue "$t (4 ranks)" $MPIEXEC $MPIEXEC_FLAGS -n 4 env OMP_NUM_THREADS=1 "$BIN/$t"
   elif wanted "$t (4 ranks)"; then not_built $t; fi
 done
 for s in regression/scenarios/*.sh; do
-  run_item "$(basename "$s" .sh)" bash "$s"
+  queue "$(basename "$s" .sh)" bash "$s"
 done
 for c in regression/cases/*/; do
-  run_item "case $(basename "$c")" bash regression/run_case.sh "$c"
+  queue "case $(basename "$c")" bash regression/run_case.sh "$c"
 done
+
+# the order they start in: the long ones first, then as listed above
+order=()
+for f in "${first[@]}"; do for i in "${!names[@]}"; do [ "${names[$i]}" = "$f" ] && order+=("$i"); done; done
+for i in "${!names[@]}"; do [[ " ${first[*]} " == *" ${names[$i]} "* ]] || order+=("$i"); done
+
+mkdir -p "$RLFUSE_TMP/.items"
+declare -A running=() # pid -> item index
+# collect PID: prints an ended item's lines and adds up its result
+collect() {
+  local i=${running[$1]} out r p f s why
+  unset "running[$1]"
+  out="$RLFUSE_TMP/.items/$(slug "${names[$i]}").out"
+  r=$(grep '^RESULT ' "$out" | tail -1)
+  grep -v '^RESULT ' "$out"
+  if [ -z "$r" ]; then
+    echo "  not ok - ${names[$i]}: the suite lost its result"; failed=$((failed + 1)); failed_items+=("${names[$i]}: lost"); return
+  fi
+  read -r _ p f s why <<<"$r"
+  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+  [ "$f" -eq 0 ] || failed_items+=("${names[$i]}: $why")
+}
+# reap: collects every item that has ended, after waiting for one when
+# $1 items or more still run (bash's wait -n misses a job that ended before it
+# is called, so the lanes are polled)
+reap() {
+  local pid ended
+  while :; do
+    ended=0
+    for pid in "${!running[@]}"; do kill -0 "$pid" 2>/dev/null || { wait "$pid"; collect "$pid"; ended=1; }; done
+    [ "$ended" = 1 ] || [ ${#running[@]} -lt "$1" ] && return
+    sleep 0.2
+  done
+}
+for i in "${order[@]}"; do
+  reap "$jobs"
+  eval "run_item \"\${names[$i]}\" ${cmds[$i]}" >"$RLFUSE_TMP/.items/$(slug "${names[$i]}").out" 2>&1 &
+  running[$!]=$i
+done
+while [ ${#running[@]} -gt 0 ]; do reap 1; done
 
 echo "suite time $(( $(date +%s) - t_all )) s"
 echo "$passed passed, $failed failed, $skipped skipped"

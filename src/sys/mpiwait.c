@@ -7,11 +7,17 @@
  * polled with a sched_yield between polls on an oversubscribed node, by
  * MPI_Wait otherwise. The calls move the same bytes, and the only float sums
  * rlfuse leaves to MPI have one nonzero contribution per element, so results
- * keep their bits whichever algorithm MPI picks. */
+ * keep their bits whichever algorithm MPI picks. RLFUSE_WAIT_POLICY=yield
+ * or poll in the environment overrides what the node's count decides: yield
+ * where other jobs share the cores (the suite's parallel lanes), poll where a
+ * rank owns its core whatever the count says. */
 #include "sys.h"
 #include <sched.h>
+#include <time.h>
 #include <unistd.h>
 #include <omp.h>
+#include <stdlib.h>
+#include <string.h>
 
 static PetscBool polite = PETSC_FALSE;
 
@@ -20,27 +26,46 @@ PetscErrorCode sys_mpi_wait_setup(MPI_Comm node)
   int  mine = omp_get_max_threads(), threads = 0;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
 
+  const char *policy = getenv("RLFUSE_WAIT_POLICY");
+
   PetscFunctionBegin;
   PetscCallMPI(MPI_Allreduce(&mine, &threads, 1, MPI_INT, MPI_SUM, node));
   polite = cores > 0 && threads > cores ? PETSC_TRUE : PETSC_FALSE;
+  if (policy && policy[0]) {
+    PetscCheck(!strcmp(policy, "yield") || !strcmp(policy, "poll") || !strcmp(policy, "auto"), PETSC_COMM_SELF,
+               PETSC_ERR_ARG_WRONG, "environment variable RLFUSE_WAIT_POLICY=%s: give yield, poll or auto", policy);
+    if (!strcmp(policy, "yield")) polite = PETSC_TRUE;
+    if (!strcmp(policy, "poll")) polite = PETSC_FALSE;
+  }
   PetscFunctionReturn(PETSC_SUCCESS);
+}
+
+/* Between two polls of a polite wait: the core to another thread, and after
+ * a while of waiting a short sleep, so that a long wait (a rank idle while
+ * others compute) costs its core almost nothing. */
+static void pause_for(long polls)
+{
+  if (polls < 200) sched_yield();
+  else nanosleep(&(struct timespec){0, 20000}, NULL);
 }
 
 int sys_mpi_finish(MPI_Request *req, MPI_Status *st)
 {
-  int done = 0, rc;
+  int  done = 0, rc;
+  long polls = 0;
 
   if (!polite) return MPI_Wait(req, st);
-  while ((rc = MPI_Test(req, &done, st)) == MPI_SUCCESS && !done) sched_yield();
+  while ((rc = MPI_Test(req, &done, st)) == MPI_SUCCESS && !done) pause_for(polls++);
   return rc;
 }
 
 int sys_mpi_finish_all(int n, MPI_Request *req, MPI_Status *st)
 {
-  int done = 0, rc;
+  int  done = 0, rc;
+  long polls = 0;
 
   if (!polite) return MPI_Waitall(n, req, st);
-  while ((rc = MPI_Testall(n, req, &done, st)) == MPI_SUCCESS && !done) sched_yield();
+  while ((rc = MPI_Testall(n, req, &done, st)) == MPI_SUCCESS && !done) pause_for(polls++);
   return rc;
 }
 
