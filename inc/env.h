@@ -89,7 +89,14 @@ typedef struct {
   PetscInt  max_turn_tokens; /* -env_max_turn_tokens: a model segment this long ends its turn (0: no bound) */
   PetscInt  lag;           /* -env_lag_steps: engine steps from a segment's end to its answer's prefill */
   char      turn_stop[64]; /* -env_turn_stop: ids that end a model turn (default: the environment's) */
+  PetscInt  reward_at;     /* -env_reward_at: ENV_REWARD_END or ENV_REWARD_TURN */
 } EnvOptions;
+/* Where an episode's step rewards enter the per-token rewards of the
+ * algorithms whose returns run token by token (-algo ppo, reinforce_pp):
+ * with the final score at the episode's last model token, or each at the
+ * last model token of the turn it answered. */
+enum { ENV_REWARD_END, ENV_REWARD_TURN };
+extern const char *const EnvRewardAtNames[];
 PetscErrorCode env_options_from_options(EnvOptions *o);
 /* Whether the run has an environment. */
 PetscBool env_on(const EnvOptions *o);

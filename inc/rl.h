@@ -37,6 +37,16 @@ int rl_model_tokens(const unsigned char *src_row, int start, int len);
  * the truncation penalty): see rl_final_score. */
 void rl_kl_rewards(int B, int T, const int *start, const int *len, const unsigned char *src, const float *logp,
                    const float *ref, const float *score, double kl_coef, float *rewards);
+/* The same with rewards given at positions: r_t gets at[b*T + t] too on
+ * every model token (a multi-turn episode's step rewards at the turns they
+ * answered); at NULL: none. */
+void rl_kl_rewards_at(int B, int T, const int *start, const int *len, const unsigned char *src, const float *logp,
+                      const float *ref, const float *score, const float *at, double kl_coef, float *rewards);
+/* end[b] = score[b] less the rewards at[] on row b's model tokens (summed in
+ * double, in position order): what is left of a score for the last model
+ * token when part of it is given at the turns. */
+void rl_end_scores(int B, int T, const int *start, const int *len, const unsigned char *src, const float *at,
+                   const float *score, float *end);
 /* The sequence-level score entering the rewards: clamp(rm_score, -clip,
  * clip) when the response ended with EOS (clip <= 0: no clipping), else
  * truncation_penalty. */

@@ -755,6 +755,39 @@ static void test_fd(void)
   }
 }
 
+/* -env_reward_at turn by hand: one episode M M E M M E M (1 model, 2 the
+ * environment's), step rewards .25 and .5 answering turns 1 and 2 (on
+ * positions 1 and 4, their last model tokens) and a final score of 1 that
+ * includes them: the end keeps 1 - .75 = .25. With the KL off the rewards
+ * are 0 .25 0 0 .5 0 .25; GAE with gamma = lambda = 1 and V = 0 gives each
+ * model token what follows it: 1 1 0 .75 .75 0 .25 (the first turn's
+ * tokens are credited with its step reward, the last turn's only with the
+ * end). With kl 0.1 each model token also gets -0.1 (logp - ref). */
+static void test_turn_rewards(void)
+{
+  const int           s[1] = {0}, l[1] = {7};
+  const unsigned char src[7] = {1, 1, 2, 1, 1, 2, 1};
+  const float         at[7] = {0, 0.25f, 0, 0, 0.5f, 0, 0}, score[1] = {1.0f}, zero[7] = {0};
+  const float         logp[7] = {-1, -2, NAN, -0.5f, -1.5f, NAN, -3}, ref[7] = {-1.5f, -1, NAN, -0.5f, -2, NAN, -2};
+  const double        wr[7] = {0, 0.25, 0, 0, 0.5, 0, 0.25}, wa[7] = {1, 1, 0, 0.75, 0.75, 0, 0.25};
+  double              wk[7];
+  float               end[1], r[7], a[7], R[7];
+
+  rl_end_scores(1, 7, s, l, src, at, score, end);
+  check_value("turn rewards: the end keeps the score less the step rewards (1 - .75)", end[0], 0.25, 0);
+  rl_kl_rewards_at(1, 7, s, l, src, zero, zero, end, at, 0.1, r);
+  check_array("turn rewards: step rewards on their turns' last model tokens, the rest of the score at the end", 7, r, wr, 0);
+  rl_gae(1, 7, s, l, src, r, zero, 1.0, 1.0, a, R);
+  check_array("turn rewards: GAE (gamma = lambda = 1, V = 0) credits each turn with what follows it", 7, a, wa, 1e-7);
+  rl_kl_rewards_at(1, 7, s, l, src, logp, ref, end, at, 0.1, r);
+  for (int t = 0; t < 7; t++) wk[t] = src[t] == 1 ? wr[t] - 0.1 * ((double)logp[t] - (double)ref[t]) : 0;
+  check_array("turn rewards: with kl 0.1 each model token also gets -0.1 (logp - ref), the environment's none", 7, r, wk,
+              1e-7);
+  rl_kl_rewards_at(1, 7, s, l, src, logp, ref, score, NULL, 0.1, a);
+  rl_kl_rewards(1, 7, s, l, src, logp, ref, score, 0.1, R);
+  check_array("turn rewards: no positions (NULL) is rl_kl_rewards", 7, a, (double[]){R[0], R[1], R[2], R[3], R[4], R[5], R[6]}, 0);
+}
+
 int main(int argc, char **argv)
 {
   if (PetscInitialize(&argc, &argv, NULL, "Tests of the RL math (src/rl/rlmath.c).\n")) return 1;
@@ -773,6 +806,7 @@ int main(int argc, char **argv)
   test_grpo();
   test_rloo();
   test_episodes();
+  test_turn_rewards();
   test_rm_loss();
   test_kl_adapt();
   test_fd();

@@ -3,7 +3,9 @@
 as an environment program of the JSON-lines protocol (docs/environments.md), so
 the suite can compare -env command with -env calc: the same answers, so the
 same episodes bit for bit. Sleeps a random 0 to MAX_MS milliseconds before each
-answer (argument 1, default 0), which must change nothing. Ids as the task's
+answer (argument 1, default 0), which must change nothing. Argument 2 (default
+0) is a step reward: +R for a call it could compute, -R for one it answers with
+'?' (the built-in calculator gives none). Ids as the task's
 characters: 4-13 the digits, 14 '+', 15 '-', 16 '*', 17 '=', 18 '?', 20 ','."""
 import json
 import random
@@ -43,6 +45,7 @@ def value(seg):
 
 def main():
     max_ms = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0
+    step_reward = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
     rng = random.Random()
     for line in sys.stdin:
         req = json.loads(line)
@@ -52,7 +55,8 @@ def main():
         else:
             v = value(req["ids"])
             ids = [QUERY] if v is None else [MINUS if c == "-" else D0 + int(c) for c in str(v)]
-            ans = {"ids": ids + [COMMA], "reward": 0, "done": False, "state": str(int(req["state"]) + 1)}
+            reward = -step_reward if v is None else step_reward
+            ans = {"ids": ids + [COMMA], "reward": reward, "done": False, "state": str(int(req["state"]) + 1)}
         sys.stdout.write(json.dumps(ans) + "\n")
         sys.stdout.flush()
 

@@ -6,16 +6,21 @@
 # bit; the same calculator as a program (-env command, 3 processes, each
 # sleeping a random 0-20 ms before it answers) gives the same rollouts and
 # weights bit for bit; 2 ranks (a generation replica each, each with its own
-# environment) end with the 1-rank run's weights; a restart from a
+# environment) end with the 1-rank run's weights, and so does one replica
+# split tp 2 or pp 2 (its head runs the environment); a restart from a
 # checkpoint ends bit for bit as the unbroken run; asynchronous
 # (-async_staleness 1): the calculator and the program give the same
 # rollouts and weights bit for bit, a restart from a checkpoint whose queue
 # holds a generated batch of episodes ends as the unbroken run, and so does
 # one stopped by SIGTERM and resumed with -restart latest; the queued batch's
-# episode fields checked on the way in; -env none runs a deck's -env_command
-# off; bad settings and a crashing environment refused with one line. About 40 s
+# episode fields checked on the way in; PPO with a program that gives step
+# rewards: -env_reward_at turn puts each on the last model token of the turn
+# it answered and -env_reward_at end all at the end (rewards, final scores
+# and GAE returns recomputed in numpy), and an asynchronous restart with
+# them queued ends bit for bit; -env none runs a deck's -env_command
+# off; bad settings and a crashing environment refused with one line. About 50 s
 . regression/lib.sh
-plan 22
+plan 27
 d="$RLFUSE_TMP/env"; mkdir -p $d
 set -f # the task's '*'
 A="-task arith -arith_max_operand 99 -arith_ops *"
@@ -107,6 +112,22 @@ check "the calculator as a program (3 processes, each answer after a random 0-20
 mpirun 2 $G -env calc -output_dir $d/two >$d/two.log 2>&1 || not_ok "-env calc on 2 ranks: $(tail -1 $d/two.log)"
 check "2 ranks, a generation replica and its environment each: the 1-rank run's weights" \
   "$PYTHON" regression/ref/ckpt_diff.py $d/a/final.h5 $d/two/final.h5
+# a replica split over 2 ranks: its head runs the environment and hands each answer to the other rank
+mpirun 2 $G -env calc -actor_gen_tp 2 -output_dir $d/gtp >$d/gtp.log 2>&1 || not_ok "-env calc, generation tp 2: $(tail -1 $d/gtp.log)"
+mpirun 2 $G -env command -env_turn_stop 17 -env_command "$PYTHON regression/ref/env_arith_calc.py 20" -env_procs 2 -actor_gen_pp 2 \
+  -output_dir $d/gpp >$d/gpp.log 2>&1 || not_ok "-env command, generation pp 2: $(tail -1 $d/gpp.log)"
+# a layout's episodes: the same tokens, sources and turns, log-probabilities within float rounding (other sums)
+same_episodes() { "$PYTHON" -c "
+import sys, h5py, numpy as np
+a, b = (h5py.File(sys.argv[i] + '/rollouts.h5', 'r') for i in (1, 2))
+assert sorted(a) == sorted(b)
+for g in a:
+    for k in ('tokens', 'source', 'turn'): assert np.array_equal(a[g][k][()], b[g][k][()]), (g, k)
+    assert np.abs(a[g]['logprobs'][()] - b[g]['logprobs'][()]).max() < 1e-4, (g, 'logprobs')
+" $d/$1 $d/$2; }
+check "one generation replica over 2 ranks, tp 2 (the calculator) and pp 2 (the program, random latency): the 1-rank run's episodes token for token, its weights" \
+  bash -c "$(declare -f same_episodes); d=$d PYTHON=$PYTHON; same_episodes a gtp && same_episodes a gpp &&
+    $PYTHON regression/ref/ckpt_diff.py $d/a/final.h5 $d/gtp/final.h5 && $PYTHON regression/ref/ckpt_diff.py $d/a/final.h5 $d/gpp/final.h5"
 mpirun 1 $G -env calc -ppo_checkpoint_every 2 -output_dir $d/c >$d/c.log 2>&1
 mpirun 1 $G -env calc -restart $d/c/ckpt_000002.h5 -output_dir $d/r >$d/r.log 2>&1 || not_ok "restart: $(tail -1 $d/r.log)"
 check "restarted from iteration 2: the unbroken run's weights bit for bit" bash -c "$(declare -f bits); d=$d PYTHON=$PYTHON; bits a r"
@@ -129,6 +150,58 @@ expect_error "-env_command with -env calc" "-env_command is given with -env calc
 mpirun 1 $G -ppo_iterations 1 -env none -env_command "sh x.sh" -output_dir $d/off >$d/off.log 2>&1
 check "-env none with a deck's -env_command: the run without its environment (single responses)" \
   bash -c "grep -q '^iter    1/1' $d/off.log && ! grep -q 'calls' $d/off.log"
+# -env_reward_at: PPO with a critic, the program giving a step reward (+0.25 for a call it computes, -0.25 for a '?'),
+# the KL off so that the rewards are the scores alone
+T="$G -algo ppo -critic_init actor -ppo_kl_coef 0 -ppo_iterations 2 -env command -env_turn_stop 17 -env_procs 2"
+STEP="$PYTHON regression/ref/env_arith_calc.py 0 0.25"
+for at in turn end; do
+  mpirun 1 $T -env_command "$STEP" -env_reward_at $at -output_dir $d/p$at >$d/p$at.log 2>&1 ||
+    not_ok "PPO with -env_reward_at $at: $(tail -1 $d/p$at.log)"
+done
+py "-env_reward_at recomputed" $d <<'PY'
+import sys, h5py, numpy as np
+sys.path.insert(0, "regression/ref")
+from env_arith_calc import QUERY
+d, bad, steps, rows = sys.argv[1], [], 0, 0
+f = {at: h5py.File(f"{d}/p{at}/rollouts.h5", "r") for at in ("turn", "end")}
+lam = 0.95  # -ppo_lambda's default; -ppo_gamma's is 1
+for at, h in f.items():
+    for g in sorted(h, key=lambda g: int(g.split("_")[1])):
+        it = h[g]
+        tok, src, rew, V, R = (it[k][()] for k in ("tokens", "source", "rewards", "values", "returns"))
+        P, L, F, rule = (it[k][()].ravel() for k in ("prompt_lengths", "response_lengths", "final_scores", "rule_rewards"))
+        for b in range(len(P)):
+            s, e = P[b], P[b] + L[b]
+            model = [t for t in range(s, e) if src[b, t] == 1]
+            want = np.zeros(src.shape[1])
+            step = 0.0
+            for t in model:   # a model token followed by the environment's answer ends a turn that earned a step reward
+                if t + 1 < e and src[b, t + 1] == 2:
+                    r = -0.25 if tok[b, t + 1] == QUERY else 0.25
+                    step += r; steps += at == "turn"
+                    if at == "turn": want[t] = r
+            if abs(F[b] - (rule[b] + step)) > 1e-6: bad.append((at, g, b, "final", F[b], rule[b], step))
+            if model: want[model[-1]] += np.float32(F[b] - (step if at == "turn" else 0))
+            if np.abs(rew[b] - want).max() > 1e-6: bad.append((at, g, b, "rewards", list(rew[b, s:e]), list(want[s:e])))
+            A, nxt = 0.0, None   # GAE over the model tokens: V after a model token is the next model token's
+            for t in reversed(model):
+                vn = V[b, nxt] if nxt is not None else 0.0
+                A = rew[b, t] + vn - V[b, t] + lam * A
+                if abs(R[b, t] - (A + V[b, t])) > 1e-4 * max(1, abs(A + V[b, t])): bad.append((at, g, b, t, "return")); break
+                nxt = t
+            rows += 1
+same = np.array_equal(f["turn"]["iter_0"]["tokens"][()], f["end"]["iter_0"]["tokens"][()]) and \
+    np.array_equal(f["turn"]["iter_0"]["final_scores"][()], f["end"]["iter_0"]["final_scores"][()])
+ok = not bad and steps > 0 and same
+print(("ok" if ok else "not ok") + f" - -env_reward_at turn: each of {steps} step rewards of the program on the last model token of "
+      f"the turn it answered, the rest of the final score (rule reward plus steps) at the end; -env_reward_at end: all "
+      f"of it at the end; returns are GAE over the model tokens of those rewards ({rows} rows); the same first batch"
+      + ("" if ok else f": {bad[:2]} same first batch {same}"))
+PY
+expect_error "-env_reward_at turn with GRPO" "-env_reward_at turn with -algo grpo: its advantage is one per sequence" \
+  $G -env calc -env_reward_at turn
+expect_error "-env_reward_at turn without -env" "-env_reward_at turn places an environment's step rewards at its turns: it needs -env" \
+  $G -algo ppo -critic_init actor -env_reward_at turn
 # asynchronous: batch i + 1's episodes generated during iteration i; the checkpoint after iteration 2 holds batch 2
 Y="$G -async_staleness 1"
 mpirun 1 $Y -env calc -ppo_checkpoint_every 2 -output_dir $d/ya >$d/ya.log 2>&1 || not_ok "-async_staleness 1 with -env calc: $(tail -1 $d/ya.log)"
@@ -154,6 +227,13 @@ mpirun 1 $Y -env calc -ppo_iterations $((k + 2)) -ppo_eval_prompts 0 -output_dir
 mpirun 1 $Y -env calc -ppo_iterations $((k + 2)) -ppo_eval_prompts 0 -output_dir $d/yf >$d/yf.log 2>&1
 check "asynchronous: stopped by SIGTERM after iteration $k with batch $k's episodes queued, -restart latest ends as the unbroken run bit for bit" \
   bash -c "$(declare -f bits); d=$d PYTHON=$PYTHON; [ $k -ge 2 ] && h5ls $d/ys/ckpt_$(printf %06d $k).h5/async/batch_$k/source >/dev/null && bits yf ys"
+mpirun 1 $T -async_staleness 1 -ppo_iterations 4 -ppo_checkpoint_every 2 -env_command "$STEP" -env_reward_at turn \
+  -output_dir $d/yt >$d/yt.log 2>&1 || not_ok "-async_staleness 1 with -env_reward_at turn: $(tail -1 $d/yt.log)"
+mpirun 1 $T -async_staleness 1 -ppo_iterations 4 -env_command "$STEP" -env_reward_at turn -restart $d/yt/ckpt_000002.h5 \
+  -output_dir $d/ytr >$d/ytr.log 2>&1 || not_ok "asynchronous restart with -env_reward_at turn: $(tail -1 $d/ytr.log)"
+has_at() { "$PYTHON" -c "import sys, h5py; sys.exit(not (h5py.File(sys.argv[1], 'r')['async/batch_2/env_at'][()] != 0).any())" "$1"; }
+check "asynchronous PPO with -env_reward_at turn: a restart whose queued batch holds step rewards at their turns (env_at) ends as the unbroken run bit for bit" \
+  bash -c "$(declare -f bits has_at); d=$d PYTHON=$PYTHON; has_at $d/yt/ckpt_000002.h5 && bits yt ytr"
 expect_error "asynchronous: a checkpoint with episodes restarted without -env" "batch_2 holds multi-turn episodes (written with -env)" \
   $Y -restart $d/ya/ckpt_000002.h5 -output_dir $d/yno
 cp $d/ya/ckpt_000002.h5 $d/ybad.h5

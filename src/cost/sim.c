@@ -264,12 +264,6 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *
                             "-fuse_gen_inf %s: streamed and migrated samples do not carry episodes (-env)",
                             FuseModeNames[plan->fuse]));
   }
-  if (w->episodes && est->feasible && (plan->call[MFC_ACTOR_GEN].tp > 1 || plan->call[MFC_ACTOR_GEN].pp > 1)) {
-    est->feasible = PETSC_FALSE; /* as the run refuses it (src/ppo/loop.c) */
-    PetscCall(PetscSNPrintf(est->why, sizeof est->why,
-                            "actor_gen with tp %d, pp %d: episodes (-env) need each generation replica on one rank",
-                            plan->call[MFC_ACTOR_GEN].tp, plan->call[MFC_ACTOR_GEN].pp));
-  }
   /* nodes are listed after their inputs */
   for (int k = 0; k < N_NODES; k++) {
     nd[k].level = 0;

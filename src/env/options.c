@@ -3,6 +3,8 @@
 #include "env.h"
 #include <string.h>
 
+const char *const EnvRewardAtNames[] = {"end", "turn"};
+
 PetscBool env_on(const EnvOptions *o) { return (PetscBool)(strcmp(o->kind, "none") != 0); }
 
 PetscErrorCode env_options_from_options(EnvOptions *o)
@@ -37,6 +39,11 @@ PetscErrorCode env_options_from_options(EnvOptions *o)
               "Token ids that end a model turn and call the environment, ID[,ID...] (default: calc's '=', else the "
               "run's -gen_stop tokens, else its EOS: a chat model's end of turn)",
               o->turn_stop, sizeof o->turn_stop);
+  RfOptEnum("-reward_at",
+            "Where the environment's step rewards enter the per-token rewards of -algo ppo and reinforce_pp: end (with "
+            "the final score, at the episode's last model token) or turn (each at the last model token of the turn "
+            "it answered, so that GAE and the returns credit the turn that earned it)",
+            EnvRewardAtNames, 2, &o->reward_at);
   PetscOptionsEnd();
   PetscCheck(!strcmp(o->kind, "none") || !strcmp(o->kind, "calc") || !strcmp(o->kind, "command"), PETSC_COMM_WORLD,
              PETSC_ERR_ARG_WRONG, "-env '%s' must be none, calc or command", o->kind);

@@ -6,13 +6,34 @@
  * row; nothing else in the module names an algorithm. */
 #include "base.h"
 
+/* Per-token rewards from the scores at each row's last model token and the
+ * KL penalty; on episodes with -env_reward_at turn the environment's step
+ * rewards stay at the turns they answered and the end keeps the rest of the
+ * score (rl_end_scores), so a row's rewards add up to the same total. */
+static PetscErrorCode token_rewards(Rollout *r, const PPOOptions *o, const float *score, double kl_reward)
+{
+  const unsigned char *src = rollout_src(r);
+  float               *end;
+
+  PetscFunctionBegin;
+  if (!r->episodes || o->env.reward_at != ENV_REWARD_TURN) {
+    rl_kl_rewards(r->B, r->T, r->start, r->len, src, r->gen.logprobs, r->ref, score, kl_reward, r->rewards);
+    PetscFunctionReturn(PETSC_SUCCESS);
+  }
+  PetscCall(PetscMalloc1(r->B, &end));
+  rl_end_scores(r->B, r->T, r->start, r->len, src, r->env.at, score, end);
+  rl_kl_rewards_at(r->B, r->T, r->start, r->len, src, r->gen.logprobs, r->ref, end, r->env.at, kl_reward, r->rewards);
+  PetscCall(PetscFree(end));
+  PetscFunctionReturn(PETSC_SUCCESS);
+}
+
 /* PPO: GAE over the critic's values, whitened over the batch (-ppo_whiten). */
 static PetscErrorCode adv_gae(Rollout *r, const PPOOptions *o, double kl_reward)
 {
   const unsigned char *src = rollout_src(r);
 
   PetscFunctionBegin;
-  rl_kl_rewards(r->B, r->T, r->start, r->len, src, r->gen.logprobs, r->ref, r->final, kl_reward, r->rewards);
+  PetscCall(token_rewards(r, o, r->final, kl_reward));
   rl_gae(r->B, r->T, r->start, r->len, src, r->rewards, r->values, o->gamma, o->lambda, r->adv, r->ret);
   if (o->whiten) rl_whiten(r->B, r->T, r->start, r->len, src, r->adv, NULL, NULL);
   PetscFunctionReturn(PETSC_SUCCESS);
@@ -67,7 +88,7 @@ static PetscErrorCode adv_reinforce_pp(Rollout *r, const PPOOptions *o, double k
   PetscFunctionBegin;
   PetscCall(PetscMalloc1(r->B, &base));
   rl_grpo_advantages(r->B, (int)o->group, r->final, 0.0, 0, base); /* without the std: score less its group's mean */
-  rl_kl_rewards(r->B, r->T, r->start, r->len, src, r->gen.logprobs, r->ref, base, kl_reward, r->rewards);
+  PetscCall(token_rewards(r, o, base, kl_reward));
   PetscCall(PetscFree(base));
   rl_returns(r->B, r->T, r->start, r->len, src, r->rewards, o->gamma, r->ret);
   PetscCall(PetscArraycpy(r->adv, r->ret, (size_t)r->B * r->T));

@@ -58,10 +58,13 @@ typedef struct {
    * the caller before generating; NULL: single responses) */
   struct PPOEpisodes *envs;
   /* per row of episodes: the environment's rewards summed, its answers to
-   * model turns (tool calls), the seconds they took (0 without episodes) */
+   * model turns (tool calls), the seconds they took (0 without episodes);
+   * per token [B, T]: each step reward at the last model token of the turn
+   * it answered (a reset's reward is in `reward` alone), 0 elsewhere */
   struct {
     double *reward, *seconds;
     int    *calls;
+    float  *at;
   } env;
   /* The rows are episodes (docs/environments.md): a response holds the
    * model's segments and an environment's answers, gen.src says which token
@@ -205,15 +208,16 @@ PetscErrorCode rollout_infer_rows(Model *m, RolloutInfer kind, Rollout *r, const
  * the run has none; rows: the most rows a generation has (the
  * environment's request indices); vocab: the ids an answer may hold.
  * begin: before generating rows b0..b0+n-1 of r (req[0..n) those rows'
- * requests): every episode reset; *ep for the engine's GenRun. gen: the
+ * requests) on mesh m (collective on it when its replicas have several
+ * ranks: their heads talk to the environment): every episode reset; *ep for the engine's GenRun. gen: the
  * engine's settings, the turn stops taken out of -gen_stop. share: the
  * rows' environment results (Rollout.env) to every rank of m (with the
  * generation's). */
 typedef struct PPOEpisodes PPOEpisodes;
 PetscErrorCode ppo_episodes_setup(const PPOOptions *o, const TokenTable *tt, int vocab, int rows, PPOEpisodes **x);
 PetscErrorCode ppo_episodes_destroy(PPOEpisodes **x);
-PetscErrorCode ppo_episodes_begin(PPOEpisodes *x, uint64_t seed, uint32_t iteration, const GenRequest *req,
-                                  Rollout *r, int b0, int n, const GenEpisode **ep);
+PetscErrorCode ppo_episodes_begin(PPOEpisodes *x, const Mesh *m, uint64_t seed, uint32_t iteration,
+                                  const GenRequest *req, Rollout *r, int b0, int n, const GenEpisode **ep);
 GenConfig      ppo_episodes_gen(const PPOEpisodes *x, const GenConfig *gen);
 PetscErrorCode ppo_episodes_share(const Mesh *m, Rollout *r);
 /* An episode batch's means per episode: model turns, the environment's

@@ -38,6 +38,7 @@ static PetscErrorCode row_copy(const Rollout *s, int src, Rollout *d, int dst, i
   h->turns[dst] = g->turns[src], h->obs_cut[dst] = g->obs_cut[src];
   d->env.reward[dst] = s->env.reward[src], d->env.seconds[dst] = s->env.seconds[src];
   d->env.calls[dst]  = s->env.calls[src];
+  memcpy(d->env.at + (size_t)dst * T, s->env.at + (size_t)src * T, T * sizeof(float));
   d->start[dst] = s->start[src], d->len[dst] = s->len[src];
   d->score[dst] = s->score[src], d->final[dst] = s->final[src], d->gold[dst] = s->gold[src],
   d->rule[dst] = s->rule[src];

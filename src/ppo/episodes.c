@@ -7,13 +7,26 @@
  * environment's rewards, answers (tool calls) and time are kept per row of
  * the rollout, for the final score and the record. Each generation replica
  * talks to its own environment about its own rows; the rows' results reach
- * every rank with the rest of the generation (rollout_share_gen). */
+ * every rank with the rest of the generation (rollout_share_gen). A replica
+ * split over ranks (tp, pp) runs the engine on each of them in step, with
+ * the same tokens: its head (the last stage's tp rank 0, whose rows
+ * exec_share_rows hands on) alone talks to its environment and broadcasts
+ * each answer's tokens to the replica's other ranks when the engine asks.
+ * Every rank has an environment: which ranks are heads depends on the mesh
+ * of the call (the generating actor's, or the trained actor's for the
+ * held-out evaluation). */
 #include "base.h"
 #include "env.h"
 #include <string.h>
 
 struct PPOEpisodes {
   Env              *env;
+  /* the generation in progress on a replica of several ranks: its ranks, the
+   * head first (MPI_COMM_NULL: one rank); whether this rank is the head */
+  MPI_Comm          rep;
+  PetscBool         head;
+  int              *obs; /* an answer's tokens on the other ranks */
+  int               ocap;
   GenEpisode        ep;
   const TokenTable *tt; /* the segments' text (NULL: ids only) */
   /* the generation in progress: its key, requests and the rollout rows
@@ -39,12 +52,17 @@ static const char *ids_text(PPOEpisodes *x, const int *tok, int n)
   return x->text;
 }
 
-static PetscErrorCode take(PPOEpisodes *x, int i, EnvAnswer *a)
+/* Row i's answer; at: the position of the last model token of the turn it
+ * answers (-1: a reset's answer, which answers none). */
+static PetscErrorCode take(PPOEpisodes *x, int i, int at, EnvAnswer *a)
 {
+  Rollout *r = x->r;
+
   PetscFunctionBegin;
   PetscCall(x->env->ops->collect(x->env, i, a));
-  x->r->env.reward[x->b0 + i] += a->reward;
-  x->r->env.seconds[x->b0 + i] += a->seconds;
+  r->env.reward[x->b0 + i] += a->reward;
+  r->env.seconds[x->b0 + i] += a->seconds;
+  if (at >= 0) r->env.at[(size_t)(x->b0 + i) * r->T + at] = (float)a->reward;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -58,6 +76,7 @@ static PetscErrorCode on_turn(void *ctx, const GenBatch *b, int i, int turn)
   EnvRequest   q;
 
   PetscFunctionBegin;
+  if (!x->head) PetscFunctionReturn(PETSC_SUCCESS); /* the head submits */
   q = (EnvRequest){i, x->req[i].id, x->seed, x->iteration, turn, b->tokens + base + s, end - s, NULL, NULL, NULL};
   q.text = ids_text(x, q.ids, q.n);
   PetscCall(x->env->ops->submit(x->env, &q));
@@ -67,17 +86,33 @@ static PetscErrorCode on_turn(void *ctx, const GenBatch *b, int i, int turn)
 /* GenEpisode.on_obs: the answer, waiting for it. */
 static PetscErrorCode on_obs(void *ctx, const GenBatch *b, int i, const int **ids, int *n, PetscBool *done)
 {
-  PPOEpisodes *x = (PPOEpisodes *)ctx;
-  EnvAnswer    a;
+  PPOEpisodes *x      = (PPOEpisodes *)ctx;
+  int          hdr[2] = {0, 0};
 
   PetscFunctionBegin;
-  PetscCall(take(x, i, &a));
-  /* a tool call is a turn the environment answered; the answer that ends the episode with nothing to say (a chat
-     model's last turn, which a turn stop also ends) is not one */
-  if (a.n > 0 || !a.done) x->r->env.calls[x->b0 + i]++;
-  *ids  = a.ids;
-  *n    = a.n;
-  *done = a.done;
+  if (x->head) {
+    EnvAnswer a;
+    PetscCall(take(x, i, b->prompt_len[i] + b->response_len[i] - 1, &a)); /* the row waits at its segment's end */
+    /* a tool call is a turn the environment answered; the answer that ends the episode with nothing to say (a chat
+       model's last turn, which a turn stop also ends) is not one */
+    if (a.n > 0 || !a.done) x->r->env.calls[x->b0 + i]++;
+    *ids   = a.ids;
+    hdr[0] = a.n, hdr[1] = a.done ? 1 : 0;
+  }
+  if (x->rep != MPI_COMM_NULL) { /* every rank of the replica asks at the same pass, for the same row */
+    PetscCallMPI(sys_mpi_bcast(hdr, 2, MPI_INT, 0, x->rep));
+    if (!x->head) {
+      if (hdr[0] > x->ocap) {
+        PetscCall(PetscFree(x->obs));
+        x->ocap = hdr[0];
+        PetscCall(PetscMalloc1(x->ocap, &x->obs));
+      }
+      *ids = x->obs;
+    }
+    if (hdr[0] > 0) PetscCallMPI(sys_mpi_bcast((void *)*ids, hdr[0], MPI_INT, 0, x->rep));
+  }
+  *n    = hdr[0];
+  *done = hdr[1] ? PETSC_TRUE : PETSC_FALSE;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -109,6 +144,7 @@ PetscErrorCode ppo_episodes_setup(const PPOOptions *o, const TokenTable *tt, int
   ep.on_turn         = on_turn;
   ep.on_obs          = on_obs;
   PetscCall(PetscNew(&x));
+  x->rep    = MPI_COMM_NULL;
   x->tt     = tt;
   x->cap    = rows;
   x->ep     = ep;
@@ -126,6 +162,8 @@ PetscErrorCode ppo_episodes_destroy(PPOEpisodes **px)
   PetscFunctionBegin;
   if (!x) PetscFunctionReturn(PETSC_SUCCESS);
   PetscCall(env_destroy(&x->env));
+  if (x->rep != MPI_COMM_NULL) PetscCallMPI(MPI_Comm_free(&x->rep));
+  PetscCall(PetscFree(x->obs));
   PetscCall(PetscFree(x->text));
   PetscCall(PetscFree(x));
   *px = NULL;
@@ -142,14 +180,21 @@ GenConfig ppo_episodes_gen(const PPOEpisodes *x, const GenConfig *gen)
   return g;
 }
 
-PetscErrorCode ppo_episodes_begin(PPOEpisodes *x, uint64_t seed, uint32_t iteration, const GenRequest *req,
-                                  Rollout *r, int b0, int n, const GenEpisode **ep)
+PetscErrorCode ppo_episodes_begin(PPOEpisodes *x, const Mesh *m, uint64_t seed, uint32_t iteration,
+                                  const GenRequest *req, Rollout *r, int b0, int n, const GenEpisode **ep)
 {
   PetscFunctionBegin;
+  if (x->rep != MPI_COMM_NULL) PetscCallMPI(MPI_Comm_free(&x->rep)); /* the last call's replica */
+  x->head = exec_is_head(m);
+  if (m->tp * m->pp > 1) /* this call's replica: its head (last stage, tp rank 0) rank 0 */
+    PetscCallMPI(MPI_Comm_split(m->all.mpi, m->d, (m->pp - 1 - m->p) * m->tp + m->t, &x->rep));
   PetscCheck(b0 + n <= x->cap && n <= x->env->nindex, PETSC_COMM_SELF, PETSC_ERR_PLIB,
              "episodes: %d rows from %d exceed the %d the environment was made for", n, b0, x->cap);
   x->seed = seed, x->iteration = iteration, x->req = req, x->r = r, x->b0 = b0;
   for (int i = 0; i < r->B; i++) r->env.reward[i] = r->env.seconds[i] = 0, r->env.calls[i] = 0;
+  PetscCall(PetscArrayzero(r->env.at, (size_t)r->B * r->T));
+  *ep = &x->ep;
+  if (!x->head) PetscFunctionReturn(PETSC_SUCCESS); /* the replica's head resets the episodes */
   for (int i = 0; i < n; i++) {
     EnvRequest q = {i, req[i].id, seed, iteration, 0, req[i].prompt, req[i].prompt_len, NULL,
                     r->answer && r->answer[b0 + i] ? r->answer[b0 + i] : NULL,
@@ -159,13 +204,12 @@ PetscErrorCode ppo_episodes_begin(PPOEpisodes *x, uint64_t seed, uint32_t iterat
   }
   for (int i = 0; i < n; i++) {
     EnvAnswer a;
-    PetscCall(take(x, i, &a));
+    PetscCall(take(x, i, -1, &a));
     PetscCheck(a.n == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG,
                "environment %s: its answer to the reset of sample %d holds %d observation tokens; a reset's answer "
                "has none",
                x->env->name, req[i].id, a.n);
   }
-  *ep = &x->ep;
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 
@@ -175,6 +219,7 @@ PetscErrorCode ppo_episodes_share(const Mesh *m, Rollout *r)
   PetscCall(exec_share_rows(m, r->B, 1, MPI_DOUBLE, r->env.reward));
   PetscCall(exec_share_rows(m, r->B, 1, MPI_DOUBLE, r->env.seconds));
   PetscCall(exec_share_rows(m, r->B, 1, MPI_INT, r->env.calls));
+  PetscCall(exec_share_rows(m, r->B, r->T, MPI_FLOAT, r->env.at));
   PetscFunctionReturn(PETSC_SUCCESS);
 }
 

@@ -278,13 +278,8 @@ PetscErrorCode ppo_execute(const RunCtx *run, const Backend *be, PPOOptions *o, 
   PetscCall(ppo_load(run, be, o, &s, &m, &st));
   m.fuse        = fz;
   m.rew         = rw;
-  if (env_on(&o->env)) { /* each generation replica, on one rank, talks to its own environment */
-    const Mesh *g = ppo_gen_model(&m)->mesh;
+  if (env_on(&o->env)) { /* each generation replica talks to its own environment, from its head */
     int rows = (int)PetscMax(o->rollout_batch * PetscMax(1, o->dynamic_sampling), o->eval_prompts * o->eval_samples);
-    PetscCheck(g->tp == 1 && g->pp == 1, PETSC_COMM_WORLD, PETSC_ERR_SUP,
-               "-env %s: the generating actor is split over %d ranks (tp %d, pp %d); episodes need each generation "
-               "replica on one rank (-plan: tp 1 and pp 1 for actor_gen)",
-               o->env.kind, g->tp * g->pp, g->tp, g->pp);
     PetscCall(ppo_episodes_setup(o, m.rew.have_tt ? &m.rew.tt : NULL, s.cfg[0].vocab_size, rows, &m.eps));
   }
   s.ps.src.seed = (uint64_t)st.seed;

@@ -290,6 +290,12 @@ PetscErrorCode ppo_check_options(PPOOptions *o)
              "-env %s with -fuse_gen_inf %s: streamed and migrated samples do not carry episodes yet; use "
              "-fuse_gen_inf none",
              o->env.kind, FuseModeNames[o->plan.fuse]);
+  PetscCheck(o->env.reward_at != ENV_REWARD_TURN || env_on(&o->env), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-env_reward_at turn places an environment's step rewards at its turns: it needs -env");
+  PetscCheck(o->env.reward_at != ENV_REWARD_TURN || !ppo_algo(o)->seq_adv, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-env_reward_at turn with -algo %s: its advantage is one per sequence, wherever the rewards sit; use "
+             "-algo ppo or reinforce_pp (returns token by token), or -env_reward_at end",
+             ppo_algo(o)->name);
   PetscCheck(strcmp(o->env.kind, "calc") || o->task.kind == TASK_KIND_ARITH, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
              "-env calc is the arithmetic task's calculator, in its characters: it needs -task arith (the task is %s)",
              TaskKindNames[o->task.kind]);

@@ -21,7 +21,7 @@ PetscErrorCode rollout_create(int B, int T, PetscBool masked, Rollout *r)
   PetscCall(PetscCalloc5(n, &r->ref, n, &r->values, n, &r->rewards, n, &r->adv, n, &r->ret));
   PetscCall(PetscCalloc5(B, &r->score, B, &r->final, B, &r->gold, B, &r->start, B, &r->len));
   PetscCall(PetscCalloc2(B, &r->rule, (size_t)B * PPO_REWARD_PARTS, &r->parts));
-  PetscCall(PetscCalloc3(B, &r->env.reward, B, &r->env.seconds, B, &r->env.calls));
+  PetscCall(PetscCalloc4(B, &r->env.reward, B, &r->env.seconds, B, &r->env.calls, n, &r->env.at));
   r->envs = NULL;
   r->answer = r->meta = NULL;
   r->pidx   = NULL;
@@ -38,7 +38,7 @@ PetscErrorCode rollout_create(int B, int T, PetscBool masked, Rollout *r)
 PetscErrorCode rollout_destroy(Rollout *r)
 {
   PetscFunctionBegin;
-  PetscCall(PetscFree3(r->env.reward, r->env.seconds, r->env.calls));
+  PetscCall(PetscFree4(r->env.reward, r->env.seconds, r->env.calls, r->env.at));
   PetscCall(gen_batch_destroy(&r->gen));
   PetscCall(PetscFree5(r->ref, r->values, r->rewards, r->adv, r->ret));
   PetscCall(PetscFree5(r->score, r->final, r->gold, r->start, r->len));

@@ -39,7 +39,7 @@ PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, in
   part->own = (PetscBool)(part->b0 > 0 || part->b1 < r->B);
   if (part->own) PetscCall(gen_batch_create(part->b1 - part->b0, r->T, gen_masked(gen), &part->b));
   if (r->envs) /* each replica's rows talk to its environment; one rank per replica (checked at setup) */
-    PetscCall(ppo_episodes_begin(r->envs, seed, iteration, req + part->b0, r, part->b0, part->b1 - part->b0,
+    PetscCall(ppo_episodes_begin(r->envs, m, seed, iteration, req + part->b0, r, part->b0, part->b1 - part->b0,
                                  &run.episode));
   PetscCall(gen_engine_create(policy->lm, &g, max_prompt, &eng));
   PetscCall(gen_generate_run(eng, seed, iteration, part->b1 - part->b0, req + part->b0,

@@ -39,6 +39,24 @@ static int last_model(const unsigned char *src, size_t o, int s, int l)
 void rl_kl_rewards(int B, int T, const int *start, const int *len, const unsigned char *src, const float *logp,
                    const float *ref, const float *score, double kl_coef, float *rewards)
 {
+  rl_kl_rewards_at(B, T, start, len, src, logp, ref, score, NULL, kl_coef, rewards);
+}
+
+void rl_end_scores(int B, int T, const int *start, const int *len, const unsigned char *src, const float *at,
+                   const float *score, float *end)
+{
+  for (int b = 0; b < B; b++) {
+    size_t o      = (size_t)b * (size_t)T;
+    double placed = 0;
+    for (int t = start[b]; t < start[b] + len[b]; t++)
+      if (rl_is_model(src, o + t)) placed += (double)at[o + t];
+    end[b] = (float)((double)score[b] - placed);
+  }
+}
+
+void rl_kl_rewards_at(int B, int T, const int *start, const int *len, const unsigned char *src, const float *logp,
+                      const float *ref, const float *score, const float *at, double kl_coef, float *rewards)
+{
   for (int b = 0; b < B; b++) {
     size_t o = (size_t)b * (size_t)T;
     int    s = start[b], l = len[b], last = last_model(src, o, s, l);
@@ -49,6 +67,7 @@ void rl_kl_rewards(int B, int T, const int *start, const int *len, const unsigne
         continue;
       }
       double r = -kl_coef * ((double)logp[o + t] - (double)ref[o + t]);
+      if (at) r += (double)at[o + t];
       if (t == last) r += (double)score[b];
       rewards[o + t] = (float)r;
     }

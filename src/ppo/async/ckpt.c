@@ -111,6 +111,7 @@ static PetscErrorCode async_write(IoId file, void *ctx)
       d[nd++] = (IODataset){"turns", 1, {B, 1}, gb->turns, PETSC_TRUE};
       d[nd++] = (IODataset){"obs_cut", 1, {B, 1}, gb->obs_cut, PETSC_TRUE};
       d[nd++] = (IODataset){"env_calls", 1, {B, 1}, r->env.calls, PETSC_TRUE};
+      d[nd++] = (IODataset){"env_at", 2, {B, T}, r->env.at, PETSC_FALSE};
     }
     PetscCall(PetscSNPrintf(name, sizeof name, "batch_%" PetscInt64_FMT, r->async.batch));
     PetscCall(io_group_create(g, "checkpoint", name, &h));
@@ -256,6 +257,9 @@ static PetscErrorCode async_read(IoId file, void *ctx)
         PetscCall(async_read_rows(h, a->path, "env_calls", IO_INT, r->env.calls, r->B));
         PetscCall(async_read_rows(h, a->path, "env_rewards", IO_DOUBLE, r->env.reward, r->B));
         PetscCall(async_read_rows(h, a->path, "env_seconds", IO_DOUBLE, r->env.seconds, r->B));
+        if (io_dataset_npoints(h, "env_at") >= 0) /* absent before -env_reward_at: async_check refused it with turn */
+          PetscCall(async_read_rows(h, a->path, "env_at", IO_FLOAT, r->env.at, BT));
+        else PetscCall(PetscArrayzero(r->env.at, BT));
       }
       if (gb->mask_off) {
         long long nid;
@@ -401,6 +405,7 @@ PetscErrorCode async_restore(MPI_Comm comm, const char *path, const PPOOptions *
       PetscCall(io_bcast(r->env.calls, (size_t)r->B, MPI_INT, comm));
       PetscCall(io_bcast(r->env.reward, (size_t)r->B, MPI_DOUBLE, comm));
       PetscCall(io_bcast(r->env.seconds, (size_t)r->B, MPI_DOUBLE, comm));
+      PetscCall(io_bcast(r->env.at, BT, MPI_FLOAT, comm));
     }
     if (q->partial) {
       PetscCall(io_bcast(r->async.tver, BT, MPI_INT, comm));
@@ -444,6 +449,7 @@ typedef struct {
   float      *fb;   /* [cap or B, T] floats */
   PetscBool   episodes; /* -env: batches are multi-turn episodes */
   int         max_turns;
+  PetscBool   reward_turn; /* -env_reward_at turn: the step rewards' positions (env_at) are needed */
 } AsyncCheck;
 
 /* Dataset name of group grp (n elements, rows of `cols`) into c->ib, each
@@ -554,6 +560,17 @@ static PetscErrorCode check_episode_rows(IoId h, AsyncCheck *c, const char *grp,
                "environment's (2), the model's first; the prompt and what follows the response are 0",
                c->path, grp, b, t, c->ib[k]);
   }
+  if (io_dataset_npoints(h, "env_at") >= 0) { /* step rewards: finite, on the model's tokens only */
+    PetscCall(async_read_rows(h, c->path, "env_at", IO_FLOAT, c->fb, nT));
+    for (long long k = 0; k < nT; k++)
+      PetscCheck(isfinite(c->fb[k]) && (c->fb[k] == 0 || c->ib[k] == 1), PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+                 "-restart %s: /async/%s/env_at[%lld, %lld] = %g: a step reward is finite and sits on a model token",
+                 c->path, grp, k / c->T, k % c->T, (double)c->fb[k]);
+  } else
+    PetscCheck(!c->reward_turn, PETSC_COMM_SELF, PETSC_ERR_FILE_UNEXPECTED,
+               "-restart %s: /async/%s has no env_at (written before -env_reward_at): restart it with -env_reward_at "
+               "end",
+               c->path, grp);
   PetscCall(check_ints(h, c, grp, "turns", n, 1, 0, c->max_turns, "-env_max_turns"));
   PetscCall(check_ints(h, c, grp, "env_calls", n, 1, 0, c->max_turns, "-env_max_turns"));
   PetscCall(check_ints(h, c, grp, "obs_cut", n, 1, 0, INT32_MAX, "a count"));
@@ -678,7 +695,8 @@ PetscErrorCode async_check(MPI_Comm comm, const char *path, const PPOOptions *o,
                    0,
                    NULL,
                    env_on(&o->env),
-                   (int)o->env.max_turns};
+                   (int)o->env.max_turns,
+                   (PetscBool)(o->env.reward_at == ENV_REWARD_TURN)};
   rows = PetscMax(c.B, c.cap);
   PetscCall(PetscMalloc1((size_t)rows * c.T + 1, &c.fb));
   {
