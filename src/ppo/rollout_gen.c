@@ -38,7 +38,7 @@ PetscErrorCode rollout_generate_part_cb(DModel *policy, const GenConfig *gen, in
   exec_rows(r->B, m->dp, m->d, &part->b0, &part->b1);
   part->own = (PetscBool)(part->b0 > 0 || part->b1 < r->B);
   if (part->own) PetscCall(gen_batch_create(part->b1 - part->b0, r->T, gen_masked(gen), &part->b));
-  if (r->envs) /* each replica's rows talk to its environment; one rank per replica (checked at setup) */
+  if (r->envs) /* each replica's rows talk to its environment, through the replica's head */
     PetscCall(ppo_episodes_begin(r->envs, m, seed, iteration, req + part->b0, r, part->b0, part->b1 - part->b0,
                                  &run.episode));
   PetscCall(gen_engine_create(policy->lm, &g, max_prompt, &eng));
