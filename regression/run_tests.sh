@@ -31,18 +31,10 @@ trap 'if [ "${RLFUSE_KEEP:-}" = 1 ] && [ "$failed" -gt 0 ]; then echo "# files k
 passed=0; failed=0; skipped=0; failed_items=(); t_all=$(date +%s); patterns=("$@")
 [ "${REPLACE:-}" = 1 ] && [ $# -eq 0 ] && patterns=('case *')
 # TEST_JOBS items run at once (default: one per core, at most 8), each in a
-# lane of its own; an item's lines are printed whole when it ends. Lanes
-# share the cores, so a rank waiting for MPI yields its core (mpiwait.c).
+# lane of its own; an item's lines are printed whole when it ends.
 jobs=${TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "TEST_JOBS=$jobs: give a positive number of items to run at once" >&2; exit 2; }
 [ "${TEST_JOBS:-}" ] || [ "$jobs" -le 8 ] || jobs=8
-[ "$jobs" -gt 1 ] && export RLFUSE_WAIT_POLICY=${RLFUSE_WAIT_POLICY:-yield}
-# an item's threads: 2 when the items run one at a time, else the cores a
-# lane has (at least 1): OpenMP threads that outnumber the cores wait for
-# each other at every barrier, and a lane's run slowed by 5x, not 2x
-cores=$(nproc 2>/dev/null || echo 1)
-[ "$jobs" -gt 1 ] && threads=$((cores / jobs > 1 ? cores / jobs : 1)) || threads=2
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$threads}"
 # the items that take longest start first (seconds on 2 cores, docs/testing.md),
 # so that the last lane to end does not end long after the others
 first=(learn doc_commands smollm2 rlvr plan_search hf_llama fusion_migrate cuda layouts)
@@ -109,6 +101,17 @@ done
 for c in regression/cases/*/; do
   queue "case $(basename "$c")" bash regression/run_case.sh "$c"
 done
+
+# as many lanes as items at most; an item's threads: 2 when the items run
+# one at a time, else the cores a lane has (at least 1): OpenMP threads that
+# outnumber the cores wait for each other at every barrier (a lane's run
+# slowed 2.4-5x, not 2x). Lanes share the cores, so a rank waiting for MPI
+# yields its core (src/sys/mpiwait.c).
+[ "$jobs" -le ${#names[@]} ] || jobs=$((${#names[@]} > 0 ? ${#names[@]} : 1))
+cores=$(nproc 2>/dev/null || echo 1)
+[ "$jobs" -gt 1 ] && threads=$((cores / jobs > 1 ? cores / jobs : 1)) || threads=2
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$threads}"
+[ "$jobs" -gt 1 ] && export RLFUSE_WAIT_POLICY=${RLFUSE_WAIT_POLICY:-yield}
 
 # the order they start in: the long ones first, then as listed above
 order=()

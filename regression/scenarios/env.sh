@@ -20,7 +20,7 @@
 # them queued ends bit for bit; -env none runs a deck's -env_command
 # off; bad settings and a crashing environment refused with one line. About 50 s
 . regression/lib.sh
-plan 27
+plan 30
 d="$RLFUSE_TMP/env"; mkdir -p $d
 set -f # the task's '*'
 A="-task arith -arith_max_operand 99 -arith_ops *"
@@ -36,6 +36,15 @@ a, b = (h5py.File(sys.argv[i] + '/rollouts.h5', 'r') for i in (1, 2))
 assert sorted(a) == sorted(b)
 for g in a:
     for k in ('tokens', 'logprobs', 'source', 'turn'): assert np.array_equal(a[g][k][()], b[g][k][()]), (g, k)
+" $d/$1 $d/$2; }
+# a layout's episodes: the same tokens, sources and turns, log-probabilities within float rounding (other sums)
+same_episodes() { "$PYTHON" -c "
+import sys, h5py, numpy as np
+a, b = (h5py.File(sys.argv[i] + '/rollouts.h5', 'r') for i in (1, 2))
+assert sorted(a) == sorted(b)
+for g in a:
+    for k in ('tokens', 'source', 'turn'): assert np.array_equal(a[g][k][()], b[g][k][()]), (g, k)
+    assert np.abs(a[g]['logprobs'][()] - b[g]['logprobs'][()]).max() < 1e-4, (g, 'logprobs')
 " $d/$1 $d/$2; }
 
 mpirun 1 $G -env calc -output_dir $d/a >$d/a.log 2>&1 || not_ok "GRPO with -env calc: $(tail -1 $d/a.log)"
@@ -112,37 +121,34 @@ check "the calculator as a program (3 processes, each answer after a random 0-20
 mpirun 2 $G -env calc -output_dir $d/two >$d/two.log 2>&1 || not_ok "-env calc on 2 ranks: $(tail -1 $d/two.log)"
 check "2 ranks, a generation replica and its environment each: the 1-rank run's weights" \
   "$PYTHON" regression/ref/ckpt_diff.py $d/a/final.h5 $d/two/final.h5
+# streamed into inference (-fuse_gen_inf stream): each finished episode to the reference on rank 1 while rank 0 decodes
+mpirun 2 $G -env calc -fuse_gen_inf stream -fuse_tokens 40 -actor_gen_ranks 0 -ref_inf_ranks 1 -output_dir $d/st >$d/st.log 2>&1 ||
+  not_ok "-env calc with -fuse_gen_inf stream: $(tail -1 $d/st.log)"
+check "-fuse_gen_inf stream, generation on rank 0 and the reference on rank 1: the unfused 1-rank run's episodes token for token, its weights" \
+  bash -c "$(declare -f same_episodes); d=$d PYTHON=$PYTHON; grep -q 'fusion of generation and inference: stream' $d/st.log &&
+    same_episodes a st && $PYTHON regression/ref/ckpt_diff.py $d/a/final.h5 $d/st/final.h5"
 # a replica split over 2 ranks: its head runs the environment and hands each answer to the other rank
 mpirun 2 $G -env calc -actor_gen_tp 2 -output_dir $d/gtp >$d/gtp.log 2>&1 || not_ok "-env calc, generation tp 2: $(tail -1 $d/gtp.log)"
 mpirun 2 $G -env command -env_turn_stop 17 -env_command "$PYTHON regression/ref/env_arith_calc.py 20" -env_procs 2 -actor_gen_pp 2 \
   -output_dir $d/gpp >$d/gpp.log 2>&1 || not_ok "-env command, generation pp 2: $(tail -1 $d/gpp.log)"
-# a layout's episodes: the same tokens, sources and turns, log-probabilities within float rounding (other sums)
-same_episodes() { "$PYTHON" -c "
-import sys, h5py, numpy as np
-a, b = (h5py.File(sys.argv[i] + '/rollouts.h5', 'r') for i in (1, 2))
-assert sorted(a) == sorted(b)
-for g in a:
-    for k in ('tokens', 'source', 'turn'): assert np.array_equal(a[g][k][()], b[g][k][()]), (g, k)
-    assert np.abs(a[g]['logprobs'][()] - b[g]['logprobs'][()]).max() < 1e-4, (g, 'logprobs')
-" $d/$1 $d/$2; }
 check "one generation replica over 2 ranks, tp 2 (the calculator) and pp 2 (the program, random latency): the 1-rank run's episodes token for token, its weights" \
   bash -c "$(declare -f same_episodes); d=$d PYTHON=$PYTHON; same_episodes a gtp && same_episodes a gpp &&
     $PYTHON regression/ref/ckpt_diff.py $d/a/final.h5 $d/gtp/final.h5 && $PYTHON regression/ref/ckpt_diff.py $d/a/final.h5 $d/gpp/final.h5"
 mpirun 1 $G -env calc -ppo_checkpoint_every 2 -output_dir $d/c >$d/c.log 2>&1
 mpirun 1 $G -env calc -restart $d/c/ckpt_000002.h5 -output_dir $d/r >$d/r.log 2>&1 || not_ok "restart: $(tail -1 $d/r.log)"
 check "restarted from iteration 2: the unbroken run's weights bit for bit" bash -c "$(declare -f bits); d=$d PYTHON=$PYTHON; bits a r"
-# -mode plan on the multi-turn deck: the environment's time in the estimate, no fused plan (the run refuses one)
+# -mode plan on the multi-turn deck: the environment's time in the estimate, no migration (the run refuses it)
 for s in 0 0.5; do
   rlfuse $G -env command -env_turn_stop 17 -env_command "sh x.sh" -mode plan -plan_ranks 4 -plan_iterations 200 \
     -cost_hardware input/hardware/h100_sxm.deck -cost_env_seconds $s -output_dir $d/plan$s >$d/plan$s.log 2>&1 ||
     not_ok "-mode plan on episodes: $(tail -1 $d/plan$s.log)"
 done
-check "-mode plan on episodes: the line on the environment (3 answers of 0.5 s, 4 at a time), each answer round's wait in the estimate, no fusion" \
+check "-mode plan on episodes: the line on the environment (3 answers of 0.5 s, 4 at a time), each answer round's wait in the estimate, no migration" \
   bash -c "grep -q '^episodes: 3 environment answers per episode of 0.5 s each (-cost_env_seconds), 4 at a time' $d/plan0.5.log &&
     t0=\$(sed -n 's/^estimated \([0-9.e+-]*\) s per iteration.*/\1/p' $d/plan0.log) &&
     t1=\$(sed -n 's/^estimated \([0-9.e+-]*\) s per iteration.*/\1/p' $d/plan0.5.log) && [ -n \"\$t0\" ] && [ -n \"\$t1\" ] &&
     awk -v a=\$t0 -v b=\$t1 'BEGIN { exit !(b - a >= 3 * 0.5 && b - a <= 3 * 0.5 * 32 + 0.01) }' &&
-    grep -q 'fusion of generation and inference: none' $d/plan0.5.log"
+    grep -q 'fusion of generation and inference: ' $d/plan0.5.log && ! grep -q 'fusion of generation and inference: migrate' $d/plan0.5.log"
 expect_error "-env calc with the sort task" "needs -task arith" $G -env calc -task sort
 expect_error "-env command without a program" "needs -env_command" $G -env command
 expect_error "-env_command without -env (a forgotten -env command)" "-env_command is given but not -env" $G -env_command "sh x.sh"
@@ -198,6 +204,37 @@ print(("ok" if ok else "not ok") + f" - -env_reward_at turn: each of {steps} ste
       f"of it at the end; returns are GAE over the model tokens of those rewards ({rows} rows); the same first batch"
       + ("" if ok else f": {bad[:2]} same first batch {same}"))
 PY
+# REINFORCE++: the score less its group's mean at the end, the step rewards at their turns, returns summed from the end
+mpirun 1 $T -algo reinforce_pp -rollout_group 4 -env_command "$STEP" -env_reward_at turn -output_dir $d/rpp >$d/rpp.log 2>&1 ||
+  not_ok "REINFORCE++ with -env_reward_at turn: $(tail -1 $d/rpp.log)"
+py "REINFORCE++ with -env_reward_at turn recomputed" $d/rpp <<'PY'
+import sys, h5py, numpy as np
+sys.path.insert(0, "regression/ref")
+from env_arith_calc import QUERY
+f, bad, steps = h5py.File(sys.argv[1] + "/rollouts.h5", "r"), [], 0
+for g in f:
+    it = f[g]
+    tok, src, rew, R = (it[k][()] for k in ("tokens", "source", "rewards", "returns"))
+    P, L, F = (it[k][()].ravel() for k in ("prompt_lengths", "response_lengths", "final_scores"))
+    base = F - np.repeat(F.reshape(-1, 4).mean(1), 4)   # the group's mean of the final scores
+    for b in range(len(P)):
+        s, e = P[b], P[b] + L[b]
+        model = [t for t in range(s, e) if src[b, t] == 1]
+        want, step = np.zeros(src.shape[1]), 0.0
+        for t in model:
+            if t + 1 < e and src[b, t + 1] == 2:
+                want[t] = -0.25 if tok[b, t + 1] == QUERY else 0.25
+                step += want[t]; steps += 1
+        if model: want[model[-1]] += base[b] - step
+        if np.abs(rew[b] - want).max() > 1e-5: bad.append((g, b, "rewards", list(rew[b, s:e]), list(want[s:e])))
+        acc = 0.0
+        for t in reversed(model):   # gamma 1: what follows each model token
+            acc += rew[b, t]
+            if abs(R[b, t] - acc) > 1e-5: bad.append((g, b, t, "return", R[b, t], acc)); break
+ok = not bad and steps > 0
+print(("ok" if ok else "not ok") + f" - REINFORCE++ with -env_reward_at turn: {steps} step rewards on their turns, the score less its "
+      f"group's mean less them at the end; returns summed from the end over the model tokens" + ("" if ok else f": {bad[:2]}"))
+PY
 expect_error "-env_reward_at turn with GRPO" "-env_reward_at turn with -algo grpo: its advantage is one per sequence" \
   $G -env calc -env_reward_at turn
 expect_error "-env_reward_at turn without -env" "-env_reward_at turn places an environment's step rewards at its turns: it needs -env" \
@@ -244,6 +281,8 @@ with h5py.File(sys.argv[1], 'r+') as f:
 " $d/ybad.h5
 expect_error "asynchronous: a batch whose first response token is the environment's, refused naming the field" \
   "ybad.h5: /async/batch_2/source\[0, [0-9]*\] = 2: a response's tokens are the model's" $Y -env calc -restart $d/ybad.h5 -output_dir $d/ybad
+expect_error "-env calc with -fuse_gen_inf migrate" "-fuse_gen_inf migrate: a migrated sample would leave its episode's environment behind" \
+  $G -env calc -fuse_gen_inf migrate
 expect_error "-env calc with -async_partial 4" "partial rollouts do not carry episodes in flight" $Y -env calc -async_partial 4
 expect_error "-env_lag_steps 0" "-env_lag_steps 0 must be in" $G -env calc -env_lag_steps 0
 expect_error "-env_turn_stop outside the vocabulary" "token 99 is not a token of the actor's vocabulary of 48" $G -env calc -env_turn_stop 99

@@ -215,12 +215,13 @@ with h5py.File(f"{d}/grpo/run.h5") as a, h5py.File(f"{d}/grpo_eval/run.h5") as b
 PY
 # a progress line shows only what the run computes (gold with a judge, the critic's loss with a
 # critic) and the summary no held-out score without held-out prompts (before: gold 0.000, critic
-# 0.0000 and "held-out gold score nan ... on 0 held-out prompts")
+# 0.0000 and "held-out gold score nan ... on 0 held-out prompts"); nan as a word: the suite's
+# temporary folder is named at random, and /tmp/rlfuse-test.7NaN5H failed the check once
 rlfuse -mode data -data_output $d/prompts.h5 -data_count 16 -task_len_max 8 >/dev/null 2>&1 || not_ok "prompt file fixture"
 ppo -output_dir $d/nojudge -algo grpo -rollout_group 4 -ppo_iterations 1 -ppo_prompts $d/prompts.h5 >$d/nojudge.log 2>&1 || { not_ok "GRPO on a prompt file"; tail -3 $d/nojudge.log; }
 check "progress lines: PPO on the sort task shows gold and the critic's loss, GRPO on a prompt file neither" bash -c \
   "grep '^iter ' $d/full.log | grep -q '| gold .* | critic ' && grep -q '^iter ' $d/nojudge.log && ! grep '^iter ' $d/nojudge.log | grep -q 'gold\|critic'"
-check "without held-out prompts the summary says no evaluation ran (no nan)" bash -c "grep -q '^grpo: no held-out evaluation ran' $d/nojudge.log && ! grep -qi nan $d/nojudge.log"
+check "without held-out prompts the summary says no evaluation ran (no nan)" bash -c "grep -q '^grpo: no held-out evaluation ran' $d/nojudge.log && ! grep -qiw nan $d/nojudge.log"
 # Dr. GRPO (no std scaling, each sequence's token sum over max_new_tokens) with DAPO's clip-higher
 # and overlong shaping and a k1 KL loss: it runs, it changes the weights, and 2 ranks (dp 2, whose
 # replicas see parts of each mini-batch) end as 1: the weights come from the whole mini-batch's counts

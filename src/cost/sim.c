@@ -258,11 +258,11 @@ PetscErrorCode cost_simulate(const CostPrims *p, const CostWork *w, const Plan *
                             "-fuse_gen_inf %s streams one batch into inference: not with -async_staleness %d",
                             FuseModeNames[plan->fuse], w->staleness));
   }
-  if (w->episodes && plan->fuse != FUSE_NONE && est->feasible) { /* as the run refuses it (src/ppo/options.c) */
+  if (w->episodes && plan->fuse == FUSE_MIGRATE && est->feasible) { /* as the run refuses it (src/ppo/options.c) */
     est->feasible = PETSC_FALSE;
-    PetscCall(PetscSNPrintf(est->why, sizeof est->why,
-                            "-fuse_gen_inf %s: streamed and migrated samples do not carry episodes (-env)",
-                            FuseModeNames[plan->fuse]));
+    PetscCall(PetscSNPrintf(est->why, sizeof est->why, "%s",
+                            "-fuse_gen_inf migrate: a migrated sample would leave its episode's environment behind "
+                            "(-env)"));
   }
   /* nodes are listed after their inputs */
   for (int k = 0; k < N_NODES; k++) {

@@ -249,6 +249,7 @@ static PetscErrorCode run_fused(void *ctx)
 {
   IterCtx *c = (IterCtx *)ctx;
   PetscFunctionBegin;
+  c->r->envs = c->m->eps; /* episodes (stream only: migrate is refused with them) */
   PetscCall(rollout_genfuse_call(c->m, c->o, c->req, c->max_prompt, (uint64_t)c->st->seed, (uint32_t)c->st->iteration,
                                  c->r, c->pb, &c->part, &c->genfuse_times));
   PetscFunctionReturn(PETSC_SUCCESS);

@@ -286,10 +286,10 @@ PetscErrorCode ppo_check_options(PPOOptions *o)
              ": partial rollouts do not carry episodes in flight yet; use -async_partial 0 (whole episodes, "
              "-async_staleness may stay)",
              o->env.kind, o->async_partial);
-  PetscCheck(!env_on(&o->env) || o->plan.fuse == FUSE_NONE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
-             "-env %s with -fuse_gen_inf %s: streamed and migrated samples do not carry episodes yet; use "
-             "-fuse_gen_inf none",
-             o->env.kind, FuseModeNames[o->plan.fuse]);
+  PetscCheck(!env_on(&o->env) || o->plan.fuse != FUSE_MIGRATE, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
+             "-env %s with -fuse_gen_inf migrate: a migrated sample would leave its episode's environment behind; use "
+             "-fuse_gen_inf stream or none",
+             o->env.kind);
   PetscCheck(o->env.reward_at != ENV_REWARD_TURN || env_on(&o->env), PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
              "-env_reward_at turn places an environment's step rewards at its turns: it needs -env");
   PetscCheck(o->env.reward_at != ENV_REWARD_TURN || !ppo_algo(o)->seq_adv, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP,
