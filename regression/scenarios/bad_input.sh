@@ -26,7 +26,7 @@
 # checkpoint's /async batch are named at the batch (iteration, sample, token, file), not as a
 # NaN loss later
 . regression/lib.sh
-plan 52
+plan 53
 d="$RLFUSE_TMP/bad"; deck=regression/decks/tiny.deck; mkdir -p $d
 rlfuse -options_file $deck -output_dir $d/good >$d/good.log 2>&1 || not_ok "reference run"
 ck=$d/good/final.h5
@@ -70,6 +70,8 @@ check "an error PETSc raises (a bad -algo) ends without PETSc's build path" bash
   "\"$MPIEXEC\" $MPIEXEC_FLAGS -n 1 \"$BIN/rlfuse\" -mode ppo -algo nosuch -output_dir $d/good 2>&1 >/dev/null | grep -q '^rlfuse: error: Unknown option nosuch for -algo' &&
    ! \"$MPIEXEC\" $MPIEXEC_FLAGS -n 1 \"$BIN/rlfuse\" -mode ppo -algo nosuch -output_dir $d/good 2>&1 | grep -qi 'petsc.*\.c:'"
 expect_error "empty -output_dir"    "option -output_dir: the value is empty" -options_file $deck -output_dir ''
+RLFUSE_WAIT_POLICY=sometimes expect_error "an unknown RLFUSE_WAIT_POLICY: the variable and its values named, nothing run" \
+  "environment variable RLFUSE_WAIT_POLICY=sometimes: give yield, poll or auto" -options_file $deck -output_dir $d/good
 expect "a batch larger than memory"  "-sft_batch 100000000 needs at least .* per rank .* more than the .* available" -options_file $deck -sft_batch 100000000
 expect "a rollout batch larger than memory" "-rollout_batch 60000000 needs at least .* per rank for its rollout" -options_file $deck -mode pipeline -gen_max_new_tokens 16 -rollout_batch 60000000 -ppo_minibatches 4
 expect "a rollout batch past int positions" "-rollout_batch 2147483644 x .* positions" -options_file $deck -mode pipeline -gen_max_new_tokens 16 -rollout_batch 2147483644 -ppo_minibatches 4
